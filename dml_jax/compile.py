@@ -1,0 +1,233 @@
+"""validate(), compile_operator() and CompiledOperator."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import support
+from .enums import NEWEST_FEATURE_LEVEL, FeatureLevel, TensorFlags
+from .errors import ValidationError, Validator
+from .fields import COUNT, OperatorDesc, dml_member_name
+from .registry import OperatorSpec, lookup
+from .tensor import TensorDesc
+
+
+def _level(feature_level: Any) -> FeatureLevel:
+    if feature_level is None:
+        return NEWEST_FEATURE_LEVEL
+    return FeatureLevel.parse(feature_level, "feature_level")
+
+
+def _spec_of(desc: Any) -> OperatorSpec:
+    if not isinstance(desc, OperatorDesc):
+        raise ValidationError(
+            f"expected an operator description (an OperatorDesc such as SplitOperatorDesc), "
+            f"got {type(desc).__name__}"
+        )
+    return lookup(desc.operator_type)
+
+
+def validate(desc: OperatorDesc, feature_level: Any = None) -> None:
+    """Checks an operator description against DirectML's rules at a feature level.
+
+    Pure Python on the descriptor: nothing is traced or compiled.
+
+    Args:
+        desc: an operator description such as ``SplitOperatorDesc``.
+        feature_level: a ``FeatureLevel`` (or its name); ``None`` means the newest.
+
+    Raises:
+        ValidationError: at the first broken rule, naming the operator and the field path.
+    """
+    _validate(desc, _level(feature_level))
+
+
+def _validate(desc: OperatorDesc, level: FeatureLevel) -> OperatorSpec:
+    spec = _spec_of(desc)
+    v = Validator(desc.operator_type)
+    for f in desc.declared(COUNT):
+        items = getattr(desc, f.metadata["of"])
+        v.count(dml_member_name(f.name), getattr(desc, f.name), items,
+                dml_member_name(f.metadata["of"]))
+    for path, tensor in desc.output_slots():
+        v.check(f"{path}.Flags", tensor.flags is TensorFlags.NONE,
+                "must be NONE: OWNED_BY_DML applies to input tensors only")
+    spec.validate(desc, v)
+    key = spec.key(desc)
+    what = desc.operator_type if isinstance(key, str) else f"{key[0]} with Function {key[1]}"
+    for role, tensors in (("inputs", desc.input_slots()), ("outputs", desc.output_slots())):
+        for path, tensor in tensors:
+            support.check_tensor(key, level, role, path, tensor.data_type, tensor.rank, what)
+    return spec
+
+
+def _x64_enabled() -> bool:
+    return bool(jax.config.read("jax_enable_x64"))
+
+
+def _check_x64(descs: Sequence[tuple[str, TensorDesc]], owner: str) -> None:
+    if _x64_enabled():
+        return
+    for path, t in descs:
+        if t.data_type.is_64bit:
+            raise ValidationError(
+                f"{owner}: {path} has data type {t.data_type.name}, which JAX computes only in "
+                "64-bit mode; enable it with jax.config.update('jax_enable_x64', True) (or "
+                "JAX_ENABLE_X64=1) before compiling"
+            )
+
+
+class CompiledOperator:
+    """A validated operator (or graph) and the pure JAX function that computes it.
+
+    Attributes:
+        desc: the description it was compiled from.
+        feature_level: the feature level it was validated at.
+        input_descs / output_descs: tuples of ``TensorDesc`` in schema order.
+        fn: the pure function ``fn(*arrays)``: jit, vmap and grad compatible. Returns one array,
+            or a tuple when the operator has an output array field (SPLIT) or several outputs.
+    """
+
+    def __init__(
+        self,
+        desc: Any,
+        feature_level: FeatureLevel,
+        inputs: Sequence[tuple[str, TensorDesc]],
+        outputs: Sequence[tuple[str, TensorDesc]],
+        lowered: Callable[..., tuple],
+        tuple_result: bool,
+        differentiable: bool,
+        name: str,
+    ):
+        self.desc = desc
+        self.feature_level = feature_level
+        self.input_paths = tuple(p for p, _ in inputs)
+        self.output_paths = tuple(p for p, _ in outputs)
+        self.input_descs = tuple(t for _, t in inputs)
+        self.output_descs = tuple(t for _, t in outputs)
+        self.differentiable = differentiable
+        self.name = name
+        self._lowered = lowered
+        self._tuple_result = tuple_result or len(outputs) != 1
+
+        def fn(*arrays):
+            results = lowered(*arrays)
+            return tuple(results) if self._tuple_result else results[0]
+
+        fn.__name__ = name.lower()
+        fn.__doc__ = f"Logical-mode {name}: one array per input tensor, in schema order."
+        self.fn = fn
+        self._jitted = jax.jit(fn)
+        self._buffer_fn = None
+
+    def __repr__(self) -> str:
+        return f"CompiledOperator({self.name}, feature_level={self.feature_level.label})"
+
+    def check_inputs(self, inputs: Sequence[Any]) -> list:
+        """Converts inputs to arrays and checks their count, shapes and dtypes."""
+        if len(inputs) != len(self.input_descs):
+            raise ValidationError(
+                f"{self.name}: expected {len(self.input_descs)} input arrays "
+                f"({', '.join(self.input_paths)}), got {len(inputs)}"
+            )
+        _check_x64(zip(self.input_paths + self.output_paths,
+                       self.input_descs + self.output_descs), self.name)
+        return [_as_input(x, path, t, self.name)
+                for x, path, t in zip(inputs, self.input_paths, self.input_descs)]
+
+    def __call__(self, *inputs: Any):
+        """Logical mode: one array per input tensor; shapes equal Sizes, dtypes the DataType."""
+        return self._jitted(*self.check_inputs(inputs))
+
+    def run_buffers(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple:
+        """Buffer mode: DML's memory model (strides, broadcast, padding, offsets, in place).
+
+        Args:
+            inputs: one 1-D buffer per input tensor, read through the desc's sizes and strides.
+            outputs: one 1-D buffer per output tensor; elements the output desc does not address
+                keep their values.
+
+        Returns:
+            A tuple of new output buffers.
+        """
+        from .buffers import run_buffers
+
+        return run_buffers(self, inputs, outputs)
+
+
+def _as_input(x: Any, path: str, t: TensorDesc, owner: str):
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        x = _from_python(x, path, t, owner)
+    if tuple(x.shape) != t.sizes:
+        raise ValidationError(
+            f"{owner}: {path} expects an array of shape {t.sizes} (its Sizes), got {tuple(x.shape)}"
+        )
+    if np.dtype(x.dtype) != t.dtype:
+        raise ValidationError(
+            f"{owner}: {path} expects dtype {t.dtype.name} (DataType {t.data_type.name}), "
+            f"got {np.dtype(x.dtype).name}"
+        )
+    return x
+
+
+def _from_python(x: Any, path: str, t: TensorDesc, owner: str):
+    """Lists and scalars: converted to the tensor's dtype when that loses nothing."""
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise ValidationError(f"{owner}: {path} is not an array: {e}") from None
+    ok = arr.dtype.kind in "iu" or (arr.dtype.kind == "f" and t.data_type.is_float)
+    if ok:
+        cast = arr.astype(t.dtype)
+        ok = t.data_type.is_float or np.array_equal(cast.astype(arr.dtype), arr)
+    if not ok:
+        raise ValidationError(
+            f"{owner}: {path} expects {t.dtype.name} values, got {arr.dtype.name} data that "
+            "does not convert exactly"
+        )
+    return jnp.asarray(cast)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_cached(desc: OperatorDesc, level: FeatureLevel) -> CompiledOperator:
+    spec = _validate(desc, level)
+
+    def lowered(*arrays):
+        return spec.lower(desc, *arrays)
+
+    return CompiledOperator(
+        desc,
+        level,
+        desc.input_slots(),
+        desc.output_slots(),
+        lowered,
+        tuple_result=desc.has_output_array(),
+        differentiable=spec.is_differentiable(desc),
+        name=desc.operator_type,
+    )
+
+
+def compile_operator(desc: OperatorDesc, feature_level: Any = None) -> CompiledOperator:
+    """Validates an operator description and returns its ``CompiledOperator``.
+
+    Compiling an equal description again returns the same object (descriptions are hashable).
+
+    Raises:
+        ValidationError: if the description breaks a rule, or uses 64-bit types without
+            ``jax_enable_x64``.
+    """
+    level = _level(feature_level)
+    spec = _spec_of(desc)
+    del spec
+    try:
+        hash(desc)
+    except TypeError:
+        raise ValidationError(f"{desc.operator_type}: description is not hashable") from None
+    op = _compile_cached(desc, level)
+    _check_x64(desc.input_slots() + desc.output_slots(), desc.operator_type)
+    return op

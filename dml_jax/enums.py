@@ -1,0 +1,212 @@
+"""DirectML enumerations, with parsing of members, full DML names and suffixes.
+
+Every enum here is an ``enum.Enum`` whose members carry DirectML's numeric values. ``parse``
+accepts the member itself, the full DML name (``"DML_REDUCE_FUNCTION_SUM"``) or the suffix
+(``"SUM"``), in exact case, as DxDispatch's JSON does; anything else is a ``ValidationError``.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from typing import Any
+
+import numpy as np
+
+from .errors import ValidationError
+
+
+class _DmlEnum(enum.Enum):
+    """Base for DML enums: a ``_prefix`` for full names and a ``parse`` that takes all spellings."""
+
+    @classmethod
+    def parse(cls, value: Any, path: str | None = None):
+        """Returns the member named by ``value`` (member, full DML name or suffix).
+
+        Args:
+            value: the member, ``"<PREFIX><SUFFIX>"`` or ``"<SUFFIX>"``.
+            path: the field path used in the error message (default: the enum's name).
+
+        Raises:
+            ValidationError: for any other value.
+        """
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            prefix = cls._prefix_value()
+            name = value[len(prefix) :] if value.startswith(prefix) else value
+            member = cls._by_suffix().get(name)
+            if member is not None:
+                return member
+        where = path or cls.__name__
+        choices = ", ".join(m.name for m in cls)
+        raise ValidationError(
+            f"{where} must be a {cls.__name__} (a member, its full DML name such as "
+            f"'{cls._prefix_value()}{next(iter(cls)).name}', or one of: {choices}), got {value!r}"
+        )
+
+    @classmethod
+    def _prefix_value(cls) -> str:
+        return _PREFIXES.get(cls, "")
+
+    @classmethod
+    def _by_suffix(cls) -> dict:
+        return {m.name: m for m in cls}
+
+    @property
+    def dml_name(self) -> str:
+        """The full DML spelling, e.g. ``DML_TENSOR_DATA_TYPE_FLOAT32``."""
+        return f"{type(self)._prefix_value()}{self.name}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}.{self.name}"
+
+
+class DataType(_DmlEnum):
+    """DML_TENSOR_DATA_TYPE: the eleven element types dml_jax operators use."""
+
+    FLOAT32 = 1
+    FLOAT16 = 2
+    UINT32 = 3
+    UINT16 = 4
+    UINT8 = 5
+    INT32 = 6
+    INT16 = 7
+    INT8 = 8
+    FLOAT64 = 9
+    UINT64 = 10
+    INT64 = 11
+
+    @property
+    def size(self) -> int:
+        """Element size in bytes."""
+        return self.numpy_dtype.itemsize
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The NumPy dtype (also the JAX dtype) of this element type."""
+        return np.dtype(self.name.lower())
+
+    @property
+    def jax_dtype(self) -> np.dtype:
+        """The JAX dtype; equal to ``numpy_dtype`` (JAX uses NumPy dtypes)."""
+        return self.numpy_dtype
+
+    @property
+    def is_float(self) -> bool:
+        return self.name.startswith("FLOAT")
+
+    @property
+    def is_signed(self) -> bool:
+        return not self.name.startswith("UINT")
+
+    @property
+    def is_64bit(self) -> bool:
+        return self.size == 8
+
+    @classmethod
+    def from_dtype(cls, dtype: Any) -> "DataType":
+        """The DataType of a NumPy/JAX dtype; ``ValidationError`` when DML has none."""
+        dt = np.dtype(dtype)
+        try:
+            return cls[dt.name.upper()]
+        except KeyError:
+            raise ValidationError(f"no DML_TENSOR_DATA_TYPE for dtype {dt.name}") from None
+
+
+class TensorFlags(_DmlEnum):
+    """DML_TENSOR_FLAGS. OWNED_BY_DML (0x1) is the only defined bit."""
+
+    NONE = 0
+    OWNED_BY_DML = 1
+
+
+@functools.total_ordering
+class FeatureLevel(_DmlEnum):
+    """DML_FEATURE_LEVEL, ordered: ``FeatureLevel.FL_3_0 < FeatureLevel.FL_5_0``.
+
+    Parses ``FeatureLevel.FL_5_0``, ``"DML_FEATURE_LEVEL_5_0"``, ``"5_0"`` and ``"FL_5_0"``.
+    """
+
+    FL_1_0 = 0x1000
+    FL_2_0 = 0x2000
+    FL_2_1 = 0x2100
+    FL_3_0 = 0x3000
+    FL_3_1 = 0x3100
+    FL_4_0 = 0x4000
+    FL_4_1 = 0x4100
+    FL_5_0 = 0x5000
+    FL_5_1 = 0x5100
+    FL_5_2 = 0x5200
+    FL_6_0 = 0x6000
+    FL_6_1 = 0x6100
+    FL_6_2 = 0x6200
+    FL_6_3 = 0x6300
+    FL_6_4 = 0x6400
+
+    @classmethod
+    def _by_suffix(cls) -> dict:
+        table = {m.name: m for m in cls}
+        table.update({m.name[3:]: m for m in cls})
+        return table
+
+    @property
+    def dml_name(self) -> str:
+        return f"DML_FEATURE_LEVEL_{self.name[3:]}"
+
+    @property
+    def label(self) -> str:
+        """``5_0`` for FL_5_0."""
+        return self.name[3:]
+
+    @classmethod
+    def newest(cls) -> "FeatureLevel":
+        return max(cls)
+
+    def __lt__(self, other):
+        if not isinstance(other, FeatureLevel):
+            return NotImplemented
+        return self.value < other.value
+
+
+class ReduceFunction(_DmlEnum):
+    """DML_REDUCE_FUNCTION: the twelve reductions of DML_OPERATOR_REDUCE."""
+
+    ARGMAX = 0
+    ARGMIN = 1
+    AVERAGE = 2
+    L1 = 3
+    L2 = 4
+    LOG_SUM = 5
+    LOG_SUM_EXP = 6
+    MAX = 7
+    MIN = 8
+    MULTIPLY = 9
+    SUM = 10
+    SUM_SQUARE = 11
+
+
+class DepthSpaceOrder(_DmlEnum):
+    """DML_DEPTH_SPACE_ORDER (feature level 2_1): DCR and CRD channel layouts."""
+
+    DEPTH_COLUMN_ROW = 0
+    COLUMN_ROW_DEPTH = 1
+
+
+class AxisDirection(_DmlEnum):
+    """DML_AXIS_DIRECTION: which of equal extremes ARGMIN/ARGMAX report (first or last)."""
+
+    INCREASING = 0
+    DECREASING = 1
+
+
+_PREFIXES = {
+    DataType: "DML_TENSOR_DATA_TYPE_",
+    TensorFlags: "DML_TENSOR_FLAG_",
+    FeatureLevel: "DML_FEATURE_LEVEL_",
+    ReduceFunction: "DML_REDUCE_FUNCTION_",
+    DepthSpaceOrder: "DML_DEPTH_SPACE_ORDER_",
+    AxisDirection: "DML_AXIS_DIRECTION_",
+}
+
+NEWEST_FEATURE_LEVEL = FeatureLevel.newest()

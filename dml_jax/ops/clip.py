@@ -1,0 +1,298 @@
+"""ELEMENT_WISE_CLIP(1) and ELEMENT_WISE_CLIP_GRAD(1).
+
+CLIP computes ``max(Min, min(g(x), Max))`` in exactly that order (so Min > Max gives Min
+everywhere, where XLA's clamp would give Max), after the optional ScaleBias ``g(x) = x*s + b``.
+Its gradient follows CLIP_GRAD: the incoming gradient passes only where ``Min < g(x) < Max``
+(strictly) and is zero at and beyond the bounds; autodiff of max/min would give 0.5 at a tie.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..enums import DataType
+from ..errors import ValidationError, Validator
+from ..fields import OperatorDesc, attribute, input_field, output_field, to_enum, to_scale_bias
+from ..registry import register
+from ..tensor import ScaleBias, TensorDesc
+
+
+def to_float(value: Any, where: str) -> float:
+    """A DML FLOAT member: a real number, not NaN."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (int, float, np.integer, np.floating)
+    ):
+        raise ValidationError(f"{where} must be a number, got {value!r}")
+    value = float(value)
+    if math.isnan(value):
+        raise ValidationError(f"{where} must not be NaN")
+    return value
+
+
+def to_number(value: Any, where: str) -> int | float:
+    """A DML_SCALAR_UNION member given as a Python number; integers are kept exact."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (int, float, np.integer, np.floating)
+    ):
+        raise ValidationError(f"{where} must be a number, got {value!r}")
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    value = float(value)
+    if math.isnan(value):
+        raise ValidationError(f"{where} must not be NaN")
+    return value
+
+
+def convert_float_bound(value: float, data_type: DataType) -> np.generic:
+    """CLIP's rule for its FLOAT Min/Max on a tensor of ``data_type``.
+
+    The value is a float32 (DML's FLOAT). For other types it is cast to the tensor type first:
+    FLOAT16 by round-to-nearest-even, integers by truncation toward zero. A value outside the
+    type's finite range saturates to the nearest finite extreme (infinities stay infinite for
+    float types).
+    """
+    with np.errstate(over="ignore"):
+        f32 = np.float32(value)
+    if data_type is DataType.FLOAT32:
+        return f32
+    if data_type.is_float:
+        info = np.finfo(data_type.numpy_dtype)
+        if math.isfinite(f32) and abs(float(f32)) > float(info.max):
+            return data_type.numpy_dtype.type(math.copysign(float(info.max), float(f32)))
+        return f32.astype(data_type.numpy_dtype)
+    info = np.iinfo(data_type.numpy_dtype)
+    if not math.isfinite(f32):
+        whole = info.max if f32 > 0 else info.min
+    else:
+        whole = min(max(math.trunc(float(f32)), int(info.min)), int(info.max))
+    return data_type.numpy_dtype.type(whole)
+
+
+def convert_typed_bound(value: int | float, data_type: DataType, where: str) -> np.generic:
+    """CLIP1's rule: Min/Max are read exactly in MinMaxDataType (no truncation, no saturation).
+
+    An integer type accepts integers and integral floats in its range; a float type accepts any
+    number within its finite range, or an infinity, rounded to nearest even.
+    """
+    dtype = data_type.numpy_dtype
+    if data_type.is_float:
+        info = np.finfo(dtype)
+        if math.isfinite(value) and abs(value) > float(info.max):
+            raise ValidationError(
+                f"{where} ({value}) is outside the range of {data_type.name} (±{float(info.max)})"
+            )
+        return dtype.type(value)
+    if isinstance(value, float) and (not math.isfinite(value) or value != math.floor(value)):
+        raise ValidationError(f"{where} must be an integer for {data_type.name}, got {value}")
+    info = np.iinfo(dtype)
+    whole = int(value)
+    if not int(info.min) <= whole <= int(info.max):
+        raise ValidationError(
+            f"{where} ({whole}) is outside the range of {data_type.name} "
+            f"[{info.min}, {info.max}]"
+        )
+    return dtype.type(whole)
+
+
+def _scale_bias_rule(v: Validator, scale_bias: ScaleBias | None, x: TensorDesc) -> None:
+    # DirectML does not support ScaleBias on 64-bit integers and leaves other integer types
+    # unspecified; dml_jax rejects it on every integer type rather than guess a rounding.
+    v.check(
+        "ScaleBias",
+        scale_bias is None or x.data_type.is_float,
+        f"is supported only for float tensors in dml_jax, not {x.data_type.name}",
+    )
+
+
+def _apply_scale_bias(x, scale_bias: ScaleBias | None):
+    if scale_bias is None:
+        return x
+    # Computed in float32 (DML's FLOAT) and rounded once to the tensor type.
+    wide = x.astype(jnp.float32) if x.dtype == jnp.float16 else x
+    y = wide * jnp.asarray(scale_bias.scale, wide.dtype) + jnp.asarray(scale_bias.bias, wide.dtype)
+    return y.astype(x.dtype)
+
+
+def _clip(x, lo: np.generic, hi: np.generic):
+    """max(lo, min(x, hi)) with CLIP_GRAD's strict-interior derivative."""
+    lo_c, hi_c = jnp.asarray(lo, x.dtype), jnp.asarray(hi, x.dtype)
+
+    @jax.custom_jvp
+    def clip(x):
+        return lax.max(lo_c, lax.min(x, hi_c))
+
+    @clip.defjvp
+    def clip_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return clip(x), _clip_grad(x, t, lo, hi)
+
+    return clip(x)
+
+
+def _clip_grad(x, g, lo: np.generic, hi: np.generic):
+    """CLIP_GRAD: g where lo < x < hi (strict), 0 at and beyond the bounds."""
+    inside = (x > jnp.asarray(lo, x.dtype)) & (x < jnp.asarray(hi, x.dtype))
+    return jnp.where(inside, g, jnp.zeros_like(g))
+
+
+def _same_tensors(d: Any, v: Validator) -> None:
+    """Every tensor has InputTensor's DataType, DimensionCount and Sizes."""
+    tensors = d.input_slots() + d.output_slots()
+    for attr in ("data_type", "rank", "sizes"):
+        v.same(attr, list(tensors[1:]), tensors[0])
+
+
+def _infer_same(d: Any) -> tuple[TensorDesc, ...]:
+    return (d.input_tensor.like(),)
+
+
+@dataclass(frozen=True)
+class ElementWiseClipOperatorDesc(OperatorDesc):
+    """DML_ELEMENT_WISE_CLIP_OPERATOR_DESC: ``max(Min, min(g(x), Max))`` (FL 1_0).
+
+    Fields:
+        input_tensor, output_tensor: same data type, rank and sizes (the output may alias the
+            input in buffer mode).
+        min, max: DML FLOATs (not NaN). For non-FLOAT32 tensors they are first cast to the
+            tensor type (integers: truncation toward zero; FLOAT16: round to nearest even); values
+            outside the type's range saturate to it.
+        scale_bias: optional ``ScaleBias`` applied to the input first (float tensors only).
+    """
+
+    operator_type: ClassVar[str] = "DML_OPERATOR_ELEMENT_WISE_CLIP"
+    input_tensor: TensorDesc = input_field()
+    output_tensor: TensorDesc = output_field()
+    min: float = attribute(to_float)
+    max: float = attribute(to_float)
+    scale_bias: ScaleBias | None = attribute(to_scale_bias, default=None)
+
+    def bounds(self) -> tuple[np.generic, np.generic]:
+        t = self.output_tensor.data_type
+        return convert_float_bound(self.min, t), convert_float_bound(self.max, t)
+
+
+@dataclass(frozen=True)
+class ElementWiseClip1OperatorDesc(OperatorDesc):
+    """DML_ELEMENT_WISE_CLIP1_OPERATOR_DESC: CLIP with Min/Max typed exactly (FL 5_0).
+
+    Fields:
+        input_tensor, output_tensor: same data type, rank and sizes.
+        min, max: numbers read in ``min_max_data_type`` (an integral float such as 5.0 is
+            accepted for an integer type; 5.5 or an out-of-range value is rejected).
+        min_max_data_type: must equal OutputTensor.DataType; ``None`` means that type.
+        scale_bias: optional ``ScaleBias`` applied to the input first (float tensors only).
+    """
+
+    operator_type: ClassVar[str] = "DML_OPERATOR_ELEMENT_WISE_CLIP1"
+    input_tensor: TensorDesc = input_field()
+    output_tensor: TensorDesc = output_field()
+    min: int | float = attribute(to_number)
+    max: int | float = attribute(to_number)
+    min_max_data_type: DataType | None = attribute(to_enum(DataType), default=None)
+    scale_bias: ScaleBias | None = attribute(to_scale_bias, default=None)
+
+    def bounds(self) -> tuple[np.generic, np.generic]:
+        t = self.min_max_data_type or self.output_tensor.data_type
+        return (convert_typed_bound(self.min, t, f"{self.operator_type}: Min"),
+                convert_typed_bound(self.max, t, f"{self.operator_type}: Max"))
+
+
+def _validate_typed(d: Any, v: Validator, tensor_path: str, tensor: TensorDesc) -> None:
+    if d.min_max_data_type is not None:
+        v.equal("MinMaxDataType", d.min_max_data_type, tensor.data_type, f"{tensor_path}.DataType")
+    d.bounds()  # raises for a value that the type cannot hold exactly
+
+
+def validate_clip(d: Any, v: Validator) -> None:
+    _same_tensors(d, v)
+    _scale_bias_rule(v, d.scale_bias, d.input_tensor)
+    if isinstance(d, ElementWiseClip1OperatorDesc):
+        _validate_typed(d, v, "OutputTensor", d.output_tensor)
+
+
+def lower_clip(d: Any, x):
+    lo, hi = d.bounds()
+    return (_clip(_apply_scale_bias(x, d.scale_bias), lo, hi),)
+
+
+register(ElementWiseClipOperatorDesc, infer=_infer_same, validate=validate_clip, lower=lower_clip,
+         in_place=True)
+register(ElementWiseClip1OperatorDesc, infer=_infer_same, validate=validate_clip,
+         lower=lower_clip, in_place=True)
+
+
+@dataclass(frozen=True)
+class ElementWiseClipGradOperatorDesc(OperatorDesc):
+    """DML_ELEMENT_WISE_CLIP_GRAD_OPERATOR_DESC: CLIP's backward pass (FL 3_1).
+
+    ``OutputGradient = InputGradient where Min < Input < Max (strictly), else 0``.
+
+    Fields:
+        input_tensor: CLIP's forward input x.
+        input_gradient_tensor: the incoming gradient.
+        output_gradient_tensor: the result (may alias InputTensor in buffer mode).
+        min, max: DML FLOATs, converted to the tensor type as CLIP converts them.
+    """
+
+    operator_type: ClassVar[str] = "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD"
+    input_tensor: TensorDesc = input_field()
+    input_gradient_tensor: TensorDesc = input_field()
+    output_gradient_tensor: TensorDesc = output_field()
+    min: float = attribute(to_float)
+    max: float = attribute(to_float)
+
+    def bounds(self) -> tuple[np.generic, np.generic]:
+        t = self.output_gradient_tensor.data_type
+        return convert_float_bound(self.min, t), convert_float_bound(self.max, t)
+
+
+@dataclass(frozen=True)
+class ElementWiseClipGrad1OperatorDesc(OperatorDesc):
+    """DML_ELEMENT_WISE_CLIP_GRAD1_OPERATOR_DESC: CLIP_GRAD with typed Min/Max (FL 5_0).
+
+    Fields:
+        input_tensor, input_gradient_tensor, output_gradient_tensor: as CLIP_GRAD.
+        min, max: numbers read exactly in ``min_max_data_type`` (see CLIP1).
+        min_max_data_type: must equal OutputGradientTensor.DataType; ``None`` means that type.
+    """
+
+    operator_type: ClassVar[str] = "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD1"
+    input_tensor: TensorDesc = input_field()
+    input_gradient_tensor: TensorDesc = input_field()
+    output_gradient_tensor: TensorDesc = output_field()
+    min: int | float = attribute(to_number)
+    max: int | float = attribute(to_number)
+    min_max_data_type: DataType | None = attribute(to_enum(DataType), default=None)
+
+    def bounds(self) -> tuple[np.generic, np.generic]:
+        t = self.min_max_data_type or self.output_gradient_tensor.data_type
+        return (convert_typed_bound(self.min, t, f"{self.operator_type}: Min"),
+                convert_typed_bound(self.max, t, f"{self.operator_type}: Max"))
+
+
+def _infer_grad(d: Any) -> tuple[TensorDesc, ...]:
+    return (d.input_gradient_tensor.like(),)
+
+
+def validate_clip_grad(d: Any, v: Validator) -> None:
+    _same_tensors(d, v)
+    if isinstance(d, ElementWiseClipGrad1OperatorDesc):
+        _validate_typed(d, v, "OutputGradientTensor", d.output_gradient_tensor)
+
+
+def lower_clip_grad(d: Any, x, g):
+    lo, hi = d.bounds()
+    return (_clip_grad(x, g, lo, hi),)
+
+
+register(ElementWiseClipGradOperatorDesc, infer=_infer_grad, validate=validate_clip_grad,
+         lower=lower_clip_grad, in_place=True)
+register(ElementWiseClipGrad1OperatorDesc, infer=_infer_grad, validate=validate_clip_grad,
+         lower=lower_clip_grad, in_place=True)

@@ -1,0 +1,223 @@
+"""DML_OPERATOR_REDUCE (twelve functions) and the standalone ARGMIN / ARGMAX operators.
+
+Conventions (documented in the README's semantics section and tested):
+- Rank is kept: reduced axes become size 1.
+- FLOAT16 inputs accumulate in float32 and round once at the end; integer SUM, MULTIPLY, L1 and
+  SUM_SQUARE wrap around in the tensor type (modular arithmetic, independent of order).
+- LOG_SUM_EXP subtracts the maximum before exponentiating, so large inputs do not overflow.
+- ARGMIN/ARGMAX return one row-major linear index over the reduced axes taken in increasing
+  dimension order; INCREASING reports the first of equal extremes, DECREASING the last. NaN
+  counts as the extreme for both (as in NumPy), so the first (or last) NaN is reported.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..enums import AxisDirection, ReduceFunction
+from ..errors import Validator
+from ..fields import OperatorDesc, attribute, count_of, input_field, output_field, to_enum
+from ..fields import to_uint_tuple
+from ..registry import register
+from ..tensor import TensorDesc
+
+F = ReduceFunction
+ARG_FUNCTIONS = (F.ARGMAX, F.ARGMIN)
+
+
+@dataclass(frozen=True)
+class ReduceOperatorDesc(OperatorDesc):
+    """DML_REDUCE_OPERATOR_DESC: reduces InputTensor over Axes with Function (FL 1_0).
+
+    Fields:
+        function: a ``ReduceFunction`` (note: the first member, as in the DML struct).
+        input_tensor: the tensor to reduce.
+        output_tensor: input sizes with 1 on every reduced axis; same data type, except for
+            ARGMIN/ARGMAX, whose output is an index type (UINT32; INT32/INT64/UINT64 from 3_0).
+        axes: non-empty, unique, each in [0, InputTensor.DimensionCount - 1]; order is irrelevant.
+        axis_count: optional; must equal ``len(axes)``.
+    """
+
+    operator_type: ClassVar[str] = "DML_OPERATOR_REDUCE"
+    function: ReduceFunction = attribute(to_enum(ReduceFunction))
+    input_tensor: TensorDesc = input_field()
+    output_tensor: TensorDesc = output_field()
+    axes: tuple[int, ...] = attribute(to_uint_tuple)
+    axis_count: int | None = count_of("axes")
+
+    @property
+    def axis_direction(self) -> AxisDirection:
+        return AxisDirection.INCREASING
+
+
+@dataclass(frozen=True)
+class ArgMinOperatorDesc(OperatorDesc):
+    """DML_ARGMIN_OPERATOR_DESC: index of the minimum over Axes (FL 3_0).
+
+    Fields:
+        input_tensor: the tensor searched.
+        output_tensor: input sizes with 1 on reduced axes; INT32, INT64, UINT32 or UINT64.
+        axes: non-empty, unique, in range; the index is row-major over them in increasing order.
+        axis_direction: INCREASING (first of equal minima) or DECREASING (last).
+        axis_count: optional; must equal ``len(axes)``.
+    """
+
+    operator_type: ClassVar[str] = "DML_OPERATOR_ARGMIN"
+    input_tensor: TensorDesc = input_field()
+    output_tensor: TensorDesc = output_field()
+    axes: tuple[int, ...] = attribute(to_uint_tuple)
+    axis_direction: AxisDirection = attribute(to_enum(AxisDirection), default="INCREASING")
+    axis_count: int | None = count_of("axes")
+
+    function: ClassVar[ReduceFunction] = F.ARGMIN
+
+
+@dataclass(frozen=True)
+class ArgMaxOperatorDesc(OperatorDesc):
+    """DML_ARGMAX_OPERATOR_DESC: index of the maximum over Axes (FL 3_0).
+
+    Fields as ``ArgMinOperatorDesc``.
+    """
+
+    operator_type: ClassVar[str] = "DML_OPERATOR_ARGMAX"
+    input_tensor: TensorDesc = input_field()
+    output_tensor: TensorDesc = output_field()
+    axes: tuple[int, ...] = attribute(to_uint_tuple)
+    axis_direction: AxisDirection = attribute(to_enum(AxisDirection), default="INCREASING")
+    axis_count: int | None = count_of("axes")
+
+    function: ClassVar[ReduceFunction] = F.ARGMAX
+
+
+def reduced_sizes(sizes: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
+    """Sizes with 1 on every reduced axis (rank kept)."""
+    return tuple(1 if i in axes else s for i, s in enumerate(sizes))
+
+
+def infer_reduce(d: Any) -> tuple[TensorDesc, ...]:
+    out_type = d.output_tensor.data_type if d.function in ARG_FUNCTIONS else None
+    x = d.input_tensor
+    return (x.like(sizes=reduced_sizes(x.sizes, d.axes), data_type=out_type or x.data_type),)
+
+
+def validate_reduce(d: Any, v: Validator) -> None:
+    v.axes("Axes", d.axes, d.input_tensor.rank)
+    v.outputs_match(d.output_slots(), infer_reduce(d))
+
+
+def _accumulator(x):
+    """FLOAT16 accumulates in float32; every other type in itself."""
+    return x.astype(jnp.float32) if x.dtype == jnp.float16 else x
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _l2(x, axes):
+    return lax.sqrt(lax.reduce_sum(x * x, axes))
+
+
+@_l2.defjvp
+def _l2_jvp(axes, primals, tangents):
+    # d||x|| = <x, dx> / ||x||; at ||x|| = 0 we take the zero subgradient instead of NaN.
+    (x,), (t,) = primals, tangents
+    y = _l2(x, axes)
+    nonzero = y > 0
+    return y, jnp.where(nonzero, lax.reduce_sum(x * t, axes) / jnp.where(nonzero, y, 1), 0)
+
+
+def _log_sum_exp(x, axes):
+    # Shift by the maximum so exp never overflows (all 1000.0 -> 1000 + log N, not inf). The
+    # shift is held constant for differentiation, giving the softmax as gradient; a non-finite
+    # maximum (all -inf, or +inf present) is replaced by 0 so the result is -inf / +inf.
+    m = lax.stop_gradient(lax.reduce_max(x, axes))
+    m = jnp.where(jnp.isfinite(m), m, jnp.zeros_like(m))
+    m_b = lax.broadcast_in_dim(m, x.shape, tuple(i for i in range(x.ndim) if i not in axes))
+    return lax.log(lax.reduce_sum(lax.exp(x - m_b), axes)) + m
+
+
+def _reduce_value(function: ReduceFunction, x, axes: tuple[int, ...]):
+    """The non-index reductions; ``axes`` sorted, result without the reduced dimensions."""
+    if function is F.MAX:
+        return lax.reduce_max(x, axes)
+    if function is F.MIN:
+        return lax.reduce_min(x, axes)
+    a = _accumulator(x)
+    if function is F.SUM:
+        r = lax.reduce_sum(a, axes)
+    elif function is F.MULTIPLY:
+        r = lax.reduce_prod(a, axes)
+    elif function is F.SUM_SQUARE:
+        r = lax.reduce_sum(a * a, axes)
+    elif function is F.L1:
+        r = lax.reduce_sum(_abs(a), axes)
+    elif function is F.L2:
+        r = _l2(a, axes)
+    elif function is F.AVERAGE:
+        n = math.prod(x.shape[i] for i in axes)
+        r = lax.reduce_sum(a, axes) / jnp.asarray(n, a.dtype)
+    elif function is F.LOG_SUM:
+        r = lax.log(lax.reduce_sum(a, axes))
+    elif function is F.LOG_SUM_EXP:
+        r = _log_sum_exp(a, axes)
+    else:  # pragma: no cover - ReduceFunction is closed
+        raise AssertionError(function)
+    return r.astype(x.dtype)
+
+
+def _abs(x):
+    return x if jnp.issubdtype(x.dtype, jnp.unsignedinteger) else lax.abs(x)
+
+
+def arg_reduce(x, axes: tuple[int, ...], largest: bool, last: bool, out_dtype):
+    """Index of the extreme over ``axes`` as one row-major linear index, keepdims shape.
+
+    The reduced axes (ascending) are moved to the end and merged into one axis of length L; on
+    that axis lax.argmax/argmin report the first extreme. For the last extreme (DECREASING) the
+    axis is reversed and the index k maps back to L - 1 - k.
+    """
+    keep = tuple(i for i in range(x.ndim) if i not in axes)
+    out_shape = reduced_sizes(x.shape, axes)
+    n_red = math.prod(x.shape[i] for i in axes)
+    if keep + axes != tuple(range(x.ndim)):
+        x = lax.transpose(x, keep + axes)
+    x = lax.reshape(x, tuple(x.shape[: len(keep)]) + (n_red,))
+    index_dtype = jnp.int32 if n_red <= np.iinfo(np.int32).max else jnp.int64
+    last_axis = x.ndim - 1
+    if last:
+        x = lax.rev(x, (last_axis,))
+    k = (lax.argmax if largest else lax.argmin)(x, last_axis, index_dtype)
+    if last:
+        k = jnp.asarray(n_red - 1, index_dtype) - k
+    return lax.reshape(k.astype(out_dtype), out_shape)
+
+
+def lower_reduce(d: Any, x):
+    axes = tuple(sorted(d.axes))
+    out = d.output_tensor
+    if d.function in ARG_FUNCTIONS:
+        last = d.axis_direction is AxisDirection.DECREASING
+        return (arg_reduce(x, axes, d.function is F.ARGMAX, last, out.dtype),)
+    return (lax.reshape(_reduce_value(d.function, x, axes), out.sizes),)
+
+
+def _reduce_key(d: ReduceOperatorDesc) -> tuple[str, str]:
+    return (d.operator_type, d.function.name)
+
+
+def _differentiable(d: Any) -> bool:
+    return d.function not in ARG_FUNCTIONS and d.input_tensor.data_type.is_float
+
+
+register(ReduceOperatorDesc, infer=infer_reduce, validate=validate_reduce, lower=lower_reduce,
+         support_key=_reduce_key, differentiable=_differentiable)
+register(ArgMinOperatorDesc, infer=infer_reduce, validate=validate_reduce, lower=lower_reduce,
+         differentiable=_differentiable)
+register(ArgMaxOperatorDesc, infer=infer_reduce, validate=validate_reduce, lower=lower_reduce,
+         differentiable=_differentiable)

@@ -1,0 +1,59 @@
+"""DML_OPERATOR_TILE: repeat a tensor along every dimension."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from jax import lax
+
+from ..errors import Validator
+from ..fields import OperatorDesc, attribute, count_of, input_field, output_field, to_uint_tuple
+from ..registry import register
+from ..tensor import TensorDesc
+
+
+@dataclass(frozen=True)
+class TileOperatorDesc(OperatorDesc):
+    """DML_TILE_OPERATOR_DESC: repeats InputTensor Repeats[i] times along dimension i (FL 1_0).
+
+    Fields:
+        input_tensor: the tensor to repeat.
+        output_tensor: sizes ``InputTensor.Sizes[i] * Repeats[i]``, same data type and rank.
+        repeats: one count > 0 per input dimension (no NumPy-style rank broadcasting).
+        repeats_count: optional; must equal ``len(repeats)``.
+    """
+
+    operator_type: ClassVar[str] = "DML_OPERATOR_TILE"
+    input_tensor: TensorDesc = input_field()
+    output_tensor: TensorDesc = output_field()
+    repeats: tuple[int, ...] = attribute(to_uint_tuple)
+    repeats_count: int | None = count_of("repeats")
+
+
+def infer_tile(d: TileOperatorDesc) -> tuple[TensorDesc, ...]:
+    x = d.input_tensor
+    return (x.like(sizes=tuple(s * r for s, r in zip(x.sizes, d.repeats))),)
+
+
+def validate_tile(d: TileOperatorDesc, v: Validator) -> None:
+    v.check(
+        "Repeats",
+        len(d.repeats) == d.input_tensor.rank,
+        f"must have one entry per InputTensor dimension ({d.input_tensor.rank}), "
+        f"got {len(d.repeats)}",
+    )
+    for i, r in enumerate(d.repeats):
+        v.check(f"Repeats[{i}]", r > 0, f"must be > 0, got {r}")
+    v.outputs_match(d.output_slots(), infer_tile(d))
+
+
+def lower_tile(d: TileOperatorDesc, x):
+    # A new axis of size r before each axis, broadcast, then merge each (r, s) pair: one
+    # broadcast feeding a reshape, which XLA emits as a single fused copy.
+    wide = [n for r, s in zip(d.repeats, x.shape) for n in (r, s)]
+    y = lax.broadcast_in_dim(x, wide, tuple(range(1, 2 * x.ndim, 2)))
+    return (lax.reshape(y, infer_tile(d)[0].sizes),)
+
+
+register(TileOperatorDesc, infer=infer_tile, validate=validate_tile, lower=lower_tile)

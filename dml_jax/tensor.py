@@ -1,0 +1,182 @@
+"""DML_BUFFER_TENSOR_DESC and DML_SCALE_BIAS, with DirectML's size, stride and byte arithmetic."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .enums import DataType, TensorFlags
+from .errors import UINT32_MAX, UINT64_MAX, ValidationError, as_float, as_int, as_int_tuple
+
+MAX_DIMENSIONS = 8  # DML_TENSOR_DIMENSION_COUNT_MAX1 (feature level 3_0 and later)
+
+
+def packed_strides(sizes: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides in elements: the layout DML uses when Strides is null."""
+    strides, step = [], 1
+    for size in reversed(sizes):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def calc_buffer_tensor_size(
+    data_type: DataType, sizes: Sequence[int], strides: Sequence[int] | None
+) -> int:
+    """DMLCalcBufferTensorSize: the minimum TotalTensorSizeInBytes of a buffer tensor.
+
+    (last addressed element + 1) times the element size, rounded up to a multiple of 4 bytes.
+    Unlike DirectML's helper, the arithmetic never wraps.
+    """
+    if strides is None:
+        elements = math.prod(sizes)
+    else:
+        elements = sum((n - 1) * s for n, s in zip(sizes, strides)) + 1
+    nbytes = elements * data_type.size
+    return (nbytes + 3) // 4 * 4
+
+
+@dataclass(frozen=True)
+class TensorDesc:
+    """DML_BUFFER_TENSOR_DESC: a tensor's element type, logical sizes and memory layout.
+
+    Args:
+        data_type: a ``DataType`` (member, full DML name or suffix).
+        sizes: 1 to 8 extents, each >= 1 and fitting in UINT32.
+        strides: ``None`` (packed row-major) or one stride in elements per dimension; 0
+            broadcasts, larger strides pad, permuted strides express other layouts.
+        total_tensor_size_in_bytes: at least ``calc_buffer_tensor_size`` and a multiple of 4;
+            ``None`` derives that minimum.
+        guaranteed_base_offset_alignment: 0, or a power of two >= the element size.
+        flags: ``TensorFlags`` (``NONE`` or ``OWNED_BY_DML``).
+    """
+
+    data_type: DataType
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...] | None = None
+    total_tensor_size_in_bytes: int | None = None
+    guaranteed_base_offset_alignment: int = 0
+    flags: TensorFlags = TensorFlags.NONE
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        data_type = DataType.parse(self.data_type, "TensorDesc.DataType")
+        set_(self, "data_type", data_type)
+        set_(self, "flags", TensorFlags.parse(self.flags, "TensorDesc.Flags"))
+        sizes = as_int_tuple(self.sizes, "TensorDesc.Sizes", minimum=1)
+        if not 1 <= len(sizes) <= MAX_DIMENSIONS:
+            raise ValidationError(
+                f"TensorDesc.DimensionCount must be in [1, {MAX_DIMENSIONS}], got {len(sizes)}"
+            )
+        set_(self, "sizes", sizes)
+        strides = self.strides
+        if strides is not None:
+            strides = as_int_tuple(strides, "TensorDesc.Strides")
+            if len(strides) != len(sizes):
+                raise ValidationError(
+                    f"TensorDesc.Strides must have one entry per dimension ({len(sizes)}), "
+                    f"got {len(strides)}"
+                )
+            set_(self, "strides", strides)
+        if math.prod(sizes) > UINT32_MAX:
+            raise ValidationError(
+                f"TensorDesc.Sizes describe {math.prod(sizes)} elements; a buffer tensor holds at "
+                f"most {UINT32_MAX}"
+            )
+        if self.addressed_elements > UINT32_MAX:
+            raise ValidationError(
+                f"TensorDesc.Strides address element {self.addressed_elements - 1}; a buffer "
+                f"tensor addresses at most {UINT32_MAX} elements"
+            )
+        minimum = calc_buffer_tensor_size(data_type, sizes, strides)
+        total = self.total_tensor_size_in_bytes
+        if total is None:
+            total = minimum
+        total = as_int(total, "TensorDesc.TotalTensorSizeInBytes", maximum=UINT64_MAX)
+        if total < minimum:
+            raise ValidationError(
+                f"TensorDesc.TotalTensorSizeInBytes must be >= {minimum} "
+                f"(DMLCalcBufferTensorSize), got {total}"
+            )
+        if total % 4:
+            raise ValidationError(
+                f"TensorDesc.TotalTensorSizeInBytes must be a multiple of 4, got {total}"
+            )
+        set_(self, "total_tensor_size_in_bytes", total)
+        align = as_int(
+            self.guaranteed_base_offset_alignment, "TensorDesc.GuaranteedBaseOffsetAlignment"
+        )
+        if align and (align & (align - 1) or align < data_type.size):
+            raise ValidationError(
+                "TensorDesc.GuaranteedBaseOffsetAlignment must be 0 or a power of two >= the "
+                f"element size ({data_type.size}), got {align}"
+            )
+        set_(self, "guaranteed_base_offset_alignment", align)
+
+    @property
+    def rank(self) -> int:
+        """DimensionCount."""
+        return len(self.sizes)
+
+    dimension_count = rank
+
+    @property
+    def element_count(self) -> int:
+        """Number of logical elements (product of Sizes)."""
+        return math.prod(self.sizes)
+
+    @property
+    def layout_strides(self) -> tuple[int, ...]:
+        """The strides in effect: the given ones, or packed row-major when Strides is null."""
+        return self.strides if self.strides is not None else packed_strides(self.sizes)
+
+    @property
+    def is_packed(self) -> bool:
+        """True when the layout is plain row-major (Strides null or equal to the packed ones)."""
+        return self.strides is None or self.strides == packed_strides(self.sizes)
+
+    @property
+    def addressed_elements(self) -> int:
+        """Index of the last element the desc addresses, plus one: the minimum buffer length."""
+        return sum((n - 1) * s for n, s in zip(self.sizes, self.layout_strides)) + 1
+
+    @property
+    def dtype(self):
+        """The JAX/NumPy dtype of the elements."""
+        return self.data_type.numpy_dtype
+
+    def like(self, **changes: Any) -> "TensorDesc":
+        """A copy with fields replaced; the total size is derived again unless given."""
+        changes.setdefault("total_tensor_size_in_bytes", None)
+        if "sizes" in changes:
+            changes.setdefault("strides", None)
+        return dataclasses.replace(self, **changes)
+
+    def __repr__(self) -> str:
+        parts = [f"{self.data_type.name}", f"sizes={self.sizes}"]
+        if self.strides is not None:
+            parts.append(f"strides={self.strides}")
+        if self.flags is not TensorFlags.NONE:
+            parts.append(f"flags={self.flags.name}")
+        return f"TensorDesc({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class ScaleBias:
+    """DML_SCALE_BIAS: an input transform g(x) = x * scale + bias applied before an operator.
+
+    Both members are DML FLOATs (float32); they must be finite numbers.
+    """
+
+    scale: float
+    bias: float
+
+    def __post_init__(self) -> None:
+        for name in ("scale", "bias"):
+            where = f"ScaleBias.{name.capitalize()}"
+            value = as_float(getattr(self, name), where)
+            if not math.isfinite(value):
+                raise ValidationError(f"{where} must be finite, got {value}")
+            object.__setattr__(self, name, value)
