@@ -1,0 +1,20 @@
+"""Shared test set-up: deterministic hypothesis profiles.
+
+Profiles: ``ci`` (default, modest example counts) and ``thorough`` (select with
+``DML_JAX_HYPOTHESIS_PROFILE=thorough python -m pytest``). Tests that need 64-bit types wrap
+their bodies in ``with jax.enable_x64(True):`` themselves.
+"""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+_COMMON = dict(
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile("ci", max_examples=25, **_COMMON)
+settings.register_profile("thorough", max_examples=500, **_COMMON)
+settings.load_profile(os.environ.get("DML_JAX_HYPOTHESIS_PROFILE", "ci"))
