@@ -1,0 +1,463 @@
+"""DML_GRAPH_DESC: operator graphs validated like DirectML's CompileGraph, lowered to one program.
+
+A ``GraphDesc`` holds operator descriptions (its nodes) and the edges that route tensors between
+the graph's inputs, the nodes and the graph's outputs. ``compile_graph`` validates the whole
+graph in plain Python, then builds a single function that evaluates every node's lowering in
+topological order; under ``jax.jit`` that is one XLA program, so XLA fuses across operator
+boundaries (a CLIP feeding a REDUCE reads its input once).
+
+Node input and output indices count tensors in schema order, each element of a tensor array
+(JOIN's InputTensors, SPLIT's OutputTensors) counting once: exactly ``desc.input_slots()`` and
+``desc.output_slots()``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Sequence
+
+from .compile import CompiledOperator, _as_input, _check_x64, _level, _validate
+from .enums import FeatureLevel, TensorFlags
+from .errors import ValidationError, as_int, show
+from .fields import OperatorDesc, dml_member_name
+from .registry import OperatorSpec, parse_operator_type
+from .tensor import TensorDesc
+
+GRAPH = "DML_GRAPH"
+
+
+def _edge_post_init(edge: Any) -> None:
+    for f in fields(edge):
+        where = f"{edge.struct_name}: {dml_member_name(f.name)}"
+        object.__setattr__(edge, f.name, as_int(getattr(edge, f.name), where))
+
+
+@dataclass(frozen=True)
+class InputGraphEdge:
+    """DML_INPUT_GRAPH_EDGE_DESC: graph input ``graph_input_index`` feeds a node input.
+
+    Args:
+        graph_input_index: the graph input, in [0, InputCount).
+        to_node_index: the node, an index into ``GraphDesc.nodes``.
+        to_node_input_index: the node's input tensor, in schema order (arrays expanded).
+    """
+
+    struct_name = "DML_INPUT_GRAPH_EDGE_DESC"
+    graph_input_index: int
+    to_node_index: int
+    to_node_input_index: int
+
+    __post_init__ = _edge_post_init
+
+
+@dataclass(frozen=True)
+class OutputGraphEdge:
+    """DML_OUTPUT_GRAPH_EDGE_DESC: a node output becomes graph output ``graph_output_index``.
+
+    Args:
+        from_node_index: the node, an index into ``GraphDesc.nodes``.
+        from_node_output_index: the node's output tensor, in schema order (arrays expanded).
+        graph_output_index: the graph output, in [0, OutputCount).
+    """
+
+    struct_name = "DML_OUTPUT_GRAPH_EDGE_DESC"
+    from_node_index: int
+    from_node_output_index: int
+    graph_output_index: int
+
+    __post_init__ = _edge_post_init
+
+
+@dataclass(frozen=True)
+class IntermediateGraphEdge:
+    """DML_INTERMEDIATE_GRAPH_EDGE_DESC: a node output feeds another node's input.
+
+    Both ends must have the same data type, sizes and memory layout (strides and
+    TotalTensorSizeInBytes): DirectML would reinterpret the bytes between different descs, which
+    dml_jax does not emulate between nodes.
+    """
+
+    struct_name = "DML_INTERMEDIATE_GRAPH_EDGE_DESC"
+    from_node_index: int
+    from_node_output_index: int
+    to_node_index: int
+    to_node_input_index: int
+
+    __post_init__ = _edge_post_init
+
+
+_EDGE_FIELDS = (
+    ("input_edges", "InputEdges", InputGraphEdge),
+    ("output_edges", "OutputEdges", OutputGraphEdge),
+    ("intermediate_edges", "IntermediateEdges", IntermediateGraphEdge),
+)
+
+
+@dataclass(frozen=True)
+class GraphDesc:
+    """DML_GRAPH_DESC: operator nodes and the edges between them (IDMLDevice1::CompileGraph).
+
+    Immutable and hashable; the node and edge counts of the DML struct are the tuples' lengths.
+
+    Args:
+        input_count: InputCount, the number of graph inputs (one array each when called). A graph
+            input may feed several node inputs, or none at all.
+        output_count: OutputCount (>= 1); each graph output is written by exactly one output edge.
+        nodes: operator descriptions (``OperatorDesc`` instances), at least one.
+        input_edges: ``InputGraphEdge`` sequence.
+        output_edges: ``OutputGraphEdge`` sequence.
+        intermediate_edges: ``IntermediateGraphEdge`` sequence (optional in DML).
+    """
+
+    input_count: int
+    output_count: int
+    nodes: tuple[OperatorDesc, ...]
+    input_edges: tuple[InputGraphEdge, ...]
+    output_edges: tuple[OutputGraphEdge, ...]
+    intermediate_edges: tuple[IntermediateGraphEdge, ...] = ()
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "input_count", as_int(self.input_count, f"{GRAPH}: InputCount"))
+        set_(self, "output_count", as_int(self.output_count, f"{GRAPH}: OutputCount", minimum=1))
+        set_(self, "nodes", _as_tuple(self.nodes, "Nodes", OperatorDesc, "an operator description"))
+        if not self.nodes:
+            raise ValidationError(f"{GRAPH}: Nodes must not be empty (NodeCount must be > 0)")
+        for name, member, cls in _EDGE_FIELDS:
+            set_(self, name, _as_tuple(getattr(self, name), member, cls, f"a {cls.__name__}"))
+
+
+def _as_tuple(value: Any, member: str, cls: type, what: str) -> tuple:
+    if not isinstance(value, (list, tuple)):
+        raise ValidationError(f"{GRAPH}: {member} must be a sequence, got {type(value).__name__}")
+    for i, item in enumerate(value):
+        if not isinstance(item, cls):
+            raise ValidationError(
+                f"{GRAPH}: {member}[{i}] must be {what}, got {type(item).__name__}"
+            )
+    return tuple(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What validation learned: everything lowering needs, with no further checks."""
+
+    order: tuple[int, ...]                      # nodes in topological order
+    specs: tuple[OperatorSpec, ...]
+    # sources[n][k]: where node n's input k comes from: ("input", graph input) or ("node", n, out)
+    sources: tuple[tuple[tuple, ...], ...]
+    outputs: tuple[tuple[int, int], ...]         # graph output j <- (node, output index)
+    input_descs: tuple[tuple[str, TensorDesc | None], ...]
+    output_descs: tuple[tuple[str, TensorDesc], ...]
+
+
+def _fail(path: str, message: str) -> None:
+    where = f"{path} " if path else ""
+    raise ValidationError(f"{GRAPH}: {where}{message}")
+
+
+def _slot_name(graph: GraphDesc, node: int, slots: tuple, k: int, kind: str) -> str:
+    return f"Nodes[{node}].{slots[k][0]} ({kind} {k} of {graph.nodes[node].operator_type})"
+
+
+def _check_index(path: str, value: int, limit: int, what: str) -> None:
+    if value >= limit:
+        _fail(path, f"must be < {what} ({limit}), got {value}")
+
+
+def _first_difference(a: TensorDesc, b: TensorDesc) -> str | None:
+    for f in fields(TensorDesc):
+        if getattr(a, f.name) != getattr(b, f.name):
+            return f.name
+    return None
+
+
+def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
+    if not isinstance(graph, GraphDesc):
+        raise ValidationError(f"{GRAPH}: expected a GraphDesc, got {type(graph).__name__}")
+    node_count = len(graph.nodes)
+    specs, ins, outs = [], [], []
+    for n, node in enumerate(graph.nodes):
+        try:
+            specs.append(_validate(node, level))
+        except ValidationError as e:
+            raise ValidationError(f"{GRAPH}: Nodes[{n}]: {e}") from None
+        ins.append(node.input_slots())
+        outs.append(node.output_slots())
+
+    # fed[(node, input)] = (edge path, source); a node input takes exactly one edge.
+    fed: dict[tuple[int, int], tuple[str, tuple]] = {}
+
+    def feed(path: str, to_node: int, to_input: int, source: tuple) -> None:
+        _check_index(f"{path}.ToNodeIndex", to_node, node_count, "NodeCount")
+        _check_index(f"{path}.ToNodeInputIndex", to_input, len(ins[to_node]),
+                     f"the input tensor count of Nodes[{to_node}] "
+                     f"({graph.nodes[to_node].operator_type})")
+        previous = fed.get((to_node, to_input))
+        if previous is not None:
+            _fail(f"{path}.ToNodeInputIndex",
+                  f"feeds {_slot_name(graph, to_node, ins[to_node], to_input, 'input')}, "
+                  f"which {previous[0]} already feeds")
+        fed[(to_node, to_input)] = (path, source)
+
+    def check_from(path: str, from_node: int, from_output: int) -> None:
+        _check_index(f"{path}.FromNodeIndex", from_node, node_count, "NodeCount")
+        _check_index(f"{path}.FromNodeOutputIndex", from_output, len(outs[from_node]),
+                     f"the output tensor count of Nodes[{from_node}] "
+                     f"({graph.nodes[from_node].operator_type})")
+
+    graph_input_desc: dict[int, tuple[str, str, TensorDesc]] = {}
+    for i, e in enumerate(graph.input_edges):
+        path = f"InputEdges[{i}]"
+        _check_index(f"{path}.GraphInputIndex", e.graph_input_index, graph.input_count,
+                     "InputCount")
+        feed(path, e.to_node_index, e.to_node_input_index, ("input", e.graph_input_index))
+        slot_path, desc = ins[e.to_node_index][e.to_node_input_index]
+        where = f"Nodes[{e.to_node_index}].{slot_path}"
+        first = graph_input_desc.setdefault(e.graph_input_index, (path, where, desc))
+        differs = _first_difference(desc, first[2])
+        if differs is not None:
+            _fail(path, f"feeds Inputs[{e.graph_input_index}] to {where}, whose "
+                        f"{dml_member_name(differs)} ({show(getattr(desc, differs))}) differs from "
+                        f"{first[1]} ({show(getattr(first[2], differs))}), which {first[0]} feeds "
+                        "from the same graph input; all tensors fed by one graph input must have "
+                        "equal descs")
+
+    successors: list[list[tuple[int, int]]] = [[] for _ in range(node_count)]
+    for i, e in enumerate(graph.intermediate_edges):
+        path = f"IntermediateEdges[{i}]"
+        check_from(path, e.from_node_index, e.from_node_output_index)
+        feed(path, e.to_node_index, e.to_node_input_index,
+             ("node", e.from_node_index, e.from_node_output_index))
+        _check_connection(path, graph, outs[e.from_node_index][e.from_node_output_index],
+                          e.from_node_index, ins[e.to_node_index][e.to_node_input_index],
+                          e.to_node_index)
+        successors[e.from_node_index].append((e.to_node_index, i))
+
+    written: dict[int, tuple[str, tuple[int, int]]] = {}
+    for i, e in enumerate(graph.output_edges):
+        path = f"OutputEdges[{i}]"
+        check_from(path, e.from_node_index, e.from_node_output_index)
+        _check_index(f"{path}.GraphOutputIndex", e.graph_output_index, graph.output_count,
+                     "OutputCount")
+        previous = written.get(e.graph_output_index)
+        if previous is not None:
+            _fail(f"{path}.GraphOutputIndex",
+                  f"writes Outputs[{e.graph_output_index}], which {previous[0]} already writes")
+        written[e.graph_output_index] = (path, (e.from_node_index, e.from_node_output_index))
+    for j in range(graph.output_count):
+        if j not in written:
+            _fail("", f"Outputs[{j}] is not written by any OutputEdges entry "
+                      f"(OutputCount is {graph.output_count})")
+
+    for n in range(node_count):
+        for k in range(len(ins[n])):
+            if (n, k) not in fed:
+                _fail("", f"{_slot_name(graph, n, ins[n], k, 'input')} is not fed by any "
+                          "InputEdges or IntermediateEdges entry")
+
+    order = _topological_order(successors)
+    _check_all_used(graph, [src for _, src in written.values()])
+
+    input_descs = []
+    for g in range(graph.input_count):
+        desc = graph_input_desc.get(g)
+        input_descs.append((f"Inputs[{g}]", None if desc is None else desc[2]))
+    output_descs = []
+    for j in range(graph.output_count):
+        n, k = written[j][1]
+        output_descs.append((f"Outputs[{j}]", outs[n][k][1]))
+    sources = tuple(tuple(fed[(n, k)][1] for k in range(len(ins[n]))) for n in range(node_count))
+    return _Plan(tuple(order), tuple(specs), sources,
+                 tuple(written[j][1] for j in range(graph.output_count)),
+                 tuple(input_descs), tuple(output_descs))
+
+
+def _check_connection(path: str, graph: GraphDesc, produced: tuple, from_node: int,
+                      consumed: tuple, to_node: int) -> None:
+    """An intermediate edge joins two tensors with one data type, one set of sizes, one layout."""
+    (out_path, out), (in_path, inp) = produced, consumed
+    src, dst = f"Nodes[{from_node}].{out_path}", f"Nodes[{to_node}].{in_path}"
+    if inp.flags is TensorFlags.OWNED_BY_DML:
+        _fail(path, f"feeds {dst}, which is flagged OWNED_BY_DML; such inputs must come "
+                    "directly from a graph input")
+    for member, a, b in (
+        ("DataType", inp.data_type, out.data_type),
+        ("Sizes", inp.sizes, out.sizes),
+        ("Strides", inp.layout_strides, out.layout_strides),
+        ("TotalTensorSizeInBytes", inp.total_tensor_size_in_bytes,
+         out.total_tensor_size_in_bytes),
+    ):
+        if a != b:
+            _fail(path, f"joins {src} to {dst}, whose {member} differ ({show(b)} vs {show(a)}); "
+                        "an intermediate edge needs equal data type, sizes and layout at both "
+                        "ends")
+
+
+def _topological_order(successors: list[list[tuple[int, int]]]) -> list[int]:
+    """Kahn's algorithm, smallest ready index first; a cycle is reported with its edges."""
+    import heapq
+
+    count = len(successors)
+    indegree = [0] * count
+    for targets in successors:
+        for to, _ in targets:
+            indegree[to] += 1
+    ready = [n for n in range(count) if indegree[n] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        n = heapq.heappop(ready)
+        order.append(n)
+        for to, _ in successors[n]:
+            indegree[to] -= 1
+            if indegree[to] == 0:
+                heapq.heappush(ready, to)
+    if len(order) == count:
+        return order
+    # Every node left has a predecessor that is also left: walk forward until a node repeats.
+    left = {n for n in range(count) if indegree[n] > 0}
+    node, path, seen = min(left), [], {}
+    while node not in seen:
+        seen[node] = len(path)
+        to, edge = next((t, e) for t, e in successors[node] if t in left)
+        path.append((node, edge))
+        node = to
+    cycle = path[seen[node]:]
+    steps = " -> ".join(f"Nodes[{n}] (IntermediateEdges[{e}])" for n, e in cycle)
+    _fail("", f"IntermediateEdges form a cycle: {steps} -> Nodes[{node}]; a graph must be acyclic")
+    raise AssertionError("unreachable")
+
+
+def _check_all_used(graph: GraphDesc, written: list[tuple[int, int]]) -> None:
+    """DirectML rejects nodes that contribute to no graph output."""
+    feeders: list[list[int]] = [[] for _ in graph.nodes]
+    for e in graph.intermediate_edges:
+        feeders[e.to_node_index].append(e.from_node_index)
+    used, stack = set(), [n for n, _ in written]
+    while stack:
+        n = stack.pop()
+        if n not in used:
+            used.add(n)
+            stack.extend(feeders[n])
+    for n, node in enumerate(graph.nodes):
+        if n not in used:
+            _fail(f"Nodes[{n}]", f"({node.operator_type}) contributes to no graph output; "
+                                 "DirectML rejects unused nodes")
+
+
+def validate_graph(graph: GraphDesc, feature_level: Any = None) -> None:
+    """Checks a graph: every node as an operator at the feature level, then every edge rule.
+
+    Pure Python on the descriptions: nothing is traced or compiled.
+
+    Raises:
+        ValidationError: at the first broken rule; the message starts with ``DML_GRAPH`` and names
+            the node or edge (``Nodes[3]``, ``IntermediateEdges[2].ToNodeInputIndex``).
+    """
+    _validate_graph(graph, _level(feature_level))
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiling
+
+
+class CompiledGraph(CompiledOperator):
+    """A validated graph as one pure JAX function; called exactly like a ``CompiledOperator``.
+
+    Inputs are the graph inputs (``Inputs[i]``) and outputs the graph outputs (``Outputs[j]``).
+    A graph input that feeds no node has ``None`` as its desc and accepts any array, which is
+    ignored (DirectML tolerates unused graph inputs).
+
+    Attributes:
+        traces: how many times the graph's Python function has run, i.e. been traced by
+            ``jax.jit`` (or evaluated eagerly through ``fn``). Calling the compiled graph again
+            with the same inputs reuses the jitted program and leaves it unchanged.
+        order: node indices in the order they are evaluated.
+    """
+
+    def __init__(self, graph: GraphDesc, level: FeatureLevel, plan: _Plan, counter: list):
+        differentiable = all(spec.is_differentiable(node)
+                             for spec, node in zip(plan.specs, graph.nodes))
+        super().__init__(graph, level, plan.input_descs, plan.output_descs,
+                         _graph_function(graph, plan, counter), tuple_result=False,
+                         differentiable=differentiable, name=GRAPH)
+        self.order = plan.order
+        self._counter = counter
+
+    @property
+    def traces(self) -> int:
+        return self._counter[0]
+
+    def check_inputs(self, inputs: Sequence[Any]) -> list:
+        if len(inputs) != len(self.input_descs):
+            raise ValidationError(
+                f"{self.name}: expected {len(self.input_descs)} input arrays "
+                f"({', '.join(self.input_paths)}), got {len(inputs)}"
+            )
+        _check_x64([(p, t) for p, t in zip(self.input_paths + self.output_paths,
+                                           self.input_descs + self.output_descs)
+                    if t is not None], self.name)
+        return [x if t is None else _as_input(x, path, t, self.name)
+                for x, path, t in zip(inputs, self.input_paths, self.input_descs)]
+
+    def __repr__(self) -> str:
+        return (f"CompiledGraph({len(self.desc.nodes)} nodes, {len(self.input_descs)} inputs, "
+                f"{len(self.output_descs)} outputs, feature_level={self.feature_level.label})")
+
+
+def _graph_function(graph: GraphDesc, plan: _Plan, counter: list) -> Callable[..., tuple]:
+    steps = tuple((n, plan.specs[n], graph.nodes[n], plan.sources[n]) for n in plan.order)
+
+    def lowered(*arrays):
+        counter[0] += 1
+        values: dict[tuple[int, int], Any] = {}
+        for n, spec, node, sources in steps:
+            args = [arrays[s[1]] if s[0] == "input" else values[(s[1], s[2])] for s in sources]
+            for k, y in enumerate(spec.lower(node, *args)):
+                values[(n, k)] = y
+        return tuple(values[src] for src in plan.outputs)
+
+    return lowered
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile_graph_cached(graph: GraphDesc, level: FeatureLevel) -> CompiledGraph:
+    return CompiledGraph(graph, level, _validate_graph(graph, level), [0])
+
+
+def compile_graph(graph: GraphDesc, feature_level: Any = None) -> CompiledGraph:
+    """Validates a graph and compiles it into one function (one XLA program under jit).
+
+    Compiling an equal graph again at the same feature level returns the same object.
+
+    Args:
+        graph: a ``GraphDesc``.
+        feature_level: a ``FeatureLevel`` (or its name); ``None`` means the newest.
+
+    Returns:
+        A ``CompiledGraph`` (a ``CompiledOperator``): ``g(*inputs)`` takes one array per graph
+        input and returns one array, or a tuple when OutputCount > 1; ``g.fn`` is the pure
+        function for jit/grad/vmap; ``g.run_buffers`` is buffer mode.
+
+    Raises:
+        ValidationError: if a node or an edge breaks a rule (before anything is traced), or a
+            tensor uses a 64-bit type without ``jax_enable_x64``.
+    """
+    level = _level(feature_level)
+    if not isinstance(graph, GraphDesc):
+        raise ValidationError(f"{GRAPH}: expected a GraphDesc, got {type(graph).__name__}")
+    try:
+        hash(graph)
+    except TypeError:
+        raise ValidationError(f"{GRAPH}: description is not hashable") from None
+    compiled = _compile_graph_cached(graph, level)
+    for n, node in enumerate(graph.nodes):
+        _check_x64([(f"Nodes[{n}].{p}", t) for p, t in node.input_slots() + node.output_slots()],
+                   GRAPH)
+    return compiled
