@@ -16,6 +16,7 @@ from .enums import (
     TensorFlags,
 )
 from .errors import ValidationError
+from .jsonmodel import operator_desc_from_json, tensor_desc_from_json
 from .ops import (
     ArgMaxOperatorDesc,
     ArgMinOperatorDesc,
@@ -62,5 +63,7 @@ __all__ = [
     "TileOperatorDesc",
     "ValidationError",
     "compile_operator",
+    "operator_desc_from_json",
+    "tensor_desc_from_json",
     "validate",
 ]
