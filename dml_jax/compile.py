@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any, Callable, Sequence
 
@@ -9,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import sharding as _sharding
 from . import support
 from .enums import NEWEST_FEATURE_LEVEL, FeatureLevel, TensorFlags
 from .errors import ValidationError, Validator
@@ -116,7 +118,8 @@ class CompiledOperator:
         self._tuple_result = tuple_result or len(outputs) != 1
 
         def fn(*arrays):
-            results = lowered(*arrays)
+            # Arrays sharded over explicit mesh axes need the operator body run in auto mode.
+            results = _sharding.run_lowered(lowered, arrays, self.output_descs)
             return tuple(results) if self._tuple_result else results[0]
 
         fn.__name__ = name.lower()
@@ -124,6 +127,8 @@ class CompiledOperator:
         self.fn = fn
         self._jitted = jax.jit(fn)
         self._buffer_fn = None
+        self.in_shardings: tuple | None = None  # set by compile_operator(in_shardings=...)
+        self.out_shardings: tuple | None = None
 
     def __repr__(self) -> str:
         return f"CompiledOperator({self.name}, feature_level={self.feature_level.label})"
@@ -142,7 +147,13 @@ class CompiledOperator:
 
     def __call__(self, *inputs: Any):
         """Logical mode: one array per input tensor; shapes equal Sizes, dtypes the DataType."""
-        return self._jitted(*self.check_inputs(inputs))
+        arrays = self.check_inputs(inputs)
+        if self.in_shardings is not None:
+            # in_shardings is the layout promised to the program: move inputs there (no-op
+            # when already so) instead of letting jit reject arrays committed elsewhere.
+            arrays = [x if s is None else jax.device_put(x, s)
+                      for x, s in zip(arrays, self.in_shardings)]
+        return self._jitted(*arrays)
 
     def run_buffers(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple:
         """Buffer mode: DML's memory model (strides, broadcast, padding, offsets, in place).
@@ -212,14 +223,58 @@ def _compile_cached(desc: OperatorDesc, level: FeatureLevel) -> CompiledOperator
     )
 
 
-def compile_operator(desc: OperatorDesc, feature_level: Any = None) -> CompiledOperator:
+def with_shardings(op: CompiledOperator, in_shardings: Any, out_shardings: Any) -> CompiledOperator:
+    """``op`` whose calls run under ``jax.jit(op.fn, in_shardings=..., out_shardings=...)``.
+
+    Shardings are checked before anything is traced (see ``sharding.normalize_shardings``).
+    Returns ``op`` itself when neither is given; otherwise a cached copy keyed by ``op`` (itself
+    cached per description and feature level) and the shardings, sharing ``op.fn``.
+    """
+    ins = _sharding.normalize_shardings(
+        in_shardings, op.input_descs, op.input_paths, op.name, "in_shardings")
+    outs = _sharding.normalize_shardings(
+        out_shardings, op.output_descs, op.output_paths, op.name, "out_shardings")
+    if ins is None and outs is None:
+        return op
+    return _sharded_cached(op, ins, outs)
+
+
+@functools.lru_cache(maxsize=1024)
+def _sharded_cached(op: CompiledOperator, ins: tuple | None, outs: tuple | None):
+    sharded = copy.copy(op)
+    sharded.in_shardings, sharded.out_shardings = ins, outs
+    kwargs: dict[str, Any] = {}
+    if ins is not None:
+        kwargs["in_shardings"] = ins
+    if outs is not None:  # the pytree of fn's result: one array, or a tuple
+        kwargs["out_shardings"] = outs if op._tuple_result else outs[0]
+    sharded._jitted = jax.jit(op.fn, **kwargs)
+    return sharded
+
+
+def compile_operator(
+    desc: OperatorDesc,
+    feature_level: Any = None,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+) -> CompiledOperator:
     """Validates an operator description and returns its ``CompiledOperator``.
 
     Compiling an equal description again returns the same object (descriptions are hashable).
 
+    Args:
+        desc: an operator description such as ``ReduceOperatorDesc``.
+        feature_level: a ``FeatureLevel`` (or its name); ``None`` means the newest.
+        in_shardings: ``None``, one ``jax.sharding.Sharding`` for every input, or one
+            ``Sharding`` or ``None`` per input tensor in schema order. ``op(...)`` then moves
+            its inputs to these shardings and runs the operator as one GSPMD program.
+        out_shardings: the same for the output tensors (``None`` lets XLA choose).
+            ``op.fn`` stays the plain function either way; sharded arrays also work with
+            ``jax.jit(op.fn)`` directly.
+
     Raises:
-        ValidationError: if the description breaks a rule, or uses 64-bit types without
-            ``jax_enable_x64``.
+        ValidationError: if the description breaks a rule, uses 64-bit types without
+            ``jax_enable_x64``, or a sharding has the wrong count, type or rank.
     """
     level = _level(feature_level)
     spec = _spec_of(desc)
@@ -230,4 +285,4 @@ def compile_operator(desc: OperatorDesc, feature_level: Any = None) -> CompiledO
         raise ValidationError(f"{desc.operator_type}: description is not hashable") from None
     op = _compile_cached(desc, level)
     _check_x64(desc.input_slots() + desc.output_slots(), desc.operator_type)
-    return op
+    return with_shardings(op, in_shardings, out_shardings)
