@@ -12,6 +12,7 @@ import numpy as np
 
 from . import sharding as _sharding
 from . import support
+from .buffers import check_output_layout
 from .enums import NEWEST_FEATURE_LEVEL, FeatureLevel, TensorFlags
 from .errors import ValidationError, Validator
 from .fields import COUNT, OperatorDesc, dml_member_name
@@ -59,6 +60,7 @@ def _validate(desc: OperatorDesc, level: FeatureLevel) -> OperatorSpec:
     for path, tensor in desc.output_slots():
         v.check(f"{path}.Flags", tensor.flags is TensorFlags.NONE,
                 "must be NONE: OWNED_BY_DML applies to input tensors only")
+        check_output_layout(v, path, tensor)  # two elements on one buffer element: undefined
     spec.validate(desc, v)
     key = spec.key(desc)
     what = desc.operator_type if isinstance(key, str) else f"{key[0]} with Function {key[1]}"
