@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .. import kernels
 from ..enums import AxisDirection, ReduceFunction
 from ..errors import Validator
 from ..fields import OperatorDesc, attribute, count_of, input_field, output_field, to_enum
@@ -203,7 +204,16 @@ def lower_reduce(d: Any, x):
     out = d.output_tensor
     if d.function in ARG_FUNCTIONS:
         last = d.axis_direction is AxisDirection.DECREASING
-        return (arg_reduce(x, axes, d.function is F.ARGMAX, last, out.dtype),)
+        largest = d.function is F.ARGMAX
+        lax_arg = partial(arg_reduce, axes=axes, largest=largest, last=last, out_dtype=out.dtype)
+        # GPU kernel hook (dml_jax.kernels): a single-pass Pallas kernel when lowered for CUDA,
+        # the lax code above on every other platform and as the reference.
+        return (kernels.arg_reduce(x, axes, largest, last, out.dtype, fallback=lax_arg),)
+    if d.function is F.LOG_SUM_EXP:  # GPU kernel hook, as above
+        def lax_lse(y):
+            return lax.reshape(_reduce_value(d.function, y, axes), out.sizes)
+
+        return (kernels.log_sum_exp(x, axes, fallback=lax_lse),)
     return (lax.reshape(_reduce_value(d.function, x, axes), out.sizes),)
 
 

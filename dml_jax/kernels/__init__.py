@@ -1,0 +1,12 @@
+"""GPU-only Pallas kernels for the reductions that plain lax cannot run at memory bandwidth.
+
+ARGMIN/ARGMAX over a non-minor axis and a numerically stable LOG_SUM_EXP need two passes (or a
+variadic reduce) in lax, which XLA's GPU backend runs at roughly a quarter to a half of the copy
+bandwidth. The kernels here read the tensor once. They are used only when the computation is
+lowered for CUDA and the case is covered (see ``reduce.plan``); every other case, and every other
+platform, runs the lax lowering in ``dml_jax.ops.reduce``, which stays the reference.
+"""
+
+from .reduce import arg_reduce, log_sum_exp, plan
+
+__all__ = ["arg_reduce", "log_sum_exp", "plan"]

@@ -1,0 +1,403 @@
+"""Single-pass Pallas (Triton) kernels for ARGMIN/ARGMAX and LOG_SUM_EXP on CUDA GPUs.
+
+The tensor is viewed as ``(A, R, B)``: ``R`` is the product of the reduced axes (which must be
+adjacent once size-1 axes are dropped), ``A`` the product of the axes before them and ``B`` of
+those after. Two layouts:
+
+- ``B > 1`` ("inner"): each program owns ``BB`` adjacent columns of one ``a`` and walks down the
+  ``R`` rows in ``BR``-row tiles, so every load is a contiguous run of ``BB`` elements.
+- ``B == 1`` ("minor"): each program owns ``BA`` rows of the ``(A, R)`` matrix and walks along
+  them in ``BR``-element tiles.
+
+Both keep a running state per output element, so the tensor is read exactly once. Tiles hanging
+over the edge are masked. The semantics are those of the lax lowering in ``dml_jax.ops.reduce``:
+the first (INCREASING) or last (DECREASING) index of the extreme, NaN counting as the extreme;
+LOG_SUM_EXP shifted by the running maximum (so inputs of 1000 do not overflow), float16 read and
+accumulated in float32 and rounded once.
+
+Dispatch: ``arg_reduce`` and ``log_sum_exp`` take the lax lowering as ``fallback``. When no CUDA
+device exists they return ``fallback(x)`` itself, so CPU-only programs trace exactly the lax
+code. Otherwise they use ``lax.platform_dependent``, so the kernel is lowered only for CUDA and
+any other platform the same program is lowered for gets the fallback. Differentiation always
+goes through the fallback, and ``vmap`` folds the batch into ``A``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+# Data types the kernels read. 64-bit types (and anything else) use the lax lowering.
+ARG_DTYPES = frozenset(
+    np.dtype(t) for t in ("float16", "float32", "int8", "int16", "int32", "uint8", "uint16",
+                          "uint32")
+)
+LSE_DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
+
+# Fewer programs than this cannot keep every multiprocessor of a large GPU reading; such cases
+# (a whole-tensor reduction, say) stay on lax, which splits the reduced axis across blocks.
+MIN_PROGRAMS = 264
+_INDEX_LIMIT = 2**31 - 2**16  # int32 element offsets inside the kernel, with room for a tile
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """Tile sizes (powers of two) and Triton launch parameters for one kernel launch."""
+
+    rows: int  # BR: reduced-axis elements per tile
+    cols: int  # BB (inner layout) or BA (minor layout): output elements per program
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a reduction maps onto a kernel: the ``(A, R, B)`` view and its tiling."""
+
+    a: int
+    r: int
+    b: int
+    tiling: Tiling
+
+    @property
+    def programs(self) -> int:
+        per_a = -(-self.b // self.tiling.cols) if self.b > 1 else 1
+        return self.a * per_a if self.b > 1 else -(-self.a // self.tiling.cols)
+
+
+# Elements per tile: large enough for several independent 16-byte loads per thread, small enough
+# to keep the running state in registers. Overridable (benchmarks/tune_kernels.py sweeps them).
+TILE_ELEMENTS = {"arg": 4096, "lse": 4096}
+NUM_WARPS = {"arg": 4, "lse": 4}
+NUM_STAGES = {"arg": 3, "lse": 3}
+
+
+def _pow2_at_most(n: int, cap: int) -> int:
+    return min(1 << max(0, (n - 1).bit_length()), cap)
+
+
+def _tiling(kind: str, a: int, r: int, b: int) -> Tiling:
+    elems = TILE_ELEMENTS[kind]
+    if b > 1:
+        cols = _pow2_at_most(b, min(1024, elems))
+        rows = _pow2_at_most(r, max(1, elems // cols))
+    else:
+        rows = _pow2_at_most(r, min(1024, elems))
+        cols = max(1, elems // rows)
+        # Keep enough programs for the whole GPU when A is modest.
+        while cols > 1 and -(-a // cols) < 4 * MIN_PROGRAMS:
+            cols //= 2
+    return Tiling(rows, cols, NUM_WARPS[kind], NUM_STAGES[kind])
+
+
+def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype, kind: str) -> Plan | None:
+    """The kernel plan for reducing ``shape`` over ``axes``, or None when lax must do it.
+
+    Args:
+        shape: the input's shape.
+        axes: the reduced axes (any order).
+        dtype: the input's dtype.
+        kind: ``"arg"`` (ARGMIN/ARGMAX) or ``"lse"`` (LOG_SUM_EXP).
+    """
+    if np.dtype(dtype) not in (ARG_DTYPES if kind == "arg" else LSE_DTYPES):
+        return None
+    # Size-1 axes do not move the row-major linear index, so they are dropped before asking
+    # whether the reduced axes are adjacent.
+    live = [i for i in range(len(shape)) if shape[i] != 1]
+    red = [i for i in live if i in axes]
+    if not red:
+        return None
+    pos = [live.index(i) for i in red]
+    if pos != list(range(pos[0], pos[0] + len(pos))):
+        return None
+    a = math.prod(shape[i] for i in live[: pos[0]])
+    r = math.prod(shape[i] for i in red)
+    b = math.prod(shape[i] for i in live[pos[-1] + 1:])
+    if a * r * b >= _INDEX_LIMIT:
+        return None
+    p = Plan(a, r, b, _tiling(kind, a, r, b))
+    return p if p.programs >= MIN_PROGRAMS else None
+
+
+def _cuda_present() -> bool:
+    try:
+        return bool(jax.devices("cuda"))
+    except RuntimeError:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_present() -> bool:
+    """Whether this process has a CUDA backend (checked once)."""
+    return _cuda_present()
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+
+
+def _pallas():
+    # Imported lazily: CPU-only users never load Pallas.
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as pltriton
+
+    return pl, pltriton
+
+
+def _identity(dtype, largest: bool):
+    """The value that never wins: -inf/+inf for floats, the type's min/max for integers."""
+    if jnp.issubdtype(dtype, jnp.floating):
+        return -np.inf if largest else np.inf
+    info = np.iinfo(dtype)
+    return info.min if largest else info.max
+
+
+def _compute_dtype(dtype):
+    # float16 compares exactly in float32; Triton reduces 32-bit values most efficiently.
+    return jnp.float32 if dtype == jnp.float16 else dtype
+
+
+def _tile_loader(p: Plan, pl, pltriton):
+    """Returns ``(load, store, axis)`` for either layout.
+
+    ``load(x_ref, pid, t, other) -> (tile, valid, index)``: tile ``t`` of program ``pid``,
+    ``valid`` marking elements inside the tensor and ``index`` each element's reduced-axis index.
+    ``axis`` is the tile axis that is reduced (0 for the inner layout, 1 for the minor one).
+    """
+    br, c = p.tiling.rows, p.tiling.cols
+    if p.b > 1:
+        nb = -(-p.b // c)
+
+        def load(x_ref, pid, t, other):
+            a, j = pid // nb, pid % nb
+            rows = t * br + jnp.arange(br, dtype=jnp.int32)
+            cols = j * c + jnp.arange(c, dtype=jnp.int32)
+            valid = (rows < p.r)[:, None] & (cols < p.b)[None, :]
+            ref = x_ref.at[pl.ds(a * p.r + t * br, br), pl.ds(j * c, c)]
+            tile = pltriton.load(ref, mask=valid, other=other)
+            return tile, valid, jnp.broadcast_to(rows[:, None], (br, c))
+
+        def store(o_ref, pid, value):
+            a, j = pid // nb, pid % nb
+            cols = j * c + jnp.arange(c, dtype=jnp.int32)
+            pltriton.store(o_ref.at[pl.ds(a * p.b + j * c, c)], value, mask=cols < p.b)
+
+    else:
+
+        def load(x_ref, pid, t, other):
+            rows = pid * c + jnp.arange(c, dtype=jnp.int32)
+            red = t * br + jnp.arange(br, dtype=jnp.int32)
+            valid = (rows < p.a)[:, None] & (red < p.r)[None, :]
+            ref = x_ref.at[pl.ds(pid * c, c), pl.ds(t * br, br)]
+            tile = pltriton.load(ref, mask=valid, other=other)
+            return tile, valid, jnp.broadcast_to(red[None, :], (c, br))
+
+        def store(o_ref, pid, value):
+            rows = pid * c + jnp.arange(c, dtype=jnp.int32)
+            pltriton.store(o_ref.at[pl.ds(pid * c, c)], value, mask=rows < p.a)
+
+    return load, store, (0 if p.b > 1 else 1)
+
+
+def _call(kernel, p: Plan, x2, out_dtype, interpret: bool):
+    pl, pltriton = _pallas()
+    n_out = p.a * p.b
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((n_out,), out_dtype),
+        grid=(p.programs,),
+        interpret=interpret,
+        compiler_params=pltriton.CompilerParams(
+            num_warps=p.tiling.num_warps, num_stages=p.tiling.num_stages
+        ),
+    )(x2)
+
+
+def _as_2d(x, p: Plan):
+    return lax.reshape(x, (p.a * p.r, p.b) if p.b > 1 else (p.a, p.r))
+
+
+def arg_reduce_kernel(x, p: Plan, largest: bool, last: bool, interpret: bool = False):
+    """Runs the ARGMIN/ARGMAX kernel; returns int32 indices of shape ``(A * B,)``.
+
+    Args:
+        x: the input, any shape with ``A * R * B`` elements laid out as the plan says.
+        p: the plan from ``plan(..., kind="arg")``.
+        largest: ARGMAX (True) or ARGMIN (False).
+        last: report the last extreme (DECREASING) instead of the first.
+        interpret: run through Pallas's interpreter (any platform; for tests).
+    """
+    pl, pltriton = _pallas()
+    load, store, ax = _tile_loader(p, pl, pltriton)
+    cdt = _compute_dtype(x.dtype)
+    is_float = jnp.issubdtype(cdt, jnp.floating)
+    ident = _identity(cdt, largest)
+    width = p.tiling.cols
+    n_tiles = -(-p.r // p.tiling.rows)
+    none = np.int32(-1) if last else np.int32(np.iinfo(np.int32).max)
+    pick = jnp.max if last else jnp.min  # which index among equal extremes
+    better = (
+        (lambda new, old: new >= old) if largest else (lambda new, old: new <= old)
+    ) if last else ((lambda new, old: new > old) if largest else (lambda new, old: new < old))
+    extreme = jnp.max if largest else jnp.min
+
+    def kernel(x_ref, o_ref):
+        pid = pl.program_id(0)
+
+        def body(t, carry):
+            best, best_i, nan_i = carry
+            tile, valid, idx = load(x_ref, pid, t, ident)
+            tile = tile.astype(cdt)
+            if is_float:
+                nan = tile != tile
+                tile = jnp.where(nan, jnp.asarray(ident, cdt), tile)
+                nan_i = (jnp.maximum if last else jnp.minimum)(
+                    nan_i, pick(jnp.where(nan & valid, idx, none), axis=ax)
+                )
+            m = extreme(tile, axis=ax)
+            hit = (tile == jnp.expand_dims(m, ax)) & valid
+            i = pick(jnp.where(hit, idx, none), axis=ax)
+            upd = better(m, best)
+            return jnp.where(upd, m, best), jnp.where(upd, i, best_i), nan_i
+
+        init = (
+            jnp.full((width,), ident, cdt),
+            jnp.zeros((width,), jnp.int32),
+            jnp.full((width,), none, jnp.int32),
+        )
+        best, best_i, nan_i = lax.fori_loop(0, n_tiles, body, init)
+        if is_float:
+            # NaN is the extreme: the first (or last) NaN wins over any number.
+            best_i = jnp.where(nan_i != none, nan_i, best_i)
+        store(o_ref, pid, best_i)
+
+    return _call(kernel, p, _as_2d(x, p), jnp.int32, interpret)
+
+
+def log_sum_exp_kernel(x, p: Plan, interpret: bool = False):
+    """Runs the LOG_SUM_EXP kernel; returns ``(A * B,)`` values in the input's dtype.
+
+    One pass with a running maximum ``m`` and a running sum ``s`` of ``exp(x - shift)``, where
+    ``shift`` is ``m`` when finite and 0 otherwise (the lax lowering's rule, so all ``-inf``
+    gives ``-inf`` and a ``+inf`` gives ``+inf``). When the maximum grows, ``s`` is rescaled by
+    ``exp(old_shift - new_shift) <= 1``, so nothing overflows.
+    """
+    pl, pltriton = _pallas()
+    load, store, ax = _tile_loader(p, pl, pltriton)
+    width = p.tiling.cols
+    n_tiles = -(-p.r // p.tiling.rows)
+    neg_inf = np.float32(-np.inf)
+
+    def shift_of(m):
+        return jnp.where(jnp.abs(m) < np.float32(np.inf), m, np.float32(0))
+
+    def kernel(x_ref, o_ref):
+        pid = pl.program_id(0)
+
+        def body(t, carry):
+            m, s = carry
+            tile, _, _ = load(x_ref, pid, t, neg_inf)
+            tile = tile.astype(jnp.float32)
+            new_m = jnp.maximum(m, jnp.max(tile, axis=ax))
+            old_shift, new_shift = shift_of(m), shift_of(new_m)
+            # s == 0 skips the rescale: exp(old - new) may overflow when the old maximum was
+            # -inf (shift 0) and the new one is very negative; 0 * inf would be NaN.
+            s = jnp.where(s > 0, s * jnp.exp(old_shift - new_shift), s)
+            s = s + jnp.sum(jnp.exp(tile - jnp.expand_dims(new_shift, ax)), axis=ax)
+            return new_m, s
+
+        init = (jnp.full((width,), neg_inf), jnp.zeros((width,), jnp.float32))
+        m, s = lax.fori_loop(0, n_tiles, body, init)
+        store(o_ref, pid, (jnp.log(s) + shift_of(m)).astype(o_ref.dtype))
+
+    return _call(kernel, p, _as_2d(x, p), x.dtype, interpret)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatch
+
+
+def _batched(fn: Callable, fallback: Callable, axes: tuple[int, ...]):
+    """``fn(x, axes, fallback)`` with a vmap rule that folds the batch axis into ``A``."""
+
+    @jax.custom_batching.custom_vmap
+    def call(x):
+        return fn(x, axes, fallback)
+
+    @call.def_vmap
+    def _rule(axis_size, in_batched, x):
+        del axis_size, in_batched  # custom_vmap puts the batch axis first
+        shifted = tuple(i + 1 for i in axes)
+        return _batched(fn, jax.vmap(fallback), shifted)(x), True
+
+    return call
+
+
+def _arg_cuda(x, axes, fallback, largest, last, out_dtype):
+    p = plan(x.shape, axes, x.dtype, "arg")
+    if p is None:
+        return fallback(x)
+    k = arg_reduce_kernel(x, p, largest, last)
+    shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+    return lax.reshape(k.astype(out_dtype), shape)
+
+
+def arg_reduce(x, axes: tuple[int, ...], largest: bool, last: bool, out_dtype,
+               fallback: Callable):
+    """ARGMIN/ARGMAX: the kernel when lowered for CUDA and covered, else ``fallback(x)``.
+
+    Args:
+        x: the input array.
+        axes: reduced axes, sorted.
+        largest: ARGMAX (True) or ARGMIN (False).
+        last: DECREASING (last extreme) instead of INCREASING (first).
+        out_dtype: the index dtype of the result.
+        fallback: the lax lowering, ``fallback(x)`` -> indices in keepdims shape.
+    """
+    if not cuda_present() or plan(x.shape, axes, x.dtype, "arg") is None:
+        return fallback(x)
+    fn = functools.partial(_arg_cuda, largest=largest, last=last, out_dtype=out_dtype)
+    # Indices have no derivative: stop_gradient keeps autodiff away from the kernel.
+    gpu = _batched(fn, fallback, axes)
+    return lax.platform_dependent(
+        lax.stop_gradient(x), cuda=gpu, default=lambda y: fallback(y)
+    )
+
+
+def _lse_cuda(x, axes, fallback):
+    p = plan(x.shape, axes, x.dtype, "lse")
+    if p is None:
+        return fallback(x)
+    y = log_sum_exp_kernel(x, p)
+    return lax.reshape(y, tuple(1 if i in axes else s for i, s in enumerate(x.shape)))
+
+
+def log_sum_exp(x, axes: tuple[int, ...], fallback: Callable):
+    """LOG_SUM_EXP: the kernel when lowered for CUDA and covered, else ``fallback(x)``.
+
+    Args:
+        x: the input array (float16 or float32 for the kernel).
+        axes: reduced axes, sorted.
+        fallback: the lax lowering, ``fallback(x)`` -> result in keepdims shape, x's dtype.
+    """
+    if not cuda_present() or plan(x.shape, axes, x.dtype, "lse") is None:
+        return fallback(x)
+    gpu = _batched(_lse_cuda, fallback, axes)
+
+    # Derivatives come from the lax lowering (softmax), whichever branch computes the value.
+    @jax.custom_jvp
+    def lse(y):
+        return lax.platform_dependent(y, cuda=gpu, default=fallback)
+
+    @lse.defjvp
+    def _lse_jvp(primals, tangents):
+        return jax.jvp(fallback, primals, tangents)
+
+    return lse(x)
