@@ -126,9 +126,10 @@ def operator_desc_from_json(obj: Any) -> OperatorDesc:
         if key in obj:
             extra = [k for k in obj if k not in DISPATCHABLE_KEYS]
             if extra:
+                allowed = ", ".join(k for k in DISPATCHABLE_KEYS if k not in ("desc", "Desc"))
                 raise ValidationError(
                     f"{op}: unknown dispatchable member {extra[0]!r}; allowed next to "
-                    f"'{key}': {', '.join(k for k in DISPATCHABLE_KEYS if k not in ('desc', 'Desc'))}"
+                    f"'{key}': {allowed}"
                 )
             members = obj[key]
             if not isinstance(members, dict):
