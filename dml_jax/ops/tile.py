@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 from jax import lax
 
-from ..errors import Validator
+from ..errors import UINT32_MAX, Validator
 from ..fields import OperatorDesc, attribute, count_of, input_field, output_field, to_uint_tuple
 from ..registry import register
 from ..tensor import TensorDesc
@@ -45,6 +46,13 @@ def validate_tile(d: TileOperatorDesc, v: Validator) -> None:
     )
     for i, r in enumerate(d.repeats):
         v.check(f"Repeats[{i}]", r > 0, f"must be > 0, got {r}")
+    # Checked before inferring the output desc, which could not even be built for such sizes.
+    total = d.input_tensor.element_count * math.prod(d.repeats)
+    v.check(
+        "Repeats",
+        total <= UINT32_MAX,
+        f"make the output {total} elements; a buffer tensor holds at most {UINT32_MAX}",
+    )
     v.outputs_match(d.output_slots(), infer_tile(d))
 
 
