@@ -1,0 +1,205 @@
+"""The ``dml-jax`` command line: run DxDispatch JSON models on JAX, list operators, benchmark.
+
+    dml-jax run [MODEL.json] [-i N] [-r N] [-t MS] [-w N] [-v L] [-I MS] [--device D]
+    dml-jax list-operators
+    dml-jax bench [...]
+
+Exit codes: 0 success, 1 an error in the model or its data (one line naming the file and the
+JSON path; ``--debug`` adds the traceback), 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from typing import Sequence
+
+DEFAULT_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "default.json")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got '{text}'") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
+
+
+def _verbosity(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > 2:
+        raise argparse.ArgumentTypeError(f"expected 0, 1 or 2, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (DxDispatch's option names for timing)."""
+    parser = argparse.ArgumentParser(
+        prog="dml-jax",
+        description="Run DirectML operator models (DxDispatch's JSON format) on JAX/XLA.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    run = sub.add_parser("run", help="run a DxDispatch JSON model",
+                         description="Run a DxDispatch JSON model: allocate its resources, "
+                                     "compile its dispatchables and execute its commands.")
+    run.add_argument("model", nargs="?", metavar="MODEL.json",
+                     help="the model file (default: the bundled example)")
+    run.add_argument("-i", "--dispatch_iterations", type=_positive_int, default=1, metavar="N",
+                     help="timing samples per dispatch command (default 1)")
+    run.add_argument("-r", "--dispatch_repeat", type=_positive_int, default=1, metavar="N",
+                     help="dispatches per sample; each sample is divided by N (default 1)")
+    run.add_argument("-t", "--milliseconds_to_run", type=_non_negative_float, default=None,
+                     metavar="MS", help="take samples until MS milliseconds passed "
+                                        "(overrides -i)")
+    run.add_argument("-w", "--warmup_samples", type=_non_negative_int, default=1, metavar="N",
+                     help="at most N leading samples are cold and left out of the hot "
+                          "statistics (default 1)")
+    run.add_argument("-v", "--timing_verbosity", type=_verbosity, default=0, metavar="L",
+                     help="0: one line per dispatch; 1: cold/hot statistics and initialize "
+                          "times; 2: also every iteration")
+    run.add_argument("-I", "--dispatch_interval", type=_non_negative_float, default=0.0,
+                     metavar="MS", help="minimum milliseconds between samples (default 0)")
+    run.add_argument("--device", default=None, metavar="D",
+                     help="JAX device: cpu, gpu, tpu or an index into jax.devices() "
+                          "(default: JAX's default device)")
+    run.add_argument("--feature_level", default=None, metavar="FL",
+                     help="DML feature level to validate operators at, e.g. 5_0 "
+                          "(default: the newest)")
+    run.add_argument("--bytes-as-chars", action="store_true",
+                     help="print INT8/UINT8 resources as characters, as DxDispatch does "
+                          "(default: numbers)")
+    run.add_argument("--debug", action="store_true",
+                     help="show the Python traceback of errors")
+
+    sub.add_parser("list-operators", help="list the supported DML operators",
+                   description="List the DML operators dml_jax supports, with the feature "
+                               "level each was introduced at.")
+    sub.add_parser("bench", help="run the benchmarks (options: dml-jax bench --help)",
+                   add_help=False)
+    return parser
+
+
+def _list_operators() -> int:
+    from . import ops  # noqa: F401  (importing the operators fills the registry)
+    from .registry import operators
+    from .support import SUPPORT, introduced
+
+    rows = []
+    for spec in operators():
+        name = spec.name
+        if name in SUPPORT:
+            rows.append((name, introduced(name).label))
+        reduce_keys = [k for k in SUPPORT if isinstance(k, tuple) and k[0] == name]
+        for key in reduce_keys:
+            rows.append((f"{name} (Function {key[1]})", introduced(key).label))
+    width = max(len(r[0]) for r in rows)
+    print(f"{'Operator':<{width}}  Feature level")
+    for name, level in rows:
+        print(f"{name:<{width}}  {level}")
+    return 0
+
+
+def _bench(argv: list[str]) -> int:
+    try:
+        from .bench import main as bench_main
+    except ImportError:
+        print("error: the benchmark harness (dml_jax.bench) is not available in this "
+              "installation", file=sys.stderr)
+        return 2
+    return bench_main(argv)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .errors import ValidationError
+    from .model import ModelError, RunOptions, run_model
+
+    file = args.model
+    if file is None:
+        file = DEFAULT_MODEL
+        print(f"No model given: running the bundled example '{file}'")
+    elif not os.path.isfile(file):
+        print(f"error: {file}: no such model file", file=sys.stderr)
+        return 2
+    options = RunOptions(
+        dispatch_iterations=args.dispatch_iterations,
+        dispatch_repeat=args.dispatch_repeat,
+        milliseconds_to_run=args.milliseconds_to_run,
+        warmup_samples=args.warmup_samples,
+        timing_verbosity=args.timing_verbosity,
+        dispatch_interval=args.dispatch_interval,
+        bytes_as_chars=args.bytes_as_chars,
+    )
+    if args.feature_level is not None:
+        from .enums import FeatureLevel
+
+        try:
+            FeatureLevel.parse(args.feature_level, "--feature_level")
+        except ValidationError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    try:
+        from .model import select_device
+
+        select_device(args.device)
+    except ValueError as e:
+        print(f"error: --device: {e}", file=sys.stderr)
+        return 2
+    try:
+        run_model(file, device=args.device, options=options,
+                  feature_level=args.feature_level, out=_print_flush)
+    except (ModelError, ValidationError) as e:
+        if args.debug:
+            traceback.print_exc()
+        message = str(e) if isinstance(e, ModelError) else f"{file}: {e}"
+        print(f"error: {message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_flush(line: str) -> None:
+    print(line, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``dml-jax`` and ``python -m dml_jax``; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "bench":
+        return _bench(argv[1:])
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse reports usage errors (and --help) by exiting
+        return int(e.code or 0)
+    if args.command == "list-operators":
+        return _list_operators()
+    return _run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
