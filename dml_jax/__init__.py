@@ -16,6 +16,16 @@ from .enums import (
     TensorFlags,
 )
 from .errors import ValidationError
+from .graph import (
+    CompiledGraph,
+    GraphDesc,
+    InputGraphEdge,
+    IntermediateGraphEdge,
+    OutputGraphEdge,
+    compile_graph,
+    graph_from_json,
+    validate_graph,
+)
 from .jsonmodel import operator_desc_from_json, tensor_desc_from_json
 from .ops import (
     ArgMaxOperatorDesc,
@@ -41,6 +51,7 @@ __all__ = [
     "ArgMaxOperatorDesc",
     "ArgMinOperatorDesc",
     "AxisDirection",
+    "CompiledGraph",
     "CompiledOperator",
     "DataType",
     "DepthSpaceOrder",
@@ -51,7 +62,11 @@ __all__ = [
     "ElementWiseClipGradOperatorDesc",
     "ElementWiseClipOperatorDesc",
     "FeatureLevel",
+    "GraphDesc",
+    "InputGraphEdge",
+    "IntermediateGraphEdge",
     "JoinOperatorDesc",
+    "OutputGraphEdge",
     "ReduceFunction",
     "ReduceOperatorDesc",
     "ScaleBias",
@@ -62,8 +77,11 @@ __all__ = [
     "TensorFlags",
     "TileOperatorDesc",
     "ValidationError",
+    "compile_graph",
     "compile_operator",
+    "graph_from_json",
     "operator_desc_from_json",
     "tensor_desc_from_json",
     "validate",
+    "validate_graph",
 ]

@@ -14,14 +14,15 @@ Node input and output indices count tensors in schema order, each element of a t
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence
 
-from .compile import CompiledOperator, _as_input, _check_x64, _level, _validate
+from .compile import CompiledOperator, _as_input, _check_x64, _level, _validate, with_shardings
 from .enums import FeatureLevel, TensorFlags
 from .errors import ValidationError, as_int, show
 from .fields import OperatorDesc, dml_member_name
-from .registry import OperatorSpec, parse_operator_type
+from .registry import OperatorSpec
 from .tensor import TensorDesc
 
 GRAPH = "DML_GRAPH"
@@ -125,7 +126,9 @@ class GraphDesc:
         if not self.nodes:
             raise ValidationError(f"{GRAPH}: Nodes must not be empty (NodeCount must be > 0)")
         for name, member, cls in _EDGE_FIELDS:
-            set_(self, name, _as_tuple(getattr(self, name), member, cls, f"a {cls.__name__}"))
+            article = "an" if cls.__name__[0] in "AEIOU" else "a"
+            set_(self, name, _as_tuple(getattr(self, name), member, cls,
+                                       f"{article} {cls.__name__}"))
 
 
 def _as_tuple(value: Any, member: str, cls: type, what: str) -> tuple:
@@ -170,10 +173,19 @@ def _check_index(path: str, value: int, limit: int, what: str) -> None:
         _fail(path, f"must be < {what} ({limit}), got {value}")
 
 
-def _first_difference(a: TensorDesc, b: TensorDesc) -> str | None:
-    for f in fields(TensorDesc):
-        if getattr(a, f.name) != getattr(b, f.name):
-            return f.name
+def _layout(t: TensorDesc) -> dict[str, Any]:
+    """A desc's members as DML means them (null Strides read as the packed strides)."""
+    return {"DataType": t.data_type, "Sizes": t.sizes, "Strides": t.layout_strides,
+            "TotalTensorSizeInBytes": t.total_tensor_size_in_bytes,
+            "GuaranteedBaseOffsetAlignment": t.guaranteed_base_offset_alignment,
+            "Flags": t.flags}
+
+
+def _first_difference(a: TensorDesc, b: TensorDesc) -> tuple[str, Any, Any] | None:
+    left, right = _layout(a), _layout(b)
+    for member in left:
+        if left[member] != right[member]:
+            return member, left[member], right[member]
     return None
 
 
@@ -222,9 +234,10 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
         first = graph_input_desc.setdefault(e.graph_input_index, (path, where, desc))
         differs = _first_difference(desc, first[2])
         if differs is not None:
-            _fail(path, f"feeds Inputs[{e.graph_input_index}] to {where}, whose "
-                        f"{dml_member_name(differs)} ({show(getattr(desc, differs))}) differs from "
-                        f"{first[1]} ({show(getattr(first[2], differs))}), which {first[0]} feeds "
+            member, mine, theirs = differs
+            _fail(path, f"feeds Inputs[{e.graph_input_index}] to {where}, whose {member} "
+                        f"({show(mine)}) differs from {first[1]} ({show(theirs)}), which "
+                        f"{first[0]} feeds "
                         "from the same graph input; all tensors fed by one graph input must have "
                         "equal descs")
 
@@ -286,13 +299,9 @@ def _check_connection(path: str, graph: GraphDesc, produced: tuple, from_node: i
     if inp.flags is TensorFlags.OWNED_BY_DML:
         _fail(path, f"feeds {dst}, which is flagged OWNED_BY_DML; such inputs must come "
                     "directly from a graph input")
-    for member, a, b in (
-        ("DataType", inp.data_type, out.data_type),
-        ("Sizes", inp.sizes, out.sizes),
-        ("Strides", inp.layout_strides, out.layout_strides),
-        ("TotalTensorSizeInBytes", inp.total_tensor_size_in_bytes,
-         out.total_tensor_size_in_bytes),
-    ):
+    consumer, producer = _layout(inp), _layout(out)
+    for member in ("DataType", "Sizes", "Strides", "TotalTensorSizeInBytes"):
+        b, a = producer[member], consumer[member]
         if a != b:
             _fail(path, f"joins {src} to {dst}, whose {member} differ ({show(b)} vs {show(a)}); "
                         "an intermediate edge needs equal data type, sizes and layout at both "
@@ -389,6 +398,7 @@ class CompiledGraph(CompiledOperator):
                          differentiable=differentiable, name=GRAPH)
         self.order = plan.order
         self._counter = counter
+        self._used_view: _UsedInputs | None = None
 
     @property
     def traces(self) -> int:
@@ -403,12 +413,53 @@ class CompiledGraph(CompiledOperator):
         _check_x64([(p, t) for p, t in zip(self.input_paths + self.output_paths,
                                            self.input_descs + self.output_descs)
                     if t is not None], self.name)
-        return [x if t is None else _as_input(x, path, t, self.name)
+        # An unused graph input is dropped (None is an empty pytree to jit): whatever was
+        # passed for it neither reaches the program nor causes a new trace.
+        return [None if t is None else _as_input(x, path, t, self.name)
                 for x, path, t in zip(inputs, self.input_paths, self.input_descs)]
+
+    def run_buffers(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple:
+        """Buffer mode, as for an operator: one 1-D buffer per graph input, one per output.
+
+        The buffer of a graph input that feeds no node is ignored (it may be ``None``, like an
+        unbound DML binding).
+        """
+        from .buffers import run_buffers
+
+        used = [i for i, t in enumerate(self.input_descs) if t is not None]
+        if len(used) == len(self.input_descs):
+            return run_buffers(self, inputs, outputs)
+        if not isinstance(inputs, (list, tuple)) or len(inputs) != len(self.input_descs):
+            got = len(inputs) if isinstance(inputs, (list, tuple)) else type(inputs).__name__
+            raise ValidationError(f"{self.name}: expected {len(self.input_descs)} input buffers "
+                                  f"({', '.join(self.input_paths)}), got {got}")
+        if self._used_view is None:
+            self._used_view = _UsedInputs(self, used)
+        return run_buffers(self._used_view, [inputs[i] for i in used], outputs)
 
     def __repr__(self) -> str:
         return (f"CompiledGraph({len(self.desc.nodes)} nodes, {len(self.input_descs)} inputs, "
                 f"{len(self.output_descs)} outputs, feature_level={self.feature_level.label})")
+
+
+class _UsedInputs:
+    """A compiled graph seen through its used inputs only, for buffer mode."""
+
+    def __init__(self, graph: CompiledGraph, used: list[int]):
+        count = len(graph.input_descs)
+        self.name = graph.name
+        self.input_paths = tuple(graph.input_paths[i] for i in used)
+        self.input_descs = tuple(graph.input_descs[i] for i in used)
+        self.output_paths, self.output_descs = graph.output_paths, graph.output_descs
+        self._buffer_fn = None
+
+        def fn(*arrays):
+            full = [None] * count
+            for i, x in zip(used, arrays):
+                full[i] = x
+            return graph.fn(*full)
+
+        self.fn = fn
 
 
 def _graph_function(graph: GraphDesc, plan: _Plan, counter: list) -> Callable[..., tuple]:
@@ -431,7 +482,12 @@ def _compile_graph_cached(graph: GraphDesc, level: FeatureLevel) -> CompiledGrap
     return CompiledGraph(graph, level, _validate_graph(graph, level), [0])
 
 
-def compile_graph(graph: GraphDesc, feature_level: Any = None) -> CompiledGraph:
+def compile_graph(
+    graph: GraphDesc,
+    feature_level: Any = None,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+) -> CompiledGraph:
     """Validates a graph and compiles it into one function (one XLA program under jit).
 
     Compiling an equal graph again at the same feature level returns the same object.
@@ -439,6 +495,7 @@ def compile_graph(graph: GraphDesc, feature_level: Any = None) -> CompiledGraph:
     Args:
         graph: a ``GraphDesc``.
         feature_level: a ``FeatureLevel`` (or its name); ``None`` means the newest.
+        in_shardings, out_shardings: as for ``compile_operator``, one per graph input/output.
 
     Returns:
         A ``CompiledGraph`` (a ``CompiledOperator``): ``g(*inputs)`` takes one array per graph
@@ -460,4 +517,167 @@ def compile_graph(graph: GraphDesc, feature_level: Any = None) -> CompiledGraph:
     for n, node in enumerate(graph.nodes):
         _check_x64([(f"Nodes[{n}].{p}", t) for p, t in node.input_slots() + node.output_slots()],
                    GRAPH)
-    return compiled
+    return with_shardings(compiled, in_shardings, out_shardings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inspecting what XLA made of a compiled graph (or operator)
+
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%(\S+)\s*=\s*.+?\s([a-z][\w-]*)\((.*)$")
+
+
+def optimized_hlo(op: CompiledOperator, *inputs: Any) -> str:
+    """The optimized HLO module XLA runs for ``op(*inputs)`` (after fusion), as text.
+
+    Compiles the same jitted function that calling ``op`` uses, for the inputs' shapes and dtypes.
+    """
+    return op._jitted.lower(*op.check_inputs(inputs)).compile().as_text()
+
+
+def entry_instructions(hlo_text: str) -> tuple[tuple[str, str, str], ...]:
+    """The ENTRY computation's instructions as ``(name, opcode, fusion kind or "")``.
+
+    Parameters, constants and the tuple plumbing of multi-output programs are left out: what
+    remains is the work the program does (``fusion`` kernels, ``copy``, unfused operations).
+    """
+    start = hlo_text.find("\nENTRY ")
+    if start < 0:
+        raise ValueError("no ENTRY computation in the HLO text")
+    result = []
+    for line in hlo_text[start + 1:].splitlines()[1:]:
+        if line.startswith("}"):
+            break
+        match = _INSTRUCTION.match(line)
+        if match is None:
+            continue
+        name, opcode, rest = match.groups()
+        if opcode in ("parameter", "constant", "tuple", "get-tuple-element", "bitcast"):
+            continue
+        kind = re.search(r"\bkind=(k\w+)", rest)
+        result.append((name, opcode, kind.group(1) if kind else ""))
+    return tuple(result)
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON (DxDispatch models)
+
+_COMPILE_TYPES = ("DmlCompileOp", "DmlCompileGraph")
+_GRAPH_TYPES = ("DML_GRAPH", "GRAPH")
+_GRAPH_KEYS = ("type", "InputCount", "OutputCount", "Nodes", "InputEdges", "OutputEdges",
+               "IntermediateEdges", "executionFlags", "dmlCompileType")
+_JSON_EDGES = (
+    ("InputEdges", InputGraphEdge, False),
+    ("OutputEdges", OutputGraphEdge, True),
+    ("IntermediateEdges", IntermediateGraphEdge, False),
+)
+
+
+def graph_from_json(obj: Any) -> GraphDesc:
+    """Builds a ``GraphDesc`` from a DxDispatch-style JSON object (as returned by ``json.load``).
+
+    Two shapes are accepted:
+
+    * A graph, ``{"type": "DML_GRAPH", "InputCount": 1, "OutputCount": 1, "Nodes": [...],
+      "InputEdges": [...], "OutputEdges": [...], "IntermediateEdges": [...]}``, with the
+      DML_GRAPH_DESC member names. Each node is an operator dispatchable
+      (``{"type": "ELEMENT_WISE_CLIP", "desc": {...}}``) with an optional unique ``"Name"``.
+      Each edge has the member names of its DML_*_GRAPH_EDGE_DESC (``GraphInputIndex``,
+      ``ToNodeIndex``, ``ToNodeInputIndex``, ...) and an optional ``"Name"``; ``FromNodeIndex`` and
+      ``ToNodeIndex`` take a node index or a node's ``Name``. InputEdges and IntermediateEdges
+      may be omitted (empty); the counts and OutputEdges are required.
+    * One operator dispatchable (typically with ``"dmlCompileType": "DmlCompileGraph"``): a
+      one-node graph whose inputs and outputs are the operator's tensors in schema order.
+
+    Raises:
+        ValidationError: naming the JSON path (``DML_GRAPH: Nodes[1].desc.Axis ...``).
+    """
+    if not isinstance(obj, dict):
+        raise ValidationError(f"{GRAPH}: a graph must be a JSON object, got {type(obj).__name__}")
+    compile_type = obj.get("dmlCompileType", "DmlCompileOp")
+    if compile_type not in _COMPILE_TYPES:
+        raise ValidationError(f"{GRAPH}: dmlCompileType must be one of "
+                              f"{', '.join(_COMPILE_TYPES)}, got {compile_type!r}")
+    if obj.get("type") not in _GRAPH_TYPES:
+        return _one_node_graph(obj)
+    from .jsonmodel import execution_flags_from_json
+
+    for key in obj:
+        if key not in _GRAPH_KEYS:
+            raise ValidationError(f"{GRAPH}: unknown member {key!r}; a graph takes: "
+                                  f"{', '.join(_GRAPH_KEYS)}")
+    if "executionFlags" in obj:
+        execution_flags_from_json(obj["executionFlags"], f"{GRAPH}: executionFlags")
+    for key in ("InputCount", "OutputCount", "Nodes", "OutputEdges"):
+        if key not in obj:
+            raise ValidationError(f"{GRAPH}: {key} is required")
+    nodes, names = _nodes_from_json(obj["Nodes"])
+    edges = {}
+    for member, cls, required in _JSON_EDGES:
+        items = obj.get(member, [])
+        if not isinstance(items, list):
+            raise ValidationError(f"{GRAPH}: {member} must be a JSON array, got {items!r}")
+        edges[member] = [_edge_from_json(item, f"{member}[{i}]", cls, names)
+                         for i, item in enumerate(items)]
+    return GraphDesc(obj["InputCount"], obj["OutputCount"], nodes, edges["InputEdges"],
+                     edges["OutputEdges"], edges["IntermediateEdges"])
+
+
+def _one_node_graph(obj: dict) -> GraphDesc:
+    from .jsonmodel import operator_desc_from_json
+
+    node = operator_desc_from_json(obj)
+    inputs, outputs = len(node.input_slots()), len(node.output_slots())
+    return GraphDesc(inputs, outputs, (node,),
+                     tuple(InputGraphEdge(k, 0, k) for k in range(inputs)),
+                     tuple(OutputGraphEdge(0, k, k) for k in range(outputs)))
+
+
+def _nodes_from_json(items: Any) -> tuple[list[OperatorDesc], dict[str, int]]:
+    from .jsonmodel import operator_desc_from_json
+
+    if not isinstance(items, list):
+        raise ValidationError(f"{GRAPH}: Nodes must be a JSON array, got {items!r}")
+    nodes, names = [], {}
+    for n, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ValidationError(f"{GRAPH}: Nodes[{n}] must be a JSON object (an operator "
+                                  f"dispatchable), got {item!r}")
+        if "Name" in item:
+            name = item["Name"]
+            if not isinstance(name, str) or not name:
+                raise ValidationError(f"{GRAPH}: Nodes[{n}].Name must be a non-empty string, "
+                                      f"got {name!r}")
+            if name in names:
+                raise ValidationError(f"{GRAPH}: Nodes[{n}].Name {name!r} is already the name of "
+                                      f"Nodes[{names[name]}]; node names must be unique")
+            names[name] = n
+        try:
+            nodes.append(operator_desc_from_json({k: v for k, v in item.items() if k != "Name"}))
+        except ValidationError as e:
+            raise ValidationError(f"{GRAPH}: Nodes[{n}]: {e}") from None
+    return nodes, names
+
+
+def _edge_from_json(item: Any, path: str, cls: type, names: dict[str, int]) -> Any:
+    members = {dml_member_name(f.name): f.name for f in fields(cls)}
+    if not isinstance(item, dict):
+        raise ValidationError(f"{GRAPH}: {path} must be a JSON object, got {item!r}")
+    for key in item:
+        if key not in members and key != "Name":
+            raise ValidationError(f"{GRAPH}: {path} has unknown member {key!r}; "
+                                  f"{cls.struct_name} members: {', '.join(members)}, Name")
+    if "Name" in item and not isinstance(item["Name"], str):
+        raise ValidationError(f"{GRAPH}: {path}.Name must be a string, got {item['Name']!r}")
+    values = {}
+    for member, name in members.items():
+        if member not in item:
+            raise ValidationError(f"{GRAPH}: {path}.{member} is required")
+        value = item[member]
+        if member in ("FromNodeIndex", "ToNodeIndex") and isinstance(value, str):
+            if value not in names:
+                known = ", ".join(names) or "none"
+                raise ValidationError(f"{GRAPH}: {path}.{member} names no node: {value!r} "
+                                      f"(node names: {known})")
+            value = names[value]
+        values[name] = as_int(value, f"{GRAPH}: {path}.{member}")
+    return cls(**values)
