@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from .compile import CompiledOperator, _as_input, _check_x64, _level, _validate, with_shardings
 from .enums import FeatureLevel, TensorFlags
@@ -523,7 +523,27 @@ def compile_graph(
 # ---------------------------------------------------------------------------------------------
 # Inspecting what XLA made of a compiled graph (or operator)
 
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%(\S+)\s*=\s*.+?\s([a-z][\w-]*)\((.*)$")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%(\S+)\s*=\s*(.+?)\s([a-z][\w-]*)\((.*)$")
+_PLUMBING = ("parameter", "constant", "tuple", "get-tuple-element", "bitcast")
+
+
+class HloInstruction(NamedTuple):
+    """One instruction of an optimized program's ENTRY computation.
+
+    Attributes:
+        name: the HLO instruction name (``reduce_bitcast_fusion``, ``copy``).
+        opcode: ``fusion``, ``copy``, or an unfused operation.
+        kind: the fusion kind (``kLoop``, ``kInput``, ...), ``""`` for other opcodes.
+        shape: the result type, e.g. ``f32[1,2,1,1]{3,2,1,0}``.
+        operands: what it reads: ``parameter(i)`` for the program's i-th argument, otherwise
+            the name of the instruction that produced it (through tuples and bitcasts).
+    """
+
+    name: str
+    opcode: str
+    kind: str
+    shape: str
+    operands: tuple[str, ...]
 
 
 def optimized_hlo(op: CompiledOperator, *inputs: Any) -> str:
@@ -534,15 +554,16 @@ def optimized_hlo(op: CompiledOperator, *inputs: Any) -> str:
     return op._jitted.lower(*op.check_inputs(inputs)).compile().as_text()
 
 
-def entry_instructions(hlo_text: str) -> tuple[tuple[str, str, str], ...]:
-    """The ENTRY computation's instructions as ``(name, opcode, fusion kind or "")``.
+def entry_instructions(hlo_text: str) -> tuple[HloInstruction, ...]:
+    """The work in an optimized program: its ENTRY instructions other than plumbing.
 
-    Parameters, constants and the tuple plumbing of multi-output programs are left out: what
-    remains is the work the program does (``fusion`` kernels, ``copy``, unfused operations).
+    Parameters, constants, bitcasts and the tuples of multi-output programs are left out; what
+    remains is what the program executes (``fusion`` kernels, ``copy``, unfused operations).
     """
     start = hlo_text.find("\nENTRY ")
     if start < 0:
         raise ValueError("no ENTRY computation in the HLO text")
+    alias: dict[str, str] = {}   # plumbing instruction -> what it stands for
     result = []
     for line in hlo_text[start + 1:].splitlines()[1:]:
         if line.startswith("}"):
@@ -550,11 +571,17 @@ def entry_instructions(hlo_text: str) -> tuple[tuple[str, str, str], ...]:
         match = _INSTRUCTION.match(line)
         if match is None:
             continue
-        name, opcode, rest = match.groups()
-        if opcode in ("parameter", "constant", "tuple", "get-tuple-element", "bitcast"):
-            continue
-        kind = re.search(r"\bkind=(k\w+)", rest)
-        result.append((name, opcode, kind.group(1) if kind else ""))
+        name, shape, opcode, rest = match.groups()
+        args = re.findall(r"%([\w.\-]+)", rest.split(")", 1)[0])
+        operands = tuple(alias.get(a, a) for a in args)
+        if opcode == "parameter":
+            alias[name] = f"parameter({rest.split(')', 1)[0].strip()})"
+        elif opcode in _PLUMBING:
+            alias[name] = operands[0] if len(operands) == 1 else name
+        else:
+            kind = re.search(r"\bkind=(k\w+)", rest)
+            result.append(HloInstruction(name, opcode, kind.group(1) if kind else "", shape,
+                                         operands))
     return tuple(result)
 
 
@@ -566,9 +593,9 @@ _GRAPH_TYPES = ("DML_GRAPH", "GRAPH")
 _GRAPH_KEYS = ("type", "InputCount", "OutputCount", "Nodes", "InputEdges", "OutputEdges",
                "IntermediateEdges", "executionFlags", "dmlCompileType")
 _JSON_EDGES = (
-    ("InputEdges", InputGraphEdge, False),
-    ("OutputEdges", OutputGraphEdge, True),
-    ("IntermediateEdges", IntermediateGraphEdge, False),
+    ("InputEdges", InputGraphEdge),
+    ("OutputEdges", OutputGraphEdge),
+    ("IntermediateEdges", IntermediateGraphEdge),
 )
 
 
@@ -612,7 +639,7 @@ def graph_from_json(obj: Any) -> GraphDesc:
             raise ValidationError(f"{GRAPH}: {key} is required")
     nodes, names = _nodes_from_json(obj["Nodes"])
     edges = {}
-    for member, cls, required in _JSON_EDGES:
+    for member, cls in _JSON_EDGES:
         items = obj.get(member, [])
         if not isinstance(items, list):
             raise ValidationError(f"{GRAPH}: {member} must be a JSON array, got {items!r}")

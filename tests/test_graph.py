@@ -386,7 +386,7 @@ def test_two_hundred_chained_nodes_compile_quickly():
     assert elapsed < 10.0, f"200-node graph took {elapsed:.1f} s to validate, trace and compile"
     np.testing.assert_allclose(np.asarray(got), reference_graph(graph, A)[0], rtol=1e-6)
     # XLA fuses the whole chain into one kernel.
-    assert [op for _, op, _ in entry_instructions(optimized_hlo(g, A))] == ["fusion"]
+    assert [i.opcode for i in entry_instructions(optimized_hlo(g, A))] == ["fusion"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,8 +494,8 @@ def test_graph_from_json_rejects(obj, pattern):
 
 
 def _work(graph, *inputs):
-    return [(op, kind) for _, op, kind in
-            entry_instructions(optimized_hlo(dml.compile_graph(graph), *inputs))]
+    return [(i.opcode, i.kind)
+            for i in entry_instructions(optimized_hlo(dml.compile_graph(graph), *inputs))]
 
 
 def test_fusion_clip_reduce_is_one_kernel():
@@ -543,3 +543,15 @@ def test_fusion_depth_space_round_trips():
         assert _work(graph, x) == [("copy", "")]       # the transposes cancel
     # Different orders are a channel permutation: still one kernel.
     assert _work(round_trip("DEPTH_COLUMN_ROW", "COLUMN_ROW_DEPTH"), x) == [("fusion", "kLoop")]
+
+
+def test_example_pipeline_runs_and_reads_the_image_once(capsys):
+    import runpy
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "graph_pipeline.py"
+    runpy.run_path(str(path), run_name="__main__")   # asserts against its NumPy pipeline
+    out = capsys.readouterr().out
+    assert "matches the NumPy pipeline" in out
+    # SPACE_TO_DEPTH1, CLIP and REDUCE(AVERAGE) share the one kernel that reads the image.
+    assert "; 1 of them (" in out and out.count("reads the image") == 2
