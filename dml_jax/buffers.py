@@ -22,7 +22,8 @@ writes undefined); ``check_output_layout`` enforces the nested rule below at val
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -162,7 +163,7 @@ def _read_box(buf, dims: Sequence[tuple[int, int]]):
     x = _fit_last(buf, _row_length(dims, 0))
     for i, (n, s) in enumerate(dims):
         x = lax.reshape(x, x.shape[:-1] + (n, s))
-        x = _fit_last(x, min(s, _row_length(dims, i + 1)))
+        x = _fit_last(x, _row_length(dims, i + 1))  # the row's used prefix, zero-padded
     return lax.reshape(x, x.shape[:-1])
 
 
@@ -337,8 +338,10 @@ def run_buffers(op: Any, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple
     from .compile import _check_x64  # deferred: compile imports this module's rule
 
     name = op.name
-    groups = (("input", inputs, op.input_paths, op.input_descs),
-              ("output", outputs, op.output_paths, op.output_descs))
+    groups = (
+        ("input", inputs, op.input_paths, op.input_descs),
+        ("output", outputs, op.output_paths, op.output_descs),
+    )
     checked = []
     for role, bufs, paths, descs in groups:
         if not isinstance(bufs, (list, tuple)):
