@@ -235,11 +235,9 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
         differs = _first_difference(desc, first[2])
         if differs is not None:
             member, mine, theirs = differs
-            _fail(path, f"feeds Inputs[{e.graph_input_index}] to {where}, whose {member} "
-                        f"({show(mine)}) differs from {first[1]} ({show(theirs)}), which "
-                        f"{first[0]} feeds "
-                        "from the same graph input; all tensors fed by one graph input must have "
-                        "equal descs")
+            _fail(path, f"feeds Inputs[{e.graph_input_index}] to {where}: {where}.{member} "
+                        f"must equal {first[1]}.{member} ({show(theirs)}), which {first[0]} "
+                        f"feeds from the same graph input, got {show(mine)}")
 
     successors: list[list[tuple[int, int]]] = [[] for _ in range(node_count)]
     for i, e in enumerate(graph.intermediate_edges):
@@ -303,9 +301,9 @@ def _check_connection(path: str, graph: GraphDesc, produced: tuple, from_node: i
     for member in ("DataType", "Sizes", "Strides", "TotalTensorSizeInBytes"):
         b, a = producer[member], consumer[member]
         if a != b:
-            _fail(path, f"joins {src} to {dst}, whose {member} differ ({show(b)} vs {show(a)}); "
-                        "an intermediate edge needs equal data type, sizes and layout at both "
-                        "ends")
+            _fail(path, f"joins {src} to {dst}: {dst}.{member} must equal {src}.{member} "
+                        f"({show(b)}), got {show(a)}; an intermediate edge needs one data type, "
+                        "one set of sizes and one layout at both ends")
 
 
 def _topological_order(successors: list[list[tuple[int, int]]]) -> list[int]:

@@ -134,6 +134,17 @@ def test_graph_input_feeding_two_nodes_and_an_unused_graph_input():
     assert_matches_reference(graph, None, None, A)
 
 
+def test_explicit_packed_strides_equal_null_strides_across_edges():
+    packed = X.like(strides=(32, 16, 4, 1))
+    graph = dml.GraphDesc(1, 2, (clip(), reduce_sum(t=packed), clip(t=packed)),
+                          (In(0, 0, 0), In(0, 2, 0)), (Out(1, 0, 0), Out(2, 0, 1)),
+                          (Mid(0, 0, 1, 0),))
+    summed, clipped = dml.compile_graph(graph)(A)
+    np.testing.assert_allclose(np.asarray(summed), np.clip(A, -1, 1).sum((2, 3), keepdims=True),
+                               rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(clipped), np.clip(A, -1, 1))
+
+
 def test_round_trips_and_tile_clip_match_reference():
     deep = dml.TensorDesc(F32, (1, 8, 2, 2))
     wide = dml.TensorDesc(F32, (1, 2, 4, 4))
@@ -248,21 +259,26 @@ BAD_GRAPHS = [
      r"^DML_GRAPH: Nodes\[2\] \(DML_OPERATOR_ELEMENT_WISE_CLIP\) contributes to no graph output"),
     (dict(nodes=(clip(t=dml.TensorDesc("FLOAT16", X.sizes)), reduce_sum())),
      r"^DML_GRAPH: IntermediateEdges\[0\] joins Nodes\[0\]\.OutputTensor to Nodes\[1\]\."
-     r"InputTensor, whose DataType differ \(FLOAT16 vs FLOAT32\)"),
+     r"InputTensor: Nodes\[1\]\.InputTensor\.DataType must equal Nodes\[0\]\.OutputTensor\."
+     r"DataType \(FLOAT16\), got FLOAT32"),
     (dict(nodes=(clip(t=HALF), reduce_sum())),
-     r"^DML_GRAPH: IntermediateEdges\[0\] joins .* whose Sizes differ "
-     r"\(\{1, 2, 4, 2\} vs \{1, 2, 4, 4\}\)"),
+     r"^DML_GRAPH: IntermediateEdges\[0\] joins .*: Nodes\[1\]\.InputTensor\.Sizes must equal "
+     r"Nodes\[0\]\.OutputTensor\.Sizes \(\{1, 2, 4, 2\}\), got \{1, 2, 4, 4\}"),
     (dict(nodes=(clip(), reduce_sum(t=X.like(sizes=X.sizes, strides=(64, 32, 8, 1))))),
-     r"^DML_GRAPH: IntermediateEdges\[0\] joins .* whose Strides differ"),
+     r"^DML_GRAPH: IntermediateEdges\[0\] joins .*InputTensor\.Strides must equal "
+     r".*OutputTensor\.Strides \(\{32, 16, 4, 1\}\), got \{64, 32, 8, 1\}"),
+    (dict(nodes=(clip(), reduce_sum(t=X.like(total_tensor_size_in_bytes=256)))),
+     r"^DML_GRAPH: IntermediateEdges\[0\] joins .*InputTensor\.TotalTensorSizeInBytes must "
+     r"equal .*OutputTensor\.TotalTensorSizeInBytes \(128\), got 256"),
     (dict(nodes=(clip(), reduce_sum(t=X.like(flags="OWNED_BY_DML")))),
      r"^DML_GRAPH: IntermediateEdges\[0\] feeds Nodes\[1\]\.InputTensor, which is flagged "
      r"OWNED_BY_DML"),
     (dict(nodes=(clip(), reduce_sum(), reduce_sum(t=X.like(strides=(64, 32, 8, 1)))),
           input_edges=(In(0, 0, 0), In(0, 2, 0)), output_count=2,
           output_edges=(Out(1, 0, 0), Out(2, 0, 1))),
-     r"^DML_GRAPH: InputEdges\[1\] feeds Inputs\[0\] to Nodes\[2\]\.InputTensor, whose Strides "
-     r"\(\{64, 32, 8, 1\}\) differs from Nodes\[0\]\.InputTensor \(\{32, 16, 4, 1\}\), which "
-     r"InputEdges\[0\] feeds"),
+     r"^DML_GRAPH: InputEdges\[1\] feeds Inputs\[0\] to Nodes\[2\]\.InputTensor: Nodes\[2\]\."
+     r"InputTensor\.Strides must equal Nodes\[0\]\.InputTensor\.Strides \(\{32, 16, 4, 1\}\), "
+     r"which InputEdges\[0\] feeds from the same graph input, got \{64, 32, 8, 1\}"),
 ]
 
 
