@@ -69,6 +69,9 @@ class OperatorDesc:
                 value = None if value is None else as_int(value, where)
             elif kind == ATTRIBUTE and value is not None:
                 value = meta["convert"](value, where)
+            elif kind == ATTRIBUTE and f.default is not None:
+                # Only members declared optional (default None) may be null.
+                raise ValidationError(f"{where} is required, got None")
             object.__setattr__(self, f.name, value)
 
     @classmethod
