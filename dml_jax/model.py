@@ -327,7 +327,9 @@ def _read_npy(ctx: _Ctx, file: str, path: str) -> tuple[bytes, DataType]:
             version = np.lib.format.read_magic(f)
             if version[0] >= 4:
                 raise ctx.fail(path, f"'{file}': .npy format version {version} is not supported")
-            shape, fortran, dtype = np.lib.format._read_array_header(f, version)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, fortran, dtype = read_header(f)
             if fortran:
                 raise ctx.fail(path, f"'{file}': Fortran-ordered .npy arrays are not supported")
             if dtype.hasobject or dtype.fields is not None:
