@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 import traceback
-from typing import Sequence
+from collections.abc import Sequence
 
 DEFAULT_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "default.json")
 

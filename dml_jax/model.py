@@ -23,8 +23,9 @@ import os
 import re
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -838,7 +839,7 @@ def format_value(value: np.generic, data_type: DataType, *, bytes_as_chars: bool
             return "nan"
         if math.isinf(v):
             return "inf" if v > 0 else "-inf"
-        return "%g" % v
+        return f"{v:g}"
     if bytes_as_chars and data_type.size == 1:
         return chr(int(value) & 0xFF)
     return str(int(value))
@@ -862,7 +863,7 @@ def format_resource(name: str, buffer: np.ndarray, resource: Resource, *, verbos
     if not verbose:
         return f"Resource '{name}': " + ", ".join(texts)
     bits = np.frombuffer(values.tobytes(), dtype=f"<u{data_type.size}")
-    index_width = int(math.floor(math.log10(count))) + 1 if count else 1
+    index_width = math.floor(math.log10(count)) + 1 if count else 1
     hex_width = 2 * data_type.size
     lines = [f"Resource '{name}':"]
     for i, (text, b) in enumerate(zip(texts, bits)):
@@ -935,8 +936,8 @@ def _view(jnp_bytes: Any, offset: int, length: int, dtype: np.dtype) -> Any:
 
 
 def _to_bytes(array: Any) -> Any:
-    from jax import lax
     import jax.numpy as jnp
+    from jax import lax
 
     out = lax.bitcast_convert_type(array, jnp.uint8)
     return out.reshape(-1)

@@ -81,12 +81,12 @@ def test_subprocess_default_model_and_example():
     """The real entry point: no argument runs the bundled model and says so; then a file."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     first = subprocess.run([sys.executable, "-m", "dml_jax", "run"], capture_output=True,
-                           text=True, env=env, cwd=ROOT, timeout=120)
+                           text=True, env=env, cwd=ROOT, timeout=120, check=False)
     assert first.returncode == 0, first.stderr
     assert mask(first.stdout) == expected("default")
     assert DEFAULT_MODEL in first.stdout
     bad = subprocess.run([sys.executable, "-m", "dml_jax", "run", "--warmup_samples", "-3"],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False)
     assert bad.returncode == 2 and "usage:" in bad.stderr
 
 
@@ -96,7 +96,7 @@ def test_subprocess_model_error_has_no_traceback(tmp_path):
                      '  {"type": "print", "resource": "nope"}]}')
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     result = subprocess.run([sys.executable, "-m", "dml_jax", "run", str(model)],
-                            capture_output=True, text=True, env=env, timeout=120)
+                            capture_output=True, text=True, env=env, timeout=120, check=False)
     assert result.returncode == 1
     assert result.stderr == f"error: {model}: commands[0].resource: unknown resource 'nope'\n"
     assert "Traceback" not in result.stderr + result.stdout
@@ -154,16 +154,16 @@ BAD_MODELS = [
      r": commands\[0\]\.bindings\.InputTensor\.name: unknown resource 'Z'$"),
     ("out_of_range", clip_model(commands=dispatch_bindings(
         {"InputTensor": {"name": "A", "elementOffset": 4}, "OutputTensor": "B"})),
-     r": commands\[0\]\.bindings\.InputTensor: binding out of range: the tensor needs 24 bytes "
-     r"\(TotalTensorSizeInBytes\) but resource 'A' has 8 bytes from byte offset 16"),
+     (r": commands\[0\]\.bindings\.InputTensor: binding out of range: the tensor needs 24 "
+      r"bytes \(TotalTensorSizeInBytes\) but resource 'A' has 8 bytes from byte offset 16")),
     ("misaligned", clip_model(commands=dispatch_bindings(
         {"InputTensor": {"name": "A", "elementOffset": 1}, "OutputTensor": "B"})),
-     r": commands\[0\]\.bindings\.InputTensor: byte offset 4 \(elementOffset 1 x 4 bytes\) into "
-     r"'A' must be a multiple of 16$"),
+     (r": commands\[0\]\.bindings\.InputTensor: byte offset 4 \(elementOffset 1 x 4 bytes\) "
+      r"into 'A' must be a multiple of 16$")),
     ("bind_count", clip_model(commands=dispatch_bindings({"InputTensor": ["A", "A"],
                                                           "OutputTensor": "B"})),
-     r": commands\[0\]\.bindings\.InputTensor: Bind point 'InputTensor' requires 1 resources, "
-     r"but 2 were bound\.$"),
+     (r": commands\[0\]\.bindings\.InputTensor: Bind point 'InputTensor' requires 1 "
+      r"resources, but 2 were bound\.$")),
     ("nothing_bound", clip_model(commands=dispatch_bindings({"InputTensor": "A"})),
      r": commands\[0\]\.bindings: Nothing bound for required tensor 'OutputTensor'\.$"),
     ("missing_bindings", clip_model(commands=[{"type": "dispatch", "dispatchable": "clip"}]),
@@ -206,7 +206,7 @@ BAD_MODELS = [
 @pytest.mark.parametrize("name, model, pattern", BAD_MODELS, ids=[b[0] for b in BAD_MODELS])
 def test_bad_model(capsys, tmp_path, name, model, pattern):
     file = write_model(tmp_path, model)
-    code, out, err = run_cli(capsys, "run", file)
+    code, _out, err = run_cli(capsys, "run", file)
     assert code == 1
     assert "Traceback" not in err
     assert err.startswith(f"error: {file}") and err.endswith("\n") and err.count("\n") == 1
@@ -351,11 +351,11 @@ def test_repeated_dispatch_updates_state_in_place(capsys, tmp_path):
     assert lines[-1] == "Resource 'A': 6, 16"
     assert "Initialize 'inc': " in out
     assert "Dispatch 'inc': 3 iterations" in lines
-    assert re.search(r"^CPU Timings \(Cold\) +: 1 samples, ", out, re.M)
-    assert re.search(r"^Device Timings \(Hot\) +: 2 samples, [\d.]+ ms average", out, re.M)
-    assert re.search(r"^Bandwidth \(Hot\) : 16 bytes read \+ written, ", out, re.M)
+    assert re.search(r"^CPU Timings \(Cold\) +: 1 samples, ", out, re.MULTILINE)
+    assert re.search(r"^Device Timings \(Hot\) +: 2 samples, [\d.]+ ms average", out, re.MULTILINE)
+    assert re.search(r"^Bandwidth \(Hot\) : 16 bytes read \+ written, ", out, re.MULTILINE)
     assert len(re.findall(r"^iteration \d: [\d.]+ ms \(CPU\), [\d.]+ ms \(device\)$", out,
-                          re.M)) == 3
+                          re.MULTILINE)) == 3
 
 
 def test_milliseconds_to_run_overrides_iterations(capsys):
@@ -373,6 +373,6 @@ def test_list_operators(capsys):
     assert code == 0
     for spec in operators():
         assert spec.name in out
-    assert re.search(r"^DML_OPERATOR_ELEMENT_WISE_CLIP1 +5_0$", out, re.M)
-    assert re.search(r"^DML_OPERATOR_ARGMAX +3_0$", out, re.M)
-    assert re.search(r"^DML_OPERATOR_REDUCE \(Function SUM_SQUARE\) +1_0$", out, re.M)
+    assert re.search(r"^DML_OPERATOR_ELEMENT_WISE_CLIP1 +5_0$", out, re.MULTILINE)
+    assert re.search(r"^DML_OPERATOR_ARGMAX +3_0$", out, re.MULTILINE)
+    assert re.search(r"^DML_OPERATOR_REDUCE \(Function SUM_SQUARE\) +1_0$", out, re.MULTILINE)
