@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from .compile import CompiledOperator, _as_input, _check_x64, _level, _validate, with_shardings
 from .enums import FeatureLevel, TensorFlags
@@ -127,8 +128,9 @@ class GraphDesc:
             raise ValidationError(f"{GRAPH}: Nodes must not be empty (NodeCount must be > 0)")
         for name, member, cls in _EDGE_FIELDS:
             article = "an" if cls.__name__[0] in "AEIOU" else "a"
-            set_(self, name, _as_tuple(getattr(self, name), member, cls,
-                                       f"{article} {cls.__name__}"))
+            set_(
+                self, name, _as_tuple(getattr(self, name), member, cls, f"{article} {cls.__name__}")
+            )
 
 
 def _as_tuple(value: Any, member: str, cls: type, what: str) -> tuple:
@@ -150,11 +152,11 @@ def _as_tuple(value: Any, member: str, cls: type, what: str) -> tuple:
 class _Plan:
     """What validation learned: everything lowering needs, with no further checks."""
 
-    order: tuple[int, ...]                      # nodes in topological order
+    order: tuple[int, ...]  # nodes in topological order
     specs: tuple[OperatorSpec, ...]
     # sources[n][k]: where node n's input k comes from: ("input", graph input) or ("node", n, out)
     sources: tuple[tuple[tuple, ...], ...]
-    outputs: tuple[tuple[int, int], ...]         # graph output j <- (node, output index)
+    outputs: tuple[tuple[int, int], ...]  # graph output j <- (node, output index)
     input_descs: tuple[tuple[str, TensorDesc | None], ...]
     output_descs: tuple[tuple[str, TensorDesc], ...]
 
@@ -175,10 +177,14 @@ def _check_index(path: str, value: int, limit: int, what: str) -> None:
 
 def _layout(t: TensorDesc) -> dict[str, Any]:
     """A desc's members as DML means them (null Strides read as the packed strides)."""
-    return {"DataType": t.data_type, "Sizes": t.sizes, "Strides": t.layout_strides,
-            "TotalTensorSizeInBytes": t.total_tensor_size_in_bytes,
-            "GuaranteedBaseOffsetAlignment": t.guaranteed_base_offset_alignment,
-            "Flags": t.flags}
+    return {
+        "DataType": t.data_type,
+        "Sizes": t.sizes,
+        "Strides": t.layout_strides,
+        "TotalTensorSizeInBytes": t.total_tensor_size_in_bytes,
+        "GuaranteedBaseOffsetAlignment": t.guaranteed_base_offset_alignment,
+        "Flags": t.flags,
+    }
 
 
 def _first_difference(a: TensorDesc, b: TensorDesc) -> tuple[str, Any, Any] | None:
@@ -207,27 +213,37 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
 
     def feed(path: str, to_node: int, to_input: int, source: tuple) -> None:
         _check_index(f"{path}.ToNodeIndex", to_node, node_count, "NodeCount")
-        _check_index(f"{path}.ToNodeInputIndex", to_input, len(ins[to_node]),
-                     f"the input tensor count of Nodes[{to_node}] "
-                     f"({graph.nodes[to_node].operator_type})")
+        _check_index(
+            f"{path}.ToNodeInputIndex",
+            to_input,
+            len(ins[to_node]),
+            f"the input tensor count of Nodes[{to_node}] ({graph.nodes[to_node].operator_type})",
+        )
         previous = fed.get((to_node, to_input))
         if previous is not None:
-            _fail(f"{path}.ToNodeInputIndex",
-                  f"feeds {_slot_name(graph, to_node, ins[to_node], to_input, 'input')}, "
-                  f"which {previous[0]} already feeds")
+            _fail(
+                f"{path}.ToNodeInputIndex",
+                f"feeds {_slot_name(graph, to_node, ins[to_node], to_input, 'input')}, "
+                f"which {previous[0]} already feeds",
+            )
         fed[(to_node, to_input)] = (path, source)
 
     def check_from(path: str, from_node: int, from_output: int) -> None:
         _check_index(f"{path}.FromNodeIndex", from_node, node_count, "NodeCount")
-        _check_index(f"{path}.FromNodeOutputIndex", from_output, len(outs[from_node]),
-                     f"the output tensor count of Nodes[{from_node}] "
-                     f"({graph.nodes[from_node].operator_type})")
+        _check_index(
+            f"{path}.FromNodeOutputIndex",
+            from_output,
+            len(outs[from_node]),
+            f"the output tensor count of Nodes[{from_node}] "
+            f"({graph.nodes[from_node].operator_type})",
+        )
 
     graph_input_desc: dict[int, tuple[str, str, TensorDesc]] = {}
     for i, e in enumerate(graph.input_edges):
         path = f"InputEdges[{i}]"
-        _check_index(f"{path}.GraphInputIndex", e.graph_input_index, graph.input_count,
-                     "InputCount")
+        _check_index(
+            f"{path}.GraphInputIndex", e.graph_input_index, graph.input_count, "InputCount"
+        )
         feed(path, e.to_node_index, e.to_node_input_index, ("input", e.graph_input_index))
         slot_path, desc = ins[e.to_node_index][e.to_node_input_index]
         where = f"Nodes[{e.to_node_index}].{slot_path}"
@@ -235,42 +251,63 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
         differs = _first_difference(desc, first[2])
         if differs is not None:
             member, mine, theirs = differs
-            _fail(path, f"feeds Inputs[{e.graph_input_index}] to {where}: {where}.{member} "
-                        f"must equal {first[1]}.{member} ({show(theirs)}), which {first[0]} "
-                        f"feeds from the same graph input, got {show(mine)}")
+            _fail(
+                path,
+                f"feeds Inputs[{e.graph_input_index}] to {where}: {where}.{member} "
+                f"must equal {first[1]}.{member} ({show(theirs)}), which {first[0]} "
+                f"feeds from the same graph input, got {show(mine)}",
+            )
 
     successors: list[list[tuple[int, int]]] = [[] for _ in range(node_count)]
     for i, e in enumerate(graph.intermediate_edges):
         path = f"IntermediateEdges[{i}]"
         check_from(path, e.from_node_index, e.from_node_output_index)
-        feed(path, e.to_node_index, e.to_node_input_index,
-             ("node", e.from_node_index, e.from_node_output_index))
-        _check_connection(path, graph, outs[e.from_node_index][e.from_node_output_index],
-                          e.from_node_index, ins[e.to_node_index][e.to_node_input_index],
-                          e.to_node_index)
+        feed(
+            path,
+            e.to_node_index,
+            e.to_node_input_index,
+            ("node", e.from_node_index, e.from_node_output_index),
+        )
+        _check_connection(
+            path,
+            graph,
+            outs[e.from_node_index][e.from_node_output_index],
+            e.from_node_index,
+            ins[e.to_node_index][e.to_node_input_index],
+            e.to_node_index,
+        )
         successors[e.from_node_index].append((e.to_node_index, i))
 
     written: dict[int, tuple[str, tuple[int, int]]] = {}
     for i, e in enumerate(graph.output_edges):
         path = f"OutputEdges[{i}]"
         check_from(path, e.from_node_index, e.from_node_output_index)
-        _check_index(f"{path}.GraphOutputIndex", e.graph_output_index, graph.output_count,
-                     "OutputCount")
+        _check_index(
+            f"{path}.GraphOutputIndex", e.graph_output_index, graph.output_count, "OutputCount"
+        )
         previous = written.get(e.graph_output_index)
         if previous is not None:
-            _fail(f"{path}.GraphOutputIndex",
-                  f"writes Outputs[{e.graph_output_index}], which {previous[0]} already writes")
+            _fail(
+                f"{path}.GraphOutputIndex",
+                f"writes Outputs[{e.graph_output_index}], which {previous[0]} already writes",
+            )
         written[e.graph_output_index] = (path, (e.from_node_index, e.from_node_output_index))
     for j in range(graph.output_count):
         if j not in written:
-            _fail("", f"Outputs[{j}] is not written by any OutputEdges entry "
-                      f"(OutputCount is {graph.output_count})")
+            _fail(
+                "",
+                f"Outputs[{j}] is not written by any OutputEdges entry "
+                f"(OutputCount is {graph.output_count})",
+            )
 
     for n in range(node_count):
         for k in range(len(ins[n])):
             if (n, k) not in fed:
-                _fail("", f"{_slot_name(graph, n, ins[n], k, 'input')} is not fed by any "
-                          "InputEdges or IntermediateEdges entry")
+                _fail(
+                    "",
+                    f"{_slot_name(graph, n, ins[n], k, 'input')} is not fed by any "
+                    "InputEdges or IntermediateEdges entry",
+                )
 
     order = _topological_order(successors)
     _check_all_used(graph, [src for _, src in written.values()])
@@ -284,26 +321,38 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
         n, k = written[j][1]
         output_descs.append((f"Outputs[{j}]", outs[n][k][1]))
     sources = tuple(tuple(fed[(n, k)][1] for k in range(len(ins[n]))) for n in range(node_count))
-    return _Plan(tuple(order), tuple(specs), sources,
-                 tuple(written[j][1] for j in range(graph.output_count)),
-                 tuple(input_descs), tuple(output_descs))
+    return _Plan(
+        tuple(order),
+        tuple(specs),
+        sources,
+        tuple(written[j][1] for j in range(graph.output_count)),
+        tuple(input_descs),
+        tuple(output_descs),
+    )
 
 
-def _check_connection(path: str, graph: GraphDesc, produced: tuple, from_node: int,
-                      consumed: tuple, to_node: int) -> None:
+def _check_connection(
+    path: str, graph: GraphDesc, produced: tuple, from_node: int, consumed: tuple, to_node: int
+) -> None:
     """An intermediate edge joins two tensors with one data type, one set of sizes, one layout."""
     (out_path, out), (in_path, inp) = produced, consumed
     src, dst = f"Nodes[{from_node}].{out_path}", f"Nodes[{to_node}].{in_path}"
     if inp.flags is TensorFlags.OWNED_BY_DML:
-        _fail(path, f"feeds {dst}, which is flagged OWNED_BY_DML; such inputs must come "
-                    "directly from a graph input")
+        _fail(
+            path,
+            f"feeds {dst}, which is flagged OWNED_BY_DML; such inputs must come "
+            "directly from a graph input",
+        )
     consumer, producer = _layout(inp), _layout(out)
     for member in ("DataType", "Sizes", "Strides", "TotalTensorSizeInBytes"):
         b, a = producer[member], consumer[member]
         if a != b:
-            _fail(path, f"joins {src} to {dst}: {dst}.{member} must equal {src}.{member} "
-                        f"({show(b)}), got {show(a)}; an intermediate edge needs one data type, "
-                        "one set of sizes and one layout at both ends")
+            _fail(
+                path,
+                f"joins {src} to {dst}: {dst}.{member} must equal {src}.{member} "
+                f"({show(b)}), got {show(a)}; an intermediate edge needs one data type, "
+                "one set of sizes and one layout at both ends",
+            )
 
 
 def _topological_order(successors: list[list[tuple[int, int]]]) -> list[int]:
@@ -335,7 +384,7 @@ def _topological_order(successors: list[list[tuple[int, int]]]) -> list[int]:
         to, edge = next((t, e) for t, e in successors[node] if t in left)
         path.append((node, edge))
         node = to
-    cycle = path[seen[node]:]
+    cycle = path[seen[node] :]
     steps = " -> ".join(f"Nodes[{n}] (IntermediateEdges[{e}])" for n, e in cycle)
     _fail("", f"IntermediateEdges form a cycle: {steps} -> Nodes[{node}]; a graph must be acyclic")
     raise AssertionError("unreachable")
@@ -354,8 +403,11 @@ def _check_all_used(graph: GraphDesc, written: list[tuple[int, int]]) -> None:
             stack.extend(feeders[n])
     for n, node in enumerate(graph.nodes):
         if n not in used:
-            _fail(f"Nodes[{n}]", f"({node.operator_type}) contributes to no graph output; "
-                                 "DirectML rejects unused nodes")
+            _fail(
+                f"Nodes[{n}]",
+                f"({node.operator_type}) contributes to no graph output; "
+                "DirectML rejects unused nodes",
+            )
 
 
 def validate_graph(graph: GraphDesc, feature_level: Any = None) -> None:
@@ -389,11 +441,19 @@ class CompiledGraph(CompiledOperator):
     """
 
     def __init__(self, graph: GraphDesc, level: FeatureLevel, plan: _Plan, counter: list):
-        differentiable = all(spec.is_differentiable(node)
-                             for spec, node in zip(plan.specs, graph.nodes))
-        super().__init__(graph, level, plan.input_descs, plan.output_descs,
-                         _graph_function(graph, plan, counter), tuple_result=False,
-                         differentiable=differentiable, name=GRAPH)
+        differentiable = all(
+            spec.is_differentiable(node) for spec, node in zip(plan.specs, graph.nodes)
+        )
+        super().__init__(
+            graph,
+            level,
+            plan.input_descs,
+            plan.output_descs,
+            _graph_function(graph, plan, counter),
+            tuple_result=False,
+            differentiable=differentiable,
+            name=GRAPH,
+        )
         self.order = plan.order
         self._counter = counter
         self._used_view: _UsedInputs | None = None
@@ -408,13 +468,22 @@ class CompiledGraph(CompiledOperator):
                 f"{self.name}: expected {len(self.input_descs)} input arrays "
                 f"({', '.join(self.input_paths)}), got {len(inputs)}"
             )
-        _check_x64([(p, t) for p, t in zip(self.input_paths + self.output_paths,
-                                           self.input_descs + self.output_descs)
-                    if t is not None], self.name)
+        _check_x64(
+            [
+                (p, t)
+                for p, t in zip(
+                    self.input_paths + self.output_paths, self.input_descs + self.output_descs
+                )
+                if t is not None
+            ],
+            self.name,
+        )
         # An unused graph input is dropped (None is an empty pytree to jit): whatever was
         # passed for it neither reaches the program nor causes a new trace.
-        return [None if t is None else _as_input(x, path, t, self.name)
-                for x, path, t in zip(inputs, self.input_paths, self.input_descs)]
+        return [
+            None if t is None else _as_input(x, path, t, self.name)
+            for x, path, t in zip(inputs, self.input_paths, self.input_descs)
+        ]
 
     def run_buffers(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple:
         """Buffer mode, as for an operator: one 1-D buffer per graph input, one per output.
@@ -429,15 +498,19 @@ class CompiledGraph(CompiledOperator):
             return run_buffers(self, inputs, outputs)
         if not isinstance(inputs, (list, tuple)) or len(inputs) != len(self.input_descs):
             got = len(inputs) if isinstance(inputs, (list, tuple)) else type(inputs).__name__
-            raise ValidationError(f"{self.name}: expected {len(self.input_descs)} input buffers "
-                                  f"({', '.join(self.input_paths)}), got {got}")
+            raise ValidationError(
+                f"{self.name}: expected {len(self.input_descs)} input buffers "
+                f"({', '.join(self.input_paths)}), got {got}"
+            )
         if self._used_view is None:
             self._used_view = _UsedInputs(self, used)
         return run_buffers(self._used_view, [inputs[i] for i in used], outputs)
 
     def __repr__(self) -> str:
-        return (f"CompiledGraph({len(self.desc.nodes)} nodes, {len(self.input_descs)} inputs, "
-                f"{len(self.output_descs)} outputs, feature_level={self.feature_level.label})")
+        return (
+            f"CompiledGraph({len(self.desc.nodes)} nodes, {len(self.input_descs)} inputs, "
+            f"{len(self.output_descs)} outputs, feature_level={self.feature_level.label})"
+        )
 
 
 class _UsedInputs:
@@ -513,8 +586,9 @@ def compile_graph(
         raise ValidationError(f"{GRAPH}: description is not hashable") from None
     compiled = _compile_graph_cached(graph, level)
     for n, node in enumerate(graph.nodes):
-        _check_x64([(f"Nodes[{n}].{p}", t) for p, t in node.input_slots() + node.output_slots()],
-                   GRAPH)
+        _check_x64(
+            [(f"Nodes[{n}].{p}", t) for p, t in node.input_slots() + node.output_slots()], GRAPH
+        )
     return with_shardings(compiled, in_shardings, out_shardings)
 
 
@@ -561,9 +635,9 @@ def entry_instructions(hlo_text: str) -> tuple[HloInstruction, ...]:
     start = hlo_text.find("\nENTRY ")
     if start < 0:
         raise ValueError("no ENTRY computation in the HLO text")
-    alias: dict[str, str] = {}   # plumbing instruction -> what it stands for
+    alias: dict[str, str] = {}  # plumbing instruction -> what it stands for
     result = []
-    for line in hlo_text[start + 1:].splitlines()[1:]:
+    for line in hlo_text[start + 1 :].splitlines()[1:]:
         if line.startswith("}"):
             break
         match = _INSTRUCTION.match(line)
@@ -578,8 +652,9 @@ def entry_instructions(hlo_text: str) -> tuple[HloInstruction, ...]:
             alias[name] = operands[0] if len(operands) == 1 else name
         else:
             kind = re.search(r"\bkind=(k\w+)", rest)
-            result.append(HloInstruction(name, opcode, kind.group(1) if kind else "", shape,
-                                         operands))
+            result.append(
+                HloInstruction(name, opcode, kind.group(1) if kind else "", shape, operands)
+            )
     return tuple(result)
 
 
@@ -588,8 +663,17 @@ def entry_instructions(hlo_text: str) -> tuple[HloInstruction, ...]:
 
 _COMPILE_TYPES = ("DmlCompileOp", "DmlCompileGraph")
 _GRAPH_TYPES = ("DML_GRAPH", "GRAPH")
-_GRAPH_KEYS = ("type", "InputCount", "OutputCount", "Nodes", "InputEdges", "OutputEdges",
-               "IntermediateEdges", "executionFlags", "dmlCompileType")
+_GRAPH_KEYS = (
+    "type",
+    "InputCount",
+    "OutputCount",
+    "Nodes",
+    "InputEdges",
+    "OutputEdges",
+    "IntermediateEdges",
+    "executionFlags",
+    "dmlCompileType",
+)
 _JSON_EDGES = (
     ("InputEdges", InputGraphEdge),
     ("OutputEdges", OutputGraphEdge),
@@ -620,16 +704,19 @@ def graph_from_json(obj: Any) -> GraphDesc:
         raise ValidationError(f"{GRAPH}: a graph must be a JSON object, got {type(obj).__name__}")
     compile_type = obj.get("dmlCompileType", "DmlCompileOp")
     if compile_type not in _COMPILE_TYPES:
-        raise ValidationError(f"{GRAPH}: dmlCompileType must be one of "
-                              f"{', '.join(_COMPILE_TYPES)}, got {compile_type!r}")
+        raise ValidationError(
+            f"{GRAPH}: dmlCompileType must be one of "
+            f"{', '.join(_COMPILE_TYPES)}, got {compile_type!r}"
+        )
     if obj.get("type") not in _GRAPH_TYPES:
         return _one_node_graph(obj)
     from .jsonmodel import execution_flags_from_json
 
     for key in obj:
         if key not in _GRAPH_KEYS:
-            raise ValidationError(f"{GRAPH}: unknown member {key!r}; a graph takes: "
-                                  f"{', '.join(_GRAPH_KEYS)}")
+            raise ValidationError(
+                f"{GRAPH}: unknown member {key!r}; a graph takes: {', '.join(_GRAPH_KEYS)}"
+            )
     if "executionFlags" in obj:
         execution_flags_from_json(obj["executionFlags"], f"{GRAPH}: executionFlags")
     for key in ("InputCount", "OutputCount", "Nodes", "OutputEdges"):
@@ -641,10 +728,17 @@ def graph_from_json(obj: Any) -> GraphDesc:
         items = obj.get(member, [])
         if not isinstance(items, list):
             raise ValidationError(f"{GRAPH}: {member} must be a JSON array, got {items!r}")
-        edges[member] = [_edge_from_json(item, f"{member}[{i}]", cls, names)
-                         for i, item in enumerate(items)]
-    return GraphDesc(obj["InputCount"], obj["OutputCount"], nodes, edges["InputEdges"],
-                     edges["OutputEdges"], edges["IntermediateEdges"])
+        edges[member] = [
+            _edge_from_json(item, f"{member}[{i}]", cls, names) for i, item in enumerate(items)
+        ]
+    return GraphDesc(
+        obj["InputCount"],
+        obj["OutputCount"],
+        nodes,
+        edges["InputEdges"],
+        edges["OutputEdges"],
+        edges["IntermediateEdges"],
+    )
 
 
 def _one_node_graph(obj: dict) -> GraphDesc:
@@ -652,9 +746,13 @@ def _one_node_graph(obj: dict) -> GraphDesc:
 
     node = operator_desc_from_json(obj)
     inputs, outputs = len(node.input_slots()), len(node.output_slots())
-    return GraphDesc(inputs, outputs, (node,),
-                     tuple(InputGraphEdge(k, 0, k) for k in range(inputs)),
-                     tuple(OutputGraphEdge(0, k, k) for k in range(outputs)))
+    return GraphDesc(
+        inputs,
+        outputs,
+        (node,),
+        tuple(InputGraphEdge(k, 0, k) for k in range(inputs)),
+        tuple(OutputGraphEdge(0, k, k) for k in range(outputs)),
+    )
 
 
 def _nodes_from_json(items: Any) -> tuple[list[OperatorDesc], dict[str, int]]:
@@ -665,16 +763,21 @@ def _nodes_from_json(items: Any) -> tuple[list[OperatorDesc], dict[str, int]]:
     nodes, names = [], {}
     for n, item in enumerate(items):
         if not isinstance(item, dict):
-            raise ValidationError(f"{GRAPH}: Nodes[{n}] must be a JSON object (an operator "
-                                  f"dispatchable), got {item!r}")
+            raise ValidationError(
+                f"{GRAPH}: Nodes[{n}] must be a JSON object (an operator "
+                f"dispatchable), got {item!r}"
+            )
         if "Name" in item:
             name = item["Name"]
             if not isinstance(name, str) or not name:
-                raise ValidationError(f"{GRAPH}: Nodes[{n}].Name must be a non-empty string, "
-                                      f"got {name!r}")
+                raise ValidationError(
+                    f"{GRAPH}: Nodes[{n}].Name must be a non-empty string, got {name!r}"
+                )
             if name in names:
-                raise ValidationError(f"{GRAPH}: Nodes[{n}].Name {name!r} is already the name of "
-                                      f"Nodes[{names[name]}]; node names must be unique")
+                raise ValidationError(
+                    f"{GRAPH}: Nodes[{n}].Name {name!r} is already the name of "
+                    f"Nodes[{names[name]}]; node names must be unique"
+                )
             names[name] = n
         try:
             nodes.append(operator_desc_from_json({k: v for k, v in item.items() if k != "Name"}))
@@ -689,8 +792,10 @@ def _edge_from_json(item: Any, path: str, cls: type, names: dict[str, int]) -> A
         raise ValidationError(f"{GRAPH}: {path} must be a JSON object, got {item!r}")
     for key in item:
         if key not in members and key != "Name":
-            raise ValidationError(f"{GRAPH}: {path} has unknown member {key!r}; "
-                                  f"{cls.struct_name} members: {', '.join(members)}, Name")
+            raise ValidationError(
+                f"{GRAPH}: {path} has unknown member {key!r}; "
+                f"{cls.struct_name} members: {', '.join(members)}, Name"
+            )
     if "Name" in item and not isinstance(item["Name"], str):
         raise ValidationError(f"{GRAPH}: {path}.Name must be a string, got {item['Name']!r}")
     values = {}
@@ -701,8 +806,9 @@ def _edge_from_json(item: Any, path: str, cls: type, names: dict[str, int]) -> A
         if member in ("FromNodeIndex", "ToNodeIndex") and isinstance(value, str):
             if value not in names:
                 known = ", ".join(names) or "none"
-                raise ValidationError(f"{GRAPH}: {path}.{member} names no node: {value!r} "
-                                      f"(node names: {known})")
+                raise ValidationError(
+                    f"{GRAPH}: {path}.{member} names no node: {value!r} (node names: {known})"
+                )
             value = names[value]
         values[name] = as_int(value, f"{GRAPH}: {path}.{member}")
     return cls(**values)

@@ -35,8 +35,9 @@ def build_graph() -> dml.GraphDesc:
     best = dml.TensorDesc("UINT32", (1, 1, 1, 1))
     nodes = (
         dml.SpaceToDepth1OperatorDesc(image, patches, block_size=2, order="DEPTH_COLUMN_ROW"),
-        dml.ElementWiseClipOperatorDesc(patches, patches, min=-0.25, max=0.25,
-                                        scale_bias=dml.ScaleBias(1 / 255, -0.5)),
+        dml.ElementWiseClipOperatorDesc(
+            patches, patches, min=-0.25, max=0.25, scale_bias=dml.ScaleBias(1 / 255, -0.5)
+        ),
         dml.ReduceOperatorDesc("AVERAGE", patches, means, axes=(2, 3)),
         dml.ArgMaxOperatorDesc(means, best, axes=(1,)),
     )
@@ -76,8 +77,9 @@ def main() -> None:
     means, best = graph(image)
 
     print(f"graph: {len(graph.desc.nodes)} nodes, evaluated in order {list(graph.order)}")
-    print("Outputs[0] (channel averages):",
-          " ".join(f"{v:+.4f}" for v in np.asarray(means).ravel()))
+    print(
+        "Outputs[0] (channel averages):", " ".join(f"{v:+.4f}" for v in np.asarray(means).ravel())
+    )
     print("Outputs[1] (ARGMAX channel):  ", int(np.asarray(best).ravel()[0]))
 
     want_means, want_best = numpy_pipeline(image)
@@ -87,11 +89,14 @@ def main() -> None:
 
     work = entry_instructions(optimized_hlo(graph, image))
     readers = [i.name for i in work if "parameter(0)" in i.operands]
-    print(f"XLA program: {len(work)} kernels for {len(graph.desc.nodes)} operators; "
-          f"{len(readers)} of them ({', '.join(readers)}) reads the image")
+    print(
+        f"XLA program: {len(work)} kernels for {len(graph.desc.nodes)} operators; "
+        f"{len(readers)} of them ({', '.join(readers)}) reads the image"
+    )
     for i in work:
         reads = ", ".join("the image" if o == "parameter(0)" else o for o in i.operands)
         print(f"  {i.name}: {i.opcode} {i.kind} -> {i.shape}, reads {reads}")
+
 
 if __name__ == "__main__":
     main()
