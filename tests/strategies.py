@@ -379,8 +379,10 @@ def check_vmap(case: Case, exact: bool = True, **tolerance) -> None:
         op = dml.compile_operator(case.desc)
         batch = batch_of(case)
         stacked = [jnp.asarray(np.stack(column)) for column in zip(*batch)]
-        mapped = as_tuple(jax.vmap(op.fn)(*stacked))
-        loops = [as_tuple(op.fn(*(jnp.asarray(a) for a in item))) for item in batch]
+        # Both sides jitted (one compile each); eager == jit is check_jit's business.
+        mapped = as_tuple(jax.jit(jax.vmap(op.fn))(*stacked))
+        single = jax.jit(op.fn)
+        loops = [as_tuple(single(*(jnp.asarray(a) for a in item))) for item in batch]
         want = tuple(np.stack([np.asarray(r[i]) for r in loops]) for i in range(len(mapped)))
         assert_same(mapped, want, exact, **tolerance)
 
