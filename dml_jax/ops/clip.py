@@ -122,11 +122,13 @@ def _apply_scale_bias(x, scale_bias: ScaleBias | None):
 
 def _clip(x, lo: np.generic, hi: np.generic):
     """max(lo, min(x, hi)) with CLIP_GRAD's strict-interior derivative."""
-    lo_c, hi_c = jnp.asarray(lo, x.dtype), jnp.asarray(hi, x.dtype)
 
     @jax.custom_jvp
     def clip(x):
-        return lax.max(lo_c, lax.min(x, hi_c))
+        # The bounds become arrays inside the custom_jvp function: created outside, under an
+        # enclosing jit trace they would be tracers that the function closes over, which fails
+        # to lower under jvp(jit(...)).
+        return lax.max(jnp.asarray(lo, x.dtype), lax.min(x, jnp.asarray(hi, x.dtype)))
 
     @clip.defjvp
     def clip_jvp(primals, tangents):
