@@ -8,6 +8,7 @@ both sides of every feature-level boundary are checked against NOTES.md section 
 
 from __future__ import annotations
 
+import enum
 import math
 
 import pytest
@@ -1152,14 +1153,8 @@ def test_scale_bias_rules(change, pattern):
         dml.ScaleBias(**{"scale": 1.0, "bias": 0.0, **change})
 
 
-ENUMS = [
-    dml.DataType,
-    dml.TensorFlags,
-    dml.FeatureLevel,
-    dml.ReduceFunction,
-    dml.DepthSpaceOrder,
-    dml.AxisDirection,
-]
+# Every enum the public API exports.
+ENUMS = [v for v in map(dml.__dict__.get, dml.__all__) if isinstance(v, enum.EnumMeta)]
 BAD_ENUM_VALUES = [
     0,
     1,
@@ -1183,3 +1178,14 @@ def test_enum_parsing_rejects_everything_else(enum_cls):
     other = next(e for e in ENUMS if e is not enum_cls and e is not dml.FeatureLevel)
     with pytest.raises(dml.ValidationError):
         enum_cls.parse(next(iter(other)), "where")  # a member of another enum
+
+
+def test_every_exported_enum_is_checked():
+    assert {e.__name__ for e in ENUMS} == {
+        "DataType",
+        "TensorFlags",
+        "FeatureLevel",
+        "ReduceFunction",
+        "DepthSpaceOrder",
+        "AxisDirection",
+    }
