@@ -34,6 +34,8 @@ GRAD_TYPES = ("FLOAT32", "FLOAT64")  # FLOAT16 is too coarse for finite differen
 # Transform checks (jit, vmap, grad) compile several functions per example: a third of the
 # profile's examples keeps the ci profile fast while "thorough" still scales them up.
 FEW = settings(max_examples=max(3, settings.default.max_examples // 3))
+# Properties parametrized over many functions or classes: half the profile's examples each.
+HALF = settings(max_examples=max(5, settings.default.max_examples // 2))
 
 
 @dataclass(frozen=True)
@@ -297,11 +299,11 @@ def _axes(draw, rank: int):
 
 
 @st.composite
-def reduce_cases(draw, functions=REDUCE_FUNCTIONS, types=None):
+def reduce_cases(draw, functions=REDUCE_FUNCTIONS, types=None, max_elements: int = 256):
     function = draw(st.sampled_from(tuple(functions)))
     key = ("DML_OPERATOR_REDUCE", function)
     type_name = draw(st.sampled_from(types or types_at_newest(key)))
-    shape = draw(shapes(ranks_at_newest(key), max_elements=256))
+    shape = draw(shapes(ranks_at_newest(key), max_elements=max_elements))
     axes = draw(_axes(len(shape)))
     out_sizes = tuple(1 if d in axes else s for d, s in enumerate(shape))
     out_type = type_name

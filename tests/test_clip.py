@@ -112,6 +112,7 @@ def test_clip_scale_bias_on_integers_is_rejected():
 
 
 @pytest.mark.parametrize("cls", S.CLIP_CLASSES, ids=lambda c: c.operator_type)
+@S.HALF
 @given(data=st.data())
 def test_clip_family_matches_reference(cls, data):
     case = data.draw(S.clip_cases(cls))

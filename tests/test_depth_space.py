@@ -19,6 +19,7 @@ def test_depth_space_seed_examples(case):
 
 
 @pytest.mark.parametrize("cls", S.DEPTH_SPACE_CLASSES, ids=lambda c: c.operator_type)
+@S.HALF
 @given(data=st.data())
 def test_depth_space_matches_reference(cls, data):
     case = data.draw(S.depth_space_cases(cls))
