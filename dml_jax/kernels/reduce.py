@@ -46,6 +46,9 @@ LSE_DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
 MIN_PROGRAMS = 264
 _INDEX_LIMIT = 2**31 - 2**16  # int32 element offsets inside the kernel, with room for a tile
 
+# Read at trace time; benchmarks turn it off to time the lax lowering the kernels replace.
+ENABLED = True
+
 
 @dataclass(frozen=True)
 class Tiling:
@@ -72,29 +75,40 @@ class Plan:
         return self.a * per_a if self.b > 1 else -(-self.a // self.tiling.cols)
 
 
-# Elements per tile: large enough for several independent 16-byte loads per thread, small enough
-# to keep the running state in registers. Overridable (benchmarks/tune_kernels.py sweeps them).
+# Tile sizes, chosen by benchmarks/gpu_kernels.py on an H200 (1 GiB, every axis; see
+# benchmarks/RESULTS.md): elements per tile for 4-byte types (narrow types scale it up so a tile
+# moves as many bytes) and warps, per layout. Wide inner tiles (1024 columns) like 8 warps; narrow
+# inner tiles and the minor layout like 4.
 TILE_ELEMENTS = {"arg": 4096, "lse": 4096}
+WIDE_TILE_ELEMENTS = {"arg": 8192, "lse": 4096}
 NUM_WARPS = {"arg": 4, "lse": 4}
+WIDE_NUM_WARPS = {"arg": 8, "lse": 4}
 NUM_STAGES = {"arg": 3, "lse": 3}
+_MAX_COLS = 1024
 
 
 def _pow2_at_most(n: int, cap: int) -> int:
     return min(1 << max(0, (n - 1).bit_length()), cap)
 
 
-def _tiling(kind: str, a: int, r: int, b: int) -> Tiling:
-    elems = TILE_ELEMENTS[kind]
+def _tiling(kind: str, a: int, r: int, b: int, itemsize: int) -> Tiling:
+    scale = max(1, 4 // itemsize)
+    warps = NUM_WARPS[kind]
     if b > 1:
-        cols = _pow2_at_most(b, min(1024, elems))
+        cols = _pow2_at_most(b, _MAX_COLS)
+        wide = cols == _MAX_COLS
+        elems = (WIDE_TILE_ELEMENTS if wide else TILE_ELEMENTS)[kind] * scale
+        if wide and itemsize == 4:
+            warps = WIDE_NUM_WARPS[kind]
         rows = _pow2_at_most(r, max(1, elems // cols))
     else:
+        elems = TILE_ELEMENTS[kind] * scale
         rows = _pow2_at_most(r, min(1024, elems))
         cols = max(1, elems // rows)
         # Keep enough programs for the whole GPU when A is modest.
         while cols > 1 and -(-a // cols) < 4 * MIN_PROGRAMS:
             cols //= 2
-    return Tiling(rows, cols, NUM_WARPS[kind], NUM_STAGES[kind])
+    return Tiling(rows, cols, warps, NUM_STAGES[kind])
 
 
 def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype, kind: str) -> Plan | None:
@@ -122,7 +136,7 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype, kind: str) -> Pla
     b = math.prod(shape[i] for i in live[pos[-1] + 1:])
     if a * r * b >= _INDEX_LIMIT:
         return None
-    p = Plan(a, r, b, _tiling(kind, a, r, b))
+    p = Plan(a, r, b, _tiling(kind, a, r, b, np.dtype(dtype).itemsize))
     return p if p.programs >= MIN_PROGRAMS else None
 
 
@@ -253,10 +267,10 @@ def arg_reduce_kernel(x, p: Plan, largest: bool, last: bool, interpret: bool = F
 
         def body(t, carry):
             best, best_i, nan_i = carry
-            tile, valid, idx = load(x_ref, pid, t, ident)
+            tile, valid, idx = load(x_ref, pid, t, jnp.asarray(ident, x_ref.dtype))
             tile = tile.astype(cdt)
             if is_float:
-                nan = tile != tile
+                nan = _is_nan(tile)
                 tile = jnp.where(nan, jnp.asarray(ident, cdt), tile)
                 nan_i = (jnp.maximum if last else jnp.minimum)(
                     nan_i, pick(jnp.where(nan & valid, idx, none), axis=ax)
@@ -281,6 +295,13 @@ def arg_reduce_kernel(x, p: Plan, largest: bool, last: bool, interpret: bool = F
     return _call(kernel, p, _as_2d(x, p), jnp.int32, interpret)
 
 
+def _is_nan(v):
+    # From the bits (exponent all ones, mantissa not zero) rather than v != v, which a
+    # compiler allowed to assume no NaNs may fold to False.
+    bits = lax.bitcast_convert_type(v, jnp.int32) & np.int32(0x7FFFFFFF)
+    return bits > np.int32(0x7F800000)
+
+
 def log_sum_exp_kernel(x, p: Plan, interpret: bool = False):
     """Runs the LOG_SUM_EXP kernel; returns ``(A * B,)`` values in the input's dtype.
 
@@ -303,7 +324,7 @@ def log_sum_exp_kernel(x, p: Plan, interpret: bool = False):
 
         def body(t, carry):
             m, s = carry
-            tile, _, _ = load(x_ref, pid, t, neg_inf)
+            tile, _, _ = load(x_ref, pid, t, jnp.asarray(neg_inf, x_ref.dtype))
             tile = tile.astype(jnp.float32)
             new_m = jnp.maximum(m, jnp.max(tile, axis=ax))
             old_shift, new_shift = shift_of(m), shift_of(new_m)
@@ -361,7 +382,7 @@ def arg_reduce(x, axes: tuple[int, ...], largest: bool, last: bool, out_dtype,
         out_dtype: the index dtype of the result.
         fallback: the lax lowering, ``fallback(x)`` -> indices in keepdims shape.
     """
-    if not cuda_present() or plan(x.shape, axes, x.dtype, "arg") is None:
+    if not (ENABLED and cuda_present()) or plan(x.shape, axes, x.dtype, "arg") is None:
         return fallback(x)
     fn = functools.partial(_arg_cuda, largest=largest, last=last, out_dtype=out_dtype)
     # Indices have no derivative: stop_gradient keeps autodiff away from the kernel.
@@ -387,7 +408,7 @@ def log_sum_exp(x, axes: tuple[int, ...], fallback: Callable):
         axes: reduced axes, sorted.
         fallback: the lax lowering, ``fallback(x)`` -> result in keepdims shape, x's dtype.
     """
-    if not cuda_present() or plan(x.shape, axes, x.dtype, "lse") is None:
+    if not (ENABLED and cuda_present()) or plan(x.shape, axes, x.dtype, "lse") is None:
         return fallback(x)
     gpu = _batched(_lse_cuda, fallback, axes)
 

@@ -179,18 +179,22 @@ def _abs(x):
 def arg_reduce(x, axes: tuple[int, ...], largest: bool, last: bool, out_dtype):
     """Index of the extreme over ``axes`` as one row-major linear index, keepdims shape.
 
-    The reduced axes (ascending) are moved to the end and merged into one axis of length L; on
-    that axis lax.argmax/argmin report the first extreme. For the last extreme (DECREASING) the
+    The reduced axes (ascending) are merged into one axis of length L (in place when adjacent,
+    else after moving them to the end); on that axis lax.argmax/argmin report the first extreme. For the last extreme (DECREASING) the
     axis is reversed and the index k maps back to L - 1 - k.
     """
     keep = tuple(i for i in range(x.ndim) if i not in axes)
     out_shape = reduced_sizes(x.shape, axes)
     n_red = math.prod(x.shape[i] for i in axes)
-    if keep + axes != tuple(range(x.ndim)):
+    if axes == tuple(range(axes[0], axes[-1] + 1)):
+        # Adjacent axes merge in place: a transpose would cost a full extra pass on GPU.
+        last_axis = axes[0]
+        x = lax.reshape(x, x.shape[:last_axis] + (n_red,) + x.shape[axes[-1] + 1:])
+    else:
         x = lax.transpose(x, keep + axes)
-    x = lax.reshape(x, tuple(x.shape[: len(keep)]) + (n_red,))
+        x = lax.reshape(x, tuple(x.shape[: len(keep)]) + (n_red,))
+        last_axis = x.ndim - 1
     index_dtype = jnp.int32 if n_red <= np.iinfo(np.int32).max else jnp.int64
-    last_axis = x.ndim - 1
     if last:
         x = lax.rev(x, (last_axis,))
     k = (lax.argmax if largest else lax.argmin)(x, last_axis, index_dtype)

@@ -1,0 +1,316 @@
+"""GPU check and tuning of dml_jax.kernels: correctness against the lax lowering, then timings.
+
+Run on a CUDA machine from the repository root:
+
+    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/gpu_kernels.py [--out DIR]
+        [--no-check] [--no-tune]
+
+Correctness (exact for indices, ties and NaN included; tight tolerance for LOG_SUM_EXP) uses odd
+shapes, with the kernels' minimum-parallelism threshold lowered so that small shapes take the
+kernel too, and asserts that the lowered program really contains the Triton kernel. Tuning times,
+at 1 GiB, the copy, the lax lowering and several tile configurations along every axis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import dml_jax as dml
+from dml_jax.bench import Timer, environment
+from dml_jax.kernels import reduce as K
+from dml_jax.ops import reduce as R
+
+FAILURES: list[str] = []
+LAX_NAN_DIFFS: list[int] = []
+
+
+def _fail(msg: str) -> None:
+    FAILURES.append(msg)
+    print("FAIL", msg, flush=True)
+
+
+def _uses_kernel(fn, *args) -> bool:
+    return "triton" in jax.jit(fn).lower(*args).as_text()
+
+
+def _data(rng, shape, dtype):
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        x = rng.integers(-3, 4, size=shape).astype(dt)  # few values: many ties
+        flat = x.reshape(-1)
+        k = max(1, flat.size // 500)
+        flat[rng.integers(0, flat.size, k)] = np.nan
+        flat[rng.integers(0, flat.size, k)] = np.inf
+        flat[rng.integers(0, flat.size, k)] = -np.inf
+        return x
+    info = np.iinfo(dt)
+    lo, hi = max(info.min, -3), min(info.max, 3)
+    x = rng.integers(lo, hi + 1, size=shape).astype(dt)
+    x.reshape(-1)[rng.integers(0, x.size, 3)] = info.max
+    x.reshape(-1)[rng.integers(0, x.size, 3)] = info.min
+    return x
+
+
+def _np_arg(x, axes, largest, last):
+    """NumPy reference: row-major index over ascending axes, NaN as the extreme."""
+    keep = [i for i in range(x.ndim) if i not in axes]
+    y = np.transpose(x, keep + list(axes)).reshape([x.shape[i] for i in keep] + [-1])
+    if last:
+        y = y[..., ::-1]
+    k = (np.argmax if largest else np.argmin)(y, axis=-1)
+    if last:
+        k = y.shape[-1] - 1 - k
+    return k.reshape([1 if i in axes else s for i, s in enumerate(x.shape)])
+
+
+def check(out: dict) -> None:
+    try:
+        _check(out)
+    except Exception as e:  # keep going to the timings; the failure is recorded
+        import traceback
+
+        traceback.print_exc()
+        _fail(f"check raised {type(e).__name__}: {str(e)[:300]}")
+        out["failures"] = list(FAILURES)
+
+
+def _check(out: dict) -> None:
+    rng = np.random.default_rng(1)
+    saved = K.MIN_PROGRAMS
+    K.MIN_PROGRAMS = 1  # small odd shapes must take the kernel too
+    n_checked = 0
+    try:
+        shapes = [((3, 37, 129, 33), [(0,), (1,), (2,), (3,), (1, 2), (2, 3), (0, 1)]),
+                  ((257, 300), [(0,), (1,)]), ((5, 3000, 7), [(1,), (2,)]),
+                  ((2, 1, 5, 1, 9), [(2, 3, 4), (1, 2)])]
+        # Every layout in float32; the other types on the two layouts of one odd shape.
+        todo = [(shape, axes_list, "float32") for shape, axes_list in shapes]
+        todo += [((3, 37, 129, 33), [(1,), (3,)], d) for d in
+                 ("float16", "int8", "int32", "uint8", "uint16", "uint32")]
+        for shape, axes_list, dtype in todo:
+            x = _data(rng, shape, dtype)
+            xd = jnp.asarray(x)
+            td = dml.TensorDesc(dtype.upper(), shape)
+            for axes, cls, direction in itertools.product(
+                    axes_list, (dml.ArgMaxOperatorDesc, dml.ArgMinOperatorDesc),
+                    ("INCREASING", "DECREASING")):
+                out_td = td.like(sizes=tuple(1 if i in axes else s for i, s in
+                                             enumerate(shape)), data_type="UINT32")
+                op = dml.compile_operator(cls(td, out_td, axes=list(axes),
+                                              axis_direction=direction))
+                largest = cls is dml.ArgMaxOperatorDesc
+                last = direction == "DECREASING"
+                if not _uses_kernel(op.fn, xd):
+                    _fail(f"no kernel for {cls.__name__} {shape} {axes} {dtype}")
+                got = np.asarray(op(xd))
+                lax_ref = np.asarray(jax.jit(lambda y: R.arg_reduce(
+                    y, axes, largest, last, jnp.uint32))(xd))
+                np_ref = _np_arg(x, axes, largest, last)
+                n_checked += 1
+                if not np.array_equal(got, lax_ref):
+                    # XLA's GPU argmax picks an arbitrary one of several NaNs in a column (its
+                    # comparator prefers any NaN, so the tree order decides); the spec and NumPy
+                    # say the first (last for DECREASING). Counted, judged against NumPy.
+                    LAX_NAN_DIFFS.append(int((got != lax_ref).sum()))
+                    nan_count = np.isnan(x.astype(np.float32)).sum(axis=axes, keepdims=True) \
+                        if x.dtype.kind == "f" else np.zeros_like(got)
+                    if np.any((got != lax_ref) & (nan_count < 2)):
+                        _fail(f"lax differs without two NaNs: {cls.__name__} {direction} "
+                              f"{shape} {axes} {dtype}")
+                if not np.array_equal(got, np_ref):
+                    bad = np.argwhere((got != lax_ref) | (got != np_ref))
+                    detail = ""
+                    if len(bad) and len(axes) == 1:
+                        pos = list(bad[0])
+                        col = x[tuple(slice(None) if i == axes[0] else pos[i]
+                                      for i in range(x.ndim))]
+                        detail = (f" first {pos}: got {got[tuple(pos)]} lax "
+                                  f"{lax_ref[tuple(pos)]} numpy {np_ref[tuple(pos)]}; "
+                                  f"values {col.tolist()[:64]}")
+                    _fail(f"{cls.__name__} {direction} {shape} {axes} {dtype}: {len(bad)} "
+                          f"bad, vs lax {int((got != lax_ref).sum())}, vs numpy "
+                          f"{int((got != np_ref).sum())}{detail}")
+        # vmap folds the batch axis into A
+        x = jnp.asarray(_data(rng, (4, 6, 50, 33), "float32"))
+        td = dml.TensorDesc("FLOAT32", (6, 50, 33))
+        op = dml.compile_operator(dml.ArgMaxOperatorDesc(td, td.like(
+            sizes=(6, 1, 33), data_type="UINT32"), axes=[1]))
+        got = np.asarray(jax.vmap(op.fn)(x))
+        ref = np.stack([np.asarray(op(x[i])) for i in range(4)])
+        n_checked += 1
+        if not np.array_equal(got, ref) or not _uses_kernel(jax.vmap(op.fn), x):
+            _fail("vmap argmax")
+
+        # LOG_SUM_EXP
+        for shape, axes_list in shapes[:3]:
+            for dtype in ("float32", "float16"):
+                x = rng.standard_normal(shape).astype(np.float32) * 4
+                x.reshape(-1)[: shape[-1]] += 1000.0  # stability: no overflow to inf
+                if dtype == "float16":
+                    x = np.clip(x, -60000, 60000)
+                x = x.astype(dtype)
+                xd = jnp.asarray(x)
+                td = dml.TensorDesc(dtype.upper(), shape)
+                for axes in axes_list:
+                    out_td = td.like(sizes=tuple(1 if i in axes else s for i, s in
+                                                 enumerate(shape)))
+                    op = dml.compile_operator(dml.ReduceOperatorDesc(
+                        "LOG_SUM_EXP", td, out_td, axes=list(axes)))
+                    if not _uses_kernel(op.fn, xd):
+                        _fail(f"no LSE kernel {shape} {axes} {dtype}")
+                    got = np.asarray(op(xd)).astype(np.float64)
+                    lax_ref = np.asarray(jax.jit(lambda y: R._reduce_value(
+                        R.F.LOG_SUM_EXP, y, axes))(xd)).astype(np.float64).reshape(got.shape)
+                    x64 = x.astype(np.float64)
+                    m = x64.max(axis=axes, keepdims=True)
+                    np_ref = np.log(np.exp(x64 - m).sum(axis=axes, keepdims=True)) + m
+                    tol = 2e-6 if dtype == "float32" else 1e-3
+                    n_checked += 1
+                    if not np.all(np.isfinite(got)):
+                        _fail(f"LSE not finite {shape} {axes} {dtype}")
+                    for name, ref in (("lax", lax_ref), ("numpy", np_ref)):
+                        err = np.max(np.abs(got - ref) / np.maximum(1, np.abs(ref)))
+                        if err > tol:
+                            _fail(f"LSE vs {name} {shape} {axes} {dtype}: rel err {err:.2e}")
+        # special values: all -inf -> -inf, +inf -> +inf, NaN -> NaN, 1000s -> 1000 + log n
+        x = np.zeros((300, 64), np.float32)
+        x[0] = -np.inf
+        x[1, 3] = np.inf
+        x[2, 5] = np.nan
+        x[3] = 1000.0
+        td = dml.TensorDesc("FLOAT32", (300, 64))
+        op = dml.compile_operator(dml.ReduceOperatorDesc("LOG_SUM_EXP", td, td.like(
+            sizes=(300, 1)), axes=[1]))
+        got = np.asarray(op(jnp.asarray(x)))[:, 0]
+        n_checked += 1
+        if not (got[0] == -np.inf and got[1] == np.inf and np.isnan(got[2])
+                and abs(got[3] - (1000 + np.log(64))) < 1e-3):
+            _fail(f"LSE special values: {got[:4]}")
+        # gradient goes through lax (softmax)
+        x = jnp.asarray(rng.standard_normal((300, 64)).astype(np.float32))
+        g = np.asarray(jax.grad(lambda y: op.fn(y).sum())(x))
+        sm = np.asarray(jax.nn.softmax(x, axis=1))
+        n_checked += 1
+        if not np.allclose(g, sm, atol=1e-6):
+            _fail("LSE grad")
+        gv = np.asarray(jax.vmap(op.fn)(jnp.stack([x, x + 1])))
+        n_checked += 1
+        if not np.allclose(gv[1], np.asarray(op(x)) + 1, atol=1e-5):
+            _fail("LSE vmap")
+    finally:
+        K.MIN_PROGRAMS = saved
+    out["lax_differs_on_nan_columns"] = sum(LAX_NAN_DIFFS)
+    print(f"lax lowering differed from the kernel (and NumPy) at {sum(LAX_NAN_DIFFS)} outputs "
+          f"in {len(LAX_NAN_DIFFS)} cases", flush=True)
+    out["checked"] = n_checked
+    out["failures"] = list(FAILURES)
+    print(f"checked {n_checked} cases, {len(FAILURES)} failures", flush=True)
+
+
+def tune(out: dict, quick: bool) -> None:
+    timer = Timer(sample_s=0.05, samples=5)
+    rows = out.setdefault("tuning", [])
+    for dtype in ("float32", "float16", "int8"):
+        scale = 4 // np.dtype(dtype).itemsize
+        shape = (16 * scale, 256, 256, 256)
+        x = jax.random.normal(jax.random.PRNGKey(0), shape, jnp.float32).astype(dtype) \
+            if dtype != "int8" else jax.random.randint(jax.random.PRNGKey(0), shape, -100, 100,
+                                                       jnp.int32).astype(jnp.int8)
+        nbytes = x.size * x.dtype.itemsize
+        neg = jax.jit(lambda y: -y)
+        t = timer.run(lambda: neg(x), jax.block_until_ready)
+        copy = 2 * nbytes / t / 1e9
+        rows.append(dict(dtype=dtype, what="copy", gbps=copy))
+        print(f"{dtype} copy {copy:.0f} GB/s", flush=True)
+        kinds = ["arg", "lse"] if dtype != "int8" else ["arg"]
+        axes_all = [(0,), (1,), (2,), (3,)] if dtype == "float32" else [(1,), (3,)]
+        # TILE_ELEMENTS is per 4 bytes: narrow types scale it (see kernels.reduce._tiling).
+        configs = [(4096, 4, 3), (8192, 4, 3), (8192, 8, 3), (16384, 8, 3), (2048, 4, 3)]
+        if dtype != "float32" or quick:
+            configs = configs[:4]
+        saved = {t: dict(t) for t in (K.TILE_ELEMENTS, K.WIDE_TILE_ELEMENTS, K.NUM_WARPS,
+                                      K.WIDE_NUM_WARPS, K.NUM_STAGES)}
+        for kind, axes in itertools.product(kinds, axes_all):
+            out_shape = tuple(1 if i in axes else s for i, s in enumerate(shape))
+            moved = nbytes + math.prod(out_shape) * (4 if kind == "arg" else x.dtype.itemsize)
+            if kind == "arg":
+                def lax_fn(y):
+                    return R.arg_reduce(y, axes, True, False, jnp.int32)
+            else:
+                def lax_fn(y):
+                    return R._reduce_value(R.F.LOG_SUM_EXP, y, axes)
+            f = jax.jit(lax_fn)
+            t = timer.run(lambda: f(x), jax.block_until_ready)
+            rows.append(dict(dtype=dtype, kind=kind, axes=axes, what="lax",
+                             gbps=moved / t / 1e9))
+            print(f"{dtype} {kind} axes {axes} lax {moved / t / 1e9:.0f} GB/s", flush=True)
+            ref = np.asarray(f(x)).reshape(-1)
+            for elems, warps, stages in configs:
+                for table, value in ((K.TILE_ELEMENTS, elems), (K.WIDE_TILE_ELEMENTS, elems),
+                                     (K.NUM_WARPS, warps), (K.WIDE_NUM_WARPS, warps),
+                                     (K.NUM_STAGES, stages)):
+                    table[kind] = value
+                p = K.plan(shape, axes, x.dtype, kind)
+                if p is None:
+                    print(f"  no plan for {axes}")
+                    break
+                if kind == "arg":
+                    g = jax.jit(lambda y, p=p: K.arg_reduce_kernel(y, p, True, False))
+                else:
+                    g = jax.jit(lambda y, p=p: K.log_sum_exp_kernel(y, p))
+                try:
+                    t = timer.run(lambda: g(x), jax.block_until_ready)
+                except Exception as e:  # a configuration Triton cannot compile
+                    print(f"  {elems}/{warps}/{stages}: {type(e).__name__}: {str(e)[:200]}")
+                    continue
+                got = np.asarray(g(x)).reshape(-1)
+                ok = (np.array_equal(got, ref) if kind == "arg" else
+                      np.allclose(got.astype(np.float32), ref.astype(np.float32), rtol=2e-3))
+                gbps = moved / t / 1e9
+                rows.append(dict(dtype=dtype, kind=kind, axes=axes, tile=elems, warps=warps,
+                                 stages=stages, rows=p.tiling.rows, cols=p.tiling.cols,
+                                 programs=p.programs, gbps=gbps, ratio=gbps / copy, ok=ok))
+                print(f"  {elems:6d}/{warps}/{stages} tile {p.tiling.rows}x{p.tiling.cols} "
+                      f"progs {p.programs}: {gbps:.0f} GB/s ({gbps / copy:.2f}) ok={ok}",
+                      flush=True)
+            for table, value in saved.items():
+                table.update(value)
+        del x
+
+
+def main(argv):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--no-tune", action="store_true")
+    ap.add_argument("--quick-tune", action="store_true")
+    args = ap.parse_args(argv)
+    out = dict(environment=environment())
+    print(out["environment"], flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "kernels.json")
+    t0 = time.time()
+    try:
+        if not args.no_check:
+            check(out)
+            print(f"check took {time.time() - t0:.0f} s", flush=True)
+        if not args.no_tune:
+            tune(out, args.quick_tune)
+    finally:
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1, default=str)
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

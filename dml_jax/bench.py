@@ -1,0 +1,637 @@
+"""Benchmark harness: every operator (and REDUCE function) against hand-written jnp and PyTorch.
+
+For each case it times, in one run and on one device:
+
+- ``dml``: the compiled operator, called the public way (``op(x)``);
+- ``dml-lax``: for cases that a GPU kernel (``dml_jax.kernels``) covers, the lax lowering the
+  kernel replaces, so the choice is documented by a measurement;
+- ``jnp``: ``jax.jit`` of the obvious hand-written jnp function;
+- ``torch``: PyTorch eager on the same device, when PyTorch is importable and sees it;
+
+plus a device copy (``-x`` through XLA and, with PyTorch, ``Tensor.copy_``), whose best rate is
+the roofline. Every hot time is the median of samples, each sample many dispatches followed by one
+sync; the cold time (trace + compile + first call) is reported separately. Effective GB/s counts
+the bytes that must move: every input read once and every output written once.
+
+Also measured: host overhead of ``op(x)`` against ``jax.jit(handwritten)(x)`` on small tensors,
+and validation + compile of an equal, freshly constructed descriptor from a warm cache.
+
+Writes ``results.json`` (and ``results.png`` when matplotlib is installed, extra ``bench``) to
+``--out``. ``--quick`` uses tiny tensors (for CPU and CI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+GIB_SHAPE_F32 = (16, 256, 256, 256)  # 2**28 elements: 1 GiB of float32
+QUICK_SHAPE = (2, 8, 16, 32)
+
+
+@dataclass
+class Case:
+    """One benchmarked operation on one data type and shape."""
+
+    name: str  # e.g. "REDUCE SUM axis 3"
+    op: str  # operator type, or "copy" / "graph"
+    dtype: str
+    shapes: tuple[tuple[int, ...], ...]  # input shapes
+    make_dml: Callable[[], Any] | None  # -> CompiledOperator-like callable
+    jnp_fn: Callable | None
+    torch_fn: Callable | None
+    out_bytes: int
+    kernel: bool = False  # a GPU kernel may replace the lax lowering
+    notes: str = ""
+
+    @property
+    def in_bytes(self) -> int:
+        item = np.dtype(self.dtype).itemsize
+        return sum(math.prod(s) for s in self.shapes) * item
+
+    @property
+    def bytes(self) -> int:
+        return self.in_bytes + self.out_bytes
+
+
+@dataclass
+class Timer:
+    """Median-of-samples timing; each sample is many dispatches then one sync."""
+
+    sample_s: float = 0.05
+    samples: int = 5
+    max_iters: int = 200
+    log: list = field(default_factory=list)
+
+    def run(self, call: Callable[[], Any], sync: Callable[[Any], None]) -> float:
+        sync(call())  # warm: compile, allocate
+        t = time.perf_counter()
+        sync(call())
+        one = max(time.perf_counter() - t, 1e-7)
+        iters = int(min(self.max_iters, max(3, self.sample_s / one)))
+        times = []
+        for _ in range(self.samples):
+            t = time.perf_counter()
+            out = None
+            for _ in range(iters):
+                out = call()
+            sync(out)
+            times.append((time.perf_counter() - t) / iters)
+        return statistics.median(times)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def _jax_input(shape, dtype: str, seed: int):
+    import jax
+    import jax.numpy as jnp
+
+    key = jax.random.PRNGKey(seed)
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return jax.random.normal(key, shape, jnp.float32).astype(dt)
+    lo, hi = (0, 100) if dt.kind == "u" else (-100, 100)
+    return jax.random.randint(key, shape, lo, hi, jnp.int32).astype(dt)
+
+
+def _torch_input(torch, shape, dtype: str, device):
+    dt = getattr(torch, np.dtype(dtype).name)
+    if np.dtype(dtype).kind == "f":
+        return torch.randn(shape, device=device, dtype=torch.float32).to(dt)
+    lo = 0 if np.dtype(dtype).kind == "u" else -100
+    return torch.randint(lo, 100, shape, device=device, dtype=torch.int32).to(dt)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases
+
+
+def _dml_type(dtype: str) -> str:
+    return np.dtype(dtype).name.upper()
+
+
+def build_cases(shape: tuple[int, ...], dtypes: Sequence[str], full: bool) -> list[Case]:
+    """The benchmark cases for a 4-D ``shape`` (N, C, H, W; C, H, W even)."""
+    cases = []
+    for dtype in dtypes:
+        cases += _cases_for(shape, dtype, full=full and dtype == "float32")
+    return cases
+
+
+def _cases_for(shape, dtype: str, full: bool) -> list[Case]:
+    import jax
+    import jax.numpy as jnp
+
+    import dml_jax as dml
+
+    item = np.dtype(dtype).itemsize
+    n_el = math.prod(shape)
+    dt = _dml_type(dtype)
+    td = dml.TensorDesc(dt, shape)
+    is_float = np.dtype(dtype).kind == "f"
+    cases: list[Case] = []
+
+    def add(name, op, shapes, make_dml, jnp_fn, torch_fn, out_elems, out_item=item, **kw):
+        cases.append(Case(name, op, dtype, tuple(shapes), make_dml, jnp_fn, torch_fn,
+                          out_elems * out_item, **kw))
+
+    def compiled(desc_fn):
+        return lambda: dml.compile_operator(desc_fn())
+
+    n, c, h, w = shape
+    # copy: the roofline (an elementwise op XLA cannot elide; ~x for unsigned types)
+    neg = (lambda x: ~x) if np.dtype(dtype).kind == "u" else (lambda x: -x)
+    add("copy", "copy", [shape], None, neg, "copy", n_el)
+
+    half = (n, c, h // 2, w)
+    add("SPLIT axis 2", "DML_OPERATOR_SPLIT", [shape],
+        compiled(lambda: dml.SplitOperatorDesc(td, [td.like(sizes=half)] * 2, axis=2)),
+        lambda x: tuple(jnp.split(x, 2, axis=2)),
+        lambda torch, x: [t.contiguous() for t in torch.split(x, h // 2, dim=2)], n_el)
+    add("JOIN axis 2", "DML_OPERATOR_JOIN", [half, half],
+        compiled(lambda: dml.JoinOperatorDesc([td.like(sizes=half)] * 2, td, axis=2)),
+        lambda a, b: jnp.concatenate([a, b], axis=2),
+        lambda torch, a, b: torch.cat([a, b], dim=2), n_el)
+    quarter = (n, c, h // 2, w // 2)
+    add("TILE 1,1,2,2", "DML_OPERATOR_TILE", [quarter],
+        compiled(lambda: dml.TileOperatorDesc(td.like(sizes=quarter), td, repeats=[1, 1, 2, 2])),
+        lambda x: jnp.tile(x, (1, 1, 2, 2)),
+        lambda torch, x: x.repeat(1, 1, 2, 2), n_el)
+
+    d2s_out = (n, c // 4, h * 2, w * 2)
+    orders = ("DEPTH_COLUMN_ROW", "COLUMN_ROW_DEPTH") if full else ("DEPTH_COLUMN_ROW",)
+    for order in orders:
+        short = "DCR" if order == "DEPTH_COLUMN_ROW" else "CRD"
+        add(f"DEPTH_TO_SPACE1 block 2 {short}", "DML_OPERATOR_DEPTH_TO_SPACE1", [shape],
+            compiled(lambda order=order: dml.DepthToSpace1OperatorDesc(
+                td, td.like(sizes=d2s_out), block_size=2, order=order)),
+            _jnp_d2s(short), _torch_d2s(short), n_el)
+    if full:
+        s2d_out = (n, c * 4, h // 2, w // 2)
+        add("SPACE_TO_DEPTH1 block 2 DCR", "DML_OPERATOR_SPACE_TO_DEPTH1", [shape],
+            compiled(lambda: dml.SpaceToDepth1OperatorDesc(
+                td, td.like(sizes=s2d_out), block_size=2, order="DEPTH_COLUMN_ROW")),
+            _jnp_s2d, lambda torch, x: torch.nn.functional.pixel_unshuffle(x, 2), n_el,
+            notes="torch: pixel_unshuffle (CRD order)")
+
+    lo, hi = (-0.5, 0.5) if is_float else (10, 60)
+    add("CLIP", "DML_OPERATOR_ELEMENT_WISE_CLIP1", [shape],
+        compiled(lambda: dml.ElementWiseClip1OperatorDesc(td, td, min=lo, max=hi)),
+        lambda x: jnp.clip(x, lo, hi), lambda torch, x: torch.clamp(x, lo, hi), n_el)
+    if full:
+        add("CLIP (v1)", "DML_OPERATOR_ELEMENT_WISE_CLIP", [shape],
+            compiled(lambda: dml.ElementWiseClipOperatorDesc(td, td, min=lo, max=hi)),
+            lambda x: jnp.clip(x, lo, hi), lambda torch, x: torch.clamp(x, lo, hi), n_el)
+        add("CLIP_GRAD", "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD1", [shape, shape],
+            compiled(lambda: dml.ElementWiseClipGrad1OperatorDesc(td, td, td, min=lo, max=hi)),
+            lambda x, g: jnp.where((x >= lo) & (x <= hi), g, jnp.zeros_like(g)),
+            lambda torch, x, g: torch.where((x >= lo) & (x <= hi), g, torch.zeros_like(g)),
+            n_el)
+
+    functions = list(_REDUCE_JNP) if full else (
+        ["SUM", "MAX", "ARGMAX"] + (["LOG_SUM_EXP"] if is_float else []))
+    for fn in functions:
+        axes_list = [(3,), (1,)]
+        if full and fn in ("ARGMAX", "ARGMIN", "LOG_SUM_EXP"):
+            axes_list += [(0,), (2,)]
+        for axes in axes_list:
+            cases.append(_reduce_case(dml, jnp, td, dtype, fn, axes, "INCREASING"))
+    if full:
+        for name in ("ARGMAX", "ARGMIN"):
+            for axes in ((3,), (1,), (0,), (2,)):
+                cases.append(_reduce_case(dml, jnp, td, dtype, name, axes, "INCREASING",
+                                          standalone=True))
+        cases.append(_reduce_case(dml, jnp, td, dtype, "ARGMAX", (1,), "DECREASING",
+                                  standalone=True))
+        cases.append(_reduce_case(dml, jnp, td, dtype, "ARGMIN", (3,), "DECREASING",
+                                  standalone=True))
+        red_out = (n, c, h, 1)
+
+        def graph():
+            clip = dml.ElementWiseClip1OperatorDesc(td, td, min=lo, max=hi)
+            red = dml.ReduceOperatorDesc("SUM", td, td.like(sizes=red_out), axes=[3])
+            return dml.compile_graph(dml.GraphDesc(
+                1, 1, [clip, red], input_edges=[dml.InputGraphEdge(0, 0, 0)],
+                output_edges=[dml.OutputGraphEdge(1, 0, 0)],
+                intermediate_edges=[dml.IntermediateGraphEdge(0, 0, 1, 0)]))
+
+        add("graph CLIP -> REDUCE SUM axis 3", "graph", [shape], graph,
+            lambda x: jnp.sum(jnp.clip(x, lo, hi), axis=3, keepdims=True),
+            lambda torch, x: torch.clamp(x, lo, hi).sum(dim=3, keepdim=True), n * c * h)
+    del jax
+    return cases
+
+
+def _jnp_d2s(order: str):
+    import jax.numpy as jnp
+
+    def d2s(x):
+        n, c, h, w = x.shape
+        if order == "DCR":
+            y = x.reshape(n, 2, 2, c // 4, h, w).transpose(0, 3, 4, 1, 5, 2)
+        else:
+            y = x.reshape(n, c // 4, 2, 2, h, w).transpose(0, 1, 4, 2, 5, 3)
+        return jnp.reshape(y, (n, c // 4, h * 2, w * 2))
+
+    return d2s
+
+
+def _torch_d2s(order: str):
+    def d2s(torch, x):
+        if order == "CRD":
+            return torch.nn.functional.pixel_shuffle(x, 2)
+        n, c, h, w = x.shape
+        y = x.reshape(n, 2, 2, c // 4, h, w).permute(0, 3, 4, 1, 5, 2)
+        return y.reshape(n, c // 4, h * 2, w * 2)
+
+    return d2s
+
+
+def _jnp_s2d(x):
+    import jax.numpy as jnp
+
+    n, c, h, w = x.shape
+    y = x.reshape(n, c, h // 2, 2, w // 2, 2).transpose(0, 3, 5, 1, 2, 4)
+    return jnp.reshape(y, (n, c * 4, h // 2, w // 2))
+
+
+def _jnp_reduce(fn: str):
+    import jax
+    import jax.numpy as jnp
+
+    table = {
+        "ARGMAX": lambda x, a: jnp.argmax(x, axis=a, keepdims=True),
+        "ARGMIN": lambda x, a: jnp.argmin(x, axis=a, keepdims=True),
+        "AVERAGE": lambda x, a: jnp.mean(x, axis=a, keepdims=True),
+        "L1": lambda x, a: jnp.sum(jnp.abs(x), axis=a, keepdims=True),
+        "L2": lambda x, a: jnp.sqrt(jnp.sum(x * x, axis=a, keepdims=True)),
+        "LOG_SUM": lambda x, a: jnp.log(jnp.sum(x, axis=a, keepdims=True)),
+        "LOG_SUM_EXP": lambda x, a: jax.nn.logsumexp(x, axis=a, keepdims=True),
+        "MAX": lambda x, a: jnp.max(x, axis=a, keepdims=True),
+        "MIN": lambda x, a: jnp.min(x, axis=a, keepdims=True),
+        "MULTIPLY": lambda x, a: jnp.prod(x, axis=a, keepdims=True),
+        "SUM": lambda x, a: jnp.sum(x, axis=a, keepdims=True),
+        "SUM_SQUARE": lambda x, a: jnp.sum(x * x, axis=a, keepdims=True),
+    }
+    return table[fn]
+
+
+_REDUCE_JNP = ("ARGMAX", "ARGMIN", "AVERAGE", "L1", "L2", "LOG_SUM", "LOG_SUM_EXP", "MAX",
+               "MIN", "MULTIPLY", "SUM", "SUM_SQUARE")
+
+_REDUCE_TORCH = {
+    "ARGMAX": lambda torch, x, a: torch.argmax(x, dim=a, keepdim=True),
+    "ARGMIN": lambda torch, x, a: torch.argmin(x, dim=a, keepdim=True),
+    "AVERAGE": lambda torch, x, a: torch.mean(x, dim=a, keepdim=True),
+    "L1": lambda torch, x, a: torch.sum(torch.abs(x), dim=a, keepdim=True),
+    "L2": lambda torch, x, a: torch.linalg.vector_norm(x, dim=a, keepdim=True),
+    "LOG_SUM": lambda torch, x, a: torch.log(torch.sum(x, dim=a, keepdim=True)),
+    "LOG_SUM_EXP": lambda torch, x, a: torch.logsumexp(x, dim=a, keepdim=True),
+    "MAX": lambda torch, x, a: torch.amax(x, dim=a, keepdim=True),
+    "MIN": lambda torch, x, a: torch.amin(x, dim=a, keepdim=True),
+    "MULTIPLY": lambda torch, x, a: torch.prod(x, dim=a, keepdim=True),
+    "SUM": lambda torch, x, a: torch.sum(x, dim=a, keepdim=True),
+    "SUM_SQUARE": lambda torch, x, a: torch.sum(x * x, dim=a, keepdim=True),
+}
+
+
+def _reduce_case(dml, jnp, td, dtype, fn, axes, direction, standalone=False) -> Case:
+    out_sizes = tuple(1 if i in axes else s for i, s in enumerate(td.sizes))
+    is_arg = fn in ("ARGMAX", "ARGMIN")
+    out_td = td.like(sizes=out_sizes, data_type="UINT32" if is_arg else td.data_type)
+    if standalone:
+        cls = dml.ArgMaxOperatorDesc if fn == "ARGMAX" else dml.ArgMinOperatorDesc
+        op_type = cls.operator_type
+        name = f"{fn[:3]}{fn[3:]} op axis {axes[0]}" + (" DECREASING" if direction ==
+                                                         "DECREASING" else "")
+
+        def make():
+            return dml.compile_operator(cls(td, out_td, axes=list(axes),
+                                            axis_direction=direction))
+    else:
+        op_type = "DML_OPERATOR_REDUCE"
+        name = f"REDUCE {fn} axis {axes[0]}"
+
+        def make():
+            return dml.compile_operator(dml.ReduceOperatorDesc(fn, td, out_td, axes=list(axes)))
+
+    jfn = _jnp_reduce(fn)
+    a = axes[0]
+    if direction == "DECREASING":
+        def jnp_fn(x):  # last extreme: search the reversed axis
+            k = jfn(jnp.flip(x, a), a)
+            return (x.shape[a] - 1 - k).astype(k.dtype)
+        tfn = None
+    else:
+        def jnp_fn(x):
+            return jfn(x, a)
+
+        def tfn(torch, x):
+            return _REDUCE_TORCH[fn](torch, x, a)
+
+    out_item = 4 if is_arg else np.dtype(dtype).itemsize
+    kernel = fn in ("ARGMAX", "ARGMIN", "LOG_SUM_EXP")
+    return Case(name, op_type, dtype, (td.sizes,), make, jnp_fn, tfn,
+                math.prod(out_sizes) * out_item, kernel=kernel)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+def _torch_or_none(device_kind: str):
+    if device_kind != "gpu":
+        return None, None
+    try:
+        import torch
+    except ImportError:
+        return None, None
+    if not torch.cuda.is_available():
+        return None, None
+    return torch, torch.device("cuda")
+
+
+def run_cases(cases: list[Case], timer: Timer, use_torch: bool, log=print) -> list[dict]:
+    """Times every case; returns one row per (case, implementation)."""
+    import jax
+
+    from .kernels import reduce as kernel_reduce
+
+    backend = jax.default_backend()
+    torch, tdev = _torch_or_none(backend) if use_torch else (None, None)
+    rows: list[dict] = []
+    roofline: dict[str, float] = {}
+
+    def jsync(out):
+        jax.block_until_ready(out)
+
+    def tsync(out):
+        torch.cuda.synchronize()
+
+    def record(case, impl, seconds, cold=None, error=None):
+        gbps = case.bytes / seconds / 1e9 if seconds else None
+        row = dict(case=case.name, op=case.op, dtype=case.dtype, shape=list(case.shapes[0]),
+                   bytes=case.bytes, impl=impl, seconds=seconds, gbps=gbps, cold_s=cold,
+                   error=error)
+        if case.op == "copy" and gbps:
+            roofline[case.dtype] = max(roofline.get(case.dtype, 0.0), gbps)
+        rows.append(row)
+        if gbps:
+            log(f"  {case.name:40s} {case.dtype:8s} {impl:8s} {gbps:9.1f} GB/s"
+                + (f"  (cold {cold:.2f} s)" if cold is not None else ""))
+        else:
+            log(f"  {case.name:40s} {case.dtype:8s} {impl:8s} error: {error}")
+
+    for ci, case in enumerate(cases):
+        xs = [_jax_input(s, case.dtype, ci * 7 + k) for k, s in enumerate(case.shapes)]
+        jax.block_until_ready(xs)
+        if case.make_dml is not None:
+            try:
+                t = time.perf_counter()
+                op = case.make_dml()
+                jsync(op(*xs))
+                cold = time.perf_counter() - t
+                record(case, "dml", timer.run(lambda: op(*xs), jsync), cold)
+                if case.kernel and backend == "gpu":
+                    # The lax lowering the kernel replaces, for the record.
+                    kernel_reduce.ENABLED = False
+                    try:
+                        lax_fn = jax.jit(lambda *a, op=op: op.fn(*a))
+                        record(case, "dml-lax", timer.run(lambda: lax_fn(*xs), jsync))
+                    finally:
+                        kernel_reduce.ENABLED = True
+            except Exception as e:  # a case the device or data type cannot run: reported
+                record(case, "dml", None, error=f"{type(e).__name__}: {e}"[:300])
+        if case.jnp_fn is not None:
+            f = jax.jit(case.jnp_fn)
+            record(case, "jnp", timer.run(lambda: f(*xs), jsync))
+        del xs
+        if torch is not None and case.torch_fn is not None:
+            try:
+                ts = [_torch_input(torch, s, case.dtype, tdev) for s in case.shapes]
+                if case.torch_fn == "copy":
+                    dst = torch.empty_like(ts[0])
+                    record(case, "torch", timer.run(lambda: dst.copy_(ts[0]), tsync))
+                    del dst
+                else:
+                    record(case, "torch",
+                           timer.run(lambda: case.torch_fn(torch, *ts), tsync))
+                del ts
+            except Exception as e:
+                record(case, "torch", None, error=f"{type(e).__name__}: {e}"[:300])
+            torch.cuda.empty_cache()
+    for row in rows:
+        roof = roofline.get(row["dtype"])
+        row["ratio_to_copy"] = row["gbps"] / roof if row["gbps"] and roof else None
+    return rows
+
+
+def measure_overhead(calls: int = 2000, log=print) -> dict:
+    """Host overhead on small tensors, and validation + compile from a warm cache."""
+    import jax
+    import jax.numpy as jnp
+
+    import dml_jax as dml
+
+    shape = (2, 3, 4, 5)
+    td = dml.TensorDesc("FLOAT32", shape)
+    x = jnp.asarray(np.random.default_rng(0).standard_normal(shape), jnp.float32)
+    makers = {
+        "CLIP": (lambda: dml.ElementWiseClip1OperatorDesc(td, td, min=-0.5, max=0.5),
+                 lambda y: jnp.clip(y, -0.5, 0.5)),
+        "REDUCE SUM axis 1": (
+            lambda: dml.ReduceOperatorDesc("SUM", td, td.like(sizes=(2, 1, 4, 5)), axes=[1]),
+            lambda y: jnp.sum(y, axis=1, keepdims=True)),
+        "SPLIT axis 3": (
+            lambda: dml.SplitOperatorDesc(td, [td.like(sizes=(2, 3, 4, 1)),
+                                               td.like(sizes=(2, 3, 4, 4))], axis=3),
+            lambda y: (y[..., :1], y[..., 1:])),
+    }
+    timer = Timer(sample_s=0.0, samples=7, max_iters=calls)
+    out = {"calls_per_sample": calls, "shape": list(shape), "operators": {}}
+    for name, (make, hand) in makers.items():
+        op = dml.compile_operator(make())
+        f = jax.jit(hand)
+        # sample_s=0 would mean 3 iterations; time exactly `calls` dispatches per sample.
+        timer.sample_s = 1e9
+        t_op = timer.run(lambda: op(x), jax.block_until_ready)
+        t_jit = timer.run(lambda: f(x), jax.block_until_ready)
+        descs = [make() for _ in range(calls)]  # equal, freshly constructed descriptors
+        dml.compile_operator(descs[0])
+        t = time.perf_counter()
+        for d in descs:
+            dml.compile_operator(d)
+        t_compile = (time.perf_counter() - t) / calls
+        t = time.perf_counter()
+        for _ in range(calls // 4):
+            dml.compile_operator(make())
+        t_build_compile = (time.perf_counter() - t) / (calls // 4)
+        out["operators"][name] = dict(
+            op_call_us=t_op * 1e6, jit_call_us=t_jit * 1e6, overhead_ratio=t_op / t_jit,
+            compile_warm_us=t_compile * 1e6, construct_and_compile_warm_us=t_build_compile * 1e6,
+        )
+        log(f"  {name:20s} op(x) {t_op * 1e6:7.1f} us  jit(hand)(x) {t_jit * 1e6:7.1f} us  "
+            f"ratio {t_op / t_jit:5.3f}  compile(warm) {t_compile * 1e6:6.1f} us  "
+            f"construct+compile {t_build_compile * 1e6:6.1f} us")
+    return out
+
+
+def environment() -> dict:
+    import jax
+
+    dev = jax.devices()[0]
+    env = dict(
+        date=datetime.date.today().isoformat(),
+        jax=jax.__version__,
+        backend=jax.default_backend(),
+        device=getattr(dev, "device_kind", str(dev)),
+        python=platform.python_version(),
+        machine=platform.machine(),
+    )
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+    except ImportError:
+        env["torch"] = None
+    return env
+
+
+def write_png(rows: list[dict], path: str, log=print) -> bool:
+    """Bar chart of GB/s per case and implementation, with the copy roofline as a line."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib is not installed (pip install 'dml-jax[bench]'): skipping the PNG")
+        return False
+    impls = ["dml", "dml-lax", "jnp", "torch"]
+    keys = []
+    for r in rows:
+        k = (r["case"], r["dtype"])
+        if k not in keys:
+            keys.append(k)
+    table = {(r["case"], r["dtype"], r["impl"]): r["gbps"] or 0.0 for r in rows}
+    fig, ax = plt.subplots(figsize=(max(10, len(keys) * 0.45), 6))
+    width = 0.8 / len(impls)
+    for j, impl in enumerate(impls):
+        ax.bar([i + j * width for i in range(len(keys))],
+               [table.get((c, d, impl), 0.0) for c, d in keys], width, label=impl)
+    roofs = {r["dtype"]: max((q["gbps"] or 0) for q in rows
+                             if q["op"] == "copy" and q["dtype"] == r["dtype"])
+             for r in rows if any(q["op"] == "copy" and q["dtype"] == r["dtype"] for q in rows)}
+    for dtype, roof in roofs.items():
+        xs = [i for i, (_, d) in enumerate(keys) if d == dtype]
+        ax.hlines([roof, 0.9 * roof], min(xs) - 0.2, max(xs) + 0.8,
+                  colors=["k", "gray"], linestyles=["-", "--"])
+    ax.set_xticks([i + 0.4 for i in range(len(keys))])
+    ax.set_xticklabels([f"{c} [{d}]" for c, d in keys], rotation=90, fontsize=7)
+    ax.set_ylabel("effective GB/s (bytes read + written)")
+    ax.set_title("dml_jax vs hand-written jnp vs PyTorch; line: copy roofline, dashed: 90%")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _parse_shape(text: str) -> tuple[int, ...]:
+    shape = tuple(int(s) for s in text.split(","))
+    if len(shape) != 4 or shape[1] % 4 or shape[2] % 2 or shape[3] % 2:
+        raise argparse.ArgumentTypeError("need N,C,H,W with C % 4 == 0 and H, W even")
+    return shape
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``dml-jax bench``: runs the suite and writes results.json (and results.png)."""
+    parser = argparse.ArgumentParser(prog="dml-jax bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help=f"tiny tensors {QUICK_SHAPE} (CPU / CI); default 1 GiB of float32")
+    parser.add_argument("--shape", type=_parse_shape, default=None,
+                        help="float32 shape N,C,H,W (other dtypes scale N to equal bytes)")
+    parser.add_argument("--dtypes", default="float32,float16,int8",
+                        help="comma-separated data types (default: %(default)s)")
+    parser.add_argument("--only", default=None, help="run only cases whose name contains this")
+    parser.add_argument("--out", default="benchmarks/results", help="output folder")
+    parser.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    parser.add_argument("--no-overhead", action="store_true",
+                        help="skip the host-overhead and compile-time measurements")
+    parser.add_argument("--samples", type=int, default=5)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    # Let JAX and PyTorch share the GPU: without this JAX takes 75% of it up front.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    try:
+        for d in dtypes:
+            np.dtype(d)
+    except TypeError as e:
+        print(f"dml-jax bench: bad --dtypes: {e}", file=sys.stderr)
+        return 2
+    base = args.shape or (QUICK_SHAPE if args.quick else GIB_SHAPE_F32)
+    env = environment()
+    print(f"dml-jax bench on {env['device']} ({env['backend']}), jax {env['jax']}, "
+          f"{env['date']}")
+    timer = Timer(sample_s=0.005 if args.quick else 0.05, samples=args.samples)
+    rows = []
+    shapes = {}
+    for dtype in dtypes:
+        scale = 1 if args.quick or args.shape else max(1, 4 // np.dtype(dtype).itemsize)
+        shape = (base[0] * scale,) + tuple(base[1:])
+        shapes[dtype] = list(shape)
+        cases = build_cases(shape, [dtype], full=True)
+        if args.only:
+            cases = [c for c in cases if args.only in c.name or c.op == "copy"]
+        print(f"{dtype} {shape}: {len(cases)} cases")
+        rows += run_cases(cases, timer, use_torch=not args.no_torch)
+    report = dict(environment=env, shapes=shapes, quick=args.quick, results=rows)
+    if not args.no_overhead:
+        print("host overhead and warm compile (small tensors):")
+        report["overhead"] = measure_overhead(500 if args.quick else 2000)
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "results.json")
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"wrote {path}")
+    if write_png(rows, os.path.join(args.out, "results.png")):
+        print(f"wrote {os.path.join(args.out, 'results.png')}")
+    print(summary(rows))
+    return 0
+
+
+def summary(rows: list[dict]) -> str:
+    """A short text table: GB/s of each implementation and dml's ratio to the copy."""
+    by = {}
+    for r in rows:
+        by.setdefault((r["case"], r["dtype"]), {})[r["impl"]] = r
+    lines = [f"{'case':40s} {'dtype':8s} {'dml':>8s} {'lax':>8s} {'jnp':>8s} {'torch':>8s} "
+             f"{'dml/copy':>8s}"]
+    for (case, dtype), impls in by.items():
+        def g(k):
+            r = impls.get(k)
+            return f"{r['gbps']:8.0f}" if r and r["gbps"] else f"{'-':>8s}"
+        ratio = impls.get("dml", {}).get("ratio_to_copy")
+        lines.append(f"{case:40s} {dtype:8s} {g('dml')} {g('dml-lax')} {g('jnp')} {g('torch')} "
+                     + (f"{ratio:8.2f}" if ratio else f"{'-':>8s}"))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
