@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ValidationError
+from .errors import ValidationError, brief
 
 
 class _DmlEnum(enum.Enum):
@@ -42,7 +42,8 @@ class _DmlEnum(enum.Enum):
         choices = ", ".join(m.name for m in cls)
         raise ValidationError(
             f"{where} must be a {cls.__name__} (a member, its full DML name such as "
-            f"'{cls._prefix_value()}{next(iter(cls)).name}', or one of: {choices}), got {value!r}"
+            f"'{cls._prefix_value()}{next(iter(cls)).name}', or one of: {choices}), "
+            f"got {brief(value)}"
         )
 
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import reprlib
 from typing import Any, NoReturn
 
 import numpy as np
@@ -105,12 +106,12 @@ def as_int(value: Any, where: str, *, minimum: int = 0, maximum: int = UINT32_MA
     ``where`` is the full location for the message, e.g. ``"DML_OPERATOR_TILE: Repeats[1]"``.
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValidationError(f"{where} must be an integer, got {value!r}")
+        raise ValidationError(f"{where} must be an integer, got {brief(value)}")
     value = int(value)
     if value < minimum:
-        raise ValidationError(f"{where} must be >= {minimum}, got {value}")
+        raise ValidationError(f"{where} must be >= {minimum}, got {brief(value)}")
     if value > maximum:
-        raise ValidationError(f"{where} must be <= {maximum}, got {value}")
+        raise ValidationError(f"{where} must be <= {maximum}, got {brief(value)}")
     return value
 
 
@@ -119,7 +120,7 @@ def as_int_tuple(value: Any, where: str, **limits: int) -> tuple[int, ...]:
     if isinstance(value, np.ndarray) and value.ndim == 1:
         value = value.tolist()
     if not isinstance(value, (list, tuple)):
-        raise ValidationError(f"{where} must be a sequence of integers, got {value!r}")
+        raise ValidationError(f"{where} must be a sequence of integers, got {brief(value)}")
     return tuple(as_int(v, f"{where}[{i}]", **limits) for i, v in enumerate(value))
 
 
@@ -128,5 +129,41 @@ def as_float(value: Any, where: str) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(
         value, (int, float, np.integer, np.floating)
     ):
-        raise ValidationError(f"{where} must be a number, got {value!r}")
-    return float(value)
+        raise ValidationError(f"{where} must be a number, got {brief(value)}")
+    return to_python_float(value, where)
+
+
+def to_python_float(value: Any, where: str) -> float:
+    """float(value), with integers beyond a double's range rejected instead of OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValidationError(
+            f"{where} must be a number within a double's range, got {brief(value)}"
+        ) from None
+
+
+class _Brief(reprlib.Repr):
+    """reprlib with a cap on integers too: repr() of a huge int is slow, or raises ValueError
+    beyond sys.get_int_max_str_digits()."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 128:
+            return f"<{'-' if x < 0 else ''}{x.bit_length()}-bit integer>"
+        return repr(x)
+
+
+_BRIEF = _Brief()
+_BRIEF.maxstring = _BRIEF.maxother = 60
+_BRIEF.maxlist = _BRIEF.maxtuple = _BRIEF.maxdict = _BRIEF.maxset = 8
+
+
+def brief(value: Any) -> str:
+    """A short repr for error messages: hostile input (a huge list, a 10**5000 integer) must not
+    turn into a huge message or a crash while the message is being built."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return _BRIEF.repr_int(int(value), 0)
+    try:
+        return _BRIEF.repr(value)
+    except Exception:  # noqa: BLE001 - a failing __repr__ must still give a message
+        return f"<{type(value).__name__}>"

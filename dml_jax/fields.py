@@ -13,7 +13,7 @@ from typing import Any, Callable, ClassVar, Iterator
 
 import numpy as np
 
-from .errors import ValidationError, as_int
+from .errors import ValidationError, as_int, brief
 from .tensor import ScaleBias, TensorDesc
 
 INPUT, OUTPUT, ATTRIBUTE, COUNT = "input", "output", "attribute", "count"
@@ -107,7 +107,7 @@ def _convert_tensors(value: Any, where: str, array: bool) -> Any:
             raise ValidationError(f"{where} must be a TensorDesc, got {type(value).__name__}")
         return value
     if isinstance(value, TensorDesc) or not isinstance(value, (list, tuple)):
-        raise ValidationError(f"{where} must be a sequence of TensorDesc, got {value!r}")
+        raise ValidationError(f"{where} must be a sequence of TensorDesc, got {brief(value)}")
     for i, t in enumerate(value):
         if not isinstance(t, TensorDesc):
             raise ValidationError(f"{where}[{i}] must be a TensorDesc, got {type(t).__name__}")
@@ -125,7 +125,7 @@ def to_uint_tuple(value: Any, where: str) -> tuple[int, ...]:
     if isinstance(value, np.ndarray) and value.ndim == 1:
         value = value.tolist()
     if not isinstance(value, (list, tuple)):
-        raise ValidationError(f"{where} must be a sequence of integers, got {value!r}")
+        raise ValidationError(f"{where} must be a sequence of integers, got {brief(value)}")
     return tuple(as_int(v, f"{where}[{i}]") for i, v in enumerate(value))
 
 
@@ -139,5 +139,5 @@ def to_enum(enum_cls: type) -> Callable[[Any, str], Any]:
 
 def to_scale_bias(value: Any, where: str) -> ScaleBias:
     if not isinstance(value, ScaleBias):
-        raise ValidationError(f"{where} must be a ScaleBias or None, got {value!r}")
+        raise ValidationError(f"{where} must be a ScaleBias or None, got {brief(value)}")
     return value

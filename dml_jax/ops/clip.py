@@ -18,7 +18,7 @@ import numpy as np
 from jax import lax
 
 from ..enums import DataType
-from ..errors import ValidationError, Validator
+from ..errors import ValidationError, Validator, brief, to_python_float
 from ..fields import OperatorDesc, attribute, input_field, output_field, to_enum, to_scale_bias
 from ..registry import register
 from ..tensor import ScaleBias, TensorDesc
@@ -29,8 +29,8 @@ def to_float(value: Any, where: str) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(
         value, (int, float, np.integer, np.floating)
     ):
-        raise ValidationError(f"{where} must be a number, got {value!r}")
-    value = float(value)
+        raise ValidationError(f"{where} must be a number, got {brief(value)}")
+    value = to_python_float(value, where)
     if math.isnan(value):
         raise ValidationError(f"{where} must not be NaN")
     return value
@@ -41,7 +41,7 @@ def to_number(value: Any, where: str) -> int | float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(
         value, (int, float, np.integer, np.floating)
     ):
-        raise ValidationError(f"{where} must be a number, got {value!r}")
+        raise ValidationError(f"{where} must be a number, got {brief(value)}")
     if isinstance(value, (int, np.integer)):
         return int(value)
     value = float(value)
@@ -84,9 +84,12 @@ def convert_typed_bound(value: int | float, data_type: DataType, where: str) -> 
     dtype = data_type.numpy_dtype
     if data_type.is_float:
         info = np.finfo(dtype)
-        if math.isfinite(value) and abs(value) > float(info.max):
+        # An int may exceed a double (10**400); comparing it with a float is still exact.
+        finite = isinstance(value, int) or math.isfinite(value)
+        if finite and abs(value) > float(info.max):
             raise ValidationError(
-                f"{where} ({value}) is outside the range of {data_type.name} (±{float(info.max)})"
+                f"{where} ({brief(value)}) is outside the range of {data_type.name} "
+                f"(±{float(info.max)})"
             )
         return dtype.type(value)
     if isinstance(value, float) and (not math.isfinite(value) or value != math.floor(value)):
@@ -95,7 +98,7 @@ def convert_typed_bound(value: int | float, data_type: DataType, where: str) -> 
     whole = int(value)
     if not int(info.min) <= whole <= int(info.max):
         raise ValidationError(
-            f"{where} ({whole}) is outside the range of {data_type.name} "
+            f"{where} ({brief(whole)}) is outside the range of {data_type.name} "
             f"[{info.min}, {info.max}]"
         )
     return dtype.type(whole)
