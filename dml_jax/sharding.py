@@ -20,7 +20,8 @@ decides the layout. Two things live here:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 from jax.sharding import NamedSharding, PartitionSpec, Sharding
