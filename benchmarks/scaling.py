@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
                 out_s = rows_sharded if out_desc.sizes[0] % k == 0 else replicated
                 compile_fn = dml.compile_graph if is_graph else dml.compile_operator
                 op = compile_fn(desc, in_shardings=rows_sharded, out_shardings=out_s)
-            cold, hot = _time(lambda op=op: op(x), lambda r: r.block_until_ready(),
+            cold, hot = _time(lambda op=op, x=x: op(x), lambda r: r.block_until_ready(),
                               args.sample_s, args.samples)
             result = np.asarray(op(x))
             if k == 1:
