@@ -66,6 +66,34 @@ def test_communication_is_recorded_for_the_operator_axis(report):
     assert moving == set(worker.COMM_SCENARIOS) - {"DEPTH_TO_SPACE1-CRD-32ch"}
 
 
+def _run_script(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)  # the scripts ask for their simulated devices themselves
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=ROOT, check=False)
+
+
+def test_scaling_out_example_runs_on_8_cpu_devices():
+    proc = _run_script("examples/scaling_out.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "8 cpu device(s)" in proc.stdout
+    assert "ARGMAX with ties on different devices: [[3, 3, 3, 3]]" in proc.stdout
+
+
+def test_scaling_benchmark_quick_runs_and_matches_one_device(tmp_path):
+    out = tmp_path / "scaling.json"
+    proc = _run_script("benchmarks/scaling.py", "--quick", "--sample-s", "0.005",
+                       "--samples", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert {r["devices"] for r in report["results"]} == {1, 8}
+    assert len({r["case"] for r in report["results"]}) == 4
+    for r in report["results"]:
+        assert r["hot_s"] > 0 and r["max_abs_diff_vs_1_device"] <= 1e-3, r
+
+
 # ------------------------------------------------------------------ validation (one device)
 
 X = dml.TensorDesc("FLOAT32", (4, 6))
