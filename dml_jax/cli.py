@@ -49,6 +49,26 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+_SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1000, "KIB": 1 << 10, "M": 1 << 20,
+               "MB": 1000**2, "MIB": 1 << 20, "G": 1 << 30, "GB": 1000**3, "GIB": 1 << 30,
+               "T": 1 << 40, "TB": 1000**4, "TIB": 1 << 40}
+
+
+def _memory_size(text: str) -> int:
+    """``--max-memory``: bytes, with an optional unit (``512M``, ``2GiB``, ``1.5G``); 0: no
+    limit."""
+    number = text.strip().upper().rstrip("BIKMGT")
+    unit = text.strip().upper()[len(number):]
+    try:
+        value = float(number) * _SIZE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"expected a size such as 4G, 512MiB or 1000000, got "
+                                         f"'{text}'") from None
+    if not 0 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"expected a size >= 0, got '{text}'")
+    return int(value)
+
+
 def _verbosity(text: str) -> int:
     value = _non_negative_int(text)
     if value > 2:
@@ -94,6 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--bytes-as-chars", action="store_true",
                      help="print INT8/UINT8 resources as characters, as DxDispatch does "
                           "(default: numbers)")
+    run.add_argument("--max-memory", type=_memory_size, default=None, metavar="SIZE",
+                     help="refuse models whose resources (or one dispatch's tensors next to "
+                          "them) need more than SIZE bytes, e.g. 2G; 0: no limit (default: 80%% "
+                          "of the device's memory, or half of the machine's for the CPU)")
+    run.add_argument("--allow-outside-paths", action="store_true",
+                     help="let sourcePath and writeFile targets leave the model's folder")
+    run.add_argument("--overwrite", action="store_true",
+                     help="let writeFile replace existing files")
     run.add_argument("--debug", action="store_true",
                      help="show the Python traceback of errors")
 
@@ -154,6 +182,9 @@ def _run(args: argparse.Namespace) -> int:
         timing_verbosity=args.timing_verbosity,
         dispatch_interval=args.dispatch_interval,
         bytes_as_chars=args.bytes_as_chars,
+        max_memory=args.max_memory,
+        allow_outside_paths=args.allow_outside_paths,
+        overwrite=args.overwrite,
     )
     if args.feature_level is not None:
         from .enums import FeatureLevel

@@ -17,11 +17,13 @@ Every problem with a model is a ``ModelError`` naming the file and the JSON path
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import re
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .enums import DataType, TensorFlags
-from .errors import ValidationError
+from .errors import ValidationError, brief
 from .tensor import TensorDesc
 
 MINIMUM_BUFFER_TENSOR_ALIGNMENT = 16  # DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT
@@ -108,6 +110,10 @@ def parse_json_text(text: str, file: str) -> Any:
         raise ModelError(
             file, "", f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}"
         ) from None
+    except RecursionError:
+        raise ModelError(file, "", "invalid JSON: nested too deeply") from None
+    except ValueError as e:  # e.g. an integer literal beyond Python's digit limit
+        raise ModelError(file, "", f"invalid JSON: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,10 +134,32 @@ def _member(path: str, key: str | int) -> str:
 
 
 class _Ctx:
-    """The model file name, for errors."""
+    """The model file name, for errors, and the limits of this load (see ``load_model``)."""
 
-    def __init__(self, file: str):
+    def __init__(self, file: str, max_memory: int | None = None,
+                 allow_outside_paths: bool = False, model_dir: str = ""):
         self.file = file
+        self.max_memory = max_memory
+        self.allocated = 0
+        self.allow_outside_paths = allow_outside_paths
+        self.model_dir = model_dir
+
+    def reserve(self, nbytes: int, path: str, what: str = "resources") -> None:
+        """Counts ``nbytes`` against the memory budget before anything that large is allocated."""
+        self.allocated += nbytes
+        if self.max_memory is not None and self.allocated > self.max_memory:
+            raise self.fail(path, f"the {what} need {self.allocated} bytes, more than the "
+                                  f"memory budget of {self.max_memory} bytes (--max-memory)")
+
+    def inside_model_dir(self, file: str, path: str, what: str) -> str:
+        """Refuses a path that resolves (symbolic links included) outside the model's folder."""
+        if self.allow_outside_paths:
+            return file
+        real, root = os.path.realpath(file), os.path.realpath(self.model_dir or ".")
+        if os.path.commonpath([real, root]) != root:
+            raise self.fail(path, f"{what} '{file}' is outside the model's folder '{root}' "
+                                  "(allowed with --allow-outside-paths)")
+        return file
 
     def fail(self, path: str, message: str) -> ModelError:
         return ModelError(self.file, path, message)
@@ -153,7 +181,7 @@ class _Ctx:
 
     def uint(self, value: Any, path: str, minimum: int = 0) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(path, f"must be an integer, got {json.dumps(value)}")
+            raise self.fail(path, f"must be an integer, got {brief(value)}")
         if value < minimum:
             raise self.fail(path, f"must be >= {minimum}, got {value}")
         return value
@@ -317,7 +345,7 @@ def _find_file(ctx: _Ctx, source: str, model_dir: str, path: str) -> str:
     """DxDispatch looks next to the model file first, then in the current directory."""
     for candidate in (os.path.join(model_dir, source), source):
         if os.path.isfile(candidate):
-            return candidate
+            return ctx.inside_model_dir(candidate, path, "file")
     raise ctx.fail(path, f"file '{source}' not found (looked in '{model_dir or '.'}' and in "
                          "the current directory)")
 
@@ -346,7 +374,7 @@ def _read_npy(ctx: _Ctx, file: str, path: str) -> tuple[bytes, DataType]:
         raise ctx.fail(path, f"'{file}': .npy data type '{dtype.str}' has no DML data type")
     if dtype.byteorder == ">" and dtype.itemsize > 1:
         raise ctx.fail(path, f"'{file}': big-endian .npy data ('{dtype.str}') is not supported")
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize  # exact: a hostile header cannot wrap it
     if len(data) < nbytes:
         raise ctx.fail(path, f"'{file}': .npy payload is {len(data)} bytes, its header "
                              f"promises {nbytes}")
@@ -361,6 +389,10 @@ def _file_initializer(ctx: _Ctx, init: dict, data_type: DataType | None, dtype_g
     file = _find_file(ctx, source, model_dir, src_path)
     if ext in (".png", ".jpg", ".jpeg"):
         raise ctx.fail(src_path, "image initializers are not supported by dml_jax")
+    try:
+        ctx.reserve(os.path.getsize(file), src_path)
+    except OSError as e:
+        raise ctx.fail(src_path, f"cannot read '{file}': {e}") from None
     if ext == ".npy":
         data, npy_type = _read_npy(ctx, file, src_path)
         if dtype_given and data_type != npy_type:
@@ -397,6 +429,7 @@ def parse_resource(ctx: _Ctx, name: str, obj: Any, model_dir: str) -> Resource:
     """One entry of ``resources`` (a buffer)."""
     path = _member("resources", name)
     obj = ctx.object(obj, path)
+    allocated_before = ctx.allocated
     resource_type = obj.get("type", "buffer")
     if resource_type != "buffer":
         raise ctx.fail(_member(path, "type"), f"only buffer resources are supported, got "
@@ -420,6 +453,7 @@ def parse_resource(ctx: _Ctx, name: str, obj: Any, model_dir: str) -> Resource:
             data = _list_initializer(ctx, init, init_path)
         else:
             t = need_type()
+            ctx.reserve(len(init) * t.size, init_path)
             values = [convert_scalar(ctx, v, t, _member(init_path, i)) for i, v in enumerate(init)]
             data = np.array(values, dtype=t.numpy_dtype).tobytes()
     elif isinstance(init, dict):
@@ -432,6 +466,7 @@ def parse_resource(ctx: _Ctx, name: str, obj: Any, model_dir: str) -> Resource:
             t = need_type()
             count = ctx.uint(ctx.require(init, "valueCount", init_path),
                              _member(init_path, "valueCount"), minimum=1)
+            ctx.reserve(count * t.size, init_path)
             if has_value:
                 v = convert_scalar(ctx, init["value"], t, _member(init_path, "value"))
                 data = np.full(count, v, dtype=t.numpy_dtype).tobytes()
@@ -465,6 +500,9 @@ def parse_resource(ctx: _Ctx, name: str, obj: Any, model_dir: str) -> Resource:
                            + (f" at offset {offset}" if offset else "") + ")")
     else:
         size = (len(data) + 3) // 4 * 4
+    # The initializer was counted before its data was created; the resource costs its size.
+    ctx.allocated = allocated_before
+    ctx.reserve(size, _member(path, "sizeInBytes"))
     return Resource(name, data_type, data, size, path)
 
 
@@ -771,20 +809,31 @@ def _parse_command(ctx: _Ctx, i: int, obj: Any, model_resources: dict,
                                           "print or writeFile)")
 
 
-def load_model(file: str, *, feature_level: Any = None, text: str | None = None) -> Model:
+def load_model(file: str, *, feature_level: Any = None, text: str | None = None,
+               max_memory: int | None = None, allow_outside_paths: bool = False,
+               overwrite: bool = False) -> Model:
     """Reads, checks and compiles a model file.
 
     Args:
         file: the model path (also used in error messages).
         feature_level: the DML feature level operators are validated at (None: newest).
         text: the JSON text, when already read.
+        max_memory: bytes the resources (and each dispatch's tensors next to them) may use;
+            checked before anything is allocated. None: no limit.
+        allow_outside_paths: let ``sourcePath`` and ``targetPath`` resolve outside the model's
+            folder.
+        overwrite: let ``writeFile`` replace existing files.
 
     Raises:
         ModelError: for any problem, naming ``file`` and the JSON path.
     """
-    ctx = _Ctx(file)
+    model_dir = os.path.dirname(os.path.abspath(file))
+    ctx = _Ctx(file, max_memory, allow_outside_paths, model_dir)
     if text is None:
         try:
+            if max_memory is not None and os.path.getsize(file) > max_memory:
+                raise ctx.fail("", f"the model file is {os.path.getsize(file)} bytes, more than "
+                                   f"the memory budget of {max_memory} bytes (--max-memory)")
             with open(file, encoding="utf-8") as f:
                 text = f.read()
         except (OSError, UnicodeDecodeError) as e:
@@ -792,7 +841,6 @@ def load_model(file: str, *, feature_level: Any = None, text: str | None = None)
     root = ctx.object(parse_json_text(text, file), "")
     for key in ("resources", "dispatchables", "commands"):
         ctx.require(root, key, "")
-    model_dir = os.path.dirname(os.path.abspath(file))
 
     resources = {}
     for name, obj in ctx.object(root["resources"], "resources").items():
@@ -819,7 +867,38 @@ def load_model(file: str, *, feature_level: Any = None, text: str | None = None)
         raise ctx.fail("commands", f"must be a JSON array, got {_kind(commands_json)}")
     commands = [_parse_command(ctx, i, c, resources, dispatchables)
                 for i, c in enumerate(commands_json)]
+    _check_commands(ctx, commands, dispatchables, overwrite)
     return Model(file, resources, dispatchables, commands)
+
+
+def _check_commands(ctx: _Ctx, commands: list, dispatchables: dict, overwrite: bool) -> None:
+    """Limits checked before anything runs: each dispatch's tensors fit the memory budget
+    next to the resources, and writeFile targets stay in the model's folder and overwrite
+    nothing (unless allowed)."""
+    targets: set[str] = set()
+    for command in commands:
+        if isinstance(command, DispatchCommand) and ctx.max_memory is not None:
+            op = dispatchables[command.dispatchable].op
+            tensors = tuple(getattr(op, "input_descs", ())) + tuple(getattr(op, "output_descs",
+                                                                            ()))
+            # Logical sizes: a broadcast (stride 0) input may be far larger than its buffer.
+            working = sum(t.element_count * t.data_type.size for t in tensors if t is not None)
+            if ctx.allocated + working > ctx.max_memory:
+                raise ctx.fail(command.path, f"the dispatch works on {working} bytes of tensors "
+                                             f"next to {ctx.allocated} bytes of resources, more "
+                                             f"than the memory budget of {ctx.max_memory} bytes "
+                                             "(--max-memory)")
+        if isinstance(command, WriteFileCommand):
+            where = _member(command.path, "targetPath")
+            ctx.inside_model_dir(command.target, where, "targetPath")
+            real = os.path.realpath(command.target)
+            if os.path.isdir(real):
+                raise ctx.fail(where, f"'{command.target}' is a directory")
+            if not overwrite and (os.path.lexists(command.target) or real in targets):
+                raise ctx.fail(where, f"'{command.target}' already exists or is written by an "
+                                      "earlier command; it is not overwritten without "
+                                      "--overwrite")
+            targets.add(real)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -872,17 +951,23 @@ def format_resource(name: str, buffer: np.ndarray, resource: Resource, *, verbos
 
 
 def write_file(resource: Resource, buffer: np.ndarray, target: str,
-               dimensions: tuple[int, ...] | None) -> None:
-    """``writeFile``: .npy with the resource's data type, anything else raw bytes."""
+               dimensions: tuple[int, ...] | None, *, overwrite: bool = True) -> None:
+    """``writeFile``: .npy with the resource's data type, anything else raw bytes.
+
+    The file is written under a temporary name and renamed into place, so a failed write
+    leaves no partial file and an existing file is either kept or replaced whole; with
+    ``overwrite=False`` an existing file is an error.
+    """
     parent = os.path.dirname(target)
     if parent:
         os.makedirs(parent, exist_ok=True)
+    if not overwrite and os.path.lexists(target):
+        raise ValueError(f"'{target}' already exists; it is not overwritten without --overwrite")
     ext = os.path.splitext(target)[1].lower()
     if ext in (".png", ".jpg", ".jpeg"):
         raise ValueError("image files are not supported by dml_jax")
     if ext != ".npy":
-        with open(target, "wb") as f:
-            f.write(buffer.tobytes())
+        _replace_atomically(target, buffer.tobytes())
         return
     if resource.data_type is None:
         raise ValueError("a .npy file needs an initialValuesDataType other than UNKNOWN")
@@ -894,7 +979,20 @@ def write_file(resource: Resource, buffer: np.ndarray, target: str,
                          f"{buffer.size}")
     array = np.frombuffer(buffer.tobytes()[: count * size],
                           dtype=resource.data_type.numpy_dtype).reshape(shape)
-    np.save(target, array, allow_pickle=False)
+    stream = io.BytesIO()
+    np.save(stream, array, allow_pickle=False)
+    _replace_atomically(target, stream.getvalue())
+
+
+def _replace_atomically(target: str, data: bytes) -> None:
+    fd, temporary = tempfile.mkstemp(prefix=".dml-jax-", dir=os.path.dirname(target) or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, target)
+    except BaseException:
+        os.unlink(temporary)
+        raise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -913,6 +1011,10 @@ class RunOptions:
         timing_verbosity: 0, 1 or 2 (``-v``).
         dispatch_interval: minimum milliseconds between samples (``-I``).
         bytes_as_chars: print INT8/UINT8 as characters, as DxDispatch does.
+        max_memory: bytes the model may use (``--max-memory``); None: derived from the device
+            (``default_memory_budget``); 0: no limit.
+        allow_outside_paths: files may be read or written outside the model's folder.
+        overwrite: ``writeFile`` may replace existing files.
     """
 
     dispatch_iterations: int = 1
@@ -922,6 +1024,9 @@ class RunOptions:
     timing_verbosity: int = 0
     dispatch_interval: float = 0.0
     bytes_as_chars: bool = False
+    max_memory: int | None = None
+    allow_outside_paths: bool = False
+    overwrite: bool = False
 
 
 def _view(jnp_bytes: Any, offset: int, length: int, dtype: np.dtype) -> Any:
@@ -1072,6 +1177,7 @@ class Executor:
             for name, ms in init_ms.items():
                 self.out(f"Initialize '{name}': {ms:.4f} ms")
         for command, plan in zip(self.model.commands, self.plans):
+            before = dict(self.state)
             try:
                 if isinstance(command, DispatchCommand):
                     self._dispatch(command, plan)
@@ -1079,10 +1185,14 @@ class Executor:
                     self._print(command)
                 else:
                     self._write_file(command)
-            except (OSError, ValueError) as e:
+            except (OSError, ValueError, RuntimeError, MemoryError) as e:
+                # Nothing is lost: the resources keep their contents from before this command
+                # (a failed dispatch may have updated some of them) and earlier files stay.
+                self.state = before
                 if isinstance(e, ModelError):
                     raise
-                raise ModelError(self.model.file, command.path, str(e)) from None
+                raise ModelError(self.model.file, command.path,
+                                 f"{type(command).__name__[:-7]} failed: {e}") from None
 
     def _buffer(self, name: str) -> np.ndarray:
         return np.asarray(self.state[name])
@@ -1099,7 +1209,8 @@ class Executor:
 
     def _write_file(self, command: WriteFileCommand) -> None:
         resource = self.model.resources[command.resource]
-        write_file(resource, self._buffer(command.resource), command.target, command.dimensions)
+        write_file(resource, self._buffer(command.resource), command.target, command.dimensions,
+                   overwrite=self.options.overwrite)
         self.out(f"Resource '{command.resource}' written to '{command.target}'")
 
     def _dispatch(self, command: DispatchCommand, plan: _DispatchPlan) -> None:
@@ -1168,6 +1279,8 @@ def _compile_plan(model: Model, command: DispatchCommand, device: Any) -> _Dispa
         return _DispatchPlan(model, command, device)
     except ValidationError as e:
         raise ModelError(model.file, command.path, str(e)) from None
+    except (RuntimeError, MemoryError) as e:  # XLA refusing to compile or to allocate
+        raise ModelError(model.file, command.path, f"Dispatch cannot be compiled: {e}") from None
 
 
 def select_device(spec: str | None) -> Any:
@@ -1191,6 +1304,21 @@ def select_device(spec: str | None) -> Any:
     raise ValueError(f"device must be cpu, gpu, tpu or an index, got '{spec}'")
 
 
+def default_memory_budget(device: Any) -> int:
+    """``--max-memory`` by default: 80% of the device's memory limit when JAX reports one
+    (GPUs), else half of the machine's physical memory (CPU), else 4 GiB."""
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # noqa: BLE001 - backends without memory statistics raise various errors
+        stats = {}
+    if stats.get("bytes_limit"):
+        return int(stats["bytes_limit"] * 0.8)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (AttributeError, ValueError, OSError):
+        return 4 << 30
+
+
 def describe_device(device: Any) -> str:
     """The adapter line's description, e.g. ``cpu (cpu:0)``."""
     kind = getattr(device, "device_kind", device.platform)
@@ -1208,10 +1336,16 @@ def run_model(file: str, *, device: str | None = None, options: RunOptions | Non
     import jax
 
     dev = select_device(device)
+    options = options or RunOptions()
+    budget = options.max_memory
+    if budget is None:
+        budget = default_memory_budget(dev)
     # 64-bit tensors need JAX's x64 mode; it is switched on for this run only.
     x64 = jax.enable_x64(True) if _model_mentions_64bit(file) else _null_context()
     with x64:
-        model = load_model(file, feature_level=feature_level)
+        model = load_model(file, feature_level=feature_level, max_memory=budget or None,
+                           allow_outside_paths=options.allow_outside_paths,
+                           overwrite=options.overwrite)
         out(f"Running on '{describe_device(dev)}'")
         Executor(model, dev, options, out).run()
     return model
@@ -1246,6 +1380,7 @@ __all__ = [
     "Resource",
     "RunOptions",
     "format_resource",
+    "default_memory_budget",
     "format_value",
     "load_model",
     "parse_json_text",
