@@ -11,7 +11,8 @@ elements one by one, CLIP converts its bounds with its own rules (seed 002 and N
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -123,7 +124,7 @@ def clip_float_bound(value: float, type_name: str) -> np.generic:
     return dtype.type(min(max(whole, int(info.min)), int(info.max)))
 
 
-def clip1_bound(value: int | float, type_name: str) -> np.generic:
+def clip1_bound(value: float, type_name: str) -> np.generic:
     """CLIP1's DML_SCALAR_UNION Min/Max: the value as written in MinMaxDataType, no truncation."""
     dtype = np.dtype(type_name.lower())
     if dtype.kind != "f":

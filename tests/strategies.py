@@ -12,9 +12,11 @@ Cases with 64-bit tensors must run inside ``x64(case)`` (``jax.enable_x64``); th
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -132,8 +134,8 @@ def _pieces(draw, key: str, types=None):
     n = shape[axis]
     cuts = draw(st.sets(st.integers(1, n - 1), max_size=3)) if n > 1 else set()
     edges = [0, *sorted(cuts), n]
-    widths = [b - a for a, b in zip(edges, edges[1:])]
-    parts = [shape[:axis] + (w,) + shape[axis + 1:] for w in widths]
+    widths = [b - a for a, b in itertools.pairwise(edges)]
+    parts = [shape[:axis] + (w,) + shape[axis + 1 :] for w in widths]
     return type_name, shape, axis, parts
 
 
@@ -141,7 +143,9 @@ def _pieces(draw, key: str, types=None):
 def split_cases(draw, types=None):
     type_name, shape, axis, parts = draw(_pieces("DML_OPERATOR_SPLIT", types))
     desc = dml.SplitOperatorDesc(
-        _tensor(type_name, shape), [_tensor(type_name, p) for p in parts], axis=axis,
+        _tensor(type_name, shape),
+        [_tensor(type_name, p) for p in parts],
+        axis=axis,
         output_count=draw(st.sampled_from([None, len(parts)])),
     )
     x = values(draw(seeds()), type_name, shape, draw(st.sampled_from(["full", "ties"])))
@@ -152,7 +156,9 @@ def split_cases(draw, types=None):
 def join_cases(draw, types=None):
     type_name, shape, axis, parts = draw(_pieces("DML_OPERATOR_JOIN", types))
     desc = dml.JoinOperatorDesc(
-        [_tensor(type_name, p) for p in parts], _tensor(type_name, shape), axis=axis,
+        [_tensor(type_name, p) for p in parts],
+        _tensor(type_name, shape),
+        axis=axis,
         input_count=draw(st.sampled_from([None, len(parts)])),
     )
     rng = draw(seeds())
@@ -203,7 +209,9 @@ def tile_cases(draw, types=None):
         budget //= r
     out = tuple(s * r for s, r in zip(shape, repeats))
     desc = dml.TileOperatorDesc(
-        _tensor(type_name, shape), _tensor(type_name, out), repeats=repeats,
+        _tensor(type_name, shape),
+        _tensor(type_name, out),
+        repeats=repeats,
         repeats_count=draw(st.sampled_from([None, len(repeats)])),
     )
     return Case(desc, (values(draw(seeds()), type_name, shape, "full"),))
@@ -221,23 +229,32 @@ CLIP_CLASSES = (
 
 def _float_bound(draw) -> float:
     """A DML FLOAT bound: halves and fractions (conversion rules), now and then out of range."""
-    return draw(st.one_of(
-        st.integers(-8, 8).map(lambda k: k / 2),
-        st.floats(-6, 6, allow_nan=False, width=32),
-        st.sampled_from([-1e10, 1e10, -70000.0, 70000.0, 2.7, -2.5, 0.1, -float("inf")]),
-    ))
+    return draw(
+        st.one_of(
+            st.integers(-8, 8).map(lambda k: k / 2),
+            st.floats(-6, 6, allow_nan=False, width=32),
+            st.sampled_from([-1e10, 1e10, -70000.0, 70000.0, 2.7, -2.5, 0.1, -float("inf")]),
+        )
+    )
 
 
 def _typed_bound(draw, type_name: str):
     """A CLIP1 bound that ``type_name`` holds exactly (integers) or rounds (floats)."""
     dtype = np.dtype(type_name.lower())
     if dtype.kind == "f":
-        return draw(st.one_of(st.integers(-8, 8).map(lambda k: k / 2),
-                              st.floats(-6, 6, allow_nan=False, width=16)))
+        return draw(
+            st.one_of(
+                st.integers(-8, 8).map(lambda k: k / 2), st.floats(-6, 6, allow_nan=False, width=16)
+            )
+        )
     info = np.iinfo(dtype)
-    return draw(st.one_of(st.integers(max(int(info.min), -6), 6),
-                          st.sampled_from([int(info.min), int(info.max)]),
-                          st.integers(int(info.min), int(info.max))))
+    return draw(
+        st.one_of(
+            st.integers(max(int(info.min), -6), 6),
+            st.sampled_from([int(info.min), int(info.max)]),
+            st.integers(int(info.min), int(info.max)),
+        )
+    )
 
 
 @st.composite
@@ -310,7 +327,10 @@ def reduce_cases(draw, functions=REDUCE_FUNCTIONS, types=None, max_elements: int
     if function in ("ARGMIN", "ARGMAX"):
         out_type = draw(st.sampled_from(types_at_newest(key, "outputs")))
     desc = dml.ReduceOperatorDesc(
-        function, _tensor(type_name, shape), _tensor(out_type, out_sizes), axes=axes,
+        function,
+        _tensor(type_name, shape),
+        _tensor(out_type, out_sizes),
+        axes=axes,
         axis_count=draw(st.sampled_from([None, len(axes)])),
     )
     return Case(desc, (reduce_input(draw(seeds()), function, type_name, shape),))
@@ -327,7 +347,8 @@ def arg_cases(draw, cls=None, types=None):
     desc = cls(
         _tensor(type_name, shape),
         _tensor(draw(st.sampled_from(types_at_newest(key, "outputs"))), out_sizes),
-        axes=axes, axis_direction=draw(st.sampled_from(["INCREASING", "DECREASING"])),
+        axes=axes,
+        axis_direction=draw(st.sampled_from(["INCREASING", "DECREASING"])),
     )
     style = draw(st.sampled_from(["full", "ties"]))
     return Case(desc, (values(draw(seeds()), type_name, shape, style),))

@@ -7,14 +7,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import reference
+import seed_cases
+import strategies as S
 from hypothesis import given
 from hypothesis import strategies as st
 from jax import lax
 
 import dml_jax as dml
-import reference
-import seed_cases
-import strategies as S
 from dml_jax.ops.clip import convert_float_bound
 
 CLIP, CLIP1 = dml.ElementWiseClipOperatorDesc, dml.ElementWiseClip1OperatorDesc
@@ -42,19 +42,35 @@ def test_clip_min_above_max_gives_min_everywhere(type_name):
     out1 = dml.compile_operator(CLIP1(t, t, min=4, max=1))(x)
     np.testing.assert_array_equal(out1, np.full(6, 4, t.dtype))
     # XLA's clamp is min(max(x, lo), hi): it would give Max, which is why CLIP avoids it.
-    np.testing.assert_array_equal(lax.clamp(t.dtype.type(4), jnp.asarray(x), t.dtype.type(1)),
-                                  np.full(6, 1, t.dtype))
+    np.testing.assert_array_equal(
+        lax.clamp(t.dtype.type(4), jnp.asarray(x), t.dtype.type(1)), np.full(6, 1, t.dtype)
+    )
 
 
-@pytest.mark.parametrize("value, type_name, expected", [
-    (-2.5, "INT32", -2), (2.7, "INT32", 2), (-2.7, "INT8", -2), (2.5, "UINT16", 2),
-    (-1.0, "UINT8", 0), (-0.5, "UINT32", 0), (1e10, "INT16", 32767), (-1e10, "INT8", -128),
-    (1e30, "UINT64", 2**64 - 1), (-1e30, "INT64", -2**63), (math.inf, "INT32", 2**31 - 1),
-    (-math.inf, "UINT8", 0),
-    (2049.0, "FLOAT16", 2048.0), (2051.0, "FLOAT16", 2052.0), (0.1, "FLOAT16", 0.0999755859375),
-    (70000.0, "FLOAT16", 65504.0), (-1e10, "FLOAT16", -65504.0), (math.inf, "FLOAT16", math.inf),
-    (0.1, "FLOAT32", float(np.float32(0.1))),
-])
+@pytest.mark.parametrize(
+    "value, type_name, expected",
+    [
+        (-2.5, "INT32", -2),
+        (2.7, "INT32", 2),
+        (-2.7, "INT8", -2),
+        (2.5, "UINT16", 2),
+        (-1.0, "UINT8", 0),
+        (-0.5, "UINT32", 0),
+        (1e10, "INT16", 32767),
+        (-1e10, "INT8", -128),
+        (1e30, "UINT64", 2**64 - 1),
+        (-1e30, "INT64", -(2**63)),
+        (math.inf, "INT32", 2**31 - 1),
+        (-math.inf, "UINT8", 0),
+        (2049.0, "FLOAT16", 2048.0),
+        (2051.0, "FLOAT16", 2052.0),
+        (0.1, "FLOAT16", 0.0999755859375),
+        (70000.0, "FLOAT16", 65504.0),
+        (-1e10, "FLOAT16", -65504.0),
+        (math.inf, "FLOAT16", math.inf),
+        (0.1, "FLOAT32", float(np.float32(0.1))),
+    ],
+)
 def test_convert_float_bound(value, type_name, expected):
     got = convert_float_bound(value, dml.DataType[type_name])
     assert np.dtype(type(got)) == np.dtype(type_name.lower())
@@ -62,8 +78,10 @@ def test_convert_float_bound(value, type_name, expected):
     assert reference.clip_float_bound(value, type_name) == expected
 
 
-@given(st.floats(allow_nan=False, width=32),
-       st.sampled_from(S.types_at_newest("DML_OPERATOR_ELEMENT_WISE_CLIP")))
+@given(
+    st.floats(allow_nan=False, width=32),
+    st.sampled_from(S.types_at_newest("DML_OPERATOR_ELEMENT_WISE_CLIP")),
+)
 def test_convert_float_bound_matches_reference_rule(value, type_name):
     got = convert_float_bound(value, dml.DataType[type_name])
     want = reference.clip_float_bound(value, type_name)
@@ -73,19 +91,22 @@ def test_convert_float_bound_matches_reference_rule(value, type_name):
 def test_clip1_64bit_extremes_exact():
     with jax.enable_x64(True):
         i64 = _t("INT64", [5])
-        x = np.array([-2**63, 0, 2**53 + 1, 2**63 - 3, 2**63 - 1], dtype=np.int64)
+        x = np.array([-(2**63), 0, 2**53 + 1, 2**63 - 3, 2**63 - 1], dtype=np.int64)
         out = dml.compile_operator(CLIP1(i64, i64, min=2**63 - 2, max=2**63 - 1))(x)
-        np.testing.assert_array_equal(out, np.array([2**63 - 2, 2**63 - 2, 2**63 - 2, 2**63 - 2,
-                                                     2**63 - 1], np.int64))
+        np.testing.assert_array_equal(
+            out, np.array([2**63 - 2, 2**63 - 2, 2**63 - 2, 2**63 - 2, 2**63 - 1], np.int64)
+        )
         # 2**53 + 1 is held by neither float32 nor float64.
         out = dml.compile_operator(CLIP1(i64, i64, min=2**53 + 1, max=2**53 + 1))(x)
         np.testing.assert_array_equal(out, np.full(5, 2**53 + 1, np.int64))
         u64 = _t("UINT64", [4])
         y = np.array([0, 5, 2**64 - 2, 2**64 - 1], dtype=np.uint64)
-        out = dml.compile_operator(CLIP1(u64, u64, min=2**64 - 2, max=2**64 - 1,
-                                         min_max_data_type="UINT64"))(y)
-        np.testing.assert_array_equal(out, np.array([2**64 - 2, 2**64 - 2, 2**64 - 2, 2**64 - 1],
-                                                    np.uint64))
+        out = dml.compile_operator(
+            CLIP1(u64, u64, min=2**64 - 2, max=2**64 - 1, min_max_data_type="UINT64")
+        )(y)
+        np.testing.assert_array_equal(
+            out, np.array([2**64 - 2, 2**64 - 2, 2**64 - 2, 2**64 - 1], np.uint64)
+        )
         out = dml.compile_operator(CLIP1(u64, u64, min=1, max=2**63 + 1))(y)
         np.testing.assert_array_equal(out, np.array([1, 5, 2**63 + 1, 2**63 + 1], np.uint64))
 
@@ -175,8 +196,14 @@ def _away_from_bounds(case):
 
 
 @S.FEW
-@given(st.one_of(S.clip_cases(CLIP, types=["FLOAT32"]), S.clip_cases(CLIP1, types=["FLOAT32"]),
-                 S.clip_cases(GRAD, types=["FLOAT32"]), S.clip_cases(GRAD1, types=["FLOAT32"])))
+@given(
+    st.one_of(
+        S.clip_cases(CLIP, types=["FLOAT32"]),
+        S.clip_cases(CLIP1, types=["FLOAT32"]),
+        S.clip_cases(GRAD, types=["FLOAT32"]),
+        S.clip_cases(GRAD1, types=["FLOAT32"]),
+    )
+)
 def test_clip_family_check_grads(case):
     S.check_grads(_away_from_bounds(case))
 

@@ -4,13 +4,13 @@ import dataclasses
 
 import numpy as np
 import pytest
+import reference
+import seed_cases
+import strategies as S
 from hypothesis import given
 from hypothesis import strategies as st
 
 import dml_jax as dml
-import reference
-import seed_cases
-import strategies as S
 
 
 @pytest.mark.parametrize("case", seed_cases.cases("depth_space"), ids=repr)
@@ -36,12 +36,19 @@ def test_space_to_depth1_inverts_depth_to_space1(order, data):
     S.assert_same(S.run(S.Case(back, (space,))), case.inputs)
 
 
-@given(st.one_of(S.depth_space_cases(dml.DepthToSpaceOperatorDesc),
-                 S.depth_space_cases(dml.SpaceToDepthOperatorDesc)))
+@given(
+    st.one_of(
+        S.depth_space_cases(dml.DepthToSpaceOperatorDesc),
+        S.depth_space_cases(dml.SpaceToDepthOperatorDesc),
+    )
+)
 def test_depth_space_v0_is_v1_with_dcr(case):
     d = case.desc
-    v1 = (dml.DepthToSpace1OperatorDesc if isinstance(d, dml.DepthToSpaceOperatorDesc)
-          else dml.SpaceToDepth1OperatorDesc)
+    v1 = (
+        dml.DepthToSpace1OperatorDesc
+        if isinstance(d, dml.DepthToSpaceOperatorDesc)
+        else dml.SpaceToDepth1OperatorDesc
+    )
     same = v1(d.input_tensor, d.output_tensor, d.block_size, "DEPTH_COLUMN_ROW")
     S.assert_same(S.run(case), S.run(S.Case(same, case.inputs)))
 
@@ -69,8 +76,11 @@ def test_depth_to_space_gradient_is_the_inverse_permutation():
     import jax.numpy as jnp
 
     d = seed_cases.cases("depth_space")[0].desc  # DEPTH_TO_SPACE1 DCR, {1,8,2,3} -> {1,2,4,6}
-    d = dataclasses.replace(d, input_tensor=d.input_tensor.like(data_type="FLOAT32"),
-                            output_tensor=d.output_tensor.like(data_type="FLOAT32"))
+    d = dataclasses.replace(
+        d,
+        input_tensor=d.input_tensor.like(data_type="FLOAT32"),
+        output_tensor=d.output_tensor.like(data_type="FLOAT32"),
+    )
     op = dml.compile_operator(d)
     w = jnp.arange(48, dtype=jnp.float32).reshape(1, 2, 4, 6)
     grad = jax.grad(lambda x: (w * op.fn(x)).sum())(jnp.zeros((1, 8, 2, 3), jnp.float32))
@@ -78,10 +88,15 @@ def test_depth_to_space_gradient_is_the_inverse_permutation():
     np.testing.assert_array_equal(grad, reference.reference(back, np.asarray(w))[0])
 
 
-@pytest.mark.parametrize("type_name, expected", [("FLOAT64", True), ("FLOAT16", True),
-                                                 ("INT8", False), ("UINT32", False)])
+@pytest.mark.parametrize(
+    "type_name, expected",
+    [("FLOAT64", True), ("FLOAT16", True), ("INT8", False), ("UINT32", False)],
+)
 def test_depth_space_differentiable_flag(type_name, expected):
-    d = dml.DepthToSpaceOperatorDesc(dml.TensorDesc(type_name, [1, 4, 1, 1]),
-                                     dml.TensorDesc(type_name, [1, 1, 2, 2]), block_size=2)
+    d = dml.DepthToSpaceOperatorDesc(
+        dml.TensorDesc(type_name, [1, 4, 1, 1]),
+        dml.TensorDesc(type_name, [1, 1, 2, 2]),
+        block_size=2,
+    )
     with S.x64(d):
         assert dml.compile_operator(d).differentiable is expected

@@ -7,14 +7,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import reference
+import seed_cases
+import strategies as S
 from hypothesis import given
 from hypothesis import strategies as st
 from jax import lax
 
 import dml_jax as dml
-import reference
-import seed_cases
-import strategies as S
 
 EXACT = ("ARGMAX", "ARGMIN", "MAX", "MIN")
 DIFFERENTIABLE = tuple(f for f in S.REDUCE_FUNCTIONS if f not in ("ARGMAX", "ARGMIN"))
@@ -28,8 +28,11 @@ def _reduce(function, x, axes, out_type=None):
     """A compiled REDUCE of NumPy array ``x``'s shape and type over ``axes``."""
     type_name = dml.DataType.from_dtype(x.dtype).name
     out = tuple(1 if d in axes else s for d, s in enumerate(x.shape))
-    return dml.compile_operator(dml.ReduceOperatorDesc(
-        function, _t(type_name, x.shape), _t(out_type or type_name, out), axes=list(axes)))
+    return dml.compile_operator(
+        dml.ReduceOperatorDesc(
+            function, _t(type_name, x.shape), _t(out_type or type_name, out), axes=list(axes)
+        )
+    )
 
 
 @pytest.mark.parametrize("case", seed_cases.cases("reduce"), ids=repr)
@@ -53,7 +56,7 @@ def _tolerance(function: str, x: np.ndarray, axes, out_dtype) -> dict:
         "SUM_SQUARE": (wide * wide).sum(axis=tuple(axes), keepdims=True),
     }.get(function, 1.0)
     atol = 4 * n * eps_acc * magnitude + 4 * float(np.finfo(out_dtype).smallest_subnormal)
-    return dict(rtol=4 * eps_out + 2 * n * eps_acc, atol=np.max(atol))
+    return {"rtol": 4 * eps_out + 2 * n * eps_acc, "atol": np.max(atol)}
 
 
 def _assert_matches_reference(case):
@@ -63,8 +66,12 @@ def _assert_matches_reference(case):
     if d.function.name in EXACT or not d.input_tensor.data_type.is_float:
         S.assert_same(got, want)
     else:
-        S.assert_same(got, want, exact=False,
-                      **_tolerance(d.function.name, case.inputs[0], d.axes, want[0].dtype))
+        S.assert_same(
+            got,
+            want,
+            exact=False,
+            **_tolerance(d.function.name, case.inputs[0], d.axes, want[0].dtype),
+        )
 
 
 @pytest.mark.parametrize("function", S.REDUCE_FUNCTIONS)
@@ -74,8 +81,9 @@ def test_reduce_matches_reference(function, data):
     _assert_matches_reference(data.draw(S.reduce_cases([function])))
 
 
-@pytest.mark.parametrize("cls", [dml.ArgMinOperatorDesc, dml.ArgMaxOperatorDesc],
-                         ids=lambda c: c.operator_type)
+@pytest.mark.parametrize(
+    "cls", [dml.ArgMinOperatorDesc, dml.ArgMaxOperatorDesc], ids=lambda c: c.operator_type
+)
 @given(data=st.data())
 def test_arg_matches_reference(cls, data):
     case = data.draw(S.arg_cases(cls))
@@ -84,8 +92,7 @@ def test_arg_matches_reference(cls, data):
 
 @given(st.one_of(S.arg_cases(), S.reduce_cases(["ARGMAX", "ARGMIN", "SUM", "MAX"])))
 def test_reduce_axis_order_does_not_matter(case):
-    flipped = dataclasses.replace(case.desc, axes=tuple(reversed(case.desc.axes)),
-                                  axis_count=None)
+    flipped = dataclasses.replace(case.desc, axes=tuple(reversed(case.desc.axes)), axis_count=None)
     S.assert_same(S.run(case), S.run(S.Case(flipped, case.inputs)))
 
 
@@ -106,27 +113,32 @@ def test_arg_nan_is_the_extreme(cls):
 @pytest.mark.parametrize("function", ["MAX", "MIN"])
 def test_reduce_max_min_propagate_nan(function):
     x = np.array([[1.0, np.nan], [2.0, 3.0]], np.float32)
-    np.testing.assert_array_equal(_reduce(function, x, [1])(x), [[np.nan], [3.0 if function
-                                                                             == "MAX" else 2.0]])
+    np.testing.assert_array_equal(
+        _reduce(function, x, [1])(x), [[np.nan], [3.0 if function == "MAX" else 2.0]]
+    )
 
 
-@pytest.mark.parametrize("function, type_name, values, expected", [
-    ("SUM", "INT32", [2**31 - 1, 1], -2**31),
-    ("SUM", "UINT32", [2**32 - 1, 2], 1),
-    ("MULTIPLY", "INT32", [65536, 65536], 0),
-    ("MULTIPLY", "UINT32", [65537, 65537], 131073),
-    ("SUM_SQUARE", "INT32", [65536, 1], 1),
-    ("L1", "INT32", [-2**31, 0], -2**31),
-    ("SUM", "INT64", [2**63 - 1, 1], -2**63),
-    ("SUM", "UINT64", [2**64 - 1, 1], 0),
-    ("MULTIPLY", "INT64", [2**32, 2**32], 0),
-])
+@pytest.mark.parametrize(
+    "function, type_name, values, expected",
+    [
+        ("SUM", "INT32", [2**31 - 1, 1], -(2**31)),
+        ("SUM", "UINT32", [2**32 - 1, 2], 1),
+        ("MULTIPLY", "INT32", [65536, 65536], 0),
+        ("MULTIPLY", "UINT32", [65537, 65537], 131073),
+        ("SUM_SQUARE", "INT32", [65536, 1], 1),
+        ("L1", "INT32", [-(2**31), 0], -(2**31)),
+        ("SUM", "INT64", [2**63 - 1, 1], -(2**63)),
+        ("SUM", "UINT64", [2**64 - 1, 1], 0),
+        ("MULTIPLY", "INT64", [2**32, 2**32], 0),
+    ],
+)
 def test_reduce_integer_overflow_wraps_in_the_tensor_type(function, type_name, values, expected):
     with jax.enable_x64(type_name.endswith("64")):
         x = np.array(values, dtype=type_name.lower())
         np.testing.assert_array_equal(_reduce(function, x, [0])(x), [expected])
-        np.testing.assert_array_equal(reference.reference(_reduce(function, x, [0]).desc, x)[0],
-                                      [expected])
+        np.testing.assert_array_equal(
+            reference.reference(_reduce(function, x, [0]).desc, x)[0], [expected]
+        )
 
 
 def test_reduce_float16_accumulates_in_float32():
@@ -159,22 +171,25 @@ def _grad(function, values):
     return np.asarray(jax.grad(lambda a: op.fn(a).sum())(jnp.asarray(x)))
 
 
-@pytest.mark.parametrize("function, values, expected", [
-    ("SUM", [1, -2, 3], [1, 1, 1]),
-    ("AVERAGE", [1, -2, 3, 4], [0.25] * 4),
-    ("MAX", [1, 3, 3, 2], [0, 0.5, 0.5, 0]),  # tied maxima share the cotangent equally
-    ("MIN", [1, 3, 1, 1], [1 / 3, 0, 1 / 3, 1 / 3]),
-    ("MAX", [1, 5, 3, 2], [0, 1, 0, 0]),
-    ("MULTIPLY", [2, 3, 4], [12, 8, 6]),
-    ("MULTIPLY", [0, 1, 2, 3], [6, 0, 0, 0]),  # exactly one zero: only its partial survives
-    ("MULTIPLY", [0, 0, 2], [0, 0, 0]),
-    ("L1", [-2, 3, -0.5], [-1, 1, -1]),
-    ("L2", [3, 4], [0.6, 0.8]),
-    ("L2", [0, 0, 0], [0, 0, 0]),  # defined as 0 at the zero vector, not NaN
-    ("SUM_SQUARE", [1, -2, 3], [2, -4, 6]),
-    ("LOG_SUM", [1, 2, 5], [0.125] * 3),
-    ("LOG_SUM_EXP", [0, 0, math.log(2)], [0.25, 0.25, 0.5]),  # the softmax
-])
+@pytest.mark.parametrize(
+    "function, values, expected",
+    [
+        ("SUM", [1, -2, 3], [1, 1, 1]),
+        ("AVERAGE", [1, -2, 3, 4], [0.25] * 4),
+        ("MAX", [1, 3, 3, 2], [0, 0.5, 0.5, 0]),  # tied maxima share the cotangent equally
+        ("MIN", [1, 3, 1, 1], [1 / 3, 0, 1 / 3, 1 / 3]),
+        ("MAX", [1, 5, 3, 2], [0, 1, 0, 0]),
+        ("MULTIPLY", [2, 3, 4], [12, 8, 6]),
+        ("MULTIPLY", [0, 1, 2, 3], [6, 0, 0, 0]),  # exactly one zero: only its partial survives
+        ("MULTIPLY", [0, 0, 2], [0, 0, 0]),
+        ("L1", [-2, 3, -0.5], [-1, 1, -1]),
+        ("L2", [3, 4], [0.6, 0.8]),
+        ("L2", [0, 0, 0], [0, 0, 0]),  # defined as 0 at the zero vector, not NaN
+        ("SUM_SQUARE", [1, -2, 3], [2, -4, 6]),
+        ("LOG_SUM", [1, 2, 5], [0.125] * 3),
+        ("LOG_SUM_EXP", [0, 0, math.log(2)], [0.25, 0.25, 0.5]),  # the softmax
+    ],
+)
 def test_reduce_gradient_conventions(function, values, expected):
     np.testing.assert_allclose(_grad(function, values), expected, rtol=1e-6, atol=1e-7)
 
@@ -214,8 +229,9 @@ def test_reduce_jit_equals_eager(case):
     if case.desc.function.name in EXACT or not case.desc.input_tensor.data_type.is_float:
         S.check_jit(case)
     else:
-        S.check_jit(case, exact=False, rtol=2e-3 if case.inputs[0].dtype == np.float16 else 1e-5,
-                    atol=1e-6)
+        S.check_jit(
+            case, exact=False, rtol=2e-3 if case.inputs[0].dtype == np.float16 else 1e-5, atol=1e-6
+        )
 
 
 @S.FEW

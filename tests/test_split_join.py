@@ -2,13 +2,13 @@
 
 import numpy as np
 import pytest
+import reference
+import seed_cases
+import strategies as S
 from hypothesis import given
 from hypothesis import strategies as st
 
 import dml_jax as dml
-import reference
-import seed_cases
-import strategies as S
 
 
 @pytest.mark.parametrize("case", seed_cases.cases("split_join"), ids=repr)
@@ -70,21 +70,29 @@ def test_split_join_gradient_routes_cotangent_back():
     split = dml.compile_operator(dml.SplitOperatorDesc(x, pieces, axis=1))
     weights = (jnp.full((2, 2), 2.0), jnp.full((2, 3), 3.0))
     grad = jax.grad(lambda a: sum((w * y).sum() for w, y in zip(weights, split.fn(a))))(
-        jnp.ones((2, 5), jnp.float32))
+        jnp.ones((2, 5), jnp.float32)
+    )
     np.testing.assert_array_equal(grad, [[2, 2, 3, 3, 3]] * 2)
     join = dml.compile_operator(dml.JoinOperatorDesc(pieces, x, axis=1))
     w = jnp.arange(10.0, dtype=jnp.float32).reshape(2, 5)
     grads = jax.grad(lambda a, b: (w * join.fn(a, b)).sum(), argnums=(0, 1))(
-        jnp.ones((2, 2), jnp.float32), jnp.ones((2, 3), jnp.float32))
+        jnp.ones((2, 2), jnp.float32), jnp.ones((2, 3), jnp.float32)
+    )
     np.testing.assert_array_equal(grads[0], w[:, :2])
     np.testing.assert_array_equal(grads[1], w[:, 2:])
 
 
-@pytest.mark.parametrize("type_name, expected", [("FLOAT32", True), ("FLOAT16", True),
-                                                 ("INT32", False), ("UINT8", False)])
+@pytest.mark.parametrize(
+    "type_name, expected",
+    [("FLOAT32", True), ("FLOAT16", True), ("INT32", False), ("UINT8", False)],
+)
 def test_split_join_differentiable_flag(type_name, expected):
     whole, half = dml.TensorDesc(type_name, [4]), dml.TensorDesc(type_name, [2])
-    assert dml.compile_operator(dml.SplitOperatorDesc(whole, [half, half], axis=0)) \
-        .differentiable is expected
-    assert dml.compile_operator(dml.JoinOperatorDesc([half, half], whole, axis=0)) \
-        .differentiable is expected
+    assert (
+        dml.compile_operator(dml.SplitOperatorDesc(whole, [half, half], axis=0)).differentiable
+        is expected
+    )
+    assert (
+        dml.compile_operator(dml.JoinOperatorDesc([half, half], whole, axis=0)).differentiable
+        is expected
+    )
