@@ -246,6 +246,11 @@ def main() -> None:
             return False, "compile_operator with shardings must share op.fn"
         got = sharded(*arrays)  # NumPy inputs: op(...) places them
         ok, detail = compare(got, want, exact)
+        # Arrays committed to another layout (here replicated) are moved, not rejected.
+        elsewhere = [jax.device_put(a, NamedSharding(s.mesh, P())) for a, s in zip(arrays, ins)]
+        ok2, detail2 = compare(sharded(*elsewhere), want, exact)
+        if not ok2:
+            return False, f"inputs committed elsewhere: {detail2}"
         for k, (g, s) in enumerate(zip(leaves_arrays(got), outs)):
             if s is not None and not g.sharding.is_equivalent_to(s, g.ndim):
                 return False, f"output {k} has sharding {g.sharding}, asked for {s}"
