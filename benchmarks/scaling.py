@@ -42,12 +42,17 @@ QUICK_SHAPE = (512, 1024)
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help=f"input {QUICK_SHAPE} instead of "
-                   f"{FULL_SHAPE}")
+    p.add_argument(
+        "--quick", action="store_true", help=f"input {QUICK_SHAPE} instead of {FULL_SHAPE}"
+    )
     p.add_argument("--rows", type=int, help="input rows (multiple of the device count)")
     p.add_argument("--cols", type=int, help="input columns")
-    p.add_argument("--cpu-devices", type=int, default=8,
-                   help="simulated CPU devices when there is no accelerator (default 8)")
+    p.add_argument(
+        "--cpu-devices",
+        type=int,
+        default=8,
+        help="simulated CPU devices when there is no accelerator (default 8)",
+    )
     p.add_argument("--sample-s", type=float, default=0.2, help="target seconds per sample")
     p.add_argument("--samples", type=int, default=5)
     p.add_argument("--out", type=Path, help="write the JSON report here")
@@ -80,7 +85,8 @@ def main(argv: list[str] | None = None) -> dict:
     if "xla_force_host_platform_device_count" not in flags and args.cpu_devices > 1:
         # Must precede the JAX import; only the CPU platform reads it.
         os.environ["XLA_FLAGS"] = (
-            f"{flags} --xla_force_host_platform_device_count={args.cpu_devices}").strip()
+            f"{flags} --xla_force_host_platform_device_count={args.cpu_devices}"
+        ).strip()
 
     import jax
     import jax.numpy as jnp
@@ -102,7 +108,9 @@ def main(argv: list[str] | None = None) -> dict:
     sum_cols = dml.ReduceOperatorDesc("SUM", x_desc, x_desc.like(sizes=(1, cols)), [0])
     clip = dml.ElementWiseClipOperatorDesc(x_desc, x_desc, min=-1.0, max=1.0)
     graph = dml.GraphDesc(
-        input_count=1, output_count=1, nodes=[clip, sum_rows],
+        input_count=1,
+        output_count=1,
+        nodes=[clip, sum_rows],
         input_edges=[dml.InputGraphEdge(0, 0, 0)],
         intermediate_edges=[dml.IntermediateGraphEdge(0, 0, 1, 0)],
         output_edges=[dml.OutputGraphEdge(1, 0, 0)],
@@ -133,8 +141,12 @@ def main(argv: list[str] | None = None) -> dict:
                 out_s = rows_sharded if out_desc.sizes[0] % k == 0 else replicated
                 compile_fn = dml.compile_graph if is_graph else dml.compile_operator
                 op = compile_fn(desc, in_shardings=rows_sharded, out_shardings=out_s)
-            cold, hot = _time(lambda op=op, x=x: op(x), lambda r: r.block_until_ready(),
-                              args.sample_s, args.samples)
+            cold, hot = _time(
+                lambda op=op, x=x: op(x),
+                lambda r: r.block_until_ready(),
+                args.sample_s,
+                args.samples,
+            )
             result = np.asarray(op(x))
             if k == 1:
                 reference[name] = result
@@ -142,14 +154,22 @@ def main(argv: list[str] | None = None) -> dict:
             else:
                 max_err = float(np.max(np.abs(result - reference[name])))
             out_bytes = int(np.prod(out_desc.sizes)) * 4
-            results.append({
-                "case": name, "devices": k, "cold_s": round(cold, 6), "hot_s": hot,
-                "gb_per_s": round((in_bytes + out_bytes) / hot / 1e9, 2),
-                "max_abs_diff_vs_1_device": max_err,
-            })
-            print(f"{name:48s} devices={k:2d} cold {cold * 1e3:9.2f} ms  hot "
-                  f"{hot * 1e6:10.1f} us  {results[-1]['gb_per_s']:8.2f} GB/s  "
-                  f"max|diff| vs 1 device {max_err:.3g}", flush=True)
+            results.append(
+                {
+                    "case": name,
+                    "devices": k,
+                    "cold_s": round(cold, 6),
+                    "hot_s": hot,
+                    "gb_per_s": round((in_bytes + out_bytes) / hot / 1e9, 2),
+                    "max_abs_diff_vs_1_device": max_err,
+                }
+            )
+            print(
+                f"{name:48s} devices={k:2d} cold {cold * 1e3:9.2f} ms  hot "
+                f"{hot * 1e6:10.1f} us  {results[-1]['gb_per_s']:8.2f} GB/s  "
+                f"max|diff| vs 1 device {max_err:.3g}",
+                flush=True,
+            )
     one = {r["case"]: r["hot_s"] for r in results if r["devices"] == 1}
     copies = {r["devices"]: r["hot_s"] for r in results if r["case"].startswith("copy")}
     for r in results:

@@ -27,6 +27,11 @@ from jax.sharding import PartitionSpec as P
 
 import dml_jax as dml
 
+# An HLO instruction that moves data between devices (async forms end in -start).
+COLLECTIVE = re.compile(
+    r"\s(all-gather|all-to-all|collective-permute|all-reduce|reduce-scatter)(?:-start)?\("
+)
+
 
 def main() -> None:
     devices = jax.devices()
@@ -56,8 +61,11 @@ def main() -> None:
     # 3. ARGMAX over the sharded axis: ties across shard boundaries still give the first index.
     ties = np.zeros((16 * n, 4), np.float32)
     ties[[3, 16 * n - 1], :] = 7.0  # equal maxima on the first and the last device
-    arg = dml.compile_operator(dml.ArgMaxOperatorDesc(
-        dml.TensorDesc("FLOAT32", ties.shape), dml.TensorDesc("UINT32", (1, 4)), axes=[0]))
+    arg = dml.compile_operator(
+        dml.ArgMaxOperatorDesc(
+            dml.TensorDesc("FLOAT32", ties.shape), dml.TensorDesc("UINT32", (1, 4)), axes=[0]
+        )
+    )
     first = jax.jit(arg.fn)(jax.device_put(ties, rows))
     assert np.asarray(first).tolist() == [[3, 3, 3, 3]], first
     print("ARGMAX with ties on different devices:", np.asarray(first).tolist())
@@ -66,14 +74,17 @@ def main() -> None:
     clip = dml.ElementWiseClipOperatorDesc(x, x, min=-1.0, max=1.0)
     row_sum = dml.ReduceOperatorDesc("SUM", x, x.like(sizes=(16 * n, 1)), axes=[1])
     graph = dml.GraphDesc(
-        input_count=1, output_count=1, nodes=[clip, row_sum],
+        input_count=1,
+        output_count=1,
+        nodes=[clip, row_sum],
         input_edges=[dml.InputGraphEdge(0, 0, 0)],
         intermediate_edges=[dml.IntermediateGraphEdge(0, 0, 1, 0)],
         output_edges=[dml.OutputGraphEdge(1, 0, 0)],
     )
     g = dml.compile_graph(graph, in_shardings=rows, out_shardings=rows)
-    np.testing.assert_allclose(g(host), np.clip(host, -1, 1).sum(1, keepdims=True),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        g(host), np.clip(host, -1, 1).sum(1, keepdims=True), rtol=1e-5, atol=1e-5
+    )
     print("graph CLIP -> REDUCE, result sharding:", g(host).sharding.spec)
 
     # 5. shard_map: an element-wise operator described for ONE device's block runs on every
@@ -84,13 +95,16 @@ def main() -> None:
     np.testing.assert_array_equal(per_block(xs), dml.compile_operator(clip)(host))
 
     # 6. What XLA inserts when SPLIT cuts across the sharded axis (read from the program).
-    split = dml.compile_operator(dml.SplitOperatorDesc(
-        x, [x.like(sizes=(3, 64)), x.like(sizes=(16 * n - 3, 64))], axis=0))
-    text = (jax.jit(split.fn, in_shardings=rows)
-            .lower(jax.ShapeDtypeStruct(x.sizes, np.float32)).compile().as_text())
-    found = sorted(set(re.findall(
-        r"\s(all-gather|all-to-all|collective-permute|all-reduce|reduce-scatter)(?:-start)?\(",
-        text)))
+    split = dml.compile_operator(
+        dml.SplitOperatorDesc(x, [x.like(sizes=(3, 64)), x.like(sizes=(16 * n - 3, 64))], axis=0)
+    )
+    text = (
+        jax.jit(split.fn, in_shardings=rows)
+        .lower(jax.ShapeDtypeStruct(x.sizes, np.float32))
+        .compile()
+        .as_text()
+    )
+    found = sorted(set(re.findall(COLLECTIVE, text)))
     print("SPLIT across the sharded axis, collectives:", found or "none")
 
 

@@ -51,16 +51,33 @@ LAYOUTS_2D = ((0, 1), (1, 2), (2, 3), (0, 3))
 LAYOUTS = LAYOUTS_1D + LAYOUTS_2D
 
 REDUCE_FUNCTIONS = (
-    "SUM", "AVERAGE", "MULTIPLY", "MIN", "MAX", "L1", "L2", "SUM_SQUARE", "LOG_SUM",
+    "SUM",
+    "AVERAGE",
+    "MULTIPLY",
+    "MIN",
+    "MAX",
+    "L1",
+    "L2",
+    "SUM_SQUARE",
+    "LOG_SUM",
     "LOG_SUM_EXP",
 )
 TIE_CASES = (
-    "first_across_shards", "nan_across_shards", "all_equal", "two_axes_2d_mesh",
-    "random_small_ints_1d", "random_small_ints_2d", "reduce_function_argmax",
+    "first_across_shards",
+    "nan_across_shards",
+    "all_equal",
+    "two_axes_2d_mesh",
+    "random_small_ints_1d",
+    "random_small_ints_2d",
+    "reduce_function_argmax",
 )
 COMM_SCENARIOS = (
-    "SPLIT-uneven-3+5", "SPLIT-even-8+8", "JOIN-8+16", "TILE-repeats-1x2x1x1",
-    "DEPTH_TO_SPACE1-CRD-32ch", "DEPTH_TO_SPACE1-DCR-32ch",
+    "SPLIT-uneven-3+5",
+    "SPLIT-even-8+8",
+    "JOIN-8+16",
+    "TILE-repeats-1x2x1x1",
+    "DEPTH_TO_SPACE1-CRD-32ch",
+    "DEPTH_TO_SPACE1-DCR-32ch",
 )
 COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter")
 
@@ -142,7 +159,8 @@ def main() -> None:
         (1, AxisType.Explicit): jax.make_mesh((8,), ("x",), axis_types=(AxisType.Explicit,)),
         (1, AxisType.Auto): jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,)),
         (2, AxisType.Explicit): jax.make_mesh(
-            (2, 4), ("a", "b"), axis_types=(AxisType.Explicit,) * 2),
+            (2, 4), ("a", "b"), axis_types=(AxisType.Explicit,) * 2
+        ),
         (2, AxisType.Auto): jax.make_mesh((2, 4), ("a", "b"), axis_types=(AxisType.Auto,) * 2),
     }
     assert meshes[(1, AxisType.Explicit)].axis_types == jax.make_mesh((8,), ("x",)).axis_types
@@ -199,22 +217,28 @@ def main() -> None:
             "JOIN": dml.JoinOperatorDesc([x, T((n, 2 * c, h, w))], T((n, 3 * c, h, w)), axis=1),
             "DEPTH_TO_SPACE": dml.DepthToSpaceOperatorDesc(x, T((n, c // 4, 2 * h, 2 * w)), 2),
             "DEPTH_TO_SPACE1": dml.DepthToSpace1OperatorDesc(
-                x, T((n, c // 4, 2 * h, 2 * w)), 2, "COLUMN_ROW_DEPTH"),
+                x, T((n, c // 4, 2 * h, 2 * w)), 2, "COLUMN_ROW_DEPTH"
+            ),
             "SPACE_TO_DEPTH": dml.SpaceToDepthOperatorDesc(x, T((n, 4 * c, h // 2, w // 2)), 2),
             "SPACE_TO_DEPTH1": dml.SpaceToDepth1OperatorDesc(
-                x, T((n, 4 * c, h // 2, w // 2)), 2, "COLUMN_ROW_DEPTH"),
+                x, T((n, 4 * c, h // 2, w // 2)), 2, "COLUMN_ROW_DEPTH"
+            ),
             "ELEMENT_WISE_CLIP": dml.ElementWiseClipOperatorDesc(
-                x, x, min=-0.5, max=0.75, scale_bias=dml.ScaleBias(0.5, 0.25)),
+                x, x, min=-0.5, max=0.75, scale_bias=dml.ScaleBias(0.5, 0.25)
+            ),
             "ELEMENT_WISE_CLIP1": dml.ElementWiseClip1OperatorDesc(
-                T(SHAPE, "INT32"), T(SHAPE, "INT32"), min=-3, max=5),
+                T(SHAPE, "INT32"), T(SHAPE, "INT32"), min=-3, max=5
+            ),
             "ELEMENT_WISE_CLIP_GRAD": dml.ElementWiseClipGradOperatorDesc(x, x, x, -0.5, 0.5),
             "ELEMENT_WISE_CLIP_GRAD1": dml.ElementWiseClipGrad1OperatorDesc(
-                T(SHAPE, "FLOAT16"), T(SHAPE, "FLOAT16"), T(SHAPE, "FLOAT16"), -0.5, 0.5),
+                T(SHAPE, "FLOAT16"), T(SHAPE, "FLOAT16"), T(SHAPE, "FLOAT16"), -0.5, 0.5
+            ),
             "TILE": dml.TileOperatorDesc(x, T((n, 2 * c, h, 3 * w)), [1, 2, 1, 3]),
             "REDUCE": dml.ReduceOperatorDesc("SUM", x, T((n, 1, h, 1)), [1, 3]),
             "ARGMIN": dml.ArgMinOperatorDesc(x, T((n, 1, h, 1), "UINT32"), [1, 3]),
             "ARGMAX": dml.ArgMaxOperatorDesc(
-                x, T((n, c, 1, w), "INT32"), [2], axis_direction="DECREASING"),
+                x, T((n, c, 1, w), "INT32"), [2], axis_direction="DECREASING"
+            ),
         }
 
     def random_input(t):
@@ -239,8 +263,9 @@ def main() -> None:
         # Alternate mesh axis types so both run through op(...) across the layouts.
         kind = AxisType.Explicit if LAYOUTS.index(layout) % 2 == 0 else AxisType.Auto
         ins = [sharding_for(layout, kind, t.rank) for t in op.input_descs]
-        outs = [fitting_sharding(sharding_for(layout, kind, t.rank), t.sizes)
-                for t in op.output_descs]
+        outs = [
+            fitting_sharding(sharding_for(layout, kind, t.rank), t.sizes) for t in op.output_descs
+        ]
         sharded = dml.compile_operator(op.desc, in_shardings=ins, out_shardings=outs)
         if sharded is op or sharded.fn is not op.fn:
             return False, "compile_operator with shardings must share op.fn"
@@ -283,16 +308,23 @@ def main() -> None:
 
     positive = rng.uniform(0.5, 1.5, SHAPE).astype(np.float32)
     for fn_name in REDUCE_FUNCTIONS:
-        record(f"reduce/{fn_name}/float32/reduced-axis-sharded",
-               lambda f=fn_name: reduce_case(f, "FLOAT32", (1,), (1,), positive, False))
-        record(f"reduce/{fn_name}/float32/both-reduced-axes-sharded-2d",
-               lambda f=fn_name: reduce_case(f, "FLOAT32", (2, 3), (2, 3), positive, False,
-                                             AxisType.Auto))
+        record(
+            f"reduce/{fn_name}/float32/reduced-axis-sharded",
+            lambda f=fn_name: reduce_case(f, "FLOAT32", (1,), (1,), positive, False),
+        )
+        record(
+            f"reduce/{fn_name}/float32/both-reduced-axes-sharded-2d",
+            lambda f=fn_name: reduce_case(
+                f, "FLOAT32", (2, 3), (2, 3), positive, False, AxisType.Auto
+            ),
+        )
     ints = rng.integers(-50_000, 50_000, SHAPE).astype(np.int32)  # SUM/MULTIPLY wrap around
     for fn_name in ("SUM", "MULTIPLY", "MIN", "MAX"):
         # Integer wrap-around arithmetic is associative, so any shard order is bit-exact.
-        record(f"reduce/{fn_name}/int32/reduced-axis-sharded-exact",
-               lambda f=fn_name: reduce_case(f, "INT32", (0, 2), (2,), ints, True))
+        record(
+            f"reduce/{fn_name}/int32/reduced-axis-sharded-exact",
+            lambda f=fn_name: reduce_case(f, "INT32", (0, 2), (2,), ints, True),
+        )
 
     lap("reductions")
 
@@ -369,8 +401,10 @@ def main() -> None:
     for name in TIE_CASES:
         for op_name in ("ARGMIN", "ARGMAX"):
             for direction in ("INCREASING", "DECREASING"):
-                record(f"ties/{name}/{op_name}/{direction}",
-                       lambda n=name, o=op_name, d=direction: tie_case(n, o, d))
+                record(
+                    f"ties/{name}/{op_name}/{direction}",
+                    lambda n=name, o=op_name, d=direction: tie_case(n, o, d),
+                )
 
     lap("ties")
 
@@ -381,10 +415,14 @@ def main() -> None:
         red = dml.ReduceOperatorDesc("SUM", x, T((n, c, h, 1)), [3])
         join = dml.JoinOperatorDesc([x, x], T((n, 2 * c, h, w)), axis=1)
         return dml.GraphDesc(
-            input_count=2, output_count=2, nodes=[clip, red, join],
+            input_count=2,
+            output_count=2,
+            nodes=[clip, red, join],
             input_edges=[dml.InputGraphEdge(0, 0, 0), dml.InputGraphEdge(1, 2, 1)],
-            intermediate_edges=[dml.IntermediateGraphEdge(0, 0, 1, 0),
-                                dml.IntermediateGraphEdge(0, 0, 2, 0)],
+            intermediate_edges=[
+                dml.IntermediateGraphEdge(0, 0, 1, 0),
+                dml.IntermediateGraphEdge(0, 0, 2, 0),
+            ],
             output_edges=[dml.OutputGraphEdge(1, 0, 0), dml.OutputGraphEdge(2, 0, 1)],
         )
 
@@ -404,8 +442,9 @@ def main() -> None:
             def graph_jit(layout=layout):
                 if not ref_ok:
                     return False, f"unsharded graph vs hand-composed NumPy: {ref_detail}"
-                placed = [jax.device_put(v, sharding_for(layout, AxisType.Explicit, 4))
-                          for v in (ga, gb)]
+                placed = [
+                    jax.device_put(v, sharding_for(layout, AxisType.Explicit, 4)) for v in (ga, gb)
+                ]
                 got = jax.jit(g.fn)(*placed)
                 ok, detail = compare(got[1], g_want[1], True)  # JOIN output: data movement
                 ok2, detail2 = compare(got[0], g_want[0], False)  # the SUM: tolerance
@@ -432,8 +471,9 @@ def main() -> None:
     collective_re = re.compile(r"\s(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
 
     def collectives_of(fn, in_s, out_s, arrays):
-        text = (jax.jit(fn, in_shardings=in_s, out_shardings=out_s)
-                .lower(*arrays).compile().as_text())
+        text = (
+            jax.jit(fn, in_shardings=in_s, out_shardings=out_s).lower(*arrays).compile().as_text()
+        )
         counts = {}
         for m in collective_re.finditer(text):
             counts[m.group(1)] = counts.get(m.group(1), 0) + 1
@@ -443,14 +483,15 @@ def main() -> None:
     wide, wide_out = T((n, 32, 8, 8)), T((n, 8, 16, 16))
     comm_ops = {
         "SPLIT-uneven-3+5": operators["SPLIT"],
-        "SPLIT-even-8+8": dml.SplitOperatorDesc(
-            T((n, 16, 8, 8)), [x, x], axis=1),
+        "SPLIT-even-8+8": dml.SplitOperatorDesc(T((n, 16, 8, 8)), [x, x], axis=1),
         "JOIN-8+16": operators["JOIN"],
         "TILE-repeats-1x2x1x1": dml.TileOperatorDesc(x, T((n, 16, 8, 8)), [1, 2, 1, 1]),
         "DEPTH_TO_SPACE1-CRD-32ch": dml.DepthToSpace1OperatorDesc(
-            wide, wide_out, 2, "COLUMN_ROW_DEPTH"),
+            wide, wide_out, 2, "COLUMN_ROW_DEPTH"
+        ),
         "DEPTH_TO_SPACE1-DCR-32ch": dml.DepthToSpace1OperatorDesc(
-            wide, wide_out, 2, "DEPTH_COLUMN_ROW"),
+            wide, wide_out, 2, "DEPTH_COLUMN_ROW"
+        ),
     }
     assert tuple(comm_ops) == COMM_SCENARIOS
     comm_report = []
@@ -465,40 +506,48 @@ def main() -> None:
                 # fn returns one array, except SPLIT (always a tuple).
                 out_arg = out_s if out_s is None or label.startswith("SPLIT") else out_s[0]
                 counts = collectives_of(op.fn, ins, out_arg, arrays)
-                comm_report.append({
-                    "scenario": label, "operator": desc.operator_type,
-                    "sharded_axis": sharded_axis,
-                    "input_sizes": [list(t.sizes) for t in op.input_descs],
-                    "output_sizes": [list(t.sizes) for t in op.output_descs],
-                    "out_shardings": out_name if out_s is None else
-                    [str(o.spec) if o is not None else "None (XLA's choice)" for o in out_s],
-                    "collectives": counts,
-                })
+                comm_report.append(
+                    {
+                        "scenario": label,
+                        "operator": desc.operator_type,
+                        "sharded_axis": sharded_axis,
+                        "input_sizes": [list(t.sizes) for t in op.input_descs],
+                        "output_sizes": [list(t.sizes) for t in op.output_descs],
+                        "out_shardings": out_name
+                        if out_s is None
+                        else [
+                            str(o.spec) if o is not None else "None (XLA's choice)" for o in out_s
+                        ],
+                        "collectives": counts,
+                    }
+                )
 
         def no_comm(label=label, axes=(0, 2)):
             # Batch or rows sharded: every output element is computed from local data.
-            rows = [r for r in comm_report
-                    if r["scenario"] == label and r["sharded_axis"] in axes]
+            rows = [r for r in comm_report if r["scenario"] == label and r["sharded_axis"] in axes]
             bad = [r for r in rows if r["collectives"]]
-            return len(rows) == 2 * len(axes) and not bad, \
-                f"axes {axes} sharded: {[r['collectives'] for r in rows]}"
+            ok = len(rows) == 2 * len(axes) and not bad
+            return ok, f"axes {axes} sharded: {[r['collectives'] for r in rows]}"
 
         record(f"comm/{label}/batch-or-rows-sharded-no-collectives", no_comm)
         if label == "DEPTH_TO_SPACE1-CRD-32ch":
             # CRD reads channel c' * b * b + (row, col): each device's channel block holds
             # whole output channels, so channel sharding stays local as well.
-            record(f"comm/{label}/channels-sharded-no-collectives",
-                   lambda f=no_comm: f(axes=(1,)))
+            record(f"comm/{label}/channels-sharded-no-collectives", lambda f=no_comm: f(axes=(1,)))
 
     lap("communication")
-    print(json.dumps({
-        "cases": results,
-        "section_seconds": sections,
-        "collectives": comm_report,
-        "seconds": round(time.perf_counter() - started, 2),
-        "jax": jax.__version__,
-        "devices": [str(d) for d in jax.devices()],
-    }))
+    print(
+        json.dumps(
+            {
+                "cases": results,
+                "section_seconds": sections,
+                "collectives": comm_report,
+                "seconds": round(time.perf_counter() - started, 2),
+                "jax": jax.__version__,
+                "devices": [str(d) for d in jax.devices()],
+            }
+        )
+    )
 
 
 def leaves_arrays(r):

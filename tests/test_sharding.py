@@ -38,7 +38,12 @@ def report() -> dict:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     proc = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "_sharding_worker.py")],
-        capture_output=True, text=True, env=env, timeout=600, cwd=ROOT, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=ROOT,
+        check=False,
     )
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
@@ -61,8 +66,9 @@ def test_communication_is_recorded_for_the_operator_axis(report):
     # Cutting, joining, tiling or rearranging along the sharded axis must move data between
     # devices somewhere: SPLIT/JOIN/TILE/DEPTH_TO_SPACE1(DCR) report at least one collective
     # when axis 1 is sharded and the outputs keep that sharding (or XLA chooses).
-    moving = {r["scenario"] for r in report["collectives"]
-              if r["sharded_axis"] == 1 and r["collectives"]}
+    moving = {
+        r["scenario"] for r in report["collectives"] if r["sharded_axis"] == 1 and r["collectives"]
+    }
     assert moving == set(worker.COMM_SCENARIOS) - {"DEPTH_TO_SPACE1-CRD-32ch"}
 
 
@@ -71,8 +77,15 @@ def _run_script(*args: str) -> subprocess.CompletedProcess:
     env.pop("XLA_FLAGS", None)  # the scripts ask for their simulated devices themselves
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=ROOT, check=False)
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=ROOT,
+        check=False,
+    )
 
 
 def test_scaling_out_example_runs_on_8_cpu_devices():
@@ -84,8 +97,16 @@ def test_scaling_out_example_runs_on_8_cpu_devices():
 
 def test_scaling_benchmark_quick_runs_and_matches_one_device(tmp_path):
     out = tmp_path / "scaling.json"
-    proc = _run_script("benchmarks/scaling.py", "--quick", "--sample-s", "0.005",
-                       "--samples", "2", "--out", str(out))
+    proc = _run_script(
+        "benchmarks/scaling.py",
+        "--quick",
+        "--sample-s",
+        "0.005",
+        "--samples",
+        "2",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert {r["devices"] for r in report["results"]} == {1, 8}
@@ -105,18 +126,32 @@ ROW = NamedSharding(MESH, PartitionSpec("x"))
 @pytest.mark.parametrize(
     "kwargs, pattern",
     [
-        ({"in_shardings": [ROW, ROW]},
-         r"^DML_OPERATOR_SPLIT: in_shardings must have one entry per tensor \(1: InputTensor\)"),
-        ({"out_shardings": [ROW]},
-         (r"^DML_OPERATOR_SPLIT: out_shardings must have one entry per tensor \(2: "
-          r"OutputTensors\[0\], OutputTensors\[1\]\), got 1")),
+        (
+            {"in_shardings": [ROW, ROW]},
+            r"^DML_OPERATOR_SPLIT: in_shardings must have one entry per tensor \(1: InputTensor\)",
+        ),
+        (
+            {"out_shardings": [ROW]},
+            (
+                r"^DML_OPERATOR_SPLIT: out_shardings must have one entry per tensor \(2: "
+                r"OutputTensors\[0\], OutputTensors\[1\]\), got 1"
+            ),
+        ),
         ({"in_shardings": "x"}, r"^DML_OPERATOR_SPLIT: in_shardings must be None, a jax"),
-        ({"in_shardings": [PartitionSpec("x")]},
-         (r"^DML_OPERATOR_SPLIT: in_shardings\[0\] \(InputTensor\) must be a jax\.sharding\."
-          r"Sharding or None, got a PartitionSpec")),
-        ({"out_shardings": [None, NamedSharding(MESH, PartitionSpec(None, None, "x"))]},
-         (r"^DML_OPERATOR_SPLIT: out_shardings\[1\] \(OutputTensors\[1\]\) has a "
-          r"PartitionSpec of 3 entries")),
+        (
+            {"in_shardings": [PartitionSpec("x")]},
+            (
+                r"^DML_OPERATOR_SPLIT: in_shardings\[0\] \(InputTensor\) must be a jax\.sharding\."
+                r"Sharding or None, got a PartitionSpec"
+            ),
+        ),
+        (
+            {"out_shardings": [None, NamedSharding(MESH, PartitionSpec(None, None, "x"))]},
+            (
+                r"^DML_OPERATOR_SPLIT: out_shardings\[1\] \(OutputTensors\[1\]\) has a "
+                r"PartitionSpec of 3 entries"
+            ),
+        ),
     ],
 )
 def test_bad_shardings_raise_validation_error(kwargs, pattern):
@@ -132,8 +167,7 @@ def test_shardings_keep_fn_and_cache():
     assert sharded.in_shardings == (ROW,) and sharded.out_shardings == (ROW, None)
     # NamedSharding is hashable and compares by value: an equal request hits the cache.
     again = NamedSharding(MESH, PartitionSpec("x"))
-    assert dml.compile_operator(SPLIT, in_shardings=[again], out_shardings=[again, None]) \
-        is sharded
+    assert dml.compile_operator(SPLIT, in_shardings=[again], out_shardings=[again, None]) is sharded
     x = np.arange(24, dtype=np.float32).reshape(4, 6)
     a, b = sharded(x)
     np.testing.assert_array_equal(a, x[:, :2])
