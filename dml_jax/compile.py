@@ -129,7 +129,9 @@ class CompiledOperator:
         self.fn = fn
         self._jitted = jax.jit(fn)
         self._buffer_fn = None
-        self._has_64bit = any(t.data_type.is_64bit for t in self.input_descs + self.output_descs)
+        self._has_64bit = any(
+            t is not None and t.data_type.is_64bit for t in self.input_descs + self.output_descs
+        )
         self.in_shardings: tuple | None = None  # set by compile_operator(in_shardings=...)
         self.out_shardings: tuple | None = None
 
