@@ -60,7 +60,7 @@ def scalars() -> st.SearchStrategy:
         st.floats(allow_nan=True, allow_infinity=True),
         st.text(max_size=6),
         st.sampled_from(ENUM_NAMES),
-        st.sampled_from(list(m for e in ENUMS for m in e)),
+        st.sampled_from([m for e in ENUMS for m in e]),
         st.none(),
         st.sampled_from(NUMPY_SCALARS),
         st.binary(max_size=4),
@@ -336,7 +336,7 @@ def operator_args(draw, cls: type) -> dict:
             if draw(st.booleans()):
                 args[name] = draw(hostile())
             continue
-        if not draw(st.integers(0, len(names))) == 0:
+        if draw(st.integers(0, len(names))) != 0:
             continue
         value = args.get(name)
         if mode == "hostile":

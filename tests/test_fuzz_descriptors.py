@@ -3,8 +3,8 @@
 
 Some descriptors that pass validation (small shapes only) are compiled and executed with data
 whose expected result is computed independently in NumPy (data movement operators), or whose
-shapes and dtypes are checked (the rest). ``DML_JAX_FUZZ_EXAMPLES=N`` raises the example count of every test
-here (the long run recorded in ``tests/FUZZING.md``); ``DML_JAX_FUZZ_REPORT=path`` writes the
+shapes and dtypes are checked (the rest). ``DML_JAX_FUZZ_EXAMPLES=N`` raises the example count
+of every test here (the long run recorded in ``tests/FUZZING.md``); ``DML_JAX_FUZZ_REPORT=path`` writes the
 counts of descriptors tried, rejected and executed as JSON.
 """
 
@@ -20,12 +20,6 @@ from collections import Counter
 import jax
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-import dml_jax as dml
-from dml_jax.fields import dml_member_name
-
 from fuzz_strategies import (
     ENUM_NAMES,
     check_message,
@@ -35,6 +29,11 @@ from fuzz_strategies import (
     structures,
     tensor_desc_args,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dml_jax as dml
+from dml_jax.fields import dml_member_name
 
 OPERATORS = [dml.SplitOperatorDesc, dml.JoinOperatorDesc, dml.DepthToSpaceOperatorDesc,
              dml.DepthToSpace1OperatorDesc, dml.SpaceToDepthOperatorDesc,

@@ -19,20 +19,20 @@ import json
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
+from fuzz_strategies import EDGE_INTS, ENUM_NAMES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dml_jax import cli
 from dml_jax.model import ModelError, load_model, parse_json_text
 
-from fuzz_strategies import ENUM_NAMES, EDGE_INTS
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL_FILES = sorted(glob.glob(os.path.join(ROOT, "examples", "models", "*.json")))
-MODELS = {os.path.basename(f): parse_json_text(open(f, encoding="utf-8").read(), f)
+MODELS = {os.path.basename(f): parse_json_text(Path(f).read_text(encoding="utf-8"), f)
           for f in MODEL_FILES}
 RUN_ONE_IN = int(os.environ.get("DML_JAX_FUZZ_MODEL_RUN_ONE_IN", "4"))
 BUDGET = 64 << 20  # --max-memory for the fuzzed runs: refusals must come before allocation
@@ -186,8 +186,7 @@ def _snapshot(top: str) -> dict:
         for f in files:
             full = os.path.join(dirpath, f)
             rel = os.path.relpath(full, top)
-            if rel.startswith(os.path.join("model", "out")) or rel.startswith(
-                    os.path.join("model", "sub")):
+            if rel.startswith((os.path.join("model", "out"), os.path.join("model", "sub"))):
                 continue
             if not os.path.islink(full):
                 with open(full, "rb") as fh:
@@ -217,7 +216,7 @@ def _report():
 @given(case=mutated_models(), run=st.integers(0, 10**6))
 def test_mutated_model(sandbox, case, run):
     top, folder = sandbox
-    name, doc = case
+    _, doc = case
     text = json.dumps(doc).replace(json.dumps(DEEP), "[" * 5000 + "1" + "]" * 5000)
     model = os.path.join(folder, "model.json")
     with open(model, "w", encoding="utf-8") as f:
