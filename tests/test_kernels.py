@@ -7,11 +7,10 @@ CUDA backend present the program carries both branches and still computes the la
 benchmarks/gpu_kernels.py runs the compiled kernels on a GPU.
 """
 
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
 import dml_jax as dml
 from dml_jax.kernels import reduce as K

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -77,8 +77,8 @@ class Plan:
 
 # Tile sizes, chosen by benchmarks/gpu_kernels.py on an H200 (1 GiB, every axis; see
 # benchmarks/RESULTS.md): elements per tile for 4-byte types (narrow types scale it up so a tile
-# moves as many bytes) and warps, per layout. Wide inner tiles (1024 columns) like 8 warps; narrow
-# inner tiles and the minor layout like 4.
+# moves as many bytes) and warps, per layout. Wide inner tiles (1024 columns) of 4-byte types
+# like 8192 elements and 8 warps for ARGMIN/ARGMAX; everything else 4096 and 4 warps.
 TILE_ELEMENTS = {"arg": 4096, "lse": 4096}
 WIDE_TILE_ELEMENTS = {"arg": 8192, "lse": 4096}
 NUM_WARPS = {"arg": 4, "lse": 4}
@@ -96,10 +96,10 @@ def _tiling(kind: str, a: int, r: int, b: int, itemsize: int) -> Tiling:
     warps = NUM_WARPS[kind]
     if b > 1:
         cols = _pow2_at_most(b, _MAX_COLS)
-        wide = cols == _MAX_COLS
-        elems = (WIDE_TILE_ELEMENTS if wide else TILE_ELEMENTS)[kind] * scale
-        if wide and itemsize == 4:
-            warps = WIDE_NUM_WARPS[kind]
+        if cols == _MAX_COLS and itemsize == 4:
+            elems, warps = WIDE_TILE_ELEMENTS[kind], WIDE_NUM_WARPS[kind]
+        else:
+            elems = TILE_ELEMENTS[kind] * scale
         rows = _pow2_at_most(r, max(1, elems // cols))
     else:
         elems = TILE_ELEMENTS[kind] * scale
