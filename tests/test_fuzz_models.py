@@ -163,7 +163,8 @@ def mutated_models(draw) -> tuple[str, object]:
             # Deeper than json.dumps can write: spliced into the text by the test.
             parent[key] = draw(st.sampled_from([[[[value]]], DEEP]))
         elif action == "writefile" and isinstance(doc.get("commands"), list):
-            resources = list(doc.get("resources") or {"A": 0})
+            resources = doc.get("resources")
+            resources = sorted(resources) if isinstance(resources, dict) and resources else ["A"]
             doc["commands"].insert(draw(st.integers(0, len(doc["commands"]))), {
                 "type": "writeFile", "resource": draw(st.sampled_from(resources)),
                 "targetPath": draw(st.sampled_from(TARGETS))})
