@@ -110,6 +110,107 @@ def test_arg_nan_is_the_extreme(cls):
         np.testing.assert_array_equal(_reduce(function, x, [0], "UINT32")(x), [1])
 
 
+def _np_arg(x, axes, largest, last):
+    """NumPy reference: row-major index over ascending axes; NaN the extreme, -0.0 == +0.0."""
+    keep = [i for i in range(x.ndim) if i not in axes]
+    y = np.transpose(x, keep + list(axes)).reshape([x.shape[i] for i in keep] + [-1])
+    if last:
+        y = y[..., ::-1]
+    k = (np.argmax if largest else np.argmin)(y, axis=-1)
+    if last:
+        k = y.shape[-1] - 1 - k
+    return k.reshape([1 if i in axes else s for i, s in enumerate(x.shape)])
+
+
+def _arg_op(cls, x, axes, direction):
+    """The compiled operator; FLOAT64 (no DML ARGMIN/ARGMAX type) runs the lax lowering itself."""
+    if x.dtype == np.float64:
+        from dml_jax.ops.reduce import arg_reduce
+
+        largest, last = cls is dml.ArgMaxOperatorDesc, direction == "DECREASING"
+        return jax.jit(lambda y: arg_reduce(y, tuple(axes), largest, last, jnp.uint32))
+    type_name = dml.DataType.from_dtype(x.dtype).name
+    out = tuple(1 if d in axes else s for d, s in enumerate(x.shape))
+    return dml.compile_operator(
+        cls(_t(type_name, x.shape), _t("UINT32", out), axes=list(axes), axis_direction=direction)
+    )
+
+
+_ARG_CLASSES = [dml.ArgMinOperatorDesc, dml.ArgMaxOperatorDesc]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_arg_signed_zeros_tie(dtype):
+    # -0.0 == +0.0 in IEEE: they tie, so INCREASING reports the first and DECREASING the last.
+    cases = [
+        (dml.ArgMaxOperatorDesc, [-0.0, 0.0, -1.0, -0.0, -2.0], 0, 3),
+        (dml.ArgMaxOperatorDesc, [0.0, -0.0, -np.inf], 0, 1),
+        (dml.ArgMinOperatorDesc, [1.0, 0.0, -0.0, 2.0, 0.0], 1, 4),
+        (dml.ArgMinOperatorDesc, [np.inf, -0.0, 0.0], 1, 2),
+    ]
+    with jax.enable_x64(dtype == "float64"):
+        for cls, values, first, last in cases:
+            x = np.array(values, dtype)
+            for direction, index in (("INCREASING", first), ("DECREASING", last)):
+                got = _arg_op(cls, x, [0], direction)(x)
+                np.testing.assert_array_equal(got, [index], err_msg=f"{cls.__name__} {values}")
+                assert _np_arg(x, [0], cls is dml.ArgMaxOperatorDesc, direction == "DECREASING"
+                               )[0] == index
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_arg_many_nans_first_or_last(dtype):
+    # Rows with several NaNs (either sign, any payload) among +-inf, signed zeros and ties: the
+    # first NaN (INCREASING) or the last (DECREASING) wins, for adjacent, non-adjacent and
+    # whole-tensor reductions.
+    rng = np.random.default_rng(7)
+    x = rng.integers(-2, 3, size=(3, 6, 5, 4)).astype(dtype)
+    flat = x.reshape(-1)
+    specials = np.array([np.inf, -np.inf, -0.0, 0.0], dtype)
+    flat[rng.integers(0, flat.size, 40)] = specials[rng.integers(0, 4, 40)]
+    nan_at = rng.integers(0, flat.size, 60)
+    flat[nan_at] = np.nan
+    bits = flat.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[flat.itemsize])
+    sign = np.array(1, bits.dtype) << np.array(8 * flat.itemsize - 1, bits.dtype)
+    bits[nan_at[::3]] |= sign  # negative NaNs
+    bits[nan_at[1::3]] |= np.array(1, bits.dtype)  # another payload
+    assert np.isnan(flat[nan_at]).all()
+    with jax.enable_x64(dtype == "float64"):
+        xd = jnp.asarray(x)
+        for axes in [(1,), (3,), (1, 2), (0, 2), (1, 3), (0, 1, 2, 3)]:
+            for cls in _ARG_CLASSES:
+                for direction in ("INCREASING", "DECREASING"):
+                    want = _np_arg(x, axes, cls is dml.ArgMaxOperatorDesc,
+                                   direction == "DECREASING")
+                    got = _arg_op(cls, x, axes, direction)(xd)
+                    np.testing.assert_array_equal(
+                        got, want, err_msg=f"{cls.__name__} {direction} {axes}")
+        if dtype == "float32":
+            # REDUCE's ARGMAX/ARGMIN functions share the lowering (INCREASING).
+            for function in ("ARGMAX", "ARGMIN"):
+                want = _np_arg(x, (0, 2), function == "ARGMAX", False)
+                np.testing.assert_array_equal(_reduce(function, x, [0, 2], "UINT32")(xd), want)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_arg_order_keys_follow_float_order(dtype):
+    # Keys of sorted values never decrease, equal values (-0.0, +0.0) share a key, and every NaN
+    # maps beyond +inf (ARGMAX) or below -inf (ARGMIN).
+    from dml_jax.ops.reduce import order_keys
+
+    finfo = np.finfo(dtype)
+    values = np.array([-np.inf, finfo.min, -1.5, -finfo.tiny, -finfo.smallest_subnormal, -0.0,
+                       0.0, finfo.smallest_subnormal, finfo.tiny, 1.0, finfo.max, np.inf], dtype)
+    with jax.enable_x64(dtype == "float64"):
+        for largest in (True, False):
+            k = np.asarray(order_keys(jnp.asarray(values), largest)).astype(np.int64)
+            assert np.all(np.diff(k[:6]) > 0) and np.all(np.diff(k[6:]) > 0)
+            assert k[5] == k[6]
+            nans = np.array([np.nan, -np.nan], dtype)
+            kn = np.asarray(order_keys(jnp.asarray(nans), largest)).astype(np.int64)
+            assert (kn > k.max()).all() if largest else (kn < k.min()).all()
+
+
 @pytest.mark.parametrize("function", ["MAX", "MIN"])
 def test_reduce_max_min_propagate_nan(function):
     x = np.array([[1.0, np.nan], [2.0, 3.0]], np.float32)

@@ -176,16 +176,43 @@ def _abs(x):
     return x if jnp.issubdtype(x.dtype, jnp.unsignedinteger) else lax.abs(x)
 
 
+def order_keys(x, largest: bool):
+    """Integer keys whose order is the search order of float ``x``: NaN the extreme.
+
+    Floats become signed integers of their width with the same order (bits of a negative
+    float flipped below the sign, the usual sign-magnitude to two's-complement map), with -0.0
+    mapped onto +0.0 so that the two tie as IEEE says, and every NaN mapped to the one key
+    beyond +inf (ARGMAX) or below -inf (ARGMIN). lax.argmax/argmin of the keys then finds the
+    first extreme on every backend: XLA's GPU float argmax reports an arbitrary one of several
+    NaNs, while integer ties resolve to the first index. Integers are returned unchanged.
+    """
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return x
+    bits = 8 * x.dtype.itemsize
+    itype = {16: jnp.int16, 32: jnp.int32, 64: jnp.int64}[bits]
+    info = np.iinfo(itype)
+    k = lax.bitcast_convert_type(x, itype)
+    magnitude = k & info.max
+    key = k ^ (lax.shift_right_arithmetic(k, jnp.asarray(bits - 1, itype)) & info.max)
+    key = jnp.where(magnitude == 0, jnp.zeros_like(key), key)
+    inf_bits = int(np.array(np.inf, x.dtype).view(itype))
+    nan_key = jnp.asarray(info.max if largest else info.min, itype)
+    return jnp.where(magnitude > inf_bits, nan_key, key)
+
+
 def arg_reduce(x, axes: tuple[int, ...], largest: bool, last: bool, out_dtype):
     """Index of the extreme over ``axes`` as one row-major linear index, keepdims shape.
 
     The reduced axes (ascending) are merged into one axis of length L (in place when adjacent,
-    else after moving them to the end); on that axis lax.argmax/argmin report the first extreme. For the last extreme (DECREASING) the
-    axis is reversed and the index k maps back to L - 1 - k.
+    else after moving them to the end); floats are replaced by their ``order_keys`` (so NaN and
+    signed zeros behave alike on every backend); on that axis lax.argmax/argmin report the first
+    extreme. For the last extreme (DECREASING) the axis is reversed and the index k maps back to
+    L - 1 - k.
     """
     keep = tuple(i for i in range(x.ndim) if i not in axes)
     out_shape = reduced_sizes(x.shape, axes)
     n_red = math.prod(x.shape[i] for i in axes)
+    x = order_keys(x, largest)
     if axes == tuple(range(axes[0], axes[-1] + 1)):
         # Adjacent axes merge in place: a transpose would cost a full extra pass on GPU.
         last_axis = axes[0]
