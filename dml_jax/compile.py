@@ -127,11 +127,21 @@ class CompiledOperator:
         fn.__name__ = name.lower()
         fn.__doc__ = f"Logical-mode {name}: one array per input tensor, in schema order."
         self.fn = fn
-        self._jitted = jax.jit(fn)
+
+        def checked(*arrays):
+            # Runs only when jax.jit traces, i.e. for a shape/dtype signature it has not seen:
+            # a cache hit pays nothing, and a bad signature fails here, before the lowering.
+            self._check_traced(arrays)
+            return fn(*arrays)
+
+        self._jitted = jax.jit(checked)
         self._buffer_fn = None
         self._has_64bit = any(
             t is not None and t.data_type.is_64bit for t in self.input_descs + self.output_descs
         )
+        # Calls with this many concrete JAX arrays skip the eager check (-1: never; a graph
+        # with an unused input drops it in check_inputs, which the direct path would not).
+        self._direct_arity = -1 if None in self.input_descs else len(self.input_descs)
         self.in_shardings: tuple | None = None  # set by compile_operator(in_shardings=...)
         self.out_shardings: tuple | None = None
 
@@ -151,9 +161,30 @@ class CompiledOperator:
         return [_as_input(x, path, t, self.name)
                 for x, path, t in zip(inputs, self.input_paths, self.input_descs)]
 
+    def _check_traced(self, arrays: Sequence[Any]) -> None:
+        """Shape and dtype check on abstract values, at trace time (see ``__call__``)."""
+        if self._has_64bit:
+            _check_x64(zip(self.input_paths + self.output_paths,
+                           self.input_descs + self.output_descs), self.name)
+        for x, path, t in zip(arrays, self.input_paths, self.input_descs):
+            if t is not None:
+                _as_input(x, path, t, self.name)
+
     def __call__(self, *inputs: Any):
         """Logical mode: one array per input tensor; shapes equal Sizes, dtypes the DataType."""
+        if len(inputs) == self._direct_arity:
+            for x in inputs:
+                if type(x) not in _CONCRETE_ARRAY_TYPES:
+                    break
+            else:
+                # Concrete JAX arrays are already canonical: jit checks them at trace time.
+                return self._jitted(*inputs)
+        # NumPy arrays and Python values are checked before jit canonicalizes their dtype
+        # (a float64 array must not silently become float32).
         arrays = self.check_inputs(inputs)
+        for x in arrays:
+            if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+                _CONCRETE_ARRAY_TYPES.add(type(x))
         if self.in_shardings is not None:
             # in_shardings is the layout promised to the program: move inputs there (no-op
             # when already so) instead of letting jit reject arrays committed elsewhere.
@@ -175,6 +206,11 @@ class CompiledOperator:
         from .buffers import run_buffers
 
         return run_buffers(self, inputs, outputs)
+
+
+# Types of concrete JAX arrays seen by a checked call (jax's ArrayImpl): an exact type test is
+# cheaper than isinstance(x, jax.Array), whose ABC check would double the per-call overhead.
+_CONCRETE_ARRAY_TYPES: set = set()
 
 
 def _as_input(x: Any, path: str, t: TensorDesc, owner: str):
@@ -249,6 +285,7 @@ def with_shardings(op: CompiledOperator, in_shardings: Any, out_shardings: Any) 
 def _sharded_cached(op: CompiledOperator, ins: tuple | None, outs: tuple | None):
     sharded = copy.copy(op)
     sharded.in_shardings, sharded.out_shardings = ins, outs
+    sharded._direct_arity = -1  # inputs must be moved to in_shardings first
     kwargs: dict[str, Any] = {}
     if ins is not None:
         kwargs["in_shardings"] = ins
