@@ -153,6 +153,7 @@ def _cases_for(shape, dtype: str, full: bool) -> list[Case]:
         return lambda: dml.compile_operator(desc_fn())
 
     n, c, h, w = shape
+    narrow = item < 4  # GPU word forms / CLIP kernel (dml_jax.kernels) may replace lax
     # copy: the roofline (an elementwise op XLA cannot elide; ~x for unsigned types)
     neg = (lambda x: ~x) if np.dtype(dtype).kind == "u" else (lambda x: -x)
     add("copy", "copy", [shape], None, neg, "copy", n_el)
@@ -161,7 +162,8 @@ def _cases_for(shape, dtype: str, full: bool) -> list[Case]:
     add("SPLIT axis 2", "DML_OPERATOR_SPLIT", [shape],
         compiled(lambda: dml.SplitOperatorDesc(td, [td.like(sizes=half)] * 2, axis=2)),
         lambda x: tuple(jnp.split(x, 2, axis=2)),
-        lambda torch, x: [t.contiguous() for t in torch.split(x, h // 2, dim=2)], n_el)
+        lambda torch, x: [t.contiguous() for t in torch.split(x, h // 2, dim=2)], n_el,
+        kernel=narrow)
     add("JOIN axis 2", "DML_OPERATOR_JOIN", [half, half],
         compiled(lambda: dml.JoinOperatorDesc([td.like(sizes=half)] * 2, td, axis=2)),
         lambda a, b: jnp.concatenate([a, b], axis=2),
@@ -170,7 +172,7 @@ def _cases_for(shape, dtype: str, full: bool) -> list[Case]:
     add("TILE 1,1,2,2", "DML_OPERATOR_TILE", [quarter],
         compiled(lambda: dml.TileOperatorDesc(td.like(sizes=quarter), td, repeats=[1, 1, 2, 2])),
         lambda x: jnp.tile(x, (1, 1, 2, 2)),
-        lambda torch, x: x.repeat(1, 1, 2, 2), n_el)
+        lambda torch, x: x.repeat(1, 1, 2, 2), n_el, kernel=narrow)
 
     d2s_out = (n, c // 4, h * 2, w * 2)
     orders = ("DEPTH_COLUMN_ROW", "COLUMN_ROW_DEPTH") if full else ("DEPTH_COLUMN_ROW",)
@@ -179,19 +181,24 @@ def _cases_for(shape, dtype: str, full: bool) -> list[Case]:
         add(f"DEPTH_TO_SPACE1 block 2 {short}", "DML_OPERATOR_DEPTH_TO_SPACE1", [shape],
             compiled(lambda order=order: dml.DepthToSpace1OperatorDesc(
                 td, td.like(sizes=d2s_out), block_size=2, order=order)),
-            _jnp_d2s(short), _torch_d2s(short), n_el)
+            _jnp_d2s(short), _torch_d2s(short), n_el, kernel=item == 1)
     if full:
         s2d_out = (n, c * 4, h // 2, w // 2)
         add("SPACE_TO_DEPTH1 block 2 DCR", "DML_OPERATOR_SPACE_TO_DEPTH1", [shape],
             compiled(lambda: dml.SpaceToDepth1OperatorDesc(
                 td, td.like(sizes=s2d_out), block_size=2, order="DEPTH_COLUMN_ROW")),
-            _jnp_s2d, lambda torch, x: torch.nn.functional.pixel_unshuffle(x, 2), n_el,
+            _jnp_s2d, None, n_el)
+        add("SPACE_TO_DEPTH1 block 2 CRD", "DML_OPERATOR_SPACE_TO_DEPTH1", [shape],
+            compiled(lambda: dml.SpaceToDepth1OperatorDesc(
+                td, td.like(sizes=s2d_out), block_size=2, order="COLUMN_ROW_DEPTH")),
+            _jnp_s2d_crd, lambda torch, x: torch.nn.functional.pixel_unshuffle(x, 2), n_el,
             notes="torch: pixel_unshuffle (CRD order)")
 
     lo, hi = (-0.5, 0.5) if is_float else (10, 60)
     add("CLIP", "DML_OPERATOR_ELEMENT_WISE_CLIP1", [shape],
         compiled(lambda: dml.ElementWiseClip1OperatorDesc(td, td, min=lo, max=hi)),
-        lambda x: jnp.clip(x, lo, hi), lambda torch, x: torch.clamp(x, lo, hi), n_el)
+        lambda x: jnp.clip(x, lo, hi), lambda torch, x: torch.clamp(x, lo, hi), n_el,
+        kernel=narrow)
     if full:
         add("CLIP (v1)", "DML_OPERATOR_ELEMENT_WISE_CLIP", [shape],
             compiled(lambda: dml.ElementWiseClipOperatorDesc(td, td, min=lo, max=hi)),
@@ -266,6 +273,14 @@ def _jnp_s2d(x):
 
     n, c, h, w = x.shape
     y = x.reshape(n, c, h // 2, 2, w // 2, 2).transpose(0, 3, 5, 1, 2, 4)
+    return jnp.reshape(y, (n, c * 4, h // 2, w // 2))
+
+
+def _jnp_s2d_crd(x):
+    import jax.numpy as jnp
+
+    n, c, h, w = x.shape
+    y = x.reshape(n, c, h // 2, 2, w // 2, 2).transpose(0, 1, 3, 5, 2, 4)
     return jnp.reshape(y, (n, c * 4, h // 2, w // 2))
 
 
@@ -369,6 +384,8 @@ def run_cases(cases: list[Case], timer: Timer, use_torch: bool, log=print) -> li
     """Times every case; returns one row per (case, implementation)."""
     import jax
 
+    from .kernels import elementwise as kernel_elementwise
+    from .kernels import movement as kernel_movement
     from .kernels import reduce as kernel_reduce
 
     backend = jax.default_backend()
@@ -407,13 +424,16 @@ def run_cases(cases: list[Case], timer: Timer, use_torch: bool, log=print) -> li
                 cold = time.perf_counter() - t
                 record(case, "dml", timer.run(lambda: op(*xs), jsync), cold)
                 if case.kernel and backend == "gpu":
-                    # The lax lowering the kernel replaces, for the record.
-                    kernel_reduce.ENABLED = False
+                    # The lax lowering the kernel (or word form) replaces, for the record.
+                    switches = (kernel_reduce, kernel_movement, kernel_elementwise)
+                    for m in switches:
+                        m.ENABLED = False
                     try:
                         lax_fn = jax.jit(lambda *a, op=op: op.fn(*a))
                         record(case, "dml-lax", timer.run(lambda: lax_fn(*xs), jsync))
                     finally:
-                        kernel_reduce.ENABLED = True
+                        for m in switches:
+                            m.ENABLED = True
             except Exception as e:  # a case the device or data type cannot run: reported
                 record(case, "dml", None, error=f"{type(e).__name__}: {e}"[:300])
         if case.jnp_fn is not None:

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import dml_jax as dml
+from dml_jax.kernels import elementwise as E
+from dml_jax.kernels import movement as M
 from dml_jax.kernels import reduce as K
 from dml_jax.ops.reduce import F, _reduce_value, arg_reduce
 
@@ -158,3 +160,134 @@ def test_dispatch_with_cuda_present_lowers_lax_on_cpu(monkeypatch):
     arg_fn = dml.compile_operator(arg).fn
     np.testing.assert_array_equal(np.asarray(jax.vmap(arg_fn)(xs))[1], np.asarray(arg_fn(x)))
     assert "pallas_call" in str(jax.make_jaxpr(jax.vmap(lambda y: arg_fn(y)))(xs))
+
+
+def test_plan_prefers_lax_where_measured_faster():
+    # 1 GiB float32 ARGMAX along axis 2 (B = 256): lax's order keys beat the kernel on an H200;
+    # narrow types and full-width tiles keep the kernel.
+    assert K.plan((16, 256, 256, 256), (2,), np.float32, "arg") is None
+    assert K.plan((16, 256, 256, 256), (2,), np.int32, "arg") is None
+    assert K.plan((32, 256, 256, 256), (2,), np.float16, "arg") is not None
+    assert K.plan((16, 256, 256, 256), (1,), np.float32, "arg") is not None
+    assert K.plan((16, 256, 256, 256), (2,), np.float32, "lse").tiling.num_warps == 2
+    assert K.plan((16, 256, 256, 256), (1,), np.float32, "lse").tiling.num_warps == 4
+
+
+def test_lse_kernel_interpret_single_tile(monkeypatch):
+    # The reduced extent in one tile takes the no-rescale path; both paths agree with lax.
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((6, 5)) * 3).astype(np.float32)
+    x[0] = -np.inf
+    x[1, 2] = np.inf
+    x[2] += 1000.0
+    x = jnp.asarray(x)
+    want = np.asarray(_reduce_value(F.LOG_SUM_EXP, x, (1,))).reshape(-1)
+    p = K.Plan(6, 5, 1, K.Tiling(rows=8, cols=4))
+    for single in (True, False):
+        monkeypatch.setattr(K, "SINGLE_TILE_LSE", single)
+        got = np.asarray(K.log_sum_exp_kernel(x, p, interpret=True))
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# --- narrow-type movement and CLIP (dml_jax.kernels.movement / elementwise) ------------------
+
+NARROW = ["float16", "int8", "uint8", "int16", "uint16"]
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+def test_words_round_trip_and_moves(dtype):
+    x = _data((2, 3, 4, 8), dtype)
+    w = M.to_words(jnp.asarray(x))
+    assert w.dtype == jnp.uint32 and w.shape == (2, 3, 4, 8 * x.itemsize // 4)
+    assert np.asarray(M.from_words(w, x.dtype)).tobytes() == x.tobytes()
+    assert M.packable(x.shape, x.dtype) and not M.packable((3, 3), dtype)
+    assert not M.packable((4, 8), np.float32)  # 32-bit types move as they are
+
+    def split(y):
+        return y[:, :, :1], y[:, :, 1:]
+
+    for got, want in zip(M.on_words(split, [jnp.asarray(x)], x.dtype), split(x)):
+        assert np.asarray(got).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int8", "uint16"])
+@pytest.mark.parametrize("block, c, w", [(2, 8, 4), (2, 4, 12), (3, 9, 8)])
+@pytest.mark.parametrize("order", ["DEPTH_COLUMN_ROW", "COLUMN_ROW_DEPTH"])
+def test_d2s_words_matches_operator(dtype, block, c, w, order):
+    x = _data((2, c, 3, w), dtype)
+    td = dml.TensorDesc(dtype.upper(), x.shape)
+    out = td.like(sizes=(2, c // block**2, 3 * block, w * block))
+    op = dml.compile_operator(dml.DepthToSpace1OperatorDesc(td, out, block_size=block,
+                                                            order=order))
+    got = np.asarray(M.d2s_words(jnp.asarray(x), block, order == "DEPTH_COLUMN_ROW"))
+    want = np.asarray(op(x))
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def _same_or_both_nan(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    if got.dtype.kind == "f":
+        nan = np.isnan(want)
+        np.testing.assert_array_equal(np.isnan(got), nan)
+        got, want = got[~nan], want[~nan]
+    assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int8", "uint16"])
+def test_clip_kernel_interpret_matches_lax(dtype, monkeypatch):
+    monkeypatch.setattr(E, "BLOCK_BYTES", 64)  # several programs and a masked last block
+    if dtype == "float16":
+        vals = [np.nan, -np.nan, -0.0, 0.0, 1, -1, 5, -5, np.inf, -np.inf, 0.5, -0.5, 2]
+        bounds = [-0.0, 0.0, -0.5, 1.0, -np.inf, np.inf]
+    else:
+        info = np.iinfo(dtype)
+        vals = [info.min, info.max, 0, 1, 2, 5, 7]
+        bounds = [0, 1, 6, info.max]
+    x = jnp.asarray(np.array(vals * 11, dtype).reshape(11, len(vals)))
+    for lo in bounds:
+        for hi in bounds:
+            a, b = np.asarray(lo, dtype), np.asarray(hi, dtype)
+            want = jax.lax.max(jnp.asarray(a), jax.lax.min(x, jnp.asarray(b)))
+            _same_or_both_nan(E.clip_kernel(x, a, b, interpret=True), want)
+
+
+def test_narrow_dispatch_with_cuda_present_lowers_plain_on_cpu(monkeypatch):
+    # As on a GPU machine: SPLIT, TILE, DEPTH_TO_SPACE and CLIP on narrow types carry a CUDA
+    # branch (words or the CLIP kernel), while CPU still computes the plain lowering.
+    monkeypatch.setattr(K, "cuda_present", lambda: True)
+    monkeypatch.setattr(M, "cuda_present", lambda: True)
+    monkeypatch.setattr(E, "cuda_present", lambda: True)
+    x = _data((2, 8, 4, 8), "int8")
+    td = dml.TensorDesc("INT8", x.shape)
+    descs = [
+        dml.SplitOperatorDesc(td, [td.like(sizes=(2, 8, 1, 8)), td.like(sizes=(2, 8, 3, 8))],
+                              axis=2),
+        dml.TileOperatorDesc(td, td.like(sizes=(2, 8, 8, 24)), repeats=[1, 1, 2, 3]),
+        dml.DepthToSpace1OperatorDesc(td, td.like(sizes=(2, 2, 8, 16)), block_size=2,
+                                      order="DEPTH_COLUMN_ROW"),
+        dml.ElementWiseClip1OperatorDesc(td, td, min=-1, max=2),
+    ]
+    for desc in descs:
+        fn = dml.compile_operator(desc).fn
+        text = str(jax.make_jaxpr(lambda y, fn=fn: fn(y))(x))
+        assert "platform_index" in text, desc.operator_type
+        got = jax.jit(lambda y, fn=fn: fn(y))(x)
+        monkeypatch.setattr(M, "ENABLED", False)
+        monkeypatch.setattr(E, "ENABLED", False)
+        plain_fn = dml.compile_operator(desc).fn
+        text = str(jax.make_jaxpr(lambda y, fn=plain_fn: fn(y))(x))
+        assert "platform_index" not in text
+        want = jax.jit(lambda y, fn=plain_fn: fn(y))(x)
+        monkeypatch.setattr(M, "ENABLED", True)
+        monkeypatch.setattr(E, "ENABLED", True)
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            assert np.asarray(g).tobytes() == np.asarray(w).tobytes()
+
+
+def test_cpu_traces_no_narrow_branch():
+    if K.cuda_present():
+        pytest.skip("this process has a CUDA backend")
+    x = _data((2, 4, 4, 8), "float16")
+    td = dml.TensorDesc("FLOAT16", x.shape)
+    fn = dml.compile_operator(dml.ElementWiseClip1OperatorDesc(td, td, min=-1, max=1)).fn
+    assert "platform_index" not in str(jax.make_jaxpr(fn)(x))

@@ -48,6 +48,8 @@ _INDEX_LIMIT = 2**31 - 2**16  # int32 element offsets inside the kernel, with ro
 
 # Read at trace time; benchmarks turn it off to time the lax lowering the kernels replace.
 ENABLED = True
+# LOG_SUM_EXP whose reduced extent fits one tile skips the online rescaling (read at trace time).
+SINGLE_TILE_LSE = True
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,8 @@ WIDE_TILE_ELEMENTS = {"arg": 8192, "lse": 4096}
 NUM_WARPS = {"arg": 4, "lse": 4}
 WIDE_NUM_WARPS = {"arg": 8, "lse": 4}
 NUM_STAGES = {"arg": 3, "lse": 3}
+NARROW_LSE_WARPS = 2
+LAX_ARG_MIN_B = 256
 _MAX_COLS = 1024
 
 
@@ -100,6 +104,10 @@ def _tiling(kind: str, a: int, r: int, b: int, itemsize: int) -> Tiling:
             elems, warps = WIDE_TILE_ELEMENTS[kind], WIDE_NUM_WARPS[kind]
         else:
             elems = TILE_ELEMENTS[kind] * scale
+            if kind == "lse" and cols < _MAX_COLS and itemsize == 4:
+                # 256-column float32 LOG_SUM_EXP tiles: 2 warps ran 1.02 of the copy, 4 warps
+                # 0.93 (benchmarks/results/variants.log).
+                warps = NARROW_LSE_WARPS
         rows = _pow2_at_most(r, max(1, elems // cols))
     else:
         elems = TILE_ELEMENTS[kind] * scale
@@ -135,6 +143,11 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype, kind: str) -> Pla
     r = math.prod(shape[i] for i in red)
     b = math.prod(shape[i] for i in live[pos[-1] + 1:])
     if a * r * b >= _INDEX_LIMIT:
+        return None
+    if kind == "arg" and np.dtype(dtype).itemsize == 4 and LAX_ARG_MIN_B <= b < _MAX_COLS:
+        # 4-byte inner layouts of 256-1023 columns (1 GiB float32 along axis 2 has B = 256):
+        # lax's argmax ran 0.93-0.94 of the copy there (NaN-correct order keys), the kernel
+        # 0.89-0.90 (benchmarks/results/variants.log). Narrower B was not measured.
         return None
     p = Plan(a, r, b, _tiling(kind, a, r, b, np.dtype(dtype).itemsize))
     return p if p.programs >= MIN_PROGRAMS else None
@@ -334,8 +347,15 @@ def log_sum_exp_kernel(x, p: Plan, interpret: bool = False):
             s = s + jnp.sum(jnp.exp(tile - jnp.expand_dims(new_shift, ax)), axis=ax)
             return new_m, s
 
-        init = (jnp.full((width,), neg_inf), jnp.zeros((width,), jnp.float32))
-        m, s = lax.fori_loop(0, n_tiles, body, init)
+        if n_tiles == 1 and SINGLE_TILE_LSE:
+            # The whole reduced extent in one tile: max, then the shifted sum, no rescaling.
+            tile, _, _ = load(x_ref, pid, 0, jnp.asarray(neg_inf, x_ref.dtype))
+            tile = tile.astype(jnp.float32)
+            m = jnp.max(tile, axis=ax)
+            s = jnp.sum(jnp.exp(tile - jnp.expand_dims(shift_of(m), ax)), axis=ax)
+        else:
+            init = (jnp.full((width,), neg_inf), jnp.zeros((width,), jnp.float32))
+            m, s = lax.fori_loop(0, n_tiles, body, init)
         store(o_ref, pid, (jnp.log(s) + shift_of(m)).astype(o_ref.dtype))
 
     return _call(kernel, p, _as_2d(x, p), x.dtype, interpret)

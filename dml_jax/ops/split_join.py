@@ -9,6 +9,7 @@ from jax import lax
 
 from ..errors import Validator
 from ..fields import OperatorDesc, attribute, count_of, input_field, output_field, to_uint
+from ..kernels import movement
 from ..registry import register
 from ..tensor import TensorDesc
 
@@ -65,13 +66,23 @@ def validate_split(d: SplitOperatorDesc, v: Validator) -> None:
     _check_pieces(v, ("InputTensor", d.input_tensor), pieces, d.axis, "OutputTensors")
 
 
-def lower_split(d: SplitOperatorDesc, x):
+def _slices(d: SplitOperatorDesc, x):
     outputs, start = [], 0
     for t in d.output_tensors:
         stop = start + t.sizes[d.axis]
         outputs.append(lax.slice_in_dim(x, start, stop, axis=d.axis))
         start = stop
     return tuple(outputs)
+
+
+def lower_split(d: SplitOperatorDesc, x):
+    if d.axis != x.ndim - 1 and movement.packable(x.shape, x.dtype):
+        # On CUDA, narrow types move as 32-bit words (exact; see dml_jax.kernels.movement).
+        def words(y):
+            return movement.on_words(lambda w: _slices(d, w), [y], y.dtype)
+
+        return tuple(movement.dispatch([x], lambda y: _slices(d, y), words))
+    return _slices(d, x)
 
 
 register(SplitOperatorDesc, infer=infer_split, validate=validate_split, lower=lower_split)

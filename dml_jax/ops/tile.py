@@ -10,6 +10,7 @@ from jax import lax
 
 from ..errors import UINT32_MAX, Validator
 from ..fields import OperatorDesc, attribute, count_of, input_field, output_field, to_uint_tuple
+from ..kernels import movement
 from ..registry import register
 from ..tensor import TensorDesc
 
@@ -56,12 +57,23 @@ def validate_tile(d: TileOperatorDesc, v: Validator) -> None:
     v.outputs_match(d.output_slots(), infer_tile(d))
 
 
-def lower_tile(d: TileOperatorDesc, x):
+def _tile(x, repeats):
     # A new axis of size r before each axis, broadcast, then merge each (r, s) pair: one
     # broadcast feeding a reshape, which XLA emits as a single fused copy.
-    wide = [n for r, s in zip(d.repeats, x.shape) for n in (r, s)]
+    wide = [n for r, s in zip(repeats, x.shape) for n in (r, s)]
     y = lax.broadcast_in_dim(x, wide, tuple(range(1, 2 * x.ndim, 2)))
-    return (lax.reshape(y, infer_tile(d)[0].sizes),)
+    return lax.reshape(y, tuple(s * r for s, r in zip(x.shape, repeats)))
+
+
+def lower_tile(d: TileOperatorDesc, x):
+    if movement.packable(x.shape, x.dtype):
+        # Repeats along the minor axis repeat whole rows, so narrow types can move as 32-bit
+        # words on CUDA (exact; see dml_jax.kernels.movement).
+        def words(y):
+            return movement.on_words(lambda w: _tile(w, d.repeats), [y], y.dtype)
+
+        return (movement.dispatch([x], lambda y: _tile(y, d.repeats), words),)
+    return (_tile(x, d.repeats),)
 
 
 register(TileOperatorDesc, infer=infer_tile, validate=validate_tile, lower=lower_tile)

@@ -1,0 +1,96 @@
+"""A Pallas (Triton) CLIP kernel for narrow types on CUDA GPUs.
+
+XLA's GPU code for element-wise float16 and int8 ops runs at 0.77 and 0.39 of the copy
+roofline on an H200 (benchmarks/RESULTS.md). This kernel reads and writes blocks of contiguous
+elements, which Triton moves with 16-byte vector accesses.
+
+Semantics are the lax lowering's (``dml_jax.ops.clip``): ``max(lo, min(x, hi))`` in that order,
+with XLA's IEEE 754-2019 minimum/maximum (NaN propagated, -0.0 below +0.0). Triton lowers float
+min/max to minNum/maxNum, which drop NaN, so the float comparisons run on integer keys of the
+bits and NaN inputs pass through (as NaN; XLA may return another NaN bit pattern).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .reduce import _pallas, cuda_present
+
+ENABLED = True  # read at trace time; benchmarks turn it off to time the lax lowering
+CLIP_DTYPES = frozenset(np.dtype(t) for t in ("float16", "int8", "uint8", "int16", "uint16"))
+BLOCK_BYTES = 4096  # bytes per program: 0.97-0.98 of the copy on an H200 (variants.log)
+NUM_WARPS = 4
+_INDEX_LIMIT = 2**31 - 2**20
+
+
+def clip_covered(shape, dtype) -> bool:
+    """Whether ``clip_kernel`` handles this shape and dtype."""
+    n = math.prod(shape)
+    return np.dtype(dtype) in CLIP_DTYPES and 0 < n < _INDEX_LIMIT
+
+
+def _float_keys(v):
+    """(keys, is_nan): integer keys ordered as IEEE 754-2019 orders floats (-0.0 < +0.0)."""
+    itype = {2: jnp.int16, 4: jnp.int32}[v.dtype.itemsize]
+    imax = np.array(np.iinfo(itype).max, itype)
+    k = lax.bitcast_convert_type(v, itype)
+    key = k ^ (lax.shift_right_arithmetic(k, np.array(8 * v.dtype.itemsize - 1, itype)) & imax)
+    inf = np.array(np.array(np.inf, v.dtype).view(itype), itype)
+    return key, (k & imax) > inf
+
+
+def clip_kernel(x, lo, hi, interpret: bool = False):
+    """``max(lo, min(x, hi))`` element-wise, NaN propagated; same shape and dtype as ``x``."""
+    pl, pltriton = _pallas()
+    n = math.prod(x.shape)
+    block = max(128, BLOCK_BYTES // x.dtype.itemsize)
+    is_float = jnp.issubdtype(x.dtype, jnp.floating)
+    lo = np.asarray(lo, x.dtype)
+    hi = np.asarray(hi, x.dtype)
+    if is_float:
+        ibits = {2: np.int16, 4: np.int32}[x.dtype.itemsize]
+        lo_bits, hi_bits = int(lo.view(ibits)), int(hi.view(ibits))
+
+    def kernel(x_ref, o_ref):
+        pid = pl.program_id(0)
+        idx = pid * block + jnp.arange(block, dtype=jnp.int32)
+        valid = idx < n
+        v = pltriton.load(x_ref.at[pl.ds(pid * block, block)], mask=valid)
+        if is_float:
+            # XLA's min/max are IEEE 754-2019 minimum/maximum (NaN propagated, -0.0 < +0.0);
+            # Triton's are minNum/maxNum, and float constants may lose the sign of zero, so
+            # the comparisons run on integer keys and the bounds enter as bits.
+            itype = {2: jnp.int16, 4: jnp.int32}[x.dtype.itemsize]
+            lo_v = lax.bitcast_convert_type(jnp.asarray(lo_bits, itype), x.dtype)
+            hi_v = lax.bitcast_convert_type(jnp.asarray(hi_bits, itype), x.dtype)
+            kv, nan = _float_keys(v)
+            klo, _ = _float_keys(lo_v)
+            khi, _ = _float_keys(hi_v)
+            y = jnp.where(kv <= khi, v, hi_v)  # min(x, hi)
+            ky = jnp.where(kv <= khi, kv, khi)
+            y = jnp.where(ky >= klo, y, lo_v)  # max(lo, .)
+            y = jnp.where(nan, v, y)
+        else:
+            y = lax.max(jnp.asarray(lo, x.dtype), lax.min(v, jnp.asarray(hi, x.dtype)))
+        pltriton.store(o_ref.at[pl.ds(pid * block, block)], y, mask=valid)
+
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((n,), x.dtype),
+        grid=(-(-n // block),),
+        interpret=interpret,
+        compiler_params=pltriton.CompilerParams(num_warps=NUM_WARPS, num_stages=1),
+    )(lax.reshape(x, (n,)))
+    return lax.reshape(out, x.shape)
+
+
+def clip(x, lo, hi, fallback):
+    """CLIP: the kernel when lowered for CUDA and covered, else ``fallback(x)``."""
+    if not (ENABLED and cuda_present() and clip_covered(x.shape, x.dtype)):
+        return fallback(x)
+    return lax.platform_dependent(x, cuda=lambda y: clip_kernel(y, lo, hi), default=fallback)
