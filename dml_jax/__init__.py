@@ -1,9 +1,9 @@
 """dml_jax: DirectML operator descriptors with exact semantics, lowered to JAX/XLA.
 
-    import dml_jax as dml
-    x = dml.TensorDesc("FLOAT32", [3, 3])
-    op = dml.compile_operator(dml.ReduceOperatorDesc("SUM", x, x.like(sizes=(1, 3)), axes=[0]))
-    op(jnp.ones((3, 3), jnp.float32))
+import dml_jax as dml
+x = dml.TensorDesc("FLOAT32", [3, 3])
+op = dml.compile_operator(dml.ReduceOperatorDesc("SUM", x, x.like(sizes=(1, 3)), axes=[0]))
+op(jnp.ones((3, 3), jnp.float32))
 """
 
 from .compile import CompiledOperator, compile_operator, validate

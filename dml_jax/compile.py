@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -55,11 +56,15 @@ def _validate(desc: OperatorDesc, level: FeatureLevel) -> OperatorSpec:
     v = Validator(desc.operator_type)
     for f in desc.declared(COUNT):
         items = getattr(desc, f.metadata["of"])
-        v.count(dml_member_name(f.name), getattr(desc, f.name), items,
-                dml_member_name(f.metadata["of"]))
+        v.count(
+            dml_member_name(f.name), getattr(desc, f.name), items, dml_member_name(f.metadata["of"])
+        )
     for path, tensor in desc.output_slots():
-        v.check(f"{path}.Flags", tensor.flags is TensorFlags.NONE,
-                "must be NONE: OWNED_BY_DML applies to input tensors only")
+        v.check(
+            f"{path}.Flags",
+            tensor.flags is TensorFlags.NONE,
+            "must be NONE: OWNED_BY_DML applies to input tensors only",
+        )
         check_output_layout(v, path, tensor)  # two elements on one buffer element: undefined
     spec.validate(desc, v)
     key = spec.key(desc)
@@ -156,16 +161,22 @@ class CompiledOperator:
                 f"({', '.join(self.input_paths)}), got {len(inputs)}"
             )
         if getattr(self, "_has_64bit", True):  # bench: skip the config read per call
-            _check_x64(zip(self.input_paths + self.output_paths,
-                           self.input_descs + self.output_descs), self.name)
-        return [_as_input(x, path, t, self.name)
-                for x, path, t in zip(inputs, self.input_paths, self.input_descs)]
+            _check_x64(
+                zip(self.input_paths + self.output_paths, self.input_descs + self.output_descs),
+                self.name,
+            )
+        return [
+            _as_input(x, path, t, self.name)
+            for x, path, t in zip(inputs, self.input_paths, self.input_descs)
+        ]
 
     def _check_traced(self, arrays: Sequence[Any]) -> None:
         """Shape and dtype check on abstract values, at trace time (see ``__call__``)."""
         if self._has_64bit:
-            _check_x64(zip(self.input_paths + self.output_paths,
-                           self.input_descs + self.output_descs), self.name)
+            _check_x64(
+                zip(self.input_paths + self.output_paths, self.input_descs + self.output_descs),
+                self.name,
+            )
         for x, path, t in zip(arrays, self.input_paths, self.input_descs):
             if t is not None:
                 _as_input(x, path, t, self.name)
@@ -188,8 +199,9 @@ class CompiledOperator:
         if self.in_shardings is not None:
             # in_shardings is the layout promised to the program: move inputs there (no-op
             # when already so) instead of letting jit reject arrays committed elsewhere.
-            arrays = [x if s is None else jax.device_put(x, s)
-                      for x, s in zip(arrays, self.in_shardings)]
+            arrays = [
+                x if s is None else jax.device_put(x, s) for x, s in zip(arrays, self.in_shardings)
+            ]
         return self._jitted(*arrays)
 
     def run_buffers(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple:
@@ -273,9 +285,11 @@ def with_shardings(op: CompiledOperator, in_shardings: Any, out_shardings: Any) 
     cached per description and feature level) and the shardings, sharing ``op.fn``.
     """
     ins = _sharding.normalize_shardings(
-        in_shardings, op.input_descs, op.input_paths, op.name, "in_shardings")
+        in_shardings, op.input_descs, op.input_paths, op.name, "in_shardings"
+    )
     outs = _sharding.normalize_shardings(
-        out_shardings, op.output_descs, op.output_paths, op.name, "out_shardings")
+        out_shardings, op.output_descs, op.output_paths, op.name, "out_shardings"
+    )
     if ins is None and outs is None:
         return op
     return _sharded_cached(op, ins, outs)

@@ -34,7 +34,7 @@ class _DmlEnum(enum.Enum):
             return value
         if isinstance(value, str):
             prefix = cls._prefix_value()
-            name = value[len(prefix) :] if value.startswith(prefix) else value
+            name = value.removeprefix(prefix)
             member = cls._by_suffix().get(name)
             if member is not None:
                 return member
@@ -106,7 +106,7 @@ class DataType(_DmlEnum):
         return self.size == 8
 
     @classmethod
-    def from_dtype(cls, dtype: Any) -> "DataType":
+    def from_dtype(cls, dtype: Any) -> DataType:
         """The DataType of a NumPy/JAX dtype; ``ValidationError`` when DML has none."""
         dt = np.dtype(dtype)
         try:
@@ -161,7 +161,7 @@ class FeatureLevel(_DmlEnum):
         return self.name[3:]
 
     @classmethod
-    def newest(cls) -> "FeatureLevel":
+    def newest(cls) -> FeatureLevel:
         return max(cls)
 
     def __lt__(self, other):

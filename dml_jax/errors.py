@@ -63,7 +63,9 @@ class Validator:
         seen = set()
         for i, axis in enumerate(axes):
             self.axis(f"{path}[{i}]", axis, rank, tensor)
-            self.check(f"{path}[{i}]", axis not in seen, f"repeats axis {axis}; axes must be unique")
+            self.check(
+                f"{path}[{i}]", axis not in seen, f"repeats axis {axis}; axes must be unique"
+            )
             seen.add(axis)
 
     def same(self, attribute: str, pairs: list, reference: tuple) -> None:
@@ -75,8 +77,9 @@ class Validator:
         member = {"data_type": "DataType", "rank": "DimensionCount", "sizes": "Sizes"}[attribute]
         expected = getattr(ref, attribute)
         for path, tensor in pairs:
-            self.equal(f"{path}.{member}", getattr(tensor, attribute), expected,
-                       f"{ref_path}.{member}")
+            self.equal(
+                f"{path}.{member}", getattr(tensor, attribute), expected, f"{ref_path}.{member}"
+            )
 
     def outputs_match(self, outputs: tuple, expected: tuple) -> None:
         """Each output (path, TensorDesc) has the inferred data type, rank and sizes."""

@@ -8,8 +8,9 @@ order, JSON member names, graph edge indices and binding order all derive from t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterator
 from dataclasses import MISSING, field
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, ClassVar
 
 import numpy as np
 

@@ -6,8 +6,9 @@ reach it only through ``lookup``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .errors import ValidationError
 from .fields import OperatorDesc

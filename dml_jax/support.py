@@ -56,28 +56,35 @@ _ARG = _rows((L.FL_3_0, DIMS1_8, T8, IDX), (L.FL_4_1, DIMS1_8, T10, IDX))
 # Keys: the DML_OPERATOR_* name, or (name, reduce function name) for REDUCE.
 SUPPORT: dict = {
     "DML_OPERATOR_SPLIT": _rows(
-        (L.FL_1_0, DIMS4, T6), (L.FL_2_1, DIMS4, T8), (L.FL_3_0, DIMS1_8, T8),
+        (L.FL_1_0, DIMS4, T6),
+        (L.FL_2_1, DIMS4, T8),
+        (L.FL_3_0, DIMS1_8, T8),
         (L.FL_4_1, DIMS1_8, T11),
     ),
     "DML_OPERATOR_JOIN": _rows(
-        (L.FL_1_0, DIMS4, T6), (L.FL_2_1, DIMS4, T8), (L.FL_3_0, DIMS4_5, T8),
-        (L.FL_3_1, DIMS1_8, T8), (L.FL_4_1, DIMS1_8, T11),
+        (L.FL_1_0, DIMS4, T6),
+        (L.FL_2_1, DIMS4, T8),
+        (L.FL_3_0, DIMS4_5, T8),
+        (L.FL_3_1, DIMS1_8, T8),
+        (L.FL_4_1, DIMS1_8, T11),
     ),
     "DML_OPERATOR_DEPTH_TO_SPACE": _DEPTH_SPACE,
     "DML_OPERATOR_SPACE_TO_DEPTH": _DEPTH_SPACE,
     "DML_OPERATOR_DEPTH_TO_SPACE1": _DEPTH_SPACE1,
     "DML_OPERATOR_SPACE_TO_DEPTH1": _DEPTH_SPACE1,
     "DML_OPERATOR_ELEMENT_WISE_CLIP": _rows(
-        (L.FL_1_0, DIMS4, F2), (L.FL_2_1, DIMS4, T8), (L.FL_3_0, DIMS1_8, T8),
+        (L.FL_1_0, DIMS4, F2),
+        (L.FL_2_1, DIMS4, T8),
+        (L.FL_3_0, DIMS1_8, T8),
         (L.FL_5_0, DIMS1_8, T10),
     ),
     "DML_OPERATOR_ELEMENT_WISE_CLIP1": _rows((L.FL_5_0, DIMS1_8, T10)),
-    "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD": _rows(
-        (L.FL_3_1, DIMS1_8, T8), (L.FL_5_0, DIMS1_8, T10)
-    ),
+    "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD": _rows((L.FL_3_1, DIMS1_8, T8), (L.FL_5_0, DIMS1_8, T10)),
     "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD1": _rows((L.FL_5_0, DIMS1_8, T10)),
     "DML_OPERATOR_TILE": _rows(
-        (L.FL_1_0, DIMS4, F2), (L.FL_2_1, DIMS4, T8), (L.FL_3_1, DIMS1_8, T8),
+        (L.FL_1_0, DIMS4, F2),
+        (L.FL_2_1, DIMS4, T8),
+        (L.FL_3_1, DIMS1_8, T8),
         (L.FL_4_1, DIMS1_8, T10),
     ),
     "DML_OPERATOR_ARGMIN": _ARG,
@@ -85,17 +92,23 @@ SUPPORT: dict = {
 }
 
 _REDUCE_ARG = _rows(
-    (L.FL_1_0, DIMS4, F2, U32), (L.FL_2_1, DIMS4, T8, U32), (L.FL_3_0, DIMS1_8, T8, IDX),
+    (L.FL_1_0, DIMS4, F2, U32),
+    (L.FL_2_1, DIMS4, T8, U32),
+    (L.FL_3_0, DIMS1_8, T8, IDX),
     (L.FL_4_1, DIMS1_8, T10, IDX),
 )
 _REDUCE_FLOAT = _rows((L.FL_1_0, DIMS4, F2), (L.FL_3_0, DIMS1_8, F2))
 _REDUCE_L1 = _rows((L.FL_1_0, DIMS4, F2), (L.FL_3_0, DIMS1_8, F2), (L.FL_5_0, DIMS1_8, S6))
 _REDUCE_MINMAX = _rows(
-    (L.FL_1_0, DIMS4, F2), (L.FL_2_1, DIMS4, S4), (L.FL_3_0, DIMS1_8, T8),
+    (L.FL_1_0, DIMS4, F2),
+    (L.FL_2_1, DIMS4, S4),
+    (L.FL_3_0, DIMS1_8, T8),
     (L.FL_5_0, DIMS1_8, T10),
 )
 _REDUCE_SUM = _rows(
-    (L.FL_1_0, DIMS4, F2), (L.FL_2_1, DIMS4, S4), (L.FL_3_0, DIMS1_8, S4),
+    (L.FL_1_0, DIMS4, F2),
+    (L.FL_2_1, DIMS4, S4),
+    (L.FL_3_0, DIMS1_8, S4),
     (L.FL_5_0, DIMS1_8, S6),
 )
 for _names, _table in (

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from .enums import DataType, TensorFlags
 from .errors import UINT32_MAX, UINT64_MAX, ValidationError, as_float, as_int, as_int_tuple
@@ -147,7 +148,7 @@ class TensorDesc:
         """The JAX/NumPy dtype of the elements."""
         return self.data_type.numpy_dtype
 
-    def like(self, **changes: Any) -> "TensorDesc":
+    def like(self, **changes: Any) -> TensorDesc:
         """A copy with fields replaced; the total size is derived again unless given."""
         changes.setdefault("total_tensor_size_in_bytes", None)
         if "sizes" in changes:

@@ -9,12 +9,12 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-_COMMON = dict(
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    print_blob=True,
-)
+_COMMON = {
+    "deadline": None,
+    "derandomize": True,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+    "print_blob": True,
+}
 settings.register_profile("ci", max_examples=25, **_COMMON)
 settings.register_profile("thorough", max_examples=500, **_COMMON)
 settings.load_profile(os.environ.get("DML_JAX_HYPOTHESIS_PROFILE", "ci"))
