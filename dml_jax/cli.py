@@ -219,7 +219,16 @@ def _print_flush(line: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``dml-jax`` and ``python -m dml_jax``; returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        # The reader went away (``dml-jax list-operators | head``): stop quietly, as Unix
+        # tools do, and keep Python from complaining again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] == "bench":
         return _bench(argv[1:])
     parser = build_parser()
