@@ -207,8 +207,10 @@ def _check(out: dict) -> None:
                                               axis_direction=direction))
                 largest = cls is dml.ArgMaxOperatorDesc
                 last = direction == "DECREASING"
-                if not _uses_kernel(op.fn, xd):
-                    _fail(f"no kernel for {cls.__name__} {shape} {axes} {dtype}")
+                planned = K.plan(shape, axes, x.dtype, "arg") is not None
+                if _uses_kernel(op.fn, xd) != planned:
+                    _fail(f"kernel use {not planned} but plan {planned}: {cls.__name__} {shape} "
+                          f"{axes} {dtype}")
                 got = np.asarray(op(xd))
                 lax_ref = np.asarray(jax.jit(lambda y: R.arg_reduce(
                     y, axes, largest, last, jnp.uint32))(xd))

@@ -1,4 +1,8 @@
-"""GPU-only Pallas kernels for the reductions that plain lax cannot run at memory bandwidth.
+"""GPU-only paths for what XLA's own code runs below memory bandwidth.
+
+``reduce``: Pallas kernels for ARGMIN/ARGMAX and LOG_SUM_EXP; ``movement``: narrow-type data
+movement as 32-bit words; ``elementwise``: a Pallas CLIP kernel for narrow types. Each is used
+only when lowered for CUDA (``lax.platform_dependent``); benchmarks/RESULTS.md has the figures.
 
 ARGMIN/ARGMAX over a non-minor axis and a numerically stable LOG_SUM_EXP need two passes (or a
 variadic reduce) in lax, which XLA's GPU backend runs at roughly a quarter to a half of the copy

@@ -34,14 +34,12 @@ def clip_covered(shape, dtype) -> bool:
     return np.dtype(dtype) in CLIP_DTYPES and 0 < n < _INDEX_LIMIT
 
 
-def _float_keys(v):
-    """(keys, is_nan): integer keys ordered as IEEE 754-2019 orders floats (-0.0 < +0.0)."""
-    itype = {2: jnp.int16, 4: jnp.int32}[v.dtype.itemsize]
-    imax = np.array(np.iinfo(itype).max, itype)
-    k = lax.bitcast_convert_type(v, itype)
-    key = k ^ (lax.shift_right_arithmetic(k, np.array(8 * v.dtype.itemsize - 1, itype)) & imax)
-    inf = np.array(np.array(np.inf, v.dtype).view(itype), itype)
-    return key, (k & imax) > inf
+def _key(bits, nbits: int):
+    """Integer key of float bits ordered as IEEE 754-2019 orders floats (-0.0 < +0.0)."""
+    imax = (1 << (nbits - 1)) - 1
+    if isinstance(bits, int):  # a bound, folded here: Triton constants stay integers
+        return bits ^ imax if bits < 0 else bits
+    return bits ^ (lax.shift_right_arithmetic(bits, jnp.asarray(nbits - 1, bits.dtype)) & imax)
 
 
 def clip_kernel(x, lo, hi, interpret: bool = False):
@@ -54,7 +52,10 @@ def clip_kernel(x, lo, hi, interpret: bool = False):
     hi = np.asarray(hi, x.dtype)
     if is_float:
         ibits = {2: np.int16, 4: np.int32}[x.dtype.itemsize]
+        itype = jnp.dtype(ibits)
         lo_bits, hi_bits = int(lo.view(ibits)), int(hi.view(ibits))
+        imax = int(np.iinfo(ibits).max)
+        inf_bits = int(np.array(np.inf, x.dtype).view(ibits))
 
     def kernel(x_ref, o_ref):
         pid = pl.program_id(0)
@@ -63,18 +64,18 @@ def clip_kernel(x, lo, hi, interpret: bool = False):
         v = pltriton.load(x_ref.at[pl.ds(pid * block, block)], mask=valid)
         if is_float:
             # XLA's min/max are IEEE 754-2019 minimum/maximum (NaN propagated, -0.0 < +0.0);
-            # Triton's are minNum/maxNum, and float constants may lose the sign of zero, so
-            # the comparisons run on integer keys and the bounds enter as bits.
-            itype = {2: jnp.int16, 4: jnp.int32}[x.dtype.itemsize]
-            lo_v = lax.bitcast_convert_type(jnp.asarray(lo_bits, itype), x.dtype)
-            hi_v = lax.bitcast_convert_type(jnp.asarray(hi_bits, itype), x.dtype)
-            kv, nan = _float_keys(v)
-            klo, _ = _float_keys(lo_v)
-            khi, _ = _float_keys(hi_v)
-            y = jnp.where(kv <= khi, v, hi_v)  # min(x, hi)
-            ky = jnp.where(kv <= khi, kv, khi)
-            y = jnp.where(ky >= klo, y, lo_v)  # max(lo, .)
-            y = jnp.where(nan, v, y)
+            # Triton's are minNum/maxNum and may lose the sign of a zero constant, so the
+            # whole computation runs on the bits: integer keys compare, bounds enter as bits.
+            nbits = 8 * x.dtype.itemsize
+            bits = lax.bitcast_convert_type(v, itype)
+            kv = _key(bits, nbits)
+            khi, klo = _key(hi_bits, nbits), _key(lo_bits, nbits)
+            below_hi = kv <= khi
+            yb = jnp.where(below_hi, bits, jnp.asarray(hi_bits, itype))  # min(x, hi)
+            ky = jnp.where(below_hi, kv, jnp.asarray(khi, itype))
+            yb = jnp.where(ky >= klo, yb, jnp.asarray(lo_bits, itype))  # max(lo, .)
+            nan = (bits & jnp.asarray(imax, itype)) > jnp.asarray(inf_bits, itype)
+            y = lax.bitcast_convert_type(jnp.where(nan, bits, yb), x.dtype)
         else:
             y = lax.max(jnp.asarray(lo, x.dtype), lax.min(v, jnp.asarray(hi, x.dtype)))
         pltriton.store(o_ref.at[pl.ds(pid * block, block)], y, mask=valid)

@@ -105,8 +105,8 @@ def _tiling(kind: str, a: int, r: int, b: int, itemsize: int) -> Tiling:
         else:
             elems = TILE_ELEMENTS[kind] * scale
             if kind == "lse" and cols < _MAX_COLS and itemsize == 4:
-                # 256-column float32 LOG_SUM_EXP tiles: 2 warps ran 1.02 of the copy, 4 warps
-                # 0.93 (benchmarks/results/variants.log).
+                # 4-byte LOG_SUM_EXP tiles narrower than 1024 columns: at 256 columns 2 warps
+                # ran 1.02 of the copy, 4 warps 0.93 (benchmarks/results/variants.log).
                 warps = NARROW_LSE_WARPS
         rows = _pow2_at_most(r, max(1, elems // cols))
     else:
