@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import jax
 import numpy as np
 import pytest
 import reference
@@ -100,3 +101,15 @@ def test_depth_space_differentiable_flag(type_name, expected):
     )
     with S.x64(d):
         assert dml.compile_operator(d).differentiable is expected
+
+
+@pytest.mark.parametrize("order", S.ORDERS)
+@given(data=st.data())
+def test_space_to_depth_cuda_slice_form_matches_reference(order, data):
+    """The strided-slice SPACE_TO_DEPTH that CUDA lowers to, checked here on the CPU."""
+    from dml_jax.ops.depth_space import _to_depth_slices
+
+    case = data.draw(S.depth_space_cases(dml.SpaceToDepth1OperatorDesc, order=order))
+    with jax.enable_x64(case.desc.input_tensor.data_type.is_64bit):
+        got = np.asarray(_to_depth_slices(case.desc, np.asarray(case.inputs[0])))
+    S.assert_same((got,), reference.reference(case.desc, *case.inputs))

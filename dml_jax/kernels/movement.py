@@ -32,8 +32,7 @@ _NARROW = frozenset(np.dtype(t) for t in ("float16", "int16", "uint16", "int8", 
 def packable(shape: Sequence[int], dtype) -> bool:
     """Whether rows of ``shape``'s minor dimension fill whole 32-bit words (narrow types only)."""
     dt = np.dtype(dtype)
-    return dt in _NARROW and len(shape) > 0 and shape[-1] * dt.itemsize % 4 == 0 \
-        and shape[-1] > 0
+    return dt in _NARROW and len(shape) > 0 and shape[-1] * dt.itemsize % 4 == 0 and shape[-1] > 0
 
 
 def to_words(x):
@@ -117,8 +116,14 @@ def s2d_covered(shape, block: int) -> bool:
     n, c, h, w = shape
     ho, wo = h // block, w // block
     rows = min(S2D_ROWS, ho)
-    return (block > 1 and ho % rows == 0 and wo >= 16 and wo & (wo - 1) == 0
-            and rows & (rows - 1) == 0 and n * c * h * w < 2**31 - 2**20)
+    return (
+        block > 1
+        and ho % rows == 0
+        and wo >= 16
+        and wo & (wo - 1) == 0
+        and rows & (rows - 1) == 0
+        and n * c * h * w < 2**31 - 2**20
+    )
 
 
 def s2d_kernel(x, block: int, dcr: bool):
@@ -143,8 +148,9 @@ def s2d_kernel(x, block: int, dcr: bool):
         ni, ci = nc // c, nc % c
         for i in range(b):
             for j in range(b):
-                src = x_ref.at[pl.ds(nc * h + hb * rows * b + i, rows, stride=b),
-                               pl.ds(j, wo, stride=b)]
+                src = x_ref.at[
+                    pl.ds(nc * h + hb * rows * b + i, rows, stride=b), pl.ds(j, wo, stride=b)
+                ]
                 ch = (i * b + j) * c + ci if dcr else ci * b * b + i * b + j
                 dst = o_ref.at[pl.ds((ni * c * b * b + ch) * ho + hb * rows, rows), :]
                 pltriton.store(dst, pltriton.load(src))

@@ -36,8 +36,8 @@ from jax import lax
 
 # Data types the kernels read. 64-bit types (and anything else) use the lax lowering.
 ARG_DTYPES = frozenset(
-    np.dtype(t) for t in ("float16", "float32", "int8", "int16", "int32", "uint8", "uint16",
-                          "uint32")
+    np.dtype(t)
+    for t in ("float16", "float32", "int8", "int16", "int32", "uint8", "uint16", "uint32")
 )
 LSE_DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
 
@@ -141,7 +141,7 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype, kind: str) -> Pla
         return None
     a = math.prod(shape[i] for i in live[: pos[0]])
     r = math.prod(shape[i] for i in red)
-    b = math.prod(shape[i] for i in live[pos[-1] + 1:])
+    b = math.prod(shape[i] for i in live[pos[-1] + 1 :])
     if a * r * b >= _INDEX_LIMIT:
         return None
     if kind == "arg" and np.dtype(dtype).itemsize == 4 and LAX_ARG_MIN_B <= b < _MAX_COLS:
@@ -271,8 +271,10 @@ def arg_reduce_kernel(x, p: Plan, largest: bool, last: bool, interpret: bool = F
     none = np.int32(-1) if last else np.int32(np.iinfo(np.int32).max)
     pick = jnp.max if last else jnp.min  # which index among equal extremes
     better = (
-        (lambda new, old: new >= old) if largest else (lambda new, old: new <= old)
-    ) if last else ((lambda new, old: new > old) if largest else (lambda new, old: new < old))
+        ((lambda new, old: new >= old) if largest else (lambda new, old: new <= old))
+        if last
+        else ((lambda new, old: new > old) if largest else (lambda new, old: new < old))
+    )
     extreme = jnp.max if largest else jnp.min
 
     def kernel(x_ref, o_ref):
@@ -390,8 +392,7 @@ def _arg_cuda(x, axes, fallback, largest, last, out_dtype):
     return lax.reshape(k.astype(out_dtype), shape)
 
 
-def arg_reduce(x, axes: tuple[int, ...], largest: bool, last: bool, out_dtype,
-               fallback: Callable):
+def arg_reduce(x, axes: tuple[int, ...], largest: bool, last: bool, out_dtype, fallback: Callable):
     """ARGMIN/ARGMAX: the kernel when lowered for CUDA and covered, else ``fallback(x)``.
 
     Args:
@@ -407,9 +408,7 @@ def arg_reduce(x, axes: tuple[int, ...], largest: bool, last: bool, out_dtype,
     fn = functools.partial(_arg_cuda, largest=largest, last=last, out_dtype=out_dtype)
     # Indices have no derivative: stop_gradient keeps autodiff away from the kernel.
     gpu = _batched(fn, fallback, axes)
-    return lax.platform_dependent(
-        lax.stop_gradient(x), cuda=gpu, default=lambda y: fallback(y)
-    )
+    return lax.platform_dependent(lax.stop_gradient(x), cuda=gpu, default=lambda y: fallback(y))
 
 
 def _lse_cuda(x, axes, fallback):

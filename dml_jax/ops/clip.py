@@ -76,7 +76,11 @@ def convert_float_bound(value: float, data_type: DataType) -> np.generic:
     return data_type.numpy_dtype.type(whole)
 
 
-def convert_typed_bound(value: int | float, data_type: DataType, where: str) -> np.generic:
+def convert_typed_bound(
+    value: int | float,  # noqa: PYI041 (an int is kept exact, not read as a float)
+    data_type: DataType,
+    where: str,
+) -> np.generic:
     """CLIP1's rule: Min/Max are read exactly in MinMaxDataType (no truncation, no saturation).
 
     An integer type accepts integers and integral floats in its range; a float type accepts any
@@ -213,8 +217,10 @@ class ElementWiseClip1OperatorDesc(OperatorDesc):
 
     def bounds(self) -> tuple[np.generic, np.generic]:
         t = self.min_max_data_type or self.output_tensor.data_type
-        return (convert_typed_bound(self.min, t, f"{self.operator_type}: Min"),
-                convert_typed_bound(self.max, t, f"{self.operator_type}: Max"))
+        return (
+            convert_typed_bound(self.min, t, f"{self.operator_type}: Min"),
+            convert_typed_bound(self.max, t, f"{self.operator_type}: Max"),
+        )
 
 
 def _validate_typed(d: Any, v: Validator, tensor_path: str, tensor: TensorDesc) -> None:
@@ -235,10 +241,20 @@ def lower_clip(d: Any, x):
     return (_clip(_apply_scale_bias(x, d.scale_bias), lo, hi, kernel=d.scale_bias is None),)
 
 
-register(ElementWiseClipOperatorDesc, infer=_infer_same, validate=validate_clip, lower=lower_clip,
-         in_place=True)
-register(ElementWiseClip1OperatorDesc, infer=_infer_same, validate=validate_clip,
-         lower=lower_clip, in_place=True)
+register(
+    ElementWiseClipOperatorDesc,
+    infer=_infer_same,
+    validate=validate_clip,
+    lower=lower_clip,
+    in_place=True,
+)
+register(
+    ElementWiseClip1OperatorDesc,
+    infer=_infer_same,
+    validate=validate_clip,
+    lower=lower_clip,
+    in_place=True,
+)
 
 
 @dataclass(frozen=True)
@@ -286,8 +302,10 @@ class ElementWiseClipGrad1OperatorDesc(OperatorDesc):
 
     def bounds(self) -> tuple[np.generic, np.generic]:
         t = self.min_max_data_type or self.output_gradient_tensor.data_type
-        return (convert_typed_bound(self.min, t, f"{self.operator_type}: Min"),
-                convert_typed_bound(self.max, t, f"{self.operator_type}: Max"))
+        return (
+            convert_typed_bound(self.min, t, f"{self.operator_type}: Min"),
+            convert_typed_bound(self.max, t, f"{self.operator_type}: Max"),
+        )
 
 
 def _infer_grad(d: Any) -> tuple[TensorDesc, ...]:
@@ -305,7 +323,17 @@ def lower_clip_grad(d: Any, x, g):
     return (_clip_grad(x, g, lo, hi),)
 
 
-register(ElementWiseClipGradOperatorDesc, infer=_infer_grad, validate=validate_clip_grad,
-         lower=lower_clip_grad, in_place=True)
-register(ElementWiseClipGrad1OperatorDesc, infer=_infer_grad, validate=validate_clip_grad,
-         lower=lower_clip_grad, in_place=True)
+register(
+    ElementWiseClipGradOperatorDesc,
+    infer=_infer_grad,
+    validate=validate_clip_grad,
+    lower=lower_clip_grad,
+    in_place=True,
+)
+register(
+    ElementWiseClipGrad1OperatorDesc,
+    infer=_infer_grad,
+    validate=validate_clip_grad,
+    lower=lower_clip_grad,
+    in_place=True,
+)

@@ -126,7 +126,6 @@ def validate_depth_space(d: _DepthSpace, v: Validator) -> None:
 
 
 def lower_depth_space(d: _DepthSpace, x):
-    n, c, h, w = x.shape
     b = d.block_size
     if d.to_space and b > 1 and x.dtype.itemsize == 1 and movement.packable(x.shape, x.dtype):
         # On CUDA, 1-byte types build each output word from input words (exact; XLA's byte
@@ -138,18 +137,35 @@ def lower_depth_space(d: _DepthSpace, x):
     if d.to_space:
         return (_to_space(d, x),)
     if b > 1:
-        # One strided slice per block offset (i, j), concatenated along the channels (DCR) or
-        # stacked after each channel (CRD): XLA emits one fused copy at 0.96 of the copy on an
-        # H200, where the reshape/transpose form (the minor axis split by the block) ran 0.69.
-        parts = [lax.slice(x, (0, 0, i, j), x.shape, (1, 1, b, b))
-                 for i in range(b) for j in range(b)]
-        if d.depth_space_order is DCR:
-            return (lax.concatenate(parts, 1),)
-        parts = [lax.broadcast_in_dim(p, (n, c, 1, h // b, w // b), (0, 1, 3, 4)) for p in parts]
-        return (lax.reshape(lax.concatenate(parts, 2), (n, c * b * b, h // b, w // b)),)
+        # On CUDA: one strided slice per block offset (i, j), concatenated along the channels
+        # (DCR) or stacked after each channel (CRD): XLA emits one fused copy at 0.96 of the
+        # copy on an H200, where the reshape/transpose form (the minor axis split by the block)
+        # ran 0.69. Elsewhere the reshape/transpose form stays, which XLA's simplifier cancels
+        # against a DEPTH_TO_SPACE in a graph (a round trip becomes one copy).
+        return (
+            movement.dispatch([x], lambda y: _to_depth(d, y), lambda y: _to_depth_slices(d, y)),
+        )
+    return (_to_depth(d, x),)
+
+
+def _to_depth(d: _DepthSpace, x):
+    """SPACE_TO_DEPTH as a reshape, a transpose and a reshape."""
+    n, c, h, w = x.shape
+    b = d.block_size
     t = lax.reshape(x, (n, c, h // b, b, w // b, b))  # (n, c, h', row, w', col)
     perm = (0, 3, 5, 1, 2, 4) if d.depth_space_order is DCR else (0, 1, 3, 5, 2, 4)
-    return (lax.reshape(lax.transpose(t, perm), (n, c * b * b, h // b, w // b)),)
+    return lax.reshape(lax.transpose(t, perm), (n, c * b * b, h // b, w // b))
+
+
+def _to_depth_slices(d: _DepthSpace, x):
+    """SPACE_TO_DEPTH as b * b strided slices, concatenated (the CUDA form)."""
+    n, c, h, w = x.shape
+    b = d.block_size
+    parts = [lax.slice(x, (0, 0, i, j), x.shape, (1, 1, b, b)) for i in range(b) for j in range(b)]
+    if d.depth_space_order is DCR:
+        return lax.concatenate(parts, 1)
+    parts = [lax.broadcast_in_dim(p, (n, c, 1, h // b, w // b), (0, 1, 3, 4)) for p in parts]
+    return lax.reshape(lax.concatenate(parts, 2), (n, c * b * b, h // b, w // b))
 
 
 def _to_space(d: _DepthSpace, x):

@@ -25,8 +25,15 @@ from jax import lax
 from .. import kernels
 from ..enums import AxisDirection, ReduceFunction
 from ..errors import Validator
-from ..fields import OperatorDesc, attribute, count_of, input_field, output_field, to_enum
-from ..fields import to_uint_tuple
+from ..fields import (
+    OperatorDesc,
+    attribute,
+    count_of,
+    input_field,
+    output_field,
+    to_enum,
+    to_uint_tuple,
+)
 from ..registry import register
 from ..tensor import TensorDesc
 
@@ -216,7 +223,7 @@ def arg_reduce(x, axes: tuple[int, ...], largest: bool, last: bool, out_dtype):
     if axes == tuple(range(axes[0], axes[-1] + 1)):
         # Adjacent axes merge in place: a transpose would cost a full extra pass on GPU.
         last_axis = axes[0]
-        x = lax.reshape(x, x.shape[:last_axis] + (n_red,) + x.shape[axes[-1] + 1:])
+        x = lax.reshape(x, x.shape[:last_axis] + (n_red,) + x.shape[axes[-1] + 1 :])
     else:
         x = lax.transpose(x, keep + axes)
         x = lax.reshape(x, tuple(x.shape[: len(keep)]) + (n_red,))
@@ -241,6 +248,7 @@ def lower_reduce(d: Any, x):
         # the lax code above on every other platform and as the reference.
         return (kernels.arg_reduce(x, axes, largest, last, out.dtype, fallback=lax_arg),)
     if d.function is F.LOG_SUM_EXP:  # GPU kernel hook, as above
+
         def lax_lse(y):
             return lax.reshape(_reduce_value(d.function, y, axes), out.sizes)
 
@@ -256,9 +264,25 @@ def _differentiable(d: Any) -> bool:
     return d.function not in ARG_FUNCTIONS and d.input_tensor.data_type.is_float
 
 
-register(ReduceOperatorDesc, infer=infer_reduce, validate=validate_reduce, lower=lower_reduce,
-         support_key=_reduce_key, differentiable=_differentiable)
-register(ArgMinOperatorDesc, infer=infer_reduce, validate=validate_reduce, lower=lower_reduce,
-         differentiable=_differentiable)
-register(ArgMaxOperatorDesc, infer=infer_reduce, validate=validate_reduce, lower=lower_reduce,
-         differentiable=_differentiable)
+register(
+    ReduceOperatorDesc,
+    infer=infer_reduce,
+    validate=validate_reduce,
+    lower=lower_reduce,
+    support_key=_reduce_key,
+    differentiable=_differentiable,
+)
+register(
+    ArgMinOperatorDesc,
+    infer=infer_reduce,
+    validate=validate_reduce,
+    lower=lower_reduce,
+    differentiable=_differentiable,
+)
+register(
+    ArgMaxOperatorDesc,
+    infer=infer_reduce,
+    validate=validate_reduce,
+    lower=lower_reduce,
+    differentiable=_differentiable,
+)
