@@ -78,24 +78,37 @@ def _np_arg(x, axes, largest, last):
 def _check_lax_paths(rng) -> int:
     """Cases the kernel does not take (lax on GPU), columns full of NaNs: exact vs NumPy."""
     n = 0
-    cases = [((37, 129), (0, 1), "float32"), ((3, 37, 129, 33), (1, 3), "float32"),
-             ((3, 37, 129, 33), (0, 2), "float16"), ((5, 9, 300), (1,), "float32"),
-             ((2, 3000, 7), (0, 1, 2), "float16"), ((3, 37, 129, 33), (1,), "float64"),
-             ((257, 300), (0,), "float64"), ((3, 37, 129, 33), (2, 3), "int64")]
+    cases = [
+        ((37, 129), (0, 1), "float32"),
+        ((3, 37, 129, 33), (1, 3), "float32"),
+        ((3, 37, 129, 33), (0, 2), "float16"),
+        ((5, 9, 300), (1,), "float32"),
+        ((2, 3000, 7), (0, 1, 2), "float16"),
+        ((3, 37, 129, 33), (1,), "float64"),
+        ((257, 300), (0,), "float64"),
+        ((3, 37, 129, 33), (2, 3), "int64"),
+    ]
     for shape, axes, dtype in cases:
         with jax.enable_x64(dtype in ("float64", "int64")):
             for nan_every in (500, 7):  # sparse NaNs, and columns holding many
                 x = _data(rng, shape, dtype, nan_every)
                 xd = jnp.asarray(x)
                 for largest, last in itertools.product((True, False), (False, True)):
-                    got = np.asarray(jax.jit(lambda y, largest=largest, last=last: R.arg_reduce(
-                        y, axes, largest, last, jnp.uint32))(xd))
+                    got = np.asarray(
+                        jax.jit(
+                            lambda y, largest=largest, last=last: R.arg_reduce(
+                                y, axes, largest, last, jnp.uint32
+                            )
+                        )(xd)
+                    )
                     want = _np_arg(x, axes, largest, last)
                     n += 1
                     if not np.array_equal(got, want):
                         LAX_NAN_DIFFS.append(int((got != want).sum()))
-                        _fail(f"lax path {shape} {axes} {dtype} largest={largest} last={last} "
-                              f"nan_every={nan_every}: {int((got != want).sum())} outputs differ")
+                        _fail(
+                            f"lax path {shape} {axes} {dtype} largest={largest} last={last} "
+                            f"nan_every={nan_every}: {int((got != want).sum())} outputs differ"
+                        )
     # Dense NaNs through the kernel too (every float32 layout, INCREASING and DECREASING).
     saved = K.MIN_PROGRAMS
     K.MIN_PROGRAMS = 1
@@ -104,13 +117,20 @@ def _check_lax_paths(rng) -> int:
         for axes in ((0,), (1,), (2,), (3,), (1, 2)):
             for largest, last in itertools.product((True, False), (False, True)):
                 p = K.plan(x.shape, axes, x.dtype, "arg")
-                got = np.asarray(jax.jit(lambda y, p=p, largest=largest, last=last:
-                                         K.arg_reduce_kernel(y, p, largest, last))(x))
+                got = np.asarray(
+                    jax.jit(
+                        lambda y, p=p, largest=largest, last=last: K.arg_reduce_kernel(
+                            y, p, largest, last
+                        )
+                    )(x)
+                )
                 want = _np_arg(x, axes, largest, last).reshape(-1)
                 n += 1
                 if not np.array_equal(got, want):
-                    _fail(f"kernel dense NaN {axes} largest={largest} last={last}: "
-                          f"{int((got != want).sum())} outputs differ")
+                    _fail(
+                        f"kernel dense NaN {axes} largest={largest} last={last}: "
+                        f"{int((got != want).sum())} outputs differ"
+                    )
     finally:
         K.MIN_PROGRAMS = saved
     return n
@@ -138,22 +158,34 @@ def _check_narrow(rng) -> int:
             if got.tobytes() != want.tobytes():
                 _fail(f"d2s_words {dtype} dcr={dcr}")
         if dtype in ("float16", "int8"):
-            lo, hi = (np.asarray(-0.0, dtype), np.asarray(1, dtype)) if dtype == "float16" else (
-                np.int8(-2), np.int8(1))
+            lo, hi = (
+                (np.asarray(-0.0, dtype), np.asarray(1, dtype))
+                if dtype == "float16"
+                else (np.int8(-2), np.int8(1))
+            )
             for a, b in ((lo, hi), (hi, lo)):
-                want = np.asarray(jax.jit(lambda y, a=a, b=b: lax.max(
-                    jnp.asarray(a), lax.min(y, jnp.asarray(b))))(xd))
+                want = np.asarray(
+                    jax.jit(
+                        lambda y, a=a, b=b: lax.max(jnp.asarray(a), lax.min(y, jnp.asarray(b)))
+                    )(xd)
+                )
                 got = np.asarray(jax.jit(lambda y, a=a, b=b: E.clip_kernel(y, a, b))(xd))
                 n += 1
                 nan = np.isnan(want.astype(np.float32))
-                same = np.array_equal(nan, np.isnan(got.astype(np.float32))) and \
-                    got[~nan].tobytes() == want[~nan].tobytes()
+                same = (
+                    np.array_equal(nan, np.isnan(got.astype(np.float32)))
+                    and got[~nan].tobytes() == want[~nan].tobytes()
+                )
                 if not same:
-                    bad = np.argwhere(got.view(np.uint8 if dtype == "int8" else np.uint16) !=
-                                      want.view(np.uint8 if dtype == "int8" else np.uint16))
-                    _fail(f"clip kernel {dtype} [{a}, {b}]: {len(bad)} differ, e.g. "
-                          f"x={x.reshape(-1)[np.ravel_multi_index(bad[0], x.shape)]} "
-                          f"got {got[tuple(bad[0])]} want {want[tuple(bad[0])]}")
+                    bad = np.argwhere(
+                        got.view(np.uint8 if dtype == "int8" else np.uint16)
+                        != want.view(np.uint8 if dtype == "int8" else np.uint16)
+                    )
+                    _fail(
+                        f"clip kernel {dtype} [{a}, {b}]: {len(bad)} differ, e.g. "
+                        f"x={x.reshape(-1)[np.ravel_multi_index(bad[0], x.shape)]} "
+                        f"got {got[tuple(bad[0])]} want {want[tuple(bad[0])]}"
+                    )
     x = jnp.asarray(_data(rng, (3, 5, 32, 64), "float32"))
     for dcr in (True, False):
         for rows in (4, 8, 16):
@@ -187,33 +219,46 @@ def _check(out: dict) -> None:
     K.MIN_PROGRAMS = 1  # small odd shapes must take the kernel too
     n_checked = 0
     try:
-        shapes = [((3, 37, 129, 33), [(0,), (1,), (2,), (3,), (1, 2), (2, 3), (0, 1)]),
-                  ((257, 300), [(0,), (1,)]), ((5, 3000, 7), [(1,), (2,)]),
-                  ((2, 1, 5, 1, 9), [(2, 3, 4), (1, 2)])]
+        shapes = [
+            ((3, 37, 129, 33), [(0,), (1,), (2,), (3,), (1, 2), (2, 3), (0, 1)]),
+            ((257, 300), [(0,), (1,)]),
+            ((5, 3000, 7), [(1,), (2,)]),
+            ((2, 1, 5, 1, 9), [(2, 3, 4), (1, 2)]),
+        ]
         # Every layout in float32; the other types on the two layouts of one odd shape.
         todo = [(shape, axes_list, "float32") for shape, axes_list in shapes]
-        todo += [((3, 37, 129, 33), [(1,), (3,)], d) for d in
-                 ("float16", "int8", "int32", "uint8", "uint16", "uint32")]
+        todo += [
+            ((3, 37, 129, 33), [(1,), (3,)], d)
+            for d in ("float16", "int8", "int32", "uint8", "uint16", "uint32")
+        ]
         for shape, axes_list, dtype in todo:
             x = _data(rng, shape, dtype)
             xd = jnp.asarray(x)
             td = dml.TensorDesc(dtype.upper(), shape)
             for axes, cls, direction in itertools.product(
-                    axes_list, (dml.ArgMaxOperatorDesc, dml.ArgMinOperatorDesc),
-                    ("INCREASING", "DECREASING")):
-                out_td = td.like(sizes=tuple(1 if i in axes else s for i, s in
-                                             enumerate(shape)), data_type="UINT32")
-                op = dml.compile_operator(cls(td, out_td, axes=list(axes),
-                                              axis_direction=direction))
+                axes_list,
+                (dml.ArgMaxOperatorDesc, dml.ArgMinOperatorDesc),
+                ("INCREASING", "DECREASING"),
+            ):
+                out_td = td.like(
+                    sizes=tuple(1 if i in axes else s for i, s in enumerate(shape)),
+                    data_type="UINT32",
+                )
+                op = dml.compile_operator(
+                    cls(td, out_td, axes=list(axes), axis_direction=direction)
+                )
                 largest = cls is dml.ArgMaxOperatorDesc
                 last = direction == "DECREASING"
                 planned = K.plan(shape, axes, x.dtype, "arg") is not None
                 if _uses_kernel(op.fn, xd) != planned:
-                    _fail(f"kernel use {not planned} but plan {planned}: {cls.__name__} {shape} "
-                          f"{axes} {dtype}")
+                    _fail(
+                        f"kernel use {not planned} but plan {planned}: {cls.__name__} {shape} "
+                        f"{axes} {dtype}"
+                    )
                 got = np.asarray(op(xd))
-                lax_ref = np.asarray(jax.jit(lambda y: R.arg_reduce(
-                    y, axes, largest, last, jnp.uint32))(xd))
+                lax_ref = np.asarray(
+                    jax.jit(lambda y: R.arg_reduce(y, axes, largest, last, jnp.uint32))(xd)
+                )
                 np_ref = _np_arg(x, axes, largest, last)
                 n_checked += 1
                 if not np.array_equal(lax_ref, np_ref):
@@ -221,27 +266,35 @@ def _check(out: dict) -> None:
                     # argmax on GPU) it reports the first/last of several NaNs: any difference
                     # from NumPy is a failure.
                     LAX_NAN_DIFFS.append(int((lax_ref != np_ref).sum()))
-                    _fail(f"lax differs from numpy: {cls.__name__} {direction} {shape} {axes} "
-                          f"{dtype}: {int((lax_ref != np_ref).sum())} outputs")
+                    _fail(
+                        f"lax differs from numpy: {cls.__name__} {direction} {shape} {axes} "
+                        f"{dtype}: {int((lax_ref != np_ref).sum())} outputs"
+                    )
                 if not np.array_equal(got, np_ref):
                     bad = np.argwhere((got != lax_ref) | (got != np_ref))
                     detail = ""
                     if len(bad) and len(axes) == 1:
                         pos = list(bad[0])
-                        col = x[tuple(slice(None) if i == axes[0] else pos[i]
-                                      for i in range(x.ndim))]
-                        detail = (f" first {pos}: got {got[tuple(pos)]} lax "
-                                  f"{lax_ref[tuple(pos)]} numpy {np_ref[tuple(pos)]}; "
-                                  f"values {col.tolist()[:64]}")
-                    _fail(f"{cls.__name__} {direction} {shape} {axes} {dtype}: {len(bad)} "
-                          f"bad, vs lax {int((got != lax_ref).sum())}, vs numpy "
-                          f"{int((got != np_ref).sum())}{detail}")
+                        col = x[
+                            tuple(slice(None) if i == axes[0] else pos[i] for i in range(x.ndim))
+                        ]
+                        detail = (
+                            f" first {pos}: got {got[tuple(pos)]} lax "
+                            f"{lax_ref[tuple(pos)]} numpy {np_ref[tuple(pos)]}; "
+                            f"values {col.tolist()[:64]}"
+                        )
+                    _fail(
+                        f"{cls.__name__} {direction} {shape} {axes} {dtype}: {len(bad)} "
+                        f"bad, vs lax {int((got != lax_ref).sum())}, vs numpy "
+                        f"{int((got != np_ref).sum())}{detail}"
+                    )
         n_checked += _check_lax_paths(rng)
         # vmap folds the batch axis into A
         x = jnp.asarray(_data(rng, (4, 6, 50, 33), "float32"))
         td = dml.TensorDesc("FLOAT32", (6, 50, 33))
-        op = dml.compile_operator(dml.ArgMaxOperatorDesc(td, td.like(
-            sizes=(6, 1, 33), data_type="UINT32"), axes=[1]))
+        op = dml.compile_operator(
+            dml.ArgMaxOperatorDesc(td, td.like(sizes=(6, 1, 33), data_type="UINT32"), axes=[1])
+        )
         got = np.asarray(jax.vmap(op.fn)(x))
         ref = np.stack([np.asarray(op(x[i])) for i in range(4)])
         n_checked += 1
@@ -259,15 +312,20 @@ def _check(out: dict) -> None:
                 xd = jnp.asarray(x)
                 td = dml.TensorDesc(dtype.upper(), shape)
                 for axes in axes_list:
-                    out_td = td.like(sizes=tuple(1 if i in axes else s for i, s in
-                                                 enumerate(shape)))
-                    op = dml.compile_operator(dml.ReduceOperatorDesc(
-                        "LOG_SUM_EXP", td, out_td, axes=list(axes)))
+                    out_td = td.like(
+                        sizes=tuple(1 if i in axes else s for i, s in enumerate(shape))
+                    )
+                    op = dml.compile_operator(
+                        dml.ReduceOperatorDesc("LOG_SUM_EXP", td, out_td, axes=list(axes))
+                    )
                     if not _uses_kernel(op.fn, xd):
                         _fail(f"no LSE kernel {shape} {axes} {dtype}")
                     got = np.asarray(op(xd)).astype(np.float64)
-                    lax_ref = np.asarray(jax.jit(lambda y: R._reduce_value(
-                        R.F.LOG_SUM_EXP, y, axes))(xd)).astype(np.float64).reshape(got.shape)
+                    lax_ref = (
+                        np.asarray(jax.jit(lambda y: R._reduce_value(R.F.LOG_SUM_EXP, y, axes))(xd))
+                        .astype(np.float64)
+                        .reshape(got.shape)
+                    )
                     x64 = x.astype(np.float64)
                     m = x64.max(axis=axes, keepdims=True)
                     np_ref = np.log(np.exp(x64 - m).sum(axis=axes, keepdims=True)) + m
@@ -286,12 +344,17 @@ def _check(out: dict) -> None:
         x[2, 5] = np.nan
         x[3] = 1000.0
         td = dml.TensorDesc("FLOAT32", (300, 64))
-        op = dml.compile_operator(dml.ReduceOperatorDesc("LOG_SUM_EXP", td, td.like(
-            sizes=(300, 1)), axes=[1]))
+        op = dml.compile_operator(
+            dml.ReduceOperatorDesc("LOG_SUM_EXP", td, td.like(sizes=(300, 1)), axes=[1])
+        )
         got = np.asarray(op(jnp.asarray(x)))[:, 0]
         n_checked += 1
-        if not (got[0] == -np.inf and got[1] == np.inf and np.isnan(got[2])
-                and abs(got[3] - (1000 + np.log(64))) < 1e-3):
+        if not (
+            got[0] == -np.inf
+            and got[1] == np.inf
+            and np.isnan(got[2])
+            and abs(got[3] - (1000 + np.log(64))) < 1e-3
+        ):
             _fail(f"LSE special values: {got[:4]}")
         # gradient goes through lax (softmax)
         x = jnp.asarray(rng.standard_normal((300, 64)).astype(np.float32))
@@ -314,8 +377,11 @@ def _check(out: dict) -> None:
         traceback.print_exc()
         _fail(f"narrow check raised {type(e).__name__}: {str(e)[:300]}")
     out["lax_differs_from_numpy"] = sum(LAX_NAN_DIFFS)
-    print(f"lax lowering differed from NumPy at {sum(LAX_NAN_DIFFS)} outputs "
-          f"in {len(LAX_NAN_DIFFS)} cases", flush=True)
+    print(
+        f"lax lowering differed from NumPy at {sum(LAX_NAN_DIFFS)} outputs "
+        f"in {len(LAX_NAN_DIFFS)} cases",
+        flush=True,
+    )
     out["checked"] = n_checked
     out["failures"] = list(FAILURES)
     print(f"checked {n_checked} cases, {len(FAILURES)} failures", flush=True)
@@ -327,9 +393,13 @@ def tune(out: dict, quick: bool) -> None:
     for dtype in ("float32", "float16", "int8"):
         scale = 4 // np.dtype(dtype).itemsize
         shape = (16 * scale, 256, 256, 256)
-        x = jax.random.normal(jax.random.PRNGKey(0), shape, jnp.float32).astype(dtype) \
-            if dtype != "int8" else jax.random.randint(jax.random.PRNGKey(0), shape, -100, 100,
-                                                       jnp.int32).astype(jnp.int8)
+        x = (
+            jax.random.normal(jax.random.PRNGKey(0), shape, jnp.float32).astype(dtype)
+            if dtype != "int8"
+            else jax.random.randint(jax.random.PRNGKey(0), shape, -100, 100, jnp.int32).astype(
+                jnp.int8
+            )
+        )
         nbytes = x.size * x.dtype.itemsize
         neg = jax.jit(lambda y: -y)
         t = timer.run(lambda: neg(x), jax.block_until_ready)
@@ -342,27 +412,41 @@ def tune(out: dict, quick: bool) -> None:
         configs = [(4096, 4, 3), (8192, 4, 3), (8192, 8, 3), (16384, 8, 3), (2048, 4, 3)]
         if dtype != "float32" or quick:
             configs = configs[:4]
-        saved = {t: dict(t) for t in (K.TILE_ELEMENTS, K.WIDE_TILE_ELEMENTS, K.NUM_WARPS,
-                                      K.WIDE_NUM_WARPS, K.NUM_STAGES)}
+        saved = {
+            t: dict(t)
+            for t in (
+                K.TILE_ELEMENTS,
+                K.WIDE_TILE_ELEMENTS,
+                K.NUM_WARPS,
+                K.WIDE_NUM_WARPS,
+                K.NUM_STAGES,
+            )
+        }
         for kind, axes in itertools.product(kinds, axes_all):
             out_shape = tuple(1 if i in axes else s for i, s in enumerate(shape))
             moved = nbytes + math.prod(out_shape) * (4 if kind == "arg" else x.dtype.itemsize)
             if kind == "arg":
+
                 def lax_fn(y):
                     return R.arg_reduce(y, axes, True, False, jnp.int32)
             else:
+
                 def lax_fn(y):
                     return R._reduce_value(R.F.LOG_SUM_EXP, y, axes)
+
             f = jax.jit(lax_fn)
             t = timer.run(lambda: f(x), jax.block_until_ready)
-            rows.append(dict(dtype=dtype, kind=kind, axes=axes, what="lax",
-                             gbps=moved / t / 1e9))
+            rows.append(dict(dtype=dtype, kind=kind, axes=axes, what="lax", gbps=moved / t / 1e9))
             print(f"{dtype} {kind} axes {axes} lax {moved / t / 1e9:.0f} GB/s", flush=True)
             ref = np.asarray(f(x)).reshape(-1)
             for elems, warps, stages in configs:
-                for table, value in ((K.TILE_ELEMENTS, elems), (K.WIDE_TILE_ELEMENTS, elems),
-                                     (K.NUM_WARPS, warps), (K.WIDE_NUM_WARPS, warps),
-                                     (K.NUM_STAGES, stages)):
+                for table, value in (
+                    (K.TILE_ELEMENTS, elems),
+                    (K.WIDE_TILE_ELEMENTS, elems),
+                    (K.NUM_WARPS, warps),
+                    (K.WIDE_NUM_WARPS, warps),
+                    (K.NUM_STAGES, stages),
+                ):
                     table[kind] = value
                 p = K.plan(shape, axes, x.dtype, kind)
                 if p is None:
@@ -378,15 +462,33 @@ def tune(out: dict, quick: bool) -> None:
                     print(f"  {elems}/{warps}/{stages}: {type(e).__name__}: {str(e)[:200]}")
                     continue
                 got = np.asarray(g(x)).reshape(-1)
-                ok = (np.array_equal(got, ref) if kind == "arg" else
-                      np.allclose(got.astype(np.float32), ref.astype(np.float32), rtol=2e-3))
+                ok = (
+                    np.array_equal(got, ref)
+                    if kind == "arg"
+                    else np.allclose(got.astype(np.float32), ref.astype(np.float32), rtol=2e-3)
+                )
                 gbps = moved / t / 1e9
-                rows.append(dict(dtype=dtype, kind=kind, axes=axes, tile=elems, warps=warps,
-                                 stages=stages, rows=p.tiling.rows, cols=p.tiling.cols,
-                                 programs=p.programs, gbps=gbps, ratio=gbps / copy, ok=ok))
-                print(f"  {elems:6d}/{warps}/{stages} tile {p.tiling.rows}x{p.tiling.cols} "
-                      f"progs {p.programs}: {gbps:.0f} GB/s ({gbps / copy:.2f}) ok={ok}",
-                      flush=True)
+                rows.append(
+                    dict(
+                        dtype=dtype,
+                        kind=kind,
+                        axes=axes,
+                        tile=elems,
+                        warps=warps,
+                        stages=stages,
+                        rows=p.tiling.rows,
+                        cols=p.tiling.cols,
+                        programs=p.programs,
+                        gbps=gbps,
+                        ratio=gbps / copy,
+                        ok=ok,
+                    )
+                )
+                print(
+                    f"  {elems:6d}/{warps}/{stages} tile {p.tiling.rows}x{p.tiling.cols} "
+                    f"progs {p.programs}: {gbps:.0f} GB/s ({gbps / copy:.2f}) ok={ok}",
+                    flush=True,
+                )
             for table, value in saved.items():
                 table.update(value)
         del x

@@ -58,8 +58,9 @@ def measure(timer, case, dtype, nbytes, variants, x, roof, ref_name=None):
                 ref = jax.tree.map(np.asarray, out)
                 row["exact"] = True
             else:
-                row["exact"] = all(_same(a, b) for a, b in zip(jax.tree.leaves(out),
-                                                                jax.tree.leaves(ref)))
+                row["exact"] = all(
+                    _same(a, b) for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(ref))
+                )
             del out
             t = timer.run(lambda: f(*x), jax.block_until_ready)
             row["gbps"] = nbytes / t / 1e9
@@ -67,9 +68,15 @@ def measure(timer, case, dtype, nbytes, variants, x, roof, ref_name=None):
         except Exception as e:  # a variant that does not compile here: recorded
             row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
         ROWS.append(row)
-        print(f"{case:34s} {dtype:8s} {name:26s} " + (
-            f"{row['gbps']:7.0f} GB/s {row['ratio']:.2f} exact={row['exact']}"
-            if "gbps" in row else row["error"][:200]), flush=True)
+        print(
+            f"{case:34s} {dtype:8s} {name:26s} "
+            + (
+                f"{row['gbps']:7.0f} GB/s {row['ratio']:.2f} exact={row['exact']}"
+                if "gbps" in row
+                else row["error"][:200]
+            ),
+            flush=True,
+        )
 
 
 def _input(shape, dtype, seed=0):
@@ -89,8 +96,9 @@ def roofline(timer, x, dtype):
 
         t = torch.empty(x.size * x.dtype.itemsize, dtype=torch.uint8, device="cuda")
         d = torch.empty_like(t)
-        best = max(best, nbytes / timer.run(lambda: d.copy_(t), lambda _: torch.cuda.synchronize())
-                   / 1e9)
+        best = max(
+            best, nbytes / timer.run(lambda: d.copy_(t), lambda _: torch.cuda.synchronize()) / 1e9
+        )
         del t, d
     except Exception as e:  # no PyTorch: XLA's copy is the roofline
         print("torch copy:", e)
@@ -119,13 +127,24 @@ def arg_variants(axes, largest, last):
 
 def lse_variants(axes):
     out = {"lax": lambda y: R._reduce_value(R.F.LOG_SUM_EXP, y, axes)}
-    for elems, warps, stages, single in ((4096, 4, 3, False), (4096, 4, 3, True),
-                                         (4096, 8, 3, True), (2048, 4, 3, True),
-                                         (8192, 8, 3, True), (4096, 4, 1, True),
-                                         (4096, 2, 3, True), (1024, 2, 3, True)):
+    for elems, warps, stages, single in (
+        (4096, 4, 3, False),
+        (4096, 4, 3, True),
+        (4096, 8, 3, True),
+        (2048, 4, 3, True),
+        (8192, 8, 3, True),
+        (4096, 4, 1, True),
+        (4096, 2, 3, True),
+        (1024, 2, 3, True),
+    ):
+
         def fn(y, elems=elems, warps=warps, stages=stages, single=single):
-            saved = (dict(K.TILE_ELEMENTS), dict(K.NUM_WARPS), dict(K.NUM_STAGES),
-                     K.SINGLE_TILE_LSE)
+            saved = (
+                dict(K.TILE_ELEMENTS),
+                dict(K.NUM_WARPS),
+                dict(K.NUM_STAGES),
+                K.SINGLE_TILE_LSE,
+            )
             K.TILE_ELEMENTS["lse"], K.NUM_WARPS["lse"], K.NUM_STAGES["lse"] = elems, warps, stages
             K.SINGLE_TILE_LSE = single
             try:
@@ -137,6 +156,7 @@ def lse_variants(axes):
                 K.NUM_STAGES.update(saved[2])
                 K.SINGLE_TILE_LSE = saved[3]
             return lax.reshape(r, tuple(1 if i in axes else s for i, s in enumerate(y.shape)))
+
         out[f"k{elems}/{warps}/{stages}{'/1t' if single else ''}"] = fn
     return out
 
@@ -152,8 +172,9 @@ def s2d_variants():
 
     def slices(x):
         b = 2
-        parts = [lax.slice(x, (0, 0, i, j), x.shape, (1, 1, b, b))
-                 for i in range(b) for j in range(b)]
+        parts = [
+            lax.slice(x, (0, 0, i, j), x.shape, (1, 1, b, b)) for i in range(b) for j in range(b)
+        ]
         return lax.concatenate(parts, 1)
 
     def two_step(x):  # the minor de-interleave first, then the row permutation
@@ -164,6 +185,7 @@ def s2d_variants():
 
     out = {"lax": lax_now, "slices": slices, "two_step": two_step}
     for rows in (4, 8, 16):
+
         def k(x, rows=rows):
             saved = M.S2D_ROWS
             M.S2D_ROWS = rows
@@ -171,6 +193,7 @@ def s2d_variants():
                 return M.s2d_kernel(x, 2, True)
             finally:
                 M.S2D_ROWS = saved
+
         out[f"pallas_rows{rows}"] = k
     return out
 
@@ -188,15 +211,28 @@ def narrow(timer, dtype):
     def split(y):
         return lax.slice_in_dim(y, 0, h // 2, axis=2), lax.slice_in_dim(y, h // 2, h, axis=2)
 
-    measure(timer, "SPLIT axis 2", dtype, 2 * nb, {
-        "lax": split, "words": lambda y: M.on_words(split, [y], y.dtype)}, (x,), roof)
+    measure(
+        timer,
+        "SPLIT axis 2",
+        dtype,
+        2 * nb,
+        {"lax": split, "words": lambda y: M.on_words(split, [y], y.dtype)},
+        (x,),
+        roof,
+    )
 
     def join(a, b):
         return lax.concatenate([a, b], 2)
 
-    measure(timer, "JOIN axis 2", dtype, 2 * nb, {
-        "lax": join, "words": lambda a, b: M.on_words(join, [a, b], a.dtype)},
-        (half, half2), roof)
+    measure(
+        timer,
+        "JOIN axis 2",
+        dtype,
+        2 * nb,
+        {"lax": join, "words": lambda a, b: M.on_words(join, [a, b], a.dtype)},
+        (half, half2),
+        roof,
+    )
     quarter = lax.slice(x, (0, 0, 0, 0), (n, c, h // 2, w // 2))
 
     def tile(y):
@@ -204,16 +240,36 @@ def narrow(timer, dtype):
         z = lax.broadcast_in_dim(y, wide, (1, 3, 5, 7))
         return lax.reshape(z, tuple(s * r for s, r in zip(y.shape, (1, 1, 2, 2))))
 
-    measure(timer, "TILE 1,1,2,2", dtype, nb + nb // 4, {
-        "lax": tile, "words": lambda y: M.on_words(tile, [y], y.dtype)}, (quarter,), roof)
+    measure(
+        timer,
+        "TILE 1,1,2,2",
+        dtype,
+        nb + nb // 4,
+        {"lax": tile, "words": lambda y: M.on_words(tile, [y], y.dtype)},
+        (quarter,),
+        roof,
+    )
     del half, half2, quarter
-    measure(timer, "DEPTH_TO_SPACE1 block 2 DCR", dtype, 2 * nb, {
-        "lax": lambda y: DS.lower_depth_space(_D(True, 2, DS.DCR), y)[0],
-        "words": lambda y: M.d2s_words(y, 2, True)}, (x,), roof)
-    lo, hi = (np.asarray(-0.5, dtype), np.asarray(0.5, dtype)) if dtype != "int8" else (
-        np.int8(10), np.int8(60))
+    measure(
+        timer,
+        "DEPTH_TO_SPACE1 block 2 DCR",
+        dtype,
+        2 * nb,
+        {
+            "lax": lambda y: DS.lower_depth_space(_D(True, 2, DS.DCR), y)[0],
+            "words": lambda y: M.d2s_words(y, 2, True),
+        },
+        (x,),
+        roof,
+    )
+    lo, hi = (
+        (np.asarray(-0.5, dtype), np.asarray(0.5, dtype))
+        if dtype != "int8"
+        else (np.int8(10), np.int8(60))
+    )
     clip_v = {"lax": lambda y: lax.max(jnp.asarray(lo), lax.min(y, jnp.asarray(hi)))}
     for bb, warps in ((4096, 4), (16384, 4), (16384, 8), (65536, 8)):
+
         def kc(y, bb=bb, warps=warps):
             saved = E.BLOCK_BYTES, E.NUM_WARPS
             E.BLOCK_BYTES, E.NUM_WARPS = bb, warps
@@ -221,6 +277,7 @@ def narrow(timer, dtype):
                 return E.clip_kernel(y, lo, hi)
             finally:
                 E.BLOCK_BYTES, E.NUM_WARPS = saved
+
         clip_v[f"pallas{bb}/{warps}"] = kc
     measure(timer, "CLIP", dtype, 2 * nb, clip_v, (x,), roof)
     for axes in ((1,), (3,)):
@@ -231,8 +288,15 @@ def narrow(timer, dtype):
         for axes in ((3,), (1,)):
             out_b = math.prod(1 if i in axes else s for i, s in enumerate(shape)) * 2
             v = lse_variants(axes)
-            measure(timer, f"LSE axis {axes[0]}", dtype, nb + out_b,
-                    {k: v[k] for k in list(v)[:5]}, (x,), roof)
+            measure(
+                timer,
+                f"LSE axis {axes[0]}",
+                dtype,
+                nb + out_b,
+                {k: v[k] for k in list(v)[:5]},
+                (x,),
+                roof,
+            )
 
 
 def wide(timer):
@@ -244,16 +308,29 @@ def wide(timer):
     for axes in ((2,), (0,), (1,), (3,)):
         out_b = math.prod(1 if i in axes else s for i, s in enumerate(shape)) * 4
         for largest in (True, False):
-            measure(timer, f"{'ARGMAX' if largest else 'ARGMIN'} axis {axes[0]}", "float32",
-                    nb + out_b, arg_variants(axes, largest, False), (x,), roof)
+            measure(
+                timer,
+                f"{'ARGMAX' if largest else 'ARGMIN'} axis {axes[0]}",
+                "float32",
+                nb + out_b,
+                arg_variants(axes, largest, False),
+                (x,),
+                roof,
+            )
     for axes, largest in (((1,), True), ((3,), False)):
         out_b = math.prod(1 if i in axes else s for i, s in enumerate(shape)) * 4
-        measure(timer, f"{'ARGMAX' if largest else 'ARGMIN'} axis {axes[0]} DECREASING",
-                "float32", nb + out_b, arg_variants(axes, largest, True), (x,), roof)
+        measure(
+            timer,
+            f"{'ARGMAX' if largest else 'ARGMIN'} axis {axes[0]} DECREASING",
+            "float32",
+            nb + out_b,
+            arg_variants(axes, largest, True),
+            (x,),
+            roof,
+        )
     for axes in ((3,), (2,)):
         out_b = math.prod(1 if i in axes else s for i, s in enumerate(shape)) * 4
-        measure(timer, f"LSE axis {axes[0]}", "float32", nb + out_b, lse_variants(axes), (x,),
-                roof)
+        measure(timer, f"LSE axis {axes[0]}", "float32", nb + out_b, lse_variants(axes), (x,), roof)
 
 
 def main(argv):

@@ -146,8 +146,19 @@ def _cases_for(shape, dtype: str, full: bool) -> list[Case]:
     cases: list[Case] = []
 
     def add(name, op, shapes, make_dml, jnp_fn, torch_fn, out_elems, out_item=item, **kw):
-        cases.append(Case(name, op, dtype, tuple(shapes), make_dml, jnp_fn, torch_fn,
-                          out_elems * out_item, **kw))
+        cases.append(
+            Case(
+                name,
+                op,
+                dtype,
+                tuple(shapes),
+                make_dml,
+                jnp_fn,
+                torch_fn,
+                out_elems * out_item,
+                **kw,
+            )
+        )
 
     def compiled(desc_fn):
         return lambda: dml.compile_operator(desc_fn())
@@ -159,58 +170,121 @@ def _cases_for(shape, dtype: str, full: bool) -> list[Case]:
     add("copy", "copy", [shape], None, neg, "copy", n_el)
 
     half = (n, c, h // 2, w)
-    add("SPLIT axis 2", "DML_OPERATOR_SPLIT", [shape],
+    add(
+        "SPLIT axis 2",
+        "DML_OPERATOR_SPLIT",
+        [shape],
         compiled(lambda: dml.SplitOperatorDesc(td, [td.like(sizes=half)] * 2, axis=2)),
         lambda x: tuple(jnp.split(x, 2, axis=2)),
-        lambda torch, x: [t.contiguous() for t in torch.split(x, h // 2, dim=2)], n_el,
-        kernel=narrow)
-    add("JOIN axis 2", "DML_OPERATOR_JOIN", [half, half],
+        lambda torch, x: [t.contiguous() for t in torch.split(x, h // 2, dim=2)],
+        n_el,
+        kernel=narrow,
+    )
+    add(
+        "JOIN axis 2",
+        "DML_OPERATOR_JOIN",
+        [half, half],
         compiled(lambda: dml.JoinOperatorDesc([td.like(sizes=half)] * 2, td, axis=2)),
         lambda a, b: jnp.concatenate([a, b], axis=2),
-        lambda torch, a, b: torch.cat([a, b], dim=2), n_el)
+        lambda torch, a, b: torch.cat([a, b], dim=2),
+        n_el,
+    )
     quarter = (n, c, h // 2, w // 2)
-    add("TILE 1,1,2,2", "DML_OPERATOR_TILE", [quarter],
+    add(
+        "TILE 1,1,2,2",
+        "DML_OPERATOR_TILE",
+        [quarter],
         compiled(lambda: dml.TileOperatorDesc(td.like(sizes=quarter), td, repeats=[1, 1, 2, 2])),
         lambda x: jnp.tile(x, (1, 1, 2, 2)),
-        lambda torch, x: x.repeat(1, 1, 2, 2), n_el, kernel=narrow)
+        lambda torch, x: x.repeat(1, 1, 2, 2),
+        n_el,
+        kernel=narrow,
+    )
 
     d2s_out = (n, c // 4, h * 2, w * 2)
     orders = ("DEPTH_COLUMN_ROW", "COLUMN_ROW_DEPTH") if full else ("DEPTH_COLUMN_ROW",)
     for order in orders:
         short = "DCR" if order == "DEPTH_COLUMN_ROW" else "CRD"
-        add(f"DEPTH_TO_SPACE1 block 2 {short}", "DML_OPERATOR_DEPTH_TO_SPACE1", [shape],
-            compiled(lambda order=order: dml.DepthToSpace1OperatorDesc(
-                td, td.like(sizes=d2s_out), block_size=2, order=order)),
-            _jnp_d2s(short), _torch_d2s(short), n_el, kernel=item == 1)
+        add(
+            f"DEPTH_TO_SPACE1 block 2 {short}",
+            "DML_OPERATOR_DEPTH_TO_SPACE1",
+            [shape],
+            compiled(
+                lambda order=order: dml.DepthToSpace1OperatorDesc(
+                    td, td.like(sizes=d2s_out), block_size=2, order=order
+                )
+            ),
+            _jnp_d2s(short),
+            _torch_d2s(short),
+            n_el,
+            kernel=item == 1,
+        )
     if full:
         s2d_out = (n, c * 4, h // 2, w // 2)
-        add("SPACE_TO_DEPTH1 block 2 DCR", "DML_OPERATOR_SPACE_TO_DEPTH1", [shape],
-            compiled(lambda: dml.SpaceToDepth1OperatorDesc(
-                td, td.like(sizes=s2d_out), block_size=2, order="DEPTH_COLUMN_ROW")),
-            _jnp_s2d, None, n_el)
-        add("SPACE_TO_DEPTH1 block 2 CRD", "DML_OPERATOR_SPACE_TO_DEPTH1", [shape],
-            compiled(lambda: dml.SpaceToDepth1OperatorDesc(
-                td, td.like(sizes=s2d_out), block_size=2, order="COLUMN_ROW_DEPTH")),
-            _jnp_s2d_crd, lambda torch, x: torch.nn.functional.pixel_unshuffle(x, 2), n_el,
-            notes="torch: pixel_unshuffle (CRD order)")
+        add(
+            "SPACE_TO_DEPTH1 block 2 DCR",
+            "DML_OPERATOR_SPACE_TO_DEPTH1",
+            [shape],
+            compiled(
+                lambda: dml.SpaceToDepth1OperatorDesc(
+                    td, td.like(sizes=s2d_out), block_size=2, order="DEPTH_COLUMN_ROW"
+                )
+            ),
+            _jnp_s2d,
+            None,
+            n_el,
+        )
+        add(
+            "SPACE_TO_DEPTH1 block 2 CRD",
+            "DML_OPERATOR_SPACE_TO_DEPTH1",
+            [shape],
+            compiled(
+                lambda: dml.SpaceToDepth1OperatorDesc(
+                    td, td.like(sizes=s2d_out), block_size=2, order="COLUMN_ROW_DEPTH"
+                )
+            ),
+            _jnp_s2d_crd,
+            lambda torch, x: torch.nn.functional.pixel_unshuffle(x, 2),
+            n_el,
+            notes="torch: pixel_unshuffle (CRD order)",
+        )
 
     lo, hi = (-0.5, 0.5) if is_float else (10, 60)
-    add("CLIP", "DML_OPERATOR_ELEMENT_WISE_CLIP1", [shape],
+    add(
+        "CLIP",
+        "DML_OPERATOR_ELEMENT_WISE_CLIP1",
+        [shape],
         compiled(lambda: dml.ElementWiseClip1OperatorDesc(td, td, min=lo, max=hi)),
-        lambda x: jnp.clip(x, lo, hi), lambda torch, x: torch.clamp(x, lo, hi), n_el,
-        kernel=narrow)
+        lambda x: jnp.clip(x, lo, hi),
+        lambda torch, x: torch.clamp(x, lo, hi),
+        n_el,
+        kernel=narrow,
+    )
     if full:
-        add("CLIP (v1)", "DML_OPERATOR_ELEMENT_WISE_CLIP", [shape],
+        add(
+            "CLIP (v1)",
+            "DML_OPERATOR_ELEMENT_WISE_CLIP",
+            [shape],
             compiled(lambda: dml.ElementWiseClipOperatorDesc(td, td, min=lo, max=hi)),
-            lambda x: jnp.clip(x, lo, hi), lambda torch, x: torch.clamp(x, lo, hi), n_el)
-        add("CLIP_GRAD", "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD1", [shape, shape],
+            lambda x: jnp.clip(x, lo, hi),
+            lambda torch, x: torch.clamp(x, lo, hi),
+            n_el,
+        )
+        add(
+            "CLIP_GRAD",
+            "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD1",
+            [shape, shape],
             compiled(lambda: dml.ElementWiseClipGrad1OperatorDesc(td, td, td, min=lo, max=hi)),
             lambda x, g: jnp.where((x >= lo) & (x <= hi), g, jnp.zeros_like(g)),
             lambda torch, x, g: torch.where((x >= lo) & (x <= hi), g, torch.zeros_like(g)),
-            n_el)
+            n_el,
+        )
 
-    functions = list(_REDUCE_JNP) if full else (
-        ["SUM", "MAX", "ARGMAX"] + (["LOG_SUM_EXP"] if is_float else []))
+    functions = (
+        list(_REDUCE_JNP)
+        if full
+        else (["SUM", "MAX", "ARGMAX"] + (["LOG_SUM_EXP"] if is_float else []))
+    )
     for fn in functions:
         axes_list = [(3,), (1,)]
         if full and fn in ("ARGMAX", "ARGMIN", "LOG_SUM_EXP"):
@@ -220,25 +294,40 @@ def _cases_for(shape, dtype: str, full: bool) -> list[Case]:
     if full:
         for name in ("ARGMAX", "ARGMIN"):
             for axes in ((3,), (1,), (0,), (2,)):
-                cases.append(_reduce_case(dml, jnp, td, dtype, name, axes, "INCREASING",
-                                          standalone=True))
-        cases.append(_reduce_case(dml, jnp, td, dtype, "ARGMAX", (1,), "DECREASING",
-                                  standalone=True))
-        cases.append(_reduce_case(dml, jnp, td, dtype, "ARGMIN", (3,), "DECREASING",
-                                  standalone=True))
+                cases.append(
+                    _reduce_case(dml, jnp, td, dtype, name, axes, "INCREASING", standalone=True)
+                )
+        cases.append(
+            _reduce_case(dml, jnp, td, dtype, "ARGMAX", (1,), "DECREASING", standalone=True)
+        )
+        cases.append(
+            _reduce_case(dml, jnp, td, dtype, "ARGMIN", (3,), "DECREASING", standalone=True)
+        )
         red_out = (n, c, h, 1)
 
         def graph():
             clip = dml.ElementWiseClip1OperatorDesc(td, td, min=lo, max=hi)
             red = dml.ReduceOperatorDesc("SUM", td, td.like(sizes=red_out), axes=[3])
-            return dml.compile_graph(dml.GraphDesc(
-                1, 1, [clip, red], input_edges=[dml.InputGraphEdge(0, 0, 0)],
-                output_edges=[dml.OutputGraphEdge(1, 0, 0)],
-                intermediate_edges=[dml.IntermediateGraphEdge(0, 0, 1, 0)]))
+            return dml.compile_graph(
+                dml.GraphDesc(
+                    1,
+                    1,
+                    [clip, red],
+                    input_edges=[dml.InputGraphEdge(0, 0, 0)],
+                    output_edges=[dml.OutputGraphEdge(1, 0, 0)],
+                    intermediate_edges=[dml.IntermediateGraphEdge(0, 0, 1, 0)],
+                )
+            )
 
-        add("graph CLIP -> REDUCE SUM axis 3", "graph", [shape], graph,
+        add(
+            "graph CLIP -> REDUCE SUM axis 3",
+            "graph",
+            [shape],
+            graph,
             lambda x: jnp.sum(jnp.clip(x, lo, hi), axis=3, keepdims=True),
-            lambda torch, x: torch.clamp(x, lo, hi).sum(dim=3, keepdim=True), n * c * h)
+            lambda torch, x: torch.clamp(x, lo, hi).sum(dim=3, keepdim=True),
+            n * c * h,
+        )
     del jax
     return cases
 
@@ -305,8 +394,20 @@ def _jnp_reduce(fn: str):
     return table[fn]
 
 
-_REDUCE_JNP = ("ARGMAX", "ARGMIN", "AVERAGE", "L1", "L2", "LOG_SUM", "LOG_SUM_EXP", "MAX",
-               "MIN", "MULTIPLY", "SUM", "SUM_SQUARE")
+_REDUCE_JNP = (
+    "ARGMAX",
+    "ARGMIN",
+    "AVERAGE",
+    "L1",
+    "L2",
+    "LOG_SUM",
+    "LOG_SUM_EXP",
+    "MAX",
+    "MIN",
+    "MULTIPLY",
+    "SUM",
+    "SUM_SQUARE",
+)
 
 _REDUCE_TORCH = {
     "ARGMAX": lambda torch, x, a: torch.argmax(x, dim=a, keepdim=True),
@@ -331,12 +432,12 @@ def _reduce_case(dml, jnp, td, dtype, fn, axes, direction, standalone=False) -> 
     if standalone:
         cls = dml.ArgMaxOperatorDesc if fn == "ARGMAX" else dml.ArgMinOperatorDesc
         op_type = cls.operator_type
-        name = f"{fn[:3]}{fn[3:]} op axis {axes[0]}" + (" DECREASING" if direction ==
-                                                         "DECREASING" else "")
+        name = f"{fn[:3]}{fn[3:]} op axis {axes[0]}" + (
+            " DECREASING" if direction == "DECREASING" else ""
+        )
 
         def make():
-            return dml.compile_operator(cls(td, out_td, axes=list(axes),
-                                            axis_direction=direction))
+            return dml.compile_operator(cls(td, out_td, axes=list(axes), axis_direction=direction))
     else:
         op_type = "DML_OPERATOR_REDUCE"
         name = f"REDUCE {fn} axis {axes[0]}"
@@ -347,11 +448,14 @@ def _reduce_case(dml, jnp, td, dtype, fn, axes, direction, standalone=False) -> 
     jfn = _jnp_reduce(fn)
     a = axes[0]
     if direction == "DECREASING":
+
         def jnp_fn(x):  # last extreme: search the reversed axis
             k = jfn(jnp.flip(x, a), a)
             return (x.shape[a] - 1 - k).astype(k.dtype)
+
         tfn = None
     else:
+
         def jnp_fn(x):
             return jfn(x, a)
 
@@ -360,8 +464,17 @@ def _reduce_case(dml, jnp, td, dtype, fn, axes, direction, standalone=False) -> 
 
     out_item = 4 if is_arg else np.dtype(dtype).itemsize
     kernel = fn in ("ARGMAX", "ARGMIN", "LOG_SUM_EXP")
-    return Case(name, op_type, dtype, (td.sizes,), make, jnp_fn, tfn,
-                math.prod(out_sizes) * out_item, kernel=kernel)
+    return Case(
+        name,
+        op_type,
+        dtype,
+        (td.sizes,),
+        make,
+        jnp_fn,
+        tfn,
+        math.prod(out_sizes) * out_item,
+        kernel=kernel,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,15 +514,26 @@ def run_cases(cases: list[Case], timer: Timer, use_torch: bool, log=print) -> li
 
     def record(case, impl, seconds, cold=None, error=None):
         gbps = case.bytes / seconds / 1e9 if seconds else None
-        row = dict(case=case.name, op=case.op, dtype=case.dtype, shape=list(case.shapes[0]),
-                   bytes=case.bytes, impl=impl, seconds=seconds, gbps=gbps, cold_s=cold,
-                   error=error)
+        row = dict(
+            case=case.name,
+            op=case.op,
+            dtype=case.dtype,
+            shape=list(case.shapes[0]),
+            bytes=case.bytes,
+            impl=impl,
+            seconds=seconds,
+            gbps=gbps,
+            cold_s=cold,
+            error=error,
+        )
         if case.op == "copy" and gbps:
             roofline[case.dtype] = max(roofline.get(case.dtype, 0.0), gbps)
         rows.append(row)
         if gbps:
-            log(f"  {case.name:40s} {case.dtype:8s} {impl:8s} {gbps:9.1f} GB/s"
-                + (f"  (cold {cold:.2f} s)" if cold is not None else ""))
+            log(
+                f"  {case.name:40s} {case.dtype:8s} {impl:8s} {gbps:9.1f} GB/s"
+                + (f"  (cold {cold:.2f} s)" if cold is not None else "")
+            )
         else:
             log(f"  {case.name:40s} {case.dtype:8s} {impl:8s} error: {error}")
 
@@ -448,8 +572,7 @@ def run_cases(cases: list[Case], timer: Timer, use_torch: bool, log=print) -> li
                     record(case, "torch", timer.run(lambda: dst.copy_(ts[0]), tsync))
                     del dst
                 else:
-                    record(case, "torch",
-                           timer.run(lambda: case.torch_fn(torch, *ts), tsync))
+                    record(case, "torch", timer.run(lambda: case.torch_fn(torch, *ts), tsync))
                 del ts
             except Exception as e:
                 record(case, "torch", None, error=f"{type(e).__name__}: {e}"[:300])
@@ -471,15 +594,20 @@ def measure_overhead(calls: int = 2000, log=print) -> dict:
     td = dml.TensorDesc("FLOAT32", shape)
     x = jnp.asarray(np.random.default_rng(0).standard_normal(shape), jnp.float32)
     makers = {
-        "CLIP": (lambda: dml.ElementWiseClip1OperatorDesc(td, td, min=-0.5, max=0.5),
-                 lambda y: jnp.clip(y, -0.5, 0.5)),
+        "CLIP": (
+            lambda: dml.ElementWiseClip1OperatorDesc(td, td, min=-0.5, max=0.5),
+            lambda y: jnp.clip(y, -0.5, 0.5),
+        ),
         "REDUCE SUM axis 1": (
             lambda: dml.ReduceOperatorDesc("SUM", td, td.like(sizes=(2, 1, 4, 5)), axes=[1]),
-            lambda y: jnp.sum(y, axis=1, keepdims=True)),
+            lambda y: jnp.sum(y, axis=1, keepdims=True),
+        ),
         "SPLIT axis 3": (
-            lambda: dml.SplitOperatorDesc(td, [td.like(sizes=(2, 3, 4, 1)),
-                                               td.like(sizes=(2, 3, 4, 4))], axis=3),
-            lambda y: (y[..., :1], y[..., 1:])),
+            lambda: dml.SplitOperatorDesc(
+                td, [td.like(sizes=(2, 3, 4, 1)), td.like(sizes=(2, 3, 4, 4))], axis=3
+            ),
+            lambda y: (y[..., :1], y[..., 1:]),
+        ),
     }
     timer = Timer(sample_s=0.0, samples=7, max_iters=calls)
     out = {"calls_per_sample": calls, "shape": list(shape), "operators": {}}
@@ -501,12 +629,17 @@ def measure_overhead(calls: int = 2000, log=print) -> dict:
             dml.compile_operator(make())
         t_build_compile = (time.perf_counter() - t) / (calls // 4)
         out["operators"][name] = dict(
-            op_call_us=t_op * 1e6, jit_call_us=t_jit * 1e6, overhead_ratio=t_op / t_jit,
-            compile_warm_us=t_compile * 1e6, construct_and_compile_warm_us=t_build_compile * 1e6,
+            op_call_us=t_op * 1e6,
+            jit_call_us=t_jit * 1e6,
+            overhead_ratio=t_op / t_jit,
+            compile_warm_us=t_compile * 1e6,
+            construct_and_compile_warm_us=t_build_compile * 1e6,
         )
-        log(f"  {name:20s} op(x) {t_op * 1e6:7.1f} us  jit(hand)(x) {t_jit * 1e6:7.1f} us  "
+        log(
+            f"  {name:20s} op(x) {t_op * 1e6:7.1f} us  jit(hand)(x) {t_jit * 1e6:7.1f} us  "
             f"ratio {t_op / t_jit:5.3f}  compile(warm) {t_compile * 1e6:6.1f} us  "
-            f"construct+compile {t_build_compile * 1e6:6.1f} us")
+            f"construct+compile {t_build_compile * 1e6:6.1f} us"
+        )
     return out
 
 
@@ -551,15 +684,28 @@ def write_png(rows: list[dict], path: str, log=print) -> bool:
     fig, ax = plt.subplots(figsize=(max(10, len(keys) * 0.45), 6))
     width = 0.8 / len(impls)
     for j, impl in enumerate(impls):
-        ax.bar([i + j * width for i in range(len(keys))],
-               [table.get((c, d, impl), 0.0) for c, d in keys], width, label=impl)
-    roofs = {r["dtype"]: max((q["gbps"] or 0) for q in rows
-                             if q["op"] == "copy" and q["dtype"] == r["dtype"])
-             for r in rows if any(q["op"] == "copy" and q["dtype"] == r["dtype"] for q in rows)}
+        ax.bar(
+            [i + j * width for i in range(len(keys))],
+            [table.get((c, d, impl), 0.0) for c, d in keys],
+            width,
+            label=impl,
+        )
+    roofs = {
+        r["dtype"]: max(
+            (q["gbps"] or 0) for q in rows if q["op"] == "copy" and q["dtype"] == r["dtype"]
+        )
+        for r in rows
+        if any(q["op"] == "copy" and q["dtype"] == r["dtype"] for q in rows)
+    }
     for dtype, roof in roofs.items():
         xs = [i for i, (_, d) in enumerate(keys) if d == dtype]
-        ax.hlines([roof, 0.9 * roof], min(xs) - 0.2, max(xs) + 0.8,
-                  colors=["k", "gray"], linestyles=["-", "--"])
+        ax.hlines(
+            [roof, 0.9 * roof],
+            min(xs) - 0.2,
+            max(xs) + 0.8,
+            colors=["k", "gray"],
+            linestyles=["-", "--"],
+        )
     ax.set_xticks([i + 0.4 for i in range(len(keys))])
     ax.set_xticklabels([f"{c} [{d}]" for c, d in keys], rotation=90, fontsize=7)
     ax.set_ylabel("effective GB/s (bytes read + written)")
@@ -581,17 +727,30 @@ def _parse_shape(text: str) -> tuple[int, ...]:
 def main(argv: list[str] | None = None) -> int:
     """``dml-jax bench``: runs the suite and writes results.json (and results.png)."""
     parser = argparse.ArgumentParser(prog="dml-jax bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help=f"tiny tensors {QUICK_SHAPE} (CPU / CI); default 1 GiB of float32")
-    parser.add_argument("--shape", type=_parse_shape, default=None,
-                        help="float32 shape N,C,H,W (other dtypes scale N to equal bytes)")
-    parser.add_argument("--dtypes", default="float32,float16,int8",
-                        help="comma-separated data types (default: %(default)s)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"tiny tensors {QUICK_SHAPE} (CPU / CI); default 1 GiB of float32",
+    )
+    parser.add_argument(
+        "--shape",
+        type=_parse_shape,
+        default=None,
+        help="float32 shape N,C,H,W (other dtypes scale N to equal bytes)",
+    )
+    parser.add_argument(
+        "--dtypes",
+        default="float32,float16,int8",
+        help="comma-separated data types (default: %(default)s)",
+    )
     parser.add_argument("--only", default=None, help="run only cases whose name contains this")
     parser.add_argument("--out", default="benchmarks/results", help="output folder")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch")
-    parser.add_argument("--no-overhead", action="store_true",
-                        help="skip the host-overhead and compile-time measurements")
+    parser.add_argument(
+        "--no-overhead",
+        action="store_true",
+        help="skip the host-overhead and compile-time measurements",
+    )
     parser.add_argument("--samples", type=int, default=5)
     try:
         args = parser.parse_args(argv)
@@ -608,8 +767,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     base = args.shape or (QUICK_SHAPE if args.quick else GIB_SHAPE_F32)
     env = environment()
-    print(f"dml-jax bench on {env['device']} ({env['backend']}), jax {env['jax']}, "
-          f"{env['date']}")
+    print(f"dml-jax bench on {env['device']} ({env['backend']}), jax {env['jax']}, {env['date']}")
     timer = Timer(sample_s=0.005 if args.quick else 0.05, samples=args.samples)
     rows = []
     shapes = {}
@@ -642,15 +800,23 @@ def summary(rows: list[dict]) -> str:
     by = {}
     for r in rows:
         by.setdefault((r["case"], r["dtype"]), {})[r["impl"]] = r
-    lines = [f"{'case':40s} {'dtype':8s} {'dml':>8s} {'lax':>8s} {'jnp':>8s} {'torch':>8s} "
-             f"{'dml/copy':>8s}"]
+    lines = [
+        (
+            f"{'case':40s} {'dtype':8s} {'dml':>8s} {'lax':>8s} {'jnp':>8s} {'torch':>8s} "
+            f"{'dml/copy':>8s}"
+        )
+    ]
     for (case, dtype), impls in by.items():
+
         def g(k):
             r = impls.get(k)
             return f"{r['gbps']:8.0f}" if r and r["gbps"] else f"{'-':>8s}"
+
         ratio = impls.get("dml", {}).get("ratio_to_copy")
-        lines.append(f"{case:40s} {dtype:8s} {g('dml')} {g('dml-lax')} {g('jnp')} {g('torch')} "
-                     + (f"{ratio:8.2f}" if ratio else f"{'-':>8s}"))
+        lines.append(
+            f"{case:40s} {dtype:8s} {g('dml')} {g('dml-lax')} {g('jnp')} {g('torch')} "
+            + (f"{ratio:8.2f}" if ratio else f"{'-':>8s}")
+        )
     return "\n".join(lines)
 
 

@@ -8,16 +8,32 @@ from dml_jax import bench
 
 
 def test_bench_quick_writes_json(tmp_path, capsys):
-    rc = bench.main(["--quick", "--out", str(tmp_path), "--dtypes", "float32", "--only", "SUM",
-                     "--no-torch", "--samples", "1"])
+    rc = bench.main(
+        [
+            "--quick",
+            "--out",
+            str(tmp_path),
+            "--dtypes",
+            "float32",
+            "--only",
+            "SUM",
+            "--no-torch",
+            "--samples",
+            "1",
+        ]
+    )
     assert rc == 0
     report = json.loads((tmp_path / "results.json").read_text())
     env = report["environment"]
     assert env["backend"] == "cpu" and env["jax"] and env["date"]
     rows = report["results"]
     cases = {r["case"] for r in rows}
-    assert {"copy", "REDUCE SUM axis 3", "REDUCE SUM axis 1",
-            "graph CLIP -> REDUCE SUM axis 3"} <= cases
+    assert {
+        "copy",
+        "REDUCE SUM axis 3",
+        "REDUCE SUM axis 1",
+        "graph CLIP -> REDUCE SUM axis 3",
+    } <= cases
     for r in rows:
         assert r["error"] is None, r
         assert r["bytes"] > 0 and r["seconds"] > 0 and r["gbps"] > 0
@@ -35,11 +51,21 @@ def test_bench_cases_cover_every_operator_and_function():
 
     cases = bench.build_cases(bench.QUICK_SHAPE, ["float32"], full=True)
     ops = {c.op for c in cases}
-    assert {"DML_OPERATOR_SPLIT", "DML_OPERATOR_JOIN", "DML_OPERATOR_TILE",
-            "DML_OPERATOR_DEPTH_TO_SPACE1", "DML_OPERATOR_SPACE_TO_DEPTH1",
-            "DML_OPERATOR_ELEMENT_WISE_CLIP", "DML_OPERATOR_ELEMENT_WISE_CLIP1",
-            "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD1", "DML_OPERATOR_REDUCE",
-            "DML_OPERATOR_ARGMIN", "DML_OPERATOR_ARGMAX", "copy", "graph"} <= ops
+    assert {
+        "DML_OPERATOR_SPLIT",
+        "DML_OPERATOR_JOIN",
+        "DML_OPERATOR_TILE",
+        "DML_OPERATOR_DEPTH_TO_SPACE1",
+        "DML_OPERATOR_SPACE_TO_DEPTH1",
+        "DML_OPERATOR_ELEMENT_WISE_CLIP",
+        "DML_OPERATOR_ELEMENT_WISE_CLIP1",
+        "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD1",
+        "DML_OPERATOR_REDUCE",
+        "DML_OPERATOR_ARGMIN",
+        "DML_OPERATOR_ARGMAX",
+        "copy",
+        "graph",
+    } <= ops
     functions = {c.name.split()[1] for c in cases if c.op == "DML_OPERATOR_REDUCE"}
     assert functions == {f.name for f in dml.ReduceFunction}
     # every float32 case's descriptor is valid, and the hand-written jnp equals dml's result
@@ -52,8 +78,13 @@ def test_bench_cases_cover_every_operator_and_function():
         got = got if isinstance(got, tuple) else (got,)
         want = want if isinstance(want, tuple) else (want,)
         for g, w in zip(got, want):
-            np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64),
-                                       rtol=2e-5, atol=1e-5, err_msg=c.name)
+            np.testing.assert_allclose(
+                np.asarray(g, np.float64),
+                np.asarray(w, np.float64),
+                rtol=2e-5,
+                atol=1e-5,
+                err_msg=c.name,
+            )
 
 
 def test_bench_usage_error():

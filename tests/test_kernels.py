@@ -35,15 +35,17 @@ def _data(shape, dtype, seed=0):
 
 
 # (shape, axes, tiling): inner layout (B > 1) and minor layout (B == 1), tiles that overhang.
-LAYOUTS = [((3, 7, 5), (1,), K.Tiling(rows=4, cols=4)),
-           ((6, 9), (1,), K.Tiling(rows=4, cols=4)),
-           ((2, 3, 5, 4), (1, 2), K.Tiling(rows=4, cols=2))]
+LAYOUTS = [
+    ((3, 7, 5), (1,), K.Tiling(rows=4, cols=4)),
+    ((6, 9), (1,), K.Tiling(rows=4, cols=4)),
+    ((2, 3, 5, 4), (1, 2), K.Tiling(rows=4, cols=2)),
+]
 
 
 def _plan(shape, axes, tiling):
     a = int(np.prod(shape[: axes[0]]))
     r = int(np.prod([shape[i] for i in axes]))
-    b = int(np.prod(shape[axes[-1] + 1:]))
+    b = int(np.prod(shape[axes[-1] + 1 :]))
     return K.Plan(a, r, b, tiling)
 
 
@@ -86,8 +88,11 @@ def test_lse_kernel_interpret_special_values():
     x[1, 3] = np.inf
     x[2, 1] = np.nan
     x[3] = 1000.0
-    got = np.asarray(K.log_sum_exp_kernel(
-        jnp.asarray(x), K.Plan(4, 5, 1, K.Tiling(rows=2, cols=2)), interpret=True))
+    got = np.asarray(
+        K.log_sum_exp_kernel(
+            jnp.asarray(x), K.Plan(4, 5, 1, K.Tiling(rows=2, cols=2)), interpret=True
+        )
+    )
     assert got[0] == -np.inf and got[1] == np.inf and np.isnan(got[2])
     np.testing.assert_allclose(got[3], 1000 + np.log(5), rtol=1e-6)
 
@@ -103,8 +108,10 @@ def test_plan_layouts_and_coverage(monkeypatch):
     assert K.plan((4, 6, 8, 10), (0, 2), np.float32, "arg") is None  # not adjacent
     assert K.plan((4, 6), (1,), np.float64, "arg") is None  # 64-bit: lax
     assert K.plan((4, 6), (1,), np.int32, "lse") is None  # not a float
-    for tiling in (K.plan((4096, 300), (1,), np.float32, "arg").tiling,
-                   K.plan((64, 300, 5000), (1,), np.int8, "arg").tiling):
+    for tiling in (
+        K.plan((4096, 300), (1,), np.float32, "arg").tiling,
+        K.plan((64, 300, 5000), (1,), np.int8, "arg").tiling,
+    ):
         assert tiling.rows & (tiling.rows - 1) == 0 and tiling.cols & (tiling.cols - 1) == 0
     monkeypatch.setattr(K, "MIN_PROGRAMS", 264)
     assert K.plan((2, 100000), (1,), np.float32, "arg") is None  # too few programs
@@ -112,8 +119,9 @@ def test_plan_layouts_and_coverage(monkeypatch):
 
 def _argmax_op(shape, axes):
     td = dml.TensorDesc("FLOAT32", shape)
-    out = td.like(sizes=tuple(1 if i in axes else s for i, s in enumerate(shape)),
-                  data_type="UINT32")
+    out = td.like(
+        sizes=tuple(1 if i in axes else s for i, s in enumerate(shape)), data_type="UINT32"
+    )
     return dml.compile_operator(dml.ArgMaxOperatorDesc(td, out, axes=list(axes)))
 
 
@@ -139,7 +147,8 @@ def test_dispatch_with_cuda_present_lowers_lax_on_cpu(monkeypatch):
     shape = (3, 7, 5)
     x = jnp.asarray(_data(shape, "float32"))
     arg = dml.ArgMaxOperatorDesc(
-        dml.TensorDesc("FLOAT32", shape), dml.TensorDesc("UINT32", (3, 1, 5)), axes=[1])
+        dml.TensorDesc("FLOAT32", shape), dml.TensorDesc("UINT32", (3, 1, 5)), axes=[1]
+    )
     lse = _lse_op(shape, (1,)).desc
     # Each fn is traced afresh under a new jit, so the patched dispatch applies.
     for desc in (arg, lse):
@@ -217,8 +226,7 @@ def test_d2s_words_matches_operator(dtype, block, c, w, order):
     x = _data((2, c, 3, w), dtype)
     td = dml.TensorDesc(dtype.upper(), x.shape)
     out = td.like(sizes=(2, c // block**2, 3 * block, w * block))
-    op = dml.compile_operator(dml.DepthToSpace1OperatorDesc(td, out, block_size=block,
-                                                            order=order))
+    op = dml.compile_operator(dml.DepthToSpace1OperatorDesc(td, out, block_size=block, order=order))
     got = np.asarray(M.d2s_words(jnp.asarray(x), block, order == "DEPTH_COLUMN_ROW"))
     want = np.asarray(op(x))
     assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
@@ -260,11 +268,13 @@ def test_narrow_dispatch_with_cuda_present_lowers_plain_on_cpu(monkeypatch):
     x = _data((2, 8, 4, 8), "int8")
     td = dml.TensorDesc("INT8", x.shape)
     descs = [
-        dml.SplitOperatorDesc(td, [td.like(sizes=(2, 8, 1, 8)), td.like(sizes=(2, 8, 3, 8))],
-                              axis=2),
+        dml.SplitOperatorDesc(
+            td, [td.like(sizes=(2, 8, 1, 8)), td.like(sizes=(2, 8, 3, 8))], axis=2
+        ),
         dml.TileOperatorDesc(td, td.like(sizes=(2, 8, 8, 24)), repeats=[1, 1, 2, 3]),
-        dml.DepthToSpace1OperatorDesc(td, td.like(sizes=(2, 2, 8, 16)), block_size=2,
-                                      order="DEPTH_COLUMN_ROW"),
+        dml.DepthToSpace1OperatorDesc(
+            td, td.like(sizes=(2, 2, 8, 16)), block_size=2, order="DEPTH_COLUMN_ROW"
+        ),
         dml.ElementWiseClip1OperatorDesc(td, td, min=-1, max=2),
     ]
     for desc in descs:

@@ -154,8 +154,10 @@ def test_arg_signed_zeros_tie(dtype):
             for direction, index in (("INCREASING", first), ("DECREASING", last)):
                 got = _arg_op(cls, x, [0], direction)(x)
                 np.testing.assert_array_equal(got, [index], err_msg=f"{cls.__name__} {values}")
-                assert _np_arg(x, [0], cls is dml.ArgMaxOperatorDesc, direction == "DECREASING"
-                               )[0] == index
+                assert (
+                    _np_arg(x, [0], cls is dml.ArgMaxOperatorDesc, direction == "DECREASING")[0]
+                    == index
+                )
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
@@ -180,11 +182,13 @@ def test_arg_many_nans_first_or_last(dtype):
         for axes in [(1,), (3,), (1, 2), (0, 2), (1, 3), (0, 1, 2, 3)]:
             for cls in _ARG_CLASSES:
                 for direction in ("INCREASING", "DECREASING"):
-                    want = _np_arg(x, axes, cls is dml.ArgMaxOperatorDesc,
-                                   direction == "DECREASING")
+                    want = _np_arg(
+                        x, axes, cls is dml.ArgMaxOperatorDesc, direction == "DECREASING"
+                    )
                     got = _arg_op(cls, x, axes, direction)(xd)
                     np.testing.assert_array_equal(
-                        got, want, err_msg=f"{cls.__name__} {direction} {axes}")
+                        got, want, err_msg=f"{cls.__name__} {direction} {axes}"
+                    )
         if dtype == "float32":
             # REDUCE's ARGMAX/ARGMIN functions share the lowering (INCREASING).
             for function in ("ARGMAX", "ARGMIN"):
@@ -199,8 +203,23 @@ def test_arg_order_keys_follow_float_order(dtype):
     from dml_jax.ops.reduce import order_keys
 
     finfo = np.finfo(dtype)
-    values = np.array([-np.inf, finfo.min, -1.5, -finfo.tiny, -finfo.smallest_subnormal, -0.0,
-                       0.0, finfo.smallest_subnormal, finfo.tiny, 1.0, finfo.max, np.inf], dtype)
+    values = np.array(
+        [
+            -np.inf,
+            finfo.min,
+            -1.5,
+            -finfo.tiny,
+            -finfo.smallest_subnormal,
+            -0.0,
+            0.0,
+            finfo.smallest_subnormal,
+            finfo.tiny,
+            1.0,
+            finfo.max,
+            np.inf,
+        ],
+        dtype,
+    )
     with jax.enable_x64(dtype == "float64"):
         for largest in (True, False):
             k = np.asarray(order_keys(jnp.asarray(values), largest)).astype(np.int64)

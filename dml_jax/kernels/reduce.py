@@ -301,7 +301,7 @@ def arg_reduce_kernel(x, p: Plan, largest: bool, last: bool, interpret: bool = F
             jnp.zeros((width,), jnp.int32),
             jnp.full((width,), none, jnp.int32),
         )
-        best, best_i, nan_i = lax.fori_loop(0, n_tiles, body, init)
+        _best, best_i, nan_i = lax.fori_loop(0, n_tiles, body, init)
         if is_float:
             # NaN is the extreme: the first (or last) NaN wins over any number.
             best_i = jnp.where(nan_i != none, nan_i, best_i)
