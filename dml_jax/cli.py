@@ -49,21 +49,35 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-_SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1000, "KIB": 1 << 10, "M": 1 << 20,
-               "MB": 1000**2, "MIB": 1 << 20, "G": 1 << 30, "GB": 1000**3, "GIB": 1 << 30,
-               "T": 1 << 40, "TB": 1000**4, "TIB": 1 << 40}
+_SIZE_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 1 << 10,
+    "KB": 1000,
+    "KIB": 1 << 10,
+    "M": 1 << 20,
+    "MB": 1000**2,
+    "MIB": 1 << 20,
+    "G": 1 << 30,
+    "GB": 1000**3,
+    "GIB": 1 << 30,
+    "T": 1 << 40,
+    "TB": 1000**4,
+    "TIB": 1 << 40,
+}
 
 
 def _memory_size(text: str) -> int:
     """``--max-memory``: bytes, with an optional unit (``512M``, ``2GiB``, ``1.5G``); 0: no
     limit."""
     number = text.strip().upper().rstrip("BIKMGT")
-    unit = text.strip().upper()[len(number):]
+    unit = text.strip().upper()[len(number) :]
     try:
         value = float(number) * _SIZE_UNITS[unit]
     except (ValueError, KeyError):
-        raise argparse.ArgumentTypeError(f"expected a size such as 4G, 512MiB or 1000000, got "
-                                         f"'{text}'") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a size such as 4G, 512MiB or 1000000, got '{text}'"
+        ) from None
     if not 0 <= value < 2**64:
         raise argparse.ArgumentTypeError(f"expected a size >= 0, got '{text}'")
     return int(value)
@@ -85,51 +99,113 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    run = sub.add_parser("run", help="run a DxDispatch JSON model",
-                         description="Run a DxDispatch JSON model: allocate its resources, "
-                                     "compile its dispatchables and execute its commands.")
-    run.add_argument("model", nargs="?", metavar="MODEL.json",
-                     help="the model file (default: the bundled example)")
-    run.add_argument("-i", "--dispatch_iterations", type=_positive_int, default=1, metavar="N",
-                     help="timing samples per dispatch command (default 1)")
-    run.add_argument("-r", "--dispatch_repeat", type=_positive_int, default=1, metavar="N",
-                     help="dispatches per sample; each sample is divided by N (default 1)")
-    run.add_argument("-t", "--milliseconds_to_run", type=_non_negative_float, default=None,
-                     metavar="MS", help="take samples until MS milliseconds passed "
-                                        "(overrides -i)")
-    run.add_argument("-w", "--warmup_samples", type=_non_negative_int, default=1, metavar="N",
-                     help="at most N leading samples are cold and left out of the hot "
-                          "statistics (default 1)")
-    run.add_argument("-v", "--timing_verbosity", type=_verbosity, default=0, metavar="L",
-                     help="0: one line per dispatch; 1: cold/hot statistics and initialize "
-                          "times; 2: also every iteration")
-    run.add_argument("-I", "--dispatch_interval", type=_non_negative_float, default=0.0,
-                     metavar="MS", help="minimum milliseconds between samples (default 0)")
-    run.add_argument("--device", default=None, metavar="D",
-                     help="JAX device: cpu, gpu, tpu or an index into jax.devices() "
-                          "(default: JAX's default device)")
-    run.add_argument("--feature_level", default=None, metavar="FL",
-                     help="DML feature level to validate operators at, e.g. 5_0 "
-                          "(default: the newest)")
-    run.add_argument("--bytes-as-chars", action="store_true",
-                     help="print INT8/UINT8 resources as characters, as DxDispatch does "
-                          "(default: numbers)")
-    run.add_argument("--max-memory", type=_memory_size, default=None, metavar="SIZE",
-                     help="refuse models whose resources (or one dispatch's tensors next to "
-                          "them) need more than SIZE bytes, e.g. 2G; 0: no limit (default: 80%% "
-                          "of the device's memory, or half of the machine's for the CPU)")
-    run.add_argument("--allow-outside-paths", action="store_true",
-                     help="let sourcePath and writeFile targets leave the model's folder")
-    run.add_argument("--overwrite", action="store_true",
-                     help="let writeFile replace existing files")
-    run.add_argument("--debug", action="store_true",
-                     help="show the Python traceback of errors")
+    run = sub.add_parser(
+        "run",
+        help="run a DxDispatch JSON model",
+        description="Run a DxDispatch JSON model: allocate its resources, "
+        "compile its dispatchables and execute its commands.",
+    )
+    run.add_argument(
+        "model",
+        nargs="?",
+        metavar="MODEL.json",
+        help="the model file (default: the bundled example)",
+    )
+    run.add_argument(
+        "-i",
+        "--dispatch_iterations",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="timing samples per dispatch command (default 1)",
+    )
+    run.add_argument(
+        "-r",
+        "--dispatch_repeat",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="dispatches per sample; each sample is divided by N (default 1)",
+    )
+    run.add_argument(
+        "-t",
+        "--milliseconds_to_run",
+        type=_non_negative_float,
+        default=None,
+        metavar="MS",
+        help="take samples until MS milliseconds passed (overrides -i)",
+    )
+    run.add_argument(
+        "-w",
+        "--warmup_samples",
+        type=_non_negative_int,
+        default=1,
+        metavar="N",
+        help="at most N leading samples are cold and left out of the hot statistics (default 1)",
+    )
+    run.add_argument(
+        "-v",
+        "--timing_verbosity",
+        type=_verbosity,
+        default=0,
+        metavar="L",
+        help="0: one line per dispatch; 1: cold/hot statistics and initialize "
+        "times; 2: also every iteration",
+    )
+    run.add_argument(
+        "-I",
+        "--dispatch_interval",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="MS",
+        help="minimum milliseconds between samples (default 0)",
+    )
+    run.add_argument(
+        "--device",
+        default=None,
+        metavar="D",
+        help="JAX device: cpu, gpu, tpu or an index into jax.devices() "
+        "(default: JAX's default device)",
+    )
+    run.add_argument(
+        "--feature_level",
+        default=None,
+        metavar="FL",
+        help="DML feature level to validate operators at, e.g. 5_0 (default: the newest)",
+    )
+    run.add_argument(
+        "--bytes-as-chars",
+        action="store_true",
+        help="print INT8/UINT8 resources as characters, as DxDispatch does (default: numbers)",
+    )
+    run.add_argument(
+        "--max-memory",
+        type=_memory_size,
+        default=None,
+        metavar="SIZE",
+        help="refuse models whose resources (or one dispatch's tensors next to "
+        "them) need more than SIZE bytes, e.g. 2G; 0: no limit (default: 80%% "
+        "of the device's memory, or half of the machine's for the CPU)",
+    )
+    run.add_argument(
+        "--allow-outside-paths",
+        action="store_true",
+        help="let sourcePath and writeFile targets leave the model's folder",
+    )
+    run.add_argument(
+        "--overwrite", action="store_true", help="let writeFile replace existing files"
+    )
+    run.add_argument("--debug", action="store_true", help="show the Python traceback of errors")
 
-    sub.add_parser("list-operators", help="list the supported DML operators",
-                   description="List the DML operators dml_jax supports, with the feature "
-                               "level each was introduced at.")
-    sub.add_parser("bench", help="run the benchmarks (options: dml-jax bench --help)",
-                   add_help=False)
+    sub.add_parser(
+        "list-operators",
+        help="list the supported DML operators",
+        description="List the DML operators dml_jax supports, with the feature "
+        "level each was introduced at.",
+    )
+    sub.add_parser(
+        "bench", help="run the benchmarks (options: dml-jax bench --help)", add_help=False
+    )
     return parser
 
 
@@ -157,8 +233,10 @@ def _bench(argv: list[str]) -> int:
     try:
         from .bench import main as bench_main
     except ImportError:
-        print("error: the benchmark harness (dml_jax.bench) is not available in this "
-              "installation", file=sys.stderr)
+        print(
+            "error: the benchmark harness (dml_jax.bench) is not available in this installation",
+            file=sys.stderr,
+        )
         return 2
     return bench_main(argv)
 
@@ -202,8 +280,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: --device: {e}", file=sys.stderr)
         return 2
     try:
-        run_model(file, device=args.device, options=options,
-                  feature_level=args.feature_level, out=_print_flush)
+        run_model(
+            file,
+            device=args.device,
+            options=options,
+            feature_level=args.feature_level,
+            out=_print_flush,
+        )
     except (ModelError, ValidationError) as e:
         if args.debug:
             traceback.print_exc()

@@ -136,8 +136,13 @@ def _member(path: str, key: str | int) -> str:
 class _Ctx:
     """The model file name, for errors, and the limits of this load (see ``load_model``)."""
 
-    def __init__(self, file: str, max_memory: int | None = None,
-                 allow_outside_paths: bool = False, model_dir: str = ""):
+    def __init__(
+        self,
+        file: str,
+        max_memory: int | None = None,
+        allow_outside_paths: bool = False,
+        model_dir: str = "",
+    ):
         self.file = file
         self.max_memory = max_memory
         self.allocated = 0
@@ -148,8 +153,11 @@ class _Ctx:
         """Counts ``nbytes`` against the memory budget before anything that large is allocated."""
         self.allocated += nbytes
         if self.max_memory is not None and self.allocated > self.max_memory:
-            raise self.fail(path, f"the {what} need {self.allocated} bytes, more than the "
-                                  f"memory budget of {self.max_memory} bytes (--max-memory)")
+            raise self.fail(
+                path,
+                f"the {what} need {self.allocated} bytes, more than the "
+                f"memory budget of {self.max_memory} bytes (--max-memory)",
+            )
 
     def inside_model_dir(self, file: str, path: str, what: str) -> str:
         """Refuses a path that resolves (symbolic links included) outside the model's folder."""
@@ -157,8 +165,11 @@ class _Ctx:
             return file
         real, root = os.path.realpath(file), os.path.realpath(self.model_dir or ".")
         if os.path.commonpath([real, root]) != root:
-            raise self.fail(path, f"{what} '{file}' is outside the model's folder '{root}' "
-                                  "(allowed with --allow-outside-paths)")
+            raise self.fail(
+                path,
+                f"{what} '{file}' is outside the model's folder '{root}' "
+                "(allowed with --allow-outside-paths)",
+            )
         return file
 
     def fail(self, path: str, message: str) -> ModelError:
@@ -209,8 +220,9 @@ def _parse_data_type(ctx: _Ctx, value: Any, path: str) -> DataType | None:
     except ValidationError:
         names = ", ".join(["UNKNOWN"] + [t.name for t in DataType])
         raise ctx.fail(
-            path, f"unknown data type {json.dumps(value)}; expected one of {names} (or the "
-            f"full name, e.g. {_DATA_TYPE_PREFIX}FLOAT32)"
+            path,
+            f"unknown data type {json.dumps(value)}; expected one of {names} (or the "
+            f"full name, e.g. {_DATA_TYPE_PREFIX}FLOAT32)",
         ) from None
 
 
@@ -246,8 +258,11 @@ def convert_scalar(ctx: _Ctx, value: Any, data_type: DataType, path: str) -> np.
         if isinstance(value, str) and value.lower() in _SPECIAL_FLOATS:
             value = _SPECIAL_FLOATS[value.lower()]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ctx.fail(path, f"must be a number (or \"nan\", \"inf\", \"-inf\") for "
-                                 f"{data_type.name}, got {json.dumps(value)}")
+            raise ctx.fail(
+                path,
+                f'must be a number (or "nan", "inf", "-inf") for '
+                f"{data_type.name}, got {json.dumps(value)}",
+            )
         if data_type is DataType.FLOAT16:
             return float_to_half_truncated(value)
         with np.errstate(over="ignore"):
@@ -256,8 +271,9 @@ def convert_scalar(ctx: _Ctx, value: Any, data_type: DataType, path: str) -> np.
         raise ctx.fail(path, f"must be an integer for {data_type.name}, got {json.dumps(value)}")
     info = np.iinfo(data_type.numpy_dtype)
     if not info.min <= value <= info.max:
-        raise ctx.fail(path, f"{value} is out of range for {data_type.name} "
-                             f"[{info.min}, {info.max}]")
+        raise ctx.fail(
+            path, f"{value} is out of range for {data_type.name} [{info.min}, {info.max}]"
+        )
     return data_type.numpy_dtype.type(value)
 
 
@@ -270,8 +286,9 @@ def _wrap_int(value: int, data_type: DataType) -> int:
     return value
 
 
-def sequence_values(start: np.generic, delta: np.generic, count: int,
-                    data_type: DataType) -> np.ndarray:
+def sequence_values(
+    start: np.generic, delta: np.generic, count: int, data_type: DataType
+) -> np.ndarray:
     """start, start + delta, ... by repeated addition in the target type.
 
     FLOAT16 adds in float32 and converts each partial sum back to half the way JSON numbers
@@ -346,8 +363,10 @@ def _find_file(ctx: _Ctx, source: str, model_dir: str, path: str) -> str:
     for candidate in (os.path.join(model_dir, source), source):
         if os.path.isfile(candidate):
             return ctx.inside_model_dir(candidate, path, "file")
-    raise ctx.fail(path, f"file '{source}' not found (looked in '{model_dir or '.'}' and in "
-                         "the current directory)")
+    raise ctx.fail(
+        path,
+        f"file '{source}' not found (looked in '{model_dir or '.'}' and in the current directory)",
+    )
 
 
 def _read_npy(ctx: _Ctx, file: str, path: str) -> tuple[bytes, DataType]:
@@ -356,14 +375,18 @@ def _read_npy(ctx: _Ctx, file: str, path: str) -> tuple[bytes, DataType]:
             version = np.lib.format.read_magic(f)
             if version[0] >= 4:
                 raise ctx.fail(path, f"'{file}': .npy format version {version} is not supported")
-            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                           else np.lib.format.read_array_header_2_0)
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
             shape, fortran, dtype = read_header(f)
             if fortran:
                 raise ctx.fail(path, f"'{file}': Fortran-ordered .npy arrays are not supported")
             if dtype.hasobject or dtype.fields is not None:
-                raise ctx.fail(path, f"'{file}': .npy data type {dtype.str} is not a plain "
-                                     "numeric type")
+                raise ctx.fail(
+                    path, f"'{file}': .npy data type {dtype.str} is not a plain numeric type"
+                )
             data = f.read()
     except ModelError:
         raise
@@ -376,13 +399,21 @@ def _read_npy(ctx: _Ctx, file: str, path: str) -> tuple[bytes, DataType]:
         raise ctx.fail(path, f"'{file}': big-endian .npy data ('{dtype.str}') is not supported")
     nbytes = math.prod(shape) * dtype.itemsize  # exact: a hostile header cannot wrap it
     if len(data) < nbytes:
-        raise ctx.fail(path, f"'{file}': .npy payload is {len(data)} bytes, its header "
-                             f"promises {nbytes}")
+        raise ctx.fail(
+            path, f"'{file}': .npy payload is {len(data)} bytes, its header promises {nbytes}"
+        )
     return data[:nbytes], data_type
 
 
-def _file_initializer(ctx: _Ctx, init: dict, data_type: DataType | None, dtype_given: bool,
-                      model_dir: str, path: str, type_path: str) -> tuple[bytes, DataType | None]:
+def _file_initializer(
+    ctx: _Ctx,
+    init: dict,
+    data_type: DataType | None,
+    dtype_given: bool,
+    model_dir: str,
+    path: str,
+    type_path: str,
+) -> tuple[bytes, DataType | None]:
     source = ctx.string(init["sourcePath"], _member(path, "sourcePath"))
     src_path = _member(path, "sourcePath")
     ext = os.path.splitext(source)[1].lower()
@@ -397,8 +428,9 @@ def _file_initializer(ctx: _Ctx, init: dict, data_type: DataType | None, dtype_g
         data, npy_type = _read_npy(ctx, file, src_path)
         if dtype_given and data_type != npy_type:
             given = data_type.name if data_type else "UNKNOWN"
-            raise ctx.fail(type_path, f"{given} does not match the data type of '{source}' "
-                                      f"({npy_type.name})")
+            raise ctx.fail(
+                type_path, f"{given} does not match the data type of '{source}' ({npy_type.name})"
+            )
         return data, npy_type
     if data_type is None:
         raise ctx.fail(type_path, f"is required (not UNKNOWN) for raw file '{source}'")
@@ -414,13 +446,15 @@ def _list_initializer(ctx: _Ctx, items: list, path: str) -> bytes:
     for i, item in enumerate(items):
         where = _member(path, i)
         item = ctx.object(item, where)
-        item_type = _parse_data_type(ctx, ctx.require(item, "type", where),
-                                     _member(where, "type"))
+        item_type = _parse_data_type(ctx, ctx.require(item, "type", where), _member(where, "type"))
         if item_type is None or item_type is DataType.FLOAT16:
-            raise ctx.fail(_member(where, "type"), "list elements must have a type other than "
-                                                   "UNKNOWN and FLOAT16")
-        value = convert_scalar(ctx, ctx.require(item, "value", where), item_type,
-                               _member(where, "value"))
+            raise ctx.fail(
+                _member(where, "type"),
+                "list elements must have a type other than UNKNOWN and FLOAT16",
+            )
+        value = convert_scalar(
+            ctx, ctx.require(item, "value", where), item_type, _member(where, "value")
+        )
         chunks.append(value.tobytes())
     return b"".join(chunks)
 
@@ -432,20 +466,26 @@ def parse_resource(ctx: _Ctx, name: str, obj: Any, model_dir: str) -> Resource:
     allocated_before = ctx.allocated
     resource_type = obj.get("type", "buffer")
     if resource_type != "buffer":
-        raise ctx.fail(_member(path, "type"), f"only buffer resources are supported, got "
-                                              f"{json.dumps(resource_type)}")
+        raise ctx.fail(
+            _member(path, "type"),
+            f"only buffer resources are supported, got {json.dumps(resource_type)}",
+        )
     type_path = _member(path, "initialValuesDataType")
     dtype_given = "initialValuesDataType" in obj
-    data_type = (_parse_data_type(ctx, obj["initialValuesDataType"], type_path)
-                 if dtype_given else None)
+    data_type = (
+        _parse_data_type(ctx, obj["initialValuesDataType"], type_path) if dtype_given else None
+    )
     init_path = _member(path, "initialValues")
     init = ctx.require(obj, "initialValues", path)
 
     def need_type() -> DataType:
         if data_type is None:
-            raise ctx.fail(type_path, "is required (and not UNKNOWN) for this initializer"
-                           if dtype_given else "missing required member (the initializer "
-                           "needs a data type)")
+            raise ctx.fail(
+                type_path,
+                "is required (and not UNKNOWN) for this initializer"
+                if dtype_given
+                else "missing required member (the initializer needs a data type)",
+            )
         return data_type
 
     if isinstance(init, list):
@@ -460,27 +500,38 @@ def parse_resource(ctx: _Ctx, name: str, obj: Any, model_dir: str) -> Resource:
         has_value, has_start = "value" in init, "valueStart" in init
         has_source = "sourcePath" in init
         if has_value and (has_start or has_source):
-            raise ctx.fail(init_path, "'value' cannot be combined with 'valueStart' or "
-                                      "'sourcePath'")
+            raise ctx.fail(
+                init_path, "'value' cannot be combined with 'valueStart' or 'sourcePath'"
+            )
         if has_value or has_start:
             t = need_type()
-            count = ctx.uint(ctx.require(init, "valueCount", init_path),
-                             _member(init_path, "valueCount"), minimum=1)
+            count = ctx.uint(
+                ctx.require(init, "valueCount", init_path),
+                _member(init_path, "valueCount"),
+                minimum=1,
+            )
             ctx.reserve(count * t.size, init_path)
             if has_value:
                 v = convert_scalar(ctx, init["value"], t, _member(init_path, "value"))
                 data = np.full(count, v, dtype=t.numpy_dtype).tobytes()
             else:
                 start = convert_scalar(ctx, init["valueStart"], t, _member(init_path, "valueStart"))
-                delta = convert_scalar(ctx, ctx.require(init, "valueDelta", init_path), t,
-                                       _member(init_path, "valueDelta"))
+                delta = convert_scalar(
+                    ctx,
+                    ctx.require(init, "valueDelta", init_path),
+                    t,
+                    _member(init_path, "valueDelta"),
+                )
                 data = sequence_values(start, delta, count, t).tobytes()
         elif has_source:
-            data, data_type = _file_initializer(ctx, init, data_type, dtype_given, model_dir,
-                                                init_path, type_path)
+            data, data_type = _file_initializer(
+                ctx, init, data_type, dtype_given, model_dir, init_path, type_path
+            )
         else:
-            raise ctx.fail(init_path, "must hold 'value' (constant), 'valueStart' (sequence) "
-                                      "or 'sourcePath' (file)")
+            raise ctx.fail(
+                init_path,
+                "must hold 'value' (constant), 'valueStart' (sequence) or 'sourcePath' (file)",
+            )
     elif init == "deferred":
         raise ctx.fail(init_path, "deferred resources exist only for ONNX dispatchables")
     else:
@@ -490,14 +541,18 @@ def parse_resource(ctx: _Ctx, name: str, obj: Any, model_dir: str) -> Resource:
 
     offset = 0
     if "initialValuesOffsetInBytes" in obj:
-        offset = ctx.uint(obj["initialValuesOffsetInBytes"],
-                          _member(path, "initialValuesOffsetInBytes"))
+        offset = ctx.uint(
+            obj["initialValuesOffsetInBytes"], _member(path, "initialValuesOffsetInBytes")
+        )
     if "sizeInBytes" in obj:
         size = ctx.uint(obj["sizeInBytes"], _member(path, "sizeInBytes"))
         if size < len(data) + offset:
-            raise ctx.fail(_member(path, "sizeInBytes"),
-                           f"{size} is smaller than the initial values ({len(data)} bytes"
-                           + (f" at offset {offset}" if offset else "") + ")")
+            raise ctx.fail(
+                _member(path, "sizeInBytes"),
+                f"{size} is smaller than the initial values ({len(data)} bytes"
+                + (f" at offset {offset}" if offset else "")
+                + ")",
+            )
     else:
         size = (len(data) + 3) // 4 * 4
     # The initializer was counted before its data was created; the resource costs its size.
@@ -554,8 +609,10 @@ class Dispatchable:
 def _bind_points(op: Any) -> tuple[BindPoint, ...]:
     """Groups the compiled operator's tensor paths (``OutputTensors[1]``) by field name."""
     points: list[BindPoint] = []
-    for role, paths, descs in (("input", op.input_paths, op.input_descs),
-                               ("output", op.output_paths, op.output_descs)):
+    for role, paths, descs in (
+        ("input", op.input_paths, op.input_descs),
+        ("output", op.output_paths, op.output_descs),
+    ):
         groups: dict[str, list[int]] = {}
         for i, p in enumerate(paths):
             groups.setdefault(p.split("[", 1)[0], []).append(i)
@@ -589,12 +646,16 @@ def parse_dispatchable(ctx: _Ctx, name: str, obj: Any, feature_level: Any) -> Di
     obj = ctx.object(obj, path)
     kind = ctx.string(ctx.require(obj, "type", path), _member(path, "type"))
     if kind.lower() in _OTHER_KINDS:
-        raise ctx.fail(_member(path, "type"), f"'{kind}' dispatchables are not supported by "
-                                              "dml_jax (only DML operators and graphs)")
+        raise ctx.fail(
+            _member(path, "type"),
+            f"'{kind}' dispatchables are not supported by dml_jax (only DML operators and graphs)",
+        )
     compile_type = obj.get("dmlCompileType", "DmlCompileOp")
     if compile_type not in ("DmlCompileOp", "DmlCompileGraph"):
-        raise ctx.fail(_member(path, "dmlCompileType"), "must be \"DmlCompileOp\" or "
-                       f"\"DmlCompileGraph\", got {json.dumps(compile_type)}")
+        raise ctx.fail(
+            _member(path, "dmlCompileType"),
+            f'must be "DmlCompileOp" or "DmlCompileGraph", got {json.dumps(compile_type)}',
+        )
     try:
         if kind in _GRAPH_KINDS:
             op = compile_graph(graph_from_json(obj), feature_level)
@@ -646,14 +707,23 @@ def _binding_sources(ctx: _Ctx, value: Any, path: str) -> list[tuple[str, dict, 
             res = ctx.string(ctx.require(item, "name", where), _member(where, "name"))
             out.append((res, item, where))
         else:
-            raise ctx.fail(where, "must be a resource name, a binding object {\"name\": ...} or "
-                                  f"an array of those, got {_kind(item)}")
+            raise ctx.fail(
+                where,
+                'must be a resource name, a binding object {"name": ...} or '
+                f"an array of those, got {_kind(item)}",
+            )
     return out
 
 
-def resolve_bindings(ctx: _Ctx, dispatchable: Dispatchable, bindings: Any, path: str,
-                     resources: dict[str, Resource], *, initialization: bool = False
-                     ) -> dict[str, list[BoundTensor]]:
+def resolve_bindings(
+    ctx: _Ctx,
+    dispatchable: Dispatchable,
+    bindings: Any,
+    path: str,
+    resources: dict[str, Resource],
+    *,
+    initialization: bool = False,
+) -> dict[str, list[BoundTensor]]:
     """Checks a ``bindings`` object against the bind points and DML's buffer binding rules.
 
     Returns:
@@ -669,11 +739,15 @@ def resolve_bindings(ctx: _Ctx, dispatchable: Dispatchable, bindings: Any, path:
         where = _member(path, point.name)
         sources = _binding_sources(ctx, bindings[point.name], where)
         if len(sources) != len(point.slots):
-            raise ctx.fail(where, f"Bind point '{point.name}' requires {len(point.slots)} "
-                                  f"resources, but {len(sources)} were bound.")
+            raise ctx.fail(
+                where,
+                f"Bind point '{point.name}' requires {len(point.slots)} "
+                f"resources, but {len(sources)} were bound.",
+            )
         if initialization and point.role != "input":
-            raise ctx.fail(where, "only input tensors flagged OWNED_BY_DML are bound at "
-                                  "initialization")
+            raise ctx.fail(
+                where, "only input tensors flagged OWNED_BY_DML are bound at initialization"
+            )
         tensors = []
         for (res_name, obj, src_path), desc in zip(sources, point.descs):
             name_path = _member(src_path, "name") if obj else src_path
@@ -682,18 +756,23 @@ def resolve_bindings(ctx: _Ctx, dispatchable: Dispatchable, bindings: Any, path:
             resource = resources[res_name]
             owned = desc is not None and desc.flags is TensorFlags.OWNED_BY_DML
             if owned != initialization and desc is not None:
-                raise ctx.fail(src_path, (
-                    "this tensor is not flagged OWNED_BY_DML; bind it in the dispatch command"
-                    if initialization else
-                    "this tensor is flagged OWNED_BY_DML; bind it in the dispatchable's own "
-                    "'bindings' (initialization), not in a dispatch command"))
+                raise ctx.fail(
+                    src_path,
+                    (
+                        "this tensor is not flagged OWNED_BY_DML; bind it in the dispatch command"
+                        if initialization
+                        else "this tensor is flagged OWNED_BY_DML; bind it in the dispatchable's own "
+                        "'bindings' (initialization), not in a dispatch command"
+                    ),
+                )
             tensors.append(_bind_one(ctx, resource, obj, desc, src_path))
         resolved[point.name] = tensors
     return resolved
 
 
-def _bind_one(ctx: _Ctx, resource: Resource, obj: dict, desc: TensorDesc | None,
-              path: str) -> BoundTensor:
+def _bind_one(
+    ctx: _Ctx, resource: Resource, obj: dict, desc: TensorDesc | None, path: str
+) -> BoundTensor:
     element_offset = ctx.uint(obj.get("elementOffset", 0), _member(path, "elementOffset"))
     if "elementCount" in obj:  # parsed for HLSL; DML bindings ignore it (as DxDispatch does)
         ctx.uint(obj["elementCount"], _member(path, "elementCount"))
@@ -704,24 +783,33 @@ def _bind_one(ctx: _Ctx, resource: Resource, obj: dict, desc: TensorDesc | None,
     else:
         element_size = 0
     if element_offset and not element_size:
-        raise ctx.fail(_member(path, "elementOffset"),
-                       f"resource '{resource.name}' has no data type; give 'elementSizeInBytes' "
-                       "to use an element offset")
+        raise ctx.fail(
+            _member(path, "elementOffset"),
+            f"resource '{resource.name}' has no data type; give 'elementSizeInBytes' "
+            "to use an element offset",
+        )
     offset = element_offset * element_size
     if desc is None:  # a graph input that feeds nothing: nothing is read
         return BoundTensor(resource.name, offset, 0, None, path)
     alignment = max(MINIMUM_BUFFER_TENSOR_ALIGNMENT, desc.guaranteed_base_offset_alignment)
     if offset % alignment:
-        raise ctx.fail(path, f"byte offset {offset} (elementOffset {element_offset} x "
-                             f"{element_size} bytes) into '{resource.name}' must be a multiple "
-                             f"of {alignment}")
+        raise ctx.fail(
+            path,
+            f"byte offset {offset} (elementOffset {element_offset} x "
+            f"{element_size} bytes) into '{resource.name}' must be a multiple "
+            f"of {alignment}",
+        )
     available = resource.size_in_bytes - offset
     if available < desc.total_tensor_size_in_bytes:
-        raise ctx.fail(path, (
-            f"binding out of range: the tensor needs {desc.total_tensor_size_in_bytes} bytes "
-            f"(TotalTensorSizeInBytes) but resource '{resource.name}' has "
-            f"{max(available, 0)} bytes from byte offset {offset} "
-            f"(sizeInBytes {resource.size_in_bytes})"))
+        raise ctx.fail(
+            path,
+            (
+                f"binding out of range: the tensor needs {desc.total_tensor_size_in_bytes} bytes "
+                f"(TotalTensorSizeInBytes) but resource '{resource.name}' has "
+                f"{max(available, 0)} bytes from byte offset {offset} "
+                f"(sizeInBytes {resource.size_in_bytes})"
+            ),
+        )
     return BoundTensor(resource.name, offset, available // desc.data_type.size, desc, path)
 
 
@@ -761,9 +849,7 @@ class Model:
     commands: list
 
 
-
-def _parse_command(ctx: _Ctx, i: int, obj: Any, model_resources: dict,
-                   dispatchables: dict) -> Any:
+def _parse_command(ctx: _Ctx, i: int, obj: Any, model_resources: dict, dispatchables: dict) -> Any:
     path = _member("commands", i)
     obj = ctx.object(obj, path)
     kind = ctx.string(ctx.require(obj, "type", path), _member(path, "type"))
@@ -779,15 +865,17 @@ def _parse_command(ctx: _Ctx, i: int, obj: Any, model_resources: dict,
         if name not in dispatchables:
             raise ctx.fail(_member(path, "dispatchable"), f"unknown dispatchable '{name}'")
         d = dispatchables[name]
-        bindings = resolve_bindings(ctx, d, ctx.require(obj, "bindings", path),
-                                    _member(path, "bindings"), model_resources)
+        bindings = resolve_bindings(
+            ctx, d, ctx.require(obj, "bindings", path), _member(path, "bindings"), model_resources
+        )
         for point in d.bind_points:
             if point.name in bindings or point.name in d.init_bindings:
                 continue
             if all(desc is None for desc in point.descs):
                 continue
-            raise ctx.fail(_member(path, "bindings"),
-                           f"Nothing bound for required tensor '{point.name}'.")
+            raise ctx.fail(
+                _member(path, "bindings"), f"Nothing bound for required tensor '{point.name}'."
+            )
         return DispatchCommand(path, name, bindings)
     if kind.lower() == "print":
         verbose = obj.get("verbose", False)
@@ -801,17 +889,26 @@ def _parse_command(ctx: _Ctx, i: int, obj: Any, model_resources: dict,
         if "dimensions" in obj:
             dpath = _member(path, "dimensions")
             if not isinstance(obj["dimensions"], list):
-                raise ctx.fail(dpath, f"must be an array of integers, got "
-                                      f"{_kind(obj['dimensions'])}")
+                raise ctx.fail(
+                    dpath, f"must be an array of integers, got {_kind(obj['dimensions'])}"
+                )
             dims = tuple(ctx.uint(v, _member(dpath, k)) for k, v in enumerate(obj["dimensions"]))
         return WriteFileCommand(path, res, target, dims)
-    raise ctx.fail(_member(path, "type"), f"Unrecognized command '{kind}' (expected dispatch, "
-                                          "print or writeFile)")
+    raise ctx.fail(
+        _member(path, "type"),
+        f"Unrecognized command '{kind}' (expected dispatch, print or writeFile)",
+    )
 
 
-def load_model(file: str, *, feature_level: Any = None, text: str | None = None,
-               max_memory: int | None = None, allow_outside_paths: bool = False,
-               overwrite: bool = False) -> Model:
+def load_model(
+    file: str,
+    *,
+    feature_level: Any = None,
+    text: str | None = None,
+    max_memory: int | None = None,
+    allow_outside_paths: bool = False,
+    overwrite: bool = False,
+) -> Model:
     """Reads, checks and compiles a model file.
 
     Args:
@@ -832,8 +929,11 @@ def load_model(file: str, *, feature_level: Any = None, text: str | None = None,
     if text is None:
         try:
             if max_memory is not None and os.path.getsize(file) > max_memory:
-                raise ctx.fail("", f"the model file is {os.path.getsize(file)} bytes, more than "
-                                   f"the memory budget of {max_memory} bytes (--max-memory)")
+                raise ctx.fail(
+                    "",
+                    f"the model file is {os.path.getsize(file)} bytes, more than "
+                    f"the memory budget of {max_memory} bytes (--max-memory)",
+                )
             with open(file, encoding="utf-8") as f:
                 text = f.read()
         except (OSError, UnicodeDecodeError) as e:
@@ -851,22 +951,29 @@ def load_model(file: str, *, feature_level: Any = None, text: str | None = None,
         d = parse_dispatchable(ctx, name, obj, feature_level)
         path = d.path
         if "bindings" in obj:
-            d.init_bindings = resolve_bindings(ctx, d, obj["bindings"], _member(path, "bindings"),
-                                               resources, initialization=True)
+            d.init_bindings = resolve_bindings(
+                ctx, d, obj["bindings"], _member(path, "bindings"), resources, initialization=True
+            )
         for point in d.bind_points:
-            owned = [desc for desc in point.descs
-                     if desc is not None and desc.flags is TensorFlags.OWNED_BY_DML]
+            owned = [
+                desc
+                for desc in point.descs
+                if desc is not None and desc.flags is TensorFlags.OWNED_BY_DML
+            ]
             if owned and point.name not in d.init_bindings:
-                raise ctx.fail(_member(path, "bindings"),
-                               f"'{point.name}' is flagged OWNED_BY_DML and must be bound here "
-                               "(at initialization)")
+                raise ctx.fail(
+                    _member(path, "bindings"),
+                    f"'{point.name}' is flagged OWNED_BY_DML and must be bound here "
+                    "(at initialization)",
+                )
         dispatchables[name] = d
 
     commands_json = root["commands"]
     if not isinstance(commands_json, list):
         raise ctx.fail("commands", f"must be a JSON array, got {_kind(commands_json)}")
-    commands = [_parse_command(ctx, i, c, resources, dispatchables)
-                for i, c in enumerate(commands_json)]
+    commands = [
+        _parse_command(ctx, i, c, resources, dispatchables) for i, c in enumerate(commands_json)
+    ]
     _check_commands(ctx, commands, dispatchables, overwrite)
     return Model(file, resources, dispatchables, commands)
 
@@ -879,15 +986,17 @@ def _check_commands(ctx: _Ctx, commands: list, dispatchables: dict, overwrite: b
     for command in commands:
         if isinstance(command, DispatchCommand) and ctx.max_memory is not None:
             op = dispatchables[command.dispatchable].op
-            tensors = tuple(getattr(op, "input_descs", ())) + tuple(getattr(op, "output_descs",
-                                                                            ()))
+            tensors = tuple(getattr(op, "input_descs", ())) + tuple(getattr(op, "output_descs", ()))
             # Logical sizes: a broadcast (stride 0) input may be far larger than its buffer.
             working = sum(t.element_count * t.data_type.size for t in tensors if t is not None)
             if ctx.allocated + working > ctx.max_memory:
-                raise ctx.fail(command.path, f"the dispatch works on {working} bytes of tensors "
-                                             f"next to {ctx.allocated} bytes of resources, more "
-                                             f"than the memory budget of {ctx.max_memory} bytes "
-                                             "(--max-memory)")
+                raise ctx.fail(
+                    command.path,
+                    f"the dispatch works on {working} bytes of tensors "
+                    f"next to {ctx.allocated} bytes of resources, more "
+                    f"than the memory budget of {ctx.max_memory} bytes "
+                    "(--max-memory)",
+                )
         if isinstance(command, WriteFileCommand):
             where = _member(command.path, "targetPath")
             ctx.inside_model_dir(command.target, where, "targetPath")
@@ -895,9 +1004,12 @@ def _check_commands(ctx: _Ctx, commands: list, dispatchables: dict, overwrite: b
             if os.path.isdir(real):
                 raise ctx.fail(where, f"'{command.target}' is a directory")
             if not overwrite and (os.path.lexists(command.target) or real in targets):
-                raise ctx.fail(where, f"'{command.target}' already exists or is written by an "
-                                      "earlier command; it is not overwritten without "
-                                      "--overwrite")
+                raise ctx.fail(
+                    where,
+                    f"'{command.target}' already exists or is written by an "
+                    "earlier command; it is not overwritten without "
+                    "--overwrite",
+                )
             targets.add(real)
 
 
@@ -924,8 +1036,14 @@ def format_value(value: np.generic, data_type: DataType, *, bytes_as_chars: bool
     return str(int(value))
 
 
-def format_resource(name: str, buffer: np.ndarray, resource: Resource, *, verbose: bool = False,
-                    bytes_as_chars: bool = False) -> str:
+def format_resource(
+    name: str,
+    buffer: np.ndarray,
+    resource: Resource,
+    *,
+    verbose: bool = False,
+    bytes_as_chars: bool = False,
+) -> str:
     """The text of a ``print`` command for a resource's current bytes.
 
     The element count is the initial values' byte length over the element size (the 4-byte
@@ -933,11 +1051,13 @@ def format_resource(name: str, buffer: np.ndarray, resource: Resource, *, verbos
     """
     data_type = resource.data_type
     if data_type is None:
-        raise ModelError("", resource.path, "cannot print a resource whose "
-                         "initialValuesDataType is UNKNOWN")
+        raise ModelError(
+            "", resource.path, "cannot print a resource whose initialValuesDataType is UNKNOWN"
+        )
     count = len(resource.initial) // data_type.size
-    values = np.frombuffer(buffer.tobytes()[: count * data_type.size],
-                           dtype=data_type.numpy_dtype.newbyteorder("<"))
+    values = np.frombuffer(
+        buffer.tobytes()[: count * data_type.size], dtype=data_type.numpy_dtype.newbyteorder("<")
+    )
     texts = [format_value(v, data_type, bytes_as_chars=bytes_as_chars) for v in values]
     if not verbose:
         return f"Resource '{name}': " + ", ".join(texts)
@@ -950,8 +1070,14 @@ def format_resource(name: str, buffer: np.ndarray, resource: Resource, *, verbos
     return "\n".join(lines)
 
 
-def write_file(resource: Resource, buffer: np.ndarray, target: str,
-               dimensions: tuple[int, ...] | None, *, overwrite: bool = True) -> None:
+def write_file(
+    resource: Resource,
+    buffer: np.ndarray,
+    target: str,
+    dimensions: tuple[int, ...] | None,
+    *,
+    overwrite: bool = True,
+) -> None:
     """``writeFile``: .npy with the resource's data type, anything else raw bytes.
 
     The file is written under a temporary name and renamed into place, so a failed write
@@ -975,10 +1101,12 @@ def write_file(resource: Resource, buffer: np.ndarray, target: str,
     shape = dimensions if dimensions else (resource.size_in_bytes // size,)
     count = math.prod(shape)
     if count * size > buffer.size:
-        raise ValueError(f"dimensions {list(shape)} need {count * size} bytes; the buffer has "
-                         f"{buffer.size}")
-    array = np.frombuffer(buffer.tobytes()[: count * size],
-                          dtype=resource.data_type.numpy_dtype).reshape(shape)
+        raise ValueError(
+            f"dimensions {list(shape)} need {count * size} bytes; the buffer has {buffer.size}"
+        )
+    array = np.frombuffer(
+        buffer.tobytes()[: count * size], dtype=resource.data_type.numpy_dtype
+    ).reshape(shape)
     stream = io.BytesIO()
     np.save(stream, array, allow_pickle=False)
     _replace_atomically(target, stream.getvalue())
@@ -1097,8 +1225,11 @@ class _DispatchPlan:
         self.written = tuple(dict.fromkeys(b.resource for b in outputs))
         index = {n: i for i, n in enumerate(names)}
         shared = {n for n in self.written if sum(b.resource == n for b in outputs) > 1}
-        masks = {j: _addressed_mask(b.desc, b.length) for j, b in enumerate(outputs)
-                 if b.resource in shared}
+        masks = {
+            j: _addressed_mask(b.desc, b.length)
+            for j, b in enumerate(outputs)
+            if b.resource in shared
+        }
         fn = buffer_function(op)
 
         def program(*buffers):
@@ -1108,10 +1239,12 @@ class _DispatchPlan:
                     # A graph input that feeds nothing: any placeholder will do.
                     views_in.append(jnp.zeros((1,), jnp.uint8))
                 else:
-                    views_in.append(_view(buffers[index[b.resource]], b.offset, b.length,
-                                          b.desc.dtype))
-            views_out = [_view(buffers[index[b.resource]], b.offset, b.length, b.desc.dtype)
-                         for b in outputs]
+                    views_in.append(
+                        _view(buffers[index[b.resource]], b.offset, b.length, b.desc.dtype)
+                    )
+            views_out = [
+                _view(buffers[index[b.resource]], b.offset, b.length, b.desc.dtype) for b in outputs
+            ]
             results = fn(*views_in, *views_out)
             state = list(buffers)
             for j, (b, new) in enumerate(zip(outputs, results)):
@@ -1124,29 +1257,46 @@ class _DispatchPlan:
                 state[k] = jax.lax.dynamic_update_slice(state[k], _to_bytes(new), (b.offset,))
             return tuple(state[index[n]] for n in self.written)
 
-        shapes = [jax.ShapeDtypeStruct((model.resources[n].size_in_bytes,), jnp.uint8,
-                                       sharding=jax.sharding.SingleDeviceSharding(device))
-                  for n in names]
+        shapes = [
+            jax.ShapeDtypeStruct(
+                (model.resources[n].size_in_bytes,),
+                jnp.uint8,
+                sharding=jax.sharding.SingleDeviceSharding(device),
+            )
+            for n in names
+        ]
         start = time.perf_counter()
         self.compiled = jax.jit(program).lower(*shapes).compile()
         self.compile_ms = (time.perf_counter() - start) * 1000
         self.snapshot_resources = {inputs[s].resource for s in snapshot}
         self.bytes_moved = sum(
             b.desc.element_count * b.desc.data_type.size
-            for b in inputs + outputs if b is not None and b.desc is not None)
+            for b in inputs + outputs
+            if b is not None and b.desc is not None
+        )
 
 
 def _stats(samples: Sequence[float]) -> tuple[int, float, float, float, float]:
     ordered = sorted(samples)
-    return (len(ordered), statistics.fmean(ordered), ordered[0], ordered[len(ordered) // 2],
-            ordered[-1])
+    return (
+        len(ordered),
+        statistics.fmean(ordered),
+        ordered[0],
+        ordered[len(ordered) // 2],
+        ordered[-1],
+    )
 
 
 class Executor:
     """Runs a loaded model on one JAX device, writing DxDispatch-style lines to ``out``."""
 
-    def __init__(self, model: Model, device: Any, options: RunOptions | None = None,
-                 out: Callable[[str], None] = print):
+    def __init__(
+        self,
+        model: Model,
+        device: Any,
+        options: RunOptions | None = None,
+        out: Callable[[str], None] = print,
+    ):
         self.model = model
         self.device = device
         self.options = options or RunOptions()
@@ -1191,8 +1341,9 @@ class Executor:
                 self.state = before
                 if isinstance(e, ModelError):
                     raise
-                raise ModelError(self.model.file, command.path,
-                                 f"{type(command).__name__[:-7]} failed: {e}") from None
+                raise ModelError(
+                    self.model.file, command.path, f"{type(command).__name__[:-7]} failed: {e}"
+                ) from None
 
     def _buffer(self, name: str) -> np.ndarray:
         return np.asarray(self.state[name])
@@ -1200,17 +1351,30 @@ class Executor:
     def _print(self, command: PrintCommand) -> None:
         resource = self.model.resources[command.resource]
         if resource.data_type is None:
-            raise ModelError(self.model.file, command.path,
-                             f"cannot print '{command.resource}': its initialValuesDataType is "
-                             "UNKNOWN")
-        self.out(format_resource(command.resource, self._buffer(command.resource), resource,
-                                 verbose=command.verbose,
-                                 bytes_as_chars=self.options.bytes_as_chars))
+            raise ModelError(
+                self.model.file,
+                command.path,
+                f"cannot print '{command.resource}': its initialValuesDataType is UNKNOWN",
+            )
+        self.out(
+            format_resource(
+                command.resource,
+                self._buffer(command.resource),
+                resource,
+                verbose=command.verbose,
+                bytes_as_chars=self.options.bytes_as_chars,
+            )
+        )
 
     def _write_file(self, command: WriteFileCommand) -> None:
         resource = self.model.resources[command.resource]
-        write_file(resource, self._buffer(command.resource), command.target, command.dimensions,
-                   overwrite=self.options.overwrite)
+        write_file(
+            resource,
+            self._buffer(command.resource),
+            command.target,
+            command.dimensions,
+            overwrite=self.options.overwrite,
+        )
         self.out(f"Resource '{command.resource}' written to '{command.target}'")
 
     def _dispatch(self, command: DispatchCommand, plan: _DispatchPlan) -> None:
@@ -1226,8 +1390,12 @@ class Executor:
         while done < iterations:
             start = time.perf_counter()
             for _ in range(opts.dispatch_repeat):
-                args = [self.init_state[n] if n in plan.snapshot_resources
-                        and n not in plan.written else self.state[n] for n in plan.resources]
+                args = [
+                    self.init_state[n]
+                    if n in plan.snapshot_resources and n not in plan.written
+                    else self.state[n]
+                    for n in plan.resources
+                ]
                 results = plan.compiled(*args)
                 for n, r in zip(plan.written, results):
                     self.state[n] = r
@@ -1253,21 +1421,29 @@ class Executor:
         dev_median = _stats(hot_dev)[3]
         bandwidth = plan.bytes_moved / (dev_median / 1000) / 1e9 if dev_median > 0 else math.inf
         if opts.timing_verbosity == 0:
-            self.out(f"Dispatch '{plan.name}': {len(cpu)} iterations, "
-                     f"{_stats(hot_cpu)[3]:.4f} ms median (CPU), {dev_median:.6f} ms median "
-                     f"(device), {bandwidth:.4g} GB/s")
+            self.out(
+                f"Dispatch '{plan.name}': {len(cpu)} iterations, "
+                f"{_stats(hot_cpu)[3]:.4f} ms median (CPU), {dev_median:.6f} ms median "
+                f"(device), {bandwidth:.4g} GB/s"
+            )
         else:
             self.out(f"Dispatch '{plan.name}': {len(cpu)} iterations")
-            for label, samples in (("CPU Timings (Cold)   ", cpu[:cold]),
-                                   ("Device Timings (Cold)", dev[:cold]),
-                                   ("CPU Timings (Hot)    ", hot_cpu),
-                                   ("Device Timings (Hot) ", hot_dev)):
+            for label, samples in (
+                ("CPU Timings (Cold)   ", cpu[:cold]),
+                ("Device Timings (Cold)", dev[:cold]),
+                ("CPU Timings (Hot)    ", hot_cpu),
+                ("Device Timings (Hot) ", hot_dev),
+            ):
                 if samples:
                     n, avg, lo, med, hi = _stats(samples)
-                    self.out(f"{label} : {n} samples, {avg:.4f} ms average, {lo:.4f} ms min, "
-                             f"{med:.4f} ms median, {hi:.4f} ms max")
-            self.out(f"Bandwidth (Hot) : {plan.bytes_moved} bytes read + written, "
-                     f"{bandwidth:.4g} GB/s at the median device time")
+                    self.out(
+                        f"{label} : {n} samples, {avg:.4f} ms average, {lo:.4f} ms min, "
+                        f"{med:.4f} ms median, {hi:.4f} ms max"
+                    )
+            self.out(
+                f"Bandwidth (Hot) : {plan.bytes_moved} bytes read + written, "
+                f"{bandwidth:.4g} GB/s at the median device time"
+            )
         if opts.timing_verbosity >= 2:
             self.out("The timings of each iteration: ")
             for i, (c, g) in enumerate(zip(cpu, dev)):
@@ -1293,8 +1469,10 @@ def select_device(spec: str | None) -> Any:
     if spec.isdigit():
         devices = jax.devices()
         if int(spec) >= len(devices):
-            raise ValueError(f"device index {spec} is out of range; there are {len(devices)} "
-                             f"devices: {', '.join(str(d) for d in devices)}")
+            raise ValueError(
+                f"device index {spec} is out of range; there are {len(devices)} "
+                f"devices: {', '.join(str(d) for d in devices)}"
+            )
         return devices[int(spec)]
     if spec.lower() in ("cpu", "gpu", "tpu", "cuda", "rocm"):
         try:
@@ -1325,8 +1503,14 @@ def describe_device(device: Any) -> str:
     return f"{kind} ({device.platform}:{device.id})"
 
 
-def run_model(file: str, *, device: str | None = None, options: RunOptions | None = None,
-              feature_level: Any = None, out: Callable[[str], None] = print) -> Model:
+def run_model(
+    file: str,
+    *,
+    device: str | None = None,
+    options: RunOptions | None = None,
+    feature_level: Any = None,
+    out: Callable[[str], None] = print,
+) -> Model:
     """Loads and runs a model file; prints DxDispatch-style output through ``out``.
 
     Raises:
@@ -1343,9 +1527,13 @@ def run_model(file: str, *, device: str | None = None, options: RunOptions | Non
     # 64-bit tensors need JAX's x64 mode; it is switched on for this run only.
     x64 = jax.enable_x64(True) if _model_mentions_64bit(file) else _null_context()
     with x64:
-        model = load_model(file, feature_level=feature_level, max_memory=budget or None,
-                           allow_outside_paths=options.allow_outside_paths,
-                           overwrite=options.overwrite)
+        model = load_model(
+            file,
+            feature_level=feature_level,
+            max_memory=budget or None,
+            allow_outside_paths=options.allow_outside_paths,
+            overwrite=options.overwrite,
+        )
         out(f"Running on '{describe_device(dev)}'")
         Executor(model, dev, options, out).run()
     return model
@@ -1379,8 +1567,8 @@ __all__ = [
     "ModelError",
     "Resource",
     "RunOptions",
-    "format_resource",
     "default_memory_budget",
+    "format_resource",
     "format_value",
     "load_model",
     "parse_json_text",

@@ -34,15 +34,63 @@ ENUMS = (
 ENUM_NAMES = sorted({m.name for e in ENUMS for m in e} | {m.dml_name for e in ENUMS for m in e})
 DATA_TYPES = list(dml.DataType)
 EDGE_INTS = [
-    0, 1, -1, 2, 3, 4, 8, 9, 2**16, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 1, 2**53 + 1,
-    2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), 10**30, 10**400,
+    0,
+    1,
+    -1,
+    2,
+    3,
+    4,
+    8,
+    9,
+    2**16,
+    2**31 - 1,
+    2**31,
+    2**32 - 1,
+    2**32,
+    2**32 + 1,
+    2**53 + 1,
+    2**63 - 1,
+    2**63,
+    2**64 - 1,
+    2**64,
+    -(2**63),
+    10**30,
+    10**400,
 ]
-EDGE_FLOATS = [0.0, -0.0, 0.5, -2.5, 2.5, 1e10, -1e10, 3.5e38, 65504.0, 65520.0, 1e308, math.inf,
-               -math.inf, math.nan, 5.0, -128.0, 255.0]
+EDGE_FLOATS = [
+    0.0,
+    -0.0,
+    0.5,
+    -2.5,
+    2.5,
+    1e10,
+    -1e10,
+    3.5e38,
+    65504.0,
+    65520.0,
+    1e308,
+    math.inf,
+    -math.inf,
+    math.nan,
+    5.0,
+    -128.0,
+    255.0,
+]
 NUMPY_SCALARS = [
-    np.int64(3), np.uint8(2), np.int8(-1), np.uint64(2**64 - 1), np.float32("nan"), np.float16(2),
-    np.float64(2.0), np.bool_(True), np.int32(-7), np.array([1, 2, 3]), np.array([[1, 2]]),
-    np.array([], dtype=np.int64), np.array(4), np.array([1.5, 2.0]),
+    np.int64(3),
+    np.uint8(2),
+    np.int8(-1),
+    np.uint64(2**64 - 1),
+    np.float32("nan"),
+    np.float16(2),
+    np.float64(2.0),
+    np.bool_(True),
+    np.int32(-7),
+    np.array([1, 2, 3]),
+    np.array([[1, 2]]),
+    np.array([], dtype=np.int64),
+    np.array(4),
+    np.array([1.5, 2.0]),
 ]
 
 # Shapes stay tiny so that executed descriptors reuse few XLA compilations.
@@ -114,8 +162,9 @@ def layouts(draw, sizes: tuple[int, ...]) -> tuple[Any, Any]:
 
 
 @st.composite
-def tensor_descs(draw, sizes: tuple[int, ...] | None = None,
-                 data_type: dml.DataType | None = None) -> dml.TensorDesc:
+def tensor_descs(
+    draw, sizes: tuple[int, ...] | None = None, data_type: dml.DataType | None = None
+) -> dml.TensorDesc:
     """A valid TensorDesc (small, sometimes strided)."""
     sizes = draw(packed_sizes()) if sizes is None else sizes
     data_type = draw(st.sampled_from(DATA_TYPES)) if data_type is None else data_type
@@ -129,6 +178,7 @@ def tensor_descs(draw, sizes: tuple[int, ...] | None = None,
 
 def tensor_desc_args() -> st.SearchStrategy:
     """Positional and keyword arguments for TensorDesc where any member may be anything."""
+
     def member(plausible: st.SearchStrategy) -> st.SearchStrategy:
         return st.one_of(plausible, plausible, structures())
 
@@ -146,14 +196,22 @@ def tensor_desc_args() -> st.SearchStrategy:
             "sizes": member(sizes),
         },
         optional={
-            "strides": member(st.one_of(st.none(), packed_sizes(low=0, high=4),
-                                        st.lists(st.sampled_from(EDGE_INTS), max_size=4))),
-            "total_tensor_size_in_bytes": member(st.sampled_from([None, 0, 4, 6, 2**64, 2**64 - 4,
-                                                                  -4, 4.0])),
-            "guaranteed_base_offset_alignment": member(st.sampled_from([0, 3, 16, 2**31, -16,
-                                                                        2**32])),
-            "flags": member(st.sampled_from(["NONE", "OWNED_BY_DML", 1, "DML_TENSOR_FLAG_NONE",
-                                             ["NONE"]])),
+            "strides": member(
+                st.one_of(
+                    st.none(),
+                    packed_sizes(low=0, high=4),
+                    st.lists(st.sampled_from(EDGE_INTS), max_size=4),
+                )
+            ),
+            "total_tensor_size_in_bytes": member(
+                st.sampled_from([None, 0, 4, 6, 2**64, 2**64 - 4, -4, 4.0])
+            ),
+            "guaranteed_base_offset_alignment": member(
+                st.sampled_from([0, 3, 16, 2**31, -16, 2**32])
+            ),
+            "flags": member(
+                st.sampled_from(["NONE", "OWNED_BY_DML", 1, "DML_TENSOR_FLAG_NONE", ["NONE"]])
+            ),
         },
     )
 
@@ -170,17 +228,23 @@ def hostile_tensor_descs(draw) -> Any:
 
 def hostile() -> st.SearchStrategy:
     """Any value at all for any field."""
-    return st.one_of(structures(), structures(), tensor_descs(), hostile_tensor_descs(),
-                     st.lists(tensor_descs(), max_size=3), st.builds(dml.ScaleBias, st.floats(
-                         -4, 4), st.floats(-4, 4)))
+    return st.one_of(
+        structures(),
+        structures(),
+        tensor_descs(),
+        hostile_tensor_descs(),
+        st.lists(tensor_descs(), max_size=3),
+        st.builds(dml.ScaleBias, st.floats(-4, 4), st.floats(-4, 4)),
+    )
 
 
 # --- Plausible arguments per operator, written from the spec's shape rules -------------------
 
 
 def _like(t: dml.TensorDesc, sizes=None, data_type=None) -> dml.TensorDesc:
-    return dml.TensorDesc(t.data_type if data_type is None else data_type,
-                          t.sizes if sizes is None else sizes)
+    return dml.TensorDesc(
+        t.data_type if data_type is None else data_type, t.sizes if sizes is None else sizes
+    )
 
 
 @st.composite
@@ -193,12 +257,20 @@ def _split_join(draw, split: bool) -> dict:
         cuts.append(piece)
         left -= piece
     whole = draw(tensor_descs(sizes))
-    pieces = [_like(whole, sizes[:axis] + (c,) + sizes[axis + 1:]) for c in cuts]
+    pieces = [_like(whole, sizes[:axis] + (c,) + sizes[axis + 1 :]) for c in cuts]
     if split:
-        return {"input_tensor": whole, "output_tensors": pieces, "axis": axis,
-                "output_count": draw(st.sampled_from([None, len(pieces)]))}
-    return {"input_tensors": pieces, "output_tensor": _like(whole), "axis": axis,
-            "input_count": draw(st.sampled_from([None, len(pieces)]))}
+        return {
+            "input_tensor": whole,
+            "output_tensors": pieces,
+            "axis": axis,
+            "output_count": draw(st.sampled_from([None, len(pieces)])),
+        }
+    return {
+        "input_tensors": pieces,
+        "output_tensor": _like(whole),
+        "axis": axis,
+        "input_count": draw(st.sampled_from([None, len(pieces)])),
+    }
 
 
 @st.composite
@@ -212,16 +284,20 @@ def _depth_space(draw, to_space: bool, with_order: bool) -> dict:
     x = draw(tensor_descs(x_sizes))
     args = {"input_tensor": x, "output_tensor": _like(x, y_sizes), "block_size": b}
     if with_order:
-        args["order"] = draw(st.sampled_from(list(dml.DepthSpaceOrder) + ["DCR", "CRD",
-                                                                          "COLUMN_ROW_DEPTH"]))
+        args["order"] = draw(
+            st.sampled_from(list(dml.DepthSpaceOrder) + ["DCR", "CRD", "COLUMN_ROW_DEPTH"])
+        )
     return args
 
 
 def _bound(draw, data_type: dml.DataType) -> Any:
     if data_type.is_float:
         return draw(st.one_of(st.floats(-8, 8), st.sampled_from(EDGE_FLOATS)))
-    return draw(st.one_of(st.integers(-8, 8), st.sampled_from(EDGE_INTS), st.sampled_from(
-        [5.0, -2.5, 1e30])))
+    return draw(
+        st.one_of(
+            st.integers(-8, 8), st.sampled_from(EDGE_INTS), st.sampled_from([5.0, -2.5, 1e30])
+        )
+    )
 
 
 @st.composite
@@ -249,8 +325,12 @@ def _tile(draw) -> dict:
     x = draw(tensor_descs())
     repeats = tuple(draw(st.integers(1, 3)) for _ in x.sizes)
     y = _like(x, tuple(s * r for s, r in zip(x.sizes, repeats)))
-    return {"input_tensor": x, "output_tensor": y, "repeats": repeats,
-            "repeats_count": draw(st.sampled_from([None, len(repeats)]))}
+    return {
+        "input_tensor": x,
+        "output_tensor": y,
+        "repeats": repeats,
+        "repeats_count": draw(st.sampled_from([None, len(repeats)])),
+    }
 
 
 INDEX_TYPES = [dml.DataType.UINT32, dml.DataType.INT32, dml.DataType.UINT64, dml.DataType.INT64]
@@ -261,8 +341,7 @@ def _reduce(draw, kind: str) -> dict:
     x = draw(tensor_descs())
     axes = draw(st.lists(st.integers(0, x.rank - 1), min_size=1, max_size=x.rank, unique=True))
     y_sizes = tuple(1 if d in axes else s for d, s in enumerate(x.sizes))
-    args = {"input_tensor": x, "axes": axes, "axis_count": draw(st.sampled_from([None,
-                                                                                 len(axes)]))}
+    args = {"input_tensor": x, "axes": axes, "axis_count": draw(st.sampled_from([None, len(axes)]))}
     if kind == "reduce":
         function = draw(st.sampled_from(list(dml.ReduceFunction)))
         args["function"] = function
@@ -326,8 +405,13 @@ def perturbed_tensor(draw, t: Any) -> Any:
 def operator_args(draw, cls: type) -> dict:
     """Constructor keyword arguments for ``cls``: a valid set with some members replaced."""
     args = dict(draw(PLAUSIBLE[cls]()))
-    names = [f.name for f in cls.declared(INPUT) + cls.declared(OUTPUT) + cls.declared(ATTRIBUTE)
-             + cls.declared(COUNT)]
+    names = [
+        f.name
+        for f in cls.declared(INPUT)
+        + cls.declared(OUTPUT)
+        + cls.declared(ATTRIBUTE)
+        + cls.declared(COUNT)
+    ]
     mode = draw(st.sampled_from(["valid", "near", "near", "hostile", "anything"]))
     if mode == "valid":
         return args

@@ -80,23 +80,45 @@ def test_examples_cover_every_operator():
 def test_subprocess_default_model_and_example():
     """The real entry point: no argument runs the bundled model and says so; then a file."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    first = subprocess.run([sys.executable, "-m", "dml_jax", "run"], capture_output=True,
-                           text=True, env=env, cwd=ROOT, timeout=120, check=False)
+    first = subprocess.run(
+        [sys.executable, "-m", "dml_jax", "run"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
     assert first.returncode == 0, first.stderr
     assert mask(first.stdout) == expected("default")
     assert DEFAULT_MODEL in first.stdout
-    bad = subprocess.run([sys.executable, "-m", "dml_jax", "run", "--warmup_samples", "-3"],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False)
+    bad = subprocess.run(
+        [sys.executable, "-m", "dml_jax", "run", "--warmup_samples", "-3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
     assert bad.returncode == 2 and "usage:" in bad.stderr
 
 
 def test_subprocess_model_error_has_no_traceback(tmp_path):
     model = tmp_path / "broken.json"
-    model.write_text('{"resources": {}, "dispatchables": {}, "commands": [\n'
-                     '  {"type": "print", "resource": "nope"}]}')
+    model.write_text(
+        '{"resources": {}, "dispatchables": {}, "commands": [\n'
+        '  {"type": "print", "resource": "nope"}]}'
+    )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-m", "dml_jax", "run", str(model)],
-                            capture_output=True, text=True, env=env, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "dml_jax", "run", str(model)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 1
     assert result.stderr == f"error: {model}: commands[0].resource: unknown resource 'nope'\n"
     assert "Traceback" not in result.stderr + result.stdout
@@ -117,18 +139,28 @@ def clip_model(**changes) -> dict:
     model = {
         "resources": {
             "A": {"initialValuesDataType": "FLOAT32", "initialValues": [-4, -3, -2, -1, 0, 1]},
-            "B": {"initialValuesDataType": "FLOAT32", "initialValues": {"valueCount": 6,
-                                                                         "value": 0}},
+            "B": {
+                "initialValuesDataType": "FLOAT32",
+                "initialValues": {"valueCount": 6, "value": 0},
+            },
         },
         "dispatchables": {
-            "clip": {"type": "ELEMENT_WISE_CLIP", "desc": {
-                "InputTensor": {"DataType": "FLOAT32", "Sizes": [6]},
-                "OutputTensor": {"DataType": "FLOAT32", "Sizes": [6]},
-                "Min": -2.5, "Max": 2.5}},
+            "clip": {
+                "type": "ELEMENT_WISE_CLIP",
+                "desc": {
+                    "InputTensor": {"DataType": "FLOAT32", "Sizes": [6]},
+                    "OutputTensor": {"DataType": "FLOAT32", "Sizes": [6]},
+                    "Min": -2.5,
+                    "Max": 2.5,
+                },
+            },
         },
         "commands": [
-            {"type": "dispatch", "dispatchable": "clip",
-             "bindings": {"InputTensor": "A", "OutputTensor": "B"}},
+            {
+                "type": "dispatch",
+                "dispatchable": "clip",
+                "bindings": {"InputTensor": "A", "OutputTensor": "B"},
+            },
             {"type": "print", "resource": "B"},
         ],
     }
@@ -141,65 +173,144 @@ def dispatch_bindings(bindings: dict) -> list:
 
 
 BAD_MODELS = [
-    ("missing_commands", {k: v for k, v in clip_model().items() if k != "commands"},
-     r": missing required member 'commands'$"),
-    ("unknown_dispatchable", clip_model(commands=[{"type": "dispatch", "dispatchable": "clipp",
-                                                   "bindings": {}}]),
-     r": commands\[0\]\.dispatchable: unknown dispatchable 'clipp'$"),
-    ("unknown_resource", clip_model(commands=dispatch_bindings({"InputTensor": "A",
-                                                                "OutputTensor": "C"})),
-     r": commands\[0\]\.bindings\.OutputTensor: unknown resource 'C'$"),
-    ("unknown_resource_object", clip_model(commands=dispatch_bindings(
-        {"InputTensor": {"name": "Z"}, "OutputTensor": "B"})),
-     r": commands\[0\]\.bindings\.InputTensor\.name: unknown resource 'Z'$"),
-    ("out_of_range", clip_model(commands=dispatch_bindings(
-        {"InputTensor": {"name": "A", "elementOffset": 4}, "OutputTensor": "B"})),
-     (r": commands\[0\]\.bindings\.InputTensor: binding out of range: the tensor needs 24 "
-      r"bytes \(TotalTensorSizeInBytes\) but resource 'A' has 8 bytes from byte offset 16")),
-    ("misaligned", clip_model(commands=dispatch_bindings(
-        {"InputTensor": {"name": "A", "elementOffset": 1}, "OutputTensor": "B"})),
-     (r": commands\[0\]\.bindings\.InputTensor: byte offset 4 \(elementOffset 1 x 4 bytes\) "
-      r"into 'A' must be a multiple of 16$")),
-    ("bind_count", clip_model(commands=dispatch_bindings({"InputTensor": ["A", "A"],
-                                                          "OutputTensor": "B"})),
-     (r": commands\[0\]\.bindings\.InputTensor: Bind point 'InputTensor' requires 1 "
-      r"resources, but 2 were bound\.$")),
-    ("nothing_bound", clip_model(commands=dispatch_bindings({"InputTensor": "A"})),
-     r": commands\[0\]\.bindings: Nothing bound for required tensor 'OutputTensor'\.$"),
-    ("missing_bindings", clip_model(commands=[{"type": "dispatch", "dispatchable": "clip"}]),
-     r": commands\[0\]: missing required member 'bindings'$"),
-    ("unknown_command", clip_model(commands=[{"type": "draw"}]),
-     r": commands\[0\]\.type: Unrecognized command 'draw'"),
-    ("missing_initial_values", clip_model(resources={"A": {"initialValuesDataType": "FLOAT32"}}),
-     r": resources\.A: missing required member 'initialValues'$"),
-    ("empty_initial_values", clip_model(resources={"A": {"initialValuesDataType": "FLOAT32",
-                                                         "initialValues": []}}),
-     r": resources\.A\.initialValues: 'initialValues' must be non-empty$"),
-    ("int_out_of_range", clip_model(resources={"A": {"initialValuesDataType": "UINT8",
-                                                     "initialValues": [1, 300]}}),
-     r": resources\.A\.initialValues\[1\]: 300 is out of range for UINT8 \[0, 255\]$"),
-    ("int_not_integer", clip_model(resources={"A": {"initialValuesDataType": "INT32",
-                                                    "initialValues": [1.5]}}),
-     r": resources\.A\.initialValues\[0\]: must be an integer for INT32, got 1.5$"),
-    ("bad_data_type", clip_model(resources={"A": {"initialValuesDataType": "float32",
-                                                  "initialValues": [1]}}),
-     r": resources\.A\.initialValuesDataType: unknown data type \"float32\""),
-    ("size_too_small", clip_model(resources={"A": {"initialValuesDataType": "FLOAT32",
-                                                   "initialValues": [1, 2], "sizeInBytes": 4}}),
-     r": resources\.A\.sizeInBytes: 4 is smaller than the initial values \(8 bytes\)$"),
-    ("operator_invalid", clip_model(dispatchables={"clip": {"type": "SPLIT", "desc": {
-        "InputTensor": {"DataType": "FLOAT32", "Sizes": [6]}, "OutputCount": 2,
-        "OutputTensors": [{"DataType": "FLOAT32", "Sizes": [2]},
-                          {"DataType": "FLOAT32", "Sizes": [3]}], "Axis": 0}}}),
-     r": dispatchables\.clip: DML_OPERATOR_SPLIT: "),
-    ("operator_missing_field", clip_model(dispatchables={"clip": {"type": "ELEMENT_WISE_CLIP",
-                                                                  "desc": {"InputTensor": {
-                                                                      "DataType": "FLOAT32",
-                                                                      "Sizes": [6]}}}}),
-     r": dispatchables\.clip: DML_OPERATOR_ELEMENT_WISE_CLIP: .*OutputTensor"),
-    ("onnx_dispatchable", clip_model(dispatchables={"clip": {"type": "onnx",
-                                                             "sourcePath": "m.onnx"}}),
-     r": dispatchables\.clip\.type: 'onnx' dispatchables are not supported"),
+    (
+        "missing_commands",
+        {k: v for k, v in clip_model().items() if k != "commands"},
+        r": missing required member 'commands'$",
+    ),
+    (
+        "unknown_dispatchable",
+        clip_model(commands=[{"type": "dispatch", "dispatchable": "clipp", "bindings": {}}]),
+        r": commands\[0\]\.dispatchable: unknown dispatchable 'clipp'$",
+    ),
+    (
+        "unknown_resource",
+        clip_model(commands=dispatch_bindings({"InputTensor": "A", "OutputTensor": "C"})),
+        r": commands\[0\]\.bindings\.OutputTensor: unknown resource 'C'$",
+    ),
+    (
+        "unknown_resource_object",
+        clip_model(commands=dispatch_bindings({"InputTensor": {"name": "Z"}, "OutputTensor": "B"})),
+        r": commands\[0\]\.bindings\.InputTensor\.name: unknown resource 'Z'$",
+    ),
+    (
+        "out_of_range",
+        clip_model(
+            commands=dispatch_bindings(
+                {"InputTensor": {"name": "A", "elementOffset": 4}, "OutputTensor": "B"}
+            )
+        ),
+        (
+            r": commands\[0\]\.bindings\.InputTensor: binding out of range: the tensor needs 24 "
+            r"bytes \(TotalTensorSizeInBytes\) but resource 'A' has 8 bytes from byte offset 16"
+        ),
+    ),
+    (
+        "misaligned",
+        clip_model(
+            commands=dispatch_bindings(
+                {"InputTensor": {"name": "A", "elementOffset": 1}, "OutputTensor": "B"}
+            )
+        ),
+        (
+            r": commands\[0\]\.bindings\.InputTensor: byte offset 4 \(elementOffset 1 x 4 bytes\) "
+            r"into 'A' must be a multiple of 16$"
+        ),
+    ),
+    (
+        "bind_count",
+        clip_model(commands=dispatch_bindings({"InputTensor": ["A", "A"], "OutputTensor": "B"})),
+        (
+            r": commands\[0\]\.bindings\.InputTensor: Bind point 'InputTensor' requires 1 "
+            r"resources, but 2 were bound\.$"
+        ),
+    ),
+    (
+        "nothing_bound",
+        clip_model(commands=dispatch_bindings({"InputTensor": "A"})),
+        r": commands\[0\]\.bindings: Nothing bound for required tensor 'OutputTensor'\.$",
+    ),
+    (
+        "missing_bindings",
+        clip_model(commands=[{"type": "dispatch", "dispatchable": "clip"}]),
+        r": commands\[0\]: missing required member 'bindings'$",
+    ),
+    (
+        "unknown_command",
+        clip_model(commands=[{"type": "draw"}]),
+        r": commands\[0\]\.type: Unrecognized command 'draw'",
+    ),
+    (
+        "missing_initial_values",
+        clip_model(resources={"A": {"initialValuesDataType": "FLOAT32"}}),
+        r": resources\.A: missing required member 'initialValues'$",
+    ),
+    (
+        "empty_initial_values",
+        clip_model(resources={"A": {"initialValuesDataType": "FLOAT32", "initialValues": []}}),
+        r": resources\.A\.initialValues: 'initialValues' must be non-empty$",
+    ),
+    (
+        "int_out_of_range",
+        clip_model(resources={"A": {"initialValuesDataType": "UINT8", "initialValues": [1, 300]}}),
+        r": resources\.A\.initialValues\[1\]: 300 is out of range for UINT8 \[0, 255\]$",
+    ),
+    (
+        "int_not_integer",
+        clip_model(resources={"A": {"initialValuesDataType": "INT32", "initialValues": [1.5]}}),
+        r": resources\.A\.initialValues\[0\]: must be an integer for INT32, got 1.5$",
+    ),
+    (
+        "bad_data_type",
+        clip_model(resources={"A": {"initialValuesDataType": "float32", "initialValues": [1]}}),
+        r": resources\.A\.initialValuesDataType: unknown data type \"float32\"",
+    ),
+    (
+        "size_too_small",
+        clip_model(
+            resources={
+                "A": {"initialValuesDataType": "FLOAT32", "initialValues": [1, 2], "sizeInBytes": 4}
+            }
+        ),
+        r": resources\.A\.sizeInBytes: 4 is smaller than the initial values \(8 bytes\)$",
+    ),
+    (
+        "operator_invalid",
+        clip_model(
+            dispatchables={
+                "clip": {
+                    "type": "SPLIT",
+                    "desc": {
+                        "InputTensor": {"DataType": "FLOAT32", "Sizes": [6]},
+                        "OutputCount": 2,
+                        "OutputTensors": [
+                            {"DataType": "FLOAT32", "Sizes": [2]},
+                            {"DataType": "FLOAT32", "Sizes": [3]},
+                        ],
+                        "Axis": 0,
+                    },
+                }
+            }
+        ),
+        r": dispatchables\.clip: DML_OPERATOR_SPLIT: ",
+    ),
+    (
+        "operator_missing_field",
+        clip_model(
+            dispatchables={
+                "clip": {
+                    "type": "ELEMENT_WISE_CLIP",
+                    "desc": {"InputTensor": {"DataType": "FLOAT32", "Sizes": [6]}},
+                }
+            }
+        ),
+        r": dispatchables\.clip: DML_OPERATOR_ELEMENT_WISE_CLIP: .*OutputTensor",
+    ),
+    (
+        "onnx_dispatchable",
+        clip_model(dispatchables={"clip": {"type": "onnx", "sourcePath": "m.onnx"}}),
+        r": dispatchables\.clip\.type: 'onnx' dispatchables are not supported",
+    ),
 ]
 
 
@@ -217,20 +328,23 @@ def test_invalid_json_reports_line_and_column(capsys, tmp_path):
     file = write_model(tmp_path, '{\n  // comment\n  "resources": {},\n  "commands": [1 2]\n}')
     code, _, err = run_cli(capsys, "run", file)
     assert code == 1
-    assert err == (f"error: {file}: invalid JSON at line 4, column 18: Expecting ',' "
-                   "delimiter\n")
+    assert err == (f"error: {file}: invalid JSON at line 4, column 18: Expecting ',' delimiter\n")
 
 
 def test_npy_data_type_mismatch(capsys, tmp_path):
     np.save(tmp_path / "ints.npy", np.arange(6, dtype=np.int32))
     model = clip_model()
-    model["resources"]["A"] = {"initialValuesDataType": "FLOAT32",
-                               "initialValues": {"sourcePath": "ints.npy"}}
+    model["resources"]["A"] = {
+        "initialValuesDataType": "FLOAT32",
+        "initialValues": {"sourcePath": "ints.npy"},
+    }
     file = write_model(tmp_path, model)
     code, _, err = run_cli(capsys, "run", file)
     assert code == 1
-    assert err == (f"error: {file}: resources.A.initialValuesDataType: FLOAT32 does not match "
-                   "the data type of 'ints.npy' (INT32)\n")
+    assert err == (
+        f"error: {file}: resources.A.initialValuesDataType: FLOAT32 does not match "
+        "the data type of 'ints.npy' (INT32)\n"
+    )
 
 
 def test_npy_without_pickle(capsys, tmp_path):
@@ -249,11 +363,19 @@ def test_debug_shows_traceback(capsys, tmp_path):
     assert code == 1 and "Traceback" in err and "unknown resource 'X'" in err
 
 
-@pytest.mark.parametrize("argv", [
-    ["run", "-i", "0"], ["run", "--timing_verbosity", "3"], ["frobnicate"], [],
-    ["run", "does_not_exist.json"], ["run", "--device", "99"], ["run", "--device", "abacus"],
-    ["run", "--feature_level", "9_9"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "-i", "0"],
+        ["run", "--timing_verbosity", "3"],
+        ["frobnicate"],
+        [],
+        ["run", "does_not_exist.json"],
+        ["run", "--device", "99"],
+        ["run", "--device", "abacus"],
+        ["run", "--feature_level", "9_9"],
+    ],
+)
 def test_usage_errors_exit_2(capsys, argv):
     code, out, err = run_cli(capsys, *argv)
     assert code == 2, (out, err)
@@ -279,18 +401,30 @@ def test_float16_conversion_truncates():
 
 
 def test_resources_size_rounding_and_print_trims_padding(capsys, tmp_path):
-    model = {"resources": {
-        "H": {"initialValuesDataType": "FLOAT16", "initialValues": [1, 2, 3, 4, 5]},
-        "P": {"initialValuesDataType": "UINT8", "initialValues": [7], "sizeInBytes": 32},
-        "Q": {"initialValuesDataType": "INT8", "initialValues": {"valueCount": 3, "valueStart": 126,
-                                                                 "valueDelta": 1}},
-    }, "dispatchables": {}, "commands": [
-        {"type": "print", "resource": "H"}, {"type": "print", "resource": "P"},
-        {"type": "print", "resource": "Q", "verbose": True},
-        {"type": "writeFile", "resource": "H", "targetPath": "out/h.npy"},
-        {"type": "writeFile", "resource": "P", "targetPath": "out/p.bin"},
-        {"type": "writeFile", "resource": "H", "targetPath": "out/h2.npy", "dimensions": [1, 5]},
-    ]}
+    model = {
+        "resources": {
+            "H": {"initialValuesDataType": "FLOAT16", "initialValues": [1, 2, 3, 4, 5]},
+            "P": {"initialValuesDataType": "UINT8", "initialValues": [7], "sizeInBytes": 32},
+            "Q": {
+                "initialValuesDataType": "INT8",
+                "initialValues": {"valueCount": 3, "valueStart": 126, "valueDelta": 1},
+            },
+        },
+        "dispatchables": {},
+        "commands": [
+            {"type": "print", "resource": "H"},
+            {"type": "print", "resource": "P"},
+            {"type": "print", "resource": "Q", "verbose": True},
+            {"type": "writeFile", "resource": "H", "targetPath": "out/h.npy"},
+            {"type": "writeFile", "resource": "P", "targetPath": "out/p.bin"},
+            {
+                "type": "writeFile",
+                "resource": "H",
+                "targetPath": "out/h2.npy",
+                "dimensions": [1, 5],
+            },
+        ],
+    }
     file = write_model(tmp_path, model)
     cwd = os.getcwd()
     os.chdir(tmp_path)
@@ -302,10 +436,16 @@ def test_resources_size_rounding_and_print_trims_padding(capsys, tmp_path):
     lines = out.splitlines()[1:]
     # INT8 sequences wrap around in the target type: 126, 127, -128.
     assert lines == [
-        "Resource 'H': 1, 2, 3, 4, 5", "Resource 'P': 7", "Resource 'Q':",
-        "[0] 126 (0x7E)", "[1] 127 (0x7F)", "[2] -128 (0x80)",
-        "Resource 'H' written to 'out/h.npy'", "Resource 'P' written to 'out/p.bin'",
-        "Resource 'H' written to 'out/h2.npy'"]
+        "Resource 'H': 1, 2, 3, 4, 5",
+        "Resource 'P': 7",
+        "Resource 'Q':",
+        "[0] 126 (0x7E)",
+        "[1] 127 (0x7F)",
+        "[2] -128 (0x80)",
+        "Resource 'H' written to 'out/h.npy'",
+        "Resource 'P' written to 'out/p.bin'",
+        "Resource 'H' written to 'out/h2.npy'",
+    ]
     # writeFile keeps the 4-byte padding when no dimensions are given (12 bytes = 6 halves).
     h = np.load(tmp_path / "out" / "h.npy", allow_pickle=False)
     assert h.dtype == np.float16 and h.tolist() == [1, 2, 3, 4, 5, 0]
@@ -315,37 +455,74 @@ def test_resources_size_rounding_and_print_trims_padding(capsys, tmp_path):
 
 def test_split_outputs_interleaved_in_one_resource(capsys, tmp_path):
     """Two strided outputs share one buffer: each write keeps the other's elements."""
-    model = {"resources": {
-        "A": {"initialValuesDataType": "FLOAT32", "initialValues": [1, 2, 3, 4]},
-        "R": {"initialValuesDataType": "FLOAT32", "initialValues": {"valueCount": 16,
-                                                                    "value": 0}},
-    }, "dispatchables": {"split": {"type": "SPLIT", "desc": {
-        "InputTensor": {"DataType": "FLOAT32", "Sizes": [4]}, "OutputCount": 2,
-        "OutputTensors": [{"DataType": "FLOAT32", "Sizes": [2], "Strides": [8]},
-                          {"DataType": "FLOAT32", "Sizes": [2], "Strides": [8]}], "Axis": 0}}},
-        "commands": [{"type": "dispatch", "dispatchable": "split", "bindings": {
-            "InputTensor": "A",
-            "OutputTensors": ["R", {"name": "R", "elementOffset": 4}]}},
-            {"type": "print", "resource": "R"}]}
+    model = {
+        "resources": {
+            "A": {"initialValuesDataType": "FLOAT32", "initialValues": [1, 2, 3, 4]},
+            "R": {
+                "initialValuesDataType": "FLOAT32",
+                "initialValues": {"valueCount": 16, "value": 0},
+            },
+        },
+        "dispatchables": {
+            "split": {
+                "type": "SPLIT",
+                "desc": {
+                    "InputTensor": {"DataType": "FLOAT32", "Sizes": [4]},
+                    "OutputCount": 2,
+                    "OutputTensors": [
+                        {"DataType": "FLOAT32", "Sizes": [2], "Strides": [8]},
+                        {"DataType": "FLOAT32", "Sizes": [2], "Strides": [8]},
+                    ],
+                    "Axis": 0,
+                },
+            }
+        },
+        "commands": [
+            {
+                "type": "dispatch",
+                "dispatchable": "split",
+                "bindings": {
+                    "InputTensor": "A",
+                    "OutputTensors": ["R", {"name": "R", "elementOffset": 4}],
+                },
+            },
+            {"type": "print", "resource": "R"},
+        ],
+    }
     code, out, err = run_cli(capsys, "run", write_model(tmp_path, model))
     assert (code, err) == (0, "")
-    assert out.splitlines()[-1] == ("Resource 'R': 1, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 4, 0, "
-                                    "0, 0")
+    assert out.splitlines()[-1] == ("Resource 'R': 1, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 4, 0, 0, 0")
 
 
 def test_repeated_dispatch_updates_state_in_place(capsys, tmp_path):
     """-i 3 -r 2: six dispatches of an in-place ScaleBias clip (x -> x + 1) add 6."""
-    model = {"resources": {"A": {"initialValuesDataType": "FLOAT32", "initialValues": [0, 10]}},
-             "dispatchables": {"inc": {"type": "ELEMENT_WISE_CLIP", "desc": {
-                 "InputTensor": {"DataType": "FLOAT32", "Sizes": [2]},
-                 "OutputTensor": {"DataType": "FLOAT32", "Sizes": [2]},
-                 "ScaleBias": {"Scale": 1, "Bias": 1}, "Min": -100, "Max": 100}}},
-             "commands": [{"type": "dispatch", "dispatchable": "inc",
-                           "bindings": {"InputTensor": "A", "OutputTensor": "A"}},
-                          {"type": "print", "resource": "A"}]}
+    model = {
+        "resources": {"A": {"initialValuesDataType": "FLOAT32", "initialValues": [0, 10]}},
+        "dispatchables": {
+            "inc": {
+                "type": "ELEMENT_WISE_CLIP",
+                "desc": {
+                    "InputTensor": {"DataType": "FLOAT32", "Sizes": [2]},
+                    "OutputTensor": {"DataType": "FLOAT32", "Sizes": [2]},
+                    "ScaleBias": {"Scale": 1, "Bias": 1},
+                    "Min": -100,
+                    "Max": 100,
+                },
+            }
+        },
+        "commands": [
+            {
+                "type": "dispatch",
+                "dispatchable": "inc",
+                "bindings": {"InputTensor": "A", "OutputTensor": "A"},
+            },
+            {"type": "print", "resource": "A"},
+        ],
+    }
     file = write_model(tmp_path, model)
-    code, out, err = run_cli(capsys, "run", file, "-i", "3", "-r", "2", "-v", "2", "-w", "1",
-                             "--device", "cpu")
+    code, out, err = run_cli(
+        capsys, "run", file, "-i", "3", "-r", "2", "-v", "2", "-w", "1", "--device", "cpu"
+    )
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[-1] == "Resource 'A': 6, 16"
@@ -354,13 +531,28 @@ def test_repeated_dispatch_updates_state_in_place(capsys, tmp_path):
     assert re.search(r"^CPU Timings \(Cold\) +: 1 samples, ", out, re.MULTILINE)
     assert re.search(r"^Device Timings \(Hot\) +: 2 samples, [\d.]+ ms average", out, re.MULTILINE)
     assert re.search(r"^Bandwidth \(Hot\) : 16 bytes read \+ written, ", out, re.MULTILINE)
-    assert len(re.findall(r"^iteration \d: [\d.]+ ms \(CPU\), [\d.]+ ms \(device\)$", out,
-                          re.MULTILINE)) == 3
+    assert (
+        len(
+            re.findall(
+                r"^iteration \d: [\d.]+ ms \(CPU\), [\d.]+ ms \(device\)$", out, re.MULTILINE
+            )
+        )
+        == 3
+    )
 
 
 def test_milliseconds_to_run_overrides_iterations(capsys):
-    code, out, _ = run_cli(capsys, "run", str(MODELS / "dml_element_wise_clip.json"),
-                           "-t", "30", "-i", "1", "--device", "0")
+    code, out, _ = run_cli(
+        capsys,
+        "run",
+        str(MODELS / "dml_element_wise_clip.json"),
+        "-t",
+        "30",
+        "-i",
+        "1",
+        "--device",
+        "0",
+    )
     assert code == 0
     count = int(re.search(r"Dispatch 'clip': (\d+) iterations", out).group(1))
     assert count > 1

@@ -35,12 +35,22 @@ from hypothesis import strategies as st
 import dml_jax as dml
 from dml_jax.fields import dml_member_name
 
-OPERATORS = [dml.SplitOperatorDesc, dml.JoinOperatorDesc, dml.DepthToSpaceOperatorDesc,
-             dml.DepthToSpace1OperatorDesc, dml.SpaceToDepthOperatorDesc,
-             dml.SpaceToDepth1OperatorDesc, dml.ElementWiseClipOperatorDesc,
-             dml.ElementWiseClip1OperatorDesc, dml.ElementWiseClipGradOperatorDesc,
-             dml.ElementWiseClipGrad1OperatorDesc, dml.TileOperatorDesc, dml.ReduceOperatorDesc,
-             dml.ArgMinOperatorDesc, dml.ArgMaxOperatorDesc]
+OPERATORS = [
+    dml.SplitOperatorDesc,
+    dml.JoinOperatorDesc,
+    dml.DepthToSpaceOperatorDesc,
+    dml.DepthToSpace1OperatorDesc,
+    dml.SpaceToDepthOperatorDesc,
+    dml.SpaceToDepth1OperatorDesc,
+    dml.ElementWiseClipOperatorDesc,
+    dml.ElementWiseClip1OperatorDesc,
+    dml.ElementWiseClipGradOperatorDesc,
+    dml.ElementWiseClipGrad1OperatorDesc,
+    dml.TileOperatorDesc,
+    dml.ReduceOperatorDesc,
+    dml.ArgMinOperatorDesc,
+    dml.ArgMaxOperatorDesc,
+]
 
 STATS: Counter = Counter()
 
@@ -170,8 +180,14 @@ def exercise(cls: type, args: dict, level=None, run: bool = True) -> str:
 # descriptor in EXECUTE_ONE_IN is executed (CI: 3; the long run sets 30).
 EXECUTE_ONE_IN = int(os.environ.get("DML_JAX_FUZZ_EXECUTE_ONE_IN", "3"))
 
-LEVELS = st.one_of(st.none(), st.none(), st.none(), st.sampled_from(list(dml.FeatureLevel)),
-                   st.sampled_from(["5_0", "DML_FEATURE_LEVEL_3_0", "FL_2_1"]), hostile())
+LEVELS = st.one_of(
+    st.none(),
+    st.none(),
+    st.none(),
+    st.sampled_from(list(dml.FeatureLevel)),
+    st.sampled_from(["5_0", "DML_FEATURE_LEVEL_3_0", "FL_2_1"]),
+    hostile(),
+)
 
 
 @pytest.mark.parametrize("cls", OPERATORS, ids=lambda c: c.operator_type[13:])
@@ -263,12 +279,15 @@ def json_descs(draw) -> dict:
         if value is None and name.endswith("count"):
             continue
         desc[dml_member_name(name)] = _json_value(value)
-    for array, count in (("OutputTensors", "OutputCount"), ("InputTensors", "InputCount"),
-                         ("Axes", "AxisCount"), ("Repeats", "RepeatsCount")):
+    for array, count in (
+        ("OutputTensors", "OutputCount"),
+        ("InputTensors", "InputCount"),
+        ("Axes", "AxisCount"),
+        ("Repeats", "RepeatsCount"),
+    ):
         if isinstance(desc.get(array), list) and count not in desc:
             desc[count] = len(desc[array])
-    obj = {"type": draw(st.sampled_from([cls.operator_type, cls.operator_type[13:]])),
-           "desc": desc}
+    obj = {"type": draw(st.sampled_from([cls.operator_type, cls.operator_type[13:]])), "desc": desc}
     for _ in range(draw(st.integers(0, 3))):
         key = draw(st.sampled_from(sorted(desc) + ["Bogus"]))
         action = draw(st.sampled_from(["delete", "replace", "nest"]))
@@ -280,8 +299,15 @@ def json_descs(draw) -> dict:
             inner = desc[key]
             inner[draw(st.sampled_from(sorted(inner)))] = draw(structures())
     if draw(st.integers(0, 9)) == 0:
-        obj = draw(st.sampled_from([{"type": obj["type"], "Desc": desc}, {"desc": desc},
-                                    {"type": draw(structures()), "desc": desc}]))
+        obj = draw(
+            st.sampled_from(
+                [
+                    {"type": obj["type"], "Desc": desc},
+                    {"desc": desc},
+                    {"type": draw(structures()), "desc": desc},
+                ]
+            )
+        )
     return obj
 
 

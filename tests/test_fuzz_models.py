@@ -32,8 +32,10 @@ from dml_jax.model import ModelError, load_model, parse_json_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL_FILES = sorted(glob.glob(os.path.join(ROOT, "examples", "models", "*.json")))
-MODELS = {os.path.basename(f): parse_json_text(Path(f).read_text(encoding="utf-8"), f)
-          for f in MODEL_FILES}
+MODELS = {
+    os.path.basename(f): parse_json_text(Path(f).read_text(encoding="utf-8"), f)
+    for f in MODEL_FILES
+}
 RUN_ONE_IN = int(os.environ.get("DML_JAX_FUZZ_MODEL_RUN_ONE_IN", "4"))
 BUDGET = 64 << 20  # --max-memory for the fuzzed runs: refusals must come before allocation
 SENTINEL = b"existing file: must survive every run"
@@ -56,8 +58,9 @@ def sandbox():
         if not f.endswith(".json"):
             shutil.copy(f, folder)
     np.save(os.path.join(folder, "f64.npy"), np.arange(6, dtype=np.float64))
-    np.save(os.path.join(folder, "pickled.npy"), np.array([1, "x"], dtype=object),
-            allow_pickle=True)
+    np.save(
+        os.path.join(folder, "pickled.npy"), np.array([1, "x"], dtype=object), allow_pickle=True
+    )
     np.save(os.path.join(folder, "fortran.npy"), np.asfortranarray(np.ones((2, 3), np.float32)))
     good = io.BytesIO()
     np.save(good, np.arange(100, dtype=np.float32))
@@ -74,11 +77,36 @@ def sandbox():
     shutil.rmtree(top)
 
 
-DATA_FILES = ["values.npy", "bytes.dat", "f64.npy", "pickled.npy", "fortran.npy", "truncated.npy",
-              "header_only.npy", "missing.npy", "../outside.bin", "link_out.bin", "/etc/hostname",
-              "sentinel.bin", "", ".", "model.json"]
-TARGETS = ["out.npy", "out.bin", "sub/dir/out.npy", "../escape.npy", "/tmp/../escape.bin",
-           "sentinel.bin", "link_out.bin", ".", "out.png", "model.json", ""]
+DATA_FILES = [
+    "values.npy",
+    "bytes.dat",
+    "f64.npy",
+    "pickled.npy",
+    "fortran.npy",
+    "truncated.npy",
+    "header_only.npy",
+    "missing.npy",
+    "../outside.bin",
+    "link_out.bin",
+    "/etc/hostname",
+    "sentinel.bin",
+    "",
+    ".",
+    "model.json",
+]
+TARGETS = [
+    "out.npy",
+    "out.bin",
+    "sub/dir/out.npy",
+    "../escape.npy",
+    "/tmp/../escape.bin",
+    "sentinel.bin",
+    "link_out.bin",
+    ".",
+    "out.png",
+    "model.json",
+    "",
+]
 
 
 def json_values() -> st.SearchStrategy:
@@ -96,24 +124,27 @@ def json_values() -> st.SearchStrategy:
     )
     nested = st.recursive(
         leaves,
-        lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=5), inner, max_size=3)
+        ),
         max_leaves=8,
     )
-    special = st.sampled_from([
-        [0] * 5000,
-        {"valueCount": 10**12, "value": 1},
-        {"valueCount": 2**40, "valueStart": 0, "valueDelta": 1},
-        {"sourcePath": "../outside.bin"},
-        [[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]],
-        {"name": "A", "elementOffset": 2**62},
-        {"name": "A", "elementOffset": 4, "elementSizeInBytes": 2**40},
-        [65535, 65537],
-        [2**32 - 1, 2**32 - 1],
-        [1, 1, 1, 1, 1, 1, 1, 1, 1],
-        2**63,
-        -1,
-    ])
+    special = st.sampled_from(
+        [
+            [0] * 5000,
+            {"valueCount": 10**12, "value": 1},
+            {"valueCount": 2**40, "valueStart": 0, "valueDelta": 1},
+            {"sourcePath": "../outside.bin"},
+            [[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]],
+            {"name": "A", "elementOffset": 2**62},
+            {"name": "A", "elementOffset": 4, "elementSizeInBytes": 2**40},
+            [65535, 65537],
+            [2**32 - 1, 2**32 - 1],
+            [1, 1, 1, 1, 1, 1, 1, 1, 1],
+            2**63,
+            -1,
+        ]
+    )
     return st.one_of(nested, special, st.sampled_from(TARGETS))
 
 
@@ -147,16 +178,32 @@ def mutated_models(draw) -> tuple[str, object]:
             break
         path = draw(st.sampled_from(paths))
         parent, key = _get(doc, path[:-1]), path[-1]
-        action = draw(st.sampled_from(["delete", "replace", "replace", "retype", "number",
-                                       "deepen", "writefile", "source", "duplicate"]))
+        action = draw(
+            st.sampled_from(
+                [
+                    "delete",
+                    "replace",
+                    "replace",
+                    "retype",
+                    "number",
+                    "deepen",
+                    "writefile",
+                    "source",
+                    "duplicate",
+                ]
+            )
+        )
         value = parent[key]
         if action == "delete":
             del parent[key]
         elif action == "replace":
             parent[key] = draw(json_values())
         elif action == "retype":
-            parent[key] = (str(value) if not isinstance(value, str) else [value]) if draw(
-                st.booleans()) else {"v": value}
+            parent[key] = (
+                (str(value) if not isinstance(value, str) else [value])
+                if draw(st.booleans())
+                else {"v": value}
+            )
         elif action == "number":
             parent[key] = draw(st.sampled_from(EDGE_INTS[:-1] + [1.5, -0.0, 1e308]))
         elif action == "deepen":
@@ -165,14 +212,20 @@ def mutated_models(draw) -> tuple[str, object]:
         elif action == "writefile" and isinstance(doc.get("commands"), list):
             resources = doc.get("resources")
             resources = sorted(resources) if isinstance(resources, dict) and resources else ["A"]
-            doc["commands"].insert(draw(st.integers(0, len(doc["commands"]))), {
-                "type": "writeFile", "resource": draw(st.sampled_from(resources)),
-                "targetPath": draw(st.sampled_from(TARGETS))})
+            doc["commands"].insert(
+                draw(st.integers(0, len(doc["commands"]))),
+                {
+                    "type": "writeFile",
+                    "resource": draw(st.sampled_from(resources)),
+                    "targetPath": draw(st.sampled_from(TARGETS)),
+                },
+            )
         elif action == "source" and isinstance(doc.get("resources"), dict) and doc["resources"]:
             res = draw(st.sampled_from(sorted(doc["resources"])))
             if isinstance(doc["resources"][res], dict):
-                doc["resources"][res]["initialValues"] = {"sourcePath": draw(st.sampled_from(
-                    DATA_FILES))}
+                doc["resources"][res]["initialValues"] = {
+                    "sourcePath": draw(st.sampled_from(DATA_FILES))
+                }
         elif action == "duplicate" and isinstance(parent, list):
             parent.append(copy.deepcopy(value))
     if draw(st.integers(0, 19)) == 0:
@@ -235,8 +288,9 @@ def test_mutated_model(sandbox, case, run):
             except ModelError as e:
                 assert str(e).startswith(model + ": ") and e.message.strip(), str(e)
                 # Errors about the whole file name what is wrong with it instead of a path.
-                assert e.path or any(w in e.message for w in ("JSON", "memory budget", "model",
-                                                              "member '"))
+                assert e.path or any(
+                    w in e.message for w in ("JSON", "memory budget", "model", "member '")
+                )
         else:
             STATS["run"] += 1
             out, err = io.StringIO(), io.StringIO()

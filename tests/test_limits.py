@@ -42,23 +42,31 @@ def rejects(pattern: str, build, *args, **kwargs) -> str:
 
 def test_element_count_limit_is_uint32():
     assert dml.TensorDesc("UINT8", [65535, 65537]).element_count == U32
-    rejects(r"^TensorDesc\.Sizes describe 4294967296 elements", dml.TensorDesc, "UINT8",
-            [65536, 65536])
+    rejects(
+        r"^TensorDesc\.Sizes describe 4294967296 elements", dml.TensorDesc, "UINT8", [65536, 65536]
+    )
     rejects(r"^TensorDesc\.Sizes\[0\] must be <= 4294967295", dml.TensorDesc, "UINT8", [2**32])
 
 
 def test_strided_extent_limit_is_uint32():
-    rejects(r"^TensorDesc\.Strides address element", dml.TensorDesc, "UINT8", [2, 2],
-            [2**32 - 1, 1])
-    rejects(r"^TensorDesc\.Strides\[0\] must be <= 4294967295", dml.TensorDesc, "UINT8", [2],
-            [2**32])
+    rejects(
+        r"^TensorDesc\.Strides address element", dml.TensorDesc, "UINT8", [2, 2], [2**32 - 1, 1]
+    )
+    rejects(
+        r"^TensorDesc\.Strides\[0\] must be <= 4294967295", dml.TensorDesc, "UINT8", [2], [2**32]
+    )
 
 
 def test_total_tensor_size_limit_is_uint64():
     t = dml.TensorDesc("FLOAT32", [2], total_tensor_size_in_bytes=2**64 - 4)
     assert t.total_tensor_size_in_bytes == 2**64 - 4
-    rejects(r"^TensorDesc\.TotalTensorSizeInBytes must be <= 18446744073709551615",
-            dml.TensorDesc, "FLOAT32", [2], total_tensor_size_in_bytes=2**64)
+    rejects(
+        r"^TensorDesc\.TotalTensorSizeInBytes must be <= 18446744073709551615",
+        dml.TensorDesc,
+        "FLOAT32",
+        [2],
+        total_tensor_size_in_bytes=2**64,
+    )
 
 
 @pytest.mark.parametrize("sizes", [[1] * 9, [1] * 10**6, []])
@@ -68,63 +76,96 @@ def test_absurd_ranks_are_rejected_quickly(sizes):
     assert time.perf_counter() - start < 2
 
 
-@pytest.mark.parametrize("bad, pattern", [
-    (-1, r"Sizes\[1\] must be >= 1, got -1"),
-    (0, r"Sizes\[1\] must be >= 1, got 0"),
-    (1.5, r"Sizes\[1\] must be an integer, got 1\.5"),
-    (2.0, r"Sizes\[1\] must be an integer, got 2\.0"),
-    ("2", r"Sizes\[1\] must be an integer, got '2'"),
-    (None, r"Sizes\[1\] must be an integer, got None"),
-    (True, r"Sizes\[1\] must be an integer, got True"),
-    (np.bool_(True), r"Sizes\[1\] must be an integer"),
-    (10**5000, r"Sizes\[1\] must be <= 4294967295, got <16610-bit integer>"),
-], ids=lambda v: type(v).__name__ if not isinstance(v, str) or len(v) < 8 else "")
+@pytest.mark.parametrize(
+    "bad, pattern",
+    [
+        (-1, r"Sizes\[1\] must be >= 1, got -1"),
+        (0, r"Sizes\[1\] must be >= 1, got 0"),
+        (1.5, r"Sizes\[1\] must be an integer, got 1\.5"),
+        (2.0, r"Sizes\[1\] must be an integer, got 2\.0"),
+        ("2", r"Sizes\[1\] must be an integer, got '2'"),
+        (None, r"Sizes\[1\] must be an integer, got None"),
+        (True, r"Sizes\[1\] must be an integer, got True"),
+        (np.bool_(True), r"Sizes\[1\] must be an integer"),
+        (10**5000, r"Sizes\[1\] must be <= 4294967295, got <16610-bit integer>"),
+    ],
+    ids=lambda v: type(v).__name__ if not isinstance(v, str) or len(v) < 8 else "",
+)
 def test_malformed_sizes(bad, pattern):
     rejects(r"^TensorDesc\." + pattern, dml.TensorDesc, "FLOAT32", [2, bad])
 
 
-@pytest.mark.parametrize("build, pattern", [
-    (lambda: dml.SplitOperatorDesc(F32, [F32], axis=True), r"Axis must be an integer, got True"),
-    (lambda: dml.DepthToSpaceOperatorDesc(F32, F32, block_size=False),
-     r"BlockSize must be an integer, got False"),
-    (lambda: dml.TileOperatorDesc(F32, F32, repeats=[1, True]),
-     r"Repeats\[1\] must be an integer, got True"),
-    (lambda: dml.ReduceOperatorDesc("SUM", F32, F32, axes=[True]),
-     r"Axes\[0\] must be an integer, got True"),
-    (lambda: dml.ElementWiseClipOperatorDesc(F32, F32, min=True, max=1.0),
-     r"Min must be a number, got True"),
-    (lambda: dml.ElementWiseClip1OperatorDesc(F32, F32, min=0, max=np.bool_(False)),
-     r"Max must be a number"),
-    (lambda: dml.SplitOperatorDesc(F32, [F32], axis=0, output_count=True),
-     r"OutputCount must be an integer, got True"),
-])
+@pytest.mark.parametrize(
+    "build, pattern",
+    [
+        (
+            lambda: dml.SplitOperatorDesc(F32, [F32], axis=True),
+            r"Axis must be an integer, got True",
+        ),
+        (
+            lambda: dml.DepthToSpaceOperatorDesc(F32, F32, block_size=False),
+            r"BlockSize must be an integer, got False",
+        ),
+        (
+            lambda: dml.TileOperatorDesc(F32, F32, repeats=[1, True]),
+            r"Repeats\[1\] must be an integer, got True",
+        ),
+        (
+            lambda: dml.ReduceOperatorDesc("SUM", F32, F32, axes=[True]),
+            r"Axes\[0\] must be an integer, got True",
+        ),
+        (
+            lambda: dml.ElementWiseClipOperatorDesc(F32, F32, min=True, max=1.0),
+            r"Min must be a number, got True",
+        ),
+        (
+            lambda: dml.ElementWiseClip1OperatorDesc(F32, F32, min=0, max=np.bool_(False)),
+            r"Max must be a number",
+        ),
+        (
+            lambda: dml.SplitOperatorDesc(F32, [F32], axis=0, output_count=True),
+            r"OutputCount must be an integer, got True",
+        ),
+    ],
+)
 def test_booleans_where_numbers_belong(build, pattern):
     rejects(r"^DML_OPERATOR_\w+: " + pattern, build)
 
 
 def test_integers_beyond_a_double_are_rejected_not_crashed():
     for cls in (dml.ElementWiseClipOperatorDesc, dml.ElementWiseClip1OperatorDesc):
-        message = rejects(r"^DML_OPERATOR_ELEMENT_WISE_CLIP1?: Min ", cls, F32, F32,
-                          min=10**400, max=1)
+        message = rejects(
+            r"^DML_OPERATOR_ELEMENT_WISE_CLIP1?: Min ", cls, F32, F32, min=10**400, max=1
+        )
         assert "bit integer" in message
-    rejects(r"^ScaleBias\.Scale must be a number within a double's range", dml.ScaleBias,
-            10**400, 0)
+    rejects(
+        r"^ScaleBias\.Scale must be a number within a double's range", dml.ScaleBias, 10**400, 0
+    )
 
 
 # --- NaN bounds, Min > Max -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cls, extra", [
-    (dml.ElementWiseClipOperatorDesc, ()),
-    (dml.ElementWiseClip1OperatorDesc, ()),
-    (dml.ElementWiseClipGradOperatorDesc, (F32,)),
-    (dml.ElementWiseClipGrad1OperatorDesc, (F32,)),
-])
+@pytest.mark.parametrize(
+    "cls, extra",
+    [
+        (dml.ElementWiseClipOperatorDesc, ()),
+        (dml.ElementWiseClip1OperatorDesc, ()),
+        (dml.ElementWiseClipGradOperatorDesc, (F32,)),
+        (dml.ElementWiseClipGrad1OperatorDesc, (F32,)),
+    ],
+)
 @pytest.mark.parametrize("which", ["min", "max"])
 def test_nan_bounds_are_rejected(cls, extra, which):
     bounds = {"min": 0.0, "max": 1.0, which: math.nan}
-    rejects(rf"^{cls.operator_type}: {which.capitalize()} must not be NaN", cls, F32, *extra,
-            F32, **bounds)
+    rejects(
+        rf"^{cls.operator_type}: {which.capitalize()} must not be NaN",
+        cls,
+        F32,
+        *extra,
+        F32,
+        **bounds,
+    )
 
 
 def test_nan_scale_bias_is_rejected():
@@ -149,13 +190,19 @@ def test_clip_grad_min_not_below_max_gives_zero_gradient():
 # --- Empty arrays, duplicate axes, huge repeat factors, sums ----------------------------------
 
 
-@pytest.mark.parametrize("build, pattern", [
-    (lambda: dml.SplitOperatorDesc(F32, [], axis=0), r"SPLIT: OutputTensors must not be empty"),
-    (lambda: dml.JoinOperatorDesc([], F32, axis=0), r"JOIN: InputTensors must not be empty"),
-    (lambda: dml.ReduceOperatorDesc("SUM", F32, F32, axes=[]), r"REDUCE: Axes must not be empty"),
-    (lambda: dml.ArgMinOperatorDesc(F32, F32, axes=()), r"ARGMIN: Axes must not be empty"),
-    (lambda: dml.TileOperatorDesc(F32, F32, repeats=[]), r"TILE: Repeats must have one entry"),
-])
+@pytest.mark.parametrize(
+    "build, pattern",
+    [
+        (lambda: dml.SplitOperatorDesc(F32, [], axis=0), r"SPLIT: OutputTensors must not be empty"),
+        (lambda: dml.JoinOperatorDesc([], F32, axis=0), r"JOIN: InputTensors must not be empty"),
+        (
+            lambda: dml.ReduceOperatorDesc("SUM", F32, F32, axes=[]),
+            r"REDUCE: Axes must not be empty",
+        ),
+        (lambda: dml.ArgMinOperatorDesc(F32, F32, axes=()), r"ARGMIN: Axes must not be empty"),
+        (lambda: dml.TileOperatorDesc(F32, F32, repeats=[]), r"TILE: Repeats must have one entry"),
+    ],
+)
 def test_empty_arrays(build, pattern):
     rejects(r"^DML_OPERATOR_" + pattern, build)
 
@@ -164,16 +211,27 @@ def test_empty_arrays(build, pattern):
 def test_duplicate_axes(cls):
     out = dml.TensorDesc("UINT32", [1, 3])
     rejects(rf"^{cls.operator_type}: Axes\[1\] repeats axis 0", cls, F32, out, axes=[0, 0])
-    rejects(r"^DML_OPERATOR_REDUCE: Axes\[1\] repeats axis 0", dml.ReduceOperatorDesc, "SUM",
-            F32, F32.like(sizes=(1, 3)), axes=[0, 0])
+    rejects(
+        r"^DML_OPERATOR_REDUCE: Axes\[1\] repeats axis 0",
+        dml.ReduceOperatorDesc,
+        "SUM",
+        F32,
+        F32.like(sizes=(1, 3)),
+        axes=[0, 0],
+    )
 
 
 def test_huge_repeat_factors_are_rejected_before_allocation():
     start = time.perf_counter()
     rejects(r"^DML_OPERATOR_TILE: ", dml.TileOperatorDesc, F32, F32, repeats=[U32, 2])
     rejects(r"^DML_OPERATOR_TILE: ", dml.TileOperatorDesc, F32, F32, repeats=[2**31, 3])
-    rejects(r"^DML_OPERATOR_TILE: Repeats\[0\] must be <= 4294967295", dml.TileOperatorDesc,
-            F32, F32, repeats=[2**32, 1])
+    rejects(
+        r"^DML_OPERATOR_TILE: Repeats\[0\] must be <= 4294967295",
+        dml.TileOperatorDesc,
+        F32,
+        F32,
+        repeats=[2**32, 1],
+    )
     assert time.perf_counter() - start < 2
 
 
@@ -194,20 +252,37 @@ def test_depth_space_huge_block_size():
 def test_split_join_sums_beyond_uint32():
     half = dml.TensorDesc("UINT8", [2**31])
     whole = dml.TensorDesc("UINT8", [U32])
-    rejects(r"^DML_OPERATOR_JOIN: InputTensors sizes along Axis 0 must sum to "
-            r"OutputTensor\.Sizes\[0\] \(4294967295\), got 4294967296", dml.JoinOperatorDesc,
-            [half, half], whole, 0)
-    rejects(r"^DML_OPERATOR_SPLIT: OutputTensors sizes along Axis 0 must sum to "
-            r"InputTensor\.Sizes\[0\] \(4294967295\), got 4294967296", dml.SplitOperatorDesc,
-            whole, [half, half], 0)
+    rejects(
+        r"^DML_OPERATOR_JOIN: InputTensors sizes along Axis 0 must sum to "
+        r"OutputTensor\.Sizes\[0\] \(4294967295\), got 4294967296",
+        dml.JoinOperatorDesc,
+        [half, half],
+        whole,
+        0,
+    )
+    rejects(
+        r"^DML_OPERATOR_SPLIT: OutputTensors sizes along Axis 0 must sum to "
+        r"InputTensor\.Sizes\[0\] \(4294967295\), got 4294967296",
+        dml.SplitOperatorDesc,
+        whole,
+        [half, half],
+        0,
+    )
 
 
 def test_messages_stay_short_for_huge_inputs():
-    message = rejects(r"^TensorDesc\.Sizes must be", dml.TensorDesc, "FLOAT32", {i: i for i in
-                                                                               range(10**5)})
+    message = rejects(
+        r"^TensorDesc\.Sizes must be", dml.TensorDesc, "FLOAT32", {i: i for i in range(10**5)}
+    )
     assert len(message) < 200
-    rejects(r"^DML_OPERATOR_REDUCE: Function must be a ReduceFunction", dml.ReduceOperatorDesc,
-            ["SUM"] * 10**5, F32, F32, axes=[0])
+    rejects(
+        r"^DML_OPERATOR_REDUCE: Function must be a ReduceFunction",
+        dml.ReduceOperatorDesc,
+        ["SUM"] * 10**5,
+        F32,
+        F32,
+        axes=[0],
+    )
 
 
 # --- Command line: memory budget --------------------------------------------------------------
@@ -215,14 +290,31 @@ def test_messages_stay_short_for_huge_inputs():
 
 def clip_model(**changes) -> dict:
     model = {
-        "resources": {"A": {"initialValuesDataType": "FLOAT32",
-                            "initialValues": [-4, -3, -2, -1, 0, 1, 2, 3, 4]}},
-        "dispatchables": {"clip": {"type": "ELEMENT_WISE_CLIP", "desc": {
-            "InputTensor": {"DataType": "FLOAT32", "Sizes": [9]},
-            "OutputTensor": {"DataType": "FLOAT32", "Sizes": [9]}, "Min": -2.5, "Max": 2.5}}},
-        "commands": [{"type": "dispatch", "dispatchable": "clip",
-                      "bindings": {"InputTensor": "A", "OutputTensor": "A"}},
-                     {"type": "print", "resource": "A"}],
+        "resources": {
+            "A": {
+                "initialValuesDataType": "FLOAT32",
+                "initialValues": [-4, -3, -2, -1, 0, 1, 2, 3, 4],
+            }
+        },
+        "dispatchables": {
+            "clip": {
+                "type": "ELEMENT_WISE_CLIP",
+                "desc": {
+                    "InputTensor": {"DataType": "FLOAT32", "Sizes": [9]},
+                    "OutputTensor": {"DataType": "FLOAT32", "Sizes": [9]},
+                    "Min": -2.5,
+                    "Max": 2.5,
+                },
+            }
+        },
+        "commands": [
+            {
+                "type": "dispatch",
+                "dispatchable": "clip",
+                "bindings": {"InputTensor": "A", "OutputTensor": "A"},
+            },
+            {"type": "print", "resource": "A"},
+        ],
     }
     model.update(changes)
     return model
@@ -240,12 +332,17 @@ def run(capsys, tmp_path, model, *options, text=None, name="m.json"):
     return code, captured.out, captured.err
 
 
-@pytest.mark.parametrize("resource", [
-    {"initialValuesDataType": "FLOAT32", "initialValues": {"valueCount": 10**12, "value": 1}},
-    {"initialValuesDataType": "FLOAT32",
-     "initialValues": {"valueCount": 2**40, "valueStart": 0, "valueDelta": 1}},
-    {"initialValuesDataType": "FLOAT32", "initialValues": [1], "sizeInBytes": 2**62},
-])
+@pytest.mark.parametrize(
+    "resource",
+    [
+        {"initialValuesDataType": "FLOAT32", "initialValues": {"valueCount": 10**12, "value": 1}},
+        {
+            "initialValuesDataType": "FLOAT32",
+            "initialValues": {"valueCount": 2**40, "valueStart": 0, "valueDelta": 1},
+        },
+        {"initialValuesDataType": "FLOAT32", "initialValues": [1], "sizeInBytes": 2**62},
+    ],
+)
 def test_memory_budget_refuses_before_allocating(capsys, tmp_path, resource):
     model = clip_model(resources={"A": resource}, commands=[])
     start = time.perf_counter()
@@ -256,8 +353,10 @@ def test_memory_budget_refuses_before_allocating(capsys, tmp_path, resource):
 
 
 def test_memory_budget_counts_all_resources(capsys, tmp_path):
-    resources = {n: {"initialValuesDataType": "UINT8", "initialValues":
-                     {"valueCount": 600, "value": 1}} for n in "ABC"}
+    resources = {
+        n: {"initialValuesDataType": "UINT8", "initialValues": {"valueCount": 600, "value": 1}}
+        for n in "ABC"
+    }
     model = clip_model(resources=resources, commands=[])
     code, _, err = run(capsys, tmp_path, model, "--max-memory", "1500")
     assert code == 1 and "resources.C" in err and "1800 bytes" in err
@@ -268,12 +367,25 @@ def test_memory_budget_counts_logical_tensor_sizes(capsys, tmp_path):
     # A broadcast input (stride 0) of 2^30 logical elements over a 16-byte resource.
     model = clip_model()
     model["resources"]["A"] = {"initialValuesDataType": "FLOAT32", "initialValues": [1, 2, 3, 4]}
-    model["dispatchables"] = {"sum": {"type": "REDUCE", "desc": {
-        "Function": "SUM", "AxisCount": 2, "Axes": [0, 1],
-        "InputTensor": {"DataType": "FLOAT32", "Sizes": [32768, 32768], "Strides": [0, 0]},
-        "OutputTensor": {"DataType": "FLOAT32", "Sizes": [1, 1]}}}}
-    model["commands"] = [{"type": "dispatch", "dispatchable": "sum",
-                          "bindings": {"InputTensor": "A", "OutputTensor": "A"}}]
+    model["dispatchables"] = {
+        "sum": {
+            "type": "REDUCE",
+            "desc": {
+                "Function": "SUM",
+                "AxisCount": 2,
+                "Axes": [0, 1],
+                "InputTensor": {"DataType": "FLOAT32", "Sizes": [32768, 32768], "Strides": [0, 0]},
+                "OutputTensor": {"DataType": "FLOAT32", "Sizes": [1, 1]},
+            },
+        }
+    }
+    model["commands"] = [
+        {
+            "type": "dispatch",
+            "dispatchable": "sum",
+            "bindings": {"InputTensor": "A", "OutputTensor": "A"},
+        }
+    ]
     code, _, err = run(capsys, tmp_path, model, "--max-memory", "1G")
     assert code == 1 and "commands[0]: the dispatch works on 4294967300 bytes" in err
 
@@ -297,13 +409,16 @@ def test_max_memory_zero_means_no_limit(capsys, tmp_path):
 # --- Command line: hostile model files ------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, pattern", [
-    ("[" * 100000 + "]" * 100000, "invalid JSON: nested too deeply"),
-    ('{"resources": ' + "9" * 5000 + "}", "invalid JSON: Exceeds the limit"),
-    ("", "invalid JSON at line 1, column 1"),
-    ("\xff\xfe", "invalid JSON"),
-    ("[]", "must be a JSON object, got an array"),
-])
+@pytest.mark.parametrize(
+    "text, pattern",
+    [
+        ("[" * 100000 + "]" * 100000, "invalid JSON: nested too deeply"),
+        ('{"resources": ' + "9" * 5000 + "}", "invalid JSON: Exceeds the limit"),
+        ("", "invalid JSON at line 1, column 1"),
+        ("\xff\xfe", "invalid JSON"),
+        ("[]", "must be a JSON object, got an array"),
+    ],
+)
 def test_hostile_json(capsys, tmp_path, text, pattern):
     code, _, err = run(capsys, tmp_path, None, text=text)
     assert code == 1 and pattern in err
@@ -315,13 +430,16 @@ def test_model_file_larger_than_the_budget(capsys, tmp_path):
     assert code == 1 and "the model file is" in err and "--max-memory" in err
 
 
-@pytest.mark.parametrize("where, value, pattern", [
-    (("dispatchables", "clip", "desc", "InputTensor", "Sizes"), "abc", r"InputTensor"),
-    (("dispatchables", "clip", "desc", "Min"), [1], r"Min"),
-    (("resources", "A", "initialValues"), 7, r"resources\.A\.initialValues"),
-    (("commands", 0, "bindings"), [], r"commands\[0\]\.bindings"),
-    (("commands",), {}, r"commands"),
-])
+@pytest.mark.parametrize(
+    "where, value, pattern",
+    [
+        (("dispatchables", "clip", "desc", "InputTensor", "Sizes"), "abc", r"InputTensor"),
+        (("dispatchables", "clip", "desc", "Min"), [1], r"Min"),
+        (("resources", "A", "initialValues"), 7, r"resources\.A\.initialValues"),
+        (("commands", 0, "bindings"), [], r"commands\[0\]\.bindings"),
+        (("commands",), {}, r"commands"),
+    ],
+)
 def test_wrong_types_name_the_field(capsys, tmp_path, where, value, pattern):
     model = clip_model()
     node = model
@@ -337,8 +455,11 @@ def test_binding_too_small_for_the_tensor_type(capsys, tmp_path):
     # Three UINT8 bytes bound as a FLOAT32 [1] tensor: the bytes are reinterpreted (allowed),
     # but they do not hold TotalTensorSizeInBytes.
     model = clip_model()
-    model["resources"]["B"] = {"initialValuesDataType": "UINT8", "initialValues": [1, 2, 3],
-                               "sizeInBytes": 3}
+    model["resources"]["B"] = {
+        "initialValuesDataType": "UINT8",
+        "initialValues": [1, 2, 3],
+        "sizeInBytes": 3,
+    }
     model["commands"][0]["bindings"] = {"InputTensor": "B", "OutputTensor": "A"}
     code, _, err = run(capsys, tmp_path, model)
     assert code == 1 and "commands[0].bindings.InputTensor" in err
@@ -397,8 +518,9 @@ def test_source_paths_stay_in_the_model_folder(capsys, tmp_path):
 
 
 def _write_model(target: str, *extra: dict) -> dict:
-    return clip_model(commands=[*extra, {"type": "writeFile", "resource": "A",
-                                         "targetPath": target}])
+    return clip_model(
+        commands=[*extra, {"type": "writeFile", "resource": "A", "targetPath": target}]
+    )
 
 
 def test_write_targets_stay_in_the_model_folder(capsys, tmp_path, monkeypatch):
@@ -408,8 +530,7 @@ def test_write_targets_stay_in_the_model_folder(capsys, tmp_path, monkeypatch):
     for target in ("../out.npy", str(tmp_path / "abs.npy")):
         code, out, err = run(capsys, inner, _write_model(target))
         assert code == 1 and "commands[0].targetPath" in err and out == ""
-        assert not os.path.exists(tmp_path / "out.npy") and not os.path.exists(tmp_path /
-                                                                                 "abs.npy")
+        assert not os.path.exists(tmp_path / "out.npy") and not os.path.exists(tmp_path / "abs.npy")
     assert run(capsys, inner, _write_model("../out.npy"), "--allow-outside-paths")[0] == 0
     assert np.load(tmp_path / "out.npy").shape == (9,)
 
@@ -442,12 +563,14 @@ def test_two_commands_writing_one_file_need_overwrite(capsys, tmp_path, monkeypa
 def test_failed_dispatch_keeps_resources_and_earlier_outputs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     dispatch = clip_model()["commands"][0]
-    model = clip_model(commands=[
-        dispatch,
-        {"type": "writeFile", "resource": "A", "targetPath": "first.npy"},
-        dispatch,
-        {"type": "print", "resource": "A"},
-    ])
+    model = clip_model(
+        commands=[
+            dispatch,
+            {"type": "writeFile", "resource": "A", "targetPath": "first.npy"},
+            dispatch,
+            {"type": "print", "resource": "A"},
+        ]
+    )
     model["dispatchables"]["clip"]["desc"]["ScaleBias"] = {"Scale": 2.0, "Bias": 0.0}
     path = tmp_path / "m.json"
     path.write_text(json.dumps(model))
@@ -475,8 +598,11 @@ def test_failed_dispatch_keeps_resources_and_earlier_outputs(tmp_path, monkeypat
 def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "out.npy").write_bytes(b"old")
-    model = clip_model(commands=[{"type": "writeFile", "resource": "A",
-                                  "targetPath": "out.npy", "dimensions": [100]}])
+    model = clip_model(
+        commands=[
+            {"type": "writeFile", "resource": "A", "targetPath": "out.npy", "dimensions": [100]}
+        ]
+    )
     path = tmp_path / "m.json"
     path.write_text(json.dumps(model))
     code = cli.main(["run", str(path), "--overwrite"])
