@@ -186,6 +186,7 @@ def _check_narrow(rng) -> int:
                         f"x={x.reshape(-1)[np.ravel_multi_index(bad[0], x.shape)]} "
                         f"got {got[tuple(bad[0])]} want {want[tuple(bad[0])]}"
                     )
+    n += _check_narrow_ops(rng)
     x = jnp.asarray(_data(rng, (3, 5, 32, 64), "float32"))
     for dcr in (True, False):
         for rows in (4, 8, 16):
@@ -199,6 +200,88 @@ def _check_narrow(rng) -> int:
             n += 1
             if got.tobytes() != want.tobytes():
                 _fail(f"s2d kernel dcr={dcr} rows={rows}")
+    return n
+
+
+def _check_narrow_ops(rng) -> int:
+    """JOIN, DEPTH_TO_SPACE1 and integer MAX/MIN through the public operators: the compiled
+    program (GPU path where planned) against the same program with the GPU paths disabled."""
+    from dml_jax.kernels import movement as M
+
+    def both(make, xs):
+        op = dml.compile_operator(make())
+        got = [np.asarray(o) for o in jax.tree.leaves(op(*xs))]
+        saved = M.ENABLED, K.ENABLED
+        M.ENABLED = K.ENABLED = False
+        try:
+            ref = [np.asarray(o) for o in jax.tree.leaves(dml.compile_operator(make())(*xs))]
+        finally:
+            M.ENABLED, K.ENABLED = saved
+        return all(a.tobytes() == b.tobytes() for a, b in zip(got, ref)), op
+
+    n = 0
+    for dtype in ("float16", "int8", "uint8", "int16"):
+        dt = dtype.upper()
+        for sizes, axis in (
+            ([(3, 5, 64, 132), (3, 5, 32, 132)], 2),
+            ([(2, 7, 16, 64), (2, 9, 16, 64), (2, 1, 16, 64)], 1),
+            ([(3, 4, 128, 128)] * 2, 2),
+            ([(2, 3, 5, 7), (2, 3, 2, 7)], 2),
+        ):
+            xs = [jnp.asarray(_data(rng, s, dtype)) for s in sizes]
+            total = list(sizes[0])
+            total[axis] = sum(s[axis] for s in sizes)
+            ok, _ = both(
+                lambda sizes=sizes, total=total, axis=axis, dt=dt: dml.JoinOperatorDesc(
+                    [dml.TensorDesc(dt, s) for s in sizes], dml.TensorDesc(dt, total), axis=axis
+                ),
+                xs,
+            )
+            n += 1
+            if not ok:
+                _fail(f"JOIN op {dtype} {sizes} axis {axis}")
+        for block, order, w in itertools.product(
+            (2, 4), ("DEPTH_COLUMN_ROW", "COLUMN_ROW_DEPTH"), (64, 30)
+        ):
+            shape = (3, 2 * block * block, 37, w)
+            x = jnp.asarray(_data(rng, shape, dtype))
+            td = dml.TensorDesc(dt, shape)
+            out_sizes = (3, 2, 37 * block, w * block)
+            ok, _ = both(
+                lambda td=td, out_sizes=out_sizes, block=block, order=order: (
+                    dml.DepthToSpace1OperatorDesc(
+                        td, td.like(sizes=out_sizes), block_size=block, order=order
+                    )
+                ),
+                [x],
+            )
+            n += 1
+            if not ok:
+                _fail(f"DEPTH_TO_SPACE1 op {dtype} block {block} {order} w {w}")
+    saved = K.MIN_PROGRAMS
+    K.MIN_PROGRAMS = 1
+    try:
+        for dtype in ("int8", "uint8"):
+            shape = (3, 37, 129, 33)
+            x = jnp.asarray(_data(rng, shape, dtype))
+            td = dml.TensorDesc(dtype.upper(), shape)
+            for fn, axes in itertools.product(("MAX", "MIN"), ((1,), (0,), (1, 2), (3,), (0, 2))):
+                out_td = td.like(sizes=tuple(1 if i in axes else s for i, s in enumerate(shape)))
+                ok, op = both(
+                    lambda fn=fn, out_td=out_td, axes=axes: dml.ReduceOperatorDesc(
+                        fn, td, out_td, axes=list(axes)
+                    ),
+                    [x],
+                )
+                want = (np.max if fn == "MAX" else np.min)(np.asarray(x), axis=axes)
+                planned = K.plan(shape, axes, x.dtype, "ext") is not None
+                n += 1
+                if not ok or np.asarray(op(x)).reshape(-1).tolist() != want.reshape(-1).tolist():
+                    _fail(f"REDUCE {fn} op {dtype} {axes}")
+                if _uses_kernel(op.fn, x) != planned:
+                    _fail(f"REDUCE {fn} {dtype} {axes}: kernel use differs from plan {planned}")
+    finally:
+        K.MIN_PROGRAMS = saved
     return n
 
 

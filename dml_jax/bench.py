@@ -188,6 +188,7 @@ def _cases_for(shape, dtype: str, full: bool) -> list[Case]:
         lambda a, b: jnp.concatenate([a, b], axis=2),
         lambda torch, a, b: torch.cat([a, b], dim=2),
         n_el,
+        kernel=narrow,
     )
     quarter = (n, c, h // 2, w // 2)
     add(
@@ -217,7 +218,7 @@ def _cases_for(shape, dtype: str, full: bool) -> list[Case]:
             _jnp_d2s(short),
             _torch_d2s(short),
             n_el,
-            kernel=item == 1,
+            kernel=narrow,
         )
     if full:
         s2d_out = (n, c * 4, h // 2, w // 2)
@@ -463,7 +464,9 @@ def _reduce_case(dml, jnp, td, dtype, fn, axes, direction, standalone=False) -> 
             return _REDUCE_TORCH[fn](torch, x, a)
 
     out_item = 4 if is_arg else np.dtype(dtype).itemsize
-    kernel = fn in ("ARGMAX", "ARGMIN", "LOG_SUM_EXP")
+    kernel = fn in ("ARGMAX", "ARGMIN", "LOG_SUM_EXP") or (
+        fn in ("MAX", "MIN") and np.dtype(dtype).itemsize == 1
+    )
     return Case(
         name,
         op_type,

@@ -301,3 +301,130 @@ def test_cpu_traces_no_narrow_branch():
     td = dml.TensorDesc("FLOAT16", x.shape)
     fn = dml.compile_operator(dml.ElementWiseClip1OperatorDesc(td, td, min=-1, max=1)).fn
     assert "platform_index" not in str(jax.make_jaxpr(fn)(x))
+
+
+# Round 3: lanes kernel (ARGMIN/ARGMAX of 1-byte types, integer MAX/MIN), LOG_SUM_EXP's exp2
+# form, the JOIN copy kernel and flat words, the DEPTH_TO_SPACE packing kernel.
+@pytest.mark.parametrize("shape, axes, tiling", LAYOUTS)
+@pytest.mark.parametrize("dtype", ["float16", "int8", "uint32"])
+def test_lanes_kernel_interpret_matches_lax(shape, axes, tiling, dtype):
+    x = jnp.asarray(_data(shape, dtype))
+    p = _plan(shape, axes, tiling)
+    for largest in (True, False):
+        for last in (True, False):
+            want = np.asarray(arg_reduce(x, axes, largest, last, jnp.int32)).reshape(-1)
+            got = np.asarray(K.lanes_kernel(x, p, largest, last, interpret=True))
+            np.testing.assert_array_equal(got, want, err_msg=f"largest={largest} last={last}")
+
+
+def test_lanes_kernel_interpret_signed_zero_and_type_minimum():
+    x = jnp.asarray(np.array([[-0.0, 0.0, 1.0, -np.inf, -0.0, np.nan, 1.0]] * 2, np.float16))
+    p = K.Plan(2, 7, 1, K.Tiling(rows=2, cols=2))
+    for largest in (True, False):
+        for last in (True, False):
+            want = np.asarray(arg_reduce(x, (1,), largest, last, jnp.int32)).reshape(-1)
+            got = np.asarray(K.lanes_kernel(x, p, largest, last, interpret=True))
+            np.testing.assert_array_equal(got, want)
+    # every element the identity of ARGMAX (the type's minimum): first and last index
+    y = jnp.asarray(np.full((3, 8), -128, np.int8))
+    p = K.Plan(3, 8, 1, K.Tiling(rows=4, cols=2))
+    assert np.asarray(K.lanes_kernel(y, p, True, False, interpret=True)).tolist() == [0] * 3
+    assert np.asarray(K.lanes_kernel(y, p, True, True, interpret=True)).tolist() == [7] * 3
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_extreme_kernel_interpret_matches_numpy(dtype):
+    x = _data((3, 7, 5), dtype)
+    p = _plan((3, 7, 5), (1,), K.Tiling(rows=4, cols=4))
+    for largest in (True, False):
+        want = (np.max if largest else np.min)(x, axis=1).reshape(-1)
+        got = K.lanes_kernel(jnp.asarray(x), p, largest, index=False, interpret=True)
+        np.testing.assert_array_equal(np.asarray(got), want)
+        assert got.dtype == x.dtype
+
+
+def test_plan_ext_and_lanes_choice(monkeypatch):
+    monkeypatch.setattr(K, "MIN_PROGRAMS", 1)
+    assert K.plan((4, 6, 8), (1,), np.int8, "ext") is not None
+    assert K.plan((4, 6, 8), (2,), np.int8, "ext") is None  # minor axis: lax reaches the copy
+    assert K.plan((4, 6, 8), (1,), np.int32, "ext") is None
+    assert K.uses_lanes("arg", np.int8) and not K.uses_lanes("arg", np.float32)
+
+
+def test_lse_kernel_interpret_exp2_form(monkeypatch):
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((6, 9)) * 3).astype(np.float32)
+    x[0] += 1000.0
+    x[1] = -np.inf
+    x = jnp.asarray(x)
+    want = np.asarray(_reduce_value(F.LOG_SUM_EXP, x, (1,))).reshape(-1)
+    p = K.Plan(6, 9, 1, K.Tiling(rows=4, cols=4))
+    for mode in ("exp2", "ex2"):  # "ex2" runs as exp2 in the interpreter
+        monkeypatch.setitem(K.LSE_EXP, 4, mode)
+        got = np.asarray(K.log_sum_exp_kernel(x, p, interpret=True))
+        np.testing.assert_allclose(got, want, rtol=2e-6)
+        assert got[1] == -np.inf
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float16"])
+def test_join_flat_and_kernel_match_concatenate(dtype):
+    rng = np.random.default_rng(4)
+    shapes = [(2, 2, 16, 16), (2, 2, 32, 16)]
+    xs = [jnp.asarray(rng.integers(-100, 100, s).astype(dtype)) for s in shapes]
+    want = np.asarray(jax.lax.concatenate(xs, 2))
+    assert M.join_covered(shapes, 2, dtype) and M.join_kernel_covered(shapes, 2, dtype)
+    for got in (M.join_flat(xs, 2), M.join_kernel(xs, 2, interpret=True)):
+        assert np.asarray(got).tobytes() == want.tobytes()
+    assert not M.join_covered([(2, 3), (2, 5)], 1, "int8")  # rows not whole words
+    assert not M.join_kernel_covered([(2, 2, 3, 4), (2, 2, 5, 4)], 2, "int8")  # blocks < 32
+
+
+@pytest.mark.parametrize("dtype, block", [("int8", 2), ("int8", 4), ("float16", 2)])
+@pytest.mark.parametrize("order", ["DEPTH_COLUMN_ROW", "COLUMN_ROW_DEPTH"])
+def test_d2s_kernel_interpret_matches_operator(dtype, block, order):
+    shape = (2, 2 * block * block, 4, 64)
+    assert M.d2s_kernel_covered(shape, dtype, block)
+    x = _data(shape, dtype)
+    td = dml.TensorDesc(dtype.upper(), shape)
+    out = td.like(sizes=(2, 2, 4 * block, 64 * block))
+    op = dml.compile_operator(dml.DepthToSpace1OperatorDesc(td, out, block_size=block, order=order))
+    got = M.d2s_kernel(jnp.asarray(x), block, order == "DEPTH_COLUMN_ROW", interpret=True)
+    assert np.asarray(got).tobytes() == np.asarray(op(jnp.asarray(x))).tobytes()
+    assert not M.d2s_kernel_covered(shape, "float16", 4)  # 4 * 2 bytes exceed a word
+
+
+def test_round3_dispatch_with_cuda_present_lowers_plain_on_cpu(monkeypatch):
+    # JOIN (int8), DEPTH_TO_SPACE (float16) and int8 REDUCE MAX carry a CUDA branch; CPU
+    # computes the plain lowering.
+    monkeypatch.setattr(K, "cuda_present", lambda: True)
+    monkeypatch.setattr(M, "cuda_present", lambda: True)
+    monkeypatch.setattr(K, "MIN_PROGRAMS", 1)
+    xi = _data((2, 8, 4, 64), "int8")
+    xh = _data((2, 8, 4, 64), "float16")
+    ti, th = dml.TensorDesc("INT8", xi.shape), dml.TensorDesc("FLOAT16", xh.shape)
+    cases = [
+        (dml.JoinOperatorDesc([ti.like(sizes=(2, 8, 2, 64))] * 2, ti, axis=2), xi),
+        (
+            dml.DepthToSpace1OperatorDesc(
+                th, th.like(sizes=(2, 2, 8, 128)), block_size=2, order="DEPTH_COLUMN_ROW"
+            ),
+            xh,
+        ),
+        (dml.ReduceOperatorDesc("MAX", ti, ti.like(sizes=(2, 1, 4, 64)), axes=[1]), xi),
+    ]
+    for desc, x in cases:
+        args = (x[:, :, :2], x[:, :, 2:]) if desc.operator_type == "DML_OPERATOR_JOIN" else (x,)
+        fn = dml.compile_operator(desc).fn
+        assert "platform_index" in str(jax.make_jaxpr(fn)(*args)), desc.operator_type
+        got = jax.jit(fn)(*args)
+        monkeypatch.setattr(M, "ENABLED", False)
+        monkeypatch.setattr(K, "ENABLED", False)
+        jax.clear_caches()  # the switches are read at trace time
+        plain = dml.compile_operator(desc).fn
+        assert "platform_index" not in str(jax.make_jaxpr(plain)(*args))
+        want = jax.jit(plain)(*args)
+        monkeypatch.setattr(M, "ENABLED", True)
+        monkeypatch.setattr(K, "ENABLED", True)
+        jax.clear_caches()
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            assert np.asarray(g).tobytes() == np.asarray(w).tobytes()

@@ -9,12 +9,18 @@ bitcast back. Bitcasts are exact, so the result is bit-for-bit that of the eleme
 DEPTH_TO_SPACE interleaves elements of several channels inside each output row; ``d2s_words``
 builds each output word from the input words with shifts and masks.
 
+Two Pallas (Triton) kernels cover what XLA's own code still runs below the copy bandwidth:
+``join_kernel`` (JOIN of 1-byte types: 4 KiB word blocks copied into their output slots) and
+``d2s_kernel`` (DEPTH_TO_SPACE of float16 and 1-byte types: output words packed from the
+block's channels). ``JOIN_MODE`` and ``D2S_MODE`` say which form runs per itemsize.
+
 Dispatch follows ``kernels.reduce``: with no CUDA device the plain lowering is traced as is;
 otherwise ``lax.platform_dependent`` lowers the word form for CUDA only.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import jax
@@ -162,3 +168,207 @@ def s2d_kernel(x, block: int, dcr: bool):
         compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1),
     )(lax.reshape(x, (n * c * h, w)))
     return lax.reshape(out, (n, c * b * b, ho, wo))
+
+
+# ---------------------------------------------------------------------------------------------
+# JOIN: flat rows of 32-bit words
+
+
+def join_covered(shapes: Sequence[Sequence[int]], axis: int, dtype) -> bool:
+    """Whether ``join_flat`` handles pieces of ``shapes`` joined along ``axis``."""
+    dt = np.dtype(dtype)
+    if dt not in _NARROW or not shapes:
+        return False
+    inner = [math.prod(s[axis:]) * dt.itemsize for s in shapes]
+    return all(n > 0 and n % 4 == 0 for n in inner) and math.prod(shapes[0][:axis]) > 0
+
+
+def join_flat(xs: Sequence, axis: int):
+    """JOIN along ``axis`` as a concatenation of flat rows of 32-bit words (exact).
+
+    Every piece is ``O = prod(sizes[:axis])`` rows of ``prod(sizes[axis:])`` contiguous elements,
+    and the output row ``o`` is the pieces' rows ``o`` one after another. Viewing each row as
+    32-bit words (``to_words`` on the flattened row) makes XLA's concatenation move long
+    contiguous runs of words; the 4-D word form (the minor dimension alone as words) measured
+    the same as the element-wise one for int8.
+    """
+    dtype = xs[0].dtype
+    rows = math.prod(xs[0].shape[:axis])
+    flat = [to_words(lax.reshape(x, (rows, math.prod(x.shape[axis:])))) for x in xs]
+    out = from_words(lax.concatenate(flat, 1), dtype)
+    shape = list(xs[0].shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    return lax.reshape(out, tuple(shape))
+
+
+JOIN_BLOCK_WORDS = 1024  # 32-bit words per program of ``join_kernel`` (4 KiB)
+
+
+def join_kernel_covered(shapes: Sequence[Sequence[int]], axis: int, dtype) -> bool:
+    """Whether ``join_kernel`` handles these pieces (rows of whole, aligned word blocks)."""
+    if not join_covered(shapes, axis, dtype):
+        return False
+    item = np.dtype(dtype).itemsize
+    words = [math.prod(s[axis:]) * item // 4 for s in shapes]
+    total = math.prod(shapes[0][:axis]) * sum(words)
+    return math.gcd(*words) >= 32 and total < 2**31 - 2**20
+
+
+def join_kernel(xs: Sequence, axis: int, interpret: bool = False):
+    """JOIN along ``axis`` as a Pallas (Triton) copy kernel on 32-bit words; CUDA only.
+
+    Program ``(o, k)`` copies word block ``k`` of output row ``o``; the blocks (the largest
+    power of two dividing every piece's row, at most ``JOIN_BLOCK_WORDS``) never straddle two
+    pieces, so each program reads one piece (chosen with ``pl.when``) and writes one
+    contiguous block.
+    """
+    pl, pltriton = _pallas()
+    dtype = xs[0].dtype
+    rows = math.prod(xs[0].shape[:axis])
+    flat = [to_words(lax.reshape(x, (rows, math.prod(x.shape[axis:])))) for x in xs]
+    words = [f.shape[1] for f in flat]
+    g = math.gcd(*words)
+    blk = min(JOIN_BLOCK_WORDS, g & -g)
+    starts = np.cumsum([0] + [w // blk for w in words]).tolist()
+    nblk = starts[-1]
+
+    def kernel(*refs):
+        o_ref = refs[-1]
+        pid = pl.program_id(0)
+        o, k = pid // nblk, pid % nblk
+        for i, ref in enumerate(refs[:-1]):
+
+            @pl.when((k >= starts[i]) & (k < starts[i + 1]))
+            def _copy(ref=ref, i=i):
+                v = pltriton.load(ref.at[pl.ds(o * words[i] + (k - starts[i]) * blk, blk)])
+                pltriton.store(o_ref.at[pl.ds(o * nblk * blk + k * blk, blk)], v)
+
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((rows * nblk * blk,), jnp.uint32),
+        grid=(rows * nblk,),
+        interpret=interpret,
+        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1),
+    )(*[lax.reshape(f, (f.size,)) for f in flat])
+    shape = list(xs[0].shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    return lax.reshape(from_words(lax.reshape(out, (rows, nblk * blk)), dtype), tuple(shape))
+
+
+# ---------------------------------------------------------------------------------------------
+# DEPTH_TO_SPACE: output words packed from the block's channels
+
+# Input rows per program of ``d2s_kernel``, per itemsize (at 1 GiB, block 2: float16 rows 2
+# 0.97, 4 0.94; int8 rows 4 0.98, 2 0.88, 8 0.94).
+D2S_ROWS = {1: 4, 2: 2}
+
+
+def d2s_kernel_covered(shape: Sequence[int], dtype, block: int) -> bool:
+    """Whether ``d2s_kernel`` handles an NCHW input of ``shape`` (narrow type) and block."""
+    dt = np.dtype(dtype)
+    if dt not in _NARROW or len(shape) != 4 or block < 2 or 4 % (block * dt.itemsize):
+        return False
+    n, c, h, w = shape
+    k = 4 // (block * dt.itemsize)
+    units = w // k if w % k == 0 else 0
+    rows = min(D2S_ROWS[dt.itemsize], h)
+    return (
+        units >= 16
+        and units & (units - 1) == 0
+        and rows & (rows - 1) == 0
+        and h % rows == 0
+        and n * c * h * w < 2**31 - 2**20
+    )
+
+
+def d2s_kernel(x, block: int, dcr: bool, interpret: bool = False):
+    """DEPTH_TO_SPACE of NCHW ``x`` (narrow type) as a Pallas (Triton) kernel; CUDA only.
+
+    Output row ``(c, h * b + i)`` interleaves, element by element, input rows ``h`` of the
+    ``b`` channels ``(i, j, c)`` (DCR; CRD orders the channel ``(c, i, j)``). With
+    ``b * itemsize`` dividing 4, each output 32-bit word holds ``k = 4 / (b * itemsize)``
+    consecutive elements of every one of the ``b`` channels: the program loads the ``b``
+    channels' rows as units of ``k`` elements (uint8 or uint16), builds each word with shifts
+    and ors (element ``e`` of the word is element ``e // b`` of channel ``e % b``'s unit), and
+    stores whole contiguous output rows. Bitcasts outside the kernel make it exact.
+    """
+    pl, pltriton = _pallas()
+    n, c, h, w = x.shape
+    b, item = block, x.dtype.itemsize
+    k = 4 // (b * item)
+    bits = 8 * item
+    co = c // (b * b)
+    units = w // k
+    rows = min(D2S_ROWS[item], h)
+    nblk = h // rows
+    unit_dt = {1: jnp.uint8, 2: jnp.uint16}[k * item]
+    if k * item == item:
+        xu = lax.bitcast_convert_type(x, unit_dt)
+    else:
+        xu = lax.bitcast_convert_type(lax.reshape(x, (n, c, h, units, k)), unit_dt)
+    xu = lax.reshape(xu, (n * c * h, units))
+    mask = np.uint32((1 << bits) - 1)
+
+    def kernel(x_ref, o_ref):
+        pid = pl.program_id(0)
+        nc, hb = pid // nblk, pid % nblk
+        ni, ci = nc // co, nc % co
+        for i in range(b):
+            chans = []
+            for j in range(b):
+                ch = (i * b + j) * co + ci if dcr else ci * b * b + i * b + j
+                src = x_ref.at[pl.ds((ni * c + ch) * h + hb * rows, rows), :]
+                chans.append(pltriton.load(src).astype(jnp.uint32))
+            acc = None
+            for e in range(b * k):
+                part = chans[e % b]
+                if e // b:
+                    part = lax.shift_right_logical(part, np.uint32(bits * (e // b)))
+                if k > 1:
+                    part = part & mask
+                if e:
+                    part = lax.shift_left(part, np.uint32(bits * e))
+                acc = part if acc is None else acc | part
+            dst = o_ref.at[pl.ds(nc * h + hb * rows, rows), pl.ds(i * units, units)]
+            pltriton.store(dst, acc)
+
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((n * co * h, b * units), jnp.uint32),
+        grid=(n * co * nblk,),
+        interpret=interpret,
+        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1),
+    )(xu)
+    return lax.reshape(from_words(out, x.dtype), (n, co, h * b, w * b))
+
+
+# Per itemsize, the CUDA lowering of JOIN ("lax", "flat" or "kernel") and of DEPTH_TO_SPACE
+# ("lax", "words" or "kernel"), chosen on an H200 (benchmarks/results/variants_narrow.log); read
+# at trace time.
+# At 1 GiB: int8 JOIN kernel 0.98 of the copy (lax, 4-D words and flat words 0.78-0.79);
+# float16 0.98 with every form, so lax stays. DEPTH_TO_SPACE kernel 0.97-0.98 (lax 0.76 / 0.39,
+# words 0.76 / 0.79).
+JOIN_MODE = {1: "kernel", 2: "lax"}
+D2S_MODE = {1: "kernel", 2: "kernel"}
+
+
+def join(xs: Sequence, axis: int, plain: Callable):
+    """JOIN: ``plain(*xs)``, or on CUDA the word form / kernel that ``JOIN_MODE`` names."""
+    dtype = xs[0].dtype
+    mode = JOIN_MODE.get(np.dtype(dtype).itemsize, "lax")
+    shapes = [x.shape for x in xs]
+    if mode == "kernel" and join_kernel_covered(shapes, axis, dtype):
+        return dispatch(xs, plain, lambda *ys: join_kernel(ys, axis))
+    if mode in ("flat", "kernel") and join_covered(shapes, axis, dtype):
+        return dispatch(xs, plain, lambda *ys: join_flat(ys, axis))
+    return plain(*xs)
+
+
+def depth_to_space(x, block: int, dcr: bool, plain: Callable):
+    """DEPTH_TO_SPACE: ``plain(x)``, or on CUDA the word form / kernel ``D2S_MODE`` names."""
+    mode = D2S_MODE.get(np.dtype(x.dtype).itemsize, "lax")
+    if mode == "kernel" and d2s_kernel_covered(x.shape, x.dtype, block):
+        return dispatch([x], plain, lambda y: d2s_kernel(y, block, dcr))
+    if mode in ("words", "kernel") and block > 1 and packable(x.shape, x.dtype):
+        return dispatch([x], plain, lambda y: d2s_words(y, block, dcr))
+    return plain(x)

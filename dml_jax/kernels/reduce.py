@@ -90,14 +90,61 @@ NARROW_LSE_WARPS = 2
 LAX_ARG_MIN_B = 256
 _MAX_COLS = 1024
 
+# 1-byte ARGMIN/ARGMAX and the 1-byte integer MAX/MIN kernel run the "lanes" kernel
+# (``lanes_kernel``): per-element running state, one cross-lane reduction at the end. Per
+# (kind, itemsize, inner layout): (tile elements, inner-layout columns, warps, stages), chosen on
+# an H200 at 1 GiB (benchmarks/results/variants_narrow.log, variants_extra.log): int8 ARGMAX
+# 0.86 / 0.77 of the copy (inner / minor; the per-tile kernel 0.40 / 0.57), int8 MAX 0.99-1.02
+# (lax 0.67-0.79).
+LANES_TILING = {
+    ("arg", 1, True): (4096, 1024, 8, 2),
+    ("arg", 1, False): (4096, 512, 2, 3),
+    ("arg", 2, True): (4096, 512, 4, 3),
+    ("arg", 2, False): (4096, 512, 4, 3),
+    ("ext", 1, True): (2048, 512, 4, 4),
+    ("ext", 1, False): (2048, 512, 4, 4),
+}
+# Which ARGMIN/ARGMAX kernel runs per itemsize: "lanes" or "tile" (``arg_reduce_kernel``).
+# float16 stays on the per-tile kernel (0.82-0.86 vs 0.55-0.61 for lanes).
+ARG_KERNEL = {1: "lanes", 2: "tile", 4: "tile"}
+# How the LOG_SUM_EXP kernel exponentiates: "exp" (libdevice expf), "exp2" (libdevice exp2f of
+# x * log2(e)) or "ex2" (the ex2.approx.f32 instruction; CUDA only, "exp2" when interpreted).
+# At 1 GiB along the minor axis: float16 ex2 0.84-0.87 of the copy, exp2 0.84, exp 0.71; float32
+# ex2 0.94, exp 0.88 (benchmarks/results/variants_narrow.log, variants_extra.log).
+LSE_EXP = {2: "ex2", 4: "ex2"}
+F16_LSE_WARPS = 2  # float16 LOG_SUM_EXP with ex2: 2 warps 0.86 / 0.96, 4 warps 0.84 / 0.94
+# Data types of the integer MAX/MIN kernel (inner layout only: lax reaches the copy elsewhere).
+EXT_DTYPES = frozenset(np.dtype(t) for t in ("int8", "uint8"))
+
 
 def _pow2_at_most(n: int, cap: int) -> int:
     return min(1 << max(0, (n - 1).bit_length()), cap)
 
 
-def _tiling(kind: str, a: int, r: int, b: int, itemsize: int) -> Tiling:
+def _lanes_tiling(kind: str, a: int, r: int, b: int, itemsize: int) -> Tiling:
+    elems, max_cols, warps, stages = LANES_TILING[(kind, min(itemsize, 2), b > 1)]
+    if b > 1:
+        cols = _pow2_at_most(b, max_cols)
+        rows = _pow2_at_most(r, max(1, elems // cols))
+    else:
+        rows = _pow2_at_most(r, min(1024, elems))
+        cols = max(1, elems // rows)
+        while cols > 1 and -(-a // cols) < 4 * MIN_PROGRAMS:
+            cols //= 2
+    return Tiling(rows, cols, warps, stages)
+
+
+def uses_lanes(kind: str, dtype) -> bool:
+    """Whether ``kind`` on ``dtype`` runs ``lanes_kernel`` (else the per-tile kernel)."""
+    item = np.dtype(dtype).itemsize
+    return kind == "ext" or (kind == "arg" and ARG_KERNEL.get(item) == "lanes")
+
+
+def _tiling(kind: str, a: int, r: int, b: int, itemsize: int, dtype=None) -> Tiling:
+    if dtype is not None and uses_lanes(kind, dtype):
+        return _lanes_tiling(kind, a, r, b, itemsize)
     scale = max(1, 4 // itemsize)
-    warps = NUM_WARPS[kind]
+    warps = F16_LSE_WARPS if kind == "lse" and itemsize == 2 else NUM_WARPS[kind]
     if b > 1:
         cols = _pow2_at_most(b, _MAX_COLS)
         if cols == _MAX_COLS and itemsize == 4:
@@ -126,9 +173,11 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype, kind: str) -> Pla
         shape: the input's shape.
         axes: the reduced axes (any order).
         dtype: the input's dtype.
-        kind: ``"arg"`` (ARGMIN/ARGMAX) or ``"lse"`` (LOG_SUM_EXP).
+        kind: ``"arg"`` (ARGMIN/ARGMAX), ``"lse"`` (LOG_SUM_EXP) or ``"ext"`` (integer
+            MAX/MIN).
     """
-    if np.dtype(dtype) not in (ARG_DTYPES if kind == "arg" else LSE_DTYPES):
+    dtypes = {"arg": ARG_DTYPES, "lse": LSE_DTYPES, "ext": EXT_DTYPES}[kind]
+    if np.dtype(dtype) not in dtypes:
         return None
     # Size-1 axes do not move the row-major linear index, so they are dropped before asking
     # whether the reduced axes are adjacent.
@@ -144,12 +193,15 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype, kind: str) -> Pla
     b = math.prod(shape[i] for i in live[pos[-1] + 1 :])
     if a * r * b >= _INDEX_LIMIT:
         return None
+    if kind == "ext" and b == 1:
+        # Along the minor axis XLA's own MAX/MIN of 1-byte integers ran 1.01 of the copy.
+        return None
     if kind == "arg" and np.dtype(dtype).itemsize == 4 and LAX_ARG_MIN_B <= b < _MAX_COLS:
         # 4-byte inner layouts of 256-1023 columns (1 GiB float32 along axis 2 has B = 256):
         # lax's argmax ran 0.93-0.94 of the copy there (NaN-correct order keys), the kernel
         # 0.89-0.90 (benchmarks/results/variants.log). Narrower B was not measured.
         return None
-    p = Plan(a, r, b, _tiling(kind, a, r, b, np.dtype(dtype).itemsize))
+    p = Plan(a, r, b, _tiling(kind, a, r, b, np.dtype(dtype).itemsize, dtype))
     return p if p.programs >= MIN_PROGRAMS else None
 
 
@@ -317,6 +369,89 @@ def _is_nan(v):
     return bits > np.int32(0x7F800000)
 
 
+def _int_keys(v, dtype, largest: bool):
+    """int32 keys of a tile of ``dtype`` whose order is the search order (NaN the extreme).
+
+    Floats: the sign-magnitude bits become two's complement (bits below the sign flipped for
+    negative values), -0.0 maps onto +0.0 and every NaN onto the key beyond +inf (ARGMAX) or
+    below -inf (ARGMIN), as ``order_keys`` in ``dml_jax.ops.reduce`` does. Integers widen to
+    int32 (uint32 with its sign bit flipped, which keeps the unsigned order).
+    """
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        nbits = 8 * dt.itemsize
+        ibits = {16: jnp.int16, 32: jnp.int32}[nbits]
+        k = lax.bitcast_convert_type(v, ibits).astype(jnp.int32)  # sign-extended
+        low = (1 << (nbits - 1)) - 1
+        mag = k & np.int32(low)
+        key = k ^ (lax.shift_right_arithmetic(k, np.int32(31)) & np.int32(low))
+        key = jnp.where(mag == 0, np.int32(0), key)
+        inf_bits = int(np.array(np.inf, dt).view(f"u{dt.itemsize}"))
+        if nbits == 16:
+            nan_key = np.int32(low + 1) if largest else np.int32(-low - 2)
+        else:
+            nan_key = np.int32(np.iinfo(np.int32).max if largest else np.iinfo(np.int32).min)
+        return jnp.where(mag > np.int32(inf_bits), nan_key, key)
+    if dt == np.uint32:
+        return lax.bitcast_convert_type(v ^ np.uint32(0x80000000), jnp.int32)
+    return v.astype(jnp.int32)
+
+
+def lanes_kernel(
+    x, p: Plan, largest: bool, last: bool = False, index: bool = True, interpret: bool = False
+):
+    """ARGMIN/ARGMAX (``index``) or MAX/MIN of integers (values) with per-element state.
+
+    Every element of the tile keeps its own running extreme (an int32 key, see ``_int_keys``)
+    and, for ARGMIN/ARGMAX, the index where it was found; a tile costs one compare and one or two
+    selects per element, with no reduction across threads. One cross-lane reduction at the end
+    gives the extreme and, among the lanes holding it, the first (or last) index. Later tiles
+    replace a lane's state only when strictly better (or better or equal for the last
+    extreme), so each lane holds its first (last) extreme. Returns int32 indices of shape
+    ``(A * B,)``, or the extremes in ``x``'s dtype.
+    """
+    pl, pltriton = _pallas()
+    load, store, ax = _tile_loader(p, pl, pltriton)
+    n_tiles = -(-p.r // p.tiling.rows)
+    none = np.int32(-1) if last else np.int32(np.iinfo(np.int32).max)
+    pick = jnp.max if last else jnp.min
+    extreme = jnp.max if largest else jnp.min
+    dt = np.dtype(x.dtype)
+    fill = _identity(dt, largest) if dt.kind != "f" else (-np.inf if largest else np.inf)
+
+    def better(new, old):
+        if last:
+            return new >= old if largest else new <= old
+        return new > old if largest else new < old
+
+    def kernel(x_ref, o_ref):
+        pid = pl.program_id(0)
+        tile, valid, idx = load(x_ref, pid, 0, jnp.asarray(fill, x_ref.dtype))
+        key = _int_keys(tile, dt, largest)
+        at = jnp.where(valid, idx, none)
+
+        def body(t, carry):
+            best, best_i = carry
+            tile, valid, idx = load(x_ref, pid, t, jnp.asarray(fill, x_ref.dtype))
+            k = _int_keys(tile, dt, largest)
+            upd = better(k, best) & valid
+            if index:
+                return jnp.where(upd, k, best), jnp.where(upd, idx, best_i)
+            return jnp.where(upd, k, best), best_i
+
+        if n_tiles > 1:
+            key, at = lax.fori_loop(1, n_tiles, body, (key, at))
+        m = extreme(key, axis=ax)
+        if not index:
+            store(o_ref, pid, m.astype(o_ref.dtype))
+            return
+        hit = key == jnp.expand_dims(m, ax)
+        store(o_ref, pid, pick(jnp.where(hit, at, none), axis=ax))
+
+    out_dtype = jnp.int32 if index else x.dtype
+    return _call(kernel, p, _as_2d(x, p), out_dtype, interpret)
+
+
 def log_sum_exp_kernel(x, p: Plan, interpret: bool = False):
     """Runs the LOG_SUM_EXP kernel; returns ``(A * B,)`` values in the input's dtype.
 
@@ -330,6 +465,24 @@ def log_sum_exp_kernel(x, p: Plan, interpret: bool = False):
     width = p.tiling.cols
     n_tiles = -(-p.r // p.tiling.rows)
     neg_inf = np.float32(-np.inf)
+    mode = LSE_EXP.get(np.dtype(x.dtype).itemsize, "exp")
+    if mode == "ex2" and interpret:
+        mode = "exp2"  # inline PTX does not run in the interpreter; same formula otherwise
+
+    def exp(v):
+        if mode == "exp":
+            return jnp.exp(v)
+        v = v * np.float32(np.log2(np.e))
+        if mode == "exp2":
+            return jnp.exp2(v)
+        (y,) = pltriton.elementwise_inline_asm(
+            "ex2.approx.f32 $0, $1;",
+            args=[v],
+            constraints="=r,r",
+            pack=1,
+            result_shape_dtypes=[jax.ShapeDtypeStruct(v.shape, jnp.float32)],
+        )
+        return y
 
     def shift_of(m):
         return jnp.where(jnp.abs(m) < np.float32(np.inf), m, np.float32(0))
@@ -345,8 +498,8 @@ def log_sum_exp_kernel(x, p: Plan, interpret: bool = False):
             old_shift, new_shift = shift_of(m), shift_of(new_m)
             # s == 0 skips the rescale: exp(old - new) may overflow when the old maximum was
             # -inf (shift 0) and the new one is very negative; 0 * inf would be NaN.
-            s = jnp.where(s > 0, s * jnp.exp(old_shift - new_shift), s)
-            s = s + jnp.sum(jnp.exp(tile - jnp.expand_dims(new_shift, ax)), axis=ax)
+            s = jnp.where(s > 0, s * exp(old_shift - new_shift), s)
+            s = s + jnp.sum(exp(tile - jnp.expand_dims(new_shift, ax)), axis=ax)
             return new_m, s
 
         if n_tiles == 1 and SINGLE_TILE_LSE:
@@ -354,7 +507,7 @@ def log_sum_exp_kernel(x, p: Plan, interpret: bool = False):
             tile, _, _ = load(x_ref, pid, 0, jnp.asarray(neg_inf, x_ref.dtype))
             tile = tile.astype(jnp.float32)
             m = jnp.max(tile, axis=ax)
-            s = jnp.sum(jnp.exp(tile - jnp.expand_dims(shift_of(m), ax)), axis=ax)
+            s = jnp.sum(exp(tile - jnp.expand_dims(shift_of(m), ax)), axis=ax)
         else:
             init = (jnp.full((width,), neg_inf), jnp.zeros((width,), jnp.float32))
             m, s = lax.fori_loop(0, n_tiles, body, init)
@@ -387,7 +540,10 @@ def _arg_cuda(x, axes, fallback, largest, last, out_dtype):
     p = plan(x.shape, axes, x.dtype, "arg")
     if p is None:
         return fallback(x)
-    k = arg_reduce_kernel(x, p, largest, last)
+    if uses_lanes("arg", x.dtype):
+        k = lanes_kernel(x, p, largest, last)
+    else:
+        k = arg_reduce_kernel(x, p, largest, last)
     shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
     return lax.reshape(k.astype(out_dtype), shape)
 
@@ -441,3 +597,27 @@ def log_sum_exp(x, axes: tuple[int, ...], fallback: Callable):
         return jax.jvp(fallback, primals, tangents)
 
     return lse(x)
+
+
+def _ext_cuda(x, axes, fallback, largest):
+    p = plan(x.shape, axes, x.dtype, "ext")
+    if p is None:
+        return fallback(x)
+    y = lanes_kernel(x, p, largest, index=False)
+    return lax.reshape(y, tuple(1 if i in axes else s for i, s in enumerate(x.shape)))
+
+
+def reduce_extreme(x, axes: tuple[int, ...], largest: bool, fallback: Callable):
+    """MAX/MIN of 1-byte integers: the kernel when lowered for CUDA and covered, else lax.
+
+    Args:
+        x: the input array.
+        axes: reduced axes, sorted.
+        largest: MAX (True) or MIN (False).
+        fallback: the lax lowering, ``fallback(x)`` -> result in keepdims shape, x's dtype.
+    """
+    if not (ENABLED and cuda_present()) or plan(x.shape, axes, x.dtype, "ext") is None:
+        return fallback(x)
+    gpu = _batched(functools.partial(_ext_cuda, largest=largest), fallback, axes)
+    # Integer values: no derivative to keep (REDUCE on integers is not differentiable).
+    return lax.platform_dependent(x, cuda=gpu, default=fallback)

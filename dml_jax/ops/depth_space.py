@@ -127,13 +127,11 @@ def validate_depth_space(d: _DepthSpace, v: Validator) -> None:
 
 def lower_depth_space(d: _DepthSpace, x):
     b = d.block_size
-    if d.to_space and b > 1 and x.dtype.itemsize == 1 and movement.packable(x.shape, x.dtype):
-        # On CUDA, 1-byte types build each output word from input words (exact; XLA's byte
-        # transpose ran 0.39 of the copy on an H200, the word form 0.78).
-        def words(y):
-            return movement.d2s_words(y, b, d.depth_space_order is DCR)
-
-        return (movement.dispatch([x], lambda y: _to_space(d, y), words),)
+    if d.to_space and b > 1:
+        # On CUDA, narrow types build whole output words from the block's channels (exact; see
+        # dml_jax.kernels.movement.depth_to_space); elsewhere, and for other types, _to_space.
+        dcr = d.depth_space_order is DCR
+        return (movement.depth_to_space(x, b, dcr, lambda y: _to_space(d, y)),)
     if d.to_space:
         return (_to_space(d, x),)
     if b > 1:

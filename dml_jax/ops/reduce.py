@@ -253,6 +253,13 @@ def lower_reduce(d: Any, x):
             return lax.reshape(_reduce_value(d.function, y, axes), out.sizes)
 
         return (kernels.log_sum_exp(x, axes, fallback=lax_lse),)
+    if d.function in (F.MAX, F.MIN) and not jnp.issubdtype(x.dtype, jnp.floating):
+        # GPU kernel hook, as above: 1-byte integers over a non-minor axis (plan "ext").
+
+        def lax_ext(y):
+            return lax.reshape(_reduce_value(d.function, y, axes), out.sizes)
+
+        return (kernels.reduce_extreme(x, axes, d.function is F.MAX, fallback=lax_ext),)
     return (lax.reshape(_reduce_value(d.function, x, axes), out.sizes),)
 
 

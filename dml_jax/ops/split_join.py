@@ -119,7 +119,9 @@ def validate_join(d: JoinOperatorDesc, v: Validator) -> None:
 
 
 def lower_join(d: JoinOperatorDesc, *xs):
-    return (lax.concatenate(xs, d.axis),)
+    # On CUDA, narrow types may join as flat rows of 32-bit words (exact; see
+    # dml_jax.kernels.movement.join); elsewhere the concatenation itself.
+    return (movement.join(xs, d.axis, lambda *ys: lax.concatenate(ys, d.axis)),)
 
 
 register(JoinOperatorDesc, infer=infer_join, validate=validate_join, lower=lower_join)
