@@ -130,6 +130,26 @@ def test_bad_calls_raise_before_tracing(traced):
     assert traced == []
 
 
+def test_jax_array_calls_take_the_direct_path_and_are_still_checked(traced):
+    """Concrete JAX arrays skip the eager check; jit checks them when it traces."""
+    op = dml.compile_operator(TILE_OK)
+    x = jnp.arange(105, dtype=jnp.float32).reshape(3, 7, 5)
+    op(x)  # first call: checked eagerly, then traced once
+    for _ in range(3):
+        np.testing.assert_array_equal(op(x + 1), np.tile(np.asarray(x + 1), (1, 2, 1)))
+    assert traced == ["DML_OPERATOR_TILE"]  # the direct path reuses the one trace
+    with pytest.raises(dml.ValidationError, match=r"InputTensor expects an array of shape"):
+        op(jnp.zeros((3, 5, 7), jnp.float32))
+    with pytest.raises(dml.ValidationError, match=r"expects dtype float32 .*got float16"):
+        op(jnp.zeros((3, 7, 5), jnp.float16))
+    with pytest.raises(dml.ValidationError, match=r"expected 1 input arrays .*got 2"):
+        op(x, x)
+    assert traced == ["DML_OPERATOR_TILE"]  # bad calls never reach the lowering
+    # A float64 NumPy array is not silently narrowed to float32 by jit's canonicalization.
+    with pytest.raises(dml.ValidationError, match=r"expects dtype float32 .*got float64"):
+        op(np.zeros((3, 7, 5), np.float64))
+
+
 def test_tensor_arrays_take_one_argument_per_tensor():
     a, b = T("INT16", (2, 3)), T("INT16", (2, 4))
     op = dml.compile_operator(dml.JoinOperatorDesc([a, b], T("INT16", (2, 7)), axis=1))
