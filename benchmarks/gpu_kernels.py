@@ -187,19 +187,6 @@ def _check_narrow(rng) -> int:
                         f"got {got[tuple(bad[0])]} want {want[tuple(bad[0])]}"
                     )
     n += _check_narrow_ops(rng)
-    x = jnp.asarray(_data(rng, (3, 5, 32, 64), "float32"))
-    for dcr in (True, False):
-        for rows in (4, 8, 16):
-            saved = M.S2D_ROWS
-            M.S2D_ROWS = rows
-            try:
-                got = np.asarray(jax.jit(lambda y, dcr=dcr: M.s2d_kernel(y, 2, dcr))(x))
-            finally:
-                M.S2D_ROWS = saved
-            want = np.asarray(DS.lower_depth_space(D(False, DS.DCR if dcr else DS.CRD), x)[0])
-            n += 1
-            if got.tobytes() != want.tobytes():
-                _fail(f"s2d kernel dcr={dcr} rows={rows}")
     return n
 
 

@@ -114,62 +114,6 @@ def d2s_words(x, block: int, dcr: bool):
     return from_words(out, x.dtype)
 
 
-S2D_ROWS = 8  # output rows per program of ``s2d_kernel``
-
-
-def s2d_covered(shape, block: int) -> bool:
-    """Whether ``s2d_kernel`` handles an NCHW input of ``shape`` with this block size."""
-    n, c, h, w = shape
-    ho, wo = h // block, w // block
-    rows = min(S2D_ROWS, ho)
-    return (
-        block > 1
-        and ho % rows == 0
-        and wo >= 16
-        and wo & (wo - 1) == 0
-        and rows & (rows - 1) == 0
-        and n * c * h * w < 2**31 - 2**20
-    )
-
-
-def s2d_kernel(x, block: int, dcr: bool):
-    """SPACE_TO_DEPTH of NCHW ``x`` as a Pallas (Triton) kernel; CUDA only.
-
-    Each program owns ``rows`` output rows of one input channel: for every block offset
-    ``(i, j)`` it loads input rows ``h * b + i`` at columns ``w * b + j`` (a strided load; the
-    ``b`` loads of one row share their cache lines) and stores them as contiguous rows of output
-    channel ``(i, j, c)`` (DCR) or ``(c, i, j)`` (CRD). XLA's transpose for this permutation
-    (the minor axis split by the block) reaches 0.69 of the copy on an H200.
-    """
-    pl, pltriton = _pallas()
-    n, c, h, w = x.shape
-    b = block
-    ho, wo = h // b, w // b
-    rows = min(S2D_ROWS, ho)
-    nblk = ho // rows
-
-    def kernel(x_ref, o_ref):
-        pid = pl.program_id(0)
-        nc, hb = pid // nblk, pid % nblk
-        ni, ci = nc // c, nc % c
-        for i in range(b):
-            for j in range(b):
-                src = x_ref.at[
-                    pl.ds(nc * h + hb * rows * b + i, rows, stride=b), pl.ds(j, wo, stride=b)
-                ]
-                ch = (i * b + j) * c + ci if dcr else ci * b * b + i * b + j
-                dst = o_ref.at[pl.ds((ni * c * b * b + ch) * ho + hb * rows, rows), :]
-                pltriton.store(dst, pltriton.load(src))
-
-    out = pl.pallas_call(
-        kernel,
-        out_shape=jax.ShapeDtypeStruct((n * c * b * b * ho, wo), x.dtype),
-        grid=(n * c * nblk,),
-        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1),
-    )(lax.reshape(x, (n * c * h, w)))
-    return lax.reshape(out, (n, c * b * b, ho, wo))
-
-
 # ---------------------------------------------------------------------------------------------
 # JOIN: flat rows of 32-bit words
 
