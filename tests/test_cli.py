@@ -568,3 +568,15 @@ def test_list_operators(capsys):
     assert re.search(r"^DML_OPERATOR_ELEMENT_WISE_CLIP1 +5_0$", out, re.MULTILINE)
     assert re.search(r"^DML_OPERATOR_ARGMAX +3_0$", out, re.MULTILINE)
     assert re.search(r"^DML_OPERATOR_REDUCE \(Function SUM_SQUARE\) +1_0$", out, re.MULTILINE)
+
+
+def test_closed_output_pipe_ends_quietly(monkeypatch, capsys):
+    # `dml-jax list-operators | head`: the reader goes away; the command stops with exit 0
+    # instead of a BrokenPipeError traceback.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    closed = os.fdopen(write_end, "w", buffering=1)
+    monkeypatch.setattr(sys, "stdout", closed)
+    assert main(["list-operators"]) == 0
+    closed.close()
+    assert "Traceback" not in capsys.readouterr().err
