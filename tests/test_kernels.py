@@ -348,7 +348,11 @@ def test_plan_ext_and_lanes_choice(monkeypatch):
     assert K.plan((4, 6, 8), (1,), np.int8, "ext") is not None
     assert K.plan((4, 6, 8), (2,), np.int8, "ext") is None  # minor axis: lax reaches the copy
     assert K.plan((4, 6, 8), (1,), np.int32, "ext") is None
-    assert K.uses_lanes("arg", np.int8) and not K.uses_lanes("arg", np.float32)
+    assert K.arg_kernel(np.int8, 300) == "packed" and K.arg_kernel(np.float16, 300) == "packed"
+    assert K.arg_kernel(np.float32, 300) == "tile"
+    # the packed index has 16 bits: longer reductions run the other kernels
+    assert K.arg_kernel(np.int8, 2**16 + 1) == "lanes"
+    assert K.arg_kernel(np.float16, 2**16 + 1) == "tile"
 
 
 def test_lse_kernel_interpret_exp2_form(monkeypatch):
@@ -428,3 +432,137 @@ def test_round3_dispatch_with_cuda_present_lowers_plain_on_cpu(monkeypatch):
         jax.clear_caches()
         for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
             assert np.asarray(g).tobytes() == np.asarray(w).tobytes()
+
+
+# Round 4: the packed ARGMIN/ARGMAX kernel (1- and 2-byte types), unmasked loads.
+PACKED_LAYOUTS = LAYOUTS + [
+    ((4, 8, 6), (1,), K.Tiling(rows=4, cols=2)),  # inner, tiles divide exactly: unmasked
+    ((8, 12), (1,), K.Tiling(rows=4, cols=4)),  # minor, exact
+    ((2, 16, 3), (1,), K.Tiling(rows=16, cols=4)),  # one tile along R, overhanging columns
+]
+
+
+@pytest.mark.parametrize("shape, axes, tiling", PACKED_LAYOUTS)
+@pytest.mark.parametrize("dtype", ["float16", "int8", "uint8", "int16", "uint16"])
+@pytest.mark.parametrize("lanes", [True, False])
+def test_packed_kernel_interpret_matches_lax(shape, axes, tiling, dtype, lanes):
+    x = jnp.asarray(_data(shape, dtype))
+    p = _plan(shape, axes, tiling)
+    for largest in (True, False):
+        for last in (True, False):
+            want = np.asarray(arg_reduce(x, axes, largest, last, jnp.int32)).reshape(-1)
+            got = np.asarray(K.packed_kernel(x, p, largest, last, lanes, interpret=True))
+            np.testing.assert_array_equal(got, want, err_msg=f"largest={largest} last={last}")
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16"])
+def test_packed_kernel_interpret_type_extremes(dtype):
+    info = np.iinfo(dtype)
+    p = K.Plan(3, 8, 1, K.Tiling(rows=4, cols=2))
+    for fill in (info.min, info.max):
+        y = jnp.asarray(np.full((3, 8), fill, dtype))
+        for largest in (True, False):
+            assert (
+                np.asarray(K.packed_kernel(y, p, largest, False, interpret=True)).tolist()
+                == [0] * 3
+            )
+            assert (
+                np.asarray(K.packed_kernel(y, p, largest, True, interpret=True)).tolist() == [7] * 3
+            )
+    z = np.full((3, 8), info.min, dtype)
+    z[:, 5] = info.max
+    z[1, 2] = info.max
+    z[2, 6] = info.min + 1
+    for largest, last, want in (
+        (True, False, [5, 2, 5]),
+        (True, True, [5, 5, 5]),
+        (False, False, [0, 0, 0]),
+        (False, True, [7, 7, 7]),
+    ):
+        got = np.asarray(K.packed_kernel(jnp.asarray(z), p, largest, last, interpret=True))
+        assert got.tolist() == want, (largest, last)
+
+
+@pytest.mark.parametrize("kernel", ["packed", "half", "xor", "xornan"])
+def test_arg_kernels_interpret_float16_specials(kernel, monkeypatch):
+    if kernel in ("xor", "xornan"):  # the packed kernel with that key form on every layout
+        monkeypatch.setattr(K, "PACKED_F16_KEY", dict.fromkeys(K.PACKED_F16_KEY, kernel))
+    # signed zeros tie; every NaN (both signs, any payload) is the extreme; infinities order
+    row = np.array([-0.0, 0.0, np.inf, -np.inf, 1.0, -1.0, 0.0, -0.0], np.float16)
+    nan_neg = np.frombuffer(np.array([0xFE01], np.uint16).tobytes(), np.float16)[0]
+    nan_big = np.frombuffer(np.array([0x7FFF], np.uint16).tobytes(), np.float16)[0]
+    rows = [row.copy() for _ in range(4)]
+    rows[1][3], rows[1][6] = nan_neg, nan_big  # a negative NaN first, then another payload
+    rows[2][:] = -0.0
+    rows[2][4] = 0.0
+    rows[3][:] = -np.inf
+    rows.append(np.array([1.0, 2.0, 0.0, 0.0, np.nan, np.nan, np.nan, np.nan], np.float16))
+    x = jnp.asarray(np.stack(rows))  # the last row: a whole tile of NaN after numbers
+    run = K.half_kernel if kernel == "half" else K.packed_kernel
+    for tiling in (K.Tiling(rows=4, cols=2), K.Tiling(rows=2, cols=8), K.Tiling(rows=8, cols=4)):
+        p = K.Plan(5, 8, 1, tiling)
+        for largest in (True, False):
+            for last in (True, False):
+                want = np.asarray(arg_reduce(x, (1,), largest, last, jnp.int32)).reshape(-1)
+                got = np.asarray(run(x, p, largest, last, interpret=True))
+                np.testing.assert_array_equal(got, want, err_msg=f"{largest=} {last=} {tiling}")
+        assert np.asarray(run(x, p, True, False, interpret=True)).tolist() == [2, 3, 0, 0, 4]
+        assert np.asarray(run(x, p, False, True, interpret=True)).tolist() == [3, 6, 7, 7, 7]
+
+
+def test_packed_kernel_rejects_long_reductions():
+    p = K.Plan(1, 2**16 + 1, 1, K.Tiling(rows=1024, cols=1))
+    with pytest.raises(ValueError, match="R <= 65536"):
+        K.packed_kernel(jnp.zeros((1, 2**16 + 1), jnp.int8), p, True, False, interpret=True)
+
+
+def test_unmasked_loads_need_exact_tiles():
+    assert K.exact(K.Plan(4, 8, 6, K.Tiling(rows=4, cols=2)))
+    assert not K.exact(K.Plan(4, 8, 6, K.Tiling(rows=4, cols=4)))
+    assert not K.exact(K.Plan(6, 9, 1, K.Tiling(rows=4, cols=2)))
+    with pytest.raises(ValueError, match="divide"):
+        K._tile_loader(K.Plan(6, 9, 1, K.Tiling(rows=4, cols=2)), None, None, unmasked=True)
+
+
+def test_lse_kernel_interpret_exact_tiles_and_ftz_form(monkeypatch):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((8, 16)) * 3).astype(np.float32)
+    x[0, 3] = 1000.0
+    x[1, :] = -np.inf
+    want = np.asarray(_reduce_value(F.LOG_SUM_EXP, jnp.asarray(x), (1,))).reshape(-1)
+    monkeypatch.setitem(K.LSE_EXP, 4, "ex2ftz")  # runs as exp2 in the interpreter
+    for tiling in (K.Tiling(rows=4, cols=2), K.Tiling(rows=16, cols=4)):
+        p = K.Plan(8, 16, 1, tiling)
+        assert K.exact(p)
+        got = np.asarray(K.log_sum_exp_kernel(jnp.asarray(x), p, interpret=True))
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape, axes, tiling", PACKED_LAYOUTS)
+def test_half_kernel_interpret_matches_lax(shape, axes, tiling):
+    x = jnp.asarray(_data(shape, "float16"))
+    p = _plan(shape, axes, tiling)
+    for largest in (True, False):
+        for last in (True, False):
+            want = np.asarray(arg_reduce(x, axes, largest, last, jnp.int32)).reshape(-1)
+            got = np.asarray(K.half_kernel(x, p, largest, last, interpret=True))
+            np.testing.assert_array_equal(got, want, err_msg=f"largest={largest} last={last}")
+
+
+@pytest.mark.parametrize("form", ["where", "xor", "xornan"])
+def test_packed_float16_keys_exhaustive(form):
+    # every float16 bit pattern: keys order as the values, ties exactly where IEEE says equal
+    # (+0 == -0), every NaN the single best key, and all within 16 signed bits
+    v = np.arange(65536, dtype=np.uint16).view(np.float16)
+    nan = np.isnan(v)
+    order = np.argsort(v[~nan].astype(np.float64), kind="stable")
+    for largest in (True, False):
+        key = np.asarray(K._packed_keys(jnp.asarray(v), np.float16, largest, form))
+        key = key.astype(np.int64)
+        assert key.min() >= -(2**15) and key.max() < 2**15
+        best = key[nan]
+        assert (best == best[0]).all() and best[0] > key[~nan].max()
+        num = v[~nan].astype(np.float64)[order]
+        k = key[~nan][order] if largest else -key[~nan][order]
+        assert (np.diff(k) >= 0).all()
+        assert np.array_equal(np.diff(k) == 0, np.diff(num) == 0)

@@ -48,6 +48,10 @@ _INDEX_LIMIT = 2**31 - 2**16  # int32 element offsets inside the kernel, with ro
 
 # Read at trace time; benchmarks turn it off to time the lax lowering the kernels replace.
 ENABLED = True
+# Kernels that support it load tiles without masks when the tiles divide the tensor exactly.
+UNMASKED = True
+# The packed ARGMIN/ARGMAX kernel keeps the index in 16 bits.
+PACKED_MAX_R = 1 << 16
 # LOG_SUM_EXP whose reduced extent fits one tile skips the online rescaling (read at trace time).
 SINGLE_TILE_LSE = True
 
@@ -104,15 +108,41 @@ LANES_TILING = {
     ("ext", 1, True): (2048, 512, 4, 4),
     ("ext", 1, False): (2048, 512, 4, 4),
 }
-# Which ARGMIN/ARGMAX kernel runs per itemsize: "lanes" or "tile" (``arg_reduce_kernel``).
-# float16 stays on the per-tile kernel (0.82-0.86 vs 0.55-0.61 for lanes).
-ARG_KERNEL = {1: "lanes", 2: "tile", 4: "tile"}
+# Which ARGMIN/ARGMAX kernel runs per itemsize: "packed" (``packed_kernel``), "lanes" or
+# "tile" (``arg_reduce_kernel``). Reductions longer than PACKED_MAX_R cannot run "packed" and
+# use ARG_KERNEL_LONG (float16: the per-tile kernel, 0.82-0.86 vs 0.55-0.61 for lanes).
+ARG_KERNEL = {1: "packed", 2: "packed", 4: "tile"}
+ARG_KERNEL_LONG = {1: "lanes", 2: "tile", 4: "tile"}
+# Packed kernel, per (itemsize, inner layout): (tile elements, inner-layout columns, warps,
+# stages), and whether every element keeps its own running maximum (PACKED_LANES).
+# Layouts: "minor" (B == 1), "narrow" (1 < B < 1024) and "inner" (B >= 1024).
+PACKED_TILING = {
+    (1, "inner"): (2048, 512, 4, 4),
+    (1, "narrow"): (2048, 512, 4, 4),
+    (1, "minor"): (4096, 512, 4, 3),
+    (2, "inner"): (2048, 512, 2, 4),
+    (2, "narrow"): (4096, 512, 8, 4),
+    (2, "minor"): (8192, 512, 2, 3),
+}
+PACKED_LANES = {1: True, 2: True}
+# How the packed kernel forms float16 keys, per layout: "where" (selects), "xor" (sign-mask
+# arithmetic, NaN from the key's magnitude) or "xornan" (as "xor", NaN from a float compare).
+PACKED_F16_KEY = {"inner": "xornan", "narrow": "xornan", "minor": "xornan"}
+# float16 may instead run ``half_kernel`` ("half"), tiled per (itemsize, inner) by HALF_TILING.
+F16_ARG_KERNEL = "packed"
+HALF_TILING = {
+    (2, "inner"): (4096, 64, 4, 3),
+    (2, "narrow"): (4096, 64, 4, 3),
+    (2, "minor"): (4096, 512, 4, 3),
+}
 # How the LOG_SUM_EXP kernel exponentiates: "exp" (libdevice expf), "exp2" (libdevice exp2f of
 # x * log2(e)) or "ex2" (the ex2.approx.f32 instruction; CUDA only, "exp2" when interpreted).
 # At 1 GiB along the minor axis: float16 ex2 0.84-0.87 of the copy, exp2 0.84, exp 0.71; float32
 # ex2 0.94, exp 0.88 (benchmarks/results/variants_narrow.log, variants_extra.log).
-LSE_EXP = {2: "ex2", 4: "ex2"}
-F16_LSE_WARPS = 2  # float16 LOG_SUM_EXP with ex2: 2 warps 0.86 / 0.96, 4 warps 0.84 / 0.94
+LSE_EXP = {2: "ex2ftz", 4: "ex2ftz"}
+# float16 LOG_SUM_EXP warps per layout (inner, minor): with ex2ftz 2 warps ran 0.98 / 0.90 of
+# the copy, 4 warps 0.91 / 0.96 (benchmarks/results/variants_packed.log).
+F16_LSE_WARPS = {True: 2, False: 4}
 # Data types of the integer MAX/MIN kernel (inner layout only: lax reaches the copy elsewhere).
 EXT_DTYPES = frozenset(np.dtype(t) for t in ("int8", "uint8"))
 
@@ -121,8 +151,16 @@ def _pow2_at_most(n: int, cap: int) -> int:
     return min(1 << max(0, (n - 1).bit_length()), cap)
 
 
-def _lanes_tiling(kind: str, a: int, r: int, b: int, itemsize: int) -> Tiling:
-    elems, max_cols, warps, stages = LANES_TILING[(kind, min(itemsize, 2), b > 1)]
+def layout(b: int) -> str:
+    """The layout class of a plan with ``B = b``: "minor", "narrow" or "inner"."""
+    return "minor" if b == 1 else ("narrow" if b < _MAX_COLS else "inner")
+
+
+def _lanes_tiling(kind: str, a: int, r: int, b: int, itemsize: int, table=None) -> Tiling:
+    if table is None:
+        elems, max_cols, warps, stages = LANES_TILING[(kind, min(itemsize, 2), b > 1)]
+    else:
+        elems, max_cols, warps, stages = table[(itemsize, layout(b))]
     if b > 1:
         cols = _pow2_at_most(b, max_cols)
         rows = _pow2_at_most(r, max(1, elems // cols))
@@ -134,17 +172,30 @@ def _lanes_tiling(kind: str, a: int, r: int, b: int, itemsize: int) -> Tiling:
     return Tiling(rows, cols, warps, stages)
 
 
-def uses_lanes(kind: str, dtype) -> bool:
-    """Whether ``kind`` on ``dtype`` runs ``lanes_kernel`` (else the per-tile kernel)."""
+def arg_kernel(dtype, r: int) -> str:
+    """Which ARGMIN/ARGMAX kernel reduces ``r`` elements of ``dtype``: "packed", "lanes" or
+    "tile"."""
     item = np.dtype(dtype).itemsize
-    return kind == "ext" or (kind == "arg" and ARG_KERNEL.get(item) == "lanes")
+    name = ARG_KERNEL.get(item, "tile")
+    if np.dtype(dtype) == np.float16 and name == "packed" and F16_ARG_KERNEL == "half":
+        return "half"
+    if name == "packed" and (item > 2 or r > PACKED_MAX_R):
+        name = ARG_KERNEL_LONG.get(item, "tile")
+    return name
 
 
 def _tiling(kind: str, a: int, r: int, b: int, itemsize: int, dtype=None) -> Tiling:
-    if dtype is not None and uses_lanes(kind, dtype):
+    name = "lanes" if kind == "ext" else None
+    if kind == "arg" and dtype is not None:
+        name = arg_kernel(dtype, r)
+    if name == "lanes":
         return _lanes_tiling(kind, a, r, b, itemsize)
+    if name in ("packed", "half"):
+        return _lanes_tiling(
+            kind, a, r, b, itemsize, PACKED_TILING if name == "packed" else HALF_TILING
+        )
     scale = max(1, 4 // itemsize)
-    warps = F16_LSE_WARPS if kind == "lse" and itemsize == 2 else NUM_WARPS[kind]
+    warps = F16_LSE_WARPS[b > 1] if kind == "lse" and itemsize == 2 else NUM_WARPS[kind]
     if b > 1:
         cols = _pow2_at_most(b, _MAX_COLS)
         if cols == _MAX_COLS and itemsize == 4:
@@ -243,44 +294,67 @@ def _compute_dtype(dtype):
     return jnp.float32 if dtype == jnp.float16 else dtype
 
 
-def _tile_loader(p: Plan, pl, pltriton):
+def exact(p: Plan) -> bool:
+    """Whether the tiles of ``p`` cover the tensor exactly (no tile hangs over an edge)."""
+    br, c = p.tiling.rows, p.tiling.cols
+    return p.r % br == 0 and (p.b % c == 0 if p.b > 1 else p.a % c == 0)
+
+
+def _tile_loader(p: Plan, pl, pltriton, unmasked: bool = False):
     """Returns ``(load, store, axis)`` for either layout.
 
     ``load(x_ref, pid, t, other) -> (tile, valid, index)``: tile ``t`` of program ``pid``,
     ``valid`` marking elements inside the tensor and ``index`` each element's reduced-axis index.
     ``axis`` is the tile axis that is reduced (0 for the inner layout, 1 for the minor one).
+    With ``unmasked`` (only when ``exact(p)``) loads carry no mask and ``valid`` is None.
     """
     br, c = p.tiling.rows, p.tiling.cols
+    if unmasked and not exact(p):
+        raise ValueError(f"unmasked loads need tiles that divide the tensor: {p}")
     if p.b > 1:
         nb = -(-p.b // c)
 
         def load(x_ref, pid, t, other):
             a, j = pid // nb, pid % nb
             rows = t * br + jnp.arange(br, dtype=jnp.int32)
+            ref = x_ref.at[pl.ds(a * p.r + t * br, br), pl.ds(j * c, c)]
+            index = jnp.broadcast_to(rows[:, None], (br, c))
+            if unmasked:
+                return pltriton.load(ref), None, index
             cols = j * c + jnp.arange(c, dtype=jnp.int32)
             valid = (rows < p.r)[:, None] & (cols < p.b)[None, :]
-            ref = x_ref.at[pl.ds(a * p.r + t * br, br), pl.ds(j * c, c)]
             tile = pltriton.load(ref, mask=valid, other=other)
-            return tile, valid, jnp.broadcast_to(rows[:, None], (br, c))
+            return tile, valid, index
 
         def store(o_ref, pid, value):
             a, j = pid // nb, pid % nb
+            ref = o_ref.at[pl.ds(a * p.b + j * c, c)]
+            if unmasked:
+                pltriton.store(ref, value)
+                return
             cols = j * c + jnp.arange(c, dtype=jnp.int32)
-            pltriton.store(o_ref.at[pl.ds(a * p.b + j * c, c)], value, mask=cols < p.b)
+            pltriton.store(ref, value, mask=cols < p.b)
 
     else:
 
         def load(x_ref, pid, t, other):
-            rows = pid * c + jnp.arange(c, dtype=jnp.int32)
             red = t * br + jnp.arange(br, dtype=jnp.int32)
-            valid = (rows < p.a)[:, None] & (red < p.r)[None, :]
             ref = x_ref.at[pl.ds(pid * c, c), pl.ds(t * br, br)]
+            index = jnp.broadcast_to(red[None, :], (c, br))
+            if unmasked:
+                return pltriton.load(ref), None, index
+            rows = pid * c + jnp.arange(c, dtype=jnp.int32)
+            valid = (rows < p.a)[:, None] & (red < p.r)[None, :]
             tile = pltriton.load(ref, mask=valid, other=other)
-            return tile, valid, jnp.broadcast_to(red[None, :], (c, br))
+            return tile, valid, index
 
         def store(o_ref, pid, value):
+            ref = o_ref.at[pl.ds(pid * c, c)]
+            if unmasked:
+                pltriton.store(ref, value)
+                return
             rows = pid * c + jnp.arange(c, dtype=jnp.int32)
-            pltriton.store(o_ref.at[pl.ds(pid * c, c)], value, mask=rows < p.a)
+            pltriton.store(ref, value, mask=rows < p.a)
 
     return load, store, (0 if p.b > 1 else 1)
 
@@ -452,6 +526,145 @@ def lanes_kernel(
     return _call(kernel, p, _as_2d(x, p), out_dtype, interpret)
 
 
+def _packed_keys(v, dtype, largest: bool, form: str = "where"):
+    """int32 keys in ``[-2**15, 2**15)`` of a tile of a 1- or 2-byte ``dtype``: a larger key is
+    a better candidate (ARGMAX or ARGMIN alike), NaN the best of all.
+
+    float16: the magnitude with the value's sign (so -0.0 and +0.0 tie, as IEEE says), negated
+    for ARGMIN; every NaN becomes ``0x7C01``, one beyond the key of an infinity. Integers: the
+    value (ARGMAX) or its complement (ARGMIN), unsigned ones shifted into the signed range.
+    """
+    dt = np.dtype(dtype)
+    if dt.kind == "f" and form in ("xor", "xornan"):
+        k = lax.bitcast_convert_type(v, jnp.int16).astype(jnp.int32)
+        sign = lax.shift_right_arithmetic(k, np.int32(31))  # 0 or -1
+        t = (k ^ (sign & np.int32(0x7FFF))) - sign  # magnitude with the value's sign
+        t = t if largest else -t
+        inf = np.int32(0x7C00)
+        # "xornan" asks the float unit (isnan: v != v); "xor" the key's magnitude, |t| > inf
+        nan = jnp.isnan(v) if form == "xornan" else (jnp.abs(t) > inf)
+        return jnp.where(nan, inf + 1, t)
+    if dt.kind == "f":
+        k = lax.bitcast_convert_type(v, jnp.int16).astype(jnp.int32)  # sign-extended bits
+        neg = k < 0
+        if largest:  # negative values: -(magnitude) = -32768 - k
+            t = jnp.where(neg, np.int32(-32768) - k, k)
+        else:
+            t = jnp.where(neg, k + np.int32(32768), -k)
+        inf = np.int32(0x7C00)
+        # |t| > inf is a NaN: positive ones are clamped, negative ones flipped to the top.
+        return jnp.where(t < -inf, inf + 1, jnp.minimum(t, inf + 1))
+    k = v.astype(jnp.int32)
+    if dt.kind == "u":
+        half = np.int32(1 << (8 * dt.itemsize - 1))
+        return k - half if largest else (half - 1) - k
+    return k if largest else ~k
+
+
+def packed_kernel(
+    x, p: Plan, largest: bool, last: bool, lanes: bool = True, interpret: bool = False
+):
+    """ARGMIN/ARGMAX of 1- and 2-byte types with ``R <= 65536``: one int32 maximum per element.
+
+    Each element becomes ``key << 16 | low`` (``_packed_keys``), where ``low`` is ``0xFFFF -
+    index`` for the first extreme (INCREASING) or ``index`` for the last (DECREASING); the
+    largest packed value then holds the extreme and the wanted index, so a tile costs a few
+    integer operations and one maximum per element, and the result is ``low`` read back. With
+    ``lanes`` every element of the tile keeps its running maximum and lanes are combined once
+    at the end; without, each tile is reduced before it joins the running maximum. Returns
+    int32 indices of shape ``(A * B,)``.
+    """
+    if p.r > PACKED_MAX_R:
+        raise ValueError(f"packed_kernel needs R <= {PACKED_MAX_R}, got {p.r}")
+    pl, pltriton = _pallas()
+    unmasked = UNMASKED and exact(p)
+    load, store, ax = _tile_loader(p, pl, pltriton, unmasked=unmasked)
+    n_tiles = -(-p.r // p.tiling.rows)
+    dt = np.dtype(x.dtype)
+    lowest = np.int32(np.iinfo(np.int32).min)
+    mask16 = np.int32(0xFFFF)
+    form = PACKED_F16_KEY[layout(p.b)]
+
+    def packed(tile, valid, idx):
+        low = idx if last else mask16 - idx
+        v = lax.shift_left(_packed_keys(tile, dt, largest, form), np.int32(16)) | low
+        return v if valid is None else jnp.where(valid, v, lowest)
+
+    def kernel(x_ref, o_ref):
+        pid = pl.program_id(0)
+        fill = jnp.asarray(0, x_ref.dtype)
+        state = packed(*load(x_ref, pid, 0, fill))
+        if not lanes:
+            state = jnp.max(state, axis=ax)
+
+        def body(t, state):
+            v = packed(*load(x_ref, pid, t, fill))
+            return jnp.maximum(state, v if lanes else jnp.max(v, axis=ax))
+
+        if n_tiles > 1:
+            state = lax.fori_loop(1, n_tiles, body, state)
+        low = (jnp.max(state, axis=ax) if lanes else state) & mask16
+        store(o_ref, pid, low if last else mask16 - low)
+
+    return _call(kernel, p, _as_2d(x, p), jnp.int32, interpret)
+
+
+def half_kernel(x, p: Plan, largest: bool, last: bool, interpret: bool = False):
+    """ARGMIN/ARGMAX of float16 compared in float16, one reduction pair per tile.
+
+    Per tile: the extreme of the numbers (Triton's float max ignores NaN), then one index
+    reduction over the elements that equal it or are NaN, where a NaN ranks before any number
+    (index ``i`` for a NaN, ``R + i`` for a number with the first extreme; the reverse with the
+    last). A tile holding a NaN reports its first (last) NaN, which decides the result; tiles
+    without join the running extreme per output element. Returns int32 indices of shape
+    ``(A * B,)``.
+    """
+    pl, pltriton = _pallas()
+    unmasked = UNMASKED and exact(p)
+    load, store, ax = _tile_loader(p, pl, pltriton, unmasked=unmasked)
+    n_tiles = -(-p.r // p.tiling.rows)
+    big = np.int32(p.r)
+    none = np.int32(-1) if last else np.int32(np.iinfo(np.int32).max)
+    pick = jnp.max if last else jnp.min
+    extreme = jnp.max if largest else jnp.min
+    fill = -np.inf if largest else np.inf
+
+    def tile_result(x_ref, pid, t):
+        tile, valid, idx = load(x_ref, pid, t, jnp.asarray(fill, x_ref.dtype))
+        nan = jnp.isnan(tile)
+        m = extreme(tile, axis=ax)
+        hit = (tile == jnp.expand_dims(m, ax)) | nan
+        if valid is not None:
+            hit = hit & valid
+        rank = jnp.where(nan, idx + big, idx) if last else jnp.where(nan, idx, idx + big)
+        r = pick(jnp.where(hit, rank, none), axis=ax)
+        # r's half: a NaN (below big for the first extreme, at or above it for the last)
+        has_nan = (r >= big) if last else (r < big)
+        return m.astype(jnp.float32), jnp.where(r >= big, r - big, r), has_nan
+
+    def kernel(x_ref, o_ref):
+        pid = pl.program_id(0)
+        m, i, has_nan = tile_result(x_ref, pid, 0)
+        nan_i = jnp.where(has_nan, i, none)
+
+        def body(t, carry):
+            m, i, nan_i = carry
+            m_t, i_t, nan_t = tile_result(x_ref, pid, t)
+            nan_i = jnp.where(nan_t, i_t if last else jnp.minimum(nan_i, i_t), nan_i)
+            if last:
+                upd = (m_t >= m) if largest else (m_t <= m)
+            else:
+                upd = (m_t > m) if largest else (m_t < m)
+            upd = upd & ~nan_t
+            return jnp.where(upd, m_t, m), jnp.where(upd, i_t, i), nan_i
+
+        if n_tiles > 1:
+            m, i, nan_i = lax.fori_loop(1, n_tiles, body, (m, i, nan_i))
+        store(o_ref, pid, jnp.where(nan_i != none, nan_i, i))
+
+    return _call(kernel, p, _as_2d(x, p), jnp.int32, interpret)
+
+
 def log_sum_exp_kernel(x, p: Plan, interpret: bool = False):
     """Runs the LOG_SUM_EXP kernel; returns ``(A * B,)`` values in the input's dtype.
 
@@ -461,12 +674,12 @@ def log_sum_exp_kernel(x, p: Plan, interpret: bool = False):
     ``exp(old_shift - new_shift) <= 1``, so nothing overflows.
     """
     pl, pltriton = _pallas()
-    load, store, ax = _tile_loader(p, pl, pltriton)
+    load, store, ax = _tile_loader(p, pl, pltriton, unmasked=UNMASKED and exact(p))
     width = p.tiling.cols
     n_tiles = -(-p.r // p.tiling.rows)
     neg_inf = np.float32(-np.inf)
     mode = LSE_EXP.get(np.dtype(x.dtype).itemsize, "exp")
-    if mode == "ex2" and interpret:
+    if mode in ("ex2", "ex2ftz") and interpret:
         mode = "exp2"  # inline PTX does not run in the interpreter; same formula otherwise
 
     def exp(v):
@@ -476,7 +689,7 @@ def log_sum_exp_kernel(x, p: Plan, interpret: bool = False):
         if mode == "exp2":
             return jnp.exp2(v)
         (y,) = pltriton.elementwise_inline_asm(
-            "ex2.approx.f32 $0, $1;",
+            "ex2.approx.ftz.f32 $0, $1;" if mode == "ex2ftz" else "ex2.approx.f32 $0, $1;",
             args=[v],
             constraints="=r,r",
             pack=1,
@@ -540,7 +753,13 @@ def _arg_cuda(x, axes, fallback, largest, last, out_dtype):
     p = plan(x.shape, axes, x.dtype, "arg")
     if p is None:
         return fallback(x)
-    if uses_lanes("arg", x.dtype):
+    name = arg_kernel(x.dtype, p.r)
+    if name == "packed":
+        lanes = PACKED_LANES.get(x.dtype.itemsize, True)
+        k = packed_kernel(x, p, largest, last, lanes=lanes)
+    elif name == "half":
+        k = half_kernel(x, p, largest, last)
+    elif name == "lanes":
         k = lanes_kernel(x, p, largest, last)
     else:
         k = arg_reduce_kernel(x, p, largest, last)
