@@ -474,7 +474,7 @@ def extra(timer):
                 def lk(y, e=elems, w=warps, st=stages):
                     over = {
                         "K__TILE_ELEMENTS__'lse'": e,
-                        "K__F16_LSE_WARPS": {True: w, False: w},
+                        "K__F16_LSE_WARPS": dict.fromkeys(("inner", "narrow", "minor"), w),
                         "K__NUM_STAGES__'lse'": st,
                     }
                     with setting(**over):

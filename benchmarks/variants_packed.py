@@ -296,6 +296,103 @@ def arg16_final(timer):
         V.measure(timer, f"ARGMAX axis {ax}", "float16", nbytes, variants, [x], roof)
 
 
+def final_narrow(timer):
+    """Round 4d: the chosen configuration, ARGMAX and ARGMIN of float16 and int8 and float16
+    LOG_SUM_EXP on every axis; float16 LOG_SUM_EXP along the minor axis with other warps."""
+    for dtype in ("float16", "int8"):
+        item = np.dtype(dtype).itemsize
+        shape = (16 * (4 // item), 256, 256, 256) if not V.SMALL else (4 // item, 16, 8, 256)
+        key = jax.random.PRNGKey(0)
+        if dtype == "float16":
+            x = jax.random.normal(key, shape, jnp.float32).astype(dtype)
+        else:
+            x = jax.random.randint(key, shape, -100, 100, jnp.int32).astype(dtype)
+        roof = V.roofline(timer, x, dtype)
+        for ax in (3, 1, 0, 2):
+            axes = (ax,)
+            nbytes = x.size * item + math.prod(V._keep(shape, axes)) * 4
+            variants = {
+                "ARGMAX": lambda y, axes=axes: _arg(y, axes, True).reshape(-1),
+                "ARGMIN": lambda y, axes=axes: _arg(y, axes, False).reshape(-1),
+            }
+            for name, fn in variants.items():
+                V.measure(timer, f"{name} axis {ax}", dtype, nbytes, {"chosen": fn}, [x], roof)
+        if dtype != "float16":
+            continue
+        for ax in (3, 1, 0, 2):
+            axes = (ax,)
+            nbytes = x.size * item + math.prod(V._keep(shape, axes)) * item
+
+            def lse(y, axes=axes):
+                return _lse(y, axes).reshape(-1)
+
+            variants = {"chosen": lse}
+            if ax == 3:
+                for w in (2, 8):
+                    variants[f"w{w}"] = V._with(
+                        lse, K__F16_LSE_WARPS={**K.F16_LSE_WARPS, "minor": w}
+                    )
+                variants["e4096"] = V._with(
+                    lse, K__F16_LSE_ELEMENTS={**K.F16_LSE_ELEMENTS, "minor": 4096}
+                )
+                variants["chosen again"] = lse
+            V.measure(timer, f"LOG_SUM_EXP axis {ax}", dtype, nbytes, variants, [x], roof, 1e-3)
+
+
+I8_NARROW = {
+    "t4096/512/4/3": (4096, 512, 4, 3),
+    "t2048/256/4/3": (2048, 256, 4, 3),
+    "t4096/256/8/4": (4096, 256, 8, 4),
+    "t2048/512/2/4": (2048, 512, 2, 4),
+    "t1024/256/2/4": (1024, 256, 2, 4),
+    "t8192/512/8/3": (8192, 512, 8, 3),
+}
+
+
+def narrow_more(timer):
+    """Round 4e: the narrow inner layout (axis 2, B = 256): int8 ARGMIN/ARGMAX tilings and
+    float16 LOG_SUM_EXP warps and tile sizes; float16 LOG_SUM_EXP along the minor axis again."""
+    shape = (64, 256, 256, 256) if not V.SMALL else (4, 16, 8, 256)
+    x = jax.random.randint(jax.random.PRNGKey(0), shape, -100, 100, jnp.int32).astype("int8")
+    roof = V.roofline(timer, x, "int8")
+    nbytes = x.size + math.prod(V._keep(shape, (2,))) * 4
+    for largest in (False, True):
+        name = "ARGMAX" if largest else "ARGMIN"
+
+        def arg(y, largest=largest):
+            return _arg(y, (2,), largest).reshape(-1)
+
+        variants = {"chosen": arg}
+        for form in ("key", "word"):
+            for tname, tl in list(I8_NARROW.items())[:3]:
+                variants[f"{form} {tname}"] = V._with(
+                    arg, **{"K__PACKED_TILING__(1, 'narrow')": tl}, K__INT_ARGMIN=form
+                )
+        variants["chosen again"] = arg
+        V.measure(timer, f"{name} axis 2", "int8", nbytes, variants, [x], roof)
+    del x
+    shape = (32, 256, 256, 256) if not V.SMALL else (2, 16, 8, 256)
+    x = jax.random.normal(jax.random.PRNGKey(1), shape, jnp.float32).astype("float16")
+    roof = V.roofline(timer, x, "float16")
+    for ax in (2, 3):
+        nbytes = x.size * 2 + math.prod(V._keep(shape, (ax,))) * 2
+
+        def lse(y, ax=ax):
+            return _lse(y, (ax,)).reshape(-1)
+
+        lay = "narrow" if ax == 2 else "minor"
+        variants = {"chosen": lse}
+        for w in (1, 2, 4, 8):
+            for elems in (2048, 4096, 8192):
+                variants[f"w{w} e{elems * 2}"] = V._with(
+                    lse,
+                    K__F16_LSE_WARPS={**K.F16_LSE_WARPS, lay: w},
+                    K__F16_LSE_ELEMENTS={**K.F16_LSE_ELEMENTS, lay: elems * 2},
+                )
+        variants["chosen again"] = lse
+        V.measure(timer, f"LOG_SUM_EXP axis {ax}", "float16", nbytes, variants, [x], roof, 1e-3)
+
+
 def lse_cases(timer, dtype, axes_list):
     item = np.dtype(dtype).itemsize
     shape = (16 * (4 // item), 256, 256, 256) if not V.SMALL else (4 // item, 16, 8, 256)
@@ -316,15 +413,17 @@ def lse_cases(timer, dtype, axes_list):
             for warps in (1, 2, 4, 8):
                 over = {f"K__LSE_EXP__{item}": mode}
                 if item == 2:
-                    over["K__F16_LSE_WARPS"] = {True: warps, False: warps}
+                    over["K__F16_LSE_WARPS"] = dict.fromkeys(LAYOUTS, warps)
                 else:
                     over["K__NUM_WARPS__'lse'"] = warps
                     over["K__NARROW_LSE_WARPS"] = warps
                 variants[f"{mode} w{warps}"] = V._with(lse, **over)
             for elems in (1024, 2048, 8192):
-                variants[f"{mode} e{elems}"] = V._with(
-                    lse, **{f"K__LSE_EXP__{item}": mode, "K__TILE_ELEMENTS__'lse'": elems}
-                )
+                over = {f"K__LSE_EXP__{item}": mode, "K__TILE_ELEMENTS__'lse'": elems}
+                if item == 2:  # float16 tiles are sized by F16_LSE_ELEMENTS (elements)
+                    del over["K__TILE_ELEMENTS__'lse'"]
+                    over["K__F16_LSE_ELEMENTS"] = dict.fromkeys(LAYOUTS, elems * 2)
+                variants[f"{mode} e{elems}"] = V._with(lse, **over)
         V.measure(timer, f"LOG_SUM_EXP axis {ax}", dtype, nbytes, variants, [x], roof, tol=1e-3)
 
 
@@ -360,6 +459,8 @@ def main(argv=None) -> int:
         "lse32": lambda: lse_cases(timer, "float32", (3,)),
         "arg16more": lambda: arg16_more(timer),
         "arg16final": lambda: arg16_final(timer),
+        "final": lambda: final_narrow(timer),
+        "narrowmore": lambda: narrow_more(timer),
     }
     for part in args.only.split(","):
         try:

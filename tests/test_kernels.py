@@ -566,3 +566,16 @@ def test_packed_float16_keys_exhaustive(form):
         k = key[~nan][order] if largest else -key[~nan][order]
         assert (np.diff(k) >= 0).all()
         assert np.array_equal(np.diff(k) == 0, np.diff(num) == 0)
+
+
+@pytest.mark.parametrize("form", ["key", "word"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16"])
+def test_packed_kernel_integer_argmin_forms(form, dtype, monkeypatch):
+    monkeypatch.setattr(K, "INT_ARGMIN", form)
+    for shape, axes, tiling in PACKED_LAYOUTS[::2]:
+        x = jnp.asarray(_data(shape, dtype, seed=5))
+        p = _plan(shape, axes, tiling)
+        for last in (True, False):
+            want = np.asarray(arg_reduce(x, axes, False, last, jnp.int32)).reshape(-1)
+            got = np.asarray(K.packed_kernel(x, p, False, last, interpret=True))
+            np.testing.assert_array_equal(got, want, err_msg=f"{shape} last={last}")

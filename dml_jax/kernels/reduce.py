@@ -128,6 +128,8 @@ PACKED_LANES = {1: True, 2: True}
 # How the packed kernel forms float16 keys, per layout: "where" (selects), "xor" (sign-mask
 # arithmetic, NaN from the key's magnitude) or "xornan" (as "xor", NaN from a float compare).
 PACKED_F16_KEY = {"inner": "xornan", "narrow": "xornan", "minor": "xornan"}
+# Integer ARGMIN in the packed kernel: "key" (complemented keys) or "word" (complemented word).
+INT_ARGMIN = "word"
 # float16 may instead run ``half_kernel`` ("half"), tiled per (itemsize, inner) by HALF_TILING.
 F16_ARG_KERNEL = "packed"
 HALF_TILING = {
@@ -142,7 +144,10 @@ HALF_TILING = {
 LSE_EXP = {2: "ex2ftz", 4: "ex2ftz"}
 # float16 LOG_SUM_EXP warps per layout (inner, minor): with ex2ftz 2 warps ran 0.98 / 0.90 of
 # the copy, 4 warps 0.91 / 0.96 (benchmarks/results/variants_packed.log).
-F16_LSE_WARPS = {True: 2, False: 4}
+F16_LSE_WARPS = {"inner": 2, "narrow": 1, "minor": 4}
+# float16 LOG_SUM_EXP elements per tile, per layout (narrow 256 columns: 1 warp 0.97-0.98,
+# 2 warps 0.80-0.87; minor: 16384 elements 0.93-0.97 for 2-8 warps; variants_packed.log).
+F16_LSE_ELEMENTS = {"inner": 8192, "narrow": 8192, "minor": 16384}
 # Data types of the integer MAX/MIN kernel (inner layout only: lax reaches the copy elsewhere).
 EXT_DTYPES = frozenset(np.dtype(t) for t in ("int8", "uint8"))
 
@@ -184,6 +189,13 @@ def arg_kernel(dtype, r: int) -> str:
     return name
 
 
+def _elements(kind: str, itemsize: int, b: int) -> int:
+    """Elements per tile of the per-tile kernels (TILE_ELEMENTS counts 4-byte elements)."""
+    if kind == "lse" and itemsize == 2:
+        return F16_LSE_ELEMENTS[layout(b)]
+    return TILE_ELEMENTS[kind] * max(1, 4 // itemsize)
+
+
 def _tiling(kind: str, a: int, r: int, b: int, itemsize: int, dtype=None) -> Tiling:
     name = "lanes" if kind == "ext" else None
     if kind == "arg" and dtype is not None:
@@ -194,21 +206,20 @@ def _tiling(kind: str, a: int, r: int, b: int, itemsize: int, dtype=None) -> Til
         return _lanes_tiling(
             kind, a, r, b, itemsize, PACKED_TILING if name == "packed" else HALF_TILING
         )
-    scale = max(1, 4 // itemsize)
-    warps = F16_LSE_WARPS[b > 1] if kind == "lse" and itemsize == 2 else NUM_WARPS[kind]
+    warps = F16_LSE_WARPS[layout(b)] if kind == "lse" and itemsize == 2 else NUM_WARPS[kind]
     if b > 1:
         cols = _pow2_at_most(b, _MAX_COLS)
         if cols == _MAX_COLS and itemsize == 4:
             elems, warps = WIDE_TILE_ELEMENTS[kind], WIDE_NUM_WARPS[kind]
         else:
-            elems = TILE_ELEMENTS[kind] * scale
+            elems = _elements(kind, itemsize, b)
             if kind == "lse" and cols < _MAX_COLS and itemsize == 4:
                 # 4-byte LOG_SUM_EXP tiles narrower than 1024 columns: at 256 columns 2 warps
                 # ran 1.02 of the copy, 4 warps 0.93 (benchmarks/results/variants.log).
                 warps = NARROW_LSE_WARPS
         rows = _pow2_at_most(r, max(1, elems // cols))
     else:
-        elems = TILE_ELEMENTS[kind] * scale
+        elems = _elements(kind, itemsize, b)
         rows = _pow2_at_most(r, min(1024, elems))
         cols = max(1, elems // rows)
         # Keep enough programs for the whole GPU when A is modest.
@@ -585,9 +596,17 @@ def packed_kernel(
     mask16 = np.int32(0xFFFF)
     form = PACKED_F16_KEY[layout(p.b)]
 
+    # Integer ARGMIN complements the whole word instead of the key: ~(k << 16 | (0xFFFF -
+    # low)) equals (~k) << 16 | low, and the complement folds into the OR (INT_ARGMIN "word").
+    flip_word = dt.kind != "f" and not largest and INT_ARGMIN == "word"
+
     def packed(tile, valid, idx):
         low = idx if last else mask16 - idx
-        v = lax.shift_left(_packed_keys(tile, dt, largest, form), np.int32(16)) | low
+        if flip_word:
+            k = _packed_keys(tile, dt, True)
+            v = ~(lax.shift_left(k, np.int32(16)) | (mask16 - low))
+        else:
+            v = lax.shift_left(_packed_keys(tile, dt, largest, form), np.int32(16)) | low
         return v if valid is None else jnp.where(valid, v, lowest)
 
     def kernel(x_ref, o_ref):
