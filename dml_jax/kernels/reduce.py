@@ -9,7 +9,11 @@ those after. Two layouts:
 - ``B == 1`` ("minor"): each program owns ``BA`` rows of the ``(A, R)`` matrix and walks along
   them in ``BR``-element tiles.
 
-Both keep a running state per output element, so the tensor is read exactly once. Tiles hanging
+Both keep a running state per output element, so the tensor is read exactly once. Kernels:
+``arg_reduce_kernel`` (per tile: extreme, then index), ``lanes_kernel`` (per-element state,
+1-byte types and integer MAX/MIN), ``packed_kernel`` (1- and 2-byte ARGMIN/ARGMAX of at most
+65536 elements: one int32 maximum of ``key << 16 | index`` per element), ``half_kernel``
+(float16 compared in float16; measured, not selected) and ``log_sum_exp_kernel``. Tiles hanging
 over the edge are masked. The semantics are those of the lax lowering in ``dml_jax.ops.reduce``:
 the first (INCREASING) or last (DECREASING) index of the extreme, NaN counting as the extreme;
 LOG_SUM_EXP shifted by the running maximum (so inputs of 1000 do not overflow), float16 read and
