@@ -393,6 +393,24 @@ def narrow_more(timer):
         V.measure(timer, f"LOG_SUM_EXP axis {ax}", "float16", nbytes, variants, [x], roof, 1e-3)
 
 
+def f16_argmin(timer):
+    """Round 4f: float16 ARGMIN with the complemented word (F16_ARGMIN "word") or negated keys."""
+    shape = (32, 256, 256, 256) if not V.SMALL else (2, 16, 8, 256)
+    x = jax.random.normal(jax.random.PRNGKey(0), shape, jnp.float32).astype("float16")
+    roof = V.roofline(timer, x, "float16")
+    for ax in (3, 1, 0, 2):
+        nbytes = x.size * 2 + math.prod(V._keep(shape, (ax,))) * 4
+
+        def arg(y, ax=ax):
+            return _arg(y, (ax,), False).reshape(-1)
+
+        variants = {}
+        for rep in ("", " again"):
+            variants["word" + rep] = V._with(arg, K__F16_ARGMIN="word")
+            variants["key" + rep] = V._with(arg, K__F16_ARGMIN="key")
+        V.measure(timer, f"ARGMIN axis {ax}", "float16", nbytes, variants, [x], roof)
+
+
 def lse_cases(timer, dtype, axes_list):
     item = np.dtype(dtype).itemsize
     shape = (16 * (4 // item), 256, 256, 256) if not V.SMALL else (4 // item, 16, 8, 256)
@@ -461,6 +479,7 @@ def main(argv=None) -> int:
         "arg16final": lambda: arg16_final(timer),
         "final": lambda: final_narrow(timer),
         "narrowmore": lambda: narrow_more(timer),
+        "f16argmin": lambda: f16_argmin(timer),
     }
     for part in args.only.split(","):
         try:

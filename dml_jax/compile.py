@@ -165,14 +165,23 @@ class CompiledOperator:
         jitted, arity, concrete = self._jitted, self._direct_arity, _CONCRETE_ARRAY_TYPES
         checked_call = base.__call__
 
-        def call(*inputs):
-            if len(inputs) == arity:
-                for x in inputs:
-                    if type(x) not in concrete:
-                        break
-                else:
-                    return jitted(*inputs)
-            return checked_call(self, *inputs)
+        if arity == 1:  # the common case, without the loop
+
+            def call(*inputs):
+                if len(inputs) == 1 and type(inputs[0]) in concrete:
+                    return jitted(inputs[0])
+                return checked_call(self, *inputs)
+
+        else:
+
+            def call(*inputs):
+                if len(inputs) == arity:
+                    for x in inputs:
+                        if type(x) not in concrete:
+                            break
+                    else:
+                        return jitted(*inputs)
+                return checked_call(self, *inputs)
 
         call.__doc__ = base.__call__.__doc__
         namespace = {

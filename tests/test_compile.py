@@ -218,6 +218,35 @@ def test_64bit_types_without_x64_raise_naming_the_fix(traced, desc, path):
     assert traced == []
 
 
+def test_call_path_is_a_plain_function_per_instance_and_keeps_the_class():
+    op = dml.compile_operator(TILE_OK)
+    assert isinstance(op, dml.CompiledOperator) and type(op).__name__ == "CompiledOperator"
+    assert isinstance(type(op).__dict__["__call__"], staticmethod)  # no bound method per call
+    x = jnp.arange(105, dtype=jnp.float32).reshape(3, 7, 5)
+    np.testing.assert_array_equal(op(x), op.fn(x))
+    np.testing.assert_array_equal(op.__call__(x), op.fn(x))
+    # two inputs (the loop form): concrete arrays, NumPy arrays and a wrong count
+    td = dml.TensorDesc("FLOAT32", (2, 3))
+    join = dml.compile_operator(dml.JoinOperatorDesc([td, td], td.like(sizes=(4, 3)), axis=0))
+    a, b = jnp.ones((2, 3)), jnp.zeros((2, 3))
+    np.testing.assert_array_equal(join(a, b), np.concatenate([np.ones((2, 3)), np.zeros((2, 3))]))
+    np.testing.assert_array_equal(join(np.asarray(a), b), join(a, b))
+    with pytest.raises(dml.ValidationError, match=r"expected 2 input arrays .*got 1"):
+        join(a)
+    with pytest.raises(dml.ValidationError, match=r"expects dtype float32 .*got float64"):
+        join(np.zeros((2, 3)), b)
+    # a sharded copy (copy.copy of the operator) gets its own call with its own program
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    sharded = dml.compile_operator(TILE_OK, in_shardings=one)
+    assert sharded is not op and type(sharded) is not type(op)
+    assert sharded._jitted is not op._jitted
+    np.testing.assert_array_equal(sharded(x), op(x))
+    # every instance has its own call: two operators never share a program
+    other = dml.compile_operator(dml.ElementWiseClip1OperatorDesc(td, td, min=0.0, max=0.5))
+    assert type(other) is not type(join)
+    np.testing.assert_array_equal(other(a), np.full((2, 3), 0.5, np.float32))
+
+
 def test_64bit_types_with_x64_compile_and_run_and_still_check_at_call():
     with jax.enable_x64(True):
         op = dml.compile_operator(DESC64)

@@ -443,8 +443,11 @@ PACKED_LAYOUTS = LAYOUTS + [
 
 
 @pytest.mark.parametrize("shape, axes, tiling", PACKED_LAYOUTS)
-@pytest.mark.parametrize("dtype", ["float16", "int8", "uint8", "int16", "uint16"])
-@pytest.mark.parametrize("lanes", [True, False])
+@pytest.mark.parametrize(
+    "dtype, lanes",
+    [(d, True) for d in ("float16", "int8", "uint8", "int16", "uint16")]
+    + [("float16", False), ("int8", False)],
+)
 def test_packed_kernel_interpret_matches_lax(shape, axes, tiling, dtype, lanes):
     x = jnp.asarray(_data(shape, dtype))
     p = _plan(shape, axes, tiling)
@@ -483,10 +486,13 @@ def test_packed_kernel_interpret_type_extremes(dtype):
         assert got.tolist() == want, (largest, last)
 
 
-@pytest.mark.parametrize("kernel", ["packed", "half", "xor", "xornan"])
+@pytest.mark.parametrize("kernel", ["packed", "half", "xor", "xornan", "xornan-key"])
 def test_arg_kernels_interpret_float16_specials(kernel, monkeypatch):
-    if kernel in ("xor", "xornan"):  # the packed kernel with that key form on every layout
-        monkeypatch.setattr(K, "PACKED_F16_KEY", dict.fromkeys(K.PACKED_F16_KEY, kernel))
+    if kernel.startswith("xor"):  # the packed kernel with that key form on every layout
+        form = kernel.split("-")[0]
+        monkeypatch.setattr(K, "PACKED_F16_KEY", dict.fromkeys(K.PACKED_F16_KEY, form))
+    if kernel.endswith("-key"):
+        monkeypatch.setattr(K, "F16_ARGMIN", "key")
     # signed zeros tie; every NaN (both signs, any payload) is the extreme; infinities order
     row = np.array([-0.0, 0.0, np.inf, -np.inf, 1.0, -1.0, 0.0, -0.0], np.float16)
     nan_neg = np.frombuffer(np.array([0xFE01], np.uint16).tobytes(), np.float16)[0]
@@ -566,6 +572,13 @@ def test_packed_float16_keys_exhaustive(form):
         k = key[~nan][order] if largest else -key[~nan][order]
         assert (np.diff(k) >= 0).all()
         assert np.array_equal(np.diff(k) == 0, np.diff(num) == 0)
+    if form != "where":
+        # the ARGMIN word form: complemented ARGMAX keys with NaN lowest = ARGMIN keys - 1,
+        # NaN still the single best
+        low = np.asarray(K._packed_keys(jnp.asarray(v), np.float16, True, form, nan_lowest=True))
+        amin = np.asarray(K._packed_keys(jnp.asarray(v), np.float16, False, form))
+        assert np.array_equal(~low[~nan], amin[~nan] - 1)
+        assert (~low[nan] == 0x7C01).all() and 0x7C01 > (~low[~nan]).max()
 
 
 @pytest.mark.parametrize("form", ["key", "word"])

@@ -134,6 +134,8 @@ PACKED_LANES = {1: True, 2: True}
 PACKED_F16_KEY = {"inner": "xornan", "narrow": "xornan", "minor": "xornan"}
 # Integer ARGMIN in the packed kernel: "key" (complemented keys) or "word" (complemented word).
 INT_ARGMIN = "word"
+# float16 ARGMIN in the packed kernel: "key" (negated keys) or "word" (as INT_ARGMIN).
+F16_ARGMIN = "word"
 # float16 may instead run ``half_kernel`` ("half"), tiled per (itemsize, inner) by HALF_TILING.
 F16_ARG_KERNEL = "packed"
 HALF_TILING = {
@@ -541,13 +543,15 @@ def lanes_kernel(
     return _call(kernel, p, _as_2d(x, p), out_dtype, interpret)
 
 
-def _packed_keys(v, dtype, largest: bool, form: str = "where"):
+def _packed_keys(v, dtype, largest: bool, form: str = "where", nan_lowest: bool = False):
     """int32 keys in ``[-2**15, 2**15)`` of a tile of a 1- or 2-byte ``dtype``: a larger key is
     a better candidate (ARGMAX or ARGMIN alike), NaN the best of all.
 
     float16: the magnitude with the value's sign (so -0.0 and +0.0 tie, as IEEE says), negated
     for ARGMIN; every NaN becomes ``0x7C01``, one beyond the key of an infinity. Integers: the
     value (ARGMAX) or its complement (ARGMIN), unsigned ones shifted into the signed range.
+    ``nan_lowest`` (float16 "xor"/"xornan" forms with ``largest``): NaN becomes ``-0x7C02``, the
+    lowest key, whose complement is the best ARGMIN key (see ``packed_kernel``).
     """
     dt = np.dtype(dtype)
     if dt.kind == "f" and form in ("xor", "xornan"):
@@ -558,7 +562,7 @@ def _packed_keys(v, dtype, largest: bool, form: str = "where"):
         inf = np.int32(0x7C00)
         # "xornan" asks the float unit (isnan: v != v); "xor" the key's magnitude, |t| > inf
         nan = jnp.isnan(v) if form == "xornan" else (jnp.abs(t) > inf)
-        return jnp.where(nan, inf + 1, t)
+        return jnp.where(nan, -(inf + 2) if nan_lowest else inf + 1, t)
     if dt.kind == "f":
         k = lax.bitcast_convert_type(v, jnp.int16).astype(jnp.int32)  # sign-extended bits
         neg = k < 0
@@ -600,14 +604,18 @@ def packed_kernel(
     mask16 = np.int32(0xFFFF)
     form = PACKED_F16_KEY[layout(p.b)]
 
-    # Integer ARGMIN complements the whole word instead of the key: ~(k << 16 | (0xFFFF -
-    # low)) equals (~k) << 16 | low, and the complement folds into the OR (INT_ARGMIN "word").
-    flip_word = dt.kind != "f" and not largest and INT_ARGMIN == "word"
+    # ARGMIN may complement the whole word instead of the key: ~(k << 16 | (0xFFFF - low))
+    # equals (~k) << 16 | low, and the complement folds into the OR. Integers: INT_ARGMIN;
+    # float16 (forms "xor"/"xornan", NaN then the lowest ARGMAX key): F16_ARGMIN.
+    if dt.kind == "f":
+        flip_word = not largest and F16_ARGMIN == "word" and form in ("xor", "xornan")
+    else:
+        flip_word = not largest and INT_ARGMIN == "word"
 
     def packed(tile, valid, idx):
         low = idx if last else mask16 - idx
         if flip_word:
-            k = _packed_keys(tile, dt, True)
+            k = _packed_keys(tile, dt, True, form, nan_lowest=True)
             v = ~(lax.shift_left(k, np.int32(16)) | (mask16 - low))
         else:
             v = lax.shift_left(_packed_keys(tile, dt, largest, form), np.int32(16)) | low
