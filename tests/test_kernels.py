@@ -353,6 +353,9 @@ def test_plan_ext_and_lanes_choice(monkeypatch):
     # the packed index has 16 bits: longer reductions run the other kernels
     assert K.arg_kernel(np.int8, 2**16 + 1) == "lanes"
     assert K.arg_kernel(np.float16, 2**16 + 1) == "tile"
+    monkeypatch.setattr(K, "F16_ARG_KERNEL", "half")
+    assert K.arg_kernel(np.float16, 2**20) == "half" and K.arg_kernel(np.int16, 300) == "packed"
+    assert K.arg_kernel(np.float16, 2**30) == "tile"  # R + index must fit int32
 
 
 def test_lse_kernel_interpret_exp2_form(monkeypatch):

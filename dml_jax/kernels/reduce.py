@@ -117,9 +117,11 @@ LANES_TILING = {
 # use ARG_KERNEL_LONG (float16: the per-tile kernel, 0.82-0.86 vs 0.55-0.61 for lanes).
 ARG_KERNEL = {1: "packed", 2: "packed", 4: "tile"}
 ARG_KERNEL_LONG = {1: "lanes", 2: "tile", 4: "tile"}
-# Packed kernel, per (itemsize, inner layout): (tile elements, inner-layout columns, warps,
-# stages), and whether every element keeps its own running maximum (PACKED_LANES).
-# Layouts: "minor" (B == 1), "narrow" (1 < B < 1024) and "inner" (B >= 1024).
+# Packed kernel, per (itemsize, layout): (tile elements, inner-layout columns, warps, stages),
+# and whether every element keeps its own running maximum (PACKED_LANES; a reduction per tile
+# instead ran 0.25-0.85). Layouts: "minor" (B == 1), "narrow" (1 < B < 1024), "inner" (B >=
+# 1024). Chosen on an H200 at 1 GiB (benchmarks/results/round4/): int8 0.94-0.97 and float16
+# 0.89-0.98 of the copy on every axis.
 PACKED_TILING = {
     (1, "inner"): (2048, 512, 4, 4),
     (1, "narrow"): (2048, 512, 4, 4),
@@ -144,15 +146,17 @@ HALF_TILING = {
     (2, "minor"): (4096, 512, 4, 3),
 }
 # How the LOG_SUM_EXP kernel exponentiates: "exp" (libdevice expf), "exp2" (libdevice exp2f of
-# x * log2(e)) or "ex2" (the ex2.approx.f32 instruction; CUDA only, "exp2" when interpreted).
-# At 1 GiB along the minor axis: float16 ex2 0.84-0.87 of the copy, exp2 0.84, exp 0.71; float32
-# ex2 0.94, exp 0.88 (benchmarks/results/variants_narrow.log, variants_extra.log).
+# x * log2(e)), "ex2" (the ex2.approx.f32 instruction) or "ex2ftz" (ex2.approx.ftz.f32, without
+# the denormal fix-up; harmless here since every term is <= 1 and the sum holds a term 1). The
+# last two are CUDA only ("exp2" when interpreted). At 1 GiB along the minor axis: float16 ex2
+# 0.84-0.87 of the copy, exp2 0.84, exp 0.71; float32 ex2 0.94, exp 0.88 (variants_narrow.log,
+# variants_extra.log); ex2ftz float16 0.90-0.96, float32 0.94-0.97 (round4/).
 LSE_EXP = {2: "ex2ftz", 4: "ex2ftz"}
-# float16 LOG_SUM_EXP warps per layout (inner, minor): with ex2ftz 2 warps ran 0.98 / 0.90 of
-# the copy, 4 warps 0.91 / 0.96 (benchmarks/results/variants_packed.log).
+# float16 LOG_SUM_EXP warps per layout: with ex2ftz, inner 2 warps 0.98 (4: 0.91), minor 4
+# warps 0.90-0.96 (2: 0.90), narrow 1 warp 0.96-0.98 (2: 0.80-0.87; round4/).
 F16_LSE_WARPS = {"inner": 2, "narrow": 1, "minor": 4}
 # float16 LOG_SUM_EXP elements per tile, per layout (narrow 256 columns: 1 warp 0.97-0.98,
-# 2 warps 0.80-0.87; minor: 16384 elements 0.93-0.97 for 2-8 warps; variants_packed.log).
+# 2 warps 0.80-0.87; minor: 16384 elements 0.93-0.97 for 2-8 warps; round4/narrow_more_*.log).
 F16_LSE_ELEMENTS = {"inner": 8192, "narrow": 8192, "minor": 16384}
 # Data types of the integer MAX/MIN kernel (inner layout only: lax reaches the copy elsewhere).
 EXT_DTYPES = frozenset(np.dtype(t) for t in ("int8", "uint8"))
@@ -188,7 +192,13 @@ def arg_kernel(dtype, r: int) -> str:
     "tile"."""
     item = np.dtype(dtype).itemsize
     name = ARG_KERNEL.get(item, "tile")
-    if np.dtype(dtype) == np.float16 and name == "packed" and F16_ARG_KERNEL == "half":
+    # half_kernel ranks numbers at R + index in int32
+    if (
+        np.dtype(dtype) == np.float16
+        and name == "packed"
+        and F16_ARG_KERNEL == "half"
+        and r < 2**30
+    ):
         return "half"
     if name == "packed" and (item > 2 or r > PACKED_MAX_R):
         name = ARG_KERNEL_LONG.get(item, "tile")
