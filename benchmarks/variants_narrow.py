@@ -396,6 +396,8 @@ def narrow(timer, dtype):
                         **{
                             "K__LSE_EXP__2": mode,
                             "K__TILE_ELEMENTS__'lse'": elems,
+                            # float16 tiles are sized by F16_LSE_ELEMENTS since round 4
+                            "K__F16_LSE_ELEMENTS": dict.fromkeys(K.F16_LSE_ELEMENTS, 2 * elems),
                             "K__NUM_WARPS__'lse'": warps,
                         }
                     ):
@@ -474,6 +476,7 @@ def extra(timer):
                 def lk(y, e=elems, w=warps, st=stages):
                     over = {
                         "K__TILE_ELEMENTS__'lse'": e,
+                        "K__F16_LSE_ELEMENTS": dict.fromkeys(K.F16_LSE_ELEMENTS, 2 * e),
                         "K__F16_LSE_WARPS": dict.fromkeys(("inner", "narrow", "minor"), w),
                         "K__NUM_STAGES__'lse'": st,
                     }
