@@ -32,6 +32,7 @@ import traceback
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import variants_narrow as V
@@ -225,6 +226,80 @@ F16_PACKED = {
     "t8192/512/2/3": (8192, 512, 2, 3),
 }
 F16_KEYS = ("xor", "xornan")
+HALF = False  # time half_kernel too (round 4b did; it lost everywhere)
+# Round 4b candidate, measured below the packed kernel and not in the package (float16 ARGMAX
+# 0.87-0.88 along the minor axis, 0.38-0.83 elsewhere; round4/variants_packed_f16.log).
+HALF_TILING = {
+    (2, "inner"): (4096, 64, 4, 3),
+    (2, "narrow"): (4096, 64, 4, 3),
+    (2, "minor"): (4096, 512, 4, 3),
+}
+
+
+def half_kernel(x, p: K.Plan, largest: bool, last: bool, interpret: bool = False):
+    """ARGMIN/ARGMAX of float16 compared in float16, one reduction pair per tile.
+
+    Per tile: the extreme of the numbers (Triton's float max ignores NaN), then one index
+    reduction over the elements that equal it or are NaN, where a NaN ranks before any number
+    (index ``i`` for a NaN, ``R + i`` for a number with the first extreme; the reverse with the
+    last). A tile holding a NaN reports its first (last) NaN, which decides the result; tiles
+    without join the running extreme per output element. Returns int32 indices of shape
+    ``(A * B,)``.
+    """
+    pl, pltriton = K._pallas()
+    unmasked = K.UNMASKED and K.exact(p)
+    load, store, ax = K._tile_loader(p, pl, pltriton, unmasked=unmasked)
+    n_tiles = -(-p.r // p.tiling.rows)
+    big = np.int32(p.r)
+    none = np.int32(-1) if last else np.int32(np.iinfo(np.int32).max)
+    pick = jnp.max if last else jnp.min
+    extreme = jnp.max if largest else jnp.min
+    fill = -np.inf if largest else np.inf
+
+    def tile_result(x_ref, pid, t):
+        tile, valid, idx = load(x_ref, pid, t, jnp.asarray(fill, x_ref.dtype))
+        nan = jnp.isnan(tile)
+        m = extreme(tile, axis=ax)
+        hit = (tile == jnp.expand_dims(m, ax)) | nan
+        if valid is not None:
+            hit = hit & valid
+        rank = jnp.where(nan, idx + big, idx) if last else jnp.where(nan, idx, idx + big)
+        r = pick(jnp.where(hit, rank, none), axis=ax)
+        # r's half: a NaN (below big for the first extreme, at or above it for the last)
+        has_nan = (r >= big) if last else (r < big)
+        return m.astype(jnp.float32), jnp.where(r >= big, r - big, r), has_nan
+
+    def kernel(x_ref, o_ref):
+        pid = pl.program_id(0)
+        m, i, has_nan = tile_result(x_ref, pid, 0)
+        nan_i = jnp.where(has_nan, i, none)
+
+        def body(t, carry):
+            m, i, nan_i = carry
+            m_t, i_t, nan_t = tile_result(x_ref, pid, t)
+            nan_i = jnp.where(nan_t, i_t if last else jnp.minimum(nan_i, i_t), nan_i)
+            if last:
+                upd = (m_t >= m) if largest else (m_t <= m)
+            else:
+                upd = (m_t > m) if largest else (m_t < m)
+            upd = upd & ~nan_t
+            return jnp.where(upd, m_t, m), jnp.where(upd, i_t, i), nan_i
+
+        if n_tiles > 1:
+            m, i, nan_i = lax.fori_loop(1, n_tiles, body, (m, i, nan_i))
+        store(o_ref, pid, jnp.where(nan_i != none, nan_i, i))
+
+    return K._call(kernel, p, K._as_2d(x, p), jnp.int32, interpret)
+
+
+def _half_arg(y, axes, table=None):
+    """ARGMAX through ``half_kernel`` on the packed kernel's plan, re-tiled by ``table``."""
+    p = K.plan(y.shape, axes, y.dtype, "arg")
+    tiling = K._lanes_tiling("arg", p.a, p.r, p.b, 2, table or HALF_TILING)
+    out = half_kernel(y, K.Plan(p.a, p.r, p.b, tiling), True, False)
+    return out
+
+
 F16_HALF = {
     "h4096/64/4/3": (4096, 64, 4, 3),
     "h4096/128/4/3": (4096, 128, 4, 3),
@@ -253,9 +328,11 @@ def arg16_more(timer, axes_list=(3, 1, 0, 2)):
             for form in F16_KEYS:
                 keys = dict.fromkeys(LAYOUTS, form)
                 variants[f"packed-{form} {name}"] = V._with(arg, **over, K__PACKED_F16_KEY=keys)
-        for name, tl in list(F16_HALF.items())[:0]:  # half_kernel: measured below 0.90 (4b)
-            over = {f"K__HALF_TILING__(2, '{lay}')": tl for lay in LAYOUTS}
-            variants[f"half {name}"] = V._with(arg, **over, K__F16_ARG_KERNEL="half")
+        for name, tl in F16_HALF.items() if HALF else ():
+            table = dict.fromkeys(((2, lay) for lay in LAYOUTS), tl)
+            variants[f"half {name}"] = lambda y, axes=axes, table=table: _half_arg(
+                y, axes, table
+            ).reshape(-1)
         V.measure(timer, f"ARGMAX axis {ax}", "float16", nbytes, variants, [x], roof)
 
 
@@ -453,6 +530,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.small:
         V.SMALL = True
+        K.MIN_PROGRAMS = 1
         from jax._src.pallas import pallas_call as _pc
 
         real = _pc.pallas_call

@@ -353,9 +353,6 @@ def test_plan_ext_and_lanes_choice(monkeypatch):
     # the packed index has 16 bits: longer reductions run the other kernels
     assert K.arg_kernel(np.int8, 2**16 + 1) == "lanes"
     assert K.arg_kernel(np.float16, 2**16 + 1) == "tile"
-    monkeypatch.setattr(K, "F16_ARG_KERNEL", "half")
-    assert K.arg_kernel(np.float16, 2**20) == "half" and K.arg_kernel(np.int16, 300) == "packed"
-    assert K.arg_kernel(np.float16, 2**30) == "tile"  # R + index must fit int32
 
 
 def test_lse_kernel_interpret_exp2_form(monkeypatch):
@@ -489,7 +486,7 @@ def test_packed_kernel_interpret_type_extremes(dtype):
         assert got.tolist() == want, (largest, last)
 
 
-@pytest.mark.parametrize("kernel", ["packed", "half", "xor", "xornan", "xornan-key"])
+@pytest.mark.parametrize("kernel", ["packed", "xor", "xornan", "xornan-key"])
 def test_arg_kernels_interpret_float16_specials(kernel, monkeypatch):
     if kernel.startswith("xor"):  # the packed kernel with that key form on every layout
         form = kernel.split("-")[0]
@@ -507,7 +504,7 @@ def test_arg_kernels_interpret_float16_specials(kernel, monkeypatch):
     rows[3][:] = -np.inf
     rows.append(np.array([1.0, 2.0, 0.0, 0.0, np.nan, np.nan, np.nan, np.nan], np.float16))
     x = jnp.asarray(np.stack(rows))  # the last row: a whole tile of NaN after numbers
-    run = K.half_kernel if kernel == "half" else K.packed_kernel
+    run = K.packed_kernel
     for tiling in (K.Tiling(rows=4, cols=2), K.Tiling(rows=2, cols=8), K.Tiling(rows=8, cols=4)):
         p = K.Plan(5, 8, 1, tiling)
         for largest in (True, False):
@@ -545,17 +542,6 @@ def test_lse_kernel_interpret_exact_tiles_and_ftz_form(monkeypatch):
         assert K.exact(p)
         got = np.asarray(K.log_sum_exp_kernel(jnp.asarray(x), p, interpret=True))
         np.testing.assert_allclose(got, want, rtol=1e-6)
-
-
-@pytest.mark.parametrize("shape, axes, tiling", PACKED_LAYOUTS)
-def test_half_kernel_interpret_matches_lax(shape, axes, tiling):
-    x = jnp.asarray(_data(shape, "float16"))
-    p = _plan(shape, axes, tiling)
-    for largest in (True, False):
-        for last in (True, False):
-            want = np.asarray(arg_reduce(x, axes, largest, last, jnp.int32)).reshape(-1)
-            got = np.asarray(K.half_kernel(x, p, largest, last, interpret=True))
-            np.testing.assert_array_equal(got, want, err_msg=f"largest={largest} last={last}")
 
 
 @pytest.mark.parametrize("form", ["where", "xor", "xornan"])

@@ -12,8 +12,8 @@ those after. Two layouts:
 Both keep a running state per output element, so the tensor is read exactly once. Kernels:
 ``arg_reduce_kernel`` (per tile: extreme, then index), ``lanes_kernel`` (per-element state,
 1-byte types and integer MAX/MIN), ``packed_kernel`` (1- and 2-byte ARGMIN/ARGMAX of at most
-65536 elements: one int32 maximum of ``key << 16 | index`` per element), ``half_kernel``
-(float16 compared in float16; measured, not selected) and ``log_sum_exp_kernel``. Tiles hanging
+65536 elements: one int32 maximum of ``key << 16 | index`` per element) and
+``log_sum_exp_kernel``. Tiles hanging
 over the edge are masked. The semantics are those of the lax lowering in ``dml_jax.ops.reduce``:
 the first (INCREASING) or last (DECREASING) index of the extreme, NaN counting as the extreme;
 LOG_SUM_EXP shifted by the running maximum (so inputs of 1000 do not overflow), float16 read and
@@ -138,13 +138,6 @@ PACKED_F16_KEY = {"inner": "xornan", "narrow": "xornan", "minor": "xornan"}
 INT_ARGMIN = "word"
 # float16 ARGMIN in the packed kernel: "key" (negated keys) or "word" (as INT_ARGMIN).
 F16_ARGMIN = "word"
-# float16 may instead run ``half_kernel`` ("half"), tiled per (itemsize, inner) by HALF_TILING.
-F16_ARG_KERNEL = "packed"
-HALF_TILING = {
-    (2, "inner"): (4096, 64, 4, 3),
-    (2, "narrow"): (4096, 64, 4, 3),
-    (2, "minor"): (4096, 512, 4, 3),
-}
 # How the LOG_SUM_EXP kernel exponentiates: "exp" (libdevice expf), "exp2" (libdevice exp2f of
 # x * log2(e)), "ex2" (the ex2.approx.f32 instruction) or "ex2ftz" (ex2.approx.ftz.f32, without
 # the denormal fix-up; harmless here since every term is <= 1 and the sum holds a term 1). The
@@ -192,14 +185,6 @@ def arg_kernel(dtype, r: int) -> str:
     "tile"."""
     item = np.dtype(dtype).itemsize
     name = ARG_KERNEL.get(item, "tile")
-    # half_kernel ranks numbers at R + index in int32
-    if (
-        np.dtype(dtype) == np.float16
-        and name == "packed"
-        and F16_ARG_KERNEL == "half"
-        and r < 2**30
-    ):
-        return "half"
     if name == "packed" and (item > 2 or r > PACKED_MAX_R):
         name = ARG_KERNEL_LONG.get(item, "tile")
     return name
@@ -218,10 +203,8 @@ def _tiling(kind: str, a: int, r: int, b: int, itemsize: int, dtype=None) -> Til
         name = arg_kernel(dtype, r)
     if name == "lanes":
         return _lanes_tiling(kind, a, r, b, itemsize)
-    if name in ("packed", "half"):
-        return _lanes_tiling(
-            kind, a, r, b, itemsize, PACKED_TILING if name == "packed" else HALF_TILING
-        )
+    if name == "packed":
+        return _lanes_tiling(kind, a, r, b, itemsize, PACKED_TILING)
     warps = F16_LSE_WARPS[layout(b)] if kind == "lse" and itemsize == 2 else NUM_WARPS[kind]
     if b > 1:
         cols = _pow2_at_most(b, _MAX_COLS)
@@ -650,62 +633,6 @@ def packed_kernel(
     return _call(kernel, p, _as_2d(x, p), jnp.int32, interpret)
 
 
-def half_kernel(x, p: Plan, largest: bool, last: bool, interpret: bool = False):
-    """ARGMIN/ARGMAX of float16 compared in float16, one reduction pair per tile.
-
-    Per tile: the extreme of the numbers (Triton's float max ignores NaN), then one index
-    reduction over the elements that equal it or are NaN, where a NaN ranks before any number
-    (index ``i`` for a NaN, ``R + i`` for a number with the first extreme; the reverse with the
-    last). A tile holding a NaN reports its first (last) NaN, which decides the result; tiles
-    without join the running extreme per output element. Returns int32 indices of shape
-    ``(A * B,)``.
-    """
-    pl, pltriton = _pallas()
-    unmasked = UNMASKED and exact(p)
-    load, store, ax = _tile_loader(p, pl, pltriton, unmasked=unmasked)
-    n_tiles = -(-p.r // p.tiling.rows)
-    big = np.int32(p.r)
-    none = np.int32(-1) if last else np.int32(np.iinfo(np.int32).max)
-    pick = jnp.max if last else jnp.min
-    extreme = jnp.max if largest else jnp.min
-    fill = -np.inf if largest else np.inf
-
-    def tile_result(x_ref, pid, t):
-        tile, valid, idx = load(x_ref, pid, t, jnp.asarray(fill, x_ref.dtype))
-        nan = jnp.isnan(tile)
-        m = extreme(tile, axis=ax)
-        hit = (tile == jnp.expand_dims(m, ax)) | nan
-        if valid is not None:
-            hit = hit & valid
-        rank = jnp.where(nan, idx + big, idx) if last else jnp.where(nan, idx, idx + big)
-        r = pick(jnp.where(hit, rank, none), axis=ax)
-        # r's half: a NaN (below big for the first extreme, at or above it for the last)
-        has_nan = (r >= big) if last else (r < big)
-        return m.astype(jnp.float32), jnp.where(r >= big, r - big, r), has_nan
-
-    def kernel(x_ref, o_ref):
-        pid = pl.program_id(0)
-        m, i, has_nan = tile_result(x_ref, pid, 0)
-        nan_i = jnp.where(has_nan, i, none)
-
-        def body(t, carry):
-            m, i, nan_i = carry
-            m_t, i_t, nan_t = tile_result(x_ref, pid, t)
-            nan_i = jnp.where(nan_t, i_t if last else jnp.minimum(nan_i, i_t), nan_i)
-            if last:
-                upd = (m_t >= m) if largest else (m_t <= m)
-            else:
-                upd = (m_t > m) if largest else (m_t < m)
-            upd = upd & ~nan_t
-            return jnp.where(upd, m_t, m), jnp.where(upd, i_t, i), nan_i
-
-        if n_tiles > 1:
-            m, i, nan_i = lax.fori_loop(1, n_tiles, body, (m, i, nan_i))
-        store(o_ref, pid, jnp.where(nan_i != none, nan_i, i))
-
-    return _call(kernel, p, _as_2d(x, p), jnp.int32, interpret)
-
-
 def log_sum_exp_kernel(x, p: Plan, interpret: bool = False):
     """Runs the LOG_SUM_EXP kernel; returns ``(A * B,)`` values in the input's dtype.
 
@@ -798,8 +725,6 @@ def _arg_cuda(x, axes, fallback, largest, last, out_dtype):
     if name == "packed":
         lanes = PACKED_LANES.get(x.dtype.itemsize, True)
         k = packed_kernel(x, p, largest, last, lanes=lanes)
-    elif name == "half":
-        k = half_kernel(x, p, largest, last)
     elif name == "lanes":
         k = lanes_kernel(x, p, largest, last)
     else:
