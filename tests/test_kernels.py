@@ -581,3 +581,17 @@ def test_packed_kernel_integer_argmin_forms(form, dtype, monkeypatch):
             want = np.asarray(arg_reduce(x, axes, False, last, jnp.int32)).reshape(-1)
             got = np.asarray(K.packed_kernel(x, p, False, last, interpret=True))
             np.testing.assert_array_equal(got, want, err_msg=f"{shape} last={last}")
+
+
+def test_float16_lse_and_packed_tilings_follow_the_layout_tables(monkeypatch):
+    monkeypatch.setattr(K, "MIN_PROGRAMS", 1)
+    shape = (4, 256, 256, 256)
+    for ax, lay in ((3, "minor"), (2, "narrow"), (1, "inner")):
+        assert K.layout(int(np.prod(shape[ax + 1 :]))) == lay
+        t = K.plan(shape, (ax,), np.float16, "lse").tiling
+        assert t.num_warps == K.F16_LSE_WARPS[lay]
+        assert t.rows * t.cols == K.F16_LSE_ELEMENTS[lay]
+        for dtype in (np.float16, np.int8):
+            elems, _, warps, stages = K.PACKED_TILING[(np.dtype(dtype).itemsize, lay)]
+            t = K.plan(shape, (ax,), dtype, "arg").tiling
+            assert (t.rows * t.cols, t.num_warps, t.num_stages) == (elems, warps, stages)
