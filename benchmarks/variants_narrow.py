@@ -538,6 +538,24 @@ def extra(timer):
         del x
 
 
+def small_mode():
+    """``--small``: tiny shapes, every plan allowed, every Pallas call interpreted (CPU)."""
+    global SMALL
+    SMALL = True
+    K.MIN_PROGRAMS = 1
+    from jax._src.pallas import pallas_call as _pc
+
+    real = _pc.pallas_call
+
+    def interpreted(*a, **kw):
+        kw["interpret"] = True
+        return real(*a, **kw)
+
+    import jax.experimental.pallas as _pl
+
+    _pl.pallas_call = interpreted
+
+
 def main(argv):
     global PATH
     ap = argparse.ArgumentParser()
@@ -546,20 +564,7 @@ def main(argv):
     ap.add_argument("--small", action="store_true", help="tiny shapes, Pallas interpreter (CPU)")
     args = ap.parse_args(argv)
     if args.small:
-        global SMALL
-        SMALL = True
-        K.MIN_PROGRAMS = 1
-        from jax._src.pallas import pallas_call as _pc
-
-        real = _pc.pallas_call
-
-        def interpreted(*a, **kw):
-            kw["interpret"] = True
-            return real(*a, **kw)
-
-        import jax.experimental.pallas as _pl
-
-        _pl.pallas_call = interpreted
+        small_mode()
     os.makedirs(args.out, exist_ok=True)
     PATH = os.path.join(args.out, "variants_narrow.json")
     OUT["environment"] = environment()

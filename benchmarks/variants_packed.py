@@ -61,6 +61,17 @@ def _lse(y, axes):
     return K.log_sum_exp(y, axes, fallback=fallback)
 
 
+def _input(dtype, seed: int = 0):
+    """The 1 GiB tensor of ``dtype`` (``--small``: a tiny one) and its shape: normal floats,
+    integers in [-100, 100)."""
+    item = np.dtype(dtype).itemsize
+    shape = (16 * (4 // item), 256, 256, 256) if not V.SMALL else (4 // item, 16, 8, 256)
+    key = jax.random.PRNGKey(seed)
+    if np.dtype(dtype).kind == "f":
+        return shape, jax.random.normal(key, shape, jnp.float32).astype(dtype)
+    return shape, jax.random.randint(key, shape, -100, 100, jnp.int32).astype(dtype)
+
+
 def _kernel_in(fn, x) -> bool:
     """Whether the program compiled for ``fn(x)`` calls a Triton kernel."""
     return "triton" in jax.jit(fn).lower(x).compile().as_text().lower()
@@ -187,12 +198,7 @@ PACKED_TILINGS = {
 
 def arg_cases(timer, dtype, axes_list):
     item = np.dtype(dtype).itemsize
-    shape = (16 * (4 // item), 256, 256, 256) if not V.SMALL else (4 // item, 16, 8, 256)
-    key = jax.random.PRNGKey(0)
-    if dtype == "float16":
-        x = jax.random.normal(key, shape, jnp.float32).astype(dtype)
-    else:
-        x = jax.random.randint(key, shape, -100, 100, jnp.int32).astype(dtype)
+    shape, x = _input(dtype)
     roof = V.roofline(timer, x, dtype)
     for ax in axes_list:
         axes = (ax,)
@@ -312,8 +318,7 @@ F16_HALF = {
 
 def arg16_more(timer, axes_list=(3, 1, 0, 2)):
     """Round 4b for float16: more packed tilings, the "xor" key, and ``half_kernel``."""
-    shape = (32, 256, 256, 256) if not V.SMALL else (2, 16, 8, 256)
-    x = jax.random.normal(jax.random.PRNGKey(0), shape, jnp.float32).astype("float16")
+    shape, x = _input("float16")
     roof = V.roofline(timer, x, "float16")
     for ax in axes_list:
         axes = (ax,)
@@ -352,8 +357,7 @@ F16_NARROW = {
 def arg16_final(timer):
     """Round 4c for float16: the chosen configuration on every axis, and the narrow inner
     layout (axis 2, B = 256) swept again."""
-    shape = (32, 256, 256, 256) if not V.SMALL else (2, 16, 8, 256)
-    x = jax.random.normal(jax.random.PRNGKey(0), shape, jnp.float32).astype("float16")
+    shape, x = _input("float16")
     roof = V.roofline(timer, x, "float16")
     for ax in (3, 1, 0, 2):
         axes = (ax,)
@@ -378,12 +382,7 @@ def final_narrow(timer):
     LOG_SUM_EXP on every axis; float16 LOG_SUM_EXP along the minor axis with other warps."""
     for dtype in ("float16", "int8"):
         item = np.dtype(dtype).itemsize
-        shape = (16 * (4 // item), 256, 256, 256) if not V.SMALL else (4 // item, 16, 8, 256)
-        key = jax.random.PRNGKey(0)
-        if dtype == "float16":
-            x = jax.random.normal(key, shape, jnp.float32).astype(dtype)
-        else:
-            x = jax.random.randint(key, shape, -100, 100, jnp.int32).astype(dtype)
+        shape, x = _input(dtype)
         roof = V.roofline(timer, x, dtype)
         for ax in (3, 1, 0, 2):
             axes = (ax,)
@@ -429,8 +428,7 @@ I8_NARROW = {
 def narrow_more(timer):
     """Round 4e: the narrow inner layout (axis 2, B = 256): int8 ARGMIN/ARGMAX tilings and
     float16 LOG_SUM_EXP warps and tile sizes; float16 LOG_SUM_EXP along the minor axis again."""
-    shape = (64, 256, 256, 256) if not V.SMALL else (4, 16, 8, 256)
-    x = jax.random.randint(jax.random.PRNGKey(0), shape, -100, 100, jnp.int32).astype("int8")
+    shape, x = _input("int8")
     roof = V.roofline(timer, x, "int8")
     nbytes = x.size + math.prod(V._keep(shape, (2,))) * 4
     for largest in (False, True):
@@ -448,8 +446,7 @@ def narrow_more(timer):
         variants["chosen again"] = arg
         V.measure(timer, f"{name} axis 2", "int8", nbytes, variants, [x], roof)
     del x
-    shape = (32, 256, 256, 256) if not V.SMALL else (2, 16, 8, 256)
-    x = jax.random.normal(jax.random.PRNGKey(1), shape, jnp.float32).astype("float16")
+    shape, x = _input("float16", seed=1)
     roof = V.roofline(timer, x, "float16")
     for ax in (2, 3):
         nbytes = x.size * 2 + math.prod(V._keep(shape, (ax,))) * 2
@@ -472,8 +469,7 @@ def narrow_more(timer):
 
 def f16_argmin(timer):
     """Round 4f: float16 ARGMIN with the complemented word (F16_ARGMIN "word") or negated keys."""
-    shape = (32, 256, 256, 256) if not V.SMALL else (2, 16, 8, 256)
-    x = jax.random.normal(jax.random.PRNGKey(0), shape, jnp.float32).astype("float16")
+    shape, x = _input("float16")
     roof = V.roofline(timer, x, "float16")
     for ax in (3, 1, 0, 2):
         nbytes = x.size * 2 + math.prod(V._keep(shape, (ax,))) * 4
@@ -490,8 +486,7 @@ def f16_argmin(timer):
 
 def lse_cases(timer, dtype, axes_list):
     item = np.dtype(dtype).itemsize
-    shape = (16 * (4 // item), 256, 256, 256) if not V.SMALL else (4 // item, 16, 8, 256)
-    x = jax.random.normal(jax.random.PRNGKey(1), shape, jnp.float32).astype(dtype)
+    shape, x = _input(dtype, seed=1)
     roof = V.roofline(timer, x, dtype)
     for ax in axes_list:
         axes = (ax,)
@@ -529,19 +524,7 @@ def main(argv=None) -> int:
     ap.add_argument("--small", action="store_true", help="tiny shapes, Pallas interpreter (CPU)")
     args = ap.parse_args(argv)
     if args.small:
-        V.SMALL = True
-        K.MIN_PROGRAMS = 1
-        from jax._src.pallas import pallas_call as _pc
-
-        real = _pc.pallas_call
-
-        def interpreted(*a, **kw):
-            kw["interpret"] = True
-            return real(*a, **kw)
-
-        import jax.experimental.pallas as _pl
-
-        _pl.pallas_call = interpreted
+        V.small_mode()
     os.makedirs(args.out, exist_ok=True)
     V.PATH = os.path.join(args.out, "variants_packed.json")
     V.OUT["environment"] = environment()
