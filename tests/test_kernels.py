@@ -11,12 +11,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import reference
 
 import dml_jax as dml
 from dml_jax.kernels import elementwise as E
 from dml_jax.kernels import movement as M
 from dml_jax.kernels import reduce as K
-from dml_jax.ops.reduce import F, _reduce_value, arg_reduce
+from dml_jax.ops.reduce import F, _reduce_value
 
 
 def _data(shape, dtype, seed=0):
@@ -49,16 +50,22 @@ def _plan(shape, axes, tiling):
     return K.Plan(a, r, b, tiling)
 
 
+def _assert_arg_kernel(run, x, axes, p, **kw):
+    """``run(x, p, largest, last, interpret=True, **kw)`` equals the spec reference's scan
+    (tests/reference.py) for ARGMAX and ARGMIN, first and last extreme."""
+    for largest in (True, False):
+        for last in (True, False):
+            want = reference.arg_extreme(np.asarray(x), axes, largest, last, np.int32)
+            got = np.asarray(run(x, p, largest, last, interpret=True, **kw))
+            np.testing.assert_array_equal(got, want.reshape(-1), err_msg=f"{largest=} {last=} {p}")
+
+
 @pytest.mark.parametrize("shape, axes, tiling", LAYOUTS)
 @pytest.mark.parametrize("dtype", ["float32", "int8", "uint32"])
 def test_arg_kernel_interpret_matches_lax(shape, axes, tiling, dtype):
     x = jnp.asarray(_data(shape, dtype))
     p = _plan(shape, axes, tiling)
-    for largest in (True, False):
-        for last in (True, False):
-            want = np.asarray(arg_reduce(x, axes, largest, last, jnp.int32)).reshape(-1)
-            got = np.asarray(K.arg_reduce_kernel(x, p, largest, last, interpret=True))
-            np.testing.assert_array_equal(got, want, err_msg=f"largest={largest} last={last}")
+    _assert_arg_kernel(K.arg_reduce_kernel, x, axes, p)
 
 
 def test_arg_kernel_interpret_first_and_last_nan():
@@ -310,21 +317,13 @@ def test_cpu_traces_no_narrow_branch():
 def test_lanes_kernel_interpret_matches_lax(shape, axes, tiling, dtype):
     x = jnp.asarray(_data(shape, dtype))
     p = _plan(shape, axes, tiling)
-    for largest in (True, False):
-        for last in (True, False):
-            want = np.asarray(arg_reduce(x, axes, largest, last, jnp.int32)).reshape(-1)
-            got = np.asarray(K.lanes_kernel(x, p, largest, last, interpret=True))
-            np.testing.assert_array_equal(got, want, err_msg=f"largest={largest} last={last}")
+    _assert_arg_kernel(K.lanes_kernel, x, axes, p)
 
 
 def test_lanes_kernel_interpret_signed_zero_and_type_minimum():
     x = jnp.asarray(np.array([[-0.0, 0.0, 1.0, -np.inf, -0.0, np.nan, 1.0]] * 2, np.float16))
     p = K.Plan(2, 7, 1, K.Tiling(rows=2, cols=2))
-    for largest in (True, False):
-        for last in (True, False):
-            want = np.asarray(arg_reduce(x, (1,), largest, last, jnp.int32)).reshape(-1)
-            got = np.asarray(K.lanes_kernel(x, p, largest, last, interpret=True))
-            np.testing.assert_array_equal(got, want)
+    _assert_arg_kernel(K.lanes_kernel, x, (1,), p)
     # every element the identity of ARGMAX (the type's minimum): first and last index
     y = jnp.asarray(np.full((3, 8), -128, np.int8))
     p = K.Plan(3, 8, 1, K.Tiling(rows=4, cols=2))
@@ -451,11 +450,7 @@ PACKED_LAYOUTS = LAYOUTS + [
 def test_packed_kernel_interpret_matches_lax(shape, axes, tiling, dtype, lanes):
     x = jnp.asarray(_data(shape, dtype))
     p = _plan(shape, axes, tiling)
-    for largest in (True, False):
-        for last in (True, False):
-            want = np.asarray(arg_reduce(x, axes, largest, last, jnp.int32)).reshape(-1)
-            got = np.asarray(K.packed_kernel(x, p, largest, last, lanes, interpret=True))
-            np.testing.assert_array_equal(got, want, err_msg=f"largest={largest} last={last}")
+    _assert_arg_kernel(K.packed_kernel, x, axes, p, lanes=lanes)
 
 
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16"])
@@ -507,11 +502,7 @@ def test_arg_kernels_interpret_float16_specials(kernel, monkeypatch):
     run = K.packed_kernel
     for tiling in (K.Tiling(rows=4, cols=2), K.Tiling(rows=2, cols=8), K.Tiling(rows=8, cols=4)):
         p = K.Plan(5, 8, 1, tiling)
-        for largest in (True, False):
-            for last in (True, False):
-                want = np.asarray(arg_reduce(x, (1,), largest, last, jnp.int32)).reshape(-1)
-                got = np.asarray(run(x, p, largest, last, interpret=True))
-                np.testing.assert_array_equal(got, want, err_msg=f"{largest=} {last=} {tiling}")
+        _assert_arg_kernel(run, x, (1,), p)
         assert np.asarray(run(x, p, True, False, interpret=True)).tolist() == [2, 3, 0, 0, 4]
         assert np.asarray(run(x, p, False, True, interpret=True)).tolist() == [3, 6, 7, 7, 7]
 
@@ -576,11 +567,7 @@ def test_packed_kernel_integer_argmin_forms(form, dtype, monkeypatch):
     monkeypatch.setattr(K, "INT_ARGMIN", form)
     for shape, axes, tiling in PACKED_LAYOUTS[::2]:
         x = jnp.asarray(_data(shape, dtype, seed=5))
-        p = _plan(shape, axes, tiling)
-        for last in (True, False):
-            want = np.asarray(arg_reduce(x, axes, False, last, jnp.int32)).reshape(-1)
-            got = np.asarray(K.packed_kernel(x, p, False, last, interpret=True))
-            np.testing.assert_array_equal(got, want, err_msg=f"{shape} last={last}")
+        _assert_arg_kernel(K.packed_kernel, x, axes, _plan(shape, axes, tiling))
 
 
 def test_float16_lse_and_packed_tilings_follow_the_layout_tables(monkeypatch):
