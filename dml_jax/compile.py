@@ -226,14 +226,12 @@ class CompiledOperator:
                 _as_input(x, path, t, self.name)
 
     def __call__(self, *inputs: Any):
-        """Logical mode: one array per input tensor; shapes equal Sizes, dtypes the DataType."""
-        if len(inputs) == self._direct_arity:
-            for x in inputs:
-                if type(x) not in _CONCRETE_ARRAY_TYPES:
-                    break
-            else:
-                # Concrete JAX arrays are already canonical: jit checks them at trace time.
-                return self._jitted(*inputs)
+        """Logical mode: one array per input tensor; shapes equal Sizes, dtypes the DataType.
+
+        Every instance is called through the function ``_install_call`` gives its class, which
+        sends concrete JAX arrays (already canonical; jit checks them at trace time) straight to
+        the program and everything else here.
+        """
         # NumPy arrays and Python values are checked before jit canonicalizes their dtype
         # (a float64 array must not silently become float32).
         arrays = self.check_inputs(inputs)
