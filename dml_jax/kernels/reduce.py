@@ -13,8 +13,9 @@ Both keep a running state per output element, so the tensor is read exactly once
 ``arg_reduce_kernel`` (per tile: extreme, then index), ``lanes_kernel`` (per-element state,
 1-byte types and integer MAX/MIN), ``packed_kernel`` (1- and 2-byte ARGMIN/ARGMAX of at most
 65536 elements: one int32 maximum of ``key << 16 | index`` per element) and
-``log_sum_exp_kernel``. Tiles hanging
-over the edge are masked. The semantics are those of the lax lowering in ``dml_jax.ops.reduce``:
+``log_sum_exp_kernel``. The packed and LOG_SUM_EXP kernels load without masks when the tiles
+divide the tensor exactly (``exact``); otherwise tiles hanging over the edge are masked. The
+semantics are those of the lax lowering in ``dml_jax.ops.reduce``:
 the first (INCREASING) or last (DECREASING) index of the extreme, NaN counting as the extreme;
 LOG_SUM_EXP shifted by the running maximum (so inputs of 1000 do not overflow), float16 read and
 accumulated in float32 and rounded once.
