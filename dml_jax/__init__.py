@@ -26,62 +26,45 @@ from .graph import (
     graph_from_json,
     validate_graph,
 )
-from .jsonmodel import operator_desc_from_json, tensor_desc_from_json
-from .ops import (
-    ArgMaxOperatorDesc,
-    ArgMinOperatorDesc,
-    DepthToSpace1OperatorDesc,
-    DepthToSpaceOperatorDesc,
-    ElementWiseClip1OperatorDesc,
-    ElementWiseClipGrad1OperatorDesc,
-    ElementWiseClipGradOperatorDesc,
-    ElementWiseClipOperatorDesc,
-    JoinOperatorDesc,
-    ReduceOperatorDesc,
-    SpaceToDepth1OperatorDesc,
-    SpaceToDepthOperatorDesc,
-    SplitOperatorDesc,
-    TileOperatorDesc,
-)
-from .tensor import ScaleBias, TensorDesc
+from .jsonmodel import operator_desc_from_json, operator_desc_to_json, tensor_desc_from_json
+from .registry import operators as _operators
+from .registry import registered_operators
+from . import ops as _ops  # noqa: F401 - fills the registry
+from .tensor import ScaleBias, Size2D, TensorDesc
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ArgMaxOperatorDesc",
-    "ArgMinOperatorDesc",
+_BASE = [
     "AxisDirection",
     "CompiledGraph",
     "CompiledOperator",
     "DataType",
     "DepthSpaceOrder",
-    "DepthToSpace1OperatorDesc",
-    "DepthToSpaceOperatorDesc",
-    "ElementWiseClip1OperatorDesc",
-    "ElementWiseClipGrad1OperatorDesc",
-    "ElementWiseClipGradOperatorDesc",
-    "ElementWiseClipOperatorDesc",
     "FeatureLevel",
     "GraphDesc",
     "InputGraphEdge",
     "IntermediateGraphEdge",
-    "JoinOperatorDesc",
     "OutputGraphEdge",
     "ReduceFunction",
-    "ReduceOperatorDesc",
     "ScaleBias",
-    "SpaceToDepth1OperatorDesc",
-    "SpaceToDepthOperatorDesc",
-    "SplitOperatorDesc",
+    "Size2D",
     "TensorDesc",
     "TensorFlags",
-    "TileOperatorDesc",
     "ValidationError",
     "compile_graph",
     "compile_operator",
     "graph_from_json",
     "operator_desc_from_json",
+    "operator_desc_to_json",
+    "registered_operators",
     "tensor_desc_from_json",
     "validate",
     "validate_graph",
 ]
+
+# Every registered operator class is exported under its own name (ElementWiseAdd1OperatorDesc ...).
+for _spec in _operators():
+    globals()[_spec.desc_class.__name__] = _spec.desc_class
+
+__all__ = sorted(_BASE + [_spec.desc_class.__name__ for _spec in _operators()])
+del _spec

@@ -1,7 +1,8 @@
 """The ``dml-jax`` command line: run DxDispatch JSON models on JAX, list operators, benchmark.
 
     dml-jax run [MODEL.json] [-i N] [-r N] [-t MS] [-w N] [-v L] [-I MS] [--device D]
-    dml-jax list-operators
+    dml-jax list-operators [--support]
+    dml-jax example OPERATOR
     dml-jax bench [...]
 
 Exit codes: 0 success, 1 an error in the model or its data (one line naming the file and the
@@ -11,6 +12,7 @@ JSON path; ``--debug`` adds the traceback), 2 a usage error.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import traceback
@@ -187,35 +189,49 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--debug", action="store_true", help="show the Python traceback of errors")
 
-    sub.add_parser(
+    listing = sub.add_parser(
         "list-operators",
         help="list the supported DML operators",
         description="List the DML operators dml_jax supports, with the feature "
         "level each was introduced at.",
     )
+    listing.add_argument(
+        "--support",
+        action="store_true",
+        help="also print each operator's support table (feature level, dimension counts, "
+        "data types)",
+    )
+    example = sub.add_parser(
+        "example",
+        help="print an operator's example as a DxDispatch model",
+        description="Print the example of a DML operator as a complete DxDispatch JSON model "
+        "(save it and pass it to 'dml-jax run').",
+    )
+    example.add_argument("operator", help="the operator, e.g. ELEMENT_WISE_ADD or DML_OPERATOR_TILE")
     sub.add_parser(
         "bench", help="run the benchmarks (options: dml-jax bench --help)", add_help=False
     )
     return parser
 
 
-def _list_operators() -> int:
-    from . import ops  # noqa: F401  (importing the operators fills the registry)
-    from .registry import operators
-    from .support import SUPPORT, introduced
+def _list_operators(show_support: bool) -> int:
+    from .catalog import operator_lines
 
-    rows = []
-    for spec in operators():
-        name = spec.name
-        if name in SUPPORT:
-            rows.append((name, introduced(name).label))
-        reduce_keys = [k for k in SUPPORT if isinstance(k, tuple) and k[0] == name]
-        for key in reduce_keys:
-            rows.append((f"{name} (Function {key[1]})", introduced(key).label))
-    width = max(len(r[0]) for r in rows)
-    print(f"{'Operator':<{width}}  Feature level")
-    for name, level in rows:
-        print(f"{name:<{width}}  {level}")
+    for line in operator_lines(show_support):
+        print(line)
+    return 0
+
+
+def _example(name: str) -> int:
+    from .catalog import example_model, find
+    from .errors import ValidationError
+
+    try:
+        spec = find(name)
+    except ValidationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(example_model(spec), indent=2))
     return 0
 
 
@@ -310,7 +326,9 @@ def _main(argv: list[str]) -> int:
     except SystemExit as e:  # argparse reports usage errors (and --help) by exiting
         return int(e.code or 0)
     if args.command == "list-operators":
-        return _list_operators()
+        return _list_operators(args.support)
+    if args.command == "example":
+        return _example(args.operator)
     return _run(args)
 
 

@@ -66,13 +66,21 @@ def _validate(desc: OperatorDesc, level: FeatureLevel) -> OperatorSpec:
             "must be NONE: OWNED_BY_DML applies to input tensors only",
         )
         check_output_layout(v, path, tensor)  # two elements on one buffer element: undefined
+    missing = desc.missing_tensors()
+    if missing:
+        v.fail(missing[0], "is required (only a FusedActivation may leave its tensors None)")
+    v.level = level
     spec.validate(desc, v)
-    key = spec.key(desc)
-    what = desc.operator_type if isinstance(key, str) else f"{key[0]} with Function {key[1]}"
+    check_support(spec, desc, level)
+    return spec
+
+
+def check_support(spec: OperatorSpec, desc: OperatorDesc, level: FeatureLevel) -> None:
+    """Every tensor's data type and rank against the operator's support table at ``level``."""
+    table, what = spec.support_rows(desc), spec.what(desc)
     for role, tensors in (("inputs", desc.input_slots()), ("outputs", desc.output_slots())):
         for path, tensor in tensors:
-            support.check_tensor(key, level, role, path, tensor.data_type, tensor.rank, what)
-    return spec
+            support.check_tensor(table, level, role, path, tensor.data_type, tensor.rank, what)
 
 
 def _x64_enabled() -> bool:

@@ -24,8 +24,9 @@ class Validator:
     ``DML_OPERATOR_TILE: Repeats[1] must be > 0, got 0``.
     """
 
-    def __init__(self, prefix: str):
+    def __init__(self, prefix: str, level: Any = None):
         self.prefix = prefix
+        self.level = level  # the target FeatureLevel, for rules that depend on it
 
     def fail(self, path: str, message: str) -> NoReturn:
         where = f"{path} " if path else ""

@@ -1,17 +1,55 @@
 """The operator registry: one OperatorSpec per DML_OPERATOR_* name.
 
-Operator knowledge lives in the family modules under ``ops/``; compile, graph, JSON and the CLI
-reach it only through ``lookup``.
+An operator's whole knowledge is its entry in a family module under ``ops/``: the descriptor
+class, ``infer``, ``validate``, ``lower`` (jax.lax only), its support table and one example.
+Compile, graphs, JSON, the CLI, the benchmarks and the test suite reach it only through this
+registry, so adding an operator touches nothing else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ValidationError
 from .fields import OperatorDesc
+from .support import SupportRow
+
+
+@dataclass(frozen=True)
+class Example:
+    """One runnable example of an operator, as DxDispatch writes it.
+
+    Attributes:
+        dispatchable: the DML dispatchable, ``{"type": "DML_OPERATOR_...", "desc": {...}}``.
+        inputs: initial values per input bind point (DML member name), flat lists in row-major
+            order of the tensor's Sizes; a tensor array takes a list of such lists.
+        note: one line on what the example shows (docs and ``dml-jax list-operators``).
+    """
+
+    dispatchable: Mapping[str, Any]
+    inputs: Mapping[str, Any]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """A benchmark case an operator contributes (see ``OperatorSpec.bench``).
+
+    Attributes:
+        label: the case name in tables (``"TILE 1,1,2,2"``).
+        desc: the operator description to time; its inputs are random arrays of their Sizes.
+        jnp: optional ``fn(*arrays)``, the obvious hand-written jax.numpy equivalent.
+        torch: optional ``fn(torch, *tensors)``, the PyTorch eager equivalent.
+        kernel: a GPU fast path may replace the lax lowering here (bench times both).
+    """
+
+    label: str
+    desc: Any
+    jnp: Callable | None = None
+    torch: Callable | None = None
+    kernel: bool = False
 
 
 @dataclass(frozen=True)
@@ -23,25 +61,47 @@ class OperatorSpec:
         infer: ``infer(desc) -> tuple[TensorDesc, ...]``, the expected output descs.
         validate: ``validate(desc, v)`` with a ``Validator``; raises at the first broken rule.
         lower: ``lower(desc, *arrays) -> tuple[jax.Array, ...]``, logical mode, jax.lax only.
-        support_key: ``support_key(desc)`` -> the key of ``support.SUPPORT`` (default: the name).
-        in_place: DML allows the first output to alias the first input.
+        support: the support table, rows of ``support.rows``; or, for operators whose table
+            depends on a field (REDUCE's Function), a dict from ``support_key(desc)`` to rows.
+        example: one ``Example``.
+        support_key: ``support_key(desc)`` -> the key of a dict ``support``.
+        in_place: DirectML lets the first output alias the first input (buffer mode and
+            model bindings accept that alias only then).
+        fusable: an activation DirectML can fuse into another operator's ``FusedActivation``.
         differentiable: ``differentiable(desc) -> bool``; default: every tensor is a float type.
+        bench: ``bench(shape, dtype) -> list[BenchCase]`` for a 4-D shape (N, C, H, W; C, H, W
+            even) and a NumPy dtype name; ``None`` contributes no benchmark case.
     """
 
     desc_class: type
     infer: Callable[[Any], tuple]
     validate: Callable[[Any, Any], None]
     lower: Callable[..., tuple]
-    support_key: Callable[[Any], Any] | None = None
+    support: tuple[SupportRow, ...] | Mapping[str, tuple[SupportRow, ...]]
+    example: Example
+    support_key: Callable[[Any], str] | None = None
     in_place: bool = False
+    fusable: bool = False
     differentiable: Callable[[Any], bool] | None = None
+    bench: Callable[[tuple, str], list] | None = None
+    tables: Mapping[Any, tuple[SupportRow, ...]] = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str:
         return self.desc_class.operator_type
 
     def key(self, desc: Any) -> Any:
-        return self.support_key(desc) if self.support_key else self.name
+        """The support key of a description: the name, or (name, sub-key)."""
+        return (self.name, self.support_key(desc)) if self.support_key else self.name
+
+    def support_rows(self, desc: Any) -> tuple[SupportRow, ...]:
+        """The support table in force for ``desc``."""
+        return self.tables[self.key(desc)]
+
+    def what(self, desc: Any) -> str:
+        """How support errors name the operator (REDUCE names its function)."""
+        key = self.key(desc)
+        return key if isinstance(key, str) else f"{key[0]} with Function {key[1]}"
 
     def is_differentiable(self, desc: Any) -> bool:
         if self.differentiable is not None:
@@ -62,7 +122,22 @@ def register(desc_class: type, **spec: Any) -> OperatorSpec:
         raise TypeError(f"{desc_class.__name__}.operator_type must be a DML_OPERATOR_* name")
     if name in _REGISTRY:
         raise ValueError(f"{name} is already registered")
-    _REGISTRY[name] = OperatorSpec(desc_class, **spec)
+    support = spec["support"]
+    if isinstance(support, Mapping):
+        if spec.get("support_key") is None:
+            raise TypeError(f"{name}: a support table per key needs support_key")
+        tables = {(name, k): tuple(rows) for k, rows in support.items()}
+    else:
+        tables = {name: tuple(support)}
+    for key, rows in tables.items():
+        levels = [r.level for r in rows]
+        if not rows or levels != sorted(levels):
+            raise TypeError(f"{key}: support rows must be non-empty and in level order")
+    if not isinstance(spec.get("example"), Example):
+        raise TypeError(f"{name}: register needs example=Example(...)")
+    if spec.get("fusable") and not desc_class.fusable:
+        raise TypeError(f"{name}: fusable operators set the class attribute fusable = True")
+    _REGISTRY[name] = OperatorSpec(desc_class, tables=tables, **spec)
     return _REGISTRY[name]
 
 
@@ -88,3 +163,13 @@ def parse_operator_type(value: Any) -> OperatorSpec:
 def operators() -> tuple[OperatorSpec, ...]:
     """Every registered operator, in registration order."""
     return tuple(_REGISTRY.values())
+
+
+def registered_operators() -> list[str]:
+    """The supported ``DML_OPERATOR_*`` names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def support_tables() -> dict[Any, tuple[SupportRow, ...]]:
+    """Every support table by key (name, or (name, sub-key) for REDUCE's functions)."""
+    return {k: rows for spec in _REGISTRY.values() for k, rows in spec.tables.items()}

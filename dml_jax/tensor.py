@@ -1,4 +1,4 @@
-"""DML_BUFFER_TENSOR_DESC and DML_SCALE_BIAS, with DirectML's size, stride and byte arithmetic."""
+"""DML_BUFFER_TENSOR_DESC, DML_SCALE_BIAS and DML_SIZE_2D, with DirectML's size, stride and byte arithmetic."""
 
 from __future__ import annotations
 
@@ -181,3 +181,17 @@ class ScaleBias:
             if not math.isfinite(value):
                 raise ValidationError(f"{where} must be finite, got {value}")
             object.__setattr__(self, name, value)
+
+
+@dataclass(frozen=True)
+class Size2D:
+    """DML_SIZE_2D: a width and a height, each a DML UINT."""
+
+    width: int
+    height: int
+
+    def __post_init__(self) -> None:
+        for name in ("width", "height"):
+            object.__setattr__(
+                self, name, as_int(getattr(self, name), f"Size2D.{name.capitalize()}")
+            )

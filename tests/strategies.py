@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from jax.test_util import check_grads as jax_check_grads
 
 import dml_jax as dml
-from dml_jax import support
+from dml_jax import registry, support
 
 MAX_ELEMENTS = 512
 NEWEST = dml.FeatureLevel.newest()
@@ -52,12 +52,12 @@ class Case:
 
 def types_at_newest(key: Any, role: str = "inputs") -> list[str]:
     """Data type names a support-table key allows at the newest feature level, sorted."""
-    row = support.row_at(key, NEWEST)
+    row = support.row_at(registry.support_tables()[key], NEWEST)
     return sorted(t.name for t in getattr(row, role))
 
 
 def ranks_at_newest(key: Any) -> tuple[int, ...]:
-    return support.row_at(key, NEWEST).ranks
+    return support.row_at(registry.support_tables()[key], NEWEST).ranks
 
 
 def is_64bit(desc: Any) -> bool:

@@ -1,34 +1,12 @@
-"""Operator families; importing this package fills the registry."""
+"""Operator families, one module per DirectML group; importing this package fills the registry.
 
-from .clip import (
-    ElementWiseClip1OperatorDesc,
-    ElementWiseClipGrad1OperatorDesc,
-    ElementWiseClipGradOperatorDesc,
-    ElementWiseClipOperatorDesc,
-)
-from .depth_space import (
-    DepthToSpace1OperatorDesc,
-    DepthToSpaceOperatorDesc,
-    SpaceToDepth1OperatorDesc,
-    SpaceToDepthOperatorDesc,
-)
-from .reduce import ArgMaxOperatorDesc, ArgMinOperatorDesc, ReduceOperatorDesc
-from .split_join import JoinOperatorDesc, SplitOperatorDesc
-from .tile import TileOperatorDesc
+Every module here is imported (in name order), so a new family module needs no line elsewhere.
+The operator classes are reached through the registry (``dml_jax`` re-exports them).
+"""
 
-__all__ = [
-    "ArgMaxOperatorDesc",
-    "ArgMinOperatorDesc",
-    "DepthToSpace1OperatorDesc",
-    "DepthToSpaceOperatorDesc",
-    "ElementWiseClip1OperatorDesc",
-    "ElementWiseClipGrad1OperatorDesc",
-    "ElementWiseClipGradOperatorDesc",
-    "ElementWiseClipOperatorDesc",
-    "JoinOperatorDesc",
-    "ReduceOperatorDesc",
-    "SpaceToDepth1OperatorDesc",
-    "SpaceToDepthOperatorDesc",
-    "SplitOperatorDesc",
-    "TileOperatorDesc",
-]
+import importlib as _importlib
+import pkgutil as _pkgutil
+
+for _module in sorted(m.name for m in _pkgutil.iter_modules(__path__)):
+    if not _module.startswith("_"):
+        _importlib.import_module(f"{__name__}.{_module}")

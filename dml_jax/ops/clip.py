@@ -18,37 +18,22 @@ import numpy as np
 from jax import lax
 
 from ..enums import DataType
-from ..errors import ValidationError, Validator, brief, to_python_float
-from ..fields import OperatorDesc, attribute, input_field, output_field, to_enum, to_scale_bias
+from ..enums import FeatureLevel as L
+from ..errors import ValidationError, Validator, brief
+from ..fields import (
+    FLOAT,
+    SCALE_BIAS,
+    OperatorDesc,
+    ScalarUnion,
+    attribute,
+    enum_type,
+    input_field,
+    output_field,
+)
 from ..kernels import elementwise
-from ..registry import register
+from ..registry import Example, register
+from ..support import DIMS1_8, DIMS4, F2, T8, T10, rows
 from ..tensor import ScaleBias, TensorDesc
-
-
-def to_float(value: Any, where: str) -> float:
-    """A DML FLOAT member: a real number, not NaN."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(
-        value, (int, float, np.integer, np.floating)
-    ):
-        raise ValidationError(f"{where} must be a number, got {brief(value)}")
-    value = to_python_float(value, where)
-    if math.isnan(value):
-        raise ValidationError(f"{where} must not be NaN")
-    return value
-
-
-def to_number(value: Any, where: str) -> int | float:
-    """A DML_SCALAR_UNION member given as a Python number; integers are kept exact."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(
-        value, (int, float, np.integer, np.floating)
-    ):
-        raise ValidationError(f"{where} must be a number, got {brief(value)}")
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    value = float(value)
-    if math.isnan(value):
-        raise ValidationError(f"{where} must not be NaN")
-    return value
 
 
 def convert_float_bound(value: float, data_type: DataType) -> np.generic:
@@ -186,9 +171,9 @@ class ElementWiseClipOperatorDesc(OperatorDesc):
     operator_type: ClassVar[str] = "DML_OPERATOR_ELEMENT_WISE_CLIP"
     input_tensor: TensorDesc = input_field()
     output_tensor: TensorDesc = output_field()
-    min: float = attribute(to_float)
-    max: float = attribute(to_float)
-    scale_bias: ScaleBias | None = attribute(to_scale_bias, default=None)
+    min: float = attribute(FLOAT)
+    max: float = attribute(FLOAT)
+    scale_bias: ScaleBias | None = attribute(SCALE_BIAS, default=None)
 
     def bounds(self) -> tuple[np.generic, np.generic]:
         t = self.output_tensor.data_type
@@ -210,10 +195,10 @@ class ElementWiseClip1OperatorDesc(OperatorDesc):
     operator_type: ClassVar[str] = "DML_OPERATOR_ELEMENT_WISE_CLIP1"
     input_tensor: TensorDesc = input_field()
     output_tensor: TensorDesc = output_field()
-    min: int | float = attribute(to_number)
-    max: int | float = attribute(to_number)
-    min_max_data_type: DataType | None = attribute(to_enum(DataType), default=None)
-    scale_bias: ScaleBias | None = attribute(to_scale_bias, default=None)
+    min: int | float = attribute(ScalarUnion("min_max_data_type"))
+    max: int | float = attribute(ScalarUnion("min_max_data_type"))
+    min_max_data_type: DataType | None = attribute(enum_type(DataType), default=None)
+    scale_bias: ScaleBias | None = attribute(SCALE_BIAS, default=None)
 
     def bounds(self) -> tuple[np.generic, np.generic]:
         t = self.min_max_data_type or self.output_tensor.data_type
@@ -241,12 +226,29 @@ def lower_clip(d: Any, x):
     return (_clip(_apply_scale_bias(x, d.scale_bias), lo, hi, kernel=d.scale_bias is None),)
 
 
+def _example(operator_type: str, data_type: str, bounds: dict) -> Example:
+    t = {"DataType": data_type, "Sizes": [9]}
+    desc = {"InputTensor": t, "OutputTensor": t, **bounds}
+    return Example(
+        {"type": operator_type, "desc": desc},
+        {"InputTensor": list(range(-4, 5))},
+        f"-4..4 clipped to [{bounds['Min']}, {bounds['Max']}]",
+    )
+
+
 register(
     ElementWiseClipOperatorDesc,
     infer=_infer_same,
     validate=validate_clip,
     lower=lower_clip,
     in_place=True,
+    support=rows(
+        (L.FL_1_0, DIMS4, F2),
+        (L.FL_2_1, DIMS4, T8),
+        (L.FL_3_0, DIMS1_8, T8),
+        (L.FL_5_0, DIMS1_8, T10),
+    ),
+    example=_example("DML_OPERATOR_ELEMENT_WISE_CLIP", "FLOAT32", {"Min": -2.5, "Max": 2.5}),
 )
 register(
     ElementWiseClip1OperatorDesc,
@@ -254,6 +256,12 @@ register(
     validate=validate_clip,
     lower=lower_clip,
     in_place=True,
+    support=rows((L.FL_5_0, DIMS1_8, T10)),
+    example=_example(
+        "DML_OPERATOR_ELEMENT_WISE_CLIP1",
+        "INT16",
+        {"MinMaxDataType": "INT16", "Min": -3, "Max": 2},
+    ),
 )
 
 
@@ -274,8 +282,8 @@ class ElementWiseClipGradOperatorDesc(OperatorDesc):
     input_tensor: TensorDesc = input_field()
     input_gradient_tensor: TensorDesc = input_field()
     output_gradient_tensor: TensorDesc = output_field()
-    min: float = attribute(to_float)
-    max: float = attribute(to_float)
+    min: float = attribute(FLOAT)
+    max: float = attribute(FLOAT)
 
     def bounds(self) -> tuple[np.generic, np.generic]:
         t = self.output_gradient_tensor.data_type
@@ -296,9 +304,9 @@ class ElementWiseClipGrad1OperatorDesc(OperatorDesc):
     input_tensor: TensorDesc = input_field()
     input_gradient_tensor: TensorDesc = input_field()
     output_gradient_tensor: TensorDesc = output_field()
-    min: int | float = attribute(to_number)
-    max: int | float = attribute(to_number)
-    min_max_data_type: DataType | None = attribute(to_enum(DataType), default=None)
+    min: int | float = attribute(ScalarUnion("min_max_data_type"))
+    max: int | float = attribute(ScalarUnion("min_max_data_type"))
+    min_max_data_type: DataType | None = attribute(enum_type(DataType), default=None)
 
     def bounds(self) -> tuple[np.generic, np.generic]:
         t = self.min_max_data_type or self.output_gradient_tensor.data_type
@@ -323,12 +331,24 @@ def lower_clip_grad(d: Any, x, g):
     return (_clip_grad(x, g, lo, hi),)
 
 
+def _grad_example(operator_type: str, bounds: dict) -> Example:
+    t = {"DataType": "FLOAT16", "Sizes": [2, 3]}
+    desc = {"InputTensor": t, "InputGradientTensor": t, "OutputGradientTensor": t, **bounds}
+    return Example(
+        {"type": operator_type, "desc": desc},
+        {"InputTensor": [-2, -1, 0, 1, 2, 3], "InputGradientTensor": [1, 2, 3, 4, 5, 6]},
+        "the gradient passes strictly inside (-1, 2)",
+    )
+
+
 register(
     ElementWiseClipGradOperatorDesc,
     infer=_infer_grad,
     validate=validate_clip_grad,
     lower=lower_clip_grad,
     in_place=True,
+    support=rows((L.FL_3_1, DIMS1_8, T8), (L.FL_5_0, DIMS1_8, T10)),
+    example=_grad_example("DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD", {"Min": -1, "Max": 2}),
 )
 register(
     ElementWiseClipGrad1OperatorDesc,
@@ -336,4 +356,9 @@ register(
     validate=validate_clip_grad,
     lower=lower_clip_grad,
     in_place=True,
+    support=rows((L.FL_5_0, DIMS1_8, T10)),
+    example=_grad_example(
+        "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD1",
+        {"MinMaxDataType": "FLOAT16", "Min": -1, "Max": 2},
+    ),
 )

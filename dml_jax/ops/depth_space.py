@@ -13,10 +13,12 @@ from typing import ClassVar
 from jax import lax
 
 from ..enums import DepthSpaceOrder
+from ..enums import FeatureLevel as L
 from ..errors import Validator
-from ..fields import OperatorDesc, attribute, input_field, output_field, to_enum, to_uint
+from ..fields import UINT, OperatorDesc, attribute, enum_type, input_field, output_field
 from ..kernels import movement
-from ..registry import register
+from ..registry import Example, register
+from ..support import DIMS4, F2, T8, T11, rows
 from ..tensor import TensorDesc
 
 DCR = DepthSpaceOrder.DEPTH_COLUMN_ROW
@@ -48,8 +50,8 @@ class DepthToSpace1OperatorDesc(_DepthSpace):
     to_space: ClassVar[bool] = True
     input_tensor: TensorDesc = input_field()
     output_tensor: TensorDesc = output_field()
-    block_size: int = attribute(to_uint)
-    order: DepthSpaceOrder = attribute(to_enum(DepthSpaceOrder))
+    block_size: int = attribute(UINT)
+    order: DepthSpaceOrder = attribute(enum_type(DepthSpaceOrder))
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class DepthToSpaceOperatorDesc(_DepthSpace):
     to_space: ClassVar[bool] = True
     input_tensor: TensorDesc = input_field()
     output_tensor: TensorDesc = output_field()
-    block_size: int = attribute(to_uint)
+    block_size: int = attribute(UINT)
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,8 @@ class SpaceToDepth1OperatorDesc(_DepthSpace):
     to_space: ClassVar[bool] = False
     input_tensor: TensorDesc = input_field()
     output_tensor: TensorDesc = output_field()
-    block_size: int = attribute(to_uint)
-    order: DepthSpaceOrder = attribute(to_enum(DepthSpaceOrder))
+    block_size: int = attribute(UINT)
+    order: DepthSpaceOrder = attribute(enum_type(DepthSpaceOrder))
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class SpaceToDepthOperatorDesc(_DepthSpace):
     to_space: ClassVar[bool] = False
     input_tensor: TensorDesc = input_field()
     output_tensor: TensorDesc = output_field()
-    block_size: int = attribute(to_uint)
+    block_size: int = attribute(UINT)
 
 
 def infer_depth_space(d: _DepthSpace) -> tuple[TensorDesc, ...]:
@@ -180,10 +182,38 @@ def _to_space(d: _DepthSpace, x):
     return lax.reshape(t, (n, co, h * b, w * b))
 
 
-for _cls in (
-    DepthToSpaceOperatorDesc,
-    DepthToSpace1OperatorDesc,
-    SpaceToDepthOperatorDesc,
-    SpaceToDepth1OperatorDesc,
+def _example(cls: type, order: str | None) -> Example:
+    """{1, 8, 1, 1} <-> {1, 2, 2, 2} with block 2: each output element names its source."""
+    to_space = cls.to_space
+    deep = {"DataType": "UINT16", "Sizes": [1, 8, 1, 1]}
+    wide = {"DataType": "UINT16", "Sizes": [1, 2, 2, 2]}
+    desc = {
+        "InputTensor": deep if to_space else wide,
+        "OutputTensor": wide if to_space else deep,
+        "BlockSize": 2,
+    }
+    if order is not None:
+        desc["Order"] = order
+    return Example(
+        {"type": cls.operator_type, "desc": desc},
+        {"InputTensor": list(range(8))},
+        f"block 2, {order or 'DEPTH_COLUMN_ROW'} order",
+    )
+
+
+_V0 = rows((L.FL_1_0, DIMS4, F2), (L.FL_2_1, DIMS4, T8), (L.FL_5_0, DIMS4, T11))
+_V1 = rows((L.FL_2_1, DIMS4, T8), (L.FL_5_0, DIMS4, T11))
+for _cls, _support, _order in (
+    (DepthToSpaceOperatorDesc, _V0, None),
+    (DepthToSpace1OperatorDesc, _V1, "COLUMN_ROW_DEPTH"),
+    (SpaceToDepthOperatorDesc, _V0, None),
+    (SpaceToDepth1OperatorDesc, _V1, "DEPTH_COLUMN_ROW"),
 ):
-    register(_cls, infer=infer_depth_space, validate=validate_depth_space, lower=lower_depth_space)
+    register(
+        _cls,
+        infer=infer_depth_space,
+        validate=validate_depth_space,
+        lower=lower_depth_space,
+        support=_support,
+        example=_example(_cls, _order),
+    )

@@ -24,17 +24,19 @@ from jax import lax
 
 from .. import kernels
 from ..enums import AxisDirection, ReduceFunction
+from ..enums import FeatureLevel as L
 from ..errors import Validator
 from ..fields import (
+    UINT_ARRAY,
     OperatorDesc,
     attribute,
     count_of,
+    enum_type,
     input_field,
     output_field,
-    to_enum,
-    to_uint_tuple,
 )
-from ..registry import register
+from ..registry import Example, register
+from ..support import DIMS1_8, DIMS4, F2, IDX, S4, S6, T8, T10, U32, rows
 from ..tensor import TensorDesc
 
 F = ReduceFunction
@@ -55,10 +57,10 @@ class ReduceOperatorDesc(OperatorDesc):
     """
 
     operator_type: ClassVar[str] = "DML_OPERATOR_REDUCE"
-    function: ReduceFunction = attribute(to_enum(ReduceFunction))
+    function: ReduceFunction = attribute(enum_type(ReduceFunction))
     input_tensor: TensorDesc = input_field()
     output_tensor: TensorDesc = output_field()
-    axes: tuple[int, ...] = attribute(to_uint_tuple)
+    axes: tuple[int, ...] = attribute(UINT_ARRAY)
     axis_count: int | None = count_of("axes")
 
     @property
@@ -81,8 +83,8 @@ class ArgMinOperatorDesc(OperatorDesc):
     operator_type: ClassVar[str] = "DML_OPERATOR_ARGMIN"
     input_tensor: TensorDesc = input_field()
     output_tensor: TensorDesc = output_field()
-    axes: tuple[int, ...] = attribute(to_uint_tuple)
-    axis_direction: AxisDirection = attribute(to_enum(AxisDirection), default="INCREASING")
+    axes: tuple[int, ...] = attribute(UINT_ARRAY)
+    axis_direction: AxisDirection = attribute(enum_type(AxisDirection), default="INCREASING")
     axis_count: int | None = count_of("axes")
 
     function: ClassVar[ReduceFunction] = F.ARGMIN
@@ -98,8 +100,8 @@ class ArgMaxOperatorDesc(OperatorDesc):
     operator_type: ClassVar[str] = "DML_OPERATOR_ARGMAX"
     input_tensor: TensorDesc = input_field()
     output_tensor: TensorDesc = output_field()
-    axes: tuple[int, ...] = attribute(to_uint_tuple)
-    axis_direction: AxisDirection = attribute(to_enum(AxisDirection), default="INCREASING")
+    axes: tuple[int, ...] = attribute(UINT_ARRAY)
+    axis_direction: AxisDirection = attribute(enum_type(AxisDirection), default="INCREASING")
     axis_count: int | None = count_of("axes")
 
     function: ClassVar[ReduceFunction] = F.ARGMAX
@@ -263,12 +265,65 @@ def lower_reduce(d: Any, x):
     return (lax.reshape(_reduce_value(d.function, x, axes), out.sizes),)
 
 
-def _reduce_key(d: ReduceOperatorDesc) -> tuple[str, str]:
-    return (d.operator_type, d.function.name)
+def _reduce_key(d: ReduceOperatorDesc) -> str:
+    return d.function.name
 
 
 def _differentiable(d: Any) -> bool:
     return d.function not in ARG_FUNCTIONS and d.input_tensor.data_type.is_float
+
+
+_ARG_IN_REDUCE = rows(
+    (L.FL_1_0, DIMS4, F2, U32),
+    (L.FL_2_1, DIMS4, T8, U32),
+    (L.FL_3_0, DIMS1_8, T8, IDX),
+    (L.FL_4_1, DIMS1_8, T10, IDX),
+)
+_FLOAT_ONLY = rows((L.FL_1_0, DIMS4, F2), (L.FL_3_0, DIMS1_8, F2))
+_L1 = rows((L.FL_1_0, DIMS4, F2), (L.FL_3_0, DIMS1_8, F2), (L.FL_5_0, DIMS1_8, S6))
+_MIN_MAX = rows(
+    (L.FL_1_0, DIMS4, F2),
+    (L.FL_2_1, DIMS4, S4),
+    (L.FL_3_0, DIMS1_8, T8),
+    (L.FL_5_0, DIMS1_8, T10),
+)
+_SUM = rows(
+    (L.FL_1_0, DIMS4, F2),
+    (L.FL_2_1, DIMS4, S4),
+    (L.FL_3_0, DIMS1_8, S4),
+    (L.FL_5_0, DIMS1_8, S6),
+)
+_REDUCE_SUPPORT = {
+    "ARGMAX": _ARG_IN_REDUCE,
+    "ARGMIN": _ARG_IN_REDUCE,
+    "AVERAGE": _FLOAT_ONLY,
+    "L1": _L1,
+    "L2": _FLOAT_ONLY,
+    "LOG_SUM": _FLOAT_ONLY,
+    "LOG_SUM_EXP": _FLOAT_ONLY,
+    "MAX": _MIN_MAX,
+    "MIN": _MIN_MAX,
+    "MULTIPLY": _SUM,
+    "SUM": _SUM,
+    "SUM_SQUARE": _L1,
+}
+_ARG = rows((L.FL_3_0, DIMS1_8, T8, IDX), (L.FL_4_1, DIMS1_8, T10, IDX))
+
+
+def _example(operator_type: str, function: str | None) -> Example:
+    """A {2, 3} tensor reduced over its rows (axis 1)."""
+    desc = {
+        "InputTensor": {"DataType": "FLOAT32", "Sizes": [2, 3]},
+        "OutputTensor": {"DataType": "UINT32" if function is None else "FLOAT32", "Sizes": [2, 1]},
+        "AxisCount": 1,
+        "Axes": [1],
+    }
+    if function is not None:
+        desc = {"Function": function, **desc}
+    else:
+        desc["AxisDirection"] = "DECREASING"
+    note = "the last index of the extreme of each row" if function is None else "row sums"
+    return Example({"type": operator_type, "desc": desc}, {"InputTensor": [1, 7, 7, 4, 0, 4]}, note)
 
 
 register(
@@ -276,20 +331,18 @@ register(
     infer=infer_reduce,
     validate=validate_reduce,
     lower=lower_reduce,
+    support=_REDUCE_SUPPORT,
     support_key=_reduce_key,
     differentiable=_differentiable,
+    example=_example("DML_OPERATOR_REDUCE", "SUM"),
 )
-register(
-    ArgMinOperatorDesc,
-    infer=infer_reduce,
-    validate=validate_reduce,
-    lower=lower_reduce,
-    differentiable=_differentiable,
-)
-register(
-    ArgMaxOperatorDesc,
-    infer=infer_reduce,
-    validate=validate_reduce,
-    lower=lower_reduce,
-    differentiable=_differentiable,
-)
+for _cls in (ArgMinOperatorDesc, ArgMaxOperatorDesc):
+    register(
+        _cls,
+        infer=infer_reduce,
+        validate=validate_reduce,
+        lower=lower_reduce,
+        support=_ARG,
+        differentiable=_differentiable,
+        example=_example(_cls.operator_type, None),
+    )

@@ -7,10 +7,12 @@ from typing import ClassVar
 
 from jax import lax
 
+from ..enums import FeatureLevel as L
 from ..errors import Validator
-from ..fields import OperatorDesc, attribute, count_of, input_field, output_field, to_uint
+from ..fields import UINT, OperatorDesc, attribute, count_of, input_field, output_field
 from ..kernels import movement
-from ..registry import register
+from ..registry import Example, register
+from ..support import DIMS1_8, DIMS4, DIMS4_5, T6, T8, T11, rows
 from ..tensor import TensorDesc
 
 
@@ -48,7 +50,7 @@ class SplitOperatorDesc(OperatorDesc):
     operator_type: ClassVar[str] = "DML_OPERATOR_SPLIT"
     input_tensor: TensorDesc = input_field()
     output_tensors: tuple[TensorDesc, ...] = output_field(array=True)
-    axis: int = attribute(to_uint)
+    axis: int = attribute(UINT)
     output_count: int | None = count_of("output_tensors")
 
 
@@ -85,7 +87,35 @@ def lower_split(d: SplitOperatorDesc, x):
     return _slices(d, x)
 
 
-register(SplitOperatorDesc, infer=infer_split, validate=validate_split, lower=lower_split)
+register(
+    SplitOperatorDesc,
+    infer=infer_split,
+    validate=validate_split,
+    lower=lower_split,
+    support=rows(
+        (L.FL_1_0, DIMS4, T6),
+        (L.FL_2_1, DIMS4, T8),
+        (L.FL_3_0, DIMS1_8, T8),
+        (L.FL_4_1, DIMS1_8, T11),
+    ),
+    example=Example(
+        {
+            "type": "DML_OPERATOR_SPLIT",
+            "desc": {
+                "InputTensor": {"DataType": "FLOAT32", "Sizes": [1, 1, 6, 2]},
+                "OutputCount": 3,
+                "OutputTensors": [
+                    {"DataType": "FLOAT32", "Sizes": [1, 1, 2, 2]},
+                    {"DataType": "FLOAT32", "Sizes": [1, 1, 1, 2]},
+                    {"DataType": "FLOAT32", "Sizes": [1, 1, 3, 2]},
+                ],
+                "Axis": 2,
+            },
+        },
+        {"InputTensor": list(range(1, 13))},
+        "six rows cut into pieces of 2, 1 and 3 rows",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -102,7 +132,7 @@ class JoinOperatorDesc(OperatorDesc):
     operator_type: ClassVar[str] = "DML_OPERATOR_JOIN"
     input_tensors: tuple[TensorDesc, ...] = input_field(array=True)
     output_tensor: TensorDesc = output_field()
-    axis: int = attribute(to_uint)
+    axis: int = attribute(UINT)
     input_count: int | None = count_of("input_tensors")
 
 
@@ -124,4 +154,33 @@ def lower_join(d: JoinOperatorDesc, *xs):
     return (movement.join(xs, d.axis, lambda *ys: lax.concatenate(ys, d.axis)),)
 
 
-register(JoinOperatorDesc, infer=infer_join, validate=validate_join, lower=lower_join)
+register(
+    JoinOperatorDesc,
+    infer=infer_join,
+    validate=validate_join,
+    lower=lower_join,
+    support=rows(
+        (L.FL_1_0, DIMS4, T6),
+        (L.FL_2_1, DIMS4, T8),
+        (L.FL_3_0, DIMS4_5, T8),
+        (L.FL_3_1, DIMS1_8, T8),
+        (L.FL_4_1, DIMS1_8, T11),
+    ),
+    example=Example(
+        {
+            "type": "DML_OPERATOR_JOIN",
+            "desc": {
+                "InputCount": 3,
+                "InputTensors": [
+                    {"DataType": "INT32", "Sizes": [2, 1]},
+                    {"DataType": "INT32", "Sizes": [2, 2]},
+                    {"DataType": "INT32", "Sizes": [2, 1]},
+                ],
+                "OutputTensor": {"DataType": "INT32", "Sizes": [2, 4]},
+                "Axis": 1,
+            },
+        },
+        {"InputTensors": [[1, 5], [2, 3, 6, 7], [4, 8]]},
+        "three column blocks joined into {2, 4}",
+    ),
+)

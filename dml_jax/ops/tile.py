@@ -8,10 +8,12 @@ from typing import ClassVar
 
 from jax import lax
 
+from ..enums import FeatureLevel as L
 from ..errors import UINT32_MAX, Validator
-from ..fields import OperatorDesc, attribute, count_of, input_field, output_field, to_uint_tuple
+from ..fields import UINT_ARRAY, OperatorDesc, attribute, count_of, input_field, output_field
 from ..kernels import movement
-from ..registry import register
+from ..registry import Example, register
+from ..support import DIMS1_8, DIMS4, F2, T8, T10, rows
 from ..tensor import TensorDesc
 
 
@@ -29,7 +31,7 @@ class TileOperatorDesc(OperatorDesc):
     operator_type: ClassVar[str] = "DML_OPERATOR_TILE"
     input_tensor: TensorDesc = input_field()
     output_tensor: TensorDesc = output_field()
-    repeats: tuple[int, ...] = attribute(to_uint_tuple)
+    repeats: tuple[int, ...] = attribute(UINT_ARRAY)
     repeats_count: int | None = count_of("repeats")
 
 
@@ -76,4 +78,28 @@ def lower_tile(d: TileOperatorDesc, x):
     return (_tile(x, d.repeats),)
 
 
-register(TileOperatorDesc, infer=infer_tile, validate=validate_tile, lower=lower_tile)
+register(
+    TileOperatorDesc,
+    infer=infer_tile,
+    validate=validate_tile,
+    lower=lower_tile,
+    support=rows(
+        (L.FL_1_0, DIMS4, F2),
+        (L.FL_2_1, DIMS4, T8),
+        (L.FL_3_1, DIMS1_8, T8),
+        (L.FL_4_1, DIMS1_8, T10),
+    ),
+    example=Example(
+        {
+            "type": "DML_OPERATOR_TILE",
+            "desc": {
+                "InputTensor": {"DataType": "UINT16", "Sizes": [2, 2]},
+                "OutputTensor": {"DataType": "UINT16", "Sizes": [4, 6]},
+                "RepeatsCount": 2,
+                "Repeats": [2, 3],
+            },
+        },
+        {"InputTensor": [1, 2, 3, 4]},
+        "a {2, 2} tensor repeated twice down and three times across",
+    ),
+)

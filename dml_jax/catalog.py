@@ -1,0 +1,136 @@
+"""What the registry says about the operators, for people: listings, support tables, examples.
+
+Everything here derives from the registered entries (``registry.operators()``): the operator
+list and ``--support`` view of ``dml-jax list-operators``, and each operator's example as a
+descriptor, input arrays and a complete DxDispatch model (``dml-jax example NAME``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import numpy as np
+
+from .fields import INPUT, OUTPUT, dml_member_name
+from .jsonmodel import operator_desc_from_json
+from .registry import OperatorSpec, operators, parse_operator_type
+from .support import SupportRow, introduced
+
+
+def operator_lines(show_support: bool = False) -> list[str]:
+    """The lines of ``dml-jax list-operators`` (``--support``: every table row too)."""
+    rows: list[tuple[str, str, list[SupportRow]]] = []
+    for spec in operators():
+        for key, table in spec.tables.items():
+            label = key if isinstance(key, str) else f"{key[0]} (Function {key[1]})"
+            rows.append((label, introduced(table).label, list(table)))
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'Operator':<{width}}  Feature level"]
+    for label, level, table in rows:
+        lines.append(f"{label:<{width}}  {level}")
+        if show_support:
+            lines += [f"    {line}" for line in support_lines(table)]
+    return lines
+
+
+def support_lines(table: list[SupportRow] | tuple[SupportRow, ...]) -> list[str]:
+    """One line per support row: level, dimension counts, input and output data types."""
+    out = []
+    for row in table:
+        ranks = _ranks(row.ranks)
+        ins = ", ".join(sorted(t.name for t in row.inputs))
+        line = f"{row.level.label}+: dims {ranks}; {ins}"
+        if row.outputs != row.inputs:
+            line += f" -> {', '.join(sorted(t.name for t in row.outputs))}"
+        out.append(line)
+    return out
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    if len(ranks) > 1 and ranks == tuple(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ",".join(str(r) for r in ranks)
+
+
+def example_desc(spec: OperatorSpec) -> Any:
+    """The example's operator description."""
+    return operator_desc_from_json(copy.deepcopy(dict(spec.example.dispatchable)))
+
+
+def _bind_points(desc: Any, kind: str) -> list[tuple[str, bool, list]]:
+    """(DML member name, is array, present tensor descs) of each tensor field of a kind."""
+    out = []
+    for f in desc.declared(kind):
+        value = getattr(desc, f.name)
+        if value is None:
+            continue
+        tensors = list(value) if f.metadata["array"] else [value]
+        out.append((dml_member_name(f.name), f.metadata["array"], tensors))
+    return out
+
+
+def example_inputs(spec: OperatorSpec) -> tuple[np.ndarray, ...]:
+    """The example's input arrays in logical-mode order (shapes = Sizes, dtypes = DataType)."""
+    desc = example_desc(spec)
+    arrays = []
+    for name, array, tensors in _bind_points(desc, INPUT):
+        values = spec.example.inputs[name]
+        for t, flat in zip(tensors, values if array else [values]):
+            arrays.append(_array(flat, t.dtype, t.sizes, f"{spec.name} example {name}"))
+    return tuple(arrays)
+
+
+def _array(flat: Any, dtype: Any, sizes: tuple[int, ...], what: str) -> np.ndarray:
+    data = np.asarray(flat, dtype=dtype)
+    if data.size != math.prod(sizes):
+        raise ValueError(f"{what}: {data.size} values for Sizes {list(sizes)}")
+    return data.reshape(sizes)
+
+
+def example_model(spec: OperatorSpec) -> dict:
+    """A DxDispatch model that runs the example: one resource per tensor, a dispatch, and a
+    print of every output resource (the inputs as the example gives them, outputs zeroed)."""
+    desc = example_desc(spec)
+    resources: dict[str, Any] = {}
+    bindings: dict[str, Any] = {}
+    prints = []
+    for kind in (INPUT, OUTPUT):
+        for name, array, tensors in _bind_points(desc, kind):
+            names = []
+            for i, t in enumerate(tensors):
+                rname = f"{name}{i}" if array else name
+                if kind == INPUT:
+                    values = spec.example.inputs[name]
+                    flat = np.asarray(values[i] if array else values, t.dtype).reshape(-1)
+                    initial: Any = [_json_number(v) for v in flat.tolist()]
+                else:
+                    initial = {"valueCount": t.element_count, "value": 0}
+                    prints.append({"type": "print", "resource": rname})
+                resources[rname] = {
+                    "initialValuesDataType": t.data_type.name,
+                    "initialValues": initial,
+                }
+                names.append(rname)
+            bindings[name] = names if array else names[0]
+    short = spec.name.removeprefix("DML_OPERATOR_").lower()
+    return {
+        "resources": resources,
+        "dispatchables": {short: copy.deepcopy(dict(spec.example.dispatchable))},
+        "commands": [
+            {"type": "dispatch", "dispatchable": short, "bindings": bindings},
+            *prints,
+        ],
+    }
+
+
+def _json_number(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+def find(name: str) -> OperatorSpec:
+    """The spec of a full or short operator name (``ELEMENT_WISE_ADD``)."""
+    return parse_operator_type(name)
