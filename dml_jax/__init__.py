@@ -6,6 +6,7 @@ op = dml.compile_operator(dml.ReduceOperatorDesc("SUM", x, x.like(sizes=(1, 3)),
 op(jnp.ones((3, 3), jnp.float32))
 """
 
+from . import ops as _ops
 from .compile import CompiledOperator, compile_operator, validate
 from .enums import (
     AxisDirection,
@@ -29,7 +30,6 @@ from .graph import (
 from .jsonmodel import operator_desc_from_json, operator_desc_to_json, tensor_desc_from_json
 from .registry import operators as _operators
 from .registry import registered_operators
-from . import ops as _ops  # noqa: F401 - fills the registry
 from .tensor import ScaleBias, Size2D, TensorDesc
 
 __version__ = "0.1.0"

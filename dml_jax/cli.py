@@ -207,7 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the example of a DML operator as a complete DxDispatch JSON model "
         "(save it and pass it to 'dml-jax run').",
     )
-    example.add_argument("operator", help="the operator, e.g. ELEMENT_WISE_ADD or DML_OPERATOR_TILE")
+    example.add_argument(
+        "operator", help="the operator, e.g. ELEMENT_WISE_ADD or DML_OPERATOR_TILE"
+    )
     sub.add_parser(
         "bench", help="run the benchmarks (options: dml-jax bench --help)", add_help=False
     )

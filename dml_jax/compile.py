@@ -71,16 +71,8 @@ def _validate(desc: OperatorDesc, level: FeatureLevel) -> OperatorSpec:
         v.fail(missing[0], "is required (only a FusedActivation may leave its tensors None)")
     v.level = level
     spec.validate(desc, v)
-    check_support(spec, desc, level)
+    support.check_desc(spec, desc, level)
     return spec
-
-
-def check_support(spec: OperatorSpec, desc: OperatorDesc, level: FeatureLevel) -> None:
-    """Every tensor's data type and rank against the operator's support table at ``level``."""
-    table, what = spec.support_rows(desc), spec.what(desc)
-    for role, tensors in (("inputs", desc.input_slots()), ("outputs", desc.output_slots())):
-        for path, tensor in tensors:
-            support.check_tensor(table, level, role, path, tensor.data_type, tensor.rank, what)
 
 
 def _x64_enabled() -> bool:

@@ -29,8 +29,17 @@ class Validator:
         self.level = level  # the target FeatureLevel, for rules that depend on it
 
     def fail(self, path: str, message: str) -> NoReturn:
+        path = f"{self.path_prefix}{path}" if path else self.path_prefix.rstrip(".")
         where = f"{path} " if path else ""
         raise ValidationError(f"{self.prefix}: {where}{message}")
+
+    path_prefix = ""
+
+    def nested(self, path: str) -> Validator:
+        """A validator for a nested desc: its paths start with ``path.`` (``FusedActivation.``)."""
+        sub = Validator(self.prefix, self.level)
+        sub.path_prefix = f"{self.path_prefix}{path}."
+        return sub
 
     def check(self, path: str, condition: bool, message: str) -> None:
         if not condition:

@@ -84,9 +84,7 @@ def check_tensor(
         )
     if dtype in getattr(row, role) and rank in row.ranks:
         return
-    lowest = next(
-        (r.level for r in table if dtype in getattr(r, role) and rank in r.ranks), None
-    )
+    lowest = next((r.level for r in table if dtype in getattr(r, role) and rank in r.ranks), None)
     fix = (
         f"the lowest feature level that supports it is {lowest.label}"
         if lowest is not None
@@ -96,3 +94,11 @@ def check_tensor(
         f"{what}: {path} with data type {dtype.name} and DimensionCount {rank} is not supported "
         f"at feature level {level.label}; {fix}"
     )
+
+
+def check_desc(spec, desc, level: L) -> None:
+    """Every present tensor of ``desc`` against ``spec``'s support table at ``level``."""
+    table, what = spec.support_rows(desc), spec.what(desc)
+    for role, tensors in (("inputs", desc.input_slots()), ("outputs", desc.output_slots())):
+        for path, tensor in tensors:
+            check_tensor(table, level, role, path, tensor.data_type, tensor.rank, what)

@@ -34,6 +34,7 @@ from ..kernels import elementwise
 from ..registry import Example, register
 from ..support import DIMS1_8, DIMS4, F2, T8, T10, rows
 from ..tensor import ScaleBias, TensorDesc
+from ._common import apply_scale_bias, infer_same, same_tensors, scale_bias_rule
 
 
 def convert_float_bound(value: float, data_type: DataType) -> np.generic:
@@ -94,25 +95,6 @@ def convert_typed_bound(
     return dtype.type(whole)
 
 
-def _scale_bias_rule(v: Validator, scale_bias: ScaleBias | None, x: TensorDesc) -> None:
-    # DirectML does not support ScaleBias on 64-bit integers and leaves other integer types
-    # unspecified; dml_jax rejects it on every integer type rather than guess a rounding.
-    v.check(
-        "ScaleBias",
-        scale_bias is None or x.data_type.is_float,
-        f"is supported only for float tensors in dml_jax, not {x.data_type.name}",
-    )
-
-
-def _apply_scale_bias(x, scale_bias: ScaleBias | None):
-    if scale_bias is None:
-        return x
-    # Computed in float32 (DML's FLOAT) and rounded once to the tensor type.
-    wide = x.astype(jnp.float32) if x.dtype == jnp.float16 else x
-    y = wide * jnp.asarray(scale_bias.scale, wide.dtype) + jnp.asarray(scale_bias.bias, wide.dtype)
-    return y.astype(x.dtype)
-
-
 def _clip(x, lo: np.generic, hi: np.generic, kernel: bool = False):
     """max(lo, min(x, hi)) with CLIP_GRAD's strict-interior derivative.
 
@@ -142,17 +124,6 @@ def _clip_grad(x, g, lo: np.generic, hi: np.generic):
     """CLIP_GRAD: g where lo < x < hi (strict), 0 at and beyond the bounds."""
     inside = (x > jnp.asarray(lo, x.dtype)) & (x < jnp.asarray(hi, x.dtype))
     return jnp.where(inside, g, jnp.zeros_like(g))
-
-
-def _same_tensors(d: Any, v: Validator) -> None:
-    """Every tensor has InputTensor's DataType, DimensionCount and Sizes."""
-    tensors = d.input_slots() + d.output_slots()
-    for attr in ("data_type", "rank", "sizes"):
-        v.same(attr, list(tensors[1:]), tensors[0])
-
-
-def _infer_same(d: Any) -> tuple[TensorDesc, ...]:
-    return (d.input_tensor.like(),)
 
 
 @dataclass(frozen=True)
@@ -215,15 +186,15 @@ def _validate_typed(d: Any, v: Validator, tensor_path: str, tensor: TensorDesc) 
 
 
 def validate_clip(d: Any, v: Validator) -> None:
-    _same_tensors(d, v)
-    _scale_bias_rule(v, d.scale_bias, d.input_tensor)
+    same_tensors(d, v)
+    scale_bias_rule(v, d.scale_bias, d.input_tensor)
     if isinstance(d, ElementWiseClip1OperatorDesc):
         _validate_typed(d, v, "OutputTensor", d.output_tensor)
 
 
 def lower_clip(d: Any, x):
     lo, hi = d.bounds()
-    return (_clip(_apply_scale_bias(x, d.scale_bias), lo, hi, kernel=d.scale_bias is None),)
+    return (_clip(apply_scale_bias(x, d.scale_bias), lo, hi, kernel=d.scale_bias is None),)
 
 
 def _example(operator_type: str, data_type: str, bounds: dict) -> Example:
@@ -238,7 +209,7 @@ def _example(operator_type: str, data_type: str, bounds: dict) -> Example:
 
 register(
     ElementWiseClipOperatorDesc,
-    infer=_infer_same,
+    infer=infer_same,
     validate=validate_clip,
     lower=lower_clip,
     in_place=True,
@@ -252,7 +223,7 @@ register(
 )
 register(
     ElementWiseClip1OperatorDesc,
-    infer=_infer_same,
+    infer=infer_same,
     validate=validate_clip,
     lower=lower_clip,
     in_place=True,
@@ -321,7 +292,7 @@ def _infer_grad(d: Any) -> tuple[TensorDesc, ...]:
 
 
 def validate_clip_grad(d: Any, v: Validator) -> None:
-    _same_tensors(d, v)
+    same_tensors(d, v)
     if isinstance(d, ElementWiseClipGrad1OperatorDesc):
         _validate_typed(d, v, "OutputGradientTensor", d.output_gradient_tensor)
 

@@ -1,4 +1,8 @@
-"""NumPy-only reference semantics for the fourteen operators, written from the spec.
+"""NumPy-only reference semantics, written from DirectML's documentation, one module per group.
+
+This module holds the data-movement, CLIP and reduction references (the first fourteen
+operators); every other module of this package holds a group's and exports ``REFERENCES``, a dict
+from operator type to function, merged here. The rules of the first fourteen follow.
 
 Each function takes the operator description (reading its fields) and NumPy arrays in schema order
 and returns a tuple of NumPy arrays, one per output tensor. Nothing here imports ``dml_jax.ops`` or
@@ -275,6 +279,21 @@ _BY_TYPE: dict[str, Callable[..., tuple]] = {
     "DML_OPERATOR_ARGMIN": reduce,
     "DML_OPERATOR_ARGMAX": reduce,
 }
+
+
+def _load_groups() -> None:
+    import importlib
+    import pkgutil
+
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for name, fn in module.REFERENCES.items():
+            if name in _BY_TYPE:
+                raise ValueError(f"two references for {name}")
+            _BY_TYPE[name] = fn
+
+
+_load_groups()
 
 
 def reference(desc: Any, *arrays: Any) -> tuple[np.ndarray, ...]:

@@ -1,0 +1,69 @@
+"""FusedActivation: one mechanism for every operator that has the field.
+
+DirectML lets GEMM, CONVOLUTION, ELEMENT_WISE_ADD1, the batch and mean-variance normalizations
+apply an activation to their result without a round trip to memory. In dml_jax the activation's
+own lowering is applied to the operator's result inside the same traced function, so XLA fuses
+it into the operator's kernel (no separate pass over the output).
+
+Rules: the nested desc must be an activation registered as fusable; the output must be FLOAT32 or
+FLOAT16; the activation's own rules and support table hold for the output tensor's type and
+rank. A fused activation's tensor members are ignored (DirectML requires them null); dml_jax fills
+them with the output desc when it validates and lowers the activation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from . import support
+from .errors import Validator
+from .fields import INPUT, OUTPUT, OperatorDesc
+from .registry import lookup, operators
+from .tensor import TensorDesc
+
+
+def fusable_names() -> list[str]:
+    """The operator types that may be fused, sorted."""
+    return sorted(spec.name for spec in operators() if spec.fusable)
+
+
+def filled(activation: OperatorDesc, out: TensorDesc) -> OperatorDesc:
+    """The activation with every tensor member set to ``out`` (a standalone description)."""
+    changes = {
+        f.name: out
+        for f in activation.declared(INPUT) + activation.declared(OUTPUT)
+        if not f.metadata["array"]
+    }
+    return dataclasses.replace(activation, **changes)
+
+
+def validate_fused(v: Validator, activation: Any, out: TensorDesc, path: str = "FusedActivation"):
+    """Checks a ``FusedActivation`` member (``None`` passes) against ``out``, the output desc."""
+    if activation is None:
+        return
+    spec = lookup(activation.operator_type)
+    v.check(
+        path,
+        spec.fusable,
+        f"must be an activation DirectML can fuse ({', '.join(fusable_names())}), got "
+        f"{activation.operator_type}",
+    )
+    v.check(
+        path,
+        out.data_type.is_float,
+        f"may be used only when the output data type is FLOAT32 or FLOAT16, got "
+        f"{out.data_type.name}",
+    )
+    standalone = filled(activation, out)
+    spec.validate(standalone, v.nested(path))
+    if v.level is not None:
+        support.check_desc(spec, standalone, v.level)
+
+
+def apply_fused(activation: Any, y, out: TensorDesc):
+    """``y`` through the fused activation (``None``: ``y`` itself), traced in the same program."""
+    if activation is None:
+        return y
+    (result,) = lookup(activation.operator_type).lower(filled(activation, out), y)
+    return result

@@ -1,0 +1,48 @@
+"""Rules and helpers shared by the element-wise families (each exists once, here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from ..errors import Validator
+from ..tensor import ScaleBias, TensorDesc
+
+
+def scale_bias_rule(v: Validator, scale_bias: ScaleBias | None, x: TensorDesc) -> None:
+    # DirectML does not support ScaleBias on 64-bit integers and leaves other integer types
+    # unspecified; dml_jax rejects it on every integer type rather than guess a rounding.
+    v.check(
+        "ScaleBias",
+        scale_bias is None or x.data_type.is_float,
+        f"is supported only for float tensors in dml_jax, not {x.data_type.name}",
+    )
+
+
+def apply_scale_bias(x, scale_bias: ScaleBias | None):
+    if scale_bias is None:
+        return x
+    # Computed in float32 (DML's FLOAT) and rounded once to the tensor type.
+    wide = x.astype(jnp.float32) if x.dtype == jnp.float16 else x
+    y = wide * jnp.asarray(scale_bias.scale, wide.dtype) + jnp.asarray(scale_bias.bias, wide.dtype)
+    return y.astype(x.dtype)
+
+
+def same_tensors(d: Any, v: Validator) -> None:
+    """Every tensor has InputTensor's DataType, DimensionCount and Sizes."""
+    tensors = d.input_slots() + d.output_slots()
+    for attr in ("data_type", "rank", "sizes"):
+        v.same(attr, list(tensors[1:]), tensors[0])
+
+
+def infer_same(d: Any) -> tuple[TensorDesc, ...]:
+    """One output like the first input tensor."""
+    return (d.input_slots()[0][1].like(),)
+
+
+def in_float32(fn, x):
+    """``fn`` computed in float32 for a float16 ``x`` and rounded once (DML's FLOAT math)."""
+    if x.dtype == jnp.float16:
+        return fn(x.astype(jnp.float32)).astype(jnp.float16)
+    return fn(x)

@@ -1,0 +1,143 @@
+"""Element-wise math operators: worked values, properties against tests/reference/elementwise.py,
+one row per rule, jit / vmap / gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import reference
+import strategies as S
+from hypothesis import given
+from hypothesis import strategies as st
+
+import dml_jax as dml
+
+
+def tensors(type_name: str, sizes, n: int) -> list[dml.TensorDesc]:
+    return [dml.TensorDesc(type_name, list(sizes))] * n
+
+
+def identity(type_name="FLOAT32", sizes=(3,), scale_bias=None):
+    x, y = tensors(type_name, sizes, 2)
+    return dml.ElementWiseIdentityOperatorDesc(x, y, scale_bias=scale_bias)
+
+
+# (operator type, desc maker(type, sizes, **extra), number of inputs, extra strategy)
+OPERATORS = {
+    "DML_OPERATOR_ELEMENT_WISE_IDENTITY": (identity, 1),
+}
+
+SEEDS = [
+    # The identity model of DxDispatch: [1, 2, 3] * 2 + 10.
+    (
+        identity(scale_bias=dml.ScaleBias(2, 10)),
+        (np.array([1, 2, 3], np.float32),),
+        (np.array([12, 14, 16], np.float32),),
+    ),
+    (identity("UINT8", (2, 2)), (np.array([[0, 255], [7, 8]], np.uint8),), None),
+]
+
+
+@pytest.mark.parametrize("desc, inputs, expected", SEEDS)
+def test_elementwise_worked_values(desc, inputs, expected):
+    expected = expected or inputs
+    got = S.as_tuple(dml.compile_operator(desc)(*inputs))
+    for g, w in zip(got, expected):
+        np.testing.assert_array_equal(np.asarray(g), w)
+    for g, w in zip(reference.reference(desc, *inputs), expected):
+        np.testing.assert_array_equal(g, w)
+
+
+@st.composite
+def elementwise_cases(draw, name=None, types=None):
+    name = name or draw(st.sampled_from(sorted(OPERATORS)))
+    maker, n_inputs = OPERATORS[name]
+    type_name = draw(st.sampled_from(types or S.types_at_newest(name)))
+    shape = draw(S.shapes(ranks=S.ranks_at_newest(name)))
+    extra = {}
+    floats = type_name.startswith("FLOAT")
+    if name == "DML_OPERATOR_ELEMENT_WISE_IDENTITY" and floats and draw(st.booleans()):
+        extra["scale_bias"] = dml.ScaleBias(
+            draw(st.floats(-4, 4, width=32)), draw(st.floats(-4, 4, width=32))
+        )
+    rng = draw(S.seeds())
+    style = draw(st.sampled_from(("full", "ties", "small")))
+    inputs = tuple(S.values(rng, type_name, shape, style) for _ in range(n_inputs))
+    return S.Case(maker(type_name, shape, **extra), inputs)
+
+
+def _float_tolerance(case: S.Case) -> dict:
+    if case.inputs[0].dtype == np.float16:
+        return {"rtol": 1e-3, "atol": 1e-3}
+    return {"rtol": 1e-6, "atol": 1e-6}
+
+
+@given(case=elementwise_cases())
+def test_elementwise_matches_reference(case):
+    with S.x64(case.desc):
+        got = S.run(case)
+        want = reference.reference(case.desc, *case.inputs)
+    exact = not np.issubdtype(case.inputs[0].dtype, np.floating)
+    S.assert_same(got, want, exact=exact, **({} if exact else _float_tolerance(case)))
+
+
+@S.FEW
+@given(case=elementwise_cases())
+def test_elementwise_jit_equals_eager(case):
+    with S.x64(case.desc):
+        S.check_jit(case)
+
+
+@S.FEW
+@given(case=elementwise_cases())
+def test_elementwise_vmap_equals_loop(case):
+    with S.x64(case.desc):
+        S.check_vmap(case)
+
+
+@S.FEW
+@given(case=elementwise_cases(types=["FLOAT32"]))
+def test_elementwise_gradients(case):
+    S.check_grads(case)
+
+
+INVALID_ROWS = [
+    (
+        lambda: dml.ElementWiseIdentityOperatorDesc(
+            dml.TensorDesc("FLOAT32", [3]), dml.TensorDesc("FLOAT32", [4])
+        ),
+        r"^DML_OPERATOR_ELEMENT_WISE_IDENTITY: OutputTensor\.Sizes must equal",
+    ),
+    (
+        lambda: identity("INT32", scale_bias=dml.ScaleBias(2, 1)),
+        r"^DML_OPERATOR_ELEMENT_WISE_IDENTITY: ScaleBias is supported only for float tensors",
+    ),
+    (
+        lambda: dml.ElementWiseIdentityOperatorDesc(
+            dml.TensorDesc("FLOAT32", [3]), dml.TensorDesc("INT32", [3])
+        ),
+        r"^DML_OPERATOR_ELEMENT_WISE_IDENTITY: OutputTensor\.DataType must equal",
+    ),
+]
+
+
+@pytest.mark.parametrize("factory, pattern", INVALID_ROWS)
+def test_elementwise_rules(factory, pattern):
+    with pytest.raises(dml.ValidationError, match=pattern):
+        dml.validate(factory())
+
+
+def test_identity_float64_needs_4_1():
+    desc = identity("FLOAT64")
+    with pytest.raises(dml.ValidationError, match="lowest feature level that supports it is 4_1"):
+        dml.validate(desc, "4_0")
+    dml.validate(desc, "4_1")
+
+
+def test_identity_changes_layout_in_buffer_mode():
+    # A {2, 3} tensor read with strides {1, 2} (column-major) and written packed.
+    x = dml.TensorDesc("FLOAT32", [2, 3], strides=[1, 2])
+    y = dml.TensorDesc("FLOAT32", [2, 3])
+    op = dml.compile_operator(dml.ElementWiseIdentityOperatorDesc(x, y))
+    (out,) = op.run_buffers([np.arange(6, dtype=np.float32)], [np.zeros(6, np.float32)])
+    np.testing.assert_array_equal(np.asarray(out), [0, 2, 4, 1, 3, 5])
