@@ -22,8 +22,13 @@ def identity(type_name="FLOAT32", sizes=(3,), scale_bias=None):
     return dml.ElementWiseIdentityOperatorDesc(x, y, scale_bias=scale_bias)
 
 
-# (operator type, desc maker(type, sizes, **extra), number of inputs, extra strategy)
+def add(type_name="FLOAT32", sizes=(3,)):
+    return dml.ElementWiseAddOperatorDesc(*tensors(type_name, sizes, 3))
+
+
+# operator type -> (desc maker(type, sizes, **extra), number of inputs)
 OPERATORS = {
+    "DML_OPERATOR_ELEMENT_WISE_ADD": (add, 2),
     "DML_OPERATOR_ELEMENT_WISE_IDENTITY": (identity, 1),
 }
 
@@ -35,6 +40,18 @@ SEEDS = [
         (np.array([12, 14, 16], np.float32),),
     ),
     (identity("UINT8", (2, 2)), (np.array([[0, 255], [7, 8]], np.uint8),), None),
+    # The add models of DxDispatch: [1, 2, 3] + [5, 8, -5].
+    (
+        add(),
+        (np.array([1, 2, 3], np.float32), np.array([5, 8, -5], np.float32)),
+        (np.array([6, 10, -2], np.float32),),
+    ),
+    # Integers wrap around (docs/semantics.md).
+    (
+        add("INT8", (3,)),
+        (np.array([127, -128, 5], np.int8), np.array([1, -1, -7], np.int8)),
+        (np.array([-128, 127, -2], np.int8),),
+    ),
 ]
 
 
@@ -103,6 +120,18 @@ def test_elementwise_gradients(case):
 
 INVALID_ROWS = [
     (
+        lambda: dml.ElementWiseAddOperatorDesc(
+            dml.TensorDesc("FLOAT32", [3]),
+            dml.TensorDesc("FLOAT32", [1]),
+            dml.TensorDesc("FLOAT32", [3]),
+        ),
+        r"^DML_OPERATOR_ELEMENT_WISE_ADD: BTensor\.Sizes must equal ATensor\.Sizes",
+    ),
+    (
+        lambda: add("INT8", (3,)),
+        None,  # valid at 5_1 (checked below), rejected earlier
+    ),
+    (
         lambda: dml.ElementWiseIdentityOperatorDesc(
             dml.TensorDesc("FLOAT32", [3]), dml.TensorDesc("FLOAT32", [4])
         ),
@@ -123,6 +152,13 @@ INVALID_ROWS = [
 
 @pytest.mark.parametrize("factory, pattern", INVALID_ROWS)
 def test_elementwise_rules(factory, pattern):
+    if pattern is None:
+        dml.validate(factory(), "5_1")
+        with pytest.raises(
+            dml.ValidationError, match="lowest feature level that supports it is 5_1"
+        ):
+            dml.validate(factory(), "5_0")
+        return
     with pytest.raises(dml.ValidationError, match=pattern):
         dml.validate(factory())
 
@@ -141,3 +177,14 @@ def test_identity_changes_layout_in_buffer_mode():
     op = dml.compile_operator(dml.ElementWiseIdentityOperatorDesc(x, y))
     (out,) = op.run_buffers([np.arange(6, dtype=np.float32)], [np.zeros(6, np.float32)])
     np.testing.assert_array_equal(np.asarray(out), [0, 2, 4, 1, 3, 5])
+
+
+def test_add_broadcasts_through_a_stride_0_input_in_buffer_mode():
+    # B is one row read for every row of A ({2, 3} with strides {0, 1}).
+    a = dml.TensorDesc("INT32", [2, 3])
+    b = dml.TensorDesc("INT32", [2, 3], strides=[0, 1])
+    op = dml.compile_operator(dml.ElementWiseAddOperatorDesc(a, b, a))
+    (out,) = op.run_buffers(
+        [np.arange(6, dtype=np.int32), np.array([10, 20, 30], np.int32)], [np.zeros(6, np.int32)]
+    )
+    np.testing.assert_array_equal(np.asarray(out), [10, 21, 32, 13, 24, 35])

@@ -16,7 +16,7 @@ from ..enums import FeatureLevel as L
 from ..errors import Validator
 from ..fields import SCALE_BIAS, OperatorDesc, attribute, input_field, output_field
 from ..registry import Example, register
-from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, T8, T11, rows
+from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, S4, S6, T8, T10, T11, rows
 from ..tensor import ScaleBias, TensorDesc
 from ._common import apply_scale_bias, infer_same, same_tensors, scale_bias_rule
 
@@ -76,4 +76,53 @@ register(
         {"InputTensor": [1, 2, 3]},
         "x * 2 + 10",
     ),
+)
+
+
+@dataclass(frozen=True)
+class ElementWiseAddOperatorDesc(OperatorDesc):
+    """DML_ELEMENT_WISE_ADD_OPERATOR_DESC: ``a + b`` (FL 1_0); integers wrap around.
+
+    Fields:
+        a_tensor, b_tensor, output_tensor: same data type, rank and sizes (the output may
+            alias either input; a stride-0 input desc broadcasts in buffer mode).
+    """
+
+    operator_type: ClassVar[str] = "DML_OPERATOR_ELEMENT_WISE_ADD"
+    a_tensor: TensorDesc = input_field()
+    b_tensor: TensorDesc = input_field()
+    output_tensor: TensorDesc = output_field()
+
+
+def lower_add(d: Any, a, b):
+    return (a + b,)  # lax.add: two's-complement wrap-around for integers
+
+
+_ADD_EXAMPLE = Example(
+    {
+        "type": "DML_OPERATOR_ELEMENT_WISE_ADD",
+        "desc": {
+            "ATensor": {"DataType": "FLOAT32", "Sizes": [3]},
+            "BTensor": {"DataType": "FLOAT32", "Sizes": [3]},
+            "OutputTensor": {"DataType": "FLOAT32", "Sizes": [3]},
+        },
+    },
+    {"ATensor": [1, 2, 3], "BTensor": [5, 8, -5]},
+    "[1, 2, 3] + [5, 8, -5]",
+)
+
+register(
+    ElementWiseAddOperatorDesc,
+    infer=infer_same,
+    validate=_validate_same,
+    lower=lower_add,
+    in_place=True,
+    support=rows(
+        (L.FL_1_0, DIMS4, F2),
+        (L.FL_2_1, DIMS4_5, S4),
+        (L.FL_3_0, DIMS1_8, S4),
+        (L.FL_4_1, DIMS1_8, S6),
+        (L.FL_5_1, DIMS1_8, T10),
+    ),
+    example=_ADD_EXAMPLE,
 )

@@ -22,6 +22,25 @@ def identity(desc: Any, x: np.ndarray):
     return (_scale_bias(x, desc.scale_bias).astype(desc.output_tensor.dtype),)
 
 
+def _wrap(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Python-integer (exact) results wrapped into ``dtype`` two's complement."""
+    dtype = np.dtype(dtype)
+    bits = 8 * dtype.itemsize
+    wrapped = [int(v) % (1 << bits) for v in values.ravel()]
+    if dtype.kind == "i":
+        wrapped = [v - (1 << bits) if v >= 1 << (bits - 1) else v for v in wrapped]
+    return np.array(wrapped, dtype=dtype).reshape(values.shape)
+
+
+def add(desc: Any, a: np.ndarray, b: np.ndarray):
+    # f(a, b) = a + b
+    out = desc.output_tensor.dtype
+    if a.dtype.kind in "iu":
+        return (_wrap(a.astype(object) + b.astype(object), out),)
+    return ((a.astype(np.float64) + b.astype(np.float64)).astype(out),)
+
+
 REFERENCES = {
+    "DML_OPERATOR_ELEMENT_WISE_ADD": add,
     "DML_OPERATOR_ELEMENT_WISE_IDENTITY": identity,
 }
