@@ -240,7 +240,7 @@ def _nested_from_json(obj: Any, where: str) -> OperatorDesc:
     try:
         return _build(spec, members, prefix, fused=True)
     except ValidationError as e:
-        message = str(e)
+        message = str(e).removeprefix(f"{spec.name}: ")
         raise ValidationError(f"{owner}: {message}" if owner else message) from None
 
 

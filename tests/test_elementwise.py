@@ -26,9 +26,21 @@ def add(type_name="FLOAT32", sizes=(3,)):
     return dml.ElementWiseAddOperatorDesc(*tensors(type_name, sizes, 3))
 
 
+def add1(type_name="FLOAT32", sizes=(3,), fused_activation=None):
+    return dml.ElementWiseAdd1OperatorDesc(*tensors(type_name, sizes, 3), fused_activation)
+
+
+FUSABLE = [
+    dml.ActivationEluOperatorDesc(alpha=0.5),
+    dml.ActivationLinearOperatorDesc(alpha=-2.0, beta=0.25),
+    dml.ActivationReluOperatorDesc(),
+    dml.ActivationSigmoidOperatorDesc(),
+]
+
 # operator type -> (desc maker(type, sizes, **extra), number of inputs)
 OPERATORS = {
     "DML_OPERATOR_ELEMENT_WISE_ADD": (add, 2),
+    "DML_OPERATOR_ELEMENT_WISE_ADD1": (add1, 2),
     "DML_OPERATOR_ELEMENT_WISE_IDENTITY": (identity, 1),
 }
 
@@ -45,6 +57,12 @@ SEEDS = [
         add(),
         (np.array([1, 2, 3], np.float32), np.array([5, 8, -5], np.float32)),
         (np.array([6, 10, -2], np.float32),),
+    ),
+    # DxDispatch's ADD1 model: ELU(a + b) with Alpha 0.5; ELU(-2) = 0.5 * (exp(-2) - 1).
+    (
+        add1(fused_activation=dml.ActivationEluOperatorDesc(alpha=0.5)),
+        (np.array([1, 2, 3], np.float32), np.array([5, 8, -5], np.float32)),
+        (np.array([6, 10, 0.5 * np.expm1(-2)], np.float32),),
     ),
     # Integers wrap around (docs/semantics.md).
     (
@@ -72,6 +90,8 @@ def elementwise_cases(draw, name=None, types=None):
     type_name = draw(st.sampled_from(types or S.types_at_newest(name)))
     shape = draw(S.shapes(ranks=S.ranks_at_newest(name)))
     extra = {}
+    if name == "DML_OPERATOR_ELEMENT_WISE_ADD1" and type_name.startswith("FLOAT"):
+        extra["fused_activation"] = draw(st.sampled_from([None, *FUSABLE]))
     floats = type_name.startswith("FLOAT")
     if name == "DML_OPERATOR_ELEMENT_WISE_IDENTITY" and floats and draw(st.booleans()):
         extra["scale_bias"] = dml.ScaleBias(
@@ -119,6 +139,24 @@ def test_elementwise_gradients(case):
 
 
 INVALID_ROWS = [
+    (
+        lambda: add1("INT32", fused_activation=dml.ActivationReluOperatorDesc()),
+        (
+            r"^DML_OPERATOR_ELEMENT_WISE_ADD1: FusedActivation may be used only when the output "
+            r"data type is FLOAT32 or FLOAT16, got INT32"
+        ),
+    ),
+    (
+        lambda: add1(fused_activation=add()),
+        (
+            r"^DML_OPERATOR_ELEMENT_WISE_ADD1: FusedActivation must be an activation DirectML "
+            r"can fuse \(DML_OPERATOR_ACTIVATION_ELU, .*\), got DML_OPERATOR_ELEMENT_WISE_ADD"
+        ),
+    ),
+    (
+        lambda: add1("FLOAT32", (3,), "relu"),
+        r"^DML_OPERATOR_ELEMENT_WISE_ADD1: FusedActivation must be an operator description",
+    ),
     (
         lambda: dml.ElementWiseAddOperatorDesc(
             dml.TensorDesc("FLOAT32", [3]),
@@ -188,3 +226,56 @@ def test_add_broadcasts_through_a_stride_0_input_in_buffer_mode():
         [np.arange(6, dtype=np.int32), np.array([10, 20, 30], np.int32)], [np.zeros(6, np.int32)]
     )
     np.testing.assert_array_equal(np.asarray(out), [10, 21, 32, 13, 24, 35])
+
+
+@pytest.mark.parametrize("act", [None, *FUSABLE], ids=lambda a: getattr(a, "operator_type", "none"))
+def test_add1_with_and_without_each_fused_activation(act):
+    rng = np.random.default_rng(7)
+    a, b = (rng.uniform(-3, 3, (2, 5)).astype(np.float32) for _ in range(2))
+    case = S.Case(add1("FLOAT32", (2, 5), act), (a, b))
+    got = S.run(case)
+    np.testing.assert_allclose(
+        got[0], reference.reference(case.desc, a, b)[0], rtol=2e-6, atol=1e-6
+    )
+    S.check_jit(case)
+    S.check_grads(S.Case(case.desc, (np.abs(a) + 0.5, np.abs(b) + 0.5)), atol=2e-2, rtol=2e-2)
+
+
+def test_add1_fused_activation_is_one_program_with_no_second_pass():
+    from dml_jax.graph import optimized_hlo
+
+    desc = add1("FLOAT32", (64, 64), dml.ActivationSigmoidOperatorDesc())
+    op = dml.compile_operator(desc)
+    a = np.ones((64, 64), np.float32)
+    hlo = optimized_hlo(op, a, a)
+    entry = hlo[hlo.index("ENTRY") :]
+    # One fused computation produces the result: no add kernel writing a temporary for a
+    # separate logistic kernel to read.
+    assert entry.count("fusion(") == 1, entry
+
+
+def test_add1_fused_json_forms():
+    for fused in (
+        {"Type": "ACTIVATION_ELU", "Alpha": 0.5},
+        {"Type": "DML_OPERATOR_ACTIVATION_ELU", "Desc": {"Alpha": 0.5}},
+    ):
+        obj = {
+            "type": "ELEMENT_WISE_ADD1",
+            "desc": {
+                "ATensor": {"DataType": "FLOAT32", "Sizes": [3]},
+                "BTensor": {"DataType": "FLOAT32", "Sizes": [3]},
+                "OutputTensor": {"DataType": "FLOAT32", "Sizes": [3]},
+                "FusedActivation": fused,
+            },
+        }
+        desc = dml.operator_desc_from_json(obj)
+        assert desc.fused_activation == dml.ActivationEluOperatorDesc(alpha=0.5)
+    bad = dict(obj["desc"], FusedActivation={"Type": "ACTIVATION_ELU", "Alpha": "x"})
+    with pytest.raises(
+        dml.ValidationError,
+        match=r"^DML_OPERATOR_ELEMENT_WISE_ADD1: desc\.FusedActivation\.Alpha must be a number",
+    ):
+        dml.operator_desc_from_json({"type": "ELEMENT_WISE_ADD1", "desc": bad})
+    bad = dict(obj["desc"], FusedActivation={"Alpha": 1})
+    with pytest.raises(dml.ValidationError, match=r"desc\.FusedActivation\.Type is required"):
+        dml.operator_desc_from_json({"type": "ELEMENT_WISE_ADD1", "desc": bad})

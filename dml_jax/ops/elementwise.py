@@ -14,7 +14,15 @@ from typing import Any, ClassVar
 
 from ..enums import FeatureLevel as L
 from ..errors import Validator
-from ..fields import SCALE_BIAS, OperatorDesc, attribute, input_field, output_field
+from ..fields import (
+    OPERATOR_DESC,
+    SCALE_BIAS,
+    OperatorDesc,
+    attribute,
+    input_field,
+    output_field,
+)
+from ..fused import apply_fused, validate_fused
 from ..registry import Example, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, S4, S6, T8, T10, T11, rows
 from ..tensor import ScaleBias, TensorDesc
@@ -125,4 +133,57 @@ register(
         (L.FL_5_1, DIMS1_8, T10),
     ),
     example=_ADD_EXAMPLE,
+)
+
+
+@dataclass(frozen=True)
+class ElementWiseAdd1OperatorDesc(OperatorDesc):
+    """DML_ELEMENT_WISE_ADD1_OPERATOR_DESC: ``FusedActivation(a + b)`` (FL 2_0).
+
+    Fields:
+        a_tensor, b_tensor, output_tensor: as ELEMENT_WISE_ADD.
+        fused_activation: optional activation applied to the sum in the same kernel (an
+            activation description whose tensors may be ``None``); FLOAT32/FLOAT16 outputs only.
+    """
+
+    operator_type: ClassVar[str] = "DML_OPERATOR_ELEMENT_WISE_ADD1"
+    a_tensor: TensorDesc = input_field()
+    b_tensor: TensorDesc = input_field()
+    output_tensor: TensorDesc = output_field()
+    fused_activation: OperatorDesc | None = attribute(OPERATOR_DESC, default=None)
+
+
+def validate_add1(d: ElementWiseAdd1OperatorDesc, v: Validator) -> None:
+    same_tensors(d, v)
+    validate_fused(v, d.fused_activation, d.output_tensor)
+
+
+def lower_add1(d: ElementWiseAdd1OperatorDesc, a, b):
+    return (apply_fused(d.fused_activation, a + b, d.output_tensor),)
+
+
+register(
+    ElementWiseAdd1OperatorDesc,
+    infer=infer_same,
+    validate=validate_add1,
+    lower=lower_add1,
+    in_place=True,
+    support=rows(
+        (L.FL_2_0, DIMS4_5, F2),
+        (L.FL_2_1, DIMS4_5, S4),
+        (L.FL_3_0, DIMS1_8, T8),
+    ),
+    example=Example(
+        {
+            "type": "DML_OPERATOR_ELEMENT_WISE_ADD1",
+            "desc": {
+                "ATensor": {"DataType": "FLOAT32", "Sizes": [3]},
+                "BTensor": {"DataType": "FLOAT32", "Sizes": [3]},
+                "OutputTensor": {"DataType": "FLOAT32", "Sizes": [3]},
+                "FusedActivation": {"Type": "ACTIVATION_ELU", "Alpha": 0.5},
+            },
+        },
+        {"ATensor": [1, 2, 3], "BTensor": [5, 8, -5]},
+        "ELU(a + b) with Alpha 0.5, fused",
+    ),
 )

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from .activation import activation
+
 
 def _scale_bias(x: np.ndarray, sb: Any) -> np.ndarray:
     if sb is None:
@@ -40,7 +42,14 @@ def add(desc: Any, a: np.ndarray, b: np.ndarray):
     return ((a.astype(np.float64) + b.astype(np.float64)).astype(out),)
 
 
+def add1(desc: Any, a: np.ndarray, b: np.ndarray):
+    # f(a, b) = FusedActivation(a + b)
+    (y,) = add(desc, a, b)
+    return (activation(desc.fused_activation, y),)
+
+
 REFERENCES = {
+    "DML_OPERATOR_ELEMENT_WISE_ADD1": add1,
     "DML_OPERATOR_ELEMENT_WISE_ADD": add,
     "DML_OPERATOR_ELEMENT_WISE_IDENTITY": identity,
 }

@@ -1,0 +1,64 @@
+"""Microsoft's DxDispatch example models, run unchanged, print what DirectML prints.
+
+The models are third-party data kept outside the project (../shared/conformance); the test runs
+them from a temporary copy (they write files next to themselves) and skips when they are absent.
+Expected lines are the values DirectML computes from each model's initial values.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+from dml_jax import cli
+
+MODELS = (
+    pathlib.Path(__file__).resolve().parents[2]
+    / "shared/conformance/dxdispatch_models/DxDispatch/models"
+)
+
+EXPECTED = {
+    "dml_element_wise_add": ["Resource 'Out': 6, 10, -2"],
+    "dml_element_wise_add_npy": ["Resource 'Out': 2, 4, 6, 8, 10, 12"],
+    "dml_owned_tensors": ["Resource 'Out': 6, 10, -2"],
+    "dml_element_wise_add1": ["Resource 'Out': 6, 10, -0.432332"],
+    "dml_element_wise_identity": ["Resource 'Out': 12, 14, 16"],
+    "dml_split": ["Resource 'Out1': 1, 2", "Resource 'Out2': 3, 4", "Resource 'Out3': 5, 6"],
+    "dml_join": ["Resource 'Out': 1, 2, 3, 100, 115, 5, 6, 7, 8, 9"],
+    "dml_reduce": ["Resource 'input': 1, 2, 3, 4, 5, 6, 7, 8, 9", "Resource 'output': 6, 15, 24"],
+    "dml_element_wise_clip": ["Resource 'A': -2.5, -2.5, -2, -1, 0, 1, 2, 2.5, 2.5"],
+    "dml_scalar_union_fp16": ["Resource 'output': 2, 2, 3, 4, 4"],
+}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    if not MODELS.is_dir():
+        pytest.skip("the DxDispatch models are not beside this checkout")
+    copy = tmp_path_factory.mktemp("models") / "models"
+    shutil.copytree(MODELS, copy)
+    return copy
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_upstream_model_prints_directml_values(name, models, capsys, monkeypatch):
+    monkeypatch.chdir(models)
+    assert cli.main(["run", str(models / f"{name}.json")]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Resource")]
+    printed = [line for line in printed if " written to " not in line]
+    assert printed == EXPECTED[name]
+
+
+def test_upstream_npy_model_writes_its_files(models, tmp_path, monkeypatch):
+    # A fresh copy: the runner will not overwrite the files an earlier test wrote.
+    models = tmp_path / "models"
+    shutil.copytree(MODELS, models)
+    monkeypatch.chdir(models)
+    assert cli.main(["run", str(models / "dml_element_wise_add_npy.json")]) == 0
+    out = np.load(models / "dml_element_wise_add_output.npy")
+    np.testing.assert_array_equal(out.ravel(), [2, 4, 6, 8, 10, 12])
+    raw = (models / "dml_element_wise_add_output.dat").read_bytes()
+    np.testing.assert_array_equal(np.frombuffer(raw, out.dtype), out.ravel())
