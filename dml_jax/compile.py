@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import fused, support
 from . import sharding as _sharding
-from . import support
 from .buffers import check_output_layout
 from .enums import NEWEST_FEATURE_LEVEL, FeatureLevel, TensorFlags
 from .errors import ValidationError, Validator
@@ -71,7 +71,10 @@ def _validate(desc: OperatorDesc, level: FeatureLevel) -> OperatorSpec:
         v.fail(missing[0], "is required (only a FusedActivation may leave its tensors None)")
     v.level = level
     spec.validate(desc, v)
+    # Every output must be what the inputs imply (operators' own rules may say it first).
+    v.outputs_match(desc.output_slots(), spec.infer(desc))
     support.check_desc(spec, desc, level)
+    fused.check_support(desc, level)
     return spec
 
 
@@ -121,7 +124,6 @@ class CompiledOperator:
         self.output_descs = tuple(t for _, t in outputs)
         self.differentiable = differentiable
         self.name = name
-        self._lowered = lowered
         self._tuple_result = tuple_result or len(outputs) != 1
 
         def fn(*arrays):

@@ -17,8 +17,8 @@ import dataclasses
 from typing import Any
 
 from . import support
-from .errors import Validator
-from .fields import INPUT, OUTPUT, OperatorDesc
+from .errors import ValidationError, Validator
+from .fields import ATTRIBUTE, INPUT, OPERATOR_DESC, OUTPUT, OperatorDesc, dml_member_name
 from .registry import lookup, operators
 from .tensor import TensorDesc
 
@@ -55,10 +55,24 @@ def validate_fused(v: Validator, activation: Any, out: TensorDesc, path: str = "
         f"may be used only when the output data type is FLOAT32 or FLOAT16, got "
         f"{out.data_type.name}",
     )
-    standalone = filled(activation, out)
-    spec.validate(standalone, v.nested(path))
-    if v.level is not None:
-        support.check_desc(spec, standalone, v.level)
+    spec.validate(filled(activation, out), v.nested(path))
+
+
+def check_support(desc: OperatorDesc, level: Any) -> None:
+    """Each present FusedActivation's support table, for the owner's first output tensor.
+
+    Run after the owner's own support check, so an operator too new for ``level`` says so first.
+    """
+    for f in desc.declared(ATTRIBUTE):
+        activation = getattr(desc, f.name)
+        if f.metadata["type"] is not OPERATOR_DESC or activation is None:
+            continue
+        spec = lookup(activation.operator_type)
+        standalone = filled(activation, desc.output_slots()[0][1])
+        try:
+            support.check_desc(spec, standalone, level)
+        except ValidationError as e:
+            raise ValidationError(f"{desc.operator_type}: {dml_member_name(f.name)}: {e}") from None
 
 
 def apply_fused(activation: Any, y, out: TensorDesc):

@@ -7,6 +7,10 @@ their bodies in ``with jax.enable_x64(True):`` themselves.
 
 import os
 
+# Parallel workers (pytest-xdist) share one GPU on a CUDA machine: none may take most of its
+# memory up front, as JAX does by default.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 from hypothesis import HealthCheck, settings
 
 _COMMON = {

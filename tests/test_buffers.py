@@ -258,11 +258,12 @@ BUILDERS = {
 }
 
 
-def test_every_operator_has_a_builder():
+def test_builders_are_registered_operators():
+    """Hand-written layouts for the first operators; every registered operator also runs in
+    buffer mode with padded strides from its registry example (test_examples.py)."""
     from dml_jax.registry import operators
 
-    names = {spec.name for spec in operators()}
-    assert {f"DML_OPERATOR_{n}" for n in BUILDERS} == names
+    assert {f"DML_OPERATOR_{n}" for n in BUILDERS} <= {spec.name for spec in operators()}
 
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))

@@ -122,14 +122,14 @@ def test_elementwise_matches_reference(case):
 @given(case=elementwise_cases())
 def test_elementwise_jit_equals_eager(case):
     with S.x64(case.desc):
-        S.check_jit(case)
+        S.check_jit(case, **S.same_program_tolerance(case))
 
 
 @S.FEW
 @given(case=elementwise_cases())
 def test_elementwise_vmap_equals_loop(case):
     with S.x64(case.desc):
-        S.check_vmap(case)
+        S.check_vmap(case, **S.same_program_tolerance(case))
 
 
 @S.FEW

