@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from dml_jax.cli import DEFAULT_MODEL, main
-from dml_jax.model import float_to_half_truncated, parse_json_text
+from dml_jax.dxdispatch import float_to_half_truncated, parse_json_text
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "examples" / "models"

@@ -15,7 +15,7 @@ import pytest
 
 import dml_jax as dml
 from dml_jax import cli
-from dml_jax.model import (
+from dml_jax.dxdispatch import (
     Executor,
     ModelError,
     default_memory_budget,
