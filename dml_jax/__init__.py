@@ -23,9 +23,9 @@ from .graph import (
     IntermediateGraphEdge,
     OutputGraphEdge,
     compile_graph,
-    graph_from_json,
     validate_graph,
 )
+from .graph_json import graph_from_json
 from .jsonmodel import operator_desc_from_json, tensor_desc_from_json
 from .ops import (
     ArgMaxOperatorDesc,

@@ -21,21 +21,11 @@ import numpy as np
 from .enums import DataType, TensorFlags
 from .errors import UINT32_MAX, UINT64_MAX, ValidationError, as_int, as_int_tuple
 from .fields import ATTRIBUTE, COUNT, INPUT, OUTPUT, OperatorDesc, dml_member_name, to_scale_bias
+from .jsonforms import DISPATCHABLE_KEYS, EXECUTION_FLAGS, OTHER_DISPATCHABLE_TYPES
 from .ops.clip import to_float, to_number
 from .registry import OperatorSpec, parse_operator_type
 from .tensor import ScaleBias, TensorDesc
 
-# Dispatchable members that belong to DxDispatch, not to the operator: checked or ignored here.
-DISPATCHABLE_KEYS = ("type", "desc", "Desc", "executionFlags", "dmlCompileType", "bindings")
-# Dispatchable kinds other than DML operators (matched case-insensitively, as DxDispatch does).
-OTHER_DISPATCHABLE_TYPES = ("hlsl", "onnx", "dmlserializedgraph")
-
-EXECUTION_FLAGS = {
-    "NONE": 0x0,
-    "ALLOW_HALF_PRECISION_COMPUTATION": 0x1,
-    "DISABLE_META_COMMANDS": 0x2,
-    "DESCRIPTORS_VOLATILE": 0x4,
-}
 _EXECUTION_FLAG_PREFIX = "DML_EXECUTION_FLAG_"
 
 _TENSOR_TYPE_PREFIX = "DML_TENSOR_TYPE_"

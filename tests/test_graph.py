@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dml_jax as dml
-from dml_jax.graph import entry_instructions, optimized_hlo
+from dml_jax.hlo import entry_instructions, optimized_hlo
 from tests.reference import reference
 
 F32 = "FLOAT32"

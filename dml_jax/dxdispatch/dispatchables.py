@@ -8,13 +8,18 @@ from typing import Any
 
 from ..compile import compile_operator
 from ..errors import ValidationError
-from ..graph import compile_graph, graph_from_json
+from ..graph import compile_graph
+from ..graph_json import graph_desc_from_json
+from ..jsonforms import (
+    COMPILE_GRAPH,
+    COMPILE_TYPES,
+    GRAPH_TYPES,
+    OTHER_DISPATCHABLE_TYPES,
+    compile_type_of,
+)
 from ..jsonmodel import operator_desc_from_json
 from ..tensor import TensorDesc
 from .context import LoadContext, member
-
-_OTHER_KINDS = ("hlsl", "onnx", "dmlserializedgraph")
-_GRAPH_KINDS = ("DML_GRAPH", "GRAPH")
 
 
 @dataclass(frozen=True)
@@ -89,23 +94,24 @@ def parse_dispatchable(ctx: LoadContext, name: str, obj: Any, feature_level: Any
     path = member("dispatchables", name)
     obj = ctx.object(obj, path)
     kind = ctx.string(ctx.require(obj, "type", path), member(path, "type"))
-    if kind.lower() in _OTHER_KINDS:
+    if kind.lower() in OTHER_DISPATCHABLE_TYPES:
         raise ctx.fail(
             member(path, "type"),
             f"'{kind}' dispatchables are not supported by dml_jax (only DML operators and graphs)",
         )
-    compile_type = obj.get("dmlCompileType", "DmlCompileOp")
-    if compile_type not in ("DmlCompileOp", "DmlCompileGraph"):
+    compile_type = compile_type_of(obj)
+    if compile_type is None:
+        allowed = " or ".join(json.dumps(t) for t in COMPILE_TYPES)
         raise ctx.fail(
             member(path, "dmlCompileType"),
-            f'must be "DmlCompileOp" or "DmlCompileGraph", got {json.dumps(compile_type)}',
+            f"must be {allowed}, got {json.dumps(obj['dmlCompileType'])}",
         )
     try:
-        if kind in _GRAPH_KINDS:
-            op = compile_graph(graph_from_json(obj), feature_level)
-            compile_type, bind_source = "DmlCompileGraph", op
-        elif compile_type == "DmlCompileGraph":
-            graph = graph_from_json(obj)
+        if kind in GRAPH_TYPES:
+            op = compile_graph(graph_desc_from_json(obj), feature_level)
+            compile_type, bind_source = COMPILE_GRAPH, op
+        elif compile_type == COMPILE_GRAPH:
+            graph = graph_desc_from_json(obj)
             op = compile_graph(graph, feature_level)
             bind_source = _GraphBindPoints(graph.nodes[0], op)
         else:

@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ..jsonforms import COMPILE_OP
 from .commands import DispatchCommand, PrintCommand, WriteFileCommand
 from .context import ModelError
 from .load import Model, load_model
@@ -90,7 +91,7 @@ class Executor:
         init_ms: dict[str, float] = {}
         for d in self.model.dispatchables.values():
             init_ms[d.name] = 0.0
-            if d.compile_type == "DmlCompileOp":
+            if d.compile_type == COMPILE_OP:
                 self.out("Compile Op")
         for command in self.model.commands:
             plan = None
