@@ -18,15 +18,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .compile import CompiledOperator, _as_input, _check_x64, _level, _validate, with_shardings
+from .checks import check_x64, feature_level_of
+from .compile import CompiledOperator, validate, with_shardings
 from .enums import FeatureLevel, TensorFlags
 from .errors import ValidationError, as_int, show
 from .fields import OperatorDesc, dml_member_name
-
-# The HLO inspection helpers live in hlo.py; still reachable here for code written against
-# ``dml.graph.optimized_hlo`` (the README's example).
-from .hlo import HloInstruction, entry_instructions, optimized_hlo  # noqa: F401
-from .registry import OperatorSpec
+from .hlo import HloInstruction, entry_instructions, optimized_hlo  # noqa: F401 (README)
+from .registry import OperatorSpec, lookup
 from .tensor import TensorDesc
 
 GRAPH = "DML_GRAPH"
@@ -205,7 +203,8 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
     specs, ins, outs = [], [], []
     for n, node in enumerate(graph.nodes):
         try:
-            specs.append(_validate(node, level))
+            validate(node, level)
+            specs.append(lookup(node.operator_type))
         except ValidationError as e:
             raise ValidationError(f"{GRAPH}: Nodes[{n}]: {e}") from None
         ins.append(node.input_slots())
@@ -422,7 +421,7 @@ def validate_graph(graph: GraphDesc, feature_level: Any = None) -> None:
         ValidationError: at the first broken rule; the message starts with ``DML_GRAPH`` and names
             the node or edge (``Nodes[3]``, ``IntermediateEdges[2].ToNodeInputIndex``).
     """
-    _validate_graph(graph, _level(feature_level))
+    _validate_graph(graph, feature_level_of(feature_level))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,29 +463,6 @@ class CompiledGraph(CompiledOperator):
     @property
     def traces(self) -> int:
         return self._counter[0]
-
-    def check_inputs(self, inputs: Sequence[Any]) -> list:
-        if len(inputs) != len(self.input_descs):
-            raise ValidationError(
-                f"{self.name}: expected {len(self.input_descs)} input arrays "
-                f"({', '.join(self.input_paths)}), got {len(inputs)}"
-            )
-        _check_x64(
-            [
-                (p, t)
-                for p, t in zip(
-                    self.input_paths + self.output_paths, self.input_descs + self.output_descs
-                )
-                if t is not None
-            ],
-            self.name,
-        )
-        # An unused graph input is dropped (None is an empty pytree to jit): whatever was
-        # passed for it neither reaches the program nor causes a new trace.
-        return [
-            None if t is None else _as_input(x, path, t, self.name)
-            for x, path, t in zip(inputs, self.input_paths, self.input_descs)
-        ]
 
     def run_buffers(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple:
         """Buffer mode, as for an operator: one 1-D buffer per graph input, one per output.
@@ -580,7 +556,7 @@ def compile_graph(
         ValidationError: if a node or an edge breaks a rule (before anything is traced), or a
             tensor uses a 64-bit type without ``jax_enable_x64``.
     """
-    level = _level(feature_level)
+    level = feature_level_of(feature_level)
     if not isinstance(graph, GraphDesc):
         raise ValidationError(f"{GRAPH}: expected a GraphDesc, got {type(graph).__name__}")
     try:
@@ -589,7 +565,7 @@ def compile_graph(
         raise ValidationError(f"{GRAPH}: description is not hashable") from None
     compiled = _compile_graph_cached(graph, level)
     for n, node in enumerate(graph.nodes):
-        _check_x64(
+        check_x64(
             [(f"Nodes[{n}].{p}", t) for p, t in node.input_slots() + node.output_slots()], GRAPH
         )
     return with_shardings(compiled, in_shardings, out_shardings)
