@@ -382,6 +382,21 @@ def test_usage_errors_exit_2(capsys, argv):
     assert "Traceback" not in err and err
 
 
+def test_a_directory_is_not_a_model_file(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "run", str(tmp_path))
+    assert (code, out, err) == (2, "", f"error: {tmp_path}: is a directory, not a model file\n")
+
+
+def test_feature_level_errors_list_the_spelling_the_docs_use(capsys):
+    code, _, err = run_cli(capsys, "run", str(MODELS / "dml_tile.json"), "--feature_level", "9_9")
+    assert code == 2 and "'DML_FEATURE_LEVEL_1_0'" in err and "one of: 1_0, 2_0, 2_1," in err
+    assert "FL_" not in err
+    for level in ("5_0", "DML_FEATURE_LEVEL_5_0"):
+        assert (
+            run_cli(capsys, "run", str(MODELS / "dml_tile.json"), "--feature_level", level)[0] == 0
+        )
+
+
 # ---------------------------------------------------------------------------------------------
 # Behaviour
 

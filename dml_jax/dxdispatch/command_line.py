@@ -39,6 +39,9 @@ def run_command(
     """
     if bundled:
         print(f"No model given: running the bundled example '{file}'")
+    elif os.path.isdir(file):
+        print(f"error: {file}: is a directory, not a model file", file=sys.stderr)
+        return 2
     elif not os.path.isfile(file):
         print(f"error: {file}: no such model file", file=sys.stderr)
         return 2

@@ -118,3 +118,9 @@ def json_kind(value: Any) -> str:
     return {dict: "an object", list: "an array", str: "a string"}.get(
         type(value), f"the number {value}"
     )
+
+
+def cannot_allocate(nbytes: int, error: BaseException) -> str:
+    """The one-line message for memory that ran out (NumPy's or XLA's reason, first line)."""
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return f"cannot allocate {nbytes} bytes: {reason}"

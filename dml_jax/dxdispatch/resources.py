@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..enums import DataType
-from .context import LoadContext, ModelError, json_kind, member
+from .context import LoadContext, ModelError, cannot_allocate, json_kind, member
 from .scalars import convert_scalar, parse_data_type, sequence_values
 
 
@@ -216,7 +216,6 @@ def parse_resource(ctx: LoadContext, name: str, obj: Any, model_dir: str) -> Res
             ctx.reserve(count * t.size, init_path)
             if has_value:
                 v = convert_scalar(ctx, init["value"], t, member(init_path, "value"))
-                data = np.full(count, v, dtype=t.numpy_dtype).tobytes()
             else:
                 start = convert_scalar(ctx, init["valueStart"], t, member(init_path, "valueStart"))
                 delta = convert_scalar(
@@ -225,7 +224,13 @@ def parse_resource(ctx: LoadContext, name: str, obj: Any, model_dir: str) -> Res
                     t,
                     member(init_path, "valueDelta"),
                 )
-                data = sequence_values(start, delta, count, t).tobytes()
+            try:  # within the budget, or with none (--max-memory 0), memory may still run out
+                if has_value:
+                    data = np.full(count, v, dtype=t.numpy_dtype).tobytes()
+                else:
+                    data = sequence_values(start, delta, count, t).tobytes()
+            except (MemoryError, ValueError) as e:
+                raise ctx.fail(init_path, cannot_allocate(count * t.size, e)) from None
         elif has_source:
             data, data_type = _file_initializer(
                 ctx, init, data_type, dtype_given, model_dir, init_path, type_path

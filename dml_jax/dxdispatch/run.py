@@ -17,7 +17,7 @@ import numpy as np
 
 from ..jsonforms import COMPILE_OP
 from .commands import DispatchCommand, PrintCommand, WriteFileCommand
-from .context import ModelError
+from .context import ModelError, cannot_allocate
 from .load import Model, load_model
 from .output import format_resource, write_file
 from .plan import DispatchPlan, compile_plan
@@ -87,7 +87,12 @@ class Executor:
     def run(self) -> None:
         """Uploads resources, compiles every dispatch, runs the commands in order."""
         for name, resource in self.model.resources.items():
-            self.state[name] = jax.device_put(resource.initial_buffer(), self.device)
+            try:  # with no memory budget (--max-memory 0) nothing was refused before this
+                self.state[name] = jax.device_put(resource.initial_buffer(), self.device)
+            except (MemoryError, ValueError, RuntimeError) as e:
+                raise ModelError(
+                    self.model.file, resource.path, cannot_allocate(resource.size_in_bytes, e)
+                ) from None
         init_ms: dict[str, float] = {}
         for d in self.model.dispatchables.values():
             init_ms[d.name] = 0.0

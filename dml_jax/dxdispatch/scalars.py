@@ -98,19 +98,19 @@ def sequence_values(
     FLOAT16 adds in float32 and converts each partial sum back to half the way JSON numbers
     are converted; integers wrap around.
     """
-    values = []
+    values = np.empty(count, dtype=data_type.numpy_dtype)  # all memory first: fails at once
     if data_type.is_float:
         acc = start
-        for _ in range(count):
-            values.append(acc)
+        for i in range(count):
+            values[i] = acc
             if data_type is DataType.FLOAT16:
                 acc = float_to_half_truncated(np.float32(acc) + np.float32(delta))
             else:
                 with np.errstate(over="ignore", invalid="ignore"):
                     acc = acc + delta
-        return np.array(values, dtype=data_type.numpy_dtype)
+        return values
     acc = int(start)
-    for _ in range(count):
-        values.append(acc)
+    for i in range(count):
+        values[i] = acc
         acc = _wrap_int(acc + int(delta), data_type)
-    return np.array(values, dtype=data_type.numpy_dtype)
+    return values
