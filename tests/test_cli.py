@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,11 +60,37 @@ def expected(name: str) -> str:
 # Bundled models
 
 
+def models_copy(tmp_path: Path, monkeypatch) -> Path:
+    """A copy of examples/models, made the current directory: writeFile targets are relative
+    to it and must lie in the model's folder (the documented way to run the examples)."""
+    folder = tmp_path / "models"
+    shutil.copytree(MODELS, folder)
+    monkeypatch.chdir(folder)
+    return folder
+
+
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_example_model_output(capsys, name):
-    code, out, err = run_cli(capsys, "run", str(MODELS / f"{name}.json"))
+def test_example_model_output(capsys, tmp_path, monkeypatch, name):
+    folder = models_copy(tmp_path, monkeypatch)
+    code, out, err = run_cli(capsys, "run", f"{name}.json")
     assert (code, err) == (0, "")
     assert mask(out) == expected(name)
+    assert (folder / f"{name}.json").read_bytes() == (MODELS / f"{name}.json").read_bytes()
+
+
+def test_example_write_file_writes_npy_with_dimensions_and_raw_bytes(capsys, tmp_path, monkeypatch):
+    folder = models_copy(tmp_path, monkeypatch)
+    code, _, err = run_cli(capsys, "run", "dml_write_file.json")
+    assert (code, err) == (0, "")
+    tile = np.tile(np.array([[1, 2], [3, 4]], np.float32), (2, 3))
+    written = np.load(folder / "written" / "tile.npy", allow_pickle=False)
+    assert written.dtype == np.float32 and written.shape == (4, 6)
+    np.testing.assert_array_equal(written, tile)
+    assert (folder / "written" / "tile.bin").read_bytes() == tile.astype("<f4").tobytes()
+    # Run again: the files exist, so nothing runs without --overwrite; with it, both are replaced.
+    code, out, err = run_cli(capsys, "run", "dml_write_file.json")
+    assert (code, out) == (1, "") and "already exists" in err and "--overwrite" in err
+    assert run_cli(capsys, "run", "dml_write_file.json", "--overwrite")[0] == 0
 
 
 def test_examples_cover_every_operator():
