@@ -51,9 +51,7 @@ def _imports(name: str) -> list[tuple[str, str | None, int]]:
 
 
 def _graph() -> dict[str, set[str]]:
-    return {
-        name: {target for target, _, _ in _imports(name) if target != name} for name in MODULES
-    }
+    return {name: {target for target, _, _ in _imports(name) if target != name} for name in MODULES}
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
