@@ -24,9 +24,9 @@ from .graph import (
     IntermediateGraphEdge,
     OutputGraphEdge,
     compile_graph,
-    graph_from_json,
     validate_graph,
 )
+from .graph_json import graph_from_json
 from .jsonmodel import operator_desc_from_json, operator_desc_to_json, tensor_desc_from_json
 from .registry import operators as _operators
 from .registry import registered_operators

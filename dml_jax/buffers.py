@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .checks import check_x64
 from .errors import ValidationError, Validator, show
 from .tensor import TensorDesc
 
@@ -335,8 +336,6 @@ def run_buffers(op: Any, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple
         ValidationError: wrong buffer count, a buffer that is not 1-D, has another dtype than
             its desc's DataType, or is shorter than the last element its desc addresses + 1.
     """
-    from .compile import _check_x64  # deferred: compile imports this module's rule
-
     name = op.name
     groups = (
         ("input", inputs, op.input_paths, op.input_descs),
@@ -354,7 +353,7 @@ def run_buffers(op: Any, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple
                 f"got {len(bufs)}"
             )
     paths = tuple(op.input_paths) + tuple(op.output_paths)
-    _check_x64(list(zip(paths, tuple(op.input_descs) + tuple(op.output_descs))), name)
+    check_x64(list(zip(paths, tuple(op.input_descs) + tuple(op.output_descs))), name)
     for _, bufs, paths, descs in groups:
         checked += [_check_buffer(name, p, b, t) for b, p, t in zip(bufs, paths, descs)]
     return tuple(buffer_function(op)(*checked))

@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 
 DEFAULT_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "default.json")
@@ -250,16 +249,9 @@ def _bench(argv: list[str]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .errors import ValidationError
-    from .model import ModelError, RunOptions, run_model
+    from .dxdispatch import RunOptions
+    from .dxdispatch.command_line import run_command
 
-    file = args.model
-    if file is None:
-        file = DEFAULT_MODEL
-        print(f"No model given: running the bundled example '{file}'")
-    elif not os.path.isfile(file):
-        print(f"error: {file}: no such model file", file=sys.stderr)
-        return 2
     options = RunOptions(
         dispatch_iterations=args.dispatch_iterations,
         dispatch_repeat=args.dispatch_repeat,
@@ -272,40 +264,14 @@ def _run(args: argparse.Namespace) -> int:
         allow_outside_paths=args.allow_outside_paths,
         overwrite=args.overwrite,
     )
-    if args.feature_level is not None:
-        from .enums import FeatureLevel
-
-        try:
-            FeatureLevel.parse(args.feature_level, "--feature_level")
-        except ValidationError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-    try:
-        from .model import select_device
-
-        select_device(args.device)
-    except ValueError as e:
-        print(f"error: --device: {e}", file=sys.stderr)
-        return 2
-    try:
-        run_model(
-            file,
-            device=args.device,
-            options=options,
-            feature_level=args.feature_level,
-            out=_print_flush,
-        )
-    except (ModelError, ValidationError) as e:
-        if args.debug:
-            traceback.print_exc()
-        message = str(e) if isinstance(e, ModelError) else f"{file}: {e}"
-        print(f"error: {message}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _print_flush(line: str) -> None:
-    print(line, flush=True)
+    return run_command(
+        DEFAULT_MODEL if args.model is None else args.model,
+        options,
+        bundled=args.model is None,
+        device=args.device,
+        feature_level=args.feature_level,
+        debug=args.debug,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,23 +8,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from . import fused, support
 from . import sharding as _sharding
 from .buffers import check_output_layout
-from .enums import NEWEST_FEATURE_LEVEL, FeatureLevel, TensorFlags
+from .checks import as_input as _as_input  # shared with graph and buffers: public in checks.py
+from .checks import check_x64 as _check_x64
+from .checks import feature_level_of as _level
+from .enums import FeatureLevel, TensorFlags
 from .errors import ValidationError, Validator
 from .fields import COUNT, OperatorDesc, dml_member_name
 from .registry import OperatorSpec, lookup
 from .tensor import TensorDesc
-
-
-def _level(feature_level: Any) -> FeatureLevel:
-    if feature_level is None:
-        return NEWEST_FEATURE_LEVEL
-    return FeatureLevel.parse(feature_level, "feature_level")
 
 
 def _spec_of(desc: Any) -> OperatorSpec:
@@ -76,22 +71,6 @@ def _validate(desc: OperatorDesc, level: FeatureLevel) -> OperatorSpec:
     support.check_desc(spec, desc, level)
     fused.check_support(desc, level)
     return spec
-
-
-def _x64_enabled() -> bool:
-    return bool(jax.config.read("jax_enable_x64"))
-
-
-def _check_x64(descs: Sequence[tuple[str, TensorDesc]], owner: str) -> None:
-    if _x64_enabled():
-        return
-    for path, t in descs:
-        if t.data_type.is_64bit:
-            raise ValidationError(
-                f"{owner}: {path} has data type {t.data_type.name}, which JAX computes only in "
-                "64-bit mode; enable it with jax.config.update('jax_enable_x64', True) (or "
-                "JAX_ENABLE_X64=1) before compiling"
-            )
 
 
 class CompiledOperator:
@@ -267,39 +246,6 @@ class CompiledOperator:
 # Types of concrete JAX arrays seen by a checked call (jax's ArrayImpl): an exact type test is
 # cheaper than isinstance(x, jax.Array), whose ABC check would double the per-call overhead.
 _CONCRETE_ARRAY_TYPES: set = set()
-
-
-def _as_input(x: Any, path: str, t: TensorDesc, owner: str):
-    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
-        x = _from_python(x, path, t, owner)
-    if tuple(x.shape) != t.sizes:
-        raise ValidationError(
-            f"{owner}: {path} expects an array of shape {t.sizes} (its Sizes), got {tuple(x.shape)}"
-        )
-    if np.dtype(x.dtype) != t.dtype:
-        raise ValidationError(
-            f"{owner}: {path} expects dtype {t.dtype.name} (DataType {t.data_type.name}), "
-            f"got {np.dtype(x.dtype).name}"
-        )
-    return x
-
-
-def _from_python(x: Any, path: str, t: TensorDesc, owner: str):
-    """Lists and scalars: converted to the tensor's dtype when that loses nothing."""
-    try:
-        arr = np.asarray(x)
-    except (TypeError, ValueError) as e:
-        raise ValidationError(f"{owner}: {path} is not an array: {e}") from None
-    ok = arr.dtype.kind in "iu" or (arr.dtype.kind == "f" and t.data_type.is_float)
-    if ok:
-        cast = arr.astype(t.dtype)
-        ok = t.data_type.is_float or np.array_equal(cast.astype(arr.dtype), arr)
-    if not ok:
-        raise ValidationError(
-            f"{owner}: {path} expects {t.dtype.name} values, got {arr.dtype.name} data that "
-            "does not convert exactly"
-        )
-    return jnp.asarray(cast)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -39,10 +39,10 @@ class _DmlEnum(enum.Enum):
             if member is not None:
                 return member
         where = path or cls.__name__
-        choices = ", ".join(m.name for m in cls)
+        choices = ", ".join(m._suffix for m in cls)
         raise ValidationError(
             f"{where} must be a {cls.__name__} (a member, its full DML name such as "
-            f"'{cls._prefix_value()}{next(iter(cls)).name}', or one of: {choices}), "
+            f"'{next(iter(cls)).dml_name}', or one of: {choices}), "
             f"got {brief(value)}"
         )
 
@@ -53,6 +53,11 @@ class _DmlEnum(enum.Enum):
     @classmethod
     def _by_suffix(cls) -> dict:
         return {m.name: m for m in cls}
+
+    @property
+    def _suffix(self) -> str:
+        """The short spelling error messages list (``SUM``; FeatureLevel: ``5_0``)."""
+        return self.name
 
     @property
     def dml_name(self) -> str:
@@ -159,6 +164,10 @@ class FeatureLevel(_DmlEnum):
     def label(self) -> str:
         """``5_0`` for FL_5_0."""
         return self.name[3:]
+
+    @property
+    def _suffix(self) -> str:
+        return self.label
 
     @classmethod
     def newest(cls) -> FeatureLevel:

@@ -14,16 +14,17 @@ Node input and output indices count tensors in schema order, each element of a t
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, NamedTuple
+from typing import Any
 
-from .compile import CompiledOperator, _as_input, _check_x64, _level, _validate, with_shardings
+from .checks import check_x64, feature_level_of
+from .compile import CompiledOperator, validate, with_shardings
 from .enums import FeatureLevel, TensorFlags
 from .errors import ValidationError, as_int, show
 from .fields import OperatorDesc, dml_member_name
-from .registry import OperatorSpec
+from .hlo import HloInstruction, entry_instructions, optimized_hlo  # noqa: F401 (README)
+from .registry import OperatorSpec, lookup
 from .tensor import TensorDesc
 
 GRAPH = "DML_GRAPH"
@@ -202,7 +203,8 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
     specs, ins, outs = [], [], []
     for n, node in enumerate(graph.nodes):
         try:
-            specs.append(_validate(node, level))
+            validate(node, level)
+            specs.append(lookup(node.operator_type))
         except ValidationError as e:
             raise ValidationError(f"{GRAPH}: Nodes[{n}]: {e}") from None
         ins.append(node.input_slots())
@@ -419,7 +421,7 @@ def validate_graph(graph: GraphDesc, feature_level: Any = None) -> None:
         ValidationError: at the first broken rule; the message starts with ``DML_GRAPH`` and names
             the node or edge (``Nodes[3]``, ``IntermediateEdges[2].ToNodeInputIndex``).
     """
-    _validate_graph(graph, _level(feature_level))
+    _validate_graph(graph, feature_level_of(feature_level))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,29 +463,6 @@ class CompiledGraph(CompiledOperator):
     @property
     def traces(self) -> int:
         return self._counter[0]
-
-    def check_inputs(self, inputs: Sequence[Any]) -> list:
-        if len(inputs) != len(self.input_descs):
-            raise ValidationError(
-                f"{self.name}: expected {len(self.input_descs)} input arrays "
-                f"({', '.join(self.input_paths)}), got {len(inputs)}"
-            )
-        _check_x64(
-            [
-                (p, t)
-                for p, t in zip(
-                    self.input_paths + self.output_paths, self.input_descs + self.output_descs
-                )
-                if t is not None
-            ],
-            self.name,
-        )
-        # An unused graph input is dropped (None is an empty pytree to jit): whatever was
-        # passed for it neither reaches the program nor causes a new trace.
-        return [
-            None if t is None else _as_input(x, path, t, self.name)
-            for x, path, t in zip(inputs, self.input_paths, self.input_descs)
-        ]
 
     def run_buffers(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple:
         """Buffer mode, as for an operator: one 1-D buffer per graph input, one per output.
@@ -577,7 +556,7 @@ def compile_graph(
         ValidationError: if a node or an edge breaks a rule (before anything is traced), or a
             tensor uses a 64-bit type without ``jax_enable_x64``.
     """
-    level = _level(feature_level)
+    level = feature_level_of(feature_level)
     if not isinstance(graph, GraphDesc):
         raise ValidationError(f"{GRAPH}: expected a GraphDesc, got {type(graph).__name__}")
     try:
@@ -586,229 +565,7 @@ def compile_graph(
         raise ValidationError(f"{GRAPH}: description is not hashable") from None
     compiled = _compile_graph_cached(graph, level)
     for n, node in enumerate(graph.nodes):
-        _check_x64(
+        check_x64(
             [(f"Nodes[{n}].{p}", t) for p, t in node.input_slots() + node.output_slots()], GRAPH
         )
     return with_shardings(compiled, in_shardings, out_shardings)
-
-
-# ---------------------------------------------------------------------------------------------
-# Inspecting what XLA made of a compiled graph (or operator)
-
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%(\S+)\s*=\s*(.+?)\s([a-z][\w-]*)\((.*)$")
-_PLUMBING = ("parameter", "constant", "tuple", "get-tuple-element", "bitcast")
-
-
-class HloInstruction(NamedTuple):
-    """One instruction of an optimized program's ENTRY computation.
-
-    Attributes:
-        name: the HLO instruction name (``reduce_bitcast_fusion``, ``copy``).
-        opcode: ``fusion``, ``copy``, or an unfused operation.
-        kind: the fusion kind (``kLoop``, ``kInput``, ...), ``""`` for other opcodes.
-        shape: the result type, e.g. ``f32[1,2,1,1]{3,2,1,0}``.
-        operands: what it reads: ``parameter(i)`` for the program's i-th argument, otherwise
-            the name of the instruction that produced it (through tuples and bitcasts).
-    """
-
-    name: str
-    opcode: str
-    kind: str
-    shape: str
-    operands: tuple[str, ...]
-
-
-def optimized_hlo(op: CompiledOperator, *inputs: Any) -> str:
-    """The optimized HLO module XLA runs for ``op(*inputs)`` (after fusion), as text.
-
-    Compiles the same jitted function that calling ``op`` uses, for the inputs' shapes and dtypes.
-    """
-    return op._jitted.lower(*op.check_inputs(inputs)).compile().as_text()
-
-
-def entry_instructions(hlo_text: str) -> tuple[HloInstruction, ...]:
-    """The work in an optimized program: its ENTRY instructions other than plumbing.
-
-    Parameters, constants, bitcasts and the tuples of multi-output programs are left out; what
-    remains is what the program executes (``fusion`` kernels, ``copy``, unfused operations).
-    """
-    start = hlo_text.find("\nENTRY ")
-    if start < 0:
-        raise ValueError("no ENTRY computation in the HLO text")
-    alias: dict[str, str] = {}  # plumbing instruction -> what it stands for
-    result = []
-    for line in hlo_text[start + 1 :].splitlines()[1:]:
-        if line.startswith("}"):
-            break
-        match = _INSTRUCTION.match(line)
-        if match is None:
-            continue
-        name, shape, opcode, rest = match.groups()
-        args = re.findall(r"%([\w.\-]+)", rest.split(")", 1)[0])
-        operands = tuple(alias.get(a, a) for a in args)
-        if opcode == "parameter":
-            alias[name] = f"parameter({rest.split(')', 1)[0].strip()})"
-        elif opcode in _PLUMBING:
-            alias[name] = operands[0] if len(operands) == 1 else name
-        else:
-            kind = re.search(r"\bkind=(k\w+)", rest)
-            result.append(
-                HloInstruction(name, opcode, kind.group(1) if kind else "", shape, operands)
-            )
-    return tuple(result)
-
-
-# ---------------------------------------------------------------------------------------------
-# JSON (DxDispatch models)
-
-_COMPILE_TYPES = ("DmlCompileOp", "DmlCompileGraph")
-_GRAPH_TYPES = ("DML_GRAPH", "GRAPH")
-_GRAPH_KEYS = (
-    "type",
-    "InputCount",
-    "OutputCount",
-    "Nodes",
-    "InputEdges",
-    "OutputEdges",
-    "IntermediateEdges",
-    "executionFlags",
-    "dmlCompileType",
-)
-_JSON_EDGES = (
-    ("InputEdges", InputGraphEdge),
-    ("OutputEdges", OutputGraphEdge),
-    ("IntermediateEdges", IntermediateGraphEdge),
-)
-
-
-def graph_from_json(obj: Any) -> GraphDesc:
-    """Builds a ``GraphDesc`` from a DxDispatch-style JSON object (as returned by ``json.load``).
-
-    Two shapes are accepted:
-
-    * A graph, ``{"type": "DML_GRAPH", "InputCount": 1, "OutputCount": 1, "Nodes": [...],
-      "InputEdges": [...], "OutputEdges": [...], "IntermediateEdges": [...]}``, with the
-      DML_GRAPH_DESC member names. Each node is an operator dispatchable
-      (``{"type": "ELEMENT_WISE_CLIP", "desc": {...}}``) with an optional unique ``"Name"``.
-      Each edge has the member names of its DML_*_GRAPH_EDGE_DESC (``GraphInputIndex``,
-      ``ToNodeIndex``, ``ToNodeInputIndex``, ...) and an optional ``"Name"``; ``FromNodeIndex`` and
-      ``ToNodeIndex`` take a node index or a node's ``Name``. InputEdges and IntermediateEdges
-      may be omitted (empty); the counts and OutputEdges are required.
-    * One operator dispatchable (typically with ``"dmlCompileType": "DmlCompileGraph"``): a
-      one-node graph whose inputs and outputs are the operator's tensors in schema order.
-
-    Raises:
-        ValidationError: naming the JSON path (``DML_GRAPH: Nodes[1].desc.Axis ...``).
-    """
-    if not isinstance(obj, dict):
-        raise ValidationError(f"{GRAPH}: a graph must be a JSON object, got {type(obj).__name__}")
-    compile_type = obj.get("dmlCompileType", "DmlCompileOp")
-    if compile_type not in _COMPILE_TYPES:
-        raise ValidationError(
-            f"{GRAPH}: dmlCompileType must be one of "
-            f"{', '.join(_COMPILE_TYPES)}, got {compile_type!r}"
-        )
-    if obj.get("type") not in _GRAPH_TYPES:
-        return _one_node_graph(obj)
-    from .jsonmodel import execution_flags_from_json
-
-    for key in obj:
-        if key not in _GRAPH_KEYS:
-            raise ValidationError(
-                f"{GRAPH}: unknown member {key!r}; a graph takes: {', '.join(_GRAPH_KEYS)}"
-            )
-    if "executionFlags" in obj:
-        execution_flags_from_json(obj["executionFlags"], f"{GRAPH}: executionFlags")
-    for key in ("InputCount", "OutputCount", "Nodes", "OutputEdges"):
-        if key not in obj:
-            raise ValidationError(f"{GRAPH}: {key} is required")
-    nodes, names = _nodes_from_json(obj["Nodes"])
-    edges = {}
-    for member, cls in _JSON_EDGES:
-        items = obj.get(member, [])
-        if not isinstance(items, list):
-            raise ValidationError(f"{GRAPH}: {member} must be a JSON array, got {items!r}")
-        edges[member] = [
-            _edge_from_json(item, f"{member}[{i}]", cls, names) for i, item in enumerate(items)
-        ]
-    return GraphDesc(
-        obj["InputCount"],
-        obj["OutputCount"],
-        nodes,
-        edges["InputEdges"],
-        edges["OutputEdges"],
-        edges["IntermediateEdges"],
-    )
-
-
-def _one_node_graph(obj: dict) -> GraphDesc:
-    from .jsonmodel import operator_desc_from_json
-
-    node = operator_desc_from_json(obj)
-    inputs, outputs = len(node.input_slots()), len(node.output_slots())
-    return GraphDesc(
-        inputs,
-        outputs,
-        (node,),
-        tuple(InputGraphEdge(k, 0, k) for k in range(inputs)),
-        tuple(OutputGraphEdge(0, k, k) for k in range(outputs)),
-    )
-
-
-def _nodes_from_json(items: Any) -> tuple[list[OperatorDesc], dict[str, int]]:
-    from .jsonmodel import operator_desc_from_json
-
-    if not isinstance(items, list):
-        raise ValidationError(f"{GRAPH}: Nodes must be a JSON array, got {items!r}")
-    nodes, names = [], {}
-    for n, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise ValidationError(
-                f"{GRAPH}: Nodes[{n}] must be a JSON object (an operator "
-                f"dispatchable), got {item!r}"
-            )
-        if "Name" in item:
-            name = item["Name"]
-            if not isinstance(name, str) or not name:
-                raise ValidationError(
-                    f"{GRAPH}: Nodes[{n}].Name must be a non-empty string, got {name!r}"
-                )
-            if name in names:
-                raise ValidationError(
-                    f"{GRAPH}: Nodes[{n}].Name {name!r} is already the name of "
-                    f"Nodes[{names[name]}]; node names must be unique"
-                )
-            names[name] = n
-        try:
-            nodes.append(operator_desc_from_json({k: v for k, v in item.items() if k != "Name"}))
-        except ValidationError as e:
-            raise ValidationError(f"{GRAPH}: Nodes[{n}]: {e}") from None
-    return nodes, names
-
-
-def _edge_from_json(item: Any, path: str, cls: type, names: dict[str, int]) -> Any:
-    members = {dml_member_name(f.name): f.name for f in fields(cls)}
-    if not isinstance(item, dict):
-        raise ValidationError(f"{GRAPH}: {path} must be a JSON object, got {item!r}")
-    for key in item:
-        if key not in members and key != "Name":
-            raise ValidationError(
-                f"{GRAPH}: {path} has unknown member {key!r}; "
-                f"{cls.struct_name} members: {', '.join(members)}, Name"
-            )
-    if "Name" in item and not isinstance(item["Name"], str):
-        raise ValidationError(f"{GRAPH}: {path}.Name must be a string, got {item['Name']!r}")
-    values = {}
-    for member, name in members.items():
-        if member not in item:
-            raise ValidationError(f"{GRAPH}: {path}.{member} is required")
-        value = item[member]
-        if member in ("FromNodeIndex", "ToNodeIndex") and isinstance(value, str):
-            if value not in names:
-                known = ", ".join(names) or "none"
-                raise ValidationError(
-                    f"{GRAPH}: {path}.{member} names no node: {value!r} (node names: {known})"
-                )
-            value = names[value]
-        values[name] = as_int(value, f"{GRAPH}: {path}.{member}")
-    return cls(**values)

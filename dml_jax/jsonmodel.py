@@ -25,6 +25,7 @@ from .fields import (
     ScalarUnion,
     dml_member_name,
 )
+from .jsonforms import DISPATCHABLE_KEYS, EXECUTION_FLAGS, OTHER_DISPATCHABLE_TYPES
 from .jsonvalues import (
     json_float,
     scalar_union_from_json,
@@ -45,17 +46,6 @@ __all__ = [
     "tensor_flags_from_json",
 ]
 
-# Dispatchable members that belong to DxDispatch, not to the operator: checked or ignored here.
-DISPATCHABLE_KEYS = ("type", "desc", "Desc", "executionFlags", "dmlCompileType", "bindings")
-# Dispatchable kinds other than DML operators (matched case-insensitively, as DxDispatch does).
-OTHER_DISPATCHABLE_TYPES = ("hlsl", "onnx", "dmlserializedgraph")
-
-EXECUTION_FLAGS = {
-    "NONE": 0x0,
-    "ALLOW_HALF_PRECISION_COMPUTATION": 0x1,
-    "DISABLE_META_COMMANDS": 0x2,
-    "DESCRIPTORS_VOLATILE": 0x4,
-}
 _EXECUTION_FLAG_PREFIX = "DML_EXECUTION_FLAG_"
 
 

@@ -25,7 +25,7 @@ except ImportError:  # running from a source checkout without installing the pac
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import dml_jax as dml
 
-from dml_jax.graph import entry_instructions, optimized_hlo
+from dml_jax.hlo import entry_instructions, optimized_hlo
 
 
 def build_graph() -> dml.GraphDesc:

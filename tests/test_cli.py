@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 
 import dml_jax as dml
 from dml_jax.cli import DEFAULT_MODEL, main
-from dml_jax.model import float_to_half_truncated, parse_json_text
+from dml_jax.dxdispatch import float_to_half_truncated, parse_json_text
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "examples" / "models"
@@ -60,11 +61,37 @@ def expected(name: str) -> str:
 # Bundled models
 
 
+def models_copy(tmp_path: Path, monkeypatch) -> Path:
+    """A copy of examples/models, made the current directory: writeFile targets are relative
+    to it and must lie in the model's folder (the documented way to run the examples)."""
+    folder = tmp_path / "models"
+    shutil.copytree(MODELS, folder)
+    monkeypatch.chdir(folder)
+    return folder
+
+
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_example_model_output(capsys, name):
-    code, out, err = run_cli(capsys, "run", str(MODELS / f"{name}.json"))
+def test_example_model_output(capsys, tmp_path, monkeypatch, name):
+    folder = models_copy(tmp_path, monkeypatch)
+    code, out, err = run_cli(capsys, "run", f"{name}.json")
     assert (code, err) == (0, "")
     assert mask(out) == expected(name)
+    assert (folder / f"{name}.json").read_bytes() == (MODELS / f"{name}.json").read_bytes()
+
+
+def test_example_write_file_writes_npy_with_dimensions_and_raw_bytes(capsys, tmp_path, monkeypatch):
+    folder = models_copy(tmp_path, monkeypatch)
+    code, _, err = run_cli(capsys, "run", "dml_write_file.json")
+    assert (code, err) == (0, "")
+    tile = np.tile(np.array([[1, 2], [3, 4]], np.float32), (2, 3))
+    written = np.load(folder / "written" / "tile.npy", allow_pickle=False)
+    assert written.dtype == np.float32 and written.shape == (4, 6)
+    np.testing.assert_array_equal(written, tile)
+    assert (folder / "written" / "tile.bin").read_bytes() == tile.astype("<f4").tobytes()
+    # Run again: the files exist, so nothing runs without --overwrite; with it, both are replaced.
+    code, out, err = run_cli(capsys, "run", "dml_write_file.json")
+    assert (code, out) == (1, "") and "already exists" in err and "--overwrite" in err
+    assert run_cli(capsys, "run", "dml_write_file.json", "--overwrite")[0] == 0
 
 
 def test_bundled_models_use_registered_operators():
@@ -382,6 +409,21 @@ def test_usage_errors_exit_2(capsys, argv):
     code, out, err = run_cli(capsys, *argv)
     assert code == 2, (out, err)
     assert "Traceback" not in err and err
+
+
+def test_a_directory_is_not_a_model_file(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "run", str(tmp_path))
+    assert (code, out, err) == (2, "", f"error: {tmp_path}: is a directory, not a model file\n")
+
+
+def test_feature_level_errors_list_the_spelling_the_docs_use(capsys):
+    code, _, err = run_cli(capsys, "run", str(MODELS / "dml_tile.json"), "--feature_level", "9_9")
+    assert code == 2 and "'DML_FEATURE_LEVEL_1_0'" in err and "one of: 1_0, 2_0, 2_1," in err
+    assert "FL_" not in err
+    for level in ("5_0", "DML_FEATURE_LEVEL_5_0"):
+        assert (
+            run_cli(capsys, "run", str(MODELS / "dml_tile.json"), "--feature_level", level)[0] == 0
+        )
 
 
 # ---------------------------------------------------------------------------------------------

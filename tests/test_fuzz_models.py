@@ -28,7 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dml_jax import cli
-from dml_jax.model import ModelError, load_model, parse_json_text
+from dml_jax.dxdispatch import ModelError, load_model, parse_json_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL_FILES = sorted(glob.glob(os.path.join(ROOT, "examples", "models", "*.json")))

@@ -15,7 +15,7 @@ import pytest
 
 import dml_jax as dml
 from dml_jax import cli
-from dml_jax.model import (
+from dml_jax.dxdispatch import (
     Executor,
     ModelError,
     default_memory_budget,
@@ -404,6 +404,45 @@ def test_bad_max_memory_is_a_usage_error(capsys, tmp_path, value):
 
 def test_max_memory_zero_means_no_limit(capsys, tmp_path):
     assert run(capsys, tmp_path, clip_model(), "--max-memory", "0")[0] == 0
+
+
+@pytest.mark.parametrize(
+    "resource, path",
+    [
+        # Larger than any address space (2^47 bytes), so memory runs out whatever the machine.
+        (
+            {
+                "initialValuesDataType": "FLOAT32",
+                "initialValues": {"valueCount": 10**14, "value": 1},
+            },
+            "resources.A.initialValues: cannot allocate 400000000000000 bytes: ",
+        ),
+        (
+            {
+                "initialValuesDataType": "FLOAT32",
+                "initialValues": {"valueCount": 10**14, "valueStart": 0, "valueDelta": 1},
+            },
+            "resources.A.initialValues: cannot allocate 400000000000000 bytes: ",
+        ),
+        (
+            {
+                "initialValuesDataType": "FLOAT32",
+                "initialValues": {"valueCount": 2**70, "value": 1},
+            },
+            "resources.A.initialValues: cannot allocate 4722366482869645213696 bytes: ",
+        ),
+        (
+            {"initialValuesDataType": "FLOAT32", "initialValues": [1], "sizeInBytes": 2**62},
+            "resources.A: cannot allocate 4611686018427387904 bytes: ",
+        ),
+    ],
+)
+def test_no_limit_and_memory_runs_out_is_one_error_line(capsys, tmp_path, resource, path):
+    model = clip_model(resources={"A": resource}, commands=[])
+    start = time.perf_counter()
+    code, _, err = run(capsys, tmp_path, model, "--max-memory", "0")  # run() checks: one line
+    assert code == 1 and f"m.json: {path}" in err
+    assert time.perf_counter() - start < 5
 
 
 # --- Command line: hostile model files ------------------------------------------------------

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .reduce import _pallas, cuda_present
+from .reduce import cuda_present, load_pallas
 
 ENABLED = True  # read at trace time; benchmarks turn it off to time the lax lowering
 CLIP_DTYPES = frozenset(np.dtype(t) for t in ("float16", "int8", "uint8", "int16", "uint16"))
@@ -44,7 +44,7 @@ def _key(bits, nbits: int):
 
 def clip_kernel(x, lo, hi, interpret: bool = False):
     """``max(lo, min(x, hi))`` element-wise, NaN propagated; same shape and dtype as ``x``."""
-    pl, pltriton = _pallas()
+    pl, pltriton = load_pallas()
     n = math.prod(x.shape)
     block = max(128, BLOCK_BYTES // x.dtype.itemsize)
     is_float = jnp.issubdtype(x.dtype, jnp.floating)

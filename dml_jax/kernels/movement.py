@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .reduce import _pallas, cuda_present
+from .reduce import cuda_present, load_pallas
 
 # Read at trace time; benchmarks turn it off to time the element-wise lowering.
 ENABLED = True
@@ -166,7 +166,7 @@ def join_kernel(xs: Sequence, axis: int, interpret: bool = False):
     pieces, so each program reads one piece (chosen with ``pl.when``) and writes one
     contiguous block.
     """
-    pl, pltriton = _pallas()
+    pl, pltriton = load_pallas()
     dtype = xs[0].dtype
     rows = math.prod(xs[0].shape[:axis])
     flat = [to_words(lax.reshape(x, (rows, math.prod(x.shape[axis:])))) for x in xs]
@@ -236,7 +236,7 @@ def d2s_kernel(x, block: int, dcr: bool, interpret: bool = False):
     and ors (element ``e`` of the word is element ``e // b`` of channel ``e % b``'s unit), and
     stores whole contiguous output rows. Bitcasts outside the kernel make it exact.
     """
-    pl, pltriton = _pallas()
+    pl, pltriton = load_pallas()
     n, c, h, w = x.shape
     b, item = block, x.dtype.itemsize
     k = 4 // (b * item)

@@ -284,7 +284,7 @@ def cuda_present() -> bool:
 # Kernels
 
 
-def _pallas():
+def load_pallas():
     # Imported lazily: CPU-only users never load Pallas.
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as pltriton
@@ -371,7 +371,7 @@ def _tile_loader(p: Plan, pl, pltriton, unmasked: bool = False):
 
 
 def _call(kernel, p: Plan, x2, out_dtype, interpret: bool):
-    pl, pltriton = _pallas()
+    pl, pltriton = load_pallas()
     n_out = p.a * p.b
     return pl.pallas_call(
         kernel,
@@ -398,7 +398,7 @@ def arg_reduce_kernel(x, p: Plan, largest: bool, last: bool, interpret: bool = F
         last: report the last extreme (DECREASING) instead of the first.
         interpret: run through Pallas's interpreter (any platform; for tests).
     """
-    pl, pltriton = _pallas()
+    pl, pltriton = load_pallas()
     load, store, ax = _tile_loader(p, pl, pltriton)
     cdt = _compute_dtype(x.dtype)
     is_float = jnp.issubdtype(cdt, jnp.floating)
@@ -495,7 +495,7 @@ def lanes_kernel(
     extreme), so each lane holds its first (last) extreme. Returns int32 indices of shape
     ``(A * B,)``, or the extremes in ``x``'s dtype.
     """
-    pl, pltriton = _pallas()
+    pl, pltriton = load_pallas()
     load, store, ax = _tile_loader(p, pl, pltriton)
     n_tiles = -(-p.r // p.tiling.rows)
     none = np.int32(-1) if last else np.int32(np.iinfo(np.int32).max)
@@ -589,7 +589,7 @@ def packed_kernel(
     """
     if p.r > PACKED_MAX_R:
         raise ValueError(f"packed_kernel needs R <= {PACKED_MAX_R}, got {p.r}")
-    pl, pltriton = _pallas()
+    pl, pltriton = load_pallas()
     unmasked = UNMASKED and exact(p)
     load, store, ax = _tile_loader(p, pl, pltriton, unmasked=unmasked)
     n_tiles = -(-p.r // p.tiling.rows)
@@ -642,7 +642,7 @@ def log_sum_exp_kernel(x, p: Plan, interpret: bool = False):
     gives ``-inf`` and a ``+inf`` gives ``+inf``). When the maximum grows, ``s`` is rescaled by
     ``exp(old_shift - new_shift) <= 1``, so nothing overflows.
     """
-    pl, pltriton = _pallas()
+    pl, pltriton = load_pallas()
     load, store, ax = _tile_loader(p, pl, pltriton, unmasked=UNMASKED and exact(p))
     width = p.tiling.cols
     n_tiles = -(-p.r // p.tiling.rows)

@@ -1,0 +1,71 @@
+"""``dml-jax run`` after its arguments are parsed: usage checks, the run, errors as exit codes.
+
+Exit codes: 0 success, 1 an error in the model or its data (one line naming the file and the
+JSON path; ``debug`` adds the traceback), 2 a usage error (model file, feature level, device).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any
+
+from ..enums import FeatureLevel
+from ..errors import ValidationError
+from .context import ModelError
+from .run import RunOptions, run_model, select_device
+
+
+def run_command(
+    file: str,
+    options: RunOptions,
+    *,
+    bundled: bool = False,
+    device: str | None = None,
+    feature_level: Any = None,
+    debug: bool = False,
+) -> int:
+    """Runs a model file for the command line; prints its output and errors, returns the exit
+    code.
+
+    Args:
+        file: the model file.
+        options: timing and limit options.
+        bundled: ``file`` is the bundled example, run because no model was given (said first).
+        device: ``--device`` (see ``select_device``).
+        feature_level: ``--feature_level`` (a DML feature level name such as ``5_0``).
+        debug: print the traceback of a model error.
+    """
+    if bundled:
+        print(f"No model given: running the bundled example '{file}'")
+    elif os.path.isdir(file):
+        print(f"error: {file}: is a directory, not a model file", file=sys.stderr)
+        return 2
+    elif not os.path.isfile(file):
+        print(f"error: {file}: no such model file", file=sys.stderr)
+        return 2
+    if feature_level is not None:
+        try:
+            FeatureLevel.parse(feature_level, "--feature_level")
+        except ValidationError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    try:
+        select_device(device)
+    except ValueError as e:
+        print(f"error: --device: {e}", file=sys.stderr)
+        return 2
+    try:
+        run_model(file, device=device, options=options, feature_level=feature_level, out=_print)
+    except (ModelError, ValidationError) as e:
+        if debug:
+            traceback.print_exc()
+        message = str(e) if isinstance(e, ModelError) else f"{file}: {e}"
+        print(f"error: {message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)

@@ -1,0 +1,86 @@
+"""Commands: ``dispatch`` (with its bindings resolved), ``print`` and ``writeFile``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .bindings import BoundTensor, resolve_bindings
+from .context import LoadContext, json_kind, member
+
+
+@dataclass
+class DispatchCommand:
+    path: str
+    dispatchable: str
+    bindings: dict[str, list[BoundTensor]]
+
+
+@dataclass
+class PrintCommand:
+    path: str
+    resource: str
+    verbose: bool
+
+
+@dataclass
+class WriteFileCommand:
+    path: str
+    resource: str
+    target: str
+    dimensions: tuple[int, ...] | None
+
+
+def parse_command(
+    ctx: LoadContext, i: int, obj: Any, model_resources: dict, dispatchables: dict
+) -> Any:
+    path = member("commands", i)
+    obj = ctx.object(obj, path)
+    kind = ctx.string(ctx.require(obj, "type", path), member(path, "type"))
+
+    def resource_member(key: str) -> str:
+        name = ctx.string(ctx.require(obj, key, path), member(path, key))
+        if name not in model_resources:
+            raise ctx.fail(member(path, key), f"unknown resource '{name}'")
+        return name
+
+    if kind.lower() == "dispatch":
+        name = ctx.string(ctx.require(obj, "dispatchable", path), member(path, "dispatchable"))
+        if name not in dispatchables:
+            raise ctx.fail(member(path, "dispatchable"), f"unknown dispatchable '{name}'")
+        d = dispatchables[name]
+        bindings = resolve_bindings(
+            ctx, d, ctx.require(obj, "bindings", path), member(path, "bindings"), model_resources
+        )
+        for point in d.bind_points:
+            if point.name in bindings or point.name in d.init_bindings:
+                continue
+            if all(desc is None for desc in point.descs):
+                continue
+            raise ctx.fail(
+                member(path, "bindings"), f"Nothing bound for required tensor '{point.name}'."
+            )
+        return DispatchCommand(path, name, bindings)
+    if kind.lower() == "print":
+        verbose = obj.get("verbose", False)
+        if not isinstance(verbose, bool):
+            raise ctx.fail(
+                member(path, "verbose"), f"must be true or false, got {json_kind(verbose)}"
+            )
+        return PrintCommand(path, resource_member("resource"), verbose)
+    if kind.lower() == "writefile":
+        res = resource_member("resource")
+        target = ctx.string(ctx.require(obj, "targetPath", path), member(path, "targetPath"))
+        dims = None
+        if "dimensions" in obj:
+            dpath = member(path, "dimensions")
+            if not isinstance(obj["dimensions"], list):
+                raise ctx.fail(
+                    dpath, f"must be an array of integers, got {json_kind(obj['dimensions'])}"
+                )
+            dims = tuple(ctx.uint(v, member(dpath, k)) for k, v in enumerate(obj["dimensions"]))
+        return WriteFileCommand(path, res, target, dims)
+    raise ctx.fail(
+        member(path, "type"),
+        f"Unrecognized command '{kind}' (expected dispatch, print or writeFile)",
+    )

@@ -1,0 +1,155 @@
+"""Graphs from DxDispatch JSON: ``graph_from_json`` reads a DML_GRAPH dispatchable (or one
+operator dispatchable as a one-node graph) into a ``GraphDesc``."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from .errors import ValidationError, as_int
+from .fields import OperatorDesc, dml_member_name
+from .graph import GRAPH, GraphDesc, InputGraphEdge, IntermediateGraphEdge, OutputGraphEdge
+from .jsonforms import COMPILE_TYPES, GRAPH_KEYS, GRAPH_TYPES, compile_type_of
+from .jsonmodel import execution_flags_from_json, operator_desc_from_json
+
+_JSON_EDGES = (
+    ("InputEdges", InputGraphEdge),
+    ("OutputEdges", OutputGraphEdge),
+    ("IntermediateEdges", IntermediateGraphEdge),
+)
+
+
+def graph_from_json(obj: Any) -> GraphDesc:
+    """Builds a ``GraphDesc`` from a DxDispatch-style JSON object (as returned by ``json.load``).
+
+    Two shapes are accepted:
+
+    * A graph, ``{"type": "DML_GRAPH", "InputCount": 1, "OutputCount": 1, "Nodes": [...],
+      "InputEdges": [...], "OutputEdges": [...], "IntermediateEdges": [...]}``, with the
+      DML_GRAPH_DESC member names. Each node is an operator dispatchable
+      (``{"type": "ELEMENT_WISE_CLIP", "desc": {...}}``) with an optional unique ``"Name"``.
+      Each edge has the member names of its DML_*_GRAPH_EDGE_DESC (``GraphInputIndex``,
+      ``ToNodeIndex``, ``ToNodeInputIndex``, ...) and an optional ``"Name"``; ``FromNodeIndex`` and
+      ``ToNodeIndex`` take a node index or a node's ``Name``. InputEdges and IntermediateEdges
+      may be omitted (empty); the counts and OutputEdges are required.
+    * One operator dispatchable (typically with ``"dmlCompileType": "DmlCompileGraph"``): a
+      one-node graph whose inputs and outputs are the operator's tensors in schema order.
+
+    Raises:
+        ValidationError: naming the JSON path (``DML_GRAPH: Nodes[1].desc.Axis ...``).
+    """
+    if not isinstance(obj, dict):
+        raise ValidationError(f"{GRAPH}: a graph must be a JSON object, got {type(obj).__name__}")
+    if compile_type_of(obj) is None:
+        raise ValidationError(
+            f"{GRAPH}: dmlCompileType must be one of "
+            f"{', '.join(COMPILE_TYPES)}, got {obj['dmlCompileType']!r}"
+        )
+    return graph_desc_from_json(obj)
+
+
+def graph_desc_from_json(obj: dict) -> GraphDesc:
+    """``graph_from_json`` for a dispatchable object whose ``dmlCompileType`` its caller has
+    already checked (the model runner, which names the file and JSON path).
+
+    Raises:
+        ValidationError: as ``graph_from_json``.
+    """
+    if obj.get("type") not in GRAPH_TYPES:
+        return _one_node_graph(obj)
+    for key in obj:
+        if key not in GRAPH_KEYS:
+            raise ValidationError(
+                f"{GRAPH}: unknown member {key!r}; a graph takes: {', '.join(GRAPH_KEYS)}"
+            )
+    if "executionFlags" in obj:
+        execution_flags_from_json(obj["executionFlags"], f"{GRAPH}: executionFlags")
+    for key in ("InputCount", "OutputCount", "Nodes", "OutputEdges"):
+        if key not in obj:
+            raise ValidationError(f"{GRAPH}: {key} is required")
+    nodes, names = _nodes_from_json(obj["Nodes"])
+    edges = {}
+    for member, cls in _JSON_EDGES:
+        items = obj.get(member, [])
+        if not isinstance(items, list):
+            raise ValidationError(f"{GRAPH}: {member} must be a JSON array, got {items!r}")
+        edges[member] = [
+            _edge_from_json(item, f"{member}[{i}]", cls, names) for i, item in enumerate(items)
+        ]
+    return GraphDesc(
+        obj["InputCount"],
+        obj["OutputCount"],
+        nodes,
+        edges["InputEdges"],
+        edges["OutputEdges"],
+        edges["IntermediateEdges"],
+    )
+
+
+def _one_node_graph(obj: dict) -> GraphDesc:
+    node = operator_desc_from_json(obj)
+    inputs, outputs = len(node.input_slots()), len(node.output_slots())
+    return GraphDesc(
+        inputs,
+        outputs,
+        (node,),
+        tuple(InputGraphEdge(k, 0, k) for k in range(inputs)),
+        tuple(OutputGraphEdge(0, k, k) for k in range(outputs)),
+    )
+
+
+def _nodes_from_json(items: Any) -> tuple[list[OperatorDesc], dict[str, int]]:
+    if not isinstance(items, list):
+        raise ValidationError(f"{GRAPH}: Nodes must be a JSON array, got {items!r}")
+    nodes, names = [], {}
+    for n, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ValidationError(
+                f"{GRAPH}: Nodes[{n}] must be a JSON object (an operator "
+                f"dispatchable), got {item!r}"
+            )
+        if "Name" in item:
+            name = item["Name"]
+            if not isinstance(name, str) or not name:
+                raise ValidationError(
+                    f"{GRAPH}: Nodes[{n}].Name must be a non-empty string, got {name!r}"
+                )
+            if name in names:
+                raise ValidationError(
+                    f"{GRAPH}: Nodes[{n}].Name {name!r} is already the name of "
+                    f"Nodes[{names[name]}]; node names must be unique"
+                )
+            names[name] = n
+        try:
+            nodes.append(operator_desc_from_json({k: v for k, v in item.items() if k != "Name"}))
+        except ValidationError as e:
+            raise ValidationError(f"{GRAPH}: Nodes[{n}]: {e}") from None
+    return nodes, names
+
+
+def _edge_from_json(item: Any, path: str, cls: type, names: dict[str, int]) -> Any:
+    members = {dml_member_name(f.name): f.name for f in fields(cls)}
+    if not isinstance(item, dict):
+        raise ValidationError(f"{GRAPH}: {path} must be a JSON object, got {item!r}")
+    for key in item:
+        if key not in members and key != "Name":
+            raise ValidationError(
+                f"{GRAPH}: {path} has unknown member {key!r}; "
+                f"{cls.struct_name} members: {', '.join(members)}, Name"
+            )
+    if "Name" in item and not isinstance(item["Name"], str):
+        raise ValidationError(f"{GRAPH}: {path}.Name must be a string, got {item['Name']!r}")
+    values = {}
+    for member, name in members.items():
+        if member not in item:
+            raise ValidationError(f"{GRAPH}: {path}.{member} is required")
+        value = item[member]
+        if member in ("FromNodeIndex", "ToNodeIndex") and isinstance(value, str):
+            if value not in names:
+                known = ", ".join(names) or "none"
+                raise ValidationError(
+                    f"{GRAPH}: {path}.{member} names no node: {value!r} (node names: {known})"
+                )
+            value = names[value]
+        values[name] = as_int(value, f"{GRAPH}: {path}.{member}")
+    return cls(**values)
