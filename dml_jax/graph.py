@@ -7,8 +7,9 @@ topological order; under ``jax.jit`` that is one XLA program, so XLA fuses acros
 boundaries (a CLIP feeding a REDUCE reads its input once).
 
 Node input and output indices count tensors in schema order, each element of a tensor array
-(JOIN's InputTensors, SPLIT's OutputTensors) counting once: exactly ``desc.input_slots()`` and
-``desc.output_slots()``.
+(JOIN's InputTensors, SPLIT's OutputTensors) counting once and absent optional tensors (GEMM's
+CTensor) counting too, as DirectML numbers them: exactly ``desc.edge_slots(INPUT)`` and
+``desc.edge_slots(OUTPUT)``; an edge to an absent one is an error.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .checks import check_x64, feature_level_of
 from .compile import CompiledOperator, validate, with_shardings
 from .enums import FeatureLevel, TensorFlags
 from .errors import ValidationError, as_int, show
-from .fields import OperatorDesc, dml_member_name
+from .fields import INPUT, OUTPUT, OperatorDesc, dml_member_name
 from .hlo import HloInstruction, entry_instructions, optimized_hlo  # noqa: F401 (README)
 from .registry import OperatorSpec, lookup
 from .tensor import TensorDesc
@@ -160,6 +161,8 @@ class _Plan:
     outputs: tuple[tuple[int, int], ...]  # graph output j <- (node, output index)
     input_descs: tuple[tuple[str, TensorDesc | None], ...]
     output_descs: tuple[tuple[str, TensorDesc], ...]
+    # present_outputs[n]: the edge indices of node n's outputs that exist, in lowering order
+    present_outputs: tuple[tuple[int, ...], ...] = ()
 
 
 def _fail(path: str, message: str) -> None:
@@ -207,8 +210,10 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
             specs.append(lookup(node.operator_type))
         except ValidationError as e:
             raise ValidationError(f"{GRAPH}: Nodes[{n}]: {e}") from None
-        ins.append(node.input_slots())
-        outs.append(node.output_slots())
+        # Edge indices count every tensor member, absent optional ones included (DirectML's
+        # numbering); an absent one has desc None and can take no edge.
+        ins.append(node.edge_slots(INPUT))
+        outs.append(node.edge_slots(OUTPUT))
 
     # fed[(node, input)] = (edge path, source); a node input takes exactly one edge.
     fed: dict[tuple[int, int], tuple[str, tuple]] = {}
@@ -221,6 +226,13 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
             len(ins[to_node]),
             f"the input tensor count of Nodes[{to_node}] ({graph.nodes[to_node].operator_type})",
         )
+        slot_path, slot = ins[to_node][to_input]
+        if slot is None:
+            _fail(
+                f"{path}.ToNodeInputIndex",
+                f"feeds Nodes[{to_node}].{slot_path}, which the node leaves null (an absent "
+                "optional tensor takes no edge)",
+            )
         previous = fed.get((to_node, to_input))
         if previous is not None:
             _fail(
@@ -239,6 +251,12 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
             f"the output tensor count of Nodes[{from_node}] "
             f"({graph.nodes[from_node].operator_type})",
         )
+        slot_path, slot = outs[from_node][from_output]
+        if slot is None:
+            _fail(
+                f"{path}.FromNodeOutputIndex",
+                f"reads Nodes[{from_node}].{slot_path}, which the node leaves null",
+            )
 
     graph_input_desc: dict[int, tuple[str, str, TensorDesc]] = {}
     for i, e in enumerate(graph.input_edges):
@@ -304,7 +322,7 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
 
     for n in range(node_count):
         for k in range(len(ins[n])):
-            if (n, k) not in fed:
+            if (n, k) not in fed and ins[n][k][1] is not None:
                 _fail(
                     "",
                     f"{_slot_name(graph, n, ins[n], k, 'input')} is not fed by any "
@@ -322,7 +340,14 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
     for j in range(graph.output_count):
         n, k = written[j][1]
         output_descs.append((f"Outputs[{j}]", outs[n][k][1]))
-    sources = tuple(tuple(fed[(n, k)][1] for k in range(len(ins[n]))) for n in range(node_count))
+    sources = tuple(
+        tuple(fed[(n, k)][1] for k in range(len(ins[n])) if ins[n][k][1] is not None)
+        for n in range(node_count)
+    )
+    present_outputs = tuple(
+        tuple(k for k in range(len(outs[n])) if outs[n][k][1] is not None)
+        for n in range(node_count)
+    )
     return _Plan(
         tuple(order),
         tuple(specs),
@@ -330,6 +355,7 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
         tuple(written[j][1] for j in range(graph.output_count)),
         tuple(input_descs),
         tuple(output_descs),
+        present_outputs,
     )
 
 
@@ -513,14 +539,17 @@ class _UsedInputs:
 
 
 def _graph_function(graph: GraphDesc, plan: _Plan, counter: list) -> Callable[..., tuple]:
-    steps = tuple((n, plan.specs[n], graph.nodes[n], plan.sources[n]) for n in plan.order)
+    steps = tuple(
+        (n, plan.specs[n], graph.nodes[n], plan.sources[n], plan.present_outputs[n])
+        for n in plan.order
+    )
 
     def lowered(*arrays):
         counter[0] += 1
         values: dict[tuple[int, int], Any] = {}
-        for n, spec, node, sources in steps:
+        for n, spec, node, sources, present in steps:
             args = [arrays[s[1]] if s[0] == "input" else values[(s[1], s[2])] for s in sources]
-            for k, y in enumerate(spec.lower(node, *args)):
+            for k, y in zip(present, spec.lower(node, *args)):
                 values[(n, k)] = y
         return tuple(values[src] for src in plan.outputs)
 

@@ -7,7 +7,7 @@ from dataclasses import fields
 from typing import Any
 
 from .errors import ValidationError, as_int
-from .fields import OperatorDesc, dml_member_name
+from .fields import INPUT, OUTPUT, OperatorDesc, dml_member_name
 from .graph import GRAPH, GraphDesc, InputGraphEdge, IntermediateGraphEdge, OutputGraphEdge
 from .jsonforms import COMPILE_TYPES, GRAPH_KEYS, GRAPH_TYPES, compile_type_of
 from .jsonmodel import execution_flags_from_json, operator_desc_from_json
@@ -88,13 +88,15 @@ def graph_desc_from_json(obj: dict) -> GraphDesc:
 
 def _one_node_graph(obj: dict) -> GraphDesc:
     node = operator_desc_from_json(obj)
-    inputs, outputs = len(node.input_slots()), len(node.output_slots())
+    # Graph inputs/outputs number the present tensors; node edge indices count absent ones too.
+    ins = [k for k, (_, t) in enumerate(node.edge_slots(INPUT)) if t is not None]
+    outs = [k for k, (_, t) in enumerate(node.edge_slots(OUTPUT)) if t is not None]
     return GraphDesc(
-        inputs,
-        outputs,
+        len(ins),
+        len(outs),
         (node,),
-        tuple(InputGraphEdge(k, 0, k) for k in range(inputs)),
-        tuple(OutputGraphEdge(0, k, k) for k in range(outputs)),
+        tuple(InputGraphEdge(g, 0, k) for g, k in enumerate(ins)),
+        tuple(OutputGraphEdge(0, k, g) for g, k in enumerate(outs)),
     )
 
 
