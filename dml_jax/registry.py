@@ -65,8 +65,8 @@ class OperatorSpec:
             depends on a field (REDUCE's Function), a dict from ``support_key(desc)`` to rows.
         example: one ``Example``.
         support_key: ``support_key(desc)`` -> the key of a dict ``support``.
-        in_place: DirectML lets the first output alias the first input (buffer mode and
-            model bindings accept that alias only then).
+        in_place: DirectML lets an output alias an input (in-place execution); model bindings
+            that alias an output with an input are rejected for other operators.
         fusable: an activation DirectML can fuse into another operator's ``FusedActivation``.
         differentiable: ``differentiable(desc) -> bool``; default: every tensor is a float type.
         bench: ``bench(shape, dtype) -> list[BenchCase]`` for a 4-D shape (N, C, H, W; C, H, W

@@ -624,3 +624,39 @@ def test_closed_output_pipe_ends_quietly(monkeypatch, capsys):
     assert main(["list-operators"]) == 0
     closed.close()
     assert "Traceback" not in capsys.readouterr().err
+
+
+def _aliasing_model(operator: str, desc: dict) -> dict:
+    return {
+        "resources": {"A": {"initialValuesDataType": "FLOAT32", "initialValues": [-3, 1, 2, 4]}},
+        "dispatchables": {"op": {"type": operator, "desc": desc}},
+        "commands": [
+            {
+                "type": "dispatch",
+                "dispatchable": "op",
+                "bindings": {"InputTensor": "A", "OutputTensor": "A"},
+            },
+            {"type": "print", "resource": "A"},
+        ],
+    }
+
+
+def test_in_place_binding_only_for_operators_that_allow_it(capsys, tmp_path):
+    t2 = {"DataType": "FLOAT32", "Sizes": [2]}
+    t4 = {"DataType": "FLOAT32", "Sizes": [4]}
+    relu = tmp_path / "relu.json"
+    relu.write_text(
+        json.dumps(_aliasing_model("ACTIVATION_RELU", {"InputTensor": t4, "OutputTensor": t4}))
+    )
+    code, out, _ = run_cli(capsys, "run", str(relu))
+    assert code == 0 and "Resource 'A': 0, 1, 2, 4" in out
+    tile = tmp_path / "tile.json"
+    desc = {"InputTensor": t2, "OutputTensor": t4, "Repeats": [2]}
+    tile.write_text(json.dumps(_aliasing_model("TILE", desc)))
+    code, _, err = run_cli(capsys, "run", str(tile))
+    assert code == 1
+    assert err.strip().endswith(
+        "commands[0].bindings.OutputTensor: binds resource 'A' over bytes that "
+        "commands[0].bindings.InputTensor also reads; DML_OPERATOR_TILE does not support "
+        "in-place execution"
+    )

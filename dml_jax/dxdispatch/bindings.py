@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .. import registry
 from ..enums import TensorFlags
+from ..fields import OperatorDesc
 from ..tensor import TensorDesc
 from .context import LoadContext, json_kind, member
 from .dispatchables import Dispatchable
@@ -109,7 +111,42 @@ def resolve_bindings(
                 )
             tensors.append(_bind_one(ctx, resource, obj, desc, src_path))
         resolved[point.name] = tensors
+    if not initialization:
+        _check_in_place(ctx, dispatchable, resolved)
     return resolved
+
+
+def _byte_range(t: BoundTensor) -> tuple[int, int]:
+    desc = t.desc
+    return t.offset, t.offset + desc.addressed_elements * desc.data_type.size
+
+
+def _check_in_place(ctx: LoadContext, dispatchable: Dispatchable, resolved: dict) -> None:
+    """An output bound over bytes an input reads needs an operator that executes in place.
+
+    DirectML lets only operators with in-place support (the registry's ``in_place``, from the
+    schema) alias an output with an input; for others the result is undefined, so it is an error
+    here. Graphs are not checked: DirectML's graph compiler plans their memory itself.
+    """
+    desc = getattr(dispatchable.op, "desc", None)
+    spec = registry.lookup(desc.operator_type) if isinstance(desc, OperatorDesc) else None
+    if spec is None or spec.in_place:
+        return
+    points = {p.name: p.role for p in dispatchable.bind_points}
+    inputs = [t for n, ts in resolved.items() if points.get(n) == "input" for t in ts]
+    for name, tensors in resolved.items():
+        if points.get(name) != "output":
+            continue
+        for out in tensors:
+            lo, hi = _byte_range(out)
+            for inp in inputs:
+                a, b = _byte_range(inp)
+                if inp.resource == out.resource and a < hi and lo < b:
+                    raise ctx.fail(
+                        out.path,
+                        f"binds resource '{out.resource}' over bytes that {inp.path} also reads; "
+                        f"{spec.name} does not support in-place execution",
+                    )
 
 
 def _bind_one(
