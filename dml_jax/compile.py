@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import fastpath
 from . import sharding as _sharding
 from . import support
 from .buffers import check_output_layout
@@ -301,11 +302,12 @@ def _from_python(x: Any, path: str, t: TensorDesc, owner: str):
 
 
 @functools.lru_cache(maxsize=4096)
-def _compile_cached(desc: OperatorDesc, level: FeatureLevel) -> CompiledOperator:
+def _compile_cached(
+    desc: OperatorDesc, level: FeatureLevel, fast_paths: bool = True
+) -> CompiledOperator:
     spec = _validate(desc, level)
-
-    def lowered(*arrays):
-        return spec.lower(desc, *arrays)
+    # The one choice between a GPU fast path and the lax lowering (see dml_jax.fastpath).
+    lowered = fastpath.lowering(spec, desc, fast_paths)
 
     return CompiledOperator(
         desc,
@@ -357,6 +359,8 @@ def compile_operator(
     feature_level: Any = None,
     in_shardings: Any = None,
     out_shardings: Any = None,
+    *,
+    fast_paths: bool = True,
 ) -> CompiledOperator:
     """Validates an operator description and returns its ``CompiledOperator``.
 
@@ -371,6 +375,9 @@ def compile_operator(
         out_shardings: the same for the output tensors (``None`` lets XLA choose).
             ``op.fn`` stays the plain function either way; sharded arrays also work with
             ``jax.jit(op.fn)`` directly.
+        fast_paths: ``True`` (the default) lets a registered GPU fast path
+            (``dml_jax.fastpath``) compute the cases it covers when the program is lowered for
+            CUDA; ``False`` gives the lax lowering on every platform (benchmarks time it).
 
     Raises:
         ValidationError: if the description breaks a rule, uses 64-bit types without
@@ -383,6 +390,6 @@ def compile_operator(
         hash(desc)
     except TypeError:
         raise ValidationError(f"{desc.operator_type}: description is not hashable") from None
-    op = _compile_cached(desc, level)
+    op = _compile_cached(desc, level, bool(fast_paths))
     _check_x64(desc.input_slots() + desc.output_slots(), desc.operator_type)
     return with_shardings(op, in_shardings, out_shardings)

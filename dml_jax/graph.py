@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
+from . import fastpath
 from .compile import CompiledOperator, _as_input, _check_x64, _level, _validate, with_shardings
 from .enums import FeatureLevel, TensorFlags
 from .errors import ValidationError, as_int, show
@@ -534,14 +535,16 @@ class _UsedInputs:
 
 
 def _graph_function(graph: GraphDesc, plan: _Plan, counter: list) -> Callable[..., tuple]:
-    steps = tuple((n, plan.specs[n], graph.nodes[n], plan.sources[n]) for n in plan.order)
+    steps = tuple(
+        (n, fastpath.lowering(plan.specs[n], graph.nodes[n]), plan.sources[n]) for n in plan.order
+    )
 
     def lowered(*arrays):
         counter[0] += 1
         values: dict[tuple[int, int], Any] = {}
-        for n, spec, node, sources in steps:
+        for n, lower, sources in steps:
             args = [arrays[s[1]] if s[0] == "input" else values[(s[1], s[2])] for s in sources]
-            for k, y in enumerate(spec.lower(node, *args)):
+            for k, y in enumerate(lower(*args)):
                 values[(n, k)] = y
         return tuple(values[src] for src in plan.outputs)
 
