@@ -45,6 +45,9 @@ from .ops import (
 )
 from .tensor import ScaleBias, TensorDesc
 
+# Registers the GPU fast paths (dml_jax.fastpath); after ops, whose operators they extend.
+from . import kernels as _kernels  # noqa: F401
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -4,7 +4,8 @@ For each case it times, in one run and on one device:
 
 - ``dml``: the compiled operator, called the public way (``op(x)``);
 - ``dml-lax``: for cases that a GPU kernel (``dml_jax.kernels``) covers, the lax lowering the
-  kernel replaces, so the choice is documented by a measurement;
+  kernel replaces (``compile_operator(..., fast_paths=False)``), so the choice is documented by
+  a measurement;
 - ``jnp``: ``jax.jit`` of the obvious hand-written jnp function;
 - ``torch``: PyTorch eager on the same device, when PyTorch is importable and sees it;
 
@@ -500,9 +501,7 @@ def run_cases(cases: list[Case], timer: Timer, use_torch: bool, log=print) -> li
     """Times every case; returns one row per (case, implementation)."""
     import jax
 
-    from .kernels import elementwise as kernel_elementwise
-    from .kernels import movement as kernel_movement
-    from .kernels import reduce as kernel_reduce
+    import dml_jax as dml
 
     backend = jax.default_backend()
     torch, tdev = _torch_or_none(backend) if use_torch else (None, None)
@@ -552,15 +551,9 @@ def run_cases(cases: list[Case], timer: Timer, use_torch: bool, log=print) -> li
                 record(case, "dml", timer.run(lambda: op(*xs), jsync), cold)
                 if case.kernel and backend == "gpu":
                     # The lax lowering the kernel (or word form) replaces, for the record.
-                    switches = (kernel_reduce, kernel_movement, kernel_elementwise)
-                    for m in switches:
-                        m.ENABLED = False
-                    try:
-                        lax_fn = jax.jit(lambda *a, op=op: op.fn(*a))
-                        record(case, "dml-lax", timer.run(lambda: lax_fn(*xs), jsync))
-                    finally:
-                        for m in switches:
-                            m.ENABLED = True
+                    lax_op = dml.compile_operator(op.desc, op.feature_level, fast_paths=False)
+                    lax_fn = jax.jit(lax_op.fn)
+                    record(case, "dml-lax", timer.run(lambda: lax_fn(*xs), jsync))
             except Exception as e:  # a case the device or data type cannot run: reported
                 record(case, "dml", None, error=f"{type(e).__name__}: {e}"[:300])
         if case.jnp_fn is not None:

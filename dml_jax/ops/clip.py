@@ -20,7 +20,6 @@ from jax import lax
 from ..enums import DataType
 from ..errors import ValidationError, Validator, brief, to_python_float
 from ..fields import OperatorDesc, attribute, input_field, output_field, to_enum, to_scale_bias
-from ..kernels import elementwise
 from ..registry import register
 from ..tensor import ScaleBias, TensorDesc
 
@@ -128,12 +127,8 @@ def _apply_scale_bias(x, scale_bias: ScaleBias | None):
     return y.astype(x.dtype)
 
 
-def _clip(x, lo: np.generic, hi: np.generic, kernel: bool = False):
-    """max(lo, min(x, hi)) with CLIP_GRAD's strict-interior derivative.
-
-    With ``kernel``, narrow types run dml_jax.kernels.elementwise's CLIP kernel on CUDA (same
-    values; XLA's own code ran 0.39-0.78 of the copy there).
-    """
+def _clip(x, lo: np.generic, hi: np.generic):
+    """max(lo, min(x, hi)) with CLIP_GRAD's strict-interior derivative."""
 
     def plain(x):
         # The bounds become arrays inside the custom_jvp function: created outside, under an
@@ -143,7 +138,7 @@ def _clip(x, lo: np.generic, hi: np.generic, kernel: bool = False):
 
     @jax.custom_jvp
     def clip(x):
-        return elementwise.clip(x, lo, hi, fallback=plain) if kernel else plain(x)
+        return plain(x)
 
     @clip.defjvp
     def clip_jvp(primals, tangents):
@@ -238,7 +233,7 @@ def validate_clip(d: Any, v: Validator) -> None:
 
 def lower_clip(d: Any, x):
     lo, hi = d.bounds()
-    return (_clip(_apply_scale_bias(x, d.scale_bias), lo, hi, kernel=d.scale_bias is None),)
+    return (_clip(_apply_scale_bias(x, d.scale_bias), lo, hi),)
 
 
 register(

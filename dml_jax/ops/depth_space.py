@@ -15,7 +15,6 @@ from jax import lax
 from ..enums import DepthSpaceOrder
 from ..errors import Validator
 from ..fields import OperatorDesc, attribute, input_field, output_field, to_enum, to_uint
-from ..kernels import movement
 from ..registry import register
 from ..tensor import TensorDesc
 
@@ -126,24 +125,10 @@ def validate_depth_space(d: _DepthSpace, v: Validator) -> None:
 
 
 def lower_depth_space(d: _DepthSpace, x):
-    b = d.block_size
-    if d.to_space and b > 1:
-        # On CUDA, narrow types build whole output words from the block's channels (exact; see
-        # dml_jax.kernels.movement.depth_to_space); elsewhere, and for other types, _to_space.
-        dcr = d.depth_space_order is DCR
-        return (movement.depth_to_space(x, b, dcr, lambda y: _to_space(d, y)),)
-    if d.to_space:
-        return (_to_space(d, x),)
-    if b > 1:
-        # On CUDA: one strided slice per block offset (i, j), concatenated along the channels
-        # (DCR) or stacked after each channel (CRD): XLA emits one fused copy at 0.96 of the
-        # copy on an H200, where the reshape/transpose form (the minor axis split by the block)
-        # ran 0.69. Elsewhere the reshape/transpose form stays, which XLA's simplifier cancels
-        # against a DEPTH_TO_SPACE in a graph (a round trip becomes one copy).
-        return (
-            movement.dispatch([x], lambda y: _to_depth(d, y), lambda y: _to_depth_slices(d, y)),
-        )
-    return (_to_depth(d, x),)
+    # The reshape/transpose forms, which XLA's simplifier cancels against each other in a graph
+    # (a round trip becomes one copy). CUDA has fast paths (dml_jax.kernels.movement), among
+    # them _to_depth_slices below.
+    return (_to_space(d, x) if d.to_space else _to_depth(d, x),)
 
 
 def _to_depth(d: _DepthSpace, x):

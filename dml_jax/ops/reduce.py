@@ -22,7 +22,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import kernels
 from ..enums import AxisDirection, ReduceFunction
 from ..errors import Validator
 from ..fields import (
@@ -242,24 +241,7 @@ def lower_reduce(d: Any, x):
     out = d.output_tensor
     if d.function in ARG_FUNCTIONS:
         last = d.axis_direction is AxisDirection.DECREASING
-        largest = d.function is F.ARGMAX
-        lax_arg = partial(arg_reduce, axes=axes, largest=largest, last=last, out_dtype=out.dtype)
-        # GPU kernel hook (dml_jax.kernels): a single-pass Pallas kernel when lowered for CUDA,
-        # the lax code above on every other platform and as the reference.
-        return (kernels.arg_reduce(x, axes, largest, last, out.dtype, fallback=lax_arg),)
-    if d.function is F.LOG_SUM_EXP:  # GPU kernel hook, as above
-
-        def lax_lse(y):
-            return lax.reshape(_reduce_value(d.function, y, axes), out.sizes)
-
-        return (kernels.log_sum_exp(x, axes, fallback=lax_lse),)
-    if d.function in (F.MAX, F.MIN) and not jnp.issubdtype(x.dtype, jnp.floating):
-        # GPU kernel hook, as above: 1-byte integers over a non-minor axis (plan "ext").
-
-        def lax_ext(y):
-            return lax.reshape(_reduce_value(d.function, y, axes), out.sizes)
-
-        return (kernels.reduce_extreme(x, axes, d.function is F.MAX, fallback=lax_ext),)
+        return (arg_reduce(x, axes, d.function is F.ARGMAX, last, out.dtype),)
     return (lax.reshape(_reduce_value(d.function, x, axes), out.sizes),)
 
 

@@ -9,7 +9,6 @@ from jax import lax
 
 from ..errors import Validator
 from ..fields import OperatorDesc, attribute, count_of, input_field, output_field, to_uint
-from ..kernels import movement
 from ..registry import register
 from ..tensor import TensorDesc
 
@@ -76,12 +75,6 @@ def _slices(d: SplitOperatorDesc, x):
 
 
 def lower_split(d: SplitOperatorDesc, x):
-    if d.axis != x.ndim - 1 and movement.packable(x.shape, x.dtype):
-        # On CUDA, narrow types move as 32-bit words (exact; see dml_jax.kernels.movement).
-        def words(y):
-            return movement.on_words(lambda w: _slices(d, w), [y], y.dtype)
-
-        return tuple(movement.dispatch([x], lambda y: _slices(d, y), words))
     return _slices(d, x)
 
 
@@ -119,9 +112,7 @@ def validate_join(d: JoinOperatorDesc, v: Validator) -> None:
 
 
 def lower_join(d: JoinOperatorDesc, *xs):
-    # On CUDA, narrow types may join as flat rows of 32-bit words (exact; see
-    # dml_jax.kernels.movement.join); elsewhere the concatenation itself.
-    return (movement.join(xs, d.axis, lambda *ys: lax.concatenate(ys, d.axis)),)
+    return (lax.concatenate(xs, d.axis),)
 
 
 register(JoinOperatorDesc, infer=infer_join, validate=validate_join, lower=lower_join)

@@ -10,7 +10,6 @@ from jax import lax
 
 from ..errors import UINT32_MAX, Validator
 from ..fields import OperatorDesc, attribute, count_of, input_field, output_field, to_uint_tuple
-from ..kernels import movement
 from ..registry import register
 from ..tensor import TensorDesc
 
@@ -66,13 +65,6 @@ def _tile(x, repeats):
 
 
 def lower_tile(d: TileOperatorDesc, x):
-    if movement.packable(x.shape, x.dtype):
-        # Repeats along the minor axis repeat whole rows, so narrow types can move as 32-bit
-        # words on CUDA (exact; see dml_jax.kernels.movement).
-        def words(y):
-            return movement.on_words(lambda w: _tile(w, d.repeats), [y], y.dtype)
-
-        return (movement.dispatch([x], lambda y: _tile(y, d.repeats), words),)
     return (_tile(x, d.repeats),)
 
 
