@@ -315,8 +315,6 @@ def log_sum_exp_kernel(x, p: P.Plan, interpret: bool = False):
     return K._call(kernel, p, K._as_2d(x, p), x.dtype, interpret)
 
 
-
-
 # ---------------------------------------------------------------------------------------------
 # Interpreter checks of the alternatives (formerly in tests/test_kernels.py)
 

@@ -11,9 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import fastpath
+from . import fastpath, support
 from . import sharding as _sharding
-from . import support
 from .buffers import check_output_layout
 from .enums import NEWEST_FEATURE_LEVEL, FeatureLevel, TensorFlags
 from .errors import ValidationError, Validator

@@ -371,8 +371,7 @@ register_fast_path(
     SplitOperatorDesc.operator_type,
     "words",
     lambda d: (
-        d.axis != d.input_tensor.rank - 1
-        and packable(d.input_tensor.sizes, d.input_tensor.dtype)
+        d.axis != d.input_tensor.rank - 1 and packable(d.input_tensor.sizes, d.input_tensor.dtype)
     ),
     _split_words,
 )
