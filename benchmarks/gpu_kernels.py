@@ -29,6 +29,7 @@ from jax import lax
 import dml_jax as dml
 from dml_jax.bench import Timer, environment
 from dml_jax.kernels import reduce as K
+from dml_jax.kernels import reduce_plan as P
 from dml_jax.ops import reduce as R
 
 FAILURES: list[str] = []
@@ -110,8 +111,8 @@ def _check_lax_paths(rng) -> int:
                             f"nan_every={nan_every}: {int((got != want).sum())} outputs differ"
                         )
     # Dense NaNs through the kernel too (every float32 layout, INCREASING and DECREASING).
-    saved = K.MIN_PROGRAMS
-    K.MIN_PROGRAMS = 1
+    saved = P.MIN_PROGRAMS
+    P.MIN_PROGRAMS = 1
     try:
         x = _data(rng, (3, 37, 129, 33), "float32", 7)
         for axes in ((0,), (1,), (2,), (3,), (1, 2)):
@@ -132,7 +133,7 @@ def _check_lax_paths(rng) -> int:
                         f"{int((got != want).sum())} outputs differ"
                     )
     finally:
-        K.MIN_PROGRAMS = saved
+        P.MIN_PROGRAMS = saved
     return n
 
 
@@ -192,18 +193,13 @@ def _check_narrow(rng) -> int:
 
 def _check_narrow_ops(rng) -> int:
     """JOIN, DEPTH_TO_SPACE1 and integer MAX/MIN through the public operators: the compiled
-    program (GPU path where planned) against the same program with the GPU paths disabled."""
-    from dml_jax.kernels import movement as M
+    program (GPU path where planned) against the lax-only program (``fast_paths=False``)."""
 
     def both(make, xs):
         op = dml.compile_operator(make())
         got = [np.asarray(o) for o in jax.tree.leaves(op(*xs))]
-        saved = M.ENABLED, K.ENABLED
-        M.ENABLED = K.ENABLED = False
-        try:
-            ref = [np.asarray(o) for o in jax.tree.leaves(dml.compile_operator(make())(*xs))]
-        finally:
-            M.ENABLED, K.ENABLED = saved
+        lax_op = dml.compile_operator(make(), fast_paths=False)
+        ref = [np.asarray(o) for o in jax.tree.leaves(lax_op(*xs))]
         return all(a.tobytes() == b.tobytes() for a, b in zip(got, ref)), op
 
     n = 0
@@ -245,8 +241,8 @@ def _check_narrow_ops(rng) -> int:
             n += 1
             if not ok:
                 _fail(f"DEPTH_TO_SPACE1 op {dtype} block {block} {order} w {w}")
-    saved = K.MIN_PROGRAMS
-    K.MIN_PROGRAMS = 1
+    saved = P.MIN_PROGRAMS
+    P.MIN_PROGRAMS = 1
     try:
         for dtype in ("int8", "uint8"):
             shape = (3, 37, 129, 33)
@@ -268,7 +264,7 @@ def _check_narrow_ops(rng) -> int:
                 if _uses_kernel(op.fn, x) != planned:
                     _fail(f"REDUCE {fn} {dtype} {axes}: kernel use differs from plan {planned}")
     finally:
-        K.MIN_PROGRAMS = saved
+        P.MIN_PROGRAMS = saved
     return n
 
 
@@ -285,8 +281,8 @@ def check(out: dict) -> None:
 
 def _check(out: dict) -> None:
     rng = np.random.default_rng(1)
-    saved = K.MIN_PROGRAMS
-    K.MIN_PROGRAMS = 1  # small odd shapes must take the kernel too
+    saved = P.MIN_PROGRAMS
+    P.MIN_PROGRAMS = 1  # small odd shapes must take the kernel too
     n_checked = 0
     try:
         shapes = [
@@ -438,7 +434,7 @@ def _check(out: dict) -> None:
         if not np.allclose(gv[1], np.asarray(op(x)) + 1, atol=1e-5):
             _fail("LSE vmap")
     finally:
-        K.MIN_PROGRAMS = saved
+        P.MIN_PROGRAMS = saved
     try:
         n_checked += _check_narrow(rng)
     except Exception as e:  # recorded, the rest still runs
@@ -478,18 +474,18 @@ def tune(out: dict, quick: bool) -> None:
         print(f"{dtype} copy {copy:.0f} GB/s", flush=True)
         kinds = ["arg", "lse"] if dtype != "int8" else ["arg"]
         axes_all = [(0,), (1,), (2,), (3,)] if dtype == "float32" else [(1,), (3,)]
-        # TILE_ELEMENTS is per 4 bytes: narrow types scale it (see kernels.reduce._tiling).
+        # TILE_ELEMENTS is per 4 bytes: narrow types scale it (see kernels.reduce_plan.tiling).
         configs = [(4096, 4, 3), (8192, 4, 3), (8192, 8, 3), (16384, 8, 3), (2048, 4, 3)]
         if dtype != "float32" or quick:
             configs = configs[:4]
         saved = {
             t: dict(t)
             for t in (
-                K.TILE_ELEMENTS,
-                K.WIDE_TILE_ELEMENTS,
-                K.NUM_WARPS,
-                K.WIDE_NUM_WARPS,
-                K.NUM_STAGES,
+                P.TILE_ELEMENTS,
+                P.WIDE_TILE_ELEMENTS,
+                P.NUM_WARPS,
+                P.WIDE_NUM_WARPS,
+                P.NUM_STAGES,
             )
         }
         for kind, axes in itertools.product(kinds, axes_all):
@@ -511,11 +507,11 @@ def tune(out: dict, quick: bool) -> None:
             ref = np.asarray(f(x)).reshape(-1)
             for elems, warps, stages in configs:
                 for table, value in (
-                    (K.TILE_ELEMENTS, elems),
-                    (K.WIDE_TILE_ELEMENTS, elems),
-                    (K.NUM_WARPS, warps),
-                    (K.WIDE_NUM_WARPS, warps),
-                    (K.NUM_STAGES, stages),
+                    (P.TILE_ELEMENTS, elems),
+                    (P.WIDE_TILE_ELEMENTS, elems),
+                    (P.NUM_WARPS, warps),
+                    (P.WIDE_NUM_WARPS, warps),
+                    (P.NUM_STAGES, stages),
                 ):
                     table[kind] = value
                 p = K.plan(shape, axes, x.dtype, kind)

@@ -23,10 +23,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_variants as X
+
 from dml_jax.bench import Timer, environment
 from dml_jax.kernels import elementwise as E
 from dml_jax.kernels import movement as M
 from dml_jax.kernels import reduce as K
+from dml_jax.kernels import reduce_plan as P
 from dml_jax.ops import depth_space as DS
 from dml_jax.ops import reduce as R
 
@@ -139,22 +143,15 @@ def lse_variants(axes):
     ):
 
         def fn(y, elems=elems, warps=warps, stages=stages, single=single):
-            saved = (
-                dict(K.TILE_ELEMENTS),
-                dict(K.NUM_WARPS),
-                dict(K.NUM_STAGES),
-                K.SINGLE_TILE_LSE,
-            )
-            K.TILE_ELEMENTS["lse"], K.NUM_WARPS["lse"], K.NUM_STAGES["lse"] = elems, warps, stages
-            K.SINGLE_TILE_LSE = single
-            try:
-                p = K.plan(y.shape, axes, y.dtype, "lse")
-                r = K.log_sum_exp_kernel(y, p)
-            finally:
-                K.TILE_ELEMENTS.update(saved[0])
-                K.NUM_WARPS.update(saved[1])
-                K.NUM_STAGES.update(saved[2])
-                K.SINGLE_TILE_LSE = saved[3]
+            over = {
+                "P__TILE_ELEMENTS__'lse'": elems,
+                "P__NUM_WARPS__'lse'": warps,
+                "P__NUM_STAGES__'lse'": stages,
+                "X__SINGLE_TILE_LSE": single,
+            }
+            with X.setting(**over):
+                p = P.plan(y.shape, axes, y.dtype, "lse")
+                r = X.log_sum_exp_kernel(y, p)
             return lax.reshape(r, tuple(1 if i in axes else s for i, s in enumerate(y.shape)))
 
         out[f"k{elems}/{warps}/{stages}{'/1t' if single else ''}"] = fn
@@ -175,7 +172,7 @@ def s2d_kernel(x, block: int, dcr: bool, rows: int):
     channel ``(i, j, c)`` (DCR) or ``(c, i, j)`` (CRD). XLA's transpose for this permutation
     (the minor axis split by the block) reaches 0.69 of the copy on an H200.
     """
-    pl, pltriton = K._pallas()
+    pl, pltriton = K.load_pallas()
     n, c, h, w = x.shape
     b = block
     ho, wo = h // b, w // b

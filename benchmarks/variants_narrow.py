@@ -16,7 +16,6 @@ checked bit-exact (LOG_SUM_EXP: within 1e-3) against the first variant of its ca
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import math
@@ -29,9 +28,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_variants as X
+from kernel_variants import setting
+
 from dml_jax.bench import Timer, environment
 from dml_jax.kernels import movement as M
 from dml_jax.kernels import reduce as K
+from dml_jax.kernels import reduce_plan as P
 from dml_jax.ops import depth_space as DS
 from dml_jax.ops import reduce as R
 
@@ -42,33 +46,6 @@ PATH = "variants_narrow.json"
 def _save():
     with open(PATH, "w") as f:
         json.dump(OUT, f, indent=1, default=str)
-
-
-@contextlib.contextmanager
-def setting(**kw):
-    """Temporarily sets ``module.NAME`` (key ``"M.NAME"``) or dict items (``"K.D[key]"``)."""
-    mods = {"K": K, "M": M}
-    saved = []
-    try:
-        for key, value in kw.items():
-            mod, name = key.split("__", 1)
-            obj = mods[mod]
-            if "__" in name:
-                dname, item = name.split("__", 1)
-                d = getattr(obj, dname)
-                k = eval(item)
-                saved.append((d, k, d.get(k)))
-                d[k] = value
-            else:
-                saved.append((obj, name, getattr(obj, name)))
-                setattr(obj, name, value)
-        yield
-    finally:
-        for obj, name, value in reversed(saved):
-            if isinstance(obj, dict):
-                obj[name] = value
-            else:
-                setattr(obj, name, value)
 
 
 def _bits(a):
@@ -132,7 +109,7 @@ def check():
     """Every new path vs lax on small odd shapes, compiled for the GPU."""
     rng = np.random.default_rng(3)
     n = 0
-    with setting(K__MIN_PROGRAMS=1):
+    with setting(P__MIN_PROGRAMS=1):
         # ARGMIN/ARGMAX lanes kernel, every layout, several tilings
         for dtype in ("float16", "int8", "uint8", "int16", "uint16", "float32", "uint32"):
             x = jnp.asarray(_data(rng, (3, 37, 129, 33), dtype, nan_every=7))
@@ -140,7 +117,7 @@ def check():
             for axes in ((1,), (3,), (1, 2), (0,)) if main else ((1,), (3,)):
                 for tl in ((4096, 512, 4, 3), (2048, 128, 4, 2))[: 2 if main else 1]:
                     over = {
-                        f"K__LANES_TILING__('arg', {i}, {b})": tl
+                        f"X__LANES_TILING__('arg', {i}, {b})": tl
                         for i in (1, 2)
                         for b in (True, False)
                     }
@@ -150,7 +127,7 @@ def check():
                             pl_.a,
                             pl_.r,
                             pl_.b,
-                            K._lanes_tiling("arg", pl_.a, pl_.r, pl_.b, x.dtype.itemsize),
+                            X.lanes_tiling("arg", pl_.a, pl_.r, pl_.b, x.dtype.itemsize),
                         )
                         for largest, last in itertools.product((True, False), (False, True)):
                             got = np.asarray(
@@ -199,9 +176,9 @@ def check():
                     jax.jit(lambda y: R._reduce_value(R.F.LOG_SUM_EXP, y, axes))(xd)
                 ).reshape(-1)
                 for mode in ("exp", "exp2", "ex2"):
-                    with setting(K__LSE_EXP__2=mode, K__LSE_EXP__4=mode):
+                    with setting(X__LSE_EXP__2=mode, X__LSE_EXP__4=mode):
                         p = K.plan(xd.shape, axes, xd.dtype, "lse")
-                        got = np.asarray(jax.jit(lambda y, p=p: K.log_sum_exp_kernel(y, p))(xd))
+                        got = np.asarray(jax.jit(lambda y, p=p: X.log_sum_exp_kernel(y, p))(xd))
                     n += 1
                     tol = 1e-3 if dtype == "float16" else 2e-6
                     if not _same(got, want, tol):
@@ -357,8 +334,8 @@ def narrow(timer, dtype):
         out_b = math.prod(_keep(shape, axes)) * 4
 
         def tile_k(y, axes=axes):
-            with setting(**{f"K__ARG_KERNEL__{item}": "tile"}):
-                p = K.plan(y.shape, axes, y.dtype, "arg")
+            with setting(**{f"X__ARG_KERNEL__{item}": "tile"}):
+                p = X.plan(y.shape, axes, y.dtype, "arg")
             return K.arg_reduce_kernel(y, p, True, False)
 
         v = {
@@ -372,9 +349,9 @@ def narrow(timer, dtype):
                 continue
 
             def lk(y, axes=axes, tl=tl):
-                over = {f"K__LANES_TILING__('arg', {item}, {b})": tl for b in (True, False)}
-                with setting(**over, **{f"K__ARG_KERNEL__{item}": "lanes"}):
-                    p = K.plan(y.shape, axes, y.dtype, "arg")
+                over = {f"X__LANES_TILING__('arg', {item}, {b})": tl for b in (True, False)}
+                with setting(**over, **{f"X__ARG_KERNEL__{item}": "lanes"}):
+                    p = X.plan(y.shape, axes, y.dtype, "arg")
                 return K.lanes_kernel(y, p, True, False)
 
             v[name] = lk
@@ -394,15 +371,15 @@ def narrow(timer, dtype):
                 def lk(y, axes=axes, mode=mode, elems=elems, warps=warps):
                     with setting(
                         **{
-                            "K__LSE_EXP__2": mode,
-                            "K__TILE_ELEMENTS__'lse'": elems,
+                            "X__LSE_EXP__2": mode,
+                            "P__TILE_ELEMENTS__'lse'": elems,
                             # float16 tiles are sized by F16_LSE_ELEMENTS since round 4
-                            "K__F16_LSE_ELEMENTS": dict.fromkeys(K.F16_LSE_ELEMENTS, 2 * elems),
-                            "K__NUM_WARPS__'lse'": warps,
+                            "P__F16_LSE_ELEMENTS": dict.fromkeys(P.F16_LSE_ELEMENTS, 2 * elems),
+                            "P__NUM_WARPS__'lse'": warps,
                         }
                     ):
-                        p = K.plan(y.shape, axes, y.dtype, "lse")
-                        return K.log_sum_exp_kernel(y, p)
+                        p = P.plan(y.shape, axes, y.dtype, "lse")
+                        return X.log_sum_exp_kernel(y, p)
 
                 v[f"{mode}/{elems}/{warps}"] = lk
             measure(timer, f"LSE axis {axes[0]}", dtype, nb + out_b, v, (x,), roof, tol=1e-3)
@@ -413,8 +390,8 @@ def narrow(timer, dtype):
             for name, tl in LANES.items():
 
                 def ek(y, axes=axes, tl=tl):
-                    with setting(**{"K__LANES_TILING__('ext', 1, True)": tl}):
-                        p = K.plan(y.shape, axes, y.dtype, "ext")
+                    with setting(**{"X__LANES_TILING__('ext', 1, True)": tl}):
+                        p = X.plan(y.shape, axes, y.dtype, "ext")
                     return K.lanes_kernel(y, p, True, index=False)
 
                 v[name] = ek
@@ -452,12 +429,13 @@ def extra(timer):
 
                     def tk(y, axes=axes, e=elems, w=warps, st=stages):
                         over = {
-                            "K__TILE_ELEMENTS__'arg'": e,
-                            "K__NUM_WARPS__'arg'": w,
-                            "K__NUM_STAGES__'arg'": st,
+                            "P__TILE_ELEMENTS__'arg'": e,
+                            "P__NUM_WARPS__'arg'": w,
+                            "P__NUM_STAGES__'arg'": st,
+                            "X__ARG_KERNEL__2": "tile",
                         }
                         with setting(**over):
-                            p = K.plan(y.shape, axes, y.dtype, "arg")
+                            p = X.plan(y.shape, axes, y.dtype, "arg")
                         return K.arg_reduce_kernel(y, p, True, False)
 
                     v[f"tile{elems}/{warps}/{stages}"] = tk
@@ -475,14 +453,14 @@ def extra(timer):
 
                 def lk(y, e=elems, w=warps, st=stages):
                     over = {
-                        "K__TILE_ELEMENTS__'lse'": e,
-                        "K__F16_LSE_ELEMENTS": dict.fromkeys(K.F16_LSE_ELEMENTS, 2 * e),
-                        "K__F16_LSE_WARPS": dict.fromkeys(("inner", "narrow", "minor"), w),
-                        "K__NUM_STAGES__'lse'": st,
+                        "P__TILE_ELEMENTS__'lse'": e,
+                        "P__F16_LSE_ELEMENTS": dict.fromkeys(P.F16_LSE_ELEMENTS, 2 * e),
+                        "P__F16_LSE_WARPS": dict.fromkeys(("inner", "narrow", "minor"), w),
+                        "P__NUM_STAGES__'lse'": st,
                     }
                     with setting(**over):
-                        p = K.plan(y.shape, (3,), y.dtype, "lse")
-                        return K.log_sum_exp_kernel(y, p)
+                        p = P.plan(y.shape, (3,), y.dtype, "lse")
+                        return X.log_sum_exp_kernel(y, p)
 
                 v[f"ex2/{elems}/{warps}/{stages}"] = lk
             measure(timer, "LSE axis 3", dtype, nb + out_b, v, (x,), roof, tol=1e-3)
@@ -516,9 +494,9 @@ def extra(timer):
                 for tl in tls:
 
                     def lk(y, axes=axes, tl=tl):
-                        over = {f"K__LANES_TILING__('arg', 1, {b})": tl for b in (True, False)}
-                        with setting(**over):
-                            p = K.plan(y.shape, axes, y.dtype, "arg")
+                        over = {f"X__LANES_TILING__('arg', 1, {b})": tl for b in (True, False)}
+                        with setting(**over, X__ARG_KERNEL__1="lanes"):
+                            p = X.plan(y.shape, axes, y.dtype, "arg")
                         return K.lanes_kernel(y, p, True, False)
 
                     v["l" + "/".join(map(str, tl))] = lk
@@ -529,9 +507,9 @@ def extra(timer):
             for mode in ("exp", "ex2"):
 
                 def lk(y, mode=mode):
-                    with setting(K__LSE_EXP__4=mode):
-                        p = K.plan(y.shape, (3,), y.dtype, "lse")
-                        return K.log_sum_exp_kernel(y, p)
+                    with setting(X__LSE_EXP__4=mode):
+                        p = P.plan(y.shape, (3,), y.dtype, "lse")
+                        return X.log_sum_exp_kernel(y, p)
 
                 v[mode] = lk
             measure(timer, "LSE axis 3", dtype, nb + out_b, v, (x,), roof, tol=2e-6)
@@ -542,7 +520,7 @@ def small_mode():
     """``--small``: tiny shapes, every plan allowed, every Pallas call interpreted (CPU)."""
     global SMALL
     SMALL = True
-    K.MIN_PROGRAMS = 1
+    P.MIN_PROGRAMS = 1
     from jax._src.pallas import pallas_call as _pc
 
     real = _pc.pallas_call

@@ -35,30 +35,24 @@ import numpy as np
 from jax import lax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_variants as X
 import variants_narrow as V
 
 from dml_jax.bench import Timer, environment
 from dml_jax.kernels import reduce as K
+from dml_jax.kernels import reduce_plan as P
 from dml_jax.ops import reduce as R
 
 
 def _arg(y, axes, largest=True, last=False):
-    """ARGMIN/ARGMAX through the kernel dispatch that the REDUCE lowering uses."""
-
-    def fallback(z):
-        return R.arg_reduce(z, axes, largest, last, jnp.int32)
-
-    return K.arg_reduce(y, axes, largest, last, jnp.int32, fallback=fallback)
+    """ARGMIN/ARGMAX through the kernel the switches of kernel_variants choose (by default the
+    package's)."""
+    return X.arg(y, axes, largest, last, jnp.int32)
 
 
 def _lse(y, axes):
-    """LOG_SUM_EXP through the kernel dispatch that the REDUCE lowering uses."""
-    keep = V._keep(y.shape, axes)
-
-    def fallback(z):
-        return R._reduce_value(R.F.LOG_SUM_EXP, z, axes).reshape(keep)
-
-    return K.log_sum_exp(y, axes, fallback=fallback)
+    """LOG_SUM_EXP through the kernel the switches of kernel_variants choose."""
+    return X.lse(y, axes)
 
 
 def _input(dtype, seed: int = 0):
@@ -78,7 +72,7 @@ def _kernel_in(fn, x) -> bool:
 
 
 LAYOUTS = ("inner", "narrow", "minor")
-ROUND3 = {"K__ARG_KERNEL__1": "lanes", "K__ARG_KERNEL__2": "tile", "K__UNMASKED": False}
+ROUND3 = {"X__ARG_KERNEL__1": "lanes", "X__ARG_KERNEL__2": "tile", "X__UNMASKED": False}
 
 
 def _specials(x):
@@ -98,8 +92,8 @@ def _specials(x):
 def check():
     """The packed kernel and the ftz exponent vs lax on small shapes, compiled for the GPU."""
     rng = np.random.default_rng(0)
-    saved = K.MIN_PROGRAMS
-    K.MIN_PROGRAMS = 1
+    saved = P.MIN_PROGRAMS
+    P.MIN_PROGRAMS = 1
     try:
         cases = [
             ((3, 300, 70), (1,)),  # inner, overhanging tiles
@@ -117,12 +111,9 @@ def check():
                 xd = jnp.asarray(x)
                 for largest in (True, False):
                     for last in (True, False):
-                        with V.setting(K__ENABLED=False):
-                            want = np.asarray(
-                                jax.jit(lambda y: R.arg_reduce(y, axes, largest, last, jnp.int32))(
-                                    xd
-                                )
-                            ).reshape(-1)
+                        want = np.asarray(
+                            jax.jit(lambda y: R.arg_reduce(y, axes, largest, last, jnp.int32))(xd)
+                        ).reshape(-1)
                         forms = ("where", "xor", "xornan") if dtype == "float16" else ("-",)
                         for lanes, unmasked, form in (
                             *((True, u, f) for u in (True, False) for f in forms),
@@ -133,9 +124,9 @@ def check():
                                 got = jax.jit(
                                     lambda y, p=p, lanes=lanes, unmasked=unmasked, form=form: (
                                         V._with(
-                                            lambda z: K.packed_kernel(z, p, largest, last, lanes),
-                                            K__UNMASKED=unmasked,
-                                            K__PACKED_F16_KEY=dict.fromkeys(
+                                            lambda z: X.packed_kernel(z, p, largest, last, lanes),
+                                            X__UNMASKED=unmasked,
+                                            X__PACKED_F16_KEY=dict.fromkeys(
                                                 LAYOUTS, form if form != "-" else "where"
                                             ),
                                         )(y)
@@ -150,7 +141,7 @@ def check():
                                 V.OUT["checks"].append(dict(case=tag, ok=ok))
                                 if not ok:
                                     V._fail(tag)
-                        # the public dispatch (packed by default for these types)
+                        # the package's choice (packed by default for these types)
                         got = jax.jit(lambda y: _arg(y, axes, largest, last))(xd)
                         ok = np.array_equal(np.asarray(got).reshape(-1), want)
                         tag = f"dispatch {dtype} {shape} {axes} largest={largest} last={last}"
@@ -165,22 +156,21 @@ def check():
                 x.reshape(-1)[7] = np.nan
                 x.reshape(-1)[-3] = np.inf
                 xd = jnp.asarray(x.astype(dtype))
-                with V.setting(K__ENABLED=False):
-                    want = np.asarray(
-                        jax.jit(lambda y: R._reduce_value(R.F.LOG_SUM_EXP, y, axes))(xd)
-                    ).reshape(-1)
+                want = np.asarray(
+                    jax.jit(lambda y: R._reduce_value(R.F.LOG_SUM_EXP, y, axes))(xd)
+                ).reshape(-1)
                 for mode in ("ex2", "ex2ftz"):
                     item = np.dtype(dtype).itemsize
-                    with V.setting(**{f"K__LSE_EXP__{item}": mode}):
+                    with V.setting(**{f"X__LSE_EXP__{item}": mode}):
                         p = K.plan(xd.shape, axes, xd.dtype, "lse")
-                        got = jax.jit(lambda y, p=p: K.log_sum_exp_kernel(y, p))(xd)
+                        got = jax.jit(lambda y, p=p: X.log_sum_exp_kernel(y, p))(xd)
                     ok = V._same(np.asarray(got), want, tol)
                     tag = f"lse {mode} {dtype} {shape} {axes} exact={K.exact(p)}"
                     V.OUT["checks"].append(dict(case=tag, ok=ok))
                     if not ok:
                         V._fail(tag)
     finally:
-        K.MIN_PROGRAMS = saved
+        P.MIN_PROGRAMS = saved
     n_ok = sum(c["ok"] for c in V.OUT["checks"])
     print(f"checks: {n_ok} of {len(V.OUT['checks'])} pass", flush=True)
 
@@ -212,13 +202,13 @@ def arg_cases(timer, dtype, axes_list):
 
         variants = {"round3": V._with(arg, **ROUND3)}
         for name, tl in PACKED_TILINGS.items():
-            over = {f"K__PACKED_TILING__({item}, '{lay}')": tl for lay in LAYOUTS}
+            over = {f"P__PACKED_TILING__({item}, '{lay}')": tl for lay in LAYOUTS}
             variants[f"packed-lanes {name}"] = V._with(arg, **over)
             if name in ("t4096/512/4/3", "t4096/1024/8/2", "t2048/512/4/4"):
                 variants[f"packed-tile {name}"] = V._with(
-                    arg, **over, **{f"K__PACKED_LANES__{item}": False}
+                    arg, **over, **{f"X__PACKED_LANES__{item}": False}
                 )
-        variants["packed-lanes default masked"] = V._with(arg, K__UNMASKED=False)
+        variants["packed-lanes default masked"] = V._with(arg, X__UNMASKED=False)
         V.measure(timer, f"ARGMAX axis {ax}", dtype, nbytes, variants, [x], roof)
 
 
@@ -252,8 +242,8 @@ def half_kernel(x, p: K.Plan, largest: bool, last: bool, interpret: bool = False
     without join the running extreme per output element. Returns int32 indices of shape
     ``(A * B,)``.
     """
-    pl, pltriton = K._pallas()
-    unmasked = K.UNMASKED and K.exact(p)
+    pl, pltriton = K.load_pallas()
+    unmasked = X.UNMASKED and K.exact(p)
     load, store, ax = K._tile_loader(p, pl, pltriton, unmasked=unmasked)
     n_tiles = -(-p.r // p.tiling.rows)
     big = np.int32(p.r)
@@ -301,7 +291,7 @@ def half_kernel(x, p: K.Plan, largest: bool, last: bool, interpret: bool = False
 def _half_arg(y, axes, table=None):
     """ARGMAX through ``half_kernel`` on the packed kernel's plan, re-tiled by ``table``."""
     p = K.plan(y.shape, axes, y.dtype, "arg")
-    tiling = K._lanes_tiling("arg", p.a, p.r, p.b, 2, table or HALF_TILING)
+    tiling = X.lanes_tiling("arg", p.a, p.r, p.b, 2, table or HALF_TILING)
     out = half_kernel(y, K.Plan(p.a, p.r, p.b, tiling), True, False)
     return out
 
@@ -329,10 +319,10 @@ def arg16_more(timer, axes_list=(3, 1, 0, 2)):
 
         variants = {}
         for name, tl in F16_PACKED.items():
-            over = {f"K__PACKED_TILING__(2, '{lay}')": tl for lay in LAYOUTS}
+            over = {f"P__PACKED_TILING__(2, '{lay}')": tl for lay in LAYOUTS}
             for form in F16_KEYS:
                 keys = dict.fromkeys(LAYOUTS, form)
-                variants[f"packed-{form} {name}"] = V._with(arg, **over, K__PACKED_F16_KEY=keys)
+                variants[f"packed-{form} {name}"] = V._with(arg, **over, X__PACKED_F16_KEY=keys)
         for name, tl in F16_HALF.items() if HALF else ():
             table = dict.fromkeys(((2, lay) for lay in LAYOUTS), tl)
             variants[f"half {name}"] = lambda y, axes=axes, table=table: _half_arg(
@@ -370,9 +360,9 @@ def arg16_final(timer):
         if ax == 2:
             for name, tl in F16_NARROW.items():
                 for form in F16_KEYS:
-                    over = {"K__PACKED_TILING__(2, 'narrow')": tl}
-                    keys = {**K.PACKED_F16_KEY, "narrow": form}
-                    variants[f"packed-{form} {name}"] = V._with(arg, **over, K__PACKED_F16_KEY=keys)
+                    over = {"P__PACKED_TILING__(2, 'narrow')": tl}
+                    keys = {**X.PACKED_F16_KEY, "narrow": form}
+                    variants[f"packed-{form} {name}"] = V._with(arg, **over, X__PACKED_F16_KEY=keys)
         variants["chosen again"] = arg
         V.measure(timer, f"ARGMAX axis {ax}", "float16", nbytes, variants, [x], roof)
 
@@ -406,10 +396,10 @@ def final_narrow(timer):
             if ax == 3:
                 for w in (2, 8):
                     variants[f"w{w}"] = V._with(
-                        lse, K__F16_LSE_WARPS={**K.F16_LSE_WARPS, "minor": w}
+                        lse, P__F16_LSE_WARPS={**P.F16_LSE_WARPS, "minor": w}
                     )
                 variants["e4096"] = V._with(
-                    lse, K__F16_LSE_ELEMENTS={**K.F16_LSE_ELEMENTS, "minor": 4096}
+                    lse, P__F16_LSE_ELEMENTS={**P.F16_LSE_ELEMENTS, "minor": 4096}
                 )
                 variants["chosen again"] = lse
             V.measure(timer, f"LOG_SUM_EXP axis {ax}", dtype, nbytes, variants, [x], roof, 1e-3)
@@ -441,7 +431,7 @@ def narrow_more(timer):
         for form in ("key", "word"):
             for tname, tl in list(I8_NARROW.items())[:3]:
                 variants[f"{form} {tname}"] = V._with(
-                    arg, **{"K__PACKED_TILING__(1, 'narrow')": tl}, K__INT_ARGMIN=form
+                    arg, **{"P__PACKED_TILING__(1, 'narrow')": tl}, X__INT_ARGMIN=form
                 )
         variants["chosen again"] = arg
         V.measure(timer, f"{name} axis 2", "int8", nbytes, variants, [x], roof)
@@ -460,8 +450,8 @@ def narrow_more(timer):
             for elems in (2048, 4096, 8192):
                 variants[f"w{w} e{elems * 2}"] = V._with(
                     lse,
-                    K__F16_LSE_WARPS={**K.F16_LSE_WARPS, lay: w},
-                    K__F16_LSE_ELEMENTS={**K.F16_LSE_ELEMENTS, lay: elems * 2},
+                    P__F16_LSE_WARPS={**P.F16_LSE_WARPS, lay: w},
+                    P__F16_LSE_ELEMENTS={**P.F16_LSE_ELEMENTS, lay: elems * 2},
                 )
         variants["chosen again"] = lse
         V.measure(timer, f"LOG_SUM_EXP axis {ax}", "float16", nbytes, variants, [x], roof, 1e-3)
@@ -479,8 +469,8 @@ def f16_argmin(timer):
 
         variants = {}
         for rep in ("", " again"):
-            variants["word" + rep] = V._with(arg, K__F16_ARGMIN="word")
-            variants["key" + rep] = V._with(arg, K__F16_ARGMIN="key")
+            variants["word" + rep] = V._with(arg, X__F16_ARGMIN="word")
+            variants["key" + rep] = V._with(arg, X__F16_ARGMIN="key")
         V.measure(timer, f"ARGMIN axis {ax}", "float16", nbytes, variants, [x], roof)
 
 
@@ -497,22 +487,22 @@ def lse_cases(timer, dtype, axes_list):
 
         print(f"axis {ax}: kernel in program: {_kernel_in(lse, x)}", flush=True)
 
-        round3 = {f"K__LSE_EXP__{item}": "ex2", "K__UNMASKED": False}
+        round3 = {f"X__LSE_EXP__{item}": "ex2", "X__UNMASKED": False}
         variants = {"ex2 (round 3)": V._with(lse, **round3)}
         for mode in ("ex2", "ex2ftz"):
             for warps in (1, 2, 4, 8):
-                over = {f"K__LSE_EXP__{item}": mode}
+                over = {f"X__LSE_EXP__{item}": mode}
                 if item == 2:
-                    over["K__F16_LSE_WARPS"] = dict.fromkeys(LAYOUTS, warps)
+                    over["P__F16_LSE_WARPS"] = dict.fromkeys(LAYOUTS, warps)
                 else:
-                    over["K__NUM_WARPS__'lse'"] = warps
-                    over["K__NARROW_LSE_WARPS"] = warps
+                    over["P__NUM_WARPS__'lse'"] = warps
+                    over["P__NARROW_LSE_WARPS"] = warps
                 variants[f"{mode} w{warps}"] = V._with(lse, **over)
             for elems in (1024, 2048, 8192):
-                over = {f"K__LSE_EXP__{item}": mode, "K__TILE_ELEMENTS__'lse'": elems}
+                over = {f"X__LSE_EXP__{item}": mode, "P__TILE_ELEMENTS__'lse'": elems}
                 if item == 2:  # float16 tiles are sized by F16_LSE_ELEMENTS (elements)
-                    del over["K__TILE_ELEMENTS__'lse'"]
-                    over["K__F16_LSE_ELEMENTS"] = dict.fromkeys(LAYOUTS, elems * 2)
+                    del over["P__TILE_ELEMENTS__'lse'"]
+                    over["P__F16_LSE_ELEMENTS"] = dict.fromkeys(LAYOUTS, elems * 2)
                 variants[f"{mode} e{elems}"] = V._with(lse, **over)
         V.measure(timer, f"LOG_SUM_EXP axis {ax}", dtype, nbytes, variants, [x], roof, tol=1e-3)
 

@@ -6,6 +6,8 @@ op = dml.compile_operator(dml.ReduceOperatorDesc("SUM", x, x.like(sizes=(1, 3)),
 op(jnp.ones((3, 3), jnp.float32))
 """
 
+# Fills the registry of GPU fast paths (dml_jax.fastpath) that compile and graph choose from.
+from . import kernels as _kernels
 from . import ops as _ops
 from .compile import CompiledOperator, compile_operator, validate
 from .enums import (

@@ -4,7 +4,8 @@ For each case it times, in one run and on one device:
 
 - ``dml``: the compiled operator, called the public way (``op(x)``);
 - ``dml-lax``: for cases that a GPU kernel (``dml_jax.kernels``) covers, the lax lowering the
-  kernel replaces, so the choice is documented by a measurement;
+  kernel replaces (``compile_operator(..., fast_paths=False)``), so the choice is documented by
+  a measurement;
 - ``jnp``: ``jax.jit`` of the obvious hand-written jnp function;
 - ``torch``: PyTorch eager on the same device, when PyTorch is importable and sees it;
 
@@ -133,182 +134,30 @@ def build_cases(shape: tuple[int, ...], dtypes: Sequence[str], full: bool) -> li
 
 
 def _cases_for(shape, dtype: str, full: bool) -> list[Case]:
-    import jax
+    """The copy roofline, every registered operator's own cases, and a CLIP -> REDUCE graph."""
     import jax.numpy as jnp
 
     import dml_jax as dml
+    from dml_jax.registry import operators
 
-    item = np.dtype(dtype).itemsize
     n_el = math.prod(shape)
-    dt = _dml_type(dtype)
-    td = dml.TensorDesc(dt, shape)
-    is_float = np.dtype(dtype).kind == "f"
-    cases: list[Case] = []
-
-    def add(name, op, shapes, make_dml, jnp_fn, torch_fn, out_elems, out_item=item, **kw):
-        cases.append(
-            Case(
-                name,
-                op,
-                dtype,
-                tuple(shapes),
-                make_dml,
-                jnp_fn,
-                torch_fn,
-                out_elems * out_item,
-                **kw,
-            )
-        )
-
-    def compiled(desc_fn):
-        return lambda: dml.compile_operator(desc_fn())
-
-    n, c, h, w = shape
-    narrow = item < 4  # GPU word forms / CLIP kernel (dml_jax.kernels) may replace lax
-    # copy: the roofline (an elementwise op XLA cannot elide; ~x for unsigned types)
+    item = np.dtype(dtype).itemsize
+    # copy: the roofline (an element-wise op XLA cannot elide; ~x for unsigned types)
     neg = (lambda x: ~x) if np.dtype(dtype).kind == "u" else (lambda x: -x)
-    add("copy", "copy", [shape], None, neg, "copy", n_el)
-
-    half = (n, c, h // 2, w)
-    add(
-        "SPLIT axis 2",
-        "DML_OPERATOR_SPLIT",
-        [shape],
-        compiled(lambda: dml.SplitOperatorDesc(td, [td.like(sizes=half)] * 2, axis=2)),
-        lambda x: tuple(jnp.split(x, 2, axis=2)),
-        lambda torch, x: [t.contiguous() for t in torch.split(x, h // 2, dim=2)],
-        n_el,
-        kernel=narrow,
-    )
-    add(
-        "JOIN axis 2",
-        "DML_OPERATOR_JOIN",
-        [half, half],
-        compiled(lambda: dml.JoinOperatorDesc([td.like(sizes=half)] * 2, td, axis=2)),
-        lambda a, b: jnp.concatenate([a, b], axis=2),
-        lambda torch, a, b: torch.cat([a, b], dim=2),
-        n_el,
-        kernel=narrow,
-    )
-    quarter = (n, c, h // 2, w // 2)
-    add(
-        "TILE 1,1,2,2",
-        "DML_OPERATOR_TILE",
-        [quarter],
-        compiled(lambda: dml.TileOperatorDesc(td.like(sizes=quarter), td, repeats=[1, 1, 2, 2])),
-        lambda x: jnp.tile(x, (1, 1, 2, 2)),
-        lambda torch, x: x.repeat(1, 1, 2, 2),
-        n_el,
-        kernel=narrow,
-    )
-
-    d2s_out = (n, c // 4, h * 2, w * 2)
-    orders = ("DEPTH_COLUMN_ROW", "COLUMN_ROW_DEPTH") if full else ("DEPTH_COLUMN_ROW",)
-    for order in orders:
-        short = "DCR" if order == "DEPTH_COLUMN_ROW" else "CRD"
-        add(
-            f"DEPTH_TO_SPACE1 block 2 {short}",
-            "DML_OPERATOR_DEPTH_TO_SPACE1",
-            [shape],
-            compiled(
-                lambda order=order: dml.DepthToSpace1OperatorDesc(
-                    td, td.like(sizes=d2s_out), block_size=2, order=order
-                )
-            ),
-            _jnp_d2s(short),
-            _torch_d2s(short),
-            n_el,
-            kernel=narrow,
-        )
+    cases = [Case("copy", "copy", dtype, (shape,), None, neg, "copy", n_el * item)]
+    for spec in operators():
+        if spec.bench is None:
+            continue
+        for bc in spec.bench(shape, dtype, full):
+            cases.append(_case_of(bc, dtype))
     if full:
-        s2d_out = (n, c * 4, h // 2, w // 2)
-        add(
-            "SPACE_TO_DEPTH1 block 2 DCR",
-            "DML_OPERATOR_SPACE_TO_DEPTH1",
-            [shape],
-            compiled(
-                lambda: dml.SpaceToDepth1OperatorDesc(
-                    td, td.like(sizes=s2d_out), block_size=2, order="DEPTH_COLUMN_ROW"
-                )
-            ),
-            _jnp_s2d,
-            None,
-            n_el,
-        )
-        add(
-            "SPACE_TO_DEPTH1 block 2 CRD",
-            "DML_OPERATOR_SPACE_TO_DEPTH1",
-            [shape],
-            compiled(
-                lambda: dml.SpaceToDepth1OperatorDesc(
-                    td, td.like(sizes=s2d_out), block_size=2, order="COLUMN_ROW_DEPTH"
-                )
-            ),
-            _jnp_s2d_crd,
-            lambda torch, x: torch.nn.functional.pixel_unshuffle(x, 2),
-            n_el,
-            notes="torch: pixel_unshuffle (CRD order)",
-        )
-
-    lo, hi = (-0.5, 0.5) if is_float else (10, 60)
-    add(
-        "CLIP",
-        "DML_OPERATOR_ELEMENT_WISE_CLIP1",
-        [shape],
-        compiled(lambda: dml.ElementWiseClip1OperatorDesc(td, td, min=lo, max=hi)),
-        lambda x: jnp.clip(x, lo, hi),
-        lambda torch, x: torch.clamp(x, lo, hi),
-        n_el,
-        kernel=narrow,
-    )
-    if full:
-        add(
-            "CLIP (v1)",
-            "DML_OPERATOR_ELEMENT_WISE_CLIP",
-            [shape],
-            compiled(lambda: dml.ElementWiseClipOperatorDesc(td, td, min=lo, max=hi)),
-            lambda x: jnp.clip(x, lo, hi),
-            lambda torch, x: torch.clamp(x, lo, hi),
-            n_el,
-        )
-        add(
-            "CLIP_GRAD",
-            "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD1",
-            [shape, shape],
-            compiled(lambda: dml.ElementWiseClipGrad1OperatorDesc(td, td, td, min=lo, max=hi)),
-            lambda x, g: jnp.where((x >= lo) & (x <= hi), g, jnp.zeros_like(g)),
-            lambda torch, x, g: torch.where((x >= lo) & (x <= hi), g, torch.zeros_like(g)),
-            n_el,
-        )
-
-    functions = (
-        list(_REDUCE_JNP)
-        if full
-        else (["SUM", "MAX", "ARGMAX"] + (["LOG_SUM_EXP"] if is_float else []))
-    )
-    for fn in functions:
-        axes_list = [(3,), (1,)]
-        if full and fn in ("ARGMAX", "ARGMIN", "LOG_SUM_EXP"):
-            axes_list += [(0,), (2,)]
-        for axes in axes_list:
-            cases.append(_reduce_case(dml, jnp, td, dtype, fn, axes, "INCREASING"))
-    if full:
-        for name in ("ARGMAX", "ARGMIN"):
-            for axes in ((3,), (1,), (0,), (2,)):
-                cases.append(
-                    _reduce_case(dml, jnp, td, dtype, name, axes, "INCREASING", standalone=True)
-                )
-        cases.append(
-            _reduce_case(dml, jnp, td, dtype, "ARGMAX", (1,), "DECREASING", standalone=True)
-        )
-        cases.append(
-            _reduce_case(dml, jnp, td, dtype, "ARGMIN", (3,), "DECREASING", standalone=True)
-        )
-        red_out = (n, c, h, 1)
+        td = dml.TensorDesc(np.dtype(dtype).name.upper(), shape)
+        lo, hi = (-0.5, 0.5) if np.dtype(dtype).kind == "f" else (10, 60)
+        n, c, h, _ = shape
 
         def graph():
             clip = dml.ElementWiseClip1OperatorDesc(td, td, min=lo, max=hi)
-            red = dml.ReduceOperatorDesc("SUM", td, td.like(sizes=red_out), axes=[3])
+            red = dml.ReduceOperatorDesc("SUM", td, td.like(sizes=(n, c, h, 1)), axes=[3])
             return dml.compile_graph(
                 dml.GraphDesc(
                     1,
@@ -320,163 +169,38 @@ def _cases_for(shape, dtype: str, full: bool) -> list[Case]:
                 )
             )
 
-        add(
-            "graph CLIP -> REDUCE SUM axis 3",
-            "graph",
-            [shape],
-            graph,
-            lambda x: jnp.sum(jnp.clip(x, lo, hi), axis=3, keepdims=True),
-            lambda torch, x: torch.clamp(x, lo, hi).sum(dim=3, keepdim=True),
-            n * c * h,
+        cases.append(
+            Case(
+                "graph CLIP -> REDUCE SUM axis 3",
+                "graph",
+                dtype,
+                (shape,),
+                graph,
+                lambda x: jnp.sum(jnp.clip(x, lo, hi), axis=3, keepdims=True),
+                lambda torch, x: torch.clamp(x, lo, hi).sum(dim=3, keepdim=True),
+                n * c * h * item,
+            )
         )
-    del jax
     return cases
 
 
-def _jnp_d2s(order: str):
-    import jax.numpy as jnp
+def _case_of(bc: Any, dtype: str) -> Case:
+    """A registry BenchCase as a timed Case: inputs are its desc's input sizes, bytes its outputs'."""
+    import dml_jax as dml
 
-    def d2s(x):
-        n, c, h, w = x.shape
-        if order == "DCR":
-            y = x.reshape(n, 2, 2, c // 4, h, w).transpose(0, 3, 4, 1, 5, 2)
-        else:
-            y = x.reshape(n, c // 4, 2, 2, h, w).transpose(0, 1, 4, 2, 5, 3)
-        return jnp.reshape(y, (n, c // 4, h * 2, w * 2))
-
-    return d2s
-
-
-def _torch_d2s(order: str):
-    def d2s(torch, x):
-        if order == "CRD":
-            return torch.nn.functional.pixel_shuffle(x, 2)
-        n, c, h, w = x.shape
-        y = x.reshape(n, 2, 2, c // 4, h, w).permute(0, 3, 4, 1, 5, 2)
-        return y.reshape(n, c // 4, h * 2, w * 2)
-
-    return d2s
-
-
-def _jnp_s2d(x):
-    import jax.numpy as jnp
-
-    n, c, h, w = x.shape
-    y = x.reshape(n, c, h // 2, 2, w // 2, 2).transpose(0, 3, 5, 1, 2, 4)
-    return jnp.reshape(y, (n, c * 4, h // 2, w // 2))
-
-
-def _jnp_s2d_crd(x):
-    import jax.numpy as jnp
-
-    n, c, h, w = x.shape
-    y = x.reshape(n, c, h // 2, 2, w // 2, 2).transpose(0, 1, 3, 5, 2, 4)
-    return jnp.reshape(y, (n, c * 4, h // 2, w // 2))
-
-
-def _jnp_reduce(fn: str):
-    import jax
-    import jax.numpy as jnp
-
-    table = {
-        "ARGMAX": lambda x, a: jnp.argmax(x, axis=a, keepdims=True),
-        "ARGMIN": lambda x, a: jnp.argmin(x, axis=a, keepdims=True),
-        "AVERAGE": lambda x, a: jnp.mean(x, axis=a, keepdims=True),
-        "L1": lambda x, a: jnp.sum(jnp.abs(x), axis=a, keepdims=True),
-        "L2": lambda x, a: jnp.sqrt(jnp.sum(x * x, axis=a, keepdims=True)),
-        "LOG_SUM": lambda x, a: jnp.log(jnp.sum(x, axis=a, keepdims=True)),
-        "LOG_SUM_EXP": lambda x, a: jax.nn.logsumexp(x, axis=a, keepdims=True),
-        "MAX": lambda x, a: jnp.max(x, axis=a, keepdims=True),
-        "MIN": lambda x, a: jnp.min(x, axis=a, keepdims=True),
-        "MULTIPLY": lambda x, a: jnp.prod(x, axis=a, keepdims=True),
-        "SUM": lambda x, a: jnp.sum(x, axis=a, keepdims=True),
-        "SUM_SQUARE": lambda x, a: jnp.sum(x * x, axis=a, keepdims=True),
-    }
-    return table[fn]
-
-
-_REDUCE_JNP = (
-    "ARGMAX",
-    "ARGMIN",
-    "AVERAGE",
-    "L1",
-    "L2",
-    "LOG_SUM",
-    "LOG_SUM_EXP",
-    "MAX",
-    "MIN",
-    "MULTIPLY",
-    "SUM",
-    "SUM_SQUARE",
-)
-
-_REDUCE_TORCH = {
-    "ARGMAX": lambda torch, x, a: torch.argmax(x, dim=a, keepdim=True),
-    "ARGMIN": lambda torch, x, a: torch.argmin(x, dim=a, keepdim=True),
-    "AVERAGE": lambda torch, x, a: torch.mean(x, dim=a, keepdim=True),
-    "L1": lambda torch, x, a: torch.sum(torch.abs(x), dim=a, keepdim=True),
-    "L2": lambda torch, x, a: torch.linalg.vector_norm(x, dim=a, keepdim=True),
-    "LOG_SUM": lambda torch, x, a: torch.log(torch.sum(x, dim=a, keepdim=True)),
-    "LOG_SUM_EXP": lambda torch, x, a: torch.logsumexp(x, dim=a, keepdim=True),
-    "MAX": lambda torch, x, a: torch.amax(x, dim=a, keepdim=True),
-    "MIN": lambda torch, x, a: torch.amin(x, dim=a, keepdim=True),
-    "MULTIPLY": lambda torch, x, a: torch.prod(x, dim=a, keepdim=True),
-    "SUM": lambda torch, x, a: torch.sum(x, dim=a, keepdim=True),
-    "SUM_SQUARE": lambda torch, x, a: torch.sum(x * x, dim=a, keepdim=True),
-}
-
-
-def _reduce_case(dml, jnp, td, dtype, fn, axes, direction, standalone=False) -> Case:
-    out_sizes = tuple(1 if i in axes else s for i, s in enumerate(td.sizes))
-    is_arg = fn in ("ARGMAX", "ARGMIN")
-    out_td = td.like(sizes=out_sizes, data_type="UINT32" if is_arg else td.data_type)
-    if standalone:
-        cls = dml.ArgMaxOperatorDesc if fn == "ARGMAX" else dml.ArgMinOperatorDesc
-        op_type = cls.operator_type
-        name = f"{fn[:3]}{fn[3:]} op axis {axes[0]}" + (
-            " DECREASING" if direction == "DECREASING" else ""
-        )
-
-        def make():
-            return dml.compile_operator(cls(td, out_td, axes=list(axes), axis_direction=direction))
-    else:
-        op_type = "DML_OPERATOR_REDUCE"
-        name = f"REDUCE {fn} axis {axes[0]}"
-
-        def make():
-            return dml.compile_operator(dml.ReduceOperatorDesc(fn, td, out_td, axes=list(axes)))
-
-    jfn = _jnp_reduce(fn)
-    a = axes[0]
-    if direction == "DECREASING":
-
-        def jnp_fn(x):  # last extreme: search the reversed axis
-            k = jfn(jnp.flip(x, a), a)
-            return (x.shape[a] - 1 - k).astype(k.dtype)
-
-        tfn = None
-    else:
-
-        def jnp_fn(x):
-            return jfn(x, a)
-
-        def tfn(torch, x):
-            return _REDUCE_TORCH[fn](torch, x, a)
-
-    out_item = 4 if is_arg else np.dtype(dtype).itemsize
-    kernel = fn in ("ARGMAX", "ARGMIN", "LOG_SUM_EXP") or (
-        fn in ("MAX", "MIN") and np.dtype(dtype).itemsize == 1
-    )
+    desc = bc.desc
+    out_bytes = sum(t.element_count * t.data_type.size for _, t in desc.output_slots())
     return Case(
-        name,
-        op_type,
+        bc.label,
+        desc.operator_type,
         dtype,
-        (td.sizes,),
-        make,
-        jnp_fn,
-        tfn,
-        math.prod(out_sizes) * out_item,
-        kernel=kernel,
+        tuple(t.sizes for _, t in desc.input_slots()),
+        lambda: dml.compile_operator(desc),
+        bc.jnp,
+        bc.torch,
+        out_bytes,
+        kernel=bc.kernel,
+        notes=bc.notes,
     )
 
 
@@ -500,9 +224,7 @@ def run_cases(cases: list[Case], timer: Timer, use_torch: bool, log=print) -> li
     """Times every case; returns one row per (case, implementation)."""
     import jax
 
-    from .kernels import elementwise as kernel_elementwise
-    from .kernels import movement as kernel_movement
-    from .kernels import reduce as kernel_reduce
+    import dml_jax as dml
 
     backend = jax.default_backend()
     torch, tdev = _torch_or_none(backend) if use_torch else (None, None)
@@ -552,15 +274,9 @@ def run_cases(cases: list[Case], timer: Timer, use_torch: bool, log=print) -> li
                 record(case, "dml", timer.run(lambda: op(*xs), jsync), cold)
                 if case.kernel and backend == "gpu":
                     # The lax lowering the kernel (or word form) replaces, for the record.
-                    switches = (kernel_reduce, kernel_movement, kernel_elementwise)
-                    for m in switches:
-                        m.ENABLED = False
-                    try:
-                        lax_fn = jax.jit(lambda *a, op=op: op.fn(*a))
-                        record(case, "dml-lax", timer.run(lambda: lax_fn(*xs), jsync))
-                    finally:
-                        for m in switches:
-                            m.ENABLED = True
+                    lax_op = dml.compile_operator(op.desc, op.feature_level, fast_paths=False)
+                    lax_fn = jax.jit(lax_op.fn)
+                    record(case, "dml-lax", timer.run(lambda: lax_fn(*xs), jsync))
             except Exception as e:  # a case the device or data type cannot run: reported
                 record(case, "dml", None, error=f"{type(e).__name__}: {e}"[:300])
         if case.jnp_fn is not None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import jax
 
-from . import fused, support
+from . import fastpath, fused, support
 from . import sharding as _sharding
 from .buffers import check_output_layout
 from .checks import as_input as _as_input  # shared with graph and buffers: public in checks.py
@@ -249,11 +249,12 @@ _CONCRETE_ARRAY_TYPES: set = set()
 
 
 @functools.lru_cache(maxsize=4096)
-def _compile_cached(desc: OperatorDesc, level: FeatureLevel) -> CompiledOperator:
+def _compile_cached(
+    desc: OperatorDesc, level: FeatureLevel, fast_paths: bool = True
+) -> CompiledOperator:
     spec = _validate(desc, level)
-
-    def lowered(*arrays):
-        return spec.lower(desc, *arrays)
+    # The one choice between a GPU fast path and the lax lowering (see dml_jax.fastpath).
+    lowered = fastpath.lowering(spec, desc, fast_paths)
 
     return CompiledOperator(
         desc,
@@ -305,6 +306,8 @@ def compile_operator(
     feature_level: Any = None,
     in_shardings: Any = None,
     out_shardings: Any = None,
+    *,
+    fast_paths: bool = True,
 ) -> CompiledOperator:
     """Validates an operator description and returns its ``CompiledOperator``.
 
@@ -319,6 +322,9 @@ def compile_operator(
         out_shardings: the same for the output tensors (``None`` lets XLA choose).
             ``op.fn`` stays the plain function either way; sharded arrays also work with
             ``jax.jit(op.fn)`` directly.
+        fast_paths: ``True`` (the default) lets a registered GPU fast path
+            (``dml_jax.fastpath``) compute the cases it covers when the program is lowered for
+            CUDA; ``False`` gives the lax lowering on every platform (benchmarks time it).
 
     Raises:
         ValidationError: if the description breaks a rule, uses 64-bit types without
@@ -331,6 +337,6 @@ def compile_operator(
         hash(desc)
     except TypeError:
         raise ValidationError(f"{desc.operator_type}: description is not hashable") from None
-    op = _compile_cached(desc, level)
+    op = _compile_cached(desc, level, bool(fast_paths))
     _check_x64(desc.input_slots() + desc.output_slots(), desc.operator_type)
     return with_shardings(op, in_shardings, out_shardings)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from . import fastpath
 from .checks import check_x64, feature_level_of
 from .compile import CompiledOperator, validate, with_shardings
 from .enums import FeatureLevel, TensorFlags
@@ -540,16 +541,21 @@ class _UsedInputs:
 
 def _graph_function(graph: GraphDesc, plan: _Plan, counter: list) -> Callable[..., tuple]:
     steps = tuple(
-        (n, plan.specs[n], graph.nodes[n], plan.sources[n], plan.present_outputs[n])
+        (
+            n,
+            fastpath.lowering(plan.specs[n], graph.nodes[n]),
+            plan.sources[n],
+            plan.present_outputs[n],
+        )
         for n in plan.order
     )
 
     def lowered(*arrays):
         counter[0] += 1
         values: dict[tuple[int, int], Any] = {}
-        for n, spec, node, sources, present in steps:
+        for n, lower, sources, present in steps:
             args = [arrays[s[1]] if s[0] == "input" else values[(s[1], s[2])] for s in sources]
-            for k, y in zip(present, spec.lower(node, *args)):
+            for k, y in zip(present, lower(*args)):
                 values[(n, k)] = y
         return tuple(values[src] for src in plan.outputs)
 

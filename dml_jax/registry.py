@@ -43,6 +43,7 @@ class BenchCase:
         jnp: optional ``fn(*arrays)``, the obvious hand-written jax.numpy equivalent.
         torch: optional ``fn(torch, *tensors)``, the PyTorch eager equivalent.
         kernel: a GPU fast path may replace the lax lowering here (bench times both).
+        notes: a remark for the results table.
     """
 
     label: str
@@ -50,6 +51,7 @@ class BenchCase:
     jnp: Callable | None = None
     torch: Callable | None = None
     kernel: bool = False
+    notes: str = ""
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,9 @@ class OperatorSpec:
             that alias an output with an input are rejected for other operators.
         fusable: an activation DirectML can fuse into another operator's ``FusedActivation``.
         differentiable: ``differentiable(desc) -> bool``; default: every tensor is a float type.
-        bench: ``bench(shape, dtype) -> list[BenchCase]`` for a 4-D shape (N, C, H, W; C, H, W
-            even) and a NumPy dtype name; ``None`` contributes no benchmark case.
+        bench: ``bench(shape, dtype, full) -> list[BenchCase]`` for a 4-D shape (N, C, H, W; C,
+            H, W even), a NumPy dtype name and whether the full (float32) suite runs; ``None``
+            contributes no benchmark case.
     """
 
     desc_class: type
@@ -83,7 +86,7 @@ class OperatorSpec:
     in_place: bool = False
     fusable: bool = False
     differentiable: Callable[[Any], bool] | None = None
-    bench: Callable[[tuple, str], list] | None = None
+    bench: Callable[[tuple, str, bool], list] | None = None
     tables: Mapping[Any, tuple[SupportRow, ...]] = field(default_factory=dict, repr=False)
 
     @property

@@ -1,16 +1,30 @@
-"""GPU-only paths for what XLA's own code runs below memory bandwidth.
+"""GPU fast paths for what XLA's own code runs below memory bandwidth.
 
-``reduce``: Pallas kernels for ARGMIN/ARGMAX, LOG_SUM_EXP and 1-byte integer MAX/MIN;
-``movement``: narrow-type data movement as 32-bit words, JOIN and DEPTH_TO_SPACE kernels; ``elementwise``: a Pallas CLIP kernel for narrow types. Each is used
-only when lowered for CUDA (``lax.platform_dependent``); benchmarks/RESULTS.md has the figures.
+Each module registers its fast paths with ``dml_jax.fastpath`` (an operator type, a predicate
+on the descriptor and a CUDA lowering); importing this package, which ``import dml_jax`` does,
+fills that registry. ``dml_jax.fastpath.lowering`` then picks the fast path only when the program
+is lowered for CUDA; every other case, and every other platform, runs the lax lowering in
+``dml_jax.ops``, which stays the reference. benchmarks/RESULTS.md has the figures.
 
-ARGMIN/ARGMAX over a non-minor axis and a numerically stable LOG_SUM_EXP need two passes (or a
-variadic reduce) in lax, which XLA's GPU backend runs at roughly a quarter to a half of the copy
-bandwidth. The kernels here read the tensor once. They are used only when the computation is
-lowered for CUDA and the case is covered (see ``reduce.plan``); every other case, and every other
-platform, runs the lax lowering in ``dml_jax.ops.reduce``, which stays the reference.
+- ``reduce`` (tiling in ``reduce_plan``, registration in ``reduce_paths``): single-pass Pallas
+  kernels for ARGMIN/ARGMAX, LOG_SUM_EXP and 1-byte integer MAX/MIN;
+- ``movement``: narrow-type TILE, SPLIT, JOIN and DEPTH_TO_SPACE as 32-bit words, JOIN and
+  DEPTH_TO_SPACE kernels, SPACE_TO_DEPTH as strided slices;
+- ``elementwise``: a Pallas CLIP kernel for narrow types.
 """
 
-from .reduce import arg_reduce, log_sum_exp, plan, reduce_extreme
+from . import elementwise, movement, reduce, reduce_paths, reduce_plan
+from .reduce_paths import arg_reduce, log_sum_exp, reduce_extreme
+from .reduce_plan import plan
 
-__all__ = ["arg_reduce", "log_sum_exp", "plan", "reduce_extreme"]
+__all__ = [
+    "arg_reduce",
+    "elementwise",
+    "log_sum_exp",
+    "movement",
+    "plan",
+    "reduce",
+    "reduce_extreme",
+    "reduce_paths",
+    "reduce_plan",
+]

@@ -7,7 +7,8 @@ elements, which Triton moves with 16-byte vector accesses.
 Semantics are the lax lowering's (``dml_jax.ops.clip``): ``max(lo, min(x, hi))`` in that order,
 with XLA's IEEE 754-2019 minimum/maximum (NaN propagated, -0.0 below +0.0). Triton lowers float
 min/max to minNum/maxNum, which drop NaN, so the float comparisons run on integer keys of the
-bits and NaN inputs pass through (as NaN; XLA may return another NaN bit pattern).
+bits and NaN inputs pass through (as NaN; XLA may return another NaN bit pattern). It is
+registered as the CUDA fast path of ELEMENT_WISE_CLIP(1) without ScaleBias (``dml_jax.fastpath``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .reduce import cuda_present, load_pallas
+from ..fastpath import register_fast_path
+from ..ops.clip import ElementWiseClip1OperatorDesc, ElementWiseClipOperatorDesc
+from .reduce import load_pallas
 
-ENABLED = True  # read at trace time; benchmarks turn it off to time the lax lowering
 CLIP_DTYPES = frozenset(np.dtype(t) for t in ("float16", "int8", "uint8", "int16", "uint16"))
 BLOCK_BYTES = 4096  # bytes per program: 0.97-0.98 of the copy on an H200 (variants.log)
 NUM_WARPS = 4
@@ -91,7 +93,21 @@ def clip_kernel(x, lo, hi, interpret: bool = False):
 
 
 def clip(x, lo, hi, fallback):
-    """CLIP: the kernel when lowered for CUDA and covered, else ``fallback(x)``."""
-    if not (ENABLED and cuda_present() and clip_covered(x.shape, x.dtype)):
+    """CLIP on CUDA: the kernel where ``x``'s shape and dtype are covered, else ``fallback(x)``."""
+    if not clip_covered(x.shape, x.dtype):
         return fallback(x)
-    return lax.platform_dependent(x, cuda=lambda y: clip_kernel(y, lo, hi), default=fallback)
+    return clip_kernel(x, lo, hi)
+
+
+def _applies(d) -> bool:
+    # ScaleBias runs before the bounds in float32; the lax lowering fuses it.
+    return d.scale_bias is None and clip_covered(d.input_tensor.sizes, d.input_tensor.dtype)
+
+
+def _lower(d, x) -> tuple:
+    lo, hi = d.bounds()
+    return (clip_kernel(x, lo, hi),)
+
+
+for _cls in (ElementWiseClipOperatorDesc, ElementWiseClip1OperatorDesc):
+    register_fast_path(_cls.operator_type, "kernel", _applies, _lower)

@@ -12,10 +12,10 @@ builds each output word from the input words with shifts and masks.
 Two Pallas (Triton) kernels cover what XLA's own code still runs below the copy bandwidth:
 ``join_kernel`` (JOIN of 1-byte types: 4 KiB word blocks copied into their output slots) and
 ``d2s_kernel`` (DEPTH_TO_SPACE of float16 and 1-byte types: output words packed from the
-block's channels). ``JOIN_MODE`` and ``D2S_MODE`` say which form runs per itemsize.
+block's channels).
 
-Dispatch follows ``kernels.reduce``: with no CUDA device the plain lowering is traced as is;
-otherwise ``lax.platform_dependent`` lowers the word form for CUDA only.
+The bottom of this module registers them as CUDA fast paths (``dml_jax.fastpath``) of TILE,
+SPLIT, JOIN, DEPTH_TO_SPACE(1) and SPACE_TO_DEPTH(1).
 """
 
 from __future__ import annotations
@@ -28,10 +28,20 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .reduce import cuda_present, load_pallas
+from ..fastpath import register_fast_path
+from ..ops.depth_space import (
+    DCR,
+    DepthToSpace1OperatorDesc,
+    DepthToSpaceOperatorDesc,
+    SpaceToDepth1OperatorDesc,
+    SpaceToDepthOperatorDesc,
+    _to_depth_slices,
+    lower_depth_space,
+)
+from ..ops.split_join import JoinOperatorDesc, SplitOperatorDesc, lower_split
+from ..ops.tile import TileOperatorDesc, lower_tile
+from .reduce import load_pallas
 
-# Read at trace time; benchmarks turn it off to time the element-wise lowering.
-ENABLED = True
 _NARROW = frozenset(np.dtype(t) for t in ("float16", "int16", "uint16", "int8", "uint8"))
 
 
@@ -65,13 +75,6 @@ def on_words(move: Callable, xs: Sequence, dtype) -> Callable:
     if isinstance(out, tuple | list):
         return type(out)(from_words(o, dtype) for o in out)
     return from_words(out, dtype)
-
-
-def dispatch(xs: Sequence, plain: Callable, words: Callable):
-    """``words(*xs)`` when lowered for CUDA (and enabled), else ``plain(*xs)``."""
-    if not (ENABLED and cuda_present()):
-        return plain(*xs)
-    return lax.platform_dependent(*xs, cuda=words, default=plain)
 
 
 def d2s_words(x, block: int, dcr: bool):
@@ -286,33 +289,94 @@ def d2s_kernel(x, block: int, dcr: bool, interpret: bool = False):
     return lax.reshape(from_words(out, x.dtype), (n, co, h * b, w * b))
 
 
-# Per itemsize, the CUDA lowering of JOIN ("lax", "flat" or "kernel") and of DEPTH_TO_SPACE
-# ("lax", "words" or "kernel"), chosen on an H200 (benchmarks/results/variants_narrow.log); read
-# at trace time.
-# At 1 GiB: int8 JOIN kernel 0.98 of the copy (lax, 4-D words and flat words 0.78-0.79);
-# float16 0.98 with every form, so lax stays. DEPTH_TO_SPACE kernel 0.97-0.98 (lax 0.76 / 0.39,
-# words 0.76 / 0.79).
-JOIN_MODE = {1: "kernel", 2: "lax"}
-D2S_MODE = {1: "kernel", 2: "kernel"}
-
-
 def join(xs: Sequence, axis: int, plain: Callable):
-    """JOIN: ``plain(*xs)``, or on CUDA the word form / kernel that ``JOIN_MODE`` names."""
+    """JOIN on CUDA: ``join_kernel`` for 1-byte types where it is covered, else ``join_flat``
+    where that is, else ``plain(*xs)``.
+
+    At 1 GiB, int8: the kernel 0.98 of the copy, lax, 4-D words and flat words 0.78-0.79;
+    float16 0.98 with every form, so 2-byte types keep the concatenation
+    (benchmarks/results/variants_narrow.log).
+    """
     dtype = xs[0].dtype
-    mode = JOIN_MODE.get(np.dtype(dtype).itemsize, "lax")
     shapes = [x.shape for x in xs]
-    if mode == "kernel" and join_kernel_covered(shapes, axis, dtype):
-        return dispatch(xs, plain, lambda *ys: join_kernel(ys, axis))
-    if mode in ("flat", "kernel") and join_covered(shapes, axis, dtype):
-        return dispatch(xs, plain, lambda *ys: join_flat(ys, axis))
+    if np.dtype(dtype).itemsize == 1:
+        if join_kernel_covered(shapes, axis, dtype):
+            return join_kernel(xs, axis)
+        if join_covered(shapes, axis, dtype):
+            return join_flat(xs, axis)
     return plain(*xs)
 
 
 def depth_to_space(x, block: int, dcr: bool, plain: Callable):
-    """DEPTH_TO_SPACE: ``plain(x)``, or on CUDA the word form / kernel ``D2S_MODE`` names."""
-    mode = D2S_MODE.get(np.dtype(x.dtype).itemsize, "lax")
-    if mode == "kernel" and d2s_kernel_covered(x.shape, x.dtype, block):
-        return dispatch([x], plain, lambda y: d2s_kernel(y, block, dcr))
-    if mode in ("words", "kernel") and block > 1 and packable(x.shape, x.dtype):
-        return dispatch([x], plain, lambda y: d2s_words(y, block, dcr))
+    """DEPTH_TO_SPACE on CUDA: ``d2s_kernel`` where it is covered, else ``d2s_words`` for
+    narrow types whose rows fill whole words, else ``plain(x)``.
+
+    At 1 GiB, block 2: the kernel 0.97-0.98 of the copy, lax 0.76 (float16) / 0.39 (int8),
+    words 0.76 / 0.79 (benchmarks/results/variants_narrow.log).
+    """
+    if d2s_kernel_covered(x.shape, x.dtype, block):
+        return d2s_kernel(x, block, dcr)
+    if block > 1 and packable(x.shape, x.dtype):
+        return d2s_words(x, block, dcr)
     return plain(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Registration: predicates on the descriptor, lowerings with the contract of the ops' lowerings
+
+
+def _tile_words(d, x) -> tuple:
+    # Repeats along the minor axis repeat whole rows, so the word view is exact.
+    return (on_words(lambda w: lower_tile(d, w)[0], [x], x.dtype),)
+
+
+def _split_words(d, x) -> tuple:
+    return tuple(on_words(lambda w: lower_split(d, w), [x], x.dtype))
+
+
+def _join_applies(d) -> bool:
+    first = d.input_tensors[0]
+    shapes = [t.sizes for t in d.input_tensors]
+    return first.dtype.itemsize == 1 and join_covered(shapes, d.axis, first.dtype)
+
+
+def _join_words(d, *xs) -> tuple:
+    return (join(xs, d.axis, lambda *ys: lax.concatenate(ys, d.axis)),)
+
+
+def _d2s_applies(d) -> bool:
+    x = d.input_tensor
+    return d.block_size > 1 and packable(x.sizes, x.dtype)
+
+
+def _d2s_words(d, x) -> tuple:
+    dcr = d.depth_space_order is DCR
+    return (depth_to_space(x, d.block_size, dcr, lambda y: lower_depth_space(d, y)[0]),)
+
+
+def _s2d_slices(d, x) -> tuple:
+    # One strided slice per block offset (i, j), concatenated along the channels (DCR) or
+    # stacked after each channel (CRD): XLA emits one fused copy at 0.96 of the copy on an H200,
+    # where the reshape/transpose form (the minor axis split by the block) ran 0.69.
+    return (_to_depth_slices(d, x),)
+
+
+register_fast_path(
+    TileOperatorDesc.operator_type,
+    "words",
+    lambda d: packable(d.input_tensor.sizes, d.input_tensor.dtype),
+    _tile_words,
+)
+register_fast_path(
+    SplitOperatorDesc.operator_type,
+    "words",
+    lambda d: (
+        d.axis != d.input_tensor.rank - 1 and packable(d.input_tensor.sizes, d.input_tensor.dtype)
+    ),
+    _split_words,
+)
+register_fast_path(JoinOperatorDesc.operator_type, "words", _join_applies, _join_words)
+for _cls in (DepthToSpaceOperatorDesc, DepthToSpace1OperatorDesc):
+    register_fast_path(_cls.operator_type, "words", _d2s_applies, _d2s_words)
+for _cls in (SpaceToDepthOperatorDesc, SpaceToDepth1OperatorDesc):
+    register_fast_path(_cls.operator_type, "slices", lambda d: d.block_size > 1, _s2d_slices)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from ..enums import FeatureLevel as L
 from ..errors import Validator
 from ..fields import FLOAT, FieldType, OperatorDesc, attribute, input_field, output_field
-from ..registry import Example, register
+from ..registry import BenchCase, Example, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, rows, types
 from ..tensor import TensorDesc
 from ._common import in_float32, infer_same, same_tensors
@@ -71,6 +71,8 @@ class _Row:
     summary: str
     example: dict
     fusable: bool = True
+    jnp: Callable | None = None  # the hand-written equivalent, for the benchmarks
+    torch: Callable | None = None
 
 
 def _class_name(name: str) -> str:
@@ -111,8 +113,20 @@ def _define(row: _Row) -> type:
         in_place=True,
         fusable=row.fusable,
         example=_example(operator_type, row.example),
+        bench=_bench(cls, row),
     )
     return cls
+
+
+def _bench(cls: type, row: _Row):
+    def cases(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
+        t = TensorDesc(dtype.upper(), shape)
+        if not (full and t.data_type.is_float):
+            return []
+        attrs = {k.lower(): v for k, v in row.example.items()}
+        return [BenchCase(row.name, cls(t, t, **attrs), jnp=row.jnp, torch=row.torch)]
+
+    return cases
 
 
 def _validate(d: Any, v: Validator) -> None:
@@ -140,6 +154,8 @@ _ROWS = (
         _F2_TABLE,
         "x for x >= 0, Alpha * (exp(x) - 1) below",
         {"Alpha": 0.5},
+        jnp=lambda x: jax.nn.elu(x, 0.5),
+        torch=lambda torch, x: torch.nn.functional.elu(x, 0.5),
     ),
     _Row(
         "LINEAR",
@@ -149,6 +165,8 @@ _ROWS = (
         _F2_TABLE,
         "Alpha * x + Beta",
         {"Alpha": 2.0, "Beta": -1.0},
+        jnp=lambda x: 2.0 * x - 1.0,
+        torch=lambda torch, x: 2.0 * x - 1.0,
     ),
     _Row(
         "RELU",
@@ -158,8 +176,20 @@ _ROWS = (
         _F2_TABLE + rows((L.FL_5_1, DIMS1_8, F2 | types("INT32", "INT16", "INT8"))),
         "max(0, x)",
         {},
+        jnp=jax.nn.relu,
+        torch=lambda torch, x: torch.relu(x),
     ),
-    _Row("SIGMOID", "1_0", (), _sigmoid, _F2_TABLE, "1 / (1 + exp(-x))", {}),
+    _Row(
+        "SIGMOID",
+        "1_0",
+        (),
+        _sigmoid,
+        _F2_TABLE,
+        "1 / (1 + exp(-x))",
+        {},
+        jnp=jax.nn.sigmoid,
+        torch=lambda torch, x: torch.sigmoid(x),
+    ),
 )
 
 for _row in _ROWS:

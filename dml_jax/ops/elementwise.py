@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import jax
+import jax.numpy as jnp
+
 from ..enums import FeatureLevel as L
 from ..errors import Validator
 from ..fields import (
@@ -23,7 +26,7 @@ from ..fields import (
     output_field,
 )
 from ..fused import apply_fused, validate_fused
-from ..registry import Example, register
+from ..registry import BenchCase, Example, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, S4, S6, T8, T10, T11, rows
 from ..tensor import ScaleBias, TensorDesc
 from ._common import apply_scale_bias, infer_same, same_tensors, scale_bias_rule
@@ -60,8 +63,24 @@ def lower_identity(d: ElementWiseIdentityOperatorDesc, x):
     return (apply_scale_bias(x, d.scale_bias),)
 
 
+def _bench_identity(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
+    t = TensorDesc(dtype.upper(), shape)
+    cases = [BenchCase("IDENTITY", ElementWiseIdentityOperatorDesc(t, t), jnp=lambda x: x + 0)]
+    if full and t.data_type.is_float:
+        cases.append(
+            BenchCase(
+                "IDENTITY ScaleBias",
+                ElementWiseIdentityOperatorDesc(t, t, ScaleBias(2.0, 1.0)),
+                jnp=lambda x: x * 2 + 1,
+                torch=lambda torch, x: x * 2 + 1,
+            )
+        )
+    return cases
+
+
 register(
     ElementWiseIdentityOperatorDesc,
+    bench=_bench_identity,
     infer=infer_same,
     validate=validate_identity,
     lower=lower_identity,
@@ -119,8 +138,22 @@ _ADD_EXAMPLE = Example(
     "[1, 2, 3] + [5, 8, -5]",
 )
 
+
+def _bench_add(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
+    t = TensorDesc(dtype.upper(), shape)
+    return [
+        BenchCase(
+            "ADD",
+            ElementWiseAddOperatorDesc(t, t, t),
+            jnp=jnp.add,
+            torch=lambda torch, a, b: a + b,
+        )
+    ]
+
+
 register(
     ElementWiseAddOperatorDesc,
+    bench=_bench_add,
     infer=infer_same,
     validate=_validate_same,
     lower=lower_add,
@@ -162,8 +195,25 @@ def lower_add1(d: ElementWiseAdd1OperatorDesc, a, b):
     return (apply_fused(d.fused_activation, a + b, d.output_tensor),)
 
 
+def _bench_add1(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
+    from .activation import ActivationReluOperatorDesc
+
+    t = TensorDesc(dtype.upper(), shape)
+    if not t.data_type.is_float:
+        return []
+    return [
+        BenchCase(
+            "ADD1 + fused RELU",
+            ElementWiseAdd1OperatorDesc(t, t, t, ActivationReluOperatorDesc()),
+            jnp=lambda a, b: jax.nn.relu(a + b),
+            torch=lambda torch, a, b: torch.relu(a + b),
+        )
+    ]
+
+
 register(
     ElementWiseAdd1OperatorDesc,
+    bench=_bench_add1,
     infer=infer_same,
     validate=validate_add1,
     lower=lower_add1,

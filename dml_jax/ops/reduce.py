@@ -22,7 +22,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import kernels
 from ..enums import AxisDirection, ReduceFunction
 from ..enums import FeatureLevel as L
 from ..errors import Validator
@@ -35,7 +34,7 @@ from ..fields import (
     input_field,
     output_field,
 )
-from ..registry import Example, register
+from ..registry import BenchCase, Example, register
 from ..support import DIMS1_8, DIMS4, F2, IDX, S4, S6, T8, T10, U32, rows
 from ..tensor import TensorDesc
 
@@ -244,24 +243,7 @@ def lower_reduce(d: Any, x):
     out = d.output_tensor
     if d.function in ARG_FUNCTIONS:
         last = d.axis_direction is AxisDirection.DECREASING
-        largest = d.function is F.ARGMAX
-        lax_arg = partial(arg_reduce, axes=axes, largest=largest, last=last, out_dtype=out.dtype)
-        # GPU kernel hook (dml_jax.kernels): a single-pass Pallas kernel when lowered for CUDA,
-        # the lax code above on every other platform and as the reference.
-        return (kernels.arg_reduce(x, axes, largest, last, out.dtype, fallback=lax_arg),)
-    if d.function is F.LOG_SUM_EXP:  # GPU kernel hook, as above
-
-        def lax_lse(y):
-            return lax.reshape(_reduce_value(d.function, y, axes), out.sizes)
-
-        return (kernels.log_sum_exp(x, axes, fallback=lax_lse),)
-    if d.function in (F.MAX, F.MIN) and not jnp.issubdtype(x.dtype, jnp.floating):
-        # GPU kernel hook, as above: 1-byte integers over a non-minor axis (plan "ext").
-
-        def lax_ext(y):
-            return lax.reshape(_reduce_value(d.function, y, axes), out.sizes)
-
-        return (kernels.reduce_extreme(x, axes, d.function is F.MAX, fallback=lax_ext),)
+        return (arg_reduce(x, axes, d.function is F.ARGMAX, last, out.dtype),)
     return (lax.reshape(_reduce_value(d.function, x, axes), out.sizes),)
 
 
@@ -326,8 +308,99 @@ def _example(operator_type: str, function: str | None) -> Example:
     return Example({"type": operator_type, "desc": desc}, {"InputTensor": [1, 7, 7, 4, 0, 4]}, note)
 
 
+_JNP = {
+    "ARGMAX": lambda x, a: jnp.argmax(x, axis=a, keepdims=True),
+    "ARGMIN": lambda x, a: jnp.argmin(x, axis=a, keepdims=True),
+    "AVERAGE": lambda x, a: jnp.mean(x, axis=a, keepdims=True),
+    "L1": lambda x, a: jnp.sum(jnp.abs(x), axis=a, keepdims=True),
+    "L2": lambda x, a: jnp.sqrt(jnp.sum(x * x, axis=a, keepdims=True)),
+    "LOG_SUM": lambda x, a: jnp.log(jnp.sum(x, axis=a, keepdims=True)),
+    "LOG_SUM_EXP": lambda x, a: jax.nn.logsumexp(x, axis=a, keepdims=True),
+    "MAX": lambda x, a: jnp.max(x, axis=a, keepdims=True),
+    "MIN": lambda x, a: jnp.min(x, axis=a, keepdims=True),
+    "MULTIPLY": lambda x, a: jnp.prod(x, axis=a, keepdims=True),
+    "SUM": lambda x, a: jnp.sum(x, axis=a, keepdims=True),
+    "SUM_SQUARE": lambda x, a: jnp.sum(x * x, axis=a, keepdims=True),
+}
+_TORCH = {
+    "ARGMAX": lambda torch, x, a: torch.argmax(x, dim=a, keepdim=True),
+    "ARGMIN": lambda torch, x, a: torch.argmin(x, dim=a, keepdim=True),
+    "AVERAGE": lambda torch, x, a: torch.mean(x, dim=a, keepdim=True),
+    "L1": lambda torch, x, a: torch.sum(torch.abs(x), dim=a, keepdim=True),
+    "L2": lambda torch, x, a: torch.linalg.vector_norm(x, dim=a, keepdim=True),
+    "LOG_SUM": lambda torch, x, a: torch.log(torch.sum(x, dim=a, keepdim=True)),
+    "LOG_SUM_EXP": lambda torch, x, a: torch.logsumexp(x, dim=a, keepdim=True),
+    "MAX": lambda torch, x, a: torch.amax(x, dim=a, keepdim=True),
+    "MIN": lambda torch, x, a: torch.amin(x, dim=a, keepdim=True),
+    "MULTIPLY": lambda torch, x, a: torch.prod(x, dim=a, keepdim=True),
+    "SUM": lambda torch, x, a: torch.sum(x, dim=a, keepdim=True),
+    "SUM_SQUARE": lambda torch, x, a: torch.sum(x * x, dim=a, keepdim=True),
+}
+
+
+def _bench_case(fn: str, x: TensorDesc, axis: int, direction: str, standalone: bool):
+    out = x.like(sizes=reduced_sizes(x.sizes, (axis,)))
+    if fn in ("ARGMAX", "ARGMIN"):
+        out = out.like(data_type="UINT32")
+    if standalone:
+        cls = ArgMaxOperatorDesc if fn == "ARGMAX" else ArgMinOperatorDesc
+        desc = cls(x, out, axes=[axis], axis_direction=direction)
+        label = f"{fn[:3]}{fn[3:]} op axis {axis}" + (
+            " DECREASING" if direction == "DECREASING" else ""
+        )
+    else:
+        desc = ReduceOperatorDesc(fn, x, out, axes=[axis])
+        label = f"REDUCE {fn} axis {axis}"
+    plain = _JNP[fn]
+    if direction == "DECREASING":
+
+        def jnp_fn(y):  # the last extreme: search the reversed axis
+            k = plain(jnp.flip(y, axis), axis)
+            return (y.shape[axis] - 1 - k).astype(k.dtype)
+
+        torch_fn = None
+    else:
+
+        def jnp_fn(y):
+            return plain(y, axis)
+
+        def torch_fn(torch, y):
+            return _TORCH[fn](torch, y, axis)
+
+    kernel = fn in ("ARGMAX", "ARGMIN", "LOG_SUM_EXP") or (
+        fn in ("MAX", "MIN") and np.dtype(x.dtype).itemsize == 1
+    )
+    return BenchCase(label, desc, jnp=jnp_fn, torch=torch_fn, kernel=kernel)
+
+
+def _bench_reduce(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
+    x = TensorDesc(dtype.upper(), shape)
+    if full:
+        functions = list(_JNP)
+    else:
+        functions = ["SUM", "MAX", "ARGMAX"] + (["LOG_SUM_EXP"] if x.data_type.is_float else [])
+    cases = []
+    for fn in functions:
+        axes = [3, 1] + ([0, 2] if full and fn in ("ARGMAX", "ARGMIN", "LOG_SUM_EXP") else [])
+        cases += [_bench_case(fn, x, a, "INCREASING", standalone=False) for a in axes]
+    return cases
+
+
+def _bench_arg(name: str):
+    def cases(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
+        if not full:
+            return []
+        x = TensorDesc(dtype.upper(), shape)
+        out = [_bench_case(name, x, a, "INCREASING", standalone=True) for a in (3, 1, 0, 2)]
+        axis = 1 if name == "ARGMAX" else 3
+        return out + [_bench_case(name, x, axis, "DECREASING", standalone=True)]
+
+    return cases
+
+
 register(
     ReduceOperatorDesc,
+    bench=_bench_reduce,
     infer=infer_reduce,
     validate=validate_reduce,
     lower=lower_reduce,
@@ -345,4 +418,5 @@ for _cls in (ArgMinOperatorDesc, ArgMaxOperatorDesc):
         support=_ARG,
         differentiable=_differentiable,
         example=_example(_cls.operator_type, None),
+        bench=_bench_arg("ARGMAX" if _cls is ArgMaxOperatorDesc else "ARGMIN"),
     )

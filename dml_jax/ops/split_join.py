@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ..enums import FeatureLevel as L
 from ..errors import Validator
 from ..fields import UINT, OperatorDesc, attribute, count_of, input_field, output_field
-from ..kernels import movement
-from ..registry import Example, register
+from ..registry import BenchCase, Example, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, T6, T8, T11, rows
 from ..tensor import TensorDesc
 
@@ -78,17 +79,44 @@ def _slices(d: SplitOperatorDesc, x):
 
 
 def lower_split(d: SplitOperatorDesc, x):
-    if d.axis != x.ndim - 1 and movement.packable(x.shape, x.dtype):
-        # On CUDA, narrow types move as 32-bit words (exact; see dml_jax.kernels.movement).
-        def words(y):
-            return movement.on_words(lambda w: _slices(d, w), [y], y.dtype)
-
-        return tuple(movement.dispatch([x], lambda y: _slices(d, y), words))
     return _slices(d, x)
+
+
+def _halves(shape: tuple, dtype: str) -> tuple[TensorDesc, TensorDesc]:
+    n, c, h, w = shape
+    whole = TensorDesc(dtype.upper(), shape)
+    return whole, whole.like(sizes=(n, c, h // 2, w))
+
+
+def _bench_split(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
+    whole, half = _halves(shape, dtype)
+    return [
+        BenchCase(
+            "SPLIT axis 2",
+            SplitOperatorDesc(whole, [half, half], axis=2),
+            jnp=lambda x: tuple(jnp.split(x, 2, axis=2)),
+            torch=lambda torch, x: [t.contiguous() for t in torch.split(x, shape[2] // 2, dim=2)],
+            kernel=np.dtype(dtype).itemsize < 4,
+        )
+    ]
+
+
+def _bench_join(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
+    whole, half = _halves(shape, dtype)
+    return [
+        BenchCase(
+            "JOIN axis 2",
+            JoinOperatorDesc([half, half], whole, axis=2),
+            jnp=lambda a, b: jnp.concatenate([a, b], axis=2),
+            torch=lambda torch, a, b: torch.cat([a, b], dim=2),
+            kernel=np.dtype(dtype).itemsize < 4,
+        )
+    ]
 
 
 register(
     SplitOperatorDesc,
+    bench=_bench_split,
     infer=infer_split,
     validate=validate_split,
     lower=lower_split,
@@ -149,13 +177,12 @@ def validate_join(d: JoinOperatorDesc, v: Validator) -> None:
 
 
 def lower_join(d: JoinOperatorDesc, *xs):
-    # On CUDA, narrow types may join as flat rows of 32-bit words (exact; see
-    # dml_jax.kernels.movement.join); elsewhere the concatenation itself.
-    return (movement.join(xs, d.axis, lambda *ys: lax.concatenate(ys, d.axis)),)
+    return (lax.concatenate(xs, d.axis),)
 
 
 register(
     JoinOperatorDesc,
+    bench=_bench_join,
     infer=infer_join,
     validate=validate_join,
     lower=lower_join,

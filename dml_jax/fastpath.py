@@ -1,0 +1,123 @@
+"""GPU fast paths: alternative lowerings of an operator, registered per operator type.
+
+An operator's ``lower`` in ``ops/`` is pure ``jax.lax``: it runs everywhere and is the reference.
+A fast path is a second lowering for some of its cases (``dml_jax.kernels`` registers Pallas
+kernels and 32-bit word forms of narrow-type moves), used only when the program is lowered for
+CUDA. ``lowering`` is the one place that chooses between them; compile and graph call it.
+
+A fast path never changes what is differentiated: derivatives always come from the lax lowering
+(a ``custom_jvp`` around the platform choice), so autodiff never reaches a kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+from jax import lax
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """One registered fast path.
+
+    Attributes:
+        operator_type: the ``DML_OPERATOR_*`` name it lowers.
+        name: its name, unique per operator type (``"kernel"``, ``"words"``, ...).
+        applies: ``applies(desc) -> bool``, a predicate on the descriptor alone (sizes and data
+            types are in its TensorDescs); nothing is traced.
+        lower: ``lower(desc, *arrays) -> tuple``, the CUDA lowering, with the contract of the
+            operator's lax ``lower`` (same inputs, same output shapes, dtypes and values).
+    """
+
+    operator_type: str
+    name: str
+    applies: Callable[[Any], bool]
+    lower: Callable[..., tuple]
+
+
+_FAST_PATHS: dict[str, dict[str, FastPath]] = {}
+
+
+def register_fast_path(
+    operator_type: str,
+    name: str,
+    applies: Callable[[Any], bool],
+    lower: Callable[..., tuple],
+) -> FastPath:
+    """Registers a CUDA lowering for the descriptors of ``operator_type`` that ``applies`` accepts.
+
+    Where several fast paths of one operator type apply, the first registered is used.
+
+    Raises:
+        ValueError: if ``(operator_type, name)`` is already registered.
+    """
+    paths = _FAST_PATHS.setdefault(operator_type, {})
+    if name in paths:
+        raise ValueError(f"fast path {name!r} of {operator_type} is already registered")
+    paths[name] = FastPath(operator_type, name, applies, lower)
+    return paths[name]
+
+
+def fast_paths(operator_type: str) -> tuple[FastPath, ...]:
+    """The fast paths registered for ``operator_type``, in registration order."""
+    return tuple(_FAST_PATHS.get(operator_type, {}).values())
+
+
+def select(desc: Any) -> FastPath | None:
+    """The first fast path of ``desc``'s operator type that applies to it, or None."""
+    for path in fast_paths(desc.operator_type):
+        if path.applies(desc):
+            return path
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_present() -> bool:
+    """Whether this process has a CUDA backend (checked once)."""
+    try:
+        return bool(jax.devices("cuda"))
+    except RuntimeError:
+        return False
+
+
+def lowering(spec: Any, desc: Any, fast_paths: bool = True) -> Callable[..., tuple]:
+    """The function ``(*arrays) -> tuple`` that computes ``desc``.
+
+    Args:
+        spec: the operator's ``OperatorSpec`` (its ``lower`` is the lax lowering).
+        desc: the validated operator description.
+        fast_paths: ``False`` gives the lax lowering whatever the platform (for benchmarks).
+
+    Returns:
+        The lax lowering ``spec.lower(desc, *arrays)`` when ``fast_paths`` is off, no CUDA
+        device is present (so CPU-only programs trace exactly the lax code) or no fast path
+        applies; otherwise ``lax.platform_dependent(*arrays, cuda=<fast path>, default=<lax>)``,
+        so the fast path is lowered only for CUDA and every other platform of the same program
+        gets the lax lowering. Derivatives come from the lax lowering in both cases.
+    """
+
+    def lax_lowering(*arrays):
+        return tuple(spec.lower(desc, *arrays))
+
+    if not (fast_paths and cuda_present()):
+        return lax_lowering
+    path = select(desc)
+    if path is None:
+        return lax_lowering
+
+    def cuda(*arrays):
+        return tuple(path.lower(desc, *arrays))
+
+    @jax.custom_jvp
+    def run(*arrays):
+        return lax.platform_dependent(*arrays, cuda=cuda, default=lax_lowering)
+
+    @run.defjvp
+    def _run_jvp(primals, tangents):
+        return jax.jvp(lax_lowering, primals, tangents)
+
+    return run
