@@ -107,7 +107,7 @@ def test_depth_space_differentiable_flag(type_name, expected):
 @given(data=st.data())
 def test_space_to_depth_cuda_slice_form_matches_reference(order, data):
     """The strided-slice SPACE_TO_DEPTH that CUDA lowers to, checked here on the CPU."""
-    from dml_jax.ops.depth_space import _to_depth_slices
+    from dml_jax.kernels.movement import _to_depth_slices
 
     case = data.draw(S.depth_space_cases(dml.SpaceToDepth1OperatorDesc, order=order))
     with jax.enable_x64(case.desc.input_tensor.data_type.is_64bit):

@@ -367,6 +367,7 @@ def test_memory_budget_counts_logical_tensor_sizes(capsys, tmp_path):
     # A broadcast input (stride 0) of 2^30 logical elements over a 16-byte resource.
     model = clip_model()
     model["resources"]["A"] = {"initialValuesDataType": "FLOAT32", "initialValues": [1, 2, 3, 4]}
+    model["resources"]["S"] = {"initialValuesDataType": "FLOAT32", "initialValues": [0]}
     model["dispatchables"] = {
         "sum": {
             "type": "REDUCE",
@@ -383,7 +384,7 @@ def test_memory_budget_counts_logical_tensor_sizes(capsys, tmp_path):
         {
             "type": "dispatch",
             "dispatchable": "sum",
-            "bindings": {"InputTensor": "A", "OutputTensor": "A"},
+            "bindings": {"InputTensor": "A", "OutputTensor": "S"},
         }
     ]
     code, _, err = run(capsys, tmp_path, model, "--max-memory", "1G")

@@ -130,8 +130,7 @@ def validate_depth_space(d: _DepthSpace, v: Validator) -> None:
 
 def lower_depth_space(d: _DepthSpace, x):
     # The reshape/transpose forms, which XLA's simplifier cancels against each other in a graph
-    # (a round trip becomes one copy). CUDA has fast paths (dml_jax.kernels.movement), among
-    # them _to_depth_slices below.
+    # (a round trip becomes one copy). CUDA has fast paths (dml_jax.kernels.movement).
     return (_to_space(d, x) if d.to_space else _to_depth(d, x),)
 
 
@@ -142,17 +141,6 @@ def _to_depth(d: _DepthSpace, x):
     t = lax.reshape(x, (n, c, h // b, b, w // b, b))  # (n, c, h', row, w', col)
     perm = (0, 3, 5, 1, 2, 4) if d.depth_space_order is DCR else (0, 1, 3, 5, 2, 4)
     return lax.reshape(lax.transpose(t, perm), (n, c * b * b, h // b, w // b))
-
-
-def _to_depth_slices(d: _DepthSpace, x):
-    """SPACE_TO_DEPTH as b * b strided slices, concatenated (the CUDA form)."""
-    n, c, h, w = x.shape
-    b = d.block_size
-    parts = [lax.slice(x, (0, 0, i, j), x.shape, (1, 1, b, b)) for i in range(b) for j in range(b)]
-    if d.depth_space_order is DCR:
-        return lax.concatenate(parts, 1)
-    parts = [lax.broadcast_in_dim(p, (n, c, 1, h // b, w // b), (0, 1, 3, 4)) for p in parts]
-    return lax.reshape(lax.concatenate(parts, 2), (n, c * b * b, h // b, w // b))
 
 
 def _to_space(d: _DepthSpace, x):
