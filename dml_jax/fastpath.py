@@ -84,6 +84,32 @@ def cuda_present() -> bool:
         return False
 
 
+def _platform_choice(cuda: Callable, default: Callable) -> Callable:
+    """``lax.platform_dependent(cuda=..., default=...)`` that stays a platform choice under vmap.
+
+    Batched as an ordinary conditional, the choice would be traced with both branches, and the
+    CUDA branch (a Pallas kernel) cannot be lowered for a CPU device of the same program. The
+    rule batches each branch on its own (a kernel's own vmap rule folds the batch into it) and
+    chooses again, so every level of vmap keeps one branch per platform.
+    """
+
+    @jax.custom_batching.custom_vmap
+    def choose(*arrays):
+        return lax.platform_dependent(*arrays, cuda=cuda, default=default)
+
+    @choose.def_vmap
+    def _rule(axis_size, in_batched, *arrays):
+        in_axes = tuple(0 if b else None for b in in_batched)
+        batched = _platform_choice(
+            jax.vmap(cuda, in_axes=in_axes, axis_size=axis_size),
+            jax.vmap(default, in_axes=in_axes, axis_size=axis_size),
+        )
+        out = batched(*arrays)
+        return out, tuple(True for _ in out)
+
+    return choose
+
+
 def lowering(spec: Any, desc: Any, fast_paths: bool = True) -> Callable[..., tuple]:
     """The function ``(*arrays) -> tuple`` that computes ``desc``.
 
@@ -112,9 +138,11 @@ def lowering(spec: Any, desc: Any, fast_paths: bool = True) -> Callable[..., tup
     def cuda(*arrays):
         return tuple(path.lower(desc, *arrays))
 
+    choose = _platform_choice(cuda, lax_lowering)
+
     @jax.custom_jvp
     def run(*arrays):
-        return lax.platform_dependent(*arrays, cuda=cuda, default=lax_lowering)
+        return choose(*arrays)
 
     @run.defjvp
     def _run_jvp(primals, tangents):
