@@ -237,8 +237,8 @@ def _nested_from_json(obj: Any, where: str) -> OperatorDesc:
 def operator_desc_to_json(desc: OperatorDesc, fused: bool = False) -> dict:
     """The DxDispatch JSON of an operator description: ``{"type": ..., "desc": {...}}``.
 
-    Absent optional members are left out; count members are written with their arrays (as
-    DxDispatch requires). ``fused`` writes the nested form ``{"Type": ..., "Desc": {...}}`` of
+    Absent optional members are left out, and so are count members left ``None`` (DxDispatch
+    itself needs them: give them in the description to write a file for it). ``fused`` writes the nested form ``{"Type": ..., "Desc": {...}}`` of
     a ``FusedActivation``, without tensors. ``operator_desc_from_json`` reads both back.
     """
     members: dict[str, Any] = {}
@@ -254,8 +254,8 @@ def operator_desc_to_json(desc: OperatorDesc, fused: bool = False) -> dict:
                 if f.metadata["array"]
                 else tensor_desc_to_json(value)
             )
-        elif kind == COUNT:
-            members[name] = len(getattr(desc, f.metadata["of"]))
+        elif kind == COUNT and value is not None:
+            members[name] = value  # validated against its array; None stays absent
         elif kind == ATTRIBUTE and value is not None:
             ftype = f.metadata["type"]
             members[name] = ftype.to_json(value, lambda d: operator_desc_to_json(d, fused=True))
