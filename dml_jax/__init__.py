@@ -15,7 +15,9 @@ from .enums import (
     DataType,
     DepthSpaceOrder,
     FeatureLevel,
+    IsInfinityMode,
     ReduceFunction,
+    RoundingMode,
     TensorFlags,
 )
 from .errors import ValidationError
@@ -43,11 +45,13 @@ _BASE = [
     "DataType",
     "DepthSpaceOrder",
     "FeatureLevel",
+    "IsInfinityMode",
     "GraphDesc",
     "InputGraphEdge",
     "IntermediateGraphEdge",
     "OutputGraphEdge",
     "ReduceFunction",
+    "RoundingMode",
     "ScaleBias",
     "Size2D",
     "TensorDesc",

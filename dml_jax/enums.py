@@ -210,6 +210,26 @@ class AxisDirection(_DmlEnum):
     DECREASING = 1
 
 
+class RoundingMode(_DmlEnum):
+    """DML_ROUNDING_MODE (feature level 2_1): ELEMENT_WISE_ROUND's rule.
+
+    HALVES_TO_NEAREST_EVEN: nearest, ties to even; TOWARD_ZERO: drop the fraction;
+    TOWARD_INFINITY: nearest, ties away from zero (DirectML's table: 2.5 -> 3, -2.5 -> -3).
+    """
+
+    HALVES_TO_NEAREST_EVEN = 0
+    TOWARD_ZERO = 1
+    TOWARD_INFINITY = 2
+
+
+class IsInfinityMode(_DmlEnum):
+    """DML_IS_INFINITY_MODE (feature level 2_1): which infinities ELEMENT_WISE_IS_INFINITY finds."""
+
+    EITHER = 0
+    POSITIVE = 1
+    NEGATIVE = 2
+
+
 _PREFIXES = {
     DataType: "DML_TENSOR_DATA_TYPE_",
     TensorFlags: "DML_TENSOR_FLAG_",
@@ -217,6 +237,8 @@ _PREFIXES = {
     ReduceFunction: "DML_REDUCE_FUNCTION_",
     DepthSpaceOrder: "DML_DEPTH_SPACE_ORDER_",
     AxisDirection: "DML_AXIS_DIRECTION_",
+    RoundingMode: "DML_ROUNDING_MODE_",
+    IsInfinityMode: "DML_IS_INFINITY_MODE_",
 }
 
 NEWEST_FEATURE_LEVEL = FeatureLevel.newest()

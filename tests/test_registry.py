@@ -56,7 +56,8 @@ def class_name(operator_type: str) -> str:
     if operator_type in fixed:  # API.md's table spells these two this way
         return fixed[operator_type]
     words = operator_type[len("DML_OPERATOR_") :].split("_")
-    return "".join(w.capitalize() for w in words) + "OperatorDesc"
+    # Words are capitalized; one that starts with a digit keeps its case (VALUE_SCALE_2D).
+    return "".join(w if w[0].isdigit() else w.capitalize() for w in words) + "OperatorDesc"
 
 
 def test_exports_are_the_registry():

@@ -1,0 +1,218 @@
+"""One table row per element-wise operator: the shared class factory and lowering.
+
+Element-wise operators differ only in their members and their function, so each is a ``Row``:
+its DML name, feature level, members (tensors in struct order, then attributes), the function on
+arrays, its support table and example. ``define(row)`` builds the descriptor class (named by
+API.md's rule), registers it, and returns it; the group module puts it in its namespace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax.numpy as jnp
+
+from ..errors import Validator
+from ..fields import SCALE_BIAS, FieldType, OperatorDesc, attribute, input_field, output_field
+from ..registry import BenchCase, Example, register
+from ..tensor import ScaleBias, TensorDesc
+from ._common import apply_scale_bias, scale_bias_rule
+
+# Member layouts of the element-wise schemas.
+UNARY = ("input_tensor",)
+BINARY = ("a_tensor", "b_tensor")
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """An element-wise operator.
+
+    Attributes:
+        name: the operator type without ``DML_OPERATOR_``.
+        level: the feature level that introduced it (``"1_0"``).
+        summary: the formula, one line, for the docstring.
+        fn: ``fn(desc, *arrays)``: the result (one array) from the inputs in struct order, after
+            ScaleBias; for float inputs it runs in float32 when ``widen`` (FLOAT16 rounded once).
+        support: the support table rows.
+        example: ``(attributes, inputs)`` of the example: JSON members besides the tensors, and
+            flat input values per input member.
+        inputs: the input tensor members in struct order.
+        scale_bias: the operator has an optional ScaleBias (applied to the first input).
+        attrs: further attributes as (snake_case name, FieldType, default or REQUIRED marker).
+        output_type: ``"same"`` (the inputs' type) or ``"own"`` (independent: comparisons...).
+        same_inputs: every input has one data type (False for POW's exponent).
+        same_type: instead, the members that share one data type (IF: A, B and the output).
+        widen: FLOAT16 computed in float32.
+        rules: extra ``rules(desc, v)``.
+        example_types: the example's data type per tensor member (default FLOAT32).
+        jnp / torch: hand-written equivalents for the benchmarks (``None``: none).
+        differentiable: ``None`` for the default (every tensor a float type), else a bool.
+    """
+
+    name: str
+    level: str
+    summary: str
+    fn: Callable
+    support: tuple
+    example: tuple
+    inputs: tuple = UNARY
+    scale_bias: bool = False
+    attrs: tuple = ()
+    output_type: str = "same"
+    same_inputs: bool = True
+    same_type: tuple = ()
+    widen: bool = True
+    rules: Callable | None = None
+    example_types: dict = dataclasses.field(default_factory=dict)
+    jnp: Callable | None = None
+    torch: Callable | None = None
+    differentiable: bool | None = None
+
+
+def class_name(name: str) -> str:
+    """API.md's rule: ELEMENT_WISE_ATAN_YX -> ElementWiseAtanYxOperatorDesc (a word that starts
+    with a digit keeps its case: VALUE_SCALE_2D -> ValueScale2DOperatorDesc)."""
+    words = name.split("_")
+    return "".join(w if w[0].isdigit() else w.capitalize() for w in words) + "OperatorDesc"
+
+
+def _member(name: str) -> str:
+    return "".join(p.capitalize() for p in name.split("_"))
+
+
+def define(row: Row, module: str) -> type:
+    """Builds, registers and returns the descriptor class of ``row``."""
+    operator_type = f"DML_OPERATOR_{row.name}"
+    fields: list = [(n, TensorDesc, input_field()) for n in row.inputs]
+    fields.append(("output_tensor", TensorDesc, output_field()))
+    if row.scale_bias:
+        fields.append(("scale_bias", ScaleBias | None, attribute(SCALE_BIAS, default=None)))
+    for name, ftype, *default in row.attrs:
+        extra = {"default": default[0]} if default else {}
+        fields.append((name, Any, attribute(ftype, **extra)))
+    # Struct order: ScaleBias comes before the other attributes in every element-wise schema
+    # except CONSTANT_POW/THRESHOLD/CLIP, whose extra FLOATs follow it too.
+    tensors = ", ".join(_member(n) for n in row.inputs)
+    doc = (
+        f"DML_{row.name}_OPERATOR_DESC: {row.summary} (FL {row.level}).\n\n"
+        "    Fields (DML members in struct order, snake_case):\n"
+        f"        {tensors}, OutputTensor: equal sizes"
+        + (", one data type" if row.output_type == "same" and row.same_inputs else "")
+        + "; the output may alias an input where DirectML allows in-place execution.\n"
+        + (
+            "        scale_bias: optional ScaleBias applied to the first input (floats only).\n"
+            if row.scale_bias
+            else ""
+        )
+        + "".join(f"        {n}: {_describe(t)}.\n" for n, t, *_ in row.attrs)
+        + "    "
+    )
+    cls = dataclasses.make_dataclass(
+        class_name(row.name),
+        fields,
+        bases=(OperatorDesc,),
+        frozen=True,
+        namespace={"operator_type": operator_type, "__doc__": doc},
+    )
+    cls.__module__ = module
+
+    def validate(d: Any, v: Validator) -> None:
+        _validate(row, d, v)
+
+    def lower(d: Any, *arrays):
+        return (_lower(row, d, arrays),)
+
+    attrs_json, inputs = row.example
+    register(
+        cls,
+        infer=_infer,
+        validate=validate,
+        lower=lower,
+        support=row.support,
+        in_place=row.output_type == "same",
+        example=_example(row, operator_type, attrs_json, inputs),
+        differentiable=None if row.differentiable is None else (lambda d: row.differentiable),
+        bench=_bench(row, cls),
+    )
+    return cls
+
+
+def _describe(ftype: FieldType) -> str:
+    return f"a DML {ftype.dml}"
+
+
+def _infer(d: Any) -> tuple:
+    # Sizes and rank follow the first input; the data type is the output's own where the
+    # operator's output type is independent (the support table checks it).
+    first = d.input_slots()[0][1]
+    return (first.like(data_type=d.output_tensor.data_type),)
+
+
+def _validate(row: Row, d: Any, v: Validator) -> None:
+    slots = d.input_slots()
+    first = slots[0]
+    for path, t in slots[1:] + d.output_slots():
+        v.equal(f"{path}.DimensionCount", t.rank, first[1].rank, f"{first[0]}.DimensionCount")
+        v.equal(f"{path}.Sizes", t.sizes, first[1].sizes, f"{first[0]}.Sizes")
+    if row.same_type:
+        typed = [(_member(n), getattr(d, n)) for n in row.same_type]
+    else:
+        typed = slots if row.same_inputs else slots[:1]
+        if row.output_type == "same":
+            typed = typed + d.output_slots()
+    v.same("data_type", list(typed[1:]), typed[0])
+    if row.scale_bias:
+        scale_bias_rule(v, d.scale_bias, first[1])
+    if row.rules is not None:
+        row.rules(d, v)
+
+
+def _lower(row: Row, d: Any, arrays: tuple):
+    arrays = list(arrays)
+    if row.scale_bias:
+        arrays[0] = apply_scale_bias(arrays[0], d.scale_bias)
+    out_dtype = d.output_tensor.dtype
+    if row.widen and any(a.dtype == jnp.float16 for a in arrays):
+        wide = [a.astype(jnp.float32) if a.dtype == jnp.float16 else a for a in arrays]
+        return jnp.asarray(row.fn(d, *wide)).astype(out_dtype)
+    return jnp.asarray(row.fn(d, *arrays)).astype(out_dtype)
+
+
+def _example(row: Row, operator_type: str, attrs: dict, inputs: dict) -> Example:
+    desc = {}
+    sizes = [len(next(iter(inputs.values())))]
+    for name in row.inputs:
+        member = _member(name)
+        desc[member] = {"DataType": row.example_types.get(member, "FLOAT32"), "Sizes": sizes}
+    desc["OutputTensor"] = {
+        "DataType": row.example_types.get("OutputTensor", "FLOAT32"),
+        "Sizes": sizes,
+    }
+    desc.update(attrs)
+    return Example({"type": operator_type, "desc": desc}, inputs, row.summary)
+
+
+def _bench(row: Row, cls: type):
+    if row.jnp is None:
+        return None
+
+    def cases(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
+        table = row.support[-1]
+        t = TensorDesc(dtype.upper(), shape)
+        if t.data_type not in table.inputs:
+            return []
+        out = t if row.output_type == "same" else t.like(data_type="UINT8")
+        if out.data_type not in table.outputs:
+            return []
+        args = [t] * len(row.inputs) + [out]
+        extra = {n: default[0] for n, _, *default in row.attrs if default}
+        try:
+            desc = cls(*args, **extra)
+        except Exception:  # noqa: BLE001 - an operator whose attributes have no default
+            return []
+        label = row.name.removeprefix("ELEMENT_WISE_")
+        return [BenchCase(label, desc, jnp=row.jnp, torch=row.torch)]
+
+    return cases
