@@ -56,11 +56,15 @@ class Case:
     out_bytes: int
     kernel: bool = False  # a GPU kernel may replace the lax lowering
     notes: str = ""
+    input_dtypes: tuple[str, ...] = ()  # per input, where they differ from dtype (IF's condition)
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        return self.input_dtypes or (self.dtype,) * len(self.shapes)
 
     @property
     def in_bytes(self) -> int:
-        item = np.dtype(self.dtype).itemsize
-        return sum(math.prod(s) for s in self.shapes) * item
+        return sum(math.prod(s) * np.dtype(d).itemsize for s, d in zip(self.shapes, self.dtypes))
 
     @property
     def bytes(self) -> int:
@@ -201,6 +205,7 @@ def _case_of(bc: Any, dtype: str) -> Case:
         out_bytes,
         kernel=bc.kernel,
         notes=bc.notes,
+        input_dtypes=tuple(t.dtype.name for _, t in desc.input_slots()),
     )
 
 
@@ -263,7 +268,9 @@ def run_cases(cases: list[Case], timer: Timer, use_torch: bool, log=print) -> li
             log(f"  {case.name:40s} {case.dtype:8s} {impl:8s} error: {error}")
 
     for ci, case in enumerate(cases):
-        xs = [_jax_input(s, case.dtype, ci * 7 + k) for k, s in enumerate(case.shapes)]
+        xs = [
+            _jax_input(s, d, ci * 7 + k) for k, (s, d) in enumerate(zip(case.shapes, case.dtypes))
+        ]
         jax.block_until_ready(xs)
         if case.make_dml is not None:
             try:
@@ -285,7 +292,7 @@ def run_cases(cases: list[Case], timer: Timer, use_torch: bool, log=print) -> li
         del xs
         if torch is not None and case.torch_fn is not None:
             try:
-                ts = [_torch_input(torch, s, case.dtype, tdev) for s in case.shapes]
+                ts = [_torch_input(torch, s, d, tdev) for s, d in zip(case.shapes, case.dtypes)]
                 if case.torch_fn == "copy":
                     dst = torch.empty_like(ts[0])
                     record(case, "torch", timer.run(lambda: dst.copy_(ts[0]), tsync))

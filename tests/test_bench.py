@@ -72,6 +72,8 @@ def test_bench_cases_cover_every_operator_and_function():
     # Cases come from the registry: every operator with a bench hook contributes one.
     from dml_jax.registry import operators
 
+    # (uint32 too: the logical and shift operators take unsigned integers only)
+    ops |= {c.op for c in bench.build_cases(bench.QUICK_SHAPE, ["uint32"], full=False)}
     assert {s.name for s in operators() if s.bench is not None} <= ops
     functions = {c.name.split()[1] for c in cases if c.op == "DML_OPERATOR_REDUCE"}
     assert functions == {f.name for f in dml.ReduceFunction}
@@ -80,7 +82,7 @@ def test_bench_cases_cover_every_operator_and_function():
         if c.make_dml is None or c.jnp_fn is None:
             continue
         op = c.make_dml()
-        xs = [np.asarray(bench._jax_input(s, c.dtype, 0)) for s in c.shapes]
+        xs = [np.asarray(bench._jax_input(s, d, 0)) for s, d in zip(c.shapes, c.dtypes)]
         got, want = op(*xs), c.jnp_fn(*xs)
         got = got if isinstance(got, tuple) else (got,)
         want = want if isinstance(want, tuple) else (want,)

@@ -116,6 +116,14 @@ def test_fields_follow_the_schema(cls):
     assert [m for m, _ in members] == [m for m, _ in want]
 
 
+@pytest.mark.parametrize("cls", OPERATOR_CLASSES, ids=IDS)
+def test_in_place_follows_the_schema(cls):
+    schema = SCHEMAS.get(cls.operator_type)
+    if schema is None or schema.get("in_place") is None:
+        pytest.skip("no in-place flag in the schema file for this operator")
+    assert registry.lookup(cls.operator_type).in_place is schema["in_place"]
+
+
 def _import_test_module(name: str):
     return importlib.import_module(name)
 

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from ..errors import Validator
 from ..fields import SCALE_BIAS, FieldType, OperatorDesc, attribute, input_field, output_field
+from ..jsonmodel import operator_desc_from_json
 from ..registry import BenchCase, Example, register
 from ..tensor import ScaleBias, TensorDesc
 from ._common import apply_scale_bias, scale_bias_rule
@@ -69,6 +70,8 @@ class Row:
     jnp: Callable | None = None
     torch: Callable | None = None
     differentiable: bool | None = None
+    in_place: bool | None = None  # DirectML's in-place support; None: the output has the
+    # inputs' type (the schema's flag for every row but IF and IS_INFINITY)
 
 
 def class_name(name: str) -> str:
@@ -125,14 +128,16 @@ def define(row: Row, module: str) -> type:
         return (_lower(row, d, arrays),)
 
     attrs_json, inputs = row.example
+    example = _example(row, operator_type, attrs_json, inputs)
+    cls_example[cls] = example.dispatchable
     register(
         cls,
         infer=_infer,
         validate=validate,
         lower=lower,
         support=row.support,
-        in_place=row.output_type == "same",
-        example=_example(row, operator_type, attrs_json, inputs),
+        in_place=row.output_type == "same" if row.in_place is None else row.in_place,
+        example=example,
         differentiable=None if row.differentiable is None else (lambda d: row.differentiable),
         bench=_bench(row, cls),
     )
@@ -195,24 +200,23 @@ def _example(row: Row, operator_type: str, attrs: dict, inputs: dict) -> Example
 
 
 def _bench(row: Row, cls: type):
-    if row.jnp is None:
-        return None
-
     def cases(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
         table = row.support[-1]
         t = TensorDesc(dtype.upper(), shape)
         if t.data_type not in table.inputs:
             return []
-        out = t if row.output_type == "same" else t.like(data_type="UINT8")
-        if out.data_type not in table.outputs:
-            return []
-        args = [t] * len(row.inputs) + [out]
-        extra = {n: default[0] for n, _, *default in row.attrs if default}
-        try:
-            desc = cls(*args, **extra)
-        except Exception:  # noqa: BLE001 - an operator whose attributes have no default
-            return []
+        example = operator_desc_from_json(dict(cls_example[cls]))
+        main = example.input_slots()[0][1].data_type if not row.same_type else None
+        changes = {}
+        for f in example.declared("input") + example.declared("output"):
+            old = getattr(example, f.name)
+            keep = old.data_type is not (main or getattr(example, row.same_type[0]).data_type)
+            changes[f.name] = t.like(data_type=old.data_type) if keep else t
+        desc = dataclasses.replace(example, **changes)
         label = row.name.removeprefix("ELEMENT_WISE_")
         return [BenchCase(label, desc, jnp=row.jnp, torch=row.torch)]
 
     return cases
+
+
+cls_example: dict = {}

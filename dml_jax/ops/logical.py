@@ -196,6 +196,7 @@ ROWS = (
             {"InputTensor": [0.0, float("inf"), float("-inf"), float("nan"), 1e30]},
         ),
         attrs=(("infinity_mode", enum_type(IsInfinityMode)),),
+        in_place=True,  # the schema allows the UINT8 output over the input's bytes
         output_type="own",
         example_types={"OutputTensor": "UINT8"},
         widen=False,
@@ -221,6 +222,7 @@ ROWS = (
         inputs=("condition_tensor", "a_tensor", "b_tensor"),
         same_type=("a_tensor", "b_tensor", "output_tensor"),
         rules=_condition_is_uint8,
+        in_place=False,
         example_types={"ConditionTensor": "UINT8"},
         widen=False,
         jnp=lambda c, a, b: jnp.where(c != 0, a, b),
@@ -233,7 +235,6 @@ ROWS = (
         "a ^ b on the raw bits",
         _bitwise(jnp.bitwise_xor),
         _BITWISE_TABLE,
-        jnp_fn=jnp.bitwise_xor,
     ),
     _bit("BIT_NOT", "3_0", "~x on the raw bits", _bitwise(jnp.invert), _BITWISE_TABLE, 1),
     Row(
