@@ -229,6 +229,8 @@ ENUMS = {
     dml.ReduceFunction: "DML_REDUCE_FUNCTION_",
     dml.DepthSpaceOrder: "DML_DEPTH_SPACE_ORDER_",
     dml.AxisDirection: "DML_AXIS_DIRECTION_",
+    dml.RoundingMode: "DML_ROUNDING_MODE_",
+    dml.IsInfinityMode: "DML_IS_INFINITY_MODE_",
 }
 
 

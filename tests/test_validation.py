@@ -1192,4 +1192,6 @@ def test_every_exported_enum_is_checked():
         "ReduceFunction",
         "DepthSpaceOrder",
         "AxisDirection",
+        "RoundingMode",
+        "IsInfinityMode",
     }
