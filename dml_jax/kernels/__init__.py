@@ -10,16 +10,19 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
   kernels for ARGMIN/ARGMAX, LOG_SUM_EXP and 1-byte integer MAX/MIN;
 - ``movement``: narrow-type TILE, SPLIT, JOIN and DEPTH_TO_SPACE as 32-bit words, JOIN and
   DEPTH_TO_SPACE kernels, SPACE_TO_DEPTH as strided slices;
-- ``elementwise``: a Pallas CLIP kernel for narrow types.
+- ``elementwise``: a Pallas CLIP kernel for narrow types;
+- ``elementwise_map``: one kernel that runs any element-wise operator's lowering block by block,
+  for narrow types.
 """
 
-from . import elementwise, movement, reduce, reduce_paths, reduce_plan
+from . import elementwise, elementwise_map, movement, reduce, reduce_paths, reduce_plan
 from .reduce_paths import arg_reduce, log_sum_exp, reduce_extreme
 from .reduce_plan import plan
 
 __all__ = [
     "arg_reduce",
     "elementwise",
+    "elementwise_map",
     "log_sum_exp",
     "movement",
     "plan",

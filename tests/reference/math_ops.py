@@ -56,11 +56,12 @@ def _to_int(y: np.ndarray, dtype: Any) -> np.ndarray:
 
 
 def _scale_bias(x: np.ndarray, sb: Any) -> np.ndarray:
-    # g(x) = x * Scale + Bias, in the tensor type.
+    # g(x) = x * Scale + Bias. Float tensors keep the exact value (float64) for the function:
+    # one rounding at the end (docs/semantics.md); integer tensors truncate and saturate.
     if sb is None:
         return x
     w = x.astype(np.float64) * float(np.float32(sb.scale)) + float(np.float32(sb.bias))
-    return _to_int(w, x.dtype) if _is_int(x.dtype) else w.astype(x.dtype)
+    return _to_int(w, x.dtype) if _is_int(x.dtype) else w
 
 
 def _g(desc: Any, x: np.ndarray) -> np.ndarray:
@@ -271,7 +272,7 @@ def _float_bound(value: float, dtype: Any) -> np.generic:
 def threshold(desc: Any, x: np.ndarray):
     # f(x) = max(x, Min): values below Min become Min; NaN stays NaN (our choice).
     g = _g(desc, x)
-    return _out(desc, np.maximum(g, _float_bound(desc.min, g.dtype)))
+    return _out(desc, np.maximum(g, _float_bound(desc.min, np.asarray(x).dtype)))
 
 
 def value_scale_2d(desc: Any, x: np.ndarray):
