@@ -5,8 +5,11 @@ copy on an H200 (benchmarks/RESULTS.md, round 5), as for CLIP before its kernel.
 blocks of contiguous elements of every input (16-byte vector accesses) and applies the operator's
 own lax lowering to the block, so its values are the lowering's by construction; what can differ
 is how Triton lowers a primitive, which is why an operator is registered only after the GPU check
-(``benchmarks/elementwise_check.py``) found it bit-exact against the lax program. Float MIN, MAX
-and THRESHOLD are not registered: Triton's float min/max drop NaN where XLA's propagate it.
+(``benchmarks/elementwise_check.py``) found it bit-exact against the lax program. Left to XLA:
+ERF, ROUND and BIT_COUNT (primitives Pallas cannot lower for Triton), and on float tensors MIN,
+MAX and THRESHOLD (Triton's float min/max drop NaN where XLA's propagate it), NEGATE (a zero's
+sign), the two MODULUS operators and ELU (last-bit differences in fmod and expm1); ADD1 only with
+no fused activation or RELU, LINEAR or SIGMOID.
 """
 
 from __future__ import annotations
@@ -32,9 +35,74 @@ _INDEX_LIMIT = 2**31 - 2**20
 _E = "DML_OPERATOR_ELEMENT_WISE_"
 OPERATORS = tuple(
     _E + name
-    for name in ["IDENTITY", "ADD", "ADD1", "ABS", "ACOS", "ACOSH", "ASIN", "ASINH", "ATAN", "ATANH", "CEIL", "COS", "COSH", "ERF", "EXP", "FLOOR", "LOG", "RECIP", "SIN", "SINH", "SQRT", "TAN", "TANH", "CONSTANT_POW", "NEGATE", "SIGN", "ROUND", "SUBTRACT", "MULTIPLY", "DIVIDE", "MEAN", "MODULUS_TRUNCATE", "MODULUS_FLOOR", "ATAN_YX", "DIFFERENCE_SQUARE", "POW", "LOGICAL_AND", "LOGICAL_OR", "LOGICAL_XOR", "LOGICAL_NOT", "LOGICAL_EQUALS", "LOGICAL_GREATER_THAN", "LOGICAL_GREATER_THAN_OR_EQUAL", "LOGICAL_LESS_THAN", "LOGICAL_LESS_THAN_OR_EQUAL", "IS_NAN", "IS_INFINITY", "IF", "BIT_AND", "BIT_OR", "BIT_XOR", "BIT_NOT", "BIT_COUNT", "BIT_SHIFT_LEFT", "BIT_SHIFT_RIGHT", "MAX", "MIN", "THRESHOLD"]
+    for name in [
+        "IDENTITY",
+        "ADD",
+        "ADD1",
+        "ABS",
+        "ACOS",
+        "ACOSH",
+        "ASIN",
+        "ASINH",
+        "ATAN",
+        "ATANH",
+        "CEIL",
+        "COS",
+        "COSH",
+        "ERF",
+        "EXP",
+        "FLOOR",
+        "LOG",
+        "RECIP",
+        "SIN",
+        "SINH",
+        "SQRT",
+        "TAN",
+        "TANH",
+        "CONSTANT_POW",
+        "NEGATE",
+        "SIGN",
+        "ROUND",
+        "SUBTRACT",
+        "MULTIPLY",
+        "DIVIDE",
+        "MEAN",
+        "MODULUS_TRUNCATE",
+        "MODULUS_FLOOR",
+        "ATAN_YX",
+        "DIFFERENCE_SQUARE",
+        "POW",
+        "LOGICAL_AND",
+        "LOGICAL_OR",
+        "LOGICAL_XOR",
+        "LOGICAL_NOT",
+        "LOGICAL_EQUALS",
+        "LOGICAL_GREATER_THAN",
+        "LOGICAL_GREATER_THAN_OR_EQUAL",
+        "LOGICAL_LESS_THAN",
+        "LOGICAL_LESS_THAN_OR_EQUAL",
+        "IS_NAN",
+        "IS_INFINITY",
+        "IF",
+        "BIT_AND",
+        "BIT_OR",
+        "BIT_XOR",
+        "BIT_NOT",
+        "BIT_COUNT",
+        "BIT_SHIFT_LEFT",
+        "BIT_SHIFT_RIGHT",
+        "MAX",
+        "MIN",
+        "THRESHOLD",
+    ]
 ) + tuple(f"DML_OPERATOR_ACTIVATION_{name}" for name in ("ELU", "LINEAR", "RELU", "SIGMOID"))
-_FLOAT_NAN_MINMAX = frozenset({_E + "MAX", _E + "MIN", _E + "THRESHOLD"})
+_NOT_ON_FLOATS = frozenset(
+    [_E + n for n in ("MAX", "MIN", "THRESHOLD", "NEGATE", "MODULUS_TRUNCATE", "MODULUS_FLOOR")]
+    + ["DML_OPERATOR_ACTIVATION_ELU"]
+)
+_FUSABLE_IN_KERNEL = frozenset(
+    f"DML_OPERATOR_ACTIVATION_{n}" for n in ("RELU", "LINEAR", "SIGMOID")
+)
 
 
 def covered(desc) -> bool:
@@ -44,7 +112,10 @@ def covered(desc) -> bool:
         return False
     if any(t.dtype.itemsize > 2 for t in tensors):
         return False  # a 4- or 8-byte tensor: XLA's code is at the copy roofline already
-    if desc.operator_type in _FLOAT_NAN_MINMAX and tensors[0].data_type.is_float:
+    if desc.operator_type in _NOT_ON_FLOATS and tensors[0].data_type.is_float:
+        return False
+    fused = getattr(desc, "fused_activation", None)
+    if fused is not None and fused.operator_type not in _FUSABLE_IN_KERNEL:
         return False
     n = math.prod(tensors[0].sizes)
     return 0 < n < _INDEX_LIMIT
