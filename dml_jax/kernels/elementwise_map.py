@@ -32,9 +32,9 @@ _INDEX_LIMIT = 2**31 - 2**20
 
 # Operators whose lowering is element-wise on arrays of any shape; a float16 NaN through float
 # min/max is the one known difference (see the module docstring).
-_E = "DML_OPERATOR_ELEMENT_WISE_"
+_element_wise = "DML_OPERATOR_ELEMENT_WISE_"
 OPERATORS = tuple(
-    _E + name
+    _element_wise + name
     for name in [
         "IDENTITY",
         "ADD",
@@ -94,7 +94,10 @@ OPERATORS = tuple(
     ]
 ) + tuple(f"DML_OPERATOR_ACTIVATION_{name}" for name in ("ELU", "LINEAR", "RELU", "SIGMOID"))
 _NOT_ON_FLOATS = frozenset(
-    [_E + n for n in ("MAX", "MIN", "THRESHOLD", "NEGATE", "MODULUS_TRUNCATE", "MODULUS_FLOOR")]
+    [
+        _element_wise + n
+        for n in ("MAX", "MIN", "THRESHOLD", "NEGATE", "MODULUS_TRUNCATE", "MODULUS_FLOOR")
+    ]
     + ["DML_OPERATOR_ACTIVATION_ELU"]
 )
 _FUSABLE_IN_KERNEL = frozenset(
