@@ -124,14 +124,7 @@ def tensor_desc_from_json(obj: Any, where: str) -> TensorDesc:
     align = obj.get("GuaranteedBaseOffsetAlignment", 0)
     align = as_int(0 if align is None else align, f"{where}.GuaranteedBaseOffsetAlignment")
     flags = tensor_flags_from_json(obj.get("Flags", "NONE"), f"{where}.Flags")
-    try:
-        return TensorDesc(data_type, sizes, strides, total, align, flags)
-    except ValidationError as e:
-        # TensorDesc names its own fields ("TensorDesc.Sizes[1] ..."); say where in the JSON.
-        message = str(e)
-        if message.startswith("TensorDesc."):
-            message = f"{where}.{message[len('TensorDesc.') :]}"
-        raise ValidationError(message) from None
+    return _located(TensorDesc, "TensorDesc", where, data_type, sizes, strides, total, align, flags)
 
 
 def tensor_flags_from_json(value: Any, where: str) -> TensorFlags:
@@ -219,12 +212,18 @@ def scale_bias_from_json(value: Any, where: str) -> ScaleBias:
         if key not in value:
             raise ValidationError(f"{where}.{key} is required")
         args.append(json_float(value[key], f"{where}.{key}"))
+    return _located(ScaleBias, "ScaleBias", where, *args)
+
+
+def _located(cls: type, struct: str, where: str, *args: Any) -> Any:
+    """``cls(*args)``; its errors name its own fields (``TensorDesc.Sizes[1] ...``), so they
+    are said again at their place in the JSON."""
     try:
-        return ScaleBias(*args)
+        return cls(*args)
     except ValidationError as e:
         message = str(e)
-        if message.startswith("ScaleBias."):
-            message = f"{where}.{message[len('ScaleBias.') :]}"
+        if message.startswith(f"{struct}."):
+            message = f"{where}.{message[len(struct) + 1 :]}"
         raise ValidationError(message) from None
 
 

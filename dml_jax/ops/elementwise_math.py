@@ -43,6 +43,13 @@ _T8 = F2 | _I | _U
 _T10 = _T8 | types("INT64", "UINT64")
 _FLOAT_TABLE = rows((L.FL_1_0, DIMS4, F2), (L.FL_3_0, DIMS1_8, F2))
 _FLOAT_TABLE_2_0 = rows((L.FL_2_0, DIMS4, F2), (L.FL_3_0, DIMS1_8, F2))
+_MIN_MAX_TABLE = rows(
+    (L.FL_1_0, DIMS4, F2),
+    (L.FL_2_1, DIMS4, _T8),
+    (L.FL_3_0, DIMS1_8, _T8),
+    (L.FL_5_0, DIMS1_8, _T10),
+)
+_MODULUS_TABLE = rows((L.FL_2_1, DIMS4, _T8), (L.FL_3_0, DIMS1_8, _T8), (L.FL_6_0, DIMS1_8, _T10))
 _X = {"InputTensor": [-1.5, -0.25, 0.0, 0.5, 2.0]}
 _AB = {"ATensor": [7, -7, 7, -7, 6], "BTensor": [2, 2, -2, -2, 4]}
 
@@ -353,12 +360,7 @@ ROWS = (
         "1_0",
         "the larger of a and b",
         lambda d, a, b: jnp.maximum(a, b),
-        rows(
-            (L.FL_1_0, DIMS4, F2),
-            (L.FL_2_1, DIMS4, _T8),
-            (L.FL_3_0, DIMS1_8, _T8),
-            (L.FL_5_0, DIMS1_8, _T10),
-        ),
+        _MIN_MAX_TABLE,
         jnp_fn=jnp.maximum,
         torch=lambda torch, a, b: torch.maximum(a, b),
     ),
@@ -367,12 +369,7 @@ ROWS = (
         "1_0",
         "the smaller of a and b",
         lambda d, a, b: jnp.minimum(a, b),
-        rows(
-            (L.FL_1_0, DIMS4, F2),
-            (L.FL_2_1, DIMS4, _T8),
-            (L.FL_3_0, DIMS1_8, _T8),
-            (L.FL_5_0, DIMS1_8, _T10),
-        ),
+        _MIN_MAX_TABLE,
     ),
     _binary(
         "MEAN",
@@ -386,14 +383,14 @@ ROWS = (
         "2_1",
         "a - b * trunc(a / b), the sign of a",
         _mod_truncate,
-        rows((L.FL_2_1, DIMS4, _T8), (L.FL_3_0, DIMS1_8, _T8), (L.FL_6_0, DIMS1_8, _T10)),
+        _MODULUS_TABLE,
     ),
     _binary(
         "MODULUS_FLOOR",
         "2_1",
         "a - b * floor(a / b), the sign of b",
         _mod_floor,
-        rows((L.FL_2_1, DIMS4, _T8), (L.FL_3_0, DIMS1_8, _T8), (L.FL_6_0, DIMS1_8, _T10)),
+        _MODULUS_TABLE,
     ),
     _binary(
         "ATAN_YX",
