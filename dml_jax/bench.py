@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import math
 import os
@@ -188,18 +189,42 @@ def _cases_for(shape, dtype: str, full: bool) -> list[Case]:
     return cases
 
 
+def _buffer_call(desc: Any) -> Callable:
+    """Buffer mode of ``desc``: a call on input buffers, the output buffers made once."""
+    import jax.numpy as jnp
+
+    import dml_jax as dml
+    from dml_jax.buffers import buffer_function
+
+    op = dml.compile_operator(desc)
+    fn = buffer_function(op)
+    outs = [jnp.zeros(t.addressed_elements, t.dtype) for t in op.output_descs]
+
+    def call(*inputs):
+        results = fn(*inputs, *outs)
+        return results[0] if len(results) == 1 else results
+
+    return call
+
+
 def _case_of(bc: Any, dtype: str) -> Case:
     """A registry BenchCase as a timed Case: inputs are its desc's input sizes, bytes its outputs'."""
     import dml_jax as dml
 
     desc = bc.desc
     out_bytes = sum(t.element_count * t.data_type.size for _, t in desc.output_slots())
+    if bc.buffers:
+        shapes = tuple((t.addressed_elements,) for _, t in desc.input_slots())
+        make = functools.partial(_buffer_call, desc)
+    else:
+        shapes = tuple(t.sizes for _, t in desc.input_slots())
+        make = functools.partial(dml.compile_operator, desc)
     return Case(
         bc.label,
         desc.operator_type,
         dtype,
-        tuple(t.sizes for _, t in desc.input_slots()),
-        lambda: dml.compile_operator(desc),
+        shapes,
+        make,
         bc.jnp,
         bc.torch,
         out_bytes,

@@ -44,6 +44,9 @@ class BenchCase:
         torch: optional ``fn(torch, *tensors)``, the PyTorch eager equivalent.
         kernel: a GPU fast path may replace the lax lowering here (bench times both).
         notes: a remark for the results table.
+        buffers: time buffer mode (``buffer_function``): inputs are 1-D buffers of each desc's
+            addressed elements, so a stride-0 desc is read as a small broadcast buffer; ``jnp``
+            and ``torch`` then take those buffers too.
     """
 
     label: str
@@ -52,6 +55,7 @@ class BenchCase:
     torch: Callable | None = None
     kernel: bool = False
     notes: str = ""
+    buffers: bool = False
 
 
 @dataclass(frozen=True)

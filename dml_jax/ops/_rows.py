@@ -70,6 +70,7 @@ class Row:
     jnp: Callable | None = None
     torch: Callable | None = None
     differentiable: bool | None = None
+    bench_broadcast: bool = False  # also time B broadcast per channel (buffer mode)
     in_place: bool | None = None  # DirectML's in-place support; None: the output has the
     # inputs' type (the schema's flag for every row but IF and IS_INFINITY)
 
@@ -214,9 +215,35 @@ def _bench(row: Row, cls: type):
             changes[f.name] = t.like(data_type=old.data_type) if keep else t
         desc = dataclasses.replace(example, **changes)
         label = row.name.removeprefix("ELEMENT_WISE_")
-        return [BenchCase(label, desc, jnp=row.jnp, torch=row.torch)]
+        out = [BenchCase(label, desc, jnp=row.jnp, torch=row.torch)]
+        if row.bench_broadcast:
+            out.append(broadcast_case(f"{label} per-channel B", desc, row.jnp, row.torch))
+        return out
 
     return cases
 
 
 cls_example: dict = {}
+
+
+def broadcast_case(label: str, desc: Any, jnp_fn: Callable | None, torch_fn: Callable | None):
+    """``desc`` with BTensor read per channel (NCHW strides {0, 1, 0, 0}), timed in buffer mode:
+    A is a full buffer, B holds C elements. The hand-written equivalents broadcast explicitly."""
+    shape = desc.a_tensor.sizes
+    channel = (1, shape[1]) + (1,) * (len(shape) - 2)
+    strides = (0, 1) + (0,) * (len(shape) - 2)
+    b = desc.b_tensor.like(sizes=shape, strides=strides)
+
+    def jnp_b(a, bb):
+        return jnp_fn(a.reshape(shape), bb.reshape(channel)).reshape(-1)
+
+    def torch_b(torch, a, bb):
+        return torch_fn(torch, a.view(shape), bb.view(channel)).reshape(-1)
+
+    return BenchCase(
+        label,
+        dataclasses.replace(desc, b_tensor=b),
+        jnp=jnp_b if jnp_fn else None,
+        torch=torch_b if torch_fn else None,
+        buffers=True,
+    )

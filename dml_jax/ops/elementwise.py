@@ -30,6 +30,7 @@ from ..registry import BenchCase, Example, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, S4, S6, T8, T10, T11, rows
 from ..tensor import ScaleBias, TensorDesc
 from ._common import apply_scale_bias, infer_same, same_tensors, scale_bias_rule
+from ._rows import broadcast_case
 
 
 def _validate_same(d: Any, v: Validator) -> None:
@@ -141,13 +142,11 @@ _ADD_EXAMPLE = Example(
 
 def _bench_add(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
     t = TensorDesc(dtype.upper(), shape)
+    desc = ElementWiseAddOperatorDesc(t, t, t)
+    torch_add = lambda torch, a, b: a + b
     return [
-        BenchCase(
-            "ADD",
-            ElementWiseAddOperatorDesc(t, t, t),
-            jnp=jnp.add,
-            torch=lambda torch, a, b: a + b,
-        )
+        BenchCase("ADD", desc, jnp=jnp.add, torch=torch_add),
+        broadcast_case("ADD per-channel B", desc, jnp.add, torch_add),
     ]
 
 

@@ -324,6 +324,7 @@ ROWS = (
         ),
         jnp_fn=jnp.subtract,
         torch=lambda torch, a, b: a - b,
+        bench_broadcast=True,
     ),
     _binary(
         "MULTIPLY",
@@ -339,6 +340,7 @@ ROWS = (
         ),
         jnp_fn=jnp.multiply,
         torch=lambda torch, a, b: a * b,
+        bench_broadcast=True,
     ),
     _binary(
         "DIVIDE",
@@ -363,6 +365,7 @@ ROWS = (
         _MIN_MAX_TABLE,
         jnp_fn=jnp.maximum,
         torch=lambda torch, a, b: torch.maximum(a, b),
+        bench_broadcast=True,
     ),
     _binary(
         "MIN",
