@@ -75,5 +75,9 @@ def test_wide_or_float_min_max_cases_are_not_covered():
     assert not M.covered(dml.ElementWiseAdd1OperatorDesc(f16, f16, f16, elu))
     relu = dml.ActivationReluOperatorDesc()
     assert M.covered(dml.ElementWiseAdd1OperatorDesc(f16, f16, f16, relu))
+    broadcast = dml.TensorDesc("FLOAT16", [2, 4], strides=[0, 1])
+    assert not M.covered(
+        dml.ElementWiseAddOperatorDesc(f16, broadcast.like(sizes=(8,), strides=(0,)), f16)
+    )
     i8 = dml.TensorDesc("INT8", [8])
     assert M.covered(dml.ElementWiseMaxOperatorDesc(i8, i8, i8))

@@ -110,6 +110,11 @@ def covered(desc) -> bool:
     tensors = [t for _, t in desc.input_slots() + desc.output_slots()]
     if not any(t.dtype in NARROW for t in tensors):
         return False
+    if any(not t.is_packed for t in tensors):
+        # Buffer mode reads such a tensor (a stride-0 broadcast, padding) outside the kernel,
+        # which would then read it materialized: XLA's fused program does better (0.78 against
+        # 0.37 of the copy for a float16 per-channel B on an H200).
+        return False
     if any(t.dtype.itemsize > 2 for t in tensors):
         return False  # a 4- or 8-byte tensor: XLA's code is at the copy roofline already
     if desc.operator_type in _NOT_ON_FLOATS and tensors[0].data_type.is_float:
