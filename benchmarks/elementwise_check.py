@@ -11,7 +11,6 @@ from the repository root:
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import numpy as np
@@ -40,18 +39,6 @@ def values(rng, dtype, n):
     return x
 
 
-def retyped(spec, type_name, n):
-    desc = catalog.example_desc(spec)
-    slots = desc.input_slots()
-    main = (getattr(desc, "a_tensor", None) or getattr(desc, "input_tensor", None)).data_type
-    changes = {}
-    for f in desc.declared("input") + desc.declared("output"):
-        t = getattr(desc, f.name)
-        changes[f.name] = dml.TensorDesc(type_name if t.data_type is main else t.data_type, [n])
-    del slots
-    return dataclasses.replace(desc, **changes)
-
-
 def same(a, b):
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype.kind == "f":
@@ -73,7 +60,7 @@ def main() -> int:
                 continue
             for n in (1, 1000, 4099, 1 << 20):
                 try:
-                    desc = retyped(spec, dt, n)
+                    desc = catalog.retyped(catalog.example_desc(spec), dt, (n,))
                     dml.validate(desc)
                 except dml.ValidationError:
                     continue

@@ -8,6 +8,7 @@ descriptor, input arrays and a complete DxDispatch model (``dml-jax example NAME
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from typing import Any
 
@@ -57,6 +58,25 @@ def _ranks(ranks: tuple[int, ...]) -> str:
 def example_desc(spec: OperatorSpec) -> Any:
     """The example's operator description."""
     return operator_desc_from_json(copy.deepcopy(dict(spec.example.dispatchable)))
+
+
+def retyped(desc: Any, data_type: Any, sizes: tuple[int, ...]) -> Any:
+    """``desc`` (an element-wise operator) with every tensor of its main data type given
+    ``data_type`` and every tensor ``sizes``.
+
+    The main type is the one most of its tensors share (ties: the first input's); tensors of
+    another type keep theirs: IF's UINT8 condition, a comparison's or IS_NAN's own output type.
+    """
+    tensors = [t for _, t in desc.input_slots() + desc.output_slots()]
+    counts = {t.data_type: sum(u.data_type is t.data_type for u in tensors) for t in tensors}
+    main = max(counts, key=lambda dt: (counts[dt], dt is tensors[0].data_type))
+    changes = {}
+    for f in desc.declared(INPUT) + desc.declared(OUTPUT):
+        t = getattr(desc, f.name)
+        if t is not None:
+            new_type = data_type if t.data_type is main else t.data_type
+            changes[f.name] = t.like(data_type=new_type, sizes=tuple(sizes))
+    return dataclasses.replace(desc, **changes)
 
 
 def _bind_points(desc: Any, kind: str) -> list[tuple[str, bool, list]]:

@@ -8,8 +8,9 @@ registry, so adding an operator touches nothing else.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import ValidationError
@@ -91,7 +92,13 @@ class OperatorSpec:
     fusable: bool = False
     differentiable: Callable[[Any], bool] | None = None
     bench: Callable[[tuple, str, bool], list] | None = None
-    tables: Mapping[Any, tuple[SupportRow, ...]] = field(default_factory=dict, repr=False)
+
+    @functools.cached_property
+    def tables(self) -> dict[Any, tuple[SupportRow, ...]]:
+        """Every support table by key: the name, or (name, sub-key) per ``support_key`` value."""
+        if isinstance(self.support, Mapping):
+            return {(self.name, k): tuple(rows) for k, rows in self.support.items()}
+        return {self.name: tuple(self.support)}
 
     @property
     def name(self) -> str:
@@ -129,14 +136,10 @@ def register(desc_class: type, **spec: Any) -> OperatorSpec:
         raise TypeError(f"{desc_class.__name__}.operator_type must be a DML_OPERATOR_* name")
     if name in _REGISTRY:
         raise ValueError(f"{name} is already registered")
-    support = spec["support"]
-    if isinstance(support, Mapping):
-        if spec.get("support_key") is None:
-            raise TypeError(f"{name}: a support table per key needs support_key")
-        tables = {(name, k): tuple(rows) for k, rows in support.items()}
-    else:
-        tables = {name: tuple(support)}
-    for key, rows in tables.items():
+    if isinstance(spec["support"], Mapping) and spec.get("support_key") is None:
+        raise TypeError(f"{name}: a support table per key needs support_key")
+    entry = OperatorSpec(desc_class, **spec)
+    for key, rows in entry.tables.items():
         levels = [r.level for r in rows]
         if not rows or levels != sorted(levels):
             raise TypeError(f"{key}: support rows must be non-empty and in level order")
@@ -144,8 +147,8 @@ def register(desc_class: type, **spec: Any) -> OperatorSpec:
         raise TypeError(f"{name}: register needs example=Example(...)")
     if spec.get("fusable") and not desc_class.fusable:
         raise TypeError(f"{name}: fusable operators set the class attribute fusable = True")
-    _REGISTRY[name] = OperatorSpec(desc_class, tables=tables, **spec)
-    return _REGISTRY[name]
+    _REGISTRY[name] = entry
+    return entry
 
 
 def lookup(name: str) -> OperatorSpec:

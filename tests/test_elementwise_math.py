@@ -26,16 +26,9 @@ FLOAT_NAMES = [n for n in NAMES if dml.DataType.FLOAT32 in SPECS[n].tables[n][-1
 
 
 def retyped(name: str, type_name: str, shape, **attrs):
-    """The operator's example with every tensor of the example's main type made ``type_name``
-    and ``shape``; tensors of another type (IF's condition, a comparison's output) keep theirs."""
-    desc = catalog.example_desc(SPECS[name])
-    main = getattr(desc, "a_tensor", None) or desc.input_tensor
-    changes = {}
-    for f in desc.declared("input") + desc.declared("output"):
-        t = getattr(desc, f.name)
-        new_type = type_name if t.data_type is main.data_type else t.data_type
-        changes[f.name] = dml.TensorDesc(new_type, list(shape))
-    return dataclasses.replace(desc, **changes, **attrs)
+    """The operator's example in ``type_name`` and ``shape`` (catalog.retyped), ``attrs`` set."""
+    desc = catalog.retyped(catalog.example_desc(SPECS[name]), type_name, tuple(shape))
+    return dataclasses.replace(desc, **attrs)
 
 
 # --- worked values --------------------------------------------------------------------------

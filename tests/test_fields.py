@@ -74,7 +74,6 @@ def sink(monkeypatch):
         lower=_lower,
         support=support.rows((L.FL_1_0, support.DIMS1_8, support.F2)),
         example=registry.Example({"type": "DML_OPERATOR_KITCHEN_SINK", "desc": {}}, {}),
-        tables={"DML_OPERATOR_KITCHEN_SINK": support.rows((L.FL_1_0, support.DIMS1_8, support.F2))},
     )
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     return spec

@@ -1,4 +1,4 @@
-"""One table row per element-wise operator: the shared class factory and lowering.
+"""One table row per element-wise operator (and activation): the shared class factory.
 
 Element-wise operators differ only in their members and their function, so each is a ``Row``:
 its DML name, feature level, members (tensors in struct order, then attributes), the function on
@@ -15,9 +15,15 @@ from typing import Any
 import jax.numpy as jnp
 
 from ..errors import Validator
-from ..fields import SCALE_BIAS, FieldType, OperatorDesc, attribute, input_field, output_field
-from ..jsonmodel import operator_desc_from_json
-from ..registry import BenchCase, Example, register
+from ..fields import (
+    SCALE_BIAS,
+    OperatorDesc,
+    attribute,
+    dml_member_name,
+    input_field,
+    output_field,
+)
+from ..registry import BenchCase, Example, lookup, register
 from ..tensor import ScaleBias, TensorDesc
 from ._common import apply_scale_bias, scale_bias_rule
 
@@ -43,8 +49,8 @@ class Row:
         scale_bias: the operator has an optional ScaleBias (applied to the first input).
         attrs: further attributes as (snake_case name, FieldType, default or REQUIRED marker).
         output_type: ``"same"`` (the inputs' type) or ``"own"`` (independent: comparisons...).
-        same_inputs: every input has one data type (False for POW's exponent).
-        same_type: instead, the members that share one data type (IF: A, B and the output).
+        same_type: the members that share one data type when not all do (POW: the input and
+            the output; IF: A, B and the output).
         widen: FLOAT16 computed in float32.
         rules: extra ``rules(desc, v)``.
         example_types: the example's data type per tensor member (default FLOAT32).
@@ -62,7 +68,6 @@ class Row:
     scale_bias: bool = False
     attrs: tuple = ()
     output_type: str = "same"
-    same_inputs: bool = True
     same_type: tuple = ()
     widen: bool = True
     rules: Callable | None = None
@@ -71,6 +76,7 @@ class Row:
     torch: Callable | None = None
     differentiable: bool | None = None
     bench_broadcast: bool = False  # also time B broadcast per channel (buffer mode)
+    fusable: bool = False  # an activation DirectML can fuse (``FusedActivation``)
     in_place: bool | None = None  # DirectML's in-place support; None: the output has the
     # inputs' type (the schema's flag for every row but IF and IS_INFINITY)
 
@@ -80,10 +86,6 @@ def class_name(name: str) -> str:
     with a digit keeps its case: VALUE_SCALE_2D -> ValueScale2DOperatorDesc)."""
     words = name.split("_")
     return "".join(w if w[0].isdigit() else w.capitalize() for w in words) + "OperatorDesc"
-
-
-def _member(name: str) -> str:
-    return "".join(p.capitalize() for p in name.split("_"))
 
 
 def define(row: Row, module: str) -> type:
@@ -96,21 +98,19 @@ def define(row: Row, module: str) -> type:
     for name, ftype, *default in row.attrs:
         extra = {"default": default[0]} if default else {}
         fields.append((name, Any, attribute(ftype, **extra)))
-    # Struct order: ScaleBias comes before the other attributes in every element-wise schema
-    # except CONSTANT_POW/THRESHOLD/CLIP, whose extra FLOATs follow it too.
-    tensors = ", ".join(_member(n) for n in row.inputs)
+    tensors = ", ".join(dml_member_name(n) for n in row.inputs)
     doc = (
         f"DML_{row.name}_OPERATOR_DESC: {row.summary} (FL {row.level}).\n\n"
         "    Fields (DML members in struct order, snake_case):\n"
         f"        {tensors}, OutputTensor: equal sizes"
-        + (", one data type" if row.output_type == "same" and row.same_inputs else "")
-        + "; the output may alias an input where DirectML allows in-place execution.\n"
+        + (", one data type" if row.output_type == "same" and not row.same_type else "")
+        + ";\n            the output may alias an input where DirectML allows in-place execution.\n"
         + (
             "        scale_bias: optional ScaleBias applied to the first input (floats only).\n"
             if row.scale_bias
             else ""
         )
-        + "".join(f"        {n}: {_describe(t)}.\n" for n, t, *_ in row.attrs)
+        + "".join(f"        {n}: a DML {t.dml}.\n" for n, t, *_ in row.attrs)
         + "    "
     )
     cls = dataclasses.make_dataclass(
@@ -118,7 +118,7 @@ def define(row: Row, module: str) -> type:
         fields,
         bases=(OperatorDesc,),
         frozen=True,
-        namespace={"operator_type": operator_type, "__doc__": doc},
+        namespace={"operator_type": operator_type, "fusable": row.fusable, "__doc__": doc},
     )
     cls.__module__ = module
 
@@ -129,8 +129,6 @@ def define(row: Row, module: str) -> type:
         return (_lower(row, d, arrays),)
 
     attrs_json, inputs = row.example
-    example = _example(row, operator_type, attrs_json, inputs)
-    cls_example[cls] = example.dispatchable
     register(
         cls,
         infer=_infer,
@@ -138,15 +136,12 @@ def define(row: Row, module: str) -> type:
         lower=lower,
         support=row.support,
         in_place=row.output_type == "same" if row.in_place is None else row.in_place,
-        example=example,
+        example=_example(row, operator_type, attrs_json, inputs),
+        fusable=row.fusable,
         differentiable=None if row.differentiable is None else (lambda d: row.differentiable),
-        bench=_bench(row, cls),
+        bench=_bench(row, operator_type),
     )
     return cls
-
-
-def _describe(ftype: FieldType) -> str:
-    return f"a DML {ftype.dml}"
 
 
 def _infer(d: Any) -> tuple:
@@ -163,11 +158,9 @@ def _validate(row: Row, d: Any, v: Validator) -> None:
         v.equal(f"{path}.DimensionCount", t.rank, first[1].rank, f"{first[0]}.DimensionCount")
         v.equal(f"{path}.Sizes", t.sizes, first[1].sizes, f"{first[0]}.Sizes")
     if row.same_type:
-        typed = [(_member(n), getattr(d, n)) for n in row.same_type]
+        typed = [(dml_member_name(n), getattr(d, n)) for n in row.same_type]
     else:
-        typed = slots if row.same_inputs else slots[:1]
-        if row.output_type == "same":
-            typed = typed + d.output_slots()
+        typed = slots + (d.output_slots() if row.output_type == "same" else ())
     v.same("data_type", list(typed[1:]), typed[0])
     if row.scale_bias:
         scale_bias_rule(v, d.scale_bias, first[1])
@@ -190,7 +183,7 @@ def _example(row: Row, operator_type: str, attrs: dict, inputs: dict) -> Example
     desc = {}
     sizes = [len(next(iter(inputs.values())))]
     for name in row.inputs:
-        member = _member(name)
+        member = dml_member_name(name)
         desc[member] = {"DataType": row.example_types.get(member, "FLOAT32"), "Sizes": sizes}
     desc["OutputTensor"] = {
         "DataType": row.example_types.get("OutputTensor", "FLOAT32"),
@@ -200,30 +193,22 @@ def _example(row: Row, operator_type: str, attrs: dict, inputs: dict) -> Example
     return Example({"type": operator_type, "desc": desc}, inputs, row.summary)
 
 
-def _bench(row: Row, cls: type):
+def _bench(row: Row, operator_type: str):
     def cases(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-        table = row.support[-1]
+        from ..catalog import example_desc, retyped  # reads the registry this module fills
+
+        spec = lookup(operator_type)
         t = TensorDesc(dtype.upper(), shape)
-        if t.data_type not in table.inputs:
+        if t.data_type not in row.support[-1].inputs:
             return []
-        example = operator_desc_from_json(dict(cls_example[cls]))
-        main = example.input_slots()[0][1].data_type if not row.same_type else None
-        changes = {}
-        for f in example.declared("input") + example.declared("output"):
-            old = getattr(example, f.name)
-            keep = old.data_type is not (main or getattr(example, row.same_type[0]).data_type)
-            changes[f.name] = t.like(data_type=old.data_type) if keep else t
-        desc = dataclasses.replace(example, **changes)
-        label = row.name.removeprefix("ELEMENT_WISE_")
+        desc = retyped(example_desc(spec), t.data_type, shape)
+        label = row.name.removeprefix("ELEMENT_WISE_").removeprefix("ACTIVATION_")
         out = [BenchCase(label, desc, jnp=row.jnp, torch=row.torch)]
         if row.bench_broadcast:
             out.append(broadcast_case(f"{label} per-channel B", desc, row.jnp, row.torch))
         return out
 
     return cases
-
-
-cls_example: dict = {}
 
 
 def broadcast_case(label: str, desc: Any, jnp_fn: Callable | None, torch_fn: Callable | None):
