@@ -16,7 +16,7 @@ import numpy as np
 
 from .fields import INPUT, OUTPUT, dml_member_name
 from .jsonmodel import operator_desc_from_json
-from .registry import OperatorSpec, operators, parse_operator_type
+from .registry import OperatorSpec, operators
 from .support import SupportRow, introduced
 
 
@@ -149,8 +149,3 @@ def _json_number(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)
     return v
-
-
-def find(name: str) -> OperatorSpec:
-    """The spec of a full or short operator name (``ELEMENT_WISE_ADD``)."""
-    return parse_operator_type(name)

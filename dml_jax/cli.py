@@ -224,11 +224,12 @@ def _list_operators(show_support: bool) -> int:
 
 
 def _example(name: str) -> int:
-    from .catalog import example_model, find
+    from .catalog import example_model
     from .errors import ValidationError
+    from .registry import parse_operator_type
 
     try:
-        spec = find(name)
+        spec = parse_operator_type(name)
     except ValidationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -103,12 +103,9 @@ class _Bool(FieldType):
 
 
 class _Float(FieldType):
-    """A DML FLOAT: a real number; NaN is rejected unless ``allow_nan``."""
+    """A DML FLOAT: a real number, not NaN."""
 
     dml = "FLOAT"
-
-    def __init__(self, allow_nan: bool = False):
-        self.allow_nan = allow_nan
 
     def convert(self, value: Any, where: str) -> float:
         if isinstance(value, (bool, np.bool_)) or not isinstance(
@@ -116,7 +113,7 @@ class _Float(FieldType):
         ):
             raise ValidationError(f"{where} must be a number, got {brief(value)}")
         value = to_python_float(value, where)
-        if math.isnan(value) and not self.allow_nan:
+        if math.isnan(value):
             raise ValidationError(f"{where} must not be NaN")
         return value
 
@@ -294,7 +291,6 @@ UINT64 = _Uint(UINT64_MAX, "UINT64")
 INT = _Int()
 BOOL = _Bool()
 FLOAT = _Float()
-FLOAT_OR_NAN = _Float(allow_nan=True)
 UINT_ARRAY = _Array(UINT, "UINT_ARRAY")
 INT_ARRAY = _Array(INT, "INT_ARRAY")
 FLOAT_ARRAY = _Array(FLOAT, "FLOAT_ARRAY")

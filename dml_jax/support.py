@@ -38,7 +38,6 @@ U32 = types("UINT32")
 DIMS4 = (4,)
 DIMS4_5 = (4, 5)
 DIMS1_8 = tuple(range(1, 9))
-DIMS4_8 = tuple(range(4, 9))
 
 
 def rows(*rows: tuple) -> tuple[SupportRow, ...]:

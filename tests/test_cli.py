@@ -614,6 +614,21 @@ def test_list_operators(capsys):
     assert re.search(r"^DML_OPERATOR_REDUCE \(Function SUM_SQUARE\) +1_0$", out, re.MULTILINE)
 
 
+def test_list_operators_support_prints_each_table_row(capsys):
+    code, out, _ = run_cli(capsys, "list-operators", "--support")
+    assert code == 0
+    lines = out.splitlines()
+    i = lines.index(next(x for x in lines if x.startswith("DML_OPERATOR_ARGMAX ")))
+    # ARGMAX's table (DirectML's page): 3_0 with 8 input types, 4_1 adds the 64-bit integers;
+    # the outputs are the index types.
+    assert lines[i + 1].split() == [
+        "3_0+:", "dims", "1-8;", "FLOAT16,", "FLOAT32,", "INT16,", "INT32,", "INT8,", "UINT16,",
+        "UINT32,", "UINT8", "->", "INT32,", "INT64,", "UINT32,", "UINT64",
+    ]  # fmt: skip
+    assert lines[i + 2].startswith("    4_1+: dims 1-8; FLOAT16, FLOAT32, INT16, INT32, INT64,")
+    assert not lines[i + 3].startswith("    ")  # two rows, then the next operator
+
+
 def test_closed_output_pipe_ends_quietly(monkeypatch, capsys):
     # `dml-jax list-operators | head`: the reader goes away; the command stops with exit 0
     # instead of a BrokenPipeError traceback.

@@ -158,10 +158,6 @@ def _constant_pow(d, x):
     return jnp.power(x, jnp.asarray(d.exponent, x.dtype))
 
 
-def _erf(d, x):
-    return lax.erf(x)
-
-
 def _unary(name, level, summary, fn, support, *, jnp_fn=None, torch=None, **kw) -> Row:
     return Row(
         name=f"ELEMENT_WISE_{name}",
