@@ -22,17 +22,19 @@ from .support import SupportRow, introduced
 
 def operator_lines(show_support: bool = False) -> list[str]:
     """The lines of ``dml-jax list-operators`` (``--support``: every table row too)."""
-    rows: list[tuple[str, str, list[SupportRow]]] = []
+    rows: list[tuple[str, str, list[SupportRow], object, object]] = []
     for spec in operators():
         for key, table in spec.tables.items():
             label = key if isinstance(key, str) else f"{key[0]} (Function {key[1]})"
-            rows.append((label, introduced(table).label, list(table)))
+            rows.append((label, introduced(table).label, list(table), spec, key))
     width = max(len(r[0]) for r in rows)
     lines = [f"{'Operator':<{width}}  Feature level"]
-    for label, level, table in rows:
+    for label, level, table, spec, key in rows:
         lines.append(f"{label:<{width}}  {level}")
         if show_support:
             lines += [f"    {line}" for line in support_lines(table)]
+            if spec.example.note and key == next(iter(spec.tables)):
+                lines.append(f"    example: {spec.example.note} (dml-jax example {spec.name})")
     return lines
 
 

@@ -26,7 +26,7 @@ class Example:
         dispatchable: the DML dispatchable, ``{"type": "DML_OPERATOR_...", "desc": {...}}``.
         inputs: initial values per input bind point (DML member name), flat lists in row-major
             order of the tensor's Sizes; a tensor array takes a list of such lists.
-        note: one line on what the example shows (docs and ``dml-jax list-operators``).
+        note: one line on what the example shows (``dml-jax list-operators --support``).
     """
 
     dispatchable: Mapping[str, Any]

@@ -626,7 +626,11 @@ def test_list_operators_support_prints_each_table_row(capsys):
         "UINT32,", "UINT8", "->", "INT32,", "INT64,", "UINT32,", "UINT64",
     ]  # fmt: skip
     assert lines[i + 2].startswith("    4_1+: dims 1-8; FLOAT16, FLOAT32, INT16, INT32, INT64,")
-    assert not lines[i + 3].startswith("    ")  # two rows, then the next operator
+    assert lines[i + 3] == (
+        "    example: the last index of the extreme of each row "
+        "(dml-jax example DML_OPERATOR_ARGMAX)"
+    )
+    assert not lines[i + 4].startswith("    ")  # two rows and the example, then the next one
 
 
 def test_closed_output_pipe_ends_quietly(monkeypatch, capsys):

@@ -201,3 +201,14 @@ def test_absent_optional_tensors_take_no_argument_but_count_as_edges(sink):
         **edges,
     )
     np.testing.assert_array_equal(np.asarray(dml.compile_graph(g)(x, x + 1)), 2 * x + 1)
+
+
+def test_outputs_must_be_what_infer_says_even_when_validate_does_not_check(monkeypatch, sink):
+    # The stand-in's validate checks nothing; compile compares every output with infer.
+    spec = dataclasses.replace(sink, infer=lambda d: (T.like(sizes=(2, 4)),))
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    with pytest.raises(
+        dml.ValidationError,
+        match=r"^DML_OPERATOR_KITCHEN_SINK: OutputTensor\.Sizes\[1\] must equal 4, got 3",
+    ):
+        dml.validate(make())
