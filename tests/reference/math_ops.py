@@ -4,8 +4,8 @@ Each function takes ``(desc, *arrays)`` (arrays in schema order) and returns a o
 ``desc.output_tensor.dtype``. Shared rules:
 
 * ScaleBias (where the operator has one) maps every InputTensor element to x * Scale + Bias first,
-  Scale and Bias read as float32; float tensors compute it in float64 and round once to the tensor
-  type, integer tensors truncate toward zero and saturate (integer rounding is UNDOCUMENTED).
+  Scale and Bias read as float32; float tensors keep it in float64 for the function (one rounding
+  at the end), integer tensors truncate toward zero and saturate (integer rounding is UNDOCUMENTED).
 * Float types (FLOAT16 too) are computed in float64 and rounded once to the output type.
 * Integer arithmetic is exact (Python ints), then wrapped two's complement.
 * Integer division by zero (DIVIDE, MODULUS_*) returns 0: UNDOCUMENTED, our choice.
@@ -13,8 +13,6 @@ Each function takes ``(desc, *arrays)`` (arrays in schema order) and returns a o
 * Logical and comparison results are 1/0 in the output type.
 * Bitwise operators act on the raw encoding (floats are bit patterns); a shift count at least the
   element width gives 0 (UNDOCUMENTED, our choice); the right shift is logical, as the page says.
-
-
 """
 
 from __future__ import annotations
