@@ -12,9 +12,7 @@ import jax
 from . import fastpath, fused, support
 from . import sharding as _sharding
 from .buffers import check_output_layout
-from .checks import as_input as _as_input  # shared with graph and buffers: public in checks.py
-from .checks import check_x64 as _check_x64
-from .checks import feature_level_of as _level
+from .checks import as_input, check_x64, feature_level_of
 from .enums import FeatureLevel, TensorFlags
 from .errors import ValidationError, Validator
 from .fields import COUNT, OperatorDesc, dml_member_name
@@ -43,7 +41,7 @@ def validate(desc: OperatorDesc, feature_level: Any = None) -> None:
     Raises:
         ValidationError: at the first broken rule, naming the operator and the field path.
     """
-    _validate(desc, _level(feature_level))
+    _validate(desc, feature_level_of(feature_level))
 
 
 def _validate(desc: OperatorDesc, level: FeatureLevel) -> OperatorSpec:
@@ -186,25 +184,25 @@ class CompiledOperator:
                 f"({', '.join(self.input_paths)}), got {len(inputs)}"
             )
         if getattr(self, "_has_64bit", True):  # bench: skip the config read per call
-            _check_x64(
+            check_x64(
                 zip(self.input_paths + self.output_paths, self.input_descs + self.output_descs),
                 self.name,
             )
         return [
-            _as_input(x, path, t, self.name)
+            as_input(x, path, t, self.name)
             for x, path, t in zip(inputs, self.input_paths, self.input_descs)
         ]
 
     def _check_traced(self, arrays: Sequence[Any]) -> None:
         """Shape and dtype check on abstract values, at trace time (see ``__call__``)."""
         if self._has_64bit:
-            _check_x64(
+            check_x64(
                 zip(self.input_paths + self.output_paths, self.input_descs + self.output_descs),
                 self.name,
             )
         for x, path, t in zip(arrays, self.input_paths, self.input_descs):
             if t is not None:
-                _as_input(x, path, t, self.name)
+                as_input(x, path, t, self.name)
 
     def __call__(self, *inputs: Any):
         """Logical mode: one array per input tensor; shapes equal Sizes, dtypes the DataType.
@@ -330,7 +328,7 @@ def compile_operator(
         ValidationError: if the description breaks a rule, uses 64-bit types without
             ``jax_enable_x64``, or a sharding has the wrong count, type or rank.
     """
-    level = _level(feature_level)
+    level = feature_level_of(feature_level)
     spec = _spec_of(desc)
     del spec
     try:
@@ -338,5 +336,5 @@ def compile_operator(
     except TypeError:
         raise ValidationError(f"{desc.operator_type}: description is not hashable") from None
     op = _compile_cached(desc, level, bool(fast_paths))
-    _check_x64(desc.input_slots() + desc.output_slots(), desc.operator_type)
+    check_x64(desc.input_slots() + desc.output_slots(), desc.operator_type)
     return with_shardings(op, in_shardings, out_shardings)
