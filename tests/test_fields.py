@@ -192,6 +192,12 @@ def test_absent_optional_tensors_take_no_argument_but_count_as_edges(sink):
     bad = dml.GraphDesc(1, 1, [d], [dml.InputGraphEdge(0, 0, 1)], **edges)
     with pytest.raises(dml.ValidationError, match=r"CTensor, which the node leaves null"):
         dml.compile_graph(bad)
+    # Output edge index 1 is the absent ExtraOutputTensor.
+    absent_out = dml.GraphDesc(
+        1, 1, [d], [dml.InputGraphEdge(0, 0, 0)], [dml.OutputGraphEdge(0, 1, 0)]
+    )
+    with pytest.raises(dml.ValidationError, match=r"ExtraOutputTensor, which the node leaves null"):
+        dml.compile_graph(absent_out)
     # The present CTensor is node input 1, fed by graph input 1.
     g = dml.GraphDesc(
         2,
