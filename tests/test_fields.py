@@ -218,3 +218,20 @@ def test_outputs_must_be_what_infer_says_even_when_validate_does_not_check(monke
         match=r"^DML_OPERATOR_KITCHEN_SINK: OutputTensor\.Sizes\[1\] must equal 4, got 3",
     ):
         dml.validate(make())
+
+
+def test_one_node_graph_from_json_binds_present_tensors_only(sink):
+    # ATensor (edge index 0) is graph input 0; absent CTensor is skipped; the output is graph
+    # output 0. With CTensor present it becomes graph input 1 at node input 1.
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    obj = {**dml.operator_desc_to_json(make()), "dmlCompileType": "DmlCompileGraph"}
+    graph = dml.graph_from_json(obj)
+    assert [(e.graph_input_index, e.to_node_input_index) for e in graph.input_edges] == [(0, 0)]
+    np.testing.assert_array_equal(np.asarray(dml.compile_graph(graph)(x)), x)
+    obj = {**dml.operator_desc_to_json(make(c_tensor=T)), "dmlCompileType": "DmlCompileGraph"}
+    graph = dml.graph_from_json(obj)
+    assert [(e.graph_input_index, e.to_node_input_index) for e in graph.input_edges] == [
+        (0, 0),
+        (1, 1),
+    ]
+    np.testing.assert_array_equal(np.asarray(dml.compile_graph(graph)(x, x)), 2 * x)
