@@ -207,6 +207,32 @@ def _buffer_call(desc: Any) -> Callable:
     return call
 
 
+def _in_place_call(desc: Any) -> Callable:
+    """``desc`` run in place: the first input's buffer is donated and holds the output, so the
+    XLA program writes over it; every call feeds the previous output back as that input."""
+    import jax
+    import jax.numpy as jnp
+
+    import dml_jax as dml
+
+    op = dml.compile_operator(desc)
+
+    def first_output(a, *rest):
+        result = op.fn(a, *rest)
+        return result[0] if isinstance(result, (tuple, list)) else result
+
+    fn = jax.jit(first_output, donate_argnums=0)
+    state: list = []
+
+    def call(first, *rest):
+        if not state:
+            state.append(jnp.array(first, copy=True))  # the caller's array is never donated
+        state[0] = fn(state[0], *rest)
+        return state[0]
+
+    return call
+
+
 def _case_of(bc: Any, dtype: str) -> Case:
     """A registry BenchCase as a timed Case: inputs are its desc's input sizes, bytes its outputs'."""
     import dml_jax as dml
@@ -216,6 +242,9 @@ def _case_of(bc: Any, dtype: str) -> Case:
     if bc.buffers:
         shapes = tuple((t.addressed_elements,) for _, t in desc.input_slots())
         make = functools.partial(_buffer_call, desc)
+    elif bc.in_place:
+        shapes = tuple(t.sizes for _, t in desc.input_slots())
+        make = functools.partial(_in_place_call, desc)
     else:
         shapes = tuple(t.sizes for _, t in desc.input_slots())
         make = functools.partial(dml.compile_operator, desc)

@@ -48,6 +48,8 @@ class BenchCase:
         buffers: time buffer mode (``buffer_function``): inputs are 1-D buffers of each desc's
             addressed elements, so a stride-0 desc is read as a small broadcast buffer; ``jnp``
             and ``torch`` then take those buffers too.
+        in_place: time the output written over the first input's buffer (JAX buffer donation,
+            the XLA program aliasing output and input); each call consumes the previous result.
     """
 
     label: str
@@ -57,6 +59,7 @@ class BenchCase:
     kernel: bool = False
     notes: str = ""
     buffers: bool = False
+    in_place: bool = False
 
 
 @dataclass(frozen=True)

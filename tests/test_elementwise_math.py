@@ -374,3 +374,53 @@ def test_bitwise_on_float_bits_from_4_1():
     a = _f([1.0, -2.0])
     got = np.asarray(dml.compile_operator(desc)(a, _f([-0.0, -0.0])))
     np.testing.assert_array_equal(got, _f([-1.0, 2.0]))  # the sign bit flipped
+
+
+# --- every 8-bit pair, and the exponents CONSTANT_POW computes without pow ---------------------
+
+
+@pytest.mark.parametrize("type_name", ["INT8", "UINT8"])
+@pytest.mark.parametrize("op", ["DIVIDE", "MODULUS_TRUNCATE", "MODULUS_FLOOR"])
+def test_8_bit_division_every_pair(op, type_name):
+    """The 8- and 16-bit quotient is float32 division truncated; every pair of 8-bit values
+    (zero divisors, INT8_MIN / -1 included) agrees with the integer reference."""
+    name = "DML_OPERATOR_ELEMENT_WISE_" + op
+    dt = np.dtype(type_name.lower())
+    values = np.arange(np.iinfo(dt).min, np.iinfo(dt).max + 1)
+    a, b = (g.astype(dt).ravel() for g in np.meshgrid(values, values))
+    desc = retyped(name, type_name, a.shape)
+    y = dml.compile_operator(desc)(a, b)
+    (expected,) = reference.reference(desc, a, b)
+    np.testing.assert_array_equal(np.asarray(y), expected)
+
+
+@pytest.mark.parametrize("exponent", [1.0, 2.0, 0.5, -1.0])
+@pytest.mark.parametrize("type_name", ["FLOAT32", "FLOAT16"])
+def test_constant_pow_exact_exponents_keep_ieee_pow(exponent, type_name):
+    """Exponents 1, 2, 0.5 and -1 are one correctly rounded operation, with pow's special
+    values (IEEE 754 / C99): pow(-0, 0.5) = +0, pow(-inf, 0.5) = +inf, pow(-0, -1) = -inf."""
+    x = np.array([-np.inf, -3.0, -0.0, 0.0, 1e-3, 0.7, 3.0, 300.0, np.inf, np.nan])
+    desc = retyped("DML_OPERATOR_ELEMENT_WISE_CONSTANT_POW", type_name, x.shape, exponent=exponent)
+    dt = desc.input_tensor.dtype
+    y = dml.compile_operator(desc)(x.astype(dt))
+    with np.errstate(over="ignore"):  # 300 ** 2 overflows float16: inf, as expected
+        wide = _ieee_pow(x.astype(dt).astype(np.float64), exponent).astype(dt)  # rounded once
+    np.testing.assert_array_equal(np.asarray(y), wide)
+    np.testing.assert_array_equal(np.signbit(np.asarray(y)), np.signbit(wide))
+
+
+def _ieee_pow(x: np.ndarray, exponent: float) -> np.ndarray:
+    """C99 pow (Annex F) in float64, one element at a time: Python's math.pow, NaN where it
+    raises for a negative base and a non-integer exponent, inf where it overflows."""
+    out = []
+    for v in x.tolist():
+        if v == 0 and exponent < 0:  # a pole: +-inf, the sign of zero kept by an odd exponent
+            out.append(math.copysign(math.inf, v) if exponent == -1.0 else math.inf)
+            continue
+        try:
+            out.append(math.pow(v, exponent))
+        except ValueError:
+            out.append(math.nan)
+        except (OverflowError, ZeroDivisionError):
+            out.append(math.copysign(math.inf, v) if exponent == -1.0 else math.inf)
+    return np.array(out)

@@ -76,6 +76,8 @@ class Row:
     torch: Callable | None = None
     differentiable: bool | None = None
     bench_broadcast: bool = False  # also time B broadcast per channel (buffer mode)
+    # further bench cases: ``bench_more(desc) -> [(note, desc)]`` from the example's desc
+    bench_more: Callable = lambda desc: ()
     fusable: bool = False  # an activation DirectML can fuse (``FusedActivation``)
     in_place: bool | None = None  # DirectML's in-place support; None: the output has the
     # inputs' type (the schema's flag for every row but IF and IS_INFINITY)
@@ -206,9 +208,17 @@ def _bench(row: Row, operator_type: str):
         out = [BenchCase(label, desc, jnp=row.jnp, torch=row.torch)]
         if row.bench_broadcast:
             out.append(broadcast_case(f"{label} per-channel B", desc, row.jnp, row.torch))
+        if row.jnp is not None and spec.in_place:
+            out.append(in_place_case(label, desc))
+        out += [BenchCase(f"{label} {note}", d) for note, d in row.bench_more(desc)]
         return out
 
     return cases
+
+
+def in_place_case(label: str, desc: Any) -> BenchCase:
+    """``desc`` with its output over its first input's buffer (donated), as DirectML binds it."""
+    return BenchCase(f"{label} in place", desc, in_place=True)
 
 
 def broadcast_case(label: str, desc: Any, jnp_fn: Callable | None, torch_fn: Callable | None):

@@ -30,7 +30,7 @@ from ..registry import BenchCase, Example, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, S4, S6, T8, T10, T11, rows
 from ..tensor import ScaleBias, TensorDesc
 from ._common import apply_scale_bias, infer_same, same_tensors, scale_bias_rule
-from ._rows import broadcast_case
+from ._rows import broadcast_case, in_place_case
 
 
 def _validate_same(d: Any, v: Validator) -> None:
@@ -147,6 +147,7 @@ def _bench_add(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
     return [
         BenchCase("ADD", desc, jnp=jnp.add, torch=torch_add),
         broadcast_case("ADD per-channel B", desc, jnp.add, torch_add),
+        in_place_case("ADD", desc),
     ]
 
 

@@ -8,11 +8,13 @@ division and modulus by zero give 0; MIN/MAX/THRESHOLD propagate NaN.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ..enums import FeatureLevel as L
@@ -63,13 +65,34 @@ def _safe(b):
     return jnp.where(b == 0, jnp.ones_like(b), b)
 
 
+def _narrow_int(x) -> bool:
+    return _int(x) and x.dtype.itemsize <= 2
+
+
+def _int_quotient(a, b):
+    """trunc(a / b) for integers, b != 0 (wrapping: INT_MIN / -1 gives INT_MIN).
+
+    For 8- and 16-bit operands the quotient is float32 division truncated: exact, because
+    |a| < 2**24 keeps the rounding error of a / b below 1 / |b|, the least distance from a
+    non-integer quotient to an integer; GPUs have no integer divider, and this is several times
+    cheaper than the emulated one."""
+    if not _narrow_int(a):
+        return lax.div(a, b)
+    q = jnp.trunc(a.astype(jnp.float32) / b.astype(jnp.float32))
+    return q.astype(jnp.int32).astype(a.dtype)  # 128 wraps to -128 in int8, as lax.div does
+
+
 def _divide(d, a, b):
     if _int(a):
-        return jnp.where(b == 0, jnp.zeros_like(a), lax.div(a, _safe(b)))  # toward zero
+        return jnp.where(b == 0, jnp.zeros_like(a), _int_quotient(a, _safe(b)))  # toward zero
     return a / b
 
 
 def _mod_truncate(d, a, b):
+    if _narrow_int(a):
+        safe = _safe(b)
+        r = a - _int_quotient(a, safe) * safe  # wrapping arithmetic: exact modulo 2**bits
+        return jnp.where(b == 0, jnp.zeros_like(a), r)
     if _int(a):
         return jnp.where(b == 0, jnp.zeros_like(a), lax.rem(a, _safe(b)))
     return lax.rem(a, b)  # C's fmod: the sign of the dividend
@@ -154,8 +177,22 @@ def _pow(d, x, e):
     return jnp.power(x, e.astype(x.dtype))
 
 
+def _sqrt_pow(x):
+    # pow(x, 0.5) by IEEE 754: sqrt, except pow(-0, 0.5) = +0 and pow(-inf, 0.5) = +inf.
+    root = jnp.sqrt(jnp.abs(x))  # |x|: sqrt(-0) is -0; a negative x is NaN below
+    return jnp.where(x == -jnp.inf, jnp.inf, jnp.where(x < 0, jnp.nan, root))
+
+
+# Exponents whose power is one correctly rounded operation: the same IEEE 754 value as pow
+# (special cases included), at the cost of a multiply instead of a log and an exp.
+_EXACT_POWERS = {1.0: lambda x: x, 2.0: lambda x: x * x, 0.5: _sqrt_pow, -1.0: lambda x: 1 / x}
+
+
 def _constant_pow(d, x):
-    return jnp.power(x, jnp.asarray(d.exponent, x.dtype))
+    exponent = float(np.float32(d.exponent))
+    if exponent in _EXACT_POWERS:
+        return _EXACT_POWERS[exponent](x)
+    return jnp.power(x, jnp.asarray(exponent, x.dtype))
 
 
 def _unary(name, level, summary, fn, support, *, jnp_fn=None, torch=None, **kw) -> Row:
@@ -263,6 +300,7 @@ ROWS = (
         ({"Exponent": 2.0}, dict(_X)),
         scale_bias=True,
         attrs=(("exponent", FLOAT),),
+        bench_more=lambda d: [("Exponent 1.5", dataclasses.replace(d, exponent=1.5))],
     ),
     Row(
         "ELEMENT_WISE_THRESHOLD",
