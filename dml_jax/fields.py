@@ -341,13 +341,15 @@ class OperatorDesc:
     """Base of every ``<Name>OperatorDesc``: converts fields at construction, then stays frozen.
 
     Subclasses are ``@dataclass(frozen=True)`` and set the class attribute ``operator_type`` to
-    their exact ``DML_OPERATOR_*`` name. ``fusable`` classes (activations that DirectML can fuse
-    into another operator) may leave their tensors ``None``: a fused activation's tensors are
-    ignored, and a standalone one without them fails validation.
+    their exact ``DML_OPERATOR_*`` name. ``activation`` classes (``fusable`` ones among them:
+    activations that DirectML can fuse into another operator) may leave their tensors ``None``:
+    a fused activation's tensors are ignored, a standalone one without them fails validation, and
+    a non-fusable one in a ``FusedActivation`` is rejected there, by that member's name.
     """
 
     operator_type: ClassVar[str] = ""
     fusable: ClassVar[bool] = False
+    activation: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -356,12 +358,12 @@ class OperatorDesc:
             where = f"{self.operator_type}: {dml_member_name(f.name)}"
             kind = meta.get("kind")
             if value is REQUIRED:
-                if kind in (INPUT, OUTPUT) and self.fusable:
+                if kind in (INPUT, OUTPUT) and (self.fusable or self.activation):
                     object.__setattr__(self, f.name, None)
                     continue
                 raise ValidationError(f"{where} is required")
             if kind in (INPUT, OUTPUT):
-                if value is None and (meta["optional"] or self.fusable):
+                if value is None and (meta["optional"] or self.fusable or self.activation):
                     continue
                 value = _convert_tensors(value, where, meta["array"])
             elif kind == COUNT:
@@ -408,7 +410,7 @@ class OperatorDesc:
         return tuple(out)
 
     def missing_tensors(self) -> list[str]:
-        """DML names of required tensors left ``None`` (only fusable classes allow that)."""
+        """DML names of required tensors left ``None`` (only activation classes allow that)."""
         return [
             dml_member_name(f.name)
             for f in self.declared(INPUT) + self.declared(OUTPUT)

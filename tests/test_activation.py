@@ -176,6 +176,109 @@ INVALID_ROWS = [
 ]
 
 
+_T = dml.TensorDesc
+
+
+def _one(cls_name: str, type_name: str = "FLOAT32", sizes=(2, 3), **attrs):
+    t = _T(type_name, list(sizes))
+    return lambda: getattr(dml, cls_name)(t, t, **attrs)
+
+
+_NEW_ROWS = [
+    # one row per activation: a data type outside its table
+    (
+        _one(f"Activation{n}OperatorDesc", "INT32", **a),
+        rf"^DML_OPERATOR_ACTIVATION_{u}: InputTensor with data type INT32",
+    )
+    for n, u, a in [
+        ("Celu", "CELU", {"alpha": 1.0}),
+        ("Gelu", "GELU", {}),
+        ("HardSigmoid", "HARD_SIGMOID", {"alpha": 0.2, "beta": 0.5}),
+        ("HardSwish", "HARD_SWISH", {"alpha": 0.2, "beta": 0.5}),
+        ("Identity", "IDENTITY", {}),
+        ("LeakyRelu", "LEAKY_RELU", {"alpha": 0.1}),
+        ("ParametricSoftplus", "PARAMETRIC_SOFTPLUS", {"alpha": 1.0, "beta": 1.0}),
+        ("ScaledElu", "SCALED_ELU", {"alpha": 1.0, "gamma": 1.0}),
+        ("ScaledTanh", "SCALED_TANH", {"alpha": 1.0, "beta": 1.0}),
+        ("Softplus", "SOFTPLUS", {"steepness": 1.0}),
+        ("Softsign", "SOFTSIGN", {}),
+        ("Swish", "SWISH", {"sigmoid_input_scale": 1.0}),
+        ("Tanh", "TANH", {}),
+        ("ThresholdedRelu", "THRESHOLDED_RELU", {"alpha": 1.0}),
+        ("Softmax", "SOFTMAX", {}),
+        ("LogSoftmax", "LOG_SOFTMAX", {}),
+        ("Hardmax", "HARDMAX", {}),
+        ("Softmax1", "SOFTMAX1", {"axes": [1]}),
+        ("LogSoftmax1", "LOG_SOFTMAX1", {"axes": [1]}),
+        ("Hardmax1", "HARDMAX1", {"axes": [1]}),
+    ]
+] + [
+    (
+        lambda: dml.ActivationShrinkOperatorDesc(
+            _T("FLOAT32", [2]), _T("FLOAT32", [2]), bias=0.0, threshold=0.5
+        ).__class__(_T("INT64", [2]), _T("INT64", [2]), bias=0.0, threshold=0.5),
+        r"^DML_OPERATOR_ACTIVATION_SHRINK: InputTensor with data type INT64",
+    ),
+    (
+        lambda: dml.ActivationParameterizedReluOperatorDesc(
+            _T("FLOAT32", [2, 3]), _T("FLOAT32", [1, 3]), _T("FLOAT32", [2, 3])
+        ),
+        (
+            r"^DML_OPERATOR_ACTIVATION_PARAMETERIZED_RELU: SlopeTensor\.Sizes must equal "
+            r"InputTensor\.Sizes"
+        ),
+    ),
+    (
+        lambda: dml.ActivationParameterizedReluOperatorDesc(
+            _T("FLOAT32", [2, 3]), _T("FLOAT16", [2, 3]), _T("FLOAT32", [2, 3])
+        ),
+        r"^DML_OPERATOR_ACTIVATION_PARAMETERIZED_RELU: SlopeTensor\.DataType must equal",
+    ),
+    (
+        _one("ActivationSoftmaxOperatorDesc", sizes=(1, 2, 3, 4)),
+        (
+            r"^DML_OPERATOR_ACTIVATION_SOFTMAX: InputTensor\.Sizes must have an effective rank of "
+            r"at most 2 .*got 3"
+        ),
+    ),
+    (
+        _one("ActivationHardmaxOperatorDesc", sizes=(2, 1, 3)),
+        r"^DML_OPERATOR_ACTIVATION_HARDMAX: InputTensor\.Sizes must have an effective rank",
+    ),
+    (
+        _one("ActivationLogSoftmaxOperatorDesc", sizes=(2, 2, 3)),
+        r"^DML_OPERATOR_ACTIVATION_LOG_SOFTMAX: InputTensor\.Sizes must have an effective rank",
+    ),
+    (
+        _one("ActivationSoftmax1OperatorDesc", axes=[2]),
+        r"^DML_OPERATOR_ACTIVATION_SOFTMAX1: Axes\[0\] must be in \[0, 1\]",
+    ),
+    (
+        _one("ActivationLogSoftmax1OperatorDesc", axes=[0, 0]),
+        r"^DML_OPERATOR_ACTIVATION_LOG_SOFTMAX1: Axes\[1\] repeats axis 0",
+    ),
+    (
+        _one("ActivationHardmax1OperatorDesc", axes=[]),
+        r"^DML_OPERATOR_ACTIVATION_HARDMAX1: Axes must not be empty",
+    ),
+    (
+        _one("ActivationSoftmax1OperatorDesc", axes=[0, 1], axis_count=1),
+        r"^DML_OPERATOR_ACTIVATION_SOFTMAX1: AxisCount",
+    ),
+    (
+        lambda: dml.ActivationTanhOperatorDesc(_T("FLOAT32", [2, 3]), _T("FLOAT32", [2, 4])),
+        r"^DML_OPERATOR_ACTIVATION_TANH: OutputTensor\.Sizes must equal InputTensor\.Sizes",
+    ),
+    (
+        lambda: dml.ActivationSoftmax1OperatorDesc(
+            _T("FLOAT32", [2, 3]), _T("FLOAT16", [2, 3]), axes=[1]
+        ),
+        r"^DML_OPERATOR_ACTIVATION_SOFTMAX1: OutputTensor\.DataType must equal",
+    ),
+]
+INVALID_ROWS += _NEW_ROWS
+
+
 @pytest.mark.parametrize("factory, pattern", INVALID_ROWS)
 def test_activation_rules(factory, pattern):
     if pattern is None:
@@ -193,3 +296,77 @@ def test_activation_attributes_are_checked_at_construction():
         dml.ActivationEluOperatorDesc(alpha="big")
     with pytest.raises(dml.ValidationError, match=r"Alpha must not be NaN"):
         dml.ActivationEluOperatorDesc(alpha=float("nan"))
+
+
+# --- rules that depend on the feature level, and fusion ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "factory, level, pattern",
+    [
+        (
+            _one("ActivationSoftplusOperatorDesc", steepness=0.5),
+            "6_3",
+            (
+                r"^DML_OPERATOR_ACTIVATION_SOFTPLUS: Steepness must be >= 1 below feature level 6_4, "
+                r"got 0\.5"
+            ),
+        ),
+        (
+            _one("ActivationShrinkOperatorDesc", "INT8", bias=1.0, threshold=0.5),
+            "5_0",
+            r"lowest feature level that supports it is 5_1",
+        ),
+        (
+            _one("ActivationHardSwishOperatorDesc", alpha=0.2, beta=0.5),
+            "6_1",
+            r"^DML_OPERATOR_ACTIVATION_HARD_SWISH requires feature level 6_2 or later; the target is 6_1",
+        ),
+        (
+            _one("ActivationSoftmaxOperatorDesc", sizes=(2, 3)),
+            "2_0",
+            r"DimensionCount 2 is not supported at feature level 2_0",
+        ),
+    ],
+)
+def test_activation_rules_by_feature_level(factory, level, pattern):
+    desc = factory()
+    dml.validate(desc)  # valid at the newest level
+    with pytest.raises(dml.ValidationError, match=pattern):
+        dml.validate(desc, level)
+
+
+NOT_FUSABLE = [
+    "Gelu", "HardSwish", "Swish", "Softmax", "Softmax1", "LogSoftmax", "LogSoftmax1", "Hardmax",
+    "Hardmax1", "ParameterizedRelu",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", NOT_FUSABLE)
+def test_activations_directml_cannot_fuse_are_rejected_by_fused_activation(name):
+    t = _T("FLOAT32", [2, 3])
+    attrs = {"axes": [1]} if name.endswith("1") else {}
+    if name == "Swish":
+        attrs = {"sigmoid_input_scale": 1.0}
+    if name == "HardSwish":
+        attrs = {"alpha": 0.2, "beta": 0.5}
+    act = getattr(dml, f"Activation{name}OperatorDesc")(**attrs)
+    desc = dml.ElementWiseAdd1OperatorDesc(t, t, t, fused_activation=act)
+    with pytest.raises(
+        dml.ValidationError,
+        match=r"^DML_OPERATOR_ELEMENT_WISE_ADD1: FusedActivation must be an activation DirectML "
+        r"can fuse \(.*\), got DML_OPERATOR_ACTIVATION_",
+    ):
+        dml.validate(desc)
+
+
+def test_fusable_list_is_directml_s():
+    """The sixteen activations DirectML's fused-activation page lists, and no others."""
+    from dml_jax import fused
+
+    expected = {
+        "CELU", "ELU", "HARD_SIGMOID", "IDENTITY", "LEAKY_RELU", "LINEAR", "PARAMETRIC_SOFTPLUS",
+        "RELU", "SCALED_ELU", "SCALED_TANH", "SHRINK", "SIGMOID", "SOFTPLUS", "SOFTSIGN", "TANH",
+        "THRESHOLDED_RELU",
+    }  # fmt: skip
+    assert set(fused.fusable_names()) == {f"DML_OPERATOR_ACTIVATION_{n}" for n in expected}

@@ -3,6 +3,8 @@ one row per rule, jit / vmap / gradients."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import reference
@@ -11,6 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import dml_jax as dml
+from dml_jax import catalog, registry
+from dml_jax.fused import fusable_names
 
 
 def tensors(type_name: str, sizes, n: int) -> list[dml.TensorDesc]:
@@ -30,12 +34,14 @@ def add1(type_name="FLOAT32", sizes=(3,), fused_activation=None):
     return dml.ElementWiseAdd1OperatorDesc(*tensors(type_name, sizes, 3), fused_activation)
 
 
-FUSABLE = [
-    dml.ActivationEluOperatorDesc(alpha=0.5),
-    dml.ActivationLinearOperatorDesc(alpha=-2.0, beta=0.25),
-    dml.ActivationReluOperatorDesc(),
-    dml.ActivationSigmoidOperatorDesc(),
-]
+def _fused_form(name: str):
+    """The registry example of a fusable activation, its tensors left None (a FusedActivation)."""
+    desc = catalog.example_desc(registry.lookup(name))
+    return dataclasses.replace(desc, input_tensor=None, output_tensor=None)
+
+
+# Every activation DirectML can fuse, from the registry (test_activation pins the list).
+FUSABLE = [_fused_form(name) for name in fusable_names()]
 
 # operator type -> (desc maker(type, sizes, **extra), number of inputs)
 OPERATORS = {

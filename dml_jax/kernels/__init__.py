@@ -12,10 +12,11 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
   DEPTH_TO_SPACE kernels, SPACE_TO_DEPTH as strided slices;
 - ``elementwise``: a Pallas CLIP kernel for narrow types;
 - ``elementwise_map``: one kernel that runs any element-wise operator's lowering block by block,
-  for narrow types.
+  for narrow types;
+- ``softmax``: one-pass SOFTMAX and LOG_SOFTMAX (both versions).
 """
 
-from . import elementwise, elementwise_map, movement, reduce, reduce_paths, reduce_plan
+from . import elementwise, elementwise_map, movement, reduce, reduce_paths, reduce_plan, softmax
 from .reduce_paths import arg_reduce, log_sum_exp, reduce_extreme
 from .reduce_plan import plan
 
@@ -30,4 +31,5 @@ __all__ = [
     "reduce_extreme",
     "reduce_paths",
     "reduce_plan",
+    "softmax",
 ]

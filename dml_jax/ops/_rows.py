@@ -120,7 +120,12 @@ def define(row: Row, module: str) -> type:
         fields,
         bases=(OperatorDesc,),
         frozen=True,
-        namespace={"operator_type": operator_type, "fusable": row.fusable, "__doc__": doc},
+        namespace={
+            "operator_type": operator_type,
+            "fusable": row.fusable,
+            "activation": row.name.startswith("ACTIVATION_"),
+            "__doc__": doc,
+        },
     )
     cls.__module__ = module
 

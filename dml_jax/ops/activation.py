@@ -13,17 +13,27 @@ and their unused branch is kept finite so gradients stay finite.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax import lax
 
 from ..enums import FeatureLevel as L
+from ..errors import Validator
 from ..fields import FLOAT
 from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, rows, types
 from ._rows import Row, class_name, define
+from .clip import convert_float_bound
 
 _F2_TABLE = rows((L.FL_1_0, DIMS4, F2), (L.FL_2_0, DIMS4_5, F2), (L.FL_3_0, DIMS1_8, F2))
+_INTS = types("INT32", "INT16", "INT8")
+_TABLE_2_0 = rows((L.FL_2_0, DIMS4_5, F2), (L.FL_3_0, DIMS1_8, F2))
+_TABLE_3_0 = rows((L.FL_3_0, DIMS1_8, F2))
+_TABLE_5_1 = rows((L.FL_5_1, DIMS1_8, F2))
+_TABLE_6_2 = rows((L.FL_6_2, DIMS1_8, F2))
 
 
 def _relu(d: Any, x):
@@ -56,6 +66,122 @@ def _sigmoid(d: Any, x):
     return jax.nn.sigmoid(x)  # lax.logistic: stable for large |x|
 
 
+def _f(d: Any, name: str, x):
+    """A FLOAT attribute in the compute type (DML's FLOAT is float32)."""
+    return jnp.asarray(np.float32(getattr(d, name)), x.dtype)
+
+
+def _keep_nan(x, y):
+    """``y``, with NaN wherever ``x`` is NaN: piecewise functions whose comparisons would map a
+    NaN to a branch's constant propagate it instead (docs/semantics.md, as RELU does)."""
+    return jnp.where(jnp.isnan(x), x, y)
+
+
+def _celu(d: Any, x):
+    # max(0, x) + min(0, Alpha * (exp(x / Alpha) - 1)). With Alpha > 0 the second term is 0 for
+    # x >= 0, so exp is taken of min(x, 0) only (a finite gradient for large x); with Alpha < 0
+    # it is 0 for x <= 0 and exp is taken of max(x, 0).
+    alpha = _f(d, "alpha", x)
+    clipped = jnp.minimum(x, 0) if np.float32(d.alpha) > 0 else jnp.maximum(x, 0)
+    return jnp.maximum(x, 0) + jnp.minimum(0, alpha * jnp.expm1(clipped / alpha))
+
+
+def _gelu(d: Any, x):
+    # The exact form: x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2))).
+    return 0.5 * x * (1 + lax.erf(x * np.float32(1 / math.sqrt(2))))
+
+
+def _hard_sigmoid(d: Any, x):
+    return jnp.clip(_f(d, "alpha", x) * x + _f(d, "beta", x), 0, 1)
+
+
+def _hard_swish(d: Any, x):
+    return x * jnp.clip(_f(d, "alpha", x) * x + _f(d, "beta", x), 0, 1)
+
+
+def _leaky_relu(d: Any, x):
+    return jnp.where(x >= 0, x, _f(d, "alpha", x) * x)  # NaN: Alpha * NaN
+
+
+def _parameterized_relu(d: Any, x, slope):
+    return jnp.where(x >= 0, x, slope * x)
+
+
+def _softplus_of(z):
+    return jnp.logaddexp(z, jnp.zeros_like(z))  # log(1 + exp(z)) without overflow
+
+
+def _parametric_softplus(d: Any, x):
+    return _f(d, "alpha", x) * _softplus_of(_f(d, "beta", x) * x)
+
+
+def _scaled_elu(d: Any, x):
+    alpha, gamma = _f(d, "alpha", x), _f(d, "gamma", x)
+    return gamma * jnp.where(x > 0, x, alpha * jnp.expm1(jnp.minimum(x, 0)))
+
+
+def _scaled_tanh(d: Any, x):
+    return _f(d, "alpha", x) * jnp.tanh(_f(d, "beta", x) * x)
+
+
+def _int_shrink(d: Any, x):
+    # Integers (FL 5_1): x > Threshold is x > floor(Threshold), x < -Threshold is
+    # x < ceil(-Threshold), decided in Python on the float32 attributes; Bias converts with
+    # CLIP's rule (toward zero, saturated) and the arithmetic wraps (docs/semantics.md).
+    info = jnp.iinfo(x.dtype)
+    threshold = float(np.float32(d.threshold))
+    bias = jnp.asarray(convert_float_bound(d.bias, d.output_tensor.data_type), x.dtype)
+
+    def beyond(limit: float, above: bool):
+        bound = math.floor(limit) if above else math.ceil(limit)
+        if (bound >= info.max) if above else (bound <= info.min):
+            return jnp.zeros(x.shape, bool)
+        if (bound < info.min) if above else (bound > info.max):
+            return jnp.ones(x.shape, bool)
+        return x > bound if above else x < bound
+
+    zero = jnp.zeros_like(x)
+    return jnp.where(
+        beyond(threshold, True), x - bias, jnp.where(beyond(-threshold, False), x + bias, zero)
+    )
+
+
+def _shrink(d: Any, x):
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        return _int_shrink(d, x)
+    bias, threshold = _f(d, "bias", x), _f(d, "threshold", x)
+    y = jnp.where(x > threshold, x - bias, jnp.where(x < -threshold, x + bias, jnp.zeros_like(x)))
+    return _keep_nan(x, y)
+
+
+def _softplus(d: Any, x):
+    steepness = _f(d, "steepness", x)
+    return _softplus_of(steepness * x) / steepness
+
+
+def _softsign(d: Any, x):
+    # x / (1 + |x|); at +-inf the limit +-1 (inf / inf would be NaN).
+    return jnp.where(jnp.isinf(x), jnp.sign(x), x / (1 + jnp.abs(x)))
+
+
+def _swish(d: Any, x):
+    return x * jax.nn.sigmoid(_f(d, "sigmoid_input_scale", x) * x)
+
+
+def _softplus_rules(d: Any, v: Validator) -> None:
+    if v.level is None or v.level >= L.FL_6_4:
+        return  # feature level 6_4 allows any Steepness
+    v.check(
+        "Steepness",
+        np.float32(d.steepness) >= 1,
+        f"must be >= 1 below feature level 6_4, got {d.steepness} (at {v.level.label})",
+    )
+
+
+def _thresholded_relu(d: Any, x):
+    return _keep_nan(x, jnp.where(x > _f(d, "alpha", x), x, jnp.zeros_like(x)))
+
+
 _X = {"InputTensor": [-2.0, -1.0, -0.5, 0.0, 0.5, 2.0]}
 
 
@@ -69,8 +195,7 @@ def _activation(name, level, attrs, fn, support, summary, example, **kw) -> Row:
         support,
         (example, dict(_X)),
         attrs=attrs,
-        fusable=True,
-        **kw,
+        **{"fusable": True, **kw},
     )
 
 
@@ -102,7 +227,7 @@ ROWS = (
         "1_0",
         (),
         _relu,
-        _F2_TABLE + rows((L.FL_5_1, DIMS1_8, F2 | types("INT32", "INT16", "INT8"))),
+        _F2_TABLE + rows((L.FL_5_1, DIMS1_8, F2 | _INTS)),
         "max(0, x)",
         {},
         jnp=jax.nn.relu,
@@ -118,6 +243,171 @@ ROWS = (
         {},
         jnp=jax.nn.sigmoid,
         torch=lambda torch, x: torch.sigmoid(x),
+    ),
+)
+
+_ONE = (("alpha", FLOAT),)
+_TWO = (("alpha", FLOAT), ("beta", FLOAT))
+ROWS += (
+    _activation(
+        "CELU",
+        "3_0",
+        _ONE,
+        _celu,
+        _TABLE_3_0,
+        "max(0, x) + min(0, Alpha * (exp(x / Alpha) - 1))",
+        {"Alpha": 1.5},
+        jnp=lambda x: jax.nn.celu(x, 1.5),
+        torch=lambda torch, x: torch.nn.functional.celu(x, 1.5),
+    ),
+    _activation(
+        "GELU",
+        "5_1",
+        (),
+        _gelu,
+        _TABLE_5_1,
+        "0.5 * x * (1 + erf(x / sqrt(2)))",
+        {},
+        jnp=lambda x: jax.nn.gelu(x, approximate=False),
+        torch=lambda torch, x: torch.nn.functional.gelu(x),
+        fusable=False,
+    ),
+    _activation(
+        "HARD_SIGMOID",
+        "1_0",
+        _TWO,
+        _hard_sigmoid,
+        _F2_TABLE,
+        "max(0, min(Alpha * x + Beta, 1))",
+        {"Alpha": 0.2, "Beta": 0.5},
+        jnp=lambda x: jnp.clip(0.2 * x + 0.5, 0, 1),
+        torch=lambda torch, x: torch.clamp(0.2 * x + 0.5, 0, 1),
+    ),
+    _activation(
+        "HARD_SWISH",
+        "6_2",
+        _TWO,
+        _hard_swish,
+        _TABLE_6_2,
+        "x * max(0, min(Alpha * x + Beta, 1))",
+        {"Alpha": 1 / 6, "Beta": 0.5},
+        jnp=jax.nn.hard_swish,
+        torch=lambda torch, x: torch.nn.functional.hardswish(x),
+        fusable=False,
+    ),
+    _activation("IDENTITY", "1_0", (), lambda d, x: x, _F2_TABLE, "x", {}, jnp=lambda x: x + 0),
+    _activation(
+        "LEAKY_RELU",
+        "1_0",
+        _ONE,
+        _leaky_relu,
+        _F2_TABLE,
+        "x for x >= 0, Alpha * x below",
+        {"Alpha": 0.1},
+        jnp=lambda x: jax.nn.leaky_relu(x, 0.1),
+        torch=lambda torch, x: torch.nn.functional.leaky_relu(x, 0.1),
+    ),
+    _activation(
+        "PARAMETRIC_SOFTPLUS",
+        "1_0",
+        _TWO,
+        _parametric_softplus,
+        _F2_TABLE,
+        "Alpha * log(1 + exp(Beta * x))",
+        {"Alpha": 2.0, "Beta": 0.5},
+    ),
+    _activation(
+        "SCALED_ELU",
+        "1_0",
+        (("alpha", FLOAT), ("gamma", FLOAT)),
+        _scaled_elu,
+        _F2_TABLE,
+        "Gamma * x for x > 0, Gamma * Alpha * (exp(x) - 1) below",
+        {"Alpha": 1.6732632, "Gamma": 1.050701},
+        jnp=jax.nn.selu,
+        torch=lambda torch, x: torch.selu(x),
+    ),
+    _activation(
+        "SCALED_TANH",
+        "1_0",
+        _TWO,
+        _scaled_tanh,
+        _F2_TABLE,
+        "Alpha * tanh(Beta * x)",
+        {"Alpha": 1.5, "Beta": 0.5},
+    ),
+    _activation(
+        "SHRINK",
+        "2_0",
+        (("bias", FLOAT), ("threshold", FLOAT)),
+        _shrink,
+        _TABLE_2_0 + rows((L.FL_5_1, DIMS1_8, F2 | _INTS | types("UINT32", "UINT16", "UINT8"))),
+        "x - Bias above Threshold, x + Bias below -Threshold, else 0",
+        {"Bias": 0.25, "Threshold": 0.5},
+    ),
+    _activation(
+        "SOFTPLUS",
+        "1_0",
+        (("steepness", FLOAT),),
+        _softplus,
+        _F2_TABLE,
+        "log(1 + exp(Steepness * x)) / Steepness",
+        {"Steepness": 1.0},
+        jnp=jax.nn.softplus,
+        torch=lambda torch, x: torch.nn.functional.softplus(x),
+        rules=_softplus_rules,
+    ),
+    _activation(
+        "SOFTSIGN",
+        "1_0",
+        (),
+        _softsign,
+        _F2_TABLE,
+        "x / (1 + |x|)",
+        {},
+        jnp=jax.nn.soft_sign,
+        torch=lambda torch, x: torch.nn.functional.softsign(x),
+    ),
+    _activation(
+        "SWISH",
+        "6_2",
+        (("sigmoid_input_scale", FLOAT),),
+        _swish,
+        _TABLE_6_2,
+        "x * sigmoid(SigmoidInputScale * x)",
+        {"SigmoidInputScale": 1.0},
+        jnp=jax.nn.silu,
+        torch=lambda torch, x: torch.nn.functional.silu(x),
+        fusable=False,
+    ),
+    _activation(
+        "TANH",
+        "1_0",
+        (),
+        lambda d, x: jnp.tanh(x),
+        _F2_TABLE,
+        "tanh(x)",
+        {},
+        jnp=jnp.tanh,
+        torch=lambda torch, x: torch.tanh(x),
+    ),
+    _activation(
+        "THRESHOLDED_RELU",
+        "1_0",
+        _ONE,
+        _thresholded_relu,
+        _F2_TABLE,
+        "x for x > Alpha, else 0",
+        {"Alpha": 0.25},
+    ),
+    Row(
+        "ACTIVATION_PARAMETERIZED_RELU",
+        "1_0",
+        "x for x >= 0, Slope * x below (SlopeTensor broadcast through strides)",
+        _parameterized_relu,
+        _F2_TABLE + rows((L.FL_5_1, DIMS1_8, F2 | _INTS)),
+        ({}, {**_X, "SlopeTensor": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]}),
+        inputs=("input_tensor", "slope_tensor"),
     ),
 )
 

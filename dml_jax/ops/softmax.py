@@ -1,0 +1,236 @@
+"""DML_OPERATOR_ACTIVATION_SOFTMAX, LOG_SOFTMAX, HARDMAX and their ``1`` versions.
+
+The original operators (FL 1_0) normalize over the last dimension of a tensor whose effective
+rank (DimensionCount without the leading size-1 dimensions) is at most 2; the ``1`` versions
+(FL 5_1) over any non-empty set of unique ``Axes``, and equal the originals with
+``Axes = {DimensionCount - 1}``. They are not fusable and not in place.
+
+Numerics (docs/semantics.md, "Softmax"): FLOAT16 is computed in float32 and rounded once; the
+maximum over the normalized elements is subtracted first, so large magnitudes neither overflow
+nor lose their differences, and ``-inf`` entries give 0 (log: ``-inf``). A slice that is all
+``-inf`` has no normalization: NaN, as is any slice holding a NaN or ``+inf``. HARDMAX gives 1 at
+the first maximum in row-major order over the normalized axes (NaN counts as the maximum, as in
+ARGMAX) and 0 elsewhere; it is piecewise constant, so its gradient is 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..enums import FeatureLevel as L
+from ..errors import Validator
+from ..fields import UINT_ARRAY, OperatorDesc, attribute, count_of, input_field, output_field
+from ..registry import BenchCase, Example, register
+from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, rows
+from ..tensor import TensorDesc
+from ._common import infer_same, same_tensors
+
+_V0_TABLE = rows((L.FL_1_0, DIMS4, F2), (L.FL_2_0, DIMS4_5, F2), (L.FL_3_0, DIMS1_8, F2))
+_V1_TABLE = rows((L.FL_5_1, DIMS1_8, F2))
+
+
+def softmax(x, axes: tuple[int, ...]):
+    """exp(x - max) / sum(exp(x - max)) over ``axes`` (float32 or wider)."""
+    m = lax.stop_gradient(jnp.max(x, axis=axes, keepdims=True))
+    # An all -inf slice keeps m = -inf, so x - m is NaN there: no normalization exists.
+    e = jnp.exp(x - m)
+    return e / jnp.sum(e, axis=axes, keepdims=True)
+
+
+def log_softmax(x, axes: tuple[int, ...]):
+    """x - max - log(sum(exp(x - max))) over ``axes``."""
+    m = lax.stop_gradient(jnp.max(x, axis=axes, keepdims=True))
+    shifted = x - m
+    return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=axes, keepdims=True))
+
+
+def hardmax(x, axes: tuple[int, ...]):
+    """1 at the first maximum (row-major over ``axes``; NaN is the maximum), else 0."""
+    rest = tuple(i for i in range(x.ndim) if i not in axes)
+    order = rest + tuple(sorted(axes))
+    moved = jnp.transpose(x, order)
+    outer = moved.shape[: len(rest)]
+    flat = moved.reshape(outer + (math.prod(moved.shape[len(rest) :]),))
+    # argmax reports the first maximum and treats NaN as the largest value.
+    index = jnp.argmax(flat, axis=-1)
+    hot = (jnp.arange(flat.shape[-1]) == index[..., None]).astype(x.dtype)
+    return jnp.transpose(hot.reshape(moved.shape), np.argsort(order))
+
+
+_FUNCTIONS = {"SOFTMAX": softmax, "LOG_SOFTMAX": log_softmax, "HARDMAX": hardmax}
+_SUMMARY = {
+    "SOFTMAX": "exp(x) / sum(exp(x))",
+    "LOG_SOFTMAX": "x - log(sum(exp(x)))",
+    "HARDMAX": "1 at the first maximum, 0 elsewhere",
+}
+
+
+def _axes(d: Any) -> tuple[int, ...]:
+    axes = getattr(d, "axes", None)
+    return tuple(sorted(axes)) if axes is not None else (d.input_tensor.rank - 1,)
+
+
+def _lower(function: str):
+    fn = _FUNCTIONS[function]
+
+    def lower(d: Any, x):
+        axes = _axes(d)
+        if function == "HARDMAX":
+            return (fn(x, axes),)  # exact in any float type: no rounding to do
+        wide = x.astype(jnp.float32) if x.dtype == jnp.float16 else x
+        return (fn(wide, axes).astype(x.dtype),)
+
+    return lower
+
+
+def _validate_v0(d: Any, v: Validator) -> None:
+    same_tensors(d, v)
+    sizes = d.input_tensor.sizes
+    leading = next((i for i, s in enumerate(sizes) if s != 1), len(sizes))
+    effective = len(sizes) - leading
+    v.check(
+        "InputTensor.Sizes",
+        effective <= 2,
+        f"must have an effective rank of at most 2 (DimensionCount without the leading size-1 "
+        f"dimensions), got {effective}",
+    )
+
+
+def _validate_v1(d: Any, v: Validator) -> None:
+    same_tensors(d, v)
+    v.axes("Axes", d.axes, d.input_tensor.rank)
+
+
+def _v0_class(function: str) -> type:
+    name = "".join(w.capitalize() for w in function.split("_"))
+
+    @dataclass(frozen=True)
+    class Desc(OperatorDesc):
+        operator_type: ClassVar[str] = f"DML_OPERATOR_ACTIVATION_{function}"
+        activation: ClassVar[bool] = True
+        input_tensor: TensorDesc = input_field()
+        output_tensor: TensorDesc = output_field()
+
+    Desc.__name__ = Desc.__qualname__ = f"Activation{name}OperatorDesc"
+    Desc.__doc__ = (
+        f"DML_ACTIVATION_{function}_OPERATOR_DESC: {_SUMMARY[function]} over the last dimension "
+        "(FL 1_0).\n\n"
+        "    Fields:\n"
+        "        input_tensor, output_tensor: same data type and sizes; the input's effective rank\n"
+        "            (DimensionCount without leading size-1 dimensions) is at most 2.\n    "
+    )
+    Desc.__module__ = __name__
+    return Desc
+
+
+def _v1_class(function: str) -> type:
+    name = "".join(w.capitalize() for w in function.split("_"))
+
+    @dataclass(frozen=True)
+    class Desc(OperatorDesc):
+        operator_type: ClassVar[str] = f"DML_OPERATOR_ACTIVATION_{function}1"
+        activation: ClassVar[bool] = True
+        input_tensor: TensorDesc = input_field()
+        output_tensor: TensorDesc = output_field()
+        axis_count: int | None = count_of("axes")
+        axes: tuple[int, ...] = attribute(UINT_ARRAY)
+
+    Desc.__name__ = Desc.__qualname__ = f"Activation{name}1OperatorDesc"
+    Desc.__doc__ = (
+        f"DML_ACTIVATION_{function}1_OPERATOR_DESC: {_SUMMARY[function]} over Axes (FL 5_1).\n\n"
+        "    Fields:\n"
+        "        input_tensor, output_tensor: same data type and sizes.\n"
+        "        axis_count: optional; must equal ``len(axes)``.\n"
+        "        axes: non-empty, unique, each in [0, DimensionCount - 1]; order is irrelevant.\n"
+        "    "
+    )
+    Desc.__module__ = __name__
+    return Desc
+
+
+def _bench(function: str, version: str):
+    def cases(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
+        if dtype not in ("float32", "float16"):
+            return []
+        n = math.prod(shape)
+        t = TensorDesc(dtype.upper(), shape)
+        label = f"{function}{version}"
+        jnp_fn = {"SOFTMAX": jax.nn.softmax, "LOG_SOFTMAX": jax.nn.log_softmax}.get(function)
+        torch_name = {"SOFTMAX": "softmax", "LOG_SOFTMAX": "log_softmax"}.get(function)
+        out = []
+        if version == "":
+            for row in (1024, 32768):
+                if n % row:
+                    continue  # a small (quick) shape
+                flat = TensorDesc(dtype.upper(), (n // row, row))
+                out.append(
+                    BenchCase(
+                        f"{label} rows of {row}",
+                        CLASSES[function](flat, flat),
+                        jnp=jnp_fn and (lambda x, f=jnp_fn: f(x, axis=-1)),
+                        torch=torch_name
+                        and (lambda torch, x, m=torch_name: getattr(torch, m)(x, dim=-1)),
+                    )
+                )
+        elif full or function == "SOFTMAX":
+            out.append(
+                BenchCase(
+                    f"{label} axis 1 (NCHW)",
+                    CLASSES[function + "1"](t, t, axes=(1,)),
+                    jnp=jnp_fn and (lambda x, f=jnp_fn: f(x, axis=1)),
+                    torch=torch_name
+                    and (lambda torch, x, m=torch_name: getattr(torch, m)(x, dim=1)),
+                )
+            )
+        return out
+
+    return cases
+
+
+def _example(function: str, version: str) -> Example:
+    desc = {
+        "InputTensor": {"DataType": "FLOAT32", "Sizes": [2, 3]},
+        "OutputTensor": {"DataType": "FLOAT32", "Sizes": [2, 3]},
+    }
+    if version:
+        desc["AxisCount"] = 1
+        desc["Axes"] = [0]
+    where = "over each column" if version else "over each row"
+    return Example(
+        {"type": f"DML_OPERATOR_ACTIVATION_{function}{version}", "desc": desc},
+        {
+            "InputTensor": [1.0, 2.0, 3.0, 3.0, 2.0, 1.0]
+            if function != "HARDMAX"
+            else [1, 3, 3, 2, 2, 0]
+        },
+        f"{_SUMMARY[function]} {where}",
+    )
+
+
+CLASSES: dict[str, type] = {}
+for _function in _FUNCTIONS:
+    for _version, _make, _validate, _table in (
+        ("", _v0_class, _validate_v0, _V0_TABLE),
+        ("1", _v1_class, _validate_v1, _V1_TABLE),
+    ):
+        _cls = _make(_function)
+        CLASSES[_function + _version] = _cls
+        globals()[_cls.__name__] = _cls
+        register(
+            _cls,
+            infer=infer_same,
+            validate=_validate,
+            lower=_lower(_function),
+            support=_table,
+            example=_example(_function, _version),
+            differentiable=(lambda d, f=_function: f != "HARDMAX"),
+            bench=_bench(_function, _version),
+        )
+del _function, _version, _make, _validate, _table, _cls
