@@ -2,8 +2,8 @@
 
 For each case (rows of 1024 and 32768, axis 1 of NCHW with C = 32, 1 GiB of float32 or the same
 bytes of float16): the kernel against the lax lowering (max |difference| in ulps of the result,
-NaN positions equal), then GB/s of the kernel for each (tile elements, warps) variant, of the lax
-lowering, and of the device copy, one sync per many dispatches. Run from the repository root:
+NaN positions equal), then GB/s of the kernel for each (tile bytes, loop rows, warps) variant, of the
+lax lowering, and of the best device copy (XLA's or PyTorch's), one sync per many dispatches. Run from the repository root:
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/softmax_variants.py
 """
@@ -23,7 +23,9 @@ from dml_jax.ops.softmax import log_softmax, softmax
 
 CASES = [("rows of 1024", (1 << 18, 1024), (1,)), ("rows of 32768", (1 << 13, 32768), (1,)),
          ("axis 1 NCHW C=32", (16, 32, 512, 1024), (1,))]  # fmt: skip
-VARIANTS = [(2048, None), (4096, None), (8192, None), (4096, 8), (8192, 16), (16384, 16)]
+# (tile bytes, loop rows, warps)
+VARIANTS = [(8192, 4096, 4), (16384, 4096, 4), (8192, 2048, 4), (8192, 8192, 8), (4096, 4096, 4),
+            (8192, 4096, 8)]  # fmt: skip
 
 
 def timeit(fn, x, reps=20):
@@ -39,6 +41,28 @@ def timeit(fn, x, reps=20):
     return min(best)
 
 
+def torch_copy_seconds(shape, dtype) -> float:
+    """PyTorch's device copy of the same tensor (the faster roofline for 2-byte types), or inf."""
+    try:
+        import torch
+    except ImportError:
+        return float("inf")
+    src = torch.empty(shape, dtype=getattr(torch, dtype), device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(20):
+            dst.copy_(src)
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t) / 20)
+    del src, dst
+    torch.cuda.empty_cache()
+    return best
+
+
 def main() -> int:
     rows = []
     for dtype in ("float32", "float16"):
@@ -48,15 +72,15 @@ def main() -> int:
             x = jax.random.normal(jax.random.PRNGKey(0), shape, jnp.float32).astype(dtype) * 4
             nbytes = 2 * x.size * x.dtype.itemsize
             copy = jax.jit(lambda y: -y)
-            t_copy = timeit(copy, x)
+            t_copy = min(timeit(copy, x), torch_copy_seconds(shape, dtype))
             for log in (False, True):
                 fn = log_softmax if log else softmax
                 lax_fn = jax.jit(lambda y, f=fn: f(y.astype(jnp.float32), axes).astype(y.dtype))
                 t_lax = timeit(lax_fn, x)
                 name = ("LOG_SOFTMAX " if log else "SOFTMAX ") + label
                 want = np.asarray(lax_fn(x)).astype(np.float32)
-                for tile, warps in VARIANTS:
-                    K.TILE_ELEMENTS, K.WARPS = tile, warps
+                for tile, loop, warps in VARIANTS:
+                    K.TILE_BYTES, K.LOOP_ROWS, K.WARPS = tile, loop, warps
                     v = K.plan(shape, axes, x.dtype)
                     if v is None:
                         print(f"{name} {dtype}: no plan")
@@ -67,14 +91,16 @@ def main() -> int:
                     ulps = np.nanmax(np.abs(got - want) / (scale * np.finfo(dtype).eps))
                     nan_ok = bool(np.array_equal(np.isnan(got), np.isnan(want)))
                     t = timeit(kfn, x)
-                    row = dict(case=name, dtype=dtype, tile=tile, warps=v.warps, cols=v.cols,
+                    row = dict(case=name, dtype=dtype, tile=tile, loop=loop, warps=v.warps,
+                               cols=v.cols, rows=v.rows,
                                kernel_gbps=nbytes / t / 1e9, lax_gbps=nbytes / t_lax / 1e9,
                                copy_gbps=nbytes / t_copy / 1e9, max_ulps=float(ulps),
                                nan_positions_equal=nan_ok)  # fmt: skip
                     row["kernel_ratio"] = row["kernel_gbps"] / row["copy_gbps"]
                     row["lax_ratio"] = row["lax_gbps"] / row["copy_gbps"]
                     rows.append(row)
-                    print(f"{name:28s} {dtype:8s} tile {tile:6d} warps {v.warps:2d} cols {v.cols:5d}"
+                    print(f"{name:28s} {dtype:8s} tile {tile:6d}B loop {loop:5d} warps {v.warps:2d}"
+                          f" rows {v.rows:5d} cols {v.cols:5d}"
                           f"  kernel {row['kernel_ratio']:.2f}  lax {row['lax_ratio']:.2f}"
                           f"  ulps {ulps:.1f} nan {nan_ok}", flush=True)  # fmt: skip
             del x

@@ -3,6 +3,7 @@ jit / vmap / gradients, and their use as a FusedActivation."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax.numpy as jnp
@@ -14,6 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import dml_jax as dml
+from dml_jax import catalog, registry
+from dml_jax.fields import FLOAT
 
 ACTIVATIONS = {
     "DML_OPERATOR_ACTIVATION_ELU": (dml.ActivationEluOperatorDesc, {"alpha": 0.5}),
@@ -69,21 +72,67 @@ def test_activation_worked_values(desc, inputs, expected):
     np.testing.assert_allclose(reference.reference(desc, *inputs)[0], expected[0], rtol=1e-6)
 
 
+# Every registered activation (RELU_GRAD, a training operator, has its own tests).
+ALL = sorted(
+    n
+    for n in dml.registered_operators()
+    if n.startswith("DML_OPERATOR_ACTIVATION_") and not n.endswith("_GRAD")
+)
+_NORMALIZING = ("SOFTMAX", "LOG_SOFTMAX", "HARDMAX")
+
+
+def _kind(name: str) -> str:
+    """ "v0" (last axis, effective rank <= 2), "v1" (Axes) or "map" (element by element)."""
+    short = name.removeprefix("DML_OPERATOR_ACTIVATION_")
+    if short in _NORMALIZING:
+        return "v0"
+    return "v1" if short.removesuffix("1") in _NORMALIZING and short.endswith("1") else "map"
+
+
+def from_registry(name: str, type_name: str, sizes, **attrs):
+    """The registry example of ``name`` retyped to ``type_name`` and ``sizes``, ``attrs`` set."""
+    desc = catalog.retyped(catalog.example_desc(registry.lookup(name)), type_name, tuple(sizes))
+    if "axes" in attrs:
+        attrs = {"axis_count": None, **attrs}
+    return dataclasses.replace(desc, **attrs)
+
+
+# Attribute ranges: away from DirectML's undefined or degenerate values (Alpha = 0 in CELU
+# divides by 0, Steepness near 0); SOFTPLUS's Steepness < 1 is valid at the newest level.
+_RANGES = {"steepness": (0.25, 4.0)}
+
+
 @st.composite
 def activation_cases(draw, name=None):
-    name = name or draw(st.sampled_from(NAMES))
-    key = name
-    type_name = draw(st.sampled_from(S.types_at_newest(key)))
-    shape = draw(S.shapes(ranks=S.ranks_at_newest(key)))
+    name = name or draw(st.sampled_from(ALL))
+    type_name = draw(st.sampled_from(S.types_at_newest(name)))
+    kind = _kind(name)
+    if kind == "v0":
+        rank = draw(st.sampled_from(S.ranks_at_newest(name)))
+        core = draw(st.lists(st.integers(1, 12), min_size=min(rank, 2), max_size=min(rank, 2)))
+        shape = (1,) * (rank - len(core)) + tuple(core)
+    else:
+        shape = draw(S.shapes(ranks=S.ranks_at_newest(name)))
+    example = catalog.example_desc(registry.lookup(name))
     attrs = {}
-    if "alpha" in ACTIVATIONS[name][1]:
-        attrs["alpha"] = draw(st.floats(-3, 3, width=32))
-    if "beta" in ACTIVATIONS[name][1]:
-        attrs["beta"] = draw(st.floats(-3, 3, width=32))
+    for f in example.declared("attribute"):
+        if f.metadata["type"] is FLOAT:
+            lo, hi = _RANGES.get(f.name, (-3.0, 3.0))
+            value = draw(st.floats(lo, hi, width=32))
+            if name.endswith("_CELU") and abs(value) < 0.1:
+                value = 0.5
+            attrs[f.name] = value
+    if kind == "v1":
+        k = draw(st.integers(1, len(shape)))
+        attrs["axes"] = tuple(draw(st.permutations(range(len(shape))))[:k])
     rng = draw(S.seeds())
-    style = "ties" if type_name.startswith("INT") else draw(st.sampled_from(("full", "small")))
-    x = S.values(rng, type_name, shape, style)
-    return S.Case(make(name, type_name, shape, **attrs), (x,))
+    style = (
+        "ties"
+        if type_name.startswith(("INT", "UINT"))
+        else draw(st.sampled_from(("full", "small", "ties")))
+    )
+    inputs = tuple(S.values(rng, type_name, shape, style) for _ in example.input_slots())
+    return S.Case(from_registry(name, type_name, shape, **attrs), inputs)
 
 
 def _tolerance(case: S.Case) -> dict:
@@ -92,8 +141,11 @@ def _tolerance(case: S.Case) -> dict:
     return {"rtol": 2e-6, "atol": 1e-6}
 
 
-@given(case=activation_cases())
-def test_activation_matches_reference(case):
+@S.HALF
+@pytest.mark.parametrize("name", ALL)
+@given(data=st.data())
+def test_activation_matches_reference(name, data):
+    case = data.draw(activation_cases(name))
     got = S.run(case)
     want = reference.reference(case.desc, *case.inputs)
     exact = not np.issubdtype(case.inputs[0].dtype, np.floating)
@@ -112,13 +164,52 @@ def test_activation_vmap_equals_loop(case):
     S.check_vmap(case, **S.same_program_tolerance(case))
 
 
-@pytest.mark.parametrize("name", NAMES)
+GRADIENT_NAMES = [n for n in ALL if not n.endswith(("_HARDMAX", "_HARDMAX1"))]
+
+
+@pytest.mark.parametrize("name", GRADIENT_NAMES)
 def test_activation_gradients(name):
     rng = np.random.default_rng(0)
-    # Away from the kinks (x = 0) where finite differences straddle two branches.
-    x = rng.uniform(0.2, 2.0, (3, 4)) * rng.choice([-1.0, 1.0], (3, 4))
-    case = S.Case(make(name, "FLOAT32", (3, 4)), (x.astype(np.float32),))
+    # Away from every kink of the examples' attributes (0, THRESHOLDED_RELU's 0.25, SHRINK's
+    # 0.5, HARD_SIGMOID's +-2.5, HARD_SWISH's +-3), where finite differences straddle branches.
+    example = catalog.example_desc(registry.lookup(name))
+    xs = tuple(
+        (rng.uniform(0.6, 2.0, (3, 4)) * rng.choice([-1.0, 1.0], (3, 4))).astype(np.float32)
+        for _ in example.input_slots()
+    )
+    case = S.Case(from_registry(name, "FLOAT32", (3, 4)), xs)
     S.check_grads(case, atol=2e-2, rtol=2e-2)
+
+
+def test_hardmax_has_zero_gradient():
+    import jax
+
+    desc = from_registry("DML_OPERATOR_ACTIVATION_HARDMAX1", "FLOAT32", (3, 4), axes=(1,))
+    op = dml.compile_operator(desc)
+    g = jax.grad(lambda x: (op.fn(x) * jnp.arange(12.0).reshape(3, 4)).sum())(jnp.ones((3, 4)))
+    np.testing.assert_array_equal(np.asarray(g), np.zeros((3, 4)))
+
+
+def test_softmax_is_stable_for_large_magnitudes_and_minus_infinity():
+    desc = from_registry("DML_OPERATOR_ACTIVATION_SOFTMAX1", "FLOAT32", (3, 3), axes=(1,))
+    x = np.array([[1e4, 1e4 - 1, -np.inf], [-1e4, -1e4, -1e4], [-np.inf] * 3], np.float32)
+    y = np.asarray(dml.compile_operator(desc)(x))
+    e = 1 / (1 + math.exp(-1))
+    np.testing.assert_allclose(y[0], [e, 1 - e, 0], rtol=1e-6)
+    np.testing.assert_allclose(y[1], [1 / 3] * 3, rtol=1e-6)
+    assert np.all(np.isnan(y[2]))  # an all -inf row has no normalization (docs/semantics.md)
+    log = from_registry("DML_OPERATOR_ACTIVATION_LOG_SOFTMAX1", "FLOAT32", (3, 3), axes=(1,))
+    z = np.asarray(dml.compile_operator(log)(x))
+    np.testing.assert_allclose(z[0, :2], [math.log(e), math.log(1 - e)], rtol=1e-6)
+    assert z[0, 2] == -np.inf and np.all(np.isnan(z[2]))
+
+
+def test_gelu_swish_hard_swish_at_infinities_are_their_limits():
+    x = np.array([-np.inf, np.inf, np.nan], np.float32)
+    for name, attrs in [("GELU", {}), ("SWISH", {}), ("HARD_SWISH", {})]:
+        desc = from_registry(f"DML_OPERATOR_ACTIVATION_{name}", "FLOAT32", (3,), **attrs)
+        y = np.asarray(dml.compile_operator(desc)(x))
+        assert y[0] == 0 and y[1] == np.inf and np.isnan(y[2]), (name, y)
 
 
 def test_relu_gradient_at_zero_is_zero_and_nan_propagates():

@@ -10,7 +10,8 @@ sum and the result in registers, and stores once, so the tensor is read once and
 The tensor is viewed as ``(A, R, B)`` (``R`` the normalized axes, adjacent once size-1 axes are
 dropped): with ``B == 1`` a program owns ``cols`` rows of the ``(A, R)`` matrix; otherwise it
 owns ``cols`` adjacent columns of one ``a`` and all ``R`` rows above them (contiguous runs of
-``cols`` elements). A slice longer than ``MAX_ELEMENTS`` (or non-adjacent axes) stays with lax.
+``cols`` elements). Longer slices take two passes over their tiles (the second mostly from L2).
+Normalized axes that are not adjacent stay with lax.
 
 Values: the lax formula (the maximum subtracted, ``exp``, a division by the sum; float16 in
 float32, rounded once). Triton's ``exp`` is not XLA's: the kernel agrees with the lax lowering
@@ -31,22 +32,26 @@ from ..fastpath import register_fast_path
 from .reduce import load_pallas
 
 DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
-MAX_ELEMENTS = 32768  # a whole (padded) slice per program: 64 float32 per thread at 16 warps
 _INDEX_LIMIT = 2**31 - 2**20
 MIN_PROGRAMS = 264  # fewer cannot fill a large GPU (the reduce kernels' rule); lax splits better
 
 
 @dataclass(frozen=True)
 class View:
-    """The ``(A, R, B)`` view of a softmax and its tile: ``rp`` (R padded to a power of two)
-    by ``cols`` (rows of the matrix for B == 1, columns otherwise), on ``warps`` warps."""
+    """The ``(A, R, B)`` view of a softmax and its tiles: ``rows`` (elements of R per tile, a
+    power of two; R padded to one tile when ``tiles == 1``) by ``cols`` (rows of the matrix for
+    B == 1, columns otherwise), on ``warps`` warps."""
 
     a: int
     r: int
     b: int
-    rp: int
+    rows: int
     cols: int
     warps: int
+
+    @property
+    def tiles(self) -> int:
+        return -(-self.r // self.rows)
 
     @property
     def programs(self) -> int:
@@ -77,75 +82,110 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
     a = math.prod(shape[i] for i in live[: pos[0]])
     r = math.prod(shape[i] for i in red)
     b = math.prod(shape[i] for i in live[pos[-1] + 1 :])
-    rp = _pow2_at_least(r)
-    if rp > MAX_ELEMENTS or a * r * b >= _INDEX_LIMIT:
+    if a * r * b >= _INDEX_LIMIT:
         return None
-    tile = TILE_ELEMENTS
+    tile = TILE_BYTES // np.dtype(dtype).itemsize
+    rp = _pow2_at_least(r)
     if b == 1:
-        cols = max(1, tile // rp)
-    else:
-        cols = max(16, min(_pow2_at_most(b), tile // rp, 1024))
-    elements = rp * cols
-    warps = WARPS or (4 if elements <= 4096 else 8 if elements <= 8192 else 16)
-    v = View(a, r, b, rp, cols, warps)
+        rows = rp if rp <= tile else LOOP_ROWS
+        cols = max(1, tile // rows)
+    elif rp * MIN_COLS <= 4 * tile:
+        rows, cols = rp, max(MIN_COLS, min(_pow2_at_most(b), tile // rp, 1024))
+    else:  # a long slice over columns: loop down it in tiles of LOOP_COLS columns
+        cols = min(_pow2_at_most(b), LOOP_COLS)
+        rows = max(1, tile // cols)
+    v = View(a, r, b, rows, cols, WARPS)
     return v if v.programs >= MIN_PROGRAMS else None
 
 
-# Elements per tile when a slice is shorter (more rows or columns per program), and warps
-# (None: 4 up to 4096 elements, 8 up to 8192, 16 above); benchmarks/softmax_variants.py sweeps them.
-TILE_ELEMENTS = 4096
-WARPS = None
+# Bytes per tile of a slice that fits one tile (more rows or columns per program for shorter
+# slices), the tile of the two-pass loop over longer slices, and warps; chosen by
+# benchmarks/softmax_variants.py on an H200 (benchmarks/RESULTS.md, round 6).
+TILE_BYTES = 8192
+LOOP_ROWS = 4096
+LOOP_COLS = 64
+MIN_COLS = 16  # columns of an inner-layout tile: 64 contiguous bytes of float32 at least
+WARPS = 4
 
 
 def softmax_kernel(x, v: View, log: bool, interpret: bool = False):
-    """SOFTMAX (or LOG_SOFTMAX with ``log``) of ``x`` over the ``R`` of view ``v``."""
+    """SOFTMAX (or LOG_SOFTMAX with ``log``) of ``x`` over the ``R`` of view ``v``.
+
+    A slice in one tile: its maximum, exponentials and sum in registers, one load and one
+    store. A longer slice: a first loop keeps a running maximum ``m`` and a running sum ``s`` of
+    ``exp(x - m)`` (rescaled by ``exp(old_m - new_m)`` when the maximum grows), a second loop
+    reads the slice again (from L2 mostly: the slices in flight fit in it) and stores
+    ``exp(x - m) / s`` (``x - m - log(s)``).
+    """
     pl, pltriton = load_pallas()
-    rp, cols = v.rp, v.cols
+    rows, cols = v.rows, v.cols
     neg_inf = np.float32(-np.inf)
+    inner = v.b > 1
+    ax = 0 if inner else 1
+    nb = -(-v.b // cols)
 
-    def normalize(tile, axis):
-        tile = tile.astype(jnp.float32)
-        m = jnp.max(tile, axis=axis, keepdims=True)
-        shifted = tile - m  # an all -inf slice: NaN, as in the lax lowering
-        e = jnp.exp(shifted)
-        s = jnp.sum(e, axis=axis, keepdims=True)
-        return shifted - jnp.log(s) if log else e / s
-
-    if v.b == 1:
-        x2 = jax.lax.reshape(x, (v.a, v.r))
-
-        def kernel(x_ref, o_ref):
-            pid = pl.program_id(0)
-            rows = pid * cols + jnp.arange(cols, dtype=jnp.int32)
-            red = jnp.arange(rp, dtype=jnp.int32)
-            valid = (rows < v.a)[:, None] & (red < v.r)[None, :]
-            at = (pl.ds(pid * cols, cols), pl.ds(0, rp))
-            tile = pltriton.load(x_ref.at[at], mask=valid, other=neg_inf.astype(x.dtype))
-            y = normalize(tile, 1)
-            pltriton.store(o_ref.at[at], y.astype(o_ref.dtype), mask=valid)
-
-    else:
-        x2 = jax.lax.reshape(x, (v.a * v.r, v.b))
-        nb = -(-v.b // cols)
-
-        def kernel(x_ref, o_ref):
-            pid = pl.program_id(0)
+    def where(pid, t):
+        """The tile ``t`` of program ``pid``: its ref index and mask."""
+        red = t * rows + jnp.arange(rows, dtype=jnp.int32)
+        if inner:
             a, j = pid // nb, pid % nb
-            red = jnp.arange(rp, dtype=jnp.int32)
             col = j * cols + jnp.arange(cols, dtype=jnp.int32)
             valid = (red < v.r)[:, None] & (col < v.b)[None, :]
-            at = (pl.ds(a * v.r, rp), pl.ds(j * cols, cols))
-            tile = pltriton.load(x_ref.at[at], mask=valid, other=neg_inf.astype(x.dtype))
-            y = normalize(tile, 0)
-            pltriton.store(o_ref.at[at], y.astype(o_ref.dtype), mask=valid)
+            return (pl.ds(a * v.r + t * rows, rows), pl.ds(j * cols, cols)), valid
+        row = pid * cols + jnp.arange(cols, dtype=jnp.int32)
+        valid = (row < v.a)[:, None] & (red < v.r)[None, :]
+        return (pl.ds(pid * cols, cols), pl.ds(t * rows, rows)), valid
 
+    def load(x_ref, pid, t):
+        at, valid = where(pid, t)
+        tile = pltriton.load(x_ref.at[at], mask=valid, other=neg_inf.astype(x.dtype))
+        return tile.astype(jnp.float32)
+
+    def store(o_ref, pid, t, y):
+        at, valid = where(pid, t)
+        pltriton.store(o_ref.at[at], y.astype(o_ref.dtype), mask=valid)
+
+    def result(tile, m, s):
+        shifted = tile - m  # m = -inf (an all -inf slice): NaN, as in the lax lowering
+        return shifted - jnp.log(s) if log else jnp.exp(shifted) / s
+
+    def kernel(x_ref, o_ref):
+        pid = pl.program_id(0)
+        if v.tiles == 1:
+            tile = load(x_ref, pid, 0)
+            m = jnp.max(tile, axis=ax, keepdims=True)
+            e = jnp.exp(tile - m)
+            s = jnp.sum(e, axis=ax, keepdims=True)
+            store(o_ref, pid, 0, tile - m - jnp.log(s) if log else e / s)
+            return
+
+        def first(t, carry):
+            m, s = carry
+            tile = load(x_ref, pid, t)
+            new_m = jnp.maximum(m, jnp.max(tile, axis=ax, keepdims=True))
+            # s == 0 (nothing seen yet, or only -inf) skips the rescale, whose exp(-inf - -inf)
+            # would be NaN; the terms then use the new maximum.
+            s = jnp.where(s > 0, s * jnp.exp(m - new_m), s)
+            return new_m, s + jnp.sum(jnp.exp(tile - new_m), axis=ax, keepdims=True)
+
+        shape = (1, cols) if inner else (cols, 1)
+        init = (jnp.full(shape, neg_inf), jnp.zeros(shape, jnp.float32))
+        m, s = jax.lax.fori_loop(0, v.tiles, first, init)
+
+        def second(t, carry):
+            store(o_ref, pid, t, result(load(x_ref, pid, t), m, s))
+            return carry
+
+        jax.lax.fori_loop(0, v.tiles, second, 0)
+
+    shape2 = (v.a * v.r, v.b) if inner else (v.a, v.r)
     out = pl.pallas_call(
         kernel,
-        out_shape=jax.ShapeDtypeStruct(x2.shape, x.dtype),
+        out_shape=jax.ShapeDtypeStruct(shape2, x.dtype),
         grid=(v.programs,),
         interpret=interpret,
         compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
-    )(x2)
+    )(jax.lax.reshape(x, shape2))
     return jax.lax.reshape(out, x.shape)
 
 

@@ -78,17 +78,22 @@ def _keep_nan(x, y):
 
 
 def _celu(d: Any, x):
-    # max(0, x) + min(0, Alpha * (exp(x / Alpha) - 1)). With Alpha > 0 the second term is 0 for
-    # x >= 0, so exp is taken of min(x, 0) only (a finite gradient for large x); with Alpha < 0
-    # it is 0 for x <= 0 and exp is taken of max(x, 0).
+    # max(0, x) + min(0, Alpha * (exp(x / Alpha) - 1)). For x >= 0 the second term is >= 0 for
+    # either sign of Alpha, so min() makes it 0 and exp is taken of min(x, 0) / Alpha only (a
+    # finite gradient for large positive x).
     alpha = _f(d, "alpha", x)
-    clipped = jnp.minimum(x, 0) if np.float32(d.alpha) > 0 else jnp.maximum(x, 0)
-    return jnp.maximum(x, 0) + jnp.minimum(0, alpha * jnp.expm1(clipped / alpha))
+    return jnp.maximum(x, 0) + jnp.minimum(0, alpha * jnp.expm1(jnp.minimum(x, 0) / alpha))
+
+
+def _gated(x, gate):
+    """x * gate, with the limit 0 where x is infinite and its gate 0 (not inf * 0 = NaN):
+    GELU(-inf), SWISH(-inf) and HARD_SWISH(-inf) are 0 (docs/semantics.md)."""
+    return jnp.where(jnp.isinf(x) & (gate == 0), jnp.zeros_like(x), x * gate)
 
 
 def _gelu(d: Any, x):
-    # The exact form: x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2))).
-    return 0.5 * x * (1 + lax.erf(x * np.float32(1 / math.sqrt(2))))
+    # The exact form: x * Phi(x) = x * 0.5 * (1 + erf(x / sqrt(2))).
+    return _gated(x, 0.5 * (1 + lax.erf(x * np.float32(1 / math.sqrt(2)))))
 
 
 def _hard_sigmoid(d: Any, x):
@@ -96,7 +101,7 @@ def _hard_sigmoid(d: Any, x):
 
 
 def _hard_swish(d: Any, x):
-    return x * jnp.clip(_f(d, "alpha", x) * x + _f(d, "beta", x), 0, 1)
+    return _gated(x, _hard_sigmoid(d, x))
 
 
 def _leaky_relu(d: Any, x):
@@ -165,7 +170,7 @@ def _softsign(d: Any, x):
 
 
 def _swish(d: Any, x):
-    return x * jax.nn.sigmoid(_f(d, "sigmoid_input_scale", x) * x)
+    return _gated(x, jax.nn.sigmoid(_f(d, "sigmoid_input_scale", x) * x))
 
 
 def _softplus_rules(d: Any, v: Validator) -> None:
@@ -293,6 +298,7 @@ ROWS += (
         {"Alpha": 1 / 6, "Beta": 0.5},
         jnp=jax.nn.hard_swish,
         torch=lambda torch, x: torch.nn.functional.hardswish(x),
+        in_place=False,  # the schema's flag (the page says in place is allowed)
         fusable=False,
     ),
     _activation("IDENTITY", "1_0", (), lambda d, x: x, _F2_TABLE, "x", {}, jnp=lambda x: x + 0),
@@ -378,6 +384,7 @@ ROWS += (
         {"SigmoidInputScale": 1.0},
         jnp=jax.nn.silu,
         torch=lambda torch, x: torch.nn.functional.silu(x),
+        in_place=False,  # the schema's flag (the page says in place is allowed)
         fusable=False,
     ),
     _activation(
