@@ -84,17 +84,24 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
     b = math.prod(shape[i] for i in live[pos[-1] + 1 :])
     if a * r * b >= _INDEX_LIMIT:
         return None
-    tile = TILE_BYTES // np.dtype(dtype).itemsize
+    itemsize = np.dtype(dtype).itemsize
+    tile = TILE_BYTES // itemsize
     rp = _pow2_at_least(r)
-    if b == 1:
+    warps = WARPS
+    if b == 1 and rp > tile and itemsize == 4 and rp <= WHOLE_ROW_MAX:
+        # A long float32 row in one tile on 16 warps ran 0.72 of the copy along rows of 32768
+        # against 0.61-0.63 for the two-pass loop (benchmarks/results/round6/softmax_*).
+        rows, cols, warps = rp, 1, WHOLE_ROW_WARPS
+    elif b == 1:
         rows = rp if rp <= tile else LOOP_ROWS
         cols = max(1, tile // rows)
+        warps = WARPS if rp <= tile else LOOP_WARPS
     elif rp * MIN_COLS <= 4 * tile:
         rows, cols = rp, max(MIN_COLS, min(_pow2_at_most(b), tile // rp, 1024))
     else:  # a long slice over columns: loop down it in tiles of LOOP_COLS columns
         cols = min(_pow2_at_most(b), LOOP_COLS)
         rows = max(1, tile // cols)
-    v = View(a, r, b, rows, cols, WARPS)
+    v = View(a, r, b, rows, cols, warps)
     return v if v.programs >= MIN_PROGRAMS else None
 
 
@@ -102,7 +109,10 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
 # slices), the tile of the two-pass loop over longer slices, and warps; chosen by
 # benchmarks/softmax_variants.py on an H200 (benchmarks/RESULTS.md, round 6).
 TILE_BYTES = 8192
-LOOP_ROWS = 4096
+LOOP_ROWS = 8192  # float16 rows of 32768: 8192-element tiles on 8 warps 0.65, 4096 on 4 0.62
+LOOP_WARPS = 8
+WHOLE_ROW_MAX = 32768
+WHOLE_ROW_WARPS = 16
 LOOP_COLS = 64
 MIN_COLS = 16  # columns of an inner-layout tile: 64 contiguous bytes of float32 at least
 WARPS = 4

@@ -9,6 +9,7 @@ first (float tensors only).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -25,8 +26,8 @@ from ..fields import (
     input_field,
     output_field,
 )
-from ..fused import apply_fused, validate_fused
-from ..registry import BenchCase, Example, register
+from ..fused import apply_fused, fusable_names, validate_fused
+from ..registry import BenchCase, Example, lookup, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, S4, S6, T8, T10, T11, rows
 from ..tensor import ScaleBias, TensorDesc
 from ._common import apply_scale_bias, infer_same, same_tensors, scale_bias_rule
@@ -196,19 +197,28 @@ def lower_add1(d: ElementWiseAdd1OperatorDesc, a, b):
 
 
 def _bench_add1(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    from .activation import ActivationReluOperatorDesc
+    """ADD1 with each activation DirectML can fuse (their registry examples), and ADD1 alone:
+    a fused activation should cost next to nothing over the addition."""
+    from ..catalog import example_desc  # reads the registry this module fills
 
     t = TensorDesc(dtype.upper(), shape)
     if not t.data_type.is_float:
         return []
-    return [
-        BenchCase(
-            "ADD1 + fused RELU",
-            ElementWiseAdd1OperatorDesc(t, t, t, ActivationReluOperatorDesc()),
-            jnp=lambda a, b: jax.nn.relu(a + b),
-            torch=lambda torch, a, b: torch.relu(a + b),
+    cases = [BenchCase("ADD1", ElementWiseAdd1OperatorDesc(t, t, t), jnp=jnp.add)]
+    for name in fusable_names():
+        act = example_desc(lookup(name))
+        act = dataclasses.replace(act, input_tensor=None, output_tensor=None)
+        short = name.removeprefix("DML_OPERATOR_ACTIVATION_")
+        extra = {}
+        if short == "RELU":
+            extra = {
+                "jnp": lambda a, b: jax.nn.relu(a + b),
+                "torch": lambda torch, a, b: torch.relu(a + b),
+            }
+        cases.append(
+            BenchCase(f"ADD1 + fused {short}", ElementWiseAdd1OperatorDesc(t, t, t, act), **extra)
         )
-    ]
+    return cases
 
 
 register(
