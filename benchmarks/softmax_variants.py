@@ -21,11 +21,11 @@ import numpy as np
 from dml_jax.kernels import softmax as K
 from dml_jax.ops.softmax import log_softmax, softmax
 
-CASES = [("rows of 1024", (1 << 18, 1024), (1,)), ("rows of 32768", (1 << 13, 32768), (1,)),
-         ("axis 1 NCHW C=32", (16, 32, 512, 1024), (1,))]  # fmt: skip
-# (tile bytes, loop rows, warps)
-VARIANTS = [(8192, 4096, 4), (16384, 4096, 4), (8192, 2048, 4), (8192, 8192, 8), (4096, 4096, 4),
-            (8192, 4096, 8)]  # fmt: skip
+CASES = [("rows of 32768", (1 << 13, 32768), (1,)), ("axis 1 NCHW C=32", (128, 32, 256, 256), (1,)),
+         ("axis 1 NCHW C=256", (16, 256, 256, 256), (1,))]  # fmt: skip
+# (tile bytes, loop rows, minimum inner-layout columns, warps; None: the plan's own)
+VARIANTS = [(8192, 8192, 16, None), (8192, 8192, 32, None), (8192, 8192, 64, None),
+            (8192, 8192, 64, 8), (8192, 8192, 32, 8), (16384, 8192, 64, 8)]  # fmt: skip
 
 
 def timeit(fn, x, reps=20):
@@ -79,8 +79,9 @@ def main() -> int:
                 t_lax = timeit(lax_fn, x)
                 name = ("LOG_SOFTMAX " if log else "SOFTMAX ") + label
                 want = np.asarray(lax_fn(x)).astype(np.float32)
-                for tile, loop, warps in VARIANTS:
-                    K.TILE_BYTES, K.LOOP_ROWS, K.WARPS = tile, loop, warps
+                for tile, loop, min_cols, warps in VARIANTS:
+                    K.TILE_BYTES, K.LOOP_ROWS, K.MIN_COLS = tile, loop, min_cols
+                    K.WARPS = warps
                     v = K.plan(shape, axes, x.dtype)
                     if v is None:
                         print(f"{name} {dtype}: no plan")
@@ -91,7 +92,8 @@ def main() -> int:
                     ulps = np.nanmax(np.abs(got - want) / (scale * np.finfo(dtype).eps))
                     nan_ok = bool(np.array_equal(np.isnan(got), np.isnan(want)))
                     t = timeit(kfn, x)
-                    row = dict(case=name, dtype=dtype, tile=tile, loop=loop, warps=v.warps,
+                    row = dict(case=name, dtype=dtype, tile=tile, loop=loop, min_cols=min_cols,
+                               warps=v.warps,
                                cols=v.cols, rows=v.rows,
                                kernel_gbps=nbytes / t / 1e9, lax_gbps=nbytes / t_lax / 1e9,
                                copy_gbps=nbytes / t_copy / 1e9, max_ulps=float(ulps),

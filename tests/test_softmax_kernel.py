@@ -16,7 +16,7 @@ import pytest
 import dml_jax as dml
 from dml_jax import fastpath
 from dml_jax.kernels import softmax as K
-from dml_jax.ops.softmax import log_softmax, softmax
+from dml_jax.ops.softmax import hardmax, log_softmax, softmax
 
 # (shape, axes, tile bytes, loop rows, loop columns): small tiles make the CPU cases loop.
 CASES = [
@@ -72,6 +72,25 @@ def test_kernel_interpret_matches_lax(
     _close(got, want, dtype)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("shape, axes, tile, loop_rows, loop_cols", CASES[:1] + CASES[2:])
+def test_hardmax_kernel_interpret_is_exact(
+    monkeypatch, shape, axes, tile, loop_rows, loop_cols, dtype
+):
+    """Ties, NaN (the first NaN wins), -inf and all -inf slices: the lax lowering bit for bit."""
+    monkeypatch.setattr(K, "MIN_PROGRAMS", 1)
+    v = K.plan(shape, axes, dtype)
+    assert v is not None and v.tiles == 1
+    rng = np.random.default_rng(5)
+    x = rng.integers(-2, 3, shape).astype(dtype)  # many ties
+    flat = x.reshape(-1)
+    flat[:3], flat[50:53] = -np.inf, np.nan
+    x.reshape(shape[0], -1)[-1] = -np.inf
+    got = K.softmax_kernel(jnp.asarray(x), v, False, interpret=True, hard=True)
+    want = hardmax(jnp.asarray(x), tuple(sorted(axes)))
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 def test_plan_declines_what_lax_keeps():
     assert K.plan((64, 1024), (1,), np.float64) is None  # 64-bit: lax
     assert K.plan((64, 8, 1024), (0, 2), np.float32) is None  # axes not adjacent
@@ -82,7 +101,7 @@ def test_plan_declines_what_lax_keeps():
 
 
 @pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("name", ["SOFTMAX1", "LOG_SOFTMAX1"])
+@pytest.mark.parametrize("name", ["SOFTMAX1", "LOG_SOFTMAX1", "HARDMAX1"])
 @pytest.mark.parametrize(
     "shape, axes", [((2048, 1000), (1,)), ((512, 20000), (1,)), ((8, 32, 64, 65), (1,))]
 )
@@ -91,8 +110,15 @@ def test_gpu_fast_path_matches_lax(name, shape, axes, type_name):
     t = dml.TensorDesc(type_name, shape)
     cls = getattr(dml, f"Activation{''.join(w.capitalize() for w in name.split('_'))}OperatorDesc")
     desc = cls(t, t, axes=axes)
+    looped = K.plan(shape, axes, t.dtype).tiles > 1
+    if name == "HARDMAX1" and looped:
+        assert fastpath.select(desc) is None  # HARDMAX takes one-tile slices only
+        return
     assert fastpath.select(desc) is not None
     x = _input(shape, t.dtype, seed=3)
     got = jax.jit(dml.compile_operator(desc).fn)(x)
     want = jax.jit(dml.compile_operator(desc, fast_paths=False).fn)(x)
-    _close(got, want, t.dtype)
+    if name == "HARDMAX1":
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    else:
+        _close(got, want, t.dtype)

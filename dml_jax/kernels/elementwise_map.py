@@ -30,6 +30,27 @@ BLOCK_BYTES = 4096  # bytes of the widest tensor per program (CLIP's kernel: 0.9
 NUM_WARPS = 4
 _INDEX_LIMIT = 2**31 - 2**20
 
+# Element-wise activations the kernel runs (checked bit-exact on the GPU). Left to XLA: GELU
+# (erf), CELU and SCALED_ELU (expm1, as ELU on floats), HARD_SWISH (x * (Alpha * x + Beta):
+# whether a compiler contracts it into an FMA moves the float16 result by one ulp).
+ACTIVATIONS = (
+    "ELU",
+    "LINEAR",
+    "RELU",
+    "SIGMOID",
+    "HARD_SIGMOID",
+    "IDENTITY",
+    "LEAKY_RELU",
+    "PARAMETERIZED_RELU",
+    "PARAMETRIC_SOFTPLUS",
+    "SCALED_TANH",
+    "SHRINK",
+    "SOFTPLUS",
+    "SOFTSIGN",
+    "SWISH",
+    "TANH",
+    "THRESHOLDED_RELU",
+)
 # Operators whose lowering is element-wise on arrays of any shape; a float16 NaN through float
 # min/max is the one known difference (see the module docstring).
 _element_wise = "DML_OPERATOR_ELEMENT_WISE_"
@@ -92,7 +113,7 @@ OPERATORS = tuple(
         "MIN",
         "THRESHOLD",
     ]
-) + tuple(f"DML_OPERATOR_ACTIVATION_{name}" for name in ("ELU", "LINEAR", "RELU", "SIGMOID"))
+) + tuple(f"DML_OPERATOR_ACTIVATION_{name}" for name in ACTIVATIONS)
 _NOT_ON_FLOATS = frozenset(
     [
         _element_wise + n
@@ -101,7 +122,7 @@ _NOT_ON_FLOATS = frozenset(
     + ["DML_OPERATOR_ACTIVATION_ELU"]
 )
 _FUSABLE_IN_KERNEL = frozenset(
-    f"DML_OPERATOR_ACTIVATION_{n}" for n in ("RELU", "LINEAR", "SIGMOID")
+    f"DML_OPERATOR_ACTIVATION_{n}" for n in ACTIVATIONS if n not in ("ELU",)
 )
 
 

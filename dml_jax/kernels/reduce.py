@@ -37,6 +37,7 @@ __all__ = [
     "arg_reduce_kernel",
     "cuda_present",
     "exact",
+    "is_nan",
     "lanes_kernel",
     "layout",
     "log_sum_exp_kernel",
@@ -177,7 +178,7 @@ def arg_reduce_kernel(x, p: Plan, largest: bool, last: bool, interpret: bool = F
             tile, valid, idx = load(x_ref, pid, t, jnp.asarray(ident, x_ref.dtype))
             tile = tile.astype(cdt)
             if is_float:
-                nan = _is_nan(tile)
+                nan = is_nan(tile)
                 tile = jnp.where(nan, jnp.asarray(ident, cdt), tile)
                 nan_i = (jnp.maximum if last else jnp.minimum)(
                     nan_i, pick(jnp.where(nan & valid, idx, none), axis=ax)
@@ -202,7 +203,7 @@ def arg_reduce_kernel(x, p: Plan, largest: bool, last: bool, interpret: bool = F
     return _call(kernel, p, _as_2d(x, p), jnp.int32, interpret)
 
 
-def _is_nan(v):
+def is_nan(v):
     # From the bits (exponent all ones, mantissa not zero) rather than v != v, which a
     # compiler allowed to assume no NaNs may fold to False.
     bits = lax.bitcast_convert_type(v, jnp.int32) & np.int32(0x7FFFFFFF)

@@ -1,5 +1,5 @@
-"""A one-pass SOFTMAX / LOG_SOFTMAX kernel (Pallas, Triton) as the CUDA fast path of the softmax
-activations.
+"""A one-pass SOFTMAX / LOG_SOFTMAX / HARDMAX kernel (Pallas, Triton) as the CUDA fast path of the
+softmax activations.
 
 XLA's GPU code for a stable softmax reads the tensor twice or three times (the maximum, the sum
 of exponentials, the result): 0.50 of the copy along rows of 32768 and 0.46 along axis 1 of
@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..fastpath import register_fast_path
-from .reduce import load_pallas
+from .reduce import is_nan, load_pallas
 
 DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
 _INDEX_LIMIT = 2**31 - 2**20
@@ -87,7 +87,7 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
     itemsize = np.dtype(dtype).itemsize
     tile = TILE_BYTES // itemsize
     rp = _pow2_at_least(r)
-    warps = WARPS
+    warps = WARPS or 4
     if b == 1 and rp > tile and itemsize == 4 and rp <= WHOLE_ROW_MAX:
         # A long float32 row in one tile on 16 warps ran 0.72 of the copy along rows of 32768
         # against 0.61-0.63 for the two-pass loop (benchmarks/results/round6/softmax_*).
@@ -95,9 +95,11 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
     elif b == 1:
         rows = rp if rp <= tile else LOOP_ROWS
         cols = max(1, tile // rows)
-        warps = WARPS if rp <= tile else LOOP_WARPS
-    elif rp * MIN_COLS <= 4 * tile:
+        warps = (WARPS or 4) if rp <= tile else LOOP_WARPS
+    elif rp * MIN_COLS <= INNER_MAX_ELEMENTS:
         rows, cols = rp, max(MIN_COLS, min(_pow2_at_most(b), tile // rp, 1024))
+        elements = rows * cols
+        warps = WARPS or (4 if elements <= 4096 else 8 if elements <= 8192 else 16)
     else:  # a long slice over columns: loop down it in tiles of LOOP_COLS columns
         cols = min(_pow2_at_most(b), LOOP_COLS)
         rows = max(1, tile // cols)
@@ -115,11 +117,15 @@ WHOLE_ROW_MAX = 32768
 WHOLE_ROW_WARPS = 16
 LOOP_COLS = 64
 MIN_COLS = 16  # columns of an inner-layout tile: 64 contiguous bytes of float32 at least
-WARPS = 4
+INNER_MAX_ELEMENTS = 16384  # an inner-layout slice in one tile up to this many elements
+WARPS = None  # None: 4 (inner layout: 4 up to 4096 elements, 8 up to 8192, 16 above)
 
 
-def softmax_kernel(x, v: View, log: bool, interpret: bool = False):
-    """SOFTMAX (or LOG_SOFTMAX with ``log``) of ``x`` over the ``R`` of view ``v``.
+def softmax_kernel(x, v: View, log: bool, interpret: bool = False, hard: bool = False):
+    """SOFTMAX (LOG_SOFTMAX with ``log``, HARDMAX with ``hard``) of ``x`` over the ``R`` of ``v``.
+
+    HARDMAX (one tile only): 1 at the first maximum of the slice in row-major order, a NaN
+    counting as the maximum (the first NaN wins), as the lax lowering's ``argmax``; exact.
 
     A slice in one tile: its maximum, exponentials and sum in registers, one load and one
     store. A longer slice: a first loop keeps a running maximum ``m`` and a running sum ``s`` of
@@ -159,8 +165,24 @@ def softmax_kernel(x, v: View, log: bool, interpret: bool = False):
         shifted = tile - m  # m = -inf (an all -inf slice): NaN, as in the lax lowering
         return shifted - jnp.log(s) if log else jnp.exp(shifted) / s
 
+    def hardmax(tile):
+        index = jnp.broadcast_to(
+            jnp.arange(rows, dtype=jnp.int32)[:, None] if inner else jnp.arange(rows)[None, :],
+            tile.shape,
+        ).astype(jnp.int32)
+        big = jnp.int32(2**30)
+        nan = is_nan(tile)  # tile is float32
+        m = jnp.max(jnp.where(nan, neg_inf, tile), axis=ax, keepdims=True)
+        first_nan = jnp.min(jnp.where(nan, index, big), axis=ax, keepdims=True)
+        first_max = jnp.min(jnp.where(tile == m, index, big), axis=ax, keepdims=True)
+        chosen = jnp.where(first_nan < big, first_nan, first_max)
+        return (index == chosen).astype(jnp.float32)
+
     def kernel(x_ref, o_ref):
         pid = pl.program_id(0)
+        if hard:
+            store(o_ref, pid, 0, hardmax(load(x_ref, pid, 0)))
+            return
         if v.tiles == 1:
             tile = load(x_ref, pid, 0)
             m = jnp.max(tile, axis=ax, keepdims=True)
@@ -204,21 +226,32 @@ def _axes(d: Any) -> tuple[int, ...]:
     return tuple(sorted(axes)) if axes is not None else (d.input_tensor.rank - 1,)
 
 
-def _applies(d: Any) -> bool:
-    x = d.input_tensor
-    return plan(x.sizes, _axes(d), x.dtype) is not None
+def _applies(hard: bool):
+    def applies(d: Any) -> bool:
+        x = d.input_tensor
+        v = plan(x.sizes, _axes(d), x.dtype)
+        return v is not None and (v.tiles == 1 or not hard)
+
+    return applies
 
 
-def _lower(log: bool):
+def _lower(log: bool, hard: bool):
     def lower(d: Any, x) -> tuple:
         v = plan(tuple(x.shape), _axes(d), x.dtype)
-        return (softmax_kernel(x, v, log),)
+        return (softmax_kernel(x, v, log, hard=hard),)
 
     return lower
 
 
-for _name, _log in (("SOFTMAX", False), ("LOG_SOFTMAX", True)):
+for _name, _log, _hard in (
+    ("SOFTMAX", False, False),
+    ("LOG_SOFTMAX", True, False),
+    ("HARDMAX", False, True),
+):
     for _version in ("", "1"):
         register_fast_path(
-            f"DML_OPERATOR_ACTIVATION_{_name}{_version}", "kernel", _applies, _lower(_log)
+            f"DML_OPERATOR_ACTIVATION_{_name}{_version}",
+            "kernel",
+            _applies(_hard),
+            _lower(_log, _hard),
         )

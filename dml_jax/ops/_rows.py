@@ -213,7 +213,7 @@ def _bench(row: Row, operator_type: str):
         out = [BenchCase(label, desc, jnp=row.jnp, torch=row.torch)]
         if row.bench_broadcast:
             out.append(broadcast_case(f"{label} per-channel B", desc, row.jnp, row.torch))
-        if row.jnp is not None and spec.in_place:
+        if row.jnp is not None and spec.in_place and label != "IDENTITY":  # in place: no work
             out.append(in_place_case(label, desc))
         out += [BenchCase(f"{label} {note}", d) for note, d in row.bench_more(desc)]
         return out

@@ -160,7 +160,6 @@ def _bench(function: str, version: str):
         if dtype not in ("float32", "float16"):
             return []
         n = math.prod(shape)
-        t = TensorDesc(dtype.upper(), shape)
         label = f"{function}{version}"
         jnp_fn = {"SOFTMAX": jax.nn.softmax, "LOG_SOFTMAX": jax.nn.log_softmax}.get(function)
         torch_name = {"SOFTMAX": "softmax", "LOG_SOFTMAX": "log_softmax"}.get(function)
@@ -179,16 +178,22 @@ def _bench(function: str, version: str):
                         and (lambda torch, x, m=torch_name: getattr(torch, m)(x, dim=-1)),
                     )
                 )
-        elif full or function == "SOFTMAX":
-            out.append(
-                BenchCase(
-                    f"{label} axis 1 (NCHW)",
-                    CLASSES[function + "1"](t, t, axes=(1,)),
-                    jnp=jnp_fn and (lambda x, f=jnp_fn: f(x, axis=1)),
-                    torch=torch_name
-                    and (lambda torch, x, m=torch_name: getattr(torch, m)(x, dim=1)),
+        else:
+            # Axis 1 of NCHW with C = 32 (the anchor) and the shape's own C.
+            n_, c, h, w = shape
+            for channels in sorted({32, c}):
+                if (n_ * c) % channels:
+                    continue
+                nchw = TensorDesc(dtype.upper(), ((n_ * c) // channels, channels, h, w))
+                out.append(
+                    BenchCase(
+                        f"{label} axis 1 (NCHW, C={channels})",
+                        CLASSES[function + "1"](nchw, nchw, axes=(1,)),
+                        jnp=jnp_fn and (lambda x, f=jnp_fn: f(x, axis=1)),
+                        torch=torch_name
+                        and (lambda torch, x, m=torch_name: getattr(torch, m)(x, dim=1)),
+                    )
                 )
-            )
         return out
 
     return cases
