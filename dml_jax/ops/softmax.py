@@ -21,7 +21,6 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from ..enums import FeatureLevel as L
@@ -31,6 +30,7 @@ from ..registry import BenchCase, Example, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, rows
 from ..tensor import TensorDesc
 from ._common import infer_same, same_tensors
+from .reduce import arg_reduce
 
 _V0_TABLE = rows((L.FL_1_0, DIMS4, F2), (L.FL_2_0, DIMS4_5, F2), (L.FL_3_0, DIMS1_8, F2))
 _V1_TABLE = rows((L.FL_5_1, DIMS1_8, F2))
@@ -52,16 +52,19 @@ def log_softmax(x, axes: tuple[int, ...]):
 
 
 def hardmax(x, axes: tuple[int, ...]):
-    """1 at the first maximum (row-major over ``axes``; NaN is the maximum), else 0."""
-    rest = tuple(i for i in range(x.ndim) if i not in axes)
-    order = rest + tuple(sorted(axes))
-    moved = jnp.transpose(x, order)
-    outer = moved.shape[: len(rest)]
-    flat = moved.reshape(outer + (math.prod(moved.shape[len(rest) :]),))
-    # argmax reports the first maximum and treats NaN as the largest value.
-    index = jnp.argmax(flat, axis=-1)
-    hot = (jnp.arange(flat.shape[-1]) == index[..., None]).astype(x.dtype)
-    return jnp.transpose(hot.reshape(moved.shape), np.argsort(order))
+    """1 at the first maximum (row-major over ``axes``; NaN is the maximum), else 0.
+
+    The index comes from REDUCE's ARGMAX lowering (integer order keys: XLA's GPU float argmax
+    reports an arbitrary one of several NaNs); each element's row-major position within its
+    slice is compared with it."""
+    axes = tuple(sorted(axes))
+    index = arg_reduce(x, axes, largest=True, last=False, out_dtype=jnp.int32)
+    position = jnp.zeros(x.shape, jnp.int32)
+    stride = 1
+    for axis in reversed(axes):
+        position = position + lax.broadcasted_iota(jnp.int32, x.shape, axis) * stride
+        stride *= x.shape[axis]
+    return (position == index).astype(x.dtype)
 
 
 _FUNCTIONS = {"SOFTMAX": softmax, "LOG_SOFTMAX": log_softmax, "HARDMAX": hardmax}
