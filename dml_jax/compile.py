@@ -16,6 +16,7 @@ from .checks import as_input, check_x64, feature_level_of
 from .enums import FeatureLevel, TensorFlags
 from .errors import ValidationError, Validator
 from .fields import COUNT, OperatorDesc, dml_member_name
+from .precision import with_half_precision
 from .registry import OperatorSpec, lookup
 from .tensor import TensorDesc
 
@@ -248,11 +249,11 @@ _CONCRETE_ARRAY_TYPES: set = set()
 
 @functools.lru_cache(maxsize=4096)
 def _compile_cached(
-    desc: OperatorDesc, level: FeatureLevel, fast_paths: bool = True
+    desc: OperatorDesc, level: FeatureLevel, fast_paths: bool = True, half: bool = False
 ) -> CompiledOperator:
     spec = _validate(desc, level)
     # The one choice between a GPU fast path and the lax lowering (see dml_jax.fastpath).
-    lowered = fastpath.lowering(spec, desc, fast_paths)
+    lowered = with_half_precision(fastpath.lowering(spec, desc, fast_paths), half)
 
     return CompiledOperator(
         desc,
@@ -306,6 +307,7 @@ def compile_operator(
     out_shardings: Any = None,
     *,
     fast_paths: bool = True,
+    allow_half_precision: bool = False,
 ) -> CompiledOperator:
     """Validates an operator description and returns its ``CompiledOperator``.
 
@@ -323,6 +325,9 @@ def compile_operator(
         fast_paths: ``True`` (the default) lets a registered GPU fast path
             (``dml_jax.fastpath``) compute the cases it covers when the program is lowered for
             CUDA; ``False`` gives the lax lowering on every platform (benchmarks time it).
+        allow_half_precision: DirectML's execution flag ALLOW_HALF_PRECISION_COMPUTATION:
+            float32 GEMM and convolution may then use TF32 (``dml_jax.precision``); without
+            it they are computed in float32, as DirectML does.
 
     Raises:
         ValidationError: if the description breaks a rule, uses 64-bit types without
@@ -335,6 +340,6 @@ def compile_operator(
         hash(desc)
     except TypeError:
         raise ValidationError(f"{desc.operator_type}: description is not hashable") from None
-    op = _compile_cached(desc, level, bool(fast_paths))
+    op = _compile_cached(desc, level, bool(fast_paths), bool(allow_half_precision))
     check_x64(desc.input_slots() + desc.output_slots(), desc.operator_type)
     return with_shardings(op, in_shardings, out_shardings)

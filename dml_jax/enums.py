@@ -230,6 +230,28 @@ class IsInfinityMode(_DmlEnum):
     NEGATIVE = 2
 
 
+class MatrixTransform(_DmlEnum):
+    """DML_MATRIX_TRANSFORM: GEMM's TransA / TransB (NONE, or TRANSPOSE of the last two dims)."""
+
+    NONE = 0
+    TRANSPOSE = 1
+
+
+class ConvolutionMode(_DmlEnum):
+    """DML_CONVOLUTION_MODE: CONVOLUTION flips the filter's spatial dimensions,
+    CROSS_CORRELATION does not."""
+
+    CONVOLUTION = 0
+    CROSS_CORRELATION = 1
+
+
+class ConvolutionDirection(_DmlEnum):
+    """DML_CONVOLUTION_DIRECTION: FORWARD, or BACKWARD (the transposed convolution)."""
+
+    FORWARD = 0
+    BACKWARD = 1
+
+
 _PREFIXES = {
     DataType: "DML_TENSOR_DATA_TYPE_",
     TensorFlags: "DML_TENSOR_FLAG_",
@@ -239,6 +261,9 @@ _PREFIXES = {
     AxisDirection: "DML_AXIS_DIRECTION_",
     RoundingMode: "DML_ROUNDING_MODE_",
     IsInfinityMode: "DML_IS_INFINITY_MODE_",
+    MatrixTransform: "DML_MATRIX_TRANSFORM_",
+    ConvolutionMode: "DML_CONVOLUTION_MODE_",
+    ConvolutionDirection: "DML_CONVOLUTION_DIRECTION_",
 }
 
 NEWEST_FEATURE_LEVEL = FeatureLevel.newest()

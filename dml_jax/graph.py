@@ -26,6 +26,7 @@ from .enums import FeatureLevel, TensorFlags
 from .errors import ValidationError, as_int, show
 from .fields import INPUT, OUTPUT, OperatorDesc, dml_member_name
 from .hlo import HloInstruction, entry_instructions, optimized_hlo  # noqa: F401 (README)
+from .precision import with_half_precision
 from .registry import OperatorSpec, lookup
 from .tensor import TensorDesc
 
@@ -469,7 +470,9 @@ class CompiledGraph(CompiledOperator):
         order: node indices in the order they are evaluated.
     """
 
-    def __init__(self, graph: GraphDesc, level: FeatureLevel, plan: _Plan, counter: list):
+    def __init__(
+        self, graph: GraphDesc, level: FeatureLevel, plan: _Plan, counter: list, half: bool = False
+    ):
         differentiable = all(
             spec.is_differentiable(node) for spec, node in zip(plan.specs, graph.nodes)
         )
@@ -478,7 +481,7 @@ class CompiledGraph(CompiledOperator):
             level,
             plan.input_descs,
             plan.output_descs,
-            _graph_function(graph, plan, counter),
+            with_half_precision(_graph_function(graph, plan, counter), half),
             tuple_result=False,
             differentiable=differentiable,
             name=GRAPH,
@@ -563,8 +566,8 @@ def _graph_function(graph: GraphDesc, plan: _Plan, counter: list) -> Callable[..
 
 
 @functools.lru_cache(maxsize=1024)
-def _compile_graph_cached(graph: GraphDesc, level: FeatureLevel) -> CompiledGraph:
-    return CompiledGraph(graph, level, _validate_graph(graph, level), [0])
+def _compile_graph_cached(graph: GraphDesc, level: FeatureLevel, half: bool) -> CompiledGraph:
+    return CompiledGraph(graph, level, _validate_graph(graph, level), [0], half)
 
 
 def compile_graph(
@@ -572,6 +575,8 @@ def compile_graph(
     feature_level: Any = None,
     in_shardings: Any = None,
     out_shardings: Any = None,
+    *,
+    allow_half_precision: bool = False,
 ) -> CompiledGraph:
     """Validates a graph and compiles it into one function (one XLA program under jit).
 
@@ -581,6 +586,8 @@ def compile_graph(
         graph: a ``GraphDesc``.
         feature_level: a ``FeatureLevel`` (or its name); ``None`` means the newest.
         in_shardings, out_shardings: as for ``compile_operator``, one per graph input/output.
+        allow_half_precision: DirectML's ALLOW_HALF_PRECISION_COMPUTATION execution flag, as
+            for ``compile_operator``.
 
     Returns:
         A ``CompiledGraph`` (a ``CompiledOperator``): ``g(*inputs)`` takes one array per graph
@@ -598,7 +605,7 @@ def compile_graph(
         hash(graph)
     except TypeError:
         raise ValidationError(f"{GRAPH}: description is not hashable") from None
-    compiled = _compile_graph_cached(graph, level)
+    compiled = _compile_graph_cached(graph, level, bool(allow_half_precision))
     for n, node in enumerate(graph.nodes):
         check_x64(
             [(f"Nodes[{n}].{p}", t) for p, t in node.input_slots() + node.output_slots()], GRAPH

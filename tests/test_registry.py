@@ -231,6 +231,9 @@ ENUMS = {
     dml.AxisDirection: "DML_AXIS_DIRECTION_",
     dml.RoundingMode: "DML_ROUNDING_MODE_",
     dml.IsInfinityMode: "DML_IS_INFINITY_MODE_",
+    dml.MatrixTransform: "DML_MATRIX_TRANSFORM_",
+    dml.ConvolutionMode: "DML_CONVOLUTION_MODE_",
+    dml.ConvolutionDirection: "DML_CONVOLUTION_DIRECTION_",
 }
 
 

@@ -13,11 +13,12 @@ from ..graph_json import graph_desc_from_json
 from ..jsonforms import (
     COMPILE_GRAPH,
     COMPILE_TYPES,
+    EXECUTION_FLAGS,
     GRAPH_TYPES,
     OTHER_DISPATCHABLE_TYPES,
     compile_type_of,
 )
-from ..jsonmodel import operator_desc_from_json
+from ..jsonmodel import execution_flags_from_json, operator_desc_from_json
 from ..tensor import TensorDesc
 from .context import LoadContext, member
 
@@ -107,15 +108,18 @@ def parse_dispatchable(ctx: LoadContext, name: str, obj: Any, feature_level: Any
             f"must be {allowed}, got {json.dumps(obj['dmlCompileType'])}",
         )
     try:
+        flags = execution_flags_from_json(obj.get("executionFlags"), member(path, "executionFlags"))
+        half = bool(flags & EXECUTION_FLAGS["ALLOW_HALF_PRECISION_COMPUTATION"])
         if kind in GRAPH_TYPES:
-            op = compile_graph(graph_desc_from_json(obj), feature_level)
+            op = compile_graph(graph_desc_from_json(obj), feature_level, allow_half_precision=half)
             compile_type, bind_source = COMPILE_GRAPH, op
         elif compile_type == COMPILE_GRAPH:
             graph = graph_desc_from_json(obj)
-            op = compile_graph(graph, feature_level)
+            op = compile_graph(graph, feature_level, allow_half_precision=half)
             bind_source = _GraphBindPoints(graph.nodes[0], op)
         else:
-            op = compile_operator(operator_desc_from_json(obj), feature_level)
+            desc = operator_desc_from_json(obj)
+            op = compile_operator(desc, feature_level, allow_half_precision=half)
             bind_source = op
     except ValidationError as e:
         raise ctx.fail(path, str(e)) from None

@@ -1,0 +1,432 @@
+"""DML_OPERATOR_GEMM and DML_OPERATOR_CONVOLUTION.
+
+Precision (docs/semantics.md, "GEMM and convolution"; ``dml_jax.precision``): FLOAT32 products
+are computed in float32 (``lax.Precision.HIGHEST``) unless the compiled operator or graph allows
+half precision; FLOAT16 inputs are multiplied with float32 accumulation, and Alpha, Beta, C, the
+bias and a fused activation are applied in float32 before the one rounding to FLOAT16.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..enums import ConvolutionDirection, ConvolutionMode, MatrixTransform
+from ..enums import FeatureLevel as L
+from ..errors import Validator
+from ..fields import (
+    FLOAT,
+    OPERATOR_DESC,
+    UINT,
+    UINT_ARRAY,
+    OperatorDesc,
+    attribute,
+    enum_type,
+    input_field,
+    output_field,
+)
+from ..fused import apply_fused, validate_fused
+from ..precision import matmul_precision
+from ..registry import BenchCase, Example, register
+from ..support import DIMS4, DIMS4_5, F2, rows
+from ..tensor import TensorDesc
+
+_DIMS2_4 = (2, 3, 4)
+
+
+def _wide(x):
+    return x.astype(jnp.float32) if x.dtype == jnp.float16 else x
+
+
+def _product_type(x):
+    """The accumulation type of a product of ``x``'s type: float32 for FLOAT16."""
+    return jnp.float32 if x.dtype == jnp.float16 else x.dtype
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMM
+
+
+@dataclass(frozen=True)
+class GemmOperatorDesc(OperatorDesc):
+    """DML_GEMM_OPERATOR_DESC: ``FusedActivation(Alpha * TransA(A) x TransB(B) + Beta * C)``
+    over the last two dimensions, one product per leading index (FL 1_0).
+
+    Fields:
+        a_tensor: {..., M, K} ({..., K, M} with TransA TRANSPOSE).
+        b_tensor: {..., K, N} ({..., N, K} with TransB TRANSPOSE).
+        c_tensor: optional, the output's sizes (broadcast through strides in buffer mode).
+        output_tensor: {..., M, N}; every tensor has the same rank, leading sizes and data type.
+        trans_a, trans_b: ``MatrixTransform`` NONE or TRANSPOSE.
+        alpha, beta: DML FLOATs.
+        fused_activation: optional activation DirectML can fuse.
+    """
+
+    operator_type: ClassVar[str] = "DML_OPERATOR_GEMM"
+    a_tensor: TensorDesc = input_field()
+    b_tensor: TensorDesc = input_field()
+    c_tensor: TensorDesc | None = input_field(optional=True)
+    output_tensor: TensorDesc = output_field()
+    trans_a: MatrixTransform = attribute(enum_type(MatrixTransform), default=MatrixTransform.NONE)
+    trans_b: MatrixTransform = attribute(enum_type(MatrixTransform), default=MatrixTransform.NONE)
+    alpha: float = attribute(FLOAT, default=1.0)
+    beta: float = attribute(FLOAT, default=1.0)
+    fused_activation: OperatorDesc | None = attribute(OPERATOR_DESC, default=None)
+
+
+def _matrix(sizes: tuple[int, ...], transposed: bool) -> tuple[int, int]:
+    rows_, cols = sizes[-2], sizes[-1]
+    return (cols, rows_) if transposed else (rows_, cols)
+
+
+def _gemm_mnk(d: GemmOperatorDesc) -> tuple[int, int, int, int]:
+    """(M, K of A, K of B, N)."""
+    m, ka = _matrix(d.a_tensor.sizes, d.trans_a is MatrixTransform.TRANSPOSE)
+    kb, n = _matrix(d.b_tensor.sizes, d.trans_b is MatrixTransform.TRANSPOSE)
+    return m, ka, kb, n
+
+
+def infer_gemm(d: GemmOperatorDesc) -> tuple[TensorDesc, ...]:
+    m, _, _, n = _gemm_mnk(d)
+    return (d.a_tensor.like(sizes=d.a_tensor.sizes[:-2] + (m, n)),)
+
+
+def validate_gemm(d: GemmOperatorDesc, v: Validator) -> None:
+    a, b = d.a_tensor, d.b_tensor
+    tensors = [("BTensor", b), ("OutputTensor", d.output_tensor)]
+    if d.c_tensor is not None:
+        tensors.insert(1, ("CTensor", d.c_tensor))
+    v.same("data_type", tensors, ("ATensor", a))
+    v.same("rank", tensors, ("ATensor", a))
+    v.check("ATensor.DimensionCount", a.rank >= 2, f"must be at least 2, got {a.rank}")
+    v.equal("BTensor.Sizes", b.sizes[:-2], a.sizes[:-2], "ATensor.Sizes (leading dimensions)")
+    m, ka, kb, n = _gemm_mnk(d)
+    v.check(
+        "BTensor.Sizes",
+        ka == kb,
+        f"must have K = {ka} (ATensor's inner dimension with TransA {d.trans_a.name}), got "
+        f"{kb} with TransB {d.trans_b.name}",
+    )
+    if d.c_tensor is not None:
+        want = a.sizes[:-2] + (m, n)
+        v.check(
+            "CTensor.Sizes",
+            d.c_tensor.sizes == want,
+            f"must equal the output's sizes {list(want)} (broadcast through Strides), got "
+            f"{list(d.c_tensor.sizes)}",
+        )
+    validate_fused(v, d.fused_activation, d.output_tensor)
+
+
+def lower_gemm(d: GemmOperatorDesc, a, b, *c):
+    if d.trans_a is MatrixTransform.TRANSPOSE:
+        a = jnp.swapaxes(a, -1, -2)
+    if d.trans_b is MatrixTransform.TRANSPOSE:
+        b = jnp.swapaxes(b, -1, -2)
+    batch = tuple(range(a.ndim - 2))
+    y = lax.dot_general(
+        a,
+        b,
+        (((a.ndim - 1,), (b.ndim - 2,)), (batch, batch)),
+        precision=matmul_precision(),
+        preferred_element_type=_product_type(a),
+    )
+    alpha, beta = float(np.float32(d.alpha)), float(np.float32(d.beta))
+    if alpha != 1.0:
+        y = jnp.asarray(alpha, y.dtype) * y
+    if c:
+        y = y + jnp.asarray(beta, y.dtype) * _wide(c[0])
+    return (apply_fused(d.fused_activation, y, d.output_tensor).astype(d.output_tensor.dtype),)
+
+
+def _bench_gemm(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
+    if dtype not in ("float32", "float16") or not full and dtype == "float32":
+        return []
+    quick = math.prod(shape) < 1 << 20
+    n = 256 if quick else 8192
+    t = TensorDesc(dtype.upper(), (1, 1, n, n))
+    cases = [
+        BenchCase(
+            f"GEMM {n}^3",
+            GemmOperatorDesc(t, t, None, t),
+            jnp=lambda a, b: jnp.matmul(a, b, precision=lax.Precision.HIGHEST),
+            torch=lambda torch, a, b: torch.matmul(a, b),
+            notes="TFLOP/s",
+        )
+    ]
+    return cases
+
+
+register(
+    GemmOperatorDesc,
+    infer=infer_gemm,
+    validate=validate_gemm,
+    lower=lower_gemm,
+    support=rows((L.FL_1_0, DIMS4, F2), (L.FL_4_0, _DIMS2_4, F2)),
+    example=Example(
+        {
+            "type": "DML_OPERATOR_GEMM",
+            "desc": {
+                "ATensor": {"DataType": "FLOAT32", "Sizes": [1, 1, 2, 3]},
+                "BTensor": {"DataType": "FLOAT32", "Sizes": [1, 1, 3, 2]},
+                "CTensor": {"DataType": "FLOAT32", "Sizes": [1, 1, 2, 2]},
+                "OutputTensor": {"DataType": "FLOAT32", "Sizes": [1, 1, 2, 2]},
+                "TransA": "DML_MATRIX_TRANSFORM_NONE",
+                "TransB": "DML_MATRIX_TRANSFORM_NONE",
+                "Alpha": 2.0,
+                "Beta": 0.5,
+            },
+        },
+        {
+            "ATensor": [1, 2, 3, 4, 5, 6],
+            "BTensor": [1, 0, 0, 1, 1, 1],
+            "CTensor": [10, 20, 30, 40],
+        },
+        "2 * A x B + 0.5 * C",
+    ),
+    bench=_bench_gemm,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# CONVOLUTION
+
+
+@dataclass(frozen=True)
+class ConvolutionOperatorDesc(OperatorDesc):
+    """DML_CONVOLUTION_OPERATOR_DESC: convolution or cross-correlation, forward or transposed
+    (BACKWARD), over 1 to 3 spatial dimensions of NCHW / NCDHW tensors (FL 1_0).
+
+    Fields:
+        input_tensor: {N, C, spatial...}.
+        filter_tensor: FORWARD {K, C / GroupCount, kernel...}; BACKWARD {C, K / GroupCount,
+            kernel...} (K the output channels).
+        bias_tensor: optional {1, K, 1...}.
+        output_tensor: {N, K, output spatial...}; the sizes of the output-size rule.
+        mode: ``ConvolutionMode`` (CONVOLUTION flips the filter, CROSS_CORRELATION does not).
+        direction: ``ConvolutionDirection`` FORWARD or BACKWARD (transposed convolution).
+        dimension_count: the spatial dimension count, the tensors' rank minus 2.
+        strides, dilations, start_padding, end_padding, output_padding: one value per spatial
+            dimension (strides and dilations >= 1; output padding for BACKWARD).
+        group_count: input and output channels split into this many groups (>= 1).
+        fused_activation: optional activation DirectML can fuse.
+    """
+
+    operator_type: ClassVar[str] = "DML_OPERATOR_CONVOLUTION"
+    input_tensor: TensorDesc = input_field()
+    filter_tensor: TensorDesc = input_field()
+    bias_tensor: TensorDesc | None = input_field(optional=True)
+    output_tensor: TensorDesc = output_field()
+    mode: ConvolutionMode = attribute(
+        enum_type(ConvolutionMode), default=ConvolutionMode.CROSS_CORRELATION
+    )
+    direction: ConvolutionDirection = attribute(
+        enum_type(ConvolutionDirection), default=ConvolutionDirection.FORWARD
+    )
+    dimension_count: int = attribute(UINT)
+    strides: tuple[int, ...] = attribute(UINT_ARRAY)
+    dilations: tuple[int, ...] = attribute(UINT_ARRAY)
+    start_padding: tuple[int, ...] = attribute(UINT_ARRAY)
+    end_padding: tuple[int, ...] = attribute(UINT_ARRAY)
+    output_padding: tuple[int, ...] = attribute(UINT_ARRAY)
+    group_count: int = attribute(UINT, default=1)
+    fused_activation: OperatorDesc | None = attribute(OPERATOR_DESC, default=None)
+
+
+def _backward(d: ConvolutionOperatorDesc) -> bool:
+    return d.direction is ConvolutionDirection.BACKWARD
+
+
+def conv_output_sizes(d: ConvolutionOperatorDesc) -> tuple[int, ...]:
+    """The output's sizes by DirectML's output-size rule (may be < 1 for invalid descs)."""
+    x, w = d.input_tensor.sizes, d.filter_tensor.sizes
+    spatial = []
+    for i in range(d.dimension_count):
+        size, k = x[2 + i], w[2 + i]
+        extent = (k - 1) * d.dilations[i] + 1
+        pads = d.start_padding[i] + d.end_padding[i]
+        if _backward(d):
+            spatial.append((size - 1) * d.strides[i] + extent - pads + d.output_padding[i])
+        else:
+            spatial.append((size + pads - extent) // d.strides[i] + 1)
+    channels = w[1] * d.group_count if _backward(d) else w[0]
+    return (x[0], channels, *spatial)
+
+
+def infer_conv(d: ConvolutionOperatorDesc) -> tuple[TensorDesc, ...]:
+    return (d.input_tensor.like(sizes=conv_output_sizes(d)),)
+
+
+def validate_conv(d: ConvolutionOperatorDesc, v: Validator) -> None:
+    x, w = d.input_tensor, d.filter_tensor
+    n = d.dimension_count
+    v.check("DimensionCount", n in (1, 2, 3), f"must be 1, 2 or 3, got {n}")
+    v.check(
+        "InputTensor.DimensionCount",
+        x.rank == n + 2,
+        f"must be DimensionCount + 2 = {n + 2}, got {x.rank}",
+    )
+    tensors = [("FilterTensor", w), ("OutputTensor", d.output_tensor)]
+    if d.bias_tensor is not None:
+        tensors.insert(1, ("BiasTensor", d.bias_tensor))
+    v.same("data_type", tensors, ("InputTensor", x))
+    v.same("rank", tensors, ("InputTensor", x))
+    for name in ("Strides", "Dilations", "StartPadding", "EndPadding", "OutputPadding"):
+        values = getattr(d, _snake(name))
+        v.check(name, len(values) == n, f"must hold DimensionCount ({n}) values, got {len(values)}")
+    for name in ("Strides", "Dilations"):
+        for i, s in enumerate(getattr(d, _snake(name))):
+            v.check(f"{name}[{i}]", s >= 1, f"must be >= 1, got {s}")
+    for i, p in enumerate(d.output_padding):
+        v.check(
+            f"OutputPadding[{i}]",
+            p == 0 if not _backward(d) else p < max(d.strides[i], d.dilations[i]),
+            "must be 0 for FORWARD"
+            if not _backward(d)
+            else f"must be < max(Strides[{i}], Dilations[{i}]) = "
+            f"{max(d.strides[i], d.dilations[i])}, got {p}",
+        )
+    g = d.group_count
+    v.check("GroupCount", g >= 1, f"must be >= 1, got {g}")
+    c = x.sizes[1]
+    v.check("InputTensor.Sizes[1]", c % g == 0, f"(channels {c}) must divide by GroupCount {g}")
+    if _backward(d):
+        v.equal("FilterTensor.Sizes[0]", w.sizes[0], c, "InputTensor.Sizes[1] (BACKWARD)")
+    else:
+        v.check(
+            "FilterTensor.Sizes",
+            w.sizes[1] * g == c,
+            f"[1] * GroupCount must equal InputTensor.Sizes[1] = {c}, got {w.sizes[1]} * {g}",
+        )
+        v.check(
+            "FilterTensor.Sizes[0]",
+            w.sizes[0] % g == 0,
+            f"(output channels {w.sizes[0]}) must divide by GroupCount {g}",
+        )
+    want = conv_output_sizes(d)
+    v.check(
+        "OutputTensor.Sizes",
+        all(s >= 1 for s in want),
+        f"would be {list(want)}: the window does not fit the padded input",
+    )
+    if d.bias_tensor is not None:
+        bias = (1, want[1]) + (1,) * (x.rank - 2)
+        v.equal("BiasTensor.Sizes", d.bias_tensor.sizes, bias, "{1, OutputChannels, 1, ...}")
+    validate_fused(v, d.fused_activation, d.output_tensor)
+
+
+def _snake(member: str) -> str:
+    return "".join("_" + ch.lower() if ch.isupper() else ch for ch in member).lstrip("_")
+
+
+def _dimension_numbers(rank: int):
+    spatial = "DHW"[3 - (rank - 2) :]
+    return ("NC" + spatial, "OI" + spatial, "NC" + spatial)
+
+
+def lower_conv(d: ConvolutionOperatorDesc, x, w, *bias):
+    spatial = tuple(range(2, x.ndim))
+    n = x.ndim - 2
+    strides, dilations = tuple(d.strides), tuple(d.dilations)
+    start, end, out_pad = d.start_padding, d.end_padding, d.output_padding
+    flip = d.mode is ConvolutionMode.CONVOLUTION
+    g = d.group_count
+    kernel = w.shape[2:]
+    if _backward(d):
+        # The transposed convolution as a forward one: the input dilated by Strides, padded by
+        # (extent - 1 - start, extent - 1 - end + output padding), with the filter's channel
+        # axes swapped per group and its taps reversed (a cross-correlation's transpose is a
+        # convolution).
+        c_in, k_per = w.shape[0], w.shape[1]
+        w = w.reshape((g, c_in // g, k_per) + kernel)
+        w = jnp.swapaxes(w, 1, 2).reshape((g * k_per, c_in // g) + kernel)
+        flip = not flip
+        extents = [(k - 1) * r + 1 for k, r in zip(kernel, dilations)]
+        padding = [(e - 1 - s, e - 1 - t + p) for e, s, t, p in zip(extents, start, end, out_pad)]
+        lhs_dilation = strides
+        strides = (1,) * n
+    else:
+        padding = list(zip(start, end))
+        lhs_dilation = (1,) * n
+    if flip:
+        w = lax.rev(w, spatial)
+    y = lax.conv_general_dilated(
+        x,
+        w,
+        window_strides=strides,
+        padding=padding,
+        lhs_dilation=lhs_dilation,
+        rhs_dilation=dilations,
+        dimension_numbers=_dimension_numbers(x.ndim),
+        feature_group_count=g,
+        precision=matmul_precision(),
+        preferred_element_type=_product_type(x),
+    )
+    if bias:
+        y = y + _wide(bias[0])
+    return (apply_fused(d.fused_activation, y, d.output_tensor).astype(d.output_tensor.dtype),)
+
+
+def _bench_conv(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
+    if dtype not in ("float32", "float16"):
+        return []
+    quick = math.prod(shape) < 1 << 20
+    batch, channels, size = (2, 16, 14) if quick else (64, 256, 56)
+    t = TensorDesc(dtype.upper(), (batch, channels, size, size))
+    w = TensorDesc(dtype.upper(), (channels, channels, 3, 3))
+    desc = ConvolutionOperatorDesc(
+        t, w, None, t, dimension_count=2, strides=(1, 1), dilations=(1, 1),
+        start_padding=(1, 1), end_padding=(1, 1), output_padding=(0, 0),
+    )  # fmt: skip
+
+    def jnp_conv(x, f):
+        return lax.conv_general_dilated(
+            x, f, (1, 1), [(1, 1), (1, 1)], dimension_numbers=("NCHW", "OIHW", "NCHW"),
+            precision=lax.Precision.HIGHEST,
+        )  # fmt: skip
+
+    return [
+        BenchCase(
+            f"CONVOLUTION 3x3 N={batch} C=K={channels} {size}x{size}",
+            desc,
+            jnp=jnp_conv,
+            torch=lambda torch, x, f: torch.nn.functional.conv2d(x, f, padding=1),
+            notes="TFLOP/s",
+        )
+    ]
+
+
+register(
+    ConvolutionOperatorDesc,
+    infer=infer_conv,
+    validate=validate_conv,
+    lower=lower_conv,
+    support=rows((L.FL_1_0, DIMS4_5, F2), (L.FL_4_0, (3, 4, 5), F2)),
+    example=Example(
+        {
+            "type": "DML_OPERATOR_CONVOLUTION",
+            "desc": {
+                "InputTensor": {"DataType": "FLOAT32", "Sizes": [1, 1, 3, 3]},
+                "FilterTensor": {"DataType": "FLOAT32", "Sizes": [1, 1, 2, 2]},
+                "OutputTensor": {"DataType": "FLOAT32", "Sizes": [1, 1, 2, 2]},
+                "Mode": "DML_CONVOLUTION_MODE_CROSS_CORRELATION",
+                "Direction": "DML_CONVOLUTION_DIRECTION_FORWARD",
+                "DimensionCount": 2,
+                "Strides": [1, 1],
+                "Dilations": [1, 1],
+                "StartPadding": [0, 0],
+                "EndPadding": [0, 0],
+                "OutputPadding": [0, 0],
+                "GroupCount": 1,
+            },
+        },
+        {"InputTensor": [1, 2, 3, 4, 5, 6, 7, 8, 9], "FilterTensor": [1, 0, 0, 1]},
+        "a 2x2 window summing each element and its lower-right neighbour",
+    ),
+    bench=_bench_conv,
+)
