@@ -31,6 +31,12 @@ EXPECTED = {
     "dml_reduce": ["Resource 'input': 1, 2, 3, 4, 5, 6, 7, 8, 9", "Resource 'output': 6, 15, 24"],
     "dml_element_wise_clip": ["Resource 'A': -2.5, -2.5, -2, -1, 0, 1, 2, 2.5, 2.5"],
     "dml_scalar_union_fp16": ["Resource 'output': 2, 2, 3, 4, 4"],
+    "dml_gemm": ["Resource 'output': 6, 7, 8, 10, 12, 14, 14, 17, 20"],
+    # ones x ones over K = 32, compiled as a graph with ALLOW_HALF_PRECISION_COMPUTATION
+    "dml_gemm_graph": ["Resource 'output': " + ", ".join(["32"] * 1024)],
+    "dml_convolution_2d": ["Resource 'output': 6, 8, 12, 14"],
+    # a 3x3x3 input of ones through a 2x2x2 filter of 0.5
+    "dml_convolution_3d": ["Resource 'output': " + ", ".join(["4"] * 8)],
 }
 
 
@@ -62,3 +68,15 @@ def test_upstream_npy_model_writes_its_files(models, tmp_path, monkeypatch):
     np.testing.assert_array_equal(out.ravel(), [2, 4, 6, 8, 10, 12])
     raw = (models / "dml_element_wise_add_output.dat").read_bytes()
     np.testing.assert_array_equal(np.frombuffer(raw, out.dtype), out.ravel())
+
+
+def test_older_conv_0_model_runs(tmp_path, monkeypatch):
+    """``conv_0.json`` from an older DxDispatch revision (history/): a larger convolution."""
+    history = MODELS.parents[1] / "history"
+    found = sorted(history.glob("*/DxDispatch/models/conv_0.json"))
+    if not found:
+        pytest.skip("conv_0.json is not beside this checkout")
+    models = tmp_path / "models"
+    shutil.copytree(found[0].parent, models)
+    monkeypatch.chdir(models)
+    assert cli.main(["run", str(models / "conv_0.json")]) == 0

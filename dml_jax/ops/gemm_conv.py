@@ -1,5 +1,8 @@
 """DML_OPERATOR_GEMM and DML_OPERATOR_CONVOLUTION.
 
+Compute-bound: benchmarks/gemm_conv.py times them in TFLOP/s against jax and PyTorch (the
+registry's bench hooks measure bytes, which says nothing here).
+
 Precision (docs/semantics.md, "GEMM and convolution"; ``dml_jax.precision``): FLOAT32 products
 are computed in float32 (``lax.Precision.HIGHEST``) unless the compiled operator or graph allows
 half precision; FLOAT16 inputs are multiplied with float32 accumulation, and Alpha, Beta, C, the
@@ -8,7 +11,6 @@ bias and a fused activation are applied in float32 before the one rounding to FL
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -32,7 +34,7 @@ from ..fields import (
 )
 from ..fused import apply_fused, validate_fused
 from ..precision import matmul_precision
-from ..registry import BenchCase, Example, register
+from ..registry import Example, register
 from ..support import DIMS4, DIMS4_5, F2, rows
 from ..tensor import TensorDesc
 
@@ -144,24 +146,6 @@ def lower_gemm(d: GemmOperatorDesc, a, b, *c):
     return (apply_fused(d.fused_activation, y, d.output_tensor).astype(d.output_tensor.dtype),)
 
 
-def _bench_gemm(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    if dtype not in ("float32", "float16") or not full and dtype == "float32":
-        return []
-    quick = math.prod(shape) < 1 << 20
-    n = 256 if quick else 8192
-    t = TensorDesc(dtype.upper(), (1, 1, n, n))
-    cases = [
-        BenchCase(
-            f"GEMM {n}^3",
-            GemmOperatorDesc(t, t, None, t),
-            jnp=lambda a, b: jnp.matmul(a, b, precision=lax.Precision.HIGHEST),
-            torch=lambda torch, a, b: torch.matmul(a, b),
-            notes="TFLOP/s",
-        )
-    ]
-    return cases
-
-
 register(
     GemmOperatorDesc,
     infer=infer_gemm,
@@ -189,7 +173,6 @@ register(
         },
         "2 * A x B + 0.5 * C",
     ),
-    bench=_bench_gemm,
 )
 
 
@@ -299,9 +282,9 @@ def validate_conv(d: ConvolutionOperatorDesc, v: Validator) -> None:
         v.equal("FilterTensor.Sizes[0]", w.sizes[0], c, "InputTensor.Sizes[1] (BACKWARD)")
     else:
         v.check(
-            "FilterTensor.Sizes",
+            "FilterTensor.Sizes[1]",
             w.sizes[1] * g == c,
-            f"[1] * GroupCount must equal InputTensor.Sizes[1] = {c}, got {w.sizes[1]} * {g}",
+            f"times GroupCount must equal InputTensor.Sizes[1] = {c}, got {w.sizes[1]} * {g}",
         )
         v.check(
             "FilterTensor.Sizes[0]",
@@ -372,35 +355,6 @@ def lower_conv(d: ConvolutionOperatorDesc, x, w, *bias):
     return (apply_fused(d.fused_activation, y, d.output_tensor).astype(d.output_tensor.dtype),)
 
 
-def _bench_conv(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    if dtype not in ("float32", "float16"):
-        return []
-    quick = math.prod(shape) < 1 << 20
-    batch, channels, size = (2, 16, 14) if quick else (64, 256, 56)
-    t = TensorDesc(dtype.upper(), (batch, channels, size, size))
-    w = TensorDesc(dtype.upper(), (channels, channels, 3, 3))
-    desc = ConvolutionOperatorDesc(
-        t, w, None, t, dimension_count=2, strides=(1, 1), dilations=(1, 1),
-        start_padding=(1, 1), end_padding=(1, 1), output_padding=(0, 0),
-    )  # fmt: skip
-
-    def jnp_conv(x, f):
-        return lax.conv_general_dilated(
-            x, f, (1, 1), [(1, 1), (1, 1)], dimension_numbers=("NCHW", "OIHW", "NCHW"),
-            precision=lax.Precision.HIGHEST,
-        )  # fmt: skip
-
-    return [
-        BenchCase(
-            f"CONVOLUTION 3x3 N={batch} C=K={channels} {size}x{size}",
-            desc,
-            jnp=jnp_conv,
-            torch=lambda torch, x, f: torch.nn.functional.conv2d(x, f, padding=1),
-            notes="TFLOP/s",
-        )
-    ]
-
-
 register(
     ConvolutionOperatorDesc,
     infer=infer_conv,
@@ -428,5 +382,4 @@ register(
         {"InputTensor": [1, 2, 3, 4, 5, 6, 7, 8, 9], "FilterTensor": [1, 0, 0, 1]},
         "a 2x2 window summing each element and its lower-right neighbour",
     ),
-    bench=_bench_conv,
 )

@@ -1,0 +1,286 @@
+"""GEMM and CONVOLUTION: properties against tests/reference/matmul_conv.py over shapes, strides,
+padding, dilation, groups, modes, directions, data types and fused activations; one rule row per
+rule; jit / vmap / gradients; DirectML's float32 precision and the half-precision flag."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+import reference
+import strategies as S
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+import dml_jax as dml
+from dml_jax import catalog, registry
+from dml_jax.fused import fusable_names
+
+T = dml.TensorDesc
+FUSED = [None] + [
+    dataclasses.replace(
+        catalog.example_desc(registry.lookup(n)), input_tensor=None, output_tensor=None
+    )
+    for n in fusable_names()
+]
+
+
+def _tolerance(dtype) -> dict:
+    return {"rtol": 2e-2, "atol": 2e-2} if dtype == np.float16 else {"rtol": 2e-5, "atol": 2e-5}
+
+
+# --- GEMM -----------------------------------------------------------------------------------
+
+
+@st.composite
+def gemm_cases(draw, type_name=None, fused=True):
+    type_name = type_name or draw(st.sampled_from(["FLOAT32", "FLOAT16"]))
+    rank = draw(st.integers(2, 4))
+    lead = tuple(draw(st.integers(1, 3)) for _ in range(rank - 2))
+    m, k, n = (draw(st.integers(1, 7)) for _ in range(3))
+    trans_a, trans_b = draw(st.booleans()), draw(st.booleans())
+    a = lead + ((k, m) if trans_a else (m, k))
+    b = lead + ((n, k) if trans_b else (k, n))
+    out = lead + (m, n)
+    with_c = draw(st.booleans())
+    desc = dml.GemmOperatorDesc(
+        T(type_name, a),
+        T(type_name, b),
+        T(type_name, out) if with_c else None,
+        T(type_name, out),
+        trans_a="TRANSPOSE" if trans_a else "NONE",
+        trans_b="TRANSPOSE" if trans_b else "NONE",
+        alpha=draw(st.floats(-2, 2, width=32)),
+        beta=draw(st.floats(-2, 2, width=32)),
+        fused_activation=draw(st.sampled_from(FUSED)) if fused else None,
+    )
+    rng = draw(S.seeds())
+    inputs = tuple(S.values(rng, type_name, t.sizes, "small") for _, t in desc.input_slots())
+    return S.Case(desc, inputs)
+
+
+@given(case=gemm_cases())
+def test_gemm_matches_reference(case):
+    got = S.run(case)
+    want = reference.reference(case.desc, *case.inputs)
+    S.assert_same(got, want, exact=False, **_tolerance(case.inputs[0].dtype))
+
+
+@S.FEW
+@given(case=gemm_cases(fused=False))
+def test_gemm_jit_and_vmap(case):
+    S.check_jit(case, exact=False, rtol=1e-6, atol=1e-6)
+    S.check_vmap(case, exact=False, rtol=1e-6, atol=1e-6)
+
+
+@S.FEW
+@given(case=gemm_cases("FLOAT32", fused=False))
+def test_gemm_gradients(case):
+    S.check_grads(case, atol=2e-2, rtol=2e-2)
+
+
+# --- CONVOLUTION ----------------------------------------------------------------------------
+
+
+@st.composite
+def conv_cases(draw, type_name=None, fused=True, direction=None):
+    type_name = type_name or draw(st.sampled_from(["FLOAT32", "FLOAT16"]))
+    dims = draw(st.integers(1, 3))
+    groups = draw(st.integers(1, 2))
+    c, k_per = groups * draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    kernel = tuple(draw(st.integers(1, 3)) for _ in range(dims))
+    strides = tuple(draw(st.integers(1, 2)) for _ in range(dims))
+    dilations = tuple(draw(st.integers(1, 2)) for _ in range(dims))
+    start = tuple(draw(st.integers(0, 2)) for _ in range(dims))
+    end = tuple(draw(st.integers(0, 2)) for _ in range(dims))
+    size = tuple(draw(st.integers(1, 6)) for _ in range(dims))
+    direction = direction or draw(st.sampled_from(["FORWARD", "BACKWARD"]))
+    backward = direction == "BACKWARD"
+    out_pad = tuple(
+        draw(st.integers(0, max(s, d) - 1)) if backward else 0 for s, d in zip(strides, dilations)
+    )
+    n = draw(st.integers(1, 2))
+    filt = (c, k_per) + kernel if backward else (groups * k_per, c // groups) + kernel
+    x = T(type_name, (n, c) + size)
+    desc = dml.ConvolutionOperatorDesc(
+        x,
+        T(type_name, filt),
+        None,
+        x,  # replaced below by the inferred output
+        mode=draw(st.sampled_from(["CONVOLUTION", "CROSS_CORRELATION"])),
+        direction=direction,
+        dimension_count=dims,
+        strides=strides,
+        dilations=dilations,
+        start_padding=start,
+        end_padding=end,
+        output_padding=out_pad,
+        group_count=groups,
+        fused_activation=draw(st.sampled_from(FUSED)) if fused else None,
+    )
+    sizes = dml.ops.gemm_conv.conv_output_sizes(desc)
+    assume(all(s >= 1 for s in sizes))
+    out = T(type_name, sizes)
+    bias = T(type_name, (1, sizes[1]) + (1,) * dims) if draw(st.booleans()) else None
+    desc = dataclasses.replace(desc, output_tensor=out, bias_tensor=bias)
+    rng = draw(S.seeds())
+    inputs = tuple(S.values(rng, type_name, t.sizes, "small") for _, t in desc.input_slots())
+    return S.Case(desc, inputs)
+
+
+@given(case=conv_cases())
+def test_convolution_matches_reference(case):
+    got = S.run(case)
+    want = reference.reference(case.desc, *case.inputs)
+    S.assert_same(got, want, exact=False, **_tolerance(case.inputs[0].dtype))
+
+
+@S.FEW
+@given(case=conv_cases(fused=False))
+def test_convolution_jit_and_vmap(case):
+    S.check_jit(case, exact=False, rtol=1e-6, atol=1e-6)
+    S.check_vmap(case, exact=False, rtol=1e-6, atol=1e-6)
+
+
+@S.FEW
+@pytest.mark.parametrize("direction", ["FORWARD", "BACKWARD"])
+@given(data=st.data())
+def test_convolution_gradients(direction, data):
+    case = data.draw(conv_cases("FLOAT32", fused=False, direction=direction))
+    S.check_grads(case, atol=2e-2, rtol=2e-2)
+
+
+# --- precision ------------------------------------------------------------------------------
+
+
+def _gemm(k: int, half: bool = False):
+    a, b = T("FLOAT32", (1, 1, 16, k)), T("FLOAT32", (1, 1, k, 16))
+    desc = dml.GemmOperatorDesc(a, b, None, T("FLOAT32", (1, 1, 16, 16)))
+    return dml.compile_operator(desc, allow_half_precision=half)
+
+
+def test_float32_gemm_is_float32_accurate_without_the_flag():
+    """Float32 products and sums (DirectML's rule): the error against a float64 reference is of
+    float32 rounding (TF32's 10-bit mantissa would give ~1e-3)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((1, 1, 16, 4096)).astype(np.float32)
+    b = rng.standard_normal((1, 1, 4096, 16)).astype(np.float32)
+    y = np.asarray(_gemm(4096)(a, b))
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    assert np.max(np.abs(y - exact) / scale) < 1e-6
+
+
+def test_half_precision_flag_reaches_the_program():
+    """Without the flag every product asks for HIGHEST; with it, DEFAULT (TF32 on GPUs)."""
+    a = np.ones((1, 1, 16, 8), np.float32)
+    b = np.ones((1, 1, 8, 16), np.float32)
+    strict = str(jax.make_jaxpr(_gemm(8).fn)(a, b))
+    half = str(jax.make_jaxpr(_gemm(8, half=True).fn)(a, b))
+    assert "Precision.HIGHEST" in strict and "Precision.HIGHEST" not in half
+
+
+def test_float16_accumulates_in_float32():
+    """4096 products of 1 + 2^-10 (rounded in float16 each step they would stall)."""
+    k = 4096
+    a, b = T("FLOAT16", (1, 1, 1, k)), T("FLOAT16", (1, 1, k, 1))
+    op = dml.compile_operator(dml.GemmOperatorDesc(a, b, None, T("FLOAT16", (1, 1, 1, 1))))
+    x = np.full((1, 1, 1, k), 1 + 2**-10, np.float16)
+    y = float(np.asarray(op(x, np.ones((1, 1, k, 1), np.float16))).ravel()[0])
+    assert y == float(np.float16(k * (1 + 2**-10)))
+
+
+# --- rules ----------------------------------------------------------------------------------
+
+
+def _g(a=(1, 1, 2, 3), b=(1, 1, 3, 4), c=None, out=(1, 1, 2, 4), type_name="FLOAT32", **kw):
+    return lambda: dml.GemmOperatorDesc(
+        T(type_name, a), T(type_name, b), None if c is None else T(type_name, c),
+        T(type_name, out), **kw,
+    )  # fmt: skip
+
+
+def _c(x=(1, 1, 4, 4), w=(2, 1, 3, 3), out=(1, 2, 2, 2), bias=None, type_name="FLOAT32", **kw):
+    fields = {
+        "dimension_count": 2, "strides": (1, 1), "dilations": (1, 1), "start_padding": (0, 0),
+        "end_padding": (0, 0), "output_padding": (0, 0), "group_count": 1,
+    }  # fmt: skip
+    fields.update(kw)
+    return lambda: dml.ConvolutionOperatorDesc(
+        T(type_name, x), T(type_name, w), None if bias is None else T(type_name, bias),
+        T(type_name, out), **fields,
+    )  # fmt: skip
+
+
+G, C = "^DML_OPERATOR_GEMM: ", "^DML_OPERATOR_CONVOLUTION: "
+INVALID_ROWS = [
+    (
+        lambda: dml.GemmOperatorDesc(
+            T("FLOAT32", (1, 1, 2, 3)), T("FLOAT16", (1, 1, 3, 4)), None, T("FLOAT32", (1, 1, 2, 4))
+        ),
+        G + r"BTensor\.DataType must equal ATensor\.DataType",
+    ),
+    (_g(b=(1, 3, 4), out=(1, 2, 4)), G + r"BTensor\.DimensionCount must equal ATensor"),
+    (_g(b=(1, 2, 3, 4), out=(1, 1, 2, 4)), G + r"BTensor\.Sizes must equal ATensor\.Sizes"),
+    (_g(b=(1, 1, 5, 4)), G + r"BTensor\.Sizes must have K = 3 .*got 5 with TransB NONE"),
+    (_g(b=(1, 1, 4, 3), trans_b="NONE"), G + r"BTensor\.Sizes must have K = 3"),
+    (_g(c=(1, 1, 1, 4)), G + r"CTensor\.Sizes must equal the output's sizes \[1, 1, 2, 4\]"),
+    (_g(out=(1, 1, 2, 5)), G + r"OutputTensor\.Sizes"),
+    (_g(a=(1, 2, 3), b=(3, 4), out=(2, 4)), G + r"BTensor\.DimensionCount must equal"),
+    (_g(type_name="INT32"), G + r"ATensor with data type INT32"),
+    (
+        _g(a=(1, 1, 1, 2, 3), b=(1, 1, 1, 3, 4), out=(1, 1, 1, 2, 4)),
+        G + r"ATensor with data type FLOAT32 and DimensionCount 5 is not supported",
+    ),
+    (_g(a=(3,), b=(3,), out=(1,)), G + r"ATensor\.DimensionCount must be at least 2"),
+    (
+        _g(fused_activation=dml.ActivationGeluOperatorDesc()),
+        G + r"FusedActivation must be an activation DirectML can fuse",
+    ),
+    (_c(dimension_count=4), C + r"DimensionCount must be 1, 2 or 3, got 4"),
+    (_c(x=(1, 1, 4, 4, 4), w=(2, 1, 3, 3, 3)), C + r"InputTensor\.DimensionCount must be"),
+    (_c(strides=(1,)), C + r"Strides must hold DimensionCount \(2\) values, got 1"),
+    (_c(strides=(0, 1)), C + r"Strides\[0\] must be >= 1, got 0"),
+    (_c(dilations=(1, 0)), C + r"Dilations\[1\] must be >= 1, got 0"),
+    (_c(output_padding=(1, 0)), C + r"OutputPadding\[0\] must be 0 for FORWARD"),
+    (
+        _c(
+            x=(1, 2, 2, 2),
+            w=(2, 1, 3, 3),
+            out=(1, 1, 4, 4),
+            direction="BACKWARD",
+            output_padding=(1, 0),
+        ),
+        C + r"OutputPadding\[0\] must be < max\(Strides\[0\], Dilations\[0\]\) = 1, got 1",
+    ),
+    (_c(group_count=0), C + r"GroupCount must be >= 1, got 0"),
+    (_c(x=(1, 3, 4, 4), group_count=2), C + r"InputTensor\.Sizes\[1\] \(channels 3\) must divide"),
+    (
+        _c(x=(1, 2, 4, 4)),
+        C + r"FilterTensor\.Sizes\[1\] times GroupCount must equal InputTensor\.Sizes\[1\] = 2",
+    ),
+    (
+        _c(x=(1, 2, 4, 4), w=(3, 1, 3, 3), out=(1, 3, 2, 2), group_count=2),
+        C + r"FilterTensor\.Sizes\[0\] \(output channels 3\) must divide by GroupCount 2",
+    ),
+    (
+        _c(x=(1, 2, 2, 2), w=(3, 1, 3, 3), out=(1, 1, 4, 4), direction="BACKWARD"),
+        C + r"FilterTensor\.Sizes\[0\] must equal InputTensor\.Sizes\[1\]",
+    ),
+    (_c(x=(1, 1, 2, 2)), C + r"OutputTensor\.Sizes would be \[1, 2, 0, 0\]"),
+    (_c(bias=(1, 3, 1, 1)), C + r"BiasTensor\.Sizes must equal"),
+    (_c(out=(1, 2, 3, 3)), C + r"OutputTensor\.Sizes"),
+    (_c(type_name="INT8"), C + r"InputTensor with data type INT8"),
+    (
+        _c(fused_activation=dml.ActivationSoftmaxOperatorDesc()),
+        C + r"FusedActivation must be an activation DirectML can fuse",
+    ),
+]
+
+
+@pytest.mark.parametrize("factory, pattern", INVALID_ROWS)
+def test_gemm_conv_rules(factory, pattern):
+    with pytest.raises(dml.ValidationError, match=pattern):
+        dml.validate(factory())
