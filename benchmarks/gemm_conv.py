@@ -93,7 +93,7 @@ def conv_case(label, n, c, k, size, kernel, stride, pad, dtype, groups=1, backwa
         if backward:
             return lax.conv_transpose(
                 xa, wa, (stride, stride), [(kernel - 1 - pad, kernel - 1 - pad)] * 2,
-                dimension_numbers=("NCHW", "IOHW", "NCHW"), transpose_kernel=True,
+                dimension_numbers=("NCHW", "OIHW", "NCHW"), transpose_kernel=True,
                 precision=lax.Precision.HIGHEST,
             )  # fmt: skip
         return lax.conv_general_dilated(

@@ -31,6 +31,12 @@ def _tolerance(dtype) -> dict:
     return {"rtol": 2e-2, "atol": 2e-2} if dtype == np.float16 else {"rtol": 2e-5, "atol": 2e-5}
 
 
+def _same_program(case) -> dict:
+    if case.inputs[0].dtype == np.float16:
+        return {"rtol": 2e-3, "atol": 2e-3}  # one float16 ulp
+    return {"rtol": 1e-5, "atol": 1e-5}
+
+
 # --- GEMM -----------------------------------------------------------------------------------
 
 
@@ -71,8 +77,10 @@ def test_gemm_matches_reference(case):
 @S.FEW
 @given(case=gemm_cases(fused=False))
 def test_gemm_jit_and_vmap(case):
-    S.check_jit(case, exact=False, rtol=1e-6, atol=1e-6)
-    S.check_vmap(case, exact=False, rtol=1e-6, atol=1e-6)
+    # The same sums, but a GPU may pick another accumulation order per program: last bits.
+    tol = _same_program(case)
+    S.check_jit(case, exact=False, **tol)
+    S.check_vmap(case, exact=False, **tol)
 
 
 @S.FEW
@@ -140,8 +148,9 @@ def test_convolution_matches_reference(case):
 @S.FEW
 @given(case=conv_cases(fused=False))
 def test_convolution_jit_and_vmap(case):
-    S.check_jit(case, exact=False, rtol=1e-6, atol=1e-6)
-    S.check_vmap(case, exact=False, rtol=1e-6, atol=1e-6)
+    tol = _same_program(case)
+    S.check_jit(case, exact=False, **tol)
+    S.check_vmap(case, exact=False, **tol)
 
 
 @S.FEW
