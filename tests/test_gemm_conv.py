@@ -213,7 +213,7 @@ def _g(a=(1, 1, 2, 3), b=(1, 1, 3, 4), c=None, out=(1, 1, 2, 4), type_name="FLOA
 
 def _c(x=(1, 1, 4, 4), w=(2, 1, 3, 3), out=(1, 2, 2, 2), bias=None, type_name="FLOAT32", **kw):
     fields = {
-        "dimension_count": 2, "strides": (1, 1), "dilations": (1, 1), "start_padding": (0, 0),
+        "strides": (1, 1), "dilations": (1, 1), "start_padding": (0, 0),
         "end_padding": (0, 0), "output_padding": (0, 0), "group_count": 1,
     }  # fmt: skip
     fields.update(kw)
@@ -248,9 +248,22 @@ INVALID_ROWS = [
         _g(fused_activation=dml.ActivationGeluOperatorDesc()),
         G + r"FusedActivation must be an activation DirectML can fuse",
     ),
-    (_c(dimension_count=4), C + r"DimensionCount must be 1, 2 or 3, got 4"),
+    (
+        _c(
+            x=(1, 1, 4, 4, 4, 4, 4),
+            w=(2, 1, 3, 3, 3, 3, 3),
+            out=(1, 2, 2, 2, 2, 2, 2),
+            strides=(1,) * 5,
+            dilations=(1,) * 5,
+            start_padding=(0,) * 5,
+            end_padding=(0,) * 5,
+            output_padding=(0,) * 5,
+        ),
+        C + r"DimensionCount must be 1, 2 or 3, got 5",
+    ),
+    (_c(dimension_count=3), C + r"DimensionCount must equal the length of Strides"),
     (_c(x=(1, 1, 4, 4, 4), w=(2, 1, 3, 3, 3)), C + r"InputTensor\.DimensionCount must be"),
-    (_c(strides=(1,)), C + r"Strides must hold DimensionCount \(2\) values, got 1"),
+    (_c(dilations=(1,)), C + r"Dilations must hold DimensionCount \(2\) values, got 1"),
     (_c(strides=(0, 1)), C + r"Strides\[0\] must be >= 1, got 0"),
     (_c(dilations=(1, 0)), C + r"Dilations\[1\] must be >= 1, got 0"),
     (_c(output_padding=(1, 0)), C + r"OutputPadding\[0\] must be 0 for FORWARD"),

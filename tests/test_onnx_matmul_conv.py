@@ -1,0 +1,314 @@
+"""ONNX's own backend node tests of Gemm, MatMul, Conv and ConvTranspose, mapped onto DirectML's
+GEMM and CONVOLUTION descriptors, run in buffer mode.
+
+- Gemm -> GEMM on { 1, 1, rows, columns } tensors: transA / transB / alpha / beta carry over; C
+  (unidirectionally broadcastable in ONNX) gets the output's sizes with stride 0 along the
+  dimensions it repeats, as DirectML broadcasts (its page wants C at the output's Sizes).
+- MatMul -> GEMM: a 1-D operand becomes a matrix ({1, K} on the left, {K, 1} on the right, the
+  extra dimension dropped from the result); the leading (batch) dimensions broadcast through
+  stride-0 strides to their common shape, padded to { BatchCount, ChannelCount }; more than two
+  leading dimensions cannot be one GEMM and are skipped.
+- Conv -> CONVOLUTION, CROSS_CORRELATION, FORWARD; ConvTranspose -> CROSS_CORRELATION, BACKWARD
+  with ONNX's filter { C_in, C_out / group, k.. } unchanged (ONNX Runtime's DirectML provider does
+  the same). pads [x1_begin, x2_begin, .., x1_end, x2_end] -> StartPadding / EndPadding; auto_pad
+  SAME_UPPER / SAME_LOWER / VALID become explicit pads by ONNX's formulas; a 1-D convolution
+  becomes a 2-D one with H = 1 (4-D tensors, which every feature level supports); the bias
+  { M } becomes { 1, M, 1, 1 }. ConvTranspose's output_shape becomes pads by ONNX's formula
+  (total = stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - output_shape); a
+  negative total (the requested output longer than the full result) adds that many positions at
+  the end, as OutputPadding, as ONNX's reference implementation does.
+
+The test data comes from the ``onnx`` package's test-case generators, so this module is skipped
+when ``onnx`` is not installed. A case DirectML's support tables reject (a data type, a rank) is
+skipped with the validation message; every mapped ONNX operator must pass at least one case.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pytest
+
+import dml_jax as dml
+
+onnx = pytest.importorskip("onnx")
+
+MAPPED = {"Gemm", "MatMul", "Conv", "ConvTranspose"}
+
+
+def _onnx_testcases() -> list:
+    """ONNX's node test cases, loading only the mapped operators' generator modules (fast; see
+    tests/test_onnx_activations.py), or all of them if that fails."""
+    import importlib
+
+    from onnx.backend.test.case import node as package
+
+    with np.errstate(all="ignore"):
+        try:
+            for op_type in sorted(MAPPED):
+                importlib.import_module(f"{package.__name__}.{op_type.lower()}")
+            return list(package._NodeTestCases)
+        except (ImportError, AttributeError):
+            return package.collect_testcases(None)
+
+
+@functools.lru_cache(maxsize=1)
+def _cases():
+    out = []
+    for case in _onnx_testcases():
+        graph = case.model.graph
+        if len(graph.node) != 1 or graph.node[0].op_type not in MAPPED:
+            continue
+        for inputs, outputs in case.data_sets or ():
+            out.append((case.name, graph.node[0], inputs, outputs))
+    return out
+
+
+def _dml_type(array: np.ndarray) -> str:
+    name = array.dtype.name.upper()
+    if name not in dml.DataType.__members__:
+        pytest.skip(f"DirectML has no {name} data type")
+    return name
+
+
+def _packed(sizes) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(sizes):
+        strides.append(step)
+        step *= n
+    return strides[::-1]
+
+
+def _broadcast_desc(array: np.ndarray, shape: tuple) -> dml.TensorDesc:
+    """The DirectML view of ``array`` broadcast to ``shape``: stride 0 where it repeats."""
+    sizes = (1,) * (len(shape) - array.ndim) + array.shape
+    strides = [0 if n == 1 and m > 1 else s for n, m, s in zip(sizes, shape, _packed(sizes))]
+    return dml.TensorDesc(_dml_type(array), list(shape), strides=strides)
+
+
+def _attrs(node) -> dict:
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _execute(desc, buffers: list[np.ndarray], out_shape: tuple, dtype) -> np.ndarray:
+    try:
+        dml.validate(desc)
+    except dml.ValidationError as e:
+        if "is not supported at feature level" in str(e):
+            pytest.skip(f"DirectML does not support this case: {e}")
+        raise
+    op = dml.compile_operator(desc)
+    size = math.prod(out_shape)
+    (result,) = op.run_buffers([b.reshape(-1) for b in buffers], [np.zeros(size, dtype)])
+    return np.asarray(result).reshape(out_shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gemm, MatMul
+
+
+def _gemm(node, inputs):
+    a, b = inputs[0], inputs[1]
+    c = inputs[2] if len(inputs) > 2 and inputs[2] is not None and inputs[2].size else None
+    attrs = _attrs(node)
+    ta, tb = int(attrs.get("transA", 0)), int(attrs.get("transB", 0))
+    m = a.shape[1] if ta else a.shape[0]
+    n = b.shape[0] if tb else b.shape[1]
+    out = (1, 1, m, n)
+    t = _dml_type(a)
+    desc = dml.GemmOperatorDesc(
+        dml.TensorDesc(t, [1, 1, *a.shape]),
+        dml.TensorDesc(t, [1, 1, *b.shape]),
+        None if c is None else _broadcast_desc(c, out),
+        dml.TensorDesc(t, list(out)),
+        trans_a="TRANSPOSE" if ta else "NONE",
+        trans_b="TRANSPOSE" if tb else "NONE",
+        alpha=float(attrs.get("alpha", 1.0)),
+        beta=float(attrs.get("beta", 1.0)),
+    )
+    buffers = [a, b] + ([] if c is None else [c])
+    return _execute(desc, buffers, out, a.dtype).reshape(m, n)
+
+
+def _matmul(node, inputs):
+    a, b = inputs
+    want = np.matmul(np.zeros(a.shape, np.int8), np.zeros(b.shape, np.int8)).shape
+    a2 = a.reshape(1, -1) if a.ndim == 1 else a
+    b2 = b.reshape(-1, 1) if b.ndim == 1 else b
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    if len(batch) > 2:
+        pytest.skip(f"{len(batch)} batch dimensions: one GEMM takes at most 2")
+    batch = (1,) * (2 - len(batch)) + tuple(batch)
+    m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+    out = (*batch, m, n)
+    t = _dml_type(a)
+    desc = dml.GemmOperatorDesc(
+        _broadcast_desc(a2, (*batch, m, k)),
+        _broadcast_desc(b2, (*batch, k, n)),
+        None,
+        dml.TensorDesc(t, list(out)),
+    )
+    return _execute(desc, [a2, b2], out, a.dtype).reshape(want)
+
+
+# ---------------------------------------------------------------------------------------------
+# Conv, ConvTranspose
+
+
+def _same_pads(auto_pad: str, total: int) -> tuple[int, int]:
+    """ONNX's split of a total padding: SAME_UPPER puts the odd one at the end."""
+    if auto_pad == "SAME_UPPER":
+        return total // 2, total - total // 2
+    return total - total // 2, total // 2
+
+
+def _spatial_attrs(node, x: np.ndarray, w: np.ndarray) -> dict:
+    attrs = _attrs(node)
+    nd = x.ndim - 2
+    kernel = list(attrs.get("kernel_shape", w.shape[2:]))
+    assert kernel == list(w.shape[2:])
+    return {
+        "nd": nd,
+        "auto_pad": attrs.get("auto_pad", b"NOTSET").decode(),
+        "strides": list(attrs.get("strides", [1] * nd)),
+        "dilations": list(attrs.get("dilations", [1] * nd)),
+        "pads": list(attrs.get("pads", [0] * (2 * nd))),
+        "group": int(attrs.get("group", 1)),
+        "kernel": kernel,
+        "output_padding": list(attrs.get("output_padding", [0] * nd)),
+        "output_shape": attrs.get("output_shape"),
+    }
+
+
+def _as_2d(x, w, a: dict, spatial_out: list[int]):
+    """A 1-D convolution as a 2-D one with H = 1 (the arrays, the attributes, the output)."""
+    if a["nd"] != 1:
+        return x, w, a, spatial_out
+    a = dict(a)
+    for key, one in (("strides", 1), ("dilations", 1), ("output_padding", 0), ("kernel", 1)):
+        a[key] = [one, *a[key]]
+    a["start"], a["end"] = [0, *a["start"]], [0, *a["end"]]
+    a["nd"] = 2
+    return x[:, :, None, :], w[:, :, None, :], a, [1, *spatial_out]
+
+
+def _conv_desc(x, w, bias, out_shape, a: dict, direction: str):
+    t = _dml_type(x)
+    nd = a["nd"]
+    return dml.ConvolutionOperatorDesc(
+        dml.TensorDesc(t, list(x.shape)),
+        dml.TensorDesc(t, list(w.shape)),
+        None if bias is None else dml.TensorDesc(t, [1, bias.size] + [1] * nd),
+        dml.TensorDesc(t, list(out_shape)),
+        mode="CROSS_CORRELATION",
+        direction=direction,
+        dimension_count=nd,
+        strides=tuple(a["strides"]),
+        dilations=tuple(a["dilations"]),
+        start_padding=tuple(a["start"]),
+        end_padding=tuple(a["end"]),
+        output_padding=tuple(a["output_padding"] if direction == "BACKWARD" else [0] * nd),
+        group_count=a["group"],
+    )
+
+
+def _conv(node, inputs):
+    x, w = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    a = _spatial_attrs(node, x, w)
+    nd, start, end, out = a["nd"], [], [], []
+    for i in range(nd):
+        size, s, d = x.shape[2 + i], a["strides"][i], a["dilations"][i]
+        window = (a["kernel"][i] - 1) * d + 1
+        if a["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
+            total = max(0, (math.ceil(size / s) - 1) * s + window - size)
+            b, e = _same_pads(a["auto_pad"], total)
+        elif a["auto_pad"] == "VALID":
+            b, e = 0, 0
+        else:
+            b, e = a["pads"][i], a["pads"][nd + i]
+        start.append(b)
+        end.append(e)
+        out.append((size + b + e - window) // s + 1)
+    a.update(start=start, end=end)
+    x2, w2, a2, out2 = _as_2d(x, w, a, out)
+    out_shape = (x.shape[0], w.shape[0], *out2)
+    desc = _conv_desc(x2, w2, bias, out_shape, a2, "FORWARD")
+    buffers = [x2, w2] + ([] if bias is None else [bias])
+    return _execute(desc, buffers, out_shape, x.dtype).reshape(x.shape[0], w.shape[0], *out)
+
+
+def _conv_transpose(node, inputs):
+    x, w = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    a = _spatial_attrs(node, x, w)
+    nd, start, end, out, outpad = a["nd"], [], [], [], list(a["output_padding"])
+    target = a["output_shape"]
+    if target is None and a["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
+        target = [x.shape[2 + i] * a["strides"][i] for i in range(nd)]
+    for i in range(nd):
+        size, s, d = x.shape[2 + i], a["strides"][i], a["dilations"][i]
+        full = s * (size - 1) + outpad[i] + (a["kernel"][i] - 1) * d + 1
+        if target is not None:
+            total = full - int(target[-nd + i])
+            if total < 0:  # longer than the full result: the rest at the end, as output padding
+                b, e, outpad[i] = 0, 0, outpad[i] - total
+            else:
+                b, e = _same_pads(a["auto_pad"], total)
+        elif a["auto_pad"] == "VALID":
+            b, e = 0, 0
+        else:
+            b, e = a["pads"][i], a["pads"][nd + i]
+        start.append(b)
+        end.append(e)
+        out.append(s * (size - 1) + outpad[i] + (a["kernel"][i] - 1) * d + 1 - b - e)
+    a.update(start=start, end=end, output_padding=outpad)
+    channels = w.shape[1] * a["group"]
+    x2, w2, a2, out2 = _as_2d(x, w, a, out)
+    out_shape = (x.shape[0], channels, *out2)
+    desc = _conv_desc(x2, w2, bias, out_shape, a2, "BACKWARD")
+    buffers = [x2, w2] + ([] if bias is None else [bias])
+    return _execute(desc, buffers, out_shape, x.dtype).reshape(x.shape[0], channels, *out)
+
+
+RUN = {"Gemm": _gemm, "MatMul": _matmul, "Conv": _conv, "ConvTranspose": _conv_transpose}
+
+
+@functools.cache
+def _result(index: int) -> np.ndarray:
+    """DirectML's output for a case, kept: the last test reuses it (skips are not kept)."""
+    _, node, inputs, _ = _cases()[index]
+    return RUN[node.op_type](node, list(inputs))
+
+
+def _check(index: int) -> None:
+    _, _, _, outputs = _cases()[index]
+    want = outputs[0]
+    got = _result(index)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if want.dtype == np.float16:
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "index", range(len(_cases())), ids=[f"{c[0]}-{i}" for i, c in enumerate(_cases())]
+)
+def test_onnx_node(index):
+    _check(index)
+
+
+def test_every_mapped_operator_has_a_passing_case():
+    passed = set()
+    for index, (_, node, *_) in enumerate(_cases()):
+        if node.op_type in passed:
+            continue
+        try:
+            _check(index)
+        except (pytest.skip.Exception, AssertionError):
+            continue
+        passed.add(node.op_type)
+    assert passed == MAPPED, f"no passing case: {sorted(MAPPED - passed)}"
