@@ -71,7 +71,9 @@ def gemm_case(label, batch, m, k, n, dtype, half=False):
                 torch=torch_fn, tf32=half)  # fmt: skip
 
 
-def conv_case(label, n, c, k, size, kernel, stride, pad, dtype, groups=1, backward=False):
+def conv_case(
+    label, n, c, k, size, kernel, stride, pad, dtype, groups=1, backward=False, half=False
+):
     x = T(dtype, (n, c, size, size))
     if backward:
         out_size = (size - 1) * stride + kernel - 2 * pad
@@ -85,6 +87,7 @@ def conv_case(label, n, c, k, size, kernel, stride, pad, dtype, groups=1, backwa
         strides=(stride, stride), dilations=(1, 1), start_padding=(pad, pad),
         end_padding=(pad, pad), output_padding=(0, 0), group_count=groups,
     )  # fmt: skip
+    precision = lax.Precision.DEFAULT if half else lax.Precision.HIGHEST
     macs = n * k * out_size * out_size * (c // groups) * kernel * kernel
     if backward:
         macs = n * c * size * size * (k // groups) * kernel * kernel
@@ -94,11 +97,11 @@ def conv_case(label, n, c, k, size, kernel, stride, pad, dtype, groups=1, backwa
             return lax.conv_transpose(
                 xa, wa, (stride, stride), [(kernel - 1 - pad, kernel - 1 - pad)] * 2,
                 dimension_numbers=("NCHW", "OIHW", "NCHW"), transpose_kernel=True,
-                precision=lax.Precision.HIGHEST,
+                precision=precision,
             )  # fmt: skip
         return lax.conv_general_dilated(
             xa, wa, (stride, stride), [(pad, pad)] * 2, feature_group_count=groups,
-            dimension_numbers=("NCHW", "OIHW", "NCHW"), precision=lax.Precision.HIGHEST,
+            dimension_numbers=("NCHW", "OIHW", "NCHW"), precision=precision,
         )  # fmt: skip
 
     def torch_fn(torch, xa, wa):
@@ -107,8 +110,8 @@ def conv_case(label, n, c, k, size, kernel, stride, pad, dtype, groups=1, backwa
             return f.conv_transpose2d(xa, wa, stride=stride, padding=pad, groups=groups)
         return f.conv2d(xa, wa, stride=stride, padding=pad, groups=groups)
 
-    return dict(label=label, desc=desc, half=False, flops=2 * macs, jnp=jnp_fn, torch=torch_fn,
-                tf32=False)  # fmt: skip
+    return dict(label=label, desc=desc, half=half, flops=2 * macs, jnp=jnp_fn, torch=torch_fn,
+                tf32=half)  # fmt: skip
 
 
 def cases():
@@ -121,6 +124,18 @@ def cases():
         gemm_case("GEMM 256 x 512x64x512", 256, 512, 64, 512, "FLOAT16"),
         conv_case("CONV 3x3 N=64 C=K=256 56x56", 64, 256, 256, 56, 3, 1, 1, "FLOAT16"),
         conv_case("CONV 3x3 N=64 C=K=256 56x56", 64, 256, 256, 56, 3, 1, 1, "FLOAT32"),
+        conv_case(
+            "CONV 3x3 N=64 C=K=256 56x56 (flag / TF32)",
+            64,
+            256,
+            256,
+            56,
+            3,
+            1,
+            1,
+            "FLOAT32",
+            half=True,
+        ),
         # ResNet-50 layers (batch 64, float16)
         conv_case("ResNet stem 7x7/2 3->64 224", 64, 3, 64, 224, 7, 2, 3, "FLOAT16"),
         conv_case("ResNet 1x1 256->64 56", 64, 256, 64, 56, 1, 1, 0, "FLOAT16"),
