@@ -73,7 +73,9 @@ def test_kernel_interpret_matches_lax(
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("shape, axes, tile, loop_rows, loop_cols", [CASES[i] for i in (0, 2, 4, 5)])
+@pytest.mark.parametrize(
+    "shape, axes, tile, loop_rows, loop_cols", [CASES[i] for i in (0, 2, 4, 5)]
+)
 def test_hardmax_kernel_interpret_is_exact(
     monkeypatch, shape, axes, tile, loop_rows, loop_cols, dtype
 ):
