@@ -65,45 +65,13 @@ def _safe(b):
     return jnp.where(b == 0, jnp.ones_like(b), b)
 
 
-def _narrow_int(x) -> bool:
-    return _int(x) and x.dtype.itemsize <= 2
-
-
-def _int_quotient(a, b):
-    """trunc(a / b) for integers, b != 0 (wrapping: INT_MIN / -1 gives INT_MIN).
-
-    For 8- and 16-bit operands the quotient starts as float32 division truncated (GPUs have no
-    integer divider; this is several times cheaper than the emulated one) and is then made exact
-    in int32: a backend may divide approximately (XLA's GPU code is within 2 ulps), so the
-    float quotient can be off by one, which the remainder's sign and size reveal."""
-    if not _narrow_int(a):
-        return lax.div(a, b)
-    q = jnp.trunc(a.astype(jnp.float32) / b.astype(jnp.float32)).astype(jnp.int32)
-    q = exact_quotient(a.astype(jnp.int32), b.astype(jnp.int32), q)
-    return q.astype(a.dtype)  # 128 wraps to -128 in int8, as lax.div does
-
-
-def exact_quotient(a, b, q):
-    """The truncated quotient of int32 ``a / b`` (|a|, |b| < 2**17, b != 0) from ``q`` within 1
-    of it: the remainder ``a - q * b`` must have a's sign (or be 0) and be smaller than |b|."""
-    r = a - q * b
-    toward = jnp.where((a < 0) == (b < 0), 1, -1).astype(q.dtype)  # sign of the quotient
-    too_far = (r != 0) & ((r < 0) != (a < 0))
-    too_near = ~too_far & (jnp.abs(r) >= jnp.abs(b))
-    return q - jnp.where(too_far, toward, 0) + jnp.where(too_near, toward, 0)
-
-
 def _divide(d, a, b):
     if _int(a):
-        return jnp.where(b == 0, jnp.zeros_like(a), _int_quotient(a, _safe(b)))  # toward zero
+        return jnp.where(b == 0, jnp.zeros_like(a), lax.div(a, _safe(b)))  # toward zero
     return a / b
 
 
 def _mod_truncate(d, a, b):
-    if _narrow_int(a):
-        safe = _safe(b)
-        r = a - _int_quotient(a, safe) * safe  # wrapping arithmetic: exact modulo 2**bits
-        return jnp.where(b == 0, jnp.zeros_like(a), r)
     if _int(a):
         return jnp.where(b == 0, jnp.zeros_like(a), lax.rem(a, _safe(b)))
     return lax.rem(a, b)  # C's fmod: the sign of the dividend
