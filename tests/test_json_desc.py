@@ -471,9 +471,9 @@ ERRORS = [
     # unknown operator: the message lists the supported ones
     (
         "unknown_type",
-        {"type": "CONVOLUTION", "desc": {}},
+        {"type": "LSTM", "desc": {}},
         (
-            r"^type: unknown operator type 'DML_OPERATOR_CONVOLUTION'; supported: "
+            r"^type: unknown operator type 'DML_OPERATOR_LSTM'; supported: "
             r".*DML_OPERATOR_ARGMAX"
             r".*DML_OPERATOR_TILE"
         ),

@@ -1194,4 +1194,7 @@ def test_every_exported_enum_is_checked():
         "AxisDirection",
         "RoundingMode",
         "IsInfinityMode",
+        "MatrixTransform",
+        "ConvolutionMode",
+        "ConvolutionDirection",
     }
