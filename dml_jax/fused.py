@@ -38,17 +38,35 @@ def filled(activation: OperatorDesc, out: TensorDesc) -> OperatorDesc:
     return dataclasses.replace(activation, **changes)
 
 
-def validate_fused(v: Validator, activation: Any, out: TensorDesc, path: str = "FusedActivation"):
-    """Checks a ``FusedActivation`` member (``None`` passes) against ``out``, the output desc."""
+def validate_fused(
+    v: Validator,
+    activation: Any,
+    out: TensorDesc,
+    path: str = "FusedActivation",
+    also: tuple[str, ...] = (),
+    also_from: Any = None,
+):
+    """Checks a ``FusedActivation`` member (``None`` passes) against ``out``, the output desc.
+
+    ``also``: operator types this owner fuses besides the fusable activations, from feature
+    level ``also_from`` (GEMM fuses SOFTMAX and SOFTMAX1 from 6_1)."""
     if activation is None:
         return
     spec = lookup(activation.operator_type)
-    v.check(
-        path,
-        spec.fusable,
-        f"must be an activation DirectML can fuse ({', '.join(fusable_names())}), got "
-        f"{activation.operator_type}",
-    )
+    if activation.operator_type in also and not spec.fusable:
+        v.check(
+            path,
+            v.level is None or also_from is None or v.level >= also_from,
+            f"{activation.operator_type} needs feature level {getattr(also_from, 'label', '')} "
+            f"or later here, got {getattr(v.level, 'label', v.level)}",
+        )
+    else:
+        v.check(
+            path,
+            spec.fusable,
+            f"must be an activation DirectML can fuse ({', '.join(fusable_names())}), got "
+            f"{activation.operator_type}",
+        )
     v.check(
         path,
         out.data_type.is_float,

@@ -306,3 +306,31 @@ INVALID_ROWS = [
 def test_gemm_conv_rules(factory, pattern):
     with pytest.raises(dml.ValidationError, match=pattern):
         dml.validate(factory())
+
+
+@pytest.mark.parametrize(
+    "act", [dml.ActivationSoftmaxOperatorDesc(), dml.ActivationSoftmax1OperatorDesc(axes=[2])]
+)
+def test_gemm_fuses_softmax_from_6_1(act):
+    """DirectML's feature level history: GEMM's FusedActivation takes SOFTMAX and SOFTMAX1 from
+    feature level 6_1 (no other operator does)."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((1, 2, 3, 4)).astype(np.float32)
+    b = rng.standard_normal((1, 2, 4, 5)).astype(np.float32)
+    desc = dml.GemmOperatorDesc(
+        T("FLOAT32", a.shape), T("FLOAT32", b.shape), None, T("FLOAT32", (1, 2, 3, 5)),
+        fused_activation=act,
+    )  # fmt: skip
+    y = np.asarray(dml.compile_operator(desc)(a, b))
+    z = a.astype(np.float64) @ b.astype(np.float64)
+    axis = -1 if act.operator_type.endswith("SOFTMAX") else 2
+    want = np.exp(z - z.max(axis, keepdims=True))
+    want /= want.sum(axis, keepdims=True)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(dml.ValidationError, match=r"needs feature level 6_1 or later here"):
+        dml.validate(desc, "6_0")
+    add1 = dml.ElementWiseAdd1OperatorDesc(
+        T("FLOAT32", (3,)), T("FLOAT32", (3,)), T("FLOAT32", (3,)), fused_activation=act
+    )
+    with pytest.raises(dml.ValidationError, match=r"must be an activation DirectML can fuse"):
+        dml.validate(add1)

@@ -126,7 +126,11 @@ def validate_gemm(d: GemmOperatorDesc, v: Validator) -> None:
             f"must equal the output's sizes {list(want)} (broadcast through Strides), got "
             f"{list(d.c_tensor.sizes)}",
         )
-    validate_fused(v, d.fused_activation, d.output_tensor)
+    # DirectML's feature level history: GEMM fuses SOFTMAX and SOFTMAX1 from 6_1.
+    validate_fused(v, d.fused_activation, d.output_tensor, also=_GEMM_SOFTMAX, also_from=L.FL_6_1)
+
+
+_GEMM_SOFTMAX = ("DML_OPERATOR_ACTIVATION_SOFTMAX", "DML_OPERATOR_ACTIVATION_SOFTMAX1")
 
 
 def lower_gemm(d: GemmOperatorDesc, a, b, *c):
