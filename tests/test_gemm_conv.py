@@ -315,15 +315,15 @@ def test_gemm_fuses_softmax_from_6_1(act):
     """DirectML's feature level history: GEMM's FusedActivation takes SOFTMAX and SOFTMAX1 from
     feature level 6_1 (no other operator does)."""
     rng = np.random.default_rng(2)
-    a = rng.standard_normal((1, 2, 3, 4)).astype(np.float32)
-    b = rng.standard_normal((1, 2, 4, 5)).astype(np.float32)
+    a = rng.standard_normal((1, 1, 3, 4)).astype(np.float32)  # SOFTMAX: effective rank <= 2
+    b = rng.standard_normal((1, 1, 4, 5)).astype(np.float32)
     desc = dml.GemmOperatorDesc(
-        T("FLOAT32", a.shape), T("FLOAT32", b.shape), None, T("FLOAT32", (1, 2, 3, 5)),
+        T("FLOAT32", a.shape), T("FLOAT32", b.shape), None, T("FLOAT32", (1, 1, 3, 5)),
         fused_activation=act,
     )  # fmt: skip
     y = np.asarray(dml.compile_operator(desc)(a, b))
     z = a.astype(np.float64) @ b.astype(np.float64)
-    axis = -1 if act.operator_type.endswith("SOFTMAX") else 2
+    axis = -1 if act.operator_type.endswith("SOFTMAX") else 2  # SOFTMAX1 over M here
     want = np.exp(z - z.max(axis, keepdims=True))
     want /= want.sum(axis, keepdims=True)
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
