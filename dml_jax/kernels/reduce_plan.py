@@ -181,6 +181,25 @@ def tiling(kind: str, a: int, r: int, b: int, itemsize: int, kernel: str = "tile
     return Tiling(rows, cols, warps, NUM_STAGES[kind])
 
 
+def abr_view(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """``(A, R, B)`` of ``shape`` reduced (or normalized) over ``axes``, or None when no
+    reduced axis is larger than 1, the reduced axes are not adjacent, or int32 offsets overflow.
+
+    Size-1 axes do not move the row-major linear index, so they are dropped before asking
+    whether the reduced axes are adjacent."""
+    live = [i for i in range(len(shape)) if shape[i] != 1]
+    red = [i for i in live if i in axes]
+    if not red:
+        return None
+    pos = [live.index(i) for i in red]
+    if pos != list(range(pos[0], pos[0] + len(pos))):
+        return None
+    a = math.prod(shape[i] for i in live[: pos[0]])
+    r = math.prod(shape[i] for i in red)
+    b = math.prod(shape[i] for i in live[pos[-1] + 1 :])
+    return None if a * r * b >= _INDEX_LIMIT else (a, r, b)
+
+
 def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype, kind: str) -> Plan | None:
     """The kernel plan for reducing ``shape`` over ``axes``, or None when lax must do it.
 
@@ -194,20 +213,10 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype, kind: str) -> Pla
     dtypes = {"arg": ARG_DTYPES, "lse": LSE_DTYPES, "ext": EXT_DTYPES}[kind]
     if np.dtype(dtype) not in dtypes:
         return None
-    # Size-1 axes do not move the row-major linear index, so they are dropped before asking
-    # whether the reduced axes are adjacent.
-    live = [i for i in range(len(shape)) if shape[i] != 1]
-    red = [i for i in live if i in axes]
-    if not red:
+    view = abr_view(shape, axes)
+    if view is None:
         return None
-    pos = [live.index(i) for i in red]
-    if pos != list(range(pos[0], pos[0] + len(pos))):
-        return None
-    a = math.prod(shape[i] for i in live[: pos[0]])
-    r = math.prod(shape[i] for i in red)
-    b = math.prod(shape[i] for i in live[pos[-1] + 1 :])
-    if a * r * b >= _INDEX_LIMIT:
-        return None
+    a, r, b = view
     if kind == "ext" and b == 1:
         # Along the minor axis XLA's own MAX/MIN of 1-byte integers ran 1.01 of the copy.
         return None

@@ -20,7 +20,6 @@ to a few float32 ulps (tests/test_softmax_kernel.py states the tolerance), float
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,9 +29,9 @@ import numpy as np
 
 from ..fastpath import register_fast_path
 from .reduce import is_nan, load_pallas
+from .reduce_plan import abr_view
 
 DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
-_INDEX_LIMIT = 2**31 - 2**20
 MIN_PROGRAMS = 264  # fewer cannot fill a large GPU (the reduce kernels' rule); lax splits better
 
 
@@ -72,18 +71,10 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
     """The kernel's view of normalizing ``shape`` over ``axes``, or None where lax stays."""
     if np.dtype(dtype) not in DTYPES:
         return None
-    live = [i for i in range(len(shape)) if shape[i] != 1]
-    red = [i for i in live if i in axes]
-    if not red:
-        return None  # every normalized slice is one element: lax's constant is as fast
-    pos = [live.index(i) for i in red]
-    if pos != list(range(pos[0], pos[0] + len(pos))):
+    view = abr_view(shape, axes)  # None also for one-element slices: lax's constant is as fast
+    if view is None:
         return None
-    a = math.prod(shape[i] for i in live[: pos[0]])
-    r = math.prod(shape[i] for i in red)
-    b = math.prod(shape[i] for i in live[pos[-1] + 1 :])
-    if a * r * b >= _INDEX_LIMIT:
-        return None
+    a, r, b = view
     itemsize = np.dtype(dtype).itemsize
     tile = TILE_BYTES // itemsize
     rp = _pow2_at_least(r)
