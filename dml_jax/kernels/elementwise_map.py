@@ -8,8 +8,9 @@ is how Triton lowers a primitive, which is why an operator is registered only af
 (``benchmarks/elementwise_check.py``) found it bit-exact against the lax program. Left to XLA:
 ERF, ROUND and BIT_COUNT (primitives Pallas cannot lower for Triton), and on float tensors MIN,
 MAX and THRESHOLD (Triton's float min/max drop NaN where XLA's propagate it), NEGATE (a zero's
-sign), the two MODULUS operators and ELU (last-bit differences in fmod and expm1); ADD1 only with
-no fused activation or RELU, LINEAR or SIGMOID.
+sign), the two MODULUS operators and ELU (last-bit differences in fmod and expm1), and the
+activations ``ACTIVATIONS`` leaves out (below); ADD1 only with no fused activation or one the
+kernel runs (``ACTIVATIONS`` but ELU).
 """
 
 from __future__ import annotations
