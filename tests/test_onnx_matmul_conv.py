@@ -30,6 +30,7 @@ import math
 
 import numpy as np
 import pytest
+from onnx_cases import passing_op_types
 
 import dml_jax as dml
 
@@ -302,13 +303,5 @@ def test_onnx_node(index):
 
 
 def test_every_mapped_operator_has_a_passing_case():
-    passed = set()
-    for index, (_, node, *_) in enumerate(_cases()):
-        if node.op_type in passed:
-            continue
-        try:
-            _check(index)
-        except (pytest.skip.Exception, AssertionError):
-            continue
-        passed.add(node.op_type)
+    passed = passing_op_types(_cases(), _check)
     assert passed == MAPPED, f"no passing case: {sorted(MAPPED - passed)}"
