@@ -334,3 +334,38 @@ def test_gemm_fuses_softmax_from_6_1(act):
     )
     with pytest.raises(dml.ValidationError, match=r"must be an activation DirectML can fuse"):
         dml.validate(add1)
+
+
+def test_half_precision_flag_reaches_graphs_and_models(tmp_path):
+    """``compile_graph(..., allow_half_precision=True)`` and a DxDispatch dispatchable's
+    ``executionFlags`` carry the flag into the program; without them products stay HIGHEST."""
+    import json
+
+    from dml_jax.dxdispatch import load_model
+
+    t = T("FLOAT32", (1, 1, 4, 4))
+    gemm = dml.GemmOperatorDesc(t, t, None, t)
+    graph = dml.GraphDesc(
+        2, 1, [gemm],
+        input_edges=[dml.InputGraphEdge(0, 0, 0), dml.InputGraphEdge(1, 0, 1)],
+        output_edges=[dml.OutputGraphEdge(0, 0, 0)],
+    )  # fmt: skip
+    x = np.ones((1, 1, 4, 4), np.float32)
+    for half, expect in ((False, True), (True, False)):
+        g = dml.compile_graph(graph, allow_half_precision=half)
+        assert ("Precision.HIGHEST" in str(jax.make_jaxpr(g.fn)(x, x))) is expect
+    model = {
+        "resources": {"A": {"initialValuesDataType": "FLOAT32", "initialValues": [1.0] * 16}},
+        "dispatchables": {
+            "gemm": {
+                "type": "DML_OPERATOR_GEMM",
+                "desc": json.loads(json.dumps(dml.operator_desc_to_json(gemm)["desc"])),
+                "executionFlags": "ALLOW_HALF_PRECISION_COMPUTATION",
+            }
+        },
+        "commands": [],
+    }
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(model))
+    op = load_model(str(path)).dispatchables["gemm"].op
+    assert "Precision.HIGHEST" not in str(jax.make_jaxpr(op.fn)(x, x))
