@@ -1,0 +1,95 @@
+"""GPU sweep and check of the TOP_K kernel (dml_jax.kernels.topk).
+
+The top 8 (and 1, 16) of rows of 1024, 1 GiB of float32 or the same bytes of float16: the kernel's
+indices against the lax lowering's (must be equal), then the ratio to the device copy (bytes read
+and written over the copy's GB/s) for each (tile elements, warps) variant, of the lax lowering and
+of torch.topk, one sync per many dispatches. Run from the repository root:
+
+    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/topk_variants.py
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dml_jax.kernels import topk as K
+from dml_jax.ops.topk import top_k
+
+VARIANTS = [(4096, 4), (2048, 4), (8192, 8), (1024, 2), (4096, 8)]
+
+
+def timeit(fn, x, reps=20):
+    jax.block_until_ready(fn(x))
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        out = None
+        for _ in range(reps):
+            out = fn(x)
+        jax.block_until_ready(out)
+        best = min(best, (time.perf_counter() - t) / reps)
+    return best
+
+
+def torch_seconds(shape, dtype, k=None):
+    import torch
+
+    src = torch.rand(shape, dtype=getattr(torch, dtype), device="cuda")
+    dst = torch.empty_like(src)
+
+    def run():
+        return dst.copy_(src) if k is None else torch.topk(src, k, dim=-1)
+
+    run()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(20):
+            run()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t) / 20)
+    return best
+
+
+def main():
+    for dtype in ("float32", "float16"):
+        rows = (1 << 18) * (2 if dtype == "float16" else 1)
+        shape = (rows, 1024)
+        x = jax.random.normal(jax.random.key(1), shape, jnp.float32).astype(dtype)
+        itemsize = np.dtype(dtype).itemsize
+        copy_bytes = 2 * x.size * itemsize
+        copy = min(timeit(jax.jit(lambda a: a + 0), x), torch_seconds(shape, dtype))
+        gbs = copy_bytes / copy
+        for k in (1, 8, 16):
+            moved = x.size * itemsize + rows * k * (itemsize + 4)
+
+            def ratio(seconds, moved=moved):
+                return round(moved / seconds / gbs, 3)
+
+            f_lax = jax.jit(lambda a, k=k: top_k(a, 1, k, True, jnp.uint32))
+            row = {"dtype": dtype, "k": k, "copy_gbs": round(gbs / 1e9),
+                   "lax": ratio(timeit(f_lax, x)), "torch": ratio(torch_seconds(shape, dtype, k))}  # fmt: skip
+            want = np.asarray(f_lax(x)[1]).astype(np.int64)
+            for tile, warps in VARIANTS:
+                K.TILE_ELEMENTS, K.WARPS = tile, warps
+                v = K.plan(shape, 1, k, dtype)
+
+                def f(a, v=v, k=k):
+                    idx = K.top_k_indices(a, v, k, True)
+                    return jnp.take_along_axis(a, idx, axis=-1), idx.astype(jnp.uint32)
+
+                f = jax.jit(f)
+                same = bool((np.asarray(f(x)[1]).astype(np.int64) == want).all())
+                row[f"kernel t{tile} w{warps}"] = ratio(timeit(f, x)) if same else "MISMATCH"
+            print(json.dumps(row), flush=True)
+    print(json.dumps({"jax": jax.__version__, "device": str(jax.devices()[0])}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""A TOP_K / TOP_K1 kernel (Pallas, Triton) for a small K along the minor axis.
+
+XLA's GPU ``top_k`` sorts (0.03 of the copy for the top 8 of rows of 1024 on an H200, the
+issue's anchor; PyTorch 0.03 too). Here a program owns ``cols`` whole rows: it loads them once,
+turns every element into the 32-bit search key of ``ops.topk`` and takes K maxima in registers:
+each the extreme key and the lowest column holding it (the operator's tie rule), then masked out.
+The kernel writes the indices; the values are gathered from the input at them, as the lax
+lowering does, so every value keeps its bits (-0.0, NaN payloads). Results equal the lax
+lowering's exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..fastpath import register_fast_path
+from ..ops.reduce import order_keys
+from .reduce import load_pallas
+
+DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32", "int32"))
+MIN_PROGRAMS = 264
+MAX_K = 16  # each selection is a pass over the tile in registers; lax's sort for larger K
+MAX_ROW = 4096  # longest row (after padding to a power of two) held in registers
+TILE_ELEMENTS = 4096
+WARPS = 4
+
+
+@dataclass(frozen=True)
+class View:
+    a: int  # rows
+    r: int  # row length
+    width: int  # row length padded to a power of two
+    cols: int  # rows per program
+
+    @property
+    def programs(self) -> int:
+        return -(-self.a // self.cols)
+
+
+def plan(shape: tuple[int, ...], axis: int, k: int, dtype, min_programs: int = MIN_PROGRAMS):
+    """The kernel's view of a TOP_K over ``shape``'s ``axis``, or None where lax stays."""
+    if np.dtype(dtype) not in DTYPES or axis != len(shape) - 1 or not 1 <= k <= MAX_K:
+        return None
+    r = shape[-1]
+    width = 1 << max(0, (r - 1).bit_length())
+    if width > MAX_ROW or k > r:
+        return None
+    a = int(np.prod(shape[:-1], dtype=np.int64))
+    if a * r >= 2**31:
+        return None
+    v = View(a, r, width, max(1, TILE_ELEMENTS // width))
+    return v if v.programs >= min_programs else None
+
+
+def _keys32(x, largest: bool):
+    """The 32-bit search keys of ``ops.topk``: order keys, complemented for the smallest."""
+    keys = order_keys(x, largest).astype(jnp.int32)  # float16 keys widen exactly
+    return keys if largest else ~keys
+
+
+def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
+    """The indices (int32, shape ``(..., k)``) of the ``k`` extremes of each row of ``x``."""
+    pl, pltriton = load_pallas()
+    lowest = np.iinfo(np.int32).min
+
+    def kernel(x_ref, o_ref):
+        pid = pl.program_id(0)
+        rows = pl.ds(pid * v.cols, v.cols)
+        row = pid * v.cols + jnp.arange(v.cols, dtype=jnp.int32)[:, None]
+        col = jnp.arange(v.width, dtype=jnp.int32)[None, :]
+        valid = (row < v.a) & (col < v.r)
+        tile = pltriton.load(x_ref.at[rows, pl.ds(0, v.width)], mask=valid, other=0)
+        keys = jnp.where(valid, _keys32(tile, largest), lowest)
+        for i in range(k):
+            # The extreme key among the places not yet taken, then the lowest column holding
+            # it (the tie rule). ``valid`` marks what is left: a real key may equal ``lowest``.
+            best = jnp.max(keys, axis=1, keepdims=True)
+            index = jnp.min(jnp.where(valid & (keys == best), col, v.width), axis=1, keepdims=True)
+            pltriton.store(o_ref.at[rows, pl.ds(i, 1)], index, mask=row < v.a)
+            valid = valid & (col != index)
+            keys = jnp.where(valid, keys, lowest)
+
+    x2 = jax.lax.reshape(x, (v.a, v.r))
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((v.a, k), jnp.int32),
+        grid=(v.programs,),
+        interpret=interpret,
+        compiler_params=pltriton.CompilerParams(num_warps=WARPS, num_stages=1),
+    )(x2)
+    return jax.lax.reshape(out, (*x.shape[:-1], k))
+
+
+def _largest(d: Any) -> bool:
+    return d.axis_direction.name == "DECREASING"
+
+
+def _applies(d: Any) -> bool:
+    x = d.input_tensor
+    return plan(x.sizes, d.axis, d.k, x.dtype) is not None
+
+
+def _lower(d: Any, x) -> tuple:
+    v = plan(tuple(x.shape), d.axis, d.k, x.dtype)
+    index = top_k_indices(jax.lax.stop_gradient(x), v, d.k, _largest(d))
+    values = jnp.take_along_axis(x, index, axis=-1, mode="promise_in_bounds")
+    return values, index.astype(d.output_index_tensor.dtype)
+
+
+for _name in ("TOP_K", "TOP_K1"):
+    register_fast_path(f"DML_OPERATOR_{_name}", "kernel", _applies, _lower)

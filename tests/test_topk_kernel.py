@@ -1,0 +1,73 @@
+"""The TOP_K kernel (dml_jax.kernels.topk) against the lax lowering: the indices (and so the
+values gathered at them) must be equal, in Pallas interpret mode (any machine) and, on a CUDA
+machine, through the operators' fast path. Inputs are full of ties, signed zeros, infinities and
+NaNs (and the int32 extremes), where the order and tie rules matter."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dml_jax as dml
+from dml_jax import fastpath
+from dml_jax.kernels import topk as K
+from dml_jax.ops.topk import top_k
+
+
+def _input(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "i":
+        pool = [-(2**31), 2**31 - 1, 0, 1, -1]
+    else:
+        pool = [-2.0, -1.0, -0.0, 0.0, 1.0, 2.0, np.nan, np.inf, -np.inf, 0.5]
+    return rng.choice(pool, size=shape).astype(dtype)
+
+
+@pytest.mark.parametrize("largest", [True, False], ids=["largest", "smallest"])
+@pytest.mark.parametrize(
+    "shape, dtype, k",
+    [((20, 37), np.float32, 8), ((5, 1000), np.float16, 3), ((9, 64), np.int32, 16)],
+)
+def test_kernel_interpret_matches_lax(shape, dtype, k, largest):
+    v = K.plan(shape, len(shape) - 1, k, dtype, min_programs=1)
+    assert v is not None
+    x = jnp.asarray(_input(shape, dtype))
+    got = K.top_k_indices(x, v, k, largest, interpret=True)
+    _, want = top_k(x, len(shape) - 1, k, largest, jnp.int32)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_plan_declines_what_lax_keeps():
+    assert K.plan((4096, 1024), 0, 8, np.float32) is None  # not the minor axis
+    assert K.plan((4096, 1024), 1, 17, np.float32) is None  # K beyond MAX_K
+    assert K.plan((4096, 8192), 1, 8, np.float32) is None  # row beyond MAX_ROW
+    assert K.plan((4096, 1024), 1, 8, np.int8) is None  # type
+    assert K.plan((16, 1024), 1, 8, np.float32) is None  # too few programs
+    v = K.plan((8192, 1024), 1, 8, np.float32)
+    assert v is not None and (v.a, v.r) == (8192, 1024)
+
+
+@pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", ["TOP_K", "TOP_K1"])
+@pytest.mark.parametrize("shape, k", [((8192, 1024), 8), ((4096, 3, 100), 16), ((2048, 4096), 1)])
+@pytest.mark.parametrize("type_name", ["FLOAT32", "FLOAT16", "INT32"])
+def test_gpu_fast_path_matches_lax(name, shape, k, type_name):
+    x_desc = dml.TensorDesc(type_name, shape)
+    out = (*shape[:-1], k)
+    values, index = x_desc.like(sizes=out), dml.TensorDesc("UINT32", out)
+    if name == "TOP_K":
+        desc = dml.TopKOperatorDesc(x_desc, values, index, axis=len(shape) - 1, k=k)
+    else:
+        desc = dml.TopK1OperatorDesc(
+            x_desc, values, index, axis=len(shape) - 1, k=k, axis_direction="INCREASING"
+        )
+    assert fastpath.select(desc) is not None
+    x = _input(shape, x_desc.dtype, seed=5)
+    got = jax.jit(dml.compile_operator(desc).fn)(x)
+    want = jax.jit(dml.compile_operator(desc, fast_paths=False).fn)(x)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(
+            np.asarray(g).view(np.uint8), np.asarray(w).view(np.uint8)
+        )  # bits: -0.0 and NaN payloads too
