@@ -17,8 +17,11 @@ from .enums import (
     DataType,
     DepthSpaceOrder,
     FeatureLevel,
+    InterpolationMode,
     IsInfinityMode,
     MatrixTransform,
+    PaddingMode,
+    RandomGeneratorType,
     ReduceFunction,
     RoundingMode,
     TensorFlags,
@@ -35,6 +38,8 @@ from .graph import (
 )
 from .graph_json import graph_from_json
 from .jsonmodel import operator_desc_from_json, operator_desc_to_json, tensor_desc_from_json
+from .registry import aliases as _aliases
+from .registry import lookup as _lookup
 from .registry import operators as _operators
 from .registry import registered_operators
 from .tensor import ScaleBias, Size2D, TensorDesc
@@ -46,6 +51,9 @@ _BASE = [
     "CompiledGraph",
     "CompiledOperator",
     "ConvolutionDirection",
+    "PaddingMode",
+    "RandomGeneratorType",
+    "InterpolationMode",
     "ConvolutionMode",
     "DataType",
     "DepthSpaceOrder",
@@ -77,6 +85,12 @@ _BASE = [
 # Every registered operator class is exported under its own name (ElementWiseAdd1OperatorDesc ...).
 for _spec in _operators():
     globals()[_spec.desc_class.__name__] = _spec.desc_class
+
+# DirectML's alias structs name the same class (DML_SCATTER_ELEMENTS_OPERATOR_DESC is
+# ScatterOperatorDesc); left out of __all__, which lists each operator class once.
+for _alias, _name in _aliases().items():
+    _words = _alias.removeprefix("DML_OPERATOR_").split("_")
+    globals()["".join(w.capitalize() for w in _words) + "OperatorDesc"] = _lookup(_name).desc_class
 
 __all__ = sorted(_BASE + [_spec.desc_class.__name__ for _spec in _operators()])
 del _spec

@@ -302,7 +302,7 @@ def run_cases(cases: list[Case], timer: Timer, use_torch: bool, log=print) -> li
             case=case.name,
             op=case.op,
             dtype=case.dtype,
-            shape=list(case.shapes[0]),
+            shape=list(case.shapes[0]) if case.shapes else [],  # generators: no input
             bytes=case.bytes,
             impl=impl,
             seconds=seconds,
@@ -523,7 +523,11 @@ def main(argv: list[str] | None = None) -> int:
         default="float32,float16,int8",
         help="comma-separated data types (default: %(default)s)",
     )
-    parser.add_argument("--only", default=None, help="run only cases whose name contains this")
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="run only cases whose name contains this ('A|B': either)",
+    )
     parser.add_argument("--out", default="benchmarks/results", help="output folder")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch")
     parser.add_argument(
@@ -557,7 +561,8 @@ def main(argv: list[str] | None = None) -> int:
         shapes[dtype] = list(shape)
         cases = build_cases(shape, [dtype], full=True)
         if args.only:
-            cases = [c for c in cases if args.only in c.name or c.op == "copy"]
+            wanted = args.only.split("|")
+            cases = [c for c in cases if any(w in c.name for w in wanted) or c.op == "copy"]
         print(f"{dtype} {shape}: {len(cases)} cases")
         rows += run_cases(cases, timer, use_torch=not args.no_torch)
     report = dict(environment=env, shapes=shapes, quick=args.quick, results=rows)

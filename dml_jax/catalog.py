@@ -47,6 +47,9 @@ def support_lines(table: list[SupportRow] | tuple[SupportRow, ...]) -> list[str]
         line = f"{row.level.label}+: dims {ranks}; {ins}"
         if row.outputs != row.inputs:
             line += f" -> {', '.join(sorted(t.name for t in row.outputs))}"
+        for name, types_, ranks in row.tensors:
+            own = f" dims {_ranks(ranks)}" if ranks else ""
+            line += f"; {name}{own}: {', '.join(sorted(t.name for t in types_))}"
         out.append(line)
     return out
 

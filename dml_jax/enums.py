@@ -252,6 +252,30 @@ class ConvolutionDirection(_DmlEnum):
     BACKWARD = 1
 
 
+class PaddingMode(_DmlEnum):
+    """DML_PADDING_MODE: how PADDING / PADDING1 fill the border (each operator's rules say which
+    modes it accepts)."""
+
+    CONSTANT = 0
+    EDGE = 1
+    REFLECTION = 2
+    SYMMETRIC = 3
+    WRAP = 4
+
+
+class RandomGeneratorType(_DmlEnum):
+    """DML_RANDOM_GENERATOR_TYPE: RANDOM_GENERATOR's algorithm (Philox 4x32 with 10 rounds)."""
+
+    PHILOX_4X32_10 = 0
+
+
+class InterpolationMode(_DmlEnum):
+    """DML_INTERPOLATION_MODE: how resampling and ROI_ALIGN read between elements."""
+
+    NEAREST_NEIGHBOR = 0
+    LINEAR = 1
+
+
 _PREFIXES = {
     DataType: "DML_TENSOR_DATA_TYPE_",
     TensorFlags: "DML_TENSOR_FLAG_",
@@ -264,6 +288,9 @@ _PREFIXES = {
     MatrixTransform: "DML_MATRIX_TRANSFORM_",
     ConvolutionMode: "DML_CONVOLUTION_MODE_",
     ConvolutionDirection: "DML_CONVOLUTION_DIRECTION_",
+    PaddingMode: "DML_PADDING_MODE_",
+    RandomGeneratorType: "DML_RANDOM_GENERATOR_TYPE_",
+    InterpolationMode: "DML_INTERPOLATION_MODE_",
 }
 
 NEWEST_FEATURE_LEVEL = FeatureLevel.newest()

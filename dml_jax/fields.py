@@ -41,9 +41,13 @@ REQUIRED: Any = _Required()
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
+# Words DirectML's member names keep in capitals (``ROITensor``, ``OutputROIGradientTensor``).
+_ACRONYMS = {"roi": "ROI"}
+
+
 def dml_member_name(name: str) -> str:
     """``min_max_data_type`` -> ``MinMaxDataType`` (DML member spelling)."""
-    return "".join(part.capitalize() for part in name.split("_"))
+    return "".join(_ACRONYMS.get(part, part.capitalize()) for part in name.split("_"))
 
 
 # --- Field types --------------------------------------------------------------------------------

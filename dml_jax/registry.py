@@ -128,10 +128,15 @@ class OperatorSpec:
 
 
 _REGISTRY: dict[str, OperatorSpec] = {}
+# DirectML's other names of a registered type (DML_OPERATOR_SCATTER_ELEMENTS is
+# DML_OPERATOR_SCATTER): lookups and JSON accept them and give the same spec.
+_ALIASES: dict[str, str] = {}
 
 
-def register(desc_class: type, **spec: Any) -> OperatorSpec:
-    """Registers an operator; registering the same DML name twice raises."""
+def register(desc_class: type, *, aliases: tuple[str, ...] = (), **spec: Any) -> OperatorSpec:
+    """Registers an operator; registering the same DML name twice raises.
+
+    ``aliases`` are other ``DML_OPERATOR_*`` names DirectML gives the same operator type."""
     if not (isinstance(desc_class, type) and issubclass(desc_class, OperatorDesc)):
         raise TypeError(f"{desc_class!r} is not an OperatorDesc subclass")
     name = desc_class.operator_type
@@ -150,13 +155,18 @@ def register(desc_class: type, **spec: Any) -> OperatorSpec:
         raise TypeError(f"{name}: register needs example=Example(...)")
     if spec.get("fusable") and not desc_class.fusable:
         raise TypeError(f"{name}: fusable operators set the class attribute fusable = True")
+    for alias in aliases:
+        if alias in _REGISTRY or alias in _ALIASES or not alias.startswith("DML_OPERATOR_"):
+            raise ValueError(f"{name}: alias {alias!r} is taken or not a DML_OPERATOR_* name")
     _REGISTRY[name] = entry
+    _ALIASES.update(dict.fromkeys(aliases, name))
     return entry
 
 
 def lookup(name: str) -> OperatorSpec:
-    """The spec of an exact ``DML_OPERATOR_*`` name; ``ValidationError`` lists the known ones."""
-    spec = _REGISTRY.get(name)
+    """The spec of an exact ``DML_OPERATOR_*`` name or alias; ``ValidationError`` lists the
+    known ones."""
+    spec = _REGISTRY.get(name) or _REGISTRY.get(_ALIASES.get(name, ""))
     if spec is None:
         raise ValidationError(
             f"unknown operator type {name!r}; supported: {', '.join(sorted(_REGISTRY))}"
@@ -171,6 +181,11 @@ def parse_operator_type(value: Any) -> OperatorSpec:
     if not isinstance(value, str):
         raise ValidationError(f"operator type must be a string, got {value!r}")
     return lookup(value)
+
+
+def aliases() -> dict[str, str]:
+    """DirectML's alias operator types, each to the registered name it stands for."""
+    return dict(_ALIASES)
 
 
 def operators() -> tuple[OperatorSpec, ...]:

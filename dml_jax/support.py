@@ -20,6 +20,18 @@ class SupportRow(NamedTuple):
     ranks: tuple[int, ...]
     inputs: frozenset
     outputs: frozenset
+    # Tensors with a column of their own (GATHER's IndicesTensor, TOP_K's OutputIndexTensor): DML
+    # member name -> (types, ranks); ranks None means the row's.
+    tensors: tuple = ()
+
+    def column(self, role: str, path: str) -> tuple[frozenset, tuple[int, ...]]:
+        """The types and ranks allowed for the tensor at ``path`` (``IndicesTensor``,
+        ``InputTensors[1]``) in ``role`` ("inputs" or "outputs")."""
+        name = path.split("[")[0]
+        for member, types_, ranks in self.tensors:
+            if member == name:
+                return types_, ranks or self.ranks
+        return getattr(self, role), self.ranks
 
 
 def types(*names: str) -> frozenset:
@@ -41,12 +53,17 @@ DIMS1_8 = tuple(range(1, 9))
 
 
 def rows(*rows: tuple) -> tuple[SupportRow, ...]:
-    """Rows as (level, ranks, types) or (level, ranks, input types, output types)."""
+    """Rows as (level, ranks, types), (level, ranks, input types, output types) or that and a
+    dict of per-tensor columns, ``{"IndicesTensor": types}`` or ``{name: (types, ranks)}``."""
     out = []
     for row in rows:
         level, ranks, inputs = row[:3]
         outputs = row[3] if len(row) > 3 else inputs
-        out.append(SupportRow(level, ranks, inputs, outputs))
+        own = []
+        for name, column in (row[4] if len(row) > 4 else {}).items():
+            types_, own_ranks = column if isinstance(column, tuple) else (column, None)
+            own.append((name, frozenset(types_), tuple(own_ranks) if own_ranks else None))
+        out.append(SupportRow(level, ranks, inputs, outputs, tuple(own)))
     return tuple(out)
 
 
@@ -81,9 +98,14 @@ def check_tensor(
             f"{what} requires feature level {introduced(table).label} or later; the target is "
             f"{level.label}"
         )
-    if dtype in getattr(row, role) and rank in row.ranks:
+
+    def allows(r: SupportRow) -> bool:
+        types_, ranks = r.column(role, path)
+        return dtype in types_ and rank in ranks
+
+    if allows(row):
         return
-    lowest = next((r.level for r in table if dtype in getattr(r, role) and rank in r.ranks), None)
+    lowest = next((r.level for r in table if allows(r)), None)
     fix = (
         f"the lowest feature level that supports it is {lowest.label}"
         if lowest is not None

@@ -1,17 +1,161 @@
-"""Helpers shared by the ONNX node-test modules (test_onnx_*.py)."""
+"""Helpers shared by the ONNX node-test modules (test_onnx_*.py).
+
+Each module maps some ONNX operators onto DirectML descriptors and runs ONNX's own backend node
+test cases through them: ``node_cases`` loads the cases, ``attrs`` reads a node's attributes,
+``dml_type`` names an array's DML data type, ``run_or_skip`` / ``run_buffers_or_skip`` validate
+and run a descriptor (skipping what DirectML's support tables reject), ``case_ids`` names the
+parametrized tests and ``assert_every_op_type_passes`` checks every mapped operator passes
+somewhere.
+
+Nothing here imports ``onnx`` at module level: the test modules skip themselves without it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+import importlib
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
+import numpy as np
 import pytest
+import strategies
+
+import dml_jax as dml
+
+
+class NodeCase(NamedTuple):
+    """One data set of a single-node ONNX test case."""
+
+    name: str
+    node: Any  # onnx.NodeProto
+    opset: int  # the model's default-domain opset
+    inputs: Sequence[Any]
+    outputs: Sequence[Any]
+
+
+def node_cases(
+    op_types: Iterable[str] | Mapping[str, str], *, load_all: bool = False
+) -> tuple[NodeCase, ...]:
+    """ONNX's single-node test cases of ``op_types``, one ``NodeCase`` per data set (cached).
+
+    Generating every case (``collect_testcases(None)``) takes about 10 s; importing just the
+    generator modules of ``onnx.backend.test.case.node`` that define the wanted operators
+    registers their cases in the list ``collect_testcases`` returns, in a fraction of a second.
+    A mapping gives each op type's generator module, imported in the mapping's order; otherwise
+    each op type's lower-cased name is, in sorted order. ``load_all``, or a failed import, loads
+    every module instead. Cases are kept in ONNX's registration order.
+    """
+    if isinstance(op_types, Mapping):
+        modules = tuple(op_types.items())
+    else:
+        modules = tuple((op, op.lower()) for op in sorted(op_types))
+    return _node_cases(modules, load_all)
+
+
+@functools.cache
+def _node_cases(modules: tuple[tuple[str, str], ...], load_all: bool) -> tuple[NodeCase, ...]:
+    from onnx.backend.test.case import node as package
+
+    found = None
+    with np.errstate(all="ignore"):
+        if not load_all:
+            try:
+                for _, module in modules:
+                    importlib.import_module(f"{package.__name__}.{module}")
+                found = list(package._NodeTestCases)
+            except (ImportError, AttributeError):
+                pass
+        if found is None:
+            found = package.collect_testcases(None)
+    mapped = {op for op, _ in modules}
+    out = []
+    for case in found:
+        graph = case.model.graph
+        if len(graph.node) != 1 or graph.node[0].op_type not in mapped:
+            continue
+        versions = [o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx")]
+        opset = max(versions, default=0)
+        for inputs, outputs in case.data_sets or ():
+            out.append(NodeCase(case.name, graph.node[0], opset, inputs, outputs))
+    return tuple(out)
+
+
+def case_ids(cases: Sequence[NodeCase]) -> list[str]:
+    """Test ids for ``parametrize("index", range(len(cases)))``: the case name and index."""
+    return [f"{c.name}-{i}" for i, c in enumerate(cases)]
+
+
+def attrs(node) -> dict[str, Any]:
+    """A node's attributes as Python values (names to values; absent ones take no entry)."""
+    import onnx
+
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def dml_type(dtype) -> str:
+    """The DML data type name of a NumPy dtype; skips the case for a type DirectML lacks."""
+    name = np.dtype(dtype).name.upper()
+    if name not in dml.DataType.__members__:
+        pytest.skip(f"DirectML has no {name} data type")
+    return name
+
+
+def validate_or_skip(desc) -> None:
+    """``dml.validate``; a combination the support tables reject skips the case with the
+    message, any other validation error fails it."""
+    try:
+        dml.validate(desc)
+    except dml.ValidationError as e:
+        if "is not supported at feature level" in str(e):
+            pytest.skip(f"DirectML does not support this case: {e}")
+        raise
+
+
+def run_or_skip(desc, *inputs):
+    """Validates ``desc`` (see ``validate_or_skip``) and runs it in logical mode (x64 where it
+    has 64-bit tensors): a NumPy array, or a tuple of them for several outputs."""
+    validate_or_skip(desc)
+    with strategies.x64(desc):
+        result = dml.compile_operator(desc)(*inputs)
+        if isinstance(result, tuple):
+            return tuple(np.asarray(r) for r in result)
+        return np.asarray(result)
+
+
+def run_buffers_or_skip(desc, buffers: Sequence[np.ndarray], out_shape, dtype) -> np.ndarray:
+    """Validates ``desc`` (see ``validate_or_skip``) and runs it in buffer mode: each of
+    ``buffers`` flattened, one zeroed output buffer of ``dtype``, returned as ``out_shape``."""
+    validate_or_skip(desc)
+    with strategies.x64(desc):
+        op = dml.compile_operator(desc)
+        size = math.prod(out_shape)
+        (result,) = op.run_buffers([b.reshape(-1) for b in buffers], [np.zeros(size, dtype)])
+        return np.asarray(result).reshape(out_shape)
+
+
+def broadcast_desc(
+    array: np.ndarray, shape: Sequence[int], data_type: str | None = None
+) -> dml.TensorDesc:
+    """The DirectML view of ``array`` broadcast to ``shape``: stride 0 where it repeats.
+
+    ``data_type`` defaults to ``dml_type(array.dtype)`` (which skips a type DirectML lacks)."""
+    data_type = data_type or dml_type(array.dtype)
+    sizes = (1,) * (len(shape) - array.ndim) + array.shape
+    strides, step = [], 1
+    for n in reversed(sizes):
+        strides.append(step)
+        step *= n
+    strides = [0 if n == 1 and m > 1 else s for n, m, s in zip(sizes, shape, reversed(strides))]
+    return dml.TensorDesc(data_type, list(shape), strides=strides)
 
 
 def passing_op_types(cases: Sequence[tuple], check: Callable[[int], None]) -> set[str]:
     """The ONNX op types with at least one case that ``check(index)`` passes (not skipped).
 
-    ``cases`` holds ``(name, node, inputs, outputs)`` tuples; each op type stops at its first
-    passing case."""
+    ``cases`` holds ``(name, node, ...)`` tuples (``NodeCase`` among them); each op type stops at
+    its first passing case."""
     passed: set[str] = set()
     for index, (_, node, *_) in enumerate(cases):
         if node.op_type in passed:
@@ -22,3 +166,12 @@ def passing_op_types(cases: Sequence[tuple], check: Callable[[int], None]) -> se
             continue
         passed.add(node.op_type)
     return passed
+
+
+def assert_every_op_type_passes(
+    cases: Sequence[tuple], check: Callable[[int], None], mapped: set[str]
+) -> None:
+    """Fails naming the op types of ``mapped`` with no passing case (see ``passing_op_types``)."""
+    passed = passing_op_types(cases, check)
+    if passed != mapped:
+        pytest.fail(f"no passing case: {sorted(mapped - passed)}")

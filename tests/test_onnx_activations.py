@@ -16,7 +16,15 @@ import math
 
 import numpy as np
 import pytest
-from onnx_cases import passing_op_types
+from onnx_cases import (
+    assert_every_op_type_passes,
+    attrs,
+    broadcast_desc,
+    case_ids,
+    dml_type,
+    node_cases,
+    run_buffers_or_skip,
+)
 
 import dml_jax as dml
 
@@ -43,96 +51,38 @@ UNARY = {
 NORMALIZE = {"Softmax": "ActivationSoftmax1", "LogSoftmax": "ActivationLogSoftmax1",
              "Hardmax": "ActivationHardmax1"}  # fmt: skip
 MAPPED = set(UNARY) | set(NORMALIZE) | {"PRelu"}
-
-
-def _onnx_testcases() -> list:
-    """ONNX's node test cases, those of the mapped operators among them.
-
-    Generating all of them (``collect_testcases(None)``) takes about 10 s; importing just the
-    mapped operators' generator modules registers their cases in the list ``collect_testcases``
-    returns, in a fraction of a second (a later ``collect_testcases(None)`` imports the rest).
-    """
-    import importlib
-
-    from onnx.backend.test.case import node as package
-
-    with np.errstate(all="ignore"):
-        try:
-            for op_type in sorted(MAPPED):
-                importlib.import_module(f"{package.__name__}.{op_type.lower()}")
-            return list(package._NodeTestCases)
-        except (ImportError, AttributeError):
-            return package.collect_testcases(None)
-
-
-@functools.lru_cache(maxsize=1)
-def _cases():
-    out = []
-    for case in _onnx_testcases():
-        graph = case.model.graph
-        if len(graph.node) != 1 or graph.node[0].op_type not in MAPPED:
-            continue
-        opset = max(o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx"))
-        for inputs, outputs in case.data_sets or ():
-            out.append((case.name, graph.node[0], opset, inputs, outputs))
-    return out
-
-
-def _dml_type(array: np.ndarray) -> str:
-    name = array.dtype.name.upper()
-    if name not in dml.DataType.__members__:
-        pytest.skip(f"DirectML has no {name} data type")
-    return name
-
-
-def _broadcast_desc(array: np.ndarray, shape: tuple) -> dml.TensorDesc:
-    """The DirectML view of ``array`` broadcast to ``shape``: stride 0 where it repeats."""
-    sizes = (1,) * (len(shape) - array.ndim) + array.shape
-    strides, step = [], 1
-    for n in reversed(sizes):
-        strides.append(step)
-        step *= n
-    strides = [0 if n == 1 and m > 1 else s for n, m, s in zip(sizes, shape, reversed(strides))]
-    return dml.TensorDesc(_dml_type(array), list(shape), strides=strides)
+CASES = node_cases(MAPPED)
 
 
 def _run(node, opset: int, inputs: list[np.ndarray]) -> np.ndarray:
     op_type, x = node.op_type, inputs[0]
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    at = attrs(node)
     shape = x.shape or (1,)
-    ins = [dml.TensorDesc(_dml_type(x), list(shape))]
-    out = dml.TensorDesc(_dml_type(x), list(shape))
+    ins = [dml.TensorDesc(dml_type(x.dtype), list(shape))]
+    out = dml.TensorDesc(dml_type(x.dtype), list(shape))
     if op_type == "PRelu":
-        ins.append(_broadcast_desc(inputs[1], shape))
+        ins.append(broadcast_desc(inputs[1], shape))
         cls, kw = dml.ActivationParameterizedReluOperatorDesc, {}
     elif op_type in NORMALIZE:
         rank = len(shape)
-        axis = attrs.get("axis", -1 if opset >= 13 else 1) % rank
+        axis = at.get("axis", -1 if opset >= 13 else 1) % rank
         axes = [axis] if opset >= 13 else list(range(axis, rank))
         cls, kw = getattr(dml, NORMALIZE[op_type] + "OperatorDesc"), {"axes": axes}
     else:
-        if attrs.get("approximate", b"none") != b"none":
+        if at.get("approximate", b"none") != b"none":
             pytest.skip("DirectML's GELU has no tanh approximation")
         name, spec = UNARY[op_type]
         cls = getattr(dml, name + "OperatorDesc")
-        kw = {k: float(attrs.get(a, d)) for k, (a, d) in spec.items()}
+        kw = {k: float(at.get(a, d)) for k, (a, d) in spec.items()}
     desc = cls(*ins, out, **kw)
-    try:
-        dml.validate(desc)
-    except dml.ValidationError as e:
-        if "is not supported at feature level" in str(e):
-            pytest.skip(f"DirectML does not support this case: {e}")
-        raise
-    op = dml.compile_operator(desc)
-    (result,) = op.run_buffers([a.reshape(-1) for a in inputs], [np.zeros(x.size, x.dtype)])
-    return np.asarray(result).reshape(x.shape)
+    return run_buffers_or_skip(desc, inputs, x.shape, x.dtype)
 
 
 def _int_shrink_by_dml_rule(node, x: np.ndarray) -> np.ndarray:
     """Integer SHRINK as docs/semantics.md defines it: Bias truncated toward zero (saturated)
     into the integer type, the arithmetic wrapping."""
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    bias, lambd = float(np.float32(attrs.get("bias", 0.0))), float(attrs.get("lambd", 0.5))
+    at = attrs(node)
+    bias, lambd = float(np.float32(at.get("bias", 0.0))), float(at.get("lambd", 0.5))
     info = np.iinfo(x.dtype)
     bias = min(max(math.trunc(bias), info.min), info.max)
     wide = x.astype(np.int64)
@@ -143,12 +93,12 @@ def _int_shrink_by_dml_rule(node, x: np.ndarray) -> np.ndarray:
 @functools.cache
 def _result(index: int) -> np.ndarray:
     """DirectML's output for a case, kept: the last test reuses it (skips are not kept)."""
-    _, node, opset, inputs, _ = _cases()[index]
-    return _run(node, opset, list(inputs))
+    case = CASES[index]
+    return _run(case.node, case.opset, list(case.inputs))
 
 
 def _check(index: int) -> None:
-    _, node, _, inputs, outputs = _cases()[index]
+    _, node, _, inputs, outputs = CASES[index]
     want = outputs[0]
     got = _result(index)
     if want.dtype == np.float16:
@@ -166,13 +116,10 @@ def _check(index: int) -> None:
         np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize(
-    "index", range(len(_cases())), ids=[f"{c[0]}-{i}" for i, c in enumerate(_cases())]
-)
+@pytest.mark.parametrize("index", range(len(CASES)), ids=case_ids(CASES))
 def test_onnx_node(index):
     _check(index)
 
 
 def test_every_mapped_activation_has_a_passing_case():
-    passed = passing_op_types(_cases(), _check)
-    assert passed == MAPPED, f"no passing case: {sorted(MAPPED - passed)}"
+    assert_every_op_type_passes(CASES, _check, MAPPED)

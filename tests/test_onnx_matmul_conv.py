@@ -30,80 +30,22 @@ import math
 
 import numpy as np
 import pytest
-from onnx_cases import passing_op_types
+from onnx_cases import (
+    assert_every_op_type_passes,
+    attrs,
+    broadcast_desc,
+    case_ids,
+    dml_type,
+    node_cases,
+    run_buffers_or_skip,
+)
 
 import dml_jax as dml
 
 onnx = pytest.importorskip("onnx")
 
 MAPPED = {"Gemm", "MatMul", "Conv", "ConvTranspose"}
-
-
-def _onnx_testcases() -> list:
-    """ONNX's node test cases, loading only the mapped operators' generator modules (fast; see
-    tests/test_onnx_activations.py), or all of them if that fails."""
-    import importlib
-
-    from onnx.backend.test.case import node as package
-
-    with np.errstate(all="ignore"):
-        try:
-            for op_type in sorted(MAPPED):
-                importlib.import_module(f"{package.__name__}.{op_type.lower()}")
-            return list(package._NodeTestCases)
-        except (ImportError, AttributeError):
-            return package.collect_testcases(None)
-
-
-@functools.lru_cache(maxsize=1)
-def _cases():
-    out = []
-    for case in _onnx_testcases():
-        graph = case.model.graph
-        if len(graph.node) != 1 or graph.node[0].op_type not in MAPPED:
-            continue
-        for inputs, outputs in case.data_sets or ():
-            out.append((case.name, graph.node[0], inputs, outputs))
-    return out
-
-
-def _dml_type(array: np.ndarray) -> str:
-    name = array.dtype.name.upper()
-    if name not in dml.DataType.__members__:
-        pytest.skip(f"DirectML has no {name} data type")
-    return name
-
-
-def _packed(sizes) -> list[int]:
-    strides, step = [], 1
-    for n in reversed(sizes):
-        strides.append(step)
-        step *= n
-    return strides[::-1]
-
-
-def _broadcast_desc(array: np.ndarray, shape: tuple) -> dml.TensorDesc:
-    """The DirectML view of ``array`` broadcast to ``shape``: stride 0 where it repeats."""
-    sizes = (1,) * (len(shape) - array.ndim) + array.shape
-    strides = [0 if n == 1 and m > 1 else s for n, m, s in zip(sizes, shape, _packed(sizes))]
-    return dml.TensorDesc(_dml_type(array), list(shape), strides=strides)
-
-
-def _attrs(node) -> dict:
-    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-
-
-def _execute(desc, buffers: list[np.ndarray], out_shape: tuple, dtype) -> np.ndarray:
-    try:
-        dml.validate(desc)
-    except dml.ValidationError as e:
-        if "is not supported at feature level" in str(e):
-            pytest.skip(f"DirectML does not support this case: {e}")
-        raise
-    op = dml.compile_operator(desc)
-    size = math.prod(out_shape)
-    (result,) = op.run_buffers([b.reshape(-1) for b in buffers], [np.zeros(size, dtype)])
-    return np.asarray(result).reshape(out_shape)
+CASES = node_cases(MAPPED)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,24 +55,24 @@ def _execute(desc, buffers: list[np.ndarray], out_shape: tuple, dtype) -> np.nda
 def _gemm(node, inputs):
     a, b = inputs[0], inputs[1]
     c = inputs[2] if len(inputs) > 2 and inputs[2] is not None and inputs[2].size else None
-    attrs = _attrs(node)
-    ta, tb = int(attrs.get("transA", 0)), int(attrs.get("transB", 0))
+    at = attrs(node)
+    ta, tb = int(at.get("transA", 0)), int(at.get("transB", 0))
     m = a.shape[1] if ta else a.shape[0]
     n = b.shape[0] if tb else b.shape[1]
     out = (1, 1, m, n)
-    t = _dml_type(a)
+    t = dml_type(a.dtype)
     desc = dml.GemmOperatorDesc(
         dml.TensorDesc(t, [1, 1, *a.shape]),
         dml.TensorDesc(t, [1, 1, *b.shape]),
-        None if c is None else _broadcast_desc(c, out),
+        None if c is None else broadcast_desc(c, out),
         dml.TensorDesc(t, list(out)),
         trans_a="TRANSPOSE" if ta else "NONE",
         trans_b="TRANSPOSE" if tb else "NONE",
-        alpha=float(attrs.get("alpha", 1.0)),
-        beta=float(attrs.get("beta", 1.0)),
+        alpha=float(at.get("alpha", 1.0)),
+        beta=float(at.get("beta", 1.0)),
     )
     buffers = [a, b] + ([] if c is None else [c])
-    return _execute(desc, buffers, out, a.dtype).reshape(m, n)
+    return run_buffers_or_skip(desc, buffers, out, a.dtype).reshape(m, n)
 
 
 def _matmul(node, inputs):
@@ -144,14 +86,14 @@ def _matmul(node, inputs):
     batch = (1,) * (2 - len(batch)) + tuple(batch)
     m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
     out = (*batch, m, n)
-    t = _dml_type(a)
+    t = dml_type(a.dtype)
     desc = dml.GemmOperatorDesc(
-        _broadcast_desc(a2, (*batch, m, k)),
-        _broadcast_desc(b2, (*batch, k, n)),
+        broadcast_desc(a2, (*batch, m, k)),
+        broadcast_desc(b2, (*batch, k, n)),
         None,
         dml.TensorDesc(t, list(out)),
     )
-    return _execute(desc, [a2, b2], out, a.dtype).reshape(want)
+    return run_buffers_or_skip(desc, [a2, b2], out, a.dtype).reshape(want)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,20 +108,20 @@ def _same_pads(auto_pad: str, total: int) -> tuple[int, int]:
 
 
 def _spatial_attrs(node, x: np.ndarray, w: np.ndarray) -> dict:
-    attrs = _attrs(node)
+    at = attrs(node)
     nd = x.ndim - 2
-    kernel = list(attrs.get("kernel_shape", w.shape[2:]))
+    kernel = list(at.get("kernel_shape", w.shape[2:]))
     assert kernel == list(w.shape[2:])
     return {
         "nd": nd,
-        "auto_pad": attrs.get("auto_pad", b"NOTSET").decode(),
-        "strides": list(attrs.get("strides", [1] * nd)),
-        "dilations": list(attrs.get("dilations", [1] * nd)),
-        "pads": list(attrs.get("pads", [0] * (2 * nd))),
-        "group": int(attrs.get("group", 1)),
+        "auto_pad": at.get("auto_pad", b"NOTSET").decode(),
+        "strides": list(at.get("strides", [1] * nd)),
+        "dilations": list(at.get("dilations", [1] * nd)),
+        "pads": list(at.get("pads", [0] * (2 * nd))),
+        "group": int(at.get("group", 1)),
         "kernel": kernel,
-        "output_padding": list(attrs.get("output_padding", [0] * nd)),
-        "output_shape": attrs.get("output_shape"),
+        "output_padding": list(at.get("output_padding", [0] * nd)),
+        "output_shape": at.get("output_shape"),
     }
 
 
@@ -196,7 +138,7 @@ def _as_2d(x, w, a: dict, spatial_out: list[int]):
 
 
 def _conv_desc(x, w, bias, out_shape, a: dict, direction: str):
-    t = _dml_type(x)
+    t = dml_type(x.dtype)
     nd = a["nd"]
     return dml.ConvolutionOperatorDesc(
         dml.TensorDesc(t, list(x.shape)),
@@ -238,7 +180,8 @@ def _conv(node, inputs):
     out_shape = (x.shape[0], w.shape[0], *out2)
     desc = _conv_desc(x2, w2, bias, out_shape, a2, "FORWARD")
     buffers = [x2, w2] + ([] if bias is None else [bias])
-    return _execute(desc, buffers, out_shape, x.dtype).reshape(x.shape[0], w.shape[0], *out)
+    y = run_buffers_or_skip(desc, buffers, out_shape, x.dtype)
+    return y.reshape(x.shape[0], w.shape[0], *out)
 
 
 def _conv_transpose(node, inputs):
@@ -271,7 +214,8 @@ def _conv_transpose(node, inputs):
     out_shape = (x.shape[0], channels, *out2)
     desc = _conv_desc(x2, w2, bias, out_shape, a2, "BACKWARD")
     buffers = [x2, w2] + ([] if bias is None else [bias])
-    return _execute(desc, buffers, out_shape, x.dtype).reshape(x.shape[0], channels, *out)
+    y = run_buffers_or_skip(desc, buffers, out_shape, x.dtype)
+    return y.reshape(x.shape[0], channels, *out)
 
 
 RUN = {"Gemm": _gemm, "MatMul": _matmul, "Conv": _conv, "ConvTranspose": _conv_transpose}
@@ -280,13 +224,12 @@ RUN = {"Gemm": _gemm, "MatMul": _matmul, "Conv": _conv, "ConvTranspose": _conv_t
 @functools.cache
 def _result(index: int) -> np.ndarray:
     """DirectML's output for a case, kept: the last test reuses it (skips are not kept)."""
-    _, node, inputs, _ = _cases()[index]
-    return RUN[node.op_type](node, list(inputs))
+    case = CASES[index]
+    return RUN[case.node.op_type](case.node, list(case.inputs))
 
 
 def _check(index: int) -> None:
-    _, _, _, outputs = _cases()[index]
-    want = outputs[0]
+    want = CASES[index].outputs[0]
     got = _result(index)
     assert got.shape == want.shape and got.dtype == want.dtype
     if want.dtype == np.float16:
@@ -295,13 +238,10 @@ def _check(index: int) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "index", range(len(_cases())), ids=[f"{c[0]}-{i}" for i, c in enumerate(_cases())]
-)
+@pytest.mark.parametrize("index", range(len(CASES)), ids=case_ids(CASES))
 def test_onnx_node(index):
     _check(index)
 
 
 def test_every_mapped_operator_has_a_passing_case():
-    passed = passing_op_types(_cases(), _check)
-    assert passed == MAPPED, f"no passing case: {sorted(MAPPED - passed)}"
+    assert_every_op_type_passes(CASES, _check, MAPPED)

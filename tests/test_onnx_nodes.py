@@ -10,11 +10,10 @@ data comes from the ``onnx`` package (its test-case generators), so this module 
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import numpy as np
 import pytest
+from onnx_cases import attrs, broadcast_desc, case_ids, node_cases, run_buffers_or_skip
 
 import dml_jax as dml
 
@@ -39,30 +38,15 @@ BINARY = {
     "Xor": "LOGICAL_XOR",
 }  # fmt: skip
 MAPPED = set(UNARY) | set(BINARY) | {"Where"}
-
-
-@functools.lru_cache(maxsize=1)
-def _cases():
-    from onnx.backend.test.case.node import collect_testcases
-
-    with np.errstate(all="ignore"):
-        cases = collect_testcases(None)
-    out = []
-    for case in cases:
-        graph = case.model.graph
-        if len(graph.node) != 1 or graph.node[0].op_type not in MAPPED:
-            continue
-        for inputs, outputs in case.data_sets or ():
-            out.append((case.name, graph.node[0], inputs, outputs))
-    return out
+CASES = node_cases(MAPPED, load_all=True)
 
 
 def _name(op_type: str, node) -> str:
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    at = attrs(node)
     if op_type == "Mod":
-        return "MODULUS_TRUNCATE" if attrs.get("fmod", 0) else "MODULUS_FLOOR"
+        return "MODULUS_TRUNCATE" if at.get("fmod", 0) else "MODULUS_FLOOR"
     if op_type == "BitShift":
-        return "BIT_SHIFT_LEFT" if attrs["direction"] == b"LEFT" else "BIT_SHIFT_RIGHT"
+        return "BIT_SHIFT_LEFT" if at["direction"] == b"LEFT" else "BIT_SHIFT_RIGHT"
     return {**UNARY, **BINARY, "Where": "IF"}[op_type]
 
 
@@ -70,57 +54,35 @@ def _dml_type(array: np.ndarray) -> str:
     return "UINT8" if array.dtype == np.bool_ else array.dtype.name.upper()
 
 
-def _broadcast_desc(array: np.ndarray, shape: tuple) -> dml.TensorDesc:
-    """The DirectML view of ``array`` broadcast to ``shape``: stride 0 where it repeats."""
-    sizes = (1,) * (len(shape) - array.ndim) + array.shape
-    strides, step = [], 1
-    for n in reversed(sizes):
-        strides.append(step)
-        step *= n
-    strides = [0 if n == 1 and m > 1 else s for n, m, s in zip(sizes, shape, reversed(strides))]
-    return dml.TensorDesc(_dml_type(array), list(shape), strides=strides)
-
-
 def _run(node, inputs: list[np.ndarray], out_type: str):
     op_type = node.op_type
     shape = tuple(np.broadcast_shapes(*(x.shape for x in inputs))) or (1,)
     arrays = [x.astype(np.uint8) if x.dtype == np.bool_ else x for x in inputs]
-    ins = [_broadcast_desc(x, shape) for x in arrays]
+    ins = [broadcast_desc(x, shape, _dml_type(x)) for x in arrays]
     out = dml.TensorDesc(out_type, list(shape))
     name = E + _name(op_type, node)
     cls = dml.registry.lookup(name).desc_class
-    attrs = {}
+    kw = {}
     if op_type == "Round":
-        attrs["rounding_mode"] = "HALVES_TO_NEAREST_EVEN"
+        kw["rounding_mode"] = "HALVES_TO_NEAREST_EVEN"
     if op_type == "IsInf":
-        a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+        a = attrs(node)
         pos, neg = a.get("detect_positive", 1), a.get("detect_negative", 1)
         if not (pos or neg):
             pytest.skip("IsInf detecting nothing has no DirectML mode")
-        attrs["infinity_mode"] = "EITHER" if pos and neg else ("POSITIVE" if pos else "NEGATIVE")
+        kw["infinity_mode"] = "EITHER" if pos and neg else ("POSITIVE" if pos else "NEGATIVE")
     if op_type in ("Max", "Min", "Mean") and len(ins) != 2:
         if op_type == "Mean" or len(ins) == 1:
             pytest.skip(f"{op_type} of {len(ins)} inputs is not one DirectML operator")
         first = _run(node, inputs[:2], out_type)
         return _run(node, [first, *inputs[2:]], out_type)
-    desc = cls(*ins, out, **attrs)
-    try:
-        dml.validate(desc)
-    except dml.ValidationError as e:
-        if "is not supported at feature level" in str(e):
-            pytest.skip(f"DirectML does not support this case: {e}")
-        raise
-    op = dml.compile_operator(desc)
-    bufs = [x.reshape(-1) for x in arrays]
-    (result,) = op.run_buffers(bufs, [np.zeros(int(np.prod(shape)), out.dtype)])
-    return np.asarray(result).reshape(shape)
+    desc = cls(*ins, out, **kw)
+    return run_buffers_or_skip(desc, arrays, shape, out.dtype)
 
 
-@pytest.mark.parametrize(
-    "index", range(len(_cases())), ids=[f"{c[0]}-{i}" for i, c in enumerate(_cases())]
-)
+@pytest.mark.parametrize("index", range(len(CASES)), ids=case_ids(CASES))
 def test_onnx_node(index):
-    _, node, inputs, outputs = _cases()[index]
+    _, node, _, inputs, outputs = CASES[index]
     want = outputs[0]
     if any(x.dtype.kind not in "biuf" for x in [*inputs, want]):
         pytest.skip("a string tensor: DirectML has no such data type")
@@ -137,4 +99,4 @@ def test_onnx_node(index):
 
 
 def test_every_mapped_onnx_operator_has_cases():
-    assert {node.op_type for _, node, _, _ in _cases()} == MAPPED
+    assert {node.op_type for _, node, *_ in CASES} == MAPPED

@@ -37,6 +37,15 @@ EXPECTED = {
     "dml_convolution_2d": ["Resource 'output': 6, 8, 12, 14"],
     # a 3x3x3 input of ones through a 2x2x2 filter of 0.5
     "dml_convolution_3d": ["Resource 'output': " + ", ".join(["4"] * 8)],
+    "dml_cumulative_product": ["Resource 'Out': 2, 8, 64, 192"],
+    "dml_fill_value_sequence": ["Resource 'Out': 3.2, 4.7, 6.2, 7.7, 9.2"],
+    # 1..25 as {1, 1, 5, 5}: rows 1-3, columns 1 and 3
+    "dml_slice": ["Resource 'output': 7, 9, 12, 14, 17, 19"],
+    # 1..4 as {1, 1, 2, 2} enlarged 2x bilinearly at pixel centres, edges clamped
+    "dml_upsample_2d": [
+        "Resource 'output': 1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3, "
+        "3.25, 3.75, 4"
+    ],
 }
 
 

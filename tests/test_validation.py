@@ -1197,4 +1197,7 @@ def test_every_exported_enum_is_checked():
         "MatrixTransform",
         "ConvolutionMode",
         "ConvolutionDirection",
+        "PaddingMode",
+        "RandomGeneratorType",
+        "InterpolationMode",
     }

@@ -13,10 +13,22 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``elementwise``: a Pallas CLIP kernel for narrow types;
 - ``elementwise_map``: one kernel that runs any element-wise operator's lowering block by block,
   for narrow types;
-- ``softmax``: one-pass SOFTMAX and LOG_SOFTMAX (both versions).
+- ``softmax``: one-pass SOFTMAX and LOG_SOFTMAX (both versions);
+- ``scan``: one-pass CUMULATIVE_SUMMATION / CUMULATIVE_PRODUCT;
+- ``topk``: TOP_K / TOP_K1 for a small K along the minor axis, in registers.
 """
 
-from . import elementwise, elementwise_map, movement, reduce, reduce_paths, reduce_plan, softmax
+from . import (
+    elementwise,
+    elementwise_map,
+    movement,
+    reduce,
+    reduce_paths,
+    reduce_plan,
+    scan,
+    softmax,
+    topk,
+)
 from .reduce_paths import arg_reduce, log_sum_exp, reduce_extreme
 from .reduce_plan import plan
 
@@ -31,5 +43,7 @@ __all__ = [
     "reduce_extreme",
     "reduce_paths",
     "reduce_plan",
+    "scan",
     "softmax",
+    "topk",
 ]
