@@ -429,6 +429,25 @@ def test_big_paddings_fold_many_times():
     S.assert_same(S.run(S.Case(d, (x,))), reference.reference(d, x))
 
 
+@pytest.mark.parametrize("mode", ["EDGE", "REFLECTION", "SYMMETRIC", "WRAP"])
+@pytest.mark.parametrize(
+    "shape, pad",
+    [
+        ((3, 4), (2, 1)),  # a few border runs: constant pad, then border planes copied in place
+        ((2, 3, 4), (3, 2)),  # corners of three dimensions
+        ((3,), (20, 20)),  # many runs: one concatenation of strided takes
+        ((3, 4), (9, 9)),  # more blocks still: a static gather per dimension
+    ],
+)
+def test_mirrored_padding_lowerings_match_reference(mode, shape, pad):
+    start = [pad[0]] * len(shape)
+    end = [pad[1]] * len(shape)
+    out = [n + pad[0] + pad[1] for n in shape]
+    d = PAD1(T("INT32", shape), T("INT32", out), mode, "INT32", 0, start, end)
+    x = np.arange(1, math.prod(shape) + 1, dtype=np.int32).reshape(shape)
+    S.assert_same(S.run(S.Case(d, (x,))), reference.reference(d, x))
+
+
 @pytest.mark.parametrize(
     "mode, level, ok",
     [

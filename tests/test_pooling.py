@@ -10,6 +10,7 @@ import dataclasses
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
@@ -427,6 +428,37 @@ def test_max_pooling_gradient_ignores_the_indices_output():
     grad = jax.grad(lambda x: op.fn(x)[0].sum())(IMAGE)
     # 5 and 8 are the maxima of one window each, 9 of two.
     np.testing.assert_array_equal(grad, _a([0, 1, 0, 0, 0, 2, 1, 0, 0], shape=(1, 1, 3, 3)))
+
+
+@pytest.mark.parametrize(
+    "window, strides, dilations, start",
+    [
+        ((3, 3), (1, 1), (1, 1), (1, 1)),
+        ((2, 3), (1, 2), (2, 1), (0, 1)),
+        ((2, 2), (1, 1), None, (0, 0)),
+    ],
+)
+def test_sliced_max_gradient_goes_to_the_reported_index(window, strides, dilations, start):
+    """Overlapping and dilated windows (the strided-slice lowering): each output's derivative
+    goes to the element OutputIndicesTensor reports, the first maximum in window order, also
+    among many ties and against padding."""
+    cls = MAX2 if dilations else MAX1
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 3, (2, 2, 6, 7)).astype(np.float32)
+    x[0, 0, 0, 0] = -np.inf  # an input element equal to the padding value
+    geometry = (window, strides, start, start, dilations)
+    probe = _pool(cls, T("FLOAT32", x.shape), T("FLOAT32", [1]), *geometry)  # for its plan
+    sizes = x.shape[:2] + window_plan(probe).outputs
+    desc = _pool(
+        cls, T("FLOAT32", x.shape), T("FLOAT32", sizes), *geometry, indices=T("UINT32", sizes)
+    )
+    op = dml.compile_operator(desc)
+    _, indices = op(x)
+    want = np.bincount(np.asarray(indices).ravel(), minlength=x.size).reshape(x.shape)
+    grad = jax.grad(lambda a: op.fn(a)[0].sum())(jnp.asarray(x))
+    np.testing.assert_array_equal(grad, want.astype(np.float32))
+    tangent = jax.jvp(lambda a: op.fn(a)[0], (jnp.asarray(x),), (jnp.asarray(x),))[1]
+    np.testing.assert_array_equal(tangent, x.ravel()[np.asarray(indices).ravel()].reshape(sizes))
 
 
 # --- rules ------------------------------------------------------------------------------------

@@ -216,7 +216,10 @@ def scan_kernel(x, v: View, reverse: bool, exclusive: bool, product: bool, inter
                 # The next tile starts from this one's total (integers: exactly its last
                 # running value; floats: to rounding).
                 if product:
-                    return carry * jnp.prod(tile, axis=1, keepdims=True)
+                    # Triton has no product reduction: the last running value, picked by a sum
+                    # of -0.0 elsewhere (which keeps its value and the sign of a zero).
+                    last = jnp.where(k == v.width - 1, running, np.array(-0.0, wide))
+                    return jnp.sum(last, axis=1, keepdims=True)
                 return carry + jnp.sum(tile, axis=1, keepdims=True)
 
             jax.lax.fori_loop(0, v.tiles, step, jnp.full((v.cols, 1), identity.item(), wide))

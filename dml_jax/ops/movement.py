@@ -477,12 +477,44 @@ def _mirrored(x, mode: PaddingMode, start: tuple[int, ...], end: tuple[int, ...]
     return block(0, ())
 
 
+def _border_copies(x, mode: PaddingMode, start: tuple[int, ...], end: tuple[int, ...]):
+    """EDGE / REFLECTION / SYMMETRIC / WRAP padding as a constant pad whose borders are then
+    overwritten, one dimension after another, by copies of whole hyperplanes of the result
+    (one in-place update per run of source indices). A border element lying in the padding of
+    several dimensions is last written by the last of them, from a plane whose other borders are
+    already final. The pad streams the input once at the copy's speed; the updates touch only
+    the borders (the nested concatenation of ``_mirrored`` runs at 0.39 of the copy on the H200,
+    benchmarks/RESULTS.md)."""
+    y = lax.pad(x, lax.full((), 0, x.dtype), [(a, b, 0) for a, b in zip(start, end)])
+    for axis, (n, a, b) in enumerate(zip(x.shape, start, end)):
+        for first, positions in ((0, range(-a, 0)), (a + n, range(n, n + b))):
+            at = first
+            for src, step, count in _runs([a + source_index(mode, n, i) for i in positions]):
+                plan = [(0, 1, size) for size in y.shape]
+                plan[axis] = (src, step, count)
+                y = lax.dynamic_update_slice_in_dim(y, strided_take(y, tuple(plan)), at, axis)
+                at += count
+    return y
+
+
+# Border copies while the padding is at most this many runs of planes; the concatenation else.
+_MAX_BORDER_RUNS = 16
+
+
 def lower_padding(d: Any, x):
     if d.padding_mode is PaddingMode.CONSTANT:
         value = jnp.asarray(d.value(), x.dtype)
         config = [(a, b, 0) for a, b in zip(d.start_padding, d.end_padding)]
         return (lax.pad(x, value, config),)
-    return (_mirrored(x, d.padding_mode, d.start_padding, d.end_padding),)
+    mode, start, end = d.padding_mode, d.start_padding, d.end_padding
+    border_runs = sum(
+        len(_runs([source_index(mode, n, i) for i in range(-a, 0)]))
+        + len(_runs([source_index(mode, n, i) for i in range(n, n + b)]))
+        for n, a, b in zip(x.shape, start, end)
+    )
+    if border_runs <= _MAX_BORDER_RUNS:
+        return (_border_copies(x, mode, start, end),)
+    return (_mirrored(x, mode, start, end),)
 
 
 def _bench_padding(cls: type, label: str):

@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -360,7 +361,30 @@ def _lowest(dtype) -> Any:
     return np.iinfo(dtype).min
 
 
+# Windows of at most this many points that overlap (or are dilated) are lowered as one
+# element-wise pass over strided slices of the padded input instead of reduce_window: XLA's GPU
+# reduce_window reads an overlapping window slowly (3x3 stride 1 max: 0.39 of the copy on the
+# H200, benchmarks/RESULTS.md), while the slices fuse into one loop over the output.
+SLICE_WINDOW_POINTS = 32
+
+
+def _by_slices(plan: WindowPlan) -> bool:
+    overlapping = any(s < x for s, x in zip(plan.strides, plan.extents))
+    dilated = any(d > 1 for d in plan.dilations)
+    return (overlapping or dilated) and math.prod(plan.window) <= SLICE_WINDOW_POINTS
+
+
+def _padded(plan: WindowPlan, x, value):
+    config = [(0, 0, 0)] * 2 + [(s, e, 0) for s, e in zip(plan.start, plan.end)]
+    return lax.pad(x, np.array(value, x.dtype), config)
+
+
 def _window_sum(plan: WindowPlan, a):
+    if _by_slices(plan):
+        total = None
+        for slice_ in _window_slices(plan, _padded(plan, a, 0)):
+            total = slice_ if total is None else total + slice_
+        return total
     # A NumPy init value (concrete under jit) lets jax recognise its summing window reducer,
     # which has a transpose (a traced one would give the generic, non-differentiable one).
     return lax.reduce_window(a, np.zeros((), a.dtype), lax.add, **plan.lax_args())
@@ -401,20 +425,54 @@ def lower_lp_pooling(d: Any, x):
 
 
 def _max_values(plan: WindowPlan, x):
-    lowest = np.array(_lowest(x.dtype), x.dtype)
-    if any(d > 1 for d in plan.dilations):
-        # jax has no VJP for a max window with window dilation: the maximum of one strided
-        # slice of the padded input per window point instead (one fused pass as well).
-        config = [(0, 0, 0)] * 2 + [(s, e, 0) for s, e in zip(plan.start, plan.end)]
-        padded = lax.pad(x, lowest, config)
+    lowest = _lowest(x.dtype)
+    if not _by_slices(plan):
+        # lax.max with the type's lowest value (a NumPy constant, see _window_sum) as init is
+        # jax's differentiable max-window reducer; padding takes the init value, so it never
+        # wins. NaN propagates (XLA's max). Its gradient goes to the element its rule picks.
+        return lax.reduce_window(x, np.array(lowest, x.dtype), lax.max, **plan.lax_args())
+    return _slices_max(plan, x)
+
+
+def _slices_max(plan: WindowPlan, x):
+    """The maximum of one strided slice of the padded input per window point (one fused pass).
+    Its derivative goes to the first maximum in window order on the input (the element
+    OutputIndicesTensor reports; NaN counts as equal to NaN), never split between equal values."""
+    lowest = _lowest(x.dtype)
+
+    def forward(x):
         out = None
-        for slice_ in _window_slices(plan, padded):
+        for slice_ in _window_slices(plan, _padded(plan, x, lowest)):
             out = slice_ if out is None else lax.max(out, slice_)
         return out
-    # lax.max with the type's lowest value (a NumPy constant, see _window_sum) as init is jax's
-    # differentiable max-window reducer; padding takes the init value, so it never wins. NaN
-    # propagates (XLA's max).
-    return lax.reduce_window(x, lowest, lax.max, **plan.lax_args())
+
+    @jax.custom_jvp
+    def window_max(x):
+        return forward(x)
+
+    @window_max.defjvp
+    def window_max_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        y = forward(x)
+        nan = lax.ne(y, y)
+        taken = None
+        out_t = None
+        points = zip(
+            _window_slices(plan, _padded(plan, x, lowest)),
+            _window_slices(plan, _padded(plan, t, 0)),
+            _window_slices(plan, _padded(plan, jnp.ones(x.shape, bool), False)),
+        )
+        for slice_, t_slice, on_input in points:
+            # padding never wins, also against an input element equal to the lowest value
+            hit = on_input & (lax.eq(slice_, y) | (nan & lax.ne(slice_, slice_)))
+            if taken is not None:
+                hit = hit & ~taken
+            term = lax.select(hit, t_slice, lax.full_like(t_slice, 0))
+            out_t = term if out_t is None else out_t + term
+            taken = hit if taken is None else taken | hit
+        return y, out_t
+
+    return window_max(x)
 
 
 def _window_slices(plan: WindowPlan, padded):
@@ -539,67 +597,48 @@ def _example(cls: type) -> Example:
     return Example({"type": name, "desc": desc}, {"InputTensor": image}, note)
 
 
-def _bench_max(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    if dtype not in ("float32", "float16"):
-        return []
-    n, c, h, w = shape
-    x = TensorDesc(dtype.upper(), shape)
-    cases = []
-    for window, stride, pad in ((2, 2, 0), (3, 1, 1)):
-        out = x.like(
-            sizes=(n, c, (h + 2 * pad - window) // stride + 1, (w + 2 * pad - window) // stride + 1)
-        )
-        desc = MaxPoolingOperatorDesc(
-            x,
-            out,
-            strides=[stride] * 2,
-            window_size=[window] * 2,
-            start_padding=[pad] * 2,
-            end_padding=[pad] * 2,
-        )
+def _bench_pooling(kind: str) -> Any:
+    """MAX or AVERAGE pooling cases: 2x2 windows of stride 2 (disjoint) and 3x3 of stride 1
+    padded by 1 (overlapping), against reduce_window and PyTorch's pooling."""
 
-        def jnp_fn(y, window=window, stride=stride, pad=pad):
-            return lax.reduce_window(
-                y,
-                -jnp.inf,
-                lax.max,
-                (1, 1, window, window),
-                (1, 1, stride, stride),
-                ((0, 0), (0, 0), (pad, pad), (pad, pad)),
+    def cases(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
+        if dtype not in ("float32", "float16"):
+            return []
+        n, c, h, w = shape
+        x = TensorDesc(dtype.upper(), shape)
+        out = []
+        for window, stride, pad in ((2, 2, 0), (3, 1, 1)):
+            sizes = (n, c) + tuple((e + 2 * pad - window) // stride + 1 for e in (h, w))
+            geometry = dict(
+                strides=[stride] * 2,
+                window_size=[window] * 2,
+                start_padding=[pad] * 2,
+                end_padding=[pad] * 2,
             )
+            if kind == "MAX":
+                desc = MaxPoolingOperatorDesc(x, x.like(sizes=sizes), **geometry)
+            else:
+                desc = AveragePoolingOperatorDesc(
+                    x, x.like(sizes=sizes), **geometry, include_padding=True
+                )
+            args = ((1, 1, window, window), (1, 1, stride, stride))
+            args += (((0, 0), (0, 0), (pad, pad), (pad, pad)),)
 
-        def torch_fn(torch, y, window=window, stride=stride, pad=pad):
-            return torch.nn.functional.max_pool2d(y, window, stride, pad)
+            def jnp_fn(y, args=args, window=window):
+                if kind == "MAX":
+                    return lax.reduce_window(y, -jnp.inf, lax.max, *args)
+                return lax.reduce_window(y, 0.0, lax.add, *args) / (window * window)
 
-        label = f"MAX_POOLING {window}x{window} stride {stride} pad {pad}"
-        cases.append(BenchCase(label, desc, jnp=jnp_fn, torch=torch_fn))
+            def torch_fn(torch, y, window=window, stride=stride, pad=pad):
+                functional = torch.nn.functional
+                pool = functional.max_pool2d if kind == "MAX" else functional.avg_pool2d
+                return pool(y, window, stride, pad)
+
+            label = f"{kind}_POOLING {window}x{window} stride {stride} pad {pad}"
+            out.append(BenchCase(label, desc, jnp=jnp_fn, torch=torch_fn))
+        return out
+
     return cases
-
-
-def _bench_average(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    if dtype not in ("float32", "float16"):
-        return []
-    n, c, h, w = shape
-    x = TensorDesc(dtype.upper(), shape)
-    out = x.like(sizes=(n, c, h // 2, w // 2))
-    desc = AveragePoolingOperatorDesc(
-        x,
-        out,
-        strides=[2, 2],
-        window_size=[2, 2],
-        start_padding=[0, 0],
-        end_padding=[0, 0],
-        include_padding=False,
-    )
-
-    def jnp_fn(y):
-        s = lax.reduce_window(y, 0.0, lax.add, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
-        return s / 4
-
-    def torch_fn(torch, y):
-        return torch.nn.functional.avg_pool2d(y, 2, 2)
-
-    return [BenchCase("AVERAGE_POOLING 2x2 stride 2", desc, jnp=jnp_fn, torch=torch_fn)]
 
 
 def _float_input(d: Any) -> bool:
@@ -626,12 +665,12 @@ for _cls, _lower, _support, _bench in (
         AveragePoolingOperatorDesc,
         lower_average_pooling,
         rows((L.FL_1_0, _DIMS, F2)),
-        _bench_average,
+        _bench_pooling("AVERAGE"),
     ),
     (AveragePooling1OperatorDesc, lower_average_pooling, rows((L.FL_6_2, _DIMS, F2)), None),
     (LpPoolingOperatorDesc, lower_lp_pooling, rows((L.FL_1_0, _DIMS, F2)), None),
     (LpPooling1OperatorDesc, lower_lp_pooling, rows((L.FL_6_2, _DIMS, F2)), None),
-    (MaxPoolingOperatorDesc, lower_max_pooling, _MAX_ROWS, _bench_max),
+    (MaxPoolingOperatorDesc, lower_max_pooling, _MAX_ROWS, _bench_pooling("MAX")),
     (MaxPooling1OperatorDesc, lower_max_pooling, _max_rows_with_indices(L.FL_2_0), None),
     (MaxPooling2OperatorDesc, lower_max_pooling, _max_rows_with_indices(L.FL_2_1), None),
 ):
