@@ -37,6 +37,7 @@ from .graph import (
     validate_graph,
 )
 from .graph_json import graph_from_json
+from .onnx import CompiledOnnx, compile_onnx
 from .jsonmodel import operator_desc_from_json, operator_desc_to_json, tensor_desc_from_json
 from .registry import aliases as _aliases
 from .registry import lookup as _lookup
@@ -49,6 +50,7 @@ __version__ = "0.1.0"
 _BASE = [
     "AxisDirection",
     "CompiledGraph",
+    "CompiledOnnx",
     "CompiledOperator",
     "ConvolutionDirection",
     "PaddingMode",
@@ -72,6 +74,7 @@ _BASE = [
     "TensorFlags",
     "ValidationError",
     "compile_graph",
+    "compile_onnx",
     "compile_operator",
     "graph_from_json",
     "operator_desc_from_json",

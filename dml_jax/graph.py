@@ -28,7 +28,7 @@ from .fields import INPUT, OUTPUT, OperatorDesc, dml_member_name
 from .hlo import HloInstruction, entry_instructions, optimized_hlo  # noqa: F401 (README)
 from .precision import with_half_precision
 from .registry import OperatorSpec, lookup
-from .tensor import TensorDesc
+from .tensor import TensorDesc, packed_strides
 
 GRAPH = "DML_GRAPH"
 
@@ -201,7 +201,7 @@ def _first_difference(a: TensorDesc, b: TensorDesc) -> tuple[str, Any, Any] | No
     return None
 
 
-def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
+def _validate_graph(graph: GraphDesc, level: FeatureLevel, reinterpret: bool = False) -> _Plan:
     if not isinstance(graph, GraphDesc):
         raise ValidationError(f"{GRAPH}: expected a GraphDesc, got {type(graph).__name__}")
     node_count = len(graph.nodes)
@@ -284,20 +284,19 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
     for i, e in enumerate(graph.intermediate_edges):
         path = f"IntermediateEdges[{i}]"
         check_from(path, e.from_node_index, e.from_node_output_index)
-        feed(
-            path,
-            e.to_node_index,
-            e.to_node_input_index,
-            ("node", e.from_node_index, e.from_node_output_index),
-        )
-        _check_connection(
+        source = ("node", e.from_node_index, e.from_node_output_index)
+        feed(path, e.to_node_index, e.to_node_input_index, source)
+        view = _check_connection(
             path,
             graph,
             outs[e.from_node_index][e.from_node_output_index],
             e.from_node_index,
             ins[e.to_node_index][e.to_node_input_index],
             e.to_node_index,
+            reinterpret,
         )
+        if view:  # read through the consumer's own desc
+            fed[(e.to_node_index, e.to_node_input_index)] = (path, source + view)
         successors[e.from_node_index].append((e.to_node_index, i))
 
     written: dict[int, tuple[str, tuple[int, int]]] = {}
@@ -362,9 +361,21 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel) -> _Plan:
 
 
 def _check_connection(
-    path: str, graph: GraphDesc, produced: tuple, from_node: int, consumed: tuple, to_node: int
-) -> None:
-    """An intermediate edge joins two tensors with one data type, one set of sizes, one layout."""
+    path: str,
+    graph: GraphDesc,
+    produced: tuple,
+    from_node: int,
+    consumed: tuple,
+    to_node: int,
+    reinterpret: bool = False,
+) -> tuple:
+    """An intermediate edge joins two tensors with one data type, one set of sizes, one layout.
+
+    With ``reinterpret`` the consumer may instead read the producer's packed buffer through its
+    own sizes and strides (a reshape, a stride-0 broadcast), as DirectML reinterprets the bytes
+    of an intermediate tensor; the data type must still match. Returns ``(consumer desc,)`` for
+    such an edge, ``()`` for an exact one.
+    """
     (out_path, out), (in_path, inp) = produced, consumed
     src, dst = f"Nodes[{from_node}].{out_path}", f"Nodes[{to_node}].{in_path}"
     if inp.flags is TensorFlags.OWNED_BY_DML:
@@ -374,6 +385,16 @@ def _check_connection(
             "directly from a graph input",
         )
     consumer, producer = _layout(inp), _layout(out)
+    if reinterpret and consumer != producer and consumer["DataType"] == producer["DataType"]:
+        if out.layout_strides != packed_strides(out.sizes):
+            _fail(path, f"joins {src} to {dst}: a reinterpreted tensor must be packed at {src}")
+        if inp.addressed_elements > out.element_count:
+            _fail(
+                path,
+                f"joins {src} to {dst}: {dst} addresses {inp.addressed_elements} elements, "
+                f"more than the {out.element_count} of {src}",
+            )
+        return (inp,)
     for member in ("DataType", "Sizes", "Strides", "TotalTensorSizeInBytes"):
         b, a = producer[member], consumer[member]
         if a != b:
@@ -383,6 +404,7 @@ def _check_connection(
                 f"({show(b)}), got {show(a)}; an intermediate edge needs one data type, "
                 "one set of sizes and one layout at both ends",
             )
+    return ()
 
 
 def _topological_order(successors: list[list[tuple[int, int]]]) -> list[int]:
@@ -440,7 +462,9 @@ def _check_all_used(graph: GraphDesc, written: list[tuple[int, int]]) -> None:
             )
 
 
-def validate_graph(graph: GraphDesc, feature_level: Any = None) -> None:
+def validate_graph(
+    graph: GraphDesc, feature_level: Any = None, *, reinterpret_edges: bool = False
+) -> None:
     """Checks a graph: every node as an operator at the feature level, then every edge rule.
 
     Pure Python on the descriptions: nothing is traced or compiled.
@@ -449,7 +473,7 @@ def validate_graph(graph: GraphDesc, feature_level: Any = None) -> None:
         ValidationError: at the first broken rule; the message starts with ``DML_GRAPH`` and names
             the node or edge (``Nodes[3]``, ``IntermediateEdges[2].ToNodeInputIndex``).
     """
-    _validate_graph(graph, feature_level_of(feature_level))
+    _validate_graph(graph, feature_level_of(feature_level), reinterpret_edges)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -543,6 +567,8 @@ class _UsedInputs:
 
 
 def _graph_function(graph: GraphDesc, plan: _Plan, counter: list) -> Callable[..., tuple]:
+    from .buffers import read_tensor
+
     steps = tuple(
         (
             n,
@@ -557,7 +583,14 @@ def _graph_function(graph: GraphDesc, plan: _Plan, counter: list) -> Callable[..
         counter[0] += 1
         values: dict[tuple[int, int], Any] = {}
         for n, lower, sources, present in steps:
-            args = [arrays[s[1]] if s[0] == "input" else values[(s[1], s[2])] for s in sources]
+            args = [
+                arrays[s[1]]
+                if s[0] == "input"
+                else values[(s[1], s[2])]
+                if len(s) == 3
+                else read_tensor(values[(s[1], s[2])].reshape(-1), s[3])
+                for s in sources
+            ]
             for k, y in zip(present, lower(*args)):
                 values[(n, k)] = y
         return tuple(values[src] for src in plan.outputs)
@@ -566,8 +599,10 @@ def _graph_function(graph: GraphDesc, plan: _Plan, counter: list) -> Callable[..
 
 
 @functools.lru_cache(maxsize=1024)
-def _compile_graph_cached(graph: GraphDesc, level: FeatureLevel, half: bool) -> CompiledGraph:
-    return CompiledGraph(graph, level, _validate_graph(graph, level), [0], half)
+def _compile_graph_cached(
+    graph: GraphDesc, level: FeatureLevel, half: bool, reinterpret: bool = False
+) -> CompiledGraph:
+    return CompiledGraph(graph, level, _validate_graph(graph, level, reinterpret), [0], half)
 
 
 def compile_graph(
@@ -577,6 +612,7 @@ def compile_graph(
     out_shardings: Any = None,
     *,
     allow_half_precision: bool = False,
+    reinterpret_edges: bool = False,
 ) -> CompiledGraph:
     """Validates a graph and compiles it into one function (one XLA program under jit).
 
@@ -588,6 +624,10 @@ def compile_graph(
         in_shardings, out_shardings: as for ``compile_operator``, one per graph input/output.
         allow_half_precision: DirectML's ALLOW_HALF_PRECISION_COMPUTATION execution flag, as
             for ``compile_operator``.
+        reinterpret_edges: let an intermediate edge join tensors of one data type whose sizes
+            or strides differ: the consumer reads the producer's packed buffer through its own
+            desc (a reshape or a stride-0 broadcast), as DirectML reinterprets the bytes. Off by
+            default (edges must match exactly); the ONNX importer turns it on.
 
     Returns:
         A ``CompiledGraph`` (a ``CompiledOperator``): ``g(*inputs)`` takes one array per graph
@@ -605,7 +645,9 @@ def compile_graph(
         hash(graph)
     except TypeError:
         raise ValidationError(f"{GRAPH}: description is not hashable") from None
-    compiled = _compile_graph_cached(graph, level, bool(allow_half_precision))
+    compiled = _compile_graph_cached(
+        graph, level, bool(allow_half_precision), bool(reinterpret_edges)
+    )
     for n, node in enumerate(graph.nodes):
         check_x64(
             [(f"Nodes[{n}].{p}", t) for p, t in node.input_slots() + node.output_slots()], GRAPH
