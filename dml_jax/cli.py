@@ -100,7 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
         "model",
         nargs="?",
         metavar="MODEL.json",
-        help="the model file (default: the bundled example)",
+        help="the model file (default: the bundled example); an .onnx file runs the ONNX "
+        "model once with random inputs (or --input files) and prints its outputs",
+    )
+    run.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="an .onnx model's input from a .npy file (repeatable; others are random)",
     )
     run.add_argument(
         "-i",
@@ -272,7 +280,18 @@ def _run(args: argparse.Namespace) -> int:
         device=args.device,
         feature_level=args.feature_level,
         debug=args.debug,
+        onnx_inputs=_onnx_inputs(args.input),
     )
+
+
+def _onnx_inputs(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"error: --input: expected NAME=FILE.npy, got '{item}'")
+        out[name] = path
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

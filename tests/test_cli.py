@@ -336,9 +336,14 @@ BAD_MODELS = [
         r": dispatchables\.clip: DML_OPERATOR_ELEMENT_WISE_CLIP: .*OutputTensor",
     ),
     (
-        "onnx_dispatchable",
+        "hlsl_dispatchable",
+        clip_model(dispatchables={"clip": {"type": "hlsl", "sourcePath": "m.hlsl"}}),
+        r": dispatchables\.clip\.type: 'hlsl' dispatchables are not supported",
+    ),
+    (
+        "onnx_dispatchable_missing_file",
         clip_model(dispatchables={"clip": {"type": "onnx", "sourcePath": "m.onnx"}}),
-        r": dispatchables\.clip\.type: 'onnx' dispatchables are not supported",
+        r": dispatchables\.clip\.sourcePath: file 'm.onnx' not found",
     ),
 ]
 

@@ -7,6 +7,7 @@ Expected lines are the values DirectML computes from each model's initial values
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 import shutil
 
@@ -47,6 +48,22 @@ EXPECTED = {
         "3.25, 3.75, 4"
     ],
 }
+
+# ONNX dispatchables (need the onnx package). onnx_gemm: A0 @ B0 + A1 @ B1 with A = 1..6 as
+# {3, 2} and B = 1..8 as {2, 4} (NumPy: 2 * A @ B); onnx_dynamic_shapes: Concat on axis 0 of
+# a = 1..6 and b = 7..12 viewed as {1, 2} (into the first 4 of c's 12 zeros), then as {3, 2}
+# (twice: into c, then into a deferred resource sized by the output).
+_A, _B = np.arange(1, 7.0).reshape(3, 2), np.arange(1, 9.0).reshape(2, 4)
+ONNX_EXPECTED = {
+    "onnx_gemm": ["Resource 'Out': " + ", ".join(f"{v:g}" for v in (2 * _A @ _B).ravel())],
+    "onnx_dynamic_shapes": [
+        "Resource 'c': 1, 2, 7, 8, 0, 0, 0, 0, 0, 0, 0, 0",
+        "Resource 'c': " + ", ".join(str(v) for v in range(1, 13)),
+        "Resource 'deferredY': " + ", ".join(str(v) for v in range(1, 13)),
+    ],
+}
+if importlib.util.find_spec("onnx") is not None:
+    EXPECTED.update(ONNX_EXPECTED)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from typing import Any
 from ..enums import FeatureLevel
 from ..errors import ValidationError
 from .context import ModelError
+from .onnx_dispatch import is_onnx_file, onnx_model_text
 from .run import RunOptions, run_model, select_device
 
 
@@ -25,6 +26,7 @@ def run_command(
     device: str | None = None,
     feature_level: Any = None,
     debug: bool = False,
+    onnx_inputs: dict[str, str] | None = None,
 ) -> int:
     """Runs a model file for the command line; prints its output and errors, returns the exit
     code.
@@ -36,6 +38,7 @@ def run_command(
         device: ``--device`` (see ``select_device``).
         feature_level: ``--feature_level`` (a DML feature level name such as ``5_0``).
         debug: print the traceback of a model error.
+        onnx_inputs: for an ``.onnx`` file, ``.npy`` files by input name (others random).
     """
     if bundled:
         print(f"No model given: running the bundled example '{file}'")
@@ -57,7 +60,18 @@ def run_command(
         print(f"error: --device: {e}", file=sys.stderr)
         return 2
     try:
-        run_model(file, device=device, options=options, feature_level=feature_level, out=_print)
+        text = None
+        if is_onnx_file(file):
+            text = onnx_model_text(file, onnx_inputs)
+        elif onnx_inputs:
+            raise ValidationError("--input applies to .onnx models only")
+        run_model(
+            file, device=device, options=options, feature_level=feature_level, out=_print,
+            text=text,
+        )
+    except ImportError as e:  # an .onnx file without the onnx package
+        print(f"error: {file}: {e}", file=sys.stderr)
+        return 1
     except (ModelError, ValidationError) as e:
         if debug:
             traceback.print_exc()

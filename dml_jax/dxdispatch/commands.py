@@ -7,6 +7,7 @@ from typing import Any
 
 from .bindings import BoundTensor, resolve_bindings
 from .context import LoadContext, json_kind, member
+from .onnx_dispatch import OnnxDispatchable, onnx_target
 
 
 @dataclass
@@ -14,6 +15,9 @@ class DispatchCommand:
     path: str
     dispatchable: str
     bindings: dict[str, list[BoundTensor]]
+    # What this command runs when it is not the named dispatchable itself (an ONNX model
+    # compiled for this command's shapes).
+    target: Any = None
 
 
 @dataclass
@@ -32,7 +36,12 @@ class WriteFileCommand:
 
 
 def parse_command(
-    ctx: LoadContext, i: int, obj: Any, model_resources: dict, dispatchables: dict
+    ctx: LoadContext,
+    i: int,
+    obj: Any,
+    model_resources: dict,
+    dispatchables: dict,
+    feature_level: Any = None,
 ) -> Any:
     path = member("commands", i)
     obj = ctx.object(obj, path)
@@ -48,10 +57,14 @@ def parse_command(
         name = ctx.string(ctx.require(obj, "dispatchable", path), member(path, "dispatchable"))
         if name not in dispatchables:
             raise ctx.fail(member(path, "dispatchable"), f"unknown dispatchable '{name}'")
-        d = dispatchables[name]
-        bindings = resolve_bindings(
-            ctx, d, ctx.require(obj, "bindings", path), member(path, "bindings"), model_resources
-        )
+        d = target = dispatchables[name]
+        bindings_json = ctx.require(obj, "bindings", path)
+        if isinstance(d, OnnxDispatchable):
+            d = onnx_target(
+                ctx, target, bindings_json, member(path, "bindings"), model_resources,
+                feature_level,
+            )
+        bindings = resolve_bindings(ctx, d, bindings_json, member(path, "bindings"), model_resources)
         for point in d.bind_points:
             if point.name in bindings or point.name in d.init_bindings:
                 continue
@@ -60,7 +73,7 @@ def parse_command(
             raise ctx.fail(
                 member(path, "bindings"), f"Nothing bound for required tensor '{point.name}'."
             )
-        return DispatchCommand(path, name, bindings)
+        return DispatchCommand(path, name, bindings, None if d is target else d)
     if kind.lower() == "print":
         verbose = obj.get("verbose", False)
         if not isinstance(verbose, bool):

@@ -12,6 +12,7 @@ from .commands import DispatchCommand, WriteFileCommand, parse_command
 from .context import LoadContext, json_kind, member
 from .dispatchables import Dispatchable, parse_dispatchable
 from .jsonc import parse_json_text
+from .onnx_dispatch import ONNX_KIND, parse_onnx_dispatchable
 from .resources import Resource, parse_resource
 
 
@@ -73,6 +74,11 @@ def load_model(
 
     dispatchables = {}
     for name, obj in ctx.object(root["dispatchables"], "dispatchables").items():
+        path = member("dispatchables", name)
+        kind = ctx.object(obj, path).get("type")
+        if isinstance(kind, str) and kind.lower() == ONNX_KIND:
+            dispatchables[name] = parse_onnx_dispatchable(ctx, name, obj, path)
+            continue
         d = parse_dispatchable(ctx, name, obj, feature_level)
         path = d.path
         if "bindings" in obj:
@@ -97,7 +103,8 @@ def load_model(
     if not isinstance(commands_json, list):
         raise ctx.fail("commands", f"must be a JSON array, got {json_kind(commands_json)}")
     commands = [
-        parse_command(ctx, i, c, resources, dispatchables) for i, c in enumerate(commands_json)
+        parse_command(ctx, i, c, resources, dispatchables, feature_level)
+        for i, c in enumerate(commands_json)
     ]
     _check_commands(ctx, commands, dispatchables, overwrite)
     return Model(file, resources, dispatchables, commands)
@@ -110,7 +117,7 @@ def _check_commands(ctx: LoadContext, commands: list, dispatchables: dict, overw
     targets: set[str] = set()
     for command in commands:
         if isinstance(command, DispatchCommand) and ctx.max_memory is not None:
-            op = dispatchables[command.dispatchable].op
+            op = (command.target or dispatchables[command.dispatchable]).op
             tensors = tuple(getattr(op, "input_descs", ())) + tuple(getattr(op, "output_descs", ()))
             # Logical sizes: a broadcast (stride 0) input may be far larger than its buffer.
             working = sum(t.element_count * t.data_type.size for t in tensors if t is not None)

@@ -51,7 +51,7 @@ def format_resource(
         raise ModelError(
             "", resource.path, "cannot print a resource whose initialValuesDataType is UNKNOWN"
         )
-    count = len(resource.initial) // data_type.size
+    count = resource.printed_bytes // data_type.size
     values = np.frombuffer(
         buffer.tobytes()[: count * data_type.size], dtype=data_type.numpy_dtype.newbyteorder("<")
     )

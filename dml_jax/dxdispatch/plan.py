@@ -53,7 +53,7 @@ class DispatchPlan:
     """One dispatch command compiled into one XLA program over the bound resources' bytes."""
 
     def __init__(self, model: Model, command: DispatchCommand, device: Any):
-        d = model.dispatchables[command.dispatchable]
+        d = command.target or model.dispatchables[command.dispatchable]
         self.name = d.name
         op = d.op
         n_in, n_out = len(op.input_descs), len(op.output_descs)

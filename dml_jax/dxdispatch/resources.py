@@ -37,6 +37,14 @@ class Resource:
     initial: bytes
     size_in_bytes: int
     path: str
+    # A "deferred" resource (ONNX outputs): sized by the first dispatch that writes it; the
+    # bytes that output holds (what ``print`` shows).
+    deferred_bytes: int | None = None
+
+    @property
+    def printed_bytes(self) -> int:
+        """The bytes ``print`` shows: the initial values', or a deferred output's."""
+        return len(self.initial) if self.deferred_bytes is None else self.deferred_bytes
 
     def initial_buffer(self) -> np.ndarray:
         """The buffer's bytes at upload: initial values, then zero padding."""
@@ -61,7 +69,7 @@ _NPY_TYPES = {
 }
 
 
-def _find_file(ctx: LoadContext, source: str, model_dir: str, path: str) -> str:
+def find_file(ctx: LoadContext, source: str, model_dir: str, path: str) -> str:
     """DxDispatch looks next to the model file first, then in the current directory."""
     for candidate in (os.path.join(model_dir, source), source):
         if os.path.isfile(candidate):
@@ -120,7 +128,7 @@ def _file_initializer(
     source = ctx.string(init["sourcePath"], member(path, "sourcePath"))
     src_path = member(path, "sourcePath")
     ext = os.path.splitext(source)[1].lower()
-    file = _find_file(ctx, source, model_dir, src_path)
+    file = find_file(ctx, source, model_dir, src_path)
     if ext in (".png", ".jpg", ".jpeg"):
         raise ctx.fail(src_path, "image initializers are not supported by dml_jax")
     try:
@@ -241,7 +249,8 @@ def parse_resource(ctx: LoadContext, name: str, obj: Any, model_dir: str) -> Res
                 "must hold 'value' (constant), 'valueStart' (sequence) or 'sourcePath' (file)",
             )
     elif init == "deferred":
-        raise ctx.fail(init_path, "deferred resources exist only for ONNX dispatchables")
+        # Sized when an ONNX dispatch binds it as an output (see onnx_dispatch).
+        return Resource(name, data_type, b"", 0, path, deferred_bytes=0)
     else:
         raise ctx.fail(init_path, f"must be an array or an object, got {json_kind(init)}")
     if not data:

@@ -280,6 +280,7 @@ def run_model(
     options: RunOptions | None = None,
     feature_level: Any = None,
     out: Callable[[str], None] = print,
+    text: str | None = None,
 ) -> Model:
     """Loads and runs a model file; prints DxDispatch-style output through ``out``.
 
@@ -293,11 +294,12 @@ def run_model(
     if budget is None:
         budget = default_memory_budget(dev)
     # 64-bit tensors need JAX's x64 mode; it is switched on for this run only.
-    x64 = jax.enable_x64(True) if _model_mentions_64bit(file) else contextlib.nullcontext()
+    x64 = jax.enable_x64(True) if _model_mentions_64bit(file, text) else contextlib.nullcontext()
     with x64:
         model = load_model(
             file,
             feature_level=feature_level,
+            text=text,
             max_memory=budget or None,
             allow_outside_paths=options.allow_outside_paths,
             overwrite=options.overwrite,
@@ -307,15 +309,16 @@ def run_model(
     return model
 
 
-def _model_mentions_64bit(file: str) -> bool:
+def _model_mentions_64bit(file: str, text: str | None = None) -> bool:
     """Whether the model text names a 64-bit data type, so its tensors need JAX's x64 mode.
 
     Decided on the text because x64 must be on before operators are compiled; resources
     typed as 64-bit need nothing (they are bytes until a tensor views them).
     """
-    try:
-        with open(file, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return False
+    if text is None:
+        try:
+            with open(file, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            return False
     return re.search(r"(INT64|FLOAT64)", text) is not None
