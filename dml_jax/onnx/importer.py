@@ -132,6 +132,8 @@ class Builder:
         self.feeds: list[tuple[int, int, Value]] = []  # (node, input slot, value)
         self.constants: list[np.ndarray] = []  # graph inputs after the model's own inputs
         self._const_nodes: dict[int, Value] = {}
+        # (("input", i) | ("const", j), the identity node that reads that graph input)
+        self._graph_inputs: list[tuple[tuple[str, int], int]] = []
 
     def node(self, desc: Any, inputs: Sequence[Value | None]) -> int:
         """Adds an operator node whose present input tensors read ``inputs`` in slot order
@@ -168,8 +170,6 @@ class Builder:
             self._const_nodes[key] = Value(v.shape, v.data_type, ("node", n, 0), v.const,
                                            v.is_bool)
         return self._const_nodes[key]
-
-    _graph_inputs: list  # (("input", i) | ("const", j), identity node); set by the importer
 
 
 @dataclass(frozen=True)
@@ -300,7 +300,6 @@ def import_graph(
         (o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1
     )
     builder = Builder()
-    builder._graph_inputs = []
     values: dict[str, Value] = {}
     for init in graph.initializer:
         values[init.name] = const_value(array_of(init), f"initializer '{init.name}'")
