@@ -572,6 +572,10 @@ def _gather(ctx, node, inputs):
     out_shape = data.shape[:axis] + indices.shape + data.shape[axis + 1:]
     if data.const is not None and indices.const is not None:
         return [const_value(np.take(data.const, indices.const, axis=axis), ctx.where)]
+    if indices.const is not None and indices.data_type.is_64bit:
+        # Constant indices in INT32 (they index a dimension below 2^31): no 64-bit tensor.
+        narrow = indices.const.astype(np.int32)
+        indices = Value(indices.shape, DataType.INT32, ("const",), narrow)
     rank = max(r, q + r - 1, 1)
     desc = GatherOperatorDesc(
         packed(data.data_type, data.shape, rank),
