@@ -276,6 +276,15 @@ class InterpolationMode(_DmlEnum):
     LINEAR = 1
 
 
+class RecurrentNetworkDirection(_DmlEnum):
+    """DML_RECURRENT_NETWORK_DIRECTION: the order RNN, LSTM and GRU walk the sequence in
+    (BIDIRECTIONAL: both, each with its own weights)."""
+
+    FORWARD = 0
+    BACKWARD = 1
+    BIDIRECTIONAL = 2
+
+
 _PREFIXES = {
     DataType: "DML_TENSOR_DATA_TYPE_",
     TensorFlags: "DML_TENSOR_FLAG_",
@@ -291,6 +300,7 @@ _PREFIXES = {
     PaddingMode: "DML_PADDING_MODE_",
     RandomGeneratorType: "DML_RANDOM_GENERATOR_TYPE_",
     InterpolationMode: "DML_INTERPOLATION_MODE_",
+    RecurrentNetworkDirection: "DML_RECURRENT_NETWORK_DIRECTION_",
 }
 
 NEWEST_FEATURE_LEVEL = FeatureLevel.newest()

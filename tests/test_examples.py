@@ -173,6 +173,8 @@ def field_values(ftype, spec):
                 catalog.example_desc(s), input_tensor=None, output_tensor=None
             )
         )
+    if ftype is fields.OPERATOR_DESC_ARRAY:  # RNN's ActivationDescs: lists of those
+        return st.lists(field_values(fields.OPERATOR_DESC, spec), max_size=6)
     raise AssertionError(f"no strategy for field kind {ftype!r}")
 
 

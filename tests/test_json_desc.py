@@ -471,9 +471,9 @@ ERRORS = [
     # unknown operator: the message lists the supported ones
     (
         "unknown_type",
-        {"type": "LSTM", "desc": {}},
+        {"type": "NO_SUCH_OPERATOR", "desc": {}},
         (
-            r"^type: unknown operator type 'DML_OPERATOR_LSTM'; supported: "
+            r"^type: unknown operator type 'DML_OPERATOR_NO_SUCH_OPERATOR'; supported: "
             r".*DML_OPERATOR_ARGMAX"
             r".*DML_OPERATOR_TILE"
         ),

@@ -208,7 +208,9 @@ def test_register_rejects_what_is_not_an_operator_desc():
     assert "TILE" not in {s.name for s in registry.operators()}
 
 
-@pytest.mark.parametrize("name", ["DML_OPERATOR_LSTM", "SPLIT", "dml_operator_split", ""])
+@pytest.mark.parametrize(
+    "name", ["DML_OPERATOR_NO_SUCH_OPERATOR", "SPLIT", "dml_operator_split", ""]
+)
 def test_unknown_names_list_the_known_ones(name):
     with pytest.raises(dml.ValidationError) as info:
         registry.lookup(name)
@@ -247,6 +249,7 @@ ENUMS = {
     dml.PaddingMode: "DML_PADDING_MODE_",
     dml.RandomGeneratorType: "DML_RANDOM_GENERATOR_TYPE_",
     dml.InterpolationMode: "DML_INTERPOLATION_MODE_",
+    dml.RecurrentNetworkDirection: "DML_RECURRENT_NETWORK_DIRECTION_",
 }
 
 
