@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from . import images
 from .bindings import BoundTensor, resolve_bindings
 from .context import LoadContext, json_kind, member
 from .onnx_dispatch import OnnxDispatchable, onnx_target
@@ -33,6 +34,29 @@ class WriteFileCommand:
     resource: str
     target: str
     dimensions: tuple[int, ...] | None
+
+
+def _check_image_target(ctx: LoadContext, resource: Any, dims: Any, path: str) -> None:
+    """What an image ``writeFile`` needs, checked before anything runs (DxDispatch finds out
+    when it writes): Pillow, a FLOAT32/FLOAT16 resource and 1, 3 or 4 channels that fit."""
+    try:
+        images.pillow()
+        t = images.check_data_type(resource.data_type)
+    except ImportError as e:
+        raise ctx.fail(member(path, "targetPath"), str(e)) from None
+    except ValueError as e:
+        raise ctx.fail(member(path, "resource"), str(e)) from None
+    try:
+        c, h, w = images.write_size(dims)
+    except ValueError as e:
+        raise ctx.fail(member(path, "dimensions"), str(e)) from None
+    need = images.image_bytes(c, h, w, t)
+    if resource.deferred_bytes is None and need > resource.size_in_bytes:
+        raise ctx.fail(
+            member(path, "dimensions"),
+            f"C x H x W = {c} x {h} x {w} needs {need} bytes; '{resource.name}' has "
+            f"{resource.size_in_bytes}",
+        )
 
 
 def parse_command(
@@ -92,6 +116,8 @@ def parse_command(
                     dpath, f"must be an array of integers, got {json_kind(obj['dimensions'])}"
                 )
             dims = tuple(ctx.uint(v, member(dpath, k)) for k, v in enumerate(obj["dimensions"]))
+        if images.is_image(target):
+            _check_image_target(ctx, model_resources[res], dims, path)
         return WriteFileCommand(path, res, target, dims)
     raise ctx.fail(
         member(path, "type"),

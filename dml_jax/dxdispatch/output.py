@@ -1,4 +1,4 @@
-"""Output: ``print`` in DxDispatch's console format, and ``writeFile`` (.npy or raw bytes)."""
+"""Output: ``print`` in DxDispatch's console format, and ``writeFile`` (.npy, image or raw bytes)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import tempfile
 import numpy as np
 
 from ..enums import DataType
+from . import images
 from .context import ModelError
 from .resources import Resource
 
@@ -75,7 +76,8 @@ def write_file(
     *,
     overwrite: bool = True,
 ) -> None:
-    """``writeFile``: .npy with the resource's data type, anything else raw bytes.
+    """``writeFile``: .npy with the resource's data type, .png/.jpg as DxDispatch encodes a
+    planar [N, C, H, W] tensor (``images.encode_image``), anything else raw bytes.
 
     The file is written under a temporary name and renamed into place, so a failed write
     leaves no partial file and an existing file is either kept or replaced whole; with
@@ -87,8 +89,11 @@ def write_file(
     if not overwrite and os.path.lexists(target):
         raise ValueError(f"'{target}' already exists; it is not overwritten without --overwrite")
     ext = os.path.splitext(target)[1].lower()
-    if ext in (".png", ".jpg", ".jpeg"):
-        raise ValueError("image files are not supported by dml_jax")
+    if images.is_image(target):
+        _replace_atomically(
+            target, images.encode_image(buffer, resource.data_type, dimensions, ext)
+        )
+        return
     if ext != ".npy":
         _replace_atomically(target, buffer.tobytes())
         return

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..enums import DataType
+from . import images
 from .context import LoadContext, ModelError, cannot_allocate, json_kind, member
 from .scalars import convert_scalar, parse_data_type, sequence_values
 
@@ -116,21 +117,67 @@ def _read_npy(ctx: LoadContext, file: str, path: str) -> tuple[bytes, DataType]:
     return data[:nbytes], data_type
 
 
+def _resample_size(ctx: LoadContext, obj: dict, path: str) -> tuple[int, ...]:
+    """``resampleSize``: absent, empty or four integers (DxDispatch checks it for every file)."""
+    where = member(path, "resampleSize")
+    value = obj.get("resampleSize", [])
+    if not isinstance(value, list):
+        raise ctx.fail(where, f"must be an array of integers, got {json_kind(value)}")
+    size = tuple(ctx.uint(v, member(where, i)) for i, v in enumerate(value))
+    if len(size) not in (0, 4):
+        raise ctx.fail(
+            where, "must be empty or have four dimensions in N,C,H,W order. N must be 1."
+        )
+    return size
+
+
+def _image_initializer(
+    ctx: LoadContext, obj: dict, file: str, data_type: DataType | None, path: str, src_path: str
+) -> bytes:
+    """An image file: decoded, scaled to ``resampleSize`` and stored planar as ``byte / 255``."""
+    type_path = member(path, "initialValuesDataType")
+    size_path = member(path, "resampleSize")
+    mode = obj.get("resampleMode", "scale")
+    if mode != "scale":
+        raise ctx.fail(
+            member(path, "resampleMode"),
+            f"must be \"scale\" for image files, got {json.dumps(mode)}",
+        )
+    try:
+        images.check_data_type(data_type)
+    except ValueError as e:
+        raise ctx.fail(type_path, str(e)) from None
+    if "resampleSize" not in obj or not obj["resampleSize"]:
+        raise ctx.fail(path, "an image initializer needs 'resampleSize' [1, C, H, W]")
+    try:
+        c, h, w = images.read_size(_resample_size(ctx, obj, path))
+    except ValueError as e:
+        raise ctx.fail(size_path, str(e)) from None
+    ctx.reserve(images.image_bytes(c, h, w, data_type), size_path)
+    try:
+        return images.read_image(file, data_type, c, h, w)
+    except (ImportError, ValueError) as e:
+        raise ctx.fail(src_path, str(e)) from None
+
+
 def _file_initializer(
     ctx: LoadContext,
-    init: dict,
+    obj: dict,
     data_type: DataType | None,
     dtype_given: bool,
     model_dir: str,
     path: str,
-    type_path: str,
 ) -> tuple[bytes, DataType | None]:
-    source = ctx.string(init["sourcePath"], member(path, "sourcePath"))
-    src_path = member(path, "sourcePath")
+    init_path = member(path, "initialValues")
+    type_path = member(path, "initialValuesDataType")
+    init = obj["initialValues"]
+    source = ctx.string(init["sourcePath"], member(init_path, "sourcePath"))
+    src_path = member(init_path, "sourcePath")
     ext = os.path.splitext(source)[1].lower()
+    _resample_size(ctx, obj, path)
     file = find_file(ctx, source, model_dir, src_path)
-    if ext in (".png", ".jpg", ".jpeg"):
-        raise ctx.fail(src_path, "image initializers are not supported by dml_jax")
+    if images.is_image(source):
+        return _image_initializer(ctx, obj, file, data_type, path, src_path), data_type
     try:
         ctx.reserve(os.path.getsize(file), src_path)
     except OSError as e:
@@ -240,9 +287,7 @@ def parse_resource(ctx: LoadContext, name: str, obj: Any, model_dir: str) -> Res
             except (MemoryError, ValueError) as e:
                 raise ctx.fail(init_path, cannot_allocate(count * t.size, e)) from None
         elif has_source:
-            data, data_type = _file_initializer(
-                ctx, init, data_type, dtype_given, model_dir, init_path, type_path
-            )
+            data, data_type = _file_initializer(ctx, obj, data_type, dtype_given, model_dir, path)
         else:
             raise ctx.fail(
                 init_path,
