@@ -62,6 +62,10 @@ EXPECTED = {
             "1758.8, 1954"
         )
     ],
+    # A serialized DML graph (one GEMM node): model_input = five 1.5s as {1, 1, 1, 5} times
+    # matmul_add/matmul_b_tensor.bin (a 5x5 of 1.5) plus add_b_tensor.bin (five 1s):
+    # 5 x 1.5 x 1.5 + 1 = 12.25 in each column.
+    "dmlSerializedGraph_matmul_add": ["Resource 'model_output': " + ", ".join(["12.25"] * 5)],
 }
 
 # ONNX dispatchables (need the onnx package). onnx_gemm: A0 @ B0 + A1 @ B1 with A = 1..6 as

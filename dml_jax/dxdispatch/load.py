@@ -14,6 +14,7 @@ from .dispatchables import Dispatchable, parse_dispatchable
 from .jsonc import parse_json_text
 from .onnx_dispatch import ONNX_KIND, parse_onnx_dispatchable
 from .resources import Resource, parse_resource
+from .serialized_graph import SERIALIZED_GRAPH_KIND, parse_serialized_graph_dispatchable
 
 
 @dataclass
@@ -78,6 +79,11 @@ def load_model(
         kind = ctx.object(obj, path).get("type")
         if isinstance(kind, str) and kind.lower() == ONNX_KIND:
             dispatchables[name] = parse_onnx_dispatchable(ctx, name, obj, path)
+            continue
+        if isinstance(kind, str) and kind.lower() == SERIALIZED_GRAPH_KIND:
+            dispatchables[name] = parse_serialized_graph_dispatchable(
+                ctx, name, obj, path, feature_level
+            )
             continue
         d = parse_dispatchable(ctx, name, obj, feature_level)
         path = d.path
