@@ -6,6 +6,7 @@ JSON path; ``debug`` adds the traceback), 2 a usage error (model file, feature l
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import traceback
@@ -59,6 +60,8 @@ def run_command(
     except ValueError as e:
         print(f"error: --device: {e}", file=sys.stderr)
         return 2
+    if options.progress is None and _is_terminal(sys.stdout):
+        options = dataclasses.replace(options, progress=_terminal_progress)
     try:
         text = None
         if is_onnx_file(file):
@@ -83,3 +86,17 @@ def run_command(
 
 def _print(line: str) -> None:
     print(line, flush=True)
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def _terminal_progress(text: str) -> None:
+    """Redraws one status line in place (carriage return, erase to the end of the line); an
+    empty text erases it, so the next printed line takes its place."""
+    sys.stdout.write("\r" + text + "\x1b[K")
+    sys.stdout.flush()

@@ -42,6 +42,9 @@ class RunOptions:
             (``default_memory_budget``); 0: no limit.
         allow_outside_paths: files may be read or written outside the model's folder.
         overwrite: ``writeFile`` may replace existing files.
+        progress: shows a transient status line during long dispatch loops (``-i``/``-t``);
+            called with the text, and with ``""`` to clear it. None (the default, and whenever
+            output is not a terminal): no progress, DxDispatch's output unchanged.
     """
 
     dispatch_iterations: int = 1
@@ -54,6 +57,19 @@ class RunOptions:
     max_memory: int | None = None
     allow_outside_paths: bool = False
     overwrite: bool = False
+    progress: Callable[[str], None] | None = None
+
+
+# The progress line appears once a dispatch loop has run this long, and is redrawn at most this
+# often (seconds), so short runs never flicker.
+PROGRESS_AFTER_S = 0.5
+PROGRESS_EVERY_S = 0.2
+
+
+def _progress_text(name: str, done: int, iterations: float, elapsed_ms: float, limit: float | None) -> str:
+    if limit is not None:
+        return f"Dispatch '{name}': {done} iterations, {elapsed_ms / 1000:.1f} of {limit / 1000:.1f} s"
+    return f"Dispatch '{name}': {done} of {int(iterations)} iterations"
 
 
 def _stats(samples: Sequence[float]) -> tuple[int, float, float, float, float]:
@@ -168,6 +184,8 @@ class Executor:
         iterations = math.inf if limit is not None else opts.dispatch_iterations
         loop_start = time.perf_counter()
         done = 0
+        progress = opts.progress if (limit is not None or iterations > 1) else None
+        shown_at = None
         while done < iterations:
             start = time.perf_counter()
             for _ in range(opts.dispatch_repeat):
@@ -190,9 +208,16 @@ class Executor:
             elapsed_ms = (time.perf_counter() - loop_start) * 1000
             if limit is not None and elapsed_ms >= limit:
                 break
+            now = time.perf_counter()
+            if progress is not None and elapsed_ms >= PROGRESS_AFTER_S * 1000:
+                if shown_at is None or now - shown_at >= PROGRESS_EVERY_S:
+                    progress(_progress_text(plan.name, done, iterations, elapsed_ms, limit))
+                    shown_at = now
             wait = opts.dispatch_interval - (time.perf_counter() - start) * 1000
             if wait > 0:
                 time.sleep(wait / 1000)
+        if shown_at is not None:
+            progress("")
         self._report(plan, cpu, dev)
 
     def _report(self, plan: DispatchPlan, cpu: list[float], dev: list[float]) -> None:
