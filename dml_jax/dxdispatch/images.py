@@ -1,4 +1,4 @@
-"""Image files as DxDispatch reads and writes them: ``.jpg`` and ``.png`` (Pillow, the [image] extra).
+"""Image files as DxDispatch reads and writes them: ``.jpg`` and ``.png`` (Pillow, [image]).
 
 DxDispatch (``ImageReaderWriter.cpp``, WIC) defines both directions:
 

@@ -1,4 +1,4 @@
-"""Output: ``print`` in DxDispatch's console format, and ``writeFile`` (.npy, image or raw bytes)."""
+"""Output: ``print`` in DxDispatch's console format, ``writeFile`` (.npy, image or raw bytes)."""
 
 from __future__ import annotations
 

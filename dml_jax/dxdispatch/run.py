@@ -66,9 +66,12 @@ PROGRESS_AFTER_S = 0.5
 PROGRESS_EVERY_S = 0.2
 
 
-def _progress_text(name: str, done: int, iterations: float, elapsed_ms: float, limit: float | None) -> str:
+def _progress_text(
+    name: str, done: int, iterations: float, elapsed_ms: float, limit: float | None
+) -> str:
     if limit is not None:
-        return f"Dispatch '{name}': {done} iterations, {elapsed_ms / 1000:.1f} of {limit / 1000:.1f} s"
+        seconds = f"{elapsed_ms / 1000:.1f} of {limit / 1000:.1f} s"
+        return f"Dispatch '{name}': {done} iterations, {seconds}"
     return f"Dispatch '{name}': {done} of {int(iterations)} iterations"
 
 

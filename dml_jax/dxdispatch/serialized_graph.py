@@ -34,7 +34,7 @@ import numpy as np
 from .. import registry
 from ..enums import DataType, TensorFlags
 from ..errors import ValidationError
-from ..fields import ATTRIBUTE, COUNT, INPUT, OUTPUT, OperatorDesc, dml_member_name
+from ..fields import ATTRIBUTE, COUNT, INPUT, OUTPUT, OperatorDesc, ScalarUnion, dml_member_name
 from ..graph import GraphDesc, InputGraphEdge, IntermediateGraphEdge, OutputGraphEdge, compile_graph
 from ..tensor import ScaleBias, Size2D, TensorDesc
 from .context import LoadContext, member
@@ -190,8 +190,8 @@ class SerializedGraph:
 # AttributeFieldVariant, in the schema's order (ONNX Runtime's OperatorFieldTypes_generated.h
 # since ActivationArray was added; the file written by DxDispatch's serializer uses these values).
 _ATTRIBUTE_KINDS = (
-    "NONE", "Activation", "ActivationArray", "UInt32", "UInt64", "Int32", "Float32", "UIntArray", "IntArray",
-    "FloatArray", "ScaleBias", "Size2D", "ScalarUnionData", "Bool",
+    "NONE", "Activation", "ActivationArray", "UInt32", "UInt64", "Int32", "Float32", "UIntArray",
+    "IntArray", "FloatArray", "ScaleBias", "Size2D", "ScalarUnionData", "Bool",
 )  # fmt: skip
 _STRUCT_FORMATS = {"UInt32": "I", "UInt64": "Q", "Int32": "i", "Float32": "f", "Bool": "B"}
 _ARRAY_FORMATS = {"UIntArray": "I", "IntArray": "i", "FloatArray": "f"}
@@ -234,7 +234,9 @@ def _attribute(t: _Table) -> SerializedAttribute:
         data = t.table(8)
         if data is not None:
             if data.scalar(4, "B") != _SCALAR_BYTE_ARRAY:
-                raise ValueError(f"attribute {t.string(4)!r}: only ByteArray scalar unions are read")
+                raise ValueError(
+                    f"attribute {t.string(4)!r}: only ByteArray scalar unions are read"
+                )
             at = data.struct_at(6)
             value = None if at is None else t.r.data[at : at + 8]
     elif kind == "Activation":
@@ -292,7 +294,8 @@ _STRUCT_ORDER = {
         "InputTensor", "OutputTensor", "ScaleBias", "MinMaxDataType", "Min", "Max",
     ),
     "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD1": (
-        "InputTensor", "InputGradientTensor", "OutputGradientTensor", "MinMaxDataType", "Min", "Max",
+        "InputTensor", "InputGradientTensor", "OutputGradientTensor", "MinMaxDataType", "Min",
+        "Max",
     ),
 }  # fmt: skip
 
@@ -354,16 +357,16 @@ def _attribute_value(f: dataclasses.Field, attr: SerializedAttribute | None, whe
         return ScaleBias(*value)
     if attr.kind == "Size2D":
         return Size2D(*value)
-    if attr.kind == "ScalarUnionData":
-        return value  # the 8 union bytes, read in their data type by _scalar_unions
-    return value
+    return value  # ScalarUnionData: the 8 union bytes, read in their data type by _scalar_unions
 
 
 def _activation(value: tuple[str, list], where: str) -> OperatorDesc:
     op_type, attributes = value
     spec = registry.parse_operator_type(op_type)
     kwargs = {}
-    fields = [f for f in schema_fields(spec.desc_class) if f.metadata.get("kind") in (ATTRIBUTE, COUNT)]
+    fields = [
+        f for f in schema_fields(spec.desc_class) if f.metadata.get("kind") in (ATTRIBUTE, COUNT)
+    ]
     for k, f in enumerate(fields):
         attr = attributes[k] if k < len(attributes) else None
         kwargs[f.name] = _attribute_value(f, attr, f"{where}.{dml_member_name(f.name)}")
@@ -372,8 +375,6 @@ def _activation(value: tuple[str, list], where: str) -> OperatorDesc:
 
 def _scalar_unions(cls: type, kwargs: dict) -> None:
     """DML_SCALAR_UNION bytes -> the number they hold in the companion data type."""
-    from ..fields import ScalarUnion  # noqa: PLC0415
-
     for f in dataclasses.fields(cls):
         ftype = f.metadata.get("type")
         if isinstance(ftype, ScalarUnion) and isinstance(kwargs.get(f.name), bytes):
@@ -420,7 +421,8 @@ def operator_desc_from_node(
             if not descs[role]:
                 raise ValidationError(f"{where}: too few {role} tensor descs for {member_path}")
             t = descs[role].pop(0)
-            kwargs[f.name] = _tensor_desc(t, role == "input" and name in constant_inputs, member_path)
+            constant = role == "input" and name in constant_inputs
+            kwargs[f.name] = _tensor_desc(t, constant, member_path)
         else:
             if not attrs:
                 raise ValidationError(f"{where}: too few attributes for {member_path}")
@@ -509,7 +511,12 @@ def convert_graph(g: SerializedGraph) -> ConvertedGraph:
     # Constants become graph inputs after the named ones, one per constant node.
     constants: dict[int, tuple[str, str | None, bytes | None]] = {}
     constant_index: dict[int, int] = {}
-    edges_in = [InputGraphEdge(e.graph_input_index, op(e.to_node_index, "input edge"), e.to_node_input_index) for e in input_edges]
+    edges_in = [
+        InputGraphEdge(
+            e.graph_input_index, op(e.to_node_index, "input edge"), e.to_node_input_index
+        )
+        for e in input_edges
+    ]
     edges_mid = []
     for src, k_out, dst, k_in in intermediate:
         source = g.nodes[src]
@@ -521,8 +528,15 @@ def convert_graph(g: SerializedGraph) -> ConvertedGraph:
                 )
             edges_in.append(InputGraphEdge(constant_index[src], op(dst, "constant"), k_in))
         else:
-            edges_mid.append(IntermediateGraphEdge(operator_index[src], k_out, op(dst, "edge"), k_in))
-    edges_out = [OutputGraphEdge(op(e.from_node_index, "output edge"), e.from_node_output_index, e.graph_output_index) for e in output_edges]
+            edges_mid.append(
+                IntermediateGraphEdge(operator_index[src], k_out, op(dst, "edge"), k_in)
+            )
+    edges_out = [
+        OutputGraphEdge(
+            op(e.from_node_index, "output edge"), e.from_node_output_index, e.graph_output_index
+        )
+        for e in output_edges
+    ]
     graph = GraphDesc(
         len(g.input_names) + len(constants),
         len(g.output_names),
@@ -555,11 +569,6 @@ class _BoundConstants:
             return compiled.fn(*full)
 
         self.fn = fn
-
-
-@dataclass
-class SerializedGraphDispatchable(Dispatchable):
-    """A compiled serialized graph; ``op`` takes the named graph inputs only."""
 
 
 def parse_serialized_graph_dispatchable(
@@ -622,4 +631,5 @@ def parse_serialized_graph_dispatchable(
         for i, n in enumerate(converted.output_names)
         if n
     )
-    return SerializedGraphDispatchable(name, path, op, "dmlSerializedGraph", points)
+    # ``op`` takes the named graph inputs only; the constants are its own.
+    return Dispatchable(name, path, op, "dmlSerializedGraph", points)
