@@ -105,7 +105,7 @@ def quantize(real, scale, zero_point, zero_point_type, out_type: DataType):
     saturated anyway (|round(real / scale)| < 2**24).
     """
     lo, hi = out_type.integer_range
-    steps = jnp.round(real / as_float32(scale))  # jnp.round rounds half to even
+    steps = jnp.round(divide(real, as_float32(scale)))  # jnp.round rounds half to even
     if zero_point is None:
         zero = jnp.float32(0)
     else:
@@ -113,6 +113,20 @@ def quantize(real, scale, zero_point, zero_point_type, out_type: DataType):
     value = jnp.clip(steps + zero, jnp.float32(lo), jnp.float32(hi))
     value = jnp.where(jnp.isnan(value), jnp.broadcast_to(zero, value.shape), value)
     return value.astype(out_type.numpy_dtype)
+
+
+def divide(x, y):
+    """``x / y`` correctly rounded, ``y`` broadcast to ``x``'s shape.
+
+    XLA rewrites a division by a broadcast (a scalar, one value per row, a constant) into a
+    multiplication by the reciprocal, which can miss the correctly rounded quotient by an ulp
+    (and so move a quantized value across a rounding boundary). A divisor that depends on ``x``
+    element by element is no broadcast: where ``x`` is NaN it is 1, and the quotient is NaN
+    either way.
+    """
+    y = jnp.broadcast_to(jnp.asarray(y, x.dtype), jnp.broadcast_shapes(x.shape, jnp.shape(y)))
+    x = jnp.broadcast_to(x, y.shape)
+    return x / jnp.where(jnp.isnan(x), jnp.ones((), x.dtype), y)
 
 
 def rounded(x):

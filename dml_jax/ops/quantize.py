@@ -42,6 +42,7 @@ from ._quant import (
     Q8,
     as_float32,
     dequantize,
+    divide,
     named_inputs,
     quantize,
     rounded,
@@ -425,8 +426,8 @@ def lower_dynamic_quantize_linear(d: DynamicQuantizeLinearOperatorDesc, x):
     finite_or_inf = jnp.where(jnp.isnan(xf), jnp.float32(0), xf)
     lo = jnp.minimum(jnp.min(finite_or_inf), jnp.float32(0))
     hi = jnp.maximum(jnp.max(finite_or_inf), jnp.float32(0))
-    scale = jnp.where(hi == lo, jnp.float32(1), (hi - lo) / (qmax - qmin))
-    zero = qmin - lo / scale
+    scale = jnp.where(hi == lo, jnp.float32(1), divide(hi - lo, qmax - qmin))
+    zero = qmin - divide(lo, scale)
     # Only an infinite input makes ``lo / scale`` NaN: 0, CAST's NaN rule, then the range.
     zero = jnp.clip(jnp.round(jnp.where(jnp.isnan(zero), jnp.float32(0), zero)), qmin, qmax)
     zero = zero.astype(out.numpy_dtype)

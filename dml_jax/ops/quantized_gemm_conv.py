@@ -44,6 +44,7 @@ from ._quant import (
     as_float32,
     check_parameter,
     dequantize,
+    divide,
     held,
     named_inputs,
     parameter,
@@ -572,7 +573,11 @@ class QuantizedLinearConvolutionOperatorDesc(OperatorDesc):
 
 
 def _infer_conv(d: Any) -> tuple[TensorDesc, ...]:
-    return (d.input_tensor.like(data_type=d.output_tensor.data_type, sizes=conv_output_sizes(d)),)
+    """The output sizes of CONVOLUTION's FORWARD rule; CONVOLUTION_INTEGER writes INT32."""
+    data_type = (
+        DataType.INT32 if isinstance(d, ConvolutionIntegerOperatorDesc) else d.output_tensor.data_type
+    )
+    return (d.input_tensor.like(data_type=data_type, sizes=conv_output_sizes(d)),)
 
 
 _CONV_PARAMETERS = {
@@ -826,7 +831,7 @@ def lower_quantized_average_pooling(d: QuantizedLinearAveragePoolingOperatorDesc
         diff = diff - zero.astype(jnp.int32)
     total = window_sum(plan, diff)  # zeros pad the differences
     divisor = jnp.asarray(average_divisor(plan, d.include_padding), jnp.float32)
-    real = total.astype(jnp.float32) * parameter(x["input_scale_tensor"], rank, 1) / divisor
+    real = divide(total.astype(jnp.float32) * parameter(x["input_scale_tensor"], rank, 1), divisor)
     out = d.output_tensor.data_type
     out_zero = x["output_zero_point_tensor"]
     return (

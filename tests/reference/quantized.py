@@ -104,7 +104,13 @@ def _zero(zero, type_name: str):
 
 def dequantize_linear(desc: Any, q, scale, zero=None):
     y = dequantize_values(q, _name(desc.input_tensor), zero, f32(scale))
-    return (y.astype(desc.output_tensor.dtype),)
+    return (_to(y, desc.output_tensor.dtype),)
+
+
+def _to(y: np.ndarray, dtype) -> np.ndarray:
+    """float32 rounded to the output type (FLOAT16 overflows to infinity)."""
+    with np.errstate(over="ignore"):
+        return y.astype(dtype)
 
 
 def _expand(p: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -126,7 +132,7 @@ def quantize(desc: Any, x, scale, zero=None):
 def dequantize(desc: Any, q, scale, zero=None):
     z = None if zero is None else _expand(np.asarray(zero), q.shape)
     y = dequantize_values(q, _name(desc.input_tensor), z, f32(_expand(scale, q.shape)))
-    return (y.astype(desc.output_tensor.dtype),)
+    return (_to(y, desc.output_tensor.dtype),)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,7 +257,7 @@ def matrix_multiply_integer_to_float(desc: Any, *arrays):
     y = acc * sa[:, None] * sb[None, :]
     if x["bias_tensor"] is not None:
         y = y + x["bias_tensor"].astype(np.float64)
-    return (y.astype(desc.output_tensor.dtype),)
+    return (_to(y, desc.output_tensor.dtype),)
 
 
 def quantized_linear_matrix_multiply(desc: Any, *arrays):
