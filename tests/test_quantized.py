@@ -130,6 +130,12 @@ SEEDS = [
         (f32([-0.5, 3.5, NAN, 1e30]), f32([1.0] * 4)),
         (i8([0, 4, 0, 127]),),
     ),
+    # A negative scale is used as written: 3 / -1 and (-2.5 / -1 = 2.5, even) 2.
+    (
+        _ql(out="INT8", sizes=(2,), zero=False),
+        (f32([3.0, -2.5]), f32([-1.0, -1.0])),
+        (i8([-3, 2]),),
+    ),
     # Scale 0 (undefined in DirectML): x / 0 is +-inf (saturates), 0 / 0 NaN (the zero point).
     (
         _ql(sizes=(3,)),
@@ -214,6 +220,13 @@ SEEDS = [
         DYN(t("FLOAT32", 3), t("UINT8", 3), t("FLOAT32", 1), t("UINT8", 1)),
         (f32([NAN, 2.55, 1.0]),),
         (u8([0, 255, 100]), f32([np.float32(2.55) / np.float32(255)]), u8([0])),
+    ),
+    # An infinite input: range [-inf, 1], scale inf, -inf / inf is NaN: zero point 0 (CAST's NaN
+    # rule); -inf / inf quantizes as NaN (the zero point), 1 / inf is 0.
+    (
+        DYN(t("FLOAT32", 2), t("UINT8", 2), t("FLOAT32", 1), t("UINT8", 1)),
+        (f32([-INF, 1.0]),),
+        (u8([0, 0]), f32([INF]), u8([0])),
     ),
     # INT8: range [-1, 1.5], scale 2.5 / 255, zero point -128 + 102 = -26; 1.5 and 0.5 are 153
     # and 51 steps.
@@ -1087,3 +1100,16 @@ def test_quantization_type_parses_every_spelling():
         assert desc.quantization_type is dml.QuantizationType.SCALE
     with pytest.raises(dml.ValidationError, match=r"QuantizationType must be a QuantizationType"):
         _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1)], t("INT8", 4), kind="scale")
+
+
+def test_divisions_by_a_broadcast_scale_are_correctly_rounded():
+    """XLA turns a division by a broadcast value into a multiplication by its reciprocal, which
+    misses the correctly rounded quotient here (x / s is exactly 1.5, 3.5 and -6.5, ties to
+    even; x * (1 / s) lands just below or above them)."""
+    s = np.float32(1.914515495300293)
+    x = f32([2.8717732429504395, 6.700804233551025, -12.444351196289062])
+    want = np.rint(x / s).astype(np.int8)
+    assert not np.array_equal(want, np.rint(x * (np.float32(1) / s)).astype(np.int8))
+    desc = _blocked(Q, t("FLOAT32", 3), [t("FLOAT32", 1)], t("INT8", 3))
+    S.assert_same(S.run(S.Case(desc, (x, f32([s])))), (want,))
+    S.check_jit(S.Case(desc, (x, f32([s]))))
