@@ -2,10 +2,10 @@
 
 Each module maps some ONNX operators onto DirectML descriptors and runs ONNX's own backend node
 test cases through them: ``node_cases`` loads the cases, ``attrs`` reads a node's attributes
-(``conv_attrs`` and ``forward_pads`` a convolution's), ``dml_type`` names an array's DML data type, ``run_or_skip`` / ``run_buffers_or_skip`` validate
-and run a descriptor (skipping what DirectML's support tables reject), ``case_ids`` names the
-parametrized tests and ``assert_every_op_type_passes`` checks every mapped operator passes
-somewhere.
+(``conv_attrs`` and ``forward_pads`` a convolution's), ``dml_type`` names an array's DML data
+type, ``run_or_skip`` / ``run_buffers_or_skip`` validate and run a descriptor (skipping what
+DirectML's support tables reject), ``case_ids`` names the parametrized tests and
+``assert_every_op_type_passes`` checks every mapped operator passes somewhere.
 
 Nothing here imports ``onnx`` at module level: the test modules skip themselves without it.
 """

@@ -61,10 +61,17 @@ CASES = node_cases(MODULES)
 
 # DML data types of the NumPy / ml_dtypes arrays ONNX gives (4-bit ones are held in a byte).
 _TYPES = {
-    "float32": "FLOAT32", "float16": "FLOAT16", "int8": "INT8", "uint8": "UINT8",
-    "int16": "INT16", "uint16": "UINT16", "int32": "INT32", "uint32": "UINT32",
-    "int4": "INT4", "uint4": "UINT4",
-}  # fmt: skip
+    "float32": "FLOAT32",
+    "float16": "FLOAT16",
+    "int8": "INT8",
+    "uint8": "UINT8",
+    "int16": "INT16",
+    "uint16": "UINT16",
+    "int32": "INT32",
+    "uint32": "UINT32",
+    "int4": "INT4",
+    "uint4": "UINT4",
+}
 
 
 def _array(value) -> tuple[np.ndarray | None, str | None]:
@@ -174,10 +181,12 @@ def _matmul_integer(case):
     (a, at), (b, bt), (az, azt), (bz, bzt), *_ = _inputs(case)
     out = _matrices(a, b)
     desc = dml.MatrixMultiplyIntegerOperatorDesc(
-        dml.TensorDesc(at, list(a.shape)), _matrix_parameter(az, azt),
-        dml.TensorDesc(bt, list(b.shape)), _matrix_parameter(bz, bzt),
+        dml.TensorDesc(at, list(a.shape)),
+        _matrix_parameter(az, azt),
+        dml.TensorDesc(bt, list(b.shape)),
+        _matrix_parameter(bz, bzt),
         dml.TensorDesc("INT32", out),
-    )  # fmt: skip
+    )
     arrays = [a] + ([] if az is None else [az.reshape(-1)]) + [b]
     return run_or_skip(desc, *arrays, *([] if bz is None else [bz.reshape(-1)]))
 
@@ -188,12 +197,19 @@ def _qlinear_matmul(case):
     )
     out_type = _array(case.outputs[0])[1]
     desc = dml.QuantizedLinearMatrixMultiplyOperatorDesc(
-        dml.TensorDesc(at, list(a.shape)), _matrix_parameter(sa, sat), _matrix_parameter(za, zat),
-        dml.TensorDesc(bt, list(b.shape)), _matrix_parameter(sb, sbt), _matrix_parameter(zb, zbt),
-        _matrix_parameter(so, sot), _matrix_parameter(zo, zot),
+        dml.TensorDesc(at, list(a.shape)),
+        _matrix_parameter(sa, sat),
+        _matrix_parameter(za, zat),
+        dml.TensorDesc(bt, list(b.shape)),
+        _matrix_parameter(sb, sbt),
+        _matrix_parameter(zb, zbt),
+        _matrix_parameter(so, sot),
+        _matrix_parameter(zo, zot),
         dml.TensorDesc(out_type, _matrices(a, b)),
-    )  # fmt: skip
-    arrays = [v.reshape(-1) if v.ndim < 2 else v for v in (a, sa, za, b, sb, zb, so, zo) if v is not None]
+    )
+    arrays = [
+        v.reshape(-1) if v.ndim < 2 else v for v in (a, sa, za, b, sb, zb, so, zo) if v is not None
+    ]
     return run_or_skip(desc, *arrays)
 
 
@@ -205,9 +221,12 @@ def _conv_geometry(case, x, w) -> tuple[dict, list[int]]:
     a = conv_attrs(case.node, x, w)
     spatial = forward_pads(a, x)
     fields = {
-        "strides": a["strides"], "dilations": a["dilations"], "start_padding": a["start"],
-        "end_padding": a["end"], "group_count": a["group"],
-    }  # fmt: skip
+        "strides": a["strides"],
+        "dilations": a["dilations"],
+        "start_padding": a["start"],
+        "end_padding": a["end"],
+        "group_count": a["group"],
+    }
     return fields, [x.shape[0], w.shape[0], *spatial]
 
 
@@ -220,41 +239,69 @@ def _conv_integer(case):
     (x, xt), (w, wt), (xz, xzt), (wz, wzt), *_ = _inputs(case)
     fields, out = _conv_geometry(case, x, w)
     desc = dml.ConvolutionIntegerOperatorDesc(
-        dml.TensorDesc(xt, list(x.shape)), _channel_parameter(xz, xzt),
-        dml.TensorDesc(wt, list(w.shape)), _channel_parameter(wz, wzt),
-        dml.TensorDesc("INT32", out), **fields,
-    )  # fmt: skip
+        dml.TensorDesc(xt, list(x.shape)),
+        _channel_parameter(xz, xzt),
+        dml.TensorDesc(wt, list(w.shape)),
+        _channel_parameter(wz, wzt),
+        dml.TensorDesc("INT32", out),
+        **fields,
+    )
     arrays = [v.reshape(-1) if v.ndim < 1 else v for v in (x, xz, w, wz) if v is not None]
     return run_or_skip(desc, *arrays)
 
 
 def _qlinear_conv(case):
-    (x, xt), (sx, sxt), (zx, zxt), (w, wt), (sw, swt), (zw, zwt), (so, sot), (zo, zot), (
-        bias,
-        biast,
-    ), *_ = _inputs(case)
+    (
+        (x, xt),
+        (sx, sxt),
+        (zx, zxt),
+        (w, wt),
+        (sw, swt),
+        (zw, zwt),
+        (so, sot),
+        (zo, zot),
+        (
+            bias,
+            biast,
+        ),
+        *_,
+    ) = _inputs(case)
     fields, out = _conv_geometry(case, x, w)
     out_type = _array(case.outputs[0])[1]
     bias_desc = None
     if bias is not None:
         bias_desc = dml.TensorDesc(biast, [1, bias.size] + [1] * (x.ndim - 2))
     desc = dml.QuantizedLinearConvolutionOperatorDesc(
-        dml.TensorDesc(xt, list(x.shape)), _channel_parameter(sx, sxt),
-        _channel_parameter(zx, zxt), dml.TensorDesc(wt, list(w.shape)),
-        _channel_parameter(sw, swt), _channel_parameter(zw, zwt), bias_desc,
-        _channel_parameter(so, sot), _channel_parameter(zo, zot),
-        dml.TensorDesc(out_type, out), **fields,
-    )  # fmt: skip
+        dml.TensorDesc(xt, list(x.shape)),
+        _channel_parameter(sx, sxt),
+        _channel_parameter(zx, zxt),
+        dml.TensorDesc(wt, list(w.shape)),
+        _channel_parameter(sw, swt),
+        _channel_parameter(zw, zwt),
+        bias_desc,
+        _channel_parameter(so, sot),
+        _channel_parameter(zo, zot),
+        dml.TensorDesc(out_type, out),
+        **fields,
+    )
     arrays = [
         v.reshape(desc_t.sizes)
-        for v, desc_t in zip((x, sx, zx, w, sw, zw, bias, so, zo),
-                             (desc.input_tensor, desc.input_scale_tensor,
-                              desc.input_zero_point_tensor, desc.filter_tensor,
-                              desc.filter_scale_tensor, desc.filter_zero_point_tensor,
-                              desc.bias_tensor, desc.output_scale_tensor,
-                              desc.output_zero_point_tensor))
+        for v, desc_t in zip(
+            (x, sx, zx, w, sw, zw, bias, so, zo),
+            (
+                desc.input_tensor,
+                desc.input_scale_tensor,
+                desc.input_zero_point_tensor,
+                desc.filter_tensor,
+                desc.filter_scale_tensor,
+                desc.filter_zero_point_tensor,
+                desc.bias_tensor,
+                desc.output_scale_tensor,
+                desc.output_zero_point_tensor,
+            ),
+        )
         if v is not None
-    ]  # fmt: skip
+    ]
     return run_or_skip(desc, *arrays)
 
 

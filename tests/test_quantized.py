@@ -78,9 +78,11 @@ def _ql(in_type="FLOAT32", out="UINT8", sizes=(6,), zero=True, scale_type=None, 
 
 def _dql(in_type="UINT8", out="FLOAT32", sizes=(4,), zero=True, scale_type=None):
     return DQL(
-        t(in_type, *sizes), t(scale_type or out, *sizes), t(in_type, *sizes) if zero else None,
+        t(in_type, *sizes),
+        t(scale_type or out, *sizes),
+        t(in_type, *sizes) if zero else None,
         t(out, *sizes),
-    )  # fmt: skip
+    )
 
 
 def _blocked(cls, x, params, out, kind=None, **extra):
@@ -90,18 +92,25 @@ def _blocked(cls, x, params, out, kind=None, **extra):
 
 def _conv_fields(dims=2, **kw):
     fields = {
-        "strides": (1,) * dims, "dilations": (1,) * dims, "start_padding": (0,) * dims,
-        "end_padding": (0,) * dims, "group_count": 1,
-    }  # fmt: skip
+        "strides": (1,) * dims,
+        "dilations": (1,) * dims,
+        "start_padding": (0,) * dims,
+        "end_padding": (0,) * dims,
+        "group_count": 1,
+    }
     fields.update(kw)
     return fields
 
 
 def _pool_fields(dims=2, window=(2, 2), **kw):
     fields = {
-        "strides": (1,) * dims, "window_size": window, "start_padding": (0,) * dims,
-        "end_padding": (0,) * dims, "dilations": (1,) * dims, "include_padding": False,
-    }  # fmt: skip
+        "strides": (1,) * dims,
+        "window_size": window,
+        "start_padding": (0,) * dims,
+        "end_padding": (0,) * dims,
+        "dilations": (1,) * dims,
+        "include_padding": False,
+    }
     fields.update(kw)
     return fields
 
@@ -261,61 +270,104 @@ SEEDS = [
     # B' = [4, 2] * 2: 1.5 * 8 - 0.5 * 4.
     (
         MMITF(
-            t("INT32", 1, 2), t("FLOAT32", 1), t("INT32", 1), t("INT32", 2, 1), t("FLOAT32", 1),
-            None, None, t("FLOAT32", 1, 1),
+            t("INT32", 1, 2),
+            t("FLOAT32", 1),
+            t("INT32", 1),
+            t("INT32", 2, 1),
+            t("FLOAT32", 1),
+            None,
+            None,
+            t("FLOAT32", 1, 1),
         ),
-        (i32([2**30 + 3, 2**30 - 1], (1, 2)), f32([0.5]), i32([2**30]), i32([4, 2], (2, 1)),
-         f32([2.0])),
+        (
+            i32([2**30 + 3, 2**30 - 1], (1, 2)),
+            f32([0.5]),
+            i32([2**30]),
+            i32([4, 2], (2, 1)),
+            f32([2.0]),
+        ),
         (f32([10.0], (1, 1)),),
-    ),  # fmt: skip
+    ),
     # A' = [[2, -2], [12, -28]], B = [[3, -2], [1, 4]]: sums [[4, -12], [8, -136]]; scales
     # 0.5 * [1, 0.5]: [[2, -3], [4, -34]]; / 0.25 + 100, saturated.
     (*_example("QUANTIZED_LINEAR_MATRIX_MULTIPLY"), (u8([108, 88, 116, 0], (1, 1, 2, 2)),)),
     # Per-row output scale and zero point ({M} 1-D, with every parameter 1-D).
     (
         QLMM(
-            t("INT8", 2, 1), t("FLOAT32", 1), None, t("INT8", 1, 2), t("FLOAT32", 2), None,
-            t("FLOAT32", 2), t("INT8", 2), t("INT8", 2, 2),
+            t("INT8", 2, 1),
+            t("FLOAT32", 1),
+            None,
+            t("INT8", 1, 2),
+            t("FLOAT32", 2),
+            None,
+            t("FLOAT32", 2),
+            t("INT8", 2),
+            t("INT8", 2, 2),
         ),
-        (i8([3, -5], (2, 1)), f32([1.0]), i8([2, 1], (1, 2)), f32([1.0, 3.0]), f32([2.0, 0.5]),
-         i8([0, 5])),
+        (
+            i8([3, -5], (2, 1)),
+            f32([1.0]),
+            i8([2, 1], (1, 2)),
+            f32([1.0, 3.0]),
+            f32([2.0, 0.5]),
+            i8([0, 5]),
+        ),
         (i8([3, 4, -15, -25], (2, 2)),),
-    ),  # fmt: skip
+    ),
     (*_example("CONVOLUTION_INTEGER"), (i32([-4, -2, 2, 4, -5, -1, 7, 11], (1, 2, 2, 2)),)),
     # 3-D (one spatial dimension), padding reads as the zero point, stride 2, dilation 2,
     # per-channel filter zero point: x - 2 = [-1, 2, 5, 8, 11] padded by a 0 each side; output o
     # reads inputs 2o - 1 and 2o + 1 with filters [1, 2] and [0, -1] - (-1) = [1, 0].
     (
         CONVI(
-            t("UINT8", 1, 1, 5), t("UINT8", 1), t("INT8", 2, 1, 2), t("INT8", 2), t("INT32", 1, 2, 3),
+            t("UINT8", 1, 1, 5),
+            t("UINT8", 1),
+            t("INT8", 2, 1, 2),
+            t("INT8", 2),
+            t("INT32", 1, 2, 3),
             **_conv_fields(1, strides=(2,), dilations=(2,), start_padding=(1,), end_padding=(1,)),
         ),
         (u8([1, 4, 7, 10, 13], (1, 1, 5)), u8([2]), i8([1, 2, 0, -1], (2, 1, 2)), i8([0, -1])),
         (i32([4, 18, 8, 0, 2, 8], (1, 2, 3)),),
-    ),  # fmt: skip
+    ),
     # Groups: two input channels, two filters of one channel each.
     (
         CONVI(
-            t("INT8", 1, 2, 1, 2), None, t("INT8", 2, 1, 1, 1), None, t("INT32", 1, 2, 1, 2),
+            t("INT8", 1, 2, 1, 2),
+            None,
+            t("INT8", 2, 1, 1, 1),
+            None,
+            t("INT32", 1, 2, 1, 2),
             **_conv_fields(group_count=2),
         ),
         (i8([1, 2, 3, 4], (1, 2, 1, 2)), i8([10, -1], (2, 1, 1, 1))),
         (i32([10, 20, -3, -4], (1, 2, 1, 2)),),
     ),
     # (acc + bias) * 0.5 * [1, 0.25] / 0.5 - 3: channel 1 is [-3.25, -2.25, -0.25, 0.75] -> even.
-    (*_example("QUANTIZED_LINEAR_CONVOLUTION"), (i8([-3, -1, 3, 5, -6, -5, -3, -2], (1, 2, 2, 2)),)),
+    (
+        *_example("QUANTIZED_LINEAR_CONVOLUTION"),
+        (i8([-3, -1, 3, 5, -6, -5, -3, -2], (1, 2, 2, 2)),),
+    ),
     # Channel 0: [0, 10, 20, 31] means of the padded windows [0, 5, 10, 15.25] / 0.5 (30.5 is a
     # tie: 30); channel 1 (scale 0.5) [-10, -6, -2, 2]: [-5, -4, -3, -2] / 0.5.
-    (*_example("QUANTIZED_LINEAR_AVERAGE_POOLING"), (i8([0, 10, 20, 30, -10, -8, -6, -4], (1, 2, 2, 2)),)),
+    (
+        *_example("QUANTIZED_LINEAR_AVERAGE_POOLING"),
+        (i8([0, 10, 20, 30, -10, -8, -6, -4], (1, 2, 2, 2)),),
+    ),
     # IncludePadding: the corner's window holds one input point of four: (10 - 2) * 1 / 4.
     (
         QPOOL(
-            t("UINT8", 1, 1, 1, 2), t("FLOAT32", 1), t("UINT8", 1), t("FLOAT32", 1), None,
-            t("UINT8", 1, 1, 1, 2), **_pool_fields(start_padding=(1, 1), include_padding=True),
+            t("UINT8", 1, 1, 1, 2),
+            t("FLOAT32", 1),
+            t("UINT8", 1),
+            t("FLOAT32", 1),
+            None,
+            t("UINT8", 1, 1, 1, 2),
+            **_pool_fields(start_padding=(1, 1), include_padding=True),
         ),
         (u8([10, 6], (1, 1, 1, 2)), f32([1.0]), u8([2]), f32([1.0])),
         (u8([2, 3], (1, 1, 1, 2)),),
-    ),  # fmt: skip
+    ),
 ]
 
 
@@ -377,7 +429,11 @@ def quantize_linear_cases(draw, dequantize: bool = False):
         in_type = draw(st.sampled_from(["FLOAT32", "FLOAT16", "INT32"]))
         out = draw(st.sampled_from(["INT8", "UINT8"]))
         desc = _ql(in_type, out, shape, zero)
-        x = _ints(rng, "INT32", shape) if in_type == "INT32" else _floats(rng, shape, 1, in_type.lower())
+        x = (
+            _ints(rng, "INT32", shape)
+            if in_type == "INT32"
+            else _floats(rng, shape, 1, in_type.lower())
+        )
         zp = _axis_values(rng, shape, axis, _ints(rng, out, (8,)))
         scale_type = desc.scale_tensor.dtype
         scale = _axis_values(rng, shape, axis, _FLOAT_SCALES).astype(scale_type)
@@ -433,9 +489,13 @@ def test_dequantize_inverts_quantize_within_half_a_step(case):
     x = case.inputs[0].astype(np.float64)
     scale = reference.quantized._expand(case.inputs[1], x.shape).astype(np.float64)
     lo, hi = desc.output_tensor.data_type.integer_range
-    zero = 0 if len(case.inputs) < 3 else reference.quantized._expand(
-        reference.quantized.read(case.inputs[2], desc.output_tensor.data_type.name), x.shape
-    )  # fmt: skip
+    zero = (
+        0
+        if len(case.inputs) < 3
+        else reference.quantized._expand(
+            reference.quantized.read(case.inputs[2], desc.output_tensor.data_type.name), x.shape
+        )
+    )
     steps = x / scale + zero
     inside = np.isfinite(steps) & (steps > lo) & (steps < hi)
     error = np.abs(y.astype(np.float64) - x)[inside]
@@ -499,6 +559,12 @@ def test_quantized_linear_add_matches_reference(case):
 # --- matrix products -------------------------------------------------------------------------
 
 
+def _case(desc, values: dict) -> S.Case:
+    """A case whose inputs are ``values`` (by field name) in schema order."""
+    present = [f.name for f in desc.declared("input") if getattr(desc, f.name) is not None]
+    return S.Case(desc, tuple(values[name] for name in present))
+
+
 def _parameter_sizes(draw, mode: str, count: int, rank: int, axis: int, p_rank: int):
     """Sizes of a parameter tensor of rank ``p_rank``: one value, or ``count`` along ``axis``
     (1-D: the values themselves)."""
@@ -538,11 +604,15 @@ def matrix_cases(draw, cls):
         "a_tensor": t(a_type, *lead, m, k),
         "b_tensor": t(b_type, *lead, k, n),
     }
-    values = {"a_tensor": _ints(rng, a_type, (*lead, m, k)), "b_tensor": _ints(rng, b_type, (*lead, k, n))}
+    values = {
+        "a_tensor": _ints(rng, a_type, (*lead, m, k)),
+        "b_tensor": _ints(rng, b_type, (*lead, k, n)),
+    }
     if float_type == "FLOAT16":  # products of 16- and 32-bit values would overflow FLOAT16
-        for name in values:
-            values[name] = (values[name] % 16).astype(values[name].dtype)
-    out_type = {MMI: "INT32", MMITF: float_type}.get(cls) or draw(st.sampled_from(["INT8", "UINT8"]))
+        values = {name: (v % 16).astype(v.dtype) for name, v in values.items()}
+    out_type = {MMI: "INT32", MMITF: float_type}.get(cls) or draw(
+        st.sampled_from(["INT8", "UINT8"])
+    )
     sides = ("a", "b") if cls is not QLMM else ("a", "b", "output")
     for side in sides:
         owner = {"a": a_type, "b": b_type, "output": out_type}[side]
@@ -562,16 +632,7 @@ def matrix_cases(draw, cls):
         values["bias_tensor"] = rng.uniform(-4, 4, (*lead, m, n)).astype(float_type.lower())
     fields["output_tensor"] = t(out_type, *lead, m, n)
     desc = cls(**fields)
-    inputs = tuple(values[f.name] for f in desc.declared("input") if getattr(desc, f.name) is not None)
-    return S.Case(desc, inputs)
-
-
-@pytest.mark.parametrize("cls", [MMI, QLMM], ids=lambda c: c.__name__)
-@S.HALF
-@given(data=st.data())
-def test_integer_and_quantized_matrix_multiply_match_reference(cls, data):
-    case = data.draw(matrix_cases(cls))
-    S.assert_same(S.run(case), reference.reference(case.desc, *case.inputs))
+    return _case(desc, values)
 
 
 @S.HALF
@@ -585,9 +646,11 @@ def test_matrix_multiply_integer_to_float_matches_reference(case):
     assert np.all(np.isfinite(want))
     scale = np.max(np.abs(want.astype(np.float64)), initial=1.0)
     np.testing.assert_allclose(
-        got.astype(np.float64), want.astype(np.float64), rtol=2e-3 if half else 1e-5,
+        got.astype(np.float64),
+        want.astype(np.float64),
+        rtol=2e-3 if half else 1e-5,
         atol=(2e-3 if half else 1e-5) * scale,
-    )  # fmt: skip
+    )
 
 
 # --- convolutions ----------------------------------------------------------------------------
@@ -613,8 +676,14 @@ def conv_cases(draw, cls):
     n = draw(st.integers(1, 2))
     x_type, w_type = (draw(st.sampled_from(["INT8", "UINT8"])) for _ in range(2))
     out_type = "INT32" if cls is CONVI else draw(st.sampled_from(["INT8", "UINT8"]))
-    probe = CONVI(t(x_type, n, c, *size), None, t(w_type, k, c // groups, *kernel), None,
-                  t("INT32", n, k, *size), **geometry)  # fmt: skip
+    probe = CONVI(
+        t(x_type, n, c, *size),
+        None,
+        t(w_type, k, c // groups, *kernel),
+        None,
+        t("INT32", n, k, *size),
+        **geometry,
+    )
     out_sizes = conv_output_sizes(probe)
     assume(all(s >= 1 for s in out_sizes))
     fields = {"input_tensor": probe.input_tensor, "filter_tensor": probe.filter_tensor}
@@ -642,15 +711,22 @@ def conv_cases(draw, cls):
         values["bias_tensor"] = rng.integers(-1000, 1000, bias).astype(np.int32)
     fields["output_tensor"] = t(out_type, *out_sizes)
     desc = cls(**fields, **geometry, dimension_count=draw(st.sampled_from([None, dims])))
-    inputs = tuple(values[f.name] for f in desc.declared("input") if getattr(desc, f.name) is not None)
-    return S.Case(desc, inputs)
+    return _case(desc, values)
 
 
-@pytest.mark.parametrize("cls", [CONVI, QCONV], ids=lambda c: c.__name__)
+_INTEGER_SUMS = {
+    "MATRIX_MULTIPLY_INTEGER": lambda: matrix_cases(MMI),
+    "QUANTIZED_LINEAR_MATRIX_MULTIPLY": lambda: matrix_cases(QLMM),
+    "CONVOLUTION_INTEGER": lambda: conv_cases(CONVI),
+    "QUANTIZED_LINEAR_CONVOLUTION": lambda: conv_cases(QCONV),
+}
+
+
+@pytest.mark.parametrize("name", list(_INTEGER_SUMS))
 @S.HALF
 @given(data=st.data())
-def test_integer_and_quantized_convolution_match_reference(cls, data):
-    case = data.draw(conv_cases(cls))
+def test_integer_and_quantized_products_match_reference(name, data):
+    case = data.draw(_INTEGER_SUMS[name]())
     S.assert_same(S.run(case), reference.reference(case.desc, *case.inputs))
 
 
@@ -660,17 +736,28 @@ def test_integer_convolution_equals_float_convolution_of_the_differences():
     rng = np.random.default_rng(5)
     x, w = _ints(rng, "UINT8", (2, 4, 5, 6)), _ints(rng, "INT8", (6, 2, 3, 2))
     zx, zw = u8([100]), i8([3, -2, 0, 1, 5, -7])
-    geometry = _conv_fields(strides=(2, 1), dilations=(1, 2), start_padding=(1, 0),
-                            end_padding=(2, 1), group_count=2)  # fmt: skip
-    probe = CONVI(t("UINT8", 2, 4, 5, 6), t("UINT8", 1), t("INT8", 6, 2, 3, 2),
-                  t("INT8", 6), t("INT32", 2, 6, 1, 1), **geometry)  # fmt: skip
+    geometry = _conv_fields(
+        strides=(2, 1), dilations=(1, 2), start_padding=(1, 0), end_padding=(2, 1), group_count=2
+    )
+    probe = CONVI(
+        t("UINT8", 2, 4, 5, 6),
+        t("UINT8", 1),
+        t("INT8", 6, 2, 3, 2),
+        t("INT8", 6),
+        t("INT32", 2, 6, 1, 1),
+        **geometry,
+    )
     out = conv_output_sizes(probe)
     desc = dataclasses.replace(probe, output_tensor=t("INT32", *out))
     (got,) = S.run(S.Case(desc, (x, zx, w, zw)))
     fdesc = dml.ConvolutionOperatorDesc(
-        t("FLOAT32", 2, 4, 5, 6), t("FLOAT32", 6, 2, 3, 2), None, t("FLOAT32", *out),
-        output_padding=(0, 0), **geometry,
-    )  # fmt: skip
+        t("FLOAT32", 2, 4, 5, 6),
+        t("FLOAT32", 6, 2, 3, 2),
+        None,
+        t("FLOAT32", *out),
+        output_padding=(0, 0),
+        **geometry,
+    )
     xf = x.astype(np.float32) - 100
     wf = w.astype(np.float32) - zw.astype(np.float32).reshape(6, 1, 1, 1)
     (want,) = S.run(S.Case(fdesc, (xf, wf)))
@@ -689,10 +776,13 @@ def pooling_cases(draw):
     x_type, out_type = (draw(st.sampled_from(["INT8", "UINT8"])) for _ in range(2))
     x = t(x_type, n, c, *spatial)
     geometry = {
-        "strides": tuple(strides), "window_size": tuple(window), "start_padding": tuple(start),
-        "end_padding": tuple(end), "dilations": tuple(dilations),
+        "strides": tuple(strides),
+        "window_size": tuple(window),
+        "start_padding": tuple(start),
+        "end_padding": tuple(end),
+        "dilations": tuple(dilations),
         "include_padding": draw(st.booleans()),
-    }  # fmt: skip
+    }
     probe = QPOOL(x, t("FLOAT32", 1), None, t("FLOAT32", 1), None, x, **geometry)
     out_sizes = (n, c) + dml.ops.pooling.window_plan(probe).outputs
     fields = {"input_tensor": x}
@@ -712,8 +802,7 @@ def pooling_cases(draw):
                 else _ints(rng, owner, sizes)
             )
     desc = QPOOL(**fields, output_tensor=t(out_type, *out_sizes), **geometry)
-    inputs = tuple(values[f.name] for f in desc.declared("input") if getattr(desc, f.name) is not None)
-    return S.Case(desc, inputs)
+    return _case(desc, values)
 
 
 @given(case=pooling_cases())
@@ -790,9 +879,14 @@ def test_four_bit_tensors_are_packed_in_memory_and_held_one_per_byte():
 
 def test_four_bit_types_are_refused_where_dml_jax_has_no_representation(tmp_path):
     """DML_SCALAR_UNION has no 4-bit member; the model runner does not pack resources."""
-    union = {"type": "DML_OPERATOR_FILL_VALUE_CONSTANT", "desc": {
-        "OutputTensor": {"DataType": "INT8", "Sizes": [2]}, "ValueDataType": "INT4",
-        "Value": 3}}  # fmt: skip
+    union = {
+        "type": "DML_OPERATOR_FILL_VALUE_CONSTANT",
+        "desc": {
+            "OutputTensor": {"DataType": "INT8", "Sizes": [2]},
+            "ValueDataType": "INT4",
+            "Value": 3,
+        },
+    }
     with pytest.raises(dml.ValidationError, match=r"Value cannot be read in INT4"):
         dml.operator_desc_from_json(union)
     from dml_jax import cli
@@ -829,7 +923,9 @@ def test_rounding_is_half_to_even_at_every_tie():
 def test_zero_point_is_optional_from_feature_level_6_2():
     desc = _ql(zero=False)
     dml.validate(desc, "6_2")
-    with pytest.raises(dml.ValidationError, match=r"ZeroPointTensor is required below feature level 6_2"):
+    with pytest.raises(
+        dml.ValidationError, match=r"ZeroPointTensor is required below feature level 6_2"
+    ):
         dml.validate(desc, "6_1")
     dml.validate(_ql(), "6_1")
 
@@ -841,8 +937,17 @@ def test_quantized_add_rounds_each_product_before_the_sum():
     ``3 * AScale - 1`` keeps the product's residue (about 3e-8), which an OutputScale of 1.5
     residues would quantize to 1."""
     one = (1,)
-    desc = QADD(t("UINT8", 1), t("FLOAT32", *one), None, t("UINT8", 1), t("FLOAT32", *one), None,
-                t("FLOAT32", *one), None, t("UINT8", 1))  # fmt: skip
+    desc = QADD(
+        t("UINT8", 1),
+        t("FLOAT32", *one),
+        None,
+        t("UINT8", 1),
+        t("FLOAT32", *one),
+        None,
+        t("FLOAT32", *one),
+        None,
+        t("UINT8", 1),
+    )
     third = np.float32(1) / np.float32(3)
     a_value = np.float32(3) * third  # rounds to 1.0 exactly
     assert a_value == np.float32(1)
@@ -858,12 +963,25 @@ def test_quantized_add_rounds_each_product_before_the_sum():
 # Rules: one row per rule
 
 
-def _mmi(a=(1, 1, 2, 3), b=(1, 1, 3, 2), out=(1, 1, 2, 2), az=None, bz=None, at="UINT8",
-         bt="INT8", ot="INT32", azt=None, bzt=None):  # fmt: skip
+def _mmi(
+    a=(1, 1, 2, 3),
+    b=(1, 1, 3, 2),
+    out=(1, 1, 2, 2),
+    az=None,
+    bz=None,
+    at="UINT8",
+    bt="INT8",
+    ot="INT32",
+    azt=None,
+    bzt=None,
+):
     return lambda: MMI(
-        t(at, *a), None if az is None else t(azt or at, *az), t(bt, *b),
-        None if bz is None else t(bzt or bt, *bz), t(ot, *out),
-    )  # fmt: skip
+        t(at, *a),
+        None if az is None else t(azt or at, *az),
+        t(bt, *b),
+        None if bz is None else t(bzt or bt, *bz),
+        t(ot, *out),
+    )
 
 
 def _qlmm(params=(4, 4, 4, 4, 4, 4), shapes=None, ot="UINT8", ozt="UINT8"):
@@ -873,63 +991,123 @@ def _qlmm(params=(4, 4, 4, 4, 4, 4), shapes=None, ot="UINT8", ozt="UINT8"):
 
     def make():
         return QLMM(
-            t("INT8", 1, 1, 2, 3), t("FLOAT32", *default["as"]), t("INT8", *default["az"]),
-            t("INT8", 1, 1, 3, 2), t("FLOAT32", *default["bs"]), t("INT8", *default["bz"]),
-            t("FLOAT32", *default["os"]), t(ozt, *default["oz"]), t(ot, 1, 1, 2, 2),
-        )  # fmt: skip
+            t("INT8", 1, 1, 2, 3),
+            t("FLOAT32", *default["as"]),
+            t("INT8", *default["az"]),
+            t("INT8", 1, 1, 3, 2),
+            t("FLOAT32", *default["bs"]),
+            t("INT8", *default["bz"]),
+            t("FLOAT32", *default["os"]),
+            t(ozt, *default["oz"]),
+            t(ot, 1, 1, 2, 2),
+        )
 
     return make
 
 
 def _mmitf(at="INT8", bt="INT8", st_="FLOAT32", ot="FLOAT32", bias=None, a_scale=(1, 1)):
     return lambda: MMITF(
-        t(at, 2, 3), t(st_, *a_scale), None, t(bt, 3, 4), t(st_, 1, 1), None,
-        None if bias is None else t(ot, *bias), t(ot, 2, 4),
-    )  # fmt: skip
+        t(at, 2, 3),
+        t(st_, *a_scale),
+        None,
+        t(bt, 3, 4),
+        t(st_, 1, 1),
+        None,
+        None if bias is None else t(ot, *bias),
+        t(ot, 2, 4),
+    )
 
 
-def _convi(x=(1, 2, 4, 4), w=(2, 2, 3, 3), out=(1, 2, 2, 2), xz=None, wz=None, wzt="INT8",
-           ot="INT32", **kw):  # fmt: skip
+def _convi(
+    x=(1, 2, 4, 4), w=(2, 2, 3, 3), out=(1, 2, 2, 2), xz=None, wz=None, wzt="INT8", ot="INT32", **kw
+):
     dims = len(x) - 2
     fields = _conv_fields(dims, **kw)
     return lambda: CONVI(
-        t("UINT8", *x), None if xz is None else t("UINT8", *xz), t("INT8", *w),
-        None if wz is None else t(wzt, *wz), t(ot, *out), **fields,
-    )  # fmt: skip
+        t("UINT8", *x),
+        None if xz is None else t("UINT8", *xz),
+        t("INT8", *w),
+        None if wz is None else t(wzt, *wz),
+        t(ot, *out),
+        **fields,
+    )
 
 
-def _qconv(bias=None, bt="INT32", fs=(1, 2, 1, 1), is_=(1, 1, 1, 1), os=(1, 1, 1, 1), ozt="INT8",
-           out=(1, 2, 2, 2)):  # fmt: skip
+def _qconv(
+    bias=None,
+    bt="INT32",
+    fs=(1, 2, 1, 1),
+    is_=(1, 1, 1, 1),
+    os=(1, 1, 1, 1),
+    ozt="INT8",
+    out=(1, 2, 2, 2),
+):
     return lambda: QCONV(
-        t("UINT8", 1, 1, 3, 3), t("FLOAT32", *is_), None, t("INT8", 2, 1, 2, 2),
-        t("FLOAT32", *fs), None, None if bias is None else t(bt, *bias), t("FLOAT32", *os),
-        t(ozt, *os), t("INT8", *out), **_conv_fields(),
-    )  # fmt: skip
+        t("UINT8", 1, 1, 3, 3),
+        t("FLOAT32", *is_),
+        None,
+        t("INT8", 2, 1, 2, 2),
+        t("FLOAT32", *fs),
+        None,
+        None if bias is None else t(bt, *bias),
+        t("FLOAT32", *os),
+        t(ozt, *os),
+        t("INT8", *out),
+        **_conv_fields(),
+    )
 
 
-def _qpool(x=(1, 2, 3, 3), out=(1, 2, 2, 2), scale=(1, 2, 1, 1), izt="UINT8", ozt="INT8",
-           xt="UINT8", **kw):  # fmt: skip
+def _qpool(
+    x=(1, 2, 3, 3), out=(1, 2, 2, 2), scale=(1, 2, 1, 1), izt="UINT8", ozt="INT8", xt="UINT8", **kw
+):
     dims = len(x) - 2
     fields = _pool_fields(dims, **kw)
     return lambda: QPOOL(
-        t(xt, *x), t("FLOAT32", *scale), t(izt, 1), t("FLOAT32", 1), t(ozt, 1), t("INT8", *out),
+        t(xt, *x),
+        t("FLOAT32", *scale),
+        t(izt, 1),
+        t("FLOAT32", 1),
+        t(ozt, 1),
+        t("INT8", *out),
         **fields,
-    )  # fmt: skip
+    )
 
 
-QLP, DQLP = "^DML_OPERATOR_ELEMENT_WISE_QUANTIZE_LINEAR: ", "^DML_OPERATOR_ELEMENT_WISE_DEQUANTIZE_LINEAR: "
+QLP, DQLP = (
+    "^DML_OPERATOR_ELEMENT_WISE_QUANTIZE_LINEAR: ",
+    "^DML_OPERATOR_ELEMENT_WISE_DEQUANTIZE_LINEAR: ",
+)
 QP, DQP = "^DML_OPERATOR_QUANTIZE: ", "^DML_OPERATOR_DEQUANTIZE: "
-DYNP, ADDP = "^DML_OPERATOR_DYNAMIC_QUANTIZE_LINEAR: ", "^DML_OPERATOR_ELEMENT_WISE_QUANTIZED_LINEAR_ADD: "
-MMIP, MMITFP = "^DML_OPERATOR_MATRIX_MULTIPLY_INTEGER: ", "^DML_OPERATOR_MATRIX_MULTIPLY_INTEGER_TO_FLOAT: "
-QLMMP, CONVIP = "^DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY: ", "^DML_OPERATOR_CONVOLUTION_INTEGER: "
-QCONVP, QPOOLP = "^DML_OPERATOR_QUANTIZED_LINEAR_CONVOLUTION: ", "^DML_OPERATOR_QUANTIZED_LINEAR_AVERAGE_POOLING: "
+DYNP, ADDP = (
+    "^DML_OPERATOR_DYNAMIC_QUANTIZE_LINEAR: ",
+    "^DML_OPERATOR_ELEMENT_WISE_QUANTIZED_LINEAR_ADD: ",
+)
+MMIP, MMITFP = (
+    "^DML_OPERATOR_MATRIX_MULTIPLY_INTEGER: ",
+    "^DML_OPERATOR_MATRIX_MULTIPLY_INTEGER_TO_FLOAT: ",
+)
+QLMMP, CONVIP = (
+    "^DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY: ",
+    "^DML_OPERATOR_CONVOLUTION_INTEGER: ",
+)
+QCONVP, QPOOLP = (
+    "^DML_OPERATOR_QUANTIZED_LINEAR_CONVOLUTION: ",
+    "^DML_OPERATOR_QUANTIZED_LINEAR_AVERAGE_POOLING: ",
+)
 
 
 def _add(scale=(1,), zt="INT8", b=(4,), rank_of_b_scale=1):
     return lambda: QADD(
-        t("INT8", 4), t("FLOAT32", *scale), t(zt, 1), t("INT8", *b), t("FLOAT32", *(1,) * rank_of_b_scale),
-        None, t("FLOAT32", 1), None, t("UINT8", 4),
-    )  # fmt: skip
+        t("INT8", 4),
+        t("FLOAT32", *scale),
+        t(zt, 1),
+        t("INT8", *b),
+        t("FLOAT32", *(1,) * rank_of_b_scale),
+        None,
+        t("FLOAT32", 1),
+        None,
+        t("UINT8", 4),
+    )
 
 
 def _dyn(scale=(1, 1), zt="UINT8", st_="FLOAT32", out=(2, 3)):
@@ -938,51 +1116,98 @@ def _dyn(scale=(1, 1), zt="UINT8", st_="FLOAT32", out=(2, 3)):
 
 INVALID_ROWS = [
     # ELEMENT_WISE_QUANTIZE_LINEAR
-    (lambda: QL(t("FLOAT32", 6), t("FLOAT32", 3), t("UINT8", 6), t("UINT8", 6)),
-     QLP + r"ScaleTensor\.Sizes must equal InputTensor\.Sizes"),
-    (lambda: QL(t("FLOAT32", 6), t("FLOAT32", 1, 6), t("UINT8", 6), t("UINT8", 6)),
-     QLP + r"ScaleTensor\.DimensionCount must equal InputTensor\.DimensionCount"),
-    (lambda: _ql("FLOAT16", scale_type="FLOAT32"),
-     QLP + r"ScaleTensor\.DataType must equal InputTensor\.DataType \(FLOAT16\), got FLOAT32"),
-    (lambda: _ql("INT32", scale_type="FLOAT16"),
-     QLP + r"ScaleTensor\.DataType must equal FLOAT32 for an INT32 InputTensor"),
-    (lambda: QL(t("FLOAT32", 6), t("FLOAT32", 6), t("INT8", 6), t("UINT8", 6)),
-     QLP + r"ZeroPointTensor\.DataType must equal OutputTensor\.DataType \(UINT8\), got INT8"),
+    (
+        lambda: QL(t("FLOAT32", 6), t("FLOAT32", 3), t("UINT8", 6), t("UINT8", 6)),
+        QLP + r"ScaleTensor\.Sizes must equal InputTensor\.Sizes",
+    ),
+    (
+        lambda: QL(t("FLOAT32", 6), t("FLOAT32", 1, 6), t("UINT8", 6), t("UINT8", 6)),
+        QLP + r"ScaleTensor\.DimensionCount must equal InputTensor\.DimensionCount",
+    ),
+    (
+        lambda: _ql("FLOAT16", scale_type="FLOAT32"),
+        QLP + r"ScaleTensor\.DataType must equal InputTensor\.DataType \(FLOAT16\), got FLOAT32",
+    ),
+    (
+        lambda: _ql("INT32", scale_type="FLOAT16"),
+        QLP + r"ScaleTensor\.DataType must equal FLOAT32 for an INT32 InputTensor",
+    ),
+    (
+        lambda: QL(t("FLOAT32", 6), t("FLOAT32", 6), t("INT8", 6), t("UINT8", 6)),
+        QLP + r"ZeroPointTensor\.DataType must equal OutputTensor\.DataType \(UINT8\), got INT8",
+    ),
     (lambda: _ql(out="INT32"), QLP + r"ZeroPointTensor with data type INT32 .* no feature level"),
     (lambda: _ql("FLOAT64"), QLP + r"InputTensor with data type FLOAT64"),
     # ELEMENT_WISE_DEQUANTIZE_LINEAR
-    (lambda: DQL(t("UINT8", 4), t("FLOAT32", 4), t("INT8", 4), t("FLOAT32", 4)),
-     DQLP + r"ZeroPointTensor\.DataType must equal InputTensor\.DataType \(UINT8\)"),
-    (lambda: _dql(out="FLOAT16", scale_type="FLOAT32"),
-     DQLP + r"ScaleTensor\.DataType must equal OutputTensor\.DataType \(FLOAT16\)"),
-    (lambda: DQL(t("UINT8", 4), t("FLOAT32", 4), t("UINT8", 4), t("FLOAT32", 2, 2)),
-     DQLP + r"OutputTensor\.DimensionCount must equal InputTensor\.DimensionCount"),
+    (
+        lambda: DQL(t("UINT8", 4), t("FLOAT32", 4), t("INT8", 4), t("FLOAT32", 4)),
+        DQLP + r"ZeroPointTensor\.DataType must equal InputTensor\.DataType \(UINT8\)",
+    ),
+    (
+        lambda: _dql(out="FLOAT16", scale_type="FLOAT32"),
+        DQLP + r"ScaleTensor\.DataType must equal OutputTensor\.DataType \(FLOAT16\)",
+    ),
+    (
+        lambda: DQL(t("UINT8", 4), t("FLOAT32", 4), t("UINT8", 4), t("FLOAT32", 2, 2)),
+        DQLP + r"OutputTensor\.DimensionCount must equal InputTensor\.DimensionCount",
+    ),
     (lambda: _dql("INT4"), DQLP + r"InputTensor with data type INT4 .* no feature level"),
     # QUANTIZE / DEQUANTIZE
-    (lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1)], t("INT8", 4), kind="NONE"),
-     QP + r"QuantizationType must be SCALE or SCALE_ZERO_POINT, got NONE"),
-    (lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1), t("INT8", 1)], t("INT8", 4), kind="SCALE"),
-     QP + r"QuantizationTensors must hold 1 tensor for SCALE \(the scale\), got 2"),
-    (lambda: _blocked(DQ, t("INT8", 4), [t("FLOAT32", 1)], t("FLOAT32", 4), kind="SCALE_ZERO_POINT"),
-     DQP + r"QuantizationTensors must hold 2 tensors for SCALE_ZERO_POINT"),
-    (lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1)], t("INT8", 4), quantization_tensor_count=2),
-     QP + r"QuantizationTensorCount must equal the length of QuantizationTensors \(1\), got 2"),
-    (lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1, 1)], t("INT8", 4)),
-     QP + r"QuantizationTensors\[0\]\.DimensionCount must equal InputTensor\.DimensionCount"),
-    (lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT16", 1)], t("INT8", 4)),
-     QP + r"QuantizationTensors\[0\]\.DataType must equal InputTensor\.DataType \(FLOAT32\)"),
-    (lambda: _blocked(DQ, t("INT8", 4), [t("FLOAT16", 1)], t("FLOAT32", 4)),
-     DQP + r"QuantizationTensors\[0\]\.DataType must equal OutputTensor\.DataType \(FLOAT32\)"),
-    (lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 2), t("UINT8", 2)], t("INT8", 4)),
-     QP + r"QuantizationTensors\[1\]\.DataType must equal OutputTensor\.DataType \(INT8\)"),
-    (lambda: _blocked(DQ, t("INT4", 4), [t("FLOAT32", 2), t("INT4", 4)], t("FLOAT32", 4)),
-     DQP + r"QuantizationTensors\[1\]\.Sizes must equal QuantizationTensors\[0\]\.Sizes"),
-    (lambda: _blocked(Q, t("FLOAT32", 2, 6), [t("FLOAT32", 2, 4)], t("UINT4", 2, 6)),
-     QP + r"QuantizationTensors\[0\]\.Sizes\[1\] \(4\) must divide InputTensor\.Sizes\[1\] \(6\)"),
-    (lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1)], t("INT8", 5)),
-     QP + r"OutputTensor\.Sizes\[0\] must equal 4, got 5"),
-    (lambda: _blocked(DQ, t("INT16", 4), [t("FLOAT32", 1)], t("FLOAT32", 4)),
-     DQP + r"InputTensor with data type INT16 .* no feature level"),
+    (
+        lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1)], t("INT8", 4), kind="NONE"),
+        QP + r"QuantizationType must be SCALE or SCALE_ZERO_POINT, got NONE",
+    ),
+    (
+        lambda: _blocked(
+            Q, t("FLOAT32", 4), [t("FLOAT32", 1), t("INT8", 1)], t("INT8", 4), kind="SCALE"
+        ),
+        QP + r"QuantizationTensors must hold 1 tensor for SCALE \(the scale\), got 2",
+    ),
+    (
+        lambda: _blocked(
+            DQ, t("INT8", 4), [t("FLOAT32", 1)], t("FLOAT32", 4), kind="SCALE_ZERO_POINT"
+        ),
+        DQP + r"QuantizationTensors must hold 2 tensors for SCALE_ZERO_POINT",
+    ),
+    (
+        lambda: _blocked(
+            Q, t("FLOAT32", 4), [t("FLOAT32", 1)], t("INT8", 4), quantization_tensor_count=2
+        ),
+        QP + r"QuantizationTensorCount must equal the length of QuantizationTensors \(1\), got 2",
+    ),
+    (
+        lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1, 1)], t("INT8", 4)),
+        QP + r"QuantizationTensors\[0\]\.DimensionCount must equal InputTensor\.DimensionCount",
+    ),
+    (
+        lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT16", 1)], t("INT8", 4)),
+        QP + r"QuantizationTensors\[0\]\.DataType must equal InputTensor\.DataType \(FLOAT32\)",
+    ),
+    (
+        lambda: _blocked(DQ, t("INT8", 4), [t("FLOAT16", 1)], t("FLOAT32", 4)),
+        DQP + r"QuantizationTensors\[0\]\.DataType must equal OutputTensor\.DataType \(FLOAT32\)",
+    ),
+    (
+        lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 2), t("UINT8", 2)], t("INT8", 4)),
+        QP + r"QuantizationTensors\[1\]\.DataType must equal OutputTensor\.DataType \(INT8\)",
+    ),
+    (
+        lambda: _blocked(DQ, t("INT4", 4), [t("FLOAT32", 2), t("INT4", 4)], t("FLOAT32", 4)),
+        DQP + r"QuantizationTensors\[1\]\.Sizes must equal QuantizationTensors\[0\]\.Sizes",
+    ),
+    (
+        lambda: _blocked(Q, t("FLOAT32", 2, 6), [t("FLOAT32", 2, 4)], t("UINT4", 2, 6)),
+        QP
+        + r"QuantizationTensors\[0\]\.Sizes\[1\] \(4\) must divide InputTensor\.Sizes\[1\] \(6\)",
+    ),
+    (
+        lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1)], t("INT8", 5)),
+        QP + r"OutputTensor\.Sizes\[0\] must equal 4, got 5",
+    ),
+    (
+        lambda: _blocked(DQ, t("INT16", 4), [t("FLOAT32", 1)], t("FLOAT32", 4)),
+        DQP + r"InputTensor with data type INT16 .* no feature level",
+    ),
     # DYNAMIC_QUANTIZE_LINEAR
     (_dyn(scale=(1,)), DYNP + r"OutputScaleTensor\.DimensionCount must equal InputTensor"),
     (_dyn(zt="INT8"), DYNP + r"OutputZeroPointTensor\.DataType must equal OutputTensor\.DataType"),
@@ -990,71 +1215,175 @@ INVALID_ROWS = [
     (_dyn(out=(3, 2)), DYNP + r"OutputTensor\.Sizes\[0\] must equal 2, got 3"),
     (_dyn(st_="FLOAT16"), DYNP + r"OutputScaleTensor\.DataType must equal FLOAT32, got FLOAT16"),
     # ELEMENT_WISE_QUANTIZED_LINEAR_ADD
-    (_add(rank_of_b_scale=2), ADDP + r"BScaleTensor\.DimensionCount must equal ATensor\.DimensionCount"),
+    (
+        _add(rank_of_b_scale=2),
+        ADDP + r"BScaleTensor\.DimensionCount must equal ATensor\.DimensionCount",
+    ),
     (_add(b=(2,)), ADDP + r"BTensor\.Sizes must equal ATensor\.Sizes \(\{4\}\), got \{2\}"),
-    (_add(scale=(2,)), ADDP + r"AScaleTensor\.Sizes must hold one element \(every size 1\), got \{2\}"),
+    (
+        _add(scale=(2,)),
+        ADDP + r"AScaleTensor\.Sizes must hold one element \(every size 1\), got \{2\}",
+    ),
     (_add(zt="UINT8"), ADDP + r"AZeroPointTensor\.DataType must equal ATensor\.DataType \(INT8\)"),
-    (lambda: QADD(t("INT8", 4), t("INT8", 1), None, t("INT8", 4), t("FLOAT32", 1), None,
-                  t("FLOAT32", 1), None, t("INT8", 4)),
-     ADDP + r"AScaleTensor with data type INT8"),  # fmt: skip
+    (
+        lambda: QADD(
+            t("INT8", 4),
+            t("INT8", 1),
+            None,
+            t("INT8", 4),
+            t("FLOAT32", 1),
+            None,
+            t("FLOAT32", 1),
+            None,
+            t("INT8", 4),
+        ),
+        ADDP + r"AScaleTensor with data type INT8",
+    ),
     # MATRIX_MULTIPLY_INTEGER
     (_mmi(a=(3,), b=(3,), out=(1,)), MMIP + r"ATensor\.DimensionCount must be at least 2, got 1"),
     (_mmi(b=(1, 3, 2)), MMIP + r"BTensor\.DimensionCount must equal ATensor\.DimensionCount"),
-    (_mmi(b=(1, 2, 3, 2), out=(1, 2, 2, 2)), MMIP + r"BTensor\.Sizes must equal ATensor\.Sizes \(leading"),
+    (
+        _mmi(b=(1, 2, 3, 2), out=(1, 2, 2, 2)),
+        MMIP + r"BTensor\.Sizes must equal ATensor\.Sizes \(leading",
+    ),
     (_mmi(b=(1, 1, 4, 2)), MMIP + r"BTensor\.Sizes must have K = 3 .*, got 4"),
-    (_mmi(az=(1, 1, 1, 2)), MMIP + r"AZeroPointTensor\.Sizes must hold one value \(every size 1\) or 2 values \(per row of A: \{1, 1, 2, 1\}"),
-    (_mmi(az=(1, 1, 2, 1), azt="INT8"), MMIP + r"AZeroPointTensor\.DataType must equal ATensor\.DataType \(UINT8\)"),
-    (_mmi(bz=(3,)), MMIP + r"BZeroPointTensor\.Sizes must hold one value .* or 2 values \(per column of B"),
+    (
+        _mmi(az=(1, 1, 1, 2)),
+        MMIP
+        + r"AZeroPointTensor\.Sizes must hold one value \(every size 1\) or 2 values "
+        + r"\(per row of A: \{1, 1, 2, 1\}",
+    ),
+    (
+        _mmi(az=(1, 1, 2, 1), azt="INT8"),
+        MMIP + r"AZeroPointTensor\.DataType must equal ATensor\.DataType \(UINT8\)",
+    ),
+    (
+        _mmi(bz=(3,)),
+        MMIP + r"BZeroPointTensor\.Sizes must hold one value .* or 2 values \(per column of B",
+    ),
     (_mmi(bz=(1, 1, 1, 1, 1)), MMIP + r"BZeroPointTensor\.DimensionCount must be at most 4"),
     (_mmi(out=(1, 1, 2, 3)), MMIP + r"OutputTensor\.Sizes\[3\] must equal 2, got 3"),
     (_mmi(ot="INT8"), MMIP + r"OutputTensor\.DataType must equal INT32, got INT8"),
     (_mmi(at="INT16"), MMIP + r"ATensor with data type INT16 .* no feature level"),
     # MATRIX_MULTIPLY_INTEGER_TO_FLOAT
     (_mmitf(bt="UINT8"), MMITFP + r"BTensor\.DataType must equal ATensor\.DataType \(INT8\)"),
-    (_mmitf(st_="FLOAT16"), MMITFP + r"AScaleTensor\.DataType must equal OutputTensor\.DataType \(FLOAT32\)"),
-    (_mmitf(a_scale=(1,)), MMITFP + r"BScaleTensor\.DimensionCount must equal AScaleTensor\.DimensionCount"),
+    (
+        _mmitf(st_="FLOAT16"),
+        MMITFP + r"AScaleTensor\.DataType must equal OutputTensor\.DataType \(FLOAT32\)",
+    ),
+    (
+        _mmitf(a_scale=(1,)),
+        MMITFP + r"BScaleTensor\.DimensionCount must equal AScaleTensor\.DimensionCount",
+    ),
     (_mmitf(bias=(2, 1)), MMITFP + r"BiasTensor\.Sizes must equal OutputTensor\.Sizes"),
-    (_mmitf(bias=(1, 2, 4)), MMITFP + r"BiasTensor\.DimensionCount must equal ATensor\.DimensionCount"),
+    (
+        _mmitf(bias=(1, 2, 4)),
+        MMITFP + r"BiasTensor\.DimensionCount must equal ATensor\.DimensionCount",
+    ),
     (_mmitf(ot="INT32", st_="INT32"), MMITFP + r"AScaleTensor with data type INT32"),
     # QUANTIZED_LINEAR_MATRIX_MULTIPLY
-    (_qlmm(params=(4, 4, 4, 4, 4, 2)), QLMMP + r"OutputZeroPointTensor\.DimensionCount must equal AScaleTensor"),
-    (_qlmm(shapes={"os": (1, 1, 1, 2)}), QLMMP + r"OutputScaleTensor\.Sizes must hold one value .* \(per row of the output"),
-    (_qlmm(shapes={"bs": (1, 1, 2, 1)}), QLMMP + r"BScaleTensor\.Sizes must hold one value .* \(per column of B"),
-    (_qlmm(ozt="INT8"), QLMMP + r"OutputZeroPointTensor\.DataType must equal OutputTensor\.DataType \(UINT8\)"),
+    (
+        _qlmm(params=(4, 4, 4, 4, 4, 2)),
+        QLMMP + r"OutputZeroPointTensor\.DimensionCount must equal AScaleTensor",
+    ),
+    (
+        _qlmm(shapes={"os": (1, 1, 1, 2)}),
+        QLMMP + r"OutputScaleTensor\.Sizes must hold one value .* \(per row of the output",
+    ),
+    (
+        _qlmm(shapes={"bs": (1, 1, 2, 1)}),
+        QLMMP + r"BScaleTensor\.Sizes must hold one value .* \(per column of B",
+    ),
+    (
+        _qlmm(ozt="INT8"),
+        QLMMP + r"OutputZeroPointTensor\.DataType must equal OutputTensor\.DataType \(UINT8\)",
+    ),
     (_qlmm(ot="INT32", ozt="INT32"), QLMMP + r"OutputZeroPointTensor with data type INT32"),
     # CONVOLUTION_INTEGER
-    (_convi(x=(1, 2, 4, 4, 4), w=(2, 2, 3, 3, 3), out=(1, 2, 2, 2, 2)),
-     CONVIP + r"DimensionCount must be 1 or 2, got 3"),
-    (_convi(dimension_count=2, strides=(1,)), CONVIP + r"DimensionCount must equal the length of Strides \(1\), got 2"),
-    (_convi(w=(2, 2, 3)), CONVIP + r"FilterTensor\.DimensionCount must equal InputTensor\.DimensionCount"),
-    (_convi(xz=(1, 1, 1, 1), wz=(2,)), CONVIP + r"FilterZeroPointTensor\.DimensionCount must equal InputZeroPointTensor"),
-    (_convi(xz=(1, 2, 1, 1)), CONVIP + r"InputZeroPointTensor\.Sizes must hold one value \(every size 1; per tensor\)"),
-    (_convi(wz=(1, 3, 1, 1)), CONVIP + r"FilterZeroPointTensor\.Sizes must hold one value .* or 2 values \(per output channel"),
-    (_convi(wz=(2,), wzt="UINT8"), CONVIP + r"FilterZeroPointTensor\.DataType must equal FilterTensor\.DataType \(INT8\)"),
+    (
+        _convi(x=(1, 2, 4, 4, 4), w=(2, 2, 3, 3, 3), out=(1, 2, 2, 2, 2)),
+        CONVIP + r"DimensionCount must be 1 or 2, got 3",
+    ),
+    (
+        _convi(dimension_count=2, strides=(1,)),
+        CONVIP + r"DimensionCount must equal the length of Strides \(1\), got 2",
+    ),
+    (
+        _convi(w=(2, 2, 3)),
+        CONVIP + r"FilterTensor\.DimensionCount must equal InputTensor\.DimensionCount",
+    ),
+    (
+        _convi(xz=(1, 1, 1, 1), wz=(2,)),
+        CONVIP + r"FilterZeroPointTensor\.DimensionCount must equal InputZeroPointTensor",
+    ),
+    (
+        _convi(xz=(1, 2, 1, 1)),
+        CONVIP + r"InputZeroPointTensor\.Sizes must hold one value \(every size 1; per tensor\)",
+    ),
+    (
+        _convi(wz=(1, 3, 1, 1)),
+        CONVIP
+        + r"FilterZeroPointTensor\.Sizes must hold one value .* or 2 values \(per output channel",
+    ),
+    (
+        _convi(wz=(2,), wzt="UINT8"),
+        CONVIP + r"FilterZeroPointTensor\.DataType must equal FilterTensor\.DataType \(INT8\)",
+    ),
     (_convi(strides=(0, 1)), CONVIP + r"Strides\[0\] must be >= 1, got 0"),
-    (_convi(group_count=2, w=(2, 2, 3, 3)), CONVIP + r"FilterTensor\.Sizes\[1\] times GroupCount must equal"),
+    (
+        _convi(group_count=2, w=(2, 2, 3, 3)),
+        CONVIP + r"FilterTensor\.Sizes\[1\] times GroupCount must equal",
+    ),
     (_convi(x=(1, 2, 2, 2)), CONVIP + r"OutputTensor\.Sizes would be \[1, 2, 0, 0\]"),
     (_convi(out=(1, 2, 3, 3)), CONVIP + r"OutputTensor\.Sizes\[2\] must equal 2, got 3"),
     (_convi(ot="INT8"), CONVIP + r"OutputTensor\.DataType must equal INT32, got INT8"),
     # QUANTIZED_LINEAR_CONVOLUTION
     (_qconv(bias=(1, 3, 1, 1)), QCONVP + r"BiasTensor\.Sizes must equal \{1, K, 1, \.\.\.\}"),
     (_qconv(bias=(1, 2, 1, 1), bt="INT8"), QCONVP + r"BiasTensor with data type INT8"),
-    (_qconv(fs=(1, 3, 1, 1)), QCONVP + r"FilterScaleTensor\.Sizes must hold one value .* or 2 values"),
-    (_qconv(is_=(1, 2, 1, 1)), QCONVP + r"InputScaleTensor\.Sizes must hold one value \(every size 1; per tensor\)"),
+    (
+        _qconv(fs=(1, 3, 1, 1)),
+        QCONVP + r"FilterScaleTensor\.Sizes must hold one value .* or 2 values",
+    ),
+    (
+        _qconv(is_=(1, 2, 1, 1)),
+        QCONVP + r"InputScaleTensor\.Sizes must hold one value \(every size 1; per tensor\)",
+    ),
     (_qconv(os=(2, 1, 1, 1)), QCONVP + r"OutputScaleTensor\.Sizes must hold one value"),
-    (_qconv(ozt="UINT8"), QCONVP + r"OutputZeroPointTensor\.DataType must equal OutputTensor\.DataType \(INT8\)"),
+    (
+        _qconv(ozt="UINT8"),
+        QCONVP + r"OutputZeroPointTensor\.DataType must equal OutputTensor\.DataType \(INT8\)",
+    ),
     (_qconv(out=(1, 2, 2, 1)), QCONVP + r"OutputTensor\.Sizes\[3\] must equal 2, got 1"),
     # QUANTIZED_LINEAR_AVERAGE_POOLING
-    (_qpool(x=(1, 2, 3), out=(1, 2, 2), scale=(1, 2, 1), window=(2,)),
-     QPOOLP + r"DimensionCount must be 2 or 3 \(spatial dimensions\), got 1"),
-    (_qpool(window=(4, 2)), QPOOLP + r"InputTensor\.Sizes\[2\] plus StartPadding\[0\] and EndPadding\[0\] \(3\) must hold the window"),
+    (
+        _qpool(x=(1, 2, 3), out=(1, 2, 2), scale=(1, 2, 1), window=(2,)),
+        QPOOLP + r"DimensionCount must be 2 or 3 \(spatial dimensions\), got 1",
+    ),
+    (
+        _qpool(window=(4, 2)),
+        QPOOLP
+        + r"InputTensor\.Sizes\[2\] plus StartPadding\[0\] and EndPadding\[0\] \(3\) "
+        + r"must hold the window",
+    ),
     (_qpool(out=(1, 2, 2, 3)), QPOOLP + r"OutputTensor\.Sizes\[3\] must equal 2, got 3"),
-    (_qpool(out=(1, 2, 4)), QPOOLP + r"OutputTensor\.DimensionCount must equal InputTensor\.DimensionCount"),
-    (_qpool(scale=(1, 3, 1, 1)), QPOOLP + r"InputScaleTensor\.Sizes must hold one value .* or 2 values \(per channel"),
-    (_qpool(izt="INT8"), QPOOLP + r"InputZeroPointTensor\.DataType must equal InputTensor\.DataType \(UINT8\)"),
-    (_qpool(ozt="UINT8"), QPOOLP + r"OutputZeroPointTensor\.DataType must equal OutputTensor\.DataType \(INT8\)"),
+    (
+        _qpool(out=(1, 2, 4)),
+        QPOOLP + r"OutputTensor\.DimensionCount must equal InputTensor\.DimensionCount",
+    ),
+    (
+        _qpool(scale=(1, 3, 1, 1)),
+        QPOOLP + r"InputScaleTensor\.Sizes must hold one value .* or 2 values \(per channel",
+    ),
+    (
+        _qpool(izt="INT8"),
+        QPOOLP + r"InputZeroPointTensor\.DataType must equal InputTensor\.DataType \(UINT8\)",
+    ),
+    (
+        _qpool(ozt="UINT8"),
+        QPOOLP + r"OutputZeroPointTensor\.DataType must equal OutputTensor\.DataType \(INT8\)",
+    ),
     (_qpool(xt="INT16", izt="INT16"), QPOOLP + r"InputTensor with data type INT16"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("factory, pattern", INVALID_ROWS)
@@ -1079,16 +1408,30 @@ def test_invalid_descriptions_are_rejected(factory, pattern):
     ],
 )
 def test_support_table_levels(factory, level, lowest):
-    with pytest.raises(dml.ValidationError, match=f"the lowest feature level that supports it is {lowest}"):
+    with pytest.raises(
+        dml.ValidationError, match=f"the lowest feature level that supports it is {lowest}"
+    ):
         dml.validate(factory(), feature_level=level)
     dml.validate(factory(), feature_level=lowest)
 
 
 @pytest.mark.parametrize(
-    "cls, lowest", [(QL, "1_0"), (DQL, "1_0"), (QADD, "4_0"), (DYN, "4_0"), (MMI, "2_1"),
-                    (QLMM, "2_1"), (CONVI, "2_1"), (QCONV, "2_1"), (MMITF, "6_2"),
-                    (QPOOL, "6_2"), (Q, "6_3"), (DQ, "6_3")],
-)  # fmt: skip
+    "cls, lowest",
+    [
+        (QL, "1_0"),
+        (DQL, "1_0"),
+        (QADD, "4_0"),
+        (DYN, "4_0"),
+        (MMI, "2_1"),
+        (QLMM, "2_1"),
+        (CONVI, "2_1"),
+        (QCONV, "2_1"),
+        (MMITF, "6_2"),
+        (QPOOL, "6_2"),
+        (Q, "6_3"),
+        (DQ, "6_3"),
+    ],
+)
 def test_introduction_levels(cls, lowest):
     spec = registry.lookup(cls.operator_type)
     assert min(r[0].level for r in spec.tables.values()).label == lowest

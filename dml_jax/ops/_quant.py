@@ -18,6 +18,7 @@ its low 4 bits (two's complement for INT4), as DirectML reads a nibble.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import jax.numpy as jnp
@@ -25,7 +26,7 @@ from jax import lax
 
 from ..enums import DataType
 from ..errors import Validator, show
-from ..fields import INPUT
+from ..fields import INPUT, OperatorDesc, input_field, output_field
 from ..support import types
 from ..tensor import TensorDesc
 
@@ -196,6 +197,27 @@ def named_inputs(d: Any, arrays: tuple) -> dict[str, Any]:
     """The lowering's arrays (present input tensors, schema order) by field name, None for an
     absent optional tensor."""
     it = iter(arrays)
-    return {
-        f.name: (None if getattr(d, f.name) is None else next(it)) for f in d.declared(INPUT)
-    }
+    return {f.name: (None if getattr(d, f.name) is None else next(it)) for f in d.declared(INPUT)}
+
+
+@dataclass(frozen=True)
+class OperandMembers(OperatorDesc):
+    """The first members of the quantized binary operators (QUANTIZED_LINEAR_ADD, the quantized
+    and integer-to-float matrix multiplies): two operands, each with its scale and zero point."""
+
+    a_tensor: TensorDesc = input_field()
+    a_scale_tensor: TensorDesc = input_field()
+    a_zero_point_tensor: TensorDesc | None = input_field(optional=True)
+    b_tensor: TensorDesc = input_field()
+    b_scale_tensor: TensorDesc = input_field()
+    b_zero_point_tensor: TensorDesc | None = input_field(optional=True)
+
+
+@dataclass(frozen=True)
+class QuantizedPairMembers(OperandMembers):
+    """ELEMENT_WISE_QUANTIZED_LINEAR_ADD's and QUANTIZED_LINEAR_MATRIX_MULTIPLY's members: the
+    operands, then the output's scale and zero point, and the output."""
+
+    output_scale_tensor: TensorDesc = input_field()
+    output_zero_point_tensor: TensorDesc | None = input_field(optional=True)
+    output_tensor: TensorDesc = output_field()

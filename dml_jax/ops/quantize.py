@@ -40,6 +40,7 @@ from ._quant import (
     INTEGERS,
     Q4,
     Q8,
+    QuantizedPairMembers,
     as_float32,
     dequantize,
     divide,
@@ -78,7 +79,17 @@ def _infer_like_input(d: Any) -> tuple[TensorDesc, ...]:
 
 
 @dataclass(frozen=True)
-class ElementWiseQuantizeLinearOperatorDesc(OperatorDesc):
+class _ScaleZeroPointMembers(OperatorDesc):
+    """The members ELEMENT_WISE_QUANTIZE_LINEAR and ELEMENT_WISE_DEQUANTIZE_LINEAR share."""
+
+    input_tensor: TensorDesc = input_field()
+    scale_tensor: TensorDesc = input_field()
+    zero_point_tensor: TensorDesc | None = input_field(optional=True)
+    output_tensor: TensorDesc = output_field()
+
+
+@dataclass(frozen=True)
+class ElementWiseQuantizeLinearOperatorDesc(_ScaleZeroPointMembers):
     """DML_ELEMENT_WISE_QUANTIZE_LINEAR_OPERATOR_DESC:
     ``clamp(round(Input / Scale) + ZeroPoint, Min, Max)`` element by element (FL 1_0).
 
@@ -90,10 +101,6 @@ class ElementWiseQuantizeLinearOperatorDesc(OperatorDesc):
     """
 
     operator_type: ClassVar[str] = "DML_OPERATOR_ELEMENT_WISE_QUANTIZE_LINEAR"
-    input_tensor: TensorDesc = input_field()
-    scale_tensor: TensorDesc = input_field()
-    zero_point_tensor: TensorDesc | None = input_field(optional=True)
-    output_tensor: TensorDesc = output_field()
 
 
 def validate_quantize_linear(d: ElementWiseQuantizeLinearOperatorDesc, v: Validator) -> None:
@@ -107,7 +114,11 @@ def validate_quantize_linear(d: ElementWiseQuantizeLinearOperatorDesc, v: Valida
         "FLOAT32 for an INT32 InputTensor" if x is DataType.INT32 else "InputTensor.DataType",
     )
     if d.zero_point_tensor is not None:
-        v.same("data_type", [("ZeroPointTensor", d.zero_point_tensor)], ("OutputTensor", d.output_tensor))
+        v.same(
+            "data_type",
+            [("ZeroPointTensor", d.zero_point_tensor)],
+            ("OutputTensor", d.output_tensor),
+        )
     _zero_point_rule(v, d.zero_point_tensor)
 
 
@@ -115,7 +126,9 @@ def lower_quantize_linear(d: ElementWiseQuantizeLinearOperatorDesc, *arrays):
     a = named_inputs(d, arrays)
     out = d.output_tensor.data_type
     return (
-        quantize(as_float32(a["input_tensor"]), a["scale_tensor"], a["zero_point_tensor"], out, out),
+        quantize(
+            as_float32(a["input_tensor"]), a["scale_tensor"], a["zero_point_tensor"], out, out
+        ),
     )
 
 
@@ -155,7 +168,7 @@ register(
 
 
 @dataclass(frozen=True)
-class ElementWiseDequantizeLinearOperatorDesc(OperatorDesc):
+class ElementWiseDequantizeLinearOperatorDesc(_ScaleZeroPointMembers):
     """DML_ELEMENT_WISE_DEQUANTIZE_LINEAR_OPERATOR_DESC: ``(Input - ZeroPoint) * Scale`` element
     by element (FL 1_0).
 
@@ -167,16 +180,14 @@ class ElementWiseDequantizeLinearOperatorDesc(OperatorDesc):
     """
 
     operator_type: ClassVar[str] = "DML_OPERATOR_ELEMENT_WISE_DEQUANTIZE_LINEAR"
-    input_tensor: TensorDesc = input_field()
-    scale_tensor: TensorDesc = input_field()
-    zero_point_tensor: TensorDesc | None = input_field(optional=True)
-    output_tensor: TensorDesc = output_field()
 
 
 def validate_dequantize_linear(d: ElementWiseDequantizeLinearOperatorDesc, v: Validator) -> None:
     _same_shape(v, d)
     if d.zero_point_tensor is not None:
-        v.same("data_type", [("ZeroPointTensor", d.zero_point_tensor)], ("InputTensor", d.input_tensor))
+        v.same(
+            "data_type", [("ZeroPointTensor", d.zero_point_tensor)], ("InputTensor", d.input_tensor)
+        )
     v.same("data_type", [("ScaleTensor", d.scale_tensor)], ("OutputTensor", d.output_tensor))
     _zero_point_rule(v, d.zero_point_tensor)
 
@@ -224,7 +235,18 @@ register(
 
 
 @dataclass(frozen=True)
-class QuantizeOperatorDesc(OperatorDesc):
+class _QuantizationTensorsMembers(OperatorDesc):
+    """The members QUANTIZE and DEQUANTIZE share."""
+
+    input_tensor: TensorDesc = input_field()
+    quantization_type: QuantizationType = attribute(enum_type(QuantizationType))
+    quantization_tensors: tuple[TensorDesc, ...] = input_field(array=True)
+    output_tensor: TensorDesc = output_field()
+    quantization_tensor_count: int | None = count_of("quantization_tensors")
+
+
+@dataclass(frozen=True)
+class QuantizeOperatorDesc(_QuantizationTensorsMembers):
     """DML_QUANTIZE_OPERATOR_DESC: ``clamp(round(Input / Scale) + ZeroPoint, Min, Max)`` with
     per-tensor, per-axis or blocked scale and zero point tensors (FL 6_3).
 
@@ -240,15 +262,10 @@ class QuantizeOperatorDesc(OperatorDesc):
     """
 
     operator_type: ClassVar[str] = "DML_OPERATOR_QUANTIZE"
-    input_tensor: TensorDesc = input_field()
-    quantization_type: QuantizationType = attribute(enum_type(QuantizationType))
-    quantization_tensors: tuple[TensorDesc, ...] = input_field(array=True)
-    output_tensor: TensorDesc = output_field()
-    quantization_tensor_count: int | None = count_of("quantization_tensors")
 
 
 @dataclass(frozen=True)
-class DequantizeOperatorDesc(OperatorDesc):
+class DequantizeOperatorDesc(_QuantizationTensorsMembers):
     """DML_DEQUANTIZE_OPERATOR_DESC: ``(Input - ZeroPoint) * Scale`` with per-tensor, per-axis
     or blocked scale and zero point tensors (FL 6_3).
 
@@ -262,11 +279,6 @@ class DequantizeOperatorDesc(OperatorDesc):
     """
 
     operator_type: ClassVar[str] = "DML_OPERATOR_DEQUANTIZE"
-    input_tensor: TensorDesc = input_field()
-    quantization_type: QuantizationType = attribute(enum_type(QuantizationType))
-    quantization_tensors: tuple[TensorDesc, ...] = input_field(array=True)
-    output_tensor: TensorDesc = output_field()
-    quantization_tensor_count: int | None = count_of("quantization_tensors")
 
 
 def _is_quantize(d: Any) -> bool:
@@ -415,7 +427,11 @@ def infer_dynamic_quantize_linear(d: DynamicQuantizeLinearOperatorDesc) -> tuple
 
 def validate_dynamic_quantize_linear(d: DynamicQuantizeLinearOperatorDesc, v: Validator) -> None:
     v.same("rank", list(d.output_slots()), ("InputTensor", d.input_tensor))
-    v.same("data_type", [("OutputZeroPointTensor", d.output_zero_point_tensor)], ("OutputTensor", d.output_tensor))
+    v.same(
+        "data_type",
+        [("OutputZeroPointTensor", d.output_zero_point_tensor)],
+        ("OutputTensor", d.output_tensor),
+    )
 
 
 def lower_dynamic_quantize_linear(d: DynamicQuantizeLinearOperatorDesc, x):
@@ -463,7 +479,7 @@ register(
 
 
 @dataclass(frozen=True)
-class ElementWiseQuantizedLinearAddOperatorDesc(OperatorDesc):
+class ElementWiseQuantizedLinearAddOperatorDesc(QuantizedPairMembers):
     """DML_ELEMENT_WISE_QUANTIZED_LINEAR_ADD_OPERATOR_DESC: dequantizes A and B, adds them and
     quantizes the sum with the output's scale and zero point (FL 4_0).
 
@@ -479,15 +495,6 @@ class ElementWiseQuantizedLinearAddOperatorDesc(OperatorDesc):
     """
 
     operator_type: ClassVar[str] = "DML_OPERATOR_ELEMENT_WISE_QUANTIZED_LINEAR_ADD"
-    a_tensor: TensorDesc = input_field()
-    a_scale_tensor: TensorDesc = input_field()
-    a_zero_point_tensor: TensorDesc | None = input_field(optional=True)
-    b_tensor: TensorDesc = input_field()
-    b_scale_tensor: TensorDesc = input_field()
-    b_zero_point_tensor: TensorDesc | None = input_field(optional=True)
-    output_scale_tensor: TensorDesc = input_field()
-    output_zero_point_tensor: TensorDesc | None = input_field(optional=True)
-    output_tensor: TensorDesc = output_field()
 
 
 _ADD_PARAMS = ("A", "B", "Output")
@@ -519,7 +526,9 @@ def lower_quantized_add(d: ElementWiseQuantizedLinearAddOperatorDesc, *arrays):
     def value(name: str):
         t = getattr(d, f"{name}_tensor").data_type
         return rounded(
-            dequantize(a[f"{name}_tensor"], t, a[f"{name}_zero_point_tensor"], t, a[f"{name}_scale_tensor"])
+            dequantize(
+                a[f"{name}_tensor"], t, a[f"{name}_zero_point_tensor"], t, a[f"{name}_scale_tensor"]
+            )
         )
 
     out = d.output_tensor.data_type

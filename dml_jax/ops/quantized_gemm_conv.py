@@ -31,7 +31,16 @@ from jax import lax
 from ..enums import DataType
 from ..enums import FeatureLevel as L
 from ..errors import Validator
-from ..fields import BOOL, UINT, UINT_ARRAY, OperatorDesc, attribute, count_of, input_field, output_field
+from ..fields import (
+    BOOL,
+    UINT,
+    UINT_ARRAY,
+    OperatorDesc,
+    attribute,
+    count_of,
+    input_field,
+    output_field,
+)
 from ..registry import Example, register
 from ..support import DIMS4, rows
 from ..tensor import TensorDesc
@@ -41,6 +50,8 @@ from ._quant import (
     I32,
     INTEGERS,
     Q8,
+    OperandMembers,
+    QuantizedPairMembers,
     as_float32,
     check_parameter,
     dequantize,
@@ -110,7 +121,7 @@ def _validate_matrices(d: Any, v: Validator, outputs: list) -> None:
     v.check("ATensor.DimensionCount", a.rank >= 2, f"must be at least 2, got {a.rank}")
     v.same("rank", [("BTensor", b)] + outputs, ("ATensor", a))
     v.equal("BTensor.Sizes", b.sizes[:-2], a.sizes[:-2], "ATensor.Sizes (leading dimensions)")
-    m, ka, kb, n = _matrix_sizes(d)
+    _, ka, kb, _ = _matrix_sizes(d)
     v.check("BTensor.Sizes", ka == kb, f"must have K = {ka} (ATensor's last dimension), got {kb}")
 
 
@@ -238,7 +249,7 @@ register(
 
 
 @dataclass(frozen=True)
-class MatrixMultiplyIntegerToFloatOperatorDesc(OperatorDesc):
+class MatrixMultiplyIntegerToFloatOperatorDesc(OperandMembers):
     """DML_MATRIX_MULTIPLY_INTEGER_TO_FLOAT_OPERATOR_DESC:
     ``((A - AZeroPoint) * AScale) x ((B - BZeroPoint) * BScale) + Bias`` as floats (FL 6_2).
 
@@ -259,12 +270,6 @@ class MatrixMultiplyIntegerToFloatOperatorDesc(OperatorDesc):
     """
 
     operator_type: ClassVar[str] = "DML_OPERATOR_MATRIX_MULTIPLY_INTEGER_TO_FLOAT"
-    a_tensor: TensorDesc = input_field()
-    a_scale_tensor: TensorDesc = input_field()
-    a_zero_point_tensor: TensorDesc | None = input_field(optional=True)
-    b_tensor: TensorDesc = input_field()
-    b_scale_tensor: TensorDesc = input_field()
-    b_zero_point_tensor: TensorDesc | None = input_field(optional=True)
     bias_tensor: TensorDesc | None = input_field(optional=True)
     output_tensor: TensorDesc = output_field()
 
@@ -288,7 +293,9 @@ def validate_matrix_multiply_integer_to_float(
     )
     _matrix_parameters(d, v, ("a", "b"))
     if d.bias_tensor is not None:
-        v.equal("BiasTensor.Sizes", d.bias_tensor.sizes, d.output_tensor.sizes, "OutputTensor.Sizes")
+        v.equal(
+            "BiasTensor.Sizes", d.bias_tensor.sizes, d.output_tensor.sizes, "OutputTensor.Sizes"
+        )
 
 
 def lower_matrix_multiply_integer_to_float(d: MatrixMultiplyIntegerToFloatOperatorDesc, *arrays):
@@ -372,7 +379,7 @@ register(
 
 
 @dataclass(frozen=True)
-class QuantizedLinearMatrixMultiplyOperatorDesc(OperatorDesc):
+class QuantizedLinearMatrixMultiplyOperatorDesc(QuantizedPairMembers):
     """DML_QUANTIZED_LINEAR_MATRIX_MULTIPLY_OPERATOR_DESC: dequantize A and B, multiply,
     quantize with the output's scale and zero point (FL 2_1).
 
@@ -392,15 +399,6 @@ class QuantizedLinearMatrixMultiplyOperatorDesc(OperatorDesc):
     """
 
     operator_type: ClassVar[str] = "DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY"
-    a_tensor: TensorDesc = input_field()
-    a_scale_tensor: TensorDesc = input_field()
-    a_zero_point_tensor: TensorDesc | None = input_field(optional=True)
-    b_tensor: TensorDesc = input_field()
-    b_scale_tensor: TensorDesc = input_field()
-    b_zero_point_tensor: TensorDesc | None = input_field(optional=True)
-    output_scale_tensor: TensorDesc = input_field()
-    output_zero_point_tensor: TensorDesc | None = input_field(optional=True)
-    output_tensor: TensorDesc = output_field()
 
 
 _QLMM_PARAMETERS = (
@@ -575,7 +573,9 @@ class QuantizedLinearConvolutionOperatorDesc(OperatorDesc):
 def _infer_conv(d: Any) -> tuple[TensorDesc, ...]:
     """The output sizes of CONVOLUTION's FORWARD rule; CONVOLUTION_INTEGER writes INT32."""
     data_type = (
-        DataType.INT32 if isinstance(d, ConvolutionIntegerOperatorDesc) else d.output_tensor.data_type
+        DataType.INT32
+        if isinstance(d, ConvolutionIntegerOperatorDesc)
+        else d.output_tensor.data_type
     )
     return (d.input_tensor.like(data_type=data_type, sizes=conv_output_sizes(d)),)
 
@@ -612,7 +612,9 @@ def validate_integer_conv(d: Any, v: Validator) -> None:
         if "Zero" in member:
             v.same("data_type", [(member, t)], (owner, getattr(d, _snake(owner))))
     if bias is not None:
-        v.equal("BiasTensor.Sizes", bias.sizes, (1, want[1]) + (1,) * (x.rank - 2), "{1, K, 1, ...}")
+        v.equal(
+            "BiasTensor.Sizes", bias.sizes, (1, want[1]) + (1,) * (x.rank - 2), "{1, K, 1, ...}"
+        )
 
 
 def _filter_zero(z, rank: int):

@@ -235,22 +235,21 @@ def _integer_matmul(a, a_type, a_zero, b, b_type, b_zero) -> np.ndarray:
     return out
 
 
-def matrix_multiply_integer(desc: Any, *arrays):
-    x = _by_field(desc, arrays)
-    acc = _integer_matmul(
+def _matmul_sum(desc: Any, x: dict) -> np.ndarray:
+    return _integer_matmul(
         x["a_tensor"], _name(desc.a_tensor), x["a_zero_point_tensor"],
         x["b_tensor"], _name(desc.b_tensor), x["b_zero_point_tensor"],
     )  # fmt: skip
-    return (acc.astype(np.int32),)
+
+
+def matrix_multiply_integer(desc: Any, *arrays):
+    return (_matmul_sum(desc, _by_field(desc, arrays)).astype(np.int32),)
 
 
 def matrix_multiply_integer_to_float(desc: Any, *arrays):
     """Float64 from the exact integer sums (a tolerance covers float32's roundings)."""
     x = _by_field(desc, arrays)
-    t = _name(desc.a_tensor)
-    acc = _integer_matmul(
-        x["a_tensor"], t, x["a_zero_point_tensor"], x["b_tensor"], t, x["b_zero_point_tensor"]
-    ).astype(np.float64)
+    acc = _matmul_sum(desc, x).astype(np.float64)
     m, n = acc.shape[-2], acc.shape[-1]
     sa = _param(x["a_scale_tensor"], m, acc.ndim, acc.ndim - 2).astype(np.float64)
     sb = _param(x["b_scale_tensor"], n, acc.ndim, acc.ndim - 1).astype(np.float64)
@@ -262,10 +261,7 @@ def matrix_multiply_integer_to_float(desc: Any, *arrays):
 
 def quantized_linear_matrix_multiply(desc: Any, *arrays):
     x = _by_field(desc, arrays)
-    acc = _integer_matmul(
-        x["a_tensor"], _name(desc.a_tensor), x["a_zero_point_tensor"],
-        x["b_tensor"], _name(desc.b_tensor), x["b_zero_point_tensor"],
-    )  # fmt: skip
+    acc = _matmul_sum(desc, x)
     m, n = acc.shape[-2], acc.shape[-1]
     sa = _param(x["a_scale_tensor"], m, acc.ndim, acc.ndim - 2)
     sb = _param(x["b_scale_tensor"], n, acc.ndim, acc.ndim - 1)
@@ -287,7 +283,7 @@ def quantized_linear_matrix_multiply(desc: Any, *arrays):
 
 def _integer_conv(desc: Any, x, x_zero, w, w_zero) -> np.ndarray:
     xt, wt = _name(desc.input_tensor), _name(desc.filter_tensor)
-    n, c, *spatial = x.shape
+    n, _, *spatial = x.shape
     k, cg, *kernel = w.shape
     groups = desc.group_count
     xi = read(x, xt) - (0 if x_zero is None else int(read(x_zero, xt).ravel()[0]))
@@ -311,21 +307,20 @@ def _integer_conv(desc: Any, x, x_zero, w, w_zero) -> np.ndarray:
     return out
 
 
-def convolution_integer(desc: Any, *arrays):
-    x = _by_field(desc, arrays)
-    acc = _integer_conv(
+def _conv_sum(desc: Any, x: dict) -> np.ndarray:
+    return _integer_conv(
         desc, x["input_tensor"], x["input_zero_point_tensor"],
         x["filter_tensor"], x["filter_zero_point_tensor"],
     )  # fmt: skip
-    return (acc.astype(np.int32),)
+
+
+def convolution_integer(desc: Any, *arrays):
+    return (_conv_sum(desc, _by_field(desc, arrays)).astype(np.int32),)
 
 
 def quantized_linear_convolution(desc: Any, *arrays):
     x = _by_field(desc, arrays)
-    acc = _integer_conv(
-        desc, x["input_tensor"], x["input_zero_point_tensor"],
-        x["filter_tensor"], x["filter_zero_point_tensor"],
-    )  # fmt: skip
+    acc = _conv_sum(desc, x)
     k = acc.shape[1]
     if x["bias_tensor"] is not None:
         acc = acc + x["bias_tensor"].astype(np.int64).reshape((1, k) + (1,) * (acc.ndim - 2))
