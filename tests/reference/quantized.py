@@ -216,7 +216,8 @@ def _param(p: np.ndarray | None, count: int, rank: int, axis: int) -> np.ndarray
 
 
 def _integer_matmul(a, a_type, a_zero, b, b_type, b_zero) -> np.ndarray:
-    """Exact sums of (A - AZeroPoint)(B - BZeroPoint) per leading index, int64."""
+    """Exact sums of (A - AZeroPoint)(B - BZeroPoint) per leading index, as Python integers
+    (32-bit inputs give 66-bit products)."""
     *lead, m, k = a.shape
     n = b.shape[-1]
     ai, bi = read(a, a_type), read(b, b_type)
@@ -224,7 +225,7 @@ def _integer_matmul(a, a_type, a_zero, b, b_type, b_zero) -> np.ndarray:
     bz = _param(b_zero, n, b.ndim, b.ndim - 1)
     az = np.zeros(m, np.int64) if az is None else read(az, a_type)
     bz = np.zeros(n, np.int64) if bz is None else read(bz, b_type)
-    out = np.zeros((*lead, m, n), np.int64)
+    out = np.zeros((*lead, m, n), object)
     for idx in itertools.product(*(range(s) for s in lead)):
         for i in range(m):
             for j in range(n):
@@ -243,7 +244,7 @@ def _matmul_sum(desc: Any, x: dict) -> np.ndarray:
 
 
 def matrix_multiply_integer(desc: Any, *arrays):
-    return (_matmul_sum(desc, _by_field(desc, arrays)).astype(np.int32),)
+    return (_matmul_sum(desc, _by_field(desc, arrays)).astype(np.int64).astype(np.int32),)
 
 
 def matrix_multiply_integer_to_float(desc: Any, *arrays):
