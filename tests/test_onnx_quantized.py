@@ -163,58 +163,56 @@ def _dynamic_quantize_linear(case):
 
 
 # ---------------------------------------------------------------------------------------------
-# MatMulInteger / QLinearMatMul
+# MatMulInteger / QLinearMatMul / ConvInteger / QLinearConv
 
 
-def _matrix_parameter(p: np.ndarray | None, t: str | None) -> dml.TensorDesc | None:
-    """A scalar or 1-D parameter as DirectML's one value / 1-D per-row or per-column form."""
-    return None if p is None else dml.TensorDesc(t, [p.size])
+def _tensor(v: tuple) -> dml.TensorDesc | None:
+    """An operand's desc: its own sizes (None when absent)."""
+    array, data_type = v
+    return None if array is None else dml.TensorDesc(data_type, list(array.shape))
 
 
-def _matrices(a: np.ndarray, b: np.ndarray):
+def _parameter(v: tuple) -> dml.TensorDesc | None:
+    """A scale or zero point: one value, or the 1-D per-row / per-column / per-output-channel
+    form of its values (ONNX gives scalars and 1-D tensors)."""
+    array, data_type = v
+    return None if array is None else dml.TensorDesc(data_type, [array.size])
+
+
+def _run(desc, *values):
+    """Runs ``desc`` on ``values`` in schema order (None for an absent optional tensor), each
+    shaped to its tensor's Sizes."""
+    slots = iter(t for _, t in desc.input_slots())
+    return run_or_skip(desc, *(v.reshape(next(slots).sizes) for v in values if v is not None))
+
+
+def _output_sizes(a: np.ndarray, b: np.ndarray) -> list[int]:
     if a.ndim != b.ndim or a.shape[:-2] != b.shape[:-2] or a.ndim < 2:
         pytest.skip("operands of different ranks or batch sizes: DirectML needs equal ones")
     return list(a.shape[:-2]) + [a.shape[-2], b.shape[-1]]
 
 
 def _matmul_integer(case):
-    (a, at), (b, bt), (az, azt), (bz, bzt), *_ = _inputs(case)
-    out = _matrices(a, b)
+    a, b, az, bz, *_ = _inputs(case)
     desc = dml.MatrixMultiplyIntegerOperatorDesc(
-        dml.TensorDesc(at, list(a.shape)),
-        _matrix_parameter(az, azt),
-        dml.TensorDesc(bt, list(b.shape)),
-        _matrix_parameter(bz, bzt),
-        dml.TensorDesc("INT32", out),
+        _tensor(a),
+        _parameter(az),
+        _tensor(b),
+        _parameter(bz),
+        dml.TensorDesc("INT32", _output_sizes(a[0], b[0])),
     )
-    arrays = [a] + ([] if az is None else [az.reshape(-1)]) + [b]
-    return run_or_skip(desc, *arrays, *([] if bz is None else [bz.reshape(-1)]))
+    return _run(desc, a[0], az[0], b[0], bz[0])
 
 
 def _qlinear_matmul(case):
-    (a, at), (sa, sat), (za, zat), (b, bt), (sb, sbt), (zb, zbt), (so, sot), (zo, zot), *_ = (
-        _inputs(case)
-    )
-    out_type = _array(case.outputs[0])[1]
+    a, sa, za, b, sb, zb, so, zo, *_ = _inputs(case)
     desc = dml.QuantizedLinearMatrixMultiplyOperatorDesc(
-        dml.TensorDesc(at, list(a.shape)),
-        _matrix_parameter(sa, sat),
-        _matrix_parameter(za, zat),
-        dml.TensorDesc(bt, list(b.shape)),
-        _matrix_parameter(sb, sbt),
-        _matrix_parameter(zb, zbt),
-        _matrix_parameter(so, sot),
-        _matrix_parameter(zo, zot),
-        dml.TensorDesc(out_type, _matrices(a, b)),
-    )
-    arrays = [
-        v.reshape(-1) if v.ndim < 2 else v for v in (a, sa, za, b, sb, zb, so, zo) if v is not None
-    ]
-    return run_or_skip(desc, *arrays)
-
-
-# ---------------------------------------------------------------------------------------------
-# ConvInteger / QLinearConv
+        _tensor(a), _parameter(sa), _parameter(za),
+        _tensor(b), _parameter(sb), _parameter(zb),
+        _parameter(so), _parameter(zo),
+        dml.TensorDesc(_array(case.outputs[0])[1], _output_sizes(a[0], b[0])),
+    )  # fmt: skip
+    return _run(desc, *(v[0] for v in (a, sa, za, b, sb, zb, so, zo)))
 
 
 def _conv_geometry(case, x, w) -> tuple[dict, list[int]]:
@@ -230,79 +228,28 @@ def _conv_geometry(case, x, w) -> tuple[dict, list[int]]:
     return fields, [x.shape[0], w.shape[0], *spatial]
 
 
-def _channel_parameter(p: np.ndarray | None, t: str | None) -> dml.TensorDesc | None:
-    """One value, or one per output channel (1-D {M})."""
-    return None if p is None else dml.TensorDesc(t, [p.size])
-
-
 def _conv_integer(case):
-    (x, xt), (w, wt), (xz, xzt), (wz, wzt), *_ = _inputs(case)
-    fields, out = _conv_geometry(case, x, w)
+    x, w, xz, wz, *_ = _inputs(case)
+    fields, out = _conv_geometry(case, x[0], w[0])
     desc = dml.ConvolutionIntegerOperatorDesc(
-        dml.TensorDesc(xt, list(x.shape)),
-        _channel_parameter(xz, xzt),
-        dml.TensorDesc(wt, list(w.shape)),
-        _channel_parameter(wz, wzt),
-        dml.TensorDesc("INT32", out),
+        _tensor(x), _parameter(xz), _tensor(w), _parameter(wz), dml.TensorDesc("INT32", out),
         **fields,
-    )
-    arrays = [v.reshape(-1) if v.ndim < 1 else v for v in (x, xz, w, wz) if v is not None]
-    return run_or_skip(desc, *arrays)
+    )  # fmt: skip
+    return _run(desc, x[0], xz[0], w[0], wz[0])
 
 
 def _qlinear_conv(case):
-    (
-        (x, xt),
-        (sx, sxt),
-        (zx, zxt),
-        (w, wt),
-        (sw, swt),
-        (zw, zwt),
-        (so, sot),
-        (zo, zot),
-        (
-            bias,
-            biast,
-        ),
-        *_,
-    ) = _inputs(case)
-    fields, out = _conv_geometry(case, x, w)
-    out_type = _array(case.outputs[0])[1]
+    x, sx, zx, w, sw, zw, so, zo, bias, *_ = _inputs(case)
+    fields, out = _conv_geometry(case, x[0], w[0])
     bias_desc = None
-    if bias is not None:
-        bias_desc = dml.TensorDesc(biast, [1, bias.size] + [1] * (x.ndim - 2))
+    if bias[0] is not None:
+        bias_desc = dml.TensorDesc(bias[1], [1, bias[0].size] + [1] * (x[0].ndim - 2))
     desc = dml.QuantizedLinearConvolutionOperatorDesc(
-        dml.TensorDesc(xt, list(x.shape)),
-        _channel_parameter(sx, sxt),
-        _channel_parameter(zx, zxt),
-        dml.TensorDesc(wt, list(w.shape)),
-        _channel_parameter(sw, swt),
-        _channel_parameter(zw, zwt),
-        bias_desc,
-        _channel_parameter(so, sot),
-        _channel_parameter(zo, zot),
-        dml.TensorDesc(out_type, out),
-        **fields,
-    )
-    arrays = [
-        v.reshape(desc_t.sizes)
-        for v, desc_t in zip(
-            (x, sx, zx, w, sw, zw, bias, so, zo),
-            (
-                desc.input_tensor,
-                desc.input_scale_tensor,
-                desc.input_zero_point_tensor,
-                desc.filter_tensor,
-                desc.filter_scale_tensor,
-                desc.filter_zero_point_tensor,
-                desc.bias_tensor,
-                desc.output_scale_tensor,
-                desc.output_zero_point_tensor,
-            ),
-        )
-        if v is not None
-    ]
-    return run_or_skip(desc, *arrays)
+        _tensor(x), _parameter(sx), _parameter(zx), _tensor(w), _parameter(sw), _parameter(zw),
+        bias_desc, _parameter(so), _parameter(zo),
+        dml.TensorDesc(_array(case.outputs[0])[1], out), **fields,
+    )  # fmt: skip
+    return _run(desc, *(v[0] for v in (x, sx, zx, w, sw, zw, bias, so, zo)))
 
 
 RUN = {
