@@ -1456,3 +1456,14 @@ def test_divisions_by_a_broadcast_scale_are_correctly_rounded():
     desc = _blocked(Q, t("FLOAT32", 3), [t("FLOAT32", 1)], t("INT8", 3))
     S.assert_same(S.run(S.Case(desc, (x, f32([s])))), (want,))
     S.check_jit(S.Case(desc, (x, f32([s]))))
+
+
+def test_four_bit_buffers_hold_one_element_per_byte():
+    """Buffer mode reads a 4-bit tensor from a buffer of held elements (int8 for INT4), through
+    its strides; the low 4 bits of each are the value (-9 reads as 7)."""
+    x = T("INT4", [3], strides=[2])
+    desc = _blocked(DQ, x, [t("FLOAT32", 1), t("INT4", 1)], t("FLOAT32", 3))
+    op = dml.compile_operator(desc)
+    buffer = i8([1, 99, -9, 99, -8])
+    (got,) = op.run_buffers([buffer, f32([0.5]), i8([-1])], [np.zeros(3, np.float32)])
+    np.testing.assert_array_equal(got, f32([1.0, 4.0, -3.5]))
