@@ -698,7 +698,7 @@ def conv_cases(draw, cls):
         p_rank = z_rank if cls is CONVI else draw(st.integers(1, rank))
         sizes = _parameter_sizes(draw, mode, count, rank, 1, p_rank)
         if cls is QCONV:
-            s_rank = draw(st.integers(1, rank)) if side != "filter" else draw(st.integers(3, rank))
+            s_rank = draw(st.integers(1, rank))
             s_sizes = _parameter_sizes(draw, mode, count, rank, 1, s_rank)
             fields[f"{side}_scale_tensor"] = t("FLOAT32", *s_sizes)
             values[f"{side}_scale_tensor"] = rng.choice(_FLOAT_SCALES, s_sizes).astype(np.float32)

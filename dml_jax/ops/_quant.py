@@ -47,11 +47,6 @@ def held(x, data_type: DataType):
     return lax.bitwise_and(x, jnp.uint8(15))
 
 
-def integers(x, t: TensorDesc):
-    """An integer input (8 bits or fewer) as int32 values."""
-    return held(x, t.data_type).astype(jnp.int32)
-
-
 def as_float32(x):
     """A float (or INT32) input in float32: FLOAT16 widens exactly, INT32 rounds to nearest."""
     return x.astype(jnp.float32)
