@@ -69,7 +69,13 @@ class _DmlEnum(enum.Enum):
 
 
 class DataType(_DmlEnum):
-    """DML_TENSOR_DATA_TYPE: the eleven element types dml_jax operators use."""
+    """DML_TENSOR_DATA_TYPE: the thirteen element types dml_jax operators use.
+
+    UINT4 and INT4 (feature level 6_3) are packed two per byte in DirectML's memory (element 0
+    in the low nibble); in dml_jax arrays, logical and buffer mode alike, each 4-bit element is
+    held in one byte: INT4 as int8 values in [-8, 7], UINT4 as uint8 values in [0, 15]
+    (docs/semantics.md, "Quantization"). ``bits`` is the packed size, ``size`` the held one.
+    """
 
     FLOAT32 = 1
     FLOAT16 = 2
@@ -82,16 +88,24 @@ class DataType(_DmlEnum):
     FLOAT64 = 9
     UINT64 = 10
     INT64 = 11
+    UINT4 = 12
+    INT4 = 13
 
     @property
     def size(self) -> int:
-        """Element size in bytes."""
+        """Bytes of one element as dml_jax arrays hold it (1 for the 4-bit types)."""
         return self.numpy_dtype.itemsize
 
     @property
+    def bits(self) -> int:
+        """Bits of one element in DirectML's memory (4 for UINT4 / INT4, packed two per byte)."""
+        return 4 if self in _FOUR_BIT else 8 * self.size
+
+    @property
     def numpy_dtype(self) -> np.dtype:
-        """The NumPy dtype (also the JAX dtype) of this element type."""
-        return np.dtype(self.name.lower())
+        """The NumPy dtype (also the JAX dtype) of this element type; for UINT4 / INT4 the
+        one-byte type that holds an element (uint8 / int8)."""
+        return np.dtype(_FOUR_BIT.get(self, self.name).lower())
 
     @property
     def jax_dtype(self) -> np.dtype:
@@ -110,14 +124,29 @@ class DataType(_DmlEnum):
     def is_64bit(self) -> bool:
         return self.size == 8
 
+    @property
+    def integer_range(self) -> tuple[int, int]:
+        """(lowest, highest) value of an integer type (UINT4: (0, 15), INT4: (-8, 7))."""
+        if self.is_float:
+            raise ValueError(f"{self.name} is not an integer type")
+        if self in _FOUR_BIT:
+            return (-8, 7) if self.is_signed else (0, 15)
+        info = np.iinfo(self.numpy_dtype)
+        return int(info.min), int(info.max)
+
     @classmethod
     def from_dtype(cls, dtype: Any) -> DataType:
-        """The DataType of a NumPy/JAX dtype; ``ValidationError`` when DML has none."""
+        """The DataType of a NumPy/JAX dtype; ``ValidationError`` when DML has none.
+
+        int8 and uint8 give INT8 and UINT8 (never the 4-bit types they also hold)."""
         dt = np.dtype(dtype)
         try:
             return cls[dt.name.upper()]
         except KeyError:
             raise ValidationError(f"no DML_TENSOR_DATA_TYPE for dtype {dt.name}") from None
+
+
+_FOUR_BIT = {DataType.UINT4: "UINT8", DataType.INT4: "INT8"}
 
 
 class TensorFlags(_DmlEnum):
@@ -269,6 +298,16 @@ class RandomGeneratorType(_DmlEnum):
     PHILOX_4X32_10 = 0
 
 
+class QuantizationType(_DmlEnum):
+    """DML_QUANTIZATION_TYPE (feature level 6_3): what QUANTIZE / DEQUANTIZE's
+    QuantizationTensors hold: SCALE (one tensor) or SCALE_ZERO_POINT (scale, then zero point).
+    NONE is the enum's "not quantized" marker, which those operators reject."""
+
+    NONE = 0
+    SCALE = 1
+    SCALE_ZERO_POINT = 2
+
+
 class InterpolationMode(_DmlEnum):
     """DML_INTERPOLATION_MODE: how resampling and ROI_ALIGN read between elements."""
 
@@ -301,6 +340,7 @@ _PREFIXES = {
     RandomGeneratorType: "DML_RANDOM_GENERATOR_TYPE_",
     InterpolationMode: "DML_INTERPOLATION_MODE_",
     RecurrentNetworkDirection: "DML_RECURRENT_NETWORK_DIRECTION_",
+    QuantizationType: "DML_QUANTIZATION_TYPE_",
 }
 
 NEWEST_FEATURE_LEVEL = FeatureLevel.newest()

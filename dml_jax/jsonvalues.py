@@ -160,6 +160,10 @@ def scalar_union_from_json(value: Any, data_type: DataType, where: str) -> int |
     member, which must be the one ``data_type`` uses (``UInt16`` holds FLOAT16 as its raw
     binary16 bits); ``{"Bytes": [8 bytes]}`` gives the union's little-endian bytes.
     """
+    if data_type.bits < 8:
+        raise ValidationError(
+            f"{where} cannot be read in {data_type.name}: DML_SCALAR_UNION has no 4-bit member"
+        )
     if not isinstance(value, dict):
         if data_type.is_float:
             return json_float(value, where)

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .enums import DataType, TensorFlags
 from .errors import UINT32_MAX, UINT64_MAX, ValidationError, as_float, as_int, as_int_tuple
 
@@ -28,15 +30,40 @@ def calc_buffer_tensor_size(
 ) -> int:
     """DMLCalcBufferTensorSize: the minimum TotalTensorSizeInBytes of a buffer tensor.
 
-    (last addressed element + 1) times the element size, rounded up to a multiple of 4 bytes.
-    Unlike DirectML's helper, the arithmetic never wraps.
+    (last addressed element + 1) times the element size in bits, rounded up to whole bytes and
+    then to a multiple of 4 bytes (UINT4 Sizes {5}: 20 bits, 3 bytes, 4). Unlike DirectML's
+    helper, the arithmetic never wraps.
     """
     if strides is None:
         elements = math.prod(sizes)
     else:
         elements = sum((n - 1) * s for n, s in zip(sizes, strides)) + 1
-    nbytes = elements * data_type.size
+    nbytes = (elements * data_type.bits + 7) // 8
     return (nbytes + 3) // 4 * 4
+
+
+def pack_4bit(values: Any) -> np.ndarray:
+    """DirectML's memory of a UINT4 / INT4 tensor: two elements per byte, element 0 in the low
+    nibble of byte 0 (an odd count leaves the last high nibble 0). ``values`` are the elements
+    as dml_jax holds them (one per byte, any integer dtype); only their low 4 bits are kept.
+    ``pack_4bit([1, 2, 3, 4, 5])`` is ``[0x21, 0x43, 0x05]``."""
+    nibbles = np.asarray(values).reshape(-1).astype(np.int64) & 0xF
+    if nibbles.size % 2:
+        nibbles = np.append(nibbles, 0)
+    return (nibbles[0::2] | (nibbles[1::2] << 4)).astype(np.uint8)
+
+
+def unpack_4bit(packed: Any, count: int, data_type: Any) -> np.ndarray:
+    """The first ``count`` elements of packed UINT4 / INT4 bytes (``pack_4bit``'s inverse), as
+    dml_jax holds them: uint8 in [0, 15] for UINT4, int8 in [-8, 7] for INT4."""
+    data_type = DataType.parse(data_type, "data_type")
+    if data_type.bits != 4:
+        raise ValidationError(f"unpack_4bit takes UINT4 or INT4, got {data_type.name}")
+    raw = np.asarray(packed, np.uint8).reshape(-1)
+    nibbles = np.stack([raw & 0xF, raw >> 4], axis=-1).reshape(-1)[:count].astype(np.int16)
+    if data_type.is_signed:
+        nibbles = np.where(nibbles >= 8, nibbles - 16, nibbles)
+    return nibbles.astype(data_type.numpy_dtype)
 
 
 @dataclass(frozen=True)

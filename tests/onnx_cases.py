@@ -1,11 +1,11 @@
 """Helpers shared by the ONNX node-test modules (test_onnx_*.py).
 
 Each module maps some ONNX operators onto DirectML descriptors and runs ONNX's own backend node
-test cases through them: ``node_cases`` loads the cases, ``attrs`` reads a node's attributes,
-``dml_type`` names an array's DML data type, ``run_or_skip`` / ``run_buffers_or_skip`` validate
-and run a descriptor (skipping what DirectML's support tables reject), ``case_ids`` names the
-parametrized tests and ``assert_every_op_type_passes`` checks every mapped operator passes
-somewhere.
+test cases through them: ``node_cases`` loads the cases, ``attrs`` reads a node's attributes
+(``conv_attrs`` and ``forward_pads`` a convolution's), ``dml_type`` names an array's DML data
+type, ``run_or_skip`` / ``run_buffers_or_skip`` validate and run a descriptor (skipping what
+DirectML's support tables reject), ``case_ids`` names the parametrized tests and
+``assert_every_op_type_passes`` checks every mapped operator passes somewhere.
 
 Nothing here imports ``onnx`` at module level: the test modules skip themselves without it.
 """
@@ -149,6 +149,54 @@ def broadcast_desc(
         step *= n
     strides = [0 if n == 1 and m > 1 else s for n, m, s in zip(sizes, shape, reversed(strides))]
     return dml.TensorDesc(data_type, list(shape), strides=strides)
+
+
+def same_pads(auto_pad: str, total: int) -> tuple[int, int]:
+    """ONNX's split of a total padding: SAME_UPPER puts the odd one at the end."""
+    if auto_pad == "SAME_UPPER":
+        return total // 2, total - total // 2
+    return total - total // 2, total // 2
+
+
+def conv_attrs(node, x: np.ndarray, w: np.ndarray) -> dict:
+    """A Conv-like node's attributes (Conv, ConvTranspose, ConvInteger, QLinearConv) with
+    ONNX's defaults, for ``x`` {N, C, spatial...} and ``w`` {M, C / group, kernel...}."""
+    at = attrs(node)
+    nd = x.ndim - 2
+    kernel = list(at.get("kernel_shape", w.shape[2:]))
+    assert kernel == list(w.shape[2:])
+    return {
+        "nd": nd,
+        "auto_pad": at.get("auto_pad", b"NOTSET").decode(),
+        "strides": list(at.get("strides", [1] * nd)),
+        "dilations": list(at.get("dilations", [1] * nd)),
+        "pads": list(at.get("pads", [0] * (2 * nd))),
+        "group": int(at.get("group", 1)),
+        "kernel": kernel,
+        "output_padding": list(at.get("output_padding", [0] * nd)),
+        "output_shape": at.get("output_shape"),
+    }
+
+
+def forward_pads(a: dict, x: np.ndarray) -> list[int]:
+    """A forward convolution's explicit pads (auto_pad SAME_UPPER / SAME_LOWER / VALID by ONNX's
+    formulas) stored in ``a`` as ``start`` / ``end``; returns the output's spatial sizes."""
+    nd, start, end, out = a["nd"], [], [], []
+    for i in range(nd):
+        size, s, d = x.shape[2 + i], a["strides"][i], a["dilations"][i]
+        window = (a["kernel"][i] - 1) * d + 1
+        if a["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
+            total = max(0, (math.ceil(size / s) - 1) * s + window - size)
+            b, e = same_pads(a["auto_pad"], total)
+        elif a["auto_pad"] == "VALID":
+            b, e = 0, 0
+        else:
+            b, e = a["pads"][i], a["pads"][nd + i]
+        start.append(b)
+        end.append(e)
+        out.append((size + b + e - window) // s + 1)
+    a.update(start=start, end=end)
+    return out
 
 
 def passing_op_types(cases: Sequence[tuple], check: Callable[[int], None]) -> set[str]:

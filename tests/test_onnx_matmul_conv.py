@@ -26,7 +26,6 @@ skipped with the validation message; every mapped ONNX operator must pass at lea
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 import pytest
@@ -35,9 +34,12 @@ from onnx_cases import (
     attrs,
     broadcast_desc,
     case_ids,
+    conv_attrs,
     dml_type,
+    forward_pads,
     node_cases,
     run_buffers_or_skip,
+    same_pads,
 )
 
 import dml_jax as dml
@@ -100,31 +102,6 @@ def _matmul(node, inputs):
 # Conv, ConvTranspose
 
 
-def _same_pads(auto_pad: str, total: int) -> tuple[int, int]:
-    """ONNX's split of a total padding: SAME_UPPER puts the odd one at the end."""
-    if auto_pad == "SAME_UPPER":
-        return total // 2, total - total // 2
-    return total - total // 2, total // 2
-
-
-def _spatial_attrs(node, x: np.ndarray, w: np.ndarray) -> dict:
-    at = attrs(node)
-    nd = x.ndim - 2
-    kernel = list(at.get("kernel_shape", w.shape[2:]))
-    assert kernel == list(w.shape[2:])
-    return {
-        "nd": nd,
-        "auto_pad": at.get("auto_pad", b"NOTSET").decode(),
-        "strides": list(at.get("strides", [1] * nd)),
-        "dilations": list(at.get("dilations", [1] * nd)),
-        "pads": list(at.get("pads", [0] * (2 * nd))),
-        "group": int(at.get("group", 1)),
-        "kernel": kernel,
-        "output_padding": list(at.get("output_padding", [0] * nd)),
-        "output_shape": at.get("output_shape"),
-    }
-
-
 def _as_2d(x, w, a: dict, spatial_out: list[int]):
     """A 1-D convolution as a 2-D one with H = 1 (the arrays, the attributes, the output)."""
     if a["nd"] != 1:
@@ -160,22 +137,8 @@ def _conv_desc(x, w, bias, out_shape, a: dict, direction: str):
 def _conv(node, inputs):
     x, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
-    a = _spatial_attrs(node, x, w)
-    nd, start, end, out = a["nd"], [], [], []
-    for i in range(nd):
-        size, s, d = x.shape[2 + i], a["strides"][i], a["dilations"][i]
-        window = (a["kernel"][i] - 1) * d + 1
-        if a["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
-            total = max(0, (math.ceil(size / s) - 1) * s + window - size)
-            b, e = _same_pads(a["auto_pad"], total)
-        elif a["auto_pad"] == "VALID":
-            b, e = 0, 0
-        else:
-            b, e = a["pads"][i], a["pads"][nd + i]
-        start.append(b)
-        end.append(e)
-        out.append((size + b + e - window) // s + 1)
-    a.update(start=start, end=end)
+    a = conv_attrs(node, x, w)
+    out = forward_pads(a, x)
     x2, w2, a2, out2 = _as_2d(x, w, a, out)
     out_shape = (x.shape[0], w.shape[0], *out2)
     desc = _conv_desc(x2, w2, bias, out_shape, a2, "FORWARD")
@@ -187,7 +150,7 @@ def _conv(node, inputs):
 def _conv_transpose(node, inputs):
     x, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
-    a = _spatial_attrs(node, x, w)
+    a = conv_attrs(node, x, w)
     nd, start, end, out, outpad = a["nd"], [], [], [], list(a["output_padding"])
     target = a["output_shape"]
     if target is None and a["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
@@ -200,7 +163,7 @@ def _conv_transpose(node, inputs):
             if total < 0:  # longer than the full result: the rest at the end, as output padding
                 b, e, outpad[i] = 0, 0, outpad[i] - total
             else:
-                b, e = _same_pads(a["auto_pad"], total)
+                b, e = same_pads(a["auto_pad"], total)
         elif a["auto_pad"] == "VALID":
             b, e = 0, 0
         else:

@@ -250,6 +250,7 @@ ENUMS = {
     dml.RandomGeneratorType: "DML_RANDOM_GENERATOR_TYPE_",
     dml.InterpolationMode: "DML_INTERPOLATION_MODE_",
     dml.RecurrentNetworkDirection: "DML_RECURRENT_NETWORK_DIRECTION_",
+    dml.QuantizationType: "DML_QUANTIZATION_TYPE_",
 }
 
 
@@ -284,7 +285,9 @@ def test_enum_rejects_ints_bools_lowercase_and_other_prefixes(enum_cls):
 
 def test_dml_enum_values_match_the_header():
     """Numeric values from NOTES.md 1.4, 1.5 and 3 (the enums' values are DirectML's)."""
-    assert [m.value for m in DataType] == list(range(1, 12))
+    assert [m.value for m in DataType] == list(range(1, 14))
+    assert DataType.UINT4.value == 12 and DataType.INT4.value == 13 and DataType.INT4.bits == 4
+    assert [m.value for m in dml.QuantizationType] == [0, 1, 2]
     assert DataType.parse("INT64").value == 11 and DataType.FLOAT64.size == 8
     assert TensorFlags.OWNED_BY_DML.value == 1
     assert [m.value for m in ReduceFunction] == list(range(12))

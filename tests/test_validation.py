@@ -1201,4 +1201,5 @@ def test_every_exported_enum_is_checked():
         "RandomGeneratorType",
         "InterpolationMode",
         "RecurrentNetworkDirection",
+        "QuantizationType",
     }

@@ -170,6 +170,12 @@ def _bind_one(
     offset = element_offset * element_size
     if desc is None:  # a graph input that feeds nothing: nothing is read
         return BoundTensor(resource.name, offset, 0, None, path)
+    if desc.data_type.bits < 8:
+        raise ctx.fail(
+            path,
+            f"{desc.data_type.name} tensors cannot be bound by dml-jax run (DirectML packs 4-bit "
+            "elements two per byte; use logical or buffer mode)",
+        )
     alignment = max(MINIMUM_BUFFER_TENSOR_ALIGNMENT, desc.guaranteed_base_offset_alignment)
     if offset % alignment:
         raise ctx.fail(

@@ -24,7 +24,7 @@ def parse_data_type(ctx: LoadContext, value: Any, path: str) -> DataType | None:
     if value in ("UNKNOWN", _DATA_TYPE_PREFIX + "UNKNOWN"):
         return None
     try:
-        return DataType.parse(ctx.string(value, path), path)
+        data_type = DataType.parse(ctx.string(value, path), path)
     except ValidationError:
         names = ", ".join(["UNKNOWN"] + [t.name for t in DataType])
         raise ctx.fail(
@@ -32,6 +32,13 @@ def parse_data_type(ctx: LoadContext, value: Any, path: str) -> DataType | None:
             f"unknown data type {json.dumps(value)}; expected one of {names} (or the "
             f"full name, e.g. {_DATA_TYPE_PREFIX}FLOAT32)",
         ) from None
+    if data_type.bits < 8:
+        raise ctx.fail(
+            path,
+            f"{data_type.name} resources are not supported by dml-jax run (DirectML packs 4-bit "
+            "elements two per byte; use logical or buffer mode)",
+        )
+    return data_type
 
 
 def float_to_half_truncated(value: float) -> np.float16:

@@ -12,7 +12,7 @@ the bias are then applied in float32, with one more rounding (a fused activation
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import jax.numpy as jnp
 import numpy as np
@@ -232,12 +232,15 @@ class ConvolutionOperatorDesc(OperatorDesc):
     dimension_count: int | None = count_of("strides")
 
 
-def _backward(d: ConvolutionOperatorDesc) -> bool:
-    return d.direction is ConvolutionDirection.BACKWARD
+def _backward(d: Any) -> bool:
+    return getattr(d, "direction", None) is ConvolutionDirection.BACKWARD
 
 
-def conv_output_sizes(d: ConvolutionOperatorDesc) -> tuple[int, ...]:
-    """The output's sizes by DirectML's output-size rule (may be < 1 for invalid descs)."""
+def conv_output_sizes(d: Any) -> tuple[int, ...]:
+    """The output's sizes by DirectML's output-size rule (may be < 1 for invalid descs).
+
+    ``d`` is a CONVOLUTION desc or one of the integer / quantized convolutions (FORWARD, without
+    Direction or OutputPadding)."""
     x, w = d.input_tensor.sizes, d.filter_tensor.sizes
     spatial = []
     for i in range(len(d.strides)):
@@ -258,25 +261,48 @@ def infer_conv(d: ConvolutionOperatorDesc) -> tuple[TensorDesc, ...]:
 
 def validate_conv(d: ConvolutionOperatorDesc, v: Validator) -> None:
     x, w = d.input_tensor, d.filter_tensor
-    n = len(d.strides)
-    v.check("DimensionCount", n in (1, 2, 3), f"must be 1, 2 or 3, got {n}")
-    v.check(
-        "InputTensor.DimensionCount",
-        x.rank == n + 2,
-        f"must be DimensionCount + 2 = {n + 2}, got {x.rank}",
-    )
+    check_conv_dimension_count(d, v, (1, 2, 3))
     tensors = [("FilterTensor", w), ("OutputTensor", d.output_tensor)]
     if d.bias_tensor is not None:
         tensors.insert(1, ("BiasTensor", d.bias_tensor))
     v.same("data_type", tensors, ("InputTensor", x))
     v.same("rank", tensors, ("InputTensor", x))
-    for name in ("Strides", "Dilations", "StartPadding", "EndPadding", "OutputPadding"):
+    want = check_conv_window(d, v)
+    if d.bias_tensor is not None:
+        bias = (1, want[1]) + (1,) * (x.rank - 2)
+        v.equal("BiasTensor.Sizes", d.bias_tensor.sizes, bias, "{1, OutputChannels, 1, ...}")
+    validate_fused(v, d.fused_activation, d.output_tensor)
+
+
+def check_conv_dimension_count(d: Any, v: Validator, allowed: tuple[int, ...]) -> None:
+    """DimensionCount (the length of Strides) is one of ``allowed`` and InputTensor's rank is
+    DimensionCount + 2. Shared by every convolution desc."""
+    n = len(d.strides)
+    names = " or ".join(", ".join(str(a) for a in allowed).rsplit(", ", 1))
+    v.check("DimensionCount", n in allowed, f"must be {names}, got {n}")
+    v.check(
+        "InputTensor.DimensionCount",
+        d.input_tensor.rank == n + 2,
+        f"must be DimensionCount + 2 = {n + 2}, got {d.input_tensor.rank}",
+    )
+
+
+def check_conv_window(d: Any, v: Validator) -> tuple[int, ...]:
+    """The window rules every convolution desc shares (the arrays, GroupCount, the channel
+    counts, the output sizes); returns the output sizes. Descs without Direction are FORWARD,
+    without OutputPadding have none."""
+    x, w = d.input_tensor, d.filter_tensor
+    n = len(d.strides)
+    arrays = ("Strides", "Dilations", "StartPadding", "EndPadding")
+    if hasattr(d, "output_padding"):
+        arrays += ("OutputPadding",)
+    for name in arrays:
         values = getattr(d, _snake(name))
         v.check(name, len(values) == n, f"must hold DimensionCount ({n}) values, got {len(values)}")
     for name in ("Strides", "Dilations"):
         for i, s in enumerate(getattr(d, _snake(name))):
             v.check(f"{name}[{i}]", s >= 1, f"must be >= 1, got {s}")
-    for i, p in enumerate(d.output_padding):
+    for i, p in enumerate(getattr(d, "output_padding", ())):
         v.check(
             f"OutputPadding[{i}]",
             p == 0 if not _backward(d) else p < max(d.strides[i], d.dilations[i]),
@@ -308,10 +334,7 @@ def validate_conv(d: ConvolutionOperatorDesc, v: Validator) -> None:
         all(s >= 1 for s in want),
         f"would be {list(want)}: the window does not fit the padded input",
     )
-    if d.bias_tensor is not None:
-        bias = (1, want[1]) + (1,) * (x.rank - 2)
-        v.equal("BiasTensor.Sizes", d.bias_tensor.sizes, bias, "{1, OutputChannels, 1, ...}")
-    validate_fused(v, d.fused_activation, d.output_tensor)
+    return want
 
 
 def _snake(member: str) -> str:
@@ -391,6 +414,25 @@ def _conv(x, w, strides, padding, lhs_dilation, dilations, g):
         feature_group_count=g,
         precision=matmul_precision(),
         preferred_element_type=_product_type(x),
+    )
+
+
+def integer_cross_correlation(d: Any, x, w):
+    """The FORWARD cross-correlation of integer arrays {N, C, spatial...} and {K, C / GroupCount,
+    kernel...} with ``d``'s Strides, Dilations, StartPadding / EndPadding (zeros) and
+    GroupCount, summed exactly in int32 (wrapping on overflow). The integer and quantized
+    convolutions share it; CONVOLUTION's own lowering is ``lower_conv``."""
+    n = x.ndim - 2
+    return lax.conv_general_dilated(
+        x,
+        w,
+        window_strides=tuple(d.strides),
+        padding=list(zip(d.start_padding, d.end_padding)),
+        lhs_dilation=(1,) * n,
+        rhs_dilation=tuple(d.dilations),
+        dimension_numbers=_dimension_numbers(x.ndim),
+        feature_group_count=d.group_count,
+        preferred_element_type=jnp.int32,
     )
 
 

@@ -319,6 +319,13 @@ def infer_pooling(d: Any) -> tuple[TensorDesc, ...]:
 
 
 def validate_pooling(d: Any, v: Validator) -> None:
+    validate_window(d, v)
+    v.outputs_match(d.output_slots(), infer_pooling(d))
+
+
+def validate_window(d: Any, v: Validator) -> None:
+    """The window rules every pooling desc shares (QUANTIZED_LINEAR_AVERAGE_POOLING too): the
+    arrays, their values, InputTensor's rank and the window fitting the padded input."""
     n = len(d.strides)
     v.check("DimensionCount", n in (2, 3), f"must be 2 or 3 (spatial dimensions), got {n}")
     for name in _arrays(d)[1:]:
@@ -348,7 +355,6 @@ def validate_pooling(d: Any, v: Validator) -> None:
         )
     if hasattr(d, "p"):
         v.check("P", d.p >= 1, f"must be >= 1, got {d.p}")
-    v.outputs_match(d.output_slots(), infer_pooling(d))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -379,7 +385,7 @@ def _padded(plan: WindowPlan, x, value):
     return lax.pad(x, np.array(value, x.dtype), config)
 
 
-def _window_sum(plan: WindowPlan, a):
+def window_sum(plan: WindowPlan, a):
     if _by_slices(plan):
         total = None
         for slice_ in _window_slices(plan, _padded(plan, a, 0)):
@@ -390,7 +396,7 @@ def _window_sum(plan: WindowPlan, a):
     return lax.reduce_window(a, np.zeros((), a.dtype), lax.add, **plan.lax_args())
 
 
-def _divisor(plan: WindowPlan, include_padding: bool) -> np.ndarray | float:
+def average_divisor(plan: WindowPlan, include_padding: bool) -> np.ndarray | float:
     """prod(WindowSize), or the count of window points on the input per output position: the
     product of per-dimension counts (static, broadcast over N and C); 0 counts become 1 (their
     sums are 0)."""
@@ -407,8 +413,8 @@ def _divisor(plan: WindowPlan, include_padding: bool) -> np.ndarray | float:
 def lower_average_pooling(d: Any, x):
     plan = window_plan(d)
     wide = x.astype(jnp.float32) if x.dtype == jnp.float16 else x
-    total = _window_sum(plan, wide)
-    divisor = _divisor(plan, d.include_padding)
+    total = window_sum(plan, wide)
+    divisor = average_divisor(plan, d.include_padding)
     return ((total / jnp.asarray(divisor, wide.dtype)).astype(x.dtype),)
 
 
@@ -416,18 +422,18 @@ def lower_lp_pooling(d: Any, x):
     plan = window_plan(d)
     a = lax.abs(x.astype(jnp.float32) if x.dtype == jnp.float16 else x)
     if d.p == 1:
-        y = _window_sum(plan, a)
+        y = window_sum(plan, a)
     elif d.p == 2:
-        y = lax.sqrt(_window_sum(plan, a * a))
+        y = lax.sqrt(window_sum(plan, a * a))
     else:
-        y = lax.pow(_window_sum(plan, lax.integer_pow(a, d.p)), jnp.asarray(1 / d.p, a.dtype))
+        y = lax.pow(window_sum(plan, lax.integer_pow(a, d.p)), jnp.asarray(1 / d.p, a.dtype))
     return (y.astype(x.dtype),)
 
 
 def _max_values(plan: WindowPlan, x):
     lowest = _lowest(x.dtype)
     if not _by_slices(plan):
-        # lax.max with the type's lowest value (a NumPy constant, see _window_sum) as init is
+        # lax.max with the type's lowest value (a NumPy constant, see window_sum) as init is
         # jax's differentiable max-window reducer; padding takes the init value, so it never
         # wins. NaN propagates (XLA's max). Its gradient goes to the element its rule picks.
         return lax.reduce_window(x, np.array(lowest, x.dtype), lax.max, **plan.lax_args())

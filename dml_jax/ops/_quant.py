@@ -1,0 +1,218 @@
+"""Quantization arithmetic and rules shared by the quantized operators (each exists once, here).
+
+DirectML's two functions (the quantized operators' pages):
+
+    dequantize(q, Scale, ZeroPoint) = (q - ZeroPoint) * Scale
+    quantize(x, Scale, ZeroPoint)   = clamp(round(x / Scale) + ZeroPoint, Min, Max)
+
+dml_jax computes them in float32 (DML's FLOAT): ``q - ZeroPoint`` exactly, rounded once to
+float32, times Scale (FLOAT16 scales and values widened exactly); ``x / Scale`` rounded to
+float32, then rounded half to even, the zero point added, saturated to the output type's range.
+NaN quantizes to the zero point (the quantized 0, as CAST maps NaN to 0); +-inf saturate. A scale
+of 0 (undefined in DirectML) follows IEEE division: x / 0 is +-inf (saturates) and 0 / 0 NaN
+(the zero point). docs/semantics.md, "Quantization", says why and what is tested.
+
+4-bit tensors (UINT4 / INT4) are held one element per byte (uint8 / int8); an input is read by
+its low 4 bits (two's complement for INT4), as DirectML reads a nibble.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax.numpy as jnp
+from jax import lax
+
+from ..enums import DataType
+from ..errors import Validator, show
+from ..fields import INPUT, OperatorDesc, input_field, output_field
+from ..support import types
+from ..tensor import TensorDesc
+
+Q8 = types("INT8", "UINT8")
+Q4 = types("INT4", "UINT4")
+F32 = types("FLOAT32")
+F16_32 = types("FLOAT32", "FLOAT16")
+I32 = types("INT32")
+INTEGERS = types("INT32", "INT16", "INT8", "UINT32", "UINT16", "UINT8")
+
+
+def held(x, data_type: DataType):
+    """An input's values as DirectML reads them: 4-bit elements by their low 4 bits."""
+    if data_type.bits != 4:
+        return x
+    if data_type.is_signed:  # sign-extend the low nibble
+        return lax.shift_right_arithmetic(lax.shift_left(x, jnp.int8(4)), jnp.int8(4))
+    return lax.bitwise_and(x, jnp.uint8(15))
+
+
+def as_float32(x):
+    """A float (or INT32) input in float32: FLOAT16 widens exactly, INT32 rounds to nearest."""
+    return x.astype(jnp.float32)
+
+
+def difference(q, q_type: DataType, zero_point, zero_point_type: DataType | None):
+    """``q - zero_point`` computed exactly and rounded once to float32 (``zero_point`` None: 0).
+
+    Types of 16 bits or fewer subtract in int32 (exact, and exact in float32). 32-bit types split
+    each value into 16-bit halves, ``v = hi * 65536 + lo``: both partial differences are exact
+    float32 values, so the one float32 addition rounds the exact difference once.
+    """
+    q = held(q, q_type)
+    if zero_point is not None:
+        zero_point = held(zero_point, zero_point_type)
+    wide = q_type.bits > 16 or (zero_point_type is not None and zero_point_type.bits > 16)
+    if not wide:
+        d = q.astype(jnp.int32)
+        if zero_point is not None:
+            d = d - zero_point.astype(jnp.int32)
+        return d.astype(jnp.float32)
+    hi_q, lo_q = _halves(q)
+    if zero_point is None:
+        hi, lo = hi_q, lo_q
+    else:
+        hi_z, lo_z = _halves(zero_point)
+        hi, lo = hi_q - hi_z, lo_q - lo_z
+    # hi * 65536 is exact (a power of two), so a fused multiply-add rounds the same sum.
+    return hi.astype(jnp.float32) * jnp.float32(65536) + lo.astype(jnp.float32)
+
+
+def _halves(v):
+    """(hi, lo) int32 halves of an int32 / uint32 array: ``v = hi * 65536 + lo``."""
+    if v.dtype == jnp.uint32:
+        hi = lax.shift_right_logical(v, jnp.uint32(16)).astype(jnp.int32)
+        lo = lax.bitwise_and(v, jnp.uint32(0xFFFF)).astype(jnp.int32)
+        return hi, lo
+    v = v.astype(jnp.int32)
+    return lax.shift_right_arithmetic(v, jnp.int32(16)), lax.bitwise_and(v, jnp.int32(0xFFFF))
+
+
+def dequantize(q, q_type: DataType, zero_point, zero_point_type, scale):
+    """``(q - zero_point) * scale`` in float32 (one rounding each)."""
+    return difference(q, q_type, zero_point, zero_point_type) * as_float32(scale)
+
+
+def quantize(real, scale, zero_point, zero_point_type, out_type: DataType):
+    """``clamp(round(real / scale) + zero_point, Min, Max)`` in ``out_type``'s held dtype.
+
+    ``real`` and ``scale`` are float32; the quotient rounds to float32, then half to even; NaN
+    gives the zero point. Adding the zero point in float32 is exact wherever the result is not
+    saturated anyway (|round(real / scale)| < 2**24).
+    """
+    lo, hi = out_type.integer_range
+    steps = jnp.round(divide(real, as_float32(scale)))  # jnp.round rounds half to even
+    if zero_point is None:
+        zero = jnp.float32(0)
+    else:
+        zero = held(zero_point, zero_point_type).astype(jnp.float32)
+    value = jnp.clip(steps + zero, jnp.float32(lo), jnp.float32(hi))
+    value = jnp.where(jnp.isnan(value), jnp.broadcast_to(zero, value.shape), value)
+    return value.astype(out_type.numpy_dtype)
+
+
+def divide(x, y):
+    """``x / y`` correctly rounded, ``y`` broadcast to ``x``'s shape.
+
+    XLA rewrites a division by a broadcast (a scalar, one value per row, a constant) into a
+    multiplication by the reciprocal, which can miss the correctly rounded quotient by an ulp
+    (and so move a quantized value across a rounding boundary). A divisor that depends on ``x``
+    element by element is no broadcast: where ``x`` is NaN it is 1, and the quotient is NaN
+    either way.
+    """
+    y = jnp.broadcast_to(jnp.asarray(y, x.dtype), jnp.broadcast_shapes(x.shape, jnp.shape(y)))
+    x = jnp.broadcast_to(x, y.shape)
+    return x / jnp.where(jnp.isnan(x), jnp.ones((), x.dtype), y)
+
+
+def rounded(x):
+    """``x`` itself, as a value XLA must round before any later addition.
+
+    XLA contracts ``a * b + c`` into one fused multiply-add (one rounding instead of two) on CPU
+    and GPU; ``nextafter(x, x)`` is ``x`` (NaN and signed zeros included) but not a multiply, so
+    the product is rounded to float32 first, as the documented formula says.
+    """
+    return lax.nextafter(x, x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantization parameter tensors of the matrix-multiply, convolution and pooling operators
+
+
+def check_parameter(
+    v: Validator, path: str, t: TensorDesc, rank: int, axis: int, count: int, what: str
+) -> None:
+    """A scale or zero point tensor holding one value or ``count`` values along ``axis`` of a
+    rank-``rank`` result (``count`` 1: one value only).
+
+    Its sizes, left-padded with 1s to ``rank``, are all 1 except at ``axis`` (1 or ``count``);
+    a 1-D tensor holds the counted values directly (``{M}`` for per-row A parameters, as the
+    pages' dimension tables ``{ [1], [1], Count, [1] }`` allow one dimension).
+    """
+    v.check(
+        f"{path}.DimensionCount",
+        t.rank <= rank,
+        f"must be at most {rank} (the result's), got {t.rank}",
+    )
+    if t.element_count == 1:
+        return
+    if count > 1 and t.rank == 1:
+        ok = t.sizes == (count,)
+    elif count > 1:
+        padded = (1,) * (rank - t.rank) + t.sizes
+        ok = padded[axis] == count and all(s == 1 for i, s in enumerate(padded) if i != axis)
+    else:
+        ok = False
+    if ok:
+        return
+    if count > 1:
+        pattern = [1] * rank
+        pattern[axis] = count
+        rule = (
+            f"must hold one value (every size 1) or {count} values ({what}: "
+            f"{show(tuple(pattern))}, leading 1s optional, or {show((count,))})"
+        )
+    else:
+        rule = f"must hold one value (every size 1; {what})"
+    v.fail(f"{path}.Sizes", f"{rule}, got {show(t.sizes)}")
+
+
+def parameter(x, rank: int, axis: int):
+    """A parameter array (``check_parameter``'s shapes) shaped to broadcast over the result."""
+    if x.size == 1:
+        return lax.reshape(x, (1,) * rank)
+    if x.ndim == 1:
+        shape = [1] * rank
+        shape[axis] = x.shape[0]
+        return lax.reshape(x, tuple(shape))
+    return lax.reshape(x, (1,) * (rank - x.ndim) + tuple(x.shape))
+
+
+def named_inputs(d: Any, arrays: tuple) -> dict[str, Any]:
+    """The lowering's arrays (present input tensors, schema order) by field name, None for an
+    absent optional tensor."""
+    it = iter(arrays)
+    return {f.name: (None if getattr(d, f.name) is None else next(it)) for f in d.declared(INPUT)}
+
+
+@dataclass(frozen=True)
+class OperandMembers(OperatorDesc):
+    """The first members of the quantized binary operators (QUANTIZED_LINEAR_ADD, the quantized
+    and integer-to-float matrix multiplies): two operands, each with its scale and zero point."""
+
+    a_tensor: TensorDesc = input_field()
+    a_scale_tensor: TensorDesc = input_field()
+    a_zero_point_tensor: TensorDesc | None = input_field(optional=True)
+    b_tensor: TensorDesc = input_field()
+    b_scale_tensor: TensorDesc = input_field()
+    b_zero_point_tensor: TensorDesc | None = input_field(optional=True)
+
+
+@dataclass(frozen=True)
+class QuantizedPairMembers(OperandMembers):
+    """ELEMENT_WISE_QUANTIZED_LINEAR_ADD's and QUANTIZED_LINEAR_MATRIX_MULTIPLY's members: the
+    operands, then the output's scale and zero point, and the output."""
+
+    output_scale_tensor: TensorDesc = input_field()
+    output_zero_point_tensor: TensorDesc | None = input_field(optional=True)
+    output_tensor: TensorDesc = output_field()

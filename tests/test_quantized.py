@@ -1,0 +1,1469 @@
+"""The quantized and integer operators: worked values (exact), properties against
+tests/reference/quantized.py over data types (INT8 / UINT8, UINT4 / INT4 where the tables have
+them), ranks, zero points present or absent and per-tensor / per-axis / blocked parameters; one
+row per rule; eager == jit and vmap; buffer-mode broadcasting; 4-bit storage.
+
+Gradients: every one of these operators has an integer input or output, so none is
+differentiable (``op.differentiable`` is False); DEQUANTIZE's derivative with respect to the
+scale is not offered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import reference
+import strategies as S
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from test_pooling import windows
+
+import dml_jax as dml
+from dml_jax import catalog, registry
+from dml_jax.ops.gemm_conv import conv_output_sizes
+from dml_jax.tensor import calc_buffer_tensor_size, pack_4bit, unpack_4bit
+
+T = dml.TensorDesc
+QL, DQL = dml.ElementWiseQuantizeLinearOperatorDesc, dml.ElementWiseDequantizeLinearOperatorDesc
+Q, DQ = dml.QuantizeOperatorDesc, dml.DequantizeOperatorDesc
+DYN = dml.DynamicQuantizeLinearOperatorDesc
+QADD = dml.ElementWiseQuantizedLinearAddOperatorDesc
+MMI = dml.MatrixMultiplyIntegerOperatorDesc
+MMITF = dml.MatrixMultiplyIntegerToFloatOperatorDesc
+QLMM = dml.QuantizedLinearMatrixMultiplyOperatorDesc
+CONVI = dml.ConvolutionIntegerOperatorDesc
+QCONV = dml.QuantizedLinearConvolutionOperatorDesc
+QPOOL = dml.QuantizedLinearAveragePoolingOperatorDesc
+ALL = (QL, DQL, Q, DQ, DYN, QADD, MMI, MMITF, QLMM, CONVI, QCONV, QPOOL)
+NAN, INF = np.nan, np.inf
+
+
+def t(data_type: str, *sizes: int) -> dml.TensorDesc:
+    return T(data_type, list(sizes))
+
+
+def a(values, dtype, shape=None) -> np.ndarray:
+    arr = np.array(values, dtype)
+    return arr.reshape(shape) if shape is not None else arr
+
+
+def f32(values, shape=None):
+    return a(values, np.float32, shape)
+
+
+def u8(values, shape=None):
+    return a(values, np.uint8, shape)
+
+
+def i8(values, shape=None):
+    return a(values, np.int8, shape)
+
+
+def i32(values, shape=None):
+    return a(values, np.int32, shape)
+
+
+def _ql(in_type="FLOAT32", out="UINT8", sizes=(6,), zero=True, scale_type=None, zsizes=None):
+    scale_type = scale_type or ("FLOAT32" if in_type == "INT32" else in_type)
+    return QL(
+        t(in_type, *sizes),
+        t(scale_type, *sizes),
+        t(out, *(zsizes or sizes)) if zero else None,
+        t(out, *sizes),
+    )
+
+
+def _dql(in_type="UINT8", out="FLOAT32", sizes=(4,), zero=True, scale_type=None):
+    return DQL(
+        t(in_type, *sizes),
+        t(scale_type or out, *sizes),
+        t(in_type, *sizes) if zero else None,
+        t(out, *sizes),
+    )
+
+
+def _blocked(cls, x, params, out, kind=None, **extra):
+    kind = kind or ("SCALE_ZERO_POINT" if len(params) == 2 else "SCALE")
+    return cls(x, kind, list(params), out, **extra)
+
+
+def _conv_fields(dims=2, **kw):
+    fields = {
+        "strides": (1,) * dims,
+        "dilations": (1,) * dims,
+        "start_padding": (0,) * dims,
+        "end_padding": (0,) * dims,
+        "group_count": 1,
+    }
+    fields.update(kw)
+    return fields
+
+
+def _pool_fields(dims=2, window=(2, 2), **kw):
+    fields = {
+        "strides": (1,) * dims,
+        "window_size": window,
+        "start_padding": (0,) * dims,
+        "end_padding": (0,) * dims,
+        "dilations": (1,) * dims,
+        "include_padding": False,
+    }
+    fields.update(kw)
+    return fields
+
+
+def _example(name: str):
+    spec = registry.lookup(f"DML_OPERATOR_{name}")
+    return catalog.example_desc(spec), catalog.example_inputs(spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# Worked values, each checked by hand (the comments show the arithmetic)
+
+SEEDS = [
+    # x / 0.5 + 128: -2 -> 126; 0.5 and 2.5 are ties that round to even (0 and 2); 1.5 -> 2;
+    # 200 and -200 saturate.
+    (*_example("ELEMENT_WISE_QUANTIZE_LINEAR"), (u8([126, 128, 130, 130, 255, 0], (1, 1, 2, 3)),)),
+    # INT8 with zero point -3 and no zero point; -0.5 / 1 -> -0 (even) -> -3; NaN -> the zero
+    # point; +-inf saturate.
+    (
+        _ql(out="INT8", sizes=(6,)),
+        (f32([-0.5, 2.5, NAN, INF, -INF, -130.0]), f32([1.0] * 6), i8([-3] * 6)),
+        (i8([-3, -1, -3, 127, -128, -128]),),
+    ),
+    (
+        _ql(out="INT8", sizes=(4,), zero=False),
+        (f32([-0.5, 3.5, NAN, 1e30]), f32([1.0] * 4)),
+        (i8([0, 4, 0, 127]),),
+    ),
+    # A negative scale is used as written: 3 / -1 and (-2.5 / -1 = 2.5, even) 2.
+    (
+        _ql(out="INT8", sizes=(2,), zero=False),
+        (f32([3.0, -2.5]), f32([-1.0, -1.0])),
+        (i8([-3, 2]),),
+    ),
+    # Scale 0 (undefined in DirectML): x / 0 is +-inf (saturates), 0 / 0 NaN (the zero point).
+    (
+        _ql(sizes=(3,)),
+        (f32([2.0, -2.0, 0.0]), f32([0.0] * 3), u8([7] * 3)),
+        (u8([255, 0, 7]),),
+    ),
+    # FLOAT16 input and scale; INT32 input read as float32: 2**24 + 1 rounds to 2**24 (/ 2**16:
+    # 256, saturated), 2**24 + 3 (a tie) to 2**24 + 4 (/ 98304: 170.67 -> 171).
+    (
+        _ql("FLOAT16", "UINT8", (3,)),
+        (a([1.5, 3.0, -1.0], np.float16), a([0.5] * 3, np.float16), u8([10] * 3)),
+        (u8([13, 16, 8]),),
+    ),
+    (
+        _ql("INT32", "UINT8", (3,), zero=False),
+        (i32([2**24 + 1, 2**24 + 3, -(2**20)]), f32([2.0**16, 2.0**16 * 1.5, 1.0])),
+        (u8([255, 171, 0]),),
+    ),
+    (*_example("ELEMENT_WISE_DEQUANTIZE_LINEAR"), (f32([-64, -0.5, 0, 254], (1, 1, 2, 2)),)),
+    # INT32 differences are exact before the one float32 rounding: (2**31 - 1) - (-2**31) is
+    # 2**32 - 1, which rounds to 2**32; 16777217 - 0 rounds to 16777216; FLOAT16 output.
+    (
+        _dql("INT32", "FLOAT32", (3,)),
+        (i32([2**31 - 1, 16777217, -5]), f32([1.0, 1.0, 0.5]), i32([-(2**31), 0, 3])),
+        (f32([2.0**32, 16777216.0, -4.0]),),
+    ),
+    (
+        _dql("UINT32", "FLOAT32", (2,), zero=False),
+        (a([2**32 - 1, 7], np.uint32), f32([1.0, 0.25])),
+        (f32([2.0**32, 1.75]),),
+    ),
+    (
+        _dql("INT8", "FLOAT16", (3,)),
+        (i8([-128, 127, 0]), a([0.5, 0.5, 1000.0], np.float16), i8([127, -128, -100])),
+        (a([-127.5, 127.5, INF], np.float16),),  # 100000 overflows FLOAT16
+    ),
+    # QUANTIZE / DEQUANTIZE: 1x2 blocks of the {2, 4} input, one scale and zero point each.
+    (*_example("QUANTIZE"), (i8([2, -2, 12, 12, -1, -5, -4, 127], (2, 4)),)),
+    (*_example("DEQUANTIZE"), (f32([1, -1, 4, 6, 1, 0, -4, 127], (2, 4)),)),
+    # INT4 output saturates to [-8, 7]; per-axis scale (one per column), SCALE only.
+    (
+        _blocked(Q, t("FLOAT32", 2, 3), [t("FLOAT32", 1, 3)], t("INT4", 2, 3)),
+        (f32([1.0, 9.0, -2.5, -100.0, 0.5, 3.0], (2, 3)), f32([1.0, 2.0, 0.5], (1, 3))),
+        (i8([1, 4, -5, -8, 0, 6], (2, 3)),),
+    ),
+    # UINT4 with a UINT4 zero point of 8, per tensor: 7.5 -> 8 + 8 = 16 saturates to 15.
+    (
+        _blocked(Q, t("FLOAT16", 4), [t("FLOAT16", 1), t("UINT4", 1)], t("UINT4", 4)),
+        (a([-8.0, -1.5, 0.0, 7.5], np.float16), a([1.0], np.float16), u8([8])),
+        (u8([0, 6, 8, 15]),),
+    ),
+    # DEQUANTIZE of INT4 held in int8: values are read by their low 4 bits (9 is -7, -9 is 7);
+    # 2x2 blocks of a {2, 4} input.
+    (
+        _blocked(DQ, t("INT4", 2, 4), [t("FLOAT32", 1, 2), t("INT4", 1, 2)], t("FLOAT32", 2, 4)),
+        (i8([9, -9, 1, 2, -8, 7, 3, 0], (2, 4)), f32([0.5, 2.0], (1, 2)), i8([1, 17], (1, 2))),
+        (f32([-4, 3, 0, 2, -4.5, 3, 4, -2], (2, 4)),),
+    ),
+    (
+        _blocked(DQ, t("UINT4", 3), [t("FLOAT16", 1)], t("FLOAT16", 3)),
+        (u8([15, 16, 3]), a([0.25], np.float16)),
+        (a([3.75, 0, 0.75], np.float16),),
+    ),
+    # DYNAMIC_QUANTIZE_LINEAR: range [-3, 2.25], scale 5.25 / 255, zero point round(145.71)
+    # = 146; 2 / scale = 97.14 -> 97 + 146 = 243.
+    (
+        *_example("DYNAMIC_QUANTIZE_LINEAR"),
+        (
+            u8([146, 243, 0, 25, 207, 255], (2, 3)),
+            f32([np.float32(5.25) / np.float32(255)], (1, 1)),
+            u8([146], (1, 1)),
+        ),
+    ),
+    # An all-zero input: scale 1, zero point 0. NaN does not count towards the range and
+    # quantizes to the zero point: range [0, 2.55], scale 0.01 (float32), zero point 0.
+    (
+        DYN(t("FLOAT32", 3), t("UINT8", 3), t("FLOAT32", 1), t("UINT8", 1)),
+        (f32([0.0, 0.0, 0.0]),),
+        (u8([0, 0, 0]), f32([1.0]), u8([0])),
+    ),
+    (
+        DYN(t("FLOAT32", 3), t("UINT8", 3), t("FLOAT32", 1), t("UINT8", 1)),
+        (f32([NAN, 2.55, 1.0]),),
+        (u8([0, 255, 100]), f32([np.float32(2.55) / np.float32(255)]), u8([0])),
+    ),
+    # An infinite input: range [-inf, 1], scale inf, -inf / inf is NaN: zero point 0 (CAST's NaN
+    # rule); -inf / inf quantizes as NaN (the zero point), 1 / inf is 0.
+    (
+        DYN(t("FLOAT32", 2), t("UINT8", 2), t("FLOAT32", 1), t("UINT8", 1)),
+        (f32([-INF, 1.0]),),
+        (u8([0, 0]), f32([INF]), u8([0])),
+    ),
+    # INT8: range [-1, 1.5], scale 2.5 / 255, zero point -128 + 102 = -26; 1.5 and 0.5 are 153
+    # and 51 steps.
+    (
+        DYN(t("FLOAT16", 1, 3), t("INT8", 1, 3), t("FLOAT32", 1, 1), t("INT8", 1, 1)),
+        (a([-1.0, 1.5, 0.5], np.float16, (1, 3)),),
+        (
+            i8([-128, 127, 25], (1, 3)),
+            f32([np.float32(np.float32(2.5) / np.float32(255))], (1, 1)),
+            i8([-26], (1, 1)),
+        ),
+    ),
+    # (A - 128) * 0.5 + B * 0.25 = [0, 1.75, -16.5, 95.25]; / 0.5 = [0, 3.5, -33, 190.5]
+    # -> [0, 4, -33, 190] (ties to even) - 10, saturated.
+    (*_example("ELEMENT_WISE_QUANTIZED_LINEAR_ADD"), (i8([-10, -6, -43, 127]),)),
+    # A' = [[1, 2, 3], [127, -128, 0]] (per-row zero points), B' = B - 1.
+    (*_example("MATRIX_MULTIPLY_INTEGER"), (i32([8, 120, -128, -32511], (1, 1, 2, 2)),)),
+    # 1-D per-row zero point {M}, per-column 1-D {N}; 2-D tensors.
+    (
+        MMI(t("INT8", 2, 2), t("INT8", 2), t("UINT8", 2, 3), t("UINT8", 3), t("INT32", 2, 3)),
+        (i8([1, 2, -3, 4], (2, 2)), i8([1, -1]), u8([0, 1, 2, 3, 4, 255], (2, 3)), u8([0, 2, 255])),
+        (i32([3, 2, 0, 15, 12, 506], (2, 3)),),
+    ),
+    # Two INT8 operands without zero points: the int8 x int8 -> int32 product, batched.
+    (
+        MMI(t("INT8", 2, 1, 2), None, t("INT8", 2, 2, 1), None, t("INT32", 2, 1, 1)),
+        (i8([-128, -128, 127, 1], (2, 1, 2)), i8([-128, -128, 127, -128], (2, 2, 1))),
+        (i32([32768, 16001], (2, 1, 1)),),
+    ),
+    (*_example("MATRIX_MULTIPLY_INTEGER_TO_FLOAT"), (f32([-6.5, 1, 22.5, -4, -1.5, -3], (2, 3)),)),
+    # INT32 inputs, dequantized in float32 (exact differences): A' = [3, -1] * 0.5,
+    # B' = [4, 2] * 2: 1.5 * 8 - 0.5 * 4.
+    (
+        MMITF(
+            t("INT32", 1, 2),
+            t("FLOAT32", 1),
+            t("INT32", 1),
+            t("INT32", 2, 1),
+            t("FLOAT32", 1),
+            None,
+            None,
+            t("FLOAT32", 1, 1),
+        ),
+        (
+            i32([2**30 + 3, 2**30 - 1], (1, 2)),
+            f32([0.5]),
+            i32([2**30]),
+            i32([4, 2], (2, 1)),
+            f32([2.0]),
+        ),
+        (f32([10.0], (1, 1)),),
+    ),
+    # A' = [[2, -2], [12, -28]], B = [[3, -2], [1, 4]]: sums [[4, -12], [8, -136]]; scales
+    # 0.5 * [1, 0.5]: [[2, -3], [4, -34]]; / 0.25 + 100, saturated.
+    (*_example("QUANTIZED_LINEAR_MATRIX_MULTIPLY"), (u8([108, 88, 116, 0], (1, 1, 2, 2)),)),
+    # Per-row output scale and zero point ({M} 1-D, with every parameter 1-D).
+    (
+        QLMM(
+            t("INT8", 2, 1),
+            t("FLOAT32", 1),
+            None,
+            t("INT8", 1, 2),
+            t("FLOAT32", 2),
+            None,
+            t("FLOAT32", 2),
+            t("INT8", 2),
+            t("INT8", 2, 2),
+        ),
+        (
+            i8([3, -5], (2, 1)),
+            f32([1.0]),
+            i8([2, 1], (1, 2)),
+            f32([1.0, 3.0]),
+            f32([2.0, 0.5]),
+            i8([0, 5]),
+        ),
+        (i8([3, 4, -15, -25], (2, 2)),),
+    ),
+    (*_example("CONVOLUTION_INTEGER"), (i32([-4, -2, 2, 4, -5, -1, 7, 11], (1, 2, 2, 2)),)),
+    # 3-D (one spatial dimension), padding reads as the zero point, stride 2, dilation 2,
+    # per-channel filter zero point: x - 2 = [-1, 2, 5, 8, 11] padded by a 0 each side; output o
+    # reads inputs 2o - 1 and 2o + 1 with filters [1, 2] and [0, -1] - (-1) = [1, 0].
+    (
+        CONVI(
+            t("UINT8", 1, 1, 5),
+            t("UINT8", 1),
+            t("INT8", 2, 1, 2),
+            t("INT8", 2),
+            t("INT32", 1, 2, 3),
+            **_conv_fields(1, strides=(2,), dilations=(2,), start_padding=(1,), end_padding=(1,)),
+        ),
+        (u8([1, 4, 7, 10, 13], (1, 1, 5)), u8([2]), i8([1, 2, 0, -1], (2, 1, 2)), i8([0, -1])),
+        (i32([4, 18, 8, 0, 2, 8], (1, 2, 3)),),
+    ),
+    # Groups: two input channels, two filters of one channel each.
+    (
+        CONVI(
+            t("INT8", 1, 2, 1, 2),
+            None,
+            t("INT8", 2, 1, 1, 1),
+            None,
+            t("INT32", 1, 2, 1, 2),
+            **_conv_fields(group_count=2),
+        ),
+        (i8([1, 2, 3, 4], (1, 2, 1, 2)), i8([10, -1], (2, 1, 1, 1))),
+        (i32([10, 20, -3, -4], (1, 2, 1, 2)),),
+    ),
+    # (acc + bias) * 0.5 * [1, 0.25] / 0.5 - 3: channel 1 is [-3.25, -2.25, -0.25, 0.75] -> even.
+    (
+        *_example("QUANTIZED_LINEAR_CONVOLUTION"),
+        (i8([-3, -1, 3, 5, -6, -5, -3, -2], (1, 2, 2, 2)),),
+    ),
+    # Channel 0: [0, 10, 20, 31] means of the padded windows [0, 5, 10, 15.25] / 0.5 (30.5 is a
+    # tie: 30); channel 1 (scale 0.5) [-10, -6, -2, 2]: [-5, -4, -3, -2] / 0.5.
+    (
+        *_example("QUANTIZED_LINEAR_AVERAGE_POOLING"),
+        (i8([0, 10, 20, 30, -10, -8, -6, -4], (1, 2, 2, 2)),),
+    ),
+    # IncludePadding: the corner's window holds one input point of four: (10 - 2) * 1 / 4.
+    (
+        QPOOL(
+            t("UINT8", 1, 1, 1, 2),
+            t("FLOAT32", 1),
+            t("UINT8", 1),
+            t("FLOAT32", 1),
+            None,
+            t("UINT8", 1, 1, 1, 2),
+            **_pool_fields(start_padding=(1, 1), include_padding=True),
+        ),
+        (u8([10, 6], (1, 1, 1, 2)), f32([1.0]), u8([2]), f32([1.0])),
+        (u8([2, 3], (1, 1, 1, 2)),),
+    ),
+]
+
+
+@pytest.mark.parametrize("desc, inputs, expected", SEEDS)
+def test_documented_and_worked_examples(desc, inputs, expected):
+    S.assert_same(S.run(S.Case(desc, tuple(inputs))), expected)
+    S.assert_same(reference.reference(desc, *inputs), expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties against the reference
+
+_FLOAT_SCALES = [0.5, 0.25, 1.0, 2.0, 0.125, 3.0, 0.1, 0.037, 7.5]
+
+
+def _floats(rng, shape, scale_values, dtype) -> np.ndarray:
+    """Spread values, exact ties (k + 0.5 steps of a power-of-two scale) and now and then NaN or
+    infinities."""
+    x = rng.uniform(-200, 200, shape)
+    ties = (rng.integers(-20, 20, shape) + 0.5) * rng.choice([0.5, 1.0, 0.25], shape)
+    x = np.where(rng.random(shape) < 0.3, ties, x)
+    if rng.random() < 0.3 and x.size:
+        x.ravel()[rng.integers(0, x.size, 2)] = rng.choice([NAN, INF, -INF], 2)
+    return x.astype(dtype)
+
+
+def _ints(rng, type_name: str, shape) -> np.ndarray:
+    held = reference.quantized.held_dtype(type_name)
+    lo, hi = {"INT4": (-8, 7), "UINT4": (0, 15)}.get(
+        type_name, (np.iinfo(held).min, np.iinfo(held).max)
+    )
+    if type_name in ("INT32", "UINT32") and rng.random() < 0.5:
+        return rng.integers(lo // 1000, hi // 1000, shape, endpoint=True).astype(held)
+    return rng.integers(lo, hi, shape, endpoint=True).astype(held)
+
+
+def _axis_values(rng, shape, axis, values) -> np.ndarray:
+    """A full-size parameter array: one value, or one per index of ``axis``."""
+    if axis is None:
+        return np.full(shape, rng.choice(values))
+    per = rng.choice(values, shape[axis])
+    return np.broadcast_to(per.reshape([-1 if i == axis else 1 for i in range(len(shape))]), shape)
+
+
+@st.composite
+def quantize_linear_cases(draw, dequantize: bool = False):
+    rng = draw(S.seeds())
+    shape = draw(S.shapes(max_elements=48))
+    axis = draw(st.sampled_from([None] + list(range(len(shape)))))
+    zero = draw(st.booleans())
+    if dequantize:
+        in_type = draw(st.sampled_from(["INT8", "UINT8", "INT16", "UINT16", "INT32", "UINT32"]))
+        out = draw(st.sampled_from(["FLOAT32", "FLOAT16"]))
+        desc = _dql(in_type, out, shape, zero)
+        x = _ints(rng, in_type, shape)
+        zp = _axis_values(rng, shape, axis, _ints(rng, in_type, (8,)))
+        scale = _axis_values(rng, shape, axis, _FLOAT_SCALES).astype(out.lower())
+    else:
+        in_type = draw(st.sampled_from(["FLOAT32", "FLOAT16", "INT32"]))
+        out = draw(st.sampled_from(["INT8", "UINT8"]))
+        desc = _ql(in_type, out, shape, zero)
+        x = (
+            _ints(rng, "INT32", shape)
+            if in_type == "INT32"
+            else _floats(rng, shape, 1, in_type.lower())
+        )
+        zp = _axis_values(rng, shape, axis, _ints(rng, out, (8,)))
+        scale_type = desc.scale_tensor.dtype
+        scale = _axis_values(rng, shape, axis, _FLOAT_SCALES).astype(scale_type)
+    inputs = (x, scale) + ((zp.astype(desc.input_slots()[2][1].dtype),) if zero else ())
+    return S.Case(desc, tuple(np.ascontiguousarray(v) for v in inputs))
+
+
+@given(case=st.one_of(quantize_linear_cases(), quantize_linear_cases(dequantize=True)))
+def test_quantize_dequantize_linear_match_reference(case):
+    S.assert_same(S.run(case), reference.reference(case.desc, *case.inputs))
+
+
+@st.composite
+def blocked_cases(draw, cls=None):
+    cls = cls or draw(st.sampled_from([Q, DQ]))
+    rng = draw(S.seeds())
+    shape = draw(S.shapes(ranks=(1, 2, 3, 4), max_elements=48))
+    blocks = tuple(draw(st.sampled_from([q for q in range(1, n + 1) if n % q == 0])) for n in shape)
+    kind = draw(st.sampled_from(["SCALE", "SCALE_ZERO_POINT"]))
+    real = draw(st.sampled_from(["FLOAT32", "FLOAT16"]))
+    quant = draw(st.sampled_from(["INT8", "UINT8", "INT4", "UINT4"]))
+    params = [t(real, *blocks)] + ([t(quant, *blocks)] if kind == "SCALE_ZERO_POINT" else [])
+    if cls is Q:
+        desc = _blocked(Q, t(real, *shape), params, t(quant, *shape), kind=kind)
+        x = _floats(rng, shape, 1, real.lower())
+    else:
+        desc = _blocked(DQ, t(quant, *shape), params, t(real, *shape), kind=kind)
+        x = _ints(rng, quant, shape)
+        if quant in ("INT4", "UINT4") and draw(st.booleans()):  # held values beyond 4 bits
+            x = _ints(rng, "INT8" if quant == "INT4" else "UINT8", shape)
+    scale = rng.choice(_FLOAT_SCALES, blocks).astype(real.lower())
+    inputs = (x, scale)
+    if kind == "SCALE_ZERO_POINT":
+        inputs += (_ints(rng, quant, blocks),)
+    if draw(st.booleans()):
+        desc = dataclasses.replace(desc, quantization_tensor_count=len(params))
+    return S.Case(desc, inputs)
+
+
+@given(case=blocked_cases())
+def test_quantize_and_dequantize_blocked_match_reference(case):
+    S.assert_same(S.run(case), reference.reference(case.desc, *case.inputs))
+
+
+@S.HALF
+@given(case=blocked_cases(Q))
+def test_dequantize_inverts_quantize_within_half_a_step(case):
+    """Within the range, dequantize(quantize(x)) is x to within half a scale step."""
+    desc = case.desc
+    (q,) = S.run(case)
+    back = _blocked(DQ, desc.output_tensor, desc.quantization_tensors, desc.input_tensor)
+    (y,) = S.run(S.Case(back, (q,) + case.inputs[1:]))
+    x = case.inputs[0].astype(np.float64)
+    scale = reference.quantized._expand(case.inputs[1], x.shape).astype(np.float64)
+    lo, hi = desc.output_tensor.data_type.integer_range
+    zero = (
+        0
+        if len(case.inputs) < 3
+        else reference.quantized._expand(
+            reference.quantized.read(case.inputs[2], desc.output_tensor.data_type.name), x.shape
+        )
+    )
+    steps = x / scale + zero
+    inside = np.isfinite(steps) & (steps > lo) & (steps < hi)
+    error = np.abs(y.astype(np.float64) - x)[inside]
+    assert np.all(error <= scale[inside] * (0.5 + 1e-3) + np.abs(x[inside]) * 1e-3)
+
+
+@st.composite
+def dynamic_cases(draw):
+    rng = draw(S.seeds())
+    shape = draw(S.shapes(max_elements=48))
+    in_type = draw(st.sampled_from(["FLOAT32", "FLOAT16"]))
+    out = draw(st.sampled_from(["UINT8", "INT8"]))
+    one = (1,) * len(shape)
+    desc = DYN(t(in_type, *shape), t(out, *shape), t("FLOAT32", *one), t(out, *one))
+    style = draw(st.sampled_from(["spread", "positive", "negative", "zeros", "nan"]))
+    x = rng.uniform(-50, 50, shape) * rng.choice([1e-3, 1, 10])
+    if style == "positive":
+        x = np.abs(x)
+    elif style == "negative":
+        x = -np.abs(x)
+    elif style == "zeros":
+        x = np.zeros(shape)
+    elif style == "nan":
+        x.ravel()[0] = NAN
+    return S.Case(desc, (x.astype(in_type.lower()),))
+
+
+@given(case=dynamic_cases())
+def test_dynamic_quantize_linear_matches_reference(case):
+    S.assert_same(S.run(case), reference.reference(case.desc, *case.inputs))
+
+
+@st.composite
+def quantized_add_cases(draw):
+    rng = draw(S.seeds())
+    shape = draw(S.shapes(max_elements=48))
+    one = (1,) * len(shape)
+    types = [draw(st.sampled_from(["INT8", "UINT8"])) for _ in range(3)]
+    zeros = [draw(st.booleans()) for _ in range(3)]
+    fields, inputs = {}, []
+    for side, type_name, zero in zip(("a", "b", "output"), types, zeros):
+        if side != "output":
+            fields[f"{side}_tensor"] = t(type_name, *shape)
+            inputs.append(_ints(rng, type_name, shape))
+        fields[f"{side}_scale_tensor"] = t("FLOAT32", *one)
+        inputs.append(np.full(one, rng.choice(_FLOAT_SCALES), np.float32))
+        if zero:
+            fields[f"{side}_zero_point_tensor"] = t(type_name, *one)
+            inputs.append(_ints(rng, type_name, one))
+    fields["output_tensor"] = t(types[2], *shape)
+    desc = QADD(**fields)
+    # Inputs in schema order: A, AScale, AZeroPoint, B, BScale, BZeroPoint, OutScale, OutZero.
+    return S.Case(desc, tuple(inputs))
+
+
+@given(case=quantized_add_cases())
+def test_quantized_linear_add_matches_reference(case):
+    S.assert_same(S.run(case), reference.reference(case.desc, *case.inputs))
+
+
+# --- matrix products -------------------------------------------------------------------------
+
+
+def _case(desc, values: dict) -> S.Case:
+    """A case whose inputs are ``values`` (by field name) in schema order."""
+    present = [f.name for f in desc.declared("input") if getattr(desc, f.name) is not None]
+    return S.Case(desc, tuple(values[name] for name in present))
+
+
+def _parameter_sizes(draw, mode: str, count: int, rank: int, axis: int, p_rank: int):
+    """Sizes of a parameter tensor of rank ``p_rank``: one value, or ``count`` along ``axis``
+    (1-D: the values themselves)."""
+    if mode == "tensor" or count == 1:
+        return (1,) * p_rank
+    if p_rank == 1:
+        return (count,)
+    sizes = [1] * rank
+    sizes[axis] = count
+    return tuple(sizes[rank - p_rank :])
+
+
+@st.composite
+def matrix_cases(draw, cls):
+    rng = draw(S.seeds())
+    rank = draw(st.integers(2, 4))
+    lead = tuple(draw(st.integers(1, 2)) for _ in range(rank - 2))
+    m, k, n = (draw(st.integers(1, 4)) for _ in range(3))
+    if cls is MMITF:
+        int_type = draw(st.sampled_from(["INT8", "UINT8", "INT16", "UINT16", "INT32", "UINT32"]))
+        a_type = b_type = int_type
+        float_type = draw(st.sampled_from(["FLOAT32", "FLOAT16"]))
+    else:
+        a_type, b_type = (draw(st.sampled_from(["INT8", "UINT8"])) for _ in range(2))
+        float_type = "FLOAT32"
+    # The parameter tensors share a rank (QLMM: all six; MMITF: its four); A's per-row axis
+    # needs two dimensions unless the tensor is 1-D.
+    p_rank = draw(st.sampled_from([1] + list(range(2, rank + 1))))
+    modes = {s: draw(st.sampled_from(["tensor", "axis"])) for s in ("a", "b", "output")}
+    axes = {"a": (rank - 2, m), "b": (rank - 1, n), "output": (rank - 2, m)}
+
+    def sizes(side):
+        axis, count = axes[side]
+        return _parameter_sizes(draw, modes[side], count, rank, axis, p_rank)
+
+    fields = {
+        "a_tensor": t(a_type, *lead, m, k),
+        "b_tensor": t(b_type, *lead, k, n),
+    }
+    values = {
+        "a_tensor": _ints(rng, a_type, (*lead, m, k)),
+        "b_tensor": _ints(rng, b_type, (*lead, k, n)),
+    }
+    if float_type == "FLOAT16":  # products of 16- and 32-bit values would overflow FLOAT16
+        values = {name: (v % 16).astype(v.dtype) for name, v in values.items()}
+    out_type = {MMI: "INT32", MMITF: float_type}.get(cls) or draw(
+        st.sampled_from(["INT8", "UINT8"])
+    )
+    sides = ("a", "b") if cls is not QLMM else ("a", "b", "output")
+    for side in sides:
+        owner = {"a": a_type, "b": b_type, "output": out_type}[side]
+        if cls is not MMI:
+            fields[f"{side}_scale_tensor"] = t(float_type, *sizes(side))
+            values[f"{side}_scale_tensor"] = rng.choice(_FLOAT_SCALES, sizes(side)).astype(
+                float_type.lower()
+            )
+        if draw(st.booleans()):
+            fields[f"{side}_zero_point_tensor"] = t(owner, *sizes(side))
+            zero = _ints(rng, owner, sizes(side))
+            if float_type == "FLOAT16":
+                zero = (zero % 16).astype(zero.dtype)
+            values[f"{side}_zero_point_tensor"] = zero
+    if cls is MMITF and draw(st.booleans()):
+        fields["bias_tensor"] = t(float_type, *lead, m, n)
+        values["bias_tensor"] = rng.uniform(-4, 4, (*lead, m, n)).astype(float_type.lower())
+    fields["output_tensor"] = t(out_type, *lead, m, n)
+    desc = cls(**fields)
+    return _case(desc, values)
+
+
+@S.HALF
+@given(case=matrix_cases(MMITF))
+def test_matrix_multiply_integer_to_float_matches_reference(case):
+    (got,) = S.run(case)
+    (want,) = reference.reference(case.desc, *case.inputs)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    # float32 roundings of the products (16- and 32-bit inputs are dequantized first).
+    half = got.dtype == np.float16
+    assert np.all(np.isfinite(want))
+    scale = np.max(np.abs(want.astype(np.float64)), initial=1.0)
+    np.testing.assert_allclose(
+        got.astype(np.float64),
+        want.astype(np.float64),
+        rtol=2e-3 if half else 1e-5,
+        atol=(2e-3 if half else 1e-5) * scale,
+    )
+
+
+# --- convolutions ----------------------------------------------------------------------------
+
+
+@st.composite
+def conv_cases(draw, cls):
+    rng = draw(S.seeds())
+    dims = draw(st.integers(1, 2))
+    rank = dims + 2
+    groups = draw(st.integers(1, 2))
+    c, k_per = groups * draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    k = groups * k_per
+    kernel = tuple(draw(st.integers(1, 3)) for _ in range(dims))
+    geometry = {
+        "strides": tuple(draw(st.integers(1, 2)) for _ in range(dims)),
+        "dilations": tuple(draw(st.integers(1, 2)) for _ in range(dims)),
+        "start_padding": tuple(draw(st.integers(0, 2)) for _ in range(dims)),
+        "end_padding": tuple(draw(st.integers(0, 2)) for _ in range(dims)),
+        "group_count": groups,
+    }
+    size = tuple(draw(st.integers(1, 5)) for _ in range(dims))
+    n = draw(st.integers(1, 2))
+    x_type, w_type = (draw(st.sampled_from(["INT8", "UINT8"])) for _ in range(2))
+    out_type = "INT32" if cls is CONVI else draw(st.sampled_from(["INT8", "UINT8"]))
+    probe = CONVI(
+        t(x_type, n, c, *size),
+        None,
+        t(w_type, k, c // groups, *kernel),
+        None,
+        t("INT32", n, k, *size),
+        **geometry,
+    )
+    out_sizes = conv_output_sizes(probe)
+    assume(all(s >= 1 for s in out_sizes))
+    fields = {"input_tensor": probe.input_tensor, "filter_tensor": probe.filter_tensor}
+    values = {
+        "input_tensor": _ints(rng, x_type, probe.input_tensor.sizes),
+        "filter_tensor": _ints(rng, w_type, probe.filter_tensor.sizes),
+    }
+    z_rank = draw(st.integers(1, rank))  # CONVOLUTION_INTEGER: both zero points share it
+    params = [("input", x_type, 1), ("filter", w_type, k), ("output", out_type, 1)]
+    for side, owner, count in params if cls is QCONV else params[:2]:
+        mode = draw(st.sampled_from(["tensor", "axis"]))
+        p_rank = z_rank if cls is CONVI else draw(st.integers(1, rank))
+        sizes = _parameter_sizes(draw, mode, count, rank, 1, p_rank)
+        if cls is QCONV:
+            s_rank = draw(st.integers(1, rank))
+            s_sizes = _parameter_sizes(draw, mode, count, rank, 1, s_rank)
+            fields[f"{side}_scale_tensor"] = t("FLOAT32", *s_sizes)
+            values[f"{side}_scale_tensor"] = rng.choice(_FLOAT_SCALES, s_sizes).astype(np.float32)
+        if draw(st.booleans()):
+            fields[f"{side}_zero_point_tensor"] = t(owner, *sizes)
+            values[f"{side}_zero_point_tensor"] = _ints(rng, owner, sizes)
+    if cls is QCONV and draw(st.booleans()):
+        bias = (1, k) + (1,) * dims
+        fields["bias_tensor"] = t("INT32", *bias)
+        values["bias_tensor"] = rng.integers(-1000, 1000, bias).astype(np.int32)
+    fields["output_tensor"] = t(out_type, *out_sizes)
+    desc = cls(**fields, **geometry, dimension_count=draw(st.sampled_from([None, dims])))
+    return _case(desc, values)
+
+
+_INTEGER_SUMS = {
+    "MATRIX_MULTIPLY_INTEGER": lambda: matrix_cases(MMI),
+    "QUANTIZED_LINEAR_MATRIX_MULTIPLY": lambda: matrix_cases(QLMM),
+    "CONVOLUTION_INTEGER": lambda: conv_cases(CONVI),
+    "QUANTIZED_LINEAR_CONVOLUTION": lambda: conv_cases(QCONV),
+}
+
+
+@pytest.mark.parametrize("name", list(_INTEGER_SUMS))
+@S.HALF
+@given(data=st.data())
+def test_integer_and_quantized_products_match_reference(name, data):
+    case = data.draw(_INTEGER_SUMS[name]())
+    S.assert_same(S.run(case), reference.reference(case.desc, *case.inputs))
+
+
+def test_integer_convolution_equals_float_convolution_of_the_differences():
+    """CONVOLUTION_INTEGER is CONVOLUTION (CROSS_CORRELATION, FORWARD) of the zero-point
+    differences, exactly (small integers are exact in float32)."""
+    rng = np.random.default_rng(5)
+    x, w = _ints(rng, "UINT8", (2, 4, 5, 6)), _ints(rng, "INT8", (6, 2, 3, 2))
+    zx, zw = u8([100]), i8([3, -2, 0, 1, 5, -7])
+    geometry = _conv_fields(
+        strides=(2, 1), dilations=(1, 2), start_padding=(1, 0), end_padding=(2, 1), group_count=2
+    )
+    probe = CONVI(
+        t("UINT8", 2, 4, 5, 6),
+        t("UINT8", 1),
+        t("INT8", 6, 2, 3, 2),
+        t("INT8", 6),
+        t("INT32", 2, 6, 1, 1),
+        **geometry,
+    )
+    out = conv_output_sizes(probe)
+    desc = dataclasses.replace(probe, output_tensor=t("INT32", *out))
+    (got,) = S.run(S.Case(desc, (x, zx, w, zw)))
+    fdesc = dml.ConvolutionOperatorDesc(
+        t("FLOAT32", 2, 4, 5, 6),
+        t("FLOAT32", 6, 2, 3, 2),
+        None,
+        t("FLOAT32", *out),
+        output_padding=(0, 0),
+        **geometry,
+    )
+    xf = x.astype(np.float32) - 100
+    wf = w.astype(np.float32) - zw.astype(np.float32).reshape(6, 1, 1, 1)
+    (want,) = S.run(S.Case(fdesc, (xf, wf)))
+    np.testing.assert_array_equal(got, want.astype(np.int32))
+
+
+# --- pooling ---------------------------------------------------------------------------------
+
+
+@st.composite
+def pooling_cases(draw):
+    rng = draw(S.seeds())
+    dims = draw(st.sampled_from([2, 3]))
+    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    spatial, window, strides, dilations, start, end = draw(windows(dims, 48 // (n * c), True))
+    x_type, out_type = (draw(st.sampled_from(["INT8", "UINT8"])) for _ in range(2))
+    x = t(x_type, n, c, *spatial)
+    geometry = {
+        "strides": tuple(strides),
+        "window_size": tuple(window),
+        "start_padding": tuple(start),
+        "end_padding": tuple(end),
+        "dilations": tuple(dilations),
+        "include_padding": draw(st.booleans()),
+    }
+    probe = QPOOL(x, t("FLOAT32", 1), None, t("FLOAT32", 1), None, x, **geometry)
+    out_sizes = (n, c) + dml.ops.pooling.window_plan(probe).outputs
+    fields = {"input_tensor": x}
+    values = {"input_tensor": _ints(rng, x_type, x.sizes)}
+    for side, owner in (("input", x_type), ("output", out_type)):
+        mode = draw(st.sampled_from(["tensor", "axis"]))
+        for kind in ("scale", "zero_point"):
+            p_rank = draw(st.integers(1, dims + 2))
+            sizes = _parameter_sizes(draw, mode, c, dims + 2, 1, p_rank)
+            if kind == "zero_point" and draw(st.booleans()):
+                continue
+            name = f"{side}_{kind}_tensor"
+            fields[name] = t("FLOAT32" if kind == "scale" else owner, *sizes)
+            values[name] = (
+                rng.choice(_FLOAT_SCALES, sizes).astype(np.float32)
+                if kind == "scale"
+                else _ints(rng, owner, sizes)
+            )
+    desc = QPOOL(**fields, output_tensor=t(out_type, *out_sizes), **geometry)
+    return _case(desc, values)
+
+
+@given(case=pooling_cases())
+def test_quantized_average_pooling_matches_reference(case):
+    S.assert_same(S.run(case), reference.reference(case.desc, *case.inputs))
+
+
+# --- transforms ------------------------------------------------------------------------------
+
+_CASES = st.one_of(
+    quantize_linear_cases(),
+    quantize_linear_cases(dequantize=True),
+    blocked_cases(),
+    dynamic_cases(),
+    quantized_add_cases(),
+    matrix_cases(MMI),
+    matrix_cases(QLMM),
+    matrix_cases(MMITF),
+    conv_cases(CONVI),
+    conv_cases(QCONV),
+    pooling_cases(),
+)
+
+
+@S.FEW
+@given(case=_CASES)
+def test_eager_equals_jit_and_vmap_equals_a_loop(case):
+    S.check_jit(case)
+    S.check_vmap(case)
+
+
+@pytest.mark.parametrize("cls", ALL, ids=lambda c: c.__name__)
+def test_quantized_operators_are_not_differentiable(cls):
+    desc = catalog.example_desc(registry.lookup(cls.operator_type))
+    assert dml.compile_operator(desc).differentiable is False
+
+
+# ---------------------------------------------------------------------------------------------
+# DirectML's broadcasting (buffer mode), 4-bit storage, choices where DirectML is silent
+
+
+def test_per_axis_parameters_broadcast_through_strides():
+    """ELEMENT_WISE_QUANTIZE_LINEAR / DEQUANTIZE_LINEAR take per-tensor and per-axis
+    parameters as DirectML does: full-size descs with stride 0 in buffer mode."""
+    x = f32([[1.0, 2.0, 3.0], [-1.0, -2.0, -3.0]])
+    per_column = T("FLOAT32", [2, 3], strides=[0, 1])
+    zero = T("UINT8", [2, 3], strides=[0, 0])
+    desc = QL(t("FLOAT32", 2, 3), per_column, zero, t("UINT8", 2, 3))
+    op = dml.compile_operator(desc)
+    (got,) = op.run_buffers([x.ravel(), f32([1.0, 0.5, 2.0]), u8([100])], [np.zeros(6, np.uint8)])
+    np.testing.assert_array_equal(got, u8([101, 104, 102, 99, 96, 98]))
+    back = DQL(t("UINT8", 2, 3), per_column, zero, t("FLOAT32", 2, 3))
+    (y,) = dml.compile_operator(back).run_buffers(
+        [got, f32([1.0, 0.5, 2.0]), u8([100])], [np.zeros(6, np.float32)]
+    )
+    np.testing.assert_array_equal(y, f32([1, 2, 4, -1, -2, -4]))
+
+
+def test_four_bit_tensors_are_packed_in_memory_and_held_one_per_byte():
+    """NOTES.md 1.3 / 1.4: UINT4 Sizes {5} needs 20 bits, 3 bytes, 4 after rounding; element 0
+    is the low nibble. dml_jax arrays hold one element per byte (int8 / uint8)."""
+    assert calc_buffer_tensor_size(dml.DataType.UINT4, (5,), None) == 4
+    assert T("INT4", [9]).total_tensor_size_in_bytes == 8  # 36 bits: 5 bytes -> 8
+    assert T("INT4", [2, 3], strides=[0, 1]).total_tensor_size_in_bytes == 4
+    assert list(pack_4bit([1, 2, 3, 4, 5])) == [0x21, 0x43, 0x05]
+    np.testing.assert_array_equal(unpack_4bit([0x21, 0x43, 0x05], 5, "UINT4"), u8([1, 2, 3, 4, 5]))
+    np.testing.assert_array_equal(unpack_4bit(pack_4bit([-8, 7, -1]), 3, "INT4"), i8([-8, 7, -1]))
+    assert dml.DataType.INT4.numpy_dtype == np.int8 and dml.DataType.UINT4.size == 1
+    assert dml.DataType.from_dtype(np.int8) is dml.DataType.INT8
+    desc = _blocked(DQ, t("UINT4", 2), [t("FLOAT32", 1)], t("FLOAT32", 2))
+    with pytest.raises(dml.ValidationError, match=r"InputTensor expects dtype uint8"):
+        dml.compile_operator(desc)(i8([1, 2]), f32([1.0]))
+
+
+def test_four_bit_types_are_refused_where_dml_jax_has_no_representation(tmp_path):
+    """DML_SCALAR_UNION has no 4-bit member; the model runner does not pack resources."""
+    union = {
+        "type": "DML_OPERATOR_FILL_VALUE_CONSTANT",
+        "desc": {
+            "OutputTensor": {"DataType": "INT8", "Sizes": [2]},
+            "ValueDataType": "INT4",
+            "Value": 3,
+        },
+    }
+    with pytest.raises(dml.ValidationError, match=r"Value cannot be read in INT4"):
+        dml.operator_desc_from_json(union)
+    from dml_jax import cli
+
+    model = catalog.example_model(registry.lookup("DML_OPERATOR_DEQUANTIZE"))
+    model["resources"]["InputTensor"]["initialValuesDataType"] = "INT4"
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(model))
+    assert cli.main(["run", str(path)]) == 1
+    model["resources"]["InputTensor"]["initialValuesDataType"] = "INT8"
+    model["dispatchables"]["dequantize"]["desc"]["InputTensor"]["DataType"] = "INT4"
+    model["dispatchables"]["dequantize"]["desc"]["QuantizationTensors"][1]["DataType"] = "INT4"
+    path.write_text(json.dumps(model))
+    assert cli.main(["run", str(path)]) == 1
+
+
+def test_quantize_of_nan_infinity_and_a_zero_scale():
+    """docs/semantics.md: NaN quantizes to the zero point, +-inf saturate, a zero scale
+    divides by zero (IEEE): +-inf saturate and 0 / 0 gives the zero point."""
+    desc = _ql(out="INT8", sizes=(5,))
+    x = f32([NAN, INF, -INF, 3.0, 0.0])
+    (got,) = S.run(S.Case(desc, (x, f32([1, 1, 1, 0, 0]), i8([5] * 5))))
+    np.testing.assert_array_equal(got, i8([5, 127, -128, 127, 5]))
+
+
+def test_rounding_is_half_to_even_at_every_tie():
+    ties = np.arange(-10, 10, dtype=np.float32) + np.float32(0.5)
+    desc = _ql(out="INT8", sizes=(20,), zero=False)
+    (got,) = S.run(S.Case(desc, (ties, np.ones(20, np.float32))))
+    np.testing.assert_array_equal(got, np.rint(ties).astype(np.int8))
+    assert set(got.astype(int) % 2) == {0}
+
+
+def test_zero_point_is_optional_from_feature_level_6_2():
+    desc = _ql(zero=False)
+    dml.validate(desc, "6_2")
+    with pytest.raises(
+        dml.ValidationError, match=r"ZeroPointTensor is required below feature level 6_2"
+    ):
+        dml.validate(desc, "6_1")
+    dml.validate(_ql(), "6_1")
+
+
+def test_quantized_add_rounds_each_product_before_the_sum():
+    """AValue and BValue are each rounded to float32 before they are added, as the formula
+    says (XLA would fuse a product into the addition): with A = 3 and AScale = float32(1/3),
+    AValue rounds to exactly 1, so AValue - 1 is 0 and quantizes to 0; the fused
+    ``3 * AScale - 1`` keeps the product's residue (about 3e-8), which an OutputScale of 1.5
+    residues would quantize to 1."""
+    one = (1,)
+    desc = QADD(
+        t("UINT8", 1),
+        t("FLOAT32", *one),
+        None,
+        t("UINT8", 1),
+        t("FLOAT32", *one),
+        None,
+        t("FLOAT32", *one),
+        None,
+        t("UINT8", 1),
+    )
+    third = np.float32(1) / np.float32(3)
+    a_value = np.float32(3) * third  # rounds to 1.0 exactly
+    assert a_value == np.float32(1)
+    residue = float(np.float64(3) * np.float64(third) - 1)  # what a fused product would keep
+    out_scale = np.float32(abs(residue)) * np.float32(1.5)
+    inputs = (u8([3]), f32([third]), u8([1]), f32([-1.0]), f32([out_scale]))
+    (got,) = S.run(S.Case(desc, inputs))
+    np.testing.assert_array_equal(got, u8([0]))
+    S.check_jit(S.Case(desc, inputs))
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules: one row per rule
+
+
+def _mmi(
+    a=(1, 1, 2, 3),
+    b=(1, 1, 3, 2),
+    out=(1, 1, 2, 2),
+    az=None,
+    bz=None,
+    at="UINT8",
+    bt="INT8",
+    ot="INT32",
+    azt=None,
+    bzt=None,
+):
+    return lambda: MMI(
+        t(at, *a),
+        None if az is None else t(azt or at, *az),
+        t(bt, *b),
+        None if bz is None else t(bzt or bt, *bz),
+        t(ot, *out),
+    )
+
+
+def _qlmm(params=(4, 4, 4, 4, 4, 4), shapes=None, ot="UINT8", ozt="UINT8"):
+    shapes = shapes or {}
+    default = {n: (1,) * r for n, r in zip(("as", "az", "bs", "bz", "os", "oz"), params)}
+    default.update(shapes)
+
+    def make():
+        return QLMM(
+            t("INT8", 1, 1, 2, 3),
+            t("FLOAT32", *default["as"]),
+            t("INT8", *default["az"]),
+            t("INT8", 1, 1, 3, 2),
+            t("FLOAT32", *default["bs"]),
+            t("INT8", *default["bz"]),
+            t("FLOAT32", *default["os"]),
+            t(ozt, *default["oz"]),
+            t(ot, 1, 1, 2, 2),
+        )
+
+    return make
+
+
+def _mmitf(at="INT8", bt="INT8", st_="FLOAT32", ot="FLOAT32", bias=None, a_scale=(1, 1)):
+    return lambda: MMITF(
+        t(at, 2, 3),
+        t(st_, *a_scale),
+        None,
+        t(bt, 3, 4),
+        t(st_, 1, 1),
+        None,
+        None if bias is None else t(ot, *bias),
+        t(ot, 2, 4),
+    )
+
+
+def _convi(
+    x=(1, 2, 4, 4), w=(2, 2, 3, 3), out=(1, 2, 2, 2), xz=None, wz=None, wzt="INT8", ot="INT32", **kw
+):
+    dims = len(x) - 2
+    fields = _conv_fields(dims, **kw)
+    return lambda: CONVI(
+        t("UINT8", *x),
+        None if xz is None else t("UINT8", *xz),
+        t("INT8", *w),
+        None if wz is None else t(wzt, *wz),
+        t(ot, *out),
+        **fields,
+    )
+
+
+def _qconv(
+    bias=None,
+    bt="INT32",
+    fs=(1, 2, 1, 1),
+    is_=(1, 1, 1, 1),
+    os=(1, 1, 1, 1),
+    ozt="INT8",
+    out=(1, 2, 2, 2),
+):
+    return lambda: QCONV(
+        t("UINT8", 1, 1, 3, 3),
+        t("FLOAT32", *is_),
+        None,
+        t("INT8", 2, 1, 2, 2),
+        t("FLOAT32", *fs),
+        None,
+        None if bias is None else t(bt, *bias),
+        t("FLOAT32", *os),
+        t(ozt, *os),
+        t("INT8", *out),
+        **_conv_fields(),
+    )
+
+
+def _qpool(
+    x=(1, 2, 3, 3), out=(1, 2, 2, 2), scale=(1, 2, 1, 1), izt="UINT8", ozt="INT8", xt="UINT8", **kw
+):
+    dims = len(x) - 2
+    fields = _pool_fields(dims, **kw)
+    return lambda: QPOOL(
+        t(xt, *x),
+        t("FLOAT32", *scale),
+        t(izt, 1),
+        t("FLOAT32", 1),
+        t(ozt, 1),
+        t("INT8", *out),
+        **fields,
+    )
+
+
+QLP, DQLP = (
+    "^DML_OPERATOR_ELEMENT_WISE_QUANTIZE_LINEAR: ",
+    "^DML_OPERATOR_ELEMENT_WISE_DEQUANTIZE_LINEAR: ",
+)
+QP, DQP = "^DML_OPERATOR_QUANTIZE: ", "^DML_OPERATOR_DEQUANTIZE: "
+DYNP, ADDP = (
+    "^DML_OPERATOR_DYNAMIC_QUANTIZE_LINEAR: ",
+    "^DML_OPERATOR_ELEMENT_WISE_QUANTIZED_LINEAR_ADD: ",
+)
+MMIP, MMITFP = (
+    "^DML_OPERATOR_MATRIX_MULTIPLY_INTEGER: ",
+    "^DML_OPERATOR_MATRIX_MULTIPLY_INTEGER_TO_FLOAT: ",
+)
+QLMMP, CONVIP = (
+    "^DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY: ",
+    "^DML_OPERATOR_CONVOLUTION_INTEGER: ",
+)
+QCONVP, QPOOLP = (
+    "^DML_OPERATOR_QUANTIZED_LINEAR_CONVOLUTION: ",
+    "^DML_OPERATOR_QUANTIZED_LINEAR_AVERAGE_POOLING: ",
+)
+
+
+def _add(scale=(1,), zt="INT8", b=(4,), rank_of_b_scale=1):
+    return lambda: QADD(
+        t("INT8", 4),
+        t("FLOAT32", *scale),
+        t(zt, 1),
+        t("INT8", *b),
+        t("FLOAT32", *(1,) * rank_of_b_scale),
+        None,
+        t("FLOAT32", 1),
+        None,
+        t("UINT8", 4),
+    )
+
+
+def _dyn(scale=(1, 1), zt="UINT8", st_="FLOAT32", out=(2, 3)):
+    return lambda: DYN(t("FLOAT32", 2, 3), t("UINT8", *out), t(st_, *scale), t(zt, 1, 1))
+
+
+INVALID_ROWS = [
+    # ELEMENT_WISE_QUANTIZE_LINEAR
+    (
+        lambda: QL(t("FLOAT32", 6), t("FLOAT32", 3), t("UINT8", 6), t("UINT8", 6)),
+        QLP + r"ScaleTensor\.Sizes must equal InputTensor\.Sizes",
+    ),
+    (
+        lambda: QL(t("FLOAT32", 6), t("FLOAT32", 1, 6), t("UINT8", 6), t("UINT8", 6)),
+        QLP + r"ScaleTensor\.DimensionCount must equal InputTensor\.DimensionCount",
+    ),
+    (
+        lambda: _ql("FLOAT16", scale_type="FLOAT32"),
+        QLP + r"ScaleTensor\.DataType must equal InputTensor\.DataType \(FLOAT16\), got FLOAT32",
+    ),
+    (
+        lambda: _ql("INT32", scale_type="FLOAT16"),
+        QLP + r"ScaleTensor\.DataType must equal FLOAT32 for an INT32 InputTensor",
+    ),
+    (
+        lambda: QL(t("FLOAT32", 6), t("FLOAT32", 6), t("INT8", 6), t("UINT8", 6)),
+        QLP + r"ZeroPointTensor\.DataType must equal OutputTensor\.DataType \(UINT8\), got INT8",
+    ),
+    (lambda: _ql(out="INT32"), QLP + r"ZeroPointTensor with data type INT32 .* no feature level"),
+    (lambda: _ql("FLOAT64"), QLP + r"InputTensor with data type FLOAT64"),
+    # ELEMENT_WISE_DEQUANTIZE_LINEAR
+    (
+        lambda: DQL(t("UINT8", 4), t("FLOAT32", 4), t("INT8", 4), t("FLOAT32", 4)),
+        DQLP + r"ZeroPointTensor\.DataType must equal InputTensor\.DataType \(UINT8\)",
+    ),
+    (
+        lambda: _dql(out="FLOAT16", scale_type="FLOAT32"),
+        DQLP + r"ScaleTensor\.DataType must equal OutputTensor\.DataType \(FLOAT16\)",
+    ),
+    (
+        lambda: DQL(t("UINT8", 4), t("FLOAT32", 4), t("UINT8", 4), t("FLOAT32", 2, 2)),
+        DQLP + r"OutputTensor\.DimensionCount must equal InputTensor\.DimensionCount",
+    ),
+    (lambda: _dql("INT4"), DQLP + r"InputTensor with data type INT4 .* no feature level"),
+    # QUANTIZE / DEQUANTIZE
+    (
+        lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1)], t("INT8", 4), kind="NONE"),
+        QP + r"QuantizationType must be SCALE or SCALE_ZERO_POINT, got NONE",
+    ),
+    (
+        lambda: _blocked(
+            Q, t("FLOAT32", 4), [t("FLOAT32", 1), t("INT8", 1)], t("INT8", 4), kind="SCALE"
+        ),
+        QP + r"QuantizationTensors must hold 1 tensor for SCALE \(the scale\), got 2",
+    ),
+    (
+        lambda: _blocked(
+            DQ, t("INT8", 4), [t("FLOAT32", 1)], t("FLOAT32", 4), kind="SCALE_ZERO_POINT"
+        ),
+        DQP + r"QuantizationTensors must hold 2 tensors for SCALE_ZERO_POINT",
+    ),
+    (
+        lambda: _blocked(
+            Q, t("FLOAT32", 4), [t("FLOAT32", 1)], t("INT8", 4), quantization_tensor_count=2
+        ),
+        QP + r"QuantizationTensorCount must equal the length of QuantizationTensors \(1\), got 2",
+    ),
+    (
+        lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1, 1)], t("INT8", 4)),
+        QP + r"QuantizationTensors\[0\]\.DimensionCount must equal InputTensor\.DimensionCount",
+    ),
+    (
+        lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT16", 1)], t("INT8", 4)),
+        QP + r"QuantizationTensors\[0\]\.DataType must equal InputTensor\.DataType \(FLOAT32\)",
+    ),
+    (
+        lambda: _blocked(DQ, t("INT8", 4), [t("FLOAT16", 1)], t("FLOAT32", 4)),
+        DQP + r"QuantizationTensors\[0\]\.DataType must equal OutputTensor\.DataType \(FLOAT32\)",
+    ),
+    (
+        lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 2), t("UINT8", 2)], t("INT8", 4)),
+        QP + r"QuantizationTensors\[1\]\.DataType must equal OutputTensor\.DataType \(INT8\)",
+    ),
+    (
+        lambda: _blocked(DQ, t("INT4", 4), [t("FLOAT32", 2), t("INT4", 4)], t("FLOAT32", 4)),
+        DQP + r"QuantizationTensors\[1\]\.Sizes must equal QuantizationTensors\[0\]\.Sizes",
+    ),
+    (
+        lambda: _blocked(Q, t("FLOAT32", 2, 6), [t("FLOAT32", 2, 4)], t("UINT4", 2, 6)),
+        QP
+        + r"QuantizationTensors\[0\]\.Sizes\[1\] \(4\) must divide InputTensor\.Sizes\[1\] \(6\)",
+    ),
+    (
+        lambda: _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1)], t("INT8", 5)),
+        QP + r"OutputTensor\.Sizes\[0\] must equal 4, got 5",
+    ),
+    (
+        lambda: _blocked(DQ, t("INT16", 4), [t("FLOAT32", 1)], t("FLOAT32", 4)),
+        DQP + r"InputTensor with data type INT16 .* no feature level",
+    ),
+    # DYNAMIC_QUANTIZE_LINEAR
+    (_dyn(scale=(1,)), DYNP + r"OutputScaleTensor\.DimensionCount must equal InputTensor"),
+    (_dyn(zt="INT8"), DYNP + r"OutputZeroPointTensor\.DataType must equal OutputTensor\.DataType"),
+    (_dyn(scale=(1, 3)), DYNP + r"OutputScaleTensor\.Sizes\[1\] must equal 1, got 3"),
+    (_dyn(out=(3, 2)), DYNP + r"OutputTensor\.Sizes\[0\] must equal 2, got 3"),
+    (_dyn(st_="FLOAT16"), DYNP + r"OutputScaleTensor\.DataType must equal FLOAT32, got FLOAT16"),
+    # ELEMENT_WISE_QUANTIZED_LINEAR_ADD
+    (
+        _add(rank_of_b_scale=2),
+        ADDP + r"BScaleTensor\.DimensionCount must equal ATensor\.DimensionCount",
+    ),
+    (_add(b=(2,)), ADDP + r"BTensor\.Sizes must equal ATensor\.Sizes \(\{4\}\), got \{2\}"),
+    (
+        _add(scale=(2,)),
+        ADDP + r"AScaleTensor\.Sizes must hold one element \(every size 1\), got \{2\}",
+    ),
+    (_add(zt="UINT8"), ADDP + r"AZeroPointTensor\.DataType must equal ATensor\.DataType \(INT8\)"),
+    (
+        lambda: QADD(
+            t("INT8", 4),
+            t("INT8", 1),
+            None,
+            t("INT8", 4),
+            t("FLOAT32", 1),
+            None,
+            t("FLOAT32", 1),
+            None,
+            t("INT8", 4),
+        ),
+        ADDP + r"AScaleTensor with data type INT8",
+    ),
+    # MATRIX_MULTIPLY_INTEGER
+    (_mmi(a=(3,), b=(3,), out=(1,)), MMIP + r"ATensor\.DimensionCount must be at least 2, got 1"),
+    (_mmi(b=(1, 3, 2)), MMIP + r"BTensor\.DimensionCount must equal ATensor\.DimensionCount"),
+    (
+        _mmi(b=(1, 2, 3, 2), out=(1, 2, 2, 2)),
+        MMIP + r"BTensor\.Sizes must equal ATensor\.Sizes \(leading",
+    ),
+    (_mmi(b=(1, 1, 4, 2)), MMIP + r"BTensor\.Sizes must have K = 3 .*, got 4"),
+    (
+        _mmi(az=(1, 1, 1, 2)),
+        MMIP
+        + r"AZeroPointTensor\.Sizes must hold one value \(every size 1\) or 2 values "
+        + r"\(per row of A: \{1, 1, 2, 1\}",
+    ),
+    (
+        _mmi(az=(1, 1, 2, 1), azt="INT8"),
+        MMIP + r"AZeroPointTensor\.DataType must equal ATensor\.DataType \(UINT8\)",
+    ),
+    (
+        _mmi(bz=(3,)),
+        MMIP + r"BZeroPointTensor\.Sizes must hold one value .* or 2 values \(per column of B",
+    ),
+    (_mmi(bz=(1, 1, 1, 1, 1)), MMIP + r"BZeroPointTensor\.DimensionCount must be at most 4"),
+    (_mmi(out=(1, 1, 2, 3)), MMIP + r"OutputTensor\.Sizes\[3\] must equal 2, got 3"),
+    (_mmi(ot="INT8"), MMIP + r"OutputTensor\.DataType must equal INT32, got INT8"),
+    (_mmi(at="INT16"), MMIP + r"ATensor with data type INT16 .* no feature level"),
+    # MATRIX_MULTIPLY_INTEGER_TO_FLOAT
+    (_mmitf(bt="UINT8"), MMITFP + r"BTensor\.DataType must equal ATensor\.DataType \(INT8\)"),
+    (
+        _mmitf(st_="FLOAT16"),
+        MMITFP + r"AScaleTensor\.DataType must equal OutputTensor\.DataType \(FLOAT32\)",
+    ),
+    (
+        _mmitf(a_scale=(1,)),
+        MMITFP + r"BScaleTensor\.DimensionCount must equal AScaleTensor\.DimensionCount",
+    ),
+    (_mmitf(bias=(2, 1)), MMITFP + r"BiasTensor\.Sizes must equal OutputTensor\.Sizes"),
+    (
+        _mmitf(bias=(1, 2, 4)),
+        MMITFP + r"BiasTensor\.DimensionCount must equal ATensor\.DimensionCount",
+    ),
+    (_mmitf(ot="INT32", st_="INT32"), MMITFP + r"AScaleTensor with data type INT32"),
+    # QUANTIZED_LINEAR_MATRIX_MULTIPLY
+    (
+        _qlmm(params=(4, 4, 4, 4, 4, 2)),
+        QLMMP + r"OutputZeroPointTensor\.DimensionCount must equal AScaleTensor",
+    ),
+    (
+        _qlmm(shapes={"os": (1, 1, 1, 2)}),
+        QLMMP + r"OutputScaleTensor\.Sizes must hold one value .* \(per row of the output",
+    ),
+    (
+        _qlmm(shapes={"bs": (1, 1, 2, 1)}),
+        QLMMP + r"BScaleTensor\.Sizes must hold one value .* \(per column of B",
+    ),
+    (
+        _qlmm(ozt="INT8"),
+        QLMMP + r"OutputZeroPointTensor\.DataType must equal OutputTensor\.DataType \(UINT8\)",
+    ),
+    (_qlmm(ot="INT32", ozt="INT32"), QLMMP + r"OutputZeroPointTensor with data type INT32"),
+    # CONVOLUTION_INTEGER
+    (
+        _convi(x=(1, 2, 4, 4, 4), w=(2, 2, 3, 3, 3), out=(1, 2, 2, 2, 2)),
+        CONVIP + r"DimensionCount must be 1 or 2, got 3",
+    ),
+    (
+        _convi(dimension_count=2, strides=(1,)),
+        CONVIP + r"DimensionCount must equal the length of Strides \(1\), got 2",
+    ),
+    (
+        _convi(w=(2, 2, 3)),
+        CONVIP + r"FilterTensor\.DimensionCount must equal InputTensor\.DimensionCount",
+    ),
+    (
+        _convi(xz=(1, 1, 1, 1), wz=(2,)),
+        CONVIP + r"FilterZeroPointTensor\.DimensionCount must equal InputZeroPointTensor",
+    ),
+    (
+        _convi(xz=(1, 2, 1, 1)),
+        CONVIP + r"InputZeroPointTensor\.Sizes must hold one value \(every size 1; per tensor\)",
+    ),
+    (
+        _convi(wz=(1, 3, 1, 1)),
+        CONVIP
+        + r"FilterZeroPointTensor\.Sizes must hold one value .* or 2 values \(per output channel",
+    ),
+    (
+        _convi(wz=(2,), wzt="UINT8"),
+        CONVIP + r"FilterZeroPointTensor\.DataType must equal FilterTensor\.DataType \(INT8\)",
+    ),
+    (_convi(strides=(0, 1)), CONVIP + r"Strides\[0\] must be >= 1, got 0"),
+    (
+        _convi(group_count=2, w=(2, 2, 3, 3)),
+        CONVIP + r"FilterTensor\.Sizes\[1\] times GroupCount must equal",
+    ),
+    (_convi(x=(1, 2, 2, 2)), CONVIP + r"OutputTensor\.Sizes would be \[1, 2, 0, 0\]"),
+    (_convi(out=(1, 2, 3, 3)), CONVIP + r"OutputTensor\.Sizes\[2\] must equal 2, got 3"),
+    (_convi(ot="INT8"), CONVIP + r"OutputTensor\.DataType must equal INT32, got INT8"),
+    # QUANTIZED_LINEAR_CONVOLUTION
+    (_qconv(bias=(1, 3, 1, 1)), QCONVP + r"BiasTensor\.Sizes must equal \{1, K, 1, \.\.\.\}"),
+    (_qconv(bias=(1, 2, 1, 1), bt="INT8"), QCONVP + r"BiasTensor with data type INT8"),
+    (
+        _qconv(fs=(1, 3, 1, 1)),
+        QCONVP + r"FilterScaleTensor\.Sizes must hold one value .* or 2 values",
+    ),
+    (
+        _qconv(is_=(1, 2, 1, 1)),
+        QCONVP + r"InputScaleTensor\.Sizes must hold one value \(every size 1; per tensor\)",
+    ),
+    (_qconv(os=(2, 1, 1, 1)), QCONVP + r"OutputScaleTensor\.Sizes must hold one value"),
+    (
+        _qconv(ozt="UINT8"),
+        QCONVP + r"OutputZeroPointTensor\.DataType must equal OutputTensor\.DataType \(INT8\)",
+    ),
+    (_qconv(out=(1, 2, 2, 1)), QCONVP + r"OutputTensor\.Sizes\[3\] must equal 2, got 1"),
+    # QUANTIZED_LINEAR_AVERAGE_POOLING
+    (
+        _qpool(x=(1, 2, 3), out=(1, 2, 2), scale=(1, 2, 1), window=(2,)),
+        QPOOLP + r"DimensionCount must be 2 or 3 \(spatial dimensions\), got 1",
+    ),
+    (
+        _qpool(window=(4, 2)),
+        QPOOLP
+        + r"InputTensor\.Sizes\[2\] plus StartPadding\[0\] and EndPadding\[0\] \(3\) "
+        + r"must hold the window",
+    ),
+    (_qpool(out=(1, 2, 2, 3)), QPOOLP + r"OutputTensor\.Sizes\[3\] must equal 2, got 3"),
+    (
+        _qpool(out=(1, 2, 4)),
+        QPOOLP + r"OutputTensor\.DimensionCount must equal InputTensor\.DimensionCount",
+    ),
+    (
+        _qpool(scale=(1, 3, 1, 1)),
+        QPOOLP + r"InputScaleTensor\.Sizes must hold one value .* or 2 values \(per channel",
+    ),
+    (
+        _qpool(izt="INT8"),
+        QPOOLP + r"InputZeroPointTensor\.DataType must equal InputTensor\.DataType \(UINT8\)",
+    ),
+    (
+        _qpool(ozt="UINT8"),
+        QPOOLP + r"OutputZeroPointTensor\.DataType must equal OutputTensor\.DataType \(INT8\)",
+    ),
+    (_qpool(xt="INT16", izt="INT16"), QPOOLP + r"InputTensor with data type INT16"),
+]
+
+
+@pytest.mark.parametrize("factory, pattern", INVALID_ROWS)
+def test_invalid_descriptions_are_rejected(factory, pattern):
+    with pytest.raises(dml.ValidationError, match=pattern):
+        dml.validate(factory())
+
+
+@pytest.mark.parametrize(
+    "factory, level, lowest",
+    [
+        (lambda: _ql(out="INT8", sizes=(1, 1, 1, 6)), "2_0", "2_1"),
+        (lambda: _ql(sizes=(6,)), "2_1", "3_0"),  # 1-D: 4-D only before 3_0
+        (lambda: _ql("FLOAT16", sizes=(1, 1, 1, 6)), "5_2", "6_0"),
+        (lambda: _dql("INT32", sizes=(1, 1, 2, 2)), "2_0", "2_1"),
+        (lambda: _dql(out="FLOAT16", sizes=(1, 1, 2, 2)), "5_2", "6_0"),
+        (_mmi(a=(2, 3), b=(3, 2), out=(2, 2)), "3_1", "4_0"),
+        (_mmi(bz=(2,)), "5_1", "5_2"),
+        (_qlmm(params=(2,) * 6), "3_1", "4_0"),
+        (_convi(x=(1, 2, 4), w=(2, 2, 3), out=(1, 2, 2), dimension_count=1), "3_1", "4_0"),
+        (_qconv(fs=(2,)), "5_1", "5_2"),
+    ],
+)
+def test_support_table_levels(factory, level, lowest):
+    with pytest.raises(
+        dml.ValidationError, match=f"the lowest feature level that supports it is {lowest}"
+    ):
+        dml.validate(factory(), feature_level=level)
+    dml.validate(factory(), feature_level=lowest)
+
+
+@pytest.mark.parametrize(
+    "cls, lowest",
+    [
+        (QL, "1_0"),
+        (DQL, "1_0"),
+        (QADD, "4_0"),
+        (DYN, "4_0"),
+        (MMI, "2_1"),
+        (QLMM, "2_1"),
+        (CONVI, "2_1"),
+        (QCONV, "2_1"),
+        (MMITF, "6_2"),
+        (QPOOL, "6_2"),
+        (Q, "6_3"),
+        (DQ, "6_3"),
+    ],
+)
+def test_introduction_levels(cls, lowest):
+    spec = registry.lookup(cls.operator_type)
+    assert min(r[0].level for r in spec.tables.values()).label == lowest
+
+
+def test_quantization_type_parses_every_spelling():
+    for spelling in ("SCALE", "DML_QUANTIZATION_TYPE_SCALE", dml.QuantizationType.SCALE):
+        desc = _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1)], t("INT8", 4), kind=spelling)
+        assert desc.quantization_type is dml.QuantizationType.SCALE
+    with pytest.raises(dml.ValidationError, match=r"QuantizationType must be a QuantizationType"):
+        _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1)], t("INT8", 4), kind="scale")
+
+
+def test_divisions_by_a_broadcast_scale_are_correctly_rounded():
+    """XLA turns a division by a broadcast value into a multiplication by its reciprocal, which
+    misses the correctly rounded quotient here (x / s is exactly 1.5, 3.5 and -6.5, ties to
+    even; x * (1 / s) lands just below or above them)."""
+    s = np.float32(1.914515495300293)
+    x = f32([2.8717732429504395, 6.700804233551025, -12.444351196289062])
+    want = np.rint(x / s).astype(np.int8)
+    assert not np.array_equal(want, np.rint(x * (np.float32(1) / s)).astype(np.int8))
+    desc = _blocked(Q, t("FLOAT32", 3), [t("FLOAT32", 1)], t("INT8", 3))
+    S.assert_same(S.run(S.Case(desc, (x, f32([s])))), (want,))
+    S.check_jit(S.Case(desc, (x, f32([s]))))
+
+
+def test_four_bit_buffers_hold_one_element_per_byte():
+    """Buffer mode reads a 4-bit tensor from a buffer of held elements (int8 for INT4), through
+    its strides; the low 4 bits of each are the value (-9 reads as 7)."""
+    x = T("INT4", [3], strides=[2])
+    desc = _blocked(DQ, x, [t("FLOAT32", 1), t("INT4", 1)], t("FLOAT32", 3))
+    op = dml.compile_operator(desc)
+    buffer = i8([1, 99, -9, 99, -8])
+    (got,) = op.run_buffers([buffer, f32([0.5]), i8([-1])], [np.zeros(3, np.float32)])
+    np.testing.assert_array_equal(got, f32([1.0, 4.0, -3.5]))
