@@ -276,6 +276,18 @@ class InterpolationMode(_DmlEnum):
     LINEAR = 1
 
 
+class MultiheadAttentionMaskType(_DmlEnum):
+    """DML_MULTIHEAD_ATTENTION_MASK_TYPE (feature level 6_1): how MULTIHEAD_ATTENTION(1) reads
+    its MaskTensor (none, key lengths, key end/start, key lengths with query/key offsets, or
+    0/1 values)."""
+
+    NONE = 0
+    KEY_SEQUENCE_LENGTH = 1
+    KEY_SEQUENCE_END_START = 2
+    KEY_QUERY_SEQUENCE_LENGTH_START_END = 3
+    BOOLEAN = 4
+
+
 _PREFIXES = {
     DataType: "DML_TENSOR_DATA_TYPE_",
     TensorFlags: "DML_TENSOR_FLAG_",
@@ -291,6 +303,7 @@ _PREFIXES = {
     PaddingMode: "DML_PADDING_MODE_",
     RandomGeneratorType: "DML_RANDOM_GENERATOR_TYPE_",
     InterpolationMode: "DML_INTERPOLATION_MODE_",
+    MultiheadAttentionMaskType: "DML_MULTIHEAD_ATTENTION_MASK_TYPE_",
 }
 
 NEWEST_FEATURE_LEVEL = FeatureLevel.newest()

@@ -247,6 +247,7 @@ ENUMS = {
     dml.PaddingMode: "DML_PADDING_MODE_",
     dml.RandomGeneratorType: "DML_RANDOM_GENERATOR_TYPE_",
     dml.InterpolationMode: "DML_INTERPOLATION_MODE_",
+    dml.MultiheadAttentionMaskType: "DML_MULTIHEAD_ATTENTION_MASK_TYPE_",
 }
 
 

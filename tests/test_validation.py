@@ -1200,4 +1200,5 @@ def test_every_exported_enum_is_checked():
         "PaddingMode",
         "RandomGeneratorType",
         "InterpolationMode",
+        "MultiheadAttentionMaskType",
     }
