@@ -1,12 +1,15 @@
-"""Commands: ``dispatch`` (with its bindings resolved), ``print`` and ``writeFile``."""
+"""Commands: ``dispatch`` (with its bindings resolved), ``print``, ``writeFile``, and the
+``printInitTemporary`` / ``printExecTemporary`` of a DxDispatch feature branch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from ..enums import DataType
 from .bindings import BoundTensor, resolve_bindings
 from .context import LoadContext, json_kind, member
+from .scalars import parse_data_type
 
 
 @dataclass
@@ -29,6 +32,20 @@ class WriteFileCommand:
     resource: str
     target: str
     dimensions: tuple[int, ...] | None
+
+
+@dataclass
+class PrintTemporaryCommand:
+    """``printInitTemporary`` / ``printExecTemporary`` (DxDispatch's MHA feature branch): print
+    the DirectML temporary buffer of the dispatchables' initialization / of the last dispatch,
+    when one exists. A dml-jax dispatchable has none (XLA allocates its own scratch memory), so
+    the command prints nothing, as DxDispatch does for an operator that needs no temporary
+    buffer. ``dataType`` and ``offset`` are checked and kept."""
+
+    path: str
+    which: str  # "init" or "exec"
+    data_type: DataType | None
+    offset: int
 
 
 def parse_command(
@@ -80,7 +97,14 @@ def parse_command(
                 )
             dims = tuple(ctx.uint(v, member(dpath, k)) for k, v in enumerate(obj["dimensions"]))
         return WriteFileCommand(path, res, target, dims)
+    if kind.lower() in ("printinittemporary", "printexectemporary"):
+        data_type = None
+        if "dataType" in obj:
+            data_type = parse_data_type(ctx, obj["dataType"], member(path, "dataType"))
+        offset = ctx.uint(obj.get("offset", 0), member(path, "offset"))
+        return PrintTemporaryCommand(path, kind.lower()[5:9], data_type, offset)
     raise ctx.fail(
         member(path, "type"),
-        f"Unrecognized command '{kind}' (expected dispatch, print or writeFile)",
+        f"Unrecognized command '{kind}' (expected dispatch, print, writeFile, "
+        "printInitTemporary or printExecTemporary)",
     )
