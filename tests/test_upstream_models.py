@@ -79,16 +79,22 @@ def test_upstream_npy_model_writes_its_files(models, tmp_path, monkeypatch):
     np.testing.assert_array_equal(np.frombuffer(raw, out.dtype), out.ravel())
 
 
-def test_older_conv_0_model_runs(tmp_path, monkeypatch):
-    """``conv_0.json`` from an older DxDispatch revision (history/): a larger convolution."""
+def _history_model(name: str, tmp_path, monkeypatch) -> pathlib.Path:
+    """A scratch copy of the folder of ``name`` from an older DxDispatch revision (history/),
+    made the current directory; the model's path in it. Skips when it is absent."""
     history = MODELS.parents[1] / "history"
-    found = sorted(history.glob("*/DxDispatch/models/conv_0.json"))
+    found = sorted(history.glob(f"*/DxDispatch/models/{name}"))
     if not found:
-        pytest.skip("conv_0.json is not beside this checkout")
+        pytest.skip(f"{name} is not beside this checkout")
     models = tmp_path / "models"
     shutil.copytree(found[0].parent, models)
     monkeypatch.chdir(models)
-    assert cli.main(["run", str(models / "conv_0.json")]) == 0
+    return models / name
+
+
+def test_older_conv_0_model_runs(tmp_path, monkeypatch):
+    """``conv_0.json`` from an older DxDispatch revision (history/): a larger convolution."""
+    assert cli.main(["run", str(_history_model("conv_0.json", tmp_path, monkeypatch))]) == 0
 
 
 def test_mha_branch_model_matches_the_reference(tmp_path, monkeypatch, capsys):
@@ -101,21 +107,15 @@ def test_mha_branch_model_matches_the_reference(tmp_path, monkeypatch, capsys):
 
     from dml_jax.dxdispatch import load_model
 
-    history = MODELS.parents[1] / "history"
-    found = sorted(history.glob("*/DxDispatch/models/dml_mha.json"))
-    if not found:
-        pytest.skip("dml_mha.json is not beside this checkout")
-    models = tmp_path / "models"
-    shutil.copytree(found[0].parent, models)
-    monkeypatch.chdir(models)
-    assert cli.main(["run", str(models / "dml_mha.json")]) == 0
+    path = _history_model("dml_mha.json", tmp_path, monkeypatch)
+    assert cli.main(["run", str(path)]) == 0
     out = capsys.readouterr().out
     printed = [line for line in out.splitlines() if line.startswith("Resource")]
     assert len(printed) == 1 and printed[0].startswith("Resource 'output': ")
     assert "Temporary" not in out
     values = np.array([float(v) for v in printed[0].split(": ", 1)[1].split(", ")])
 
-    model = load_model(str(models / "dml_mha.json"))
+    model = load_model(str(path))
     desc = model.dispatchables["mha"].op.desc
     qkv_desc = desc.stacked_query_key_value_tensor
     raw = model.resources["stackedQueryKeyValue"].initial

@@ -63,7 +63,24 @@ from ..tensor import TensorDesc
 
 
 @dataclass(frozen=True)
-class MultiheadAttentionOperatorDesc(OperatorDesc):
+class _AttentionInputs(OperatorDesc):
+    """The eleven optional inputs both versions begin with, in struct order (not an operator)."""
+
+    query_tensor: TensorDesc | None = input_field(optional=True)
+    key_tensor: TensorDesc | None = input_field(optional=True)
+    value_tensor: TensorDesc | None = input_field(optional=True)
+    stacked_query_key_tensor: TensorDesc | None = input_field(optional=True)
+    stacked_key_value_tensor: TensorDesc | None = input_field(optional=True)
+    stacked_query_key_value_tensor: TensorDesc | None = input_field(optional=True)
+    bias_tensor: TensorDesc | None = input_field(optional=True)
+    mask_tensor: TensorDesc | None = input_field(optional=True)
+    relative_position_bias_tensor: TensorDesc | None = input_field(optional=True)
+    past_key_tensor: TensorDesc | None = input_field(optional=True)
+    past_value_tensor: TensorDesc | None = input_field(optional=True)
+
+
+@dataclass(frozen=True)
+class MultiheadAttentionOperatorDesc(_AttentionInputs):
     """DML_MULTIHEAD_ATTENTION_OPERATOR_DESC: multi-head scaled dot-product attention (FL 6_1).
 
     Fields:
@@ -89,17 +106,6 @@ class MultiheadAttentionOperatorDesc(OperatorDesc):
     """
 
     operator_type: ClassVar[str] = "DML_OPERATOR_MULTIHEAD_ATTENTION"
-    query_tensor: TensorDesc | None = input_field(optional=True)
-    key_tensor: TensorDesc | None = input_field(optional=True)
-    value_tensor: TensorDesc | None = input_field(optional=True)
-    stacked_query_key_tensor: TensorDesc | None = input_field(optional=True)
-    stacked_key_value_tensor: TensorDesc | None = input_field(optional=True)
-    stacked_query_key_value_tensor: TensorDesc | None = input_field(optional=True)
-    bias_tensor: TensorDesc | None = input_field(optional=True)
-    mask_tensor: TensorDesc | None = input_field(optional=True)
-    relative_position_bias_tensor: TensorDesc | None = input_field(optional=True)
-    past_key_tensor: TensorDesc | None = input_field(optional=True)
-    past_value_tensor: TensorDesc | None = input_field(optional=True)
     output_tensor: TensorDesc = output_field()
     output_present_key_tensor: TensorDesc | None = output_field(optional=True)
     output_present_value_tensor: TensorDesc | None = output_field(optional=True)
@@ -110,7 +116,7 @@ class MultiheadAttentionOperatorDesc(OperatorDesc):
 
 
 @dataclass(frozen=True)
-class MultiheadAttention1OperatorDesc(OperatorDesc):
+class MultiheadAttention1OperatorDesc(_AttentionInputs):
     """DML_MULTIHEAD_ATTENTION1_OPERATOR_DESC: MULTIHEAD_ATTENTION with grouped-query heads and
     per-batch past sequence lengths (FL 6_3).
 
@@ -128,17 +134,6 @@ class MultiheadAttention1OperatorDesc(OperatorDesc):
     """
 
     operator_type: ClassVar[str] = "DML_OPERATOR_MULTIHEAD_ATTENTION1"
-    query_tensor: TensorDesc | None = input_field(optional=True)
-    key_tensor: TensorDesc | None = input_field(optional=True)
-    value_tensor: TensorDesc | None = input_field(optional=True)
-    stacked_query_key_tensor: TensorDesc | None = input_field(optional=True)
-    stacked_key_value_tensor: TensorDesc | None = input_field(optional=True)
-    stacked_query_key_value_tensor: TensorDesc | None = input_field(optional=True)
-    bias_tensor: TensorDesc | None = input_field(optional=True)
-    mask_tensor: TensorDesc | None = input_field(optional=True)
-    relative_position_bias_tensor: TensorDesc | None = input_field(optional=True)
-    past_key_tensor: TensorDesc | None = input_field(optional=True)
-    past_value_tensor: TensorDesc | None = input_field(optional=True)
     past_sequence_lengths_tensor: TensorDesc | None = input_field(optional=True)
     output_tensor: TensorDesc = output_field()
     output_present_key_tensor: TensorDesc | None = output_field(optional=True)
@@ -614,20 +609,29 @@ _COLUMNS = {
     "OutputPresentValueTensor": (F2, (4, 5)),
 }
 _DIMS3_5 = (3, 4, 5)
+_LENGTHS = (_INT32, _DIMS1_5)  # MULTIHEAD_ATTENTION1 PastSequenceLengthsTensor
 
 
 def _tensor(sizes: list[int], data_type: str = "FLOAT32") -> dict:
     return {"DataType": data_type, "Sizes": sizes}
 
 
-register(
+def _register(cls: type, support: tuple, example: Example) -> None:
+    register(
+        cls,
+        infer=infer_attention,
+        validate=validate_attention,
+        lower=lower_attention,
+        support=support,
+        differentiable=lambda d: True,  # the float tensors; mask and length values are indices
+        example=example,
+    )
+
+
+_register(
     MultiheadAttentionOperatorDesc,
-    infer=infer_attention,
-    validate=validate_attention,
-    lower=lower_attention,
-    support=rows((L.FL_6_1, _DIMS3_5, F2, F2, _COLUMNS)),
-    differentiable=lambda d: True,  # the float tensors; mask values are indices
-    example=Example(
+    rows((L.FL_6_1, _DIMS3_5, F2, F2, _COLUMNS)),
+    Example(
         {
             "type": "DML_OPERATOR_MULTIHEAD_ATTENTION",
             "desc": {
@@ -652,16 +656,10 @@ register(
     ),
 )
 
-register(
+_register(
     MultiheadAttention1OperatorDesc,
-    infer=infer_attention,
-    validate=validate_attention,
-    lower=lower_attention,
-    support=rows(
-        (L.FL_6_3, _DIMS3_5, F2, F2, {**_COLUMNS, "PastSequenceLengthsTensor": (_INT32, _DIMS1_5)})
-    ),
-    differentiable=lambda d: True,
-    example=Example(
+    rows((L.FL_6_3, _DIMS3_5, F2, F2, {**_COLUMNS, "PastSequenceLengthsTensor": _LENGTHS})),
+    Example(
         {
             "type": "DML_OPERATOR_MULTIHEAD_ATTENTION1",
             "desc": {
