@@ -323,6 +323,17 @@ class RecurrentNetworkDirection(_DmlEnum):
     BACKWARD = 1
     BIDIRECTIONAL = 2
 
+class MultiheadAttentionMaskType(_DmlEnum):
+    """DML_MULTIHEAD_ATTENTION_MASK_TYPE (feature level 6_1): how MULTIHEAD_ATTENTION(1) reads
+    its MaskTensor (none, key lengths, key end/start, key lengths with query/key offsets, or
+    0/1 values)."""
+
+    NONE = 0
+    KEY_SEQUENCE_LENGTH = 1
+    KEY_SEQUENCE_END_START = 2
+    KEY_QUERY_SEQUENCE_LENGTH_START_END = 3
+    BOOLEAN = 4
+
 
 _PREFIXES = {
     DataType: "DML_TENSOR_DATA_TYPE_",
@@ -341,6 +352,7 @@ _PREFIXES = {
     InterpolationMode: "DML_INTERPOLATION_MODE_",
     RecurrentNetworkDirection: "DML_RECURRENT_NETWORK_DIRECTION_",
     QuantizationType: "DML_QUANTIZATION_TYPE_",
+    MultiheadAttentionMaskType: "DML_MULTIHEAD_ATTENTION_MASK_TYPE_",
 }
 
 NEWEST_FEATURE_LEVEL = FeatureLevel.newest()

@@ -270,6 +270,16 @@ BAD_MODELS = [
         r": commands\[0\]\.type: Unrecognized command 'draw'",
     ),
     (
+        "temporary_data_type",
+        clip_model(commands=[{"type": "printInitTemporary", "dataType": "HALF", "offset": 0}]),
+        r": commands\[0\]\.dataType: unknown data type \"HALF\"",
+    ),
+    (
+        "temporary_offset",
+        clip_model(commands=[{"type": "printExecTemporary", "offset": -1}]),
+        r": commands\[0\]\.offset: ",
+    ),
+    (
         "missing_initial_values",
         clip_model(resources={"A": {"initialValuesDataType": "FLOAT32"}}),
         r": resources\.A: missing required member 'initialValues'$",

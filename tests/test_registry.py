@@ -251,6 +251,7 @@ ENUMS = {
     dml.InterpolationMode: "DML_INTERPOLATION_MODE_",
     dml.RecurrentNetworkDirection: "DML_RECURRENT_NETWORK_DIRECTION_",
     dml.QuantizationType: "DML_QUANTIZATION_TYPE_",
+    dml.MultiheadAttentionMaskType: "DML_MULTIHEAD_ATTENTION_MASK_TYPE_",
 }
 
 

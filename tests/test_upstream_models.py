@@ -115,13 +115,47 @@ def test_upstream_npy_model_writes_its_files(models, tmp_path, monkeypatch):
     np.testing.assert_array_equal(np.frombuffer(raw, out.dtype), out.ravel())
 
 
-def test_older_conv_0_model_runs(tmp_path, monkeypatch):
-    """``conv_0.json`` from an older DxDispatch revision (history/): a larger convolution."""
+def _history_model(name: str, tmp_path, monkeypatch) -> pathlib.Path:
+    """A scratch copy of the folder of ``name`` from an older DxDispatch revision (history/),
+    made the current directory; the model's path in it. Skips when it is absent."""
     history = MODELS.parents[1] / "history"
-    found = sorted(history.glob("*/DxDispatch/models/conv_0.json"))
+    found = sorted(history.glob(f"*/DxDispatch/models/{name}"))
     if not found:
-        pytest.skip("conv_0.json is not beside this checkout")
+        pytest.skip(f"{name} is not beside this checkout")
     models = tmp_path / "models"
     shutil.copytree(found[0].parent, models)
     monkeypatch.chdir(models)
-    assert cli.main(["run", str(models / "conv_0.json")]) == 0
+    return models / name
+
+
+def test_older_conv_0_model_runs(tmp_path, monkeypatch):
+    """``conv_0.json`` from an older DxDispatch revision (history/): a larger convolution."""
+    assert cli.main(["run", str(_history_model("conv_0.json", tmp_path, monkeypatch))]) == 0
+
+
+def test_mha_branch_model_matches_the_reference(tmp_path, monkeypatch, capsys):
+    """``dml_mha.json`` from DxDispatch's multi-head attention feature branch (history/):
+    MULTIHEAD_ATTENTION on a FLOAT16 {2, 2, 1, 3, 32} StackedQueryKeyValue tensor (a sequence
+    from 0 in steps of 0.01) with ALLOW_HALF_PRECISION_COMPUTATION. Its printInitTemporary and
+    printExecTemporary commands print nothing (a dml-jax dispatchable has no DirectML temporary
+    buffer). The printed output is the NumPy reference's on the model's own initial values."""
+    import reference
+
+    from dml_jax.dxdispatch import load_model
+
+    path = _history_model("dml_mha.json", tmp_path, monkeypatch)
+    assert cli.main(["run", str(path)]) == 0
+    out = capsys.readouterr().out
+    printed = [line for line in out.splitlines() if line.startswith("Resource")]
+    assert len(printed) == 1 and printed[0].startswith("Resource 'output': ")
+    assert "Temporary" not in out
+    values = np.array([float(v) for v in printed[0].split(": ", 1)[1].split(", ")])
+
+    model = load_model(str(path))
+    desc = model.dispatchables["mha"].op.desc
+    qkv_desc = desc.stacked_query_key_value_tensor
+    raw = model.resources["stackedQueryKeyValue"].initial
+    qkv = np.frombuffer(raw, np.float16)[: qkv_desc.element_count].reshape(qkv_desc.sizes)
+    (want,) = reference.reference(desc, qkv)
+    assert values.shape == (want.size,)
+    np.testing.assert_allclose(values, want.astype(np.float64).ravel(), rtol=2e-3, atol=2e-3)

@@ -1202,4 +1202,5 @@ def test_every_exported_enum_is_checked():
         "InterpolationMode",
         "RecurrentNetworkDirection",
         "QuantizationType",
+        "MultiheadAttentionMaskType",
     }

@@ -1,14 +1,17 @@
-"""Commands: ``dispatch`` (with its bindings resolved), ``print`` and ``writeFile``."""
+"""Commands: ``dispatch`` (with its bindings resolved), ``print``, ``writeFile``, and the
+``printInitTemporary`` / ``printExecTemporary`` of a DxDispatch feature branch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from ..enums import DataType
 from . import images
 from .bindings import BoundTensor, resolve_bindings
 from .context import LoadContext, json_kind, member
 from .onnx_dispatch import OnnxDispatchable, onnx_target
+from .scalars import parse_data_type
 
 
 @dataclass
@@ -57,6 +60,19 @@ def _check_image_target(ctx: LoadContext, resource: Any, dims: Any, path: str) -
             f"C x H x W = {c} x {h} x {w} needs {need} bytes; '{resource.name}' has "
             f"{resource.size_in_bytes}",
         )
+
+@dataclass
+class PrintTemporaryCommand:
+    """``printInitTemporary`` / ``printExecTemporary`` (DxDispatch's MHA feature branch): print
+    the DirectML temporary buffer of the dispatchables' initialization / of the last dispatch,
+    when one exists. A dml-jax dispatchable has none (XLA allocates its own scratch memory), so
+    the command prints nothing, as DxDispatch does for an operator that needs no temporary
+    buffer. ``dataType`` and ``offset`` are checked and kept."""
+
+    path: str
+    which: str  # "init" or "exec"
+    data_type: DataType | None
+    offset: int
 
 
 def parse_command(
@@ -119,7 +135,14 @@ def parse_command(
         if images.is_image(target):
             _check_image_target(ctx, model_resources[res], dims, path)
         return WriteFileCommand(path, res, target, dims)
+    if kind.lower() in ("printinittemporary", "printexectemporary"):
+        data_type = None
+        if "dataType" in obj:
+            data_type = parse_data_type(ctx, obj["dataType"], member(path, "dataType"))
+        offset = ctx.uint(obj.get("offset", 0), member(path, "offset"))
+        return PrintTemporaryCommand(path, kind.lower()[5:9], data_type, offset)
     raise ctx.fail(
         member(path, "type"),
-        f"Unrecognized command '{kind}' (expected dispatch, print or writeFile)",
+        f"Unrecognized command '{kind}' (expected dispatch, print, writeFile, "
+        "printInitTemporary or printExecTemporary)",
     )

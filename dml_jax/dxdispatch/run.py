@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from ..jsonforms import COMPILE_OP
-from .commands import DispatchCommand, PrintCommand, WriteFileCommand
+from .commands import DispatchCommand, PrintCommand, PrintTemporaryCommand, WriteFileCommand
 from .context import ModelError, cannot_allocate
 from .load import Model, load_model
 from .output import format_resource, write_file
@@ -135,6 +135,8 @@ class Executor:
                     self._dispatch(command, plan)
                 elif isinstance(command, PrintCommand):
                     self._print(command)
+                elif isinstance(command, PrintTemporaryCommand):
+                    pass  # no DirectML temporary buffer exists to print (see the class)
                 else:
                     self._write_file(command)
             except (OSError, ValueError, RuntimeError, MemoryError) as e:

@@ -1,0 +1,690 @@
+"""DML_OPERATOR_MULTIHEAD_ATTENTION (FL 6_1) and DML_OPERATOR_MULTIHEAD_ATTENTION1 (FL 6_3).
+
+``Output = softmax(mask(Scale * Q K^T + RelativePositionBias)) V`` per batch and head, after
+adding BiasTensor to Q, K and V and concatenating PastKey / PastValue in front of K and V
+(DirectML's decomposition on its MULTIHEAD_ATTENTION page). MULTIHEAD_ATTENTION1 lets the query
+have more heads than the keys and values (grouped-query attention: query head n reads key/value
+head ``n // (QueryHeadCount / KeyValueHeadCount)``) and takes per-batch past sequence lengths.
+
+Layouts (trailing dimensions; Q/K/V/Output may have 4 or 5 dimensions whose leading ones are 1):
+Query {B, S, Hq * D}, Key {B, Skv, Hkv * D}, Value {B, Skv, Hkv * Dv}; the stacked tensors
+{B, S, H, 2, D} (query and key), {B, Skv, Hkv, 2, D} (key and value), {B, S, H, 3, D} (all
+three); Bias {Hq*D + Hkv*D + Hkv*Dv}; RelativePositionBias {B, Hq, S, T}; PastKey {B, Hkv, P, D},
+PastValue {B, Hkv, P, Dv}; Output {B, S, Hq * Dv}; OutputPresentKey / Value {B, Hkv, T, D / Dv}
+with T = P + Skv (the past concatenated with the new keys / values).
+
+Masks (MaskType; INT32 MaskTensor): BOOLEAN {B, Hq, S, T}, a 0 adds MaskFilterValue to the logit
+(any other value adds nothing); KEY_SEQUENCE_LENGTH {1, B}: keys at and after the length are set
+to MaskFilterValue; KEY_SEQUENCE_END_START {2, B}: end (exclusive) then start (inclusive), keys
+outside are set to MaskFilterValue; KEY_QUERY_SEQUENCE_LENGTH_START_END {3B + 2}: key lengths,
+query start offsets and the query end, key start offsets and the key end over the tokens
+flattened across the batch (docs/semantics.md, "Multi-head attention", says how dml_jax reads it).
+
+MULTIHEAD_ATTENTION1's PastSequenceLengthsTensor {B} (INT32) makes PastKey / PastValue a cache
+of capacity C = their sequence size: batch b's new keys / values are written at positions
+[L_b, L_b + Skv) of the present tensors {B, Hkv, C, D / Dv} (positions outside [0, C) are
+dropped), and query i of batch b attends positions p < L_b + Skv with p <= L_b + Skv - S + i
+(causal, aligned at the end). Positions outside take no weight; a row left with none gives 0.
+
+Precision: FLOAT16 tensors are computed in float32 (Q/K/V plus bias, both products with float32
+accumulation, Scale, the bias and mask, the softmax and the probabilities as float32) and the
+output is rounded once; the present tensors hold the biased keys / values rounded to the tensor
+type. FLOAT32 products are float32 (``lax.Precision.HIGHEST``) unless the half-precision flag is
+given, as for GEMM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+import jax.numpy as jnp
+from jax import lax
+
+from ..enums import FeatureLevel as L
+from ..enums import MultiheadAttentionMaskType as M
+from ..errors import Validator
+from ..fields import (
+    FLOAT,
+    UINT,
+    OperatorDesc,
+    attribute,
+    enum_type,
+    input_field,
+    output_field,
+)
+from ..precision import matmul_precision
+from ..registry import Example, register
+from ..support import F2, rows, types
+from ..tensor import TensorDesc
+
+# ---------------------------------------------------------------------------------------------
+# Descriptors
+
+
+@dataclass(frozen=True)
+class _AttentionInputs(OperatorDesc):
+    """The eleven optional inputs both versions begin with, in struct order (not an operator)."""
+
+    query_tensor: TensorDesc | None = input_field(optional=True)
+    key_tensor: TensorDesc | None = input_field(optional=True)
+    value_tensor: TensorDesc | None = input_field(optional=True)
+    stacked_query_key_tensor: TensorDesc | None = input_field(optional=True)
+    stacked_key_value_tensor: TensorDesc | None = input_field(optional=True)
+    stacked_query_key_value_tensor: TensorDesc | None = input_field(optional=True)
+    bias_tensor: TensorDesc | None = input_field(optional=True)
+    mask_tensor: TensorDesc | None = input_field(optional=True)
+    relative_position_bias_tensor: TensorDesc | None = input_field(optional=True)
+    past_key_tensor: TensorDesc | None = input_field(optional=True)
+    past_value_tensor: TensorDesc | None = input_field(optional=True)
+
+
+@dataclass(frozen=True)
+class MultiheadAttentionOperatorDesc(_AttentionInputs):
+    """DML_MULTIHEAD_ATTENTION_OPERATOR_DESC: multi-head scaled dot-product attention (FL 6_1).
+
+    Fields:
+        query_tensor, key_tensor, value_tensor: optional; {B, S, HeadCount * D}, {B, Skv,
+            HeadCount * D}, {B, Skv, HeadCount * Dv} (4 or 5 dimensions with leading 1s allowed).
+        stacked_query_key_tensor: optional {B, S, HeadCount, 2, D}: query and key.
+        stacked_key_value_tensor: optional {B, Skv, HeadCount, 2, D}: key and value.
+        stacked_query_key_value_tensor: optional {B, S, HeadCount, 3, D}: all three.
+            Exactly one tensor holds each of the query, the key and the value; the key and the
+            value may both be absent when PastKeyTensor and PastValueTensor hold them.
+        bias_tensor: optional {HeadCount * (2D + Dv)}, added to Q, K and V (not to the past).
+        mask_tensor: optional INT32; its shape and meaning follow ``mask_type``; null for NONE.
+        relative_position_bias_tensor: optional {B, HeadCount, S, T}, added after Scale.
+        past_key_tensor, past_value_tensor: optional, together; {B, HeadCount, P, D / Dv},
+            concatenated in front of the keys / values (T = P + Skv).
+        output_tensor: {B, S, HeadCount * Dv}.
+        output_present_key_tensor, output_present_value_tensor: optional {B, HeadCount, T, D /
+            Dv}: the past and the new (biased) keys / values.
+        scale: multiplies Q K^T (usually ``1 / sqrt(D)``).
+        mask_filter_value: what the mask adds (BOOLEAN) or sets (the sequence-length types).
+        head_count: >= 1, divides the query's hidden size.
+        mask_type: ``MultiheadAttentionMaskType``, default NONE.
+    """
+
+    operator_type: ClassVar[str] = "DML_OPERATOR_MULTIHEAD_ATTENTION"
+    output_tensor: TensorDesc = output_field()
+    output_present_key_tensor: TensorDesc | None = output_field(optional=True)
+    output_present_value_tensor: TensorDesc | None = output_field(optional=True)
+    scale: float = attribute(FLOAT)
+    mask_filter_value: float = attribute(FLOAT)
+    head_count: int = attribute(UINT)
+    mask_type: M = attribute(enum_type(M), default=M.NONE)
+
+
+@dataclass(frozen=True)
+class MultiheadAttention1OperatorDesc(_AttentionInputs):
+    """DML_MULTIHEAD_ATTENTION1_OPERATOR_DESC: MULTIHEAD_ATTENTION with grouped-query heads and
+    per-batch past sequence lengths (FL 6_3).
+
+    Fields are MULTIHEAD_ATTENTION's, with HeadCount split in two and one more input:
+        query_head_count: the query's heads (Hq >= 1), a multiple of ``key_value_head_count``.
+        key_value_head_count: the key's and value's heads (Hkv >= 1); query head n reads
+            key/value head ``n // (Hq / Hkv)``. Key, value, past and present tensors have Hkv
+            heads; the query, output, mask and relative position bias Hq. StackedQueryKey and
+            StackedQueryKeyValue need Hq == Hkv.
+        past_sequence_lengths_tensor: optional INT32 {B}, with PastKeyTensor and
+            PastValueTensor: the past is a cache of capacity C (their sequence size), batch b's
+            first L_b positions are valid, the new keys / values are written at [L_b, L_b + Skv)
+            of the present tensors {B, Hkv, C, D / Dv}, and attention is causal over the
+            positions before L_b + Skv (T = C).
+    """
+
+    operator_type: ClassVar[str] = "DML_OPERATOR_MULTIHEAD_ATTENTION1"
+    past_sequence_lengths_tensor: TensorDesc | None = input_field(optional=True)
+    output_tensor: TensorDesc = output_field()
+    output_present_key_tensor: TensorDesc | None = output_field(optional=True)
+    output_present_value_tensor: TensorDesc | None = output_field(optional=True)
+    scale: float = attribute(FLOAT)
+    mask_filter_value: float = attribute(FLOAT)
+    query_head_count: int = attribute(UINT)
+    key_value_head_count: int = attribute(UINT)
+    mask_type: M = attribute(enum_type(M), default=M.NONE)
+
+
+# ---------------------------------------------------------------------------------------------
+# Geometry and rules (one pass: infer, validate and lower all read the same analysis)
+
+
+class Geometry(NamedTuple):
+    """The sizes a valid description implies."""
+
+    batch: int  # B
+    seq: int  # S, query sequence length
+    kv_seq: int  # Skv, new keys / values (0 when only the past holds them)
+    past: int  # P, past sequence length (the cache capacity C with past lengths)
+    total: int  # T, key positions attended: P + Skv, or C with past lengths
+    q_heads: int  # Hq
+    kv_heads: int  # Hkv
+    head: int  # D, query / key head size
+    v_head: int  # Dv, value head size
+    lengths: bool  # PastSequenceLengthsTensor given
+
+
+_QUERY = ("QueryTensor", "StackedQueryKeyTensor", "StackedQueryKeyValueTensor")
+_KEY = ("KeyTensor", "StackedQueryKeyTensor", "StackedKeyValueTensor", "StackedQueryKeyValueTensor")
+_VALUE = ("ValueTensor", "StackedKeyValueTensor", "StackedQueryKeyValueTensor")
+_STACKED = {"StackedQueryKeyTensor": 2, "StackedKeyValueTensor": 2, "StackedQueryKeyValueTensor": 3}
+_MASK_SHAPES = {
+    M.KEY_SEQUENCE_LENGTH: "{1, batchSize}",
+    M.KEY_SEQUENCE_END_START: "{2, batchSize}",
+    M.KEY_QUERY_SEQUENCE_LENGTH_START_END: "{batchSize * 3 + 2}",
+    M.BOOLEAN: "{batchSize, headCount, sequenceLength, totalSequenceLength}",
+}
+
+
+def _v1(d: Any) -> bool:
+    return d.operator_type.endswith("1")
+
+
+def _head_counts(d: Any) -> tuple[int, int, str]:
+    """(Hq, Hkv, the member that names the query's heads)."""
+    if _v1(d):
+        return d.query_head_count, d.key_value_head_count, "QueryHeadCount"
+    return d.head_count, d.head_count, "HeadCount"
+
+
+def _tensors(d: Any) -> dict[str, TensorDesc]:
+    return dict(d.input_slots())
+
+
+def _trailing(v: Validator, path: str, t: TensorDesc, n: int, what: str) -> tuple[int, ...]:
+    """The last ``n`` sizes of ``t``; the dimensions before them must be 1 (DirectML lets these
+    tensors carry leading 1s)."""
+    v.check(f"{path}.DimensionCount", t.rank >= n, f"must be at least {n} ({what}), got {t.rank}")
+    for i, s in enumerate(t.sizes[: t.rank - n]):
+        v.check(
+            f"{path}.Sizes[{i}]",
+            s == 1,
+            f"must be 1: the dimensions before {what} are leading 1s, got {s}",
+        )
+    return t.sizes[t.rank - n :]
+
+
+def _stacked(v: Validator, path: str, t: TensorDesc) -> tuple[int, ...]:
+    count = _STACKED[path]
+    v.check(
+        f"{path}.DimensionCount",
+        t.rank == 5,
+        f"must be 5 ({{batch, sequence, heads, {count}, headSize}}), got {t.rank}",
+    )
+    v.equal(f"{path}.Sizes[3]", t.sizes[3], count, "the number of stacked tensors")
+    return t.sizes
+
+
+def _one_source(v: Validator, role: str, given: dict, names: tuple[str, ...]) -> str | None:
+    """The one tensor that holds ``role`` (query, key, value), or None when none does."""
+    present = [n for n in names if n in given]
+    if len(present) > 1:
+        v.fail(
+            present[1],
+            f"must be null when {present[0]} is given: exactly one tensor holds the {role}",
+        )
+    return present[0] if present else None
+
+
+def analyze(d: Any, v: Validator) -> Geometry:
+    """Checks every shape rule of MULTIHEAD_ATTENTION(1) and returns the geometry."""
+    hq, hkv, hq_name = _head_counts(d)
+    v.check(hq_name, hq >= 1, f"must be >= 1, got {hq}")
+    if _v1(d):
+        v.check("KeyValueHeadCount", hkv >= 1, f"must be >= 1, got {hkv}")
+        v.check(
+            "QueryHeadCount",
+            hq % hkv == 0,
+            f"must be a multiple of KeyValueHeadCount ({hkv}), got {hq}",
+        )
+    given = _tensors(d)
+    q_src = _one_source(v, "query", given, _QUERY)
+    k_src = _one_source(v, "key", given, _KEY)
+    v_src = _one_source(v, "value", given, _VALUE)
+    past_k, past_v = given.get("PastKeyTensor"), given.get("PastValueTensor")
+    if q_src is None:
+        v.fail(
+            "QueryTensor",
+            "is required: one of QueryTensor, StackedQueryKeyTensor and "
+            "StackedQueryKeyValueTensor must hold the query",
+        )
+    v.check(
+        "PastValueTensor" if past_k is not None else "PastKeyTensor",
+        (past_k is None) == (past_v is None),
+        "must be given together with "
+        + ("PastKeyTensor" if past_k is not None else "PastValueTensor")
+        + " (or neither)",
+    )
+    if k_src is None and v_src is None:
+        v.check(
+            "KeyTensor",
+            past_k is not None,
+            "is required unless PastKeyTensor and PastValueTensor hold the keys and values: "
+            "one of KeyTensor, StackedQueryKeyTensor, StackedKeyValueTensor and "
+            "StackedQueryKeyValueTensor must hold the key",
+        )
+    elif k_src is None:
+        v.fail("KeyTensor", f"is required: {v_src} holds the value but no tensor holds the key")
+    elif v_src is None:
+        v.fail("ValueTensor", f"is required: {k_src} holds the key but no tensor holds the value")
+    for path in ("StackedQueryKeyTensor", "StackedQueryKeyValueTensor"):
+        if path in given:
+            v.check(
+                path,
+                hq == hkv,
+                f"needs QueryHeadCount == KeyValueHeadCount (query and key heads are stacked "
+                f"together), got {hq} and {hkv}",
+            )
+
+    # The query: batch, sequence length and head size.
+    if q_src == "QueryTensor":
+        batch, seq, hidden = _trailing(v, q_src, given[q_src], 3, "{batch, sequence, hidden}")
+        v.check(
+            f"{q_src}.Sizes[{given[q_src].rank - 1}]",
+            hidden % hq == 0,
+            f"(hidden size {hidden}) must be a multiple of {hq_name} ({hq})",
+        )
+        head = hidden // hq
+    else:
+        batch, seq, heads, _, head = _stacked(v, q_src, given[q_src])
+        v.equal(f"{q_src}.Sizes[2]", heads, hq, hq_name)
+
+    def same_batch(path: str, size: int, index: int) -> None:
+        v.equal(f"{path}.Sizes[{index}]", size, batch, f"the batch size of {q_src}")
+
+    # The key and the value.
+    v_head = head
+    kv_seq = 0
+    if k_src == "KeyTensor":
+        t = given[k_src]
+        b, kv_seq, hidden = _trailing(v, k_src, t, 3, "{batch, sequence, hidden}")
+        same_batch(k_src, b, t.rank - 3)
+        v.equal(
+            f"{k_src}.Sizes[{t.rank - 1}]",
+            hidden,
+            hkv * head,
+            f"{'KeyValueHeadCount' if _v1(d) else 'HeadCount'} * the query's head size "
+            f"{hkv} * {head}",
+        )
+    elif k_src == "StackedKeyValueTensor":
+        b, kv_seq, heads, _, kh = _stacked(v, k_src, given[k_src])
+        same_batch(k_src, b, 0)
+        v.equal(f"{k_src}.Sizes[2]", heads, hkv, "KeyValueHeadCount" if _v1(d) else "HeadCount")
+        v.equal(f"{k_src}.Sizes[4]", kh, head, "the query's head size")
+    elif k_src is not None:  # stacked with the query
+        kv_seq = seq
+    if v_src == "ValueTensor":
+        t = given[v_src]
+        b, vs, hidden = _trailing(v, v_src, t, 3, "{batch, sequence, hidden}")
+        same_batch(v_src, b, t.rank - 3)
+        v.equal(f"{v_src}.Sizes[{t.rank - 2}]", vs, kv_seq, f"the key sequence length of {k_src}")
+        v.check(
+            f"{v_src}.Sizes[{t.rank - 1}]",
+            hidden % hkv == 0,
+            f"(value hidden size {hidden}) must be a multiple of "
+            f"{'KeyValueHeadCount' if _v1(d) else 'HeadCount'} ({hkv})",
+        )
+        v_head = hidden // hkv
+
+    # The past, and MULTIHEAD_ATTENTION1's past sequence lengths.
+    past = 0
+    if past_k is not None:
+        b, h, past, ph = _trailing(v, "PastKeyTensor", past_k, 4, "{batch, heads, sequence, size}")
+        r = past_k.rank - 4
+        same_batch("PastKeyTensor", b, r)
+        v.equal(f"PastKeyTensor.Sizes[{r + 1}]", h, hkv, "the key's head count")
+        v.equal(f"PastKeyTensor.Sizes[{r + 3}]", ph, head, "the query's head size")
+        b, h, pv_seq, pvh = _trailing(
+            v, "PastValueTensor", past_v, 4, "{batch, heads, sequence, size}"
+        )
+        r = past_v.rank - 4
+        same_batch("PastValueTensor", b, r)
+        v.equal(f"PastValueTensor.Sizes[{r + 1}]", h, hkv, "the value's head count")
+        v.equal(f"PastValueTensor.Sizes[{r + 2}]", pv_seq, past, "PastKeyTensor's sequence length")
+        if v_src is None:
+            v_head = pvh
+        else:
+            v.equal(f"PastValueTensor.Sizes[{r + 3}]", pvh, v_head, "the value's head size")
+    lengths = given.get("PastSequenceLengthsTensor")
+    if lengths is not None:
+        v.check(
+            "PastSequenceLengthsTensor",
+            past_k is not None,
+            "needs PastKeyTensor and PastValueTensor: the past sequence lengths index into them",
+        )
+        (b,) = _trailing(v, "PastSequenceLengthsTensor", lengths, 1, "{batch}")
+        same_batch("PastSequenceLengthsTensor", b, lengths.rank - 1)
+    total = past if lengths is not None else past + kv_seq
+
+    # Bias, relative position bias, mask.
+    bias = given.get("BiasTensor")
+    if bias is not None:
+        (n,) = _trailing(v, "BiasTensor", bias, 1, "{hidden + hidden + valueHidden}")
+        want = hq * head + hkv * head + hkv * v_head
+        v.equal(
+            f"BiasTensor.Sizes[{bias.rank - 1}]",
+            n,
+            want,
+            f"the query, key and value hidden sizes {hq * head} + {hkv * head} + {hkv * v_head}",
+        )
+    rpb = given.get("RelativePositionBiasTensor")
+    if rpb is not None:
+        sizes = _trailing(v, "RelativePositionBiasTensor", rpb, 4, "{batch, heads, S, T}")
+        v.equal(
+            "RelativePositionBiasTensor.Sizes",
+            tuple(sizes),
+            (batch, hq, seq, total),
+            "{batchSize, headCount, sequenceLength, totalSequenceLength}",
+        )
+    mask = given.get("MaskTensor")
+    mt = d.mask_type
+    if mt is M.NONE:
+        v.check("MaskTensor", mask is None, "must be null when MaskType is NONE")
+    else:
+        v.check("MaskTensor", mask is not None, f"is required with MaskType {mt.name}")
+        want = {
+            M.KEY_SEQUENCE_LENGTH: (1, batch),
+            M.KEY_SEQUENCE_END_START: (2, batch),
+            M.KEY_QUERY_SEQUENCE_LENGTH_START_END: (3 * batch + 2,),
+            M.BOOLEAN: (batch, hq, seq, total),
+        }[mt]
+        sizes = _trailing(v, "MaskTensor", mask, len(want), _MASK_SHAPES[mt])
+        v.equal("MaskTensor.Sizes", tuple(sizes), want, f"{_MASK_SHAPES[mt]} for {mt.name}")
+
+    # Every float tensor has the query's data type.
+    floats = [
+        (p, t) for p, t in d.input_slots() + d.output_slots()
+        if p not in ("MaskTensor", "PastSequenceLengthsTensor")
+    ]  # fmt: skip
+    v.same("data_type", [pt for pt in floats if pt[0] != q_src], (q_src, given[q_src]))
+    return Geometry(batch, seq, kv_seq, past, total, hq, hkv, head, v_head, lengths is not None)
+
+
+def infer_attention(d: Any) -> tuple[TensorDesc, ...]:
+    g = analyze(d, Validator(d.operator_type))
+    given = _tensors(d)
+    like = next(given[p] for p in _QUERY if p in given)
+
+    def shaped(t: TensorDesc | None, core: tuple[int, ...]) -> TensorDesc:
+        rank = max(len(core), t.rank if t is not None else 0)
+        return like.like(sizes=(1,) * (rank - len(core)) + core)
+
+    out = [shaped(d.output_tensor, (g.batch, g.seq, g.q_heads * g.v_head))]
+    if d.output_present_key_tensor is not None:
+        core = (g.batch, g.kv_heads, g.total, g.head)
+        out.append(shaped(d.output_present_key_tensor, core))
+    if d.output_present_value_tensor is not None:
+        core = (g.batch, g.kv_heads, g.total, g.v_head)
+        out.append(shaped(d.output_present_value_tensor, core))
+    return tuple(out)
+
+
+def validate_attention(d: Any, v: Validator) -> None:
+    analyze(d, v)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lowering
+
+
+def _wide(x):
+    return x.astype(jnp.float32) if x.dtype == jnp.float16 else x
+
+
+def _split_heads(d: Any, g: Geometry, x: dict) -> tuple[Any, Any, Any]:
+    """Q {B, S, Hq, D}, K {B, Skv, Hkv, D}, V {B, Skv, Hkv, Dv} (None when absent), widened."""
+    b, s, skv, hq, hkv, dh, dv = g.batch, g.seq, g.kv_seq, g.q_heads, g.kv_heads, g.head, g.v_head
+    q = k = val = None
+    if "QueryTensor" in x:
+        q = _wide(x["QueryTensor"]).reshape(b, s, hq, dh)
+    if "StackedQueryKeyTensor" in x:
+        qk = _wide(x["StackedQueryKeyTensor"])
+        q, k = qk[:, :, :, 0], qk[:, :, :, 1]
+    if "StackedQueryKeyValueTensor" in x:
+        qkv = _wide(x["StackedQueryKeyValueTensor"])
+        q, k, val = qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]
+    if "KeyTensor" in x:
+        k = _wide(x["KeyTensor"]).reshape(b, skv, hkv, dh)
+    if "StackedKeyValueTensor" in x:
+        kv = _wide(x["StackedKeyValueTensor"])
+        k, val = kv[:, :, :, 0], kv[:, :, :, 1]
+    if "ValueTensor" in x:
+        val = _wide(x["ValueTensor"]).reshape(b, skv, hkv, dv)
+    if "BiasTensor" in x:
+        bias = _wide(x["BiasTensor"]).reshape(-1)
+        nq, nk = hq * dh, hkv * dh
+        q = q + bias[:nq].reshape(hq, dh)
+        if k is not None:
+            k = k + bias[nq : nq + nk].reshape(hkv, dh)
+            val = val + bias[nq + nk :].reshape(hkv, dv)
+    return q, k, val
+
+
+def _clamped_lengths(g: Geometry, lengths):
+    # Values beyond these bounds act like the bounds (no position is valid / every one is); the
+    # clamp keeps the position arithmetic below inside int32.
+    reach = g.past + g.kv_seq + g.seq + 1
+    return jnp.clip(lengths.reshape(g.batch).astype(jnp.int32), -reach, reach)
+
+
+def _with_past(g: Geometry, new, past, lengths):
+    """The present {B, Hkv, T, size}: ``new`` {B, Hkv, Skv, size} after ``past``, or (with
+    lengths) written into the cache ``past`` at [L_b, L_b + Skv), dropping what falls outside."""
+    if past is None:
+        return new
+    if lengths is None:
+        return past if new is None else jnp.concatenate([past, new], axis=2)
+    if new is None:
+        return past
+    b, h, c, size = past.shape
+    pos = lax.broadcasted_iota(jnp.int32, (b, 1, c, 1), 2)
+    offset = pos - lengths.reshape(b, 1, 1, 1)
+    take = (offset >= 0) & (offset < g.kv_seq)
+    index = jnp.broadcast_to(jnp.clip(offset, 0, g.kv_seq - 1), (b, h, c, size))
+    return jnp.where(take, jnp.take_along_axis(new, index, axis=2), past)
+
+
+def _keep_mask(d: Any, g: Geometry, mask):
+    """(keep {B, 1 or Hq, S, T} bool, additive) for the sequence-length mask types: positions
+    where keep is False are set to MaskFilterValue."""
+    b, s, t = g.batch, g.seq, g.total
+    j = lax.broadcasted_iota(jnp.int32, (b, 1, s, t), 3)
+    m = mask.reshape(-1).astype(jnp.int32)
+    if d.mask_type is M.KEY_SEQUENCE_LENGTH:
+        return j < m.reshape(b, 1, 1, 1)
+    if d.mask_type is M.KEY_SEQUENCE_END_START:
+        end, start = m[:b].reshape(b, 1, 1, 1), m[b:].reshape(b, 1, 1, 1)
+        return (j >= start) & (j < end)
+    # KEY_QUERY_SEQUENCE_LENGTH_START_END: query token (b, i) is flattened to b * S + i and key
+    # position (b, j) to b * T + j; they meet when some batch c's query range [qs[c], qs[c+1])
+    # holds the first and its key range [ks[c], ks[c] + keyLength[c]) the second.
+    length, qs, ks = m[:b], m[b : 2 * b + 1], m[2 * b + 1 :]
+    bi = lax.broadcasted_iota(jnp.int32, (1, b, 1, s, t), 1)
+    query = bi * s + lax.broadcasted_iota(jnp.int32, (1, b, 1, s, t), 3)
+    key = bi * t + lax.broadcasted_iota(jnp.int32, (1, b, 1, s, t), 4)
+
+    def per_c(a):
+        return a.reshape(b, 1, 1, 1, 1)
+
+    inside_q = (query >= per_c(qs[:b])) & (query < per_c(qs[1:]))
+    inside_k = (key >= per_c(ks[:b])) & (key < per_c(ks[:b]) + per_c(length))
+    return jnp.any(inside_q & inside_k, axis=0)
+
+
+def _weights(logits, valid=None):
+    """softmax over the key positions (axis 3), in float32.
+
+    The row maximum is subtracted first; a row whose maximum is not finite (all -inf, or a
+    +inf or NaN logit) has no normalization and gives NaN (SOFTMAX's rule). That case is set
+    explicitly instead of computed: XLA's CPU code for ``exp(x - max)`` of an all -inf row built
+    by a select gives arbitrary numbers, not NaN. Positions outside ``valid`` take no weight; a
+    row with no valid position gives 0.
+    """
+    if valid is not None:
+        logits = jnp.where(valid, logits, -jnp.inf)
+    top = lax.stop_gradient(jnp.max(logits, axis=3, keepdims=True))
+    finite = jnp.isfinite(top)
+    e = jnp.exp(jnp.where(finite, logits - jnp.where(finite, top, 0.0), 0.0))
+    if valid is not None:
+        e = jnp.where(valid, e, 0.0)
+    weights = jnp.where(finite, e / jnp.sum(e, axis=3, keepdims=True), jnp.nan)
+    if valid is not None:
+        weights = jnp.where(jnp.any(valid, axis=3, keepdims=True), weights, 0.0)
+    return weights
+
+
+def lower_attention(d: Any, *arrays):
+    g = analyze(d, Validator(d.operator_type))
+    x = dict(zip((p for p, _ in d.input_slots()), arrays))
+    dtype = d.output_tensor.dtype
+    precision = matmul_precision()
+    q, k, val = _split_heads(d, g, x)
+    lengths = x.get("PastSequenceLengthsTensor")
+    lengths = None if lengths is None else _clamped_lengths(g, lengths)
+
+    def heads_first(a):  # {B, seq, H, size} -> {B, H, seq, size}
+        return None if a is None else jnp.transpose(a, (0, 2, 1, 3))
+
+    def past(name, size):
+        a = x.get(name)
+        return None if a is None else _wide(a).reshape(g.batch, g.kv_heads, g.past, size)
+
+    keys = _with_past(g, heads_first(k), past("PastKeyTensor", g.head), lengths)
+    values = _with_past(g, heads_first(val), past("PastValueTensor", g.v_head), lengths)
+
+    # Logits {B, Hq, S, T}: query head n = kv head * group + r reads kv head n // group.
+    group = g.q_heads // g.kv_heads
+    qg = q.reshape(g.batch, g.seq, g.kv_heads, group, g.head)
+    logits = jnp.einsum(
+        "bskrd,bktd->bkrst", qg, keys, precision=precision, preferred_element_type=jnp.float32
+    ).reshape(g.batch, g.q_heads, g.seq, g.total)
+    logits = logits * jnp.float32(d.scale)
+    if "RelativePositionBiasTensor" in x:
+        rpb = _wide(x["RelativePositionBiasTensor"])
+        logits = logits + rpb.reshape(g.batch, g.q_heads, g.seq, g.total)
+    filter_value = jnp.float32(d.mask_filter_value)
+    if d.mask_type is M.BOOLEAN:
+        zero = x["MaskTensor"].reshape(logits.shape) == 0
+        logits = jnp.where(zero, logits + filter_value, logits)
+    elif d.mask_type is not M.NONE:
+        logits = jnp.where(_keep_mask(d, g, x["MaskTensor"]), logits, filter_value)
+
+    valid = None
+    if lengths is not None:
+        # Positions past L_b + Skv, or after query i's causal frontier, are not part of the
+        # sequence: they take no weight at all (not MaskFilterValue).
+        i = lax.broadcasted_iota(jnp.int32, (1, 1, g.seq, g.total), 2)
+        j = lax.broadcasted_iota(jnp.int32, (1, 1, g.seq, g.total), 3)
+        end = lengths.reshape(g.batch, 1, 1, 1) + g.kv_seq
+        valid = (j < end) & (j <= end - g.seq + i)
+    weights = _weights(logits, valid)
+
+    wg = weights.reshape(g.batch, g.kv_heads, group, g.seq, g.total)
+    out = jnp.einsum(
+        "bkrst,bktd->bskrd", wg, values, precision=precision, preferred_element_type=jnp.float32
+    )
+    results = [out.reshape(d.output_tensor.sizes).astype(dtype)]
+    if d.output_present_key_tensor is not None:
+        results.append(keys.reshape(d.output_present_key_tensor.sizes).astype(dtype))
+    if d.output_present_value_tensor is not None:
+        results.append(values.reshape(d.output_present_value_tensor.sizes).astype(dtype))
+    return tuple(results)
+
+
+# ---------------------------------------------------------------------------------------------
+# Support and registration
+
+_INT32 = types("INT32")
+_DIMS1_5 = (1, 2, 3, 4, 5)
+_COLUMNS = {
+    "StackedQueryKeyTensor": (F2, (5,)),
+    "StackedKeyValueTensor": (F2, (5,)),
+    "StackedQueryKeyValueTensor": (F2, (5,)),
+    "BiasTensor": (F2, _DIMS1_5),
+    "MaskTensor": (_INT32, _DIMS1_5),
+    "RelativePositionBiasTensor": (F2, (4, 5)),
+    "PastKeyTensor": (F2, (4, 5)),
+    "PastValueTensor": (F2, (4, 5)),
+    "OutputPresentKeyTensor": (F2, (4, 5)),
+    "OutputPresentValueTensor": (F2, (4, 5)),
+}
+_DIMS3_5 = (3, 4, 5)
+_LENGTHS = (_INT32, _DIMS1_5)  # MULTIHEAD_ATTENTION1 PastSequenceLengthsTensor
+
+
+def _tensor(sizes: list[int], data_type: str = "FLOAT32") -> dict:
+    return {"DataType": data_type, "Sizes": sizes}
+
+
+def _register(cls: type, support: tuple, example: Example) -> None:
+    register(
+        cls,
+        infer=infer_attention,
+        validate=validate_attention,
+        lower=lower_attention,
+        support=support,
+        differentiable=lambda d: True,  # the float tensors; mask and length values are indices
+        example=example,
+    )
+
+
+_register(
+    MultiheadAttentionOperatorDesc,
+    rows((L.FL_6_1, _DIMS3_5, F2, F2, _COLUMNS)),
+    Example(
+        {
+            "type": "DML_OPERATOR_MULTIHEAD_ATTENTION",
+            "desc": {
+                "QueryTensor": _tensor([1, 2, 4]),
+                "KeyTensor": _tensor([1, 3, 4]),
+                "ValueTensor": _tensor([1, 3, 4]),
+                "MaskTensor": _tensor([1, 1], "INT32"),
+                "OutputTensor": _tensor([1, 2, 4]),
+                "Scale": 0.5,
+                "MaskFilterValue": -10000.0,
+                "HeadCount": 2,
+                "MaskType": "DML_MULTIHEAD_ATTENTION_MASK_TYPE_KEY_SEQUENCE_LENGTH",
+            },
+        },
+        {
+            "QueryTensor": [1, 0, 0, 1, 0, 1, 1, 0],
+            "KeyTensor": [1, 0, 1, 1, 0, 1, 0, 0, 2, 2, 2, 2],
+            "ValueTensor": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
+            "MaskTensor": [2],
+        },
+        "two heads, the third key masked by a key length of 2",
+    ),
+)
+
+_register(
+    MultiheadAttention1OperatorDesc,
+    rows((L.FL_6_3, _DIMS3_5, F2, F2, {**_COLUMNS, "PastSequenceLengthsTensor": _LENGTHS})),
+    Example(
+        {
+            "type": "DML_OPERATOR_MULTIHEAD_ATTENTION1",
+            "desc": {
+                "QueryTensor": _tensor([1, 1, 4]),
+                "KeyTensor": _tensor([1, 1, 2]),
+                "ValueTensor": _tensor([1, 1, 2]),
+                "PastKeyTensor": _tensor([1, 1, 2, 2]),
+                "PastValueTensor": _tensor([1, 1, 2, 2]),
+                "OutputTensor": _tensor([1, 1, 4]),
+                "OutputPresentKeyTensor": _tensor([1, 1, 3, 2]),
+                "OutputPresentValueTensor": _tensor([1, 1, 3, 2]),
+                "Scale": 1.0,
+                "MaskFilterValue": -10000.0,
+                "QueryHeadCount": 2,
+                "KeyValueHeadCount": 1,
+                "MaskType": "DML_MULTIHEAD_ATTENTION_MASK_TYPE_NONE",
+            },
+        },
+        {
+            "QueryTensor": [1, 0, 0, 1],
+            "KeyTensor": [1, 1],
+            "ValueTensor": [5, 6],
+            "PastKeyTensor": [1, 0, 0, 1],
+            "PastValueTensor": [1, 2, 3, 4],
+        },
+        "two query heads sharing one key/value head, one new key after two past ones",
+    ),
+)
