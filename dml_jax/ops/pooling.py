@@ -17,6 +17,9 @@ Conventions (docs/semantics.md, "Pooling"):
   first, -0.0 ties +0.0, NaN is the maximum and the first NaN wins), found by one reduce over
   (order key, index) pairs; a window with no input point (possible with padding and dilation)
   reports the index type's largest value, which MAX_UNPOOLING ignores as out of range.
+- MAX pooling's derivative is MAX_POOLING_GRAD's rule in every lowering (``window_max``): each
+  output's derivative goes to the element OutputIndicesTensor reports, whole, never split
+  between equal values, and a window of padding only passes nothing back.
 - MAX_UNPOOLING writes each input value at the flat output index it is given; out-of-range
   indices write nothing (the page's rule) and repeated ones keep the last input element in
   row-major order, deterministically (positions scattered with max, then gathered).
@@ -283,15 +286,19 @@ class WindowPlan(NamedTuple):
         }
 
 
-def window_plan(d: Any) -> WindowPlan:
+def window_plan(d: Any, pooled: TensorDesc | None = None) -> WindowPlan:
+    """The window of any pooling description over ``pooled``, the {N, C, spatial...} tensor
+    being pooled (InputTensor by default; the gradient operators pass the tensor that stands
+    for the forward input)."""
     n = len(d.strides)
+    pooled = d.input_tensor if pooled is None else pooled
     return WindowPlan(
         tuple(d.window_size),
         tuple(d.strides),
         tuple(getattr(d, "dilations", (1,) * n)),
         tuple(d.start_padding),
         tuple(d.end_padding),
-        tuple(d.input_tensor.sizes[2:]),
+        tuple(pooled.sizes[2:]),
     )
 
 
@@ -318,7 +325,9 @@ def infer_pooling(d: Any) -> tuple[TensorDesc, ...]:
     return out
 
 
-def validate_pooling(d: Any, v: Validator) -> None:
+def validate_window(d: Any, v: Validator, path: str, pooled: TensorDesc) -> None:
+    """The window members of any pooling description (forward or gradient) over ``pooled``,
+    the {N, C, spatial...} tensor at DML path ``path`` that the window slides over."""
     n = len(d.strides)
     v.check("DimensionCount", n in (2, 3), f"must be 2 or 3 (spatial dimensions), got {n}")
     for name in _arrays(d)[1:]:
@@ -327,13 +336,12 @@ def validate_pooling(d: Any, v: Validator) -> None:
     for name in ("Strides", "WindowSize", "Dilations"):
         for i, value in enumerate(getattr(d, _snake(name), ())):
             v.check(f"{name}[{i}]", value >= 1, f"must be >= 1, got {value}")
-    x = d.input_tensor
     v.check(
-        "InputTensor.DimensionCount",
-        x.rank == n + 2,
-        f"must be DimensionCount + 2 = {n + 2} ({{N, C, spatial...}}), got {x.rank}",
+        f"{path}.DimensionCount",
+        pooled.rank == n + 2,
+        f"must be DimensionCount + 2 = {n + 2} ({{N, C, spatial...}}), got {pooled.rank}",
     )
-    plan = window_plan(d)
+    plan = window_plan(d, pooled)
     for i, (size, extent) in enumerate(zip(plan.spatial, plan.extents)):
         padded = size + plan.start[i] + plan.end[i]
         span = (
@@ -342,10 +350,14 @@ def validate_pooling(d: Any, v: Validator) -> None:
             else f"WindowSize[{i}] = {extent}"
         )
         v.check(
-            f"InputTensor.Sizes[{i + 2}]",
+            f"{path}.Sizes[{i + 2}]",
             padded >= extent,
             f"plus StartPadding[{i}] and EndPadding[{i}] ({padded}) must hold the window ({span})",
         )
+
+
+def validate_pooling(d: Any, v: Validator) -> None:
+    validate_window(d, v, "InputTensor", d.input_tensor)
     if hasattr(d, "p"):
         v.check("P", d.p >= 1, f"must be >= 1, got {d.p}")
     v.outputs_match(d.output_slots(), infer_pooling(d))
@@ -424,14 +436,40 @@ def lower_lp_pooling(d: Any, x):
     return (y.astype(x.dtype),)
 
 
-def _max_values(plan: WindowPlan, x):
-    lowest = _lowest(x.dtype)
-    if not _by_slices(plan):
-        # lax.max with the type's lowest value (a NumPy constant, see _window_sum) as init is
-        # jax's differentiable max-window reducer; padding takes the init value, so it never
-        # wins. NaN propagates (XLA's max). Its gradient goes to the element its rule picks.
-        return lax.reduce_window(x, np.array(lowest, x.dtype), lax.max, **plan.lax_args())
-    return _slices_max(plan, x)
+def window_max(plan: WindowPlan, x):
+    """MAX pooling's values. Their derivative follows MAX_POOLING_GRAD in both lowerings: each
+    output's tangent is the input tangent at the first maximum of its window in window order
+    (the element OutputIndicesTensor reports: -0.0 ties +0.0, NaN is the maximum and the first
+    NaN wins), never split between equal values; a window of padding only has tangent 0."""
+    return _slices_max(plan, x) if _by_slices(plan) else _reduced_max(plan, x)
+
+
+def _reduced_max(plan: WindowPlan, x):
+    """One reduce_window over the padded input: lax.max with the type's lowest value as init
+    (padding never wins; NaN propagates, XLA's max). jax's own derivative of this reducer may
+    go to any of several equal maxima, so the derivative is defined here: a gather of the
+    tangent at ``_first_max_indices`` (whose transpose scatters the cotangent back)."""
+    lowest = np.array(_lowest(x.dtype), x.dtype)
+
+    def forward(x):
+        return lax.reduce_window(x, lowest, lax.max, **plan.lax_args())
+
+    @jax.custom_jvp
+    def reduced_max(x):
+        return forward(x)
+
+    @reduced_max.defjvp
+    def reduced_max_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        count = math.prod(x.shape)
+        index_type = jnp.int32 if count < np.iinfo(np.int32).max else jnp.int64
+        # A window of padding only reports the index type's largest value: out of range, so the
+        # gather fills 0 there (and its transpose drops it).
+        found = _first_max_indices(plan, x, index_type)
+        flat = lax.reshape(t, (count,))
+        return forward(x), jnp.take(flat, found, mode="fill", fill_value=0)
+
+    return reduced_max(x)
 
 
 def _slices_max(plan: WindowPlan, x):
@@ -508,7 +546,7 @@ def _first_max_indices(plan: WindowPlan, x, index_dtype):
 
 def lower_max_pooling(d: Any, x):
     plan = window_plan(d)
-    out = (_max_values(plan, x),)
+    out = (window_max(plan, x),)
     indices = _indices(d)
     if indices is not None:
         out += (_first_max_indices(plan, x, indices.dtype),)
