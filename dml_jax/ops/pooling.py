@@ -416,12 +416,16 @@ def _divisor(plan: WindowPlan, include_padding: bool) -> np.ndarray | float:
     return np.maximum(total, 1).astype(np.float64)
 
 
-def lower_average_pooling(d: Any, x):
-    plan = window_plan(d)
+def average_pool(plan: WindowPlan, x, include_padding: bool):
+    """AVERAGE pooling's values (FLOAT16 summed in float32 and rounded once)."""
     wide = x.astype(jnp.float32) if x.dtype == jnp.float16 else x
     total = _window_sum(plan, wide)
-    divisor = _divisor(plan, d.include_padding)
-    return ((total / jnp.asarray(divisor, wide.dtype)).astype(x.dtype),)
+    divisor = _divisor(plan, include_padding)
+    return (total / jnp.asarray(divisor, wide.dtype)).astype(x.dtype)
+
+
+def lower_average_pooling(d: Any, x):
+    return (average_pool(window_plan(d), x, d.include_padding),)
 
 
 def lower_lp_pooling(d: Any, x):
