@@ -92,21 +92,33 @@ class GraphBuilder:
     def graph(self, outputs: list) -> dml.GraphDesc:
         edges = [dml.OutputGraphEdge(*handle, j) for j, handle in enumerate(outputs)]
         return dml.GraphDesc(
-            len(self.inputs), len(outputs), self.nodes, self.input_edges, edges,
+            len(self.inputs),
+            len(outputs),
+            self.nodes,
+            self.input_edges,
+            edges,
             self.intermediate_edges,
-        )  # fmt: skip
+        )
+
+
+def _convolve_x(filter_tensor: dml.TensorDesc, output_tensor: dml.TensorDesc):
+    """A cross-correlation of the input x with a filter, padded by 1 on both sides of L."""
+    return dml.ConvolutionOperatorDesc(
+        X,
+        filter_tensor,
+        None,
+        output_tensor,
+        strides=[1, 1],
+        dilations=[1, 1],
+        start_padding=[0, 1],
+        end_padding=[0, 1],
+        output_padding=[0, 0],
+    )
 
 
 def _forward(b: GraphBuilder) -> dict:
     """The forward nodes; returns the handles the backward pass reads."""
-    (conv,) = b.add(
-        dml.ConvolutionOperatorDesc(
-            X, W1, None, FEATURES, strides=[1, 1], dilations=[1, 1], start_padding=[0, 1],
-            end_padding=[0, 1], output_padding=[0, 0],
-        ),  # fmt: skip
-        "x",
-        "W1",
-    )
+    (conv,) = b.add(_convolve_x(W1, FEATURES), "x", "W1")
     bn, mean, variance = b.add(
         dml.BatchNormalizationTrainingOperatorDesc(
             FEATURES, CHANNEL, CHANNEL, None, FEATURES, CHANNEL, CHANNEL, epsilon=1e-3
@@ -116,8 +128,12 @@ def _forward(b: GraphBuilder) -> dict:
         "bias",
     )
     (relu,) = b.add(dml.ActivationReluOperatorDesc(FEATURES, FEATURES), bn)
-    window = {"strides": [1, 2], "window_size": [1, 2], "start_padding": [0, 0],
-              "end_padding": [0, 0]}  # fmt: skip
+    window = {
+        "strides": [1, 2],
+        "window_size": [1, 2],
+        "start_padding": [0, 0],
+        "end_padding": [0, 0],
+    }
     (pooled,) = b.add(dml.MaxPoolingOperatorDesc(FEATURES, POOLED, **window), relu)
     (per_channel,) = b.add(dml.GemmOperatorDesc(POOLED, W2, None, PER_CHANNEL), pooled, "W2")
     (logits,) = b.add(dml.ReduceOperatorDesc("SUM", PER_CHANNEL, LOGITS, axes=[1]), per_channel)
@@ -127,8 +143,17 @@ def _forward(b: GraphBuilder) -> dict:
     (loss,) = b.add(
         dml.ElementWiseIdentityOperatorDesc(SCALAR, SCALAR, dml.ScaleBias(-1.0 / N, 0.0)), total
     )
-    return {"conv": conv, "bn": bn, "mean": mean, "variance": variance, "relu": relu,
-            "pooled": pooled, "logits": logits, "loss": loss, "window": window}  # fmt: skip
+    return {
+        "conv": conv,
+        "bn": bn,
+        "mean": mean,
+        "variance": variance,
+        "relu": relu,
+        "pooled": pooled,
+        "logits": logits,
+        "loss": loss,
+        "window": window,
+    }
 
 
 def _backward(b: GraphBuilder, f: dict) -> list:
@@ -150,13 +175,13 @@ def _backward(b: GraphBuilder, f: dict) -> list:
         "W2",
     )
     (d_relu,) = b.add(
-        dml.MaxPoolingGradOperatorDesc(FEATURES, POOLED, FEATURES, **f["window"],
-                                       dilations=[1, 1]),  # fmt: skip
+        dml.MaxPoolingGradOperatorDesc(FEATURES, POOLED, FEATURES, **f["window"], dilations=[1, 1]),
         f["relu"],
         d_pooled,
     )
-    (d_bn,) = b.add(dml.ActivationReluGradOperatorDesc(FEATURES, FEATURES, FEATURES), f["bn"],
-                    d_relu)  # fmt: skip
+    (d_bn,) = b.add(
+        dml.ActivationReluGradOperatorDesc(FEATURES, FEATURES, FEATURES), f["bn"], d_relu
+    )
     d_conv, d_scale, d_bias = b.add(
         dml.BatchNormalizationTrainingGradOperatorDesc(
             FEATURES, FEATURES, CHANNEL, CHANNEL, CHANNEL, FEATURES, CHANNEL, CHANNEL, epsilon=1e-3
@@ -169,28 +194,28 @@ def _backward(b: GraphBuilder, f: dict) -> list:
     )
     # dW1[k, 0, 0, j] = sum over n, l of d_conv[0, k, n, l] * x_padded[0, 0, n, l + j]: a
     # convolution of the input with channel k's gradient as its filter.
-    one = T("FLOAT32", (1, 1, N, L))
+    one, taps = T("FLOAT32", (1, 1, N, L)), T("FLOAT32", (1, 1, 1, 3))
     channels = b.add(dml.SplitOperatorDesc(FEATURES, [one] * K, axis=1), d_conv)
-    pieces = []
-    for channel in channels:
-        (piece,) = b.add(
-            dml.ConvolutionOperatorDesc(
-                X, one, None, T("FLOAT32", (1, 1, 1, 3)), strides=[1, 1], dilations=[1, 1],
-                start_padding=[0, 1], end_padding=[0, 1], output_padding=[0, 0],
-            ),  # fmt: skip
-            "x",
-            channel,
-        )
-        pieces.append(piece)
-    (d_w1,) = b.add(dml.JoinOperatorDesc([T("FLOAT32", (1, 1, 1, 3))] * K, W1, axis=0), *pieces)
+    pieces = [b.add(_convolve_x(one, taps), "x", channel)[0] for channel in channels]
+    (d_w1,) = b.add(dml.JoinOperatorDesc([taps] * K, W1, axis=0), *pieces)
     return [d_w1, d_scale, d_bias, d_w2]
 
 
 def _adam(t: dml.TensorDesc) -> dml.AdamOptimizerOperatorDesc:
     return dml.AdamOptimizerOperatorDesc(
-        t, t, t, t, STEP, t, t, t,
-        learning_rate=LEARNING_RATE, beta1=BETA1, beta2=BETA2, epsilon=EPSILON,
-    )  # fmt: skip
+        t,
+        t,
+        t,
+        t,
+        STEP,
+        t,
+        t,
+        t,
+        learning_rate=LEARNING_RATE,
+        beta1=BETA1,
+        beta2=BETA2,
+        epsilon=EPSILON,
+    )
 
 
 _DATA_INPUTS = ["x", "labels", *PARAMETERS]
@@ -275,8 +300,9 @@ def train_with_jax_grad(steps: int, x, labels, parameters):
         step = np.full(STEP.sizes, t, np.uint32)
         value, grads = value_and_grad(list(parameters))
         losses.append(float(value))
-        updated = [op(p, m, v, g, step) for op, p, m, v, g in
-                   zip(adam, parameters, first, second, grads)]  # fmt: skip
+        updated = [
+            op(p, m, v, g, step) for op, p, m, v, g in zip(adam, parameters, first, second, grads)
+        ]
         parameters, first, second = (list(column) for column in zip(*updated))
     return losses, [np.asarray(p) for p in parameters]
 
@@ -285,8 +311,10 @@ def main(steps: int = 10) -> None:
     x, labels = synthetic_data()
     start = initial_parameters()
     graph = training_graph()
-    print(f"training graph: {len(graph.nodes)} nodes, {graph.input_count} inputs, "
-          f"{graph.output_count} outputs")  # fmt: skip
+    print(
+        f"training graph: {len(graph.nodes)} nodes, {graph.input_count} inputs, "
+        f"{graph.output_count} outputs"
+    )
     dml_losses, dml_params = train_with_dml_gradients(steps, x, labels, start)
     jax_losses, jax_params = train_with_jax_grad(steps, x, labels, start)
     print("step  loss (DirectML gradient operators)  loss (jax.grad)")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import reference
 import strategies as S
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from training_cases import PAIRS, incoming
 
@@ -52,10 +52,20 @@ def _max_grad(x, dy, window=(2, 2), dilations=(1, 1), **geometry):
 
 
 def _roi_grad(
-    x=(1, 1, 4, 4), dy=(1, 1, 1, 1), rois=(1, 4), image=True, coordinates=False, with_input=True,
-    function="AVERAGE", mode="LINEAR", samples=(1, 1), offsets=(0.5, -0.5), type_name="FLOAT32",
-    batch=None, corners=False,
-):  # fmt: skip
+    x=(1, 1, 4, 4),
+    dy=(1, 1, 1, 1),
+    rois=(1, 4),
+    image=True,
+    coordinates=False,
+    with_input=True,
+    function="AVERAGE",
+    mode="LINEAR",
+    samples=(1, 1),
+    offsets=(0.5, -0.5),
+    type_name="FLOAT32",
+    batch=None,
+    corners=False,
+):
     return ROI_GRAD(
         _t(x, type_name) if with_input else None,
         _t(dy, type_name),
@@ -128,17 +138,21 @@ SEEDS = [
     # with it by 2: x0 = 2 / 2 + 4 / 2, x1 = 4 / 2.
     (
         AVG_GRAD(
-            _t([1, 1, 1, 2]), _t([1, 1, 1, 2]), **_window(2, (1, 2), start=(0, 1)),
+            _t([1, 1, 1, 2]),
+            _t([1, 1, 1, 2]),
+            **_window(2, (1, 2), start=(0, 1)),
             include_padding=False,
-        ),  # fmt: skip
+        ),
         (_a([2, 4], (1, 1, 1, 2)),),
         (_a([4, 2], (1, 1, 1, 2)),),
     ),
     (
         AVG_GRAD(
-            _t([1, 1, 1, 2]), _t([1, 1, 1, 2]), **_window(2, (1, 2), start=(0, 1)),
+            _t([1, 1, 1, 2]),
+            _t([1, 1, 1, 2]),
+            **_window(2, (1, 2), start=(0, 1)),
             include_padding=True,
-        ),  # fmt: skip
+        ),
         (_a([2, 4], (1, 1, 1, 2)),),
         (_a([3, 2], (1, 1, 1, 2)),),
     ),
@@ -176,9 +190,13 @@ SEEDS = [
     # DML_RESAMPLE_GRAD_OPERATOR_DESC's example: input columns 0, 0, 1 of row 0 were read.
     (
         RESAMPLE_GRAD(
-            _t([1, 1, 1, 3]), _t([1, 1, 2, 2]), "NEAREST_NEIGHBOR", [1, 1, 0.5, 1.5],
-            [0, 0, 0.25, 0.25], [0, 0, 0, 0],
-        ),  # fmt: skip
+            _t([1, 1, 1, 3]),
+            _t([1, 1, 2, 2]),
+            "NEAREST_NEIGHBOR",
+            [1, 1, 0.5, 1.5],
+            [0, 0, 0.25, 0.25],
+            [0, 0, 0, 0],
+        ),
         (_a([4, 5, 6], (1, 1, 1, 3)),),
         (_a([9, 6, 0, 0], (1, 1, 2, 2)),),
     ),
@@ -186,18 +204,21 @@ SEEDS = [
     # to element 0), 0.25, 0.75 and 1.25 (clamped to element 1), so element 0 gets 1 + 2 * 0.75
     # + 3 * 0.25 and element 1 gets 2 * 0.25 + 3 * 0.75 + 4.
     (
-        RESAMPLE_GRAD1(
-            _t([1, 4]), _t([1, 2]), "LINEAR", "DECREASING", [1, 2], [0, 0.5], [0, -0.5]
-        ),
+        RESAMPLE_GRAD1(_t([1, 4]), _t([1, 2]), "LINEAR", "DECREASING", [1, 2], [0, 0.5], [0, -0.5]),
         (_a([[1, 2, 3, 4]]),),
         (_a([[3.25, 6.75]]),),
     ),
     # RESAMPLE_GRAD1's example: DECREASING rounds o / 1.5 = 0, 0.67, 1.33 down.
     (
         RESAMPLE_GRAD1(
-            _t([1, 1, 1, 3]), _t([1, 1, 2, 2]), "NEAREST_NEIGHBOR", "DECREASING",
-            [1, 1, 0.5, 1.5], [0, 0, 0, 0], [0, 0, 0, 0],
-        ),  # fmt: skip
+            _t([1, 1, 1, 3]),
+            _t([1, 1, 2, 2]),
+            "NEAREST_NEIGHBOR",
+            "DECREASING",
+            [1, 1, 0.5, 1.5],
+            [0, 0, 0, 0],
+            [0, 0, 0, 0],
+        ),
         (_a([4, 5, 6], (1, 1, 1, 3)),),
         (_a([9, 6, 0, 0], (1, 1, 2, 2)),),
     ),
@@ -242,38 +263,58 @@ SEEDS = [
     # and x2, so the coordinate gradient is 2 * [0.5, 0, 0.5, 0] (no slope along y).
     (
         _roi_grad(coordinates=True),
-        (np.tile(_a([0, 1, 2, 3]), (4, 1)).reshape(1, 1, 4, 4), _a([2], (1, 1, 1, 1)),
-         _a([[0.5, 0, 3.5, 2]]), np.zeros(1, np.uint32)),
-        (_a([0, 0.5, 0.5, 0, 0, 0.5, 0.5, 0, 0, 0, 0, 0, 0, 0, 0, 0], (1, 1, 4, 4)),
-         _a([[1, 0, 1, 0]])),
-    ),  # fmt: skip
+        (
+            np.tile(_a([0, 1, 2, 3]), (4, 1)).reshape(1, 1, 4, 4),
+            _a([2], (1, 1, 1, 1)),
+            _a([[0.5, 0, 3.5, 2]]),
+            np.zeros(1, np.uint32),
+        ),
+        (
+            _a([0, 0.5, 0.5, 0, 0, 0.5, 0.5, 0, 0, 0, 0, 0, 0, 0, 0, 0], (1, 1, 4, 4)),
+            _a([[1, 0, 1, 0]]),
+        ),
+    ),
     # MAX over two equal samples (x = 0.5 and 2.5 round to 0 and 2): the first takes it all.
     (
-        _roi_grad((1, 1, 1, 4), (1, 1, 1, 1), function="MAX", mode="NEAREST_NEIGHBOR",
-                  samples=(2, 2)),
-        (np.ones((1, 1, 1, 4), np.float32), _a([3], (1, 1, 1, 1)), _a([[0, 0, 4, 1]]),
-         np.zeros(1, np.uint32)),
+        _roi_grad(
+            (1, 1, 1, 4), (1, 1, 1, 1), function="MAX", mode="NEAREST_NEIGHBOR", samples=(2, 2)
+        ),
+        (
+            np.ones((1, 1, 1, 4), np.float32),
+            _a([3], (1, 1, 1, 1)),
+            _a([[0, 0, 4, 1]]),
+            np.zeros(1, np.uint32),
+        ),
         (_a([3, 0, 0, 0], (1, 1, 1, 4)),),
-    ),  # fmt: skip
+    ),
     # DML_ADAM_OPTIMIZER_OPERATOR_DESC's update at T = 1 from zero moments with Beta1 0.5 and
     # Beta2 0.75 (exact in float32): M = 0.5 * G, V = 0.25 * G^2, Alpha = sqrt(0.25) / 0.5 = 1,
     # so X moves by LearningRate * M / sqrt(V) = LearningRate * sign(G).
     (
         _adam(beta1=0.5, beta2=0.75),
-        (_a([1, -1], (1, 1, 1, 2)), np.zeros((1, 1, 1, 2), np.float32),
-         np.zeros((1, 1, 1, 2), np.float32), _a([0.5, -4], (1, 1, 1, 2)),
-         np.ones((1, 1, 1, 1), np.uint32)),
-        (_a([0.9, -0.9], (1, 1, 1, 2)), _a([0.25, -2], (1, 1, 1, 2)),
-         _a([0.0625, 4], (1, 1, 1, 2))),
-    ),  # fmt: skip
+        (
+            _a([1, -1], (1, 1, 1, 2)),
+            np.zeros((1, 1, 1, 2), np.float32),
+            np.zeros((1, 1, 1, 2), np.float32),
+            _a([0.5, -4], (1, 1, 1, 2)),
+            np.ones((1, 1, 1, 1), np.uint32),
+        ),
+        (
+            _a([0.9, -0.9], (1, 1, 1, 2)),
+            _a([0.25, -2], (1, 1, 1, 2)),
+            _a([0.0625, 4], (1, 1, 1, 2)),
+        ),
+    ),
 ]
 
 
 @pytest.mark.parametrize("desc, inputs, expected", SEEDS)
 def test_documented_and_worked_examples(desc, inputs, expected):
     # Exact up to the rounding of the float32 arithmetic (the expected values are decimals).
-    for got, ref in ((S.run(S.Case(desc, inputs)), "lowering"),
-                     (reference.reference(desc, *inputs), "reference")):  # fmt: skip
+    for got, ref in (
+        (S.run(S.Case(desc, inputs)), "lowering"),
+        (reference.reference(desc, *inputs), "reference"),
+    ):
         for g, w in zip(got, expected, strict=True):
             assert g.dtype == w.dtype and g.shape == w.shape, ref
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7, err_msg=ref)
@@ -282,18 +323,28 @@ def test_documented_and_worked_examples(desc, inputs, expected):
 def test_adam_training_step_zero_divides_zero_by_zero():
     """The page's formula read literally: at T = 0, Alpha = sqrt(1 - 1) / (1 - 1) is NaN."""
     op = dml.compile_operator(_adam())
-    x, m, v = op(_a([1, 2], (1, 1, 1, 2)), *(np.zeros((1, 1, 1, 2), np.float32),) * 2,
-                 _a([1, 1], (1, 1, 1, 2)), np.zeros((1, 1, 1, 1), np.uint32))  # fmt: skip
+    x, m, v = op(
+        _a([1, 2], (1, 1, 1, 2)),
+        *(np.zeros((1, 1, 1, 2), np.float32),) * 2,
+        _a([1, 1], (1, 1, 1, 2)),
+        np.zeros((1, 1, 1, 1), np.uint32),
+    )
     assert np.isnan(x).all()
     np.testing.assert_allclose(m, [[[[0.1, 0.1]]]], rtol=1e-6)
     np.testing.assert_allclose(v, [[[[0.001, 0.001]]]], rtol=2e-5)
 
 
 def test_adam_step_may_be_a_float_of_the_parameters_type():
-    args = (_a([1, -1], (1, 1, 1, 2)), np.zeros((1, 1, 1, 2), np.float32),
-            np.zeros((1, 1, 1, 2), np.float32), _a([0.5, -4], (1, 1, 1, 2)))  # fmt: skip
+    args = (
+        _a([1, -1], (1, 1, 1, 2)),
+        np.zeros((1, 1, 1, 2), np.float32),
+        np.zeros((1, 1, 1, 2), np.float32),
+        _a([0.5, -4], (1, 1, 1, 2)),
+    )
     by_uint = dml.compile_operator(_adam())(*args, np.full((1, 1, 1, 1), 3, np.uint32))
-    by_float = dml.compile_operator(_adam(step="FLOAT32"))(*args, np.full((1, 1, 1, 1), 3, np.float32))
+    by_float = dml.compile_operator(_adam(step="FLOAT32"))(
+        *args, np.full((1, 1, 1, 1), 3, np.float32)
+    )
     for a, b in zip(by_uint, by_float):
         np.testing.assert_array_equal(a, b)
 
@@ -301,12 +352,12 @@ def test_adam_step_may_be_a_float_of_the_parameters_type():
 # --- properties against the reference ------------------------------------------------------
 
 
-def _gradient_cases(pair, types=None):
+def _gradient_cases(pair):
+    """The gradient operator's cases derived from the pair's random forward cases."""
+
     @st.composite
     def cases(draw):
         forward = draw(pair.forward())
-        if types and forward.inputs[0].dtype.name.upper() not in types:
-            forward = draw(pair.forward())
         rng = draw(S.seeds())
         case, _ = pair.backward(forward, incoming(forward, rng))
         return case
@@ -315,8 +366,7 @@ def _gradient_cases(pair, types=None):
 
 
 def _tolerance(case) -> dict:
-    dtype = case.inputs[-1].dtype if case.desc.operator_type.endswith("ROI_ALIGN_GRAD") else None
-    dtype = dtype or next(a.dtype for a in case.inputs if a.dtype.kind == "f")
+    dtype = next(a.dtype for a in case.inputs if a.dtype.kind == "f")
     if dtype == np.float16:
         return {"exact": False, "rtol": 5e-3, "atol": 5e-3}
     return {"exact": False, "rtol": 2e-5, "atol": 2e-5}
@@ -324,11 +374,14 @@ def _tolerance(case) -> dict:
 
 # Pairs whose gradient operator is DirectML's (CLIP_GRAD and CONVOLUTION's BACKWARD direction
 # are tested against their references in test_clip.py and test_gemm_conv.py).
-REFERENCE_PAIRS = [p for p in PAIRS if p.name not in ("ELEMENT_WISE_CLIP", "ELEMENT_WISE_CLIP1",
-                                                      "CONVOLUTION")]  # fmt: skip
+REFERENCE_PAIRS = [
+    p for p in PAIRS if p.name not in ("ELEMENT_WISE_CLIP", "ELEMENT_WISE_CLIP1", "CONVOLUTION")
+]
 
 
-@S.HALF
+# An eighth of the profile's examples per pair: each is a compile on CPU (and ROI_ALIGN_GRAD's
+# reference loops over every sample); "thorough" scales it up.
+@settings(max_examples=max(3, settings.default.max_examples // 8))
 @pytest.mark.parametrize("pair", REFERENCE_PAIRS, ids=[p.name for p in REFERENCE_PAIRS])
 @given(data=st.data())
 def test_gradient_operator_matches_reference(pair, data):
@@ -427,8 +480,10 @@ def _replace(factory, **changes):
 INVALID_ROWS = [
     (
         lambda: RELU_GRAD(_t([2, 3]), _t([3, 2]), _t([2, 3])),
-        r"^DML_OPERATOR_ACTIVATION_RELU_GRAD: InputGradientTensor\.Sizes must equal "
-        r"InputTensor\.Sizes",
+        (
+            r"^DML_OPERATOR_ACTIVATION_RELU_GRAD: InputGradientTensor\.Sizes must equal "
+            r"InputTensor\.Sizes"
+        ),
     ),
     (
         lambda: RELU_GRAD(_t([2]), _t([2], "FLOAT16"), _t([2])),
@@ -443,11 +498,11 @@ INVALID_ROWS = [
         r"^DML_OPERATOR_AVERAGE_POOLING_GRAD: InputGradientTensor\.Sizes\[3\] must equal 2, got 3",
     ),
     (
-        lambda: AVG_GRAD(
-            _t([1, 1, 1, 1]), _t([1, 1, 1, 1]), **_window(), include_padding=False
+        lambda: AVG_GRAD(_t([1, 1, 1, 1]), _t([1, 1, 1, 1]), **_window(), include_padding=False),
+        (
+            r"^DML_OPERATOR_AVERAGE_POOLING_GRAD: OutputGradientTensor\.Sizes\[2\] plus "
+            r"StartPadding\[0\] and EndPadding\[0\] \(1\) must hold the window"
         ),
-        r"^DML_OPERATOR_AVERAGE_POOLING_GRAD: OutputGradientTensor\.Sizes\[2\] plus "
-        r"StartPadding\[0\] and EndPadding\[0\] \(1\) must hold the window",
     ),
     (
         lambda: AVG_GRAD(
@@ -462,22 +517,21 @@ INVALID_ROWS = [
         r"^DML_OPERATOR_AVERAGE_POOLING_GRAD: WindowSize must hold DimensionCount \(2\) values",
     ),
     (
-        lambda: AVG_GRAD(
-            _t([1, 2, 2]), _t([1, 1, 3, 3]), **_window(), include_padding=False
-        ),
+        lambda: AVG_GRAD(_t([1, 2, 2]), _t([1, 1, 3, 3]), **_window(), include_padding=False),
         r"^DML_OPERATOR_AVERAGE_POOLING_GRAD: InputGradientTensor\.DimensionCount must equal 4",
     ),
     (
-        lambda: AVG_GRAD(
-            _t([1, 1, 2, 2]), _t([1, 3, 3]), **_window(), include_padding=False
+        lambda: AVG_GRAD(_t([1, 1, 2, 2]), _t([1, 3, 3]), **_window(), include_padding=False),
+        (
+            r"^DML_OPERATOR_AVERAGE_POOLING_GRAD: OutputGradientTensor\.DimensionCount must be "
+            r"DimensionCount \+ 2 = 4"
         ),
-        r"^DML_OPERATOR_AVERAGE_POOLING_GRAD: OutputGradientTensor\.DimensionCount must be "
-        r"DimensionCount \+ 2 = 4",
     ),
     (
         _replace(
-            lambda: AVG_GRAD(_t([1, 1, 2, 2]), _t([1, 1, 3, 3]), **_window(),
-                             include_padding=False),  # fmt: skip
+            lambda: AVG_GRAD(
+                _t([1, 1, 2, 2]), _t([1, 1, 3, 3]), **_window(), include_padding=False
+            ),
             dimension_count=3,
         ),
         r"^DML_OPERATOR_AVERAGE_POOLING_GRAD: DimensionCount must equal the length of Strides",
@@ -491,7 +545,9 @@ INVALID_ROWS = [
         r"^DML_OPERATOR_MAX_POOLING_GRAD: Dilations\[0\] must be >= 1, got 0",
     ),
     (
-        _replace(lambda: _max_grad((1, 1, 3, 3), (1, 1, 2, 2)), output_gradient_tensor=_t([1, 1, 3, 4])),
+        _replace(
+            lambda: _max_grad((1, 1, 3, 3), (1, 1, 2, 2)), output_gradient_tensor=_t([1, 1, 3, 4])
+        ),
         r"^DML_OPERATOR_MAX_POOLING_GRAD: OutputGradientTensor\.Sizes\[3\] must equal 3, got 4",
     ),
     (
@@ -503,11 +559,16 @@ INVALID_ROWS = [
     ),
     (
         lambda: MAX_GRAD(
-            _t([1, 1, 2, 2, 2]), _t([1, 1, 1, 1, 1]), _t([1, 1, 2, 2, 2]),
-            **_window(3, (2, 2, 2)), dilations=[1, 1, 1],
-        ),  # fmt: skip
-        r"^DML_OPERATOR_MAX_POOLING_GRAD: InputTensor with data type FLOAT32 and "
-        r"DimensionCount 5 is not supported",
+            _t([1, 1, 2, 2, 2]),
+            _t([1, 1, 1, 1, 1]),
+            _t([1, 1, 2, 2, 2]),
+            **_window(3, (2, 2, 2)),
+            dilations=[1, 1, 1],
+        ),
+        (
+            r"^DML_OPERATOR_MAX_POOLING_GRAD: InputTensor with data type FLOAT32 and "
+            r"DimensionCount 5 is not supported"
+        ),
     ),
     (
         lambda: SLICE_GRAD(_t([2]), _t([4]), [0], [4], [0]),
@@ -515,23 +576,31 @@ INVALID_ROWS = [
     ),
     (
         lambda: SLICE_GRAD(_t([2]), _t([4]), [3], [2], [1]),
-        r"^DML_OPERATOR_SLICE_GRAD: InputWindowOffsets\[0\] \+ InputWindowSizes\[0\] \(3 \+ 2\) "
-        r"must be <= OutputGradientTensor\.Sizes\[0\] \(4\)",
+        (
+            r"^DML_OPERATOR_SLICE_GRAD: InputWindowOffsets\[0\] \+ InputWindowSizes\[0\] \(3 \+ 2\) "
+            r"must be <= OutputGradientTensor\.Sizes\[0\] \(4\)"
+        ),
     ),
     (
         lambda: SLICE_GRAD(_t([3]), _t([4]), [0], [4], [2]),
-        r"^DML_OPERATOR_SLICE_GRAD: InputGradientTensor\.Sizes\[0\] must be <= 1 \+ "
-        r"\(InputWindowSizes\[0\] - 1\) / \|InputWindowStrides\[0\]\| = 2",
+        (
+            r"^DML_OPERATOR_SLICE_GRAD: InputGradientTensor\.Sizes\[0\] must be <= 1 \+ "
+            r"\(InputWindowSizes\[0\] - 1\) / \|InputWindowStrides\[0\]\| = 2"
+        ),
     ),
     (
         lambda: SLICE_GRAD(_t([2, 1]), _t([4, 1]), [0], [4], [2]),
-        r"^DML_OPERATOR_SLICE_GRAD: InputWindowOffsets must hold DimensionCount = "
-        r"OutputGradientTensor\.DimensionCount \(2\) values, got 1",
+        (
+            r"^DML_OPERATOR_SLICE_GRAD: InputWindowOffsets must hold DimensionCount = "
+            r"OutputGradientTensor\.DimensionCount \(2\) values, got 1"
+        ),
     ),
     (
         lambda: SLICE_GRAD(_t([2], "INT8"), _t([4]), [0], [4], [2]),
-        r"^DML_OPERATOR_SLICE_GRAD: InputGradientTensor\.DataType must equal "
-        r"OutputGradientTensor\.DataType \(FLOAT32\), got INT8",
+        (
+            r"^DML_OPERATOR_SLICE_GRAD: InputGradientTensor\.DataType must equal "
+            r"OutputGradientTensor\.DataType \(FLOAT32\), got INT8"
+        ),
     ),
     (
         lambda: SLICE_GRAD(_t([2], "INT64"), _t([4], "INT64"), [0], [4], [2]),
@@ -547,68 +616,100 @@ INVALID_ROWS = [
         lambda: RESAMPLE_GRAD(
             _t([1, 1, 2, 2]), _t([1, 1, 1, 1]), "LINEAR", [1, 1, 2], [0] * 3, [0] * 3
         ),
-        r"^DML_OPERATOR_RESAMPLE_GRAD: Scales must hold one value per OutputGradientTensor "
-        r"dimension",
+        (
+            r"^DML_OPERATOR_RESAMPLE_GRAD: Scales must hold one value per OutputGradientTensor "
+            r"dimension"
+        ),
     ),
     (
         lambda: RESAMPLE_GRAD(
-            _t([1, 1, 2, 2]), _t([1, 1, 1, 1]), "LINEAR", [1, 1, 2, 2], [0] * 4,
+            _t([1, 1, 2, 2]),
+            _t([1, 1, 1, 1]),
+            "LINEAR",
+            [1, 1, 2, 2],
+            [0] * 4,
             [0, 0, 0, np.inf],
-        ),  # fmt: skip
+        ),
         r"^DML_OPERATOR_RESAMPLE_GRAD: OutputPixelOffsets\[3\] must be finite, got inf",
     ),
     (
         lambda: RESAMPLE_GRAD(
             _t([1, 1, 2, 2], "FLOAT16"), _t([1, 1, 1, 1]), "LINEAR", [1] * 4, [0] * 4, [0] * 4
         ),
-        r"^DML_OPERATOR_RESAMPLE_GRAD: InputGradientTensor\.DataType must equal "
-        r"OutputGradientTensor\.DataType \(FLOAT32\), got FLOAT16",
+        (
+            r"^DML_OPERATOR_RESAMPLE_GRAD: InputGradientTensor\.DataType must equal "
+            r"OutputGradientTensor\.DataType \(FLOAT32\), got FLOAT16"
+        ),
     ),
     (
         lambda: RESAMPLE_GRAD(_t([1, 2]), _t([1, 1]), "LINEAR", [1, 2], [0] * 2, [0] * 2),
-        r"^DML_OPERATOR_RESAMPLE_GRAD: InputGradientTensor with data type FLOAT32 and "
-        r"DimensionCount 2 is not supported",
+        (
+            r"^DML_OPERATOR_RESAMPLE_GRAD: InputGradientTensor with data type FLOAT32 and "
+            r"DimensionCount 2 is not supported"
+        ),
     ),
     (
         lambda: RESAMPLE_GRAD1(
             _t([1, 2, 2]), _t([1, 1]), "LINEAR", "DECREASING", [1, 2], [0] * 2, [0] * 2
         ),
-        r"^DML_OPERATOR_RESAMPLE_GRAD1: InputGradientTensor\.DimensionCount must equal "
-        r"OutputGradientTensor\.DimensionCount \(2\), got 3",
+        (
+            r"^DML_OPERATOR_RESAMPLE_GRAD1: InputGradientTensor\.DimensionCount must equal "
+            r"OutputGradientTensor\.DimensionCount \(2\), got 3"
+        ),
     ),
     (
-        lambda: LRN_GRAD(_t([1, 2, 1, 1]), _t([1, 2, 1, 1]), _t([1, 2, 1, 1]), True, 0, 1.0, 1.0, 1.0),
+        lambda: LRN_GRAD(
+            _t([1, 2, 1, 1]), _t([1, 2, 1, 1]), _t([1, 2, 1, 1]), True, 0, 1.0, 1.0, 1.0
+        ),
         r"^DML_OPERATOR_LOCAL_RESPONSE_NORMALIZATION_GRAD: LocalSize must be >= 1, got 0",
     ),
     (
-        lambda: LRN_GRAD(_t([1, 2, 1, 1]), _t([1, 1, 1, 2]), _t([1, 2, 1, 1]), True, 1, 1.0, 1.0, 1.0),
+        lambda: LRN_GRAD(
+            _t([1, 2, 1, 1]), _t([1, 1, 1, 2]), _t([1, 2, 1, 1]), True, 1, 1.0, 1.0, 1.0
+        ),
         r"^DML_OPERATOR_LOCAL_RESPONSE_NORMALIZATION_GRAD: InputGradientTensor\.Sizes must equal",
     ),
     (
-        lambda: _bn(BN_GRAD, mean=(1, 1, 1, 3), var=(1, 1, 1, 3), scale=(1, 1, 1, 3),
-                    dscale=(1, 1, 1, 3), dbias=(1, 1, 1, 3)),  # fmt: skip
-        r"^DML_OPERATOR_BATCH_NORMALIZATION_GRAD: MeanTensor\.Sizes\[3\] must be 1 or "
-        r"InputTensor\.Sizes\[3\] \(2\), got 3",
+        lambda: _bn(
+            BN_GRAD,
+            mean=(1, 1, 1, 3),
+            var=(1, 1, 1, 3),
+            scale=(1, 1, 1, 3),
+            dscale=(1, 1, 1, 3),
+            dbias=(1, 1, 1, 3),
+        ),
+        (
+            r"^DML_OPERATOR_BATCH_NORMALIZATION_GRAD: MeanTensor\.Sizes\[3\] must be 1 or "
+            r"InputTensor\.Sizes\[3\] \(2\), got 3"
+        ),
     ),
     (
         lambda: _bn(BN_GRAD, var=(1, 1, 1, 1)),
-        r"^DML_OPERATOR_BATCH_NORMALIZATION_GRAD: VarianceTensor\.Sizes must equal "
-        r"MeanTensor\.Sizes",
+        (
+            r"^DML_OPERATOR_BATCH_NORMALIZATION_GRAD: VarianceTensor\.Sizes must equal "
+            r"MeanTensor\.Sizes"
+        ),
     ),
     (
         lambda: _bn(BN_GRAD, dy=(4, 1, 2, 1)),
-        r"^DML_OPERATOR_BATCH_NORMALIZATION_GRAD: InputGradientTensor\.Sizes must equal "
-        r"InputTensor\.Sizes",
+        (
+            r"^DML_OPERATOR_BATCH_NORMALIZATION_GRAD: InputGradientTensor\.Sizes must equal "
+            r"InputTensor\.Sizes"
+        ),
     ),
     (
         lambda: _bn(BN_GRAD, dscale=(1, 1, 1, 1)),
-        r"^DML_OPERATOR_BATCH_NORMALIZATION_GRAD: OutputScaleGradientTensor\.Sizes\[3\] must "
-        r"equal 2, got 1",
+        (
+            r"^DML_OPERATOR_BATCH_NORMALIZATION_GRAD: OutputScaleGradientTensor\.Sizes\[3\] must "
+            r"equal 2, got 1"
+        ),
     ),
     (
         lambda: BN_GRAD(_t([2]), _t([2], "FLOAT16"), *(_t([2]),) * 6),
-        r"^DML_OPERATOR_BATCH_NORMALIZATION_GRAD: InputGradientTensor\.DataType must equal "
-        r"InputTensor\.DataType",
+        (
+            r"^DML_OPERATOR_BATCH_NORMALIZATION_GRAD: InputGradientTensor\.DataType must equal "
+            r"InputTensor\.DataType"
+        ),
     ),
     (
         lambda: BNT_GRAD(*(_t([2]),) * 8),
@@ -620,8 +721,10 @@ INVALID_ROWS = [
     ),
     (
         lambda: _roi_grad(image=False),
-        r"^DML_OPERATOR_ROI_ALIGN_GRAD: OutputGradientTensor and OutputROIGradientTensor are "
-        r"both null",
+        (
+            r"^DML_OPERATOR_ROI_ALIGN_GRAD: OutputGradientTensor and OutputROIGradientTensor are "
+            r"both null"
+        ),
     ),
     (
         lambda: _roi_grad(with_input=False, function="MAX"),
@@ -629,8 +732,10 @@ INVALID_ROWS = [
     ),
     (
         lambda: _roi_grad(with_input=False, coordinates=True),
-        r"^DML_OPERATOR_ROI_ALIGN_GRAD: InputTensor is required when OutputROIGradientTensor "
-        r"is given",
+        (
+            r"^DML_OPERATOR_ROI_ALIGN_GRAD: InputTensor is required when OutputROIGradientTensor "
+            r"is given"
+        ),
     ),
     (
         lambda: _roi_grad(function="SUM"),
@@ -638,8 +743,10 @@ INVALID_ROWS = [
     ),
     (
         lambda: _roi_grad(samples=(2, 1)),
-        r"^DML_OPERATOR_ROI_ALIGN_GRAD: MaximumSamplesPerOutput must be >= "
-        r"MinimumSamplesPerOutput \(2\), got 1",
+        (
+            r"^DML_OPERATOR_ROI_ALIGN_GRAD: MaximumSamplesPerOutput must be >= "
+            r"MinimumSamplesPerOutput \(2\), got 1"
+        ),
     ),
     (
         lambda: _roi_grad(dy=(2, 1, 1, 1)),
@@ -671,8 +778,10 @@ INVALID_ROWS = [
     ),
     (
         lambda: _adam(step="INT32"),
-        r"^DML_OPERATOR_ADAM_OPTIMIZER: TrainingStepTensor\.DataType must be UINT32 or "
-        r"InputParametersTensor\.DataType \(FLOAT32\), got INT32",
+        (
+            r"^DML_OPERATOR_ADAM_OPTIMIZER: TrainingStepTensor\.DataType must be UINT32 or "
+            r"InputParametersTensor\.DataType \(FLOAT32\), got INT32"
+        ),
     ),
     (
         lambda: _adam(step_sizes=(1, 1, 1, 2)),
@@ -680,8 +789,10 @@ INVALID_ROWS = [
     ),
     (
         _replace(lambda: _adam(), gradient_tensor=_t([1, 1, 2, 1])),
-        r"^DML_OPERATOR_ADAM_OPTIMIZER: GradientTensor\.Sizes must equal "
-        r"InputParametersTensor\.Sizes",
+        (
+            r"^DML_OPERATOR_ADAM_OPTIMIZER: GradientTensor\.Sizes must equal "
+            r"InputParametersTensor\.Sizes"
+        ),
     ),
     (
         _replace(lambda: _adam(), input_second_moment_tensor=_t([1, 1, 1, 2], "FLOAT16")),
@@ -693,8 +804,10 @@ INVALID_ROWS = [
     ),
     (
         lambda: _adam(shape=(2, 2), step_sizes=(1, 1)),
-        r"^DML_OPERATOR_ADAM_OPTIMIZER: InputParametersTensor with data type FLOAT32 and "
-        r"DimensionCount 2 is not supported",
+        (
+            r"^DML_OPERATOR_ADAM_OPTIMIZER: InputParametersTensor with data type FLOAT32 and "
+            r"DimensionCount 2 is not supported"
+        ),
     ),
 ]
 
@@ -714,8 +827,12 @@ def test_invalid_descriptions_are_rejected(factory, pattern):
         (_bn(BN_GRAD), "3_1"),
         (_bn(BNT_GRAD), "4_1"),
         (_roi_grad(), "4_1"),
-        (RESAMPLE_GRAD1(_t([1, 2]), _t([1, 1]), "LINEAR", "DECREASING", [1, 2], [0] * 2,
-                        [0] * 2), "5_1"),  # fmt: skip
+        (
+            RESAMPLE_GRAD1(
+                _t([1, 2]), _t([1, 1]), "LINEAR", "DECREASING", [1, 2], [0] * 2, [0] * 2
+            ),
+            "5_1",
+        ),
     ],
 )
 def test_introduction_levels(desc, lowest):

@@ -128,9 +128,15 @@ def _resample_backward(case, dy):
 def _lrn_backward(case, dy):
     d = case.desc
     grad = dml.LocalResponseNormalizationGradOperatorDesc(
-        d.input_tensor, d.output_tensor, d.input_tensor,
-        d.cross_channel, d.local_size, d.alpha, d.beta, d.bias,
-    )  # fmt: skip
+        d.input_tensor,
+        d.output_tensor,
+        d.input_tensor,
+        d.cross_channel,
+        d.local_size,
+        d.alpha,
+        d.beta,
+        d.bias,
+    )
     return S.Case(grad, (case.inputs[0], dy)), (0,)
 
 
@@ -147,7 +153,7 @@ def _batch_norm_backward(case, dy):
 
 def _batch_norm_training_backward(case, dy):
     d = case.desc
-    x, scale, bias = case.inputs
+    x, scale, _bias = case.inputs
     _, mean, var = S.run(case)  # the forward's own statistics
     p = d.scale_tensor
     grad = dml.BatchNormalizationTrainingGradOperatorDesc(
@@ -184,7 +190,7 @@ def _roi_align_backward(case, dy, coordinates: bool = True, image: bool = True):
 
 def _convolution_backward(case, dy):
     d = case.desc
-    x, w = case.inputs[:2]
+    _x, w = case.inputs[:2]
     pads = [s + e for s, e in zip(d.start_padding, d.end_padding)]
     extents = [(k - 1) * r + 1 for k, r in zip(d.filter_tensor.sizes[2:], d.dilations)]
     out_pad = [

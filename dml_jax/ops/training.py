@@ -13,8 +13,9 @@ forward InputTensor itself). Validation runs the forward operator's own rules on
 description, reporting them in the gradient operator's member names (``_as_forward``), and the
 lowering is ``jax.vjp`` of the forward lowering. The forward lowerings carry DirectML's
 conventions in their derivatives (MAX pooling and ROI_ALIGN's MAX send a gradient to the first
-maximum only; RELU passes it only where x > 0), so the two directions agree by construction
-and tests/test_training_agreement.py holds them together against independent NumPy references.
+maximum only; RELU passes it only where x > 0), so the two directions agree by construction:
+tests/test_training_agreement.py holds each pair together, ties and boundaries included, and
+tests/test_training.py holds each gradient operator to an independent NumPy reference.
 
 Exceptions, written out here:
 - SLICE_GRAD takes integer types, for which JAX has no cotangents: the lowering is the

@@ -117,7 +117,7 @@ def slice_grad(desc: Any, g: np.ndarray) -> tuple[np.ndarray]:
 
 def resample_grad(desc: Any, g: np.ndarray) -> tuple[np.ndarray]:
     shape = tuple(desc.output_gradient_tensor.sizes)
-    scales, in_offs, out_offs, rounding, antialiased, linear = _parameters(desc, len(shape))
+    scales, in_offs, out_offs, rounding, _antialiased, linear = _parameters(desc, len(shape))
     out = np.zeros(shape, np.float64)
     for index in np.ndindex(g.shape):
         per_dim = [
@@ -286,8 +286,12 @@ def roi_align_grad(desc: Any, *arrays) -> tuple[np.ndarray, ...]:
                 img = x[b, ch].astype(np.float64)
                 slope_x = sum(wy * s * img[iy, ix] for iy, wy in ty for ix, s in sx_taps)
                 slope_y = sum(s * wx * img[iy, ix] for iy, s in sy_taps for ix, wx in tx)
-                droi[r] += grad * weight * np.array(
-                    [slope_x * dxc[0], slope_y * dyc[0], slope_x * dxc[1], slope_y * dyc[1]]
+                droi[r] += (
+                    grad
+                    * weight
+                    * np.array(
+                        [slope_x * dxc[0], slope_y * dyc[0], slope_x * dxc[1], slope_y * dyc[1]]
+                    )
                 )
     out = ()
     if desc.output_gradient_tensor is not None:
