@@ -36,6 +36,11 @@ _TABLE_5_1 = rows((L.FL_5_1, DIMS1_8, F2))
 _TABLE_6_2 = rows((L.FL_6_2, DIMS1_8, F2))
 
 
+def relu_grad(x, g):
+    """ACTIVATION_RELU_GRAD's rule: ``g`` where ``x > 0``, else 0 (also at x == 0 and NaN)."""
+    return jnp.where(x > 0, g, jnp.zeros_like(g))
+
+
 def _relu(d: Any, x):
     @jax.custom_jvp
     def relu(x):
@@ -44,9 +49,8 @@ def _relu(d: Any, x):
 
     @relu.defjvp
     def relu_jvp(primals, tangents):
-        # ACTIVATION_RELU_GRAD's rule: the gradient passes where x > 0 only (0 at x == 0).
         (x,), (t,) = primals, tangents
-        return relu(x), jnp.where(x > 0, t, jnp.zeros_like(t))
+        return relu(x), relu_grad(x, t)
 
     return relu(x)
 

@@ -17,6 +17,9 @@ Conventions (docs/semantics.md, "Pooling"):
   first, -0.0 ties +0.0, NaN is the maximum and the first NaN wins), found by one reduce over
   (order key, index) pairs; a window with no input point (possible with padding and dilation)
   reports the index type's largest value, which MAX_UNPOOLING ignores as out of range.
+- MAX pooling's derivative is MAX_POOLING_GRAD's rule in every lowering (``window_max``): each
+  output's derivative goes to the element OutputIndicesTensor reports, whole, never split
+  between equal values, and a window of padding only passes nothing back.
 - MAX_UNPOOLING writes each input value at the flat output index it is given; out-of-range
   indices write nothing (the page's rule) and repeated ones keep the last input element in
   row-major order, deterministically (positions scattered with max, then gathered).
@@ -283,15 +286,19 @@ class WindowPlan(NamedTuple):
         }
 
 
-def window_plan(d: Any) -> WindowPlan:
+def window_plan(d: Any, pooled: TensorDesc | None = None) -> WindowPlan:
+    """The window of any pooling description over ``pooled``, the {N, C, spatial...} tensor
+    being pooled (InputTensor by default; the gradient operators pass the tensor that stands
+    for the forward input)."""
     n = len(d.strides)
+    pooled = d.input_tensor if pooled is None else pooled
     return WindowPlan(
         tuple(d.window_size),
         tuple(d.strides),
         tuple(getattr(d, "dilations", (1,) * n)),
         tuple(d.start_padding),
         tuple(d.end_padding),
-        tuple(d.input_tensor.sizes[2:]),
+        tuple(pooled.sizes[2:]),
     )
 
 
@@ -318,14 +325,9 @@ def infer_pooling(d: Any) -> tuple[TensorDesc, ...]:
     return out
 
 
-def validate_pooling(d: Any, v: Validator) -> None:
-    validate_window(d, v)
-    v.outputs_match(d.output_slots(), infer_pooling(d))
-
-
-def validate_window(d: Any, v: Validator) -> None:
-    """The window rules every pooling desc shares (QUANTIZED_LINEAR_AVERAGE_POOLING too): the
-    arrays, their values, InputTensor's rank and the window fitting the padded input."""
+def validate_window(d: Any, v: Validator, path: str, pooled: TensorDesc) -> None:
+    """The window members of any pooling description (forward or gradient) over ``pooled``,
+    the {N, C, spatial...} tensor at DML path ``path`` that the window slides over."""
     n = len(d.strides)
     v.check("DimensionCount", n in (2, 3), f"must be 2 or 3 (spatial dimensions), got {n}")
     for name in _arrays(d)[1:]:
@@ -334,13 +336,12 @@ def validate_window(d: Any, v: Validator) -> None:
     for name in ("Strides", "WindowSize", "Dilations"):
         for i, value in enumerate(getattr(d, _snake(name), ())):
             v.check(f"{name}[{i}]", value >= 1, f"must be >= 1, got {value}")
-    x = d.input_tensor
     v.check(
-        "InputTensor.DimensionCount",
-        x.rank == n + 2,
-        f"must be DimensionCount + 2 = {n + 2} ({{N, C, spatial...}}), got {x.rank}",
+        f"{path}.DimensionCount",
+        pooled.rank == n + 2,
+        f"must be DimensionCount + 2 = {n + 2} ({{N, C, spatial...}}), got {pooled.rank}",
     )
-    plan = window_plan(d)
+    plan = window_plan(d, pooled)
     for i, (size, extent) in enumerate(zip(plan.spatial, plan.extents)):
         padded = size + plan.start[i] + plan.end[i]
         span = (
@@ -349,10 +350,14 @@ def validate_window(d: Any, v: Validator) -> None:
             else f"WindowSize[{i}] = {extent}"
         )
         v.check(
-            f"InputTensor.Sizes[{i + 2}]",
+            f"{path}.Sizes[{i + 2}]",
             padded >= extent,
             f"plus StartPadding[{i}] and EndPadding[{i}] ({padded}) must hold the window ({span})",
         )
+
+
+def validate_pooling(d: Any, v: Validator) -> None:
+    validate_window(d, v, "InputTensor", d.input_tensor)
     if hasattr(d, "p"):
         v.check("P", d.p >= 1, f"must be >= 1, got {d.p}")
 
@@ -410,12 +415,16 @@ def average_divisor(plan: WindowPlan, include_padding: bool) -> np.ndarray | flo
     return np.maximum(total, 1).astype(np.float64)
 
 
-def lower_average_pooling(d: Any, x):
-    plan = window_plan(d)
+def average_pool(plan: WindowPlan, x, include_padding: bool):
+    """AVERAGE pooling's values (FLOAT16 summed in float32 and rounded once)."""
     wide = x.astype(jnp.float32) if x.dtype == jnp.float16 else x
     total = window_sum(plan, wide)
-    divisor = average_divisor(plan, d.include_padding)
-    return ((total / jnp.asarray(divisor, wide.dtype)).astype(x.dtype),)
+    divisor = average_divisor(plan, include_padding)
+    return (total / jnp.asarray(divisor, wide.dtype)).astype(x.dtype)
+
+
+def lower_average_pooling(d: Any, x):
+    return (average_pool(window_plan(d), x, d.include_padding),)
 
 
 def lower_lp_pooling(d: Any, x):
@@ -430,14 +439,40 @@ def lower_lp_pooling(d: Any, x):
     return (y.astype(x.dtype),)
 
 
-def _max_values(plan: WindowPlan, x):
-    lowest = _lowest(x.dtype)
-    if not _by_slices(plan):
-        # lax.max with the type's lowest value (a NumPy constant, see window_sum) as init is
-        # jax's differentiable max-window reducer; padding takes the init value, so it never
-        # wins. NaN propagates (XLA's max). Its gradient goes to the element its rule picks.
-        return lax.reduce_window(x, np.array(lowest, x.dtype), lax.max, **plan.lax_args())
-    return _slices_max(plan, x)
+def window_max(plan: WindowPlan, x):
+    """MAX pooling's values. Their derivative follows MAX_POOLING_GRAD in both lowerings: each
+    output's tangent is the input tangent at the first maximum of its window in window order
+    (the element OutputIndicesTensor reports: -0.0 ties +0.0, NaN is the maximum and the first
+    NaN wins), never split between equal values; a window of padding only has tangent 0."""
+    return _slices_max(plan, x) if _by_slices(plan) else _reduced_max(plan, x)
+
+
+def _reduced_max(plan: WindowPlan, x):
+    """One reduce_window over the padded input: lax.max with the type's lowest value as init
+    (padding never wins; NaN propagates, XLA's max). jax's own derivative of this reducer may
+    go to any of several equal maxima, so the derivative is defined here: a gather of the
+    tangent at ``_first_max_indices`` (whose transpose scatters the cotangent back)."""
+    lowest = np.array(_lowest(x.dtype), x.dtype)
+
+    def forward(x):
+        return lax.reduce_window(x, lowest, lax.max, **plan.lax_args())
+
+    @jax.custom_jvp
+    def reduced_max(x):
+        return forward(x)
+
+    @reduced_max.defjvp
+    def reduced_max_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        count = math.prod(x.shape)
+        index_type = jnp.int32 if count < np.iinfo(np.int32).max else jnp.int64
+        # A window of padding only reports the index type's largest value: out of range, so the
+        # gather fills 0 there (and its transpose drops it).
+        found = _first_max_indices(plan, x, index_type)
+        flat = lax.reshape(t, (count,))
+        return forward(x), jnp.take(flat, found, mode="fill", fill_value=0)
+
+    return reduced_max(x)
 
 
 def _slices_max(plan: WindowPlan, x):
@@ -453,11 +488,11 @@ def _slices_max(plan: WindowPlan, x):
         return out
 
     @jax.custom_jvp
-    def window_max(x):
+    def sliced_max(x):
         return forward(x)
 
-    @window_max.defjvp
-    def window_max_jvp(primals, tangents):
+    @sliced_max.defjvp
+    def sliced_max_jvp(primals, tangents):
         (x,), (t,) = primals, tangents
         y = forward(x)
         nan = lax.ne(y, y)
@@ -478,7 +513,7 @@ def _slices_max(plan: WindowPlan, x):
             taken = hit if taken is None else taken | hit
         return y, out_t
 
-    return window_max(x)
+    return sliced_max(x)
 
 
 def _window_slices(plan: WindowPlan, padded):
@@ -514,7 +549,7 @@ def _first_max_indices(plan: WindowPlan, x, index_dtype):
 
 def lower_max_pooling(d: Any, x):
     plan = window_plan(d)
-    out = (_max_values(plan, x),)
+    out = (window_max(plan, x),)
     indices = _indices(d)
     if indices is not None:
         out += (_first_max_indices(plan, x, indices.dtype),)

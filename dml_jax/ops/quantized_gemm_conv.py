@@ -808,7 +808,7 @@ def infer_quantized_average_pooling(d: QuantizedLinearAveragePoolingOperatorDesc
 def validate_quantized_average_pooling(
     d: QuantizedLinearAveragePoolingOperatorDesc, v: Validator
 ) -> None:
-    validate_window(d, v)
+    validate_window(d, v, "InputTensor", d.input_tensor)
     x = d.input_tensor
     v.same("rank", [("OutputTensor", d.output_tensor)], ("InputTensor", x))
     for member in ("InputScaleTensor", "InputZeroPointTensor", "OutputScaleTensor",

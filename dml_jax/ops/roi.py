@@ -257,6 +257,15 @@ def infer_roi_align(d: Any) -> tuple[TensorDesc, ...]:
 
 def validate_roi_align(d: Any, v: Validator) -> None:
     _rank(v, "InputTensor", d.input_tensor, (4,))
+    validate_regions(d, v)
+    _rank(v, "OutputTensor", d.output_tensor, (4,))
+    _same_types(d, v)
+    v.outputs_match(d.output_slots(), infer_roi_align(d))
+
+
+def validate_regions(d: Any, v: Validator) -> None:
+    """The members ROI_ALIGN, ROI_ALIGN1 and ROI_ALIGN_GRAD share: ROITensor's and
+    BatchIndicesTensor's shapes, the reduction function and the sample counts."""
     _rank(v, "ROITensor", d.roi_tensor, (2, 3, 4))
     _leading_ones(v, "ROITensor", d.roi_tensor, 2)
     v.equal("ROITensor.Sizes", d.roi_tensor.sizes[-1], 4, "4 in the last dimension")
@@ -265,8 +274,6 @@ def validate_roi_align(d: Any, v: Validator) -> None:
     _leading_ones(v, "BatchIndicesTensor", b, 1)
     rois = d.roi_tensor.sizes[-2]
     v.equal(f"BatchIndicesTensor.Sizes[{b.rank - 1}]", b.sizes[-1], rois, "NumROIs")
-    _rank(v, "OutputTensor", d.output_tensor, (4,))
-    _same_types(d, v)
     v.check(
         "ReductionFunction",
         d.reduction_function in (AVERAGE, MAX),
@@ -279,7 +286,6 @@ def validate_roi_align(d: Any, v: Validator) -> None:
         high >= low,
         f"must be >= MinimumSamplesPerOutput ({low}), got {high}",
     )
-    v.outputs_match(d.output_slots(), infer_roi_align(d))
 
 
 def _axis_samples(d, first, extent, out_size: int, in_size: int, cap: int):
@@ -317,7 +323,11 @@ def _taps(d, coord, size: int):
     ``1 - frac`` and ``frac``; NEAREST_NEIGHBOR: the coordinate rounded, halves to even.
     """
     inside = (coord >= -1) & (coord <= size)
-    c = jnp.clip(jnp.where(inside, coord, 0), 0, size - 1)
+    c = jnp.where(inside, coord, 0)
+    # The clamp as two selects rather than clip: the derivative with respect to the coordinate
+    # is 1 on all of [0, size - 1], ends included (clip's max/min would halve it there), and 0
+    # where the clamp holds the coordinate (ROI_ALIGN_GRAD's OutputROIGradientTensor).
+    c = jnp.where(c < 0, jnp.zeros_like(c), jnp.where(c > size - 1, jnp.full_like(c, size - 1), c))
     if d.interpolation_mode is NEAREST:
         index = lax.round(c, lax.RoundingMethod.TO_NEAREST_EVEN).astype(jnp.int32)
         return [(index, None)], inside
@@ -334,6 +344,18 @@ def _blend(taps, pick):
         return pick(taps[0][0])
     (i0, w0), (i1, w1) = taps
     return pick(i0) * w0 + pick(i1) * w1
+
+
+def first_max(v, axes: tuple[int, int]):
+    """The maximum over two axes, read at the first maximal sample in row-major order over them
+    (jnp.argmax: the first of equal values, NaN the maximum). The value is jnp.max's; its
+    derivative goes whole to that one sample (ROI_ALIGN_GRAD's MAX rule), where jnp.max's
+    would be split between equal samples."""
+    a, b = axes
+    moved = jnp.moveaxis(v, (a, b), (-2, -1))
+    flat = moved.reshape(moved.shape[:-2] + (-1,))
+    first = jnp.argmax(flat, axis=-1, keepdims=True)
+    return jnp.take_along_axis(flat, first, axis=-1)[..., 0]
 
 
 def lower_roi_align(d: Any, x, rois, batch):
@@ -371,7 +393,7 @@ def lower_roi_align(d: Any, x, rois, batch):
     shape6 = (num, oh, ky, c, ow, kx)
     v, valid = v.reshape(shape6), jnp.broadcast_to(valid, v.shape).reshape(shape6)
     if d.reduction_function is MAX:
-        out = jnp.max(jnp.where(valid, v, -jnp.inf), axis=(2, 5))
+        out = first_max(jnp.where(valid, v, -jnp.inf), (2, 5))
     else:
         total = jnp.sum(jnp.where(valid, v, 0), axis=(2, 5))
         out = total / (ycount * xcount)[:, None, None, None]

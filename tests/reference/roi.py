@@ -70,7 +70,8 @@ def roi_pooling(desc: Any, x: np.ndarray, rois: np.ndarray) -> tuple[np.ndarray,
 
 
 def _offsets(desc: Any) -> tuple[float, float, bool]:
-    if desc.operator_type == "DML_OPERATOR_ROI_ALIGN1":
+    # ROI_ALIGN_GRAD has ROI_ALIGN1's members (tests/reference/training.py samples like this).
+    if desc.operator_type in ("DML_OPERATOR_ROI_ALIGN1", "DML_OPERATOR_ROI_ALIGN_GRAD"):
         return desc.input_pixel_offset, desc.output_pixel_offset, desc.align_regions_to_corners
     return 0.5, -0.5, False
 
