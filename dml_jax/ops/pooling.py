@@ -360,6 +360,7 @@ def validate_pooling(d: Any, v: Validator) -> None:
     validate_window(d, v, "InputTensor", d.input_tensor)
     if hasattr(d, "p"):
         v.check("P", d.p >= 1, f"must be >= 1, got {d.p}")
+    v.outputs_match(d.output_slots(), infer_pooling(d))
 
 
 # ---------------------------------------------------------------------------------------------
