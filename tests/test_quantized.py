@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import jax
 import numpy as np
 import pytest
 import reference
@@ -25,6 +26,22 @@ import dml_jax as dml
 from dml_jax import catalog, registry
 from dml_jax.ops.gemm_conv import conv_output_sizes
 from dml_jax.tensor import calc_buffer_tensor_size, pack_4bit, unpack_4bit
+
+# XLA divides correctly rounded on CPUs; its GPU division is approximate (within 2 ulps), so a
+# quotient x / Scale next to a rounding tie may land one step away there (docs/semantics.md,
+# "Quantization"). Results are exact on CPUs and within that step elsewhere.
+EXACT_DIVISION = jax.default_backend() == "cpu"
+
+
+def _division_tolerance(desc) -> dict:
+    if EXACT_DIVISION:
+        return {}
+    integer = any(not t.data_type.is_float for _, t in desc.output_slots())
+    return {"exact": False, "rtol": 0 if integer else 5e-7, "atol": 1 if integer else 0}
+
+
+def _assert_quantized(desc, got, want) -> None:
+    S.assert_same(got, want, **_division_tolerance(desc))
 
 T = dml.TensorDesc
 QL, DQL = dml.ElementWiseQuantizeLinearOperatorDesc, dml.ElementWiseDequantizeLinearOperatorDesc
@@ -373,7 +390,7 @@ SEEDS = [
 
 @pytest.mark.parametrize("desc, inputs, expected", SEEDS)
 def test_documented_and_worked_examples(desc, inputs, expected):
-    S.assert_same(S.run(S.Case(desc, tuple(inputs))), expected)
+    _assert_quantized(desc, S.run(S.Case(desc, tuple(inputs))), expected)
     S.assert_same(reference.reference(desc, *inputs), expected)
 
 
@@ -525,7 +542,7 @@ def dynamic_cases(draw):
 
 @given(case=dynamic_cases())
 def test_dynamic_quantize_linear_matches_reference(case):
-    S.assert_same(S.run(case), reference.reference(case.desc, *case.inputs))
+    _assert_quantized(case.desc, S.run(case), reference.reference(case.desc, *case.inputs))
 
 
 @st.composite
@@ -830,7 +847,7 @@ _CASES = st.one_of(
 @S.FEW
 @given(case=_CASES)
 def test_eager_equals_jit_and_vmap_equals_a_loop(case):
-    S.check_jit(case)
+    S.check_jit(case, **_division_tolerance(case.desc))
     S.check_vmap(case)
 
 
@@ -1445,6 +1462,7 @@ def test_quantization_type_parses_every_spelling():
         _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1)], t("INT8", 4), kind="scale")
 
 
+@pytest.mark.skipif(not EXACT_DIVISION, reason="XLA's GPU division is approximate")
 def test_divisions_by_a_broadcast_scale_are_correctly_rounded():
     """XLA turns a division by a broadcast value into a multiplication by its reciprocal, which
     misses the correctly rounded quotient here (x / s is exactly 1.5, 3.5 and -6.5, ties to

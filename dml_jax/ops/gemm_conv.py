@@ -11,6 +11,8 @@ the bias are then applied in float32, with one more rounding (a fused activation
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -421,19 +423,38 @@ def integer_cross_correlation(d: Any, x, w):
     """The FORWARD cross-correlation of integer arrays {N, C, spatial...} and {K, C / GroupCount,
     kernel...} with ``d``'s Strides, Dilations, StartPadding / EndPadding (zeros) and
     GroupCount, summed exactly in int32 (wrapping on overflow). The integer and quantized
-    convolutions share it; CONVOLUTION's own lowering is ``lower_conv``."""
-    n = x.ndim - 2
-    return lax.conv_general_dilated(
+    convolutions share it; CONVOLUTION's own lowering is ``lower_conv``.
+
+    Written as one strided slice of the padded input per kernel point and an integer
+    ``dot_general`` over (channel, kernel point) per group: XLA's GPU backend compiles integer
+    convolutions only in cuDNN's int8 forms, integer matrix products on every backend."""
+    n, c = x.shape[:2]
+    k, cg = w.shape[:2]
+    kernel, g = w.shape[2:], d.group_count
+    padded = lax.pad(
         x,
-        w,
-        window_strides=tuple(d.strides),
-        padding=list(zip(d.start_padding, d.end_padding)),
-        lhs_dilation=(1,) * n,
-        rhs_dilation=tuple(d.dilations),
-        dimension_numbers=_dimension_numbers(x.ndim),
-        feature_group_count=d.group_count,
-        preferred_element_type=jnp.int32,
+        lax.full((), 0, x.dtype),
+        [(0, 0, 0)] * 2 + [(a, b, 0) for a, b in zip(d.start_padding, d.end_padding)],
     )
+    outs = tuple(
+        (size - dil * (kk - 1) - 1) // st + 1
+        for size, kk, dil, st in zip(padded.shape[2:], kernel, d.dilations, d.strides)
+    )
+    points = []
+    for point in itertools.product(*(range(kk) for kk in kernel)):
+        start = [p * dil for p, dil in zip(point, d.dilations)]
+        limit = [s0 + (o - 1) * st + 1 for s0, o, st in zip(start, outs, d.strides)]
+        points.append(lax.slice(padded, (0, 0, *start), (n, c, *limit), (1, 1, *d.strides)))
+    count = len(points)
+    flat_out = math.prod(outs)
+    # {N, C, P, O} -> {N, G, C/G * P, O}, channel-major as the filter's {C/G, kernel...}
+    patches = lax.reshape(jnp.stack(points, axis=2), (n, g, cg * count, flat_out))
+    filters = lax.reshape(w, (g, k // g, cg * count))
+    y = lax.dot_general(
+        filters, patches, (((2,), (2,)), ((0,), (1,))), preferred_element_type=jnp.int32
+    )  # {G, K/G, N, O}
+    y = lax.transpose(y, (2, 0, 1, 3))
+    return lax.reshape(y, (n, k) + outs)
 
 
 register(
