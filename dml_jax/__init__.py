@@ -40,8 +40,8 @@ from .graph import (
     validate_graph,
 )
 from .graph_json import graph_from_json
-from .onnx import CompiledOnnx, compile_onnx
 from .jsonmodel import operator_desc_from_json, operator_desc_to_json, tensor_desc_from_json
+from .onnx import CompiledOnnx, compile_onnx
 from .registry import aliases as _aliases
 from .registry import lookup as _lookup
 from .registry import operators as _operators

@@ -323,6 +323,7 @@ class RecurrentNetworkDirection(_DmlEnum):
     BACKWARD = 1
     BIDIRECTIONAL = 2
 
+
 class MultiheadAttentionMaskType(_DmlEnum):
     """DML_MULTIHEAD_ATTENTION_MASK_TYPE (feature level 6_1): how MULTIHEAD_ATTENTION(1) reads
     its MaskTensor (none, key lengths, key end/start, key lengths with query/key offsets, or

@@ -354,8 +354,9 @@ def test_fully_masked_rows():
     shifted, desc, inputs = _one_row("BOOLEAN", _i(0, 0, shape=(1, 1, 1, 2)), -10000.0)
     w = math.exp(5) / (1 + math.exp(5))
     assert shifted == pytest.approx(10 * (1 - w) + 20 * w, abs=2e-2)
-    assert float(reference.reference(desc, *inputs)[0].ravel()[0]) == pytest.approx(shifted,
-                                                                                   abs=2e-2)
+    assert float(reference.reference(desc, *inputs)[0].ravel()[0]) == pytest.approx(
+        shifted, abs=2e-2
+    )
 
 
 def test_a_row_of_minus_infinity_is_nan_under_jit():
@@ -433,8 +434,12 @@ def test_key_query_offsets_of_the_padded_layout_equal_key_sequence_lengths():
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal((2, 3, 4)).astype(np.float32) for _ in range(3))
     lengths = np.array([2, 3], np.int32)
-    common = dict(output_tensor=_t((2, 3, 4)), scale=0.5, mask_filter_value=-10000.0,
-                  head_count=2)  # fmt: skip
+    common = {
+        "output_tensor": _t((2, 3, 4)),
+        "scale": 0.5,
+        "mask_filter_value": -10000.0,
+        "head_count": 2,
+    }
     packed = MHA(_t((2, 3, 4)), _t((2, 3, 4)), _t((2, 3, 4)), mask_tensor=_t((8,), "INT32"),
                  mask_type="KEY_QUERY_SEQUENCE_LENGTH_START_END", **common)  # fmt: skip
     plain = MHA(_t((2, 3, 4)), _t((2, 3, 4)), _t((2, 3, 4)), mask_tensor=_t((1, 2), "INT32"),

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from dml_jax import bench
 
@@ -77,23 +78,28 @@ def test_bench_cases_cover_every_operator_and_function():
     assert {s.name for s in operators() if s.bench is not None} <= ops
     functions = {c.name.split()[1] for c in cases if c.op == "DML_OPERATOR_REDUCE"}
     assert functions == {f.name for f in dml.ReduceFunction}
-    # every float32 case's descriptor is valid, and the hand-written jnp equals dml's result
-    for c in cases:
-        if c.make_dml is None or c.jnp_fn is None:
-            continue
-        op = c.make_dml()
-        xs = [np.asarray(bench._jax_input(s, d, 0)) for s, d in zip(c.shapes, c.dtypes)]
-        got, want = op(*xs), c.jnp_fn(*xs)
-        got = got if isinstance(got, tuple) else (got,)
-        want = want if isinstance(want, tuple) else (want,)
-        for g, w in zip(got, want):
-            np.testing.assert_allclose(
-                np.asarray(g, np.float64),
-                np.asarray(w, np.float64),
-                rtol=2e-5,
-                atol=1e-5,
-                err_msg=c.name,
-            )
+
+
+_COMPARED = [
+    c
+    for c in bench.build_cases(bench.QUICK_SHAPE, ["float32"], full=True)
+    if c.make_dml is not None and c.jnp_fn is not None
+]
+
+
+@pytest.mark.parametrize("case", _COMPARED, ids=[c.name for c in _COMPARED])
+def test_bench_case_is_valid_and_its_jnp_function_agrees(case):
+    """Every float32 case's descriptor is valid, and the hand-written jnp equals dml's result
+    (one test per case, so parallel workers share them)."""
+    op = case.make_dml()
+    xs = [np.asarray(bench._jax_input(s, d, 0)) for s, d in zip(case.shapes, case.dtypes)]
+    got, want = op(*xs), case.jnp_fn(*xs)
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(
+            np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=2e-5, atol=1e-5
+        )
 
 
 def test_bench_usage_error():

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 PIL = pytest.importorskip("PIL")
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from dml_jax import cli  # noqa: E402
-from dml_jax.dxdispatch import ModelError, load_model  # noqa: E402
+from dml_jax import cli
+from dml_jax.dxdispatch import ModelError, load_model
 
 MODELS = (
     pathlib.Path(__file__).resolve().parents[2]
@@ -69,9 +69,7 @@ def test_png_alpha_is_the_fourth_plane_or_dropped(tmp_path):
     rgba = np.concatenate([RGB, alpha[..., None]], axis=2)
     Image.fromarray(rgba, "RGBA").save(tmp_path / "a.png")
     four = np.frombuffer(load_image(tmp_path, "a.png", [1, 4, 2, 3]).initial, np.float32)
-    np.testing.assert_array_equal(
-        four.reshape(4, 2, 3), rgba.transpose(2, 0, 1) / np.float32(255)
-    )
+    np.testing.assert_array_equal(four.reshape(4, 2, 3), rgba.transpose(2, 0, 1) / np.float32(255))
     three = np.frombuffer(load_image(tmp_path, "a.png", [1, 3, 2, 3]).initial, np.float32)
     np.testing.assert_array_equal(three.reshape(3, 2, 3), RGB.transpose(2, 0, 1) / np.float32(255))
 
@@ -123,16 +121,21 @@ def test_png_write_clamps_scales_and_truncates(tmp_path, monkeypatch, capsys):
     path = write_model(
         tmp_path,
         {"y": {"initialValuesDataType": "FLOAT32", "initialValues": values}},
-        [{"type": "writeFile", "resource": "y", "targetPath": "out.png", "dimensions": [1, 1, 3, 3]}],
+        [
+            {
+                "type": "writeFile",
+                "resource": "y",
+                "targetPath": "out.png",
+                "dimensions": [1, 1, 3, 3],
+            }
+        ],
     )
     monkeypatch.chdir(tmp_path)
     assert cli.main(["run", path]) == 0
     assert "Resource 'y' written to 'out.png'" in capsys.readouterr().out
     image = Image.open(tmp_path / "out.png")
     assert image.mode == "L" and image.size == (3, 3)
-    np.testing.assert_array_equal(
-        np.asarray(image), [[0, 127, 255], [255, 0, 255], [254, 0, 255]]
-    )
+    np.testing.assert_array_equal(np.asarray(image), [[0, 127, 255], [255, 0, 255], [254, 0, 255]])
 
 
 def test_png_round_trip_of_an_rgb_initializer(tmp_path, monkeypatch):
@@ -153,8 +156,18 @@ def test_rgba_and_jpg_writes(tmp_path, monkeypatch):
         tmp_path,
         {"y": {"initialValuesDataType": "FLOAT16", "initialValues": planes.tolist()}},
         [
-            {"type": "writeFile", "resource": "y", "targetPath": "o.PNG", "dimensions": [1, 4, 2, 2]},
-            {"type": "writeFile", "resource": "y", "targetPath": "o.jpg", "dimensions": [1, 4, 2, 2]},
+            {
+                "type": "writeFile",
+                "resource": "y",
+                "targetPath": "o.PNG",
+                "dimensions": [1, 4, 2, 2],
+            },
+            {
+                "type": "writeFile",
+                "resource": "y",
+                "targetPath": "o.jpg",
+                "dimensions": [1, 4, 2, 2],
+            },
         ],
     )
     monkeypatch.chdir(tmp_path)
@@ -164,9 +177,7 @@ def test_rgba_and_jpg_writes(tmp_path, monkeypatch):
     png = Image.open(tmp_path / "o.PNG")
     assert png.mode == "RGBA"
     # FLOAT16 from JSON rounds toward zero; allow that one step below NumPy's rounding.
-    np.testing.assert_allclose(
-        np.asarray(png).transpose(2, 0, 1).reshape(-1), expected, atol=1
-    )
+    np.testing.assert_allclose(np.asarray(png).transpose(2, 0, 1).reshape(-1), expected, atol=1)
     jpg = Image.open(tmp_path / "o.jpg")
     assert jpg.format == "JPEG" and jpg.mode == "RGB" and jpg.size == (2, 2)
 
@@ -216,9 +227,21 @@ def test_undecodable_image_is_a_model_error(tmp_path):
 @pytest.mark.parametrize(
     "resource, dims, pattern",
     [
-        ({"initialValuesDataType": "INT32", "initialValues": [1, 2]}, [1, 1, 1, 2], "FLOAT32 or FLOAT16"),
-        ({"initialValuesDataType": "FLOAT32", "initialValues": [1, 2]}, [1, 2, 1, 1], "channel count 2"),
-        ({"initialValuesDataType": "FLOAT32", "initialValues": [1, 2]}, [1, 3, 1, 1], "needs 12 bytes"),
+        (
+            {"initialValuesDataType": "INT32", "initialValues": [1, 2]},
+            [1, 1, 1, 2],
+            "FLOAT32 or FLOAT16",
+        ),
+        (
+            {"initialValuesDataType": "FLOAT32", "initialValues": [1, 2]},
+            [1, 2, 1, 1],
+            "channel count 2",
+        ),
+        (
+            {"initialValuesDataType": "FLOAT32", "initialValues": [1, 2]},
+            [1, 3, 1, 1],
+            "needs 12 bytes",
+        ),
     ],
 )
 def test_image_write_errors_before_anything_runs(tmp_path, resource, dims, pattern):
@@ -248,7 +271,9 @@ def test_without_pillow_one_line_says_how_to_install(tmp_path, monkeypatch, caps
     for path in (reading, writing):
         assert cli.main(["run", path]) == 1
         err = capsys.readouterr().err.strip()
-        assert "\n" not in err and err.endswith("image files need Pillow: pip install 'dml-jax[image]'")
+        assert "\n" not in err and err.endswith(
+            "image files need Pillow: pip install 'dml-jax[image]'"
+        )
 
 
 def test_upstream_image_io_model_writes_a_grayscale_png(tmp_path, monkeypatch, capsys):

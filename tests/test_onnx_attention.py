@@ -176,7 +176,7 @@ def _map(case):
         fields["output_present_key_tensor"] = dml.TensorDesc(type_name, [b, nkv, t, h])
     if len(names) > 2 and names[2]:
         fields["output_present_value_tensor"] = dml.TensorDesc(type_name, [b, nkv, t, hv])
-    common = dict(scale=scale, mask_filter_value=-math.inf, mask_type=mask_type)
+    common = {"scale": scale, "mask_filter_value": -math.inf, "mask_type": mask_type}
     if nq == nkv and lengths is None:
         desc = dml.MultiheadAttentionOperatorDesc(**fields, head_count=nq, **common)
     else:
@@ -222,5 +222,12 @@ def test_the_mapping_uses_every_mask_route():
             continue
         seen.add(desc.mask_type.name)
         seen |= {path for path, _ in desc.input_slots() + desc.output_slots()}
-    assert {"NONE", "BOOLEAN", "KEY_SEQUENCE_LENGTH", "RelativePositionBiasTensor",
-            "PastKeyTensor", "OutputPresentKeyTensor", "PastSequenceLengthsTensor"} <= seen
+    assert {
+        "NONE",
+        "BOOLEAN",
+        "KEY_SEQUENCE_LENGTH",
+        "RelativePositionBiasTensor",
+        "PastKeyTensor",
+        "OutputPresentKeyTensor",
+        "PastSequenceLengthsTensor",
+    } <= seen

@@ -16,7 +16,7 @@ import dml_jax as dml
 from dml_jax import cli
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(7)
@@ -68,8 +68,17 @@ def cnn():
         helper.make_node("Softmax", ["logits"], ["probs"]),
     ]
     var = numpy_helper.from_array(RNG.uniform(0.5, 1.5, 4).astype(np.float32), "v")
-    inits = [_w("cw", 4, 3, 3, 3), _w("cb", 4), _w("s", 4), _w("b", 4), _w("m", 4), var,
-             _w("gw", 6, 2, 3, 3), _w("fw", 6, 5), _w("fb", 5)]
+    inits = [
+        _w("cw", 4, 3, 3, 3),
+        _w("cb", 4),
+        _w("s", 4),
+        _w("b", 4),
+        _w("m", 4),
+        var,
+        _w("gw", 6, 2, 3, 3),
+        _w("fw", 6, 5),
+        _w("fb", 5),
+    ]
     return _model(
         nodes,
         [helper.make_tensor_value_info("x", F, [2, 3, 8, 8])],
@@ -108,10 +117,19 @@ def transformer_block():
         helper.make_node("Add", ["res1", "down"], ["y"]),
     ]
     inits = [
-        _w("g1", d), _w("b1", d), _w("wq", d, d), _w("wk", d, d), _w("wv", d, d),
-        _w("wo", d, d), _w("g2", d), _w("b2", d), _w("w_up", d, 4 * d), _w("bias_up", 4 * d),
+        _w("g1", d),
+        _w("b1", d),
+        _w("wq", d, d),
+        _w("wk", d, d),
+        _w("wv", d, d),
+        _w("wo", d, d),
+        _w("g2", d),
+        _w("b2", d),
+        _w("w_up", d, 4 * d),
+        _w("bias_up", 4 * d),
         _w("w_down", 4 * d, d),
-        _ints("heads_shape", [0, 0, heads, hd]), _ints("model_shape", [0, 0, d]),
+        _ints("heads_shape", [0, 0, heads, hd]),
+        _ints("model_shape", [0, 0, d]),
         numpy_helper.from_array(np.asarray(np.sqrt(hd), np.float32), "scale"),
     ]
     return _model(
@@ -147,24 +165,35 @@ def data_movement():
         helper.make_node("Tanh", ["lr"], ["z"]),
     ]
     inits = [
-        _ints("split", [3, 3]), _ints("starts", [0, 2]), _ints("ends", [4, -4]),
-        _ints("axes", [0, 1]), _ints("steps", [1, -1]), _ints("idx", [1, 0, 1]),
-        _ints("ax0", [0]), _ints("ax1", [1]),
+        _ints("split", [3, 3]),
+        _ints("starts", [0, 2]),
+        _ints("ends", [4, -4]),
+        _ints("axes", [0, 1]),
+        _ints("steps", [1, -1]),
+        _ints("idx", [1, 0, 1]),
+        _ints("ax0", [0]),
+        _ints("ax1", [1]),
         numpy_helper.from_array(np.zeros((), np.float32), "zero"),
         numpy_helper.from_array(np.full((), 2, np.float32), "two"),
     ]
     return _model(
         nodes,
         [helper.make_tensor_value_info("x", F, [4, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [4]),
-         helper.make_tensor_value_info("z", F, [4, 3])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT16, [4]),
+            helper.make_tensor_value_info("z", F, [4, 3]),
+        ],
         inits,
         opset=18,
     ), {"x": RNG.normal(size=(4, 3)).astype(np.float32)}
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "transformer_block": transformer_block,
-          "data_movement": data_movement}
+MODELS = {
+    "mlp": mlp,
+    "cnn": cnn,
+    "transformer_block": transformer_block,
+    "data_movement": data_movement,
+}
 
 
 def _ort(model, feeds):
@@ -184,8 +213,9 @@ def test_model_matches_onnxruntime(name):
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         tol = 2e-3 if w.dtype == np.float16 else 2e-5
-        np.testing.assert_allclose(np.asarray(g, np.float32), w.astype(np.float32),
-                                   rtol=tol, atol=tol)
+        np.testing.assert_allclose(
+            np.asarray(g, np.float32), w.astype(np.float32), rtol=tol, atol=tol
+        )
 
 
 def test_model_is_one_graph_traced_once():
@@ -193,8 +223,12 @@ def test_model_is_one_graph_traced_once():
     compiled = dml.compile_onnx(model)
     assert isinstance(compiled.imported.graph, dml.GraphDesc)
     ops = {n.operator_type for n in compiled.imported.graph.nodes}
-    assert {"DML_OPERATOR_CONVOLUTION", "DML_OPERATOR_BATCH_NORMALIZATION",
-            "DML_OPERATOR_MAX_POOLING2", "DML_OPERATOR_GEMM"} <= ops
+    assert {
+        "DML_OPERATOR_CONVOLUTION",
+        "DML_OPERATOR_BATCH_NORMALIZATION",
+        "DML_OPERATOR_MAX_POOLING2",
+        "DML_OPERATOR_GEMM",
+    } <= ops
     compiled(feeds["x"])
     traced = compiled.graph.traces
     compiled(feeds["x"] + 1)
@@ -203,14 +237,19 @@ def test_model_is_one_graph_traced_once():
 
 def test_unsupported_op_names_node_and_type():
     model = _model(
-        [helper.make_node("Relu", ["x"], ["r"], name="act"),
-         helper.make_node("Hardmax", ["r"], ["y"], name="pick")],
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="act"),
+            helper.make_node("Hardmax", ["r"], ["y"], name="pick"),
+        ],
         [helper.make_tensor_value_info("x", F, [2, 3])],
         [helper.make_tensor_value_info("y", F, [2, 3])],
         [],
     )
-    with pytest.raises(dml.ValidationError, match=r"^ONNX: node 1 \('pick', Hardmax\): op type "
-                       r"'Hardmax' is not supported"):
+    with pytest.raises(
+        dml.ValidationError,
+        match=r"^ONNX: node 1 \('pick', Hardmax\): op type "
+        r"'Hardmax' is not supported",
+    ):
         dml.compile_onnx(model)
 
 
@@ -232,8 +271,10 @@ def test_cli_runs_an_onnx_file(tmp_path, capsys):
     file = tmp_path / "mlp.onnx"
     file.write_bytes(model.SerializeToString())
     np.save(tmp_path / "x.npy", feeds["x"])
-    assert cli.main(["run", str(file), "--input", f"x={tmp_path / 'x.npy'}",
-                     "--allow-outside-paths"]) == 0
+    assert (
+        cli.main(["run", str(file), "--input", f"x={tmp_path / 'x.npy'}", "--allow-outside-paths"])
+        == 0
+    )
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("Resource 'output:z': "))
     values = np.array([float(v) for v in line.split(": ", 1)[1].split(", ")])

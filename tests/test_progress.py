@@ -38,7 +38,7 @@ def test_iterations_show_progress_then_the_dispatch_line(terminal, monkeypatch):
     assert cli.main(["run", str(DEFAULT_MODEL), "-i", "4"]) == 0
     text = terminal.getvalue()
     for done in (1, 2, 3):  # after the last sample the loop ends: the report replaces it
-        assert f"\rDispatch '" in text and f": {done} of 4 iterations\x1b[K" in text
+        assert "\rDispatch '" in text and f": {done} of 4 iterations\x1b[K" in text
     assert "\r\x1b[KDispatch '" in text  # erased before the real line
     shown = _final_lines(text)
     dispatch = [line for line in shown if line.startswith("Dispatch '")]

@@ -43,6 +43,7 @@ def _division_tolerance(desc) -> dict:
 def _assert_quantized(desc, got, want) -> None:
     S.assert_same(got, want, **_division_tolerance(desc))
 
+
 T = dml.TensorDesc
 QL, DQL = dml.ElementWiseQuantizeLinearOperatorDesc, dml.ElementWiseDequantizeLinearOperatorDesc
 Q, DQ = dml.QuantizeOperatorDesc, dml.DequantizeOperatorDesc

@@ -118,7 +118,9 @@ def operator_node(name, op, inputs, outputs, in_names, out_names, attributes):
 
 
 def constant_node(name, out_name, *, file_name=None, data=None):
-    detail = (1, ("table", [("str", file_name)])) if file_name else (2, ("table", [("vec", "B", data)]))
+    detail = (
+        (1, ("table", [("str", file_name)])) if file_name else (2, ("table", [("vec", "B", data)]))
+    )
     desc = ("table", [("B", detail[0]), detail[1]])
     return ("table", [("B", 2), desc, ("str", name), ("objs", []), ("objs", [("str", out_name)])])
 
@@ -158,7 +160,10 @@ def write_graph_model(tmp_path, x):
     model = {
         "resources": {
             "x": {"initialValuesDataType": "FLOAT32", "initialValues": x},
-            "y": {"initialValuesDataType": "FLOAT32", "initialValues": {"valueCount": 4, "value": 0}},
+            "y": {
+                "initialValuesDataType": "FLOAT32",
+                "initialValues": {"valueCount": 4, "value": 0},
+            },
             "s": {"initialValuesDataType": "FLOAT32", "initialValues": [0]},
         },
         "dispatchables": {"g": {"type": "dmlSerializedGraph", "sourcePath": "g/graph.bin"}},

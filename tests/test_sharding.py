@@ -10,6 +10,7 @@ the tests below assert on those verdicts one case at a time, so a failure names 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -29,7 +30,19 @@ CASE_IDS = worker.plan()
 
 
 @pytest.fixture(scope="module")
-def report() -> dict:
+def report(tmp_path_factory) -> dict:
+    """The worker's report, computed once per test session: parallel test workers share it
+    through a file under their common base temporary folder (one computes, the others wait)."""
+    shared = tmp_path_factory.getbasetemp().parent
+    path = shared / "sharding_report.json"
+    with open(shared / "sharding_report.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.is_file():
+            path.write_text(json.dumps(_run_worker()))
+    return json.loads(path.read_text())
+
+
+def _run_worker() -> dict:
     env = dict(os.environ)
     env["XLA_FLAGS"] = (
         env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={worker.DEVICES}"

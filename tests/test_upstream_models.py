@@ -44,8 +44,10 @@ EXPECTED = {
     "dml_slice": ["Resource 'output': 7, 9, 12, 14, 17, 19"],
     # 1..4 as {1, 1, 2, 2} enlarged 2x bilinearly at pixel centres, edges clamped
     "dml_upsample_2d": [
-        "Resource 'output': 1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3, "
-        "3.25, 3.75, 4"
+        (
+            "Resource 'output': 1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3, "
+            "3.25, 3.75, 4"
+        )
     ],
     # A bidirectional RNN, one step: X = 1..32 as {1, 1, 8, 4}, W = 1, 1.4, ... 16.6 as
     # {1, 2, 5, 4}, no hidden init (0), so each output is ELU(X W_d^T) with all-positive

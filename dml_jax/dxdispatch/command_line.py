@@ -69,7 +69,11 @@ def run_command(
         elif onnx_inputs:
             raise ValidationError("--input applies to .onnx models only")
         run_model(
-            file, device=device, options=options, feature_level=feature_level, out=_print,
+            file,
+            device=device,
+            options=options,
+            feature_level=feature_level,
+            out=_print,
             text=text,
         )
     except ImportError as e:  # an .onnx file without the onnx package

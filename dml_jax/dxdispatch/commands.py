@@ -61,6 +61,7 @@ def _check_image_target(ctx: LoadContext, resource: Any, dims: Any, path: str) -
             f"{resource.size_in_bytes}",
         )
 
+
 @dataclass
 class PrintTemporaryCommand:
     """``printInitTemporary`` / ``printExecTemporary`` (DxDispatch's MHA feature branch): print
@@ -101,10 +102,16 @@ def parse_command(
         bindings_json = ctx.require(obj, "bindings", path)
         if isinstance(d, OnnxDispatchable):
             d = onnx_target(
-                ctx, target, bindings_json, member(path, "bindings"), model_resources,
+                ctx,
+                target,
+                bindings_json,
+                member(path, "bindings"),
+                model_resources,
                 feature_level,
             )
-        bindings = resolve_bindings(ctx, d, bindings_json, member(path, "bindings"), model_resources)
+        bindings = resolve_bindings(
+            ctx, d, bindings_json, member(path, "bindings"), model_resources
+        )
         for point in d.bind_points:
             if point.name in bindings or point.name in d.init_bindings:
                 continue

@@ -47,7 +47,7 @@ def pillow() -> Any:
         ImportError: with the one-line install hint when Pillow is missing.
     """
     try:
-        from PIL import Image  # noqa: PLC0415 - optional dependency
+        from PIL import Image
     except ImportError:
         raise ImportError(PILLOW_MISSING) from None
     return Image
@@ -90,7 +90,7 @@ def write_size(dimensions: tuple[int, ...] | None) -> tuple[int, int, int]:
 
 def _byte_to_half_table() -> np.ndarray:
     """byte / 255 in float32, converted to FLOAT16 the way DxDispatch's half library does."""
-    from .scalars import float_to_half_truncated  # noqa: PLC0415 - avoids an import cycle
+    from .scalars import float_to_half_truncated
 
     fractions = np.arange(256, dtype=np.float32) / np.float32(255)
     return np.array([float_to_half_truncated(v) for v in fractions], np.float16)

@@ -49,7 +49,9 @@ def parse_onnx_dispatchable(ctx: LoadContext, name: str, obj: dict, path: str) -
         for key, value in ctx.object(obj["freeDimensionNameOverrides"], where).items():
             free[key] = ctx.uint(value, member(where, key), minimum=1)
     if obj.get("bindings"):
-        raise ctx.fail(member(path, "bindings"), "ONNX dispatchables take no initialization bindings")
+        raise ctx.fail(
+            member(path, "bindings"), "ONNX dispatchables take no initialization bindings"
+        )
     try:
         model = load_onnx(file)
     except ImportError as e:
@@ -79,9 +81,7 @@ class _OnnxOp:
     def fn(self, *arrays: Any) -> tuple:
         shapes = self.compiled.input_shapes
         outs = self.compiled.fn(*(x.reshape(s) for x, s in zip(arrays, shapes)))
-        return tuple(
-            y.astype(d.dtype).reshape(d.sizes) for y, d in zip(outs, self.output_descs)
-        )
+        return tuple(y.astype(d.dtype).reshape(d.sizes) for y, d in zip(outs, self.output_descs))
 
 
 def _binding_shape(ctx: LoadContext, value: Any, path: str) -> tuple[int, ...] | None:
@@ -92,7 +92,9 @@ def _binding_shape(ctx: LoadContext, value: Any, path: str) -> tuple[int, ...] |
     if not isinstance(item, dict):
         return None
     if item.get("elementOffset", 0) != 0:
-        raise ctx.fail(member(path, "elementOffset"), "ONNX dispatchables do not support binding offsets.")
+        raise ctx.fail(
+            member(path, "elementOffset"), "ONNX dispatchables do not support binding offsets."
+        )
     if "shape" not in item:
         return None
     where = member(path, "shape")
@@ -136,7 +138,9 @@ def onnx_target(
     if compiled is None:
         try:
             compiled = compile_onnx(
-                d.model, free_dimensions=d.free_dimensions, input_shapes=shapes,
+                d.model,
+                free_dimensions=d.free_dimensions,
+                input_shapes=shapes,
                 feature_level=feature_level,
             )
         except ValidationError as e:
@@ -160,7 +164,8 @@ def onnx_target(
         if res is not None and res.deferred_bytes is not None:
             _size_deferred(ctx, res, desc, where)
     points = tuple(
-        BindPoint(n, "input", (i,), (t,)) for i, (n, t) in enumerate(zip(op.input_paths, op.input_descs))
+        BindPoint(n, "input", (i,), (t,))
+        for i, (n, t) in enumerate(zip(op.input_paths, op.input_descs))
     ) + tuple(
         BindPoint(n, "output", (i,), (t,))
         for i, (n, t) in enumerate(zip(op.output_paths, op.output_descs))
@@ -194,11 +199,11 @@ def onnx_model_text(file: str, inputs: dict[str, str] | None = None, seed: int =
     Raises:
         ValidationError: the file is not an ONNX model, or ``inputs`` names no model input.
     """
-    import json  # noqa: PLC0415
+    import json
 
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
-    from ..onnx.importer import data_type_of  # noqa: PLC0415
+    from ..onnx.importer import data_type_of
 
     model = load_onnx(file)
     inputs = dict(inputs or {})

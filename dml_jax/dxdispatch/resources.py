@@ -141,7 +141,7 @@ def _image_initializer(
     if mode != "scale":
         raise ctx.fail(
             member(path, "resampleMode"),
-            f"must be \"scale\" for image files, got {json.dumps(mode)}",
+            f'must be "scale" for image files, got {json.dumps(mode)}',
         )
     try:
         images.check_data_type(data_type)

@@ -214,10 +214,10 @@ class Executor:
             if limit is not None and elapsed_ms >= limit:
                 break
             now = time.perf_counter()
-            if progress is not None and elapsed_ms >= PROGRESS_AFTER_S * 1000:
-                if shown_at is None or now - shown_at >= PROGRESS_EVERY_S:
-                    progress(_progress_text(plan.name, done, iterations, elapsed_ms, limit))
-                    shown_at = now
+            due = shown_at is None or now - shown_at >= PROGRESS_EVERY_S
+            if progress is not None and elapsed_ms >= PROGRESS_AFTER_S * 1000 and due:
+                progress(_progress_text(plan.name, done, iterations, elapsed_ms, limit))
+                shown_at = now
             wait = opts.dispatch_interval - (time.perf_counter() - start) * 1000
             if wait > 0:
                 time.sleep(wait / 1000)

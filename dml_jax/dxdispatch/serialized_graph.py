@@ -524,7 +524,9 @@ def convert_graph(g: SerializedGraph) -> ConvertedGraph:
             if src not in constant_index:
                 constant_index[src] = len(g.input_names) + len(constant_index)
                 constants[constant_index[src]] = (
-                    source.name, source.constant_name, source.constant_data
+                    source.name,
+                    source.constant_name,
+                    source.constant_data,
                 )
             edges_in.append(InputGraphEdge(constant_index[src], op(dst, "constant"), k_in))
         else:
@@ -552,7 +554,7 @@ class _BoundConstants:
     """A compiled graph seen through its named inputs: constants are fed from their bytes."""
 
     def __init__(self, compiled: Any, named: int, constants: dict[int, np.ndarray]):
-        from ..buffers import read_tensor  # noqa: PLC0415
+        from ..buffers import read_tensor
 
         self.name = compiled.name
         self.input_paths = compiled.input_paths[:named]

@@ -25,7 +25,7 @@ ONNX_MISSING = "ONNX models need the 'onnx' package: pip install 'dml-jax[onnx]'
 def load_onnx(path_or_model: Any) -> Any:
     """An ``onnx.ModelProto`` from a path, serialized bytes or a ModelProto."""
     try:
-        import onnx  # noqa: PLC0415
+        import onnx
     except ImportError:
         raise ImportError(ONNX_MISSING) from None
     if isinstance(path_or_model, onnx.ModelProto):
@@ -88,7 +88,7 @@ class CompiledOnnx:
     def __call__(self, *inputs: Any, **named: Any) -> Any:
         """Runs the model: inputs by position or by ONNX name. One output: one array."""
         inputs = list(inputs)
-        for name in self.input_names[len(inputs):]:
+        for name in self.input_names[len(inputs) :]:
             if name not in named:
                 raise ValidationError(f"ONNX: input '{name}' is missing")
             inputs.append(named.pop(name))
@@ -133,7 +133,7 @@ def compile_onnx(
         ValidationError: an unsupported op type (naming the node and its type), a dimension
             without a size, or a node DirectML would reject.
     """
-    from .ops import CONVERTERS  # noqa: PLC0415
+    from .ops import CONVERTERS
 
     model = load_onnx(path_or_model)
     imported = import_graph(model, CONVERTERS, free_dimensions, input_shapes)

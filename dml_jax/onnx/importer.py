@@ -32,6 +32,7 @@ def identity(desc: TensorDesc) -> Any:
     """ELEMENT_WISE_IDENTITY from ``desc`` to itself (how a graph input or constant enters)."""
     return lookup("DML_OPERATOR_ELEMENT_WISE_IDENTITY").desc_class(desc, desc)
 
+
 # ONNX TensorProto element types -> DML data types (BOOL is stored as UINT8, as ORT's DML
 # provider does).
 _ONNX_TYPES = {
@@ -83,8 +84,9 @@ class Value:
 
     def view(self, shape: Sequence[int] | None = None) -> Value:
         """The same data under another shape of the same element count (a reshape)."""
-        return Value(tuple(shape), self.data_type, self.source, _reshaped(self.const, shape),
-                     self.is_bool)
+        return Value(
+            tuple(shape), self.data_type, self.source, _reshaped(self.const, shape), self.is_bool
+        )
 
 
 def _reshaped(const: np.ndarray | None, shape: Sequence[int] | None) -> np.ndarray | None:
@@ -167,8 +169,7 @@ class Builder:
             n = len(self.nodes)
             self.nodes.append(identity(desc))
             self._graph_inputs.append((g, n))
-            self._const_nodes[key] = Value(v.shape, v.data_type, ("node", n, 0), v.const,
-                                           v.is_bool)
+            self._const_nodes[key] = Value(v.shape, v.data_type, ("node", n, 0), v.const, v.is_bool)
         return self._const_nodes[key]
 
 
@@ -203,7 +204,7 @@ class Context:
     """What a converter sees: the builder, the node's attributes, the model's opset."""
 
     def __init__(self, builder: Builder, node: Any, opset: int, where: str):
-        import onnx  # noqa: PLC0415
+        import onnx
 
         self.builder = builder
         self.onnx_node = node
@@ -253,7 +254,7 @@ def _shape_of(type_proto: Any, name: str, free: Mapping[str, int], given: Sequen
 
 
 def array_of(tensor: Any) -> np.ndarray:
-    from onnx import numpy_helper  # noqa: PLC0415
+    from onnx import numpy_helper
 
     return numpy_helper.to_array(tensor)
 
@@ -296,9 +297,7 @@ def import_graph(
     free = dict(free_dimensions or {})
     shapes = dict(input_shapes or {})
     graph = model.graph
-    opset = max(
-        (o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1
-    )
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)
     builder = Builder()
     values: dict[str, Value] = {}
     for init in graph.initializer:
@@ -325,8 +324,10 @@ def import_graph(
         )
 
     for i, node in enumerate(graph.node):
-        where = f"node {i} ('{node.name}', {node.op_type})" if node.name else (
-            f"node {i} ({node.op_type})"
+        where = (
+            f"node {i} ('{node.name}', {node.op_type})"
+            if node.name
+            else (f"node {i} ({node.op_type})")
         )
         if node.domain not in ("", "ai.onnx"):
             raise ValidationError(
@@ -352,7 +353,7 @@ def import_graph(
         for name, v in zip(node.output, outputs):
             if name and v is not None:
                 values[name] = v
-        for name in node.output[len(outputs):]:
+        for name in node.output[len(outputs) :]:
             if name:
                 raise ctx.fail(f"output '{name}' is not supported")
 
@@ -366,12 +367,30 @@ def import_graph(
         output_types.append(v.data_type)
         output_bool.append(v.is_bool)
         out_values.append(v)
-    return _graph_desc(builder, input_names, input_shapes_, input_types, output_names,
-                       output_shapes, output_types, output_bool, out_values)
+    return _graph_desc(
+        builder,
+        input_names,
+        input_shapes_,
+        input_types,
+        output_names,
+        output_shapes,
+        output_types,
+        output_bool,
+        out_values,
+    )
 
 
-def _graph_desc(builder, input_names, input_shapes, input_types, output_names, output_shapes,
-                output_types, output_bool, out_values) -> ImportedGraph:
+def _graph_desc(
+    builder,
+    input_names,
+    input_shapes,
+    input_types,
+    output_names,
+    output_shapes,
+    output_types,
+    output_bool,
+    out_values,
+) -> ImportedGraph:
     """Prunes nodes that reach no output, then numbers graph inputs, nodes and edges."""
     feeds_of: dict[int, list[tuple[int, Value]]] = {}
     for n, k, v in builder.feeds:

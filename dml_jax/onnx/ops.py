@@ -16,7 +16,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .. import ops as _ops  # noqa: F401 (registers every operator)
 from ..enums import DataType
+from ..registry import lookup
 from ..tensor import TensorDesc
 from .importer import (
     Context,
@@ -29,8 +31,6 @@ from .importer import (
     packed,
     permuted,
 )
-from .. import ops as _ops  # noqa: F401 (registers every operator)
-from ..registry import lookup
 
 
 def _desc_class(operator_type: str) -> type:
@@ -55,7 +55,9 @@ ElementWiseExpOperatorDesc = _desc_class("DML_OPERATOR_ELEMENT_WISE_EXP")
 ElementWiseIdentityOperatorDesc = _desc_class("DML_OPERATOR_ELEMENT_WISE_IDENTITY")
 ElementWiseIfOperatorDesc = _desc_class("DML_OPERATOR_ELEMENT_WISE_IF")
 ElementWiseLogicalEqualsOperatorDesc = _desc_class("DML_OPERATOR_ELEMENT_WISE_LOGICAL_EQUALS")
-ElementWiseLogicalGreaterThanOperatorDesc = _desc_class("DML_OPERATOR_ELEMENT_WISE_LOGICAL_GREATER_THAN")
+ElementWiseLogicalGreaterThanOperatorDesc = _desc_class(
+    "DML_OPERATOR_ELEMENT_WISE_LOGICAL_GREATER_THAN"
+)
 ElementWiseLogicalLessThanOperatorDesc = _desc_class("DML_OPERATOR_ELEMENT_WISE_LOGICAL_LESS_THAN")
 ElementWiseLogOperatorDesc = _desc_class("DML_OPERATOR_ELEMENT_WISE_LOG")
 ElementWiseMultiplyOperatorDesc = _desc_class("DML_OPERATOR_ELEMENT_WISE_MULTIPLY")
@@ -125,8 +127,9 @@ def _pow(ctx, node, inputs):
     shape = _broadcast_shape(ctx, x.shape, y.shape)
     if y.data_type != x.data_type:
         y = _cast_value(ctx, y, x.data_type)
-    desc = ElementWisePowOperatorDesc(broadcast(x, shape), broadcast(y, shape),
-                                      packed(x.data_type, shape))
+    desc = ElementWisePowOperatorDesc(
+        broadcast(x, shape), broadcast(y, shape), packed(x.data_type, shape)
+    )
     return [ctx.out(ctx.node(desc, [x, y]), shape)]
 
 
@@ -138,8 +141,10 @@ def _leaky_relu(ctx, node, inputs):
 
 def _gelu(ctx, node, inputs):
     if ctx.attr("approximate", "none") != "none":
-        raise ctx.fail(f"approximate='{ctx.attr('approximate')}' is not supported (DirectML's "
-                       "GELU is the exact erf form)")
+        raise ctx.fail(
+            f"approximate='{ctx.attr('approximate')}' is not supported (DirectML's "
+            "GELU is the exact erf form)"
+        )
     return _unary(ActivationGeluOperatorDesc)(ctx, node, inputs)
 
 
@@ -177,7 +182,9 @@ def _cast(ctx, node, inputs):
         (eq,) = _binary(ElementWiseLogicalEqualsOperatorDesc, is_bool=True)(ctx, node, [x, zero])
         one = const_value(np.ones((), np.uint8), ctx.where)
         shape = eq.shape
-        desc = ElementWiseSubtractOperatorDesc(broadcast(one, shape), broadcast(eq, shape), packed(DataType.UINT8, shape))
+        desc = ElementWiseSubtractOperatorDesc(
+            broadcast(one, shape), broadcast(eq, shape), packed(DataType.UINT8, shape)
+        )
         return [ctx.out(ctx.node(desc, [one, eq]), shape, is_bool=True)]
     return [_cast_value(ctx, x, target)]
 
@@ -282,8 +289,11 @@ def _conv(ctx, node, inputs):
     if x.rank < 3 or x.rank > 5:
         raise ctx.fail(f"a {x.rank - 2}-D convolution is not supported (1-D to 3-D are)")
     one_d = x.rank == 3
-    xs, ws = (x.shape[:2] + (1,) + x.shape[2:], w.shape[:2] + (1,) + w.shape[2:]) if one_d else (
-        x.shape, w.shape)
+    xs, ws = (
+        (x.shape[:2] + (1,) + x.shape[2:], w.shape[:2] + (1,) + w.shape[2:])
+        if one_d
+        else (x.shape, w.shape)
+    )
     nd = len(xs) - 2
     kernel = ws[2:]
 
@@ -329,8 +339,14 @@ def _batch_norm(ctx, node, inputs):
     t = x.data_type
     pt = TensorDesc(t, per_channel)
     desc = BatchNormalizationOperatorDesc(
-        TensorDesc(t, sizes), pt, pt, pt, pt, TensorDesc(t, sizes),
-        spatial=True, epsilon=float(ctx.attr("epsilon", 1e-5)),
+        TensorDesc(t, sizes),
+        pt,
+        pt,
+        pt,
+        pt,
+        TensorDesc(t, sizes),
+        spatial=True,
+        epsilon=float(ctx.attr("epsilon", 1e-5)),
     )
     return [ctx.out(ctx.node(desc, [x, mean, var, scale, bias]), x.shape)]
 
@@ -362,13 +378,24 @@ def _pool(kind: str) -> Converter:
         t = x.data_type
         if kind == "max":
             desc = MaxPooling2OperatorDesc(
-                TensorDesc(t, sizes), TensorDesc(t, out), None, strides=strides,
-                window_size=kernel, start_padding=start, end_padding=end, dilations=dilations,
+                TensorDesc(t, sizes),
+                TensorDesc(t, out),
+                None,
+                strides=strides,
+                window_size=kernel,
+                start_padding=start,
+                end_padding=end,
+                dilations=dilations,
             )
         else:
             desc = AveragePoolingOperatorDesc(
-                TensorDesc(t, sizes), TensorDesc(t, out), strides=strides, window_size=kernel,
-                start_padding=start, end_padding=end, include_padding=include,
+                TensorDesc(t, sizes),
+                TensorDesc(t, out),
+                strides=strides,
+                window_size=kernel,
+                start_padding=start,
+                end_padding=end,
+                include_padding=include,
             )
         result = (out[:2] + out[3:]) if one_d else out
         return [ctx.out(ctx.node(desc, [x]), result)]
@@ -394,8 +421,9 @@ def _reduce_value(ctx, x: Value, function: str, axes, *, keepdims: bool) -> Valu
     kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
     if not x.shape:
         kept, axes = (), [0]
-    desc = ReduceOperatorDesc(function, packed(x.data_type, x.shape),
-                              packed(x.data_type, kept), axes=axes)
+    desc = ReduceOperatorDesc(
+        function, packed(x.data_type, x.shape), packed(x.data_type, kept), axes=axes
+    )
     y = ctx.out(ctx.node(desc, [x]), kept)
     if keepdims:
         return y
@@ -429,8 +457,13 @@ def _layer_norm(ctx, node, inputs):
         return None if v is None else broadcast(v, x.shape)
 
     desc = MeanVarianceNormalization1OperatorDesc(
-        packed(t, x.shape), param(scale), param(bias), packed(t, x.shape), axes=axes,
-        normalize_variance=True, epsilon=float(ctx.attr("epsilon", 1e-5)),
+        packed(t, x.shape),
+        param(scale),
+        param(bias),
+        packed(t, x.shape),
+        axes=axes,
+        normalize_variance=True,
+        epsilon=float(ctx.attr("epsilon", 1e-5)),
     )
     return [ctx.out(ctx.node(desc, [x, scale, bias]), x.shape)]
 
@@ -526,7 +559,7 @@ def _split(ctx, node, inputs):
         sizes = [piece] * (count - 1) + [n - piece * (count - 1)]
     if sum(sizes) != x.shape[axis] or len(sizes) != count or min(sizes) < 1:
         raise ctx.fail(f"split sizes {sizes} do not cut dimension {axis} ({x.shape[axis]})")
-    shapes = [x.shape[:axis] + (s,) + x.shape[axis + 1:] for s in sizes]
+    shapes = [x.shape[:axis] + (s,) + x.shape[axis + 1 :] for s in sizes]
     t = x.data_type
     desc = SplitOperatorDesc(packed(t, x.shape), [packed(t, s) for s in shapes], axis=axis)
     n = ctx.node(desc, [x])
@@ -559,8 +592,11 @@ def _slice(ctx, node, inputs):
         strides[a], sizes[a] = st, len(idx)
     t = x.data_type
     desc = Slice1OperatorDesc(
-        packed(t, x.shape), packed(t, sizes), input_window_offsets=offsets,
-        input_window_sizes=windows, input_window_strides=strides,
+        packed(t, x.shape),
+        packed(t, sizes),
+        input_window_offsets=offsets,
+        input_window_sizes=windows,
+        input_window_strides=strides,
     )
     return [ctx.out(ctx.node(desc, [x]), sizes, is_bool=x.is_bool)]
 
@@ -569,7 +605,7 @@ def _gather(ctx, node, inputs):
     data, indices = inputs
     r, q = data.rank, indices.rank
     axis = _axis(ctx, ctx.attr("axis", 0), r)
-    out_shape = data.shape[:axis] + indices.shape + data.shape[axis + 1:]
+    out_shape = data.shape[:axis] + indices.shape + data.shape[axis + 1 :]
     if data.const is not None and indices.const is not None:
         return [const_value(np.take(data.const, indices.const, axis=axis), ctx.where)]
     if indices.const is not None and indices.data_type.is_64bit:
@@ -591,7 +627,9 @@ def _where(ctx, node, inputs):
     cond, a, b = inputs
     shape = _broadcast_shape(ctx, cond.shape, a.shape, b.shape)
     desc = ElementWiseIfOperatorDesc(
-        broadcast(cond, shape, DataType.UINT8), broadcast(a, shape), broadcast(b, shape),
+        broadcast(cond, shape, DataType.UINT8),
+        broadcast(a, shape),
+        broadcast(b, shape),
         packed(a.data_type, shape),
     )
     return [ctx.out(ctx.node(desc, [cond, a, b]), shape, is_bool=a.is_bool)]

@@ -651,12 +651,12 @@ def _bench_pooling(kind: str) -> Any:
         out = []
         for window, stride, pad in ((2, 2, 0), (3, 1, 1)):
             sizes = (n, c) + tuple((e + 2 * pad - window) // stride + 1 for e in (h, w))
-            geometry = dict(
-                strides=[stride] * 2,
-                window_size=[window] * 2,
-                start_padding=[pad] * 2,
-                end_padding=[pad] * 2,
-            )
+            geometry = {
+                "strides": [stride] * 2,
+                "window_size": [window] * 2,
+                "start_padding": [pad] * 2,
+                "end_padding": [pad] * 2,
+            }
             if kind == "MAX":
                 desc = MaxPoolingOperatorDesc(x, x.like(sizes=sizes), **geometry)
             else:
