@@ -441,80 +441,41 @@ def lower_lp_pooling(d: Any, x):
 
 
 def window_max(plan: WindowPlan, x):
-    """MAX pooling's values. Their derivative follows MAX_POOLING_GRAD in both lowerings: each
-    output's tangent is the input tangent at the first maximum of its window in window order
-    (the element OutputIndicesTensor reports: -0.0 ties +0.0, NaN is the maximum and the first
-    NaN wins), never split between equal values; a window of padding only has tangent 0."""
-    return _slices_max(plan, x) if _by_slices(plan) else _reduced_max(plan, x)
+    """MAX pooling's values: one element-wise maximum over strided slices of the padded input
+    for small overlapping or dilated windows (``_by_slices``), else one reduce_window (lax.max
+    from the type's lowest value, so padding never wins; NaN propagates, XLA's max).
 
-
-def _reduced_max(plan: WindowPlan, x):
-    """One reduce_window over the padded input: lax.max with the type's lowest value as init
-    (padding never wins; NaN propagates, XLA's max). jax's own derivative of this reducer may
-    go to any of several equal maxima, so the derivative is defined here: a gather of the
-    tangent at ``_first_max_indices`` (whose transpose scatters the cotangent back)."""
+    The derivative follows MAX_POOLING_GRAD in both forms: each output's tangent is the input
+    tangent at the first maximum of its window in window order (the element
+    OutputIndicesTensor reports: -0.0 ties +0.0, NaN is the maximum and the first NaN wins),
+    never split between equal values (jax's own rules split ties, or pick any of them); a
+    window of padding only has tangent 0."""
     lowest = np.array(_lowest(x.dtype), x.dtype)
 
     def forward(x):
-        return lax.reduce_window(x, lowest, lax.max, **plan.lax_args())
-
-    @jax.custom_jvp
-    def reduced_max(x):
-        return forward(x)
-
-    @reduced_max.defjvp
-    def reduced_max_jvp(primals, tangents):
-        (x,), (t,) = primals, tangents
-        count = math.prod(x.shape)
-        index_type = jnp.int32 if count < np.iinfo(np.int32).max else jnp.int64
-        # A window of padding only reports the index type's largest value: out of range, so the
-        # gather fills 0 there (and its transpose drops it).
-        found = _first_max_indices(plan, x, index_type)
-        flat = lax.reshape(t, (count,))
-        return forward(x), jnp.take(flat, found, mode="fill", fill_value=0)
-
-    return reduced_max(x)
-
-
-def _slices_max(plan: WindowPlan, x):
-    """The maximum of one strided slice of the padded input per window point (one fused pass).
-    Its derivative goes to the first maximum in window order on the input (the element
-    OutputIndicesTensor reports; NaN counts as equal to NaN), never split between equal values."""
-    lowest = _lowest(x.dtype)
-
-    def forward(x):
+        if not _by_slices(plan):
+            return lax.reduce_window(x, lowest, lax.max, **plan.lax_args())
         out = None
         for slice_ in _window_slices(plan, _padded(plan, x, lowest)):
             out = slice_ if out is None else lax.max(out, slice_)
         return out
 
     @jax.custom_jvp
-    def sliced_max(x):
+    def pooled_max(x):
         return forward(x)
 
-    @sliced_max.defjvp
-    def sliced_max_jvp(primals, tangents):
+    @pooled_max.defjvp
+    def pooled_max_jvp(primals, tangents):
         (x,), (t,) = primals, tangents
-        y = forward(x)
-        nan = lax.ne(y, y)
-        taken = None
-        out_t = None
-        points = zip(
-            _window_slices(plan, _padded(plan, x, lowest)),
-            _window_slices(plan, _padded(plan, t, 0)),
-            _window_slices(plan, _padded(plan, jnp.ones(x.shape, bool), False)),
-        )
-        for slice_, t_slice, on_input in points:
-            # padding never wins, also against an input element equal to the lowest value
-            hit = on_input & (lax.eq(slice_, y) | (nan & lax.ne(slice_, slice_)))
-            if taken is not None:
-                hit = hit & ~taken
-            term = lax.select(hit, t_slice, lax.full_like(t_slice, 0))
-            out_t = term if out_t is None else out_t + term
-            taken = hit if taken is None else taken | hit
-        return y, out_t
+        count = math.prod(x.shape)
+        index_type = jnp.int32 if count < np.iinfo(np.int32).max else jnp.int64
+        # A window of padding only reports the index type's largest value: out of range, so the
+        # gather fills 0 there (and its transpose, the VJP, drops it).
+        found = _first_max_indices(plan, x, index_type)
+        flat = lax.reshape(t, (count,))
+        return forward(x), jnp.take(flat, found, mode="fill", fill_value=0)
 
-    return sliced_max(x)
+    return pooled_max(x)
 
 
 def _window_slices(plan: WindowPlan, padded):
