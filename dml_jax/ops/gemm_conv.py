@@ -11,7 +11,6 @@ the bias are then applied in float32, with one more rounding (a fused activation
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -40,6 +39,7 @@ from ..precision import matmul_precision
 from ..registry import Example, register
 from ..support import DIMS4, DIMS4_5, F2, rows
 from ..tensor import TensorDesc
+from .pooling import WindowPlan, window_points
 
 _DIMS2_4 = (2, 3, 4)
 
@@ -428,23 +428,19 @@ def integer_cross_correlation(d: Any, x, w):
     Written as one strided slice of the padded input per kernel point and an integer
     ``dot_general`` over (channel, kernel point) per group: XLA's GPU backend compiles integer
     convolutions only in cuDNN's int8 forms, integer matrix products on every backend."""
-    n, c = x.shape[:2]
+    n = x.shape[0]
     k, cg = w.shape[:2]
-    kernel, g = w.shape[2:], d.group_count
-    padded = lax.pad(
-        x,
-        lax.full((), 0, x.dtype),
-        [(0, 0, 0)] * 2 + [(a, b, 0) for a, b in zip(d.start_padding, d.end_padding)],
+    g = d.group_count
+    plan = WindowPlan(
+        tuple(w.shape[2:]),
+        tuple(d.strides),
+        tuple(d.dilations),
+        tuple(d.start_padding),
+        tuple(d.end_padding),
+        tuple(x.shape[2:]),
     )
-    outs = tuple(
-        (size - dil * (kk - 1) - 1) // st + 1
-        for size, kk, dil, st in zip(padded.shape[2:], kernel, d.dilations, d.strides)
-    )
-    points = []
-    for point in itertools.product(*(range(kk) for kk in kernel)):
-        start = [p * dil for p, dil in zip(point, d.dilations)]
-        limit = [s0 + (o - 1) * st + 1 for s0, o, st in zip(start, outs, d.strides)]
-        points.append(lax.slice(padded, (0, 0, *start), (n, c, *limit), (1, 1, *d.strides)))
+    outs = plan.outputs
+    points = list(window_points(plan, x, 0))
     count = len(points)
     flat_out = math.prod(outs)
     # {N, C, P, O} -> {N, G, C/G * P, O}, channel-major as the filter's {C/G, kernel...}

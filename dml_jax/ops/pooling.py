@@ -386,15 +386,10 @@ def _by_slices(plan: WindowPlan) -> bool:
     return (overlapping or dilated) and math.prod(plan.window) <= SLICE_WINDOW_POINTS
 
 
-def _padded(plan: WindowPlan, x, value):
-    config = [(0, 0, 0)] * 2 + [(s, e, 0) for s, e in zip(plan.start, plan.end)]
-    return lax.pad(x, np.array(value, x.dtype), config)
-
-
 def window_sum(plan: WindowPlan, a):
     if _by_slices(plan):
         total = None
-        for slice_ in _window_slices(plan, _padded(plan, a, 0)):
+        for slice_ in window_points(plan, a, 0):
             total = slice_ if total is None else total + slice_
         return total
     # A NumPy init value (concrete under jit) lets jax recognise its summing window reducer,
@@ -456,7 +451,7 @@ def window_max(plan: WindowPlan, x):
         if not _by_slices(plan):
             return lax.reduce_window(x, lowest, lax.max, **plan.lax_args())
         out = None
-        for slice_ in _window_slices(plan, _padded(plan, x, lowest)):
+        for slice_ in window_points(plan, x, lowest):
             out = slice_ if out is None else lax.max(out, slice_)
         return out
 
@@ -478,9 +473,12 @@ def window_max(plan: WindowPlan, x):
     return pooled_max(x)
 
 
-def _window_slices(plan: WindowPlan, padded):
-    """Per window point (row-major), the strided slice of the padded input it reads for every
-    output position."""
+def window_points(plan: WindowPlan, x, value):
+    """Per window point (row-major), the strided slice of ``x`` padded with ``value`` that the
+    point reads for every output position: {N, C, outputs...} each. Sliding-window operators
+    written as element-wise work over these (pooling, integer convolution) fuse into one pass."""
+    config = [(0, 0, 0)] * 2 + [(s, e, 0) for s, e in zip(plan.start, plan.end)]
+    padded = lax.pad(x, np.array(value, x.dtype), config)
     n, c = padded.shape[:2]
     for point in itertools.product(*(range(w) for w in plan.window)):
         start = [k * d for k, d in zip(point, plan.dilations)]
