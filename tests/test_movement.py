@@ -470,66 +470,44 @@ def test_padding_modes_need_their_feature_level(mode, level, ok):
 # --- rules ------------------------------------------------------------------------------------
 
 
-def _slice(**changes):
-    def make():
-        fields = {
-            "input_tensor": X44,
-            "output_tensor": T("FLOAT32", [1, 1, 2, 2]),
-            "offsets": [0, 0, 1, 0],
-            "sizes": [1, 1, 2, 2],
-            "strides": [1, 1, 2, 3],
-        }
-        fields.update(changes)
-        return SLICE(**fields)
-
-    return make
-
-
-def _slice1(**changes):
-    def make():
-        fields = {
-            "input_tensor": X44,
-            "output_tensor": T("FLOAT32", [1, 1, 2, 2]),
-            "input_window_offsets": [0, 0, 0, 1],
-            "input_window_sizes": [1, 1, 4, 3],
-            "input_window_strides": [1, 1, -2, 2],
-        }
-        fields.update(changes)
-        return SLICE1(**fields)
-
-    return make
+_slice = S.rule_factory(
+    SLICE,
+    input_tensor=X44,
+    output_tensor=T("FLOAT32", [1, 1, 2, 2]),
+    offsets=[0, 0, 1, 0],
+    sizes=[1, 1, 2, 2],
+    strides=[1, 1, 2, 3],
+)
+_slice1 = S.rule_factory(
+    SLICE1,
+    input_tensor=X44,
+    output_tensor=T("FLOAT32", [1, 1, 2, 2]),
+    input_window_offsets=[0, 0, 0, 1],
+    input_window_sizes=[1, 1, 4, 3],
+    input_window_strides=[1, 1, -2, 2],
+)
+_PAD_FIELDS = {
+    "input_tensor": X44,
+    "output_tensor": PAD_OUT,
+    "padding_mode": "CONSTANT",
+    "padding_value": 9,
+    "start_padding": PAD_START,
+    "end_padding": PAD_END,
+}
 
 
 def _pad(cls=PAD, **changes):
-    def make():
-        fields = {
-            "input_tensor": X44,
-            "output_tensor": PAD_OUT,
-            "padding_mode": "CONSTANT",
-            "padding_value": 9,
-            "start_padding": PAD_START,
-            "end_padding": PAD_END,
-        }
-        if cls is PAD1:
-            fields["padding_value_data_type"] = "FLOAT32"
-        fields.update(changes)
-        return cls(**fields)
-
-    return make
+    typed = {"padding_value_data_type": "FLOAT32"} if cls is PAD1 else {}
+    return S.rule_factory(cls, **_PAD_FIELDS, **typed)(**changes)
 
 
-def _reverse(**changes):
-    def make():
-        fields = {
-            "input_tensor": X34,
-            "sequence_lengths_tensor": T("UINT32", [1, 1, 3, 1]),
-            "output_tensor": X34,
-            "axis": 3,
-        }
-        fields.update(changes)
-        return REVERSE(**fields)
-
-    return make
+_reverse = S.rule_factory(
+    REVERSE,
+    input_tensor=X34,
+    sequence_lengths_tensor=T("UINT32", [1, 1, 3, 1]),
+    output_tensor=X34,
+    axis=3,
+)
 
 
 INVALID_ROWS = [
