@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import ops as _ops  # noqa: F401 (registers every operator)
 from ..enums import DataType
+from ..ops.pooling import WindowPlan
 from ..registry import lookup
 from ..tensor import TensorDesc
 from .importer import (
@@ -277,11 +278,10 @@ def _pads(ctx, x_spatial, kernel, strides, dilations, *, ceil: bool = False):
     return start, end
 
 
-def _spatial_out(sizes, kernel, strides, dilations, start, end):
-    return tuple(
-        (n + s0 + e0 - ((kk - 1) * d + 1)) // st + 1
-        for n, kk, st, d, s0, e0 in zip(sizes, kernel, strides, dilations, start, end)
-    )
+def _spatial_out(sizes, kernel, strides, dilations, start, end) -> tuple[int, ...]:
+    """Output sizes of a sliding window: DirectML's rule, shared with pooling and convolution."""
+    plan = WindowPlan(*(tuple(a) for a in (kernel, strides, dilations, start, end, sizes)))
+    return plan.outputs
 
 
 def _conv(ctx, node, inputs):
