@@ -2,6 +2,7 @@
 
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -87,6 +88,9 @@ _COMPARED = [
 ]
 
 
+_REPEATS_ANY_WINS = {"SCATTER_ND rows (half the rows updated)"}
+
+
 @pytest.mark.parametrize("case", _COMPARED, ids=[c.name for c in _COMPARED])
 def test_bench_case_is_valid_and_its_jnp_function_agrees(case):
     """Every float32 case's descriptor is valid, and the hand-written jnp equals dml's result
@@ -96,6 +100,13 @@ def test_bench_case_is_valid_and_its_jnp_function_agrees(case):
     got, want = op(*xs), case.jnp_fn(*xs)
     got = got if isinstance(got, tuple) else (got,)
     want = want if isinstance(want, tuple) else (want,)
+    if case.name in _REPEATS_ANY_WINS and jax.default_backend() != "cpu":
+        # jnp's ``.at[].set`` keeps any one of a repeated row's updates on a GPU (dml keeps the
+        # last): compare the rows written at most once.
+        rows = xs[1].reshape(-1).astype(np.int64)
+        rows = np.where(rows < 0, rows + xs[0].shape[0], rows)
+        once = np.bincount(rows[(rows >= 0) & (rows < xs[0].shape[0])], minlength=xs[0].shape[0])
+        got, want = (tuple(np.asarray(a)[once <= 1] for a in t) for t in (got, want))
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(
             np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=2e-5, atol=1e-5

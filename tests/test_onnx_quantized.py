@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 
+import jax
 import numpy as np
 import pytest
 from onnx_cases import (
@@ -57,6 +58,7 @@ MODULES = {
     "QLinearConv": "qlinearconv",
 }
 MAPPED = set(MODULES)
+EXACT_DIVISION = jax.default_backend() == "cpu"
 CASES = node_cases(MODULES)
 
 # DML data types of the NumPy / ml_dtypes arrays ONNX gives (4-bit ones are held in a byte).
@@ -280,8 +282,10 @@ def _check(index: int) -> None:
         assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
         if w.dtype.kind == "f":
             np.testing.assert_allclose(g, w, rtol=1e-6 if w.dtype == np.float32 else 1e-3)
-        else:
+        elif EXACT_DIVISION:
             np.testing.assert_array_equal(g, w)
+        else:  # an approximate x / Scale next to a tie may quantize one step away (semantics.md)
+            np.testing.assert_array_less(np.abs(g.astype(np.int64) - w.astype(np.int64)), 2)
 
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=case_ids(CASES))

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import jax
 import numpy as np
 import strategies as S
 from hypothesis import assume
@@ -28,6 +29,8 @@ from test_roi import align_cases
 
 import dml_jax as dml
 from dml_jax.ops.gemm_conv import conv_output_sizes
+
+ON_CPU = jax.default_backend() == "cpu"
 
 T = dml.TensorDesc
 F2 = ["FLOAT32", "FLOAT16"]
@@ -367,7 +370,14 @@ PAIRS = (
         _average_pooling_backward,
         {"exact": False, "rtol": 1e-6, "atol": 1e-6},
     ),
-    Pair("MAX_POOLING", _max_pooling_2d, _max_pooling_backward, {"exact": True}),
+    Pair(
+        "MAX_POOLING",
+        _max_pooling_2d,
+        _max_pooling_backward,
+        # Where windows overlap, an element sums the gradients of every window whose maximum it
+        # is; the CPU adds them in one fixed order in both, a GPU scatter-add in any order.
+        {"exact": True} if ON_CPU else {"exact": False, "rtol": 1e-6, "atol": 1e-6},
+    ),
     Pair(
         "SLICE1",
         lambda: slice_cases(cls=dml.Slice1OperatorDesc, types=F2),
