@@ -15,12 +15,14 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
   for narrow types;
 - ``softmax``: one-pass SOFTMAX and LOG_SOFTMAX (both versions);
 - ``scan``: one-pass CUMULATIVE_SUMMATION / CUMULATIVE_PRODUCT;
-- ``topk``: TOP_K / TOP_K1 for a small K along the minor axis, in registers.
+- ``topk``: TOP_K / TOP_K1 for a small K along the minor axis, in registers;
+- ``generate``: FILL_VALUE_CONSTANT and minor-axis ONE_HOT, write-only blocks.
 """
 
 from . import (
     elementwise,
     elementwise_map,
+    generate,
     movement,
     reduce,
     reduce_paths,
@@ -36,6 +38,7 @@ __all__ = [
     "arg_reduce",
     "elementwise",
     "elementwise_map",
+    "generate",
     "log_sum_exp",
     "movement",
     "plan",

@@ -851,11 +851,15 @@ def _on_position(sizes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(1 if k == last else 0 for k in range(len(sizes)))
 
 
+def one_hot_parts(d: OneHotOperatorDesc, idx, values):
+    """``(i, on, off)``: the indices in ``[0, size)`` or -1 (out of range), OnValue, OffValue."""
+    i = normalized_indices(idx, d.output_tensor.sizes[d.axis], _signed(d.indices_tensor))
+    return i, values[_on_position(values.shape)], values[(0,) * values.ndim]
+
+
 def lower_one_hot(d: OneHotOperatorDesc, idx, values):
     shape = d.output_tensor.sizes
-    off = values[(0,) * values.ndim]
-    on = values[_on_position(values.shape)]
-    i = normalized_indices(idx, shape[d.axis], _signed(d.indices_tensor))
+    i, on, off = one_hot_parts(d, idx, values)
     # One compare per output element, written straight into the output: no one-hot matrix is
     # built and multiplied. An out-of-range index is -1 and matches no position.
     hot = lax.broadcasted_iota(i.dtype, shape, d.axis) == i

@@ -275,9 +275,13 @@ def validate_fill_constant(d: FillValueConstantOperatorDesc, v: Validator) -> No
     _typed_value(d, "Value", d.value)
 
 
+def fill_constant_value(d: FillValueConstantOperatorDesc) -> np.ndarray:
+    """Value in the output's type (a 0-d array)."""
+    return np.asarray(_typed_value(d, "Value", d.value)).astype(d.output_tensor.dtype)
+
+
 def lower_fill_constant(d: FillValueConstantOperatorDesc):
-    value = _typed_value(d, "Value", d.value)
-    return (jnp.full(d.output_tensor.sizes, value, d.output_tensor.data_type.numpy_dtype),)
+    return (jnp.full(d.output_tensor.sizes, fill_constant_value(d)),)
 
 
 _FILL_TYPES_2_1 = types("FLOAT32", "FLOAT16", "INT32", "INT16", "INT8", "UINT32", "UINT16", "UINT8")
