@@ -887,6 +887,7 @@ def _bench_one_hot(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
             OneHotOperatorDesc(at, values, out, axis=3),
             jnp=jnp_one_hot,
             torch=torch_one_hot,
+            kernel=True,
         )
     ]
 

@@ -300,6 +300,7 @@ def _bench_fill(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
             torch=lambda torch: torch.full(
                 shape, value, dtype=getattr(torch, dtype), device="cuda"
             ),
+            kernel=True,
         ),
         BenchCase(
             "FILL_VALUE_SEQUENCE",
