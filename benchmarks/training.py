@@ -12,8 +12,10 @@
   when it sees no GPU.
 
 Default size: a batch of 256 signals of 3,072 samples (the values of a 32x32x3 image as one
-row), 16 filters, 10 classes. A step time is ``dml_jax.bench.Timer``'s: the median of samples,
-each many steps then one sync. The sanity rows (not a test) start the three from the same
+row), 16 filters, 10 classes; Adam's learning rate 1e-4 (the example's 0.05 makes the loss jump
+a hundredfold in the first step at this fan-in). A step time is ``dml_jax.bench.Timer``'s: the
+median of samples, each many steps then one sync; ``cold_s`` is the first step (trace, compile,
+run). The sanity rows (not a test) start the three from the same
 weights and data and list their losses over the first steps: equal at step 1 up to float32
 rounding, close after (PyTorch's Adam adds epsilon to sqrt(v) / sqrt(1 - beta2^t), DirectML's
 to sqrt(v), a difference of order epsilon = 1e-7).
@@ -56,9 +58,9 @@ def load_example():
 # loss), sync(loss)); state holds the parameters, Adam's moments and the step count.
 
 
-def dml_graph_step(ex, sizes, x, labels):
+def dml_graph_step(ex, sizes, x, labels, lr):
     """The training graph with DirectML's gradient operators and ADAM_OPTIMIZER."""
-    graph = dml.compile_graph(ex.training_graph(sizes))
+    graph = dml.compile_graph(ex.training_graph(sizes, lr))
 
     def step(state, x, labels):
         params, first, second, t = state
@@ -68,10 +70,10 @@ def dml_graph_step(ex, sizes, x, labels):
     return _jax_runner(jax.jit(step, donate_argnums=0), x, labels)
 
 
-def jax_grad_step(ex, sizes, x, labels):
+def jax_grad_step(ex, sizes, x, labels, lr):
     """``jax.value_and_grad`` of the forward graph, then the four ADAM_OPTIMIZER operators."""
     loss = dml.compile_graph(ex.loss_graph(sizes))
-    adam = [dml.compile_operator(ex.adam_desc(t)) for t in sizes.parameter_descs]
+    adam = [dml.compile_operator(ex.adam_desc(t, lr)) for t in sizes.parameter_descs]
 
     def step(state, x, labels):
         params, first, second, t = state
@@ -94,7 +96,7 @@ def _jax_runner(step, x, labels):
     return init, lambda state: step(state, x, labels), jax.block_until_ready
 
 
-def torch_step(ex, sizes, x, labels, torch):
+def torch_step(ex, sizes, x, labels, lr, torch):
     """The same model and Adam in PyTorch eager, on the GPU when PyTorch sees one."""
     f = torch.nn.functional
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -114,9 +116,7 @@ def torch_step(ex, sizes, x, labels, torch):
 
     def init(parameters):
         params = [torch.tensor(p, device=device, requires_grad=True) for p in parameters]
-        opt = torch.optim.Adam(
-            params, lr=ex.LEARNING_RATE, betas=(ex.BETA1, ex.BETA2), eps=ex.EPSILON
-        )
+        opt = torch.optim.Adam(params, lr=lr, betas=(ex.BETA1, ex.BETA2), eps=ex.EPSILON)
         return params, opt
 
     def step(state):
@@ -145,16 +145,16 @@ def _torch_or_none():
     return torch
 
 
-def run(ex, sizes, sanity_steps: int, timer: Timer, log=print) -> dict:
+def run(ex, sizes, lr: float, sanity_steps: int, timer: Timer, log=print) -> dict:
     x, labels = ex.synthetic_data(0, sizes)
     start = ex.initial_parameters(1, sizes)
     torch = _torch_or_none()
     ways = {
-        "dml gradient operators": lambda: dml_graph_step(ex, sizes, x, labels),
-        "jax.grad": lambda: jax_grad_step(ex, sizes, x, labels),
+        "dml gradient operators": lambda: dml_graph_step(ex, sizes, x, labels, lr),
+        "jax.grad": lambda: jax_grad_step(ex, sizes, x, labels, lr),
     }
     if torch is not None:
-        ways["PyTorch eager"] = lambda: torch_step(ex, sizes, x, labels, torch)
+        ways["PyTorch eager"] = lambda: torch_step(ex, sizes, x, labels, lr, torch)
     rows, losses = [], {}
     for name, make in ways.items():
         row = dict(way=name)
@@ -206,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length", type=int, default=3072, help="samples per signal (even)")
     parser.add_argument("--filters", type=int, default=16)
     parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument(
+        "--learning-rate", type=float, default=1e-4, help="Adam's (the example's 0.05 with --quick)"
+    )
     parser.add_argument("--sanity-steps", type=int, default=10)
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="the example's own sizes (CPU)")
@@ -221,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     env = environment()
     print(f"training steps/s on {env['device']} ({env['backend']}), jax {env['jax']}: {sizes}")
     timer = Timer(sample_s=0.01 if args.quick else 0.1, samples=args.samples)
-    report = run(ex, sizes, 3 if args.quick else args.sanity_steps, timer)
+    lr = ex.LEARNING_RATE if args.quick else args.learning_rate
+    report = run(ex, sizes, lr, 3 if args.quick else args.sanity_steps, timer)
     sanity = report["sanity"]
     print(f"sanity: loss after each of the first {sanity['steps']} steps, same start")
     for name, trace in sanity["losses"].items():
@@ -229,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, d in sanity.get("max_relative_difference_to_dml", {}).items():
         print(f"  {name:24s} largest relative difference to the dml losses {d:.2e}")
     report.update(
+        learning_rate=lr,
         environment=env,
         sizes=dict(n=sizes.n, length=sizes.length, k=sizes.k, classes=sizes.classes),
     )

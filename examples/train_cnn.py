@@ -236,7 +236,9 @@ def _backward(b: GraphBuilder, f: dict, s: Sizes) -> list:
     return [d_w1, d_scale, d_bias, d_w2]
 
 
-def adam_desc(t: dml.TensorDesc) -> dml.AdamOptimizerOperatorDesc:
+def adam_desc(
+    t: dml.TensorDesc, learning_rate: float = LEARNING_RATE
+) -> dml.AdamOptimizerOperatorDesc:
     """One ADAM_OPTIMIZER step of a parameter tensor ``t``, with the example's hyper-parameters."""
     return dml.AdamOptimizerOperatorDesc(
         t,
@@ -247,7 +249,7 @@ def adam_desc(t: dml.TensorDesc) -> dml.AdamOptimizerOperatorDesc:
         t,
         t,
         t,
-        learning_rate=LEARNING_RATE,
+        learning_rate=learning_rate,
         beta1=BETA1,
         beta2=BETA2,
         epsilon=EPSILON,
@@ -257,7 +259,7 @@ def adam_desc(t: dml.TensorDesc) -> dml.AdamOptimizerOperatorDesc:
 _DATA_INPUTS = ["x", "labels", *PARAMETERS]
 
 
-def training_graph(sizes: Sizes = SMALL) -> dml.GraphDesc:
+def training_graph(sizes: Sizes = SMALL, learning_rate: float = LEARNING_RATE) -> dml.GraphDesc:
     """Inputs: x, labels, the four parameters, their first moments, their second moments, the
     training step. Outputs: the loss (before the step), then the updated parameters, first
     moments and second moments."""
@@ -265,7 +267,7 @@ def training_graph(sizes: Sizes = SMALL) -> dml.GraphDesc:
     b = GraphBuilder(names + ["step"])
     grads = _backward(b, f := _forward(b, sizes), sizes)
     updated = [
-        b.add(adam_desc(t), p, f"m_{p}", f"v_{p}", g, "step")
+        b.add(adam_desc(t, learning_rate), p, f"m_{p}", f"v_{p}", g, "step")
         for p, t, g in zip(PARAMETERS, sizes.parameter_descs, grads)
     ]
     return b.graph([f["loss"]] + [u[i] for i in range(3) for u in updated])
