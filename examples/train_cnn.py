@@ -1,9 +1,10 @@
 """A training step as one DML_GRAPH_DESC: a small CNN's forward pass, its backward pass written
 with DirectML's gradient operators, and ADAM_OPTIMIZER, compiled into one XLA program.
 
-The network classifies N synthetic 1-D signals of length L into three classes. The signals are
-the rows of one {1, 1, N, L} image, and every layer keeps DirectML's layouts, so no tensor is
-ever reshaped (dml_jax's graph edges join equal sizes only):
+The network classifies N synthetic 1-D signals of length L into C classes (``Sizes``; the
+example's own are N = 8, L = 8, K = 2, C = 3). The signals are the rows of one {1, 1, N, L}
+image, and every layer keeps DirectML's layouts, so no tensor is ever reshaped (dml_jax's graph
+edges join equal sizes only):
 
     x {1, 1, N, L}
       -> CONVOLUTION, K filters 1x3, padded          {1, K, N, L}
@@ -24,12 +25,15 @@ before and JOINed after. Four ADAM_OPTIMIZER nodes then update W1, the scale, th
 
 The same step computed with ``jax.grad`` of the forward graph and the same ADAM_OPTIMIZER
 operator gives the same parameters to float32 accuracy (tests/test_training_graph.py).
-Run ``python examples/train_cnn.py``: it trains both ways and prints the losses.
+Run ``python examples/train_cnn.py``: it trains both ways and prints the losses
+(benchmarks/training.py times the same step at a larger size).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,24 +48,47 @@ import jax
 
 from dml_jax.fields import INPUT, OUTPUT
 
-N, L, K, CLASSES = 8, 8, 2, 3
-F = L // 2
 LEARNING_RATE, BETA1, BETA2, EPSILON = 0.05, 0.9, 0.999, 1e-7
 
 T = dml.TensorDesc
-X = T("FLOAT32", (1, 1, N, L))
-LABELS = T("FLOAT32", (1, 1, N, CLASSES))
-W1 = T("FLOAT32", (K, 1, 1, 3))
-CHANNEL = T("FLOAT32", (1, K, 1, 1))
-W2 = T("FLOAT32", (1, K, F, CLASSES))
-FEATURES = T("FLOAT32", (1, K, N, L))
-POOLED = T("FLOAT32", (1, K, N, F))
-PER_CHANNEL = T("FLOAT32", (1, K, N, CLASSES))
-LOGITS = T("FLOAT32", (1, 1, N, CLASSES))
 SCALAR = T("FLOAT32", (1, 1, 1, 1))
 STEP = T("UINT32", (1, 1, 1, 1))
 PARAMETERS = ("W1", "scale", "bias", "W2")
-PARAMETER_DESCS = (W1, CHANNEL, CHANNEL, W2)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The network's sizes: N signals (the batch) of L samples (even), K filters, CLASSES
+    classes; the tensor descriptions follow from them."""
+
+    n: int = 8
+    length: int = 8
+    k: int = 2
+    classes: int = 3
+
+    @functools.cached_property
+    def descs(self) -> dict[str, dml.TensorDesc]:
+        n, length, k, c = self.n, self.length, self.k, self.classes
+        f = length // 2
+        return {
+            "x": T("FLOAT32", (1, 1, n, length)),
+            "labels": T("FLOAT32", (1, 1, n, c)),
+            "W1": T("FLOAT32", (k, 1, 1, 3)),
+            "channel": T("FLOAT32", (1, k, 1, 1)),
+            "W2": T("FLOAT32", (1, k, f, c)),
+            "features": T("FLOAT32", (1, k, n, length)),
+            "pooled": T("FLOAT32", (1, k, n, f)),
+            "per_channel": T("FLOAT32", (1, k, n, c)),
+            "logits": T("FLOAT32", (1, 1, n, c)),
+        }
+
+    @property
+    def parameter_descs(self) -> tuple[dml.TensorDesc, ...]:
+        d = self.descs
+        return (d["W1"], d["channel"], d["channel"], d["W2"])
+
+
+SMALL = Sizes()  # the example's own sizes (and the test suite's)
 
 
 class GraphBuilder:
@@ -101,10 +128,10 @@ class GraphBuilder:
         )
 
 
-def _convolve_x(filter_tensor: dml.TensorDesc, output_tensor: dml.TensorDesc):
+def _convolve_x(s: Sizes, filter_tensor: dml.TensorDesc, output_tensor: dml.TensorDesc):
     """A cross-correlation of the input x with a filter, padded by 1 on both sides of L."""
     return dml.ConvolutionOperatorDesc(
-        X,
+        s.descs["x"],
         filter_tensor,
         None,
         output_tensor,
@@ -116,9 +143,13 @@ def _convolve_x(filter_tensor: dml.TensorDesc, output_tensor: dml.TensorDesc):
     )
 
 
-def _forward(b: GraphBuilder) -> dict:
+def _forward(b: GraphBuilder, s: Sizes) -> dict:
     """The forward nodes; returns the handles the backward pass reads."""
-    (conv,) = b.add(_convolve_x(W1, FEATURES), "x", "W1")
+    d = s.descs
+    W1, W2, FEATURES, CHANNEL, POOLED, PER_CHANNEL, LOGITS = (
+        d[name] for name in ("W1", "W2", "features", "channel", "pooled", "per_channel", "logits")
+    )
+    (conv,) = b.add(_convolve_x(s, W1, FEATURES), "x", "W1")
     bn, mean, variance = b.add(
         dml.BatchNormalizationTrainingOperatorDesc(
             FEATURES, CHANNEL, CHANNEL, None, FEATURES, CHANNEL, CHANNEL, epsilon=1e-3
@@ -141,7 +172,7 @@ def _forward(b: GraphBuilder) -> dict:
     (picked,) = b.add(dml.ElementWiseMultiplyOperatorDesc(LOGITS, LOGITS, LOGITS), "labels", log_p)
     (total,) = b.add(dml.ReduceOperatorDesc("SUM", LOGITS, SCALAR, axes=[2, 3]), picked)
     (loss,) = b.add(
-        dml.ElementWiseIdentityOperatorDesc(SCALAR, SCALAR, dml.ScaleBias(-1.0 / N, 0.0)), total
+        dml.ElementWiseIdentityOperatorDesc(SCALAR, SCALAR, dml.ScaleBias(-1.0 / s.n, 0.0)), total
     )
     return {
         "conv": conv,
@@ -156,14 +187,18 @@ def _forward(b: GraphBuilder) -> dict:
     }
 
 
-def _backward(b: GraphBuilder, f: dict) -> list:
+def _backward(b: GraphBuilder, f: dict, s: Sizes) -> list:
     """The gradient nodes; returns the handles of dW1, dscale, dbias, dW2."""
+    d = s.descs
+    FEATURES, CHANNEL, POOLED, PER_CHANNEL, LOGITS, W2 = (
+        d[name] for name in ("features", "channel", "pooled", "per_channel", "logits", "W2")
+    )
     (p,) = b.add(dml.ActivationSoftmaxOperatorDesc(LOGITS, LOGITS), f["logits"])
     (diff,) = b.add(dml.ElementWiseSubtractOperatorDesc(LOGITS, LOGITS, LOGITS), p, "labels")
     (d_logits,) = b.add(
-        dml.ElementWiseIdentityOperatorDesc(LOGITS, LOGITS, dml.ScaleBias(1.0 / N, 0.0)), diff
+        dml.ElementWiseIdentityOperatorDesc(LOGITS, LOGITS, dml.ScaleBias(1.0 / s.n, 0.0)), diff
     )
-    (d_per_channel,) = b.add(dml.TileOperatorDesc(LOGITS, PER_CHANNEL, [1, K, 1, 1]), d_logits)
+    (d_per_channel,) = b.add(dml.TileOperatorDesc(LOGITS, PER_CHANNEL, [1, s.k, 1, 1]), d_logits)
     (d_w2,) = b.add(
         dml.GemmOperatorDesc(POOLED, PER_CHANNEL, None, W2, trans_a="TRANSPOSE"),
         f["pooled"],
@@ -194,14 +229,17 @@ def _backward(b: GraphBuilder, f: dict) -> list:
     )
     # dW1[k, 0, 0, j] = sum over n, l of d_conv[0, k, n, l] * x_padded[0, 0, n, l + j]: a
     # convolution of the input with channel k's gradient as its filter.
-    one, taps = T("FLOAT32", (1, 1, N, L)), T("FLOAT32", (1, 1, 1, 3))
-    channels = b.add(dml.SplitOperatorDesc(FEATURES, [one] * K, axis=1), d_conv)
-    pieces = [b.add(_convolve_x(one, taps), "x", channel)[0] for channel in channels]
-    (d_w1,) = b.add(dml.JoinOperatorDesc([taps] * K, W1, axis=0), *pieces)
+    one, taps = d["x"], T("FLOAT32", (1, 1, 1, 3))
+    channels = b.add(dml.SplitOperatorDesc(FEATURES, [one] * s.k, axis=1), d_conv)
+    pieces = [b.add(_convolve_x(s, one, taps), "x", channel)[0] for channel in channels]
+    (d_w1,) = b.add(dml.JoinOperatorDesc([taps] * s.k, d["W1"], axis=0), *pieces)
     return [d_w1, d_scale, d_bias, d_w2]
 
 
-def _adam(t: dml.TensorDesc) -> dml.AdamOptimizerOperatorDesc:
+def adam_desc(
+    t: dml.TensorDesc, learning_rate: float = LEARNING_RATE
+) -> dml.AdamOptimizerOperatorDesc:
+    """One ADAM_OPTIMIZER step of a parameter tensor ``t``, with the example's hyper-parameters."""
     return dml.AdamOptimizerOperatorDesc(
         t,
         t,
@@ -211,7 +249,7 @@ def _adam(t: dml.TensorDesc) -> dml.AdamOptimizerOperatorDesc:
         t,
         t,
         t,
-        learning_rate=LEARNING_RATE,
+        learning_rate=learning_rate,
         beta1=BETA1,
         beta2=BETA2,
         epsilon=EPSILON,
@@ -221,59 +259,68 @@ def _adam(t: dml.TensorDesc) -> dml.AdamOptimizerOperatorDesc:
 _DATA_INPUTS = ["x", "labels", *PARAMETERS]
 
 
-def training_graph() -> dml.GraphDesc:
+def training_graph(sizes: Sizes = SMALL, learning_rate: float = LEARNING_RATE) -> dml.GraphDesc:
     """Inputs: x, labels, the four parameters, their first moments, their second moments, the
     training step. Outputs: the loss (before the step), then the updated parameters, first
     moments and second moments."""
     names = _DATA_INPUTS + [f"m_{p}" for p in PARAMETERS] + [f"v_{p}" for p in PARAMETERS]
     b = GraphBuilder(names + ["step"])
-    grads = _backward(b, f := _forward(b))
+    grads = _backward(b, f := _forward(b, sizes), sizes)
     updated = [
-        b.add(_adam(t), p, f"m_{p}", f"v_{p}", g, "step")
-        for p, t, g in zip(PARAMETERS, PARAMETER_DESCS, grads)
+        b.add(adam_desc(t, learning_rate), p, f"m_{p}", f"v_{p}", g, "step")
+        for p, t, g in zip(PARAMETERS, sizes.parameter_descs, grads)
     ]
     return b.graph([f["loss"]] + [u[i] for i in range(3) for u in updated])
 
 
-def gradient_graph() -> dml.GraphDesc:
+def gradient_graph(sizes: Sizes = SMALL) -> dml.GraphDesc:
     """The training graph without its ADAM_OPTIMIZER nodes: outputs the loss and the four
     gradients."""
     b = GraphBuilder(_DATA_INPUTS)
-    grads = _backward(b, f := _forward(b))
+    grads = _backward(b, f := _forward(b, sizes), sizes)
     return b.graph([f["loss"]] + grads)
 
 
-def loss_graph() -> dml.GraphDesc:
+def loss_graph(sizes: Sizes = SMALL) -> dml.GraphDesc:
     """The forward nodes only: inputs x, labels and the parameters, output the loss."""
     b = GraphBuilder(_DATA_INPUTS)
-    return b.graph([_forward(b)["loss"]])
+    return b.graph([_forward(b, sizes)["loss"]])
 
 
-def synthetic_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def synthetic_data(seed: int = 0, sizes: Sizes = SMALL) -> tuple[np.ndarray, np.ndarray]:
     """N signals: class c is a sine of frequency c + 1 with a random phase, plus noise."""
     rng = np.random.default_rng(seed)
-    classes = np.arange(N) % CLASSES
-    t = np.arange(L) / L
-    phase = rng.uniform(0, 2 * np.pi, N)
+    n, length = sizes.n, sizes.length
+    classes = np.arange(n) % sizes.classes
+    t = np.arange(length) / length
+    phase = rng.uniform(0, 2 * np.pi, n)
     x = np.sin(2 * np.pi * (classes[:, None] + 1) * t[None] + phase[:, None])
-    x = x + 0.1 * rng.standard_normal((N, L))
-    labels = np.eye(CLASSES)[classes]
-    return x.reshape(X.sizes).astype(np.float32), labels.reshape(LABELS.sizes).astype(np.float32)
+    x = x + 0.1 * rng.standard_normal((n, length))
+    labels = np.eye(sizes.classes)[classes]
+    d = sizes.descs
+    return (
+        x.reshape(d["x"].sizes).astype(np.float32),
+        labels.reshape(d["labels"].sizes).astype(np.float32),
+    )
 
 
-def initial_parameters(seed: int = 1) -> list[np.ndarray]:
+def initial_parameters(seed: int = 1, sizes: Sizes = SMALL) -> list[np.ndarray]:
+    """W1 and W2 normal (W2 with He's scale sqrt(2 / fan-in): 0.5 at the example's sizes), the
+    batch normalization's scale 1 and bias 0."""
     rng = np.random.default_rng(seed)
+    w1, channel, _, w2 = (t.sizes for t in sizes.parameter_descs)
+    fan_in = sizes.k * (sizes.length // 2)
     return [
-        (rng.standard_normal(W1.sizes) * 0.5).astype(np.float32),
-        np.ones(CHANNEL.sizes, np.float32),
-        np.zeros(CHANNEL.sizes, np.float32),
-        (rng.standard_normal(W2.sizes) * 0.5).astype(np.float32),
+        (rng.standard_normal(w1) * 0.5).astype(np.float32),
+        np.ones(channel, np.float32),
+        np.zeros(channel, np.float32),
+        (rng.standard_normal(w2) * np.sqrt(2.0 / fan_in)).astype(np.float32),
     ]
 
 
-def train_with_dml_gradients(steps: int, x, labels, parameters):
+def train_with_dml_gradients(steps: int, x, labels, parameters, sizes: Sizes = SMALL):
     """``steps`` runs of the training graph; returns (losses, parameters)."""
-    graph = dml.compile_graph(training_graph())
+    graph = dml.compile_graph(training_graph(sizes))
     first = [np.zeros_like(p) for p in parameters]
     second = [np.zeros_like(p) for p in parameters]
     losses = []
@@ -285,14 +332,14 @@ def train_with_dml_gradients(steps: int, x, labels, parameters):
     return losses, [np.asarray(p) for p in parameters]
 
 
-def train_with_jax_grad(steps: int, x, labels, parameters):
+def train_with_jax_grad(steps: int, x, labels, parameters, sizes: Sizes = SMALL):
     """The same training with ``jax.grad`` of the forward graph and the ADAM_OPTIMIZER
     operator; returns (losses, parameters)."""
-    loss = dml.compile_graph(loss_graph())
+    loss = dml.compile_graph(loss_graph(sizes))
     value_and_grad = jax.jit(
         jax.value_and_grad(lambda params: loss.fn(x, labels, *params).reshape(()))
     )
-    adam = [dml.compile_operator(_adam(t)) for t in PARAMETER_DESCS]
+    adam = [dml.compile_operator(adam_desc(t)) for t in sizes.parameter_descs]
     first = [np.zeros_like(p) for p in parameters]
     second = [np.zeros_like(p) for p in parameters]
     losses = []

@@ -782,6 +782,121 @@ def test_integer_convolution_equals_float_convolution_of_the_differences():
     np.testing.assert_array_equal(got, want.astype(np.int32))
 
 
+# --- integer sums at the extremes of the 8-bit ranges --------------------------------------
+# The products are int8 dots with the zero points applied outside them (UINT8 shifted by -128);
+# these cases hold that to the exact int64 reference where every term is as large as the types
+# allow: sums reaching int32's limits, and dots whose own int32 sum wraps while the result fits.
+
+_K_LIMIT = 33025  # 33025 * 255 * 255 = 2_147_450_625 <= 2**31 - 1
+_EXTREMES = {"UINT8": (0, 255), "INT8": (-128, 127)}
+
+
+def _extreme_matrix_case(a_type, b_type, a_zero, b_zero, m, k, n, rng=None, values=None):
+    """MATRIX_MULTIPLY_INTEGER {m, k} x {k, n}; zero points "row" / "column" (extremes chosen
+    by ``rng``), a number (one value) or None; A and B drawn from their types' two extremes,
+    or the constants ``values``."""
+    fields = {"a_tensor": t(a_type, m, k), "b_tensor": t(b_type, k, n)}
+    if values is None:
+        arrays = {
+            "a_tensor": rng.choice(_EXTREMES[a_type], (m, k)),
+            "b_tensor": rng.choice(_EXTREMES[b_type], (k, n)),
+        }
+    else:
+        arrays = {"a_tensor": np.full((m, k), values[0]), "b_tensor": np.full((k, n), values[1])}
+    for side, zero, owner, shape in (("a", a_zero, a_type, (m, 1)), ("b", b_zero, b_type, (1, n))):
+        if zero is None:
+            continue
+        if isinstance(zero, str):
+            arrays[f"{side}_zero_point_tensor"] = rng.choice(_EXTREMES[owner], shape)
+        else:
+            shape = (1, 1)
+            arrays[f"{side}_zero_point_tensor"] = np.full(shape, zero)
+        fields[f"{side}_zero_point_tensor"] = t(owner, *shape)
+    fields["output_tensor"] = t("INT32", m, n)
+    types = {**{f"{s}_tensor": ty for s, ty in (("a", a_type), ("b", b_type))}}
+    types.update({f"{s}_zero_point_tensor": types[f"{s}_tensor"] for s in "ab"})
+    values = {name: v.astype(types[name].lower()) for name, v in arrays.items()}
+    return _case(MMI(**fields), values)
+
+
+_EXTREME_MATRICES = {
+    # (A - 255)(B - 127) with A = 0, B = -128: every term +65025, the sum 2**31 - 32,023
+    "largest sum": ("UINT8", "INT8", 255, 127, (0, -128)),
+    # (A - 0)(B - 127) with A = 255, B = -128: every term -65025
+    "smallest sum": ("UINT8", "INT8", 0, 127, (255, -128)),
+    "int8 x int8, no zero points": ("INT8", "INT8", None, None, (-128, -128)),
+    "uint8 x uint8, no zero points": ("UINT8", "UINT8", None, None, (255, 255)),
+}
+
+
+@pytest.mark.parametrize("name", list(_EXTREME_MATRICES))
+def test_integer_products_are_exact_at_the_extremes(name):
+    a_type, b_type, a_zero, b_zero, values = _EXTREME_MATRICES[name]
+    k = _K_LIMIT if a_zero is not None else 2**17  # no zero points: 128 * 128 * 2**17 = 2**31
+    if name == "uint8 x uint8, no zero points":
+        k = _K_LIMIT
+    case = _extreme_matrix_case(a_type, b_type, a_zero, b_zero, 1, k, 2, values=values)
+    (got,) = S.run(case)
+    want = np.int64(k) * (values[0] - (a_zero or 0)) * (values[1] - (b_zero or 0))
+    if name == "int8 x int8, no zero points":
+        want -= 2**32  # (-128) * (-128) * 2**17 = 2**31 wraps to -2**31, as int32 sums do
+    np.testing.assert_array_equal(got, np.full((1, 2), want, np.int64).astype(np.int32))
+    S.assert_same((got,), reference.reference(case.desc, *case.inputs))
+
+
+@pytest.mark.parametrize(
+    "a_type, b_type", [("UINT8", "UINT8"), ("UINT8", "INT8"), ("INT8", "UINT8"), ("INT8", "INT8")]
+)
+def test_integer_products_of_extreme_values_and_zero_points_match_reference(a_type, b_type):
+    """Every element and zero point (one per row of A, one per column of B) at its type's
+    minimum or maximum, K as large as int32 allows for any such choice."""
+    rng = np.random.default_rng(11)
+    case = _extreme_matrix_case(a_type, b_type, "row", "column", 2, _K_LIMIT, 3, rng)
+    S.assert_same(S.run(case), reference.reference(case.desc, *case.inputs))
+
+
+def test_an_int8_dot_that_wraps_inside_gives_the_exact_sum():
+    """A = 255 with zero point 255 (differences 0), B = 127 with zero point -128: the int8 dot
+    sums 127 * 127 over K = 140,000 terms (2.26e9, past int32), the correction removes it
+    exactly and the result is 0; with zero point 254 every term is 255, the sum 35,700,000."""
+    for a_zero, want in ((255, 0), (254, 255 * 140_000)):
+        case = _extreme_matrix_case("UINT8", "INT8", a_zero, -128, 1, 140_000, 1, values=(255, 127))
+        (got,) = S.run(case)
+        np.testing.assert_array_equal(got, np.full((1, 1), want, np.int32))
+
+
+@pytest.mark.parametrize("cls", [CONVI, QCONV], ids=["CONVOLUTION_INTEGER", "QUANTIZED_CONV"])
+@pytest.mark.parametrize("x_type, w_type", [("UINT8", "INT8"), ("INT8", "UINT8")])
+def test_integer_convolutions_of_extreme_values_match_reference(cls, x_type, w_type):
+    """Extreme inputs, filters and zero points (the filter's one per output channel), padding
+    on every side (it reads as the input zero point), and 900 channels of 3x3 windows: each sum
+    has 8,100 terms of up to 255 * 255."""
+    rng = np.random.default_rng(12)
+    c, k = 900, 2
+    x = rng.choice(_EXTREMES[x_type], (1, c, 3, 3)).astype(x_type.lower())
+    w = rng.choice(_EXTREMES[w_type], (k, c, 3, 3)).astype(w_type.lower())
+    zx = np.array([_EXTREMES[x_type][1]], x_type.lower()).reshape(1, 1, 1, 1)
+    zw = rng.choice(_EXTREMES[w_type], (1, k, 1, 1)).astype(w_type.lower())
+    geometry = _conv_fields(start_padding=(1, 1), end_padding=(1, 1))
+    if cls is CONVI:
+        desc = CONVI(
+            t(x_type, 1, c, 3, 3), t(x_type, 1, 1, 1, 1), t(w_type, k, c, 3, 3),
+            t(w_type, 1, k, 1, 1), t("INT32", 1, k, 3, 3), **geometry,
+        )  # fmt: skip
+        inputs = (x, zx, w, zw)
+    else:
+        one = t("FLOAT32", 1, 1, 1, 1)
+        desc = QCONV(
+            t(x_type, 1, c, 3, 3), one, t(x_type, 1, 1, 1, 1), t(w_type, k, c, 3, 3),
+            t("FLOAT32", 1, k, 1, 1), t(w_type, 1, k, 1, 1), None, one, t("INT8", 1, 1, 1, 1),
+            t("INT8", 1, k, 3, 3), **geometry,
+        )  # fmt: skip
+        scales = f32([2.0**-21, 2.0**-20], (1, k, 1, 1))  # sums of ~1e8 spread over INT8
+        inputs = (x, f32([1.0], (1, 1, 1, 1)), zx, w, scales, zw, f32([0.5], (1, 1, 1, 1)),
+                  i8([3], (1, 1, 1, 1)))  # fmt: skip
+    _assert_quantized(desc, S.run(S.Case(desc, inputs)), reference.reference(desc, *inputs))
+
+
 # --- pooling ---------------------------------------------------------------------------------
 
 

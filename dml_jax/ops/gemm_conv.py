@@ -11,7 +11,6 @@ the bias are then applied in float32, with one more rounding (a fused activation
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -39,7 +38,6 @@ from ..precision import matmul_precision
 from ..registry import Example, register
 from ..support import DIMS4, DIMS4_5, F2, rows
 from ..tensor import TensorDesc
-from .pooling import WindowPlan, window_points
 
 _DIMS2_4 = (2, 3, 4)
 
@@ -417,40 +415,6 @@ def _conv(x, w, strides, padding, lhs_dilation, dilations, g):
         precision=matmul_precision(),
         preferred_element_type=_product_type(x),
     )
-
-
-def integer_cross_correlation(d: Any, x, w):
-    """The FORWARD cross-correlation of integer arrays {N, C, spatial...} and {K, C / GroupCount,
-    kernel...} with ``d``'s Strides, Dilations, StartPadding / EndPadding (zeros) and
-    GroupCount, summed exactly in int32 (wrapping on overflow). The integer and quantized
-    convolutions share it; CONVOLUTION's own lowering is ``lower_conv``.
-
-    Written as one strided slice of the padded input per kernel point and an integer
-    ``dot_general`` over (channel, kernel point) per group: XLA's GPU backend compiles integer
-    convolutions only in cuDNN's int8 forms, integer matrix products on every backend."""
-    n = x.shape[0]
-    k, cg = w.shape[:2]
-    g = d.group_count
-    plan = WindowPlan(
-        tuple(w.shape[2:]),
-        tuple(d.strides),
-        tuple(d.dilations),
-        tuple(d.start_padding),
-        tuple(d.end_padding),
-        tuple(x.shape[2:]),
-    )
-    outs = plan.outputs
-    points = list(window_points(plan, x, 0))
-    count = len(points)
-    flat_out = math.prod(outs)
-    # {N, C, P, O} -> {N, G, C/G * P, O}, channel-major as the filter's {C/G, kernel...}
-    patches = lax.reshape(jnp.stack(points, axis=2), (n, g, cg * count, flat_out))
-    filters = lax.reshape(w, (g, k // g, cg * count))
-    y = lax.dot_general(
-        filters, patches, (((2,), (2,)), ((0,), (1,))), preferred_element_type=jnp.int32
-    )  # {G, K/G, N, O}
-    y = lax.transpose(y, (2, 0, 1, 3))
-    return lax.reshape(y, (n, k) + outs)
 
 
 register(

@@ -474,11 +474,12 @@ def window_max(plan: WindowPlan, x):
 
 
 def window_points(plan: WindowPlan, x, value):
-    """Per window point (row-major), the strided slice of ``x`` padded with ``value`` that the
-    point reads for every output position: {N, C, outputs...} each. Sliding-window operators
-    written as element-wise work over these (pooling, integer convolution) fuse into one pass."""
+    """Per window point (row-major), the strided slice of ``x`` padded with ``value`` (a number
+    or a traced scalar) that the point reads for every output position: {N, C, outputs...}
+    each. Sliding-window operators written as element-wise work over these (pooling, integer
+    convolution) fuse into one pass."""
     config = [(0, 0, 0)] * 2 + [(s, e, 0) for s, e in zip(plan.start, plan.end)]
-    padded = lax.pad(x, np.array(value, x.dtype), config)
+    padded = lax.pad(x, jnp.asarray(value, x.dtype), config)
     n, c = padded.shape[:2]
     for point in itertools.product(*(range(w) for w in plan.window)):
         start = [k * d for k, d in zip(point, plan.dilations)]

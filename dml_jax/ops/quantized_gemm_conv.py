@@ -2,26 +2,29 @@
 MATRIX_MULTIPLY_INTEGER, MATRIX_MULTIPLY_INTEGER_TO_FLOAT, QUANTIZED_LINEAR_MATRIX_MULTIPLY,
 CONVOLUTION_INTEGER, QUANTIZED_LINEAR_CONVOLUTION and QUANTIZED_LINEAR_AVERAGE_POOLING.
 
-Every one sums ``(q - ZeroPoint)`` products (or window elements) exactly in int32: 8-bit
-differences in int16 operands, ``lax.dot_general`` / ``lax.conv_general_dilated`` with an int32
-result type (sums past int32 wrap, as int32 accumulators do; they need K > 33,000 terms of
-255 * 255). The quantized ones then apply DirectML's "dequantize, compute, quantize" in float32:
-``real = float32(sum) * (InputScale * FilterScale)`` (matrix: ``AScale * BScale``; pooling:
-``float32(window sum) * InputScale / divisor``), quantized with the output scale and zero point
-(``_quant.quantize``: round half to even, saturate). MATRIX_MULTIPLY_INTEGER_TO_FLOAT adds the
-bias to the float result; its 16- and 32-bit inputs, whose products overflow int32, are
-dequantized to float32 and multiplied in float32 instead.
+Every one sums ``(q - ZeroPoint)`` products (or window elements) exactly in int32 (sums past
+int32 wrap, as int32 accumulators do; they need K > 33,000 terms of 255 * 255). The products are
+int8 x int8 matrix products with an int32 result (tensor cores on GPUs): UINT8 operands are
+shifted by -128 into int8 and the zero points applied outside the product,
+``(A - a)(B - b) = AB - a * colsum(B) - b * rowsum(A) + K * a * b``, exact in int32's
+wrap-around arithmetic (``_zero_point_product``). The quantized ones then apply DirectML's
+"dequantize, compute, quantize" in float32: ``real = float32(sum) * (InputScale * FilterScale)``
+(matrix: ``AScale * BScale``; pooling: ``float32(window sum) * InputScale / divisor``), quantized
+with the output scale and zero point (``_quant.quantize``: round half to even, saturate).
+MATRIX_MULTIPLY_INTEGER_TO_FLOAT adds the bias to the float result; its 16- and 32-bit inputs,
+whose products overflow int32, are dequantized to float32 and multiplied in float32 instead.
 
-Geometry is shared, not copied: the convolutions use ``gemm_conv``'s output-size rule, window
-rules and cross-correlation (FORWARD, no filter flip, zeros padding the zero-point differences,
-so padding reads as the zero point as in ONNX's ConvInteger); the pooling uses ``pooling``'s
-window plan, rules, window sum and divisor. Scale and zero point tensors hold one value or one
-per row of A (``{1, 1, M, 1}``), column of B (``{1, 1, 1, N}``) or channel (``{1, C, 1, 1}``);
-``_quant.check_parameter`` states the accepted shapes.
+Geometry is shared, not copied: the convolutions use ``gemm_conv``'s output-size and window
+rules and ``pooling``'s window slices for their cross-correlation (FORWARD, no filter flip,
+padding holding the input zero point, so it reads as the zero point as in ONNX's ConvInteger);
+the pooling uses ``pooling``'s window plan, rules, window sum and divisor. Scale and zero point
+tensors hold one value or one per row of A (``{1, 1, M, 1}``), column of B (``{1, 1, 1, N}``)
+or channel (``{1, C, 1, 1}``); ``_quant.check_parameter`` states the accepted shapes.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -61,13 +64,15 @@ from ._quant import (
     parameter,
     quantize,
 )
-from .gemm_conv import (
-    check_conv_dimension_count,
-    check_conv_window,
-    conv_output_sizes,
-    integer_cross_correlation,
+from .gemm_conv import check_conv_dimension_count, check_conv_window, conv_output_sizes
+from .pooling import (
+    WindowPlan,
+    average_divisor,
+    validate_window,
+    window_plan,
+    window_points,
+    window_sum,
 )
-from .pooling import average_divisor, validate_window, window_plan, window_sum
 
 _DIMS2_4 = (2, 3, 4)
 _DIMS1_4 = (1, 2, 3, 4)
@@ -78,30 +83,56 @@ _DIMS3_4 = (3, 4)
 # Shared pieces
 
 
-def _differences(q, q_type: DataType, zero_point, zero_shape):
-    """``q - zero_point`` of 8-bit values as int16 (exact: |difference| <= 255); ``zero_point``
-    None is 0, else broadcast by ``zero_shape(array)``."""
-    d = held(q, q_type).astype(jnp.int16)
+def _signed(q, q_type: DataType, zero_point):
+    """8-bit values as int8 and their zero point in the same frame, so that ``q - zero_point``
+    equals ``q' - zero_point'`` exactly: UINT8 shifts by -128 (its top bit flipped), INT8 stays.
+
+    Tensor cores multiply int8 by int8 (XLA's int8 dot with an int32 result, cuBLASLt's IMMA
+    on GPUs); 16-bit operands fall back to a slow untiled dot there. ``zero_point`` is an array
+    broadcasting over ``q`` or None (0); the shifted zero point is int32, or None where it is
+    statically 0 (an INT8 tensor without one)."""
+    q = held(q, q_type)
+    shift = 0 if q_type.is_signed else 128
+    if shift:
+        q = lax.bitcast_convert_type(lax.bitwise_xor(q, jnp.uint8(0x80)), jnp.int8)
     if zero_point is None:
-        return d
-    return d - zero_shape(held(zero_point, q_type)).astype(jnp.int16)
+        return q, (None if shift == 0 else jnp.full((1,) * q.ndim, -shift, jnp.int32))
+    zero_point = held(zero_point, q_type).astype(jnp.int32)
+    return q, (zero_point - jnp.int32(shift) if shift else zero_point)
+
+
+def _zero_point_product(x, x_zero, y, y_zero):
+    """``sum_k (x - x_zero)[.., m, k] * (y - y_zero)[.., k, n]`` in int32 (wrapping as int32
+    accumulators do), for int8 ``x`` {B.., M, K} and ``y`` {B.., K, N}; ``x_zero`` broadcasts
+    to {.., M, 1} and ``y_zero`` to {.., 1, N} (int32; None: 0).
+
+    The int8 product is one dot; the zero points enter outside it:
+    ``(x - a)(y - b) = xy - a * colsum(y) - b * rowsum(x) + K * a * b``. int32 arithmetic is
+    exact modulo 2**32, so this equals the sum of the differences' products wrapped to int32,
+    bit for bit, on every backend."""
+    rank = x.ndim
+    batch = tuple(range(rank - 2))
+    acc = lax.dot_general(
+        x, y, (((rank - 1,), (rank - 2,)), (batch, batch)), preferred_element_type=jnp.int32
+    )
+    if x_zero is not None:
+        acc = acc - x_zero * jnp.sum(y, axis=rank - 2, keepdims=True, dtype=jnp.int32)
+    if y_zero is not None:
+        acc = acc - y_zero * jnp.sum(x, axis=rank - 1, keepdims=True, dtype=jnp.int32)
+    if x_zero is not None and y_zero is not None:
+        acc = acc + jnp.int32(x.shape[-1]) * x_zero * y_zero
+    return acc
 
 
 def _integer_product(a, a_type, a_zero, b, b_type, b_zero):
     """``sum_k (A - AZeroPoint)[.., m, k] * (B - BZeroPoint)[.., k, n]`` in int32.
 
     Zero points are 1-D-or-padded parameters (``_quant.parameter``): A's per row, B's per
-    column. Two INT8 operands without zero points multiply as int8 directly."""
+    column."""
     rank = a.ndim
-    if a_zero is None and b_zero is None and a_type is b_type is DataType.INT8:
-        x, y = a, b
-    else:
-        x = _differences(a, a_type, a_zero, lambda z: parameter(z, rank, rank - 2))
-        y = _differences(b, b_type, b_zero, lambda z: parameter(z, rank, rank - 1))
-    batch = tuple(range(rank - 2))
-    return lax.dot_general(
-        x, y, (((rank - 1,), (rank - 2,)), (batch, batch)), preferred_element_type=jnp.int32
-    )
+    x, x_zero = _signed(a, a_type, None if a_zero is None else parameter(a_zero, rank, rank - 2))
+    y, y_zero = _signed(b, b_type, None if b_zero is None else parameter(b_zero, rank, rank - 1))
+    return _zero_point_product(x, x_zero, y, y_zero)
 
 
 def _matrix_sizes(d: Any) -> tuple[int, int, int, int]:
@@ -624,16 +655,50 @@ def _filter_zero(z, rank: int):
 
 
 def _conv_sum(d: Any, x: dict) -> Any:
+    """The FORWARD cross-correlation of ``Input - InputZeroPoint`` and ``Filter -
+    FilterZeroPoint`` with ``d``'s Strides, Dilations, padding and GroupCount, in int32.
+
+    Written as one strided slice of the padded input per kernel point and, per group, an int8
+    matrix product over (channel, kernel point) (``_zero_point_product``): XLA's GPU backend
+    compiles integer convolutions only in cuDNN's int8 forms, integer matrix products on every
+    backend. Padding holds the (shifted) input zero point, so its differences are 0: it reads as
+    the zero point."""
     rank = d.input_tensor.rank
-    xs = _differences(
-        x["input_tensor"], d.input_tensor.data_type, x["input_zero_point_tensor"],
-        lambda z: parameter(z, rank, 1),
-    )  # fmt: skip
-    ws = _differences(
-        x["filter_tensor"], d.filter_tensor.data_type, x["filter_zero_point_tensor"],
-        lambda z: _filter_zero(z, rank),
-    )  # fmt: skip
-    return integer_cross_correlation(d, xs, ws)
+    zero = x["input_zero_point_tensor"]
+    xs, x_zero = _signed(
+        x["input_tensor"],
+        d.input_tensor.data_type,
+        None if zero is None else parameter(zero, rank, 1),
+    )
+    zero = x["filter_zero_point_tensor"]
+    ws, w_zero = _signed(
+        x["filter_tensor"],
+        d.filter_tensor.data_type,
+        None if zero is None else _filter_zero(zero, rank),
+    )
+    n, k, cg, g = xs.shape[0], ws.shape[0], ws.shape[1], d.group_count
+    plan = WindowPlan(
+        tuple(ws.shape[2:]),
+        tuple(d.strides),
+        tuple(d.dilations),
+        tuple(d.start_padding),
+        tuple(d.end_padding),
+        tuple(xs.shape[2:]),
+    )
+    pad = jnp.int8(0) if x_zero is None else lax.reshape(x_zero, ()).astype(jnp.int8)
+    points = list(window_points(plan, xs, pad))
+    count, outs, flat = len(points), plan.outputs, math.prod(plan.outputs)
+    # {N, C, P, O..} -> {G, C/G * P, N * O}: channel-major as the filter's {C/G, kernel...}
+    patches = lax.reshape(jnp.stack(points, axis=2), (n, g, cg * count, flat))
+    patches = lax.reshape(lax.transpose(patches, (1, 2, 0, 3)), (g, cg * count, n * flat))
+    filters = lax.reshape(ws, (g, k // g, cg * count))
+    if w_zero is not None:  # one value, or one per output channel: per row of the filters
+        w_zero = lax.reshape(w_zero, (g, k // g, 1) if w_zero.size == k else (1, 1, 1))
+    if x_zero is not None:
+        x_zero = lax.reshape(x_zero, (1, 1, 1))
+    y = _zero_point_product(filters, w_zero, patches, x_zero)  # {G, K/G, N * O}
+    y = lax.transpose(lax.reshape(y, (g, k // g, n, flat)), (2, 0, 1, 3))
+    return lax.reshape(y, (n, k) + outs)
 
 
 def lower_convolution_integer(d: ConvolutionIntegerOperatorDesc, *arrays):
