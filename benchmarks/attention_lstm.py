@@ -1,49 +1,159 @@
 """GPU timing of MULTIHEAD_ATTENTION and LSTM against their anchors (issue "Recurrent networks
-and multi-head attention").
+and multi-head attention"), with the variants the lowerings were chosen from.
 
-Attention: B=16, 16 heads, sequence 2048, head size 128, float16 (stacked QKV and separate Q, K,
-V): dml_jax's MULTIHEAD_ATTENTION (the lax lowering), ``jax.nn.dot_product_attention`` (cuDNN
-and XLA), and PyTorch's ``scaled_dot_product_attention``, in TFLOP/s (4 * B * H * S^2 * D).
-LSTM: hidden 1024, 512 steps, batch 64, input 1024, float16: dml_jax's LSTM against
-``torch.nn.LSTM`` (cuDNN), in steps/s. Many dispatches, one sync. Run from the repository root:
+Attention: B=16, 16 heads, sequence 2048, head size 128, float16, separate Q, K, V, in TFLOP/s
+(4 * B * H * S^2 * D):
 
-    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/attention_lstm.py
+- ``dml``: MULTIHEAD_ATTENTION as compiled (cuDNN fast path, ``dml_jax.kernels.attention``);
+- ``dml lax``: the lax lowering (``compile_operator(..., fast_paths=False)``);
+- the anchors: ``jax.nn.dot_product_attention`` (cuDNN and XLA) and PyTorch's
+  ``scaled_dot_product_attention``;
+- lax variants (the lowering's math for this case, written out): ``f32 HIGHEST`` (Q, K, V
+  widened and both products float32, the lowering before float16 operands), ``f16 QK, f32 PV``
+  (only the first product on float16), ``f16 QK, X6 PV`` (the second product with XLA's
+  BF16_BF16_F32_X6 algorithm), ``f16 QK, f16x3 PV`` (the lowering: three float16 pieces of the
+  probabilities), ``f16 QK, f16x1 PV`` (probabilities rounded to float16: the half-precision
+  flag).
+
+Each compiled dml form is also checked against the lax lowering on the same inputs:
+``max_err`` is max |fast - lax| / max |V| (docs/semantics.md allows 2^-9 plus 2^-9 of |lax|).
+
+LSTM: hidden 1024, 512 steps, batch 64, input 1024, float16, in steps/s: ``dml`` (cuDNN fast
+path, float32 FMA math), ``dml half`` (``allow_half_precision=True``: TF32), ``dml lax``, PyTorch's
+``torch.nn.LSTM`` (cuDNN, float16), and the scan written out with variants of the recurrent
+product (``f32 HIGHEST`` the lowering's, ``X6``, ``f16x3`` the float32 state as three float16
+pieces stacked along the batch, ``f16x1`` the state rounded to float16, ``tf32``) and of
+``lax.scan``'s ``unroll``. ``scan f32 input`` is the lowering before X W^T took float16 operands.
+
+Hot times: the best and the median of 3 samples, each many dispatches and one sync; cold
+(trace + compile + first call) separately. Every row is printed and written to ``--out`` (JSON)
+as soon as it is measured (the anchors and dml's forms first, then the variants); a failing row
+records its error and the run goes on. Run from the
+repository root on a CUDA machine:
+
+    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/attention_lstm.py --out OUT.json
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import json
+import statistics
 import time
+import traceback
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 import dml_jax as dml
+from dml_jax import fastpath
+from dml_jax.bench import environment
+from dml_jax.ops.attention import _weights
+from dml_jax.precision import float16_pieces
 
 B, H, S, D = 16, 16, 2048, 128
+HIDDEN, STEPS, BATCH = 1024, 512, 64
 T = dml.TensorDesc
+ROWS: list[dict] = []
+OUT: str | None = None
 
 
-def timeit(call, sync, reps=10) -> float:
+def _emit(row: dict) -> None:
+    ROWS.append(row)
+    print(json.dumps(row), flush=True)
+    if OUT:
+        with open(OUT, "w") as f:
+            json.dump({"environment": _env(), "rows": ROWS}, f, indent=1)
+
+
+@functools.lru_cache(maxsize=1)
+def _env() -> dict:
+    env = environment()
+    try:
+        from jax._src.lib import cuda_versions
+
+        env["cudnn"] = cuda_versions.cudnn_get_version()
+    except Exception as e:
+        env["cudnn"] = f"unknown ({type(e).__name__})"
+    return env
+
+
+def timeit(call, sync, reps) -> dict:
+    t = time.perf_counter()
     sync(call())
-    best = float("inf")
+    cold = time.perf_counter() - t
+    samples = []
     for _ in range(3):
         t = time.perf_counter()
         out = None
         for _ in range(reps):
             out = call()
         sync(out)
-        best = min(best, (time.perf_counter() - t) / reps)
-    return best
+        samples.append((time.perf_counter() - t) / reps)
+    return {"s": min(samples), "median_s": statistics.median(samples), "cold_s": round(cold, 3)}
 
 
-def attention_rows() -> list[dict]:
-    flops = 4 * B * H * S * S * D
-    key = jax.random.key(0)
-    q, k, v = (
-        jax.random.normal(kk, (B, S, H * D), jnp.float32).astype(jnp.float16)
-        for kk in jax.random.split(key, 3)
-    )
+def _row(case: str, impl: str, measure, rate) -> None:
+    """Times ``measure() -> dict`` (keys of ``timeit`` and extras); ``rate(seconds)`` adds the
+    throughput. Errors are recorded, not raised."""
+    row = {"case": case, "impl": impl}
+    try:
+        row.update(measure())
+        row.update(rate(row["s"]))
+    except Exception as e:  # a path this device, jax or PyTorch lacks: recorded
+        row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        traceback.print_exc()
+    _emit(row)
+
+
+# --- attention --------------------------------------------------------------------------------
+
+
+def _tflops(seconds: float) -> dict:
+    return {"tflops": round(4 * B * H * S * S * D / seconds / 1e12, 1)}
+
+
+def _attention_variant(pv: str):
+    """The lax lowering's math for separate Q, K, V without mask, with the second product as
+    ``pv`` (and Q, K, V widened first for ``f32``)."""
+
+    def fn(q, k, v):
+        if pv == "f32":
+            q, k, v = (a.astype(jnp.float32) for a in (q, k, v))
+        q, k, v = (a.reshape(B, S, H, D) for a in (q, k, v))
+        kt, vt = jnp.transpose(k, (0, 2, 1, 3)), jnp.transpose(v, (0, 2, 1, 3))
+        logits = jnp.einsum(
+            "bshd,bhtd->bhst",
+            q,
+            kt,
+            precision=lax.Precision.HIGHEST,
+            preferred_element_type=jnp.float32,
+        )
+        w = _weights(logits * jnp.float32(D**-0.5))
+
+        def product(a, b, precision=lax.Precision.HIGHEST):
+            return jnp.einsum(
+                "bhst,bhtd->bshd", a, b, precision=precision, preferred_element_type=jnp.float32
+            )
+
+        if pv in ("f32", "f16 QK, f32 PV"):
+            out = product(w, vt.astype(jnp.float32))
+        elif pv == "f16 QK, X6 PV":
+            out = product(w, vt.astype(jnp.float32), lax.DotAlgorithmPreset.BF16_BF16_F32_X6)
+        else:
+            pieces = float16_pieces(w, 3 if pv == "f16 QK, f16x3 PV" else 1)
+            out = sum(product(p, vt) for p in pieces) * jnp.float32(2.0**-14)
+        return out.reshape(B, S, H * D).astype(jnp.float16)
+
+    return jax.jit(fn)
+
+
+def attention_rows(variants: bool) -> None:
+    """The anchors and dml's two forms, or (``variants``) the lax variants."""
+    keys = jax.random.split(jax.random.key(0), 3)
+    q, k, v = (jax.random.normal(kk, (B, S, H * D), jnp.float32).astype(jnp.float16) for kk in keys)
     t = T("FLOAT16", (B, S, H * D))
     desc = dml.MultiheadAttentionOperatorDesc(
         query_tensor=t,
@@ -54,100 +164,198 @@ def attention_rows() -> list[dict]:
         mask_filter_value=-1e4,
         head_count=H,
     )
-    op = dml.compile_operator(desc)
-    rows = [
-        {
-            "case": "MHA separate Q,K,V",
-            "impl": "dml",
-            "s": timeit(lambda: op(q, k, v), jax.block_until_ready),
-        }
-    ]
+    case = f"MHA B={B} H={H} S={S} D={D} float16"
+    lax_op = dml.compile_operator(desc, fast_paths=False)
+    reference = {}
+    v_max = float(jnp.max(jnp.abs(v.astype(jnp.float32))))
+
+    def checked(fn):
+        out = fn()
+        if "lax" not in reference:
+            reference["lax"] = jax.block_until_ready(lax_op(q, k, v))
+        err = jnp.max(jnp.abs(out.astype(jnp.float32) - reference["lax"].astype(jnp.float32)))
+        return {"max_err": float(err) / v_max}
+
+    def dml_row(op):
+        def measure():
+            timing = timeit(lambda: op(q, k, v), jax.block_until_ready, reps=10)
+            return {**timing, **checked(lambda: op(q, k, v))}
+
+        return measure
+
+    if variants:
+        for pv in (
+            "f16 QK, f16x3 PV",
+            "f32",
+            "f16 QK, f32 PV",
+            "f16 QK, X6 PV",
+            "f16 QK, f16x1 PV",
+        ):
+            fn = _attention_variant(pv)
+
+            def measure(fn=fn):
+                timing = timeit(lambda: fn(q, k, v), jax.block_until_ready, reps=5)
+                return {**timing, **checked(lambda: fn(q, k, v))}
+
+            _row(case, f"lax variant {pv}", measure, _tflops)
+        return
+    path = fastpath.select(desc)
+    _row(
+        case, f"dml ({path.name if path else 'lax'})", dml_row(dml.compile_operator(desc)), _tflops
+    )
+    _row(case, "dml lax", dml_row(lax_op), _tflops)
     q4, k4, v4 = (a.reshape(B, S, H, D) for a in (q, k, v))
     for impl in ("cudnn", "xla"):
-        f = jax.jit(
-            lambda a, b, c, impl=impl: jax.nn.dot_product_attention(a, b, c, implementation=impl)
+        f = jax.jit(functools.partial(jax.nn.dot_product_attention, implementation=impl))
+        _row(
+            case,
+            f"jax {impl}",
+            lambda f=f: timeit(lambda: f(q4, k4, v4), jax.block_until_ready, reps=10),
+            _tflops,
         )
-        try:
-            rows.append(
-                {
-                    "case": "MHA",
-                    "impl": f"jax {impl}",
-                    "s": timeit(lambda: f(q4, k4, v4), jax.block_until_ready),
-                }
-            )
-        except Exception as e:  # an implementation this device or jax lacks: recorded
-            rows.append({"case": "MHA", "impl": f"jax {impl}", "error": str(e)[:200]})
-    try:
+
+    def torch_sdpa():
         import torch
 
         tq, tk, tv = (torch.randn(B, H, S, D, dtype=torch.float16, device="cuda") for _ in range(3))
         sdpa = torch.nn.functional.scaled_dot_product_attention
-        rows.append(
-            {
-                "case": "MHA",
-                "impl": "torch sdpa",
-                "s": timeit(lambda: sdpa(tq, tk, tv), lambda _: torch.cuda.synchronize()),
-            }
+        return timeit(lambda: sdpa(tq, tk, tv), lambda _: torch.cuda.synchronize(), reps=10)
+
+    _row(case, "torch sdpa", torch_sdpa, _tflops)
+
+
+# --- LSTM -------------------------------------------------------------------------------------
+
+
+def _steps(seconds: float) -> dict:
+    return {"steps_per_s": round(STEPS / seconds)}
+
+
+def _recurrent_product(kind: str):
+    """h {batch, hidden} float32 times R^T (R {4 * hidden, hidden} float16) in float32."""
+
+    def dot(a, b, precision=lax.Precision.HIGHEST):
+        return lax.dot_general(
+            a, b, (((1,), (1,)), ((), ())), precision=precision, preferred_element_type=jnp.float32
         )
-    except Exception as e:
-        rows.append({"case": "MHA", "impl": "torch sdpa", "error": str(e)[:200]})
-    for r in rows:
-        if "s" in r:
-            r["tflops"] = round(flops / r["s"] / 1e12, 1)
-    return rows
+
+    def product(h, r):
+        if kind == "f32 HIGHEST":
+            return dot(h, r.astype(jnp.float32))
+        if kind == "tf32":
+            return dot(h, r.astype(jnp.float32), lax.Precision.DEFAULT)
+        if kind == "X6":
+            return dot(h, r.astype(jnp.float32), lax.DotAlgorithmPreset.BF16_BF16_F32_X6)
+        # |h| <= 1 (o * tanh(c)): float16 pieces of the state, stacked along the batch
+        count = 3 if kind == "f16x3" else 1
+        pieces = float16_pieces(h, count)
+        out = dot(jnp.concatenate(pieces, axis=0), r).reshape(count, *h.shape[:-1], -1)
+        return jnp.sum(out, axis=0) * jnp.float32(2.0**-14)
+
+    return product
 
 
-def lstm_rows(hidden=1024, steps=512, batch=64) -> list[dict]:
-    x = jax.random.normal(jax.random.key(1), (1, steps, batch, hidden), jnp.float32).astype(
-        jnp.float16
-    )
-    w = (jax.random.normal(jax.random.key(2), (1, 1, 4 * hidden, hidden)) * 0.02).astype(
-        jnp.float16
-    )
-    r = (jax.random.normal(jax.random.key(3), (1, 1, 4 * hidden, hidden)) * 0.02).astype(
-        jnp.float16
+def _scan_lstm(kind: str, unroll: int, wide_input: bool = False):
+    """The lax lowering's LSTM for this case (forward, no bias, zero initial state, default
+    activations, the sequence output), with the recurrent product ``kind``."""
+    product = _recurrent_product(kind)
+
+    def fn(x, w, r):
+        x, w, r = x[0], w[0, 0], r[0, 0]
+        if wide_input:
+            x, w = x.astype(jnp.float32), w.astype(jnp.float32)
+        xw = jnp.einsum(
+            "tbi,gi->tbg", x, w, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32
+        )
+        zero = jnp.zeros((x.shape[1], HIDDEN), jnp.float32)
+
+        def step(carry, xw_t):
+            h, c = carry
+            i, o, f, g = jnp.split(xw_t + product(h, r), 4, axis=-1)
+            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            h = jax.nn.sigmoid(o) * jnp.tanh(c)
+            return (h, c), h
+
+        _, ys = lax.scan(step, (zero, zero), xw, unroll=unroll)
+        return ys[:, None].astype(jnp.float16)
+
+    return jax.jit(fn)
+
+
+def lstm_rows(variants: bool) -> None:
+    """The anchor and dml's forms, or (``variants``) the scan variants."""
+    shape_x, shape_w = (1, STEPS, BATCH, HIDDEN), (1, 1, 4 * HIDDEN, HIDDEN)
+    x = jax.random.normal(jax.random.key(1), shape_x, jnp.float32).astype(jnp.float16)
+    w, r = (
+        (jax.random.normal(jax.random.key(i), shape_w) * 0.02).astype(jnp.float16) for i in (2, 3)
     )
     sig, tanh = dml.ActivationSigmoidOperatorDesc(), dml.ActivationTanhOperatorDesc()
     desc = dml.LstmOperatorDesc(
         input_tensor=T("FLOAT16", x.shape),
         weight_tensor=T("FLOAT16", w.shape),
         recurrence_tensor=T("FLOAT16", r.shape),
-        output_sequence_tensor=T("FLOAT16", (steps, 1, batch, hidden)),
+        output_sequence_tensor=T("FLOAT16", (STEPS, 1, BATCH, HIDDEN)),
         activation_descs=[sig, tanh, tanh],
     )
-    op = dml.compile_operator(desc)
-    rows = [
-        {
-            "case": "LSTM",
-            "impl": "dml",
-            "s": timeit(lambda: op(x, w, r), jax.block_until_ready, reps=3),
-        }
-    ]
-    try:
+    case = f"LSTM hidden {HIDDEN} steps {STEPS} batch {BATCH} float16"
+    lax_op = dml.compile_operator(desc, fast_paths=False)
+    reference = {}
+
+    def checked(fn):
+        if "lax" not in reference:
+            reference["lax"] = jax.block_until_ready(lax_op(x, w, r))
+        err = jnp.max(jnp.abs(fn().astype(jnp.float32) - reference["lax"].astype(jnp.float32)))
+        return {"max_abs_err": float(err)}
+
+    def measure_with(fn):
+        def measure():
+            timing = timeit(lambda: fn(x, w, r), jax.block_until_ready, reps=3)
+            return {**timing, **checked(lambda: fn(x, w, r))}
+
+        return measure
+
+    if variants:
+        for kind, unroll in [
+            ("f16x3", 1), ("f16x3", 8), ("X6", 1), ("f32 HIGHEST", 8), ("tf32", 1),
+            ("f16x1", 1), ("X6", 8), ("f16x1", 8), ("tf32", 8), ("f32 HIGHEST", 1),
+        ]:  # fmt: skip
+            fn = _scan_lstm(kind, unroll)
+            _row(case, f"scan {kind} unroll {unroll}", measure_with(fn), _steps)
+        fn = _scan_lstm("f32 HIGHEST", 1, wide_input=True)
+        _row(case, "scan f32 input, f32 HIGHEST unroll 1", measure_with(fn), _steps)
+        return
+    path = fastpath.select(desc)
+    name = path.name if path else "lax"
+    _row(case, f"dml ({name})", measure_with(dml.compile_operator(desc)), _steps)
+    half = dml.compile_operator(desc, allow_half_precision=True)
+    _row(case, f"dml half precision ({name})", measure_with(half), _steps)
+    _row(case, "dml lax", measure_with(lax_op), _steps)
+
+    def torch_lstm():
         import torch
 
-        lstm = torch.nn.LSTM(hidden, hidden, device="cuda", dtype=torch.float16)
-        tx = torch.randn(steps, batch, hidden, device="cuda", dtype=torch.float16)
+        lstm = torch.nn.LSTM(HIDDEN, HIDDEN, device="cuda", dtype=torch.float16)
+        tx = torch.randn(STEPS, BATCH, HIDDEN, device="cuda", dtype=torch.float16)
         with torch.no_grad():
-            rows.append(
-                {
-                    "case": "LSTM",
-                    "impl": "torch cudnn",
-                    "s": timeit(lambda: lstm(tx), lambda _: torch.cuda.synchronize(), reps=3),
-                }
-            )
-    except Exception as e:
-        rows.append({"case": "LSTM", "impl": "torch cudnn", "error": str(e)[:200]})
-    for row in rows:
-        if "s" in row:
-            row["steps_per_s"] = round(steps / row["s"])
-    return rows
+            return timeit(lambda: lstm(tx), lambda _: torch.cuda.synchronize(), reps=3)
+
+    _row(case, "torch cudnn", torch_lstm, _steps)
 
 
 def main():
-    print(json.dumps({"jax": jax.__version__, "device": str(jax.devices()[0])}), flush=True)
-    for row in attention_rows() + lstm_rows():
-        print(json.dumps(row), flush=True)
+    global OUT
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="JSON file for the environment and every row")
+    parser.add_argument("--only", choices=("attention", "lstm"), help="one half of the run")
+    args = parser.parse_args()
+    OUT = args.out
+    print(json.dumps(_env()), flush=True)
+    # The anchors and dml's forms first, the variants after: a run cut short keeps the former.
+    for variants in (False, True):
+        if args.only != "lstm":
+            attention_rows(variants)
+        if args.only != "attention":
+            lstm_rows(variants)
 
 
 if __name__ == "__main__":

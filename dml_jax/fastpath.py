@@ -84,6 +84,25 @@ def cuda_present() -> bool:
         return False
 
 
+def cuda_compiles(fn: Callable, inputs: tuple) -> bool:
+    """Whether ``jax.jit(fn)`` traces and compiles for the first CUDA device, for arguments of
+    ``inputs`` (TensorDescs, in order).
+
+    For fast paths built on libraries whose support depends on the installed version and the GPU
+    (cuDNN's attention and RNN): jax raises while tracing, XLA while compiling, for what they
+    cannot run, and the predicate that asks this then leaves the case to the lax lowering
+    instead of failing the program. Nothing runs; the answer costs one compilation.
+    """
+    try:
+        device = jax.devices("cuda")[0]
+        sharding = jax.sharding.SingleDeviceSharding(device)
+        args = [jax.ShapeDtypeStruct(t.sizes, t.dtype, sharding=sharding) for t in inputs]
+        jax.jit(fn).lower(*args).compile()
+    except Exception:  # noqa: BLE001 - jax, XLA and cuDNN raise various errors; lax computes it
+        return False
+    return True
+
+
 def _platform_choice(cuda: Callable, default: Callable) -> Callable:
     """``lax.platform_dependent(cuda=..., default=...)`` that stays a platform choice under vmap.
 

@@ -6,7 +6,8 @@ cores for float32 by default, which is not DirectML's answer, so the lowerings a
 ALLOW_HALF_PRECISION_COMPUTATION (``compile_operator(..., allow_half_precision=True)``,
 ``compile_graph`` likewise, or ``"executionFlags": "ALLOW_HALF_PRECISION_COMPUTATION"`` in a
 DxDispatch model), which permits TF32. FLOAT16 inputs are always multiplied with float32
-accumulation (docs/semantics.md).
+accumulation (docs/semantics.md); ``float16_pieces`` lets a float32 operand of such a product
+(attention's probabilities) run on float16 arithmetic exactly.
 
 The flag is read while a lowering is traced: ``with_half_precision(fn, allowed)`` wraps the
 function a compiled operator or graph runs, so the flag travels with the compiled object, not
@@ -19,9 +20,16 @@ import contextvars
 import functools
 from collections.abc import Callable
 
+import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 _HALF = contextvars.ContextVar("dml_jax_allow_half_precision", default=False)
+
+
+def half_precision_allowed() -> bool:
+    """Whether ALLOW_HALF_PRECISION_COMPUTATION holds for the lowering being traced."""
+    return _HALF.get()
 
 
 def matmul_precision() -> lax.Precision:
@@ -41,3 +49,26 @@ def with_half_precision(fn: Callable, allowed: bool) -> Callable:
             _HALF.reset(token)
 
     return run
+
+
+def float16_pieces(x, count: int) -> list:
+    """``count`` FLOAT16 arrays whose sum is ``x * 2**14``, for float32 ``x`` in [-1, 1] (or NaN).
+
+    A float32 significand has 24 bits and a float16 one 11, so three pieces hold ``x`` exactly
+    when ``|x| >= 2**-15`` (its last bit is then no finer than float16's subnormals after the
+    scaling by 2**14) and to within 2**-38 below: a product of the pieces with float16 values,
+    accumulated in float32, is the float32 product, on float16 arithmetic (tensor cores)
+    instead of float32's. Each piece but the last is the remainder truncated to 11 significant
+    bits by masking its low 13 bits, and the next remainder is a float32 subtraction: no float32
+    -> float16 -> float32 round trip, which XLA may drop as excess precision. The last piece is
+    the remainder rounded to float16 (one piece is ``x`` rounded).
+    """
+    rest = x.astype(jnp.float32) * jnp.float32(2.0**14)
+    pieces = []
+    for _ in range(count - 1):
+        bits = lax.bitcast_convert_type(rest, jnp.uint32) & np.uint32(0xFFFFE000)
+        head = lax.bitcast_convert_type(bits, jnp.float32)
+        pieces.append(head.astype(jnp.float16))
+        rest = rest - head
+    pieces.append(rest.astype(jnp.float16))
+    return pieces

@@ -13,6 +13,8 @@ import pathlib
 import re
 
 import jax
+import jax.extend as jex
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
@@ -21,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import dml_jax as dml
+from dml_jax.precision import float16_pieces
 
 T = dml.TensorDesc
 MHA = dml.MultiheadAttentionOperatorDesc
@@ -426,6 +429,86 @@ def test_half_precision_flag_reaches_the_products():
         jaxpr = str(jax.make_jaxpr(op.fn)(*args))
         assert jaxpr.count("dot_general") == 2
         assert jaxpr.count("precision=(Precision.HIGHEST, Precision.HIGHEST)") == highest
+
+
+def test_float16_pieces_hold_float32_exactly():
+    """Three float16 pieces sum to x * 2**14 exactly for float32 x in [2**-15, 1] (the bits of
+    smaller x reach below float16's subnormals), and to within 2**-38 (in x's units) below; one
+    piece is x rounded to float16."""
+    rng = np.random.default_rng(11)
+    x = np.concatenate([rng.random(4000), 2.0 ** -rng.uniform(0, 40, 4000), [0, 1, 2**-15]])
+    x = x.astype(np.float32)
+    pieces = [np.asarray(p) for p in float16_pieces(jnp.asarray(x), 3)]
+    assert all(p.dtype == np.float16 for p in pieces)
+    total = sum(p.astype(np.float64) for p in pieces) * 2.0**-14
+    exact = x >= 2.0**-15
+    np.testing.assert_array_equal(total[exact], x[exact].astype(np.float64))
+    assert np.abs(total - x).max() <= 2.0**-38
+    (one,) = float16_pieces(jnp.asarray(x), 1)
+    np.testing.assert_array_equal(np.asarray(one), (x * np.float32(2**14)).astype(np.float16))
+
+
+def test_float16_probabilities_enter_the_product_at_float32_precision():
+    """FLOAT16 values: the float32 probabilities times the values (three float16 pieces) equal
+    the float64 product to float32 accuracy; with ALLOW_HALF_PRECISION_COMPUTATION one rounded
+    piece is used and the product is only float16-accurate."""
+    from dml_jax.ops.attention import _weighted_values
+    from dml_jax.precision import with_half_precision
+
+    rng = np.random.default_rng(12)
+    w = rng.random((1, 2, 1, 3, 64)).astype(np.float32)
+    w /= w.sum(-1, keepdims=True)
+    v = rng.standard_normal((1, 2, 64, 5)).astype(np.float16)
+    want = np.einsum("bkrst,bktd->bskrd", w.astype(np.float64), v.astype(np.float64))
+    scale = np.einsum("bkrst,bktd->bskrd", np.abs(w), np.abs(v).astype(np.float64))
+
+    def product(half):
+        fn = with_half_precision(
+            lambda a, b: _weighted_values(a, b, jax.lax.Precision.HIGHEST), half
+        )
+        return np.asarray(jax.jit(fn)(w, v), np.float64)
+
+    assert (np.abs(product(False) - want) / scale).max() < 2e-7
+    assert (np.abs(product(True) - want) / scale).max() > 2e-5
+    # derivatives are the float32 product's
+    grad = jax.grad(lambda a: _weighted_values(a, v, jax.lax.Precision.HIGHEST).sum())(w)
+    np.testing.assert_allclose(
+        np.asarray(grad),
+        np.broadcast_to(v.astype(np.float32).sum(-1)[:, :, None, None], w.shape),
+        rtol=1e-6,
+    )
+
+
+def _product_operand_types(fn, *args) -> list[tuple[str, ...]]:
+    """The operand dtypes of every dot_general that ``fn`` traces (nested jaxprs included)."""
+    found = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "dot_general":
+                found.append(tuple(str(v.aval.dtype) for v in eqn.invars))
+            for sub in jex.core.jaxprs_in_params(eqn.params):
+                walk(sub)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return found
+
+
+def test_float16_products_take_float16_operands():
+    """FLOAT16 without BiasTensor: Q K^T on float16 operands and the second product as three
+    float16 products (one with the half-precision flag); with BiasTensor the biased Q, K and V
+    are float32, as are both products."""
+    plain = _m(type_name="FLOAT16")()
+    biased = _m(type_name="FLOAT16", bias_tensor=(12,))()
+    half16, wide = ("float16", "float16"), ("float32", "float32")
+    for desc, half, want in (
+        (plain, False, [half16] * 4),
+        (plain, True, [half16] * 2),
+        (biased, False, [wide] * 2),
+    ):
+        args = [np.ones(t.sizes, t.dtype) for _, t in desc.input_slots()]
+        op = dml.compile_operator(desc, allow_half_precision=half)
+        assert _product_operand_types(op.fn, *args) == want, (desc, half)
 
 
 def test_key_query_offsets_of_the_padded_layout_equal_key_sequence_lengths():

@@ -30,7 +30,9 @@ Precision: FLOAT16 tensors are computed in float32 (Q/K/V plus bias, both produc
 accumulation, Scale, the bias and mask, the softmax and the probabilities as float32) and the
 output is rounded once; the present tensors hold the biased keys / values rounded to the tensor
 type. FLOAT32 products are float32 (``lax.Precision.HIGHEST``) unless the half-precision flag is
-given, as for GEMM.
+given, as for GEMM. Without BiasTensor, FLOAT16 products run on float16 arithmetic with the same
+float32 results: Q, K and V stay float16 (their products are exact in float32) and the float32
+probabilities enter the second product as three float16 pieces (``precision.float16_pieces``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -53,7 +56,7 @@ from ..fields import (
     input_field,
     output_field,
 )
-from ..precision import matmul_precision
+from ..precision import float16_pieces, half_precision_allowed, matmul_precision
 from ..registry import Example, register
 from ..support import F2, rows, types
 from ..tensor import TensorDesc
@@ -431,25 +434,34 @@ def _wide(x):
     return x.astype(jnp.float32) if x.dtype == jnp.float16 else x
 
 
-def _split_heads(d: Any, g: Geometry, x: dict) -> tuple[Any, Any, Any]:
-    """Q {B, S, Hq, D}, K {B, Skv, Hkv, D}, V {B, Skv, Hkv, Dv} (None when absent), widened."""
+def narrow_products(d: Any) -> bool:
+    """Whether Q, K and V enter the products as FLOAT16: FLOAT16 without BiasTensor. Widening
+    them first would give the same float32 products (float16 times float16 is exact in float32)
+    on float32 arithmetic instead of float16's."""
+    return d.output_tensor.data_type.name == "FLOAT16" and d.bias_tensor is None
+
+
+def split_heads(d: Any, g: Geometry, x: dict) -> tuple[Any, Any, Any]:
+    """Q {B, S, Hq, D}, K {B, Skv, Hkv, D}, V {B, Skv, Hkv, Dv} (None when absent), widened
+    unless ``narrow_products``."""
     b, s, skv, hq, hkv, dh, dv = g.batch, g.seq, g.kv_seq, g.q_heads, g.kv_heads, g.head, g.v_head
+    wide = (lambda a: a) if narrow_products(d) else _wide
     q = k = val = None
     if "QueryTensor" in x:
-        q = _wide(x["QueryTensor"]).reshape(b, s, hq, dh)
+        q = wide(x["QueryTensor"]).reshape(b, s, hq, dh)
     if "StackedQueryKeyTensor" in x:
-        qk = _wide(x["StackedQueryKeyTensor"])
+        qk = wide(x["StackedQueryKeyTensor"])
         q, k = qk[:, :, :, 0], qk[:, :, :, 1]
     if "StackedQueryKeyValueTensor" in x:
-        qkv = _wide(x["StackedQueryKeyValueTensor"])
+        qkv = wide(x["StackedQueryKeyValueTensor"])
         q, k, val = qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]
     if "KeyTensor" in x:
-        k = _wide(x["KeyTensor"]).reshape(b, skv, hkv, dh)
+        k = wide(x["KeyTensor"]).reshape(b, skv, hkv, dh)
     if "StackedKeyValueTensor" in x:
-        kv = _wide(x["StackedKeyValueTensor"])
+        kv = wide(x["StackedKeyValueTensor"])
         k, val = kv[:, :, :, 0], kv[:, :, :, 1]
     if "ValueTensor" in x:
-        val = _wide(x["ValueTensor"]).reshape(b, skv, hkv, dv)
+        val = wide(x["ValueTensor"]).reshape(b, skv, hkv, dv)
     if "BiasTensor" in x:
         bias = _wide(x["BiasTensor"]).reshape(-1)
         nq, nk = hq * dh, hkv * dh
@@ -460,14 +472,14 @@ def _split_heads(d: Any, g: Geometry, x: dict) -> tuple[Any, Any, Any]:
     return q, k, val
 
 
-def _clamped_lengths(g: Geometry, lengths):
+def clamped_lengths(g: Geometry, lengths):
     # Values beyond these bounds act like the bounds (no position is valid / every one is); the
     # clamp keeps the position arithmetic below inside int32.
     reach = g.past + g.kv_seq + g.seq + 1
     return jnp.clip(lengths.reshape(g.batch).astype(jnp.int32), -reach, reach)
 
 
-def _with_past(g: Geometry, new, past, lengths):
+def with_past(g: Geometry, new, past, lengths):
     """The present {B, Hkv, T, size}: ``new`` {B, Hkv, Skv, size} after ``past``, or (with
     lengths) written into the cache ``past`` at [L_b, L_b + Skv), dropping what falls outside."""
     if past is None:
@@ -484,7 +496,7 @@ def _with_past(g: Geometry, new, past, lengths):
     return jnp.where(take, jnp.take_along_axis(new, index, axis=2), past)
 
 
-def _keep_mask(d: Any, g: Geometry, mask):
+def keep_mask(d: Any, g: Geometry, mask):
     """(keep {B, 1 or Hq, S, T} bool, additive) for the sequence-length mask types: positions
     where keep is False are set to MaskFilterValue."""
     b, s, t = g.batch, g.seq, g.total
@@ -533,24 +545,61 @@ def _weights(logits, valid=None):
     return weights
 
 
+def _weighted_values(w, values, precision):
+    """Probabilities {B, Hkv, G, S, T} (float32) times values {B, Hkv, T, Dv}: {B, S, Hkv, G,
+    Dv} in float32.
+
+    FLOAT16 values: the probabilities enter as three float16 pieces (``float16_pieces``), so
+    the float32 product runs on float16 arithmetic (one rounded piece where half precision is
+    allowed). Derivatives are those of the plain float32 product.
+    """
+
+    def product(a, b):
+        return jnp.einsum(
+            "bkrst,bktd->bskrd", a, b, precision=precision, preferred_element_type=jnp.float32
+        )
+
+    if values.dtype != jnp.float16:
+        return product(w, values)
+    count = 1 if half_precision_allowed() else 3
+
+    @jax.custom_jvp
+    def in_pieces(w, v):
+        pieces = float16_pieces(w, count)
+        out = product(pieces[0], v)
+        for piece in pieces[1:]:
+            out = out + product(piece, v)
+        return out * jnp.float32(2.0**-14)
+
+    @in_pieces.defjvp
+    def _jvp(primals, tangents):
+        (w, v), (dw, dv) = primals, tangents
+        wide = v.astype(jnp.float32)
+        return in_pieces(w, v), product(dw, wide) + product(w, dv.astype(jnp.float32))
+
+    return in_pieces(w, values)
+
+
 def lower_attention(d: Any, *arrays):
     g = analyze(d, Validator(d.operator_type))
     x = dict(zip((p for p, _ in d.input_slots()), arrays))
     dtype = d.output_tensor.dtype
     precision = matmul_precision()
-    q, k, val = _split_heads(d, g, x)
+    q, k, val = split_heads(d, g, x)
     lengths = x.get("PastSequenceLengthsTensor")
-    lengths = None if lengths is None else _clamped_lengths(g, lengths)
+    lengths = None if lengths is None else clamped_lengths(g, lengths)
 
     def heads_first(a):  # {B, seq, H, size} -> {B, H, seq, size}
         return None if a is None else jnp.transpose(a, (0, 2, 1, 3))
 
     def past(name, size):
         a = x.get(name)
-        return None if a is None else _wide(a).reshape(g.batch, g.kv_heads, g.past, size)
+        if a is None:
+            return None
+        return (a if narrow_products(d) else _wide(a)).reshape(g.batch, g.kv_heads, g.past, size)
 
-    keys = _with_past(g, heads_first(k), past("PastKeyTensor", g.head), lengths)
-    values = _with_past(g, heads_first(val), past("PastValueTensor", g.v_head), lengths)
+    keys = with_past(g, heads_first(k), past("PastKeyTensor", g.head), lengths)
+    values = with_past(g, heads_first(val), past("PastValueTensor", g.v_head), lengths)
 
     # Logits {B, Hq, S, T}: query head n = kv head * group + r reads kv head n // group.
     group = g.q_heads // g.kv_heads
@@ -567,7 +616,7 @@ def lower_attention(d: Any, *arrays):
         zero = x["MaskTensor"].reshape(logits.shape) == 0
         logits = jnp.where(zero, logits + filter_value, logits)
     elif d.mask_type is not M.NONE:
-        logits = jnp.where(_keep_mask(d, g, x["MaskTensor"]), logits, filter_value)
+        logits = jnp.where(keep_mask(d, g, x["MaskTensor"]), logits, filter_value)
 
     valid = None
     if lengths is not None:
@@ -580,9 +629,7 @@ def lower_attention(d: Any, *arrays):
     weights = _weights(logits, valid)
 
     wg = weights.reshape(g.batch, g.kv_heads, group, g.seq, g.total)
-    out = jnp.einsum(
-        "bkrst,bktd->bskrd", wg, values, precision=precision, preferred_element_type=jnp.float32
-    )
+    out = _weighted_values(wg, values, precision)
     results = [out.reshape(d.output_tensor.sizes).astype(dtype)]
     if d.output_present_key_tensor is not None:
         results.append(keys.reshape(d.output_present_key_tensor.sizes).astype(dtype))

@@ -39,8 +39,9 @@ and the single outputs hold the state after its last step. A length beyond seq_l
 seq_length; a length of 0 runs no step (zeros in the sequence, the initial state in the single
 outputs).
 
-Lowering: X W^T of every step is one product before the loop; the loop is one ``lax.scan`` that
-carries the state of every direction at once ({D, batch_size, hidden_size}). A BACKWARD
+Lowering: X W^T of every step is one product before the loop (FLOAT16 operands, float32
+accumulation); the loop is one ``lax.scan`` that carries the state of every direction at once
+({D, batch_size, hidden_size}). A BACKWARD
 direction reads each sequence reversed within its length, so every direction walks its own steps
 0, 1, ... in the same loop; its outputs are put back in time order afterwards. FLOAT16 computes
 in float32 (the carried state included) and rounds once at the outputs; FLOAT32 products are
@@ -479,7 +480,7 @@ def _gru_cell(d, acts, xw, h, c, r, rb, peephole):
     return (1 - z) * candidate + z * h, None
 
 
-def _in_step_order(a, lengths):
+def in_step_order(a, lengths):
     """``a`` {seq_length, batch, ...} with each batch entry's first ``length`` steps reversed
     (the steps beyond stay): the order a BACKWARD direction reads them in. Its own inverse."""
     if lengths is None:
@@ -494,17 +495,20 @@ def lower_recurrent(fam: _Family, d: Any, *arrays):
     present = [f.name for f in d.declared(INPUT) if getattr(d, f.name) is not None]
     given = dict(zip(present, arrays))
     out_type = d.input_tensor.dtype
-    x = _wide(given["input_tensor"])[0]  # {seq, batch, input}
-    w = _wide(given["weight_tensor"])[0]  # {D, G * hidden, input}
+    x = given["input_tensor"][0]  # {seq, batch, input}
+    w = given["weight_tensor"][0]  # {D, G * hidden, input}
     r = _wide(given["recurrence_tensor"])[0]  # {D, G * hidden, hidden}
     n = _dims(d)
     backward = backward_flags(d)
     width = fam.gates * n.hidden
     state = (n.directions, n.batch, n.hidden)
-    compute = x.dtype
+    compute = r.dtype
 
     # X W^T (+ Wb) for every step of every direction in one product: {D, seq, batch, G * hidden}.
-    xw = jnp.einsum("tbi,dgi->dtbg", x, w, precision=matmul_precision())
+    # FLOAT16 X and W stay float16: their products are exact in float32, where they accumulate.
+    xw = jnp.einsum(
+        "tbi,dgi->dtbg", x, w, precision=matmul_precision(), preferred_element_type=compute
+    )
     rb = jnp.zeros((n.directions, 1, width), compute)
     if "bias_tensor" in given:
         bias = _wide(given["bias_tensor"]).reshape(n.directions, 2, width)
@@ -527,7 +531,7 @@ def lower_recurrent(fam: _Family, d: Any, *arrays):
         valid = jnp.arange(n.seq)[:, None] < lengths[None, :]  # {seq, batch}
 
     xw = jnp.stack(
-        [_in_step_order(xw[i], lengths) if back else xw[i] for i, back in enumerate(backward)],
+        [in_step_order(xw[i], lengths) if back else xw[i] for i, back in enumerate(backward)],
         axis=1,
     )  # {seq, D, batch, G * hidden}: step k of every direction at index k
     acts = tuple(
@@ -554,7 +558,7 @@ def lower_recurrent(fam: _Family, d: Any, *arrays):
     if want_sequence:
         ys = jnp.stack(
             [
-                _in_step_order(ys[:, i], lengths) if back else ys[:, i]
+                in_step_order(ys[:, i], lengths) if back else ys[:, i]
                 for i, back in enumerate(backward)
             ],
             axis=1,

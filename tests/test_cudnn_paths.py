@@ -1,0 +1,503 @@
+"""The cuDNN fast paths of MULTIHEAD_ATTENTION(1) and LSTM (dml_jax.kernels.attention,
+dml_jax.kernels.recurrent) against the lax lowering, within docs/semantics.md's tolerances.
+
+Any machine: which descriptions each path takes (``expressible``), that ``applies`` declines
+without a CUDA device instead of failing, and the paths' own work (layouts, masks, rows without
+keys, grouped heads, caches; gate order, weight packing, directions, lengths of 0, vmap) with the
+cuDNN call replaced by jax's own definition of it: ``jax.nn.dot_product_attention``'s XLA
+implementation (on float32 operands: XLA's CPU dot has no float16 form) and
+``jax.experimental.rnn``'s ``lstm_ref`` (its reference of cuDNN's LSTM, weights unpacked from
+cuDNN's layout). On a CUDA
+machine the same cases run through cuDNN itself, and the programs must contain its calls.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dml_jax as dml
+from dml_jax import fastpath
+from dml_jax.errors import Validator
+from dml_jax.kernels import attention as KA
+from dml_jax.kernels import recurrent as KR
+from dml_jax.ops.attention import analyze
+
+T = dml.TensorDesc
+MHA = dml.MultiheadAttentionOperatorDesc
+MHA1 = dml.MultiheadAttention1OperatorDesc
+CUDA = fastpath.cuda_present()
+gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+# docs/semantics.md, "Multi-head attention": FLOAT16 outputs within 2**-9 of the largest |value|
+# plus 2**-9 of the lax lowering's output.
+ATTENTION_TOLERANCE = 2.0**-9
+
+
+def _attention(
+    layout="separate",
+    type_name="FLOAT16",
+    b=2,
+    s=3,
+    kv=5,
+    hq=2,
+    hkv=2,
+    d=8,
+    dv=None,
+    past=0,
+    lengths=False,
+    rpb=False,
+    bias=False,
+    mask_type="NONE",
+    mask_filter_value=-10000.0,
+    present=False,
+    scale=0.35,
+):
+    """A MULTIHEAD_ATTENTION (MHA1 with grouped heads or past lengths) description."""
+    dv = d if dv is None else dv
+    v1 = hq != hkv or lengths
+    total = past if lengths else past + kv
+
+    def t(*sizes):
+        return T(type_name, sizes)
+
+    f = {}
+    if layout == "separate":
+        f.update(query_tensor=t(b, s, hq * d), key_tensor=t(b, kv, hkv * d))
+        f["value_tensor"] = t(b, kv, hkv * dv)
+    elif layout == "stacked_qkv":
+        f["stacked_query_key_value_tensor"] = t(b, s, hq, 3, d)
+    elif layout == "stacked_kv":
+        f.update(query_tensor=t(b, s, hq * d), stacked_key_value_tensor=t(b, kv, hkv, 2, d))
+    elif layout == "past_only":
+        f["query_tensor"] = t(b, s, hq * d)
+    if bias:
+        f["bias_tensor"] = t(hq * d + hkv * d + hkv * dv)
+    if rpb:
+        f["relative_position_bias_tensor"] = t(b, hq, s, total)
+    if past:
+        f.update(past_key_tensor=t(b, hkv, past, d), past_value_tensor=t(b, hkv, past, dv))
+    if lengths:
+        f["past_sequence_lengths_tensor"] = T("INT32", (b,))
+    mask = {
+        "KEY_SEQUENCE_LENGTH": (1, b),
+        "KEY_SEQUENCE_END_START": (2, b),
+        "KEY_QUERY_SEQUENCE_LENGTH_START_END": (3 * b + 2,),
+        "BOOLEAN": (b, hq, s, total),
+    }.get(mask_type)
+    if mask:
+        f["mask_tensor"] = T("INT32", mask)
+    f["output_tensor"] = t(b, s, hq * dv)
+    if present:
+        f.update(
+            output_present_key_tensor=t(b, hkv, total, d),
+            output_present_value_tensor=t(b, hkv, total, dv),
+        )
+    common = {"scale": scale, "mask_filter_value": mask_filter_value, "mask_type": mask_type}
+    if v1:
+        return MHA1(**f, query_head_count=hq, key_value_head_count=hkv, **common)
+    return MHA(**f, head_count=hq, **common)
+
+
+ACCEPTED = {
+    "separate": {},
+    "stacked QKV": {"layout": "stacked_qkv", "kv": 3},
+    "stacked KV, grouped heads": {"layout": "stacked_kv", "hq": 4, "hkv": 2},
+    "grouped heads, one key/value head": {"hq": 4, "hkv": 1},
+    "past and present": {"past": 4, "present": True},
+    "past only": {"layout": "past_only", "past": 6, "kv": 0},
+    "relative position bias": {"rpb": True},
+    "head size 64": {"d": 64},
+    "boolean, float16 filter added": {"mask_type": "BOOLEAN", "rpb": True},
+    "boolean, small filter added": {"mask_type": "BOOLEAN", "mask_filter_value": -2.5},
+    "boolean, -inf": {"mask_type": "BOOLEAN", "mask_filter_value": -math.inf},
+    "key lengths": {"mask_type": "KEY_SEQUENCE_LENGTH"},
+    "key end / start, -inf": {
+        "mask_type": "KEY_SEQUENCE_END_START",
+        "mask_filter_value": -math.inf,
+    },
+    "key / query offsets, lowest float32": {
+        "mask_type": "KEY_QUERY_SEQUENCE_LENGTH_START_END",
+        "mask_filter_value": float(np.finfo(np.float32).min),
+    },
+    "past lengths, one query (decoding)": {"past": 6, "lengths": True, "s": 1, "present": True},
+}
+
+REJECTED = {
+    "FLOAT32": {"type_name": "FLOAT32"},
+    "BiasTensor": {"bias": True},
+    "head size not a multiple of 8": {"d": 4},
+    "value head size differs": {"dv": 16},
+    "boolean filter float16 cannot hold": {"mask_type": "BOOLEAN", "mask_filter_value": -1e4 - 1},
+    "boolean filter beyond cuDNN's mask": {"mask_type": "BOOLEAN", "mask_filter_value": -1e5},
+    "replacing filter too close to the logits": {
+        "mask_type": "KEY_SEQUENCE_LENGTH",
+        "mask_filter_value": -100.0,
+    },
+    "past lengths with several queries": {"past": 6, "lengths": True, "s": 2},
+    "past lengths with a mask": {
+        "past": 6,
+        "lengths": True,
+        "s": 1,
+        "mask_type": "KEY_SEQUENCE_LENGTH",
+    },
+}
+
+
+@pytest.mark.parametrize("case", ACCEPTED)
+def test_attention_expressible_accepts(case):
+    desc = _attention(**ACCEPTED[case])
+    dml.validate(desc)
+    assert KA.expressible(desc)
+
+
+@pytest.mark.parametrize("case", REJECTED)
+def test_attention_expressible_rejects(case):
+    desc = _attention(**REJECTED[case])
+    dml.validate(desc)
+    assert not KA.expressible(desc)
+
+
+SIGMOID, TANH = dml.ActivationSigmoidOperatorDesc(), dml.ActivationTanhOperatorDesc()
+
+
+def _lstm(
+    type_name="FLOAT16",
+    seq=5,
+    batch=3,
+    inputs=8,
+    hidden=8,
+    direction="FORWARD",
+    bias=True,
+    init=True,
+    lengths=False,
+    peephole=False,
+    clip=False,
+    couple=False,
+    activations=None,
+    outputs=("sequence", "single", "cell"),
+):
+    dirs = 2 if direction == "BIDIRECTIONAL" else 1
+
+    def t(*sizes):
+        return T(type_name, sizes)
+
+    acts = list(activations or (SIGMOID, TANH, TANH)) * dirs
+    state = t(1, dirs, batch, hidden)
+    return dml.LstmOperatorDesc(
+        input_tensor=t(1, seq, batch, inputs),
+        weight_tensor=t(1, dirs, 4 * hidden, inputs),
+        recurrence_tensor=t(1, dirs, 4 * hidden, hidden),
+        bias_tensor=t(1, 1, dirs, 8 * hidden) if bias else None,
+        hidden_init_tensor=state if init else None,
+        cell_mem_init_tensor=state if init else None,
+        sequence_lengths_tensor=T("UINT32", (1, 1, 1, batch)) if lengths else None,
+        peephole_tensor=t(1, 1, dirs, 3 * hidden) if peephole else None,
+        output_sequence_tensor=t(seq, dirs, batch, hidden) if "sequence" in outputs else None,
+        output_single_tensor=state if "single" in outputs else None,
+        output_cell_single_tensor=state if "cell" in outputs else None,
+        activation_descs=acts,
+        direction=direction,
+        clip_threshold=1.0 if clip else 0.0,
+        use_clip_threshold=clip,
+        couple_input_forget=couple,
+    )
+
+
+@pytest.mark.parametrize(
+    "change, taken",
+    [
+        ({}, True),
+        ({"type_name": "FLOAT32", "direction": "BIDIRECTIONAL", "lengths": True}, True),
+        ({"direction": "BACKWARD", "bias": False, "init": False}, True),
+        ({"peephole": True}, False),
+        ({"clip": True}, False),
+        ({"couple": True}, False),
+        (
+            {
+                "activations": (
+                    dml.ActivationHardSigmoidOperatorDesc(alpha=0.2, beta=0.5),
+                    TANH,
+                    TANH,
+                )
+            },
+            False,
+        ),
+        ({"activations": (SIGMOID, TANH, dml.ActivationSoftsignOperatorDesc())}, False),
+    ],
+)
+def test_lstm_expressible(change, taken):
+    desc = _lstm(**change)
+    dml.validate(desc)
+    assert KR.expressible(desc) is taken
+
+
+def test_registered_paths():
+    for name in ("LSTM", "MULTIHEAD_ATTENTION", "MULTIHEAD_ATTENTION1"):
+        assert [p.name for p in fastpath.fast_paths(f"DML_OPERATOR_{name}")] == ["cudnn"]
+    for name in ("RNN", "GRU"):  # jax's binding builds only cuDNN's LSTM
+        assert not fastpath.fast_paths(f"DML_OPERATOR_{name}")
+
+
+@pytest.mark.skipif(CUDA, reason="this process has a CUDA backend")
+def test_applies_declines_without_cuda(monkeypatch):
+    # Even when the process is told it has CUDA, the trial compilation fails and the lax
+    # lowering is chosen: no error reaches the caller.
+    monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
+    for desc, module in ((_attention(), KA), (_lstm(), KR)):
+        assert module.expressible(desc) and not module.applies(desc)
+        assert fastpath.select(desc) is None
+        jax.block_until_ready(dml.compile_operator(desc)(*_inputs(desc)))
+
+
+# --- inputs and comparison --------------------------------------------------------------------
+
+
+def _mask_values(rng, desc, t):
+    """Masks with a row (or batch entry) that keeps no key, besides random ones."""
+    g = analyze(desc, Validator(desc.operator_type))
+    b, s, keys, name = g.batch, g.seq, g.total, desc.mask_type.name
+    if name == "BOOLEAN":
+        m = rng.choice(np.array([0, 1, 1, 1, 2, -1], np.int32), size=t.sizes)
+        m.reshape(-1, keys)[0] = 0
+        return m
+    if name == "KEY_SEQUENCE_LENGTH":
+        return np.array([0, *rng.integers(1, keys + 2, b - 1)], np.int32).reshape(t.sizes)
+    if name == "KEY_SEQUENCE_END_START":
+        ends = np.array([1, *rng.integers(2, keys + 2, b - 1)])
+        starts = np.array([3, *rng.integers(-1, 2, b - 1)])  # batch 0 keeps no key
+        return np.concatenate([ends, starts]).astype(np.int32).reshape(t.sizes)
+    lengths = rng.integers(0, keys + 1, b)
+    q_starts = np.sort(rng.integers(0, b * s + 1, b + 1))
+    k_starts = np.sort(rng.integers(0, b * keys + 1, b + 1))
+    return np.concatenate([lengths, q_starts, k_starts]).astype(np.int32).reshape(t.sizes)
+
+
+def _inputs(desc, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for path, t in desc.input_slots():
+        if path == "MaskTensor":
+            out.append(_mask_values(rng, desc, t))
+        elif path == "PastSequenceLengthsTensor":  # a cache filling up; nothing left to attend
+            out.append(np.array([3, -9, 9][: t.sizes[0]], np.int32).reshape(t.sizes))
+        elif path == "SequenceLengthsTensor":  # no step, all steps, some, beyond the end
+            out.append(np.array([0, 5, 3, 9][: t.sizes[-1]], np.uint32).reshape(t.sizes))
+        else:
+            weights = path in ("WeightTensor", "RecurrenceTensor")
+            x = rng.standard_normal(t.sizes) * (0.25 if weights else 1.0)
+            out.append(x.astype(t.dtype))
+    return out
+
+
+def _largest_value(desc, inputs) -> float:
+    """max |V| over the values attended (the new and the past ones)."""
+    x = dict(zip((p for p, _ in desc.input_slots()), inputs))
+    parts = [x.get("ValueTensor"), x.get("PastValueTensor")]
+    if "StackedKeyValueTensor" in x:
+        parts.append(x["StackedKeyValueTensor"][..., 1, :])
+    if "StackedQueryKeyValueTensor" in x:
+        parts.append(x["StackedQueryKeyValueTensor"][..., 2, :])
+    return max(float(np.abs(p.astype(np.float32)).max()) for p in parts if p is not None)
+
+
+def assert_attention_close(desc, inputs, got, want):
+    """The output within the tolerance of docs/semantics.md; present outputs equal."""
+    (g, *g_present), (w, *w_present) = _tuple(got), _tuple(want)
+    g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+    bound = ATTENTION_TOLERANCE * (_largest_value(desc, inputs) + np.abs(np.nan_to_num(w)))
+    excess = np.abs(np.nan_to_num(g) - np.nan_to_num(w)) - bound
+    assert excess.max() <= 0, f"{excess.max()} beyond the tolerance"
+    for a, b in zip(g_present, w_present, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _tuple(result):
+    return tuple(result) if isinstance(result, tuple | list) else (result,)
+
+
+def _lax(desc):
+    return dml.compile_operator(desc, fast_paths=False)
+
+
+@pytest.fixture
+def xla_attention(monkeypatch):
+    """cuDNN's attention replaced by jax's XLA implementation of the same call."""
+    original = jax.nn.dot_product_attention
+
+    def xla(q, k, v, *, implementation=None, **kwargs):
+        assert implementation == "cudnn"
+        # float32 operands: XLA's CPU dot has no float16-in, float32-accumulate form
+        wide = (a.astype(jnp.float32) for a in (q, k, v))
+        return original(*wide, implementation="xla", **kwargs).astype(q.dtype)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", xla)
+
+
+@pytest.fixture
+def reference_lstm(monkeypatch):
+    """cuDNN's LSTM replaced by jax.experimental.rnn's reference of it."""
+    from jax.experimental import rnn
+
+    def lstm(x, h0, c0, weights, lengths, *, input_size, hidden_size, num_layers, dropout,
+             bidirectional, precision):  # fmt: skip
+        unpacked = rnn.unpack_lstm_weights(
+            weights, input_size, hidden_size, num_layers, bidirectional
+        )
+        return rnn.lstm_ref(x, h0, c0, *unpacked, lengths, input_size, hidden_size, num_layers,
+                            dropout, bidirectional)  # fmt: skip
+
+    monkeypatch.setattr(rnn, "lstm", lstm)
+
+
+# docs/semantics.md, "Recurrent layers": float32 sums in another order and cuDNN's own exp and
+# tanh; FLOAT16 outputs one float16 unit apart at most.
+LSTM_TOLERANCE = {
+    "FLOAT32": {"rtol": 1e-5, "atol": 1e-5},
+    "FLOAT16": {"rtol": 2**-10, "atol": 2**-14},
+}
+
+
+def assert_lstm_close(desc, got, want):
+    tol = LSTM_TOLERANCE[desc.input_tensor.data_type.name]
+    for g, w in zip(_tuple(got), _tuple(want), strict=True):
+        np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w, np.float32), **tol)
+
+
+ATTENTION_MASKS = {
+    "boolean -10000 with fully masked rows": {"mask_type": "BOOLEAN", "rpb": True},
+    "key lengths with an empty batch entry": {"mask_type": "KEY_SEQUENCE_LENGTH", "past": 2},
+    "key end / start": {"mask_type": "KEY_SEQUENCE_END_START", "hq": 4, "hkv": 2},
+    "key end / start, -inf": {
+        "mask_type": "KEY_SEQUENCE_END_START",
+        "mask_filter_value": -math.inf,
+    },
+    "key / query offsets": {"mask_type": "KEY_QUERY_SEQUENCE_LENGTH_START_END", "b": 3},
+}
+ATTENTION_CASES = {**ACCEPTED, **ATTENTION_MASKS}
+
+
+@pytest.mark.parametrize("case", ATTENTION_CASES)
+def test_attention_path_matches_lax_with_xla_attention(case, xla_attention):
+    desc = _attention(**ATTENTION_CASES[case])
+    assert KA.expressible(desc)
+    inputs = _inputs(desc)
+    got = jax.jit(functools.partial(KA.lower, desc))(*inputs)
+    assert_attention_close(desc, inputs, got, _lax(desc)(*inputs))
+
+
+def test_attention_path_vmap(xla_attention):
+    desc = _attention(hq=4, hkv=2, mask_type="KEY_SEQUENCE_END_START", present=True)
+    members = [_inputs(desc, seed) for seed in range(3)]
+    got = jax.vmap(functools.partial(KA.lower, desc))(*[np.stack(a) for a in zip(*members)])
+    for i, m in enumerate(members):
+        assert_attention_close(desc, m, [g[i] for g in got], _lax(desc)(*m))
+
+
+LSTM_CASES = {
+    "forward, float16": {},
+    "forward, no bias or initial state": {"bias": False, "init": False},
+    "backward with lengths": {"direction": "BACKWARD", "lengths": True},
+    "bidirectional with lengths, float32": {
+        "direction": "BIDIRECTIONAL",
+        "lengths": True,
+        "type_name": "FLOAT32",
+        "batch": 4,
+    },
+    "bidirectional, last states only": {"direction": "BIDIRECTIONAL", "outputs": ("single",)},
+    "input and hidden sizes differ": {"inputs": 5, "hidden": 16, "type_name": "FLOAT32"},
+}
+
+
+@pytest.mark.parametrize("case", LSTM_CASES)
+def test_lstm_path_matches_lax_with_reference_lstm(case, reference_lstm):
+    desc = _lstm(**LSTM_CASES[case])
+    assert KR.expressible(desc)
+    inputs = _inputs(desc)
+    got = jax.jit(functools.partial(KR.lower, desc))(*inputs)
+    assert_lstm_close(desc, got, _lax(desc)(*inputs))
+
+
+@pytest.mark.parametrize("mapped", ["sequences", "everything"])
+def test_lstm_path_vmap(mapped, reference_lstm):
+    """Mapped sequences fold into cuDNN's batch; mapped weights run one call per member."""
+    desc = _lstm(type_name="FLOAT32", direction="BIDIRECTIONAL", lengths=True)
+    members = [_inputs(desc, seed) for seed in range(3)]
+    if mapped == "sequences":
+        members = [[m[0], *members[0][1:]] for m in members]
+        in_axes = (0,) + (None,) * (len(members[0]) - 1)
+        args = [np.stack([m[0] for m in members]), *members[0][1:]]
+    else:
+        in_axes = 0
+        args = [np.stack(a) for a in zip(*members)]
+    got = jax.vmap(functools.partial(KR.lower, desc), in_axes=in_axes)(*args)
+    for i, m in enumerate(members):
+        assert_lstm_close(desc, [g[i] for g in got], _lax(desc)(*m))
+
+
+# --- on a CUDA machine: cuDNN itself ----------------------------------------------------------
+
+GPU_ATTENTION = {
+    **ATTENTION_CASES,
+    "long, head 128": {"b": 2, "s": 256, "kv": 384, "hq": 4, "hkv": 4, "d": 128},
+    "long, grouped, key lengths": {
+        "s": 200,
+        "kv": 300,
+        "hq": 8,
+        "hkv": 2,
+        "d": 64,
+        "mask_type": "KEY_SEQUENCE_LENGTH",
+    },
+}
+
+
+@gpu
+@pytest.mark.parametrize("case", GPU_ATTENTION)
+def test_gpu_attention_fast_path_matches_lax(case):
+    desc = _attention(**GPU_ATTENTION[case])
+    assert KA.applies(desc)
+    inputs = _inputs(desc)
+    op = dml.compile_operator(desc)
+    assert "__cudnn$fmha" in jax.jit(op.fn).lower(*inputs).as_text()
+    assert_attention_close(desc, inputs, op(*inputs), _lax(desc)(*inputs))
+
+
+@gpu
+def test_gpu_attention_vmap():
+    desc = _attention(hq=4, hkv=2, mask_type="KEY_SEQUENCE_LENGTH")
+    members = [_inputs(desc, seed) for seed in range(3)]
+    got = _tuple(jax.vmap(dml.compile_operator(desc).fn)(*[np.stack(a) for a in zip(*members)]))
+    for i, m in enumerate(members):
+        assert_attention_close(desc, m, [g[i] for g in got], _lax(desc)(*m))
+
+
+GPU_LSTM = {
+    **LSTM_CASES,
+    "hidden 256, 64 steps": {"seq": 64, "batch": 16, "inputs": 128, "hidden": 256},
+}
+
+
+@gpu
+@pytest.mark.parametrize("case", GPU_LSTM)
+def test_gpu_lstm_fast_path_matches_lax(case):
+    desc = _lstm(**GPU_LSTM[case])
+    assert KR.applies(desc)
+    inputs = _inputs(desc)
+    op = dml.compile_operator(desc)
+    assert "dnn_rnn" in jax.jit(op.fn).lower(*inputs).as_text()
+    assert_lstm_close(desc, op(*inputs), _lax(desc)(*inputs))
+
+
+@gpu
+def test_gpu_lstm_vmap():
+    desc = _lstm(type_name="FLOAT32", direction="BIDIRECTIONAL", lengths=True)
+    members = [_inputs(desc, seed) for seed in range(3)]
+    got = _tuple(jax.vmap(dml.compile_operator(desc).fn)(*[np.stack(a) for a in zip(*members)]))
+    for i, m in enumerate(members):
+        assert_lstm_close(desc, [g[i] for g in got], _lax(desc)(*m))
