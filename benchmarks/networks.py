@@ -592,4 +592,11 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    import signal
+
+    def _stop(signum, frame):
+        # ``timeout`` sends SIGTERM: leave through main's ``finally`` (report and summary).
+        raise SystemExit(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, _stop)
     main()
