@@ -39,7 +39,7 @@ from .graph import (
     compile_graph,
     validate_graph,
 )
-from .graph_json import graph_from_json
+from .graph_json import graph_from_json, graph_to_json
 from .jsonmodel import operator_desc_from_json, operator_desc_to_json, tensor_desc_from_json
 from .onnx import CompiledOnnx, compile_onnx
 from .registry import aliases as _aliases
@@ -83,6 +83,7 @@ _BASE = [
     "compile_onnx",
     "compile_operator",
     "graph_from_json",
+    "graph_to_json",
     "operator_desc_from_json",
     "operator_desc_to_json",
     "registered_operators",

@@ -495,7 +495,13 @@ class CompiledGraph(CompiledOperator):
     """
 
     def __init__(
-        self, graph: GraphDesc, level: FeatureLevel, plan: _Plan, counter: list, half: bool = False
+        self,
+        graph: GraphDesc,
+        level: FeatureLevel,
+        plan: _Plan,
+        counter: list,
+        half: bool = False,
+        fast_paths: bool = True,
     ):
         differentiable = all(
             spec.is_differentiable(node) for spec, node in zip(plan.specs, graph.nodes)
@@ -505,7 +511,7 @@ class CompiledGraph(CompiledOperator):
             level,
             plan.input_descs,
             plan.output_descs,
-            with_half_precision(_graph_function(graph, plan, counter), half),
+            with_half_precision(_graph_function(graph, plan, counter, fast_paths), half),
             tuple_result=False,
             differentiable=differentiable,
             name=GRAPH,
@@ -566,13 +572,15 @@ class _UsedInputs:
         self.fn = fn
 
 
-def _graph_function(graph: GraphDesc, plan: _Plan, counter: list) -> Callable[..., tuple]:
+def _graph_function(
+    graph: GraphDesc, plan: _Plan, counter: list, fast_paths: bool = True
+) -> Callable[..., tuple]:
     from .buffers import read_tensor
 
     steps = tuple(
         (
             n,
-            fastpath.lowering(plan.specs[n], graph.nodes[n]),
+            fastpath.lowering(plan.specs[n], graph.nodes[n], fast_paths),
             plan.sources[n],
             plan.present_outputs[n],
         )
@@ -600,9 +608,14 @@ def _graph_function(graph: GraphDesc, plan: _Plan, counter: list) -> Callable[..
 
 @functools.lru_cache(maxsize=1024)
 def _compile_graph_cached(
-    graph: GraphDesc, level: FeatureLevel, half: bool, reinterpret: bool = False
+    graph: GraphDesc,
+    level: FeatureLevel,
+    half: bool,
+    reinterpret: bool = False,
+    fast_paths: bool = True,
 ) -> CompiledGraph:
-    return CompiledGraph(graph, level, _validate_graph(graph, level, reinterpret), [0], half)
+    plan = _validate_graph(graph, level, reinterpret)
+    return CompiledGraph(graph, level, plan, [0], half, fast_paths)
 
 
 def compile_graph(
@@ -613,6 +626,7 @@ def compile_graph(
     *,
     allow_half_precision: bool = False,
     reinterpret_edges: bool = False,
+    fast_paths: bool = True,
 ) -> CompiledGraph:
     """Validates a graph and compiles it into one function (one XLA program under jit).
 
@@ -628,6 +642,12 @@ def compile_graph(
             or strides differ: the consumer reads the producer's packed buffer through its own
             desc (a reshape or a stride-0 broadcast), as DirectML reinterprets the bytes. Off by
             default (edges must match exactly); the ONNX importer turns it on.
+        fast_paths: as for ``compile_operator``: ``True`` lets each node's registered GPU fast
+            path (``dml_jax.fastpath``) compute it when the program is lowered for CUDA;
+            ``False`` lowers every node with its lax lowering. A fast path is a kernel of its
+            own, so XLA cannot fuse it with its neighbours: a network whose element-wise nodes
+            should fuse into the convolutions and products around them compiles with ``False``
+            (``examples/networks.py``).
 
     Returns:
         A ``CompiledGraph`` (a ``CompiledOperator``): ``g(*inputs)`` takes one array per graph
@@ -646,7 +666,7 @@ def compile_graph(
     except TypeError:
         raise ValidationError(f"{GRAPH}: description is not hashable") from None
     compiled = _compile_graph_cached(
-        graph, level, bool(allow_half_precision), bool(reinterpret_edges)
+        graph, level, bool(allow_half_precision), bool(reinterpret_edges), bool(fast_paths)
     )
     for n, node in enumerate(graph.nodes):
         check_x64(

@@ -1,5 +1,5 @@
-"""Graphs from DxDispatch JSON: ``graph_from_json`` reads a DML_GRAPH dispatchable (or one
-operator dispatchable as a one-node graph) into a ``GraphDesc``."""
+"""Graphs in DxDispatch JSON: ``graph_from_json`` reads a DML_GRAPH dispatchable (or one
+operator dispatchable as a one-node graph) into a ``GraphDesc``; ``graph_to_json`` writes one."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from .errors import ValidationError, as_int
 from .fields import INPUT, OUTPUT, OperatorDesc, dml_member_name
 from .graph import GRAPH, GraphDesc, InputGraphEdge, IntermediateGraphEdge, OutputGraphEdge
 from .jsonforms import COMPILE_TYPES, GRAPH_KEYS, GRAPH_TYPES, compile_type_of
-from .jsonmodel import execution_flags_from_json, operator_desc_from_json
+from .jsonmodel import execution_flags_from_json, operator_desc_from_json, operator_desc_to_json
 
 _JSON_EDGES = (
     ("InputEdges", InputGraphEdge),
@@ -46,6 +46,33 @@ def graph_from_json(obj: Any) -> GraphDesc:
             f"{', '.join(COMPILE_TYPES)}, got {obj['dmlCompileType']!r}"
         )
     return graph_desc_from_json(obj)
+
+
+def graph_to_json(graph: GraphDesc) -> dict:
+    """The DML_GRAPH dispatchable of a ``GraphDesc``, as ``graph_from_json`` reads it.
+
+    Nodes are written by ``operator_desc_to_json`` and referred to by index; every edge list is
+    written, empty ones included. ``graph_from_json(graph_to_json(g)) == g``.
+
+    Raises:
+        ValidationError: if ``graph`` is not a ``GraphDesc``.
+    """
+    if not isinstance(graph, GraphDesc):
+        raise ValidationError(f"{GRAPH}: expected a GraphDesc, got {type(graph).__name__}")
+
+    def edge(e: Any) -> dict:
+        return {dml_member_name(f.name): getattr(e, f.name) for f in fields(e)}
+
+    out: dict[str, Any] = {
+        "type": GRAPH,
+        "InputCount": graph.input_count,
+        "OutputCount": graph.output_count,
+        "Nodes": [operator_desc_to_json(node) for node in graph.nodes],
+    }
+    out["InputEdges"] = [edge(e) for e in graph.input_edges]
+    out["OutputEdges"] = [edge(e) for e in graph.output_edges]
+    out["IntermediateEdges"] = [edge(e) for e in graph.intermediate_edges]
+    return out
 
 
 def graph_desc_from_json(obj: dict) -> GraphDesc:

@@ -103,6 +103,13 @@ class GraphBuilder:
         self.intermediate_edges: list = []
         self.outputs: list = []
 
+    def input(self, name: str) -> tuple:
+        """Adds graph input ``name`` after the existing ones; returns its handle."""
+        if name in self.inputs:
+            raise ValueError(f"graph input {name!r} already exists")
+        self.inputs[name] = ("input", len(self.inputs))
+        return self.inputs[name]
+
     def add(self, desc, *sources) -> list:
         node = len(self.nodes)
         slots = [i for i, (_, t) in enumerate(desc.edge_slots(INPUT)) if t is not None]

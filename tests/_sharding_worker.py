@@ -80,6 +80,13 @@ COMM_SCENARIOS = (
     "DEPTH_TO_SPACE1-DCR-32ch",
 )
 COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter")
+# Whole networks (examples/networks.py) sharded through in_shardings only.
+NETWORK_CASES = (
+    "resnet-small/data-parallel-x8",
+    "gpt-small/tensor-parallel-x8",
+    "gpt-small/data-a2-tensor-b4",
+    "benchmark-quick/2-devices",
+)
 
 
 def layout_name(layout: tuple[int, ...]) -> str:
@@ -113,6 +120,7 @@ def plan() -> list[str]:
         ids.append(f"comm/{label}/batch-or-rows-sharded-no-collectives")
         if label == "DEPTH_TO_SPACE1-CRD-32ch":
             ids.append(f"comm/{label}/channels-sharded-no-collectives")
+    ids += [f"network/{case}" for case in NETWORK_CASES]
     return ids
 
 
@@ -536,6 +544,10 @@ def main() -> None:
             record(f"comm/{label}/channels-sharded-no-collectives", lambda f=no_comm: f(axes=(1,)))
 
     lap("communication")
+
+    # ---------------------------------------------------------------- whole networks
+    record_networks(record, compare, collective_re)
+    lap("networks")
     print(
         json.dumps(
             {
@@ -548,6 +560,105 @@ def main() -> None:
             }
         )
     )
+
+
+def record_networks(record, compare, collective_re) -> None:
+    """ResNet data-parallel and the GPT stack tensor-parallel, each against its unsharded run;
+    and the network benchmark's scaling mode on 2 of the devices."""
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "examples"))
+    import networks
+
+    def sharded_run(net, mesh, data_axis, model_axis, out_spec):
+        x = net.example_data()["x"]
+        want = np.asarray(net.compile()(*net.arguments(x=x)))
+        ins = networks.shardings(net, mesh, data_axis, model_axis)
+        g = net.compile(in_shardings=ins, out_shardings=NamedSharding(mesh, out_spec))
+        values = [jax.device_put(a, s) for a, s in zip(net.arguments(x=x), ins)]
+        got = g(*values)
+        text = jax.jit(g.fn, in_shardings=ins).lower(*values).compile().as_text()
+        collectives = [
+            (m.group(1), line.split("=")[1].split()[0])  # (kind, result shape)
+            for line in text.splitlines()
+            for m in [collective_re.search(line)]
+            if m and "=" in line
+        ]
+        ok, detail = compare(got, want, False, rtol=1e-4, atol=1e-5)
+        return ok, detail, got, collectives
+
+    def resnet_data_parallel():
+        net = networks.resnet50(8, **networks.SMALL_RESNET)
+        mesh = jax.make_mesh((8,), ("x",))
+        ok, detail, got, collectives = sharded_run(net, mesh, "x", None, P("x"))
+        # Inference on one image at a time needs no communication at all.
+        ok = ok and not collectives and got.sharding.spec == P("x")
+        return ok, f"{detail}; collectives {collectives}; output {got.sharding.spec}"
+
+    # 2 x 8 = 16 tokens: no weight has 16 rows or columns.
+    small_gpt = {"seq": 8, "d_model": 64, "heads": 8, "layers": 2}
+
+    def weight_free(net, collectives):
+        # A collective whose result has a weight's dimensions (in any order: XLA may move a
+        # weight transposed) moves a weight; activations here have 16 rows, no weight has.
+        def dims(text):
+            inside = text.split("[", 1)[1].split("]", 1)[0]
+            return tuple(sorted(int(n) for n in inside.split(",") if n))
+
+        shapes = {tuple(sorted(v.shape)) for v in net.weights.values()}
+        moved = [c for c in collectives if dims(c[1]) in shapes]
+        return not moved, moved
+
+    def gpt_tensor_parallel():
+        net = networks.gpt_stack(2, dtype="FLOAT32", **small_gpt)
+        mesh = jax.make_mesh((8,), ("x",))
+        ok, detail, _, collectives = sharded_run(net, mesh, None, "x", P())
+        # Megatron: the row-parallel products' partial sums are all-reduced; no weight is
+        # ever gathered (each device keeps its slice of every projection).
+        reduced = any(kind == "all-reduce" for kind, _ in collectives)
+        clean, moved = weight_free(net, collectives)
+        return ok and reduced and clean, f"{detail}; collectives {collectives}; weights {moved}"
+
+    def gpt_data_and_tensor():
+        net = networks.gpt_stack(2, dtype="FLOAT32", **small_gpt)
+        mesh = jax.make_mesh((2, 4), ("a", "b"))
+        ok, detail, got, collectives = sharded_run(net, mesh, "a", "b", P("a"))
+        clean, moved = weight_free(net, collectives)
+        ok = ok and clean and got.sharding.spec == P("a")
+        return ok, f"{detail}; output {got.sharding.spec}; weights moved {moved}"
+
+    def benchmark_two_devices():
+        sys.path.insert(0, str(root / "benchmarks"))
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(
+            "bench_networks", root / "benchmarks" / "networks.py"
+        )
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+        with tempfile.TemporaryDirectory() as tmp:
+            report = bench.main(
+                ["--quick", "--devices", "2", "--out", f"{tmp}/n.json", "--sample-s", "0.001",
+                 "--samples", "1"]
+            )  # fmt: skip
+        rows = report["results"]
+        bad = [r for r in rows if "hot_s" not in r or r.get("max_rel_err_vs_1_device", 0) > 1e-2]
+        scaled = [r for r in rows if r["devices"] == 2]
+        ok = not bad and len(rows) == 5 and all("speedup_vs_1_device" in r for r in scaled)
+        return ok, f"{len(rows)} rows; bad {bad}"
+
+    record("network/resnet-small/data-parallel-x8", resnet_data_parallel)
+    record("network/gpt-small/tensor-parallel-x8", gpt_tensor_parallel)
+    record("network/gpt-small/data-a2-tensor-b4", gpt_data_and_tensor)
+    record("network/benchmark-quick/2-devices", benchmark_two_devices)
 
 
 def leaves_arrays(r):

@@ -81,9 +81,11 @@ def test_lowering_is_the_lax_lowering_without_cuda(monkeypatch):
 
 def test_compile_operator_fast_paths_keyword(monkeypatch):
     from dml_jax.compile import _compile_cached
+    from dml_jax.graph import _compile_graph_cached
 
     monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
     _compile_cached.cache_clear()  # nothing compiled with the real cuda_present inside
+    _compile_graph_cached.cache_clear()
     try:
         td = dml.TensorDesc("INT8", (2, 8, 4, 8))
         desc = dml.ElementWiseClip1OperatorDesc(td, td, min=-1, max=2)
@@ -105,8 +107,14 @@ def test_compile_operator_fast_paths_keyword(monkeypatch):
         )
         g = dml.compile_graph(graph)
         assert "platform_index" in str(jax.make_jaxpr(g.fn)(x))
+        # ... unless the graph is compiled without fast paths (a separate cache entry)
+        g_lax = dml.compile_graph(graph, fast_paths=False)
+        assert g_lax is not g and g_lax is dml.compile_graph(graph, fast_paths=False)
+        assert "platform_index" not in str(jax.make_jaxpr(g_lax.fn)(x))
+        _same_bits(g_lax(x), g(x))
     finally:
         _compile_cached.cache_clear()
+        _compile_graph_cached.cache_clear()
 
 
 def _module_name(path: pathlib.Path) -> str:

@@ -1,0 +1,268 @@
+"""Whole networks as DML graphs (examples/networks.py): ResNet and the GPT stack.
+
+Small networks with the full architectures' block structure are run and compared with
+references written directly in jax (``lax.conv_general_dilated`` in NHWC, jnp einsums), which
+share nothing with dml_jax's lowerings; the full-size builders are checked structurally (node
+counts, parameter counts, shapes traced without running). The sharded runs live in the 8-device
+worker (tests/_sharding_worker.py, ``network/...`` cases). With PyTorch importable, the
+benchmark's PyTorch networks are checked against the DML graphs too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import dml_jax as dml
+from dml_jax.cli import main as cli_main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str, path: Path):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+nets = _load("networks", ROOT / "examples" / "networks.py")
+SMALL_RESNET, SMALL_GPT = nets.SMALL_RESNET, nets.SMALL_GPT
+RESNET_BATCH, GPT_BATCH = 2, 2
+
+
+def relative_error(got, want) -> float:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.max(np.abs(got.reshape(want.shape) - want)) / np.max(np.abs(want)))
+
+
+def run(net: nets.Network, x) -> np.ndarray:
+    return np.asarray(net.compile()(*net.arguments(x=x)), np.float32)
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    net = nets.resnet50(RESNET_BATCH, "FLOAT32", **SMALL_RESNET)
+    x = net.example_data()["x"]
+    want = np.asarray(nets.resnet_reference(net.parameters, x, SMALL_RESNET["layers"]))
+    return net, x, want
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    net = nets.gpt_stack(GPT_BATCH, dtype="FLOAT32", **SMALL_GPT)
+    x = net.example_data()["x"]
+    heads, layers = SMALL_GPT["heads"], SMALL_GPT["layers"]
+    want = np.asarray(nets.gpt_reference(net.parameters, x, GPT_BATCH, heads, layers))
+    return net, x, want
+
+
+# ------------------------------------------------------------------------------ ResNet
+
+
+def test_resnet_reference_is_not_trivial(resnet):
+    # Logits that vary over classes and images, and change with the weights: a broken
+    # graph cannot match them by accident.
+    _, x, want = resnet
+    assert want.shape == (RESNET_BATCH, SMALL_RESNET["classes"])
+    assert np.std(want) > 0.1 and relative_error(want[0], want[1]) > 0.1
+    other = nets.resnet_parameters(SMALL_RESNET["width"], SMALL_RESNET["layers"], 10, seed=1)
+    assert relative_error(nets.resnet_reference(other, x, SMALL_RESNET["layers"]), want) > 0.1
+
+
+@pytest.mark.parametrize("batch_norm", ["fold", "operator"])
+def test_resnet_float32_matches_reference(resnet, batch_norm):
+    net, x, want = resnet
+    if batch_norm != "fold":
+        net = nets.resnet50(RESNET_BATCH, "FLOAT32", batch_norm=batch_norm, **SMALL_RESNET)
+    assert relative_error(run(net, x), want) < 1e-4
+
+
+def test_resnet_float16_follows_float32_reference(resnet):
+    _, x, want = resnet
+    net = nets.resnet50(RESNET_BATCH, "FLOAT16", **SMALL_RESNET)
+    assert net.weights["conv1.weight"].dtype == np.float16
+    got = run(net, x.astype(np.float16))
+    assert np.isfinite(got).all()
+    assert relative_error(got, want) < 5e-3
+
+
+def test_resnet50_full_size_structure():
+    net = nets.resnet50(1)
+    counts = Counter(node.operator_type for node in net.graph.nodes)
+    assert counts == {
+        "DML_OPERATOR_CONVOLUTION": 54,  # 49 in the blocks, 4 projections, the stem, the fc
+        "DML_OPERATOR_ELEMENT_WISE_ADD1": 16,
+        "DML_OPERATOR_MAX_POOLING": 1,
+        "DML_OPERATOR_AVERAGE_POOLING": 1,
+    }
+    relu = [n for n in net.graph.nodes if getattr(n, "fused_activation", None) is not None]
+    assert len(relu) == 1 + 2 * 16 + 16  # stem, two per block, every residual add
+    # torchvision's resnet50 has 25,557,032 parameters (the statistics are buffers).
+    learned = sum(v.size for k, v in net.parameters.items() if "running" not in k)
+    assert learned == 25_557_032
+    # Folded: each normalization's scale went into its convolution's filter, its shift became
+    # the convolution's bias.
+    channels = sum(v.size for k, v in net.parameters.items() if k.endswith("running_mean"))
+    assert sum(v.size for v in net.weights.values()) == learned - channels
+    pools = [n for n in net.graph.nodes if "POOLING" in n.operator_type]
+    assert pools[0].output_tensor.sizes == (1, 64, 56, 56)
+    assert pools[1].input_tensor.sizes == (1, 2048, 7, 7)
+    dml.validate_graph(net.graph)
+    shapes = [jax.ShapeDtypeStruct(t.sizes, t.dtype) for t in net.input_descs]
+    out = jax.eval_shape(net.compile().fn, *shapes)
+    assert out.shape == (1, 1000, 1, 1) and out.dtype == np.float32
+
+
+def test_resnet50_batch_norm_operator_structure():
+    net = nets.resnet50(2, "FLOAT16", batch_norm="operator")
+    counts = Counter(node.operator_type for node in net.graph.nodes)
+    assert counts["DML_OPERATOR_BATCH_NORMALIZATION"] == 53
+    assert counts["DML_OPERATOR_CONVOLUTION"] == 54
+    assert net.input_descs[0].sizes == (2, 3, 224, 224)
+    dml.validate_graph(net.graph)
+
+
+def test_resnet_builder_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="multiple of 32"):
+        nets.resnet50(1, image=100)
+    with pytest.raises(ValueError, match="batch_norm"):
+        nets.resnet50(1, batch_norm="drop")
+
+
+# ------------------------------------------------------------------------------ GPT
+
+
+def test_gpt_float32_matches_reference(gpt):
+    net, x, want = gpt
+    assert np.std(want) > 0.5
+    assert relative_error(run(net, x), want) < 1e-4
+
+
+def test_gpt_float16_follows_float32_reference(gpt):
+    _, x, want = gpt
+    net = nets.gpt_stack(GPT_BATCH, dtype="FLOAT16", **SMALL_GPT)
+    got = run(net, x.astype(np.float16))
+    assert np.isfinite(got).all()
+    assert relative_error(got, want) < 1e-2
+
+
+def test_gpt_attention_is_causal_and_per_sequence(gpt):
+    # Changing the last token of the first sequence changes that token's output only (not by
+    # a constant: layer norm would remove it).
+    net, x, _ = gpt
+    seq = SMALL_GPT["seq"]
+    before = run(net, x)
+    changed = x.copy()
+    changed[seq - 1] += np.random.default_rng(5).standard_normal(x.shape[1], np.float32)
+    after = run(net, changed)
+    np.testing.assert_allclose(after[: seq - 1], before[: seq - 1], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(after[seq:], before[seq:], rtol=1e-6, atol=1e-6)
+    assert np.max(np.abs(after[seq - 1] - before[seq - 1])) > 1e-2
+
+
+def test_gpt_full_size_structure():
+    net = nets.gpt_stack(1, 1024, 1024, 16, 12, "FLOAT32")  # FLOAT16: the small tests
+    counts = Counter(node.operator_type for node in net.graph.nodes)
+    assert counts == {
+        "DML_OPERATOR_MEAN_VARIANCE_NORMALIZATION1": 25,
+        "DML_OPERATOR_GEMM": 12 * 8,  # Q, K, V, two attention products, out, two MLP
+        "DML_OPERATOR_ACTIVATION_GELU": 12,
+        "DML_OPERATOR_ELEMENT_WISE_ADD": 24,
+        "DML_OPERATOR_ELEMENT_WISE_IDENTITY": 12 * 7 + 1,  # 6 biases and the heads; the mask
+    }
+    softmax = [n for n in net.graph.nodes if getattr(n, "fused_activation", None) is not None]
+    assert len(softmax) == 12
+    assert softmax[0].output_tensor.sizes == (1, 16, 1024, 1024)
+    # 12 d^2 + 13 d per layer (4 attention and 2 MLP projections, biases, 2 norms) + 2 d.
+    d = 1024
+    assert sum(v.size for v in net.parameters.values()) == 12 * (12 * d * d + 13 * d) + 2 * d
+    assert set(net.shard_dims) <= set(net.weights)
+    dml.validate_graph(net.graph, reinterpret_edges=True)
+    shapes = [jax.ShapeDtypeStruct(t.sizes, t.dtype) for t in net.input_descs]
+    out = jax.eval_shape(net.compile().fn, *shapes)
+    assert out.shape == (1024, 1024) and out.dtype == np.float32
+
+
+def test_gpt_needs_reinterpreted_edges(gpt):
+    net, _, _ = gpt
+    with pytest.raises(dml.ValidationError, match="an intermediate edge needs one data type"):
+        dml.compile_graph(net.graph)
+
+
+# ------------------------------------------------------------------------------ JSON
+
+
+@pytest.mark.parametrize("which", ["resnet", "gpt"])
+def test_graph_to_json_round_trips(which, resnet, gpt):
+    net = (resnet if which == "resnet" else gpt)[0]
+    text = json.dumps(dml.graph_to_json(net.graph))
+    assert dml.graph_from_json(json.loads(text)) == net.graph
+
+
+def test_exported_resnet_runs_through_dml_jax_run(tmp_path, monkeypatch, capsys, resnet):
+    net, x, want = resnet
+    path = nets.export_dxdispatch(net, tmp_path, {"x": x})
+    model = json.loads(path.read_text())
+    assert dml.graph_from_json(model["dispatchables"]["resnet50"]) == net.graph
+    monkeypatch.chdir(tmp_path)
+    code = cli_main(["run", "model.json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "Dispatch 'resnet50'" in out and "Resource 'output': " in out
+    got = np.load(tmp_path / "output.npy")
+    assert got.shape == (RESNET_BATCH, SMALL_RESNET["classes"], 1, 1)
+    assert relative_error(got, want) < 1e-4
+
+
+def test_export_refuses_a_graph_with_reinterpreted_edges(tmp_path, gpt):
+    with pytest.raises(ValueError, match="no DxDispatch form"):
+        nets.export_dxdispatch(gpt[0], tmp_path)
+
+
+# ------------------------------------------------------------------------------ benchmark
+
+
+def test_benchmark_quick_run_writes_a_report(tmp_path):
+    bench = _load("bench_networks", ROOT / "benchmarks" / "networks.py")
+    out = tmp_path / "networks.json"
+    report = bench.main(
+        ["--quick", "--only", "gpt FLOAT32", "--out", str(out), "--sample-s", "0.001"]
+    )
+    assert json.loads(out.read_text())["results"] == report["results"]
+    rows = {r["impl"]: r for r in report["results"]}
+    assert rows["dml"]["tokens_per_s"] > 0 and rows["dml"]["cold_s"] > 0
+    assert "torch eager" in rows  # timed, or skipped with the reason
+
+
+def test_torch_networks_match_the_graphs(resnet, gpt):
+    torch = pytest.importorskip("torch")
+    bench = _load("bench_networks", ROOT / "benchmarks" / "networks.py")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    net, x, want = resnet
+    c = net.config
+    model = bench._load(torch, bench.torch_resnet(torch, c["width"], c["layers"], c["classes"]),
+                        net.parameters)  # fmt: skip
+    with torch.inference_mode():
+        plain = model(torch.from_numpy(x)).numpy()
+        folded = bench.fold_batch_norm(torch, model)(torch.from_numpy(x)).numpy()
+    assert relative_error(plain, want) < 1e-4
+    assert relative_error(folded, want) < 1e-4
+    net, x, want = gpt
+    c = net.config
+    model = bench._load(torch, bench.torch_gpt(torch, c["d_model"], c["heads"], c["layers"],
+                                               c["ffn"]), net.parameters)  # fmt: skip
+    with torch.inference_mode():
+        got = model(torch.from_numpy(x).reshape(c["batch"], c["seq"], -1)).numpy()
+    assert relative_error(got, want) < 1e-4
