@@ -577,10 +577,12 @@ def _graph_function(
 ) -> Callable[..., tuple]:
     from .buffers import read_tensor
 
+    linked = {e.from_node_index for e in graph.intermediate_edges}
+    linked |= {e.to_node_index for e in graph.intermediate_edges}
     steps = tuple(
         (
             n,
-            fastpath.lowering(plan.specs[n], graph.nodes[n], fast_paths),
+            fastpath.lowering(plan.specs[n], graph.nodes[n], fast_paths, n in linked),
             plan.sources[n],
             plan.present_outputs[n],
         )
@@ -644,10 +646,9 @@ def compile_graph(
             default (edges must match exactly); the ONNX importer turns it on.
         fast_paths: as for ``compile_operator``: ``True`` lets each node's registered GPU fast
             path (``dml_jax.fastpath``) compute it when the program is lowered for CUDA;
-            ``False`` lowers every node with its lax lowering. A fast path is a kernel of its
-            own, so XLA cannot fuse it with its neighbours: a network whose element-wise nodes
-            should fuse into the convolutions and products around them compiles with ``False``
-            (``examples/networks.py``).
+            ``False`` lowers every node with its lax lowering. Fast paths registered as
+            standalone (the element-wise kernels, fusion barriers) are used only for nodes
+            without intermediate edges: elsewhere their lax form fuses into its neighbours.
 
     Returns:
         A ``CompiledGraph`` (a ``CompiledOperator``): ``g(*inputs)`` takes one array per graph

@@ -100,12 +100,12 @@ class Network:
     reinterpret_edges: bool
     config: dict
 
-    def compile(self, in_shardings=None, out_shardings=None, *, fast_paths: bool = False):
-        """``compile_graph`` of the network.
+    def compile(self, in_shardings=None, out_shardings=None, *, fast_paths: bool = True):
+        """``compile_graph`` of the network (``fast_paths=False``: every node's lax lowering).
 
-        ``fast_paths`` is off by default: a registered GPU fast path is a kernel of its own,
-        and a network's element-wise nodes (residual adds, bias broadcasts, the head transpose)
-        run best fused by XLA into the convolutions and products around them.
+        Inside a graph the element-wise kernels stand aside (``fastpath.FastPath.standalone``),
+        so residual adds and bias broadcasts fuse into the convolutions and products around
+        them, while the fast paths that change the algorithm (cuDNN attention) stay.
         """
         return dml.compile_graph(
             self.graph,

@@ -112,6 +112,21 @@ def test_compile_operator_fast_paths_keyword(monkeypatch):
         assert g_lax is not g and g_lax is dml.compile_graph(graph, fast_paths=False)
         assert "platform_index" not in str(jax.make_jaxpr(g_lax.fn)(x))
         _same_bits(g_lax(x), g(x))
+        # a standalone (element-wise) fast path stands aside for nodes joined by an edge, so
+        # that XLA fuses them; TILE's word form is lax code and stays
+        tile = dml.TileOperatorDesc(td, td.like(sizes=(2, 8, 8, 16)), repeats=[1, 1, 2, 2])
+        assert fastpath.select(desc).standalone and not fastpath.select(tile).standalone
+        chain = dml.GraphDesc(
+            input_count=1,
+            output_count=1,
+            nodes=[desc, tile],
+            input_edges=[dml.InputGraphEdge(0, 0, 0)],
+            output_edges=[dml.OutputGraphEdge(1, 0, 0)],
+            intermediate_edges=[dml.IntermediateGraphEdge(0, 0, 1, 0)],
+        )
+        assert fastpath.select(desc, fusible=True) is None
+        jaxpr = str(jax.make_jaxpr(dml.compile_graph(chain).fn)(x))
+        assert jaxpr.count("platform_index") == 1  # TILE's choice only
     finally:
         _compile_cached.cache_clear()
         _compile_graph_cached.cache_clear()

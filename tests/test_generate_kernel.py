@@ -85,7 +85,8 @@ def test_plans_decline_what_lax_keeps():
 
 def test_kernels_are_registered():
     for op in ("FILL_VALUE_CONSTANT", "ONE_HOT"):
-        assert [p.name for p in fastpath.fast_paths(f"DML_OPERATOR_{op}")] == ["kernel"]
+        (path,) = fastpath.fast_paths(f"DML_OPERATOR_{op}")
+        assert path.name == "kernel" and path.standalone  # in a graph the lax form fuses
 
 
 needs_cuda = pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
@@ -116,8 +117,9 @@ def test_gpu_one_hot_fast_path_matches_lax(type_name):
 
 
 @needs_cuda
-def test_gpu_fill_kernel_in_a_graph():
-    """An operator without inputs, on its fast path, feeding another inside one program."""
+def test_gpu_fill_in_a_graph():
+    """An operator without inputs feeding another inside one program: there the kernel stands
+    aside (standalone) and XLA folds the constant into the addition."""
     t = T("FLOAT32", (2048, 1024))
     fill = dml.FillValueConstantOperatorDesc(t, "FLOAT32", 2.0)
     add = dml.ElementWiseAddOperatorDesc(t, t, t)
@@ -129,5 +131,6 @@ def test_gpu_fill_kernel_in_a_graph():
         output_edges=(dml.OutputGraphEdge(1, 0, 0),),
         intermediate_edges=(dml.IntermediateGraphEdge(0, 0, 1, 1),),
     )
+    assert fastpath.select(fill, fusible=True) is None
     x = np.arange(2048 * 1024, dtype=np.float32).reshape(2048, 1024)
     np.testing.assert_array_equal(np.asarray(dml.compile_graph(graph)(x)), x + 2)

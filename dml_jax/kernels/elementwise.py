@@ -110,4 +110,4 @@ def _lower(d, x) -> tuple:
 
 
 for _cls in (ElementWiseClipOperatorDesc, ElementWiseClip1OperatorDesc):
-    register_fast_path(_cls.operator_type, "kernel", _applies, _lower)
+    register_fast_path(_cls.operator_type, "kernel", _applies, _lower, standalone=True)

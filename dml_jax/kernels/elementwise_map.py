@@ -185,4 +185,4 @@ def lower_with_kernel(desc, *arrays, interpret: bool = False) -> tuple:
 
 
 for _name in OPERATORS:
-    register_fast_path(_name, "map", covered, lower_with_kernel)
+    register_fast_path(_name, "map", covered, lower_with_kernel, standalone=True)

@@ -148,5 +148,11 @@ def _one_hot_lower(d: Any, idx, values) -> tuple:
     return (lax.reshape(y, tuple(shape)),)
 
 
-register_fast_path("DML_OPERATOR_FILL_VALUE_CONSTANT", "kernel", _fill_applies, _fill_lower)
-register_fast_path("DML_OPERATOR_ONE_HOT", "kernel", _one_hot_applies, _one_hot_lower)
+# Standalone: in a graph XLA folds a constant or a compare-and-select into its consumer, which
+# writes nothing at all.
+register_fast_path(
+    "DML_OPERATOR_FILL_VALUE_CONSTANT", "kernel", _fill_applies, _fill_lower, standalone=True
+)
+register_fast_path(
+    "DML_OPERATOR_ONE_HOT", "kernel", _one_hot_applies, _one_hot_lower, standalone=True
+)
