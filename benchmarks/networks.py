@@ -8,7 +8,10 @@ side is the same network written with ``torch.nn`` and carrying the same weights
 - ResNet-50 in torchvision's layout, channels_last, ``cudnn.benchmark`` on, batch normalization
   folded into the convolutions (``fuse_conv_bn_eval``), which is what the DML graph computes;
 - the GPT stack with ``nn.Linear``, ``nn.LayerNorm``, exact ``nn.GELU`` and
-  ``scaled_dot_product_attention(is_causal=True)`` (FlashAttention in float16);
+  ``scaled_dot_product_attention(is_causal=True)`` (FlashAttention in float16), where the DML
+  graph has one MULTIHEAD_ATTENTION node per layer with the causal mask as a BOOLEAN MaskTensor
+  (cuDNN's fused attention on CUDA in float16; ``cudnn_attention_calls`` in a ``dml`` row counts
+  its calls in the lowered program);
 - eager, and ``torch.compile`` (default mode) where it works, at the cases ``--torch-compile``
   names.
 
@@ -268,7 +271,13 @@ class Run:
                     "ResNet-50: dml graph with batch normalization folded into the convolutions; "
                     "PyTorch channels_last, cudnn.benchmark, folded too (fuse_conv_bn_eval)"
                 ),
-                "GPT: PyTorch uses scaled_dot_product_attention(is_causal=True)",
+                (
+                    "GPT: dml has one MULTIHEAD_ATTENTION node per layer (stacked QKV from one "
+                    "fused projection, causal mask as a BOOLEAN MaskTensor with MaskFilterValue "
+                    "-inf), on cuDNN's fused attention in float16 (the mask enters as an additive "
+                    "bias, so the masked blocks are computed too); PyTorch uses "
+                    "scaled_dot_product_attention(is_causal=True)"
+                ),
                 "float32: TF32 off in PyTorch, full float32 products in dml_jax",
                 (
                     "dml: Network.compile() (compile_graph's defaults); 'dml lax' is the same "
@@ -381,6 +390,8 @@ def run_case(run: Run, network: str, dtype: str, batch: int, impls: tuple[str, .
         else:
             try:
                 call, sync = _implementation(run, net, impl, x)
+                if impl == "dml":
+                    row["cudnn_attention_calls"] = _cudnn_attention_calls(net)
                 cold, out = cold_time(call, sync)
                 hot = hot_time(call, sync, args.sample_s, args.samples)
                 outputs[impl] = _to_numpy(run, out)
@@ -404,6 +415,18 @@ def run_case(run: Run, network: str, dtype: str, batch: int, impls: tuple[str, .
     if run.torch is not None:
         run.torch.cuda.empty_cache()
     jax.clear_caches()
+
+
+def _cudnn_attention_calls(net) -> int | str:
+    """How many cuDNN fused-attention calls the lowered program of ``net.compile()`` makes (the
+    fast path of MULTIHEAD_ATTENTION; 0 off CUDA or where the lax lowering computes it)."""
+    import jax
+
+    try:
+        shapes = [jax.ShapeDtypeStruct(t.sizes, t.dtype) for t in net.input_descs]
+        return jax.jit(net.compile().fn).lower(*shapes).as_text().count("__cudnn$fmha")
+    except Exception as e:  # a diagnostic: the timing still runs
+        return f"{type(e).__name__}: {str(e)[:200]}"
 
 
 def _to_numpy(run: Run, out):

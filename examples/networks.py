@@ -15,23 +15,28 @@ the head a global AVERAGE_POOLING and the classifier a 1x1 CONVOLUTION on the po
 descs and the graph is valid without reinterpreted edges, as DxDispatch JSON graphs need.
 
 **GPT stack** (pre-LN, causal): per layer MEAN_VARIANCE_NORMALIZATION1 over the features (layer
-norm), three GEMMs for Q, K and V (weights in PyTorch's {out, in} layout with TransB), attention
-as two batched GEMMs (the first with Alpha = 1/sqrt(head size), the causal mask as its C tensor
-and a fused SOFTMAX1: DirectML fuses softmax into GEMM from feature level 6_1), an
-ELEMENT_WISE_IDENTITY that moves the heads back next to each other, the output projection, a
-residual ELEMENT_WISE_ADD, layer norm, GEMM, ACTIVATION_GELU, GEMM and the second residual add;
-a final layer norm. Tokens are the rows of {B * S, d} tensors. The heads are a view: a GEMM reads
-Q's {B * S, d} buffer as {B, H, S, Dh} through permuted strides, and biases and the mask are
-read through stride-0 broadcasts, so the graph compiles with ``reinterpret_edges=True`` (DirectML
-reinterprets an intermediate tensor's bytes the same way). MULTIHEAD_ATTENTION would say the
-same in one node, but its FLOAT16 contract computes in float32 (docs/semantics.md); the two
-GEMMs run float16 products on tensor cores.
+norm), one GEMM for the fused Q, K and V projection (weights in PyTorch's {out, in} layout with
+TransB), MULTIHEAD_ATTENTION, the output projection, a residual ELEMENT_WISE_ADD, layer norm,
+GEMM, ACTIVATION_GELU, GEMM and the second residual add; a final layer norm. Tokens are the rows
+of {B * S, d} tensors. The QKV projection's output features are ordered (head, q/k/v, head size)
+(``stacked_qkv`` builds its weight from PyTorch's separate q, k and v), so its {B * S, 3d}
+output is MULTIHEAD_ATTENTION's packed {B, S, H, 3, Dh} StackedQueryKeyValueTensor, and the
+attention's {B, S, d} output is the output projection's {B * S, d} input: both edges are
+reshapes. The causal mask is a BOOLEAN MaskTensor (MaskFilterValue -inf), one INT32 {1, 1, S, S}
+graph input read by every layer as {B, H, S, S} through stride-0 batch and head dimensions;
+biases are read through stride-0 broadcasts too, so the graph compiles with
+``reinterpret_edges=True`` (DirectML reinterprets an intermediate tensor's bytes the same way).
+FLOAT16 attention nodes are descriptions cuDNN's fused attention computes
+(``dml_jax/kernels/attention.py``): on CUDA the B * H * S * S scores stay on chip. cuDNN reads
+the mask as an additive {B, H, S, S} float16 bias and computes the masked half of each score
+matrix too: a mask is data, and only a causal flag (which DirectML's attention lacks) would let
+it skip those blocks, as PyTorch's ``scaled_dot_product_attention(is_causal=True)`` does.
 
 Scaling out needs no new descriptors: ``shardings(net, mesh, data_axis, model_axis)`` gives one
 ``NamedSharding`` per graph input (the batch split over ``data_axis``; with ``model_axis`` the
-Q/K/V and first MLP weights split by output rows and the output projection and second MLP weight
-by input columns, Megatron's tensor parallelism) and ``Network.compile`` passes them to
-``compile_graph``; GSPMD inserts the communication.
+fused QKV and first MLP weights split by output rows, so each device holds whole heads, and the
+output projection and second MLP weight by input columns, Megatron's tensor parallelism) and
+``Network.compile`` passes them to ``compile_graph``; GSPMD inserts the communication.
 
 Run ``python examples/networks.py`` to build both networks at small sizes, run them and compare
 them with references written directly in jax (``resnet_reference``, ``gpt_reference``), and
@@ -80,7 +85,8 @@ class Network:
         input_descs: their tensor descs.
         data_names: the inputs a caller supplies (``"x"``); every other input is in ``weights``.
         batch_dims: per data input, the dimension that holds the batch.
-        weights: graph input values by name, in the network's data type.
+        weights: graph input values by name, in the network's data type (the GPT's causal mask:
+            INT32).
         parameters: the model's parameters, float32, under PyTorch's names (batch normalization
             unfolded); ``weights`` are derived from them.
         shard_dims: per weight, the dimension tensor parallelism splits (empty for ResNet).
@@ -145,8 +151,8 @@ class _Builder(GraphBuilder):
         self.descs[name] = T(self.dtype, sizes)
         return self.input(name)
 
-    def constant(self, name: str, value: np.ndarray) -> tuple:
-        desc = T(self.dtype, value.shape)
+    def constant(self, name: str, value: np.ndarray, data_type: str | None = None) -> tuple:
+        desc = T(data_type or self.dtype, value.shape)
         self.descs[name] = desc
         self.values[name] = np.ascontiguousarray(value, desc.dtype)
         return self.input(name)
@@ -437,8 +443,22 @@ def gpt_parameters(d_model: int, ffn: int, layers: int, seed: int = 0) -> dict[s
 # Megatron's split: column-parallel projections split their output rows (weight dim 0, bias
 # dim 1), row-parallel ones their input columns (weight dim 1; their bias is added after the
 # partial sums are reduced, so it stays whole).
-_COLUMN_PARALLEL = ("attn.q", "attn.k", "attn.v", "mlp.fc1")
+_COLUMN_PARALLEL = ("attn.qkv", "mlp.fc1")
 _ROW_PARALLEL = ("attn.out", "mlp.fc2")
+
+
+def stacked_qkv(parameters: dict, block: str, heads: int) -> tuple[np.ndarray, np.ndarray]:
+    """The fused QKV projection of ``block`` ({3d, d} weight, {3d} bias) from PyTorch's
+    separate q, k and v Linears, its output features in (head, q/k/v, head size) order: the
+    projection's {B * S, 3d} output is then MULTIHEAD_ATTENTION's packed {B, S, H, 3, Dh}
+    StackedQueryKeyValueTensor, and a contiguous block of rows holds whole heads."""
+    names = [f"{block}.attn.{n}" for n in ("q", "k", "v")]
+    weight = np.stack([parameters[f"{n}.weight"] for n in names])  # {3, d, d}: {3, H * Dh, d}
+    bias = np.stack([parameters[f"{n}.bias"] for n in names])  # {3, H * Dh}
+    d = weight.shape[-1]
+    weight = weight.reshape(3, heads, d // heads, d).transpose(1, 0, 2, 3).reshape(3 * d, d)
+    bias = bias.reshape(3, heads, d // heads).transpose(1, 0, 2).reshape(3 * d)
+    return weight, bias
 
 
 def gpt_stack(
@@ -464,8 +484,12 @@ def gpt_stack(
     rows = T(dtype, (tokens, d_model))
     wide = T(dtype, (tokens, ffn))
     x = b.data("x", rows.sizes)
-    mask = np.triu(np.full((seq, seq), -np.inf, np.float32), k=1).reshape(1, 1, seq, seq)
-    (mask_out,) = b.add(_identity(T(dtype, mask.shape)), b.constant("causal_mask", mask))
+    # The causal mask, 1 where query i may attend key j <= i (BOOLEAN: a 0 adds
+    # MaskFilterValue), enters once as {1, 1, S, S}; every attention node reads it as
+    # {B, H, S, S} through stride-0 batch and head dimensions.
+    causal = np.tril(np.ones((seq, seq), np.int32)).reshape(1, 1, seq, seq)
+    mask_in = T("INT32", causal.shape)
+    (mask,) = b.add(_identity(mask_in), b.constant("causal_mask", causal, "INT32"))
     shard_dims: dict[str, int] = {}
 
     def norm(h, name):
@@ -477,12 +501,12 @@ def gpt_stack(
         )
         return b.add(desc, h, scale, shift)[0]
 
-    def linear(h, name, in_desc, out_features):
-        weight = p[f"{name}.weight"]
-        bias = p[f"{name}.bias"].reshape(1, out_features)
+    def linear(h, name, in_desc, weight=None, bias=None):
+        weight = p[f"{name}.weight"] if weight is None else weight
+        bias = (p[f"{name}.bias"] if bias is None else bias).reshape(1, -1)
         w = b.constant(f"{name}.weight", weight)
         (c,) = b.add(_identity(T(dtype, bias.shape)), b.constant(f"{name}.bias", bias))
-        out = T(dtype, (tokens, out_features))
+        out = T(dtype, (tokens, weight.shape[0]))
         c_view = T(dtype, out.sizes, strides=(0, 1))  # the bias row broadcast down the tokens
         kind = ".".join(name.split(".")[-2:])
         if kind in _COLUMN_PARALLEL:
@@ -494,34 +518,29 @@ def gpt_stack(
         )
         return b.add(desc, h, w, c)[0]
 
-    # Q, K and V are {B * S, H * Dh} = {B, S, H, Dh} packed; attention reads them as
-    # {B, H, S, Dh} (strides S * d, Dh, d, 1) and writes {B, H, S, Dh} packed.
-    by_head = T(dtype, (batch, heads, seq, head), strides=(seq * d_model, head, d_model, 1))
-    scores = T(dtype, (batch, heads, seq, seq))
-    mask_view = T(dtype, scores.sizes, strides=(0, 0, seq, 1))
-    per_head = T(dtype, (batch, heads, seq, head))
-    heads_last = T(dtype, (batch, seq, heads, head))
-    # The attention output {B, H, S, Dh} read as {B, S, H, Dh}: the identity's output is the
-    # heads side by side, {B * S, d} packed, for the output projection.
-    transpose_read = T(dtype, heads_last.sizes, strides=(heads * seq * head, head, seq * head, 1))
-    attend = dml.GemmOperatorDesc(
-        by_head, by_head, mask_view, scores, trans_b="TRANSPOSE", alpha=1.0 / math.sqrt(head),
-        beta=1.0, fused_activation=dml.ActivationSoftmax1OperatorDesc(axes=(3,)),
-    )  # fmt: skip
-    combine = dml.GemmOperatorDesc(scores, by_head, None, per_head)
+    # One node per layer: the QKV projection's {B * S, 3d} output read as {B, S, H, 3, Dh}
+    # (a reshape), causal through the mask, output {B, S, H * Dh}, read by the output
+    # projection as {B * S, d} (a reshape again).
+    attend = dml.MultiheadAttentionOperatorDesc(
+        stacked_query_key_value_tensor=T(dtype, (batch, seq, heads, 3, head)),
+        mask_tensor=T("INT32", (batch, heads, seq, seq), strides=(0, 0, seq, 1)),
+        output_tensor=T(dtype, (batch, seq, d_model)),
+        scale=1.0 / math.sqrt(head),
+        mask_filter_value=-math.inf,
+        head_count=heads,
+        mask_type="BOOLEAN",
+    )
     for i in range(layers):
         block = f"blocks.{i}"
         h = norm(x, f"{block}.ln1")
-        q, k, v = (linear(h, f"{block}.attn.{n}", rows, d_model) for n in ("q", "k", "v"))
-        (probs,) = b.add(attend, q, k, mask_out)
-        (o,) = b.add(combine, probs, v)
-        (o,) = b.add(dml.ElementWiseIdentityOperatorDesc(transpose_read, heads_last), o)
-        a = linear(o, f"{block}.attn.out", rows, d_model)
+        qkv = linear(h, f"{block}.attn.qkv", rows, *stacked_qkv(p, block, heads))
+        (o,) = b.add(attend, qkv, mask)
+        a = linear(o, f"{block}.attn.out", rows)
         (x,) = b.add(dml.ElementWiseAddOperatorDesc(rows, rows, rows), x, a)
         h = norm(x, f"{block}.ln2")
-        u = linear(h, f"{block}.mlp.fc1", rows, ffn)
+        u = linear(h, f"{block}.mlp.fc1", rows)
         (u,) = b.add(dml.ActivationGeluOperatorDesc(wide, wide), u)
-        m = linear(u, f"{block}.mlp.fc2", wide, d_model)
+        m = linear(u, f"{block}.mlp.fc2", wide)
         (x,) = b.add(dml.ElementWiseAddOperatorDesc(rows, rows, rows), x, m)
     out = norm(x, "ln_f")
     config = {

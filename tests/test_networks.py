@@ -50,6 +50,10 @@ def run(net: nets.Network, x) -> np.ndarray:
     return np.asarray(net.compile()(*net.arguments(x=x)), np.float32)
 
 
+def attention_nodes(net: nets.Network) -> list:
+    return [n for n in net.graph.nodes if n.operator_type == "DML_OPERATOR_MULTIHEAD_ATTENTION"]
+
+
 @pytest.fixture(scope="module")
 def resnet():
     net = nets.resnet50(RESNET_BATCH, "FLOAT32", **SMALL_RESNET)
@@ -176,22 +180,61 @@ def test_gpt_full_size_structure():
     counts = Counter(node.operator_type for node in net.graph.nodes)
     assert counts == {
         "DML_OPERATOR_MEAN_VARIANCE_NORMALIZATION1": 25,
-        "DML_OPERATOR_GEMM": 12 * 8,  # Q, K, V, two attention products, out, two MLP
+        "DML_OPERATOR_GEMM": 12 * 4,  # QKV, out, two MLP
+        "DML_OPERATOR_MULTIHEAD_ATTENTION": 12,
         "DML_OPERATOR_ACTIVATION_GELU": 12,
         "DML_OPERATOR_ELEMENT_WISE_ADD": 24,
-        "DML_OPERATOR_ELEMENT_WISE_IDENTITY": 12 * 7 + 1,  # 6 biases and the heads; the mask
+        "DML_OPERATOR_ELEMENT_WISE_IDENTITY": 12 * 4 + 1,  # 4 biases per layer; the mask
     }
-    softmax = [n for n in net.graph.nodes if getattr(n, "fused_activation", None) is not None]
-    assert len(softmax) == 12
-    assert softmax[0].output_tensor.sizes == (1, 16, 1024, 1024)
+    attention = attention_nodes(net)
+    assert attention[0].stacked_query_key_value_tensor.sizes == (1, 1024, 16, 3, 64)
+    assert attention[0].mask_tensor.sizes == (1, 16, 1024, 1024)
     # 12 d^2 + 13 d per layer (4 attention and 2 MLP projections, biases, 2 norms) + 2 d.
     d = 1024
     assert sum(v.size for v in net.parameters.values()) == 12 * (12 * d * d + 13 * d) + 2 * d
+    # The graph's weights are the parameters (Q, K and V fused) and the {1, 1, S, S} mask.
+    assert sum(v.size for v in net.weights.values()) == 12 * (12 * d * d + 13 * d) + 2 * d + d * d
     assert set(net.shard_dims) <= set(net.weights)
     dml.validate_graph(net.graph, reinterpret_edges=True)
     shapes = [jax.ShapeDtypeStruct(t.sizes, t.dtype) for t in net.input_descs]
     out = jax.eval_shape(net.compile().fn, *shapes)
     assert out.shape == (1024, 1024) and out.dtype == np.float32
+
+
+def test_gpt_fused_qkv_rows_are_per_head_q_k_v(gpt):
+    # Row (h, t, j) of the fused projection is row h * Dh + j of PyTorch's q, k or v (t = 0, 1,
+    # 2); its bias likewise. Written out index by index, independently of the reshapes.
+    net, _, _ = gpt
+    heads, d = SMALL_GPT["heads"], SMALL_GPT["d_model"]
+    head = d // heads
+    weight, bias = nets.stacked_qkv(net.parameters, "blocks.1", heads)
+    assert weight.shape == (3 * d, d) and bias.shape == (3 * d,)
+    for h in range(heads):
+        for t, name in enumerate("qkv"):
+            for j in range(head):
+                row = (h * 3 + t) * head + j
+                want = net.parameters[f"blocks.1.attn.{name}.weight"][h * head + j]
+                np.testing.assert_array_equal(weight[row], want)
+                assert bias[row] == net.parameters[f"blocks.1.attn.{name}.bias"][h * head + j]
+    np.testing.assert_array_equal(net.weights["blocks.1.attn.qkv.weight"], weight)
+    np.testing.assert_array_equal(net.weights["blocks.1.attn.qkv.bias"], bias.reshape(1, -1))
+
+
+@pytest.mark.parametrize(
+    "config", [dict(SMALL_GPT, batch=GPT_BATCH), {"batch": 8, "seq": 1024, "layers": 1}]
+)
+def test_float16_gpt_attention_takes_the_cudnn_path(config):
+    # The benchmark's float16 GPT must exercise cuDNN's fused attention: every attention node is
+    # a description the CUDA fast path accepts (``applies`` adds only the compilation on a GPU).
+    # The second configuration is the benchmark's (d 1024, 16 heads of 64), one layer of it.
+    from dml_jax.kernels import attention
+
+    nodes = attention_nodes(nets.gpt_stack(dtype="FLOAT16", **config))
+    assert len(nodes) == config["layers"]
+    assert all(attention.expressible(n) for n in nodes)
+    # ... and the FLOAT32 network's are not (cuDNN computes float16 and bfloat16 only).
+    nodes = attention_nodes(nets.gpt_stack(dtype="FLOAT32", **config))
+    assert nodes and not any(attention.expressible(n) for n in nodes)
 
 
 def test_gpt_needs_reinterpreted_edges(gpt):
@@ -242,6 +285,7 @@ def test_benchmark_quick_run_writes_a_report(tmp_path):
     assert json.loads(out.read_text())["results"] == report["results"]
     rows = {r["impl"]: r for r in report["results"]}
     assert rows["dml"]["tokens_per_s"] > 0 and rows["dml"]["cold_s"] > 0
+    assert rows["dml"]["cudnn_attention_calls"] == 0  # FLOAT32: the lax lowering everywhere
     assert "torch eager" in rows  # timed, or skipped with the reason
 
 
