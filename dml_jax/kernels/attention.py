@@ -26,6 +26,9 @@ to float16 before the second product and accumulates the softmax blockwise: docs
   float16's rounding); a row without kept keys is set apart and gets DirectML's value, the mean
   of all values (NaN for -inf). KEY_SEQUENCE_LENGTH is cuDNN's key sequence length, the other
   two a boolean mask built by the lax lowering's own ``keep_mask``;
+- a BOOLEAN mask that is causal at run time (key j kept for query i exactly when j <= i, S == T)
+  takes cuDNN's causal mode, which skips the masked blocks and reads no mask; any other mask
+  is passed as it is;
 - PastSequenceLengthsTensor for one query position (S == 1, decoding) without a mask: the causal
   frontier is then the key length L_b + Skv, cuDNN's key sequence length, and a row with no
   position left is 0.
@@ -126,16 +129,29 @@ def lower(d: Any, *arrays) -> tuple:
         key_lengths = jnp.clip(end, 1, g.total)
         rows_without_keys = (end <= 0).reshape(g.batch, 1, 1, 1)
 
-    out = jax.nn.dot_product_attention(
-        q,
-        heads_first(keys),
-        heads_first(values),
-        bias=bias,
-        mask=mask,
-        scale=float(np.float32(d.scale)),
-        key_value_seq_lengths=key_lengths,
-        implementation="cudnn",
-    )  # {B, S, Hq, D}
+    def attend(mask, is_causal: bool):
+        return jax.nn.dot_product_attention(
+            q,
+            heads_first(keys),
+            heads_first(values),
+            bias=bias,
+            mask=mask,
+            scale=float(np.float32(d.scale)),
+            key_value_seq_lengths=key_lengths,
+            is_causal=is_causal,
+            implementation="cudnn",
+        )  # {B, S, Hq, D}
+
+    if mask is not None and d.mask_type is M.BOOLEAN and g.seq == g.total:
+        # A causal mask (a decoder's) is data, so it is recognized at run time: cuDNN's causal
+        # mode then skips the blocks above the diagonal and reads no mask (the same keys kept).
+        row = jax.lax.broadcasted_iota(jnp.int32, (g.seq, g.total), 0)
+        causal = row >= jax.lax.broadcasted_iota(jnp.int32, (g.seq, g.total), 1)
+        out = jax.lax.cond(
+            jnp.all(mask == causal), lambda: attend(None, True), lambda: attend(mask, False)
+        )
+    else:
+        out = attend(mask, False)
     if rows_without_keys is not None:
         if lengths is not None:
             fill = jnp.zeros((), out.dtype)
