@@ -6,8 +6,9 @@ cores for float32 by default, which is not DirectML's answer, so the lowerings a
 ALLOW_HALF_PRECISION_COMPUTATION (``compile_operator(..., allow_half_precision=True)``,
 ``compile_graph`` likewise, or ``"executionFlags": "ALLOW_HALF_PRECISION_COMPUTATION"`` in a
 DxDispatch model), which permits TF32. FLOAT16 inputs are always multiplied with float32
-accumulation (docs/semantics.md); ``float16_pieces`` lets a float32 operand of such a product
-(attention's probabilities) run on float16 arithmetic exactly.
+accumulation (docs/semantics.md); ``float16_pieces`` and ``pieces_product`` let a float32
+operand of such a product (attention's probabilities, a recurrent layer's state) run on float16
+arithmetic exactly.
 
 The flag is read while a lowering is traced: ``with_half_precision(fn, allowed)`` wraps the
 function a compiled operator or graph runs, so the flag travels with the compiled object, not
@@ -20,6 +21,7 @@ import contextvars
 import functools
 from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -72,3 +74,40 @@ def float16_pieces(x, count: int) -> list:
         rest = rest - head
     pieces.append(rest.astype(jnp.float16))
     return pieces
+
+
+def pieces_product(product: Callable, a, b, axis: int | None = None, wide=None):
+    """``product(a, b)`` for float32 ``a`` in [-1, 1] and FLOAT16 ``b``, on float16 arithmetic.
+
+    ``product`` multiplies two arrays with float32 accumulation. ``a`` enters as
+    ``float16_pieces(a, 3)`` (one rounded piece where half precision is allowed): the sum of
+    ``product(piece, b)`` over the pieces, times 2**-14, is the float32 product (to the pieces'
+    accuracy). With ``axis``, the pieces are joined along that axis of ``a`` and multiplied in
+    one product, whose result ``product`` must hold along the same axis: one product of a taller
+    operand reads ``b`` once instead of once per piece.
+
+    Derivatives are those of the float32 product ``product(a, wide)``, ``wide`` being ``b``
+    widened to float32 unless given (the same values): they reach ``b`` through ``wide`` only,
+    so that a loop over many products can carry a float32 ``wide`` and sum ``b``'s gradient in
+    float32.
+    """
+    count = 1 if half_precision_allowed() else 3
+
+    @jax.custom_jvp
+    def in_pieces(a, b, wide):
+        pieces = float16_pieces(a, count)
+        if axis is None:
+            parts = [product(piece, b) for piece in pieces]
+        else:
+            parts = jnp.split(product(jnp.concatenate(pieces, axis), b), count, axis)
+        out = parts[0]
+        for part in parts[1:]:
+            out = out + part
+        return out * jnp.float32(2.0**-14)
+
+    @in_pieces.defjvp
+    def _jvp(primals, tangents):
+        (a, b, wide), (da, _, dwide) = primals, tangents
+        return in_pieces(a, b, wide), product(da, wide) + product(a, dwide)
+
+    return in_pieces(a, b, b.astype(jnp.float32) if wide is None else wide)

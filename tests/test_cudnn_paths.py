@@ -1,14 +1,12 @@
-"""The cuDNN fast paths of MULTIHEAD_ATTENTION(1) and LSTM (dml_jax.kernels.attention,
-dml_jax.kernels.recurrent) against the lax lowering, within docs/semantics.md's tolerances.
+"""The cuDNN fast path of MULTIHEAD_ATTENTION(1) (dml_jax.kernels.attention) against the lax
+lowering, within docs/semantics.md's tolerance.
 
-Any machine: which descriptions each path takes (``expressible``), that ``applies`` declines
-without a CUDA device instead of failing, and the paths' own work (layouts, masks, rows without
-keys, grouped heads, caches; gate order, weight packing, directions, lengths of 0, vmap) with the
-cuDNN call replaced by jax's own definition of it: ``jax.nn.dot_product_attention``'s XLA
-implementation (on float32 operands: XLA's CPU dot has no float16 form) and
-``jax.experimental.rnn``'s ``lstm_ref`` (its reference of cuDNN's LSTM, weights unpacked from
-cuDNN's layout). On a CUDA
-machine the same cases run through cuDNN itself, and the programs must contain its calls.
+Any machine: which descriptions the path takes (``expressible``), that ``applies`` declines
+without a CUDA device instead of failing, and the path's own work (layouts, masks, rows without
+keys, grouped heads, caches, vmap) with the cuDNN call replaced by jax's own definition of it,
+``jax.nn.dot_product_attention``'s XLA implementation (on float32 operands: XLA's CPU dot has no
+float16 form). On a CUDA machine the same cases run through cuDNN itself, and the programs must
+contain its call.
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ import dml_jax as dml
 from dml_jax import fastpath
 from dml_jax.errors import Validator
 from dml_jax.kernels import attention as KA
-from dml_jax.kernels import recurrent as KR
 from dml_jax.ops.attention import analyze
 
 T = dml.TensorDesc
@@ -163,85 +160,9 @@ def test_attention_expressible_rejects(case):
     assert not KA.expressible(desc)
 
 
-SIGMOID, TANH = dml.ActivationSigmoidOperatorDesc(), dml.ActivationTanhOperatorDesc()
-
-
-def _lstm(
-    type_name="FLOAT16",
-    seq=5,
-    batch=3,
-    inputs=8,
-    hidden=8,
-    direction="FORWARD",
-    bias=True,
-    init=True,
-    lengths=False,
-    peephole=False,
-    clip=False,
-    couple=False,
-    activations=None,
-    outputs=("sequence", "single", "cell"),
-):
-    dirs = 2 if direction == "BIDIRECTIONAL" else 1
-
-    def t(*sizes):
-        return T(type_name, sizes)
-
-    acts = list(activations or (SIGMOID, TANH, TANH)) * dirs
-    state = t(1, dirs, batch, hidden)
-    return dml.LstmOperatorDesc(
-        input_tensor=t(1, seq, batch, inputs),
-        weight_tensor=t(1, dirs, 4 * hidden, inputs),
-        recurrence_tensor=t(1, dirs, 4 * hidden, hidden),
-        bias_tensor=t(1, 1, dirs, 8 * hidden) if bias else None,
-        hidden_init_tensor=state if init else None,
-        cell_mem_init_tensor=state if init else None,
-        sequence_lengths_tensor=T("UINT32", (1, 1, 1, batch)) if lengths else None,
-        peephole_tensor=t(1, 1, dirs, 3 * hidden) if peephole else None,
-        output_sequence_tensor=t(seq, dirs, batch, hidden) if "sequence" in outputs else None,
-        output_single_tensor=state if "single" in outputs else None,
-        output_cell_single_tensor=state if "cell" in outputs else None,
-        activation_descs=acts,
-        direction=direction,
-        clip_threshold=1.0 if clip else 0.0,
-        use_clip_threshold=clip,
-        couple_input_forget=couple,
-    )
-
-
-@pytest.mark.parametrize(
-    "change, taken",
-    [
-        ({}, True),
-        ({"type_name": "FLOAT32", "direction": "BIDIRECTIONAL", "lengths": True}, True),
-        ({"direction": "BACKWARD", "bias": False, "init": False}, True),
-        ({"peephole": True}, False),
-        ({"clip": True}, False),
-        ({"couple": True}, False),
-        (
-            {
-                "activations": (
-                    dml.ActivationHardSigmoidOperatorDesc(alpha=0.2, beta=0.5),
-                    TANH,
-                    TANH,
-                )
-            },
-            False,
-        ),
-        ({"activations": (SIGMOID, TANH, dml.ActivationSoftsignOperatorDesc())}, False),
-    ],
-)
-def test_lstm_expressible(change, taken):
-    desc = _lstm(**change)
-    dml.validate(desc)
-    assert KR.expressible(desc) is taken
-
-
 def test_registered_paths():
-    for name in ("LSTM", "MULTIHEAD_ATTENTION", "MULTIHEAD_ATTENTION1"):
+    for name in ("MULTIHEAD_ATTENTION", "MULTIHEAD_ATTENTION1"):
         assert [p.name for p in fastpath.fast_paths(f"DML_OPERATOR_{name}")] == ["cudnn"]
-    for name in ("RNN", "GRU"):  # jax's binding builds only cuDNN's LSTM
-        assert not fastpath.fast_paths(f"DML_OPERATOR_{name}")
 
 
 @pytest.mark.skipif(CUDA, reason="this process has a CUDA backend")
@@ -249,10 +170,10 @@ def test_applies_declines_without_cuda(monkeypatch):
     # Even when the process is told it has CUDA, the trial compilation fails and the lax
     # lowering is chosen: no error reaches the caller.
     monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
-    for desc, module in ((_attention(), KA), (_lstm(), KR)):
-        assert module.expressible(desc) and not module.applies(desc)
-        assert fastpath.select(desc) is None
-        jax.block_until_ready(dml.compile_operator(desc)(*_inputs(desc)))
+    desc = _attention()
+    assert KA.expressible(desc) and not KA.applies(desc)
+    assert fastpath.select(desc) is None
+    jax.block_until_ready(dml.compile_operator(desc)(*_inputs(desc)))
 
 
 # --- inputs and comparison --------------------------------------------------------------------
@@ -286,12 +207,8 @@ def _inputs(desc, seed=0):
             out.append(_mask_values(rng, desc, t))
         elif path == "PastSequenceLengthsTensor":  # a cache filling up; nothing left to attend
             out.append(np.array([3, -9, 9][: t.sizes[0]], np.int32).reshape(t.sizes))
-        elif path == "SequenceLengthsTensor":  # no step, all steps, some, beyond the end
-            out.append(np.array([0, 5, 3, 9][: t.sizes[-1]], np.uint32).reshape(t.sizes))
         else:
-            weights = path in ("WeightTensor", "RecurrenceTensor")
-            x = rng.standard_normal(t.sizes) * (0.25 if weights else 1.0)
-            out.append(x.astype(t.dtype))
+            out.append(rng.standard_normal(t.sizes).astype(t.dtype))
     return out
 
 
@@ -340,36 +257,6 @@ def xla_attention(monkeypatch):
     monkeypatch.setattr(jax.nn, "dot_product_attention", xla)
 
 
-@pytest.fixture
-def reference_lstm(monkeypatch):
-    """cuDNN's LSTM replaced by jax.experimental.rnn's reference of it."""
-    from jax.experimental import rnn
-
-    def lstm(x, h0, c0, weights, lengths, *, input_size, hidden_size, num_layers, dropout,
-             bidirectional, precision):  # fmt: skip
-        unpacked = rnn.unpack_lstm_weights(
-            weights, input_size, hidden_size, num_layers, bidirectional
-        )
-        return rnn.lstm_ref(x, h0, c0, *unpacked, lengths, input_size, hidden_size, num_layers,
-                            dropout, bidirectional)  # fmt: skip
-
-    monkeypatch.setattr(rnn, "lstm", lstm)
-
-
-# docs/semantics.md, "Recurrent layers": float32 sums in another order and cuDNN's own exp and
-# tanh; FLOAT16 outputs one float16 unit apart at most.
-LSTM_TOLERANCE = {
-    "FLOAT32": {"rtol": 1e-5, "atol": 1e-5},
-    "FLOAT16": {"rtol": 2**-10, "atol": 2**-14},
-}
-
-
-def assert_lstm_close(desc, got, want):
-    tol = LSTM_TOLERANCE[desc.input_tensor.data_type.name]
-    for g, w in zip(_tuple(got), _tuple(want), strict=True):
-        np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w, np.float32), **tol)
-
-
 ATTENTION_MASKS = {
     "boolean -10000 with fully masked rows": {"mask_type": "BOOLEAN", "rpb": True},
     "key lengths with an empty batch entry": {"mask_type": "KEY_SEQUENCE_LENGTH", "past": 2},
@@ -398,47 +285,6 @@ def test_attention_path_vmap(xla_attention):
     got = jax.vmap(functools.partial(KA.lower, desc))(*[np.stack(a) for a in zip(*members)])
     for i, m in enumerate(members):
         assert_attention_close(desc, m, [g[i] for g in got], _lax(desc)(*m))
-
-
-LSTM_CASES = {
-    "forward, float16": {},
-    "forward, no bias or initial state": {"bias": False, "init": False},
-    "backward with lengths": {"direction": "BACKWARD", "lengths": True},
-    "bidirectional with lengths, float32": {
-        "direction": "BIDIRECTIONAL",
-        "lengths": True,
-        "type_name": "FLOAT32",
-        "batch": 4,
-    },
-    "bidirectional, last states only": {"direction": "BIDIRECTIONAL", "outputs": ("single",)},
-    "input and hidden sizes differ": {"inputs": 5, "hidden": 16, "type_name": "FLOAT32"},
-}
-
-
-@pytest.mark.parametrize("case", LSTM_CASES)
-def test_lstm_path_matches_lax_with_reference_lstm(case, reference_lstm):
-    desc = _lstm(**LSTM_CASES[case])
-    assert KR.expressible(desc)
-    inputs = _inputs(desc)
-    got = jax.jit(functools.partial(KR.lower, desc))(*inputs)
-    assert_lstm_close(desc, got, _lax(desc)(*inputs))
-
-
-@pytest.mark.parametrize("mapped", ["sequences", "everything"])
-def test_lstm_path_vmap(mapped, reference_lstm):
-    """Mapped sequences fold into cuDNN's batch; mapped weights run one call per member."""
-    desc = _lstm(type_name="FLOAT32", direction="BIDIRECTIONAL", lengths=True)
-    members = [_inputs(desc, seed) for seed in range(3)]
-    if mapped == "sequences":
-        members = [[m[0], *members[0][1:]] for m in members]
-        in_axes = (0,) + (None,) * (len(members[0]) - 1)
-        args = [np.stack([m[0] for m in members]), *members[0][1:]]
-    else:
-        in_axes = 0
-        args = [np.stack(a) for a in zip(*members)]
-    got = jax.vmap(functools.partial(KR.lower, desc), in_axes=in_axes)(*args)
-    for i, m in enumerate(members):
-        assert_lstm_close(desc, [g[i] for g in got], _lax(desc)(*m))
 
 
 # --- on a CUDA machine: cuDNN itself ----------------------------------------------------------
@@ -475,29 +321,3 @@ def test_gpu_attention_vmap():
     got = _tuple(jax.vmap(dml.compile_operator(desc).fn)(*[np.stack(a) for a in zip(*members)]))
     for i, m in enumerate(members):
         assert_attention_close(desc, m, [g[i] for g in got], _lax(desc)(*m))
-
-
-GPU_LSTM = {
-    **LSTM_CASES,
-    "hidden 256, 64 steps": {"seq": 64, "batch": 16, "inputs": 128, "hidden": 256},
-}
-
-
-@gpu
-@pytest.mark.parametrize("case", GPU_LSTM)
-def test_gpu_lstm_fast_path_matches_lax(case):
-    desc = _lstm(**GPU_LSTM[case])
-    assert KR.applies(desc)
-    inputs = _inputs(desc)
-    op = dml.compile_operator(desc)
-    assert "dnn_rnn" in jax.jit(op.fn).lower(*inputs).as_text()
-    assert_lstm_close(desc, op(*inputs), _lax(desc)(*inputs))
-
-
-@gpu
-def test_gpu_lstm_vmap():
-    desc = _lstm(type_name="FLOAT32", direction="BIDIRECTIONAL", lengths=True)
-    members = [_inputs(desc, seed) for seed in range(3)]
-    got = _tuple(jax.vmap(dml.compile_operator(desc).fn)(*[np.stack(a) for a in zip(*members)]))
-    for i, m in enumerate(members):
-        assert_lstm_close(desc, [g[i] for g in got], _lax(desc)(*m))

@@ -1,7 +1,8 @@
 """RNN, LSTM and GRU: hand-worked steps (identity-like activations keep every value exact),
 properties against tests/reference/recurrent.py over directions, optional tensors, sequence
-lengths, activations, FLOAT32 and FLOAT16, one row per rule, jit / vmap / gradients, and the
-lowering's single loop."""
+lengths, activations, FLOAT32 and FLOAT16, one row per rule, jit / vmap / gradients, the
+lowering's single loop, and FLOAT16's recurrent product (float16 pieces of the float32 state)
+against float64 products."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dml_jax as dml
-from dml_jax import catalog, registry
+from dml_jax import catalog, fastpath, registry
+from dml_jax.ops import recurrent as R
 from dml_jax.ops.recurrent import element_wise_activations
+from dml_jax.precision import with_half_precision
 
 T = dml.TensorDesc
 RNN, LSTM, GRU = dml.RnnOperatorDesc, dml.LstmOperatorDesc, dml.GruOperatorDesc
@@ -309,6 +312,13 @@ def test_lowering_is_one_loop():
     assert count(2) == count(9)
 
 
+def test_recurrent_layers_have_no_fast_path():
+    """The scan is the lowering on every platform (a cuDNN LSTM path disagreed with it and ran
+    slower: benchmarks/RESULTS.md)."""
+    for cls in CLASSES:
+        assert not fastpath.fast_paths(cls.operator_type)
+
+
 def test_json_round_trip_keeps_activation_attributes():
     d = GRU(
         _t(1, 2, 1, 1), _t(1, 2, 3, 1), _t(1, 2, 3, 1), output_single_tensor=_t(1, 2, 1, 1),
@@ -384,9 +394,14 @@ def rnn_cases(draw, cls=None, type_name=None, grads=False):
     return S.Case(desc, tuple(inputs))
 
 
+# docs/semantics.md, "Recurrent layers": FLOAT16 outputs within one float16 unit of the exact
+# result (2**-10 relative, 2**-14 absolute near 0).
+FLOAT16_TOLERANCE = {"rtol": 2.0**-10, "atol": 2.0**-14}
+
+
 def _tolerance(case) -> dict:
     if case.inputs[0].dtype == np.float16:
-        return {"rtol": 4e-3, "atol": 4e-3}
+        return FLOAT16_TOLERANCE
     return {"rtol": 2e-5, "atol": 2e-6}
 
 
@@ -730,3 +745,185 @@ def test_in_a_graph_edges_count_absent_optional_tensors():
     got = dml.compile_graph(graph)(*inputs)
     alone = S.run(S.Case(lstm, inputs))[0]
     np.testing.assert_allclose(np.asarray(got), np.tanh(alone), rtol=1e-6)
+
+
+# --- FLOAT16: the recurrent product on float16 pieces of the state -----------------------------
+
+
+def _states() -> np.ndarray:
+    """{2, 8, 48} float32 states, one kind per row (a direction's batch entry): ordinary values,
+    tiny ones, huge ones, magnitudes from 2**-60 to 2**20 within one row, one 2**100 among
+    ordinary values, integers up to 3000, zeros, and a row whose largest value is a power of
+    two. (No float32 subnormals: XLA reads them as 0 in every product.)"""
+    rng = np.random.default_rng(21)
+    k = 48
+
+    def kinds():
+        u = rng.uniform(-1, 1, k)
+        mixed = rng.choice([-1.0, 1.0], k) * 2.0 ** rng.uniform(-60, 20, k)
+        power = np.concatenate([[-4.0], rng.uniform(-4, 4, k - 1)])
+        return [u, u * 1e-30, u * 3e37, mixed, np.concatenate([[2.0**100], u[1:]]),
+                rng.integers(-3000, 3000, k), np.zeros(k), power]  # fmt: skip
+
+    return np.stack([np.stack(kinds()), np.stack(kinds())]).astype(np.float32)
+
+
+def _product(h, r):
+    """The lowering's recurrent product of states ``h`` {D, batch, k} and weights ``r``."""
+    return R._matmul(h, R._Recurrence(r, r.astype(jnp.float32)))
+
+
+def _row_max(h: np.ndarray) -> np.ndarray:
+    return np.abs(h.astype(np.float64)).max(axis=-1, keepdims=True)
+
+
+def test_float16_recurrent_product_has_float32_accuracy():
+    """FLOAT16: the state times float16 weights equals the float64 product of the same values
+    within docs/semantics.md's bound: 2**-38 * max|row| * sum|R| for the values the pieces
+    round, plus float32 accumulation of the three pieces' products, (k + 2) * 2**-24 *
+    sum|h R| (whatever the row's magnitude)."""
+    h = _states()
+    rng = np.random.default_rng(22)
+    r = (rng.standard_normal((2, 12, h.shape[-1])) * 0.25).astype(np.float16)
+    got = np.asarray(jax.jit(_product)(h, r), np.float64)
+    h64, r64 = h.astype(np.float64), r.astype(np.float64)
+    exact = np.einsum("dbk,dnk->dbn", h64, r64)
+    magnitude = np.einsum("dbk,dnk->dbn", np.abs(h64), np.abs(r64))
+    bound = _row_max(h) * 2.0**-38 * np.abs(r64).sum(-1)[:, None, :]
+    bound += 1.01 * (h.shape[-1] + 2) * 2.0**-24 * magnitude
+    assert np.all(np.abs(got - exact) <= bound)
+    assert np.abs(exact[:, 2]).min() > 1e35  # the huge rows' products stayed finite
+    # the float32 product itself is no more accurate than the bound allows
+    wide = np.asarray(jnp.einsum("dbk,dnk->dbn", h, r.astype(np.float32), precision="highest"))
+    assert np.all(np.abs(wide - exact) <= bound)
+
+
+def test_float16_state_enters_exactly_down_to_2_to_the_minus_14_of_its_row():
+    """With identity weights the product returns the state itself: every value v of a row with
+    largest magnitude m exactly when |v| >= 2**-14 * m, within 2**-38 * m below; with
+    ALLOW_HALF_PRECISION_COMPUTATION, the state rounded to float16 after the row's scaling."""
+    h = _states()
+    k = h.shape[-1]
+    eye = np.broadcast_to(np.eye(k, dtype=np.float16), (2, k, k))
+    got = np.asarray(jax.jit(_product)(h, eye))
+    m = _row_max(h)
+    large = np.abs(h) >= 2.0**-14 * m
+    np.testing.assert_array_equal(got[large], h[large])
+    assert np.all(np.abs(got - h.astype(np.float64)) <= 2.0**-38 * m)
+    assert not large.all()  # the mixed rows hold values below 2**-14 of their maximum
+    # one piece: v * 2**-e rounded to float16 (max |row| < 2**e, e within float32's normal
+    # range), in units of 2**-14
+    e = np.clip(np.frexp(m)[1], -126, 126)
+    scaled = (h.astype(np.float64) * 2.0 ** (14.0 - e)).astype(np.float16)
+    half = np.asarray(jax.jit(with_half_precision(_product, True))(h, eye))
+    np.testing.assert_array_equal(half, scaled.astype(np.float64) * 2.0 ** (e - 14.0))
+    assert np.any(half != h)
+
+
+def _walk(jaxpr):
+    """Every equation of ``jaxpr`` and of the jaxprs inside its equations."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for param in eqn.params.values():
+            inner = getattr(param, "jaxpr", param)
+            if hasattr(inner, "eqns"):
+                yield from _walk(inner)
+
+
+def _layer(cls, type_name: str, seq: int = 3, lengths: bool = True, init: bool = True):
+    """A bidirectional layer with 4 batch entries, input 3, hidden 5, every output."""
+    g = GATES[cls]
+
+    def t(*sizes):
+        return T(type_name, list(sizes))
+
+    fields = {
+        "input_tensor": t(1, seq, 4, 3),
+        "weight_tensor": t(1, 2, g * 5, 3),
+        "recurrence_tensor": t(1, 2, g * 5, 5),
+        "bias_tensor": t(1, 1, 2, 2 * g * 5),
+        "hidden_init_tensor": t(1, 2, 4, 5) if init else None,
+        "sequence_lengths_tensor": T("UINT32", [1, 1, 1, 4]) if lengths else None,
+        "output_sequence_tensor": t(seq, 2, 4, 5),
+        "output_single_tensor": t(1, 2, 4, 5),
+        "activation_descs": [SIGMOID, TANH, TANH][: PER_DIRECTION[cls]] * 2,
+        "direction": BIDIRECTIONAL,
+    }
+    if cls is LSTM:
+        fields["cell_mem_init_tensor"] = t(1, 2, 4, 5) if init else None
+        fields["output_cell_single_tensor"] = t(1, 2, 4, 5)
+    return cls(**fields)
+
+
+def _layer_inputs(desc, seed=0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for path, t in desc.input_slots():
+        if path == "SequenceLengthsTensor":
+            out.append(np.array([0, 1, t.sizes[-1], 99], np.uint32).reshape(t.sizes))
+        else:
+            out.append(rng.uniform(-1.5, 1.5, t.sizes).astype(t.dtype))
+    return out
+
+
+@pytest.mark.parametrize("half", [False, True], ids=["float32 products", "half precision"])
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.operator_type[13:])
+def test_float16_products_run_on_float16_operands(cls, half):
+    """Every product of a FLOAT16 layer takes float16 operands: X W^T before the loop, and in
+    the loop the state's three pieces (one with ALLOW_HALF_PRECISION_COMPUTATION) joined along
+    the batch (2 directions, 4 entries); FLOAT32 products are float32 at HIGHEST precision."""
+    for type_name in ("FLOAT16", "FLOAT32"):
+        d = _layer(cls, type_name)
+        op = dml.compile_operator(d, allow_half_precision=half)
+        jaxpr = jax.make_jaxpr(op.fn)(*_layer_inputs(d)).jaxpr
+        dots = [e for e in _walk(jaxpr) if e.primitive.name == "dot_general"]
+        assert len(dots) >= 2
+        for e in dots:
+            lhs, rhs = (v.aval for v in e.invars)
+            if type_name == "FLOAT16":
+                assert lhs.dtype == rhs.dtype == np.float16
+                assert e.params["preferred_element_type"] == np.float32
+                if lhs.shape[-1] == 5:  # the state (hidden 5) times R^T
+                    assert lhs.shape == (2, 4 if half else 12, 5)
+            else:
+                assert lhs.dtype == rhs.dtype == np.float32
+                precision = jax.lax.Precision.DEFAULT if half else jax.lax.Precision.HIGHEST
+                assert e.params["precision"] == (precision, precision)
+
+
+def test_unrolling_changes_no_result(monkeypatch):
+    """The loop's unrolling (11 steps: one unrolled iteration of 8 and 3 more) only schedules
+    the same steps: the outputs equal those of one step per iteration, bit for bit."""
+    d = _layer(LSTM, "FLOAT16", seq=11)
+    inputs = _layer_inputs(d)
+    lower = registry.lookup(d.operator_type).lower
+    unrolled = jax.jit(lambda *a: lower(d, *a))(*inputs)
+    monkeypatch.setattr(R, "_UNROLL", 1)
+    rolled = jax.jit(lambda *a: lower(d, *a))(*inputs)
+    assert R._UNROLL != 8  # the patched constant is the one the lowering read above
+    S.assert_same(tuple(map(np.asarray, unrolled)), tuple(map(np.asarray, rolled)))
+
+
+def test_float16_gradients_are_the_float32_gradients():
+    """Derivatives of FLOAT16's products are those of the float32 product (the row scales are
+    constants): gradients of a FLOAT16 GRU (both of its products: the state's and the reset
+    state's) equal the FLOAT32 layer's on the same values, to float16 rounding."""
+    d16, d32 = _layer(GRU, "FLOAT16", seq=2), _layer(GRU, "FLOAT32", seq=2)
+    inputs = _layer_inputs(d16, seed=5)
+    paths = [p for p, _ in d16.input_slots()]
+    # X W^T's operands (InputTensor, WeightTensor) are outside the recurrence
+    wrt = tuple(paths.index(p) for p in ("RecurrenceTensor", "BiasTensor", "HiddenInitTensor"))
+
+    def grads(d, args):
+        fn = dml.compile_operator(d).fn
+
+        def total(*a):
+            return sum(jnp.sum(o.astype(jnp.float32) * (i + 1)) for i, o in enumerate(fn(*a)))
+
+        return jax.grad(total, argnums=wrt)(*args)
+
+    got = grads(d16, [jnp.asarray(a) for a in inputs])
+    want = grads(d32, [a.astype(np.float32) if a.dtype == np.float16 else a for a in inputs])
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == np.float16
+        np.testing.assert_allclose(np.asarray(g, np.float32), w, **FLOAT16_TOLERANCE)

@@ -1,5 +1,5 @@
 """GPU fast paths: Pallas kernels where XLA's own code runs below memory bandwidth, and cuDNN's
-attention and LSTM where XLA has no fused form.
+attention where XLA has no fused form.
 
 Each module registers its fast paths with ``dml_jax.fastpath`` (an operator type, a predicate
 on the descriptor and a CUDA lowering); importing this package, which ``import dml_jax`` does,
@@ -18,8 +18,7 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``scan``: one-pass CUMULATIVE_SUMMATION / CUMULATIVE_PRODUCT;
 - ``topk``: TOP_K / TOP_K1 for a small K along the minor axis, in registers;
 - ``generate``: FILL_VALUE_CONSTANT and minor-axis ONE_HOT, write-only blocks;
-- ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention;
-- ``recurrent``: LSTM on cuDNN's RNN.
+- ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention.
 """
 
 from . import (
@@ -28,7 +27,6 @@ from . import (
     elementwise_map,
     generate,
     movement,
-    recurrent,
     reduce,
     reduce_paths,
     reduce_plan,
@@ -48,7 +46,6 @@ __all__ = [
     "log_sum_exp",
     "movement",
     "plan",
-    "recurrent",
     "reduce",
     "reduce_extreme",
     "reduce_paths",

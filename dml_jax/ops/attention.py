@@ -32,7 +32,7 @@ output is rounded once; the present tensors hold the biased keys / values rounde
 type. FLOAT32 products are float32 (``lax.Precision.HIGHEST``) unless the half-precision flag is
 given, as for GEMM. Without BiasTensor, FLOAT16 products run on float16 arithmetic with the same
 float32 results: Q, K and V stay float16 (their products are exact in float32) and the float32
-probabilities enter the second product as three float16 pieces (``precision.float16_pieces``).
+probabilities enter the second product as three float16 pieces (``precision.pieces_product``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -56,7 +55,7 @@ from ..fields import (
     input_field,
     output_field,
 )
-from ..precision import float16_pieces, half_precision_allowed, matmul_precision
+from ..precision import matmul_precision, pieces_product
 from ..registry import Example, register
 from ..support import F2, rows, types
 from ..tensor import TensorDesc
@@ -549,7 +548,7 @@ def _weighted_values(w, values, precision):
     """Probabilities {B, Hkv, G, S, T} (float32) times values {B, Hkv, T, Dv}: {B, S, Hkv, G,
     Dv} in float32.
 
-    FLOAT16 values: the probabilities enter as three float16 pieces (``float16_pieces``), so
+    FLOAT16 values: the probabilities enter as three float16 pieces (``pieces_product``), so
     the float32 product runs on float16 arithmetic (one rounded piece where half precision is
     allowed). Derivatives are those of the plain float32 product.
     """
@@ -561,23 +560,7 @@ def _weighted_values(w, values, precision):
 
     if values.dtype != jnp.float16:
         return product(w, values)
-    count = 1 if half_precision_allowed() else 3
-
-    @jax.custom_jvp
-    def in_pieces(w, v):
-        pieces = float16_pieces(w, count)
-        out = product(pieces[0], v)
-        for piece in pieces[1:]:
-            out = out + product(piece, v)
-        return out * jnp.float32(2.0**-14)
-
-    @in_pieces.defjvp
-    def _jvp(primals, tangents):
-        (w, v), (dw, dv) = primals, tangents
-        wide = v.astype(jnp.float32)
-        return in_pieces(w, v), product(dw, wide) + product(w, dv.astype(jnp.float32))
-
-    return in_pieces(w, values)
+    return pieces_product(product, w, values)
 
 
 def lower_attention(d: Any, *arrays):

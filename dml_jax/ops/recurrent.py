@@ -41,11 +41,13 @@ outputs).
 
 Lowering: X W^T of every step is one product before the loop (FLOAT16 operands, float32
 accumulation); the loop is one ``lax.scan`` that carries the state of every direction at once
-({D, batch_size, hidden_size}). A BACKWARD
-direction reads each sequence reversed within its length, so every direction walks its own steps
-0, 1, ... in the same loop; its outputs are put back in time order afterwards. FLOAT16 computes
-in float32 (the carried state included) and rounds once at the outputs; FLOAT32 products are
-float32 (``lax.Precision.HIGHEST`` unless half precision is allowed).
+({D, batch_size, hidden_size}), unrolled by ``_UNROLL`` steps. A BACKWARD direction reads each
+sequence reversed within its length, so every direction walks its own steps 0, 1, ... in the
+same loop; its outputs are put back in time order afterwards. FLOAT16 computes in float32 (the
+carried state included) and rounds once at the outputs; its state enters the recurrent products
+as three float16 pieces (``_matmul``: the float32 product on float16 arithmetic, one rounded
+piece where half precision is allowed). FLOAT32 products are float32 (``lax.Precision.HIGHEST``
+unless half precision is allowed).
 """
 
 from __future__ import annotations
@@ -77,10 +79,14 @@ from ..fields import (
     output_field,
 )
 from ..fused import filled
-from ..precision import matmul_precision
+from ..precision import matmul_precision, pieces_product
 from ..registry import Example, lookup, operators, register
 from ..support import DIMS4, F2, rows, types
 from ..tensor import TensorDesc
+
+# Steps per iteration of the loop: more work between the loop's branches for XLA to schedule
+# (benchmarks/attention_lstm.py); the steps and their results are the same for any value.
+_UNROLL = 8
 
 _SUPPORT = rows((L.FL_1_0, DIMS4, F2, F2, {"SequenceLengthsTensor": types("UINT32")}))
 
@@ -113,7 +119,7 @@ class _Family(NamedTuple):
 
     gates: int
     functions: tuple[str, ...]  # the activations of one direction, in ActivationDescs order
-    cell: Any  # cell(d, acts, xw, h, c, r, rb, peephole) -> (h', c')
+    cell: Any  # cell(d, acts, xw, h, c, r: _Recurrence, rb, peephole) -> (h', c')
 
 
 # ---------------------------------------------------------------------------------------------
@@ -428,9 +434,42 @@ def _activate(acts: tuple, y):
     return jnp.stack([_apply(a, y[i]) for i, a in enumerate(acts)])
 
 
-def _matmul(h, r):
-    """{D, batch, k} x {D, n, k}^T per direction -> {D, batch, n}."""
-    return jnp.einsum("dbk,dnk->dbn", h, r, precision=matmul_precision())
+class _Recurrence(NamedTuple):
+    """RecurrenceTensor {D, G * hidden, hidden} of one layer as the loop reads it."""
+
+    weights: Any  # in the layer's type
+    wide: Any  # float32: FLOAT16's derivatives flow here, summed over the steps in float32
+
+    def rows(self, start: int, stop: int) -> _Recurrence:
+        return _Recurrence(self.weights[:, start:stop], self.wide[:, start:stop])
+
+
+def _matmul(h, r: _Recurrence):
+    """``h`` {D, batch, k} (float32) x ``r`` {D, n, k}^T per direction -> {D, batch, n} in
+    float32.
+
+    FLOAT16 weights meet the float32 state in ``pieces_product``, which needs |values| < 1: each
+    row of ``h`` (one direction's batch entry) is multiplied by the power of two ``2**-e`` with
+    ``max |row| < 2**e`` and the product by ``2**e`` (both exact), so a value v of a row whose
+    largest magnitude is m enters exactly when ``|v| >= 2**-14 * m`` and within ``2**-38 * m``
+    below. The pieces are joined along the batch axis: one product reads R once per step.
+    """
+
+    def product(a, b):
+        return jnp.einsum(
+            "dbk,dnk->dbn", a, b, precision=matmul_precision(), preferred_element_type=jnp.float32
+        )
+
+    if r.weights.dtype != jnp.float16:
+        return product(h, r.weights)
+    # The exponent field of max |row|: biased exponent b gives 2**-e = 2**(126 - b). Capped at
+    # 252 so that both powers stay normal float32 numbers (|h * 2**-e| < 4 above the cap, which
+    # the pieces still hold); a zero or subnormal maximum (b = 0) gives 2**126.
+    top = lax.stop_gradient(jnp.max(jnp.abs(h), axis=-1, keepdims=True))
+    b = jnp.minimum((lax.bitcast_convert_type(top, jnp.uint32) >> 23) & 0xFF, np.uint32(252))
+    scale = lax.bitcast_convert_type((np.uint32(253) - b) << 23, jnp.float32)
+    unscale = lax.bitcast_convert_type((b + 1) << 23, jnp.float32)
+    return pieces_product(product, h * scale, r.weights, axis=1, wide=r.wide) * unscale
 
 
 def _split(x, parts: int):
@@ -467,20 +506,21 @@ def _gru_cell(d, acts, xw, h, c, r, rb, peephole):
     f_act, g_act = acts
     hidden = h.shape[-1]
     xz, xr, xh = _split(xw, 3)
-    rz_rr, r_h = r[:, : 2 * hidden], r[:, 2 * hidden :]
-    bz_br, b_h = rb[..., : 2 * hidden], rb[..., 2 * hidden :]
-    hz, hr = _split(_matmul(h, rz_rr) + bz_br, 2)
+    if d.linear_before_reset:  # every gate's R H in one product
+        hz, hr, hh = _split(_matmul(h, r) + rb, 3)
+    else:
+        hz, hr = _split(_matmul(h, r.rows(0, 2 * hidden)) + rb[..., : 2 * hidden], 2)
     z = _activate(f_act, xz + hz)
     reset = _activate(f_act, xr + hr)
     if d.linear_before_reset:
-        candidate = xh + reset * (_matmul(h, r_h) + b_h)
+        candidate = xh + reset * hh
     else:
-        candidate = xh + _matmul(reset * h, r_h) + b_h
+        candidate = xh + _matmul(reset * h, r.rows(2 * hidden, 3 * hidden)) + rb[..., 2 * hidden :]
     candidate = _activate(g_act, candidate)
     return (1 - z) * candidate + z * h, None
 
 
-def in_step_order(a, lengths):
+def _in_step_order(a, lengths):
     """``a`` {seq_length, batch, ...} with each batch entry's first ``length`` steps reversed
     (the steps beyond stay): the order a BACKWARD direction reads them in. Its own inverse."""
     if lengths is None:
@@ -497,12 +537,13 @@ def lower_recurrent(fam: _Family, d: Any, *arrays):
     out_type = d.input_tensor.dtype
     x = given["input_tensor"][0]  # {seq, batch, input}
     w = given["weight_tensor"][0]  # {D, G * hidden, input}
-    r = _wide(given["recurrence_tensor"])[0]  # {D, G * hidden, hidden}
+    r = given["recurrence_tensor"][0]  # {D, G * hidden, hidden}
+    r = _Recurrence(r, _wide(r))
     n = _dims(d)
     backward = backward_flags(d)
     width = fam.gates * n.hidden
     state = (n.directions, n.batch, n.hidden)
-    compute = r.dtype
+    compute = jnp.float32 if out_type == jnp.float16 else out_type
 
     # X W^T (+ Wb) for every step of every direction in one product: {D, seq, batch, G * hidden}.
     # FLOAT16 X and W stay float16: their products are exact in float32, where they accumulate.
@@ -531,7 +572,7 @@ def lower_recurrent(fam: _Family, d: Any, *arrays):
         valid = jnp.arange(n.seq)[:, None] < lengths[None, :]  # {seq, batch}
 
     xw = jnp.stack(
-        [in_step_order(xw[i], lengths) if back else xw[i] for i, back in enumerate(backward)],
+        [_in_step_order(xw[i], lengths) if back else xw[i] for i, back in enumerate(backward)],
         axis=1,
     )  # {seq, D, batch, G * hidden}: step k of every direction at index k
     acts = tuple(
@@ -553,12 +594,12 @@ def lower_recurrent(fam: _Family, d: Any, *arrays):
             out = h_new if want_sequence else None
         return (h_new, c_new), out
 
-    (h_last, c_last), ys = lax.scan(step, (h0, c0), (xw, valid))
+    (h_last, c_last), ys = lax.scan(step, (h0, c0), (xw, valid), unroll=_UNROLL)
     results = {}
     if want_sequence:
         ys = jnp.stack(
             [
-                in_step_order(ys[:, i], lengths) if back else ys[:, i]
+                _in_step_order(ys[:, i], lengths) if back else ys[:, i]
                 for i, back in enumerate(backward)
             ],
             axis=1,
