@@ -31,8 +31,11 @@ def table(title: str, events, total_calls: int) -> list[str]:
     """Kernels by total device time per call, the largest first, grouped by name."""
     times, counts = defaultdict(float), defaultdict(int)
     for e in events:
-        times[e.name] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time
-        counts[e.name] += e.count
+        t = getattr(e, "self_device_time_total", None)
+        t = e.self_cuda_time_total if t is None else t
+        if t > 0:
+            times[e.key] += t
+            counts[e.key] += e.count
     total = sum(times.values()) / total_calls
     lines = [f"== {title}: {total / 1e3:.3f} ms of kernels per call"]
     for name, t in sorted(times.items(), key=lambda kv: -kv[1])[:30]:
