@@ -130,7 +130,7 @@ def lower(d: Any, *arrays) -> tuple:
         rows_without_keys = (end <= 0).reshape(g.batch, 1, 1, 1)
 
     def attend(mask, is_causal: bool):
-        return jax.nn.dot_product_attention(
+        out = jax.nn.dot_product_attention(
             q,
             heads_first(keys),
             heads_first(values),
@@ -141,6 +141,16 @@ def lower(d: Any, *arrays) -> tuple:
             is_causal=is_causal,
             implementation="cudnn",
         )  # {B, S, Hq, D}
+        if rows_without_keys is None or is_causal:  # a causal row keeps its own position
+            return out
+        if lengths is not None:
+            fill = jnp.zeros((), out.dtype)
+        elif filter_value == -math.inf:
+            fill = jnp.full((), jnp.nan, out.dtype)
+        else:  # every logit replaced by MaskFilterValue: equal weights
+            mean = jnp.mean(values.astype(jnp.float32), axis=2)  # {B, Hkv, D}
+            fill = _by_query_head(mean, g)[:, None].astype(out.dtype)  # {B, 1, Hq, D}
+        return jnp.where(rows_without_keys, fill, out)
 
     if mask is not None and d.mask_type is M.BOOLEAN and g.seq == g.total:
         # A causal mask (a decoder's) is data, so it is recognized at run time: cuDNN's causal
@@ -152,15 +162,6 @@ def lower(d: Any, *arrays) -> tuple:
         )
     else:
         out = attend(mask, False)
-    if rows_without_keys is not None:
-        if lengths is not None:
-            fill = jnp.zeros((), out.dtype)
-        elif filter_value == -math.inf:
-            fill = jnp.full((), jnp.nan, out.dtype)
-        else:  # every logit replaced by MaskFilterValue: equal weights
-            mean = jnp.mean(values.astype(jnp.float32), axis=2)  # {B, Hkv, D}
-            fill = _by_query_head(mean, g)[:, None].astype(out.dtype)  # {B, 1, Hq, D}
-        out = jnp.where(rows_without_keys, fill, out)
     results = [out.reshape(d.output_tensor.sizes).astype(d.output_tensor.dtype)]
     if d.output_present_key_tensor is not None:
         results.append(keys.reshape(d.output_present_key_tensor.sizes))
