@@ -855,6 +855,20 @@ def test_integer_products_of_extreme_values_and_zero_points_match_reference(a_ty
     S.assert_same(S.run(case), reference.reference(case.desc, *case.inputs))
 
 
+def test_large_aligned_products_take_the_int8_dot_and_small_ones_int16():
+    """The int8 dot (cuBLAS's int8 GEMM on GPUs) where M, K and N are multiples of 4 and at
+    least 128; 16-bit operands elsewhere. Both exact against the NumPy int64 reference."""
+    rng = np.random.default_rng(12)
+    for (m, k, n), operand in (((128, 256, 132), "int8"), ((128, 255, 128), "int16")):
+        case = _extreme_matrix_case("UINT8", "INT8", "row", "column", m, k, n, rng)
+        op = dml.compile_operator(case.desc)
+        dots = [
+            e for e in jax.make_jaxpr(op.fn)(*case.inputs).eqns if e.primitive.name == "dot_general"
+        ]
+        assert [str(e.invars[0].aval.dtype) for e in dots] == [operand]
+        S.assert_same(S.run(case), reference.reference(case.desc, *case.inputs))
+
+
 def test_an_int8_dot_that_wraps_inside_gives_the_exact_sum():
     """A = 255 with zero point 255 (differences 0), B = 127 with zero point -128: the int8 dot
     sums 127 * 127 over K = 140,000 terms (2.26e9, past int32), the correction removes it

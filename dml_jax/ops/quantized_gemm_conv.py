@@ -4,7 +4,8 @@ CONVOLUTION_INTEGER, QUANTIZED_LINEAR_CONVOLUTION and QUANTIZED_LINEAR_AVERAGE_P
 
 Every one sums ``(q - ZeroPoint)`` products (or window elements) exactly in int32 (sums past
 int32 wrap, as int32 accumulators do; they need K > 33,000 terms of 255 * 255). The products are
-int8 x int8 matrix products with an int32 result (tensor cores on GPUs): UINT8 operands are
+int8 x int8 matrix products with an int32 result (tensor cores on GPUs; 16-bit operands for
+small or unaligned sizes, ``INT8_MIN``): UINT8 operands are
 shifted by -128 into int8 and the zero points applied outside the product,
 ``(A - a)(B - b) = AB - a * colsum(B) - b * rowsum(A) + K * a * b``, exact in int32's
 wrap-around arithmetic (``_zero_point_product``). The quantized ones then apply DirectML's
@@ -75,6 +76,7 @@ from .pooling import (
 )
 
 _DIMS2_4 = (2, 3, 4)
+INT8_MIN = 128  # M, K and N at least this, and multiples of 4, take the int8 dot
 _DIMS1_4 = (1, 2, 3, 4)
 _DIMS3_4 = (3, 4)
 
@@ -112,6 +114,12 @@ def _zero_point_product(x, x_zero, y, y_zero):
     bit for bit, on every backend."""
     rank = x.ndim
     batch = tuple(range(rank - 2))
+    if not all(n >= INT8_MIN and n % 4 == 0 for n in (x.shape[-2], x.shape[-1], y.shape[-1])):
+        # XLA's GPU backend computed small int8 dots wrongly (M, K, N of 2 and 3 on an H200,
+        # jax 0.11.2). int16 operands hold every product of two 8-bit values, so they are exact
+        # whichever code XLA emits; the int8 dot is kept for cuBLAS's aligned int8 GEMMs (checked
+        # exact on the GPU from 512 up, benchmarks/results/round9/quantized.log).
+        x, y = x.astype(jnp.int16), y.astype(jnp.int16)
     acc = lax.dot_general(
         x, y, (((rank - 1,), (rank - 2,)), (batch, batch)), preferred_element_type=jnp.int32
     )
