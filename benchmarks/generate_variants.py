@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from topk_variants import timeit, torch_seconds
+from topk_variants import timeit, torch_best, torch_seconds
 
 from dml_jax.kernels import generate as K
 
@@ -40,16 +39,7 @@ def torch_generate(kind: str, dtype: str, index=None):
         def run():
             return torch.where(cols == i, torch.ones((), dtype=dt, device="cuda"), 0)
 
-    run()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(20):
-            run()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t) / 20)
-    return best
+    return torch_best(run)
 
 
 def main(out_path: str) -> None:

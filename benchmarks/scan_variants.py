@@ -18,6 +18,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from topk_variants import torch_best
 
 from dml_jax.kernels import scan as K
 from dml_jax.ops.scan_generate import scan as lax_scan
@@ -58,16 +59,7 @@ def torch_seconds(shape, dtype, fn_name=None, axis=0) -> float:
             return dst
         return getattr(torch, fn_name)(src, axis)
 
-    run()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(20):
-            run()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t) / 20)
-    return best
+    return torch_best(run)
 
 
 def main() -> None:

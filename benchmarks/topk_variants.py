@@ -36,6 +36,22 @@ def timeit(fn, x, reps=20):
     return best
 
 
+def torch_best(run, reps=20) -> float:
+    """The best of 3 mean times of ``reps`` PyTorch calls, one sync each."""
+    import torch
+
+    run()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(reps):
+            run()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t) / reps)
+    return best
+
+
 def torch_seconds(shape, dtype, k=None):
     import torch
 
@@ -45,16 +61,7 @@ def torch_seconds(shape, dtype, k=None):
     def run():
         return dst.copy_(src) if k is None else torch.topk(src, k, dim=-1)
 
-    run()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(20):
-            run()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t) / 20)
-    return best
+    return torch_best(run)
 
 
 def main():
