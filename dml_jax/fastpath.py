@@ -98,7 +98,7 @@ def cuda_compiles(fn: Callable, inputs: tuple) -> bool:
     ``inputs`` (TensorDescs, in order).
 
     For fast paths built on libraries whose support depends on the installed version and the GPU
-    (cuDNN's attention and RNN): jax raises while tracing, XLA while compiling, for what they
+    (cuDNN's attention): jax raises while tracing, XLA while compiling, for what they
     cannot run, and the predicate that asks this then leaves the case to the lax lowering
     instead of failing the program. Nothing runs; the answer costs one compilation.
     """
