@@ -24,8 +24,8 @@ def apply_scale_bias(x, scale_bias: ScaleBias | None):
     if scale_bias is None:
         return x
     # Computed in float32 (DML's FLOAT) and rounded once to the tensor type.
-    wide = x.astype(jnp.float32) if x.dtype == jnp.float16 else x
-    y = wide * jnp.asarray(scale_bias.scale, wide.dtype) + jnp.asarray(scale_bias.bias, wide.dtype)
+    w = wide(x)
+    y = w * jnp.asarray(scale_bias.scale, w.dtype) + jnp.asarray(scale_bias.bias, w.dtype)
     return y.astype(x.dtype)
 
 
@@ -39,6 +39,12 @@ def same_tensors(d: Any, v: Validator) -> None:
 def infer_same(d: Any) -> tuple[TensorDesc, ...]:
     """One output like the first input tensor."""
     return (d.input_slots()[0][1].like(),)
+
+
+def wide(x):
+    """The compute type of a float tensor: FLOAT16 in float32 (DML's FLOAT math), wider types
+    unchanged."""
+    return x.astype(jnp.float32) if x.dtype == jnp.float16 else x
 
 
 def in_float32(fn, x):

@@ -59,6 +59,7 @@ from ..precision import matmul_precision, pieces_product
 from ..registry import Example, register
 from ..support import F2, rows, types
 from ..tensor import TensorDesc
+from ._common import wide
 
 # ---------------------------------------------------------------------------------------------
 # Descriptors
@@ -429,10 +430,6 @@ def validate_attention(d: Any, v: Validator) -> None:
 # Lowering
 
 
-def _wide(x):
-    return x.astype(jnp.float32) if x.dtype == jnp.float16 else x
-
-
 def narrow_products(d: Any) -> bool:
     """Whether Q, K and V enter the products as FLOAT16: FLOAT16 without BiasTensor. Widening
     them first would give the same float32 products (float16 times float16 is exact in float32)
@@ -444,25 +441,25 @@ def split_heads(d: Any, g: Geometry, x: dict) -> tuple[Any, Any, Any]:
     """Q {B, S, Hq, D}, K {B, Skv, Hkv, D}, V {B, Skv, Hkv, Dv} (None when absent), widened
     unless ``narrow_products``."""
     b, s, skv, hq, hkv, dh, dv = g.batch, g.seq, g.kv_seq, g.q_heads, g.kv_heads, g.head, g.v_head
-    wide = (lambda a: a) if narrow_products(d) else _wide
+    widen = (lambda a: a) if narrow_products(d) else wide
     q = k = val = None
     if "QueryTensor" in x:
-        q = wide(x["QueryTensor"]).reshape(b, s, hq, dh)
+        q = widen(x["QueryTensor"]).reshape(b, s, hq, dh)
     if "StackedQueryKeyTensor" in x:
-        qk = wide(x["StackedQueryKeyTensor"])
+        qk = widen(x["StackedQueryKeyTensor"])
         q, k = qk[:, :, :, 0], qk[:, :, :, 1]
     if "StackedQueryKeyValueTensor" in x:
-        qkv = wide(x["StackedQueryKeyValueTensor"])
+        qkv = widen(x["StackedQueryKeyValueTensor"])
         q, k, val = qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]
     if "KeyTensor" in x:
-        k = wide(x["KeyTensor"]).reshape(b, skv, hkv, dh)
+        k = widen(x["KeyTensor"]).reshape(b, skv, hkv, dh)
     if "StackedKeyValueTensor" in x:
-        kv = wide(x["StackedKeyValueTensor"])
+        kv = widen(x["StackedKeyValueTensor"])
         k, val = kv[:, :, :, 0], kv[:, :, :, 1]
     if "ValueTensor" in x:
-        val = wide(x["ValueTensor"]).reshape(b, skv, hkv, dv)
+        val = widen(x["ValueTensor"]).reshape(b, skv, hkv, dv)
     if "BiasTensor" in x:
-        bias = _wide(x["BiasTensor"]).reshape(-1)
+        bias = widen(x["BiasTensor"]).reshape(-1)
         nq, nk = hq * dh, hkv * dh
         q = q + bias[:nq].reshape(hq, dh)
         if k is not None:
@@ -579,7 +576,7 @@ def lower_attention(d: Any, *arrays):
         a = x.get(name)
         if a is None:
             return None
-        return (a if narrow_products(d) else _wide(a)).reshape(g.batch, g.kv_heads, g.past, size)
+        return (a if narrow_products(d) else wide(a)).reshape(g.batch, g.kv_heads, g.past, size)
 
     keys = with_past(g, heads_first(k), past("PastKeyTensor", g.head), lengths)
     values = with_past(g, heads_first(val), past("PastValueTensor", g.v_head), lengths)
@@ -592,7 +589,7 @@ def lower_attention(d: Any, *arrays):
     ).reshape(g.batch, g.q_heads, g.seq, g.total)
     logits = logits * jnp.float32(d.scale)
     if "RelativePositionBiasTensor" in x:
-        rpb = _wide(x["RelativePositionBiasTensor"])
+        rpb = wide(x["RelativePositionBiasTensor"])
         logits = logits + rpb.reshape(g.batch, g.q_heads, g.seq, g.total)
     filter_value = jnp.float32(d.mask_filter_value)
     if d.mask_type is M.BOOLEAN:

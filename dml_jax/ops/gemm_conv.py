@@ -38,12 +38,9 @@ from ..precision import matmul_precision
 from ..registry import Example, register
 from ..support import DIMS4, DIMS4_5, F2, rows
 from ..tensor import TensorDesc
+from ._common import wide
 
 _DIMS2_4 = (2, 3, 4)
-
-
-def _wide(x):
-    return x.astype(jnp.float32) if x.dtype == jnp.float16 else x
 
 
 def _product_type(x):
@@ -148,11 +145,11 @@ def lower_gemm(d: GemmOperatorDesc, a, b, *c):
     )
     alpha, beta = float(np.float32(d.alpha)), float(np.float32(d.beta))
     if alpha != 1.0 or c:
-        y = _wide(y)
+        y = wide(y)
     if alpha != 1.0:
         y = jnp.asarray(alpha, y.dtype) * y
     if c:
-        y = y + jnp.asarray(beta, y.dtype) * _wide(c[0])
+        y = y + jnp.asarray(beta, y.dtype) * wide(c[0])
     return (apply_fused(d.fused_activation, y, d.output_tensor).astype(d.output_tensor.dtype),)
 
 
@@ -387,7 +384,7 @@ def lower_conv(d: ConvolutionOperatorDesc, x, w, *bias):
     else:
         y = _conv(x, w, strides, padding, lhs_dilation, dilations, g)
     if bias:
-        y = _wide(y) + _wide(bias[0])
+        y = wide(y) + wide(bias[0])
     return (apply_fused(d.fused_activation, y, d.output_tensor).astype(d.output_tensor.dtype),)
 
 

@@ -43,14 +43,10 @@ from ..fused import apply_fused, validate_fused
 from ..registry import BenchCase, Example, register
 from ..support import DIMS1_8, DIMS4, F2, rows
 from ..tensor import TensorDesc
+from ._common import wide
 
 # ---------------------------------------------------------------------------------------------
 # Shared helpers
-
-
-def _wide(x):
-    """FLOAT16 computes in float32 (DML's FLOAT math); FLOAT32 stays."""
-    return x.astype(jnp.float32) if x.dtype == jnp.float16 else x
 
 
 def _f32(value: float, like):
@@ -135,14 +131,14 @@ def _normalize(d: Any, x, scale, bias, axes, use_mean: bool, use_variance: bool)
     """``Scale * (x - Mean) / sqrt(Variance + Epsilon) + Bias`` over ``axes``, then the fused
     activation and the rounding. Without ``use_mean`` the mean is 0 (the variance is then the
     mean square, RMS normalization); without ``use_variance`` nothing is divided."""
-    w = _wide(x)
+    w = wide(x)
     y = w - _mean(w, axes) if use_mean else w
     if use_variance:
         y = y * lax.rsqrt(_mean(y * y, axes) + _f32(d.epsilon, w))
     if scale is not None:
-        y = y * _wide(scale)
+        y = y * wide(scale)
     if bias is not None:
-        y = y + _wide(bias)
+        y = y + wide(bias)
     return (_finish(d, y, d.output_tensor),)
 
 
@@ -208,11 +204,11 @@ def validate_batch_norm(d: BatchNormalizationOperatorDesc, v: Validator) -> None
 
 
 def lower_batch_norm(d: BatchNormalizationOperatorDesc, x, mean, variance, scale, bias):
-    w = _wide(x)
+    w = wide(x)
     # The per-channel factor Scale / sqrt(Variance + Epsilon) is computed once on the small
     # tensor; (x - Mean) is kept as a difference so that x near a large mean does not cancel.
-    factor = _wide(scale) * lax.rsqrt(_wide(variance) + _f32(d.epsilon, w))
-    y = (w - _wide(mean)) * factor + _wide(bias)
+    factor = wide(scale) * lax.rsqrt(wide(variance) + _f32(d.epsilon, w))
+    y = (w - wide(mean)) * factor + wide(bias)
     return (_finish(d, y, d.output_tensor),)
 
 
@@ -342,11 +338,11 @@ def validate_batch_norm_training(d: BatchNormalizationTrainingOperatorDesc, v: V
 
 
 def lower_batch_norm_training(d: BatchNormalizationTrainingOperatorDesc, x, scale, bias, *add):
-    w = _wide(x)
+    w = wide(x)
     mean, var = _moments(w, _training_axes(d))
-    y = (w - mean) * (_wide(scale) * lax.rsqrt(var + _f32(d.epsilon, w))) + _wide(bias)
+    y = (w - mean) * (wide(scale) * lax.rsqrt(var + _f32(d.epsilon, w))) + wide(bias)
     if add:
-        y = y + _wide(add[0])
+        y = y + wide(add[0])
     stats = d.output_mean_tensor.dtype
     return (_finish(d, y, d.output_tensor), mean.astype(stats), var.astype(stats))
 
@@ -702,7 +698,7 @@ def lrn_axes(d: LocalResponseNormalizationOperatorDesc, rank: int) -> tuple[int,
 
 
 def lower_lrn(d: LocalResponseNormalizationOperatorDesc, x):
-    w = _wide(x)
+    w = wide(x)
     n = d.local_size
     axes = lrn_axes(d, x.ndim)
     before, after = (n - 1) // 2, n // 2  # floor and ceil of (n - 1) / 2
@@ -774,7 +770,7 @@ def validate_lp(d: LpNormalizationOperatorDesc, v: Validator) -> None:
 
 
 def lower_lp(d: LpNormalizationOperatorDesc, x):
-    w = _wide(x)
+    w = wide(x)
     axes = (d.axis,)
     if d.p == 1:
         norm = jnp.sum(jnp.abs(w), axis=axes, keepdims=True)

@@ -52,6 +52,7 @@ from ..fields import (
 from ..registry import BenchCase, Example, register
 from ..support import F2, T10, rows, types
 from ..tensor import TensorDesc
+from ._common import in_float32, wide
 from .reduce import order_keys
 
 _DIMS = (4, 5)
@@ -413,10 +414,8 @@ def average_divisor(plan: WindowPlan, include_padding: bool) -> np.ndarray | flo
 
 def average_pool(plan: WindowPlan, x, include_padding: bool):
     """AVERAGE pooling's values (FLOAT16 summed in float32 and rounded once)."""
-    wide = x.astype(jnp.float32) if x.dtype == jnp.float16 else x
-    total = window_sum(plan, wide)
     divisor = average_divisor(plan, include_padding)
-    return (total / jnp.asarray(divisor, wide.dtype)).astype(x.dtype)
+    return in_float32(lambda w: window_sum(plan, w) / jnp.asarray(divisor, w.dtype), x)
 
 
 def lower_average_pooling(d: Any, x):
@@ -425,7 +424,7 @@ def lower_average_pooling(d: Any, x):
 
 def lower_lp_pooling(d: Any, x):
     plan = window_plan(d)
-    a = lax.abs(x.astype(jnp.float32) if x.dtype == jnp.float16 else x)
+    a = lax.abs(wide(x))
     if d.p == 1:
         y = window_sum(plan, a)
     elif d.p == 2:

@@ -83,6 +83,7 @@ from ..precision import matmul_precision, pieces_product
 from ..registry import Example, lookup, operators, register
 from ..support import DIMS4, F2, rows, types
 from ..tensor import TensorDesc
+from ._common import wide
 
 # Steps per iteration of the loop: more work between the loop's branches for XLA to schedule
 # (benchmarks/attention_lstm.py); the steps and their results are the same for any value.
@@ -416,10 +417,6 @@ def validate_lstm(d: LstmOperatorDesc, v: Validator) -> None:
 # Lowering
 
 
-def _wide(x):
-    return x.astype(jnp.float32) if x.dtype == jnp.float16 else x
-
-
 def _apply(act: OperatorDesc, y):
     """One activation desc's own lowering on ``y`` (in the compute type: no rounding)."""
     desc = filled(act, TensorDesc(DataType.from_dtype(y.dtype), y.shape))
@@ -538,7 +535,7 @@ def lower_recurrent(fam: _Family, d: Any, *arrays):
     x = given["input_tensor"][0]  # {seq, batch, input}
     w = given["weight_tensor"][0]  # {D, G * hidden, input}
     r = given["recurrence_tensor"][0]  # {D, G * hidden, hidden}
-    r = _Recurrence(r, _wide(r))
+    r = _Recurrence(r, wide(r))
     n = _dims(d)
     backward = backward_flags(d)
     width = fam.gates * n.hidden
@@ -552,18 +549,18 @@ def lower_recurrent(fam: _Family, d: Any, *arrays):
     )
     rb = jnp.zeros((n.directions, 1, width), compute)
     if "bias_tensor" in given:
-        bias = _wide(given["bias_tensor"]).reshape(n.directions, 2, width)
+        bias = wide(given["bias_tensor"]).reshape(n.directions, 2, width)
         xw = xw + bias[:, 0][:, None, None, :]
         rb = bias[:, 1][:, None, :]
     h0 = given.get("hidden_init_tensor")
-    h0 = jnp.zeros(state, compute) if h0 is None else _wide(h0).reshape(state)
+    h0 = jnp.zeros(state, compute) if h0 is None else wide(h0).reshape(state)
     c0 = None
     if fam is _LSTM:
         c0 = given.get("cell_mem_init_tensor")
-        c0 = jnp.zeros(state, compute) if c0 is None else _wide(c0).reshape(state)
+        c0 = jnp.zeros(state, compute) if c0 is None else wide(c0).reshape(state)
     peephole = None
     if "peephole_tensor" in given:
-        p = _wide(given["peephole_tensor"]).reshape(n.directions, 3, 1, n.hidden)
+        p = wide(given["peephole_tensor"]).reshape(n.directions, 3, 1, n.hidden)
         peephole = (p[:, 0], p[:, 1], p[:, 2])
     lengths = valid = None
     if "sequence_lengths_tensor" in given:

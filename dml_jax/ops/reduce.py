@@ -37,6 +37,7 @@ from ..fields import (
 from ..registry import BenchCase, Example, register
 from ..support import DIMS1_8, DIMS4, F2, IDX, S4, S6, T8, T10, U32, rows
 from ..tensor import TensorDesc
+from ._common import wide
 
 F = ReduceFunction
 ARG_FUNCTIONS = (F.ARGMAX, F.ARGMIN)
@@ -122,11 +123,6 @@ def validate_reduce(d: Any, v: Validator) -> None:
     v.outputs_match(d.output_slots(), infer_reduce(d))
 
 
-def _accumulator(x):
-    """FLOAT16 accumulates in float32; every other type in itself."""
-    return x.astype(jnp.float32) if x.dtype == jnp.float16 else x
-
-
 @partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _l2(x, axes):
     return lax.sqrt(lax.reduce_sum(x * x, axes))
@@ -157,7 +153,7 @@ def _reduce_value(function: ReduceFunction, x, axes: tuple[int, ...]):
         return lax.reduce_max(x, axes)
     if function is F.MIN:
         return lax.reduce_min(x, axes)
-    a = _accumulator(x)
+    a = wide(x)  # FLOAT16 accumulates in float32; every other type in itself
     if function is F.SUM:
         r = lax.reduce_sum(a, axes)
     elif function is F.MULTIPLY:

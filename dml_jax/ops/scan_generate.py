@@ -33,7 +33,7 @@ from ..fields import (
 from ..registry import BenchCase, Example, register
 from ..support import DIMS1_8, DIMS4, F2, rows, types
 from ..tensor import TensorDesc
-from ._common import infer_same, same_tensors
+from ._common import in_float32, infer_same, same_tensors
 from .clip import convert_float_bound, convert_typed_bound
 
 # --- CUMULATIVE_SUMMATION / CUMULATIVE_PRODUCT ------------------------------------------------
@@ -110,12 +110,13 @@ def scan(x, axis: int, reverse: bool, exclusive: bool, product: bool):
 
     Integers wrap in their own type. float16 accumulates in float32 and each output is rounded
     once (DirectML's FLOAT math for half tensors)."""
-    wide = x.astype(jnp.float32) if x.dtype == jnp.float16 else x
     op = lax.cumprod if product else lax.cumsum
-    y = op(wide, axis=axis, reverse=reverse)
-    if exclusive:
-        y = _exclusive(y, axis, reverse, 1 if product else 0)
-    return y.astype(x.dtype)
+
+    def running(w):
+        y = op(w, axis=axis, reverse=reverse)
+        return _exclusive(y, axis, reverse, 1 if product else 0) if exclusive else y
+
+    return in_float32(running, x)
 
 
 def lower_scan(d: Any, x):

@@ -29,7 +29,7 @@ from ..fields import UINT_ARRAY, OperatorDesc, attribute, count_of, input_field,
 from ..registry import BenchCase, Example, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, rows
 from ..tensor import TensorDesc
-from ._common import infer_same, same_tensors
+from ._common import in_float32, infer_same, same_tensors
 from .reduce import arg_reduce
 
 _V0_TABLE = rows((L.FL_1_0, DIMS4, F2), (L.FL_2_0, DIMS4_5, F2), (L.FL_3_0, DIMS1_8, F2))
@@ -87,8 +87,7 @@ def _lower(function: str):
         axes = _axes(d)
         if function == "HARDMAX":
             return (fn(x, axes),)  # exact in any float type: no rounding to do
-        wide = x.astype(jnp.float32) if x.dtype == jnp.float16 else x
-        return (fn(wide, axes).astype(x.dtype),)
+        return (in_float32(lambda w: fn(w, axes), x),)
 
     return lower
 

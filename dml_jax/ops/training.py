@@ -60,7 +60,7 @@ from ..fields import (
 from ..registry import Example, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, T8, U32, rows
 from ..tensor import TensorDesc
-from ._common import same_tensors
+from ._common import same_tensors, wide
 from .activation import relu_grad
 from .movement import Slice1OperatorDesc, validate_slice
 from .normalization import (
@@ -136,11 +136,6 @@ def _vjp(f, primals: tuple, cotangent) -> tuple:
 def _dml_float(value: float, like):
     """A DML FLOAT member as a constant of the compute type."""
     return jnp.asarray(np.float32(value), like.dtype)
-
-
-def _wide(x):
-    """The compute type: FLOAT16 in float32 (DML's FLOAT math), wider types unchanged."""
-    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -766,7 +761,7 @@ def lower_batch_norm_training_grad(
     d: BatchNormalizationTrainingGradOperatorDesc, x, g, mean, variance, scale
 ):
     axes = tuple(i for i, s in enumerate(d.mean_tensor.sizes) if s == 1)
-    w, dy, m, var, s = (_wide(a) for a in (x, g, mean, variance, scale))
+    w, dy, m, var, s = (wide(a) for a in (x, g, mean, variance, scale))
     shifted = var + _dml_float(d.epsilon, w)
     k = lax.rsqrt(shifted)
     c = w - m
@@ -1070,7 +1065,7 @@ def validate_adam(d: AdamOptimizerOperatorDesc, v: Validator) -> None:
 
 
 def lower_adam(d: AdamOptimizerOperatorDesc, x, m, v, g, step):
-    w, m, v, g = (_wide(a) for a in (x, m, v, g))
+    w, m, v, g = (wide(a) for a in (x, m, v, g))
     one = jnp.ones((), w.dtype)
     b1, b2 = _dml_float(d.beta1, w), _dml_float(d.beta2, w)
     t = lax.reshape(step, ()).astype(w.dtype)
