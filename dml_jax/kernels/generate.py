@@ -24,6 +24,7 @@ from ..fastpath import register_fast_path
 from ..ops.indexing import one_hot_parts
 from ..ops.scan_generate import fill_constant_value
 from .reduce import load_pallas
+from .reduce_plan import pow2_at_least
 
 BITS = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}  # the output's bits, by item size
 FILL_BLOCK_BYTES = 4096  # bytes one program writes (the sweep: 1.08 of the copy; 16384: 1.06)
@@ -89,7 +90,7 @@ def one_hot_plan(shape: tuple[int, ...], axis: int, dtype) -> OneHotView | None:
         return None
     w = shape[-1]
     tile = ONE_HOT_TILE_BYTES // np.dtype(dtype).itemsize
-    cols = min(1 << max(0, (w - 1).bit_length()), tile)
+    cols = min(pow2_at_least(w), tile)
     return OneHotView(math.prod(shape[:-1]), w, max(1, tile // cols), cols)
 
 

@@ -110,8 +110,14 @@ F16_LSE_WARPS = {"inner": 2, "narrow": 1, "minor": 4}
 F16_LSE_ELEMENTS = {"inner": 8192, "narrow": 8192, "minor": 16384}
 
 
-def _pow2_at_most(n: int, cap: int) -> int:
-    return min(1 << max(0, (n - 1).bit_length()), cap)
+def pow2_at_least(n: int) -> int:
+    """The least power of two >= n (1 for n <= 1)."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def pow2_at_most(n: int) -> int:
+    """The greatest power of two <= n (n >= 1)."""
+    return 1 << (n.bit_length() - 1)
 
 
 def layout(b: int) -> str:
@@ -124,10 +130,10 @@ def lanes_tiling(a: int, r: int, b: int, row: tuple[int, int, int, int]) -> Tili
     inner-layout columns, warps, stages)``."""
     elems, max_cols, warps, stages = row
     if b > 1:
-        cols = _pow2_at_most(b, max_cols)
-        rows = _pow2_at_most(r, max(1, elems // cols))
+        cols = min(pow2_at_least(b), max_cols)
+        rows = min(pow2_at_least(r), max(1, elems // cols))
     else:
-        rows = _pow2_at_most(r, min(1024, elems))
+        rows = min(pow2_at_least(r), min(1024, elems))
         cols = max(1, elems // rows)
         while cols > 1 and -(-a // cols) < 4 * MIN_PROGRAMS:
             cols //= 2
@@ -163,17 +169,17 @@ def tiling(kind: str, a: int, r: int, b: int, itemsize: int, kernel: str = "tile
         return lanes_tiling(a, r, b, PACKED_TILING[(itemsize, layout(b))])
     warps = F16_LSE_WARPS[layout(b)] if kind == "lse" and itemsize == 2 else NUM_WARPS[kind]
     if b > 1:
-        cols = _pow2_at_most(b, _MAX_COLS)
+        cols = min(pow2_at_least(b), _MAX_COLS)
         if cols == _MAX_COLS and itemsize == 4:
             elems, warps = WIDE_TILE_ELEMENTS[kind], WIDE_NUM_WARPS[kind]
         else:
             elems = _elements(kind, itemsize, b)
             if kind == "lse" and cols < _MAX_COLS and itemsize == 4:
                 warps = NARROW_LSE_WARPS
-        rows = _pow2_at_most(r, max(1, elems // cols))
+        rows = min(pow2_at_least(r), max(1, elems // cols))
     else:
         elems = _elements(kind, itemsize, b)
-        rows = _pow2_at_most(r, min(1024, elems))
+        rows = min(pow2_at_least(r), min(1024, elems))
         cols = max(1, elems // rows)
         # Keep enough programs for the whole GPU when A is modest.
         while cols > 1 and -(-a // cols) < 4 * MIN_PROGRAMS:

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..fastpath import register_fast_path
 from .reduce import load_pallas
+from .reduce_plan import pow2_at_least, pow2_at_most
 
 DTYPES = frozenset(
     np.dtype(t) for t in ("float16", "float32", "int32", "uint32", "uint16", "int64", "uint64")
@@ -70,14 +71,6 @@ class View:
         return -(-self.r // self.width)
 
 
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def _pow2_at_most(n: int) -> int:
-    return 1 << (n.bit_length() - 1)
-
-
 def plan(
     shape: tuple[int, ...],
     axis: int,
@@ -96,9 +89,9 @@ def plan(
     if r == 1 or a * r * b >= 2**31:
         return None  # nothing to scan (a copy); or offsets beyond int32
     if b >= MIN_COLS:
-        v = View(a, r, b, min(_pow2_at_most(b), MAX_COLS))
+        v = View(a, r, b, min(pow2_at_most(b), MAX_COLS))
     elif b == 1 and (not product or triton_cumprod()):
-        width = min(_pow2_at_least(r), TILE_ELEMENTS)
+        width = min(pow2_at_least(r), TILE_ELEMENTS)
         v = View(a, r, 1, max(1, TILE_ELEMENTS // width), width)
     else:
         return None

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..fastpath import register_fast_path
 from .reduce import is_nan, load_pallas
-from .reduce_plan import abr_view
+from .reduce_plan import abr_view, pow2_at_least, pow2_at_most
 
 DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
 MIN_PROGRAMS = 264  # fewer cannot fill a large GPU (the reduce kernels' rule); lax splits better
@@ -59,14 +59,6 @@ class View:
         return self.a * -(-self.b // self.cols)
 
 
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def _pow2_at_most(n: int) -> int:
-    return 1 << (n.bit_length() - 1)
-
-
 def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
     """The kernel's view of normalizing ``shape`` over ``axes``, or None where lax stays."""
     if np.dtype(dtype) not in DTYPES:
@@ -77,7 +69,7 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
     a, r, b = view
     itemsize = np.dtype(dtype).itemsize
     tile = TILE_BYTES // itemsize
-    rp = _pow2_at_least(r)
+    rp = pow2_at_least(r)
     warps = WARPS or 4
     if b == 1 and rp > tile and itemsize == 4 and rp <= WHOLE_ROW_MAX:
         # A long float32 row in one tile on 16 warps ran 0.72 of the copy along rows of 32768
@@ -88,10 +80,10 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
         cols = max(1, tile // rows)
         warps = (WARPS or 4) if rp <= tile else LOOP_WARPS
     elif rp * MIN_COLS <= INNER_MAX_ELEMENTS:
-        rows, cols = rp, max(MIN_COLS, min(_pow2_at_most(b), tile // rp, 1024))
+        rows, cols = rp, max(MIN_COLS, min(pow2_at_most(b), tile // rp, 1024))
         warps = WARPS or (4 if rows * cols <= 4096 else 8)
     else:  # a long slice over columns: loop down it in tiles of LOOP_COLS columns
-        cols = min(_pow2_at_most(b), LOOP_COLS)
+        cols = min(pow2_at_most(b), LOOP_COLS)
         rows = max(1, tile // cols)
     v = View(a, r, b, rows, cols, warps)
     return v if v.programs >= MIN_PROGRAMS else None

@@ -21,6 +21,7 @@ import numpy as np
 from ..fastpath import register_fast_path
 from ..ops.reduce import order_keys
 from .reduce import load_pallas
+from .reduce_plan import pow2_at_least
 
 DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32", "int32"))
 MIN_PROGRAMS = 264
@@ -47,7 +48,7 @@ def plan(shape: tuple[int, ...], axis: int, k: int, dtype, min_programs: int = M
     if np.dtype(dtype) not in DTYPES or axis != len(shape) - 1 or not 1 <= k <= MAX_K:
         return None
     r = shape[-1]
-    width = 1 << max(0, (r - 1).bit_length())
+    width = pow2_at_least(r)
     if width > MAX_ROW or k > r:
         return None
     a = int(np.prod(shape[:-1], dtype=np.int64))
