@@ -4,8 +4,9 @@ Each module maps some ONNX operators onto DirectML descriptors and runs ONNX's o
 test cases through them: ``node_cases`` loads the cases, ``attrs`` reads a node's attributes
 (``conv_attrs`` and ``forward_pads`` a convolution's), ``dml_type`` names an array's DML data
 type, ``run_or_skip`` / ``run_buffers_or_skip`` validate and run a descriptor (skipping what
-DirectML's support tables reject), ``case_ids`` names the parametrized tests and
-``assert_every_op_type_passes`` checks every mapped operator passes somewhere.
+DirectML's support tables reject), ``case_ids`` names the parametrized tests, ``assert_outputs`` compares a result with ONNX's
+expected outputs and ``assert_every_op_type_passes`` checks every mapped operator passes
+somewhere.
 
 Nothing here imports ``onnx`` at module level: the test modules skip themselves without it.
 """
@@ -197,6 +198,21 @@ def forward_pads(a: dict, x: np.ndarray) -> list[int]:
         out.append((size + b + e - window) // s + 1)
     a.update(start=start, end=end)
     return out
+
+
+def assert_outputs(got, wants: Sequence[np.ndarray], **tolerance) -> None:
+    """``got`` (an array or a tuple) against ONNX's expected ``wants``: as many outputs, each of
+    the same data type and element count, and, read in ``want``'s shape, equal values or values
+    within ``tolerance`` (``np.testing.assert_allclose``'s ``rtol`` / ``atol``)."""
+    got = tuple(got) if isinstance(got, tuple | list) else (got,)
+    assert len(got) == len(wants), (len(got), len(wants))
+    for g, w in zip(got, wants, strict=True):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.size == w.size, (g.dtype, w.dtype, g.shape, w.shape)
+        if tolerance:
+            np.testing.assert_allclose(g.reshape(w.shape), w, **tolerance)
+        else:
+            np.testing.assert_array_equal(g.reshape(w.shape), w)
 
 
 def passing_op_types(cases: Sequence[tuple], check: Callable[[int], None]) -> set[str]:

@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 from onnx_cases import (
     assert_every_op_type_passes,
+    assert_outputs,
     attrs,
     case_ids,
     dml_type,
@@ -176,12 +177,7 @@ def _result(index: int) -> tuple:
 
 
 def _check(index: int) -> None:
-    got = _result(index)
-    wants = CASES[index].outputs
-    assert len(got) == len(wants)
-    for g, w in zip(got, wants, strict=True):
-        assert g.dtype == w.dtype
-        np.testing.assert_allclose(g.reshape(w.shape), w, rtol=1e-5, atol=1e-6)
+    assert_outputs(_result(index), CASES[index].outputs, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=case_ids(CASES))
