@@ -20,38 +20,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from timing import timeit, torch_best
 
 import dml_jax as dml
 
 T = dml.TensorDesc
-
-
-def timeit(fn, *args, reps=20):
-    jax.block_until_ready(fn(*args))
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        out = None
-        for _ in range(reps):
-            out = fn(*args)
-        jax.block_until_ready(out)
-        best = min(best, (time.perf_counter() - t) / reps)
-    return best
-
-
-def torch_time(fn, *args, reps=20):
-    import torch
-
-    fn(*args)
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn(*args)
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t) / reps)
-    return best
 
 
 def gemm_case(label, batch, m, k, n, dtype, half=False):
@@ -175,7 +148,7 @@ def main() -> int:
             torch.backends.cuda.matmul.allow_tf32 = case["tf32"]
             torch.backends.cudnn.allow_tf32 = case["tf32"]
             ts = [torch.from_numpy(np.asarray(x)).cuda() for x in xs]
-            t_torch = torch_time(lambda *a: case["torch"](torch, *a), *ts)
+            t_torch = torch_best(lambda *a: case["torch"](torch, *a), *ts)
             del ts
             torch.cuda.empty_cache()
         del xs

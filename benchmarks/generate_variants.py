@@ -15,7 +15,8 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-from topk_variants import timeit, torch_best, torch_seconds
+from timing import timeit, torch_best
+from topk_variants import torch_seconds
 
 from dml_jax.kernels import generate as K
 

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from topk_variants import torch_best
+from timing import timeit, torch_best
 
 from dml_jax.kernels import scan as K
 from dml_jax.ops.scan_generate import scan as lax_scan
@@ -30,19 +29,6 @@ SCANS = [("sum", False, False, False), ("sum exclusive", False, True, False),
          ("sum reverse", True, False, False), ("product", False, False, True)]  # fmt: skip
 # (warps, minor-axis tile elements, outer-axis columns, outer-axis rows per loop step)
 VARIANTS = [(4, 4096, 1024, 4), (4, 2048, 512, 4), (4, 2048, 512, 8), (8, 4096, 1024, 2)]
-
-
-def timeit(fn, x, reps=20):
-    jax.block_until_ready(fn(x))
-    best = []
-    for _ in range(3):
-        t = time.perf_counter()
-        out = None
-        for _ in range(reps):
-            out = fn(x)
-        jax.block_until_ready(out)
-        best.append((time.perf_counter() - t) / reps)
-    return min(best)
 
 
 def torch_seconds(shape, dtype, fn_name=None, axis=0) -> float:

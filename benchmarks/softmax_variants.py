@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from timing import timeit, torch_best
 
 from dml_jax.kernels import softmax as K
 from dml_jax.ops.softmax import log_softmax, softmax
@@ -28,19 +28,6 @@ VARIANTS = [(8192, 8192, 16, None), (8192, 8192, 32, None), (8192, 8192, 64, Non
             (8192, 8192, 64, 8), (8192, 8192, 32, 8), (16384, 8192, 64, 8)]  # fmt: skip
 
 
-def timeit(fn, x, reps=20):
-    jax.block_until_ready(fn(x))
-    best = []
-    for _ in range(3):
-        t = time.perf_counter()
-        out = None
-        for _ in range(reps):
-            out = fn(x)
-        jax.block_until_ready(out)
-        best.append((time.perf_counter() - t) / reps)
-    return min(best)
-
-
 def torch_copy_seconds(shape, dtype) -> float:
     """PyTorch's device copy of the same tensor (the faster roofline for 2-byte types), or inf."""
     try:
@@ -49,15 +36,7 @@ def torch_copy_seconds(shape, dtype) -> float:
         return float("inf")
     src = torch.empty(shape, dtype=getattr(torch, dtype), device="cuda")
     dst = torch.empty_like(src)
-    dst.copy_(src)
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(20):
-            dst.copy_(src)
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t) / 20)
+    best = torch_best(dst.copy_, src)
     del src, dst
     torch.cuda.empty_cache()
     return best

@@ -11,45 +11,16 @@ of torch.topk, one sync per many dispatches. Run from the repository root:
 from __future__ import annotations
 
 import json
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from timing import timeit, torch_best
 
 from dml_jax.kernels import topk as K
 from dml_jax.ops.topk import top_k
 
 VARIANTS = [(4096, 4), (2048, 4), (8192, 8), (1024, 2), (4096, 8)]
-
-
-def timeit(fn, x, reps=20):
-    jax.block_until_ready(fn(x))
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        out = None
-        for _ in range(reps):
-            out = fn(x)
-        jax.block_until_ready(out)
-        best = min(best, (time.perf_counter() - t) / reps)
-    return best
-
-
-def torch_best(run, reps=20) -> float:
-    """The best of 3 mean times of ``reps`` PyTorch calls, one sync each."""
-    import torch
-
-    run()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(reps):
-            run()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t) / reps)
-    return best
 
 
 def torch_seconds(shape, dtype, k=None):

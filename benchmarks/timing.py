@@ -1,0 +1,33 @@
+"""Timing shared by the benchmark sweeps: the best of 3 means of ``reps`` calls, one sync per
+``reps`` calls (a per-call sync would add the host's latency to every call)."""
+
+from __future__ import annotations
+
+import time
+
+import jax
+
+
+def _best(call, sync, reps: int) -> float:
+    sync(call())  # compiled, warm
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        out = None
+        for _ in range(reps):
+            out = call()
+        sync(out)
+        best = min(best, (time.perf_counter() - t) / reps)
+    return best
+
+
+def timeit(fn, *args, reps: int = 20) -> float:
+    """Seconds per call of the jax function ``fn(*args)``."""
+    return _best(lambda: fn(*args), jax.block_until_ready, reps)
+
+
+def torch_best(fn, *args, reps: int = 20) -> float:
+    """Seconds per call of the PyTorch function ``fn(*args)`` on CUDA."""
+    import torch
+
+    return _best(lambda: fn(*args), lambda _: torch.cuda.synchronize(), reps)
