@@ -41,6 +41,12 @@ def infer_same(d: Any) -> tuple[TensorDesc, ...]:
     return (d.input_slots()[0][1].like(),)
 
 
+def float_input(d: Any) -> bool:
+    """``differentiable`` of an operator whose first input carries the values: a float input has
+    derivatives; the integer outputs beside them (indices, counts) take none."""
+    return d.input_slots()[0][1].data_type.is_float
+
+
 def wide(x):
     """The compute type of a float tensor: FLOAT16 in float32 (DML's FLOAT math), wider types
     unchanged."""

@@ -37,6 +37,7 @@ from ..fields import UINT, OperatorDesc, attribute, input_field, output_field
 from ..registry import BenchCase, Example, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, IDX, T8, T11, U32, rows
 from ..tensor import TensorDesc
+from ._common import float_input
 
 FILL_OR_DROP = lax.GatherScatterMode.FILL_OR_DROP
 _IN_BOUNDS = lax.GatherScatterMode.PROMISE_IN_BOUNDS
@@ -128,10 +129,6 @@ def _select_winners(x, winner, table):
     taken = _take_rows(table, jnp.maximum(winner, 0))
     mask = (winner >= 0).reshape(winner.shape + (1,) * (x.ndim - winner.ndim))
     return jnp.where(mask, taken, x)
-
-
-def _float_input(d: Any) -> bool:
-    return d.input_slots()[0][1].data_type.is_float
 
 
 # --- GATHER -----------------------------------------------------------------------------------
@@ -252,7 +249,7 @@ register(
     infer=infer_gather,
     validate=validate_gather,
     lower=lower_gather,
-    differentiable=_float_input,
+    differentiable=float_input,
     bench=_bench_gather,
     support=rows(
         (L.FL_1_0, DIMS4, F2, F2, {"IndicesTensor": U32}),
@@ -352,7 +349,7 @@ register(
     infer=infer_gather_elements,
     validate=validate_gather_elements,
     lower=lower_gather_elements,
-    differentiable=_float_input,
+    differentiable=float_input,
     bench=_bench_gather_elements,
     support=rows(*_ND_ROWS),
     example=Example(
@@ -507,7 +504,7 @@ register(
     infer=infer_gather_nd,
     validate=validate_gather_nd,
     lower=lower_gather_nd,
-    differentiable=_float_input,
+    differentiable=float_input,
     support=rows(*_ND_ROWS),
     example=Example(
         {
@@ -530,7 +527,7 @@ register(
     infer=infer_gather_nd,
     validate=validate_gather_nd,
     lower=lower_gather_nd,
-    differentiable=_float_input,
+    differentiable=float_input,
     support=rows(*_GATHER_ROWS),
     example=Example(
         {
@@ -703,7 +700,7 @@ register(
     infer=_infer_like_input,
     validate=validate_scatter,
     lower=lower_scatter,
-    differentiable=_float_input,
+    differentiable=float_input,
     bench=_bench_scatter,
     support=rows(
         (L.FL_1_0, DIMS4, F2, F2, {"IndicesTensor": U32}),
@@ -774,7 +771,7 @@ register(
     infer=_infer_like_input,
     validate=validate_scatter_nd,
     lower=lower_scatter_nd,
-    differentiable=_float_input,
+    differentiable=float_input,
     bench=_bench_scatter_nd,
     support=rows(*_ND_ROWS),
     example=Example(

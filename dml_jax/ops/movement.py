@@ -39,6 +39,7 @@ from ..fields import (
 from ..registry import BenchCase, Example, register
 from ..support import DIMS1_8, DIMS4, F2, T8, T10, rows, types
 from ..tensor import TensorDesc
+from ._common import float_input
 from .clip import convert_float_bound, convert_typed_bound
 
 T11 = T10 | types("FLOAT64")
@@ -816,7 +817,7 @@ register(
     validate=validate_reverse,
     lower=lower_reverse,
     bench=_bench_reverse,
-    differentiable=lambda d: d.input_tensor.data_type.is_float,
+    differentiable=float_input,
     support=rows(
         (L.FL_2_1, DIMS4, T8, T8, {"SequenceLengthsTensor": types("UINT32")}),
         (L.FL_3_0, DIMS4_5, T8, T8, {"SequenceLengthsTensor": types("UINT32")}),

@@ -52,7 +52,7 @@ from ..fields import (
 from ..registry import BenchCase, Example, register
 from ..support import F2, T10, rows, types
 from ..tensor import TensorDesc
-from ._common import in_float32, wide
+from ._common import float_input, in_float32, wide
 from .reduce import order_keys
 
 _DIMS = (4, 5)
@@ -642,10 +642,6 @@ def _bench_pooling(kind: str) -> Any:
     return cases
 
 
-def _float_input(d: Any) -> bool:
-    return d.input_tensor.data_type.is_float
-
-
 _MAX_ROWS = rows(
     (L.FL_1_0, _DIMS, F2),
     (L.FL_3_0, _DIMS, _F2_I8),
@@ -681,7 +677,7 @@ for _cls, _lower, _support, _bench in (
         validate=validate_pooling,
         lower=_lower,
         support=_support,
-        differentiable=_float_input,
+        differentiable=float_input,
         example=_example(_cls),
         bench=_bench,
     )
@@ -695,6 +691,6 @@ register(
         (L.FL_2_0, (4,), F2, F2, {"IndicesTensor": _INDEX32}),
         (L.FL_5_0, (4,), T10, T10, {"IndicesTensor": _INDEX}),
     ),
-    differentiable=_float_input,
+    differentiable=float_input,
     example=_example(MaxUnpoolingOperatorDesc),
 )

@@ -25,6 +25,7 @@ from ..fields import UINT, OperatorDesc, attribute, enum_type, input_field, outp
 from ..registry import BenchCase, Example, register
 from ..support import DIMS1_8, DIMS4, F2, T8, T10, U32, rows, types
 from ..tensor import TensorDesc
+from ._common import float_input
 from .reduce import order_keys
 
 
@@ -118,11 +119,6 @@ def lower_top_k(d: Any, x):
     return top_k(x, d.axis, d.k, largest, d.output_index_tensor.dtype)
 
 
-def _differentiable(d: Any) -> bool:
-    # The values are differentiable in a float input; the indices are integers either way.
-    return d.input_tensor.data_type.is_float
-
-
 U32_64 = types("UINT32", "UINT64")
 _INDEX = "OutputIndexTensor"
 _TOP_K_LATER = (
@@ -193,7 +189,7 @@ register(
     validate=validate_top_k,
     lower=lower_top_k,
     support=rows((L.FL_1_0, DIMS4, F2, F2, {_INDEX: U32}), *_TOP_K_LATER),
-    differentiable=_differentiable,
+    differentiable=float_input,
     example=_example("DML_OPERATOR_TOP_K"),
     bench=_bench(TopKOperatorDesc),
 )
@@ -203,7 +199,7 @@ register(
     validate=validate_top_k,
     lower=lower_top_k,
     support=rows(*_TOP_K_LATER),
-    differentiable=_differentiable,
+    differentiable=float_input,
     example=_example("DML_OPERATOR_TOP_K1"),
     bench=_bench(TopK1OperatorDesc),
 )
