@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import functools
 
-import jax
 import numpy as np
 import pytest
+import strategies
 from onnx_cases import (
     assert_every_op_type_passes,
     attrs,
@@ -58,7 +58,7 @@ MODULES = {
     "QLinearConv": "qlinearconv",
 }
 MAPPED = set(MODULES)
-EXACT_DIVISION = jax.default_backend() == "cpu"
+EXACT_DIVISION = strategies.ON_CPU
 CASES = node_cases(MODULES)
 
 # DML data types of the NumPy / ml_dtypes arrays ONNX gives (4-bit ones are held in a byte).

@@ -30,7 +30,7 @@ from dml_jax.tensor import calc_buffer_tensor_size, pack_4bit, unpack_4bit
 # XLA divides correctly rounded on CPUs; its GPU division is approximate (within 2 ulps), so a
 # quotient x / Scale next to a rounding tie may land one step away there (docs/semantics.md,
 # "Quantization"). Results are exact on CPUs and within that step elsewhere.
-EXACT_DIVISION = jax.default_backend() == "cpu"
+EXACT_DIVISION = S.ON_CPU
 
 
 def _division_tolerance(desc) -> dict:

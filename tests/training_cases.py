@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import jax
 import numpy as np
 import strategies as S
 from hypothesis import assume
@@ -29,8 +28,6 @@ from test_roi import align_cases
 
 import dml_jax as dml
 from dml_jax.ops.gemm_conv import conv_output_sizes
-
-ON_CPU = jax.default_backend() == "cpu"
 
 T = dml.TensorDesc
 F2 = ["FLOAT32", "FLOAT16"]
@@ -376,7 +373,7 @@ PAIRS = (
         _max_pooling_backward,
         # Where windows overlap, an element sums the gradients of every window whose maximum it
         # is; the CPU adds them in one fixed order in both, a GPU scatter-add in any order.
-        {"exact": True} if ON_CPU else {"exact": False, "rtol": 1e-6, "atol": 1e-6},
+        {"exact": True} if S.ON_CPU else {"exact": False, "rtol": 1e-6, "atol": 1e-6},
     ),
     Pair(
         "SLICE1",
