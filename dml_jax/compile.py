@@ -104,14 +104,8 @@ class CompiledOperator:
         self.name = name
         self._tuple_result = tuple_result or len(outputs) != 1
 
-        def fn(*arrays):
-            # Arrays sharded over explicit mesh axes need the operator body run in auto mode.
-            results = _sharding.run_lowered(lowered, arrays, self.output_descs)
-            return tuple(results) if self._tuple_result else results[0]
-
-        fn.__name__ = name.lower()
-        fn.__doc__ = f"Logical-mode {name}: one array per input tensor, in schema order."
-        self.fn = fn
+        self._lowered = lowered
+        self.fn = fn = self._logical_fn(None)
 
         def checked(*arrays):
             # Runs only when jax.jit traces, i.e. for a shape/dtype signature it has not seen:
@@ -193,6 +187,20 @@ class CompiledOperator:
             as_input(x, path, t, self.name)
             for x, path, t in zip(inputs, self.input_paths, self.input_descs)
         ]
+
+    def _logical_fn(self, out_shardings: tuple | None) -> Callable[..., Any]:
+        """The pure logical-mode function; ``out_shardings`` (one per output, or ``None``) is
+        the layout its outputs take on an explicit mesh."""
+        lowered, name = self._lowered, self.name
+
+        def fn(*arrays):
+            # Arrays sharded over explicit mesh axes need the operator body run in auto mode.
+            results = _sharding.run_lowered(lowered, arrays, self.output_descs, out_shardings)
+            return tuple(results) if self._tuple_result else results[0]
+
+        fn.__name__ = name.lower()
+        fn.__doc__ = f"Logical-mode {name}: one array per input tensor, in schema order."
+        return fn
 
     def _check_traced(self, arrays: Sequence[Any]) -> None:
         """Shape and dtype check on abstract values, at trace time (see ``__call__``)."""
@@ -295,7 +303,10 @@ def _sharded_cached(op: CompiledOperator, ins: tuple | None, outs: tuple | None)
         kwargs["in_shardings"] = ins
     if outs is not None:  # the pytree of fn's result: one array, or a tuple
         kwargs["out_shardings"] = outs if op._tuple_result else outs[0]
-    sharded._jitted = jax.jit(op.fn, **kwargs)
+    # ``fn`` stays shared; the call's own body gives its outputs the requested layout on an
+    # explicit mesh, not the default one (``sharding.default_output_spec``) and a relayout
+    # after it, which would steer XLA's propagation (a graph's weights gathered, say).
+    sharded._jitted = jax.jit(op._logical_fn(outs), **kwargs)
     sharded._install_call()
     return sharded
 

@@ -124,13 +124,25 @@ def default_output_spec(sharding: NamedSharding, sizes: Sequence[int]) -> Partit
 
 
 def run_lowered(
-    lowered: Callable[..., tuple], arrays: Sequence[Any], out_descs: Sequence[TensorDesc]
+    lowered: Callable[..., tuple],
+    arrays: Sequence[Any],
+    out_descs: Sequence[TensorDesc],
+    out_shardings: Sequence[Any] | None = None,
 ) -> tuple:
-    """Calls an operator body, switching explicit mesh axes to auto around it when needed."""
+    """Calls an operator body, switching explicit mesh axes to auto around it when needed. The
+    outputs take ``out_shardings``' specs where given (the caller's requested layout), else
+    ``default_output_spec``."""
     s = _explicit_input_sharding(arrays)
     if s is None:
         return tuple(lowered(*arrays))
-    outs = tuple(NamedSharding(s.mesh, default_output_spec(s, t.sizes)) for t in out_descs)
+    given = out_shardings if out_shardings is not None else (None,) * len(out_descs)
+    outs = tuple(
+        NamedSharding(
+            s.mesh,
+            o.spec if isinstance(o, NamedSharding) else default_output_spec(s, t.sizes),
+        )
+        for t, o in zip(out_descs, given)
+    )
 
     def body(*xs):
         return tuple(lowered(*xs))

@@ -84,6 +84,7 @@ COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce", "
 NETWORK_CASES = (
     "resnet-small/data-parallel-x8",
     "gpt-small/tensor-parallel-x8",
+    "gpt-long/tensor-parallel-x8",
     "gpt-small/data-a2-tensor-b4",
     "benchmark-quick/2-devices",
 )
@@ -574,6 +575,8 @@ def record_networks(record, compare, collective_re) -> None:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
+    from dml_jax.hlo import optimized_hlo
+
     root = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(root / "examples"))
     import networks
@@ -585,7 +588,7 @@ def record_networks(record, compare, collective_re) -> None:
         g = net.compile(in_shardings=ins, out_shardings=NamedSharding(mesh, out_spec))
         values = [jax.device_put(a, s) for a, s in zip(net.arguments(x=x), ins)]
         got = g(*values)
-        text = jax.jit(g.fn, in_shardings=ins).lower(*values).compile().as_text()
+        text = optimized_hlo(g, *values)  # the program the call runs
         collectives = [
             (m.group(1), line.split("=")[1].split()[0])  # (kind, result shape)
             for line in text.splitlines()
@@ -603,12 +606,12 @@ def record_networks(record, compare, collective_re) -> None:
         ok = ok and not collectives and got.sharding.spec == P("x")
         return ok, f"{detail}; collectives {collectives}; output {got.sharding.spec}"
 
-    # 2 x 8 = 16 tokens: no weight has 16 rows or columns.
+    # 2 x 8 = 16 tokens (and 4 x 256 = 1,024 below): no weight has that many rows or columns.
     small_gpt = {"seq": 8, "d_model": 64, "heads": 8, "layers": 2}
 
     def weight_free(net, collectives):
         # A collective whose result has a weight's dimensions (in any order: XLA may move a
-        # weight transposed) moves a weight; activations here have 16 rows, no weight has.
+        # weight transposed) moves a weight; no weight has as many rows as the activations.
         def dims(text):
             inside = text.split("[", 1)[1].split("]", 1)[0]
             return tuple(sorted(int(n) for n in inside.split(",") if n))
@@ -617,8 +620,8 @@ def record_networks(record, compare, collective_re) -> None:
         moved = [c for c in collectives if dims(c[1]) in shapes]
         return not moved, moved
 
-    def gpt_tensor_parallel():
-        net = networks.gpt_stack(2, dtype="FLOAT32", **small_gpt)
+    def gpt_tensor_parallel(config=small_gpt, batch=2):
+        net = networks.gpt_stack(batch, dtype="FLOAT32", **config)
         mesh = jax.make_mesh((8,), ("x",))
         ok, detail, _, collectives = sharded_run(net, mesh, None, "x", P())
         # Megatron: the row-parallel products' partial sums are all-reduced; no weight is
@@ -657,6 +660,10 @@ def record_networks(record, compare, collective_re) -> None:
 
     record("network/resnet-small/data-parallel-x8", resnet_data_parallel)
     record("network/gpt-small/tensor-parallel-x8", gpt_tensor_parallel)
+    # 1,024 tokens, more than any weight's rows or columns: the graph's output layout must be
+    # the requested one (replicated), or propagation gathers the weights instead.
+    long_gpt = {"seq": 256, "d_model": 64, "heads": 8, "layers": 1}
+    record("network/gpt-long/tensor-parallel-x8", gpt_tensor_parallel, long_gpt, 4)
     record("network/gpt-small/data-a2-tensor-b4", gpt_data_and_tensor)
     record("network/benchmark-quick/2-devices", benchmark_two_devices)
 

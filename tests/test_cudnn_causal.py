@@ -4,6 +4,7 @@ replaced by stand-ins: one that reports the mode it was asked for, and jax's XLA
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -60,4 +61,49 @@ def test_the_mode_follows_the_mask(flip, mode_attention):
 def test_both_modes_match_lax(flip):
     desc, inputs = _causal_case(flip)
     got = jax.jit(functools.partial(KA.lower, desc))(*inputs)
+    assert_attention_close(desc, inputs, got, _lax(desc)(*inputs))
+
+
+@pytest.mark.usefixtures("xla_attention")
+@pytest.mark.parametrize(
+    "filter_value, calls",
+    [
+        # -10000: the mask is added to the bias, one call
+        (-10000.0, [((1, 2, 6, 6), None)]),
+        # -inf: a mask, and the causal mode traced beside it (lax.cond)
+        (-math.inf, [((1, 2, 6, 6), (1, 1, 6, 6)), ((1, 2, 6, 6), None)]),
+    ],
+)
+def test_broadcast_mask_and_bias_reach_cudnn_unexpanded(monkeypatch, filter_value, calls):
+    # A mask broadcast over batch and heads (strides 0) reaches cuDNN as {1, 1, S, T}, and a
+    # bias broadcast over the batch as {1, H, S, T}: cuDNN's partitioning of a head-sharded call
+    # keeps them whole, where full-size copies would be split by batch only.
+    desc, inputs = _causal_case(flip=True)
+    s, t = desc.mask_tensor.sizes[2:]
+    desc = dataclasses.replace(
+        _attention(s=6, kv=6, hq=2, mask_type="BOOLEAN", mask_filter_value=filter_value, rpb=True),
+        mask_tensor=dataclasses.replace(desc.mask_tensor, strides=(0, 0, t, 1)),
+    )
+    bias_t = desc.relative_position_bias_tensor
+    desc = dataclasses.replace(
+        desc,
+        relative_position_bias_tensor=dataclasses.replace(bias_t, strides=(0, s * t, t, 1)),
+    )
+    inputs = _inputs(desc, seed=5)
+    slots = [p for p, _ in desc.input_slots()]
+    mask = np.tril(np.ones((s, t), np.int32))
+    mask[2, 4] = 1
+    inputs[slots.index("MaskTensor")] = np.broadcast_to(mask, desc.mask_tensor.sizes).copy()
+    i = slots.index("RelativePositionBiasTensor")
+    inputs[i] = np.broadcast_to(inputs[i][:1], bias_t.sizes).copy()
+    seen = []
+    cudnn = jax.nn.dot_product_attention
+
+    def spy(q, k, v, *, bias=None, mask=None, **kwargs):
+        seen.append((None if bias is None else bias.shape, None if mask is None else mask.shape))
+        return cudnn(q, k, v, bias=bias, mask=mask, **kwargs)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", spy)
+    got = jax.jit(functools.partial(KA.lower, desc))(*inputs)
+    assert sorted(seen, key=str) == calls
     assert_attention_close(desc, inputs, got, _lax(desc)(*inputs))

@@ -310,3 +310,22 @@ def test_torch_networks_match_the_graphs(resnet, gpt):
     with torch.inference_mode():
         got = model(torch.from_numpy(x).reshape(c["batch"], c["seq"], -1)).numpy()
     assert relative_error(got, want) < 1e-4
+
+
+@pytest.mark.skipif(
+    len([d for d in jax.devices() if d.platform == "gpu"]) < 2, reason="needs 2 GPUs"
+)
+def test_float16_gpt_tensor_parallel_on_two_gpus_matches_one():
+    # On GPUs the attention nodes take cuDNN's fused attention: with the heads split over two
+    # devices, its partitioning must keep the shared causal mask whole.
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    net = nets.gpt_stack(2, dtype="FLOAT16", seq=128, d_model=256, heads=4, layers=2)
+    x = net.example_data()["x"]
+    want = run(net, x)
+    mesh = jax.make_mesh((2,), ("x",), devices=jax.devices("gpu")[:2])
+    ins = nets.shardings(net, mesh, None, "x")
+    g = net.compile(in_shardings=ins, out_shardings=NamedSharding(mesh, P()))
+    got = np.asarray(g(*[jax.device_put(a, s) for a, s in zip(net.arguments(x=x), ins)]))
+    assert relative_error(got.astype(np.float32), want) < 2e-2

@@ -33,7 +33,10 @@ CASE_IDS = worker.plan()
 def report(tmp_path_factory) -> dict:
     """The worker's report, computed once per test session: parallel test workers share it
     through a file under their common base temporary folder (one computes, the others wait)."""
-    shared = tmp_path_factory.getbasetemp().parent
+    base = tmp_path_factory.getbasetemp()
+    # Under xdist each worker's base folder sits in the session's; without it, the base folder
+    # is the session's own (its parent holds every earlier session's).
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     path = shared / "sharding_report.json"
     with open(shared / "sharding_report.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

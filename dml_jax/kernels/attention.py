@@ -80,6 +80,18 @@ def _by_query_head(a, g: A.Geometry):
     return jnp.repeat(a, g.q_heads // g.kv_heads, axis=1)
 
 
+def _broadcast_kept(t: Any, a, shape: tuple[int, ...]):
+    """``a`` (tensor ``t``) as ``shape``, with the dimensions ``t`` broadcasts (stride 0) kept at
+    size 1: a mask or bias shared by every head then stays shared when the heads are sharded
+    over devices (cuDNN's partitioning splits a full-size one by batch only)."""
+    a = a.reshape(shape)
+    strides = t.strides
+    if strides is None or len(strides) < len(shape):
+        return a
+    tail = strides[len(strides) - len(shape) :]
+    return a[tuple(slice(0, 1) if s == 0 else slice(None) for s in tail)]
+
+
 def lower(d: Any, *arrays) -> tuple:
     """The cuDNN lowering of an ``expressible`` description (same outputs as the lax one)."""
     g = A.analyze(d, Validator(d.operator_type))
@@ -102,10 +114,12 @@ def lower(d: Any, *arrays) -> tuple:
     bias = mask = key_lengths = None
     rows_without_keys = None  # {B, S, Hq or 1, 1}: rows cuDNN cannot give DirectML's value
     if "RelativePositionBiasTensor" in x:
-        bias = x["RelativePositionBiasTensor"].reshape(shape)
+        bias = _broadcast_kept(
+            d.relative_position_bias_tensor, x["RelativePositionBiasTensor"], shape
+        )
     filter_value = float(d.mask_filter_value)
     if d.mask_type is M.BOOLEAN:
-        zero = x["MaskTensor"].reshape(shape) == 0
+        zero = _broadcast_kept(d.mask_tensor, x["MaskTensor"], shape) == 0
         if filter_value == -math.inf:
             mask = ~zero
             rows_without_keys = heads_first(~jnp.any(mask, axis=3, keepdims=True))
