@@ -72,6 +72,13 @@ def _parse(argv):
     p.add_argument("--gpt-heads", type=int, default=16)
     p.add_argument("--gpt-layers", type=int, default=12)
     p.add_argument(
+        "--gpt-qkv",
+        choices=("fused", "separate"),
+        default="fused",
+        help="the GPT's query/key/value projections: one stacked GEMM or three (gpt_stack's "
+        "fused_qkv)",
+    )
+    p.add_argument(
         "--torch-compile",
         choices=("throughput", "all", "none"),
         default="throughput",
@@ -354,10 +361,17 @@ def _build(args, network: str, dtype: str, batch: int):
     if network == "resnet50":
         extra = networks.SMALL_RESNET if args.quick else {}
         return networks.resnet50(batch, dtype, **extra)
+    fused = args.gpt_qkv == "fused"
     if args.quick:
-        return networks.gpt_stack(batch, dtype=dtype, **networks.SMALL_GPT)
+        return networks.gpt_stack(batch, dtype=dtype, fused_qkv=fused, **networks.SMALL_GPT)
     return networks.gpt_stack(
-        batch, args.gpt_seq, args.gpt_d_model, args.gpt_heads, args.gpt_layers, dtype
+        batch,
+        args.gpt_seq,
+        args.gpt_d_model,
+        args.gpt_heads,
+        args.gpt_layers,
+        dtype,
+        fused_qkv=fused,
     )
 
 

@@ -443,7 +443,7 @@ def gpt_parameters(d_model: int, ffn: int, layers: int, seed: int = 0) -> dict[s
 # Megatron's split: column-parallel projections split their output rows (weight dim 0, bias
 # dim 1), row-parallel ones their input columns (weight dim 1; their bias is added after the
 # partial sums are reduced, so it stays whole).
-_COLUMN_PARALLEL = ("attn.qkv", "mlp.fc1")
+_COLUMN_PARALLEL = ("attn.qkv", "attn.q", "attn.k", "attn.v", "mlp.fc1")
 _ROW_PARALLEL = ("attn.out", "mlp.fc2")
 
 
@@ -471,10 +471,14 @@ def gpt_stack(
     *,
     ffn: int | None = None,
     seed: int = 0,
+    fused_qkv: bool = True,
 ) -> Network:
     """A pre-LN causal transformer stack on {batch * seq, d_model} token features (the
     embeddings), returning the final layer norm's {batch * seq, d_model}. ``ffn`` defaults to
-    ``4 * d_model``."""
+    ``4 * d_model``. ``fused_qkv``: one GEMM per layer for the queries, keys and values, read by
+    the attention as one stacked {B, S, H, 3, Dh} tensor; otherwise three GEMMs whose outputs
+    the attention reads as separate {B, S, H * Dh} tensors (dense operands for cuDNN, no copies
+    out of the stacked tensor)."""
     if d_model % heads:
         raise ValueError(f"d_model ({d_model}) must be a multiple of heads ({heads})")
     ffn = 4 * d_model if ffn is None else ffn
@@ -521,8 +525,14 @@ def gpt_stack(
     # One node per layer: the QKV projection's {B * S, 3d} output read as {B, S, H, 3, Dh}
     # (a reshape), causal through the mask, output {B, S, H * Dh}, read by the output
     # projection as {B * S, d} (a reshape again).
+    separate = T(dtype, (batch, seq, d_model))
+    inputs = (
+        {"stacked_query_key_value_tensor": T(dtype, (batch, seq, heads, 3, head))}
+        if fused_qkv
+        else {"query_tensor": separate, "key_tensor": separate, "value_tensor": separate}
+    )
     attend = dml.MultiheadAttentionOperatorDesc(
-        stacked_query_key_value_tensor=T(dtype, (batch, seq, heads, 3, head)),
+        **inputs,
         mask_tensor=T("INT32", (batch, heads, seq, seq), strides=(0, 0, seq, 1)),
         output_tensor=T(dtype, (batch, seq, d_model)),
         scale=1.0 / math.sqrt(head),
@@ -533,8 +543,11 @@ def gpt_stack(
     for i in range(layers):
         block = f"blocks.{i}"
         h = norm(x, f"{block}.ln1")
-        qkv = linear(h, f"{block}.attn.qkv", rows, *stacked_qkv(p, block, heads))
-        (o,) = b.add(attend, qkv, mask)
+        if fused_qkv:
+            qkv = [linear(h, f"{block}.attn.qkv", rows, *stacked_qkv(p, block, heads))]
+        else:
+            qkv = [linear(h, f"{block}.attn.{n}", rows) for n in ("q", "k", "v")]
+        (o,) = b.add(attend, *qkv, mask)
         a = linear(o, f"{block}.attn.out", rows)
         (x,) = b.add(dml.ElementWiseAddOperatorDesc(rows, rows, rows), x, a)
         h = norm(x, f"{block}.ln2")
@@ -545,7 +558,7 @@ def gpt_stack(
     out = norm(x, "ln_f")
     config = {
         "batch": batch, "seq": seq, "d_model": d_model, "heads": heads, "layers": layers,
-        "dtype": dtype, "ffn": ffn, "seed": seed,
+        "dtype": dtype, "ffn": ffn, "seed": seed, "fused_qkv": fused_qkv,
     }  # fmt: skip
     return b.network("gpt", [out], {"x": 0}, p, shard_dims, True, config)
 

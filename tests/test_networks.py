@@ -153,6 +153,18 @@ def test_gpt_float32_matches_reference(gpt):
     assert relative_error(run(net, x), want) < 1e-4
 
 
+def test_gpt_with_separate_qkv_projections_matches_reference(gpt):
+    # Three GEMMs read by the attention as separate Q, K, V tensors: the same network.
+    _, x, want = gpt
+    net = nets.gpt_stack(GPT_BATCH, dtype="FLOAT32", fused_qkv=False, **SMALL_GPT)
+    nodes = attention_nodes(net)
+    assert nodes and all(n.query_tensor is not None for n in nodes)
+    assert (
+        sum(isinstance(n, dml.GemmOperatorDesc) for n in net.graph.nodes) == 6 * SMALL_GPT["layers"]
+    )
+    assert relative_error(run(net, x), want) < 1e-4
+
+
 def test_gpt_float16_follows_float32_reference(gpt):
     _, x, want = gpt
     net = nets.gpt_stack(GPT_BATCH, dtype="FLOAT16", **SMALL_GPT)
@@ -229,9 +241,10 @@ def test_float16_gpt_attention_takes_the_cudnn_path(config):
     # The second configuration is the benchmark's (d 1024, 16 heads of 64), one layer of it.
     from dml_jax.kernels import attention
 
-    nodes = attention_nodes(nets.gpt_stack(dtype="FLOAT16", **config))
-    assert len(nodes) == config["layers"]
-    assert all(attention.expressible(n) for n in nodes)
+    for fused in (True, False):
+        nodes = attention_nodes(nets.gpt_stack(dtype="FLOAT16", fused_qkv=fused, **config))
+        assert len(nodes) == config["layers"]
+        assert all(attention.expressible(n) for n in nodes)
     # ... and the FLOAT32 network's are not (cuDNN computes float16 and bfloat16 only).
     nodes = attention_nodes(nets.gpt_stack(dtype="FLOAT32", **config))
     assert nodes and not any(attention.expressible(n) for n in nodes)
