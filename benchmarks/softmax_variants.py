@@ -16,7 +16,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-from timing import timeit, torch_best
+from timing import timeit, torch_copy_seconds
 
 from dml_jax.kernels import softmax as K
 from dml_jax.ops.softmax import log_softmax, softmax
@@ -26,20 +26,6 @@ CASES = [("rows of 32768", (1 << 13, 32768), (1,)), ("axis 1 NCHW C=32", (128, 3
 # (tile bytes, loop rows, minimum inner-layout columns, warps; None: the plan's own)
 VARIANTS = [(8192, 8192, 16, None), (8192, 8192, 32, None), (8192, 8192, 64, None),
             (8192, 8192, 64, 8), (8192, 8192, 32, 8), (16384, 8192, 64, 8)]  # fmt: skip
-
-
-def torch_copy_seconds(shape, dtype) -> float:
-    """PyTorch's device copy of the same tensor (the faster roofline for 2-byte types), or inf."""
-    try:
-        import torch
-    except ImportError:
-        return float("inf")
-    src = torch.empty(shape, dtype=getattr(torch, dtype), device="cuda")
-    dst = torch.empty_like(src)
-    best = torch_best(dst.copy_, src)
-    del src, dst
-    torch.cuda.empty_cache()
-    return best
 
 
 def main() -> int:

@@ -31,3 +31,17 @@ def torch_best(fn, *args, reps: int = 20) -> float:
     import torch
 
     return _best(lambda: fn(*args), lambda _: torch.cuda.synchronize(), reps)
+
+
+def torch_copy_seconds(shape, dtype) -> float:
+    """PyTorch's device copy of the same tensor (the faster roofline for 2-byte types), or inf."""
+    try:
+        import torch
+    except ImportError:
+        return float("inf")
+    src = torch.empty(shape, dtype=getattr(torch, dtype), device="cuda")
+    dst = torch.empty_like(src)
+    best = torch_best(dst.copy_, src)
+    del src, dst
+    torch.cuda.empty_cache()
+    return best
