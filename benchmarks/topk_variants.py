@@ -10,6 +10,7 @@ of torch.topk, one sync per many dispatches. Run from the repository root:
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import jax
@@ -20,7 +21,7 @@ from timing import timeit, torch_best
 from dml_jax.kernels import topk as K
 from dml_jax.ops.topk import top_k
 
-VARIANTS = [(4096, 4), (2048, 4), (8192, 8), (1024, 2), (4096, 8)]
+VARIANTS = [(4096, 4), (2048, 4), (8192, 8), (1024, 2), (1024, 1), (2048, 2), (4096, 8)]
 
 
 def torch_seconds(shape, dtype, k=None):
@@ -54,8 +55,9 @@ def main():
             row = {"dtype": dtype, "k": k, "copy_gbs": round(gbs / 1e9),
                    "lax": ratio(timeit(f_lax, x)), "torch": ratio(torch_seconds(shape, dtype, k))}  # fmt: skip
             want = np.asarray(f_lax(x)[1]).astype(np.int64)
-            for tile, warps in VARIANTS:
-                K.TILE_ELEMENTS, K.WARPS = tile, warps
+            packs = (True, False) if itemsize == 2 else (True,)
+            for (tile, warps), pack in itertools.product(VARIANTS, packs):
+                K.TILE_ELEMENTS, K.WARPS, K.PACK_16 = tile, warps, pack
                 v = K.plan(shape, 1, k, dtype)
 
                 def f(a, v=v, k=k):
@@ -64,7 +66,8 @@ def main():
 
                 f = jax.jit(f)
                 same = bool((np.asarray(f(x)[1]).astype(np.int64) == want).all())
-                row[f"kernel t{tile} w{warps}"] = ratio(timeit(f, x)) if same else "MISMATCH"
+                name = f"kernel t{tile} w{warps}" + ("" if pack or itemsize == 4 else " unpacked")
+                row[name] = ratio(timeit(f, x)) if same else "MISMATCH"
             print(json.dumps(row), flush=True)
     print(json.dumps({"jax": jax.__version__, "device": str(jax.devices()[0])}))
 

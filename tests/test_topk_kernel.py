@@ -39,6 +39,21 @@ def test_kernel_interpret_matches_lax(shape, dtype, k, largest):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+@pytest.mark.parametrize("pack", [True, False], ids=["packed", "two-reductions"])
+@pytest.mark.parametrize("largest", [True, False], ids=["largest", "smallest"])
+def test_float16_selection_forms_match_lax(monkeypatch, pack, largest):
+    # Both selection forms of 16-bit keys over every float16 value class (ties, signed zeros,
+    # infinities, NaN) and the extreme keys, on rows whose length is not a power of two.
+    monkeypatch.setattr(K, "PACK_16", pack)
+    shape, k = (6, 300), 9
+    x = _input(shape, np.float16, seed=3)
+    x[0, :4] = [65504, -65504, np.float16(6e-8), -np.float16(6e-8)]
+    v = K.plan(shape, 1, k, np.float16, min_programs=1)
+    got = K.top_k_indices(jnp.asarray(x), v, k, largest, interpret=True)
+    _, want = top_k(jnp.asarray(x), 1, k, largest, jnp.int32)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 def test_plan_declines_what_lax_keeps():
     assert K.plan((4096, 1024), 0, 8, np.float32) is None  # not the minor axis
     assert K.plan((4096, 1024), 1, 17, np.float32) is None  # K beyond MAX_K

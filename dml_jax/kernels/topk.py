@@ -4,7 +4,9 @@ XLA's GPU ``top_k`` sorts (0.03 of the copy for the top 8 of rows of 1024 on an 
 issue's anchor; PyTorch 0.03 too). Here a program owns ``cols`` whole rows: it loads them once,
 turns every element into the 32-bit search key of ``ops.topk`` and takes K maxima in registers:
 each the extreme key and the lowest column holding it (the operator's tie rule), then masked out.
-The kernel writes the indices; the values are gathered from the input at them, as the lax
+A 16-bit key
+and its column fit one int32 (key above, complemented column below), so for float16 each of the K
+selections is a single maximum. The kernel writes the indices; the values are gathered from the input at them, as the lax
 lowering does, so every value keeps its bits (-0.0, NaN payloads). Results equal the lax
 lowering's exactly.
 """
@@ -29,6 +31,7 @@ MAX_K = 16  # each selection is a pass over the tile in registers; lax's sort fo
 MAX_ROW = 4096  # longest row (after padding to a power of two) held in registers
 TILE_ELEMENTS = 4096
 WARPS = 4
+PACK_16 = True  # 16-bit keys select with one packed reduction per K (False: two, as 32-bit keys)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
     """The indices (int32, shape ``(..., k)``) of the ``k`` extremes of each row of ``x``."""
     pl, pltriton = load_pallas()
     lowest = np.iinfo(np.int32).min
+    packed = PACK_16 and x.dtype.itemsize == 2
 
     def kernel(x_ref, o_ref):
         pid = pl.program_id(0)
@@ -76,6 +80,17 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
         col = jnp.arange(v.width, dtype=jnp.int32)[None, :]
         valid = (row < v.a) & (col < v.r)
         tile = pltriton.load(x_ref.at[rows, pl.ds(0, v.width)], mask=valid, other=0)
+        if packed:
+            # 16-bit keys: key and column packed in one int32 (the lower column the larger), so
+            # each selection is one reduction; a taken place drops to ``lowest``, below every
+            # packed key (the least, key -32768 at column 65535, is past MAX_ROW).
+            p = jnp.where(valid, _keys32(tile, largest) * 65536 + (0xFFFF - col), lowest)
+            for i in range(k):
+                best = jnp.max(p, axis=1, keepdims=True)
+                index = 0xFFFF - (best & 0xFFFF)
+                pltriton.store(o_ref.at[rows, pl.ds(i, 1)], index, mask=row < v.a)
+                p = jnp.where(p == best, lowest, p)
+            return
         keys = jnp.where(valid, _keys32(tile, largest), lowest)
         for i in range(k):
             # The extreme key among the places not yet taken, then the lowest column holding
