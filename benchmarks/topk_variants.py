@@ -55,9 +55,8 @@ def main():
             row = {"dtype": dtype, "k": k, "copy_gbs": round(gbs / 1e9),
                    "lax": ratio(timeit(f_lax, x)), "torch": ratio(torch_seconds(shape, dtype, k))}  # fmt: skip
             want = np.asarray(f_lax(x)[1]).astype(np.int64)
-            packs = (True, False) if itemsize == 2 else (True,)
-            for (tile, warps), pack in itertools.product(VARIANTS, packs):
-                K.TILE_ELEMENTS, K.WARPS, K.PACK_16 = tile, warps, pack
+            for (tile, warps), pack in itertools.product(VARIANTS, (True, False)):
+                K.TILE_ELEMENTS, K.WARPS, K.PACK_16, K.PACK_32 = tile, warps, pack, pack
                 v = K.plan(shape, 1, k, dtype)
 
                 def f(a, v=v, k=k):
@@ -66,7 +65,7 @@ def main():
 
                 f = jax.jit(f)
                 same = bool((np.asarray(f(x)[1]).astype(np.int64) == want).all())
-                name = f"kernel t{tile} w{warps}" + ("" if pack or itemsize == 4 else " unpacked")
+                name = f"kernel t{tile} w{warps}" + (" packed" if pack else "")
                 row[name] = ratio(timeit(f, x)) if same else "MISMATCH"
             print(json.dumps(row), flush=True)
     print(json.dumps({"jax": jax.__version__, "device": str(jax.devices()[0])}))

@@ -41,14 +41,19 @@ def test_kernel_interpret_matches_lax(shape, dtype, k, largest):
 
 @pytest.mark.parametrize("pack", [True, False], ids=["packed", "two-reductions"])
 @pytest.mark.parametrize("largest", [True, False], ids=["largest", "smallest"])
-def test_float16_selection_forms_match_lax(monkeypatch, pack, largest):
-    # Both selection forms of 16-bit keys over every float16 value class (ties, signed zeros,
-    # infinities, NaN) and the extreme keys, on rows whose length is not a power of two.
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.int32])
+def test_selection_forms_match_lax(monkeypatch, dtype, pack, largest):
+    # Both selection forms (packed key and column, or two reductions) over every value class
+    # (ties, signed zeros, infinities, NaN) and the extreme keys, on rows whose length is not a
+    # power of two.
     monkeypatch.setattr(K, "PACK_16", pack)
+    monkeypatch.setattr(K, "PACK_32", pack)
     shape, k = (6, 300), 9
-    x = _input(shape, np.float16, seed=3)
-    x[0, :4] = [65504, -65504, np.float16(6e-8), -np.float16(6e-8)]
-    v = K.plan(shape, 1, k, np.float16, min_programs=1)
+    x = _input(shape, dtype, seed=3)
+    if dtype != np.int32:
+        info = np.finfo(dtype)
+        x[0, :4] = [info.max, -info.max, info.smallest_subnormal, -info.smallest_subnormal]
+    v = K.plan(shape, 1, k, dtype, min_programs=1)
     got = K.top_k_indices(jnp.asarray(x), v, k, largest, interpret=True)
     _, want = top_k(jnp.asarray(x), 1, k, largest, jnp.int32)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -6,7 +6,7 @@ turns every element into the 32-bit search key of ``ops.topk`` and takes K maxim
 each the extreme key and the lowest column holding it (the operator's tie rule), then masked out.
 A 16-bit key
 and its column fit one int32 (key above, complemented column below), so for float16 each of the K
-selections is a single maximum. The kernel writes the indices; the values are gathered from the input at them, as the lax
+selections is a single maximum (``PACK_32``: 32-bit keys likewise in an int64). The kernel writes the indices; the values are gathered from the input at them, as the lax
 lowering does, so every value keeps its bits (-0.0, NaN payloads). Results equal the lax
 lowering's exactly.
 """
@@ -31,7 +31,8 @@ MAX_K = 16  # each selection is a pass over the tile in registers; lax's sort fo
 MAX_ROW = 4096  # longest row (after padding to a power of two) held in registers
 TILE_ELEMENTS = 4096
 WARPS = 4
-PACK_16 = True  # 16-bit keys select with one packed reduction per K (False: two, as 32-bit keys)
+PACK_16 = True  # 16-bit keys select with one packed int32 reduction per K (False: two)
+PACK_32 = False  # 32-bit keys: one packed int64 reduction per K (True) or two int32 ones
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,8 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
     """The indices (int32, shape ``(..., k)``) of the ``k`` extremes of each row of ``x``."""
     pl, pltriton = load_pallas()
     lowest = np.iinfo(np.int32).min
-    packed = PACK_16 and x.dtype.itemsize == 2
+    wide = x.dtype.itemsize == 4
+    packed = PACK_32 if wide else PACK_16
 
     def kernel(x_ref, o_ref):
         pid = pl.program_id(0)
@@ -81,15 +83,23 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
         valid = (row < v.a) & (col < v.r)
         tile = pltriton.load(x_ref.at[rows, pl.ds(0, v.width)], mask=valid, other=0)
         if packed:
-            # 16-bit keys: key and column packed in one int32 (the lower column the larger), so
-            # each selection is one reduction; a taken place drops to ``lowest``, below every
-            # packed key (the least, key -32768 at column 65535, is past MAX_ROW).
-            p = jnp.where(valid, _keys32(tile, largest) * 65536 + (0xFFFF - col), lowest)
-            for i in range(k):
-                best = jnp.max(p, axis=1, keepdims=True)
-                index = 0xFFFF - (best & 0xFFFF)
-                pltriton.store(o_ref.at[rows, pl.ds(i, 1)], index, mask=row < v.a)
-                p = jnp.where(p == best, lowest, p)
+            # Key and column packed in one integer (the lower column the larger), so each
+            # selection is one reduction; a taken place drops to the type's least value, below
+            # every packed key (the least, the least key at column ``2**bits - 1``, is past
+            # MAX_ROW). 16-bit keys pack into int32; 32-bit keys into int64 (64-bit types are
+            # enabled for the kernel's own arithmetic alone).
+            with jax.enable_x64(wide):
+                ptype = jnp.int64 if wide else jnp.int32
+                bits = 32 if wide else 16
+                low = np.iinfo(ptype).min
+                last = (1 << bits) - 1
+                p = _keys32(tile, largest).astype(ptype) * (1 << bits) + (last - col.astype(ptype))
+                p = jnp.where(valid, p, low)
+                for i in range(k):
+                    best = jnp.max(p, axis=1, keepdims=True)
+                    index = (last - (best & last)).astype(jnp.int32)
+                    pltriton.store(o_ref.at[rows, pl.ds(i, 1)], index, mask=row < v.a)
+                    p = jnp.where(p == best, low, p)
             return
         keys = jnp.where(valid, _keys32(tile, largest), lowest)
         for i in range(k):
