@@ -29,10 +29,14 @@ DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32", "int32"))
 MIN_PROGRAMS = 264
 MAX_K = 16  # each selection is a pass over the tile in registers; lax's sort for larger K
 MAX_ROW = 4096  # longest row (after padding to a power of two) held in registers
-TILE_ELEMENTS = 4096
-WARPS = 4
-PACK_16 = True  # 16-bit keys select with one packed int32 reduction per K (False: two)
-PACK_32 = False  # 32-bit keys: one packed int64 reduction per K (True) or two int32 ones
+TILE_ELEMENTS = 1024  # one warp per row of 1024 ran best for every K and dtype in that sweep
+WARPS = 1
+# Selection forms, from benchmarks/results/round11/topk_variants.log (H200, rows of 1024, ratio
+# to the copy): float16 keys packed in an int32 ran K=8 at 0.26 against 0.07-0.08 with two
+# reductions (K=1 0.60 against 0.52); float32 keys packed in an int64 ran K=8 at 0.21 against 0.17
+# at best, but K=1 at 0.93 against 0.98, so a single selection keeps the two int32 reductions.
+PACK_16 = True
+PACK_32 = True  # for K > 1
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,12 @@ def plan(shape: tuple[int, ...], axis: int, k: int, dtype, min_programs: int = M
     return v if v.programs >= min_programs else None
 
 
+def _warps(v: View) -> int:
+    """WARPS per TILE_ELEMENTS of a row: a row longer than a tile gets more warps, not more
+    registers per thread."""
+    return WARPS * max(1, v.width // TILE_ELEMENTS)
+
+
 def _keys32(x, largest: bool):
     """The 32-bit search keys of ``ops.topk``: order keys, complemented for the smallest."""
     keys = order_keys(x, largest).astype(jnp.int32)  # float16 keys widen exactly
@@ -73,7 +83,7 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
     pl, pltriton = load_pallas()
     lowest = np.iinfo(np.int32).min
     wide = x.dtype.itemsize == 4
-    packed = PACK_32 if wide else PACK_16
+    packed = (PACK_32 and k > 1) if wide else PACK_16
 
     def kernel(x_ref, o_ref):
         pid = pl.program_id(0)
@@ -117,7 +127,7 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
         out_shape=jax.ShapeDtypeStruct((v.a, k), jnp.int32),
         grid=(v.programs,),
         interpret=interpret,
-        compiler_params=pltriton.CompilerParams(num_warps=WARPS, num_stages=1),
+        compiler_params=pltriton.CompilerParams(num_warps=_warps(v), num_stages=1),
     )(x2)
     return jax.lax.reshape(out, (*x.shape[:-1], k))
 
