@@ -278,19 +278,20 @@ def _same_or_both_nan(got, want):
 @pytest.mark.parametrize("dtype", ["float16", "int8", "uint16"])
 def test_clip_kernel_interpret_matches_lax(dtype, monkeypatch):
     monkeypatch.setattr(E, "BLOCK_BYTES", 64)  # several programs and a masked last block
+    # Bound pairs: ordered, reversed (Min > Max), equal, signed zeros both ways, infinite.
     if dtype == "float16":
         vals = [np.nan, -np.nan, -0.0, 0.0, 1, -1, 5, -5, np.inf, -np.inf, 0.5, -0.5, 2]
-        bounds = [-0.0, 0.0, -0.5, 1.0, -np.inf, np.inf]
+        pairs = [(-0.5, 1.0), (1.0, -0.5), (-0.0, 0.0), (0.0, -0.0), (-0.0, -0.0), (-np.inf, np.inf),
+                 (np.inf, -np.inf), (-np.inf, 1.0), (-0.5, np.inf)]  # fmt: skip
     else:
         info = np.iinfo(dtype)
         vals = [info.min, info.max, 0, 1, 2, 5, 7]
-        bounds = [0, 1, 6, info.max]
+        pairs = [(1, 6), (6, 1), (0, 0), (0, info.max), (info.max, 0)]
     x = jnp.asarray(np.array(vals * 11, dtype).reshape(11, len(vals)))
-    for lo in bounds:
-        for hi in bounds:
-            a, b = np.asarray(lo, dtype), np.asarray(hi, dtype)
-            want = jax.lax.max(jnp.asarray(a), jax.lax.min(x, jnp.asarray(b)))
-            _same_or_both_nan(E.clip_kernel(x, a, b, interpret=True), want)
+    for lo, hi in pairs:
+        a, b = np.asarray(lo, dtype), np.asarray(hi, dtype)
+        want = jax.lax.max(jnp.asarray(a), jax.lax.min(x, jnp.asarray(b)))
+        _same_or_both_nan(E.clip_kernel(x, a, b, interpret=True), want)
 
 
 def test_narrow_dispatch_with_cuda_present_lowers_plain_on_cpu(cuda_present):

@@ -28,6 +28,10 @@ import dml_jax as dml
 ROOT = Path(__file__).resolve().parent.parent
 CASE_IDS = worker.plan()
 
+# One parallel test worker runs this module (pyproject's ``--dist loadgroup``): the worker's
+# report takes a core for half a minute, and a second test worker would only wait for it.
+pytestmark = pytest.mark.xdist_group("sharding")
+
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
