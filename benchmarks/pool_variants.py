@@ -4,7 +4,7 @@ For each case (3x3 windows of stride 1 padded by 1 over (16, 256, 256, 256): MAX
 and without IncludePadding; ResNet's 3x3 stride 2 MAX over (334, 64, 112, 112); 1 GiB of float32
 or the same bytes of float16, with NaN, -inf and -0.0 planted): the kernel against the lax
 lowering (elements whose bits differ, NaN matching NaN), then GB/s (bytes read + written) of the
-kernel for each (tile elements, band rows, warps, prefetch) variant, of the lax lowering, of PyTorch's
+kernel for each (tile elements, band rows, warps, prefetch, max.NaN) variant, of the lax lowering, of PyTorch's
 pooling, and of the best device copy (XLA's or PyTorch's), one sync per many dispatches. Run from
 the repository root:
 
@@ -33,9 +33,10 @@ CASES = [
     ("AVERAGE 3x3 s1 p1 excl", "Average", (16, 256, 256, 256), 3, 1, 1, False),
     ("MAX 3x3 s2 p1 ResNet", "Max", (334, 64, 112, 112), 3, 2, 1, None),
 ]
-# (tile elements, band rows, warps, prefetch); the first is the module's default
-VARIANTS = [(1024, 32, 4, True), (1024, 32, 4, False), (2048, 32, 4, True), (2048, 32, 4, False),
-            (2048, 32, 8, True), (512, 32, 4, True), (1024, 64, 4, True), (1024, 16, 4, True)]  # fmt: skip
+# (tile elements, band rows, warps, prefetch, MAX as PTX max.NaN); the first is the default
+VARIANTS = [(1024, 32, 4, True, True), (1024, 32, 4, False, True), (2048, 32, 4, True, True),
+            (2048, 32, 4, False, True), (2048, 32, 8, True, True), (512, 32, 4, True, True),
+            (1024, 64, 4, True, True), (1024, 16, 4, True, True), (1024, 32, 4, True, False)]  # fmt: skip
 
 
 def _desc(op, shape, dtype, window, stride, pad, include):
@@ -74,10 +75,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", help="JSON file for the rows")
     args = parser.parse_args()
-    defaults = (K.TILE_ELEMENTS, K.BAND_ROWS, K.WARPS, K.PREFETCH)
+    defaults = (K.TILE_ELEMENTS, K.BAND_ROWS, K.WARPS, K.PREFETCH, K.MAX_ASM)
     rows = []
-    for dtype in ("float32", "float16"):
-        for label, op, shape, window, stride, pad, include in CASES:
+    for label, op, shape, window, stride, pad, include in CASES:
+        for dtype in ("float32", "float16"):
             if dtype == "float16":
                 shape = (shape[0] * 2,) + shape[1:]
             d, plan = _desc(op, shape, dtype, window, stride, pad, include)
@@ -93,12 +94,15 @@ def main() -> int:
             t_torch = _torch_seconds(op, shape, dtype, window, stride, pad, include)
             average = op == "Average"
             reciprocal = K.average_reciprocal(plan, include) if average else None
-            for tile, band, warps, prefetch in VARIANTS:
-                K.TILE_ELEMENTS, K.BAND_ROWS, K.WARPS, K.PREFETCH = tile, band, warps, prefetch
+            for variant in VARIANTS:
+                tile, band, warps, prefetch, asm = variant
+                if average and not asm:
+                    continue
+                K.TILE_ELEMENTS, K.BAND_ROWS, K.WARPS, K.PREFETCH, K.MAX_ASM = variant
                 v = K.plan(shape, dtype, plan, average)
                 row = dict(case=label, dtype=dtype, shape=list(shape), tile=tile, band=band,
-                           warps=warps, prefetch=prefetch, block_planes=v.block_planes, cols=v.cols,
-                           programs=v.programs, copy_gbps=copy_gbps,
+                           warps=warps, prefetch=prefetch, asm=asm, block_planes=v.block_planes,
+                           cols=v.cols, programs=v.programs, copy_gbps=copy_gbps,
                            lax_ratio=nbytes / t_lax / 1e9 / copy_gbps,
                            torch_ratio=nbytes / t_torch / 1e9 / copy_gbps)  # fmt: skip
                 try:
@@ -109,18 +113,18 @@ def main() -> int:
                 except Exception as e:  # a variant that fails is reported
                     row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
                 rows.append(row)
+                if args.out:  # after every row: a run cut short keeps what it measured
+                    with open(args.out, "w") as f:
+                        json.dump(rows, f, indent=1)
                 print(f"{label:24s} {dtype:8s} tile {tile:5d} band {band:3d} warps {warps}"
-                      f" prefetch {prefetch:d}"
+                      f" prefetch {prefetch:d} asm {asm:d}"
                       f" planes {v.block_planes:3d} cols {v.cols:3d}"
                       f"  kernel {row.get('kernel_ratio', float('nan')):.2f}"
                       f"  lax {row['lax_ratio']:.2f}  torch {row['torch_ratio']:.2f}"
                       f"  mismatches {row.get('mismatches')} {row.get('error', '')}",
                       flush=True)  # fmt: skip
-            K.TILE_ELEMENTS, K.BAND_ROWS, K.WARPS, K.PREFETCH = defaults
+            K.TILE_ELEMENTS, K.BAND_ROWS, K.WARPS, K.PREFETCH, K.MAX_ASM = defaults
             del x, want
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(rows, f, indent=1)
     return 0
 
 

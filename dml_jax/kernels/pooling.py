@@ -58,6 +58,7 @@ BAND_ROWS = 32  # output rows per program (more programs, and the halo rows re-r
 WARPS = 4
 LIVE_REGISTERS = 128  # bound on the registers per thread that the window's live values take
 PREFETCH = True  # load a step's new rows one step ahead
+MAX_ASM = True  # MAX as PTX max.NaN, else from comparisons
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,11 @@ def _max(a, b, interpret: bool):
     """XLA's float maximum (IEEE 754-2019: NaN propagated, -0.0 below +0.0)."""
     if interpret:
         return jax.lax.max(a, b)  # the host's maximum, as in the lax lowering run there
+    if not MAX_ASM:
+        # From comparisons: b where it is larger or NaN, or where they are equal and a is -0.0.
+        ibits = jnp.int32 if a.dtype == jnp.float32 else jnp.int16
+        negative = jax.lax.bitcast_convert_type(a, ibits) < 0
+        return jnp.where((b > a) | jnp.isnan(b) | ((a == b) & negative), b, a)
     _, pltriton = load_pallas()
     suffix, reg = ("f32", "f") if a.dtype == jnp.float32 else ("f16", "h")
     [out] = pltriton.elementwise_inline_asm(
