@@ -72,7 +72,6 @@ def test_kernel_interpret_matches_lax(monkeypatch, case):
     monkeypatch.setattr(K, "TILE_ELEMENTS", 8)  # 2 planes x 4 columns: several column tiles
     monkeypatch.setattr(K, "MAX_COLS", 4)
     monkeypatch.setattr(K, "BAND_ROWS", 3)  # several bands, the last one partial
-    monkeypatch.setattr(K, "PREFETCH", name != "MaxPooling2")
     plan = P.window_plan(d)
     average = "include_padding" in extra
     v = K.plan(shape, dtype, plan, average)

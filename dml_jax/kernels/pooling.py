@@ -7,9 +7,10 @@ reads the input again. Here a program owns a band of output rows of ``block_plan
 planes by ``cols`` output columns and walks down it one output row at a time. Each step loads
 the input rows the new output row adds to the window (one at stride 1), every window column as
 one shifted (and strided) load of the row, masked where the window hangs over the padding; the
-window rows the next output row shares stay in registers. So the input is read from memory
-about once (the band's first window rows twice, from L2), the shifted loads hit L1, and the
-output is written once.
+window rows the next output row shares stay in registers, and the next step's loads are issued
+before this step's output is reduced, so a warp has two steps' loads in flight. So the input is
+read from memory about once (the band's first window rows twice, from L2), the shifted loads hit
+L1, and the output is written once.
 
 Values are the lax lowering's, bit for bit:
 
@@ -51,14 +52,26 @@ DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
 MAX_WINDOW_POINTS = 64  # MAX: window rows in registers; larger windows stay on lax
 _INDEX_LIMIT = 2**31 - 2**20  # int32 element offsets, with room for a tile past the end
 
-# Tunables, chosen by benchmarks/pool_variants.py on an H200 (benchmarks/RESULTS.md).
-TILE_ELEMENTS = 1024  # output elements per step (block_planes x cols)
+# Tunables, chosen by benchmarks/pool_variants.py on an H200 (benchmarks/RESULTS.md, "Pooling
+# kernel"; benchmarks/results/pool_kernel/sweep.log). 512-element steps, 4 warps: 0.86 of the
+# copy for MAX 3x3 stride 1 float32 and 0.67 float16, AVERAGE 0.78-0.81 and 0.63, ResNet's 3x3
+# stride 2 MAX 0.62 and 0.56 (lax: 0.59, 0.51, 0.57-0.58, 0.50-0.52, 0.59, 0.48). 1024-element
+# steps without the prefetch were within noise (0.89, 0.70, 0.81, 0.60-0.64, 0.61) but for
+# ResNet's float16 MAX (0.33): 8 float16 outputs per thread, whose stride-2 loads spread a warp
+# over more L1 sectors; with the prefetch, 1024-element AVERAGE steps fell to 0.68 / 0.43 (the
+# registers of two steps' loads); 8 warps, bands of 16 or 64 rows gained nothing.
+TILE_ELEMENTS = 512  # output elements per step (block_planes x cols)
 MAX_COLS = 256  # output columns per tile; wider rows take several column tiles
 BAND_ROWS = 32  # output rows per program (more programs, and the halo rows re-read from L2)
 WARPS = 4
 LIVE_REGISTERS = 128  # bound on the registers per thread that the window's live values take
-PREFETCH = True  # load a step's new rows one step ahead
-MAX_ASM = True  # MAX as PTX max.NaN, else from comparisons
+
+
+def _carried(window, strides, dilations) -> int:
+    """How many window rows the next output row shares with this one (the last ones, which are
+    its first): with stride S and dilation D, rows S / D down the window, when D divides S."""
+    (kh, _), (sh, _), (dh, _) = window, strides, dilations
+    return max(kh - sh // dh, 0) if sh % dh == 0 else 0
 
 
 @dataclass(frozen=True)
@@ -81,11 +94,8 @@ class View:
     warps: int
 
     @property
-    def shift(self) -> int:
-        """Window rows the next output row shares with this one lie ``shift`` rows down the
-        window (``window[0]`` or more: none shared)."""
-        (kh, _), (sh, _), (dh, _) = self.window, self.strides, self.dilations
-        return sh // dh if sh % dh == 0 else kh
+    def carried(self) -> int:
+        return _carried(self.window, self.strides, self.dilations)
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -122,11 +132,10 @@ def plan(shape: tuple[int, ...], dtype, p: WindowPlan, average: bool) -> View | 
     if (planes + TILE_ELEMENTS) * max(h * w, out_h * out_w) >= _INDEX_LIMIT:
         return None
     # Live values per thread: AVERAGE keeps every window point, MAX the window rows' maxima and
-    # one row's shifted loads; with PREFETCH also the next step's loads.
+    # one row's shifted loads; both also the next step's loads.
     kh, kw = p.window
-    sh, dh = p.strides[0], p.dilations[0]
-    shift = sh // dh if sh % dh == 0 else kh
-    live = (points if average else kh + kw) + (min(shift, kh) * kw if PREFETCH else 0)
+    new_rows = kh - _carried(p.window, p.strides, p.dilations)
+    live = (points if average else kh + kw) + new_rows * kw
     elements = min(TILE_ELEMENTS, pow2_at_most(max(1, LIVE_REGISTERS * 32 * WARPS // live)))
     cols = min(cols, elements)
     block_planes = min(max(1, elements // cols), pow2_at_least(planes))
@@ -142,11 +151,6 @@ def _max(a, b, interpret: bool):
     """XLA's float maximum (IEEE 754-2019: NaN propagated, -0.0 below +0.0)."""
     if interpret:
         return jax.lax.max(a, b)  # the host's maximum, as in the lax lowering run there
-    if not MAX_ASM:
-        # From comparisons: b where it is larger or NaN, or where they are equal and a is -0.0.
-        ibits = jnp.int32 if a.dtype == jnp.float32 else jnp.int16
-        negative = jax.lax.bitcast_convert_type(a, ibits) < 0
-        return jnp.where((b > a) | jnp.isnan(b) | ((a == b) & negative), b, a)
     _, pltriton = load_pallas()
     suffix, reg = ("f32", "f") if a.dtype == jnp.float32 else ("f16", "h")
     [out] = pltriton.elementwise_inline_asm(
@@ -170,8 +174,7 @@ def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = Fa
     (sh, sw), (dh, dw), (ph, pw) = v.strides, v.dilations, v.start
     bp, cols, band = v.block_planes, v.cols, v.band
     _, ncol, nband = v.grid
-    shift = v.shift
-    carried = max(kh - shift, 0)
+    carried = v.carried
     plane_size, out_size = v.height * v.width, v.out_h * v.out_w
     pad = np.array(0 if average else -np.inf, x.dtype)
     table = reciprocal is not None and np.ndim(reciprocal) > 0
@@ -244,24 +247,21 @@ def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = Fa
             pltriton.store(o_ref.at[plane * out_size + o * v.out_w + ow], y, mask=ok)
 
         new = range(carried, kh)  # the window rows each step loads
-        keep = shift * (kw if average else 1)  # values of rows the next output row drops
+        drop = (kh - carried) * (kw if average else 1)  # values the next output row drops
 
         def step(i, state):
             """Output row ``o0 + i``: its window is the rows carried from the last step and the
-            new rows, loaded a step ahead with ``PREFETCH`` (so a warp has two steps' loads in
-            flight)."""
-            rows, pending = state
+            new rows, which were loaded a step ahead (so a warp has two steps' loads in flight);
+            this step loads the next one's."""
+            rows, loads = state
             o = o0 + i
-            if PREFETCH:
-                loads, pending = pending, tuple(load_rows(o + 1, new))
-            else:
-                loads = load_rows(o, new)
+            pending = tuple(load_rows(o + 1, new))
             rows = list(rows) + reduce_rows(loads)
             store(o, rows)
-            return (tuple(rows[keep:]) if carried else (), pending)
+            return (tuple(rows[drop:]) if carried else (), pending)
 
         first = tuple(reduce_rows(load_rows(o0, range(carried))))
-        pending = tuple(load_rows(o0, new)) if PREFETCH else ()
+        pending = tuple(load_rows(o0, new))
         jax.lax.fori_loop(0, band, step, (first, pending))
 
     n = x.shape[0] * x.shape[1]
