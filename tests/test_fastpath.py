@@ -53,6 +53,8 @@ def test_kernels_register_the_covered_operators():
     for op in ("SPACE_TO_DEPTH", "SPACE_TO_DEPTH1", "ELEMENT_WISE_CLIP", "ELEMENT_WISE_CLIP1"):
         assert names[f"DML_OPERATOR_{op}"], op
     assert "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD" not in names
+    for op in ("MAX_POOLING", "MAX_POOLING1", "MAX_POOLING2", "AVERAGE_POOLING1"):
+        assert names[f"DML_OPERATOR_{op}"] == ["kernel"], op
 
 
 def test_lowering_is_the_lax_lowering_without_cuda(monkeypatch):

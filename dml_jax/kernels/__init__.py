@@ -15,6 +15,7 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``elementwise_map``: one kernel that runs any element-wise operator's lowering block by block,
   for narrow types;
 - ``softmax``: one-pass SOFTMAX and LOG_SOFTMAX (both versions);
+- ``pooling``: overlapping 2-D MAX and AVERAGE pooling, window rows kept in registers;
 - ``scan``: one-pass CUMULATIVE_SUMMATION / CUMULATIVE_PRODUCT;
 - ``topk``: TOP_K / TOP_K1 for a small K along the minor axis, in registers;
 - ``generate``: FILL_VALUE_CONSTANT and minor-axis ONE_HOT, write-only blocks;
@@ -27,6 +28,7 @@ from . import (
     elementwise_map,
     generate,
     movement,
+    pooling,
     reduce,
     reduce_paths,
     reduce_plan,
@@ -46,6 +48,7 @@ __all__ = [
     "log_sum_exp",
     "movement",
     "plan",
+    "pooling",
     "reduce",
     "reduce_extreme",
     "reduce_paths",

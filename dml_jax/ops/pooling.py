@@ -600,7 +600,7 @@ def _example(cls: type) -> Example:
 
 def _bench_pooling(kind: str) -> Any:
     """MAX or AVERAGE pooling cases: 2x2 windows of stride 2 (disjoint) and 3x3 of stride 1
-    padded by 1 (overlapping), against reduce_window and PyTorch's pooling."""
+    padded by 1 (overlapping, a kernel case), against reduce_window and PyTorch's pooling."""
 
     def cases(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
         if dtype not in ("float32", "float16"):
@@ -636,7 +636,9 @@ def _bench_pooling(kind: str) -> Any:
                 return pool(y, window, stride, pad)
 
             label = f"{kind}_POOLING {window}x{window} stride {stride} pad {pad}"
-            out.append(BenchCase(label, desc, jnp=jnp_fn, torch=torch_fn))
+            # Overlapping windows: the CUDA kernel (dml_jax.kernels.pooling) may take them.
+            overlap = stride < window
+            out.append(BenchCase(label, desc, jnp=jnp_fn, torch=torch_fn, kernel=overlap))
         return out
 
     return cases

@@ -1,0 +1,128 @@
+"""GPU sweep and check of the overlapping pooling kernel (dml_jax.kernels.pooling).
+
+For each case (3x3 windows of stride 1 padded by 1 over (16, 256, 256, 256): MAX, AVERAGE with
+and without IncludePadding; ResNet's 3x3 stride 2 MAX over (334, 64, 112, 112); 1 GiB of float32
+or the same bytes of float16, with NaN, -inf and -0.0 planted): the kernel against the lax
+lowering (elements whose bits differ, NaN matching NaN), then GB/s (bytes read + written) of the
+kernel for each (tile elements, band rows, warps) variant, of the lax lowering, of PyTorch's
+pooling, and of the best device copy (XLA's or PyTorch's), one sync per many dispatches. Run from
+the repository root:
+
+    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/pool_variants.py --out f.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+import jax
+import jax.numpy as jnp
+from timing import timeit, torch_best, torch_copy_seconds
+
+import dml_jax as dml
+from dml_jax.kernels import pooling as K
+from dml_jax.ops import pooling as P
+
+# (label, operator, float32 shape, window, stride, pad, IncludePadding)
+CASES = [
+    ("MAX 3x3 s1 p1", "Max", (16, 256, 256, 256), 3, 1, 1, None),
+    ("AVERAGE 3x3 s1 p1 incl", "Average", (16, 256, 256, 256), 3, 1, 1, True),
+    ("AVERAGE 3x3 s1 p1 excl", "Average", (16, 256, 256, 256), 3, 1, 1, False),
+    ("MAX 3x3 s2 p1 ResNet", "Max", (334, 64, 112, 112), 3, 2, 1, None),
+]
+# (tile elements, band rows, warps); the first is the module's default. The run that chose it
+# (benchmarks/results/pool_kernel/sweep.log) also measured two forms since dropped: steps that
+# load their own rows (no prefetch) and MAX from comparisons instead of PTX max.NaN.
+VARIANTS = [(512, 32, 4), (1024, 32, 4), (2048, 32, 8), (512, 64, 4), (512, 16, 4), (256, 32, 4)]
+
+
+def _desc(op, shape, dtype, window, stride, pad, include):
+    x = dml.TensorDesc(dtype.upper(), shape)
+    plan = P.WindowPlan((window,) * 2, (stride,) * 2, (1, 1), (pad,) * 2, (pad,) * 2, shape[2:])
+    geometry = dict(strides=[stride] * 2, window_size=[window] * 2, start_padding=[pad] * 2,
+                    end_padding=[pad] * 2)  # fmt: skip
+    if include is not None:
+        geometry["include_padding"] = include
+    cls = getattr(dml, f"{op}PoolingOperatorDesc")
+    return cls(x, x.like(sizes=tuple(shape[:2]) + plan.outputs), **geometry), plan
+
+
+def _mismatches(a, b) -> int:
+    same = ((a == b) & (jnp.signbit(a) == jnp.signbit(b))) | (jnp.isnan(a) & jnp.isnan(b))
+    return int(jnp.sum(~same))
+
+
+def _torch_seconds(op, shape, dtype, window, stride, pad, include) -> float:
+    try:
+        import torch
+    except ImportError:
+        return float("inf")
+    t = torch.randn(shape, device="cuda", dtype=torch.float32).to(getattr(torch, dtype))
+    f = torch.nn.functional
+    if op == "Max":
+        best = torch_best(lambda: f.max_pool2d(t, window, stride, pad))
+    else:
+        best = torch_best(lambda: f.avg_pool2d(t, window, stride, pad, count_include_pad=include))
+    del t
+    torch.cuda.empty_cache()
+    return best
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", help="JSON file for the rows")
+    args = parser.parse_args()
+    defaults = (K.TILE_ELEMENTS, K.BAND_ROWS, K.WARPS)
+    rows = []
+    for label, op, shape, window, stride, pad, include in CASES:
+        for dtype in ("float32", "float16"):
+            if dtype == "float16":
+                shape = (shape[0] * 2,) + shape[1:]
+            d, plan = _desc(op, shape, dtype, window, stride, pad, include)
+            x = jax.random.normal(jax.random.PRNGKey(0), shape, jnp.float32).astype(dtype)
+            x = x.at[0, 0, :2].set(jnp.nan).at[1, 3, 5].set(-jnp.inf).at[2, 1].set(-0.0)
+            out_bytes = math.prod(d.output_tensor.sizes) * x.dtype.itemsize
+            nbytes = x.size * x.dtype.itemsize + out_bytes
+            t_copy = min(timeit(jax.jit(lambda y: -y), x), torch_copy_seconds(shape, dtype))
+            copy_gbps = 2 * x.size * x.dtype.itemsize / t_copy / 1e9
+            lax_fn = jax.jit(dml.compile_operator(d, fast_paths=False).fn)
+            want = lax_fn(x)
+            t_lax = timeit(lax_fn, x)
+            t_torch = _torch_seconds(op, shape, dtype, window, stride, pad, include)
+            average = op == "Average"
+            reciprocal = K.average_reciprocal(plan, include) if average else None
+            for tile, band, warps in VARIANTS:
+                K.TILE_ELEMENTS, K.BAND_ROWS, K.WARPS = tile, band, warps
+                v = K.plan(shape, dtype, plan, average)
+                row = dict(case=label, dtype=dtype, shape=list(shape), tile=tile, band=band,
+                           warps=warps, block_planes=v.block_planes,
+                           cols=v.cols, programs=v.programs, copy_gbps=copy_gbps,
+                           lax_ratio=nbytes / t_lax / 1e9 / copy_gbps,
+                           torch_ratio=nbytes / t_torch / 1e9 / copy_gbps)  # fmt: skip
+                try:
+                    kfn = jax.jit(lambda y, v=v: K.pool_kernel(y, v, average, reciprocal))
+                    row["mismatches"] = _mismatches(kfn(x), want)
+                    t = timeit(kfn, x)
+                    row["kernel_ratio"] = nbytes / t / 1e9 / copy_gbps
+                except Exception as e:  # a variant that fails is reported
+                    row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+                rows.append(row)
+                if args.out:  # after every row: a run cut short keeps what it measured
+                    with open(args.out, "w") as f:
+                        json.dump(rows, f, indent=1)
+                print(f"{label:24s} {dtype:8s} tile {tile:5d} band {band:3d} warps {warps}"
+                      f" planes {v.block_planes:3d} cols {v.cols:3d}"
+                      f"  kernel {row.get('kernel_ratio', float('nan')):.2f}"
+                      f"  lax {row['lax_ratio']:.2f}  torch {row['torch_ratio']:.2f}"
+                      f"  mismatches {row.get('mismatches')} {row.get('error', '')}",
+                      flush=True)  # fmt: skip
+            K.TILE_ELEMENTS, K.BAND_ROWS, K.WARPS = defaults
+            del x, want
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

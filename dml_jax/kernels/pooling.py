@@ -1,0 +1,311 @@
+"""A Pallas (Triton) kernel for overlapping 2-D MAX and AVERAGE pooling on CUDA GPUs.
+
+The lax lowering (``dml_jax.ops.pooling``) writes an overlapping window as one element-wise pass
+over strided slices of the padded input: 0.58 of the copy for a 3x3 window of stride 1 in
+float32 on an H200 and 0.52 in float16 (benchmarks/RESULTS.md, round 8), since every slice
+reads the input again. Here a program owns a band of output rows of ``block_planes`` (N, C)
+planes by ``cols`` output columns and walks down it one output row at a time. Each step loads
+the input rows the new output row adds to the window (one at stride 1), every window column as
+one shifted (and strided) load of the row, masked where the window hangs over the padding; the
+window rows the next output row shares stay in registers, and the next step's loads are issued
+before this step's output is reduced, so a warp has two steps' loads in flight. So the input is
+read from memory about once (the band's first window rows twice, from L2), the shifted loads hit
+L1, and the output is written once.
+
+Values are the lax lowering's, bit for bit:
+
+- MAX reduces each window row first, then the rows: the IEEE 754-2019 maximum that XLA's GPU
+  code uses (NaN propagated, -0.0 below +0.0) is associative and commutative, so the order does
+  not matter; on the GPU it is the same PTX instruction, ``max.NaN`` (Triton's own float maximum
+  drops NaN). Padding is -inf.
+- AVERAGE keeps every window point of the shared rows (not row sums) and adds the window's
+  points in the lax lowering's order (row-major, from the first point, padding read as +0.0), in
+  float32 for float16 inputs, rounded once; it then multiplies by the float32 reciprocal of the
+  divisor, as XLA does with the lax lowering's division by a constant (``average_divisor``:
+  prod(WindowSize), or the per-position count for IncludePadding FALSE, read from a small
+  table). Only windows the lax lowering sums as slices (``SLICE_WINDOW_POINTS``) are taken: a
+  larger one is summed by ``reduce_window`` in its own order.
+
+Registered as the CUDA fast path of MAX_POOLING, MAX_POOLING1/2 without OutputIndicesTensor, and
+AVERAGE_POOLING(1), for 4-D float16/float32 tensors whose window overlaps (a stride smaller
+than the window in some dimension; disjoint windows are at the copy in lax). Standalone: in a
+graph the lax form fuses its producer (a ReLU, a batch norm) into the pooling loop, which the
+kernel cannot.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..fastpath import register_fast_path
+from ..ops.pooling import SLICE_WINDOW_POINTS, WindowPlan, average_divisor, window_plan
+from .reduce import load_pallas
+from .reduce_plan import pow2_at_least, pow2_at_most
+
+DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
+MAX_WINDOW_POINTS = 64  # MAX: window rows in registers; larger windows stay on lax
+_INDEX_LIMIT = 2**31 - 2**20  # int32 element offsets, with room for a tile past the end
+
+# Tunables, chosen by benchmarks/pool_variants.py on an H200 (benchmarks/RESULTS.md, "Pooling
+# kernel"; benchmarks/results/pool_kernel/sweep.log). 512-element steps, 4 warps: 0.86 of the
+# copy for MAX 3x3 stride 1 float32 and 0.67 float16, AVERAGE 0.78-0.81 and 0.63, ResNet's 3x3
+# stride 2 MAX 0.62 and 0.56 (lax: 0.59, 0.51, 0.57-0.58, 0.50-0.52, 0.59, 0.48). 1024-element
+# steps without the prefetch were within noise (0.89, 0.70, 0.81, 0.60-0.64, 0.61) but for
+# ResNet's float16 MAX (0.33): 8 float16 outputs per thread, whose stride-2 loads spread a warp
+# over more L1 sectors; with the prefetch, 1024-element AVERAGE steps fell to 0.68 / 0.43 (the
+# registers of two steps' loads); 8 warps, bands of 16 or 64 rows gained nothing.
+TILE_ELEMENTS = 512  # output elements per step (block_planes x cols)
+MAX_COLS = 256  # output columns per tile; wider rows take several column tiles
+BAND_ROWS = 32  # output rows per program (more programs, and the halo rows re-read from L2)
+WARPS = 4
+LIVE_REGISTERS = 128  # bound on the registers per thread that the window's live values take
+
+
+def _carried(window, strides, dilations) -> int:
+    """How many window rows the next output row shares with this one (the last ones, which are
+    its first): with stride S and dilation D, rows S / D down the window, when D divides S."""
+    (kh, _), (sh, _), (dh, _) = window, strides, dilations
+    return max(kh - sh // dh, 0) if sh % dh == 0 else 0
+
+
+@dataclass(frozen=True)
+class View:
+    """A pooling over ``planes`` (N * C) planes of ``height`` x ``width``, and its tiles: a
+    program owns ``band`` output rows of ``block_planes`` planes by ``cols`` output columns."""
+
+    planes: int
+    height: int
+    width: int
+    out_h: int
+    out_w: int
+    window: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    start: tuple[int, int]
+    block_planes: int
+    cols: int
+    band: int
+    warps: int
+
+    @property
+    def carried(self) -> int:
+        return _carried(self.window, self.strides, self.dilations)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        """(plane blocks, column tiles, bands)."""
+        return (
+            -(-self.planes // self.block_planes),
+            -(-self.out_w // self.cols),
+            -(-self.out_h // self.band),
+        )
+
+    @property
+    def programs(self) -> int:
+        return math.prod(self.grid)
+
+
+def overlapping(p: WindowPlan) -> bool:
+    """Whether windows overlap (a stride below the window's span) in some dimension."""
+    return any(s < x for s, x in zip(p.strides, p.extents))
+
+
+def plan(shape: tuple[int, ...], dtype, p: WindowPlan, average: bool) -> View | None:
+    """The kernel's view of pooling ``shape`` with the window ``p``, or None where lax stays."""
+    if np.dtype(dtype) not in DTYPES or len(shape) != 4 or not overlapping(p):
+        return None
+    points = math.prod(p.window)
+    if points > (SLICE_WINDOW_POINTS if average else MAX_WINDOW_POINTS):
+        return None
+    n, c, h, w = shape
+    out_h, out_w = p.outputs
+    planes = n * c
+    if min(planes, out_h, out_w) < 1:
+        return None
+    cols = min(pow2_at_least(out_w), MAX_COLS)
+    if (planes + TILE_ELEMENTS) * max(h * w, out_h * out_w) >= _INDEX_LIMIT:
+        return None
+    # Live values per thread: AVERAGE keeps every window point, MAX the window rows' maxima and
+    # one row's shifted loads; both also the next step's loads.
+    kh, kw = p.window
+    new_rows = kh - _carried(p.window, p.strides, p.dilations)
+    live = (points if average else kh + kw) + new_rows * kw
+    elements = min(TILE_ELEMENTS, pow2_at_most(max(1, LIVE_REGISTERS * 32 * WARPS // live)))
+    cols = min(cols, elements)
+    block_planes = min(max(1, elements // cols), pow2_at_least(planes))
+    bands = -(-out_h // BAND_ROWS)
+    band = -(-out_h // bands)  # balanced bands
+    return View(
+        planes, h, w, out_h, out_w, p.window, p.strides, p.dilations,
+        p.start, block_planes, cols, band, WARPS,
+    )  # fmt: skip
+
+
+def _max(a, b, interpret: bool):
+    """XLA's float maximum (IEEE 754-2019: NaN propagated, -0.0 below +0.0)."""
+    if interpret:
+        return jax.lax.max(a, b)  # the host's maximum, as in the lax lowering run there
+    _, pltriton = load_pallas()
+    suffix, reg = ("f32", "f") if a.dtype == jnp.float32 else ("f16", "h")
+    [out] = pltriton.elementwise_inline_asm(
+        f"max.NaN.{suffix} $0, $1, $2;",
+        args=[a, b],
+        constraints=f"={reg},{reg},{reg}",
+        pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(a.shape, a.dtype)],
+    )
+    return out
+
+
+def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = False):
+    """MAX (or AVERAGE) pooling of the {N, C, H, W} ``x`` as ``v`` tiles it.
+
+    ``reciprocal``: AVERAGE's float32 multiplier, a number, or an {out_h, out_w} array of
+    per-position reciprocals (IncludePadding FALSE with windows over the padding).
+    """
+    pl, pltriton = load_pallas()
+    kh, kw = v.window
+    (sh, sw), (dh, dw), (ph, pw) = v.strides, v.dilations, v.start
+    bp, cols, band = v.block_planes, v.cols, v.band
+    _, ncol, nband = v.grid
+    carried = v.carried
+    plane_size, out_size = v.height * v.width, v.out_h * v.out_w
+    pad = np.array(0 if average else -np.inf, x.dtype)
+    table = reciprocal is not None and np.ndim(reciprocal) > 0
+
+    def kernel(x_ref, *refs):
+        if table:
+            r_ref, o_ref = refs
+        else:
+            (o_ref,) = refs
+        pid = pl.program_id(0)
+        b, rest = pid % nband, pid // nband
+        j, g = rest % ncol, rest // ncol
+        plane = g * bp + jnp.arange(bp, dtype=jnp.int32)[:, None]
+        plane_ok = plane < v.planes
+        ow = j * cols + jnp.arange(cols, dtype=jnp.int32)[None, :]
+        ow_ok = ow < v.out_w
+        # Per window column: the input column each output column reads, and whether it is on
+        # the input (the same on every row).
+        cols_in = [ow * sw - pw + k * dw for k in range(kw)]
+        cols_ok = [ow_ok & (c >= 0) & (c < v.width) for c in cols_in]
+        base = plane * plane_size
+        o0 = b * band
+
+        def load_rows(o, rows):
+            """Window rows ``rows`` of output row ``o``, as loaded: one shifted load per window
+            column of each row."""
+            out = []
+            for k in rows:
+                r = o * sh - ph + k * dh
+                row_ok = (r >= 0) & (r < v.height)
+                at = base + r * v.width
+                out += [
+                    pltriton.load(x_ref.at[at + c], mask=plane_ok & ok & row_ok, other=pad)
+                    for c, ok in zip(cols_in, cols_ok)
+                ]
+            return out
+
+        def reduce_rows(loads):
+            """What the window keeps of loaded rows: AVERAGE every point in float32, MAX each
+            row's maximum."""
+            if average:
+                return [t.astype(jnp.float32) for t in loads]
+            out = []
+            for i in range(0, len(loads), kw):
+                m = loads[i]
+                for t in loads[i + 1 : i + kw]:
+                    m = _max(m, t, interpret)
+                out.append(m)
+            return out
+
+        def store(o, rows):
+            if average:
+                total = rows[0]
+                for t in rows[1:]:
+                    total = total + t
+                if table:
+                    # Indexed per element (each plane's copy from L1): a (1, cols) row
+                    # broadcast over the planes would go through shared memory every step.
+                    at = o * v.out_w + ow + 0 * plane
+                    ok = plane_ok & ow_ok & (o < v.out_h)
+                    total = total * pltriton.load(r_ref.at[at], mask=ok, other=1.0)
+                else:
+                    total = total * np.float32(reciprocal)
+                y = total.astype(x.dtype)
+            else:
+                y = rows[0]
+                for t in rows[1:]:
+                    y = _max(y, t, interpret)
+            ok = plane_ok & ow_ok & (o < v.out_h)
+            pltriton.store(o_ref.at[plane * out_size + o * v.out_w + ow], y, mask=ok)
+
+        new = range(carried, kh)  # the window rows each step loads
+        drop = (kh - carried) * (kw if average else 1)  # values the next output row drops
+
+        def step(i, state):
+            """Output row ``o0 + i``: its window is the rows carried from the last step and the
+            new rows, which were loaded a step ahead (so a warp has two steps' loads in flight);
+            this step loads the next one's."""
+            rows, loads = state
+            o = o0 + i
+            pending = tuple(load_rows(o + 1, new))
+            rows = list(rows) + reduce_rows(loads)
+            store(o, rows)
+            return (tuple(rows[drop:]) if carried else (), pending)
+
+        first = tuple(reduce_rows(load_rows(o0, range(carried))))
+        pending = tuple(load_rows(o0, new))
+        jax.lax.fori_loop(0, band, step, (first, pending))
+
+    n = x.shape[0] * x.shape[1]
+    args = [jax.lax.reshape(x, (n * plane_size,))]
+    if table:
+        args.append(jnp.asarray(np.asarray(reciprocal, np.float32).reshape(-1)))
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((n * out_size,), x.dtype),
+        grid=(v.programs,),
+        interpret=interpret,
+        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
+    )(*args)
+    return jax.lax.reshape(out, tuple(x.shape[:2]) + (v.out_h, v.out_w))
+
+
+def average_reciprocal(p: WindowPlan, include_padding: bool):
+    """The float32 multiplier XLA makes of the lax lowering's divisor (``1 / divisor``, rounded
+    once in float32): a number, or an {out_h, out_w} array."""
+    divisor = np.asarray(average_divisor(p, include_padding), np.float32)
+    reciprocal = np.float32(1) / divisor
+    return reciprocal if reciprocal.ndim else float(reciprocal)
+
+
+def _view(d: Any) -> View | None:
+    x = d.input_tensor
+    if getattr(d, "output_indices_tensor", None) is not None:
+        return None
+    return plan(x.sizes, x.dtype, window_plan(d), hasattr(d, "include_padding"))
+
+
+def _applies(d: Any) -> bool:
+    return _view(d) is not None
+
+
+def _lower(d: Any, x) -> tuple:
+    v = _view(d)
+    if not hasattr(d, "include_padding"):
+        return (pool_kernel(x, v, False),)
+    reciprocal = average_reciprocal(window_plan(d), d.include_padding)
+    return (pool_kernel(x, v, True, reciprocal),)
+
+
+# Standalone: in a graph the lax form fuses its producer (ResNet's batch norm and ReLU before
+# the 3x3 stride 2 max pooling) into the pooling loop; the kernel would read it materialized.
+for _name in ("MAX_POOLING", "MAX_POOLING1", "MAX_POOLING2", "AVERAGE_POOLING", "AVERAGE_POOLING1"):
+    register_fast_path(f"DML_OPERATOR_{_name}", "kernel", _applies, _lower, standalone=True)
