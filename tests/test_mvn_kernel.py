@@ -142,14 +142,14 @@ GPU_CASES = [
     ("instance", lambda t: _desc(MVN, (2, 160, 128, 160), t, scale=(1, 160, 1, 1),
                                  bias=(1, 160, 1, 1), cross_channel=False,
                                  normalize_variance=True)),
-    # layer norm, rows of 768 in one tile
-    ("layer", lambda t: _desc(MVN1, (1000, 768), t, scale=(1, 768), bias=(1, 768), axes=(1,),
+    # layer norm, rows of 768 in one tile (enough groups for up to 16 rows a program)
+    ("layer", lambda t: _desc(MVN1, (8000, 768), t, scale=(1, 768), bias=(1, 768), axes=(1,),
                               normalize_variance=True)),
     # RMS norm with RELU, rows of 4096
-    ("rms_relu", lambda t: _desc(MVN2, (600, 4096), t, scale=(1, 4096), axes=(1,),
+    ("rms_relu", lambda t: _desc(MVN2, (2400, 4096), t, scale=(1, 4096), axes=(1,),
                                  use_mean=False, use_variance=True, fused_activation=RELU)),
     # mean only, rows of 5000
-    ("mean_only", lambda t: _desc(MVN2, (300, 1, 5000), t, bias=(300, 1, 1), axes=(2,),
+    ("mean_only", lambda t: _desc(MVN2, (1200, 1, 5000), t, bias=(1200, 1, 1), axes=(2,),
                                   use_mean=True, use_variance=False)),
 ]  # fmt: skip
 
