@@ -68,7 +68,7 @@ def _close(got, want, d, arrays):
 
 # (description, tunables): small tiles make the CPU cases loop and leave partial tiles/groups.
 ONE = {"ONE_TILE_MAX": 16384, "TILE_ELEMENTS": 1024}
-LOOP = {"ONE_TILE_MAX": 64, "LOOP_ELEMENTS": 64}
+LOOP = {"ONE_TILE_MAX": 64, "LOOP_ELEMENTS": 64, "LOOP_GRID": None}
 CASES = [
     # layer norm: one tile, 2 rows per program, 3 groups (the last one half empty)
     (_desc(MVN1, (5, 300), scale=(1, 300), bias=(1, 300), axes=(1,), normalize_variance=True), ONE),
@@ -119,10 +119,10 @@ def test_plan_and_applies_decline_what_lax_keeps():
     v = K.plan((4096, 4096), (1,), np.float32)
     assert v is not None and (v.a, v.r, v.tiles) == (4096, 4096, 1)
     assert K.plan((16, 256, 256, 256), (2, 3), np.float16).tiles > 1
-    assert K.applies(_desc(MVN1, (20000, 64), scale=(1, 64), bias=(20000, 1), **rows))
-    assert not K.applies(_desc(MVN1, (20000, 64), scale=(20000, 64), **rows))  # both vary
+    assert K.applies(_desc(MVN1, (40000, 64), scale=(1, 64), bias=(40000, 1), **rows))
+    assert not K.applies(_desc(MVN1, (40000, 64), scale=(40000, 64), **rows))  # both vary
     sigmoid = dml.ActivationSigmoidOperatorDesc()
-    assert not K.applies(_desc(MVN1, (20000, 64), fused_activation=sigmoid, **rows))
+    assert not K.applies(_desc(MVN1, (40000, 64), fused_activation=sigmoid, **rows))
 
 
 def test_bench_cases_take_the_kernel():
