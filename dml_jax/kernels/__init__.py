@@ -15,6 +15,7 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``elementwise_map``: one kernel that runs any element-wise operator's lowering block by block,
   for narrow types;
 - ``softmax``: one-pass SOFTMAX and LOG_SOFTMAX (both versions);
+- ``mvn``: single-pass MEAN_VARIANCE_NORMALIZATION (versions 0, 1 and 2) over the minor axes;
 - ``pooling``: overlapping 2-D MAX and AVERAGE pooling, window rows kept in registers;
 - ``scan``: one-pass CUMULATIVE_SUMMATION / CUMULATIVE_PRODUCT;
 - ``topk``: TOP_K / TOP_K1 for a small K along the minor axis, in registers;
@@ -28,6 +29,7 @@ from . import (
     elementwise_map,
     generate,
     movement,
+    mvn,
     pooling,
     reduce,
     reduce_paths,
@@ -47,6 +49,7 @@ __all__ = [
     "generate",
     "log_sum_exp",
     "movement",
+    "mvn",
     "plan",
     "pooling",
     "reduce",

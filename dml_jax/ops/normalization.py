@@ -142,7 +142,7 @@ def _normalize(d: Any, x, scale, bias, axes, use_mean: bool, use_variance: bool)
     return (_finish(d, y, d.output_tensor),)
 
 
-def _optional_pair(d: Any, rest: tuple) -> tuple[Any, Any]:
+def optional_pair(d: Any, rest: tuple) -> tuple[Any, Any]:
     """The (scale, bias) arrays from the arrays after InputTensor (absent ones take no array)."""
     rest = list(rest)
     scale = rest.pop(0) if d.scale_tensor is not None else None
@@ -499,6 +499,13 @@ def mvn_axes(d: Any) -> tuple[int, ...]:
     return tuple(sorted(d.axes))
 
 
+def mvn_flags(d: Any) -> tuple[bool, bool]:
+    """``(use_mean, use_variance)`` of any MVN version (only MVN2 may drop the mean)."""
+    if isinstance(d, MeanVarianceNormalization2OperatorDesc):
+        return d.use_mean, d.use_variance
+    return True, d.normalize_variance
+
+
 def validate_mvn(d: Any, v: Validator) -> None:
     _same_type_and_rank(v, d)
     versioned = not isinstance(d, MeanVarianceNormalizationOperatorDesc)
@@ -509,12 +516,8 @@ def validate_mvn(d: Any, v: Validator) -> None:
 
 
 def lower_mvn(d: Any, x, *rest):
-    scale, bias = _optional_pair(d, rest)
-    if isinstance(d, MeanVarianceNormalization2OperatorDesc):
-        use_mean, use_variance = d.use_mean, d.use_variance
-    else:
-        use_mean, use_variance = True, d.normalize_variance
-    return _normalize(d, x, scale, bias, mvn_axes(d), use_mean, use_variance)
+    scale, bias = optional_pair(d, rest)
+    return _normalize(d, x, scale, bias, mvn_axes(d), *mvn_flags(d))
 
 
 def _layer_norm_jnp(axes, eps, dtype, rms=False):
@@ -559,7 +562,11 @@ def _bench_mvn(version: str):
             desc = MeanVarianceNormalizationOperatorDesc(
                 x, per_c, per_c, x, cross_channel=False, normalize_variance=True, epsilon=eps
             )
-            out.append(BenchCase("MVN instance norm (H,W of NCHW)", desc, instance, instance_torch))
+            out.append(
+                BenchCase(
+                    "MVN instance norm (H,W of NCHW)", desc, instance, instance_torch, kernel=True
+                )
+            )
             return out
         flat = _rows_of(shape, dtype, 4096)
         if version == "1":
@@ -567,7 +574,9 @@ def _bench_mvn(version: str):
                 x, per_c, per_c, x, axes=(2, 3), normalize_variance=True, epsilon=eps
             )
             out.append(
-                BenchCase("MVN1 instance norm (H,W of NCHW)", desc, instance, instance_torch)
+                BenchCase(
+                    "MVN1 instance norm (H,W of NCHW)", desc, instance, instance_torch, kernel=True
+                )
             )
         if flat is None:
             return out
@@ -593,6 +602,7 @@ def _bench_mvn(version: str):
                     desc,
                     _layer_norm_jnp((1,), eps, dtype),
                     layer_torch,
+                    kernel=True,
                 )
             )
         else:
@@ -613,6 +623,7 @@ def _bench_mvn(version: str):
                         desc,
                         _layer_norm_jnp((1,), eps, dtype, rms=not use_mean),
                         layer_torch if use_mean else rms_torch,
+                        kernel=True,
                     )
                 )
         return out

@@ -1,0 +1,328 @@
+"""A single-pass MEAN_VARIANCE_NORMALIZATION (versions 0, 1 and 2) kernel (Pallas, Triton) as
+the CUDA fast path of the mean-variance normalizations.
+
+XLA's GPU code reads the tensor once per statistic and once more for the result: on an H200 at
+1 GiB it ran instance norm (H, W of NCHW, per-channel Scale and Bias) at 0.49 of the copy and
+layer norm over rows of 4096 at 0.81 (benchmarks/RESULTS.md). Here the normalized axes, which
+must be the minor ones once size-1 axes are dropped, make contiguous rows of ``R`` elements of an
+``(A, R)`` matrix, and one program owns whole rows:
+
+- rows of up to ``ONE_TILE_MAX`` elements sit in registers (``cols`` rows per program): one
+  load, the mean, the sum of squared deviations from it (the lax lowering's two-pass formula),
+  the result, one store;
+- longer rows (instance norm's H * W = 65536) take two loops over tiles of the row: the first
+  keeps a Welford mean and sum of squared deviations per lane of the tile (no cross-lane step
+  inside the loop) and merges the lanes at its end by Chan's rule, which is as free of
+  cancellation as the two-pass formula; the second reads the row again, last tile first (the
+  tiles read last are the likeliest to be still in L2), and stores the result.
+
+On an H200 at 1 GiB (benchmarks/results/mvn/) that gives layer norm over rows of 4096 0.88 of
+the copy (lax 0.79 float32, 0.77 float16), RMS norm 0.90 (lax 0.88, 0.80) and instance norm 0.65
+float32, 0.66 float16 (lax 0.50, 0.43): about the 2/3 of a pass that re-reads the row from
+memory, so the second loop's reads are not yet served by L2.
+
+Scale and Bias must each vary either only along the normalized axes (layer norm's per-column
+gamma: a vector of ``R``) or only across them (instance norm's per-channel gamma: one value per
+row, a vector of ``A``); anything else, other axes, types other than float16 and float32, and
+fused activations other than RELU and LEAKY_RELU stay with lax.
+
+Values: the lax formula ``Scale * (x - Mean) * rsqrt(Variance + Epsilon) + Bias`` with the
+population variance, then the activation, float16 computed in float32 and rounded once. The
+sums run in another order, and Triton's ``rsqrt`` and division are not XLA's: float32 agrees
+with the lax lowering within 16 float32 ulps of ``|result| + |Scale| + |Bias|`` (the
+normalized value is of order one, so that is its absolute error carried through the affine
+step), float16 within one float16 ulp (tests/test_mvn_kernel.py). Rows whose mean is large
+against their spread lose the ulps of the mean in both lowerings alike.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..fastpath import register_fast_path
+from ..ops.normalization import mvn_axes, mvn_flags, optional_pair
+from .reduce import is_nan, load_pallas
+from .reduce_plan import abr_view, pow2_at_least
+
+DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
+MIN_PROGRAMS = 264  # fewer rows (groups of rows) cannot fill a large GPU; lax splits better
+ACTIVATIONS = ("DML_OPERATOR_ACTIVATION_RELU", "DML_OPERATOR_ACTIVATION_LEAKY_RELU")
+
+# Tunables, chosen by benchmarks/mvn_variants.py on an H200 at 1 GiB (benchmarks/RESULTS.md,
+# results/mvn/sweep.log). Rows of up to ONE_TILE_MAX elements sit in one tile; a tile holds
+# TILE_ELEMENTS elements (whole rows, at least one) on WARPS warps (None: one warp per 512
+# elements, 4 to 16). Rows of 4096: 2 rows a program on 16 warps ran 0.88 of the copy for layer
+# norm and 0.90 for RMS norm in both types (1 row on 8 warps 0.87-0.89; 4 rows 0.78-0.89).
+ONE_TILE_MAX = 16384
+TILE_ELEMENTS = 8192
+WARPS = None
+# Longer rows: tiles of LOOP_ELEMENTS on LOOP_WARPS warps; LOOP_GRID programs that take rows in
+# turn (None: one program per row) bound the rows in flight, hence the L2 the second loop needs.
+# Instance norm (rows of 65536): 16384 on 16 warps in 264 programs 0.65 float32, 0.66 float16;
+# one program per row 0.59-0.61 and 0.50-0.57 whatever the tile; smaller tiles in 132-264
+# programs 0.33-0.61. Short of the copy: the second read does not all come from L2.
+LOOP_ELEMENTS = 16384
+LOOP_WARPS = 16
+LOOP_GRID = 264
+
+
+@dataclass(frozen=True)
+class View:
+    """The ``(A, R)`` view of a normalization and its tiles: ``rows`` elements of a row per tile
+    (a power of two; ``R`` padded to one tile when ``tiles == 1``) by ``cols`` rows, on
+    ``warps`` warps; ``grid`` programs each taking groups of ``cols`` rows in turn, or one
+    program per group (None)."""
+
+    a: int
+    r: int
+    rows: int
+    cols: int
+    warps: int
+    grid: int | None = None
+
+    @property
+    def tiles(self) -> int:
+        return -(-self.r // self.rows)
+
+    @property
+    def groups(self) -> int:
+        return -(-self.a // self.cols)
+
+    @property
+    def programs(self) -> int:
+        return self.groups if self.grid is None else min(self.grid, self.groups)
+
+
+@dataclass(frozen=True)
+class Form:
+    """What the kernel computes: the statistics used, Epsilon, and the fused activation
+    (``"RELU"``, ``"LEAKY_RELU"`` with its Alpha, or None)."""
+
+    use_mean: bool
+    use_variance: bool
+    epsilon: float
+    activation: str | None = None
+    alpha: float = 0.0
+
+
+def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
+    """The kernel's view of normalizing ``shape`` over ``axes``, or None where lax stays."""
+    if np.dtype(dtype) not in DTYPES:
+        return None
+    view = abr_view(shape, axes)  # None for one-element rows and axes not adjacent
+    if view is None or view[2] != 1:
+        return None  # the normalized axes are not the minor ones
+    a, r, _ = view
+    rp = pow2_at_least(r)
+    if rp <= ONE_TILE_MAX:
+        cols = min(max(1, TILE_ELEMENTS // rp), pow2_at_least(a))
+        warps = WARPS or min(16, max(4, rp * cols // 512))
+        v = View(a, r, rp, cols, warps)
+    else:
+        v = View(a, r, LOOP_ELEMENTS, 1, LOOP_WARPS, LOOP_GRID)
+    return v if v.groups >= MIN_PROGRAMS else None
+
+
+def broadcast_mode(sizes: tuple[int, ...], axes: tuple[int, ...]) -> str | None:
+    """How a Scale or Bias tensor of ``sizes`` maps onto the rows: ``"row"`` (one value per
+    row: size 1 on every normalized axis; a constant counts here), ``"along"`` (the same vector
+    along every row: size 1 on every other axis), or None (both vary: lax stays)."""
+    if all(sizes[i] == 1 for i in axes):
+        return "row"
+    if all(s == 1 for i, s in enumerate(sizes) if i not in axes):
+        return "along"
+    return None
+
+
+def _vector(t, shape: tuple[int, ...], axes: tuple[int, ...], mode: str):
+    """Scale or Bias as a vector of ``A`` (mode "row") or ``R`` (mode "along") elements."""
+    keep = (lambda i: i not in axes) if mode == "row" else (lambda i: i in axes)
+    target = tuple(n if keep(i) else 1 for i, n in enumerate(shape))
+    return jax.lax.reshape(jnp.broadcast_to(t, target), (math.prod(target),))
+
+
+def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
+    """The normalization of the rows of ``x2`` (``(A, R)``), in ``x2``'s type.
+
+    Args:
+        x2: the rows.
+        v: the view (``plan``).
+        form: what is computed.
+        affine: up to two ``(vector, mode, op)``: Scale (``op`` "mul") then Bias ("add"), each
+            a vector of ``A`` (mode "row") or ``R`` (mode "along") elements.
+        interpret: run in Pallas interpret mode (tests on any machine).
+    """
+    pl, pltriton = load_pallas()
+    rows, cols, tiles = v.rows, v.cols, v.tiles
+    n = np.float32(v.r)
+    eps = np.float32(form.epsilon)
+    f32 = jnp.float32
+
+    def row_span(g):
+        return (g * cols + jnp.arange(cols, dtype=jnp.int32)) < v.a
+
+    def col_span(t):
+        return (t * rows + jnp.arange(rows, dtype=jnp.int32)) < v.r
+
+    def load(x_ref, g, t):
+        valid = row_span(g)[:, None] & col_span(t)[None, :]
+        at = (pl.ds(g * cols, cols), pl.ds(t * rows, rows))
+        tile = pltriton.load(x_ref.at[at], mask=valid, other=np.zeros((), x_ref.dtype))
+        return tile.astype(f32), valid
+
+    def load_row_terms(refs, g):
+        """The per-row vectors of group ``g`` as ``(cols, 1)`` columns (None: along-row)."""
+        out = []
+        for ref, (_, mode, _) in zip(refs, affine):
+            if mode == "row":
+                at = ref.at[pl.ds(g * cols, cols)]
+                term = pltriton.load(at, mask=row_span(g), other=np.zeros((), ref.dtype))
+                out.append(term.astype(f32)[:, None])
+            else:
+                out.append(None)
+        return out
+
+    def finish(refs, row_terms, t, y):
+        for ref, term, (_, _, op) in zip(refs, row_terms, affine):
+            if term is None:  # along the row: the tile's stretch of the vector
+                at = ref.at[pl.ds(t * rows, rows)]
+                vec = pltriton.load(at, mask=col_span(t), other=np.zeros((), ref.dtype))
+                term = vec.astype(f32)[None, :]
+            y = y * term if op == "mul" else y + term
+        if form.activation == "RELU":  # the lax RELU: NaN passes, -0.0 and below give +0.0
+            y = jnp.where(y > 0, y, jnp.where(is_nan(y), y, jnp.zeros_like(y)))
+        elif form.activation == "LEAKY_RELU":
+            y = jnp.where(y >= 0, y, np.float32(form.alpha) * y)
+        return y
+
+    def store(o_ref, g, t, y):
+        valid = row_span(g)[:, None] & col_span(t)[None, :]
+        at = (pl.ds(g * cols, cols), pl.ds(t * rows, rows))
+        pltriton.store(o_ref.at[at], y.astype(o_ref.dtype), mask=valid)
+
+    def one_tile(x_ref, o_ref, refs, g):
+        tile, valid = load(x_ref, g, 0)
+        y = tile
+        if form.use_mean:
+            mean = jnp.sum(tile, axis=1, keepdims=True) / n
+            y = jnp.where(valid, tile - mean, 0.0)  # padding must not count in the variance
+        if form.use_variance:
+            y = y * jax.lax.rsqrt(jnp.sum(y * y, axis=1, keepdims=True) / n + eps)
+        store(o_ref, g, 0, finish(refs, load_row_terms(refs, g), 0, y))
+
+    def statistics(x_ref, g):
+        """(mean or None, rsqrt(variance + eps) or None) of the rows of group ``g``."""
+        zeros = jnp.zeros((cols, rows), f32)
+        if form.use_mean and form.use_variance:
+
+            def welford(t, carry):  # lane j's running mean and sum of squared deviations
+                m, m2 = carry
+                tile, valid = load(x_ref, g, t)
+                d = tile - m
+                new_m = m + d * (1.0 / (t + 1).astype(f32))  # every valid lane has seen t + 1
+                new_m2 = m2 + d * (tile - new_m)
+                return jnp.where(valid, new_m, m), jnp.where(valid, new_m2, m2)
+
+            m, m2 = jax.lax.fori_loop(0, tiles, welford, (zeros, zeros))
+            # Chan's merge of the lanes: lanes past the row's end in the last tile saw one less.
+            lane = jnp.arange(rows, dtype=jnp.int32)
+            count = jnp.where(lane < v.r - (tiles - 1) * rows, tiles, tiles - 1).astype(f32)
+            mean = jnp.sum(count[None, :] * m, axis=1, keepdims=True) / n
+            spread = m - mean
+            m2 = jnp.sum(m2, axis=1, keepdims=True)
+            var = (m2 + jnp.sum(count[None, :] * spread * spread, axis=1, keepdims=True)) / n
+            return mean, jax.lax.rsqrt(var + eps)
+
+        def sums(t, acc):  # padding loads as 0, so plain lane sums need no mask
+            tile, _ = load(x_ref, g, t)
+            return acc + (tile if form.use_mean else tile * tile)
+
+        if not (form.use_mean or form.use_variance):
+            return None, None
+        total = jnp.sum(jax.lax.fori_loop(0, tiles, sums, zeros), axis=1, keepdims=True) / n
+        if form.use_mean:
+            return total, None
+        return None, jax.lax.rsqrt(total + eps)
+
+    def looped(x_ref, o_ref, refs, g):
+        mean, factor = statistics(x_ref, g)
+        row_terms = load_row_terms(refs, g)
+
+        def second(i, carry):
+            t = tiles - 1 - i  # last tile first: it is the likeliest still in L2
+            tile, _ = load(x_ref, g, t)
+            y = tile - mean if mean is not None else tile
+            if factor is not None:
+                y = y * factor
+            store(o_ref, g, t, finish(refs, row_terms, t, y))
+            return carry
+
+        jax.lax.fori_loop(0, tiles, second, 0)
+
+    body = one_tile if tiles == 1 else looped
+
+    def kernel(x_ref, *rest):
+        *refs, o_ref = rest
+        pid = pl.program_id(0)
+        if v.grid is None:
+            body(x_ref, o_ref, refs, pid)
+            return
+
+        def turn(i, carry):  # groups past the end are masked off entirely
+            body(x_ref, o_ref, refs, pid + i * v.programs)
+            return carry
+
+        jax.lax.fori_loop(0, -(-v.groups // v.programs), turn, 0)
+
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x2.shape, x2.dtype),
+        grid=(v.programs,),
+        interpret=interpret,
+        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
+    )(x2, *(vec for vec, _, _ in affine))
+
+
+def form_of(d: Any) -> Form | None:
+    """The kernel's form of an MVN description, or None for a fused activation it lacks."""
+    use_mean, use_variance = mvn_flags(d)
+    act = d.fused_activation
+    if act is None:
+        return Form(use_mean, use_variance, d.epsilon)
+    if act.operator_type not in ACTIVATIONS:
+        return None
+    name = act.operator_type.removeprefix("DML_OPERATOR_ACTIVATION_")
+    return Form(use_mean, use_variance, d.epsilon, name, getattr(act, "alpha", 0.0))
+
+
+def applies(d: Any) -> bool:
+    x, axes = d.input_tensor, mvn_axes(d)
+    if plan(x.sizes, axes, x.dtype) is None or form_of(d) is None:
+        return False
+    pair = (d.scale_tensor, d.bias_tensor)
+    return all(broadcast_mode(t.sizes, axes) is not None for t in pair if t is not None)
+
+
+def lower_mvn_kernel(d: Any, x, *rest, interpret: bool = False) -> tuple:
+    """The fast path's lowering: the contract of ``ops.normalization.lower_mvn``."""
+    shape, axes = tuple(x.shape), mvn_axes(d)
+    v = plan(shape, axes, x.dtype)
+    affine = []
+    for t, op in zip(optional_pair(d, rest), ("mul", "add")):
+        if t is not None:
+            mode = broadcast_mode(t.shape, axes)
+            affine.append((_vector(t, shape, axes, mode), mode, op))
+    y = mvn_kernel(jax.lax.reshape(x, (v.a, v.r)), v, form_of(d), tuple(affine), interpret)
+    return (jax.lax.reshape(y, shape),)
+
+
+for _version in ("", "1", "2"):
+    register_fast_path(
+        f"DML_OPERATOR_MEAN_VARIANCE_NORMALIZATION{_version}", "kernel", applies, lower_mvn_kernel
+    )

@@ -1,0 +1,166 @@
+"""The single-pass MVN kernel (dml_jax.kernels.mvn) against the lax lowering.
+
+In Pallas interpret mode (any machine): rows in one tile and looped rows (the last tile and the
+last group of rows partial), every statistics form of MVN, MVN1 and MVN2, Scale and Bias per row
+and along the row, fused RELU and LEAKY_RELU, a NaN row and float16; on a CUDA machine also the
+compiled Triton kernel through the operator's fast path. The stated tolerance: float32 within
+16 float32 ulps of ``|result| + |Scale| + |Bias|`` (the normalized value is of order one), float16
+within one float16 ulp of the result (plus that float32 bound, which matters only near zero).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dml_jax as dml
+from dml_jax import fastpath
+from dml_jax.kernels import mvn as K
+from dml_jax.ops.normalization import lower_mvn, mvn_axes
+
+MVN, MVN1, MVN2 = (
+    dml.MeanVarianceNormalizationOperatorDesc,
+    dml.MeanVarianceNormalization1OperatorDesc,
+    dml.MeanVarianceNormalization2OperatorDesc,
+)
+RELU = dml.ActivationReluOperatorDesc()
+LEAKY = dml.ActivationLeakyReluOperatorDesc(alpha=0.25)
+
+
+def _desc(cls, shape, type_name="FLOAT32", scale=None, bias=None, **fields):
+    x = dml.TensorDesc(type_name, shape)
+    s = None if scale is None else x.like(sizes=scale)
+    b = None if bias is None else x.like(sizes=bias)
+    return cls(x, s, b, x, epsilon=1e-5, **fields)
+
+
+def _arrays(d, seed=0):
+    rng = np.random.default_rng(seed)
+    dtype = d.input_tensor.dtype
+    out = [(rng.standard_normal(d.input_tensor.sizes) * 3 + 1).astype(dtype)]
+    out[0].reshape(-1)[7] = np.nan  # one row is NaN throughout in both lowerings
+    for t in (d.scale_tensor, d.bias_tensor):
+        if t is not None:
+            out.append((rng.standard_normal(t.sizes) + 0.5).astype(dtype))
+    return out
+
+
+def _close(got, want, d, arrays):
+    """The module docstring's tolerance; NaN where the lax lowering has NaN."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    arrays = [np.asarray(a, np.float64) for a in arrays]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    want = np.where(ok, want, 0)
+    magnitude = np.abs(want)
+    for arr in arrays[1:]:  # Scale and Bias, broadcast
+        magnitude = magnitude + np.abs(np.broadcast_to(arr, want.shape))
+    if d.scale_tensor is None:
+        magnitude = magnitude + 1
+    tol = 16 * np.finfo(np.float32).eps * magnitude
+    if d.input_tensor.dtype == np.float16:
+        tol = tol + np.spacing(np.abs(want).astype(np.float16)).astype(np.float64)
+    err = np.abs(got - want)
+    assert np.all(err[ok] <= tol[ok]), np.max(err[ok] / tol[ok])
+
+
+# (description, tunables): small tiles make the CPU cases loop and leave partial tiles/groups.
+ONE = {"ONE_TILE_MAX": 16384, "TILE_ELEMENTS": 1024}
+LOOP = {"ONE_TILE_MAX": 64, "LOOP_ELEMENTS": 64, "LOOP_GRID": None}
+CASES = [
+    # layer norm: one tile, 2 rows per program, 3 groups (the last one half empty)
+    (_desc(MVN1, (5, 300), scale=(1, 300), bias=(1, 300), axes=(1,), normalize_variance=True), ONE),
+    # RMS norm, float16, a per-channel Scale, no Bias, a size-1 axis among the normalized ones
+    (_desc(MVN2, (3, 4, 1, 100), "FLOAT16", scale=(1, 4, 1, 1), axes=(2, 3), use_mean=False,
+           use_variance=True), ONE),
+    # MVN1 without the division, float16, Scale along the row
+    (_desc(MVN1, (9, 2, 48), "FLOAT16", scale=(1, 2, 48), axes=(1, 2), normalize_variance=False),
+     ONE),
+    # MVN2 with neither statistic: Scale and Bias only
+    (_desc(MVN2, (21, 33), scale=(21, 1), bias=(1, 33), axes=(1,), use_mean=False,
+           use_variance=False), ONE),
+    # instance norm, looped (5 tiles, the last of 44), per-channel Scale and Bias, RELU
+    (_desc(MVN, (2, 3, 10, 30), scale=(1, 3, 1, 1), bias=(1, 3, 1, 1), cross_channel=False,
+           normalize_variance=True, fused_activation=RELU), LOOP),
+    # cross-channel, float16, looped on 2 programs taking 3 rows in turn, a per-channel Scale
+    # (along the row here), a constant Bias, LEAKY_RELU
+    (_desc(MVN, (3, 4, 5, 7), "FLOAT16", scale=(1, 4, 1, 1), bias=(1, 1, 1, 1),
+           cross_channel=True, normalize_variance=True, fused_activation=LEAKY),
+     dict(LOOP, LOOP_GRID=2)),
+    # looped mean only and mean square only
+    (_desc(MVN2, (4, 150), bias=(1, 150), axes=(1,), use_mean=True, use_variance=False), LOOP),
+    (_desc(MVN2, (4, 150), scale=(4, 1), axes=(1,), use_mean=False, use_variance=True), LOOP),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("d, tunables", CASES)
+def test_kernel_interpret_matches_lax(monkeypatch, d, tunables):
+    monkeypatch.setattr(K, "MIN_PROGRAMS", 1)
+    for name, value in tunables.items():
+        monkeypatch.setattr(K, name, value)
+    assert K.applies(d)
+    v = K.plan(d.input_tensor.sizes, mvn_axes(d), d.input_tensor.dtype)
+    assert (v.tiles > 1) == (tunables is not ONE) and (v.groups > 1)
+    arrays = [jnp.asarray(a) for a in _arrays(d)]
+    (got,) = jax.jit(lambda *a: K.lower_mvn_kernel(d, *a, interpret=True))(*arrays)
+    (want,) = jax.jit(lambda *a: lower_mvn(d, *a))(*arrays)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    _close(got, want, d, arrays)
+
+
+def test_plan_and_applies_decline_what_lax_keeps():
+    rows = {"axes": (1,), "normalize_variance": True}
+    assert K.plan((4096, 1024), (1,), np.float64) is None  # 64-bit: lax
+    assert K.plan((64, 8, 1024), (0, 2), np.float32) is None  # axes not adjacent
+    assert K.plan((64, 1024, 8), (1,), np.float32) is None  # not the minor axes
+    assert K.plan((8, 1024), (1,), np.float32) is None  # too few rows to fill a GPU
+    v = K.plan((4096, 4096), (1,), np.float32)
+    assert v is not None and (v.a, v.r, v.tiles) == (4096, 4096, 1)
+    assert K.plan((16, 256, 256, 256), (2, 3), np.float16).tiles > 1
+    assert K.applies(_desc(MVN1, (40000, 64), scale=(1, 64), bias=(40000, 1), **rows))
+    assert not K.applies(_desc(MVN1, (40000, 64), scale=(40000, 64), **rows))  # both vary
+    sigmoid = dml.ActivationSigmoidOperatorDesc()
+    assert not K.applies(_desc(MVN1, (40000, 64), fused_activation=sigmoid, **rows))
+
+
+def test_bench_cases_take_the_kernel():
+    """Every MVN case of the GPU bench (1 GiB) is one the fast path takes."""
+    from dml_jax import registry
+
+    for name in ("", "1", "2"):
+        spec = registry.lookup(f"DML_OPERATOR_MEAN_VARIANCE_NORMALIZATION{name}")
+        for dtype, base in (("float32", 16), ("float16", 32)):
+            cases = spec.bench((base, 256, 256, 256), dtype, True)
+            assert cases and all(c.kernel and fastpath.select(c.desc) for c in cases)
+
+
+# Built per data type: (name, builder).
+GPU_CASES = [
+    # instance norm, looped rows of 20480 (the last tile partial)
+    ("instance", lambda t: _desc(MVN, (2, 160, 128, 160), t, scale=(1, 160, 1, 1),
+                                 bias=(1, 160, 1, 1), cross_channel=False,
+                                 normalize_variance=True)),
+    # layer norm, rows of 768 in one tile (enough groups for up to 16 rows a program)
+    ("layer", lambda t: _desc(MVN1, (8000, 768), t, scale=(1, 768), bias=(1, 768), axes=(1,),
+                              normalize_variance=True)),
+    # RMS norm with RELU, rows of 4096
+    ("rms_relu", lambda t: _desc(MVN2, (2400, 4096), t, scale=(1, 4096), axes=(1,),
+                                 use_mean=False, use_variance=True, fused_activation=RELU)),
+    # mean only, rows of 5000
+    ("mean_only", lambda t: _desc(MVN2, (1200, 1, 5000), t, bias=(1200, 1, 1), axes=(2,),
+                                  use_mean=True, use_variance=False)),
+]  # fmt: skip
+
+
+@pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("type_name", ["FLOAT32", "FLOAT16"])
+@pytest.mark.parametrize("name, build", GPU_CASES, ids=[c[0] for c in GPU_CASES])
+def test_gpu_fast_path_matches_lax(name, build, type_name):
+    d = build(type_name)
+    assert fastpath.select(d) is not None
+    arrays = _arrays(d, seed=3)
+    got = jax.jit(dml.compile_operator(d).fn)(*arrays)
+    want = jax.jit(dml.compile_operator(d, fast_paths=False).fn)(*arrays)
+    _close(got, want, d, arrays)
