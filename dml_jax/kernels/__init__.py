@@ -18,6 +18,7 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``scan``: one-pass CUMULATIVE_SUMMATION / CUMULATIVE_PRODUCT;
 - ``topk``: TOP_K / TOP_K1 for a small K along the minor axis, in registers;
 - ``generate``: FILL_VALUE_CONSTANT and minor-axis ONE_HOT, write-only blocks;
+- ``padding``: EDGE, REFLECTION, SYMMETRIC and WRAP PADDING / PADDING1 as one gather pass;
 - ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention.
 """
 
@@ -27,6 +28,7 @@ from . import (
     elementwise_map,
     generate,
     movement,
+    padding,
     reduce,
     reduce_paths,
     reduce_plan,
@@ -45,6 +47,7 @@ __all__ = [
     "generate",
     "log_sum_exp",
     "movement",
+    "padding",
     "plan",
     "reduce",
     "reduce_extreme",
