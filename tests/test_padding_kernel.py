@@ -94,7 +94,7 @@ CASES = [
 
 @pytest.mark.parametrize("shape, start, end, mode, dtype, tile", CASES)
 def test_kernel_interpret_is_exact(monkeypatch, shape, start, end, mode, dtype, tile):
-    monkeypatch.setattr(K, "TILE_BYTES", tile)
+    monkeypatch.setattr(K, "TILE_BYTES", dict.fromkeys((1, 2, 4), tile))
     assert K.plan(shape, start, end, mode, dtype).programs > 1
     x = _input(shape, dtype)
     got = K.pad(jnp.asarray(x), mode, start, end, interpret=True)
@@ -106,7 +106,7 @@ def test_kernel_interpret_is_exact(monkeypatch, shape, start, end, mode, dtype, 
 
 def test_kernel_interpret_vmap_int64(monkeypatch):
     """vmap folds the batch into the kernel as an unpadded axis; 64-bit moves as word pairs."""
-    monkeypatch.setattr(K, "TILE_BYTES", 64)
+    monkeypatch.setattr(K, "TILE_BYTES", dict.fromkeys((1, 2, 4), 64))
     shape, start, end, mode = (2, 3, 4), (0, 2, 1), (0, 1, 3), PaddingMode.EDGE
     with jax.enable_x64(True):
         x = _input(shape, np.int64)

@@ -42,9 +42,11 @@ MODES = frozenset(
 )
 _INDEX_LIMIT = 2**31 - 2**20  # int32 offsets, with room for a tile past the end
 
-# Output bytes per program and warps, chosen by benchmarks/pad_variants.py on an H200
-# (benchmarks/RESULTS.md).
-TILE_BYTES = 16384
+# Output bytes per program by the item size moved, and warps: benchmarks/pad_variants.py on an
+# H200, 1 GiB NCHW padded on H and W, mean over the modes (benchmarks/RESULTS.md, padding
+# kernel): float32 4 KiB 0.97 of the copy (8-64 KiB 0.93-0.94), float16 8 KiB 0.94 (4 KiB 0.90,
+# 64 KiB 0.91). 1-byte types were not swept and take float16's tile.
+TILE_BYTES = {1: 8192, 2: 8192, 4: 4096}
 WARPS = 4
 # A trailing unpadded block shorter than this joins the padded axis before it in the columns
 # (each column then divides by the block); a longer one is the columns by itself.
@@ -133,7 +135,8 @@ def plan(shape, start, end, mode: PaddingMode, dtype) -> View | None:
         row_axes, col, inner = axes[:-2], axes[-2], axes[-1].n
     else:
         row_axes, col, inner = axes[:-1], axes[-1], 1
-    elems = TILE_BYTES // min(dt.itemsize, 4)
+    item = min(dt.itemsize, 4)
+    elems = TILE_BYTES[item] // item
     out_rows = math.prod(a.out for a in row_axes)
     cols = min(pow2_at_least(col.out * inner), elems)
     rows = min(max(1, elems // cols), pow2_at_least(out_rows))
