@@ -20,6 +20,7 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``scan``: one-pass CUMULATIVE_SUMMATION / CUMULATIVE_PRODUCT;
 - ``topk``: TOP_K / TOP_K1 for a small K along the minor axis, in registers;
 - ``generate``: FILL_VALUE_CONSTANT and minor-axis ONE_HOT, write-only blocks;
+- ``padding``: EDGE, REFLECTION, SYMMETRIC and WRAP PADDING / PADDING1 as one gather pass;
 - ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention.
 """
 
@@ -30,6 +31,7 @@ from . import (
     generate,
     movement,
     mvn,
+    padding,
     pooling,
     reduce,
     reduce_paths,
@@ -50,6 +52,7 @@ __all__ = [
     "log_sum_exp",
     "movement",
     "mvn",
+    "padding",
     "plan",
     "pooling",
     "reduce",

@@ -553,6 +553,7 @@ def _bench_padding(cls: type, label: str):
                     desc("REFLECTION"),
                     jnp=lambda a: jnp.pad(a, jnp_pad, mode="reflect"),
                     torch=lambda torch, a: torch.nn.functional.pad(a, torch_pad, mode="reflect"),
+                    kernel=True,
                 )
             )
         return out_cases
