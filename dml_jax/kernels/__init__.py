@@ -18,6 +18,7 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``scan``: one-pass CUMULATIVE_SUMMATION / CUMULATIVE_PRODUCT;
 - ``topk``: TOP_K / TOP_K1 for a small K along the minor axis, in registers;
 - ``generate``: FILL_VALUE_CONSTANT and minor-axis ONE_HOT, write-only blocks;
+- ``resample``: integer-factor bilinear UPSAMPLE_2D / RESAMPLE(1, 2, 3) at pixel centres;
 - ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention.
 """
 
@@ -30,6 +31,7 @@ from . import (
     reduce,
     reduce_paths,
     reduce_plan,
+    resample,
     scan,
     softmax,
     topk,
@@ -50,6 +52,7 @@ __all__ = [
     "reduce_extreme",
     "reduce_paths",
     "reduce_plan",
+    "resample",
     "scan",
     "softmax",
     "topk",
