@@ -1,36 +1,40 @@
 """A Pallas (Triton) kernel for integer-factor bilinear upsampling at pixel centres, the CUDA fast
 path of UPSAMPLE_2D and RESAMPLE / RESAMPLE1 / RESAMPLE2 / RESAMPLE3 in LINEAR mode.
 
-XLA's code for the lax lowering (two static gathers and a weighted sum per axis, fused) runs at
-0.47 of the copy for 2x float32 on an H200 and 0.16 for float16 (benchmarks/RESULTS.md, round
-8): its gathers are not vectorized and read every input four times per output element. With an
-integer factor ``f`` and half-pixel centres, output ``o = q * f + p`` of an axis blends inputs
-``q + s[p]`` and ``q + s[p] + 1`` (clamped) with weights that depend on the phase ``p`` only
-(``s[p]`` is -1 or 0). So a program here owns a tile of input rows and columns and writes the
-outputs they produce:
+XLA's code for the lax lowering (two static gathers and a weighted sum per axis, fused into one
+loop that gathers four inputs per output element) runs at 0.47 of the copy for 2x float32 on an
+H200 and 0.33 for float16 (1 GiB output). With an integer factor ``f``
+and half-pixel centres, output ``o = q * f + p`` of an axis blends inputs ``q + s[p]`` and
+``q + s[p] + 1`` (clamped) with weights that depend on the phase ``p`` only (``s[p]`` is -1 or
+0). So a program here owns a tile of input rows and columns and writes the outputs they produce:
 
 - Rows: the tile holds ``rows`` consecutive row pairs ``(r, r + 1)`` (``r`` from -1 to H - 1,
   clamped), loaded once as two tiles; phase ``py`` of pair ``r`` is output row
   ``(r - s[py]) * fh + py``, so each phase is one store of ``rows`` output rows, ``fh`` apart.
 - Columns: the two row tiles are read at column shifts -1, 0 and +1 (clamped) and blended
-  vertically; each column phase blends two of those, and the ``fw`` phases are interleaved in
-  registers (a tree of joins when ``fw`` is a power of two) into contiguous output rows, stored
-  with 16-byte vector stores. Other ``fw`` store each phase with a stride of ``fw``.
+  vertically; each column phase blends two of those, and for a power-of-two ``fw`` the phases
+  are interleaved in registers (a tree of joins) into contiguous output rows, stored as vectors.
+  Other ``fw`` store each phase ``fw`` elements apart (for 2x and 4x that ran 0.52 / 0.22 of the
+  copy in float32 against 0.90 / 0.88 interleaved, same tiles).
+
+On the H200 (benchmarks/resample_variants.py, benchmarks/RESULTS.md): 2x 0.92 of the copy in
+float32 and 0.87 in float16, 4x 0.88 and 0.89.
 
 Values: the lax lowering's formula and order (the vertical blend ``x[i0] * wy0 + x[i1] * wy1``
 first, then the horizontal one, in float32; float16 read into float32 and rounded once), with
 the lowering's own indices and float32 weights: ``plan`` takes them from ``ops.resample.plan``'s
-tables and declines unless they are exactly periodic. Pallas interpret mode matches the lax
-lowering bit for bit; compiled, Triton and XLA may each contract a product and a sum into one
-fused multiply-add, so the kernel agrees with the lax lowering to 4 float32 ulps of the largest
-input magnitude (float16: one float16 ulp of the result), the tolerance
-tests/test_resample_kernel.py checks and docs/semantics.md states.
+tables and declines unless they are exactly periodic. A compiler may contract a product and a
+sum into one fused multiply-add, and XLA and Triton need not choose alike: the stated tolerance
+is 4 float32 ulps of the largest input magnitude (float16: one float16 ulp of the result more;
+tests/test_resample_kernel.py, docs/semantics.md). On the H200 every element of the sweep's
+cases came out equal bit for bit; Pallas interpret mode on a CPU differs from XLA's CPU code by
+an ulp at some elements, except where every product and sum is exact.
 
 ``plan`` accepts LINEAR mode, integer scales from 2 to ``MAX_FACTOR`` on the last two
 dimensions with the pixel-centre offsets 0.5 / -0.5, the output exactly ``factor`` times the
-input there and an exact copy along every other dimension (scale 1), float32 or float16. RESAMPLE3's
-Antialiased changes nothing at these scales (it widens the filter only where Scale < 1) and is
-accepted. Nearest neighbour stays with lax (0.94 of the copy already).
+input there and an exact copy along every other dimension (scale 1), float32 or float16.
+RESAMPLE3's Antialiased changes nothing at these scales (it widens the filter only where
+Scale < 1) and is accepted. Nearest neighbour stays with lax (0.94 of the copy already).
 """
 
 from __future__ import annotations
@@ -56,11 +60,13 @@ MAX_FACTOR = 8  # phases are unrolled: fh * fw blends per tile
 _INDEX_LIMIT = 2**31 - 2**24  # int32 element offsets, with room for a tile past the end
 
 # Output elements per program, input columns per tile and warps; chosen by
-# benchmarks/resample_variants.py on an H200 (benchmarks/RESULTS.md).
-TILE_ELEMENTS = 4096
+# benchmarks/resample_variants.py on an H200 (benchmarks/RESULTS.md): 2048 elements on 4 warps
+# 0.92 / 0.87 of the copy for 2x float32 / float16; 4096 0.90 / 0.86; 8192 on 8 warps 0.91 /
+# 0.82; 16384 on 8 warps 0.79 / 0.71 (32 row pairs: 5 row tiles for H = 128, the last holding
+# one pair, since r runs from -1 to H - 1).
+TILE_ELEMENTS = 2048
 MAX_COLS = 128
 WARPS = 4
-INTERLEAVE_MAX = 8  # a larger power-of-two fw is stored phase by phase, fw apart
 
 
 @dataclass(frozen=True)
@@ -174,7 +180,7 @@ def upsample_kernel(x, v: View, interpret: bool = False):
     n_out = v.lead * oh * ow
     rows, cols, tr, tc = v.rows, v.cols, v.row_tiles, v.col_tiles
     exact = w.size % cols == 0
-    interleave = w.factor & (w.factor - 1) == 0 and w.factor <= INTERLEAVE_MAX
+    interleave = w.factor & (w.factor - 1) == 0
 
     def kernel(x_ref, o_ref):
         pid = pl.program_id(0)
