@@ -21,6 +21,7 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``topk``: TOP_K / TOP_K1 for a small K along the minor axis, in registers;
 - ``generate``: FILL_VALUE_CONSTANT and minor-axis ONE_HOT, write-only blocks;
 - ``padding``: EDGE, REFLECTION, SYMMETRIC and WRAP PADDING / PADDING1 as one gather pass;
+- ``resample``: integer-factor bilinear UPSAMPLE_2D / RESAMPLE(1, 2, 3) at pixel centres;
 - ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention.
 """
 
@@ -36,6 +37,7 @@ from . import (
     reduce,
     reduce_paths,
     reduce_plan,
+    resample,
     scan,
     softmax,
     topk,
@@ -59,6 +61,7 @@ __all__ = [
     "reduce_extreme",
     "reduce_paths",
     "reduce_plan",
+    "resample",
     "scan",
     "softmax",
     "topk",

@@ -443,7 +443,8 @@ def _example(operator_type: str) -> Example:
 
 
 def _bench(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    """2x nearest and bilinear upsampling of a quarter of the shape to the whole shape."""
+    """2x nearest and bilinear upsampling of a quarter of the shape to the whole shape (a GPU
+    kernel covers the bilinear case)."""
     if dtype not in ("float32", "float16"):
         return []
     n, c, h, w = shape
@@ -468,6 +469,7 @@ def _bench(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
                 Upsample2DOperatorDesc(x, out, scale_size=Size2D(2, 2), interpolation_mode=mode),
                 jnp=jnp_fn,
                 torch=torch_fn,
+                kernel=mode == "LINEAR",  # dml_jax.kernels.resample
             )
         )
     return cases

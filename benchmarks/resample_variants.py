@@ -1,0 +1,97 @@
+"""GPU sweep and check of the bilinear upsampling kernel (dml_jax.kernels.resample).
+
+For each case (UPSAMPLE_2D LINEAR 2x and 4x of NCHW, the output 1 GiB of float32 or the same
+bytes of float16): the kernel against the lax lowering (max |difference| over the largest input
+magnitude, and the share of elements equal bit for bit), then GB/s (input read + output
+written) of the kernel for each (output elements per tile, input columns per tile, warps)
+variant, of the lax lowering, and of the best device copy of the output (XLA's or PyTorch's),
+one sync per many dispatches. Run from the repository root:
+
+    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/resample_variants.py \
+        [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import jax
+import jax.numpy as jnp
+from timing import timeit, torch_copy_seconds
+
+import dml_jax as dml
+from dml_jax.kernels import resample as K
+from dml_jax.ops.resample import lower_resample
+
+OUT_SHAPE = (16, 256, 256, 256)  # 1 GiB of float32; float16 doubles N
+CASES = [("2x NCHW", 2), ("4x NCHW", 4)]
+# (output elements per tile, input columns per tile, warps). The logged sweep
+# (results/resample/sweep.log) also ran 4096 / 128 / 4 with the column phases stored fw apart
+# instead of interleaved in registers (0.52 / 0.22 of the copy for 2x / 4x float32).
+VARIANTS = [(4096, 128, 4), (2048, 128, 4), (8192, 128, 8), (4096, 64, 4), (16384, 128, 8)]
+
+
+def _check(kfn, lax_out, x) -> tuple[float, float]:
+    """(max |kernel - lax| / max |x|, share of elements equal bit for bit)."""
+    got = kfn(x)
+    diff = jnp.abs(got.astype(jnp.float32) - lax_out.astype(jnp.float32))
+    scale = jnp.max(jnp.abs(x.astype(jnp.float32)))
+    equal = jnp.mean((got == lax_out).astype(jnp.float32))
+    return float(jnp.max(diff) / scale), float(equal)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="write the rows as JSON here")
+    args = parser.parse_args()
+    rows = []
+    for dtype in ("float32", "float16"):
+        out_shape = (OUT_SHAPE[0] * (4 // jnp.dtype(dtype).itemsize),) + OUT_SHAPE[1:]
+        t_copy = None
+        for label, f in CASES:
+            shape = out_shape[:2] + (out_shape[2] // f, out_shape[3] // f)
+            t = dml.TensorDesc(dtype.upper(), shape)
+            desc = dml.Upsample2DOperatorDesc(t, t.like(sizes=out_shape), (f, f), "LINEAR")
+            x = jax.random.normal(jax.random.PRNGKey(0), shape, jnp.float32).astype(dtype)
+            nbytes = (x.size + x.size * f * f) * x.dtype.itemsize
+            if t_copy is None:
+                y = jnp.zeros(out_shape, dtype)
+                t_copy = min(timeit(jax.jit(lambda z: -z), y), torch_copy_seconds(out_shape, dtype))
+                copy_gbps = 2 * y.size * y.dtype.itemsize / t_copy / 1e9
+                del y
+            lax_fn = jax.jit(lambda y, d=desc: lower_resample(d, y)[0])
+            lax_out = lax_fn(x)
+            lax_gbps = nbytes / timeit(lax_fn, x) / 1e9
+            for tile, max_cols, warps in VARIANTS:
+                K.TILE_ELEMENTS, K.MAX_COLS, K.WARPS = tile, max_cols, warps
+                v = K.plan(desc)
+                kfn = jax.jit(lambda y, v=v: K.upsample_kernel(y, v))
+                try:
+                    err, equal = _check(kfn, lax_out, x)
+                    gbps = nbytes / timeit(kfn, x) / 1e9
+                except Exception as e:  # report the variant, go on with the rest
+                    print(f"{label} {dtype} tile {tile} cols {max_cols} warps {warps}: "
+                          f"FAILED {type(e).__name__}: {e}"[:2000])  # fmt: skip
+                    continue
+                row = dict(case=label, dtype=dtype, tile=tile, max_cols=max_cols, warps=warps,
+                           rows=v.rows, cols=v.cols,
+                           kernel_gbps=gbps, lax_gbps=lax_gbps, copy_gbps=copy_gbps,
+                           kernel_ratio=gbps / copy_gbps, lax_ratio=lax_gbps / copy_gbps,
+                           max_rel_diff=err, bit_equal=equal)  # fmt: skip
+                rows.append(row)
+                print(f"{label:8s} {dtype:8s} tile {tile:5d} cols {max_cols:3d} warps {warps}"
+                      f" -> rows {v.rows:3d} cols {v.cols:3d}"
+                      f"  kernel {row['kernel_ratio']:.2f}  lax {row['lax_ratio']:.2f}"
+                      f"  (copy {copy_gbps:.0f} GB/s)  diff {err:.1e} equal {equal:.4f}",
+                      flush=True)  # fmt: skip
+            del x, lax_out
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""A Pallas (Triton) kernel for integer-factor bilinear upsampling at pixel centres, the CUDA fast
+path of UPSAMPLE_2D and RESAMPLE / RESAMPLE1 / RESAMPLE2 / RESAMPLE3 in LINEAR mode.
+
+XLA's code for the lax lowering (two static gathers and a weighted sum per axis, fused into one
+loop that gathers four inputs per output element) runs at 0.47 of the copy for 2x float32 on an
+H200 and 0.33 for float16 (1 GiB output). With an integer factor ``f``
+and half-pixel centres, output ``o = q * f + p`` of an axis blends inputs ``q + s[p]`` and
+``q + s[p] + 1`` (clamped) with weights that depend on the phase ``p`` only (``s[p]`` is -1 or
+0). So a program here owns a tile of input rows and columns and writes the outputs they produce:
+
+- Rows: the tile holds ``rows`` consecutive row pairs ``(r, r + 1)`` (``r`` from -1 to H - 1,
+  clamped), loaded once as two tiles; phase ``py`` of pair ``r`` is output row
+  ``(r - s[py]) * fh + py``, so each phase is one store of ``rows`` output rows, ``fh`` apart.
+- Columns: the two row tiles are read at column shifts -1, 0 and +1 (clamped) and blended
+  vertically; each column phase blends two of those, and for a power-of-two ``fw`` the phases
+  are interleaved in registers (a tree of joins) into contiguous output rows, stored as vectors.
+  Other ``fw`` store each phase ``fw`` elements apart (for 2x and 4x that ran 0.52 / 0.22 of the
+  copy in float32 against 0.90 / 0.88 interleaved, same tiles).
+
+On the H200 (benchmarks/resample_variants.py, benchmarks/RESULTS.md): 2x 0.92 of the copy in
+float32 and 0.87 in float16, 4x 0.88 and 0.89.
+
+Values: the lax lowering's formula and order (the vertical blend ``x[i0] * wy0 + x[i1] * wy1``
+first, then the horizontal one, in float32; float16 read into float32 and rounded once), with
+the lowering's own indices and float32 weights: ``plan`` takes them from ``ops.resample.plan``'s
+tables and declines unless they are exactly periodic. A compiler may contract a product and a
+sum into one fused multiply-add, and XLA and Triton need not choose alike: the stated tolerance
+is 4 float32 ulps of the largest input magnitude (float16: one float16 ulp of the result more;
+tests/test_resample_kernel.py, docs/semantics.md). On the H200 every element of the sweep's
+cases came out equal bit for bit; Pallas interpret mode on a CPU differs from XLA's CPU code by
+an ulp at some elements, except where every product and sum is exact.
+
+``plan`` accepts LINEAR mode, integer scales from 2 to ``MAX_FACTOR`` on the last two
+dimensions with the pixel-centre offsets 0.5 / -0.5, the output exactly ``factor`` times the
+input there and an exact copy along every other dimension (scale 1), float32 or float16.
+RESAMPLE3's Antialiased changes nothing at these scales (it widens the filter only where
+Scale < 1) and is accepted. Nearest neighbour stays with lax (0.94 of the copy already).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..enums import InterpolationMode
+from ..fastpath import register_fast_path
+from ..ops.resample import geometry
+from ..ops.resample import plan as lax_plan
+from .reduce import load_pallas
+from .reduce_plan import pow2_at_least, pow2_at_most
+
+DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
+MAX_FACTOR = 8  # phases are unrolled: fh * fw blends per tile
+_INDEX_LIMIT = 2**31 - 2**24  # int32 element offsets, with room for a tile past the end
+
+# Output elements per program, input columns per tile and warps; chosen by
+# benchmarks/resample_variants.py on an H200 (benchmarks/RESULTS.md): 2048 elements on 4 warps
+# 0.92 / 0.87 of the copy for 2x float32 / float16; 4096 0.90 / 0.86; 8192 on 8 warps 0.91 /
+# 0.82; 16384 on 8 warps 0.79 / 0.71 (32 row pairs: 5 row tiles for H = 128, the last holding
+# one pair, since r runs from -1 to H - 1).
+TILE_ELEMENTS = 2048
+MAX_COLS = 128
+WARPS = 4
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One upsampled axis: its input ``size``, the integer ``factor`` and, per phase ``p``, the
+    offset ``shift[p]`` (-1 or 0) of the lower input from ``q`` and the float32 weights ``w0[p]``
+    of ``q + shift[p]`` and ``w1[p]`` of the next input (both clamped into the axis)."""
+
+    size: int
+    factor: int
+    shift: tuple[int, ...]
+    w0: tuple[float, ...]
+    w1: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class View:
+    """The kernel's view: ``lead`` images of ``h.size x w.size`` (every leading dimension
+    merged) in tiles of ``rows`` row pairs by ``cols`` input columns, on ``warps`` warps."""
+
+    lead: int
+    h: Axis
+    w: Axis
+    rows: int
+    cols: int
+    warps: int
+
+    @property
+    def row_tiles(self) -> int:
+        return -(-(self.h.size + 1) // self.rows)  # pairs r = -1 .. H - 1
+
+    @property
+    def col_tiles(self) -> int:
+        return -(-self.w.size // self.cols)
+
+    @property
+    def programs(self) -> int:
+        return self.lead * self.row_tiles * self.col_tiles
+
+
+def periodic_axis(n_in: int, n_out: int, indices: np.ndarray, weights: np.ndarray) -> Axis | None:
+    """The ``Axis`` whose phases reproduce one dimension's lax table exactly, or None.
+
+    Args:
+        n_in, n_out: the dimension's input and output extents.
+        indices, weights: ``plan_axis``'s table for it (two taps, weights in float64; the lax
+            lowering multiplies by them in float32).
+    """
+    if indices.shape[1] != 2 or n_out % n_in or not 2 <= n_out // n_in <= MAX_FACTOR:
+        return None
+    if not all(np.any(weights[:, k] != 1) for k in range(2)):
+        return None  # the lowering would skip a multiplication the kernel does
+    f = n_out // n_in
+    p = np.arange(f)
+    shift = np.where(2 * p + 1 < f, -1, 0)  # floor((p + 0.5) / f - 0.5)
+    q = np.arange(n_out) // f
+    lower = q + np.tile(shift, n_in)
+    w32 = weights.astype(np.float32)
+    periodic = np.array_equal(w32, np.tile(w32[:f], (n_in, 1)))
+    clamped = all(np.array_equal(indices[:, k], np.clip(lower + k, 0, n_in - 1)) for k in range(2))
+    if not (periodic and clamped):
+        return None
+    return Axis(
+        n_in, f, tuple(int(s) for s in shift), *(tuple(map(float, w32[:f, k])) for k in range(2))
+    )
+
+
+def plan(d: Any) -> View | None:
+    """The kernel's view of an UPSAMPLE_2D / RESAMPLE* description, or None where lax stays."""
+    x, out = d.input_tensor, d.output_tensor
+    if np.dtype(x.dtype) not in DTYPES or x.rank < 2:
+        return None
+    g = geometry(d)
+    if g.mode is not InterpolationMode.LINEAR:
+        return None
+    for axis in (x.rank - 2, x.rank - 1):
+        s = g.scales[axis]
+        if s != round(s) or (g.input_offsets[axis], g.output_offsets[axis]) != (0.5, -0.5):
+            return None
+    if max(x.element_count, out.element_count) >= _INDEX_LIMIT:
+        return None
+    steps = lax_plan(d)
+    if [axis for axis, _, _ in steps] != [x.rank - 2, x.rank - 1]:
+        return None  # another dimension is resampled too, or one of these is not
+    (_, hi, hw), (_, wi, ww) = steps
+    h = periodic_axis(x.sizes[-2], out.sizes[-2], hi, hw)
+    w = periodic_axis(x.sizes[-1], out.sizes[-1], wi, ww)
+    if h is None or w is None:
+        return None
+    tile = max(1, TILE_ELEMENTS // (h.factor * w.factor))  # input elements per tile
+    cols = min(pow2_at_least(w.size), MAX_COLS, tile)
+    rows = min(pow2_at_most(max(1, tile // cols)), pow2_at_least(h.size + 1))
+    return View(math.prod(x.sizes[:-2]), h, w, rows, cols, WARPS)
+
+
+def _interleave(parts: list):
+    """``out[..., k * len(parts) + i] = parts[i][..., k]`` for a power-of-two count of parts:
+    joins of pairs (Triton's interleave, done in registers)."""
+    if len(parts) == 1:
+        return parts[0]
+    even, odd = _interleave(parts[0::2]), _interleave(parts[1::2])
+    joined = jnp.stack([even, odd], axis=-1)
+    return joined.reshape(joined.shape[:-2] + (joined.shape[-2] * 2,))
+
+
+def upsample_kernel(x, v: View, interpret: bool = False):
+    """``x`` (``(..., H, W)``) upsampled by ``v.h.factor`` x ``v.w.factor`` as ``v`` says."""
+    pl, pltriton = load_pallas()
+    h, w = v.h, v.w
+    oh, ow = h.size * h.factor, w.size * w.factor
+    n_out = v.lead * oh * ow
+    rows, cols, tr, tc = v.rows, v.cols, v.row_tiles, v.col_tiles
+    exact = w.size % cols == 0
+    interleave = w.factor & (w.factor - 1) == 0
+
+    def kernel(x_ref, o_ref):
+        pid = pl.program_id(0)
+        n, rest = pid // (tr * tc), pid % (tr * tc)
+        i, j = rest // tc, rest % tc
+        r = i * rows - 1 + jnp.arange(rows, dtype=jnp.int32)  # the pairs' lower input rows
+        c = j * cols + jnp.arange(cols, dtype=jnp.int32)
+        image = n * (h.size * w.size)
+
+        @functools.cache
+        def tile(dr: int, dc: int):
+            """Input rows ``r + dr`` at columns ``c + dc``, both clamped (each loaded once)."""
+            at_r = image + jnp.clip(r + dr, 0, h.size - 1) * w.size
+            # The unshifted columns stay unclamped where the tiles divide W, so that Triton sees
+            # contiguous aligned runs and loads them as vectors.
+            at_c = c + dc if dc == 0 and exact else jnp.clip(c + dc, 0, w.size - 1)
+            return x_ref[at_r[:, None] + at_c[None, :]].astype(jnp.float32)
+
+        def store_row_phase(py: int):
+            """Output rows ``(r - s[py]) * fh + py``: the vertical blend (the lax lowering's
+            height step) at each column shift the column phases read, then theirs."""
+            q = r - h.shift[py]
+            valid = (q >= 0) & (q < h.size)
+            # Masked rows point past the end (never written; interpret mode drops them).
+            out_row = jnp.where(valid, n * oh + q * h.factor + py, v.lead * oh)
+
+            @functools.cache
+            def vertical(dc: int):
+                return tile(0, dc) * h.w0[py] + tile(1, dc) * h.w1[py]
+
+            phases = [
+                vertical(w.shift[px]) * w.w0[px] + vertical(w.shift[px] + 1) * w.w1[px]
+                for px in range(w.factor)
+            ]
+            phases = [p.astype(o_ref.dtype) for p in phases]
+            if interleave:
+                out_cols = [j * cols * w.factor + jnp.arange(cols * w.factor, dtype=jnp.int32)]
+                values = [_interleave(phases)]
+            else:
+                out_cols = [c * w.factor + px for px in range(w.factor)]
+                values = phases
+            for oc, value in zip(out_cols, values):
+                at = out_row[:, None] * ow + oc[None, :]
+                mask = jnp.broadcast_to(valid[:, None], at.shape)
+                if not exact:
+                    col_ok = jnp.broadcast_to((oc < ow)[None, :], at.shape)
+                    mask = mask & col_ok
+                    at = jnp.where(col_ok, at, n_out)
+                pltriton.store(o_ref.at[at], value, mask=mask)
+
+        for py in range(h.factor):
+            store_row_phase(py)
+
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((n_out,), x.dtype),
+        grid=(v.programs,),
+        interpret=interpret,
+        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
+    )(jax.lax.reshape(x, (x.size,)))
+    return jax.lax.reshape(out, x.shape[:-2] + (oh, ow))
+
+
+def _applies(d: Any) -> bool:
+    return d.interpolation_mode is InterpolationMode.LINEAR and plan(d) is not None
+
+
+def _lower(d: Any, x) -> tuple:
+    return (upsample_kernel(x, plan(d)),)
+
+
+for _op in ("UPSAMPLE_2D", "RESAMPLE", "RESAMPLE1", "RESAMPLE2", "RESAMPLE3"):
+    register_fast_path(f"DML_OPERATOR_{_op}", "kernel", _applies, _lower)

@@ -1,0 +1,146 @@
+"""The integer-factor bilinear upsampling kernel (dml_jax.kernels.resample) against the lax
+lowering.
+
+In Pallas interpret mode (any machine): ragged row tiles, columns that do not divide into
+tiles, several images per call, power-of-two and other factors, float16, 5-D UPSAMPLE_2D and
+2-D RESAMPLE. On inputs of few significant bits (every product and sum exact in float32) the
+kernel equals the lax lowering bit for bit; otherwise XLA and Triton may contract a product and
+a sum into a fused multiply-add differently, and the stated tolerance is 4 float32 ulps of the
+largest input magnitude (float16: one float16 ulp of the result more). On a CUDA machine also
+the compiled Triton kernel through the operators' fast path.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dml_jax as dml
+from dml_jax import fastpath
+from dml_jax.kernels import resample as K
+from dml_jax.ops.resample import lower_resample
+
+T = dml.TensorDesc
+CENTRES = {"input_pixel_offsets": [0.5] * 4, "output_pixel_offsets": [-0.5] * 4}
+
+
+def _upsample(shape, fh, fw, type_name="FLOAT32", mode="LINEAR"):
+    out = tuple(shape[:-2]) + (shape[-2] * fh, shape[-1] * fw)
+    return dml.Upsample2DOperatorDesc(T(type_name, shape), T(type_name, out), (fw, fh), mode)
+
+
+def _resample(cls, shape, scales, out=None, type_name="FLOAT32", **extra):
+    out = out or tuple(int(s * f) for s, f in zip(shape, scales))
+    if cls is not dml.ResampleOperatorDesc:
+        extra = {**{k: v[: len(shape)] for k, v in CENTRES.items()}, **extra}
+    if cls in (dml.Resample2OperatorDesc, dml.Resample3OperatorDesc):
+        extra.setdefault("rounding_direction", "DECREASING")
+    return cls(T(type_name, shape), T(type_name, out), "LINEAR", scales=scales, **extra)
+
+
+def _input(shape, dtype, exact: bool, seed=0):
+    """Quarter steps in [-128, 128] (each blend exact in float32 for power-of-two factors), or
+    normal values."""
+    rng = np.random.default_rng(seed)
+    if exact:
+        return (rng.integers(-512, 513, shape) / 4).astype(dtype)
+    return (rng.standard_normal(shape) * 3).astype(dtype)
+
+
+def _close(got, want, x):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    tol = 4 * np.finfo(np.float32).eps * np.max(np.abs(np.asarray(x, np.float64)))
+    if got.dtype == np.float16:
+        tol = tol + np.finfo(np.float16).eps * np.abs(w) + 2.0**-24
+    assert np.all(np.abs(g - w) <= tol), np.max(np.abs(g - w))
+
+
+# (description, output elements per tile, maximum columns per tile): small tiles give ragged
+# row tiles, several column tiles and columns that do not fill the last tile.
+CASES = [
+    (_upsample((2, 3, 5, 7), 2, 2), 64, 4),
+    (_upsample((1, 2, 2, 3, 6), 2, 8, "FLOAT16"), 256, 4),  # 5-D: D is never resampled
+    (_resample(dml.Resample3OperatorDesc, (2, 4, 5), (1, 2, 3.0), antialiased=True), 64, 4),
+]
+
+
+@pytest.mark.parametrize("desc, tile, max_cols", CASES)
+def test_kernel_interpret_matches_lax(monkeypatch, desc, tile, max_cols):
+    monkeypatch.setattr(K, "TILE_ELEMENTS", tile)
+    monkeypatch.setattr(K, "MAX_COLS", max_cols)
+    v = K.plan(desc)
+    assert v is not None and v.programs > 1
+    x = desc.input_tensor
+    exact = all(f & (f - 1) == 0 for f in (v.h.factor, v.w.factor))
+    data = jnp.asarray(_input(x.sizes, x.dtype, exact))
+    got = K.upsample_kernel(data, v, interpret=True)
+    want = jax.jit(lambda y: lower_resample(desc, y)[0])(data)
+    if exact:
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    else:
+        _close(got, want, data)
+
+
+@pytest.mark.parametrize(
+    "desc",
+    [
+        _upsample((1, 2, 8, 8), 2, 2, mode="NEAREST_NEIGHBOR"),  # lax is at the copy already
+        _upsample((1, 2, 8, 8), 2, 1),  # a factor of 1
+        _upsample((1, 2, 8, 8), 2, 9),  # past MAX_FACTOR
+        _upsample((1, 2, 8, 8), 2, 2, "INT8"),
+        _resample(dml.ResampleOperatorDesc, (1, 2, 8, 8), (1.0, 1.0, 2.5, 2.0)),
+        _resample(dml.ResampleOperatorDesc, (1, 2, 8, 8), (1.0, 2.0, 2.0, 2.0)),  # C too
+        _resample(dml.ResampleOperatorDesc, (1, 2, 8, 8), (1, 1, 2, 2), out=(1, 2, 15, 16)),
+        _resample(dml.ResampleOperatorDesc, (1, 2, 8, 8), (1, 1, 0.5, 0.5)),
+        _resample(
+            dml.Resample1OperatorDesc,
+            (1, 2, 8, 8),
+            (1, 1, 2, 2),
+            input_pixel_offsets=[0.5, 0.5, 0, 0],
+            output_pixel_offsets=[-0.5, -0.5, 0, 0],
+        ),
+    ],
+)
+def test_plan_declines_what_lax_keeps(desc):
+    assert K.plan(desc) is None
+    assert fastpath.select(desc) is None
+
+
+@pytest.mark.parametrize(
+    "desc",
+    [
+        _upsample((2, 4, 16, 16), 2, 2),
+        _upsample((1, 2, 3, 16, 16), 3, 2, "FLOAT16"),
+        _resample(dml.ResampleOperatorDesc, (2, 4, 16, 16), (1, 1, 2, 2)),
+        _resample(dml.Resample1OperatorDesc, (16, 16), (4, 2)),
+        _resample(dml.Resample2OperatorDesc, (2, 16, 16), (1, 2, 2)),
+        _resample(dml.Resample3OperatorDesc, (2, 16, 16), (1, 2, 2), antialiased=True),
+    ],
+)
+def test_fast_path_takes_integer_linear_upsampling(desc):
+    v = K.plan(desc)
+    assert v is not None and v.h.shift[0] == -1 and v.w.shift[-1] == 0
+    assert fastpath.select(desc).name == "kernel"
+
+
+@pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    "desc",
+    [
+        _upsample((2, 16, 100, 130), 2, 2),
+        _upsample((2, 16, 100, 130), 2, 2, "FLOAT16"),
+        _upsample((2, 4, 3, 40, 64), 4, 4, "FLOAT16"),
+        _resample(dml.Resample1OperatorDesc, (3, 64, 50), (1, 3, 2)),
+        _resample(dml.ResampleOperatorDesc, (8, 32, 64, 64), (1, 1, 2, 2), type_name="FLOAT16"),
+    ],
+)
+def test_gpu_fast_path_matches_lax(desc):
+    assert fastpath.select(desc).name == "kernel"
+    x = _input(desc.input_tensor.sizes, desc.input_tensor.dtype, False, seed=3)
+    got = jax.jit(dml.compile_operator(desc).fn)(x)
+    want = jax.jit(dml.compile_operator(desc, fast_paths=False).fn)(x)
+    _close(got, want, x)
