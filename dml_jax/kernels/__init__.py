@@ -18,6 +18,7 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``scan``: one-pass CUMULATIVE_SUMMATION / CUMULATIVE_PRODUCT;
 - ``topk``: TOP_K / TOP_K1 for a small K along the minor axis, in registers;
 - ``generate``: FILL_VALUE_CONSTANT and minor-axis ONE_HOT, write-only blocks;
+- ``scatter``: minor-axis SCATTER (SCATTER_ELEMENTS), each line's updates stored in order;
 - ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention.
 """
 
@@ -31,6 +32,7 @@ from . import (
     reduce_paths,
     reduce_plan,
     scan,
+    scatter,
     softmax,
     topk,
 )
@@ -51,6 +53,7 @@ __all__ = [
     "reduce_paths",
     "reduce_plan",
     "scan",
+    "scatter",
     "softmax",
     "topk",
 ]
