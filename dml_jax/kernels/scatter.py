@@ -2,8 +2,9 @@
 
 The lax lowering makes repeated indices deterministic with a ``scatter_max`` of update
 positions (atomics), a gather of the winners and a select over the input: 0.19 of the copy on
-an H200 for the bench case. Here each line along the axis receives only its own line's
-updates, so a program owns a block of whole lines and writes them twice:
+an H200 for the bench case in float32, 0.12 in float16 (input read, indices and updates read,
+output written; benchmarks/RESULTS.md). Here each line along the axis receives only its own
+line's updates, so a program owns a block of whole lines and writes them twice:
 
 1. the lines' input is copied to the output in coalesced tiles, then a CTA barrier
    (``debug_barrier``, ``bar.sync``) makes those stores visible to every thread of the program
@@ -18,6 +19,14 @@ updates, so a program owns a block of whole lines and writes them twice:
 Values move as unsigned integers of their width, so every data type of 1, 2 or 4 bytes keeps
 its bits (NaN payloads, -0.0). Negative INT32 indices count from the end; indices still out of
 range drop their update (masked stores). The result equals the lax lowering's bit for bit.
+
+Speed: 0.36 of the copy in float32, 0.21 in float16 on the bench case, against 0.19 and 0.12
+for lax, far from the copy. Every update is a scattered store of its own into L2, and a
+line's updates land well after its copy: the likely cost is that with more lines in flight per
+SM, L2 has evicted more of them by then (partly written sectors then go to memory). 1, 2, 4 and 8 threads per line (128 to 16 lines a program) ran 0.09, 0.12,
+0.22 and 0.36 in float32; storing the copied lines ``evict_last`` (with the loads
+``evict_first``) lifted 4 threads per line from 0.22 to 0.30 in float32 but not float16
+(benchmarks/results/scatter_kernel/sweep.log).
 """
 
 from __future__ import annotations
@@ -39,17 +48,16 @@ BITS = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}
 INDEX_TYPES = frozenset(np.dtype(t) for t in ("int32", "uint32"))
 _OFFSET_LIMIT = 2**31 - 2**24  # int32 element offsets, with a padded last block of lines
 
-# Tunables, chosen by benchmarks/scatter_variants.py on an H200 (benchmarks/RESULTS.md).
+# Tunables, chosen by benchmarks/scatter_variants.py on an H200 (benchmarks/RESULTS.md): 8
+# threads a line on 4 warps, 16-update steps, was the fastest variant measured, 0.36 of the copy
+# in float32 and 0.21 in float16. At 4 threads a line, steps of 8 ran 0.26 against 0.22 (32:
+# 0.23) and single loads 0.21 against 0.22 for vectors of 4; steps of 8 at 8 threads are untried.
 WARPS = 4
-OWNERS = 4  # threads per line, each storing the positions whose index is its own modulo OWNERS
+OWNERS = 8  # threads per line, each storing the positions whose index is its own modulo OWNERS
 ROWS = 1  # lines per thread group of OWNERS threads
 STEP = 16  # updates of a line loaded per loop step
 VEC = 4  # contiguous updates per load (one 16-byte vector of INT32 indices)
 COPY_ELEMENTS = 4096  # elements per copy tile
-# L2 hints: the input, indices and updates are read once ("evict_first"); the copied lines are
-# kept ("evict_last") until the program's updates land in them.
-STREAM_LOADS = False
-KEEP_COPY = False
 MIN_PROGRAMS = 264  # fewer cannot fill a large GPU; lax stays
 
 
@@ -120,8 +128,6 @@ def scatter_kernel(x, idx, updates, v: View, interpret: bool = False):
     u2 = lax.bitcast_convert_type(updates, bits).reshape(a, length)
     i2 = idx.reshape(a, length)
     shape3 = (nl, q, vec)
-    stream = "evict_first" if STREAM_LOADS else None
-    keep = "evict_last" if KEEP_COPY else None
 
     def kernel(x_ref, i_ref, u_ref, o_ref):
         first = pl.program_id(0) * nl
@@ -131,8 +137,7 @@ def scatter_kernel(x, idx, updates, v: View, interpret: bool = False):
             cols = c * cw + jnp.arange(cw, dtype=jnp.int32)
             ok = (rows < a)[:, None] & (cols < w)[None, :]
             at = (pl.ds(first, nl), pl.ds(c * cw, cw))
-            tile = pltriton.load(x_ref.at[at], mask=ok, eviction_policy=stream)
-            pltriton.store(o_ref.at[at], tile, mask=ok, eviction_policy=keep)
+            pltriton.store(o_ref.at[at], pltriton.load(x_ref.at[at], mask=ok), mask=ok)
             return carry
 
         lax.fori_loop(0, -(-w // cw), copy, 0)
@@ -152,9 +157,8 @@ def scatter_kernel(x, idx, updates, v: View, interpret: bool = False):
                 # contiguity, so a thread loads its ``vec`` updates as one vector.
                 at3 = (row3, col3)
                 ok3 = (row3 < a) & (col3 < length)
-                at_i = pltriton.load(i_ref.at[at3], mask=ok3, other=0, eviction_policy=stream)
-                up = pltriton.load(u_ref.at[at3], mask=ok3, other=0, eviction_policy=stream)
-                up = up.astype(jnp.uint32)
+                at_i = pltriton.load(i_ref.at[at3], mask=ok3, other=0)
+                up = pltriton.load(u_ref.at[at3], mask=ok3, other=0).astype(jnp.uint32)
                 for k in range(vec):
                     i = _column(at_i, k, k3)
                     if signed:
