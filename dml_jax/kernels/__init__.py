@@ -22,6 +22,7 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``generate``: FILL_VALUE_CONSTANT and minor-axis ONE_HOT, write-only blocks;
 - ``padding``: EDGE, REFLECTION, SYMMETRIC and WRAP PADDING / PADDING1 as one gather pass;
 - ``resample``: integer-factor bilinear UPSAMPLE_2D / RESAMPLE(1, 2, 3) at pixel centres;
+- ``scatter``: minor-axis SCATTER (SCATTER_ELEMENTS), each line's updates stored in order;
 - ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention.
 """
 
@@ -39,6 +40,7 @@ from . import (
     reduce_plan,
     resample,
     scan,
+    scatter,
     softmax,
     topk,
 )
@@ -63,6 +65,7 @@ __all__ = [
     "reduce_plan",
     "resample",
     "scan",
+    "scatter",
     "softmax",
     "topk",
 ]

@@ -642,6 +642,7 @@ def _bench_scatter(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
             ScatterOperatorDesc(x, at, half, x, axis=3),
             jnp=jnp_elements,
             torch=lambda torch, a, i, u: a.scatter(3, i.long().remainder(w), u),
+            kernel=True,
             notes="torch wraps out-of-range indices instead of dropping them (timing only)",
         )
     ]
