@@ -72,6 +72,9 @@ def test_kernel_interpret_matches_lax(monkeypatch, case):
     monkeypatch.setattr(K, "TILE_ELEMENTS", 8)  # 2 planes x 4 columns: several column tiles
     monkeypatch.setattr(K, "MAX_COLS", 4)
     monkeypatch.setattr(K, "BAND_ROWS", 3)  # several bands, the last one partial
+    # Both layouts of the columns, and steps with and without the next step's loads ahead.
+    monkeypatch.setattr(K, "SPREAD", dtype == np.float32)
+    monkeypatch.setattr(K, "PREFETCH", dtype == np.float16)
     plan = P.window_plan(d)
     average = "include_padding" in extra
     v = K.plan(shape, dtype, plan, average)

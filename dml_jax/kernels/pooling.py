@@ -64,6 +64,9 @@ TILE_ELEMENTS = 512  # output elements per step (block_planes x cols)
 MAX_COLS = 256  # output columns per tile; wider rows take several column tiles
 BAND_ROWS = 32  # output rows per program (more programs, and the halo rows re-read from L2)
 WARPS = 4
+SPREAD = False  # one output column a thread per load instruction (see ``View.spread``)
+STAGES = 1  # Triton's num_stages
+PREFETCH = True  # each step issues the next step's loads before reducing its own
 LIVE_REGISTERS = 128  # bound on the registers per thread that the window's live values take
 
 
@@ -92,6 +95,13 @@ class View:
     cols: int
     band: int
     warps: int
+    # Whether a warp's lanes take consecutive output columns (one a thread per instruction)
+    # rather than Triton's default of as many adjacent columns a thread as the aligned store
+    # would vectorize: the shifted loads cannot be vectors, and adjacent columns a thread spread
+    # one warp's scalar load over 4-8 times the L1 sectors.
+    spread: bool = False
+    stages: int = 1
+    prefetch: bool = True
 
     @property
     def carried(self) -> int:
@@ -143,7 +153,7 @@ def plan(shape: tuple[int, ...], dtype, p: WindowPlan, average: bool) -> View | 
     band = -(-out_h // bands)  # balanced bands
     return View(
         planes, h, w, out_h, out_w, p.window, p.strides, p.dilations,
-        p.start, block_planes, cols, band, WARPS,
+        p.start, block_planes, cols, band, WARPS, SPREAD, STAGES, PREFETCH,
     )  # fmt: skip
 
 
@@ -189,7 +199,12 @@ def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = Fa
         j, g = rest % ncol, rest // ncol
         plane = g * bp + jnp.arange(bp, dtype=jnp.int32)[:, None]
         plane_ok = plane < v.planes
-        ow = j * cols + jnp.arange(cols, dtype=jnp.int32)[None, :]
+        lanes = jnp.arange(cols, dtype=jnp.int32)
+        if v.spread:
+            # Times a one Triton cannot prove constant, so its axis analysis sees no contiguous
+            # columns and lays one column a thread, consecutive columns on consecutive lanes.
+            lanes = lanes * (pid >= 0).astype(jnp.int32)
+        ow = j * cols + lanes[None, :]
         ow_ok = ow < v.out_w
         # Per window column: the input column each output column reads, and whether it is on
         # the input (the same on every row).
@@ -255,13 +270,15 @@ def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = Fa
             this step loads the next one's."""
             rows, loads = state
             o = o0 + i
-            pending = tuple(load_rows(o + 1, new))
+            if not v.prefetch:
+                loads = tuple(load_rows(o, new))
+            pending = tuple(load_rows(o + 1, new)) if v.prefetch else ()
             rows = list(rows) + reduce_rows(loads)
             store(o, rows)
             return (tuple(rows[drop:]) if carried else (), pending)
 
         first = tuple(reduce_rows(load_rows(o0, range(carried))))
-        pending = tuple(load_rows(o0, new))
+        pending = tuple(load_rows(o0, new)) if v.prefetch else ()
         jax.lax.fori_loop(0, band, step, (first, pending))
 
     n = x.shape[0] * x.shape[1]
@@ -273,7 +290,7 @@ def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = Fa
         out_shape=jax.ShapeDtypeStruct((n * out_size,), x.dtype),
         grid=(v.programs,),
         interpret=interpret,
-        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
+        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=v.stages),
     )(*args)
     return jax.lax.reshape(out, tuple(x.shape[:2]) + (v.out_h, v.out_w))
 
