@@ -48,6 +48,7 @@ VARIANTS = [
 ]
 TUNABLES = ("TILE_ELEMENTS", "BAND_ROWS", "WARPS", "SPREAD", "STAGES", "PREFETCH")
 
+
 def _desc(op, shape, dtype, window, stride, pad, include):
     x = dml.TensorDesc(dtype.upper(), shape)
     plan = P.WindowPlan((window,) * 2, (stride,) * 2, (1, 1), (pad,) * 2, (pad,) * 2, shape[2:])
