@@ -33,7 +33,7 @@ CASES = [
     ("AVERAGE 3x3 s1 p1 excl", "Average", (16, 256, 256, 256), 3, 1, 1, False),
     ("MAX 3x3 s2 p1 ResNet", "Max", (334, 64, 112, 112), 3, 2, 1, None),
 ]
-# (tile elements, band rows, warps, spread, num_stages, prefetch); the first is the module's
+# (tile elements, band rows, warps, spread, num_stages, prefetch); the first is the first run's
 # default. The run that chose the first defaults (benchmarks/results/pool_kernel/sweep.log) also
 # measured MAX from comparisons instead of PTX max.NaN, since dropped; bands of 16 or 64 rows
 # gained nothing there.
