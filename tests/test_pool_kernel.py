@@ -92,6 +92,7 @@ def test_plan_declines_what_lax_keeps():
         return K.plan(shape, dtype, plan, average)
 
     assert view((3, 3), (1, 1)) is not None and view((3, 3), (2, 2), True) is not None
+    assert view((3, 3), (2, 2)).spread and not view((3, 3), (1, 1)).spread  # by column stride
     assert view((2, 2), (2, 2)) is None  # disjoint windows: reduce_window is at the copy
     assert view((3, 3), (1, 1), dtype=np.float64) is None
     assert view((7, 7), (1, 1)) is not None and view((7, 7), (1, 1), True) is None  # > 32 points
