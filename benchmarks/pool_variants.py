@@ -4,9 +4,9 @@ For each case (3x3 windows of stride 1 padded by 1 over (16, 256, 256, 256): MAX
 and without IncludePadding; ResNet's 3x3 stride 2 MAX over (334, 64, 112, 112); 1 GiB of float32
 or the same bytes of float16, with NaN, -inf and -0.0 planted): the kernel against the lax
 lowering (elements whose bits differ, NaN matching NaN), then GB/s (bytes read + written) of the
-kernel for each (tile elements, band rows, warps) variant, of the lax lowering, of PyTorch's
-pooling, and of the best device copy (XLA's or PyTorch's), one sync per many dispatches. Run from
-the repository root:
+kernel for each variant (tile elements, band rows, warps, one column a thread, Triton stages,
+prefetch), of the lax lowering, of PyTorch's pooling, and of the best device copy (XLA's or
+PyTorch's), one sync per many dispatches. Run from the repository root:
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/pool_variants.py --out f.json
 """
@@ -33,10 +33,20 @@ CASES = [
     ("AVERAGE 3x3 s1 p1 excl", "Average", (16, 256, 256, 256), 3, 1, 1, False),
     ("MAX 3x3 s2 p1 ResNet", "Max", (334, 64, 112, 112), 3, 2, 1, None),
 ]
-# (tile elements, band rows, warps); the first is the module's default. The run that chose it
-# (benchmarks/results/pool_kernel/sweep.log) also measured two forms since dropped: steps that
-# load their own rows (no prefetch) and MAX from comparisons instead of PTX max.NaN.
-VARIANTS = [(512, 32, 4), (1024, 32, 4), (2048, 32, 8), (512, 64, 4), (512, 16, 4), (256, 32, 4)]
+# (tile elements, band rows, warps, one column a thread, num_stages, prefetch); the first is the
+# module's default (one column a thread where the column stride > 1). The run that chose it
+# (benchmarks/results/pool_kernel/sweep_spread.log) measured the first row with SPREAD False and
+# the others with True; an earlier one (sweep.log) 1024-element steps on 4 warps, bands of 16 or
+# 64 rows and MAX from comparisons instead of PTX max.NaN, since dropped.
+VARIANTS = [
+    (512, 32, 4, None, 1, True),
+    (512, 32, 4, True, 1, True),
+    (512, 32, 4, False, 1, True),
+    (1024, 32, 4, True, 1, False),
+    (2048, 32, 8, True, 1, False),
+    (512, 32, 4, True, 3, False),
+]
+TUNABLES = ("TILE_ELEMENTS", "BAND_ROWS", "WARPS", "SPREAD", "STAGES", "PREFETCH")
 
 
 def _desc(op, shape, dtype, window, stride, pad, include):
@@ -75,7 +85,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", help="JSON file for the rows")
     args = parser.parse_args()
-    defaults = (K.TILE_ELEMENTS, K.BAND_ROWS, K.WARPS)
+    defaults = [getattr(K, name) for name in TUNABLES]
     rows = []
     for label, op, shape, window, stride, pad, include in CASES:
         for dtype in ("float32", "float16"):
@@ -94,11 +104,14 @@ def main() -> int:
             t_torch = _torch_seconds(op, shape, dtype, window, stride, pad, include)
             average = op == "Average"
             reciprocal = K.average_reciprocal(plan, include) if average else None
-            for tile, band, warps in VARIANTS:
-                K.TILE_ELEMENTS, K.BAND_ROWS, K.WARPS = tile, band, warps
+            for variant in VARIANTS:
+                for name, value in zip(TUNABLES, variant):
+                    setattr(K, name, value)
+                tile, band, warps, _, stages, prefetch = variant
                 v = K.plan(shape, dtype, plan, average)
                 row = dict(case=label, dtype=dtype, shape=list(shape), tile=tile, band=band,
-                           warps=warps, block_planes=v.block_planes,
+                           warps=warps, spread=v.spread, stages=stages, prefetch=prefetch,
+                           block_planes=v.block_planes,
                            cols=v.cols, programs=v.programs, copy_gbps=copy_gbps,
                            lax_ratio=nbytes / t_lax / 1e9 / copy_gbps,
                            torch_ratio=nbytes / t_torch / 1e9 / copy_gbps)  # fmt: skip
@@ -114,12 +127,14 @@ def main() -> int:
                     with open(args.out, "w") as f:
                         json.dump(rows, f, indent=1)
                 print(f"{label:24s} {dtype:8s} tile {tile:5d} band {band:3d} warps {warps}"
+                      f" spread {v.spread:d} stages {stages} prefetch {prefetch:d}"
                       f" planes {v.block_planes:3d} cols {v.cols:3d}"
                       f"  kernel {row.get('kernel_ratio', float('nan')):.2f}"
                       f"  lax {row['lax_ratio']:.2f}  torch {row['torch_ratio']:.2f}"
                       f"  mismatches {row.get('mismatches')} {row.get('error', '')}",
                       flush=True)  # fmt: skip
-            K.TILE_ELEMENTS, K.BAND_ROWS, K.WARPS = defaults
+            for name, value in zip(TUNABLES, defaults):
+                setattr(K, name, value)
             del x, want
     return 0
 

@@ -72,6 +72,9 @@ def test_kernel_interpret_matches_lax(monkeypatch, case):
     monkeypatch.setattr(K, "TILE_ELEMENTS", 8)  # 2 planes x 4 columns: several column tiles
     monkeypatch.setattr(K, "MAX_COLS", 4)
     monkeypatch.setattr(K, "BAND_ROWS", 3)  # several bands, the last one partial
+    # Both layouts of the columns, and steps with and without the next step's loads ahead.
+    monkeypatch.setattr(K, "SPREAD", dtype == np.float32)
+    monkeypatch.setattr(K, "PREFETCH", dtype == np.float16)
     plan = P.window_plan(d)
     average = "include_padding" in extra
     v = K.plan(shape, dtype, plan, average)
@@ -89,6 +92,7 @@ def test_plan_declines_what_lax_keeps():
         return K.plan(shape, dtype, plan, average)
 
     assert view((3, 3), (1, 1)) is not None and view((3, 3), (2, 2), True) is not None
+    assert view((3, 3), (2, 2)).spread and not view((3, 3), (1, 1)).spread  # by column stride
     assert view((2, 2), (2, 2)) is None  # disjoint windows: reduce_window is at the copy
     assert view((3, 3), (1, 1), dtype=np.float64) is None
     assert view((7, 7), (1, 1)) is not None and view((7, 7), (1, 1), True) is None  # > 32 points

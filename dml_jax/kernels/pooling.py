@@ -10,7 +10,8 @@ one shifted (and strided) load of the row, masked where the window hangs over th
 window rows the next output row shares stay in registers, and the next step's loads are issued
 before this step's output is reduced, so a warp has two steps' loads in flight. So the input is
 read from memory about once (the band's first window rows twice, from L2), the shifted loads hit
-L1, and the output is written once.
+L1, and the output is written once. At a column stride above 1 a thread takes one output column
+per instruction (consecutive lanes, consecutive columns) instead of Triton's adjacent ones.
 
 Values are the lax lowering's, bit for bit:
 
@@ -53,17 +54,22 @@ MAX_WINDOW_POINTS = 64  # MAX: window rows in registers; larger windows stay on 
 _INDEX_LIMIT = 2**31 - 2**20  # int32 element offsets, with room for a tile past the end
 
 # Tunables, chosen by benchmarks/pool_variants.py on an H200 (benchmarks/RESULTS.md, "Pooling
-# kernel"; benchmarks/results/pool_kernel/sweep.log). 512-element steps, 4 warps: 0.86 of the
-# copy for MAX 3x3 stride 1 float32 and 0.67 float16, AVERAGE 0.78-0.81 and 0.63, ResNet's 3x3
-# stride 2 MAX 0.62 and 0.56 (lax: 0.59, 0.51, 0.57-0.58, 0.50-0.52, 0.59, 0.48). 1024-element
-# steps without the prefetch were within noise (0.89, 0.70, 0.81, 0.60-0.64, 0.61) but for
-# ResNet's float16 MAX (0.33): 8 float16 outputs per thread, whose stride-2 loads spread a warp
-# over more L1 sectors; with the prefetch, 1024-element AVERAGE steps fell to 0.68 / 0.43 (the
-# registers of two steps' loads); 8 warps, bands of 16 or 64 rows gained nothing.
+# kernel"; benchmarks/results/pool_kernel/sweep.log, sweep_spread.log). 512-element steps, 4
+# warps: 0.85-0.86 of the copy for MAX 3x3 stride 1 float32 and 0.66-0.67 float16, AVERAGE
+# 0.77-0.81 and 0.62-0.63 (lax: 0.58-0.59, 0.51, 0.56-0.58, 0.50-0.52). ResNet's 3x3 stride 2
+# MAX with one column a thread (SPREAD): 0.86 and 0.59, against 0.62 and 0.56 with Triton's
+# adjacent columns (lax 0.58, 0.49). One column a thread at stride 1 lost 0.10-0.15 in every
+# case; 1024-element steps were within noise for MAX but halved ResNet's float16 MAX (8 float16
+# outputs a thread) and AVERAGE with the prefetch fell to 0.68 / 0.43 (the registers of two
+# steps' loads); without the prefetch, or with Triton's 3 stages instead, nothing gained; 8
+# warps, bands of 16 or 64 rows gained nothing.
 TILE_ELEMENTS = 512  # output elements per step (block_planes x cols)
 MAX_COLS = 256  # output columns per tile; wider rows take several column tiles
 BAND_ROWS = 32  # output rows per program (more programs, and the halo rows re-read from L2)
 WARPS = 4
+SPREAD = None  # one output column a thread (``View.spread``); None: where the column stride > 1
+STAGES = 1  # Triton's num_stages
+PREFETCH = True  # each step issues the next step's loads before reducing its own
 LIVE_REGISTERS = 128  # bound on the registers per thread that the window's live values take
 
 
@@ -92,6 +98,15 @@ class View:
     cols: int
     band: int
     warps: int
+    # Whether a warp's lanes take consecutive output columns (one a thread per instruction)
+    # rather than Triton's default of as many adjacent columns a thread as the aligned store
+    # vectorizes (4 float32, up to 8 float16). The shifted loads are scalar either way; at a
+    # column stride of 2 a thread's adjacent columns put one warp's load instruction on many
+    # L1 sectors, and one column a thread runs 0.86 of the copy instead of 0.62 (ResNet's
+    # float32 MAX, H200); at stride 1 adjacent columns are faster (0.85 against 0.74).
+    spread: bool = False
+    stages: int = 1
+    prefetch: bool = True
 
     @property
     def carried(self) -> int:
@@ -139,11 +154,12 @@ def plan(shape: tuple[int, ...], dtype, p: WindowPlan, average: bool) -> View | 
     elements = min(TILE_ELEMENTS, pow2_at_most(max(1, LIVE_REGISTERS * 32 * WARPS // live)))
     cols = min(cols, elements)
     block_planes = min(max(1, elements // cols), pow2_at_least(planes))
+    spread = p.strides[1] > 1 if SPREAD is None else SPREAD
     bands = -(-out_h // BAND_ROWS)
     band = -(-out_h // bands)  # balanced bands
     return View(
         planes, h, w, out_h, out_w, p.window, p.strides, p.dilations,
-        p.start, block_planes, cols, band, WARPS,
+        p.start, block_planes, cols, band, WARPS, spread, STAGES, PREFETCH,
     )  # fmt: skip
 
 
@@ -189,7 +205,12 @@ def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = Fa
         j, g = rest % ncol, rest // ncol
         plane = g * bp + jnp.arange(bp, dtype=jnp.int32)[:, None]
         plane_ok = plane < v.planes
-        ow = j * cols + jnp.arange(cols, dtype=jnp.int32)[None, :]
+        lanes = jnp.arange(cols, dtype=jnp.int32)
+        if v.spread:
+            # Times a one Triton cannot prove constant, so its axis analysis sees no contiguous
+            # columns and lays one column a thread, consecutive columns on consecutive lanes.
+            lanes = lanes * (pid >= 0).astype(jnp.int32)
+        ow = j * cols + lanes[None, :]
         ow_ok = ow < v.out_w
         # Per window column: the input column each output column reads, and whether it is on
         # the input (the same on every row).
@@ -255,13 +276,15 @@ def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = Fa
             this step loads the next one's."""
             rows, loads = state
             o = o0 + i
-            pending = tuple(load_rows(o + 1, new))
+            if not v.prefetch:
+                loads = tuple(load_rows(o, new))
+            pending = tuple(load_rows(o + 1, new)) if v.prefetch else ()
             rows = list(rows) + reduce_rows(loads)
             store(o, rows)
             return (tuple(rows[drop:]) if carried else (), pending)
 
         first = tuple(reduce_rows(load_rows(o0, range(carried))))
-        pending = tuple(load_rows(o0, new))
+        pending = tuple(load_rows(o0, new)) if v.prefetch else ()
         jax.lax.fori_loop(0, band, step, (first, pending))
 
     n = x.shape[0] * x.shape[1]
@@ -273,7 +296,7 @@ def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = Fa
         out_shape=jax.ShapeDtypeStruct((n * out_size,), x.dtype),
         grid=(v.programs,),
         interpret=interpret,
-        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
+        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=v.stages),
     )(*args)
     return jax.lax.reshape(out, tuple(x.shape[:2]) + (v.out_h, v.out_w))
 
