@@ -42,29 +42,24 @@ def _bits(a):
 
 
 # (shape, updates per line, data type, index type, index range, warps, owners, step, vec, copy
-# elements, other tunables): lines per program 32 * warps / owners, the last program's partly
-# past the end; copy tiles of 8 columns end inside w = 37, steps end inside the updates (50 in
-# steps of 4, 20 in steps of 4 loaded as two vectors of 2). The second case loads each step
-# before storing the one before it, on 2 programs looping over 9 blocks of lines; the third
-# finds each position's winner in registers, 2 lines a program, chunks of 4 updates.
+# elements): lines per program 32 * warps / owners, the last program's partly past the end;
+# copy tiles of 8 columns end inside w = 37, steps end inside the updates (50 in steps of 4,
+# 20 in steps of 4 loaded as two vectors of 2).
 CASES = [
-    ((19, 37), 50, "float32", "INT32", (-40, 40), 1, 4, 4, 4, 64, {}),
-    ((3, 11, 9), 20, "float16", "UINT32", (0, 12), 1, 2, 4, 2, 64, {"LOADS": 2, "PER_SM": 2}),
-    ((70, 3), 7, "int8", "INT32", (-4, 3), 1, 1, 2, 1, 32, {"WINNER_CHUNK": 4, "ROWS": 2}),
+    ((19, 37), 50, "float32", "INT32", (-40, 40), 1, 4, 4, 4, 64),
+    ((3, 11, 9), 20, "float16", "UINT32", (0, 12), 1, 2, 4, 2, 64),
+    ((70, 3), 7, "int8", "INT32", (-4, 3), 1, 1, 2, 1, 32),
 ]
 
 
 @pytest.mark.parametrize(
-    "shape, length, dtype, index_type, bounds, warps, owners, step, vec, copy, other", CASES
+    "shape, length, dtype, index_type, bounds, warps, owners, step, vec, copy", CASES
 )
 def test_kernel_interpret_matches_lax(
-    monkeypatch, shape, length, dtype, index_type, bounds, warps, owners, step, vec, copy, other
+    monkeypatch, shape, length, dtype, index_type, bounds, warps, owners, step, vec, copy
 ):
     for name, value in (("WARPS", warps), ("OWNERS", owners), ("STEP", step), ("VEC", vec)):
         monkeypatch.setattr(K, name, value)
-    for name, value in other.items():
-        monkeypatch.setattr(K, name, value)
-    monkeypatch.setattr(K, "_sms", lambda: 1)
     monkeypatch.setattr(K, "COPY_ELEMENTS", copy)
     monkeypatch.setattr(K, "MIN_PROGRAMS", 1)
     d = _desc(shape, length, dtype, index_type)
