@@ -3,15 +3,17 @@
 The bench case: input (16, 256, 256, 256) float32 (1 GiB), INT32 indices and updates of
 (16, 256, 256, 128) along axis 3, indices random in [-100, 100) as ``dml-jax bench`` draws
 them (negative ones, many repeats); float16 with N doubled (the same input bytes). For each
-kernel variant (warps, owners per line, lines per thread group, updates per step, vector,
-copy tile) it checks the result against the lax lowering bit for bit, on the bench's indices
-and on indices half in [-6, 6) (repeated many times per line) and half in [-W - 16, W + 16)
-(out of range on both sides), then times it. GB/s count input + indices + updates read and
-output written; the ratio is to the best device copy (XLA's or PyTorch's), one sync per many
-dispatches. The recorded run (benchmarks/results/scatter_kernel/sweep.log) also timed L2
-hints since dropped from the kernel: the input, indices and updates loaded "evict_first", the
-copied lines stored "evict_last" (its "stream" and "keep" columns). Run from the repository
-root:
+kernel variant (a change of the tunables in BASE) it checks the result against the lax
+lowering bit for bit, on the bench's indices and on indices half in [-6, 6) (repeated many
+times per line) and half in [-W - 16, W + 16) (out of range on both sides), then times it.
+GB/s count input + indices + updates read and output written; the ratio is to the best device
+copy (XLA's or PyTorch's), one sync per many dispatches. The recorded runs also timed variants since dropped from the kernel:
+benchmarks/results/scatter_kernel/sweep.log L2 hints at 4 threads a line ("stream": loads
+"evict_first", "keep": copied lines stored "evict_last"), sweep_followup.log those hints at 8 to
+32 threads a line (HINTS), a persistent grid of PER_SM programs an SM looping over blocks of
+lines, a step's loads issued before its stores (LOADS 1) or the next step's too (LOADS 2), and
+each position's winner found in registers over chunks of WINNER_CHUNK updates (no ordered
+stores). Run from the repository root:
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/scatter_variants.py \\
         --out sweep.json
@@ -35,14 +37,13 @@ from dml_jax.kernels import scatter as K
 from dml_jax.ops.indexing import ScatterOperatorDesc, lower_scatter
 
 SHAPE, LENGTH = (16, 256, 256, 256), 128
-TUNABLES = ("WARPS", "OWNERS", "ROWS", "STEP", "VEC", "COPY_ELEMENTS")
-# (warps, owners, rows, step, vec, copy elements), the chosen one first; the first
-# FLOAT16_VARIANTS also in float16.
-VARIANTS = [(4, 8, 1, 16, 4, 4096), (4, 4, 1, 16, 4, 4096), (4, 1, 1, 16, 4, 4096),
-            (4, 2, 1, 16, 4, 4096), (4, 4, 1, 32, 4, 4096), (4, 4, 1, 16, 1, 4096),
-            (8, 4, 1, 16, 4, 8192), (4, 4, 1, 8, 4, 4096), (2, 4, 1, 16, 4, 2048),
-            (4, 4, 2, 16, 4, 8192), (1, 4, 1, 16, 4, 1024)]  # fmt: skip
-FLOAT16_VARIANTS = 4
+BASE = dict(WARPS=4, OWNERS=16, ROWS=1, STEP=16, VEC=4, COPY_ELEMENTS=4096)
+# Each variant changes these tunables of BASE (the chosen ones); the first FLOAT16_VARIANTS
+# also in float16.
+VARIANTS = [{}, {"OWNERS": 8}, {"OWNERS": 32}, {"STEP": 8}, {"OWNERS": 8, "STEP": 8},
+            {"OWNERS": 4}, {"WARPS": 8, "COPY_ELEMENTS": 8192},
+            {"WARPS": 2, "COPY_ELEMENTS": 2048}]  # fmt: skip
+FLOAT16_VARIANTS = 5
 
 
 def _same_bits(a, b):
@@ -54,7 +55,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=None, help="JSON file for the rows")
     args = parser.parse_args()
-    defaults = {name: getattr(K, name) for name in TUNABLES}
+    defaults = {name: getattr(K, name) for name in BASE}
     same_bits = jax.jit(_same_bits)
     rows = []
     for dtype in ("float32", "float16"):
@@ -83,10 +84,11 @@ def main() -> int:
         print(f"{dtype} {shape}: copy {copy_gbps:.0f} GB/s, lax "
               f"{nbytes / t_lax / 1e9 / copy_gbps:.2f} of it", flush=True)  # fmt: skip
         variants = VARIANTS if dtype == "float32" else VARIANTS[:FLOAT16_VARIANTS]
-        for variant in variants:
-            for tunable, value in zip(TUNABLES, variant):
+        for change in variants:
+            variant = {**BASE, **change}
+            for tunable, value in variant.items():
                 setattr(K, tunable, value)
-            row = dict(case="SCATTER axis 3", dtype=dtype, variant=dict(zip(TUNABLES, variant)),
+            row = dict(case="SCATTER axis 3", dtype=dtype, variant=variant,
                        copy_gbps=copy_gbps, lax_gbps=nbytes / t_lax / 1e9)  # fmt: skip
             row["lax_ratio"] = row["lax_gbps"] / copy_gbps
             start = time.perf_counter()
@@ -99,15 +101,14 @@ def main() -> int:
                 t = timeit(kfn, x, idx, upd)
             except Exception as e:  # a variant that fails is recorded, not fatal
                 row["error"] = f"{type(e).__name__}: {e}"[:500]
-                print(f"{dtype} {variant}: {row['error']}", flush=True)
+                print(f"{dtype} {change}: {row['error']}", flush=True)
                 rows.append(row)
                 continue
             row["kernel_gbps"] = nbytes / t / 1e9
             row["kernel_ratio"] = row["kernel_gbps"] / copy_gbps
             row["lines"] = v.lines
             rows.append(row)
-            print(f"{dtype:8s} warps {variant[0]} owners {variant[1]} rows {variant[2]} "
-                  f"step {variant[3]:2d} vec {variant[4]} copy {variant[5]:5d} lines {v.lines:3d}"
+            print(f"{dtype:8s} {change!s:52s} lines {v.lines:3d} programs {v.programs:7d}"
                   f"  kernel {row['kernel_ratio']:.3f}  lax {row['lax_ratio']:.3f}"
                   f"  exact {row['exact']} {row['exact_stress']}", flush=True)  # fmt: skip
             if args.out:

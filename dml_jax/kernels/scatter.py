@@ -20,13 +20,15 @@ Values move as unsigned integers of their width, so every data type of 1, 2 or 4
 its bits (NaN payloads, -0.0). Negative INT32 indices count from the end; indices still out of
 range drop their update (masked stores). The result equals the lax lowering's bit for bit.
 
-Speed: 0.36 of the copy in float32, 0.21 in float16 on the bench case, against 0.19 and 0.12
+Speed: 0.36 of the copy in float32, 0.22 in float16 on the bench case, against 0.19 and 0.12
 for lax, far from the copy. Every update is a scattered store of its own into L2, and a
-line's updates land well after its copy: the likely cost is that with more lines in flight per
-SM, L2 has evicted more of them by then (partly written sectors then go to memory). 1, 2, 4 and 8 threads per line (128 to 16 lines a program) ran 0.09, 0.12,
-0.22 and 0.36 in float32; storing the copied lines ``evict_last`` (with the loads
-``evict_first``) lifted 4 threads per line from 0.22 to 0.30 in float32 but not float16
-(benchmarks/results/scatter_kernel/sweep.log).
+line's updates land well after its copy. 1, 2, 4, 8 and 16 threads per line (128 to 8 lines a
+program) ran 0.09, 0.12, 0.22, 0.36 and 0.36 in float32 (32: 0.33); 8-update steps, L2 hints
+(loads ``evict_first``, copied lines ``evict_last``), a step's loads issued before its stores
+or the next step's prefetched, and a persistent grid of 2 to 16 programs an SM each moved it
+by less than 0.02 or lost (benchmarks/results/scatter_kernel/sweep_followup.log). Finding each
+position's winner in registers instead (positions x chunks of updates, no ordered stores)
+ran 0.03 to 0.07: W x L compares a line outweigh the stores they save.
 """
 
 from __future__ import annotations
@@ -48,12 +50,11 @@ BITS = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}
 INDEX_TYPES = frozenset(np.dtype(t) for t in ("int32", "uint32"))
 _OFFSET_LIMIT = 2**31 - 2**24  # int32 element offsets, with a padded last block of lines
 
-# Tunables, chosen by benchmarks/scatter_variants.py on an H200 (benchmarks/RESULTS.md): 8
-# threads a line on 4 warps, 16-update steps, was the fastest variant measured, 0.36 of the copy
-# in float32 and 0.21 in float16. At 4 threads a line, steps of 8 ran 0.26 against 0.22 (32:
-# 0.23) and single loads 0.21 against 0.22 for vectors of 4; steps of 8 at 8 threads are untried.
+# Tunables, chosen by benchmarks/scatter_variants.py on an H200 (benchmarks/RESULTS.md): 16
+# threads a line on 4 warps, 16-update steps: 0.36 of the copy in float32 and 0.22 in float16
+# (8 threads a line: 0.36 and 0.21). Steps of 8 and single loads changed it by under 0.01.
 WARPS = 4
-OWNERS = 8  # threads per line, each storing the positions whose index is its own modulo OWNERS
+OWNERS = 16  # threads per line, each storing the positions whose index is its own modulo OWNERS
 ROWS = 1  # lines per thread group of OWNERS threads
 STEP = 16  # updates of a line loaded per loop step
 VEC = 4  # contiguous updates per load (one 16-byte vector of INT32 indices)
