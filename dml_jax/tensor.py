@@ -66,6 +66,13 @@ def unpack_4bit(packed: Any, count: int, data_type: Any) -> np.ndarray:
     return nibbles.astype(data_type.numpy_dtype)
 
 
+def _check_rank(count: int) -> None:
+    if not 1 <= count <= MAX_DIMENSIONS:
+        raise ValidationError(
+            f"TensorDesc.DimensionCount must be in [1, {MAX_DIMENSIONS}], got {count}"
+        )
+
+
 @dataclass(frozen=True)
 class TensorDesc:
     """DML_BUFFER_TENSOR_DESC: a tensor's element type, logical sizes and memory layout.
@@ -93,11 +100,11 @@ class TensorDesc:
         data_type = DataType.parse(self.data_type, "TensorDesc.DataType")
         set_(self, "data_type", data_type)
         set_(self, "flags", TensorFlags.parse(self.flags, "TensorDesc.Flags"))
+        # The rank first: an absurdly long Sizes is rejected without converting its entries.
+        if isinstance(self.sizes, (list, tuple)):
+            _check_rank(len(self.sizes))
         sizes = as_int_tuple(self.sizes, "TensorDesc.Sizes", minimum=1)
-        if not 1 <= len(sizes) <= MAX_DIMENSIONS:
-            raise ValidationError(
-                f"TensorDesc.DimensionCount must be in [1, {MAX_DIMENSIONS}], got {len(sizes)}"
-            )
+        _check_rank(len(sizes))
         set_(self, "sizes", sizes)
         strides = self.strides
         if strides is not None:
