@@ -32,6 +32,7 @@ CASES = [("2x NCHW", 2), ("4x NCHW", 4)]
 # column tiles (256) give the same views. results/resample/sweep.log also ran 4096 / 64 / 4 and
 # 16384 / 128 / 8 (slower), and 4096 / 128 / 4 with the column phases stored fw apart instead
 # of interleaved in registers (0.52 / 0.22 of the copy for 2x / 4x float32).
+# Logged in results/resample/words_sweep.log.
 VARIANTS = [
     (2048, 128, 4, 1, False),
     (2048, 128, 4, 1, True),
@@ -79,7 +80,8 @@ def main() -> int:
             seen = set()
             for tile, max_cols, warps, stages, words in VARIANTS:
                 K.TILE_ELEMENTS, K.MAX_COLS, K.WARPS = tile, max_cols, warps
-                K.STAGES, K.HALF_WORDS = stages, words
+                K.STAGES, K.WORDS_WARPS = stages, warps
+                K.WORDS_MAX_FACTOR = K.MAX_FACTOR if words else 0
                 v = K.plan(desc)
                 if v in seen:
                     continue

@@ -78,6 +78,7 @@ CASES = [
 def test_kernel_interpret_matches_lax(monkeypatch, desc, tile, max_cols):
     monkeypatch.setattr(K, "TILE_ELEMENTS", tile)
     monkeypatch.setattr(K, "MAX_COLS", max_cols)
+    monkeypatch.setattr(K, "WORDS_MAX_FACTOR", K.MAX_FACTOR)  # words with every factor
     v = K.plan(desc)
     assert v is not None and v.programs > 1
     x = desc.input_tensor
@@ -132,6 +133,13 @@ def test_fast_path_takes_integer_linear_upsampling(desc):
     v = K.plan(desc)
     assert v is not None and v.h.shift[0] == -1 and v.w.shift[-1] == 0
     assert fastpath.select(desc).name == "kernel"
+
+
+def test_plan_reads_float16_as_words_at_2x_only():
+    assert (K.plan(_upsample((1, 2, 8, 8), 2, 2, "FLOAT16")).pack, K.WORDS_MAX_FACTOR) == (2, 2)
+    assert K.plan(_upsample((1, 2, 8, 8), 2, 4, "FLOAT16")).pack == 1
+    assert K.plan(_upsample((1, 2, 8, 7), 2, 2, "FLOAT16")).pack == 1  # odd width
+    assert K.plan(_upsample((1, 2, 8, 8), 2, 2)).pack == 1
 
 
 @pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")

@@ -12,13 +12,15 @@ and half-pixel centres, output ``o = q * f + p`` of an axis blends inputs ``q + 
   clamped), loaded once as two tiles; phase ``py`` of pair ``r`` is output row
   ``(r - s[py]) * fh + py``, so each phase is one store of ``rows`` output rows, ``fh`` apart.
 - Columns: the two row tiles are read at column shifts -1, 0 and +1 (clamped) and blended
-  vertically; each column phase blends two of those, and for a power-of-two ``fw`` the phases
+  vertically (float16 rows of even width, 2x: read as 32-bit words of two elements, the
+  neighbours -1 and +1 taken from halves of the words either side, so that the shifted tiles
+  are 4-byte loads, not 2-byte ones); each column phase blends two of those, and for a power-of-two ``fw`` the phases
   are interleaved in registers (a tree of joins) into contiguous output rows, stored as vectors.
   Other ``fw`` store each phase ``fw`` elements apart (for 2x and 4x that ran 0.52 / 0.22 of the
   copy in float32 against 0.90 / 0.88 interleaved, same tiles).
 
 On the H200 (benchmarks/resample_variants.py, benchmarks/RESULTS.md): 2x 0.92 of the copy in
-float32 and 0.87 in float16, 4x 0.88 and 0.89.
+float32 and float16 (0.86 with 2-byte loads), 4x 0.86 to 0.88 and 0.89.
 
 Values: the lax lowering's formula and order (the vertical blend ``x[i0] * wy0 + x[i1] * wy1``
 first, then the horizontal one, in float32; float16 read into float32 and rounded once), with
@@ -61,14 +63,18 @@ _INDEX_LIMIT = 2**31 - 2**24  # int32 element offsets, with room for a tile past
 
 # Output elements per program, input columns per tile and warps; chosen by
 # benchmarks/resample_variants.py on an H200 (benchmarks/RESULTS.md): 2048 elements on 4 warps
-# 0.92 / 0.87 of the copy for 2x float32 / float16; 4096 0.90 / 0.86; 8192 on 8 warps 0.91 /
-# 0.82; 16384 on 8 warps 0.79 / 0.71 (32 row pairs: 5 row tiles for H = 128, the last holding
-# one pair, since r runs from -1 to H - 1).
+# 0.92 / 0.86 of the copy for 2x / 4x float32 (1024 to 8192 elements, 2 to 8 warps, 0.86 to
+# 0.93; 16384 on 8 warps 0.79 / 0.86). A loop-free kernel: 2 pipeline stages ran as 1.
 TILE_ELEMENTS = 2048
 MAX_COLS = 128
 WARPS = 4
 STAGES = 1
-HALF_WORDS = True  # float16 rows of even width loaded as 32-bit words (two elements each)
+# float16 rows of even width are read as 32-bit words where the column factor is at most
+# WORDS_MAX_FACTOR, on WORDS_WARPS warps: 2x 0.92 of the copy against 0.86 with 2-byte loads.
+# It pays only with at least a word or two a thread: 4x float16 (64-column rows, 32 words)
+# ran 0.21 to 0.88 read as words against 0.89 read as 2-byte elements.
+WORDS_MAX_FACTOR = 2
+WORDS_WARPS = 2
 
 
 @dataclass(frozen=True)
@@ -162,11 +168,12 @@ def plan(d: Any) -> View | None:
     w = periodic_axis(x.sizes[-1], out.sizes[-1], wi, ww)
     if h is None or w is None:
         return None
-    pack = 2 if HALF_WORDS and np.dtype(x.dtype).itemsize == 2 and w.size % 2 == 0 else 1
+    words = np.dtype(x.dtype).itemsize == 2 and w.size % 2 == 0 and w.factor <= WORDS_MAX_FACTOR
+    pack, warps = (2, WORDS_WARPS) if words else (1, WARPS)
     tile = max(1, TILE_ELEMENTS // (h.factor * w.factor))  # input elements per tile
     cols = max(pack, min(pow2_at_least(w.size), MAX_COLS, tile))
     rows = min(pow2_at_most(max(1, tile // cols)), pow2_at_least(h.size + 1))
-    return View(math.prod(x.sizes[:-2]), h, w, rows, cols, WARPS, STAGES, pack)
+    return View(math.prod(x.sizes[:-2]), h, w, rows, cols, warps, STAGES, pack)
 
 
 def _interleave(parts: list):
