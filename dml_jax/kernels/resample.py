@@ -14,8 +14,9 @@ and half-pixel centres, output ``o = q * f + p`` of an axis blends inputs ``q + 
 - Columns: the two row tiles are read at column shifts -1, 0 and +1 (clamped) and blended
   vertically (float16 rows of even width, 2x: read as 32-bit words of two elements, the
   neighbours -1 and +1 taken from halves of the words either side, so that the shifted tiles
-  are 4-byte loads, not 2-byte ones); each column phase blends two of those, and for a power-of-two ``fw`` the phases
-  are interleaved in registers (a tree of joins) into contiguous output rows, stored as vectors.
+  are 4-byte loads, not 2-byte ones); each column phase blends two of those, and for a
+  power-of-two ``fw`` the phases are interleaved in registers (a tree of joins) into contiguous
+  output rows, stored as vectors.
   Other ``fw`` store each phase ``fw`` elements apart (for 2x and 4x that ran 0.52 / 0.22 of the
   copy in float32 against 0.90 / 0.88 interleaved, same tiles).
 
