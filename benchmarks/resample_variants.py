@@ -5,7 +5,8 @@ bytes of float16): the kernel against the lax lowering (max |difference| over th
 magnitude, and the share of elements equal bit for bit), then GB/s (input read + output
 written) of the kernel for each (output elements per tile, input columns per tile, warps,
 pipeline stages, float16 read as 32-bit words) variant, of the lax lowering, and of the best
-device copy of the output (XLA's or PyTorch's), one sync per many dispatches. Run from the repository root:
+device copy of the output (XLA's or PyTorch's), one sync per many dispatches.
+Run from the repository root:
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/resample_variants.py \
         [--out FILE.json]
