@@ -3,9 +3,10 @@
 For each case (UPSAMPLE_2D LINEAR 2x and 4x of NCHW, the output 1 GiB of float32 or the same
 bytes of float16): the kernel against the lax lowering (max |difference| over the largest input
 magnitude, and the share of elements equal bit for bit), then GB/s (input read + output
-written) of the kernel for each (output elements per tile, input columns per tile, warps)
-variant, of the lax lowering, and of the best device copy of the output (XLA's or PyTorch's),
-one sync per many dispatches. Run from the repository root:
+written) of the kernel for each (output elements per tile, input columns per tile, warps,
+pipeline stages, float16 read as 32-bit words) variant, of the lax lowering, and of the best
+device copy of the output (XLA's or PyTorch's), one sync per many dispatches.
+Run from the repository root:
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/resample_variants.py \
         [--out FILE.json]
@@ -27,10 +28,23 @@ from dml_jax.ops.resample import lower_resample
 
 OUT_SHAPE = (16, 256, 256, 256)  # 1 GiB of float32; float16 doubles N
 CASES = [("2x NCHW", 2), ("4x NCHW", 4)]
-# (output elements per tile, input columns per tile, warps). The logged sweep
-# (results/resample/sweep.log) also ran 4096 / 128 / 4 with the column phases stored fw apart
-# instead of interleaved in registers (0.52 / 0.22 of the copy for 2x / 4x float32).
-VARIANTS = [(4096, 128, 4), (2048, 128, 4), (8192, 128, 8), (4096, 64, 4), (16384, 128, 8)]
+# (output elements per tile, input columns per tile, warps, stages, float16 as 32-bit words);
+# float32 runs each distinct view once. The input rows are 128 (2x) and 64 (4x) wide, so wider
+# column tiles (256) give the same views. results/resample/sweep.log also ran 4096 / 64 / 4 and
+# 16384 / 128 / 8 (slower), and 4096 / 128 / 4 with the column phases stored fw apart instead
+# of interleaved in registers (0.52 / 0.22 of the copy for 2x / 4x float32).
+# Logged in results/resample/words_sweep.log.
+VARIANTS = [
+    (2048, 128, 4, 1, False),
+    (2048, 128, 4, 1, True),
+    (1024, 128, 4, 1, True),
+    (4096, 128, 4, 1, True),
+    (2048, 128, 8, 1, True),
+    (4096, 128, 8, 1, True),
+    (8192, 128, 8, 1, True),
+    (2048, 128, 4, 2, True),
+    (2048, 128, 2, 1, True),
+]
 
 
 def _check(kfn, lax_out, x) -> tuple[float, float]:
@@ -64,25 +78,32 @@ def main() -> int:
             lax_fn = jax.jit(lambda y, d=desc: lower_resample(d, y)[0])
             lax_out = lax_fn(x)
             lax_gbps = nbytes / timeit(lax_fn, x) / 1e9
-            for tile, max_cols, warps in VARIANTS:
+            seen = set()
+            for tile, max_cols, warps, stages, words in VARIANTS:
                 K.TILE_ELEMENTS, K.MAX_COLS, K.WARPS = tile, max_cols, warps
+                K.STAGES, K.WORDS_WARPS = stages, warps
+                K.WORDS_MAX_FACTOR = K.MAX_FACTOR if words else 0
                 v = K.plan(desc)
+                if v in seen:
+                    continue
+                seen.add(v)
                 kfn = jax.jit(lambda y, v=v: K.upsample_kernel(y, v))
                 try:
                     err, equal = _check(kfn, lax_out, x)
                     gbps = nbytes / timeit(kfn, x) / 1e9
                 except Exception as e:  # report the variant, go on with the rest
-                    print(f"{label} {dtype} tile {tile} cols {max_cols} warps {warps}: "
+                    print(f"{label} {dtype} tile {tile} cols {max_cols} warps {warps} "
+                          f"stages {stages} pack {v.pack}: "
                           f"FAILED {type(e).__name__}: {e}"[:2000])  # fmt: skip
                     continue
                 row = dict(case=label, dtype=dtype, tile=tile, max_cols=max_cols, warps=warps,
-                           rows=v.rows, cols=v.cols,
+                           stages=stages, pack=v.pack, rows=v.rows, cols=v.cols,
                            kernel_gbps=gbps, lax_gbps=lax_gbps, copy_gbps=copy_gbps,
                            kernel_ratio=gbps / copy_gbps, lax_ratio=lax_gbps / copy_gbps,
                            max_rel_diff=err, bit_equal=equal)  # fmt: skip
                 rows.append(row)
                 print(f"{label:8s} {dtype:8s} tile {tile:5d} cols {max_cols:3d} warps {warps}"
-                      f" -> rows {v.rows:3d} cols {v.cols:3d}"
+                      f" stages {stages} pack {v.pack} -> rows {v.rows:3d} cols {v.cols:3d}"
                       f"  kernel {row['kernel_ratio']:.2f}  lax {row['lax_ratio']:.2f}"
                       f"  (copy {copy_gbps:.0f} GB/s)  diff {err:.1e} equal {equal:.4f}",
                       flush=True)  # fmt: skip

@@ -2,12 +2,12 @@
 lowering.
 
 In Pallas interpret mode (any machine): ragged row tiles, columns that do not divide into
-tiles, several images per call, power-of-two and other factors, float16, 5-D UPSAMPLE_2D and
-2-D RESAMPLE. On inputs of few significant bits (every product and sum exact in float32) the
-kernel equals the lax lowering bit for bit; otherwise XLA and Triton may contract a product and
-a sum into a fused multiply-add differently, and the stated tolerance is 4 float32 ulps of the
-largest input magnitude (float16: one float16 ulp of the result more). On a CUDA machine also
-the compiled Triton kernel through the operators' fast path.
+tiles, several images per call, power-of-two and other factors, float16 (read as 32-bit words),
+5-D UPSAMPLE_2D and 2-D RESAMPLE. On inputs of few significant bits (every product and sum
+exact in float32) the kernel equals the lax lowering bit for bit; otherwise XLA and Triton may
+contract a product and a sum into a fused multiply-add differently, and the stated tolerance is
+4 float32 ulps of the largest input magnitude (float16: one float16 ulp of the result more). On
+a CUDA machine also the compiled Triton kernel through the operators' fast path.
 """
 
 from __future__ import annotations
@@ -64,7 +64,13 @@ def _close(got, want, x):
 CASES = [
     (_upsample((2, 3, 5, 7), 2, 2), 64, 4),
     (_upsample((1, 2, 2, 3, 6), 2, 8, "FLOAT16"), 256, 4),  # 5-D: D is never resampled
-    (_resample(dml.Resample3OperatorDesc, (2, 4, 5), (1, 2, 3.0), antialiased=True), 64, 4),
+    (
+        _resample(
+            dml.Resample3OperatorDesc, (1, 4, 6), (1, 2, 3.0), type_name="FLOAT16", antialiased=True
+        ),
+        64,
+        4,
+    ),
 ]
 
 
@@ -72,9 +78,11 @@ CASES = [
 def test_kernel_interpret_matches_lax(monkeypatch, desc, tile, max_cols):
     monkeypatch.setattr(K, "TILE_ELEMENTS", tile)
     monkeypatch.setattr(K, "MAX_COLS", max_cols)
+    monkeypatch.setattr(K, "WORDS_MAX_FACTOR", K.MAX_FACTOR)  # words with every factor
     v = K.plan(desc)
     assert v is not None and v.programs > 1
     x = desc.input_tensor
+    assert v.pack == (2 if x.dtype == np.float16 else 1)  # float16 read as 32-bit words
     exact = all(f & (f - 1) == 0 for f in (v.h.factor, v.w.factor))
     data = jnp.asarray(_input(x.sizes, x.dtype, exact))
     got = K.upsample_kernel(data, v, interpret=True)
@@ -127,12 +135,20 @@ def test_fast_path_takes_integer_linear_upsampling(desc):
     assert fastpath.select(desc).name == "kernel"
 
 
+def test_plan_reads_float16_as_words_at_2x_only():
+    assert (K.plan(_upsample((1, 2, 8, 8), 2, 2, "FLOAT16")).pack, K.WORDS_MAX_FACTOR) == (2, 2)
+    assert K.plan(_upsample((1, 2, 8, 8), 2, 4, "FLOAT16")).pack == 1
+    assert K.plan(_upsample((1, 2, 8, 7), 2, 2, "FLOAT16")).pack == 1  # odd width
+    assert K.plan(_upsample((1, 2, 8, 8), 2, 2)).pack == 1
+
+
 @pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize(
     "desc",
     [
         _upsample((2, 16, 100, 130), 2, 2),
         _upsample((2, 16, 100, 130), 2, 2, "FLOAT16"),
+        _upsample((2, 8, 50, 33), 2, 2, "FLOAT16"),  # odd width: 2-byte loads
         _upsample((2, 4, 3, 40, 64), 4, 4, "FLOAT16"),
         _resample(dml.Resample1OperatorDesc, (3, 64, 50), (1, 3, 2)),
         _resample(dml.ResampleOperatorDesc, (8, 32, 64, 64), (1, 1, 2, 2), type_name="FLOAT16"),

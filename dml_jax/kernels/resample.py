@@ -12,13 +12,16 @@ and half-pixel centres, output ``o = q * f + p`` of an axis blends inputs ``q + 
   clamped), loaded once as two tiles; phase ``py`` of pair ``r`` is output row
   ``(r - s[py]) * fh + py``, so each phase is one store of ``rows`` output rows, ``fh`` apart.
 - Columns: the two row tiles are read at column shifts -1, 0 and +1 (clamped) and blended
-  vertically; each column phase blends two of those, and for a power-of-two ``fw`` the phases
-  are interleaved in registers (a tree of joins) into contiguous output rows, stored as vectors.
+  vertically (float16 rows of even width, 2x: read as 32-bit words of two elements, the
+  neighbours -1 and +1 taken from halves of the words either side, so that the shifted tiles
+  are 4-byte loads, not 2-byte ones); each column phase blends two of those, and for a
+  power-of-two ``fw`` the phases are interleaved in registers (a tree of joins) into contiguous
+  output rows, stored as vectors.
   Other ``fw`` store each phase ``fw`` elements apart (for 2x and 4x that ran 0.52 / 0.22 of the
   copy in float32 against 0.90 / 0.88 interleaved, same tiles).
 
 On the H200 (benchmarks/resample_variants.py, benchmarks/RESULTS.md): 2x 0.92 of the copy in
-float32 and 0.87 in float16, 4x 0.88 and 0.89.
+float32 and float16 (0.86 with 2-byte loads), 4x 0.86 to 0.88 and 0.89.
 
 Values: the lax lowering's formula and order (the vertical blend ``x[i0] * wy0 + x[i1] * wy1``
 first, then the horizontal one, in float32; float16 read into float32 and rounded once), with
@@ -61,12 +64,18 @@ _INDEX_LIMIT = 2**31 - 2**24  # int32 element offsets, with room for a tile past
 
 # Output elements per program, input columns per tile and warps; chosen by
 # benchmarks/resample_variants.py on an H200 (benchmarks/RESULTS.md): 2048 elements on 4 warps
-# 0.92 / 0.87 of the copy for 2x float32 / float16; 4096 0.90 / 0.86; 8192 on 8 warps 0.91 /
-# 0.82; 16384 on 8 warps 0.79 / 0.71 (32 row pairs: 5 row tiles for H = 128, the last holding
-# one pair, since r runs from -1 to H - 1).
+# 0.92 / 0.86 of the copy for 2x / 4x float32 (1024 to 8192 elements, 2 to 8 warps, 0.86 to
+# 0.93; 16384 on 8 warps 0.79 / 0.86). A loop-free kernel: 2 pipeline stages ran as 1.
 TILE_ELEMENTS = 2048
 MAX_COLS = 128
 WARPS = 4
+STAGES = 1
+# float16 rows of even width are read as 32-bit words where the column factor is at most
+# WORDS_MAX_FACTOR, on WORDS_WARPS warps: 2x 0.92 of the copy against 0.86 with 2-byte loads.
+# It pays only with at least a word or two a thread: 4x float16 (64-column rows, 32 words)
+# ran 0.21 to 0.88 read as words against 0.89 read as 2-byte elements.
+WORDS_MAX_FACTOR = 2
+WORDS_WARPS = 2
 
 
 @dataclass(frozen=True)
@@ -85,7 +94,9 @@ class Axis:
 @dataclass(frozen=True)
 class View:
     """The kernel's view: ``lead`` images of ``h.size x w.size`` (every leading dimension
-    merged) in tiles of ``rows`` row pairs by ``cols`` input columns, on ``warps`` warps."""
+    merged) in tiles of ``rows`` row pairs by ``cols`` input columns, on ``warps`` warps and
+    ``stages`` pipeline stages, the input read as words of ``pack`` elements (1, or 2 for
+    float16 rows of even width)."""
 
     lead: int
     h: Axis
@@ -93,6 +104,8 @@ class View:
     rows: int
     cols: int
     warps: int
+    stages: int = 1
+    pack: int = 1
 
     @property
     def row_tiles(self) -> int:
@@ -156,10 +169,12 @@ def plan(d: Any) -> View | None:
     w = periodic_axis(x.sizes[-1], out.sizes[-1], wi, ww)
     if h is None or w is None:
         return None
+    words = np.dtype(x.dtype).itemsize == 2 and w.size % 2 == 0 and w.factor <= WORDS_MAX_FACTOR
+    pack, warps = (2, WORDS_WARPS) if words else (1, WARPS)
     tile = max(1, TILE_ELEMENTS // (h.factor * w.factor))  # input elements per tile
-    cols = min(pow2_at_least(w.size), MAX_COLS, tile)
+    cols = max(pack, min(pow2_at_least(w.size), MAX_COLS, tile))
     rows = min(pow2_at_most(max(1, tile // cols)), pow2_at_least(h.size + 1))
-    return View(math.prod(x.sizes[:-2]), h, w, rows, cols, WARPS)
+    return View(math.prod(x.sizes[:-2]), h, w, rows, cols, warps, STAGES, pack)
 
 
 def _interleave(parts: list):
@@ -172,13 +187,20 @@ def _interleave(parts: list):
     return joined.reshape(joined.shape[:-2] + (joined.shape[-2] * 2,))
 
 
+def _half(word, e: int):
+    """Element ``e`` (0: the low 16 bits) of float16 pairs read as 32-bit words, in float32."""
+    bits = (word >> 16 if e else word).astype(jnp.uint16)
+    return jax.lax.bitcast_convert_type(bits, jnp.float16).astype(jnp.float32)
+
+
 def upsample_kernel(x, v: View, interpret: bool = False):
     """``x`` (``(..., H, W)``) upsampled by ``v.h.factor`` x ``v.w.factor`` as ``v`` says."""
     pl, pltriton = load_pallas()
-    h, w = v.h, v.w
+    h, w, g = v.h, v.w, v.pack
     oh, ow = h.size * h.factor, w.size * w.factor
     n_out = v.lead * oh * ow
     rows, cols, tr, tc = v.rows, v.cols, v.row_tiles, v.col_tiles
+    wn, cw = w.size // g, cols // g  # words a row, words a tile
     exact = w.size % cols == 0
     interleave = w.factor & (w.factor - 1) == 0
 
@@ -187,32 +209,49 @@ def upsample_kernel(x, v: View, interpret: bool = False):
         n, rest = pid // (tr * tc), pid % (tr * tc)
         i, j = rest // tc, rest % tc
         r = i * rows - 1 + jnp.arange(rows, dtype=jnp.int32)  # the pairs' lower input rows
-        c = j * cols + jnp.arange(cols, dtype=jnp.int32)
-        image = n * (h.size * w.size)
+        m = j * cw + jnp.arange(cw, dtype=jnp.int32)  # the tile's words in its rows
+        image = n * (h.size * wn)
 
         @functools.cache
-        def tile(dr: int, dc: int):
-            """Input rows ``r + dr`` at columns ``c + dc``, both clamped (each loaded once)."""
-            at_r = image + jnp.clip(r + dr, 0, h.size - 1) * w.size
-            # The unshifted columns stay unclamped where the tiles divide W, so that Triton sees
+        def words(dr: int, dm: int):
+            """Input rows ``r + dr`` at words ``m + dm``, both clamped (each loaded once)."""
+            at_r = image + jnp.clip(r + dr, 0, h.size - 1) * wn
+            # The unshifted words stay unclamped where the tiles divide W, so that Triton sees
             # contiguous aligned runs and loads them as vectors.
-            at_c = c + dc if dc == 0 and exact else jnp.clip(c + dc, 0, w.size - 1)
-            return x_ref[at_r[:, None] + at_c[None, :]].astype(jnp.float32)
+            at_m = m + dm if dm == 0 and exact else jnp.clip(m + dm, 0, wn - 1)
+            return x_ref[at_r[:, None] + at_m[None, :]]
+
+        @functools.cache
+        def tile(dr: int, p: int):
+            """Input rows ``r + dr`` at columns ``g * m + p`` (``p`` from -1 to ``g``), clamped,
+            in float32. With words of two elements the neighbours -1 and ``g`` are halves of
+            the words either side, read with 4-byte loads rather than 2-byte ones."""
+            if g == 1:
+                return words(dr, p).astype(jnp.float32)
+            dm, e = divmod(p, g)
+            value = _half(words(dr, dm), e)
+            if dm == -1:  # column -1 clamps to column 0
+                value = jnp.where(m[None, :] == 0, tile(dr, 0), value)
+            elif dm == 1:  # column W clamps to column W - 1
+                value = jnp.where(m[None, :] == wn - 1, tile(dr, g - 1), value)
+            return value
 
         def store_row_phase(py: int):
             """Output rows ``(r - s[py]) * fh + py``: the vertical blend (the lax lowering's
-            height step) at each column shift the column phases read, then theirs."""
+            height step) at each column the column phases read, then theirs."""
             q = r - h.shift[py]
             valid = (q >= 0) & (q < h.size)
             # Masked rows point past the end (never written; interpret mode drops them).
             out_row = jnp.where(valid, n * oh + q * h.factor + py, v.lead * oh)
 
             @functools.cache
-            def vertical(dc: int):
-                return tile(0, dc) * h.w0[py] + tile(1, dc) * h.w1[py]
+            def vertical(p: int):
+                return tile(0, p) * h.w0[py] + tile(1, p) * h.w1[py]
 
+            # Output column (g * m + e) * fw + px, for element e of a word and phase px.
             phases = [
-                vertical(w.shift[px]) * w.w0[px] + vertical(w.shift[px] + 1) * w.w1[px]
+                (vertical(e + w.shift[px]) * w.w0[px] + vertical(e + w.shift[px] + 1) * w.w1[px])
+                for e in range(g)
                 for px in range(w.factor)
             ]
             phases = [p.astype(o_ref.dtype) for p in phases]
@@ -220,7 +259,7 @@ def upsample_kernel(x, v: View, interpret: bool = False):
                 out_cols = [j * cols * w.factor + jnp.arange(cols * w.factor, dtype=jnp.int32)]
                 values = [_interleave(phases)]
             else:
-                out_cols = [c * w.factor + px for px in range(w.factor)]
+                out_cols = [(g * m + e) * w.factor + px for e in range(g) for px in range(w.factor)]
                 values = phases
             for oc, value in zip(out_cols, values):
                 at = out_row[:, None] * ow + oc[None, :]
@@ -234,13 +273,16 @@ def upsample_kernel(x, v: View, interpret: bool = False):
         for py in range(h.factor):
             store_row_phase(py)
 
+    flat = jax.lax.reshape(x, (x.size // g, g) if g > 1 else (x.size,))
+    if g > 1:
+        flat = jax.lax.bitcast_convert_type(flat, jnp.uint32)
     out = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((n_out,), x.dtype),
         grid=(v.programs,),
         interpret=interpret,
-        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
-    )(jax.lax.reshape(x, (x.size,)))
+        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=v.stages),
+    )(flat)
     return jax.lax.reshape(out, x.shape[:-2] + (oh, ow))
 
 
