@@ -70,8 +70,14 @@ def _close(got, want, d, arrays):
 # (description, tunables): small tiles make the CPU cases loop and leave partial tiles/groups.
 ONE = {"ONE_TILE_MAX": 16384, "TILE_ELEMENTS": 1024}
 LOOP = {"ONE_TILE_MAX": 64, "RETAIN_ROW_MAX": 64, "LOOP_ELEMENTS": 64, "LOOP_GRID": None}
-KEEP = {"ONE_TILE_MAX": 64, "RETAIN_ELEMENTS": 32, "RETAIN_GRID": None,
-        "RETAIN_KEEP": {"float32": 64, "float16": 64}}  # fmt: skip
+
+
+def _keep(keep=64, depth=4, grid=None):
+    """Rows kept in part: ``keep`` elements, tiles of 32 loaded ``depth`` ahead."""
+    both = {dtype: (keep, 32, depth, grid) for dtype in ("float32", "float16")}
+    return {"ONE_TILE_MAX": 64, "RETAIN": both}
+
+
 CASES = [
     # layer norm: one tile, 2 rows per program, 3 groups (the last one half empty)
     (_desc(MVN1, (5, 300), scale=(1, 300), bias=(1, 300), axes=(1,), normalize_variance=True), ONE),
@@ -95,13 +101,13 @@ CASES = [
     # here), a constant Bias, LEAKY_RELU
     (_desc(MVN, (3, 4, 5, 7), "FLOAT16", scale=(1, 4, 1, 1), bias=(1, 1, 1, 1),
            cross_channel=True, normalize_variance=True, fused_activation=LEAKY),
-     dict(KEEP, RETAIN_GRID=2, RETAIN_DEPTH=2)),
+     _keep(depth=2, grid=2)),
     # kept in part, mean only, Bias along the row, the tiles in a plain loop (depth 0)
     (_desc(MVN2, (4, 150), bias=(1, 150), axes=(1,), use_mean=True, use_variance=False),
-     dict(KEEP, RETAIN_DEPTH=0)),
+     _keep(depth=0)),
     # the whole row kept (100 of a block of 128), per-row Scale and Bias
     (_desc(MVN2, (4, 100), scale=(4, 1), bias=(4, 1), axes=(1,), use_mean=True,
-           use_variance=True), dict(KEEP, RETAIN_KEEP={"float32": 128})),
+           use_variance=True), _keep(keep=128)),
 ]  # fmt: skip
 
 
@@ -113,7 +119,7 @@ def test_kernel_interpret_matches_lax(monkeypatch, d, tunables):
     assert K.applies(d)
     v = K.plan(d.input_tensor.sizes, mvn_axes(d), d.input_tensor.dtype)
     assert (v.tiles > 1) == (tunables is not ONE) and (v.groups > 1)
-    assert bool(v.keep) == ("RETAIN_KEEP" in tunables)
+    assert bool(v.keep) == ("RETAIN" in tunables)
     arrays = [jnp.asarray(a) for a in _arrays(d)]
     (got,) = jax.jit(lambda *a: K.lower_mvn_kernel(d, *a, interpret=True))(*arrays)
     (want,) = jax.jit(lambda *a: lower_mvn(d, *a))(*arrays)
@@ -131,7 +137,7 @@ def test_plan_and_applies_decline_what_lax_keeps():
     assert v is not None and (v.a, v.r, v.tiles) == (4096, 4096, 1)
     v = K.plan((16, 256, 256, 256), (2, 3), np.float16)  # instance norm: half the row kept
     assert v.tiles > 1 and 0 < v.keep < v.r and v.keep & (v.keep - 1) == 0
-    assert K.plan((8, 64, 512, 512), (2, 3), np.float32).keep == 0  # too long: two loops
+    assert K.plan((8, 64, 256, 512), (2, 3), np.float32).keep == 0  # too long: two loops
     assert K.applies(_desc(MVN1, (40000, 64), scale=(1, 64), bias=(40000, 1), **rows))
     assert not K.applies(_desc(MVN1, (40000, 64), scale=(40000, 64), **rows))  # both vary
     sigmoid = dml.ActivationSigmoidOperatorDesc()
@@ -155,11 +161,11 @@ GPU_CASES = [
     ("instance", lambda t: _desc(MVN, (2, 160, 128, 160), t, scale=(1, 160, 1, 1),
                                  bias=(1, 160, 1, 1), cross_channel=False,
                                  normalize_variance=True)),
-    # rows of 100000 kept in part, the rest in tiles (the last one partial), ReLU
-    ("kept_part", lambda t: _desc(MVN, (1, 300, 250, 400), t, scale=(1, 300, 1, 1),
+    # rows of 60000 kept in part, the rest in tiles (the last one partial), ReLU
+    ("kept_part", lambda t: _desc(MVN, (1, 300, 200, 300), t, scale=(1, 300, 1, 1),
                                   bias=(1, 300, 1, 1), cross_channel=False,
                                   normalize_variance=True, fused_activation=RELU)),
-    # rows of 160000, longer than any kept: two loops
+    # rows of 160000, too long to keep part: two loops
     ("two_loops", lambda t: _desc(MVN, (1, 264, 400, 400), t, scale=(1, 264, 1, 1),
                                   cross_channel=False, normalize_variance=True)),
     # layer norm, rows of 768 in one tile (enough groups for up to 16 rows a program)

@@ -11,14 +11,13 @@ must be the minor ones once size-1 axes are dropped, make contiguous rows of ``R
   load, the mean, the sum of squared deviations from it (the lax lowering's two-pass formula),
   the result, one store;
 - rows of up to ``RETAIN_ROW_MAX`` elements (instance norm's H * W = 65536) read their first
-  ``RETAIN_KEEP`` elements as one block that stays in registers until its result is stored
-  (half the row of 65536: it fills half of a multiprocessor's registers, so one program runs
-  per multiprocessor and takes rows in turn). The rest of the row is read in tiles, each tile's
-  loads issued a few tiles ahead of its use, and read again last tile first, so that only what
-  was read last, half the row, need stay in L2 meanwhile (132 rows of 128 KB: 17 MB) instead
-  of whole rows. The statistics come from per-lane sums of ``x - K`` and its square, ``K`` the
-  kept block's mean (no cross-lane step per tile, and no cancellation beyond a factor of the
-  row over the kept block);
+  elements (``RETAIN``: half the row of 65536) as one block that stays in registers until its
+  result is stored; it fills half of a multiprocessor's registers, so one program runs on each
+  at a time. The rest of the row is read in tiles, each tile's loads issued a few tiles ahead
+  of its use, and read again last tile first, so that only what was read last, half the row,
+  need stay in L2 meanwhile (132 rows of 128 KB: 17 MB) instead of whole rows. The statistics
+  come from per-lane sums of ``x - K`` and its square, ``K`` the kept block's mean (no
+  cross-lane step per tile, and no cancellation beyond a factor of the row over the block);
 - longer rows take two loops over tiles of the row: the first keeps a Welford mean and sum of
   squared deviations per lane of the tile and merges the lanes at its end by Chan's rule, which
   is as free of cancellation as the two-pass formula; the second reads the row again, last tile
@@ -26,8 +25,8 @@ must be the minor ones once size-1 axes are dropped, make contiguous rows of ``R
 
 On an H200 at 1 GiB (benchmarks/results/mvn/) that gives layer norm over rows of 4096 0.88 of
 the copy (lax 0.79 float32, 0.77 float16), RMS norm 0.90 (lax 0.88, 0.80) and instance norm
-RESULTS float32, RESULTS float16 (lax 0.50, 0.43; two loops 0.65, 0.66, about the 2/3 of a pass
-that re-reads the whole row from memory).
+0.82 float32, 0.77 float16 (lax 0.50, 0.43; the two loops 0.65, 0.64, about the 2/3 of a pass
+that reads the whole row twice from memory).
 
 Scale and Bias must each vary either only along the normalized axes (layer norm's per-column
 gamma: a vector of ``R``) or only across them (instance norm's per-channel gamma: one value per
@@ -63,29 +62,32 @@ MIN_PROGRAMS = 264  # fewer rows (groups of rows) cannot fill a large GPU; lax s
 ACTIVATIONS = ("DML_OPERATOR_ACTIVATION_RELU", "DML_OPERATOR_ACTIVATION_LEAKY_RELU")
 
 # Tunables, chosen by benchmarks/mvn_variants.py on an H200 at 1 GiB (benchmarks/RESULTS.md,
-# results/mvn/sweep.log). Rows of up to ONE_TILE_MAX elements sit in one tile; a tile holds
+# results/mvn/sweep.log, sweep_retain.log). Rows of up to ONE_TILE_MAX elements sit in one tile; a tile holds
 # TILE_ELEMENTS elements (whole rows, at least one) on WARPS warps (None: one warp per 512
 # elements, 4 to 16). Rows of 4096: 2 rows a program on 16 warps ran 0.88 of the copy for layer
 # norm and 0.90 for RMS norm in both types (1 row on 8 warps 0.87-0.89; 4 rows 0.78-0.89).
 ONE_TILE_MAX = 16384
 TILE_ELEMENTS = 8192
 WARPS = None
-# Rows of up to RETAIN_ROW_MAX elements keep RETAIN_KEEP[dtype] elements (a power of two) in
-# registers and take the rest in RETAIN_ELEMENTS-element tiles loaded RETAIN_DEPTH tiles ahead
-# (0: no loads ahead), on RETAIN_WARPS warps in RETAIN_GRID programs (None: one per row) with
-# Triton's pipelining depth RETAIN_STAGES. RESULTS
-RETAIN_ROW_MAX = 131072
-RETAIN_ELEMENTS = 2048
-RETAIN_KEEP = {"float32": 32768, "float16": 32768}
+# Rows of up to RETAIN_ROW_MAX elements: per data type, (elements kept in registers, a power of
+# two; elements a tile of the rest; tiles loaded ahead of their use; programs, None: one per
+# row), on RETAIN_WARPS warps with Triton's pipelining depth RETAIN_STAGES. Instance norm (rows
+# of 65536, half kept): float32 2048-element tiles 4 ahead, one program per row, 0.82 of the
+# copy (132 programs taking rows in turn 0.79; 4096 2 ahead 0.79; none ahead 0.72); float16
+# 8192 1 ahead in 132 programs 0.77 (4096 2 ahead 0.75; 2048 4 ahead 0.64, one program per row
+# 0.71); a quarter kept 0.73 and 0.60; 32 warps 0.79 and 0.56; stages 3 changed nothing. Rows
+# of 131072 (a quarter kept, 3/4 read again) ran slower so (0.55, 0.42) than in two loops
+# (0.62, 0.61), hence RETAIN_ROW_MAX.
+RETAIN_ROW_MAX = 65536
+RETAIN = {"float32": (32768, 2048, 4, None), "float16": (32768, 8192, 1, 132)}
 RETAIN_WARPS = 16
-RETAIN_GRID = 132
 RETAIN_STAGES = 1
-RETAIN_DEPTH = 4
 # Longer rows: tiles of LOOP_ELEMENTS on LOOP_WARPS warps; LOOP_GRID programs that take rows in
 # turn (None: one program per row) bound the rows in flight, hence the L2 the second loop needs.
 # Instance norm (rows of 65536) on this path: 16384 on 16 warps in 264 programs 0.65 float32,
 # 0.66 float16; one program per row 0.59-0.61 and 0.50-0.57 whatever the tile; smaller tiles in
-# 132-264 programs 0.33-0.61. Short of the copy: the second read does not all come from L2.
+# 132-264 programs 0.33-0.61; stages 3 0.66, 0.65. Short of the copy: the second read does not
+# all come from L2.
 LOOP_ELEMENTS = 16384
 LOOP_WARPS = 16
 LOOP_GRID = 264
@@ -155,10 +157,8 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
         warps = WARPS or min(16, max(4, rp * cols // 512))
         v = View(a, r, rp, cols, warps)
     elif r <= RETAIN_ROW_MAX:
-        keep = min(RETAIN_KEEP[np.dtype(dtype).name], rp)
-        v = View(
-            a, r, RETAIN_ELEMENTS, 1, RETAIN_WARPS, RETAIN_GRID, keep, RETAIN_STAGES, RETAIN_DEPTH
-        )
+        keep, tile, depth, grid = RETAIN[np.dtype(dtype).name]
+        v = View(a, r, tile, 1, RETAIN_WARPS, grid, min(keep, rp), RETAIN_STAGES, depth)
     else:
         v = View(a, r, LOOP_ELEMENTS, 1, LOOP_WARPS, LOOP_GRID, 0, LOOP_STAGES)
     return v if v.groups >= MIN_PROGRAMS else None
