@@ -1,13 +1,13 @@
 """GPU sweep and check of the single-pass MVN kernel (dml_jax.kernels.mvn).
 
-For each case (instance norm over H, W of NCHW with C = 32 and per-channel Scale and Bias; layer
-norm and RMS norm over rows of 4096 with per-column Scale and Bias; 1 GiB of float32 or the same
-bytes of float16): the kernel against the lax lowering (the largest difference as a fraction of
-the tolerance tests/test_mvn_kernel.py states, and NaN positions), then GB/s (input read plus
-output written; Scale and Bias are negligible) of the kernel for each tile variant, of the lax
-lowering, and of the best device copy (XLA's or PyTorch's), one sync per many dispatches. The
-JSON is rewritten after every row, so a run cut short keeps what it measured. Run from the
-repository root:
+For each case (instance norm over H, W of NCHW with C = 32 and per-channel Scale and Bias, rows
+of 65536 and of 131072; layer norm and RMS norm over rows of 4096 with per-column Scale and Bias;
+1 GiB of float32 or the same bytes of float16): the kernel against the lax lowering (the largest
+difference as a fraction of the tolerance tests/test_mvn_kernel.py states, and NaN positions),
+then GB/s (input read plus output written; Scale and Bias are negligible) of the kernel for each
+variant of its tunables (``*``: the module's defaults), of the lax lowering, and of the best
+device copy (XLA's or PyTorch's), one sync per many dispatches. The JSON is rewritten after
+every row, so a run cut short keeps what it measured. Run from the repository root:
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/mvn_variants.py --out F
 """
@@ -45,18 +45,58 @@ def _rows(use_mean):
     return make
 
 
-# (name, float32 shape (float16 doubles the first size), description, variant kind)
-CASES = [("instance norm NCHW C=32", (128, 32, 256, 256), _instance, "loop"),
-         ("layer norm rows of 4096", (65536, 4096), _rows(True), "tile"),
-         ("RMS norm rows of 4096", (65536, 4096), _rows(False), "tile")]  # fmt: skip
-# Looped rows: (LOOP_ELEMENTS, LOOP_WARPS, LOOP_GRID); rows in one tile: (TILE_ELEMENTS, WARPS).
-VARIANTS = {
-    "loop": [(8192, 8, None), (4096, 4, None), (16384, 16, None), (8192, 4, None),
-             (16384, 8, None), (8192, 8, 132), (8192, 8, 264), (16384, 16, 132),
-             (16384, 16, 264), (4096, 4, 264), (4096, 4, 528), (8192, 8, 396)],
-    "tile": [(4096, 4), (4096, 8), (4096, 16), (8192, 8), (8192, 16), (16384, 16)],
+def _retain(tile, keep, warps, depth, grid=132, stages=1):
+    """Rows kept in part in registers: ``keep`` elements kept, the rest in ``tile``-element
+    tiles loaded ``depth`` tiles ahead."""
+    both = {dtype: (keep, tile, depth, grid) for dtype in ("float32", "float16")}
+    return dict(RETAIN_ROW_MAX=1 << 17, RETAIN=both, RETAIN_WARPS=warps, RETAIN_STAGES=stages)
+
+
+def _loop(tile, warps, grid, stages=1):
+    """The two loops over the whole row (what longer rows take)."""
+    return dict(RETAIN_ROW_MAX=0, LOOP_ELEMENTS=tile, LOOP_WARPS=warps, LOOP_GRID=grid,
+                LOOP_STAGES=stages)  # fmt: skip
+
+
+# Rows of 65536 (instance norm): half the row kept (a quarter in one row), the rest in tiles of
+# 2048-8192 loaded 0-4 tiles ahead, on 16 warps in 132 programs (then one program per row, 32
+# warps, Triton pipelining). ptxas (sm_90a, from the same Triton IR through Triton 3.5) reports
+# 101-128 registers (64 on 32 warps) and no spills for these rows but float32 4096/2 (16 bytes);
+# more kept (65536 float16) or deeper (float32 4096/4, 8192/1) spilled 56-580 bytes. Then the
+# two-loop path: the previous default (16384 on 16 warps in 264 programs) and with stages 3.
+_BOTH = [_retain(4096, 16384, 16, 4), _retain(2048, 32768, 16, 4, None),
+         _retain(4096, 32768, 32, 0), _retain(4096, 32768, 16, 0, 132, 3),
+         _loop(16384, 16, 264), _loop(16384, 16, 264, 3)]  # fmt: skip
+INSTANCE = {
+    "float32": [_retain(2048, 32768, 16, 4), _retain(2048, 32768, 16, 2),
+                _retain(4096, 32768, 16, 0), _retain(4096, 32768, 16, 2),
+                _retain(2048, 32768, 16, 1), *_BOTH],
+    "float16": [_retain(2048, 32768, 16, 4), _retain(4096, 32768, 16, 4),
+                _retain(4096, 32768, 16, 2), _retain(8192, 32768, 16, 1),
+                _retain(4096, 32768, 16, 0), *_BOTH],
 }  # fmt: skip
-NAMES = {"loop": ("LOOP_ELEMENTS", "LOOP_WARPS", "LOOP_GRID"), "tile": ("TILE_ELEMENTS", "WARPS")}
+# Rows of 131072: half of 65536 kept against the two loops, for where keeping stops paying.
+LONG = {
+    dtype: [_retain(2048, 32768, 16, 4), _loop(16384, 16, 264)] for dtype in ("float32", "float16")
+}
+# Rows of 4096 (one tile): the default only, against regressions.
+ROWS = {dtype: [{}] for dtype in ("float32", "float16")}
+# (name, float32 shape (float16 doubles the first size), description, normalized axes,
+# variants per data type)
+CASES = [("instance norm NCHW C=32", (128, 32, 256, 256), _instance, (2, 3), INSTANCE),
+         ("layer norm rows of 4096", (65536, 4096), _rows(True), (1,), ROWS),
+         ("RMS norm rows of 4096", (65536, 4096), _rows(False), (1,), ROWS),
+         ("instance norm 256x512", (64, 32, 256, 512), _instance, (2, 3), LONG)]  # fmt: skip
+TUNABLES = ("TILE_ELEMENTS", "WARPS", "RETAIN_ROW_MAX", "RETAIN", "RETAIN_WARPS",
+            "RETAIN_STAGES", "LOOP_ELEMENTS", "LOOP_WARPS", "LOOP_GRID", "LOOP_STAGES")  # fmt: skip
+
+
+def _label(v) -> str:
+    """The kernel's view in short: path, tile, kept elements, warps, depth, grid, stages."""
+    if v.tiles == 1:
+        return f"tile {v.rows} x{v.cols} w{v.warps}"
+    path = f"keep {v.keep} d{v.depth}" if v.keep else "loop"
+    return f"{path} t{v.rows} w{v.warps} g{v.grid} s{v.stages}"
 
 
 @jax.jit
@@ -81,8 +121,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="write the rows as JSON here")
     args = parser.parse_args(argv)
     rows = []
-    saved = {n: getattr(K, n) for names in NAMES.values() for n in names}
-    for name, shape, make, kind in CASES:
+    saved = {n: getattr(K, n) for n in TUNABLES}
+    for name, shape, make, axes, variants in CASES:
         for dtype in ("float32", "float16"):
             if dtype == "float16":
                 shape2 = (shape[0] * 2,) + shape[1:]
@@ -99,31 +139,32 @@ def main(argv=None) -> int:
             lax_fn = jax.jit(lambda *a, d=desc: lower_mvn(d, *a)[0])
             t_lax = timeit(lax_fn, x, scale, bias)
             want = lax_fn(x, scale, bias)
-            for variant in VARIANTS[kind]:
+            for variant in variants[dtype]:
                 for n, value in saved.items():
                     setattr(K, n, value)
-                for n, value in zip(NAMES[kind], variant):
+                for n, value in variant.items():
                     setattr(K, n, value)
-                v = K.plan(shape2, (2, 3) if kind == "loop" else (1,), x.dtype)
+                v = K.plan(shape2, axes, x.dtype)
+                label = _label(v)
                 kfn = jax.jit(lambda *a, d=desc: K.lower_mvn_kernel(d, *a)[0])
                 try:
                     err, nan_ok = (float(e) for e in _error(kfn(x, scale, bias), want, scale, bias))
                     t = timeit(kfn, x, scale, bias)
                 except Exception as e:  # a variant that cannot compile: reported, the sweep goes on
-                    print(f"{name} {dtype} {variant}: {type(e).__name__}: {e}"[:400], flush=True)
+                    print(f"{name} {dtype} {label}: {type(e).__name__}: {e}"[:400], flush=True)
                     continue
-                row = dict(case=name, dtype=dtype, variant=list(variant), rows=v.rows,
-                           cols=v.cols, warps=v.warps, grid=v.grid,
+                row = dict(case=name, dtype=dtype, variant=label, default=not variant,
+                           rows=v.rows, cols=v.cols, warps=v.warps, grid=v.grid,
+                           keep=v.keep, depth=v.depth, stages=v.stages,
                            kernel_gbps=nbytes / t / 1e9, lax_gbps=nbytes / t_lax / 1e9,
                            copy_gbps=nbytes / t_copy / 1e9, error_over_tolerance=err,
                            nan_positions_equal=bool(nan_ok))  # fmt: skip
                 row["kernel_ratio"] = row["kernel_gbps"] / row["copy_gbps"]
                 row["lax_ratio"] = row["lax_gbps"] / row["copy_gbps"]
                 rows.append(row)
-                print(f"{name:24s} {dtype:8s} {variant!s:18s} rows {v.rows:5d} cols {v.cols:2d}"
-                      f" warps {v.warps:2d} kernel {row['kernel_ratio']:.2f} lax"
-                      f" {row['lax_ratio']:.2f} err/tol {err:.2f} nan {bool(nan_ok)}",
-                      flush=True)  # fmt: skip
+                print(f"{name:24s} {dtype:8s} {label:34s}{' *' if not variant else '  '} kernel"
+                      f" {row['kernel_ratio']:.2f} lax {row['lax_ratio']:.2f} err/tol {err:.2f}"
+                      f" nan {bool(nan_ok)}", flush=True)  # fmt: skip
                 if args.out:
                     with open(args.out, "w") as f:
                         json.dump(rows, f, indent=1)

@@ -1,11 +1,12 @@
 """The single-pass MVN kernel (dml_jax.kernels.mvn) against the lax lowering.
 
-In Pallas interpret mode (any machine): rows in one tile and looped rows (the last tile and the
-last group of rows partial), every statistics form of MVN, MVN1 and MVN2, Scale and Bias per row
-and along the row, fused RELU and LEAKY_RELU, a NaN row and float16; on a CUDA machine also the
-compiled Triton kernel through the operator's fast path. The stated tolerance: float32 within
-16 float32 ulps of ``|result| + |Scale| + |Bias|`` (the normalized value is of order one), float16
-within one float16 ulp of the result (plus that float32 bound, which matters only near zero).
+In Pallas interpret mode (any machine): rows in one tile, rows kept in part in registers (or
+whole) and rows taken by two loops (the last tile and the last group of rows partial), every
+statistics form of MVN, MVN1 and MVN2, Scale and Bias per row and along the row, fused RELU and
+LEAKY_RELU, a NaN row and float16; on a CUDA machine also the compiled Triton kernel through the
+operator's fast path. The stated tolerance: float32 within 16 float32 ulps of ``|result| +
+|Scale| + |Bias|`` (the normalized value is of order one), float16 within one float16 ulp of the
+result (plus that float32 bound, which matters only near zero).
 """
 
 from __future__ import annotations
@@ -68,7 +69,15 @@ def _close(got, want, d, arrays):
 
 # (description, tunables): small tiles make the CPU cases loop and leave partial tiles/groups.
 ONE = {"ONE_TILE_MAX": 16384, "TILE_ELEMENTS": 1024}
-LOOP = {"ONE_TILE_MAX": 64, "LOOP_ELEMENTS": 64, "LOOP_GRID": None}
+LOOP = {"ONE_TILE_MAX": 64, "RETAIN_ROW_MAX": 64, "LOOP_ELEMENTS": 64, "LOOP_GRID": None}
+
+
+def _keep(keep=64, depth=4, grid=None):
+    """Rows kept in part: ``keep`` elements, tiles of 32 loaded ``depth`` ahead."""
+    both = {dtype: (keep, 32, depth, grid) for dtype in ("float32", "float16")}
+    return {"ONE_TILE_MAX": 64, "RETAIN": both}
+
+
 CASES = [
     # layer norm: one tile, 2 rows per program, 3 groups (the last one half empty)
     (_desc(MVN1, (5, 300), scale=(1, 300), bias=(1, 300), axes=(1,), normalize_variance=True), ONE),
@@ -81,17 +90,24 @@ CASES = [
     # MVN2 with neither statistic: Scale and Bias only
     (_desc(MVN2, (21, 33), scale=(21, 1), bias=(1, 33), axes=(1,), use_mean=False,
            use_variance=False), ONE),
-    # instance norm, looped (5 tiles, the last of 44), per-channel Scale and Bias, RELU
+    # instance norm, two loops (5 tiles, the last of 44), per-channel Scale and Bias, RELU
     (_desc(MVN, (2, 3, 10, 30), scale=(1, 3, 1, 1), bias=(1, 3, 1, 1), cross_channel=False,
            normalize_variance=True, fused_activation=RELU), LOOP),
-    # cross-channel, float16, looped on 2 programs taking 3 rows in turn, a per-channel Scale
-    # (along the row here), a constant Bias, LEAKY_RELU
+    # two loops, mean square only, on 3 programs taking 2 rows in turn (the last turn partial)
+    (_desc(MVN2, (5, 150), scale=(5, 1), axes=(1,), use_mean=False, use_variance=True),
+     dict(LOOP, LOOP_GRID=3)),
+    # rows kept in part: cross-channel, float16, 64 kept and 3 tiles of 32 (the last of 12)
+    # loaded 2 ahead, on 2 programs taking 2 rows in turn, a per-channel Scale (along the row
+    # here), a constant Bias, LEAKY_RELU
     (_desc(MVN, (3, 4, 5, 7), "FLOAT16", scale=(1, 4, 1, 1), bias=(1, 1, 1, 1),
            cross_channel=True, normalize_variance=True, fused_activation=LEAKY),
-     dict(LOOP, LOOP_GRID=2)),
-    # looped mean only and mean square only
-    (_desc(MVN2, (4, 150), bias=(1, 150), axes=(1,), use_mean=True, use_variance=False), LOOP),
-    (_desc(MVN2, (4, 150), scale=(4, 1), axes=(1,), use_mean=False, use_variance=True), LOOP),
+     _keep(depth=2, grid=2)),
+    # kept in part, mean only, Bias along the row, the tiles in a plain loop (depth 0)
+    (_desc(MVN2, (4, 150), bias=(1, 150), axes=(1,), use_mean=True, use_variance=False),
+     _keep(depth=0)),
+    # the whole row kept (100 of a block of 128), per-row Scale and Bias
+    (_desc(MVN2, (4, 100), scale=(4, 1), bias=(4, 1), axes=(1,), use_mean=True,
+           use_variance=True), _keep(keep=128)),
 ]  # fmt: skip
 
 
@@ -103,6 +119,7 @@ def test_kernel_interpret_matches_lax(monkeypatch, d, tunables):
     assert K.applies(d)
     v = K.plan(d.input_tensor.sizes, mvn_axes(d), d.input_tensor.dtype)
     assert (v.tiles > 1) == (tunables is not ONE) and (v.groups > 1)
+    assert bool(v.keep) == ("RETAIN" in tunables)
     arrays = [jnp.asarray(a) for a in _arrays(d)]
     (got,) = jax.jit(lambda *a: K.lower_mvn_kernel(d, *a, interpret=True))(*arrays)
     (want,) = jax.jit(lambda *a: lower_mvn(d, *a))(*arrays)
@@ -118,7 +135,9 @@ def test_plan_and_applies_decline_what_lax_keeps():
     assert K.plan((8, 1024), (1,), np.float32) is None  # too few rows to fill a GPU
     v = K.plan((4096, 4096), (1,), np.float32)
     assert v is not None and (v.a, v.r, v.tiles) == (4096, 4096, 1)
-    assert K.plan((16, 256, 256, 256), (2, 3), np.float16).tiles > 1
+    v = K.plan((16, 256, 256, 256), (2, 3), np.float16)  # instance norm: half the row kept
+    assert v.tiles > 1 and 0 < v.keep < v.r and v.keep & (v.keep - 1) == 0
+    assert K.plan((8, 64, 256, 512), (2, 3), np.float32).keep == 0  # too long: two loops
     assert K.applies(_desc(MVN1, (40000, 64), scale=(1, 64), bias=(40000, 1), **rows))
     assert not K.applies(_desc(MVN1, (40000, 64), scale=(40000, 64), **rows))  # both vary
     sigmoid = dml.ActivationSigmoidOperatorDesc()
@@ -138,10 +157,17 @@ def test_bench_cases_take_the_kernel():
 
 # Built per data type: (name, builder).
 GPU_CASES = [
-    # instance norm, looped rows of 20480 (the last tile partial)
+    # instance norm, rows of 20480 kept whole (in a padded block)
     ("instance", lambda t: _desc(MVN, (2, 160, 128, 160), t, scale=(1, 160, 1, 1),
                                  bias=(1, 160, 1, 1), cross_channel=False,
                                  normalize_variance=True)),
+    # rows of 60000 kept in part, the rest in tiles (the last one partial), ReLU
+    ("kept_part", lambda t: _desc(MVN, (1, 300, 200, 300), t, scale=(1, 300, 1, 1),
+                                  bias=(1, 300, 1, 1), cross_channel=False,
+                                  normalize_variance=True, fused_activation=RELU)),
+    # rows of 160000, too long to keep part: two loops
+    ("two_loops", lambda t: _desc(MVN, (1, 264, 400, 400), t, scale=(1, 264, 1, 1),
+                                  cross_channel=False, normalize_variance=True)),
     # layer norm, rows of 768 in one tile (enough groups for up to 16 rows a program)
     ("layer", lambda t: _desc(MVN1, (8000, 768), t, scale=(1, 768), bias=(1, 768), axes=(1,),
                               normalize_variance=True)),

@@ -10,16 +10,23 @@ must be the minor ones once size-1 axes are dropped, make contiguous rows of ``R
 - rows of up to ``ONE_TILE_MAX`` elements sit in registers (``cols`` rows per program): one
   load, the mean, the sum of squared deviations from it (the lax lowering's two-pass formula),
   the result, one store;
-- longer rows (instance norm's H * W = 65536) take two loops over tiles of the row: the first
-  keeps a Welford mean and sum of squared deviations per lane of the tile (no cross-lane step
-  inside the loop) and merges the lanes at its end by Chan's rule, which is as free of
-  cancellation as the two-pass formula; the second reads the row again, last tile first (the
-  tiles read last are the likeliest to be still in L2), and stores the result.
+- rows of up to ``RETAIN_ROW_MAX`` elements (instance norm's H * W = 65536) read their first
+  elements (``RETAIN``: half the row of 65536) as one block that stays in registers until its
+  result is stored; it fills half of a multiprocessor's registers, so one program runs on each
+  at a time. The rest of the row is read in tiles, each tile's loads issued a few tiles ahead
+  of its use, and read again last tile first, so that only what was read last, half the row,
+  need stay in L2 meanwhile (132 rows of 128 KB: 17 MB) instead of whole rows. The statistics
+  come from per-lane sums of ``x - K`` and its square, ``K`` the kept block's mean (no
+  cross-lane step per tile, and no cancellation beyond a factor of the row over the block);
+- longer rows take two loops over tiles of the row: the first keeps a Welford mean and sum of
+  squared deviations per lane of the tile and merges the lanes at its end by Chan's rule, which
+  is as free of cancellation as the two-pass formula; the second reads the row again, last tile
+  first (the tiles read last are the likeliest to be still in L2), and stores the result.
 
 On an H200 at 1 GiB (benchmarks/results/mvn/) that gives layer norm over rows of 4096 0.88 of
-the copy (lax 0.79 float32, 0.77 float16), RMS norm 0.90 (lax 0.88, 0.80) and instance norm 0.65
-float32, 0.66 float16 (lax 0.50, 0.43): about the 2/3 of a pass that re-reads the row from
-memory, so the second loop's reads are not yet served by L2.
+the copy (lax 0.79 float32, 0.77 float16), RMS norm 0.90 (lax 0.88, 0.80) and instance norm
+0.82 float32, 0.77 float16 (lax 0.50, 0.43; the two loops 0.65, 0.64, about the 2/3 of a pass
+that reads the whole row twice from memory).
 
 Scale and Bias must each vary either only along the normalized axes (layer norm's per-column
 gamma: a vector of ``R``) or only across them (instance norm's per-channel gamma: one value per
@@ -55,21 +62,36 @@ MIN_PROGRAMS = 264  # fewer rows (groups of rows) cannot fill a large GPU; lax s
 ACTIVATIONS = ("DML_OPERATOR_ACTIVATION_RELU", "DML_OPERATOR_ACTIVATION_LEAKY_RELU")
 
 # Tunables, chosen by benchmarks/mvn_variants.py on an H200 at 1 GiB (benchmarks/RESULTS.md,
-# results/mvn/sweep.log). Rows of up to ONE_TILE_MAX elements sit in one tile; a tile holds
+# results/mvn/sweep.log, sweep_retain.log). Rows of up to ONE_TILE_MAX elements sit in one tile; a tile holds
 # TILE_ELEMENTS elements (whole rows, at least one) on WARPS warps (None: one warp per 512
 # elements, 4 to 16). Rows of 4096: 2 rows a program on 16 warps ran 0.88 of the copy for layer
 # norm and 0.90 for RMS norm in both types (1 row on 8 warps 0.87-0.89; 4 rows 0.78-0.89).
 ONE_TILE_MAX = 16384
 TILE_ELEMENTS = 8192
 WARPS = None
+# Rows of up to RETAIN_ROW_MAX elements: per data type, (elements kept in registers, a power of
+# two; elements a tile of the rest; tiles loaded ahead of their use; programs, None: one per
+# row), on RETAIN_WARPS warps with Triton's pipelining depth RETAIN_STAGES. Instance norm (rows
+# of 65536, half kept): float32 2048-element tiles 4 ahead, one program per row, 0.82 of the
+# copy (132 programs taking rows in turn 0.79; 4096 2 ahead 0.79; none ahead 0.72); float16
+# 8192 1 ahead in 132 programs 0.77 (4096 2 ahead 0.75; 2048 4 ahead 0.64, one program per row
+# 0.71); a quarter kept 0.73 and 0.60; 32 warps 0.79 and 0.56; stages 3 changed nothing. Rows
+# of 131072 (a quarter kept, 3/4 read again) ran slower so (0.55, 0.42) than in two loops
+# (0.62, 0.61), hence RETAIN_ROW_MAX.
+RETAIN_ROW_MAX = 65536
+RETAIN = {"float32": (32768, 2048, 4, None), "float16": (32768, 8192, 1, 132)}
+RETAIN_WARPS = 16
+RETAIN_STAGES = 1
 # Longer rows: tiles of LOOP_ELEMENTS on LOOP_WARPS warps; LOOP_GRID programs that take rows in
 # turn (None: one program per row) bound the rows in flight, hence the L2 the second loop needs.
-# Instance norm (rows of 65536): 16384 on 16 warps in 264 programs 0.65 float32, 0.66 float16;
-# one program per row 0.59-0.61 and 0.50-0.57 whatever the tile; smaller tiles in 132-264
-# programs 0.33-0.61. Short of the copy: the second read does not all come from L2.
+# Instance norm (rows of 65536) on this path: 16384 on 16 warps in 264 programs 0.65 float32,
+# 0.66 float16; one program per row 0.59-0.61 and 0.50-0.57 whatever the tile; smaller tiles in
+# 132-264 programs 0.33-0.61; stages 3 0.66, 0.65. Short of the copy: the second read does not
+# all come from L2.
 LOOP_ELEMENTS = 16384
 LOOP_WARPS = 16
 LOOP_GRID = 264
+LOOP_STAGES = 1
 
 
 @dataclass(frozen=True)
@@ -77,7 +99,9 @@ class View:
     """The ``(A, R)`` view of a normalization and its tiles: ``rows`` elements of a row per tile
     (a power of two; ``R`` padded to one tile when ``tiles == 1``) by ``cols`` rows, on
     ``warps`` warps; ``grid`` programs each taking groups of ``cols`` rows in turn, or one
-    program per group (None)."""
+    program per group (None); the first ``keep`` elements of a row (a power of two) held in
+    registers between the passes (0: both passes loop over all tiles), the loads of the other
+    tiles issued ``depth`` tiles ahead of their use; Triton's pipelining depth ``stages``."""
 
     a: int
     r: int
@@ -85,10 +109,18 @@ class View:
     cols: int
     warps: int
     grid: int | None = None
+    keep: int = 0
+    stages: int = 1
+    depth: int = 1
 
     @property
     def tiles(self) -> int:
         return -(-self.r // self.rows)
+
+    @property
+    def streamed(self) -> int:
+        """Tiles of a row past the kept block."""
+        return -(-max(0, self.r - self.keep) // self.rows)
 
     @property
     def groups(self) -> int:
@@ -124,8 +156,11 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
         cols = min(max(1, TILE_ELEMENTS // rp), pow2_at_least(a))
         warps = WARPS or min(16, max(4, rp * cols // 512))
         v = View(a, r, rp, cols, warps)
+    elif r <= RETAIN_ROW_MAX:
+        keep, tile, depth, grid = RETAIN[np.dtype(dtype).name]
+        v = View(a, r, tile, 1, RETAIN_WARPS, grid, min(keep, rp), RETAIN_STAGES, depth)
     else:
-        v = View(a, r, LOOP_ELEMENTS, 1, LOOP_WARPS, LOOP_GRID)
+        v = View(a, r, LOOP_ELEMENTS, 1, LOOP_WARPS, LOOP_GRID, 0, LOOP_STAGES)
     return v if v.groups >= MIN_PROGRAMS else None
 
 
@@ -164,17 +199,27 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
     eps = np.float32(form.epsilon)
     f32 = jnp.float32
 
+    def traced(g, off):
+        """A static offset past 0 made a traced value (the traced group times 0, which Triton
+        folds back to the constant): Pallas rejects a static slice that runs past the row, as
+        a partial last tile does."""
+        return g * 0 + off if isinstance(off, int) and off > 0 else off
+
     def row_span(g):
         return (g * cols + jnp.arange(cols, dtype=jnp.int32)) < v.a
 
-    def col_span(t):
-        return (t * rows + jnp.arange(rows, dtype=jnp.int32)) < v.r
+    def col_span(off, size):
+        return (off + jnp.arange(size, dtype=jnp.int32)) < v.r
 
-    def load(x_ref, g, t):
-        valid = row_span(g)[:, None] & col_span(t)[None, :]
-        at = (pl.ds(g * cols, cols), pl.ds(t * rows, rows))
+    def load(x_ref, g, off, size=rows, raw: bool = False, live=None):
+        """Elements ``off`` to ``off + size`` of the rows of group ``g`` (padding 0) in float32,
+        or in their own type (``raw``); nothing is read where ``live`` is False."""
+        valid = row_span(g)[:, None] & col_span(off, size)[None, :]
+        if live is not None:
+            valid = valid & live
+        at = (pl.ds(g * cols, cols), pl.ds(traced(g, off), size))
         tile = pltriton.load(x_ref.at[at], mask=valid, other=np.zeros((), x_ref.dtype))
-        return tile.astype(f32), valid
+        return (tile if raw else tile.astype(f32)), valid
 
     def load_row_terms(refs, g):
         """The per-row vectors of group ``g`` as ``(cols, 1)`` columns (None: along-row)."""
@@ -188,11 +233,12 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
                 out.append(None)
         return out
 
-    def finish(refs, row_terms, t, y):
+    def finish(refs, row_terms, g, off, y):
+        size = y.shape[1]
         for ref, term, (_, _, op) in zip(refs, row_terms, affine):
             if term is None:  # along the row: the tile's stretch of the vector
-                at = ref.at[pl.ds(t * rows, rows)]
-                vec = pltriton.load(at, mask=col_span(t), other=np.zeros((), ref.dtype))
+                at = ref.at[pl.ds(traced(g, off), size)]
+                vec = pltriton.load(at, mask=col_span(off, size), other=np.zeros((), ref.dtype))
                 term = vec.astype(f32)[None, :]
             y = y * term if op == "mul" else y + term
         if form.activation == "RELU":  # the lax RELU: NaN passes, -0.0 and below give +0.0
@@ -201,10 +247,17 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
             y = jnp.where(y >= 0, y, np.float32(form.alpha) * y)
         return y
 
-    def store(o_ref, g, t, y):
-        valid = row_span(g)[:, None] & col_span(t)[None, :]
-        at = (pl.ds(g * cols, cols), pl.ds(t * rows, rows))
+    def store(o_ref, g, off, y):
+        size = y.shape[1]
+        valid = row_span(g)[:, None] & col_span(off, size)[None, :]
+        at = (pl.ds(g * cols, cols), pl.ds(traced(g, off), size))
         pltriton.store(o_ref.at[at], y.astype(o_ref.dtype), mask=valid)
+
+    def normalize(refs, row_terms, mean, factor, g, off, tile):
+        y = tile - mean if mean is not None else tile
+        if factor is not None:
+            y = y * factor
+        return finish(refs, row_terms, g, off, y)
 
     def one_tile(x_ref, o_ref, refs, g):
         tile, valid = load(x_ref, g, 0)
@@ -214,7 +267,7 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
             y = jnp.where(valid, tile - mean, 0.0)  # padding must not count in the variance
         if form.use_variance:
             y = y * jax.lax.rsqrt(jnp.sum(y * y, axis=1, keepdims=True) / n + eps)
-        store(o_ref, g, 0, finish(refs, load_row_terms(refs, g), 0, y))
+        store(o_ref, g, 0, finish(refs, load_row_terms(refs, g), g, 0, y))
 
     def statistics(x_ref, g):
         """(mean or None, rsqrt(variance + eps) or None) of the rows of group ``g``."""
@@ -223,7 +276,7 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
 
             def welford(t, carry):  # lane j's running mean and sum of squared deviations
                 m, m2 = carry
-                tile, valid = load(x_ref, g, t)
+                tile, valid = load(x_ref, g, t * rows)
                 d = tile - m
                 new_m = m + d * (1.0 / (t + 1).astype(f32))  # every valid lane has seen t + 1
                 new_m2 = m2 + d * (tile - new_m)
@@ -240,7 +293,7 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
             return mean, jax.lax.rsqrt(var + eps)
 
         def sums(t, acc):  # padding loads as 0, so plain lane sums need no mask
-            tile, _ = load(x_ref, g, t)
+            tile, _ = load(x_ref, g, t * rows)
             return acc + (tile if form.use_mean else tile * tile)
 
         if not (form.use_mean or form.use_variance):
@@ -256,16 +309,109 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
 
         def second(i, carry):
             t = tiles - 1 - i  # last tile first: it is the likeliest still in L2
-            tile, _ = load(x_ref, g, t)
-            y = tile - mean if mean is not None else tile
-            if factor is not None:
-                y = y * factor
-            store(o_ref, g, t, finish(refs, row_terms, t, y))
+            tile, _ = load(x_ref, g, t * rows)
+            store(o_ref, g, t * rows, normalize(refs, row_terms, mean, factor, g, t * rows, tile))
             return carry
 
         jax.lax.fori_loop(0, tiles, second, 0)
 
-    body = one_tile if tiles == 1 else looped
+    def retained(x_ref, o_ref, refs, g):
+        """The first ``keep`` elements of each row are read first, as one block held in
+        registers to the end; the rest, in ``streamed`` tiles, is read in a loop and read again
+        last tile first, so that what is read again is what was read last: only it need stay
+        in L2 meanwhile. Both loops keep ``depth`` tiles' loads in flight ahead of their use.
+
+        The statistics need no cross-lane step per tile: with ``K`` the kept block's mean when
+        both statistics are used (0 otherwise), the sums of ``d = x - K`` and ``d * d`` (per
+        lane over the tiles) give ``mean = K + S1 / n`` and ``variance = S2 / n - (S1 / n)**2``.
+        Since the kept block holds a fraction ``f`` of the row, ``n * (mean - K)**2`` is at
+        most ``(1 / f - 1)`` times ``n * variance``: the subtraction loses at most a factor
+        ``1 / f`` (2 for half the row) against the two-pass formula.
+        """
+        keep, count = v.keep, v.streamed
+
+        def total(y):
+            return jnp.sum(y, axis=1, keepdims=True)
+
+        depth = min(v.depth, count)
+
+        def fetch(t, live=None):
+            return load(x_ref, g, keep + t * rows, raw=True, live=live)[0]
+
+        def stream(order, use, carry, ahead):
+            """``carry = use(order(i), tile, carry)`` for i < count, the loads ``len(ahead)``
+            tiles ahead of their use (``ahead``: the first ones, already issued)."""
+            if not count:
+                return carry
+
+            def step(i, c):
+                c, ahead = c
+                if ahead:  # past the last tile: nothing read
+                    nxt = fetch(order(jnp.minimum(i + depth, count - 1)), i + depth < count)
+                    tile, ahead = ahead[0], (*ahead[1:], nxt)
+                else:
+                    tile = fetch(order(i))
+                return use(order(i), tile, c), ahead
+
+            return jax.lax.fori_loop(0, count, step, (carry, ahead))[0]
+
+        kept, kept_valid = load(x_ref, g, 0, keep, raw=True)
+        ahead = tuple(fetch(t) for t in range(depth))
+        xk = kept.astype(f32)
+        shift = None
+        if form.use_mean and form.use_variance:
+            shift = total(xk) / np.float32(min(v.r, keep))
+            xk = xk - shift
+            if keep > v.r:  # padding loads as 0; shifted it would count
+                xk = jnp.where(kept_valid, xk, 0.0)
+        # With the shift, the kept block's own sum of d is 0 but for rounding, which is
+        # left out as the two-pass formula leaves it out of its mean (one reduction less).
+        zero = jnp.zeros((cols, 1), f32)
+        sums = [None if not form.use_mean else zero if shift is not None else total(xk)]
+        sums.append(total(xk * xk) if form.use_variance else None)
+
+        def add(t, tile, acc):
+            d = tile.astype(f32)
+            if shift is not None:
+                d = d - shift
+                if (v.r - keep) % rows:
+                    d = jnp.where(col_span(keep + t * rows, rows)[None, :], d, 0.0)
+            acc1, acc2 = acc
+            return (None if acc1 is None else acc1 + d), (None if acc2 is None else acc2 + d * d)
+
+        zeros = jnp.zeros((cols, rows), f32)
+        acc = tuple(None if s is None else zeros for s in sums)
+        acc = stream(lambda i: i, add, acc, ahead)
+
+        def last(i):  # last tile first
+            return count - 1 - i
+
+        ahead = tuple(fetch(last(i)) for i in range(depth))
+        for k, a in enumerate(acc):
+            if a is not None:
+                sums[k] = sums[k] + total(a)
+        mean = factor = None
+        if form.use_mean:
+            mean = sums[0] / n
+        if form.use_variance:
+            var = sums[1] / n
+            if shift is not None:
+                var = jnp.maximum(var - mean * mean, 0.0)
+                mean = mean + shift
+            factor = jax.lax.rsqrt(var + eps)
+        row_terms = load_row_terms(refs, g)
+
+        def put(off, tile):
+            store(o_ref, g, off, normalize(refs, row_terms, mean, factor, g, off, tile))
+
+        def again(t, tile, carry):
+            put(keep + t * rows, tile.astype(f32))
+            return carry
+
+        stream(last, again, 0, ahead)
+        put(0, kept.astype(f32))
+
+    body = retained if v.keep else one_tile if tiles == 1 else looped
 
     def kernel(x_ref, *rest):
         *refs, o_ref = rest
@@ -285,7 +431,7 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
         out_shape=jax.ShapeDtypeStruct(x2.shape, x2.dtype),
         grid=(v.programs,),
         interpret=interpret,
-        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
+        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=v.stages),
     )(x2, *(vec for vec, _, _ in affine))
 
 
