@@ -3,15 +3,18 @@
 The top 8 (and 1, 16) of rows of 1024, 1 GiB of float32 or the same bytes of float16: the kernel's
 indices against the lax lowering's (must be equal), then the ratio to the device copy (bytes read
 and written over the copy's GB/s) for each (tile elements, warps) variant, of the lax lowering and
-of torch.topk, one sync per many dispatches. Run from the repository root:
+of torch.topk, one sync per many dispatches. ``--groups`` sweeps the grouped selection instead:
+(tile elements, warps) x group widths (0: the whole row) with packed keys, K = 8 and 16. Run from
+the repository root:
 
-    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/topk_variants.py
+    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/topk_variants.py [--groups]
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +25,8 @@ from dml_jax.kernels import topk as K
 from dml_jax.ops.topk import top_k
 
 VARIANTS = [(4096, 4), (2048, 4), (8192, 8), (1024, 2), (1024, 1), (2048, 2), (4096, 8)]
+GROUP_TILES = [(1024, 1), (1024, 2), (2048, 2), (4096, 4)]
+GROUPS = [0, 4, 8, 16, 32]
 
 
 def torch_seconds(shape, dtype, k=None):
@@ -37,6 +42,7 @@ def torch_seconds(shape, dtype, k=None):
 
 
 def main():
+    groups = "--groups" in sys.argv[1:]
     for dtype in ("float32", "float16"):
         rows = (1 << 18) * (2 if dtype == "float16" else 1)
         shape = (rows, 1024)
@@ -45,7 +51,7 @@ def main():
         copy_bytes = 2 * x.size * itemsize
         copy = min(timeit(jax.jit(lambda a: a + 0), x), torch_seconds(shape, dtype))
         gbs = copy_bytes / copy
-        for k in (1, 8, 16):
+        for k in (8, 16) if groups else (1, 8, 16):
             moved = x.size * itemsize + rows * k * (itemsize + 4)
 
             def ratio(seconds, moved=moved):
@@ -55,8 +61,13 @@ def main():
             row = {"dtype": dtype, "k": k, "copy_gbs": round(gbs / 1e9),
                    "lax": ratio(timeit(f_lax, x)), "torch": ratio(torch_seconds(shape, dtype, k))}  # fmt: skip
             want = np.asarray(f_lax(x)[1]).astype(np.int64)
-            for (tile, warps), pack in itertools.product(VARIANTS, (True, False)):
+            if groups:
+                runs = [(t, w, True, g) for (t, w), g in itertools.product(GROUP_TILES, GROUPS)]
+            else:
+                runs = [(t, w, p, 0) for (t, w), p in itertools.product(VARIANTS, (True, False))]
+            for tile, warps, pack, group in runs:
                 K.TILE_ELEMENTS, K.WARPS, K.PACK_16, K.PACK_32 = tile, warps, pack, pack
+                K.GROUP = group
                 v = K.plan(shape, 1, k, dtype)
 
                 def f(a, v=v, k=k):
@@ -66,6 +77,7 @@ def main():
                 f = jax.jit(f)
                 same = bool((np.asarray(f(x)[1]).astype(np.int64) == want).all())
                 name = f"kernel t{tile} w{warps}" + (" packed" if pack else "")
+                name += f" g{group}" if groups else ""
                 row[name] = ratio(timeit(f, x)) if same else "MISMATCH"
             print(json.dumps(row), flush=True)
     print(json.dumps({"jax": jax.__version__, "device": str(jax.devices()[0])}))

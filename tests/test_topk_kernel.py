@@ -59,6 +59,36 @@ def test_selection_forms_match_lax(monkeypatch, dtype, pack, largest):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+@pytest.mark.parametrize("group", [None, 2, 16])
+@pytest.mark.parametrize("largest", [True, False], ids=["largest", "smallest"])
+@pytest.mark.parametrize(
+    "shape, dtype, k",
+    [
+        ((4, 9), np.float32, 8),
+        ((3, 17), np.int32, 5),
+        ((2, 33), np.float16, 16),
+        ((5, 100), np.float32, 7),
+    ],
+)
+def test_grouped_selection_matches_lax(monkeypatch, group, shape, dtype, k, largest):
+    # The grouped selection (K groups by their maxima, then K selections over their places)
+    # at every group width, on rows where fewer than K groups hold a column (all-padding groups
+    # are chosen too) and on rows that do not fill their last group.
+    monkeypatch.setattr(K, "GROUP", group)
+    v = K.plan(shape, 1, k, dtype, min_programs=1)
+    x = jnp.asarray(_input(shape, dtype, seed=k))
+    got = K.top_k_indices(x, v, k, largest, interpret=True)
+    _, want = top_k(x, 1, k, largest, jnp.int32)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_group_width():
+    v = K.plan((8192, 1024), 1, 8, np.float32)
+    assert K.group_width(v, 1) == 0  # a single selection needs no groups
+    assert K.group_width(v, 8) in (8, 16)  # near sqrt(1024 / 8)
+    assert K.group_width(K.plan((64, 9), 1, 9, np.float32, min_programs=1), 9) == 0  # < K groups
+
+
 def test_plan_declines_what_lax_keeps():
     assert K.plan((4096, 1024), 0, 8, np.float32) is None  # not the minor axis
     assert K.plan((4096, 1024), 1, 17, np.float32) is None  # K beyond MAX_K
