@@ -25,7 +25,7 @@ from dml_jax.kernels import topk as K
 from dml_jax.ops.topk import top_k
 
 VARIANTS = [(4096, 4), (2048, 4), (8192, 8), (1024, 2), (1024, 1), (2048, 2), (4096, 8)]
-GROUP_TILES = [(1024, 1), (1024, 2), (2048, 2), (4096, 4)]
+GROUP_TILES = [(1024, 1), (2048, 2), (4096, 4)]
 GROUPS = [0, 4, 8, 16, 32]
 
 
