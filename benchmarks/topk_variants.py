@@ -25,7 +25,7 @@ from dml_jax.kernels import topk as K
 from dml_jax.ops.topk import top_k
 
 VARIANTS = [(4096, 4), (2048, 4), (8192, 8), (1024, 2), (1024, 1), (2048, 2), (4096, 8)]
-GROUP_TILES = [(1024, 1), (2048, 2), (4096, 4)]
+GROUP_TILES = [(1024, 1), (2048, 1), (4096, 1), (2048, 2), (4096, 4)]
 GROUPS = [0, 4, 8, 16, 32]
 
 
@@ -67,6 +67,7 @@ def main():
                 runs = [(t, w, p, 0) for (t, w), p in itertools.product(VARIANTS, (True, False))]
             for tile, warps, pack, group in runs:
                 K.TILE_ELEMENTS, K.WARPS, K.PACK_16, K.PACK_32 = tile, warps, pack, pack
+                K.GROUPED_TILE_ELEMENTS = tile
                 K.GROUP = group
                 v = K.plan(shape, 1, k, dtype)
 

@@ -84,9 +84,12 @@ def test_grouped_selection_matches_lax(monkeypatch, group, shape, dtype, k, larg
 
 def test_group_width():
     v = K.plan((8192, 1024), 1, 8, np.float32)
-    assert K.group_width(v, 1) == 0  # a single selection needs no groups
-    assert K.group_width(v, 8) in (8, 16)  # near sqrt(1024 / 8)
-    assert K.group_width(K.plan((64, 9), 1, 9, np.float32, min_programs=1), 9) == 0  # < K groups
+    assert (v.cols, v.warps) == (2, 1)  # two rows a warp for K > 1
+    assert K.group_width(v, 1, 4) == 0  # a single selection needs no groups
+    assert K.group_width(v, 8, 2) == 8  # the power of two at most sqrt(1024 / 8)
+    assert K.group_width(v, 8, 4) == 4  # half that for 32-bit keys
+    assert K.group_width(v, 16, 4) == 4
+    assert K.group_width(K.plan((64, 9), 1, 9, np.float32, min_programs=1), 9, 2) == 0  # < K groups
 
 
 def test_plan_declines_what_lax_keeps():

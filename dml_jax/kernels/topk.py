@@ -45,8 +45,12 @@ WARPS = 1
 # at best, but K=1 at 0.93 against 0.98, so a single selection keeps the two int32 reductions.
 PACK_16 = True
 PACK_32 = True  # for K > 1
-# Group width of the grouped selection (packed keys, K > 1): None picks the power of two nearest
-# sqrt(width / K) (fewest places over both rounds of selections); 0 selects over the whole row.
+# Grouped selection (K > 1, packed keys), from benchmarks/results/topk_groups/ (H200, rows of
+# 1024): two rows a warp (2048-element tiles) ran K=8 at 0.395 float32 / 0.404 float16 against
+# one row a warp's 0.32 / 0.35 (the selections of two rows overlap), and groups of 4 (float32) or
+# 8 (float16) beat wider ones. GROUP: None picks the power of two at most sqrt(width / K) (half
+# that for 32-bit keys, whose packed int64 places cost twice as much); 0 selects over the row.
+GROUPED_TILE_ELEMENTS = 2048
 GROUP: int | None = None
 
 
@@ -56,6 +60,7 @@ class View:
     r: int  # row length
     width: int  # row length padded to a power of two
     cols: int  # rows per program
+    warps: int
 
     @property
     def programs(self) -> int:
@@ -73,25 +78,22 @@ def plan(shape: tuple[int, ...], axis: int, k: int, dtype, min_programs: int = M
     a = int(np.prod(shape[:-1], dtype=np.int64))
     if a * r >= 2**31:
         return None
-    v = View(a, r, width, max(1, TILE_ELEMENTS // width))
+    # WARPS per tile: a row longer than a tile gets more warps, not more registers per thread.
+    tile = GROUPED_TILE_ELEMENTS if k > 1 else TILE_ELEMENTS
+    v = View(a, r, width, max(1, tile // width), WARPS * max(1, width // tile))
     return v if v.programs >= min_programs else None
 
 
-def _warps(v: View) -> int:
-    """WARPS per TILE_ELEMENTS of a row: a row longer than a tile gets more warps, not more
-    registers per thread."""
-    return WARPS * max(1, v.width // TILE_ELEMENTS)
-
-
-def group_width(v: View, k: int) -> int:
-    """G of the grouped selection for a row of ``v`` and ``k`` selections, 0 where it does not
-    apply (a single selection, or fewer than ``k`` groups of at least 2)."""
+def group_width(v: View, k: int, itemsize: int) -> int:
+    """G of the grouped selection for a row of ``v``, ``k`` selections and keys of ``itemsize``
+    bytes; 0 where it does not apply (a single selection, or fewer than ``k`` groups of 2)."""
     if k < 2:
         return 0
     if GROUP is not None:
         g = GROUP
     else:
-        g = 1 << max(1, round(np.log2(max(2.0, np.sqrt(v.width / k)))))
+        g = 1 << int(np.floor(np.log2(max(1.0, np.sqrt(v.width / k)))))
+        g = g // 2 if itemsize == 4 else g
     return g if g >= 2 and v.width // g >= k and v.width % g == 0 else 0
 
 
@@ -108,7 +110,7 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
     wide = x.dtype.itemsize == 4
     packed = (PACK_32 and k > 1) if wide else PACK_16
 
-    g = group_width(v, k) if packed else 0
+    g = group_width(v, k, x.dtype.itemsize) if packed else 0
 
     def kernel(x_ref, o_ref):
         pid = pl.program_id(0)
@@ -176,7 +178,7 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
         out_shape=jax.ShapeDtypeStruct((v.a, k), jnp.int32),
         grid=(v.programs,),
         interpret=interpret,
-        compiler_params=pltriton.CompilerParams(num_warps=_warps(v), num_stages=1),
+        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
     )(x2)
     return jax.lax.reshape(out, (*x.shape[:-1], k))
 
