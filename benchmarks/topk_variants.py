@@ -25,8 +25,8 @@ from dml_jax.kernels import topk as K
 from dml_jax.ops.topk import top_k
 
 VARIANTS = [(4096, 4), (2048, 4), (8192, 8), (1024, 2), (1024, 1), (2048, 2), (4096, 8)]
-GROUP_TILES = [(2048, 1), (4096, 1), (8192, 1)]
-GROUPS = [2, 4, 8]
+GROUP_TILES = [(1024, 1), (2048, 1), (4096, 1), (2048, 2), (4096, 2)]
+GROUPS = [0, 2, 4, 8, 16, 32]
 
 
 def torch_seconds(shape, dtype, k=None):
