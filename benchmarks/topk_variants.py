@@ -4,10 +4,12 @@ The top 8 (and 1, 16) of rows of 1024, 1 GiB of float32 or the same bytes of flo
 indices against the lax lowering's (must be equal), then the ratio to the device copy (bytes read
 and written over the copy's GB/s) for each (tile elements, warps) variant, of the lax lowering and
 of torch.topk, one sync per many dispatches. ``--groups`` sweeps the grouped selection instead:
-(tile elements, warps) x group widths (0: the whole row) with packed keys, K = 8 and 16. Run from
-the repository root:
+(tile elements, warps) x group widths (0: the whole row) with packed keys, K = 8 and 16;
+``--forms`` the grouped selection's forms at the default tiles and widths (groups ordered by
+their keys or by their packed places, the last round as selections or as ranks). A variant that
+fails to compile is recorded, not fatal. Run from the repository root:
 
-    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/topk_variants.py [--groups]
+    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/topk_variants.py [--groups | --forms]
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from dml_jax.ops.topk import top_k
 VARIANTS = [(4096, 4), (2048, 4), (8192, 8), (1024, 2), (1024, 1), (2048, 2), (4096, 8)]
 GROUP_TILES = [(1024, 1), (2048, 1), (4096, 1), (2048, 2), (4096, 2)]
 GROUPS = [0, 2, 4, 8, 16, 32]
+TUNABLES = ("TILE_ELEMENTS", "GROUPED_TILE_ELEMENTS", "WARPS", "PACK_16", "PACK_32", "GROUP",
+            "GROUP_KEYS", "RANK_FINAL")  # fmt: skip
 
 
 def torch_seconds(shape, dtype, k=None):
@@ -43,6 +47,8 @@ def torch_seconds(shape, dtype, k=None):
 
 def main():
     groups = "--groups" in sys.argv[1:]
+    forms = "--forms" in sys.argv[1:]
+    defaults = {n: getattr(K, n) for n in TUNABLES}
     for dtype in ("float32", "float16"):
         rows = (1 << 18) * (2 if dtype == "float16" else 1)
         shape = (rows, 1024)
@@ -51,7 +57,7 @@ def main():
         copy_bytes = 2 * x.size * itemsize
         copy = min(timeit(jax.jit(lambda a: a + 0), x), torch_seconds(shape, dtype))
         gbs = copy_bytes / copy
-        for k in (8, 16) if groups else (1, 8, 16):
+        for k in (8, 16) if groups or forms else (1, 8, 16):
             moved = x.size * itemsize + rows * k * (itemsize + 4)
 
             def ratio(seconds, moved=moved):
@@ -61,14 +67,18 @@ def main():
             row = {"dtype": dtype, "k": k, "copy_gbs": round(gbs / 1e9),
                    "lax": ratio(timeit(f_lax, x)), "torch": ratio(torch_seconds(shape, dtype, k))}  # fmt: skip
             want = np.asarray(f_lax(x)[1]).astype(np.int64)
-            if groups:
-                runs = [(t, w, True, g) for (t, w), g in itertools.product(GROUP_TILES, GROUPS)]
+            if forms:
+                runs = [dict(GROUP_KEYS=gk, RANK_FINAL=rf)
+                        for gk, rf in itertools.product((True, False), (False, True))]  # fmt: skip
+            elif groups:
+                runs = [dict(TILE_ELEMENTS=t, GROUPED_TILE_ELEMENTS=t, WARPS=w, GROUP=g)
+                        for (t, w), g in itertools.product(GROUP_TILES, GROUPS)]  # fmt: skip
             else:
-                runs = [(t, w, p, 0) for (t, w), p in itertools.product(VARIANTS, (True, False))]
-            for tile, warps, pack, group in runs:
-                K.TILE_ELEMENTS, K.WARPS, K.PACK_16, K.PACK_32 = tile, warps, pack, pack
-                K.GROUPED_TILE_ELEMENTS = tile
-                K.GROUP = group
+                runs = [dict(TILE_ELEMENTS=t, WARPS=w, PACK_16=p, PACK_32=p, GROUP=0)
+                        for (t, w), p in itertools.product(VARIANTS, (True, False))]  # fmt: skip
+            for change in runs:
+                for n, value in {**defaults, **change}.items():
+                    setattr(K, n, value)
                 v = K.plan(shape, 1, k, dtype)
 
                 def f(a, v=v, k=k):
@@ -76,11 +86,15 @@ def main():
                     return jnp.take_along_axis(a, idx, axis=-1), idx.astype(jnp.uint32)
 
                 f = jax.jit(f)
-                same = bool((np.asarray(f(x)[1]).astype(np.int64) == want).all())
-                name = f"kernel t{tile} w{warps}" + (" packed" if pack else "")
-                name += f" g{group}" if groups else ""
-                row[name] = ratio(timeit(f, x)) if same else "MISMATCH"
+                name = " ".join(f"{n}={value}" for n, value in change.items())
+                try:
+                    same = bool((np.asarray(f(x)[1]).astype(np.int64) == want).all())
+                    row[name] = ratio(timeit(f, x)) if same else "MISMATCH"
+                except Exception as e:  # a variant that fails to compile is recorded
+                    row[name] = f"{type(e).__name__}: {e}"[:300]
             print(json.dumps(row), flush=True)
+    for n, value in defaults.items():
+        setattr(K, n, value)
     print(json.dumps({"jax": jax.__version__, "device": str(jax.devices()[0])}))
 
 

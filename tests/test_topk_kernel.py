@@ -59,8 +59,10 @@ def test_selection_forms_match_lax(monkeypatch, dtype, pack, largest):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
-@pytest.mark.parametrize("group", [None, 2, 16])
-@pytest.mark.parametrize("largest", [True, False], ids=["largest", "smallest"])
+@pytest.mark.parametrize(
+    "form", [(True, False), (False, False), (True, True)], ids=["keys", "places", "ranks"]
+)
+@pytest.mark.parametrize("group", [None, 2])
 @pytest.mark.parametrize(
     "shape, dtype, k",
     [
@@ -70,16 +72,20 @@ def test_selection_forms_match_lax(monkeypatch, dtype, pack, largest):
         ((5, 100), np.float32, 7),
     ],
 )
-def test_grouped_selection_matches_lax(monkeypatch, group, shape, dtype, k, largest):
-    # The grouped selection (K groups by their maxima, then K selections over their places)
-    # at every group width, on rows where fewer than K groups hold a column (all-padding groups
-    # are chosen too) and on rows that do not fill their last group.
+def test_grouped_selection_matches_lax(monkeypatch, form, group, shape, dtype, k):
+    # The grouped selection (K groups by their maxima, then K selections over their places) in
+    # each form (groups ordered by their keys or by their packed places; the last round as
+    # selections or as ranks), on rows where fewer than K groups hold a column (all-padding
+    # groups are chosen too), rows that do not fill their last group, and the type's least key.
+    monkeypatch.setattr(K, "GROUP_KEYS", form[0])
+    monkeypatch.setattr(K, "RANK_FINAL", form[1])
     monkeypatch.setattr(K, "GROUP", group)
     v = K.plan(shape, 1, k, dtype, min_programs=1)
     x = jnp.asarray(_input(shape, dtype, seed=k))
-    got = K.top_k_indices(x, v, k, largest, interpret=True)
-    _, want = top_k(x, 1, k, largest, jnp.int32)
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    for largest in (True, False):
+        got = K.top_k_indices(x, v, k, largest, interpret=True)
+        _, want = top_k(x, 1, k, largest, jnp.int32)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 def test_group_width():

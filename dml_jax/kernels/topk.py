@@ -52,6 +52,14 @@ PACK_32 = True  # for K > 1
 # that for 32-bit keys, whose packed int64 places cost twice as much); 0 selects over the row.
 GROUPED_TILE_ELEMENTS = 2048
 GROUP: int | None = None
+# Rank forms of the grouped selection's rounds: each place's rank from all pairwise comparisons
+# at once instead of K selections in a chain (the groups only where there are <= RANK_MAX).
+RANK_FINAL = False
+RANK_GROUPS = False
+# The groups' order from their largest keys, packed with the group's number once a group,
+# instead of packing every place before the groups' maxima.
+GROUP_KEYS = True
+RANK_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,18 @@ def group_width(v: View, k: int, itemsize: int) -> int:
     return g if g >= 2 and v.width // g >= k and v.width % g == 0 else 0
 
 
+def _ranks(p):
+    """The place of each entry of every row of ``p`` in descending order, equal entries by
+    position: a permutation of ``0 .. m - 1`` a row, from m x m comparisons with no chain of
+    reductions."""
+    m = p.shape[1]
+    pos = jnp.arange(m, dtype=jnp.int32)
+    ahead = (p[:, None, :] > p[:, :, None]) | (
+        (p[:, None, :] == p[:, :, None]) & (pos[None, None, :] < pos[None, :, None])
+    )
+    return jnp.sum(ahead.astype(jnp.int32), axis=2, dtype=jnp.int32)
+
+
 def _keys32(x, largest: bool):
     """The 32-bit search keys of ``ops.topk``: order keys, complemented for the smallest."""
     keys = order_keys(x, largest).astype(jnp.int32)  # float16 keys widen exactly
@@ -128,35 +148,71 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
             with jax.enable_x64(wide):
                 ptype = jnp.int64 if wide else jnp.int32
                 bits = 32 if wide else 16
-                low = np.iinfo(ptype).min
-                last = (1 << bits) - 1
-
-                def pack(values, columns, ok):
-                    keys = _keys32(values, largest).astype(ptype)
-                    return jnp.where(ok, keys * (1 << bits) + (last - columns.astype(ptype)), low)
+                low, last, scale = np.iinfo(ptype).min, (1 << bits) - 1, 1 << bits
 
                 def column(best):
                     return (last - (best & last)).astype(jnp.int32)
 
-                p = pack(tile, col, valid)
-                if g:
-                    # The K groups of the largest maxima (an all-padding group, chosen only
-                    # where fewer than K groups hold a column, is clamped into the row: its
-                    # places are real or masked, and a repeated place ties with itself).
-                    n = v.width // g
-                    gmax = jnp.max(p.reshape(v.cols, n, g), axis=2)
-                    slot = jnp.arange(k, dtype=jnp.int32)[None, :]
-                    chosen = jnp.zeros((v.cols, k), jnp.int32)
+                def join(keys, columns):
+                    return keys.astype(ptype) * scale + (last - columns.astype(ptype))
+
+                def pack(values, columns, ok):
+                    return jnp.where(ok, join(_keys32(values, largest), columns), low)
+
+                if not g:
+                    p = pack(tile, col, valid)
                     for i in range(k):
-                        best = jnp.max(gmax, axis=1, keepdims=True)
-                        chosen = jnp.where(slot == i, jnp.clip(column(best) // g, 0, n - 1), chosen)
-                        gmax = jnp.where(gmax == best, low, gmax)
-                    within = jnp.arange(g, dtype=jnp.int32)[None, None, :]
-                    ccol = (chosen[:, :, None] * g + within).reshape(v.cols, k * g)
-                    crow = jnp.broadcast_to(jnp.minimum(row, v.a - 1), (v.cols, k * g))
-                    cvalid = (row < v.a) & (ccol < v.r)
-                    cand = pltriton.load(x_ref.at[crow, ccol], mask=cvalid, other=0)
-                    p = pack(cand, ccol, cvalid)
+                        best = jnp.max(p, axis=1, keepdims=True)
+                        pltriton.store(o_ref.at[rows, pl.ds(i, 1)], column(best), mask=row < v.a)
+                        p = jnp.where(p == best, low, p)
+                    return
+                n = v.width // g
+                number = jnp.arange(n, dtype=jnp.int32)[None, :]
+                if GROUP_KEYS:
+                    # Each group's largest key (padding at the type's least key, which only
+                    # the row's last groups hold) packed with the group's number, the lower
+                    # number the larger: the order of the groups' best places, as equal keys
+                    # rank by column and the groups are runs of columns. Only the maxima pack.
+                    least = np.iinfo(np.int32).min if wide else -(1 << 15)
+                    keys = jnp.where(valid, _keys32(tile, largest), least)
+                    gmax = join(jnp.max(keys.reshape(v.cols, n, g), axis=2), number)
+
+                    def group(best):
+                        return column(best), column(best) * g < v.r
+
+                else:
+                    # Each group's largest packed place; one chosen with the least key holds
+                    # no column (fewer than K groups do): its places are masked.
+                    p = pack(tile, col, valid)
+                    gmax = jnp.max(p.reshape(v.cols, n, g), axis=2)
+
+                    def group(best):
+                        return jnp.clip(column(best) // g, 0, n - 1), best != low
+
+                # The K groups of the largest maxima.
+                slot = jnp.arange(k, dtype=jnp.int32)[None, :]
+                chosen = jnp.zeros((v.cols, k), jnp.int32)
+                held = jnp.zeros((v.cols, k), jnp.bool_)
+                for i in range(k):
+                    best = jnp.max(gmax, axis=1, keepdims=True)
+                    number_i, held_i = group(best)
+                    chosen = jnp.where(slot == i, number_i, chosen)
+                    held = jnp.where(slot == i, held_i, held)
+                    gmax = jnp.where(gmax == best, low, gmax)
+                within = jnp.arange(g, dtype=jnp.int32)[None, None, :]
+                ccol = (chosen[:, :, None] * g + within).reshape(v.cols, k * g)
+                held = jnp.broadcast_to(held[:, :, None], (v.cols, k, g)).reshape(v.cols, k * g)
+                crow = jnp.broadcast_to(jnp.minimum(row, v.a - 1), (v.cols, k * g))
+                cvalid = (row < v.a) & (ccol < v.r) & held
+                cand = pltriton.load(x_ref.at[crow, ccol], mask=cvalid, other=0)
+                p = pack(cand, ccol, cvalid)
+                if RANK_FINAL:
+                    # Each candidate's place in the order, all at once; slot i takes the column
+                    # of the candidate in place i.
+                    hit = _ranks(p)[:, :, None] == slot[:, None, :]  # (cols, K x G, K)
+                    out = jnp.sum(jnp.where(hit, ccol[:, :, None], 0), axis=1, dtype=jnp.int32)
+                    pltriton.store(o_ref.at[rows, pl.ds(0, k)], out, mask=row < v.a)
+                    return
                 for i in range(k):
                     best = jnp.max(p, axis=1, keepdims=True)
                     pltriton.store(o_ref.at[rows, pl.ds(i, 1)], column(best), mask=row < v.a)
