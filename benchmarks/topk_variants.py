@@ -70,6 +70,10 @@ def main():
             if forms:
                 runs = [dict(GROUP_KEYS=gk, RANK_FINAL=rf)
                         for gk, rf in itertools.product((True, False), (False, True))]  # fmt: skip
+                runs += [
+                    dict(GROUP_KEYS=True, GROUPED_TILE_ELEMENTS=4096),
+                    dict(GROUP_KEYS=True, GROUP=8),
+                ]
             elif groups:
                 runs = [dict(TILE_ELEMENTS=t, GROUPED_TILE_ELEMENTS=t, WARPS=w, GROUP=g)
                         for (t, w), g in itertools.product(GROUP_TILES, GROUPS)]  # fmt: skip
