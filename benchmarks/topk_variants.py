@@ -4,12 +4,10 @@ The top 8 (and 1, 16) of rows of 1024, 1 GiB of float32 or the same bytes of flo
 indices against the lax lowering's (must be equal), then the ratio to the device copy (bytes read
 and written over the copy's GB/s) for each (tile elements, warps) variant, of the lax lowering and
 of torch.topk, one sync per many dispatches. ``--groups`` sweeps the grouped selection instead:
-(tile elements, warps) x group widths (0: the whole row) with packed keys, K = 8 and 16;
-``--forms`` the grouped selection's forms at the default tiles and widths (groups ordered by
-their keys or by their packed places, the last round as selections or as ranks). A variant that
-fails to compile is recorded, not fatal. Run from the repository root:
+(tile elements, warps) x group widths (0: the whole row) with packed keys, K = 8 and 16. A
+variant that fails to compile is recorded, not fatal. Run from the repository root:
 
-    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/topk_variants.py [--groups | --forms]
+    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/topk_variants.py [--groups]
 """
 
 from __future__ import annotations
@@ -29,8 +27,7 @@ from dml_jax.ops.topk import top_k
 VARIANTS = [(4096, 4), (2048, 4), (8192, 8), (1024, 2), (1024, 1), (2048, 2), (4096, 8)]
 GROUP_TILES = [(1024, 1), (2048, 1), (4096, 1), (2048, 2), (4096, 2)]
 GROUPS = [0, 2, 4, 8, 16, 32]
-TUNABLES = ("TILE_ELEMENTS", "GROUPED_TILE_ELEMENTS", "WARPS", "PACK_16", "PACK_32", "GROUP",
-            "GROUP_KEYS", "RANK_FINAL")  # fmt: skip
+TUNABLES = ("TILE_ELEMENTS", "GROUPED_TILE_ELEMENTS", "WARPS", "PACK_16", "PACK_32", "GROUP")
 
 
 def torch_seconds(shape, dtype, k=None):
@@ -47,7 +44,6 @@ def torch_seconds(shape, dtype, k=None):
 
 def main():
     groups = "--groups" in sys.argv[1:]
-    forms = "--forms" in sys.argv[1:]
     defaults = {n: getattr(K, n) for n in TUNABLES}
     for dtype in ("float32", "float16"):
         rows = (1 << 18) * (2 if dtype == "float16" else 1)
@@ -57,7 +53,7 @@ def main():
         copy_bytes = 2 * x.size * itemsize
         copy = min(timeit(jax.jit(lambda a: a + 0), x), torch_seconds(shape, dtype))
         gbs = copy_bytes / copy
-        for k in (8, 16) if groups or forms else (1, 8, 16):
+        for k in (8, 16) if groups else (1, 8, 16):
             moved = x.size * itemsize + rows * k * (itemsize + 4)
 
             def ratio(seconds, moved=moved):
@@ -67,14 +63,7 @@ def main():
             row = {"dtype": dtype, "k": k, "copy_gbs": round(gbs / 1e9),
                    "lax": ratio(timeit(f_lax, x)), "torch": ratio(torch_seconds(shape, dtype, k))}  # fmt: skip
             want = np.asarray(f_lax(x)[1]).astype(np.int64)
-            if forms:
-                runs = [dict(GROUP_KEYS=gk, RANK_FINAL=rf)
-                        for gk, rf in itertools.product((True, False), (False, True))]  # fmt: skip
-                runs += [
-                    dict(GROUP_KEYS=True, GROUPED_TILE_ELEMENTS=4096),
-                    dict(GROUP_KEYS=True, GROUP=8),
-                ]
-            elif groups:
+            if groups:
                 runs = [dict(TILE_ELEMENTS=t, GROUPED_TILE_ELEMENTS=t, WARPS=w, GROUP=g)
                         for (t, w), g in itertools.product(GROUP_TILES, GROUPS)]  # fmt: skip
             else:

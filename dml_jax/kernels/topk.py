@@ -4,19 +4,19 @@ XLA's GPU ``top_k`` sorts (0.03 of the copy for the top 8 of rows of 1024 on an 
 issue's anchor; PyTorch 0.03 too). Here a program owns ``cols`` whole rows: it loads them once,
 turns every element into the 32-bit search key of ``ops.topk`` and takes K maxima in registers:
 each the extreme key and the lowest column holding it (the operator's tie rule), then masked out.
-A 16-bit key
-and its column fit one int32 (key above, complemented column below), so for float16 each of the K
-selections is a single maximum (``PACK_32``: 32-bit keys likewise in an int64). The kernel writes the indices; the values are gathered from the input at them, as the lax
-lowering does, so every value keeps its bits (-0.0, NaN payloads). Results equal the lax
-lowering's exactly.
+A 16-bit key and its column fit one int32 (key above, complemented column below), so for float16
+each of the K selections is a single maximum (``PACK_32``: 32-bit keys likewise in an int64). The
+kernel writes the indices; the values are gathered from the input at them, as the lax lowering
+does, so every value keeps its bits (-0.0, NaN payloads). Results equal the lax lowering's
+exactly.
 
 Grouped selection (packed keys, K > 1): the row is cut into groups of G adjacent columns and
 the K groups with the largest maxima are selected first (K selections over width / G group
-maxima); the top K of the row lie in those groups, which are read again (from cache) as K x G
-candidates, and the K selections run over those alone. Packed keys are all distinct, so the
-argument is exact: an element of any other group is below K distinct group maxima, so it is
-not among the K largest. A row of 1024 with K = 8 and G = 8 costs 128 + 64 places a selection
-instead of 1024.
+maxima, each maximum a key packed with its group's number); the top K of the row lie in those
+groups, which are read again (from cache) as K x G candidates, and the K selections run over
+those alone. Packed places are all distinct, so the argument is exact: an element of any other
+group is below K distinct group maxima, so it is not among the K largest. A row of 1024 with
+K = 8 and G = 4 costs 256 + 32 places a selection instead of 1024.
 """
 
 from __future__ import annotations
@@ -50,16 +50,12 @@ PACK_32 = True  # for K > 1
 # one row a warp's 0.32 / 0.35 (the selections of two rows overlap), and groups of 4 (float32) or
 # 8 (float16) beat wider ones. GROUP: None picks the power of two at most sqrt(width / K) (half
 # that for 32-bit keys, whose packed int64 places cost twice as much); 0 selects over the row.
+# Ordering the groups by their keys, packed once a group, instead of packing every place before
+# the groups' maxima: float32 K=8 0.378 -> 0.43, float16 unchanged (0.38); a rank form of the
+# last round (each candidate's place from all pairwise comparisons) lost everywhere (0.29-0.41,
+# float16 K=16 0.08): results/topk_groups/sweep_forms.log.
 GROUPED_TILE_ELEMENTS = 2048
 GROUP: int | None = None
-# Rank forms of the grouped selection's rounds: each place's rank from all pairwise comparisons
-# at once instead of K selections in a chain (the groups only where there are <= RANK_MAX).
-RANK_FINAL = False
-RANK_GROUPS = False
-# The groups' order from their largest keys, packed with the group's number once a group,
-# instead of packing every place before the groups' maxima.
-GROUP_KEYS = True
-RANK_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -105,18 +101,6 @@ def group_width(v: View, k: int, itemsize: int) -> int:
     return g if g >= 2 and v.width // g >= k and v.width % g == 0 else 0
 
 
-def _ranks(p):
-    """The place of each entry of every row of ``p`` in descending order, equal entries by
-    position: a permutation of ``0 .. m - 1`` a row, from m x m comparisons with no chain of
-    reductions."""
-    m = p.shape[1]
-    pos = jnp.arange(m, dtype=jnp.int32)
-    ahead = (p[:, None, :] > p[:, :, None]) | (
-        (p[:, None, :] == p[:, :, None]) & (pos[None, None, :] < pos[None, :, None])
-    )
-    return jnp.sum(ahead.astype(jnp.int32), axis=2, dtype=jnp.int32)
-
-
 def _keys32(x, largest: bool):
     """The 32-bit search keys of ``ops.topk``: order keys, complemented for the smallest."""
     keys = order_keys(x, largest).astype(jnp.int32)  # float16 keys widen exactly
@@ -159,45 +143,32 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
                 def pack(values, columns, ok):
                     return jnp.where(ok, join(_keys32(values, largest), columns), low)
 
-                if not g:
-                    p = pack(tile, col, valid)
+                def select(p):  # the K largest places, stored in order
                     for i in range(k):
                         best = jnp.max(p, axis=1, keepdims=True)
                         pltriton.store(o_ref.at[rows, pl.ds(i, 1)], column(best), mask=row < v.a)
                         p = jnp.where(p == best, low, p)
+
+                if not g:
+                    select(pack(tile, col, valid))
                     return
                 n = v.width // g
                 number = jnp.arange(n, dtype=jnp.int32)[None, :]
-                if GROUP_KEYS:
-                    # Each group's largest key (padding at the type's least key, which only
-                    # the row's last groups hold) packed with the group's number, the lower
-                    # number the larger: the order of the groups' best places, as equal keys
-                    # rank by column and the groups are runs of columns. Only the maxima pack.
-                    least = np.iinfo(np.int32).min if wide else -(1 << 15)
-                    keys = jnp.where(valid, _keys32(tile, largest), least)
-                    gmax = join(jnp.max(keys.reshape(v.cols, n, g), axis=2), number)
-
-                    def group(best):
-                        return column(best), column(best) * g < v.r
-
-                else:
-                    # Each group's largest packed place; one chosen with the least key holds
-                    # no column (fewer than K groups do): its places are masked.
-                    p = pack(tile, col, valid)
-                    gmax = jnp.max(p.reshape(v.cols, n, g), axis=2)
-
-                    def group(best):
-                        return jnp.clip(column(best) // g, 0, n - 1), best != low
-
+                # Each group's largest key (padding at the type's least key, which only the
+                # row's last groups hold) packed with the group's number, the lower number the
+                # larger: the order of the groups' best places, as equal keys rank by column
+                # and the groups are runs of columns. Only the maxima pack.
+                least = np.iinfo(np.int32).min if wide else -(1 << 15)
+                keys = jnp.where(valid, _keys32(tile, largest), least)
+                gmax = join(jnp.max(keys.reshape(v.cols, n, g), axis=2), number)
                 # The K groups of the largest maxima.
                 slot = jnp.arange(k, dtype=jnp.int32)[None, :]
                 chosen = jnp.zeros((v.cols, k), jnp.int32)
                 held = jnp.zeros((v.cols, k), jnp.bool_)
                 for i in range(k):
                     best = jnp.max(gmax, axis=1, keepdims=True)
-                    number_i, held_i = group(best)
-                    chosen = jnp.where(slot == i, number_i, chosen)
-                    held = jnp.where(slot == i, held_i, held)
+                    chosen = jnp.where(slot == i, column(best), chosen)
+                    held = jnp.where(slot == i, column(best) * g < v.r, held)
                     gmax = jnp.where(gmax == best, low, gmax)
                 within = jnp.arange(g, dtype=jnp.int32)[None, None, :]
                 ccol = (chosen[:, :, None] * g + within).reshape(v.cols, k * g)
@@ -205,18 +176,7 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
                 crow = jnp.broadcast_to(jnp.minimum(row, v.a - 1), (v.cols, k * g))
                 cvalid = (row < v.a) & (ccol < v.r) & held
                 cand = pltriton.load(x_ref.at[crow, ccol], mask=cvalid, other=0)
-                p = pack(cand, ccol, cvalid)
-                if RANK_FINAL:
-                    # Each candidate's place in the order, all at once; slot i takes the column
-                    # of the candidate in place i.
-                    hit = _ranks(p)[:, :, None] == slot[:, None, :]  # (cols, K x G, K)
-                    out = jnp.sum(jnp.where(hit, ccol[:, :, None], 0), axis=1, dtype=jnp.int32)
-                    pltriton.store(o_ref.at[rows, pl.ds(0, k)], out, mask=row < v.a)
-                    return
-                for i in range(k):
-                    best = jnp.max(p, axis=1, keepdims=True)
-                    pltriton.store(o_ref.at[rows, pl.ds(i, 1)], column(best), mask=row < v.a)
-                    p = jnp.where(p == best, low, p)
+                select(pack(cand, ccol, cvalid))
             return
         keys = jnp.where(valid, _keys32(tile, largest), lowest)
         for i in range(k):
