@@ -59,3 +59,26 @@ def _forget_the_example():
     for name in set(sys.modules) - before:
         if name == "train_cnn" or name.startswith("benchmark_"):
             del sys.modules[name]
+
+
+def test_kernel_sass_reads_the_cuda_kernels_without_a_gpu():
+    # benchmarks/kernel_sass.py lowers a program for CUDA on any machine: the TOP_K fast path's
+    # Triton kernel comes out as Triton IR text with its launch settings (compiling it for sm_90a
+    # needs Triton, which the project does not depend on).
+    import jax
+
+    import dml_jax as dml
+    from dml_jax.kernels import topk
+
+    sass = _script("kernel_sass")
+    x = dml.TensorDesc("FLOAT32", (8192, 1024))
+    out = x.like(sizes=(8192, 8))
+    desc = dml.TopKOperatorDesc(x, out, out.like(data_type="UINT32"), axis=1, k=8)
+    with sass.as_cuda():
+        op = dml.compile_operator(desc)
+    [kernel] = sass.triton_kernels(op.fn, jax.ShapeDtypeStruct((8192, 1024), "float32"))
+    assert "tt.func" in kernel["ir"] and "tt.load" in kernel["ir"]
+    assert kernel["num_warps"] == topk.plan((8192, 1024), 1, 8, "float32").warps
+    # outside as_cuda() this machine's lowering is the lax program alone
+    spec = jax.ShapeDtypeStruct((8192, 1024), "float32")
+    assert sass.triton_kernels(dml.compile_operator(desc).fn, spec) == []
