@@ -27,7 +27,7 @@ from dml_jax.ops.topk import top_k
 VARIANTS = [(4096, 4), (2048, 4), (8192, 8), (1024, 2), (1024, 1), (2048, 2), (4096, 8)]
 GROUP_TILES = [(1024, 1), (2048, 1), (4096, 1), (2048, 2), (4096, 2)]
 GROUPS = [0, 2, 4, 8, 16, 32]
-TUNABLES = ("TILE_ELEMENTS", "GROUPED_TILE_ELEMENTS", "WARPS", "PACK_16", "PACK_32", "GROUP")
+TUNABLES = ("TILE_ELEMENTS", "MIN_ROWS", "WARPS", "PACK_16", "PACK_32", "GROUP")
 
 
 def torch_seconds(shape, dtype, k=None):
@@ -64,10 +64,10 @@ def main():
                    "lax": ratio(timeit(f_lax, x)), "torch": ratio(torch_seconds(shape, dtype, k))}  # fmt: skip
             want = np.asarray(f_lax(x)[1]).astype(np.int64)
             if groups:
-                runs = [dict(TILE_ELEMENTS=t, GROUPED_TILE_ELEMENTS=t, WARPS=w, GROUP=g)
+                runs = [dict(TILE_ELEMENTS=t, MIN_ROWS=1, WARPS=w, GROUP=g)
                         for (t, w), g in itertools.product(GROUP_TILES, GROUPS)]  # fmt: skip
             else:
-                runs = [dict(TILE_ELEMENTS=t, WARPS=w, PACK_16=p, PACK_32=p, GROUP=0)
+                runs = [dict(TILE_ELEMENTS=t, MIN_ROWS=1, WARPS=w, PACK_16=p, PACK_32=p, GROUP=0)
                         for (t, w), p in itertools.product(VARIANTS, (True, False))]  # fmt: skip
             for change in runs:
                 for n, value in {**defaults, **change}.items():
