@@ -46,17 +46,17 @@ WARPS = 1
 PACK_16 = True
 PACK_32 = True  # for K > 1
 # Grouped selection (K > 1, packed keys), from benchmarks/results/topk_groups/ (H200, rows of
-# 1024): two rows a warp ran K=8 at 0.395 float32 / 0.404 float16 against one row a warp's 0.32
-# / 0.35 (the selections of two rows overlap; four rows 0.37 / 0.42), so for K > 1 a warp takes
-# at least MIN_ROWS rows of up to TILE_ELEMENTS (shorter rows already come TILE_ELEMENTS / width
-# a program, and twice that many doubles the registers: 96 -> 249 for rows of 128, K=16,
-# benchmarks/kernel_sass.py); groups of 4 (float32) or
-# 8 (float16) beat wider ones. GROUP: None picks the power of two at most sqrt(width / K) (half
-# that for 32-bit keys, whose packed int64 places cost twice as much); 0 selects over the row.
-# Ordering the groups by their keys, packed once a group, instead of packing every place before
-# the groups' maxima: float32 K=8 0.378 -> 0.43, float16 unchanged (0.38); a rank form of the
-# last round (each candidate's place from all pairwise comparisons) lost everywhere (0.29-0.41,
-# float16 K=16 0.08): results/topk_groups/sweep_forms.log.
+# 1024, K=8, ratio to the copy):
+# - two rows a warp ran 0.395 float32 / 0.404 float16 against one row a warp's 0.32 / 0.35 (the
+#   selections of two rows overlap; four 0.37 / 0.42), so for K > 1 a warp takes at least
+#   MIN_ROWS rows of up to TILE_ELEMENTS (shorter rows come TILE_ELEMENTS / width a program
+#   already; twice that doubles the registers, 96 -> 249 for rows of 128 at K=16);
+# - groups of 4 (float32) or 8 (float16) beat wider and narrower ones. GROUP: None picks the
+#   power of two at most sqrt(width / K), half that for 32-bit keys (their int64 places cost
+#   twice as much); 0 selects over the whole row;
+# - ordering the groups by their keys, packed once a group, instead of packing every place first:
+#   float32 0.378 -> 0.43, float16 unchanged (0.38); a rank form of the last round (each
+#   candidate's place from all pairwise comparisons) lost everywhere (sweep_forms.log).
 MIN_ROWS = 2
 GROUP: int | None = None
 
