@@ -58,6 +58,12 @@ PACK_32 = True  # for K > 1
 #   float32 0.378 -> 0.43, float16 unchanged (0.38); a rank form of the last round (each
 #   candidate's place from all pairwise comparisons) lost everywhere (sweep_forms.log).
 MIN_ROWS = 2
+# 32-bit keys in the grouped selection as int32 pairs instead of packed int64 places: each
+# selection the largest key, then the lowest group number or column holding it, two int32 warp
+# reductions (single REDUX instructions on sm_90) instead of one int64 reduction (five shuffle
+# levels). Not measured on a GPU yet, so off: the float32 K=8 kernel goes from 2408 to 2072 sm_90
+# instructions and from 226 shuffles to 68 (benchmarks/kernel_sass.py).
+SPLIT_32 = False
 GROUP: int | None = None
 
 
@@ -148,6 +154,13 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
                 def pack(values, columns, ok):
                     return jnp.where(ok, join(_keys32(values, largest), columns), low)
 
+                def pair_select(keys, free, names, none):
+                    # The largest key among the free places, then the least name holding it
+                    # (taken places hold the least key and are not free).
+                    best = jnp.max(keys, axis=1, keepdims=True)
+                    hit = free & (keys == best)
+                    return jnp.min(jnp.where(hit, names, none), axis=1, keepdims=True)
+
                 def select(p):  # the K largest places, stored in order
                     for i in range(k):
                         best = jnp.max(p, axis=1, keepdims=True)
@@ -165,22 +178,40 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
                 # and the groups are runs of columns. Only the maxima pack.
                 least = np.iinfo(np.int32).min if wide else -(1 << 15)
                 keys = jnp.where(valid, _keys32(tile, largest), least)
-                gmax = join(jnp.max(keys.reshape(v.cols, n, g), axis=2), number)
-                # The K groups of the largest maxima.
                 slot = jnp.arange(k, dtype=jnp.int32)[None, :]
                 chosen = jnp.zeros((v.cols, k), jnp.int32)
                 held = jnp.zeros((v.cols, k), jnp.bool_)
-                for i in range(k):
-                    best = jnp.max(gmax, axis=1, keepdims=True)
-                    chosen = jnp.where(slot == i, column(best), chosen)
-                    held = jnp.where(slot == i, column(best) * g < v.r, held)
-                    gmax = jnp.where(gmax == best, low, gmax)
+                if wide and SPLIT_32:
+                    gkey = jnp.max(keys.reshape(v.cols, n, g), axis=2)
+                    free = jnp.ones((v.cols, n), jnp.bool_)
+                    for i in range(k):
+                        num = pair_select(gkey, free, number, n)
+                        chosen = jnp.where(slot == i, num, chosen)
+                        held = jnp.where(slot == i, num * g < v.r, held)
+                        free = free & (number != num)
+                        gkey = jnp.where(free, gkey, least)
+                else:
+                    gmax = join(jnp.max(keys.reshape(v.cols, n, g), axis=2), number)
+                    for i in range(k):
+                        best = jnp.max(gmax, axis=1, keepdims=True)
+                        chosen = jnp.where(slot == i, column(best), chosen)
+                        held = jnp.where(slot == i, column(best) * g < v.r, held)
+                        gmax = jnp.where(gmax == best, low, gmax)
                 within = jnp.arange(g, dtype=jnp.int32)[None, None, :]
                 ccol = (chosen[:, :, None] * g + within).reshape(v.cols, k * g)
                 held = jnp.broadcast_to(held[:, :, None], (v.cols, k, g)).reshape(v.cols, k * g)
                 crow = jnp.broadcast_to(jnp.minimum(row, v.a - 1), (v.cols, k * g))
                 cvalid = (row < v.a) & (ccol < v.r) & held
                 cand = pltriton.load(x_ref.at[crow, ccol], mask=cvalid, other=0)
+                if wide and SPLIT_32:
+                    ck = jnp.where(cvalid, _keys32(cand, largest), least)
+                    free = cvalid
+                    for i in range(k):
+                        index = pair_select(ck, free, ccol, v.width)
+                        pltriton.store(o_ref.at[rows, pl.ds(i, 1)], index, mask=row < v.a)
+                        free = free & (ccol != index)
+                        ck = jnp.where(free, ck, least)
+                    return
                 select(pack(cand, ccol, cvalid))
             return
         keys = jnp.where(valid, _keys32(tile, largest), lowest)
