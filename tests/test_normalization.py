@@ -318,7 +318,9 @@ def norm_cases(draw, cls=None, type_name=None, fused=True, grads=False):
             epsilon=eps / 10,
             p=draw(st.sampled_from([1, 2])),
         )
-        inputs = [S.values(rng, type_name, shape, style)]
+        # Gradients: elements away from 0 (|x| has a kink there) and norms away from Epsilon
+        # (max(norm, Epsilon) has one there), beyond the finite differences' step.
+        inputs = [S.values(rng, type_name, shape, "near_one" if grads else style)]
     return S.Case(desc, tuple(inputs))
 
 

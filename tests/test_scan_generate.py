@@ -297,6 +297,22 @@ def test_sixty_four_bit_sequences_wrap():
     S.assert_same(S.run(S.Case(d, ())), (np.array([2**63 - 1, -(2**63)], np.int64),))
 
 
+@pytest.mark.parametrize(
+    "type_name, start, delta, sizes",
+    [("INT8", 0, 0, [1, 2, 3, 4, 6]), ("INT8", 3, 2, [300]), ("UINT8", 10, -2, [2, 300]),
+     ("INT16", -5, 7, [2, 40000]), ("UINT16", 0, 1, [2, 70000])],
+)  # fmt: skip
+def test_narrow_sequences_longer_than_their_type_wrap(type_name, start, delta, sizes):
+    # More elements than the type holds: positions and values wrap modulo 2**bits (found by the
+    # thorough profile: the positions' strides overflowed the type before anything ran).
+    d = dml.FillValueSequenceOperatorDesc(T(type_name, sizes), type_name, start, delta)
+    dtype = np.dtype(type_name.lower())
+    modulus = 2 ** (8 * dtype.itemsize)
+    i = np.arange(int(np.prod(sizes)), dtype=np.int64)
+    want = ((start + i * (delta % modulus)) % modulus).astype(np.uint64).astype(dtype)
+    S.assert_same(S.run(S.Case(d, ())), (want.reshape(sizes),))
+
+
 # --- in graphs ------------------------------------------------------------------------------
 
 

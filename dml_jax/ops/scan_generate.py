@@ -238,13 +238,24 @@ def _value_type_rule(d: Any, v: Validator) -> None:
 
 
 def _flat_index(shape: tuple[int, ...], dtype):
-    """Each element's row-major position, as ``dtype``."""
-    position = jnp.zeros(shape, dtype)
+    """Each element's row-major position, as the integer ``dtype``, modulo 2**bits (a sequence of
+    more elements than a narrow type holds wraps, as its arithmetic does).
+
+    Positions are computed in an unsigned type of at least 32 bits with the strides taken
+    modulo its width (exact modulo 2**32 or 2**64), then narrowed by truncation or, at the same
+    width, reinterpreted."""
+    dtype = np.dtype(dtype)
+    wide = np.dtype(np.uint64 if dtype.itemsize == 8 or math.prod(shape) >= 2**32 else np.uint32)
+    modulus = 2 ** (8 * wide.itemsize)
+    position = jnp.zeros(shape, wide)
     stride = 1
     for axis in reversed(range(len(shape))):
-        position = position + lax.broadcasted_iota(dtype, shape, axis) * jnp.asarray(stride, dtype)
+        step = jnp.asarray(stride % modulus, wide)
+        position = position + lax.broadcasted_iota(wide, shape, axis) * step
         stride *= shape[axis]
-    return position
+    if dtype.itemsize == wide.itemsize:
+        return lax.bitcast_convert_type(position, dtype)
+    return position.astype(dtype)
 
 
 # --- FILL_VALUE_CONSTANT ---------------------------------------------------------------------
