@@ -64,6 +64,7 @@ from ._quant import (
     named_inputs,
     parameter,
     quantize,
+    rounded,
 )
 from .gemm_conv import check_conv_dimension_count, check_conv_window, conv_output_sizes
 from .pooling import (
@@ -347,7 +348,9 @@ def lower_matrix_multiply_integer_to_float(d: MatrixMultiplyIntegerToFloatOperat
         acc = _integer_product(
             x["a_tensor"], t, x["a_zero_point_tensor"], x["b_tensor"], t, x["b_zero_point_tensor"]
         )
-        y = acc.astype(jnp.float32) * (a_scale * b_scale)
+        # Rounded before the bias is added (as the eager program does, and the formula says),
+        # not contracted with it into one fused multiply-add where a compiler would.
+        y = rounded(acc.astype(jnp.float32) * (a_scale * b_scale))
     else:
         a_zero, b_zero = x["a_zero_point_tensor"], x["b_zero_point_tensor"]
         a = dequantize(
