@@ -222,6 +222,24 @@ def test_relu_gradient_at_zero_is_zero_and_nan_propagates():
     assert np.isnan(y[0]) and y[1] == 0 and not np.signbit(y[1]) and y[2] == 0 and y[3] == 3
 
 
+@pytest.mark.parametrize("alpha", [1.5, -0.5])
+def test_celu_derivative_at_zero_is_one(alpha):
+    # CELU is continuously differentiable at 0 (slope 1 on both sides); autodiff of the
+    # documented max/min form would split the ties there and give 0.75 (found by the thorough
+    # profile through ADD1's fused CELU). Both signs of Alpha; large inputs keep finite slopes.
+    import jax
+
+    t = dml.TensorDesc("FLOAT32", [5])
+    op = dml.compile_operator(dml.ActivationCeluOperatorDesc(t, t, alpha=alpha))
+    x = jnp.array([0.0, -0.0, 1e-3, -1e-3, 100.0])
+    g = np.asarray(jax.grad(lambda v: op.fn(v).sum())(x))
+    np.testing.assert_allclose(g[:4], 1.0, rtol=3e-3)
+    assert g[4] == 1.0
+    y = np.asarray(op(x))
+    want = np.where(x > 0, x, alpha * np.expm1(np.asarray(x) / alpha))
+    np.testing.assert_allclose(y, want, rtol=1e-6)
+
+
 def test_elu_gradient_finite_for_large_inputs():
     import jax
 

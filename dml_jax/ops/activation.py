@@ -82,11 +82,14 @@ def _keep_nan(x, y):
 
 
 def _celu(d: Any, x):
-    # max(0, x) + min(0, Alpha * (exp(x / Alpha) - 1)). For x >= 0 the second term is >= 0 for
-    # either sign of Alpha, so min() makes it 0 and exp is taken of min(x, 0) / Alpha only (a
-    # finite gradient for large positive x).
+    # max(0, x) + min(0, Alpha * (exp(x / Alpha) - 1)): x for x > 0 and Alpha * expm1(x / Alpha)
+    # otherwise, for either sign of Alpha (for x > 0 the second term is >= 0 and min() makes it
+    # 0; for x <= 0 it is <= 0 and the first term is 0). Written with where, not max/min, so the
+    # derivative at 0 is CELU's 1 (autodiff of max and min splits a tie: 0.75 at 0); exp is
+    # taken of x <= 0 only (a finite gradient for large positive x).
     alpha = _f(d, "alpha", x)
-    return jnp.maximum(x, 0) + jnp.minimum(0, alpha * jnp.expm1(jnp.minimum(x, 0) / alpha))
+    negative = jnp.where(x > 0, jnp.zeros_like(x), x)
+    return jnp.where(x > 0, x, alpha * jnp.expm1(negative / alpha))
 
 
 def _gated(x, gate):
