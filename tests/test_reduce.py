@@ -310,7 +310,8 @@ def test_reduce_l1_gradient_at_zero_is_jax_abs_gradient():
 
 
 def _kink_free(case):
-    """Replaces inputs of MAX/MIN by well-separated distinct values, of L1 away from 0."""
+    """Replaces inputs of MAX/MIN by well-separated distinct values, of L1 and L2 away from 0,
+    of MULTIPLY by magnitudes near 1."""
     d, (x,) = case.desc, case.inputs
     rng = np.random.default_rng(x.size)
     if d.function.name in ("MAX", "MIN"):
@@ -319,13 +320,22 @@ def _kink_free(case):
         x = np.where(np.abs(x) < 0.1, x + 0.5, x).astype(x.dtype)
     elif d.function.name == "L2":
         x = np.where(np.abs(x) < 0.1, 0.5, x).astype(x.dtype)
+    elif d.function.name == "MULTIPLY":
+        # Magnitudes near 1 (signs kept): the product of up to 48 factors of 2 or 3 bends so
+        # much that central differences miss its slope (found by the thorough profile: 0.46%
+        # off at 12 factors, the analytic slope exact).
+        x = ((np.sign(x) + (x == 0)) * rng.uniform(0.8, 1.25, x.shape)).astype(x.dtype)
     return S.Case(d, (x,))
 
 
 @S.FEW
 @given(S.reduce_cases(DIFFERENTIABLE, types=["FLOAT32"], max_elements=48))
 def test_reduce_check_grads(case):
-    S.check_grads(_kink_free(case))
+    # MULTIPLY: a product of up to 48 factors bends enough that a central difference over the
+    # float32 step of 1e-2 misses its slope (0.3% at 48 factors near 1); 1e-3 does not, and
+    # factors near 1 keep float32's rounding of the difference far below the tolerance.
+    step = {"eps": 1e-3} if case.desc.function.name == "MULTIPLY" else {}
+    S.check_grads(_kink_free(case), **step)
 
 
 # --- transforms ----------------------------------------------------------------------------
