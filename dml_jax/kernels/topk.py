@@ -112,6 +112,15 @@ def group_width(v: View, k: int, itemsize: int) -> int:
     return g if g >= 2 and v.width // g >= k and v.width % g == 0 else 0
 
 
+def _pair_select(keys, free, names, none):
+    """Per row, the largest key among the ``free`` places, then the least of ``names`` holding it
+    (the tie rule): two 32-bit reductions. Taken places hold the least key and are not free, as
+    a real key may equal the least."""
+    best = jnp.max(keys, axis=1, keepdims=True)
+    hit = free & (keys == best)
+    return jnp.min(jnp.where(hit, names, none), axis=1, keepdims=True)
+
+
 def _keys32(x, largest: bool):
     """The 32-bit search keys of ``ops.topk``: order keys, complemented for the smallest."""
     keys = order_keys(x, largest).astype(jnp.int32)  # float16 keys widen exactly
@@ -154,13 +163,6 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
                 def pack(values, columns, ok):
                     return jnp.where(ok, join(_keys32(values, largest), columns), low)
 
-                def pair_select(keys, free, names, none):
-                    # The largest key among the free places, then the least name holding it
-                    # (taken places hold the least key and are not free).
-                    best = jnp.max(keys, axis=1, keepdims=True)
-                    hit = free & (keys == best)
-                    return jnp.min(jnp.where(hit, names, none), axis=1, keepdims=True)
-
                 def select(p):  # the K largest places, stored in order
                     for i in range(k):
                         best = jnp.max(p, axis=1, keepdims=True)
@@ -185,7 +187,7 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
                     gkey = jnp.max(keys.reshape(v.cols, n, g), axis=2)
                     free = jnp.ones((v.cols, n), jnp.bool_)
                     for i in range(k):
-                        num = pair_select(gkey, free, number, n)
+                        num = _pair_select(gkey, free, number, n)
                         chosen = jnp.where(slot == i, num, chosen)
                         held = jnp.where(slot == i, num * g < v.r, held)
                         free = free & (number != num)
@@ -207,7 +209,7 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
                     ck = jnp.where(cvalid, _keys32(cand, largest), least)
                     free = cvalid
                     for i in range(k):
-                        index = pair_select(ck, free, ccol, v.width)
+                        index = _pair_select(ck, free, ccol, v.width)
                         pltriton.store(o_ref.at[rows, pl.ds(i, 1)], index, mask=row < v.a)
                         free = free & (ccol != index)
                         ck = jnp.where(free, ck, least)
@@ -218,8 +220,7 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
         for i in range(k):
             # The extreme key among the places not yet taken, then the lowest column holding
             # it (the tie rule). ``valid`` marks what is left: a real key may equal ``lowest``.
-            best = jnp.max(keys, axis=1, keepdims=True)
-            index = jnp.min(jnp.where(valid & (keys == best), col, v.width), axis=1, keepdims=True)
+            index = _pair_select(keys, valid, col, v.width)
             pltriton.store(o_ref.at[rows, pl.ds(i, 1)], index, mask=row < v.a)
             valid = valid & (col != index)
             keys = jnp.where(valid, keys, lowest)
