@@ -61,9 +61,11 @@ MIN_ROWS = 2
 # 32-bit keys in the grouped selection as int32 pairs instead of packed int64 places: each
 # selection the largest key, then the lowest group number or column holding it, two int32 warp
 # reductions (single REDUX instructions on sm_90) instead of one int64 reduction (five shuffle
-# levels). Not measured on a GPU yet, so off: the float32 K=8 kernel goes from 2408 to 2072 sm_90
-# instructions and from 226 shuffles to 68 (benchmarks/kernel_sass.py).
-SPLIT_32 = False
+# levels): 2408 -> 2072 sm_90 instructions, 226 -> 68 shuffles for float32 K=8
+# (benchmarks/kernel_sass.py). H200 (topk_groups/sweep_split.log): float32 K=8 0.428 -> 0.521 of
+# the copy with two rows a warp (four: 0.385 -> 0.435), K=16 0.219 -> 0.257; float16 (16-bit
+# keys, packed in int32 either way) unchanged.
+SPLIT_32 = True
 GROUP: int | None = None
 
 
