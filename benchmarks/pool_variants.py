@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 
 import jax
@@ -84,10 +85,14 @@ def _torch_seconds(op, shape, dtype, window, stride, pad, include) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", help="JSON file for the rows")
+    parser.add_argument("--only", default="", help="regular expression on the case labels")
+    parser.add_argument("--variants", type=int, default=len(VARIANTS), help="the first N only")
     args = parser.parse_args()
     defaults = [getattr(K, name) for name in TUNABLES]
     rows = []
     for label, op, shape, window, stride, pad, include in CASES:
+        if not re.search(args.only, label):
+            continue
         for dtype in ("float32", "float16"):
             if dtype == "float16":
                 shape = (shape[0] * 2,) + shape[1:]
@@ -103,8 +108,7 @@ def main() -> int:
             t_lax = timeit(lax_fn, x)
             t_torch = _torch_seconds(op, shape, dtype, window, stride, pad, include)
             average = op == "Average"
-            reciprocal = K.average_reciprocal(plan, include) if average else None
-            for variant in VARIANTS:
+            for variant in VARIANTS[: args.variants]:
                 for name, value in zip(TUNABLES, variant):
                     setattr(K, name, value)
                 tile, band, warps, _, stages, prefetch = variant
@@ -116,7 +120,7 @@ def main() -> int:
                            lax_ratio=nbytes / t_lax / 1e9 / copy_gbps,
                            torch_ratio=nbytes / t_torch / 1e9 / copy_gbps)  # fmt: skip
                 try:
-                    kfn = jax.jit(lambda y, v=v: K.pool_kernel(y, v, average, reciprocal))
+                    kfn = jax.jit(lambda y, v=v: K.pool_kernel(y, v, average, include))
                     row["mismatches"] = _mismatches(kfn(x), want)
                     t = timeit(kfn, x)
                     row["kernel_ratio"] = nbytes / t / 1e9 / copy_gbps

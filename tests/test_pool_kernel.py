@@ -80,8 +80,8 @@ def test_kernel_interpret_matches_lax(monkeypatch, case):
     v = K.plan(shape, dtype, plan, average)
     assert v is not None and v.cols == 4 and v.grid[1] > 1 and v.grid[2] > 1
     x = _input(shape, dtype)
-    reciprocal = K.average_reciprocal(plan, extra["include_padding"]) if average else None
-    got = K.pool_kernel(jax.numpy.asarray(x), v, average, reciprocal, interpret=True)
+    include = extra.get("include_padding", True)
+    got = K.pool_kernel(jax.numpy.asarray(x), v, average, include, interpret=True)
     want = dml.compile_operator(d).fn(x)
     _same(got, want)
 
@@ -136,3 +136,18 @@ def test_gpu_fast_path_matches_lax(type_name, name, window, strides, pad, extra)
     got = jax.jit(dml.compile_operator(d).fn)(x)
     want = jax.jit(dml.compile_operator(d, fast_paths=False).fn)(x)
     _same(got, want)
+
+
+@pytest.mark.parametrize(
+    "window, strides, start, end, dilations, size",
+    [((3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (9, 11)), ((3, 2), (2, 1), (1, 0), (2, 1), (2, 2), (10, 13)),
+     ((5, 5), (1, 3), (2, 4), (2, 0), (1, 1), (8, 7)), ((2, 4), (1, 1), (0, 3), (1, 3), (3, 1), (6, 6))],
+)  # fmt: skip
+def test_window_counts_give_the_lax_divisor(window, strides, start, end, dilations, size):
+    """The kernel's in-kernel divisor (window rows on the input x window columns on it, at
+    least 1) is the lax lowering's ``average_divisor`` for IncludePadding FALSE."""
+    plan = P.WindowPlan(window, strides, dilations, start, end, size)
+    v = K.plan((1, 1, *size), np.float32, plan, True)
+    rows, cols = K.window_counts(v)
+    want = np.broadcast_to(P.average_divisor(plan, False), plan.outputs)
+    np.testing.assert_array_equal(np.maximum(np.outer(rows, cols), 1), want)

@@ -19,13 +19,15 @@ Values are the lax lowering's, bit for bit:
   code uses (NaN propagated, -0.0 below +0.0) is associative and commutative, so the order does
   not matter; on the GPU it is the same PTX instruction, ``max.NaN`` (Triton's own float maximum
   drops NaN). Padding is -inf.
-- AVERAGE keeps every window point of the shared rows (not row sums) and adds the window's
-  points in the lax lowering's order (row-major, from the first point, padding read as +0.0), in
-  float32 for float16 inputs, rounded once; it then multiplies by the float32 reciprocal of the
-  divisor, as XLA does with the lax lowering's division by a constant (``average_divisor``:
-  prod(WindowSize), or the per-position count for IncludePadding FALSE, read from a small
-  table). Only windows the lax lowering sums as slices (``SLICE_WINDOW_POINTS``) are taken: a
-  larger one is summed by ``reduce_window`` in its own order.
+- AVERAGE sums each window row (left to right, padding read as +0.0), keeps the row sums the
+  next output row shares, and adds the rows in order: the lax lowering's ``nested_sum`` order,
+  in float32 for float16 inputs, rounded once. It then multiplies by the float32 reciprocal of
+  the divisor, as XLA does with the lax lowering's division by a constant (``average_divisor``:
+  prod(WindowSize), or for IncludePadding FALSE the count of window rows on the input times
+  the count of window columns on it, computed in the kernel: the reciprocal of each product
+  the plan can meet is a constant chosen by selects). Only windows the lax lowering sums as
+  slices (``SLICE_WINDOW_POINTS``) are taken: a larger one is summed by ``reduce_window`` in its
+  own order.
 
 Registered as the CUDA fast path of MAX_POOLING, MAX_POOLING1/2 without OutputIndicesTensor, and
 AVERAGE_POOLING(1), for 4-D float16/float32 tensors whose window overlaps (a stride smaller
@@ -45,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..fastpath import register_fast_path
-from ..ops.pooling import SLICE_WINDOW_POINTS, WindowPlan, average_divisor, window_plan
+from ..ops.pooling import SLICE_WINDOW_POINTS, WindowPlan, window_plan
 from .reduce import load_pallas
 from .reduce_plan import pow2_at_least, pow2_at_most
 
@@ -146,11 +148,11 @@ def plan(shape: tuple[int, ...], dtype, p: WindowPlan, average: bool) -> View | 
     cols = min(pow2_at_least(out_w), MAX_COLS)
     if (planes + TILE_ELEMENTS) * max(h * w, out_h * out_w) >= _INDEX_LIMIT:
         return None
-    # Live values per thread: AVERAGE keeps every window point, MAX the window rows' maxima and
-    # one row's shifted loads; both also the next step's loads.
+    # Live values per thread: the window rows' sums or maxima and one row's shifted loads, and
+    # the next step's loads.
     kh, kw = p.window
     new_rows = kh - _carried(p.window, p.strides, p.dilations)
-    live = (points if average else kh + kw) + new_rows * kw
+    live = kh + kw + new_rows * kw
     elements = min(TILE_ELEMENTS, pow2_at_most(max(1, LIVE_REGISTERS * 32 * WARPS // live)))
     cols = min(cols, elements)
     block_planes = min(max(1, elements // cols), pow2_at_least(planes))
@@ -179,11 +181,25 @@ def _max(a, b, interpret: bool):
     return out
 
 
-def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = False):
-    """MAX (or AVERAGE) pooling of the {N, C, H, W} ``x`` as ``v`` tiles it.
+def window_counts(v: View) -> tuple[np.ndarray, np.ndarray]:
+    """Per output row and per output column, how many window rows (columns) lie on the input."""
+    out = []
+    for n_out, n_in, k, s, d, p in zip(
+        (v.out_h, v.out_w), (v.height, v.width), v.window, v.strides, v.dilations, v.start
+    ):
+        at = np.arange(n_out)[:, None] * s - p + np.arange(k)[None, :] * d
+        out.append(((at >= 0) & (at < n_in)).sum(axis=1))
+    return out[0], out[1]
 
-    ``reciprocal``: AVERAGE's float32 multiplier, a number, or an {out_h, out_w} array of
-    per-position reciprocals (IncludePadding FALSE with windows over the padding).
+
+def _reciprocal(count: int) -> np.float32:
+    """The float32 reciprocal XLA multiplies by for the lax lowering's float32 divisor."""
+    return np.float32(1) / np.float32(max(count, 1))
+
+
+def pool_kernel(x, v: View, average: bool, include_padding: bool = True, interpret: bool = False):
+    """MAX (or AVERAGE, dividing by prod(WindowSize) or, ``include_padding`` False, by the
+    window points on the input) pooling of the {N, C, H, W} ``x`` as ``v`` tiles it.
     """
     pl, pltriton = load_pallas()
     kh, kw = v.window
@@ -193,13 +209,11 @@ def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = Fa
     carried = v.carried
     plane_size, out_size = v.height * v.width, v.out_h * v.out_w
     pad = np.array(0 if average else -np.inf, x.dtype)
-    table = reciprocal is not None and np.ndim(reciprocal) > 0
+    row_counts, col_counts = window_counts(v)
+    # Per-position divisors only where a window hangs over the padding; else one constant.
+    counted = average and not include_padding and (min(row_counts) < kh or min(col_counts) < kw)
 
-    def kernel(x_ref, *refs):
-        if table:
-            r_ref, o_ref = refs
-        else:
-            (o_ref,) = refs
+    def kernel(x_ref, o_ref):
         pid = pl.program_id(0)
         b, rest = pid % nband, pid // nband
         j, g = rest % ncol, rest // ncol
@@ -218,6 +232,17 @@ def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = Fa
         cols_ok = [ow_ok & (c >= 0) & (c < v.width) for c in cols_in]
         base = plane * plane_size
         o0 = b * band
+        if counted:
+            # Per row count the plan meets: each column's reciprocal of (rows x columns on the
+            # input), by selects over the column counts; loop-invariant, broadcast over the
+            # tile's planes once.
+            cc = sum(ok.astype(jnp.int32) for ok in cols_ok) + 0 * plane
+            recips = {}
+            for rc in sorted(set(row_counts.tolist())):
+                r = jnp.full(cc.shape, _reciprocal(rc * kw), jnp.float32)
+                for c in sorted(set(col_counts.tolist())):
+                    r = jnp.where(cc == c, _reciprocal(rc * c), r)
+                recips[rc] = r
 
         def load_rows(o, rows):
             """Window rows ``rows`` of output row ``o``, as loaded: one shifted load per window
@@ -234,15 +259,18 @@ def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = Fa
             return out
 
         def reduce_rows(loads):
-            """What the window keeps of loaded rows: AVERAGE every point in float32, MAX each
-            row's maximum."""
-            if average:
-                return [t.astype(jnp.float32) for t in loads]
+            """What the window keeps of loaded rows: each row's sum in float32 (AVERAGE, left
+            to right) or maximum (MAX)."""
             out = []
             for i in range(0, len(loads), kw):
-                m = loads[i]
-                for t in loads[i + 1 : i + kw]:
-                    m = _max(m, t, interpret)
+                if average:
+                    m = loads[i].astype(jnp.float32)
+                    for t in loads[i + 1 : i + kw]:
+                        m = m + t.astype(jnp.float32)
+                else:
+                    m = loads[i]
+                    for t in loads[i + 1 : i + kw]:
+                        m = _max(m, t, interpret)
                 out.append(m)
             return out
 
@@ -251,14 +279,19 @@ def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = Fa
                 total = rows[0]
                 for t in rows[1:]:
                     total = total + t
-                if table:
-                    # Indexed per element (each plane's copy from L1): a (1, cols) row
-                    # broadcast over the planes would go through shared memory every step.
-                    at = o * v.out_w + ow + 0 * plane
-                    ok = plane_ok & ow_ok & (o < v.out_h)
-                    total = total * pltriton.load(r_ref.at[at], mask=ok, other=1.0)
+                if counted:
+                    first = o * sh - ph
+                    rc = sum(
+                        ((first + k * dh >= 0) & (first + k * dh < v.height)).astype(jnp.int32)
+                        for k in range(kh)
+                    )
+                    counts = sorted(recips)
+                    r = recips[counts[0]]
+                    for c in counts[1:]:
+                        r = jnp.where(rc == c, recips[c], r)
+                    total = total * r
                 else:
-                    total = total * np.float32(reciprocal)
+                    total = total * _reciprocal(kh * kw)
                 y = total.astype(x.dtype)
             else:
                 y = rows[0]
@@ -268,7 +301,7 @@ def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = Fa
             pltriton.store(o_ref.at[plane * out_size + o * v.out_w + ow], y, mask=ok)
 
         new = range(carried, kh)  # the window rows each step loads
-        drop = (kh - carried) * (kw if average else 1)  # values the next output row drops
+        drop = kh - carried  # row values the next output row drops
 
         def step(i, state):
             """Output row ``o0 + i``: its window is the rows carried from the last step and the
@@ -288,25 +321,14 @@ def pool_kernel(x, v: View, average: bool, reciprocal=None, interpret: bool = Fa
         jax.lax.fori_loop(0, band, step, (first, pending))
 
     n = x.shape[0] * x.shape[1]
-    args = [jax.lax.reshape(x, (n * plane_size,))]
-    if table:
-        args.append(jnp.asarray(np.asarray(reciprocal, np.float32).reshape(-1)))
     out = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((n * out_size,), x.dtype),
         grid=(v.programs,),
         interpret=interpret,
         compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=v.stages),
-    )(*args)
+    )(jax.lax.reshape(x, (n * plane_size,)))
     return jax.lax.reshape(out, tuple(x.shape[:2]) + (v.out_h, v.out_w))
-
-
-def average_reciprocal(p: WindowPlan, include_padding: bool):
-    """The float32 multiplier XLA makes of the lax lowering's divisor (``1 / divisor``, rounded
-    once in float32): a number, or an {out_h, out_w} array."""
-    divisor = np.asarray(average_divisor(p, include_padding), np.float32)
-    reciprocal = np.float32(1) / divisor
-    return reciprocal if reciprocal.ndim else float(reciprocal)
 
 
 def _view(d: Any) -> View | None:
@@ -324,8 +346,7 @@ def _lower(d: Any, x) -> tuple:
     v = _view(d)
     if not hasattr(d, "include_padding"):
         return (pool_kernel(x, v, False),)
-    reciprocal = average_reciprocal(window_plan(d), d.include_padding)
-    return (pool_kernel(x, v, True, reciprocal),)
+    return (pool_kernel(x, v, True, d.include_padding),)
 
 
 # Standalone: in a graph the lax form fuses its producer (ResNet's batch norm and ReLU before

@@ -387,12 +387,28 @@ def _by_slices(plan: WindowPlan) -> bool:
     return (overlapping or dilated) and math.prod(plan.window) <= SLICE_WINDOW_POINTS
 
 
+def nested_sum(terms: list, window: tuple[int, ...]):
+    """The sum of a window's row-major ``terms``, one dimension at a time: each row of the last
+    window dimension summed left to right, then those sums along the next dimension, and so on
+    (3x3: ``((p00 + p01) + p02) + ((p10 + p11) + p12) + ...``, the row sums added in order).
+    The CUDA pooling kernel keeps the row sums that consecutive output rows share and adds
+    them in this order, so both lowerings agree bit for bit."""
+    level = list(terms)
+    for w in reversed(window):
+        sums = []
+        for i in range(0, len(level), w):
+            total = level[i]
+            for t in level[i + 1 : i + w]:
+                total = total + t
+            sums.append(total)
+        level = sums
+    (total,) = level
+    return total
+
+
 def window_sum(plan: WindowPlan, a):
     if _by_slices(plan):
-        total = None
-        for slice_ in window_points(plan, a, 0):
-            total = slice_ if total is None else total + slice_
-        return total
+        return nested_sum(list(window_points(plan, a, 0)), plan.window)
     # A NumPy init value (concrete under jit) lets jax recognise its summing window reducer,
     # which has a transpose (a traced one would give the generic, non-differentiable one).
     return lax.reduce_window(a, np.zeros((), a.dtype), lax.add, **plan.lax_args())
