@@ -98,10 +98,10 @@ CASES = [
      dict(LOOP, LOOP_GRID=3)),
     # rows kept in part: cross-channel, float16, 64 kept and 3 tiles of 32 (the last of 12)
     # loaded 2 ahead, on 2 programs taking 2 rows in turn, a per-channel Scale (along the row
-    # here), a constant Bias, LEAKY_RELU
+    # here), a constant Bias, LEAKY_RELU, L2 eviction hints
     (_desc(MVN, (3, 4, 5, 7), "FLOAT16", scale=(1, 4, 1, 1), bias=(1, 1, 1, 1),
            cross_channel=True, normalize_variance=True, fused_activation=LEAKY),
-     _keep(depth=2, grid=2)),
+     dict(_keep(depth=2, grid=2), RETAIN_HINTS=True)),
     # kept in part, mean only, Bias along the row, the tiles in a plain loop (depth 0)
     (_desc(MVN2, (4, 150), bias=(1, 150), axes=(1,), use_mean=True, use_variance=False),
      _keep(depth=0)),

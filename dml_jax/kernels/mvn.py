@@ -82,6 +82,10 @@ RETAIN_ROW_MAX = 65536
 RETAIN = {"float32": (32768, 2048, 4, None), "float16": (32768, 8192, 1, 132)}
 RETAIN_WARPS = 16
 RETAIN_STAGES = 1
+# L2 eviction hints on that path (the kept block and the second read ``evict_first``, read
+# once; the first read of the streamed tiles ``evict_last``, read again; the results stored
+# ``evict_first``), so that the half of each row read again is what L2 keeps.
+RETAIN_HINTS = False
 # Longer rows: tiles of LOOP_ELEMENTS on LOOP_WARPS warps; LOOP_GRID programs that take rows in
 # turn (None: one program per row) bound the rows in flight, hence the L2 the second loop needs.
 # Instance norm (rows of 65536) on this path: 16384 on 16 warps in 264 programs 0.65 float32,
@@ -101,7 +105,8 @@ class View:
     ``warps`` warps; ``grid`` programs each taking groups of ``cols`` rows in turn, or one
     program per group (None); the first ``keep`` elements of a row (a power of two) held in
     registers between the passes (0: both passes loop over all tiles), the loads of the other
-    tiles issued ``depth`` tiles ahead of their use; Triton's pipelining depth ``stages``."""
+    tiles issued ``depth`` tiles ahead of their use; Triton's pipelining depth ``stages``;
+    ``hints``: L2 eviction hints on the kept path (``RETAIN_HINTS``)."""
 
     a: int
     r: int
@@ -112,6 +117,7 @@ class View:
     keep: int = 0
     stages: int = 1
     depth: int = 1
+    hints: bool = False
 
     @property
     def tiles(self) -> int:
@@ -158,7 +164,9 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
         v = View(a, r, rp, cols, warps)
     elif r <= RETAIN_ROW_MAX:
         keep, tile, depth, grid = RETAIN[np.dtype(dtype).name]
-        v = View(a, r, tile, 1, RETAIN_WARPS, grid, min(keep, rp), RETAIN_STAGES, depth)
+        v = View(
+            a, r, tile, 1, RETAIN_WARPS, grid, min(keep, rp), RETAIN_STAGES, depth, RETAIN_HINTS
+        )
     else:
         v = View(a, r, LOOP_ELEMENTS, 1, LOOP_WARPS, LOOP_GRID, 0, LOOP_STAGES)
     return v if v.groups >= MIN_PROGRAMS else None
@@ -211,14 +219,16 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
     def col_span(off, size):
         return (off + jnp.arange(size, dtype=jnp.int32)) < v.r
 
-    def load(x_ref, g, off, size=rows, raw: bool = False, live=None):
+    def load(x_ref, g, off, size=rows, raw: bool = False, live=None, policy=None):
         """Elements ``off`` to ``off + size`` of the rows of group ``g`` (padding 0) in float32,
-        or in their own type (``raw``); nothing is read where ``live`` is False."""
+        or in their own type (``raw``); nothing is read where ``live`` is False; ``policy``:
+        an L2 eviction hint."""
         valid = row_span(g)[:, None] & col_span(off, size)[None, :]
         if live is not None:
             valid = valid & live
         at = (pl.ds(g * cols, cols), pl.ds(traced(g, off), size))
-        tile = pltriton.load(x_ref.at[at], mask=valid, other=np.zeros((), x_ref.dtype))
+        zero = np.zeros((), x_ref.dtype)
+        tile = pltriton.load(x_ref.at[at], mask=valid, other=zero, eviction_policy=policy)
         return (tile if raw else tile.astype(f32)), valid
 
     def load_row_terms(refs, g):
@@ -247,11 +257,11 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
             y = jnp.where(y >= 0, y, np.float32(form.alpha) * y)
         return y
 
-    def store(o_ref, g, off, y):
+    def store(o_ref, g, off, y, policy=None):
         size = y.shape[1]
         valid = row_span(g)[:, None] & col_span(off, size)[None, :]
         at = (pl.ds(g * cols, cols), pl.ds(traced(g, off), size))
-        pltriton.store(o_ref.at[at], y.astype(o_ref.dtype), mask=valid)
+        pltriton.store(o_ref.at[at], y.astype(o_ref.dtype), mask=valid, eviction_policy=policy)
 
     def normalize(refs, row_terms, mean, factor, g, off, tile):
         y = tile - mean if mean is not None else tile
@@ -335,10 +345,12 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
 
         depth = min(v.depth, count)
 
-        def fetch(t, live=None):
-            return load(x_ref, g, keep + t * rows, raw=True, live=live)[0]
+        once, again_ = ("evict_first", "evict_last") if v.hints else (None, None)
 
-        def stream(order, use, carry, ahead):
+        def fetch(t, live=None, policy=None):
+            return load(x_ref, g, keep + t * rows, raw=True, live=live, policy=policy)[0]
+
+        def stream(order, use, carry, ahead, policy=None):
             """``carry = use(order(i), tile, carry)`` for i < count, the loads ``len(ahead)``
             tiles ahead of their use (``ahead``: the first ones, already issued)."""
             if not count:
@@ -347,16 +359,18 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
             def step(i, c):
                 c, ahead = c
                 if ahead:  # past the last tile: nothing read
-                    nxt = fetch(order(jnp.minimum(i + depth, count - 1)), i + depth < count)
+                    nxt = fetch(
+                        order(jnp.minimum(i + depth, count - 1)), i + depth < count, policy
+                    )
                     tile, ahead = ahead[0], (*ahead[1:], nxt)
                 else:
-                    tile = fetch(order(i))
+                    tile = fetch(order(i), policy=policy)
                 return use(order(i), tile, c), ahead
 
             return jax.lax.fori_loop(0, count, step, (carry, ahead))[0]
 
-        kept, kept_valid = load(x_ref, g, 0, keep, raw=True)
-        ahead = tuple(fetch(t) for t in range(depth))
+        kept, kept_valid = load(x_ref, g, 0, keep, raw=True, policy=once)
+        ahead = tuple(fetch(t, policy=again_) for t in range(depth))
         xk = kept.astype(f32)
         shift = None
         if form.use_mean and form.use_variance:
@@ -381,12 +395,12 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
 
         zeros = jnp.zeros((cols, rows), f32)
         acc = tuple(None if s is None else zeros for s in sums)
-        acc = stream(lambda i: i, add, acc, ahead)
+        acc = stream(lambda i: i, add, acc, ahead, again_)
 
         def last(i):  # last tile first
             return count - 1 - i
 
-        ahead = tuple(fetch(last(i)) for i in range(depth))
+        ahead = tuple(fetch(last(i), policy=once) for i in range(depth))
         for k, a in enumerate(acc):
             if a is not None:
                 sums[k] = sums[k] + total(a)
@@ -402,13 +416,14 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
         row_terms = load_row_terms(refs, g)
 
         def put(off, tile):
-            store(o_ref, g, off, normalize(refs, row_terms, mean, factor, g, off, tile))
+            y = normalize(refs, row_terms, mean, factor, g, off, tile)
+            store(o_ref, g, off, y, once)
 
         def again(t, tile, carry):
             put(keep + t * rows, tile.astype(f32))
             return carry
 
-        stream(last, again, 0, ahead)
+        stream(last, again, 0, ahead, once)
         put(0, kept.astype(f32))
 
     body = retained if v.keep else one_tile if tiles == 1 else looped

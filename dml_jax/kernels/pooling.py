@@ -72,6 +72,7 @@ WARPS = 4
 SPREAD = None  # one output column a thread (``View.spread``); None: where the column stride > 1
 STAGES = 1  # Triton's num_stages
 PREFETCH = True  # each step issues the next step's loads before reducing its own
+STORE_POLICY: str | None = None  # an L2 eviction hint on the output stores ("evict_first")
 LIVE_REGISTERS = 128  # bound on the registers per thread that the window's live values take
 
 
@@ -109,6 +110,7 @@ class View:
     spread: bool = False
     stages: int = 1
     prefetch: bool = True
+    store_policy: str | None = None
 
     @property
     def carried(self) -> int:
@@ -161,7 +163,7 @@ def plan(shape: tuple[int, ...], dtype, p: WindowPlan, average: bool) -> View | 
     band = -(-out_h // bands)  # balanced bands
     return View(
         planes, h, w, out_h, out_w, p.window, p.strides, p.dilations,
-        p.start, block_planes, cols, band, WARPS, spread, STAGES, PREFETCH,
+        p.start, block_planes, cols, band, WARPS, spread, STAGES, PREFETCH, STORE_POLICY,
     )  # fmt: skip
 
 
@@ -298,7 +300,8 @@ def pool_kernel(x, v: View, average: bool, include_padding: bool = True, interpr
                 for t in rows[1:]:
                     y = _max(y, t, interpret)
             ok = plane_ok & ow_ok & (o < v.out_h)
-            pltriton.store(o_ref.at[plane * out_size + o * v.out_w + ow], y, mask=ok)
+            at = o_ref.at[plane * out_size + o * v.out_w + ow]
+            pltriton.store(at, y, mask=ok, eviction_policy=v.store_policy)
 
         new = range(carried, kh)  # the window rows each step loads
         drop = kh - carried  # row values the next output row drops

@@ -76,6 +76,9 @@ STAGES = 1
 # ran 0.21 to 0.88 read as words against 0.89 read as 2-byte elements.
 WORDS_MAX_FACTOR = 2
 WORDS_WARPS = 2
+# An L2 eviction hint on the output stores (None, or "evict_first": written once, so the input
+# rows that neighbouring tiles read again keep their place in L2).
+STORE_POLICY: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ class View:
     warps: int
     stages: int = 1
     pack: int = 1
+    store_policy: str | None = None
 
     @property
     def row_tiles(self) -> int:
@@ -174,7 +178,7 @@ def plan(d: Any) -> View | None:
     tile = max(1, TILE_ELEMENTS // (h.factor * w.factor))  # input elements per tile
     cols = max(pack, min(pow2_at_least(w.size), MAX_COLS, tile))
     rows = min(pow2_at_most(max(1, tile // cols)), pow2_at_least(h.size + 1))
-    return View(math.prod(x.sizes[:-2]), h, w, rows, cols, warps, STAGES, pack)
+    return View(math.prod(x.sizes[:-2]), h, w, rows, cols, warps, STAGES, pack, STORE_POLICY)
 
 
 def _interleave(parts: list):
@@ -268,7 +272,7 @@ def upsample_kernel(x, v: View, interpret: bool = False):
                     col_ok = jnp.broadcast_to((oc < ow)[None, :], at.shape)
                     mask = mask & col_ok
                     at = jnp.where(col_ok, at, n_out)
-                pltriton.store(o_ref.at[at], value, mask=mask)
+                pltriton.store(o_ref.at[at], value, mask=mask, eviction_policy=v.store_policy)
 
         for py in range(h.factor):
             store_row_phase(py)
