@@ -130,6 +130,7 @@ def sass_stats(kernel: dict, triton_dir: str) -> dict:
         if m:
             ops[m.group(1)] += 1
     return dict(
+        cubin=path + ".cubin",  # kept: ``cuobjdump --dump-sass`` reads the whole program
         registers=int(re.search(r"REG:(\d+)", usage).group(1)),
         stack=int(re.search(r"STACK:(\d+)", usage).group(1)),
         instructions=sum(ops.values()),

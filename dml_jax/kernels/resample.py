@@ -218,25 +218,33 @@ def upsample_kernel(x, v: View, interpret: bool = False):
 
         @functools.cache
         def words(dr: int, dm: int):
-            """Input rows ``r + dr`` at words ``m + dm``, both clamped (each loaded once)."""
+            """Input rows ``r + dr`` (clamped) at words ``m + dm``, each loaded once; words
+            off the row are not read (``tile`` puts the clamped ones in their place)."""
             at_r = image + jnp.clip(r + dr, 0, h.size - 1) * wn
-            # The unshifted words stay unclamped where the tiles divide W, so that Triton sees
-            # contiguous aligned runs and loads them as vectors.
-            at_m = m + dm if dm == 0 and exact else jnp.clip(m + dm, 0, wn - 1)
-            return x_ref[at_r[:, None] + at_m[None, :]]
+            # Unclamped columns: every load of the tile keeps Triton's contiguity along the
+            # row, so all of them (and the blends) share one layout; the unshifted words load
+            # as vectors where the tiles divide W. (Clamped shifted columns gave the loads a
+            # second layout and moved the blends between the two through shared memory.)
+            at_m = m + dm
+            ok = None if dm == 0 and exact else (at_m >= 0) & (at_m < wn)
+            if ok is None:
+                return x_ref[at_r[:, None] + at_m[None, :]]
+            mask = jnp.broadcast_to(ok[None, :], (rows, cw))
+            return pltriton.load(x_ref.at[at_r[:, None] + at_m[None, :]], mask=mask, other=0)
 
         @functools.cache
         def tile(dr: int, p: int):
             """Input rows ``r + dr`` at columns ``g * m + p`` (``p`` from -1 to ``g``), clamped,
             in float32. With words of two elements the neighbours -1 and ``g`` are halves of
             the words either side, read with 4-byte loads rather than 2-byte ones."""
-            if g == 1:
-                return words(dr, p).astype(jnp.float32)
             dm, e = divmod(p, g)
-            value = _half(words(dr, dm), e)
-            if dm == -1:  # column -1 clamps to column 0
+            if g == 1:
+                value = words(dr, dm).astype(jnp.float32)
+            else:
+                value = _half(words(dr, dm), e)
+            if dm < 0:  # column -1 clamps to column 0
                 value = jnp.where(m[None, :] == 0, tile(dr, 0), value)
-            elif dm == 1:  # column W clamps to column W - 1
+            elif dm > 0:  # column W clamps to column W - 1
                 value = jnp.where(m[None, :] == wn - 1, tile(dr, g - 1), value)
             return value
 
