@@ -50,7 +50,7 @@ def _retain(tile, keep, warps, depth, grid=132, stages=1, hints=False):
     tiles loaded ``depth`` tiles ahead (``hints``: L2 eviction hints)."""
     both = {dtype: (keep, tile, depth, grid) for dtype in ("float32", "float16")}
     return dict(RETAIN_ROW_MAX=1 << 17, RETAIN=both, RETAIN_WARPS=warps, RETAIN_STAGES=stages,
-                RETAIN_HINTS=hints)  # fmt: skip
+                RETAIN_HINTS=tuple(both) if hints else ())  # fmt: skip
 
 
 def _loop(tile, warps, grid, stages=1):

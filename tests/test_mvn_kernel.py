@@ -101,7 +101,7 @@ CASES = [
     # here), a constant Bias, LEAKY_RELU, L2 eviction hints
     (_desc(MVN, (3, 4, 5, 7), "FLOAT16", scale=(1, 4, 1, 1), bias=(1, 1, 1, 1),
            cross_channel=True, normalize_variance=True, fused_activation=LEAKY),
-     dict(_keep(depth=2, grid=2), RETAIN_HINTS=True)),
+     dict(_keep(depth=2, grid=2), RETAIN_HINTS=("float16",))),
     # kept in part, mean only, Bias along the row, the tiles in a plain loop (depth 0)
     (_desc(MVN2, (4, 150), bias=(1, 150), axes=(1,), use_mean=True, use_variance=False),
      _keep(depth=0)),

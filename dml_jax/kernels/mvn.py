@@ -82,10 +82,13 @@ RETAIN_ROW_MAX = 65536
 RETAIN = {"float32": (32768, 2048, 4, None), "float16": (32768, 8192, 1, 132)}
 RETAIN_WARPS = 16
 RETAIN_STAGES = 1
-# L2 eviction hints on that path (the kept block and the second read ``evict_first``, read
-# once; the first read of the streamed tiles ``evict_last``, read again; the results stored
-# ``evict_first``), so that the half of each row read again is what L2 keeps.
-RETAIN_HINTS = False
+# The data types that take L2 eviction hints on that path (the kept block and the second read
+# ``evict_first``, read once; the first read of the streamed tiles ``evict_last``, read again;
+# the results stored ``evict_first``), so that the half of each row read again is what L2
+# keeps: instance norm float32 0.82 -> 0.85 of the copy (4096-element tiles 2 ahead 0.84; 132
+# programs taking rows in turn 0.82); float16 0.77 -> 0.75-0.76, so not there
+# (results/mvn/sweep_hints.log).
+RETAIN_HINTS = ("float32",)
 # Longer rows: tiles of LOOP_ELEMENTS on LOOP_WARPS warps; LOOP_GRID programs that take rows in
 # turn (None: one program per row) bound the rows in flight, hence the L2 the second loop needs.
 # Instance norm (rows of 65536) on this path: 16384 on 16 warps in 264 programs 0.65 float32,
@@ -106,7 +109,7 @@ class View:
     program per group (None); the first ``keep`` elements of a row (a power of two) held in
     registers between the passes (0: both passes loop over all tiles), the loads of the other
     tiles issued ``depth`` tiles ahead of their use; Triton's pipelining depth ``stages``;
-    ``hints``: L2 eviction hints on the kept path (``RETAIN_HINTS``)."""
+    ``hints``: L2 eviction hints on the kept path (the types in ``RETAIN_HINTS``)."""
 
     a: int
     r: int
@@ -165,8 +168,9 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
     elif r <= RETAIN_ROW_MAX:
         keep, tile, depth, grid = RETAIN[np.dtype(dtype).name]
         v = View(
-            a, r, tile, 1, RETAIN_WARPS, grid, min(keep, rp), RETAIN_STAGES, depth, RETAIN_HINTS
-        )
+            a, r, tile, 1, RETAIN_WARPS, grid, min(keep, rp), RETAIN_STAGES, depth,
+            np.dtype(dtype).name in RETAIN_HINTS,
+        )  # fmt: skip
     else:
         v = View(a, r, LOOP_ELEMENTS, 1, LOOP_WARPS, LOOP_GRID, 0, LOOP_STAGES)
     return v if v.groups >= MIN_PROGRAMS else None
