@@ -42,6 +42,7 @@ Scale < 1) and is accepted. Nearest neighbour stays with lax (0.94 of the copy a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -79,6 +80,10 @@ WORDS_WARPS = 2
 # An L2 eviction hint on the output stores (None, or "evict_first": written once, so the input
 # rows that neighbouring tiles read again keep their place in L2).
 STORE_POLICY: str | None = None
+# Tiles a program takes in turn, the next one's loads issued before this one's stores (1: one
+# tile a program, loop-free); never so many that fewer than MIN_PROGRAMS programs remain.
+TILES = 1
+MIN_PROGRAMS = 1056
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,7 @@ class View:
     stages: int = 1
     pack: int = 1
     store_policy: str | None = None
+    tiles: int = 1  # tiles a program takes in turn (the next one's loads issued ahead)
 
     @property
     def row_tiles(self) -> int:
@@ -121,7 +127,7 @@ class View:
 
     @property
     def programs(self) -> int:
-        return self.lead * self.row_tiles * self.col_tiles
+        return -(-self.lead * self.row_tiles * self.col_tiles // self.tiles)
 
 
 def periodic_axis(n_in: int, n_out: int, indices: np.ndarray, weights: np.ndarray) -> Axis | None:
@@ -178,7 +184,9 @@ def plan(d: Any) -> View | None:
     tile = max(1, TILE_ELEMENTS // (h.factor * w.factor))  # input elements per tile
     cols = max(pack, min(pow2_at_least(w.size), MAX_COLS, tile))
     rows = min(pow2_at_most(max(1, tile // cols)), pow2_at_least(h.size + 1))
-    return View(math.prod(x.sizes[:-2]), h, w, rows, cols, warps, STAGES, pack, STORE_POLICY)
+    v = View(math.prod(x.sizes[:-2]), h, w, rows, cols, warps, STAGES, pack, STORE_POLICY)
+    total = v.programs  # one tile a program
+    return dataclasses.replace(v, tiles=max(1, min(TILES, total // MIN_PROGRAMS)))
 
 
 def _interleave(parts: list):
@@ -208,29 +216,46 @@ def upsample_kernel(x, v: View, interpret: bool = False):
     exact = w.size % cols == 0
     interleave = w.factor & (w.factor - 1) == 0
 
-    def kernel(x_ref, o_ref):
-        pid = pl.program_id(0)
-        n, rest = pid // (tr * tc), pid % (tr * tc)
-        i, j = rest // tc, rest % tc
-        r = i * rows - 1 + jnp.arange(rows, dtype=jnp.int32)  # the pairs' lower input rows
-        m = j * cw + jnp.arange(cw, dtype=jnp.int32)  # the tile's words in its rows
-        image = n * (h.size * wn)
+    total = v.lead * tr * tc  # tiles
+    grid = v.programs
+    # The word offsets a tile reads: each column phase blends columns p and p + 1 of a word.
+    offsets = sorted(
+        {(e + w.shift[px] + k) // g for e in range(g) for px in range(w.factor) for k in (0, 1)}
+    )
+    keys = [(dr, dm) for dr in (0, 1) for dm in offsets]
 
-        @functools.cache
-        def words(dr: int, dm: int):
-            """Input rows ``r + dr`` (clamped) at words ``m + dm``, each loaded once; words
-            off the row are not read (``tile`` puts the clamped ones in their place)."""
+    def place(t):
+        """Tile ``t``'s image, the pairs' lower input rows and its words in its rows."""
+        n, rest = t // (tr * tc), t % (tr * tc)
+        i, j = rest // tc, rest % tc
+        r = i * rows - 1 + jnp.arange(rows, dtype=jnp.int32)
+        m = j * cw + jnp.arange(cw, dtype=jnp.int32)
+        return n, j, r, m
+
+    def load_words(x_ref, t) -> tuple:
+        """Tile ``t``'s input rows ``r + dr`` (clamped) at words ``m + dm`` for each key."""
+        n, _, r, m = place(t)
+        image = n * (h.size * wn)
+        out = []
+        for dr, dm in keys:
             at_r = image + jnp.clip(r + dr, 0, h.size - 1) * wn
             # Unclamped columns: every load of the tile keeps Triton's contiguity along the
             # row, so all of them (and the blends) share one layout; the unshifted words load
             # as vectors where the tiles divide W. (Clamped shifted columns gave the loads a
-            # second layout and moved the blends between the two through shared memory.)
+            # second layout and moved the blends between the two through shared memory: 55
+            # barriers in the 4x float32 kernel.) ``tile`` puts the clamped edge in place.
             at_m = m + dm
-            ok = None if dm == 0 and exact else (at_m >= 0) & (at_m < wn)
-            if ok is None:
-                return x_ref[at_r[:, None] + at_m[None, :]]
-            mask = jnp.broadcast_to(ok[None, :], (rows, cw))
-            return pltriton.load(x_ref.at[at_r[:, None] + at_m[None, :]], mask=mask, other=0)
+            if dm == 0 and exact:
+                out.append(x_ref[at_r[:, None] + at_m[None, :]])
+                continue
+            mask = jnp.broadcast_to(((at_m >= 0) & (at_m < wn))[None, :], (rows, cw))
+            out.append(pltriton.load(x_ref.at[at_r[:, None] + at_m[None, :]], mask=mask, other=0))
+        return tuple(out)
+
+    def emit(o_ref, t, loaded, live=None):
+        """Tile ``t``'s outputs from its loaded words (``live``: whether the tile exists)."""
+        n, j, r, m = place(t)
+        words = dict(zip(keys, loaded))
 
         @functools.cache
         def tile(dr: int, p: int):
@@ -239,9 +264,9 @@ def upsample_kernel(x, v: View, interpret: bool = False):
             the words either side, read with 4-byte loads rather than 2-byte ones."""
             dm, e = divmod(p, g)
             if g == 1:
-                value = words(dr, dm).astype(jnp.float32)
+                value = words[dr, dm].astype(jnp.float32)
             else:
-                value = _half(words(dr, dm), e)
+                value = _half(words[dr, dm], e)
             if dm < 0:  # column -1 clamps to column 0
                 value = jnp.where(m[None, :] == 0, tile(dr, 0), value)
             elif dm > 0:  # column W clamps to column W - 1
@@ -253,6 +278,8 @@ def upsample_kernel(x, v: View, interpret: bool = False):
             height step) at each column the column phases read, then theirs."""
             q = r - h.shift[py]
             valid = (q >= 0) & (q < h.size)
+            if live is not None:
+                valid = valid & live
             # Masked rows point past the end (never written; interpret mode drops them).
             out_row = jnp.where(valid, n * oh + q * h.factor + py, v.lead * oh)
 
@@ -284,6 +311,22 @@ def upsample_kernel(x, v: View, interpret: bool = False):
 
         for py in range(h.factor):
             store_row_phase(py)
+
+    def kernel(x_ref, o_ref):
+        pid = pl.program_id(0)
+        if v.tiles == 1:
+            emit(o_ref, pid, load_words(x_ref, pid))
+            return
+
+        # Tiles pid, pid + grid, ...: each step loads the next tile's words before it blends
+        # and stores its own, so a program keeps a tile's loads in flight behind its stores.
+        def step(k, loaded):
+            t = pid + k * grid
+            ahead = load_words(x_ref, jnp.minimum(t + grid, total - 1))
+            emit(o_ref, t, loaded, t < total)
+            return ahead
+
+        jax.lax.fori_loop(0, v.tiles, step, load_words(x_ref, jnp.minimum(pid, total - 1)))
 
     flat = jax.lax.reshape(x, (x.size // g, g) if g > 1 else (x.size,))
     if g > 1:
