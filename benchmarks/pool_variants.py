@@ -48,6 +48,9 @@ VARIANTS = [
     (1024, 32, 4, True, 1, False, None),
     (2048, 32, 8, True, 1, False, None),
     (512, 32, 4, True, 3, False, None),
+    (1024, 32, 4, False, 1, True, None),
+    (1024, 32, 8, False, 1, True, None),
+    (2048, 32, 8, False, 1, True, None),
 ]
 TUNABLES = ("TILE_ELEMENTS", "BAND_ROWS", "WARPS", "SPREAD", "STAGES", "PREFETCH", "STORE_POLICY")
 
@@ -89,6 +92,7 @@ def main() -> int:
     parser.add_argument("--out", help="JSON file for the rows")
     parser.add_argument("--only", default="", help="regular expression on the case labels")
     parser.add_argument("--variants", type=int, default=len(VARIANTS), help="the first N only")
+    parser.add_argument("--pick", help="comma-separated VARIANTS indices instead")
     args = parser.parse_args()
     defaults = [getattr(K, name) for name in TUNABLES]
     rows = []
@@ -110,7 +114,8 @@ def main() -> int:
             t_lax = timeit(lax_fn, x)
             t_torch = _torch_seconds(op, shape, dtype, window, stride, pad, include)
             average = op == "Average"
-            for variant in VARIANTS[: args.variants]:
+            picked = [VARIANTS[int(i)] for i in args.pick.split(",")] if args.pick else None
+            for variant in picked or VARIANTS[: args.variants]:
                 for name, value in zip(TUNABLES, variant):
                     setattr(K, name, value)
                 tile, band, warps, _, stages, prefetch, policy = variant

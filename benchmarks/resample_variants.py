@@ -71,6 +71,20 @@ TILE_VARIANTS = [
     (2048, 128, 2, 1, True, "evict_first", 16),
 ]
 
+# ``--sizes``: one tile a program, output stores evict_first, other tile shapes and warps
+# (smaller programs, more of them resident; two input columns a thread; narrower column tiles).
+SIZE_VARIANTS = [
+    (2048, 128, 4, 1, False, "evict_first", 1),
+    (512, 128, 1, 1, False, "evict_first", 1),
+    (1024, 128, 1, 1, False, "evict_first", 1),
+    (1024, 128, 2, 1, False, "evict_first", 1),
+    (4096, 128, 4, 1, False, "evict_first", 1),
+    (8192, 128, 4, 1, False, "evict_first", 1),
+    (8192, 128, 16, 1, False, "evict_first", 1),
+    (2048, 32, 4, 1, False, "evict_first", 1),
+    (4096, 32, 4, 1, False, "evict_first", 1),
+]
+
 
 def _check(kfn, lax_out, x) -> tuple[float, float]:
     """(max |kernel - lax| / max |x|, share of elements equal bit for bit)."""
@@ -86,8 +100,11 @@ def main() -> int:
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--hints", action="store_true", help="HINT_VARIANTS: store hints")
     parser.add_argument("--tiles", action="store_true", help="TILE_VARIANTS: tiles in turn")
+    parser.add_argument("--sizes", action="store_true", help="SIZE_VARIANTS: tile shapes")
     args = parser.parse_args()
-    if args.tiles:
+    if args.sizes:
+        variants = SIZE_VARIANTS
+    elif args.tiles:
         variants = TILE_VARIANTS
     elif args.hints:
         variants = [(*v, 1) for v in HINT_VARIANTS]
