@@ -95,6 +95,7 @@ def main() -> int:
     parser.add_argument("--pick", help="comma-separated VARIANTS indices instead")
     args = parser.parse_args()
     defaults = [getattr(K, name) for name in TUNABLES]
+    default_16 = K.TILE_ELEMENTS_16
     rows = []
     for label, op, shape, window, stride, pad, include in CASES:
         if not re.search(args.only, label):
@@ -118,6 +119,7 @@ def main() -> int:
             for variant in picked or VARIANTS[: args.variants]:
                 for name, value in zip(TUNABLES, variant):
                     setattr(K, name, value)
+                K.TILE_ELEMENTS_16 = variant[0]  # a variant's tile in both types
                 tile, band, warps, _, stages, prefetch, policy = variant
                 v = K.plan(shape, dtype, plan, average)
                 row = dict(case=label, dtype=dtype, shape=list(shape), tile=tile, band=band,
@@ -147,6 +149,7 @@ def main() -> int:
                       flush=True)  # fmt: skip
             for name, value in zip(TUNABLES, defaults):
                 setattr(K, name, value)
+            K.TILE_ELEMENTS_16 = default_16
             del x, want
     return 0
 

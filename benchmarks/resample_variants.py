@@ -101,6 +101,7 @@ def main() -> int:
     parser.add_argument("--hints", action="store_true", help="HINT_VARIANTS: store hints")
     parser.add_argument("--tiles", action="store_true", help="TILE_VARIANTS: tiles in turn")
     parser.add_argument("--sizes", action="store_true", help="SIZE_VARIANTS: tile shapes")
+    parser.add_argument("--repeat", type=int, default=1, help="time each variant N times")
     args = parser.parse_args()
     if args.sizes:
         variants = SIZE_VARIANTS
@@ -132,6 +133,7 @@ def main() -> int:
             for tile, max_cols, warps, stages, words, policy, tiles in variants:
                 K.TILE_ELEMENTS, K.MAX_COLS, K.WARPS = tile, max_cols, warps
                 K.STORE_POLICY, K.TILES = policy, tiles
+                K.BIG_FACTOR_TILE = {}  # the variant's tile at every factor
                 K.STAGES, K.WORDS_WARPS = stages, warps
                 K.WORDS_MAX_FACTOR = K.MAX_FACTOR if words else 0
                 v = K.plan(desc)
@@ -141,7 +143,9 @@ def main() -> int:
                 kfn = jax.jit(lambda y, v=v: K.upsample_kernel(y, v))
                 try:
                     err, equal = _check(kfn, lax_out, x)
-                    gbps = nbytes / timeit(kfn, x) / 1e9
+                    # The median of ``--repeat`` timings (each itself a median of samples).
+                    times = sorted(timeit(kfn, x) for _ in range(args.repeat))
+                    gbps = nbytes / times[len(times) // 2] / 1e9
                 except Exception as e:  # report the variant, go on with the rest
                     print(f"{label} {dtype} tile {tile} cols {max_cols} warps {warps} "
                           f"stages {stages} pack {v.pack}: "

@@ -70,6 +70,7 @@ def test_kernel_interpret_matches_lax(monkeypatch, case):
     type_name = np.dtype(dtype).name.upper()
     d = _desc(cls, shape, type_name, window, strides, start, end, dilations, **extra)
     monkeypatch.setattr(K, "TILE_ELEMENTS", 8)  # 2 planes x 4 columns: several column tiles
+    monkeypatch.setattr(K, "TILE_ELEMENTS_16", 8)
     monkeypatch.setattr(K, "MAX_COLS", 4)
     monkeypatch.setattr(K, "BAND_ROWS", 3)  # several bands, the last one partial
     # Both layouts of the columns, and steps with and without the next step's loads ahead.

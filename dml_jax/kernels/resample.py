@@ -68,6 +68,10 @@ _INDEX_LIMIT = 2**31 - 2**24  # int32 element offsets, with room for a tile past
 # 0.92 / 0.86 of the copy for 2x / 4x float32 (1024 to 8192 elements, 2 to 8 warps, 0.86 to
 # 0.93; 16384 on 8 warps 0.79 / 0.86). A loop-free kernel: 2 pipeline stages ran as 1.
 TILE_ELEMENTS = 2048
+# Output elements per program where an input element makes 16 or more (4x and up), per type:
+# 4x float32 4096 on 4 warps 0.899 against 2048's 0.885 (1024 on 1 warp 0.896; 8192 0.875-0.888);
+# float16 keeps 2048 (0.898 against 0.888) (results/resample/sizes_sweep.json).
+BIG_FACTOR_TILE = {"float32": 4096}
 MAX_COLS = 128
 WARPS = 4
 STAGES = 1
@@ -78,8 +82,11 @@ STAGES = 1
 WORDS_MAX_FACTOR = 2
 WORDS_WARPS = 2
 # An L2 eviction hint on the output stores (None, or "evict_first": written once, so the input
-# rows that neighbouring tiles read again keep their place in L2).
-STORE_POLICY: str | None = None
+# rows that neighbouring tiles read again keep their place in L2). Two sweeps on the H200
+# (results/resample/hints_sweep*.json): 4x float32 0.861 -> 0.869-0.879 at 2048 on 4 warps,
+# 2x 0.909-0.915 -> 0.921-0.922, float16 words 0.931-0.933 -> 0.938-0.942, the rest within
+# 0.01; tiles-in-turn variants lost with it or without (tiles_sweep.json).
+STORE_POLICY: str | None = "evict_first"
 # Tiles a program takes in turn, the next one's loads issued before this one's stores (1: one
 # tile a program, loop-free); never so many that fewer than MIN_PROGRAMS programs remain.
 TILES = 1
@@ -181,7 +188,10 @@ def plan(d: Any) -> View | None:
         return None
     words = np.dtype(x.dtype).itemsize == 2 and w.size % 2 == 0 and w.factor <= WORDS_MAX_FACTOR
     pack, warps = (2, WORDS_WARPS) if words else (1, WARPS)
-    tile = max(1, TILE_ELEMENTS // (h.factor * w.factor))  # input elements per tile
+    elements = TILE_ELEMENTS
+    if h.factor * w.factor >= 16:
+        elements = BIG_FACTOR_TILE.get(np.dtype(x.dtype).name, elements)
+    tile = max(1, elements // (h.factor * w.factor))  # input elements per tile
     cols = max(pack, min(pow2_at_least(w.size), MAX_COLS, tile))
     rows = min(pow2_at_most(max(1, tile // cols)), pow2_at_least(h.size + 1))
     v = View(math.prod(x.sizes[:-2]), h, w, rows, cols, warps, STAGES, pack, STORE_POLICY)
