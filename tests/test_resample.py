@@ -409,10 +409,15 @@ def test_bench_equivalents_agree(dtype):
     """The bench's jax.image.resize equivalents compute what UPSAMPLE_2D computes."""
     from dml_jax import registry
 
-    cases = registry.lookup("DML_OPERATOR_UPSAMPLE_2D").bench((2, 4, 8, 6), dtype, True)
-    assert [c.label for c in cases] == ["UPSAMPLE_2D 2x NEAREST_NEIGHBOR", "UPSAMPLE_2D 2x LINEAR"]
-    x = np.random.default_rng(1).standard_normal((2, 4, 4, 3)).astype(dtype)
+    cases = registry.lookup("DML_OPERATOR_UPSAMPLE_2D").bench((2, 4, 8, 12), dtype, True)
+    assert [c.label for c in cases] == [
+        "UPSAMPLE_2D 2x NEAREST_NEIGHBOR",
+        "UPSAMPLE_2D 2x LINEAR",
+        "UPSAMPLE_2D 4x LINEAR",
+    ]
+    rng = np.random.default_rng(1)
     for case in cases:
+        x = rng.standard_normal(case.desc.input_tensor.sizes).astype(dtype)
         got = np.asarray(dml.compile_operator(case.desc)(x), np.float64)
         want = np.asarray(case.jnp(x), np.float64)
         # jax.image.resize weighs FLOAT16 in FLOAT16: a few of its units apart near 0

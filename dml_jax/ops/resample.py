@@ -443,30 +443,35 @@ def _example(operator_type: str) -> Example:
 
 
 def _bench(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    """2x nearest and bilinear upsampling of a quarter of the shape to the whole shape (a GPU
-    kernel covers the bilinear case)."""
+    """2x nearest and bilinear upsampling of a quarter of the shape to the whole shape, and 4x
+    bilinear of a sixteenth (a GPU kernel covers the bilinear cases)."""
     if dtype not in ("float32", "float16"):
         return []
     n, c, h, w = shape
     out = TensorDesc(dtype.upper(), shape)
-    x = out.like(sizes=(n, c, h // 2, w // 2))
     cases = []
-    for mode, jax_method, torch_mode in (
-        ("NEAREST_NEIGHBOR", "nearest", "nearest"),
-        ("LINEAR", "linear", "bilinear"),
+    for factor, mode, jax_method, torch_mode in (
+        (2, "NEAREST_NEIGHBOR", "nearest", "nearest"),
+        (2, "LINEAR", "linear", "bilinear"),
+        (4, "LINEAR", "linear", "bilinear"),
     ):
+        if h % factor or w % factor:
+            continue
+        x = out.like(sizes=(n, c, h // factor, w // factor))
 
         def jnp_fn(x, method=jax_method):
             return _jax_resize(x, shape, method)
 
-        def torch_fn(torch, x, mode=torch_mode):
+        def torch_fn(torch, x, mode=torch_mode, factor=factor):
             extra = {} if mode == "nearest" else {"align_corners": False}
-            return torch.nn.functional.interpolate(x, scale_factor=2, mode=mode, **extra)
+            return torch.nn.functional.interpolate(x, scale_factor=factor, mode=mode, **extra)
 
         cases.append(
             BenchCase(
-                f"UPSAMPLE_2D 2x {mode}",
-                Upsample2DOperatorDesc(x, out, scale_size=Size2D(2, 2), interpolation_mode=mode),
+                f"UPSAMPLE_2D {factor}x {mode}",
+                Upsample2DOperatorDesc(
+                    x, out, scale_size=Size2D(factor, factor), interpolation_mode=mode
+                ),
                 jnp=jnp_fn,
                 torch=torch_fn,
                 kernel=mode == "LINEAR",  # dml_jax.kernels.resample
