@@ -23,6 +23,8 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``padding``: EDGE, REFLECTION, SYMMETRIC and WRAP PADDING / PADDING1 as one gather pass;
 - ``resample``: integer-factor bilinear UPSAMPLE_2D / RESAMPLE(1, 2, 3) at pixel centres;
 - ``scatter``: minor-axis SCATTER (SCATTER_ELEMENTS), each line's updates stored in order;
+- ``int8_gemm``: the int8 x int8 -> int32 products of MATRIX_MULTIPLY_INTEGER(_TO_FLOAT) and
+  QUANTIZED_LINEAR_MATRIX_MULTIPLY, zero-point terms in the epilogue;
 - ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention.
 """
 
@@ -31,6 +33,7 @@ from . import (
     elementwise,
     elementwise_map,
     generate,
+    int8_gemm,
     movement,
     mvn,
     padding,
@@ -53,6 +56,7 @@ __all__ = [
     "elementwise",
     "elementwise_map",
     "generate",
+    "int8_gemm",
     "log_sum_exp",
     "movement",
     "mvn",

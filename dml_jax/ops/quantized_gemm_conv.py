@@ -133,15 +133,16 @@ def _zero_point_product(x, x_zero, y, y_zero):
     return acc
 
 
-def _integer_product(a, a_type, a_zero, b, b_type, b_zero):
+def _integer_product(a, a_type, a_zero, b, b_type, b_zero, product=None):
     """``sum_k (A - AZeroPoint)[.., m, k] * (B - BZeroPoint)[.., k, n]`` in int32.
 
     Zero points are 1-D-or-padded parameters (``_quant.parameter``): A's per row, B's per
-    column."""
+    column. ``product`` computes ``_zero_point_product``'s result from the same arguments
+    (None: that function; the CUDA fast path passes its int8 GEMM kernel)."""
     rank = a.ndim
     x, x_zero = _signed(a, a_type, None if a_zero is None else parameter(a_zero, rank, rank - 2))
     y, y_zero = _signed(b, b_type, None if b_zero is None else parameter(b_zero, rank, rank - 1))
-    return _zero_point_product(x, x_zero, y, y_zero)
+    return (product or _zero_point_product)(x, x_zero, y, y_zero)
 
 
 def _matrix_sizes(d: Any) -> tuple[int, int, int, int]:
@@ -231,11 +232,11 @@ def validate_matrix_multiply_integer(d: MatrixMultiplyIntegerOperatorDesc, v: Va
     _matrix_parameters(d, v, ("a", "b"))
 
 
-def lower_matrix_multiply_integer(d: MatrixMultiplyIntegerOperatorDesc, *arrays):
+def lower_matrix_multiply_integer(d: MatrixMultiplyIntegerOperatorDesc, *arrays, product=None):
     x = named_inputs(d, arrays)
     acc = _integer_product(
         x["a_tensor"], d.a_tensor.data_type, x["a_zero_point_tensor"],
-        x["b_tensor"], d.b_tensor.data_type, x["b_zero_point_tensor"],
+        x["b_tensor"], d.b_tensor.data_type, x["b_zero_point_tensor"], product,
     )  # fmt: skip
     return (acc,)
 
@@ -338,7 +339,9 @@ def validate_matrix_multiply_integer_to_float(
         )
 
 
-def lower_matrix_multiply_integer_to_float(d: MatrixMultiplyIntegerToFloatOperatorDesc, *arrays):
+def lower_matrix_multiply_integer_to_float(
+    d: MatrixMultiplyIntegerToFloatOperatorDesc, *arrays, product=None
+):
     x = named_inputs(d, arrays)
     t = d.a_tensor.data_type
     rank = d.a_tensor.rank
@@ -346,8 +349,9 @@ def lower_matrix_multiply_integer_to_float(d: MatrixMultiplyIntegerToFloatOperat
     b_scale = as_float32(parameter(x["b_scale_tensor"], rank, rank - 1))
     if t.bits <= 8:
         acc = _integer_product(
-            x["a_tensor"], t, x["a_zero_point_tensor"], x["b_tensor"], t, x["b_zero_point_tensor"]
-        )
+            x["a_tensor"], t, x["a_zero_point_tensor"], x["b_tensor"], t,
+            x["b_zero_point_tensor"], product,
+        )  # fmt: skip
         # Rounded before the bias is added (as the eager program does, and the formula says),
         # not contracted with it into one fused multiply-add where a compiler would.
         y = rounded(acc.astype(jnp.float32) * (a_scale * b_scale))
@@ -461,12 +465,14 @@ def validate_quantized_matrix_multiply(
     _matrix_parameters(d, v, ("a", "b", "output"))
 
 
-def lower_quantized_matrix_multiply(d: QuantizedLinearMatrixMultiplyOperatorDesc, *arrays):
+def lower_quantized_matrix_multiply(
+    d: QuantizedLinearMatrixMultiplyOperatorDesc, *arrays, product=None
+):
     x = named_inputs(d, arrays)
     rank = d.a_tensor.rank
     acc = _integer_product(
         x["a_tensor"], d.a_tensor.data_type, x["a_zero_point_tensor"],
-        x["b_tensor"], d.b_tensor.data_type, x["b_zero_point_tensor"],
+        x["b_tensor"], d.b_tensor.data_type, x["b_zero_point_tensor"], product,
     )  # fmt: skip
     scale = parameter(x["a_scale_tensor"], rank, rank - 2) * parameter(
         x["b_scale_tensor"], rank, rank - 1
