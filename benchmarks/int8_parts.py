@@ -1,7 +1,10 @@
 """Where the int8 GEMM fast path's time goes at M = N = K = 4096 (one GPU): the kernel alone,
 with the zero-point terms, and its XLA-side pieces (B's transpose, the row and column sums).
 
-    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/int8_parts.py
+    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=.:benchmarks python benchmarks/int8_parts.py [SIZE] [--profile]
+
+``--profile``: the CUDA kernels of one call of each kernel row, by device time (CUPTI through
+``torch.profiler``), instead of the timings.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from dml_jax.kernels import int8_gemm as K
 
 
 def main() -> int:
-    size = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
+    sizes = [a for a in sys.argv[1:] if a.isdigit()]
+    size = int(sizes[0]) if sizes else 4096
     kx, ky = jax.random.split(jax.random.PRNGKey(0))
     x = jax.random.randint(kx, (size, size), -128, 128, jnp.int32).astype(jnp.int8)
     y = jax.random.randint(ky, (size, size), -128, 128, jnp.int32).astype(jnp.int8)
@@ -32,10 +36,36 @@ def main() -> int:
         "column sums of B": (lambda b: jnp.sum(b, axis=0, dtype=jnp.int32), (y,)),
         "row sums of A": (lambda a: jnp.sum(a, axis=1, dtype=jnp.int32), (x,)),
     }  # fmt: skip
+    if "--profile" in sys.argv:
+        _profile({k: v for k, v in cases.items() if k.startswith("kernel")})
+        return 0
     for name, (fn, args) in cases.items():
         t = timeit(jax.jit(fn), *args)
         print(json.dumps(dict(case=name, size=size, us=t * 1e6, tops=ops / t / 1e12)), flush=True)
     return 0
+
+
+def _profile(cases) -> None:
+    from collections import defaultdict
+
+    import torch
+
+    for name, (fn, args) in cases.items():
+        f = jax.jit(fn)
+        f(*args).block_until_ready()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(10):
+                out = f(*args)
+            out.block_until_ready()
+        times = defaultdict(float)
+        for e in prof.key_averages():
+            t = getattr(e, "self_device_time_total", None)
+            t = e.self_cuda_time_total if t is None else t
+            if t > 0:
+                times[e.key] += t / 10
+        print(f"== {name}: {sum(times.values()):.1f} us of kernels per call")
+        for key, t in sorted(times.items(), key=lambda kv: -kv[1]):
+            print(f"  {t:9.1f} us  {key[:100]}")
 
 
 if __name__ == "__main__":
