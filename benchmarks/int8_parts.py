@@ -37,7 +37,15 @@ def main() -> int:
         "row sums of A": (lambda a: jnp.sum(a, axis=1, dtype=jnp.int32), (x,)),
     }  # fmt: skip
     if "--profile" in sys.argv:
-        _profile({k: v for k, v in cases.items() if k.startswith("kernel")})
+        import quantized
+
+        import dml_jax as dml
+
+        chosen = {k: v for k, v in cases.items() if k.startswith("kernel")}
+        for name, _, desc, arrays in quantized.dml_cases(size):
+            if "INTEGER" in name:
+                chosen[name] = (dml.compile_operator(desc).fn, tuple(arrays))
+        _profile(chosen)
         return 0
     for name, (fn, args) in cases.items():
         t = timeit(jax.jit(fn), *args)
@@ -52,11 +60,11 @@ def _profile(cases) -> None:
 
     for name, (fn, args) in cases.items():
         f = jax.jit(fn)
-        f(*args).block_until_ready()
+        jax.block_until_ready(f(*args))
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(10):
                 out = f(*args)
-            out.block_until_ready()
+            jax.block_until_ready(out)
         times = defaultdict(float)
         for e in prof.key_averages():
             t = getattr(e, "self_device_time_total", None)
