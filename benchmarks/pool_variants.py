@@ -41,18 +41,18 @@ CASES = [
 # the others with True; an earlier one (sweep.log) 1024-element steps on 4 warps, bands of 16 or
 # 64 rows and MAX from comparisons instead of PTX max.NaN, since dropped.
 VARIANTS = [
-    (512, 32, 4, None, 1, True, None),
-    (512, 32, 4, None, 1, True, "evict_first"),
-    (512, 32, 4, True, 1, True, None),
-    (512, 32, 4, False, 1, True, None),
-    (1024, 32, 4, True, 1, False, None),
-    (2048, 32, 8, True, 1, False, None),
-    (512, 32, 4, True, 3, False, None),
-    (1024, 32, 4, False, 1, True, None),
-    (1024, 32, 8, False, 1, True, None),
-    (2048, 32, 8, False, 1, True, None),
+    (512, 32, 4, None, 1, True, False),
+    (512, 32, 4, None, 1, True, True),
+    (512, 32, 4, True, 1, True, False),
+    (512, 32, 4, False, 1, True, False),
+    (1024, 32, 4, True, 1, False, False),
+    (2048, 32, 8, True, 1, False, False),
+    (512, 32, 4, True, 3, False, False),
+    (1024, 32, 4, False, 1, True, False),
+    (1024, 32, 8, False, 1, True, False),
+    (2048, 32, 8, False, 1, True, False),
 ]
-TUNABLES = ("TILE_ELEMENTS", "BAND_ROWS", "WARPS", "SPREAD", "STAGES", "PREFETCH", "STORE_POLICY")
+TUNABLES = ("TILE_ELEMENTS", "BAND_ROWS", "WARPS", "SPREAD", "STAGES", "PREFETCH", "EVICT_STORES")
 
 
 def _desc(op, shape, dtype, window, stride, pad, include):
@@ -120,7 +120,8 @@ def main() -> int:
                 for name, value in zip(TUNABLES, variant):
                     setattr(K, name, value)
                 K.TILE_ELEMENTS_16 = variant[0]  # a variant's tile in both types
-                tile, band, warps, _, stages, prefetch, policy = variant
+                tile, band, warps, _, stages, prefetch, evict = variant
+                policy = "evict_first" if evict else None
                 v = K.plan(shape, dtype, plan, average)
                 row = dict(case=label, dtype=dtype, shape=list(shape), tile=tile, band=band,
                            warps=warps, spread=v.spread, stages=stages, prefetch=prefetch,

@@ -132,7 +132,7 @@ def main() -> int:
             seen = set()
             for tile, max_cols, warps, stages, words, policy, tiles in variants:
                 K.TILE_ELEMENTS, K.MAX_COLS, K.WARPS = tile, max_cols, warps
-                K.STORE_POLICY, K.TILES = policy, tiles
+                K.EVICT_STORES, K.TILES = policy is not None, tiles
                 K.BIG_FACTOR_TILE = {}  # the variant's tile at every factor
                 K.STAGES, K.WORDS_WARPS = stages, warps
                 K.WORDS_MAX_FACTOR = K.MAX_FACTOR if words else 0

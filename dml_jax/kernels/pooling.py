@@ -76,7 +76,7 @@ WARPS = 4
 SPREAD = None  # one output column a thread (``View.spread``); None: where the column stride > 1
 STAGES = 1  # Triton's num_stages
 PREFETCH = True  # each step issues the next step's loads before reducing its own
-STORE_POLICY: str | None = None  # an L2 eviction hint on the output stores ("evict_first")
+EVICT_STORES = False  # the L2 hint evict_first on the output stores (no gain: sweep_rowsums.log)
 LIVE_REGISTERS = 128  # bound on the registers per thread that the window's live values take
 
 
@@ -168,7 +168,8 @@ def plan(shape: tuple[int, ...], dtype, p: WindowPlan, average: bool) -> View | 
     band = -(-out_h // bands)  # balanced bands
     return View(
         planes, h, w, out_h, out_w, p.window, p.strides, p.dilations,
-        p.start, block_planes, cols, band, WARPS, spread, STAGES, PREFETCH, STORE_POLICY,
+        p.start, block_planes, cols, band, WARPS, spread, STAGES, PREFETCH,
+        "evict_first" if EVICT_STORES else None,
     )  # fmt: skip
 
 

@@ -81,12 +81,12 @@ STAGES = 1
 # ran 0.21 to 0.88 read as words against 0.89 read as 2-byte elements.
 WORDS_MAX_FACTOR = 2
 WORDS_WARPS = 2
-# An L2 eviction hint on the output stores (None, or "evict_first": written once, so the input
-# rows that neighbouring tiles read again keep their place in L2). Two sweeps on the H200
+# Whether the output stores carry the L2 hint evict_first (written once, so the input rows that
+# neighbouring tiles read again keep their place in L2). Two sweeps on the H200
 # (results/resample/hints_sweep*.json): 4x float32 0.861 -> 0.869-0.879 at 2048 on 4 warps,
 # 2x 0.909-0.915 -> 0.921-0.922, float16 words 0.931-0.933 -> 0.938-0.942, the rest within
 # 0.01; tiles-in-turn variants lost with it or without (tiles_sweep.json).
-STORE_POLICY: str | None = "evict_first"
+EVICT_STORES = True
 # Tiles a program takes in turn, the next one's loads issued before this one's stores (1: one
 # tile a program, loop-free); never so many that fewer than MIN_PROGRAMS programs remain.
 TILES = 1
@@ -194,7 +194,8 @@ def plan(d: Any) -> View | None:
     tile = max(1, elements // (h.factor * w.factor))  # input elements per tile
     cols = max(pack, min(pow2_at_least(w.size), MAX_COLS, tile))
     rows = min(pow2_at_most(max(1, tile // cols)), pow2_at_least(h.size + 1))
-    v = View(math.prod(x.sizes[:-2]), h, w, rows, cols, warps, STAGES, pack, STORE_POLICY)
+    policy = "evict_first" if EVICT_STORES else None
+    v = View(math.prod(x.sizes[:-2]), h, w, rows, cols, warps, STAGES, pack, policy)
     total = v.programs  # one tile a program
     return dataclasses.replace(v, tiles=max(1, min(TILES, total // MIN_PROGRAMS)))
 
