@@ -25,6 +25,7 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``scatter``: minor-axis SCATTER (SCATTER_ELEMENTS), each line's updates stored in order;
 - ``int8_gemm``: the int8 x int8 -> int32 products of MATRIX_MULTIPLY_INTEGER(_TO_FLOAT) and
   QUANTIZED_LINEAR_MATRIX_MULTIPLY, zero-point terms in the epilogue;
+- ``quantize``: per-axis ELEMENT_WISE_QUANTIZE_LINEAR and QUANTIZE, correctly rounded division;
 - ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention.
 """
 
@@ -38,6 +39,7 @@ from . import (
     mvn,
     padding,
     pooling,
+    quantize,
     reduce,
     reduce_paths,
     reduce_plan,
@@ -63,6 +65,7 @@ __all__ = [
     "padding",
     "plan",
     "pooling",
+    "quantize",
     "reduce",
     "reduce_extreme",
     "reduce_paths",

@@ -1,0 +1,192 @@
+"""Per-axis quantization as one Pallas (Triton) pass: the CUDA fast path of
+ELEMENT_WISE_QUANTIZE_LINEAR and QUANTIZE whose scale (and zero point) vary along one axis.
+
+The lax lowering (``ops._quant.quantize``) divides by the scale correctly rounded, which it keeps
+XLA from turning into a multiplication by the reciprocal by making the divisor depend on the
+dividend (``divide``): every element then runs a full IEEE division. Per tensor that ran 0.93 of
+the copy on an H200; per channel ({1, C, 1, 1} over NCHW) 0.83 (benchmarks/RESULTS.md, round 9).
+Here a program owns ``tile`` elements of one channel's run (the input as {A, C, R}: the axis is
+C), loads that channel's scale and zero point once, and computes
+``clamp(round_half_even(x / scale) + zero_point, Min, Max)`` with PTX's correctly rounded
+``div.rn.f32`` and ``cvt.rni`` (round to nearest even), NaN giving the zero point: the lax
+lowering's values bit for bit (tests/test_quantize_kernel.py). Interpret mode (CPU tests) uses
+the lax lowering's own ``divide`` and ``jnp.round``.
+
+Taken for float32 or float16 input, INT8 or UINT8 output, a per-axis scale (and zero point, of
+the output's type) whose channels run at least ``MIN_RUN`` elements, and at least
+``MIN_PROGRAMS`` programs; anything else stays with lax.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..fastpath import register_fast_path
+from ..ops._quant import divide
+from .reduce import load_pallas
+from .reduce_plan import pow2_at_least
+
+IN_TYPES = frozenset(np.dtype(t) for t in ("float32", "float16"))
+OUT_TYPES = frozenset(np.dtype(t) for t in ("int8", "uint8"))
+# Elements a program; chosen on an H200 (results/round12/quantize_sweep.log).
+TILE_ELEMENTS = 4096
+WARPS = 4
+MIN_PROGRAMS = 264
+MIN_RUN = 256  # elements of one channel in a row (the product of the sizes after the axis)
+_INDEX_LIMIT = 2**31 - 2**20
+
+
+@dataclass(frozen=True)
+class View:
+    """The input as {a, c, r} (the quantization axis is c), in tiles of ``tile`` elements of a
+    channel's run of ``r``."""
+
+    a: int
+    c: int
+    r: int
+    tile: int
+    warps: int
+
+    @property
+    def tiles(self) -> int:
+        return -(-self.r // self.tile)
+
+    @property
+    def programs(self) -> int:
+        return self.a * self.c * self.tiles
+
+
+def plan(shape: tuple[int, ...], axis: int, in_dtype, out_dtype) -> View | None:
+    if np.dtype(in_dtype) not in IN_TYPES or np.dtype(out_dtype) not in OUT_TYPES:
+        return None
+    if math.prod(shape) >= _INDEX_LIMIT or min(shape, default=0) < 1:
+        return None
+    a, c, r = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
+    if r < MIN_RUN:
+        return None  # short runs of a channel (the last axis): a tile would be mostly idle
+    tile = min(TILE_ELEMENTS, pow2_at_least(r))
+    v = View(a, c, r, tile, WARPS)
+    return v if v.programs >= MIN_PROGRAMS else None
+
+
+def _asm(op: str, *args):
+    _, pltriton = load_pallas()
+    operands = ", ".join(f"${i + 1}" for i in range(len(args)))
+    [out] = pltriton.elementwise_inline_asm(
+        f"{op} $0, {operands};",
+        args=list(args),
+        constraints="=f," + ",".join("f" for _ in args),
+        pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(args[0].shape, jnp.float32)],
+    )
+    return out
+
+
+def quantize_kernel(x, scale, zero, v: View, out_dtype, interpret: bool = False):
+    """``x`` quantized per channel: ``scale`` (float32) and ``zero`` (the output's type, or
+    None) are vectors of ``v.c``."""
+    pl, pltriton = load_pallas()
+    info = np.iinfo(out_dtype)
+    lo, hi = np.float32(info.min), np.float32(info.max)
+    tile, tiles = v.tile, v.tiles
+    has_zero = zero is not None
+
+    def kernel(x_ref, s_ref, *refs):
+        if has_zero:
+            z_ref, o_ref = refs
+        else:
+            (o_ref,) = refs
+        pid = pl.program_id(0)
+        row, t = pid // tiles, pid % tiles  # row = a * C + c
+        ch = row % v.c
+        s = pltriton.load(s_ref.at[pl.ds(ch, 1)])  # (1,)
+        zp = (
+            pltriton.load(z_ref.at[pl.ds(ch, 1)]).astype(jnp.float32)
+            if has_zero
+            else jnp.zeros((1,), jnp.float32)
+        )
+        cols = t * tile + jnp.arange(tile, dtype=jnp.int32)
+        ok = cols < v.r
+        at = row * v.r + cols
+        value = pltriton.load(x_ref.at[at], mask=ok, other=0).astype(jnp.float32)
+        if interpret:
+            steps = jnp.round(divide(value, s))
+        else:
+            steps = _asm("cvt.rni.f32.f32", _asm("div.rn.f32", value, jnp.broadcast_to(s, (tile,))))
+        q = jnp.clip(steps + zp, lo, hi)
+        q = jnp.where(q != q, jnp.broadcast_to(zp, q.shape), q)  # NaN gives the zero point
+        pltriton.store(o_ref.at[at], q.astype(out_dtype), mask=ok)
+
+    args = [lax.reshape(x, (x.size,)), scale.astype(jnp.float32)]
+    if has_zero:
+        args.append(zero)
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((x.size,), out_dtype),
+        grid=(v.programs,),
+        interpret=interpret,
+        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
+    )(*args)
+    return lax.reshape(out, x.shape)
+
+
+def _varying_axis(x_sizes: tuple[int, ...], t: Any, strided: bool) -> int | None:
+    """The one axis along which a parameter of desc ``t`` varies over the input, or None (per
+    tensor, several axes, blocks)."""
+    sizes = tuple(t.sizes)
+    if len(sizes) != len(x_sizes):
+        return None
+    if strided and t.strides is not None:
+        varying = [i for i, (n, s) in enumerate(zip(sizes, t.strides)) if n > 1 and s != 0]
+    else:
+        varying = [i for i, n in enumerate(sizes) if n > 1]
+    if len(varying) != 1 or sizes[varying[0]] != x_sizes[varying[0]]:
+        return None
+    if not strided and any(n not in (1, x_sizes[i]) for i, n in enumerate(sizes)):
+        return None
+    return varying[0]
+
+
+def _params(d: Any):
+    """(scale desc, zero point desc or None, strided) of either operator."""
+    if hasattr(d, "quantization_tensors"):
+        tensors = tuple(d.quantization_tensors)
+        return tensors[0], (tensors[1] if len(tensors) > 1 else None), False
+    return d.scale_tensor, d.zero_point_tensor, True
+
+
+def _view(d: Any) -> tuple[View, int] | None:
+    x, out = d.input_tensor, d.output_tensor
+    if x.strides is not None or out.strides is not None:
+        return None
+    scale, zero, strided = _params(d)
+    axis = _varying_axis(x.sizes, scale, strided)
+    if axis is None or (zero is not None and _varying_axis(x.sizes, zero, strided) != axis):
+        return None
+    v = plan(tuple(x.sizes), axis, x.dtype, out.dtype)
+    return None if v is None else (v, axis)
+
+
+def _vector(p, axis: int):
+    """A per-axis parameter array (the logical tensor, {1.., C, 1..} or broadcast to the input's
+    shape) as its vector of C."""
+    index = tuple(slice(None) if i == axis else 0 for i in range(p.ndim))
+    return p[index]
+
+
+def _lower(d: Any, x, scale, *zero) -> tuple:
+    v, axis = _view(d)
+    z = _vector(zero[0], axis) if zero else None
+    out = quantize_kernel(x, _vector(scale, axis), z, v, d.output_tensor.dtype)
+    return (out,)
+
+
+for _name in ("ELEMENT_WISE_QUANTIZE_LINEAR", "QUANTIZE"):
+    register_fast_path(f"DML_OPERATOR_{_name}", "kernel", lambda d: _view(d) is not None, _lower)
