@@ -1,7 +1,7 @@
-"""The per-axis quantization kernel (dml_jax.kernels.quantize) against the lax lowering, bit for
-bit: in Pallas interpret mode (any machine) with halfway quotients, NaN, infinities, signed
-zeros, a zero and a negative scale, both 8-bit types and float16 input; on a CUDA machine also
-the compiled kernel (PTX ``div.rn.f32`` and ``cvt.rni``) through the operators' fast paths.
+"""The quantization kernel (dml_jax.kernels.quantize): in Pallas interpret mode (any machine)
+against the lax lowering bit for bit, with halfway quotients, NaN, infinities, signed zeros, a
+zero and a negative scale, both 8-bit types and float16 input; on a CUDA machine the compiled
+kernel (PTX ``div.rn.f32`` and ``cvt.rni``) through the operators' fast paths against NumPy.
 """
 
 from __future__ import annotations
@@ -77,28 +77,80 @@ def test_fast_path_takes_per_axis_parameters_only():
     assert fastpath.select(_linear(big)) is not None
     assert fastpath.select(_blocked(big, (1, 64, 1, 1))) is not None
     assert fastpath.select(_blocked(big, (1, 1, 1, 32))) is None  # the last axis: short runs
-    assert fastpath.select(_linear(big, strides=(0, 0, 0, 0))) is None  # per tensor: lax
-    assert fastpath.select(_blocked(big, (1, 1, 1, 1))) is None
+    bigger = (32, 64, 32, 32)  # per tensor: one channel of 2M elements, 512 programs
+    assert fastpath.select(_linear(bigger, strides=(0, 0, 0, 0))) is not None
+    assert fastpath.select(_blocked(bigger, (1, 1, 1, 1))) is not None
     assert fastpath.select(_blocked(big, (1, 64, 1, 16))) is None  # blocks: lax
     assert fastpath.select(_linear((1, 4, 2, 2))) is None  # too few programs
 
 
+def _numpy_quantize(x, scale, zero, out_type):
+    """The documented formula in NumPy: float32 division (correctly rounded), half to even."""
+    info = np.iinfo(np.dtype(out_type.lower()))
+    q = np.round(x.astype(np.float32) / scale) + zero.astype(np.float32)
+    q = np.clip(q, info.min, info.max)
+    q = np.where(np.isnan(x), zero.astype(np.float32), q)
+    return q.astype(out_type.lower())
+
+
 @pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("out_type", ["UINT8", "INT8"])
-@pytest.mark.parametrize("which", ["linear", "quantize"])
-def test_gpu_fast_path_matches_lax(which, out_type):
-    shape = (8, 64, 32, 32)
-    d = _linear(shape, out_type) if which == "linear" else _blocked(shape, (1, 64, 1, 1), out_type)
-    rng = np.random.default_rng(2)
-    scale = rng.uniform(0.01, 0.1, 64).astype(np.float32)
-    x = _data(rng, shape, scale.reshape(1, 64, 1, 1), np.float32)
-    info = np.iinfo(np.dtype(out_type.lower()))
-    zp = rng.integers(info.min, int(info.max) + 1, 64).astype(out_type.lower())
-    if which == "linear":  # logical arrays of the stride-0 descs: broadcast
-        args = (x, np.broadcast_to(scale.reshape(1, 64, 1, 1), shape),
-                np.broadcast_to(zp.reshape(1, 64, 1, 1), shape))  # fmt: skip
+@pytest.mark.parametrize("which", ["linear", "quantize", "linear-per-tensor"])
+def test_gpu_fast_path_matches_numpy(which, out_type):
+    """On the GPU the kernel is compared with NumPy: XLA's own float32 division there is not
+    always correctly rounded (module docstring), so the lax program may differ at a few
+    halfway-adjacent quotients."""
+    shape = (32, 64, 32, 32)
+    view = (1, 64, 1, 1)
+    if which == "linear-per-tensor":
+        d = _linear(shape, out_type, strides=(0, 0, 0, 0))
+        view = (1, 1, 1, 1)
+    elif which == "linear":
+        d = _linear(shape, out_type)
     else:
-        args = (x, scale.reshape(1, 64, 1, 1), zp.reshape(1, 64, 1, 1))
-    got = dml.compile_operator(d).fn(*args)[0]
-    want = dml.compile_operator(d, fast_paths=False).fn(*args)[0]
+        d = _blocked(shape, view, out_type)
+    assert fastpath.select(d) is not None
+    rng = np.random.default_rng(2)
+    scale = rng.uniform(0.01, 0.1, view).astype(np.float32)
+    x = _data(rng, shape, scale, np.float32)
+    info = np.iinfo(np.dtype(out_type.lower()))
+    zp = rng.integers(info.min, int(info.max) + 1, view).astype(out_type.lower())
+    if which.startswith("linear"):  # logical arrays of the stride-0 descs: broadcast
+        args = (x, np.broadcast_to(scale, shape), np.broadcast_to(zp, shape))
+    else:
+        args = (x, scale, zp)
+    got = dml.compile_operator(d).fn(*args)
+    np.testing.assert_array_equal(np.asarray(got), _numpy_quantize(x, scale, zp, out_type))
+
+
+@pytest.mark.parametrize("which", ["linear", "quantize", "linear-per-tensor", "quantize-per-tensor"])
+def test_interpret_through_the_descriptors(monkeypatch, which):
+    """The fast path's own reading of each descriptor (the axis, the parameter vectors taken
+    from the logical arrays) in interpret mode, against the operator's lax lowering."""
+    from dml_jax.ops import quantize as Q
+
+    monkeypatch.setattr(K, "MIN_PROGRAMS", 1)
+    monkeypatch.setattr(K, "TILE_ELEMENTS", 64)
+    shape = (2, 6, 8, 32)
+    view = (1, 1, 1, 1) if which.endswith("per-tensor") else (1, 6, 1, 1)
+    if which.startswith("linear"):
+        d = _linear(shape, strides=(0, 1, 0, 0) if view[1] > 1 else (0, 0, 0, 0))
+    else:
+        d = _blocked(shape, view)
+    rng = np.random.default_rng(5)
+    scale = rng.uniform(0.01, 0.1, view).astype(np.float32)
+    x = _data(rng, shape, scale, np.float32)
+    zp = rng.integers(0, 256, view).astype(np.uint8)
+    if which.startswith("linear"):
+        args = (x, np.broadcast_to(scale, shape), np.broadcast_to(zp, shape))
+        lower = Q.lower_quantize_linear
+    else:
+        args = (x, scale, zp)
+        lower = Q.lower_quantize
+    v, axis = K._view(d)
+    assert (axis is None) == which.endswith("per-tensor")
+    arrays = [jnp.asarray(a) for a in args]
+    got = K.quantize_kernel(arrays[0], K._vector(arrays[1], axis), K._vector(arrays[2], axis), v,
+                            np.uint8, interpret=True)  # fmt: skip
+    (want,) = lower(d, *arrays)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

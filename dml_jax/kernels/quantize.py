@@ -1,16 +1,20 @@
-"""Per-axis quantization as one Pallas (Triton) pass: the CUDA fast path of
-ELEMENT_WISE_QUANTIZE_LINEAR and QUANTIZE whose scale (and zero point) vary along one axis.
+"""Quantization as one Pallas (Triton) pass: the CUDA fast path of ELEMENT_WISE_QUANTIZE_LINEAR
+and QUANTIZE whose scale (and zero point) is one value or varies along one axis.
 
-The lax lowering (``ops._quant.quantize``) divides by the scale correctly rounded, which it keeps
-XLA from turning into a multiplication by the reciprocal by making the divisor depend on the
-dividend (``divide``): every element then runs a full IEEE division. Per tensor that ran 0.93 of
-the copy on an H200; per channel ({1, C, 1, 1} over NCHW) 0.83 (benchmarks/RESULTS.md, round 9).
-Here a program owns ``tile`` elements of one channel's run (the input as {A, C, R}: the axis is
-C), loads that channel's scale and zero point once, and computes
+The lax lowering (``ops._quant.quantize``) divides by the scale, correctly rounded as it means
+it: it keeps XLA from turning the division into a multiplication by the reciprocal by making the
+divisor depend on the dividend (``divide``), so every element runs a full division. Per tensor
+that ran 0.93 of the copy on an H200; per channel ({1, C, 1, 1} over NCHW) 0.83
+(benchmarks/RESULTS.md, round 9). And on the GPU XLA's float32 division is not always correctly
+rounded: of 4.2M quotients of the sweep's data, 5 came out one ulp off, each moving a value that
+lay just beside a halfway point across it (results/round12/quantize_check.log); the CPU's
+division is exact. Here a program owns ``tile`` elements of one channel's run (the input as
+{A, C, R}: the axis is C; one channel of everything for a per-tensor scale), loads that
+channel's scale and zero point once, and computes
 ``clamp(round_half_even(x / scale) + zero_point, Min, Max)`` with PTX's correctly rounded
-``div.rn.f32`` and ``cvt.rni`` (round to nearest even), NaN giving the zero point: the lax
-lowering's values bit for bit (tests/test_quantize_kernel.py). Interpret mode (CPU tests) uses
-the lax lowering's own ``divide`` and ``jnp.round``.
+``div.rn.f32`` and ``cvt.rni`` (round to nearest even), NaN giving the zero point: NumPy's
+float32 result exactly (tests/test_quantize_kernel.py; on the CPU, in interpret mode with the
+lax lowering's own ``divide`` and ``jnp.round``, the lax lowering's bit for bit).
 
 Taken for float32 or float16 input, INT8 or UINT8 output, a per-axis scale (and zero point, of
 the output's type) whose channels run at least ``MIN_RUN`` elements, and at least
@@ -120,8 +124,10 @@ def quantize_kernel(x, scale, zero, v: View, out_dtype, interpret: bool = False)
             steps = jnp.round(divide(value, s))
         else:
             steps = _asm("cvt.rni.f32.f32", _asm("div.rn.f32", value, jnp.broadcast_to(s, (tile,))))
+        # A NaN quotient (NaN input, 0 / 0) gives the zero point; tested before the clamp, as
+        # Triton's minimum and maximum drop NaN.
         q = jnp.clip(steps + zp, lo, hi)
-        q = jnp.where(q != q, jnp.broadcast_to(zp, q.shape), q)  # NaN gives the zero point
+        q = jnp.where(steps != steps, jnp.broadcast_to(zp, q.shape), q)
         pltriton.store(o_ref.at[at], q.astype(out_dtype), mask=ok)
 
     args = [lax.reshape(x, (x.size,)), scale.astype(jnp.float32)]
@@ -162,11 +168,22 @@ def _params(d: Any):
     return d.scale_tensor, d.zero_point_tensor, True
 
 
-def _view(d: Any) -> tuple[View, int] | None:
+def _per_tensor(t: Any, strided: bool) -> bool:
+    """Whether a parameter desc holds one value for the whole tensor."""
+    if strided and t.strides is not None:
+        return all(n == 1 or s == 0 for n, s in zip(t.sizes, t.strides))
+    return all(n == 1 for n in t.sizes)
+
+
+def _view(d: Any) -> tuple[View, int | None] | None:
+    """The kernel's view and the quantization axis (None: one scale for the whole tensor)."""
     x, out = d.input_tensor, d.output_tensor
     if x.strides is not None or out.strides is not None:
         return None
     scale, zero, strided = _params(d)
+    if _per_tensor(scale, strided) and (zero is None or _per_tensor(zero, strided)):
+        v = plan((1, x.element_count), 0, x.dtype, out.dtype)  # one "channel" of everything
+        return None if v is None else (v, None)
     axis = _varying_axis(x.sizes, scale, strided)
     if axis is None or (zero is not None and _varying_axis(x.sizes, zero, strided) != axis):
         return None
@@ -174,9 +191,11 @@ def _view(d: Any) -> tuple[View, int] | None:
     return None if v is None else (v, axis)
 
 
-def _vector(p, axis: int):
-    """A per-axis parameter array (the logical tensor, {1.., C, 1..} or broadcast to the input's
-    shape) as its vector of C."""
+def _vector(p, axis: int | None):
+    """A parameter array (the logical tensor: {1.., C, 1..}, or broadcast to the input's shape)
+    as its vector of C (of one value where ``axis`` is None)."""
+    if axis is None:
+        return lax.reshape(p, (p.size,))[:1]
     index = tuple(slice(None) if i == axis else 0 for i in range(p.ndim))
     return p[index]
 
