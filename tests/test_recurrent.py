@@ -399,10 +399,16 @@ def rnn_cases(draw, cls=None, type_name=None, grads=False):
 FLOAT16_TOLERANCE = {"rtol": 2.0**-10, "atol": 2.0**-14}
 
 
-def _tolerance(case) -> dict:
+def _tolerance(case, want) -> dict:
     if case.inputs[0].dtype == np.float16:
         return FLOAT16_TOLERANCE
-    return {"rtol": 2e-5, "atol": 2e-6}
+    # float32 rounding carried through the steps scales with the largest values that flow
+    # through them (unbounded activations reach 1e6 in three steps), not with each element:
+    # an element that cancels down to 1e4 beside 1e6 keeps the absolute error of the 1e6.
+    peak = max(
+        (float(np.max(np.abs(w))) for w in want if w is not None and np.size(w)), default=0.0
+    )
+    return {"rtol": 2e-5, "atol": 2e-6 + 2e-5 * peak}
 
 
 @S.HALF
@@ -411,7 +417,7 @@ def _tolerance(case) -> dict:
 def test_matches_reference(cls, data):
     case = data.draw(rnn_cases(cls))
     want = reference.reference(case.desc, *case.inputs)
-    S.assert_same(S.run(case), want, exact=False, **_tolerance(case))
+    S.assert_same(S.run(case), want, exact=False, **_tolerance(case, want))
 
 
 @S.FEW
