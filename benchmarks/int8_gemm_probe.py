@@ -90,9 +90,7 @@ def main(argv=None) -> int:
             for transposed in (False, True):
                 row = dict(base, bm=bm, bn=bn, bk=bk, warps=warps, stages=stages,
                            transposed=transposed)  # fmt: skip
-                fn = jax.jit(
-                    lambda a, b, c=(bm, bn, bk, warps, stages, transposed): gemm(a, b, *c)
-                )
+                fn = jax.jit(lambda a, b, c=(bm, bn, bk, warps, stages, transposed): gemm(a, b, *c))
                 operand = yt if transposed else y
                 try:
                     got = fn(x, operand)

@@ -12,9 +12,9 @@ import pytest
 
 import dml_jax as dml
 from dml_jax import fastpath
+from dml_jax.enums import DataType
 from dml_jax.kernels import quantize as K
 from dml_jax.ops._quant import quantize
-from dml_jax.enums import DataType
 
 
 def _data(rng, shape, scale, dtype):
@@ -123,7 +123,9 @@ def test_gpu_fast_path_matches_numpy(which, out_type):
     np.testing.assert_array_equal(np.asarray(got), _numpy_quantize(x, scale, zp, out_type))
 
 
-@pytest.mark.parametrize("which", ["linear", "quantize", "linear-per-tensor", "quantize-per-tensor"])
+@pytest.mark.parametrize(
+    "which", ["linear", "quantize", "linear-per-tensor", "quantize-per-tensor"]
+)
 def test_interpret_through_the_descriptors(monkeypatch, which):
     """The fast path's own reading of each descriptor (the axis, the parameter vectors taken
     from the logical arrays) in interpret mode, against the operator's lax lowering."""

@@ -363,9 +363,7 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
             def step(i, c):
                 c, ahead = c
                 if ahead:  # past the last tile: nothing read
-                    nxt = fetch(
-                        order(jnp.minimum(i + depth, count - 1)), i + depth < count, policy
-                    )
+                    nxt = fetch(order(jnp.minimum(i + depth, count - 1)), i + depth < count, policy)
                     tile, ahead = ahead[0], (*ahead[1:], nxt)
                 else:
                     tile = fetch(order(i), policy=policy)

@@ -34,7 +34,7 @@ from jax import lax
 
 from ..fastpath import register_fast_path
 from ..ops._quant import divide
-from .reduce import load_pallas
+from .reduce import is_nan, load_pallas
 from .reduce_plan import pow2_at_least
 
 IN_TYPES = frozenset(np.dtype(t) for t in ("float32", "float16"))
@@ -127,7 +127,7 @@ def quantize_kernel(x, scale, zero, v: View, out_dtype, interpret: bool = False)
         # A NaN quotient (NaN input, 0 / 0) gives the zero point; tested before the clamp, as
         # Triton's minimum and maximum drop NaN.
         q = jnp.clip(steps + zp, lo, hi)
-        q = jnp.where(steps != steps, jnp.broadcast_to(zp, q.shape), q)
+        q = jnp.where(is_nan(steps), jnp.broadcast_to(zp, q.shape), q)
         pltriton.store(o_ref.at[at], q.astype(out_dtype), mask=ok)
 
     args = [lax.reshape(x, (x.size,)), scale.astype(jnp.float32)]
