@@ -44,7 +44,7 @@ def test_interpret_matches_lax(monkeypatch, out_type, in_dtype, zero):
     v = K.plan(shape, 1, in_dtype, t.numpy_dtype)
     assert v is not None and v.tiles == 2
     got = K.quantize_kernel(jnp.asarray(x), jnp.asarray(scale),
-                            None if zp is None else jnp.asarray(zp), v, t.numpy_dtype,
+                            None if zp is None else jnp.asarray(zp), v, t,
                             interpret=True)  # fmt: skip
     bshape = (1, 5, 1, 1)
     want = quantize(
@@ -153,6 +153,33 @@ def test_interpret_through_the_descriptors(monkeypatch, which):
     assert (axis is None) == which.endswith("per-tensor")
     arrays = [jnp.asarray(a) for a in args]
     got = K.quantize_kernel(arrays[0], K._vector(arrays[1], axis), K._vector(arrays[2], axis), v,
-                            np.uint8, interpret=True)  # fmt: skip
+                            d.output_tensor.data_type, interpret=True)  # fmt: skip
     (want,) = lower(d, *arrays)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("out_type", ["INT4", "UINT4"])
+def test_four_bit_outputs_clamp_to_their_own_range(monkeypatch, out_type):
+    """INT4 / UINT4 are held one element a byte (int8 / uint8): the kernel clamps to the 4-bit
+    range, as the lax lowering does, not to the container's."""
+    from dml_jax.ops import quantize as Q
+
+    monkeypatch.setattr(K, "MIN_PROGRAMS", 1)
+    shape = (2, 6, 8, 32)
+    x = dml.TensorDesc("FLOAT32", shape)
+    q = x.like(data_type=out_type)
+    view = (1, 6, 1, 1)
+    d = dml.QuantizeOperatorDesc(x, "SCALE_ZERO_POINT", [x.like(sizes=view), q.like(sizes=view)], q)
+    dml.validate(d)
+    rng = np.random.default_rng(7)
+    scale = rng.uniform(0.01, 0.1, view).astype(np.float32)
+    data = (rng.standard_normal(shape) * 3).astype(np.float32)  # quotients far past 4 bits
+    lo, hi = DataType[out_type].integer_range
+    zp = rng.integers(lo, hi + 1, view).astype(np.dtype(x.like(data_type=out_type).dtype))
+    v, axis = K._view(d)
+    got = K.quantize_kernel(jnp.asarray(data), K._vector(jnp.asarray(scale), axis),
+                            K._vector(jnp.asarray(zp), axis), v, d.output_tensor.data_type,
+                            interpret=True)  # fmt: skip
+    (want,) = Q.lower_quantize(d, jnp.asarray(data), jnp.asarray(scale), jnp.asarray(zp))
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert int(np.max(np.asarray(got))) == hi and int(np.min(np.asarray(got))) == lo

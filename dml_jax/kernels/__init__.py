@@ -25,7 +25,8 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``scatter``: minor-axis SCATTER (SCATTER_ELEMENTS), each line's updates stored in order;
 - ``int8_gemm``: the int8 x int8 -> int32 products of MATRIX_MULTIPLY_INTEGER(_TO_FLOAT) and
   QUANTIZED_LINEAR_MATRIX_MULTIPLY, zero-point terms in the epilogue;
-- ``quantize``: per-axis ELEMENT_WISE_QUANTIZE_LINEAR and QUANTIZE, correctly rounded division;
+- ``quantize``: per-tensor and per-axis ELEMENT_WISE_QUANTIZE_LINEAR and QUANTIZE, correctly
+  rounded division;
 - ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention.
 """
 
