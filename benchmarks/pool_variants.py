@@ -34,25 +34,23 @@ CASES = [
     ("AVERAGE 3x3 s1 p1 excl", "Average", (16, 256, 256, 256), 3, 1, 1, False),
     ("MAX 3x3 s2 p1 ResNet", "Max", (334, 64, 112, 112), 3, 2, 1, None),
 ]
-# (tile elements, band rows, warps, one column a thread, num_stages, prefetch, store eviction
-# hint); the first is the
+# (tile elements, band rows, warps, one column a thread, num_stages, prefetch); the first is the
 # module's default (one column a thread where the column stride > 1). The run that chose it
 # (benchmarks/results/pool_kernel/sweep_spread.log) measured the first row with SPREAD False and
 # the others with True; an earlier one (sweep.log) 1024-element steps on 4 warps, bands of 16 or
 # 64 rows and MAX from comparisons instead of PTX max.NaN, since dropped.
 VARIANTS = [
-    (512, 32, 4, None, 1, True, False),
-    (512, 32, 4, None, 1, True, True),
-    (512, 32, 4, True, 1, True, False),
-    (512, 32, 4, False, 1, True, False),
-    (1024, 32, 4, True, 1, False, False),
-    (2048, 32, 8, True, 1, False, False),
-    (512, 32, 4, True, 3, False, False),
-    (1024, 32, 4, False, 1, True, False),
-    (1024, 32, 8, False, 1, True, False),
-    (2048, 32, 8, False, 1, True, False),
+    (512, 32, 4, None, 1, True),
+    (512, 32, 4, True, 1, True),
+    (512, 32, 4, False, 1, True),
+    (1024, 32, 4, True, 1, False),
+    (2048, 32, 8, True, 1, False),
+    (512, 32, 4, True, 3, False),
+    (1024, 32, 4, False, 1, True),
+    (1024, 32, 8, False, 1, True),
+    (2048, 32, 8, False, 1, True),
 ]
-TUNABLES = ("TILE_ELEMENTS", "BAND_ROWS", "WARPS", "SPREAD", "STAGES", "PREFETCH", "EVICT_STORES")
+TUNABLES = ("TILE_ELEMENTS", "BAND_ROWS", "WARPS", "SPREAD", "STAGES", "PREFETCH")
 
 
 def _desc(op, shape, dtype, window, stride, pad, include):
@@ -120,12 +118,10 @@ def main() -> int:
                 for name, value in zip(TUNABLES, variant):
                     setattr(K, name, value)
                 K.TILE_ELEMENTS_16 = variant[0]  # a variant's tile in both types
-                tile, band, warps, _, stages, prefetch, evict = variant
-                policy = "evict_first" if evict else None
+                tile, band, warps, _, stages, prefetch = variant
                 v = K.plan(shape, dtype, plan, average)
                 row = dict(case=label, dtype=dtype, shape=list(shape), tile=tile, band=band,
                            warps=warps, spread=v.spread, stages=stages, prefetch=prefetch,
-                           store_policy=policy,
                            block_planes=v.block_planes,
                            cols=v.cols, programs=v.programs, copy_gbps=copy_gbps,
                            lax_ratio=nbytes / t_lax / 1e9 / copy_gbps,
@@ -142,7 +138,7 @@ def main() -> int:
                     with open(args.out, "w") as f:
                         json.dump(rows, f, indent=1)
                 print(f"{label:24s} {dtype:8s} tile {tile:5d} band {band:3d} warps {warps}"
-                      f" spread {v.spread:d} stages {stages} prefetch {prefetch:d} {policy or ''}"
+                      f" spread {v.spread:d} stages {stages} prefetch {prefetch:d}"
                       f" planes {v.block_planes:3d} cols {v.cols:3d}"
                       f"  kernel {row.get('kernel_ratio', float('nan')):.2f}"
                       f"  lax {row['lax_ratio']:.2f}  torch {row['torch_ratio']:.2f}"

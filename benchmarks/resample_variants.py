@@ -59,30 +59,18 @@ HINT_VARIANTS = [
     (2048, 128, 2, 1, True, "evict_first"),
 ]
 
-# ``--tiles``: the same with TILES tiles a program in turn (the next tile's loads ahead).
-TILE_VARIANTS = [
-    (2048, 128, 4, 1, False, "evict_first", 1),
-    (2048, 128, 4, 1, False, "evict_first", 4),
-    (2048, 128, 4, 1, False, "evict_first", 16),
-    (2048, 128, 4, 1, False, None, 16),
-    (4096, 128, 8, 1, False, "evict_first", 8),
-    (1024, 128, 2, 1, False, "evict_first", 16),
-    (2048, 128, 2, 1, True, "evict_first", 1),
-    (2048, 128, 2, 1, True, "evict_first", 16),
-]
-
 # ``--sizes``: one tile a program, output stores evict_first, other tile shapes and warps
 # (smaller programs, more of them resident; two input columns a thread; narrower column tiles).
 SIZE_VARIANTS = [
-    (2048, 128, 4, 1, False, "evict_first", 1),
-    (512, 128, 1, 1, False, "evict_first", 1),
-    (1024, 128, 1, 1, False, "evict_first", 1),
-    (1024, 128, 2, 1, False, "evict_first", 1),
-    (4096, 128, 4, 1, False, "evict_first", 1),
-    (8192, 128, 4, 1, False, "evict_first", 1),
-    (8192, 128, 16, 1, False, "evict_first", 1),
-    (2048, 32, 4, 1, False, "evict_first", 1),
-    (4096, 32, 4, 1, False, "evict_first", 1),
+    (2048, 128, 4, 1, False, "evict_first"),
+    (512, 128, 1, 1, False, "evict_first"),
+    (1024, 128, 1, 1, False, "evict_first"),
+    (1024, 128, 2, 1, False, "evict_first"),
+    (4096, 128, 4, 1, False, "evict_first"),
+    (8192, 128, 4, 1, False, "evict_first"),
+    (8192, 128, 16, 1, False, "evict_first"),
+    (2048, 32, 4, 1, False, "evict_first"),
+    (4096, 32, 4, 1, False, "evict_first"),
 ]
 
 
@@ -99,18 +87,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--hints", action="store_true", help="HINT_VARIANTS: store hints")
-    parser.add_argument("--tiles", action="store_true", help="TILE_VARIANTS: tiles in turn")
     parser.add_argument("--sizes", action="store_true", help="SIZE_VARIANTS: tile shapes")
     parser.add_argument("--repeat", type=int, default=1, help="time each variant N times")
     args = parser.parse_args()
     if args.sizes:
         variants = SIZE_VARIANTS
-    elif args.tiles:
-        variants = TILE_VARIANTS
     elif args.hints:
-        variants = [(*v, 1) for v in HINT_VARIANTS]
+        variants = HINT_VARIANTS
     else:
-        variants = [(*v, None, 1) for v in VARIANTS]
+        variants = [(*v, None) for v in VARIANTS]
     rows = []
     for dtype in ("float32", "float16"):
         out_shape = (OUT_SHAPE[0] * (4 // jnp.dtype(dtype).itemsize),) + OUT_SHAPE[1:]
@@ -130,9 +115,9 @@ def main() -> int:
             lax_out = lax_fn(x)
             lax_gbps = nbytes / timeit(lax_fn, x) / 1e9
             seen = set()
-            for tile, max_cols, warps, stages, words, policy, tiles in variants:
+            for tile, max_cols, warps, stages, words, policy in variants:
                 K.TILE_ELEMENTS, K.MAX_COLS, K.WARPS = tile, max_cols, warps
-                K.EVICT_STORES, K.TILES = policy is not None, tiles
+                K.EVICT_STORES = policy is not None
                 K.BIG_FACTOR_TILE = {}  # the variant's tile at every factor
                 K.STAGES, K.WORDS_WARPS = stages, warps
                 K.WORDS_MAX_FACTOR = K.MAX_FACTOR if words else 0
@@ -152,13 +137,13 @@ def main() -> int:
                           f"FAILED {type(e).__name__}: {e}"[:2000])  # fmt: skip
                     continue
                 row = dict(case=label, dtype=dtype, tile=tile, max_cols=max_cols, warps=warps,
-                           stages=stages, pack=v.pack, store_policy=policy, tiles=v.tiles, rows=v.rows, cols=v.cols,
+                           stages=stages, pack=v.pack, store_policy=policy, rows=v.rows, cols=v.cols,
                            kernel_gbps=gbps, lax_gbps=lax_gbps, copy_gbps=copy_gbps,
                            kernel_ratio=gbps / copy_gbps, lax_ratio=lax_gbps / copy_gbps,
                            max_rel_diff=err, bit_equal=equal)  # fmt: skip
                 rows.append(row)
                 print(f"{label:8s} {dtype:8s} tile {tile:5d} cols {max_cols:3d} warps {warps}"
-                      f" stages {stages} pack {v.pack} {policy or ''} tiles {v.tiles} -> rows {v.rows:3d} cols {v.cols:3d}"
+                      f" stages {stages} pack {v.pack} {policy or ''} -> rows {v.rows:3d} cols {v.cols:3d}"
                       f"  kernel {row['kernel_ratio']:.2f}  lax {row['lax_ratio']:.2f}"
                       f"  (copy {copy_gbps:.0f} GB/s)  diff {err:.1e} equal {equal:.4f}",
                       flush=True)  # fmt: skip

@@ -76,7 +76,7 @@ WARPS = 4
 SPREAD = None  # one output column a thread (``View.spread``); None: where the column stride > 1
 STAGES = 1  # Triton's num_stages
 PREFETCH = True  # each step issues the next step's loads before reducing its own
-EVICT_STORES = False  # the L2 hint evict_first on the output stores (no gain: sweep_rowsums.log)
+# (evict_first on the output stores changed nothing: results/pool_kernel/sweep_rowsums.log)
 LIVE_REGISTERS = 128  # bound on the registers per thread that the window's live values take
 
 
@@ -114,7 +114,6 @@ class View:
     spread: bool = False
     stages: int = 1
     prefetch: bool = True
-    store_policy: str | None = None
 
     @property
     def carried(self) -> int:
@@ -169,7 +168,6 @@ def plan(shape: tuple[int, ...], dtype, p: WindowPlan, average: bool) -> View | 
     return View(
         planes, h, w, out_h, out_w, p.window, p.strides, p.dilations,
         p.start, block_planes, cols, band, WARPS, spread, STAGES, PREFETCH,
-        "evict_first" if EVICT_STORES else None,
     )  # fmt: skip
 
 
@@ -306,8 +304,7 @@ def pool_kernel(x, v: View, average: bool, include_padding: bool = True, interpr
                 for t in rows[1:]:
                     y = _max(y, t, interpret)
             ok = plane_ok & ow_ok & (o < v.out_h)
-            at = o_ref.at[plane * out_size + o * v.out_w + ow]
-            pltriton.store(at, y, mask=ok, eviction_policy=v.store_policy)
+            pltriton.store(o_ref.at[plane * out_size + o * v.out_w + ow], y, mask=ok)
 
         new = range(carried, kh)  # the window rows each step loads
         drop = kh - carried  # row values the next output row drops

@@ -42,7 +42,6 @@ Scale < 1) and is accepted. Nearest neighbour stays with lax (0.94 of the copy a
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -85,12 +84,10 @@ WORDS_WARPS = 2
 # neighbouring tiles read again keep their place in L2). Two sweeps on the H200
 # (results/resample/hints_sweep*.json): 4x float32 0.861 -> 0.869-0.879 at 2048 on 4 warps,
 # 2x 0.909-0.915 -> 0.921-0.922, float16 words 0.931-0.933 -> 0.938-0.942, the rest within
-# 0.01; tiles-in-turn variants lost with it or without (tiles_sweep.json).
+# 0.01. Several tiles a program in turn, each next tile's words loaded before this one's
+# stores, lost everywhere (0.79-0.84 for 4x float32; tiles_sweep.json, the variant in commit
+# 938b98a), so a program takes one tile.
 EVICT_STORES = True
-# Tiles a program takes in turn, the next one's loads issued before this one's stores (1: one
-# tile a program, loop-free); never so many that fewer than MIN_PROGRAMS programs remain.
-TILES = 1
-MIN_PROGRAMS = 1056
 
 
 @dataclass(frozen=True)
@@ -122,7 +119,6 @@ class View:
     stages: int = 1
     pack: int = 1
     store_policy: str | None = None
-    tiles: int = 1  # tiles a program takes in turn (the next one's loads issued ahead)
 
     @property
     def row_tiles(self) -> int:
@@ -134,7 +130,7 @@ class View:
 
     @property
     def programs(self) -> int:
-        return -(-self.lead * self.row_tiles * self.col_tiles // self.tiles)
+        return self.lead * self.row_tiles * self.col_tiles
 
 
 def periodic_axis(n_in: int, n_out: int, indices: np.ndarray, weights: np.ndarray) -> Axis | None:
@@ -195,9 +191,7 @@ def plan(d: Any) -> View | None:
     cols = max(pack, min(pow2_at_least(w.size), MAX_COLS, tile))
     rows = min(pow2_at_most(max(1, tile // cols)), pow2_at_least(h.size + 1))
     policy = "evict_first" if EVICT_STORES else None
-    v = View(math.prod(x.sizes[:-2]), h, w, rows, cols, warps, STAGES, pack, policy)
-    total = v.programs  # one tile a program
-    return dataclasses.replace(v, tiles=max(1, min(TILES, total // MIN_PROGRAMS)))
+    return View(math.prod(x.sizes[:-2]), h, w, rows, cols, warps, STAGES, pack, policy)
 
 
 def _interleave(parts: list):
@@ -227,8 +221,6 @@ def upsample_kernel(x, v: View, interpret: bool = False):
     exact = w.size % cols == 0
     interleave = w.factor & (w.factor - 1) == 0
 
-    total = v.lead * tr * tc  # tiles
-    grid = v.programs
     # The word offsets a tile reads: each column phase blends columns p and p + 1 of a word.
     offsets = sorted(
         {(e + w.shift[px] + k) // g for e in range(g) for px in range(w.factor) for k in (0, 1)}
@@ -263,8 +255,8 @@ def upsample_kernel(x, v: View, interpret: bool = False):
             out.append(pltriton.load(x_ref.at[at_r[:, None] + at_m[None, :]], mask=mask, other=0))
         return tuple(out)
 
-    def emit(o_ref, t, loaded, live=None):
-        """Tile ``t``'s outputs from its loaded words (``live``: whether the tile exists)."""
+    def emit(o_ref, t, loaded):
+        """Tile ``t``'s outputs from its loaded words."""
         n, j, r, m = place(t)
         words = dict(zip(keys, loaded))
 
@@ -289,8 +281,6 @@ def upsample_kernel(x, v: View, interpret: bool = False):
             height step) at each column the column phases read, then theirs."""
             q = r - h.shift[py]
             valid = (q >= 0) & (q < h.size)
-            if live is not None:
-                valid = valid & live
             # Masked rows point past the end (never written; interpret mode drops them).
             out_row = jnp.where(valid, n * oh + q * h.factor + py, v.lead * oh)
 
@@ -325,19 +315,7 @@ def upsample_kernel(x, v: View, interpret: bool = False):
 
     def kernel(x_ref, o_ref):
         pid = pl.program_id(0)
-        if v.tiles == 1:
-            emit(o_ref, pid, load_words(x_ref, pid))
-            return
-
-        # Tiles pid, pid + grid, ...: each step loads the next tile's words before it blends
-        # and stores its own, so a program keeps a tile's loads in flight behind its stores.
-        def step(k, loaded):
-            t = pid + k * grid
-            ahead = load_words(x_ref, jnp.minimum(t + grid, total - 1))
-            emit(o_ref, t, loaded, t < total)
-            return ahead
-
-        jax.lax.fori_loop(0, v.tiles, step, load_words(x_ref, jnp.minimum(pid, total - 1)))
+        emit(o_ref, pid, load_words(x_ref, pid))
 
     flat = jax.lax.reshape(x, (x.size // g, g) if g > 1 else (x.size,))
     if g > 1:
