@@ -5,11 +5,11 @@ indices against the lax lowering's (must be equal), then the ratio to the device
 and written over the copy's GB/s) for each (tile elements, warps) variant, of the lax lowering and
 of torch.topk, one sync per many dispatches. ``--groups`` sweeps the grouped selection instead:
 (tile elements, warps) x group widths (0: the whole row) with packed keys, K = 8 and 16;
-``--split`` the grouped selection's 32-bit keys as int64 places or int32 pairs (``SPLIT_32``),
-with two and four rows a warp. A variant that fails to compile is recorded, not fatal. Run from
-the repository root:
+``--rows`` the grouped selection with two and four rows a warp (its 32-bit keys' int64 form,
+swept against the int32 pairs by the former ``--split``, is gone: commit 25911a7). A variant
+that fails to compile is recorded, not fatal. Run from the repository root:
 
-    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/topk_variants.py [--groups | --split]
+    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/topk_variants.py [--groups | --rows]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dml_jax.ops.topk import top_k
 VARIANTS = [(4096, 4), (2048, 4), (8192, 8), (1024, 2), (1024, 1), (2048, 2), (4096, 8)]
 GROUP_TILES = [(1024, 1), (2048, 1), (4096, 1), (2048, 2), (4096, 2)]
 GROUPS = [0, 2, 4, 8, 16, 32]
-TUNABLES = ("TILE_ELEMENTS", "MIN_ROWS", "WARPS", "PACK_16", "PACK_32", "GROUP", "SPLIT_32")
+TUNABLES = ("TILE_ELEMENTS", "MIN_ROWS", "WARPS", "PACK_16", "PACK_32", "GROUP")
 
 
 def torch_seconds(shape, dtype, k=None):
@@ -46,7 +46,7 @@ def torch_seconds(shape, dtype, k=None):
 
 def main():
     groups = "--groups" in sys.argv[1:]
-    split = "--split" in sys.argv[1:]
+    split = "--rows" in sys.argv[1:]
     defaults = {n: getattr(K, n) for n in TUNABLES}
     for dtype in ("float32", "float16"):
         rows = (1 << 18) * (2 if dtype == "float16" else 1)
@@ -67,10 +67,7 @@ def main():
                    "lax": ratio(timeit(f_lax, x)), "torch": ratio(torch_seconds(shape, dtype, k))}  # fmt: skip
             want = np.asarray(f_lax(x)[1]).astype(np.int64)
             if split:
-                runs = [
-                    dict(SPLIT_32=p, MIN_ROWS=m)
-                    for p, m in itertools.product((False, True), (2, 4))
-                ]
+                runs = [dict(MIN_ROWS=m) for m in (2, 4)]
             elif groups:
                 runs = [dict(TILE_ELEMENTS=t, MIN_ROWS=1, WARPS=w, GROUP=g)
                         for (t, w), g in itertools.product(GROUP_TILES, GROUPS)]  # fmt: skip

@@ -59,7 +59,6 @@ def test_selection_forms_match_lax(monkeypatch, dtype, pack, largest):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
-@pytest.mark.parametrize("split", [False, True], ids=["int64", "int32-pairs"])
 @pytest.mark.parametrize("group", [None, 2, 16])
 @pytest.mark.parametrize(
     "shape, dtype, k",
@@ -70,12 +69,11 @@ def test_selection_forms_match_lax(monkeypatch, dtype, pack, largest):
         ((5, 100), np.float32, 7),
     ],
 )
-def test_grouped_selection_matches_lax(monkeypatch, split, group, shape, dtype, k):
+def test_grouped_selection_matches_lax(monkeypatch, group, shape, dtype, k):
     # The grouped selection (K groups by their maxima, then K selections over their places) on
     # rows where fewer than K groups hold a column (all-padding groups are chosen too), rows
     # that do not fill their last group, and the type's least key (padding's key too); 32-bit
-    # keys as packed int64 places or as int32 pairs (key, then group number or column).
-    monkeypatch.setattr(K, "SPLIT_32", split)
+    # keys as int32 pairs (key, then group number or column).
     monkeypatch.setattr(K, "GROUP", group)
     v = K.plan(shape, 1, k, dtype, min_programs=1)
     x = jnp.asarray(_input(shape, dtype, seed=k))

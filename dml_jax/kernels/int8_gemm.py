@@ -10,7 +10,7 @@ the zero-point terms are a further pass over the int32 result. Here (benchmarks/
 benchmarks/RESULTS.md) Triton's warpgroup int8 MMA (IGMMA) with 128 x 128 x 128 blocks on 8 warps
 and 3 pipeline stages runs 1088 TOPS at 4096^3 and 1182 at 8192^3 (XLA int8: 972), provided B
 is K-major: B is transposed to {N, K} first (with {K, N} blocks Triton moves every B tile
-through registers to transpose it, 174-229 TOPS). The zero-point terms are outer products of a
+through registers to transpose it, 52-240 TOPS). The zero-point terms are outer products of a
 vector over M and one over N (the row and column sums come from XLA, one read of A and B), added
 to the accumulator before it is stored.
 

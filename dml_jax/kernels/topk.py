@@ -52,20 +52,20 @@ PACK_32 = True  # for K > 1
 #   MIN_ROWS rows of up to TILE_ELEMENTS (shorter rows come TILE_ELEMENTS / width a program
 #   already; twice that doubles the registers, 96 -> 249 for rows of 128 at K=16);
 # - groups of 4 (float32) or 8 (float16) beat wider and narrower ones. GROUP: None picks the
-#   power of two at most sqrt(width / K), half that for 32-bit keys (their int64 places cost
-#   twice as much); 0 selects over the whole row;
+#   power of two at most sqrt(width / K), half that for 32-bit keys (chosen when they were
+#   int64 places at twice the cost; the int32 pairs below were measured at it); 0 selects over
+#   the whole row;
 # - ordering the groups by their keys, packed once a group, instead of packing every place first:
 #   float32 0.378 -> 0.43, float16 unchanged (0.38); a rank form of the last round (each
 #   candidate's place from all pairwise comparisons) lost everywhere (sweep_forms.log).
 MIN_ROWS = 2
-# 32-bit keys in the grouped selection as int32 pairs instead of packed int64 places: each
+# 32-bit keys in the grouped selection are int32 pairs, not packed int64 places: each
 # selection the largest key, then the lowest group number or column holding it, two int32 warp
 # reductions (single REDUX instructions on sm_90) instead of one int64 reduction (five shuffle
 # levels): 2408 -> 2072 sm_90 instructions, 226 -> 68 shuffles for float32 K=8
 # (benchmarks/kernel_sass.py). H200 (topk_groups/sweep_split.log): float32 K=8 0.428 -> 0.521 of
-# the copy with two rows a warp (four: 0.385 -> 0.435), K=16 0.219 -> 0.257; float16 (16-bit
-# keys, packed in int32 either way) unchanged.
-SPLIT_32 = True
+# the copy with two rows a warp (four: 0.385 -> 0.435), K=16 0.219 -> 0.257; the int64 form
+# was then removed (commit 25911a7 has it).
 GROUP: int | None = None
 
 
@@ -185,7 +185,7 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
                 slot = jnp.arange(k, dtype=jnp.int32)[None, :]
                 chosen = jnp.zeros((v.cols, k), jnp.int32)
                 held = jnp.zeros((v.cols, k), jnp.bool_)
-                if wide and SPLIT_32:
+                if wide:
                     gkey = jnp.max(keys.reshape(v.cols, n, g), axis=2)
                     free = jnp.ones((v.cols, n), jnp.bool_)
                     for i in range(k):
@@ -207,7 +207,7 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
                 crow = jnp.broadcast_to(jnp.minimum(row, v.a - 1), (v.cols, k * g))
                 cvalid = (row < v.a) & (ccol < v.r) & held
                 cand = pltriton.load(x_ref.at[crow, ccol], mask=cvalid, other=0)
-                if wide and SPLIT_32:
+                if wide:
                     ck = jnp.where(cvalid, _keys32(cand, largest), least)
                     free = cvalid
                     for i in range(k):
