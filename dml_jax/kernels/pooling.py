@@ -48,7 +48,7 @@ import numpy as np
 
 from ..fastpath import register_fast_path
 from ..ops.pooling import SLICE_WINDOW_POINTS, WindowPlan, window_plan
-from .reduce import load_pallas
+from .reduce import load_pallas, ptx
 from .reduce_plan import pow2_at_least, pow2_at_most
 
 DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
@@ -175,16 +175,7 @@ def _max(a, b, interpret: bool):
     """XLA's float maximum (IEEE 754-2019: NaN propagated, -0.0 below +0.0)."""
     if interpret:
         return jax.lax.max(a, b)  # the host's maximum, as in the lax lowering run there
-    _, pltriton = load_pallas()
-    suffix, reg = ("f32", "f") if a.dtype == jnp.float32 else ("f16", "h")
-    [out] = pltriton.elementwise_inline_asm(
-        f"max.NaN.{suffix} $0, $1, $2;",
-        args=[a, b],
-        constraints=f"={reg},{reg},{reg}",
-        pack=1,
-        result_shape_dtypes=[jax.ShapeDtypeStruct(a.shape, a.dtype)],
-    )
-    return out
+    return ptx(f"max.NaN.{'f32' if a.dtype == jnp.float32 else 'f16'}", a, b)
 
 
 def window_counts(v: View) -> tuple[np.ndarray, np.ndarray]:

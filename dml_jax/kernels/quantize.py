@@ -35,7 +35,7 @@ from jax import lax
 
 from ..fastpath import register_fast_path
 from ..ops._quant import divide
-from .reduce import is_nan, load_pallas
+from .reduce import is_nan, load_pallas, ptx
 from .reduce_plan import pow2_at_least
 
 IN_TYPES = frozenset(np.dtype(t) for t in ("float32", "float16"))
@@ -82,19 +82,6 @@ def plan(shape: tuple[int, ...], axis: int, in_dtype, out_dtype) -> View | None:
     return v if v.programs >= MIN_PROGRAMS else None
 
 
-def _asm(op: str, *args):
-    _, pltriton = load_pallas()
-    operands = ", ".join(f"${i + 1}" for i in range(len(args)))
-    [out] = pltriton.elementwise_inline_asm(
-        f"{op} $0, {operands};",
-        args=list(args),
-        constraints="=f," + ",".join("f" for _ in args),
-        pack=1,
-        result_shape_dtypes=[jax.ShapeDtypeStruct(args[0].shape, jnp.float32)],
-    )
-    return out
-
-
 def quantize_kernel(x, scale, zero, v: View, out_type, interpret: bool = False):
     """``x`` quantized per channel into the ``DataType`` ``out_type`` (its own range: INT4 and
     UINT4 are held a byte an element): ``scale`` (float32) and ``zero`` (the output's held type,
@@ -126,7 +113,7 @@ def quantize_kernel(x, scale, zero, v: View, out_type, interpret: bool = False):
         if interpret:
             steps = jnp.round(divide(value, s))
         else:
-            steps = _asm("cvt.rni.f32.f32", _asm("div.rn.f32", value, jnp.broadcast_to(s, (tile,))))
+            steps = ptx("cvt.rni.f32.f32", ptx("div.rn.f32", value, jnp.broadcast_to(s, (tile,))))
         # A NaN quotient (NaN input, 0 / 0) gives the zero point; tested before the clamp, as
         # Triton's minimum and maximum drop NaN.
         q = jnp.clip(steps + zp, lo, hi)

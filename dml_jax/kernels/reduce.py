@@ -54,6 +54,22 @@ def load_pallas():
     return pl, pltriton
 
 
+def ptx(instruction: str, *args):
+    """One PTX instruction element by element (Triton inline assembly, CUDA only):
+    ``instruction $0, $1, ...`` over same-shape float32 or float16 arrays, in their type."""
+    _, pltriton = load_pallas()
+    reg = "h" if args[0].dtype == jnp.float16 else "f"
+    operands = ", ".join(f"${i + 1}" for i in range(len(args)))
+    [out] = pltriton.elementwise_inline_asm(
+        f"{instruction} $0, {operands};",
+        args=list(args),
+        constraints=",".join([f"={reg}"] + [reg] * len(args)),
+        pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(args[0].shape, args[0].dtype)],
+    )
+    return out
+
+
 def _identity(dtype, largest: bool):
     """The value that never wins: -inf/+inf for floats, the type's min/max for integers."""
     if jnp.issubdtype(dtype, jnp.floating):
@@ -375,14 +391,7 @@ def log_sum_exp_kernel(x, p: Plan, interpret: bool = False):
         v = v * np.float32(np.log2(np.e))
         if interpret:
             return jnp.exp2(v)
-        (y,) = pltriton.elementwise_inline_asm(
-            "ex2.approx.ftz.f32 $0, $1;",
-            args=[v],
-            constraints="=r,r",
-            pack=1,
-            result_shape_dtypes=[jax.ShapeDtypeStruct(v.shape, jnp.float32)],
-        )
-        return y
+        return ptx("ex2.approx.ftz.f32", v)
 
     def shift_of(m):
         return jnp.where(jnp.abs(m) < np.float32(np.inf), m, np.float32(0))
