@@ -18,7 +18,7 @@ import sys
 import jax
 import jax.numpy as jnp
 from jax import lax
-from timing import timeit
+from timing import record, timeit
 
 from dml_jax.kernels.reduce import load_pallas
 
@@ -98,11 +98,7 @@ def main(argv=None) -> int:
                     row["tops"] = ops / timeit(fn, x, operand) / 1e12
                 except Exception as e:  # a variant that fails is reported
                     row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                if args.out:
-                    with open(args.out, "w") as f:
-                        json.dump(rows, f, indent=1)
+                record(rows, row, args.out)
     return 0
 
 

@@ -14,13 +14,12 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from timing import timeit, torch_copy_seconds
+from timing import record, timeit, torch_copy_seconds
 
 import dml_jax as dml
 from dml_jax import compile as compiled
@@ -72,8 +71,7 @@ def main(argv=None) -> int:
         check = dict(case=name, elements=int(ref.size),
                      kernel_differs_from_numpy=int(np.sum(kernel_out != ref)),
                      lax_differs_from_numpy=int(np.sum(np.asarray(want) != ref)))  # fmt: skip
-        print(json.dumps(check), flush=True)
-        rows.append(check)
+        record(rows, check, args.out)
         for tile, warps in VARIANTS:
             K.TILE_ELEMENTS, K.WARPS = tile, warps
             compiled._compile_cached.cache_clear()
@@ -84,11 +82,7 @@ def main(argv=None) -> int:
             row = dict(case=name, tile=tile, warps=warps, bit_equal=same,
                        kernel_ratio=nbytes / t / 1e9 / copy_gbps,
                        lax_ratio=nbytes / t_lax / 1e9 / copy_gbps, copy_gbps=copy_gbps)  # fmt: skip
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            if args.out:
-                with open(args.out, "w") as f:
-                    json.dump(rows, f, indent=1)
+            record(rows, row, args.out)
     return 0
 
 

@@ -45,3 +45,15 @@ def torch_copy_seconds(shape, dtype) -> float:
     del src, dst
     torch.cuda.empty_cache()
     return best
+
+
+def record(rows: list, row: dict, out: str | None = None) -> None:
+    """Appends ``row``, prints it as one JSON line and rewrites ``out`` (when given) with every
+    row so far, so that a run cut short keeps what it measured."""
+    import json
+
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+    if out:
+        with open(out, "w") as f:
+            json.dump(rows, f, indent=1)
