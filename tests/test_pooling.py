@@ -608,3 +608,18 @@ def test_pooling_type_levels(factory, level, lowest):
     ):
         dml.validate(factory(), feature_level=level)
     dml.validate(factory(), feature_level=lowest)
+
+
+def test_overlapping_average_sums_each_window_row_first():
+    """The slices' sum runs one window dimension at a time (docs/semantics.md): each window
+    row left to right, then the row sums. With rows (1e8, 1) and (-1e8, 1) in float32 that is
+    1e8 + -1e8 = 0, where a row-major sum over all points, ((1e8 + 1) + -1e8) + 1, gives 1."""
+    x = dml.TensorDesc("FLOAT32", (1, 1, 2, 3))
+    d = dml.AveragePoolingOperatorDesc(
+        x, x.like(sizes=(1, 1, 1, 2)), strides=(1, 1), window_size=(2, 2),
+        start_padding=(0, 0), end_padding=(0, 0), include_padding=True,
+    )  # fmt: skip
+    data = np.array([[[[1e8, 1, 0], [-1e8, 1, 0]]]], np.float32)
+    out = np.asarray(dml.compile_operator(d, fast_paths=False).fn(data))
+    assert out[0, 0, 0, 0] == 0.0
+    assert out[0, 0, 0, 1] == np.float32(0.5)
