@@ -74,13 +74,23 @@ CASES = [
 ]
 
 
+# (centre rows, tiles a program, input bytes a chunk): 5 tiles a program leave a partial last
+# program; chunks of 1 byte hold one image each (one call per image, each after its prefetch).
+@pytest.mark.parametrize(
+    "centered, tiles, chunk", [(False, 1, 0), (True, 1, 0), (False, 5, 0), (False, 1, 1)]
+)
 @pytest.mark.parametrize("desc, tile, max_cols", CASES)
-def test_kernel_interpret_matches_lax(monkeypatch, desc, tile, max_cols):
+def test_kernel_interpret_matches_lax(monkeypatch, desc, tile, max_cols, centered, tiles, chunk):
+    monkeypatch.setattr(K, "CENTERED", centered)
+    monkeypatch.setattr(K, "TILES", tiles)
+    monkeypatch.setattr(K, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(K, "MIN_PROGRAMS", 1)
     monkeypatch.setattr(K, "TILE_ELEMENTS", tile)
     monkeypatch.setattr(K, "MAX_COLS", max_cols)
     monkeypatch.setattr(K, "WORDS_MAX_FACTOR", K.MAX_FACTOR)  # words with every factor
     v = K.plan(desc)
-    assert v is not None and v.programs > 1
+    assert v is not None and v.programs > 1 and (v.centered, v.tiles) == (centered, tiles)
+    assert v.tile_count % tiles or tiles == 1  # a partial last program
     x = desc.input_tensor
     assert v.pack == (2 if x.dtype == np.float16 else 1)  # float16 read as 32-bit words
     exact = all(f & (f - 1) == 0 for f in (v.h.factor, v.w.factor))

@@ -42,6 +42,7 @@ Scale < 1) and is accepted. Nearest neighbour stays with lax (0.94 of the copy a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -88,6 +89,24 @@ WORDS_WARPS = 2
 # stores, lost everywhere (0.79-0.84 for 4x float32; tiles_sweep.json, the variant in commit
 # 938b98a), so a program takes one tile.
 EVICT_STORES = True
+# Whether a tile's rows are the input rows q that its output rows q * fh + py come from (each
+# tile reads rows q - 1, q and q + 1, and its output rows are one contiguous block stored at
+# once) instead of the row pairs (r, r + 1) that each output row blends (two rows read; the
+# pairs -1 .. H - 1 do not divide into power-of-two tiles, so an image's last tile holds one).
+CENTERED = False
+# Tiles a program takes, each tile's words loaded before the first tile's outputs are stored
+# (the program unrolled: no loop), so that only its first tile's stores wait for DRAM. Never
+# so many that fewer than MIN_PROGRAMS programs remain.
+TILES = 1
+MIN_PROGRAMS = 1056
+# Input bytes a chunk (0: one call). Chunked, the upsampling is one call per chunk of whole
+# images, each after a call that reads the chunk's input into L2 (loads ``evict_last``, a sum a
+# block kept so that the loads are), so that the upsampling's reads hit L2 and its DRAM
+# traffic is writes alone: with reads from DRAM among its writes the 4x float32 store pattern
+# ran 0.87-0.89 of the copy, with its input resident in L2 1.10
+# (benchmarks/upsample_store_probe.py).
+CHUNK_BYTES = 0
+PREFETCH_BLOCK = 4096  # elements a program of the prefetching call reads
 
 
 @dataclass(frozen=True)
@@ -119,9 +138,17 @@ class View:
     stages: int = 1
     pack: int = 1
     store_policy: str | None = None
+    centered: bool = False
+    tiles: int = 1  # tiles a program takes, all loaded first
+
+    @property
+    def tile_count(self) -> int:
+        return self.lead * self.row_tiles * self.col_tiles
 
     @property
     def row_tiles(self) -> int:
+        if self.centered:  # input rows q = 0 .. H - 1
+            return -(-self.h.size // self.rows)
         return -(-(self.h.size + 1) // self.rows)  # pairs r = -1 .. H - 1
 
     @property
@@ -130,7 +157,7 @@ class View:
 
     @property
     def programs(self) -> int:
-        return self.lead * self.row_tiles * self.col_tiles
+        return -(-self.tile_count // self.tiles)
 
 
 def periodic_axis(n_in: int, n_out: int, indices: np.ndarray, weights: np.ndarray) -> Axis | None:
@@ -189,9 +216,12 @@ def plan(d: Any) -> View | None:
         elements = BIG_FACTOR_TILE.get(np.dtype(x.dtype).name, elements)
     tile = max(1, elements // (h.factor * w.factor))  # input elements per tile
     cols = max(pack, min(pow2_at_least(w.size), MAX_COLS, tile))
-    rows = min(pow2_at_most(max(1, tile // cols)), pow2_at_least(h.size + 1))
+    rows = min(pow2_at_most(max(1, tile // cols)), pow2_at_least(h.size + (not CENTERED)))
     policy = "evict_first" if EVICT_STORES else None
-    return View(math.prod(x.sizes[:-2]), h, w, rows, cols, warps, STAGES, pack, policy)
+    lead = math.prod(x.sizes[:-2])
+    v = View(lead, h, w, rows, cols, warps, STAGES, pack, policy, CENTERED)
+    tiles = max(1, min(TILES, v.tile_count // MIN_PROGRAMS))
+    return dataclasses.replace(v, tiles=tiles) if tiles > 1 else v
 
 
 def _interleave(parts: list):
@@ -225,13 +255,16 @@ def upsample_kernel(x, v: View, interpret: bool = False):
     offsets = sorted(
         {(e + w.shift[px] + k) // g for e in range(g) for px in range(w.factor) for k in (0, 1)}
     )
-    keys = [(dr, dm) for dr in (0, 1) for dm in offsets]
+    # Row offsets read: from each pair's lower row r, or around each centre row q.
+    row_offsets = (-1, 0, 1) if v.centered else (0, 1)
+    keys = [(dr, dm) for dr in row_offsets for dm in offsets]
 
     def place(t):
-        """Tile ``t``'s image, the pairs' lower input rows and its words in its rows."""
+        """Tile ``t``'s image, its pairs' lower input rows (or its centre rows) and its words
+        in its rows."""
         n, rest = t // (tr * tc), t % (tr * tc)
         i, j = rest // tc, rest % tc
-        r = i * rows - 1 + jnp.arange(rows, dtype=jnp.int32)
+        r = i * rows - (not v.centered) + jnp.arange(rows, dtype=jnp.int32)
         m = j * cw + jnp.arange(cw, dtype=jnp.int32)
         return n, j, r, m
 
@@ -255,8 +288,8 @@ def upsample_kernel(x, v: View, interpret: bool = False):
             out.append(pltriton.load(x_ref.at[at_r[:, None] + at_m[None, :]], mask=mask, other=0))
         return tuple(out)
 
-    def emit(o_ref, t, loaded):
-        """Tile ``t``'s outputs from its loaded words."""
+    def emit(o_ref, t, loaded, live=None):
+        """Tile ``t``'s outputs from its loaded words (``live``: whether the tile exists)."""
         n, j, r, m = place(t)
         words = dict(zip(keys, loaded))
 
@@ -276,17 +309,21 @@ def upsample_kernel(x, v: View, interpret: bool = False):
                 value = jnp.where(m[None, :] == wn - 1, tile(dr, g - 1), value)
             return value
 
-        def store_row_phase(py: int):
-            """Output rows ``(r - s[py]) * fh + py``: the vertical blend (the lax lowering's
+        def row_phase(py: int):
+            """The values of output rows ``q * fh + py`` (``q = r - s[py]`` for pairs, ``r``
+            when centred), their rows and validity: the vertical blend (the lax lowering's
             height step) at each column the column phases read, then theirs."""
-            q = r - h.shift[py]
+            q = r if v.centered else r - h.shift[py]
+            lo = h.shift[py] if v.centered else 0  # the blend's lower row, from r
             valid = (q >= 0) & (q < h.size)
+            if live is not None:
+                valid = valid & live
             # Masked rows point past the end (never written; interpret mode drops them).
             out_row = jnp.where(valid, n * oh + q * h.factor + py, v.lead * oh)
 
             @functools.cache
             def vertical(p: int):
-                return tile(0, p) * h.w0[py] + tile(1, p) * h.w1[py]
+                return tile(lo, p) * h.w0[py] + tile(lo + 1, p) * h.w1[py]
 
             # Output column (g * m + e) * fw + px, for element e of a word and phase px.
             phases = [
@@ -301,32 +338,82 @@ def upsample_kernel(x, v: View, interpret: bool = False):
             else:
                 out_cols = [(g * m + e) * w.factor + px for e in range(g) for px in range(w.factor)]
                 values = phases
-            for oc, value in zip(out_cols, values):
-                at = out_row[:, None] * ow + oc[None, :]
-                mask = jnp.broadcast_to(valid[:, None], at.shape)
-                if not exact:
-                    col_ok = jnp.broadcast_to((oc < ow)[None, :], at.shape)
-                    mask = mask & col_ok
-                    at = jnp.where(col_ok, at, n_out)
-                pltriton.store(o_ref.at[at], value, mask=mask, eviction_policy=v.store_policy)
+            return out_row, valid, out_cols, values
+
+        def put(out_row, valid, oc, value):
+            at = out_row[:, None] * ow + oc[None, :]
+            mask = jnp.broadcast_to(valid[:, None], at.shape)
+            if not exact:
+                col_ok = jnp.broadcast_to((oc < ow)[None, :], at.shape)
+                mask = mask & col_ok
+                at = jnp.where(col_ok, at, n_out)
+            pltriton.store(o_ref.at[at], value, mask=mask, eviction_policy=v.store_policy)
 
         for py in range(h.factor):
-            store_row_phase(py)
+            out_row, valid, out_cols, values = row_phase(py)
+            for oc, value in zip(out_cols, values):
+                put(out_row, valid, oc, value)
 
     def kernel(x_ref, o_ref):
         pid = pl.program_id(0)
-        emit(o_ref, pid, load_words(x_ref, pid))
+        if v.tiles == 1:
+            emit(o_ref, pid, load_words(x_ref, pid))
+            return
+        # Consecutive tiles (neighbouring rows, so shared rows hit in the caches); every
+        # tile's loads first, then the tiles' outputs in turn.
+        last = v.tile_count - 1
+        ts = [pid * v.tiles + k for k in range(v.tiles)]
+        loaded = [load_words(x_ref, jnp.minimum(t, last)) for t in ts]
+        for t, words in zip(ts, loaded):
+            emit(o_ref, t, words, t <= last)
 
     flat = jax.lax.reshape(x, (x.size // g, g) if g > 1 else (x.size,))
     if g > 1:
         flat = jax.lax.bitcast_convert_type(flat, jnp.uint32)
-    out = pl.pallas_call(
-        kernel,
-        out_shape=jax.ShapeDtypeStruct((n_out,), x.dtype),
-        grid=(v.programs,),
-        interpret=interpret,
-        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=v.stages),
-    )(flat)
+    params = pltriton.CompilerParams(num_warps=v.warps, num_stages=v.stages)
+    out_shape = jax.ShapeDtypeStruct((n_out,), x.dtype)
+    image_bytes = h.size * w.size * x.dtype.itemsize
+    per_chunk = max(1, CHUNK_BYTES // image_bytes) if CHUNK_BYTES else v.lead
+    if per_chunk >= v.lead or v.tiles > 1:
+        out = pl.pallas_call(
+            kernel, out_shape=out_shape, grid=(v.programs,), interpret=interpret,
+            compiler_params=params,
+        )(flat)  # fmt: skip
+        return jax.lax.reshape(out, x.shape[:-2] + (oh, ow))
+
+    def chunk_kernel(t0: int):
+        def body(x_ref, token_ref, *rest):
+            o_ref = rest[-1]  # the output so far, when given, is the same buffer
+            emit(o_ref, pl.program_id(0) + t0, load_words(x_ref, pl.program_id(0) + t0))
+
+        return body
+
+    def prefetch(e0: int, e1: int):
+        """Reads input words ``e0`` to ``e1`` (into L2); returns a sum a block."""
+        block = PREFETCH_BLOCK
+
+        def body(x_ref, s_ref):
+            at = e0 + pl.program_id(0) * block + jnp.arange(block, dtype=jnp.int32)
+            words = pltriton.load(x_ref.at[at], mask=at < e1, other=0, eviction_policy="evict_last")
+            s_ref[pl.program_id(0)] = jnp.sum(words.astype(jnp.float32))
+
+        grid = -(-(e1 - e0) // block)
+        return pl.pallas_call(
+            body, out_shape=jax.ShapeDtypeStruct((grid,), jnp.float32), grid=(grid,),
+            interpret=interpret, compiler_params=pltriton.CompilerParams(num_warps=4),
+        )  # fmt: skip
+
+    out = None
+    words_per_image = h.size * wn
+    for n0 in range(0, v.lead, per_chunk):
+        n1 = min(v.lead, n0 + per_chunk)
+        token = prefetch(n0 * words_per_image, n1 * words_per_image)(flat)
+        call = pl.pallas_call(
+            chunk_kernel(n0 * tr * tc), out_shape=out_shape, grid=((n1 - n0) * tr * tc,),
+            interpret=interpret, compiler_params=params,
+            input_output_aliases={} if out is None else {2: 0},
+        )  # fmt: skip
+        out = call(flat, token) if out is None else call(flat, token, out)
     return jax.lax.reshape(out, x.shape[:-2] + (oh, ow))
 
 
