@@ -45,11 +45,10 @@ def _rows(use_mean):
     return make
 
 
-def _retain(tile, keep, warps, depth, grid=132, stages=1, hints=False, chain=1):
+def _retain(tile, keep, warps, depth, grid=132, stages=1, hints=False):
     """Rows kept in part in registers: ``keep`` elements kept, the rest in ``tile``-element
-    tiles loaded ``depth`` tiles ahead (``hints``: L2 eviction hints; ``chain``: groups a
-    program, one's second pass beside the next one's first)."""
-    both = {dtype: (keep, tile, depth, grid, chain) for dtype in ("float32", "float16")}
+    tiles loaded ``depth`` tiles ahead (``hints``: L2 eviction hints)."""
+    both = {dtype: (keep, tile, depth, grid) for dtype in ("float32", "float16")}
     return dict(RETAIN_ROW_MAX=1 << 17, RETAIN=both, RETAIN_WARPS=warps, RETAIN_STAGES=stages,
                 RETAIN_HINTS=tuple(both) if hints else ())  # fmt: skip
 
@@ -100,15 +99,6 @@ FOCUS = {
                 _retain(4096, 32768, 16, 3, None, hints=True)],
     "float16": [{}],
 }  # fmt: skip
-# ``--chain``: instance norm, the defaults against chains of 2 to 8 groups a program (ptxas,
-# sm_90a: 2048-element tiles 2 or 3 ahead use 128 registers and no stack; 4 ahead spill 32-40
-# bytes, 4096 / 2 ahead 168, 1024 / 4 ahead 104).
-CHAIN = {
-    dtype: [{}] + [_retain(2048, 32768, 16, depth, None, hints=hints, chain=chain)
-                   for chain in (2, 4, 8) for depth in (2, 3) for hints in (True, False)
-                   if hints or depth == 2]
-    for dtype in ("float32", "float16")
-}  # fmt: skip
 TUNABLES = ("TILE_ELEMENTS", "WARPS", "RETAIN_ROW_MAX", "RETAIN", "RETAIN_WARPS",
             "RETAIN_STAGES", "RETAIN_HINTS", "LOOP_ELEMENTS", "LOOP_WARPS", "LOOP_GRID",
             "LOOP_STAGES")  # fmt: skip
@@ -119,8 +109,6 @@ def _label(v) -> str:
     if v.tiles == 1:
         return f"tile {v.rows} x{v.cols} w{v.warps}"
     path = f"keep {v.keep} d{v.depth}{' hints' if v.hints else ''}" if v.keep else "loop"
-    if v.chain > 1:
-        path += f" chain {v.chain}"
     return f"{path} t{v.rows} w{v.warps} g{v.grid} s{v.stages}"
 
 
@@ -145,11 +133,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--focus", action="store_true", help="instance norm only, FOCUS variants")
-    parser.add_argument("--chain", action="store_true", help="instance norm only, CHAIN variants")
     args = parser.parse_args(argv)
-    cases = CASES
-    if args.focus or args.chain:
-        cases = [(*CASES[0][:4], CHAIN if args.chain else FOCUS)]
+    cases = [(*CASES[0][:4], FOCUS)] if args.focus else CASES
     rows = []
     saved = {n: getattr(K, n) for n in TUNABLES}
     for name, shape, make, axes, variants in cases:
@@ -185,7 +170,7 @@ def main(argv=None) -> int:
                     continue
                 row = dict(case=name, dtype=dtype, variant=label, default=not variant,
                            rows=v.rows, cols=v.cols, warps=v.warps, grid=v.grid,
-                           keep=v.keep, depth=v.depth, stages=v.stages, chain=v.chain,
+                           keep=v.keep, depth=v.depth, stages=v.stages,
                            kernel_gbps=nbytes / t / 1e9, lax_gbps=nbytes / t_lax / 1e9,
                            copy_gbps=nbytes / t_copy / 1e9, error_over_tolerance=err,
                            nan_positions_equal=bool(nan_ok))  # fmt: skip

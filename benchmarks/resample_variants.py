@@ -73,32 +73,13 @@ SIZE_VARIANTS = [
     (4096, 32, 4, 1, False, "evict_first"),
 ]
 
-# ``--centered``: tiles of centre rows (K.CENTERED: rows q - 1, q, q + 1 read, no tile past an
-# image's last row) against row pairs, output stores evict_first, float16 words at 2x only.
-CENTERED_VARIANTS = [
-    (4096, 128, 4, 1, False, "evict_first", False),
-    (4096, 128, 4, 1, False, "evict_first", True),
-    (2048, 128, 4, 1, False, "evict_first", True),
-    (1024, 128, 1, 1, False, "evict_first", True),
-    (8192, 128, 8, 1, False, "evict_first", True),
-    (2048, 128, 2, 1, True, "evict_first", False),
-    (2048, 128, 2, 1, True, "evict_first", True),
-]
-
-# ``--tiles``: tiles a program (K.TILES, every tile's loads issued before the first stores),
-# the 2x / 4x defaults' tile shapes, output stores evict_first, float16 words at 2x only.
-TILES_VARIANTS = [
-    (t, 128, w, 1, words, "evict_first", False, n)
-    for t, w, words in ((4096, 4, False), (2048, 4, False), (1024, 1, False), (2048, 2, True))
-    for n in (1, 2, 4, 8)
-]
-
-# ``--chunks``: input bytes a chunk (K.CHUNK_BYTES: one call per chunk of images, each after a
-# call reading the chunk into L2), with the 2x / 4x defaults' tiles.
+# ``--chunks``: input bytes a chunk where an input element makes 16 or more outputs, both
+# types (K.CHUNK_BYTES: one call per chunk of images, each after a call reading the chunk into L2),
+# with the defaults' tiles; (tile, max_cols, warps, stages, words, policy, chunk bytes).
 CHUNK_VARIANTS = [
-    (t, 128, w, 1, words, "evict_first", False, 1, chunk)
+    (t, 128, w, 1, words, "evict_first", chunk)
     for t, w, words in ((4096, 4, False), (2048, 4, False), (2048, 2, True))
-    for chunk in (0, 4 << 20, 8 << 20, 16 << 20, 24 << 20)
+    for chunk in (0, 8 << 20, 12 << 20)
 ]
 
 
@@ -116,23 +97,17 @@ def main() -> int:
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--hints", action="store_true", help="HINT_VARIANTS: store hints")
     parser.add_argument("--sizes", action="store_true", help="SIZE_VARIANTS: tile shapes")
-    parser.add_argument("--centered", action="store_true", help="CENTERED_VARIANTS")
-    parser.add_argument("--tiles", action="store_true", help="TILES_VARIANTS")
-    parser.add_argument("--chunks", action="store_true", help="CHUNK_VARIANTS")
+    parser.add_argument("--chunks", action="store_true", help="CHUNK_VARIANTS: chunked calls")
     parser.add_argument("--repeat", type=int, default=1, help="time each variant N times")
     args = parser.parse_args()
     if args.chunks:
         variants = CHUNK_VARIANTS
-    elif args.tiles:
-        variants = [(*v, 0) for v in TILES_VARIANTS]
-    elif args.centered:
-        variants = [(*v, 1, 0) for v in CENTERED_VARIANTS]
     elif args.sizes:
-        variants = [(*v, False, 1, 0) for v in SIZE_VARIANTS]
+        variants = [(*v, 0) for v in SIZE_VARIANTS]
     elif args.hints:
-        variants = [(*v, False, 1, 0) for v in HINT_VARIANTS]
+        variants = [(*v, 0) for v in HINT_VARIANTS]
     else:
-        variants = [(*v, None, False, 1, 0) for v in VARIANTS]
+        variants = [(*v, None, 0) for v in VARIANTS]
     rows = []
     for dtype in ("float32", "float16"):
         out_shape = (OUT_SHAPE[0] * (4 // jnp.dtype(dtype).itemsize),) + OUT_SHAPE[1:]
@@ -152,17 +127,17 @@ def main() -> int:
             lax_out = lax_fn(x)
             lax_gbps = nbytes / timeit(lax_fn, x) / 1e9
             seen = set()
-            for tile, max_cols, warps, stages, words, policy, centered, tiles, chunk in variants:
+            for tile, max_cols, warps, stages, words, policy, chunk in variants:
                 K.TILE_ELEMENTS, K.MAX_COLS, K.WARPS = tile, max_cols, warps
-                K.CENTERED, K.TILES, K.CHUNK_BYTES = centered, tiles, chunk
+                K.CHUNK_BYTES = {"float32": chunk, "float16": chunk}
                 K.EVICT_STORES = policy is not None
                 K.BIG_FACTOR_TILE = {}  # the variant's tile at every factor
                 K.STAGES, K.WORDS_WARPS = stages, warps
                 K.WORDS_MAX_FACTOR = K.MAX_FACTOR if words else 0
                 v = K.plan(desc)
-                if (v, chunk) in seen:
+                if v in seen:
                     continue
-                seen.add((v, chunk))
+                seen.add(v)
                 kfn = jax.jit(lambda y, v=v: K.upsample_kernel(y, v))
                 try:
                     err, equal = _check(kfn, lax_out, x)
@@ -176,14 +151,13 @@ def main() -> int:
                     continue
                 row = dict(case=label, dtype=dtype, tile=tile, max_cols=max_cols, warps=warps,
                            stages=stages, pack=v.pack, store_policy=policy, rows=v.rows, cols=v.cols,
-                           centered=centered, tiles=v.tiles, chunk_bytes=chunk,
+                           chunk_images=v.chunk,
                            kernel_gbps=gbps, lax_gbps=lax_gbps, copy_gbps=copy_gbps,
                            kernel_ratio=gbps / copy_gbps, lax_ratio=lax_gbps / copy_gbps,
                            max_rel_diff=err, bit_equal=equal)  # fmt: skip
                 rows.append(row)
                 print(f"{label:8s} {dtype:8s} tile {tile:5d} cols {max_cols:3d} warps {warps}"
-                      f" stages {stages} pack {v.pack} {policy or ''}{' centred' if centered else ''}"
-                      f" tiles {v.tiles} chunk {chunk >> 20} MiB"
+                      f" stages {stages} pack {v.pack} {policy or ''} chunk {v.chunk}"
                       f" -> rows {v.rows:3d} cols {v.cols:3d}"
                       f"  kernel {row['kernel_ratio']:.2f}  lax {row['lax_ratio']:.2f}"
                       f"  (copy {copy_gbps:.0f} GB/s)  diff {err:.1e} equal {equal:.4f}",

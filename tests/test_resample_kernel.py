@@ -63,6 +63,7 @@ def _close(got, want, x):
 # row tiles, several column tiles and columns that do not fill the last tile.
 CASES = [
     (_upsample((2, 3, 5, 7), 2, 2), 64, 4),
+    (_upsample((2, 2, 6, 5), 4, 4), 128, 4),  # 4x: chunked (one image a call) with chunk 1
     (_upsample((1, 2, 2, 3, 6), 2, 8, "FLOAT16"), 256, 4),  # 5-D: D is never resampled
     (
         _resample(
@@ -74,23 +75,18 @@ CASES = [
 ]
 
 
-# (centre rows, tiles a program, input bytes a chunk): 5 tiles a program leave a partial last
-# program; chunks of 1 byte hold one image each (one call per image, each after its prefetch).
-@pytest.mark.parametrize(
-    "centered, tiles, chunk", [(False, 1, 0), (True, 1, 0), (False, 5, 0), (False, 1, 1)]
-)
+@pytest.mark.parametrize("chunk", [0, 1])
 @pytest.mark.parametrize("desc, tile, max_cols", CASES)
-def test_kernel_interpret_matches_lax(monkeypatch, desc, tile, max_cols, centered, tiles, chunk):
-    monkeypatch.setattr(K, "CENTERED", centered)
-    monkeypatch.setattr(K, "TILES", tiles)
-    monkeypatch.setattr(K, "CHUNK_BYTES", chunk)
-    monkeypatch.setattr(K, "MIN_PROGRAMS", 1)
+def test_kernel_interpret_matches_lax(monkeypatch, desc, tile, max_cols, chunk):
+    """``chunk``: input bytes a chunk, 1 (one image a call) or 0 (one call)."""
+    monkeypatch.setattr(K, "CHUNK_BYTES", {"float32": chunk, "float16": chunk})
     monkeypatch.setattr(K, "TILE_ELEMENTS", tile)
     monkeypatch.setattr(K, "MAX_COLS", max_cols)
     monkeypatch.setattr(K, "WORDS_MAX_FACTOR", K.MAX_FACTOR)  # words with every factor
     v = K.plan(desc)
-    assert v is not None and v.programs > 1 and (v.centered, v.tiles) == (centered, tiles)
-    assert v.tile_count % tiles or tiles == 1  # a partial last program
+    assert v is not None and v.programs > 1
+    big = v.h.factor * v.w.factor >= 16 and v.lead > 1
+    assert v.chunk == (1 if chunk and big else 0)  # chunks only where a pixel makes 16
     x = desc.input_tensor
     assert v.pack == (2 if x.dtype == np.float16 else 1)  # float16 read as 32-bit words
     exact = all(f & (f - 1) == 0 for f in (v.h.factor, v.w.factor))
@@ -159,12 +155,15 @@ def test_plan_reads_float16_as_words_at_2x_only():
         _upsample((2, 16, 100, 130), 2, 2),
         _upsample((2, 16, 100, 130), 2, 2, "FLOAT16"),
         _upsample((2, 8, 50, 33), 2, 2, "FLOAT16"),  # odd width: 2-byte loads
-        _upsample((2, 4, 3, 40, 64), 4, 4, "FLOAT16"),
+        _upsample((2, 4, 3, 40, 64), 4, 4, "FLOAT16"),  # chunks of 3 images (24: 8 calls)
+        _upsample((2, 5, 40, 64), 4, 4),  # float32: chunks of 1 image (10 calls)
         _resample(dml.Resample1OperatorDesc, (3, 64, 50), (1, 3, 2)),
         _resample(dml.ResampleOperatorDesc, (8, 32, 64, 64), (1, 1, 2, 2), type_name="FLOAT16"),
     ],
 )
-def test_gpu_fast_path_matches_lax(desc):
+def test_gpu_fast_path_matches_lax(monkeypatch, desc):
+    # 4x in chunks of 3 images (the last partial): each call after its chunk's prefetch.
+    monkeypatch.setattr(K, "CHUNK_BYTES", {"float32": 3 * 40 * 64 * 2, "float16": 3 * 40 * 64 * 2})
     assert fastpath.select(desc).name == "kernel"
     x = _input(desc.input_tensor.sizes, desc.input_tensor.dtype, False, seed=3)
     got = jax.jit(dml.compile_operator(desc).fn)(x)

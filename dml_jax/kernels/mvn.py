@@ -121,7 +121,6 @@ class View:
     stages: int = 1
     depth: int = 1
     hints: bool = False
-    chain: int = 1
 
     @property
     def tiles(self) -> int:
@@ -138,8 +137,6 @@ class View:
 
     @property
     def programs(self) -> int:
-        if self.chain > 1:
-            return -(-self.groups // self.chain)
         return self.groups if self.grid is None else min(self.grid, self.groups)
 
 
@@ -169,12 +166,10 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
         warps = WARPS or min(16, max(4, rp * cols // 512))
         v = View(a, r, rp, cols, warps)
     elif r <= RETAIN_ROW_MAX:
-        keep, tile, depth, grid, *chain = RETAIN[np.dtype(dtype).name]
-        keep = min(keep, rp)
-        chain = chain[0] if chain and keep < r else 1  # a chain needs a streamed part
+        keep, tile, depth, grid = RETAIN[np.dtype(dtype).name]
         v = View(
-            a, r, tile, 1, RETAIN_WARPS, None if chain > 1 else grid, keep, RETAIN_STAGES,
-            depth, np.dtype(dtype).name in RETAIN_HINTS, chain,
+            a, r, tile, 1, RETAIN_WARPS, grid, min(keep, rp), RETAIN_STAGES, depth,
+            np.dtype(dtype).name in RETAIN_HINTS,
         )  # fmt: skip
     else:
         v = View(a, r, LOOP_ELEMENTS, 1, LOOP_WARPS, LOOP_GRID, 0, LOOP_STAGES)
@@ -433,115 +428,7 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
         stream(last, again, 0, ahead, once)
         put(0, kept.astype(f32))
 
-    def chained(x_ref, o_ref, refs, pid):
-        """``v.chain`` consecutive groups, each held as ``retained`` holds one, with the second
-        pass of one group and the first of the next in one loop: while a group's streamed
-        tiles are read again and stored, the next group's kept block and tiles are already
-        being read, so the memory system never waits for a row's statistics.
-
-        The statistics cannot wait for the next kept block (its loads are in flight during
-        that loop), so the streamed tiles keep a Welford mean and sum of squared deviations
-        per lane (as ``statistics`` does); the kept block takes the two-pass formula in
-        registers; Chan's rule merges the lanes and then the two parts.
-        """
-        keep, count = v.keep, v.streamed
-        depth = max(1, min(v.depth, count))
-        once, again_ = ("evict_first", "evict_last") if v.hints else (None, None)
-        n_s = np.float32(v.r - keep)
-        both = form.use_mean and form.use_variance
-        lane = jnp.arange(rows, dtype=jnp.int32)
-        # Lanes past the row's end in the last tile saw one tile less.
-        seen = jnp.where(lane < v.r - keep - (count - 1) * rows, count, count - 1).astype(f32)
-
-        def total(y):
-            return jnp.sum(y, axis=1, keepdims=True)
-
-        def fetch(g, t, live=None, policy=None):
-            return load(x_ref, g, keep + t * rows, raw=True, live=live, policy=policy)
-
-        def first(t, loaded, acc):
-            """Tile ``t`` of a group's streamed part into the lane accumulators."""
-            tile, valid = loaded
-            x = tile.astype(f32)
-            a1, a2 = acc
-            if both:  # Welford: every valid lane has seen t + 1 values
-                d = x - a1
-                m = a1 + d * (1.0 / (t + 1).astype(f32))
-                return jnp.where(valid, m, a1), jnp.where(valid, a2 + d * (x - m), a2)
-            return (a1 + x if form.use_mean else a1), (a2 + x * x if form.use_variance else a2)
-
-        def stats(kept, acc):
-            """(mean or None, rsqrt(variance + eps) or None) from the kept block and lanes."""
-            xk = kept.astype(f32)
-            a1, a2 = acc
-            mean = factor = None
-            if both:
-                mean_k = total(xk) / np.float32(keep)
-                dk = xk - mean_k
-                m2_k = total(dk * dk)
-                mean_s = total(seen[None, :] * a1) / n_s
-                spread = a1 - mean_s
-                m2_s = total(a2) + total(seen[None, :] * spread * spread)
-                mean = (np.float32(keep) * mean_k + n_s * mean_s) / n
-                gap = mean_k - mean_s
-                m2 = m2_k + m2_s + (np.float32(keep) * n_s / n) * gap * gap
-                factor = jax.lax.rsqrt(m2 / n + eps)
-            elif form.use_mean:
-                mean = (total(xk) + total(a1)) / n
-            elif form.use_variance:
-                factor = jax.lax.rsqrt((total(xk * xk) + total(a2)) / n + eps)
-            return mean, factor
-
-        def put(g, row_terms, mean, factor, off, tile):
-            y = normalize(refs, row_terms, mean, factor, g, off, tile.astype(f32))
-            store(o_ref, g, off, y, once)
-
-        zeros = jnp.zeros((cols, rows), f32)
-        g0 = pid * v.chain
-
-        def opening():
-            kept, _ = load(x_ref, g0, 0, keep, raw=True, policy=once)
-            ahead = tuple(fetch(g0, t, policy=again_) for t in range(depth))
-
-            def step(i, c):
-                acc, ahead = c
-                nxt = fetch(g0, jnp.minimum(i + depth, count - 1), i + depth < count, again_)
-                return first(i, ahead[0], acc), (*ahead[1:], nxt)
-
-            acc = jax.lax.fori_loop(0, count, step, ((zeros, zeros), ahead))[0]
-            return kept, acc
-
-        def link(k, carry):
-            """Group ``g0 + k`` stored; the next group's kept block and first pass read."""
-            kept, acc = carry
-            g, gn = g0 + k, g0 + k + 1
-            live = k + 1 < v.chain
-            mean, factor = stats(kept, acc)
-            row_terms = load_row_terms(refs, g)
-            put(g, row_terms, mean, factor, 0, kept)
-            kept_n, _ = load(x_ref, gn, 0, keep, raw=True, live=live, policy=once)
-
-            def last(i):
-                return count - 1 - i
-
-            old = tuple(fetch(g, last(i), policy=once)[0] for i in range(depth))
-            new = tuple(fetch(gn, t, live, again_) for t in range(depth))
-
-            def step(i, c):
-                acc, old, new = c
-                ahead = i + depth < count
-                nxt_old = fetch(g, last(jnp.minimum(i + depth, count - 1)), ahead, once)[0]
-                nxt_new = fetch(gn, jnp.minimum(i + depth, count - 1), ahead & live, again_)
-                put(g, row_terms, mean, factor, keep + last(i) * rows, old[0])
-                acc = first(i, new[0], acc)
-                return acc, (*old[1:], nxt_old), (*new[1:], nxt_new)
-
-            acc = jax.lax.fori_loop(0, count, step, ((zeros, zeros), old, new))[0]
-            return kept_n, acc
-
-        jax.lax.fori_loop(0, v.chain, link, opening())
-
-    body = chained if v.chain > 1 else retained if v.keep else one_tile if tiles == 1 else looped
+    body = retained if v.keep else one_tile if tiles == 1 else looped
 
     def kernel(x_ref, *rest):
         *refs, o_ref = rest

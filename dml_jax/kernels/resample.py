@@ -20,8 +20,14 @@ and half-pixel centres, output ``o = q * f + p`` of an axis blends inputs ``q + 
   Other ``fw`` store each phase ``fw`` elements apart (for 2x and 4x that ran 0.52 / 0.22 of the
   copy in float32 against 0.90 / 0.88 interleaved, same tiles).
 
+Where an input element makes 16 or more outputs (4x), float32 runs one call per chunk of images
+(``CHUNK_BYTES`` of input), each after a small call that reads the chunk's input into L2, so
+that the upsampling's DRAM traffic is writes alone (64 MiB of reads among a 1 GiB write stream
+cost it about 15%).
+
 On the H200 (benchmarks/resample_variants.py, benchmarks/RESULTS.md): 2x 0.92 of the copy in
-float32 and float16 (0.86 with 2-byte loads), 4x 0.86 to 0.88 and 0.89.
+float32 and float16 (0.86 with 2-byte loads), 4x float32 0.91-0.93 in chunks (0.87-0.89 in one
+call), float16 0.89.
 
 Values: the lax lowering's formula and order (the vertical blend ``x[i0] * wy0 + x[i1] * wy1``
 first, then the horizontal one, in float32; float16 read into float32 and rounded once), with
@@ -42,7 +48,6 @@ Scale < 1) and is accepted. Nearest neighbour stays with lax (0.94 of the copy a
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -89,23 +94,19 @@ WORDS_WARPS = 2
 # stores, lost everywhere (0.79-0.84 for 4x float32; tiles_sweep.json, the variant in commit
 # 938b98a), so a program takes one tile.
 EVICT_STORES = True
-# Whether a tile's rows are the input rows q that its output rows q * fh + py come from (each
-# tile reads rows q - 1, q and q + 1, and its output rows are one contiguous block stored at
-# once) instead of the row pairs (r, r + 1) that each output row blends (two rows read; the
-# pairs -1 .. H - 1 do not divide into power-of-two tiles, so an image's last tile holds one).
-CENTERED = False
-# Tiles a program takes, each tile's words loaded before the first tile's outputs are stored
-# (the program unrolled: no loop), so that only its first tile's stores wait for DRAM. Never
-# so many that fewer than MIN_PROGRAMS programs remain.
-TILES = 1
-MIN_PROGRAMS = 1056
-# Input bytes a chunk (0: one call). Chunked, the upsampling is one call per chunk of whole
-# images, each after a call that reads the chunk's input into L2 (loads ``evict_last``, a sum a
-# block kept so that the loads are), so that the upsampling's reads hit L2 and its DRAM
-# traffic is writes alone: with reads from DRAM among its writes the 4x float32 store pattern
-# ran 0.87-0.89 of the copy, with its input resident in L2 1.10
-# (benchmarks/upsample_store_probe.py).
-CHUNK_BYTES = 0
+# Input bytes a chunk, per data type, where an input element makes 16 or more outputs (none:
+# one call). Chunked,
+# the upsampling is one call per chunk of whole images, each after a call that reads the
+# chunk's input into L2 (loads ``evict_last``; a sum a block is kept so that the loads are), so
+# that the upsampling's reads hit L2 and its DRAM traffic is writes alone. The 4x float32
+# store pattern ran 0.87-0.89 of the copy with any read from DRAM among its writes (even one
+# 1 KiB load a program, or loads no store waits for) and 1.10 with its input resident in L2
+# (benchmarks/upsample_store_probe.py). Chunks of 8 MiB, medians of three timings: 4x float32
+# 0.87-0.89 -> 0.91-0.93 (12 MiB 0.90-0.92; one earlier run: 4 MiB 0.80-0.82, 16-24 MiB
+# 0.84-0.88). float16 gained with 4096-element tiles (0.88 -> 0.93) but lost with its default
+# 2048 (0.89 -> 0.86), so it stays one call. At 2x (more input, so more and longer prefetch
+# calls) chunks lost everywhere (0.46-0.73 against 0.85-0.92), hence the factor bound.
+CHUNK_BYTES = {"float32": 8 << 20}
 PREFETCH_BLOCK = 4096  # elements a program of the prefetching call reads
 
 
@@ -138,17 +139,10 @@ class View:
     stages: int = 1
     pack: int = 1
     store_policy: str | None = None
-    centered: bool = False
-    tiles: int = 1  # tiles a program takes, all loaded first
-
-    @property
-    def tile_count(self) -> int:
-        return self.lead * self.row_tiles * self.col_tiles
+    chunk: int = 0  # images a call (0: one call), each call after its chunk's prefetch
 
     @property
     def row_tiles(self) -> int:
-        if self.centered:  # input rows q = 0 .. H - 1
-            return -(-self.h.size // self.rows)
         return -(-(self.h.size + 1) // self.rows)  # pairs r = -1 .. H - 1
 
     @property
@@ -157,7 +151,7 @@ class View:
 
     @property
     def programs(self) -> int:
-        return -(-self.tile_count // self.tiles)
+        return self.lead * self.row_tiles * self.col_tiles
 
 
 def periodic_axis(n_in: int, n_out: int, indices: np.ndarray, weights: np.ndarray) -> Axis | None:
@@ -216,12 +210,15 @@ def plan(d: Any) -> View | None:
         elements = BIG_FACTOR_TILE.get(np.dtype(x.dtype).name, elements)
     tile = max(1, elements // (h.factor * w.factor))  # input elements per tile
     cols = max(pack, min(pow2_at_least(w.size), MAX_COLS, tile))
-    rows = min(pow2_at_most(max(1, tile // cols)), pow2_at_least(h.size + (not CENTERED)))
+    rows = min(pow2_at_most(max(1, tile // cols)), pow2_at_least(h.size + 1))
     policy = "evict_first" if EVICT_STORES else None
     lead = math.prod(x.sizes[:-2])
-    v = View(lead, h, w, rows, cols, warps, STAGES, pack, policy, CENTERED)
-    tiles = max(1, min(TILES, v.tile_count // MIN_PROGRAMS))
-    return dataclasses.replace(v, tiles=tiles) if tiles > 1 else v
+    chunk = 0
+    chunk_bytes = CHUNK_BYTES.get(np.dtype(x.dtype).name, 0)
+    if h.factor * w.factor >= 16 and chunk_bytes:
+        chunk = max(1, chunk_bytes // (h.size * w.size * np.dtype(x.dtype).itemsize))
+        chunk = 0 if chunk >= lead else chunk
+    return View(lead, h, w, rows, cols, warps, STAGES, pack, policy, chunk)
 
 
 def _interleave(parts: list):
@@ -255,16 +252,13 @@ def upsample_kernel(x, v: View, interpret: bool = False):
     offsets = sorted(
         {(e + w.shift[px] + k) // g for e in range(g) for px in range(w.factor) for k in (0, 1)}
     )
-    # Row offsets read: from each pair's lower row r, or around each centre row q.
-    row_offsets = (-1, 0, 1) if v.centered else (0, 1)
-    keys = [(dr, dm) for dr in row_offsets for dm in offsets]
+    keys = [(dr, dm) for dr in (0, 1) for dm in offsets]
 
     def place(t):
-        """Tile ``t``'s image, its pairs' lower input rows (or its centre rows) and its words
-        in its rows."""
+        """Tile ``t``'s image, the pairs' lower input rows and its words in its rows."""
         n, rest = t // (tr * tc), t % (tr * tc)
         i, j = rest // tc, rest % tc
-        r = i * rows - (not v.centered) + jnp.arange(rows, dtype=jnp.int32)
+        r = i * rows - 1 + jnp.arange(rows, dtype=jnp.int32)
         m = j * cw + jnp.arange(cw, dtype=jnp.int32)
         return n, j, r, m
 
@@ -288,8 +282,8 @@ def upsample_kernel(x, v: View, interpret: bool = False):
             out.append(pltriton.load(x_ref.at[at_r[:, None] + at_m[None, :]], mask=mask, other=0))
         return tuple(out)
 
-    def emit(o_ref, t, loaded, live=None):
-        """Tile ``t``'s outputs from its loaded words (``live``: whether the tile exists)."""
+    def emit(o_ref, t, loaded):
+        """Tile ``t``'s outputs from its loaded words."""
         n, j, r, m = place(t)
         words = dict(zip(keys, loaded))
 
@@ -310,20 +304,17 @@ def upsample_kernel(x, v: View, interpret: bool = False):
             return value
 
         def row_phase(py: int):
-            """The values of output rows ``q * fh + py`` (``q = r - s[py]`` for pairs, ``r``
-            when centred), their rows and validity: the vertical blend (the lax lowering's
-            height step) at each column the column phases read, then theirs."""
-            q = r if v.centered else r - h.shift[py]
-            lo = h.shift[py] if v.centered else 0  # the blend's lower row, from r
+            """Output rows ``(r - s[py]) * fh + py``, their validity and values: the vertical
+            blend (the lax lowering's height step) at each column the column phases read,
+            then theirs."""
+            q = r - h.shift[py]
             valid = (q >= 0) & (q < h.size)
-            if live is not None:
-                valid = valid & live
             # Masked rows point past the end (never written; interpret mode drops them).
             out_row = jnp.where(valid, n * oh + q * h.factor + py, v.lead * oh)
 
             @functools.cache
             def vertical(p: int):
-                return tile(lo, p) * h.w0[py] + tile(lo + 1, p) * h.w1[py]
+                return tile(0, p) * h.w0[py] + tile(1, p) * h.w1[py]
 
             # Output column (g * m + e) * fw + px, for element e of a word and phase px.
             phases = [
@@ -356,25 +347,14 @@ def upsample_kernel(x, v: View, interpret: bool = False):
 
     def kernel(x_ref, o_ref):
         pid = pl.program_id(0)
-        if v.tiles == 1:
-            emit(o_ref, pid, load_words(x_ref, pid))
-            return
-        # Consecutive tiles (neighbouring rows, so shared rows hit in the caches); every
-        # tile's loads first, then the tiles' outputs in turn.
-        last = v.tile_count - 1
-        ts = [pid * v.tiles + k for k in range(v.tiles)]
-        loaded = [load_words(x_ref, jnp.minimum(t, last)) for t in ts]
-        for t, words in zip(ts, loaded):
-            emit(o_ref, t, words, t <= last)
+        emit(o_ref, pid, load_words(x_ref, pid))
 
     flat = jax.lax.reshape(x, (x.size // g, g) if g > 1 else (x.size,))
     if g > 1:
         flat = jax.lax.bitcast_convert_type(flat, jnp.uint32)
     params = pltriton.CompilerParams(num_warps=v.warps, num_stages=v.stages)
     out_shape = jax.ShapeDtypeStruct((n_out,), x.dtype)
-    image_bytes = h.size * w.size * x.dtype.itemsize
-    per_chunk = max(1, CHUNK_BYTES // image_bytes) if CHUNK_BYTES else v.lead
-    if per_chunk >= v.lead or v.tiles > 1:
+    if not v.chunk:
         out = pl.pallas_call(
             kernel, out_shape=out_shape, grid=(v.programs,), interpret=interpret,
             compiler_params=params,
@@ -405,8 +385,8 @@ def upsample_kernel(x, v: View, interpret: bool = False):
 
     out = None
     words_per_image = h.size * wn
-    for n0 in range(0, v.lead, per_chunk):
-        n1 = min(v.lead, n0 + per_chunk)
+    for n0 in range(0, v.lead, v.chunk):
+        n1 = min(v.lead, n0 + v.chunk)
         token = prefetch(n0 * words_per_image, n1 * words_per_image)(flat)
         call = pl.pallas_call(
             chunk_kernel(n0 * tr * tc), out_shape=out_shape, grid=((n1 - n0) * tr * tc,),
