@@ -131,9 +131,10 @@ def main() -> int:
     desc = dml.Upsample2DOperatorDesc(t, t.like(sizes=(N, C, OH, OW)), (F, F), "LINEAR")
     v = K.plan(desc)
     runs = [(f"{kind} w{w}", probe(kind, w), kind.startswith("phases+"))
-            for kind in ("phases", "phases+loads", "phases+loads L2", "phases+detached",
-                         "phases+ahead 2048", "phases+after 1024", "phases+after 2048",
-                         "phases+after 4096", "phases+after 8192")
+            for kind in ("contiguous", "phases", "phases+loads", "phases+loads L2",
+                         "phases+1 load", "phases+detached", "phases+ahead 2048",
+                         "phases+after 1024", "phases+after 2048", "phases+after 4096",
+                         "phases+after 8192")
             for w in (4,)]  # fmt: skip
     runs.append((f"kernel w{v.warps} rows {v.rows}", jax.jit(lambda z: K.upsample_kernel(z, v)), 1))
     rows = []

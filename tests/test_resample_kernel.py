@@ -99,6 +99,29 @@ def test_kernel_interpret_matches_lax(monkeypatch, desc, tile, max_cols, chunk):
         _close(got, want, data)
 
 
+def test_chunked_calls_run_in_order_in_one_buffer(monkeypatch):
+    """Chunked: prefetch, chunk, prefetch, chunk, ...; each prefetch after the first takes the
+    previous chunk's output (so it cannot run ahead of it), and every chunk after the first
+    writes into that same buffer (aliased)."""
+    monkeypatch.setattr(K, "CHUNK_BYTES", {"float32": 1})
+    desc = _upsample((3, 6, 5), 4, 4)
+    v = K.plan(desc)
+    assert (v.chunk, v.lead) == (1, 3)
+    x = jnp.zeros(desc.input_tensor.sizes, jnp.float32)
+    jaxpr = jax.make_jaxpr(lambda y: K.upsample_kernel(y, v, interpret=True))(x).jaxpr
+    calls = [e for e in jaxpr.eqns if e.primitive.name == "pallas_call"]
+    assert len(calls) == 2 * v.lead
+    previous = None
+    for prefetch, chunk in zip(calls[0::2], calls[1::2]):
+        if previous is None:
+            assert len(prefetch.invars) == 1 and not chunk.params["input_output_aliases"]
+        else:
+            assert previous in prefetch.invars and previous in chunk.invars
+            assert dict(chunk.params["input_output_aliases"]) == {2: 0}
+        assert prefetch.outvars[0] in chunk.invars
+        previous = chunk.outvars[0]
+
+
 @pytest.mark.parametrize(
     "desc",
     [

@@ -95,9 +95,8 @@ WORDS_WARPS = 2
 # 938b98a), so a program takes one tile.
 EVICT_STORES = True
 # Input bytes a chunk, per data type, where an input element makes 16 or more outputs (none:
-# one call). Chunked,
-# the upsampling is one call per chunk of whole images, each after a call that reads the
-# chunk's input into L2 (loads ``evict_last``; a sum a block is kept so that the loads are), so
+# one call). Chunked, the upsampling is one call per chunk of whole images, each after a call
+# that reads the chunk's input into L2 (loads ``evict_last``; a sum a block is kept so that the loads are), so
 # that the upsampling's reads hit L2 and its DRAM traffic is writes alone. The 4x float32
 # store pattern ran 0.87-0.89 of the copy with any read from DRAM among its writes (even one
 # 1 KiB load a program, or loads no store waits for) and 1.10 with its input resident in L2
@@ -303,10 +302,9 @@ def upsample_kernel(x, v: View, interpret: bool = False):
                 value = jnp.where(m[None, :] == wn - 1, tile(dr, g - 1), value)
             return value
 
-        def row_phase(py: int):
-            """Output rows ``(r - s[py]) * fh + py``, their validity and values: the vertical
-            blend (the lax lowering's height step) at each column the column phases read,
-            then theirs."""
+        def store_row_phase(py: int):
+            """Output rows ``(r - s[py]) * fh + py``: the vertical blend (the lax lowering's
+            height step) at each column the column phases read, then theirs."""
             q = r - h.shift[py]
             valid = (q >= 0) & (q < h.size)
             # Masked rows point past the end (never written; interpret mode drops them).
@@ -329,25 +327,28 @@ def upsample_kernel(x, v: View, interpret: bool = False):
             else:
                 out_cols = [(g * m + e) * w.factor + px for e in range(g) for px in range(w.factor)]
                 values = phases
-            return out_row, valid, out_cols, values
-
-        def put(out_row, valid, oc, value):
-            at = out_row[:, None] * ow + oc[None, :]
-            mask = jnp.broadcast_to(valid[:, None], at.shape)
-            if not exact:
-                col_ok = jnp.broadcast_to((oc < ow)[None, :], at.shape)
-                mask = mask & col_ok
-                at = jnp.where(col_ok, at, n_out)
-            pltriton.store(o_ref.at[at], value, mask=mask, eviction_policy=v.store_policy)
+            for oc, value in zip(out_cols, values):
+                at = out_row[:, None] * ow + oc[None, :]
+                mask = jnp.broadcast_to(valid[:, None], at.shape)
+                if not exact:
+                    col_ok = jnp.broadcast_to((oc < ow)[None, :], at.shape)
+                    mask = mask & col_ok
+                    at = jnp.where(col_ok, at, n_out)
+                pltriton.store(o_ref.at[at], value, mask=mask, eviction_policy=v.store_policy)
 
         for py in range(h.factor):
-            out_row, valid, out_cols, values = row_phase(py)
-            for oc, value in zip(out_cols, values):
-                put(out_row, valid, oc, value)
+            store_row_phase(py)
 
-    def kernel(x_ref, o_ref):
-        pid = pl.program_id(0)
-        emit(o_ref, pid, load_words(x_ref, pid))
+    def kernel(t0: int):
+        """The kernel for the tiles from ``t0`` on (a chunk's); its arguments are the input,
+        then, in a chunk's call, the prefetch's sums (only to order the calls) and the output
+        so far (the same buffer as its output), then the output."""
+
+        def body(x_ref, *rest):
+            t = pl.program_id(0) + t0
+            emit(rest[-1], t, load_words(x_ref, t))
+
+        return body
 
     flat = jax.lax.reshape(x, (x.size // g, g) if g > 1 else (x.size,))
     if g > 1:
@@ -356,23 +357,19 @@ def upsample_kernel(x, v: View, interpret: bool = False):
     out_shape = jax.ShapeDtypeStruct((n_out,), x.dtype)
     if not v.chunk:
         out = pl.pallas_call(
-            kernel, out_shape=out_shape, grid=(v.programs,), interpret=interpret,
+            kernel(0), out_shape=out_shape, grid=(v.programs,), interpret=interpret,
             compiler_params=params,
         )(flat)  # fmt: skip
         return jax.lax.reshape(out, x.shape[:-2] + (oh, ow))
 
-    def chunk_kernel(t0: int):
-        def body(x_ref, token_ref, *rest):
-            o_ref = rest[-1]  # the output so far, when given, is the same buffer
-            emit(o_ref, pl.program_id(0) + t0, load_words(x_ref, pl.program_id(0) + t0))
-
-        return body
-
     def prefetch(e0: int, e1: int):
-        """Reads input words ``e0`` to ``e1`` (into L2); returns a sum a block."""
+        """Reads input words ``e0`` to ``e1`` (into L2); returns a sum a block. Its arguments:
+        the input and, after the first chunk, the output so far (not read: it only makes the
+        call wait for the previous chunk's, so that no prefetch runs ahead of its chunk)."""
         block = PREFETCH_BLOCK
 
-        def body(x_ref, s_ref):
+        def body(x_ref, *rest):
+            s_ref = rest[-1]
             at = e0 + pl.program_id(0) * block + jnp.arange(block, dtype=jnp.int32)
             words = pltriton.load(x_ref.at[at], mask=at < e1, other=0, eviction_policy="evict_last")
             s_ref[pl.program_id(0)] = jnp.sum(words.astype(jnp.float32))
@@ -387,9 +384,10 @@ def upsample_kernel(x, v: View, interpret: bool = False):
     words_per_image = h.size * wn
     for n0 in range(0, v.lead, v.chunk):
         n1 = min(v.lead, n0 + v.chunk)
-        token = prefetch(n0 * words_per_image, n1 * words_per_image)(flat)
+        after = () if out is None else (out,)
+        token = prefetch(n0 * words_per_image, n1 * words_per_image)(flat, *after)
         call = pl.pallas_call(
-            chunk_kernel(n0 * tr * tc), out_shape=out_shape, grid=((n1 - n0) * tr * tc,),
+            kernel(n0 * tr * tc), out_shape=out_shape, grid=((n1 - n0) * tr * tc,),
             interpret=interpret, compiler_params=params,
             input_output_aliases={} if out is None else {2: 0},
         )  # fmt: skip
