@@ -49,23 +49,14 @@ def _retain(tile, keep, warps, depth, grid=132, stages=1, hints=False):
     """Rows kept in part in registers: ``keep`` elements kept, the rest in ``tile``-element
     tiles loaded ``depth`` tiles ahead (``hints``: L2 eviction hints)."""
     both = {dtype: (keep, tile, depth, grid) for dtype in ("float32", "float16")}
-    return dict(SPLIT_ROW_MAX=0, RETAIN_ROW_MAX=1 << 17, RETAIN=both, RETAIN_WARPS=warps, RETAIN_STAGES=stages,
+    return dict(RETAIN_ROW_MAX=1 << 17, RETAIN=both, RETAIN_WARPS=warps, RETAIN_STAGES=stages,
                 RETAIN_HINTS=tuple(both) if hints else ())  # fmt: skip
 
 
 def _loop(tile, warps, grid, stages=1):
     """The two loops over the whole row (what longer rows take)."""
-    return dict(SPLIT_ROW_MAX=0, RETAIN_ROW_MAX=0, LOOP_ELEMENTS=tile, LOOP_WARPS=warps, LOOP_GRID=grid,
+    return dict(RETAIN_ROW_MAX=0, LOOP_ELEMENTS=tile, LOOP_WARPS=warps, LOOP_GRID=grid,
                 LOOP_STAGES=stages)  # fmt: skip
-
-
-def _split(piece, tile, warps, spin=None):
-    """Rows split over programs, ``piece`` elements each in ``tile``-element tiles on ``warps``
-    warps, exchanging their statistics (``spin`` -1: none exchanged, each program sums every
-    piece itself)."""
-    both = {dtype: (piece, tile, warps) for dtype in ("float32", "float16")}
-    out = dict(SPLIT_ROW_MAX=1 << 17, SPLIT=both)
-    return out if spin is None else {**out, "SPIN": spin}
 
 
 # Rows of 65536 (instance norm): half the row kept (a quarter in one row), the rest in tiles of
@@ -108,29 +99,32 @@ FOCUS = {
                 _retain(4096, 32768, 16, 3, None, hints=True)],
     "float16": [{}],
 }  # fmt: skip
-# ``--split``: instance norm rows of 65536 and 131072 split over programs, against the kept-half
-# path (the default before it).
-SPLIT = {
-    "float32": [{}, _retain(2048, 32768, 16, 6, None, hints=True), _split(16384, 2048, 16),
-                _split(16384, 4096, 8), _split(32768, 4096, 16), _split(8192, 2048, 4),
-                _split(8192, 1024, 8), _split(4096, 1024, 4), _split(4096, 512, 8),
-                _split(16384, 2048, 8, spin=-1)],
-    "float16": [{}, _retain(8192, 32768, 16, 1, 132), _split(16384, 2048, 8),
-                _split(32768, 4096, 16), _split(8192, 2048, 4), _split(4096, 1024, 4),
-                _split(32768, 4096, 8, spin=-1)],
+
+
+def _stagger(ns, **retain):
+    """The first wave of programs spread over ``ns`` nanoseconds (on ``retain``'s path)."""
+    return {**(_retain(**retain) if retain else {}), "STAGGER": {"float32": ns, "float16": ns}}
+
+
+# ``--stagger``: instance norm with the first wave of programs spread at its start.
+_P132 = dict(tile=2048, keep=32768, warps=16, depth=4, grid=132, hints=True)
+STAGGERED = {
+    "float32": [{}, _stagger(4000), _stagger(8000), _stagger(16000), _stagger(32000),
+                _stagger(0, **_P132), _stagger(8000, **_P132), _stagger(16000, **_P132)],
+    "float16": [{}, _stagger(8000), _stagger(16000), _stagger(32000)],
 }  # fmt: skip
-TUNABLES = ("SPLIT_ROW_MAX", "SPLIT", "SPIN", "TILE_ELEMENTS", "WARPS", "RETAIN_ROW_MAX", "RETAIN", "RETAIN_WARPS",
+TUNABLES = ("STAGGER", "TILE_ELEMENTS", "WARPS", "RETAIN_ROW_MAX", "RETAIN", "RETAIN_WARPS",
             "RETAIN_STAGES", "RETAIN_HINTS", "LOOP_ELEMENTS", "LOOP_WARPS", "LOOP_GRID",
             "LOOP_STAGES")  # fmt: skip
 
 
 def _label(v) -> str:
     """The kernel's view in short: path, tile, kept elements, warps, depth, grid, stages."""
-    if v.parts > 1 or (v.keep and v.tiles == 1 and v.keep >= v.r):
-        return f"split {v.parts} x{v.keep} t{v.rows} w{v.warps} spin {v.spin}"
     if v.tiles == 1:
         return f"tile {v.rows} x{v.cols} w{v.warps}"
     path = f"keep {v.keep} d{v.depth}{' hints' if v.hints else ''}" if v.keep else "loop"
+    if v.stagger:
+        path += f" stagger {v.stagger}"
     return f"{path} t{v.rows} w{v.warps} g{v.grid} s{v.stages}"
 
 
@@ -155,11 +149,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--focus", action="store_true", help="instance norm only, FOCUS variants")
-    parser.add_argument("--split", action="store_true", help="instance norm, SPLIT variants")
+    parser.add_argument("--stagger", action="store_true", help="instance norm, STAGGERED")
     args = parser.parse_args(argv)
     cases = [(*CASES[0][:4], FOCUS)] if args.focus else CASES
-    if args.split:
-        cases = [(*CASES[0][:4], SPLIT), (*CASES[3][:4], SPLIT)]
+    if args.stagger:
+        cases = [(*CASES[0][:4], STAGGERED)]
     rows = []
     saved = {n: getattr(K, n) for n in TUNABLES}
     for name, shape, make, axes, variants in cases:
@@ -179,7 +173,6 @@ def main(argv=None) -> int:
             lax_fn = jax.jit(lambda *a, d=desc: lower_mvn(d, *a)[0])
             t_lax = timeit(lax_fn, x, scale, bias)
             want = lax_fn(x, scale, bias)
-            split_outputs = {}  # split variants' results by layout, for the spin -1 check
             for variant in variants[dtype]:
                 for n, value in saved.items():
                     setattr(K, n, value)
@@ -189,8 +182,7 @@ def main(argv=None) -> int:
                 label = _label(v)
                 kfn = jax.jit(lambda *a, d=desc: K.lower_mvn_kernel(d, *a)[0])
                 try:
-                    got = kfn(x, scale, bias)
-                    err, nan_ok = (float(e) for e in _error(got, want, scale, bias))
+                    err, nan_ok = (float(e) for e in _error(kfn(x, scale, bias), want, scale, bias))
                     t = timeit(kfn, x, scale, bias)
                 except Exception as e:  # a variant that cannot compile: reported, the sweep goes on
                     print(f"{name} {dtype} {label}: {type(e).__name__}: {e}"[:400], flush=True)
@@ -201,14 +193,6 @@ def main(argv=None) -> int:
                            kernel_gbps=nbytes / t / 1e9, lax_gbps=nbytes / t_lax / 1e9,
                            copy_gbps=nbytes / t_copy / 1e9, error_over_tolerance=err,
                            nan_positions_equal=bool(nan_ok))  # fmt: skip
-                if v.parts > 1:  # the same bits whether the figures are exchanged or not
-                    layout = (v.keep, v.rows, v.warps)
-                    if layout in split_outputs:
-                        same = jnp.array_equal(got, split_outputs[layout], equal_nan=True)
-                        row["bits_equal_exchanged_or_not"] = bool(same)
-                        label += f" same bits {bool(same)}"
-                    split_outputs[layout] = got
-                del got
                 row["kernel_ratio"] = row["kernel_gbps"] / row["copy_gbps"]
                 row["lax_ratio"] = row["lax_gbps"] / row["copy_gbps"]
                 rows.append(row)
@@ -218,7 +202,7 @@ def main(argv=None) -> int:
                 if args.out:
                     with open(args.out, "w") as f:
                         json.dump(rows, f, indent=1)
-            del x, want, split_outputs
+            del x, want
     for n, value in saved.items():
         setattr(K, n, value)
     return 0

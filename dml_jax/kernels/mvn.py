@@ -89,22 +89,16 @@ RETAIN_STAGES = 1
 # programs taking rows in turn 0.82); float16 0.77 -> 0.75-0.76, so not there
 # (results/mvn/sweep_hints.log).
 RETAIN_HINTS = ("float32",)
+# Nanoseconds over which the first wave of programs on that path is spread at its start (per
+# data type; 0: none): program i of the first wave sleeps i / SMs of it, so that the
+# multiprocessors do not all reach the end of a row's reads together.
+STAGGER = {"float32": 0, "float16": 0}
 # Longer rows: tiles of LOOP_ELEMENTS on LOOP_WARPS warps; LOOP_GRID programs that take rows in
 # turn (None: one program per row) bound the rows in flight, hence the L2 the second loop needs.
 # Instance norm (rows of 65536) on this path: 16384 on 16 warps in 264 programs 0.65 float32,
 # 0.66 float16; one program per row 0.59-0.61 and 0.50-0.57 whatever the tile; smaller tiles in
 # 132-264 programs 0.33-0.61; stages 3 0.66, 0.65. Short of the copy: the second read does not
 # all come from L2.
-# Rows of more than ONE_TILE_MAX and up to SPLIT_ROW_MAX elements are split over ``parts``
-# programs (consecutive program ids), each holding its piece in registers: per data type,
-# (elements a piece, a power of two; elements a tile of it; warps). A program publishes its
-# piece's sum and sum of squared deviations through atomics on a zeroed buffer and waits (at
-# most SPIN polls) for the others'; a piece whose figures have not come is read and summed by
-# the waiting program itself, with the same arithmetic (so the result is the same bits either
-# way, and no program can wait forever for one that is not yet running).
-SPLIT_ROW_MAX = 65536
-SPLIT = {"float32": (16384, 2048, 8), "float16": (32768, 4096, 8)}
-SPIN = 1 << 16
 LOOP_ELEMENTS = 16384
 LOOP_WARPS = 16
 LOOP_GRID = 264
@@ -131,8 +125,7 @@ class View:
     stages: int = 1
     depth: int = 1
     hints: bool = False
-    parts: int = 1
-    spin: int = 0
+    stagger: int = 0
 
     @property
     def tiles(self) -> int:
@@ -149,8 +142,6 @@ class View:
 
     @property
     def programs(self) -> int:
-        if self.parts > 1:
-            return self.groups * self.parts
         return self.groups if self.grid is None else min(self.grid, self.groups)
 
 
@@ -179,15 +170,11 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
         cols = min(max(1, TILE_ELEMENTS // rp), pow2_at_least(a))
         warps = WARPS or min(16, max(4, rp * cols // 512))
         v = View(a, r, rp, cols, warps)
-    elif r <= SPLIT_ROW_MAX:
-        piece, tile, warps = SPLIT[np.dtype(dtype).name]
-        parts = -(-r // piece)
-        v = View(a, r, tile, 1, warps, None, piece, parts=parts, spin=SPIN)
     elif r <= RETAIN_ROW_MAX:
         keep, tile, depth, grid = RETAIN[np.dtype(dtype).name]
         v = View(
             a, r, tile, 1, RETAIN_WARPS, grid, min(keep, rp), RETAIN_STAGES, depth,
-            np.dtype(dtype).name in RETAIN_HINTS,
+            np.dtype(dtype).name in RETAIN_HINTS, STAGGER[np.dtype(dtype).name],
         )  # fmt: skip
     else:
         v = View(a, r, LOOP_ELEMENTS, 1, LOOP_WARPS, LOOP_GRID, 0, LOOP_STAGES)
@@ -446,137 +433,22 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
         stream(last, again, 0, ahead, once)
         put(0, kept.astype(f32))
 
-    def split(x_ref, o_ref, refs, flags_ref, pid):
-        """Program ``pid`` holds piece ``p`` (``keep`` elements in tiles of ``rows``) of row
-        ``g`` in registers. The row's statistics come from each piece's sum and sum of squared
-        deviations from the piece's own mean (the two-pass formula within a piece), merged in
-        piece order by Chan's rule. A program publishes its piece's two figures (their bits,
-        added to a zeroed buffer, then its bit added to the row's mask) and polls the mask up
-        to ``spin`` times for the others; a piece not yet published is read and summed here,
-        with the same arithmetic, so every program of the row uses the same bits. Programs
-        start in order of their ids, so the others are normally running already."""
-        parts, piece = v.parts, v.keep
-        per = piece // rows
-        g, p = pid // parts, pid % parts
-        both = form.use_mean and form.use_variance
-        i32 = jnp.int32
-
-        def slot(j):  # a traced index: interpret mode's atomics take no static one
-            return g, g * 0 + j
-
-        def count(start):
-            return jnp.minimum(piece, v.r - start).astype(f32)
-
-        def figures(tile_at, start, loop: bool):
-            """(sum, sum of squared deviations from the piece's mean; or sum of squares) of the
-            piece at ``start``: ``tile_at(k)`` its tile ``k`` in float32 (padding 0)."""
-
-            def run(step):
-                acc = jnp.zeros((1, rows), f32)
-                if loop:
-                    return jnp.sum(jax.lax.fori_loop(0, per, step, acc))
-                for k in range(per):
-                    acc = step(k, acc)
-                return jnp.sum(acc)
-
-            if not form.use_mean:
-                return run(lambda k, acc: acc + tile_at(k) * tile_at(k)), np.float32(0)
-            total = run(lambda k, acc: acc + tile_at(k))
-            if not both:
-                return total, np.float32(0)
-            mean = total / count(start)
-
-            def squares(k, acc):
-                d = tile_at(k) - mean
-                inside = col_span(start + k * rows, rows)[None, :]
-                return acc + jnp.where(inside, d * d, 0.0)
-
-            return total, run(squares)
-
-        start = p * piece
-        own = [load(x_ref, g, start + k * rows, rows, raw=True)[0] for k in range(per)]
-        row_terms = load_row_terms(refs, g)
-        stats = []
-        if form.use_mean or form.use_variance:
-            mine = figures(lambda k: own[k].astype(f32), start, False)
-            if parts == 1:
-                stats = [mine]
-            else:
-                for j, value in enumerate(mine):
-                    bits = jax.lax.bitcast_convert_type(value, i32)
-                    pltriton.atomic_add(flags_ref, slot(1 + 2 * p + j), bits)
-                pltriton.atomic_add(flags_ref, slot(0), jnp.left_shift(i32(1), p))
-                full = (1 << parts) - 1
-
-                def waiting(c):
-                    return (c[0] != full) & (c[1] < v.spin)
-
-                def poll(c):
-                    return pltriton.atomic_add(flags_ref, slot(0), i32(0)), c[1] + 1
-
-                mask = pltriton.atomic_add(flags_ref, slot(0), i32(0))
-                if v.spin < 0:  # (tests) every piece summed here, none taken from the others
-                    mask = jnp.left_shift(i32(1), p)
-                elif not interpret:  # interpret mode runs the programs in turn: no waiting
-                    mask = jax.lax.while_loop(waiting, poll, (mask, i32(0)))[0]
-                width = flags_ref.shape[1]  # the row's slots read at once, one round trip
-                at = (pl.ds(g, 1), pl.ds(g * 0, width))
-                slots = pltriton.atomic_add(flags_ref, at, jnp.zeros((1, width), i32))
-                lane = jnp.arange(width, dtype=jnp.int32)[None, :]
-
-                def pick(j):
-                    bits = jnp.sum(jnp.where(lane == j, slots, 0))
-                    return jax.lax.bitcast_convert_type(bits, f32)
-
-                for q in range(parts):
-                    value = (pick(1 + 2 * q), pick(2 + 2 * q))
-
-                    def published(q=q, value=value):
-                        return value
-
-                    def summed(q=q):
-                        begin = q * piece
-
-                        def tile_at(k):
-                            return load(x_ref, g, begin + k * rows, rows)[0]
-
-                        return tuple(jnp.asarray(f, f32) for f in figures(tile_at, begin, True))
-
-                    have = jnp.right_shift(mask, q) & 1
-                    stats.append(jax.lax.cond(have == 1, published, summed))
-        mean = factor = None
-        if form.use_mean:
-            mean = stats[0][0]
-            for s, _ in stats[1:]:
-                mean = mean + s
-            mean = mean / n
-        if form.use_variance:
-            if both:  # Chan's merge, in piece order
-                spread = None
-                for q, (s, m2) in enumerate(stats):
-                    c = np.float32(min(piece, v.r - q * piece))
-                    d = s / c - mean
-                    term = m2 + c * d * d
-                    spread = term if spread is None else spread + term
-            else:
-                spread = stats[0][0]
-                for s, _ in stats[1:]:
-                    spread = spread + s
-            factor = jax.lax.rsqrt(spread / n + eps)
-        for k in range(per):
-            off = start + k * rows
-            y = normalize(refs, row_terms, mean, factor, g, off, own[k].astype(f32))
-            store(o_ref, g, off, y)
-
     body = retained if v.keep else one_tile if tiles == 1 else looped
 
     def kernel(x_ref, *rest):
-        pid = pl.program_id(0)
-        if v.parts > 1:
-            *refs, _, o_ref, flags_ref = rest
-            split(x_ref, o_ref, refs, flags_ref, pid)
-            return
         *refs, o_ref = rest
+        pid = pl.program_id(0)
+        if v.stagger and not interpret:  # 0 after the sleep, opaque: the loads wait for it
+            (zero,) = pltriton.elementwise_inline_asm(
+                "{ .reg .u32 n, d; .reg .pred p; mov.u32 n, %nsmid; setp.lt.u32 p, $1, n;"
+                f" mul.lo.u32 d, $1, {int(v.stagger)}; div.u32 d, d, n;"
+                " @p nanosleep.u32 d; mov.u32 $0, 0; }",
+                args=[jnp.broadcast_to(pid, (1,))],
+                constraints="=r,r",
+                pack=1,
+                result_shape_dtypes=[jax.ShapeDtypeStruct((1,), jnp.int32)],
+            )
+            pid = pid + jnp.sum(zero)
         if v.grid is None:
             body(x_ref, o_ref, refs, pid)
             return
@@ -587,29 +459,13 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
 
         jax.lax.fori_loop(0, -(-v.groups // v.programs), turn, 0)
 
-    params = pltriton.CompilerParams(num_warps=v.warps, num_stages=v.stages)
-    vectors = tuple(vec for vec, _, _ in affine)
-    if v.parts > 1:  # the exchange buffer, zeroed: the row's mask, then two figures a piece
-        flags = jnp.zeros((v.a, pow2_at_least(1 + 2 * v.parts)), jnp.int32)
-        shapes = (
-            jax.ShapeDtypeStruct(x2.shape, x2.dtype),
-            jax.ShapeDtypeStruct(flags.shape, flags.dtype),
-        )
-        return pl.pallas_call(
-            kernel,
-            out_shape=shapes,
-            grid=(v.programs,),
-            input_output_aliases={1 + len(vectors): 1},
-            interpret=interpret,
-            compiler_params=params,
-        )(x2, *vectors, flags)[0]
     return pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct(x2.shape, x2.dtype),
         grid=(v.programs,),
         interpret=interpret,
-        compiler_params=params,
-    )(x2, *vectors)
+        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=v.stages),
+    )(x2, *(vec for vec, _, _ in affine))
 
 
 def form_of(d: Any) -> Form | None:
