@@ -99,21 +99,7 @@ FOCUS = {
                 _retain(4096, 32768, 16, 3, None, hints=True)],
     "float16": [{}],
 }  # fmt: skip
-
-
-def _stagger(ns, **retain):
-    """The first wave of programs spread over ``ns`` nanoseconds (on ``retain``'s path)."""
-    return {**(_retain(**retain) if retain else {}), "STAGGER": {"float32": ns, "float16": ns}}
-
-
-# ``--stagger``: instance norm with the first wave of programs spread at its start.
-_P132 = dict(tile=2048, keep=32768, warps=16, depth=4, grid=132, hints=True)
-STAGGERED = {
-    "float32": [{}, _stagger(4000), _stagger(8000), _stagger(16000), _stagger(32000),
-                _stagger(0, **_P132), _stagger(8000, **_P132), _stagger(16000, **_P132)],
-    "float16": [{}, _stagger(8000), _stagger(16000), _stagger(32000)],
-}  # fmt: skip
-TUNABLES = ("STAGGER", "TILE_ELEMENTS", "WARPS", "RETAIN_ROW_MAX", "RETAIN", "RETAIN_WARPS",
+TUNABLES = ("TILE_ELEMENTS", "WARPS", "RETAIN_ROW_MAX", "RETAIN", "RETAIN_WARPS",
             "RETAIN_STAGES", "RETAIN_HINTS", "LOOP_ELEMENTS", "LOOP_WARPS", "LOOP_GRID",
             "LOOP_STAGES")  # fmt: skip
 
@@ -123,8 +109,6 @@ def _label(v) -> str:
     if v.tiles == 1:
         return f"tile {v.rows} x{v.cols} w{v.warps}"
     path = f"keep {v.keep} d{v.depth}{' hints' if v.hints else ''}" if v.keep else "loop"
-    if v.stagger:
-        path += f" stagger {v.stagger}"
     return f"{path} t{v.rows} w{v.warps} g{v.grid} s{v.stages}"
 
 
@@ -149,11 +133,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--focus", action="store_true", help="instance norm only, FOCUS variants")
-    parser.add_argument("--stagger", action="store_true", help="instance norm, STAGGERED")
     args = parser.parse_args(argv)
     cases = [(*CASES[0][:4], FOCUS)] if args.focus else CASES
-    if args.stagger:
-        cases = [(*CASES[0][:4], STAGGERED)]
     rows = []
     saved = {n: getattr(K, n) for n in TUNABLES}
     for name, shape, make, axes, variants in cases:

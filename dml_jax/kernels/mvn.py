@@ -89,10 +89,6 @@ RETAIN_STAGES = 1
 # programs taking rows in turn 0.82); float16 0.77 -> 0.75-0.76, so not there
 # (results/mvn/sweep_hints.log).
 RETAIN_HINTS = ("float32",)
-# Nanoseconds over which the first wave of programs on that path is spread at its start (per
-# data type; 0: none): program i of the first wave sleeps i / SMs of it, so that the
-# multiprocessors do not all reach the end of a row's reads together.
-STAGGER = {"float32": 0, "float16": 0}
 # Longer rows: tiles of LOOP_ELEMENTS on LOOP_WARPS warps; LOOP_GRID programs that take rows in
 # turn (None: one program per row) bound the rows in flight, hence the L2 the second loop needs.
 # Instance norm (rows of 65536) on this path: 16384 on 16 warps in 264 programs 0.65 float32,
@@ -125,7 +121,6 @@ class View:
     stages: int = 1
     depth: int = 1
     hints: bool = False
-    stagger: int = 0
 
     @property
     def tiles(self) -> int:
@@ -174,7 +169,7 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
         keep, tile, depth, grid = RETAIN[np.dtype(dtype).name]
         v = View(
             a, r, tile, 1, RETAIN_WARPS, grid, min(keep, rp), RETAIN_STAGES, depth,
-            np.dtype(dtype).name in RETAIN_HINTS, STAGGER[np.dtype(dtype).name],
+            np.dtype(dtype).name in RETAIN_HINTS,
         )  # fmt: skip
     else:
         v = View(a, r, LOOP_ELEMENTS, 1, LOOP_WARPS, LOOP_GRID, 0, LOOP_STAGES)
@@ -438,17 +433,6 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
     def kernel(x_ref, *rest):
         *refs, o_ref = rest
         pid = pl.program_id(0)
-        if v.stagger and not interpret:  # 0 after the sleep, opaque: the loads wait for it
-            (zero,) = pltriton.elementwise_inline_asm(
-                "{ .reg .u32 n, d; .reg .pred p; mov.u32 n, %nsmid; setp.lt.u32 p, $1, n;"
-                f" mul.lo.u32 d, $1, {int(v.stagger)}; div.u32 d, d, n;"
-                " @p nanosleep.u32 d; mov.u32 $0, 0; }",
-                args=[jnp.broadcast_to(pid, (1,))],
-                constraints="=r,r",
-                pack=1,
-                result_shape_dtypes=[jax.ShapeDtypeStruct((1,), jnp.int32)],
-            )
-            pid = pid + jnp.sum(zero)
         if v.grid is None:
             body(x_ref, o_ref, refs, pid)
             return
