@@ -301,12 +301,17 @@ def _lowering_with_unroll(desc, unroll: int):
 # ``--kernel-sweep``: the LSTM kernel's tunables (dml_jax.kernels.lstm), name and values.
 KERNEL_VARIANTS = [
     ("default", {}),
+    ("no stagger", {"STAGGER": False}),
+    ("rows 32 no stagger", {"ROWS": 32, "STAGGER": False}),
+    ("rows 32 stages 3", {"ROWS": 32, "STAGES": 3}),
+    ("rows 32 chunk 64 stages 3", {"ROWS": 32, "CHUNK": 64, "STAGES": 3}),
+    ("rows 32 chunk 64 stages 4", {"ROWS": 32, "CHUNK": 64, "STAGES": 4}),
+    ("rows 16 stages 3", {"ROWS": 16, "STAGES": 3}),
     ("units 32", {"UNITS": 32}),
     ("rows 32", {"ROWS": 32}),
     ("rows 16", {"ROWS": 16}),
     ("rows 32 units 32", {"ROWS": 32, "UNITS": 32}),
     ("chunk 64", {"CHUNK": 64}),
-    ("chunk 256", {"CHUNK": 256}),
     ("warps 8", {"WARPS": 8}),
     ("warps 2", {"WARPS": 2}),
     ("stages 1", {"STAGES": 1}),

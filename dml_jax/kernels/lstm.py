@@ -39,7 +39,7 @@ from jax import lax
 
 from ..fastpath import register_fast_path
 from ..ops.recurrent import LoopInputs, lower_lstm
-from ..precision import half_precision_allowed
+from ..precision import float16_pieces, half_precision_allowed
 from .reduce import load_pallas
 from .reduce_plan import pow2_at_least
 
@@ -59,6 +59,7 @@ CHUNK = 128
 WARPS = 4
 STAGES = 2
 UNROLL = 8
+STAGGER = True
 
 
 @dataclass(frozen=True)
@@ -85,10 +86,6 @@ class View:
     def blocks(self) -> int:
         """Programs across the hidden units."""
         return self.hidden // self.units
-
-    @property
-    def blocks_p2(self) -> int:
-        return pow2_at_least(self.blocks)
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -127,19 +124,10 @@ def _sigmoid(x):
     return 1 / (1 + jnp.exp(-x))
 
 
-def _row_scale(top):
-    """``ops.recurrent._matmul``'s powers of two for rows of largest magnitude ``top``: ``s``
-    with ``top * s`` in [1, 2) (capped to stay normal) and ``2**-14 / s``."""
-    b = jnp.minimum((lax.bitcast_convert_type(top, jnp.uint32) >> 23) & 0xFF, np.uint32(252))
-    scale = lax.bitcast_convert_type((np.uint32(253) - b) << 23, jnp.float32)
-    back = lax.bitcast_convert_type((b + 1) << 23, jnp.float32) * jnp.float32(2.0**-14)
-    return scale, back
-
-
-def _pieces(h, scale, count: int):
-    """``h`` {rows, chunk} float32 as ``count`` float16 pieces of ``h * scale * 2**14``
-    (``precision.float16_pieces`` of the scaled rows)."""
-    rest = h * scale[:, None] * jnp.float32(2.0**14)
+def _pieces(x, count: int) -> list:
+    """``precision.float16_pieces`` inside a kernel: ``count`` float16 pieces of ``x *
+    2**14`` for float32 ``x`` with |x| < 4."""
+    rest = x * jnp.float32(2.0**14)
     pieces = []
     for _ in range(count - 1):
         bits = lax.bitcast_convert_type(rest, jnp.uint32) & np.uint32(0xFFFFE000)
@@ -150,22 +138,24 @@ def _pieces(h, scale, count: int):
     return pieces
 
 
-def lstm_step(t, xw, r, rb, peephole, lengths, h, c, m, ys, v: View, form: _Form,
+def lstm_step(t, xw, r, rb, peephole, lengths, h, c, hp, back, ys, v: View, form: _Form,
               interpret=False):  # fmt: skip
-    """One step of every direction: ``(h', c', m', ys')``. ``B`` is the batch padded to whole
-    blocks of ``v.rows`` (``v.padded``).
+    """One step of every direction: ``(h', c', hp', back', ys')``. ``B`` is the batch padded
+    to whole blocks of ``v.rows`` (``v.padded``), ``n`` the number of pieces.
 
     ``t`` {1} int32, the step; ``xw`` {seq * D * B, 4 * hidden} float32 (X W^T + Wb in step
     order); ``r`` {D * 4 * hidden, hidden} float16; ``rb`` {D * 4 * hidden} float32;
     ``peephole`` {D * 3 * hidden} float32 (P[i], P[o], P[f]) or None; ``lengths`` {B} int32 or
-    None; ``h``, ``c`` {D * B, hidden} float32; ``m`` {D * B, v.blocks_p2} float32, ``max |h|``
-    over each program's units in the first ``v.blocks`` columns and 0 in the rest (``m'`` the
-    same of ``h'``); ``ys`` {seq * D * B, hidden} (written at step ``t`` in place) or None.
+    None; ``h``, ``c`` {D * B, hidden} float32; ``hp`` {n * D * B, hidden} float16, the pieces
+    of ``h * s`` (piece ``j`` in rows ``j * D * B ...``) and ``back`` {D * B} float32 the
+    factor ``2**-14 / s`` of each row; ``ys`` {seq * D * B, hidden} (written at step ``t`` in
+    place) or None. A row that the step updates gets ``s = 1``: its new state is o * tanh(C'),
+    below 1 in magnitude; a row that it leaves as it is keeps its pieces and factor.
     """
     pl, pltriton = load_pallas()
     nd, nb, nh = v.directions, v.padded, v.hidden
     un, rw, kc = v.units, v.rows, v.chunk
-    gates = 4 * nh
+    gates, states, count = 4 * nh, nd * v.padded, form.pieces
 
     def kernel(*refs):
         refs = list(refs)
@@ -173,24 +163,25 @@ def lstm_step(t, xw, r, rb, peephole, lengths, h, c, m, ys, v: View, form: _Form
         rest = refs[4:]
         p_ref = rest.pop(0) if form.peephole else None
         len_ref = rest.pop(0) if form.lengths else None
-        h_ref, c_ref, m_ref = rest[:3]
-        rest = rest[3:]
+        h_ref, c_ref, hp_ref, back_ref = rest[:4]
+        rest = rest[4:]
         if form.sequence:
-            _ys_in, h_out, c_out, m_out, ys_out = rest
+            _ys_in, h_out, c_out, hp_out, back_out, ys_out = rest
         else:
-            h_out, c_out, m_out = rest
+            h_out, c_out, hp_out, back_out = rest
         d, ub, bb = pl.program_id(0), pl.program_id(1), pl.program_id(2)
         u0 = pl.multiple_of(ub * un, un)
         b0 = pl.multiple_of(bb * rw, rw)
         r0 = pl.multiple_of(d * nb + b0, rw)  # the program's first row of h and c
         rows, units = pl.ds(r0, rw), pl.ds(u0, un)
+        piece_rows = [pl.ds(pl.multiple_of(j * states + r0, rw), rw) for j in range(count)]
         gate_rows = [pl.ds(pl.multiple_of(d * gates + g * nh + u0, un), un) for g in range(4)]
-        # Each row's largest magnitude, from the previous step's programs (their units' maxima).
-        scale, back = _row_scale(jnp.max(m_ref[rows, :], axis=1))
 
         def chunk(k, acc):
+            if STAGGER:  # programs across the units start at different chunks of the state
+                k = lax.rem(k + ub, nh // kc)
             cols = pl.ds(pl.multiple_of(k * kc, kc), kc)
-            pieces = _pieces(h_ref[rows, cols], scale, form.pieces)
+            pieces = [hp_ref[piece_rows[j], cols] for j in range(count)]
             out = []
             for g in range(4):
                 rk = r_ref[gate_rows[g], cols]
@@ -202,13 +193,14 @@ def lstm_step(t, xw, r, rb, peephole, lengths, h, c, m, ys, v: View, form: _Form
 
         zero = jnp.zeros((rw, un), jnp.float32)
         acc = lax.fori_loop(0, nh // kc, chunk, (zero,) * 4)
+        factor = back_ref[rows]
         t_now = t_ref[0]
         step_rows = pl.ds(pl.multiple_of((t_now * nd + d) * nb + b0, rw), rw)
         pre = []
         for g in range(4):
             cols = pl.ds(pl.multiple_of(g * nh + u0, un), un)
             bias = rb_ref[gate_rows[g]]
-            pre.append((xw_ref[step_rows, cols] + acc[g] * back[:, None]) + bias[None, :])
+            pre.append((xw_ref[step_rows, cols] + acc[g] * factor[:, None]) + bias[None, :])
         gi, go, gf, gc = pre
         c_old = c_ref[rows, units]
         if form.peephole:
@@ -228,22 +220,25 @@ def lstm_step(t, xw, r, rb, peephole, lengths, h, c, m, ys, v: View, form: _Form
             go = go + p_o[None, :] * cell
         o = _sigmoid(clip(go))
         h_new = o * jnp.tanh(cell)
+        new_pieces = _pieces(h_new, count)
+        new_factor = jnp.full((rw,), 2.0**-14, jnp.float32)
         if form.lengths:
-            ok = (t_now < len_ref[pl.ds(b0, rw)])[:, None]
-            h_new = jnp.where(ok, h_new, h_ref[rows, units])
-            cell = jnp.where(ok, cell, c_old)
-            y = jnp.where(ok, h_new, jnp.zeros_like(h_new))
+            ok = t_now < len_ref[pl.ds(b0, rw)]
+            h_new = jnp.where(ok[:, None], h_new, h_ref[rows, units])
+            cell = jnp.where(ok[:, None], cell, c_old)
+            y = jnp.where(ok[:, None], h_new, jnp.zeros_like(h_new))
+            new_pieces = [
+                jnp.where(ok[:, None], p, hp_ref[piece_rows[j], units])
+                for j, p in enumerate(new_pieces)
+            ]
+            new_factor = jnp.where(ok, new_factor, factor)
         else:
             y = h_new
         h_out[rows, units] = h_new
         c_out[rows, units] = cell
-        # This program's column of m' (and, for the first program across the units, the zero
-        # columns past v.blocks): one masked store of the row block.
-        top = jnp.max(jnp.abs(h_new), axis=1)
-        col = jnp.arange(v.blocks_p2, dtype=jnp.int32)[None, :]
-        mine = (col == ub) | ((ub == 0) & (col >= v.blocks))
-        tile = jnp.where(col == ub, jnp.broadcast_to(top[:, None], (rw, v.blocks_p2)), 0.0)
-        pltriton.store(m_out.at[rows, :], tile, mask=jnp.broadcast_to(mine, tile.shape))
+        for j, p in enumerate(new_pieces):
+            hp_out[piece_rows[j], units] = p
+        back_out[rows] = new_factor  # the same values from every program across the units
         if form.sequence:
             ys_out[step_rows, units] = y.astype(ys_out.dtype)
 
@@ -252,12 +247,17 @@ def lstm_step(t, xw, r, rb, peephole, lengths, h, c, m, ys, v: View, form: _Form
         args.append(peephole)
     if form.lengths:
         args.append(lengths)
-    args += [h, c, m]
+    args += [h, c, hp, back]
     state = jax.ShapeDtypeStruct(h.shape, jnp.float32)
-    out_shape = [state, state, jax.ShapeDtypeStruct(m.shape, jnp.float32)]
+    out_shape = [
+        state,
+        state,
+        jax.ShapeDtypeStruct(hp.shape, jnp.float16),
+        jax.ShapeDtypeStruct(back.shape, jnp.float32),
+    ]
     aliases = {}
     if form.sequence:
-        aliases = {len(args): 3}
+        aliases = {len(args): 4}
         args.append(ys)
         out_shape.append(jax.ShapeDtypeStruct(ys.shape, ys.dtype))
     return pl.pallas_call(
@@ -268,6 +268,18 @@ def lstm_step(t, xw, r, rb, peephole, lengths, h, c, m, ys, v: View, form: _Form
         interpret=interpret,
         compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=v.stages),
     )(*args)
+
+
+def initial_pieces(h0, count: int):
+    """The pieces and factors of the initial state {rows, hidden} float32, as the lax
+    lowering scales them (``ops.recurrent._matmul``): each row by the power of two ``s`` with
+    ``max |row| * s`` in [1, 2) (capped to stay normal), factor ``2**-14 / s``."""
+    top = jnp.max(jnp.abs(h0), axis=1)
+    b = jnp.minimum((lax.bitcast_convert_type(top, jnp.uint32) >> 23) & 0xFF, np.uint32(252))
+    scale = lax.bitcast_convert_type((np.uint32(253) - b) << 23, jnp.float32)
+    back = lax.bitcast_convert_type((b + 1) << 23, jnp.float32) * jnp.float32(2.0**-14)
+    pieces = float16_pieces(h0 * scale[:, None], count)
+    return jnp.concatenate(pieces, axis=0), back
 
 
 def lstm_loop(d: Any, inputs: LoopInputs, interpret: bool = False):
@@ -296,19 +308,19 @@ def lstm_loop(d: Any, inputs: LoopInputs, interpret: bool = False):
     lengths = None if inputs.lengths is None else padded(inputs.lengths.astype(jnp.int32), 0)
     h0 = padded(inputs.h0.astype(f32), 1).reshape(nd * v.padded, nh)
     c0 = padded(inputs.c0.astype(f32), 1).reshape(nd * v.padded, nh)
+    hp0, back0 = initial_pieces(h0, form.pieces)
     rows = seq * nd * v.padded
     ys0 = jnp.zeros((rows, nh), d.input_tensor.dtype) if form.sequence else None
-    m0 = jnp.max(jnp.abs(h0).reshape(nd * v.padded, v.blocks, v.units), axis=2)
-    m0 = jnp.pad(m0, ((0, 0), (0, v.blocks_p2 - v.blocks)))
 
     def body(k, carry):
-        h, c, m, ys = carry
+        h, c, hp, back, ys = carry
         t = jnp.reshape(k, (1,)).astype(jnp.int32)
-        out = lstm_step(t, xw2, r2, rb, peephole, lengths, h, c, m, ys, v, form, interpret)
+        out = lstm_step(t, xw2, r2, rb, peephole, lengths, h, c, hp, back, ys, v, form,
+                        interpret)  # fmt: skip
         return out if form.sequence else (*out, None)
 
-    carry = (h0, c0, m0, ys0)
-    h, c, _, ys = lax.fori_loop(0, seq, body, carry, unroll=min(UNROLL, max(seq, 1)))
+    carry = (h0, c0, hp0, back0, ys0)
+    h, c, _, _, ys = lax.fori_loop(0, seq, body, carry, unroll=min(UNROLL, max(seq, 1)))
     if ys is not None:
         ys = ys.reshape(seq, nd, v.padded, nh)[:, :, :nb]
     h = h.reshape(nd, v.padded, nh)[:, :nb]
