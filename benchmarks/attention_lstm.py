@@ -298,49 +298,7 @@ def _lowering_with_unroll(desc, unroll: int):
     return jax.jit(fn)
 
 
-# ``--kernel-sweep``: the LSTM kernel's tunables (dml_jax.kernels.lstm), name and values.
-KERNEL_VARIANTS = [
-    ("default", {}),
-    ("no stagger", {"STAGGER": False}),
-    ("rows 32 no stagger", {"ROWS": 32, "STAGGER": False}),
-    ("rows 32 stages 3", {"ROWS": 32, "STAGES": 3}),
-    ("rows 32 chunk 64 stages 3", {"ROWS": 32, "CHUNK": 64, "STAGES": 3}),
-    ("rows 32 chunk 64 stages 4", {"ROWS": 32, "CHUNK": 64, "STAGES": 4}),
-    ("rows 16 stages 3", {"ROWS": 16, "STAGES": 3}),
-    ("units 32", {"UNITS": 32}),
-    ("rows 32", {"ROWS": 32}),
-    ("rows 16", {"ROWS": 16}),
-    ("rows 32 units 32", {"ROWS": 32, "UNITS": 32}),
-    ("chunk 64", {"CHUNK": 64}),
-    ("warps 8", {"WARPS": 8}),
-    ("warps 2", {"WARPS": 2}),
-    ("stages 1", {"STAGES": 1}),
-    ("stages 3", {"STAGES": 3}),
-    ("unroll 1", {"UNROLL": 1}),
-    ("unroll 2", {"UNROLL": 2}),
-    ("unroll 32", {"UNROLL": 32}),
-]
-
-
-def _kernel_with(desc, tunables: dict):
-    """The LSTM fast path traced with ``tunables`` set in dml_jax.kernels.lstm (compiled apart
-    from the operator cache)."""
-    from dml_jax.kernels import lstm as kernel
-
-    def fn(*args):
-        saved = {name: getattr(kernel, name) for name in tunables}
-        for name, value in tunables.items():
-            setattr(kernel, name, value)
-        try:
-            return kernel.lower_lstm_kernel(desc, *args)[0]
-        finally:
-            for name, value in saved.items():
-                setattr(kernel, name, value)
-
-    return jax.jit(fn)
-
-
-def lstm_rows(variants) -> None:
+def lstm_rows(variants: bool) -> None:
     """The anchor and dml's forms, or (``variants``) the other unrolls and scans."""
     shape_x, shape_w = (1, STEPS, BATCH, HIDDEN), (1, 1, 4 * HIDDEN, HIDDEN)
     x = jax.random.normal(jax.random.key(1), shape_x, jnp.float32).astype(jnp.float16)
@@ -372,11 +330,6 @@ def lstm_rows(variants) -> None:
 
         return measure
 
-    if variants == "kernel":
-        for name, tunables in KERNEL_VARIANTS:
-            fn = _kernel_with(desc, tunables)
-            _row(case, f"kernel {name}", measure_with(fn), _steps)
-        return
     if variants:
         for unroll in (1, 4, 16):
             fn = _lowering_with_unroll(desc, unroll)
@@ -387,10 +340,6 @@ def lstm_rows(variants) -> None:
     _row(case, "dml", measure_with(dml.compile_operator(desc)), _steps)
     half = dml.compile_operator(desc, allow_half_precision=True)
     _row(case, "dml half precision", measure_with(half), _steps)
-    lax_form = dml.compile_operator(desc, fast_paths=False)
-    _row(case, "dml lax", measure_with(lax_form), _steps)
-    lax_half = dml.compile_operator(desc, fast_paths=False, allow_half_precision=True)
-    _row(case, "dml lax half precision", measure_with(lax_half), _steps)
 
     def torch_lstm():
         import torch
@@ -408,13 +357,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="JSON file for the environment and every row")
     parser.add_argument("--only", choices=("attention", "lstm"), help="one half of the run")
-    parser.add_argument("--kernel-sweep", action="store_true", help="the LSTM kernel's variants")
     args = parser.parse_args()
     OUT = args.out
     print(json.dumps(_env()), flush=True)
-    if args.kernel_sweep:
-        lstm_rows("kernel")
-        return
     # The anchors and dml's forms first, the variants after: a run cut short keeps the former.
     for variants in (False, True):
         if args.only != "lstm":

@@ -27,7 +27,6 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
   QUANTIZED_LINEAR_MATRIX_MULTIPLY, zero-point terms in the epilogue;
 - ``quantize``: per-tensor and per-axis ELEMENT_WISE_QUANTIZE_LINEAR and QUANTIZE, correctly
   rounded division;
-- ``lstm``: FLOAT16 LSTM with the default activations, one kernel a step;
 - ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention.
 """
 
@@ -37,7 +36,6 @@ from . import (
     elementwise_map,
     generate,
     int8_gemm,
-    lstm,
     movement,
     mvn,
     padding,
@@ -63,7 +61,6 @@ __all__ = [
     "generate",
     "int8_gemm",
     "log_sum_exp",
-    "lstm",
     "movement",
     "mvn",
     "padding",

@@ -528,29 +528,7 @@ def _in_step_order(a, lengths):
     return jnp.take_along_axis(a, index, axis=0)
 
 
-class LoopInputs(NamedTuple):
-    """What the loop over the steps receives (``lower_recurrent``'s ``loop`` hook), every
-    direction at once and in step order (a BACKWARD direction's sequence already reversed
-    within its length): ``xw`` {seq, D, batch, G * hidden} (X W^T + Wb, compute type),
-    ``recurrence`` {D, G * hidden, hidden} (the layer's type), ``rb`` {D, 1, G * hidden},
-    ``h0`` and ``c0`` {D, batch, hidden} (``c0`` None but for LSTM), ``peephole`` (P[i], P[o],
-    P[f], each {D, 1, hidden}) or None, ``lengths`` {batch} int32 (at most seq) or None, and
-    whether the sequence output is wanted."""
-
-    xw: Any
-    recurrence: Any
-    rb: Any
-    h0: Any
-    c0: Any
-    peephole: Any
-    lengths: Any
-    want_sequence: bool
-
-
-def lower_recurrent(fam: _Family, d: Any, *arrays, loop=None):
-    """The lax lowering. ``loop(d, LoopInputs) -> (ys, h_last, c_last)`` replaces the scan over
-    the steps (a fast path's kernel): ``ys`` {seq, D, batch, hidden} in step order (None unless
-    wanted), the last states {D, batch, hidden}, with the scan's values."""
+def lower_recurrent(fam: _Family, d: Any, *arrays):
     present = [f.name for f in d.declared(INPUT) if getattr(d, f.name) is not None]
     given = dict(zip(present, arrays))
     out_type = d.input_tensor.dtype
@@ -599,11 +577,6 @@ def lower_recurrent(fam: _Family, d: Any, *arrays, loop=None):
         for j in range(len(fam.functions))
     )  # per function, one activation per direction
     want_sequence = d.output_sequence_tensor is not None
-    if loop is not None:
-        ys, h_last, c_last = loop(
-            d, LoopInputs(xw, r.weights, rb, h0, c0, peephole, lengths, want_sequence)
-        )
-        return _outputs(d, backward, lengths, ys, h_last, c_last)
 
     def step(carry, inputs):
         h, c = carry
@@ -619,14 +592,8 @@ def lower_recurrent(fam: _Family, d: Any, *arrays, loop=None):
         return (h_new, c_new), out
 
     (h_last, c_last), ys = lax.scan(step, (h0, c0), (xw, valid), unroll=_UNROLL)
-    return _outputs(d, backward, lengths, ys, h_last, c_last)
-
-
-def _outputs(d: Any, backward: tuple[bool, ...], lengths, ys, h_last, c_last) -> tuple:
-    """The present output tensors from the loop's step-order sequence and last states."""
-    out_type = d.input_tensor.dtype
     results = {}
-    if d.output_sequence_tensor is not None and any(backward):
+    if want_sequence:
         ys = jnp.stack(
             [
                 _in_step_order(ys[:, i], lengths) if back else ys[:, i]
@@ -634,7 +601,7 @@ def _outputs(d: Any, backward: tuple[bool, ...], lengths, ys, h_last, c_last) ->
             ],
             axis=1,
         )  # {seq, D, batch, hidden} in time order
-    results["output_sequence_tensor"] = ys
+        results["output_sequence_tensor"] = ys
     results["output_single_tensor"] = h_last[None]
     results["output_cell_single_tensor"] = None if c_last is None else c_last[None]
     return tuple(
@@ -653,8 +620,8 @@ def lower_rnn(d: RnnOperatorDesc, *arrays):
     return lower_recurrent(_RNN, d, *arrays)
 
 
-def lower_lstm(d: LstmOperatorDesc, *arrays, loop=None):
-    return lower_recurrent(_LSTM, d, *arrays, loop=loop)
+def lower_lstm(d: LstmOperatorDesc, *arrays):
+    return lower_recurrent(_LSTM, d, *arrays)
 
 
 def lower_gru(d: GruOperatorDesc, *arrays):
