@@ -62,10 +62,11 @@ MIN_PROGRAMS = 264  # fewer rows (groups of rows) cannot fill a large GPU; lax s
 ACTIVATIONS = ("DML_OPERATOR_ACTIVATION_RELU", "DML_OPERATOR_ACTIVATION_LEAKY_RELU")
 
 # Tunables, chosen by benchmarks/mvn_variants.py on an H200 at 1 GiB (benchmarks/RESULTS.md,
-# results/mvn/sweep.log, sweep_retain.log). Rows of up to ONE_TILE_MAX elements sit in one tile; a tile holds
-# TILE_ELEMENTS elements (whole rows, at least one) on WARPS warps (None: one warp per 512
-# elements, 4 to 16). Rows of 4096: 2 rows a program on 16 warps ran 0.88 of the copy for layer
-# norm and 0.90 for RMS norm in both types (1 row on 8 warps 0.87-0.89; 4 rows 0.78-0.89).
+# results/mvn/sweep.log, sweep_retain.log). Rows of up to ONE_TILE_MAX elements sit in one
+# tile; a tile holds TILE_ELEMENTS elements (whole rows, at least one) on WARPS warps (None:
+# one warp per 512 elements, 4 to 16). Rows of 4096: 2 rows a program on 16 warps ran 0.88 of
+# the copy for layer norm and 0.90 for RMS norm in both types (1 row on 8 warps 0.87-0.89; 4
+# rows 0.78-0.89).
 ONE_TILE_MAX = 16384
 TILE_ELEMENTS = 8192
 WARPS = None

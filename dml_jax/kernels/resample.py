@@ -94,17 +94,17 @@ WORDS_WARPS = 2
 # stores, lost everywhere (0.79-0.84 for 4x float32; tiles_sweep.json, the variant in commit
 # 938b98a), so a program takes one tile.
 EVICT_STORES = True
-# Input bytes a chunk, per data type, where an input element makes 16 or more outputs (none:
-# one call). Chunked, the upsampling is one call per chunk of whole images, each after a call
-# that reads the chunk's input into L2 (loads ``evict_last``; a sum a block is kept so that the loads are), so
-# that the upsampling's reads hit L2 and its DRAM traffic is writes alone. The 4x float32
-# store pattern ran 0.87-0.89 of the copy with any read from DRAM among its writes (even one
-# 1 KiB load a program, or loads no store waits for) and 1.10 with its input resident in L2
+# Input bytes a chunk, per data type, where an input element makes 16 or more outputs (none: one
+# call). Chunked, the upsampling is one call per chunk of whole images, each after a call that reads
+# the chunk's input into L2 (loads ``evict_last``; a sum a block is kept so that the loads are), so
+# that the upsampling's reads hit L2 and its DRAM traffic is writes alone. The 4x float32 store
+# pattern ran 0.87-0.89 of the copy with any read from DRAM among its writes (even one 1 KiB load a
+# program, or loads no store waits for) and 1.10 with its input resident in L2
 # (benchmarks/upsample_store_probe.py). Chunks of 8 MiB, medians of three timings: 4x float32
-# 0.87-0.89 -> 0.91-0.93 (12 MiB 0.90-0.92; one earlier run: 4 MiB 0.80-0.82, 16-24 MiB
-# 0.84-0.88). float16 gained with 4096-element tiles (0.88 -> 0.93) but lost with its default
-# 2048 (0.89 -> 0.86), so it stays one call. At 2x (more input, so more and longer prefetch
-# calls) chunks lost everywhere (0.46-0.73 against 0.85-0.92), hence the factor bound.
+# 0.87-0.89 -> 0.91-0.93 (12 MiB 0.90-0.92; one earlier run: 4 MiB 0.80-0.82, 16-24 MiB 0.84-0.88).
+# float16 gained with 4096-element tiles (0.88 -> 0.93) but lost with its default 2048 (0.89 ->
+# 0.86), so it stays one call. At 2x (more input, so more and longer prefetch calls) chunks lost
+# everywhere (0.46-0.73 against 0.85-0.92), hence the factor bound.
 CHUNK_BYTES = {"float32": 8 << 20}
 PREFETCH_BLOCK = 4096  # elements a program of the prefetching call reads
 
