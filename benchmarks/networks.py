@@ -10,6 +10,7 @@ side is the same network written with ``torch.nn`` and carrying the same weights
 - the GPT stack with ``nn.Linear``, ``nn.LayerNorm``, exact ``nn.GELU`` and
   ``scaled_dot_product_attention(is_causal=True)`` (FlashAttention in float16), where the DML
   graph has one MULTIHEAD_ATTENTION node per layer with the causal mask as a BOOLEAN MaskTensor
+  from a constant data node (``--gpt-mask input``: a graph input tested at run time)
   (cuDNN's fused attention on CUDA in float16; ``cudnn_attention_calls`` in a ``dml`` row counts
   its calls in the lowered program);
 - eager, and ``torch.compile`` (default mode) where it works, at the cases ``--torch-compile``
@@ -77,6 +78,13 @@ def _parse(argv):
         default="fused",
         help="the GPT's query/key/value projections: one stacked GEMM or three (gpt_stack's "
         "fused_qkv)",
+    )
+    p.add_argument(
+        "--gpt-mask",
+        choices=("constant", "input"),
+        default="constant",
+        help="the GPT's causal mask: a constant data node (recognized as causal when compiled) "
+        "or a graph input (tested at run time; gpt_stack's mask_input)",
     )
     p.add_argument(
         "--torch-compile",
@@ -281,9 +289,10 @@ class Run:
                 (
                     "GPT: dml has one MULTIHEAD_ATTENTION node per layer (stacked QKV from one "
                     "fused projection, causal mask as a BOOLEAN MaskTensor with MaskFilterValue "
-                    "-inf), on cuDNN's fused attention in float16 (the mask enters as an additive "
-                    "bias, so the masked blocks are computed too); PyTorch uses "
-                    "scaled_dot_product_attention(is_causal=True)"
+                    "-inf, a constant data node unless --gpt-mask input), on cuDNN's fused "
+                    "attention in float16 (the constant mask is recognized as causal when "
+                    "compiled: cuDNN's causal mode; a mask input is tested at run time); PyTorch "
+                    "uses scaled_dot_product_attention(is_causal=True)"
                 ),
                 "float32: TF32 off in PyTorch, full float32 products in dml_jax",
                 (
@@ -362,8 +371,9 @@ def _build(args, network: str, dtype: str, batch: int):
         extra = networks.SMALL_RESNET if args.quick else {}
         return networks.resnet50(batch, dtype, **extra)
     fused = args.gpt_qkv == "fused"
+    extra = {"fused_qkv": fused, "mask_input": args.gpt_mask == "input"}
     if args.quick:
-        return networks.gpt_stack(batch, dtype=dtype, fused_qkv=fused, **networks.SMALL_GPT)
+        return networks.gpt_stack(batch, dtype=dtype, **extra, **networks.SMALL_GPT)
     return networks.gpt_stack(
         batch,
         args.gpt_seq,
@@ -371,7 +381,7 @@ def _build(args, network: str, dtype: str, batch: int):
         args.gpt_heads,
         args.gpt_layers,
         dtype,
-        fused_qkv=fused,
+        **extra,
     )
 
 

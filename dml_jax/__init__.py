@@ -32,6 +32,7 @@ from .enums import (
 from .errors import ValidationError
 from .graph import (
     CompiledGraph,
+    ConstantDataNode,
     GraphDesc,
     InputGraphEdge,
     IntermediateGraphEdge,
@@ -66,6 +67,7 @@ _BASE = [
     "DepthSpaceOrder",
     "FeatureLevel",
     "IsInfinityMode",
+    "ConstantDataNode",
     "GraphDesc",
     "InputGraphEdge",
     "IntermediateGraphEdge",

@@ -11,6 +11,8 @@ A fast path never changes what is differentiated: derivatives always come from t
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -82,6 +84,34 @@ def select(desc: Any, fusible: bool = False) -> FastPath | None:
         if not (fusible and path.standalone) and path.applies(desc):
             return path
     return None
+
+
+_KNOWN: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "dml_jax_known_inputs", default=None
+)
+
+
+@contextlib.contextmanager
+def known_inputs(values: dict[int, Any]):
+    """While a node is lowered: the values of its inputs that the program holds as constants
+    (a graph's ``ConstantDataNode``), by argument position, as NumPy arrays."""
+    token = _KNOWN.set(values)
+    try:
+        yield
+    finally:
+        _KNOWN.reset(token)
+
+
+def known_input(index: int) -> Any:
+    """The value of argument ``index`` of the lowering being traced where it is a constant of
+    the program (NumPy, the argument's shape), or None where it is known only at run time.
+
+    A fast path may use it to decide at trace time what it would otherwise test at run time
+    (MULTIHEAD_ATTENTION recognizes a constant causal mask); the lowering's result must be the
+    same either way, since the argument it receives holds the same values.
+    """
+    known = _KNOWN.get()
+    return None if known is None else known.get(index)
 
 
 @functools.lru_cache(maxsize=1)

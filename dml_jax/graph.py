@@ -19,6 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+import jax.numpy as jnp
+import numpy as np
+
 from . import fastpath
 from .checks import check_x64, feature_level_of
 from .compile import CompiledOperator, validate, with_shardings
@@ -93,6 +96,57 @@ class IntermediateGraphEdge:
     __post_init__ = _edge_post_init
 
 
+class ConstantDataNode:
+    """DML_CONSTANT_DATA_GRAPH_NODE_DESC (feature level 6_2): bytes held by the graph itself.
+
+    A constant node has no inputs and one output (index 0), which feeds node inputs through
+    intermediate edges; each consumer reads the bytes through its own tensor desc (data type,
+    sizes, strides), so ``data`` must hold every element that desc addresses. The program holds
+    the values as constants, and a fast path may decide at trace time what it would otherwise
+    test at run time (``fastpath.known_input``): a MULTIHEAD_ATTENTION mask given as a constant
+    is recognized as causal when the graph is compiled, with no run-time test.
+
+    Args:
+        data: the bytes (``bytes``, ``bytearray``, ``memoryview`` or a NumPy array, whose
+            C-order bytes are taken), DataSize > 0 of them.
+    """
+
+    struct_name = "DML_CONSTANT_DATA_GRAPH_NODE_DESC"
+    operator_type = "CONSTANT"  # how node messages name it (a DML_GRAPH_NODE_TYPE)
+    __slots__ = ("data",)
+
+    def __init__(self, data: Any) -> None:
+        if isinstance(data, np.ndarray):
+            data = np.ascontiguousarray(data).tobytes()
+        elif isinstance(data, (bytearray, memoryview)):
+            data = bytes(data)
+        if not isinstance(data, bytes):
+            raise ValidationError(
+                f"{self.struct_name}: Data must be bytes or a NumPy array, got "
+                f"{type(data).__name__}"
+            )
+        if not data:
+            raise ValidationError(f"{self.struct_name}: DataSize must be > 0")
+        object.__setattr__(self, "data", data)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{self.struct_name} is immutable")
+
+    @property
+    def data_size(self) -> int:
+        """DataSize: the number of bytes."""
+        return len(self.data)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ConstantDataNode) and other.data == self.data
+
+    def __hash__(self) -> int:
+        return hash((self.struct_name, self.data))
+
+    def __repr__(self) -> str:
+        return f"ConstantDataNode({self.data_size} bytes)"
+
+
 _EDGE_FIELDS = (
     ("input_edges", "InputEdges", InputGraphEdge),
     ("output_edges", "OutputEdges", OutputGraphEdge),
@@ -110,7 +164,8 @@ class GraphDesc:
         input_count: InputCount, the number of graph inputs (one array each when called). A graph
             input may feed several node inputs, or none at all.
         output_count: OutputCount (>= 1); each graph output is written by exactly one output edge.
-        nodes: operator descriptions (``OperatorDesc`` instances), at least one.
+        nodes: operator descriptions (``OperatorDesc`` instances) and constant data nodes
+            (``ConstantDataNode``, feature level 6_2), at least one.
         input_edges: ``InputGraphEdge`` sequence.
         output_edges: ``OutputGraphEdge`` sequence.
         intermediate_edges: ``IntermediateGraphEdge`` sequence (optional in DML).
@@ -118,7 +173,7 @@ class GraphDesc:
 
     input_count: int
     output_count: int
-    nodes: tuple[OperatorDesc, ...]
+    nodes: tuple[OperatorDesc | ConstantDataNode, ...]
     input_edges: tuple[InputGraphEdge, ...]
     output_edges: tuple[OutputGraphEdge, ...]
     intermediate_edges: tuple[IntermediateGraphEdge, ...] = ()
@@ -127,7 +182,16 @@ class GraphDesc:
         set_ = object.__setattr__
         set_(self, "input_count", as_int(self.input_count, f"{GRAPH}: InputCount"))
         set_(self, "output_count", as_int(self.output_count, f"{GRAPH}: OutputCount", minimum=1))
-        set_(self, "nodes", _as_tuple(self.nodes, "Nodes", OperatorDesc, "an operator description"))
+        set_(
+            self,
+            "nodes",
+            _as_tuple(
+                self.nodes,
+                "Nodes",
+                (OperatorDesc, ConstantDataNode),
+                "an operator description or a ConstantDataNode",
+            ),
+        )
         if not self.nodes:
             raise ValidationError(f"{GRAPH}: Nodes must not be empty (NodeCount must be > 0)")
         for name, member, cls in _EDGE_FIELDS:
@@ -136,8 +200,13 @@ class GraphDesc:
                 self, name, _as_tuple(getattr(self, name), member, cls, f"{article} {cls.__name__}")
             )
 
+    @property
+    def constant_nodes(self) -> tuple[int, ...]:
+        """The indices of the ``ConstantDataNode`` nodes."""
+        return tuple(n for n, node in enumerate(self.nodes) if isinstance(node, ConstantDataNode))
 
-def _as_tuple(value: Any, member: str, cls: type, what: str) -> tuple:
+
+def _as_tuple(value: Any, member: str, cls: Any, what: str) -> tuple:
     if not isinstance(value, (list, tuple)):
         raise ValidationError(f"{GRAPH}: {member} must be a sequence, got {type(value).__name__}")
     for i, item in enumerate(value):
@@ -207,6 +276,17 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel, reinterpret: bool = F
     node_count = len(graph.nodes)
     specs, ins, outs = [], [], []
     for n, node in enumerate(graph.nodes):
+        if isinstance(node, ConstantDataNode):
+            if level < FeatureLevel.FL_6_2:
+                _fail(
+                    f"Nodes[{n}]",
+                    f"is a {node.struct_name}, which needs feature level 6_2 or later "
+                    f"(the graph is compiled for {level.label})",
+                )
+            specs.append(None)
+            ins.append(())
+            outs.append((("Data", _CONSTANT),))
+            continue
         try:
             validate(node, level)
             specs.append(lookup(node.operator_type))
@@ -222,6 +302,10 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel, reinterpret: bool = F
 
     def feed(path: str, to_node: int, to_input: int, source: tuple) -> None:
         _check_index(f"{path}.ToNodeIndex", to_node, node_count, "NodeCount")
+        if isinstance(graph.nodes[to_node], ConstantDataNode):
+            _fail(
+                f"{path}.ToNodeIndex", f"names Nodes[{to_node}], a constant, which takes no input"
+            )
         _check_index(
             f"{path}.ToNodeInputIndex",
             to_input,
@@ -286,6 +370,18 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel, reinterpret: bool = F
         check_from(path, e.from_node_index, e.from_node_output_index)
         source = ("node", e.from_node_index, e.from_node_output_index)
         feed(path, e.to_node_index, e.to_node_input_index, source)
+        successors[e.from_node_index].append((e.to_node_index, i))
+        constant = graph.nodes[e.from_node_index]
+        if isinstance(constant, ConstantDataNode):
+            slot_path, desc = ins[e.to_node_index][e.to_node_input_index]
+            _check_constant(
+                path, constant, e.from_node_index, f"Nodes[{e.to_node_index}].{slot_path}", desc
+            )
+            fed[(e.to_node_index, e.to_node_input_index)] = (
+                path,
+                ("constant", e.from_node_index, desc),
+            )
+            continue
         view = _check_connection(
             path,
             graph,
@@ -297,12 +393,17 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel, reinterpret: bool = F
         )
         if view:  # read through the consumer's own desc
             fed[(e.to_node_index, e.to_node_input_index)] = (path, source + view)
-        successors[e.from_node_index].append((e.to_node_index, i))
 
     written: dict[int, tuple[str, tuple[int, int]]] = {}
     for i, e in enumerate(graph.output_edges):
         path = f"OutputEdges[{i}]"
         check_from(path, e.from_node_index, e.from_node_output_index)
+        if isinstance(graph.nodes[e.from_node_index], ConstantDataNode):
+            _fail(
+                f"{path}.FromNodeIndex",
+                f"names Nodes[{e.from_node_index}], a constant: a graph output comes from an "
+                "operator node (a constant feeds node inputs through IntermediateEdges)",
+            )
         _check_index(
             f"{path}.GraphOutputIndex", e.graph_output_index, graph.output_count, "OutputCount"
         )
@@ -358,6 +459,42 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel, reinterpret: bool = F
         tuple(output_descs),
         present_outputs,
     )
+
+
+_CONSTANT = object()  # the desc slot of a constant's output: each consumer's desc reads it
+
+
+def _check_constant(
+    path: str, constant: ConstantDataNode, node: int, where: str, desc: TensorDesc
+) -> None:
+    """A constant feeds ``desc`` (at ``where``): its bytes must hold what ``desc`` addresses."""
+    needed = -(-desc.addressed_elements * desc.data_type.bits // 8)
+    if constant.data_size < needed:
+        _fail(
+            path,
+            f"joins Nodes[{node}] ({constant.struct_name}, DataSize {constant.data_size}) to "
+            f"{where}, which addresses {desc.addressed_elements} {desc.data_type.name} elements "
+            f"({needed} bytes); DataSize must be >= {needed}",
+        )
+
+
+def constant_value(constant: ConstantDataNode, desc: TensorDesc) -> np.ndarray:
+    """The logical tensor (NumPy, shape ``desc.sizes``) that ``desc`` reads from a constant's
+    bytes: a strided view, so a broadcast (stride 0) copies nothing."""
+    count = desc.addressed_elements
+    if desc.data_type.bits == 4:  # two a byte, element 0 in the low nibble
+        packed = np.frombuffer(constant.data, np.uint8, count=-(-count // 2))
+        flat = np.stack([packed & 15, packed >> 4], axis=1).reshape(-1)[:count]
+        if desc.data_type.name == "INT4":
+            flat = ((flat ^ 8).astype(np.int8) - 8).astype(np.int8)
+        flat = flat.astype(desc.dtype)
+    else:
+        flat = np.frombuffer(constant.data, desc.dtype, count=count)
+    step = flat.itemsize
+    view = np.lib.stride_tricks.as_strided(
+        flat, desc.sizes, tuple(s * step for s in desc.layout_strides), writeable=False
+    )
+    return view
 
 
 def _check_connection(
@@ -504,7 +641,9 @@ class CompiledGraph(CompiledOperator):
         fast_paths: bool = True,
     ):
         differentiable = all(
-            spec.is_differentiable(node) for spec, node in zip(plan.specs, graph.nodes)
+            spec.is_differentiable(node)
+            for spec, node in zip(plan.specs, graph.nodes)
+            if spec is not None
         )
         super().__init__(
             graph,
@@ -577,31 +716,46 @@ def _graph_function(
 ) -> Callable[..., tuple]:
     from .buffers import read_tensor
 
-    linked = {e.from_node_index for e in graph.intermediate_edges}
-    linked |= {e.to_node_index for e in graph.intermediate_edges}
-    steps = tuple(
-        (
-            n,
-            fastpath.lowering(plan.specs[n], graph.nodes[n], fast_paths, n in linked),
-            plan.sources[n],
-            plan.present_outputs[n],
-        )
-        for n in plan.order
-    )
+    constants = set(graph.constant_nodes)
+    # A node fed only by constants still fuses with nothing: it keeps standalone fast paths.
+    linked = {
+        n
+        for e in graph.intermediate_edges
+        if e.from_node_index not in constants
+        for n in (e.from_node_index, e.to_node_index)
+    }
+    steps = []
+    for n in plan.order:
+        if n in constants:
+            continue
+        # Values of the constant-fed inputs (argument positions), as NumPy arrays, for the fast
+        # paths that decide at trace time what they would otherwise test at run time.
+        known = {
+            i: constant_value(graph.nodes[s[1]], s[2])
+            for i, s in enumerate(plan.sources[n])
+            if s[0] == "constant"
+        }
+        lower = fastpath.lowering(plan.specs[n], graph.nodes[n], fast_paths, n in linked)
+        steps.append((n, lower, plan.sources[n], plan.present_outputs[n], known))
+
+    def source_value(values, arrays, s):
+        if s[0] == "input":
+            return arrays[s[1]]
+        if s[0] == "constant":  # the bytes as the consumer's elements, read through its desc
+            data = constant_value(graph.nodes[s[1]], s[2].like(sizes=(s[2].addressed_elements,)))
+            return read_tensor(jnp.asarray(data), s[2])
+        if len(s) == 3:
+            return values[(s[1], s[2])]
+        return read_tensor(values[(s[1], s[2])].reshape(-1), s[3])
 
     def lowered(*arrays):
         counter[0] += 1
         values: dict[tuple[int, int], Any] = {}
-        for n, lower, sources, present in steps:
-            args = [
-                arrays[s[1]]
-                if s[0] == "input"
-                else values[(s[1], s[2])]
-                if len(s) == 3
-                else read_tensor(values[(s[1], s[2])].reshape(-1), s[3])
-                for s in sources
-            ]
-            for k, y in zip(present, lower(*args)):
+        for n, lower, sources, present, known in steps:
+            args = [source_value(values, arrays, s) for s in sources]
+            with fastpath.known_inputs(known):
+                results = lower(*args)
+            for k, y in zip(present, results):
                 values[(n, k)] = y
         return tuple(values[src] for src in plan.outputs)
 
@@ -670,6 +824,8 @@ def compile_graph(
         graph, level, bool(allow_half_precision), bool(reinterpret_edges), bool(fast_paths)
     )
     for n, node in enumerate(graph.nodes):
+        if isinstance(node, ConstantDataNode):
+            continue
         check_x64(
             [(f"Nodes[{n}].{p}", t) for p, t in node.input_slots() + node.output_slots()], GRAPH
         )

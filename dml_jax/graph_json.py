@@ -3,14 +3,25 @@ operator dispatchable as a one-node graph) into a ``GraphDesc``; ``graph_to_json
 
 from __future__ import annotations
 
+import base64
+import binascii
 from dataclasses import fields
 from typing import Any
 
 from .errors import ValidationError, as_int
-from .fields import INPUT, OUTPUT, OperatorDesc, dml_member_name
-from .graph import GRAPH, GraphDesc, InputGraphEdge, IntermediateGraphEdge, OutputGraphEdge
+from .fields import INPUT, OUTPUT, dml_member_name
+from .graph import (
+    GRAPH,
+    ConstantDataNode,
+    GraphDesc,
+    InputGraphEdge,
+    IntermediateGraphEdge,
+    OutputGraphEdge,
+)
 from .jsonforms import COMPILE_TYPES, GRAPH_KEYS, GRAPH_TYPES, compile_type_of
 from .jsonmodel import execution_flags_from_json, operator_desc_from_json, operator_desc_to_json
+
+CONSTANT = "CONSTANT"  # the type of a constant data node (DML_GRAPH_NODE_TYPE_CONSTANT)
 
 _JSON_EDGES = (
     ("InputEdges", InputGraphEdge),
@@ -27,7 +38,9 @@ def graph_from_json(obj: Any) -> GraphDesc:
     * A graph, ``{"type": "DML_GRAPH", "InputCount": 1, "OutputCount": 1, "Nodes": [...],
       "InputEdges": [...], "OutputEdges": [...], "IntermediateEdges": [...]}``, with the
       DML_GRAPH_DESC member names. Each node is an operator dispatchable
-      (``{"type": "ELEMENT_WISE_CLIP", "desc": {...}}``) with an optional unique ``"Name"``.
+      (``{"type": "ELEMENT_WISE_CLIP", "desc": {...}}``) or a constant data node
+      (``{"type": "CONSTANT", "Data": "<base64>", "DataSize": N}``, DataSize optional), with
+      an optional unique ``"Name"``.
       Each edge has the member names of its DML_*_GRAPH_EDGE_DESC (``GraphInputIndex``,
       ``ToNodeIndex``, ``ToNodeInputIndex``, ...) and an optional ``"Name"``; ``FromNodeIndex`` and
       ``ToNodeIndex`` take a node index or a node's ``Name``. InputEdges and IntermediateEdges
@@ -67,12 +80,46 @@ def graph_to_json(graph: GraphDesc) -> dict:
         "type": GRAPH,
         "InputCount": graph.input_count,
         "OutputCount": graph.output_count,
-        "Nodes": [operator_desc_to_json(node) for node in graph.nodes],
+        "Nodes": [_node_to_json(node) for node in graph.nodes],
     }
     out["InputEdges"] = [edge(e) for e in graph.input_edges]
     out["OutputEdges"] = [edge(e) for e in graph.output_edges]
     out["IntermediateEdges"] = [edge(e) for e in graph.intermediate_edges]
     return out
+
+
+def _node_to_json(node: Any) -> dict:
+    if isinstance(node, ConstantDataNode):
+        data = base64.b64encode(node.data).decode("ascii")
+        return {"type": CONSTANT, "DataSize": node.data_size, "Data": data}
+    return operator_desc_to_json(node)
+
+
+def _constant_from_json(item: dict, path: str) -> ConstantDataNode:
+    """``{"type": "CONSTANT", "Data": "<base64>", "DataSize": N}`` (DataSize optional)."""
+    for key in item:
+        if key not in ("type", "Data", "DataSize"):
+            raise ValidationError(
+                f"{GRAPH}: {path} has unknown member {key!r}; a {CONSTANT} node takes: "
+                "type, Data (base64), DataSize, Name"
+            )
+    data = item.get("Data")
+    if not isinstance(data, str):
+        raise ValidationError(f"{GRAPH}: {path}.Data must be a base64 string, got {data!r:.60}")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValidationError(f"{GRAPH}: {path}.Data is not valid base64") from None
+    if "DataSize" in item:
+        size = as_int(item["DataSize"], f"{GRAPH}: {path}.DataSize")
+        if size != len(raw):
+            raise ValidationError(
+                f"{GRAPH}: {path}.DataSize must equal the {len(raw)} bytes of Data, got {size}"
+            )
+    try:
+        return ConstantDataNode(raw)
+    except ValidationError as e:
+        raise ValidationError(f"{GRAPH}: {path}: {e}") from None
 
 
 def graph_desc_from_json(obj: dict) -> GraphDesc:
@@ -127,7 +174,7 @@ def _one_node_graph(obj: dict) -> GraphDesc:
     )
 
 
-def _nodes_from_json(items: Any) -> tuple[list[OperatorDesc], dict[str, int]]:
+def _nodes_from_json(items: Any) -> tuple[list[Any], dict[str, int]]:
     if not isinstance(items, list):
         raise ValidationError(f"{GRAPH}: Nodes must be a JSON array, got {items!r}")
     nodes, names = [], {}
@@ -149,8 +196,12 @@ def _nodes_from_json(items: Any) -> tuple[list[OperatorDesc], dict[str, int]]:
                     f"Nodes[{names[name]}]; node names must be unique"
                 )
             names[name] = n
+        fields_ = {k: v for k, v in item.items() if k != "Name"}
+        if fields_.get("type") == CONSTANT:
+            nodes.append(_constant_from_json(fields_, f"Nodes[{n}]"))
+            continue
         try:
-            nodes.append(operator_desc_from_json({k: v for k, v in item.items() if k != "Name"}))
+            nodes.append(operator_desc_from_json(fields_))
         except ValidationError as e:
             raise ValidationError(f"{GRAPH}: Nodes[{n}]: {e}") from None
     return nodes, names

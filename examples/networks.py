@@ -22,15 +22,17 @@ of {B * S, d} tensors. The QKV projection's output features are ordered (head, q
 (``stacked_qkv`` builds its weight from PyTorch's separate q, k and v), so its {B * S, 3d}
 output is MULTIHEAD_ATTENTION's packed {B, S, H, 3, Dh} StackedQueryKeyValueTensor, and the
 attention's {B, S, d} output is the output projection's {B * S, d} input: both edges are
-reshapes. The causal mask is a BOOLEAN MaskTensor (MaskFilterValue -inf), one INT32 {1, 1, S, S}
-graph input read by every layer as {B, H, S, S} through stride-0 batch and head dimensions;
-biases are read through stride-0 broadcasts too, so the graph compiles with
+reshapes. The causal mask is a BOOLEAN MaskTensor (MaskFilterValue -inf) held by the graph: one
+constant data node (DML_CONSTANT_DATA_GRAPH_NODE_DESC, ``dml.ConstantDataNode``) of S x S INT32
+values, read by every layer as {B, H, S, S} through stride-0 batch and head dimensions; biases are
+read through stride-0 broadcasts of graph inputs, so the graph compiles with
 ``reinterpret_edges=True`` (DirectML reinterprets an intermediate tensor's bytes the same way).
 FLOAT16 attention nodes are descriptions cuDNN's fused attention computes
-(``dml_jax/kernels/attention.py``): on CUDA the B * H * S * S scores stay on chip. cuDNN reads
-the mask as an additive {B, H, S, S} float16 bias and computes the masked half of each score
-matrix too: a mask is data, and only a causal flag (which DirectML's attention lacks) would let
-it skip those blocks, as PyTorch's ``scaled_dot_product_attention(is_causal=True)`` does.
+(``dml_jax/kernels/attention.py``): on CUDA the B * H * S * S scores stay on chip. DirectML's
+attention has no causal flag; the fast path recognizes the constant mask as causal when the graph
+is compiled and takes cuDNN's causal mode, which skips the blocks above the diagonal as
+PyTorch's ``scaled_dot_product_attention(is_causal=True)`` does (a mask given as a graph input is
+tested at run time instead, a conditional whose predicate the host reads each call).
 
 Scaling out needs no new descriptors: ``shardings(net, mesh, data_axis, model_axis)`` gives one
 ``NamedSharding`` per graph input (the batch split over ``data_axis``; with ``model_axis`` the
@@ -85,8 +87,7 @@ class Network:
         input_descs: their tensor descs.
         data_names: the inputs a caller supplies (``"x"``); every other input is in ``weights``.
         batch_dims: per data input, the dimension that holds the batch.
-        weights: graph input values by name, in the network's data type (the GPT's causal mask:
-            INT32).
+        weights: graph input values by name, in the network's data type.
         parameters: the model's parameters, float32, under PyTorch's names (batch normalization
             unfolded); ``weights`` are derived from them.
         shard_dims: per weight, the dimension tensor parallelism splits (empty for ResNet).
@@ -472,13 +473,16 @@ def gpt_stack(
     ffn: int | None = None,
     seed: int = 0,
     fused_qkv: bool = True,
+    mask_input: bool = False,
 ) -> Network:
     """A pre-LN causal transformer stack on {batch * seq, d_model} token features (the
     embeddings), returning the final layer norm's {batch * seq, d_model}. ``ffn`` defaults to
     ``4 * d_model``. ``fused_qkv``: one GEMM per layer for the queries, keys and values, read by
     the attention as one stacked {B, S, H, 3, Dh} tensor; otherwise three GEMMs whose outputs
     the attention reads as separate {B, S, H * Dh} tensors (dense operands for cuDNN, no copies
-    out of the stacked tensor)."""
+    out of the stacked tensor). ``mask_input``: the causal mask as an INT32 {1, 1, S, S} graph
+    input (``causal_mask`` in ``weights``, entering through an IDENTITY) instead of a constant
+    data node; the attention's fast path then tests it at run time."""
     if d_model % heads:
         raise ValueError(f"d_model ({d_model}) must be a multiple of heads ({heads})")
     ffn = 4 * d_model if ffn is None else ffn
@@ -489,11 +493,14 @@ def gpt_stack(
     wide = T(dtype, (tokens, ffn))
     x = b.data("x", rows.sizes)
     # The causal mask, 1 where query i may attend key j <= i (BOOLEAN: a 0 adds
-    # MaskFilterValue), enters once as {1, 1, S, S}; every attention node reads it as
-    # {B, H, S, S} through stride-0 batch and head dimensions.
-    causal = np.tril(np.ones((seq, seq), np.int32)).reshape(1, 1, seq, seq)
-    mask_in = T("INT32", causal.shape)
-    (mask,) = b.add(_identity(mask_in), b.constant("causal_mask", causal, "INT32"))
+    # MaskFilterValue): one constant data node of S x S INT32 values that every attention node
+    # reads as {B, H, S, S} through stride-0 batch and head dimensions.
+    causal = np.tril(np.ones((seq, seq), np.int32))
+    if mask_input:
+        mask_in = T("INT32", (1, 1, seq, seq))
+        (mask,) = b.add(_identity(mask_in), b.constant("causal_mask", causal[None, None], "INT32"))
+    else:
+        mask = b.constant_data(causal)
     shard_dims: dict[str, int] = {}
 
     def norm(h, name):
@@ -559,6 +566,7 @@ def gpt_stack(
     config = {
         "batch": batch, "seq": seq, "d_model": d_model, "heads": heads, "layers": layers,
         "dtype": dtype, "ffn": ffn, "seed": seed, "fused_qkv": fused_qkv,
+        "mask_input": mask_input,
     }  # fmt: skip
     return b.network("gpt", [out], {"x": 0}, p, shard_dims, True, config)
 

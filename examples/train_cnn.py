@@ -110,6 +110,12 @@ class GraphBuilder:
         self.inputs[name] = ("input", len(self.inputs))
         return self.inputs[name]
 
+    def constant_data(self, value) -> tuple:
+        """Adds a ConstantDataNode holding ``value``'s bytes (C order); returns its handle.
+        Each consumer reads the bytes through its own tensor desc."""
+        self.nodes.append(dml.ConstantDataNode(value))
+        return (len(self.nodes) - 1, 0)
+
     def add(self, desc, *sources) -> list:
         node = len(self.nodes)
         slots = [i for i, (_, t) in enumerate(desc.edge_slots(INPUT)) if t is not None]

@@ -321,3 +321,82 @@ def test_gpu_attention_vmap():
     got = _tuple(jax.vmap(dml.compile_operator(desc).fn)(*[np.stack(a) for a in zip(*members)]))
     for i, m in enumerate(members):
         assert_attention_close(desc, m, [g[i] for g in got], _lax(desc)(*m))
+
+
+# --- masks the program holds as constants (a graph's ConstantDataNode) -------------------------
+
+
+def _causal_case(causal: bool, s=6):
+    desc = _attention(mask_type="BOOLEAN", mask_filter_value=-math.inf, s=s, kv=s)
+    inputs = _inputs(desc)
+    b, h = desc.mask_tensor.sizes[:2]
+    keep = np.tril(np.ones((s, s), np.int32)) if causal else np.triu(np.ones((s, s), np.int32))
+    inputs[-1] = np.broadcast_to(keep, (b, h, s, s)).copy()
+    return desc, inputs
+
+
+def _has_cond(jaxpr) -> bool:
+    """Whether a traced program (its sub-programs included) holds a conditional."""
+    return "cond[" in str(jaxpr)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_known_mask_is_tested_when_traced(causal, xla_attention, monkeypatch):
+    # A mask the program holds as a constant decides the causal mode at trace time (no
+    # conditional); a mask known only at run time gets the conditional. Same values either way.
+    desc, inputs = _causal_case(causal)
+    modes = []
+    original = jax.nn.dot_product_attention
+
+    def record(*args, is_causal=False, **kwargs):
+        modes.append(is_causal)
+        return original(*args, is_causal=is_causal, **kwargs)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", record)
+    lower = functools.partial(KA.lower, desc)
+    assert _has_cond(jax.make_jaxpr(lower)(*inputs))
+    assert modes == [True, False]  # both branches traced
+    modes.clear()
+    lower = functools.partial(KA.lower, desc)  # a new function: jit caches traces by function
+    with fastpath.known_inputs({len(inputs) - 1: inputs[-1]}):
+        jaxpr = jax.make_jaxpr(lower)(*inputs)
+        got = jax.jit(lower)(*inputs)
+    assert not _has_cond(jaxpr)
+    assert modes == [causal]  # one branch, traced once (jit reuses the trace)
+    assert_attention_close(desc, inputs, got, _lax(desc)(*inputs))
+
+
+def _graph_with_mask(desc, mask, as_constant: bool):
+    """MULTIHEAD_ATTENTION with its mask from a ConstantDataNode or from a graph input."""
+    names = [p for p, _ in desc.input_slots()]
+    data = len(names) - 1
+    nodes, mids = [desc], []
+    ins = [dml.InputGraphEdge(i, 0, k) for i, k in enumerate(_present_slots(desc)[:data])]
+    if as_constant:
+        nodes.append(dml.ConstantDataNode(mask))
+        mids.append(dml.IntermediateGraphEdge(1, 0, 0, _present_slots(desc)[data]))
+    else:
+        ins.append(dml.InputGraphEdge(data, 0, _present_slots(desc)[data]))
+    count = data + (0 if as_constant else 1)
+    return dml.GraphDesc(count, 1, nodes, ins, [dml.OutputGraphEdge(0, 0, 0)], mids)
+
+
+def _present_slots(desc):
+    return [k for k, (_, t) in enumerate(desc.edge_slots(dml.fields.INPUT)) if t is not None]
+
+
+@gpu
+@pytest.mark.parametrize("causal", [True, False])
+def test_gpu_constant_mask_in_a_graph(causal):
+    # The graph holding the mask as a constant: one cuDNN call in the mode the mask asks for and
+    # no conditional; the same values as the graph taking the mask as an input.
+    desc, inputs = _causal_case(causal, s=64)
+    with_constant = dml.compile_graph(_graph_with_mask(desc, inputs[-1], True))
+    with_input = dml.compile_graph(_graph_with_mask(desc, inputs[-1], False))
+    lowered = jax.jit(with_constant.fn).lower(*inputs[:-1])
+    assert lowered.as_text().count("__cudnn$fmha") == 1
+    assert " conditional(" not in lowered.compile().as_text()
+    assert " conditional(" in jax.jit(with_input.fn).lower(*inputs).compile().as_text()
+    got = with_constant(*inputs[:-1])
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(with_input(*inputs)))
+    assert_attention_close(desc, inputs, got, _lax(desc)(*inputs))

@@ -196,16 +196,19 @@ def test_gpt_full_size_structure():
         "DML_OPERATOR_MULTIHEAD_ATTENTION": 12,
         "DML_OPERATOR_ACTIVATION_GELU": 12,
         "DML_OPERATOR_ELEMENT_WISE_ADD": 24,
-        "DML_OPERATOR_ELEMENT_WISE_IDENTITY": 12 * 4 + 1,  # 4 biases per layer; the mask
+        "DML_OPERATOR_ELEMENT_WISE_IDENTITY": 12 * 4,  # 4 biases per layer
+        "CONSTANT": 1,  # the causal mask, a ConstantDataNode
     }
+    (mask,) = (net.graph.nodes[n] for n in net.graph.constant_nodes)
+    assert mask.data == np.tril(np.ones((1024, 1024), np.int32)).tobytes()
     attention = attention_nodes(net)
     assert attention[0].stacked_query_key_value_tensor.sizes == (1, 1024, 16, 3, 64)
     assert attention[0].mask_tensor.sizes == (1, 16, 1024, 1024)
     # 12 d^2 + 13 d per layer (4 attention and 2 MLP projections, biases, 2 norms) + 2 d.
     d = 1024
     assert sum(v.size for v in net.parameters.values()) == 12 * (12 * d * d + 13 * d) + 2 * d
-    # The graph's weights are the parameters (Q, K and V fused) and the {1, 1, S, S} mask.
-    assert sum(v.size for v in net.weights.values()) == 12 * (12 * d * d + 13 * d) + 2 * d + d * d
+    # The graph's weights are the parameters (Q, K and V fused); the mask is a constant.
+    assert sum(v.size for v in net.weights.values()) == 12 * (12 * d * d + 13 * d) + 2 * d
     assert set(net.shard_dims) <= set(net.weights)
     dml.validate_graph(net.graph, reinterpret_edges=True)
     shapes = [jax.ShapeDtypeStruct(t.sizes, t.dtype) for t in net.input_descs]

@@ -26,9 +26,10 @@ to float16 before the second product and accumulates the softmax blockwise: docs
   float16's rounding); a row without kept keys is set apart and gets DirectML's value, the mean
   of all values (NaN for -inf). KEY_SEQUENCE_LENGTH is cuDNN's key sequence length, the other
   two a boolean mask built by the lax lowering's own ``keep_mask``;
-- a BOOLEAN mask that is causal at run time (key j kept for query i exactly when j <= i, S == T)
-  takes cuDNN's causal mode, which skips the masked blocks and reads no mask; any other mask
-  is passed as it is;
+- a BOOLEAN mask that is causal (key j kept for query i exactly when j <= i, S == T) takes
+  cuDNN's causal mode, which skips the masked blocks and reads no mask; any other mask is passed
+  as it is. A mask held as a constant (a graph's ConstantDataNode) is tested when the program
+  is traced; any other at run time (a conditional, whose predicate the host reads each call);
 - PastSequenceLengthsTensor for one query position (S == 1, decoding) without a mask: the causal
   frontier is then the key length L_b + Skv, cuDNN's key sequence length, and a row with no
   position left is 0.
@@ -46,7 +47,7 @@ import numpy as np
 
 from ..enums import MultiheadAttentionMaskType as M
 from ..errors import Validator
-from ..fastpath import cuda_compiles, register_fast_path
+from ..fastpath import cuda_compiles, known_input, register_fast_path
 from ..ops import attention as A
 
 BOOLEAN_FILTER_BOUND = 32768.0  # jax's mask value for cuDNN in float16 (-2 ** 15)
@@ -167,13 +168,25 @@ def lower(d: Any, *arrays) -> tuple:
         return jnp.where(rows_without_keys, fill, out)
 
     if mask is not None and d.mask_type is M.BOOLEAN and g.seq == g.total:
-        # A causal mask (a decoder's) is data, so it is recognized at run time: cuDNN's causal
-        # mode then skips the blocks above the diagonal and reads no mask (the same keys kept).
-        row = jax.lax.broadcasted_iota(jnp.int32, (g.seq, g.total), 0)
-        causal = row >= jax.lax.broadcasted_iota(jnp.int32, (g.seq, g.total), 1)
-        out = jax.lax.cond(
-            jnp.all(mask == causal), lambda: attend(None, True), lambda: attend(mask, False)
-        )
+        # A causal mask (a decoder's) is data, so it is recognized when it is known: cuDNN's
+        # causal mode then skips the blocks above the diagonal and reads no mask (the same keys
+        # kept). A mask the program holds as a constant (a graph's ConstantDataNode) is tested
+        # now; any other at run time, a conditional whose predicate the host reads each call.
+        known = known_input([p for p, _ in d.input_slots()].index("MaskTensor"))
+        if known is not None:
+            kept = _broadcast_kept(d.mask_tensor, known, shape) != 0
+            causal = np.tril(np.ones((g.seq, g.total), bool))
+            out = (
+                attend(None, True)
+                if np.array_equal(kept, np.broadcast_to(causal, kept.shape))
+                else attend(mask, False)
+            )
+        else:
+            row = jax.lax.broadcasted_iota(jnp.int32, (g.seq, g.total), 0)
+            causal = row >= jax.lax.broadcasted_iota(jnp.int32, (g.seq, g.total), 1)
+            out = jax.lax.cond(
+                jnp.all(mask == causal), lambda: attend(None, True), lambda: attend(mask, False)
+            )
     else:
         out = attend(mask, False)
     results = [out.reshape(d.output_tensor.sizes).astype(d.output_tensor.dtype)]
