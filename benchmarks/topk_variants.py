@@ -6,10 +6,12 @@ and written over the copy's GB/s) for each (tile elements, warps) variant, of th
 of torch.topk, one sync per many dispatches. ``--groups`` sweeps the grouped selection instead:
 (tile elements, warps) x group widths (0: the whole row) with packed keys, K = 8 and 16;
 ``--rows`` the grouped selection with two and four rows a warp (its 32-bit keys' int64 form,
-swept against the int32 pairs by the former ``--split``, is gone: commit 25911a7). A variant
+swept against the int32 pairs by the former ``--split``, is gone: commit 25911a7); ``--pairs``
+float16's group extremes from 32-bit words (``PAIRS_16``) against every element's key, by group
+width and rows a warp. A variant
 that fails to compile is recorded, not fatal. Run from the repository root:
 
-    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/topk_variants.py [--groups | --rows]
+    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/topk_variants.py [--groups | --rows | --pairs]
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dml_jax.ops.topk import top_k
 VARIANTS = [(4096, 4), (2048, 4), (8192, 8), (1024, 2), (1024, 1), (2048, 2), (4096, 8)]
 GROUP_TILES = [(1024, 1), (2048, 1), (4096, 1), (2048, 2), (4096, 2)]
 GROUPS = [0, 2, 4, 8, 16, 32]
-TUNABLES = ("TILE_ELEMENTS", "MIN_ROWS", "WARPS", "PACK_16", "PACK_32", "GROUP")
+TUNABLES = ("TILE_ELEMENTS", "MIN_ROWS", "WARPS", "PACK_16", "PACK_32", "GROUP", "PAIRS_16")
 
 
 def torch_seconds(shape, dtype, k=None):
@@ -47,6 +49,7 @@ def torch_seconds(shape, dtype, k=None):
 def main():
     groups = "--groups" in sys.argv[1:]
     split = "--rows" in sys.argv[1:]
+    pairs = "--pairs" in sys.argv[1:]
     defaults = {n: getattr(K, n) for n in TUNABLES}
     for dtype in ("float32", "float16"):
         rows = (1 << 18) * (2 if dtype == "float16" else 1)
@@ -56,7 +59,7 @@ def main():
         copy_bytes = 2 * x.size * itemsize
         copy = min(timeit(jax.jit(lambda a: a + 0), x), torch_seconds(shape, dtype))
         gbs = copy_bytes / copy
-        for k in (8, 16) if groups or split else (1, 8, 16):
+        for k in (8, 16) if groups or split or pairs else (1, 8, 16):
             moved = x.size * itemsize + rows * k * (itemsize + 4)
 
             def ratio(seconds, moved=moved):
@@ -66,7 +69,12 @@ def main():
             row = {"dtype": dtype, "k": k, "copy_gbs": round(gbs / 1e9),
                    "lax": ratio(timeit(f_lax, x)), "torch": ratio(torch_seconds(shape, dtype, k))}  # fmt: skip
             want = np.asarray(f_lax(x)[1]).astype(np.int64)
-            if split:
+            if pairs and dtype == "float32":  # the float16 form alone; float32 as it is
+                runs = [dict(MIN_ROWS=2)]
+            elif pairs:
+                runs = [dict(PAIRS_16=p, GROUP=g, MIN_ROWS=m)
+                        for p in (False, True) for g in (None, 4, 16) for m in (2, 4)]  # fmt: skip
+            elif split:
                 runs = [dict(MIN_ROWS=m) for m in (2, 4)]
             elif groups:
                 runs = [dict(TILE_ELEMENTS=t, MIN_ROWS=1, WARPS=w, GROUP=g)

@@ -83,6 +83,35 @@ def test_grouped_selection_matches_lax(monkeypatch, group, shape, dtype, k):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+@pytest.mark.parametrize("pairs", [True, False], ids=["pairs", "keys"])
+@pytest.mark.parametrize("group", [None, 2, 4, 16])
+@pytest.mark.parametrize("shape, k", [((3, 40), 5), ((4, 1024), 8), ((5, 102), 16)])
+def test_float16_group_extremes_from_words(monkeypatch, pairs, group, shape, k):
+    # float16 groups' extremes from 32-bit words (PAIRS_16: pairwise extremes of the words, then
+    # of a word's halves, NaN winning) against every element's key (the other form) and the lax
+    # lowering: NaNs of both signs and payloads, signed zeros, infinities, ties, rows that do not
+    # fill their last group or word.
+    monkeypatch.setattr(K, "GROUP", group)
+    monkeypatch.setattr(K, "PAIRS_16", pairs)
+    x = _input(shape, np.float16, seed=k)
+    bits = x.view(np.uint16)
+    bits[:, ::7] = np.array([0xFE00, 0x7E01, 0xFC01, 0x8000], np.uint16)[
+        np.arange(bits[:, ::7].shape[1]) % 4
+    ]
+    v = K.plan(shape, 1, k, np.float16, min_programs=1)
+    assert K.group_width(v, k, 2, pairs=True) % 2 == 0
+    for largest in (True, False):
+        got = K.top_k_indices(jnp.asarray(x), v, k, largest, interpret=True)
+        _, want = top_k(jnp.asarray(x), 1, k, largest, jnp.int32)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    # without NaNs the order of the numbers decides
+    y = np.random.default_rng(k).standard_normal(shape).astype(np.float16)
+    for largest in (True, False):
+        got = K.top_k_indices(jnp.asarray(y), v, k, largest, interpret=True)
+        _, want = top_k(jnp.asarray(y), 1, k, largest, jnp.int32)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 def test_group_width():
     v = K.plan((8192, 1024), 1, 8, np.float32)
     assert (v.cols, v.warps) == (2, 1)  # two rows a warp for K > 1
@@ -91,6 +120,10 @@ def test_group_width():
     assert K.group_width(v, 8, 4) == 4  # half that for 32-bit keys
     assert K.group_width(v, 16, 4) == 4
     assert K.group_width(K.plan((64, 9), 1, 9, np.float32, min_programs=1), 9, 2) == 0  # < K groups
+    assert K.group_width(v, 8, 2, pairs=True) == 16  # float16 from words: PAIR_GROUP
+    assert K.group_width(v, 16, 2, pairs=True) == 16
+    narrow = K.plan((64, 100), 1, 16, np.float16, min_programs=1)  # 128 wide: 8 groups of 16
+    assert K.group_width(narrow, 16, 2, pairs=True) == 8
 
 
 def test_plan_declines_what_lax_keeps():
@@ -105,9 +138,12 @@ def test_plan_declines_what_lax_keeps():
 
 @pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", ["TOP_K", "TOP_K1"])
-@pytest.mark.parametrize("shape, k", [((8192, 1024), 8), ((4096, 3, 100), 16), ((2048, 4096), 1)])
+@pytest.mark.parametrize(
+    "shape, k", [((8192, 1024), 8), ((4096, 3, 100), 16), ((2048, 4096), 1), ((4096, 1022), 8)]
+)
+@pytest.mark.parametrize("values", ["specials", "normal"])
 @pytest.mark.parametrize("type_name", ["FLOAT32", "FLOAT16", "INT32"])
-def test_gpu_fast_path_matches_lax(name, shape, k, type_name):
+def test_gpu_fast_path_matches_lax(name, shape, k, values, type_name):
     x_desc = dml.TensorDesc(type_name, shape)
     out = (*shape[:-1], k)
     values, index = x_desc.like(sizes=out), dml.TensorDesc("UINT32", out)
@@ -119,6 +155,11 @@ def test_gpu_fast_path_matches_lax(name, shape, k, type_name):
         )
     assert fastpath.select(desc) is not None
     x = _input(shape, x_desc.dtype, seed=5)
+    if values == "normal":  # few NaNs (both signs), so the numbers' order decides
+        x = (np.random.default_rng(5).standard_normal(shape) * 100).astype(x_desc.dtype)
+        if type_name == "FLOAT16":
+            x.view(np.uint16).reshape(-1)[::997] = 0xFE00
+            x.view(np.uint16).reshape(-1)[::1009] = 0x7E01
     got = jax.jit(dml.compile_operator(desc).fn)(x)
     want = jax.jit(dml.compile_operator(desc, fast_paths=False).fn)(x)
     for g, w in zip(got, want, strict=True):

@@ -17,6 +17,14 @@ groups, which are read again (from cache) as K x G candidates, and the K selecti
 those alone. Packed places are all distinct, so the argument is exact: an element of any other
 group is below K distinct group maxima, so it is not among the K largest. A row of 1024 with
 K = 8 and G = 4 costs 256 + 32 places a selection instead of 1024.
+
+float16 groups (``PAIRS_16``): the row is read again as 32-bit words of two elements, and each
+group's extreme comes from the words (``max.NaN.f16x2`` / ``min.NaN.f16x2``, then the extreme
+of a word's two halves), so only the group extremes are turned into keys. NaN propagates through
+those instructions, so a group holding one reports NaN, whose key is the extreme, and signed
+zeros share one key either way: each group's key is the largest of its elements' keys, as
+before. In interpret mode jnp's maximum and minimum (which propagate NaN too) stand in for the
+instructions.
 """
 
 from __future__ import annotations
@@ -67,6 +75,17 @@ MIN_ROWS = 2
 # the copy with two rows a warp (four: 0.385 -> 0.435), K=16 0.219 -> 0.257; the int64 form
 # was then removed (commit 25911a7 has it).
 GROUP: int | None = None
+# float16 group extremes from 32-bit words (PAIRS_16): the row is read again as words of two
+# elements, and each group's extreme is taken by max.NaN.f16x2 / min.NaN.f16x2 on the words, a
+# last max.NaN.f16 / min.NaN.f16 over a word's halves, and the order key of that value alone
+# (NaN propagates, so a group holding one reports it; the signed zeros share one key), instead
+# of every element's order key and a maximum over the keys.
+PAIRS_16 = True
+# H100 (results/round15/topk_pairs_sweep_h100.log, rows of 1024, ratio to the copy): K=8 0.52
+# with every element's key -> 0.736 from words at G = 8 (0.734 at 16, 0.71 at 4); K=16 0.357 ->
+# 0.432 at G = 16 (0.426 at 4, but 0.258 at 8). The words' groups are PAIR_GROUP wide, narrower
+# only where a row would hold fewer than K groups.
+PAIR_GROUP = 16
 
 
 @dataclass(frozen=True)
@@ -101,13 +120,18 @@ def plan(shape: tuple[int, ...], axis: int, k: int, dtype, min_programs: int = M
     return v if v.programs >= min_programs else None
 
 
-def group_width(v: View, k: int, itemsize: int) -> int:
+def group_width(v: View, k: int, itemsize: int, pairs: bool = False) -> int:
     """G of the grouped selection for a row of ``v``, ``k`` selections and keys of ``itemsize``
-    bytes; 0 where it does not apply (a single selection, or fewer than ``k`` groups of 2)."""
+    bytes (``pairs``: float16 group extremes from words); 0 where it does not apply (a single
+    selection, or fewer than ``k`` groups of 2)."""
     if k < 2:
         return 0
     if GROUP is not None:
         g = GROUP
+    elif pairs:
+        g = PAIR_GROUP
+        while g > 2 and v.width // g < k:
+            g //= 2
     else:
         g = 1 << int(np.floor(np.log2(max(1.0, np.sqrt(v.width / k)))))
         g = g // 2 if itemsize == 4 else g
@@ -129,6 +153,40 @@ def _keys32(x, largest: bool):
     return keys if largest else ~keys
 
 
+def _word_extreme(a, b, largest: bool, interpret: bool):
+    """Element by element, the extreme of two float16 pairs held in int32 words (NaN wins)."""
+    if interpret:  # jnp's maximum and minimum propagate NaN as the instructions do
+        fa, fb = (jax.lax.bitcast_convert_type(w, jnp.float16) for w in (a, b))
+        m = jnp.maximum(fa, fb) if largest else jnp.minimum(fa, fb)
+        return jax.lax.bitcast_convert_type(m, jnp.int32)
+    _, pltriton = load_pallas()
+    [out] = pltriton.elementwise_inline_asm(
+        f"{'max' if largest else 'min'}.NaN.f16x2 $0, $1, $2;",
+        args=[a, b],
+        constraints="=r,r,r",
+        pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(a.shape, jnp.int32)],
+    )
+    return out
+
+
+def _halves_extreme(w, largest: bool, interpret: bool):
+    """The extreme of the two float16 halves of each int32 word, as float16 (NaN wins)."""
+    if interpret:
+        f = jax.lax.bitcast_convert_type(w, jnp.float16)  # (..., 2)
+        return jnp.max(f, axis=-1) if largest else jnp.min(f, axis=-1)
+    _, pltriton = load_pallas()
+    op = "max" if largest else "min"
+    [out] = pltriton.elementwise_inline_asm(
+        f"{{ .reg .b16 lo, hi; mov.b32 {{lo, hi}}, $1; {op}.NaN.f16 $0, lo, hi; }}",
+        args=[w],
+        constraints="=h,r",
+        pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(w.shape, jnp.float16)],
+    )
+    return out
+
+
 def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
     """The indices (int32, shape ``(..., k)``) of the ``k`` extremes of each row of ``x``."""
     pl, pltriton = load_pallas()
@@ -136,15 +194,22 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
     wide = x.dtype.itemsize == 4
     packed = (PACK_32 and k > 1) if wide else PACK_16
 
-    g = group_width(v, k, x.dtype.itemsize) if packed else 0
+    # float16 group extremes from words (PAIRS_16): rows of whole words, groups of whole words
+    pairs = PAIRS_16 and packed and x.dtype == jnp.float16 and v.r % 2 == 0
+    g = group_width(v, k, x.dtype.itemsize, pairs) if packed else 0
+    pairs = pairs and g > 0 and g % 2 == 0
 
-    def kernel(x_ref, o_ref):
+    def kernel(x_ref, *refs):
+        *w_ref, o_ref = refs
         pid = pl.program_id(0)
         rows = pl.ds(pid * v.cols, v.cols)
         row = pid * v.cols + jnp.arange(v.cols, dtype=jnp.int32)[:, None]
         col = jnp.arange(v.width, dtype=jnp.int32)[None, :]
         valid = (row < v.a) & (col < v.r)
-        tile = pltriton.load(x_ref.at[rows, pl.ds(0, v.width)], mask=valid, other=0)
+
+        def tile():  # the program's rows, read where a form needs every element's key
+            return pltriton.load(x_ref.at[rows, pl.ds(0, v.width)], mask=valid, other=0)
+
         if packed:
             # Key and column packed in one integer (the lower column the larger), so each
             # selection is one reduction; a taken place drops to the type's least value, below
@@ -172,7 +237,7 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
                         p = jnp.where(p == best, low, p)
 
                 if not g:
-                    select(pack(tile, col, valid))
+                    select(pack(tile(), col, valid))
                     return
                 n = v.width // g
                 number = jnp.arange(n, dtype=jnp.int32)[None, :]
@@ -181,11 +246,11 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
                 # larger: the order of the groups' best places, as equal keys rank by column
                 # and the groups are runs of columns. Only the maxima pack.
                 least = np.iinfo(np.int32).min if wide else -(1 << 15)
-                keys = jnp.where(valid, _keys32(tile, largest), least)
                 slot = jnp.arange(k, dtype=jnp.int32)[None, :]
                 chosen = jnp.zeros((v.cols, k), jnp.int32)
                 held = jnp.zeros((v.cols, k), jnp.bool_)
                 if wide:
+                    keys = jnp.where(valid, _keys32(tile(), largest), least)
                     gkey = jnp.max(keys.reshape(v.cols, n, g), axis=2)
                     free = jnp.ones((v.cols, n), jnp.bool_)
                     for i in range(k):
@@ -194,8 +259,25 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
                         held = jnp.where(slot == i, num * g < v.r, held)
                         free = free & (number != num)
                         gkey = jnp.where(free, gkey, least)
+                elif pairs:
+                    # Word j of group q holds columns 2 (q g / 2 + j) and the next; a row's
+                    # padding words hold the extreme that never wins (-inf pairs for the
+                    # largest), which ties only real groups of higher numbers.
+                    fill = np.uint32(0xFC00FC00 if largest else 0x7C007C00).view(np.int32)
+                    half = g // 2
+                    grow = jnp.broadcast_to(jnp.minimum(row, v.a - 1), (v.cols, n))
+                    best = None
+                    for j in range(half):
+                        wcol = jnp.broadcast_to(number * half + j, (v.cols, n))
+                        ok = (row < v.a) & (wcol * 2 < v.r)
+                        w = pltriton.load(w_ref[0].at[grow, wcol], mask=ok, other=fill)
+                        best = w if best is None else _word_extreme(best, w, largest, interpret)
+                    extreme = _halves_extreme(best, largest, interpret)
+                    gmax = join(_keys32(extreme, largest), number)
                 else:
+                    keys = jnp.where(valid, _keys32(tile(), largest), least)
                     gmax = join(jnp.max(keys.reshape(v.cols, n, g), axis=2), number)
+                if not wide:
                     for i in range(k):
                         best = jnp.max(gmax, axis=1, keepdims=True)
                         chosen = jnp.where(slot == i, column(best), chosen)
@@ -218,7 +300,7 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
                     return
                 select(pack(cand, ccol, cvalid))
             return
-        keys = jnp.where(valid, _keys32(tile, largest), lowest)
+        keys = jnp.where(valid, _keys32(tile(), largest), lowest)
         for i in range(k):
             # The extreme key among the places not yet taken, then the lowest column holding
             # it (the tie rule). ``valid`` marks what is left: a real key may equal ``lowest``.
@@ -228,13 +310,17 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
             keys = jnp.where(valid, keys, lowest)
 
     x2 = jax.lax.reshape(x, (v.a, v.r))
+    inputs = [x2]
+    if pairs:  # the same bytes as words of two elements
+        words = jax.lax.reshape(x2, (v.a, v.r // 2, 2))
+        inputs.append(jax.lax.bitcast_convert_type(words, jnp.int32))
     out = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((v.a, k), jnp.int32),
         grid=(v.programs,),
         interpret=interpret,
         compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
-    )(x2)
+    )(*inputs)
     return jax.lax.reshape(out, (*x.shape[:-1], k))
 
 
