@@ -116,6 +116,9 @@ def test_the_graph_around_a_constant_is_an_ordinary_jax_function():
     np.testing.assert_array_equal(
         np.asarray(dml.compile_graph(as_input)(x, np.broadcast_to(bias, (2, 3)))), np.asarray(g(x))
     )
+    # buffer mode: the graph input's buffer only; the constant is the graph's own
+    (out,) = g.run_buffers([x.reshape(-1)], [np.zeros(6, np.float32)])
+    np.testing.assert_array_equal(np.asarray(out), want.reshape(-1))
 
 
 def test_a_constant_may_feed_an_input_flagged_owned_by_dml():
