@@ -31,7 +31,7 @@ from .fields import INPUT, OUTPUT, OperatorDesc, dml_member_name
 from .hlo import HloInstruction, entry_instructions, optimized_hlo  # noqa: F401 (README)
 from .precision import with_half_precision
 from .registry import OperatorSpec, lookup
-from .tensor import TensorDesc, packed_strides
+from .tensor import TensorDesc, packed_strides, unpack_4bit
 
 GRAPH = "DML_GRAPH"
 
@@ -483,18 +483,11 @@ def constant_value(constant: ConstantDataNode, desc: TensorDesc) -> np.ndarray:
     bytes: a strided view, so a broadcast (stride 0) copies nothing."""
     count = desc.addressed_elements
     if desc.data_type.bits == 4:  # two a byte, element 0 in the low nibble
-        packed = np.frombuffer(constant.data, np.uint8, count=-(-count // 2))
-        flat = np.stack([packed & 15, packed >> 4], axis=1).reshape(-1)[:count]
-        if desc.data_type.name == "INT4":
-            flat = ((flat ^ 8).astype(np.int8) - 8).astype(np.int8)
-        flat = flat.astype(desc.dtype)
+        flat = unpack_4bit(np.frombuffer(constant.data, np.uint8), count, desc.data_type)
     else:
         flat = np.frombuffer(constant.data, desc.dtype, count=count)
-    step = flat.itemsize
-    view = np.lib.stride_tricks.as_strided(
-        flat, desc.sizes, tuple(s * step for s in desc.layout_strides), writeable=False
-    )
-    return view
+    strides = tuple(s * flat.itemsize for s in desc.layout_strides)
+    return np.lib.stride_tricks.as_strided(flat, desc.sizes, strides, writeable=False)
 
 
 def _check_connection(

@@ -95,31 +95,29 @@ def _node_to_json(node: Any) -> dict:
     return operator_desc_to_json(node)
 
 
-def _constant_from_json(item: dict, path: str) -> ConstantDataNode:
+def _constant_from_json(item: dict) -> ConstantDataNode:
     """``{"type": "CONSTANT", "Data": "<base64>", "DataSize": N}`` (DataSize optional)."""
+    what = ConstantDataNode.struct_name
     for key in item:
         if key not in ("type", "Data", "DataSize"):
             raise ValidationError(
-                f"{GRAPH}: {path} has unknown member {key!r}; a {CONSTANT} node takes: "
-                "type, Data (base64), DataSize, Name"
+                f"{what}: unknown member {key!r}; a {CONSTANT} node takes: type, Data (base64), "
+                "DataSize, Name"
             )
     data = item.get("Data")
     if not isinstance(data, str):
-        raise ValidationError(f"{GRAPH}: {path}.Data must be a base64 string, got {data!r:.60}")
+        raise ValidationError(f"{what}: Data must be a base64 string, got {data!r:.60}")
     try:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
-        raise ValidationError(f"{GRAPH}: {path}.Data is not valid base64") from None
+        raise ValidationError(f"{what}: Data is not valid base64") from None
     if "DataSize" in item:
-        size = as_int(item["DataSize"], f"{GRAPH}: {path}.DataSize")
+        size = as_int(item["DataSize"], f"{what}: DataSize")
         if size != len(raw):
             raise ValidationError(
-                f"{GRAPH}: {path}.DataSize must equal the {len(raw)} bytes of Data, got {size}"
+                f"{what}: DataSize must equal the {len(raw)} bytes of Data, got {size}"
             )
-    try:
-        return ConstantDataNode(raw)
-    except ValidationError as e:
-        raise ValidationError(f"{GRAPH}: {path}: {e}") from None
+    return ConstantDataNode(raw)
 
 
 def graph_desc_from_json(obj: dict) -> GraphDesc:
@@ -197,11 +195,11 @@ def _nodes_from_json(items: Any) -> tuple[list[Any], dict[str, int]]:
                 )
             names[name] = n
         fields_ = {k: v for k, v in item.items() if k != "Name"}
-        if fields_.get("type") == CONSTANT:
-            nodes.append(_constant_from_json(fields_, f"Nodes[{n}]"))
-            continue
         try:
-            nodes.append(operator_desc_from_json(fields_))
+            if fields_.get("type") == CONSTANT:
+                nodes.append(_constant_from_json(fields_))
+            else:
+                nodes.append(operator_desc_from_json(fields_))
         except ValidationError as e:
             raise ValidationError(f"{GRAPH}: Nodes[{n}]: {e}") from None
     return nodes, names

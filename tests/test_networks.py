@@ -187,6 +187,17 @@ def test_gpt_attention_is_causal_and_per_sequence(gpt):
     assert np.max(np.abs(after[seq - 1] - before[seq - 1])) > 1e-2
 
 
+def test_gpt_mask_as_a_graph_input_gives_the_same_outputs(gpt):
+    # The causal mask as an INT32 graph input (read through an IDENTITY) instead of a constant
+    # data node: the same values, and the mask is then among the weights.
+    net, x, want = gpt
+    other = nets.gpt_stack(GPT_BATCH, dtype="FLOAT32", mask_input=True, **SMALL_GPT)
+    assert not other.graph.constant_nodes and "causal_mask" in other.weights
+    got = run(other, x)
+    assert relative_error(got, want) < 1e-5
+    np.testing.assert_array_equal(got, run(net, x))
+
+
 def test_gpt_full_size_structure():
     net = nets.gpt_stack(1, 1024, 1024, 16, 12, "FLOAT32")  # FLOAT16: the small tests
     counts = Counter(node.operator_type for node in net.graph.nodes)

@@ -56,9 +56,10 @@ def load_pallas():
 
 def ptx(instruction: str, *args):
     """One PTX instruction element by element (Triton inline assembly, CUDA only):
-    ``instruction $0, $1, ...`` over same-shape float32 or float16 arrays, in their type."""
+    ``instruction $0, $1, ...`` over same-shape float32, float16 or int32 arrays (32-bit
+    registers: packed pairs, for instance), in their type."""
     _, pltriton = load_pallas()
-    reg = "h" if args[0].dtype == jnp.float16 else "f"
+    reg = {jnp.float16: "h", jnp.float32: "f", jnp.int32: "r"}[jnp.dtype(args[0].dtype).type]
     operands = ", ".join(f"${i + 1}" for i in range(len(args)))
     [out] = pltriton.elementwise_inline_asm(
         f"{instruction} $0, {operands};",

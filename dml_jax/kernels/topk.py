@@ -38,7 +38,7 @@ import numpy as np
 
 from ..fastpath import register_fast_path
 from ..ops.reduce import order_keys
-from .reduce import load_pallas
+from .reduce import load_pallas, ptx
 from .reduce_plan import pow2_at_least
 
 DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32", "int32"))
@@ -75,11 +75,8 @@ MIN_ROWS = 2
 # the copy with two rows a warp (four: 0.385 -> 0.435), K=16 0.219 -> 0.257; the int64 form
 # was then removed (commit 25911a7 has it).
 GROUP: int | None = None
-# float16 group extremes from 32-bit words (PAIRS_16): the row is read again as words of two
-# elements, and each group's extreme is taken by max.NaN.f16x2 / min.NaN.f16x2 on the words, a
-# last max.NaN.f16 / min.NaN.f16 over a word's halves, and the order key of that value alone
-# (NaN propagates, so a group holding one reports it; the signed zeros share one key), instead
-# of every element's order key and a maximum over the keys.
+# float16 group extremes from 32-bit words (PAIRS_16, the module docstring): off, every
+# element's order key and a maximum over the keys.
 PAIRS_16 = True
 # H100 (results/round15/topk_pairs_sweep_h100.log, rows of 1024, ratio to the copy): K=8 0.52
 # with every element's key -> 0.736 from words at G = 8 (0.734 at 16, 0.71 at 4); K=16 0.357 ->
@@ -159,15 +156,7 @@ def _word_extreme(a, b, largest: bool, interpret: bool):
         fa, fb = (jax.lax.bitcast_convert_type(w, jnp.float16) for w in (a, b))
         m = jnp.maximum(fa, fb) if largest else jnp.minimum(fa, fb)
         return jax.lax.bitcast_convert_type(m, jnp.int32)
-    _, pltriton = load_pallas()
-    [out] = pltriton.elementwise_inline_asm(
-        f"{'max' if largest else 'min'}.NaN.f16x2 $0, $1, $2;",
-        args=[a, b],
-        constraints="=r,r,r",
-        pack=1,
-        result_shape_dtypes=[jax.ShapeDtypeStruct(a.shape, jnp.int32)],
-    )
-    return out
+    return ptx(f"{'max' if largest else 'min'}.NaN.f16x2", a, b)
 
 
 def _halves_extreme(w, largest: bool, interpret: bool):
