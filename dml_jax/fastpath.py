@@ -199,6 +199,11 @@ def lowering(
     def cuda(*arrays):
         return tuple(path.lower(desc, *arrays))
 
+    return _choice_with_lax_derivatives(cuda, lax_lowering)
+
+
+def _choice_with_lax_derivatives(cuda: Callable, lax_lowering: Callable) -> Callable:
+    """The platform choice between ``cuda`` and ``lax_lowering``, differentiated as the latter."""
     choose = _platform_choice(cuda, lax_lowering)
 
     @jax.custom_jvp
@@ -210,3 +215,87 @@ def lowering(
         return jax.jvp(lax_lowering, primals, tangents)
 
     return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Epilogues: a graph node computed inside the lowering of the node that feeds it
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """A CUDA lowering of two graph nodes as one: ``producer`` (an operator type) whose one
+    output is read by ``consumer`` alone, at the consumer's input ``slot``.
+
+    Attributes:
+        applies: ``applies(producer_desc, consumer_desc, slot) -> bool``, on descriptors alone.
+        lower: ``lower(producer_desc, consumer_desc, slot, producer_arrays, other_arrays)``
+            -> the consumer's outputs (a tuple), where ``other_arrays`` are the consumer's
+            inputs but ``slot``, in order. The contract is the two lax lowerings in sequence:
+            the producer's output rounded to its data type, then the consumer.
+    """
+
+    producer: str
+    consumer: str
+    name: str
+    applies: Callable[[Any, Any, int], bool]
+    lower: Callable[..., tuple]
+
+
+_EPILOGUES: dict[tuple[str, str], dict[str, Epilogue]] = {}
+
+
+def register_epilogue(
+    producer: str, consumer: str, name: str, applies: Callable, lower: Callable
+) -> Epilogue:
+    """Registers a CUDA lowering of a ``producer`` node and the ``consumer`` node that alone
+    reads its output (``Epilogue``); ``graph.compile_graph`` uses it where ``applies``.
+
+    Raises:
+        ValueError: if ``(producer, consumer, name)`` is already registered.
+    """
+    found = _EPILOGUES.setdefault((producer, consumer), {})
+    if name in found:
+        raise ValueError(f"epilogue {name!r} of {producer} -> {consumer} is already registered")
+    found[name] = Epilogue(producer, consumer, name, applies, lower)
+    return found[name]
+
+
+def epilogue(producer_desc: Any, consumer_desc: Any, slot: int) -> Epilogue | None:
+    """The first registered epilogue that applies to the pair, or None."""
+    key = (producer_desc.operator_type, consumer_desc.operator_type)
+    for e in _EPILOGUES.get(key, {}).values():
+        if e.applies(producer_desc, consumer_desc, slot):
+            return e
+    return None
+
+
+def fused_lowering(
+    producer_spec: Any, producer_desc: Any, consumer_spec: Any, consumer_desc: Any, slot: int,
+    found: Epilogue, producer_count: int,
+) -> Callable[..., tuple]:  # fmt: skip
+    """``(*producer_arrays, *other_arrays) -> consumer outputs`` for a pair that ``epilogue``
+    found: on CUDA the epilogue's lowering, elsewhere (and for derivatives) the two lax
+    lowerings in sequence; under vmap the lax lowerings (a fused kernel has no batch rule)."""
+
+    def split(arrays):
+        return arrays[:producer_count], arrays[producer_count:]
+
+    def lax_pair(*arrays):
+        p, rest = split(arrays)
+        (y,) = producer_spec.lower(producer_desc, *p)[:1]
+        inputs = list(rest)
+        inputs.insert(slot, y)
+        return tuple(consumer_spec.lower(consumer_desc, *inputs))
+
+    @jax.custom_batching.custom_vmap
+    def cuda(*arrays):
+        p, rest = split(arrays)
+        return tuple(found.lower(producer_desc, consumer_desc, slot, p, rest))
+
+    @cuda.def_vmap
+    def _rule(axis_size, in_batched, *arrays):
+        in_axes = tuple(0 if b else None for b in in_batched)
+        out = jax.vmap(lax_pair, in_axes=in_axes, axis_size=axis_size)(*arrays)
+        return out, tuple(True for _ in out)
+
+    return _choice_with_lax_derivatives(cuda, lax_pair)

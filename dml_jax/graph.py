@@ -717,9 +717,20 @@ def _graph_function(
         if e.from_node_index not in constants
         for n in (e.from_node_index, e.to_node_index)
     }
+    pairs = _epilogue_pairs(graph, plan) if fast_paths and fastpath.cuda_present() else {}
+    fused_into = {p: q for q, (p, _, _) in pairs.items()}
     steps = []
     for n in plan.order:
-        if n in constants:
+        if n in constants or n in fused_into:
+            continue
+        if n in pairs:  # this node and its producer as one step, the producer's inputs first
+            p, slot, found = pairs[n]
+            sources = plan.sources[p] + tuple(s for j, s in enumerate(plan.sources[n]) if j != slot)
+            lower = fastpath.fused_lowering(
+                plan.specs[p], graph.nodes[p], plan.specs[n], graph.nodes[n], slot, found,
+                len(plan.sources[p]),
+            )  # fmt: skip
+            steps.append((n, lower, sources, plan.present_outputs[n], {}))
             continue
         # Values of the constant-fed inputs (argument positions), as NumPy arrays, for the fast
         # paths that decide at trace time what they would otherwise test at run time.
@@ -753,6 +764,30 @@ def _graph_function(
         return tuple(values[src] for src in plan.outputs)
 
     return lowered
+
+
+def _epilogue_pairs(graph: GraphDesc, plan: _Plan) -> dict[int, tuple[int, int, Any]]:
+    """Consumer node -> (producer node, input slot, ``fastpath.Epilogue``) for every pair that a
+    registered epilogue computes as one: the producer has one output, not a graph output, read
+    by that one consumer input alone, in the desc it was written with."""
+    readers: dict[tuple[int, int], list[tuple[int, int, tuple]]] = {}
+    for q, sources in enumerate(plan.sources):
+        for j, s in enumerate(sources):
+            if s[0] == "node":
+                readers.setdefault((s[1], s[2]), []).append((q, j, s))
+    outputs = set(plan.outputs)
+    pairs: dict[int, tuple[int, int, Any]] = {}
+    for (p, k), found in readers.items():
+        if len(found) != 1 or (p, k) in outputs or plan.present_outputs[p] != (k,):
+            continue
+        q, j, s = found[0]
+        taken = {v[0] for v in pairs.values()} | set(pairs)
+        if len(s) != 3 or p in taken or q in taken:
+            continue
+        match = fastpath.epilogue(graph.nodes[p], graph.nodes[q], j)
+        if match is not None:
+            pairs[q] = (p, j, match)
+    return pairs
 
 
 @functools.lru_cache(maxsize=1024)

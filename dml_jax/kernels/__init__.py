@@ -27,13 +27,16 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
   QUANTIZED_LINEAR_MATRIX_MULTIPLY, zero-point terms in the epilogue;
 - ``quantize``: per-tensor and per-axis ELEMENT_WISE_QUANTIZE_LINEAR and QUANTIZE, correctly
   rounded division;
-- ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention.
+- ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention;
+- ``gemm``: float16 / bfloat16 GEMM with a C term, and a graph's GEMM node with the GELU or
+  ADD node that reads it, in one Mosaic GPU kernel (Hopper).
 """
 
 from . import (
     attention,
     elementwise,
     elementwise_map,
+    gemm,
     generate,
     int8_gemm,
     movement,

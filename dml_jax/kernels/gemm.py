@@ -1,0 +1,351 @@
+"""A float16 / bfloat16 GEMM with its element-wise tail in the epilogue (Pallas on Mosaic GPU,
+Hopper): the CUDA fast path of GEMM with a C term, and of a graph's GEMM node fused with the
+ACTIVATION_GELU or ELEMENT_WISE_ADD node that alone reads its output (``graph.py``).
+
+XLA hands a GEMM to cuBLAS (or its own Triton GEMM) and everything after it to separate loop
+fusions: for a float16 GEMM with a bias C the product is written in float32 and read again to
+add C, and a GELU or a residual add after the GEMM node is one more pass over the result. Here
+the accumulator, still in registers, becomes the node's output and then the consumer's:
+
+    y = round(Alpha * (A x B) + Beta * C)     the GEMM node, rounded to its data type
+    y = round(gelu(y))  or  round(y + R)      the consumer node, where fused
+
+and only the last value is stored. The main loop is a warp-specialized pipeline (one warpgroup
+issues TMA copies of A and B tiles, two compute warpgroups issue WGMMA on 128 x 128 halves of a
+128 x 256 tile) over a persistent grid of one program per multiprocessor; the epilogue goes out
+in 64 x 64 pieces through shared memory and TMA, C and R coming in the same way. A bias C (a row
+broadcast down M, a stride-0 desc) is read as a {64, N} block of that row, never widened to
+{M, N}.
+
+GELU is ``0.5 y (1 + erf(y / sqrt 2))`` with erf from Abramowitz and Stegun 7.1.26 (absolute
+error <= 1.5e-7), 1 + erf taken as ``q`` below zero and ``2 - q`` above, so the negative side
+has no cancellation; the float16 result is within one unit in the last place of the lax
+lowering's where the products agree (``tests/test_gemm_kernel.py`` states the tolerance).
+
+Measured on an H100 (benchmarks/RESULTS.md, round 16): M = 8192, K = 1024, N = 3072 with a bias
+85 us against XLA's 128; the same tiles with GELU fused 148 against 176, with a residual add 30
+(N = K = 1024) and 98 (K = 4096) against 50 and 117.
+
+``plan`` takes 2-D problems (leading dimensions of 1), A not transposed, B either way, M a
+multiple of 128, N of 256 and K of 64, on a Hopper GPU (WGMMA and TMA; compute capability
+9.0); anything else stays with lax.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..fastpath import register_epilogue, register_fast_path
+
+# Tunables (benchmarks/mgpu_gemm_probe.py on an H100): 128 x 128 per compute warpgroup, K steps
+# of 64, 3 stages in flight (4 do not fit beside the epilogue's buffers), tiles visited in
+# column bands 4 wide.
+TILE_M = 128
+TILE_N = 128  # per compute warpgroup; a program's tile is TILE_M x 2 * TILE_N
+TILE_K = 64
+STAGES = 3
+BAND = 4
+EPI = 64  # epilogue pieces, EPI x EPI
+DTYPES = frozenset(np.dtype(t) for t in ("float16", jnp.bfloat16))
+
+
+@dataclass(frozen=True)
+class View:
+    """{M, K} x B -> {M, N}; ``b_nk``: B is held as {N, K} (TransB TRANSPOSE)."""
+
+    m: int
+    n: int
+    k: int
+    b_nk: bool
+
+
+def hopper() -> bool:
+    """A CUDA device of compute capability 9.x (WGMMA, TMA) is the default device."""
+    try:
+        dev = jax.devices()[0]
+    except RuntimeError:
+        return False
+    return dev.platform == "gpu" and str(getattr(dev, "compute_capability", "")).startswith("9")
+
+
+def plan(a_sizes, b_sizes, trans_a: bool, trans_b: bool, dtype) -> View | None:
+    """The kernel's view of a GEMM, or None where it stays with lax."""
+    if np.dtype(dtype) not in DTYPES or trans_a or len(a_sizes) != len(b_sizes):
+        return None
+    if any(s != 1 for s in tuple(a_sizes[:-2]) + tuple(b_sizes[:-2])):
+        return None
+    m, k = a_sizes[-2:]
+    n, kb = b_sizes[-2:] if trans_b else b_sizes[-2:][::-1]
+    if kb != k or m % TILE_M or n % (2 * TILE_N) or k % TILE_K:
+        return None
+    return View(m, n, k, trans_b)
+
+
+def _gelu(y):
+    """0.5 y (1 + erf(y / sqrt 2)) in float32, erf by Abramowitz and Stegun 7.1.26."""
+    a = jnp.abs(y) * np.float32(1 / math.sqrt(2))
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    p = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
+    q = p * jnp.exp(-(a * a))
+    return 0.5 * y * jnp.where(y < 0, q, 2.0 - q)
+
+
+def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=False,
+               residual=None, approx=True):  # fmt: skip
+    """``round(Alpha * a @ B + Beta * C)``, then ``round(gelu(.))`` and/or ``round(. + R)``.
+
+    ``a``: {M, K}; ``b``: {N, K} if ``v.b_nk`` else {K, N}; ``c``: {M, N}, or with ``c_row``
+    any array whose first row is the bias (only row 0 is read); ``residual``: {M, N}."""
+    import jax.experimental.pallas as pl
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+
+    dtype = a.dtype
+    m, n, k = v.m, v.n, v.k
+    swizzle = plgpu.find_swizzle(TILE_K * 16)
+    transforms = (plgpu.TilingTransform((8, swizzle // 2)), plgpu.SwizzleTransform(swizzle))
+    out_swizzle = plgpu.find_swizzle(EPI * 16)
+    out_transforms = (
+        plgpu.TilingTransform((8, out_swizzle // 2)),
+        plgpu.SwizzleTransform(out_swizzle),
+    )
+    cta_n = 2 * TILE_N
+    m_iters, n_iters, k_iters = m // TILE_M, n // cta_n, k // TILE_K
+    extras = []
+    if c is not None:
+        extras.append(jnp.broadcast_to(c[:1], (EPI, n)) if c_row else c)
+    if residual is not None:
+        extras.append(residual)
+    alpha, beta = float(np.float32(alpha)), float(np.float32(beta))
+    b_block = (cta_n, TILE_K) if v.b_nk else (TILE_K, cta_n)
+
+    def kernel(a_gmem, b_gmem, *refs):
+        extra_gmem, out_gmem = refs[: len(extras)], refs[len(extras)]
+
+        def piece(acc, ei, ej, cm, cn, out_smem, x_smem, bar, wg):
+            ms = slice(ei * EPI, (ei + 1) * EPI)
+            ns = slice(ej * EPI, (ej + 1) * EPI)
+            slot = (ei * (TILE_N // EPI) + ej) % 2
+            count = len(extras)
+            for e, src in enumerate(extra_gmem):
+                view = src.at[:, cn] if (e == 0 and c is not None and c_row) else src.at[cm, cn].at[ms]
+                plgpu.copy_gmem_to_smem(view.at[:, ns], x_smem[e].at[wg], bar.at[wg * count + e])
+            y = acc[ms, ns]
+            for e in range(count):
+                plgpu.barrier_wait(bar.at[wg * count + e])
+            if alpha != 1.0:
+                y = alpha * y
+            if c is not None:
+                cv = x_smem[0][wg].astype(jnp.float32)
+                y = y + (cv if beta == 1.0 else beta * cv)
+            y = y.astype(dtype)
+            if gelu:
+                y = _gelu(y.astype(jnp.float32)).astype(dtype)
+            if residual is not None:
+                y = (y.astype(jnp.float32) + x_smem[-1][wg].astype(jnp.float32)).astype(dtype)
+            plgpu.wait_smem_to_gmem(1, wait_read_only=True)
+            out_smem[wg, slot] = y
+            plgpu.commit_smem()
+            plgpu.copy_smem_to_gmem(out_smem.at[wg, slot], out_gmem.at[cm, cn].at[ms, ns])
+
+        def pipeline(body, context):
+            return plgpu.emit_pipeline_warp_specialized(
+                body,
+                grid=(k_iters,),
+                memory_registers=40,
+                in_specs=[
+                    plgpu.BlockSpec(
+                        (TILE_M, TILE_K), lambda s: (0, s), transforms=transforms,
+                        memory_space=plgpu.SMEM,
+                    ),
+                    plgpu.BlockSpec(
+                        b_block, (lambda s: (0, s)) if v.b_nk else (lambda s: (s, 0)),
+                        transforms=transforms, memory_space=plgpu.SMEM,
+                    ),
+                ],  # fmt: skip
+                wg_axis="wg",
+                num_compute_wgs=2,
+                max_concurrent_steps=STAGES,
+                compute_context=context,
+            )
+
+        def ignore(*_, **__):
+            return None
+
+        scratch = dict(
+            pipeline_allocs=pipeline(ignore, ignore).get_allocations(a_gmem, b_gmem),
+            out_smem=plgpu.SMEM((2, 2, EPI, EPI), dtype, transforms=out_transforms),
+        )
+        for e in range(len(extras)):
+            scratch[f"x{e}_smem"] = plgpu.SMEM((2, EPI, EPI), dtype, transforms=out_transforms)
+        if extras:
+            scratch["bar"] = plgpu.Barrier(num_barriers=2 * len(extras))
+
+        @functools.partial(pl.run_scoped, **scratch, collective_axes="wg")
+        def _scope(pipeline_allocs, out_smem, **rest):
+            x_smem = [rest[f"x{e}_smem"] for e in range(len(extras))]
+            bar = rest.get("bar")
+            wg = lax.axis_index("wg")
+
+            @plgpu.nd_loop((m_iters * n_iters,), collective_axes="cluster_grid")
+            def _tile(info):
+                (lin,) = info.index
+                mi, ni = plgpu.planar_snake(lin, (m_iters, n_iters), 1, BAND)
+                cm = pl.ds(mi * TILE_M, TILE_M)
+                cn = pl.ds(ni * cta_n + wg * TILE_N, TILE_N)
+
+                def context(eval_pipeline):
+                    @functools.partial(
+                        pl.run_scoped, acc_ref=plgpu.ACC((TILE_M, TILE_N), jnp.float32)
+                    )
+                    def _acc(acc_ref):
+                        eval_pipeline(acc_ref)
+                        acc = acc_ref[...]
+                        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+                        for ei in range(TILE_M // EPI):
+                            for ej in range(TILE_N // EPI):
+                                piece(acc, ei, ej, cm, cn, out_smem, x_smem, bar, wg)
+
+                def mma(idxs, a_smem, b_smem, acc_ref):
+                    wn = pl.ds(wg * TILE_N, TILE_N)
+                    if v.b_nk:
+                        rhs = plgpu.transpose_ref(b_smem.at[wn], (1, 0))
+                    else:
+                        rhs = b_smem.at[:, wn]
+                    plgpu.wgmma(acc_ref, a_smem, rhs)
+                    plgpu.wgmma_wait(0)
+                    return acc_ref
+
+                b_rows = pl.ds(ni * cta_n, cta_n)
+                pipeline(mma, context)(
+                    a_gmem.at[cm, :],
+                    b_gmem.at[b_rows, :] if v.b_nk else b_gmem.at[:, b_rows],
+                    allocations=pipeline_allocs,
+                )
+
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+    f = plgpu.kernel(
+        kernel,
+        out_type=jax.ShapeDtypeStruct((m, n), dtype),
+        grid=(jax.devices()[0].core_count,),
+        grid_names=("cluster_grid",),
+        cluster=(1,),
+        cluster_names=("cluster",),
+        num_threads=3,
+        thread_name="wg",
+        compiler_params=plgpu.CompilerParams(
+            approx_math=approx, lowering_semantics=plgpu.LoweringSemantics.Warpgroup
+        ),
+    )
+    return f(a, b, *extras)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fast path of GEMM with a C term, and the epilogues of a GEMM node
+
+
+def _view(d: Any) -> View | None:
+    from ..ops.gemm_conv import MatrixTransform
+
+    a, b, out = d.a_tensor, d.b_tensor, d.output_tensor
+    if d.fused_activation is not None or out.dtype != a.dtype or not hopper():
+        return None
+    return plan(
+        a.sizes, b.sizes, d.trans_a is MatrixTransform.TRANSPOSE,
+        d.trans_b is MatrixTransform.TRANSPOSE, a.dtype,
+    )  # fmt: skip
+
+
+def _c_form(d: Any) -> str | None:
+    """How C is read: "row" (a bias row broadcast down M: stride 0 along M, 1 along N), "full"
+    (packed), "none" (no C), or None (another layout: lax)."""
+    from ..tensor import packed_strides
+
+    c = d.c_tensor
+    if c is None:
+        return "none"
+    strides = c.strides or packed_strides(c.sizes)
+    if strides[-2:] == (0, 1) and all(s == 0 or z == 1 for s, z in zip(strides[:-2], c.sizes)):
+        return "row"
+    if tuple(strides) == packed_strides(c.sizes):
+        return "full"
+    return None
+
+
+def _gemm(d: Any, a, b, c=None, **epilogue):
+    v = _view(d)
+    form = _c_form(d)
+    a2 = a.reshape(v.m, v.k)
+    b2 = b.reshape((v.n, v.k) if v.b_nk else (v.k, v.n))
+    c2 = None if c is None else c.reshape(v.m, v.n)
+    y = fused_gemm(
+        a2, b2, v, alpha=d.alpha, beta=d.beta, c=c2, c_row=form == "row", **epilogue
+    )
+    return y.reshape(d.output_tensor.sizes)
+
+
+def _applies_gemm(d: Any) -> bool:
+    # Without C, XLA's own GEMM is as fast (cuBLAS or its Triton GEMM; round 16): lax stays.
+    return _view(d) is not None and _c_form(d) in ("row", "full")
+
+
+def _same_layout(t: Any, u: Any) -> bool:
+    from ..tensor import packed_strides
+
+    def dense(x):
+        return (x.strides or packed_strides(x.sizes)) == packed_strides(x.sizes)
+
+    return t.sizes == u.sizes and t.dtype == u.dtype and dense(t) and dense(u)
+
+
+def _applies_gelu(p: Any, q: Any, slot: int) -> bool:
+    return (
+        _view(p) is not None
+        and _c_form(p) is not None
+        and _same_layout(p.output_tensor, q.input_tensor)
+        and _same_layout(q.input_tensor, q.output_tensor)
+    )
+
+
+def _applies_add(p: Any, q: Any, slot: int) -> bool:
+    other = q.b_tensor if slot == 0 else q.a_tensor
+    mine = q.a_tensor if slot == 0 else q.b_tensor
+    return (
+        _view(p) is not None
+        and _c_form(p) is not None
+        and getattr(q, "fused_activation", None) is None
+        and _same_layout(p.output_tensor, mine)
+        and _same_layout(mine, other)
+        and _same_layout(mine, q.output_tensor)
+    )
+
+
+def _lower_gelu(p: Any, q: Any, slot: int, producer, others):
+    return (_gemm(p, *producer, gelu=True),)
+
+
+def _lower_add(p: Any, q: Any, slot: int, producer, others):
+    (r,) = others
+    return (_gemm(p, *producer, residual=r.reshape(_view(p).m, _view(p).n)),)
+
+
+def _register() -> None:
+    register_fast_path("DML_OPERATOR_GEMM", "kernel", _applies_gemm, lambda d, *x: (_gemm(d, *x),))
+    register_epilogue(
+        "DML_OPERATOR_GEMM", "DML_OPERATOR_ACTIVATION_GELU", "kernel", _applies_gelu, _lower_gelu
+    )
+    for add in ("DML_OPERATOR_ELEMENT_WISE_ADD", "DML_OPERATOR_ELEMENT_WISE_ADD1"):
+        register_epilogue("DML_OPERATOR_GEMM", add, "kernel", _applies_add, _lower_add)
+
+
+_register()

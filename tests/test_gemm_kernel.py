@@ -1,0 +1,310 @@
+"""The GEMM kernel with its epilogue (dml_jax.kernels.gemm) and the graph epilogues that use it.
+
+Any machine: which problems the kernel takes (``plan``, the C layouts), which graph pairs
+``compile_graph`` fuses (a GEMM node whose output one GELU or ADD node alone reads) and which it
+leaves, and what a fused step computes: with the CUDA choice forced and the kernel replaced by a
+jnp model of its contract, a small GPT stack equals the unfused graph, and derivatives and vmap
+take the lax lowerings. On a Hopper GPU: the kernel against the lax lowerings of the same nodes,
+every form, float16 and bfloat16, within one unit in the last place of the result (float16:
+|got - want| <= 2^-10 |want| + 2^-10 max |want|; bfloat16: 2^-7 in both terms), and the GPT
+stack's compiled program holding the kernel.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dml_jax as dml
+from dml_jax import fastpath
+from dml_jax import graph as graph_module
+from dml_jax.kernels import gemm as K
+
+T = dml.TensorDesc
+In, Out, Mid = dml.InputGraphEdge, dml.OutputGraphEdge, dml.IntermediateGraphEdge
+HOPPER = K.hopper()
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (WGMMA, TMA)")
+
+
+def model(a, b, v, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=False, residual=None,
+          approx=True):  # fmt: skip
+    """The kernel's contract in jnp: the GEMM node rounded, then GELU, then the residual."""
+    y = alpha * jnp.dot(a, b.T if v.b_nk else b, preferred_element_type=jnp.float32)
+    if c is not None:
+        y = y + beta * (jnp.broadcast_to(c[:1], y.shape) if c_row else c).astype(jnp.float32)
+    y = y.astype(a.dtype)
+    if gelu:
+        y = K._gelu(y.astype(jnp.float32)).astype(a.dtype)
+    if residual is not None:
+        y = (y.astype(jnp.float32) + residual.astype(jnp.float32)).astype(a.dtype)
+    return y
+
+
+@pytest.fixture
+def forced_cuda(monkeypatch):
+    """CUDA's choice on this machine, with the kernel replaced by ``model``; records calls."""
+    calls = []
+
+    def fake(*args, **kw):
+        calls.append((args[2], {k: v is not None if k in ("c", "residual") else v
+                                for k, v in kw.items()}))  # fmt: skip
+        return model(*args, **kw)
+
+    monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
+    monkeypatch.setattr(fastpath, "_platform_choice", lambda cuda, default: cuda)
+    monkeypatch.setattr(K, "hopper", lambda: True)
+    monkeypatch.setattr(K, "fused_gemm", fake)
+    graph_module._compile_graph_cached.cache_clear()
+    yield calls
+    graph_module._compile_graph_cached.cache_clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# What the kernel takes
+
+
+@pytest.mark.parametrize(
+    "a, b, trans_b, dtype, want",
+    [
+        ((256, 64), (512, 64), True, "float16", K.View(256, 512, 64, True)),
+        ((1, 1, 128, 128), (1, 1, 128, 256), False, "float16", K.View(128, 256, 128, False)),
+        ((128, 64), (256, 64), True, jnp.bfloat16, K.View(128, 256, 64, True)),
+        ((128, 64), (256, 64), True, "float32", None),  # float32: lax
+        ((100, 64), (256, 64), True, "float16", None),  # M not a multiple of 128
+        ((128, 64), (128, 64), True, "float16", None),  # N not a multiple of 256
+        ((128, 48), (256, 48), True, "float16", None),  # K not a multiple of 64
+        ((2, 128, 64), (2, 256, 64), True, "float16", None),  # a batch
+        ((128, 64), (256, 128), True, "float16", None),  # K disagrees
+    ],
+)
+def test_plan(a, b, trans_b, dtype, want):
+    assert K.plan(a, b, False, trans_b, dtype) == want
+
+
+def test_plan_leaves_a_transposed_to_lax():
+    assert K.plan((64, 128), (256, 64), True, True, "float16") is None
+
+
+def _gemm(c_strides="row", m=128, n=256, k=64, dtype="FLOAT16", **kw):
+    a, b, out = T(dtype, (m, k)), T(dtype, (n, k)), T(dtype, (m, n))
+    c = None
+    if c_strides == "row":
+        c = T(dtype, (m, n), strides=(0, 1))
+    elif c_strides == "full":
+        c = T(dtype, (m, n))
+    elif c_strides == "column":
+        c = T(dtype, (m, n), strides=(1, 0))
+    return dml.GemmOperatorDesc(a, b, c, out, trans_b="TRANSPOSE", **kw)
+
+
+@pytest.mark.parametrize(
+    "c, want", [("row", "row"), ("full", "full"), (None, "none"), ("column", None)]
+)
+def test_c_forms(c, want):
+    assert K._c_form(_gemm(c)) == want
+
+
+def test_the_gemm_fast_path_takes_a_c_term_only(monkeypatch):
+    monkeypatch.setattr(K, "hopper", lambda: True)
+    assert K._applies_gemm(_gemm("row")) and K._applies_gemm(_gemm("full"))
+    assert not K._applies_gemm(_gemm(None))  # XLA's GEMM is as fast without C
+    assert not K._applies_gemm(_gemm("column"))
+    relu = dml.ActivationReluOperatorDesc(T("FLOAT16", (128, 256)), T("FLOAT16", (128, 256)))
+    assert not K._applies_gemm(_gemm("row", fused_activation=relu))
+    monkeypatch.setattr(K, "hopper", lambda: False)
+    assert not K._applies_gemm(_gemm("row"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Which graph pairs are fused
+
+
+def _pair_graph(consumer: str, *, also_output=False, second_reader=False, dtype="FLOAT16"):
+    """x -> GEMM (W, bias row) -> consumer (GELU, or ADD with the graph input r)."""
+    m, n, k = 128, 256, 64
+    y = T(dtype, (m, n))
+    gemm = _gemm("row", m, n, k, dtype)
+    if consumer == "gelu":
+        tail = dml.ActivationGeluOperatorDesc(y, y)
+        inputs = [In(0, 0, 0), In(1, 0, 1), In(2, 0, 2)]
+        mids = [Mid(0, 0, 1, 0)]
+    else:
+        fused = dml.ActivationReluOperatorDesc(y, y) if consumer == "add1 relu" else None
+        tail = (
+            dml.ElementWiseAdd1OperatorDesc(y, y, y, fused_activation=fused)
+            if consumer.startswith("add1")
+            else dml.ElementWiseAddOperatorDesc(y, y, y)
+        )
+        inputs = [In(0, 0, 0), In(1, 0, 1), In(2, 0, 2), In(3, 1, 0)]
+        mids = [Mid(0, 0, 1, 1)]  # the GEMM feeds the ADD's second input
+    nodes = [gemm, tail]
+    outputs = [Out(1, 0, 0)]
+    if also_output:
+        outputs.append(Out(0, 0, 1))
+    if second_reader:
+        nodes.append(dml.ElementWiseIdentityOperatorDesc(y, y))
+        mids.append(Mid(0, 0, 2, 0))
+        outputs.append(Out(2, 0, len(outputs)))
+    count = 3 if consumer == "gelu" else 4
+    return dml.GraphDesc(count, len(outputs), tuple(nodes), tuple(inputs), tuple(outputs),
+                         tuple(mids))  # fmt: skip
+
+
+def _pairs(graph, monkeypatch):
+    monkeypatch.setattr(K, "hopper", lambda: True)
+    plan = graph_module._validate_graph(graph, max(dml.FeatureLevel))
+    return {q: (p, slot) for q, (p, slot, _) in graph_module._epilogue_pairs(graph, plan).items()}
+
+
+@pytest.mark.parametrize("consumer, want", [("gelu", {1: (0, 0)}), ("add", {1: (0, 1)}),
+                                            ("add1", {1: (0, 1)})])  # fmt: skip
+def test_a_gemm_and_its_only_reader_are_one_step(consumer, want, monkeypatch):
+    assert _pairs(_pair_graph(consumer), monkeypatch) == want
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"also_output": True},  # the GEMM's output is also a graph output
+        {"second_reader": True},  # and read by a second node
+        {"consumer": "add1 relu"},  # the ADD has its own fused activation
+        {"dtype": "FLOAT32"},  # not a type of the kernel
+    ],
+)
+def test_pairs_left_apart(kw, monkeypatch):
+    kw = {"consumer": "gelu", **kw}
+    assert _pairs(_pair_graph(**kw), monkeypatch) == {}
+
+
+def test_no_pairs_without_a_hopper_gpu(monkeypatch):
+    monkeypatch.setattr(K, "hopper", lambda: False)
+    graph = _pair_graph("gelu")
+    plan = graph_module._validate_graph(graph, max(dml.FeatureLevel))
+    assert graph_module._epilogue_pairs(graph, plan) == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# What a fused step computes (the kernel's jnp model on this machine)
+
+
+def _gpt():
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    import networks
+
+    net = networks.gpt_stack(1, 128, 256, 4, 2, "FLOAT16")
+    x = np.random.default_rng(0).standard_normal((128, 256)).astype(np.float16)
+    return net, net.arguments(x=x)
+
+
+def test_gpt_stack_with_fused_steps_equals_the_unfused_graph(forced_cuda):
+    net, args = _gpt()
+    got = np.asarray(jax.jit(net.compile().fn)(*args), np.float32)
+    # per layer: QKV (bias), the output projection (bias + residual), fc1 (bias + GELU) and
+    # fc2 (bias + residual)
+    forms = [
+        (kw.get("c", False), kw.get("c_row", False), kw.get("gelu", False),
+         kw.get("residual", False))
+        for _, kw in forced_cuda
+    ]  # fmt: skip
+    layer = [(True, True, False, False), (True, True, False, True), (True, True, True, False),
+             (True, True, False, True)]  # fmt: skip
+    assert forms == layer * 2
+    want = np.asarray(jax.jit(net.compile(fast_paths=False).fn)(*args), np.float32)
+    # one float16 unit of the output's scale: the model's GELU differs from XLA's erf
+    np.testing.assert_allclose(got, want, rtol=2**-9, atol=2**-9 * np.abs(want).max())
+
+
+def test_fused_steps_differentiate_and_vmap_through_lax(forced_cuda):
+    graph = _pair_graph("gelu")
+    g = dml.compile_graph(graph)
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.standard_normal((128, 64)).astype(np.float16))
+    w = jnp.asarray((rng.standard_normal((256, 64)) / 8).astype(np.float16))
+    bias = jnp.asarray(rng.standard_normal((128, 256)).astype(np.float16))
+    ref = dml.compile_graph(graph, fast_paths=False)
+
+    def loss(fn):
+        return lambda x: jnp.sum(fn(x, w, bias).astype(jnp.float32))
+
+    calls_before = len(forced_cuda)
+    got = jax.grad(loss(g.fn))(x)
+    want = jax.grad(loss(ref.fn))(x)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    batched = jax.vmap(g.fn, in_axes=(0, None, None))(jnp.stack([x, -x]), w, bias)
+    np.testing.assert_array_equal(
+        np.asarray(batched), np.asarray(jax.vmap(ref.fn, in_axes=(0, None, None))(
+            jnp.stack([x, -x]), w, bias))
+    )  # fmt: skip
+    assert len(forced_cuda) >= calls_before  # the forward pass may use the model; vmap does not
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel on a Hopper GPU
+
+
+def _tolerance(dtype):
+    return 2.0**-10 if dtype == jnp.float16 else 2.0**-7
+
+
+FORMS = {
+    "bias": dict(c="row"),
+    "full C, alpha, beta": dict(c="full", alpha=0.5, beta=-2.0),
+    "bias, GELU": dict(c="row", gelu=True),
+    "bias, residual": dict(c="row", residual=True),
+    "no C, GELU": dict(gelu=True),
+    "full C, GELU, residual": dict(c="full", gelu=True, residual=True),
+}
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+@pytest.mark.parametrize("b_nk", [True, False])
+@pytest.mark.parametrize("form", FORMS)
+def test_kernel_matches_the_lax_nodes(form, b_nk, dtype):
+    kw = dict(FORMS[form])
+    m, n, k = 256, 512, 320
+    rng = np.random.default_rng(len(form))
+    a = jnp.asarray(rng.standard_normal((m, k)), dtype)
+    b = jnp.asarray(rng.standard_normal((n, k) if b_nk else (k, n)) / np.sqrt(k), dtype)
+    c = {"row": jnp.asarray(rng.standard_normal((1, n)), dtype),
+         "full": jnp.asarray(rng.standard_normal((m, n)), dtype)}.get(kw.pop("c", None))  # fmt: skip
+    r = jnp.asarray(rng.standard_normal((m, n)), dtype) if kw.pop("residual", False) else None
+    v = K.plan((m, k), b.shape, False, b_nk, dtype)
+    args = dict(kw, c=c, c_row=c is not None and c.shape[0] == 1, residual=r)
+    got = jax.jit(lambda a, b: K.fused_gemm(a, b, v, **args))(a, b)
+    want = jax.jit(lambda a, b: model(a, b, v, **dict(args, gelu=False)))(a, b)
+    if kw.get("gelu"):  # XLA's GELU (the ACTIVATION_GELU node's lax lowering) on the GEMM's
+        want = jax.jit(_xla_gelu_then_residual)(  # rounded output, then the residual
+            jax.jit(lambda a, b: model(a, b, v, **dict(args, gelu=False, residual=None)))(a, b),
+            r,
+        )
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    tol = _tolerance(dtype)
+    assert got.shape == (m, n) and not np.isnan(got).any()
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+def _xla_gelu_then_residual(y, r):
+    d = T("FLOAT16" if y.dtype == jnp.float16 else "BFLOAT16", y.shape)
+    (g,) = dml.compile_operator(dml.ActivationGeluOperatorDesc(d, d)).fn(y)
+    if r is None:
+        return g
+    return (g.astype(jnp.float32) + r.astype(jnp.float32)).astype(y.dtype)
+
+
+@needs_hopper
+def test_the_gpt_stack_runs_the_kernel_on_the_gpu():
+    net, args = _gpt()
+    g = net.compile()
+    text = jax.jit(g.fn).lower(*args).as_text()
+    assert text.count("mosaic_gpu") >= 1
+    got = np.asarray(g(*args), np.float32)
+    want = np.asarray(net.compile(fast_paths=False)(*args), np.float32)
+    np.testing.assert_allclose(got, want, rtol=2**-8, atol=2**-8 * np.abs(want).max())
+    grad = jax.grad(lambda x: jnp.sum(g.fn(x, *args[1:]).astype(jnp.float32)))(args[0])
+    assert np.isfinite(np.asarray(grad, np.float32)).all()
