@@ -30,6 +30,8 @@ _spec.loader.exec_module(bench)
 
 VARIANTS = {
     "default": {},
+    "no-gemm-path": {},
+    "old": {},
     "cudnn-fusion-1": {"xla_gpu_cudnn_gemm_fusion_level": 1},
     "cudnn-fusion-2": {"xla_gpu_cudnn_gemm_fusion_level": 2},
     "cudnn-fusion-3": {"xla_gpu_cudnn_gemm_fusion_level": 3},
@@ -80,10 +82,24 @@ def main(out: str) -> None:
 
     calls, report = {}, {"device": jax.devices()[0].device_kind, "jax": jax.__version__}
     ref = None
+    from dml_jax import fastpath
+    from dml_jax import graph as dml_graph
+
+    saved = (dict(fastpath._FAST_PATHS["DML_OPERATOR_GEMM"]), dict(fastpath._EPILOGUES))
     for name in names:
         t = time.perf_counter()
+        # registry variants: "no-gemm-path" (epilogues only), "old" (neither: round 15's program)
+        fastpath._FAST_PATHS["DML_OPERATOR_GEMM"] = dict(saved[0])
+        fastpath._EPILOGUES.clear()
+        fastpath._EPILOGUES.update(saved[1])
+        if name in ("no-gemm-path", "old"):
+            fastpath._FAST_PATHS["DML_OPERATOR_GEMM"].pop("kernel", None)
+        if name == "old":
+            fastpath._EPILOGUES.clear()
+        dml_graph._compile_graph_cached.cache_clear()
+        g = net.compile()
         try:
-            f = jax.jit(g.fn, compiler_options=VARIANTS[name]).lower(*args).compile()
+            f = jax.jit(g.fn, compiler_options=VARIANTS.get(name, {})).lower(*args).compile()
             o = f(*args)
             jsync(o)
         except Exception as e:  # noqa: BLE001 - an option this XLA refuses is a result

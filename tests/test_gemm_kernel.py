@@ -5,9 +5,8 @@ Any machine: which problems the kernel takes (``plan``, the C layouts), which gr
 leaves, and what a fused step computes: with the CUDA choice forced and the kernel replaced by a
 jnp model of its contract, a small GPT stack equals the unfused graph, and derivatives and vmap
 take the lax lowerings. On a Hopper GPU: the kernel against the lax lowerings of the same nodes,
-every form, float16 and bfloat16, within one unit in the last place of the result (float16:
-|got - want| <= 2^-10 |want| + 2^-10 max |want|; bfloat16: 2^-7 in both terms), and the GPT
-stack's compiled program holding the kernel.
+every form in float16, within one unit in the last place of the result (|got - want| <=
+2^-10 |want| + 2^-10 max |want|), and the GPT stack's compiled program holding the kernel.
 """
 
 from __future__ import annotations
@@ -73,7 +72,7 @@ def forced_cuda(monkeypatch):
     [
         ((256, 64), (512, 64), True, "float16", K.View(256, 512, 64, True)),
         ((1, 1, 128, 128), (1, 1, 128, 256), False, "float16", K.View(128, 256, 128, False)),
-        ((128, 64), (256, 64), True, jnp.bfloat16, K.View(128, 256, 64, True)),
+        ((128, 64), (256, 64), True, jnp.bfloat16, None),  # not a DirectML type
         ((128, 64), (256, 64), True, "float32", None),  # float32: lax
         ((100, 64), (256, 64), True, "float16", None),  # M not a multiple of 128
         ((128, 64), (128, 64), True, "float16", None),  # N not a multiple of 256
@@ -204,15 +203,14 @@ def _gpt():
 def test_gpt_stack_with_fused_steps_equals_the_unfused_graph(forced_cuda):
     net, args = _gpt()
     got = np.asarray(jax.jit(net.compile().fn)(*args), np.float32)
-    # per layer: QKV (bias), the output projection (bias + residual), fc1 (bias + GELU) and
-    # fc2 (bias + residual)
+    # per layer: the output projection (bias + residual), fc1 (bias + GELU) and fc2 (bias +
+    # residual); the QKV projection (read by the attention) stays with XLA in a graph
     forms = [
         (kw.get("c", False), kw.get("c_row", False), kw.get("gelu", False),
          kw.get("residual", False))
         for _, kw in forced_cuda
     ]  # fmt: skip
-    layer = [(True, True, False, False), (True, True, False, True), (True, True, True, False),
-             (True, True, False, True)]  # fmt: skip
+    layer = [(True, True, False, True), (True, True, True, False), (True, True, False, True)]
     assert forms == layer * 2
     want = np.asarray(jax.jit(net.compile(fast_paths=False).fn)(*args), np.float32)
     # one float16 unit of the output's scale: the model's GELU differs from XLA's erf
@@ -248,7 +246,7 @@ def test_fused_steps_differentiate_and_vmap_through_lax(forced_cuda):
 
 
 def _tolerance(dtype):
-    return 2.0**-10 if dtype == jnp.float16 else 2.0**-7
+    return 2.0**-10
 
 
 FORMS = {
@@ -262,7 +260,7 @@ FORMS = {
 
 
 @needs_hopper
-@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+@pytest.mark.parametrize("dtype", [jnp.float16])
 @pytest.mark.parametrize("b_nk", [True, False])
 @pytest.mark.parametrize("form", FORMS)
 def test_kernel_matches_the_lax_nodes(form, b_nk, dtype):
@@ -290,7 +288,7 @@ def test_kernel_matches_the_lax_nodes(form, b_nk, dtype):
 
 
 def _xla_gelu_then_residual(y, r):
-    d = T("FLOAT16" if y.dtype == jnp.float16 else "BFLOAT16", y.shape)
+    d = T("FLOAT16", y.shape)
     (g,) = dml.compile_operator(dml.ActivationGeluOperatorDesc(d, d)).fn(y)
     if r is None:
         return g
