@@ -155,15 +155,18 @@ def _fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu
             slot = (ei * (TILE_N // EPI) + ej) % 2
             count = len(extras)
             for e, src in enumerate(extra_gmem):
-                view = src.at[:, cn] if (e == 0 and c is not None and c_row) else src.at[cm, cn].at[ms]
-                plgpu.copy_gmem_to_smem(view.at[:, ns], x_smem[e].at[wg], bar.at[wg * count + e])
+                if not (e == 0 and c_row):  # a bias row came in once for the whole tile
+                    plgpu.copy_gmem_to_smem(
+                        src.at[cm, cn].at[ms, ns], x_smem[e].at[wg], bar.at[wg * count + e]
+                    )
             y = acc[ms, ns]
             for e in range(count):
-                plgpu.barrier_wait(bar.at[wg * count + e])
+                if not (e == 0 and c_row):
+                    plgpu.barrier_wait(bar.at[wg * count + e])
             if alpha != 1.0:
                 y = alpha * y
             if c is not None:
-                cv = x_smem[0][wg].astype(jnp.float32)
+                cv = (x_smem[0][wg, :, ns] if c_row else x_smem[0][wg]).astype(jnp.float32)
                 y = y + (cv if beta == 1.0 else beta * cv)
             y = y.astype(dtype)
             if gelu:
@@ -204,7 +207,9 @@ def _fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu
             out_smem=plgpu.SMEM((2, 2, EPI, EPI), dtype, transforms=out_transforms),
         )
         for e in range(len(extras)):
-            scratch[f"x{e}_smem"] = plgpu.SMEM((2, EPI, EPI), dtype, transforms=out_transforms)
+            # a bias row: {EPI, TILE_N} of it a warpgroup, read once a tile; C or R: a piece
+            shape = (2, EPI, TILE_N) if (e == 0 and c_row) else (2, EPI, EPI)
+            scratch[f"x{e}_smem"] = plgpu.SMEM(shape, dtype, transforms=out_transforms)
         if extras:
             scratch["bar"] = plgpu.Barrier(num_barriers=2 * len(extras))
 
@@ -226,7 +231,14 @@ def _fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu
                         pl.run_scoped, acc_ref=plgpu.ACC((TILE_M, TILE_N), jnp.float32)
                     )
                     def _acc(acc_ref):
+                        if c_row:  # the tile's bias, fetched while the products run
+                            plgpu.copy_gmem_to_smem(
+                                extra_gmem[0].at[:, cn], x_smem[0].at[wg],
+                                bar.at[wg * len(extras)],
+                            )  # fmt: skip
                         eval_pipeline(acc_ref)
+                        if c_row:
+                            plgpu.barrier_wait(bar.at[wg * len(extras)])
                         acc = acc_ref[...]
                         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
                         for ei in range(TILE_M // EPI):
