@@ -271,11 +271,17 @@ def epilogue(producer_desc: Any, consumer_desc: Any, slot: int) -> Epilogue | No
 
 def fused_lowering(
     producer_spec: Any, producer_desc: Any, consumer_spec: Any, consumer_desc: Any, slot: int,
-    found: Epilogue, producer_count: int,
+    found: Epilogue, producer_count: int, read_as: Any = None,
+    consumer_known: dict[int, Any] | None = None,
 ) -> Callable[..., tuple]:  # fmt: skip
     """``(*producer_arrays, *other_arrays) -> consumer outputs`` for a pair that ``epilogue``
     found: on CUDA the epilogue's lowering, elsewhere (and for derivatives) the two lax
-    lowerings in sequence; under vmap the lax lowerings (a fused kernel has no batch rule)."""
+    lowerings in sequence; under vmap the lax lowerings (a fused kernel has no batch rule).
+
+    ``read_as``: the consumer's desc where it reads the producer's packed output through its
+    own sizes (a reinterpreting edge); ``consumer_known``: the consumer's constant inputs by
+    its own argument positions, which the epilogue's lowering sees through ``known_input``."""
+    from .buffers import read_tensor
 
     def split(arrays):
         return arrays[:producer_count], arrays[producer_count:]
@@ -283,6 +289,8 @@ def fused_lowering(
     def lax_pair(*arrays):
         p, rest = split(arrays)
         (y,) = producer_spec.lower(producer_desc, *p)[:1]
+        if read_as is not None:
+            y = read_tensor(y.reshape(-1), read_as)
         inputs = list(rest)
         inputs.insert(slot, y)
         return tuple(consumer_spec.lower(consumer_desc, *inputs))
@@ -290,7 +298,8 @@ def fused_lowering(
     @jax.custom_batching.custom_vmap
     def cuda(*arrays):
         p, rest = split(arrays)
-        return tuple(found.lower(producer_desc, consumer_desc, slot, p, rest))
+        with known_inputs(consumer_known or {}):
+            return tuple(found.lower(producer_desc, consumer_desc, slot, p, rest))
 
     @cuda.def_vmap
     def _rule(axis_size, in_batched, *arrays):

@@ -726,9 +726,15 @@ def _graph_function(
         if n in pairs:  # this node and its producer as one step, the producer's inputs first
             p, slot, found = pairs[n]
             sources = plan.sources[p] + tuple(s for j, s in enumerate(plan.sources[n]) if j != slot)
+            edge = plan.sources[n][slot]
             lower = fastpath.fused_lowering(
                 plan.specs[p], graph.nodes[p], plan.specs[n], graph.nodes[n], slot, found,
-                len(plan.sources[p]),
+                len(plan.sources[p]), read_as=edge[3] if len(edge) == 4 else None,
+                consumer_known={
+                    i: constant_value(graph.nodes[s[1]], s[2])
+                    for i, s in enumerate(plan.sources[n])
+                    if s[0] == "constant"
+                },
             )  # fmt: skip
             steps.append((n, lower, sources, plan.present_outputs[n], {}))
             continue
@@ -769,7 +775,8 @@ def _graph_function(
 def _epilogue_pairs(graph: GraphDesc, plan: _Plan) -> dict[int, tuple[int, int, Any]]:
     """Consumer node -> (producer node, input slot, ``fastpath.Epilogue``) for every pair that a
     registered epilogue computes as one: the producer has one output, not a graph output, read
-    by that one consumer input alone, in the desc it was written with."""
+    by that one consumer input alone, in the desc it was written with or as a packed reshape of
+    it (a reinterpreting edge)."""
     readers: dict[tuple[int, int], list[tuple[int, int, tuple]]] = {}
     for q, sources in enumerate(plan.sources):
         for j, s in enumerate(sources):
@@ -782,8 +789,10 @@ def _epilogue_pairs(graph: GraphDesc, plan: _Plan) -> dict[int, tuple[int, int, 
             continue
         q, j, s = found[0]
         taken = {v[0] for v in pairs.values()} | set(pairs)
-        if len(s) != 3 or p in taken or q in taken:
+        if p in taken or q in taken:
             continue
+        if len(s) == 4 and s[3].layout_strides != packed_strides(s[3].sizes):
+            continue  # read through strides: not the producer's packed output as it is
         match = fastpath.epilogue(graph.nodes[p], graph.nodes[q], j)
         if match is not None:
             pairs[q] = (p, j, match)

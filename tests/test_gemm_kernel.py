@@ -19,9 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import dml_jax
 import dml_jax as dml
 from dml_jax import fastpath
 from dml_jax import graph as graph_module
+import dml_jax.ops.attention
+from dml_jax.kernels import attention as attention_kernel
 from dml_jax.kernels import gemm as K
 
 T = dml.TensorDesc
@@ -31,8 +34,9 @@ needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (WGMMA,
 
 
 def model(a, b, v, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=False, residual=None,
-          approx=True):  # fmt: skip
-    """The kernel's contract in jnp: the GEMM node rounded, then GELU, then the residual."""
+          split=0, approx=True):  # fmt: skip
+    """The kernel's contract in jnp: the GEMM node rounded, then GELU, then the residual; with
+    ``split`` (a head size) the stacked {M, H, 3, D} columns as three {M, H * D} arrays."""
     y = alpha * jnp.dot(a, b.T if v.b_nk else b, preferred_element_type=jnp.float32)
     if c is not None:
         y = y + beta * (jnp.broadcast_to(c[:1], y.shape) if c_row else c).astype(jnp.float32)
@@ -41,6 +45,9 @@ def model(a, b, v, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=False, resi
         y = K._gelu(y.astype(jnp.float32)).astype(a.dtype)
     if residual is not None:
         y = (y.astype(jnp.float32) + residual.astype(jnp.float32)).astype(a.dtype)
+    if split:
+        heads = y.reshape(y.shape[0], -1, 3, split)
+        return tuple(heads[:, :, t].reshape(y.shape[0], -1) for t in range(3))
     return y
 
 
@@ -54,10 +61,19 @@ def forced_cuda(monkeypatch):
                                 for k, v in kw.items()}))  # fmt: skip
         return model(*args, **kw)
 
+    def attention_lax(d, *arrays, qkv=None):  # the attention's lax lowering, fed the parts
+        names = [name for name, _ in d.input_slots()]
+        arrays = list(arrays)
+        if qkv is not None:
+            arrays[names.index("StackedQueryKeyValueTensor")] = jnp.stack(qkv, axis=3)
+        return tuple(dml_jax.ops.attention.lower_attention(d, *arrays))
+
     monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
     monkeypatch.setattr(fastpath, "_platform_choice", lambda cuda, default: cuda)
     monkeypatch.setattr(K, "hopper", lambda: True)
     monkeypatch.setattr(K, "fused_gemm", fake)
+    monkeypatch.setattr(attention_kernel, "applies", lambda d: True)
+    monkeypatch.setattr(attention_kernel, "lower", attention_lax)
     graph_module._compile_graph_cached.cache_clear()
     yield calls
     graph_module._compile_graph_cached.cache_clear()
@@ -180,6 +196,17 @@ def test_pairs_left_apart(kw, monkeypatch):
     assert _pairs(_pair_graph(**kw), monkeypatch) == {}
 
 
+def test_a_gemm_with_a_full_c_keeps_its_add_apart(monkeypatch):
+    # C and R both read by pieces would overflow the kernel's shared memory
+    monkeypatch.setattr(K, "hopper", lambda: True)
+    y = T("FLOAT16", (128, 256))
+    add = dml.ElementWiseAddOperatorDesc(y, y, y)
+    assert K._applies_add(_gemm("row"), add, 1) and K._applies_add(_gemm(None), add, 1)
+    assert not K._applies_add(_gemm("full"), add, 1)
+    gelu = dml.ActivationGeluOperatorDesc(y, y)
+    assert K._applies_gelu(_gemm("full"), gelu, 0)
+
+
 def test_no_pairs_without_a_hopper_gpu(monkeypatch):
     monkeypatch.setattr(K, "hopper", lambda: False)
     graph = _pair_graph("gelu")
@@ -203,14 +230,15 @@ def _gpt():
 def test_gpt_stack_with_fused_steps_equals_the_unfused_graph(forced_cuda):
     net, args = _gpt()
     got = np.asarray(jax.jit(net.compile().fn)(*args), np.float32)
-    # per layer: the output projection (bias + residual), fc1 (bias + GELU) and fc2 (bias +
-    # residual); the QKV projection (read by the attention) stays with XLA in a graph
+    # per layer: the QKV projection (bias; queries, keys and values apart for the attention),
+    # the output projection (bias + residual), fc1 (bias + GELU) and fc2 (bias + residual)
     forms = [
         (kw.get("c", False), kw.get("c_row", False), kw.get("gelu", False),
-         kw.get("residual", False))
+         kw.get("residual", False), kw.get("split", 0))
         for _, kw in forced_cuda
     ]  # fmt: skip
-    layer = [(True, True, False, True), (True, True, True, False), (True, True, False, True)]
+    layer = [(True, True, False, False, 64), (True, True, False, True, 0),
+             (True, True, True, False, 0), (True, True, False, True, 0)]  # fmt: skip
     assert forms == layer * 2
     want = np.asarray(jax.jit(net.compile(fast_paths=False).fn)(*args), np.float32)
     # one float16 unit of the output's scale: the model's GELU differs from XLA's erf
@@ -255,7 +283,9 @@ FORMS = {
     "bias, GELU": dict(c="row", gelu=True),
     "bias, residual": dict(c="row", residual=True),
     "no C, GELU": dict(gelu=True),
-    "full C, GELU, residual": dict(c="full", gelu=True, residual=True),
+    "bias, GELU, residual": dict(c="row", gelu=True, residual=True),
+    "full C, GELU": dict(c="full", gelu=True),
+    "residual": dict(residual=True),
 }
 
 
@@ -287,6 +317,24 @@ def test_kernel_matches_the_lax_nodes(form, b_nk, dtype):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
+@needs_hopper
+@pytest.mark.parametrize("heads, head", [(4, 64), (2, 128)])
+def test_kernel_writes_queries_keys_and_values_apart(heads, head):
+    m, k, n = 256, 128, heads * 3 * head
+    rng = np.random.default_rng(head)
+    a = jnp.asarray(rng.standard_normal((m, k)), jnp.float16)
+    b = jnp.asarray(rng.standard_normal((n, k)) / np.sqrt(k), jnp.float16)
+    c = jnp.asarray(rng.standard_normal((1, n)), jnp.float16)
+    v = K.plan((m, k), b.shape, False, True, jnp.float16)
+    got = jax.jit(lambda a, b: K.fused_gemm(a, b, v, c=c, c_row=True, split=head))(a, b)
+    want = jax.jit(lambda a, b: model(a, b, v, c=c, c_row=True, split=head))(a, b)
+    assert len(got) == 3
+    for g, w in zip(got, want):
+        g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
+        assert g.shape == (m, heads * head)
+        np.testing.assert_allclose(g, w, rtol=2**-10, atol=2**-10 * np.abs(w).max())
+
+
 def _xla_gelu_then_residual(y, r):
     d = T("FLOAT16", y.shape)
     g = dml.compile_operator(dml.ActivationGeluOperatorDesc(d, d))(y)
@@ -299,8 +347,10 @@ def _xla_gelu_then_residual(y, r):
 def test_the_gpt_stack_runs_the_kernel_on_the_gpu():
     net, args = _gpt()
     g = net.compile()
-    text = jax.jit(g.fn).lower(*args).as_text()
-    assert text.count("mosaic_gpu") >= 1
+    lowered = jax.jit(g.fn).lower(*args)
+    assert lowered.as_text().count("mosaic_gpu") >= 1
+    # the constant causal mask still reaches the attention: causal cuDNN, no conditional
+    assert "conditional" not in lowered.compile().as_text()
     got = np.asarray(g(*args), np.float32)
     want = np.asarray(net.compile(fast_paths=False)(*args), np.float32)
     np.testing.assert_allclose(got, want, rtol=2**-8, atol=2**-8 * np.abs(want).max())

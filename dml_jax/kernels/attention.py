@@ -93,11 +93,15 @@ def _broadcast_kept(t: Any, a, shape: tuple[int, ...]):
     return a[tuple(slice(0, 1) if s == 0 else slice(None) for s in tail)]
 
 
-def lower(d: Any, *arrays) -> tuple:
-    """The cuDNN lowering of an ``expressible`` description (same outputs as the lax one)."""
+def lower(d: Any, *arrays, qkv: tuple | None = None) -> tuple:
+    """The cuDNN lowering of an ``expressible`` description (same outputs as the lax one).
+
+    ``qkv``: the queries, keys and values ({B, S, H, D} each) where a graph epilogue computed
+    them (``kernels.gemm``: the projection's GEMM writes them apart); the stacked input's
+    position in ``arrays`` is then unused."""
     g = A.analyze(d, Validator(d.operator_type))
     x = dict(zip((p for p, _ in d.input_slots()), arrays))
-    q, k, v = A.split_heads(d, g, x)  # float16: no BiasTensor
+    q, k, v = qkv if qkv is not None else A.split_heads(d, g, x)  # float16: no BiasTensor
     lengths = x.get("PastSequenceLengthsTensor")
     lengths = None if lengths is None else A.clamped_lengths(g, lengths)
 

@@ -101,29 +101,38 @@ def _gelu(y):
 
 
 def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=False,
-               residual=None, approx=True):  # fmt: skip
+               residual=None, split=0, approx=True):  # fmt: skip
     """See ``_fused_gemm``; one jitted function per form, so that a program with many calls
     of one form lowers (and compiles) the kernel once."""
     return _fused_gemm_jit(
         a, b, c, residual, v=v, alpha=float(alpha), beta=float(beta), c_row=c_row, gelu=gelu,
-        approx=approx,
+        split=split, approx=approx,
     )  # fmt: skip
 
 
 @functools.partial(
-    jax.jit, static_argnames=("v", "alpha", "beta", "c_row", "gelu", "approx")
+    jax.jit, static_argnames=("v", "alpha", "beta", "c_row", "gelu", "split", "approx")
 )
-def _fused_gemm_jit(a, b, c, residual, *, v, alpha, beta, c_row, gelu, approx):
+def _fused_gemm_jit(a, b, c, residual, *, v, alpha, beta, c_row, gelu, split, approx):
     return _fused_gemm(a, b, v, alpha=alpha, beta=beta, c=c, c_row=c_row, gelu=gelu,
-                       residual=residual, approx=approx)  # fmt: skip
+                       residual=residual, split=split, approx=approx)  # fmt: skip
 
 
 def _fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=False,
-                residual=None, approx=True):  # fmt: skip
+                residual=None, split=0, approx=True):  # fmt: skip
     """``round(Alpha * a @ B + Beta * C)``, then ``round(gelu(.))`` and/or ``round(. + R)``.
 
     ``a``: {M, K}; ``b``: {N, K} if ``v.b_nk`` else {K, N}; ``c``: {M, N}, or with ``c_row``
-    any array whose first row is the bias (only row 0 is read); ``residual``: {M, N}."""
+    any array whose first row is the bias (only row 0 is read); ``residual``: {M, N}.
+
+    ``split`` (a head size D, a multiple of EPI): the N columns are H heads of three D-wide
+    blocks (query, key, value: a stacked {.., H, 3, D} tensor), and the result is three
+    {M, H * D} arrays, one per block kind, written where the stacked layout's pieces belong.
+
+    A bias row comes into shared memory once a tile (its TMA copy issued before the products)
+    and is added to the whole accumulator as a column vector. C and R come in as EPI x EPI
+    pieces, two slots a warpgroup, each piece's copy issued while the one before is finished
+    (the first before the products)."""
     import jax.experimental.pallas as pl
     import jax.experimental.pallas.mosaic_gpu as plgpu
 
@@ -138,45 +147,17 @@ def _fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu
     )
     cta_n = 2 * TILE_N
     m_iters, n_iters, k_iters = m // TILE_M, n // cta_n, k // TILE_K
-    extras = []
-    if c is not None:
-        extras.append(jnp.broadcast_to(c[:1], (EPI, n)) if c_row else c)
-    if residual is not None:
-        extras.append(residual)
+    bias = None if (c is None or not c_row) else c[:1].reshape(n)
+    pieces = [x for x in ((None if c_row else c), residual) if x is not None]  # by pieces
     alpha, beta = float(np.float32(alpha)), float(np.float32(beta))
     b_block = (cta_n, TILE_K) if v.b_nk else (TILE_K, cta_n)
+    grid_pieces = [(ei, ej) for ei in range(TILE_M // EPI) for ej in range(TILE_N // EPI)]
+    operands = ([bias] if bias is not None else []) + pieces
 
     def kernel(a_gmem, b_gmem, *refs):
-        extra_gmem, out_gmem = refs[: len(extras)], refs[len(extras)]
-
-        def piece(acc, ei, ej, cm, cn, out_smem, x_smem, bar, wg):
-            ms = slice(ei * EPI, (ei + 1) * EPI)
-            ns = slice(ej * EPI, (ej + 1) * EPI)
-            slot = (ei * (TILE_N // EPI) + ej) % 2
-            count = len(extras)
-            for e, src in enumerate(extra_gmem):
-                if not (e == 0 and c_row):  # a bias row came in once for the whole tile
-                    plgpu.copy_gmem_to_smem(
-                        src.at[cm, cn].at[ms, ns], x_smem[e].at[wg], bar.at[wg * count + e]
-                    )
-            y = acc[ms, ns]
-            for e in range(count):
-                if not (e == 0 and c_row):
-                    plgpu.barrier_wait(bar.at[wg * count + e])
-            if alpha != 1.0:
-                y = alpha * y
-            if c is not None:
-                cv = (x_smem[0][wg, :, ns] if c_row else x_smem[0][wg]).astype(jnp.float32)
-                y = y + (cv if beta == 1.0 else beta * cv)
-            y = y.astype(dtype)
-            if gelu:
-                y = _gelu(y.astype(jnp.float32)).astype(dtype)
-            if residual is not None:
-                y = (y.astype(jnp.float32) + x_smem[-1][wg].astype(jnp.float32)).astype(dtype)
-            plgpu.wait_smem_to_gmem(1, wait_read_only=True)
-            out_smem[wg, slot] = y
-            plgpu.commit_smem()
-            plgpu.copy_smem_to_gmem(out_smem.at[wg, slot], out_gmem.at[cm, cn].at[ms, ns])
+        bias_gmem = refs[0] if bias is not None else None
+        piece_gmem = refs[int(bias is not None) : len(operands)]
+        out_gmem = refs[len(operands) :]
 
         def pipeline(body, context):
             return plgpu.emit_pipeline_warp_specialized(
@@ -206,17 +187,17 @@ def _fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu
             pipeline_allocs=pipeline(ignore, ignore).get_allocations(a_gmem, b_gmem),
             out_smem=plgpu.SMEM((2, 2, EPI, EPI), dtype, transforms=out_transforms),
         )
-        for e in range(len(extras)):
-            # a bias row: {EPI, TILE_N} of it a warpgroup, read once a tile; C or R: a piece
-            shape = (2, EPI, TILE_N) if (e == 0 and c_row) else (2, EPI, EPI)
-            scratch[f"x{e}_smem"] = plgpu.SMEM(shape, dtype, transforms=out_transforms)
-        if extras:
-            scratch["bar"] = plgpu.Barrier(num_barriers=2 * len(extras))
+        if bias is not None:
+            scratch["bias_smem"] = plgpu.SMEM((2, TILE_N), dtype)
+            scratch["bias_bar"] = plgpu.Barrier(num_barriers=2)
+        for e in range(len(pieces)):
+            scratch[f"x{e}_smem"] = plgpu.SMEM((2, 2, EPI, EPI), dtype, transforms=out_transforms)
+            scratch[f"x{e}_bar"] = plgpu.Barrier(num_barriers=4)
 
         @functools.partial(pl.run_scoped, **scratch, collective_axes="wg")
         def _scope(pipeline_allocs, out_smem, **rest):
-            x_smem = [rest[f"x{e}_smem"] for e in range(len(extras))]
-            bar = rest.get("bar")
+            x_smem = [rest[f"x{e}_smem"] for e in range(len(pieces))]
+            x_bar = [rest[f"x{e}_bar"] for e in range(len(pieces))]
             wg = lax.axis_index("wg")
 
             @plgpu.nd_loop((m_iters * n_iters,), collective_axes="cluster_grid")
@@ -226,24 +207,77 @@ def _fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu
                 cm = pl.ds(mi * TILE_M, TILE_M)
                 cn = pl.ds(ni * cta_n + wg * TILE_N, TILE_N)
 
+                def fetch(p):  # piece p's C and R into slot p % 2
+                    ei, ej = grid_pieces[p]
+                    ms, ns = slice(ei * EPI, (ei + 1) * EPI), slice(ej * EPI, (ej + 1) * EPI)
+                    for src, dst, bar in zip(piece_gmem, x_smem, x_bar):
+                        plgpu.copy_gmem_to_smem(
+                            src.at[cm, cn].at[ms, ns], dst.at[wg, p % 2], bar.at[2 * wg + p % 2]
+                        )
+
                 def context(eval_pipeline):
                     @functools.partial(
                         pl.run_scoped, acc_ref=plgpu.ACC((TILE_M, TILE_N), jnp.float32)
                     )
                     def _acc(acc_ref):
-                        if c_row:  # the tile's bias, fetched while the products run
+                        if bias is not None:
                             plgpu.copy_gmem_to_smem(
-                                extra_gmem[0].at[:, cn], x_smem[0].at[wg],
-                                bar.at[wg * len(extras)],
+                                bias_gmem.at[cn], rest["bias_smem"].at[wg],
+                                rest["bias_bar"].at[wg],
                             )  # fmt: skip
+                        if pieces:
+                            fetch(0)
                         eval_pipeline(acc_ref)
-                        if c_row:
-                            plgpu.barrier_wait(bar.at[wg * len(extras)])
                         acc = acc_ref[...]
+                        if alpha != 1.0:
+                            acc = alpha * acc
+                        if bias is not None:
+                            plgpu.barrier_wait(rest["bias_bar"].at[wg])
+                            row = plgpu.load(
+                                rest["bias_smem"].at[wg], (), layout=plgpu.Layout.WGMMA.reduce(0)
+                            ).astype(jnp.float32)
+                            if beta != 1.0:
+                                row = beta * row
+                            acc = acc + lax.broadcast_in_dim(row, (TILE_M, TILE_N), [1])
                         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-                        for ei in range(TILE_M // EPI):
-                            for ej in range(TILE_N // EPI):
-                                piece(acc, ei, ej, cm, cn, out_smem, x_smem, bar, wg)
+                        for p in range(len(grid_pieces)):
+                            piece(acc, p)
+
+                def piece(acc, p):
+                    ei, ej = grid_pieces[p]
+                    ms, ns = slice(ei * EPI, (ei + 1) * EPI), slice(ej * EPI, (ej + 1) * EPI)
+                    if pieces and p + 1 < len(grid_pieces):
+                        fetch(p + 1)
+                    for bar in x_bar:
+                        plgpu.barrier_wait(bar.at[2 * wg + p % 2])
+                    y = acc[ms, ns]
+                    e = 0
+                    if c is not None and not c_row:
+                        cv = x_smem[0][wg, p % 2].astype(jnp.float32)
+                        y = y + (cv if beta == 1.0 else beta * cv)
+                        e = 1
+                    y = y.astype(dtype)
+                    if gelu:
+                        y = _gelu(y.astype(jnp.float32)).astype(dtype)
+                    if residual is not None:
+                        r = x_smem[e][wg, p % 2].astype(jnp.float32)
+                        y = (y.astype(jnp.float32) + r).astype(dtype)
+                    plgpu.wait_smem_to_gmem(1, wait_read_only=True)
+                    out_smem[wg, p % 2] = y
+                    plgpu.commit_smem()
+                    if not split:
+                        dst = out_gmem[0].at[cm, cn].at[ms, ns]
+                        plgpu.copy_smem_to_gmem(out_smem.at[wg, p % 2], dst)
+                        return
+                    col = ni * cta_n + wg * TILE_N + ej * EPI  # in the stacked columns
+                    kind = (col // split) % 3
+                    at = (col // (3 * split)) * split + col % split  # in that kind's columns
+                    for t in range(3):
+
+                        @pl.when(kind == t)
+                        def _(t=t):
+                            dst = out_gmem[t].at[cm, pl.ds(at, EPI)].at[ms]
+                            plgpu.copy_smem_to_gmem(out_smem.at[wg, p % 2], dst)
 
                 def mma(idxs, a_smem, b_smem, acc_ref):
                     wn = pl.ds(wg * TILE_N, TILE_N)
@@ -264,9 +298,14 @@ def _fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu
 
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
+    out_type = (
+        tuple(jax.ShapeDtypeStruct((m, n // 3), dtype) for _ in range(3))
+        if split
+        else jax.ShapeDtypeStruct((m, n), dtype)
+    )
     f = plgpu.kernel(
         kernel,
-        out_type=jax.ShapeDtypeStruct((m, n), dtype),
+        out_type=out_type,
         grid=(jax.devices()[0].core_count,),
         grid_names=("cluster_grid",),
         cluster=(1,),
@@ -277,7 +316,7 @@ def _fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu
             approx_math=approx, lowering_semantics=plgpu.LoweringSemantics.Warpgroup
         ),
     )
-    return f(a, b, *extras)
+    return f(a, b, *operands)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,7 +360,7 @@ def _gemm(d: Any, a, b, c=None, **epilogue):
     y = fused_gemm(
         a2, b2, v, alpha=d.alpha, beta=d.beta, c=c2, c_row=form == "row", **epilogue
     )
-    return y.reshape(d.output_tensor.sizes)
+    return y if epilogue.get("split") else y.reshape(d.output_tensor.sizes)
 
 
 def _applies_gemm(d: Any) -> bool:
@@ -338,6 +377,47 @@ def _same_layout(t: Any, u: Any) -> bool:
     return t.sizes == u.sizes and t.dtype == u.dtype and dense(t) and dense(u)
 
 
+def _stacked_heads(p: Any, q: Any, slot: int) -> int:
+    """The head size D where the attention ``q`` reads the GEMM ``p``'s output as its stacked
+    {B, S, H, 3, D} queries, keys and values (a packed reshape) and the kernel can write them
+    apart (D a multiple of EPI); else 0."""
+    from ..tensor import packed_strides
+
+    names = [name for name, _ in q.input_slots()]
+    t = q.stacked_query_key_value_tensor
+    if t is None or names[slot] != "StackedQueryKeyValueTensor" or t.rank != 5:
+        return 0
+    out = p.output_tensor
+    b, s, h, three, d = t.sizes
+    packed = (t.strides or packed_strides(t.sizes)) == packed_strides(t.sizes)
+    if not packed or three != 3 or d % EPI or out.sizes[-2:] != (b * s, h * 3 * d):
+        return 0
+    return d
+
+
+def _applies_attention(p: Any, q: Any, slot: int) -> bool:
+    from . import attention
+
+    return (
+        _view(p) is not None
+        and _c_form(p) in ("row", "none")
+        and _stacked_heads(p, q, slot) > 0
+        and attention.applies(q)
+    )
+
+
+def _lower_attention(p: Any, q: Any, slot: int, producer, others):
+    from . import attention
+
+    d = _stacked_heads(p, q, slot)
+    b, s, h = q.stacked_query_key_value_tensor.sizes[:3]
+    parts = _gemm(p, *producer, split=d)
+    arrays = list(others)
+    arrays.insert(slot, None)  # the stacked tensor: never formed
+    qkv = tuple(x.reshape(b, s, h, d) for x in parts)
+    return attention.lower(q, *arrays, qkv=qkv)
+
+
 def _applies_gelu(p: Any, q: Any, slot: int) -> bool:
     return (
         _view(p) is not None
@@ -352,7 +432,7 @@ def _applies_add(p: Any, q: Any, slot: int) -> bool:
     mine = q.a_tensor if slot == 0 else q.b_tensor
     return (
         _view(p) is not None
-        and _c_form(p) is not None
+        and _c_form(p) in ("row", "none")  # a full C and R by pieces overflow shared memory
         and getattr(q, "fused_activation", None) is None
         and _same_layout(p.output_tensor, mine)
         and _same_layout(mine, other)
@@ -381,6 +461,11 @@ def _register() -> None:
     )
     for add in ("DML_OPERATOR_ELEMENT_WISE_ADD", "DML_OPERATOR_ELEMENT_WISE_ADD1"):
         register_epilogue("DML_OPERATOR_GEMM", add, "kernel", _applies_add, _lower_add)
+    for name in ("MULTIHEAD_ATTENTION", "MULTIHEAD_ATTENTION1"):
+        register_epilogue(
+            "DML_OPERATOR_GEMM", f"DML_OPERATOR_{name}", "kernel", _applies_attention,
+            _lower_attention,
+        )  # fmt: skip
 
 
 _register()
