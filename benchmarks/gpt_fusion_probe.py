@@ -31,6 +31,7 @@ _spec.loader.exec_module(bench)
 VARIANTS = {
     "default": {},
     "no-gemm-path": {},
+    "no-qkv": {},
     "old": {},
     "cudnn-fusion-1": {"xla_gpu_cudnn_gemm_fusion_level": 1},
     "cudnn-fusion-2": {"xla_gpu_cudnn_gemm_fusion_level": 2},
@@ -96,6 +97,10 @@ def main(out: str) -> None:
             fastpath._FAST_PATHS["DML_OPERATOR_GEMM"].pop("kernel", None)
         if name == "old":
             fastpath._EPILOGUES.clear()
+        if name == "no-qkv":  # the attention epilogue off (slices of the stacked tensor again)
+            for key in list(fastpath._EPILOGUES):
+                if "ATTENTION" in key[1]:
+                    del fastpath._EPILOGUES[key]
         dml_graph._compile_graph_cached.cache_clear()
         g = net.compile()
         try:
