@@ -21,9 +21,9 @@ import pytest
 
 import dml_jax
 import dml_jax as dml
+import dml_jax.ops.attention
 from dml_jax import fastpath
 from dml_jax import graph as graph_module
-import dml_jax.ops.attention
 from dml_jax.kernels import attention as attention_kernel
 from dml_jax.kernels import gemm as K
 
@@ -278,14 +278,14 @@ def _tolerance(dtype):
 
 
 FORMS = {
-    "bias": dict(c="row"),
-    "full C, alpha, beta": dict(c="full", alpha=0.5, beta=-2.0),
-    "bias, GELU": dict(c="row", gelu=True),
-    "bias, residual": dict(c="row", residual=True),
-    "no C, GELU": dict(gelu=True),
-    "bias, GELU, residual": dict(c="row", gelu=True, residual=True),
-    "full C, GELU": dict(c="full", gelu=True),
-    "residual": dict(residual=True),
+    "bias": {"c": "row"},
+    "full C, alpha, beta": {"c": "full", "alpha": 0.5, "beta": -2.0},
+    "bias, GELU": {"c": "row", "gelu": True},
+    "bias, residual": {"c": "row", "residual": True},
+    "no C, GELU": {"gelu": True},
+    "bias, GELU, residual": {"c": "row", "gelu": True, "residual": True},
+    "full C, GELU": {"c": "full", "gelu": True},
+    "residual": {"residual": True},
 }
 
 

@@ -61,6 +61,7 @@ __all__ = [
     "attention",
     "elementwise",
     "elementwise_map",
+    "gemm",
     "generate",
     "int8_gemm",
     "log_sum_exp",

@@ -1,30 +1,36 @@
-"""A float16 / bfloat16 GEMM with its element-wise tail in the epilogue (Pallas on Mosaic GPU,
-Hopper): the CUDA fast path of GEMM with a C term, and of a graph's GEMM node fused with the
-ACTIVATION_GELU or ELEMENT_WISE_ADD node that alone reads its output (``graph.py``).
+"""A float16 GEMM with its element-wise tail in the epilogue (Pallas on Mosaic GPU, Hopper): the
+CUDA fast path of GEMM with a C term, and graph epilogues (``fastpath.register_epilogue``): a
+GEMM node computed together with the one node that alone reads its output, ACTIVATION_GELU,
+ELEMENT_WISE_ADD(1) (a residual) or MULTIHEAD_ATTENTION(1) reading it as stacked queries, keys
+and values.
 
 XLA hands a GEMM to cuBLAS (or its own Triton GEMM) and everything after it to separate loop
-fusions: for a float16 GEMM with a bias C the product is written in float32 and read again to
-add C, and a GELU or a residual add after the GEMM node is one more pass over the result. Here
-the accumulator, still in registers, becomes the node's output and then the consumer's:
+fusions: a GELU or a residual add after the GEMM node is one more pass over the result, and the
+attention's queries, keys and values are copied out of the stacked projection. Here the
+accumulator, still in registers, becomes the node's output and then the consumer's:
 
     y = round(Alpha * (A x B) + Beta * C)     the GEMM node, rounded to its data type
     y = round(gelu(y))  or  round(y + R)      the consumer node, where fused
 
-and only the last value is stored. The main loop is a warp-specialized pipeline (one warpgroup
+and only the last value is stored (with ``split``, in three arrays, one per block kind of the
+stacked {.., H, 3, D} columns). The main loop is a warp-specialized pipeline (one warpgroup
 issues TMA copies of A and B tiles, two compute warpgroups issue WGMMA on 128 x 128 halves of a
 128 x 256 tile) over a persistent grid of one program per multiprocessor; the epilogue goes out
-in 64 x 64 pieces through shared memory and TMA, C and R coming in the same way. A bias C (a row
-broadcast down M, a stride-0 desc) is read as a {64, N} block of that row, never widened to
-{M, N}.
+in 64 x 64 pieces through shared memory and TMA. A bias C (a row broadcast down M, a stride-0
+desc) comes in once a tile as a vector, during the products, and is added to the whole
+accumulator; a full C and R come in by pieces, one piece ahead.
 
 GELU is ``0.5 y (1 + erf(y / sqrt 2))`` with erfc from Abramowitz and Stegun 7.1.28 (absolute
 error <= 3e-7; one reciprocal, no exponential), 1 + erf taken as erfc(|y| / sqrt 2) below
-zero and 2 - erfc above, so the negative side has no cancellation; the float16 result is within one unit in the last place of the lax
-lowering's where the products agree (``tests/test_gemm_kernel.py`` states the tolerance).
+zero and 2 - erfc above, so the negative side has no cancellation. Results are within one
+float16 unit of the lax nodes' (``tests/test_gemm_kernel.py`` states the tolerance); the
+products' summation order differs from XLA's, so they are not bit-equal.
 
-Measured on an H100 (benchmarks/RESULTS.md, round 16): M = 8192, K = 1024, N = 3072 with a bias
-85 us against XLA's 128; the same tiles with GELU fused 148 against 176, with a residual add 30
-(N = K = 1024) and 98 (K = 4096) against 50 and 117.
+Measured on an H100 (benchmarks/RESULTS.md, round 16), M = 8192 tokens, kernel time: the GPT's
+first MLP GEMM with its bias and GELU 137 us against XLA's GEMM and GELU 172; the QKV projection
+with its bias 85 against 128 (the first form of the kernel); residual adds fused 30 (N = K =
+1024) and 98 (K = 4096) against 50 and 117. In the GPT stack, writing Q, K and V apart saves
+0.3 ms a call of twelve layers; the stack runs 1.16x PyTorch eager (1.04x before).
 
 ``plan`` takes 2-D problems (leading dimensions of 1), A not transposed, B either way, M a
 multiple of 128, N of 256 and K of 64, on a Hopper GPU (WGMMA and TMA; compute capability
@@ -45,7 +51,7 @@ from jax import lax
 
 from ..fastpath import register_epilogue, register_fast_path
 
-# Tunables (benchmarks/mgpu_gemm_probe.py on an H100): 128 x 128 per compute warpgroup, K steps
+# Tunables (mgpu_gemm_probe.py, commit 5a9046f, on an H100): 128 x 128 per compute warpgroup, K steps
 # of 64, 3 stages in flight (4 do not fit beside the epilogue's buffers), tiles visited in
 # column bands 4 wide.
 TILE_M = 128
@@ -97,7 +103,11 @@ def _gelu(y):
     a = jnp.abs(y) * np.float32(1 / math.sqrt(2))
     p = 1.0 + a * (
         0.0705230784
-        + a * (0.0422820123 + a * (0.0092705272 + a * (0.0001520143 + a * (0.0002765672 + a * 0.0000430638))))
+        + a
+        * (
+            0.0422820123
+            + a * (0.0092705272 + a * (0.0001520143 + a * (0.0002765672 + a * 0.0000430638)))
+        )
     )
     r = 1.0 / p
     r = r * r
@@ -173,14 +183,18 @@ def _fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu
                 memory_registers=40,
                 in_specs=[
                     plgpu.BlockSpec(
-                        (TILE_M, TILE_K), lambda s: (0, s), transforms=transforms,
+                        (TILE_M, TILE_K),
+                        lambda s: (0, s),
+                        transforms=transforms,
                         memory_space=plgpu.SMEM,
                     ),
                     plgpu.BlockSpec(
-                        b_block, (lambda s: (0, s)) if v.b_nk else (lambda s: (s, 0)),
-                        transforms=transforms, memory_space=plgpu.SMEM,
+                        b_block,
+                        (lambda s: (0, s)) if v.b_nk else (lambda s: (s, 0)),
+                        transforms=transforms,
+                        memory_space=plgpu.SMEM,
                     ),
-                ],  # fmt: skip
+                ],
                 wg_axis="wg",
                 num_compute_wgs=2,
                 max_concurrent_steps=STAGES,
@@ -190,10 +204,10 @@ def _fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu
         def ignore(*_, **__):
             return None
 
-        scratch = dict(
-            pipeline_allocs=pipeline(ignore, ignore).get_allocations(a_gmem, b_gmem),
-            out_smem=plgpu.SMEM((2, 2, EPI, EPI), dtype, transforms=out_transforms),
-        )
+        scratch = {
+            "pipeline_allocs": pipeline(ignore, ignore).get_allocations(a_gmem, b_gmem),
+            "out_smem": plgpu.SMEM((2, 2, EPI, EPI), dtype, transforms=out_transforms),
+        }
         if bias is not None:
             scratch["bias_smem"] = plgpu.SMEM((2, TILE_N), dtype)
             scratch["bias_bar"] = plgpu.Barrier(num_barriers=2)
@@ -364,9 +378,7 @@ def _gemm(d: Any, a, b, c=None, **epilogue):
     a2 = a.reshape(v.m, v.k)
     b2 = b.reshape((v.n, v.k) if v.b_nk else (v.k, v.n))
     c2 = None if c is None else c.reshape(v.m, v.n)
-    y = fused_gemm(
-        a2, b2, v, alpha=d.alpha, beta=d.beta, c=c2, c_row=form == "row", **epilogue
-    )
+    y = fused_gemm(a2, b2, v, alpha=d.alpha, beta=d.beta, c=c2, c_row=form == "row", **epilogue)
     return y if epilogue.get("split") else y.reshape(d.output_tensor.sizes)
 
 
