@@ -19,8 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from . import fastpath
 from .checks import check_x64, feature_level_of
@@ -632,6 +634,7 @@ class CompiledGraph(CompiledOperator):
         counter: list,
         half: bool = False,
         fast_paths: bool = True,
+        epilogues: bool = True,
     ):
         differentiable = all(
             spec.is_differentiable(node)
@@ -643,7 +646,9 @@ class CompiledGraph(CompiledOperator):
             level,
             plan.input_descs,
             plan.output_descs,
-            with_half_precision(_graph_function(graph, plan, counter, fast_paths), half),
+            with_half_precision(
+                _graph_function(graph, plan, counter, fast_paths, epilogues), half
+            ),
             tuple_result=False,
             differentiable=differentiable,
             name=GRAPH,
@@ -705,7 +710,7 @@ class _UsedInputs:
 
 
 def _graph_function(
-    graph: GraphDesc, plan: _Plan, counter: list, fast_paths: bool = True
+    graph: GraphDesc, plan: _Plan, counter: list, fast_paths: bool = True, epilogues: bool = True
 ) -> Callable[..., tuple]:
     from .buffers import read_tensor
 
@@ -717,7 +722,8 @@ def _graph_function(
         if e.from_node_index not in constants
         for n in (e.from_node_index, e.to_node_index)
     }
-    pairs = _epilogue_pairs(graph, plan) if fast_paths and fastpath.cuda_present() else {}
+    on = fast_paths and epilogues and fastpath.cuda_present()
+    pairs = _epilogue_pairs(graph, plan) if on else {}
     fused_into = {p: q for q, (p, _, _) in pairs.items()}
     steps = []
     for n in plan.order:
@@ -806,9 +812,20 @@ def _compile_graph_cached(
     half: bool,
     reinterpret: bool = False,
     fast_paths: bool = True,
+    epilogues: bool = True,
 ) -> CompiledGraph:
     plan = _validate_graph(graph, level, reinterpret)
-    return CompiledGraph(graph, level, plan, [0], half, fast_paths)
+    return CompiledGraph(graph, level, plan, [0], half, fast_paths, epilogues)
+
+
+def _several_devices(shardings: Any) -> bool:
+    """Whether shardings (as ``compile_graph`` takes them) may place data on more than one
+    device: a sharding over several devices, or a bare PartitionSpec (devices unknown)."""
+    for leaf in jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, P)):
+        devices = getattr(leaf, "device_set", None)
+        if devices is None or len(devices) > 1:
+            return True
+    return False
 
 
 def compile_graph(
@@ -840,6 +857,9 @@ def compile_graph(
             ``False`` lowers every node with its lax lowering. Fast paths registered as
             standalone (the element-wise kernels, fusion barriers) are used only for nodes
             without intermediate edges: elsewhere their lax form fuses into its neighbours.
+            Graph epilogues (``fastpath.register_epilogue``: a GEMM node and the node that
+            alone reads it as one kernel) apply on one device; with shardings over several
+            devices those nodes stay apart.
 
     Returns:
         A ``CompiledGraph`` (a ``CompiledOperator``): ``g(*inputs)`` takes one array per graph
@@ -857,9 +877,13 @@ def compile_graph(
         hash(graph)
     except TypeError:
         raise ValidationError(f"{GRAPH}: description is not hashable") from None
+    # Graph epilogues (one kernel for two nodes) are single-device: over several devices the
+    # nodes stay apart, so that XLA partitions a sharded GEMM as it partitions any dot.
+    several = _several_devices(in_shardings) or _several_devices(out_shardings)
     compiled = _compile_graph_cached(
-        graph, level, bool(allow_half_precision), bool(reinterpret_edges), bool(fast_paths)
-    )
+        graph, level, bool(allow_half_precision), bool(reinterpret_edges), bool(fast_paths),
+        not several,
+    )  # fmt: skip
     for n, node in enumerate(graph.nodes):
         if isinstance(node, ConstantDataNode):
             continue

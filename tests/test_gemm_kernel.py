@@ -356,3 +356,29 @@ def test_the_gpt_stack_runs_the_kernel_on_the_gpu():
     np.testing.assert_allclose(got, want, rtol=2**-8, atol=2**-8 * np.abs(want).max())
     grad = jax.grad(lambda x: jnp.sum(g.fn(x, *args[1:]).astype(jnp.float32)))(args[0])
     assert np.isfinite(np.asarray(grad, np.float32)).all()
+
+
+class _TwoDevices:
+    device_set = frozenset({"gpu:0", "gpu:1"})
+
+
+def test_epilogues_stay_on_one_device():
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    assert not graph_module._several_devices(None)
+    assert not graph_module._several_devices((one, one))
+    assert graph_module._several_devices((one, _TwoDevices()))
+    assert graph_module._several_devices(jax.sharding.PartitionSpec("x"))
+
+
+def test_shardings_over_several_devices_keep_the_nodes_apart(forced_cuda, monkeypatch):
+    monkeypatch.setattr(graph_module, "_several_devices", lambda s: s is not None)
+    graph = _pair_graph("gelu")
+    rng = np.random.default_rng(2)
+    x = jnp.asarray(rng.standard_normal((128, 64)).astype(np.float16))
+    w = jnp.asarray((rng.standard_normal((256, 64)) / 8).astype(np.float16))
+    bias = jnp.asarray(rng.standard_normal((128, 256)).astype(np.float16))
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    dml.compile_graph(graph, in_shardings=(one, one, one))(x, w, bias)
+    assert forced_cuda == []  # no fused step: the GEMM and the GELU lowered apart
+    dml.compile_graph(graph)(x, w, bias)
+    assert len(forced_cuda) == 1
