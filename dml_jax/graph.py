@@ -646,9 +646,7 @@ class CompiledGraph(CompiledOperator):
             level,
             plan.input_descs,
             plan.output_descs,
-            with_half_precision(
-                _graph_function(graph, plan, counter, fast_paths, epilogues), half
-            ),
+            with_half_precision(_graph_function(graph, plan, counter, fast_paths, epilogues), half),
             tuple_result=False,
             differentiable=differentiable,
             name=GRAPH,
