@@ -382,3 +382,10 @@ def test_shardings_over_several_devices_keep_the_nodes_apart(forced_cuda, monkey
     assert forced_cuda == []  # no fused step: the GEMM and the GELU lowered apart
     dml.compile_graph(graph)(x, w, bias)
     assert len(forced_cuda) == 1
+
+
+def test_other_jax_releases_keep_lax(monkeypatch):
+    monkeypatch.setattr(jax, "__version__", "0.10.2")
+    assert not K.hopper()
+    monkeypatch.setattr(jax, "__version__", "0.12.0")
+    assert not K.hopper()

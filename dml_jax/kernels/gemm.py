@@ -73,8 +73,17 @@ class View:
     b_nk: bool
 
 
+# Pallas's Mosaic GPU interface changes between jax releases; the kernel is written and tested
+# for these (jax 0.11.2 on an H100), and any other version keeps the lax lowering.
+JAX_VERSIONS = ((0, 11), (0, 12))  # [from, to)
+
+
 def hopper() -> bool:
-    """A CUDA device of compute capability 9.x (WGMMA, TMA) is the default device."""
+    """A CUDA device of compute capability 9.x (WGMMA, TMA) is the default device, under a jax
+    release in ``JAX_VERSIONS``."""
+    version = tuple(int(p) for p in jax.__version__.split(".")[:2])
+    if not JAX_VERSIONS[0] <= version < JAX_VERSIONS[1]:
+        return False
     try:
         dev = jax.devices()[0]
     except RuntimeError:
