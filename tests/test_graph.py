@@ -787,7 +787,7 @@ def test_fusion_checks_fail_for_a_graph_run_node_by_node(monkeypatch):
     callback XLA cannot fuse), the clamped tensor is written and read back, and they fail."""
     import dml_jax.graph as graph_module
 
-    def node_by_node(graph, plan, counter, fast_paths=True):
+    def node_by_node(graph, plan, counter, fast_paths=True, epilogues=True):
         def lowered(*arrays):
             counter[0] += 1
             values = {}
