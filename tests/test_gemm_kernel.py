@@ -66,6 +66,8 @@ def forced_cuda(monkeypatch):
         arrays = list(arrays)
         if qkv is not None:
             arrays[names.index("StackedQueryKeyValueTensor")] = jnp.stack(qkv, axis=3)
+        # what the cuDNN path would see of the mask: the constant, by the attention's own slot
+        calls.append(("mask", fastpath.known_input(names.index("MaskTensor"))))
         return tuple(dml_jax.ops.attention.lower_attention(d, *arrays))
 
     monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
@@ -232,10 +234,16 @@ def test_gpt_stack_with_fused_steps_equals_the_unfused_graph(forced_cuda):
     got = np.asarray(jax.jit(net.compile().fn)(*args), np.float32)
     # per layer: the QKV projection (bias; queries, keys and values apart for the attention),
     # the output projection (bias + residual), fc1 (bias + GELU) and fc2 (bias + residual)
+    masks = [known for what, known in forced_cuda if isinstance(what, str)]
+    assert len(masks) == 2  # one attention a layer, each seeing the constant causal mask
+    for known in masks:
+        causal = np.tril(np.ones((128, 128), known.dtype))
+        np.testing.assert_array_equal(known, np.broadcast_to(causal, known.shape))
     forms = [
         (kw.get("c", False), kw.get("c_row", False), kw.get("gelu", False),
          kw.get("residual", False), kw.get("split", 0))
-        for _, kw in forced_cuda
+        for what, kw in forced_cuda
+        if not isinstance(what, str)
     ]  # fmt: skip
     layer = [(True, True, False, False, 64), (True, True, False, True, 0),
              (True, True, True, False, 0), (True, True, False, True, 0)]  # fmt: skip
