@@ -51,9 +51,9 @@ from jax import lax
 
 from ..fastpath import register_epilogue, register_fast_path
 
-# Tunables (mgpu_gemm_probe.py, commit 5a9046f, on an H100): 128 x 128 per compute warpgroup, K steps
-# of 64, 3 stages in flight (4 do not fit beside the epilogue's buffers), tiles visited in
-# column bands 4 wide.
+# Tunables (mgpu_gemm_probe.py, commit 5a9046f, on an H100): 128 x 128 per compute
+# warpgroup, K steps of 64, 3 stages in flight (4 do not fit beside the epilogue's buffers),
+# tiles visited in bands 4 tiles wide (``planar_snake``).
 TILE_M = 128
 TILE_N = 128  # per compute warpgroup; a program's tile is TILE_M x 2 * TILE_N
 TILE_K = 64
