@@ -22,9 +22,11 @@ accumulator; a full C and R come in by pieces, one piece ahead.
 
 GELU is ``0.5 y (1 + erf(y / sqrt 2))`` with erfc from Abramowitz and Stegun 7.1.28 (absolute
 error <= 3e-7; one reciprocal, no exponential), 1 + erf taken as erfc(|y| / sqrt 2) below
-zero and 2 - erfc above, so the negative side has no cancellation. Results are within one
-float16 unit of the lax nodes' (``tests/test_gemm_kernel.py`` states the tolerance); the
-products' summation order differs from XLA's, so they are not bit-equal.
+zero and 2 - erfc above, so the negative side has no cancellation. The GEMM node is rounded
+once (Alpha, Beta and C applied to the float32 accumulator), where the lax lowering rounds the
+float16 product first (docs/semantics.md); results are within one float16 unit of the lax
+nodes' (``tests/test_gemm_kernel.py`` states the tolerance), and the products' summation order
+differs from XLA's, so they are not bit-equal.
 
 Measured on an H100 (benchmarks/RESULTS.md, round 16), M = 8192 tokens, kernel time: the GPT's
 first MLP GEMM with its bias and GELU 137 us against XLA's GEMM and GELU 172; the QKV projection
