@@ -722,7 +722,17 @@ def _graph_function(
     }
     on = fast_paths and epilogues and fastpath.cuda_present()
     pairs = _epilogue_pairs(graph, plan) if on else {}
-    fused_into = {p: q for q, (p, _, _) in pairs.items()}
+    fused_into = {p for p, _, _ in pairs.values()}
+
+    def known(n):
+        # Values of node n's constant-fed inputs (its argument positions), as NumPy arrays, for
+        # the fast paths that decide at trace time what they would otherwise test at run time.
+        return {
+            i: constant_value(graph.nodes[s[1]], s[2])
+            for i, s in enumerate(plan.sources[n])
+            if s[0] == "constant"
+        }
+
     steps = []
     for n in plan.order:
         if n in constants or n in fused_into:
@@ -734,23 +744,12 @@ def _graph_function(
             lower = fastpath.fused_lowering(
                 plan.specs[p], graph.nodes[p], plan.specs[n], graph.nodes[n], slot, found,
                 len(plan.sources[p]), read_as=edge[3] if len(edge) == 4 else None,
-                consumer_known={
-                    i: constant_value(graph.nodes[s[1]], s[2])
-                    for i, s in enumerate(plan.sources[n])
-                    if s[0] == "constant"
-                },
+                consumer_known=known(n),
             )  # fmt: skip
             steps.append((n, lower, sources, plan.present_outputs[n], {}))
             continue
-        # Values of the constant-fed inputs (argument positions), as NumPy arrays, for the fast
-        # paths that decide at trace time what they would otherwise test at run time.
-        known = {
-            i: constant_value(graph.nodes[s[1]], s[2])
-            for i, s in enumerate(plan.sources[n])
-            if s[0] == "constant"
-        }
         lower = fastpath.lowering(plan.specs[n], graph.nodes[n], fast_paths, n in linked)
-        steps.append((n, lower, plan.sources[n], plan.present_outputs[n], known))
+        steps.append((n, lower, plan.sources[n], plan.present_outputs[n], known(n)))
 
     def source_value(values, arrays, s):
         if s[0] == "input":
@@ -788,11 +787,11 @@ def _epilogue_pairs(graph: GraphDesc, plan: _Plan) -> dict[int, tuple[int, int, 
                 readers.setdefault((s[1], s[2]), []).append((q, j, s))
     outputs = set(plan.outputs)
     pairs: dict[int, tuple[int, int, Any]] = {}
+    taken: set[int] = set()  # nodes in a pair already: a node joins one pair at most
     for (p, k), found in readers.items():
         if len(found) != 1 or (p, k) in outputs or plan.present_outputs[p] != (k,):
             continue
         q, j, s = found[0]
-        taken = {v[0] for v in pairs.values()} | set(pairs)
         if p in taken or q in taken:
             continue
         if len(s) == 4 and s[3].layout_strides != packed_strides(s[3].sizes):
@@ -800,6 +799,7 @@ def _epilogue_pairs(graph: GraphDesc, plan: _Plan) -> dict[int, tuple[int, int, 
         match = fastpath.epilogue(graph.nodes[p], graph.nodes[q], j)
         if match is not None:
             pairs[q] = (p, j, match)
+            taken |= {p, q}
     return pairs
 
 

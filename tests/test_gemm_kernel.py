@@ -1,14 +1,16 @@
 """The GEMM kernel with its epilogue (dml_jax.kernels.gemm) and the graph epilogues that use it.
 
-Any machine: which problems the kernel takes (``plan``, the C layouts), which graph pairs
-``compile_graph`` fuses (a GEMM node whose output one GELU or ADD node alone reads) and which it
-leaves, and what a fused step computes: with the CUDA choice forced and the kernel replaced by a
-jnp model of its contract, a small GPT stack equals the unfused graph, and derivatives and vmap
-take the lax lowerings; the model itself against the lax lowerings of the same nodes, every
-form, within one unit in the last place of the result (|got - want| <= 2^-10 |want| + 2^-10
-max |want|). On a Hopper GPU: the kernel against the model's GEMM and XLA's GELU node in
-float16 within the same tolerance, and the GPT stack's compiled program holding the kernel and
-agreeing with the graph without fast paths.
+Any machine: which problems the kernel takes (``plan``, the C layouts, the jax releases),
+which graph pairs ``compile_graph`` fuses (a GEMM node whose output one GELU, ADD or attention
+node alone reads) and which it leaves (a second reader, a graph output, a fused activation,
+float32, several devices). With the CUDA choice forced and the kernel replaced by ``model``, a
+jnp statement of its contract: a GEMM with C compiled alone takes the kernel and equals the
+lax lowering; a small GPT stack equals the unfused graph, its attention still sees the
+constant mask, and its gradient (and vmap) is the unfused one. ``model`` itself is held to the
+lax lowerings of the same nodes, every form, within one float16 unit (|got - want| <=
+2^-10 |want| + 2^-10 max |want|). On a Hopper GPU: the kernel against ``model``'s GEMM node
+and the lax GELU and ADD nodes within the same tolerance, Q, K and V written apart, and the
+GPT stack's program holding the kernel and agreeing with the graph without fast paths.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pytest
 import dml_jax
 import dml_jax as dml
 import dml_jax.ops.attention
+from dml_jax import compile as compile_module
 from dml_jax import fastpath
 from dml_jax import graph as graph_module
 from dml_jax.kernels import attention as attention_kernel
@@ -33,10 +36,11 @@ T = dml.TensorDesc
 In, Out, Mid = dml.InputGraphEdge, dml.OutputGraphEdge, dml.IntermediateGraphEdge
 HOPPER = K.hopper()
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (WGMMA, TMA)")
+TOL = 2.0**-10  # |got - want| <= TOL |want| + TOL max |want|: one float16 unit
 
 
 def model(a, b, v, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=False, residual=None,
-          split=0, approx=True):  # fmt: skip
+          split=0):  # fmt: skip
     """The kernel's contract in jnp: the GEMM node rounded, then GELU, then the residual; with
     ``split`` (a head size) the stacked {M, H, 3, D} columns as three {M, H * D} arrays."""
     y = alpha * jnp.dot(a, b.T if v.b_nk else b, preferred_element_type=jnp.float32)
@@ -79,8 +83,10 @@ def forced_cuda(monkeypatch):
     monkeypatch.setattr(attention_kernel, "applies", lambda d: True)
     monkeypatch.setattr(attention_kernel, "lower", attention_lax)
     graph_module._compile_graph_cached.cache_clear()
+    compile_module._compile_cached.cache_clear()
     yield calls
     graph_module._compile_graph_cached.cache_clear()
+    compile_module._compile_cached.cache_clear()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,6 +261,53 @@ def test_gpt_stack_with_fused_steps_equals_the_unfused_graph(forced_cuda):
     np.testing.assert_allclose(got, want, rtol=2**-9, atol=2**-9 * np.abs(want).max())
 
 
+@pytest.mark.parametrize(
+    "trans_b, c, alpha, beta",
+    [("TRANSPOSE", "row", 1.0, 1.0), ("NONE", "full", 0.5, -2.0), ("NONE", "row", 1.0, 0.25)],
+)
+def test_a_gemm_with_c_compiled_alone_takes_the_kernel(trans_b, c, alpha, beta, forced_cuda):
+    # {1, 1, M, K} tensors as DirectML writes them; B either way; C a bias row or full
+    m, n, k = 128, 256, 192
+    b_sizes = (1, 1, n, k) if trans_b == "TRANSPOSE" else (1, 1, k, n)
+    out = T("FLOAT16", (1, 1, m, n))
+    c_desc = T("FLOAT16", (1, 1, m, n), strides=(0, 0, 0, 1)) if c == "row" else out
+    desc = dml.GemmOperatorDesc(
+        T("FLOAT16", (1, 1, m, k)), T("FLOAT16", b_sizes), c_desc, out, trans_b=trans_b,
+        alpha=alpha, beta=beta,
+    )  # fmt: skip
+    rng = np.random.default_rng(5)
+    a = jnp.asarray(rng.standard_normal((1, 1, m, k)), jnp.float16)
+    b = jnp.asarray(rng.standard_normal(b_sizes) / np.sqrt(k), jnp.float16)
+    cv = jnp.asarray(rng.standard_normal((1, 1, m, n)), jnp.float16)
+    if c == "row":
+        cv = jnp.broadcast_to(cv[:, :, :1], cv.shape)
+    got = np.asarray(dml.compile_operator(desc)(a, b, cv), np.float32)
+    assert [(v, kw["c_row"]) for v, kw in forced_cuda] == [
+        (K.View(m, n, k, trans_b == "TRANSPOSE"), c == "row")
+    ]
+    want = np.asarray(dml.compile_operator(desc, fast_paths=False)(a, b, cv), np.float32)
+    assert got.shape == want.shape == (1, 1, m, n)
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL * np.abs(want).max())
+
+
+def test_the_gpt_stacks_gradient_with_fused_steps_is_the_unfused_one(forced_cuda):
+    # derivatives come from the two lax lowerings in sequence, the QKV projection's output read
+    # by the attention through its stacked {B, S, H, 3, D} desc (a reinterpreting edge)
+    net, args = _gpt()
+
+    def loss(fn):
+        return lambda x: jnp.sum(fn(x, *args[1:]).astype(jnp.float32) ** 2)
+
+    plan = graph_module._validate_graph(net.graph, max(dml.FeatureLevel), reinterpret=True)
+    pairs = graph_module._epilogue_pairs(net.graph, plan)
+    kinds = sorted(net.graph.nodes[q].operator_type for q in pairs)
+    assert kinds.count("DML_OPERATOR_MULTIHEAD_ATTENTION") == 2 and len(kinds) == 8
+    got = jax.grad(loss(net.compile().fn))(jnp.asarray(args[0]))
+    assert forced_cuda == []  # the gradient never traces the kernel
+    want = jax.grad(loss(net.compile(fast_paths=False).fn))(jnp.asarray(args[0]))
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 def test_fused_steps_differentiate_and_vmap_through_lax(forced_cuda):
     graph = _pair_graph("gelu")
     g = dml.compile_graph(graph)
@@ -283,10 +336,6 @@ def test_fused_steps_differentiate_and_vmap_through_lax(forced_cuda):
 # The kernel on a Hopper GPU
 
 
-def _tolerance(dtype):
-    return 2.0**-10
-
-
 FORMS = {
     "bias": {"c": "row"},
     "full C, alpha, beta": {"c": "full", "alpha": 0.5, "beta": -2.0},
@@ -299,37 +348,32 @@ FORMS = {
 }
 
 
-@needs_hopper
-@pytest.mark.parametrize("dtype", [jnp.float16])
-@pytest.mark.parametrize("b_nk", [True, False])
-@pytest.mark.parametrize("form", FORMS)
-def test_kernel_matches_the_lax_nodes(form, b_nk, dtype):
+def _operands(form: str, m: int, n: int, k: int, b_nk: bool = True):
+    """A, B and the kernel's keyword arguments (C, R and the form's flags) for ``FORMS[form]``."""
     kw = dict(FORMS[form])
-    m, n, k = 256, 512, 320
-    rng = np.random.default_rng(len(form))
-    a = jnp.asarray(rng.standard_normal((m, k)), dtype)
-    b = jnp.asarray(rng.standard_normal((n, k) if b_nk else (k, n)) / np.sqrt(k), dtype)
-    c = {"row": jnp.asarray(rng.standard_normal((1, n)), dtype),
-         "full": jnp.asarray(rng.standard_normal((m, n)), dtype)}.get(kw.pop("c", None))  # fmt: skip
-    r = jnp.asarray(rng.standard_normal((m, n)), dtype) if kw.pop("residual", False) else None
-    v = K.plan((m, k), b.shape, False, b_nk, dtype)
-    args = dict(kw, c=c, c_row=c is not None and c.shape[0] == 1, residual=r)
-    got = jax.jit(lambda a, b: K.fused_gemm(a, b, v, **args))(a, b)
-    want = jax.jit(lambda a, b: model(a, b, v, **dict(args, gelu=False)))(a, b)
-    if kw.get("gelu"):  # XLA's GELU (the ACTIVATION_GELU node's lax lowering) on the GEMM's
-        want = jax.jit(_xla_gelu_then_residual)(  # rounded output, then the residual
-            jax.jit(lambda a, b: model(a, b, v, **dict(args, gelu=False, residual=None)))(a, b),
-            r,
-        )
-    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
-    tol = _tolerance(dtype)
-    assert got.shape == (m, n) and not np.isnan(got).any()
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    rng = np.random.default_rng(len(form) + m)
+    a = jnp.asarray(rng.standard_normal((m, k)), jnp.float16)
+    b = jnp.asarray(rng.standard_normal((n, k) if b_nk else (k, n)) / np.sqrt(k), jnp.float16)
+    c = {"row": jnp.asarray(rng.standard_normal((1, n)), jnp.float16),
+         "full": jnp.asarray(rng.standard_normal((m, n)), jnp.float16)}.get(kw.pop("c", None))  # fmt: skip
+    r = jnp.asarray(rng.standard_normal((m, n)), jnp.float16) if kw.pop("residual", False) else None
+    return a, b, dict(kw, c=c, c_row=c is not None and c.shape[0] == 1, residual=r)
+
+
+def _lax_tail(y, gelu: bool, r):
+    """The ACTIVATION_GELU node (where ``gelu``), then the ELEMENT_WISE_ADD node with ``r``
+    (where given), through their lax lowerings."""
+    d = T("FLOAT16", y.shape)
+    if gelu:
+        y = dml.compile_operator(dml.ActivationGeluOperatorDesc(d, d), fast_paths=False)(y)
+    if r is not None:
+        y = dml.compile_operator(dml.ElementWiseAddOperatorDesc(d, d, d), fast_paths=False)(y, r)
+    return y
 
 
 def _lax_nodes(a, b, c, r, *, alpha=1.0, beta=1.0, gelu=False):
     """The same work as DML nodes through their lax lowerings: GEMM (B as {N, K}), then
-    ACTIVATION_GELU, then ELEMENT_WISE_ADD."""
+    ``_lax_tail``."""
     m, k = a.shape
     n = b.shape[0]
     out = T("FLOAT16", (m, n))
@@ -342,12 +386,7 @@ def _lax_nodes(a, b, c, r, *, alpha=1.0, beta=1.0, gelu=False):
         alpha=alpha, beta=beta,
     )  # fmt: skip
     y = dml.compile_operator(gemm, fast_paths=False)(a, b, *([] if c is None else [c]))
-    if gelu:
-        y = dml.compile_operator(dml.ActivationGeluOperatorDesc(out, out), fast_paths=False)(y)
-    if r is not None:
-        add = dml.ElementWiseAddOperatorDesc(out, out, out)
-        y = dml.compile_operator(add, fast_paths=False)(y, r)
-    return y
+    return _lax_tail(y, gelu, r)
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -355,20 +394,28 @@ def test_the_kernels_contract_is_the_lax_nodes_within_the_tolerance(form):
     # The kernel rounds the GEMM node once (product, Alpha, Beta and C in float32); the lax
     # lowering rounds the float16 product first, then applies them (docs/semantics.md). The
     # GPU tests hold the kernel to ``model``; this holds ``model`` to the lax nodes.
-    kw = dict(FORMS[form])
     m, n, k = 128, 256, 320
-    rng = np.random.default_rng(len(form) + 7)
-    a = jnp.asarray(rng.standard_normal((m, k)), jnp.float16)
-    b = jnp.asarray(rng.standard_normal((n, k)) / np.sqrt(k), jnp.float16)
-    c = {"row": jnp.asarray(rng.standard_normal((1, n)), jnp.float16),
-         "full": jnp.asarray(rng.standard_normal((m, n)), jnp.float16)}.get(kw.pop("c", None))  # fmt: skip
-    r = jnp.asarray(rng.standard_normal((m, n)), jnp.float16) if kw.pop("residual", False) else None
-    v = K.View(m, n, k, True)
-    got = model(a, b, v, c=c, c_row=c is not None and c.shape[0] == 1, residual=r, **kw)
-    want = _lax_nodes(a, b, c, r, **kw)
+    a, b, kw = _operands(form, m, n, k)
+    got = np.asarray(model(a, b, K.View(m, n, k, True), **kw), np.float32)
+    lax_kw = {key: kw[key] for key in ("alpha", "beta", "gelu") if key in kw}
+    want = np.asarray(_lax_nodes(a, b, kw["c"], kw["residual"], **lax_kw), np.float32)
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL * np.abs(want).max())
+
+
+@needs_hopper
+@pytest.mark.parametrize("b_nk", [True, False])
+@pytest.mark.parametrize("form", FORMS)
+def test_kernel_matches_its_contract(form, b_nk):
+    # the kernel against ``model``'s GEMM node, then the GELU and ADD nodes' lax lowerings
+    m, n, k = 256, 512, 320
+    a, b, kw = _operands(form, m, n, k, b_nk)
+    v = K.plan((m, k), b.shape, False, b_nk, jnp.float16)
+    got = jax.jit(lambda a, b: K.fused_gemm(a, b, v, **kw))(a, b)
+    gemm = jax.jit(lambda a, b: model(a, b, v, **dict(kw, gelu=False, residual=None)))(a, b)
+    want = _lax_tail(gemm, kw.get("gelu", False), kw["residual"])
     got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
-    tol = _tolerance(jnp.float16)
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    assert got.shape == (m, n) and not np.isnan(got).any()
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL * np.abs(want).max())
 
 
 @needs_hopper
@@ -386,15 +433,7 @@ def test_kernel_writes_queries_keys_and_values_apart(heads, head):
     for g, w in zip(got, want):
         g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
         assert g.shape == (m, heads * head)
-        np.testing.assert_allclose(g, w, rtol=2**-10, atol=2**-10 * np.abs(w).max())
-
-
-def _xla_gelu_then_residual(y, r):
-    d = T("FLOAT16", y.shape)
-    g = dml.compile_operator(dml.ActivationGeluOperatorDesc(d, d))(y)
-    if r is None:
-        return g
-    return (g.astype(jnp.float32) + r.astype(jnp.float32)).astype(y.dtype)
+        np.testing.assert_allclose(g, w, rtol=TOL, atol=TOL * np.abs(w).max())
 
 
 @needs_hopper

@@ -128,27 +128,12 @@ def _gelu(y):
     return 0.5 * y * jnp.where(y < 0, q, 2.0 - q)
 
 
+@functools.partial(jax.jit, static_argnames=("v", "alpha", "beta", "c_row", "gelu", "split"))
 def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=False,
-               residual=None, split=0, approx=True):  # fmt: skip
-    """See ``_fused_gemm``; one jitted function per form, so that a program with many calls
-    of one form lowers (and compiles) the kernel once."""
-    return _fused_gemm_jit(
-        a, b, c, residual, v=v, alpha=float(alpha), beta=float(beta), c_row=c_row, gelu=gelu,
-        split=split, approx=approx,
-    )  # fmt: skip
-
-
-@functools.partial(
-    jax.jit, static_argnames=("v", "alpha", "beta", "c_row", "gelu", "split", "approx")
-)
-def _fused_gemm_jit(a, b, c, residual, *, v, alpha, beta, c_row, gelu, split, approx):
-    return _fused_gemm(a, b, v, alpha=alpha, beta=beta, c=c, c_row=c_row, gelu=gelu,
-                       residual=residual, split=split, approx=approx)  # fmt: skip
-
-
-def _fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=False,
-                residual=None, split=0, approx=True):  # fmt: skip
+               residual=None, split=0):  # fmt: skip
     """``round(Alpha * a @ B + Beta * C)``, then ``round(gelu(.))`` and/or ``round(. + R)``.
+    One jitted function per form, so that a program with many calls of one form lowers (and
+    compiles) the kernel once.
 
     ``a``: {M, K}; ``b``: {N, K} if ``v.b_nk`` else {K, N}; ``c``: {M, N}, or with ``c_row``
     any array whose first row is the bias (only row 0 is read); ``residual``: {M, N}.
@@ -345,7 +330,7 @@ def _fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu
         num_threads=3,
         thread_name="wg",
         compiler_params=plgpu.CompilerParams(
-            approx_math=approx, lowering_semantics=plgpu.LoweringSemantics.Warpgroup
+            approx_math=True, lowering_semantics=plgpu.LoweringSemantics.Warpgroup
         ),
     )
     return f(a, b, *operands)
@@ -476,7 +461,8 @@ def _lower_gelu(p: Any, q: Any, slot: int, producer, others):
 
 def _lower_add(p: Any, q: Any, slot: int, producer, others):
     (r,) = others
-    return (_gemm(p, *producer, residual=r.reshape(_view(p).m, _view(p).n)),)
+    v = _view(p)
+    return (_gemm(p, *producer, residual=r.reshape(v.m, v.n)),)
 
 
 def _register() -> None:
