@@ -205,3 +205,179 @@ def _lower(d: Any, x, idx, updates) -> tuple:
 
 # SCATTER_ELEMENTS is an alias: its descriptors are SCATTER's.
 register_fast_path("DML_OPERATOR_SCATTER", "kernel", lambda d: _plan_of(d) is not None, _lower)
+
+
+# ---------------------------------------------------------------------------------------------
+# The shared-memory form (Mosaic GPU, Hopper)
+
+SMEM_LINES = 32  # lines a block, at most (128 threads: 128 / lines threads share a line)
+SMEM_STEPS = 16  # blocks a program, at most
+SMEM_STAGES = 2  # blocks in flight a program
+SMEM_BYTES = 200 * 1024  # shared memory for the stages' blocks
+SMEM_GROUP = 8  # updates loaded before their stores (vectors of 4)
+SMEM_MIN_PROGRAMS = 132
+
+
+@dataclass(frozen=True)
+class SmemView:
+    """The scatter as ``a`` lines of ``w`` elements receiving ``l`` updates each, in blocks of
+    ``lines`` lines, ``steps`` blocks a program."""
+
+    a: int
+    w: int
+    l: int
+    lines: int
+    steps: int
+
+    @property
+    def owners(self) -> int:
+        return 128 // self.lines
+
+    @property
+    def programs(self) -> int:
+        return self.a // (self.lines * self.steps)
+
+
+def smem_plan(shape, updates_shape, axis: int, dtype, index_dtype) -> SmemView | None:
+    """The shared-memory kernel's view, or None (another axis, 1- or 8-byte data, rows that
+    are not whole 16-byte units, lines that fill no block, too few programs, no Hopper GPU)."""
+    from .gemm import hopper
+
+    size = np.dtype(dtype).itemsize
+    if axis != len(shape) - 1 or size not in (2, 4) or np.dtype(index_dtype) not in INDEX_TYPES:
+        return None
+    a, w, l = math.prod(shape[:-1]), shape[-1], updates_shape[-1]
+    if l == 0 or l % 8 or (w * size) % 16 or max(a * w, a * l) >= 2**31:
+        return None
+    for lines in (32, 16, 8, 4):
+        if lines > SMEM_LINES or a % lines:
+            continue
+        owners = 128 // lines
+        if w % owners or (w // owners * size) % 16:
+            continue
+        if SMEM_STAGES * lines * (2 * w * size + l * (4 + size)) > SMEM_BYTES:
+            continue
+        blocks = a // lines
+        steps = next(s for s in (16, 8, 4, 2, 1) if s <= SMEM_STEPS and blocks % s == 0)
+        v = SmemView(a, w, l, lines, steps)
+        if v.programs >= SMEM_MIN_PROGRAMS and hopper():
+            return v
+        return None
+    return None
+
+
+def scatter_smem(x, idx, updates, v: SmemView):
+    """SCATTER along the minor axis through shared memory, bit for bit as the lax lowering.
+
+    A program takes ``v.steps`` blocks of ``v.lines`` whole lines in turn, TMA bringing the
+    next block's input, indices and updates while this one is scattered. Of the 128 threads,
+    ``v.owners`` share a line, each owning one contiguous part of its positions: a thread
+    copies its part of the input to the output block, then walks the line's updates in order
+    and stores those whose index falls in its part. A position has one writer, which writes in
+    update order (the last repeated index wins), and no thread waits for another before the
+    TMA store of the block. Reads of indices and updates start ``4 * (line mod lines a warp)``
+    steps late so the lines of a warp read different banks."""
+    import jax.experimental.pallas as pl
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import arith, memref, vector
+    from jax.experimental.mosaic.gpu import utils as mu
+
+    dtype = x.dtype
+    size = dtype.itemsize
+    bits = BITS[size]
+    signed = idx.dtype == jnp.int32
+    a, w, length, nl, steps = v.a, v.w, v.l, v.lines, v.steps
+    q = v.owners
+    part = w // q
+    vec = 16 // size  # elements a 16-byte copy
+    chunks = part // vec
+    per_warp = max(1, 32 // q)  # lines a warp
+    lag = 4 * (per_warp - 1)
+    group = SMEM_GROUP
+    rounds = -(-(length + lag) // group)
+    x2 = lax.bitcast_convert_type(x, bits).reshape(a, w)
+    u2 = lax.bitcast_convert_type(updates, bits).reshape(a, length)
+    i2 = lax.bitcast_convert_type(idx, jnp.int32).reshape(a, length)
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(),) * 4)
+    def scatter_block(ctx, x_ref, i_ref, u_ref, o_ref):
+        del ctx
+        i32 = ir.IntegerType.get_signless(32)
+        index = ir.IndexType.get()
+        elem = ir.IntegerType.get_signless(8 * size)
+
+        def c(n):
+            return mu.c(n, i32)
+
+        def ix(n):
+            return arith.index_cast(index, n)
+
+        tid = mu.thread_idx()
+        lane = arith.andi(tid, c(31))
+        line = arith.divui(tid, c(q))
+        mine = arith.remui(tid, c(q))
+        row = ix(line)
+        first = arith.muli(mine, c(part))
+        copy_ty = ir.VectorType.get((vec,), elem)
+
+        def copy(k, _):
+            # A rotated order, so the lanes of a warp touch different banks.
+            at = arith.addi(first, arith.muli(arith.remui(arith.addi(lane, k), c(chunks)), c(vec)))
+            vector.store(vector.load(copy_ty, x_ref, [row, ix(at)]), o_ref, [row, ix(at)])
+            return _
+
+        mu.fori(c(chunks), ())(copy)
+
+        lag_here = arith.muli(arith.remui(line, c(per_warp)), c(4))
+        i_ty = ir.VectorType.get((4,), i32)
+        u_ty = ir.VectorType.get((4,), elem)
+
+        def walk(r, _):
+            base = arith.subi(arith.muli(r, c(group)), lag_here)
+            loaded = []
+            for g in range(group // 4):  # loads first: the stores below may alias them
+                j = arith.addi(base, c(4 * g))
+                ok = arith.cmpi(arith.CmpIPredicate.ult, j, c(length))
+                at = ix(arith.select(ok, j, c(0)))
+                iv = vector.load(i_ty, i_ref, [row, at])
+                uv = vector.load(u_ty, u_ref, [row, at])
+                loaded.append((ok, iv, uv))
+            for ok, iv, uv in loaded:
+                for e in range(4):
+                    i = vector.extract(iv, [], [e])
+                    if signed:
+                        neg = arith.cmpi(arith.CmpIPredicate.slt, i, c(0))
+                        i = arith.select(neg, arith.addi(i, c(w)), i)
+                    owner = arith.cmpi(arith.CmpIPredicate.eq, arith.divui(i, c(part)), mine)
+                    with mu.when(arith.andi(ok, owner)):
+                        memref.store(vector.extract(uv, [], [e]), o_ref, [row, ix(i)])
+            return _
+
+        mu.fori(c(rounds), ())(walk)
+
+    def kernel(x_gmem, i_gmem, u_gmem, o_gmem):
+        p = lax.axis_index("p")
+        span = pl.ds(p * (steps * nl), steps * nl)
+
+        def block(_, x_smem, i_smem, u_smem, o_smem):
+            scatter_block(x_smem, i_smem, u_smem, o_smem)
+
+        def spec(cols):
+            return plgpu.BlockSpec((nl, cols), lambda s: (s, 0))
+
+        plgpu.emit_pipeline(
+            block,
+            grid=(steps,),
+            in_specs=[spec(w), spec(length), spec(length)],
+            out_specs=[spec(w)],
+            max_concurrent_steps=SMEM_STAGES,
+        )(x_gmem.at[span], i_gmem.at[span], u_gmem.at[span], o_gmem.at[span])
+
+    out = plgpu.kernel(
+        kernel,
+        out_type=jax.ShapeDtypeStruct((a, w), bits),
+        grid=(v.programs,),
+        grid_names=("p",),
+    )(x2, i2, u2)
+    return lax.bitcast_convert_type(out.reshape(x.shape), dtype)
