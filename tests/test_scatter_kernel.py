@@ -14,6 +14,7 @@ import pytest
 
 import dml_jax as dml
 from dml_jax import fastpath
+from dml_jax.kernels import mosaic
 from dml_jax.kernels import scatter as K
 from dml_jax.ops.indexing import ScatterOperatorDesc, lower_scatter
 
@@ -96,6 +97,71 @@ def test_gpu_fast_path_matches_lax(shape, length, dtype, index_type, bounds):
     d = _desc(shape, length, dtype, index_type)
     assert fastpath.select(d) is not None
     x, i, u = _inputs(d, *bounds, seed=3)
+    got = jax.jit(dml.compile_operator(d).fn)(x, i, u)
+    want = jax.jit(dml.compile_operator(d, fast_paths=False).fn)(x, i, u)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+# The shared-memory form (Mosaic GPU, Hopper): the plan on any machine, the kernel on a Hopper
+# GPU, bit for bit against the lax lowering.
+
+BENCH, BENCH_UPDATES = (16, 256, 256, 256), (16, 256, 256, 128)
+
+
+def test_smem_plan_blocks_and_refusals(monkeypatch):
+    monkeypatch.setattr(mosaic, "hopper", lambda: True)
+    v = K.smem_plan(BENCH, BENCH_UPDATES, 3, np.float32, np.int32)
+    assert (v.lines, v.owners, v.steps) == (32, 4, K.SMEM_STEPS)
+    assert v.programs * v.steps * v.lines == v.a == 16 * 256 * 256
+    # Lines a multiple of 16, not 32: blocks of 16 lines, 8 threads a line.
+    assert K.smem_plan((3, 258, 120, 256), (3, 258, 120, 128), 3, np.float16, np.uint32).lines == 16
+    # Blocks that do not fit the shared memory at 32 lines take fewer.
+    assert (
+        K.smem_plan((16, 256, 256, 1024), (16, 256, 256, 256), 3, np.float32, np.int32).lines < 32
+    )
+    refused = [
+        (BENCH, BENCH_UPDATES, 2, np.float32, np.int32),  # not the minor axis
+        (BENCH, BENCH_UPDATES, 3, np.int8, np.int32),  # 1-byte data
+        (BENCH, BENCH_UPDATES, 3, np.float64, np.int32),  # 8-byte data
+        (BENCH, BENCH_UPDATES, 3, np.float32, np.int64),  # 8-byte indices
+        (BENCH, BENCH[:3] + (126,), 3, np.float32, np.int32),  # updates not a multiple of 4
+        (BENCH, BENCH[:3] + (12,), 3, np.float16, np.int32),  # 2-byte rows not 16-byte units
+        (BENCH[:3] + (250,), BENCH_UPDATES, 3, np.float32, np.int32),  # input rows neither
+        ((4, 256), (4, 128), 1, np.float32, np.int32),  # too few programs
+        ((33795, 256), (33795, 128), 1, np.float32, np.int32),  # lines odd
+    ]
+    for case in refused:
+        assert K.smem_plan(*case) is None, case
+    monkeypatch.setattr(mosaic, "hopper", lambda: False)
+    assert K.smem_plan(BENCH, BENCH_UPDATES, 3, np.float32, np.int32) is None
+
+
+def test_smem_form_is_chosen_first_on_hopper(monkeypatch):
+    d = _desc((16, 256, 256, 256), 128, "float32", "INT32")
+    monkeypatch.setattr(mosaic, "hopper", lambda: True)
+    assert fastpath.select(d).name == "smem"
+    monkeypatch.setattr(mosaic, "hopper", lambda: False)
+    assert fastpath.select(d).name == "kernel"  # the Triton kernel elsewhere
+
+
+@pytest.mark.skipif(not mosaic.hopper(), reason="needs a Hopper GPU (TMA) and jax 0.11")
+@pytest.mark.parametrize(
+    "shape, length, dtype, index_type, bounds, lines",
+    [
+        ((4, 96, 96, 256), 128, "float32", "INT32", (-100, 100), 32),  # the bench's indices
+        ((4, 96, 96, 256), 128, "float32", "INT32", (-6, 6), 32),  # many repeats
+        ((4, 96, 96, 64), 200, "float32", "INT32", (-80, 80), 32),  # out of range both sides
+        ((4, 96, 96, 64), 200, "int32", "UINT32", (0, 70), 16),
+        ((8, 96, 96, 128), 64, "float16", "INT32", (-140, 140), 32),
+        ((8, 96, 96, 128), 64, "uint16", "UINT32", (0, 130), 8),
+    ],
+)
+def test_smem_kernel_matches_lax(monkeypatch, shape, length, dtype, index_type, bounds, lines):
+    monkeypatch.setattr(K, "SMEM_LINES", lines)
+    d = _desc(shape, length, dtype, index_type)
+    v = K._smem_plan_of(d)
+    assert v is not None and v.lines == lines and fastpath.select(d).name == "smem"
+    x, i, u = _inputs(d, *bounds, seed=5)
     got = jax.jit(dml.compile_operator(d).fn)(x, i, u)
     want = jax.jit(dml.compile_operator(d, fast_paths=False).fn)(x, i, u)
     np.testing.assert_array_equal(_bits(got), _bits(want))

@@ -52,6 +52,7 @@ import numpy as np
 from jax import lax
 
 from ..fastpath import register_epilogue, register_fast_path
+from .mosaic import hopper
 
 # Tunables (mgpu_gemm_probe.py, commit 5a9046f, on an H100): 128 x 128 per compute
 # warpgroup, K steps of 64, 3 stages in flight (4 do not fit beside the epilogue's buffers),
@@ -73,24 +74,6 @@ class View:
     n: int
     k: int
     b_nk: bool
-
-
-# Pallas's Mosaic GPU interface changes between jax releases; the kernel is written and tested
-# for these (jax 0.11.2 on an H100), and any other version keeps the lax lowering.
-JAX_VERSIONS = ((0, 11), (0, 12))  # [from, to)
-
-
-def hopper() -> bool:
-    """A CUDA device of compute capability 9.x (WGMMA, TMA) is the default device, under a jax
-    release in ``JAX_VERSIONS``."""
-    version = tuple(int(p) for p in jax.__version__.split(".")[:2])
-    if not JAX_VERSIONS[0] <= version < JAX_VERSIONS[1]:
-        return False
-    try:
-        dev = jax.devices()[0]
-    except RuntimeError:
-        return False
-    return dev.platform == "gpu" and str(getattr(dev, "compute_capability", "")).startswith("9")
 
 
 def plan(a_sizes, b_sizes, trans_a: bool, trans_b: bool, dtype) -> View | None:

@@ -1,34 +1,33 @@
-"""SCATTER (alias SCATTER_ELEMENTS) along the minor axis as one Pallas (Triton) kernel.
+"""SCATTER (alias SCATTER_ELEMENTS) along the minor axis: two kernels, both bit for bit the
+lax lowering's result.
 
 The lax lowering makes repeated indices deterministic with a ``scatter_max`` of update
 positions (atomics), a gather of the winners and a select over the input: 0.19 of the copy on
 an H200 for the bench case in float32, 0.12 in float16 (input read, indices and updates read,
-output written; benchmarks/RESULTS.md). Here each line along the axis receives only its own
-line's updates, so a program owns a block of whole lines and writes them twice:
+output written; benchmarks/RESULTS.md). Each line along the axis receives only its own line's
+updates, so both kernels give a program whole lines, and give every output position one
+thread that stores its line's updates in order: where indices repeat, the last update
+(row-major) wins, as the lax lowering says. Negative INT32 indices count from the end; indices
+still out of range drop their update. Values move as unsigned integers of their width, so
+every data type keeps its bits (NaN payloads, -0.0).
 
-1. the lines' input is copied to the output in coalesced tiles, then a CTA barrier
-   (``debug_barrier``, ``bar.sync``) makes those stores visible to every thread of the program
-   before any update is stored;
-2. the updates are stored in order along the line: every output position is owned by one
-   thread (``owners`` threads share a line and split its positions by the index's low bits),
-   and that thread walks the line's updates l = 0, 1, ... storing ``out[line, idx[l]] =
-   upd[l]`` where the index is its own. Stores of one thread to one address take effect in
-   program order, so where indices repeat the last update (row-major) wins, exactly as the
-   lax lowering says.
+``scatter_smem`` (Mosaic GPU, a Hopper GPU under jax 0.11; registered first): the lines are
+scattered in shared memory. A program takes blocks of 32 lines in turn, TMA bringing the next
+block's input, indices and updates while one is scattered; of 128 threads, four share a line,
+each owning a quarter of its positions: it copies that quarter into the output block, then
+walks the line's updates and stores those whose index falls in it. Nothing goes to memory but
+whole blocks, by TMA. 0.97-0.99 of the copy in float32 and float16 on an H100 (round 17).
 
-Values move as unsigned integers of their width, so every data type of 1, 2 or 4 bytes keeps
-its bits (NaN payloads, -0.0). Negative INT32 indices count from the end; indices still out of
-range drop their update (masked stores). The result equals the lax lowering's bit for bit.
-
-Speed: 0.36 of the copy in float32, 0.22 in float16 on the bench case, against 0.19 and 0.12
-for lax, far from the copy. Every update is a scattered store of its own into L2, and a
-line's updates land well after its copy. 1, 2, 4, 8 and 16 threads per line (128 to 8 lines a
-program) ran 0.09, 0.12, 0.22, 0.36 and 0.36 in float32 (32: 0.33); 8-update steps, L2 hints
-(loads ``evict_first``, copied lines ``evict_last``), a step's loads issued before its stores
-or the next step's prefetched, and a persistent grid of 2 to 16 programs an SM each moved it
-by less than 0.02 or lost (benchmarks/results/scatter_kernel/sweep_followup.log). Finding each
-position's winner in registers instead (positions x chunks of updates, no ordered stores)
-ran 0.03 to 0.07: W x L compares a line outweigh the stores they save.
+``scatter_kernel`` (Pallas Triton, any other CUDA GPU): a program copies its lines' input to
+the output in coalesced tiles, a CTA barrier (``debug_barrier``, ``bar.sync``) makes those
+stores visible, then ``owners`` threads a line, splitting its positions by the index's low
+bits, store the updates into global memory in order. 0.36 of the copy in float32, 0.22 in
+float16 on an H200: every update is a scattered store of its own into L2. 1, 2, 4, 8 and 16
+threads per line (128 to 8 lines a program) ran 0.09, 0.12, 0.22, 0.36 and 0.36 in float32
+(32: 0.33); 8-update steps, L2 hints, loads issued ahead and a persistent grid moved it by less
+than 0.02 or lost (benchmarks/results/scatter_kernel/sweep_followup.log). Finding each
+position's winner in registers instead (positions x chunks of updates, no ordered stores) ran
+0.03 to 0.07: W x L compares a line outweigh the stores they save.
 """
 
 from __future__ import annotations
@@ -203,15 +202,11 @@ def _lower(d: Any, x, idx, updates) -> tuple:
     return (scatter_kernel(x, idx, updates, _plan_of(d)),)
 
 
-# SCATTER_ELEMENTS is an alias: its descriptors are SCATTER's.
-register_fast_path("DML_OPERATOR_SCATTER", "kernel", lambda d: _plan_of(d) is not None, _lower)
-
-
 # ---------------------------------------------------------------------------------------------
 # The shared-memory form (Mosaic GPU, Hopper)
 
 SMEM_LINES = 32  # lines a block, at most (128 threads: 128 / lines threads share a line)
-SMEM_STEPS = 16  # blocks a program, at most
+SMEM_STEPS = 8  # blocks a program, at most
 SMEM_STAGES = 2  # blocks in flight a program
 SMEM_BYTES = 200 * 1024  # shared memory for the stages' blocks
 SMEM_GROUP = 8  # updates loaded before their stores (vectors of 4)
@@ -241,15 +236,16 @@ class SmemView:
 def smem_plan(shape, updates_shape, axis: int, dtype, index_dtype) -> SmemView | None:
     """The shared-memory kernel's view, or None (another axis, 1- or 8-byte data, rows that
     are not whole 16-byte units, lines that fill no block, too few programs, no Hopper GPU)."""
-    from .gemm import hopper
+    from . import mosaic
 
     size = np.dtype(dtype).itemsize
     if axis != len(shape) - 1 or size not in (2, 4) or np.dtype(index_dtype) not in INDEX_TYPES:
         return None
     a, w, l = math.prod(shape[:-1]), shape[-1], updates_shape[-1]
-    if l == 0 or l % 8 or (w * size) % 16 or max(a * w, a * l) >= 2**31:
+    # TMA moves rows of whole 16-byte units; indices and updates are read 4 at a time.
+    if l == 0 or l % 4 or (l * size) % 16 or (w * size) % 16 or max(a * w, a * l) >= 2**31:
         return None
-    for lines in (32, 16, 8, 4):
+    for lines in (32, 16, 8):
         if lines > SMEM_LINES or a % lines:
             continue
         owners = 128 // lines
@@ -260,7 +256,7 @@ def smem_plan(shape, updates_shape, axis: int, dtype, index_dtype) -> SmemView |
         blocks = a // lines
         steps = next(s for s in (16, 8, 4, 2, 1) if s <= SMEM_STEPS and blocks % s == 0)
         v = SmemView(a, w, l, lines, steps)
-        if v.programs >= SMEM_MIN_PROGRAMS and hopper():
+        if v.programs >= SMEM_MIN_PROGRAMS and mosaic.hopper():
             return v
         return None
     return None
@@ -381,3 +377,25 @@ def scatter_smem(x, idx, updates, v: SmemView):
         grid_names=("p",),
     )(x2, i2, u2)
     return lax.bitcast_convert_type(out.reshape(x.shape), dtype)
+
+
+def _smem_plan_of(d: Any) -> SmemView | None:
+    return smem_plan(
+        d.input_tensor.sizes,
+        d.updates_tensor.sizes,
+        d.axis,
+        d.input_tensor.dtype,
+        d.indices_tensor.dtype,
+    )
+
+
+def _lower_smem(d: Any, x, idx, updates) -> tuple:
+    return (scatter_smem(x, idx, updates, _smem_plan_of(d)),)
+
+
+# SCATTER_ELEMENTS is an alias: its descriptors are SCATTER's. The shared-memory form first
+# (Hopper, jax 0.11), the Triton kernel on other GPUs and layouts.
+register_fast_path(
+    "DML_OPERATOR_SCATTER", "smem", lambda d: _smem_plan_of(d) is not None, _lower_smem
+)
+register_fast_path("DML_OPERATOR_SCATTER", "kernel", lambda d: _plan_of(d) is not None, _lower)
