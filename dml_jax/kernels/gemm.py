@@ -111,6 +111,218 @@ def _gelu(y):
     return 0.5 * y * jnp.where(y < 0, q, 2.0 - q)
 
 
+SCHEDULE = "cooperative"  # experiment: "pingpong"
+PP_STAGES = 4
+PP_REGISTERS = 232
+
+
+def _pingpong_stages(k_iters: int) -> int:
+    """Stages of the shared ring: a warpgroup skips the other's tile, k_iters / stages phases
+    of every barrier, which must be even so that its parities stay right."""
+    return next(s for s in range(PP_STAGES, 0, -1) if k_iters % (2 * s) == 0)
+
+
+def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
+    """The same products and epilogue, two compute warpgroups each owning whole 128 x 128
+    tiles in turn (ping-pong): the memory warpgroup fills one ring of stages in tile order, so
+    one warpgroup's products run while the other's epilogue does."""
+    import jax.experimental.pallas as pl
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+
+    dtype = a.dtype
+    m, n, k = v.m, v.n, v.k
+    swizzle = plgpu.find_swizzle(TILE_K * 16)
+    transforms = (plgpu.TilingTransform((8, swizzle // 2)), plgpu.SwizzleTransform(swizzle))
+    out_swizzle = plgpu.find_swizzle(EPI * 16)
+    out_transforms = (
+        plgpu.TilingTransform((8, out_swizzle // 2)),
+        plgpu.SwizzleTransform(out_swizzle),
+    )
+    m_iters, n_iters, k_iters = m // TILE_M, n // TILE_N, k // TILE_K
+    tiles = m_iters * n_iters
+    stages = _pingpong_stages(k_iters)
+    ncta = jax.devices()[0].core_count
+    bias = None if (c is None or not c_row) else c[:1].reshape(n)
+    pieces = [x for x in ((None if c_row else c), residual) if x is not None]
+    alpha, beta = float(np.float32(alpha)), float(np.float32(beta))
+    b_block = (TILE_N, TILE_K) if v.b_nk else (TILE_K, TILE_N)
+    grid_pieces = [(ei, ej) for ei in range(TILE_M // EPI) for ej in range(TILE_N // EPI)]
+    operands = ([bias] if bias is not None else []) + pieces
+
+    def kernel(a_gmem, b_gmem, *refs):
+        bias_gmem = refs[0] if bias is not None else None
+        piece_gmem = refs[int(bias is not None) : len(operands)]
+        out_gmem = refs[len(operands) :]
+        scratch = {
+            "a_smem": plgpu.SMEM((stages, TILE_M, TILE_K), dtype, transforms=transforms),
+            "b_smem": plgpu.SMEM((stages, *b_block), dtype, transforms=transforms),
+            "full": plgpu.Barrier(num_arrivals=2, num_barriers=stages),
+            "empty": plgpu.Barrier(num_arrivals=1, num_barriers=stages),
+            "out_smem": plgpu.SMEM((2, 2, EPI, EPI), dtype, transforms=out_transforms),
+        }
+        if bias is not None:
+            scratch["bias_smem"] = plgpu.SMEM((2, TILE_N), dtype)
+            scratch["bias_bar"] = plgpu.Barrier(num_barriers=2)
+        for e in range(len(pieces)):
+            scratch[f"x{e}_smem"] = plgpu.SMEM((2, 2, EPI, EPI), dtype, transforms=out_transforms)
+            scratch[f"x{e}_bar"] = plgpu.Barrier(num_barriers=4)
+
+        @functools.partial(pl.run_scoped, **scratch, collective_axes="wg")
+        def _scope(a_smem, b_smem, full, empty, out_smem, **rest):
+            x_smem = [rest[f"x{e}_smem"] for e in range(len(pieces))]
+            x_bar = [rest[f"x{e}_bar"] for e in range(len(pieces))]
+            wg = lax.axis_index("wg")
+            cta = lax.axis_index("cluster_grid")
+            mine = (tiles - cta + ncta - 1) // ncta  # this program's tiles
+
+            def where(t):
+                mi, ni = plgpu.planar_snake(cta + t * ncta, (m_iters, n_iters), 1, BAND)
+                return mi, ni, pl.ds(mi * TILE_M, TILE_M), pl.ds(ni * TILE_N, TILE_N)
+
+            @pl.when(wg == 2)
+            def _memory():
+                plgpu.set_max_registers(40, action="decrease")
+
+                def tile(t, _):
+                    _, _, cm, cn = where(t)
+
+                    def step(kk, _):
+                        g = t * k_iters + kk
+                        slot = lax.rem(g, stages)
+
+                        @pl.when(g >= stages)
+                        def _():
+                            plgpu.barrier_wait(empty.at[slot])
+
+                        ks = pl.ds(kk * TILE_K, TILE_K)
+                        plgpu.copy_gmem_to_smem(a_gmem.at[cm, ks], a_smem.at[slot], full.at[slot])
+                        src = b_gmem.at[cn, ks] if v.b_nk else b_gmem.at[ks, cn]
+                        plgpu.copy_gmem_to_smem(src, b_smem.at[slot], full.at[slot])
+                        return _
+
+                    return lax.fori_loop(0, k_iters, step, _)
+
+                lax.fori_loop(0, mine, tile, None)
+
+            @pl.when(wg < 2)
+            def _compute():
+                plgpu.set_max_registers(PP_REGISTERS, action="increase")
+
+                def tile(t2, _):
+                    t = wg + 2 * t2
+                    _, ni, cm, cn = where(t)
+
+                    def fetch(p):  # piece p's C and R into slot p % 2
+                        ei, ej = grid_pieces[p]
+                        ms = slice(ei * EPI, (ei + 1) * EPI)
+                        ns = slice(ej * EPI, (ej + 1) * EPI)
+                        for src, dst, bar in zip(piece_gmem, x_smem, x_bar):
+                            plgpu.copy_gmem_to_smem(
+                                src.at[cm, cn].at[ms, ns], dst.at[wg, p % 2],
+                                bar.at[2 * wg + p % 2],
+                            )  # fmt: skip
+
+                    @functools.partial(
+                        pl.run_scoped, acc_ref=plgpu.ACC((TILE_M, TILE_N), jnp.float32)
+                    )
+                    def _acc(acc_ref):
+                        if bias is not None:
+                            plgpu.copy_gmem_to_smem(
+                                bias_gmem.at[cn], rest["bias_smem"].at[wg],
+                                rest["bias_bar"].at[wg],
+                            )  # fmt: skip
+                        if pieces:
+                            fetch(0)
+
+                        def step(kk, _):
+                            g = t * k_iters + kk
+                            slot = lax.rem(g, stages)
+                            plgpu.barrier_wait(full.at[slot])
+                            rhs = b_smem.at[slot]
+                            if v.b_nk:
+                                rhs = rhs.transpose((1, 0))
+                            plgpu.wgmma(acc_ref, a_smem.at[slot], rhs)
+                            plgpu.wgmma_wait(0)
+                            plgpu.barrier_arrive(empty.at[slot])
+                            return _
+
+                        lax.fori_loop(0, k_iters, step, None)
+                        acc = acc_ref[...]
+                        if alpha != 1.0:
+                            acc = alpha * acc
+                        if bias is not None:
+                            plgpu.barrier_wait(rest["bias_bar"].at[wg])
+                            row = plgpu.load(
+                                rest["bias_smem"].at[wg], (), layout=plgpu.Layout.WGMMA.reduce(0)
+                            ).astype(jnp.float32)
+                            if beta != 1.0:
+                                row = beta * row
+                            acc = acc + lax.broadcast_in_dim(row, (TILE_M, TILE_N), [1])
+                        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+                        for p in range(len(grid_pieces)):
+                            piece(acc, p, ni, cm, cn, fetch)
+
+                    return _
+
+                lax.fori_loop(0, (mine - wg + 1) // 2, tile, None)
+
+            def piece(acc, p, ni, cm, cn, fetch):
+                ei, ej = grid_pieces[p]
+                ms, ns = slice(ei * EPI, (ei + 1) * EPI), slice(ej * EPI, (ej + 1) * EPI)
+                if pieces and p + 1 < len(grid_pieces):
+                    fetch(p + 1)
+                for bar in x_bar:
+                    plgpu.barrier_wait(bar.at[2 * wg + p % 2])
+                y = acc[ms, ns]
+                e = 0
+                if c is not None and not c_row:
+                    cv = x_smem[0][wg, p % 2].astype(jnp.float32)
+                    y = y + (cv if beta == 1.0 else beta * cv)
+                    e = 1
+                y = y.astype(dtype)
+                if gelu:
+                    y = _gelu(y.astype(jnp.float32)).astype(dtype)
+                if residual is not None:
+                    r = x_smem[e][wg, p % 2].astype(jnp.float32)
+                    y = (y.astype(jnp.float32) + r).astype(dtype)
+                plgpu.wait_smem_to_gmem(1, wait_read_only=True)
+                out_smem[wg, p % 2] = y
+                plgpu.commit_smem()
+                if not split:
+                    dst = out_gmem[0].at[cm, cn].at[ms, ns]
+                    plgpu.copy_smem_to_gmem(out_smem.at[wg, p % 2], dst)
+                    return
+                col = ni * TILE_N + ej * EPI  # in the stacked columns
+                kind = (col // split) % 3
+                at = (col // (3 * split)) * split + col % split  # in that kind's columns
+                for t in range(3):
+
+                    @pl.when(kind == t)
+                    def _(t=t):
+                        dst = out_gmem[t].at[cm, pl.ds(at, EPI)].at[ms]
+                        plgpu.copy_smem_to_gmem(out_smem.at[wg, p % 2], dst)
+
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+    out_type = (
+        tuple(jax.ShapeDtypeStruct((m, n // 3), dtype) for _ in range(3))
+        if split
+        else jax.ShapeDtypeStruct((m, n), dtype)
+    )
+    f = plgpu.kernel(
+        kernel,
+        out_type=out_type,
+        grid=(ncta,),
+        grid_names=("cluster_grid",),
+        num_threads=3,
+        thread_name="wg",
+        compiler_params=plgpu.CompilerParams(
+            approx_math=True, lowering_semantics=plgpu.LoweringSemantics.Warpgroup
+        ),
+    )
+    return f(a, b, *operands)
+
+
 @functools.partial(jax.jit, static_argnames=("v", "alpha", "beta", "c_row", "gelu", "split"))
 def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=False,
                residual=None, split=0):  # fmt: skip
@@ -129,6 +341,8 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
     and is added to the whole accumulator as a column vector. C and R come in as EPI x EPI
     pieces, two slots a warpgroup, each piece's copy issued while the one before is finished
     (the first before the products)."""
+    if SCHEDULE == "pingpong" and (v.k // TILE_K) % 2 == 0:
+        return _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split)
     import jax.experimental.pallas as pl
     import jax.experimental.pallas.mosaic_gpu as plgpu
 
