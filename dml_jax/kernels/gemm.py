@@ -183,24 +183,24 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
             def _memory():
                 plgpu.set_max_registers(40, action="decrease")
 
-                def tile(t, _):
-                    _, _, cm, cn = where(t)
+                def tile(t, carry):
+                    cm, cn = where(t)[2:]
 
-                    def step(kk, _):
+                    def step(kk, carry):
                         g = t * k_iters + kk
                         slot = lax.rem(g, stages)
 
                         @pl.when(g >= stages)
-                        def _():
+                        def _wait():
                             plgpu.barrier_wait(empty.at[slot])
 
                         ks = pl.ds(kk * TILE_K, TILE_K)
                         plgpu.copy_gmem_to_smem(a_gmem.at[cm, ks], a_smem.at[slot], full.at[slot])
                         src = b_gmem.at[cn, ks] if v.b_nk else b_gmem.at[ks, cn]
                         plgpu.copy_gmem_to_smem(src, b_smem.at[slot], full.at[slot])
-                        return _
+                        return carry
 
-                    return lax.fori_loop(0, k_iters, step, _)
+                    return lax.fori_loop(0, k_iters, step, carry)
 
                 lax.fori_loop(0, mine, tile, None)
 
@@ -208,9 +208,9 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
             def _compute():
                 plgpu.set_max_registers(PP_REGISTERS, action="increase")
 
-                def tile(t2, _):
+                def tile(t2, carry):
                     t = wg + 2 * t2
-                    _, ni, cm, cn = where(t)
+                    ni, cm, cn = where(t)[1:]
 
                     def fetch(p):  # piece p's C and R into slot p % 2
                         ei, ej = grid_pieces[p]
@@ -234,7 +234,7 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
                         if pieces:
                             fetch(0)
 
-                        def step(kk, _):
+                        def step(kk, carry):
                             g = t * k_iters + kk
                             slot = lax.rem(g, stages)
                             plgpu.barrier_wait(full.at[slot])
@@ -244,7 +244,7 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
                             plgpu.wgmma(acc_ref, a_smem.at[slot], rhs)
                             plgpu.wgmma_wait(0)
                             plgpu.barrier_arrive(empty.at[slot])
-                            return _
+                            return carry
 
                         lax.fori_loop(0, k_iters, step, None)
                         acc = acc_ref[...]
@@ -262,7 +262,7 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
                         for p in range(len(grid_pieces)):
                             piece(acc, p, ni, cm, cn, fetch)
 
-                    return _
+                    return carry
 
                 lax.fori_loop(0, (mine - wg + 1) // 2, tile, None)
 
