@@ -179,6 +179,42 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
                 mi, ni = plgpu.planar_snake(cta + t * ncta, (m_iters, n_iters), 1, BAND)
                 return mi, ni, pl.ds(mi * TILE_M, TILE_M), pl.ds(ni * TILE_N, TILE_N)
 
+            def piece(acc, p, ni, cm, cn, fetch):
+                ei, ej = grid_pieces[p]
+                ms, ns = slice(ei * EPI, (ei + 1) * EPI), slice(ej * EPI, (ej + 1) * EPI)
+                if pieces and p + 1 < len(grid_pieces):
+                    fetch(p + 1)
+                for bar in x_bar:
+                    plgpu.barrier_wait(bar.at[2 * wg + p % 2])
+                y = acc[ms, ns]
+                e = 0
+                if c is not None and not c_row:
+                    cv = x_smem[0][wg, p % 2].astype(jnp.float32)
+                    y = y + (cv if beta == 1.0 else beta * cv)
+                    e = 1
+                y = y.astype(dtype)
+                if gelu:
+                    y = _gelu(y.astype(jnp.float32)).astype(dtype)
+                if residual is not None:
+                    r = x_smem[e][wg, p % 2].astype(jnp.float32)
+                    y = (y.astype(jnp.float32) + r).astype(dtype)
+                plgpu.wait_smem_to_gmem(1, wait_read_only=True)
+                out_smem[wg, p % 2] = y
+                plgpu.commit_smem()
+                if not split:
+                    dst = out_gmem[0].at[cm, cn].at[ms, ns]
+                    plgpu.copy_smem_to_gmem(out_smem.at[wg, p % 2], dst)
+                    return
+                col = ni * TILE_N + ej * EPI  # in the stacked columns
+                kind = (col // split) % 3
+                at = (col // (3 * split)) * split + col % split  # in that kind's columns
+                for t in range(3):
+
+                    @pl.when(kind == t)
+                    def _(t=t):
+                        dst = out_gmem[t].at[cm, pl.ds(at, EPI)].at[ms]
+                        plgpu.copy_smem_to_gmem(out_smem.at[wg, p % 2], dst)
+
             @pl.when(wg == 2)
             def _memory():
                 plgpu.set_max_registers(40, action="decrease")
@@ -265,42 +301,6 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
                     return carry
 
                 lax.fori_loop(0, (mine - wg + 1) // 2, tile, None)
-
-            def piece(acc, p, ni, cm, cn, fetch):
-                ei, ej = grid_pieces[p]
-                ms, ns = slice(ei * EPI, (ei + 1) * EPI), slice(ej * EPI, (ej + 1) * EPI)
-                if pieces and p + 1 < len(grid_pieces):
-                    fetch(p + 1)
-                for bar in x_bar:
-                    plgpu.barrier_wait(bar.at[2 * wg + p % 2])
-                y = acc[ms, ns]
-                e = 0
-                if c is not None and not c_row:
-                    cv = x_smem[0][wg, p % 2].astype(jnp.float32)
-                    y = y + (cv if beta == 1.0 else beta * cv)
-                    e = 1
-                y = y.astype(dtype)
-                if gelu:
-                    y = _gelu(y.astype(jnp.float32)).astype(dtype)
-                if residual is not None:
-                    r = x_smem[e][wg, p % 2].astype(jnp.float32)
-                    y = (y.astype(jnp.float32) + r).astype(dtype)
-                plgpu.wait_smem_to_gmem(1, wait_read_only=True)
-                out_smem[wg, p % 2] = y
-                plgpu.commit_smem()
-                if not split:
-                    dst = out_gmem[0].at[cm, cn].at[ms, ns]
-                    plgpu.copy_smem_to_gmem(out_smem.at[wg, p % 2], dst)
-                    return
-                col = ni * TILE_N + ej * EPI  # in the stacked columns
-                kind = (col // split) % 3
-                at = (col // (3 * split)) * split + col % split  # in that kind's columns
-                for t in range(3):
-
-                    @pl.when(kind == t)
-                    def _(t=t):
-                        dst = out_gmem[t].at[cm, pl.ds(at, EPI)].at[ms]
-                        plgpu.copy_smem_to_gmem(out_smem.at[wg, p % 2], dst)
 
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
