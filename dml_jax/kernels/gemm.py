@@ -158,6 +158,7 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
             "b_smem": plgpu.SMEM((stages, *b_block), dtype, transforms=transforms),
             "full": plgpu.Barrier(num_arrivals=2, num_barriers=stages),
             "empty": plgpu.Barrier(num_arrivals=1, num_barriers=stages),
+            "order": plgpu.Barrier(num_arrivals=1, num_barriers=2),
             "out_smem": plgpu.SMEM((2, 2, EPI, EPI), dtype, transforms=out_transforms),
         }
         if bias is not None:
@@ -168,7 +169,7 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
             scratch[f"x{e}_bar"] = plgpu.Barrier(num_barriers=4)
 
         @functools.partial(pl.run_scoped, **scratch, collective_axes="wg")
-        def _scope(a_smem, b_smem, full, empty, out_smem, **rest):
+        def _scope(a_smem, b_smem, full, empty, order, out_smem, **rest):
             x_smem = [rest[f"x{e}_smem"] for e in range(len(pieces))]
             x_bar = [rest[f"x{e}_bar"] for e in range(len(pieces))]
             wg = lax.axis_index("wg")
@@ -282,7 +283,15 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
                             plgpu.barrier_arrive(empty.at[slot])
                             return carry
 
+                        # The products of one warpgroup's tiles wait for the other's to be
+                        # issued, so the two alternate and a warpgroup is never more than one
+                        # phase behind a barrier it waits on.
+                        @pl.when(t > 0)
+                        def _turn():
+                            plgpu.barrier_wait(order.at[wg])
+
                         lax.fori_loop(0, k_iters, step, None)
+                        plgpu.barrier_arrive(order.at[1 - wg])
                         acc = acc_ref[...]
                         if alpha != 1.0:
                             acc = alpha * acc
