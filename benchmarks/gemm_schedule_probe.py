@@ -47,8 +47,9 @@ def main() -> int:
         elif form == "full":
             kw = dict(c=r, beta=0.5, alpha=2.0)
         outs, times = {}, {}
-        for sched in ("cooperative", "pingpong"):
-            G.SCHEDULE = sched
+        for sched in ("cooperative", "pingpong", "pingpong wait 0"):
+            G.SCHEDULE = sched.split()[0]
+            G.PP_IN_FLIGHT = 0 if "wait 0" in sched else 1
             jax.clear_caches()
             f = jax.jit(lambda a, b, kw=kw, v=v: G.fused_gemm(a, b, v, **kw))
             try:
@@ -60,10 +61,11 @@ def main() -> int:
         G.SCHEDULE = "cooperative"
         flops = 2 * m * n * k
         same = None
-        if len(outs) == 2:
+        if len(outs) == 3:
             same = all(
                 np.array_equal(x, y)
-                for x, y in zip(jax.tree.leaves(outs["cooperative"]), jax.tree.leaves(outs["pingpong"]))
+                for o in outs.values()
+                for x, y in zip(jax.tree.leaves(outs["cooperative"]), jax.tree.leaves(o))
             )
         line = "  ".join(f"{s} {t * 1e6:7.1f} us {flops / t / 1e12:5.0f} TF" for s, t in times.items())
         print(f"{label:20s} {line}  equal {same}", flush=True)

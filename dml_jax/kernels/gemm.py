@@ -114,6 +114,7 @@ def _gelu(y):
 SCHEDULE = "cooperative"  # experiment: "pingpong"
 PP_STAGES = 4
 PP_REGISTERS = 232
+PP_IN_FLIGHT = 1  # products left running while the next stage is awaited
 
 
 def _pingpong_stages(k_iters: int) -> int:
@@ -279,8 +280,15 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
                             if v.b_nk:
                                 rhs = rhs.transpose((1, 0))
                             plgpu.wgmma(acc_ref, a_smem.at[slot], rhs)
-                            plgpu.wgmma_wait(0)
-                            plgpu.barrier_arrive(empty.at[slot])
+                            if PP_IN_FLIGHT:  # the step before is done: its stage is free
+                                plgpu.wgmma_wait(1)
+
+                                @pl.when(kk > 0)
+                                def _free():
+                                    plgpu.barrier_arrive(empty.at[lax.rem(g - 1 + stages, stages)])
+                            else:
+                                plgpu.wgmma_wait(0)
+                                plgpu.barrier_arrive(empty.at[slot])
                             return carry
 
                         # The products of one warpgroup's tiles wait for the other's to be
@@ -292,6 +300,10 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
 
                         lax.fori_loop(0, k_iters, step, None)
                         plgpu.barrier_arrive(order.at[1 - wg])
+                        if PP_IN_FLIGHT:
+                            plgpu.wgmma_wait(0)
+                            last = lax.rem(t * k_iters + k_iters - 1, stages)
+                            plgpu.barrier_arrive(empty.at[last])
                         acc = acc_ref[...]
                         if alpha != 1.0:
                             acc = alpha * acc
