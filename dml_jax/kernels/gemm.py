@@ -114,6 +114,7 @@ def _gelu(y):
 SCHEDULE = "cooperative"  # experiment: "pingpong"
 PP_STAGES = 4
 PP_REGISTERS = 232
+COOP_DELAY = 0  # experiment
 PP_IN_FLIGHT = 1  # products left running while the next stage is awaited
 
 
@@ -344,9 +345,11 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
     return f(a, b, *operands)
 
 
-@functools.partial(jax.jit, static_argnames=("v", "alpha", "beta", "c_row", "gelu", "split"))
+@functools.partial(
+    jax.jit, static_argnames=("v", "alpha", "beta", "c_row", "gelu", "split", "schedule")
+)
 def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=False,
-               residual=None, split=0):  # fmt: skip
+               residual=None, split=0, schedule=None):  # fmt: skip
     """``round(Alpha * a @ B + Beta * C)``, then ``round(gelu(.))`` and/or ``round(. + R)``.
     One jitted function per form, so that a program with many calls of one form lowers (and
     compiles) the kernel once.
@@ -362,7 +365,9 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
     and is added to the whole accumulator as a column vector. C and R come in as EPI x EPI
     pieces, two slots a warpgroup, each piece's copy issued while the one before is finished
     (the first before the products)."""
-    if SCHEDULE == "pingpong" and (v.k // TILE_K) % 2 == 0:
+    schedule = schedule or SCHEDULE
+    delay = 1 if schedule == "cooperative1" else COOP_DELAY
+    if schedule == "pingpong" and (v.k // TILE_K) % 2 == 0:
         return _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split)
     import jax.experimental.pallas as pl
     import jax.experimental.pallas.mosaic_gpu as plgpu
@@ -401,12 +406,14 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
                         lambda s: (0, s),
                         transforms=transforms,
                         memory_space=plgpu.SMEM,
+                        delay_release=delay,
                     ),
                     plgpu.BlockSpec(
                         b_block,
                         (lambda s: (0, s)) if v.b_nk else (lambda s: (s, 0)),
                         transforms=transforms,
                         memory_space=plgpu.SMEM,
+                        delay_release=delay,
                     ),
                 ],
                 wg_axis="wg",
@@ -521,7 +528,7 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
                     else:
                         rhs = b_smem.at[:, wn]
                     plgpu.wgmma(acc_ref, a_smem, rhs)
-                    plgpu.wgmma_wait(0)
+                    plgpu.wgmma_wait(delay)
                     return acc_ref
 
                 b_rows = pl.ds(ni * cta_n, cta_n)
