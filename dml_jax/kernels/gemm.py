@@ -112,19 +112,23 @@ def _gelu(y):
 
 
 SCHEDULE = "cooperative"  # experiment: "pingpong"
-PP_STAGES = 4
+PP_STAGES = 6
 PP_REGISTERS = 232
 COOP_DELAY = 0  # experiment
 PP_IN_FLIGHT = 1  # products left running while the next stage is awaited
 
 
-def _pingpong_stages(k_iters: int) -> int:
-    """Stages of the shared ring: a warpgroup skips the other's tile, k_iters / stages phases
-    of every barrier, which must be even so that its parities stay right."""
-    return next(s for s in range(PP_STAGES, 0, -1) if k_iters % (2 * s) == 0)
+SMEM_LIMIT = 227 * 1024
 
 
-def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
+def _pingpong_stages(k_iters: int, pieces: int) -> int:
+    """Stages of the shared ring: as many 32 KiB stages as fit beside the epilogue's buffers
+    (the output's and one per C or R read by pieces, 32 KiB each), at most PP_STAGES."""
+    room = (SMEM_LIMIT - 4096 - 32768 * (1 + pieces)) // 32768
+    return max(1, min(PP_STAGES, room, k_iters))
+
+
+def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split, max_stages):
     """The same products and epilogue, two compute warpgroups each owning whole 128 x 128
     tiles in turn (ping-pong): the memory warpgroup fills one ring of stages in tile order, so
     one warpgroup's products run while the other's epilogue does."""
@@ -142,10 +146,10 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
     )
     m_iters, n_iters, k_iters = m // TILE_M, n // TILE_N, k // TILE_K
     tiles = m_iters * n_iters
-    stages = _pingpong_stages(k_iters)
     ncta = jax.devices()[0].core_count
     bias = None if (c is None or not c_row) else c[:1].reshape(n)
     pieces = [x for x in ((None if c_row else c), residual) if x is not None]
+    stages = min(max_stages, _pingpong_stages(k_iters, len(pieces)))
     alpha, beta = float(np.float32(alpha)), float(np.float32(beta))
     b_block = (TILE_N, TILE_K) if v.b_nk else (TILE_K, TILE_N)
     grid_pieces = [(ei, ej) for ei in range(TILE_M // EPI) for ej in range(TILE_N // EPI)]
@@ -158,7 +162,10 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
         scratch = {
             "a_smem": plgpu.SMEM((stages, TILE_M, TILE_K), dtype, transforms=transforms),
             "b_smem": plgpu.SMEM((stages, *b_block), dtype, transforms=transforms),
-            "full": plgpu.Barrier(num_arrivals=2, num_barriers=stages),
+            # One set of full barriers a compute warpgroup: each waits only on the phases of
+            # its own steps, so its parities stay right however the tiles' steps fall on
+            # the ring's stages.
+            "full": plgpu.Barrier(num_arrivals=2, num_barriers=2 * stages),
             "empty": plgpu.Barrier(num_arrivals=1, num_barriers=stages),
             "order": plgpu.Barrier(num_arrivals=1, num_barriers=2),
             "out_smem": plgpu.SMEM((2, 2, EPI, EPI), dtype, transforms=out_transforms),
@@ -234,9 +241,10 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
                             plgpu.barrier_wait(empty.at[slot])
 
                         ks = pl.ds(kk * TILE_K, TILE_K)
-                        plgpu.copy_gmem_to_smem(a_gmem.at[cm, ks], a_smem.at[slot], full.at[slot])
+                        ready = full.at[lax.rem(t, 2) * stages + slot]
+                        plgpu.copy_gmem_to_smem(a_gmem.at[cm, ks], a_smem.at[slot], ready)
                         src = b_gmem.at[cn, ks] if v.b_nk else b_gmem.at[ks, cn]
-                        plgpu.copy_gmem_to_smem(src, b_smem.at[slot], full.at[slot])
+                        plgpu.copy_gmem_to_smem(src, b_smem.at[slot], ready)
                         return carry
 
                     return lax.fori_loop(0, k_iters, step, carry)
@@ -276,7 +284,7 @@ def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split):
                         def step(kk, carry):
                             g = t * k_iters + kk
                             slot = lax.rem(g, stages)
-                            plgpu.barrier_wait(full.at[slot])
+                            plgpu.barrier_wait(full.at[wg * stages + slot])
                             rhs = b_smem.at[slot]
                             if v.b_nk:
                                 rhs = rhs.transpose((1, 0))
@@ -367,8 +375,9 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
     (the first before the products)."""
     schedule = schedule or SCHEDULE
     delay = 1 if schedule == "cooperative1" else COOP_DELAY
-    if schedule == "pingpong" and (v.k // TILE_K) % 2 == 0:
-        return _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split)
+    if schedule.startswith("pingpong"):
+        stages = int(schedule[8:] or PP_STAGES)
+        return _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split, stages)
     import jax.experimental.pallas as pl
     import jax.experimental.pallas.mosaic_gpu as plgpu
 
