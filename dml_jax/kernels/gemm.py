@@ -111,7 +111,7 @@ def _gelu(y):
     return 0.5 * y * jnp.where(y < 0, q, 2.0 - q)
 
 
-SCHEDULE = "cooperative"  # experiment: "pingpong"
+PINGPONG_MAX_K = 2048  # longer products keep the cooperative schedule
 PP_STAGES = 6
 PP_REGISTERS = 232
 COOP_DELAY = 0  # experiment
@@ -373,7 +373,7 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
     and is added to the whole accumulator as a column vector. C and R come in as EPI x EPI
     pieces, two slots a warpgroup, each piece's copy issued while the one before is finished
     (the first before the products)."""
-    schedule = schedule or SCHEDULE
+    schedule = schedule or ("pingpong" if v.k <= PINGPONG_MAX_K else "cooperative")
     delay = 1 if schedule == "cooperative1" else COOP_DELAY
     if schedule.startswith("pingpong"):
         stages = int(schedule[8:] or PP_STAGES)
