@@ -47,7 +47,7 @@ def main() -> int:
         elif form == "full":
             kw = dict(c=r, beta=0.5, alpha=2.0)
         outs, times = {}, {}
-        scheds = ("cooperative", "pingpong4", "pingpong")
+        scheds = ("cooperative", "pingpong")
         fns = {}
         for sched in scheds:
             fns[sched] = jax.jit(

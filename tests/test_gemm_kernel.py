@@ -403,14 +403,15 @@ def test_the_kernels_contract_is_the_lax_nodes_within_the_tolerance(form):
 
 
 @needs_hopper
+@pytest.mark.parametrize("schedule", ["pingpong", "cooperative"])
 @pytest.mark.parametrize("b_nk", [True, False])
 @pytest.mark.parametrize("form", FORMS)
-def test_kernel_matches_its_contract(form, b_nk):
+def test_kernel_matches_its_contract(form, b_nk, schedule):
     # the kernel against ``model``'s GEMM node, then the GELU and ADD nodes' lax lowerings
     m, n, k = 256, 512, 320
     a, b, kw = _operands(form, m, n, k, b_nk)
     v = K.plan((m, k), b.shape, False, b_nk, jnp.float16)
-    got = jax.jit(lambda a, b: K.fused_gemm(a, b, v, **kw))(a, b)
+    got = jax.jit(lambda a, b: K.fused_gemm(a, b, v, schedule=schedule, **kw))(a, b)
     gemm = jax.jit(lambda a, b: model(a, b, v, **dict(kw, gelu=False, residual=None)))(a, b)
     want = _lax_tail(gemm, kw.get("gelu", False), kw["residual"])
     got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
@@ -419,15 +420,37 @@ def test_kernel_matches_its_contract(form, b_nk):
 
 
 @needs_hopper
+@pytest.mark.parametrize("b_nk", [True, False])
+@pytest.mark.parametrize("form", FORMS)
+def test_schedules_agree_bit_for_bit(form, b_nk):
+    # 512 tiles of 128 x 128: every program deals several to each compute warpgroup (ping-pong),
+    # and 12 steps of K go round the ring of stages twice a tile
+    m, n, k = 4096, 2048, 768
+    a, b, kw = _operands(form, m, n, k, b_nk)
+    v = K.plan((m, k), b.shape, False, b_nk, jnp.float16)
+    got = {
+        s: np.asarray(jax.jit(lambda a, b, s=s: K.fused_gemm(a, b, v, schedule=s, **kw))(a, b))
+        for s in ("pingpong", "cooperative")
+    }
+    assert not np.isnan(got["pingpong"].astype(np.float32)).any()
+    np.testing.assert_array_equal(
+        got["pingpong"].view(np.uint16), got["cooperative"].view(np.uint16)
+    )
+
+
+@needs_hopper
+@pytest.mark.parametrize("schedule", ["pingpong", "cooperative"])
 @pytest.mark.parametrize("heads, head", [(4, 64), (2, 128)])
-def test_kernel_writes_queries_keys_and_values_apart(heads, head):
+def test_kernel_writes_queries_keys_and_values_apart(heads, head, schedule):
     m, k, n = 256, 128, heads * 3 * head
     rng = np.random.default_rng(head)
     a = jnp.asarray(rng.standard_normal((m, k)), jnp.float16)
     b = jnp.asarray(rng.standard_normal((n, k)) / np.sqrt(k), jnp.float16)
     c = jnp.asarray(rng.standard_normal((1, n)), jnp.float16)
     v = K.plan((m, k), b.shape, False, True, jnp.float16)
-    got = jax.jit(lambda a, b: K.fused_gemm(a, b, v, c=c, c_row=True, split=head))(a, b)
+    got = jax.jit(
+        lambda a, b: K.fused_gemm(a, b, v, c=c, c_row=True, split=head, schedule=schedule)
+    )(a, b)
     want = jax.jit(lambda a, b: model(a, b, v, c=c, c_row=True, split=head))(a, b)
     assert len(got) == 3
     for g, w in zip(got, want):

@@ -111,246 +111,111 @@ def _gelu(y):
     return 0.5 * y * jnp.where(y < 0, q, 2.0 - q)
 
 
-PINGPONG_MAX_K = 2048  # longer products keep the cooperative schedule
-PP_STAGES = 6
-PP_REGISTERS = 232
-COOP_DELAY = 0  # experiment
-PP_IN_FLIGHT = 1  # products left running while the next stage is awaited
-
-
+PINGPONG_MAX_K = 2048  # longer products keep the cooperative schedule (round 17)
+PP_STAGES = 6  # ping-pong ring stages, at most (fewer where the epilogue's buffers need room)
 SMEM_LIMIT = 227 * 1024
 
 
 def _pingpong_stages(k_iters: int, pieces: int) -> int:
-    """Stages of the shared ring: as many 32 KiB stages as fit beside the epilogue's buffers
-    (the output's and one per C or R read by pieces, 32 KiB each), at most PP_STAGES."""
+    """Stages of the ping-pong ring: as many 32 KiB stages as fit beside the epilogue's
+    buffers (the output's and one per C or R read by pieces, 32 KiB each), at most
+    PP_STAGES."""
     room = (SMEM_LIMIT - 4096 - 32768 * (1 + pieces)) // 32768
     return max(1, min(PP_STAGES, room, k_iters))
 
 
-def _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split, max_stages):
-    """The same products and epilogue, two compute warpgroups each owning whole 128 x 128
-    tiles in turn (ping-pong): the memory warpgroup fills one ring of stages in tile order, so
-    one warpgroup's products run while the other's epilogue does."""
+@dataclass(frozen=True)
+class _Form:
+    """What a call computes besides the products (static)."""
+
+    alpha: float
+    beta: float
+    c_row: bool  # C is a bias row
+    full_c: bool  # C is {M, N}, read by pieces
+    gelu: bool
+    residual: bool
+    split: int
+
+
+def _epilogue(f: _Form, dtype, wg, refs: dict):
+    """The epilogue of a warpgroup's TILE_M x TILE_N tile: ``start(cm, cn)`` issues the copies
+    of its bias and first C / R piece (before the products); ``finish(acc_ref, cm, cn, col0)``
+    stores ``round(Alpha * acc + Beta * C)`` (or its GELU, or plus R) by EPI x EPI pieces,
+    ``col0`` the tile's first column. Unless C comes by pieces, the GEMM node is rounded for
+    the whole tile at once (its float16 halves the registers the pieces' math finds held)."""
     import jax.experimental.pallas as pl
     import jax.experimental.pallas.mosaic_gpu as plgpu
 
-    dtype = a.dtype
-    m, n, k = v.m, v.n, v.k
-    swizzle = plgpu.find_swizzle(TILE_K * 16)
-    transforms = (plgpu.TilingTransform((8, swizzle // 2)), plgpu.SwizzleTransform(swizzle))
-    out_swizzle = plgpu.find_swizzle(EPI * 16)
-    out_transforms = (
-        plgpu.TilingTransform((8, out_swizzle // 2)),
-        plgpu.SwizzleTransform(out_swizzle),
-    )
-    m_iters, n_iters, k_iters = m // TILE_M, n // TILE_N, k // TILE_K
-    tiles = m_iters * n_iters
-    ncta = jax.devices()[0].core_count
-    bias = None if (c is None or not c_row) else c[:1].reshape(n)
-    pieces = [x for x in ((None if c_row else c), residual) if x is not None]
-    stages = min(max_stages, _pingpong_stages(k_iters, len(pieces)))
-    alpha, beta = float(np.float32(alpha)), float(np.float32(beta))
-    b_block = (TILE_N, TILE_K) if v.b_nk else (TILE_K, TILE_N)
     grid_pieces = [(ei, ej) for ei in range(TILE_M // EPI) for ej in range(TILE_N // EPI)]
-    operands = ([bias] if bias is not None else []) + pieces
+    x_smem, x_bar = refs["x_smem"], refs["x_bar"]
+    out_smem, out_gmem = refs["out_smem"], refs["out_gmem"]
 
-    def kernel(a_gmem, b_gmem, *refs):
-        bias_gmem = refs[0] if bias is not None else None
-        piece_gmem = refs[int(bias is not None) : len(operands)]
-        out_gmem = refs[len(operands) :]
-        scratch = {
-            "a_smem": plgpu.SMEM((stages, TILE_M, TILE_K), dtype, transforms=transforms),
-            "b_smem": plgpu.SMEM((stages, *b_block), dtype, transforms=transforms),
-            # One set of full barriers a compute warpgroup: each waits only on the phases of
-            # its own steps, so its parities stay right however the tiles' steps fall on
-            # the ring's stages.
-            "full": plgpu.Barrier(num_arrivals=2, num_barriers=2 * stages),
-            "empty": plgpu.Barrier(num_arrivals=1, num_barriers=stages),
-            "order": plgpu.Barrier(num_arrivals=1, num_barriers=2),
-            "out_smem": plgpu.SMEM((2, 2, EPI, EPI), dtype, transforms=out_transforms),
-        }
-        if bias is not None:
-            scratch["bias_smem"] = plgpu.SMEM((2, TILE_N), dtype)
-            scratch["bias_bar"] = plgpu.Barrier(num_barriers=2)
-        for e in range(len(pieces)):
-            scratch[f"x{e}_smem"] = plgpu.SMEM((2, 2, EPI, EPI), dtype, transforms=out_transforms)
-            scratch[f"x{e}_bar"] = plgpu.Barrier(num_barriers=4)
+    def at(p):
+        ei, ej = grid_pieces[p]
+        return slice(ei * EPI, (ei + 1) * EPI), slice(ej * EPI, (ej + 1) * EPI)
 
-        @functools.partial(pl.run_scoped, **scratch, collective_axes="wg")
-        def _scope(a_smem, b_smem, full, empty, order, out_smem, **rest):
-            x_smem = [rest[f"x{e}_smem"] for e in range(len(pieces))]
-            x_bar = [rest[f"x{e}_bar"] for e in range(len(pieces))]
-            wg = lax.axis_index("wg")
-            cta = lax.axis_index("cluster_grid")
-            mine = (tiles - cta + ncta - 1) // ncta  # this program's tiles
+    def fetch(p, cm, cn):  # piece p's C and R into slot p % 2
+        ms, ns = at(p)
+        for src, dst, bar in zip(refs["piece_gmem"], x_smem, x_bar):
+            plgpu.copy_gmem_to_smem(
+                src.at[cm, cn].at[ms, ns], dst.at[wg, p % 2], bar.at[2 * wg + p % 2]
+            )
 
-            def where(t):
-                mi, ni = plgpu.planar_snake(cta + t * ncta, (m_iters, n_iters), 1, BAND)
-                return mi, ni, pl.ds(mi * TILE_M, TILE_M), pl.ds(ni * TILE_N, TILE_N)
+    def start(cm, cn):
+        if refs["bias_gmem"] is not None:
+            plgpu.copy_gmem_to_smem(
+                refs["bias_gmem"].at[cn], refs["bias_smem"].at[wg], refs["bias_bar"].at[wg]
+            )
+        if x_smem:
+            fetch(0, cm, cn)
 
-            def piece(acc, p, ni, cm, cn, fetch):
-                ei, ej = grid_pieces[p]
-                ms, ns = slice(ei * EPI, (ei + 1) * EPI), slice(ej * EPI, (ej + 1) * EPI)
-                if pieces and p + 1 < len(grid_pieces):
-                    fetch(p + 1)
-                for bar in x_bar:
-                    plgpu.barrier_wait(bar.at[2 * wg + p % 2])
-                y = acc[ms, ns]
-                e = 0
-                if c is not None and not c_row:
-                    cv = x_smem[0][wg, p % 2].astype(jnp.float32)
-                    y = y + (cv if beta == 1.0 else beta * cv)
-                    e = 1
-                y = y.astype(dtype)
-                if gelu:
-                    y = _gelu(y.astype(jnp.float32)).astype(dtype)
-                if residual is not None:
-                    r = x_smem[e][wg, p % 2].astype(jnp.float32)
-                    y = (y.astype(jnp.float32) + r).astype(dtype)
-                plgpu.wait_smem_to_gmem(1, wait_read_only=True)
-                out_smem[wg, p % 2] = y
-                plgpu.commit_smem()
-                if not split:
-                    dst = out_gmem[0].at[cm, cn].at[ms, ns]
-                    plgpu.copy_smem_to_gmem(out_smem.at[wg, p % 2], dst)
-                    return
-                col = ni * TILE_N + ej * EPI  # in the stacked columns
-                kind = (col // split) % 3
-                at = (col // (3 * split)) * split + col % split  # in that kind's columns
-                for t in range(3):
-
-                    @pl.when(kind == t)
-                    def _(t=t):
-                        dst = out_gmem[t].at[cm, pl.ds(at, EPI)].at[ms]
-                        plgpu.copy_smem_to_gmem(out_smem.at[wg, p % 2], dst)
-
-            @pl.when(wg == 2)
-            def _memory():
-                plgpu.set_max_registers(40, action="decrease")
-
-                def tile(t, carry):
-                    cm, cn = where(t)[2:]
-
-                    def step(kk, carry):
-                        g = t * k_iters + kk
-                        slot = lax.rem(g, stages)
-
-                        @pl.when(g >= stages)
-                        def _wait():
-                            plgpu.barrier_wait(empty.at[slot])
-
-                        ks = pl.ds(kk * TILE_K, TILE_K)
-                        ready = full.at[lax.rem(t, 2) * stages + slot]
-                        plgpu.copy_gmem_to_smem(a_gmem.at[cm, ks], a_smem.at[slot], ready)
-                        src = b_gmem.at[cn, ks] if v.b_nk else b_gmem.at[ks, cn]
-                        plgpu.copy_gmem_to_smem(src, b_smem.at[slot], ready)
-                        return carry
-
-                    return lax.fori_loop(0, k_iters, step, carry)
-
-                lax.fori_loop(0, mine, tile, None)
-
-            @pl.when(wg < 2)
-            def _compute():
-                plgpu.set_max_registers(PP_REGISTERS, action="increase")
-
-                def tile(t2, carry):
-                    t = wg + 2 * t2
-                    ni, cm, cn = where(t)[1:]
-
-                    def fetch(p):  # piece p's C and R into slot p % 2
-                        ei, ej = grid_pieces[p]
-                        ms = slice(ei * EPI, (ei + 1) * EPI)
-                        ns = slice(ej * EPI, (ej + 1) * EPI)
-                        for src, dst, bar in zip(piece_gmem, x_smem, x_bar):
-                            plgpu.copy_gmem_to_smem(
-                                src.at[cm, cn].at[ms, ns], dst.at[wg, p % 2],
-                                bar.at[2 * wg + p % 2],
-                            )  # fmt: skip
-
-                    @functools.partial(
-                        pl.run_scoped, acc_ref=plgpu.ACC((TILE_M, TILE_N), jnp.float32)
-                    )
-                    def _acc(acc_ref):
-                        if bias is not None:
-                            plgpu.copy_gmem_to_smem(
-                                bias_gmem.at[cn], rest["bias_smem"].at[wg],
-                                rest["bias_bar"].at[wg],
-                            )  # fmt: skip
-                        if pieces:
-                            fetch(0)
-
-                        def step(kk, carry):
-                            g = t * k_iters + kk
-                            slot = lax.rem(g, stages)
-                            plgpu.barrier_wait(full.at[wg * stages + slot])
-                            rhs = b_smem.at[slot]
-                            if v.b_nk:
-                                rhs = rhs.transpose((1, 0))
-                            plgpu.wgmma(acc_ref, a_smem.at[slot], rhs)
-                            if PP_IN_FLIGHT:  # the step before is done: its stage is free
-                                plgpu.wgmma_wait(1)
-
-                                @pl.when(kk > 0)
-                                def _free():
-                                    plgpu.barrier_arrive(empty.at[lax.rem(g - 1 + stages, stages)])
-                            else:
-                                plgpu.wgmma_wait(0)
-                                plgpu.barrier_arrive(empty.at[slot])
-                            return carry
-
-                        # The products of one warpgroup's tiles wait for the other's to be
-                        # issued, so the two alternate and a warpgroup is never more than one
-                        # phase behind a barrier it waits on.
-                        @pl.when(t > 0)
-                        def _turn():
-                            plgpu.barrier_wait(order.at[wg])
-
-                        lax.fori_loop(0, k_iters, step, None)
-                        plgpu.barrier_arrive(order.at[1 - wg])
-                        if PP_IN_FLIGHT:
-                            plgpu.wgmma_wait(0)
-                            last = lax.rem(t * k_iters + k_iters - 1, stages)
-                            plgpu.barrier_arrive(empty.at[last])
-                        acc = acc_ref[...]
-                        if alpha != 1.0:
-                            acc = alpha * acc
-                        if bias is not None:
-                            plgpu.barrier_wait(rest["bias_bar"].at[wg])
-                            row = plgpu.load(
-                                rest["bias_smem"].at[wg], (), layout=plgpu.Layout.WGMMA.reduce(0)
-                            ).astype(jnp.float32)
-                            if beta != 1.0:
-                                row = beta * row
-                            acc = acc + lax.broadcast_in_dim(row, (TILE_M, TILE_N), [1])
-                        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-                        for p in range(len(grid_pieces)):
-                            piece(acc, p, ni, cm, cn, fetch)
-
-                    return carry
-
-                lax.fori_loop(0, (mine - wg + 1) // 2, tile, None)
-
+    def finish(acc_ref, cm, cn, col0):
+        acc = acc_ref[...]
+        if f.alpha != 1.0:
+            acc = f.alpha * acc
+        if refs["bias_gmem"] is not None:
+            plgpu.barrier_wait(refs["bias_bar"].at[wg])
+            row = plgpu.load(
+                refs["bias_smem"].at[wg], (), layout=plgpu.Layout.WGMMA.reduce(0)
+            ).astype(jnp.float32)
+            if f.beta != 1.0:
+                row = f.beta * row
+            acc = acc + lax.broadcast_in_dim(row, (TILE_M, TILE_N), [1])
+        if not f.full_c:
+            acc = acc.astype(dtype)
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+        for p in range(len(grid_pieces)):
+            ms, ns = at(p)
+            if x_smem and p + 1 < len(grid_pieces):
+                fetch(p + 1, cm, cn)
+            for bar in x_bar:
+                plgpu.barrier_wait(bar.at[2 * wg + p % 2])
+            y = acc[ms, ns]
+            if f.full_c:
+                cv = x_smem[0][wg, p % 2].astype(jnp.float32)
+                y = (y + (cv if f.beta == 1.0 else f.beta * cv)).astype(dtype)
+            if f.gelu:
+                y = _gelu(y.astype(jnp.float32)).astype(dtype)
+            if f.residual:
+                r = x_smem[-1][wg, p % 2].astype(jnp.float32)
+                y = (y.astype(jnp.float32) + r).astype(dtype)
+            plgpu.wait_smem_to_gmem(1, wait_read_only=True)
+            out_smem[wg, p % 2] = y
+            plgpu.commit_smem()
+            if not f.split:
+                plgpu.copy_smem_to_gmem(out_smem.at[wg, p % 2], out_gmem[0].at[cm, cn].at[ms, ns])
+                continue
+            col = col0 + ns.start  # in the stacked columns
+            kind = (col // f.split) % 3
+            first = (col // (3 * f.split)) * f.split + col % f.split  # in that kind's columns
+            for t in range(3):
 
-    out_type = (
-        tuple(jax.ShapeDtypeStruct((m, n // 3), dtype) for _ in range(3))
-        if split
-        else jax.ShapeDtypeStruct((m, n), dtype)
-    )
-    f = plgpu.kernel(
-        kernel,
-        out_type=out_type,
-        grid=(ncta,),
-        grid_names=("cluster_grid",),
-        num_threads=3,
-        thread_name="wg",
-        compiler_params=plgpu.CompilerParams(
-            approx_math=True, lowering_semantics=plgpu.LoweringSemantics.Warpgroup
-        ),
-    )
-    return f(a, b, *operands)
+                @pl.when(kind == t)
+                def _(t=t, first=first, ms=ms, slot=p % 2):
+                    dst = out_gmem[t].at[cm, pl.ds(first, EPI)].at[ms]
+                    plgpu.copy_smem_to_gmem(out_smem.at[wg, slot], dst)
+
+    return start, finish
 
 
 @functools.partial(
@@ -369,20 +234,26 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
     blocks (query, key, value: a stacked {.., H, 3, D} tensor), and the result is three
     {M, H * D} arrays, one per block kind, written where the stacked layout's pieces belong.
 
+    ``schedule``: "pingpong" (each compute warpgroup on whole 128 x 128 tiles in turn, one's
+    products running while the other's epilogue does), "cooperative" (both on the halves of
+    one 128 x 256 tile), or None: ping-pong where K <= PINGPONG_MAX_K. Both sum the products
+    in the same order: their results are equal bit for bit.
+
     A bias row comes into shared memory once a tile (its TMA copy issued before the products)
     and is added to the whole accumulator as a column vector. C and R come in as EPI x EPI
     pieces, two slots a warpgroup, each piece's copy issued while the one before is finished
     (the first before the products)."""
-    schedule = schedule or ("pingpong" if v.k <= PINGPONG_MAX_K else "cooperative")
-    delay = 1 if schedule == "cooperative1" else COOP_DELAY
-    if schedule.startswith("pingpong"):
-        stages = int(schedule[8:] or PP_STAGES)
-        return _pingpong(a, b, v, alpha, beta, c, c_row, gelu, residual, split, stages)
     import jax.experimental.pallas as pl
     import jax.experimental.pallas.mosaic_gpu as plgpu
 
+    schedule = schedule or ("pingpong" if v.k <= PINGPONG_MAX_K else "cooperative")
+    pingpong = schedule == "pingpong"
     dtype = a.dtype
     m, n, k = v.m, v.n, v.k
+    form = _Form(
+        float(np.float32(alpha)), float(np.float32(beta)), c is not None and c_row,
+        c is not None and not c_row, gelu, residual is not None, split,
+    )  # fmt: skip
     swizzle = plgpu.find_swizzle(TILE_K * 16)
     transforms = (plgpu.TilingTransform((8, swizzle // 2)), plgpu.SwizzleTransform(swizzle))
     out_swizzle = plgpu.find_swizzle(EPI * 16)
@@ -390,162 +261,49 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
         plgpu.TilingTransform((8, out_swizzle // 2)),
         plgpu.SwizzleTransform(out_swizzle),
     )
-    cta_n = 2 * TILE_N
+    cta_n = TILE_N if pingpong else 2 * TILE_N  # a program's tile, or a warpgroup's in turn
     m_iters, n_iters, k_iters = m // TILE_M, n // cta_n, k // TILE_K
-    bias = None if (c is None or not c_row) else c[:1].reshape(n)
-    pieces = [x for x in ((None if c_row else c), residual) if x is not None]  # by pieces
-    alpha, beta = float(np.float32(alpha)), float(np.float32(beta))
+    bias = c[:1].reshape(n) if form.c_row else None
+    pieces = [x for x in ((c if form.full_c else None), residual) if x is not None]
     b_block = (cta_n, TILE_K) if v.b_nk else (TILE_K, cta_n)
-    grid_pieces = [(ei, ej) for ei in range(TILE_M // EPI) for ej in range(TILE_N // EPI)]
     operands = ([bias] if bias is not None else []) + pieces
+    stages = _pingpong_stages(k_iters, len(pieces)) if pingpong else STAGES
+    ncta = jax.devices()[0].core_count
 
     def kernel(a_gmem, b_gmem, *refs):
-        bias_gmem = refs[0] if bias is not None else None
-        piece_gmem = refs[int(bias is not None) : len(operands)]
-        out_gmem = refs[len(operands) :]
-
-        def pipeline(body, context):
-            return plgpu.emit_pipeline_warp_specialized(
-                body,
-                grid=(k_iters,),
-                memory_registers=40,
-                in_specs=[
-                    plgpu.BlockSpec(
-                        (TILE_M, TILE_K),
-                        lambda s: (0, s),
-                        transforms=transforms,
-                        memory_space=plgpu.SMEM,
-                        delay_release=delay,
-                    ),
-                    plgpu.BlockSpec(
-                        b_block,
-                        (lambda s: (0, s)) if v.b_nk else (lambda s: (s, 0)),
-                        transforms=transforms,
-                        memory_space=plgpu.SMEM,
-                        delay_release=delay,
-                    ),
-                ],
-                wg_axis="wg",
-                num_compute_wgs=2,
-                max_concurrent_steps=STAGES,
-                compute_context=context,
-            )
-
-        def ignore(*_, **__):
-            return None
-
         scratch = {
-            "pipeline_allocs": pipeline(ignore, ignore).get_allocations(a_gmem, b_gmem),
             "out_smem": plgpu.SMEM((2, 2, EPI, EPI), dtype, transforms=out_transforms),
+            "x_smem": [
+                plgpu.SMEM((2, 2, EPI, EPI), dtype, transforms=out_transforms) for _ in pieces
+            ],
+            "x_bar": [plgpu.Barrier(num_barriers=4) for _ in pieces],
         }
         if bias is not None:
             scratch["bias_smem"] = plgpu.SMEM((2, TILE_N), dtype)
             scratch["bias_bar"] = plgpu.Barrier(num_barriers=2)
-        for e in range(len(pieces)):
-            scratch[f"x{e}_smem"] = plgpu.SMEM((2, 2, EPI, EPI), dtype, transforms=out_transforms)
-            scratch[f"x{e}_bar"] = plgpu.Barrier(num_barriers=4)
+        if pingpong:
+            scratch["a_smem"] = plgpu.SMEM((stages, TILE_M, TILE_K), dtype, transforms=transforms)
+            scratch["b_smem"] = plgpu.SMEM((stages, *b_block), dtype, transforms=transforms)
+            # One set of full barriers a compute warpgroup: each waits only on the phases of
+            # its own steps, so its parities stay right however the tiles' steps fall on the
+            # ring's stages.
+            scratch["full"] = plgpu.Barrier(num_arrivals=2, num_barriers=2 * stages)
+            scratch["empty"] = plgpu.Barrier(num_arrivals=1, num_barriers=stages)
+            scratch["order"] = plgpu.Barrier(num_arrivals=1, num_barriers=2)
+        else:
+            scratch["pipeline_allocs"] = _cooperative_pipeline(
+                v, transforms, None, None
+            ).get_allocations(a_gmem, b_gmem)
 
         @functools.partial(pl.run_scoped, **scratch, collective_axes="wg")
-        def _scope(pipeline_allocs, out_smem, **rest):
-            x_smem = [rest[f"x{e}_smem"] for e in range(len(pieces))]
-            x_bar = [rest[f"x{e}_bar"] for e in range(len(pieces))]
+        def _scope(**mem):
             wg = lax.axis_index("wg")
-
-            @plgpu.nd_loop((m_iters * n_iters,), collective_axes="cluster_grid")
-            def _tile(info):
-                (lin,) = info.index
-                mi, ni = plgpu.planar_snake(lin, (m_iters, n_iters), 1, BAND)
-                cm = pl.ds(mi * TILE_M, TILE_M)
-                cn = pl.ds(ni * cta_n + wg * TILE_N, TILE_N)
-
-                def fetch(p):  # piece p's C and R into slot p % 2
-                    ei, ej = grid_pieces[p]
-                    ms, ns = slice(ei * EPI, (ei + 1) * EPI), slice(ej * EPI, (ej + 1) * EPI)
-                    for src, dst, bar in zip(piece_gmem, x_smem, x_bar):
-                        plgpu.copy_gmem_to_smem(
-                            src.at[cm, cn].at[ms, ns], dst.at[wg, p % 2], bar.at[2 * wg + p % 2]
-                        )
-
-                def context(eval_pipeline):
-                    @functools.partial(
-                        pl.run_scoped, acc_ref=plgpu.ACC((TILE_M, TILE_N), jnp.float32)
-                    )
-                    def _acc(acc_ref):
-                        if bias is not None:
-                            plgpu.copy_gmem_to_smem(
-                                bias_gmem.at[cn], rest["bias_smem"].at[wg],
-                                rest["bias_bar"].at[wg],
-                            )  # fmt: skip
-                        if pieces:
-                            fetch(0)
-                        eval_pipeline(acc_ref)
-                        acc = acc_ref[...]
-                        if alpha != 1.0:
-                            acc = alpha * acc
-                        if bias is not None:
-                            plgpu.barrier_wait(rest["bias_bar"].at[wg])
-                            row = plgpu.load(
-                                rest["bias_smem"].at[wg], (), layout=plgpu.Layout.WGMMA.reduce(0)
-                            ).astype(jnp.float32)
-                            if beta != 1.0:
-                                row = beta * row
-                            acc = acc + lax.broadcast_in_dim(row, (TILE_M, TILE_N), [1])
-                        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-                        for p in range(len(grid_pieces)):
-                            piece(acc, p)
-
-                def piece(acc, p):
-                    ei, ej = grid_pieces[p]
-                    ms, ns = slice(ei * EPI, (ei + 1) * EPI), slice(ej * EPI, (ej + 1) * EPI)
-                    if pieces and p + 1 < len(grid_pieces):
-                        fetch(p + 1)
-                    for bar in x_bar:
-                        plgpu.barrier_wait(bar.at[2 * wg + p % 2])
-                    y = acc[ms, ns]
-                    e = 0
-                    if c is not None and not c_row:
-                        cv = x_smem[0][wg, p % 2].astype(jnp.float32)
-                        y = y + (cv if beta == 1.0 else beta * cv)
-                        e = 1
-                    y = y.astype(dtype)
-                    if gelu:
-                        y = _gelu(y.astype(jnp.float32)).astype(dtype)
-                    if residual is not None:
-                        r = x_smem[e][wg, p % 2].astype(jnp.float32)
-                        y = (y.astype(jnp.float32) + r).astype(dtype)
-                    plgpu.wait_smem_to_gmem(1, wait_read_only=True)
-                    out_smem[wg, p % 2] = y
-                    plgpu.commit_smem()
-                    if not split:
-                        dst = out_gmem[0].at[cm, cn].at[ms, ns]
-                        plgpu.copy_smem_to_gmem(out_smem.at[wg, p % 2], dst)
-                        return
-                    col = ni * cta_n + wg * TILE_N + ej * EPI  # in the stacked columns
-                    kind = (col // split) % 3
-                    at = (col // (3 * split)) * split + col % split  # in that kind's columns
-                    for t in range(3):
-
-                        @pl.when(kind == t)
-                        def _(t=t):
-                            dst = out_gmem[t].at[cm, pl.ds(at, EPI)].at[ms]
-                            plgpu.copy_smem_to_gmem(out_smem.at[wg, p % 2], dst)
-
-                def mma(idxs, a_smem, b_smem, acc_ref):
-                    wn = pl.ds(wg * TILE_N, TILE_N)
-                    if v.b_nk:
-                        rhs = b_smem.at[wn].transpose((1, 0))
-                    else:
-                        rhs = b_smem.at[:, wn]
-                    plgpu.wgmma(acc_ref, a_smem, rhs)
-                    plgpu.wgmma_wait(delay)
-                    return acc_ref
-
-                b_rows = pl.ds(ni * cta_n, cta_n)
-                pipeline(mma, context)(
-                    a_gmem.at[cm, :],
-                    b_gmem.at[b_rows, :] if v.b_nk else b_gmem.at[:, b_rows],
-                    allocations=pipeline_allocs,
-                )
+            mem["bias_gmem"] = refs[0] if bias is not None else None
+            mem["piece_gmem"] = refs[int(bias is not None) : len(operands)]
+            mem["out_gmem"] = refs[len(operands) :]
+            start, finish = _epilogue(form, dtype, wg, mem)
+            run = _pingpong_tiles if pingpong else _cooperative_tiles
+            run(v, a_gmem, b_gmem, mem, wg, start, finish, (m_iters, n_iters, k_iters), stages)
 
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
@@ -557,7 +315,7 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
     f = plgpu.kernel(
         kernel,
         out_type=out_type,
-        grid=(jax.devices()[0].core_count,),
+        grid=(ncta,),
         grid_names=("cluster_grid",),
         cluster=(1,),
         cluster_names=("cluster",),
@@ -568,6 +326,161 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
         ),
     )
     return f(a, b, *operands)
+
+
+def _cooperative_pipeline(v: View, transforms, body, context):
+    """Pallas's warp-specialized pipeline over K: a memory warpgroup's TMA copies of A and
+    B tiles, STAGES in flight, for two compute warpgroups."""
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+
+    cta_n = 2 * TILE_N
+    return plgpu.emit_pipeline_warp_specialized(
+        body,
+        grid=(v.k // TILE_K,),
+        memory_registers=40,
+        in_specs=[
+            plgpu.BlockSpec(
+                (TILE_M, TILE_K), lambda s: (0, s), transforms=transforms,
+                memory_space=plgpu.SMEM,
+            ),
+            plgpu.BlockSpec(
+                (cta_n, TILE_K) if v.b_nk else (TILE_K, cta_n),
+                (lambda s: (0, s)) if v.b_nk else (lambda s: (s, 0)),
+                transforms=transforms, memory_space=plgpu.SMEM,
+            ),
+        ],
+        wg_axis="wg",
+        num_compute_wgs=2,
+        max_concurrent_steps=STAGES,
+        compute_context=context,
+    )  # fmt: skip
+
+
+def _cooperative_tiles(v, a_gmem, b_gmem, mem, wg, start, finish, iters, stages):
+    """Both compute warpgroups on the halves of one TILE_M x 2 TILE_N tile, the tiles of a
+    persistent program in turn."""
+    import jax.experimental.pallas as pl
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+
+    m_iters, n_iters, _ = iters
+    cta_n = 2 * TILE_N
+    swizzle = plgpu.find_swizzle(TILE_K * 16)
+    transforms = (plgpu.TilingTransform((8, swizzle // 2)), plgpu.SwizzleTransform(swizzle))
+
+    @plgpu.nd_loop((m_iters * n_iters,), collective_axes="cluster_grid")
+    def _tile(info):
+        (lin,) = info.index
+        mi, ni = plgpu.planar_snake(lin, (m_iters, n_iters), 1, BAND)
+        cm = pl.ds(mi * TILE_M, TILE_M)
+        cn = pl.ds(ni * cta_n + wg * TILE_N, TILE_N)
+
+        def context(eval_pipeline):
+            @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((TILE_M, TILE_N), jnp.float32))
+            def _acc(acc_ref):
+                start(cm, cn)
+                eval_pipeline(acc_ref)
+                finish(acc_ref, cm, cn, ni * cta_n + wg * TILE_N)
+
+        def mma(idxs, a_smem, b_smem, acc_ref):
+            wn = pl.ds(wg * TILE_N, TILE_N)
+            rhs = b_smem.at[wn].transpose((1, 0)) if v.b_nk else b_smem.at[:, wn]
+            plgpu.wgmma(acc_ref, a_smem, rhs)
+            plgpu.wgmma_wait(0)
+            return acc_ref
+
+        b_rows = pl.ds(ni * cta_n, cta_n)
+        _cooperative_pipeline(v, transforms, mma, context)(
+            a_gmem.at[cm, :],
+            b_gmem.at[b_rows, :] if v.b_nk else b_gmem.at[:, b_rows],
+            allocations=mem["pipeline_allocs"],
+        )
+
+
+def _pingpong_tiles(v, a_gmem, b_gmem, mem, wg, start, finish, iters, stages):
+    """Each compute warpgroup on whole TILE_M x TILE_N tiles, the program's tiles dealt out
+    in turn: the memory warpgroup fills one ring of ``stages`` stages in tile order, and a
+    warpgroup's products start when the other's are issued, so one's products run while the
+    other's epilogue does. A warpgroup keeps one step's products running while it waits for
+    the next stage."""
+    import jax.experimental.pallas as pl
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+
+    m_iters, n_iters, k_iters = iters
+    a_smem, b_smem = mem["a_smem"], mem["b_smem"]
+    full, empty, order = mem["full"], mem["empty"], mem["order"]
+    ncta = jax.devices()[0].core_count
+    cta = lax.axis_index("cluster_grid")
+    mine = (m_iters * n_iters - cta + ncta - 1) // ncta  # this program's tiles
+
+    def where(t):
+        mi, ni = plgpu.planar_snake(cta + t * ncta, (m_iters, n_iters), 1, BAND)
+        return ni, pl.ds(mi * TILE_M, TILE_M), pl.ds(ni * TILE_N, TILE_N)
+
+    @pl.when(wg == 2)
+    def _memory():
+        plgpu.set_max_registers(40, action="decrease")
+
+        def tile(t, carry):
+            _, cm, cn = where(t)
+
+            def step(kk, carry):
+                g = t * k_iters + kk
+                slot = lax.rem(g, stages)
+
+                @pl.when(g >= stages)
+                def _wait():
+                    plgpu.barrier_wait(empty.at[slot])
+
+                ks = pl.ds(kk * TILE_K, TILE_K)
+                ready = full.at[lax.rem(t, 2) * stages + slot]
+                plgpu.copy_gmem_to_smem(a_gmem.at[cm, ks], a_smem.at[slot], ready)
+                src = b_gmem.at[cn, ks] if v.b_nk else b_gmem.at[ks, cn]
+                plgpu.copy_gmem_to_smem(src, b_smem.at[slot], ready)
+                return carry
+
+            return lax.fori_loop(0, k_iters, step, carry)
+
+        lax.fori_loop(0, mine, tile, None)
+
+    @pl.when(wg < 2)
+    def _compute():
+        plgpu.set_max_registers(232, action="increase")
+
+        def tile(t2, carry):
+            t = wg + 2 * t2
+            ni, cm, cn = where(t)
+
+            @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((TILE_M, TILE_N), jnp.float32))
+            def _acc(acc_ref):
+                start(cm, cn)
+
+                def step(kk, carry):
+                    g = t * k_iters + kk
+                    slot = lax.rem(g, stages)
+                    plgpu.barrier_wait(full.at[wg * stages + slot])
+                    rhs = b_smem.at[slot]
+                    plgpu.wgmma(acc_ref, a_smem.at[slot], rhs.transpose((1, 0)) if v.b_nk else rhs)
+                    plgpu.wgmma_wait(1)  # the step before is done: its stage is free
+
+                    @pl.when(kk > 0)
+                    def _free():
+                        plgpu.barrier_arrive(empty.at[lax.rem(g - 1 + stages, stages)])
+
+                    return carry
+
+                @pl.when(t > 0)
+                def _turn():  # the other warpgroup's products are issued
+                    plgpu.barrier_wait(order.at[wg])
+
+                lax.fori_loop(0, k_iters, step, None)
+                plgpu.barrier_arrive(order.at[1 - wg])
+                plgpu.wgmma_wait(0)
+                plgpu.barrier_arrive(empty.at[lax.rem(t * k_iters + k_iters - 1, stages)])
+                finish(acc_ref, cm, cn, ni * TILE_N)
+
+            return carry
+
+        lax.fori_loop(0, (mine - wg + 1) // 2, tile, None)
 
 
 # ---------------------------------------------------------------------------------------------
