@@ -45,7 +45,11 @@ def main() -> int:
         G._gelu = fn
         for sched in ("pingpong", "cooperative"):
             jax.clear_caches()
-            f = jax.jit(lambda a, b, c, s=sched: G.fused_gemm(a, b, v, c=c, c_row=True, gelu=True, schedule=s))
+            f = jax.jit(
+                lambda a, b, c, s=sched: G.fused_gemm(
+                    a, b, v, c=c, c_row=True, gelu=True, schedule=s
+                )
+            )
             got = np.asarray(f(a, b, c), np.float32)
             t = min(timeit(f, a, b, c, reps=30) for _ in range(3))
             err = np.abs(got - want)

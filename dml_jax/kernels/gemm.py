@@ -13,26 +13,37 @@ accumulator, still in registers, becomes the node's output and then the consumer
     y = round(gelu(y))  or  round(y + R)      the consumer node, where fused
 
 and only the last value is stored (with ``split``, in three arrays, one per block kind of the
-stacked {.., H, 3, D} columns). The main loop is a warp-specialized pipeline (one warpgroup
-issues TMA copies of A and B tiles, two compute warpgroups issue WGMMA on 128 x 128 halves of a
-128 x 256 tile) over a persistent grid of one program per multiprocessor; the epilogue goes out
-in 64 x 64 pieces through shared memory and TMA. A bias C (a row broadcast down M, a stride-0
-desc) comes in once a tile as a vector, during the products, and is added to the whole
-accumulator; a full C and R come in by pieces, one piece ahead.
+stacked {.., H, 3, D} columns). The grid is persistent (one program per multiprocessor), each
+program a memory warpgroup issuing TMA copies of A and B tiles and two compute warpgroups
+issuing WGMMA, on one of two schedules:
+
+- ping-pong (K <= PINGPONG_MAX_K): each compute warpgroup owns whole 128 x 128 tiles, the
+  program's tiles dealt out in turn; one ring of up to 6 stages is filled in tile order, and a
+  warpgroup's products start when the other's are issued, so one's epilogue runs while the
+  other's products do;
+- cooperative (longer K): both compute warpgroups on the 128 x 128 halves of one 128 x 256 tile
+  (Pallas's warp-specialized pipeline, 3 stages), which reads A once for both and ran the
+  second MLP GEMM (K = 4096) faster: 102 us against 115 (H100, round 17).
+
+Both sum the products in the same order, so their results are equal bit for bit. The epilogue
+goes out in 64 x 64 pieces through shared memory and TMA. A bias C (a row broadcast down M, a
+stride-0 desc) comes in once a tile as a vector, during the products, and is added to the
+whole accumulator; a full C and R come in by pieces, one piece ahead.
 
 GELU is ``0.5 y (1 + erf(y / sqrt 2))`` with erfc from Abramowitz and Stegun 7.1.28 (absolute
-error <= 3e-7; one reciprocal, no exponential), 1 + erf taken as erfc(|y| / sqrt 2) below
-zero and 2 - erfc above, so the negative side has no cancellation. The GEMM node is rounded
-once (Alpha, Beta and C applied to the float32 accumulator), where the lax lowering rounds the
-float16 product first (docs/semantics.md); results are within one float16 unit of the lax
-nodes' (``tests/test_gemm_kernel.py`` states the tolerance), and the products' summation order
-differs from XLA's, so they are not bit-equal.
+error <= 3e-7; one reciprocal square root, no exponential), 1 + erf taken as erfc(|y| /
+sqrt 2) below zero and 2 - erfc above, so the negative side has no cancellation. The GEMM node
+is rounded once (Alpha, Beta and C applied to the float32 accumulator), where the lax lowering
+rounds the float16 product first (docs/semantics.md); results are within one float16 unit of
+the lax nodes' (``tests/test_gemm_kernel.py`` states the tolerance), and the products'
+summation order differs from XLA's, so they are not bit-equal.
 
-Measured on an H100 (benchmarks/RESULTS.md, round 16), M = 8192 tokens, kernel time: the GPT's
-first MLP GEMM with its bias and GELU 137 us against XLA's GEMM and GELU 172; the QKV projection
-with its bias 85 against 128 (the first form of the kernel); residual adds fused 30 (N = K =
-1024) and 98 (K = 4096) against 50 and 117. In the GPT stack, writing Q, K and V apart saves
-0.3 ms a call of twelve layers; the stack runs 1.16x PyTorch eager (1.04x before).
+Measured on an H100 (benchmarks/RESULTS.md, rounds 16 and 17), M = 8192 tokens, kernel time
+with many dispatches and one sync: the GPT's first MLP GEMM with its bias and GELU 129 us
+(ping-pong; cooperative 139, XLA's GEMM and GELU 172 in round 16); the QKV projection with its
+bias, Q, K and V written apart, 80 (cooperative 86, XLA 128); the residual adds fused 45-63
+(N = K = 1024) and 102 (K = 4096, cooperative) against XLA's 50 and 117. The GPT stack runs
+1.18x PyTorch eager (1.04x before the kernel, 1.16x with the cooperative schedule alone).
 
 ``plan`` takes 2-D problems (leading dimensions of 1), A not transposed, B either way, M a
 multiple of 128, N of 256 and K of 64, on a Hopper GPU (WGMMA and TMA; compute capability
@@ -58,9 +69,9 @@ from .mosaic import hopper
 # warpgroup, K steps of 64, 3 stages in flight (4 do not fit beside the epilogue's buffers),
 # tiles visited in bands 4 tiles wide (``planar_snake``).
 TILE_M = 128
-TILE_N = 128  # per compute warpgroup; a program's tile is TILE_M x 2 * TILE_N
+TILE_N = 128  # per compute warpgroup; a cooperative program's tile is TILE_M x 2 * TILE_N
 TILE_K = 64
-STAGES = 3
+STAGES = 3  # cooperative schedule
 BAND = 4
 EPI = 64  # epilogue pieces, EPI x EPI
 DTYPES = frozenset({np.dtype("float16")})  # DirectML has no bfloat16
@@ -91,9 +102,11 @@ def plan(a_sizes, b_sizes, trans_a: bool, trans_b: bool, dtype) -> View | None:
 
 def _gelu(y):
     """0.5 y (1 + erf(y / sqrt 2)) in float32, erf by Abramowitz and Stegun 7.1.28: for
-    a = |y| / sqrt 2, erfc(a) = P(a)^-16 with P of degree 6 (|error| <= 3e-7); one reciprocal,
-    no exponential, and 1 + erf taken as erfc(a) below zero (no cancellation), 2 - erfc(a)
-    above."""
+    a = |y| / sqrt 2, erfc(a) = P(a)^-16 with P of degree 6 (|error| <= 3e-7), taken as
+    rsqrt(P)^32 (one reciprocal square root, five squarings; its relative error, 2^-22.9 on
+    the GPU, becomes 2^-18 at most), no exponential; 1 + erf is erfc(a) below zero (no
+    cancellation), 2 - erfc(a) above. rsqrt ran 3-5 us faster than a division in the first
+    MLP GEMM's epilogue (H100, round 17)."""
     a = jnp.abs(y) * np.float32(1 / math.sqrt(2))
     p = 1.0 + a * (
         0.0705230784
@@ -103,11 +116,9 @@ def _gelu(y):
             + a * (0.0092705272 + a * (0.0001520143 + a * (0.0002765672 + a * 0.0000430638)))
         )
     )
-    r = 1.0 / p
-    r = r * r
-    r = r * r
-    r = r * r
-    q = r * r  # P^-16 = erfc(a)
+    q = lax.rsqrt(p)
+    for _ in range(5):
+        q = q * q  # P^-16 = erfc(a)
     return 0.5 * y * jnp.where(y < 0, q, 2.0 - q)
 
 
