@@ -188,14 +188,14 @@ def scatter_kernel(x, idx, updates, v: View, interpret: bool = False):
     return lax.bitcast_convert_type(out.reshape(x.shape), dtype)
 
 
+def _plan_args(d: Any) -> tuple:
+    """A SCATTER descriptor's shapes, axis and types, as ``plan`` and ``smem_plan`` take them."""
+    x = d.input_tensor
+    return x.sizes, d.updates_tensor.sizes, d.axis, x.dtype, d.indices_tensor.dtype
+
+
 def _plan_of(d: Any) -> View | None:
-    return plan(
-        d.input_tensor.sizes,
-        d.updates_tensor.sizes,
-        d.axis,
-        d.input_tensor.dtype,
-        d.indices_tensor.dtype,
-    )
+    return plan(*_plan_args(d))
 
 
 def _lower(d: Any, x, idx, updates) -> tuple:
@@ -380,13 +380,7 @@ def scatter_smem(x, idx, updates, v: SmemView):
 
 
 def _smem_plan_of(d: Any) -> SmemView | None:
-    return smem_plan(
-        d.input_tensor.sizes,
-        d.updates_tensor.sizes,
-        d.axis,
-        d.input_tensor.dtype,
-        d.indices_tensor.dtype,
-    )
+    return smem_plan(*_plan_args(d))
 
 
 def _lower_smem(d: Any, x, idx, updates) -> tuple:
