@@ -154,7 +154,8 @@ def _epilogue(f: _Form, dtype, wg, refs: dict):
     of its bias and first C / R piece (before the products); ``finish(acc_ref, cm, cn, col0)``
     stores ``round(Alpha * acc + Beta * C)`` (or its GELU, or plus R) by EPI x EPI pieces,
     ``col0`` the tile's first column. Unless C comes by pieces, the GEMM node is rounded for
-    the whole tile at once (its float16 halves the registers the pieces' math finds held)."""
+    the whole tile at once, so the tile is held as float16 (half the registers) during the
+    pieces' math."""
     import jax.experimental.pallas as pl
     import jax.experimental.pallas.mosaic_gpu as plgpu
 
