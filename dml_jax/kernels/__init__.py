@@ -22,14 +22,17 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``generate``: FILL_VALUE_CONSTANT and minor-axis ONE_HOT, write-only blocks;
 - ``padding``: EDGE, REFLECTION, SYMMETRIC and WRAP PADDING / PADDING1 as one gather pass;
 - ``resample``: integer-factor bilinear UPSAMPLE_2D / RESAMPLE(1, 2, 3) at pixel centres;
-- ``scatter``: minor-axis SCATTER (SCATTER_ELEMENTS), each line's updates stored in order;
+- ``scatter``: minor-axis SCATTER (SCATTER_ELEMENTS), each line's updates stored in order, in
+  shared memory on Hopper (Mosaic GPU), into global memory by a Triton kernel elsewhere;
 - ``int8_gemm``: the int8 x int8 -> int32 products of MATRIX_MULTIPLY_INTEGER(_TO_FLOAT) and
   QUANTIZED_LINEAR_MATRIX_MULTIPLY, zero-point terms in the epilogue;
 - ``quantize``: per-tensor and per-axis ELEMENT_WISE_QUANTIZE_LINEAR and QUANTIZE, correctly
   rounded division;
 - ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention;
-- ``gemm``: float16 / bfloat16 GEMM with a C term, and a graph's GEMM node with the GELU or
-  ADD node that reads it, in one Mosaic GPU kernel (Hopper).
+- ``gemm``: float16 GEMM with a C term, and a graph's GEMM node with the GELU, ADD or
+  MULTIHEAD_ATTENTION node that reads it, in one Mosaic GPU kernel (Hopper);
+- ``mosaic``: where the Mosaic GPU kernels run (a Hopper GPU, the jax releases they were
+  tested under).
 """
 
 from . import (
