@@ -500,6 +500,16 @@ def test_shardings_over_several_devices_keep_the_nodes_apart(forced_cuda, monkey
     assert len(forced_cuda) == 1
 
 
+def test_pingpong_stages_fill_the_shared_memory():
+    # 32 KiB stages beside the output's epilogue buffers (32 KiB) and 32 KiB a C or R read by
+    # pieces, within 227 KiB: 5, 4 and 3 stages; never more than K has steps
+    assert [K._pingpong_stages(16, pieces) for pieces in (0, 1, 2)] == [5, 4, 3]
+    assert K._pingpong_stages(2, 0) == 2
+    for pieces in (0, 1, 2):
+        stages = K._pingpong_stages(64, pieces)
+        assert 32768 * (stages + 1 + pieces) + 4096 <= K.SMEM_LIMIT
+
+
 def test_other_jax_releases_keep_lax(monkeypatch):
     monkeypatch.setattr(jax, "__version__", "0.10.2")
     assert not K.hopper()

@@ -18,9 +18,9 @@ program a memory warpgroup issuing TMA copies of A and B tiles and two compute w
 issuing WGMMA, on one of two schedules:
 
 - ping-pong (K <= PINGPONG_MAX_K): each compute warpgroup owns whole 128 x 128 tiles, the
-  program's tiles dealt out in turn; one ring of up to 6 stages is filled in tile order, and a
-  warpgroup's products start when the other's are issued, so one's epilogue runs while the
-  other's products do;
+  program's tiles dealt out in turn; one ring of up to 5 stages (4 beside a C or R read by
+  pieces) is filled in tile order, and a warpgroup's products start when the other's are
+  issued, so one's epilogue runs while the other's products do;
 - cooperative (longer K): both compute warpgroups on the 128 x 128 halves of one 128 x 256 tile
   (Pallas's warp-specialized pipeline, 3 stages), which reads A once for both and ran the
   second MLP GEMM (K = 4096) faster: 102 us against 115 (H100, round 17).
@@ -124,7 +124,7 @@ def _gelu(y):
 
 
 PINGPONG_MAX_K = 2048  # longer products keep the cooperative schedule (round 17)
-PP_STAGES = 6  # ping-pong ring stages, at most (fewer where the epilogue's buffers need room)
+PP_STAGES = 5  # ping-pong ring stages, at most (fewer where the epilogue's buffers need room)
 SMEM_LIMIT = 227 * 1024
 
 
