@@ -15,6 +15,7 @@ GPT stack's program holding the kernel and agreeing with the graph without fast 
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -498,6 +499,30 @@ def test_shardings_over_several_devices_keep_the_nodes_apart(forced_cuda, monkey
     assert forced_cuda == []  # no fused step: the GEMM and the GELU lowered apart
     dml.compile_graph(graph)(x, w, bias)
     assert len(forced_cuda) == 1
+
+
+def _float16_order(x):
+    """Float16 values as integers in their order (adjacent values differ by one)."""
+    i = np.asarray(x, np.float16).view(np.int16).astype(np.int64)
+    return np.where(i < 0, -(i & 0x7FFF), i)
+
+
+def test_gelu_formula_against_erf():
+    # every finite float16 input, against 0.5 y erfc(-y / sqrt 2) in float64 (math.erfc): the
+    # polynomial's absolute error on erfc (<= 3e-7) plus one rounding to float16; in float16
+    # units that is one unit, except where GELU is tiny, y in (-5, -3.6) (docs/semantics.md)
+    y = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    y = y[np.isfinite(y)]
+    yd = y.astype(np.float64)
+    want = 0.5 * yd * np.array([math.erfc(-t / math.sqrt(2)) for t in yd])
+    got = np.asarray(jax.jit(lambda v: K._gelu(v.astype(jnp.float32)).astype(jnp.float16))(y))
+    with np.errstate(over="ignore"):  # the spacing above 65504 is inf: no bound there
+        spacing = np.spacing(np.abs(want.astype(np.float16))).astype(np.float64)
+    err = np.abs(got.astype(np.float64) - want)
+    assert (err <= 0.5 * np.abs(yd) * 3e-7 + spacing).all()
+    units = np.abs(_float16_order(got) - _float16_order(want.astype(np.float16)))
+    tail = (yd > -5) & (yd < -3.6)
+    assert units[~tail].max() <= 1 and units[tail].max() <= 8
 
 
 def test_pingpong_stages_fill_the_shared_memory():
