@@ -140,6 +140,26 @@ def _pingpong_stages(k_iters: int, pieces: int) -> int:
 
 
 @dataclass(frozen=True)
+class _Grid:
+    """A call's tiles and ring: ``m_iters`` x ``n_iters`` tiles (a program's, or with ping-pong
+    a warpgroup's), ``k_iters`` steps of TILE_K, ``stages`` in flight, ``programs`` (one a
+    multiprocessor), and the shared-memory ``transforms`` of the A and B tiles."""
+
+    m_iters: int
+    n_iters: int
+    k_iters: int
+    stages: int
+    programs: int
+    transforms: tuple
+
+
+def _swizzled(plgpu, cols: int) -> tuple:
+    """Shared-memory transforms of float16 tiles ``cols`` wide: 8-row tiles, swizzled."""
+    swizzle = plgpu.find_swizzle(cols * 16)
+    return (plgpu.TilingTransform((8, swizzle // 2)), plgpu.SwizzleTransform(swizzle))
+
+
+@dataclass(frozen=True)
 class _Form:
     """What a call computes besides the products (static)."""
 
@@ -270,21 +290,17 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
         float(np.float32(alpha)), float(np.float32(beta)), c is not None and c_row,
         c is not None and not c_row, gelu, residual is not None, split,
     )  # fmt: skip
-    swizzle = plgpu.find_swizzle(TILE_K * 16)
-    transforms = (plgpu.TilingTransform((8, swizzle // 2)), plgpu.SwizzleTransform(swizzle))
-    out_swizzle = plgpu.find_swizzle(EPI * 16)
-    out_transforms = (
-        plgpu.TilingTransform((8, out_swizzle // 2)),
-        plgpu.SwizzleTransform(out_swizzle),
-    )
-    cta_n = TILE_N if pingpong else 2 * TILE_N  # a program's tile, or a warpgroup's in turn
-    m_iters, n_iters, k_iters = m // TILE_M, n // cta_n, k // TILE_K
+    out_transforms = _swizzled(plgpu, EPI)
+    cta_n = TILE_N if pingpong else 2 * TILE_N  # a warpgroup's tile in turn, or a program's
     bias = c[:1].reshape(n) if form.c_row else None
     pieces = [x for x in ((c if form.full_c else None), residual) if x is not None]
-    b_block = (cta_n, TILE_K) if v.b_nk else (TILE_K, cta_n)
     operands = ([bias] if bias is not None else []) + pieces
-    stages = _pingpong_stages(k_iters, len(pieces)) if pingpong else STAGES
-    ncta = jax.devices()[0].core_count
+    k_iters = k // TILE_K
+    grid = _Grid(
+        m // TILE_M, n // cta_n, k_iters,
+        _pingpong_stages(k_iters, len(pieces)) if pingpong else STAGES,
+        jax.devices()[0].core_count, _swizzled(plgpu, TILE_K),
+    )  # fmt: skip
 
     def kernel(a_gmem, b_gmem, *refs):
         scratch = {
@@ -298,18 +314,22 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
             scratch["bias_smem"] = plgpu.SMEM((2, TILE_N), dtype)
             scratch["bias_bar"] = plgpu.Barrier(num_barriers=2)
         if pingpong:
-            scratch["a_smem"] = plgpu.SMEM((stages, TILE_M, TILE_K), dtype, transforms=transforms)
-            scratch["b_smem"] = plgpu.SMEM((stages, *b_block), dtype, transforms=transforms)
+            b_block = (TILE_N, TILE_K) if v.b_nk else (TILE_K, TILE_N)
+            ring = grid.stages
+            scratch["a_smem"] = plgpu.SMEM(
+                (ring, TILE_M, TILE_K), dtype, transforms=grid.transforms
+            )
+            scratch["b_smem"] = plgpu.SMEM((ring, *b_block), dtype, transforms=grid.transforms)
             # One set of full barriers a compute warpgroup: each waits only on the phases of
             # its own steps, so its parities stay right however the tiles' steps fall on the
             # ring's stages.
-            scratch["full"] = plgpu.Barrier(num_arrivals=2, num_barriers=2 * stages)
-            scratch["empty"] = plgpu.Barrier(num_arrivals=1, num_barriers=stages)
+            scratch["full"] = plgpu.Barrier(num_arrivals=2, num_barriers=2 * ring)
+            scratch["empty"] = plgpu.Barrier(num_arrivals=1, num_barriers=ring)
             scratch["order"] = plgpu.Barrier(num_arrivals=1, num_barriers=2)
         else:
-            scratch["pipeline_allocs"] = _cooperative_pipeline(
-                v, transforms, None, None
-            ).get_allocations(a_gmem, b_gmem)
+            scratch["pipeline_allocs"] = _cooperative_pipeline(v, grid, None, None).get_allocations(
+                a_gmem, b_gmem
+            )
 
         @functools.partial(pl.run_scoped, **scratch, collective_axes="wg")
         def _scope(**mem):
@@ -319,7 +339,7 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
             mem["out_gmem"] = refs[len(operands) :]
             start, finish = _epilogue(form, dtype, wg, mem)
             run = _pingpong_tiles if pingpong else _cooperative_tiles
-            run(v, a_gmem, b_gmem, mem, wg, start, finish, (m_iters, n_iters, k_iters), stages)
+            run(v, grid, a_gmem, b_gmem, mem, wg, start, finish)
 
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
@@ -331,7 +351,7 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
     f = plgpu.kernel(
         kernel,
         out_type=out_type,
-        grid=(ncta,),
+        grid=(grid.programs,),
         grid_names=("cluster_grid",),
         cluster=(1,),
         cluster_names=("cluster",),
@@ -344,15 +364,16 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
     return f(a, b, *operands)
 
 
-def _cooperative_pipeline(v: View, transforms, body, context):
+def _cooperative_pipeline(v: View, grid: _Grid, body, context):
     """Pallas's warp-specialized pipeline over K: a memory warpgroup's TMA copies of A and
-    B tiles, STAGES in flight, for two compute warpgroups."""
+    B tiles, ``grid.stages`` in flight, for two compute warpgroups."""
     import jax.experimental.pallas.mosaic_gpu as plgpu
 
     cta_n = 2 * TILE_N
+    transforms = grid.transforms
     return plgpu.emit_pipeline_warp_specialized(
         body,
-        grid=(v.k // TILE_K,),
+        grid=(grid.k_iters,),
         memory_registers=40,
         in_specs=[
             plgpu.BlockSpec(
@@ -367,21 +388,19 @@ def _cooperative_pipeline(v: View, transforms, body, context):
         ],
         wg_axis="wg",
         num_compute_wgs=2,
-        max_concurrent_steps=STAGES,
+        max_concurrent_steps=grid.stages,
         compute_context=context,
     )  # fmt: skip
 
 
-def _cooperative_tiles(v, a_gmem, b_gmem, mem, wg, start, finish, iters, stages):
+def _cooperative_tiles(v, grid: _Grid, a_gmem, b_gmem, mem, wg, start, finish):
     """Both compute warpgroups on the halves of one TILE_M x 2 TILE_N tile, the tiles of a
     persistent program in turn."""
     import jax.experimental.pallas as pl
     import jax.experimental.pallas.mosaic_gpu as plgpu
 
-    m_iters, n_iters, _ = iters
+    m_iters, n_iters = grid.m_iters, grid.n_iters
     cta_n = 2 * TILE_N
-    swizzle = plgpu.find_swizzle(TILE_K * 16)
-    transforms = (plgpu.TilingTransform((8, swizzle // 2)), plgpu.SwizzleTransform(swizzle))
 
     @plgpu.nd_loop((m_iters * n_iters,), collective_axes="cluster_grid")
     def _tile(info):
@@ -405,14 +424,14 @@ def _cooperative_tiles(v, a_gmem, b_gmem, mem, wg, start, finish, iters, stages)
             return acc_ref
 
         b_rows = pl.ds(ni * cta_n, cta_n)
-        _cooperative_pipeline(v, transforms, mma, context)(
+        _cooperative_pipeline(v, grid, mma, context)(
             a_gmem.at[cm, :],
             b_gmem.at[b_rows, :] if v.b_nk else b_gmem.at[:, b_rows],
             allocations=mem["pipeline_allocs"],
         )
 
 
-def _pingpong_tiles(v, a_gmem, b_gmem, mem, wg, start, finish, iters, stages):
+def _pingpong_tiles(v, grid: _Grid, a_gmem, b_gmem, mem, wg, start, finish):
     """Each compute warpgroup on whole TILE_M x TILE_N tiles, the program's tiles dealt out
     in turn: the memory warpgroup fills one ring of ``stages`` stages in tile order, and a
     warpgroup's products start when the other's are issued, so one's products run while the
@@ -421,10 +440,10 @@ def _pingpong_tiles(v, a_gmem, b_gmem, mem, wg, start, finish, iters, stages):
     import jax.experimental.pallas as pl
     import jax.experimental.pallas.mosaic_gpu as plgpu
 
-    m_iters, n_iters, k_iters = iters
+    m_iters, n_iters, k_iters, stages = grid.m_iters, grid.n_iters, grid.k_iters, grid.stages
     a_smem, b_smem = mem["a_smem"], mem["b_smem"]
     full, empty, order = mem["full"], mem["empty"], mem["order"]
-    ncta = jax.devices()[0].core_count
+    ncta = grid.programs
     cta = lax.axis_index("cluster_grid")
     mine = (m_iters * n_iters - cta + ncta - 1) // ncta  # this program's tiles
 
