@@ -18,6 +18,7 @@ import pytest
 
 import dml_jax as dml
 from dml_jax import fastpath
+from dml_jax.kernels import mosaic
 from dml_jax.kernels import mvn as K
 from dml_jax.ops.normalization import lower_mvn, mvn_axes
 
@@ -187,6 +188,82 @@ def test_gpu_fast_path_matches_lax(name, build, type_name):
     d = build(type_name)
     assert fastpath.select(d) is not None
     arrays = _arrays(d, seed=3)
+    got = jax.jit(dml.compile_operator(d).fn)(*arrays)
+    want = jax.jit(dml.compile_operator(d, fast_paths=False).fn)(*arrays)
+    _close(got, want, d, arrays)
+
+
+# The cluster form (Mosaic GPU, Hopper): the plan on any machine, the kernel on a Hopper GPU
+# against the lax lowering within the same tolerance.
+
+
+def test_cluster_plan_and_refusals(monkeypatch):
+    monkeypatch.setattr(mosaic, "hopper", lambda: True)
+    bench = (16, 32, 256, 256)  # instance norm, rows of 65536
+    assert K.cluster_plan(bench, (2, 3), np.float32) == K.ClusterView(512, 65536, 4, 4)
+    assert K.cluster_plan(bench, (2, 3), np.float16) == K.ClusterView(512, 65536, 2, 4)
+    assert K.cluster_plan((300, 131072), (1,), np.float32).p == 8  # 64 KB a CTA
+    assert K.cluster_plan((300, 32768), (1,), np.float16).p == 1  # one CTA holds the row
+    v = K.cluster_plan((300, 49152), (1,), np.float32)  # three steps: three pieces
+    assert (v.p, v.steps, v.pieces) == (4, 3, 3)
+    refused = [
+        ((300, 262144), (1,), np.float32),  # 16 CTAs a row: past the portable cluster
+        ((300, 16384), (1,), np.float32),  # short rows: the Triton kernel's one tile
+        ((300, 20480), (1,), np.float32),  # a CTA's part not whole steps of 4096
+        ((40, 65536), (1,), np.float32),  # too few CTAs to fill a GPU
+        ((300, 65536), (1,), np.float64),  # 8-byte data
+        ((300, 65536, 2), (1,), np.float32),  # not the minor axes
+    ]
+    for shape, axes, dtype in refused:
+        assert K.cluster_plan(shape, axes, dtype) is None, shape
+    instance = _desc(MVN, bench, scale=(1, 32, 1, 1), cross_channel=False, normalize_variance=True)
+    assert K.cluster_applies(instance)
+    along = _desc(MVN, bench, scale=(1, 1, 256, 256), cross_channel=False, normalize_variance=True)
+    assert not K.cluster_applies(along) and K.applies(along)  # Scale along the row: Triton
+    sigmoid = dml.ActivationSigmoidOperatorDesc()
+    assert not K.cluster_applies(
+        _desc(MVN, bench, cross_channel=False, normalize_variance=True, fused_activation=sigmoid)
+    )
+    monkeypatch.setattr(mosaic, "hopper", lambda: False)
+    assert K.cluster_plan(bench, (2, 3), np.float32) is None
+
+
+def test_cluster_form_is_chosen_first_on_hopper(monkeypatch):
+    d = _desc(MVN, (16, 32, 256, 256), scale=(1, 32, 1, 1), bias=(1, 32, 1, 1),
+              cross_channel=False, normalize_variance=True)  # fmt: skip
+    monkeypatch.setattr(mosaic, "hopper", lambda: True)
+    assert fastpath.select(d).name == "cluster"
+    monkeypatch.setattr(mosaic, "hopper", lambda: False)
+    assert fastpath.select(d).name == "kernel"  # the Triton kernel elsewhere
+
+
+# Built per data type: (name, builder, CTAs a row (float32, float16)).
+CLUSTER_CASES = [
+    # instance norm, per-channel Scale and Bias (row 0 NaN throughout)
+    ("instance", lambda t: _desc(MVN, (2, 3, 256, 256), t, scale=(1, 3, 1, 1), bias=(1, 3, 1, 1),
+                                 cross_channel=False, normalize_variance=True), (4, 2)),
+    # RMS norm over rows of 131072 with LEAKY_RELU
+    ("rms_leaky", lambda t: _desc(MVN2, (5, 131072), t, scale=(5, 1), axes=(1,), use_mean=False,
+                                  use_variance=True, fused_activation=LEAKY), (8, 4)),
+    # mean only, rows of 32768, Bias per row, RELU
+    ("mean_relu", lambda t: _desc(MVN2, (7, 1, 32768), t, bias=(7, 1, 1), axes=(2,),
+                                  use_mean=True, use_variance=False, fused_activation=RELU),
+     (2, 1)),
+    # rows of 49152 in three pieces, MVN1 without the division, no Scale or Bias
+    ("three_pieces", lambda t: _desc(MVN1, (4, 49152), t, axes=(1,), normalize_variance=False),
+     (4, 2)),
+]  # fmt: skip
+
+
+@pytest.mark.skipif(not mosaic.hopper(), reason="needs a Hopper GPU (TMA) and jax 0.11")
+@pytest.mark.parametrize("type_name", ["FLOAT32", "FLOAT16"])
+@pytest.mark.parametrize("name, build, ctas", CLUSTER_CASES, ids=[c[0] for c in CLUSTER_CASES])
+def test_cluster_kernel_matches_lax(monkeypatch, name, build, ctas, type_name):
+    monkeypatch.setattr(K, "MIN_PROGRAMS", 1)
+    d = build(type_name)
+    v = K.cluster_plan(d.input_tensor.sizes, mvn_axes(d), d.input_tensor.dtype)
+    assert v.p == ctas[type_name == "FLOAT16"] and fastpath.select(d).name == "cluster"
+    arrays = _arrays(d, seed=4)
     got = jax.jit(dml.compile_operator(d).fn)(*arrays)
     want = jax.jit(dml.compile_operator(d, fast_paths=False).fn)(*arrays)
     _close(got, want, d, arrays)

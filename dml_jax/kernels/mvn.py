@@ -453,6 +453,208 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
     )(x2, *(vec for vec, _, _ in affine))
 
 
+# The cluster form (Mosaic GPU; a Hopper GPU under the jax releases of kernels/mosaic.py), for
+# rows longer than ONE_TILE_MAX with Scale and Bias one value per row (instance norm). A row is
+# split over a cluster of CTAs, each holding its part of the row in shared memory from the load
+# to the store, so the row is read once. Tunables chosen by a sweep on an H100 (rows of 65536, 1
+# GiB; benchmarks/RESULTS.md, round 18): 64 KB a CTA (three fit a multiprocessor): float32 0.98
+# of the copy with 4 CTAs a row (2: 0.95-0.96, 8: 0.96), float16 0.98 with 2 (1: 0.97-0.98, 4:
+# 0.97); pieces of 16 KB (one piece 0.97, 2: 0.98).
+CLUSTER_BYTES = 64 * 1024  # of a row, a CTA
+CLUSTER_MAX = 8  # CTAs a cluster: the portable maximum
+CLUSTER_PIECE = 16 * 1024  # bytes a TMA copy: the sums start on the first piece to arrive
+CLUSTER_LINE = 256  # elements a line of a CTA's block (a TMA box's minor dimension)
+CLUSTER_SLICE = 16  # lines a step of the register loops (16 or 32 elements a thread)
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """A row of ``r`` elements split over ``p`` CTAs (a cluster), each holding ``r / p`` of
+    them in shared memory as ``lines`` lines of ``CLUSTER_LINE``, loaded and stored in
+    ``pieces`` TMA copies; ``a`` rows, one cluster each."""
+
+    a: int
+    r: int
+    p: int
+    pieces: int
+
+    @property
+    def lines(self) -> int:
+        return self.r // self.p // CLUSTER_LINE
+
+    @property
+    def steps(self) -> int:
+        return self.lines // CLUSTER_SLICE
+
+
+def cluster_plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> ClusterView | None:
+    """The cluster form's view of normalizing ``shape`` over ``axes``, or None."""
+    from . import mosaic
+
+    dtype = np.dtype(dtype)
+    if dtype not in DTYPES or not mosaic.hopper():
+        return None
+    view = abr_view(shape, axes)
+    if view is None or view[2] != 1:
+        return None
+    a, r, _ = view
+    if r <= ONE_TILE_MAX:
+        return None  # short rows: the Triton kernel holds whole rows already
+    p = 1
+    while r * dtype.itemsize > p * CLUSTER_BYTES:
+        p *= 2
+    if p > CLUSTER_MAX or r % (p * CLUSTER_LINE * CLUSTER_SLICE) or a * p < MIN_PROGRAMS:
+        return None
+    if a * p >= 2**31:
+        return None  # the launch grid
+    steps = r // p // (CLUSTER_LINE * CLUSTER_SLICE)
+    pieces = math.gcd(steps, max(1, r // p * dtype.itemsize // CLUSTER_PIECE))
+    return ClusterView(a, r, p, pieces)
+
+
+def mvn_cluster(x2, v: ClusterView, form: Form, affine=()):
+    """The normalization of the rows of ``x2`` (``(A, R)``) by clusters of ``v.p`` CTAs.
+
+    A CTA (one warpgroup) brings its ``R / p`` elements of a row into shared memory in
+    ``v.pieces`` TMA copies and sums them, a piece at a time as they arrive, in float32 per
+    thread; its mean ``m`` and sum of squared deviations from it ``M2`` (two passes over shared
+    memory, exact as the lax lowering's formula) go to every CTA of the cluster by distributed
+    shared memory and a cluster barrier, and each combines them by Chan's rule: the row's mean
+    is the mean of the ``m``, its ``M2`` the sum of theirs plus ``R / p`` times the squared
+    spread of the ``m``. The CTA then writes its normalized elements over its own in shared
+    memory and stores them by TMA, a piece at a time. With ``use_mean`` alone the figures are
+    the means; with ``use_variance`` alone, sums of squares (DML's mean square).
+
+    Args:
+        x2: the rows.
+        v: the view (``cluster_plan``).
+        form: what is computed.
+        affine: up to two ``(vector, "row", op)``: Scale (``op`` "mul") then Bias ("add"), each
+            a vector of ``A`` elements.
+    """
+    import jax.experimental.pallas as pl
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import arith, gpu, memref, nvvm
+    from jax.experimental.mosaic.gpu import utils as mu
+
+    a, r, p, pieces = v.a, v.r, v.p, v.pieces
+    lines, steps, k = v.lines, v.steps, CLUSTER_SLICE
+    per = steps // pieces  # steps a piece
+    span_lines = lines // pieces
+    c = np.float32(r // p)
+    f32 = jnp.float32
+    x4 = jax.lax.reshape(x2, (a, p, lines, CLUSTER_LINE))
+    exchanged = p > 1 and (form.use_mean or form.use_variance)
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(), plgpu.RefType()))
+    def exchange(ctx, mine, table):
+        """One thread writes the CTA's two figures into column ``me`` of every CTA's table;
+        the cluster barrier (release, then acquire) makes them visible to all."""
+        del ctx
+        index = ir.IndexType.get()
+        mu.warpgroup_barrier()  # the figures' stores, by whichever thread made them
+        me = gpu.cluster_block_id(gpu.Dimension.x)
+        zero = mu.c(0, ir.IntegerType.get_signless(32))
+        with mu.when(arith.cmpi(arith.CmpIPredicate.eq, mu.thread_idx(), zero)):
+            vals = [memref.load(mine, [mu.c(j, index)]) for j in range(2)]
+            for q in range(p):
+                peer = mu.get_cluster_ref(table, gpu.Dimension.x, mu.c(q, index), generic=False)
+                for j in range(2):
+                    memref.store(vals[j], peer, [mu.c(j, index), me])
+        nvvm.cluster_arrive(aligned=True)
+        nvvm.cluster_wait(aligned=True)
+
+    def kernel(x_gmem, *rest):
+        *t_gmem, o_gmem, buf, mine, table, bar = rest
+        row = jax.lax.axis_index("rows")
+        me = jax.lax.axis_index("c")
+        for j in range(pieces):
+            span = pl.ds(j * span_lines, span_lines)
+            plgpu.copy_gmem_to_smem(x_gmem.at[row, me, span], buf.at[span], bar.at[j])
+
+        def piece(i):
+            return buf[pl.ds(i * k, k), :].astype(f32)
+
+        def total(term):
+            acc = None
+            for i in range(steps):
+                t = term(i)
+                acc = t if acc is None else acc + t
+            return jnp.sum(acc)
+
+        for j in range(pieces):  # the first pass waits for each piece as it comes
+            plgpu.barrier_wait(bar.at[j])
+        m = m2 = None
+        if form.use_mean:
+            m = total(piece) / c
+        if form.use_variance:
+
+            def square(i):
+                d = piece(i) - m if m is not None else piece(i)
+                return d * d
+
+            m2 = total(square)
+        mean = m
+        if exchanged:
+            mine[0] = m if m is not None else np.float32(0)
+            mine[1] = m2 if m2 is not None else np.float32(0)
+            exchange(mine, table)
+            ms = [table[0, q] for q in range(p)]
+            if form.use_mean:
+                mean = sum(ms[1:], ms[0]) / np.float32(p)
+            if form.use_variance:
+                m2 = sum((table[1, q] for q in range(1, p)), table[1, 0])
+                if form.use_mean:
+                    for q in range(p):
+                        spread = ms[q] - mean
+                        m2 = m2 + c * spread * spread
+        factor = None
+        if form.use_variance:
+            factor = jax.lax.rsqrt(m2 / np.float32(r) + np.float32(form.epsilon))
+        bias = None
+        for ref, (_, _, op) in zip(t_gmem, affine):
+            term = ref[row].astype(f32)
+            if op == "mul":
+                factor = term if factor is None else factor * term
+            else:
+                bias = term
+        for i in range(steps):
+            y = piece(i)
+            if mean is not None:
+                y = y - mean
+            if factor is not None:
+                y = y * factor
+            if bias is not None:
+                y = y + bias
+            if form.activation == "RELU":  # the lax RELU: NaN passes, -0.0 and below give +0.0
+                y = jnp.where(y > 0, y, jnp.where(is_nan(y), y, 0.0))
+            elif form.activation == "LEAKY_RELU":
+                y = jnp.where(y >= 0, y, np.float32(form.alpha) * y)
+            buf[pl.ds(i * k, k), :] = y.astype(buf.dtype)
+            if (i + 1) % per == 0:
+                span = pl.ds(i // per * span_lines, span_lines)
+                plgpu.commit_smem()
+                plgpu.copy_smem_to_gmem(buf.at[span], o_gmem.at[row, me, span])
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+    out = plgpu.kernel(
+        kernel,
+        out_type=jax.ShapeDtypeStruct(x4.shape, x4.dtype),
+        grid=(a,),
+        grid_names=("rows",),
+        cluster=(p,),
+        cluster_names=("c",),
+        scratch_types=[
+            plgpu.SMEM((lines, CLUSTER_LINE), x2.dtype),
+            plgpu.SMEM((2,), f32),
+            plgpu.SMEM((2, p), f32),
+            plgpu.Barrier(num_barriers=pieces),
+        ],
+    )(x4, *(vec for vec, _, _ in affine))
+    return jax.lax.reshape(out, (a, r))
+
+
 def form_of(d: Any) -> Form | None:
     """The kernel's form of an MVN description, or None for a fused activation it lacks."""
     use_mean, use_variance = mvn_flags(d)
@@ -486,7 +688,29 @@ def lower_mvn_kernel(d: Any, x, *rest, interpret: bool = False) -> tuple:
     return (jax.lax.reshape(y, shape),)
 
 
-for _version in ("", "1", "2"):
-    register_fast_path(
-        f"DML_OPERATOR_MEAN_VARIANCE_NORMALIZATION{_version}", "kernel", applies, lower_mvn_kernel
+def cluster_applies(d: Any) -> bool:
+    x, axes = d.input_tensor, mvn_axes(d)
+    if cluster_plan(x.sizes, axes, x.dtype) is None or form_of(d) is None:
+        return False
+    pair = (d.scale_tensor, d.bias_tensor)
+    return all(broadcast_mode(t.sizes, axes) == "row" for t in pair if t is not None)
+
+
+def lower_mvn_cluster(d: Any, x, *rest) -> tuple:
+    """The cluster form's lowering: the contract of ``ops.normalization.lower_mvn``."""
+    shape, axes = tuple(x.shape), mvn_axes(d)
+    v = cluster_plan(shape, axes, x.dtype)
+    affine = tuple(
+        (_vector(t, shape, axes, "row"), "row", op)
+        for t, op in zip(optional_pair(d, rest), ("mul", "add"))
+        if t is not None
     )
+    y = mvn_cluster(jax.lax.reshape(x, (v.a, v.r)), v, form_of(d), affine)
+    return (jax.lax.reshape(y, shape),)
+
+
+# The cluster form first (Hopper, jax 0.11, long rows), the Triton kernel elsewhere.
+for _version in ("", "1", "2"):
+    _name = f"DML_OPERATOR_MEAN_VARIANCE_NORMALIZATION{_version}"
+    register_fast_path(_name, "cluster", cluster_applies, lower_mvn_cluster)
+    register_fast_path(_name, "kernel", applies, lower_mvn_kernel)
