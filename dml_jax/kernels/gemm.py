@@ -126,7 +126,6 @@ def _gelu(y):
     return 0.5 * y * jnp.where(y < 0, q, 2.0 - q)
 
 
-PREFETCH_PIECES = False  # experiment
 PINGPONG_MAX_K = 2048  # longer products keep the cooperative schedule (round 17)
 PP_STAGES = 5  # ping-pong ring stages, at most (fewer where the epilogue's buffers need room)
 SMEM_LIMIT = 227 * 1024
@@ -205,9 +204,6 @@ def _epilogue(f: _Form, dtype, wg, refs: dict):
             )
         if x_smem:
             fetch(0, cm, cn)
-            if PREFETCH_PIECES:  # the rest of the tile's C / R into L2 meanwhile
-                for src in refs["piece_gmem"]:
-                    plgpu.async_prefetch(src.at[cm, cn])
 
     def finish(acc_ref, cm, cn, col0):
         acc = acc_ref[...]
