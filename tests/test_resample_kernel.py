@@ -125,7 +125,6 @@ def test_chunked_calls_run_in_order_in_one_buffer(monkeypatch):
 @pytest.mark.parametrize(
     "desc",
     [
-        _upsample((1, 2, 8, 8), 2, 2, mode="NEAREST_NEIGHBOR"),  # lax is at the copy already
         _upsample((1, 2, 8, 8), 2, 1),  # a factor of 1
         _upsample((1, 2, 8, 8), 2, 9),  # past MAX_FACTOR
         _upsample((1, 2, 8, 8), 2, 2, "INT8"),
@@ -143,7 +142,7 @@ def test_chunked_calls_run_in_order_in_one_buffer(monkeypatch):
     ],
 )
 def test_plan_declines_what_lax_keeps(desc):
-    assert K.plan(desc) is None
+    assert K.plan(desc) is None and K.repeat_plan(desc) is None
     assert fastpath.select(desc) is None
 
 
@@ -192,3 +191,97 @@ def test_gpu_fast_path_matches_lax(monkeypatch, desc):
     got = jax.jit(dml.compile_operator(desc).fn)(x)
     want = jax.jit(dml.compile_operator(desc, fast_paths=False).fn)(x)
     _close(got, want, x)
+
+
+# The nearest-neighbour repeat kernel: bit for bit the lax lowering's broadcast, on any bits.
+
+NEAREST = "NEAREST_NEIGHBOR"
+
+
+def _nearest(cls, shape, scales, type_name="FLOAT32", **extra):
+    out = tuple(int(s * f) for s, f in zip(shape, scales))
+    if cls is not dml.ResampleOperatorDesc:
+        extra = {**{k: v[: len(shape)] for k, v in CENTRES.items()}, **extra}
+    if cls in (dml.Resample2OperatorDesc, dml.Resample3OperatorDesc):
+        extra.setdefault("rounding_direction", "DECREASING")
+    return cls(T(type_name, shape), T(type_name, out), NEAREST, scales=scales, **extra)
+
+
+def _bits_input(desc, seed=0):
+    """Random bits of the input's width (NaNs with payloads, both zeros, subnormals)."""
+    dtype = np.dtype(desc.input_tensor.dtype)
+    unsigned = np.dtype(f"uint{8 * dtype.itemsize}")
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, np.iinfo(unsigned).max, desc.input_tensor.sizes, dtype=np.uint64)
+    return raw.astype(unsigned).view(dtype)
+
+
+def _same_bits(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+ORIGIN = {"input_pixel_offsets": [0.0] * 3, "output_pixel_offsets": [0.0] * 3}
+REPEAT_CASES = [
+    _upsample((2, 3, 5, 7), 2, 2, mode=NEAREST),  # one partial tile a dimension
+    _upsample((1, 2, 33, 130), 4, 2, "FLOAT16", mode=NEAREST),  # ragged rows and columns
+    _upsample((3, 4, 9, 10), 2, 1, "INT8", mode=NEAREST),  # rows only
+    _upsample((2, 3, 40, 300), 1, 8, "UINT16", mode=NEAREST),  # columns only, 8x
+    _nearest(dml.ResampleOperatorDesc, (2, 3, 16, 24), (1, 1, 2, 4), "FLOAT16"),
+    _nearest(dml.Resample1OperatorDesc, (3, 17, 20), (1, 2, 2), "UINT8"),
+    # RESAMPLE2/3 round down: with offsets 0 the input of output o is floor(o / f)
+    _nearest(dml.Resample2OperatorDesc, (2, 12, 16), (1, 4, 4), "INT32", **ORIGIN),
+    _nearest(dml.Resample3OperatorDesc, (2, 12, 16), (1, 2, 2), antialiased=True, **ORIGIN),
+]
+
+
+@pytest.mark.parametrize("desc", REPEAT_CASES)
+def test_repeat_kernel_interpret_matches_lax(desc):
+    v = K.repeat_plan(desc)
+    assert v is not None and fastpath.select(desc).name == "repeat"
+    x = _bits_input(desc)
+    got = jax.jit(lambda x: K.repeat_kernel(x, v, interpret=True))(x)
+    (want,) = jax.jit(lambda x: lower_resample(desc, x))(x)
+    _same_bits(got, want)
+
+
+def test_repeat_plan_tiles_and_refusals():
+    v = K.repeat_plan(_upsample((16, 256, 128, 128), 2, 2, mode=NEAREST))  # the bench case
+    assert (v.rows, v.w, v.fh, v.fw) == (16 * 256 * 128, 128, 2, 2)
+    assert v.tr * v.fh * v.tc * v.fw == K.REPEAT_TILE and v.tc & (v.tc - 1) == 0
+    refused = [
+        _upsample((1, 2, 8, 8), 2, 2, mode="LINEAR"),  # the bilinear kernel's
+        _upsample((1, 2, 8, 8), 3, 2, mode=NEAREST),  # not a power of two
+        _upsample((1, 2, 8, 8), 2, 16, mode=NEAREST),  # past REPEAT_MAX_FACTOR
+        _upsample((1, 2, 8, 8), 2, 2, "FLOAT64", mode=NEAREST),  # 8-byte elements
+        _nearest(dml.ResampleOperatorDesc, (1, 2, 8, 8), (1, 2, 2, 2)),  # C too
+        _nearest(dml.ResampleOperatorDesc, (1, 2, 8, 8), (1, 1, 0.5, 0.5)),  # downsampling
+        _nearest(dml.ResampleOperatorDesc, (1, 2, 8, 8), (1, 1, 1, 1)),  # a copy
+        # corners aligned: not each input repeated in order
+        _nearest(dml.Resample1OperatorDesc, (1, 2, 8, 8), (1, 1, 2, 2),
+                 input_pixel_offsets=[0, 0, 0, 0], output_pixel_offsets=[0, 0, 0, 0]),
+        # pixel centres rounded down (RESAMPLE2): each input but the first repeated 2 times
+        # one output late
+        _nearest(dml.Resample2OperatorDesc, (1, 2, 8, 8), (1, 1, 2, 2)),
+    ]  # fmt: skip
+    for desc in refused:
+        assert K.repeat_plan(desc) is None, desc
+
+
+@pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    "desc",
+    [
+        _upsample((2, 16, 100, 130), 2, 2, mode=NEAREST),
+        _upsample((2, 16, 100, 130), 2, 2, "FLOAT16", mode=NEAREST),
+        _upsample((2, 8, 50, 33), 4, 2, "INT8", mode=NEAREST),
+        _nearest(dml.Resample1OperatorDesc, (3, 64, 50), (1, 8, 4), "FLOAT16"),
+    ],
+)
+def test_gpu_repeat_matches_lax(desc):
+    assert fastpath.select(desc).name == "repeat"
+    x = _bits_input(desc, seed=3)
+    got = jax.jit(dml.compile_operator(desc).fn)(x)
+    want = jax.jit(dml.compile_operator(desc, fast_paths=False).fn)(x)
+    _same_bits(got, want)

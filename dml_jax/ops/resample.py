@@ -444,7 +444,7 @@ def _example(operator_type: str) -> Example:
 
 def _bench(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
     """2x nearest and bilinear upsampling of a quarter of the shape to the whole shape, and 4x
-    bilinear of a sixteenth (a GPU kernel covers the bilinear cases)."""
+    bilinear of a sixteenth (GPU kernels cover all three)."""
     if dtype not in ("float32", "float16"):
         return []
     n, c, h, w = shape
@@ -474,7 +474,7 @@ def _bench(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
                 ),
                 jnp=jnp_fn,
                 torch=torch_fn,
-                kernel=mode == "LINEAR",  # dml_jax.kernels.resample
+                kernel=True,  # dml_jax.kernels.resample
             )
         )
     return cases
