@@ -224,15 +224,17 @@ def _same_bits(got, want):
 
 ORIGIN = {"input_pixel_offsets": [0.0] * 3, "output_pixel_offsets": [0.0] * 3}
 REPEAT_CASES = [
-    _upsample((2, 3, 5, 7), 2, 2, mode=NEAREST),  # one partial tile a dimension
+    _upsample((2, 3, 5, 7), 2, 2, "FLOAT16", mode=NEAREST),  # one partial tile a dimension
     _upsample((1, 2, 33, 130), 4, 2, "FLOAT16", mode=NEAREST),  # ragged rows and columns
     _upsample((3, 4, 9, 10), 2, 1, "INT8", mode=NEAREST),  # rows only
     _upsample((2, 3, 40, 300), 1, 8, "UINT16", mode=NEAREST),  # columns only, 8x
     _nearest(dml.ResampleOperatorDesc, (2, 3, 16, 24), (1, 1, 2, 4), "FLOAT16"),
     _nearest(dml.Resample1OperatorDesc, (3, 17, 20), (1, 2, 2), "UINT8"),
     # RESAMPLE2/3 round down: with offsets 0 the input of output o is floor(o / f)
-    _nearest(dml.Resample2OperatorDesc, (2, 12, 16), (1, 4, 4), "INT32", **ORIGIN),
-    _nearest(dml.Resample3OperatorDesc, (2, 12, 16), (1, 2, 2), antialiased=True, **ORIGIN),
+    _nearest(dml.Resample2OperatorDesc, (2, 12, 16), (1, 4, 4), "INT16", **ORIGIN),
+    _nearest(
+        dml.Resample3OperatorDesc, (2, 12, 16), (1, 2, 2), "FLOAT16", antialiased=True, **ORIGIN
+    ),
 ]
 
 
@@ -247,23 +249,24 @@ def test_repeat_kernel_interpret_matches_lax(desc):
 
 
 def test_repeat_plan_tiles_and_refusals():
-    v = K.repeat_plan(_upsample((16, 256, 128, 128), 2, 2, mode=NEAREST))  # the bench case
-    assert (v.rows, v.w, v.fh, v.fw) == (16 * 256 * 128, 128, 2, 2)
+    v = K.repeat_plan(_upsample((32, 256, 128, 128), 2, 2, "FLOAT16", mode=NEAREST))  # bench
+    assert (v.rows, v.w, v.fh, v.fw) == (32 * 256 * 128, 128, 2, 2)
     assert v.tr * v.fh * v.tc * v.fw == K.REPEAT_TILE and v.tc & (v.tc - 1) == 0
     refused = [
-        _upsample((1, 2, 8, 8), 2, 2, mode="LINEAR"),  # the bilinear kernel's
-        _upsample((1, 2, 8, 8), 3, 2, mode=NEAREST),  # not a power of two
-        _upsample((1, 2, 8, 8), 2, 16, mode=NEAREST),  # past REPEAT_MAX_FACTOR
-        _upsample((1, 2, 8, 8), 2, 2, "FLOAT64", mode=NEAREST),  # 8-byte elements
-        _nearest(dml.ResampleOperatorDesc, (1, 2, 8, 8), (1, 2, 2, 2)),  # C too
-        _nearest(dml.ResampleOperatorDesc, (1, 2, 8, 8), (1, 1, 0.5, 0.5)),  # downsampling
-        _nearest(dml.ResampleOperatorDesc, (1, 2, 8, 8), (1, 1, 1, 1)),  # a copy
+        _upsample((1, 2, 8, 8), 2, 2, "FLOAT16", mode="LINEAR"),  # the bilinear kernel's
+        _upsample((1, 2, 8, 8), 3, 2, "FLOAT16", mode=NEAREST),  # not a power of two
+        _upsample((1, 2, 8, 8), 2, 16, "FLOAT16", mode=NEAREST),  # past REPEAT_MAX_FACTOR
+        _upsample((1, 2, 8, 8), 2, 2, mode=NEAREST),  # 4-byte elements: lax is at the copy
+        _upsample((1, 2, 8, 8), 2, 2, "FLOAT64", mode=NEAREST),
+        _nearest(dml.ResampleOperatorDesc, (1, 2, 8, 8), (1, 2, 2, 2), "FLOAT16"),  # C too
+        _nearest(dml.ResampleOperatorDesc, (1, 2, 8, 8), (1, 1, 0.5, 0.5), "FLOAT16"),
+        _nearest(dml.ResampleOperatorDesc, (1, 2, 8, 8), (1, 1, 1, 1), "FLOAT16"),  # a copy
         # corners aligned: not each input repeated in order
-        _nearest(dml.Resample1OperatorDesc, (1, 2, 8, 8), (1, 1, 2, 2),
+        _nearest(dml.Resample1OperatorDesc, (1, 2, 8, 8), (1, 1, 2, 2), "FLOAT16",
                  input_pixel_offsets=[0, 0, 0, 0], output_pixel_offsets=[0, 0, 0, 0]),
         # pixel centres rounded down (RESAMPLE2): each input but the first repeated 2 times
         # one output late
-        _nearest(dml.Resample2OperatorDesc, (1, 2, 8, 8), (1, 1, 2, 2)),
+        _nearest(dml.Resample2OperatorDesc, (1, 2, 8, 8), (1, 1, 2, 2), "FLOAT16"),
     ]  # fmt: skip
     for desc in refused:
         assert K.repeat_plan(desc) is None, desc
@@ -273,8 +276,8 @@ def test_repeat_plan_tiles_and_refusals():
 @pytest.mark.parametrize(
     "desc",
     [
-        _upsample((2, 16, 100, 130), 2, 2, mode=NEAREST),
         _upsample((2, 16, 100, 130), 2, 2, "FLOAT16", mode=NEAREST),
+        _upsample((2, 16, 13, 13), 2, 2, "FLOAT16", mode=NEAREST),  # odd: every tile partial
         _upsample((2, 8, 50, 33), 4, 2, "INT8", mode=NEAREST),
         _nearest(dml.Resample1OperatorDesc, (3, 64, 50), (1, 8, 4), "FLOAT16"),
     ],

@@ -10,7 +10,7 @@ from timing import timeit, torch_copy_seconds
 import dml_jax as dml
 from dml_jax.kernels import resample as K
 
-for dt, n in (("float32", 16), ("float16", 32)):
+for dt, n in (("float16", 32),):
     x = jax.random.normal(jax.random.PRNGKey(0), (n, 256, 128, 128), jnp.float32).astype(dt)
     t = dml.TensorDesc(dt.upper(), x.shape)
     d = dml.Upsample2DOperatorDesc(t, t.like(sizes=(n, 256, 256, 256)), (2, 2), "NEAREST_NEIGHBOR")
@@ -21,8 +21,8 @@ for dt, n in (("float32", 16), ("float16", 32)):
     lax = jax.jit(dml.compile_operator(d, fast_paths=False).fn)
     want = np.asarray(lax(x))
     print(dt, "copy GB/s", round(nbytes / copy / 1e9), "lax", round(copy / timeit(lax, x), 3), flush=True)
-    for tile in (4096, 8192, 16384, 32768):
-        for warps in (4, 8):
+    for tile in (4096, 8192, 16384):
+        for warps in (4,):
             K.REPEAT_TILE, K.REPEAT_WARPS = tile, warps
             v = K.repeat_plan(d)
             f = jax.jit(lambda x, v=v: K.repeat_kernel(x, v))

@@ -401,10 +401,13 @@ def upsample_kernel(x, v: View, interpret: bool = False):
 # a program loads a tile of input rows, repeats each element fw times in registers (the same
 # tree of joins as the bilinear phases) and stores the widened rows fh times. Output elements a
 # program (a power of two) and warps: chosen on an H100 (benchmarks/RESULTS.md, round 18).
+# 2x float16 to 1 GiB: 8192 on 4 warps 0.93 of the copy (4096-32768 on 4 or 8 warps 0.89-0.93;
+# lax 0.69 there). 4-byte types stay with lax, already at 0.94 (the kernel 0.91-0.93).
 REPEAT_TILE = 8192
 REPEAT_WARPS = 4
 REPEAT_MAX_FACTOR = 8
 BITS = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}
+NARROW_BITS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -428,7 +431,7 @@ def repeat_plan(d: Any) -> RepeatView | None:
     from ..ops.resample import _repeats
 
     x, out = d.input_tensor, d.output_tensor
-    if np.dtype(x.dtype).itemsize not in BITS or x.rank < 2:
+    if np.dtype(x.dtype).itemsize not in NARROW_BITS or x.rank < 2:
         return None
     if geometry(d).mode is InterpolationMode.LINEAR:
         return None
@@ -451,25 +454,35 @@ def repeat_plan(d: Any) -> RepeatView | None:
 
 def repeat_kernel(x, v: RepeatView, interpret: bool = False):
     """``x`` (``(..., H, W)``) with each element repeated ``v.fh`` x ``v.fw`` times, bit for
-    bit (the elements move as unsigned integers of their width)."""
+    bit (the elements move as unsigned integers of their width). Tiles at the edges are masked
+    element by element (flat int32 offsets, as in ``upsample_kernel``)."""
     pl, pltriton = load_pallas()
     bits = BITS[x.dtype.itemsize]
-    x2 = jax.lax.bitcast_convert_type(jax.lax.reshape(x, (v.rows, v.w)), bits)
+    ow = v.w * v.fw
+    flat = jax.lax.bitcast_convert_type(jax.lax.reshape(x, (x.size,)), bits)
+    col_tiles = -(-v.w // v.tc)
 
     def kernel(x_ref, o_ref):
-        wide = _interleave([x_ref[...]] * v.fw)
-        o_ref[...] = jnp.broadcast_to(wide[:, None, :], (v.tr, v.fh, v.tc * v.fw))
+        t = pl.program_id(0)
+        r = (t // col_tiles) * v.tr + jnp.arange(v.tr, dtype=jnp.int32)
+        c = (t % col_tiles) * v.tc + jnp.arange(v.tc, dtype=jnp.int32)
+        ok = (r < v.rows)[:, None] & (c < v.w)[None, :]
+        tile = pltriton.load(x_ref.at[r[:, None] * v.w + c[None, :]], mask=ok, other=0)
+        wide = _interleave([tile] * v.fw)
+        oc = (t % col_tiles) * (v.tc * v.fw) + jnp.arange(v.tc * v.fw, dtype=jnp.int32)
+        out_ok = (r < v.rows)[:, None] & (oc < ow)[None, :]
+        for py in range(v.fh):
+            at = (r * v.fh + py)[:, None] * ow + oc[None, :]
+            pltriton.store(o_ref.at[at], wide, mask=out_ok)
 
     out = pl.pallas_call(
         kernel,
-        out_shape=jax.ShapeDtypeStruct((v.rows, v.fh, v.w * v.fw), bits),
-        grid=(-(-v.rows // v.tr), -(-v.w // v.tc)),
-        in_specs=[pl.BlockSpec((v.tr, v.tc), lambda i, j: (i, j))],
-        out_specs=pl.BlockSpec((v.tr, v.fh, v.tc * v.fw), lambda i, j: (i, 0, j)),
+        out_shape=jax.ShapeDtypeStruct((x.size * v.fh * v.fw,), bits),
+        grid=(-(-v.rows // v.tr) * col_tiles,),
         interpret=interpret,
         compiler_params=pltriton.CompilerParams(num_warps=REPEAT_WARPS, num_stages=1),
-    )(x2)
-    shape = x.shape[:-2] + (x.shape[-2] * v.fh, v.w * v.fw)
+    )(flat)
+    shape = x.shape[:-2] + (x.shape[-2] * v.fh, ow)
     return jax.lax.reshape(jax.lax.bitcast_convert_type(out, x.dtype), shape)
 
 
