@@ -226,12 +226,12 @@ ORIGIN = {"input_pixel_offsets": [0.0] * 3, "output_pixel_offsets": [0.0] * 3}
 REPEAT_CASES = [
     _upsample((2, 3, 5, 7), 2, 2, "FLOAT16", mode=NEAREST),  # one partial tile a dimension
     _upsample((1, 2, 33, 130), 4, 2, "FLOAT16", mode=NEAREST),  # ragged rows and columns
-    _upsample((3, 4, 9, 10), 2, 1, "INT8", mode=NEAREST),  # rows only
-    _upsample((2, 3, 40, 300), 1, 8, "UINT16", mode=NEAREST),  # columns only, 8x
+    _nearest(dml.Resample1OperatorDesc, (3, 4, 9, 10), (1, 1, 2, 1), "INT8"),  # rows only
+    _upsample((2, 3, 40, 300), 1, 8, "FLOAT16", mode=NEAREST),  # columns only, 8x
     _nearest(dml.ResampleOperatorDesc, (2, 3, 16, 24), (1, 1, 2, 4), "FLOAT16"),
     _nearest(dml.Resample1OperatorDesc, (3, 17, 20), (1, 2, 2), "UINT8"),
     # RESAMPLE2/3 round down: with offsets 0 the input of output o is floor(o / f)
-    _nearest(dml.Resample2OperatorDesc, (2, 12, 16), (1, 4, 4), "INT16", **ORIGIN),
+    _nearest(dml.Resample2OperatorDesc, (2, 12, 16), (1, 4, 4), "INT8", **ORIGIN),
     _nearest(
         dml.Resample3OperatorDesc, (2, 12, 16), (1, 2, 2), "FLOAT16", antialiased=True, **ORIGIN
     ),
@@ -240,6 +240,7 @@ REPEAT_CASES = [
 
 @pytest.mark.parametrize("desc", REPEAT_CASES)
 def test_repeat_kernel_interpret_matches_lax(desc):
+    dml.validate(desc)  # a description DirectML accepts
     v = K.repeat_plan(desc)
     assert v is not None and fastpath.select(desc).name == "repeat"
     x = _bits_input(desc)
@@ -278,7 +279,7 @@ def test_repeat_plan_tiles_and_refusals():
     [
         _upsample((2, 16, 100, 130), 2, 2, "FLOAT16", mode=NEAREST),
         _upsample((2, 16, 13, 13), 2, 2, "FLOAT16", mode=NEAREST),  # odd: every tile partial
-        _upsample((2, 8, 50, 33), 4, 2, "INT8", mode=NEAREST),
+        _nearest(dml.Resample1OperatorDesc, (2, 8, 50, 33), (1, 1, 4, 2), "INT8"),
         _nearest(dml.Resample1OperatorDesc, (3, 64, 50), (1, 8, 4), "FLOAT16"),
     ],
 )
