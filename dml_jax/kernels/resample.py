@@ -1,5 +1,6 @@
-"""A Pallas (Triton) kernel for integer-factor bilinear upsampling at pixel centres, the CUDA fast
-path of UPSAMPLE_2D and RESAMPLE / RESAMPLE1 / RESAMPLE2 / RESAMPLE3 in LINEAR mode.
+"""Pallas (Triton) kernels for integer-factor bilinear upsampling at pixel centres and for
+nearest-neighbour repeats, the CUDA fast paths of UPSAMPLE_2D and RESAMPLE / RESAMPLE1 /
+RESAMPLE2 / RESAMPLE3.
 
 XLA's code for the lax lowering (two static gathers and a weighted sum per axis, fused into one
 loop that gathers four inputs per output element) runs at 0.47 of the copy for 2x float32 on an
@@ -43,7 +44,12 @@ an ulp at some elements, except where every product and sum is exact.
 dimensions with the pixel-centre offsets 0.5 / -0.5, the output exactly ``factor`` times the
 input there and an exact copy along every other dimension (scale 1), float32 or float16.
 RESAMPLE3's Antialiased changes nothing at these scales (it widens the filter only where
-Scale < 1) and is accepted. Nearest neighbour stays with lax (0.94 of the copy already).
+Scale < 1) and is accepted.
+
+NEAREST_NEIGHBOR at power-of-two integer factors, where the lax tables repeat each input element
+(``repeat_plan``), takes ``repeat_kernel`` for 1- and 2-byte types: the bits move, each element
+repeated along the row in registers and each row stored ``fh`` times; 2x float16 0.94 of the copy
+on an H100 against XLA's 0.69 (round 18). 4-byte types stay with lax (0.94 already).
 """
 
 from __future__ import annotations
