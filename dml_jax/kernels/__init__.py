@@ -15,13 +15,16 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``elementwise_map``: one kernel that runs any element-wise operator's lowering block by block,
   for narrow types;
 - ``softmax``: one-pass SOFTMAX and LOG_SOFTMAX (both versions);
-- ``mvn``: single-pass MEAN_VARIANCE_NORMALIZATION (versions 0, 1 and 2) over the minor axes;
+- ``mvn``: single-pass MEAN_VARIANCE_NORMALIZATION (versions 0, 1 and 2) over the minor axes
+  (long rows on a cluster of CTAs on Hopper);
+- ``batch_norm``: float16 BATCH_NORMALIZATION with per-channel statistics;
 - ``pooling``: overlapping 2-D MAX and AVERAGE pooling, window rows kept in registers;
 - ``scan``: one-pass CUMULATIVE_SUMMATION / CUMULATIVE_PRODUCT;
 - ``topk``: TOP_K / TOP_K1 for a small K along the minor axis, in registers;
 - ``generate``: FILL_VALUE_CONSTANT and minor-axis ONE_HOT, write-only blocks;
 - ``padding``: EDGE, REFLECTION, SYMMETRIC and WRAP PADDING / PADDING1 as one gather pass;
-- ``resample``: integer-factor bilinear UPSAMPLE_2D / RESAMPLE(1, 2, 3) at pixel centres;
+- ``resample``: integer-factor bilinear UPSAMPLE_2D / RESAMPLE(1, 2, 3) at pixel centres, and
+  their nearest-neighbour repeats of narrow types;
 - ``scatter``: minor-axis SCATTER (SCATTER_ELEMENTS), each line's updates stored in order, in
   shared memory on Hopper (Mosaic GPU), into global memory by a Triton kernel elsewhere;
 - ``int8_gemm``: the int8 x int8 -> int32 products of MATRIX_MULTIPLY_INTEGER(_TO_FLOAT) and
@@ -37,6 +40,7 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 
 from . import (
     attention,
+    batch_norm,
     elementwise,
     elementwise_map,
     gemm,
@@ -62,6 +66,7 @@ from .reduce_plan import plan
 __all__ = [
     "arg_reduce",
     "attention",
+    "batch_norm",
     "elementwise",
     "elementwise_map",
     "gemm",
