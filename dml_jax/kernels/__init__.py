@@ -17,7 +17,6 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``softmax``: one-pass SOFTMAX and LOG_SOFTMAX (both versions);
 - ``mvn``: single-pass MEAN_VARIANCE_NORMALIZATION (versions 0, 1 and 2) over the minor axes
   (long rows on a cluster of CTAs on Hopper);
-- ``batch_norm``: float16 BATCH_NORMALIZATION with per-channel statistics;
 - ``pooling``: overlapping 2-D MAX and AVERAGE pooling, window rows kept in registers;
 - ``scan``: one-pass CUMULATIVE_SUMMATION / CUMULATIVE_PRODUCT;
 - ``topk``: TOP_K / TOP_K1 for a small K along the minor axis, in registers;
@@ -40,7 +39,6 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 
 from . import (
     attention,
-    batch_norm,
     elementwise,
     elementwise_map,
     gemm,
@@ -66,7 +64,6 @@ from .reduce_plan import plan
 __all__ = [
     "arg_reduce",
     "attention",
-    "batch_norm",
     "elementwise",
     "elementwise_map",
     "gemm",

@@ -245,7 +245,6 @@ def _bench_batch_norm(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
             BatchNormalizationOperatorDesc(x, p, p, p, p, x, spatial=True, epsilon=eps),
             jnp=jnp_fn,
             torch=torch_fn,
-            kernel=dtype == "float16",  # dml_jax.kernels.batch_norm
         )
     ]
 
