@@ -65,7 +65,7 @@ import numpy as np
 
 from ..enums import InterpolationMode
 from ..fastpath import register_fast_path
-from ..ops.resample import geometry
+from ..ops.resample import geometry, repeats
 from ..ops.resample import plan as lax_plan
 from .reduce import load_pallas
 from .reduce_plan import pow2_at_least, pow2_at_most
@@ -434,8 +434,6 @@ def repeat_plan(d: Any) -> RepeatView | None:
     """The repeat kernel's view of a NEAREST_NEIGHBOR description, or None where lax stays:
     the lax tables must repeat each input of the last two dimensions a power of two times (up
     to ``REPEAT_MAX_FACTOR``; 1 where a dimension is copied) and copy every other dimension."""
-    from ..ops.resample import _repeats
-
     x, out = d.input_tensor, d.output_tensor
     if np.dtype(x.dtype).itemsize not in NARROW_BITS or x.rank < 2:
         return None
@@ -445,7 +443,7 @@ def repeat_plan(d: Any) -> RepeatView | None:
         return None
     factors = {x.rank - 2: 1, x.rank - 1: 1}
     for axis, indices, _ in lax_plan(d):
-        r = _repeats(indices, x.sizes[axis])
+        r = repeats(indices, x.sizes[axis])
         if axis not in factors or r is None or r & (r - 1) or r > REPEAT_MAX_FACTOR:
             return None
         factors[axis] = r

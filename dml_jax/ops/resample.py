@@ -350,7 +350,7 @@ def validate_resample(d: Any, v: Validator) -> None:
 # --- lowering -----------------------------------------------------------------------------------
 
 
-def _repeats(indices: np.ndarray, n_in: int) -> int | None:
+def repeats(indices: np.ndarray, n_in: int) -> int | None:
     """r when a nearest-neighbour table repeats each input r times in order (integer upscaling
     at pixel centres), else None."""
     n_out = indices.shape[0]
@@ -386,7 +386,7 @@ def _apply(x, steps: list):
     gathers and their weighted sum. XLA fuses the chain (gathers with constant indices and
     element-wise math) into one pass over the output."""
     for axis, indices, weights in steps:
-        r = _repeats(indices, x.shape[axis])
+        r = repeats(indices, x.shape[axis])
         x = _repeat(x, axis, r) if r is not None else _weighted(x, axis, indices, weights)
     return x
 
