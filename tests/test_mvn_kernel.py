@@ -267,3 +267,20 @@ def test_cluster_kernel_matches_lax(monkeypatch, name, build, ctas, type_name):
     got = jax.jit(dml.compile_operator(d).fn)(*arrays)
     want = jax.jit(dml.compile_operator(d, fast_paths=False).fn)(*arrays)
     _close(got, want, d, arrays)
+
+
+@pytest.mark.skipif(not mosaic.hopper(), reason="needs a Hopper GPU (TMA) and jax 0.11")
+def test_cluster_kernel_under_vmap(monkeypatch):
+    # vmap batches the fast path itself (Mosaic GPU's rule adds a grid axis): the batch equals
+    # its entries computed one by one
+    monkeypatch.setattr(K, "MIN_PROGRAMS", 1)
+    d = CLUSTER_CASES[0][1]("FLOAT32")
+    assert fastpath.select(d).name == "cluster"
+    fn = dml.compile_operator(d).fn
+    x, scale, bias = _arrays(d, seed=5)
+    xs = np.stack([x, -x])
+    batched = jax.jit(jax.vmap(fn, in_axes=(0, None, None)))(xs, scale, bias)
+    for i in range(2):
+        np.testing.assert_array_equal(
+            np.asarray(batched[i]), np.asarray(jax.jit(fn)(xs[i], scale, bias))
+        )

@@ -289,3 +289,13 @@ def test_gpu_repeat_matches_lax(desc):
     got = jax.jit(dml.compile_operator(desc).fn)(x)
     want = jax.jit(dml.compile_operator(desc, fast_paths=False).fn)(x)
     _same_bits(got, want)
+
+
+@pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
+def test_gpu_repeat_under_vmap():
+    desc = _upsample((2, 4, 30, 50), 2, 2, "FLOAT16", mode=NEAREST)
+    fn = dml.compile_operator(desc).fn
+    xs = np.stack([_bits_input(desc, seed=s) for s in (1, 2)])
+    batched = jax.jit(jax.vmap(fn))(xs)
+    for i in range(2):
+        _same_bits(batched[i], jax.jit(fn)(xs[i]))

@@ -165,3 +165,16 @@ def test_smem_kernel_matches_lax(monkeypatch, shape, length, dtype, index_type, 
     got = jax.jit(dml.compile_operator(d).fn)(x, i, u)
     want = jax.jit(dml.compile_operator(d, fast_paths=False).fn)(x, i, u)
     np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.skipif(not mosaic.hopper(), reason="needs a Hopper GPU (TMA) and jax 0.11")
+def test_smem_kernel_under_vmap():
+    # vmap batches the shared-memory form itself (Mosaic GPU's rule adds a grid axis)
+    d = _desc((4, 96, 96, 256), 128, "float32", "INT32")
+    assert fastpath.select(d).name == "smem"
+    fn = dml.compile_operator(d).fn
+    x, i, u = _inputs(d, -100, 100, seed=6)
+    xs, us = np.stack([x, -x]), np.stack([u, u * 2])
+    batched = jax.jit(jax.vmap(fn, in_axes=(0, None, 0)))(xs, i, us)
+    for k in range(2):
+        np.testing.assert_array_equal(_bits(batched[k]), _bits(jax.jit(fn)(xs[k], i, us[k])))
