@@ -46,8 +46,8 @@ with many dispatches and one sync: the GPT's first MLP GEMM with its bias and GE
 (ping-pong; cooperative 139, XLA's GEMM and GELU 172 in round 16); the QKV projection with its
 bias, Q, K and V written apart, 80 (cooperative 86, XLA 128); the residual adds fused 45-63
 (N = K = 1024) and 102 (K = 4096, cooperative) against XLA's 50 and 117. The GPT stack runs
-1.19x PyTorch eager in the bench (1.04x before the kernel, 1.16x with the cooperative schedule
-alone).
+1.18-1.19x PyTorch eager in the bench (rounds 17-18; 1.04x before the kernel, 1.16x with the
+cooperative schedule alone).
 
 ``plan`` takes 2-D problems (leading dimensions of 1), A not transposed, B either way, M a
 multiple of 128, N of 256 and K of 64, on a Hopper GPU (WGMMA and TMA; compute capability

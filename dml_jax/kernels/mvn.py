@@ -160,6 +160,16 @@ class Form:
     alpha: float = 0.0
 
 
+def _activation(form: Form, y):
+    """The form's fused activation on float32 ``y``, as the lax lowering applies it (RELU: NaN
+    passes, -0.0 and below give +0.0)."""
+    if form.activation == "RELU":
+        return jnp.where(y > 0, y, jnp.where(is_nan(y), y, jnp.zeros_like(y)))
+    if form.activation == "LEAKY_RELU":
+        return jnp.where(y >= 0, y, np.float32(form.alpha) * y)
+    return y
+
+
 def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
     """The kernel's view of normalizing ``shape`` over ``axes``, or None where lax stays."""
     if np.dtype(dtype) not in DTYPES:
@@ -263,11 +273,7 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
                 vec = pltriton.load(at, mask=col_span(off, size), other=np.zeros((), ref.dtype))
                 term = vec.astype(f32)[None, :]
             y = y * term if op == "mul" else y + term
-        if form.activation == "RELU":  # the lax RELU: NaN passes, -0.0 and below give +0.0
-            y = jnp.where(y > 0, y, jnp.where(is_nan(y), y, jnp.zeros_like(y)))
-        elif form.activation == "LEAKY_RELU":
-            y = jnp.where(y >= 0, y, np.float32(form.alpha) * y)
-        return y
+        return _activation(form, y)
 
     def store(o_ref, g, off, y, policy=None):
         size = y.shape[1]
@@ -583,15 +589,23 @@ def mvn_cluster(x2, v: ClusterView, form: Form, affine=()):
         def piece(i):
             return buf[pl.ds(i * k, k), :].astype(f32)
 
+        arrived = [False]  # whether a pass has waited for the pieces already
+
+        def arrive(i):
+            """Before the first pass's step ``i``: wait for the piece it starts, if any, so
+            that the pass works on the pieces as they come in."""
+            if not arrived[0] and i % per == 0:
+                plgpu.barrier_wait(bar.at[i // per])
+
         def total(term):
             acc = None
             for i in range(steps):
+                arrive(i)
                 t = term(i)
                 acc = t if acc is None else acc + t
+            arrived[0] = True
             return jnp.sum(acc)
 
-        for j in range(pieces):  # the first pass waits for each piece as it comes
-            plgpu.barrier_wait(bar.at[j])
         m = m2 = None
         if form.use_mean:
             m = total(piece) / c
@@ -607,7 +621,7 @@ def mvn_cluster(x2, v: ClusterView, form: Form, affine=()):
             mine[0] = m if m is not None else np.float32(0)
             mine[1] = m2 if m2 is not None else np.float32(0)
             exchange(mine, table)
-            ms = [table[0, q] for q in range(p)]
+            ms = [table[0, q] for q in range(p)] if form.use_mean else []
             if form.use_mean:
                 mean = sum(ms[1:], ms[0]) / np.float32(p)
             if form.use_variance:
@@ -627,6 +641,7 @@ def mvn_cluster(x2, v: ClusterView, form: Form, affine=()):
             else:
                 bias = term
         for i in range(steps):
+            arrive(i)  # no statistics: this pass is the first
             y = piece(i)
             if mean is not None:
                 y = y - mean
@@ -634,11 +649,7 @@ def mvn_cluster(x2, v: ClusterView, form: Form, affine=()):
                 y = y * factor
             if bias is not None:
                 y = y + bias
-            if form.activation == "RELU":  # the lax RELU: NaN passes, -0.0 and below give +0.0
-                y = jnp.where(y > 0, y, jnp.where(is_nan(y), y, 0.0))
-            elif form.activation == "LEAKY_RELU":
-                y = jnp.where(y >= 0, y, np.float32(form.alpha) * y)
-            buf[pl.ds(i * k, k), :] = y.astype(buf.dtype)
+            buf[pl.ds(i * k, k), :] = _activation(form, y).astype(buf.dtype)
             if (i + 1) % per == 0:
                 span = pl.ds(i // per * span_lines, span_lines)
                 plgpu.commit_smem()
@@ -674,45 +685,50 @@ def form_of(d: Any) -> Form | None:
     return Form(use_mean, use_variance, d.epsilon, name, getattr(act, "alpha", 0.0))
 
 
-def applies(d: Any) -> bool:
+def _takes(d: Any, plan_of, modes: tuple[str, ...]) -> bool:
+    """A form takes ``d``: ``plan_of`` gives a view, the fused activation is one it runs, and
+    Scale and Bias (where present) broadcast in one of ``modes``."""
     x, axes = d.input_tensor, mvn_axes(d)
-    if plan(x.sizes, axes, x.dtype) is None or form_of(d) is None:
+    if plan_of(x.sizes, axes, x.dtype) is None or form_of(d) is None:
         return False
     pair = (d.scale_tensor, d.bias_tensor)
-    return all(broadcast_mode(t.sizes, axes) is not None for t in pair if t is not None)
+    return all(broadcast_mode(t.sizes, axes) in modes for t in pair if t is not None)
+
+
+def _affine(d: Any, shape: tuple[int, ...], rest) -> tuple:
+    """Scale and Bias as the kernels take them: ``(vector, mode, op)`` for each present."""
+    axes = mvn_axes(d)
+    return tuple(
+        (_vector(t, shape, axes, mode), mode, op)
+        for t, op in zip(optional_pair(d, rest), ("mul", "add"))
+        if t is not None
+        for mode in (broadcast_mode(t.shape, axes),)
+    )
+
+
+def applies(d: Any) -> bool:
+    return _takes(d, plan, ("row", "along"))
 
 
 def lower_mvn_kernel(d: Any, x, *rest, interpret: bool = False) -> tuple:
     """The fast path's lowering: the contract of ``ops.normalization.lower_mvn``."""
-    shape, axes = tuple(x.shape), mvn_axes(d)
-    v = plan(shape, axes, x.dtype)
-    affine = []
-    for t, op in zip(optional_pair(d, rest), ("mul", "add")):
-        if t is not None:
-            mode = broadcast_mode(t.shape, axes)
-            affine.append((_vector(t, shape, axes, mode), mode, op))
-    y = mvn_kernel(jax.lax.reshape(x, (v.a, v.r)), v, form_of(d), tuple(affine), interpret)
+    shape = tuple(x.shape)
+    v = plan(shape, mvn_axes(d), x.dtype)
+    y = mvn_kernel(
+        jax.lax.reshape(x, (v.a, v.r)), v, form_of(d), _affine(d, shape, rest), interpret
+    )
     return (jax.lax.reshape(y, shape),)
 
 
 def cluster_applies(d: Any) -> bool:
-    x, axes = d.input_tensor, mvn_axes(d)
-    if cluster_plan(x.sizes, axes, x.dtype) is None or form_of(d) is None:
-        return False
-    pair = (d.scale_tensor, d.bias_tensor)
-    return all(broadcast_mode(t.sizes, axes) == "row" for t in pair if t is not None)
+    return _takes(d, cluster_plan, ("row",))
 
 
 def lower_mvn_cluster(d: Any, x, *rest) -> tuple:
     """The cluster form's lowering: the contract of ``ops.normalization.lower_mvn``."""
-    shape, axes = tuple(x.shape), mvn_axes(d)
-    v = cluster_plan(shape, axes, x.dtype)
-    affine = tuple(
-        (_vector(t, shape, axes, "row"), "row", op)
-        for t, op in zip(optional_pair(d, rest), ("mul", "add"))
-        if t is not None
-    )
-    y = mvn_cluster(jax.lax.reshape(x, (v.a, v.r)), v, form_of(d), affine)
+    shape = tuple(x.shape)
+    v = cluster_plan(shape, mvn_axes(d), x.dtype)
+    y = mvn_cluster(jax.lax.reshape(x, (v.a, v.r)), v, form_of(d), _affine(d, shape, rest))
     return (jax.lax.reshape(y, shape),)
 
 

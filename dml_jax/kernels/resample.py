@@ -407,13 +407,12 @@ def upsample_kernel(x, v: View, interpret: bool = False):
 # a program loads a tile of input rows, repeats each element fw times in registers (the same
 # tree of joins as the bilinear phases) and stores the widened rows fh times. Output elements a
 # program (a power of two) and warps: chosen on an H100 (benchmarks/RESULTS.md, round 18).
-# 2x float16 to 1 GiB: 8192 on 4 warps 0.93 of the copy (4096-32768 on 4 or 8 warps 0.89-0.93;
+# 2x float16 to 1 GiB: 8192 on 4 warps 0.92-0.93 of the copy (4096-32768 on 4 or 8 warps 0.89-0.93;
 # lax 0.69 there). 4-byte types stay with lax, already at 0.94 (the kernel 0.91-0.93).
 REPEAT_TILE = 8192
 REPEAT_WARPS = 4
 REPEAT_MAX_FACTOR = 8
-BITS = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}
-NARROW_BITS = (1, 2)
+BITS = {1: jnp.uint8, 2: jnp.uint16}  # the element types the kernel takes, by their bits
 
 
 @dataclass(frozen=True)
@@ -435,7 +434,7 @@ def repeat_plan(d: Any) -> RepeatView | None:
     the lax tables must repeat each input of the last two dimensions a power of two times (up
     to ``REPEAT_MAX_FACTOR``; 1 where a dimension is copied) and copy every other dimension."""
     x, out = d.input_tensor, d.output_tensor
-    if np.dtype(x.dtype).itemsize not in NARROW_BITS or x.rank < 2:
+    if np.dtype(x.dtype).itemsize not in BITS or x.rank < 2:
         return None
     if geometry(d).mode is InterpolationMode.LINEAR:
         return None
@@ -451,7 +450,7 @@ def repeat_plan(d: Any) -> RepeatView | None:
     if fh * fw == 1:
         return None
     w = x.sizes[-1]
-    tc = min(pow2_at_least(w), max(1, REPEAT_TILE // (fh * fw * 16)))
+    tc = min(pow2_at_least(w), max(1, REPEAT_TILE // (fh * fw * 16)))  # 16 rows a tile or more
     tr = max(1, REPEAT_TILE // (fh * fw * tc))
     return RepeatView(math.prod(x.sizes[:-1]), w, fh, fw, tr, tc)
 
