@@ -127,7 +127,6 @@ def _gelu(y):
 
 
 PINGPONG_MAX_K = 2048  # longer products keep the cooperative schedule (round 17)
-CLUSTER = 1  # cooperative schedule: programs a cluster (experiment)
 PP_STAGES = 5  # ping-pong ring stages, at most (fewer where the epilogue's buffers need room)
 SMEM_LIMIT = 227 * 1024
 
@@ -152,7 +151,6 @@ class _Grid:
     stages: int
     programs: int
     transforms: tuple
-    cluster: int = 1  # cooperative: programs a cluster along M, sharing B's tiles by multicast
 
 
 def _swizzled(plgpu, cols: int) -> tuple:
@@ -257,11 +255,10 @@ def _epilogue(f: _Form, dtype, wg, refs: dict):
 
 
 @functools.partial(
-    jax.jit,
-    static_argnames=("v", "alpha", "beta", "c_row", "gelu", "split", "schedule", "cluster"),
+    jax.jit, static_argnames=("v", "alpha", "beta", "c_row", "gelu", "split", "schedule")
 )
 def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=False,
-               residual=None, split=0, schedule=None, cluster=None):  # fmt: skip
+               residual=None, split=0, schedule=None):  # fmt: skip
     """``round(Alpha * a @ B + Beta * C)``, then ``round(gelu(.))`` and/or ``round(. + R)``.
     One jitted function per form, so that a program with many calls of one form lowers (and
     compiles) the kernel once.
@@ -299,12 +296,10 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
     pieces = [x for x in ((c if form.full_c else None), residual) if x is not None]
     operands = ([bias] if bias is not None else []) + pieces
     k_iters = k // TILE_K
-    cluster = CLUSTER if cluster is None else cluster
-    cluster = 1 if pingpong or (m // TILE_M) % cluster else cluster
     grid = _Grid(
         m // TILE_M, n // cta_n, k_iters,
         _pingpong_stages(k_iters, len(pieces)) if pingpong else STAGES,
-        jax.devices()[0].core_count // cluster * cluster, _swizzled(plgpu, TILE_K), cluster,
+        jax.devices()[0].core_count, _swizzled(plgpu, TILE_K),
     )  # fmt: skip
 
     def kernel(a_gmem, b_gmem, *refs):
@@ -356,9 +351,9 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
     f = plgpu.kernel(
         kernel,
         out_type=out_type,
-        grid=(grid.programs // grid.cluster,),
+        grid=(grid.programs,),
         grid_names=("cluster_grid",),
-        cluster=(grid.cluster,),
+        cluster=(1,),
         cluster_names=("cluster",),
         num_threads=3,
         thread_name="wg",
@@ -389,7 +384,6 @@ def _cooperative_pipeline(v: View, grid: _Grid, body, context):
                 (cta_n, TILE_K) if v.b_nk else (TILE_K, cta_n),
                 (lambda s: (0, s)) if v.b_nk else (lambda s: (s, 0)),
                 transforms=transforms, memory_space=plgpu.SMEM,
-                collective_axes=("cluster",) if grid.cluster > 1 else (),
             ),
         ],
         wg_axis="wg",
@@ -408,12 +402,10 @@ def _cooperative_tiles(v, grid: _Grid, a_gmem, b_gmem, mem, wg, start, finish):
     m_iters, n_iters = grid.m_iters, grid.n_iters
     cta_n = 2 * TILE_N
 
-    @plgpu.nd_loop((m_iters // grid.cluster * n_iters,), collective_axes="cluster_grid")
+    @plgpu.nd_loop((m_iters * n_iters,), collective_axes="cluster_grid")
     def _tile(info):
         (lin,) = info.index
-        mi, ni = plgpu.planar_snake(lin, (m_iters // grid.cluster, n_iters), 1, BAND)
-        if grid.cluster > 1:  # the cluster's programs on rows of tiles next to each other
-            mi = mi * grid.cluster + lax.axis_index("cluster")
+        mi, ni = plgpu.planar_snake(lin, (m_iters, n_iters), 1, BAND)
         cm = pl.ds(mi * TILE_M, TILE_M)
         cn = pl.ds(ni * cta_n + wg * TILE_N, TILE_N)
 
