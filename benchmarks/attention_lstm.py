@@ -340,6 +340,10 @@ def lstm_rows(variants: bool) -> None:
     _row(case, "dml", measure_with(dml.compile_operator(desc)), _steps)
     half = dml.compile_operator(desc, allow_half_precision=True)
     _row(case, "dml half precision", measure_with(half), _steps)
+    lax_form = dml.compile_operator(desc, fast_paths=False)
+    _row(case, "dml lax", measure_with(lax_form), _steps)
+    lax_half = dml.compile_operator(desc, allow_half_precision=True, fast_paths=False)
+    _row(case, "dml lax half precision", measure_with(lax_half), _steps)
 
     def torch_lstm():
         import torch

@@ -33,6 +33,8 @@ is lowered for CUDA; every other case, and every other platform, runs the lax lo
 - ``attention``: MULTIHEAD_ATTENTION(1) on cuDNN's fused attention;
 - ``gemm``: float16 GEMM with a C term, and a graph's GEMM node with the GELU, ADD or
   MULTIHEAD_ATTENTION node that reads it, in one Mosaic GPU kernel (Hopper);
+- ``lstm``: float16 LSTM as one persistent kernel a direction, the recurrence weights held in
+  shared memory across the steps and a grid-wide barrier a step (Hopper);
 - ``mosaic``: where the Mosaic GPU kernels run (a Hopper GPU, the jax releases they were
   tested under).
 """
@@ -44,6 +46,7 @@ from . import (
     gemm,
     generate,
     int8_gemm,
+    lstm,
     movement,
     mvn,
     padding,
@@ -70,6 +73,7 @@ __all__ = [
     "generate",
     "int8_gemm",
     "log_sum_exp",
+    "lstm",
     "movement",
     "mvn",
     "padding",

@@ -469,6 +469,14 @@ def _matmul(h, r: _Recurrence):
     return pieces_product(product, h * scale, r.weights, axis=1, wide=r.wide) * unscale
 
 
+def state_product(h, r):
+    """``h`` {D, batch, hidden} (float32) times R {D, G * hidden, hidden}^T per direction, in
+    float32, as a step of the lowering takes it (``_matmul``: FLOAT16 R meets the state as
+    float16 pieces of its rows, scaled): for a fast path that takes the first step's product
+    of a HiddenInit of any magnitude here."""
+    return _matmul(h, _Recurrence(r, wide(r)))
+
+
 def _split(x, parts: int):
     return jnp.split(x, parts, axis=-1)
 
