@@ -22,6 +22,7 @@ import pytest
 import dml_jax as dml
 from dml_jax.kernels import lstm as K
 from dml_jax.kernels import mosaic
+from dml_jax.precision import with_half_precision
 
 T = dml.TensorDesc
 SIG, TANH = dml.ActivationSigmoidOperatorDesc(), dml.ActivationTanhOperatorDesc()
@@ -68,12 +69,17 @@ def _close(got, want):
     assert np.all(err <= bound), f"max error {err.max():.3g}, worst ratio {np.max(err / bound):.3g}"
 
 
+def _applies(d, half=True):
+    return with_half_precision(lambda: K.applies(d), half)()
+
+
 def test_applies_declines_what_lax_keeps(monkeypatch):
     monkeypatch.setattr(K, "hopper", lambda: True)
     monkeypatch.setattr(K, "multiprocessors", lambda: 132)
-    assert K.applies(_desc())
-    assert K.applies(_desc(direction="BIDIRECTIONAL", bias=False, init=False))
-    assert K.applies(_desc(batch=64, hidden=1024))
+    assert _applies(_desc())
+    assert not _applies(_desc(), half=False)  # three pieces: lax is faster
+    assert _applies(_desc(direction="BIDIRECTIONAL", bias=False, init=False))
+    assert _applies(_desc(batch=64, hidden=1024))
     lengths = T("UINT32", (1, 1, 1, 5))
     declined = [
         _desc(batch=65),  # more than one WGMMA's rows
@@ -87,10 +93,10 @@ def test_applies_declines_what_lax_keeps(monkeypatch):
         _desc(acts=[dml.ActivationHardSigmoidOperatorDesc(alpha=0.2, beta=0.5), TANH, TANH]),
     ]
     for d in declined:
-        assert not K.applies(d), d
-    assert not K.applies(_desc(dtype="FLOAT32"))
+        assert not _applies(d), d
+    assert not _applies(_desc(dtype="FLOAT32"))
     monkeypatch.setattr(K, "hopper", lambda: False)
-    assert not K.applies(_desc())
+    assert not _applies(_desc())
 
 
 HOPPER = pytest.mark.skipif(not mosaic.hopper(), reason="needs a Hopper GPU (TMA) and jax 0.11")
@@ -112,11 +118,16 @@ CASES = {
 @pytest.mark.parametrize("half", [False, True], ids=["three pieces", "half precision"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_kernel_matches_lax(name, half):
+    """Half precision through the operator's fast path; three pieces (the float32 product,
+    which the fast path leaves to lax) by the fast path's lowering called directly."""
     fields, init_scale = CASES[name]
     d = _desc(**fields)
-    assert K.applies(d)
     arrays = _arrays(d, init_scale=init_scale)
-    got = dml.compile_operator(d, allow_half_precision=half)(*arrays)
+    assert _applies(d, half) == half
+    if half:
+        got = dml.compile_operator(d, allow_half_precision=True)(*arrays)
+    else:
+        got = jax.jit(lambda *a: K.lower_lstm_persistent(d, *a))(*arrays)
     want = dml.compile_operator(d, allow_half_precision=half, fast_paths=False)(*arrays)
     assert len(got) == len(want)
     for g, w in zip(got, want):
@@ -128,7 +139,7 @@ def test_kernel_matches_lax(name, half):
 def test_kernel_under_vmap():
     d = _desc(seq=6, batch=3, hidden=128, direction="BIDIRECTIONAL")
     stacks = [np.stack(parts) for parts in zip(*(_arrays(d, seed=s) for s in range(3)))]
-    lower = K.lower_lstm_persistent
+    lower = with_half_precision(K.lower_lstm_persistent, True)
     batched = jax.jit(jax.vmap(lambda *a: lower(d, *a)))(*stacks)
     for i in range(3):
         alone = jax.jit(lambda *a: lower(d, *a))(*(s[i] for s in stacks))

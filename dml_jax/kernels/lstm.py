@@ -87,16 +87,18 @@ def _sigmoid(y):
     return 1.0 / (1.0 + jnp.exp(-y))
 
 
-def _persistent(xw, r, c0, pieces: int):
+def _persistent(xw, first, r, c0, pieces: int):
     """The steps of one direction.
 
     Args:
-        xw: {steps, BATCH, programs, 4 * UNITS} float32: each step's X W^T and biases (and, at
-            step 0, the initial state's product), a program's gate columns i, o, f, c of its
-            units next to each other.
+        xw: {steps, BATCH, programs, 4 * UNITS} float32: each step's X W^T and biases, a
+            program's gate columns i, o, f, c of its units next to each other.
+        first: None, or {BATCH, programs, 4 * UNITS} float32: the initial state's product,
+            added at step 0.
         r: {programs, 4 * UNITS, hidden} float16: each program's rows of R, in that order.
         c0: {BATCH, hidden} float32: the initial cell.
-        pieces: float16 pieces of the state in the products (3, or 1 with half precision).
+        pieces: float16 pieces of the state in the products (1: half precision; 3: the
+            float32 product, which the fast path leaves to lax, being slower there).
 
     Returns:
         y {steps, BATCH, hidden}, the last h and c {BATCH, hidden}, all float16 (rounded once
@@ -116,7 +118,11 @@ def _persistent(xw, r, c0, pieces: int):
     unit_t = _swizzled(plgpu, UNITS, 2)
     cell_t = _swizzled(plgpu, UNITS, 4)
 
-    def kernel(xw_g, r_g, c0_g, y_g, hl_g, cl_g, hp_g, r_s, ring_s, xw_s, c_s, out_s, bars):
+    def kernel(xw_g, *rest):
+        first_g = None
+        if first is not None:
+            first_g, *rest = rest
+        r_g, c0_g, y_g, hl_g, cl_g, hp_g, r_s, ring_s, xw_s, c_s, out_s, bars = rest
         r_bar, ring_bar, xw_bar = bars
         j = lax.axis_index("programs")
         mine = pl.ds(j * UNITS, UNITS)
@@ -125,11 +131,22 @@ def _persistent(xw, r, c0, pieces: int):
             plgpu.copy_gmem_to_smem(r_g.at[j, :, pl.ds(kc * CHUNK, CHUNK)], r_s.at[kc], r_bar.at[0])
         plgpu.copy_gmem_to_smem(c0_g.at[:, mine], c_s, r_bar.at[0])  # kc_count + 1 arrivals
         plgpu.copy_gmem_to_smem(xw_g.at[0, :, j], xw_s.at[0], xw_bar.at[0])
+        if first_g is not None:  # into slot 1, read before step 1's copy goes there
+            plgpu.copy_gmem_to_smem(first_g.at[:, j], xw_s.at[1], xw_bar.at[1])
         plgpu.barrier_wait(r_bar.at[0])
         c = c_s[...]
 
         def gates_in(t):
             """This step's X W^T slot (and the next step's copy issued)."""
+            if isinstance(t, int) and t == 0:
+                plgpu.barrier_wait(xw_bar.at[0])
+                x = xw_s[0]
+                if first_g is not None:
+                    plgpu.barrier_wait(xw_bar.at[1])
+                    x = x + xw_s[1]
+                if steps > 1:
+                    plgpu.copy_gmem_to_smem(xw_g.at[1, :, j], xw_s.at[1], xw_bar.at[1])
+                return x
             slot = lax.rem(t, 2)
 
             @pl.when(t + 1 < steps)
@@ -150,7 +167,8 @@ def _persistent(xw, r, c0, pieces: int):
             def fetch(g):
                 p, kc = divmod(g, kc_count)
                 src = hp_g.at[par, p, :, pl.ds(kc * CHUNK, CHUNK)]
-                plgpu.copy_gmem_to_smem(src, ring_s.at[g % ring], ring_bar.at[g % ring])
+                slot = g % ring
+                plgpu.copy_gmem_to_smem(src, ring_s.at[slot], ring_bar.at[slot])
 
             def scope(acc_ref):
                 for g in range(ring):
@@ -196,7 +214,6 @@ def _persistent(xw, r, c0, pieces: int):
                     publish()
             else:
                 pl.when(t + 1 < steps)(publish)
-
             return c, h
 
         c, h = cell(0, gates_in(0), c)
@@ -243,28 +260,31 @@ def _persistent(xw, r, c0, pieces: int):
             approx_math=False, lowering_semantics=plgpu.LoweringSemantics.Warpgroup
         ),
     )
-    return call(xw, r, c0)
+    return call(xw, *(() if first is None else (first,)), r, c0)
 
 
 @functools.partial(jax.jit, static_argnames=("pieces",))
-def lstm_direction(xw, r, c0, pieces: int):
+def lstm_direction(xw, first, r, c0, pieces: int):
     """``_persistent`` with a batching rule: under ``jax.vmap`` the batch entries run one after
     another, each on the whole grid (one larger grid would not be resident at once)."""
+    has_first = first is not None
 
     @jax.custom_batching.custom_vmap
-    def run(xw, r, c0):
-        return _persistent(xw, r, c0, pieces)[:3]
+    def run(xw, first, r, c0):
+        return _persistent(xw, first if has_first else None, r, c0, pieces)[:3]
 
     @run.def_vmap
-    def _rule(axis_size, in_batched, xw, r, c0):
+    def _rule(axis_size, in_batched, xw, first, r, c0):
         args = [
             a if batched else jnp.broadcast_to(a, (axis_size, *a.shape))
-            for a, batched in zip((xw, r, c0), in_batched)
+            for a, batched in zip((xw, first, r, c0), in_batched)
         ]
         outs = lax.map(lambda a: run(*a), tuple(args))
         return outs, (True, True, True)
 
-    return run(xw, r, c0)
+    if first is None:
+        first = jnp.zeros((), jnp.float32)  # a placeholder the kernel does not take
+    return run(xw, first, r, c0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,6 +311,8 @@ def applies(d: Any) -> bool:
     """The cases the module docstring lists."""
     if d.input_tensor.data_type.name != "FLOAT16" or not hopper():
         return False
+    if not half_precision_allowed():  # three pieces a step: slower than lax (RESULTS, round 19)
+        return False
     if d.sequence_lengths_tensor is not None or d.peephole_tensor is not None:
         return False
     if d.use_clip_threshold or d.couple_input_forget:
@@ -316,32 +338,39 @@ def lower_lstm_persistent(d: Any, *arrays) -> tuple:
     directions, width, hidden = r.shape
     programs = hidden // UNITS
     f32 = jnp.float32
-    pieces = 1 if half_precision_allowed() else 3
-    xw = jnp.einsum("tbi,dgi->dtbg", x, w, preferred_element_type=f32)
-    rb = jnp.zeros((directions, width), f32)
+    pieces = 1 if half_precision_allowed() else 3  # 3 only when called directly
+
+    def gate_order(a):  # {.., 4 * hidden} -> {.., programs, 4 * UNITS}: each program's columns
+        a = a.reshape(*a.shape[:-1], 4, programs, UNITS)
+        return jnp.swapaxes(a, -3, -2).reshape(*a.shape[:-3], programs, 4 * UNITS)
+
+    # W's rows in the kernel's column order, so that X W^T comes out in it; the batch padded
+    w = gate_order(jnp.swapaxes(w, 1, 2)).reshape(directions, -1, programs * 4 * UNITS)
+    x = jnp.pad(x, ((0, 0), (0, BATCH - batch), (0, 0)))
+    bias = None
     if "bias_tensor" in given:
-        bias = given["bias_tensor"].astype(f32).reshape(directions, 2, width)
-        xw = xw + bias[:, 0][:, None, None, :]
-        rb = bias[:, 1]
-    xw = xw + rb[:, None, None, :]
+        b = given["bias_tensor"].astype(f32).reshape(directions, 2, width)
+        bias = gate_order(b[:, 0] + b[:, 1])  # {D, programs, 4 * UNITS}
     state = (directions, batch, hidden)
     h0 = given.get("hidden_init_tensor")
     h0 = None if h0 is None else h0.astype(f32).reshape(state)
     c0 = given.get("cell_mem_init_tensor")
     c0 = jnp.zeros(state, f32) if c0 is None else c0.astype(f32).reshape(state)
-    pad = BATCH - batch
     ys, hs, cs = [], [], []
     for i, back in enumerate(backward_flags(d)):
-        xw_i = jnp.flip(xw[i], 0) if back else xw[i]  # {seq, batch, 4 * hidden}, step order
+        x_i = jnp.flip(x, 0) if back else x  # step order
+        xw = jnp.einsum("tbi,ig->tbg", x_i, w[i], preferred_element_type=f32)
+        xw = xw.reshape(seq, BATCH, programs, 4 * UNITS)
+        if bias is not None:
+            xw = xw + bias[i]
+        first = None
         if h0 is not None:  # the first step's recurrent product, on any magnitude
-            xw_i = xw_i.at[0].add(state_product(h0[i][None], r[i][None])[0])
-        xw_i = jnp.pad(xw_i, ((0, 0), (0, pad), (0, 0)))
-        xw_i = xw_i.reshape(seq, BATCH, 4, programs, UNITS).transpose(0, 1, 3, 2, 4)
-        xw_i = xw_i.reshape(seq, BATCH, programs, 4 * UNITS)
+            first = state_product(h0[i][None], r[i][None])[0]
+            first = gate_order(jnp.pad(first, ((0, BATCH - batch), (0, 0))))
         r_i = r[i].reshape(4, programs, UNITS, hidden).transpose(1, 0, 2, 3)
         r_i = r_i.reshape(programs, 4 * UNITS, hidden)
-        c0_i = jnp.pad(c0[i], ((0, pad), (0, 0)))
-        y, h_last, c_last = lstm_direction(xw_i, r_i, c0_i, pieces)
+        c0_i = jnp.pad(c0[i], ((0, BATCH - batch), (0, 0)))
+        y, h_last, c_last = lstm_direction(xw, first, r_i, c0_i, pieces)
         y = y[:, :batch]
         ys.append(jnp.flip(y, 0) if back else y)
         hs.append(h_last[:batch])
