@@ -69,17 +69,12 @@ def _close(got, want):
     assert np.all(err <= bound), f"max error {err.max():.3g}, worst ratio {np.max(err / bound):.3g}"
 
 
-def _applies(d, half=True):
-    return with_half_precision(lambda: K.applies(d), half)()
-
-
 def test_applies_declines_what_lax_keeps(monkeypatch):
     monkeypatch.setattr(K, "hopper", lambda: True)
     monkeypatch.setattr(K, "multiprocessors", lambda: 132)
-    assert _applies(_desc())
-    assert not _applies(_desc(), half=False)  # three pieces: lax is faster
-    assert _applies(_desc(direction="BIDIRECTIONAL", bias=False, init=False))
-    assert _applies(_desc(batch=64, hidden=1024))
+    assert K.applies(_desc())
+    assert K.applies(_desc(direction="BIDIRECTIONAL", bias=False, init=False))
+    assert K.applies(_desc(batch=64, hidden=1024))
     lengths = T("UINT32", (1, 1, 1, 5))
     declined = [
         _desc(batch=65),  # more than one WGMMA's rows
@@ -93,10 +88,10 @@ def test_applies_declines_what_lax_keeps(monkeypatch):
         _desc(acts=[dml.ActivationHardSigmoidOperatorDesc(alpha=0.2, beta=0.5), TANH, TANH]),
     ]
     for d in declined:
-        assert not _applies(d), d
-    assert not _applies(_desc(dtype="FLOAT32"))
+        assert not K.applies(d), d
+    assert not K.applies(_desc(dtype="FLOAT32"))
     monkeypatch.setattr(K, "hopper", lambda: False)
-    assert not _applies(_desc())
+    assert not K.applies(_desc())
 
 
 HOPPER = pytest.mark.skipif(not mosaic.hopper(), reason="needs a Hopper GPU (TMA) and jax 0.11")
@@ -123,16 +118,27 @@ def test_kernel_matches_lax(name, half):
     fields, init_scale = CASES[name]
     d = _desc(**fields)
     arrays = _arrays(d, init_scale=init_scale)
-    assert _applies(d, half) == half
+    assert K.applies(d)
     if half:
         got = dml.compile_operator(d, allow_half_precision=True)(*arrays)
     else:
-        got = jax.jit(lambda *a: K.lower_lstm_persistent(d, *a))(*arrays)
+        got = jax.jit(lambda *a: K.lower_lstm_persistent(d, *a, pieces=3))(*arrays)
     want = dml.compile_operator(d, allow_half_precision=half, fast_paths=False)(*arrays)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         _close(g, w)
+
+
+@HOPPER
+def test_half_precision_programs_hold_the_kernel():
+    """The operator's program holds the kernel with half precision, and not without."""
+    d = _desc()
+    arrays = _arrays(d)
+    for half in (True, False):
+        op = dml.compile_operator(d, allow_half_precision=half)
+        text = jax.jit(op.fn).lower(*arrays).as_text()
+        assert ("mosaic_gpu" in text) == half
 
 
 @HOPPER

@@ -45,7 +45,7 @@ import numpy as np
 from jax import lax
 
 from ..fastpath import register_fast_path
-from ..ops.recurrent import backward_flags, state_product
+from ..ops.recurrent import backward_flags, lower_lstm, state_product
 from ..precision import half_precision_allowed
 from .mosaic import hopper
 
@@ -131,8 +131,8 @@ def _persistent(xw, first, r, c0, pieces: int):
             plgpu.copy_gmem_to_smem(r_g.at[j, :, pl.ds(kc * CHUNK, CHUNK)], r_s.at[kc], r_bar.at[0])
         plgpu.copy_gmem_to_smem(c0_g.at[:, mine], c_s, r_bar.at[0])  # kc_count + 1 arrivals
         plgpu.copy_gmem_to_smem(xw_g.at[0, :, j], xw_s.at[0], xw_bar.at[0])
-        if first_g is not None:  # into slot 1, read before step 1's copy goes there
-            plgpu.copy_gmem_to_smem(first_g.at[:, j], xw_s.at[1], xw_bar.at[1])
+        if first_g is not None:  # a slot of its own
+            plgpu.copy_gmem_to_smem(first_g.at[:, j], xw_s.at[2], xw_bar.at[2])
         plgpu.barrier_wait(r_bar.at[0])
         c = c_s[...]
 
@@ -142,8 +142,8 @@ def _persistent(xw, first, r, c0, pieces: int):
                 plgpu.barrier_wait(xw_bar.at[0])
                 x = xw_s[0]
                 if first_g is not None:
-                    plgpu.barrier_wait(xw_bar.at[1])
-                    x = x + xw_s[1]
+                    plgpu.barrier_wait(xw_bar.at[2])
+                    x = x + xw_s[2]
                 if steps > 1:
                     plgpu.copy_gmem_to_smem(xw_g.at[1, :, j], xw_s.at[1], xw_bar.at[1])
                 return x
@@ -247,13 +247,13 @@ def _persistent(xw, first, r, c0, pieces: int):
         scratch_types=[
             plgpu.SMEM((kc_count, cols, CHUNK), f16, transforms=state_t),
             plgpu.SMEM((ring, BATCH, CHUNK), f16, transforms=state_t),
-            plgpu.SMEM((2, BATCH, cols), f32, transforms=gate_t),
+            plgpu.SMEM((2 if first is None else 3, BATCH, cols), f32, transforms=gate_t),
             plgpu.SMEM((BATCH, UNITS), f32, transforms=cell_t),
             plgpu.SMEM((max(pieces + 1, 2), BATCH, UNITS), f16, transforms=unit_t),
             (
                 plgpu.Barrier(num_arrivals=kc_count + 1, num_barriers=1),
                 plgpu.Barrier(num_barriers=ring),
-                plgpu.Barrier(num_barriers=2),
+                plgpu.Barrier(num_barriers=2 if first is None else 3),
             ),
         ],
         compiler_params=plgpu.CompilerParams(
@@ -311,8 +311,6 @@ def applies(d: Any) -> bool:
     """The cases the module docstring lists."""
     if d.input_tensor.data_type.name != "FLOAT16" or not hopper():
         return False
-    if not half_precision_allowed():  # three pieces a step: slower than lax (RESULTS, round 19)
-        return False
     if d.sequence_lengths_tensor is not None or d.peephole_tensor is not None:
         return False
     if d.use_clip_threshold or d.couple_input_forget:
@@ -324,10 +322,18 @@ def applies(d: Any) -> bool:
     return batch <= BATCH and _programs(hidden) is not None
 
 
-def lower_lstm_persistent(d: Any, *arrays) -> tuple:
+def lower_lstm_persistent(d: Any, *arrays, pieces: int | None = None) -> tuple:
     """The LSTM of ``d`` (``applies``) with one persistent kernel call per direction; the
-    contract of ``ops.recurrent.lower_lstm``."""
+    contract of ``ops.recurrent.lower_lstm``. ``pieces``: None for the operator's precision:
+    half precision runs the kernel on one float16 piece of the state; otherwise the lax
+    lowering runs (the kernel on three pieces, ``pieces=3``, was slower than it: RESULTS,
+    round 19)."""
     from ..fields import INPUT, OUTPUT
+
+    if pieces is None:
+        if not half_precision_allowed():
+            return tuple(lower_lstm(d, *arrays))
+        pieces = 1
 
     present = [f.name for f in d.declared(INPUT) if getattr(d, f.name) is not None]
     given = dict(zip(present, arrays))
@@ -338,7 +344,6 @@ def lower_lstm_persistent(d: Any, *arrays) -> tuple:
     directions, width, hidden = r.shape
     programs = hidden // UNITS
     f32 = jnp.float32
-    pieces = 1 if half_precision_allowed() else 3  # 3 only when called directly
 
     def gate_order(a):  # {.., 4 * hidden} -> {.., programs, 4 * UNITS}: each program's columns
         a = a.reshape(*a.shape[:-1], 4, programs, UNITS)
