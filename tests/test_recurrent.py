@@ -312,11 +312,13 @@ def test_lowering_is_one_loop():
     assert count(2) == count(9)
 
 
-def test_recurrent_layers_have_no_fast_path():
-    """The scan is the lowering on every platform (a cuDNN LSTM path disagreed with it and ran
-    slower: benchmarks/RESULTS.md)."""
+def test_recurrent_layers_fast_paths():
+    """The scan is the lowering of RNN and GRU on every platform (a cuDNN LSTM path disagreed
+    with it and ran slower: benchmarks/RESULTS.md); LSTM has one fast path, the persistent
+    kernel of ``kernels/lstm.py`` (tests/test_lstm_kernel.py)."""
     for cls in CLASSES:
-        assert not fastpath.fast_paths(cls.operator_type)
+        names = [p.name for p in fastpath.fast_paths(cls.operator_type)]
+        assert names == (["persistent"] if cls is LSTM else []), cls
 
 
 def test_json_round_trip_keeps_activation_attributes():
