@@ -164,22 +164,3 @@ def test_kernel_state_product_matches_the_step():
     want = np.einsum("dbk,dnk->dbn", np.float64(h), np.float64(r))
     got = np.asarray(state_product(h, r), np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)
-
-
-@HOPPER
-@pytest.mark.parametrize("pieces", [1, 3])
-def test_multicast_clusters_equal_bit_for_bit(pieces):
-    """A cluster's programs bringing the state in together (TMA multicast, in rounds of half
-    the ring) change nothing: hidden 512 in three pieces takes three rounds a step (a round's
-    slots filled again after a cluster barrier)."""
-    rng = np.random.default_rng(5)
-    steps, hidden = 6, 512
-    programs = hidden // K.UNITS
-    xw = jnp.asarray(rng.standard_normal((steps, K.BATCH, programs, 4 * K.UNITS)), jnp.float32)
-    first = jnp.asarray(rng.standard_normal((K.BATCH, programs, 4 * K.UNITS)), jnp.float32)
-    r = jnp.asarray(rng.standard_normal((programs, 4 * K.UNITS, hidden)) / 16, jnp.float16)
-    c0 = jnp.asarray(rng.standard_normal((K.BATCH, hidden)), jnp.float32)
-    outs = [K.lstm_direction(xw, first, r, c0, pieces, cluster) for cluster in (1, 2, 4)]
-    for other in outs[1:]:
-        for a, b in zip(outs[0], other):
-            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -87,21 +87,7 @@ def _sigmoid(y):
     return 1.0 / (1.0 + jnp.exp(-y))
 
 
-def _cluster_sync():
-    """A cluster-wide barrier (``barrier.cluster.arrive`` release, ``wait`` acquire)."""
-    import jax.experimental.pallas.mosaic_gpu as plgpu
-    from jax._src.lib.mlir.dialects import nvvm
-
-    @plgpu.inline_mgpu()
-    def sync(ctx):
-        del ctx
-        nvvm.cluster_arrive(aligned=True)
-        nvvm.cluster_wait(aligned=True)
-
-    sync()
-
-
-def _persistent(xw, first, r, c0, pieces: int, cluster: int = 1):
+def _persistent(xw, first, r, c0, pieces: int):
     """The steps of one direction.
 
     Args:
@@ -112,11 +98,7 @@ def _persistent(xw, first, r, c0, pieces: int, cluster: int = 1):
         r: {programs, 4 * UNITS, hidden} float16: each program's rows of R, in that order.
         c0: {BATCH, hidden} float32: the initial cell.
         pieces: float16 pieces of the state in the products (1: half precision; 3: the
-            float32 product).
-        cluster: programs a cluster. Above 1, a cluster's programs bring each chunk of the
-            state in together (TMA multicast, each a 1 / cluster part: L2 reads / cluster),
-            in rounds of half the ring: a round's slots are filled again once every program
-            of the cluster has read them (a cluster barrier).
+            float32 product, which the fast path leaves to lax, being slower there).
 
     Returns:
         y {steps, BATCH, hidden}, the last h and c {BATCH, hidden}, all float16 (rounded once
@@ -129,9 +111,7 @@ def _persistent(xw, first, r, c0, pieces: int, cluster: int = 1):
     hidden = r.shape[-1]
     kc_count = hidden // CHUNK
     chunks = pieces * kc_count
-    half = min(RING // 2, -(-chunks // 2))  # chunks a round (cluster > 1)
-    ring = 2 * half if cluster > 1 else min(RING, chunks)
-    rounds = -(-chunks // half)
+    ring = min(RING, chunks)
     f32, f16 = jnp.float32, jnp.float16
     state_t = _swizzled(plgpu, CHUNK, 2)
     gate_t = _swizzled(plgpu, cols, 4)
@@ -144,7 +124,7 @@ def _persistent(xw, first, r, c0, pieces: int, cluster: int = 1):
             first_g, *rest = rest
         r_g, c0_g, y_g, hl_g, cl_g, hp_g, r_s, ring_s, xw_s, c_s, out_s, bars = rest
         r_bar, ring_bar, xw_bar = bars
-        j = lax.axis_index("clusters") * cluster + lax.axis_index("cluster")
+        j = lax.axis_index("programs")
         mine = pl.ds(j * UNITS, UNITS)
         sem = pl.get_global(plgpu.SemaphoreType.REGULAR)
         for kc in range(kc_count):
@@ -184,45 +164,13 @@ def _persistent(xw, first, r, c0, pieces: int, cluster: int = 1):
             _proxy_fence()
             par = lax.rem(t - 1, 2)
 
-            def fetch(g, slot=None):
+            def fetch(g):
                 p, kc = divmod(g, kc_count)
                 src = hp_g.at[par, p, :, pl.ds(kc * CHUNK, CHUNK)]
-                slot = g % ring if slot is None else slot
-                multicast = {"collective_axes": "cluster"} if cluster > 1 else {}
-                plgpu.copy_gmem_to_smem(src, ring_s.at[slot], ring_bar.at[slot], **multicast)
-
-            def in_rounds(acc_ref):
-                """Round k's chunks in half k % 2 of the ring; round k + 1 goes into the
-                half of round k - 1 once every program of the cluster has read it. The first
-                two rounds need no such wait: every program finished the step before's
-                products before it published its state."""
-
-                def chunks_of(k):
-                    return list(enumerate(range(k * half, min((k + 1) * half, chunks))))
-
-                def issue(k):
-                    for i, g in chunks_of(k):
-                        fetch(g, (k % 2) * half + i)
-
-                issue(0)
-                if rounds > 1:
-                    issue(1)
-                for k in range(rounds):
-                    for i, g in chunks_of(k):
-                        slot = (k % 2) * half + i
-                        plgpu.barrier_wait(ring_bar.at[slot])
-                        rhs = r_s.at[g % kc_count].transpose((1, 0))
-                        plgpu.wgmma(acc_ref, ring_s.at[slot], rhs)
-                    if k >= 1 and k + 1 < rounds:
-                        plgpu.wgmma_wait(len(chunks_of(k)))  # round k - 1 is read
-                        _cluster_sync()
-                        issue(k + 1)
-                plgpu.wgmma_wait(0)
-                return acc_ref[...]
+                slot = g % ring
+                plgpu.copy_gmem_to_smem(src, ring_s.at[slot], ring_bar.at[slot])
 
             def scope(acc_ref):
-                if cluster > 1:
-                    return in_rounds(acc_ref)
                 for g in range(ring):
                     fetch(g)
                 for g in range(chunks):
@@ -294,10 +242,8 @@ def _persistent(xw, first, r, c0, pieces: int, cluster: int = 1):
     call = plgpu.kernel(
         kernel,
         out_type=out_type,
-        grid=(programs // cluster,),
-        grid_names=("clusters",),
-        cluster=(cluster,),
-        cluster_names=("cluster",),
+        grid=(programs,),
+        grid_names=("programs",),
         scratch_types=[
             plgpu.SMEM((kc_count, cols, CHUNK), f16, transforms=state_t),
             plgpu.SMEM((ring, BATCH, CHUNK), f16, transforms=state_t),
@@ -317,15 +263,15 @@ def _persistent(xw, first, r, c0, pieces: int, cluster: int = 1):
     return call(xw, *(() if first is None else (first,)), r, c0)
 
 
-@functools.partial(jax.jit, static_argnames=("pieces", "cluster"))
-def lstm_direction(xw, first, r, c0, pieces: int, cluster: int = 1):
+@functools.partial(jax.jit, static_argnames=("pieces",))
+def lstm_direction(xw, first, r, c0, pieces: int):
     """``_persistent`` with a batching rule: under ``jax.vmap`` the batch entries run one after
     another, each on the whole grid (one larger grid would not be resident at once)."""
     has_first = first is not None
 
     @jax.custom_batching.custom_vmap
     def run(xw, first, r, c0):
-        return _persistent(xw, first if has_first else None, r, c0, pieces, cluster)[:3]
+        return _persistent(xw, first if has_first else None, r, c0, pieces)[:3]
 
     @run.def_vmap
     def _rule(axis_size, in_batched, xw, first, r, c0):
