@@ -61,7 +61,7 @@ UNITS = 8  # hidden units a program: 4 * UNITS = 32 accumulator columns (m64 n32
 BATCH = 64  # rows of a WGMMA (the batch, padded)
 CHUNK = 64  # columns of the state a TMA copy brings (128-byte rows)
 RING = 16  # state chunks in flight
-SCALE = 2.0**14  # the pieces hold h * 2**14 (precision.float16_pieces)
+SCALE = 2.0**14  # the pieces hold h * 2**14 (the scaling of precision.float16_pieces)
 
 
 def _swizzled(plgpu, cols: int, itemsize: int) -> tuple:
