@@ -61,7 +61,6 @@ UNITS = 8  # hidden units a program: 4 * UNITS = 32 accumulator columns (m64 n32
 BATCH = 64  # rows of a WGMMA (the batch, padded)
 CHUNK = 64  # columns of the state a TMA copy brings (128-byte rows)
 RING = 16  # state chunks in flight
-IN_FLIGHT = 1  # chunks whose products are left running while the next chunk's are issued
 SCALE = 2.0**14  # the pieces hold h * 2**14 (the scaling of precision.float16_pieces)
 
 
@@ -121,7 +120,6 @@ def _persistent(xw, first, r, c0, pieces: int):
     kc_count = hidden // CHUNK
     chunks = pieces * kc_count
     ring = min(RING, chunks)
-    lag = min(IN_FLIGHT, ring - 1) if ring > 1 else 0
     f32, f16 = jnp.float32, jnp.float16
     state_t = _swizzled(plgpu, CHUNK, 2)
     gate_t = _swizzled(plgpu, cols, 4)
@@ -187,9 +185,9 @@ def _persistent(xw, first, r, c0, pieces: int):
                     plgpu.barrier_wait(ring_bar.at[g % ring])
                     rhs = r_s.at[g % kc_count].transpose((1, 0))
                     plgpu.wgmma(acc_ref, ring_s.at[g % ring], rhs)
-                    plgpu.wgmma_wait(lag)  # chunk g - lag is read: its slot is free
-                    if g >= lag and g - lag + ring < chunks:
-                        fetch(g - lag + ring)
+                    plgpu.wgmma_wait(1)  # the chunk before is read: its slot is free
+                    if g >= 1 and g - 1 + ring < chunks:
+                        fetch(g - 1 + ring)
                 plgpu.wgmma_wait(0)
                 return acc_ref[...]
 
