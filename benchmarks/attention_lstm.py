@@ -18,9 +18,11 @@ Attention: B=16, 16 heads, sequence 2048, head size 128, float16, separate Q, K,
 Each compiled dml form is also checked against the lax lowering on the same inputs:
 ``max_err`` is max |fast - lax| / max |V| (docs/semantics.md allows 2^-9 plus 2^-9 of |lax|).
 
-LSTM: hidden 1024, 512 steps, batch 64, input 1024, float16, in steps/s: ``dml`` (the lax
-lowering: the state's rows scaled by powers of two and entering the recurrent product as three
-float16 pieces, ``unroll`` 8), ``dml half precision`` (``allow_half_precision=True``: one piece),
+LSTM: hidden 1024, 512 steps, batch 64, input 1024, float16, in steps/s: ``dml`` (the operator:
+its fast path runs the lax lowering here, the state's rows scaled by powers of two and entering
+the recurrent product as three float16 pieces, ``unroll`` 8), ``dml half precision``
+(``allow_half_precision=True``: on a Hopper GPU the persistent kernel of ``kernels/lstm.py``, one
+piece), ``dml lax`` and ``dml lax half precision`` (the same with ``fast_paths=False``),
 PyTorch's ``torch.nn.LSTM`` (cuDNN, float16), then the variants: the lowering with other
 ``unroll`` values, ``scan f16x3 unroll 8`` (the pieces without the rows' scaling, valid only for
 |state| < 4: what the scaling costs) and ``scan f32 HIGHEST unroll 1`` (float32 products, the
