@@ -106,6 +106,9 @@ CASES = {
     ),
     "128 programs, batch 64, 33 steps": ({"seq": 33, "batch": 64, "hidden": 1024, "inp": 64}, 1.0),
     "sequence output only": ({"outputs": ("seq",)}, 1.0),
+    "one step": ({"seq": 1}, 1.0),
+    "hidden 64 (8 programs, one chunk a piece)": ({"hidden": 64}, 1.0),
+    "hidden 384 (a ring filled again within a step in three pieces)": ({"hidden": 384}, 1.0),
 }
 
 
