@@ -67,7 +67,7 @@ import numpy as np
 from jax import lax
 
 from ..fastpath import register_epilogue, register_fast_path
-from .mosaic import hopper
+from .mosaic import hopper, multiprocessors, swizzled
 
 # Tunables (mgpu_gemm_probe.py, commit 5a9046f, on an H100): 128 x 128 per compute
 # warpgroup, K steps of 64, 3 stages in flight (4 do not fit beside the epilogue's buffers),
@@ -151,12 +151,6 @@ class _Grid:
     stages: int
     programs: int
     transforms: tuple
-
-
-def _swizzled(plgpu, cols: int) -> tuple:
-    """Shared-memory transforms of float16 tiles ``cols`` wide: 8-row tiles, swizzled."""
-    swizzle = plgpu.find_swizzle(cols * 16)
-    return (plgpu.TilingTransform((8, swizzle // 2)), plgpu.SwizzleTransform(swizzle))
 
 
 @dataclass(frozen=True)
@@ -290,7 +284,7 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
         float(np.float32(alpha)), float(np.float32(beta)), c is not None and c_row,
         c is not None and not c_row, gelu, residual is not None, split,
     )  # fmt: skip
-    out_transforms = _swizzled(plgpu, EPI)
+    out_transforms = swizzled(plgpu, EPI)
     cta_n = TILE_N if pingpong else 2 * TILE_N  # a warpgroup's tile in turn, or a program's
     bias = c[:1].reshape(n) if form.c_row else None
     pieces = [x for x in ((c if form.full_c else None), residual) if x is not None]
@@ -299,7 +293,7 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
     grid = _Grid(
         m // TILE_M, n // cta_n, k_iters,
         _pingpong_stages(k_iters, len(pieces)) if pingpong else STAGES,
-        jax.devices()[0].core_count, _swizzled(plgpu, TILE_K),
+        multiprocessors(), swizzled(plgpu, TILE_K),
     )  # fmt: skip
 
     def kernel(a_gmem, b_gmem, *refs):

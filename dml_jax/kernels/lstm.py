@@ -53,25 +53,16 @@ import numpy as np
 from jax import lax
 
 from ..fastpath import register_fast_path
+from ..fields import INPUT, OUTPUT
 from ..ops.recurrent import backward_flags, lower_lstm, state_product
 from ..precision import half_precision_allowed
-from .mosaic import hopper
+from .mosaic import hopper, multiprocessors, swizzled
 
 UNITS = 8  # hidden units a program: 4 * UNITS = 32 accumulator columns (m64 n32)
 BATCH = 64  # rows of a WGMMA (the batch, padded)
 CHUNK = 64  # columns of the state a TMA copy brings (128-byte rows)
 RING = 16  # state chunks in flight
 SCALE = 2.0**14  # the pieces hold h * 2**14 (the scaling of precision.float16_pieces)
-
-
-def _swizzled(plgpu, cols: int, itemsize: int) -> tuple:
-    swizzle = plgpu.find_swizzle(cols * itemsize * 8)
-    if swizzle < 32:  # 16-byte rows: no swizzle
-        return (plgpu.TilingTransform((8, cols)),)
-    return (
-        plgpu.TilingTransform((8, swizzle // itemsize)),
-        plgpu.SwizzleTransform(swizzle),
-    )
 
 
 def _proxy_fence():
@@ -121,10 +112,10 @@ def _persistent(xw, first, r, c0, pieces: int):
     chunks = pieces * kc_count
     ring = min(RING, chunks)
     f32, f16 = jnp.float32, jnp.float16
-    state_t = _swizzled(plgpu, CHUNK, 2)
-    gate_t = _swizzled(plgpu, cols, 4)
-    unit_t = _swizzled(plgpu, UNITS, 2)
-    cell_t = _swizzled(plgpu, UNITS, 4)
+    state_t = swizzled(plgpu, CHUNK, 2)
+    gate_t = swizzled(plgpu, cols, 4)
+    unit_t = swizzled(plgpu, UNITS, 2)
+    cell_t = swizzled(plgpu, UNITS, 4)
 
     def kernel(xw_g, *rest):
         first_g = None
@@ -302,11 +293,6 @@ _ACTIVATIONS = ("DML_OPERATOR_ACTIVATION_SIGMOID", "DML_OPERATOR_ACTIVATION_TANH
                 "DML_OPERATOR_ACTIVATION_TANH")  # fmt: skip
 
 
-def multiprocessors() -> int:
-    """The default device's multiprocessors (0 where it does not say)."""
-    return int(getattr(jax.devices()[0], "core_count", 0) or 0)
-
-
 def _programs(hidden: int) -> int | None:
     """Programs of a layer with ``hidden`` units, or None where it is not resident at once."""
     if hidden % CHUNK:
@@ -336,8 +322,6 @@ def lower_lstm_persistent(d: Any, *arrays, pieces: int | None = None) -> tuple:
     half precision runs the kernel on one float16 piece of the state; otherwise the lax
     lowering runs (the kernel on three pieces, ``pieces=3``, was slower than it: RESULTS,
     round 19)."""
-    from ..fields import INPUT, OUTPUT
-
     if pieces is None:
         if not half_precision_allowed():
             return tuple(lower_lstm(d, *arrays))

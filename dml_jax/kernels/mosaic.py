@@ -21,3 +21,18 @@ def hopper() -> bool:
     except RuntimeError:
         return False
     return dev.platform == "gpu" and str(getattr(dev, "compute_capability", "")).startswith("9")
+
+
+def multiprocessors() -> int:
+    """The default device's multiprocessors (0 where it does not say): a persistent kernel's
+    grid, one program each."""
+    return int(getattr(jax.devices()[0], "core_count", 0) or 0)
+
+
+def swizzled(plgpu, cols: int, itemsize: int = 2) -> tuple:
+    """Shared-memory transforms of tiles ``cols`` elements of ``itemsize`` bytes wide for TMA
+    and WGMMA: 8-row tiles, swizzled (rows of 16 bytes, which no swizzle fits, tiled only)."""
+    swizzle = plgpu.find_swizzle(cols * itemsize * 8)
+    if swizzle < 32:
+        return (plgpu.TilingTransform((8, cols)),)
+    return (plgpu.TilingTransform((8, swizzle // itemsize)), plgpu.SwizzleTransform(swizzle))
