@@ -1,6 +1,8 @@
 """The persistent LSTM kernel (dml_jax.kernels.lstm) against the lax lowering.
 
-On any machine: which descriptions the fast path takes and which it leaves to lax. On a Hopper
+On any machine: which descriptions the fast path takes and which it leaves to lax, and the
+lowering around the kernel (layouts, padding, directions, initial states, outputs) with the
+kernel replaced by a NumPy-style statement of its contract, against the lax lowering. On a Hopper
 GPU: the kernel through the operator's fast path against the lax lowering (``fast_paths=False``)
 on forward, backward and bidirectional layers, with and without biases and initial states (an
 initial state of magnitude far above 1 included), batches below 64, a grid of 16 and of 128
@@ -128,6 +130,54 @@ def test_kernel_matches_lax(name, half):
         got = jax.jit(lambda *a: K.lower_lstm_persistent(d, *a, pieces=3))(*arrays)
     want = dml.compile_operator(d, allow_half_precision=half, fast_paths=False)(*arrays)
     got, want = (x if isinstance(x, tuple | list) else (x,) for x in (got, want))  # one output
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        _close(g, w)
+
+
+def _kernel_contract(xw, first, r, c0, pieces):
+    """What ``lstm_direction`` computes, written from ``_persistent``'s docstring: gate columns
+    i, o, f, c of each program's units, R's rows in that order, h = 0 before step 0 (its
+    product in ``first``), float32 products, float16 outputs."""
+    del pieces  # float32 products here
+    steps, batch, programs, cols = xw.shape
+    units, hidden = cols // 4, r.shape[-1]
+
+    def by_gate(a):  # {.., programs, 4 * units} -> {.., 4, hidden}
+        a = a.reshape(*a.shape[:-2], programs, 4, units)
+        return jnp.swapaxes(a, -3, -2).reshape(*a.shape[:-3], 4, hidden)
+
+    gates_x = by_gate(xw)
+    if first is not None:
+        gates_x = gates_x.at[0].add(by_gate(first))
+    r_by_gate = jnp.swapaxes(r.reshape(programs, 4, units, hidden), 0, 1)
+    r_by_gate = r_by_gate.reshape(4, hidden, hidden).astype(jnp.float32)
+    h, c, ys = jnp.zeros((batch, hidden), jnp.float32), c0, []
+    for t in range(steps):
+        g = gates_x[t] + jnp.einsum("bk,guk->bgu", h, r_by_gate, precision="highest")
+        i, o, f, cell = (g[:, n] for n in range(4))
+        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(cell)
+        h = jax.nn.sigmoid(o) * jnp.tanh(c)
+        ys.append(h)
+    f16 = jnp.float16
+    return jnp.stack(ys).astype(f16), h.astype(f16), c.astype(f16)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_lowering_around_the_kernel_matches_lax(monkeypatch, name):
+    """On any machine: the fast path's lowering with the kernel replaced by its contract
+    (``_kernel_contract``) against the lax lowering. This holds the work around the kernel to
+    account: W's rows and the biases in the kernel's column order, the batch padded to 64,
+    BACKWARD's steps reversed and put back, HiddenInit's product at step 0, CellMemInit, and
+    which outputs come back."""
+    monkeypatch.setattr(K, "lstm_direction", _kernel_contract)
+    fields, init_scale = CASES[name]
+    d = _desc(**fields)
+    arrays = _arrays(d, init_scale=init_scale)
+    got = K.lower_lstm_persistent(d, *map(jnp.asarray, arrays), pieces=3)
+    want = dml.compile_operator(d, fast_paths=False)(*arrays)
+    want = want if isinstance(want, tuple | list) else (want,)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
