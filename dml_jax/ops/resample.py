@@ -444,7 +444,7 @@ def _example(operator_type: str) -> Example:
 
 def _bench(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
     """2x nearest and bilinear upsampling of a quarter of the shape to the whole shape, and 4x
-    bilinear of a sixteenth (GPU kernels cover all three)."""
+    bilinear of a sixteenth (GPU kernels cover the bilinear cases, and nearest in float16)."""
     if dtype not in ("float32", "float16"):
         return []
     n, c, h, w = shape
@@ -474,7 +474,8 @@ def _bench(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
                 ),
                 jnp=jnp_fn,
                 torch=torch_fn,
-                kernel=True,  # dml_jax.kernels.resample
+                # dml_jax.kernels.resample: bilinear, and nearest of 1- and 2-byte types
+                kernel=mode == "LINEAR" or dtype == "float16",
             )
         )
     return cases
