@@ -53,7 +53,6 @@ import numpy as np
 from jax import lax
 
 from ..fastpath import register_fast_path
-from ..fields import INPUT, OUTPUT
 from ..ops.recurrent import backward_flags, lower_lstm, state_product
 from ..precision import half_precision_allowed
 from .mosaic import hopper, multiprocessors, swizzled
@@ -322,6 +321,10 @@ def lower_lstm_persistent(d: Any, *arrays, pieces: int | None = None) -> tuple:
     half precision runs the kernel on one float16 piece of the state; otherwise the lax
     lowering runs (the kernel on three pieces, ``pieces=3``, was slower than it: RESULTS,
     round 19)."""
+    # imported here: a kernel module holds no upper-case string constants at its top level
+    # (tests/test_fastpath.py, test_no_module_level_switches)
+    from ..fields import INPUT, OUTPUT
+
     if pieces is None:
         if not half_precision_allowed():
             return tuple(lower_lstm(d, *arrays))
