@@ -128,6 +128,7 @@ def _gelu(y):
 
 PINGPONG_MAX_K = 2048  # longer products keep the cooperative schedule (round 17)
 PP_STAGES = 5  # ping-pong ring stages, at most (fewer where the epilogue's buffers need room)
+PP_IN_FLIGHT = 1  # ping-pong: product groups left running while a warpgroup issues the next
 SMEM_LIMIT = 227 * 1024
 
 
@@ -435,6 +436,7 @@ def _pingpong_tiles(v, grid: _Grid, a_gmem, b_gmem, mem, wg, start, finish):
     import jax.experimental.pallas.mosaic_gpu as plgpu
 
     m_iters, n_iters, k_iters, stages = grid.m_iters, grid.n_iters, grid.k_iters, grid.stages
+    depth = max(1, min(PP_IN_FLIGHT, stages - 1))
     a_smem, b_smem = mem["a_smem"], mem["b_smem"]
     full, empty, order = mem["full"], mem["empty"], mem["order"]
     ncta = grid.programs
@@ -489,11 +491,11 @@ def _pingpong_tiles(v, grid: _Grid, a_gmem, b_gmem, mem, wg, start, finish):
                     plgpu.barrier_wait(full.at[wg * stages + slot])
                     rhs = b_smem.at[slot]
                     plgpu.wgmma(acc_ref, a_smem.at[slot], rhs.transpose((1, 0)) if v.b_nk else rhs)
-                    plgpu.wgmma_wait(1)  # the step before is done: its stage is free
+                    plgpu.wgmma_wait(depth)  # the step depth before is done: its stage is free
 
-                    @pl.when(kk > 0)
+                    @pl.when(kk >= depth)
                     def _free():
-                        plgpu.barrier_arrive(empty.at[lax.rem(g - 1 + stages, stages)])
+                        plgpu.barrier_arrive(empty.at[lax.rem(g - depth + stages, stages)])
 
                     return carry
 
@@ -504,7 +506,9 @@ def _pingpong_tiles(v, grid: _Grid, a_gmem, b_gmem, mem, wg, start, finish):
                 lax.fori_loop(0, k_iters, step, None)
                 plgpu.barrier_arrive(order.at[1 - wg])
                 plgpu.wgmma_wait(0)
-                plgpu.barrier_arrive(empty.at[lax.rem(t * k_iters + k_iters - 1, stages)])
+                for back in range(min(depth, k_iters), 0, -1):
+                    g_last = t * k_iters + k_iters - back
+                    plgpu.barrier_arrive(empty.at[lax.rem(g_last, stages)])
                 finish(acc_ref, cm, cn, ni * TILE_N)
 
             return carry
