@@ -51,7 +51,7 @@ def _f16(y):
 
 
 from jax import lax
-lax_rsqrt = lax.rsqrt
+lax_rsqrt = lambda p: lax.rsqrt(p.astype(jnp.float32)).astype(jnp.float16)
 
 variants = {
     "bias": None,
