@@ -22,6 +22,36 @@ def rsqrt_ftz(x):
     return f(x)
 
 
+def fast(x, instr):
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+    layout = plgpu.Layout.WGMMA
+
+    @plgpu.inline_mgpu(arg_types=(layout,),
+                       return_type=plgpu.ShapeDtypeStruct(x.shape, jnp.float32, layout=layout))
+    def f(ctx, v):
+        del ctx
+        return v._pointwise(v._lift_fast_instr(instr))
+
+    return f(x)
+
+
+def relu_form(y, h):
+    return jnp.maximum(y, 0.0) - jnp.abs(y) * h
+
+
+def folded_relu(y):
+    h = rsqrt_ftz(horner(jnp.abs(y)))
+    for _ in range(5):
+        h = h * h
+    return relu_form(y, h)
+
+
+def lg2_relu(y):
+    p = horner(jnp.abs(y))
+    h = fast(-16.0 * fast(p, "lg2.approx.ftz.f32"), "ex2.approx.ftz.f32")
+    return relu_form(y, h)
+
+
 def horner(a):
     p = FOLD[6]
     for c in FOLD[5::-1]:
@@ -52,6 +82,8 @@ VARIANTS = {
     "folded_ftz": folded,
     "estrin_ftz": lambda y: folded(y, estrin),
     "mul only": lambda y: y * 1.5,
+    "folded_relu": folded_relu,
+    "lg2_relu": lg2_relu,
 }
 M, k, n = 8192, 1024, 4096
 
