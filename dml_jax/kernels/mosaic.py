@@ -36,3 +36,24 @@ def swizzled(plgpu, cols: int, itemsize: int = 2) -> tuple:
     if swizzle < 32:
         return (plgpu.TilingTransform((8, cols)),)
     return (plgpu.TilingTransform((8, swizzle // itemsize)), plgpu.SwizzleTransform(swizzle))
+
+
+def approx(x, op: str):
+    """PTX's ``{op}.approx.ftz.f32`` (``op``: ``lg2``, ``ex2``, ``rsqrt``...: one MUFU
+    instruction, denormals flushed) on each element of a float32 array in the WGMMA layout,
+    inside a Mosaic GPU kernel. ``approx_math`` lowers ``jnp.log2`` and friends to the forms
+    without ``.ftz``, which test and scale denormal operands: three more instructions each."""
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+    import jax.numpy as jnp
+
+    layout = plgpu.Layout.WGMMA
+
+    @plgpu.inline_mgpu(
+        arg_types=(layout,),
+        return_type=plgpu.ShapeDtypeStruct(x.shape, jnp.float32, layout=layout),
+    )
+    def run(ctx, v):
+        del ctx
+        return v._pointwise(v._lift_fast_instr(f"{op}.approx.ftz.f32"))
+
+    return run(x)
