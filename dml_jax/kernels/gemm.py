@@ -139,7 +139,6 @@ def _kernel_gelu(y):
 
 
 PINGPONG_MAX_K = 2048  # longer products keep the cooperative schedule (round 17)
-DEFER = 2  # ping-pong with GELU: epilogue pieces done during the warpgroup's next products
 PP_STAGES = 5  # ping-pong ring stages, at most (fewer where the epilogue's buffers need room)
 SMEM_LIMIT = 227 * 1024
 
@@ -212,9 +211,7 @@ def _epilogue(f: _Form, dtype, wg, refs: dict):
         if x_smem:
             fetch(0, cm, cn)
 
-    def prepare(acc_ref):
-        """The tile's node values: ``Alpha * acc + Beta * bias``, rounded (float32 where C
-        comes by pieces, to be added piece by piece)."""
+    def finish(acc_ref, cm, cn, col0):
         acc = acc_ref[...]
         if f.alpha != 1.0:
             acc = f.alpha * acc
@@ -226,64 +223,41 @@ def _epilogue(f: _Form, dtype, wg, refs: dict):
             if f.beta != 1.0:
                 row = f.beta * row
             acc = acc + lax.broadcast_in_dim(row, (TILE_M, TILE_N), [1])
-        return acc if f.full_c else acc.astype(dtype)
-
-    def piece(p, y, cm, cn, col0):
-        """Piece ``p`` of the tile at ``cm, cn`` (``y``: its node values from ``prepare``):
-        C, GELU, R applied, stored through slot ``p % 2``."""
-        ms, ns = at(p)
-        if x_smem and p + 1 < len(grid_pieces):
-            fetch(p + 1, cm, cn)
-        for bar in x_bar:
-            plgpu.barrier_wait(bar.at[2 * wg + p % 2])
-        if f.full_c:
-            cv = x_smem[0][wg, p % 2].astype(jnp.float32)
-            y = (y + (cv if f.beta == 1.0 else f.beta * cv)).astype(dtype)
-        if f.gelu:
-            y = _kernel_gelu(y.astype(jnp.float32)).astype(dtype)
-        if f.residual:
-            r = x_smem[-1][wg, p % 2].astype(jnp.float32)
-            y = (y.astype(jnp.float32) + r).astype(dtype)
-        plgpu.wait_smem_to_gmem(1, wait_read_only=True)
-        out_smem[wg, p % 2] = y
-        plgpu.commit_smem()
-        if not f.split:
-            plgpu.copy_smem_to_gmem(out_smem.at[wg, p % 2], out_gmem[0].at[cm, cn].at[ms, ns])
-            return
-        col = col0 + ns.start  # in the stacked columns
-        kind = (col // f.split) % 3
-        first = (col // (3 * f.split)) * f.split + col % f.split  # in that kind's columns
-        for t in range(3):
-
-            @pl.when(kind == t)
-            def _(t=t, first=first, ms=ms, slot=p % 2):
-                dst = out_gmem[t].at[cm, pl.ds(first, EPI)].at[ms]
-                plgpu.copy_smem_to_gmem(out_smem.at[wg, slot], dst)
-
-    def finish(acc_ref, cm, cn, col0):
-        acc = prepare(acc_ref)
+        if not f.full_c:
+            acc = acc.astype(dtype)
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
         for p in range(len(grid_pieces)):
-            piece(p, acc[at(p)], cm, cn, col0)
+            ms, ns = at(p)
+            if x_smem and p + 1 < len(grid_pieces):
+                fetch(p + 1, cm, cn)
+            for bar in x_bar:
+                plgpu.barrier_wait(bar.at[2 * wg + p % 2])
+            y = acc[ms, ns]
+            if f.full_c:
+                cv = x_smem[0][wg, p % 2].astype(jnp.float32)
+                y = (y + (cv if f.beta == 1.0 else f.beta * cv)).astype(dtype)
+            if f.gelu:
+                y = _kernel_gelu(y.astype(jnp.float32)).astype(dtype)
+            if f.residual:
+                r = x_smem[-1][wg, p % 2].astype(jnp.float32)
+                y = (y.astype(jnp.float32) + r).astype(dtype)
+            plgpu.wait_smem_to_gmem(1, wait_read_only=True)
+            out_smem[wg, p % 2] = y
+            plgpu.commit_smem()
+            if not f.split:
+                plgpu.copy_smem_to_gmem(out_smem.at[wg, p % 2], out_gmem[0].at[cm, cn].at[ms, ns])
+                continue
+            col = col0 + ns.start  # in the stacked columns
+            kind = (col // f.split) % 3
+            first = (col // (3 * f.split)) * f.split + col % f.split  # in that kind's columns
+            for t in range(3):
 
-    # Pieces whose math a ping-pong warpgroup may leave to its next tile's products
-    # (``_pingpong_tiles``): GELU's, where the epilogue outlasts the other warpgroup's products.
-    deferrable = DEFER if f.gelu and not x_smem else 0
-    return _Epilogue(start, finish, prepare, piece, at, len(grid_pieces), deferrable, dtype)
+                @pl.when(kind == t)
+                def _(t=t, first=first, ms=ms, slot=p % 2):
+                    dst = out_gmem[t].at[cm, pl.ds(first, EPI)].at[ms]
+                    plgpu.copy_smem_to_gmem(out_smem.at[wg, slot], dst)
 
-
-@dataclass(frozen=True)
-class _Epilogue:
-    start: Any
-    finish: Any
-    prepare: Any
-    piece: Any
-    at: Any
-    pieces: int
-    deferrable: int
-    dtype: Any
-
-
+    return start, finish
 
 
 @functools.partial(
@@ -369,11 +343,9 @@ def fused_gemm(a, b, v: View, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=
             mem["bias_gmem"] = refs[0] if bias is not None else None
             mem["piece_gmem"] = refs[int(bias is not None) : len(operands)]
             mem["out_gmem"] = refs[len(operands) :]
-            epi = _epilogue(form, dtype, wg, mem)
-            if pingpong:
-                _pingpong_tiles(v, grid, a_gmem, b_gmem, mem, wg, epi)
-            else:
-                _cooperative_tiles(v, grid, a_gmem, b_gmem, mem, wg, epi.start, epi.finish)
+            start, finish = _epilogue(form, dtype, wg, mem)
+            run = _pingpong_tiles if pingpong else _cooperative_tiles
+            run(v, grid, a_gmem, b_gmem, mem, wg, start, finish)
 
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
@@ -465,7 +437,7 @@ def _cooperative_tiles(v, grid: _Grid, a_gmem, b_gmem, mem, wg, start, finish):
         )
 
 
-def _pingpong_tiles(v, grid: _Grid, a_gmem, b_gmem, mem, wg, epi):
+def _pingpong_tiles(v, grid: _Grid, a_gmem, b_gmem, mem, wg, start, finish):
     """Each compute warpgroup on whole TILE_M x TILE_N tiles, the program's tiles dealt out
     in turn: the memory warpgroup fills one ring of ``stages`` stages in tile order, and a
     warpgroup's products start when the other's are issued, so one's products run while the
@@ -511,35 +483,24 @@ def _pingpong_tiles(v, grid: _Grid, a_gmem, b_gmem, mem, wg, epi):
 
         lax.fori_loop(0, mine, tile, None)
 
-    pieces = epi.pieces
-    defer = epi.deferrable if k_iters > epi.deferrable else 0
-    kept = pieces - defer  # pieces stored right after a tile's products
-    # The k-step after whose products deferred piece j is done (products of two steps queued).
-    at_step = {max(1, (j + 1) * k_iters // (defer + 1)): j for j in range(defer)}
-
     @pl.when(wg < 2)
     def _compute():
         plgpu.set_max_registers(232, action="increase")
 
-        def tile(t2, pending):
+        def tile(t2, carry):
             t = wg + 2 * t2
             ni, cm, cn = where(t)
-            pni, pcm, pcn = where(t - 2)  # this warpgroup's previous tile (t2 > 0)
 
-            def products_and_epilogue(acc_ref):
+            @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((TILE_M, TILE_N), jnp.float32))
+            def _acc(acc_ref):
+                start(cm, cn)
+
                 def step(kk, carry):
                     g = t * k_iters + kk
                     slot = lax.rem(g, stages)
                     plgpu.barrier_wait(full.at[wg * stages + slot])
                     rhs = b_smem.at[slot]
                     plgpu.wgmma(acc_ref, a_smem.at[slot], rhs.transpose((1, 0)) if v.b_nk else rhs)
-                    if isinstance(kk, int) and kk in at_step:  # the unrolled steps (defer)
-
-                        @pl.when(t2 > 0)
-                        def _deferred():
-                            j = at_step[kk]
-                            epi.piece(kept + j, pending[j], pcm, pcn, pni * TILE_N)
-
                     plgpu.wgmma_wait(1)  # the step before is done: its stage is free
 
                     @pl.when(kk > 0)
@@ -548,42 +509,19 @@ def _pingpong_tiles(v, grid: _Grid, a_gmem, b_gmem, mem, wg, epi):
 
                     return carry
 
-                epi.start(cm, cn)
-
                 @pl.when(t > 0)
                 def _turn():  # the other warpgroup's products are issued
                     plgpu.barrier_wait(order.at[wg])
 
-                if defer:
-                    for kk in range(k_iters):
-                        step(kk, None)
-                else:
-                    lax.fori_loop(0, k_iters, step, None)
+                lax.fori_loop(0, k_iters, step, None)
                 plgpu.barrier_arrive(order.at[1 - wg])
                 plgpu.wgmma_wait(0)
                 plgpu.barrier_arrive(empty.at[lax.rem(t * k_iters + k_iters - 1, stages)])
-                if not defer:
-                    epi.finish(acc_ref, cm, cn, ni * TILE_N)
-                    return ()
-                y = epi.prepare(acc_ref)
-                for p in range(kept):
-                    epi.piece(p, y[epi.at(p)], cm, cn, ni * TILE_N)
-                return tuple(y[epi.at(p)] for p in range(kept, pieces))
+                finish(acc_ref, cm, cn, ni * TILE_N)
 
-            return pl.run_scoped(
-                products_and_epilogue, plgpu.ACC((TILE_M, TILE_N), jnp.float32)
-            )
+            return carry
 
-        count = (mine - wg + 1) // 2  # this warpgroup's tiles
-        zero = jnp.zeros((EPI, EPI), epi.dtype)
-        pending = lax.fori_loop(0, count, tile, tuple(zero for _ in range(defer)))
-        if defer:
-
-            @pl.when(count > 0)
-            def _last():  # the last tile's deferred pieces
-                pni, pcm, pcn = where(wg + 2 * (count - 1))
-                for j in range(defer):
-                    epi.piece(kept + j, pending[j], pcm, pcn, pni * TILE_N)
+        lax.fori_loop(0, (mine - wg + 1) // 2, tile, None)
 
 
 # ---------------------------------------------------------------------------------------------
