@@ -525,6 +525,36 @@ def test_gelu_formula_against_erf():
     assert units[~tail].max() <= 1 and units[tail].max() <= 8
 
 
+def test_gelu_formula_at_infinities_and_nan():
+    # the limits at +-inf (+inf and 0, not inf * 0), NaN through, and the largest finite inputs
+    y = jnp.asarray([np.inf, -np.inf, np.nan, 3.4e38, -3.4e38, 1e4, -1e4], jnp.float32)
+    got = np.asarray(jax.jit(K._gelu)(y))
+    np.testing.assert_array_equal(got[:2], [np.inf, 0.0])
+    assert np.isnan(got[2])
+    np.testing.assert_array_equal(got[3:], np.float32([3.4e38, 0.0, 1e4, 0.0]))
+
+
+@needs_hopper
+@pytest.mark.parametrize("schedule", ["pingpong", "cooperative"])
+def test_kernel_gelu_at_infinities_and_nan(schedule):
+    # node values beyond float16 round to +-inf before the GELU: +inf stays, -inf gives 0; a NaN
+    # row of A stays NaN
+    m, n, k = 256, 512, 64
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((m, k))
+    a[0], a[1] = 2000.0, np.nan
+    sign = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+    b = np.ones((n, k)) * sign[:, None]
+    a, b = jnp.asarray(a, jnp.float16), jnp.asarray(b, jnp.float16)
+    v = K.plan((m, k), b.shape, False, True, jnp.float16)
+    got = np.asarray(
+        jax.jit(lambda a, b: K.fused_gemm(a, b, v, gelu=True, schedule=schedule))(a, b)
+    )
+    np.testing.assert_array_equal(got[0], np.where(sign > 0, np.inf, 0.0).astype(np.float16))
+    assert np.isnan(got[1].astype(np.float32)).all()
+    assert np.isfinite(got[2:].astype(np.float32)).all()
+
+
 def test_pingpong_stages_fill_the_shared_memory():
     # 32 KiB stages beside the output's epilogue buffers (32 KiB) and 32 KiB a C or R read by
     # pieces, within 227 KiB: 5, 4 and 3 stages; never more than K has steps

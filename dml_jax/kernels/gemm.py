@@ -31,11 +31,12 @@ stride-0 desc) comes in once a tile as a vector, during the products, and is add
 whole accumulator; a full C and R come in by pieces, one piece ahead.
 
 GELU is ``0.5 y (1 + erf(y / sqrt 2))`` with erfc from Abramowitz and Stegun 7.1.28 (absolute
-error <= 3e-7; one reciprocal square root, no exponential), 1 + erf taken as erfc(|y| /
-sqrt 2) below zero and 2 - erfc above, so the negative side has no cancellation. Over every
-float16 input it is within one float16 unit of the exact GELU, except where GELU is tiny (y
-in (-5, -3.6), results of magnitude below 6e-4): there the polynomial's absolute error
-reaches 8 units (``test_gelu_formula_against_erf``). The GEMM node is rounded once (Alpha, Beta and C applied
+error <= 3e-7, ``erfc = P^-16``), taken as ``max(y, 0) - |y| h`` with ``h = erfc(|y| / sqrt 2) /
+2 = 2^(-16 log2 P)`` on MUFU's ``lg2`` and ``ex2`` (``_gelu``), so the negative side has no
+cancellation and +inf and -inf give +inf and 0. Over every float16 input it is within one
+float16 unit of the exact GELU, except where GELU is tiny (y in (-5, -3.6), results of
+magnitude below 6e-4): there the polynomial's absolute error reaches 8 units
+(``test_gelu_formula_against_erf``). The GEMM node is rounded once (Alpha, Beta and C applied
 to the float32 accumulator), where the lax lowering rounds the float16 product first
 (docs/semantics.md); results are within ``2^-10 |want| + 2^-10 max |want|`` of the lax nodes'
 (``tests/test_gemm_kernel.py``), and the products' summation order differs from XLA's, so
