@@ -123,9 +123,10 @@ def _gelu(y, log2=jnp.log2, exp2=jnp.exp2):
     Below zero that is ``y h`` (no cancellation), above it ``y (1 - h)``; at +-inf it is +inf
     and 0, the limits (``|y|`` is clamped, ``h`` being 0 there). In the kernel ``log2`` and
     ``exp2`` are MUFU's ``lg2`` / ``ex2.approx.ftz`` (relative error 2^-22, which the 16th
-    power makes 2^-18): about 13 instructions an element, where the reciprocal square root
-    raised by five squarings took 22; the GPT's fc1 with its bias and GELU fell from 116.3 to
-    107.9 us (H100, benchmarks/RESULTS.md round 20)."""
+    power makes 2^-18): 13 operations an element (abs, clamp, six FMAs, lg2, a multiply, ex2,
+    max, one FMA), where the reciprocal square root raised by five squarings took 19; the GPT's
+    fc1 with its bias and GELU fell from 116.3 to 107.9 us (H100, benchmarks/RESULTS.md round
+    20)."""
     a = jnp.minimum(jnp.abs(y), _GELU_CLAMP)
     p = _GELU_POLY[-1]
     for c in _GELU_POLY[-2::-1]:
