@@ -1,6 +1,9 @@
-"""ONNX models on DirectML's operators: ``compile_onnx`` maps every node to DML operator
-descriptors (``ops.CONVERTERS``, one entry per ONNX op type), builds one ``GraphDesc`` and
-compiles it into one XLA program.
+"""ONNX models on DirectML's operators.
+
+``InferenceSession`` (onnxruntime's session shape) imports a model onto DirectML operator
+descriptors (``converters``: one converter per ONNX op), folding at import whatever is known
+then (``fold``), and compiles it into one XLA program per set of input shapes.
+``compile_onnx`` is the call-style form for models whose shapes are all known.
 
 Needs the optional ``onnx`` package (``pip install 'dml-jax[onnx]'``).
 """
@@ -11,82 +14,98 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ..errors import ValidationError
-from ..graph import compile_graph
 from .importer import ImportedGraph, import_graph
 
 ONNX_MISSING = "ONNX models need the 'onnx' package: pip install 'dml-jax[onnx]'"
 
 
-def load_onnx(path_or_model: Any) -> Any:
-    """An ``onnx.ModelProto`` from a path, serialized bytes or a ModelProto."""
+def _onnx() -> Any:
     try:
         import onnx
     except ImportError:
         raise ImportError(ONNX_MISSING) from None
+    return onnx
+
+
+def load_onnx(path_or_model: Any, *, base_dir: str | None = None) -> Any:
+    """An ``onnx.ModelProto`` from a path, serialized bytes or a ModelProto. A path's external
+    data is read from beside it; bytes or a proto read theirs from ``base_dir``."""
+    onnx = _onnx()
     if isinstance(path_or_model, onnx.ModelProto):
         return path_or_model
-    if isinstance(path_or_model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(path_or_model))
-    if isinstance(path_or_model, (str, os.PathLike)):
+    if isinstance(path_or_model, bytes | bytearray | memoryview):
         try:
-            return onnx.load(os.fspath(path_or_model))
-        except OSError as e:
-            raise ValidationError(f"ONNX: cannot read '{path_or_model}': {e}") from None
+            return onnx.load_from_string(bytes(path_or_model))
         except Exception as e:  # noqa: BLE001 - protobuf's decode errors have no common base
-            raise ValidationError(f"ONNX: '{path_or_model}' is not an ONNX model: {e}") from None
+            raise ValidationError(f"ONNX: the bytes given are not an ONNX model: {e}") from None
+    if isinstance(path_or_model, str | os.PathLike):
+        path = os.fspath(path_or_model)
+        try:
+            return onnx.load(path, load_external_data=True)
+        except FileNotFoundError as e:
+            raise ValidationError(f"ONNX: cannot read '{path}': {e}") from None
+        except OSError as e:
+            raise ValidationError(f"ONNX: cannot read '{path}': {e}") from None
+        except Exception as e:  # noqa: BLE001 - protobuf's decode errors have no common base
+            raise ValidationError(f"ONNX: '{path}' is not an ONNX model: {e}") from None
     raise ValidationError(
         f"ONNX: expected a path, bytes or an onnx.ModelProto, got {type(path_or_model).__name__}"
     )
 
 
+def check_model(model: Any) -> None:
+    """What every import needs of a model's top level: a graph with outputs, tensor-typed
+    inputs and outputs, known opsets. Sequence, map and optional values, and training-only
+    ops, are not runnable here and get one line saying so."""
+    graph = model.graph
+    if not graph.output:
+        raise ValidationError("ONNX: the model's graph has no outputs")
+    for kind, infos in (("input", graph.input), ("output", graph.output)):
+        for info in infos:
+            which = info.type.WhichOneof("value")
+            if which not in (None, "tensor_type"):
+                raise ValidationError(
+                    f"ONNX: {kind} '{info.name}' is a {which.replace('_type', '')} value; "
+                    "only tensors are supported"
+                )
+    for o in model.opset_import:
+        if o.version < 1:
+            raise ValidationError(f"ONNX: opset import of domain '{o.domain}' has version {o.version}")
+
+
 class CompiledOnnx:
-    """An ONNX model compiled as one DML graph (one XLA program under jit).
+    """An ONNX model with static shapes compiled as one DML graph (one XLA program under jit).
 
     Attributes:
         imported: the ``ImportedGraph`` (its ``graph`` is the ``GraphDesc``).
         graph: the ``CompiledGraph``.
-        input_names, input_shapes, output_names, output_shapes: the model's, with static shapes.
-        input_dtypes, output_dtypes: NumPy dtypes (BOOL for ONNX BOOL tensors).
+        input_names, input_shapes, output_names, output_shapes: the model's, static.
+        input_dtypes, output_dtypes: the ONNX NumPy dtypes (int64 for INT64, bool for BOOL).
     """
 
-    def __init__(self, imported: ImportedGraph, graph: Any):
+    def __init__(self, program: Any):
+        imported = program.imported
+        self.program = program
         self.imported = imported
-        self.graph = graph
+        self.graph = program.graph
         self.input_names = imported.input_names
         self.input_shapes = imported.input_shapes
         self.output_names = imported.output_names
         self.output_shapes = imported.output_shapes
-        self.input_dtypes = tuple(np.dtype(t.numpy_dtype) for t in imported.input_types)
-        self.output_dtypes = tuple(
-            np.dtype(bool) if b else np.dtype(t.numpy_dtype)
-            for t, b in zip(imported.output_types, imported.output_bool)
-        )
-        self._constants = tuple(jnp.asarray(c) for c in imported.constants)
-        self._jitted = jax.jit(self.fn)
+        self.input_dtypes = imported.input_dtypes
+        self.output_dtypes = imported.output_dtypes
 
     def fn(self, *inputs: Any) -> tuple:
         """The pure function: one array per model input (ONNX shapes), a tuple of outputs."""
-        descs = self.graph.input_descs
-        args = []
-        for i, x in enumerate(inputs):
-            x = jnp.asarray(x)
-            if x.dtype == jnp.bool_:
-                x = x.astype(jnp.uint8)
-            args.append(None if descs[i] is None else x.reshape(descs[i].sizes))
-        outs = self.graph.fn(*args, *self._constants)
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        return tuple(
-            (y != 0 if b else y).reshape(shape)
-            for y, shape, b in zip(outs, self.output_shapes, self.imported.output_bool)
-        )
+        return self.program.apply({}, *inputs)
 
     def __call__(self, *inputs: Any, **named: Any) -> Any:
         """Runs the model: inputs by position or by ONNX name. One output: one array."""
+        from .importer import to_graph_array
+
         inputs = list(inputs)
         for name in self.input_names[len(inputs) :]:
             if name not in named:
@@ -97,12 +116,14 @@ class CompiledOnnx:
                 f"ONNX: expected inputs {list(self.input_names)}, got {len(inputs)} positional"
                 + (f" and unknown names {sorted(named)}" if named else "")
             )
+        args = []
         for name, x, shape in zip(self.input_names, inputs, self.input_shapes):
             if tuple(np.shape(x)) != tuple(shape):
                 raise ValidationError(
                     f"ONNX: input '{name}' must have shape {list(shape)}, got {list(np.shape(x))}"
                 )
-        outs = self._jitted(*inputs)
+            args.append(to_graph_array(np.asarray(x), f"input '{name}'"))
+        outs = self.program.jitted({}, *args)
         return outs[0] if len(outs) == 1 else outs
 
     def __repr__(self) -> str:
@@ -118,27 +139,50 @@ def compile_onnx(
     free_dimensions: Mapping[str, int] | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     feature_level: Any = None,
+    allow_half_precision: bool = False,
+    fast_paths: bool = True,
 ) -> CompiledOnnx:
-    """Maps an ONNX model onto DirectML operators and compiles it into one XLA program.
-
-    Args:
-        path_or_model: a file path, serialized bytes or an ``onnx.ModelProto``.
-        free_dimensions: sizes of symbolic dimensions by name (``{"N": 2}``), like ONNX
-            Runtime's free dimension overrides.
-        input_shapes: full shapes of inputs by name (override the model's shapes).
-        feature_level: the DML feature level nodes are validated at (None: the newest).
+    """Maps an ONNX model onto DirectML operators and compiles it into one XLA program, for
+    models whose input shapes are fixed (by the model, ``free_dimensions`` or
+    ``input_shapes``); ``InferenceSession`` binds open dimensions at each run instead.
 
     Raises:
         ImportError: without the ``onnx`` package.
         ValidationError: an unsupported op type (naming the node and its type), a dimension
             without a size, or a node DirectML would reject.
     """
-    from .ops import CONVERTERS
+    from .session import Program, compile_imported
 
     model = load_onnx(path_or_model)
-    imported = import_graph(model, CONVERTERS, free_dimensions, input_shapes)
-    graph = compile_graph(imported.graph, feature_level, reinterpret_edges=True)
-    return CompiledOnnx(imported, graph)
+    base_dir = None
+    if isinstance(path_or_model, str | os.PathLike):
+        base_dir = os.path.dirname(os.fspath(path_or_model))
+    check_model(model)
+    imported = import_graph(model, None, free_dimensions, input_shapes, base_dir=base_dir)
+    graph = compile_imported(
+        imported,
+        feature_level=feature_level,
+        allow_half_precision=allow_half_precision,
+        fast_paths=fast_paths,
+    )
+    return CompiledOnnx(Program(imported, graph))
 
 
-__all__ = ["CompiledOnnx", "ImportedGraph", "compile_onnx", "load_onnx"]
+def __getattr__(name: str) -> Any:
+    # The session module imports jax-side helpers; loaded on first use.
+    if name in ("InferenceSession", "SessionOptions", "NodeArg", "ModelMetadata"):
+        from . import session
+
+        return getattr(session, name)
+    raise AttributeError(name)
+
+
+__all__ = [
+    "CompiledOnnx",
+    "ImportedGraph",
+    "InferenceSession",
+    "SessionOptions",
+    "check_model",
+    "compile_onnx",
+    "load_onnx",
+]

@@ -1,20 +1,34 @@
 """ONNX models as one DML graph: values, the graph under construction, and the import walk.
 
-An ONNX tensor is a ``Value``: its static shape and DML data type, and where its data lives
-(a node output of the graph being built, or a constant known at import time). Converters (one
-per ONNX op type, in ``ops.py``) read their inputs' shapes, add DirectML operator nodes with
-``Builder.node`` and return their outputs' values. Shape-only ops (Reshape, Flatten, Squeeze,
-Unsqueeze, Identity) add no node: a consumer reads the packed buffer through its own desc, as
-DirectML reinterprets the bytes of an intermediate tensor (``compile_graph(...,
-reinterpret_edges=True)``). Constants (initializers, Constant nodes) become graph inputs whose
-values the compiled model passes itself, so XLA sees them as constants of the one program.
+An ONNX tensor is a ``Value``: its static shape, the DML data type it has in the graph, and
+where its data lives (a node output of the graph being built, or a constant known at import
+time). The walk visits the nodes in order; for each one it
+
+1. checks the node against its op's schema (input and output counts, attribute types), so a
+   converter only ever sees a well-formed node;
+2. folds it when every input is known at import (initializers, Constants, shapes, results of
+   earlier folds): the node is evaluated on the host by ``fold.evaluate`` and its outputs are
+   constants, as ONNX Runtime's constant folding does;
+3. otherwise hands it to its converter (``converters.lookup``), which adds DirectML operator
+   nodes through ``Context.node``; an op with no converter whose ONNX schema has a function
+   body is expanded and its body walked in its place (``functions.expand``).
+
+Every shape is static: the session fixes free dimensions from the inputs of each run before
+importing (one import per input-shape set), so ``Shape`` always folds. Converters ask for the
+inputs DirectML needs as constants with ``Context.const``; one that depends on a graph input's
+values raises ``NeedsValues``, and the session then specialises on those values.
+
+64-bit integers: ONNX INT64 / UINT64 tensors are INT32 / UINT32 tensors of the DML graph (the
+low 32 bits, as ONNX Runtime's DirectML provider reads them through strides). Values known at
+import keep their 64-bit type (folding is exact); a constant or graph input that does not fit in
+32 bits is a ``ValidationError``, never a truncated value (docs/semantics.md, "ONNX").
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -27,49 +41,117 @@ from ..tensor import TensorDesc, packed_strides
 
 ONNX = "ONNX"
 
+# ONNX TensorProto element types -> (DML data type in the graph, NumPy dtype of the ONNX
+# tensor). BOOL is stored as UINT8 (as ONNX Runtime's DirectML provider does); INT64 and UINT64
+# are narrowed to their 32-bit types (module docstring).
+_ONNX_TYPES: dict[int, tuple[DataType, str]] = {
+    1: (DataType.FLOAT32, "float32"),
+    2: (DataType.UINT8, "uint8"),
+    3: (DataType.INT8, "int8"),
+    4: (DataType.UINT16, "uint16"),
+    5: (DataType.INT16, "int16"),
+    6: (DataType.INT32, "int32"),
+    7: (DataType.INT32, "int64"),
+    9: (DataType.UINT8, "bool"),
+    10: (DataType.FLOAT16, "float16"),
+    11: (DataType.FLOAT64, "float64"),
+    12: (DataType.UINT32, "uint32"),
+    13: (DataType.UINT32, "uint64"),
+}
+BOOL = 9
+TYPE_NAMES = {
+    1: "float",
+    2: "uint8",
+    3: "int8",
+    4: "uint16",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    8: "string",
+    9: "bool",
+    10: "float16",
+    11: "double",
+    12: "uint32",
+    13: "uint64",
+    14: "complex64",
+    15: "complex128",
+    16: "bfloat16",
+}
+_NARROW = {np.dtype("int64"): np.dtype("int32"), np.dtype("uint64"): np.dtype("uint32")}
+
+
+def data_type_of(elem_type: int, where: str) -> DataType:
+    """The DML data type an ONNX element type has in the graph; others are a
+    ``ValidationError``."""
+    entry = _ONNX_TYPES.get(int(elem_type))
+    if entry is None:
+        name = TYPE_NAMES.get(int(elem_type), str(elem_type))
+        raise ValidationError(f"{ONNX}: {where}: element type {name} has no DML data type")
+    return entry[0]
+
+
+def numpy_dtype_of(elem_type: int, where: str) -> np.dtype:
+    """The NumPy dtype of an ONNX element type (int64 for INT64, bool for BOOL)."""
+    data_type_of(elem_type, where)
+    return np.dtype(_ONNX_TYPES[int(elem_type)][1])
+
+
+def elem_type_of(dtype: Any) -> int:
+    """The ONNX element type of a NumPy dtype (0 when ONNX has none of DML's)."""
+    dtype = np.dtype(dtype)
+    for k, (_, name) in _ONNX_TYPES.items():
+        if np.dtype(name) == dtype:
+            return k
+    return 0
+
+
+def graph_dtype(dtype: Any) -> np.dtype:
+    """The dtype a tensor of NumPy ``dtype`` has in the DML graph (bool -> uint8, 64-bit
+    integers -> 32-bit)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return np.dtype(np.uint8)
+    return _NARROW.get(dtype, dtype)
+
+
+def to_graph_array(array: np.ndarray, where: str) -> np.ndarray:
+    """``array`` in its graph dtype (``graph_dtype``); a 64-bit integer that does not fit in 32
+    bits is a ``ValidationError`` naming ``where``."""
+    array = np.asarray(array)
+    target = graph_dtype(array.dtype)
+    if target == array.dtype:
+        return array
+    if array.dtype in _NARROW and array.size:
+        info = np.iinfo(target)
+        lo, hi = int(array.min()), int(array.max())
+        if lo < info.min or hi > info.max:
+            bad = lo if lo < info.min else hi
+            raise ValidationError(
+                f"{ONNX}: {where}: the {array.dtype} value {bad} does not fit in {target} "
+                f"(64-bit integers are computed in 32 bits, as ONNX Runtime's DirectML "
+                "provider does; docs/semantics.md)"
+            )
+    return array.astype(target)
+
 
 def identity(desc: TensorDesc) -> Any:
     """ELEMENT_WISE_IDENTITY from ``desc`` to itself (how a graph input or constant enters)."""
     return lookup("DML_OPERATOR_ELEMENT_WISE_IDENTITY").desc_class(desc, desc)
 
 
-# ONNX TensorProto element types -> DML data types (BOOL is stored as UINT8, as ORT's DML
-# provider does).
-_ONNX_TYPES = {
-    1: DataType.FLOAT32,
-    2: DataType.UINT8,
-    3: DataType.INT8,
-    4: DataType.UINT16,
-    5: DataType.INT16,
-    6: DataType.INT32,
-    7: DataType.INT64,
-    9: DataType.UINT8,
-    10: DataType.FLOAT16,
-    11: DataType.FLOAT64,
-    12: DataType.UINT32,
-    13: DataType.UINT64,
-}
-_BOOL = 9
-
-
-def data_type_of(elem_type: int, where: str) -> DataType:
-    """The DML data type of an ONNX element type; others are a ``ValidationError``."""
-    t = _ONNX_TYPES.get(int(elem_type))
-    if t is None:
-        raise ValidationError(f"{ONNX}: {where}: element type {elem_type} has no DML data type")
-    return t
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Value:
     """One ONNX tensor while importing.
 
     Attributes:
         shape: the ONNX shape (``()`` for a scalar).
-        data_type: its DML data type.
+        data_type: its DML data type in the graph (INT64 -> INT32, BOOL -> UINT8).
         source: ``("node", n, k)`` (output k of node n, packed) or ``("const",)``.
-        const: the value when known at import time (initializers, Constant, Shape).
+        const: the value when known at import time, in its ONNX dtype (int64, bool, ...).
         is_bool: ONNX BOOL (stored as UINT8).
+        param: the initializer's name when this is a floating-point initializer (a parameter:
+            never folded into other constants, so ``InferenceSession.apply`` can replace it).
+        deps: the graph inputs whose values this value depends on.
     """
 
     shape: tuple[int, ...]
@@ -77,20 +159,22 @@ class Value:
     source: tuple
     const: np.ndarray | None = None
     is_bool: bool = False
+    param: str | None = None
+    deps: frozenset = frozenset()
 
     @property
     def rank(self) -> int:
         return len(self.shape)
 
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
     def view(self, shape: Sequence[int] | None = None) -> Value:
         """The same data under another shape of the same element count (a reshape)."""
-        return Value(
-            tuple(shape), self.data_type, self.source, _reshaped(self.const, shape), self.is_bool
-        )
-
-
-def _reshaped(const: np.ndarray | None, shape: Sequence[int] | None) -> np.ndarray | None:
-    return None if const is None or shape is None else const.reshape(shape)
+        shape = tuple(int(d) for d in shape)
+        const = None if self.const is None else self.const.reshape(shape)
+        return replace(self, shape=shape, const=const)
 
 
 def dml_sizes(shape: Sequence[int]) -> tuple[int, ...]:
@@ -126,35 +210,78 @@ def permuted(value: Value, perm: Sequence[int]) -> TensorDesc:
     return TensorDesc(value.data_type, dml_sizes(sizes), strides=tuple(strides[p] for p in perm))
 
 
+def const_value(array: Any, where: str = "", *, param: str | None = None) -> Value:
+    """A value known at import time (``array`` keeps its dtype: int64 stays int64)."""
+    array = np.asarray(array)
+    if array.dtype not in {np.dtype(n) for _, n in _ONNX_TYPES.values()}:
+        raise ValidationError(f"{ONNX}: {where}: data type {array.dtype} has no DML data type")
+    data_type = DataType.from_dtype(graph_dtype(array.dtype))
+    return Value(tuple(array.shape), data_type, ("const",), array, array.dtype == np.bool_, param)
+
+
+class NeedsValues(ValidationError):
+    """A converter needs, as a constant, a value computed from graph inputs' values (``names``).
+    ``InferenceSession`` specialises on those inputs and imports again."""
+
+    def __init__(self, message: str, names: frozenset):
+        super().__init__(message)
+        self.names = names
+
+
+@dataclass
+class GraphConstant:
+    """A constant graph input: its value in the graph's dtype, and the initializer it is (when
+    it is a parameter)."""
+
+    array: np.ndarray
+    param: str | None = None
+
+
 class Builder:
     """The DML graph under construction: nodes, and for each node input the value it reads."""
 
     def __init__(self):
         self.nodes: list[Any] = []
+        self.origin: list[int] = []  # for each node, the index of the ONNX node it came from
         self.feeds: list[tuple[int, int, Value]] = []  # (node, input slot, value)
-        self.constants: list[np.ndarray] = []  # graph inputs after the model's own inputs
+        self.constants: list[GraphConstant] = []  # graph inputs after the model's own inputs
+        self.where = ""  # the ONNX node being converted (for error messages)
+        self.onnx_index = -1
         self._const_nodes: dict[int, Value] = {}
         # (("input", i) | ("const", j), the identity node that reads that graph input)
         self._graph_inputs: list[tuple[tuple[str, int], int]] = []
 
+    def _append(self, desc: Any) -> int:
+        self.nodes.append(desc)
+        self.origin.append(self.onnx_index)
+        return len(self.nodes) - 1
+
     def node(self, desc: Any, inputs: Sequence[Value | None]) -> int:
         """Adds an operator node whose present input tensors read ``inputs`` in slot order
         (an absent optional tensor takes ``None``); returns the node index."""
-        n = len(self.nodes)
         slots = desc.edge_slots("input")
         if len(slots) != len(inputs):
             raise AssertionError(f"{desc.operator_type}: {len(slots)} input slots, {len(inputs)}")
-        self.nodes.append(desc)
-        for k, ((_, slot_desc), v) in enumerate(zip(slots, inputs)):
-            if slot_desc is None:
-                continue
-            self.feeds.append((n, k, self.materialize(v)))
+        materialized = [
+            None if slot_desc is None else self.materialize(v)
+            for (_, slot_desc), v in zip(slots, inputs)
+        ]
+        n = self._append(desc)
+        for k, ((_, slot_desc), v) in enumerate(zip(slots, materialized)):
+            if slot_desc is not None:
+                self.feeds.append((n, k, v))
         return n
 
     def output(self, n: int, k: int, shape: Sequence[int], *, is_bool: bool = False) -> Value:
         """Output k of node n as an ONNX value of ``shape`` (the node writes it packed)."""
         desc = self.nodes[n].edge_slots("output")[k][1]
         return Value(tuple(shape), desc.data_type, ("node", n, k), None, is_bool)
+
+    def graph_input(self, index: int, value_shape: Sequence[int], data_type: DataType) -> int:
+        """The identity node through which model input ``index`` enters."""
+        n = self._append(identity(packed(data_type, value_shape)))
+        self._graph_inputs.append((("input", index), n))
+        return n
 
     def materialize(self, v: Value) -> Value:
         """A constant becomes a graph input read once by an identity node (its consumers then
@@ -163,13 +290,18 @@ class Builder:
             return v
         key = id(v.const)
         if key not in self._const_nodes:
+            if v.const.size == 0:
+                raise ValidationError(
+                    f"{ONNX}: {self.where}: an empty tensor (shape {list(v.shape)}) cannot be "
+                    "an operand of a DML operator"
+                )
             desc = packed(v.data_type, v.shape)
+            array = to_graph_array(v.const, self.where).reshape(desc.sizes)
             g = ("const", len(self.constants))
-            self.constants.append(np.ascontiguousarray(v.const.reshape(desc.sizes)))
-            n = len(self.nodes)
-            self.nodes.append(identity(desc))
+            self.constants.append(GraphConstant(np.ascontiguousarray(array), v.param))
+            n = self._append(identity(desc))
             self._graph_inputs.append((g, n))
-            self._const_nodes[key] = Value(v.shape, v.data_type, ("node", n, 0), v.const, v.is_bool)
+            self._const_nodes[key] = replace(v, source=("node", n, 0))
         return self._const_nodes[key]
 
 
@@ -184,9 +316,16 @@ class ImportedGraph:
         input_types, output_types: their DML data types.
         output_bool: which outputs are ONNX BOOL (stored as UINT8).
         constants: the values of the constant graph inputs, in order.
+        params: for each constant, the initializer it is when it is a parameter, else None.
+        input_dtypes, output_dtypes: the ONNX NumPy dtypes (int64, bool, ...).
+        origin: for each DML node, the index of the ONNX node it came from.
+        onnx_nodes: a line per ONNX node, ``(where, how)``: how it was imported ("dml",
+            "folded", "function", "view").
+        output_consts: for each output, its value when it is known at import (it then has no
+            DML graph output; ``graph`` is None when no output has one).
     """
 
-    graph: GraphDesc
+    graph: GraphDesc | None
     input_names: tuple[str, ...]
     input_shapes: tuple[tuple[int, ...], ...]
     input_types: tuple[DataType, ...]
@@ -195,37 +334,71 @@ class ImportedGraph:
     output_types: tuple[DataType, ...]
     output_bool: tuple[bool, ...]
     constants: tuple[np.ndarray, ...]
+    params: tuple[str | None, ...] = ()
+    input_dtypes: tuple[np.dtype, ...] = ()
+    output_dtypes: tuple[np.dtype, ...] = ()
+    origin: tuple[int, ...] = ()
+    onnx_nodes: tuple[tuple[str, str], ...] = ()
+    output_consts: tuple[np.ndarray | None, ...] = ()
 
 
 Converter = Callable[["Context", Any, list], list]
 
 
 class Context:
-    """What a converter sees: the builder, the node's attributes, the model's opset."""
+    """What a converter sees: the builder, the node's attributes, the model's opsets."""
 
-    def __init__(self, builder: Builder, node: Any, opset: int, where: str):
+    def __init__(self, builder: Builder, node: Any, opsets: Mapping[str, int], where: str):
         import onnx
 
         self.builder = builder
         self.onnx_node = node
-        self.opset = opset
+        self.opsets = opsets
+        self.opset = opsets.get(node.domain or "", opsets.get("", 1))
         self.where = where
         self.attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
+    @property
+    def output_count(self) -> int:
+        """How many outputs the node asks for (trailing unnamed ones not counted)."""
+        names = list(self.onnx_node.output)
+        while names and not names[-1]:
+            names.pop()
+        return len(names)
+
+    def wants(self, k: int) -> bool:
+        """Whether output ``k`` is asked for (named)."""
+        return k < len(self.onnx_node.output) and bool(self.onnx_node.output[k])
+
     def attr(self, name: str, default: Any = None) -> Any:
         v = self.attrs.get(name, default)
-        return v.decode() if isinstance(v, bytes) else v
+        if isinstance(v, bytes):
+            return v.decode()
+        if isinstance(v, list | tuple) and v and isinstance(v[0], bytes):
+            return [s.decode() for s in v]
+        return v
 
     def fail(self, message: str) -> ValidationError:
         return ValidationError(f"{ONNX}: {self.where}: {message}")
 
     def const(self, v: Value | None, what: str) -> np.ndarray | None:
-        """An input that must be known at import time (a shape, axes, pads)."""
+        """An input that must be known at import time (a shape, axes, pads): its value."""
         if v is None:
             return None
         if v.const is None:
-            raise self.fail(f"input '{what}' must be a constant (an initializer or Constant)")
+            message = f"{ONNX}: {self.where}: input '{what}' must be known before the run"
+            if v.deps:
+                raise NeedsValues(
+                    f"{message}; it is computed from the values of graph inputs "
+                    f"{sorted(v.deps)}",
+                    v.deps,
+                )
+            raise ValidationError(f"{message} (an initializer, a Constant or a folded value)")
         return v.const
+
+    def constant(self, array: Any) -> Value:
+        """A value known at import time."""
+        return const_value(array, self.where)
 
     def node(self, desc: Any, inputs: Sequence[Value | None]) -> int:
         return self.builder.node(desc, inputs)
@@ -234,16 +407,39 @@ class Context:
         return self.builder.output(n, k, shape, is_bool=is_bool)
 
 
+# ---------------------------------------------------------------------------------------------
+# Model inputs
+
+
+def dims_of(type_proto: Any) -> list[int | str | None]:
+    """An input's declared shape: ints, ``dim_param`` names, None for unnamed dims."""
+    out: list[int | str | None] = []
+    for d in type_proto.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            out.append(int(d.dim_value))
+        elif d.dim_param:
+            out.append(d.dim_param)
+        else:
+            out.append(None)
+    return out
+
+
 def _shape_of(type_proto: Any, name: str, free: Mapping[str, int], given: Sequence[int] | None):
     tensor = type_proto.tensor_type
     if given is not None:
         return tuple(int(d) for d in given)
+    if not tensor.HasField("shape"):
+        raise ValidationError(
+            f"{ONNX}: input '{name}' has no shape in the model; give its shape (input shapes)"
+        )
     dims = []
     for i, d in enumerate(tensor.shape.dim):
         if d.HasField("dim_value"):
             dims.append(int(d.dim_value))
         elif d.dim_param and d.dim_param in free:
             dims.append(int(free[d.dim_param]))
+        elif d.denotation and d.denotation.upper() in free:
+            dims.append(int(free[d.denotation.upper()]))
         else:
             label = f"'{d.dim_param}'" if d.dim_param else "an unnamed dimension"
             raise ValidationError(
@@ -253,94 +449,182 @@ def _shape_of(type_proto: Any, name: str, free: Mapping[str, int], given: Sequen
     return tuple(dims)
 
 
-def array_of(tensor: Any) -> np.ndarray:
-    from onnx import numpy_helper
+def array_of(tensor: Any, base_dir: str | None = None) -> np.ndarray:
+    """A TensorProto's value (external data read from ``base_dir``)."""
+    from onnx import external_data_helper, numpy_helper
 
+    if external_data_helper.uses_external_data(tensor):
+        external_data_helper.load_external_data_for_tensor(tensor, base_dir or "")
     return numpy_helper.to_array(tensor)
 
 
-def const_value(array: np.ndarray, where: str) -> Value:
-    array = np.asarray(array)
-    is_bool = array.dtype == np.bool_
-    if is_bool:
-        array = array.astype(np.uint8)
-    t = _dtype_to_data_type(array.dtype, where)
-    return Value(tuple(array.shape), t, ("const",), array, is_bool)
+def opsets_of(model: Any) -> dict[str, int]:
+    """The model's opset per domain ("" for ai.onnx)."""
+    out: dict[str, int] = {}
+    for o in model.opset_import:
+        domain = "" if o.domain in ("", "ai.onnx") else o.domain
+        out[domain] = max(out.get(domain, 0), int(o.version))
+    out.setdefault("", 1)
+    return out
 
 
-def _dtype_to_data_type(dtype: np.dtype, where: str) -> DataType:
-    for t in DataType:
-        if t.name != "UNKNOWN" and t.size * 8 >= 8 and _np(t) == dtype:
-            return t
-    raise ValidationError(f"{ONNX}: {where}: data type {dtype} has no DML data type")
+def where_of(i: int, node: Any) -> str:
+    if node.name:
+        return f"node {i} ('{node.name}', {node.op_type})"
+    return f"node {i} ({node.op_type})"
 
 
-def _np(t: DataType) -> np.dtype | None:
-    try:
-        return np.dtype(t.numpy_dtype)
-    except (TypeError, AttributeError, ValueError):
-        return None
+@dataclass
+class _Walk:
+    """State of one import: the builder, the values by name, how each ONNX node went."""
+
+    builder: Builder
+    opsets: dict[str, int]
+    converters: Any
+    values: dict[str, Value] = field(default_factory=dict)
+    report: list[tuple[str, str]] = field(default_factory=list)
 
 
 def import_graph(
     model: Any,
-    converters: Mapping[str, Converter],
+    converters: Any = None,
     free_dimensions: Mapping[str, int] | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    input_values: Mapping[str, np.ndarray] | None = None,
+    base_dir: str | None = None,
 ) -> ImportedGraph:
-    """Maps every node of ``model`` (an ``onnx.ModelProto``) through ``converters``.
+    """Maps every node of ``model`` (an ``onnx.ModelProto``) onto DML operators.
+
+    Args:
+        model: the model.
+        converters: the converter registry (default: ``converters.REGISTRY``).
+        free_dimensions: sizes of symbolic dimensions by name or by denotation (upper case).
+        input_shapes: full shapes of inputs by name.
+        input_values: inputs whose values are fixed for this import (specialisation); they
+            become constants, and stay inputs of the compiled function.
+        base_dir: where external data files are.
 
     Raises:
-        ValidationError: for an unsupported op type (naming the node and the type), a free
-            dimension without a size, or anything a converter rejects.
+        ValidationError: an unsupported op type (naming the node and the type), a free
+            dimension without a size, a malformed node, or anything a converter rejects.
+        NeedsValues: a converter needs values computed from graph inputs.
     """
-    free = dict(free_dimensions or {})
-    shapes = dict(input_shapes or {})
-    graph = model.graph
-    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)
-    builder = Builder()
-    values: dict[str, Value] = {}
-    for init in graph.initializer:
-        values[init.name] = const_value(array_of(init), f"initializer '{init.name}'")
+    from . import fold
+    from .converters import REGISTRY
 
-    input_names, input_shapes_, input_types = [], [], []
+    converters = REGISTRY if converters is None else converters
+    free = {k: int(v) for k, v in (free_dimensions or {}).items()}
+    shapes = dict(input_shapes or {})
+    fixed = dict(input_values or {})
+    graph = model.graph
+    opsets = opsets_of(model)
+    walk = _Walk(Builder(), opsets, converters)
+    builder, values = walk.builder, walk.values
+    for init in graph.initializer:
+        where = f"initializer '{init.name}'"
+        try:
+            array = array_of(init, base_dir)
+        except ValidationError:
+            raise
+        except Exception as e:  # noqa: BLE001 - protobuf and numpy raise many kinds
+            raise ValidationError(f"{ONNX}: {where}: cannot be read: {e}") from None
+        param = init.name if array.dtype.kind == "f" else None
+        values[init.name] = const_value(array, where, param=param)
+    for sparse in graph.sparse_initializer:
+        raise ValidationError(
+            f"{ONNX}: sparse initializer '{sparse.values.name}' is not supported"
+        )
+
+    input_names, input_shapes_, input_types, input_dtypes = [], [], [], []
     for inp in graph.input:
-        if inp.name in values:  # an initializer listed as an input (older exporters)
-            continue
-        t = data_type_of(inp.type.tensor_type.elem_type, f"input '{inp.name}'")
+        if inp.name in values and inp.name not in shapes and inp.name not in fixed:
+            continue  # an initializer listed as an input (IR < 4): its default value
+        where = f"input '{inp.name}'"
+        if not inp.type.HasField("tensor_type"):
+            raise ValidationError(f"{ONNX}: {where}: only tensor inputs are supported")
+        elem = inp.type.tensor_type.elem_type
+        t = data_type_of(elem, where)
         shape = _shape_of(inp.type, inp.name, free, shapes.pop(inp.name, None))
-        desc = packed(t, shape)
-        n = len(builder.nodes)
-        builder.nodes.append(identity(desc))
-        builder._graph_inputs.append((("input", len(input_names)), n))
-        is_bool = inp.type.tensor_type.elem_type == _BOOL
-        values[inp.name] = Value(shape, t, ("node", n, 0), None, is_bool)
+        index = len(input_names)
         input_names.append(inp.name)
         input_shapes_.append(shape)
         input_types.append(t)
+        input_dtypes.append(numpy_dtype_of(elem, where))
+        if inp.name in fixed or 0 in shape:
+            if inp.name in fixed:
+                array = np.asarray(fixed.pop(inp.name)).astype(input_dtypes[-1]).reshape(shape)
+            else:  # an empty tensor: its value is known (DML tensors have no empty sizes)
+                array = np.zeros(shape, input_dtypes[-1])
+            values[inp.name] = const_value(array, where)
+            continue
+        n = builder.graph_input(index, shape, t)
+        values[inp.name] = Value(shape, t, ("node", n, 0), None, elem == BOOL, None,
+                                 frozenset([inp.name]))  # fmt: skip
     if shapes:
         raise ValidationError(
             f"{ONNX}: input shapes given for names the model has no input of: {sorted(shapes)}"
         )
+    if fixed:
+        raise ValidationError(f"{ONNX}: values given for unknown inputs {sorted(fixed)}")
 
-    for i, node in enumerate(graph.node):
-        where = (
-            f"node {i} ('{node.name}', {node.op_type})"
-            if node.name
-            else (f"node {i} ({node.op_type})")
-        )
-        if node.domain not in ("", "ai.onnx"):
-            raise ValidationError(
-                f"{ONNX}: {where}: op type '{node.domain}.{node.op_type}' is not supported "
-                f"(domain '{node.domain}')"
-            )
-        convert = converters.get(node.op_type)
-        if convert is None:
-            raise ValidationError(
-                f"{ONNX}: {where}: op type '{node.op_type}' is not supported; supported: "
-                + ", ".join(sorted(converters))
-            )
-        inputs = []
+    _walk_nodes(walk, list(graph.node), "", fold)
+
+    output_names, output_shapes, output_types, output_bool = [], [], [], []
+    output_dtypes, out_values, output_consts = [], [], []
+    for out in graph.output:
+        if out.name not in values:
+            raise ValidationError(f"{ONNX}: output '{out.name}' is not produced by any node")
+        builder.where = f"output '{out.name}'"
+        v = values[out.name]
+        elem = out.type.tensor_type.elem_type if out.type.HasField("tensor_type") else 0
+        if elem:
+            dtype = numpy_dtype_of(elem, f"output '{out.name}'")
+        elif v.const is not None:
+            dtype = v.const.dtype
+        else:
+            dtype = np.dtype(bool) if v.is_bool else v.data_type.numpy_dtype
+        if v.const is not None and v.param is None:
+            # Known at import: returned as it is, without a DML node.
+            output_consts.append(np.asarray(v.const).astype(dtype))
+        else:
+            output_consts.append(None)
+            v = builder.materialize(v)
+            out_values.append(v)
+        output_names.append(out.name)
+        output_shapes.append(v.shape)
+        output_types.append(v.data_type)
+        output_bool.append(v.is_bool)
+        output_dtypes.append(np.dtype(dtype))
+    return _graph_desc(
+        walk,
+        dict(
+            input_names=tuple(input_names),
+            input_shapes=tuple(input_shapes_),
+            input_types=tuple(input_types),
+            input_dtypes=tuple(input_dtypes),
+            output_names=tuple(output_names),
+            output_shapes=tuple(output_shapes),
+            output_types=tuple(output_types),
+            output_bool=tuple(output_bool),
+            output_dtypes=tuple(output_dtypes),
+            output_consts=tuple(output_consts),
+        ),
+        out_values,
+    )
+
+
+def _walk_nodes(walk: _Walk, nodes: Sequence[Any], prefix: str, fold: Any) -> None:
+    """Imports ``nodes`` in order into ``walk`` (``prefix`` names an expanded function)."""
+    from . import functions, schema
+
+    builder, values = walk.builder, walk.values
+    for i, node in enumerate(nodes):
+        where = prefix + where_of(i, node)
+        builder.where = where
+        if not prefix:
+            builder.onnx_index = len(walk.report)
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        inputs: list[Value | None] = []
         for name in node.input:
             if not name:
                 inputs.append(None)
@@ -348,50 +632,57 @@ def import_graph(
                 raise ValidationError(f"{ONNX}: {where}: input '{name}' is not produced before")
             else:
                 inputs.append(values[name])
-        ctx = Context(builder, node, opset, where)
-        outputs = convert(ctx, node, inputs)
+        convert = walk.converters.get(domain, node.op_type)
+        opset = walk.opsets.get(domain)
+        if opset is None:
+            raise ValidationError(
+                f"{ONNX}: {where}: domain '{node.domain}' is not among the model's opsets"
+            )
+        onnx_schema = schema.check(node, domain, opset, where, known=convert is not None)
+        ctx = Context(builder, node, walk.opsets, where)
+        if fold.foldable(node, domain, inputs, onnx_schema):
+            outputs = fold.evaluate(node, domain, opset, inputs, where)
+            how = "folded"
+        elif convert is not None:
+            before = len(builder.nodes)
+            outputs = _convert(convert, ctx, node, inputs)
+            how = "dml" if len(builder.nodes) > before else "view"
+        elif onnx_schema is not None and functions.has_body(onnx_schema, opset):
+            outputs = functions.expand(walk, node, domain, opset, inputs, where, onnx_schema, fold)
+            how = "function"
+        else:
+            raise ValidationError(
+                f"{ONNX}: {where}: op type '{(node.domain + '.') if domain else ''}"
+                f"{node.op_type}' is not supported (no converter and no function body)"
+            )
+        deps = frozenset().union(*(v.deps for v in inputs if v is not None))
         for name, v in zip(node.output, outputs):
             if name and v is not None:
-                values[name] = v
-        for name in node.output[len(outputs) :]:
-            if name:
-                raise ctx.fail(f"output '{name}' is not supported")
-
-    output_names, output_shapes, output_types, output_bool, out_values = [], [], [], [], []
-    for out in graph.output:
-        if out.name not in values:
-            raise ValidationError(f"{ONNX}: output '{out.name}' is not produced by any node")
-        v = builder.materialize(values[out.name])
-        output_names.append(out.name)
-        output_shapes.append(v.shape)
-        output_types.append(v.data_type)
-        output_bool.append(v.is_bool)
-        out_values.append(v)
-    return _graph_desc(
-        builder,
-        input_names,
-        input_shapes_,
-        input_types,
-        output_names,
-        output_shapes,
-        output_types,
-        output_bool,
-        out_values,
-    )
+                values[name] = replace(v, deps=deps) if v.const is None else v
+        for k, name in enumerate(node.output):
+            if name and (k >= len(outputs) or outputs[k] is None):
+                raise ctx.fail(f"output {k} ('{name}') is not supported")
+        if not prefix:
+            walk.report.append((where, how))
 
 
-def _graph_desc(
-    builder,
-    input_names,
-    input_shapes,
-    input_types,
-    output_names,
-    output_shapes,
-    output_types,
-    output_bool,
-    out_values,
-) -> ImportedGraph:
+def _convert(convert: Converter, ctx: Context, node: Any, inputs: list) -> list:
+    """Runs a converter; what escapes it without naming the node gets the node's name."""
+    try:
+        return list(convert(ctx, node, inputs))
+    except NeedsValues:
+        raise
+    except ValidationError as e:
+        if str(e).startswith(f"{ONNX}: "):
+            raise
+        raise ctx.fail(str(e)) from None
+    except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError) as e:
+        raise ctx.fail(f"{type(e).__name__}: {e}") from e
+
+
+def _graph_desc(walk: _Walk, names: dict, out_values: list[Value]) -> ImportedGraph:
     """Prunes nodes that reach no output, then numbers graph inputs, nodes and edges."""
+    builder = walk.builder
     feeds_of: dict[int, list[tuple[int, Value]]] = {}
     for n, k, v in builder.feeds:
         feeds_of.setdefault(n, []).append((k, v))
@@ -403,19 +694,21 @@ def _graph_desc(
             continue
         used.add(n)
         stack.extend(v.source[1] for _, v in feeds_of.get(n, ()))
-    index = {n: i for i, n in enumerate(sorted(used))}
-    nodes = tuple(builder.nodes[n] for n in sorted(used))
+    order = sorted(used)
+    index = {n: i for i, n in enumerate(order)}
+    nodes = tuple(builder.nodes[n] for n in order)
 
     input_edges = []
-    constants = []
-    count = len(input_names)
+    constants, params = [], []
+    count = len(names["input_names"])
     for (kind, j), n in builder._graph_inputs:
         if kind == "input":
             if n in used:
                 input_edges.append(InputGraphEdge(j, index[n], 0))
         elif n in used:
             input_edges.append(InputGraphEdge(count + len(constants), index[n], 0))
-            constants.append(builder.constants[j])
+            constants.append(builder.constants[j].array)
+            params.append(builder.constants[j].param)
     intermediate = tuple(
         IntermediateGraphEdge(index[v.source[1]], v.source[2], index[n], k)
         for n, k, v in builder.feeds
@@ -424,24 +717,32 @@ def _graph_desc(
     output_edges = tuple(
         OutputGraphEdge(index[v.source[1]], v.source[2], j) for j, v in enumerate(out_values)
     )
-    graph = GraphDesc(
-        input_count=count + len(constants),
-        output_count=len(out_values),
-        nodes=nodes,
-        input_edges=tuple(input_edges),
-        output_edges=output_edges,
-        intermediate_edges=intermediate,
-    )
+    graph = None
+    if out_values:
+        graph = GraphDesc(
+            input_count=count + len(constants),
+            output_count=len(out_values),
+            nodes=nodes,
+            input_edges=tuple(input_edges),
+            output_edges=output_edges,
+            intermediate_edges=intermediate,
+        )
     return ImportedGraph(
         graph,
-        tuple(input_names),
-        tuple(input_shapes),
-        tuple(input_types),
-        tuple(output_names),
-        tuple(output_shapes),
-        tuple(output_types),
-        tuple(output_bool),
+        names["input_names"],
+        names["input_shapes"],
+        names["input_types"],
+        names["output_names"],
+        names["output_shapes"],
+        names["output_types"],
+        names["output_bool"],
         tuple(constants),
+        tuple(params),
+        names["input_dtypes"],
+        names["output_dtypes"],
+        tuple(builder.origin[n] for n in order),
+        tuple(walk.report),
+        names["output_consts"],
     )
 
 

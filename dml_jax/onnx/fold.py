@@ -1,0 +1,112 @@
+"""Import-time constant folding: a node whose inputs are all known at import is evaluated once
+on the host and its outputs become constants of the program, as ONNX Runtime's constant
+folding does with its CPU kernels.
+
+The evaluation is the ``onnx`` package's reference implementation of the op
+(``onnx.reference.ReferenceEvaluator``), one evaluator per distinct node signature (op type,
+attributes, opset), so shape chains of hundreds of nodes fold in a fraction of a second. Not
+folded: nondeterministic ops, nodes with subgraphs, nodes that read a parameter (a
+floating-point initializer, which ``InferenceSession.apply`` may replace), and nodes whose
+result would exceed ``FOLD_LIMIT_BYTES``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ValidationError
+from .importer import ONNX, Value, const_value
+
+NONDETERMINISTIC = frozenset(
+    {
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Bernoulli",
+        "Multinomial",
+    }
+)
+FOLD_LIMIT_BYTES = 1 << 30
+
+
+def foldable(node: Any, domain: str, inputs: Sequence[Value | None], schema: Any) -> bool:
+    """Whether ``node`` is evaluated at import (module docstring)."""
+    if domain or node.op_type in NONDETERMINISTIC or schema is None:
+        return False
+    present = [v for v in inputs if v is not None]
+    if not present or any(v.const is None or v.param is not None for v in present):
+        return False
+    return not any(a.g.node or a.graphs for a in node.attribute)
+
+
+def _result_elements(node: Any, inputs: Sequence[Value | None]) -> int | None:
+    """The element count of a generator's output, from its input values (None: not a
+    generator, whose outputs are no larger than its inputs in the ways that matter)."""
+    op = node.op_type
+    consts = [None if v is None else v.const for v in inputs]
+    try:
+        if op == "ConstantOfShape":
+            return math.prod(int(d) for d in consts[0].reshape(-1))
+        if op == "Expand":
+            return math.prod(np.broadcast_shapes(consts[0].shape, tuple(consts[1].reshape(-1))))
+        if op == "Tile":
+            return consts[0].size * math.prod(int(r) for r in consts[1].reshape(-1))
+        if op == "Range":
+            start, limit, delta = (float(c) for c in consts[:3])
+            return max(0, math.ceil((limit - start) / delta)) if delta else None
+    except (ValueError, TypeError, IndexError, AttributeError, OverflowError):
+        return None
+    return None
+
+
+@functools.lru_cache(maxsize=512)
+def _evaluator(signature: bytes, opset: int) -> Any:
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    node = onnx.NodeProto.FromString(signature)
+    return ReferenceEvaluator(node, opsets={"": opset})
+
+
+def evaluate(
+    node: Any, domain: str, opset: int, inputs: Sequence[Value | None], where: str
+) -> list[Value | None]:
+    """The outputs of ``node`` evaluated on its inputs' constant values."""
+    import onnx
+
+    count = _result_elements(node, inputs)
+    itemsize = max((v.const.dtype.itemsize for v in inputs if v is not None), default=8)
+    if count is not None and (count < 0 or count * itemsize > FOLD_LIMIT_BYTES):
+        raise ValidationError(
+            f"{ONNX}: {where}: its result would hold {count} elements, over the "
+            f"{FOLD_LIMIT_BYTES >> 20} MiB that import-time folding allows"
+        )
+    canon = onnx.NodeProto()
+    canon.CopyFrom(node)
+    canon.name = ""
+    canon.doc_string = ""
+    del canon.input[:]
+    del canon.output[:]
+    canon.input.extend("" if v is None else f"i{k}" for k, v in enumerate(inputs))
+    canon.output.extend(f"o{k}" for k in range(len(node.output)))
+    feeds = {f"i{k}": v.const for k, v in enumerate(inputs) if v is not None}
+    try:
+        evaluator = _evaluator(canon.SerializeToString(), opset)
+        with np.errstate(all="ignore"):
+            results = evaluator.run(None, feeds)
+    except ValidationError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the reference ops raise whatever NumPy raises
+        raise ValidationError(
+            f"{ONNX}: {where}: cannot be evaluated at import: {type(e).__name__}: {e}"
+        ) from None
+    outputs: list[Value | None] = []
+    for name, r in zip(node.output, results):
+        outputs.append(const_value(np.asarray(r), where) if name else None)
+    return outputs

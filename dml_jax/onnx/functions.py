@@ -1,0 +1,103 @@
+"""Ops with no converter run as their ONNX function body, as ONNX Runtime inlines the bodies
+of ops no provider claims (HardSwish's in ONNX Runtime; here the ops with no DML mapping yet,
+such as Mish, Swish, SwiGLU, GroupNormalization, CenterCropPad and the losses): the body's
+nodes are imported in the op's place, each through its own converter (or folded)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from ..errors import ValidationError
+from .importer import ONNX, Value
+
+_counter = itertools.count()
+
+
+def has_body(schema: Any, opset: int) -> bool:
+    return bool(schema.has_function or schema.has_context_dependent_function)
+
+
+def _body(node: Any, schema: Any, opset: int, inputs: list[Value | None]) -> Any:
+    import onnx
+    from onnx import helper
+
+    from .importer import elem_type_of
+
+    if schema.has_function:
+        versions = [v for v in schema.function_opset_versions if v <= opset]
+        raw = schema.get_function_with_opset_version(max(versions)) if versions else None
+        body = schema.function_body if raw is None else onnx.FunctionProto.FromString(raw)
+        return body
+    types = []
+    for v in inputs:
+        if v is None:
+            types.append(onnx.TypeProto().SerializeToString())
+            continue
+        elem = 9 if v.is_bool else elem_type_of(v.const.dtype if v.const is not None
+                                               else v.data_type.numpy_dtype)  # fmt: skip
+        types.append(helper.make_tensor_type_proto(elem, list(v.shape)).SerializeToString())
+    versions = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
+    if versions:
+        raw = schema.get_context_dependent_function_with_opset_version(
+            max(versions), node.SerializeToString(), types
+        )
+    else:
+        raw = schema.get_context_dependent_function(node.SerializeToString(), types)
+    return onnx.FunctionProto.FromString(raw) if isinstance(raw, bytes) else raw
+
+
+def expand(walk, node, domain, opset, inputs, where, schema, fold) -> list[Value | None]:
+    """Imports ``node`` as its function body into ``walk``; returns the node's outputs."""
+    import onnx
+
+    from .importer import _walk_nodes
+
+    try:
+        body = _body(node, schema, opset, inputs)
+    except Exception as e:  # noqa: BLE001 - the schema's builder rejects odd nodes its own way
+        raise ValidationError(f"{ONNX}: {where}: its function body cannot be built: {e}") from None
+    if body is None or not body.node:
+        raise ValidationError(f"{ONNX}: {where}: op '{node.op_type}' has no function body")
+    tag = f"__fn{next(_counter)}_"
+    names = {"": ""}
+    for formal, actual in zip(body.input, node.input):
+        names[formal] = actual
+    for formal in body.input[len(node.input) :]:
+        names[formal] = ""
+    for formal, actual in zip(body.output, node.output):
+        names[formal] = actual or tag + formal
+    caller = {a.name: a for a in node.attribute}
+    defaults = {k: v.default_value for k, v in schema.attributes.items()
+                if v.default_value.type}  # fmt: skip
+    nodes = []
+    for inner in body.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(inner)
+        del copy.input[:]
+        del copy.output[:]
+        copy.input.extend(names.get(n, tag + n) if n else "" for n in inner.input)
+        copy.output.extend(names.get(n, tag + n) for n in inner.output)
+        del copy.attribute[:]
+        for a in inner.attribute:
+            if a.ref_attr_name:
+                src = caller.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
+                if src is None:
+                    continue
+                b = onnx.AttributeProto()
+                b.CopyFrom(src)
+                b.name = a.name
+                copy.attribute.append(b)
+            else:
+                copy.attribute.append(a)
+        nodes.append(copy)
+    saved = walk.opsets
+    inner_opsets = dict(saved)
+    for o in body.opset_import:
+        inner_opsets["" if o.domain in ("", "ai.onnx") else o.domain] = int(o.version)
+    walk.opsets = inner_opsets
+    try:
+        _walk_nodes(walk, nodes, f"{where} > ", fold)
+    finally:
+        walk.opsets = saved
+    return [walk.values.get(n) if n else None for n in node.output]

@@ -1,0 +1,104 @@
+"""Each node checked against its op's ONNX schema before anything reads it: the input and
+output counts, required inputs present, attribute names and types. A converter then never
+unpacks a list of the wrong length or reads an attribute of the wrong type."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ValidationError
+from .importer import ONNX
+
+_ATTRIBUTE_TYPES = {
+    1: "float",
+    2: "int",
+    3: "string",
+    4: "tensor",
+    5: "graph",
+    6: "floats",
+    7: "ints",
+    8: "strings",
+    9: "tensors",
+    10: "graphs",
+    11: "sparse_tensor",
+    12: "sparse_tensors",
+    13: "type_proto",
+    14: "type_protos",
+}
+
+
+def get(op_type: str, domain: str, opset: int) -> Any:
+    """The schema of ``op_type`` in force at ``opset`` (None if the ``onnx`` package has
+    none)."""
+    import onnx.defs
+
+    try:
+        return onnx.defs.get_schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+def check(node: Any, domain: str, opset: int, where: str, *, known: bool) -> Any:
+    """Checks ``node`` against its schema and returns the schema (None where the ``onnx``
+    package has no schema and a converter knows the op: the ``com.microsoft`` ops).
+
+    Raises:
+        ValidationError: naming the node and the input, output or attribute at fault.
+    """
+    import onnx.defs
+
+    schema = get(node.op_type, domain, opset)
+    if schema is None:
+        if known:
+            return None
+        raise ValidationError(
+            f"{ONNX}: {where}: op type '{(domain + '.') if domain else ''}{node.op_type}' is not "
+            f"an operator of opset {opset}"
+        )
+    formal = list(schema.inputs)
+    n_in = len(node.input)
+    if n_in > schema.max_input:
+        raise ValidationError(
+            f"{ONNX}: {where}: {n_in} inputs; {node.op_type}-{schema.since_version} takes at "
+            f"most {schema.max_input}"
+        )
+    optional = onnx.defs.OpSchema.FormalParameterOption.Optional
+    for k, param in enumerate(formal):
+        if param.option == optional:
+            continue
+        if param.option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
+            if k >= n_in and param.is_homogeneous and schema.min_input > k:
+                raise ValidationError(f"{ONNX}: {where}: input '{param.name}' is required")
+            break
+        if k >= n_in or not node.input[k]:
+            raise ValidationError(f"{ONNX}: {where}: input {k} ('{param.name}') is required")
+    n_out = len(node.output)
+    if n_out > schema.max_output or n_out < 1:
+        raise ValidationError(
+            f"{ONNX}: {where}: {n_out} outputs; {node.op_type}-{schema.since_version} has "
+            f"{schema.min_output} to {schema.max_output}"
+        )
+    if not any(node.output):
+        raise ValidationError(f"{ONNX}: {where}: no output is named")
+    attributes = schema.attributes
+    seen = set()
+    for a in node.attribute:
+        if a.name in seen:
+            raise ValidationError(f"{ONNX}: {where}: attribute '{a.name}' is given twice")
+        seen.add(a.name)
+        if a.ref_attr_name:
+            continue
+        spec = attributes.get(a.name)
+        if spec is None:
+            raise ValidationError(
+                f"{ONNX}: {where}: attribute '{a.name}' is not an attribute of "
+                f"{node.op_type}-{schema.since_version}"
+            )
+        if int(a.type) != int(spec.type):
+            want = _ATTRIBUTE_TYPES.get(int(spec.type), str(int(spec.type)))
+            got = _ATTRIBUTE_TYPES.get(int(a.type), str(int(a.type)))
+            raise ValidationError(f"{ONNX}: {where}: attribute '{a.name}' must be {want}, got {got}")
+    for name, spec in attributes.items():
+        if spec.required and name not in seen:
+            raise ValidationError(f"{ONNX}: {where}: attribute '{name}' is required")
+    return schema

@@ -1,0 +1,567 @@
+"""``InferenceSession``: ONNX models in onnxruntime's session shape, run as one XLA program.
+
+Moving from ONNX Runtime is a one-line change: ``InferenceSession(path, providers=...)``,
+``run(output_names, input_feed)`` returning a list of NumPy arrays, ``get_inputs()`` /
+``get_outputs()`` with onnxruntime's type strings and symbolic dimension names. Beyond that, the
+model is a JAX function: ``s.fn(*inputs)`` (jit, grad, vmap, sharding) and ``s.apply(params,
+*inputs)`` with the floating-point initializers as arguments, so an imported model can be
+differentiated and fine-tuned.
+
+Shapes: free dimensions fixed by name or denotation (``free_dimensions``, or
+``SessionOptions.add_free_dimension_override_by_*``) are fixed for the session; those left open
+take the sizes of each run's inputs. Each distinct set of input shapes is imported and compiled
+once (``program``) and cached; every shape inside a program is static, so shape subgraphs fold
+at import. An input whose values a node needs at import (a Reshape's shape fed as a graph input,
+say) is specialised on: its values join the cache key, as ONNX Runtime's DirectML provider bakes
+in its CPU inputs; ``static_inputs`` lists them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..errors import ValidationError
+from ..graph import compile_graph
+from .importer import (
+    ONNX,
+    TYPE_NAMES,
+    ImportedGraph,
+    NeedsValues,
+    data_type_of,
+    dims_of,
+    graph_dtype,
+    import_graph,
+    numpy_dtype_of,
+    to_graph_array,
+)
+
+# Inputs a session specialises on must be integer tensors of at most this many elements.
+STATIC_INPUT_LIMIT = 4096
+_ACCELERATOR_PROVIDERS = (
+    "DmlExecutionProvider",
+    "CUDAExecutionProvider",
+    "TensorrtExecutionProvider",
+    "ROCMExecutionProvider",
+    "MIGraphXExecutionProvider",
+)
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A model input or output as onnxruntime describes it: ``type`` is ``"tensor(float)"``
+    and the like, ``shape`` holds ints, ``dim_param`` names, or None for unnamed dims."""
+
+    name: str
+    type: str
+    shape: list
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """onnxruntime's ``ModelMetadata``."""
+
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict
+
+
+class SessionOptions:
+    """The parts of onnxruntime's ``SessionOptions`` that mean something here: free dimension
+    overrides by name and by denotation, and ``graph_optimization_level`` (kept; this importer
+    always folds constants)."""
+
+    def __init__(self):
+        self.free_dimension_overrides: dict[str, int] = {}
+        self.free_dimension_overrides_by_denotation: dict[str, int] = {}
+        self.graph_optimization_level: Any = None
+        self.config_entries: dict[str, str] = {}
+
+    def add_free_dimension_override_by_name(self, name: str, value: int) -> None:
+        self.free_dimension_overrides[name] = int(value)
+
+    def add_free_dimension_override_by_denotation(self, denotation: str, value: int) -> None:
+        self.free_dimension_overrides_by_denotation[denotation.upper()] = int(value)
+
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        self.config_entries[key] = value
+
+
+def _type_string(elem: int) -> str:
+    return f"tensor({TYPE_NAMES.get(int(elem), str(elem))})"
+
+
+class Program:
+    """One import of the model for one set of input shapes (and static input values).
+
+    Attributes:
+        imported: the ``ImportedGraph``.
+        graph: the ``CompiledGraph``.
+        needs_x64: the DML graph holds a 64-bit (FLOAT64) tensor.
+    """
+
+    def __init__(self, imported: ImportedGraph, graph: Any):
+        self.imported = imported
+        self.graph = graph
+        nodes = imported.graph.nodes if imported.graph is not None else ()
+        descs = [d for n in nodes for _, d in n.input_slots() + n.output_slots()]
+        self.needs_x64 = any(d is not None and d.data_type.is_64bit for d in descs)
+        self.jitted = jax.jit(self.apply)
+
+    def apply(self, params: Mapping[str, Any], *inputs: Any) -> tuple:
+        """The model's outputs for ``inputs`` (every model input, in order; those the program
+        took as constants are ignored) with ``params`` replacing initializers by name."""
+        imp = self.imported
+        outs: tuple = ()
+        if self.graph is not None:
+            outs = self.graph.fn(*self._graph_args(params, inputs))
+            outs = outs if isinstance(outs, tuple) else (outs,)
+        computed = iter(outs)
+        outs = tuple(next(computed) if c is None else jnp.asarray(c) for c in imp.output_consts)
+        result = []
+        for y, shape, dtype in zip(outs, imp.output_shapes, imp.output_dtypes):
+            y = y.reshape(shape)
+            if dtype == np.bool_:
+                y = y != 0
+            elif jax.config.read("jax_enable_x64") or dtype.itemsize < 8 or dtype.kind == "f":
+                y = y.astype(dtype)
+            result.append(y)
+        return tuple(result)
+
+    def _graph_args(self, params: Mapping[str, Any], inputs: Sequence[Any]) -> list:
+        imp = self.imported
+        descs = self.graph.input_descs
+        args = []
+        for i, (x, dtype) in enumerate(zip(inputs, imp.input_dtypes)):
+            if descs[i] is None:
+                args.append(None)
+                continue
+            x = jnp.asarray(x)
+            args.append(x.astype(graph_dtype(dtype)).reshape(descs[i].sizes))
+        count = len(imp.input_names)
+        for j, (c, p) in enumerate(zip(imp.constants, imp.params)):
+            value = params.get(p) if p is not None else None
+            if value is None:
+                args.append(c)
+            else:
+                args.append(jnp.asarray(value).astype(c.dtype).reshape(descs[count + j].sizes))
+        return args
+
+
+def compile_imported(imported: ImportedGraph, **options: Any) -> Any:
+    """``compile_graph`` of an import; an error in a DML node names the ONNX node it came
+    from. None when every output is known at import."""
+    import re
+
+    if imported.graph is None:
+        return None
+    try:
+        return compile_graph(imported.graph, reinterpret_edges=True, **options)
+    except ValidationError as e:
+        m = re.match(r"DML_GRAPH: Nodes\[(\d+)\]: ", str(e))
+        if m is None:
+            raise
+        origin = imported.origin[int(m.group(1))]
+        where = imported.onnx_nodes[origin][0] if 0 <= origin < len(imported.onnx_nodes) else ""
+        raise ValidationError(f"{ONNX}: {where}: {str(e)[m.end():]}") from None
+
+
+class InferenceSession:
+    """An ONNX model on DirectML's operators, in onnxruntime's session shape.
+
+    Args:
+        path_or_bytes: a file path, serialized bytes or an ``onnx.ModelProto``.
+        sess_options: an optional ``SessionOptions`` (free dimension overrides).
+        providers: onnxruntime provider names, in order of preference: the first accelerator
+            provider (DirectML, CUDA, ...) runs on the default JAX accelerator when there is one,
+            ``CPUExecutionProvider`` on the CPU; None: JAX's default device.
+        provider_options: accepted for compatibility (unused).
+        free_dimensions: sizes of symbolic dimensions by name (``{"batch": 1}``).
+        free_dimensions_by_denotation: sizes by dimension denotation (``{"DATA_BATCH": 1}``).
+        device: a ``jax.Device`` or a platform name ("cpu", "gpu"); overrides ``providers``.
+        feature_level: the DML feature level nodes are validated at (None: the newest).
+        allow_half_precision: DirectML's ALLOW_HALF_PRECISION_COMPUTATION flag.
+        fast_paths: let the GPU fast paths compute nodes (``compile_graph``).
+        base_dir: where external data files are when the model is given as bytes or a proto.
+
+    Raises:
+        ImportError: without the ``onnx`` package.
+        ValidationError: a file that is not an ONNX model, or one this importer cannot run.
+    """
+
+    def __init__(
+        self,
+        path_or_bytes: Any,
+        sess_options: SessionOptions | None = None,
+        providers: Sequence[Any] | None = None,
+        provider_options: Any = None,
+        *,
+        free_dimensions: Mapping[str, int] | None = None,
+        free_dimensions_by_denotation: Mapping[str, int] | None = None,
+        device: Any = None,
+        feature_level: Any = None,
+        allow_half_precision: bool = False,
+        fast_paths: bool = True,
+        base_dir: str | None = None,
+    ):
+        from . import check_model, load_onnx
+
+        self._model = load_onnx(path_or_bytes, base_dir=base_dir)
+        if base_dir is None and isinstance(path_or_bytes, str | os.PathLike):
+            base_dir = os.path.dirname(os.fspath(path_or_bytes))
+        self._base_dir = base_dir
+        check_model(self._model)
+        options = sess_options or SessionOptions()
+        self._sess_options = options
+        free = dict(options.free_dimension_overrides)
+        free.update({k.upper(): v for k, v in options.free_dimension_overrides_by_denotation.items()})
+        free.update({k: int(v) for k, v in (free_dimensions or {}).items()})
+        free.update({k.upper(): int(v) for k, v in (free_dimensions_by_denotation or {}).items()})
+        self._free = free
+        self._feature_level = feature_level
+        self._allow_half = bool(allow_half_precision)
+        self._fast_paths = bool(fast_paths)
+        self._device, self._providers = _device_of(device, providers)
+        self._programs: dict[tuple, Program] = {}
+        self._static: set[str] = set()
+        graph = self._model.graph
+        init_names = {i.name for i in graph.initializer}
+        self._inputs = tuple(i for i in graph.input if i.name not in init_names)
+        self._overridable = tuple(i for i in graph.input if i.name in init_names)
+        for i in self._inputs:
+            if not i.type.HasField("tensor_type"):
+                raise ValidationError(f"{ONNX}: input '{i.name}': only tensor inputs are supported")
+            data_type_of(i.type.tensor_type.elem_type, f"input '{i.name}'")
+        self._input_dtypes = tuple(
+            numpy_dtype_of(i.type.tensor_type.elem_type, f"input '{i.name}'") for i in self._inputs
+        )
+        self._params: dict[str, Any] | None = None
+
+    # -- onnxruntime's description calls ---------------------------------------------------------
+
+    def get_inputs(self) -> list[NodeArg]:
+        return [self._node_arg(i) for i in self._inputs]
+
+    def get_outputs(self) -> list[NodeArg]:
+        return [self._node_arg(o) for o in self._model.graph.output]
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        return [self._node_arg(i) for i in self._overridable]
+
+    def _node_arg(self, info: Any) -> NodeArg:
+        tensor = info.type.tensor_type
+        shape = None
+        if tensor.HasField("shape"):
+            shape = []
+            for d in dims_of(info.type):
+                if isinstance(d, str) and d in self._free:
+                    d = self._free[d]
+                shape.append(d)
+        return NodeArg(info.name, _type_string(tensor.elem_type), shape)
+
+    def get_modelmeta(self) -> ModelMetadata:
+        m = self._model
+        return ModelMetadata(
+            m.producer_name,
+            m.graph.name,
+            m.domain,
+            m.doc_string,
+            m.graph.doc_string,
+            int(m.model_version),
+            {p.key: p.value for p in m.metadata_props},
+        )
+
+    def get_providers(self) -> list[str]:
+        return list(self._providers)
+
+    def get_provider_options(self) -> dict:
+        return {p: {} for p in self._providers}
+
+    def get_session_options(self) -> SessionOptions:
+        return self._sess_options
+
+    @property
+    def model(self) -> Any:
+        """The ``onnx.ModelProto``."""
+        return self._model
+
+    @property
+    def static_inputs(self) -> tuple[str, ...]:
+        """The inputs this session specialises on (their values join the cache key)."""
+        return tuple(sorted(self._static))
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def run(
+        self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options=None
+    ) -> list[np.ndarray]:
+        """Runs the model: ``input_feed`` maps input names to arrays; returns the outputs named
+        in ``output_names`` (None or empty: all), as NumPy arrays in the model's dtypes."""
+        if not isinstance(input_feed, Mapping):
+            raise ValidationError(f"{ONNX}: input_feed must be a dict of name -> array")
+        known = {i.name for i in self._inputs} | {i.name for i in self._overridable}
+        unknown = sorted(set(input_feed) - known)
+        if unknown:
+            raise ValidationError(
+                f"{ONNX}: unknown input names {unknown}; the model's inputs are "
+                f"{[i.name for i in self._inputs]}"
+            )
+        missing = [i.name for i in self._inputs if i.name not in input_feed]
+        if missing:
+            raise ValidationError(f"{ONNX}: required inputs {missing} are missing")
+        outputs = [o.name for o in self._model.graph.output]
+        wanted = list(output_names or outputs)
+        for name in wanted:
+            if name not in outputs:
+                raise ValidationError(f"{ONNX}: '{name}' is not an output; outputs: {outputs}")
+        overrides = tuple(i.name for i in self._overridable if i.name in input_feed)
+        arrays = [self._checked(i, dt, input_feed[i.name])
+                  for i, dt in zip(self._inputs, self._input_dtypes)]  # fmt: skip
+        extra = [np.asarray(input_feed[n]) for n in overrides]
+        program = self._program_for(arrays, overrides, extra)
+        feed = dict(zip(self._names(overrides), arrays + extra))
+        args = [jax.device_put(to_graph_array(feed[n], f"input '{n}'"), self._device)
+                for n in program.imported.input_names]  # fmt: skip
+        params = self._device_params()
+        with jax.enable_x64(True) if program.needs_x64 else _nothing():
+            outs = program.jitted(params, *args)
+            result = {
+                name: np.asarray(y).astype(dtype, copy=False)
+                for name, y, dtype in zip(
+                    program.imported.output_names, outs, program.imported.output_dtypes
+                )
+            }
+        return [result[n] for n in wanted]
+
+    def _names(self, overrides: tuple[str, ...]) -> list[str]:
+        return [i.name for i in self._inputs] + list(overrides)
+
+    def _checked(self, info: Any, dtype: np.dtype, x: Any) -> np.ndarray:
+        where = f"input '{info.name}'"
+        if isinstance(x, jax.core.Tracer):
+            raise ValidationError(f"{ONNX}: {where}: run takes arrays; use .fn under jax.jit")
+        x = np.asarray(x)
+        if x.dtype != dtype:
+            raise ValidationError(
+                f"{ONNX}: {where} must be {_type_string(info.type.tensor_type.elem_type)}, got "
+                f"an array of {x.dtype}"
+            )
+        return x
+
+    def _check_shapes(self, shapes: Sequence[tuple[int, ...]]) -> None:
+        bound: dict[str, tuple[int, str]] = {}
+        for info, shape in zip(self._inputs, shapes):
+            where = f"input '{info.name}'"
+            if not info.type.tensor_type.HasField("shape"):
+                continue
+            dims = dims_of(info.type)
+            if len(dims) != len(shape):
+                raise ValidationError(
+                    f"{ONNX}: {where} must have rank {len(dims)} (shape {dims}), got shape "
+                    f"{list(shape)}"
+                )
+            for k, (d, n) in enumerate(zip(dims, shape)):
+                if isinstance(d, str) and d in self._free:
+                    d = self._free[d]
+                if isinstance(d, int) and d != n:
+                    raise ValidationError(
+                        f"{ONNX}: {where}: dimension {k} must be {d}, got {n} (shape "
+                        f"{list(shape)})"
+                    )
+                if isinstance(d, str):
+                    if d in bound and bound[d][0] != n:
+                        raise ValidationError(
+                            f"{ONNX}: {where}: dimension {k} ('{d}') is {n}, but {bound[d][1]} "
+                            f"gave '{d}' the size {bound[d][0]}"
+                        )
+                    bound.setdefault(d, (n, where))
+
+    def program(
+        self,
+        shapes: Sequence[Sequence[int]],
+        values: Mapping[str, np.ndarray] | None = None,
+        overrides: Sequence[str] = (),
+        override_shapes: Sequence[Sequence[int]] = (),
+    ) -> Program:
+        """The program for inputs of ``shapes`` (one per input of ``get_inputs()``), imported
+        and compiled on first use. ``values`` gives the values of static inputs."""
+        shapes = tuple(tuple(int(d) for d in s) for s in shapes)
+        values = dict(values or {})
+        self._check_shapes(shapes)
+        static = tuple(
+            (n, values[n].dtype.str, values[n].tobytes()) for n in sorted(self._static)
+        )
+        key = (shapes, static, tuple(overrides), tuple(map(tuple, override_shapes)))
+        program = self._programs.get(key)
+        if program is not None:
+            return program
+        input_shapes = {i.name: s for i, s in zip(self._inputs, shapes)}
+        input_shapes.update(zip(overrides, override_shapes))
+        try:
+            imported = import_graph(
+                self._model,
+                free_dimensions=self._free,
+                input_shapes=input_shapes,
+                input_values={n: values[n] for n in self._static},
+                base_dir=self._base_dir,
+            )
+        except NeedsValues as e:
+            self._specialise(e, values)
+            return self.program(shapes, values, overrides, override_shapes)
+        graph = compile_imported(
+            imported,
+            feature_level=self._feature_level,
+            allow_half_precision=self._allow_half,
+            fast_paths=self._fast_paths,
+        )
+        program = Program(imported, graph)
+        self._programs[key] = program
+        return program
+
+    def _specialise(self, e: NeedsValues, values: Mapping[str, np.ndarray]) -> None:
+        for name in sorted(e.names):
+            if name in self._static:
+                continue
+            where = f"input '{name}'"
+            array = values.get(name)
+            if array is None:
+                raise ValidationError(
+                    f"{e}; its values are needed to import the model (pass concrete arrays, "
+                    "not tracers)"
+                ) from None
+            if array.dtype.kind not in "iub" or array.size > STATIC_INPUT_LIMIT:
+                raise ValidationError(
+                    f"{e}; {where} ({array.dtype}, {array.size} elements) cannot be specialised "
+                    f"on: only integer inputs of at most {STATIC_INPUT_LIMIT} elements are"
+                ) from None
+            self._static.add(name)
+
+    def _program_for(self, arrays, overrides=(), extra=()) -> Program:
+        values = {i.name: a for i, a in zip(self._inputs, arrays)}
+        return self.program(
+            [a.shape for a in arrays], values, overrides, [e.shape for e in extra]
+        )
+
+    # -- the JAX function ------------------------------------------------------------------------
+
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        """The floating-point initializers by name: the model's parameters, for ``apply``."""
+        from .importer import array_of
+
+        if self._params is None:
+            self._params = {
+                i.name: array_of(i, self._base_dir)
+                for i in self._model.graph.initializer
+                if i.data_type in (1, 10, 11)
+            }
+        return self._params
+
+    def _device_params(self) -> dict[str, Any]:
+        if getattr(self, "_on_device", None) is None:
+            self._on_device = {
+                k: jax.device_put(to_graph_array(v, f"initializer '{k}'"), self._device)
+                for k, v in self.params.items()
+            }
+        return self._on_device
+
+    def apply(self, params: Mapping[str, Any], *inputs: Any) -> tuple:
+        """The model as a pure function of its parameters and inputs (one array per input of
+        ``get_inputs()``, in order): a tuple of outputs. Differentiable in ``params``; a
+        parameter missing from ``params`` keeps its initializer value."""
+        if len(inputs) != len(self._inputs):
+            raise ValidationError(
+                f"{ONNX}: expected {len(self._inputs)} inputs "
+                f"{[i.name for i in self._inputs]}, got {len(inputs)}"
+            )
+        values = {}
+        for info, x in zip(self._inputs, inputs):
+            if info.name in self._static and not isinstance(x, jax.core.Tracer):
+                values[info.name] = np.asarray(x)
+        shapes = [np.shape(x) for x in inputs]
+        try:
+            program = self.program(shapes, values)
+        except ValidationError:
+            if any(isinstance(x, jax.core.Tracer) for x in inputs):
+                raise
+            concrete = {i.name: np.asarray(x) for i, x in zip(self._inputs, inputs)}
+            program = self.program(shapes, concrete)
+        return program.apply(params, *inputs)
+
+    def fn(self, *inputs: Any) -> tuple:
+        """The model as a pure JAX function of its inputs (parameters at their initializer
+        values): a tuple of outputs, in ``get_outputs()`` order."""
+        return self.apply(self.params, *inputs)
+
+    def explain(self, shapes: Sequence[Sequence[int]] | None = None) -> str:
+        """A line per ONNX node: how it was imported (DML operators, folded, view, function
+        body) for inputs of ``shapes`` (default: the last program compiled)."""
+        if shapes is not None:
+            program = self.program(shapes)
+        elif self._programs:
+            program = list(self._programs.values())[-1]
+        else:
+            raise ValidationError(f"{ONNX}: explain needs input shapes before the first run")
+        return explain(program.imported)
+
+    def __repr__(self) -> str:
+        return (
+            f"InferenceSession(inputs {[i.name for i in self._inputs]}, outputs "
+            f"{[o.name for o in self._model.graph.output]}, {len(self._programs)} programs)"
+        )
+
+
+def explain(imported: ImportedGraph) -> str:
+    """Each ONNX node of an import with the DML operators it became."""
+    ops: dict[int, list[str]] = {}
+    nodes = imported.graph.nodes if imported.graph is not None else ()
+    for desc, origin in zip(nodes, imported.origin):
+        ops.setdefault(origin, []).append(desc.operator_type.removeprefix("DML_OPERATOR_"))
+    lines = []
+    for k, (where, how) in enumerate(imported.onnx_nodes):
+        names = ops.get(k, [])
+        detail = f": {', '.join(names)}" if names else ""
+        lines.append(f"{where}: {how}{detail}")
+    return "\n".join(lines)
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _device_of(device: Any, providers: Sequence[Any] | None) -> tuple[Any, tuple[str, ...]]:
+    """The JAX device a session runs on, and the provider names it reports."""
+    if device is not None:
+        if isinstance(device, str):
+            try:
+                device = jax.devices(device)[0]
+            except RuntimeError as e:
+                raise ValidationError(f"{ONNX}: no '{device}' device: {e}") from None
+        name = "CPUExecutionProvider" if device.platform == "cpu" else "CUDAExecutionProvider"
+        return device, (name,)
+    default = jax.devices()[0]
+    if not providers:
+        return default, (
+            "CPUExecutionProvider" if default.platform == "cpu" else "CUDAExecutionProvider",
+        )
+    names = [p[0] if isinstance(p, tuple | list) else p for p in providers]
+    for name in names:
+        if name in _ACCELERATOR_PROVIDERS and default.platform != "cpu":
+            return default, (name,)
+        if name == "CPUExecutionProvider":
+            return jax.devices("cpu")[0], (name,)
+    return jax.devices("cpu")[0], ("CPUExecutionProvider",)

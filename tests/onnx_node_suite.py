@@ -1,0 +1,72 @@
+"""ONNX's backend node tests (the cases ``onnx.backend.test.case.node`` generates) run through
+``dml_jax.onnx.InferenceSession``: the session's outputs against ONNX's expected outputs.
+
+``selected()`` holds every case whose op types have a converter or an ONNX function body;
+``EXCLUDED`` names the cases among them that cannot pass, each with its reason. Nothing here
+imports ``onnx`` at module level: the test module skips itself without it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+# case name -> why it cannot pass (a data type no DML tensor holds, a rule DirectML has).
+EXCLUDED: dict[str, str] = {}
+
+
+@functools.cache
+def all_cases() -> tuple[Any, ...]:
+    from onnx.backend.test.case import node
+
+    with np.errstate(all="ignore"):
+        return tuple(c for c in node.collect_testcases(None) if c.data_sets)
+
+
+def _mapped(model: Any) -> bool:
+    from dml_jax.onnx import schema
+    from dml_jax.onnx.converters import REGISTRY
+
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    for n in model.graph.node:
+        domain = "" if n.domain == "ai.onnx" else n.domain
+        if REGISTRY.get(domain, n.op_type) is not None:
+            continue
+        s = schema.get(n.op_type, domain, opsets.get(domain, 1))
+        if s is None or not (s.has_function or s.has_context_dependent_function):
+            return False
+    return True
+
+
+@functools.cache
+def selected() -> tuple[Any, ...]:
+    return tuple(c for c in all_cases() if _mapped(c.model))
+
+
+def run_case(case: Any) -> list[np.ndarray]:
+    from dml_jax.onnx import InferenceSession
+
+    inputs, _ = case.data_sets[0]
+    session = InferenceSession(case.model)
+    names = [i.name for i in session.get_inputs()]
+    feed = dict(zip(names, inputs))
+    with np.errstate(all="ignore"):
+        return session.run(None, feed)
+
+
+def check_case(case: Any) -> None:
+    _, wants = case.data_sets[0]
+    got = run_case(case)
+    assert len(got) == len(wants), (len(got), len(wants))
+    for g, w in zip(got, wants):
+        w = np.asarray(w)
+        assert g.shape == w.shape, (g.shape, w.shape)
+        assert g.dtype == w.dtype, (g.dtype, w.dtype)
+        if w.dtype.kind in "fc":
+            rtol = max(case.rtol, 1e-3 if w.dtype == np.float16 else 0)
+            atol = max(case.atol, 1e-3 if w.dtype == np.float16 else 1e-6)
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+        else:
+            np.testing.assert_array_equal(g, w)
