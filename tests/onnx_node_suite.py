@@ -2,19 +2,35 @@
 ``dml_jax.onnx.InferenceSession``: the session's outputs against ONNX's expected outputs.
 
 ``selected()`` holds every case whose op types have a converter or an ONNX function body;
-``EXCLUDED`` names the cases among them that cannot pass, each with its reason. Nothing here
+``exclusions()`` names the cases among them that cannot pass, each with its reason. Nothing here
 imports ``onnx`` at module level: the test module skips itself without it.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import numpy as np
 
-# case name -> why it cannot pass (a data type no DML tensor holds, a rule DirectML has).
-EXCLUDED: dict[str, str] = {}
+EXCLUSIONS = os.path.join(os.path.dirname(__file__), "onnx_exclusions")
+
+
+@functools.cache
+def exclusions() -> dict[str, str]:
+    """Case name -> why it cannot pass (a data type no DML tensor holds, a rule DirectML has),
+    from the files of ``onnx_exclusions/`` (one per converter group): a line per case,
+    ``name: reason``; ``#`` starts a comment."""
+    out: dict[str, str] = {}
+    for file in sorted(os.listdir(EXCLUSIONS)):
+        with open(os.path.join(EXCLUSIONS, file)) as f:
+            for line in f:
+                line = line.split("#", 1)[0].strip()
+                if line:
+                    name, _, reason = line.partition(":")
+                    out[name.strip()] = reason.strip()
+    return out
 
 
 @functools.cache
