@@ -260,14 +260,20 @@ class InferenceSession:
 
     def _node_arg(self, info: Any) -> NodeArg:
         tensor = info.type.tensor_type
-        shape = None
-        if tensor.HasField("shape"):
-            shape = []
-            for d in dims_of(info.type):
-                if isinstance(d, str) and d in self._free:
-                    d = self._free[d]
-                shape.append(d)
+        shape = self._declared(info) if tensor.HasField("shape") else None
         return NodeArg(info.name, _type_string(tensor.elem_type), shape)
+
+    def _declared(self, info: Any) -> list:
+        """An input's declared shape with the session's free dimension overrides applied (by
+        name, then by denotation): ints, names of dims left open, None for unnamed ones."""
+        out = []
+        for d, proto in zip(dims_of(info.type), info.type.tensor_type.shape.dim):
+            if isinstance(d, str) and d in self._free:
+                d = self._free[d]
+            elif not isinstance(d, int) and proto.denotation.upper() in self._free:
+                d = self._free[proto.denotation.upper()]
+            out.append(d)
+        return out
 
     def get_modelmeta(self) -> ModelMetadata:
         m = self._model
@@ -364,15 +370,13 @@ class InferenceSession:
             where = f"input '{info.name}'"
             if not info.type.tensor_type.HasField("shape"):
                 continue
-            dims = dims_of(info.type)
+            dims = self._declared(info)
             if len(dims) != len(shape):
                 raise ValidationError(
                     f"{ONNX}: {where} must have rank {len(dims)} (shape {dims}), got shape "
                     f"{list(shape)}"
                 )
             for k, (d, n) in enumerate(zip(dims, shape)):
-                if isinstance(d, str) and d in self._free:
-                    d = self._free[d]
                 if isinstance(d, int) and d != n:
                     raise ValidationError(
                         f"{ONNX}: {where}: dimension {k} must be {d}, got {n} (shape "

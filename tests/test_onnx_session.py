@@ -1,0 +1,451 @@
+"""``dml_jax.onnx.InferenceSession``: onnxruntime's session API, symbolic dimensions bound per
+run (one program per input-shape set), specialisation on inputs whose values a node needs,
+64-bit integers without ``jax_enable_x64``, ONNX's model conventions (IR < 4 initializers listed
+as inputs, external data, unnamed nodes, empty optional inputs, unused inputs, several outputs),
+the JAX function (jit, grad, vmap) and its parameters, and the errors a user gets.
+
+Models are built with ``onnx.helper``; results are checked against NumPy written here or
+against onnxruntime's CPU provider (skipped without it).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dml_jax as dml
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from dml_jax.onnx import InferenceSession, SessionOptions  # noqa: E402
+
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+RNG = np.random.default_rng(11)
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17, ir=8):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir
+    return model
+
+
+def _vi(name, t, shape):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def _ort(model, feed):
+    ort = pytest.importorskip("onnxruntime")
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, feed)
+
+
+def dynamic_mlp():
+    """y = relu(x @ w + b) reshaped by a shape chain: Shape -> Gather -> Unsqueeze -> Concat."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Add", ["h", "b"], ["hb"]),
+        helper.make_node("Relu", ["hb"], ["r"]),
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "zero_1d"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus_one", "two"], ["target"], axis=0),
+        helper.make_node("Reshape", ["r", "target"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(RNG.normal(size=(6, 8)).astype(np.float32), "w"),
+        numpy_helper.from_array(RNG.normal(size=(8,)).astype(np.float32), "b"),
+        numpy_helper.from_array(np.asarray(0, np.int64), "zero"),
+        numpy_helper.from_array(np.asarray([0], np.int64), "zero_1d"),
+        numpy_helper.from_array(np.asarray([-1], np.int64), "minus_one"),
+        numpy_helper.from_array(np.asarray([2], np.int64), "two"),
+    ]
+    return _model(nodes, [_vi("x", F, ["batch", 6])], [_vi("y", F, ["batch", 4, 2])], inits)
+
+
+def _mlp_reference(model, x):
+    w, b = (numpy_helper.to_array(i) for i in model.graph.initializer[:2])
+    return np.maximum(x @ w + b, 0).reshape(len(x), -1, 2)
+
+
+def test_run_binds_symbolic_dims_per_shape_and_caches_programs():
+    model = dynamic_mlp()
+    s = InferenceSession(model.SerializeToString())
+    assert [(i.name, i.type, i.shape) for i in s.get_inputs()] == [
+        ("x", "tensor(float)", ["batch", 6])
+    ]
+    assert [(o.name, o.type, o.shape) for o in s.get_outputs()] == [
+        ("y", "tensor(float)", ["batch", 4, 2])
+    ]
+    for n in (3, 5, 3):
+        x = RNG.normal(size=(n, 6)).astype(np.float32)
+        (y,) = s.run(None, {"x": x})
+        np.testing.assert_allclose(y, _mlp_reference(model, x), rtol=1e-5, atol=1e-5)
+    assert len(s._programs) == 2
+
+
+def test_free_dimensions_by_name_and_denotation_fix_the_shape():
+    model = dynamic_mlp()
+    model.graph.input[0].type.tensor_type.shape.dim[0].denotation = "DATA_BATCH"
+    by_name = InferenceSession(model, free_dimensions={"batch": 2})
+    options = SessionOptions()
+    options.add_free_dimension_override_by_denotation("DATA_BATCH", 2)
+    by_denotation = InferenceSession(model, options)
+    for s in (by_name, by_denotation):
+        assert s.get_inputs()[0].shape == [2, 6]
+        x = RNG.normal(size=(2, 6)).astype(np.float32)
+        np.testing.assert_allclose(s.run(None, {"x": x})[0], _mlp_reference(model, x), rtol=1e-5)
+        with pytest.raises(dml.ValidationError, match=r"input 'x': dimension 0 must be 2, got 3"):
+            s.run(None, {"x": np.zeros((3, 6), np.float32)})
+
+
+def test_symbolic_dim_shared_by_two_inputs_must_agree():
+    model = _model(
+        [helper.make_node("Add", ["a", "b"], ["c"])],
+        [_vi("a", F, ["n", 2]), _vi("b", F, ["n", 2])],
+        [_vi("c", F, ["n", 2])],
+    )
+    s = InferenceSession(model)
+    with pytest.raises(dml.ValidationError, match=r"input 'b': dimension 0 \('n'\) is 3"):
+        s.run(None, {"a": np.zeros((2, 2), np.float32), "b": np.zeros((3, 2), np.float32)})
+
+
+def test_shape_input_is_specialised_on_its_values():
+    model = _model(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        [_vi("x", F, [2, 6]), _vi("shape", I64, [2])],
+        [_vi("y", F, None)],
+    )
+    s = InferenceSession(model)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    for shape in ([3, 4], [4, 3], [3, 4]):
+        (y,) = s.run(None, {"x": x, "shape": np.asarray(shape, np.int64)})
+        np.testing.assert_array_equal(y, x.reshape(shape))
+    assert s.static_inputs == ("shape",)
+    assert len(s._programs) == 2
+
+
+def test_specialising_on_a_float_input_is_refused():
+    model = _model(
+        [
+            helper.make_node("Cast", ["f"], ["shape"], to=I64),
+            helper.make_node("Reshape", ["x", "shape"], ["y"]),
+        ],
+        [_vi("x", F, [2, 6]), _vi("f", F, [2])],
+        [_vi("y", F, None)],
+    )
+    with pytest.raises(dml.ValidationError, match=r"node 1 .*Reshape.*input 'f' \(float32"):
+        InferenceSession(model).run(
+            None, {"x": np.zeros((2, 6), np.float32), "f": np.asarray([3, 4], np.float32)}
+        )
+
+
+def test_int64_without_x64_and_out_of_range_values():
+    assert not jax.config.read("jax_enable_x64")
+    model = _model(
+        [
+            helper.make_node("Add", ["ids", "offset"], ["shifted"]),
+            helper.make_node("Gather", ["table", "shifted"], ["rows"], axis=0),
+            helper.make_node("Identity", ["shifted"], ["best"]),
+        ],
+        [_vi("ids", I64, [4])],
+        [_vi("rows", F, [4, 3]), _vi("best", I64, [4])],
+        [
+            numpy_helper.from_array(np.asarray(1, np.int64), "offset"),
+            numpy_helper.from_array(RNG.normal(size=(6, 3)).astype(np.float32), "table"),
+        ],
+    )
+    s = InferenceSession(model)
+    ids = np.asarray([0, 4, 2, 1], np.int64)
+    rows, best = s.run(None, {"ids": ids})
+    table = numpy_helper.to_array(model.graph.initializer[1])
+    np.testing.assert_array_equal(rows, table[ids + 1])
+    assert best.dtype == np.int64
+    np.testing.assert_array_equal(best, ids + 1)
+    with pytest.raises(dml.ValidationError, match=r"input 'ids'.*2147483648 does not fit"):
+        s.run(None, {"ids": np.asarray([0, 1, 2, 2**31], np.int64)})
+
+
+def test_int64_constant_that_does_not_fit_is_an_error_naming_the_node():
+    model = _model(
+        [helper.make_node("Add", ["ids", "big"], ["y"], name="add_big")],
+        [_vi("ids", I64, [2])],
+        [_vi("y", I64, [2])],
+        [numpy_helper.from_array(np.asarray(2**40, np.int64), "big")],
+    )
+    with pytest.raises(dml.ValidationError, match=r"node 0 \('add_big', Add\).*does not fit"):
+        InferenceSession(model).run(None, {"ids": np.zeros(2, np.int64)})
+
+
+def test_int64_folding_is_exact():
+    """Values known at import keep 64 bits: 2**40 // 2**20 folds to 2**20, which fits."""
+    model = _model(
+        [
+            helper.make_node("Div", ["big", "div"], ["q"]),
+            helper.make_node("Add", ["ids", "q"], ["y"]),
+        ],
+        [_vi("ids", I64, [2])],
+        [_vi("y", I64, [2])],
+        [
+            numpy_helper.from_array(np.asarray(2**40, np.int64), "big"),
+            numpy_helper.from_array(np.asarray(2**20, np.int64), "div"),
+        ],
+    )
+    (y,) = InferenceSession(model).run(None, {"ids": np.asarray([1, 2], np.int64)})
+    np.testing.assert_array_equal(y, [2**20 + 1, 2**20 + 2])
+
+
+def test_bool_inputs_and_outputs():
+    model = _model(
+        [helper.make_node("Greater", ["x", "zero"], ["pos"]), helper.make_node("Where", ["m", "x", "zero"], ["y"])],
+        [_vi("x", F, [5]), _vi("m", B, [5])],
+        [_vi("pos", B, [5]), _vi("y", F, [5])],
+        [numpy_helper.from_array(np.asarray(0, np.float32), "zero")],
+    )
+    x = RNG.normal(size=5).astype(np.float32)
+    m = np.asarray([True, False, True, True, False])
+    pos, y = InferenceSession(model).run(None, {"x": x, "m": m})
+    assert pos.dtype == np.bool_
+    np.testing.assert_array_equal(pos, x > 0)
+    np.testing.assert_array_equal(y, np.where(m, x, 0))
+
+
+def test_run_selects_and_orders_outputs_and_checks_feeds():
+    model = _model(
+        [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Abs", ["x"], ["b"])],
+        [_vi("x", F, [3]), _vi("unused", F, [2])],
+        [_vi("a", F, [3]), _vi("b", F, [3])],
+    )
+    s = InferenceSession(model)
+    x = np.asarray([1, -2, 3], np.float32)
+    feed = {"x": x, "unused": np.zeros(2, np.float32)}
+    b, a = s.run(["b", "a"], feed)
+    np.testing.assert_array_equal(a, -x)
+    np.testing.assert_array_equal(b, np.abs(x))
+    with pytest.raises(dml.ValidationError, match=r"required inputs \['unused'\] are missing"):
+        s.run(None, {"x": x})
+    with pytest.raises(dml.ValidationError, match=r"unknown input names \['z'\]"):
+        s.run(None, {**feed, "z": x})
+    with pytest.raises(dml.ValidationError, match=r"input 'x' must be tensor\(float\), got .*float64"):
+        s.run(None, {**feed, "x": x.astype(np.float64)})
+    with pytest.raises(dml.ValidationError, match=r"'c' is not an output"):
+        s.run(["c"], feed)
+    with pytest.raises(dml.ValidationError, match=r"input 'x' must have rank 1"):
+        s.run(None, {**feed, "x": x.reshape(1, 3)})
+
+
+def test_ir3_initializers_listed_as_inputs_are_defaults_that_can_be_overridden():
+    w = np.asarray([2.0, 3.0], np.float32)
+    model = _model(
+        [helper.make_node("Mul", ["x", "w"], ["y"])],
+        [_vi("x", F, [2]), _vi("w", F, [2])],
+        [_vi("y", F, [2])],
+        [numpy_helper.from_array(w, "w")],
+        opset=9,
+        ir=3,
+    )
+    s = InferenceSession(model)
+    assert [i.name for i in s.get_inputs()] == ["x"]
+    assert [i.name for i in s.get_overridable_initializers()] == ["w"]
+    x = np.asarray([1.0, 1.0], np.float32)
+    np.testing.assert_array_equal(s.run(None, {"x": x})[0], w)
+    np.testing.assert_array_equal(s.run(None, {"x": x, "w": np.ones(2, np.float32)})[0], x)
+
+
+def test_external_data_is_read_from_beside_the_model(tmp_path):
+    w = RNG.normal(size=(64, 32)).astype(np.float32)
+    model = _model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [_vi("x", F, [2, 64])],
+        [_vi("y", F, [2, 32])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, location="weights.bin",
+                    size_threshold=0)  # fmt: skip
+    assert (tmp_path / "weights.bin").exists()
+    x = RNG.normal(size=(2, 64)).astype(np.float32)
+    (y,) = InferenceSession(str(path)).run(None, {"x": x})
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_unnamed_nodes_empty_optional_inputs_and_trailing_outputs():
+    model = _model(
+        [
+            helper.make_node("Clip", ["x", "", "hi"], ["c"]),
+            helper.make_node("Split", ["c"], ["p", "q"], axis=0),
+            helper.make_node("Neg", ["q"], ["y"]),
+        ],
+        [_vi("x", F, [4])],
+        [_vi("y", F, [2]), _vi("p", F, [2])],
+        [numpy_helper.from_array(np.asarray(1.0, np.float32), "hi")],
+        opset=13,
+    )
+    x = np.asarray([-3.0, 0.5, 2.0, -1.0], np.float32)
+    y, p = InferenceSession(model).run(None, {"x": x})
+    np.testing.assert_array_equal(p, [-3.0, 0.5])
+    np.testing.assert_array_equal(y, [-1.0, 1.0])
+
+
+def test_output_known_at_import_is_returned_without_a_graph():
+    model = _model(
+        [helper.make_node("Shape", ["x"], ["s"])],
+        [_vi("x", F, ["n", 3])],
+        [_vi("s", I64, [2])],
+    )
+    (s,) = InferenceSession(model).run(None, {"x": np.zeros((5, 3), np.float32)})
+    assert s.dtype == np.int64
+    np.testing.assert_array_equal(s, [5, 3])
+
+
+def test_fn_is_a_jax_function_jit_vmap_and_grad_through_params():
+    model = dynamic_mlp()
+    s = InferenceSession(model)
+    x = RNG.normal(size=(3, 6)).astype(np.float32)
+    want = _mlp_reference(model, x)
+    np.testing.assert_allclose(s.fn(x)[0], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(jax.jit(s.fn)(x)[0], want, rtol=1e-5, atol=1e-5)
+    batched = jax.vmap(lambda xs: s.fn(xs)[0])(np.stack([x, 2 * x]))
+    np.testing.assert_allclose(batched[1], _mlp_reference(model, 2 * x), rtol=1e-5, atol=1e-5)
+    assert set(s.params) == {"w", "b"}
+
+    def loss(params):
+        return jnp.sum(s.apply(params, x)[0] ** 2)
+
+    grads = jax.grad(loss)({k: jnp.asarray(v) for k, v in s.params.items()})
+    w, b = s.params["w"], s.params["b"]
+    h = x @ w + b
+    dh = 2 * np.maximum(h, 0) * (h > 0)
+    np.testing.assert_allclose(grads["w"], x.T @ dh, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(grads["b"], dh.sum(0), rtol=1e-4, atol=1e-4)
+    # A replaced parameter changes the result (fine-tuning sees its own weights).
+    y2 = s.apply({**s.params, "b": np.zeros(8, np.float32)}, x)[0]
+    np.testing.assert_allclose(y2, np.maximum(x @ w, 0).reshape(3, 4, 2), rtol=1e-5, atol=1e-5)
+
+
+def test_model_metadata_providers_and_devices():
+    model = dynamic_mlp()
+    model.producer_name = "unit"
+    model.model_version = 3
+    helper.set_model_props(model, {"author": "me"})
+    s = InferenceSession(model, providers=["DmlExecutionProvider", "CPUExecutionProvider"])
+    meta = s.get_modelmeta()
+    assert (meta.producer_name, meta.graph_name, meta.version) == ("unit", "g", 3)
+    assert meta.custom_metadata_map == {"author": "me"}
+    assert s.get_providers()[0] in ("DmlExecutionProvider", "CPUExecutionProvider")
+    cpu = InferenceSession(model, device="cpu")
+    assert cpu.get_providers() == ["CPUExecutionProvider"]
+    x = RNG.normal(size=(2, 6)).astype(np.float32)
+    np.testing.assert_allclose(cpu.run(None, {"x": x})[0], _mlp_reference(model, x), rtol=1e-5)
+
+
+def test_matches_onnxruntime_on_a_dynamic_model():
+    model = dynamic_mlp()
+    x = RNG.normal(size=(4, 6)).astype(np.float32)
+    (want,) = _ort(model, {"x": x})
+    (got,) = InferenceSession(model).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_explain_says_how_each_node_was_imported():
+    s = InferenceSession(dynamic_mlp())
+    s.run(None, {"x": np.zeros((2, 6), np.float32)})
+    lines = s.explain().splitlines()
+    assert lines[0].startswith("node 0 (MatMul): dml:") and "GEMM" in lines[0]
+    assert lines[3] == "node 3 (Shape): view"  # a static shape: a constant, no DML node
+    assert lines[6] == "node 6 (Concat): folded"  # the shape chain, evaluated at import
+    assert lines[7] == "node 7 (Reshape): view"
+
+
+@pytest.mark.parametrize(
+    "make, pattern",
+    [
+        (lambda: b"not a model", r"^ONNX: the bytes given are not an ONNX model"),
+        (lambda: 42, r"^ONNX: expected a path, bytes or an onnx.ModelProto, got int"),
+        (lambda: "/nonexistent/m.onnx", r"^ONNX: cannot read '/nonexistent/m.onnx'"),
+    ],
+)
+def test_bad_sources_are_one_line_errors(make, pattern):
+    with pytest.raises(dml.ValidationError, match=pattern):
+        InferenceSession(make())
+
+
+def _one_node(node, inputs, outputs, inits=(), opset=17):
+    return _model([node], inputs, outputs, inits, opset)
+
+
+@pytest.mark.parametrize(
+    "model, pattern",
+    [
+        (
+            _one_node(helper.make_node("Relu", ["x", "x"], ["y"], name="r"),
+                      [_vi("x", F, [2])], [_vi("y", F, [2])]),  # fmt: skip
+            r"node 0 \('r', Relu\): 2 inputs; Relu-14 takes at most 1",
+        ),
+        (
+            _one_node(helper.make_node("Conv", ["x"], ["y"]), [_vi("x", F, [1, 1, 3, 3])],
+                      [_vi("y", F, None)]),  # fmt: skip
+            r"node 0 \(Conv\): input 1 \('W'\) is required",
+        ),
+        (
+            _one_node(helper.make_node("Softmax", ["x"], ["y"], axis=1.5),
+                      [_vi("x", F, [2])], [_vi("y", F, [2])]),  # fmt: skip
+            r"node 0 \(Softmax\): attribute 'axis' must be int, got float",
+        ),
+        (
+            _one_node(helper.make_node("Relu", ["x"], ["y"], bogus=1),
+                      [_vi("x", F, [2])], [_vi("y", F, [2])]),  # fmt: skip
+            r"attribute 'bogus' is not an attribute of Relu-14",
+        ),
+        (
+            _one_node(helper.make_node("Relu", ["nope"], ["y"]),
+                      [_vi("x", F, [2])], [_vi("y", F, [2])]),  # fmt: skip
+            r"node 0 \(Relu\): input 'nope' is not produced before",
+        ),
+        (
+            _one_node(helper.make_node("FooBar", ["x"], ["y"]),
+                      [_vi("x", F, [2])], [_vi("y", F, [2])]),  # fmt: skip
+            r"op type 'FooBar' is not an operator of opset 17",
+        ),
+        (
+            _one_node(helper.make_node("Relu", ["x"], ["y"]),
+                      [_vi("x", TensorProto.STRING, [2])], [_vi("y", F, [2])]),  # fmt: skip
+            r"input 'x': element type string has no DML data type",
+        ),
+        (
+            _one_node(helper.make_node("Relu", ["x"], ["y"]), [_vi("x", F, [2])],
+                      [_vi("z", F, [2])]),  # fmt: skip
+            r"output 'z' is not produced by any node",
+        ),
+    ],
+)
+def test_malformed_models_get_one_line_naming_node_and_field(model, pattern):
+    with pytest.raises(dml.ValidationError, match=pattern) as info:
+        s = InferenceSession(model)
+        feed = {i.name: np.zeros([d or 1 for d in i.shape], np.float32) for i in s.get_inputs()}
+        s.run(None, feed)
+    assert "\n" not in str(info.value)
+
+
+def test_sequence_inputs_get_one_clear_error():
+    seq = helper.make_tensor_sequence_value_info("s", F, [2])
+    model = _model([helper.make_node("SequenceLength", ["s"], ["n"])], [seq], [_vi("n", I64, [])])
+    with pytest.raises(dml.ValidationError, match=r"input 's' is a sequence value"):
+        InferenceSession(model)
+
+
+def test_fold_limit_refuses_huge_constants():
+    model = _model(
+        [
+            helper.make_node("ConstantOfShape", ["shape"], ["big"]),
+            helper.make_node("Add", ["x", "big"], ["y"]),
+        ],
+        [_vi("x", F, [1])],
+        [_vi("y", F, None)],
+        [numpy_helper.from_array(np.asarray([2**20, 2**20], np.int64), "shape")],
+    )
+    with pytest.raises(dml.ValidationError, match=r"node 0 \(ConstantOfShape\): its result"):
+        InferenceSession(model).run(None, {"x": np.zeros(1, np.float32)})
