@@ -217,10 +217,59 @@ def build_parser() -> argparse.ArgumentParser:
     example.add_argument(
         "operator", help="the operator, e.g. ELEMENT_WISE_ADD or DML_OPERATOR_TILE"
     )
+    convert = sub.add_parser(
+        "convert",
+        help="write an ONNX model as a DML graph in DxDispatch's JSON format",
+        description="Import an ONNX model onto DirectML operators and write it as one DML_GRAPH "
+        "dispatchable (inputs and weights as .npy files beside OUT.json), runnable by "
+        "'dml-jax run OUT.json' and by DirectML's DxDispatch.",
+    )
+    convert.add_argument("model", metavar="MODEL.onnx", help="the ONNX model")
+    convert.add_argument("out", metavar="OUT.json", help="the DxDispatch model to write")
+    convert.add_argument(
+        "--free-dimension",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="the size of a symbolic dimension (repeatable; others are 1)",
+    )
+    convert.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="an input's values from a .npy file (repeatable; others are random)",
+    )
+    convert.add_argument("--debug", action="store_true", help="show the Python traceback")
     sub.add_parser(
         "bench", help="run the benchmarks (options: dml-jax bench --help)", add_help=False
     )
     return parser
+
+
+def _convert(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from .errors import ValidationError
+    from .onnx.convert import write_dxdispatch
+
+    try:
+        free = {}
+        for item in args.free_dimension:
+            name, sep, value = item.partition("=")
+            if not sep or not name or not value.isdigit():
+                print(f"error: --free-dimension: expected NAME=N, got '{item}'", file=sys.stderr)
+                return 2
+            free[name] = int(value)
+        inputs = {name: np.load(path) for name, path in _onnx_inputs(args.input).items()}
+        files = write_dxdispatch(args.model, args.out, free_dimensions=free, inputs=inputs)
+    except (ValidationError, OSError, ValueError, ImportError) as e:
+        if args.debug:
+            raise
+        print(f"error: {args.model}: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {files[0]} and {len(files) - 1} .npy files")
+    return 0
 
 
 def _list_operators(show_support: bool) -> int:
@@ -317,6 +366,8 @@ def _main(argv: list[str]) -> int:
         return _list_operators(args.support)
     if args.command == "example":
         return _example(args.operator)
+    if args.command == "convert":
+        return _convert(args)
     return _run(args)
 
 

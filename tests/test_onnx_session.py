@@ -449,3 +449,30 @@ def test_fold_limit_refuses_huge_constants():
     )
     with pytest.raises(dml.ValidationError, match=r"node 0 \(ConstantOfShape\): its result"):
         InferenceSession(model).run(None, {"x": np.zeros(1, np.float32)})
+
+
+def test_convert_writes_a_dxdispatch_graph_that_runs_to_the_same_values(tmp_path, capsys):
+    from dml_jax import cli
+
+    model = dynamic_mlp()
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    x = RNG.normal(size=(3, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = str(tmp_path / "m.json")
+    args = ["convert", str(tmp_path / "m.onnx"), out, "--input", f"x={tmp_path / 'x.npy'}"]
+    assert cli.main(args) == 0
+    capsys.readouterr()
+    assert cli.main(["run", out]) == 0
+    printed = capsys.readouterr().out
+    line = next(t for t in printed.splitlines() if t.startswith("Resource 'output:y'"))
+    values = np.asarray([float(v) for v in line.split(":", 2)[2].split(",")], np.float32)
+    np.testing.assert_allclose(values, _mlp_reference(model, x).ravel(), rtol=1e-4, atol=1e-4)
+
+
+def test_convert_reports_a_bad_model_in_one_line(tmp_path, capsys):
+    from dml_jax import cli
+
+    (tmp_path / "bad.onnx").write_bytes(b"garbage")
+    assert cli.main(["convert", str(tmp_path / "bad.onnx"), str(tmp_path / "o.json")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err

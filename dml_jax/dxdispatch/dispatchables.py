@@ -111,7 +111,13 @@ def parse_dispatchable(ctx: LoadContext, name: str, obj: Any, feature_level: Any
         flags = execution_flags_from_json(obj.get("executionFlags"), member(path, "executionFlags"))
         half = bool(flags & EXECUTION_FLAGS["ALLOW_HALF_PRECISION_COMPUTATION"])
         if kind in GRAPH_TYPES:
-            op = compile_graph(graph_desc_from_json(obj), feature_level, allow_half_precision=half)
+            # Intermediate edges may join different descs: DirectML reinterprets the bytes.
+            op = compile_graph(
+                graph_desc_from_json(obj),
+                feature_level,
+                allow_half_precision=half,
+                reinterpret_edges=True,
+            )
             compile_type, bind_source = COMPILE_GRAPH, op
         elif compile_type == COMPILE_GRAPH:
             graph = graph_desc_from_json(obj)

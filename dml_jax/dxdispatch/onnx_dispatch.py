@@ -14,9 +14,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..enums import DataType
 from ..errors import ValidationError
-from ..onnx import compile_onnx, load_onnx
-from ..onnx.importer import dml_sizes
+from ..onnx import load_onnx
+from ..onnx.importer import dml_sizes, graph_dtype
 from ..tensor import TensorDesc
 from .context import LoadContext, member
 from .dispatchables import BindPoint, Dispatchable
@@ -33,7 +34,7 @@ class OnnxDispatchable:
     path: str
     model: Any
     free_dimensions: dict[str, int]
-    compiled: dict[tuple, Any] = field(default_factory=dict)
+    session: Any = None
     compile_type: str = ONNX_KIND
     bind_points: tuple = ()
     init_bindings: dict = field(default_factory=dict)
@@ -58,29 +59,47 @@ def parse_onnx_dispatchable(ctx: LoadContext, name: str, obj: dict, path: str) -
         raise ctx.fail(path, str(e)) from None
     except ValidationError as e:
         raise ctx.fail(member(path, "sourcePath"), str(e)) from None
-    return OnnxDispatchable(name, path, model, free)
+    from ..onnx import InferenceSession
+
+    try:
+        session = InferenceSession(model, free_dimensions=free, base_dir=os.path.dirname(file))
+    except ValidationError as e:
+        raise ctx.fail(member(path, "sourcePath"), str(e)) from None
+    return OnnxDispatchable(name, path, model, free, session)
+
+
+def _tensor_type(dtype: Any) -> DataType:
+    """The DML data type of an ONNX tensor's bound buffer (BOOL: UINT8; INT64 stays INT64:
+    the resource holds 64-bit values, the graph computes their low 32 bits)."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    return DataType.from_dtype(np.uint8 if dtype == np.bool_ else dtype)
 
 
 class _OnnxOp:
-    """A compiled ONNX model seen as an operator over packed tensors, for buffer mode."""
+    """An imported ONNX model seen as an operator over packed tensors, for buffer mode."""
 
-    def __init__(self, compiled: Any):
-        imported = compiled.imported
+    def __init__(self, program: Any):
+        imported = program.imported
         self.name = "ONNX"
-        self.compiled = compiled
+        self.program = program
         self.input_paths = imported.input_names
         self.output_paths = imported.output_names
         self.input_descs = tuple(
-            TensorDesc(t, dml_sizes(s)) for t, s in zip(imported.input_types, imported.input_shapes)
+            TensorDesc(_tensor_type(t), dml_sizes(s))
+            for t, s in zip(imported.input_dtypes, imported.input_shapes)
         )
         self.output_descs = tuple(
-            TensorDesc(t, dml_sizes(s))
-            for t, s in zip(imported.output_types, imported.output_shapes)
+            TensorDesc(_tensor_type(t), dml_sizes(s))
+            for t, s in zip(imported.output_dtypes, imported.output_shapes)
         )
 
     def fn(self, *arrays: Any) -> tuple:
-        shapes = self.compiled.input_shapes
-        outs = self.compiled.fn(*(x.reshape(s) for x, s in zip(arrays, shapes)))
+        shapes = self.program.imported.input_shapes
+        dtypes = self.program.imported.input_dtypes
+        args = (x.astype(graph_dtype(t)).reshape(s) for x, s, t in zip(arrays, shapes, dtypes))
+        outs = self.program.apply({}, *args)
         return tuple(y.astype(d.dtype).reshape(d.sizes) for y, d in zip(outs, self.output_descs))
 
 
@@ -124,35 +143,24 @@ def onnx_target(
     """The model compiled for one dispatch command's bindings, as a DML-style dispatchable
     (bind points named after the model's inputs and outputs)."""
     bindings = ctx.object(bindings, path)
-    initializers = {i.name for i in d.model.graph.initializer}
-    shapes: dict[str, tuple[int, ...]] = {}
-    for inp in d.model.graph.input:
-        if inp.name in initializers:
-            continue
+    shapes = []
+    for inp in d.session._inputs:
         given = None
         if inp.name in bindings:
             given = _binding_shape(ctx, bindings[inp.name], member(path, inp.name))
-        shapes[inp.name] = given or _model_shape(inp.type, d.free_dimensions)
-    key = tuple(sorted(shapes.items()))
-    compiled = d.compiled.get(key)
-    if compiled is None:
-        try:
-            compiled = compile_onnx(
-                d.model,
-                free_dimensions=d.free_dimensions,
-                input_shapes=shapes,
-                feature_level=feature_level,
-            )
-        except ValidationError as e:
-            raise ctx.fail(d.path, str(e)) from None
-        d.compiled[key] = compiled
-    op = _OnnxOp(compiled)
+        shapes.append(given or _model_shape(inp.type, d.free_dimensions))
+    d.session._feature_level = feature_level
+    try:
+        program = d.session.program(shapes)
+    except ValidationError as e:
+        raise ctx.fail(d.path, str(e)) from None
+    op = _OnnxOp(program)
     for name, desc in zip(op.output_paths, op.output_descs):
         if name not in bindings:
             continue
         where = member(path, name)
         given = _binding_shape(ctx, bindings[name], where)
-        shape = compiled.output_shapes[op.output_paths.index(name)]
+        shape = program.imported.output_shapes[op.output_paths.index(name)]
         if given is not None and tuple(given) != tuple(shape):
             raise ctx.fail(
                 member(where, "shape"),

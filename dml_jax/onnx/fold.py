@@ -68,10 +68,19 @@ def _result_elements(node: Any, inputs: Sequence[Value | None]) -> int | None:
 @functools.lru_cache(maxsize=512)
 def _evaluator(signature: bytes, opset: int) -> Any:
     import onnx
+    from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
+    # A one-node model carries the opset (an evaluator of a bare node takes the newest).
     node = onnx.NodeProto.FromString(signature)
-    return ReferenceEvaluator(node, opsets={"": opset})
+    graph = helper.make_graph(
+        [node],
+        "fold",
+        [helper.make_empty_tensor_value_info(n) for n in node.input if n],
+        [helper.make_empty_tensor_value_info(n) for n in node.output],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return ReferenceEvaluator(model)
 
 
 def evaluate(

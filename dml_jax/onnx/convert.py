@@ -1,0 +1,110 @@
+"""An ONNX model written as a DML graph in DxDispatch's JSON format (``dml-jax convert``).
+
+The model is imported for one set of input shapes (free dimensions from the options, else 1,
+as DxDispatch sizes them), and written as one ``DML_GRAPH`` dispatchable whose graph inputs are
+the model's inputs, then its constants (weights and folded values) as ``.npy`` files beside the
+JSON. Intermediate edges whose descs differ (the ONNX views: Reshape, Flatten, ...) are left as
+DirectML reads them: the consumer reinterprets the producer's bytes. The result runs with
+``dml-jax run OUT.json`` and with DirectML's own DxDispatch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import ValidationError
+from ..graph_json import graph_to_json
+from .importer import to_graph_array
+
+
+def write_dxdispatch(
+    model: Any,
+    out_path: str,
+    *,
+    free_dimensions: Mapping[str, int] | None = None,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+) -> list[str]:
+    """Writes ``model`` (a path, bytes or ModelProto) as a DxDispatch JSON model at
+    ``out_path`` plus one ``.npy`` file per graph input; returns the files written.
+
+    Args:
+        free_dimensions: sizes of symbolic dimensions (others are 1).
+        inputs: input values by name (others are seeded random values: floats in [-1, 1),
+            integers in [0, 10)).
+
+    Raises:
+        ValidationError: a model that does not import, or one whose outputs are all known at
+            import (nothing for DirectML to compute).
+    """
+    from .session import InferenceSession
+
+    session = InferenceSession(model, free_dimensions=free_dimensions)
+    given = {k: np.asarray(v) for k, v in (inputs or {}).items()}
+    unknown = sorted(set(given) - {i.name for i in session.get_inputs()})
+    if unknown:
+        raise ValidationError(f"ONNX: the model has no input named {unknown}")
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for info, dtype in zip(session.get_inputs(), session._input_dtypes):
+        if info.name in given:
+            arrays[info.name] = given[info.name].astype(dtype)
+            continue
+        shape = [d if isinstance(d, int) else 1 for d in (info.shape or [])]
+        if dtype.kind == "f":
+            arrays[info.name] = rng.uniform(-1, 1, shape).astype(dtype)
+        elif dtype == np.bool_:
+            arrays[info.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            arrays[info.name] = rng.integers(0, 10, shape).astype(dtype)
+    program = session._program_for([arrays[i.name] for i in session.get_inputs()])
+    imported = program.imported
+    if imported.graph is None:
+        raise ValidationError("ONNX: every output of the model is known at import: no DML graph")
+    base = os.path.splitext(out_path)[0]
+    stem = os.path.basename(base)
+    written, resources, graph_inputs = [], {}, []
+
+    def save(key: str, array: np.ndarray) -> None:
+        file = f"{base}_{len(written)}.npy"
+        np.save(file, np.ascontiguousarray(array))
+        written.append(file)
+        resources[key] = {"initialValues": {"sourcePath": os.path.basename(file)}}
+        graph_inputs.append(key)
+
+    for name in imported.input_names:
+        save(f"input:{name}", to_graph_array(arrays[name], f"input '{name}'"))
+    for k, const in enumerate(imported.constants):
+        save(f"constant:{k}", const)
+    outputs = []
+    for name, shape, t in zip(imported.output_names, imported.output_shapes,
+                              imported.output_types):  # fmt: skip
+        if imported.output_consts[imported.output_names.index(name)] is not None:
+            continue
+        key = f"output:{name}"
+        count = int(np.prod(shape)) if shape else 1
+        resources[key] = {
+            "initialValuesDataType": t.name,
+            "initialValues": {"valueCount": count, "value": 0},
+        }
+        outputs.append(key)
+    doc = {
+        "resources": resources,
+        "dispatchables": {stem: graph_to_json(imported.graph)},
+        "commands": [
+            {
+                "type": "dispatch",
+                "dispatchable": stem,
+                "bindings": {"Inputs": graph_inputs, "Outputs": outputs},
+            }
+        ]
+        + [{"type": "print", "resource": key} for key in outputs],
+    }
+    with open(out_path, "w") as f:
+        json.dump(doc, f, indent=1)
+    return [out_path] + written
