@@ -35,6 +35,11 @@ NONDETERMINISTIC = frozenset(
 FOLD_LIMIT_BYTES = 1 << 30
 
 
+class NotEvaluated(ValidationError):
+    """The reference implementation could not evaluate a node; the importer then converts it
+    as it would any other node (it is computed by DirectML's operators on the device)."""
+
+
 def foldable(node: Any, domain: str, inputs: Sequence[Value | None], schema: Any) -> bool:
     """Whether ``node`` is evaluated at import (module docstring)."""
     if domain or node.op_type in NONDETERMINISTIC or schema is None:
@@ -112,7 +117,7 @@ def evaluate(
     except ValidationError:
         raise
     except Exception as e:  # noqa: BLE001 - the reference ops raise whatever NumPy raises
-        raise ValidationError(
+        raise NotEvaluated(
             f"{ONNX}: {where}: cannot be evaluated at import: {type(e).__name__}: {e}"
         ) from None
     outputs: list[Value | None] = []

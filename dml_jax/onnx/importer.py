@@ -640,9 +640,16 @@ def _walk_nodes(walk: _Walk, nodes: Sequence[Any], prefix: str, fold: Any) -> No
             )
         onnx_schema = schema.check(node, domain, opset, where, known=convert is not None)
         ctx = Context(builder, node, walk.opsets, where)
+        outputs = None
         if fold.foldable(node, domain, inputs, onnx_schema):
-            outputs = fold.evaluate(node, domain, opset, inputs, where)
-            how = "folded"
+            try:
+                outputs = fold.evaluate(node, domain, opset, inputs, where)
+                how = "folded"
+            except fold.NotEvaluated:
+                if convert is None:
+                    raise
+        if outputs is not None:
+            pass
         elif convert is not None:
             before = len(builder.nodes)
             outputs = _convert(convert, ctx, node, inputs)
