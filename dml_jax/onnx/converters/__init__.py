@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib as _importlib
 import pkgutil as _pkgutil
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,14 +45,20 @@ class Registry:
         self._table: dict[tuple[str, str], Entry] = {}
 
     def register(
-        self, op_type: str, fn: Callable, *, domain: str = "", kind: str = "dml"
+        self,
+        op_type: str,
+        fn: Callable,
+        *,
+        domain: str = "",
+        kind: str = "dml",
+        group: str | None = None,
     ) -> Callable:
         key = (domain, op_type)
         if key in self._table:
             raise ValueError(f"ONNX op type '{op_type}' (domain '{domain}') has a converter")
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got '{kind}'")
-        group = getattr(fn, "__module__", "").rsplit(".", 1)[-1]
+        group = (group or getattr(fn, "__module__", "")).rsplit(".", 1)[-1]
         self._table[key] = Entry(op_type, domain, fn, group, kind)
         return fn
 
@@ -79,8 +86,10 @@ REGISTRY = Registry()
 
 
 def register(op_type: str, fn: Callable, *, domain: str = "", kind: str = "dml") -> Callable:
-    """Adds a converter for an ONNX op type (one not registered yet)."""
-    return REGISTRY.register(op_type, fn, domain=domain, kind=kind)
+    """Adds a converter for an ONNX op type (one not registered yet); its group is the module
+    that registers it."""
+    caller = sys._getframe(1).f_globals.get("__name__", "")
+    return REGISTRY.register(op_type, fn, domain=domain, kind=kind, group=caller)
 
 
 def converter(*op_types: str, domain: str = "", kind: str = "dml") -> Callable:
@@ -88,7 +97,7 @@ def converter(*op_types: str, domain: str = "", kind: str = "dml") -> Callable:
 
     def wrap(fn: Callable) -> Callable:
         for op in op_types:
-            REGISTRY.register(op, fn, domain=domain, kind=kind)
+            REGISTRY.register(op, fn, domain=domain, kind=kind, group=fn.__module__)
         return fn
 
     return wrap
@@ -122,4 +131,29 @@ class _DefaultDomain(Mapping):
 
 CONVERTERS = _DefaultDomain()
 
-__all__ = ["CONVERTERS", "REGISTRY", "Entry", "Registry", "converter", "lookup", "register"]
+
+def markdown_table() -> str:
+    """The converter table of docs/onnx.md: one row per op group, its ONNX op types (those
+    lowered without a DML operator marked ``*``)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for e in REGISTRY.entries():
+        mark = "*" if e.kind == "jax" else ""
+        groups.setdefault((e.domain or "ai.onnx", e.group), []).append(f"{e.op_type}{mark}")
+    lines = ["| domain | group | op types |", "|---|---|---|"]
+    for (domain, group), ops in sorted(groups.items()):
+        lines.append(f"| {domain} | {group} | {', '.join(sorted(ops))} |")
+    count = len(REGISTRY)
+    lines.append("")
+    lines.append(f"{count} op types have a converter.")
+    return "\n".join(lines)
+
+__all__ = [
+    "CONVERTERS",
+    "REGISTRY",
+    "Entry",
+    "Registry",
+    "converter",
+    "lookup",
+    "markdown_table",
+    "register",
+]
