@@ -5,9 +5,10 @@ folding does with its CPU kernels.
 The evaluation is the ``onnx`` package's reference implementation of the op
 (``onnx.reference.ReferenceEvaluator``), one evaluator per distinct node signature (op type,
 attributes, opset), so shape chains of hundreds of nodes fold in a fraction of a second. Not
-folded: nondeterministic ops, nodes with subgraphs, nodes that read a parameter (a
-floating-point initializer, which ``InferenceSession.apply`` may replace), and nodes whose
-result would exceed ``FOLD_LIMIT_BYTES``.
+folded: nondeterministic ops, nodes with subgraphs, and nodes whose result would exceed
+``FOLD_LIMIT_BYTES``. A node that reads a parameter (a floating-point initializer, which
+``InferenceSession.apply`` may replace) is evaluated too, but stays in the graph: its value at
+import is kept as its outputs' shadows, for the converters that need it as a constant.
 """
 
 from __future__ import annotations
@@ -41,20 +42,28 @@ class NotEvaluated(ValidationError):
 
 
 def foldable(node: Any, domain: str, inputs: Sequence[Value | None], schema: Any) -> bool:
-    """Whether ``node`` is evaluated at import (module docstring)."""
+    """Whether ``node`` can be evaluated at import: every input's value is known (constants,
+    parameters, values computed from them)."""
     if domain or node.op_type in NONDETERMINISTIC or schema is None:
         return False
     present = [v for v in inputs if v is not None]
-    if not present or any(v.const is None or v.param is not None for v in present):
+    if not present or any(v.known is None for v in present):
         return False
     return not any(a.g.node or a.graphs for a in node.attribute)
+
+
+def reads_parameters(inputs: Sequence[Value | None]) -> bool:
+    """Whether a node reads a parameter or a value computed from one: it then stays in the
+    graph (``InferenceSession.apply`` may replace the parameter), its value at import kept as
+    its outputs' shadows."""
+    return any(v is not None and (v.param is not None or v.shadow is not None) for v in inputs)
 
 
 def _result_elements(node: Any, inputs: Sequence[Value | None]) -> int | None:
     """The element count of a generator's output, from its input values (None: not a
     generator, whose outputs are no larger than its inputs in the ways that matter)."""
     op = node.op_type
-    consts = [None if v is None else v.const for v in inputs]
+    consts = [None if v is None else v.known for v in inputs]
     try:
         if op == "ConstantOfShape":
             return math.prod(int(d) for d in consts[0].reshape(-1))
@@ -95,7 +104,7 @@ def evaluate(
     import onnx
 
     count = _result_elements(node, inputs)
-    itemsize = max((v.const.dtype.itemsize for v in inputs if v is not None), default=8)
+    itemsize = max((v.known.dtype.itemsize for v in inputs if v is not None), default=8)
     if count is not None and (count < 0 or count * itemsize > FOLD_LIMIT_BYTES):
         raise ValidationError(
             f"{ONNX}: {where}: its result would hold {count} elements, over the "
@@ -109,7 +118,7 @@ def evaluate(
     del canon.output[:]
     canon.input.extend("" if v is None else f"i{k}" for k, v in enumerate(inputs))
     canon.output.extend(f"o{k}" for k in range(len(node.output)))
-    feeds = {f"i{k}": v.const for k, v in enumerate(inputs) if v is not None}
+    feeds = {f"i{k}": v.known for k, v in enumerate(inputs) if v is not None}
     try:
         evaluator = _evaluator(canon.SerializeToString(), opset)
         with np.errstate(all="ignore"):

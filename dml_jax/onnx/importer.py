@@ -152,6 +152,8 @@ class Value:
         param: the initializer's name when this is a floating-point initializer (a parameter:
             never folded into other constants, so ``InferenceSession.apply`` can replace it).
         deps: the graph inputs whose values this value depends on.
+        shadow: for a value computed in the graph from parameters and constants only, its value
+            at the parameters' initializer values (what ``Context.const`` reads).
     """
 
     shape: tuple[int, ...]
@@ -161,6 +163,7 @@ class Value:
     is_bool: bool = False
     param: str | None = None
     deps: frozenset = frozenset()
+    shadow: np.ndarray | None = None
 
     @property
     def rank(self) -> int:
@@ -170,11 +173,17 @@ class Value:
     def is_const(self) -> bool:
         return self.const is not None
 
+    @property
+    def known(self) -> np.ndarray | None:
+        """The value when it is known at import: the constant, else the shadow."""
+        return self.const if self.const is not None else self.shadow
+
     def view(self, shape: Sequence[int] | None = None) -> Value:
         """The same data under another shape of the same element count (a reshape)."""
         shape = tuple(int(d) for d in shape)
         const = None if self.const is None else self.const.reshape(shape)
-        return replace(self, shape=shape, const=const)
+        shadow = None if self.shadow is None else self.shadow.reshape(shape)
+        return replace(self, shape=shape, const=const, shadow=shadow)
 
 
 def dml_sizes(shape: Sequence[int]) -> tuple[int, ...]:
@@ -385,7 +394,7 @@ class Context:
         """An input that must be known at import time (a shape, axes, pads): its value."""
         if v is None:
             return None
-        if v.const is None:
+        if v.known is None:
             message = f"{ONNX}: {self.where}: input '{what}' must be known before the run"
             if v.deps:
                 raise NeedsValues(
@@ -394,7 +403,7 @@ class Context:
                     v.deps,
                 )
             raise ValidationError(f"{message} (an initializer, a Constant or a folded value)")
-        return v.const
+        return v.known
 
     def constant(self, array: Any) -> Value:
         """A value known at import time."""
@@ -640,20 +649,36 @@ def _walk_nodes(walk: _Walk, nodes: Sequence[Any], prefix: str, fold: Any) -> No
             )
         onnx_schema = schema.check(node, domain, opset, where, known=convert is not None)
         ctx = Context(builder, node, walk.opsets, where)
-        outputs = None
+        outputs, folded = None, None
         if fold.foldable(node, domain, inputs, onnx_schema):
             try:
-                outputs = fold.evaluate(node, domain, opset, inputs, where)
-                how = "folded"
+                folded = fold.evaluate(node, domain, opset, inputs, where)
             except fold.NotEvaluated:
                 if convert is None:
                     raise
+            if folded is not None and not fold.reads_parameters(inputs):
+                outputs, how = folded, "folded"
         if outputs is not None:
             pass
+        elif convert is not None and folded is not None:
+            # Computed from parameters: kept in the graph (so ``apply`` can replace them), its
+            # value at import known as the outputs' shadows.
+            before = len(builder.nodes)
+            try:
+                outputs = _convert(convert, ctx, node, inputs)
+                outputs = [v if v is None or f is None else replace(v, shadow=f.const)
+                           for v, f in zip(outputs, folded)]  # fmt: skip
+                how = "dml" if len(builder.nodes) > before else "view"
+            except NeedsValues:
+                raise
+            except ValidationError:
+                outputs, how = folded, "folded"
         elif convert is not None:
             before = len(builder.nodes)
             outputs = _convert(convert, ctx, node, inputs)
             how = "dml" if len(builder.nodes) > before else "view"
+        elif folded is not None:
+            outputs, how = folded, "folded"
         elif onnx_schema is not None and functions.has_body(onnx_schema, opset):
             outputs = functions.expand(walk, node, domain, opset, inputs, where, onnx_schema, fold)
             how = "function"
