@@ -61,10 +61,17 @@ def selected() -> tuple[Any, ...]:
     return tuple(c for c in all_cases() if _mapped(c.model))
 
 
+def _array(v: Any) -> np.ndarray:
+    """A data set entry as an array (some cases hold TensorProtos)."""
+    from onnx import TensorProto, numpy_helper
+
+    return numpy_helper.to_array(v) if isinstance(v, TensorProto) else np.asarray(v)
+
+
 def run_case(case: Any) -> list[np.ndarray]:
     from dml_jax.onnx import InferenceSession
 
-    inputs, _ = case.data_sets[0]
+    inputs = [_array(v) for v in case.data_sets[0][0]]
     session = InferenceSession(case.model)
     names = [i.name for i in session.get_inputs()]
     feed = dict(zip(names, inputs))
@@ -73,7 +80,7 @@ def run_case(case: Any) -> list[np.ndarray]:
 
 
 def check_case(case: Any) -> None:
-    _, wants = case.data_sets[0]
+    wants = [_array(v) for v in case.data_sets[0][1]]
     got = run_case(case)
     assert len(got) == len(wants), (len(got), len(wants))
     for g, w in zip(got, wants):

@@ -165,8 +165,12 @@ def compile_imported(imported: ImportedGraph, **options: Any) -> Any:
 
     if imported.graph is None:
         return None
+    nodes = imported.graph.nodes
+    wide = any(d is not None and d.data_type.is_64bit
+               for n in nodes for _, d in n.input_slots() + n.output_slots())  # fmt: skip
     try:
-        return compile_graph(imported.graph, reinterpret_edges=True, **options)
+        with jax.enable_x64(True) if wide else _nothing():
+            return compile_graph(imported.graph, reinterpret_edges=True, **options)
     except ValidationError as e:
         m = re.match(r"DML_GRAPH: Nodes\[(\d+)\]: ", str(e))
         if m is None:
