@@ -1,34 +1,286 @@
-"""Element-wise math, comparisons, logic, selection and casts."""
+"""Element-wise math, comparisons, logic, selection and casts.
+
+Each ONNX op becomes the DML operator ONNX Runtime's DirectML provider uses for it
+(``DmlOperatorElementWise.cpp``); broadcasting is DirectML's: every input reads its data at the
+output's sizes through stride-0 strides. ONNX BOOL is UINT8 (0 or 1) in the graph.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ...tensor import ScaleBias
 from ..importer import broadcast, data_type_of, packed
 from . import converter, register
 from ._common import DataType, binary, binary_value, broadcast_shape, cast_value, op, unary
 
-for _onnx, _dml in (("Add", "ADD"), ("Sub", "SUBTRACT"), ("Mul", "MULTIPLY"), ("Div", "DIVIDE")):
+_FLOATS = (DataType.FLOAT32, DataType.FLOAT16, DataType.FLOAT64)
+
+for _onnx, _dml in (
+    ("Add", "ADD"),
+    ("Sub", "SUBTRACT"),
+    ("Mul", "MULTIPLY"),
+    ("Div", "DIVIDE"),
+    ("BitwiseAnd", "BIT_AND"),
+    ("BitwiseOr", "BIT_OR"),
+    ("BitwiseXor", "BIT_XOR"),
+):
     register(_onnx, binary(f"ELEMENT_WISE_{_dml}"))
 for _onnx, _dml in (
     ("Sqrt", "SQRT"),
     ("Exp", "EXP"),
     ("Log", "LOG"),
     ("Neg", "NEGATE"),
-    ("Abs", "ABS"),
     ("Erf", "ERF"),
+    ("Reciprocal", "RECIP"),
+    ("Sign", "SIGN"),
+    ("Ceil", "CEIL"),
+    ("Floor", "FLOOR"),
+    ("Sin", "SIN"),
+    ("Cos", "COS"),
+    ("Tan", "TAN"),
+    ("Asin", "ASIN"),
+    ("Acos", "ACOS"),
+    ("Atan", "ATAN"),
+    ("Sinh", "SINH"),
+    ("Cosh", "COSH"),
+    ("Asinh", "ASINH"),
+    ("Acosh", "ACOSH"),
+    ("Atanh", "ATANH"),
+    ("BitwiseNot", "BIT_NOT"),
 ):
     register(_onnx, unary(f"ELEMENT_WISE_{_dml}"))
-for _onnx, _dml in (("Equal", "EQUALS"), ("Less", "LESS_THAN"), ("Greater", "GREATER_THAN")):
+# Comparisons and logic write UINT8 0/1: ONNX BOOL.
+for _onnx, _dml in (
+    ("Equal", "EQUALS"),
+    ("Less", "LESS_THAN"),
+    ("Greater", "GREATER_THAN"),
+    ("GreaterOrEqual", "GREATER_THAN_OR_EQUAL"),
+    ("LessOrEqual", "LESS_THAN_OR_EQUAL"),
+    ("And", "AND"),
+    ("Or", "OR"),
+    ("Xor", "XOR"),
+):
     register(_onnx, binary(f"ELEMENT_WISE_LOGICAL_{_dml}", is_bool=True))
+
+
+def _to_bool(name: str, **fixed):
+    """A one-input DML operator whose UINT8 output is ONNX BOOL (IsNaN, IsInf, Not)."""
+
+    def convert(ctx, node, inputs):
+        (x,) = inputs
+        desc = op(name)(packed(x.data_type, x.shape), packed(DataType.UINT8, x.shape), **fixed)
+        return [ctx.out(ctx.node(desc, [x]), x.shape, is_bool=True)]
+
+    return convert
+
+
+register("IsNaN", _to_bool("ELEMENT_WISE_IS_NAN"))
+register("Not", _to_bool("ELEMENT_WISE_LOGICAL_NOT"))
+
+
+@converter("IsInf")
+def _is_inf(ctx, node, inputs):
+    positive = bool(ctx.attr("detect_positive", 1))
+    negative = bool(ctx.attr("detect_negative", 1))
+    if not (positive or negative):
+        # No DML mode finds nothing (ONNX Runtime's provider maps this case to EITHER, which
+        # contradicts ONNX): the answer is all false whatever the input, known at import.
+        return [ctx.constant(np.zeros(inputs[0].shape, np.bool_))]
+    mode = "EITHER" if positive and negative else ("POSITIVE" if positive else "NEGATIVE")
+    return _to_bool("ELEMENT_WISE_IS_INFINITY", infinity_mode=mode)(ctx, node, inputs)
+
+
+@converter("Abs")
+def _abs(ctx, node, inputs):
+    # ABS takes signed types only; |x| of an unsigned x is x (the provider's IDENTITY).
+    (x,) = inputs
+    name = "ELEMENT_WISE_ABS"
+    if x.data_type in (DataType.UINT8, DataType.UINT16, DataType.UINT32, DataType.UINT64):
+        name = "ELEMENT_WISE_IDENTITY"
+    return unary(name)(ctx, node, inputs)
+
+
+@converter("Round")
+def _round(ctx, node, inputs):
+    return unary("ELEMENT_WISE_ROUND", rounding_mode="HALVES_TO_NEAREST_EVEN")(ctx, node, inputs)
+
+
+@converter("Mod")
+def _mod(ctx, node, inputs):
+    # fmod=1: C's fmod (the dividend's sign); fmod=0: the divisor's sign, as Python's %.
+    name = "TRUNCATE" if int(ctx.attr("fmod", 0)) else "FLOOR"
+    return binary(f"ELEMENT_WISE_MODULUS_{name}")(ctx, node, inputs)
+
+
+_UNSIGNED = {
+    DataType.INT8: DataType.UINT8,
+    DataType.INT16: DataType.UINT16,
+    DataType.INT32: DataType.UINT32,
+}
+
+
+@converter("BitShift")
+def _bit_shift(ctx, node, inputs):
+    direction = ctx.attr("direction")
+    if direction not in ("LEFT", "RIGHT"):
+        raise ctx.fail(f"direction must be 'LEFT' or 'RIGHT', got '{direction}'")
+    name = f"ELEMENT_WISE_BIT_SHIFT_{direction}"
+    x, y = inputs
+    unsigned = _UNSIGNED.get(x.data_type)
+    if unsigned is None:  # BitShift-11's unsigned types: the provider's one operator
+        return binary(name)(ctx, node, inputs)
+    # BitShift-28's signed types: DirectML shifts unsigned types only, so the bits are shifted
+    # as the unsigned type of the same width (CAST keeps the low bits both ways). A negative
+    # amount reads as one of at least the width, which shifts everything out, as ONNX says.
+    # The right shift is arithmetic: a negative x is shifted as ~x and complemented back, so
+    # the vacated bits are ones.
+    shape = broadcast_shape(ctx, x.shape, y.shape)
+    ux = cast_value(ctx, x, unsigned)
+    uy = cast_value(ctx, y, unsigned)
+    shifted = binary_value(ctx, name, ux, uy)
+    if direction == "RIGHT":
+        flipped = _unary_value(ctx, "ELEMENT_WISE_BIT_NOT", ux)
+        filled = _unary_value(ctx, "ELEMENT_WISE_BIT_NOT", binary_value(ctx, name, flipped, uy))
+        zero = ctx.constant(np.zeros((), np.dtype(x.data_type.numpy_dtype)))
+        negative = binary_value(ctx, "ELEMENT_WISE_LOGICAL_LESS_THAN", x, zero, is_bool=True)
+        shifted = _select(ctx, negative, filled, shifted, shape)
+    return [cast_value(ctx, shifted, x.data_type)]
+
+
+def _unary_value(ctx, name: str, x):
+    t = packed(x.data_type, x.shape)
+    return ctx.out(ctx.node(op(name)(t, t), [x]), x.shape)
+
+
+def _select(ctx, cond, a, b, shape):
+    desc = op("ELEMENT_WISE_IF")(
+        broadcast(cond, shape, DataType.UINT8),
+        broadcast(a, shape),
+        broadcast(b, shape),
+        packed(a.data_type, shape),
+    )
+    return ctx.out(ctx.node(desc, [cond, a, b]), shape, is_bool=a.is_bool and b.is_bool)
+
+
+def _variadic(name: str):
+    """Sum, Max, Min: the provider's pairwise loop, every input read at the output's shape."""
+
+    def convert(ctx, node, inputs):
+        return [_fold_pairwise(ctx, name, inputs)]
+
+    return convert
+
+
+def _fold_pairwise(ctx, name, inputs):
+    if len(inputs) == 1:
+        return inputs[0]
+    shape = broadcast_shape(ctx, *(v.shape for v in inputs))
+    acc = inputs[0]
+    for v in inputs[1:]:
+        t = acc.data_type
+        desc = op(name)(broadcast(acc, shape), broadcast(v, shape), packed(t, shape))
+        acc = ctx.out(ctx.node(desc, [acc, v]), shape)
+    return acc
+
+
+register("Sum", _variadic("ELEMENT_WISE_ADD"))
+register("Max", _variadic("ELEMENT_WISE_MAX"))
+register("Min", _variadic("ELEMENT_WISE_MIN"))
+
+
+@converter("Mean")
+def _mean(ctx, node, inputs):
+    # Two inputs: MEAN; more: the ADD loop, then an IDENTITY scaled by 1 / count (the provider's).
+    if len(inputs) == 2:
+        return binary("ELEMENT_WISE_MEAN")(ctx, node, inputs)
+    total = _fold_pairwise(ctx, "ELEMENT_WISE_ADD", inputs)
+    if len(inputs) == 1:
+        return [total]
+    t = packed(total.data_type, total.shape)
+    scale = ScaleBias(1.0 / len(inputs), 0.0)
+    desc = op("ELEMENT_WISE_IDENTITY")(t, t, scale_bias=scale)
+    return [ctx.out(ctx.node(desc, [total]), total.shape)]
+
+
+@converter("Clip")
+def _clip(ctx, node, inputs):
+    x = inputs[0]
+    if ctx.opset < 11:  # Clip-6: FLOAT attributes (float tensors only)
+        lo = float(ctx.attr("min", float(np.finfo(np.float32).min)))
+        hi = float(ctx.attr("max", float(np.finfo(np.float32).max)))
+        return [_clip_value(ctx, x, lo, hi)]
+    # Clip-11+: optional scalar inputs, which the provider reads on the CPU; absent means the
+    # type's limits (ONNX's numeric_limits lowest and max).
+    bounds = list(inputs[1:3]) + [None] * (3 - len(inputs))
+    if all(b is None or b.const is not None for b in bounds):
+        lo, hi = _type_limits(x.data_type)
+        if bounds[0] is not None:
+            lo = _scalar(ctx, bounds[0], "min")
+        if bounds[1] is not None:
+            hi = _scalar(ctx, bounds[1], "max")
+        return [_clip_value(ctx, x, lo, hi)]
+    # A bound computed at run time: ONNX's own formula Min(max, Max(x, min)) with DirectML's
+    # MAX and MIN reading the bound broadcast (exact, and no specialisation on its value).
+    y = x
+    for bound, name, what in ((bounds[0], "MAX", "min"), (bounds[1], "MIN", "max")):
+        if bound is not None:
+            if int(np.prod(bound.shape)) != 1:
+                raise ctx.fail(f"input '{what}' must be a scalar, got shape {list(bound.shape)}")
+            desc = op(f"ELEMENT_WISE_{name}")(
+                packed(x.data_type, x.shape),
+                broadcast(bound, x.shape),
+                packed(x.data_type, x.shape),
+            )
+            y = ctx.out(ctx.node(desc, [y, bound]), x.shape)
+    return [y]
+
+
+def _scalar(ctx, v, what: str):
+    value = np.asarray(ctx.const(v, what))
+    if value.size != 1:
+        raise ctx.fail(f"input '{what}' must be a scalar, got shape {list(value.shape)}")
+    return value.reshape(()).item()
+
+
+def _type_limits(data_type: DataType) -> tuple:
+    dtype = np.dtype(data_type.numpy_dtype)
+    if dtype.kind == "f":
+        return float(np.finfo(dtype).min), float(np.finfo(dtype).max)
+    return int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
+
+
+def _clip_value(ctx, x, lo, hi):
+    """CLIP (float tensors: FLOAT bounds) or CLIP1 (integers: bounds typed exactly, which a
+    FLOAT cannot do for every int32). DirectML computes max(Min, min(x, Max)), which is Min
+    where Min > Max; ONNX gives Max there, so Min is lowered to Max first."""
+    lo = min(lo, hi)
+    t = packed(x.data_type, x.shape)
+    if x.data_type in _FLOATS:
+        desc = op("ELEMENT_WISE_CLIP")(t, t, min=float(lo), max=float(hi))
+    else:
+        desc = op("ELEMENT_WISE_CLIP1")(
+            t, t, min=int(lo), max=int(hi), min_max_data_type=x.data_type
+        )
+    return ctx.out(ctx.node(desc, [x]), x.shape)
 
 
 @converter("Pow")
 def _pow(ctx, node, inputs):
     x, y = inputs
+    if (
+        y.const is not None
+        and y.const.size == 1
+        and x.data_type in (DataType.FLOAT32, DataType.FLOAT16)
+        and broadcast_shape(ctx, x.shape, y.shape) == x.shape
+    ):
+        # A constant scalar exponent: CONSTANT_POW with a FLOAT exponent (float tensors only,
+        # the operator's support table; an integer base keeps POW).
+        t = packed(x.data_type, x.shape)
+        exponent = float(np.asarray(y.const, np.float64).reshape(()))
+        return [ctx.out(ctx.node(op("ELEMENT_WISE_CONSTANT_POW")(t, t, exponent=exponent), [x]),
+                        x.shape)]  # fmt: skip
     shape = broadcast_shape(ctx, x.shape, y.shape)
-    if y.data_type != x.data_type:
-        y = cast_value(ctx, y, x.data_type)
     desc = op("ELEMENT_WISE_POW")(
         broadcast(x, shape), broadcast(y, shape), packed(x.data_type, shape)
     )
@@ -38,22 +290,15 @@ def _pow(ctx, node, inputs):
 @converter("Where")
 def _where(ctx, node, inputs):
     cond, a, b = inputs
-    shape = broadcast_shape(ctx, cond.shape, a.shape, b.shape)
-    desc = op("ELEMENT_WISE_IF")(
-        broadcast(cond, shape, DataType.UINT8),
-        broadcast(a, shape),
-        broadcast(b, shape),
-        packed(a.data_type, shape),
-    )
-    return [ctx.out(ctx.node(desc, [cond, a, b]), shape, is_bool=a.is_bool)]
+    return [_select(ctx, cond, a, b, broadcast_shape(ctx, cond.shape, a.shape, b.shape))]
 
 
-@converter("Cast")
-def _cast(ctx, node, inputs):
-    (x,) = inputs
-    to = int(ctx.attr("to"))
-    target = data_type_of(to, ctx.where)
-    if to == 9:  # BOOL: x != 0
+def _cast_to(ctx, x, target: DataType, to_bool: bool):
+    if to_bool and x.is_bool:
+        return x
+    if to_bool:
+        # BOOL is x != 0: 1 - (x == 0), so 0.5 and NaN are true (a CAST to UINT8 would
+        # truncate 0.5 to 0).
         zero = ctx.constant(np.zeros((), np.dtype(x.data_type.numpy_dtype)))
         eq = binary_value(ctx, "ELEMENT_WISE_LOGICAL_EQUALS", x, zero, is_bool=True)
         one = ctx.constant(np.ones((), np.uint8))
@@ -61,5 +306,18 @@ def _cast(ctx, node, inputs):
         desc = op("ELEMENT_WISE_SUBTRACT")(
             broadcast(one, shape), broadcast(eq, shape), packed(DataType.UINT8, shape)
         )
-        return [ctx.out(ctx.node(desc, [one, eq]), shape, is_bool=True)]
-    return [cast_value(ctx, x, target)]
+        return ctx.out(ctx.node(desc, [one, eq]), shape, is_bool=True)
+    return cast_value(ctx, x, target)
+
+
+@converter("Cast")
+def _cast(ctx, node, inputs):
+    (x,) = inputs
+    to = int(ctx.attr("to"))
+    return [_cast_to(ctx, x, data_type_of(to, ctx.where), to == 9)]
+
+
+@converter("CastLike")
+def _cast_like(ctx, node, inputs):
+    x, like = inputs
+    return [_cast_to(ctx, x, like.data_type, like.is_bool)]
