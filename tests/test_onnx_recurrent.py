@@ -13,9 +13,9 @@ import pytest
 import dml_jax as dml
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto, helper
 
-from dml_jax.onnx import InferenceSession  # noqa: E402
+from dml_jax.onnx import InferenceSession
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 SEQ, BATCH, INPUT, HIDDEN = 4, 3, 2, 3

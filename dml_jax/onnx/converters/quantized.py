@@ -48,7 +48,9 @@ def _parameter_layout(ctx, x: Value, scale: Value, zero: Value | None):
     block = int(ctx.attr("block_size", 0)) if ctx.opset >= 21 else 0
     single = math.prod(scale.shape) == 1 and scale.rank <= 1
     if zero is not None and zero.shape != scale.shape and not (single and zero.rank <= 1):
-        raise ctx.fail(f"the zero point has shape {list(zero.shape)}, the scale {list(scale.shape)}")
+        raise ctx.fail(
+            f"the zero point has shape {list(zero.shape)}, the scale {list(scale.shape)}"
+        )
     if block < 0:
         raise ctx.fail(f"block_size must be >= 0, got {block}")
     if not block and single:
@@ -68,6 +70,13 @@ def _parameter_layout(ctx, x: Value, scale: Value, zero: Value | None):
         raise ctx.fail(
             f"a blocked scale (block_size {block} on axis {axis}) must have shape {list(want)}, "
             f"got {list(scale.shape)}"
+        )
+    if x.shape[axis] % block:
+        # DirectML's blocks are InputTensor.Sizes / Sizes: they must divide the input, or the
+        # operator would read other blocks than ONNX's (docs/semantics.md, "Quantization").
+        raise ctx.fail(
+            f"block_size {block} does not divide axis {axis} ({x.shape[axis]}): DirectML's "
+            "QUANTIZE / DEQUANTIZE have no partial last block"
         )
     return axis, block
 
@@ -309,16 +318,15 @@ def _conv_geometry(ctx, x: Value, w: Value) -> tuple[dict, tuple[int, ...]]:
     strides, dilations = spatial("strides", 1), spatial("dilations", 1)
     start, end = pads_of(ctx, x.shape[2:], kernel, strides, dilations)
     group = int(ctx.attr("group", 1))
-    out = (x.shape[0], w.shape[0]) + spatial_out(x.shape[2:], kernel, strides, dilations, start,
-                                                 end)  # fmt: skip
-    fields = dict(
-        strides=strides,
-        dilations=dilations,
-        start_padding=start,
-        end_padding=end,
-        group_count=group,
-    )
-    return fields, out
+    spatial = spatial_out(x.shape[2:], kernel, strides, dilations, start, end)
+    fields = {
+        "strides": strides,
+        "dilations": dilations,
+        "start_padding": start,
+        "end_padding": end,
+        "group_count": group,
+    }
+    return fields, (x.shape[0], w.shape[0]) + spatial
 
 
 def _conv_param(v: Value | None) -> Value | None:

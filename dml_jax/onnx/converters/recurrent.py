@@ -161,8 +161,8 @@ def _recurrent(family: str):
         feeds = [x, w, r, b, h0]
         if family == "LSTM":
             fields["cell_mem_init_tensor"] = None if c0 is None else _read(c0, state, swap)
-            fields["peephole_tensor"] = None if peephole is None else _read(
-                peephole, (1, 1) + peephole.shape
+            fields["peephole_tensor"] = (
+                None if peephole is None else _read(peephole, (1, 1) + peephole.shape)
             )
             feeds += [c0, lengths, peephole]
         else:
