@@ -135,8 +135,12 @@ def _pad_last(ctx, mask: Value, total: int, fill) -> Value:
     return ctx.out(ctx.node(desc, [mask, block]), out, is_bool=mask.is_bool)
 
 
-def _less(ctx, a, b) -> Value:
-    """``a < b`` as UINT8 (ONNX BOOL): INT32 operands, one of them an array known at import."""
+def _less(ctx, a, b):
+    """``a < b`` for INT32 operands, one of them an array known at import: a UINT8 (ONNX BOOL)
+    value, or a NumPy array when both are known."""
+    known = [x if isinstance(x, np.ndarray) else x.const for x in (a, b)]
+    if all(x is not None for x in known):
+        return np.less(*(x.reshape(_rank4(x.shape)) for x in known))
     a = ctx.constant(np.asarray(a, np.int32)) if isinstance(a, np.ndarray) else a
     b = ctx.constant(np.asarray(b, np.int32)) if isinstance(b, np.ndarray) else b
     return binary_value(ctx, "ELEMENT_WISE_LOGICAL_LESS_THAN", a, b, is_bool=True)
@@ -238,6 +242,13 @@ def _attention(ctx, node, inputs):
     allowed, additive = _Allowed(), None
     if mask is not None:
         mask = _pad_last(ctx, mask, total, False if bool_mask else -np.inf)
+        full = (b, hq, s, total)
+        try:
+            fits = mask.rank <= 4 and np.broadcast_shapes(_rank4(mask.shape), full) == full
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ctx.fail(f"attn_mask of shape {list(mask.shape)} does not broadcast to {full}")
         if bool_mask:
             allowed.add(mask)
         else:
@@ -261,8 +272,9 @@ def _attention(ctx, node, inputs):
     rows = None if cache else _row_has_key(ctx, allowed, additive)
 
     if decomposed:
-        return _decomposed(ctx, q, k, v, past_k, past_v, allowed, additive, rows, scale, softcap,
-                           (b, hq, hkv, s, d, dv, total))  # fmt: skip
+        dims = (b, hq, hkv, s, d, dv, total)
+        masks = (allowed, additive, rows)
+        return _decomposed(ctx, q, k, v, past_k, past_v, masks, scale, softcap, dims)
 
     # MULTIHEAD_ATTENTION(1).
     q3 = _heads_last(ctx, q) if q.rank == 4 else q
@@ -327,8 +339,9 @@ def _member(field: str) -> str:
     return "".join(part.capitalize() for part in field.split("_"))
 
 
-def _decomposed(ctx, q, k, v, past_k, past_v, allowed, additive, rows, scale, softcap, dims):
+def _decomposed(ctx, q, k, v, past_k, past_v, masks, scale, softcap, dims):
     """softcap / qk_matmul_output: ONNX's decomposition on DirectML operators."""
+    allowed, additive, rows = masks
     b, hq, hkv, s, d, dv, total = dims
     g = hq // hkv
     t = q.data_type
