@@ -95,6 +95,23 @@ def test_quantize_to_output_dtype_int8_and_back():
     _check(model, feeds)
 
 
+def test_mixed_float_types_compute_in_float32():
+    x = RNG.uniform(-20, 20, (3, 4)).astype(np.float16)
+    model, feeds = _model(
+        "QuantizeLinear", {"x": x, "s": np.float32(0.3), "z": np.int8(2)}, {"y": np.int8}, opset=21
+    )
+    _check(model, feeds)
+    q = RNG.integers(0, 256, (3, 4)).astype(np.uint8)
+    model, feeds = _model(
+        "DequantizeLinear",
+        {"x": q, "s": np.float16(0.1), "z": np.uint8(7)},
+        {"y": np.float32},
+        opset=23,
+        output_dtype=onnx.TensorProto.FLOAT,
+    )
+    _check(model, feeds)
+
+
 def test_dequantize_int32_and_float16_per_axis():
     q = RNG.integers(-1000, 1000, (2, 3)).astype(np.int32)
     model, feeds = _model(

@@ -17,8 +17,10 @@ provider maps them:
   convolutions, as DirectML's): pads / auto_pad as Conv's, group -> GroupCount, a 1-D filter
   scale / zero point per output channel, QLinearConv's INT32 bias {M} -> {1, M, 1, ..}.
 
-FLOAT16 scales of the quantized matrix multiply (QLinearMatMul-21) are widened to FLOAT32, which
-DirectML's operator takes: exact, and ONNX computes them in float32 too.
+DirectML quantizes and dequantizes in float32 (FLOAT16 operands widen exactly;
+docs/semantics.md, "Quantization"): operands of two float types are both widened to FLOAT32, as
+are FLOAT16 scales of the quantized matrix multiply (QLinearMatMul-21), which DirectML's operator
+reads as FLOAT32 only; ONNX's ``precision`` (opset 23) is that float32 division.
 """
 
 from __future__ import annotations
@@ -127,23 +129,14 @@ def _quantized_type(ctx, zero: Value | None) -> DataType:
     return data_type_of(given, ctx.where) if given else DataType.UINT8
 
 
-def _division_type(ctx, x: Value, scale: Value) -> DataType:
-    """The float type of ``x / scale``: ``precision`` (opset 23), else the scale's type."""
-    precision = int(ctx.attr("precision", 0)) if ctx.opset >= 23 else 0
-    return data_type_of(precision, ctx.where) if precision else scale.data_type
-
-
 @converter("QuantizeLinear")
 def _quantize_linear(ctx, node, inputs):
     x, scale = inputs[:2]
     zero = _present(inputs, 2)
     axis, block = _parameter_layout(ctx, x, scale, zero)
     out_type = _quantized_type(ctx, zero)
-    compute = _division_type(ctx, x, scale)
-    # DirectML divides in float32 (FLOAT16 widens exactly): it is ONNX's division wherever that
-    # is float32; a float16 division of wider values is not DirectML's.
-    if compute != DataType.FLOAT32 and DataType.FLOAT32 in (x.data_type, scale.data_type):
-        raise ctx.fail(f"a {compute.name} division of {x.data_type.name} values is not supported")
+    # DirectML divides in float32 whatever the operands (FLOAT16 widens exactly), so operands
+    # of two float types are both widened; ONNX's ``precision`` (opset 23) is then float32.
     if x.data_type in _FLOATS and scale.data_type in _FLOATS and x.data_type != scale.data_type:
         x = cast_value(ctx, x, DataType.FLOAT32)
         scale = cast_value(ctx, scale, DataType.FLOAT32)
@@ -169,6 +162,8 @@ def _dequantize_linear(ctx, node, inputs):
     axis, block = _parameter_layout(ctx, x, scale, zero)
     given = int(ctx.attr("output_dtype", 0)) if ctx.opset >= 23 else 0
     out_type = data_type_of(given, ctx.where) if given else scale.data_type
+    if out_type == DataType.FLOAT32:
+        scale = cast_value(ctx, scale, DataType.FLOAT32)  # a FLOAT16 scale widens exactly
     if block or x.data_type in _FOUR_BIT:
         y = _blocked(ctx, "DEQUANTIZE", x, scale, zero, scale.data_type, axis)
     else:
@@ -180,7 +175,7 @@ def _dequantize_linear(ctx, node, inputs):
             packed(scale.data_type, x.shape),
         )
         y = ctx.out(ctx.node(desc, [x, s[0], None if z is None else z[0]]), x.shape)
-    # output_dtype other than the scale's: the result in the scale's type, cast once.
+    # A FLOAT16 output_dtype of a FLOAT32 scale: the float32 result, rounded once.
     return [cast_value(ctx, y, out_type)]
 
 
