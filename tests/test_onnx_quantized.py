@@ -1,297 +1,228 @@
-"""ONNX's own backend node tests of QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
-MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv, mapped onto DirectML's quantized
-descriptors as ONNX Runtime's DirectML provider maps them:
-
-- QuantizeLinear / DequantizeLinear with a per-tensor or per-axis scale and zero point, 8 or 16
-  bits -> ELEMENT_WISE_QUANTIZE_LINEAR / ELEMENT_WISE_DEQUANTIZE_LINEAR in buffer mode: the
-  scale and zero point are full-size descs with stride 0 where they repeat (DirectML's
-  broadcasting). Blocked cases (``block_size``) and 4-bit types -> QUANTIZE / DEQUANTIZE with
-  the quantization tensors at the input's rank (one value per block: the scale's own sizes,
-  ONNX's blocked layout; a per-axis {C} becomes {1, .., C, .., 1}). A missing zero point is
-  absent (0).
-- DynamicQuantizeLinear -> DYNAMIC_QUANTIZE_LINEAR (scale and zero point {1, ..} of the input's
-  rank, compared with ONNX's scalars).
-- MatMulInteger -> MATRIX_MULTIPLY_INTEGER, QLinearMatMul -> QUANTIZED_LINEAR_MATRIX_MULTIPLY on
-  the inputs' own ranks (2 to 4); a 1-D zero point or scale of M (A's rows) or N (B's columns)
-  values is DirectML's 1-D per-row / per-column form, a scalar one value.
-- ConvInteger -> CONVOLUTION_INTEGER, QLinearConv -> QUANTIZED_LINEAR_CONVOLUTION: pads (and
-  auto_pad by ONNX's formulas) -> StartPadding / EndPadding, group -> GroupCount, a 1-D
-  filter zero point / scale of M values per output channel, QLinearConv's bias {M} ->
-  {1, M, 1, ..}.
-
-Cases DirectML cannot express are skipped with the reason: float8, 2-bit and float4 types (no
-DML data type), 16-bit quantized outputs and FLOAT16 scales of the quantized matrix multiply and
-convolution (the support tables reject them). The test data comes from the ``onnx`` package, so
-the module is skipped without it; every mapped operator must pass at least one case.
-"""
+"""The quantized ops through ``InferenceSession`` where ONNX's node tests do not reach: per-axis
+parameters on other axes, absent zero points with ``output_dtype``, INT32 and FLOAT16 operands,
+blocked (DE)QUANTIZE and DirectML's rule on partial blocks, broadcast batches and per-row /
+per-column parameters of the integer matrix products, 1-D and grouped integer convolutions.
+Results are compared with ONNX's reference evaluator; ONNX's own node tests run in
+``test_onnx_node_tests.py``."""
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
-import strategies
-from onnx_cases import (
-    assert_every_op_type_passes,
-    attrs,
-    broadcast_desc,
-    case_ids,
-    conv_attrs,
-    forward_pads,
-    node_cases,
-    run_buffers_or_skip,
-    run_or_skip,
-)
 
 import dml_jax as dml
 
 onnx = pytest.importorskip("onnx")
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
-MODULES = {
-    "QuantizeLinear": "quantizelinear",
-    "DequantizeLinear": "dequantizelinear",
-    "DynamicQuantizeLinear": "dynamicquantizelinear",
-    "MatMulInteger": "matmulinteger",
-    "ConvInteger": "convinteger",
-    "QLinearMatMul": "qlinearmatmul",
-    "QLinearConv": "qlinearconv",
-}
-MAPPED = set(MODULES)
-EXACT_DIVISION = strategies.ON_CPU
-CASES = node_cases(MODULES)
+from dml_jax.onnx import InferenceSession
 
-# DML data types of the NumPy / ml_dtypes arrays ONNX gives (4-bit ones are held in a byte).
-_TYPES = {
-    "float32": "FLOAT32",
-    "float16": "FLOAT16",
-    "int8": "INT8",
-    "uint8": "UINT8",
-    "int16": "INT16",
-    "uint16": "UINT16",
-    "int32": "INT32",
-    "uint32": "UINT32",
-    "int4": "INT4",
-    "uint4": "UINT4",
-}
+RNG = np.random.default_rng(7)
 
 
-def _array(value) -> tuple[np.ndarray | None, str | None]:
-    """(array as dml_jax holds it, DML type name) of an ONNX input or output; skips the case for
-    a type DirectML lacks."""
-    if value is None:
-        return None, None
-    if isinstance(value, onnx.TensorProto):
-        value = onnx.numpy_helper.to_array(value)
-    value = np.asarray(value)
-    name = _TYPES.get(value.dtype.name)
-    if name is None:
-        pytest.skip(f"DirectML has no data type for ONNX's {value.dtype.name}")
-    if name in ("INT4", "UINT4"):
-        value = value.astype(np.int8 if name == "INT4" else np.uint8)
-    return value, name
-
-
-def _inputs(case) -> list:
-    return [_array(v) for v in case.inputs] + [(None, None)] * 8
-
-
-# ---------------------------------------------------------------------------------------------
-# QuantizeLinear / DequantizeLinear
-
-
-def _parameter_shape(x: np.ndarray, p: np.ndarray, axis: int, block: int) -> tuple[int, ...]:
-    """A scale / zero point as a tensor of x's rank: one value, one per index of ``axis``, or
-    (blocked) the parameter's own sizes."""
-    if p.size == 1:
-        return (1,) * x.ndim
-    if block:
-        return tuple(p.shape)
-    shape = [1] * x.ndim
-    shape[axis] = p.size
-    return tuple(shape)
-
-
-def _quantize_linear(case, quantize: bool):
-    (x, xt), (scale, st), (zero, zt), *_ = _inputs(case)
-    at = attrs(case.node)
-    axis = int(at.get("axis", 1)) % max(x.ndim, 1)
-    block = int(at.get("block_size", 0))
-    out_array, out_type = _array(case.outputs[0])
-    shape = _parameter_shape(x, scale, axis, block)
-    if block and any(n % q for n, q in zip(x.shape, shape)):
-        pytest.skip("a partial last block: DirectML's blocks divide the input")
-    scale = scale.reshape(shape)
-    zero = None if zero is None else zero.reshape(shape)
-    if block or {xt, out_type} & {"INT4", "UINT4"}:
-        cls = dml.QuantizeOperatorDesc if quantize else dml.DequantizeOperatorDesc
-        params = [dml.TensorDesc(st, list(shape))]
-        if zero is not None:
-            params.append(dml.TensorDesc(zt, list(shape)))
-        desc = cls(
-            dml.TensorDesc(xt, list(x.shape)),
-            "SCALE_ZERO_POINT" if zero is not None else "SCALE",
-            params,
-            dml.TensorDesc(out_type, list(x.shape)),
-        )
-        arrays = [x, scale] + ([] if zero is None else [zero])
-        return run_or_skip(desc, *arrays)
-    cls = (
-        dml.ElementWiseQuantizeLinearOperatorDesc
-        if quantize
-        else dml.ElementWiseDequantizeLinearOperatorDesc
+def _model(op, inputs, outputs, *, opset, constants=(), **attrs):
+    """A one-node model; ``inputs`` (name -> array) are graph inputs, except the names in
+    ``constants``, which are initializers. ``outputs``: name -> NumPy dtype."""
+    names = list(inputs)
+    node = helper.make_node(op, names, list(outputs), **attrs)
+    elem = helper.np_dtype_to_tensor_dtype
+    graph = helper.make_graph(
+        [node],
+        op.lower(),
+        [
+            helper.make_tensor_value_info(n, elem(a.dtype), a.shape)
+            for n, a in inputs.items()
+            if n not in constants
+        ],
+        [helper.make_tensor_value_info(n, elem(np.dtype(t)), None) for n, t in outputs.items()],
+        [numpy_helper.from_array(inputs[n], n) for n in constants],
     )
-    desc = cls(
-        dml.TensorDesc(xt, list(x.shape)),
-        broadcast_desc(scale, x.shape, st),
-        None if zero is None else broadcast_desc(zero, x.shape, zt),
-        dml.TensorDesc(out_type, list(x.shape)),
-    )
-    buffers = [x, scale] + ([] if zero is None else [zero])
-    return run_buffers_or_skip(desc, buffers, x.shape, out_array.dtype)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    feeds = {n: a for n, a in inputs.items() if n not in constants}
+    return model, feeds
 
 
-def _dynamic_quantize_linear(case):
-    (x, xt), *_ = _inputs(case)
-    one = [1] * x.ndim
-    desc = dml.DynamicQuantizeLinearOperatorDesc(
-        dml.TensorDesc(xt, list(x.shape)),
-        dml.TensorDesc("UINT8", list(x.shape)),
-        dml.TensorDesc("FLOAT32", one),
-        dml.TensorDesc("UINT8", one),
-    )
-    y, scale, zero = run_or_skip(desc, x)
-    return y, scale.reshape(()), zero.reshape(())
-
-
-# ---------------------------------------------------------------------------------------------
-# MatMulInteger / QLinearMatMul / ConvInteger / QLinearConv
-
-
-def _tensor(v: tuple) -> dml.TensorDesc | None:
-    """An operand's desc: its own sizes (None when absent)."""
-    array, data_type = v
-    return None if array is None else dml.TensorDesc(data_type, list(array.shape))
-
-
-def _parameter(v: tuple) -> dml.TensorDesc | None:
-    """A scale or zero point: one value, or the 1-D per-row / per-column / per-output-channel
-    form of its values (ONNX gives scalars and 1-D tensors)."""
-    array, data_type = v
-    return None if array is None else dml.TensorDesc(data_type, [array.size])
-
-
-def _run(desc, *values):
-    """Runs ``desc`` on ``values`` in schema order (None for an absent optional tensor), each
-    shaped to its tensor's Sizes."""
-    slots = iter(t for _, t in desc.input_slots())
-    return run_or_skip(desc, *(v.reshape(next(slots).sizes) for v in values if v is not None))
-
-
-def _output_sizes(a: np.ndarray, b: np.ndarray) -> list[int]:
-    if a.ndim != b.ndim or a.shape[:-2] != b.shape[:-2] or a.ndim < 2:
-        pytest.skip("operands of different ranks or batch sizes: DirectML needs equal ones")
-    return list(a.shape[:-2]) + [a.shape[-2], b.shape[-1]]
-
-
-def _matmul_integer(case):
-    a, b, az, bz, *_ = _inputs(case)
-    desc = dml.MatrixMultiplyIntegerOperatorDesc(
-        _tensor(a),
-        _parameter(az),
-        _tensor(b),
-        _parameter(bz),
-        dml.TensorDesc("INT32", _output_sizes(a[0], b[0])),
-    )
-    return _run(desc, a[0], az[0], b[0], bz[0])
-
-
-def _qlinear_matmul(case):
-    a, sa, za, b, sb, zb, so, zo, *_ = _inputs(case)
-    desc = dml.QuantizedLinearMatrixMultiplyOperatorDesc(
-        _tensor(a), _parameter(sa), _parameter(za),
-        _tensor(b), _parameter(sb), _parameter(zb),
-        _parameter(so), _parameter(zo),
-        dml.TensorDesc(_array(case.outputs[0])[1], _output_sizes(a[0], b[0])),
-    )  # fmt: skip
-    return _run(desc, *(v[0] for v in (a, sa, za, b, sb, zb, so, zo)))
-
-
-def _conv_geometry(case, x, w) -> tuple[dict, list[int]]:
-    a = conv_attrs(case.node, x, w)
-    spatial = forward_pads(a, x)
-    fields = {
-        "strides": a["strides"],
-        "dilations": a["dilations"],
-        "start_padding": a["start"],
-        "end_padding": a["end"],
-        "group_count": a["group"],
-    }
-    return fields, [x.shape[0], w.shape[0], *spatial]
-
-
-def _conv_integer(case):
-    x, w, xz, wz, *_ = _inputs(case)
-    fields, out = _conv_geometry(case, x[0], w[0])
-    desc = dml.ConvolutionIntegerOperatorDesc(
-        _tensor(x), _parameter(xz), _tensor(w), _parameter(wz), dml.TensorDesc("INT32", out),
-        **fields,
-    )  # fmt: skip
-    return _run(desc, x[0], xz[0], w[0], wz[0])
-
-
-def _qlinear_conv(case):
-    x, sx, zx, w, sw, zw, so, zo, bias, *_ = _inputs(case)
-    fields, out = _conv_geometry(case, x[0], w[0])
-    bias_desc = None
-    if bias[0] is not None:
-        bias_desc = dml.TensorDesc(bias[1], [1, bias[0].size] + [1] * (x[0].ndim - 2))
-    desc = dml.QuantizedLinearConvolutionOperatorDesc(
-        _tensor(x), _parameter(sx), _parameter(zx), _tensor(w), _parameter(sw), _parameter(zw),
-        bias_desc, _parameter(so), _parameter(zo),
-        dml.TensorDesc(_array(case.outputs[0])[1], out), **fields,
-    )  # fmt: skip
-    return _run(desc, *(v[0] for v in (x, sx, zx, w, sw, zw, bias, so, zo)))
-
-
-RUN = {
-    "QuantizeLinear": lambda case: _quantize_linear(case, True),
-    "DequantizeLinear": lambda case: _quantize_linear(case, False),
-    "DynamicQuantizeLinear": _dynamic_quantize_linear,
-    "MatMulInteger": _matmul_integer,
-    "QLinearMatMul": _qlinear_matmul,
-    "ConvInteger": _conv_integer,
-    "QLinearConv": _qlinear_conv,
-}
-
-
-@functools.cache
-def _result(index: int):
-    """DirectML's outputs for a case (a tuple), kept: the last test reuses them."""
-    case = CASES[index]
-    got = RUN[case.node.op_type](case)
-    return got if isinstance(got, tuple) else (got,)
-
-
-def _check(index: int) -> None:
-    case = CASES[index]
-    got = _result(index)
-    assert len(got) == len(case.outputs)
-    for g, want in zip(got, case.outputs):
-        w, _ = _array(want)
+def _check(model, feeds, want=None):
+    """The session's outputs equal ``want`` (default: ONNX's reference evaluator's)."""
+    want = ReferenceEvaluator(model).run(None, feeds) if want is None else want
+    got = InferenceSession(model).run(None, feeds)
+    for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
         if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=1e-6 if w.dtype == np.float32 else 1e-3)
-        elif EXACT_DIVISION:
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+        else:
             np.testing.assert_array_equal(g, w)
-        else:  # an approximate x / Scale next to a tie may quantize one step away (semantics.md)
-            np.testing.assert_array_less(np.abs(g.astype(np.int64) - w.astype(np.int64)), 2)
 
 
-@pytest.mark.parametrize("index", range(len(CASES)), ids=case_ids(CASES))
-def test_onnx_node(index):
-    _check(index)
+def _requantize(real, scale, zero, dtype):
+    """ONNX's quantization of float64 ``real`` (round half to even, saturate)."""
+    info = np.iinfo(dtype)
+    q = np.rint(real / np.float64(scale)) + np.int64(zero)
+    return np.clip(q, info.min, info.max).astype(dtype)
 
 
-def test_every_mapped_operator_has_a_passing_case():
-    assert_every_op_type_passes(CASES, _check, MAPPED)
+def _conv(x, w, **attrs):
+    """ONNX's float64 Conv of integer-valued arrays (the reference evaluator's)."""
+    model, feeds = _model("Conv", {"x": x, "w": w}, {"y": np.float64}, opset=11, **attrs)
+    return ReferenceEvaluator(model).run(None, feeds)[0]
+
+
+def _ops(model):
+    return [n.operator_type for n in dml.compile_onnx(model).imported.graph.nodes]
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+def test_quantize_per_axis_without_zero_point(axis):
+    x = RNG.uniform(-30, 30, (3, 4, 5)).astype(np.float32)
+    scale = RNG.uniform(0.1, 1, x.shape[axis]).astype(np.float32)
+    model, feeds = _model(
+        "QuantizeLinear", {"x": x, "s": scale}, {"y": np.uint8}, opset=13, axis=axis
+    )
+    _check(model, feeds)
+    assert "DML_OPERATOR_ELEMENT_WISE_QUANTIZE_LINEAR" in _ops(model)
+
+
+def test_quantize_to_output_dtype_int8_and_back():
+    x = RNG.uniform(-40, 40, (2, 6)).astype(np.float32)
+    model, feeds = _model(
+        "QuantizeLinear",
+        {"x": x, "s": np.float32(0.25)},
+        {"y": np.int8},
+        opset=21,
+        output_dtype=onnx.TensorProto.INT8,
+    )
+    _check(model, feeds)
+
+
+def test_mixed_float_types_compute_in_float32():
+    x = RNG.uniform(-20, 20, (3, 4)).astype(np.float16)
+    model, feeds = _model(
+        "QuantizeLinear", {"x": x, "s": np.float32(0.3), "z": np.int8(2)}, {"y": np.int8}, opset=21
+    )
+    _check(model, feeds)
+    q = RNG.integers(0, 256, (3, 4)).astype(np.uint8)
+    model, feeds = _model(
+        "DequantizeLinear",
+        {"x": q, "s": np.float16(0.1), "z": np.uint8(7)},
+        {"y": np.float32},
+        opset=23,
+        output_dtype=onnx.TensorProto.FLOAT,
+    )
+    _check(model, feeds)
+
+
+def test_dequantize_int32_and_float16_per_axis():
+    q = RNG.integers(-1000, 1000, (2, 3)).astype(np.int32)
+    model, feeds = _model(
+        "DequantizeLinear", {"x": q, "s": np.float32(0.5)}, {"y": np.float32}, opset=19
+    )
+    _check(model, feeds)
+    q8 = RNG.integers(-128, 128, (4, 3)).astype(np.int8)
+    scale = np.array([0.5, 0.25, 2.0], np.float16)
+    zero = np.array([1, -3, 0], np.int8)
+    model, feeds = _model(
+        "DequantizeLinear", {"x": q8, "s": scale, "z": zero}, {"y": np.float16}, opset=19
+    )
+    _check(model, feeds)
+
+
+def test_blocked_dequantize_is_dequantize_and_partial_blocks_are_refused():
+    q = RNG.integers(-128, 128, (4, 6)).astype(np.int8)
+    scale = RNG.uniform(0.1, 1, (4, 3)).astype(np.float32)
+    zero = RNG.integers(-5, 5, (4, 3)).astype(np.int8)
+    inputs = {"x": q, "s": scale, "z": zero}
+    model, feeds = _model(
+        "DequantizeLinear", inputs, {"y": np.float32}, opset=21, axis=1, block_size=2
+    )
+    _check(model, feeds)
+    assert "DML_OPERATOR_DEQUANTIZE" in _ops(model)
+    # 6 columns in blocks of 4: ONNX allows a partial last block, DirectML's blocks divide
+    # the input (docs/semantics.md, "Quantization").
+    inputs = {"x": q, "s": scale[:, :2].copy(), "z": zero[:, :2].copy()}
+    model, feeds = _model(
+        "DequantizeLinear", inputs, {"y": np.float32}, opset=21, axis=1, block_size=4
+    )
+    with pytest.raises(dml.ValidationError, match="no partial last block"):
+        InferenceSession(model).run(None, feeds)
+
+
+def test_matmul_integer_broadcasts_the_batch_with_per_row_and_column_zero_points():
+    a = RNG.integers(-128, 128, (2, 3, 4)).astype(np.int8)
+    b = RNG.integers(0, 256, (4, 5)).astype(np.uint8)
+    az = RNG.integers(-5, 5, 3).astype(np.int8)
+    bz = RNG.integers(100, 150, 5).astype(np.uint8)
+    model, feeds = _model(
+        "MatMulInteger", {"a": a, "b": b, "az": az, "bz": bz}, {"y": np.int32}, opset=10
+    )
+    want = (a.astype(np.int32) - az[:, None]) @ (b.astype(np.int32) - bz)
+    _check(model, feeds, [want])
+
+
+def test_qlinear_matmul_per_row_and_per_column_scales():
+    a = RNG.integers(0, 256, (2, 3, 4)).astype(np.uint8)
+    b = RNG.integers(0, 256, (4, 5)).astype(np.uint8)
+    inputs = {
+        "a": a,
+        "sa": RNG.uniform(0.01, 0.05, 3).astype(np.float32),
+        "za": np.uint8(120),
+        "b": b,
+        "sb": RNG.uniform(0.01, 0.05, 5).astype(np.float32),
+        "zb": RNG.integers(100, 150, 5).astype(np.uint8),
+        "sy": np.float32(0.3),
+        "zy": np.uint8(128),
+    }
+    model, feeds = _model("QLinearMatMul", inputs, {"y": np.uint8}, opset=10)
+    acc = (a.astype(np.int64) - 120) @ (b.astype(np.int64) - inputs["zb"])
+    # DirectML's order: float32(sum) * (AScale * BScale), then / YScale.
+    real = acc.astype(np.float32) * (inputs["sa"][:, None] * inputs["sb"])
+    _check(model, feeds, [_requantize(real.astype(np.float32), inputs["sy"], 128, np.uint8)])
+
+
+def test_conv_integer_1d_grouped_with_auto_pad():
+    x = RNG.integers(0, 256, (1, 4, 9)).astype(np.uint8)
+    w = RNG.integers(0, 256, (6, 2, 3)).astype(np.uint8)
+    inputs = {"x": x, "w": w, "xz": np.uint8(128), "wz": RNG.integers(0, 256, 6).astype(np.uint8)}
+    model, feeds = _model(
+        "ConvInteger",
+        inputs,
+        {"y": np.int32},
+        opset=10,
+        constants=("w", "wz"),
+        group=2,
+        strides=[2],
+        auto_pad="SAME_UPPER",
+    )
+    dx = x.astype(np.float64) - 128
+    dw = w.astype(np.float64) - inputs["wz"][:, None, None]
+    want = _conv(dx, dw, group=2, strides=[2], auto_pad="SAME_UPPER").astype(np.int32)
+    _check(model, feeds, [want])
+
+
+def test_qlinear_conv_with_bias_and_per_channel_filter_parameters():
+    x = RNG.integers(-128, 128, (2, 3, 6, 5)).astype(np.int8)
+    w = RNG.integers(-128, 128, (4, 3, 3, 2)).astype(np.int8)
+    inputs = {
+        "x": x,
+        "sx": np.float32(0.05),
+        "zx": np.int8(3),
+        "w": w,
+        "sw": RNG.uniform(0.001, 0.01, 4).astype(np.float32),
+        "zw": np.zeros(4, np.int8),
+        "sy": np.float32(0.2),
+        "zy": np.int8(-10),
+        "bias": RNG.integers(-2000, 2000, 4).astype(np.int32),
+    }
+    model, feeds = _model(
+        "QLinearConv",
+        inputs,
+        {"y": np.int8},
+        opset=10,
+        constants=("w", "sw", "zw", "bias"),
+        pads=[1, 0, 1, 1],
+        dilations=[2, 1],
+    )
+    acc = _conv(x.astype(np.float64) - 3, w.astype(np.float64), pads=[1, 0, 1, 1], dilations=[2, 1])
+    acc = acc + inputs["bias"][:, None, None]
+    real = acc.astype(np.float32) * (np.float32(0.05) * inputs["sw"])[:, None, None]
+    _check(model, feeds, [_requantize(real.astype(np.float32), inputs["sy"], -10, np.int8)])

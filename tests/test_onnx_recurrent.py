@@ -1,202 +1,240 @@
-"""ONNX's own backend node tests of RNN, LSTM and GRU, mapped onto DirectML's descriptors as ONNX
-Runtime's DirectML provider maps them (DmlOperatorRecurrentNeuralNetwork.cpp):
-
-- Every tensor keeps its layout and gate order (ONNX's W[iofc] / W[zrh], B = [Wb, Rb], P[iof]
-  are DirectML's too); each gets leading dimensions of 1 up to 4-D: X {1, seq, batch, input},
-  W / R {1, D, G * hidden, ...}, B and P {1, 1, D, ...}, initial_h / initial_c {1, D, batch,
-  hidden}, sequence_lens {1, 1, 1, batch}. Y {seq, D, batch, hidden} is already DirectML's
-  OutputSequenceTensor; Y_h / Y_c are OutputSingleTensor / OutputCellSingleTensor without
-  their leading 1.
-- sequence_lens is INT32 in ONNX and read as UINT32 (the provider forces the unsigned type).
-- DirectML's inputs are in another order (HiddenInit before SequenceLengths), by name here.
-- ``activations`` (default sigmoid / tanh / tanh, per direction) become activation descs, with
-  ``activation_alpha`` / ``activation_beta`` taken in order by the functions that have them
-  (the provider's reading), missing ones at DirectML's defaults. ``clip`` sets UseClipThreshold
-  and ClipThreshold, ``input_forget`` CoupleInputForget, ``linear_before_reset`` LinearBeforeReset.
-- ``layout`` 1 (batch first) has no DirectML counterpart in logical mode: X, initial_h and
-  initial_c are transposed to ONNX's layout 0 before, Y and Y_h after (NumPy, outside the
-  operator).
-
-Cases DirectML's tables reject are skipped with the validation message; every mapped ONNX
-operator must pass at least one case.
-"""
+"""RNN, GRU and LSTM through ``InferenceSession`` where ONNX's node tests do not reach: the
+options (clip, input_forget, linear_before_reset, activations with alpha / beta, sequence
+lengths, peepholes, every output optional), layout 1 with initial states, opset 7, and what
+DirectML cannot express. Results are compared with ``_reference``, ONNX's equations in NumPy
+(ONNX's reference evaluator ignores sequence_lens, activations, clip and input_forget); ONNX's
+own node tests run in ``test_onnx_node_tests.py``."""
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
-from onnx_cases import (
-    assert_every_op_type_passes,
-    assert_outputs,
-    attrs,
-    case_ids,
-    dml_type,
-    node_cases,
-    run_or_skip,
-)
 
 import dml_jax as dml
-from dml_jax.fields import dml_member_name
 
 onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper
 
-MODULES = {"RNN": "rnn", "LSTM": "lstm", "GRU": "gru"}
-MAPPED = set(MODULES)
-CASES = node_cases(MODULES)
+from dml_jax.onnx import InferenceSession
 
-GATES = {"RNN": 1, "LSTM": 4, "GRU": 3}
-DEFAULT_ACTIVATIONS = {
-    "RNN": ["Tanh"],
-    "LSTM": ["Sigmoid", "Tanh", "Tanh"],
-    "GRU": ["Sigmoid", "Tanh"],
-}
-DIRECTIONS = {"forward": "FORWARD", "reverse": "BACKWARD", "bidirectional": "BIDIRECTIONAL"}
-CLASSES = {"RNN": dml.RnnOperatorDesc, "LSTM": dml.LstmOperatorDesc, "GRU": dml.GruOperatorDesc}
-# ONNX input name -> DirectML member, per operator (ONNX order; DirectML's is the dataclass's).
-INPUTS = {
-    "RNN": ["input", "weight", "recurrence", "bias", "sequence_lengths", "hidden_init"],
-    "GRU": ["input", "weight", "recurrence", "bias", "sequence_lengths", "hidden_init"],
-    "LSTM": [
-        "input", "weight", "recurrence", "bias", "sequence_lengths", "hidden_init",
-        "cell_mem_init", "peephole",
-    ],
-}  # fmt: skip
-OUTPUTS = {
-    "RNN": ["output_sequence", "output_single"],
-    "GRU": ["output_sequence", "output_single"],
-    "LSTM": ["output_sequence", "output_single", "output_cell_single"],
-}
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+SEQ, BATCH, INPUT, HIDDEN = 4, 3, 2, 3
 
 
-def _activation(name: str, alphas: list[float], betas: list[float]):
-    """One ONNX activation name as a DirectML activation desc (the provider's table), taking
-    its alpha / beta from the front of the lists; DirectML's defaults when they run out."""
-
-    def alpha(default: float) -> float:
-        return alphas.pop(0) if alphas else default
-
-    def beta(default: float) -> float:
-        return betas.pop(0) if betas else default
-
-    key = name.lower()
-    if key == "relu":
-        return dml.ActivationReluOperatorDesc()
-    if key == "leakyrelu":
-        return dml.ActivationLeakyReluOperatorDesc(alpha=alpha(0.01))
-    if key == "thresholdedrelu":
-        return dml.ActivationThresholdedReluOperatorDesc(alpha=alpha(1.0))
-    if key == "tanh":
-        return dml.ActivationTanhOperatorDesc()
-    if key == "scaledtanh":
-        return dml.ActivationScaledTanhOperatorDesc(alpha=alpha(1.0), beta=beta(1.0))
-    if key == "sigmoid":
-        return dml.ActivationSigmoidOperatorDesc()
-    if key == "hardsigmoid":
-        return dml.ActivationHardSigmoidOperatorDesc(alpha=alpha(0.2), beta=beta(0.5))
-    if key == "elu":
-        return dml.ActivationEluOperatorDesc(alpha=alpha(1.0))
-    if key == "softsign":
-        return dml.ActivationSoftsignOperatorDesc()
-    if key == "softplus":
-        return dml.ActivationSoftplusOperatorDesc(steepness=1.0)
-    pytest.skip(f"ONNX Runtime's DirectML provider has no activation {name}")
-
-
-def _to_4d(array: np.ndarray) -> np.ndarray:
-    return array.reshape((1,) * (4 - array.ndim) + array.shape)
-
-
-def _run(node, inputs) -> tuple[np.ndarray, ...]:
-    op = node.op_type
-    a = attrs(node)
-    layout = a.get("layout", 0)
-    direction = DIRECTIONS[a.get("direction", b"forward").decode()]
-    dirs = 2 if direction == "BIDIRECTIONAL" else 1
-    given = {}
-    arrays = iter(inputs)
-    for name, member in zip(node.input, INPUTS[op]):
-        if name:
-            given[member] = next(arrays)
-    if layout == 1:  # batch first: to ONNX's (and DirectML's) sequence-first layout
-        given["input"] = given["input"].swapaxes(0, 1)
-        for member in ("hidden_init", "cell_mem_init"):
-            if member in given:
-                given[member] = given[member].swapaxes(0, 1)
-    data_type = dml_type(given["input"].dtype)
-    arrays4 = {}
-    for member, array in given.items():
-        if member == "sequence_lengths":
-            array = array.astype(np.uint32)  # INT32 read as UINT32, as the provider does
-        arrays4[member] = _to_4d(array)
-    seq, batch, hidden = given["input"].shape[0], given["input"].shape[1], a["hidden_size"]
-    fields = {
-        f"{m}_tensor": dml.TensorDesc(dml_type(v.dtype), list(v.shape)) for m, v in arrays4.items()
+def _model(op, *, opset=14, dirs=1, layout=0, outputs=("Y", "Y_h"), optional=(), **attrs):
+    """A one-node model: X, W, R and the ``optional`` inputs (B, sequence_lens, initial_h,
+    initial_c, P) as graph inputs; returns (model, feeds)."""
+    rng = np.random.default_rng(len(optional) + dirs + layout)
+    g = GATES[op]
+    shapes = {
+        "X": (BATCH, SEQ, INPUT) if layout else (SEQ, BATCH, INPUT),
+        "W": (dirs, g * HIDDEN, INPUT),
+        "R": (dirs, g * HIDDEN, HIDDEN),
+        "B": (dirs, 2 * g * HIDDEN),
+        "sequence_lens": (BATCH,),
+        "initial_h": (BATCH, dirs, HIDDEN) if layout else (dirs, BATCH, HIDDEN),
+        "initial_c": (BATCH, dirs, HIDDEN) if layout else (dirs, BATCH, HIDDEN),
+        "P": (dirs, 3 * HIDDEN),
     }
-    wanted = [m for name, m in zip(node.output, OUTPUTS[op]) if name]
-    for member in wanted:
-        sizes = (
-            [seq, dirs, batch, hidden] if member == "output_sequence" else [1, dirs, batch, hidden]
-        )
-        fields[f"{member}_tensor"] = dml.TensorDesc(data_type, sizes)
-    names = [n.decode() if isinstance(n, bytes) else n for n in a.get("activations", [])]
-    names = names or DEFAULT_ACTIVATIONS[op] * dirs
-    alphas, betas = list(a.get("activation_alpha", [])), list(a.get("activation_beta", []))
-    extra = {}
-    if op == "LSTM":
-        extra["use_clip_threshold"] = "clip" in a
-        extra["clip_threshold"] = a.get("clip", 0.0)
-        extra["couple_input_forget"] = bool(a.get("input_forget", 0))
-    if op == "GRU":
-        extra["linear_before_reset"] = bool(a.get("linear_before_reset", 0))
-    elif "clip" in a:
-        pytest.skip(f"DirectML's {op} has no clip")
-    desc = CLASSES[op](
-        **fields,
-        activation_descs=[_activation(n, alphas, betas) for n in names],
-        direction=direction,
-        **extra,
-    )
-    by_path = {dml_member_name(f"{m}_tensor"): v for m, v in arrays4.items()}
-    result = run_or_skip(desc, *(by_path[path] for path, _ in desc.input_slots()))
-    result = result if isinstance(result, tuple) else (result,)
-    out = []
-    for member, array in zip(wanted, result):
-        if member == "output_sequence":
-            out.append(array.transpose(2, 0, 1, 3) if layout == 1 else array)
+    order = ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"]
+    used = ["X", "W", "R"] + [n for n in order[3:] if n in optional]
+    names = [n if n in used else "" for n in order]
+    while not names[-1]:
+        names.pop()
+    feeds = {}
+    for n in used:
+        if n == "sequence_lens":
+            feeds[n] = np.array([SEQ, 2, 1][:BATCH], np.int32)
         else:
-            out.append(array[0].swapaxes(0, 1) if layout == 1 else array[0])
-    return tuple(out)
+            feeds[n] = rng.uniform(-1, 1, shapes[n]).astype(np.float32)
+    y_shapes = {
+        "Y": (BATCH, SEQ, dirs, HIDDEN) if layout else (SEQ, dirs, BATCH, HIDDEN),
+        "Y_h": (BATCH, dirs, HIDDEN) if layout else (dirs, BATCH, HIDDEN),
+        "Y_c": (BATCH, dirs, HIDDEN) if layout else (dirs, BATCH, HIDDEN),
+    }
+    direction = {1: "forward", 2: "bidirectional"}[dirs]
+    attrs.setdefault("direction", direction)
+    if opset >= 14:
+        attrs["layout"] = layout
+    node = helper.make_node(op, names, list(outputs), hidden_size=HIDDEN, **attrs)
+    inputs = [
+        helper.make_tensor_value_info(
+            n, TensorProto.INT32 if n == "sequence_lens" else TensorProto.FLOAT, shapes[n]
+        )
+        for n in used
+    ]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, y_shapes[n]) for n in outputs if n]
+    graph = helper.make_graph([node], op.lower(), inputs, outs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return model, feeds
 
 
-@functools.cache
-def _result(index: int) -> tuple:
-    case = CASES[index]
-    return _run(case.node, list(case.inputs))
+_ACT = {
+    "sigmoid": lambda x, a, b: 1 / (1 + np.exp(-x)),
+    "tanh": lambda x, a, b: np.tanh(x),
+    "relu": lambda x, a, b: np.maximum(x, 0),
+    "hardsigmoid": lambda x, a, b: np.clip(a * x + b, 0, 1),
+    "leakyrelu": lambda x, a, b: np.where(x >= 0, x, a * x),
+    "scaledtanh": lambda x, a, b: a * np.tanh(b * x),
+    "affine": lambda x, a, b: a * x + b,
+}
+_DEFAULTS = {"hardsigmoid": (0.2, 0.5), "leakyrelu": (0.01, 0), "scaledtanh": (1, 1)}
+_DEFAULTS["affine"] = (1, 0)
 
 
-def _check(index: int) -> None:
-    assert_outputs(_result(index), CASES[index].outputs, rtol=1e-5, atol=1e-6)
+def _functions(node, per, dirs):
+    """Each direction's activations as NumPy functions, alpha / beta consumed in order."""
+    a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+    names = [n.decode().lower() for n in a.get("activations", [])]
+    names = (
+        names or {1: ["tanh"], 2: ["sigmoid", "tanh"], 3: ["sigmoid", "tanh", "tanh"]}[per] * dirs
+    )
+    alphas, betas = list(a.get("activation_alpha", [])), list(a.get("activation_beta", []))
+    out = []
+    for n in names:
+        da, db = _DEFAULTS.get(n, (0, 0))
+        alpha = alphas.pop(0) if n in _DEFAULTS and alphas else da
+        beta = betas.pop(0) if n in ("hardsigmoid", "scaledtanh", "affine") and betas else db
+        out.append(lambda x, f=_ACT[n], al=alpha, be=beta: f(x, al, be))
+    return [out[d * per : (d + 1) * per] for d in range(dirs)], a
 
 
-@pytest.mark.parametrize("index", range(len(CASES)), ids=case_ids(CASES))
-def test_onnx_node(index):
-    _check(index)
+def _reference(model, feeds):
+    """ONNX's RNN / GRU / LSTM equations (sequence-first), with every option."""
+    node = model.graph.node[0]
+    op = node.op_type
+    per = {"RNN": 1, "GRU": 2, "LSTM": 3}[op]
+    names = list(node.input) + [""] * 8
+    get = {k: feeds.get(names[i]) for i, k in enumerate(["X", "W", "R", "B", "L", "H", "C", "P"])}
+    w, r = get["W"].astype(np.float64), get["R"].astype(np.float64)
+    dirs, hidden = w.shape[0], r.shape[-1]
+    funcs, a = _functions(node, per, dirs)
+    layout = a.get("layout", 0)
+    x = get["X"].astype(np.float64)
+    if layout:
+        x = x.swapaxes(0, 1)
+    seq, batch = x.shape[:2]
+    clip = a.get("clip")
+    g = GATES[op]
+    b = np.zeros((dirs, 2 * g * hidden)) if get["B"] is None else get["B"].astype(np.float64)
+    p = np.zeros((dirs, 3 * hidden)) if get["P"] is None else get["P"].astype(np.float64)
+    lens = np.full(batch, seq) if get["L"] is None else get["L"]
+    states = {}
+    for k in ("H", "C"):
+        v = np.zeros((dirs, batch, hidden)) if get[k] is None else get[k].astype(np.float64)
+        states[k] = v.swapaxes(0, 1) if layout and get[k] is not None else v
+    y = np.zeros((seq, dirs, batch, hidden))
+    y_h, y_c = states["H"].copy(), states["C"].copy()
+    reverse = a.get("direction", b"forward") == b"reverse"
+
+    def cl(v):
+        return v if clip is None else np.clip(v, -clip, clip)
+
+    for d in range(dirs):
+        f = funcs[d]
+        wb, rb = np.split(b[d], 2)
+        for n in range(batch):
+            h, c = states["H"][d, n], states["C"][d, n]
+            steps = range(lens[n])
+            for t in reversed(steps) if (d == 1 or reverse) else steps:
+                xw = w[d] @ x[t, n] + wb
+                hr = r[d] @ h + rb
+                if op == "RNN":
+                    h = f[0](cl(xw + hr))
+                elif op == "GRU":
+                    z = f[0](cl(xw[:hidden] + hr[:hidden]))
+                    rr = f[0](cl(xw[hidden : 2 * hidden] + hr[hidden : 2 * hidden]))
+                    rh, rbh = r[d][2 * hidden :], rb[2 * hidden :]
+                    if a.get("linear_before_reset", 0):
+                        cand = xw[2 * hidden :] + rr * (rh @ h + rbh)
+                    else:
+                        cand = xw[2 * hidden :] + rh @ (rr * h) + rbh
+                    h = (1 - z) * f[1](cl(cand)) + z * h
+                else:
+                    s = xw + hr
+                    pi, po, pf = np.split(p[d], 3)
+                    i = f[0](cl(s[:hidden] + pi * c))
+                    fg = (
+                        1 - i
+                        if a.get("input_forget", 0)
+                        else f[0](cl(s[2 * hidden : 3 * hidden] + pf * c))
+                    )
+                    c = fg * c + i * f[1](cl(s[3 * hidden :]))
+                    o = f[0](cl(s[hidden : 2 * hidden] + po * c))
+                    h = o * f[2](c)
+                y[t, d, n] = h
+            y_h[d, n], y_c[d, n] = h, c
+    if layout:
+        y, y_h, y_c = y.transpose(2, 0, 1, 3), y_h.swapaxes(0, 1), y_c.swapaxes(0, 1)
+    out = dict(zip(["Y", "Y_h", "Y_c"], [y, y_h, y_c]))
+    return [out[o.name].astype(np.float32) for o in model.graph.output]
 
 
-def test_every_mapped_operator_has_a_passing_case():
-    assert_every_op_type_passes(CASES, _check, MAPPED)
+def _check(model, feeds, rtol=1e-5, atol=1e-6):
+    want = _reference(model, feeds)
+    got = InferenceSession(model).run(None, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
 
 
-def test_the_cases_cover_every_direction_and_the_options():
-    names = {c.name for c in CASES}
-    for name in (
-        "test_simple_rnn_reverse",
-        "test_simple_rnn_bidirectional",
-        "test_lstm_with_peepholes",
-        "test_lstm_bidirectional",
-        "test_gru_reverse",
-        "test_gru_batchwise",
-    ):
-        assert name in names
+def test_lstm_with_every_option_and_output():
+    model, feeds = _model(
+        "LSTM",
+        dirs=2,
+        outputs=("Y", "Y_h", "Y_c"),
+        optional=("B", "sequence_lens", "initial_h", "initial_c", "P"),
+        clip=0.7,
+        input_forget=1,
+    )
+    _check(model, feeds)
+
+
+def test_layout_one_reads_and_writes_batch_first():
+    model, feeds = _model(
+        "LSTM",
+        dirs=2,
+        layout=1,
+        outputs=("Y", "Y_h", "Y_c"),
+        optional=("B", "initial_h", "initial_c"),
+    )
+    _check(model, feeds)
+    ops = [n.operator_type for n in dml.compile_onnx(model).imported.graph.nodes]
+    assert ops.count("DML_OPERATOR_LSTM") == 1  # X and the states read through strides
+
+
+@pytest.mark.parametrize("linear_before_reset", [0, 1])
+def test_gru_linear_before_reset_and_sequence_lengths(linear_before_reset):
+    model, feeds = _model(
+        "GRU",
+        dirs=2,
+        optional=("B", "sequence_lens", "initial_h"),
+        linear_before_reset=linear_before_reset,
+    )
+    _check(model, feeds)
+
+
+def test_activations_take_alpha_and_beta_in_order():
+    # Forward: f = HardSigmoid(0.3, 0.4), g = LeakyRelu(0.2); reverse: ScaledTanh(0.9, 1.1),
+    # Affine (its alpha / beta at ONNX's defaults once the lists run out).
+    model, feeds = _model(
+        "GRU",
+        dirs=2,
+        optional=("B",),
+        activations=["HardSigmoid", "LeakyRelu", "ScaledTanh", "Affine"],
+        activation_alpha=[0.3, 0.2, 0.9],
+        activation_beta=[0.4, 1.1],
+    )
+    _check(model, feeds)
+
+
+def test_rnn_at_opset_7_with_only_the_last_state():
+    model, feeds = _model("RNN", opset=7, outputs=("", "Y_h"), optional=("B", "initial_h"))
+    _check(model, feeds)
+
+
+def test_rnn_clip_is_refused():
+    model, feeds = _model("RNN", clip=1.0)
+    with pytest.raises(dml.ValidationError, match="DirectML's RNN has no clip"):
+        InferenceSession(model).run(None, feeds)
