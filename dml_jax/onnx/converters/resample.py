@@ -80,8 +80,9 @@ def _fixed(n_in: int, n_out: int, c: float, rounding: str) -> Axis:
     offset on the side that keeps the rounding of an integer ``c`` exact (the leftover
     ``(o - OutputPixelOffset) / FLT_MAX`` is never positive under ceil, never negative under
     floor)."""
-    return Axis(n_in, n_out, FLT_MAX, -c, float(n_out - 1) if rounding == INCREASING else 0.0,
-                rounding)  # fmt: skip
+    return Axis(
+        n_in, n_out, FLT_MAX, -c, float(n_out - 1) if rounding == INCREASING else 0.0, rounding
+    )
 
 
 def _mode(ctx) -> str:
@@ -111,9 +112,11 @@ def _legacy(ctx, x, scales, mode: str) -> list:
     takes the ceiling on shrunk ones (ONNX Runtime's rule for these versions)."""
     axes = []
     for n_in, s in zip(x.shape, scales):
-        n_out = int(math.floor(n_in * s))
+        n_out = math.floor(n_in * s)
         rounding = INCREASING if s < 1 else DECREASING
         axes.append(Axis(n_in, n_out, s, 0.0, 0.0, rounding))
+    if any(a.n_out <= 0 for a in axes):
+        raise ctx.fail(f"the output shape {[a.n_out for a in axes]} has an empty dimension")
     return [_resample(ctx, x, axes, MODES[mode], antialias=False)]
 
 
@@ -178,7 +181,7 @@ def _resize(ctx, node, inputs):
         # The target length, fractional as ONNX's reference keeps it; the ROI's extent scales it
         # under tf_crop_and_resize (ONNX's output size rule).
         target = [n * s * (e - b) for n, s, b, e in zip(x.shape, scale, start, end)]
-        out = [int(math.floor(t)) for t in target]
+        out = [math.floor(t) for t in target]
     else:
         wanted = per_axis(sizes, "sizes", 0.0)
         out = [int(w) if i in axes else n for i, (w, n) in enumerate(zip(wanted, x.shape))]
@@ -195,8 +198,8 @@ def _resize(ctx, node, inputs):
     if any(o <= 0 for o in out):
         raise ctx.fail(f"the output shape {out} has an empty dimension")
 
-    exclude_outside = bool(int(ctx.attr("exclude_outside", 0)))
-    if exclude_outside and antialias and any(o < n for o, n in zip(out, x.shape)):
+    antialias = antialias and any(s < 1 for s in scale)  # it only widens shrinking filters
+    if antialias and int(ctx.attr("exclude_outside", 0)):
         raise ctx.fail(
             "exclude_outside with antialiased shrinking: DirectML's RESAMPLE3 repeats the edge "
             "elements instead of dropping the filter taps outside the input"
@@ -211,8 +214,15 @@ def _resize(ctx, node, inputs):
 
     plan, outside = [], []
     for i, (n_in, n_out) in enumerate(zip(x.shape, out)):
-        g, mask = _transform(ctx, transform, n_in, n_out, scale[i], target[i], start[i], end[i],
-                             rounding)  # fmt: skip
+        g, mask = _transform(
+            ctx, transform, n_in, n_out, scale[i], target[i], start[i], end[i], rounding
+        )
+        if antialias and min(g.scale, 1.0) != min(scale[i], 1.0):
+            raise ctx.fail(
+                f"antialias under coordinate_transformation_mode '{transform}': DirectML's "
+                f"RESAMPLE3 widens its filter by its own Scale ({g.scale}) on axis {i}, not by "
+                f"ONNX's scale ({scale[i]})"
+            )
         plan.append(g._replace(input_offset=g.input_offset + shift))
         outside.append(mask)
     y = _resample(ctx, x, plan, MODES[mode], antialias=antialias)
@@ -227,14 +237,16 @@ def _transform(ctx, transform, n_in, n_out, s, target, start, end, rounding):
     if transform == "half_pixel":
         return Axis(n_in, n_out, s, 0.5, -0.5, rounding), None
     if transform == "half_pixel_symmetric":
-        centre_shift = (n_in / 2) * (1 - n_out / target)
-        return Axis(n_in, n_out, s, 0.5 - centre_shift, -0.5, rounding), None
+        # ONNX's offset + (o + 0.5) / s - 0.5, with offset = (n_in / 2) * (1 - n_out / (s *
+        # n_in)), is (o - (n_out - 1) / 2) / s + (n_in - 1) / 2: the two centres aligned. In that
+        # form both offsets are exact halves, so exact-half coordinates stay exact for rounding.
+        return Axis(n_in, n_out, s, -(n_in - 1) / 2, (n_out - 1) / 2, rounding), None
     if transform == "pytorch_half_pixel":
         if target == 1:
             return _fixed(n_in, n_out, 0.0, rounding), None
         return Axis(n_in, n_out, s, 0.5, -0.5, rounding), None
     if transform == "align_corners":
-        if target == 1 or n_in == 1:
+        if target == 1 or n_in == 1 or n_out == 1:
             return _fixed(n_in, n_out, 0.0, rounding), None
         return Axis(n_in, n_out, (target - 1) / (n_in - 1), 0.0, 0.0, rounding), None
     if transform == "asymmetric":
@@ -247,7 +259,7 @@ def _transform(ctx, transform, n_in, n_out, s, target, start, end, rounding):
         if target == 1:
             c = 0.5 * (start + end) * (n_in - 1)
             g, x = _fixed(n_in, n_out, c, rounding), np.full(n_out, c)
-        elif extent == 0:
+        elif extent == 0 or n_out == 1:  # only o = 0, or every o, reads the ROI's start
             c = start * (n_in - 1)
             g, x = _fixed(n_in, n_out, c, rounding), np.full(n_out, c)
         elif extent < 0:
@@ -266,10 +278,15 @@ def _identity(a: Axis, mode: str) -> bool:
     """Whether DirectML's mapping of axis ``a`` copies the input unchanged."""
     if a.n_in != a.n_out:
         return False
-    indices, weights = plan_axis(
-        a.n_in, a.n_out, a.scale, a.input_offset, a.output_offset,
-        InterpolationMode[mode], AxisDirection[a.rounding],
-    )  # fmt: skip
+    indices, _weights = plan_axis(
+        a.n_in,
+        a.n_out,
+        a.scale,
+        a.input_offset,
+        a.output_offset,
+        InterpolationMode[mode],
+        AxisDirection[a.rounding],
+    )
     return indices.shape[1] == 1 and np.array_equal(indices[:, 0], np.arange(a.n_in))
 
 
@@ -285,8 +302,7 @@ def _resample(ctx, x, axes: list[Axis], mode: str, *, antialias: bool):
         return _resample_node(ctx, x, axes, mode, directions.pop(), antialias)
     for direction in (INCREASING, DECREASING):
         step = [
-            a if a.rounding == direction and not _identity(a, mode) else _copy(a.n_in)
-            for a in axes
+            a if a.rounding == direction and not _identity(a, mode) else _copy(a.n_in) for a in axes
         ]
         x = _resample_node(ctx, x, step, mode, direction, antialias)
         axes = [_copy(s.n_out) if s is a else a for a, s in zip(axes, step)]
@@ -317,13 +333,13 @@ def _resample_node(ctx, x, axes: list[Axis], mode: str, rounding: str, antialias
             )
     merged = [g[0] if len(g) == 1 else _copy(math.prod(a.n_in for a in g)) for g in groups]
     t = x.data_type
-    fields = dict(
-        interpolation_mode=mode,
-        rounding_direction=rounding,
-        scales=[a.scale for a in merged],
-        input_pixel_offsets=[a.input_offset for a in merged],
-        output_pixel_offsets=[a.output_offset for a in merged],
-    )
+    fields = {
+        "interpolation_mode": mode,
+        "rounding_direction": rounding,
+        "scales": [a.scale for a in merged],
+        "input_pixel_offsets": [a.input_offset for a in merged],
+        "output_pixel_offsets": [a.output_offset for a in merged],
+    }
     in_desc = packed(t, [a.n_in for a in merged])
     out_desc = packed(t, [a.n_out for a in merged])
     if antialias:
