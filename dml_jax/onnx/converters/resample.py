@@ -7,10 +7,11 @@ InputPixelOffset``. Each coordinate_transformation_mode is one choice of the thr
 
 - half_pixel: (scale, 0.5, -0.5); asymmetric: (scale, 0, 0); tf_half_pixel_for_nn: (scale, 0,
   -0.5);
-- half_pixel_symmetric: half_pixel with its centring shift folded into the input offset;
+- half_pixel_symmetric: (scale, -(length_original - 1) / 2, (length_resized_int - 1) / 2), the
+  centres of input and output aligned (ONNX's formula rearranged; its offsets are exact halves);
 - pytorch_half_pixel: half_pixel, or x = 0 when the target length is 1;
 - align_corners: Scale = (length_resized - 1) / (length_original - 1), offsets 0, or x = 0 when
-  either length is 1;
+  either length, or the output, is 1;
 - tf_crop_and_resize: the ROI's start in the input offset and its extent in the scale (its centre
   when the target length is 1). Where x falls outside the input, ONNX writes
   ``extrapolation_value`` while DirectML clamps to the edge: an ELEMENT_WISE_IF with a constant
@@ -23,20 +24,24 @@ shift of the input offset, as ONNX Runtime sets them: round_prefer_floor is ceil
 (INCREASING, +0.5), round_prefer_ceil floor(x + 0.5) (DECREASING, -0.5), floor DECREASING, ceil
 INCREASING.
 
-Before Resize-11 (Upsample-7/9/10, Resize-10) there is no coordinate_transformation_mode: ONNX
-Runtime's reference kernels use asymmetric coordinates, and for nearest the floor of x on an
-enlarged axis and its ceiling on a shrunk one. DirectML's one RoundingDirection per operator
-then takes two RESAMPLE2 nodes when one node both enlarges and shrinks.
+Before Resize-11 (Upsample-7/9/10, Resize-10) there is no coordinate_transformation_mode: the
+coordinates are asymmetric, and nearest takes the floor of x on an enlarged axis and its ceiling
+on a shrunk one (ONNX Runtime's CPU kernels for these versions; its DirectML provider applies
+Resize-11's defaults instead, which differ for linear). DirectML's one RoundingDirection per
+operator then takes two RESAMPLE2 nodes when one node both enlarges and shrinks.
 
 Scales, sizes and roi are inputs DirectML needs at import (``ctx.const``): the output shape
 and the descriptor's scales come from them. ``axes`` (18 on) restricts them to some axes;
-``keep_aspect_ratio_policy`` (18 on) turns sizes into one common scale. DirectML resamples
+``keep_aspect_ratio_policy`` (18 on) turns sizes into one common scale. Under
+tf_crop_and_resize, an output length from a scale is floor(length * ROI extent * scale), ONNX's
+rule (its reference evaluator leaves the extent out). DirectML resamples
 1 to 4 dimensions: a tensor of more is viewed with its runs of untouched axes merged.
 
 Not expressible, and rejected with the reason: cubic interpolation (DirectML interpolates
 nearest-neighbour or linearly), exclude_outside where it changes weights (cubic, antialiased
-shrinking), and a tf_crop_and_resize ROI whose end precedes its start (DirectML's scales are
-positive).
+shrinking), antialias where DirectML's Scale is not ONNX's scale (align_corners,
+tf_crop_and_resize, one-element outputs: RESAMPLE3 widens its filter by its own Scale), and a
+tf_crop_and_resize ROI whose end precedes its start (DirectML's scales are positive).
 """
 
 from __future__ import annotations

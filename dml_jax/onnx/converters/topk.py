@@ -46,7 +46,7 @@ def _top_k(ctx, node, inputs):
         axis_direction="DECREASING" if largest else "INCREASING",
     )
     n = ctx.node(desc, [x])
-    values = ctx.out(n, sizes, 0, is_bool=x.is_bool)
+    values = ctx.out(n, sizes, 0)
     indices = None
     if ctx.wants(1):
         indices = cast_value(ctx, ctx.out(n, sizes, 1), data_type_of(7, ctx.where))
