@@ -1,220 +1,238 @@
-"""ONNX's own backend node tests of Resize and Upsample, mapped onto DirectML's resampling
-operators the way ONNX-on-DirectML does:
+"""Resize and Upsample through ``InferenceSession``: what ONNX's node tests (all Resize-19 and
+Upsample-9) do not reach.
 
-- Resize -> RESAMPLE2 (RESAMPLE3 with ``antialias``). ONNX maps output coordinates back,
-  ``x = f(o)``; each coordinate_transformation_mode is one choice of Scales and pixel offsets in
-  DirectML's ``x = (o - OutputPixelOffset) / Scale - InputPixelOffset``:
-  half_pixel (Scale, 0.5, -0.5); half_pixel_symmetric (its centring shift folded into the input
-  offset); pytorch_half_pixel (half_pixel, or x = 0 for an output of one element); align_corners
-  (Scale (Scale * in - 1) / (in - 1), ONNX's unrounded output length, offsets 0; x = 0 for one
-  element); asymmetric (Scale, 0, 0);
-  tf_half_pixel_for_nn (Scale, 0, -0.5); tf_crop_and_resize (the ROI start in the input offset,
-  the ROI extent in the scale) when no output reads outside the input (DirectML clamps instead of
-  writing extrapolation_value).
-- nearest_mode -> RoundingDirection with a half-element shift of the input offset:
-  round_prefer_floor is ceil(x - 0.5) (INCREASING, +0.5), round_prefer_ceil floor(x + 0.5)
-  (DECREASING, -0.5), floor DECREASING, ceil INCREASING.
-- Scales come from ``scales`` (or ``sizes`` / input sizes, with keep_aspect_ratio_policy), on
-  ``axes`` or every dimension; OutputTensor takes the expected output's shape.
-- Upsample (opset 9, asymmetric) -> UPSAMPLE_2D for integer scales of the last two dimensions
-  of a 4-D nearest case, else RESAMPLE1 with offsets 0 (floor for nearest: input offset +0.5
-  under RESAMPLE1's halves-round-up rule).
+- every nearest_mode at exact halves, where the rounding direction and the half-element shift of
+  DirectML's input offset decide;
+- the versions before coordinate_transformation_mode (Upsample-7's scales attribute, Upsample-9,
+  Resize-10): asymmetric coordinates, nearest flooring on enlarged axes and taking the ceiling on
+  shrunk ones, which one node doing both splits into two RESAMPLE2 nodes;
+- Resize-11 and -13 inputs (sizes with an empty scales, no roi), a 5-D tensor (DirectML resamples
+  at most 4 dimensions: untouched leading axes are merged), tf_crop_and_resize from scales with
+  extrapolation, integer data;
+- what DirectML cannot express, rejected with the reason instead of computed differently.
 
-Skipped with the reason: cubic interpolation and exclude_outside (DirectML has neither) and
-crop-and-resize cases that read outside the input. The data comes from the ``onnx`` package's
-test-case generators (skipped without it); every mapped ONNX operator passes at least one case.
+Expected values come from ONNX's reference evaluator where it implements the version, else from
+the definition written out in NumPy.
 """
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
-from onnx_cases import (
-    assert_every_op_type_passes,
-    assert_outputs,
-    case_ids,
-    dml_type,
-    node_cases,
-    run_or_skip,
-)
-from onnx_cases import attrs as onnx_attrs
 
 import dml_jax as dml
 
 onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
-MAPPED = {"Resize", "Upsample"}
-CASES = node_cases({"Resize": "resize", "Upsample": "upsample"})
-ROUNDING = {  # nearest_mode -> (RoundingDirection, shift of InputPixelOffsets)
-    "round_prefer_floor": ("INCREASING", 0.5),
-    "round_prefer_ceil": ("DECREASING", -0.5),
-    "floor": ("DECREASING", 0.0),
-    "ceil": ("INCREASING", 0.0),
-}
+from dml_jax.onnx import InferenceSession
+
+RNG = np.random.default_rng(3)
 
 
-def _attrs(node) -> dict:
-    return {k: v.decode() if isinstance(v, bytes) else v for k, v in onnx_attrs(node).items()}
-
-
-def _named_inputs(node, inputs) -> dict:
-    """ONNX input name -> array; an empty name is an absent optional input."""
-    slots = ["X", "roi", "scales", "sizes"] if node.op_type == "Resize" else ["X", "scales"]
-    arrays = iter(inputs)
-    return {slot: next(arrays) for slot, name in zip(slots, node.input) if name}
-
-
-def _scales(attrs: dict, named: dict, in_shape: tuple) -> list[float]:
-    rank = len(in_shape)
-    axes = [a % rank for a in attrs.get("axes", range(rank))]
-    scales = [1.0] * rank
-    given = named.get("scales")
-    if given is not None and given.size:
-        for a, s in zip(axes, given.tolist()):
-            scales[a] = float(s)
-        return scales
-    sizes = [int(s) for s in named["sizes"]]
-    ratios = [sizes[i] / in_shape[a] for i, a in enumerate(axes)]
-    policy = attrs.get("keep_aspect_ratio_policy", "stretch")
-    if policy != "stretch":
-        common = min(ratios) if policy == "not_larger" else max(ratios)
-        ratios = [common] * len(axes)
-    for a, r in zip(axes, ratios):
-        scales[a] = float(r)
-    return scales
-
-
-def _geometry(attrs: dict, named: dict, in_shape: tuple, out_shape: tuple):
-    """(Scales, InputPixelOffsets, OutputPixelOffsets) for the coordinate mode."""
-    mode = attrs.get("coordinate_transformation_mode", "half_pixel")
-    scales = _scales(attrs, named, in_shape)
-    rank = len(in_shape)
-    axes = [a % rank for a in attrs.get("axes", range(rank))]
-    roi = named.get("roi")
-    s_out, i_off, o_off = [], [], []
-    for d, (n_in, n_out, s) in enumerate(zip(in_shape, out_shape, scales)):
-        if mode == "half_pixel":
-            scale, a, b = s, 0.5, -0.5
-        elif mode == "half_pixel_symmetric":
-            shift = (n_in / 2) * (1 - n_out / (s * n_in))
-            scale, a, b = s, 0.5 - shift, -0.5
-        elif mode == "pytorch_half_pixel":
-            scale, a, b = (s, 0.0, 0.0) if n_out == 1 else (s, 0.5, -0.5)
-        elif mode == "align_corners":
-            # ONNX divides by the unrounded output length, Scale * InputSize.
-            width = s * n_in
-            if width == 1 or n_in == 1:
-                scale, a, b = 1.0, 0.0, 0.0
-            else:
-                scale, a, b = (width - 1) / (n_in - 1), 0.0, 0.0
-        elif mode == "asymmetric":
-            scale, a, b = s, 0.0, 0.0
-        elif mode == "tf_half_pixel_for_nn":
-            scale, a, b = s, 0.0, -0.5
-        elif mode == "tf_crop_and_resize":
-            k = len(axes)
-            start, end = 0.0, 1.0
-            if d in axes:
-                j = axes.index(d)
-                start, end = float(roi[j]), float(roi[j + k])
-            if n_in == 1 or n_out == 1:
-                centre = 0.5 * (start + end) * (n_in - 1)
-                scale, a, b = 1.0, -centre, 0.0
-            else:
-                scale, a, b = (n_out - 1) / ((end - start) * (n_in - 1)), -start * (n_in - 1), 0.0
-            x = (np.arange(n_out) - b) / scale - a
-            if x.min() < 0 or x.max() > n_in - 1:
-                pytest.skip(
-                    "tf_crop_and_resize reads outside the input, where ONNX writes "
-                    "extrapolation_value and DirectML clamps to the edge"
-                )
-        else:
-            pytest.skip(f"coordinate_transformation_mode {mode!r} has no DirectML mapping")
-        s_out.append(scale)
-        i_off.append(a)
-        o_off.append(b)
-    return s_out, i_off, o_off
-
-
-def _desc(node, inputs, out_shape):
-    named = _named_inputs(node, inputs)
-    x = named["X"]
-    name = dml_type(x.dtype)
-    attrs = _attrs(node)
-    mode = attrs.get("mode", "nearest")
-    if mode == "cubic":
-        pytest.skip("DirectML has no cubic interpolation (nearest neighbour and linear only)")
-    if attrs.get("exclude_outside", 0):
-        pytest.skip("DirectML repeats the edge elements; exclude_outside has no equivalent")
-    in_desc, out_desc = dml.TensorDesc(name, list(x.shape)), dml.TensorDesc(name, list(out_shape))
-    interpolation = "NEAREST_NEIGHBOR" if mode == "nearest" else "LINEAR"
-    if node.op_type == "Upsample":
-        scales = [float(s) for s in named["scales"].tolist()]
-        integral = all(s == int(s) for s in scales[-2:])
-        if mode == "nearest" and x.ndim == 4 and scales[:2] == [1.0, 1.0] and integral:
-            size = dml.Size2D(int(scales[3]), int(scales[2]))
-            return dml.Upsample2DOperatorDesc(in_desc, out_desc, size, interpolation)
-        shift = 0.5 if mode == "nearest" else 0.0  # floor(x) under floor(x + 0.5)
-        return dml.Resample1OperatorDesc(
-            in_desc, out_desc, interpolation, scales, [shift] * x.ndim, [0.0] * x.ndim
-        )
-    scales, in_offsets, out_offsets = _geometry(attrs, named, x.shape, out_shape)
-    rounding, shift = ROUNDING[attrs.get("nearest_mode", "round_prefer_floor")]
-    if interpolation == "LINEAR":
-        rounding, shift = "DECREASING", 0.0
-    in_offsets = [o + shift for o in in_offsets]
-    if attrs.get("antialias", 0):
-        return dml.Resample3OperatorDesc(
-            in_desc, out_desc, interpolation, rounding, scales, in_offsets, out_offsets, True
-        )
-    return dml.Resample2OperatorDesc(
-        in_desc, out_desc, interpolation, rounding, scales, in_offsets, out_offsets
+def _model(node, x_shape, opset, inits=(), elem=TensorProto.FLOAT):
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("X", elem, x_shape)],
+        [helper.make_tensor_value_info("Y", elem, None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits],
     )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
 
 
-def _resize(node, inputs, out_shape):
-    return run_or_skip(_desc(node, inputs, out_shape), inputs[0])
+def _run(model, x):
+    session = InferenceSession(model)
+    (y,) = session.run(None, {"X": x})
+    return y, session
 
 
-@functools.cache
-def _result(index: int) -> np.ndarray:
-    case = CASES[index]
-    return _resize(case.node, list(case.inputs), case.outputs[0].shape)
+def _operators(session, x) -> list[str]:
+    nodes = session.program([x.shape]).imported.graph.nodes
+    return [n.operator_type.removeprefix("DML_OPERATOR_") for n in nodes]
 
 
-def _check(index: int) -> None:
-    assert_outputs(_result(index), CASES[index].outputs[:1], rtol=1e-5, atol=1e-5)
+def _resize(opset=19, inputs=("X", "", "scales"), **attrs):
+    return helper.make_node("Resize", list(inputs), ["Y"], **attrs)
 
 
-@pytest.mark.parametrize("index", range(len(CASES)), ids=case_ids(CASES))
-def test_onnx_node(index):
-    _check(index)
-
-
-def test_every_mapped_operator_has_a_passing_case():
-    assert_every_op_type_passes(CASES, _check, MAPPED)
-
-
-def test_nearest_modes_round_as_onnx_defines_them():
-    """Each nearest_mode on coordinates with exact halves (asymmetric, scale 2: x = o / 2)."""
+def test_nearest_modes_round_exact_halves_as_onnx_defines_them():
+    """asymmetric, scale 2: x = o / 2 = 0, 0.5, 1, ..., 3.5."""
     x = np.arange(4, dtype=np.float32).reshape(1, 1, 1, 4)
-    node = onnx.helper.make_node("Resize", ["X", "", "scales"], ["Y"], mode="nearest")
-    want = {  # x = 0, 0.5, 1, ..., 3.5
+    scales = np.array([1, 1, 1, 2], np.float32)
+    want = {
         "round_prefer_floor": [0, 0, 1, 1, 2, 2, 3, 3],
         "round_prefer_ceil": [0, 1, 1, 2, 2, 3, 3, 3],
         "floor": [0, 0, 1, 1, 2, 2, 3, 3],
         "ceil": [0, 1, 1, 2, 2, 3, 3, 3],
     }
     for nearest_mode, expected in want.items():
-        node.ClearField("attribute")
-        node.attribute.extend(
-            [
-                onnx.helper.make_attribute("mode", "nearest"),
-                onnx.helper.make_attribute("nearest_mode", nearest_mode),
-                onnx.helper.make_attribute("coordinate_transformation_mode", "asymmetric"),
-            ]
+        node = _resize(
+            mode="nearest", nearest_mode=nearest_mode, coordinate_transformation_mode="asymmetric"
         )
-        got = _resize(node, [x, np.array([1, 1, 1, 2], np.float32)], (1, 1, 1, 8))
-        np.testing.assert_array_equal(got.ravel(), expected, err_msg=nearest_mode)
+        y, _ = _run(_model(node, x.shape, 19, [("scales", scales)]), x)
+        np.testing.assert_array_equal(y.ravel(), expected, err_msg=nearest_mode)
+
+
+def _asymmetric_nearest(x, scales):
+    """Upsample / Resize-10 nearest: x = o / scale, floored when enlarging, ceiling when
+    shrinking, clamped to the axis."""
+    for axis, s in enumerate(scales):
+        n = x.shape[axis]
+        o = np.arange(int(np.floor(n * s)))
+        src = np.floor(o / s) if s >= 1 else np.ceil(o / s)
+        x = np.take(x, np.clip(src, 0, n - 1).astype(int), axis=axis)
+    return x
+
+
+def _asymmetric_linear(x, scales):
+    for axis, s in enumerate(scales):
+        n = x.shape[axis]
+        c = np.arange(int(np.floor(n * s))) / s
+        lo = np.floor(c)
+        frac = (c - lo).reshape([-1 if i == axis else 1 for i in range(x.ndim)])
+        a = np.take(x, np.clip(lo, 0, n - 1).astype(int), axis=axis)
+        b = np.take(x, np.clip(lo + 1, 0, n - 1).astype(int), axis=axis)
+        x = a * (1 - frac) + b * frac
+    return x
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample_7_scales_attribute(mode):
+    x = RNG.normal(size=(1, 2, 3, 4)).astype(np.float32)
+    scales = [1.0, 1.0, 2.0, 1.5]
+    node = helper.make_node("Upsample", ["X"], ["Y"], mode=mode, scales=scales)
+    y, _ = _run(_model(node, x.shape, 7), x)
+    ref = _asymmetric_nearest if mode == "nearest" else _asymmetric_linear
+    np.testing.assert_allclose(y, ref(x, scales), rtol=1e-6, atol=1e-6)
+
+
+def test_upsample_9_linear_is_asymmetric():
+    """Before Resize-11 the coordinates are x = o / scale (not half_pixel)."""
+    x = RNG.normal(size=(2, 5)).astype(np.float32)
+    scales = np.array([1.0, 3.0], np.float32)
+    node = helper.make_node("Upsample", ["X", "scales"], ["Y"], mode="linear")
+    y, session = _run(_model(node, x.shape, 9, [("scales", scales)]), x)
+    np.testing.assert_allclose(y, _asymmetric_linear(x, scales), rtol=1e-6, atol=1e-6)
+    assert _operators(session, x) == ["ELEMENT_WISE_IDENTITY", "RESAMPLE2"]
+
+
+def test_resize_10_nearest_enlarging_and_shrinking_takes_two_nodes():
+    """Floor on the enlarged axis, ceiling on the shrunk one: DirectML has one rounding
+    direction per operator, so each direction is its own RESAMPLE2."""
+    x = np.arange(30, dtype=np.float32).reshape(1, 1, 5, 6)
+    scales = np.array([1, 1, 0.6, 1.5], np.float32)
+    node = helper.make_node("Resize", ["X", "scales"], ["Y"], mode="nearest")
+    y, session = _run(_model(node, x.shape, 10, [("scales", scales)]), x)
+    np.testing.assert_array_equal(y, _asymmetric_nearest(x, scales.astype(np.float64)))
+    assert _operators(session, x).count("RESAMPLE2") == 2
+
+
+def _check_reference(model, x, **tolerance):
+    y, session = _run(model, x)
+    (want,) = ReferenceEvaluator(model).run(None, {"X": x})
+    assert y.shape == want.shape
+    np.testing.assert_allclose(y, want, **(tolerance or {"rtol": 1e-5, "atol": 1e-5}))
+    return session
+
+
+def test_resize_11_sizes_with_an_empty_scales():
+    x = RNG.normal(size=(1, 2, 4, 6)).astype(np.float32)
+    node = _resize(11, ["X", "roi", "scales", "sizes"], mode="linear")
+    inits = [
+        ("roi", np.zeros(0, np.float32)),
+        ("scales", np.zeros(0, np.float32)),
+        ("sizes", np.array([1, 2, 7, 3], np.int64)),
+    ]
+    _check_reference(_model(node, x.shape, 11, inits), x)
+
+
+def test_resize_13_scales_without_roi():
+    x = RNG.normal(size=(1, 1, 5, 5)).astype(np.float32)
+    node = _resize(13, mode="nearest", coordinate_transformation_mode="align_corners")
+    _check_reference(_model(node, x.shape, 13, [("scales", np.float32([1, 1, 1.6, 0.8]))]), x)
+
+
+def test_five_dimensions_merge_untouched_axes():
+    """{N, C, D, H, W} resized on D, H, W: N and C become one axis of a 4-D RESAMPLE2."""
+    x = RNG.normal(size=(2, 3, 3, 4, 5)).astype(np.float32)
+    node = _resize(mode="linear")
+    session = _check_reference(
+        _model(node, x.shape, 19, [("scales", np.float32([1, 1, 2, 0.5, 1.4]))]), x
+    )
+    nodes = session.program([x.shape]).imported.graph.nodes
+    (resample,) = [n for n in nodes if "RESAMPLE" in n.operator_type]
+    assert resample.input_tensor.sizes == (6, 3, 4, 5)
+
+
+def test_crop_and_resize_from_scales_writes_the_extrapolation_value():
+    """Output length floor(length * roi extent * scale); outside the input: the value."""
+    x = RNG.normal(size=(1, 1, 4, 4)).astype(np.float32)
+    roi = np.float32([0, 0, -0.25, 0.5, 1, 1, 0.75, 1.25])
+    node = _resize(
+        inputs=["X", "roi", "scales"],
+        mode="linear",
+        coordinate_transformation_mode="tf_crop_and_resize",
+        extrapolation_value=-7.0,
+    )
+    model = _model(node, x.shape, 19, [("roi", roi), ("scales", np.float32([1, 1, 2, 2]))])
+    y, session = _run(model, x)
+    assert y.shape == (1, 1, 8, 6)
+    # The ONNX definition along each axis, -7 where either coordinate leaves [0, 3].
+    want = np.empty_like(y)
+    for i in range(8):
+        for j in range(6):
+            r = i * (1.0 * 3) / (8 - 1) - 0.25 * 3
+            c = j * (0.75 * 3) / (6 - 1) + 0.5 * 3
+            if not (0 <= r <= 3 and 0 <= c <= 3):
+                want[0, 0, i, j] = -7
+                continue
+            r0, c0 = int(np.floor(r)), int(np.floor(c))
+            fr, fc = r - r0, c - c0
+            r1, c1 = min(r0 + 1, 3), min(c0 + 1, 3)
+            top = x[0, 0, r0, c0] * (1 - fc) + x[0, 0, r0, c1] * fc
+            bottom = x[0, 0, r1, c0] * (1 - fc) + x[0, 0, r1, c1] * fc
+            want[0, 0, i, j] = top * (1 - fr) + bottom * fr
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    assert _operators(session, x)[-1] == "ELEMENT_WISE_IF"
+
+
+def test_uint8_linear_rounds_to_nearest():
+    x = RNG.integers(0, 256, size=(1, 1, 3, 3), dtype=np.uint8)
+    node = _resize(mode="linear")
+    model = _model(node, x.shape, 19, [("scales", np.float32([1, 1, 1.5, 2]))], TensorProto.UINT8)
+    y, _ = _run(model, x)
+    (want,) = ReferenceEvaluator(model).run(None, {"X": x})
+    assert y.dtype == np.uint8
+    assert np.abs(y.astype(int) - want.astype(int)).max() <= 1  # halves may round either way
+
+
+@pytest.mark.parametrize(
+    ("attrs", "message"),
+    [
+        ({"mode": "cubic"}, "cubic"),
+        (
+            {"mode": "linear", "antialias": 1, "coordinate_transformation_mode": "align_corners"},
+            "antialias",
+        ),
+        ({"mode": "linear", "antialias": 1, "exclude_outside": 1}, "exclude_outside"),
+    ],
+)
+def test_what_directml_cannot_express_is_rejected(attrs, message):
+    x = np.ones((1, 1, 4, 4), np.float32)
+    model = _model(_resize(**attrs), x.shape, 19, [("scales", np.float32([1, 1, 0.5, 0.5]))])
+    with pytest.raises(dml.ValidationError, match=message):
+        _run(model, x)
+
+
+def test_a_flipped_crop_is_rejected():
+    x = np.ones((1, 4), np.float32)
+    node = _resize(
+        inputs=["X", "roi", "", "sizes"], coordinate_transformation_mode="tf_crop_and_resize"
+    )
+    inits = [("roi", np.float32([0, 0.8, 1, 0.2])), ("sizes", np.int64([1, 3]))]
+    with pytest.raises(dml.ValidationError, match="precedes its start"):
+        _run(_model(node, x.shape, 19, inits), x)
