@@ -128,19 +128,40 @@ def test_shape_input_is_specialised_on_its_values():
     assert len(s._programs) == 2
 
 
-def test_specialising_on_a_float_input_is_refused():
+def test_specialising_on_a_large_input_is_refused():
     model = _model(
         [
-            helper.make_node("Cast", ["f"], ["shape"], to=I64),
-            helper.make_node("Reshape", ["x", "shape"], ["y"]),
+            helper.make_node("ReduceMax", ["f"], ["m"], keepdims=1),
+            helper.make_node("Cast", ["m"], ["start"], to=I64),
+            helper.make_node("Slice", ["x", "start", "end"], ["y"]),
         ],
-        [_vi("x", F, [2, 6]), _vi("f", F, [2])],
+        [_vi("x", F, [6]), _vi("f", F, [5000])],
         [_vi("y", F, None)],
+        [numpy_helper.from_array(np.asarray([6], np.int64), "end")],
     )
-    with pytest.raises(dml.ValidationError, match=r"node 1 .*Reshape.*input 'f' \(float32"):
+    with pytest.raises(dml.ValidationError, match=r"node 2 .*Slice.*input 'f' \(float32, 5000"):
         InferenceSession(model).run(
-            None, {"x": np.zeros((2, 6), np.float32), "f": np.asarray([3, 4], np.float32)}
+            None, {"x": np.zeros(6, np.float32), "f": np.ones(5000, np.float32)}
         )
+
+
+def test_small_float_input_is_specialised_on():
+    model = _model(
+        [
+            helper.make_node("ReduceMax", ["f"], ["m"], keepdims=1),
+            helper.make_node("Cast", ["m"], ["start"], to=I64),
+            helper.make_node("Slice", ["x", "start", "end"], ["y"]),
+        ],
+        [_vi("x", F, [6]), _vi("f", F, [2])],
+        [_vi("y", F, None)],
+        [numpy_helper.from_array(np.asarray([6], np.int64), "end")],
+    )
+    s = InferenceSession(model)
+    x = np.arange(6, dtype=np.float32)
+    for start in (2.0, 4.0):
+        (y,) = s.run(None, {"x": x, "f": np.asarray([0.0, start], np.float32)})
+        np.testing.assert_array_equal(y, x[int(start):])
+    assert s.static_inputs == ("f",)
 
 
 def test_int64_without_x64_and_out_of_range_values():

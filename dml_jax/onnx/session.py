@@ -42,7 +42,7 @@ from .importer import (
     to_graph_array,
 )
 
-# Inputs a session specialises on must be integer tensors of at most this many elements.
+# Inputs a session specialises on must have at most this many elements.
 STATIC_INPUT_LIMIT = 4096
 _ACCELERATOR_PROVIDERS = (
     "DmlExecutionProvider",
@@ -447,10 +447,10 @@ class InferenceSession:
                     f"{e}; its values are needed to import the model (pass concrete arrays, "
                     "not tracers)"
                 ) from None
-            if array.dtype.kind not in "iub" or array.size > STATIC_INPUT_LIMIT:
+            if array.dtype.kind not in "iubf" or array.size > STATIC_INPUT_LIMIT:
                 raise ValidationError(
                     f"{e}; {where} ({array.dtype}, {array.size} elements) cannot be specialised "
-                    f"on: only integer inputs of at most {STATIC_INPUT_LIMIT} elements are"
+                    f"on: only inputs of at most {STATIC_INPUT_LIMIT} elements are"
                 ) from None
             self._static.add(name)
 
