@@ -458,7 +458,7 @@ def test_sequence_inputs_get_one_clear_error():
         InferenceSession(model)
 
 
-def test_fold_limit_refuses_huge_constants():
+def test_huge_generated_constants_are_not_folded_and_dml_refuses_them():
     model = _model(
         [
             helper.make_node("ConstantOfShape", ["shape"], ["big"]),
@@ -468,7 +468,7 @@ def test_fold_limit_refuses_huge_constants():
         [_vi("y", F, None)],
         [numpy_helper.from_array(np.asarray([2**20, 2**20], np.int64), "shape")],
     )
-    with pytest.raises(dml.ValidationError, match=r"node 0 \(ConstantOfShape\): its result"):
+    with pytest.raises(dml.ValidationError, match=r"node 0 \(ConstantOfShape\): .*at most"):
         InferenceSession(model).run(None, {"x": np.zeros(1, np.float32)})
 
 

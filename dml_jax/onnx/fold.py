@@ -106,7 +106,7 @@ def evaluate(
     count = _result_elements(node, inputs)
     itemsize = max((v.known.dtype.itemsize for v in inputs if v is not None), default=8)
     if count is not None and (count < 0 or count * itemsize > FOLD_LIMIT_BYTES):
-        raise ValidationError(
+        raise NotEvaluated(
             f"{ONNX}: {where}: its result would hold {count} elements, over the "
             f"{FOLD_LIMIT_BYTES >> 20} MiB that import-time folding allows"
         )
