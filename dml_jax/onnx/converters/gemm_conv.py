@@ -436,6 +436,12 @@ def _transpose_pads(ctx, x: Value, kernel, strides, dilations, output_padding):
     start, end = [], []
     for f, want in zip(full, target):
         total = f - want
+        if total < 0 and auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+            # An output_shape longer than the full result: the extra positions at the end (ONNX's
+            # reference and ONNX Runtime's CPU kernel agree here).
+            start.append(0)
+            end.append(total)
+            continue
         # ONNX's split: SAME_UPPER puts the odd one at the end, otherwise at the start.
         small, big = total // 2, total - total // 2
         start.append(small if auto_pad == "SAME_UPPER" else big)
