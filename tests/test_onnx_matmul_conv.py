@@ -94,6 +94,18 @@ def test_matmul_batch_broadcasting(a_shape, b_shape, copies):
     assert ops.count("ELEMENT_WISE_IDENTITY") == copies, ops
 
 
+def test_matmul_by_one_matrix_is_one_2d_gemm():
+    """A linear layer: the batches' rows form one {batch * M, K} matrix (no broadcast B)."""
+    a, b = _x(2, 3, 4, 5), _x(5, 6)
+    model = _model("MatMul", [a, b])
+    shapes = {"x0": a.shape, "x1": b.shape}
+    (gemm,) = [n for n in import_graph(model, input_shapes=shapes).graph.nodes
+               if n.operator_type == "DML_OPERATOR_GEMM"]  # fmt: skip
+    assert gemm.a_tensor.sizes == (1, 1, 24, 5)
+    assert gemm.b_tensor.sizes == (1, 1, 5, 6)
+    np.testing.assert_allclose(_run(model, [a, b]), a @ b, rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------
 # Gemm
 

@@ -7,7 +7,8 @@ CONVOLUTION (BACKWARD).
 - MatMul: a 1-D operand becomes ``{1, K}`` / ``{K, 1}``; the batch dimensions broadcast (numpy's
   rules, right-aligned) through stride-0 strides. One GEMM takes two batch dimensions, so more
   are folded where the strides allow; an operand whose broadcast blocks the fold is first
-  expanded by an ELEMENT_WISE_IDENTITY that reads it with stride 0.
+  expanded by an ELEMENT_WISE_IDENTITY that reads it with stride 0. One B for every batch (a
+  linear layer) is a single 2-D GEMM over A's rows of all batches.
 - Einsum: repeated labels of one operand (diagonals) are strides, transposes are
   ELEMENT_WISE_IDENTITY reading permuted strides, a label only one operand has is summed by
   REDUCE, and each pair of operands is contracted by GEMM (the shared labels folded into K,
@@ -110,6 +111,12 @@ def _batched_gemm(ctx, a: Value, b: Value, batch: Sequence[int]) -> Value:
     ``batch``: the packed result ``batch + (M, N)``."""
     m, k = a.shape[-2:]
     n = b.shape[-1]
+    if batch and tuple(a.shape[:-2]) == tuple(batch) and not any(_batch_strides(b, batch)):
+        # One matrix B for every batch (a linear layer): A's rows of all batches are one
+        # {batch * M, K} matrix, and the result's packed layout is the same.
+        rows = a.view((math.prod(batch) * m, k))
+        y = _batched_gemm(ctx, rows, b.view((k, n)), ())
+        return view(y, tuple(batch) + (m, n))
     sizes, (sa, sb) = _fold(batch, _batch_strides(a, batch), _batch_strides(b, batch))
     if len(sizes) > 2:
         # Broadcasting that one GEMM's two batch dimensions cannot express: expand the operand
