@@ -123,7 +123,7 @@ def _batched_gemm(ctx, a: Value, b: Value, batch: Sequence[int]) -> Value:
         # that repeats (both when one is not enough).
         for which in ("a", "b"):
             v = a if which == "a" else b
-            if 0 in _batch_strides(v, batch):
+            if any(s == 0 and d != 1 for s, d in zip(_batch_strides(v, batch), batch)):
                 v = _expand(ctx, v, tuple(batch) + v.shape[-2:])
                 a, b = (v, b) if which == "a" else (a, v)
                 sizes, (sa, sb) = _fold(batch, _batch_strides(a, batch), _batch_strides(b, batch))
