@@ -1,208 +1,285 @@
-"""ONNX's own backend node tests of Gemm, MatMul, Conv and ConvTranspose, mapped onto DirectML's
-GEMM and CONVOLUTION descriptors, run in buffer mode.
-
-- Gemm -> GEMM on { 1, 1, rows, columns } tensors: transA / transB / alpha / beta carry over; C
-  (unidirectionally broadcastable in ONNX) gets the output's sizes with stride 0 along the
-  dimensions it repeats, as DirectML broadcasts (its page wants C at the output's Sizes).
-- MatMul -> GEMM: a 1-D operand becomes a matrix ({1, K} on the left, {K, 1} on the right, the
-  extra dimension dropped from the result); the leading (batch) dimensions broadcast through
-  stride-0 strides to their common shape, padded to { BatchCount, ChannelCount }; more than two
-  leading dimensions cannot be one GEMM and are skipped.
-- Conv -> CONVOLUTION, CROSS_CORRELATION, FORWARD; ConvTranspose -> CROSS_CORRELATION, BACKWARD
-  with ONNX's filter { C_in, C_out / group, k.. } unchanged (ONNX Runtime's DirectML provider does
-  the same). pads [x1_begin, x2_begin, .., x1_end, x2_end] -> StartPadding / EndPadding; auto_pad
-  SAME_UPPER / SAME_LOWER / VALID become explicit pads by ONNX's formulas; a 1-D convolution
-  becomes a 2-D one with H = 1 (4-D tensors, which every feature level supports); the bias
-  { M } becomes { 1, M, 1, 1 }. ConvTranspose's output_shape becomes pads by ONNX's formula
-  (total = stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - output_shape); a
-  negative total (the requested output longer than the full result) adds that many positions at
-  the end, as OutputPadding, as ONNX's reference implementation does.
-
-The test data comes from the ``onnx`` package's test-case generators, so this module is skipped
-when ``onnx`` is not installed. A case DirectML's support tables reject (a data type, a rank) is
-skipped with the validation message; every mapped ONNX operator must pass at least one case.
+"""Gemm, MatMul, Einsum, Conv and ConvTranspose through ``dml_jax.onnx.InferenceSession``, for
+what ONNX's node tests (``test_onnx_node_tests.py``) leave out: MatMul batch dimensions that one
+GEMM cannot take as they are, Gemm's C shapes, Einsum's general contractions (and which DML
+operators they become), and ConvTranspose's negative pads. Models are built with
+``onnx.helper``; expected values come from NumPy or ONNX's reference evaluator.
 """
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
-from onnx_cases import (
-    assert_every_op_type_passes,
-    assert_outputs,
-    attrs,
-    broadcast_desc,
-    case_ids,
-    conv_attrs,
-    dml_type,
-    forward_pads,
-    node_cases,
-    run_buffers_or_skip,
-    same_pads,
-)
 
 import dml_jax as dml
 
 onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 
-MAPPED = {"Gemm", "MatMul", "Conv", "ConvTranspose"}
-CASES = node_cases(MAPPED)
+from dml_jax.onnx import InferenceSession, import_graph
+
+RNG = np.random.default_rng(11)
+TYPES = {
+    np.float32: TensorProto.FLOAT,
+    np.float16: TensorProto.FLOAT16,
+    np.int32: TensorProto.INT32,
+}
+
+
+def _model(op_type, arrays, opset=21, names=None, **attributes):
+    """A one-node model whose inputs are ``arrays`` (graph inputs), output ``y``."""
+    names = names or [f"x{i}" for i in range(len(arrays))]
+    node = helper.make_node(op_type, names, ["y"], **attributes)
+    inputs = [
+        helper.make_tensor_value_info(n, TYPES[a.dtype.type], a.shape)
+        for n, a in zip(names, arrays)
+    ]
+    out = helper.make_tensor_value_info("y", TYPES[arrays[0].dtype.type], None)
+    graph = helper.make_graph([node], op_type.lower(), inputs, [out])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _run(model, arrays):
+    names = [i.name for i in model.graph.input]
+    (y,) = InferenceSession(model).run(None, dict(zip(names, arrays)))
+    return y
+
+
+def _reference(model, arrays):
+    names = [i.name for i in model.graph.input]
+    (y,) = ReferenceEvaluator(model).run(None, dict(zip(names, arrays)))
+    return y
+
+
+def _operators(model, arrays):
+    """The DML operator types the model imports to, less the identities through which graph
+    inputs and constants enter."""
+    shapes = {i.name: a.shape for i, a in zip(model.graph.input, arrays)}
+    graph = import_graph(model, input_shapes=shapes).graph
+    entries = {e.to_node_index for e in graph.input_edges}
+    return [
+        n.operator_type.removeprefix("DML_OPERATOR_")
+        for i, n in enumerate(graph.nodes)
+        if i not in entries
+    ]
+
+
+def _x(*shape, dtype=np.float32):
+    if dtype == np.int32:
+        return RNG.integers(-4, 5, shape).astype(np.int32)
+    return RNG.normal(size=shape).astype(dtype)
 
 
 # ---------------------------------------------------------------------------------------------
-# Gemm, MatMul
+# MatMul: batch dimensions beyond GEMM's two
 
 
-def _gemm(node, inputs):
-    a, b = inputs[0], inputs[1]
-    c = inputs[2] if len(inputs) > 2 and inputs[2] is not None and inputs[2].size else None
-    at = attrs(node)
-    ta, tb = int(at.get("transA", 0)), int(at.get("transB", 0))
-    m = a.shape[1] if ta else a.shape[0]
-    n = b.shape[0] if tb else b.shape[1]
-    out = (1, 1, m, n)
-    t = dml_type(a.dtype)
-    desc = dml.GemmOperatorDesc(
-        dml.TensorDesc(t, [1, 1, *a.shape]),
-        dml.TensorDesc(t, [1, 1, *b.shape]),
-        None if c is None else broadcast_desc(c, out),
-        dml.TensorDesc(t, list(out)),
-        trans_a="TRANSPOSE" if ta else "NONE",
-        trans_b="TRANSPOSE" if tb else "NONE",
-        alpha=float(at.get("alpha", 1.0)),
-        beta=float(at.get("beta", 1.0)),
-    )
-    buffers = [a, b] + ([] if c is None else [c])
-    return run_buffers_or_skip(desc, buffers, out, a.dtype).reshape(m, n)
+@pytest.mark.parametrize(
+    "a_shape, b_shape, copies",
+    [
+        ((2, 3, 4, 5, 6), (6, 7), 0),  # B broadcast over three batch dims that fold into one
+        ((2, 3, 4, 5, 6), (2, 3, 4, 6, 7), 0),
+        ((2, 1, 4, 5, 6), (3, 1, 6, 7), 2),  # both broadcast: both expanded
+        ((1, 3, 1, 2, 3), (4, 1, 5, 3, 2), 2),
+        ((5,), (2, 3, 4, 5, 2), 0),
+        ((2, 3, 4, 3, 5), (5,), 0),
+    ],
+)
+def test_matmul_batch_broadcasting(a_shape, b_shape, copies):
+    a, b = _x(*a_shape), _x(*b_shape)
+    model = _model("MatMul", [a, b])
+    np.testing.assert_allclose(_run(model, [a, b]), np.matmul(a, b), rtol=1e-5, atol=1e-5)
+    ops = _operators(model, [a, b])
+    assert ops.count("GEMM") == 1
+    assert ops.count("ELEMENT_WISE_IDENTITY") == copies, ops
 
 
-def _matmul(node, inputs):
-    a, b = inputs
-    want = np.matmul(np.zeros(a.shape, np.int8), np.zeros(b.shape, np.int8)).shape
-    a2 = a.reshape(1, -1) if a.ndim == 1 else a
-    b2 = b.reshape(-1, 1) if b.ndim == 1 else b
-    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-    if len(batch) > 2:
-        pytest.skip(f"{len(batch)} batch dimensions: one GEMM takes at most 2")
-    batch = (1,) * (2 - len(batch)) + tuple(batch)
-    m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
-    out = (*batch, m, n)
-    t = dml_type(a.dtype)
-    desc = dml.GemmOperatorDesc(
-        broadcast_desc(a2, (*batch, m, k)),
-        broadcast_desc(b2, (*batch, k, n)),
-        None,
-        dml.TensorDesc(t, list(out)),
-    )
-    return run_buffers_or_skip(desc, [a2, b2], out, a.dtype).reshape(want)
+def test_matmul_by_one_matrix_is_one_2d_gemm():
+    """A linear layer: the batches' rows form one {batch * M, K} matrix (no broadcast B)."""
+    a, b = _x(2, 3, 4, 5), _x(5, 6)
+    model = _model("MatMul", [a, b])
+    shapes = {"x0": a.shape, "x1": b.shape}
+    (gemm,) = [n for n in import_graph(model, input_shapes=shapes).graph.nodes
+               if n.operator_type == "DML_OPERATOR_GEMM"]  # fmt: skip
+    assert gemm.a_tensor.sizes == (1, 1, 24, 5)
+    assert gemm.b_tensor.sizes == (1, 1, 5, 6)
+    np.testing.assert_allclose(_run(model, [a, b]), a @ b, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gemm
+
+
+@pytest.mark.parametrize("c_shape", [(4, 1), (1,), (), (3,), (1, 3)])
+@pytest.mark.parametrize("trans", [(0, 0), (1, 1)])
+def test_gemm_broadcasts_c(c_shape, trans):
+    ta, tb = trans
+    a = _x(*((5, 4) if ta else (4, 5)))
+    b = _x(*((3, 5) if tb else (5, 3)))
+    c = _x(*c_shape)
+    model = _model("Gemm", [a, b, c], transA=ta, transB=tb, alpha=0.5, beta=-2.0)
+    want = 0.5 * ((a.T if ta else a) @ (b.T if tb else b)) - 2.0 * c
+    np.testing.assert_allclose(_run(model, [a, b, c]), want, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_without_c_and_opset_7():
+    a, b = _x(3, 4), _x(4, 2)
+    np.testing.assert_allclose(_run(_model("Gemm", [a, b], opset=11), [a, b]), a @ b, rtol=1e-5)
+    c = _x(3, 2)
+    model = _model("Gemm", [a, b, c], opset=7, beta=0.25)
+    np.testing.assert_allclose(_run(model, [a, b, c]), a @ b + 0.25 * c, rtol=1e-5, atol=1e-6)
+
+
+def test_gemm_of_integers_is_rejected_by_gemm():
+    a, b = _x(3, 4, dtype=np.int32), _x(4, 2, dtype=np.int32)
+    with pytest.raises(dml.ValidationError, match="GEMM"):
+        _run(_model("Gemm", [a, b], opset=13), [a, b])
+
+
+# ---------------------------------------------------------------------------------------------
+# Einsum
+
+
+EINSUM = [
+    ("ij,jk->ik", [(3, 4), (4, 5)]),
+    ("ij,jk", [(3, 4), (4, 5)]),  # implicit output
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+    ("ii->i", [(4, 4)]),
+    ("ii", [(4, 4)]),
+    ("bii->b", [(3, 4, 4)]),
+    ("ij->", [(3, 4)]),
+    ("ijk->kji", [(2, 3, 4)]),
+    ("i,j->ij", [(3,), (4,)]),
+    ("ij,ij->ij", [(3, 4), (3, 4)]),
+    ("i,i", [(5,), (5,)]),
+    ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]),
+    ("...i,i->...", [(2, 3, 4), (4,)]),
+    ("abc,cd,de->abe", [(2, 3, 4), (4, 5), (5, 6)]),
+    ("ab,bc,ca->", [(3, 4), (4, 5), (5, 3)]),
+    ("ijk,jil->kl", [(2, 3, 4), (3, 2, 5)]),
+    ("bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)]),
+]
+
+
+@pytest.mark.parametrize("equation, shapes", EINSUM, ids=[e for e, _ in EINSUM])
+def test_einsum(equation, shapes):
+    arrays = [_x(*s) for s in shapes]
+    got = _run(_model("Einsum", arrays, opset=12, equation=equation), arrays)
+    want = np.einsum(equation, *arrays)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_einsum_integers_multiply_and_reduce():
+    arrays = [_x(3, 4, dtype=np.int32), _x(4, 5, dtype=np.int32)]
+    model = _model("Einsum", arrays, opset=12, equation="ij,jk->ik")
+    np.testing.assert_array_equal(_run(model, arrays), arrays[0] @ arrays[1])
+    assert _operators(model, arrays) == ["ELEMENT_WISE_MULTIPLY", "REDUCE"]
+
+
+@pytest.mark.parametrize(
+    "equation, shapes, ops",
+    [
+        # Attention's scores: batch labels lead, K last in both: one GEMM with TransB, no copy.
+        ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)], ["GEMM"]),
+        ("bhqk,bhkd->bhqd", [(2, 3, 4, 6), (2, 3, 6, 5)], ["GEMM"]),
+        ("ij->ji", [(3, 4)], ["ELEMENT_WISE_IDENTITY"]),
+        ("ii->i", [(4, 4)], ["ELEMENT_WISE_IDENTITY"]),  # the diagonal as a strided read
+        ("ij->i", [(3, 4)], ["REDUCE"]),
+        ("i,j->ij", [(3,), (4,)], ["ELEMENT_WISE_MULTIPLY"]),
+    ],
+)
+def test_einsum_operators(equation, shapes, ops):
+    arrays = [_x(*s) for s in shapes]
+    assert _operators(_model("Einsum", arrays, opset=12, equation=equation), arrays) == ops
+
+
+def test_einsum_rejects_a_dropped_ellipsis():
+    a = _x(2, 3)
+    with pytest.raises(dml.ValidationError, match="ellipsis"):
+        _run(_model("Einsum", [a], opset=12, equation="...i->i"), [a])
 
 
 # ---------------------------------------------------------------------------------------------
 # Conv, ConvTranspose
 
 
-def _as_2d(x, w, a: dict, spatial_out: list[int]):
-    """A 1-D convolution as a 2-D one with H = 1 (the arrays, the attributes, the output)."""
-    if a["nd"] != 1:
-        return x, w, a, spatial_out
-    a = dict(a)
-    for key, one in (("strides", 1), ("dilations", 1), ("output_padding", 0), ("kernel", 1)):
-        a[key] = [one, *a[key]]
-    a["start"], a["end"] = [0, *a["start"]], [0, *a["end"]]
-    a["nd"] = 2
-    return x[:, :, None, :], w[:, :, None, :], a, [1, *spatial_out]
+CONV = [
+    ({"x": (1, 4, 9), "w": (6, 2, 3)}, {"group": 2, "auto_pad": "SAME_LOWER", "strides": [2]}),
+    (
+        {"x": (2, 2, 5, 6, 4), "w": (3, 2, 2, 3, 2)},
+        {"dilations": [2, 1, 1], "pads": [1, 0, 1, 0, 2, 1]},
+    ),
+    (
+        {"x": (1, 3, 7, 8), "w": (3, 1, 3, 3)},
+        {"group": 3, "auto_pad": "SAME_UPPER", "dilations": [2, 2]},
+    ),
+]
 
 
-def _conv_desc(x, w, bias, out_shape, a: dict, direction: str):
-    t = dml_type(x.dtype)
-    nd = a["nd"]
-    return dml.ConvolutionOperatorDesc(
-        dml.TensorDesc(t, list(x.shape)),
-        dml.TensorDesc(t, list(w.shape)),
-        None if bias is None else dml.TensorDesc(t, [1, bias.size] + [1] * nd),
-        dml.TensorDesc(t, list(out_shape)),
-        mode="CROSS_CORRELATION",
-        direction=direction,
-        dimension_count=nd,
-        strides=tuple(a["strides"]),
-        dilations=tuple(a["dilations"]),
-        start_padding=tuple(a["start"]),
-        end_padding=tuple(a["end"]),
-        output_padding=tuple(a["output_padding"] if direction == "BACKWARD" else [0] * nd),
-        group_count=a["group"],
+@pytest.mark.parametrize("shapes, attributes", CONV)
+def test_conv(shapes, attributes):
+    x, w, b = _x(*shapes["x"]), _x(*shapes["w"]), _x(shapes["w"][0])
+    model = _model("Conv", [x, w, b], opset=11, **attributes)
+    np.testing.assert_allclose(
+        _run(model, [x, w, b]), _reference(model, [x, w, b]), rtol=1e-4, atol=1e-4
     )
 
 
-def _conv(node, inputs):
-    x, w = inputs[0], inputs[1]
-    bias = inputs[2] if len(inputs) > 2 else None
-    a = conv_attrs(node, x, w)
-    out = forward_pads(a, x)
-    x2, w2, a2, out2 = _as_2d(x, w, a, out)
-    out_shape = (x.shape[0], w.shape[0], *out2)
-    desc = _conv_desc(x2, w2, bias, out_shape, a2, "FORWARD")
-    buffers = [x2, w2] + ([] if bias is None else [bias])
-    y = run_buffers_or_skip(desc, buffers, out_shape, x.dtype)
-    return y.reshape(x.shape[0], w.shape[0], *out)
+CONV_TRANSPOSE = [
+    # 3-D, dilations, explicit pads
+    (
+        {"x": (1, 2, 3, 4, 3), "w": (2, 2, 2, 3, 2)},
+        {"dilations": [2, 1, 2], "pads": [1, 0, 0, 0, 1, 1]},
+    ),
+    # SAME_UPPER with a kernel shorter than the stride: ONNX's pads are negative at the start
+    ({"x": (1, 2, 3, 3), "w": (2, 1, 2, 2)}, {"strides": [3, 3], "auto_pad": "SAME_UPPER"}),
+    (
+        {"x": (1, 2, 4, 3), "w": (2, 2, 3, 3)},
+        {"strides": [2, 2], "auto_pad": "SAME_LOWER", "output_padding": [1, 0]},
+    ),
+]
 
 
-def _conv_transpose(node, inputs):
-    x, w = inputs[0], inputs[1]
-    bias = inputs[2] if len(inputs) > 2 else None
-    a = conv_attrs(node, x, w)
-    nd, start, end, out, outpad = a["nd"], [], [], [], list(a["output_padding"])
-    target = a["output_shape"]
-    if target is None and a["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
-        target = [x.shape[2 + i] * a["strides"][i] for i in range(nd)]
-    for i in range(nd):
-        size, s, d = x.shape[2 + i], a["strides"][i], a["dilations"][i]
-        full = s * (size - 1) + outpad[i] + (a["kernel"][i] - 1) * d + 1
-        if target is not None:
-            total = full - int(target[-nd + i])
-            if total < 0:  # longer than the full result: the rest at the end, as output padding
-                b, e, outpad[i] = 0, 0, outpad[i] - total
-            else:
-                b, e = same_pads(a["auto_pad"], total)
-        elif a["auto_pad"] == "VALID":
-            b, e = 0, 0
-        else:
-            b, e = a["pads"][i], a["pads"][nd + i]
-        start.append(b)
-        end.append(e)
-        out.append(s * (size - 1) + outpad[i] + (a["kernel"][i] - 1) * d + 1 - b - e)
-    a.update(start=start, end=end, output_padding=outpad)
-    channels = w.shape[1] * a["group"]
-    x2, w2, a2, out2 = _as_2d(x, w, a, out)
-    out_shape = (x.shape[0], channels, *out2)
-    desc = _conv_desc(x2, w2, bias, out_shape, a2, "BACKWARD")
-    buffers = [x2, w2] + ([] if bias is None else [bias])
-    y = run_buffers_or_skip(desc, buffers, out_shape, x.dtype)
-    return y.reshape(x.shape[0], channels, *out)
+@pytest.mark.parametrize("shapes, attributes", CONV_TRANSPOSE)
+def test_conv_transpose(shapes, attributes):
+    x, w = _x(*shapes["x"]), _x(*shapes["w"])
+    b = _x(shapes["w"][1] * attributes.get("group", 1))
+    model = _model("ConvTranspose", [x, w, b], opset=11, **attributes)
+    got, want = _run(model, [x, w, b]), _reference(model, [x, w, b])
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-RUN = {"Gemm": _gemm, "MatMul": _matmul, "Conv": _conv, "ConvTranspose": _conv_transpose}
+def test_conv_transpose_1d_groups_against_onnxruntime():
+    """1-D, two groups, output padding, bias (ONNX's reference evaluator mishandles groups)."""
+    ort = pytest.importorskip("onnxruntime")
+    x, w, b = _x(2, 4, 5), _x(4, 3, 3), _x(6)
+    model = _model("ConvTranspose", [x, w, b], opset=11, group=2, strides=[2], output_padding=[1])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {"x0": x, "x1": w, "x2": b})
+    np.testing.assert_allclose(_run(model, [x, w, b]), want, rtol=1e-5, atol=1e-5)
 
 
-@functools.cache
-def _result(index: int) -> np.ndarray:
-    """DirectML's output for a case, kept: the last test reuses it (skips are not kept)."""
-    case = CASES[index]
-    return RUN[case.node.op_type](case.node, list(case.inputs))
-
-
-def _check(index: int) -> None:
-    got, want = _result(index), CASES[index].outputs[0]
-    assert got.shape == want.shape, (got.shape, want.shape)
-    tol = 1e-3 if want.dtype == np.float16 else 1e-5
-    assert_outputs(got, [want], rtol=tol, atol=tol)
-
-
-@pytest.mark.parametrize("index", range(len(CASES)), ids=case_ids(CASES))
-def test_onnx_node(index):
-    _check(index)
-
-
-def test_every_mapped_operator_has_a_passing_case():
-    assert_every_op_type_passes(CASES, _check, MAPPED)
+@pytest.mark.parametrize(
+    "output_shape, start",
+    [
+        ([10, 7], [0, 0]),  # three rows longer than the full 7 x 7: PADDING, then the bias
+        ([6, 5], [1, 1]),  # shorter: ONNX's pads, the odd one at the start
+        ([8, 7], [0, 0]),  # one longer: OutputPadding
+    ],
+)
+def test_conv_transpose_output_shape(output_shape, start):
+    """The output is the full result (7 x 7 here) read from ``start``, zeros past its end, plus
+    the bias (ONNX's formulas; its reference evaluator rejects these shapes)."""
+    x, w, b = _x(1, 1, 3, 3), _x(1, 2, 3, 3), _x(2)
+    full = _reference(_model("ConvTranspose", [x, w], opset=11, strides=[2, 2]), [x, w])
+    padded = np.zeros((1, 2, 12, 12), np.float32)
+    padded[:, :, :7, :7] = full
+    want = padded[
+        :, :, start[0] : start[0] + output_shape[0], start[1] : start[1] + output_shape[1]
+    ]
+    want = want + b[None, :, None, None]
+    model = _model("ConvTranspose", [x, w, b], opset=11, strides=[2, 2], output_shape=output_shape)
+    np.testing.assert_allclose(_run(model, [x, w, b]), want, rtol=1e-5, atol=1e-5)

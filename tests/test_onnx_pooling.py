@@ -1,242 +1,195 @@
-"""ONNX's own backend node tests of the pooling operators, mapped onto DirectML's as
-ONNX-on-DirectML does:
-
-- MaxPool -> MAX_POOLING2 (its second output, Indices, from OutputIndicesTensor as UINT64);
-  AveragePool -> AVERAGE_POOLING (AVERAGE_POOLING1 with dilations), count_include_pad ->
-  IncludePadding; LpPool -> LP_POOLING (LP_POOLING1 with dilations), p -> P.
-- GlobalMaxPool / GlobalAveragePool -> MAX_POOLING / AVERAGE_POOLING with the window the whole
-  spatial extent.
-- MaxUnpool(X, I, output_shape?) -> MAX_UNPOOLING into the expected output's shape, ONNX's
-  INT64 indices read as UINT64 (they are never negative).
-- ``pads`` [begin..., end...] split into StartPadding and EndPadding; auto_pad SAME_UPPER /
-  SAME_LOWER become explicit pads by ONNX's formulas (output ceil(size / stride), the total
-  padding split with the odd one at the end / the start); VALID is no padding.
-- 1-D pools (DirectML's tables have 4-D and 5-D tensors only) run as 2-D ones over
-  {N, C, 1, L} with a window of height 1, as ONNX Runtime's DirectML provider does.
-- ceil_mode: DirectML has no ceil mode, but its output sizes follow the padding, so the end
-  padding grows until the floor rule gives ONNX's size (the padding holds the lowest value for
-  MAX, adds nothing to LP and is not counted by AVERAGE without count_include_pad; without
-  ``pads``, count_include_pad changes nothing in ONNX and maps to IncludePadding FALSE).
-
-Skipped with the reason: MaxPool's storage_order 1 (column-major indices; DirectML's are
-row-major); AveragePool with ceil_mode, count_include_pad and pads where the grown end padding
-would count in DirectML's divisor but not in ONNX's; MaxUnpool with output_shape (ONNX reads the
-indices in the default output's shape, DirectML as flat indices into OutputTensor).
+"""The pooling converters through ``dml_jax.onnx.InferenceSession``, for what ONNX's node tests
+(``test_onnx_node_tests.py``) leave out: MaxPool's Indices in column-major storage order and in
+1-D and 3-D, AveragePool's ceil_mode with count_include_pad and pads, LpPool's ceil_mode and p,
+the global pools of ranks DirectML's pooling does not take as they are (GlobalLpPool has no node
+test), and MaxUnpool in 1-D and 3-D and with output_shape (ONNX Runtime's reading of the indices:
+flat into the output_shape tensor). Models are built with ``onnx.helper``; expected values come
+from ONNX's reference evaluator, NumPy or ONNX Runtime.
 """
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
-from onnx_cases import (
-    assert_every_op_type_passes,
-    attrs,
-    case_ids,
-    dml_type,
-    node_cases,
-    run_or_skip,
-)
-
-import dml_jax as dml
 
 onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 
-MAPPED = {"MaxPool", "AveragePool", "LpPool", "GlobalMaxPool", "GlobalAveragePool", "MaxUnpool"}
-CASES = node_cases({op: op.lower() for op in sorted(MAPPED)})
-T = dml.TensorDesc
+from dml_jax.onnx import InferenceSession
 
-
-def _same_pads(spatial, kernel, strides, dilations, upper: bool):
-    begin, end = [], []
-    for size, k, s, d in zip(spatial, kernel, strides, dilations):
-        out = -(-size // s)
-        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-        small = total // 2
-        begin.append(small if upper else total - small)
-        end.append(total - small if upper else small)
-    return begin, end
+RNG = np.random.default_rng(5)
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
-def _window(node, x: np.ndarray, out_shape):
-    """(kernel, strides, dilations, start, end) of a pooling node over ``x``, end padding grown
-    to reach ``out_shape`` (ceil_mode); skips what DirectML cannot express."""
-    a = attrs(node)
-    spatial = x.shape[2:]
-    dims = len(spatial)
-    kernel = list(a["kernel_shape"])
-    strides = list(a.get("strides", [1] * dims))
-    dilations = list(a.get("dilations", [1] * dims))
-    pads = list(a.get("pads", [0] * 2 * dims))
-    start, end = pads[:dims], pads[dims:]
-    auto_pad = a.get("auto_pad", b"NOTSET").decode()
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        start, end = _same_pads(spatial, kernel, strides, dilations, auto_pad == "SAME_UPPER")
-    elif auto_pad == "VALID":
-        start, end = [0] * dims, [0] * dims
-    padded = any(start) or any(end)
-    grown = False
-    for i, size in enumerate(spatial):
-        extent = (kernel[i] - 1) * dilations[i] + 1
-        need = (out_shape[2 + i] - 1) * strides[i] + extent - (size + start[i] + end[i])
-        if need > 0:
-            end[i] += need
-            grown = True
-        floor = (size + start[i] + end[i] - extent) // strides[i] + 1
-        assert floor == out_shape[2 + i], "ONNX's output size is not reachable by padding"
-    if grown and padded and node.op_type == "AveragePool" and a.get("count_include_pad", 0):
-        pytest.skip(
-            "ceil_mode with count_include_pad: the end padding DirectML needs for the ceil "
-            "size would count in its divisor, not in ONNX's"
-        )
-    return kernel, strides, dilations, start, end
-
-
-def _as_2d(x: np.ndarray, shape) -> tuple[np.ndarray, tuple]:
-    """A 1-D pool's {N, C, L} tensors as {N, C, 1, L}."""
-    if x.ndim == 3:
-        return x.reshape(x.shape[0], x.shape[1], 1, x.shape[2]), (*shape[:2], 1, shape[2])
-    return x, tuple(shape)
-
-
-def _pool(node, inputs, outputs):
-    x = inputs[0]
-    name = dml_type(x.dtype)
-    want = outputs[0].shape
-    kernel, strides, dilations, start, end = _window(node, x, want)
-    one_d = x.ndim == 3
-    x, out_shape = _as_2d(x, want)
-    if one_d:
-        kernel, strides, dilations = [1, *kernel], [1, *strides], [1, *dilations]
-        start, end = [0, *start], [0, *end]
-    geometry = {
-        "strides": strides,
-        "window_size": kernel,
-        "start_padding": start,
-        "end_padding": end,
-    }
-    dilated = any(d != 1 for d in dilations)
-    a = attrs(node)
-    out = T(name, list(out_shape))
-    if node.op_type == "MaxPool":
-        indices = None
-        if len(node.output) > 1 and node.output[1]:
-            if a.get("storage_order", 0) == 1:
-                pytest.skip("storage_order 1 asks column-major indices; DirectML's are row-major")
-            indices = T("UINT64", list(out_shape))
-        desc = dml.MaxPooling2OperatorDesc(
-            T(name, list(x.shape)), out, indices, **geometry, dilations=dilations
-        )
-    elif node.op_type == "AveragePool":
-        # Without pads count_include_pad changes nothing in ONNX (ceil_mode's overhang is not
-        # counted), which is IncludePadding FALSE over the grown end padding.
-        include = bool(a.get("count_include_pad", 0)) and any(a.get("pads", [0]))
-        if dilated:
-            desc = dml.AveragePooling1OperatorDesc(
-                T(name, list(x.shape)),
-                out,
-                **geometry,
-                dilations=dilations,
-                include_padding=include,
-            )
-        else:
-            desc = dml.AveragePoolingOperatorDesc(
-                T(name, list(x.shape)), out, **geometry, include_padding=include
-            )
-    else:
-        p = int(a.get("p", 2))
-        if dilated:
-            desc = dml.LpPooling1OperatorDesc(
-                T(name, list(x.shape)), out, **geometry, dilations=dilations, p=p
-            )
-        else:
-            desc = dml.LpPoolingOperatorDesc(T(name, list(x.shape)), out, **geometry, p=p)
-    result = run_or_skip(desc, x)
-    results = result if isinstance(result, tuple) else (result,)
-    return tuple(r.reshape(o.shape) for r, o in zip(results, outputs))
-
-
-def _global(node, inputs, outputs):
-    x = inputs[0]
-    name = dml_type(x.dtype)
-    dims = x.ndim - 2
-    geometry = {
-        "strides": [1] * dims,
-        "window_size": list(x.shape[2:]),
-        "start_padding": [0] * dims,
-        "end_padding": [0] * dims,
-    }
-    shape = list(x.shape[:2]) + [1] * dims
-    if node.op_type == "GlobalMaxPool":
-        desc = dml.MaxPoolingOperatorDesc(T(name, list(x.shape)), T(name, shape), **geometry)
-    else:
-        desc = dml.AveragePoolingOperatorDesc(
-            T(name, list(x.shape)), T(name, shape), **geometry, include_padding=False
-        )
-    return (run_or_skip(desc, x),)
-
-
-def _unpool(node, inputs, outputs):
-    x, indices = inputs[0], inputs[1]
-    if len(inputs) > 2:
-        pytest.skip(
-            "with output_shape ONNX reads the indices in the default output's shape and places "
-            "that block in the larger output; DirectML's indices are flat in OutputTensor"
-        )
-    name = dml_type(x.dtype)
-    shape = list(outputs[0].shape)
-    desc = dml.MaxUnpoolingOperatorDesc(
-        T(name, list(x.shape)), T("UINT64", list(indices.shape)), T(name, shape)
+def _model(op_type, inputs, outputs, opset=22, **attributes):
+    """A one-node model: ``inputs`` and ``outputs`` are (name, elem type, shape) triples."""
+    node = helper.make_node(op_type, [n for n, _, _ in inputs], [n for n, _, _ in outputs],
+                            **attributes)  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        op_type.lower(),
+        [helper.make_tensor_value_info(*i) for i in inputs],
+        [helper.make_tensor_value_info(*o) for o in outputs],
     )
-    return (run_or_skip(desc, x, indices.astype(np.uint64)),)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-MAPPERS = {
-    "MaxPool": _pool,
-    "AveragePool": _pool,
-    "LpPool": _pool,
-    "GlobalMaxPool": _global,
-    "GlobalAveragePool": _global,
-    "MaxUnpool": _unpool,
-}
+def _run(model, feeds):
+    return InferenceSession(model).run(None, feeds)
 
 
-@functools.cache
-def _result(index: int) -> tuple:
-    case = CASES[index]
-    return MAPPERS[case.node.op_type](case.node, list(case.inputs), list(case.outputs))
+def _reference(model, feeds):
+    return ReferenceEvaluator(model).run(None, feeds)
 
 
-# Cases whose expected values ONNX writes rounded to 4 decimals.
-ROUNDED = {"test_averagepool_2d_ceil_last_window_starts_on_pad"}
+def _onnxruntime(model, feeds):
+    """ONNX Runtime's CPU provider (where ONNX's reference evaluator falls short: 3-D MaxPool
+    with pads, LpPool's partial windows, which it weighs as whole ones)."""
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
 
 
-def _check(index: int) -> None:
-    wants = CASES[index].outputs
-    atol = 1e-4 if CASES[index].name in ROUNDED else 1e-6
-    got = _result(index)
-    assert len(got) == len(wants)
-    for g, w in zip(got, wants):
-        if w.dtype == np.int64:  # ONNX's indices; DirectML's are unsigned
-            g = g.astype(np.int64)
-        assert g.dtype == w.dtype, (g.dtype, w.dtype)
-        assert g.shape == w.shape, (g.shape, w.shape)
-        if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=atol)
-        else:
-            np.testing.assert_array_equal(g, w)
+def _pool_model(op_type, shape, indices=False, opset=22, **attributes):
+    outputs = [("y", F, None)] + ([("i", I64, None)] if indices else [])
+    return _model(op_type, [("x", F, shape)], outputs, opset=opset, **attributes)
 
 
-@pytest.mark.parametrize("index", range(len(CASES)), ids=case_ids(CASES))
-def test_onnx_node(index):
-    _check(index)
+@pytest.mark.parametrize(
+    "shape, attributes",
+    [
+        ((1, 2, 5, 6), {"kernel_shape": [2, 3], "strides": [2, 1], "storage_order": 1}),
+        (
+            (2, 1, 4, 5, 3),
+            {"kernel_shape": [2, 2, 2], "storage_order": 1, "pads": [0, 1, 0, 1, 0, 1]},
+        ),
+        ((2, 3, 4, 5, 3), {"kernel_shape": [3, 2, 2], "dilations": [1, 2, 1], "ceil_mode": 1}),
+        ((2, 3, 9), {"kernel_shape": [3], "strides": [2], "storage_order": 1}),
+    ],
+)
+def test_maxpool_indices(shape, attributes):
+    x = RNG.permutation(np.prod(shape)).astype(np.float32).reshape(shape)  # no ties
+    model = _pool_model("MaxPool", shape, indices=True, **attributes)
+    (y, i), (want_y, want_i) = _run(model, {"x": x}), _onnxruntime(model, {"x": x})
+    np.testing.assert_array_equal(y, want_y)
+    assert i.dtype == np.int64
+    np.testing.assert_array_equal(i, want_i)
 
 
-def test_every_mapped_operator_has_a_passing_case():
-    assert_every_op_type_passes(CASES, _check, MAPPED)
+def test_maxpool_indices_opset_8():
+    x = RNG.normal(size=(1, 2, 4, 4)).astype(np.float32)
+    model = _pool_model("MaxPool", x.shape, indices=True, opset=8, kernel_shape=[2, 2],
+                        strides=[2, 2])  # fmt: skip
+    for got, want in zip(_run(model, {"x": x}), _reference(model, {"x": x})):
+        np.testing.assert_array_equal(got, want)
 
 
-def test_the_cases_cover_every_mapped_operator():
-    assert {c.node.op_type for c in CASES} == MAPPED
-    assert len(CASES) > 40
+@pytest.mark.parametrize(
+    "shape, attributes",
+    [
+        # ceil_mode's last window runs past the pads: ONNX counts the pads, not the overhang
+        ((1, 2, 6, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+        (
+            (1, 1, 7, 8),
+            {"kernel_shape": [2, 3], "strides": [3, 2], "pads": [0, 1, 1, 0], "dilations": [2, 1]},
+        ),
+        ((1, 2, 8), {"kernel_shape": [3], "strides": [2], "pads": [2, 1]}),
+    ],
+)
+@pytest.mark.parametrize("include", [0, 1])
+def test_averagepool_ceil_mode_with_pads(shape, attributes, include):
+    x = RNG.normal(size=shape).astype(np.float32)
+    model = _pool_model("AveragePool", shape, ceil_mode=1, count_include_pad=include, **attributes)
+    (got,), (want,) = _run(model, {"x": x}), _reference(model, {"x": x})
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("p", [1, 3])
+def test_lppool_ceil_mode_and_p(p):
+    x = RNG.normal(size=(1, 2, 7, 6)).astype(np.float32)
+    attributes = {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 0, 1], "p": p}
+    model = _pool_model("LpPool", x.shape, opset=18, ceil_mode=1, **attributes)
+    (got,), (want,) = _run(model, {"x": x}), _onnxruntime(model, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5), (1, 2, 3, 4), (2, 1, 2, 3, 2), (1, 2, 2, 3, 2, 2)])
+@pytest.mark.parametrize("op_type", ["GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool"])
+def test_global_pools(op_type, shape):
+    x = RNG.normal(size=shape).astype(np.float32)
+    axes = tuple(range(2, len(shape)))
+    want = {
+        "GlobalMaxPool": lambda: x.max(axis=axes, keepdims=True),
+        "GlobalAveragePool": lambda: x.mean(axis=axes, keepdims=True),
+        "GlobalLpPool": lambda: np.sqrt((x * x).sum(axis=axes, keepdims=True)),
+    }[op_type]()
+    (got,) = _run(_model(op_type, [("x", F, shape)], [("y", F, None)]), {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_global_lp_pool_p_3_and_opset_1():
+    x = RNG.normal(size=(1, 3, 4, 5)).astype(np.float32)
+    want = (np.abs(x) ** 3).sum(axis=(2, 3), keepdims=True) ** (1 / 3)
+    model = _model("GlobalLpPool", [("x", F, x.shape)], [("y", F, None)], opset=2, p=3)
+    np.testing.assert_allclose(_run(model, {"x": x})[0], want, rtol=1e-5)
+    model = _model("GlobalLpPool", [("x", F, x.shape)], [("y", F, None)], opset=1, p=3.0)
+    np.testing.assert_allclose(_run(model, {"x": x})[0], want, rtol=1e-5)
+
+
+def _pool_then_unpool(shape, kernel, strides, output_shape):
+    """MaxPool's values and indices of an input of ``shape``, unpooled (with ``output_shape``
+    as an initializer when given)."""
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["v", "i"], kernel_shape=kernel, strides=strides),
+        helper.make_node(
+            "MaxUnpool",
+            ["v", "i"] + (["shape"] if output_shape else []),
+            ["y"],
+            kernel_shape=kernel,
+            strides=strides,
+        ),
+    ]
+    inits = []
+    if output_shape:
+        inits = [onnx.numpy_helper.from_array(np.asarray(output_shape, np.int64), "shape")]
+    graph = helper.make_graph(
+        nodes,
+        "unpool",
+        [helper.make_tensor_value_info("x", F, shape)],
+        [helper.make_tensor_value_info("y", F, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+
+
+@pytest.mark.parametrize(
+    "shape, kernel, strides",
+    [
+        ((2, 3, 8), [2], [2]),
+        ((1, 2, 4, 6, 4), [2, 3, 2], [2, 3, 2]),
+        ((1, 2, 4, 6), [2, 2], [2, 2]),
+    ],
+)
+def test_maxunpool_inverts_maxpool(shape, kernel, strides):
+    x = RNG.permutation(np.prod(shape)).astype(np.float32).reshape(shape)
+    model = _pool_then_unpool(shape, kernel, strides, None)
+    (got,), (want,) = _run(model, {"x": x}), _reference(model, {"x": x})
+    np.testing.assert_array_equal(got, want)
+
+
+def test_maxunpool_output_shape_reads_indices_in_that_shape():
+    """An odd-sized input pooled and unpooled with its own shape as output_shape: every
+    maximum returns to where it was (ONNX Runtime's reading; ONNX's reference reads the indices
+    in the smaller inferred shape and pads)."""
+    ort = pytest.importorskip("onnxruntime")
+    shape = (1, 2, 5, 7)
+    x = RNG.permutation(np.prod(shape)).astype(np.float32).reshape(shape)
+    model = _pool_then_unpool(shape, [2, 2], [2, 2], list(shape))
+    (got,) = _run(model, {"x": x})
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(got, session.run(None, {"x": x})[0])
+    kept = got != 0
+    np.testing.assert_array_equal(got[kept], x[kept])
+    assert kept.sum() == 2 * 2 * 3

@@ -1,0 +1,117 @@
+"""Regions of interest, as ONNX Runtime's DirectML provider maps them: MaxRoiPool onto
+ROI_POOLING, RoiAlign (opsets 10 and 16) onto ROI_ALIGN1.
+
+- MaxRoiPool: rois ``{num_rois, 5}`` rows ``[batch, x1, y1, x2, y2]`` are ROI_POOLING's ROITensor
+  viewed as ``{1, 1, num_rois, 5}``; pooled_shape ``[height, width]`` is PooledSize.
+- RoiAlign: LINEAR sampling, OutOfBoundsInputValue 0, OutputPixelOffset -0.5 (sample centres);
+  coordinate_transformation_mode ``half_pixel`` (opset 16's default) is InputPixelOffset 0.5,
+  ``output_half_pixel`` (opset 10's only behaviour) 0. sampling_ratio > 0 fixes the samples
+  per output (Minimum = Maximum); 0 is ONNX's adaptive ``ceil(region / output)`` (1 to
+  UINT32_MAX). batch_indices (INT64, INT32 in the graph) are CAST to UINT32.
+- ``output_half_pixel`` also makes every region at least one pixel wide and high (after
+  spatial_scale), which ROI_ALIGN1 does not: the rois' second corner is moved to
+  ``x1 + max(x2 - x1, 1 / spatial_scale)`` first (SPLIT, SUBTRACT, MAX, ADD, JOIN; at import
+  when the rois are constants).
+- mode ``max``: ROI_ALIGN1's MAX is the largest interpolated sample; ONNX's is the largest
+  weighted corner term of each sample (docs/semantics.md, "ONNX").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...tensor import Size2D, TensorDesc
+from ..importer import Value, packed
+from . import converter
+from ._common import DataType, binary_value, cast_value, op
+
+UINT32_MAX = 2**32 - 1
+
+
+@converter("MaxRoiPool")
+def _max_roi_pool(ctx, node, inputs):
+    x, rois = inputs
+    if x.rank != 4:
+        raise ctx.fail(f"X must be 4-D, got shape {list(x.shape)}")
+    if rois.rank != 2 or rois.shape[1] != 5:
+        raise ctx.fail(f"rois must be {{num_rois, 5}}, got shape {list(rois.shape)}")
+    pooled = [int(p) for p in ctx.attr("pooled_shape")]
+    if len(pooled) != 2:
+        raise ctx.fail(f"pooled_shape must hold 2 values, got {len(pooled)}")
+    t = x.data_type
+    out = (rois.shape[0], x.shape[1], pooled[0], pooled[1])
+    desc = op("ROI_POOLING")(
+        TensorDesc(t, x.shape),
+        TensorDesc(rois.data_type, (1, 1) + rois.shape),
+        TensorDesc(t, out),
+        spatial_scale=float(ctx.attr("spatial_scale", 1.0)),
+        pooled_size=Size2D(width=pooled[1], height=pooled[0]),
+    )
+    return [ctx.out(ctx.node(desc, [x, rois]), out)]
+
+
+def _widened(ctx, rois: Value, scale: float) -> Value:
+    """The rois with every region at least ``1 / scale`` wide and high (ONNX's
+    output_half_pixel rule): the second corner moved to ``x1 + max(x2 - x1, 1 / scale)``."""
+    if scale <= 0:
+        return rois
+    if rois.const is not None:
+        r = rois.const
+        corner = r[:, :2] + np.maximum(r[:, 2:] - r[:, :2], r.dtype.type(1 / scale))
+        return ctx.constant(np.concatenate([r[:, :2], corner], axis=1).astype(r.dtype))
+    t, count = rois.data_type, rois.shape[0]
+    half = (count, 2)
+    split = op("SPLIT")(packed(t, rois.shape), [packed(t, half), packed(t, half)], axis=1)
+    n = ctx.node(split, [rois])
+    first, second = ctx.out(n, half, 0), ctx.out(n, half, 1)
+    size = binary_value(ctx, "ELEMENT_WISE_SUBTRACT", second, first)
+    least = ctx.constant(np.asarray(1 / scale, t.numpy_dtype))
+    size = binary_value(ctx, "ELEMENT_WISE_MAX", size, least)
+    corner = binary_value(ctx, "ELEMENT_WISE_ADD", first, size)
+    join = op("JOIN")([packed(t, half), packed(t, half)], packed(t, rois.shape), axis=1)
+    return ctx.out(ctx.node(join, [first, corner]), rois.shape)
+
+
+@converter("RoiAlign")
+def _roi_align(ctx, node, inputs):
+    x, rois, batch = inputs
+    if x.rank != 4:
+        raise ctx.fail(f"X must be 4-D, got shape {list(x.shape)}")
+    if rois.rank != 2 or rois.shape[1] != 4:
+        raise ctx.fail(f"rois must be {{num_rois, 4}}, got shape {list(rois.shape)}")
+    if batch.shape != rois.shape[:1]:
+        raise ctx.fail(f"batch_indices must be {{{rois.shape[0]}}}, got {list(batch.shape)}")
+    mode = ctx.attr("mode", "avg")
+    if mode not in ("avg", "max"):
+        raise ctx.fail(f"mode '{mode}' is not supported")
+    default = "half_pixel" if ctx.opset >= 16 else "output_half_pixel"
+    transform = ctx.attr("coordinate_transformation_mode", default)
+    if transform not in ("half_pixel", "output_half_pixel"):
+        raise ctx.fail(f"coordinate_transformation_mode '{transform}' is not supported")
+    ratio = int(ctx.attr("sampling_ratio", 0))
+    if ratio < 0:
+        raise ctx.fail(f"sampling_ratio must be >= 0, got {ratio}")
+    scale = float(ctx.attr("spatial_scale", 1.0))
+    height, width = int(ctx.attr("output_height", 1)), int(ctx.attr("output_width", 1))
+    if transform == "output_half_pixel":
+        rois = _widened(ctx, rois, scale)
+    indices = cast_value(ctx, batch, DataType.UINT32)
+    t = x.data_type
+    out = (rois.shape[0], x.shape[1], height, width)
+    desc = op("ROI_ALIGN1")(
+        TensorDesc(t, x.shape),
+        TensorDesc(rois.data_type, rois.shape),
+        TensorDesc(DataType.UINT32, batch.shape),
+        TensorDesc(t, out),
+        reduction_function="MAX" if mode == "max" else "AVERAGE",
+        interpolation_mode="LINEAR",
+        spatial_scale_x=scale,
+        spatial_scale_y=scale,
+        input_pixel_offset=0.5 if transform == "half_pixel" else 0.0,
+        output_pixel_offset=-0.5,
+        out_of_bounds_input_value=0.0,
+        minimum_samples_per_output=ratio if ratio else 1,
+        maximum_samples_per_output=ratio if ratio else UINT32_MAX,
+        align_regions_to_corners=False,
+    )
+    return [ctx.out(ctx.node(desc, [x, rois, indices]), out)]
