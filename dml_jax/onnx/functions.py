@@ -8,6 +8,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import numpy as np
+
 from ..errors import ValidationError
 from .importer import ONNX, Value
 
@@ -80,7 +82,12 @@ def expand(walk, node, domain, opset, inputs, where, schema, fold) -> list[Value
         copy.output.extend(names.get(n, tag + n) for n in inner.output)
         del copy.attribute[:]
         for a in inner.attribute:
-            if a.ref_attr_name:
+            if a.type == onnx.AttributeProto.GRAPH:
+                b = onnx.AttributeProto()
+                b.CopyFrom(a)
+                _rename_outer(b.g, lambda n: names.get(n, tag + n))
+                copy.attribute.append(b)
+            elif a.ref_attr_name:
                 src = caller.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
                 if src is None:
                     continue
@@ -101,3 +108,71 @@ def expand(walk, node, domain, opset, inputs, where, schema, fold) -> list[Value
     finally:
         walk.opsets = saved
     return [walk.values.get(n) if n else None for n in node.output]
+
+
+def _rename_outer(graph: Any, rename: Any) -> None:
+    """Renames, in place, the names a subgraph reads from its enclosing scope."""
+    inner = {o for n in graph.node for o in n.output} | {i.name for i in graph.initializer}
+    inner |= {i.name for i in graph.input}
+    for n in graph.node:
+        for k, name in enumerate(n.input):
+            if name and name not in inner:
+                n.input[k] = rename(name)
+        for a in n.attribute:
+            if a.type == 5:  # a nested subgraph
+                _rename_outer(a.g, lambda x, inner=inner: x if x in inner else rename(x))
+    for out in graph.output:
+        if out.name not in inner:
+            out.name = rename(out.name)
+
+
+def inline_if(walk, node, inputs, where, fold) -> list[Value | None]:
+    """An ``If`` whose condition is known at import (shape conditions in exported models):
+    the chosen branch's nodes are imported in its place. A condition computed at run time is a
+    ``ValidationError``."""
+    import onnx
+    from onnx import numpy_helper
+
+    from .importer import _walk_nodes, const_value
+
+    cond = inputs[0].known if inputs and inputs[0] is not None else None
+    if cond is None:
+        raise ValidationError(
+            f"{ONNX}: {where}: an If whose condition is computed at run time is not supported"
+        )
+    flat = np.asarray(cond).reshape(-1)
+    if flat.size != 1:
+        raise ValidationError(f"{ONNX}: {where}: the condition must hold one value")
+    name = "then_branch" if bool(flat[0]) else "else_branch"
+    branch = next((a.g for a in node.attribute if a.name == name), None)
+    if branch is None:
+        raise ValidationError(f"{ONNX}: {where}: attribute '{name}' is required")
+    tag = f"__if{next(_counter)}_"
+    produced = {o for n in branch.node for o in n.output if o}
+    produced |= {i.name for i in branch.initializer}
+
+    def rename(n: str) -> str:
+        return tag + n if n in produced else n
+
+    for init in branch.initializer:
+        walk.values[tag + init.name] = const_value(numpy_helper.to_array(init), where)
+    nodes = []
+    for inner in branch.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(inner)
+        del copy.input[:]
+        del copy.output[:]
+        copy.input.extend(rename(n) if n else "" for n in inner.input)
+        copy.output.extend(rename(n) if n else "" for n in inner.output)
+        for a in copy.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                _rename_outer(a.g, rename)
+        nodes.append(copy)
+    _walk_nodes(walk, nodes, f"{where} > {name} > ", fold)
+    outputs = []
+    for out in branch.output:
+        v = walk.values.get(rename(out.name))
+        if v is None:
+            raise ValidationError(f"{ONNX}: {where}: branch output '{out.name}' is not produced")
+        outputs.append(v)
+    return outputs

@@ -650,7 +650,9 @@ def _walk_nodes(walk: _Walk, nodes: Sequence[Any], prefix: str, fold: Any) -> No
         onnx_schema = schema.check(node, domain, opset, where, known=convert is not None)
         ctx = Context(builder, node, walk.opsets, where)
         outputs, folded = None, None
-        if fold.foldable(node, domain, inputs, onnx_schema):
+        if node.op_type == "If" and not domain and convert is None:
+            outputs, how = functions.inline_if(walk, node, inputs, where, fold), "branch"
+        elif fold.foldable(node, domain, inputs, onnx_schema):
             try:
                 folded = fold.evaluate(node, domain, opset, inputs, where)
             except fold.NotEvaluated:
@@ -690,7 +692,7 @@ def _walk_nodes(walk: _Walk, nodes: Sequence[Any], prefix: str, fold: Any) -> No
         deps = frozenset().union(*(v.deps for v in inputs if v is not None))
         for name, v in zip(node.output, outputs):
             if name and v is not None:
-                values[name] = replace(v, deps=deps) if v.const is None else v
+                values[name] = replace(v, deps=v.deps | deps) if v.const is None else v
         for k, name in enumerate(node.output):
             if name and (k >= len(outputs) or outputs[k] is None):
                 raise ctx.fail(f"output {k} ('{name}') is not supported")
