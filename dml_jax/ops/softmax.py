@@ -8,7 +8,8 @@ rank (DimensionCount without the leading size-1 dimensions) is at most 2; the ``
 Numerics (docs/semantics.md, "Softmax"): FLOAT16 is computed in float32 and rounded once; the
 maximum over the normalized elements is subtracted first, so large magnitudes neither overflow
 nor lose their differences, and ``-inf`` entries give 0 (log: ``-inf``). A slice that is all
-``-inf`` has no normalization: NaN, as is any slice holding a NaN or ``+inf``. HARDMAX gives 1 at
+``-inf`` has no normalization: NaN, as is any slice holding a NaN or ``+inf``. Finite input never
+gives NaN, however XLA fuses the lowering (``shifted``). HARDMAX gives 1 at
 the first maximum in row-major order over the normalized axes (NaN counts as the maximum, as in
 ARGMAX) and 0 elsewhere; it is piecewise constant, so its gradient is 0.
 """
@@ -36,19 +37,48 @@ _V0_TABLE = rows((L.FL_1_0, DIMS4, F2), (L.FL_2_0, DIMS4_5, F2), (L.FL_3_0, DIMS
 _V1_TABLE = rows((L.FL_5_1, DIMS1_8, F2))
 
 
+def shifted(x, axes: tuple[int, ...]):
+    """``x - max(x)`` over ``axes``: at most 0, and exactly 0 at each slice's maximum.
+
+    The slice's maximum element must give exactly ``exp(0) = 1``, so that the sum of the
+    exponentials is at least 1. That needs the maximum and the differences to be taken from the
+    same values, which XLA does not promise: it fuses the producer of ``x`` (a scale, a GEMM's
+    bias) into the loop of the maximum and again into the loops of the exponentials, and the
+    copies may round differently (one contracted into an FMA, say). Near 1e10 one float32 ulp is
+    1024, so the maximum's own difference would be +-1024: ``exp`` overflows (inf / inf) or the
+    whole slice underflows (0 / 0), NaN either way. The optimization barrier has ``x`` computed
+    once and read by every loop; the differences are also capped at 0 (a comparison, so NaN
+    stays NaN) in case a lowering still sees different values.
+
+    An all ``-inf`` slice keeps the maximum ``-inf``, so its differences are NaN: no
+    normalization exists. The maximum is held constant for differentiation (the softmax does
+    not depend on it)."""
+    x = lax.optimization_barrier(x)
+    m = lax.stop_gradient(jnp.max(x, axis=axes, keepdims=True))
+    d = x - m
+    return jnp.where(d > 0, jnp.zeros_like(d), d)
+
+
+def _sum_exp(d, axes: tuple[int, ...]):
+    """The sum of ``exp(d)`` over ``axes``, at least 1 unless NaN.
+
+    It is at least 1 by construction (``shifted``); the floor keeps a lowering that broke that
+    from dividing by 0 (a finite result rather than NaN). A comparison, not ``maximum``: its
+    derivative is the sum's own at 1 (``maximum`` would halve it at a tie)."""
+    s = jnp.sum(jnp.exp(d), axis=axes, keepdims=True)
+    return jnp.where(s < 1, jnp.ones_like(s), s)
+
+
 def softmax(x, axes: tuple[int, ...]):
     """exp(x - max) / sum(exp(x - max)) over ``axes`` (float32 or wider)."""
-    m = lax.stop_gradient(jnp.max(x, axis=axes, keepdims=True))
-    # An all -inf slice keeps m = -inf, so x - m is NaN there: no normalization exists.
-    e = jnp.exp(x - m)
-    return e / jnp.sum(e, axis=axes, keepdims=True)
+    d = shifted(x, axes)
+    return jnp.exp(d) / _sum_exp(d, axes)
 
 
 def log_softmax(x, axes: tuple[int, ...]):
     """x - max - log(sum(exp(x - max))) over ``axes``."""
-    m = lax.stop_gradient(jnp.max(x, axis=axes, keepdims=True))
-    shifted = x - m
-    return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=axes, keepdims=True))
+    d = shifted(x, axes)
+    return d - jnp.log(_sum_exp(d, axes))
 
 
 def hardmax(x, axes: tuple[int, ...]):
