@@ -47,6 +47,16 @@ def _image(batch, size=224):
     return (torch.randn(batch, 3, size, size),)
 
 
+def _segmentation(name):
+    def build():
+        from torchvision.models import segmentation
+
+        model = getattr(segmentation, name)(weights=None, weights_backbone=None, aux_loss=False)
+        return _Wrap.make(model, "out")
+
+    return build
+
+
 def _timm(name):
     def build():
         import timm
@@ -184,12 +194,12 @@ MODELS = {
     "swin_t": (_torchvision("swin_t"), _image, {0: "batch"}),
     "vit_b_16": (_torchvision("vit_b_16"), _image, {0: "batch"}),
     "deeplabv3_mobilenet": (
-        _torchvision("deeplabv3_mobilenet_v3_large", weights_backbone=None, aux_loss=False),
+        _segmentation("deeplabv3_mobilenet_v3_large"),
         lambda b: _image(b, 256),
         {0: "batch"},
     ),
     "fcn_resnet50": (
-        _torchvision("fcn_resnet50", weights_backbone=None, aux_loss=False),
+        _segmentation("fcn_resnet50"),
         lambda b: _image(b, 256),
         {0: "batch"},
     ),
@@ -391,6 +401,9 @@ def main(argv=None):
         except Exception as e:  # noqa: BLE001
             rows.append({"model": name, "error": f"{type(e).__name__}: {str(e)[:200]}"})
             print(name, "ERROR", rows[-1]["error"], flush=True)
+        if opts.json:  # written after each model, so a run cut short keeps what it measured
+            with open(opts.json, "w") as f:
+                json.dump({"header": header, "rows": rows}, f, indent=1)
     print()
     print(f"{'model':22} {'exporter':11} {'gpu err':>9} {'cpu err':>9} {'x eager':>8} "
           f"{'x compile':>9}  note")  # fmt: skip
