@@ -8,6 +8,9 @@ types. The type-set names follow the reference notes (F2, T8, IDX ...).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from .enums import DataType as D
@@ -81,6 +84,24 @@ def row_at(table: tuple[SupportRow, ...], level: L) -> SupportRow | None:
     return current
 
 
+_BEYOND_TABLES: contextvars.ContextVar[frozenset] = contextvars.ContextVar(
+    "beyond_tables", default=frozenset()
+)
+
+
+@contextlib.contextmanager
+def beyond_tables(data_types: Iterable[D]) -> Iterator[None]:
+    """Within this context, tensors of ``data_types`` pass the support tables' data type check
+    (their dimension count still must be one the operator takes). The ONNX front end uses it for
+    FLOAT64, which ONNX Runtime runs on its CPU provider where DirectML's tables have no FLOAT64:
+    the operator's lowering then computes in float64 (docs/semantics.md, "ONNX import")."""
+    token = _BEYOND_TABLES.set(frozenset(data_types))
+    try:
+        yield
+    finally:
+        _BEYOND_TABLES.reset(token)
+
+
 def check_tensor(
     table: tuple[SupportRow, ...], level: L, role: str, path: str, dtype: D, rank: int, what: str
 ) -> None:
@@ -99,9 +120,11 @@ def check_tensor(
             f"{level.label}"
         )
 
+    relaxed = dtype in _BEYOND_TABLES.get()
+
     def allows(r: SupportRow) -> bool:
         types_, ranks = r.column(role, path)
-        return dtype in types_ and rank in ranks
+        return (relaxed or dtype in types_) and rank in ranks
 
     if allows(row):
         return

@@ -65,7 +65,9 @@ def _array(v: Any) -> np.ndarray:
     """A data set entry as an array (some cases hold TensorProtos)."""
     from onnx import TensorProto, numpy_helper
 
-    return numpy_helper.to_array(v) if isinstance(v, TensorProto) else np.asarray(v)
+    if isinstance(v, TensorProto):
+        return numpy_helper.to_array(v)
+    return v if isinstance(v, list) else np.asarray(v)  # a sequence stays a list
 
 
 def run_case(case: Any) -> list[np.ndarray]:

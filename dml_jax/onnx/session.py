@@ -168,8 +168,11 @@ def compile_imported(imported: ImportedGraph, **options: Any) -> Any:
     nodes = imported.graph.nodes
     wide = any(d is not None and d.data_type.is_64bit
                for n in nodes for _, d in n.input_slots() + n.output_slots())  # fmt: skip
+    from ..enums import DataType
+    from ..support import beyond_tables
+
     try:
-        with jax.enable_x64(True) if wide else _nothing():
+        with jax.enable_x64(True) if wide else _nothing(), beyond_tables({DataType.FLOAT64}):
             return compile_graph(imported.graph, reinterpret_edges=True, **options)
     except ValidationError as e:
         m = re.match(r"DML_GRAPH: Nodes\[(\d+)\]: ", str(e))
@@ -340,11 +343,10 @@ class InferenceSession:
         extra = [np.asarray(input_feed[n]) for n in overrides]
         program = self._program_for(arrays, overrides, extra)
         feed = dict(zip(self._names(overrides), arrays + extra))
-        args = [jax.device_put(to_graph_array(feed[n], f"input '{n}'"), self._device)
-                for n in program.imported.input_names]  # fmt: skip
-        params = self._device_params()
         with jax.enable_x64(True) if program.needs_x64 else _nothing():
-            outs = program.jitted(params, *args)
+            args = [jax.device_put(to_graph_array(feed[n], f"input '{n}'"), self._device)
+                    for n in program.imported.input_names]  # fmt: skip
+            outs = program.jitted(self._device_params(), *args)
             result = {
                 name: np.asarray(y).astype(dtype, copy=False)
                 for name, y, dtype in zip(
@@ -476,12 +478,16 @@ class InferenceSession:
         return self._params
 
     def _device_params(self) -> dict[str, Any]:
-        if getattr(self, "_on_device", None) is None:
-            self._on_device = {
+        """The parameters on the session's device (once per x64 mode: without it JAX holds
+        float64 parameters as float32)."""
+        x64 = bool(jax.config.read("jax_enable_x64"))
+        cache = self.__dict__.setdefault("_on_device", {})
+        if x64 not in cache:
+            cache[x64] = {
                 k: jax.device_put(to_graph_array(v, f"initializer '{k}'"), self._device)
                 for k, v in self.params.items()
             }
-        return self._on_device
+        return cache[x64]
 
     def apply(self, params: Mapping[str, Any], *inputs: Any) -> tuple:
         """The model as a pure function of its parameters and inputs (one array per input of

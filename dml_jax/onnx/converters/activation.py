@@ -63,6 +63,9 @@ register("Shrink", _with_attrs("ACTIVATION_SHRINK", bias=("bias", 0.0), threshol
 @converter("PRelu")
 def _prelu(ctx, node, inputs):
     x, slope = inputs
+    if ctx.opset < 7 and slope.rank == 1 and x.rank > 2 and slope.shape[0] == x.shape[1] != 1:
+        # Before opset 7 the slope is per channel (axis 1), not numpy-broadcast.
+        slope = view(slope, (slope.shape[0],) + (1,) * (x.rank - 2))
     # The slope broadcasts to X (unidirectionally): X's shape is the output's.
     try:
         shape = np.broadcast_shapes(tuple(slope.shape), tuple(x.shape))
