@@ -288,6 +288,15 @@ def run_model(name, opts, rows):
     build, inputs, dynamic = MODELS[name]
     torch.manual_seed(0)
     model = build().eval()
+    with torch.no_grad():
+        # Random weights everywhere: zero-initialized heads (torchvision's ViT) and default
+        # normalization statistics would make the outputs constant and the comparison empty.
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+        for m in model.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.running_var is not None:
+                m.running_mean.normal_(0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
     args = inputs(opts.check_batch)
     feeds = [a.numpy() for a in args]
     with torch.no_grad():
@@ -339,6 +348,9 @@ def speed(name, model, inputs, path, opts, row):
     from dml_jax.onnx import InferenceSession
 
     args = inputs(opts.batch)
+    path = path[:-5] + "_speed.onnx"  # exported again at the timed batch (dynamo's are static)
+    with torch.no_grad():
+        export(model, args, path, opts.exporters[0], MODELS[name][2])
     s = InferenceSession(path, device="gpu")
     feed = [jax.device_put(a.numpy()) for a in args]
     fn = jax.jit(s.fn)
