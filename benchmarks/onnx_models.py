@@ -398,6 +398,10 @@ def main(argv=None):
     import jax
     import torch
 
+    # The same precision on both sides: dml_jax computes float32 products in float32, so
+    # PyTorch's TF32 convolutions and matrix products are switched off.
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     names = opts.only or list(MODELS)
     rows = []
     header = {

@@ -239,16 +239,16 @@ def test_unsupported_op_names_node_and_type():
     model = _model(
         [
             helper.make_node("Relu", ["x"], ["r"], name="act"),
-            helper.make_node("Hardmax", ["r"], ["y"], name="pick"),
+            helper.make_node("Det", ["r"], ["y"], name="pick"),
         ],
-        [helper.make_tensor_value_info("x", F, [2, 3])],
-        [helper.make_tensor_value_info("y", F, [2, 3])],
+        [helper.make_tensor_value_info("x", F, [3, 3])],
+        [helper.make_tensor_value_info("y", F, [])],
         [],
     )
     with pytest.raises(
         dml.ValidationError,
-        match=r"^ONNX: node 1 \('pick', Hardmax\): op type "
-        r"'Hardmax' is not supported",
+        match=r"^ONNX: node 1 \('pick', Det\): op type "
+        r"'Det' is not supported",
     ):
         dml.compile_onnx(model)
 
