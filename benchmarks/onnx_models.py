@@ -27,7 +27,6 @@ import traceback
 
 import numpy as np
 
-
 # ---------------------------------------------------------------------------------------------
 # The models: name -> (builder, example inputs at a batch, dynamic axes {input: {axis: name}})
 
@@ -145,7 +144,6 @@ def _unet_block():
     """A diffusers-style UNet block: ResNet block (GroupNorm, SiLU, time embedding), a
     transformer block (self- and cross-attention, GEGLU feed-forward) and 2x nearest upsampling
     with a convolution."""
-    import torch
     from torch import nn
 
     class Block(nn.Module):
@@ -280,7 +278,6 @@ def timed(fn, samples, iters, sync):
 
 
 def run_model(name, opts, rows):
-    import jax
     import torch
 
     from dml_jax.onnx import InferenceSession
@@ -312,7 +309,7 @@ def run_model(name, opts, rows):
                 with torch.no_grad():
                     export(model, args, path, exporter, dynamic)
                 row["export_s"] = round(time.perf_counter() - t, 2)
-            except Exception as e:  # noqa: BLE001 - an exporter failure is recorded
+            except Exception as e:
                 row["error"] = f"export: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 print(name, exporter, row["error"], flush=True)
                 continue
@@ -326,7 +323,7 @@ def run_model(name, opts, rows):
                     row[f"{dev}_first_call_s"] = round(time.perf_counter() - t, 2)
                     row[f"{dev}_rel_err"] = agreement(got, want)
                     row["dml_nodes"] = len(next(iter(s._programs.values())).imported.graph.nodes)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     row[f"{dev}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
                     if opts.debug:
                         traceback.print_exc()
@@ -375,7 +372,7 @@ def speed(name, model, inputs, path, opts, row):
                                torch.cuda.synchronize)  # fmt: skip
                 row["compile_ms"] = round(comp_s * 1e3, 3)
                 row["x_compile"] = round(comp_s / dml_s, 3)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 row["compile_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
     model.cpu()
 
@@ -414,7 +411,7 @@ def main(argv=None):
     for name in names:
         try:
             run_model(name, opts, rows)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             rows.append({"model": name, "error": f"{type(e).__name__}: {str(e)[:200]}"})
             print(name, "ERROR", rows[-1]["error"], flush=True)
         if opts.json:  # written after each model, so a run cut short keeps what it measured
@@ -425,7 +422,7 @@ def main(argv=None):
           f"{'x compile':>9}  note")  # fmt: skip
     ok = 0
     for r in rows:
-        err = lambda k: f"{r[k]:.1e}" if k in r else "-"  # noqa: E731
+        err = lambda k: f"{r[k]:.1e}" if k in r else "-"
         note = r.get("error") or r.get("gpu_error") or r.get("cpu_error") or ""
         ok += "gpu_rel_err" in r and r["gpu_rel_err"] < 1e-3
         print(f"{r['model']:22} {r.get('exporter', ''):11} {err('gpu_rel_err'):>9} "

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from dml_jax.onnx import InferenceSession
-from dml_jax.onnx.importer import import_graph
+from dml_jax.onnx.walk import import_graph
 
 ELEM = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16}
 

@@ -16,9 +16,9 @@ import pytest
 import dml_jax as dml
 
 onnx = pytest.importorskip("onnx")
-from onnx import numpy_helper  # noqa: E402
+from onnx import numpy_helper
 
-from dml_jax.onnx import InferenceSession  # noqa: E402
+from dml_jax.onnx import InferenceSession
 
 ROOT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 
@@ -60,7 +60,10 @@ def _not_runnable(model) -> bool:
 @pytest.mark.parametrize(
     "kind, path, inputs, outputs",
     CASES,
-    ids=[f"{c[0]}/{os.path.basename(os.path.dirname(c[1])) if c[2] is not None else os.path.basename(c[1])}" for c in CASES],
+    ids=[
+        f"{c[0]}/{os.path.basename(os.path.dirname(c[1])) if c[2] is not None else os.path.basename(c[1])}"
+        for c in CASES
+    ],
 )
 def test_bundled_model(kind, path, inputs, outputs):
     model = onnx.load(path)

@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("onnx")
 
-import onnx_node_suite as suite  # noqa: E402
+import onnx_node_suite as suite
 
-import dml_jax as dml  # noqa: E402
+import dml_jax as dml
 
 CASES = suite.selected()
 EXCLUDED = suite.exclusions()

@@ -18,9 +18,9 @@ import pytest
 import dml_jax as dml
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
-from dml_jax.onnx import InferenceSession, SessionOptions  # noqa: E402
+from dml_jax.onnx import InferenceSession, SessionOptions
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 RNG = np.random.default_rng(11)
@@ -160,7 +160,7 @@ def test_small_float_input_is_specialised_on():
     x = np.arange(6, dtype=np.float32)
     for start in (2.0, 4.0):
         (y,) = s.run(None, {"x": x, "f": np.asarray([0.0, start], np.float32)})
-        np.testing.assert_array_equal(y, x[int(start):])
+        np.testing.assert_array_equal(y, x[int(start) :])
     assert s.static_inputs == ("f",)
 
 
@@ -221,7 +221,10 @@ def test_int64_folding_is_exact():
 
 def test_bool_inputs_and_outputs():
     model = _model(
-        [helper.make_node("Greater", ["x", "zero"], ["pos"]), helper.make_node("Where", ["m", "x", "zero"], ["y"])],
+        [
+            helper.make_node("Greater", ["x", "zero"], ["pos"]),
+            helper.make_node("Where", ["m", "x", "zero"], ["y"]),
+        ],
         [_vi("x", F, [5]), _vi("m", B, [5])],
         [_vi("pos", B, [5]), _vi("y", F, [5])],
         [numpy_helper.from_array(np.asarray(0, np.float32), "zero")],
@@ -250,7 +253,9 @@ def test_run_selects_and_orders_outputs_and_checks_feeds():
         s.run(None, {"x": x})
     with pytest.raises(dml.ValidationError, match=r"unknown input names \['z'\]"):
         s.run(None, {**feed, "z": x})
-    with pytest.raises(dml.ValidationError, match=r"input 'x' must be tensor\(float\), got .*float64"):
+    with pytest.raises(
+        dml.ValidationError, match=r"input 'x' must be tensor\(float\), got .*float64"
+    ):
         s.run(None, {**feed, "x": x.astype(np.float64)})
     with pytest.raises(dml.ValidationError, match=r"'c' is not an output"):
         s.run(["c"], feed)
@@ -402,43 +407,61 @@ def _one_node(node, inputs, outputs, inits=(), opset=17):
     "model, pattern",
     [
         (
-            _one_node(helper.make_node("Relu", ["x", "x"], ["y"], name="r"),
-                      [_vi("x", F, [2])], [_vi("y", F, [2])]),  # fmt: skip
+            _one_node(
+                helper.make_node("Relu", ["x", "x"], ["y"], name="r"),
+                [_vi("x", F, [2])],
+                [_vi("y", F, [2])],
+            ),
             r"node 0 \('r', Relu\): 2 inputs; Relu-14 takes at most 1",
         ),
         (
-            _one_node(helper.make_node("Conv", ["x"], ["y"]), [_vi("x", F, [1, 1, 3, 3])],
-                      [_vi("y", F, None)]),  # fmt: skip
+            _one_node(
+                helper.make_node("Conv", ["x"], ["y"]),
+                [_vi("x", F, [1, 1, 3, 3])],
+                [_vi("y", F, None)],
+            ),
             r"node 0 \(Conv\): input 1 \('W'\) is required",
         ),
         (
-            _one_node(helper.make_node("Softmax", ["x"], ["y"], axis=1.5),
-                      [_vi("x", F, [2])], [_vi("y", F, [2])]),  # fmt: skip
+            _one_node(
+                helper.make_node("Softmax", ["x"], ["y"], axis=1.5),
+                [_vi("x", F, [2])],
+                [_vi("y", F, [2])],
+            ),
             r"node 0 \(Softmax\): attribute 'axis' must be int, got float",
         ),
         (
-            _one_node(helper.make_node("Relu", ["x"], ["y"], bogus=1),
-                      [_vi("x", F, [2])], [_vi("y", F, [2])]),  # fmt: skip
+            _one_node(
+                helper.make_node("Relu", ["x"], ["y"], bogus=1),
+                [_vi("x", F, [2])],
+                [_vi("y", F, [2])],
+            ),
             r"attribute 'bogus' is not an attribute of Relu-14",
         ),
         (
-            _one_node(helper.make_node("Relu", ["nope"], ["y"]),
-                      [_vi("x", F, [2])], [_vi("y", F, [2])]),  # fmt: skip
+            _one_node(
+                helper.make_node("Relu", ["nope"], ["y"]), [_vi("x", F, [2])], [_vi("y", F, [2])]
+            ),
             r"node 0 \(Relu\): input 'nope' is not produced before",
         ),
         (
-            _one_node(helper.make_node("FooBar", ["x"], ["y"]),
-                      [_vi("x", F, [2])], [_vi("y", F, [2])]),  # fmt: skip
+            _one_node(
+                helper.make_node("FooBar", ["x"], ["y"]), [_vi("x", F, [2])], [_vi("y", F, [2])]
+            ),
             r"op type 'FooBar' is not an operator of opset 17",
         ),
         (
-            _one_node(helper.make_node("Relu", ["x"], ["y"]),
-                      [_vi("x", TensorProto.STRING, [2])], [_vi("y", F, [2])]),  # fmt: skip
+            _one_node(
+                helper.make_node("Relu", ["x"], ["y"]),
+                [_vi("x", TensorProto.STRING, [2])],
+                [_vi("y", F, [2])],
+            ),
             r"input 'x': element type string has no DML data type",
         ),
         (
-            _one_node(helper.make_node("Relu", ["x"], ["y"]), [_vi("x", F, [2])],
-                      [_vi("z", F, [2])]),  # fmt: skip
+            _one_node(
+                helper.make_node("Relu", ["x"], ["y"]), [_vi("x", F, [2])], [_vi("z", F, [2])]
+            ),
             r"output 'z' is not produced by any node",
         ),
     ],

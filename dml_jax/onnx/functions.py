@@ -49,11 +49,9 @@ def _body(node: Any, schema: Any, opset: int, inputs: list[Value | None]) -> Any
     return onnx.FunctionProto.FromString(raw) if isinstance(raw, bytes) else raw
 
 
-def expand(walk, node, domain, opset, inputs, where, schema, fold) -> list[Value | None]:
+def expand(walk, node, domain, opset, inputs, where, schema, walk_nodes) -> list[Value | None]:
     """Imports ``node`` as its function body into ``walk``; returns the node's outputs."""
     import onnx
-
-    from .importer import _walk_nodes
 
     try:
         body = _body(node, schema, opset, inputs)
@@ -104,7 +102,7 @@ def expand(walk, node, domain, opset, inputs, where, schema, fold) -> list[Value
         inner_opsets["" if o.domain in ("", "ai.onnx") else o.domain] = int(o.version)
     walk.opsets = inner_opsets
     try:
-        _walk_nodes(walk, nodes, f"{where} > ", fold)
+        walk_nodes(walk, nodes, f"{where} > ")
     finally:
         walk.opsets = saved
     return [walk.values.get(n) if n else None for n in node.output]
@@ -126,14 +124,14 @@ def _rename_outer(graph: Any, rename: Any) -> None:
             out.name = rename(out.name)
 
 
-def inline_if(walk, node, inputs, where, fold) -> list[Value | None]:
+def inline_if(walk, node, inputs, where, walk_nodes) -> list[Value | None]:
     """An ``If`` whose condition is known at import (shape conditions in exported models):
     the chosen branch's nodes are imported in its place. A condition computed at run time is a
     ``ValidationError``."""
     import onnx
     from onnx import numpy_helper
 
-    from .importer import _walk_nodes, const_value
+    from .importer import const_value
 
     cond = inputs[0].known if inputs and inputs[0] is not None else None
     if cond is None:
@@ -168,7 +166,7 @@ def inline_if(walk, node, inputs, where, fold) -> list[Value | None]:
             if a.type == onnx.AttributeProto.GRAPH:
                 _rename_outer(a.g, rename)
         nodes.append(copy)
-    _walk_nodes(walk, nodes, f"{where} > {name} > ", fold)
+    walk_nodes(walk, nodes, f"{where} > {name} > ")
     outputs = []
     for out in branch.output:
         v = walk.values.get(rename(out.name))

@@ -97,7 +97,9 @@ def check(node: Any, domain: str, opset: int, where: str, *, known: bool) -> Any
         if int(a.type) != int(spec.type):
             want = _ATTRIBUTE_TYPES.get(int(spec.type), str(int(spec.type)))
             got = _ATTRIBUTE_TYPES.get(int(a.type), str(int(a.type)))
-            raise ValidationError(f"{ONNX}: {where}: attribute '{a.name}' must be {want}, got {got}")
+            raise ValidationError(
+                f"{ONNX}: {where}: attribute '{a.name}' must be {want}, got {got}"
+            )
     for name, spec in attributes.items():
         if spec.required and name not in seen:
             raise ValidationError(f"{ONNX}: {where}: attribute '{name}' is required")

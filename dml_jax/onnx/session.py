@@ -37,10 +37,10 @@ from .importer import (
     data_type_of,
     dims_of,
     graph_dtype,
-    import_graph,
     numpy_dtype_of,
     to_graph_array,
 )
+from .walk import import_graph
 
 # Inputs a session specialises on must have at most this many elements.
 STATIC_INPUT_LIMIT = 4096
@@ -180,7 +180,7 @@ def compile_imported(imported: ImportedGraph, **options: Any) -> Any:
             raise
         origin = imported.origin[int(m.group(1))]
         where = imported.onnx_nodes[origin][0] if 0 <= origin < len(imported.onnx_nodes) else ""
-        raise ValidationError(f"{ONNX}: {where}: {str(e)[m.end():]}") from None
+        raise ValidationError(f"{ONNX}: {where}: {str(e)[m.end() :]}") from None
 
 
 class InferenceSession:
@@ -221,7 +221,7 @@ class InferenceSession:
         fast_paths: bool = True,
         base_dir: str | None = None,
     ):
-        from . import check_model, load_onnx
+        from .model import check_model, load_onnx
 
         self._model = load_onnx(path_or_bytes, base_dir=base_dir)
         if base_dir is None and isinstance(path_or_bytes, str | os.PathLike):
@@ -231,7 +231,9 @@ class InferenceSession:
         options = sess_options or SessionOptions()
         self._sess_options = options
         free = dict(options.free_dimension_overrides)
-        free.update({k.upper(): v for k, v in options.free_dimension_overrides_by_denotation.items()})
+        free.update(
+            {k.upper(): v for k, v in options.free_dimension_overrides_by_denotation.items()}
+        )
         free.update({k: int(v) for k, v in (free_dimensions or {}).items()})
         free.update({k.upper(): int(v) for k, v in (free_dimensions_by_denotation or {}).items()})
         self._free = free
@@ -385,8 +387,7 @@ class InferenceSession:
             for k, (d, n) in enumerate(zip(dims, shape)):
                 if isinstance(d, int) and d != n:
                     raise ValidationError(
-                        f"{ONNX}: {where}: dimension {k} must be {d}, got {n} (shape "
-                        f"{list(shape)})"
+                        f"{ONNX}: {where}: dimension {k} must be {d}, got {n} (shape {list(shape)})"
                     )
                 if isinstance(d, str):
                     if d in bound and bound[d][0] != n:
@@ -408,9 +409,7 @@ class InferenceSession:
         shapes = tuple(tuple(int(d) for d in s) for s in shapes)
         values = dict(values or {})
         self._check_shapes(shapes)
-        static = tuple(
-            (n, values[n].dtype.str, values[n].tobytes()) for n in sorted(self._static)
-        )
+        static = tuple((n, values[n].dtype.str, values[n].tobytes()) for n in sorted(self._static))
         key = (shapes, static, tuple(overrides), tuple(map(tuple, override_shapes)))
         program = self._programs.get(key)
         if program is not None:
@@ -458,9 +457,7 @@ class InferenceSession:
 
     def _program_for(self, arrays, overrides=(), extra=()) -> Program:
         values = {i.name: a for i, a in zip(self._inputs, arrays)}
-        return self.program(
-            [a.shape for a in arrays], values, overrides, [e.shape for e in extra]
-        )
+        return self.program([a.shape for a in arrays], values, overrides, [e.shape for e in extra])
 
     # -- the JAX function ------------------------------------------------------------------------
 

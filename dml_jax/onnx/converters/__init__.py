@@ -112,7 +112,6 @@ for _module in sorted(m.name for m in _pkgutil.iter_modules(__path__)):
         _importlib.import_module(f"{__name__}.{_module}")
 
 
-
 class _DefaultDomain(Mapping):
     """The ai.onnx converters by op type (a live view of ``REGISTRY``)."""
 
@@ -146,6 +145,7 @@ def markdown_table() -> str:
     lines.append("")
     lines.append(f"{count} op types have a converter.")
     return "\n".join(lines)
+
 
 __all__ = [
     "CONVERTERS",

@@ -133,7 +133,9 @@ def reduce_value(ctx: Context, x: Value, function: str, axes, *, keepdims: bool)
     kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
     if not x.shape:
         kept, axes = (), [0]
-    desc = op("REDUCE")(function, packed(x.data_type, x.shape), packed(x.data_type, kept), axes=axes)
+    desc = op("REDUCE")(
+        function, packed(x.data_type, x.shape), packed(x.data_type, kept), axes=axes
+    )
     y = ctx.out(ctx.node(desc, [x]), kept)
     if keepdims:
         return y

@@ -1,0 +1,67 @@
+"""Reading an ONNX model (a path, bytes or a ModelProto; external data beside a path) and the
+checks every import needs of its top level."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import ValidationError
+
+ONNX_MISSING = "ONNX models need the 'onnx' package: pip install 'dml-jax[onnx]'"
+
+
+def _onnx() -> Any:
+    try:
+        import onnx
+    except ImportError:
+        raise ImportError(ONNX_MISSING) from None
+    return onnx
+
+
+def load_onnx(path_or_model: Any, *, base_dir: str | None = None) -> Any:
+    """An ``onnx.ModelProto`` from a path, serialized bytes or a ModelProto. A path's external
+    data is read from beside it; bytes or a proto read theirs from ``base_dir``."""
+    onnx = _onnx()
+    if isinstance(path_or_model, onnx.ModelProto):
+        return path_or_model
+    if isinstance(path_or_model, bytes | bytearray | memoryview):
+        try:
+            return onnx.load_from_string(bytes(path_or_model))
+        except Exception as e:  # noqa: BLE001 - protobuf's decode errors have no common base
+            raise ValidationError(f"ONNX: the bytes given are not an ONNX model: {e}") from None
+    if isinstance(path_or_model, str | os.PathLike):
+        path = os.fspath(path_or_model)
+        try:
+            return onnx.load(path, load_external_data=True)
+        except FileNotFoundError as e:
+            raise ValidationError(f"ONNX: cannot read '{path}': {e}") from None
+        except OSError as e:
+            raise ValidationError(f"ONNX: cannot read '{path}': {e}") from None
+        except Exception as e:  # noqa: BLE001 - protobuf's decode errors have no common base
+            raise ValidationError(f"ONNX: '{path}' is not an ONNX model: {e}") from None
+    raise ValidationError(
+        f"ONNX: expected a path, bytes or an onnx.ModelProto, got {type(path_or_model).__name__}"
+    )
+
+
+def check_model(model: Any) -> None:
+    """What every import needs of a model's top level: a graph with outputs, tensor-typed
+    inputs and outputs, known opsets. Sequence, map and optional values, and training-only
+    ops, are not runnable here and get one line saying so."""
+    graph = model.graph
+    if not graph.output:
+        raise ValidationError("ONNX: the model's graph has no outputs")
+    for kind, infos in (("input", graph.input), ("output", graph.output)):
+        for info in infos:
+            which = info.type.WhichOneof("value")
+            if which not in (None, "tensor_type"):
+                raise ValidationError(
+                    f"ONNX: {kind} '{info.name}' is a {which.replace('_type', '')} value; "
+                    "only tensors are supported"
+                )
+    for o in model.opset_import:
+        if o.version < 1:
+            raise ValidationError(
+                f"ONNX: opset import of domain '{o.domain}' has version {o.version}"
+            )
