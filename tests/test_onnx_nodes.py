@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import dml_jax as dml
 from dml_jax.onnx import InferenceSession
 
 onnx = pytest.importorskip("onnx")

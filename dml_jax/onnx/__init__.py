@@ -124,9 +124,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ONNX_MISSING",
     "CompiledOnnx",
     "ImportedGraph",
-    "ONNX_MISSING",
     "InferenceSession",
     "SessionOptions",
     "check_model",
