@@ -36,7 +36,9 @@ def _model(op_type, arrays, opset=21, names=None, **attributes):
     ]
     out = helper.make_tensor_value_info("y", TYPES[arrays[0].dtype.type], None)
     graph = helper.make_graph([node], op_type.lower(), inputs, [out])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10  # what onnxruntime 1.30 (the GPU machine) reads
+    return model
 
 
 def _run(model, arrays):

@@ -32,7 +32,9 @@ def _model(op_type, inputs, outputs, opset=22, **attributes):
         [helper.make_tensor_value_info(*i) for i in inputs],
         [helper.make_tensor_value_info(*o) for o in outputs],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10  # what onnxruntime 1.30 (the GPU machine) reads
+    return model
 
 
 def _run(model, feeds):
@@ -161,7 +163,9 @@ def _pool_then_unpool(shape, kernel, strides, output_shape):
         [helper.make_tensor_value_info("y", F, None)],
         inits,
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    model.ir_version = 10  # what onnxruntime 1.30 (the GPU machine) reads
+    return model
 
 
 @pytest.mark.parametrize(
