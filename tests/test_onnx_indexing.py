@@ -39,12 +39,7 @@ def _model(node, feeds, opset, inits=(), outputs=("y",)):
 def _ops(session, feeds) -> list[str]:
     """The DML operators of the session's program, without the identities inputs enter by."""
     program = session.program([np.shape(feeds[i.name]) for i in session.get_inputs()], feeds)
-    graph = program.imported.graph
-    if graph is None:
-        return []
-    entries = {e.to_node_index for e in graph.input_edges}
-    return [n.operator_type[len("DML_OPERATOR_") :] for k, n in enumerate(graph.nodes)
-            if k not in entries or n.operator_type != "DML_OPERATOR_ELEMENT_WISE_IDENTITY"]  # fmt: skip
+    return program.operators()
 
 
 def _check(node, feeds, opset, inits=(), outputs=("y",)) -> list[str]:

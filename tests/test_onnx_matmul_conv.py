@@ -56,14 +56,8 @@ def _reference(model, arrays):
 def _operators(model, arrays):
     """The DML operator types the model imports to, less the identities through which graph
     inputs and constants enter."""
-    shapes = {i.name: a.shape for i, a in zip(model.graph.input, arrays)}
-    graph = import_graph(model, input_shapes=shapes).graph
-    entries = {e.to_node_index for e in graph.input_edges}
-    return [
-        n.operator_type.removeprefix("DML_OPERATOR_")
-        for i, n in enumerate(graph.nodes)
-        if i not in entries
-    ]
+    session = InferenceSession(model)
+    return session.program([a.shape for a in arrays]).operators()
 
 
 def _x(*shape, dtype=np.float32):

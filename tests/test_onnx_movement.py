@@ -42,14 +42,7 @@ def _session(model, feeds):
     s = InferenceSession(model)
     got = s.run(None, feeds)
     program = s.program([np.shape(feeds[i.name]) for i in s.get_inputs()], feeds)
-    graph = program.imported.graph
-    if graph is None:
-        return got, []
-    # Every graph input and constant enters through an identity node: those are left out.
-    entries = {e.to_node_index for e in graph.input_edges}
-    ops = [n.operator_type[len("DML_OPERATOR_") :] for k, n in enumerate(graph.nodes)
-           if k not in entries or n.operator_type != "DML_OPERATOR_ELEMENT_WISE_IDENTITY"]  # fmt: skip
-    return got, ops
+    return got, program.operators()
 
 
 def _reference(model, feeds):

@@ -520,3 +520,9 @@ def test_convert_reports_a_bad_model_in_one_line(tmp_path, capsys):
     assert cli.main(["convert", str(tmp_path / "bad.onnx"), str(tmp_path / "o.json")]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err
+
+
+def test_program_operators_leave_out_the_entry_identities():
+    s = InferenceSession(dynamic_mlp())
+    program = s.program([(2, 6)])
+    assert program.operators() == ["GEMM", "ELEMENT_WISE_ADD", "ACTIVATION_RELU"]

@@ -138,6 +138,19 @@ class Program:
             result.append(y)
         return tuple(result)
 
+    def operators(self) -> list[str]:
+        """The DML operator types of the program in node order (``GEMM``, ``CONVOLUTION``...),
+        without the identity nodes through which graph inputs and constants enter."""
+        graph = self.imported.graph
+        if graph is None:
+            return []
+        entries = {e.to_node_index for e in graph.input_edges}
+        return [
+            n.operator_type.removeprefix("DML_OPERATOR_")
+            for k, n in enumerate(graph.nodes)
+            if k not in entries or n.operator_type != "DML_OPERATOR_ELEMENT_WISE_IDENTITY"
+        ]
+
     def _graph_args(self, params: Mapping[str, Any], inputs: Sequence[Any]) -> list:
         imp = self.imported
         descs = self.graph.input_descs

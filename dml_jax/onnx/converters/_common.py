@@ -19,6 +19,7 @@ __all__ = [
     "binary",
     "broadcast_shape",
     "cast_value",
+    "matmul_operands",
     "op",
     "pads_of",
     "reduce_value",
@@ -140,3 +141,21 @@ def reduce_value(ctx: Context, x: Value, function: str, axes, *, keepdims: bool)
     if keepdims:
         return y
     return view(y, [d for i, d in enumerate(x.shape) if i not in axes])
+
+
+def matmul_operands(ctx: Context, a: Value, b: Value):
+    """NumPy's matmul rule, shared by MatMul and the integer / quantized products: ``a`` and
+    ``b`` as matrices (a 1-D operand gets a unit row or column), the sizes ``m, k, n``, the
+    broadcast batch shape and the ONNX result shape. Returns ``(a2, b2, m, k, n, batch,
+    result)``."""
+    if a.rank == 0 or b.rank == 0:
+        raise ctx.fail("the inputs must have at least one dimension")
+    a2 = a.view((1, a.shape[0])) if a.rank == 1 else a
+    b2 = b.view((b.shape[0], 1)) if b.rank == 1 else b
+    m, k = a2.shape[-2:]
+    k2, n = b2.shape[-2:]
+    if k != k2:
+        raise ctx.fail(f"inner dimensions differ: {list(a.shape)} x {list(b.shape)}")
+    batch = broadcast_shape(ctx, a2.shape[:-2], b2.shape[:-2])
+    result = batch + ((m,) if a.rank > 1 else ()) + ((n,) if b.rank > 1 else ())
+    return a2, b2, m, k, n, batch, result

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from ...tensor import TensorDesc, packed_strides
 from ..importer import Value, broadcast, dml_sizes, packed
 from . import converter
-from ._common import DataType, broadcast_shape, op, pads_of, spatial_out, view
+from ._common import DataType, broadcast_shape, matmul_operands, op, pads_of, spatial_out, view
 
 _GEMM_TYPES = (DataType.FLOAT32, DataType.FLOAT16)
 
@@ -145,17 +145,7 @@ def _batched_gemm(ctx, a: Value, b: Value, batch: Sequence[int]) -> Value:
 
 @converter("MatMul")
 def _matmul(ctx, node, inputs):
-    a, b = inputs
-    if a.rank == 0 or b.rank == 0:
-        raise ctx.fail("MatMul's inputs must have at least one dimension")
-    a2 = a.view((1, a.shape[0])) if a.rank == 1 else a
-    b2 = b.view((b.shape[0], 1)) if b.rank == 1 else b
-    m, k = a2.shape[-2:]
-    k2, n = b2.shape[-2:]
-    if k != k2:
-        raise ctx.fail(f"inner dimensions differ: {list(a.shape)} x {list(b.shape)}")
-    batch = broadcast_shape(ctx, a2.shape[:-2], b2.shape[:-2])
-    result = batch + ((m,) if a.rank > 1 else ()) + ((n,) if b.rank > 1 else ())
+    a2, b2, _, _, _, batch, result = matmul_operands(ctx, *inputs)
     return [view(_batched_gemm(ctx, a2, b2, batch), result)]
 
 

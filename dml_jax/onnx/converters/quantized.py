@@ -31,7 +31,15 @@ from ...enums import DataType
 from ...tensor import TensorDesc
 from ..importer import Value, broadcast, data_type_of, packed
 from . import converter
-from ._common import axis_of, broadcast_shape, cast_value, op, pads_of, spatial_out, view
+from ._common import (
+    axis_of,
+    cast_value,
+    matmul_operands,
+    op,
+    pads_of,
+    spatial_out,
+    view,
+)
 
 _FOUR_BIT = (DataType.INT4, DataType.UINT4)
 _FLOATS = (DataType.FLOAT32, DataType.FLOAT16)
@@ -200,16 +208,7 @@ def _dynamic_quantize_linear(ctx, node, inputs):
 def _matrices(ctx, a: Value, b: Value):
     """A and B as DirectML's equal-rank operands: (a desc, a value, b desc, b value, output
     sizes, ONNX result shape). NumPy's matmul rules; batch dimensions broadcast by stride 0."""
-    if a.rank == 0 or b.rank == 0:
-        raise ctx.fail("the inputs must have at least one dimension")
-    a2 = a.view((1, a.shape[0])) if a.rank == 1 else a
-    b2 = b.view((b.shape[0], 1)) if b.rank == 1 else b
-    m, k = a2.shape[-2:]
-    k2, n = b2.shape[-2:]
-    if k != k2:
-        raise ctx.fail(f"inner dimensions differ: {list(a.shape)} x {list(b.shape)}")
-    batch = broadcast_shape(ctx, a2.shape[:-2], b2.shape[:-2])
-    result = batch + ((m,) if a.rank > 1 else ()) + ((n,) if b.rank > 1 else ())
+    a2, b2, m, k, n, batch, result = matmul_operands(ctx, a, b)
     if len(batch) > 2:
         # Two batch dimensions at most: fold the leading ones where neither operand
         # broadcasts along them (MatMul's rule).
