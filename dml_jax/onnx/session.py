@@ -18,6 +18,7 @@ in its CPU inputs; ``static_inputs`` lists them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -185,7 +186,7 @@ def compile_imported(imported: ImportedGraph, **options: Any) -> Any:
     from ..support import beyond_tables
 
     try:
-        with jax.enable_x64(True) if wide else _nothing(), beyond_tables({DataType.FLOAT64}):
+        with jax.enable_x64(True) if wide else contextlib.nullcontext(), beyond_tables({DataType.FLOAT64}):
             return compile_graph(imported.graph, reinterpret_edges=True, **options)
     except ValidationError as e:
         m = re.match(r"DML_GRAPH: Nodes\[(\d+)\]: ", str(e))
@@ -358,7 +359,7 @@ class InferenceSession:
         extra = [np.asarray(input_feed[n]) for n in overrides]
         program = self._program_for(arrays, overrides, extra)
         feed = dict(zip(self._names(overrides), arrays + extra))
-        with jax.enable_x64(True) if program.needs_x64 else _nothing():
+        with jax.enable_x64(True) if program.needs_x64 else contextlib.nullcontext():
             args = [jax.device_put(to_graph_array(feed[n], f"input '{n}'"), self._device)
                     for n in program.imported.input_names]  # fmt: skip
             outs = program.jitted(self._device_params(), *args)
@@ -557,14 +558,6 @@ def explain(imported: ImportedGraph) -> str:
         detail = f": {', '.join(names)}" if names else ""
         lines.append(f"{where}: {how}{detail}")
     return "\n".join(lines)
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _device_of(device: Any, providers: Sequence[Any] | None) -> tuple[Any, tuple[str, ...]]:
