@@ -186,7 +186,10 @@ def compile_imported(imported: ImportedGraph, **options: Any) -> Any:
     from ..support import beyond_tables
 
     try:
-        with jax.enable_x64(True) if wide else contextlib.nullcontext(), beyond_tables({DataType.FLOAT64}):
+        with (
+            jax.enable_x64(True) if wide else contextlib.nullcontext(),
+            beyond_tables({DataType.FLOAT64}),
+        ):
             return compile_graph(imported.graph, reinterpret_edges=True, **options)
     except ValidationError as e:
         m = re.match(r"DML_GRAPH: Nodes\[(\d+)\]: ", str(e))
