@@ -50,7 +50,7 @@ def _check(node, feeds, opset, inits=(), outputs=("y",)) -> list[str]:
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for g, w in zip(got, ref.run(None, feeds), strict=True):
         assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
-        np.testing.assert_allclose(g, w, rtol=1e-6)
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)  # reductions sum in another order
     return _ops(session, feeds)
 
 
