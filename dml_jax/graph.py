@@ -156,6 +156,51 @@ _EDGE_FIELDS = (
 )
 
 
+@dataclass(frozen=True, eq=False)
+class FunctionNode:
+    """A graph node computed by a JAX function where DirectML has no operator.
+
+    Not a DirectML node: the ONNX importer adds one for an op that ONNX Runtime runs beside its
+    DirectML graphs (a CPU kernel or a shader of its own: Loop, Scan, DFT, cubic Resize...), so
+    that the whole model stays one XLA program. A graph that holds one has no DML_GRAPH_DESC
+    form (``graph_json`` and ``dml-jax convert`` refuse it). Compared and hashed by identity.
+
+    Args:
+        name: what the node computes, for reports (``operator_type`` is ``JAX:<name>``).
+        inputs: the TensorDesc of each input (None for an absent one, which takes no edge).
+        outputs: the TensorDesc of each output.
+        fn: ``(*arrays) -> tuple`` of one array per output, each of its desc's sizes and data
+            type; it receives one array per present input, in its desc's sizes.
+    """
+
+    name: str
+    inputs: tuple[TensorDesc | None, ...]
+    outputs: tuple[TensorDesc, ...]
+    fn: Callable[..., tuple]
+
+    struct_name = "FunctionNode"
+
+    @property
+    def operator_type(self) -> str:
+        return f"JAX:{self.name}"
+
+    def edge_slots(self, kind: str) -> tuple[tuple[str, TensorDesc | None], ...]:
+        descs = self.inputs if kind == INPUT else self.outputs
+        name = "Inputs" if kind == INPUT else "Outputs"
+        return tuple((f"{name}[{k}]", d) for k, d in enumerate(descs))
+
+    def input_slots(self) -> tuple[tuple[str, TensorDesc], ...]:
+        return tuple(s for s in self.edge_slots(INPUT) if s[1] is not None)
+
+    def output_slots(self) -> tuple[tuple[str, TensorDesc], ...]:
+        return tuple(s for s in self.edge_slots(OUTPUT) if s[1] is not None)
+
+    def __repr__(self) -> str:
+        return (
+            f"FunctionNode({self.name!r}, {len(self.inputs)} inputs, {len(self.outputs)} outputs)"
+        )
+
+
 @dataclass(frozen=True)
 class GraphDesc:
     """DML_GRAPH_DESC: operator nodes and the edges between them (IDMLDevice1::CompileGraph).
@@ -175,7 +220,7 @@ class GraphDesc:
 
     input_count: int
     output_count: int
-    nodes: tuple[OperatorDesc | ConstantDataNode, ...]
+    nodes: tuple[OperatorDesc | ConstantDataNode | FunctionNode, ...]
     input_edges: tuple[InputGraphEdge, ...]
     output_edges: tuple[OutputGraphEdge, ...]
     intermediate_edges: tuple[IntermediateGraphEdge, ...] = ()
@@ -190,8 +235,8 @@ class GraphDesc:
             _as_tuple(
                 self.nodes,
                 "Nodes",
-                (OperatorDesc, ConstantDataNode),
-                "an operator description or a ConstantDataNode",
+                (OperatorDesc, ConstantDataNode, FunctionNode),
+                "an operator description, a ConstantDataNode or a FunctionNode",
             ),
         )
         if not self.nodes:
@@ -288,6 +333,11 @@ def _validate_graph(graph: GraphDesc, level: FeatureLevel, reinterpret: bool = F
             specs.append(None)
             ins.append(())
             outs.append((("Data", _CONSTANT),))
+            continue
+        if isinstance(node, FunctionNode):
+            specs.append(None)
+            ins.append(node.edge_slots(INPUT))
+            outs.append(node.edge_slots(OUTPUT))
             continue
         try:
             validate(node, level)
@@ -748,7 +798,10 @@ def _graph_function(
             )  # fmt: skip
             steps.append((n, lower, sources, plan.present_outputs[n], {}))
             continue
-        lower = fastpath.lowering(plan.specs[n], graph.nodes[n], fast_paths, n in linked)
+        if isinstance(graph.nodes[n], FunctionNode):
+            lower = graph.nodes[n].fn
+        else:
+            lower = fastpath.lowering(plan.specs[n], graph.nodes[n], fast_paths, n in linked)
         steps.append((n, lower, plan.sources[n], plan.present_outputs[n], known(n)))
 
     def source_value(values, arrays, s):

@@ -13,6 +13,7 @@ from .fields import INPUT, OUTPUT, dml_member_name
 from .graph import (
     GRAPH,
     ConstantDataNode,
+    FunctionNode,
     GraphDesc,
     InputGraphEdge,
     IntermediateGraphEdge,
@@ -92,6 +93,11 @@ def _node_to_json(node: Any) -> dict:
     if isinstance(node, ConstantDataNode):
         data = base64.b64encode(node.data).decode("ascii")
         return {"type": CONSTANT, "DataSize": node.data_size, "Data": data}
+    if isinstance(node, FunctionNode):
+        raise ValidationError(
+            f"{GRAPH}: node {node.operator_type} is computed by JAX, not a DML operator: the "
+            "graph has no DML_GRAPH_DESC form"
+        )
     return operator_desc_to_json(node)
 
 

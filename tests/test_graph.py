@@ -420,7 +420,7 @@ def test_graph_rejects(graph, pattern):
 BAD_CONSTRUCTION = [
     (
         lambda: _graph(nodes=(clip(), "REDUCE")),
-        r"^DML_GRAPH: Nodes\[1\] must be an operator description or a ConstantDataNode, got str",
+        r"^DML_GRAPH: Nodes\[1\] must be an operator description, a ConstantDataNode or a FunctionNode, got str",
     ),
     (lambda: _graph(nodes=()), r"^DML_GRAPH: Nodes must not be empty"),
     (lambda: _graph(output_count=0), r"^DML_GRAPH: OutputCount must be >= 1, got 0"),

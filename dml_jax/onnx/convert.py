@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ValidationError
+from ..graph import FunctionNode
 from ..graph_json import graph_to_json
 from .importer import to_graph_array
 
@@ -66,6 +67,13 @@ def write_dxdispatch(
     imported = program.imported
     if imported.graph is None:
         raise ValidationError("ONNX: every output of the model is known at import: no DML graph")
+    jax_nodes = sorted({imported.onnx_nodes[o][0] for d, o in zip(imported.graph.nodes,
+                        imported.origin) if isinstance(d, FunctionNode)})  # fmt: skip
+    if jax_nodes:
+        raise ValidationError(
+            f"ONNX: {jax_nodes[0]}: runs as a JAX lowering, not DML operators (DirectML has no "
+            "operator for it): the model has no DML_GRAPH form"
+        )
     base = os.path.splitext(out_path)[0]
     stem = os.path.basename(base)
     written, resources, graph_inputs = [], {}, []

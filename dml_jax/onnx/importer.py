@@ -31,11 +31,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from ..enums import DataType
 from ..errors import ValidationError
-from ..graph import GraphDesc
+from ..graph import FunctionNode, GraphDesc
 from ..registry import lookup
 from ..tensor import TensorDesc, packed_strides
 
@@ -410,6 +411,38 @@ class Context:
 
     def node(self, desc: Any, inputs: Sequence[Value | None]) -> int:
         return self.builder.node(desc, inputs)
+
+    def jax(
+        self,
+        name: str,
+        fn: Callable[..., Sequence[Any]],
+        inputs: Sequence[Value | None],
+        outputs: Sequence[tuple[Sequence[int], DataType] | tuple[Sequence[int], DataType, bool]],
+    ) -> list[Value]:
+        """Adds a node computed by ``fn`` with JAX where DirectML has no operator (a
+        ``graph.FunctionNode``, reported as ``jax``): ``fn`` takes one array per present input in
+        its ONNX shape and graph dtype (BOOL as UINT8) and returns one array per output of
+        ``outputs`` (``(shape, data_type[, is_bool])``), which it may return in any dtype and a
+        shape of the same element count."""
+        shapes = [tuple(v.shape) for v in inputs if v is not None]
+        specs = [(tuple(o[0]), o[1], bool(o[2]) if len(o) > 2 else False) for o in outputs]
+        descs = tuple(packed(t, shape) for shape, t, _ in specs)
+
+        def lowered(*arrays):
+            results = fn(*(x.reshape(shape) for x, shape in zip(arrays, shapes)))
+            return tuple(
+                jnp.asarray(y).reshape(d.sizes).astype(d.data_type.numpy_dtype)
+                for y, d in zip(results, descs)
+            )
+
+        node = FunctionNode(
+            name,
+            tuple(None if v is None else packed(v.data_type, v.shape) for v in inputs),
+            descs,
+            lowered,
+        )
+        n = self.builder.node(node, inputs)
+        return [self.out(n, shape, k, is_bool=b) for k, (shape, _, b) in enumerate(specs)]
 
     def out(self, n: int, shape: Sequence[int], k: int = 0, *, is_bool: bool = False) -> Value:
         return self.builder.output(n, k, shape, is_bool=is_bool)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ValidationError
-from ..graph import GraphDesc, InputGraphEdge, IntermediateGraphEdge, OutputGraphEdge
+from ..graph import FunctionNode, GraphDesc, InputGraphEdge, IntermediateGraphEdge, OutputGraphEdge
 from . import fold, functions, schema
 from .importer import (
     BOOL,
@@ -214,7 +214,7 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
                 outputs = _convert(convert, ctx, node, inputs)
                 outputs = [v if v is None or f is None else replace(v, shadow=f.const)
                            for v, f in zip(outputs, folded)]  # fmt: skip
-                how = "dml" if len(builder.nodes) > before else "view"
+                how = _how(builder, before)
             except NeedsValues:
                 raise
             except ValidationError:
@@ -222,7 +222,7 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
         elif convert is not None:
             before = len(builder.nodes)
             outputs = _convert(convert, ctx, node, inputs)
-            how = "dml" if len(builder.nodes) > before else "view"
+            how = _how(builder, before)
         elif folded is not None:
             outputs, how = folded, "folded"
         elif onnx_schema is not None and functions.has_body(onnx_schema, opset):
@@ -244,6 +244,20 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
                 raise ctx.fail(f"output {k} ('{name}') is not supported")
         if not prefix:
             walk.report.append((where, how))
+
+
+def _how(builder: Builder, before: int) -> str:
+    """How a converted node ran: ``dml`` (DML operators only), ``jax`` (a JAX lowering only),
+    ``dml+jax``, or ``view`` (no node at all)."""
+    entries = {n for _, n in builder._graph_inputs}  # constants entering the graph
+    kinds = {
+        "jax" if isinstance(d, FunctionNode) else "dml"
+        for n, d in enumerate(builder.nodes[before:], before)
+        if n not in entries
+    }
+    if not kinds:
+        return "view"
+    return "+".join(k for k in ("dml", "jax") if k in kinds)
 
 
 def _convert(convert: Converter, ctx: Context, node: Any, inputs: list) -> list:
