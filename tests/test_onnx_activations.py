@@ -1,5 +1,5 @@
 """The activation converters through ``dml_jax.onnx.InferenceSession``, where ONNX's node tests
-(``test_onnx_node_tests.py``) leave a mapping unexercised: Softmax, LogSoftmax and Hardmax
+(``test_onnx_backend.py``) leave a mapping unexercised: Softmax, LogSoftmax and Hardmax
 before opset 13 (the input coerced to 2-D at ``axis``), PRelu's slope shapes, Gelu's tanh form
 composed from element-wise operators, Dropout's mask before opset 10 and its refused training
 mode, and DirectML's integer Shrink. Expected values come from ONNX's reference evaluator, or

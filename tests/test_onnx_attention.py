@@ -2,7 +2,7 @@
 DirectML operator and mask type each kind of node becomes, fully masked rows (a zero key length,
 a constant mask) giving ONNX's zeros where DirectML's softmax gives NaN, windows over a past
 cache, softcap with grouped heads and a run-time mask. Results are compared with ONNX's reference
-evaluator; ONNX's own node tests run in ``test_onnx_node_tests.py``."""
+evaluator; ONNX's own node tests run in ``test_onnx_backend.py``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Gemm, MatMul, Einsum, Conv and ConvTranspose through ``dml_jax.onnx.InferenceSession``, for
-what ONNX's node tests (``test_onnx_node_tests.py``) leave out: MatMul batch dimensions that one
+what ONNX's node tests (``test_onnx_backend.py``) leave out: MatMul batch dimensions that one
 GEMM cannot take as they are, Gemm's C shapes, Einsum's general contractions (and which DML
 operators they become), and ConvTranspose's negative pads. Models are built with
 ``onnx.helper``; expected values come from NumPy or ONNX's reference evaluator.

@@ -1,5 +1,5 @@
 """The data-movement converters (``dml_jax/onnx/converters/movement.py``) through
-``InferenceSession``, where ONNX's node tests (``test_onnx_node_tests.py``) leave gaps: older
+``InferenceSession``, where ONNX's node tests (``test_onnx_backend.py``) leave gaps: older
 opsets (attributes that later became inputs), DirectML-specific lowerings (negative pads
 cropped by a SLICE1 before PADDING1, Expand as a stride-0 identity, views without a node) and
 results with an empty dimension (known at import, since DML tensors are never empty).

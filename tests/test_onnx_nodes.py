@@ -3,7 +3,7 @@
 scalar exponent, CLIP or CLIP1 for constant bounds, MAX/MIN for run-time bounds, Mean's ADD loop
 and scaled IDENTITY) and the ONNX rules the lowering has to restore (Clip with min > max, IsInf
 detecting nothing, Cast to BOOL of 0.5, BitShift's arithmetic right shift of signed types).
-ONNX's own node tests of these ops run in ``tests/test_onnx_node_tests.py``.
+ONNX's own node tests of these ops run in ``tests/test_onnx_backend.py``.
 """
 
 from __future__ import annotations

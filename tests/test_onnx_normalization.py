@@ -1,5 +1,5 @@
 """The normalization converters through ``dml_jax.onnx.InferenceSession``, where ONNX's node
-tests (``test_onnx_node_tests.py``) leave a mapping unexercised: BatchNormalization at opsets 7
+tests (``test_onnx_backend.py``) leave a mapping unexercised: BatchNormalization at opsets 7
 (``spatial``) and 9 and its training outputs, GroupNormalization at opset 18 (scale and bias per
 group), LayerNormalization's Mean and InvStdDev in float16 with ``stash_type``, mixed-precision
 parameters, InstanceNormalization, LRN and MeanVarianceNormalization of other ranks, and the

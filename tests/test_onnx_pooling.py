@@ -1,5 +1,5 @@
 """The pooling converters through ``dml_jax.onnx.InferenceSession``, for what ONNX's node tests
-(``test_onnx_node_tests.py``) leave out: MaxPool's Indices in column-major storage order and in
+(``test_onnx_backend.py``) leave out: MaxPool's Indices in column-major storage order and in
 1-D and 3-D, AveragePool's ceil_mode with count_include_pad and pads, LpPool's ceil_mode and p,
 the global pools of ranks DirectML's pooling does not take as they are (GlobalLpPool has no node
 test), and MaxUnpool in 1-D and 3-D and with output_shape (ONNX Runtime's reading of the indices:

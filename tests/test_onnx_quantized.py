@@ -3,7 +3,7 @@ parameters on other axes, absent zero points with ``output_dtype``, INT32 and FL
 blocked (DE)QUANTIZE and DirectML's rule on partial blocks, broadcast batches and per-row /
 per-column parameters of the integer matrix products, 1-D and grouped integer convolutions.
 Results are compared with ONNX's reference evaluator; ONNX's own node tests run in
-``test_onnx_node_tests.py``."""
+``test_onnx_backend.py``."""
 
 from __future__ import annotations
 

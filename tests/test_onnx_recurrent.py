@@ -3,7 +3,7 @@ options (clip, input_forget, linear_before_reset, activations with alpha / beta,
 lengths, peepholes, every output optional), layout 1 with initial states, opset 7, and what
 DirectML cannot express. Results are compared with ``_reference``, ONNX's equations in NumPy
 (ONNX's reference evaluator ignores sequence_lens, activations, clip and input_forget); ONNX's
-own node tests run in ``test_onnx_node_tests.py``."""
+own node tests run in ``test_onnx_backend.py``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """RoiAlign and MaxRoiPool through ``dml_jax.onnx.InferenceSession``, for what ONNX's node tests
-(``test_onnx_node_tests.py``) leave out: adaptive sampling (sampling_ratio 0), max mode where
+(``test_onnx_backend.py``) leave out: adaptive sampling (sampling_ratio 0), max mode where
 DirectML's MAX and ONNX's agree (every sample on a pixel centre, data >= 0), output_half_pixel's
 one-pixel minimum region (rois given at run time and as an initializer), opset 10 (whose only
 behaviour is output_half_pixel), and MaxRoiPool, which has no node test. Expected values come
