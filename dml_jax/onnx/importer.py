@@ -238,6 +238,19 @@ class NeedsValues(ValidationError):
         self.names = names
 
 
+class NeedsSizes(ValidationError):
+    """A node's output shape depends on values computed at run time (NonZero, Unique,
+    Compress, NonMaxSuppression). ``InferenceSession.run`` computes ``fn(*arrays)`` (a tuple of
+    ints) from the values of the ONNX names ``names`` with a program of its own, then imports
+    again with ``sizes[key]`` set; the program is cached per sizes."""
+
+    def __init__(self, message: str, key: str, names: tuple[str, ...], fn: Callable):
+        super().__init__(message)
+        self.key = key
+        self.names = names
+        self.fn = fn
+
+
 @dataclass
 class GraphConstant:
     """A constant graph input: its value in the graph's dtype, and the initializer it is (when
@@ -256,6 +269,8 @@ class Builder:
         self.feeds: list[tuple[int, int, Value]] = []  # (node, input slot, value)
         self.constants: list[GraphConstant] = []  # graph inputs after the model's own inputs
         self.where = ""  # the ONNX node being converted (for error messages)
+        self.top_level = True  # the node is one of the model graph's own (not a body's)
+        self.sizes: dict[str, tuple[int, ...]] = {}  # run-time sizes, by ``NeedsSizes.key``
         self.onnx_index = -1
         self._const_nodes: dict[int, Value] = {}
         # (("input", i) | ("const", j), the identity node that reads that graph input)
@@ -358,9 +373,17 @@ Converter = Callable[["Context", Any, list], list]
 class Context:
     """What a converter sees: the builder, the node's attributes, the model's opsets."""
 
-    def __init__(self, builder: Builder, node: Any, opsets: Mapping[str, int], where: str):
+    def __init__(
+        self,
+        builder: Builder,
+        node: Any,
+        opsets: Mapping[str, int],
+        where: str,
+        inputs: Sequence[Value | None] = (),
+    ):
         import onnx
 
+        self._inputs = list(inputs)
         self.builder = builder
         self.onnx_node = node
         self.opsets = opsets
@@ -404,6 +427,36 @@ class Context:
                 )
             raise ValidationError(f"{message} (an initializer, a Constant or a folded value)")
         return v.known
+
+    def sizes(self, fn: Callable[..., Sequence[int]], inputs: Sequence[Value]) -> tuple[int, ...]:
+        """Sizes of the node's outputs that depend on input values: ``fn`` computes them from
+        NumPy arrays of ``inputs`` (all of them inputs of this node). Computed here when the
+        inputs are known at import; otherwise the session computes them at run time
+        (``NeedsSizes``) and imports once per distinct result."""
+        known = [v.known for v in inputs]
+        if all(k is not None for k in known):
+            return tuple(int(n) for n in fn(*known))
+        key = self.onnx_node.output[0] if self.onnx_node.output else self.where
+        if key in self.builder.sizes:
+            return self.builder.sizes[key]
+        if not self.builder.top_level:
+            raise self.fail(
+                f"{self.onnx_node.op_type}'s output shape depends on values computed at run "
+                "time, which the session computes only for nodes of the model's own graph "
+                "(not of a function body or subgraph)"
+            )
+        names = []
+        for v in inputs:
+            k = next(i for i, w in enumerate(self._inputs) if w is v)
+            names.append(self.onnx_node.input[k])
+        raise NeedsSizes(
+            f"{ONNX}: {self.where}: {self.onnx_node.op_type}'s output shape depends on values "
+            "computed at run time: run() computes them before the program (jit/apply/fn "
+            "cannot trace such a model)",
+            key,
+            tuple(names),
+            fn,
+        )
 
     def constant(self, array: Any) -> Value:
         """A value known at import time."""

@@ -34,6 +34,7 @@ from .importer import (
     ONNX,
     TYPE_NAMES,
     ImportedGraph,
+    NeedsSizes,
     NeedsValues,
     data_type_of,
     dims_of,
@@ -260,6 +261,8 @@ class InferenceSession:
         self._device, self._providers = _device_of(device, providers)
         self._programs: dict[tuple, Program] = {}
         self._static: set[str] = set()
+        self._size_needs: dict[tuple, list[NeedsSizes]] = {}
+        self._probes: dict[tuple[str, ...], InferenceSession] = {}
         graph = self._model.graph
         init_names = {i.name for i in graph.initializer}
         self._inputs = tuple(i for i in graph.input if i.name not in init_names)
@@ -420,14 +423,18 @@ class InferenceSession:
         values: Mapping[str, np.ndarray] | None = None,
         overrides: Sequence[str] = (),
         override_shapes: Sequence[Sequence[int]] = (),
+        sizes: Mapping[str, Sequence[int]] | None = None,
     ) -> Program:
         """The program for inputs of ``shapes`` (one per input of ``get_inputs()``), imported
-        and compiled on first use. ``values`` gives the values of static inputs."""
+        and compiled on first use. ``values`` gives the values of static inputs; ``sizes`` the
+        run-time sizes of data-dependent output shapes (``NeedsSizes``)."""
         shapes = tuple(tuple(int(d) for d in s) for s in shapes)
         values = dict(values or {})
+        sizes = {k: tuple(int(n) for n in v) for k, v in (sizes or {}).items()}
         self._check_shapes(shapes)
         static = tuple((n, values[n].dtype.str, values[n].tobytes()) for n in sorted(self._static))
-        key = (shapes, static, tuple(overrides), tuple(map(tuple, override_shapes)))
+        key = (shapes, static, tuple(overrides), tuple(map(tuple, override_shapes)),
+               tuple(sorted(sizes.items())))  # fmt: skip
         program = self._programs.get(key)
         if program is not None:
             return program
@@ -440,10 +447,11 @@ class InferenceSession:
                 input_shapes=input_shapes,
                 input_values={n: values[n] for n in self._static},
                 base_dir=self._base_dir,
+                sizes=sizes,
             )
         except NeedsValues as e:
             self._specialise(e, values)
-            return self.program(shapes, values, overrides, override_shapes)
+            return self.program(shapes, values, overrides, override_shapes, sizes)
         graph = compile_imported(
             imported,
             feature_level=self._feature_level,
@@ -473,8 +481,52 @@ class InferenceSession:
             self._static.add(name)
 
     def _program_for(self, arrays, overrides=(), extra=()) -> Program:
+        """The program for concrete inputs: run-time sizes the import needs (``NeedsSizes``)
+        are computed first, each by a program of the model cut at that node's inputs; the
+        nodes that need them are remembered per input shapes, so later runs compute them
+        before looking the program up."""
         values = {i.name: a for i, a in zip(self._inputs, arrays)}
-        return self.program([a.shape for a in arrays], values, overrides, [e.shape for e in extra])
+        shapes = [a.shape for a in arrays]
+        extra_shapes = [e.shape for e in extra]
+        base = (tuple(map(tuple, shapes)), tuple(overrides), tuple(map(tuple, extra_shapes)))
+        needs = self._size_needs.setdefault(base, [])
+        feed = dict(zip(self._names(tuple(overrides)), list(arrays) + list(extra)))
+        sizes = {e.key: self._run_size(e, feed) for e in needs}
+        while True:
+            try:
+                return self.program(shapes, values, overrides, extra_shapes, sizes)
+            except NeedsSizes as e:
+                if e.key in sizes:
+                    raise
+                needs.append(e)
+                sizes[e.key] = self._run_size(e, feed)
+
+    def _run_size(self, e: NeedsSizes, feed: Mapping[str, np.ndarray]) -> tuple[int, ...]:
+        """``e.fn`` of the values ``e.names`` take for ``feed``, computed by a session of the
+        model whose outputs are those values."""
+        probe = self._probes.get(e.names)
+        if probe is None:
+            import onnx
+
+            model = onnx.ModelProto()
+            model.CopyFrom(self._model)
+            del model.graph.output[:]
+            model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in e.names)
+            kept = _needed_nodes(model.graph.node, e.names)
+            del model.graph.node[:]
+            model.graph.node.extend(kept)
+            probe = InferenceSession(
+                model,
+                free_dimensions=self._free,
+                device=self._device,
+                feature_level=self._feature_level,
+                allow_half_precision=self._allow_half,
+                fast_paths=self._fast_paths,
+                base_dir=self._base_dir,
+            )
+            self._probes[e.names] = probe
+        arrays = probe.run(None, feed)
+        return tuple(int(n) for n in e.fn(*arrays))
 
     # -- the JAX function ------------------------------------------------------------------------
 
@@ -522,8 +574,7 @@ class InferenceSession:
         except ValidationError:
             if any(isinstance(x, jax.core.Tracer) for x in inputs):
                 raise
-            concrete = {i.name: np.asarray(x) for i, x in zip(self._inputs, inputs)}
-            program = self.program(shapes, concrete)
+            program = self._program_for([np.asarray(x) for x in inputs])
         return program.apply(params, *inputs)
 
     def fn(self, *inputs: Any) -> tuple:
@@ -561,6 +612,28 @@ def explain(imported: ImportedGraph) -> str:
         detail = f": {', '.join(names)}" if names else ""
         lines.append(f"{where}: {how}{detail}")
     return "\n".join(lines)
+
+
+def _needed_nodes(nodes: Sequence[Any], names: Sequence[str]) -> list[Any]:
+    """The nodes, in order, that the values ``names`` are computed from (a node with subgraphs
+    needs every name its subgraphs read)."""
+    import onnx
+
+    def reads(node: Any) -> set[str]:
+        out = {n for n in node.input if n}
+        for a in node.attribute:
+            graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+            for g in graphs:
+                for inner in g.node:
+                    out |= reads(inner)
+        return out
+
+    wanted, kept = set(names), []
+    for node in reversed(list(nodes)):
+        if wanted & set(node.output):
+            kept.append(node)
+            wanted |= reads(node)
+    return kept[::-1]
 
 
 def _device_of(device: Any, providers: Sequence[Any] | None) -> tuple[Any, tuple[str, ...]]:

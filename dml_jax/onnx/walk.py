@@ -20,6 +20,7 @@ from .importer import (
     Context,
     Converter,
     ImportedGraph,
+    NeedsSizes,
     NeedsValues,
     Value,
     array_of,
@@ -50,6 +51,7 @@ def import_graph(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     input_values: Mapping[str, np.ndarray] | None = None,
     base_dir: str | None = None,
+    sizes: Mapping[str, Sequence[int]] | None = None,
 ) -> ImportedGraph:
     """Maps every node of ``model`` (an ``onnx.ModelProto``) onto DML operators.
 
@@ -61,11 +63,13 @@ def import_graph(
         input_values: inputs whose values are fixed for this import (specialisation); they
             become constants, and stay inputs of the compiled function.
         base_dir: where external data files are.
+        sizes: run-time sizes of data-dependent output shapes, by ``NeedsSizes.key``.
 
     Raises:
         ValidationError: an unsupported op type (naming the node and the type), a free
             dimension without a size, a malformed node, or anything a converter rejects.
         NeedsValues: a converter needs values computed from graph inputs.
+        NeedsSizes: a node's output shape depends on values computed at run time.
     """
     from .converters import REGISTRY
 
@@ -76,6 +80,7 @@ def import_graph(
     graph = model.graph
     opsets = opsets_of(model)
     walk = Walk(Builder(), opsets, converters)
+    walk.builder.sizes = {k: tuple(int(n) for n in v) for k, v in (sizes or {}).items()}
     builder, values = walk.builder, walk.values
     for init in graph.initializer:
         where = f"initializer '{init.name}'"
@@ -174,6 +179,7 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
     for i, node in enumerate(nodes):
         where = prefix + where_of(i, node)
         builder.where = where
+        builder.top_level = not prefix
         if not prefix:
             builder.onnx_index = len(walk.report)
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
@@ -192,7 +198,7 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
                 f"{ONNX}: {where}: domain '{node.domain}' is not among the model's opsets"
             )
         onnx_schema = schema.check(node, domain, opset, where, known=convert is not None)
-        ctx = Context(builder, node, walk.opsets, where)
+        ctx = Context(builder, node, walk.opsets, where, inputs)
         outputs, folded = None, None
         if node.op_type == "If" and not domain and convert is None:
             outputs, how = functions.inline_if(walk, node, inputs, where, walk_nodes), "branch"
@@ -215,7 +221,7 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
                 outputs = [v if v is None or f is None else replace(v, shadow=f.const)
                            for v, f in zip(outputs, folded)]  # fmt: skip
                 how = _how(builder, before)
-            except NeedsValues:
+            except (NeedsValues, NeedsSizes):
                 raise
             except ValidationError:
                 outputs, how = folded, "folded"
@@ -264,7 +270,7 @@ def _convert(convert: Converter, ctx: Context, node: Any, inputs: list) -> list:
     """Runs a converter; what escapes it without naming the node gets the node's name."""
     try:
         return list(convert(ctx, node, inputs))
-    except NeedsValues:
+    except (NeedsValues, NeedsSizes):
         raise
     except ValidationError as e:
         if str(e).startswith(f"{ONNX}: "):
