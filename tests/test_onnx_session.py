@@ -526,3 +526,27 @@ def test_program_operators_leave_out_the_entry_identities():
     s = InferenceSession(dynamic_mlp())
     program = s.program([(2, 6)])
     assert program.operators() == ["GEMM", "ELEMENT_WISE_ADD", "ACTIVATION_RELU"]
+
+
+def test_run_explain_marks_jax_lowerings_and_convert_refuses_them(tmp_path, capsys):
+    """``dml-jax run --explain`` prints per ONNX node what it became: DML operators, or ``jax``
+    for a JAX lowering (Det has no DirectML operator); such a model has no DML_GRAPH form."""
+    from dml_jax import cli
+
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Relu", ["a"], ["b"]), helper.make_node("Det", ["b"], ["c"])],
+            "g",
+            [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 3, 3])],
+            [helper.make_tensor_value_info("c", TensorProto.FLOAT, ["n"])],
+        ),
+        opset_imports=[helper.make_opsetid("", 13)],
+    )
+    path = str(tmp_path / "det.onnx")
+    onnx.save(model, path)
+    assert cli.main(["run", path, "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "node 0 (Relu): dml: ACTIVATION_RELU" in out
+    assert "node 1 (Det): jax: JAX:Det" in out
+    assert cli.main(["convert", path, str(tmp_path / "o.json")]) == 1
+    assert "node 1 (Det): runs as a JAX lowering" in capsys.readouterr().err
