@@ -32,7 +32,7 @@ ops' specification (``docs/ContribOperators.md``) and their CPU kernels.
   axes (NHWC by default), gamma and beta cast to the input's type; SiLU activation as
   ACTIVATION_SIGMOID and ELEMENT_WISE_MULTIPLY.
 - NhwcConv: CONVOLUTION reading the NHWC input and the {M, kH, kW, C / group} filter through
-  permuted strides and writing the NHWC output through permuted strides.
+  permuted strides, its NCHW result turned channels last by an ELEMENT_WISE_IDENTITY.
 - ConvTransposeWithDynamicPads: ConvTranspose's converter with the pads of input 2 (which
   DirectML needs as a constant).
 
@@ -743,9 +743,9 @@ def _ms_group_norm(ctx, node, inputs):
 def _nhwc_conv(ctx, node, inputs):
     """Conv on channels-last tensors: X {N, spatial..., C}, W {M, kernel..., C / group}, Y
     {N, spatial'..., M} (the layout ONNX Runtime's NhwcConv fusion writes). One CONVOLUTION in
-    DirectML's NCHW order that reads the input and filter and writes the output through
-    permuted strides (no copies); ONNX Conv's rules for pads, auto_pad, strides, dilations and
-    group; a 1-D convolution gets a height of 1."""
+    DirectML's NCHW order that reads the input and filter through permuted strides, and an
+    ELEMENT_WISE_IDENTITY that writes its result channels last; ONNX Conv's rules for pads,
+    auto_pad, strides, dilations and group; a 1-D convolution gets a height of 1."""
     x, w, b = inputs[:3]
     t = _floats(ctx, ("X", x), ("W", w), ("B", b))
     if x.rank != w.rank or not 3 <= x.rank <= 5:
@@ -790,11 +790,12 @@ def _nhwc_conv(ctx, node, inputs):
 
     lift = (lambda v, d: [d] + list(v)) if nd == 1 else (lambda v, d: list(v))
     dims = max(nd, 2)
+    out = (x.shape[0], m) + tuple(lift(spatial, 1))
     desc = op("CONVOLUTION")(
         nchw(x.shape),
         nchw(w.shape),
         None if b is None else TensorDesc(t, (1, m) + (1,) * dims),
-        nchw(y_shape),
+        TensorDesc(t, out),
         mode="CROSS_CORRELATION",
         direction="FORWARD",
         strides=lift(attr["strides"], 1),
@@ -804,7 +805,14 @@ def _nhwc_conv(ctx, node, inputs):
         output_padding=[0] * dims,
         group_count=group,
     )
-    return [ctx.out(ctx.node(desc, [x, w, b]), y_shape)]
+    y = ctx.out(ctx.node(desc, [x, w, b]), out)
+    # Back to channels last: an identity reading the NCHW result through permuted strides
+    # (a graph's intermediate tensors are packed, so the CONVOLUTION cannot write NHWC itself).
+    st = packed_strides(out)
+    perm = [0] + list(range(2, len(out))) + [1]
+    if nd == 1:
+        perm.remove(2)
+    return [_strided_copy(ctx, y, y_shape, [st[p] for p in perm])]
 
 
 @_contrib("ConvTransposeWithDynamicPads")
