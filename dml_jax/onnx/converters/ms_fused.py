@@ -8,6 +8,8 @@ ops' specification (``docs/ContribOperators.md``) and their CPU kernels.
   strides of the operands, ``alpha`` is GEMM's Alpha, the batch dimensions broadcast and fold as
   MatMul's do. FusedMatMulActivation (ONNX Runtime's MatMulActivationFusion, a FusedMatMul and
   the Softmax after it) adds SOFTMAX1 as GEMM's fused activation.
+- FusedGemm (the CPU provider's Gemm + activation fusion): Gemm's converter, then the
+  activation's.
 - Gelu: ACTIVATION_GELU. BiasGelu: ELEMENT_WISE_ADD, then ACTIVATION_GELU.
 - FastGelu: the tanh approximation of the contrib spec and its CPU kernel,
   ``0.5 * x * (1 + tanh(x * (0.7978845608 + 0.0356774081 * x^2)))`` with the optional bias added
@@ -103,6 +105,20 @@ _SPECS = {
             "activation_beta": (_FLOAT, False),
             "activation_gamma": (_FLOAT, False),
             "activation_axis": (_INT, False),
+        },
+    ),
+    "FusedGemm": _Spec(
+        ("A", "B", "C?"),
+        ("Y",),
+        {
+            "alpha": (_FLOAT, False),
+            "beta": (_FLOAT, False),
+            "transA": (_INT, False),
+            "transB": (_INT, False),
+            "activation": (_STRING, False),
+            "activation_alpha": (_FLOAT, False),
+            "activation_beta": (_FLOAT, False),
+            "activation_gamma": (_FLOAT, False),
         },
     ),
     "Gelu": _Spec(("X",), ("Y",)),
@@ -441,6 +457,41 @@ def _fused_matmul_activation(ctx, node, inputs):
     t = packed(y.data_type, y.shape)
     desc = op("ACTIVATION_SOFTMAX1")(t, t, axes=[axis])
     return [ctx.out(ctx.node(desc, [y]), y.shape)]
+
+
+# The activations ONNX Runtime's FusedGemm kernel applies that ONNX has as ops: each is that op's
+# converter, with the node's ``activation_<name>`` attributes as its ``<name>`` attributes.
+_GEMM_ACTIVATIONS = (
+    "Elu",
+    "HardSigmoid",
+    "LeakyRelu",
+    "Relu",
+    "Selu",
+    "Sigmoid",
+    "Softplus",
+    "Softsign",
+    "Tanh",
+    "ThresholdedRelu",
+)
+
+
+@_contrib("FusedGemm")
+def _fused_gemm(ctx, node, inputs):
+    """Gemm followed by an activation (ONNX Runtime's GemmActivationFusion for its CPU
+    provider): the ai.onnx Gemm converter, then the activation op's converter (XLA fuses them as
+    DirectML's FusedActivation would)."""
+    a, b, c = inputs[:3]
+    _floats(ctx, ("A", a), ("B", b), ("C", c))
+    activation = ctx.attr("activation", "")
+    if activation not in _GEMM_ACTIVATIONS:
+        raise ctx.fail(
+            f"activation '{activation}' is not supported (one of {', '.join(_GEMM_ACTIVATIONS)})"
+        )
+    (y,) = REGISTRY.get("", "Gemm")(ctx, node, [a, b, c])
+    act = Context(ctx.builder, node, ctx.opsets, ctx.where)
+    act.attrs = {k[len("activation_") :]: v for k, v in ctx.attrs.items()
+                 if k.startswith("activation_")}  # fmt: skip
+    return REGISTRY.get("", activation)(act, node, [y])
 
 
 # ---------------------------------------------------------------------------------------------
