@@ -16,8 +16,8 @@ ops' specification (``docs/ContribOperators.md``) and their CPU kernels.
   first, composed from element-wise operators (ScaleBias for the constants). ONNX Runtime's
   DirectML provider runs FastGelu on the erf-form ACTIVATION_GELU instead (up to about 5e-4
   apart); the contrib spec's numbers are kept here, so a model gives what its CPU kernel gives.
-- QuickGelu: ``x * sigmoid(alpha * x)``: ELEMENT_WISE_IDENTITY (ScaleBias alpha), ACTIVATION_SIGMOID,
-  ELEMENT_WISE_MULTIPLY. BiasAdd: two ELEMENT_WISE_ADDs. BiasSplitGelu: ELEMENT_WISE_ADD, SPLIT
+- QuickGelu: ``x * sigmoid(alpha * x)``: ELEMENT_WISE_IDENTITY (ScaleBias alpha),
+  ACTIVATION_SIGMOID, ELEMENT_WISE_MULTIPLY. BiasAdd: two ELEMENT_WISE_ADDs. BiasSplitGelu: ELEMENT_WISE_ADD, SPLIT
   of the last dimension in halves, ACTIVATION_GELU of the second, ELEMENT_WISE_MULTIPLY.
 - SkipLayerNormalization / SkipSimplifiedLayerNormalization: ELEMENT_WISE_ADD of input, skip
   (and bias), then MEAN_VARIANCE_NORMALIZATION2 over the hidden dimension (UseMean off for the
@@ -321,6 +321,15 @@ def _mvn1(ctx, x: Value, scale, bias, axes, epsilon: float) -> Value:
     return ctx.out(ctx.node(desc, [x, scale, bias]), x.shape)
 
 
+def _as_onnx(ctx: Context, attrs: dict) -> Context:
+    """A context in which an ai.onnx op's converter maps this node: ``attrs`` as the node's
+    attributes, the model's ai.onnx opset as its opset."""
+    inner = Context(ctx.builder, ctx.onnx_node, ctx.opsets, ctx.where)
+    inner.attrs = dict(attrs)
+    inner.opset = ctx.opsets.get("", 1)
+    return inner
+
+
 def _gelu(ctx: Context, x: Value) -> Value:
     return _unary(ctx, "ACTIVATION_GELU", x)
 
@@ -361,8 +370,9 @@ def _broadcast_strides(sizes, strides, batch) -> list[int]:
     return [0 if o == 1 and d != 1 else s for o, d, s in zip(own, batch, st)]
 
 
-def _fused_matmul(ctx: Context, a: Value, b: Value, activation=None) -> Value:
-    """GEMM of the transposed, broadcast operands; the result in ONNX's shape."""
+def _fused_matmul(ctx: Context, a: Value, b: Value, *, softmax: bool = False) -> Value:
+    """GEMM of the transposed, broadcast operands (``softmax``: with SOFTMAX1 over N fused);
+    the result in ONNX's shape."""
     t = _floats(ctx, ("A", a), ("B", b))
     if a.rank == 0 or b.rank == 0:
         raise ctx.fail("the inputs must have at least one dimension")
@@ -401,7 +411,7 @@ def _fused_matmul(ctx: Context, a: Value, b: Value, activation=None) -> Value:
     lead = [1] * pad + sizes
     out = tuple(lead) + (m, n)
     fused = None
-    if activation is not None:
+    if softmax:
         fused = op("ACTIVATION_SOFTMAX1")(TensorDesc(t, out), TensorDesc(t, out), axes=[3])
     desc = op("GEMM")(
         _desc(t, lead + [m, k], [0] * pad + fa + ta[-2:]),
@@ -452,7 +462,7 @@ def _fused_matmul_activation(ctx, node, inputs):
     axis = axis_of(ctx, ctx.attr("activation_axis", -1), rank, "activation_axis")
     # The result's last axis is GEMM's N (when B is not 1-D): the softmax is fused there.
     if b.rank > 1 and axis == rank - 1:
-        return [_fused_matmul(ctx, a, b, activation="softmax")]
+        return [_fused_matmul(ctx, a, b, softmax=True)]
     y = _fused_matmul(ctx, a, b)
     t = packed(y.data_type, y.shape)
     desc = op("ACTIVATION_SOFTMAX1")(t, t, axes=[axis])
@@ -487,11 +497,10 @@ def _fused_gemm(ctx, node, inputs):
         raise ctx.fail(
             f"activation '{activation}' is not supported (one of {', '.join(_GEMM_ACTIVATIONS)})"
         )
-    (y,) = REGISTRY.get("", "Gemm")(ctx, node, [a, b, c])
-    act = Context(ctx.builder, node, ctx.opsets, ctx.where)
-    act.attrs = {k[len("activation_") :]: v for k, v in ctx.attrs.items()
-                 if k.startswith("activation_")}  # fmt: skip
-    return REGISTRY.get("", activation)(act, node, [y])
+    (y,) = REGISTRY.get("", "Gemm")(_as_onnx(ctx, ctx.attrs), node, [a, b, c])
+    prefix = "activation_"
+    attrs = {k[len(prefix) :]: v for k, v in ctx.attrs.items() if k.startswith(prefix)}
+    return REGISTRY.get("", activation)(_as_onnx(ctx, attrs), node, [y])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -691,7 +700,7 @@ def _embed_layer_norm(ctx, node, inputs):
     Runtime's CPU kernel and DirectML provider compute it; ``embedding_sum`` the sum before
     normalization. Position ids default to 0..S-1; a {1, S} position_ids serves every batch."""
     ids, seg_ids, word, pos, seg, gamma, beta, mask, pos_ids = inputs[:9]
-    t = _floats(
+    _floats(
         ctx, ("word_embedding", word), ("position_embedding", pos), ("segment_embedding", seg),
         ("gamma", gamma), ("beta", beta),
     )  # fmt: skip
@@ -743,7 +752,6 @@ def _embed_layer_norm(ctx, node, inputs):
             )
             ones = _cast(ctx, ctx.out(ctx.node(eq, [mask, one]), (b, s)), i32)
             outputs[1] = view(_reduce(ctx, "SUM", ones, [1]), (b,))
-    del t
     return outputs
 
 
@@ -881,12 +889,9 @@ def _conv_transpose_dynamic_pads(ctx, node, inputs):
     if ctx.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
         raise ctx.fail("auto_pad must be NOTSET when the pads are given")
     _floats(ctx, ("X", x), ("W", w), ("B", b))
-    attrs = dict(ctx.attrs)
+    attrs = {k: v for k, v in ctx.attrs.items() if k != "auto_pad"}
     attrs["pads"] = values
-    attrs.pop("auto_pad", None)
-    inner = Context(ctx.builder, node, ctx.opsets, ctx.where)
-    inner.attrs = attrs
-    return REGISTRY.get("", "ConvTranspose")(inner, node, [x, w, b])
+    return REGISTRY.get("", "ConvTranspose")(_as_onnx(ctx, attrs), node, [x, w, b])
 
 
 __all__ = ["MS"]
