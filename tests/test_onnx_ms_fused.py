@@ -185,9 +185,8 @@ def _gelu(x):
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_bias_add_and_bias_split_gelu(dtype):
     """CUDA-only kernels in onnxruntime: NumPy in float64 from the contrib spec."""
-    x, bias, skip = _rand(2, 3, 8, dtype=dtype), _rand(8, dtype=dtype, seed=1), _rand(2, 3, 8,
-                                                                                     seed=2)  # fmt: skip
-    skip = skip.astype(dtype)
+    x, bias = _rand(2, 3, 8, dtype=dtype), _rand(8, dtype=dtype, seed=1)
+    skip = _rand(2, 3, 8, dtype=dtype, seed=2)
     node = helper.make_node("BiasAdd", ["x", "b", "s"], ["y"], domain=MS)
     feeds = {"x": x, "b": bias, "s": skip}
     (got,), _ = _ours(_model(node, feeds, ["y"]), feeds)
@@ -234,8 +233,8 @@ def test_skip_layer_norm(shape, skip, beta, bias, attrs):
 def test_skip_layer_norm_float16_and_unnamed_outputs():
     """float16 data; only output and input_skip_bias_sum asked for (mean and inv_std_var are
     float32 whenever they are)."""
-    feeds = {k: _rand(*s, dtype=np.float16, seed=i) for i, (k, s) in
-             enumerate([("x", (2, 3, 8)), ("s", (2, 3, 8)), ("g", (8,)), ("be", (8,))])}  # fmt: skip
+    shapes = {"x": (2, 3, 8), "s": (2, 3, 8), "g": (8,), "be": (8,)}
+    feeds = {k: _rand(*s, dtype=np.float16, seed=i) for i, (k, s) in enumerate(shapes.items())}
     node = helper.make_node(
         "SkipLayerNormalization", ["x", "s", "g", "be"], ["y", "", "", "sum"], domain=MS
     )

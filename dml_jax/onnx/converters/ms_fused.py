@@ -17,8 +17,9 @@ ops' specification (``docs/ContribOperators.md``) and their CPU kernels.
   DirectML provider runs FastGelu on the erf-form ACTIVATION_GELU instead (up to about 5e-4
   apart); the contrib spec's numbers are kept here, so a model gives what its CPU kernel gives.
 - QuickGelu: ``x * sigmoid(alpha * x)``: ELEMENT_WISE_IDENTITY (ScaleBias alpha),
-  ACTIVATION_SIGMOID, ELEMENT_WISE_MULTIPLY. BiasAdd: two ELEMENT_WISE_ADDs. BiasSplitGelu: ELEMENT_WISE_ADD, SPLIT
-  of the last dimension in halves, ACTIVATION_GELU of the second, ELEMENT_WISE_MULTIPLY.
+  ACTIVATION_SIGMOID, ELEMENT_WISE_MULTIPLY. BiasAdd: two ELEMENT_WISE_ADDs. BiasSplitGelu:
+  ELEMENT_WISE_ADD, SPLIT of the last dimension in halves, ACTIVATION_GELU of the second,
+  ELEMENT_WISE_MULTIPLY.
 - SkipLayerNormalization / SkipSimplifiedLayerNormalization: ELEMENT_WISE_ADD of input, skip
   (and bias), then MEAN_VARIANCE_NORMALIZATION2 over the hidden dimension (UseMean off for the
   simplified one, i.e. RMS normalization). The statistics outputs (float32, which the provider
