@@ -357,7 +357,7 @@ def _packed_attention(ctx, proj: Value, inputs, heads: int, sizes, *, mask_forms
 
 @converter("Attention", domain=MS)
 def _attention(ctx, node, inputs):
-    x, w, bias, mask, past, attention_bias, past_length = _inputs(inputs, 7)
+    x, w, bias, mask, past, attention_bias = _inputs(inputs, 6)
     _reject(
         ctx, inputs, {6: "past_sequence_length"}, {"do_rotary": 0, "past_present_share_buffer": 0}
     )
@@ -477,5 +477,213 @@ def _multi_head_attention(ctx, node, inputs):
         keep=keep,
         additive=additive,
         presents=(ctx.wants(1), ctx.wants(2)),
+    )
+    return [y, present_k, present_v]
+
+
+# --- GroupQueryAttention ----------------------------------------------------------------------
+
+
+def _plus(ctx, a, b):
+    """``a + b`` for INT32 operands (NumPy arrays or values; NumPy when both are known)."""
+    known = [x if isinstance(x, np.ndarray) else x.const for x in (a, b)]
+    if all(x is not None for x in known):
+        return (known[0].astype(np.int64) + known[1].astype(np.int64)).astype(np.int32)
+    a = ctx.constant(a.astype(np.int32)) if isinstance(a, np.ndarray) else a
+    b = ctx.constant(b.astype(np.int32)) if isinstance(b, np.ndarray) else b
+    return binary_value(ctx, "ELEMENT_WISE_ADD", a, b)
+
+
+def _value(ctx, x) -> Value:
+    return ctx.constant(x) if isinstance(x, np.ndarray) else x
+
+
+def _gqa_positions(ctx, position_ids, lengths, b: int, s: int, first: bool):
+    """The rotary positions {B or 1, S}: ``position_ids`` (a first prompt reads its first
+    element as the offset of every batch), else ``past + s``."""
+    steps = np.arange(s, dtype=np.int32).reshape(1, s)
+    if position_ids is not None:
+        if position_ids.shape != (b, s):
+            raise ctx.fail(f"position_ids of shape {list(position_ids.shape)} must be [{b}, {s}]")
+        if not first:
+            return position_ids
+        if position_ids.const is not None:
+            return steps + np.int32(position_ids.const.reshape(-1)[0])
+        t = position_ids.data_type
+        desc = op("SLICE1")(
+            packed(t, (b, s)),
+            packed(t, (1, 1)),
+            input_window_offsets=[0, 0],
+            input_window_sizes=[1, 1],
+            input_window_strides=[1, 1],
+        )
+        return _plus(ctx, ctx.out(ctx.node(desc, [position_ids]), (1, 1)), steps)
+    if first:
+        return steps
+    return _plus(ctx, lengths.reshape(b, 1) if isinstance(lengths, np.ndarray) else
+                 lengths.view((b, 1)), steps)  # fmt: skip
+
+
+@converter("GroupQueryAttention", domain=MS)
+def _group_query_attention(ctx, node, inputs):
+    query, key, value, past_k, past_v, seqlens, total_in, cos, sin, position_ids, bias = _inputs(
+        inputs, 11
+    )
+    _reject(
+        ctx,
+        inputs,
+        {
+            11: "head_sink",
+            12: "k_scale",
+            13: "v_scale",
+            14: "q_norm_weight",
+            15: "k_norm_weight",
+            16: "query_seqlens",
+        },
+        {
+            "softcap": 0.0,
+            "smooth_softmax": 0,
+            "qk_output": 0,
+            "causal": 1,
+            "sliding_window_cache": 0,
+            "k_quant_type": "NONE",
+            "v_quant_type": "NONE",
+        },
+    )
+    if ctx.wants(3):
+        raise ctx.fail("output 'output_qk' is not supported")
+    heads, kv_heads = int(ctx.attr("num_heads", 0)), int(ctx.attr("kv_num_heads", 0))
+    if heads < 1 or kv_heads < 1 or heads % kv_heads:
+        raise ctx.fail(f"num_heads {heads} must be a positive multiple of kv_num_heads {kv_heads}")
+    if query.rank != 3:
+        raise ctx.fail(f"query of shape {list(query.shape)} must be 3-D")
+    b, s, width = query.shape
+    t = query.data_type
+    if key is None:  # packed QKV {B, S, (N + 2 Nkv) H}
+        if value is not None or width % (heads + 2 * kv_heads):
+            raise ctx.fail(
+                f"packed QKV of width {width} must hold {heads} + 2 * {kv_heads} heads, "
+                "without key and value"
+            )
+        d = width // (heads + 2 * kv_heads)
+        q, k, v = split_value(ctx, query, [heads * d, kv_heads * d, kv_heads * d], 2)
+    else:
+        if width % heads:
+            raise ctx.fail(f"the query's hidden size {width} is not a multiple of {heads} heads")
+        d = width // heads
+        want = (b, s, kv_heads * d)
+        if value is None or key.shape != want or value.shape != want:
+            raise ctx.fail(
+                f"key {list(key.shape)} and value "
+                f"{None if value is None else list(value.shape)} must both be {list(want)}"
+            )
+        q, k, v = query, key, value
+    total = int(np.asarray(ctx.const(total_in, "total_sequence_length")).reshape(-1)[0])
+    if (past_k is None) != (past_v is None):
+        raise ctx.fail("past_key and past_value come together")
+    p = 0
+    if past_k is not None:
+        p = past_k.shape[2] if past_k.rank == 4 else -1
+        want = (b, kv_heads, p, d)
+        if past_k.shape != want or past_v.shape != want or past_k.data_type != t:
+            raise ctx.fail(
+                f"past_key {list(past_k.shape)} / past_value {list(past_v.shape)} must be "
+                f"[{b}, {kv_heads}, P, {d}] of the query's type"
+            )
+    capacity = max(total, p)
+    subsequent = s > 1 and s != total
+    if subsequent and b != 1:
+        raise ctx.fail("a prompt continuing a cache (1 < S != total_sequence_length) needs batch 1")
+    first = not subsequent and s == total
+    if not first and not subsequent and s != 1:
+        raise ctx.fail(f"sequence length {s} exceeds total_sequence_length {total}")
+    seqlens = _int32(ctx, seqlens)
+    if seqlens.shape not in ((b,), (b, 1)):
+        raise ctx.fail(f"seqlens_k of shape {list(seqlens.shape)} must be [{b}]")
+    # Positions cached before this step, per batch entry.
+    if first or past_k is None:
+        lengths = np.zeros((b,), np.int32)
+    else:
+        lengths = _plus(ctx, seqlens.view((b,)), np.full((1,), 1 - s, np.int32))
+
+    if int(ctx.attr("do_rotary", 0)):
+        if cos is None or sin is None or cos.shape != sin.shape or cos.rank != 2:
+            raise ctx.fail("do_rotary needs 2-D cos_cache and sin_cache of one shape")
+        dim = rotary_dim(ctx, d, cos.shape[1], 2 * cos.shape[1])
+        positions = _value(ctx, _gqa_positions(ctx, position_ids, lengths, b, s, first))
+        angles = (positions.shape[0], s, 1, dim // 2)
+        cos_at = gather_rows(ctx, cos, positions).view(angles)
+        sin_at = gather_rows(ctx, sin, positions).view(angles)
+        interleaved = bool(int(ctx.attr("rotary_interleaved", 0)))
+
+        def rotary(x, n):
+            y = rotate(ctx, x.view((b, s, n, d)), cos_at, sin_at, interleaved=interleaved, dim=dim)
+            return y.view((b, s, n * d))
+
+        q, k = rotary(q, heads), rotary(k, kv_heads)
+    elif cos is not None or sin is not None or position_ids is not None:
+        raise ctx.fail("cos_cache, sin_cache and position_ids need do_rotary = 1")
+
+    # The cache MULTIHEAD_ATTENTION1 writes the new keys / values into: the past with the rows
+    # from each entry's length on set to 0 (ONNX Runtime's present has 0 there), then zeros up
+    # to the capacity.
+    presents = (ctx.wants(1), ctx.wants(2))
+    caches = []
+    empty = p == 0 or (isinstance(lengths, np.ndarray) and not lengths.any())
+    for past in (past_k, past_v):
+        if empty:
+            caches.append(_fill(ctx, t, (b, kv_heads, capacity, d), 0))
+            continue
+        cache = past
+        if any(presents):
+            rows = np.arange(p, dtype=np.int32).reshape(1, 1, p, 1)
+            keep = _value(ctx, _less(ctx, rows, _value(ctx, lengths).view((b, 1, 1, 1))))
+            zero = ctx.constant(np.zeros((1, 1, 1, 1), t.numpy_dtype))
+            shape = (b, kv_heads, p, d)
+            desc = op("ELEMENT_WISE_IF")(
+                broadcast(keep, shape), packed(t, shape), broadcast(zero, shape), packed(t, shape)
+            )
+            cache = ctx.out(ctx.node(desc, [keep, past, zero]), shape)
+        if capacity > p:
+            cache = join_values(ctx, [cache, _fill(ctx, t, (b, kv_heads, capacity - p, d), 0)], 2)
+        caches.append(cache)
+    if isinstance(lengths, np.ndarray) and not lengths.any():  # as ONNX Runtime's DirectML GQA
+        length_value = _fill(ctx, DataType.INT32, (b,), 0)
+    else:
+        length_value = _value(ctx, lengths)
+
+    # A local window keeps the last W keys up to the query's position: L_b + i - W < j.
+    window = int(ctx.attr("local_window_size", -1))
+    keep = None
+    if window == 0 or window < -1:
+        raise ctx.fail(f"local_window_size {window} must be -1 or positive")
+    if window > 0:
+        i = np.arange(s).reshape(1, 1, s, 1)
+        j = np.arange(capacity).reshape(1, 1, 1, capacity)
+        bound = (j - i + window).astype(np.int32)
+        lens = lengths.reshape(b, 1, 1, 1) if isinstance(lengths, np.ndarray) else \
+            lengths.view((b, 1, 1, 1))  # fmt: skip
+        keep = _less(ctx, lens, bound)
+    additive = _attention_bias(ctx, bias, (b, heads, s, total))
+    if additive is not None and capacity > total:
+        pad = np.zeros(additive.shape[:3] + (capacity - total,), t.numpy_dtype)
+        additive = join_values(ctx, [additive, ctx.constant(pad)], 3)
+    feeds = {
+        "query_tensor": q,
+        "key_tensor": k,
+        "value_tensor": v,
+        "past_key_tensor": caches[0],
+        "past_value_tensor": caches[1],
+        "past_sequence_lengths_tensor": length_value,
+    }
+    y, present_k, present_v = _attend(
+        ctx,
+        feeds,
+        dims=(b, s, heads, kv_heads, d, d, capacity),
+        scale=_scale(ctx, d),
+        filter_value=-math.inf,
+        keep=keep,
+        additive=additive,
+        presents=presents,
     )
     return [y, present_k, present_v]
