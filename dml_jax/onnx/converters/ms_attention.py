@@ -687,3 +687,118 @@ def _group_query_attention(ctx, node, inputs):
         presents=presents,
     )
     return [y, present_k, present_v]
+
+
+# --- RotaryEmbedding --------------------------------------------------------------------------
+
+
+@converter("RotaryEmbedding", domain=MS)
+def _rotary_embedding(ctx, node, inputs):
+    x, positions, cos, sin = inputs
+    _reject(ctx, inputs, {}, {"is_packed_batching": 0})
+    if cos.rank != 2 or cos.shape != sin.shape:
+        raise ctx.fail(
+            f"cos_cache {list(cos.shape)} and sin_cache {list(sin.shape)} must be 2-D, one shape"
+        )
+    heads = int(ctx.attr("num_heads", 0))
+    attribute = int(ctx.attr("rotary_embedding_dim", 0))
+    if attribute and not heads:
+        raise ctx.fail("rotary_embedding_dim needs num_heads")
+    if x.rank == 4:  # {B, N, S, H}
+        b, heads, s, head = x.shape
+    elif x.rank == 3:  # {B, S, N * H}
+        b, s, hidden = x.shape
+        head = hidden // heads if heads else 2 * cos.shape[1]
+        if head < 1 or hidden % head:
+            raise ctx.fail(f"the hidden size {hidden} is not a whole number of heads of {head}")
+        heads = hidden // head
+    else:
+        raise ctx.fail(f"input must be 3-D or 4-D, got shape {list(x.shape)}")
+    dim = rotary_dim(ctx, head, cos.shape[1], attribute)
+    positions = _int32(ctx, positions)
+    if positions.rank <= 1 and positions.shape in ((), (1,)):
+        # One offset: position offset + s for every batch entry.
+        steps = np.arange(s, dtype=np.int32).reshape(1, s)
+        positions = _value(ctx, _plus(ctx, positions.view((1, 1)), steps))
+    elif positions.shape != (b, s):
+        raise ctx.fail(f"position_ids of shape {list(positions.shape)} must be [1] or [{b}, {s}]")
+    cos_at, sin_at = gather_rows(ctx, cos, positions), gather_rows(ctx, sin, positions)
+    interleaved = bool(int(ctx.attr("interleaved", 0)))
+    if x.rank == 4:
+        angles = (positions.shape[0], 1, s, dim // 2)
+        y = rotate(ctx, x, cos_at.view(angles), sin_at.view(angles), interleaved=interleaved,
+                   dim=dim)  # fmt: skip
+        return [y]
+    angles = (positions.shape[0], s, 1, dim // 2)
+    y = rotate(ctx, x.view((b, s, heads, head)), cos_at.view(angles), sin_at.view(angles),
+               interleaved=interleaved, dim=dim)  # fmt: skip
+    return [y.view(x.shape)]
+
+
+# --- QAttention -------------------------------------------------------------------------------
+
+
+def _quant_param(ctx, value: Value | None, width: int | None, what: str) -> Value | None:
+    """A scale or zero point as MATRIX_MULTIPLY_INTEGER_TO_FLOAT's 4-D parameter: one value
+    {1, 1, 1, 1}, or (``width`` given) one per column {1, 1, 1, W}."""
+    if value is None:
+        return None
+    if value.shape in ((), (1,)):
+        return value.view((1, 1, 1, 1))
+    if width is not None and value.shape == (width,):
+        return value.view((1, 1, 1, width))
+    raise ctx.fail(f"{what} of shape {list(value.shape)} must be a scalar" +
+                   (f" or [{width}]" if width is not None else ""))  # fmt: skip
+
+
+@converter("QAttention", domain=MS)
+def _q_attention(ctx, node, inputs):
+    x, w, bias, x_scale, w_scale, mask, x_zero, w_zero, past = _inputs(inputs, 9)
+    _reject(ctx, inputs, {}, {"do_rotary": 0, "past_present_share_buffer": 0})
+    heads = int(ctx.attr("num_heads", 0))
+    if heads < 1:
+        raise ctx.fail("num_heads must be positive")
+    if x.rank != 3 or w.rank != 2 or w.shape[0] != x.shape[2]:
+        raise ctx.fail(
+            f"input {list(x.shape)} must be [B, S, Din] and weight {list(w.shape)} [Din, W]"
+        )
+    b, s, din = x.shape
+    width = w.shape[1]
+    sizes = _hidden_sizes(ctx, width, heads)
+    if bias.shape != (width,):
+        raise ctx.fail(f"bias of shape {list(bias.shape)} must be [{width}]")
+    if w.data_type != x.data_type:
+        # MATRIX_MULTIPLY_INTEGER_TO_FLOAT takes one integer type: weights of the other 8-bit
+        # type are moved by 128, their zero point too, which leaves w - zero point unchanged.
+        if w.known is None or (w_zero is not None and w_zero.known is None):
+            raise ctx.fail(
+                f"a weight of type {w.data_type.name} with an input of type "
+                f"{x.data_type.name} must be known at import (with its zero point)"
+            )
+        shift = 128 if x.data_type == DataType.UINT8 else -128
+        dtype = x.data_type.numpy_dtype
+        w = ctx.constant((w.known.astype(np.int16) + shift).astype(dtype))
+        zero = np.zeros((), np.int16) if w_zero is None else w_zero.known.astype(np.int16)
+        w_zero = ctx.constant((zero + shift).astype(dtype))
+    t = bias.data_type
+    rows = (1, 1, b * s, width)
+    params = [
+        _quant_param(ctx, x_scale, None, "input_scale"),
+        _quant_param(ctx, x_zero, None, "input_zero_point"),
+        _quant_param(ctx, w_scale, width, "weight_scale"),
+        _quant_param(ctx, w_zero, width, "weight_zero_point"),
+    ]
+    desc = op("MATRIX_MULTIPLY_INTEGER_TO_FLOAT")(
+        packed(x.data_type, (1, 1, b * s, din)),
+        packed(t, params[0].shape),
+        None if params[1] is None else packed(x.data_type, params[1].shape),
+        packed(x.data_type, (1, 1, din, width)),
+        packed(t, params[2].shape),
+        None if params[3] is None else packed(x.data_type, params[3].shape),
+        broadcast(bias, rows),
+        packed(t, rows),
+    )
+    n = ctx.node(desc, [x, params[0], params[1], w, params[2], params[3], bias])
+    proj = ctx.out(n, (b, s, width))
+    forms = ("lengths", "ends", "2d", "3d", "4d")
+    return _packed_attention(ctx, proj, (mask, past, None), heads, sizes, mask_forms=forms)
