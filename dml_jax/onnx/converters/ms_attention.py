@@ -40,8 +40,7 @@ kernel does).
 Rejected (a ValidationError naming the attribute or input): Attention / QAttention's
 ``do_rotary`` (no CPU kernel), ``past_present_share_buffer`` and ``past_sequence_length``; a 1-D
 ``mask_index`` of 3 * B + 2 values; a 4-D mask with a past; MultiHeadAttention's ``qk`` output,
-``past_sequence_length`` and ``cache_indirection``; GroupQueryAttention's ``softcap``,
-``smooth_softmax``, ``head_sink``, ``qk_output`` / ``output_qk``, ``causal`` = 0,
+``past_sequence_length`` and ``cache_indirection``; GroupQueryAttention's ``smooth_softmax``, ``head_sink``, ``qk_output`` / ``output_qk``, ``causal`` = 0,
 ``sliding_window_cache``, quantized caches (``k_quant_type`` / ``v_quant_type``, ``k_scale`` /
 ``v_scale``), ``q_norm_weight`` / ``k_norm_weight``, ``query_seqlens``, and a ``key`` / ``value``
 whose length differs from the query's; RotaryEmbedding's ``is_packed_batching``.
@@ -541,7 +540,6 @@ def _group_query_attention(ctx, node, inputs):
             16: "query_seqlens",
         },
         {
-            "softcap": 0.0,
             "smooth_softmax": 0,
             "qk_output": 0,
             "causal": 1,
@@ -676,17 +674,89 @@ def _group_query_attention(ctx, node, inputs):
         "past_value_tensor": caches[1],
         "past_sequence_lengths_tensor": length_value,
     }
-    y, present_k, present_v = _attend(
-        ctx,
-        feeds,
-        dims=(b, s, heads, kv_heads, d, d, capacity),
-        scale=_scale(ctx, d),
-        filter_value=-math.inf,
-        keep=keep,
-        additive=additive,
-        presents=presents,
+    dims = (b, s, heads, kv_heads, d, d, capacity)
+    softcap = float(ctx.attr("softcap", 0.0))
+    if softcap < 0:
+        raise ctx.fail(f"softcap {softcap} must not be negative")
+    if softcap == 0:
+        y, present_k, present_v = _attend(
+            ctx,
+            feeds,
+            dims=dims,
+            scale=_scale(ctx, d),
+            filter_value=-math.inf,
+            keep=keep,
+            additive=additive,
+            presents=presents,
+        )
+        return [y, present_k, present_v]
+    # MULTIHEAD_ATTENTION1 has no soft cap: it builds the present caches, and the attention is
+    # ONNX Runtime's decomposition over them.
+    _, present_k, present_v = _attend(
+        ctx, feeds, dims=dims, scale=1.0, filter_value=-math.inf, presents=(True, True)
     )
-    return [y, present_k, present_v]
+    masks = (lengths, keep, additive)
+    y = _softcapped(ctx, q, present_k, present_v, masks, dims, _scale(ctx, d), softcap)
+    return [y, present_k if presents[0] else None, present_v if presents[1] else None]
+
+
+def _softcapped(ctx, q, keys, values, masks, dims, scale: float, softcap: float) -> Value:
+    """Grouped attention with a soft cap, in float32 as ONNX Runtime's CPU kernel computes it:
+    GEMM (query heads as one batch over the key/value heads), ACTIVATION_SCALED_TANH
+    (``softcap * tanh(x / softcap)``), ELEMENT_WISE_ADD of attention_bias and of -inf outside
+    the causal window, ACTIVATION_SOFTMAX1, GEMM."""
+    lengths, keep, additive = masks
+    b, s, hq, hkv, d, _, total = dims
+    g = hq // hkv
+    t, f32 = q.data_type, DataType.FLOAT32
+    q4 = cast_value(ctx, transposed(ctx, q.view((b, s, hq, d)), (0, 2, 1, 3)), f32)
+    keys, values = cast_value(ctx, keys, f32), cast_value(ctx, values, f32)
+    grouped, full = (b, hkv, g * s, total), (b, hq, s, total)
+    desc = op("GEMM")(
+        packed(f32, (b, hkv, g * s, d)),
+        packed(f32, keys.shape),
+        None,
+        packed(f32, grouped),
+        trans_b="TRANSPOSE",
+        alpha=scale,
+    )
+    logits = ctx.out(ctx.node(desc, [q4.view((b, hkv, g * s, d)), keys, None]), full)
+    capped = op("ACTIVATION_SCALED_TANH")(
+        packed(f32, full), packed(f32, full), alpha=softcap, beta=1.0 / softcap
+    )
+    logits = ctx.out(ctx.node(capped, [logits]), full)
+    if additive is not None:
+        logits = binary_value(ctx, "ELEMENT_WISE_ADD", logits, cast_value(ctx, additive, f32))
+    # Query i of entry b sees the keys up to its position L_b + i (and the window's).
+    i = np.arange(s).reshape(1, 1, s, 1)
+    j = np.arange(total).reshape(1, 1, 1, total)
+    lens = lengths.reshape(b, 1, 1, 1) if isinstance(lengths, np.ndarray) else \
+        lengths.view((b, 1, 1, 1))  # fmt: skip
+    allowed = _less(ctx, (j - i - 1).astype(np.int32), lens)
+    if keep is not None:
+        allowed = _and(ctx, allowed, keep)
+    if isinstance(allowed, np.ndarray):
+        bias = ctx.constant(np.where(allowed, 0, -np.inf).astype(np.float32))
+    else:
+        shape = allowed.shape
+        zero = ctx.constant(np.zeros((1, 1, 1, 1), np.float32))
+        minus = ctx.constant(np.full((1, 1, 1, 1), -np.inf, np.float32))
+        desc = op("ELEMENT_WISE_IF")(
+            packed(DataType.UINT8, shape),
+            broadcast(zero, shape),
+            broadcast(minus, shape),
+            packed(f32, shape),
+        )
+        bias = ctx.out(ctx.node(desc, [allowed, zero, minus]), shape)
+    logits = binary_value(ctx, "ELEMENT_WISE_ADD", logits, bias)
+    softmax = op("ACTIVATION_SOFTMAX1")(packed(f32, full), packed(f32, full), axes=[3])
+    probs = ctx.out(ctx.node(softmax, [logits]), full)
+    desc = op("GEMM")(
+        packed(f32, grouped), packed(f32, values.shape), None, packed(f32, (b, hkv, g * s, d))
+    )
+    y = ctx.out(ctx.node(desc, [probs.view(grouped), values, None]), (b, hq, s, d))
+    y = transposed(ctx, y, (0, 2, 1, 3)).view((b, s, hq * d))
+    return cast_value(ctx, y, t)
 
 
 # --- RotaryEmbedding --------------------------------------------------------------------------
