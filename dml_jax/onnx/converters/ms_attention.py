@@ -116,6 +116,14 @@ def _and(ctx, a, b):
     return binary_value(ctx, "ELEMENT_WISE_LOGICAL_AND", a, b, is_bool=True)
 
 
+def _or(ctx, a, b):
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return a | b
+    a = ctx.constant(a.astype(np.uint8)) if isinstance(a, np.ndarray) else a
+    b = ctx.constant(b.astype(np.uint8)) if isinstance(b, np.ndarray) else b
+    return binary_value(ctx, "ELEMENT_WISE_LOGICAL_OR", a, b, is_bool=True)
+
+
 def _mask_value(ctx, keep) -> Value:
     """A keep term (NumPy bool / UINT8 value) as MULTIHEAD_ATTENTION's INT32 BOOLEAN mask."""
     if isinstance(keep, np.ndarray):
@@ -523,6 +531,31 @@ def _gqa_positions(ctx, position_ids, lengths, b: int, s: int, first: bool):
                  lengths.view((b, 1)), steps)  # fmt: skip
 
 
+def _gqa_keep(ctx, seqlens: Value, lengths, dims, window: int, first: bool):
+    """What GroupQueryAttention's queries keep beyond MULTIHEAD_ATTENTION1's causal frontier
+    ``j <= L_b + i``, over {B, 1, S, C} (None: nothing more). A first prompt may be right-padded
+    (``seqlens_k[b] + 1`` < S): as in ONNX Runtime's CPU kernel, a padding query attends like the
+    entry's last token, ``j <= min(i, seqlens_k[b])``, its window ending there."""
+    b, s, capacity = dims
+    i = np.arange(s).reshape(1, 1, s, 1)
+    j = np.arange(capacity).reshape(1, 1, 1, capacity)
+    lens = lengths.reshape(b, 1, 1, 1) if isinstance(lengths, np.ndarray) else \
+        lengths.view((b, 1, 1, 1))  # fmt: skip
+    last = seqlens.view((b, 1, 1, 1))
+    padded = first and not (seqlens.const is not None and np.all(seqlens.const >= s - 1))
+    keep = None
+    if padded:
+        keep = _less(ctx, (j - 1).astype(np.int32), last)  # j <= seqlens_k[b]
+    if window > 0:
+        # L_b + i - W < j; in a padded prompt also min(i, seqlens_k[b]) - W < j.
+        inside = _less(ctx, lens, (j - i + window).astype(np.int32))
+        if padded:
+            tail = _less(ctx, last, (j + window).astype(np.int32))
+            inside = _or(ctx, inside, tail)
+        keep = inside if keep is None else _and(ctx, keep, inside)
+    return keep
+
+
 @converter("GroupQueryAttention", domain=MS)
 def _group_query_attention(ctx, node, inputs):
     query, key, value, past_k, past_v, seqlens, total_in, cos, sin, position_ids, bias = _inputs(
@@ -652,16 +685,9 @@ def _group_query_attention(ctx, node, inputs):
 
     # A local window keeps the last W keys up to the query's position: L_b + i - W < j.
     window = int(ctx.attr("local_window_size", -1))
-    keep = None
     if window == 0 or window < -1:
         raise ctx.fail(f"local_window_size {window} must be -1 or positive")
-    if window > 0:
-        i = np.arange(s).reshape(1, 1, s, 1)
-        j = np.arange(capacity).reshape(1, 1, 1, capacity)
-        bound = (j - i + window).astype(np.int32)
-        lens = lengths.reshape(b, 1, 1, 1) if isinstance(lengths, np.ndarray) else \
-            lengths.view((b, 1, 1, 1))  # fmt: skip
-        keep = _less(ctx, lens, bound)
+    keep = _gqa_keep(ctx, seqlens.view((b,)), lengths, (b, s, capacity), window, first)
     additive = _attention_bias(ctx, bias, (b, heads, s, total))
     if additive is not None and capacity > total:
         pad = np.zeros(additive.shape[:3] + (capacity - total,), t.numpy_dtype)
