@@ -86,8 +86,11 @@ D = N * H
 
 def _attention_inputs(dtype=np.float32, widths=(D, D, D)):
     width = sum(widths)
-    return [("x", _f(B, S, D, dtype=dtype)), ("w", _f(D, width, dtype=dtype)),
-            ("bias", _f(width, dtype=dtype))]  # fmt: skip
+    return [
+        ("x", _f(B, S, D, dtype=dtype)),
+        ("w", _f(D, width, dtype=dtype)),
+        ("bias", _f(width, dtype=dtype)),
+    ]
 
 
 MASKS = {
@@ -154,11 +157,17 @@ L, P = 4, 5
 
 
 def _mha(*, kv=L, past=False, dv=H, dtype=np.float32):
-    inputs = [("q", _f(B, S, D, dtype=dtype)), ("k", _f(B, kv, D, dtype=dtype)),
-              ("v", _f(B, kv, N * dv, dtype=dtype)), ("bias", _f(2 * D + N * dv, dtype=dtype))]  # fmt: skip
+    inputs = [
+        ("q", _f(B, S, D, dtype=dtype)),
+        ("k", _f(B, kv, D, dtype=dtype)),
+        ("v", _f(B, kv, N * dv, dtype=dtype)),
+        ("bias", _f(2 * D + N * dv, dtype=dtype)),
+    ]
     if past:
-        return inputs, [("past_key", _f(B, N, P, H, dtype=dtype)),
-                        ("past_value", _f(B, N, P, dv, dtype=dtype))]  # fmt: skip
+        return inputs, [
+            ("past_key", _f(B, N, P, H, dtype=dtype)),
+            ("past_value", _f(B, N, P, dv, dtype=dtype)),
+        ]
     return inputs, []
 
 
@@ -189,8 +198,12 @@ def test_mha_past_and_present():
 def test_mha_projected_key_value_and_float16():
     # Keys / values already in {B, N, L, H}: the bias applies to the query alone.
     q = _f(B, S, D, dtype=np.float16)
-    inputs = [("q", q), ("k", _f(B, N, L, H, dtype=np.float16)),
-              ("v", _f(B, N, L, H, dtype=np.float16)), ("bias", _f(3 * D, dtype=np.float16))]  # fmt: skip
+    inputs = [
+        ("q", q),
+        ("k", _f(B, N, L, H, dtype=np.float16)),
+        ("v", _f(B, N, L, H, dtype=np.float16)),
+        ("bias", _f(3 * D, dtype=np.float16)),
+    ]
     outputs = ["y", "present_key", "present_value"]
     _check("MultiHeadAttention", inputs, outputs, {"num_heads": N, "unidirectional": 1})
 
@@ -198,17 +211,29 @@ def test_mha_projected_key_value_and_float16():
 def test_mha_packed_qkv_and_kv_equal_separate_inputs():
     qkv, bias = _f(B, S, N, 3, H), _f(3 * D)
     parts = [qkv[:, :, :, i].reshape(B, S, D) for i in range(3)]
-    want = _ort(*_model("MultiHeadAttention", [("q", parts[0]), ("k", parts[1]), ("v", parts[2]),
-                                               ("bias", bias)], ["y"], {"num_heads": N}))  # fmt: skip
+    want = _ort(
+        *_model(
+            "MultiHeadAttention",
+            [("q", parts[0]), ("k", parts[1]), ("v", parts[2]), ("bias", bias)],
+            ["y"],
+            {"num_heads": N},
+        )
+    )
     inputs = [("q", qkv), ("k", None), ("v", None), ("bias", bias)]
     _check("MultiHeadAttention", inputs, ["y"], {"num_heads": N}, want=want)
     q, kv = _f(B, S, D), _f(B, L, N, 2, H)
     k, v = (kv[:, :, :, i].reshape(B, L, D) for i in range(2))
     attrs = {"num_heads": N, "unidirectional": 1}
-    want = _ort(*_model("MultiHeadAttention", [("q", q), ("k", k), ("v", v), ("bias", bias)],
-                        ["y"], attrs))  # fmt: skip
-    _check("MultiHeadAttention", [("q", q), ("k", kv), ("v", None), ("bias", bias)], ["y"], attrs,
-           want=want)  # fmt: skip
+    want = _ort(
+        *_model("MultiHeadAttention", [("q", q), ("k", k), ("v", v), ("bias", bias)], ["y"], attrs)
+    )
+    _check(
+        "MultiHeadAttention",
+        [("q", q), ("k", kv), ("v", None), ("bias", bias)],
+        ["y"],
+        attrs,
+        want=want,
+    )
 
 
 # --- GroupQueryAttention ----------------------------------------------------------------------
@@ -224,9 +249,15 @@ def _gqa(s, past, seqlens, total, *, b=2, packed=False, dtype=np.float32, extra=
     if packed:
         q, k, v = np.concatenate([q, k, v], -1), None, None
     caches = [None, None] if past is None else [_f(b, GK, past, GH, dtype=dtype) for _ in "kv"]
-    inputs = [("q", q), ("k", k), ("v", v), ("past_key", caches[0]), ("past_value", caches[1]),
-              ("seqlens_k", np.array(seqlens, np.int32)),
-              ("total_sequence_length", np.array(total, np.int32))]  # fmt: skip
+    inputs = [
+        ("q", q),
+        ("k", k),
+        ("v", v),
+        ("past_key", caches[0]),
+        ("past_value", caches[1]),
+        ("seqlens_k", np.array(seqlens, np.int32)),
+        ("total_sequence_length", np.array(total, np.int32)),
+    ]
     extra = dict(extra)
     for name in ("cos_cache", "sin_cache", "position_ids", "attention_bias"):
         inputs.append((name, extra.get(name)))
@@ -236,43 +267,76 @@ def _gqa(s, past, seqlens, total, *, b=2, packed=False, dtype=np.float32, extra=
 GQA_OUT = ["y", "present_key", "present_value"]
 GQA_CASES = {
     # first prompts (S == total_sequence_length), the second entry right-padded
-    "prompt": (dict(s=3, past=None, seqlens=[2, 1], total=3), {}),
-    "prompt_past_buffer": (dict(s=3, past=6, seqlens=[2, 2], total=3), {"scale": 0.2}),
+    "prompt": ({"s": 3, "past": None, "seqlens": [2, 1], "total": 3}, {}),
+    "prompt_past_buffer": ({"s": 3, "past": 6, "seqlens": [2, 2], "total": 3}, {"scale": 0.2}),
     # one new token over caches of different lengths, a capacity beyond the past buffer
-    "token": (dict(s=1, past=5, seqlens=[5, 2], total=6), {}),
-    "token_packed": (dict(s=1, past=8, seqlens=[3, 6], total=4, packed=True), {}),
-    "continued_prompt": (dict(s=2, past=4, seqlens=[5], total=6, b=1), {}),
-    "window": (dict(s=1, past=6, seqlens=[6, 3], total=7), {"local_window_size": 3}),
-    "window_prompt": (dict(s=4, past=None, seqlens=[3, 3], total=4), {"local_window_size": 2}),
-    "softcap": (dict(s=1, past=5, seqlens=[5, 3], total=6), {"softcap": 1.5}),
+    "token": ({"s": 1, "past": 5, "seqlens": [5, 2], "total": 6}, {}),
+    "token_packed": ({"s": 1, "past": 8, "seqlens": [3, 6], "total": 4, "packed": True}, {}),
+    "continued_prompt": ({"s": 2, "past": 4, "seqlens": [5], "total": 6, "b": 1}, {}),
+    "window": ({"s": 1, "past": 6, "seqlens": [6, 3], "total": 7}, {"local_window_size": 3}),
+    "window_prompt": (
+        {"s": 4, "past": None, "seqlens": [3, 3], "total": 4},
+        {"local_window_size": 2},
+    ),
+    "softcap": ({"s": 1, "past": 5, "seqlens": [5, 3], "total": 6}, {"softcap": 1.5}),
     "softcap_window_prompt": (
-        dict(s=4, past=None, seqlens=[3, 2], total=4),
+        {"s": 4, "past": None, "seqlens": [3, 2], "total": 4},
         {"softcap": 0.7, "local_window_size": 3},
     ),
     "attention_bias": (
-        dict(s=1, past=5, seqlens=[5, 3], total=6, extra={"attention_bias": _f(2, 1, 1, 6)}),
+        {
+            "s": 1,
+            "past": 5,
+            "seqlens": [5, 3],
+            "total": 6,
+            "extra": {"attention_bias": _f(2, 1, 1, 6)},
+        },
         {},
     ),
     "rotary_prompt": (
-        dict(s=3, past=None, seqlens=[2, 2], total=3, extra={"cos_cache": COS, "sin_cache": SIN}),
+        {
+            "s": 3,
+            "past": None,
+            "seqlens": [2, 2],
+            "total": 3,
+            "extra": {"cos_cache": COS, "sin_cache": SIN},
+        },
         {"do_rotary": 1},
     ),
     "rotary_token_interleaved": (
-        dict(s=1, past=5, seqlens=[5, 3], total=6, extra={"cos_cache": COS, "sin_cache": SIN}),
+        {
+            "s": 1,
+            "past": 5,
+            "seqlens": [5, 3],
+            "total": 6,
+            "extra": {"cos_cache": COS, "sin_cache": SIN},
+        },
         {"do_rotary": 1, "rotary_interleaved": 1},
     ),
     "rotary_position_ids_prompt": (
-        dict(s=3, past=None, seqlens=[2, 2], total=3, extra={
-            "cos_cache": COS, "sin_cache": SIN, "position_ids": np.array([[4, 1, 1], [3, 3, 3]])
-        }),
+        {
+            "s": 3,
+            "past": None,
+            "seqlens": [2, 2],
+            "total": 3,
+            "extra": {
+                "cos_cache": COS,
+                "sin_cache": SIN,
+                "position_ids": np.array([[4, 1, 1], [3, 3, 3]]),
+            },
+        },
         {"do_rotary": 1},
-    ),  # fmt: skip
+    ),
     "rotary_position_ids_token": (
-        dict(s=1, past=5, seqlens=[5, 3], total=6, extra={
-            "cos_cache": COS, "sin_cache": SIN, "position_ids": np.array([[7], [2]])
-        }),
+        {
+            "s": 1,
+            "past": 5,
+            "seqlens": [5, 3],
+            "total": 6,
+            "extra": {"cos_cache": COS, "sin_cache": SIN, "position_ids": np.array([[7], [2]])},
+        },
         {"do_rotary": 1},
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -281,8 +345,9 @@ def test_gqa(case):
     shape, attrs = GQA_CASES[case]
     inputs = _gqa(**shape)
     attrs = {"num_heads": GN, "kv_num_heads": GK, **attrs}
-    session = _check("GroupQueryAttention", inputs, GQA_OUT, attrs,
-                     constants=("total_sequence_length",))  # fmt: skip
+    session = _check(
+        "GroupQueryAttention", inputs, GQA_OUT, attrs, constants=("total_sequence_length",)
+    )
     assert "MULTIHEAD_ATTENTION1" in _operators(session)
 
 
@@ -308,13 +373,21 @@ def test_gqa_total_sequence_length_from_a_graph_input():
         ((B, S, 2 * GH), np.array([2]), {}, np.float32),  # one offset
         ((B, S, 2 * GH), RNG.integers(0, 16, (B, S)), {"interleaved": 1}, np.float32),
         ((B, 2, S, GH), RNG.integers(0, 16, (B, S)), {}, np.float16),  # {B, N, S, H}
-        ((B, S, 4 * GH), RNG.integers(0, 16, (B, S)),
-         {"num_heads": 2, "rotary_embedding_dim": GH, "interleaved": 1}, np.float32),  # fmt: skip
+        (
+            (B, S, 4 * GH),
+            RNG.integers(0, 16, (B, S)),
+            {"num_heads": 2, "rotary_embedding_dim": GH, "interleaved": 1},
+            np.float32,
+        ),
     ],
 )
 def test_ms_rotary_embedding(x, positions, attrs, dtype):
-    inputs = [("x", _f(*x, dtype=dtype)), ("position_ids", positions.astype(np.int64)),
-              ("cos", COS.astype(dtype)), ("sin", SIN.astype(dtype))]  # fmt: skip
+    inputs = [
+        ("x", _f(*x, dtype=dtype)),
+        ("position_ids", positions.astype(np.int64)),
+        ("cos", COS.astype(dtype)),
+        ("sin", SIN.astype(dtype)),
+    ]
     session = _check("RotaryEmbedding", inputs, ["y"], attrs)
     assert "GATHER" in _operators(session) and "jax" not in _operators(session)
 
@@ -322,9 +395,12 @@ def test_ms_rotary_embedding(x, positions, attrs, dtype):
 def test_onnx_rotary_embedding_partial_3d_float16():
     # ONNX's RotaryEmbedding-23 (ONNX Runtime has a CPU kernel for it); its node tests run in
     # test_onnx_node_tests.py.
-    inputs = [("x", _f(B, S, 2 * GH, dtype=np.float16)), ("cos", COS[:, :4].astype(np.float16)),
-              ("sin", SIN[:, :4].astype(np.float16)),
-              ("position_ids", RNG.integers(0, 16, (B, S)).astype(np.int64))]  # fmt: skip
+    inputs = [
+        ("x", _f(B, S, 2 * GH, dtype=np.float16)),
+        ("cos", COS[:, :4].astype(np.float16)),
+        ("sin", SIN[:, :4].astype(np.float16)),
+        ("position_ids", RNG.integers(0, 16, (B, S)).astype(np.int64)),
+    ]
     attrs = {"num_heads": 2, "rotary_embedding_dim": 8, "interleaved": 1}
     session = _check("RotaryEmbedding", inputs, ["y"], attrs, domain="")
     assert "SPLIT" in _operators(session) and "function" not in _operators(session)
@@ -338,22 +414,37 @@ def test_q_attention(weight_type):
     info = np.iinfo(weight_type)
     x = RNG.integers(0, 256, (B, S, D)).astype(np.uint8)
     w = RNG.integers(info.min, info.max + 1, (D, 3 * D)).astype(weight_type)
-    inputs = [("x", x), ("w", w), ("bias", _f(3 * D)), ("x_scale", np.array(0.02, np.float32)),
-              ("w_scale", (0.01 + 0.01 * RNG.random(3 * D)).astype(np.float32)),
-              ("mask_index", np.array([[1, 1, 0, 1, 1], [1, 0, 1, 1, 1]], np.int32)),
-              ("x_zero", np.array(128, np.uint8)),
-              ("w_zero", RNG.integers(0, 5, 3 * D).astype(weight_type)),
-              ("past", _f(2, B, N, 2, H))]  # fmt: skip
-    session = _check("QAttention", inputs, ["y", "present"],
-                     {"num_heads": N, "unidirectional": 1}, constants=("w", "w_zero"))  # fmt: skip
+    inputs = [
+        ("x", x),
+        ("w", w),
+        ("bias", _f(3 * D)),
+        ("x_scale", np.array(0.02, np.float32)),
+        ("w_scale", (0.01 + 0.01 * RNG.random(3 * D)).astype(np.float32)),
+        ("mask_index", np.array([[1, 1, 0, 1, 1], [1, 0, 1, 1, 1]], np.int32)),
+        ("x_zero", np.array(128, np.uint8)),
+        ("w_zero", RNG.integers(0, 5, 3 * D).astype(weight_type)),
+        ("past", _f(2, B, N, 2, H)),
+    ]
+    session = _check(
+        "QAttention",
+        inputs,
+        ["y", "present"],
+        {"num_heads": N, "unidirectional": 1},
+        constants=("w", "w_zero"),
+    )
     assert "MATRIX_MULTIPLY_INTEGER_TO_FLOAT" in _operators(session)
 
 
 def test_q_attention_float16():
     x = RNG.integers(0, 256, (B, S, D)).astype(np.uint8)
     w = RNG.integers(0, 256, (D, 3 * D)).astype(np.uint8)
-    inputs = [("x", x), ("w", w), ("bias", _f(3 * D, dtype=np.float16)),
-              ("x_scale", np.array(0.02, np.float16)), ("w_scale", np.array(0.01, np.float16))]  # fmt: skip
+    inputs = [
+        ("x", x),
+        ("w", w),
+        ("bias", _f(3 * D, dtype=np.float16)),
+        ("x_scale", np.array(0.02, np.float16)),
+        ("w_scale", np.array(0.01, np.float16)),
+    ]
     _check("QAttention", inputs, ["y"], {"num_heads": N})
 
 
@@ -364,21 +455,32 @@ REJECTED = {
     "attention_3b2_mask": (
         "Attention",
         _attention_inputs() + [("m", np.zeros(3 * B + 2, np.int32))],
-        ["y"], {}, "mask_index",
-    ),  # fmt: skip
+        ["y"],
+        {},
+        "mask_index",
+    ),
     "mha_qk": ("MultiHeadAttention", _mha()[0], ["y", "", "", "qk"], {}, "qk"),
     "gqa_head_sink": (
         "GroupQueryAttention",
         _gqa(1, 5, [5, 3], 6) + [("head_sink", _f(GN))],
-        GQA_OUT, {"kv_num_heads": GK}, "head_sink",
-    ),  # fmt: skip
-    "gqa_causal_0": ("GroupQueryAttention", _gqa(3, None, [2, 2], 3), GQA_OUT,
-                     {"kv_num_heads": GK, "causal": 0}, "causal"),  # fmt: skip
+        GQA_OUT,
+        {"kv_num_heads": GK},
+        "head_sink",
+    ),
+    "gqa_causal_0": (
+        "GroupQueryAttention",
+        _gqa(3, None, [2, 2], 3),
+        GQA_OUT,
+        {"kv_num_heads": GK, "causal": 0},
+        "causal",
+    ),
     "rotary_packed_batching": (
         "RotaryEmbedding",
         [("x", _f(B, S, GH)), ("p", np.array([0])), ("c", COS), ("s", SIN)],
-        ["y"], {"is_packed_batching": 1}, "is_packed_batching",
-    ),  # fmt: skip
+        ["y"],
+        {"is_packed_batching": 1},
+        "is_packed_batching",
+    ),
 }
 
 
@@ -394,9 +496,13 @@ def test_rejected_forms_name_the_node(case):
 
 
 def test_q_attention_run_time_weight_of_the_other_type_is_rejected():
-    inputs = [("x", RNG.integers(0, 256, (B, S, D)).astype(np.uint8)),
-              ("w", RNG.integers(-128, 128, (D, 3 * D)).astype(np.int8)), ("bias", _f(3 * D)),
-              ("x_scale", np.array(0.02, np.float32)), ("w_scale", np.array(0.01, np.float32))]  # fmt: skip
+    inputs = [
+        ("x", RNG.integers(0, 256, (B, S, D)).astype(np.uint8)),
+        ("w", RNG.integers(-128, 128, (D, 3 * D)).astype(np.int8)),
+        ("bias", _f(3 * D)),
+        ("x_scale", np.array(0.02, np.float32)),
+        ("w_scale", np.array(0.01, np.float32)),
+    ]
     model, feeds = _model("QAttention", inputs, ["y"], {"num_heads": N})
     with pytest.raises(dml.ValidationError, match=r"node 0 \(QAttention\).*weight"):
         InferenceSession(model).run(None, feeds)

@@ -17,11 +17,13 @@ Masks, as ONNX Runtime's CPU kernels apply them (``PrepareMask``):
   (default -10000) **added** to their logit. That is MULTIHEAD_ATTENTION's BOOLEAN mask (a 0 adds
   MaskFilterValue), built for every form (1-D key lengths ``j < len[b]``, 1-D end / start pairs,
   raw 2-D {B, T}, 3-D {B, S, T} and 4-D {B, 1, M, M} masks whose values count as kept when
-  above 0) rather than DirectML's KEY_SEQUENCE_LENGTH, which *replaces* the logit and so differs
-  for a finite filter value. A mask known at import is folded.
+  above 0; the 4-D mask's leading {S, T} block, as the DirectML provider slices it) rather than
+  DirectML's KEY_SEQUENCE_LENGTH, which *replaces* the logit and so differs for a finite filter
+  value. A mask known at import is folded.
 - ``unidirectional`` (with more than one query) sets the keys after ``past + i`` to the lowest
   float, whatever the filter value: a -inf term of the RelativePositionBias tensor, added to
-  ``attention_bias`` when both are given.
+  ``attention_bias`` when both are given. As in the CPU kernels, the last query keeps all its
+  keys (the same rule when the keys end at it, T = past + S).
 - ``scale`` 0 (or absent) means 1 / sqrt(head size), as in the CPU kernels.
 
 GroupQueryAttention (``total_sequence_length`` is needed at import, as ONNX Runtime's DirectML
@@ -33,17 +35,27 @@ MULTIHEAD_ATTENTION1's past is the given past with the rows from the valid lengt
 (LESS_THAN, ELEMENT_WISE_IF) and zero rows JOINed up to the capacity (FILL_VALUE_CONSTANT; all of
 it for a first prompt, with lengths 0), its PastSequenceLengths those lengths. A query at
 absolute position p attends the keys up to p and, with ``local_window_size`` W, only the last W
-of them (a BOOLEAN mask with a -inf filter). ``do_rotary`` rotates Q and K at positions
-``past + s`` (or ``position_ids``; a first prompt reads only its first element, as the CPU
-kernel does).
+of them (a BOOLEAN mask with a -inf filter); a right-padded first prompt's padding queries attend
+like its last token. ``do_rotary`` rotates Q and K at positions ``past + s`` (or
+``position_ids``; a first prompt reads only its first element, as the CPU kernel does).
+``softcap`` has no MULTIHEAD_ATTENTION member: MULTIHEAD_ATTENTION1 then only builds the present
+caches, and the attention over them is GEMM, ACTIVATION_SCALED_TANH, ELEMENT_WISE_ADD of the
+masks, ACTIVATION_SOFTMAX1 and GEMM, in float32 as the CPU kernel computes it.
+
+RotaryEmbedding reads ``position_ids`` of one value as the first position of every entry; its
+``scale`` attribute is ignored, as the CPU kernel ignores it.
 
 Rejected (a ValidationError naming the attribute or input): Attention / QAttention's
-``do_rotary`` (no CPU kernel), ``past_present_share_buffer`` and ``past_sequence_length``; a 1-D
-``mask_index`` of 3 * B + 2 values; a 4-D mask with a past; MultiHeadAttention's ``qk`` output,
-``past_sequence_length`` and ``cache_indirection``; GroupQueryAttention's ``smooth_softmax``, ``head_sink``, ``qk_output`` / ``output_qk``, ``causal`` = 0,
-``sliding_window_cache``, quantized caches (``k_quant_type`` / ``v_quant_type``, ``k_scale`` /
-``v_scale``), ``q_norm_weight`` / ``k_norm_weight``, ``query_seqlens``, and a ``key`` / ``value``
-whose length differs from the query's; RotaryEmbedding's ``is_packed_batching``.
+``do_rotary`` (no CPU kernel either), ``past_present_share_buffer`` and
+``past_sequence_length``; a 1-D ``mask_index`` / ``key_padding_mask`` of 3 * B + 2 values (the
+CPU kernel reads only its first B); a 4-D mask with a past; MultiHeadAttention's ``qk`` output,
+``past_sequence_length`` and ``cache_indirection``; GroupQueryAttention's ``smooth_softmax``,
+``head_sink``, ``qk_output`` / ``output_qk``, ``causal`` = 0, ``sliding_window_cache``,
+quantized caches (``k_quant_type`` / ``v_quant_type``, ``k_scale`` / ``v_scale``),
+``q_norm_weight`` / ``k_norm_weight``, ``query_seqlens``, ``local_window_size`` 0, and a key /
+value of another length than the query; RotaryEmbedding's ``is_packed_batching``; QAttention
+weights of the other 8-bit type than its input unless known at import (MATRIX_MULTIPLY_INTEGER_TO
+_FLOAT takes one integer type; known weights are moved by 128).
 """
 
 from __future__ import annotations
@@ -108,20 +120,13 @@ def _less(ctx, a, b) -> Value | np.ndarray:
     return binary_value(ctx, "ELEMENT_WISE_LOGICAL_LESS_THAN", a, b, is_bool=True)
 
 
-def _and(ctx, a, b):
+def _logical(ctx, name: str, a, b):
+    """LOGICAL_AND / _OR of two keep terms (NumPy bool arrays or UINT8 values)."""
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-        return a & b
+        return (a & b) if name == "AND" else (a | b)
     a = ctx.constant(a.astype(np.uint8)) if isinstance(a, np.ndarray) else a
     b = ctx.constant(b.astype(np.uint8)) if isinstance(b, np.ndarray) else b
-    return binary_value(ctx, "ELEMENT_WISE_LOGICAL_AND", a, b, is_bool=True)
-
-
-def _or(ctx, a, b):
-    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-        return a | b
-    a = ctx.constant(a.astype(np.uint8)) if isinstance(a, np.ndarray) else a
-    b = ctx.constant(b.astype(np.uint8)) if isinstance(b, np.ndarray) else b
-    return binary_value(ctx, "ELEMENT_WISE_LOGICAL_OR", a, b, is_bool=True)
+    return binary_value(ctx, f"ELEMENT_WISE_LOGICAL_{name}", a, b, is_bool=True)
 
 
 def _mask_value(ctx, keep) -> Value:
@@ -134,8 +139,17 @@ def _mask_value(ctx, keep) -> Value:
 # --- masks ------------------------------------------------------------------------------------
 
 
-def _mask_index(ctx, mask: Value | None, b: int, s: int, total: int, *, what: str, past: int,
-                forms: tuple[str, ...]):  # fmt: skip
+def _mask_index(
+    ctx,
+    mask: Value | None,
+    b: int,
+    s: int,
+    total: int,
+    *,
+    what: str,
+    past: int,
+    forms: tuple[str, ...],
+):
     """The keys ``mask`` keeps, as a rank-4 term over {B, 1, S or 1, T}: a NumPy bool array
     when known at import, else an INT32 / UINT8 value (non-zero keeps). ``forms`` are the shapes
     the op allows: "lengths" (B), "ends" (2B), "2d", "3d", "4d"."""
@@ -152,8 +166,9 @@ def _mask_index(ctx, mask: Value | None, b: int, s: int, total: int, *, what: st
             end, start = mask.const.reshape(2, b, 1, 1, 1)
             return (j < end) & (j >= start)
         end, start = split_value(ctx, mask, [b, b], 0)
-        return _and(
+        return _logical(
             ctx,
+            "AND",
             _less(ctx, j, end.view((b, 1, 1, 1))),
             _less(ctx, start.view((b, 1, 1, 1)), j + 1),
         )
@@ -210,8 +225,8 @@ def _attention_bias(ctx, bias: Value | None, full, what: str = "attention_bias")
     if bias is None:
         return None
     b, n, s, total = full
-    if bias.rank != 4 or bias.shape[0] not in (1, b) or bias.shape[1] not in (1, n) or \
-            bias.shape[2:] != (s, total):  # fmt: skip
+    fits = bias.rank == 4 and bias.shape[0] in (1, b) and bias.shape[1] in (1, n)
+    if not fits or bias.shape[2:] != (s, total):
         raise ctx.fail(
             f"{what} of shape {list(bias.shape)} must be [{b} or 1, {n} or 1, {s}, {total}]"
         )
@@ -234,8 +249,17 @@ def _member(field: str) -> str:
     return "".join(part.capitalize() for part in field.split("_"))
 
 
-def _attend(ctx, feeds: dict, *, dims, scale: float, filter_value: float, keep=None,
-            additive: Value | None = None, presents: tuple[bool, bool] = (False, False)):  # fmt: skip
+def _attend(
+    ctx,
+    feeds: dict,
+    *,
+    dims,
+    scale: float,
+    filter_value: float,
+    keep=None,
+    additive: Value | None = None,
+    presents: tuple[bool, bool] = (False, False),
+):
     """One MULTIHEAD_ATTENTION (equal head counts, no past lengths) or MULTIHEAD_ATTENTION1
     node over ``feeds`` (descriptor field -> value); ``dims`` = (B, S, Hq, Hkv, D, Dv, T).
     Returns the output {B, S, Hq * Dv} and the present key / value {B, Hkv, T, D / Dv} (None
@@ -425,8 +449,8 @@ def _multi_head_attention(ctx, node, inputs):
             kv, dv = key.shape[1], d
             feeds["stacked_key_value_tensor"] = key
         elif key.rank == 3:
-            if value is None or value.rank != 3 or key.shape != (b, value.shape[1], hidden) or \
-                    value.shape[0] != b or value.shape[2] % heads:  # fmt: skip
+            fits = value is not None and value.rank == 3 and value.shape[0] == b
+            if not fits or key.shape != (b, value.shape[1], hidden) or value.shape[2] % heads:
                 raise ctx.fail(
                     f"key {list(key.shape)} and value "
                     f"{None if value is None else list(value.shape)} must be [{b}, L, {hidden}] "
@@ -437,8 +461,8 @@ def _multi_head_attention(ctx, node, inputs):
         elif key.rank == 4:
             # Keys and values already projected, {B, N, L, H}: DirectML's past with no new keys
             # (the bias applies to the query alone, as in ONNX Runtime).
-            if value is None or value.rank != 4 or key.shape[:3] != value.shape[:3] or \
-                    key.shape[:2] != (b, heads) or key.shape[3] != d:  # fmt: skip
+            fits = value is not None and value.rank == 4 and key.shape[:3] == value.shape[:3]
+            if not fits or key.shape[:2] != (b, heads) or key.shape[3] != d:
                 raise ctx.fail(
                     f"key {list(key.shape)} and value must be [{b}, {heads}, L, {d}] and "
                     f"[{b}, {heads}, L, Hv]"
@@ -453,13 +477,12 @@ def _multi_head_attention(ctx, node, inputs):
         raise ctx.fail(f"query of shape {list(query.shape)} is not supported")
     p = 0
     if past_k is not None:
-        if past_k.rank != 4 or past_k.shape != (b, heads, past_k.shape[2], d) or \
-                past_v.shape != (b, heads, past_k.shape[2], dv):  # fmt: skip
+        p = past_k.shape[2] if past_k.rank == 4 else -1
+        if past_k.shape != (b, heads, p, d) or past_v.shape != (b, heads, p, dv):
             raise ctx.fail(
                 f"past_key {list(past_k.shape)} / past_value {list(past_v.shape)} must be "
                 f"[{b}, {heads}, P, {d}] / [{b}, {heads}, P, {dv}]"
             )
-        p = past_k.shape[2]
         feeds.update(past_key_tensor=past_k, past_value_tensor=past_v)
     elif kv == 0:
         p = key.shape[2]
@@ -469,8 +492,9 @@ def _multi_head_attention(ctx, node, inputs):
         if bias.shape != (want,):
             raise ctx.fail(f"bias of shape {list(bias.shape)} must be [{want}]")
         feeds["bias_tensor"] = bias
-    keep = _mask_index(ctx, mask, b, s, total, what="key_padding_mask", past=p,
-                       forms=("lengths", "2d", "3d"))  # fmt: skip
+    keep = _mask_index(
+        ctx, mask, b, s, total, what="key_padding_mask", past=p, forms=("lengths", "2d", "3d")
+    )
     causal = None
     if int(ctx.attr("unidirectional", 0)) and s > 1:
         causal = _causal(s, total, p if kv else 0, query.data_type.numpy_dtype)
@@ -505,6 +529,11 @@ def _value(ctx, x) -> Value:
     return ctx.constant(x) if isinstance(x, np.ndarray) else x
 
 
+def _shaped(x, shape):
+    """A NumPy array or a value under another shape."""
+    return x.reshape(shape) if isinstance(x, np.ndarray) else x.view(shape)
+
+
 def _gqa_positions(ctx, position_ids, lengths, b: int, s: int, first: bool):
     """The rotary positions {B or 1, S}: ``position_ids`` (a first prompt reads its first
     element as the offset of every batch), else ``past + s``."""
@@ -527,8 +556,7 @@ def _gqa_positions(ctx, position_ids, lengths, b: int, s: int, first: bool):
         return _plus(ctx, ctx.out(ctx.node(desc, [position_ids]), (1, 1)), steps)
     if first:
         return steps
-    return _plus(ctx, lengths.reshape(b, 1) if isinstance(lengths, np.ndarray) else
-                 lengths.view((b, 1)), steps)  # fmt: skip
+    return _plus(ctx, _shaped(lengths, (b, 1)), steps)
 
 
 def _gqa_keep(ctx, seqlens: Value, lengths, dims, window: int, first: bool):
@@ -539,8 +567,7 @@ def _gqa_keep(ctx, seqlens: Value, lengths, dims, window: int, first: bool):
     b, s, capacity = dims
     i = np.arange(s).reshape(1, 1, s, 1)
     j = np.arange(capacity).reshape(1, 1, 1, capacity)
-    lens = lengths.reshape(b, 1, 1, 1) if isinstance(lengths, np.ndarray) else \
-        lengths.view((b, 1, 1, 1))  # fmt: skip
+    lens = _shaped(lengths, (b, 1, 1, 1))
     last = seqlens.view((b, 1, 1, 1))
     padded = first and not (seqlens.const is not None and np.all(seqlens.const >= s - 1))
     keep = None
@@ -551,8 +578,8 @@ def _gqa_keep(ctx, seqlens: Value, lengths, dims, window: int, first: bool):
         inside = _less(ctx, lens, (j - i + window).astype(np.int32))
         if padded:
             tail = _less(ctx, last, (j + window).astype(np.int32))
-            inside = _or(ctx, inside, tail)
-        keep = inside if keep is None else _and(ctx, keep, inside)
+            inside = _logical(ctx, "OR", inside, tail)
+        keep = inside if keep is None else _logical(ctx, "AND", keep, inside)
     return keep
 
 
@@ -756,11 +783,10 @@ def _softcapped(ctx, q, keys, values, masks, dims, scale: float, softcap: float)
     # Query i of entry b sees the keys up to its position L_b + i (and the window's).
     i = np.arange(s).reshape(1, 1, s, 1)
     j = np.arange(total).reshape(1, 1, 1, total)
-    lens = lengths.reshape(b, 1, 1, 1) if isinstance(lengths, np.ndarray) else \
-        lengths.view((b, 1, 1, 1))  # fmt: skip
+    lens = _shaped(lengths, (b, 1, 1, 1))
     allowed = _less(ctx, (j - i - 1).astype(np.int32), lens)
     if keep is not None:
-        allowed = _and(ctx, allowed, keep)
+        allowed = _logical(ctx, "AND", allowed, keep)
     if isinstance(allowed, np.ndarray):
         bias = ctx.constant(np.where(allowed, 0, -np.inf).astype(np.float32))
     else:
@@ -822,12 +848,19 @@ def _rotary_embedding(ctx, node, inputs):
     interleaved = bool(int(ctx.attr("interleaved", 0)))
     if x.rank == 4:
         angles = (positions.shape[0], 1, s, dim // 2)
-        y = rotate(ctx, x, cos_at.view(angles), sin_at.view(angles), interleaved=interleaved,
-                   dim=dim)  # fmt: skip
+        y = rotate(
+            ctx, x, cos_at.view(angles), sin_at.view(angles), interleaved=interleaved, dim=dim
+        )
         return [y]
     angles = (positions.shape[0], s, 1, dim // 2)
-    y = rotate(ctx, x.view((b, s, heads, head)), cos_at.view(angles), sin_at.view(angles),
-               interleaved=interleaved, dim=dim)  # fmt: skip
+    y = rotate(
+        ctx,
+        x.view((b, s, heads, head)),
+        cos_at.view(angles),
+        sin_at.view(angles),
+        interleaved=interleaved,
+        dim=dim,
+    )
     return [y.view(x.shape)]
 
 
@@ -843,8 +876,10 @@ def _quant_param(ctx, value: Value | None, width: int | None, what: str) -> Valu
         return value.view((1, 1, 1, 1))
     if width is not None and value.shape == (width,):
         return value.view((1, 1, 1, width))
-    raise ctx.fail(f"{what} of shape {list(value.shape)} must be a scalar" +
-                   (f" or [{width}]" if width is not None else ""))  # fmt: skip
+    raise ctx.fail(
+        f"{what} of shape {list(value.shape)} must be a scalar"
+        + (f" or [{width}]" if width is not None else "")
+    )
 
 
 @converter("QAttention", domain=MS)
