@@ -56,6 +56,8 @@ register(
     "HardSigmoid",
     _with_attrs("ACTIVATION_HARD_SIGMOID", alpha=("alpha", 0.2), beta=("beta", 0.5)),
 )
+# ONNX's Swish (opset 24) is x * sigmoid(alpha * x): SigmoidInputScale is alpha.
+register("Swish", _with_attrs("ACTIVATION_SWISH", sigmoid_input_scale=("alpha", 1.0)))
 # Integer Shrink follows DirectML's rule (Bias converted toward zero; docs/semantics.md).
 register("Shrink", _with_attrs("ACTIVATION_SHRINK", bias=("bias", 0.0), threshold=("lambd", 0.5)))
 
