@@ -37,9 +37,13 @@ tf_crop_and_resize, an output length from a scale is floor(length * ROI extent *
 rule (its reference evaluator leaves the extent out). DirectML resamples
 1 to 4 dimensions: a tensor of more is viewed with its runs of untouched axes merged.
 
-Not expressible, and rejected with the reason: cubic interpolation (DirectML interpolates
-nearest-neighbour or linearly), exclude_outside where it changes weights (cubic, antialiased
-shrinking), antialias where DirectML's Scale is not ONNX's scale (align_corners,
+mode 'cubic' (Resize-11 on), which DirectML's RESAMPLE operators do not interpolate (nor does ONNX
+Runtime's DirectML provider), is a direct JAX lowering (``cubic``) on the same output shape and
+scales: ONNX's coordinates, Keys' kernel with cubic_coeff_a, exclude_outside and antialias as
+ONNX's reference computes them.
+
+Not expressible on RESAMPLE, and rejected with the reason: exclude_outside with antialiased
+linear shrinking, antialias where DirectML's Scale is not ONNX's scale (align_corners,
 tf_crop_and_resize, one-element outputs: RESAMPLE3 widens its filter by its own Scale), and a
 tf_crop_and_resize ROI whose end precedes its start (DirectML's scales are positive).
 """
@@ -49,6 +53,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import jax.numpy as jnp
 import numpy as np
 
 from ...enums import AxisDirection, InterpolationMode
@@ -92,13 +97,11 @@ def _fixed(n_in: int, n_out: int, c: float, rounding: str) -> Axis:
 
 def _mode(ctx) -> str:
     mode = ctx.attr("mode", "nearest")
-    if mode == "cubic":
-        raise ctx.fail(
-            "mode 'cubic' has no DirectML operator: RESAMPLE interpolates nearest-neighbour or "
-            "linearly only"
-        )
     if mode not in MODES:
-        raise ctx.fail(f"mode '{mode}' is not one of 'nearest', 'linear', 'cubic'")
+        valid = "'nearest', 'linear'" + (
+            ", 'cubic'" if ctx.onnx_node.op_type == "Resize" and ctx.opset >= 11 else ""
+        )
+        raise ctx.fail(f"mode '{mode}' is not one of {valid}")
     return mode
 
 
@@ -139,18 +142,30 @@ def _upsample(ctx, node, inputs):
     return _legacy(ctx, x, scales, _mode(ctx))
 
 
-def _resize(ctx, node, inputs):
-    x = inputs[0]
-    mode = _mode(ctx)
-    if ctx.opset < 11:
-        return _legacy(ctx, x, _scales_of(ctx, x, ctx.const(inputs[1], "scales")), mode)
+class Geometry(NamedTuple):
+    """What Resize-11 and later computes before interpolating, per dimension: the resized
+    dimensions (``axes``), the coordinate transformation, the ROI's start and end (0 and 1
+    outside tf_crop_and_resize), ONNX's scale, the output length and the fractional target
+    length ``length_resized``."""
+
+    axes: list[int]
+    transform: str
+    start: list[float]
+    end: list[float]
+    scale: list[float]
+    out: list[int]
+    target: list[float]
+
+
+def _geometry(ctx, x, inputs) -> Geometry:
+    """Resize-11 on: the output shape and per-axis scales from scales or sizes (with ``axes``
+    and ``keep_aspect_ratio_policy``), and the ROI; shared by every interpolation mode."""
     roi_in, scales_in, sizes_in = (list(inputs[1:]) + [None] * 3)[:3]
     rank = x.rank
     axes = [axis_of(ctx, a, rank, "axes") for a in ctx.attr("axes", range(rank))]
     if len(set(axes)) != len(axes):
         raise ctx.fail(f"axes {ctx.attr('axes')} repeat an axis")
     transform = ctx.attr("coordinate_transformation_mode", "half_pixel")
-    antialias = bool(int(ctx.attr("antialias", 0))) and mode == "linear"
 
     def per_axis(values, what, default):
         """``values`` (one per entry of ``axes``) spread over every dimension."""
@@ -202,7 +217,20 @@ def _resize(ctx, node, inputs):
         target = [s * n for s, n in zip(scale, x.shape)]
     if any(o <= 0 for o in out):
         raise ctx.fail(f"the output shape {out} has an empty dimension")
+    return Geometry(axes, transform, start, end, scale, out, target)
 
+
+def _resize(ctx, node, inputs):
+    x = inputs[0]
+    if ctx.opset < 11:
+        return _legacy(ctx, x, _scales_of(ctx, x, ctx.const(inputs[1], "scales")), _mode(ctx))
+    if ctx.attr("mode", "nearest") == "cubic":
+        return [cubic(ctx, x, _geometry(ctx, x, inputs))]
+    mode = _mode(ctx)
+    geometry = _geometry(ctx, x, inputs)
+    transform, start, end = geometry.transform, geometry.start, geometry.end
+    scale, out, target = geometry.scale, geometry.out, geometry.target
+    antialias = bool(int(ctx.attr("antialias", 0))) and mode == "linear"
     antialias = antialias and any(s < 1 for s in scale)  # it only widens shrinking filters
     if antialias and int(ctx.attr("exclude_outside", 0)):
         raise ctx.fail(
@@ -379,3 +407,120 @@ def _extrapolate(ctx, y, outside: list, value: float):
 
 register("Resize", _resize)
 register("Upsample", _upsample)
+
+
+# --- cubic: a direct JAX lowering -------------------------------------------------------------
+
+
+def _source(transform: str, n_in: int, n_out: int, s: float, target: float, start, end):
+    """ONNX's input coordinate of every output index of one axis (float64), and which of them
+    read outside the input under tf_crop_and_resize (None otherwise). ``target`` is
+    length_resized, fractional when it comes from a scale. pytorch_half_pixel onto one element
+    reads x = 0 as ONNX's definition and ONNX Runtime say (the reference evaluator reads -0.5),
+    as the linear and nearest modes do."""
+    o = np.arange(n_out, dtype=np.float64)
+    if transform == "half_pixel":
+        return (o + 0.5) / s - 0.5, None
+    if transform == "half_pixel_symmetric":
+        offset = n_in / 2 * (1 - n_out / target)
+        return offset + (o + 0.5) / s - 0.5, None
+    if transform == "pytorch_half_pixel":
+        return ((o + 0.5) / s - 0.5 if target > 1 else np.zeros(n_out)), None
+    if transform == "align_corners":
+        return (o * (n_in - 1) / (target - 1) if target != 1 else np.zeros(n_out)), None
+    if transform == "asymmetric":
+        return o / s, None
+    if transform == "tf_half_pixel_for_nn":
+        return (o + 0.5) / s, None
+    if transform == "tf_crop_and_resize":
+        if target > 1:
+            x = start * (n_in - 1) + o * (end - start) * (n_in - 1) / (target - 1)
+        else:
+            x = np.full(n_out, 0.5 * (start + end) * (n_in - 1))
+        return x, (x < 0) | (x > n_in - 1)
+    return None, None
+
+
+def _cubic_kernel(t: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel with coefficient ``a`` (cubic_coeff_a)."""
+    t = np.abs(t)
+    near = ((a + 2) * t - (a + 3)) * t * t + 1
+    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
+
+
+def _cubic_taps(x: np.ndarray, n_in: int, s: float, a: float, antialias: bool, exclude: bool):
+    """The input indices (clamped into the input, ONNX's edge padding) and weights each output
+    reads: four taps around ``x``, or with antialias a kernel stretched by 1 / scale when
+    shrinking (its weights normalized to sum 1); exclude_outside drops the taps outside the
+    input and renormalizes. Follows ONNX's reference: an integer ``x`` counts as the ratio 1 of
+    the element before it (the same weights)."""
+    support = min(s, 1.0) if antialias else 1.0
+    first = math.floor(-2 / support) + 1
+    offsets = np.arange(first, 2 - first, dtype=np.float64)
+    base = np.floor(x)
+    ratio = x - base
+    whole = ratio == 0
+    base = np.where(whole, base - 1, base)
+    ratio = np.where(whole, 1.0, ratio)
+    index = base[:, None] + offsets[None, :]
+    weight = _cubic_kernel(support * (offsets[None, :] - ratio[:, None]), a)
+    if antialias:
+        weight = weight / weight.sum(axis=1, keepdims=True)
+    if exclude:
+        weight = np.where((index < 0) | (index >= n_in), 0.0, weight)
+        total = weight.sum(axis=1, keepdims=True)
+        weight = weight / np.where(total == 0, 1.0, total)
+    return np.clip(index, 0, n_in - 1).astype(np.int32), weight
+
+
+def cubic(ctx, x, g: Geometry):
+    """mode 'cubic' (Resize-11 on), which DirectML's RESAMPLE operators do not interpolate (ONNX
+    Runtime's DirectML provider rejects it too): a JAX node. The coordinates are ONNX's, one axis
+    after another in ``axes`` order as ONNX's reference resizes: each output a weighted sum of
+    input elements gathered at indices known at import, tf_crop_and_resize's outside outputs
+    replaced by extrapolation_value. Computed in float32 (float64 for a double tensor); an integer
+    result is rounded to nearest even and saturated, as ONNX's reference casts."""
+    a = float(ctx.attr("cubic_coeff_a", -0.75))
+    antialias = bool(int(ctx.attr("antialias", 0)))
+    exclude = bool(int(ctx.attr("exclude_outside", 0)))
+    fill = float(ctx.attr("extrapolation_value", 0.0))
+    steps = []
+    for i in g.axes:
+        n_in, n_out = x.shape[i], g.out[i]
+        src, outside = _source(g.transform, n_in, n_out, g.scale[i], g.target[i], g.start[i],
+                               g.end[i])  # fmt: skip
+        if src is None:
+            raise ctx.fail(f"coordinate_transformation_mode '{g.transform}' is not supported")
+        index, weight = _cubic_taps(src, n_in, g.scale[i], a, antialias, exclude)
+        if outside is not None and not outside.any():
+            outside = None
+        picks = (weight == 1) | (weight == 0)
+        exact = picks.all() and np.array_equal(
+            index[np.arange(n_out), weight.argmax(axis=1)], np.arange(n_in)
+        )
+        if n_out == n_in and exact and outside is None:
+            continue  # this axis reads each element as it is
+        steps.append((i, index, weight, outside))
+    if not steps:
+        return x
+    t = x.data_type
+    compute = np.float64 if t is DataType.FLOAT64 else np.float32
+    integer = not t.is_float
+
+    def resize(data):
+        y = data.astype(compute)
+        for axis, index, weight, outside in steps:
+            taps = jnp.take(y, jnp.asarray(index), axis=axis)
+            shape = (1,) * axis + weight.shape + (1,) * (y.ndim - axis - 1)
+            y = jnp.sum(taps * jnp.asarray(weight.reshape(shape), compute), axis=axis + 1)
+            if outside is not None:
+                mask = outside.reshape((1,) * axis + (-1,) + (1,) * (y.ndim - axis - 1))
+                y = jnp.where(jnp.asarray(mask), jnp.asarray(fill, compute), y)
+        if integer:
+            info = np.iinfo(t.numpy_dtype)
+            y = jnp.clip(jnp.round(y), info.min, info.max)
+        return (y.astype(t.numpy_dtype),)
+
+    (y,) = ctx.jax("Resize.cubic", resize, [x], [(tuple(g.out), t)])
+    return y
