@@ -26,7 +26,14 @@ def _det(ctx, node, inputs):
         raise ctx.fail(f"input X must end in a square matrix, got shape {list(x.shape)}")
     if not x.data_type.is_float:
         raise ctx.fail(f"input X must be a float tensor, got {x.data_type.name}")
-    return ctx.jax("Det", lambda a: (jnp.linalg.det(a),), [x], [(x.shape[:-2], x.data_type)])
+    # LAPACK has no float16: a float16 matrix is widened to float32 and its determinant rounded.
+    wide = jnp.float32 if x.data_type is DataType.FLOAT16 else None
+    return ctx.jax(
+        "Det",
+        lambda a: (jnp.linalg.det(a if wide is None else a.astype(wide)),),
+        [x],
+        [(x.shape[:-2], x.data_type)],
+    )
 
 
 @converter("BitCast")

@@ -1,12 +1,12 @@
-"""Random generators: RandomNormal, RandomUniform, their ``Like`` forms, and Multinomial, as JAX
-nodes drawing with ``jax.random`` (Bernoulli runs as its ONNX function body, through
-RandomUniformLike; training-mode Dropout draws its mask with ``key_of`` too).
+"""Random generators: RandomNormal, RandomUniform, their ``Like`` forms, Multinomial and
+Bernoulli, as JAX nodes drawing with ``jax.random`` (training-mode Dropout draws its mask with
+``key_of`` too).
 
 ONNX leaves the generator to the implementation ("may not produce the same values in different
 implementations, even with a seed"): no two runtimes agree bit for bit, so these ops are tested
 by their shapes, ranges and statistics. The key is the node's ``seed`` attribute (its float32
-bits), or without one a fixed value derived from the node's first output name, so that two
-unseeded nodes draw independent values. A compiled program holds its key as a constant: every
+bits; Dropout's integer seed as it is), or without one a fixed value derived from the node's
+first output name, so that two unseeded nodes draw independent values. A compiled program holds its key as a constant: every
 run of one session draws the same values, as a seeded generator restarted for each run would
 (ONNX Runtime's kernels instead advance their generator from run to run).
 """
@@ -29,7 +29,9 @@ _UNSEEDED = 0x5EED
 def key_of(ctx) -> int:
     """The 32-bit key of ``ctx``'s node (see the module docstring)."""
     seed = ctx.attr("seed")
-    if seed is not None:
+    if isinstance(seed, int):  # Dropout's seed is an integer
+        return seed & 0xFFFFFFFF
+    if seed is not None:  # the random ops' seed is a float
         return int(np.asarray(seed, np.float32).view(np.uint32))
     name = next((o for o in ctx.onnx_node.output if o), ctx.where)
     return (zlib.crc32(name.encode()) ^ _UNSEEDED) & 0xFFFFFFFF
@@ -133,3 +135,33 @@ def _multinomial(ctx, node, inputs):
         return (picks.T,)
 
     return ctx.jax("Multinomial", draw, [x], [((batch, samples), t)])
+
+
+@converter("Bernoulli", kind="jax")
+def _bernoulli(ctx, node, inputs):
+    """1 with probability p (the input), 0 otherwise: a uniform draw in [0, 1) below p, in the
+    ``dtype`` attribute's type (the input's by default). Not ONNX's function body, which
+    compares the other way round (Greater(draw, p): 1 with probability 1 - p, against the op's
+    definition and ONNX's reference)."""
+    (p,) = inputs
+    if not p.data_type.is_float:
+        raise ctx.fail(f"input must be a float tensor, got {p.data_type.name}")
+    dtype = ctx.attr("dtype")
+    t = (
+        p.data_type
+        if dtype is None
+        else data_type_of(int(dtype), f"{ctx.where}: attribute 'dtype'")
+    )
+    is_bool = dtype is not None and int(dtype) == 9
+    key = key_of(ctx)
+    shape = tuple(p.shape)
+    if 0 in shape:
+        return [ctx.constant(np.zeros(shape, np.bool_ if is_bool else t.numpy_dtype))]
+
+    def draw(probs):
+        u = jax.random.uniform(
+            jax.random.key(key), shape, jnp.promote_types(probs.dtype, jnp.float32)
+        )
+        return ((u < probs).astype(t.numpy_dtype),)
+
+    return ctx.jax("Bernoulli", draw, [p], [(shape, t, is_bool)])

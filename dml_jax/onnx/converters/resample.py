@@ -493,7 +493,9 @@ def cubic(ctx, x, g: Geometry):
         src, outside = _source(g.transform, n_in, n_out, g.scale[i], g.target[i], g.start[i],
                                g.end[i])  # fmt: skip
         if src is None:
-            raise ctx.fail(f"coordinate_transformation_mode '{g.transform}' is not supported")
+            raise ctx.fail(
+                f"attribute 'coordinate_transformation_mode': '{g.transform}' is not supported"
+            )
         index, weight = _cubic_taps(src, n_in, g.scale[i], a, antialias, exclude)
         if outside is not None and not outside.any():
             outside = None
@@ -582,11 +584,13 @@ def _grid_sample(ctx, node, inputs):
     default = "bilinear" if ctx.opset < 20 else "linear"
     name = ctx.attr("mode", default)
     if name not in modes:
-        raise ctx.fail(f"mode '{name}' is not one of {sorted(modes)} (GridSample-{ctx.opset})")
+        raise ctx.fail(
+            f"attribute 'mode': '{name}' is not one of {sorted(modes)} (GridSample-{ctx.opset})"
+        )
     mode = modes[name]
     padding = ctx.attr("padding_mode", "zeros")
     if padding not in _GRID_PADDING:
-        raise ctx.fail(f"padding_mode '{padding}' is not one of {list(_GRID_PADDING)}")
+        raise ctx.fail(f"attribute 'padding_mode': '{padding}' is not one of {list(_GRID_PADDING)}")
     align = bool(int(ctx.attr("align_corners", 0)))
     if r < 1 or (ctx.opset < 20 and r != 2):
         raise ctx.fail(
@@ -605,8 +609,8 @@ def _grid_sample(ctx, node, inputs):
     t = x.data_type
     if not t.is_float and mode != "nearest":
         raise ctx.fail(
-            f"mode '{name}' on {t.name} data: ONNX leaves the rounding of interpolated integers "
-            "undefined (nearest samples integer data exactly)"
+            f"attribute 'mode': '{name}' on {t.name} data: ONNX leaves the rounding of "
+            "interpolated integers undefined (nearest samples integer data exactly)"
         )
     out = grid.shape[1:-1]
     compute = np.float64 if DataType.FLOAT64 in (t, grid.data_type) else np.float32
@@ -700,7 +704,9 @@ def _deform_conv(ctx, node, inputs):
     oc = w.shape[0]
     kernel = tuple(int(k) for k in ctx.attr("kernel_shape", w.shape[2:]))
     if kernel != tuple(w.shape[2:]):
-        raise ctx.fail(f"kernel_shape {list(kernel)} differs from W's {list(w.shape[2:])}")
+        raise ctx.fail(
+            f"attribute 'kernel_shape': {list(kernel)} differs from W's {list(w.shape[2:])}"
+        )
     strides = [int(s) for s in ctx.attr("strides", [1] * r)]
     dilations = [int(d) for d in ctx.attr("dilations", [1] * r)]
     pads = [int(p) for p in ctx.attr("pads", [0] * (2 * r))]
@@ -709,15 +715,18 @@ def _deform_conv(ctx, node, inputs):
     for what, v, size in (("strides", strides, r), ("dilations", dilations, r),
                           ("pads", pads, 2 * r)):  # fmt: skip
         if len(v) != size:
-            raise ctx.fail(f"{what} must hold {size} values, got {len(v)}")
+            raise ctx.fail(f"attribute '{what}' must hold {size} values, got {len(v)}")
     if min(strides + dilations) < 1 or min(pads) < 0:
-        raise ctx.fail("strides and dilations must be >= 1 and pads >= 0")
+        raise ctx.fail("attributes 'strides' and 'dilations' must be >= 1, 'pads' >= 0")
     if group < 1 or c % group or oc % group or w.shape[1] * group != c:
         raise ctx.fail(
-            f"group {group}: X's {c} channels and W's shape {list(w.shape)} do not divide into it"
+            f"attribute 'group' ({group}): X's {c} channels and W's shape {list(w.shape)} do not "
+            "divide into it"
         )
     if offset_group < 1 or c % offset_group:
-        raise ctx.fail(f"offset_group {offset_group} does not divide X's {c} channels")
+        raise ctx.fail(
+            f"attribute 'offset_group' ({offset_group}) does not divide X's {c} channels"
+        )
     out = tuple(
         (size + pads[a] + pads[a + r] - (kernel[a] - 1) * dilations[a] - 1) // strides[a] + 1
         for a, size in enumerate(dims)
@@ -727,13 +736,13 @@ def _deform_conv(ctx, node, inputs):
     taps = math.prod(kernel)
     want = (n, offset_group * taps * r) + out
     if tuple(offset.shape) != want:
-        raise ctx.fail(f"offset must have shape {list(want)}, got {list(offset.shape)}")
+        raise ctx.fail(f"input 'offset' must have shape {list(want)}, got {list(offset.shape)}")
     if mask is not None and tuple(mask.shape) != (n, offset_group * taps) + out:
         raise ctx.fail(
-            f"mask must have shape {[n, offset_group * taps, *out]}, got {list(mask.shape)}"
+            f"input 'mask' must have shape {[n, offset_group * taps, *out]}, got {list(mask.shape)}"
         )
     if bias is not None and tuple(bias.shape) != (oc,):
-        raise ctx.fail(f"B must have shape [{oc}], got {list(bias.shape)}")
+        raise ctx.fail(f"input 'B' must have shape [{oc}], got {list(bias.shape)}")
     compute = np.float64 if t is DataType.FLOAT64 else np.float32
     points = math.prod(out)
     # Each tap's regular position along each axis, for every output position: (r, taps, points).

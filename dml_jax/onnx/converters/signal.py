@@ -146,8 +146,9 @@ def _dft(ctx, node, inputs):
         axis = int(ctx.attr("axis", 1))
     if not (-r <= axis <= -2 or 0 <= axis <= r - 2):
         raise ctx.fail(
-            f"axis {axis} is out of range for rank {r}: the last dimension holds the real and "
-            "imaginary parts"
+            f"{'input' if ctx.opset >= 20 else 'attribute'} 'axis': {axis} is out of range for "
+            f"rank {r} ([-{r}, -2] or [0, {r - 2}]: the last dimension holds the real and "
+            "imaginary parts)"
         )
     axis = axis_of(ctx, axis, r)
     inverse = bool(int(ctx.attr("inverse", 0)))
@@ -157,7 +158,7 @@ def _dft(ctx, node, inputs):
     if length is None:
         length = 2 * (n - 1) if inverse and onesided else n
     if length < 1:
-        raise ctx.fail(f"dft_length must be >= 1, got {length}")
+        raise ctx.fail(f"input 'dft_length' must be >= 1, got {length}")
     shape = list(x.shape)
     shape[axis] = length // 2 + 1 if onesided and not inverse else length
     shape[-1] = 1 if inverse and onesided else 2
@@ -196,17 +197,20 @@ def _stft(ctx, node, inputs):
             raise ctx.fail(f"input 'window' must be 1-D, got shape {list(window.shape)}")
         if length is not None and length != window.shape[0]:
             raise ctx.fail(
-                f"frame_length {length} differs from the window's length {window.shape[0]}"
+                f"input 'frame_length' ({length}) differs from the window's length "
+                f"{window.shape[0]}"
             )
         if window.data_type != t:
-            raise ctx.fail(f"window's type {window.data_type.name} is not the signal's {t.name}")
+            raise ctx.fail(f"input 'window' has type {window.data_type.name}, the signal {t.name}")
         length = window.shape[0]
     elif length is None:
         length = samples
     if step < 1:
-        raise ctx.fail(f"frame_step must be >= 1, got {step}")
+        raise ctx.fail(f"input 'frame_step' must be >= 1, got {step}")
     if not 1 <= length <= samples:
-        raise ctx.fail(f"frame_length {length} must be in [1, {samples}] (the signal's length)")
+        raise ctx.fail(
+            f"input 'frame_length' ({length}) must be in [1, {samples}] (the signal's length)"
+        )
     frames = (samples - length) // step + 1
     onesided = bool(int(ctx.attr("onesided", 1)))
     bins = length // 2 + 1 if onesided else length
