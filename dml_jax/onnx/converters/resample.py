@@ -533,7 +533,7 @@ def cubic(ctx, x, g: Geometry):
 # --- GridSample: a direct JAX lowering ----------------------------------------------------------
 
 # GridSample's modes by name: opset 16 says bilinear / bicubic, 20 on linear / cubic.
-_GRID_MODES = {16: {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"}}
+_GRID_MODES_16 = {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"}
 _GRID_MODES_20 = {"linear": "linear", "nearest": "nearest", "cubic": "cubic"}
 _GRID_PADDING = ("zeros", "border", "reflection")
 
@@ -580,7 +580,7 @@ def _grid_sample(ctx, node, inputs):
     only."""
     x, grid = inputs
     r = x.rank - 2
-    modes = _GRID_MODES[16] if ctx.opset < 20 else _GRID_MODES_20
+    modes = _GRID_MODES_16 if ctx.opset < 20 else _GRID_MODES_20
     default = "bilinear" if ctx.opset < 20 else "linear"
     name = ctx.attr("mode", default)
     if name not in modes:
