@@ -143,6 +143,10 @@ def _quantize_linear(ctx, node, inputs):
     zero = _present(inputs, 2)
     axis, block = _parameter_layout(ctx, x, scale, zero)
     out_type = _quantized_type(ctx, zero)
+    if out_type in (DataType.INT16, DataType.UINT16):  # DirectML quantizes to 8 and 4 bits only
+        from .linalg import quantize_linear_jax
+
+        return [quantize_linear_jax(ctx, x, scale, zero, out_type, axis, block)]
     # DirectML divides in float32 whatever the operands (FLOAT16 widens exactly), so operands
     # of two float types are both widened; ONNX's ``precision`` (opset 23) is then float32.
     if x.data_type in _FLOATS and scale.data_type in _FLOATS and x.data_type != scale.data_type:
