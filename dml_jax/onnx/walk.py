@@ -16,11 +16,11 @@ from . import fold, functions, schema
 from .importer import (
     BOOL,
     ONNX,
+    STRUCTURES,
     Builder,
     Context,
     Converter,
     ImportedGraph,
-    STRUCTURES,
     NeedsValues,
     OptionalValue,
     SequenceValue,

@@ -74,7 +74,8 @@ class _Scope(dict):
         return value
 
     def get(self, name: str, default: Any = None) -> Any:
-        return self[name] if name in self else default
+        # dict.get would not read the enclosing scope
+        return self[name] if name in self else default  # noqa: SIM401
 
 
 @dataclass
@@ -240,8 +241,7 @@ def import_body(ctx: Any, graph: Any, formal: list, label: str, marker: str | No
 def _inside(ctx: Any, label: str, message: str) -> str:
     """An error of a subgraph's import, placed inside the node that holds the subgraph."""
     head = f"{ONNX}: "
-    rest = message[len(head) :] if message.startswith(head) else message
-    return f"{head}{ctx.where} > {label} > {rest}"
+    return f"{head}{ctx.where} > {label} > {message.removeprefix(head)}"
 
 
 def jax_node(ctx: Any, name: str, fn: Any, values: list, outputs: list) -> list[Value]:
