@@ -133,6 +133,10 @@ def _shape_key(s: Any) -> Any:
     return tuple(int(d) for d in s)
 
 
+def _is_tensor(info: Any) -> bool:
+    return info.type.WhichOneof("value") in (None, "tensor_type")
+
+
 def _flat_feed(feed: dict, imported: ImportedGraph) -> dict:
     """The feed with each sequence or optional input replaced by its tensors, under the names
     the program gives them (``ImportedGraph.layouts``)."""
@@ -588,15 +592,23 @@ class InferenceSession:
         for info, x in zip(self._inputs, inputs):
             if info.name in self._static and not isinstance(x, jax.core.Tracer):
                 values[info.name] = np.asarray(x)
-        shapes = [np.shape(x) for x in inputs]
+        shapes = [_structure_shape(x) for x in inputs]
         try:
             program = self.program(shapes, values)
         except ValidationError:
             if any(isinstance(x, jax.core.Tracer) for x in inputs):
                 raise
-            concrete = {i.name: np.asarray(x) for i, x in zip(self._inputs, inputs)}
+            concrete = {i.name: np.asarray(x) for i, x in zip(self._inputs, inputs)
+                        if _is_tensor(i)}  # fmt: skip
             program = self.program(shapes, concrete)
-        return program.apply(params, *inputs)
+        imp = program.imported
+        if not imp.layouts:
+            return program.apply(params, *inputs)
+        # Sequence and optional values: their tensors in, lists and None out.
+        feed = _flat_feed({i.name: x for i, x in zip(self._inputs, inputs)}, imp)
+        outs = program.apply(params, *(feed[n] for n in imp.input_names))
+        result = _nested_result(dict(zip(imp.output_names, outs)), imp)
+        return tuple(result[o.name] for o in self._model.graph.output)
 
     def fn(self, *inputs: Any) -> tuple:
         """The model as a pure JAX function of its inputs (parameters at their initializer

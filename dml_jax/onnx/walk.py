@@ -256,7 +256,7 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
                 outputs = _convert(convert, ctx, node, inputs)
                 outputs = [v if v is None or f is None else replace(v, shadow=f.const)
                            for v, f in zip(outputs, folded)]  # fmt: skip
-                how = _how(builder, before)
+                how = _how(builder, before, ctx)
             except NeedsValues:
                 raise
             except ValidationError:
@@ -264,7 +264,7 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
         elif convert is not None:
             before = len(builder.nodes)
             outputs = _convert(convert, ctx, node, inputs)
-            how = _how(builder, before)
+            how = _how(builder, before, ctx)
         elif folded is not None:
             outputs, how = folded, "folded"
         elif onnx_schema is not None and functions.has_body(onnx_schema, opset):
@@ -288,13 +288,14 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
             walk.report.append((where, how))
 
 
-# The ai.onnx ops that read sequence and optional values (the other ops take tensors only).
+# The ai.onnx ops that read or make sequence and optional values (the other ops take tensors
+# only); never folded by the reference evaluator, which would give a list for a sequence.
 STRUCTURE_OPS = frozenset(
     {
         "Identity", "If", "Loop", "Scan", "Optional", "OptionalHasElement",
         "OptionalGetElement", "SequenceAt", "SequenceConstruct", "SequenceEmpty",
         "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap",
-        "ConcatFromSequence",
+        "ConcatFromSequence", "SplitToSequence",
     }
 )  # fmt: skip
 
@@ -303,9 +304,16 @@ def _takes_structures(node: Any, domain: str) -> bool:
     return bool(domain) or node.op_type in STRUCTURE_OPS
 
 
-def _how(builder: Builder, before: int) -> str:
+def _how(builder: Builder, before: int, ctx: Context | None = None) -> str:
     """How a converted node ran: ``dml`` (DML operators only), ``jax`` (a JAX lowering only),
-    ``dml+jax``, or ``view`` (no node at all)."""
+    ``dml+jax``, or ``view`` (no node at all); with the converter's ``ctx.note`` (a Loop
+    unrolled at import says so)."""
+    how = _kinds(builder, before)
+    note = getattr(ctx, "note", None)
+    return f"{how} ({note})" if note else how
+
+
+def _kinds(builder: Builder, before: int) -> str:
     entries = {n for _, n in builder._graph_inputs}  # constants entering the graph
     kinds = {
         "jax" if isinstance(d, FunctionNode) else "dml"

@@ -577,6 +577,7 @@ def _unroll(ctx, body, m, cond, carried, n_scan, reason: str):
             )
         views = [v.view((1, *v.shape)) for v in items]
         stacked.append(views[0] if len(views) == 1 else run_op(ctx, "Concat", views, axis=0)[0])
+    ctx.note = f"unrolled at import: {i} iteration{'' if i == 1 else 's'}"
     return [*values, *stacked]
 
 
