@@ -196,7 +196,7 @@ def _scan_outputs_model(cond_out_node=None):
     nodes = [helper.make_node("Loop", ["M", "", "x0"], ["x", "xs"], body=body)]
     inputs = [_info("x0", F, [2, 2]), _info("a", F, [2, 2])]
     m = numpy_helper.from_array(np.array(4, np.int64), "M")
-    outputs = [_info("x", F, [2, 2]), _info("xs", F, [4, 2, 2])]
+    outputs = [_info("x", F, [2, 2]), _info("xs", F, None)]
     return _model(nodes, inputs, outputs, initializers=[m])
 
 
@@ -216,6 +216,16 @@ def test_loop_with_scan_outputs_and_a_condition_computed_in_the_body_is_rejected
     x0 = np.ones((2, 2), np.float32)
     with pytest.raises(ValidationError, match=r"node 0 \(Loop\).*scan outputs' length"):
         s.run(None, {"x0": x0, "a": x0})
+
+
+def test_loop_whose_condition_comes_from_the_iteration_is_unrolled_for_its_scan_outputs():
+    stop = [_const("two", np.int64(2)), helper.make_node("Less", ["i", "two"], ["cond_out"])]
+    model = _scan_outputs_model(stop)
+    s = InferenceSession(model)
+    x0 = np.array([[1, 2], [3, 4]], np.float32)
+    _check(s, model, {"x0": x0, "a": x0}, reference="onnxruntime")
+    assert s.run(None, {"x0": x0, "a": x0})[1].shape == (3, 2, 2)
+    assert "unrolled at import: 3 iterations" in s.explain()
 
 
 def _slice_at_iteration_model(trip):

@@ -421,7 +421,19 @@ def _loop(ctx, node, inputs):
         return _unroll(ctx, body, m, cond, carried, n_scan, f"{e}".removeprefix(f"{ONNX}: "))
     except _Unroll as e:
         return _unroll(ctx, body, m, cond, carried, n_scan, str(e))
-    return _rolled(ctx, b, m, cond, carried, n_scan)
+    cond_out = b.outputs[0]
+    if isinstance(cond_out, STRUCTURES) or int(np.prod(cond_out.shape)) != 1:
+        raise ctx.fail("the body's condition output must hold one value")
+    # Whether the body's condition stays true: passed through, or a true constant.
+    stays = cond_out.source == b.formal[1].source or (
+        cond_out.known is not None and bool(np.asarray(cond_out.known).reshape(-1)[0])
+    )
+    if n_scan and not stays and m is not None and marker in cond_out.deps:
+        # Scan outputs whose length depends on the loop state: unrolled, the condition of each
+        # iteration may be known at import (one computed from the iteration number).
+        reason = "its scan outputs' length depends on a condition computed from the loop state"
+        return _unroll(ctx, body, m, cond, carried, n_scan, reason)
+    return _rolled(ctx, b, m, cond, carried, n_scan, stays)
 
 
 def _trip_count(ctx, m: Value | None) -> int | None:
@@ -433,14 +445,9 @@ def _trip_count(ctx, m: Value | None) -> int | None:
     return None if trip > _INT32_MAX else max(trip, 0)
 
 
-def _rolled(ctx, b: Body, m, cond, carried, n_scan):
+def _rolled(ctx, b: Body, m, cond, carried, n_scan, stays: bool):
+    """The Loop as one JAX node around the compiled body."""
     nc = len(carried)
-    cond_out = b.outputs[0]
-    if isinstance(cond_out, STRUCTURES) or int(np.prod(cond_out.shape)) != 1:
-        raise ctx.fail("the body's condition output must hold one value")
-    stays = cond_out.source == b.formal[1].source or (
-        cond_out.known is not None and bool(np.asarray(cond_out.known).reshape(-1)[0])
-    )
     state_specs = [_spec(t) for v in carried for t in leaves(v)]
     n_state = len(state_specs)
     scan_shapes = [tuple(v.shape) for v in b.outputs[1 + nc :]]
