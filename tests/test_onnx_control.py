@@ -403,6 +403,7 @@ def test_optional_input_present_and_absent():
     assert has and same.tolist() == [1, 2]
     has, same = s.run(None, {"o": None})
     assert not has and same is None
+    assert s.run(None, {})[1] is None  # an optional input left out is empty
     assert s.get_inputs()[0].type == "optional(tensor(float))"
 
 

@@ -412,7 +412,10 @@ class InferenceSession:
                 f"{ONNX}: unknown input names {unknown}; the model's inputs are "
                 f"{[i.name for i in self._inputs]}"
             )
-        missing = [i.name for i in self._inputs if i.name not in input_feed]
+        optional = {i.name for i in self._inputs if i.type.WhichOneof("value") == "optional_type"}
+        missing = [
+            i.name for i in self._inputs if i.name not in input_feed | dict.fromkeys(optional)
+        ]
         if missing:
             raise ValidationError(f"{ONNX}: required inputs {missing} are missing")
         outputs = [o.name for o in self._model.graph.output]
@@ -421,7 +424,7 @@ class InferenceSession:
             if name not in outputs:
                 raise ValidationError(f"{ONNX}: '{name}' is not an output; outputs: {outputs}")
         overrides = tuple(i.name for i in self._overridable if i.name in input_feed)
-        arrays = [self._checked(i, dt, input_feed[i.name])
+        arrays = [self._checked(i, dt, input_feed.get(i.name))  # an optional left out: None
                   for i, dt in zip(self._inputs, self._input_dtypes)]  # fmt: skip
         extra = [np.asarray(input_feed[n]) for n in overrides]
         program = self._program_for(arrays, overrides, extra)

@@ -327,6 +327,8 @@ def _if(ctx, node, inputs):
     """Both branches imported and compiled; ``lax.cond`` picks one at run time. (A condition
     known at import never reaches here: the walk imports the chosen branch in place.)"""
     cond = inputs[0]
+    if isinstance(cond, STRUCTURES):
+        raise ctx.fail("the condition must be a tensor")
     if cond.known is not None:
         return functions.inline_if(ctx.walk, node, inputs, ctx.where, _walk_nodes())
     if int(np.prod(cond.shape)) != 1:
