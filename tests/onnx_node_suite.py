@@ -74,7 +74,9 @@ def _array(v: Any) -> np.ndarray:
 
     if isinstance(v, TensorProto):
         return numpy_helper.to_array(v)
-    return v if isinstance(v, list) else np.asarray(v)  # a sequence stays a list
+    if v is None or isinstance(v, list):  # an empty optional; a sequence stays a list
+        return v if v is None else [_array(x) for x in v]
+    return np.asarray(v)
 
 
 def run_case(case: Any) -> list[np.ndarray]:
@@ -92,7 +94,17 @@ def check_case(case: Any) -> None:
     wants = [_array(v) for v in case.data_sets[0][1]]
     got = run_case(case)
     assert len(got) == len(wants), (len(got), len(wants))
+    _check_values(case, got, wants)
+
+
+def _check_values(case: Any, got: list, wants: list) -> None:
     for g, w in zip(got, wants):
+        if w is None or isinstance(w, list):  # an optional, a sequence
+            assert type(g) is type(w), (type(g), type(w))
+            if w is not None:
+                assert len(g) == len(w), (len(g), len(w))
+                _check_values(case, g, w)
+            continue
         w = np.asarray(w)
         assert g.shape == w.shape, (g.shape, w.shape)
         assert g.dtype == w.dtype, (g.dtype, w.dtype)

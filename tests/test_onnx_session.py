@@ -474,10 +474,16 @@ def test_malformed_models_get_one_line_naming_node_and_field(model, pattern):
     assert "\n" not in str(info.value)
 
 
-def test_sequence_inputs_get_one_clear_error():
+def test_sequence_inputs_are_lists_and_map_inputs_get_one_clear_error():
     seq = helper.make_tensor_sequence_value_info("s", F, [2])
     model = _model([helper.make_node("SequenceLength", ["s"], ["n"])], [seq], [_vi("n", I64, [])])
-    with pytest.raises(dml.ValidationError, match=r"input 's' is a sequence value"):
+    (n,) = InferenceSession(model).run(None, {"s": [np.zeros(2, np.float32)] * 3})
+    assert n == 3 and n.dtype == np.int64
+    mapped = helper.make_value_info(
+        "m", helper.make_map_type_proto(I64, helper.make_tensor_type_proto(F, [2]))
+    )
+    model = _model([helper.make_node("Identity", ["m"], ["n"])], [mapped], [_vi("n", F, [2])])
+    with pytest.raises(dml.ValidationError, match=r"input 'm' is a map value"):
         InferenceSession(model)
 
 

@@ -187,6 +187,82 @@ class Value:
         return replace(self, shape=shape, const=const, shadow=shadow)
 
 
+@dataclass(frozen=True, eq=False)
+class SequenceValue:
+    """An ONNX sequence while importing: its tensors, each a ``Value``. Its length and every
+    tensor's shape are known at import (the session imports once per input structure), so the
+    sequence ops only rearrange this tuple; only its tensors' data may be computed at run time.
+
+    Attributes:
+        items: the tensors, in order.
+        elem_type: the ONNX element type of its tensors (0 when unknown: an empty sequence with
+            no declared type).
+        deps: the graph inputs whose values its structure was computed from.
+    """
+
+    items: tuple[Value, ...]
+    elem_type: int = 0
+    deps: frozenset = frozenset()
+    # Not a tensor: never folded, never a constant or a parameter itself (the import walk reads
+    # these of every input).
+    const = None
+    known = None
+    param = None
+    shadow = None
+
+
+@dataclass(frozen=True, eq=False)
+class OptionalValue:
+    """An ONNX optional while importing: a ``Value`` or ``SequenceValue``, or None when empty.
+    Whether it holds an element is known at import.
+
+    Attributes:
+        value: the element, or None.
+        deps: the graph inputs whose values its structure was computed from.
+    """
+
+    value: Value | SequenceValue | None
+    deps: frozenset = frozenset()
+    const = None
+    known = None
+    param = None
+    shadow = None
+
+
+STRUCTURES = (SequenceValue, OptionalValue)
+
+
+def leaves(value: Any) -> list[Value]:
+    """The tensors of a value, a sequence or an optional, in order."""
+    if isinstance(value, SequenceValue):
+        return list(value.items)
+    if isinstance(value, OptionalValue):
+        return [] if value.value is None else leaves(value.value)
+    return [value]
+
+
+def rebuild(template: Any, tensors: Any) -> Any:
+    """A value of ``template``'s structure whose tensors are the next ones of the iterator
+    ``tensors`` (the inverse of ``leaves``)."""
+    if isinstance(template, SequenceValue):
+        items = tuple(next(tensors) for _ in template.items)
+        return SequenceValue(items, template.elem_type, template.deps)
+    if isinstance(template, OptionalValue):
+        inner = None if template.value is None else rebuild(template.value, tensors)
+        return OptionalValue(inner, template.deps)
+    return next(tensors)
+
+
+def structure_of(value: Any) -> Any:
+    """What must agree between two values for one to stand for the other in a compiled
+    program: their structure, and each tensor's shape and data type."""
+    if isinstance(value, SequenceValue):
+        return ("seq", tuple(structure_of(v) for v in value.items))
+    if isinstance(value, OptionalValue):
+        return ("opt", None if value.value is None else structure_of(value.value))
+    return (tuple(value.shape), value.data_type, bool(value.is_bool))
+
+
 def dml_sizes(shape: Sequence[int]) -> tuple[int, ...]:
     """DML tensors have 1 to 8 dimensions: a scalar is ``{1}``."""
     return tuple(shape) if shape else (1,)
@@ -348,6 +424,10 @@ class ImportedGraph:
             "folded", "function", "view").
         output_consts: for each output, its value when it is known at import (it then has no
             DML graph output; ``graph`` is None when no output has one).
+        layouts: for each model input or output that is a sequence or an optional, ``("input"
+            | "output", name, layout)``: the names its tensors have among the inputs / outputs
+            above, as a list (a sequence), a name (an optional's tensor) or None (an empty
+            optional).
     """
 
     graph: GraphDesc | None
@@ -365,6 +445,7 @@ class ImportedGraph:
     origin: tuple[int, ...] = ()
     onnx_nodes: tuple[tuple[str, str], ...] = ()
     output_consts: tuple[np.ndarray | None, ...] = ()
+    layouts: tuple[tuple[str, str, Any], ...] = ()
 
 
 Converter = Callable[["Context", Any, list], list]

@@ -42,7 +42,7 @@ from .importer import (
     numpy_dtype_of,
     to_graph_array,
 )
-from .walk import import_graph
+from .walk import _tensor_elem, import_graph
 
 # Inputs a session specialises on must have at most this many elements.
 STATIC_INPUT_LIMIT = 4096
@@ -101,6 +101,68 @@ class SessionOptions:
 
 def _type_string(elem: int) -> str:
     return f"tensor({TYPE_NAMES.get(int(elem), str(elem))})"
+
+
+def _type_string_of(type_proto: Any) -> str:
+    """onnxruntime's type string of a value: ``tensor(float)``, ``seq(tensor(int64))``,
+    ``optional(seq(tensor(float)))``."""
+    kind = type_proto.WhichOneof("value")
+    if kind == "sequence_type":
+        return f"seq({_type_string_of(type_proto.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({_type_string_of(type_proto.optional_type.elem_type)})"
+    return _type_string(type_proto.tensor_type.elem_type)
+
+
+def _structure_shape(x: Any) -> Any:
+    """The shapes a program is imported for, of one input: a tensor's shape, a sequence's list
+    of shapes (a tuple of tuples), None for an empty optional."""
+    if x is None:
+        return None
+    if isinstance(x, list | tuple):
+        return tuple(tuple(int(d) for d in np.shape(a)) for a in x)
+    return tuple(int(d) for d in np.shape(x))
+
+
+def _shape_key(s: Any) -> Any:
+    """``_structure_shape``'s value normalised (a tensor's shape: a tuple of ints)."""
+    if s is None:
+        return None
+    s = tuple(s)
+    if s and not isinstance(s[0], int | np.integer):
+        return tuple(_shape_key(x) for x in s)  # a sequence's shapes
+    return tuple(int(d) for d in s)
+
+
+def _is_tensor(info: Any) -> bool:
+    return info.type.WhichOneof("value") in (None, "tensor_type")
+
+
+def _flat_feed(feed: dict, imported: ImportedGraph) -> dict:
+    """The feed with each sequence or optional input replaced by its tensors, under the names
+    the program gives them (``ImportedGraph.layouts``)."""
+    for kind, name, layout in imported.layouts:
+        if kind != "input" or name not in feed:
+            continue
+        value = feed.pop(name)
+        if isinstance(layout, list):
+            feed.update(zip(layout, value))
+        elif layout is not None:
+            feed[layout] = value
+    return feed
+
+
+def _nested_result(result: dict, imported: ImportedGraph) -> dict:
+    """The results with each sequence output as a list of arrays and each optional output as
+    its value or None, as onnxruntime returns them."""
+    for kind, name, layout in imported.layouts:
+        if kind != "output":
+            continue
+        if isinstance(layout, list):
+            result[name] = [result.pop(n) for n in layout]
+        else:
+            result[name] = None if layout is None else result.pop(layout)
+    return result
 
 
 class Program:
@@ -268,11 +330,11 @@ class InferenceSession:
         self._inputs = tuple(i for i in graph.input if i.name not in init_names)
         self._overridable = tuple(i for i in graph.input if i.name in init_names)
         for i in self._inputs:
-            if not i.type.HasField("tensor_type"):
+            if i.type.WhichOneof("value") not in ("tensor_type", "sequence_type", "optional_type"):
                 raise ValidationError(f"{ONNX}: input '{i.name}': only tensor inputs are supported")
-            data_type_of(i.type.tensor_type.elem_type, f"input '{i.name}'")
+            data_type_of(_tensor_elem(i.type), f"input '{i.name}'")
         self._input_dtypes = tuple(
-            numpy_dtype_of(i.type.tensor_type.elem_type, f"input '{i.name}'") for i in self._inputs
+            numpy_dtype_of(_tensor_elem(i.type), f"input '{i.name}'") for i in self._inputs
         )
         self._params: dict[str, Any] | None = None
 
@@ -290,7 +352,9 @@ class InferenceSession:
     def _node_arg(self, info: Any) -> NodeArg:
         tensor = info.type.tensor_type
         shape = self._declared(info) if tensor.HasField("shape") else None
-        return NodeArg(info.name, _type_string(tensor.elem_type), shape)
+        if info.type.WhichOneof("value") in ("sequence_type", "optional_type"):
+            shape = []
+        return NodeArg(info.name, _type_string_of(info.type), shape)
 
     def _declared(self, info: Any) -> list:
         """An input's declared shape with the session's free dimension overrides applied (by
@@ -351,7 +415,10 @@ class InferenceSession:
                 f"{ONNX}: unknown input names {unknown}; the model's inputs are "
                 f"{[i.name for i in self._inputs]}"
             )
-        missing = [i.name for i in self._inputs if i.name not in input_feed]
+        optional = {i.name for i in self._inputs if i.type.WhichOneof("value") == "optional_type"}
+        missing = [
+            i.name for i in self._inputs if i.name not in input_feed | dict.fromkeys(optional)
+        ]
         if missing:
             raise ValidationError(f"{ONNX}: required inputs {missing} are missing")
         outputs = [o.name for o in self._model.graph.output]
@@ -360,11 +427,11 @@ class InferenceSession:
             if name not in outputs:
                 raise ValidationError(f"{ONNX}: '{name}' is not an output; outputs: {outputs}")
         overrides = tuple(i.name for i in self._overridable if i.name in input_feed)
-        arrays = [self._checked(i, dt, input_feed[i.name])
+        arrays = [self._checked(i, dt, input_feed.get(i.name))  # an optional left out: None
                   for i, dt in zip(self._inputs, self._input_dtypes)]  # fmt: skip
         extra = [np.asarray(input_feed[n]) for n in overrides]
         program = self._program_for(arrays, overrides, extra)
-        feed = dict(zip(self._names(overrides), arrays + extra))
+        feed = _flat_feed(dict(zip(self._names(overrides), arrays + extra)), program.imported)
         with jax.enable_x64(True) if program.needs_x64 else contextlib.nullcontext():
             args = [jax.device_put(to_graph_array(feed[n], f"input '{n}'"), self._device)
                     for n in program.imported.input_names]  # fmt: skip
@@ -375,19 +442,30 @@ class InferenceSession:
                     program.imported.output_names, outs, program.imported.output_dtypes
                 )
             }
+        result = _nested_result(result, program.imported)
         return [result[n] for n in wanted]
 
     def _names(self, overrides: tuple[str, ...]) -> list[str]:
         return [i.name for i in self._inputs] + list(overrides)
 
-    def _checked(self, info: Any, dtype: np.dtype, x: Any) -> np.ndarray:
+    def _checked(self, info: Any, dtype: np.dtype, x: Any, type_proto: Any = None) -> Any:
         where = f"input '{info.name}'"
+        type_proto = info.type if type_proto is None else type_proto
+        kind = type_proto.WhichOneof("value")
+        if kind == "optional_type":  # None when empty
+            inner = type_proto.optional_type.elem_type
+            return None if x is None else self._checked(info, dtype, x, inner)
+        if kind == "sequence_type":  # a list of arrays
+            if not isinstance(x, list | tuple):
+                raise ValidationError(f"{ONNX}: {where} is a sequence: give a list of arrays")
+            inner = type_proto.sequence_type.elem_type
+            return [self._checked(info, dtype, a, inner) for a in x]
         if isinstance(x, jax.core.Tracer):
             raise ValidationError(f"{ONNX}: {where}: run takes arrays; use .fn under jax.jit")
         x = np.asarray(x)
         if x.dtype != dtype:
             raise ValidationError(
-                f"{ONNX}: {where} must be {_type_string(info.type.tensor_type.elem_type)}, got "
+                f"{ONNX}: {where} must be {_type_string(_tensor_elem(info.type))}, got "
                 f"an array of {x.dtype}"
             )
         return x
@@ -428,7 +506,7 @@ class InferenceSession:
         """The program for inputs of ``shapes`` (one per input of ``get_inputs()``), imported
         and compiled on first use. ``values`` gives the values of static inputs; ``sizes`` the
         run-time sizes of data-dependent output shapes (``NeedsSizes``)."""
-        shapes = tuple(tuple(int(d) for d in s) for s in shapes)
+        shapes = tuple(_shape_key(s) for s in shapes)
         values = dict(values or {})
         sizes = {k: tuple(int(n) for n in v) for k, v in (sizes or {}).items()}
         self._check_shapes(shapes)
@@ -486,9 +564,10 @@ class InferenceSession:
         nodes that need them are remembered per input shapes, so later runs compute them
         before looking the program up."""
         values = {i.name: a for i, a in zip(self._inputs, arrays)}
-        shapes = [a.shape for a in arrays]
+        shapes = [_structure_shape(a) for a in arrays]
         extra_shapes = [e.shape for e in extra]
-        base = (tuple(map(tuple, shapes)), tuple(overrides), tuple(map(tuple, extra_shapes)))
+        base = (tuple(_shape_key(x) for x in shapes), tuple(overrides),
+                tuple(map(tuple, extra_shapes)))  # fmt: skip
         needs = self._size_needs.setdefault(base, [])
         feed = dict(zip(self._names(tuple(overrides)), list(arrays) + list(extra)))
         sizes = {e.key: self._run_size(e, feed) for e in needs}
@@ -568,14 +647,23 @@ class InferenceSession:
         for info, x in zip(self._inputs, inputs):
             if info.name in self._static and not isinstance(x, jax.core.Tracer):
                 values[info.name] = np.asarray(x)
-        shapes = [np.shape(x) for x in inputs]
+        shapes = [_structure_shape(x) for x in inputs]
         try:
             program = self.program(shapes, values)
         except ValidationError:
             if any(isinstance(x, jax.core.Tracer) for x in inputs):
                 raise
-            program = self._program_for([np.asarray(x) for x in inputs])
-        return program.apply(params, *inputs)
+            program = self._program_for(
+                [np.asarray(x) if _is_tensor(i) else x for i, x in zip(self._inputs, inputs)]
+            )
+        imp = program.imported
+        if not imp.layouts:
+            return program.apply(params, *inputs)
+        # Sequence and optional values: their tensors in, lists and None out.
+        feed = _flat_feed({i.name: x for i, x in zip(self._inputs, inputs)}, imp)
+        outs = program.apply(params, *(feed[n] for n in imp.input_names))
+        result = _nested_result(dict(zip(imp.output_names, outs)), imp)
+        return tuple(result[o.name] for o in self._model.graph.output)
 
     def fn(self, *inputs: Any) -> tuple:
         """The model as a pure JAX function of its inputs (parameters at their initializer
