@@ -45,11 +45,14 @@ def _model(op, inputs, *, constants=(), out_dtype=None, onnx_opset=17, **attrs):
     graph = helper.make_graph(
         [node],
         op.lower(),
-        [helper.make_tensor_value_info(n, elem(a.dtype), a.shape)
-         for n, a in present.items() if n not in constants],
+        [
+            helper.make_tensor_value_info(n, elem(a.dtype), a.shape)
+            for n, a in present.items()
+            if n not in constants
+        ],
         [helper.make_tensor_value_info("y", elem(np.dtype(out_dtype)), None)],
         [numpy_helper.from_array(present[n], n) for n in constants if n in present],
-    )  # fmt: skip
+    )
     opsets = [helper.make_opsetid("", onnx_opset), helper.make_opsetid(MS, 1)]
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 10  # what onnxruntime 1.30 (the GPU machine) reads
@@ -83,8 +86,9 @@ def _run(model, feeds, ops=(), steps=0, rtol=1e-5, atol=1e-6, reference=None):
 
 def _q(dtype, shape, lo=None, hi=None):
     info = np.iinfo(dtype)
-    return RNG.integers(info.min if lo is None else lo, (info.max if hi is None else hi) + 1,
-                        shape).astype(dtype)  # fmt: skip
+    return RNG.integers(
+        info.min if lo is None else lo, (info.max if hi is None else hi) + 1, shape
+    ).astype(dtype)
 
 
 def _zp(dtype, value=None):
@@ -111,9 +115,16 @@ def _rejects(model, feeds, pattern):
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
 def test_qlinear_binary(op, dtype):
     a, b = _q(dtype, (2, 3, 4)), _q(dtype, (3, 1))
-    inputs = {"A": a, "A_scale": _s(0.05), "A_zero_point": _zp(dtype), "B": b,
-              "B_scale": _s(0.03), "B_zero_point": _zp(dtype, 3), "C_scale": _s(0.11 if op ==
-              "QLinearAdd" else 0.4), "C_zero_point": _zp(dtype, 9)}  # fmt: skip
+    inputs = {
+        "A": a,
+        "A_scale": _s(0.05),
+        "A_zero_point": _zp(dtype),
+        "B": b,
+        "B_scale": _s(0.03),
+        "B_zero_point": _zp(dtype, 3),
+        "C_scale": _s(0.11 if op == "QLinearAdd" else 0.4),
+        "C_zero_point": _zp(dtype, 9),
+    }
     model, feeds = _model(op, inputs, constants=("A_scale", "B_scale"), out_dtype=dtype)
     dml = "ELEMENT_WISE_QUANTIZED_LINEAR_ADD" if op == "QLinearAdd" else "ELEMENT_WISE_MULTIPLY"
     _run(model, feeds, [dml], steps=1)
@@ -130,9 +141,16 @@ def _absent(inputs, *names):
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
 def test_qlinear_binary_without_zero_points(op):
     a, b = _q(np.int8, (5, 6)), _q(np.int8, (6,))
-    inputs = {"A": a, "A_scale": _s(0.05), "A_zero_point": _zp(np.int8), "B": b,
-              "B_scale": _s(0.02), "B_zero_point": _zp(np.int8), "C_scale": _s(0.07),
-              "C_zero_point": _zp(np.int8)}  # fmt: skip
+    inputs = {
+        "A": a,
+        "A_scale": _s(0.05),
+        "A_zero_point": _zp(np.int8),
+        "B": b,
+        "B_scale": _s(0.02),
+        "B_zero_point": _zp(np.int8),
+        "C_scale": _s(0.07),
+        "C_zero_point": _zp(np.int8),
+    }
     absent, explicit = _absent(inputs, "A_zero_point", "B_zero_point")
     zeros = ("A_zero_point", "B_zero_point")
     model, feeds = _model(op, absent, constants=zeros, out_dtype=np.int8)
@@ -142,25 +160,40 @@ def test_qlinear_binary_without_zero_points(op):
 
 @pytest.mark.parametrize("dtype", Q8)
 @pytest.mark.parametrize(
-    "op, attrs", [("QLinearSigmoid", {}), ("QLinearLeakyRelu", {}),
-                  ("QLinearLeakyRelu", {"alpha": 0.3})],  # fmt: skip
+    "op, attrs",
+    [
+        ("QLinearSigmoid", {}),
+        ("QLinearLeakyRelu", {}),
+        ("QLinearLeakyRelu", {"alpha": 0.3}),
+    ],
 )
 def test_qlinear_activation(op, attrs, dtype):
     x = np.arange(256).astype(np.int64) + np.iinfo(dtype).min  # every input value
-    inputs = {"X": x.astype(dtype).reshape(4, 64), "X_scale": _s(0.043),
-              "X_zero_point": _zp(dtype), "Y_scale": _s(0.0041 if op == "QLinearSigmoid" else 0.03),
-              "Y_zero_point": _zp(dtype, np.iinfo(dtype).min if op == "QLinearSigmoid" else 5)}  # fmt: skip
+    inputs = {
+        "X": x.astype(dtype).reshape(4, 64),
+        "X_scale": _s(0.043),
+        "X_zero_point": _zp(dtype),
+        "Y_scale": _s(0.0041 if op == "QLinearSigmoid" else 0.03),
+        "Y_zero_point": _zp(dtype, np.iinfo(dtype).min if op == "QLinearSigmoid" else 5),
+    }
     model, feeds = _model(op, inputs, out_dtype=dtype, **attrs)
     act = "ACTIVATION_SIGMOID" if op == "QLinearSigmoid" else "ACTIVATION_LEAKY_RELU"
     # LeakyRelu: onnxruntime's lookup table holds the same float32 steps (exact); Sigmoid's
     # float32 values may differ by an ulp between implementations (one step at a tie).
     steps = 1 if op == "QLinearSigmoid" else 0
-    _run(model, feeds, ["ELEMENT_WISE_DEQUANTIZE_LINEAR", act, "ELEMENT_WISE_QUANTIZE_LINEAR"], steps)
+    _run(
+        model, feeds, ["ELEMENT_WISE_DEQUANTIZE_LINEAR", act, "ELEMENT_WISE_QUANTIZE_LINEAR"], steps
+    )
 
 
 def test_qlinear_activation_without_zero_points():
-    inputs = {"X": _q(np.uint8, (3, 7)), "X_scale": _s(0.05), "X_zero_point": _zp(np.uint8),
-              "Y_scale": _s(0.004), "Y_zero_point": _zp(np.uint8)}  # fmt: skip
+    inputs = {
+        "X": _q(np.uint8, (3, 7)),
+        "X_scale": _s(0.05),
+        "X_zero_point": _zp(np.uint8),
+        "Y_scale": _s(0.004),
+        "Y_zero_point": _zp(np.uint8),
+    }
     absent, explicit = _absent(inputs, "X_zero_point", "Y_zero_point")
     zeros = ("X_zero_point", "Y_zero_point")
     model, feeds = _model("QLinearSigmoid", absent, constants=zeros, out_dtype=np.uint8)
@@ -172,8 +205,13 @@ def test_qlinear_activation_without_zero_points():
 @pytest.mark.parametrize("opset, axis", [(13, -1), (13, 1), (12, 1), (12, -1)])
 def test_qlinear_softmax(opset, axis, dtype):
     # onnxruntime requires the output zero point to be the type's lowest value (0 or -128).
-    inputs = {"X": _q(dtype, (2, 3, 5)), "X_scale": _s(0.06), "x_zero_point": _zp(dtype),
-              "y_scale": _s(1 / 256), "y_zero_point": _zp(dtype, np.iinfo(dtype).min)}  # fmt: skip
+    inputs = {
+        "X": _q(dtype, (2, 3, 5)),
+        "X_scale": _s(0.06),
+        "x_zero_point": _zp(dtype),
+        "y_scale": _s(1 / 256),
+        "y_zero_point": _zp(dtype, np.iinfo(dtype).min),
+    }
     model, feeds = _model(
         "QLinearSoftmax", inputs, out_dtype=dtype, onnx_opset=opset, opset=opset, axis=axis
     )
@@ -198,9 +236,17 @@ def test_qlinear_concat(axis, dtype):
 @pytest.mark.parametrize("dtype", Q8)
 def test_qlinear_where(dtype):
     cond = RNG.integers(0, 2, (3, 4)).astype(bool)
-    inputs = {"condition": cond, "X": _q(dtype, (3, 4)), "x_scale": _s(0.05),
-              "x_zero_point": _zp(dtype), "Y": _q(dtype, (4,)), "y_scale": _s(0.02),
-              "y_zero_point": _zp(dtype, 3), "z_scale": _s(0.04), "z_zero_point": _zp(dtype, 1)}  # fmt: skip
+    inputs = {
+        "condition": cond,
+        "X": _q(dtype, (3, 4)),
+        "x_scale": _s(0.05),
+        "x_zero_point": _zp(dtype),
+        "Y": _q(dtype, (4,)),
+        "y_scale": _s(0.02),
+        "y_zero_point": _zp(dtype, 3),
+        "z_scale": _s(0.04),
+        "z_zero_point": _zp(dtype, 1),
+    }
     _run(*_model("QLinearWhere", inputs, out_dtype=dtype), ["ELEMENT_WISE_IF"])
 
 
@@ -209,8 +255,13 @@ def test_qlinear_where(dtype):
 
 
 def _pool_inputs(dtype, shape, zero=True):
-    return {"X": _q(dtype, shape), "x_scale": _s(0.07), "x_zero_point": _zp(dtype) if zero else
-            None, "y_scale": _s(0.05), "y_zero_point": _zp(dtype, 4) if zero else None}  # fmt: skip
+    return {
+        "X": _q(dtype, shape),
+        "x_scale": _s(0.07),
+        "x_zero_point": _zp(dtype) if zero else None,
+        "y_scale": _s(0.05),
+        "y_zero_point": _zp(dtype, 4) if zero else None,
+    }
 
 
 @pytest.mark.parametrize("dtype", Q8)
@@ -218,21 +269,37 @@ def _pool_inputs(dtype, shape, zero=True):
     "shape, attrs",
     [
         ((1, 3, 7, 6), {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1]}),
-        ((2, 2, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
-                        "count_include_pad": 1}),
+        (
+            (2, 2, 7, 7),
+            {
+                "kernel_shape": [3, 3],
+                "strides": [2, 2],
+                "pads": [1, 1, 1, 1],
+                "count_include_pad": 1,
+            },
+        ),
         ((1, 2, 6, 7), {"kernel_shape": [2, 3], "strides": [2, 2], "ceil_mode": 1}),
         ((1, 2, 6, 7), {"kernel_shape": [2, 2], "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
         ((2, 3, 9), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
         ((1, 2, 4, 5, 6), {"kernel_shape": [2, 2, 3]}),
         # ceil_mode's extra end padding with count_include_pad: onnxruntime divides by the whole
         # window (as DirectML's IncludePadding does), not by ONNX's AveragePool count.
-        ((1, 2, 6, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
-                        "ceil_mode": 1, "count_include_pad": 1}),
+        (
+            (1, 2, 6, 7),
+            {
+                "kernel_shape": [3, 3],
+                "strides": [2, 2],
+                "pads": [1, 1, 1, 1],
+                "ceil_mode": 1,
+                "count_include_pad": 1,
+            },
+        ),
     ],
-)  # fmt: skip
+)
 def test_qlinear_average_pool(shape, attrs, dtype):
-    model, feeds = _model("QLinearAveragePool", _pool_inputs(dtype, shape), out_dtype=dtype,
-                          **attrs)  # fmt: skip
+    model, feeds = _model(
+        "QLinearAveragePool", _pool_inputs(dtype, shape), out_dtype=dtype, **attrs
+    )
     _run(model, feeds, ["QUANTIZED_LINEAR_AVERAGE_POOLING"], steps=1)
 
 
@@ -240,21 +307,33 @@ def test_qlinear_average_pool(shape, attrs, dtype):
 def test_qlinear_average_pool_channels_last(shape):
     nd = len(shape) - 2
     attrs = {"kernel_shape": [2] * nd, "strides": [1] * nd, "pads": [1] * (2 * nd)}
-    model, feeds = _model("QLinearAveragePool", _pool_inputs(np.uint8, shape),
-                          out_dtype=np.uint8, channels_last=1, **attrs)  # fmt: skip
+    model, feeds = _model(
+        "QLinearAveragePool",
+        _pool_inputs(np.uint8, shape),
+        out_dtype=np.uint8,
+        channels_last=1,
+        **attrs,
+    )
     _run(model, feeds, ["QUANTIZED_LINEAR_AVERAGE_POOLING", "ELEMENT_WISE_IDENTITY"], steps=1)
 
 
 @pytest.mark.parametrize("dtype", Q8)
 @pytest.mark.parametrize(
     "shape, channels_last",
-    [((2, 3, 5, 4), 0), ((2, 5, 4, 3), 1), ((2, 3, 7), 0), ((1, 3, 2, 2, 2, 2), 0),
-     ((2, 7, 3), 1), ((1, 2, 3, 4, 5), 1)],
-)  # fmt: skip
+    [
+        ((2, 3, 5, 4), 0),
+        ((2, 5, 4, 3), 1),
+        ((2, 3, 7), 0),
+        ((1, 3, 2, 2, 2, 2), 0),
+        ((2, 7, 3), 1),
+        ((1, 2, 3, 4, 5), 1),
+    ],
+)
 def test_qlinear_global_average_pool(shape, channels_last, dtype):
     inputs = _pool_inputs(dtype, shape)
-    model, feeds = _model("QLinearGlobalAveragePool", inputs, out_dtype=dtype,
-                          channels_last=channels_last)  # fmt: skip
+    model, feeds = _model(
+        "QLinearGlobalAveragePool", inputs, out_dtype=dtype, channels_last=channels_last
+    )
     _run(model, feeds, ["QUANTIZED_LINEAR_AVERAGE_POOLING"], steps=1)
 
 
@@ -273,14 +352,20 @@ def test_qlinear_global_average_pool(shape, channels_last, dtype):
 )
 def test_matmul_integer_to_float(ta, tb, bias, zero_points, per_column):
     n = 5
-    inputs = {"A": _q(ta, (2, 3, 8)), "B": _q(tb, (8, n)), "a_scale": _s(0.02),
-              "b_scale": RNG.uniform(0.01, 0.05, n).astype(np.float32) if per_column else _s(0.03),
-              "a_zero_point": _zp(ta) if zero_points else None,
-              "b_zero_point": (np.arange(n).astype(tb) if per_column else _zp(tb, 2))
-              if zero_points else None,
-              "bias": RNG.normal(0, 1, n).astype(np.float32) if bias else None}  # fmt: skip
-    model, feeds = _model("MatMulIntegerToFloat", inputs, constants=("B", "b_scale"),
-                          out_dtype=np.float32)  # fmt: skip
+    inputs = {
+        "A": _q(ta, (2, 3, 8)),
+        "B": _q(tb, (8, n)),
+        "a_scale": _s(0.02),
+        "b_scale": RNG.uniform(0.01, 0.05, n).astype(np.float32) if per_column else _s(0.03),
+        "a_zero_point": _zp(ta) if zero_points else None,
+        "b_zero_point": (np.arange(n).astype(tb) if per_column else _zp(tb, 2))
+        if zero_points
+        else None,
+        "bias": RNG.normal(0, 1, n).astype(np.float32) if bias else None,
+    }
+    model, feeds = _model(
+        "MatMulIntegerToFloat", inputs, constants=("B", "b_scale"), out_dtype=np.float32
+    )
     op = "MATRIX_MULTIPLY_INTEGER_TO_FLOAT" if ta == tb else "MATRIX_MULTIPLY_INTEGER"
     _run(model, feeds, [op])
 
@@ -289,15 +374,25 @@ def test_matmul_integer_to_float(ta, tb, bias, zero_points, per_column):
 @pytest.mark.parametrize("bias, zero_point", [(True, True), (False, False)])
 def test_dynamic_quantize_matmul(tb, bias, zero_point):
     n = 6
-    inputs = {"A": RNG.normal(0, 2, (3, 4, 16)).astype(np.float32), "B": _q(tb, (16, n)),
-              "b_scale": _s(0.02), "b_zero_point": _zp(tb, 3) if zero_point else None,
-              "bias": RNG.normal(0, 1, n).astype(np.float32) if bias else None}  # fmt: skip
-    model, feeds = _model("DynamicQuantizeMatMul", inputs, constants=("B", "b_scale", "bias"),
-                          out_dtype=np.float32)  # fmt: skip
+    inputs = {
+        "A": RNG.normal(0, 2, (3, 4, 16)).astype(np.float32),
+        "B": _q(tb, (16, n)),
+        "b_scale": _s(0.02),
+        "b_zero_point": _zp(tb, 3) if zero_point else None,
+        "bias": RNG.normal(0, 1, n).astype(np.float32) if bias else None,
+    }
+    model, feeds = _model(
+        "DynamicQuantizeMatMul", inputs, constants=("B", "b_scale", "bias"), out_dtype=np.float32
+    )
     # onnxruntime quantizes A to UINT8, DirectML's provider to B's type: the dequantized values
     # are the same, so the results agree to float32 rounding.
-    _run(model, feeds, ["DYNAMIC_QUANTIZE_LINEAR", "MATRIX_MULTIPLY_INTEGER_TO_FLOAT"], rtol=1e-4,
-         atol=1e-4)  # fmt: skip
+    _run(
+        model,
+        feeds,
+        ["DYNAMIC_QUANTIZE_LINEAR", "MATRIX_MULTIPLY_INTEGER_TO_FLOAT"],
+        rtol=1e-4,
+        atol=1e-4,
+    )
 
 
 @pytest.mark.parametrize(
@@ -314,14 +409,26 @@ def test_qgemm(ta, tb, attrs, c_shape, quantized, per_column):
     m, k, n = 4, 9, 5
     a = _q(ta, (k, m) if attrs.get("transA") else (m, k))
     b = _q(tb, (n, k) if attrs.get("transB") else (k, n))
-    inputs = {"A": a, "a_scale": _s(0.03), "a_zero_point": _zp(ta), "B": b,
-              "b_scale": RNG.uniform(0.01, 0.04, n).astype(np.float32) if per_column else _s(0.02),
-              "b_zero_point": np.arange(n).astype(tb) if per_column else _zp(tb, -3 if tb == np.int8 else 3),
-              "C": None if c_shape is None else RNG.integers(-500, 500, c_shape).astype(np.int32),
-              "y_scale": _s(0.09) if quantized else None,
-              "y_zero_point": _zp(ta, 10) if quantized else None}  # fmt: skip
-    model, feeds = _model("QGemm", inputs, constants=("B", "b_scale", "b_zero_point"),
-                          out_dtype=ta if quantized else np.float32, **attrs)  # fmt: skip
+    inputs = {
+        "A": a,
+        "a_scale": _s(0.03),
+        "a_zero_point": _zp(ta),
+        "B": b,
+        "b_scale": RNG.uniform(0.01, 0.04, n).astype(np.float32) if per_column else _s(0.02),
+        "b_zero_point": np.arange(n).astype(tb)
+        if per_column
+        else _zp(tb, -3 if tb == np.int8 else 3),
+        "C": None if c_shape is None else RNG.integers(-500, 500, c_shape).astype(np.int32),
+        "y_scale": _s(0.09) if quantized else None,
+        "y_zero_point": _zp(ta, 10) if quantized else None,
+    }
+    model, feeds = _model(
+        "QGemm",
+        inputs,
+        constants=("B", "b_scale", "b_zero_point"),
+        out_dtype=ta if quantized else np.float32,
+        **attrs,
+    )
     # The same float32 multiplier and rounding as onnxruntime's requantization: exact.
     _run(model, feeds, ["MATRIX_MULTIPLY_INTEGER", "ELEMENT_WISE_DEQUANTIZE_LINEAR"])
 
@@ -351,10 +458,24 @@ def _nbits(a, n, k, bits, block, *, zero="packed", bias=False, g_idx=None, dtype
         zeros = pack(z, width)
     elif zero == "float":
         zeros = RNG.uniform(0, (1 << bits) - 1, (n, blocks)).astype(dtype)
-    inputs = {"A": a.astype(dtype), "B": b, "scales": scales, "zero_points": zeros,
-              "g_idx": g_idx, "bias": RNG.normal(0, 1, n).astype(dtype) if bias else None}  # fmt: skip
-    return _model("MatMulNBits", inputs, constants=("B", "scales", "zero_points", "g_idx"),
-                  out_dtype=dtype, K=k, N=n, bits=bits, block_size=block)  # fmt: skip
+    inputs = {
+        "A": a.astype(dtype),
+        "B": b,
+        "scales": scales,
+        "zero_points": zeros,
+        "g_idx": g_idx,
+        "bias": RNG.normal(0, 1, n).astype(dtype) if bias else None,
+    }
+    return _model(
+        "MatMulNBits",
+        inputs,
+        constants=("B", "scales", "zero_points", "g_idx"),
+        out_dtype=dtype,
+        K=k,
+        N=n,
+        bits=bits,
+        block_size=block,
+    )
 
 
 @pytest.mark.parametrize(
@@ -450,30 +571,47 @@ def test_dequantize_linear_int32():
 
 
 def test_rejects_per_channel_qlinear_scale():
-    inputs = {"A": _q(np.uint8, (2, 3)), "A_scale": np.full(3, 0.1, np.float32),
-              "A_zero_point": None, "B": _q(np.uint8, (2, 3)), "B_scale": _s(0.1),
-              "B_zero_point": None, "C_scale": _s(0.1)}  # fmt: skip
+    inputs = {
+        "A": _q(np.uint8, (2, 3)),
+        "A_scale": np.full(3, 0.1, np.float32),
+        "A_zero_point": None,
+        "B": _q(np.uint8, (2, 3)),
+        "B_scale": _s(0.1),
+        "B_zero_point": None,
+        "C_scale": _s(0.1),
+    }
     _rejects(*_model("QLinearAdd", inputs, out_dtype=np.uint8), "A's scale must hold one value")
 
 
 def test_rejects_a_missing_required_input():
-    inputs = {"X": _q(np.uint8, (1, 2, 3, 3)), "x_scale": _s(0.1), "x_zero_point": None,
-              "y_scale": _s(0.1), "y_zero_point": _zp(np.uint8)}  # fmt: skip
+    inputs = {
+        "X": _q(np.uint8, (1, 2, 3, 3)),
+        "x_scale": _s(0.1),
+        "x_zero_point": None,
+        "y_scale": _s(0.1),
+        "y_zero_point": _zp(np.uint8),
+    }
     model, feeds = _model("QLinearGlobalAveragePool", inputs, out_dtype=np.uint8)
     _rejects(model, feeds, "input 2 \\('x_zero_point'\\) is required")
 
 
 def test_rejects_an_unknown_attribute():
-    inputs = {"X": _q(np.uint8, (3,)), "X_scale": _s(0.1), "X_zero_point": None,
-              "Y_scale": _s(0.1)}  # fmt: skip
+    inputs = {"X": _q(np.uint8, (3,)), "X_scale": _s(0.1), "X_zero_point": None, "Y_scale": _s(0.1)}
     model, feeds = _model("QLinearSigmoid", inputs, out_dtype=np.uint8, alpha=0.5)
     _rejects(model, feeds, "attribute 'alpha' is not an attribute")
 
 
 def test_rejects_qgemm_y_scale_without_zero_point():
-    inputs = {"A": _q(np.uint8, (2, 3)), "a_scale": _s(0.1), "a_zero_point": _zp(np.uint8),
-              "B": _q(np.int8, (3, 2)), "b_scale": _s(0.1), "b_zero_point": _zp(np.int8),
-              "C": None, "y_scale": _s(0.1)}  # fmt: skip
+    inputs = {
+        "A": _q(np.uint8, (2, 3)),
+        "a_scale": _s(0.1),
+        "a_zero_point": _zp(np.uint8),
+        "B": _q(np.int8, (3, 2)),
+        "b_scale": _s(0.1),
+        "b_zero_point": _zp(np.int8),
+        "C": None,
+        "y_scale": _s(0.1),
+    }
     _rejects(*_model("QGemm", inputs, out_dtype=np.uint8), "y_scale and y_zero_point")
 
 

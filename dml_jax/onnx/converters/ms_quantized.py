@@ -56,7 +56,7 @@ from ...enums import DataType
 from ...tensor import ScaleBias, TensorDesc, packed_strides
 from ..importer import Value, broadcast, packed, permuted
 from . import converter, lookup
-from ._common import binary_value, broadcast_shape, cast_value, op, pads_of, spatial_out
+from ._common import binary_value, broadcast_shape, op, pads_of, spatial_out
 from .quantized import (
     _desc,
     _matrices,
@@ -143,6 +143,10 @@ class _FloatContext:
     def __getattr__(self, name):
         return getattr(self._ctx, name)
 
+    @property
+    def attrs(self) -> dict:
+        return self._attrs
+
     def attr(self, name: str, default=None):
         return self._attrs.get(name, default)
 
@@ -167,7 +171,8 @@ def _dequantized(ctx, x: Value, scale: Value, zero: Value | None, what: str) -> 
 
 
 def _requantized(ctx, y: Value, scale: Value, zero: Value | None, t: DataType) -> Value:
-    scale, zero = _scale(ctx, scale, "the output's scale"), _zero(ctx, zero, "the output's zero point", t)  # fmt: skip
+    scale = _scale(ctx, scale, "the output's scale")
+    zero = _zero(ctx, zero, "the output's zero point", t)
     return quantize_value(ctx, y, scale, zero, t)
 
 
@@ -680,7 +685,6 @@ def _gathered(ctx, v: Value, order: np.ndarray) -> Value:
 def _dequantize_blocks(ctx, q: Value, params: list, t: DataType) -> Value:
     """DEQUANTIZE of ``q`` {N, columns} with {N, groups} quantization tensors (one value per
     block of ``columns / groups``)."""
-    params = [cast_value(ctx, params[0], t)] + params[1:]
     desc = op("DEQUANTIZE")(
         packed(q.data_type, q.shape),
         "SCALE_ZERO_POINT" if len(params) == 2 else "SCALE",
