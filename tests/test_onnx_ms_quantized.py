@@ -337,6 +337,37 @@ def test_qlinear_global_average_pool(shape, channels_last, dtype):
     _run(model, feeds, ["QUANTIZED_LINEAR_AVERAGE_POOLING"], steps=1)
 
 
+@pytest.mark.parametrize("tw", Q8)
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_qlinear_conv(channels_last, tw):
+    """com.microsoft QLinearConv (onnxruntime's NHWC form): ai.onnx QLinearConv's mapping."""
+    x = _q(np.uint8, (1, 6, 7, 4) if channels_last else (1, 4, 6, 7))
+    inputs = {
+        "x": x,
+        "x_scale": _s(0.02),
+        "x_zero_point": _zp(np.uint8),
+        "w": _q(tw, (6, 2, 3, 3)),
+        "w_scale": RNG.uniform(0.005, 0.02, 6).astype(np.float32),
+        "w_zero_point": np.zeros(6, tw),
+        "y_scale": _s(0.3),
+        "y_zero_point": _zp(np.uint8, 100),
+        "B": RNG.integers(-2000, 2000, 6).astype(np.int32),
+    }
+    model, feeds = _model(
+        "QLinearConv",
+        inputs,
+        out_dtype=np.uint8,
+        channels_last=channels_last,
+        group=2,
+        pads=[1, 0, 1, 2],
+        strides=[2, 1],
+    )
+    ops = ["QUANTIZED_LINEAR_CONVOLUTION"] + (["ELEMENT_WISE_IDENTITY"] if channels_last else [])
+    # onnxruntime requantizes the INT32 sums by one float32 multiplier per channel; DirectML
+    # scales by x_scale * w_scale, then divides by y_scale: one step where they round apart.
+    _run(model, feeds, ops, steps=1)
+
+
 # ---------------------------------------------------------------------------------------------
 # Integer matrix products
 
@@ -559,6 +590,22 @@ def test_quantize_dequantize_linear(dtype, axis):
     inputs = {"x": q, "x_scale": scale, "x_zero_point": zero}
     model, feeds = _model("DequantizeLinear", inputs, out_dtype=np.float32, **attrs)
     _run(model, feeds, ["ELEMENT_WISE_DEQUANTIZE_LINEAR"], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.uint16])
+def test_quantize_linear_nan_and_infinities(dtype):
+    """DirectML's quantization (docs/semantics.md, "Quantization"): NaN becomes the zero point,
+    infinities saturate; the 16-bit types' composed arithmetic keeps that rule. (onnxruntime
+    casts NaN to an integer, which C++ leaves undefined: NumPy gives the expected values.)"""
+    x = np.array([np.nan, np.inf, -np.inf, 3.0], np.float32)
+    zero = np.array(5, dtype)
+    inputs = {"x": x, "y_scale": _s(0.5), "y_zero_point": zero}
+    model, feeds = _model(
+        "QuantizeLinear", inputs, constants=("y_scale", "y_zero_point"), out_dtype=dtype
+    )
+    got = InferenceSession(model).run(None, feeds)[0]
+    info = np.iinfo(dtype)
+    np.testing.assert_array_equal(got, np.array([5, info.max, info.min, 11], dtype))
 
 
 def test_dequantize_linear_int32():

@@ -33,6 +33,8 @@ them where it has a kernel (``../shared/spec/ONNX.md``, the com.microsoft table)
   block is read through GEMM's strides (the padding never enters the product); ``g_idx`` other
   than the plain block order gathers the scales and zero points per column of K (GATHER); the
   bias is GEMM's C. ``accuracy_level`` is a precision hint: the product is float (level 0).
+- QLinearConv (com.microsoft) -> ai.onnx QLinearConv's mapping; ``channels_last`` inputs are
+  read through permuted strides (ELEMENT_WISE_IDENTITY) and the output written back.
 - QuantizeLinear / DequantizeLinear -> ai.onnx's (opset 13 rules: one value or one per index of
   ``axis``), including the 16-bit types (``quantized.quantize_value``).
 
@@ -133,9 +135,10 @@ def _zero(ctx, v: Value | None, what: str, data_type: DataType) -> Value | None:
     return _one(ctx, v, what, data_type)
 
 
-class _FloatContext:
-    """The context an ai.onnx converter sees when it computes the float part of a quantized
-    contrib op: the contrib node's, with that ai.onnx op's opset and attributes."""
+class _OnnxContext:
+    """The context an ai.onnx converter sees when a contrib op reuses it (the float op between a
+    dequantize and a quantize, QLinearConv): the contrib node's, with that ai.onnx op's opset and
+    attributes."""
 
     def __init__(self, ctx, opset: int, **attrs):
         self._ctx, self.opset, self._attrs = ctx, opset, attrs
@@ -151,9 +154,9 @@ class _FloatContext:
         return self._attrs.get(name, default)
 
 
-def _float_op(ctx, op_type: str, inputs: list, opset: int = 13, **attrs) -> Value:
-    """The first output of ai.onnx ``op_type``'s converter on float ``inputs``."""
-    return lookup(op_type)(_FloatContext(ctx, opset, **attrs), ctx.onnx_node, inputs)[0]
+def _onnx_op(ctx, op_type: str, inputs: list, opset: int = 13, **attrs) -> Value:
+    """The first output of ai.onnx ``op_type``'s converter on ``inputs``."""
+    return lookup(op_type)(_OnnxContext(ctx, opset, **attrs), ctx.onnx_node, inputs)[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,7 +212,7 @@ def _qlinear_mul(ctx, node, inputs):
     if b.data_type != t:
         raise ctx.fail(f"B ({b.data_type.name}) and A ({t.name}) must have one type")
     fa, fb = _dequantized(ctx, a, sa, za, "A"), _dequantized(ctx, b, sb, zb, "B")
-    return [_requantized(ctx, _float_op(ctx, "Mul", [fa, fb]), sc, zc, t)]
+    return [_requantized(ctx, _onnx_op(ctx, "Mul", [fa, fb]), sc, zc, t)]
 
 
 def _unary(op_type: str, attrs: dict[str, tuple[str, float]] | None = None):
@@ -224,7 +227,7 @@ def _unary(op_type: str, attrs: dict[str, tuple[str, float]] | None = None):
         )  # fmt: skip
         t = _quantized(ctx, x, "X")
         given = {onnx: float(ctx.attr(name, d)) for name, (onnx, d) in attrs.items()}
-        y = _float_op(ctx, op_type, [_dequantized(ctx, x, sx, zx, "X")], **given)
+        y = _onnx_op(ctx, op_type, [_dequantized(ctx, x, sx, zx, "X")], **given)
         return [_requantized(ctx, y, sy, zy, t)]
 
     return convert
@@ -246,7 +249,7 @@ def _qlinear_softmax(ctx, node, inputs):
     # The Softmax the node replaced: its axis rule (2-D coercion before opset 13) by ``opset``.
     opset = int(ctx.attr("opset"))
     axis = int(ctx.attr("axis", -1))
-    y = _float_op(ctx, "Softmax", [_dequantized(ctx, x, sx, zx, "X")], opset=opset, axis=axis)
+    y = _onnx_op(ctx, "Softmax", [_dequantized(ctx, x, sx, zx, "X")], opset=opset, axis=axis)
     return [_requantized(ctx, y, sy, zy, t)]
 
 
@@ -269,7 +272,7 @@ def _qlinear_concat(ctx, node, inputs):
         if _quantized(ctx, x, f"input {i}") != t:
             raise ctx.fail(f"input {i} ({x.data_type.name}) and Y ({t.name}) must have one type")
         floats.append(_dequantized(ctx, x, sx, zx, f"input {i}"))
-    y = _float_op(ctx, "Concat", floats, axis=int(ctx.attr("axis")))
+    y = _onnx_op(ctx, "Concat", floats, axis=int(ctx.attr("axis")))
     return [_requantized(ctx, y, sy, zy, t)]
 
 
@@ -284,7 +287,7 @@ def _qlinear_where(ctx, node, inputs):
     if y.data_type != t:
         raise ctx.fail(f"Y ({y.data_type.name}) and X ({t.name}) must have one type")
     fx, fy = _dequantized(ctx, x, sx, zx, "X"), _dequantized(ctx, y, sy, zy, "Y")
-    return [_requantized(ctx, _float_op(ctx, "Where", [cond, fx, fy]), sz, zz, t)]
+    return [_requantized(ctx, _onnx_op(ctx, "Where", [cond, fx, fy]), sz, zz, t)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,6 +412,25 @@ def _qlinear_global_average_pool(ctx, node, inputs):
     if source is not None:
         return [y.view((shape[0],) + (1,) * (len(shape) - 2) + (shape[1],))]
     return [y.view(shape[:2] + (1,) * (len(shape) - 2))]
+
+
+@converter("QLinearConv", domain=MS)
+def _ms_qlinear_conv(ctx, node, inputs):
+    """ai.onnx QLinearConv's mapping (QUANTIZED_LINEAR_CONVOLUTION); ``channels_last`` (what
+    onnxruntime's NHWC transformer writes) reads X through permuted strides and writes Y back."""
+    args = _check(
+        ctx, inputs, "x x_scale x_zero_point w w_scale w_zero_point y_scale y_zero_point B?",
+        {"auto_pad": "string", "kernel_shape": "ints", "dilations": "ints", "strides": "ints",
+         "pads": "ints", "group": "int", "channels_last": "int"},
+    )  # fmt: skip
+    x = args[0]
+    shape, source = _channels_first(ctx, x)
+    if source is not None:
+        desc = op("ELEMENT_WISE_IDENTITY")(source, packed(x.data_type, shape))
+        x = ctx.out(ctx.node(desc, [x]), shape)
+    attrs = {k: ctx.attr(k) for k in ctx.attrs if k != "channels_last"}
+    y = _onnx_op(ctx, "QLinearConv", [x, *args[1:]], opset=10, **attrs)
+    return [_channels_back(ctx, y)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ provider maps them:
   and one value per block (the scale's own sizes; DirectML's blocks must divide the input). An
   absent zero point is absent (0); the output type is then ``output_dtype``, else UINT8.
   INT16 / UINT16 outputs (opset 21), which ELEMENT_WISE_QUANTIZE_LINEAR does not write, are its
-  formula from element-wise operators: DIVIDE, ROUND (halves to even), ADD, CLIP, CAST.
+  arithmetic from element-wise operators: DIVIDE, ROUND (halves to even), CLIP, CAST to INT32,
+  ADD of the zero point, CLIP to the type's range, CAST.
 - DynamicQuantizeLinear -> DYNAMIC_QUANTIZE_LINEAR (scale and zero point {1, ..} of the input's
   rank, ONNX's scalars).
 - MatMulInteger -> MATRIX_MULTIPLY_INTEGER, QLinearMatMul -> QUANTIZED_LINEAR_MATRIX_MULTIPLY:
@@ -160,8 +161,8 @@ def quantize_value(
 ) -> Value:
     """``x`` quantized to ``out_type`` with one scale and zero point (``axis`` None) or one per
     index of ``axis``: ELEMENT_WISE_QUANTIZE_LINEAR for the 8-bit types; the 16-bit types, which
-    that operator does not write, by its formula from element-wise operators (the quotient in
-    float32, rounded half to even, the zero point added, clipped to the type's range, CAST)."""
+    that operator does not write, by its arithmetic from element-wise operators
+    (``_quantize_composed``)."""
     if out_type in _SIXTEEN_BIT:
         return _quantize_composed(ctx, x, scale, zero, out_type, axis)
     s, z = _linear_params(x, [scale, zero], axis)
@@ -175,20 +176,28 @@ def quantize_value(
 
 
 def _quantize_composed(ctx, x, scale, zero, out_type, axis) -> Value:
+    """ELEMENT_WISE_QUANTIZE_LINEAR's arithmetic for a 16-bit output: the float32 quotient
+    rounded half to even, bounded (exactly, in float32) so that INT32 holds it, CAST to INT32
+    (NaN becomes 0, so it quantizes to the zero point), the zero point added in INT32, clipped
+    to the type's range, CAST."""
     x = cast_value(ctx, x, DataType.FLOAT32)  # DirectML quantizes in float32 (exact widening)
     scale = cast_value(ctx, scale, DataType.FLOAT32)
-    zero = None if zero is None else cast_value(ctx, zero, DataType.FLOAT32)  # 16 bits: exact
-    s, z = _linear_params(x, [scale, zero], axis)
-    f32 = packed(DataType.FLOAT32, x.shape)
-    y = ctx.out(ctx.node(op("ELEMENT_WISE_DIVIDE")(f32, s[1], f32), [x, s[0]]), x.shape)
-    y = ctx.out(
-        ctx.node(op("ELEMENT_WISE_ROUND")(f32, f32, "HALVES_TO_NEAREST_EVEN"), [y]), x.shape
-    )
-    if z is not None:
-        y = ctx.out(ctx.node(op("ELEMENT_WISE_ADD")(f32, z[1], f32), [y, z[0]]), x.shape)
+    s = _linear_params(x, [scale], axis)[0]
+    f32, i32 = packed(DataType.FLOAT32, x.shape), packed(DataType.INT32, x.shape)
     lo, hi = out_type.integer_range
-    y = ctx.out(ctx.node(op("ELEMENT_WISE_CLIP")(f32, f32, min=float(lo), max=float(hi)), [y]),
-                x.shape)  # fmt: skip
+    span = float(1 << out_type.bits)  # beyond any zero point's reach: saturates either way
+
+    def node(desc, inputs):
+        return ctx.out(ctx.node(desc, inputs), x.shape)
+
+    y = node(op("ELEMENT_WISE_DIVIDE")(f32, s[1], f32), [x, s[0]])
+    y = node(op("ELEMENT_WISE_ROUND")(f32, f32, "HALVES_TO_NEAREST_EVEN"), [y])
+    y = node(op("ELEMENT_WISE_CLIP")(f32, f32, min=lo - span, max=hi + span), [y])
+    y = cast_value(ctx, y, DataType.INT32)
+    if zero is not None:
+        z = _linear_params(x, [cast_value(ctx, zero, DataType.INT32)], axis)[0]
+        y = node(op("ELEMENT_WISE_ADD")(i32, z[1], i32), [y, z[0]])
+    y = node(op("ELEMENT_WISE_CLIP")(i32, i32, min=float(lo), max=float(hi)), [y])
     return cast_value(ctx, y, out_type)
 
 
