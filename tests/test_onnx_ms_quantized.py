@@ -402,18 +402,42 @@ def test_matmul_integer_to_float(ta, tb, bias, zero_points, per_column):
 
 
 @pytest.mark.parametrize("tb", Q8)
-@pytest.mark.parametrize("bias, zero_point", [(True, True), (False, False)])
-def test_dynamic_quantize_matmul(tb, bias, zero_point):
+def test_matmul_integer_to_float16(tb):
+    inputs = {
+        "A": _q(np.uint8, (3, 8)),
+        "B": _q(tb, (8, 5)),
+        "a_scale": np.array(0.02, np.float16),
+        "b_scale": np.array(0.03, np.float16),
+        "a_zero_point": _zp(np.uint8),
+        "b_zero_point": None,
+        "bias": RNG.normal(0, 1, 5).astype(np.float16),
+    }
+    model, feeds = _model("MatMulIntegerToFloat", inputs, constants=("B",), out_dtype=np.float16)
+    op = "MATRIX_MULTIPLY_INTEGER_TO_FLOAT" if tb == np.uint8 else "MATRIX_MULTIPLY_INTEGER"
+    # FLOAT16 results: half an ulp of float16 where the float32 result rounds to it.
+    _run(model, feeds, [op], rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("tb", Q8)
+@pytest.mark.parametrize(
+    "bias, zero_point, per_column", [(True, True, False), (False, False, False), (True, True, True)]
+)
+def test_dynamic_quantize_matmul(tb, bias, zero_point, per_column):
     n = 6
     inputs = {
         "A": RNG.normal(0, 2, (3, 4, 16)).astype(np.float32),
         "B": _q(tb, (16, n)),
-        "b_scale": _s(0.02),
-        "b_zero_point": _zp(tb, 3) if zero_point else None,
+        "b_scale": RNG.uniform(0.01, 0.03, n).astype(np.float32) if per_column else _s(0.02),
+        "b_zero_point": (np.arange(n).astype(tb) if per_column else _zp(tb, 3))
+        if zero_point
+        else None,
         "bias": RNG.normal(0, 1, n).astype(np.float32) if bias else None,
     }
     model, feeds = _model(
-        "DynamicQuantizeMatMul", inputs, constants=("B", "b_scale", "bias"), out_dtype=np.float32
+        "DynamicQuantizeMatMul",
+        inputs,
+        constants=("B", "b_scale", "b_zero_point", "bias"),
+        out_dtype=np.float32,
     )
     # onnxruntime quantizes A to UINT8, DirectML's provider to B's type: the dequantized values
     # are the same, so the results agree to float32 rounding.
@@ -660,6 +684,36 @@ def test_rejects_qgemm_y_scale_without_zero_point():
         "y_scale": _s(0.1),
     }
     _rejects(*_model("QGemm", inputs, out_dtype=np.uint8), "y_scale and y_zero_point")
+
+
+@pytest.mark.parametrize(
+    "op, inputs, attrs, pattern",
+    [
+        ("QLinearConcat", {"Y_scale": _s(0.1), "Y_zero_point": _zp(np.uint8),
+                           "x0": _q(np.uint8, (2, 2)), "s0": _s(0.1)}, {"axis": 0},
+         "the op takes Y_scale, Y_zero_point, then"),
+        ("QLinearSoftmax", {"X": _q(np.uint8, (2, 3)), "X_scale": _s(0.1),
+                            "x_zero_point": _zp(np.uint8), "y_scale": _s(1 / 256),
+                            "y_zero_point": _zp(np.uint8, 0)}, {},
+         "attribute 'opset' is required"),
+        ("DynamicQuantizeMatMul", {"A": _q(np.uint8, (2, 3)), "B": _q(np.int8, (3, 2)),
+                                   "b_scale": _s(0.1)}, {}, "A must be FLOAT32"),
+        ("MatMulIntegerToFloat", {"A": _q(np.uint8, (2, 3)), "B": _q(np.int8, (3, 2)),
+                                  "a_scale": np.full(2, 0.1, np.float32), "b_scale": _s(0.1)},
+         {}, "a_scale must hold one value"),
+        ("QGemm", {"A": _q(np.uint8, (2, 3)), "a_scale": _s(0.1), "a_zero_point": _zp(np.uint8),
+                   "B": _q(np.int8, (3, 4)), "b_scale": np.full(3, 0.1, np.float32),
+                   "b_zero_point": np.zeros(3, np.int8)}, {},
+         "one value or one per column \\(4\\)"),
+        ("MatMulNBits", {"A": RNG.normal(0, 1, (2, 32)).astype(np.float32),
+                         "B": np.zeros((4, 1, 8), np.uint8), "scales": np.ones(4, np.float32)},
+         {"K": 32, "N": 4, "block_size": 32}, "B must be UINT8 of"),
+    ],
+)  # fmt: skip
+def test_rejects(op, inputs, attrs, pattern):
+    constants = [n for n in inputs if n not in ("A", "X", "x0")]
+    model, feeds = _model(op, inputs, constants=constants, out_dtype=np.float32, **attrs)
+    _rejects(model, feeds, pattern)
 
 
 def test_rejects_matmul_nbits_prepacked():
