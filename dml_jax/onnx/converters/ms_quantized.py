@@ -27,8 +27,9 @@ them where it has a kernel (``../shared/spec/ONNX.md``, the com.microsoft table)
   (TransB). B and packed zero points are unpacked at import (they must be known: dml_jax holds
   sub-byte elements one per byte, and graph constants enter through ELEMENT_WISE_IDENTITY, which
   takes no 4-bit type), as UINT8 values (0..15 for 4 bits; DEQUANTIZE's ``(q - z) * s`` is the
-  same arithmetic DirectML applies to UINT4). Absent zero points are onnxruntime's default,
-  ``2**(bits - 1)``; float zero points (A's type) follow onnxruntime's ``q * s - s * z``
+  same arithmetic DirectML applies to UINT4). Absent zero points are the CPU kernel's default,
+  ``2**(bits - 1)`` (the DirectML provider dequantizes with the scale only, i.e. 0, and gives
+  other results: here the contrib semantics win); float zero points (A's type) follow onnxruntime's ``q * s - s * z``
   (DEQUANTIZE with the scale only, minus ``s * z`` per block). A K that does not fill the last
   block is read through GEMM's strides (the padding never enters the product); ``g_idx`` other
   than the plain block order gathers the scales and zero points per column of K (GATHER); the
