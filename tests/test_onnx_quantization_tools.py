@@ -4,11 +4,11 @@
 Two float models are built with ``onnx.helper``: a small CNN (Conv, Relu, MaxPool, LeakyRelu,
 Sigmoid, Add, Mul, Concat, AveragePool, GlobalAveragePool, Flatten, Gemm, Softmax) and a
 transformer-like block (MatMul projections, a transposed-key MatMul, Mul, Softmax, a residual
-Add gated by Where, an MLP with Relu). Each is quantized by ``quantize_dynamic`` (QInt8 and QUInt8 weights),
-``quantize_static`` with a four-sample CalibrationDataReader in the QOperator and QDQ formats,
-per tensor and per channel, 8-bit and (QDQ, com.microsoft Q/DQ) 16-bit activations, and by
-``MatMulNBitsQuantizer`` (4-bit blockwise weights, when its dependencies are installed). Every
-quantized model runs here and under onnxruntime's CPU provider on the same input; the test also
+Add gated by Where, an MLP with Relu). Each is quantized by ``quantize_dynamic`` (QInt8 and
+QUInt8 weights), ``quantize_static`` with a four-sample CalibrationDataReader in the QOperator
+and QDQ formats, per tensor and per channel, 8-bit and (QDQ, com.microsoft Q/DQ) 16-bit
+activations, and by ``MatMulNBitsQuantizer`` (4-bit blockwise weights, when its dependencies are
+installed). Every quantized model runs here and under onnxruntime's CPU provider on the same input; the test also
 asserts which DML operators each quantized ONNX node became (``session.explain()``).
 
 Tolerances, by what each side computes:

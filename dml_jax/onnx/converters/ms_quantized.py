@@ -29,11 +29,12 @@ them where it has a kernel (``../shared/spec/ONNX.md``, the com.microsoft table)
   takes no 4-bit type), as UINT8 values (0..15 for 4 bits; DEQUANTIZE's ``(q - z) * s`` is the
   same arithmetic DirectML applies to UINT4). Absent zero points are the CPU kernel's default,
   ``2**(bits - 1)`` (the DirectML provider dequantizes with the scale only, i.e. 0, and gives
-  other results: here the contrib semantics win); float zero points (A's type) follow onnxruntime's ``q * s - s * z``
-  (DEQUANTIZE with the scale only, minus ``s * z`` per block). A K that does not fill the last
-  block is read through GEMM's strides (the padding never enters the product); ``g_idx`` other
-  than the plain block order gathers the scales and zero points per column of K (GATHER); the
-  bias is GEMM's C. ``accuracy_level`` is a precision hint: the product is float (level 0).
+  other results: here the contrib semantics win); float zero points (A's type) follow
+  onnxruntime's ``q * s - s * z`` (DEQUANTIZE with the scale only, minus ``s * z`` per block).
+  A K that does not fill the last block is read through GEMM's strides (the padding never
+  enters the product); ``g_idx`` other than the plain block order gathers the scales and zero
+  points per column of K (GATHER); the bias is GEMM's C. ``accuracy_level`` is a precision
+  hint: the product is float (level 0).
 - QLinearConv (com.microsoft) -> ai.onnx QLinearConv's mapping; ``channels_last`` inputs are
   read through permuted strides (ELEMENT_WISE_IDENTITY) and the output written back.
 - QuantizeLinear / DequantizeLinear -> ai.onnx's (opset 13 rules: one value or one per index of
