@@ -7,9 +7,10 @@ transformer-like block (MatMul projections, a transposed-key MatMul, Mul, Softma
 Add gated by Where, an MLP with Relu). Each is quantized by ``quantize_dynamic`` (QInt8 and
 QUInt8 weights), ``quantize_static`` with a four-sample CalibrationDataReader in the QOperator
 and QDQ formats, per tensor and per channel, 8-bit and (QDQ, com.microsoft Q/DQ) 16-bit
-activations, and by ``MatMulNBitsQuantizer`` (4-bit blockwise weights, when its dependencies are
-installed). Every quantized model runs here and under onnxruntime's CPU provider on the same input; the test also
-asserts which DML operators each quantized ONNX node became (``session.explain()``).
+activations, and by ``MatMulNBitsQuantizer`` (4-bit blockwise weights, when its dependencies
+are installed). Every quantized model runs here and under onnxruntime's CPU provider on the same
+input; the test also asserts which DML operators each quantized ONNX node became
+(``session.explain()``).
 
 Tolerances, by what each side computes:
 
