@@ -7,6 +7,9 @@ provider maps them:
   21) and 4-bit types -> QUANTIZE / DEQUANTIZE, whose quantization tensors have the input's rank
   and one value per block (the scale's own sizes; DirectML's blocks must divide the input). An
   absent zero point is absent (0); the output type is then ``output_dtype``, else UINT8.
+  INT16 / UINT16 outputs (opset 21), which ELEMENT_WISE_QUANTIZE_LINEAR does not write, are its
+  arithmetic from element-wise operators: DIVIDE, ROUND (halves to even), CLIP, CAST to INT32,
+  ADD of the zero point, CLIP to the type's range, CAST.
 - DynamicQuantizeLinear -> DYNAMIC_QUANTIZE_LINEAR (scale and zero point {1, ..} of the input's
   rank, ONNX's scalars).
 - MatMulInteger -> MATRIX_MULTIPLY_INTEGER, QLinearMatMul -> QUANTIZED_LINEAR_MATRIX_MULTIPLY:
@@ -42,6 +45,7 @@ from ._common import (
 )
 
 _FOUR_BIT = (DataType.INT4, DataType.UINT4)
+_SIXTEEN_BIT = (DataType.INT16, DataType.UINT16)
 _FLOATS = (DataType.FLOAT32, DataType.FLOAT16)
 
 
@@ -53,9 +57,11 @@ def _present(inputs, k: int) -> Value | None:
 # QuantizeLinear / DequantizeLinear
 
 
-def _parameter_layout(ctx, x: Value, scale: Value, zero: Value | None):
-    """(axis, block): how the scale maps onto ``x``; per tensor gives (None, 0)."""
-    block = int(ctx.attr("block_size", 0)) if ctx.opset >= 21 else 0
+def _parameter_layout(ctx, x: Value, scale: Value, zero: Value | None, opset: int | None = None):
+    """(axis, block): how the scale maps onto ``x``; per tensor gives (None, 0). ``opset``: the
+    ai.onnx opset whose rules apply (default: the node's)."""
+    opset = ctx.opset if opset is None else opset
+    block = int(ctx.attr("block_size", 0)) if opset >= 21 else 0
     single = math.prod(scale.shape) == 1 and scale.rank <= 1
     if zero is not None and zero.shape != scale.shape and not (single and zero.rank <= 1):
         raise ctx.fail(
@@ -65,7 +71,7 @@ def _parameter_layout(ctx, x: Value, scale: Value, zero: Value | None):
         raise ctx.fail(f"block_size must be >= 0, got {block}")
     if not block and single:
         return None, 0  # one value: per tensor
-    if ctx.opset < 13:
+    if opset < 13:
         raise ctx.fail(f"the scale must be a scalar before opset 13, got {list(scale.shape)}")
     axis = axis_of(ctx, ctx.attr("axis", 1), x.rank)
     if block == 0:
@@ -137,6 +143,64 @@ def _quantized_type(ctx, zero: Value | None) -> DataType:
     return data_type_of(given, ctx.where) if given else DataType.UINT8
 
 
+def dequantize_value(ctx, x: Value, scale: Value, zero: Value | None, axis=None) -> Value:
+    """ELEMENT_WISE_DEQUANTIZE_LINEAR of ``x`` with one scale and zero point (``axis`` None) or
+    one per index of ``axis``: the result in the scale's float type."""
+    s, z = _linear_params(x, [scale, zero], axis)
+    desc = op("ELEMENT_WISE_DEQUANTIZE_LINEAR")(
+        packed(x.data_type, x.shape),
+        s[1],
+        None if z is None else z[1],
+        packed(scale.data_type, x.shape),
+    )
+    return ctx.out(ctx.node(desc, [x, s[0], None if z is None else z[0]]), x.shape)
+
+
+def quantize_value(
+    ctx, x: Value, scale: Value, zero: Value | None, out_type: DataType, axis=None
+) -> Value:
+    """``x`` quantized to ``out_type`` with one scale and zero point (``axis`` None) or one per
+    index of ``axis``: ELEMENT_WISE_QUANTIZE_LINEAR for the 8-bit types; the 16-bit types, which
+    that operator does not write, by its arithmetic from element-wise operators
+    (``_quantize_composed``)."""
+    if out_type in _SIXTEEN_BIT:
+        return _quantize_composed(ctx, x, scale, zero, out_type, axis)
+    s, z = _linear_params(x, [scale, zero], axis)
+    desc = op("ELEMENT_WISE_QUANTIZE_LINEAR")(
+        packed(x.data_type, x.shape),
+        s[1],
+        None if z is None else z[1],
+        packed(out_type, x.shape),
+    )
+    return ctx.out(ctx.node(desc, [x, s[0], None if z is None else z[0]]), x.shape)
+
+
+def _quantize_composed(ctx, x, scale, zero, out_type, axis) -> Value:
+    """ELEMENT_WISE_QUANTIZE_LINEAR's arithmetic for a 16-bit output: the float32 quotient
+    rounded half to even, bounded (exactly, in float32) so that INT32 holds it, CAST to INT32
+    (NaN becomes 0, so it quantizes to the zero point), the zero point added in INT32, clipped
+    to the type's range, CAST."""
+    x = cast_value(ctx, x, DataType.FLOAT32)  # DirectML quantizes in float32 (exact widening)
+    scale = cast_value(ctx, scale, DataType.FLOAT32)
+    s = _linear_params(x, [scale], axis)[0]
+    f32, i32 = packed(DataType.FLOAT32, x.shape), packed(DataType.INT32, x.shape)
+    lo, hi = out_type.integer_range
+    span = float(1 << out_type.bits)  # beyond any zero point's reach: saturates either way
+
+    def node(desc, inputs):
+        return ctx.out(ctx.node(desc, inputs), x.shape)
+
+    y = node(op("ELEMENT_WISE_DIVIDE")(f32, s[1], f32), [x, s[0]])
+    y = node(op("ELEMENT_WISE_ROUND")(f32, f32, "HALVES_TO_NEAREST_EVEN"), [y])
+    y = node(op("ELEMENT_WISE_CLIP")(f32, f32, min=lo - span, max=hi + span), [y])
+    y = cast_value(ctx, y, DataType.INT32)
+    if zero is not None:
+        z = _linear_params(x, [cast_value(ctx, zero, DataType.INT32)], axis)[0]
+        y = node(op("ELEMENT_WISE_ADD")(i32, z[1], i32), [y, z[0]])
+    y = node(op("ELEMENT_WISE_CLIP")(i32, i32, min=float(lo), max=float(hi)), [y])
+    return cast_value(ctx, y, out_type)
+
+
 @converter("QuantizeLinear")
 def _quantize_linear(ctx, node, inputs):
     x, scale = inputs[:2]
@@ -154,15 +218,7 @@ def _quantize_linear(ctx, node, inputs):
         scale = cast_value(ctx, scale, DataType.FLOAT32)
     if block or out_type in _FOUR_BIT:
         return [_blocked(ctx, "QUANTIZE", x, scale, zero, out_type, axis)]
-    s, z = _linear_params(x, [scale, zero], axis)
-    desc = op("ELEMENT_WISE_QUANTIZE_LINEAR")(
-        packed(x.data_type, x.shape),
-        s[1],
-        None if z is None else z[1],
-        packed(out_type, x.shape),
-    )
-    n = ctx.node(desc, [x, s[0], None if z is None else z[0]])
-    return [ctx.out(n, x.shape)]
+    return [quantize_value(ctx, x, scale, zero, out_type, axis)]
 
 
 @converter("DequantizeLinear")
@@ -179,14 +235,7 @@ def _dequantize_linear(ctx, node, inputs):
     if block or x.data_type in _FOUR_BIT:
         y = _blocked(ctx, "DEQUANTIZE", x, scale, zero, scale.data_type, axis)
     else:
-        s, z = _linear_params(x, [scale, zero], axis)
-        desc = op("ELEMENT_WISE_DEQUANTIZE_LINEAR")(
-            packed(x.data_type, x.shape),
-            s[1],
-            None if z is None else z[1],
-            packed(scale.data_type, x.shape),
-        )
-        y = ctx.out(ctx.node(desc, [x, s[0], None if z is None else z[0]]), x.shape)
+        y = dequantize_value(ctx, x, scale, zero, axis)
     # A FLOAT16 output_dtype of a FLOAT32 scale: the float32 result, rounded once.
     return [cast_value(ctx, y, out_type)]
 
