@@ -512,15 +512,6 @@ def test_training_dropout_keeps_one_minus_ratio_scaled(dtype):
 # --- QuantizeLinear into 16-bit integers ----------------------------------------------------
 
 
-def _wired() -> bool:
-    import inspect
-
-    from dml_jax.onnx.converters import quantized
-
-    return "quantize_linear_jax" in inspect.getsource(quantized)
-
-
-@pytest.mark.skipif(not _wired(), reason="quantized.py does not call quantize_linear_jax yet")
 @pytest.mark.parametrize(("dtype", "zero"), [(np.float16, np.int16), (np.float32, np.uint16)])
 def test_quantize_linear_16_bit(dtype, zero):
     # (float16 divides in float16: its inputs stay where the quotient is finite, since ONNX's

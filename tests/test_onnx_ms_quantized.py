@@ -608,7 +608,7 @@ def test_quantize_dequantize_linear(dtype, axis):
     wide = np.iinfo(dtype).bits == 16
     zero = (np.arange(count) * (300 if wide else 3)).astype(dtype) if count else _zp(dtype, 7)
     attrs = {} if axis is None else {"axis": axis}
-    quantize = "ELEMENT_WISE_ROUND" if wide else "ELEMENT_WISE_QUANTIZE_LINEAR"
+    quantize = "JAX:QuantizeLinear.16bit" if wide else "ELEMENT_WISE_QUANTIZE_LINEAR"
     inputs = {"x": x, "y_scale": scale, "y_zero_point": zero}
     q, _ = _run(*_model("QuantizeLinear", inputs, out_dtype=dtype, **attrs), [quantize])
     inputs = {"x": q, "x_scale": scale, "x_zero_point": zero}
@@ -619,7 +619,7 @@ def test_quantize_dequantize_linear(dtype, axis):
 @pytest.mark.parametrize("dtype", [np.int8, np.int16, np.uint16])
 def test_quantize_linear_nan_and_infinities(dtype):
     """DirectML's quantization (docs/semantics.md, "Quantization"): NaN becomes the zero point,
-    infinities saturate; the 16-bit types' composed arithmetic keeps that rule. (onnxruntime
+    infinities saturate; the 16-bit types' JAX lowering keeps that rule. (onnxruntime
     casts NaN to an integer, which C++ leaves undefined: NumPy gives the expected values.)"""
     x = np.array([np.nan, np.inf, -np.inf, 3.0], np.float32)
     zero = np.array(5, dtype)

@@ -2,8 +2,7 @@
 provider); BitCast (opset 26), a reinterpretation of bits, which DirectML expresses between
 integer types (CAST keeps the low bits) and not between float and integer types (a JAX node);
 TensorScatter (opset 24), the KV-cache update, as SCATTER at indices computed by element-wise
-operators; and ``quantize_linear_jax``, QuantizeLinear into 16-bit integers as a JAX node, which
-quantized.py's converter calls for those output types."""
+operators."""
 
 from __future__ import annotations
 
@@ -131,48 +130,3 @@ def _tensor_scatter(ctx, node, inputs):
         axis=axis,
     )
     return [ctx.out(ctx.node(desc, [past, indices, update]), past.shape, is_bool=past.is_bool)]
-
-
-# --- QuantizeLinear into 16-bit integers: a hook of quantized.py ------------------------------
-
-
-def quantize_linear_jax(ctx, x, scale, zero, out_type: DataType, axis, block: int):
-    """QuantizeLinear writing INT16 or UINT16, which DirectML's quantize operators do not write
-    (8- and 4-bit integers only): a JAX node. ``axis`` and ``block`` are the scale's layout as
-    quantized.py's ``_parameter_layout`` finds it (None and 0 per tensor; per axis; blocked
-    along ``axis``). ONNX's rule: x / scale in ``precision`` (opset 23) or else the operands'
-    float type, rounded half to even, plus the zero point, saturated to the output type."""
-    if out_type not in (DataType.INT16, DataType.UINT16):
-        raise ctx.fail(f"the JAX quantization writes INT16 or UINT16, not {out_type.name}")
-    precision = int(ctx.attr("precision", 0)) if ctx.opset >= 23 else 0
-    divide = None
-    if precision:
-        divide = data_type_of(precision, f"{ctx.where}: attribute 'precision'").numpy_dtype
-    info = np.iinfo(out_type.numpy_dtype)
-    rank = x.rank
-
-    def spread(v):
-        """A scale or zero point broadcast against x (blocks repeated along ``axis``)."""
-        if axis is None:
-            return v.reshape(())
-        if block:
-            v = jnp.repeat(v.reshape(tuple(v.shape)), block, axis=axis)
-            return lax.slice_in_dim(v, 0, x.shape[axis], axis=axis)
-        return v.reshape(tuple(v.size if i == axis else 1 for i in range(rank)))
-
-    def quantize(a, s, z=None):
-        if divide is not None:
-            kind = divide
-        elif a.dtype.kind == "f":
-            kind = jnp.promote_types(a.dtype, s.dtype)
-        else:
-            kind = s.dtype
-        q = jnp.round(a.astype(kind) / spread(s).astype(kind))  # half to even
-        q = q.astype(jnp.promote_types(kind, jnp.float32))  # adds and saturates beyond float16
-        if z is not None:
-            q = q + spread(z).astype(q.dtype)
-        return (jnp.clip(q, info.min, info.max).astype(out_type.numpy_dtype),)
-
-    present = [x, scale] if zero is None else [x, scale, zero]
-    (y,) = ctx.jax("QuantizeLinear.16bit", quantize, present, [(x.shape, out_type)])
-    return y

@@ -7,9 +7,9 @@ provider maps them:
   21) and 4-bit types -> QUANTIZE / DEQUANTIZE, whose quantization tensors have the input's rank
   and one value per block (the scale's own sizes; DirectML's blocks must divide the input). An
   absent zero point is absent (0); the output type is then ``output_dtype``, else UINT8.
-  INT16 / UINT16 outputs (opset 21), which ELEMENT_WISE_QUANTIZE_LINEAR does not write, are its
-  arithmetic from element-wise operators: DIVIDE, ROUND (halves to even), CLIP, CAST to INT32,
-  ADD of the zero point, CLIP to the type's range, CAST.
+  INT16 / UINT16 outputs (opset 21), which no DirectML quantize operator writes, are a JAX node
+  (``quantize_linear_jax``) with the same arithmetic: the correctly rounded quotient, halves to
+  even, the zero point added, saturated.
 - DynamicQuantizeLinear -> DYNAMIC_QUANTIZE_LINEAR (scale and zero point {1, ..} of the input's
   rank, ONNX's scalars).
 - MatMulInteger -> MATRIX_MULTIPLY_INTEGER, QLinearMatMul -> QUANTIZED_LINEAR_MATRIX_MULTIPLY:
@@ -30,7 +30,12 @@ from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
 from ...enums import DataType
+from ...ops._quant import divide
 from ...tensor import TensorDesc
 from ..importer import Value, broadcast, data_type_of, packed
 from . import converter
@@ -161,10 +166,9 @@ def quantize_value(
 ) -> Value:
     """``x`` quantized to ``out_type`` with one scale and zero point (``axis`` None) or one per
     index of ``axis``: ELEMENT_WISE_QUANTIZE_LINEAR for the 8-bit types; the 16-bit types, which
-    that operator does not write, by its arithmetic from element-wise operators
-    (``_quantize_composed``)."""
+    no DirectML quantize operator writes, as a JAX node (``quantize_linear_jax``)."""
     if out_type in _SIXTEEN_BIT:
-        return _quantize_composed(ctx, x, scale, zero, out_type, axis)
+        return quantize_linear_jax(ctx, x, scale, zero, out_type, axis, 0)
     s, z = _linear_params(x, [scale, zero], axis)
     desc = op("ELEMENT_WISE_QUANTIZE_LINEAR")(
         packed(x.data_type, x.shape),
@@ -175,30 +179,48 @@ def quantize_value(
     return ctx.out(ctx.node(desc, [x, s[0], None if z is None else z[0]]), x.shape)
 
 
-def _quantize_composed(ctx, x, scale, zero, out_type, axis) -> Value:
-    """ELEMENT_WISE_QUANTIZE_LINEAR's arithmetic for a 16-bit output: the float32 quotient
-    rounded half to even, bounded (exactly, in float32) so that INT32 holds it, CAST to INT32
-    (NaN becomes 0, so it quantizes to the zero point), the zero point added in INT32, clipped
-    to the type's range, CAST."""
-    x = cast_value(ctx, x, DataType.FLOAT32)  # DirectML quantizes in float32 (exact widening)
-    scale = cast_value(ctx, scale, DataType.FLOAT32)
-    s = _linear_params(x, [scale], axis)[0]
-    f32, i32 = packed(DataType.FLOAT32, x.shape), packed(DataType.INT32, x.shape)
-    lo, hi = out_type.integer_range
-    span = float(1 << out_type.bits)  # beyond any zero point's reach: saturates either way
+def quantize_linear_jax(ctx, x, scale, zero, out_type: DataType, axis, block: int):
+    """QuantizeLinear writing INT16 or UINT16, which DirectML's quantize operators do not write
+    (8- and 4-bit integers only): a JAX node. ``axis`` and ``block`` are the scale's layout as
+    quantized.py's ``_parameter_layout`` finds it (None and 0 per tensor; per axis; blocked
+    along ``axis``). ONNX's rule: x / scale in ``precision`` (opset 23) or else the operands'
+    float type, rounded half to even, plus the zero point, saturated to the output type."""
+    if out_type not in (DataType.INT16, DataType.UINT16):
+        raise ctx.fail(f"the JAX quantization writes INT16 or UINT16, not {out_type.name}")
+    precision = int(ctx.attr("precision", 0)) if ctx.opset >= 23 else 0
+    wanted = None
+    if precision:
+        wanted = data_type_of(precision, f"{ctx.where}: attribute 'precision'").numpy_dtype
+    info = np.iinfo(out_type.numpy_dtype)
+    rank = x.rank
 
-    def node(desc, inputs):
-        return ctx.out(ctx.node(desc, inputs), x.shape)
+    def spread(v):
+        """A scale or zero point broadcast against x (blocks repeated along ``axis``)."""
+        if axis is None:
+            return v.reshape(())
+        if block:
+            v = jnp.repeat(v.reshape(tuple(v.shape)), block, axis=axis)
+            return lax.slice_in_dim(v, 0, x.shape[axis], axis=axis)
+        return v.reshape(tuple(v.size if i == axis else 1 for i in range(rank)))
 
-    y = node(op("ELEMENT_WISE_DIVIDE")(f32, s[1], f32), [x, s[0]])
-    y = node(op("ELEMENT_WISE_ROUND")(f32, f32, "HALVES_TO_NEAREST_EVEN"), [y])
-    y = node(op("ELEMENT_WISE_CLIP")(f32, f32, min=lo - span, max=hi + span), [y])
-    y = cast_value(ctx, y, DataType.INT32)
-    if zero is not None:
-        z = _linear_params(x, [cast_value(ctx, zero, DataType.INT32)], axis)[0]
-        y = node(op("ELEMENT_WISE_ADD")(i32, z[1], i32), [y, z[0]])
-    y = node(op("ELEMENT_WISE_CLIP")(i32, i32, min=float(lo), max=float(hi)), [y])
-    return cast_value(ctx, y, out_type)
+    def quantize(a, s, z=None):
+        if wanted is not None:
+            kind = wanted
+        elif a.dtype.kind == "f":
+            kind = jnp.promote_types(a.dtype, s.dtype)
+        else:
+            kind = s.dtype
+        # The correctly rounded quotient on every backend (``_quant.divide``), half to even.
+        q = jnp.round(divide(a.astype(kind), spread(s).astype(kind)))
+        q = jnp.where(jnp.isnan(q), jnp.zeros((), q.dtype), q)  # NaN: the zero point (DML's rule)
+        q = q.astype(jnp.promote_types(kind, jnp.float32))  # adds and saturates beyond float16
+        if z is not None:
+            q = q + spread(z).astype(q.dtype)
+        return (jnp.clip(q, info.min, info.max).astype(out_type.numpy_dtype),)
+
+    present = [x, scale] if zero is None else [x, scale, zero]
+    (y,) = ctx.jax("QuantizeLinear.16bit", quantize, present, [(x.shape, out_type)])
+    return y
 
 
 @converter("QuantizeLinear")
@@ -207,9 +229,7 @@ def _quantize_linear(ctx, node, inputs):
     zero = _present(inputs, 2)
     axis, block = _parameter_layout(ctx, x, scale, zero)
     out_type = _quantized_type(ctx, zero)
-    if out_type in (DataType.INT16, DataType.UINT16):  # DirectML quantizes to 8 and 4 bits only
-        from .linalg import quantize_linear_jax
-
+    if out_type in _SIXTEEN_BIT:  # DirectML quantizes to 8 and 4 bits only
         return [quantize_linear_jax(ctx, x, scale, zero, out_type, axis, block)]
     # DirectML divides in float32 whatever the operands (FLOAT16 widens exactly), so operands
     # of two float types are both widened; ONNX's ``precision`` (opset 23) is then float32.
