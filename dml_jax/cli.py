@@ -194,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--overwrite", action="store_true", help="let writeFile replace existing files"
     )
+    run.add_argument(
+        "--explain",
+        action="store_true",
+        help="for an .onnx model: first print, per ONNX node, the DML operators it became "
+        "(jax: a JAX lowering where DirectML has no operator; folded; view; function body)",
+    )
     run.add_argument("--debug", action="store_true", help="show the Python traceback of errors")
 
     listing = sub.add_parser(
@@ -330,6 +336,7 @@ def _run(args: argparse.Namespace) -> int:
         feature_level=args.feature_level,
         debug=args.debug,
         onnx_inputs=_onnx_inputs(args.input),
+        explain=args.explain,
     )
 
 

@@ -1,8 +1,8 @@
 """The activation converters through ``dml_jax.onnx.InferenceSession``, where ONNX's node tests
 (``test_onnx_backend.py``) leave a mapping unexercised: Softmax, LogSoftmax and Hardmax
 before opset 13 (the input coerced to 2-D at ``axis``), PRelu's slope shapes, Gelu's tanh form
-composed from element-wise operators, Dropout's mask before opset 10 and its refused training
-mode, and DirectML's integer Shrink. Expected values come from ONNX's reference evaluator, or
+composed from element-wise operators, Dropout's mask before opset 10 (its training mode:
+test_onnx_jax_ops.py), and DirectML's integer Shrink. Expected values come from ONNX's reference evaluator, or
 from the rule docs/semantics.md states where DirectML differs.
 """
 
@@ -153,23 +153,6 @@ def test_dropout_at_inference_is_the_input_and_a_full_mask(opset):
     np.testing.assert_array_equal(y, x)
     assert mask.dtype == (np.float32 if opset < 10 else np.bool_)
     assert mask.shape == x.shape and mask.all()
-
-
-def test_dropout_training_mode_is_refused():
-    x = np.ones((2, 3), np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("Dropout", ["x", "r", "t"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", 1, x.shape)],
-        [helper.make_tensor_value_info("y", 1, x.shape)],
-        initializer=[
-            onnx.numpy_helper.from_array(np.array(0.5, np.float32), "r"),
-            onnx.numpy_helper.from_array(np.array(True), "t"),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    with pytest.raises(dml.ValidationError, match="training mode"):
-        InferenceSession(model).run(None, {"x": x})
 
 
 def test_integer_shrink_follows_directml():

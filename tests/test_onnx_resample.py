@@ -213,7 +213,6 @@ def test_uint8_linear_rounds_to_nearest():
 @pytest.mark.parametrize(
     ("attrs", "message"),
     [
-        ({"mode": "cubic"}, "cubic"),
         (
             {"mode": "linear", "antialias": 1, "coordinate_transformation_mode": "align_corners"},
             "antialias",

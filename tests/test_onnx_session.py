@@ -474,10 +474,16 @@ def test_malformed_models_get_one_line_naming_node_and_field(model, pattern):
     assert "\n" not in str(info.value)
 
 
-def test_sequence_inputs_get_one_clear_error():
+def test_sequence_inputs_are_lists_and_map_inputs_get_one_clear_error():
     seq = helper.make_tensor_sequence_value_info("s", F, [2])
     model = _model([helper.make_node("SequenceLength", ["s"], ["n"])], [seq], [_vi("n", I64, [])])
-    with pytest.raises(dml.ValidationError, match=r"input 's' is a sequence value"):
+    (n,) = InferenceSession(model).run(None, {"s": [np.zeros(2, np.float32)] * 3})
+    assert n == 3 and n.dtype == np.int64
+    mapped = helper.make_value_info(
+        "m", helper.make_map_type_proto(I64, helper.make_tensor_type_proto(F, [2]))
+    )
+    model = _model([helper.make_node("Identity", ["m"], ["n"])], [mapped], [_vi("n", F, [2])])
+    with pytest.raises(dml.ValidationError, match=r"input 'm' is a map value"):
         InferenceSession(model)
 
 
@@ -526,3 +532,27 @@ def test_program_operators_leave_out_the_entry_identities():
     s = InferenceSession(dynamic_mlp())
     program = s.program([(2, 6)])
     assert program.operators() == ["GEMM", "ELEMENT_WISE_ADD", "ACTIVATION_RELU"]
+
+
+def test_run_explain_marks_jax_lowerings_and_convert_refuses_them(tmp_path, capsys):
+    """``dml-jax run --explain`` prints per ONNX node what it became: DML operators, or ``jax``
+    for a JAX lowering (Det has no DirectML operator); such a model has no DML_GRAPH form."""
+    from dml_jax import cli
+
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Relu", ["a"], ["b"]), helper.make_node("Det", ["b"], ["c"])],
+            "g",
+            [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 3, 3])],
+            [helper.make_tensor_value_info("c", TensorProto.FLOAT, ["n"])],
+        ),
+        opset_imports=[helper.make_opsetid("", 13)],
+    )
+    path = str(tmp_path / "det.onnx")
+    onnx.save(model, path)
+    assert cli.main(["run", path, "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "node 0 (Relu): dml: ACTIVATION_RELU" in out
+    assert "node 1 (Det): jax: JAX:Det" in out
+    assert cli.main(["convert", path, str(tmp_path / "o.json")]) == 1
+    assert "node 1 (Det): runs as a JAX lowering" in capsys.readouterr().err

@@ -27,10 +27,9 @@ from dml_jax import catalog, registry
 from dml_jax.ops.gemm_conv import conv_output_sizes
 from dml_jax.tensor import calc_buffer_tensor_size, pack_4bit, unpack_4bit
 
-# XLA divides correctly rounded on CPUs; its GPU division is approximate (within 2 ulps), so a
-# quotient x / Scale next to a rounding tie may land one step away there (docs/semantics.md,
-# "Quantization"). Results are exact on CPUs and within that step elsewhere.
-EXACT_DIVISION = S.ON_CPU
+# The quantizers divide correctly rounded on every backend (ops._quant.divide corrects XLA's GPU
+# quotient, docs/semantics.md, "Quantization"), so results are exact everywhere.
+EXACT_DIVISION = True
 
 
 def _division_tolerance(desc) -> dict:
@@ -1612,7 +1611,6 @@ def test_quantization_type_parses_every_spelling():
         _blocked(Q, t("FLOAT32", 4), [t("FLOAT32", 1)], t("INT8", 4), kind="scale")
 
 
-@pytest.mark.skipif(not EXACT_DIVISION, reason="XLA's GPU division is approximate")
 def test_divisions_by_a_broadcast_scale_are_correctly_rounded():
     """XLA turns a division by a broadcast value into a multiplication by its reciprocal, which
     misses the correctly rounded quotient here (x / s is exactly 1.5, 3.5 and -6.5, ties to
@@ -1635,3 +1633,27 @@ def test_four_bit_buffers_hold_one_element_per_byte():
     buffer = i8([1, 99, -9, 99, -8])
     (got,) = op.run_buffers([buffer, f32([0.5]), i8([-1])], [np.zeros(3, np.float32)])
     np.testing.assert_array_equal(got, f32([1.0, 4.0, -3.5]))
+
+
+def test_quantize_division_is_correctly_rounded_on_every_platform():
+    """The quantizers' ``x / scale`` is the float32 nearest the exact quotient (NumPy's float32
+    division) on every backend, including beside halfway points, where an ulp moves the
+    rounded value (XLA's GPU division alone is not always correctly rounded)."""
+    import jax
+
+    from dml_jax.ops._quant import _nearest_quotient, divide
+
+    rng = np.random.default_rng(7)
+    n = 200_000
+    x = (rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e3], n)).astype(np.float32)
+    y = (rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e3], n)).astype(np.float32)
+    # Quotients just beside k + 0.5: the case of DynamicQuantizeLinear's node test.
+    scale = np.float32(5) / np.float32(255)
+    near = (np.arange(-2000, 2000, dtype=np.float32) + np.float32(0.5)) * scale
+    x = np.concatenate([x, near, np.float32([-2.5, 0, np.inf, np.nan])])
+    y = np.concatenate([y, np.full(near.shape, scale), np.float32([scale, 3, 2, 1])])
+    with np.errstate(all="ignore"):
+        want = x / y
+    for f in (jax.jit(divide), jax.jit(_nearest_quotient)):
+        got = np.asarray(f(x, y))
+        np.testing.assert_array_equal(got, want)

@@ -18,8 +18,8 @@ import pytest
 import dml_jax as dml
 from dml_jax import cli, registry
 from dml_jax.dxdispatch import ModelError, load_model
-from dml_jax.dxdispatch.serialized_graph import read_serialized_graph, schema_fields
 from dml_jax.fields import dml_member_name
+from dml_jax.formats.dml_serialized import read_serialized_graph, schema_fields
 
 SPEC = pathlib.Path(__file__).resolve().parents[2] / "shared/spec/dml_operators.json"
 
@@ -235,3 +235,48 @@ def test_schema_order_of_every_operator_matches_directml():
         ours = [dml_member_name(f.name) for f in schema_fields(cls)]
         assert ours == [f["name"] for f in schema["fields"]], name
         assert len(ours) == len(dataclasses.fields(cls))
+
+
+def test_read_graph_reads_each_format_into_a_graph_desc(tmp_path):
+    """One reader per format (dml_jax.formats): the serialized graph's GraphDesc runs to the same
+    values as the DxDispatch model that dispatches it; a DML_GRAPH JSON and an ONNX model read to
+    GraphDescs too; other files are refused."""
+    from dml_jax.formats import load_serialized_graph, read_graph
+    from dml_jax.graph import GraphDesc, compile_graph
+    from dml_jax.graph_json import graph_to_json
+
+    write_graph_model(tmp_path, [0, 0, 0, 0])
+    bin_path = str(tmp_path / "g" / "graph.bin")
+    graph = read_graph(bin_path)
+    assert isinstance(graph, GraphDesc) and len(graph.nodes) == 3  # constants: graph inputs
+    loaded = load_serialized_graph(bin_path)
+    assert loaded.converted.input_names == ["x"]
+    constants = {i: np.frombuffer(b, np.float32) for i, b in loaded.constants.items()}
+    x = np.array([0.5, 1.0, -4.0, 2.0], np.float32)
+    args = [x.reshape(SIZES)] + [constants[i].reshape(SIZES) for i in sorted(constants)]
+    y, s = compile_graph(graph)(*args)
+    t = np.maximum(x + C_VALUES, 0)
+    np.testing.assert_allclose(np.ravel(y), t * K_VALUES, rtol=1e-6)
+    np.testing.assert_allclose(np.ravel(s), [t.sum()], rtol=1e-6)
+
+    json_path = tmp_path / "graph.json"
+    json_path.write_text(json.dumps(graph_to_json(graph)))
+    assert read_graph(str(json_path)) == graph
+
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Relu", ["a"], ["b"])],
+            "g",
+            [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 3])],
+            [helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n", 3])],
+        ),
+        opset_imports=[helper.make_opsetid("", 13)],
+    )
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    g = read_graph(str(tmp_path / "m.onnx"), free_dimensions={"n": 2})
+    assert [n.operator_type for n in g.nodes][-1] == "DML_OPERATOR_ACTIVATION_RELU"
+    with pytest.raises(dml.ValidationError, match="unknown model format"):
+        read_graph(str(tmp_path / "m.txt"))

@@ -15,7 +15,7 @@ from typing import Any
 from ..enums import FeatureLevel
 from ..errors import ValidationError
 from .context import ModelError
-from .onnx_dispatch import is_onnx_file, onnx_model_text
+from .onnx_dispatch import is_onnx_file, onnx_explanation, onnx_model_text
 from .run import RunOptions, run_model, select_device
 
 
@@ -28,6 +28,7 @@ def run_command(
     feature_level: Any = None,
     debug: bool = False,
     onnx_inputs: dict[str, str] | None = None,
+    explain: bool = False,
 ) -> int:
     """Runs a model file for the command line; prints its output and errors, returns the exit
     code.
@@ -40,6 +41,8 @@ def run_command(
         feature_level: ``--feature_level`` (a DML feature level name such as ``5_0``).
         debug: print the traceback of a model error.
         onnx_inputs: for an ``.onnx`` file, ``.npy`` files by input name (others random).
+        explain: for an ``.onnx`` file, first print how each ONNX node was imported (the DML
+            operators it became, ``jax`` for JAX lowerings, folded, view, function body).
     """
     if bundled:
         print(f"No model given: running the bundled example '{file}'")
@@ -66,8 +69,10 @@ def run_command(
         text = None
         if is_onnx_file(file):
             text = onnx_model_text(file, onnx_inputs)
-        elif onnx_inputs:
-            raise ValidationError("--input applies to .onnx models only")
+            if explain:
+                _print(onnx_explanation(file, onnx_inputs))
+        elif onnx_inputs or explain:
+            raise ValidationError("--input and --explain apply to .onnx models only")
         run_model(
             file,
             device=device,

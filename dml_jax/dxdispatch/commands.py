@@ -82,7 +82,6 @@ def parse_command(
     obj: Any,
     model_resources: dict,
     dispatchables: dict,
-    feature_level: Any = None,
 ) -> Any:
     path = member("commands", i)
     obj = ctx.object(obj, path)
@@ -107,7 +106,6 @@ def parse_command(
                 bindings_json,
                 member(path, "bindings"),
                 model_resources,
-                feature_level,
             )
         bindings = resolve_bindings(
             ctx, d, bindings_json, member(path, "bindings"), model_resources

@@ -78,7 +78,7 @@ def load_model(
         path = member("dispatchables", name)
         kind = ctx.object(obj, path).get("type")
         if isinstance(kind, str) and kind.lower() == ONNX_KIND:
-            dispatchables[name] = parse_onnx_dispatchable(ctx, name, obj, path)
+            dispatchables[name] = parse_onnx_dispatchable(ctx, name, obj, path, feature_level)
             continue
         if isinstance(kind, str) and kind.lower() == SERIALIZED_GRAPH_KIND:
             dispatchables[name] = parse_serialized_graph_dispatchable(
@@ -109,8 +109,7 @@ def load_model(
     if not isinstance(commands_json, list):
         raise ctx.fail("commands", f"must be a JSON array, got {json_kind(commands_json)}")
     commands = [
-        parse_command(ctx, i, c, resources, dispatchables, feature_level)
-        for i, c in enumerate(commands_json)
+        parse_command(ctx, i, c, resources, dispatchables) for i, c in enumerate(commands_json)
     ]
     _check_commands(ctx, commands, dispatchables, overwrite)
     return Model(file, resources, dispatchables, commands)

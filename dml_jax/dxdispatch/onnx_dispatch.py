@@ -41,7 +41,9 @@ class OnnxDispatchable:
     op: Any = None
 
 
-def parse_onnx_dispatchable(ctx: LoadContext, name: str, obj: dict, path: str) -> OnnxDispatchable:
+def parse_onnx_dispatchable(
+    ctx: LoadContext, name: str, obj: dict, path: str, feature_level: Any = None
+) -> OnnxDispatchable:
     source = ctx.string(ctx.require(obj, "sourcePath", path), member(path, "sourcePath"))
     file = find_file(ctx, source, ctx.model_dir, member(path, "sourcePath"))
     free: dict[str, int] = {}
@@ -62,7 +64,12 @@ def parse_onnx_dispatchable(ctx: LoadContext, name: str, obj: dict, path: str) -
     from ..onnx import InferenceSession
 
     try:
-        session = InferenceSession(model, free_dimensions=free, base_dir=os.path.dirname(file))
+        session = InferenceSession(
+            model,
+            free_dimensions=free,
+            feature_level=feature_level,
+            base_dir=os.path.dirname(file),
+        )
     except ValidationError as e:
         raise ctx.fail(member(path, "sourcePath"), str(e)) from None
     return OnnxDispatchable(name, path, model, free, session)
@@ -138,7 +145,6 @@ def onnx_target(
     bindings: Any,
     path: str,
     resources: dict[str, Resource],
-    feature_level: Any = None,
 ) -> Dispatchable:
     """The model compiled for one dispatch command's bindings, as a DML-style dispatchable
     (bind points named after the model's inputs and outputs)."""
@@ -149,7 +155,6 @@ def onnx_target(
         if inp.name in bindings:
             given = _binding_shape(ctx, bindings[inp.name], member(path, inp.name))
         shapes.append(given or _model_shape(inp.type, d.free_dimensions))
-    d.session._feature_level = feature_level
     try:
         program = d.session.program(shapes)
     except ValidationError as e:
@@ -197,6 +202,24 @@ def _size_deferred(ctx: LoadContext, res: Resource, desc: TensorDesc, where: str
 
 def is_onnx_file(file: str) -> bool:
     return os.path.splitext(file)[1].lower() == ".onnx"
+
+
+def onnx_explanation(file: str, inputs: dict[str, str] | None = None) -> str:
+    """What ``dml-jax run --explain`` prints: a line per ONNX node of the model imported for the
+    shapes the run uses (given ``.npy`` files, else free dimensions of 1)."""
+    import numpy as np
+
+    from ..onnx import InferenceSession
+
+    session = InferenceSession(file)
+    inputs = inputs or {}
+    shapes = []
+    for info in session.get_inputs():
+        if info.name in inputs:
+            shapes.append(np.load(inputs[info.name], mmap_mode="r").shape)
+        else:
+            shapes.append([d if isinstance(d, int) else 1 for d in info.shape or []])
+    return session.explain(shapes)
 
 
 def onnx_model_text(file: str, inputs: dict[str, str] | None = None, seed: int = 0) -> str:

@@ -126,13 +126,8 @@ def _rename_outer(graph: Any, rename: Any) -> None:
 
 def inline_if(walk, node, inputs, where, walk_nodes) -> list[Value | None]:
     """An ``If`` whose condition is known at import (shape conditions in exported models):
-    the chosen branch's nodes are imported in its place. A condition computed at run time is a
-    ``ValidationError``."""
-    import onnx
-    from onnx import numpy_helper
-
-    from .importer import const_value
-
+    the chosen branch's nodes are imported in its place. (One whose condition is computed at
+    run time is the If converter's: both branches, ``lax.cond``.)"""
     cond = inputs[0].known if inputs and inputs[0] is not None else None
     if cond is None:
         raise ValidationError(
@@ -145,17 +140,37 @@ def inline_if(walk, node, inputs, where, walk_nodes) -> list[Value | None]:
     branch = next((a.g for a in node.attribute if a.name == name), None)
     if branch is None:
         raise ValidationError(f"{ONNX}: {where}: attribute '{name}' is required")
-    tag = f"__if{next(_counter)}_"
-    produced = {o for n in branch.node for o in n.output if o}
-    produced |= {i.name for i in branch.initializer}
+    return inline_graph(walk, branch, {}, f"{where} > {name}", walk_nodes)
+
+
+def inline_graph(walk, graph, bindings, where, walk_nodes) -> list:
+    """Imports the nodes of a subgraph (an If branch, a Loop body unrolled, a SequenceMap body)
+    into ``walk`` in place of the node that holds it: ``bindings`` gives the value of each of
+    the subgraph's inputs by name; the names the subgraph reads from its enclosing scope are
+    read from ``walk``. Its own names are renamed apart, so one body can be imported many
+    times. Returns the values of the subgraph's outputs."""
+    import onnx
+    from onnx import numpy_helper
+
+    from .importer import const_value
+
+    tag = f"__sub{next(_counter)}_"
+    produced = {o for n in graph.node for o in n.output if o}
+    produced |= {i.name for i in graph.initializer} | set(bindings)
+    produced |= {i.name for i in graph.input}
 
     def rename(n: str) -> str:
         return tag + n if n in produced else n
 
-    for init in branch.initializer:
+    for formal in graph.input:
+        if formal.name not in bindings:
+            raise ValidationError(f"{ONNX}: {where}: subgraph input '{formal.name}' has no value")
+    for name, v in bindings.items():
+        walk.values[tag + name] = v
+    for init in graph.initializer:
         walk.values[tag + init.name] = const_value(numpy_helper.to_array(init), where)
     nodes = []
-    for inner in branch.node:
+    for inner in graph.node:
         copy = onnx.NodeProto()
         copy.CopyFrom(inner)
         del copy.input[:]
@@ -165,12 +180,15 @@ def inline_if(walk, node, inputs, where, walk_nodes) -> list[Value | None]:
         for a in copy.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
                 _rename_outer(a.g, rename)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    _rename_outer(g, rename)
         nodes.append(copy)
-    walk_nodes(walk, nodes, f"{where} > {name} > ")
+    walk_nodes(walk, nodes, f"{where} > ")
     outputs = []
-    for out in branch.output:
-        v = walk.values.get(rename(out.name))
-        if v is None:
-            raise ValidationError(f"{ONNX}: {where}: branch output '{out.name}' is not produced")
-        outputs.append(v)
+    for out in graph.output:
+        name = rename(out.name)
+        if name not in walk.values:
+            raise ValidationError(f"{ONNX}: {where}: output '{out.name}' is not produced")
+        outputs.append(walk.values[name])
     return outputs

@@ -187,6 +187,82 @@ class Value:
         return replace(self, shape=shape, const=const, shadow=shadow)
 
 
+@dataclass(frozen=True, eq=False)
+class SequenceValue:
+    """An ONNX sequence while importing: its tensors, each a ``Value``. Its length and every
+    tensor's shape are known at import (the session imports once per input structure), so the
+    sequence ops only rearrange this tuple; only its tensors' data may be computed at run time.
+
+    Attributes:
+        items: the tensors, in order.
+        elem_type: the ONNX element type of its tensors (0 when unknown: an empty sequence with
+            no declared type).
+        deps: the graph inputs whose values its structure was computed from.
+    """
+
+    items: tuple[Value, ...]
+    elem_type: int = 0
+    deps: frozenset = frozenset()
+    # Not a tensor: never folded, never a constant or a parameter itself (the import walk reads
+    # these of every input).
+    const = None
+    known = None
+    param = None
+    shadow = None
+
+
+@dataclass(frozen=True, eq=False)
+class OptionalValue:
+    """An ONNX optional while importing: a ``Value`` or ``SequenceValue``, or None when empty.
+    Whether it holds an element is known at import.
+
+    Attributes:
+        value: the element, or None.
+        deps: the graph inputs whose values its structure was computed from.
+    """
+
+    value: Value | SequenceValue | None
+    deps: frozenset = frozenset()
+    const = None
+    known = None
+    param = None
+    shadow = None
+
+
+STRUCTURES = (SequenceValue, OptionalValue)
+
+
+def leaves(value: Any) -> list[Value]:
+    """The tensors of a value, a sequence or an optional, in order."""
+    if isinstance(value, SequenceValue):
+        return list(value.items)
+    if isinstance(value, OptionalValue):
+        return [] if value.value is None else leaves(value.value)
+    return [value]
+
+
+def rebuild(template: Any, tensors: Any) -> Any:
+    """A value of ``template``'s structure whose tensors are the next ones of the iterator
+    ``tensors`` (the inverse of ``leaves``)."""
+    if isinstance(template, SequenceValue):
+        items = tuple(next(tensors) for _ in template.items)
+        return SequenceValue(items, template.elem_type, template.deps)
+    if isinstance(template, OptionalValue):
+        inner = None if template.value is None else rebuild(template.value, tensors)
+        return OptionalValue(inner, template.deps)
+    return next(tensors)
+
+
+def structure_of(value: Any) -> Any:
+    """What must agree between two values for one to stand for the other in a compiled
+    program: their structure, and each tensor's shape and data type."""
+    if isinstance(value, SequenceValue):
+        return ("seq", tuple(structure_of(v) for v in value.items))
+    if isinstance(value, OptionalValue):
+        return ("opt", None if value.value is None else structure_of(value.value))
+    return (tuple(value.shape), value.data_type, bool(value.is_bool))
+
+
 def dml_sizes(shape: Sequence[int]) -> tuple[int, ...]:
     """DML tensors have 1 to 8 dimensions: a scalar is ``{1}``."""
     return tuple(shape) if shape else (1,)
@@ -238,6 +314,19 @@ class NeedsValues(ValidationError):
         self.names = names
 
 
+class NeedsSizes(ValidationError):
+    """A node's output shape depends on values computed at run time (NonZero, Unique,
+    Compress, NonMaxSuppression). ``InferenceSession.run`` computes ``fn(*arrays)`` (a tuple of
+    ints) from the values of the ONNX names ``names`` with a program of its own, then imports
+    again with ``sizes[key]`` set; the program is cached per sizes."""
+
+    def __init__(self, message: str, key: str, names: tuple[str, ...], fn: Callable):
+        super().__init__(message)
+        self.key = key
+        self.names = names
+        self.fn = fn
+
+
 @dataclass
 class GraphConstant:
     """A constant graph input: its value in the graph's dtype, and the initializer it is (when
@@ -256,6 +345,8 @@ class Builder:
         self.feeds: list[tuple[int, int, Value]] = []  # (node, input slot, value)
         self.constants: list[GraphConstant] = []  # graph inputs after the model's own inputs
         self.where = ""  # the ONNX node being converted (for error messages)
+        self.top_level = True  # the node is one of the model graph's own (not a body's)
+        self.sizes: dict[str, tuple[int, ...]] = {}  # run-time sizes, by ``NeedsSizes.key``
         self.onnx_index = -1
         self._const_nodes: dict[int, Value] = {}
         # (("input", i) | ("const", j), the identity node that reads that graph input)
@@ -333,6 +424,10 @@ class ImportedGraph:
             "folded", "function", "view").
         output_consts: for each output, its value when it is known at import (it then has no
             DML graph output; ``graph`` is None when no output has one).
+        layouts: for each model input or output that is a sequence or an optional, ``("input"
+            | "output", name, layout)``: the names its tensors have among the inputs / outputs
+            above, as a list (a sequence), a name (an optional's tensor) or None (an empty
+            optional).
     """
 
     graph: GraphDesc | None
@@ -350,6 +445,7 @@ class ImportedGraph:
     origin: tuple[int, ...] = ()
     onnx_nodes: tuple[tuple[str, str], ...] = ()
     output_consts: tuple[np.ndarray | None, ...] = ()
+    layouts: tuple[tuple[str, str, Any], ...] = ()
 
 
 Converter = Callable[["Context", Any, list], list]
@@ -358,9 +454,17 @@ Converter = Callable[["Context", Any, list], list]
 class Context:
     """What a converter sees: the builder, the node's attributes, the model's opsets."""
 
-    def __init__(self, builder: Builder, node: Any, opsets: Mapping[str, int], where: str):
+    def __init__(
+        self,
+        builder: Builder,
+        node: Any,
+        opsets: Mapping[str, int],
+        where: str,
+        inputs: Sequence[Value | None] = (),
+    ):
         import onnx
 
+        self._inputs = list(inputs)
         self.builder = builder
         self.onnx_node = node
         self.opsets = opsets
@@ -404,6 +508,36 @@ class Context:
                 )
             raise ValidationError(f"{message} (an initializer, a Constant or a folded value)")
         return v.known
+
+    def sizes(self, fn: Callable[..., Sequence[int]], inputs: Sequence[Value]) -> tuple[int, ...]:
+        """Sizes of the node's outputs that depend on input values: ``fn`` computes them from
+        NumPy arrays of ``inputs`` (all of them inputs of this node). Computed here when the
+        inputs are known at import; otherwise the session computes them at run time
+        (``NeedsSizes``) and imports once per distinct result."""
+        known = [v.known for v in inputs]
+        if all(k is not None for k in known):
+            return tuple(int(n) for n in fn(*known))
+        key = self.onnx_node.output[0] if self.onnx_node.output else self.where
+        if key in self.builder.sizes:
+            return self.builder.sizes[key]
+        if not self.builder.top_level:
+            raise self.fail(
+                f"{self.onnx_node.op_type}'s output shape depends on values computed at run "
+                "time, which the session computes only for nodes of the model's own graph "
+                "(not of a function body or subgraph)"
+            )
+        names = []
+        for v in inputs:
+            k = next(i for i, w in enumerate(self._inputs) if w is v)
+            names.append(self.onnx_node.input[k])
+        raise NeedsSizes(
+            f"{ONNX}: {self.where}: {self.onnx_node.op_type}'s output shape depends on values "
+            "computed at run time: run() computes them before the program (jit/apply/fn "
+            "cannot trace such a model)",
+            key,
+            tuple(names),
+            fn,
+        )
 
     def constant(self, array: Any) -> Value:
         """A value known at import time."""

@@ -45,20 +45,31 @@ def load_onnx(path_or_model: Any, *, base_dir: str | None = None) -> Any:
     )
 
 
+def _of_tensors(type_proto: Any) -> bool:
+    """A tensor, a sequence of tensors, or an optional of one of those (or no type given)."""
+    which = type_proto.WhichOneof("value")
+    if which == "sequence_type":
+        return type_proto.sequence_type.elem_type.WhichOneof("value") in (None, "tensor_type")
+    if which == "optional_type":
+        inner = type_proto.optional_type.elem_type
+        return inner.WhichOneof("value") != "optional_type" and _of_tensors(inner)
+    return which in (None, "tensor_type")
+
+
 def check_model(model: Any) -> None:
-    """What every import needs of a model's top level: a graph with outputs, tensor-typed
-    inputs and outputs, known opsets. Sequence, map and optional values, and training-only
-    ops, are not runnable here and get one line saying so."""
+    """What every import needs of a model's top level: a graph with outputs, inputs and outputs
+    of tensors (sequences of tensors and optionals are structures of tensors), known opsets.
+    Map values, and training-only ops, are not runnable here and get one line saying so."""
     graph = model.graph
     if not graph.output:
         raise ValidationError("ONNX: the model's graph has no outputs")
     for kind, infos in (("input", graph.input), ("output", graph.output)):
         for info in infos:
-            which = info.type.WhichOneof("value")
-            if which not in (None, "tensor_type"):
+            if not _of_tensors(info.type):
+                which = info.type.WhichOneof("value")
                 raise ValidationError(
                     f"ONNX: {kind} '{info.name}' is a {which.replace('_type', '')} value; "
-                    "only tensors are supported"
+                    "only tensors, sequences of tensors and optionals of those are supported"
                 )
     for o in model.opset_import:
         if o.version < 1:

@@ -34,6 +34,7 @@ from .importer import (
     ONNX,
     TYPE_NAMES,
     ImportedGraph,
+    NeedsSizes,
     NeedsValues,
     data_type_of,
     dims_of,
@@ -41,7 +42,7 @@ from .importer import (
     numpy_dtype_of,
     to_graph_array,
 )
-from .walk import import_graph
+from .walk import _tensor_elem, import_graph
 
 # Inputs a session specialises on must have at most this many elements.
 STATIC_INPUT_LIMIT = 4096
@@ -100,6 +101,68 @@ class SessionOptions:
 
 def _type_string(elem: int) -> str:
     return f"tensor({TYPE_NAMES.get(int(elem), str(elem))})"
+
+
+def _type_string_of(type_proto: Any) -> str:
+    """onnxruntime's type string of a value: ``tensor(float)``, ``seq(tensor(int64))``,
+    ``optional(seq(tensor(float)))``."""
+    kind = type_proto.WhichOneof("value")
+    if kind == "sequence_type":
+        return f"seq({_type_string_of(type_proto.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({_type_string_of(type_proto.optional_type.elem_type)})"
+    return _type_string(type_proto.tensor_type.elem_type)
+
+
+def _structure_shape(x: Any) -> Any:
+    """The shapes a program is imported for, of one input: a tensor's shape, a sequence's list
+    of shapes (a tuple of tuples), None for an empty optional."""
+    if x is None:
+        return None
+    if isinstance(x, list | tuple):
+        return tuple(tuple(int(d) for d in np.shape(a)) for a in x)
+    return tuple(int(d) for d in np.shape(x))
+
+
+def _shape_key(s: Any) -> Any:
+    """``_structure_shape``'s value normalised (a tensor's shape: a tuple of ints)."""
+    if s is None:
+        return None
+    s = tuple(s)
+    if s and not isinstance(s[0], int | np.integer):
+        return tuple(_shape_key(x) for x in s)  # a sequence's shapes
+    return tuple(int(d) for d in s)
+
+
+def _is_tensor(info: Any) -> bool:
+    return info.type.WhichOneof("value") in (None, "tensor_type")
+
+
+def _flat_feed(feed: dict, imported: ImportedGraph) -> dict:
+    """The feed with each sequence or optional input replaced by its tensors, under the names
+    the program gives them (``ImportedGraph.layouts``)."""
+    for kind, name, layout in imported.layouts:
+        if kind != "input" or name not in feed:
+            continue
+        value = feed.pop(name)
+        if isinstance(layout, list):
+            feed.update(zip(layout, value))
+        elif layout is not None:
+            feed[layout] = value
+    return feed
+
+
+def _nested_result(result: dict, imported: ImportedGraph) -> dict:
+    """The results with each sequence output as a list of arrays and each optional output as
+    its value or None, as onnxruntime returns them."""
+    for kind, name, layout in imported.layouts:
+        if kind != "output":
+            continue
+        if isinstance(layout, list):
+            result[name] = [result.pop(n) for n in layout]
+        else:
+            result[name] = None if layout is None else result.pop(layout)
+    return result
 
 
 class Program:
@@ -260,16 +323,18 @@ class InferenceSession:
         self._device, self._providers = _device_of(device, providers)
         self._programs: dict[tuple, Program] = {}
         self._static: set[str] = set()
+        self._size_needs: dict[tuple, list[NeedsSizes]] = {}
+        self._probes: dict[tuple[str, ...], InferenceSession] = {}
         graph = self._model.graph
         init_names = {i.name for i in graph.initializer}
         self._inputs = tuple(i for i in graph.input if i.name not in init_names)
         self._overridable = tuple(i for i in graph.input if i.name in init_names)
         for i in self._inputs:
-            if not i.type.HasField("tensor_type"):
+            if i.type.WhichOneof("value") not in ("tensor_type", "sequence_type", "optional_type"):
                 raise ValidationError(f"{ONNX}: input '{i.name}': only tensor inputs are supported")
-            data_type_of(i.type.tensor_type.elem_type, f"input '{i.name}'")
+            data_type_of(_tensor_elem(i.type), f"input '{i.name}'")
         self._input_dtypes = tuple(
-            numpy_dtype_of(i.type.tensor_type.elem_type, f"input '{i.name}'") for i in self._inputs
+            numpy_dtype_of(_tensor_elem(i.type), f"input '{i.name}'") for i in self._inputs
         )
         self._params: dict[str, Any] | None = None
 
@@ -287,7 +352,9 @@ class InferenceSession:
     def _node_arg(self, info: Any) -> NodeArg:
         tensor = info.type.tensor_type
         shape = self._declared(info) if tensor.HasField("shape") else None
-        return NodeArg(info.name, _type_string(tensor.elem_type), shape)
+        if info.type.WhichOneof("value") in ("sequence_type", "optional_type"):
+            shape = []
+        return NodeArg(info.name, _type_string_of(info.type), shape)
 
     def _declared(self, info: Any) -> list:
         """An input's declared shape with the session's free dimension overrides applied (by
@@ -348,7 +415,10 @@ class InferenceSession:
                 f"{ONNX}: unknown input names {unknown}; the model's inputs are "
                 f"{[i.name for i in self._inputs]}"
             )
-        missing = [i.name for i in self._inputs if i.name not in input_feed]
+        optional = {i.name for i in self._inputs if i.type.WhichOneof("value") == "optional_type"}
+        missing = [
+            i.name for i in self._inputs if i.name not in input_feed | dict.fromkeys(optional)
+        ]
         if missing:
             raise ValidationError(f"{ONNX}: required inputs {missing} are missing")
         outputs = [o.name for o in self._model.graph.output]
@@ -357,11 +427,11 @@ class InferenceSession:
             if name not in outputs:
                 raise ValidationError(f"{ONNX}: '{name}' is not an output; outputs: {outputs}")
         overrides = tuple(i.name for i in self._overridable if i.name in input_feed)
-        arrays = [self._checked(i, dt, input_feed[i.name])
+        arrays = [self._checked(i, dt, input_feed.get(i.name))  # an optional left out: None
                   for i, dt in zip(self._inputs, self._input_dtypes)]  # fmt: skip
         extra = [np.asarray(input_feed[n]) for n in overrides]
         program = self._program_for(arrays, overrides, extra)
-        feed = dict(zip(self._names(overrides), arrays + extra))
+        feed = _flat_feed(dict(zip(self._names(overrides), arrays + extra)), program.imported)
         with jax.enable_x64(True) if program.needs_x64 else contextlib.nullcontext():
             args = [jax.device_put(to_graph_array(feed[n], f"input '{n}'"), self._device)
                     for n in program.imported.input_names]  # fmt: skip
@@ -372,19 +442,30 @@ class InferenceSession:
                     program.imported.output_names, outs, program.imported.output_dtypes
                 )
             }
+        result = _nested_result(result, program.imported)
         return [result[n] for n in wanted]
 
     def _names(self, overrides: tuple[str, ...]) -> list[str]:
         return [i.name for i in self._inputs] + list(overrides)
 
-    def _checked(self, info: Any, dtype: np.dtype, x: Any) -> np.ndarray:
+    def _checked(self, info: Any, dtype: np.dtype, x: Any, type_proto: Any = None) -> Any:
         where = f"input '{info.name}'"
+        type_proto = info.type if type_proto is None else type_proto
+        kind = type_proto.WhichOneof("value")
+        if kind == "optional_type":  # None when empty
+            inner = type_proto.optional_type.elem_type
+            return None if x is None else self._checked(info, dtype, x, inner)
+        if kind == "sequence_type":  # a list of arrays
+            if not isinstance(x, list | tuple):
+                raise ValidationError(f"{ONNX}: {where} is a sequence: give a list of arrays")
+            inner = type_proto.sequence_type.elem_type
+            return [self._checked(info, dtype, a, inner) for a in x]
         if isinstance(x, jax.core.Tracer):
             raise ValidationError(f"{ONNX}: {where}: run takes arrays; use .fn under jax.jit")
         x = np.asarray(x)
         if x.dtype != dtype:
             raise ValidationError(
-                f"{ONNX}: {where} must be {_type_string(info.type.tensor_type.elem_type)}, got "
+                f"{ONNX}: {where} must be {_type_string(_tensor_elem(info.type))}, got "
                 f"an array of {x.dtype}"
             )
         return x
@@ -420,14 +501,18 @@ class InferenceSession:
         values: Mapping[str, np.ndarray] | None = None,
         overrides: Sequence[str] = (),
         override_shapes: Sequence[Sequence[int]] = (),
+        sizes: Mapping[str, Sequence[int]] | None = None,
     ) -> Program:
         """The program for inputs of ``shapes`` (one per input of ``get_inputs()``), imported
-        and compiled on first use. ``values`` gives the values of static inputs."""
-        shapes = tuple(tuple(int(d) for d in s) for s in shapes)
+        and compiled on first use. ``values`` gives the values of static inputs; ``sizes`` the
+        run-time sizes of data-dependent output shapes (``NeedsSizes``)."""
+        shapes = tuple(_shape_key(s) for s in shapes)
         values = dict(values or {})
+        sizes = {k: tuple(int(n) for n in v) for k, v in (sizes or {}).items()}
         self._check_shapes(shapes)
         static = tuple((n, values[n].dtype.str, values[n].tobytes()) for n in sorted(self._static))
-        key = (shapes, static, tuple(overrides), tuple(map(tuple, override_shapes)))
+        key = (shapes, static, tuple(overrides), tuple(map(tuple, override_shapes)),
+               tuple(sorted(sizes.items())))  # fmt: skip
         program = self._programs.get(key)
         if program is not None:
             return program
@@ -440,10 +525,11 @@ class InferenceSession:
                 input_shapes=input_shapes,
                 input_values={n: values[n] for n in self._static},
                 base_dir=self._base_dir,
+                sizes=sizes,
             )
         except NeedsValues as e:
             self._specialise(e, values)
-            return self.program(shapes, values, overrides, override_shapes)
+            return self.program(shapes, values, overrides, override_shapes, sizes)
         graph = compile_imported(
             imported,
             feature_level=self._feature_level,
@@ -473,8 +559,53 @@ class InferenceSession:
             self._static.add(name)
 
     def _program_for(self, arrays, overrides=(), extra=()) -> Program:
+        """The program for concrete inputs: run-time sizes the import needs (``NeedsSizes``)
+        are computed first, each by a program of the model cut at that node's inputs; the
+        nodes that need them are remembered per input shapes, so later runs compute them
+        before looking the program up."""
         values = {i.name: a for i, a in zip(self._inputs, arrays)}
-        return self.program([a.shape for a in arrays], values, overrides, [e.shape for e in extra])
+        shapes = [_structure_shape(a) for a in arrays]
+        extra_shapes = [e.shape for e in extra]
+        base = (tuple(_shape_key(x) for x in shapes), tuple(overrides),
+                tuple(map(tuple, extra_shapes)))  # fmt: skip
+        needs = self._size_needs.setdefault(base, [])
+        feed = dict(zip(self._names(tuple(overrides)), list(arrays) + list(extra)))
+        sizes = {e.key: self._run_size(e, feed) for e in needs}
+        while True:
+            try:
+                return self.program(shapes, values, overrides, extra_shapes, sizes)
+            except NeedsSizes as e:
+                if e.key in sizes:
+                    raise
+                needs.append(e)
+                sizes[e.key] = self._run_size(e, feed)
+
+    def _run_size(self, e: NeedsSizes, feed: Mapping[str, np.ndarray]) -> tuple[int, ...]:
+        """``e.fn`` of the values ``e.names`` take for ``feed``, computed by a session of the
+        model whose outputs are those values."""
+        probe = self._probes.get(e.names)
+        if probe is None:
+            import onnx
+
+            model = onnx.ModelProto()
+            model.CopyFrom(self._model)
+            del model.graph.output[:]
+            model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in e.names)
+            kept = _needed_nodes(model.graph.node, e.names)
+            del model.graph.node[:]
+            model.graph.node.extend(kept)
+            probe = InferenceSession(
+                model,
+                free_dimensions=self._free,
+                device=self._device,
+                feature_level=self._feature_level,
+                allow_half_precision=self._allow_half,
+                fast_paths=self._fast_paths,
+                base_dir=self._base_dir,
+            )
+            self._probes[e.names] = probe
+        arrays = probe.run(None, feed)
+        return tuple(int(n) for n in e.fn(*arrays))
 
     # -- the JAX function ------------------------------------------------------------------------
 
@@ -516,15 +647,23 @@ class InferenceSession:
         for info, x in zip(self._inputs, inputs):
             if info.name in self._static and not isinstance(x, jax.core.Tracer):
                 values[info.name] = np.asarray(x)
-        shapes = [np.shape(x) for x in inputs]
+        shapes = [_structure_shape(x) for x in inputs]
         try:
             program = self.program(shapes, values)
         except ValidationError:
             if any(isinstance(x, jax.core.Tracer) for x in inputs):
                 raise
-            concrete = {i.name: np.asarray(x) for i, x in zip(self._inputs, inputs)}
-            program = self.program(shapes, concrete)
-        return program.apply(params, *inputs)
+            program = self._program_for(
+                [np.asarray(x) if _is_tensor(i) else x for i, x in zip(self._inputs, inputs)]
+            )
+        imp = program.imported
+        if not imp.layouts:
+            return program.apply(params, *inputs)
+        # Sequence and optional values: their tensors in, lists and None out.
+        feed = _flat_feed({i.name: x for i, x in zip(self._inputs, inputs)}, imp)
+        outs = program.apply(params, *(feed[n] for n in imp.input_names))
+        result = _nested_result(dict(zip(imp.output_names, outs)), imp)
+        return tuple(result[o.name] for o in self._model.graph.output)
 
     def fn(self, *inputs: Any) -> tuple:
         """The model as a pure JAX function of its inputs (parameters at their initializer
@@ -561,6 +700,28 @@ def explain(imported: ImportedGraph) -> str:
         detail = f": {', '.join(names)}" if names else ""
         lines.append(f"{where}: {how}{detail}")
     return "\n".join(lines)
+
+
+def _needed_nodes(nodes: Sequence[Any], names: Sequence[str]) -> list[Any]:
+    """The nodes, in order, that the values ``names`` are computed from (a node with subgraphs
+    needs every name its subgraphs read)."""
+    import onnx
+
+    def reads(node: Any) -> set[str]:
+        out = {n for n in node.input if n}
+        for a in node.attribute:
+            graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+            for g in graphs:
+                for inner in g.node:
+                    out |= reads(inner)
+        return out
+
+    wanted, kept = set(names), []
+    for node in reversed(list(nodes)):
+        if wanted & set(node.output):
+            kept.append(node)
+            wanted |= reads(node)
+    return kept[::-1]
 
 
 def _device_of(device: Any, providers: Sequence[Any] | None) -> tuple[Any, tuple[str, ...]]:

@@ -16,11 +16,15 @@ from . import fold, functions, schema
 from .importer import (
     BOOL,
     ONNX,
+    STRUCTURES,
     Builder,
     Context,
     Converter,
     ImportedGraph,
+    NeedsSizes,
     NeedsValues,
+    OptionalValue,
+    SequenceValue,
     Value,
     array_of,
     const_value,
@@ -50,6 +54,7 @@ def import_graph(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     input_values: Mapping[str, np.ndarray] | None = None,
     base_dir: str | None = None,
+    sizes: Mapping[str, Sequence[int]] | None = None,
 ) -> ImportedGraph:
     """Maps every node of ``model`` (an ``onnx.ModelProto``) onto DML operators.
 
@@ -61,11 +66,13 @@ def import_graph(
         input_values: inputs whose values are fixed for this import (specialisation); they
             become constants, and stay inputs of the compiled function.
         base_dir: where external data files are.
+        sizes: run-time sizes of data-dependent output shapes, by ``NeedsSizes.key``.
 
     Raises:
         ValidationError: an unsupported op type (naming the node and the type), a free
             dimension without a size, a malformed node, or anything a converter rejects.
         NeedsValues: a converter needs values computed from graph inputs.
+        NeedsSizes: a node's output shape depends on values computed at run time.
     """
     from .converters import REGISTRY
 
@@ -76,6 +83,7 @@ def import_graph(
     graph = model.graph
     opsets = opsets_of(model)
     walk = Walk(Builder(), opsets, converters)
+    walk.builder.sizes = {k: tuple(int(n) for n in v) for k, v in (sizes or {}).items()}
     builder, values = walk.builder, walk.values
     for init in graph.initializer:
         where = f"initializer '{init.name}'"
@@ -91,30 +99,47 @@ def import_graph(
         raise ValidationError(f"{ONNX}: sparse initializer '{sparse.values.name}' is not supported")
 
     input_names, input_shapes_, input_types, input_dtypes = [], [], [], []
+    layouts: list[tuple[str, str, Any]] = []
+
+    def add_input(name: str, elem: int, shape: tuple, where: str, deps: frozenset) -> Value:
+        """A model input tensor (or a tensor of a sequence input) as a graph input."""
+        t = data_type_of(elem, where)
+        index = len(input_names)
+        input_names.append(name)
+        input_shapes_.append(shape)
+        input_types.append(t)
+        input_dtypes.append(numpy_dtype_of(elem, where))
+        if name in fixed or 0 in shape:
+            if name in fixed:
+                array = np.asarray(fixed.pop(name)).astype(input_dtypes[-1]).reshape(shape)
+            else:  # an empty tensor: its value is known (DML tensors have no empty sizes)
+                array = np.zeros(shape, input_dtypes[-1])
+            return const_value(array, where)
+        n = builder.graph_input(index, shape, t)
+        return Value(shape, t, ("node", n, 0), None, elem == BOOL, None, deps)
+
     for inp in graph.input:
         if inp.name in values and inp.name not in shapes and inp.name not in fixed:
             continue  # an initializer listed as an input (IR < 4): its default value
         where = f"input '{inp.name}'"
-        if not inp.type.HasField("tensor_type"):
+        kind = inp.type.WhichOneof("value")
+        if kind in ("sequence_type", "optional_type"):
+            if inp.name not in shapes:
+                raise ValidationError(
+                    f"{ONNX}: {where}: a {kind.removesuffix('_type')} input; give the shapes of "
+                    "its tensors (input shapes: a list of shapes, None for an empty optional)"
+                )
+            value, layout = _structured_input(
+                inp.type, shapes.pop(inp.name), inp.name, where, add_input
+            )
+            values[inp.name] = value
+            layouts.append(("input", inp.name, layout))
+            continue
+        if kind != "tensor_type":
             raise ValidationError(f"{ONNX}: {where}: only tensor inputs are supported")
         elem = inp.type.tensor_type.elem_type
-        t = data_type_of(elem, where)
         shape = shape_of(inp.type, inp.name, free, shapes.pop(inp.name, None))
-        index = len(input_names)
-        input_names.append(inp.name)
-        input_shapes_.append(shape)
-        input_types.append(t)
-        input_dtypes.append(numpy_dtype_of(elem, where))
-        if inp.name in fixed or 0 in shape:
-            if inp.name in fixed:
-                array = np.asarray(fixed.pop(inp.name)).astype(input_dtypes[-1]).reshape(shape)
-            else:  # an empty tensor: its value is known (DML tensors have no empty sizes)
-                array = np.zeros(shape, input_dtypes[-1])
-            values[inp.name] = const_value(array, where)
-            continue
-        n = builder.graph_input(index, shape, t)
-        values[inp.name] = Value(shape, t, ("node", n, 0), None, elem == BOOL, None,
-                                 frozenset([inp.name]))  # fmt: skip
+        values[inp.name] = add_input(inp.name, elem, shape, where, frozenset([inp.name]))
     if shapes:
         raise ValidationError(
             f"{ONNX}: input shapes given for names the model has no input of: {sorted(shapes)}"
@@ -126,14 +151,11 @@ def import_graph(
 
     output_names, output_shapes, output_types, output_bool = [], [], [], []
     output_dtypes, out_values, output_consts = [], [], []
-    for out in graph.output:
-        if out.name not in values:
-            raise ValidationError(f"{ONNX}: output '{out.name}' is not produced by any node")
-        builder.where = f"output '{out.name}'"
-        v = values[out.name]
-        elem = out.type.tensor_type.elem_type if out.type.HasField("tensor_type") else 0
+
+    def add_output(name: str, v: Value, elem: int) -> None:
+        """A model output tensor (or a tensor of a sequence output)."""
         if elem:
-            dtype = numpy_dtype_of(elem, f"output '{out.name}'")
+            dtype = numpy_dtype_of(elem, f"output '{name}'")
         elif v.const is not None:
             dtype = v.const.dtype
         else:
@@ -145,11 +167,23 @@ def import_graph(
             output_consts.append(None)
             v = builder.materialize(v)
             out_values.append(v)
-        output_names.append(out.name)
+        output_names.append(name)
         output_shapes.append(v.shape)
         output_types.append(v.data_type)
         output_bool.append(v.is_bool)
         output_dtypes.append(np.dtype(dtype))
+
+    for out in graph.output:
+        if out.name not in values:
+            raise ValidationError(f"{ONNX}: output '{out.name}' is not produced by any node")
+        builder.where = f"output '{out.name}'"
+        v = values[out.name]
+        kind = out.type.WhichOneof("value")
+        if kind in ("sequence_type", "optional_type") or isinstance(v, STRUCTURES):
+            layout = _structured_output(out.type, v, out.name, add_output)
+            layouts.append(("output", out.name, layout))
+            continue
+        add_output(out.name, v, out.type.tensor_type.elem_type if kind == "tensor_type" else 0)
     return _graph_desc(
         walk,
         {
@@ -163,6 +197,7 @@ def import_graph(
             "output_bool": tuple(output_bool),
             "output_dtypes": tuple(output_dtypes),
             "output_consts": tuple(output_consts),
+            "layouts": tuple(layouts),
         },
         out_values,
     )
@@ -174,6 +209,7 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
     for i, node in enumerate(nodes):
         where = prefix + where_of(i, node)
         builder.where = where
+        builder.top_level = not prefix
         if not prefix:
             builder.onnx_index = len(walk.report)
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
@@ -192,11 +228,23 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
                 f"{ONNX}: {where}: domain '{node.domain}' is not among the model's opsets"
             )
         onnx_schema = schema.check(node, domain, opset, where, known=convert is not None)
-        ctx = Context(builder, node, walk.opsets, where)
+        ctx = Context(builder, node, walk.opsets, where, inputs)
+        ctx.walk = walk  # control flow and sequence converters import subgraphs into it
         outputs, folded = None, None
-        if node.op_type == "If" and not domain and convert is None:
+        if any(isinstance(v, STRUCTURES) for v in inputs) and not _takes_structures(node, domain):
+            raise ctx.fail("a sequence or optional value is not a tensor input of this op")
+        if (
+            node.op_type == "If"
+            and not domain
+            and (convert is None or (inputs[0] is not None and inputs[0].known is not None))
+        ):
+            # A condition known at import (shape conditions in exported models): the chosen
+            # branch is imported in the If's place; one computed at run time goes to the If
+            # converter (both branches, ``lax.cond``).
             outputs, how = functions.inline_if(walk, node, inputs, where, walk_nodes), "branch"
-        elif fold.foldable(node, domain, inputs, onnx_schema):
+        elif (domain or node.op_type not in STRUCTURE_OPS) and fold.foldable(
+            node, domain, inputs, onnx_schema
+        ):
             try:
                 folded = fold.evaluate(node, domain, opset, inputs, where)
             except fold.NotEvaluated:
@@ -214,15 +262,15 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
                 outputs = _convert(convert, ctx, node, inputs)
                 outputs = [v if v is None or f is None else replace(v, shadow=f.const)
                            for v, f in zip(outputs, folded)]  # fmt: skip
-                how = _how(builder, before)
-            except NeedsValues:
+                how = _how(builder, before, ctx)
+            except (NeedsValues, NeedsSizes):
                 raise
             except ValidationError:
                 outputs, how = folded, "folded"
         elif convert is not None:
             before = len(builder.nodes)
             outputs = _convert(convert, ctx, node, inputs)
-            how = _how(builder, before)
+            how = _how(builder, before, ctx)
         elif folded is not None:
             outputs, how = folded, "folded"
         elif onnx_schema is not None and functions.has_body(onnx_schema, opset):
@@ -246,9 +294,32 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
             walk.report.append((where, how))
 
 
-def _how(builder: Builder, before: int) -> str:
+# The ai.onnx ops that read or make sequence and optional values (the other ops take tensors
+# only); never folded by the reference evaluator, which would give a list for a sequence.
+STRUCTURE_OPS = frozenset(
+    {
+        "Identity", "If", "Loop", "Scan", "Optional", "OptionalHasElement",
+        "OptionalGetElement", "SequenceAt", "SequenceConstruct", "SequenceEmpty",
+        "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap",
+        "ConcatFromSequence", "SplitToSequence",
+    }
+)  # fmt: skip
+
+
+def _takes_structures(node: Any, domain: str) -> bool:
+    return bool(domain) or node.op_type in STRUCTURE_OPS
+
+
+def _how(builder: Builder, before: int, ctx: Context | None = None) -> str:
     """How a converted node ran: ``dml`` (DML operators only), ``jax`` (a JAX lowering only),
-    ``dml+jax``, or ``view`` (no node at all)."""
+    ``dml+jax``, or ``view`` (no node at all); with the converter's ``ctx.note`` (a Loop
+    unrolled at import says so)."""
+    how = _kinds(builder, before)
+    note = getattr(ctx, "note", None)
+    return f"{how} ({note})" if note else how
+
+
+def _kinds(builder: Builder, before: int) -> str:
     entries = {n for _, n in builder._graph_inputs}  # constants entering the graph
     kinds = {
         "jax" if isinstance(d, FunctionNode) else "dml"
@@ -264,7 +335,7 @@ def _convert(convert: Converter, ctx: Context, node: Any, inputs: list) -> list:
     """Runs a converter; what escapes it without naming the node gets the node's name."""
     try:
         return list(convert(ctx, node, inputs))
-    except NeedsValues:
+    except (NeedsValues, NeedsSizes):
         raise
     except ValidationError as e:
         if str(e).startswith(f"{ONNX}: "):
@@ -337,4 +408,69 @@ def _graph_desc(walk: Walk, names: dict, out_values: list[Value]) -> ImportedGra
         tuple(builder.origin[n] for n in order),
         tuple(walk.report),
         names["output_consts"],
+        names.get("layouts", ()),
     )
+
+
+def _tensor_elem(type_proto: Any) -> int:
+    """The element type of the tensors of a tensor, sequence or optional type (0: unknown)."""
+    kind = type_proto.WhichOneof("value")
+    if kind == "tensor_type":
+        return int(type_proto.tensor_type.elem_type)
+    if kind == "sequence_type":
+        return _tensor_elem(type_proto.sequence_type.elem_type)
+    if kind == "optional_type":
+        return _tensor_elem(type_proto.optional_type.elem_type)
+    return 0
+
+
+def _structured_input(type_proto: Any, given: Any, name: str, where: str, add: Any):
+    """A sequence or optional model input of the structure ``given`` (a list of shapes for a
+    sequence, a shape for a tensor, None for an empty optional): its value, and its layout
+    (``ImportedGraph.layouts``). Its tensors are graph inputs named ``name[k]`` (a sequence's)
+    or ``name`` (an optional tensor's); the session never specialises on them."""
+    kind = type_proto.WhichOneof("value")
+    if kind == "optional_type":
+        if given is None:
+            return OptionalValue(None), None
+        inner, layout = _structured_input(type_proto.optional_type.elem_type, given, name, where,
+                                          add)  # fmt: skip
+        return OptionalValue(inner), layout
+    if kind == "sequence_type":
+        elem = type_proto.sequence_type.elem_type
+        if elem.WhichOneof("value") != "tensor_type":
+            raise ValidationError(f"{ONNX}: {where}: only sequences of tensors are supported")
+        if given is None or not isinstance(given, list | tuple):
+            raise ValidationError(f"{ONNX}: {where}: a sequence input needs a list of shapes")
+        elem_type = int(elem.tensor_type.elem_type)
+        items, names = [], []
+        for k, shape in enumerate(given):
+            names.append(f"{name}[{k}]")
+            shape = tuple(int(d) for d in shape)
+            items.append(add(names[-1], elem_type, shape, f"{where}[{k}]", frozenset()))
+        return SequenceValue(tuple(items), elem_type), names
+    if kind == "tensor_type":
+        shape = tuple(int(d) for d in given)
+        return add(name, int(type_proto.tensor_type.elem_type), shape, where, frozenset()), name
+    raise ValidationError(f"{ONNX}: {where}: a {kind} input is not supported")
+
+
+def _structured_output(type_proto: Any, v: Any, name: str, add: Any) -> Any:
+    """Adds the tensors of a sequence or optional model output (named as
+    ``_structured_input`` names them); returns its layout."""
+    elem = _tensor_elem(type_proto)
+    if isinstance(v, OptionalValue):
+        v = v.value
+        if v is None:
+            return None
+    if isinstance(v, SequenceValue):
+        names = []
+        for k, item in enumerate(v.items):
+            names.append(f"{name}[{k}]")
+            add(names[-1], item, elem or v.elem_type)
+        return names
+    kind = type_proto.WhichOneof("value")
+    if kind == "sequence_type":
+        raise ValidationError(f"{ONNX}: output '{name}' must be a sequence, got a tensor")
+    add(name, v, elem)
+    return name

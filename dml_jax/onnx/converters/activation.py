@@ -5,7 +5,7 @@ defaults where a node leaves them out); PRelu's slope is broadcast to the input'
 stride-0 strides. Softmax, LogSoftmax and Hardmax before opset 13 normalize the input coerced to
 2-D at ``axis`` (every axis from ``axis`` on): the original operators on that 2-D view, as the
 provider does; from opset 13 the ``1`` operators over the single ``axis``. Dropout at inference
-is the identity (its mask all true). Gelu's tanh approximation, which DirectML has no operator
+is the identity (its mask all true); in training mode a JAX node draws its mask. Gelu's tanh approximation, which DirectML has no operator
 for, is composed exactly from element-wise operators.
 """
 
@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import math
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from ...enums import DataType
 from ...tensor import ScaleBias
 from ..importer import broadcast, packed
 from . import converter, register
@@ -56,6 +59,8 @@ register(
     "HardSigmoid",
     _with_attrs("ACTIVATION_HARD_SIGMOID", alpha=("alpha", 0.2), beta=("beta", 0.5)),
 )
+# ONNX's Swish (opset 24) is x * sigmoid(alpha * x): SigmoidInputScale is alpha.
+register("Swish", _with_attrs("ACTIVATION_SWISH", sigmoid_input_scale=("alpha", 1.0)))
 # Integer Shrink follows DirectML's rule (Bias converted toward zero; docs/semantics.md).
 register("Shrink", _with_attrs("ACTIVATION_SHRINK", bias=("bias", 0.0), threshold=("lambd", 0.5)))
 
@@ -112,21 +117,16 @@ register("Hardmax", _normalized("HARDMAX"))
 
 @converter("Dropout")
 def _dropout(ctx, node, inputs):
-    """Inference: the input itself, and a mask of ones (all kept). Training mode (opset 12's
-    ``training_mode`` input) with a ratio that is not known to be 0 drops elements at random:
-    not mapped (ONNX Runtime's DirectML provider runs Dropout only at inference, as
-    ACTIVATION_IDENTITY, and leaves training mode to the CPU)."""
+    """Inference (and training with a ratio known to be 0): the input itself, and a mask of
+    ones (all kept), as ONNX Runtime's DirectML provider runs Dropout (ACTIVATION_IDENTITY).
+    Training mode (opset 12's ``training_mode`` input, known at import) with any other ratio:
+    ``dropout_training``, a JAX node."""
     x, ratio, training = (list(inputs) + [None, None])[:3]
     training = training is not None and bool(ctx.const(training, "training_mode").any())
     # Only a ratio known to be 0 keeps every element (and scales by 1).
     known_zero = ratio is not None and ratio.const is not None and not ratio.const.any()
     if training and not known_zero:
-        what = "a run-time" if ratio is not None and ratio.const is None else "a non-zero"
-        raise ctx.fail(
-            f"training mode with {what} ratio drops elements at random, which is not "
-            "mapped (ONNX Runtime's DirectML provider runs only inference Dropout, as "
-            "ACTIVATION_IDENTITY)"
-        )
+        return dropout_training(ctx, x, ratio)
     outputs = [x]
     if ctx.wants(1):
         # Dropout-7's mask has the data's type; later ones are BOOL.
@@ -136,6 +136,36 @@ def _dropout(ctx, node, inputs):
             mask = np.ones(x.shape, np.bool_)
         outputs.append(ctx.constant(mask))
     return outputs
+
+
+def dropout_training(ctx, x, ratio):
+    """Training-mode Dropout, which no DirectML operator draws (ONNX Runtime's DirectML provider
+    leaves it to the CPU): a JAX node keeping each element where a uniform draw in [0, 1) is
+    >= ratio (default 0.5), scaled by 1 / (1 - ratio), and 0 elsewhere; the mask is the kept
+    elements. A run-time ratio of 0 keeps everything (the identity, an all-true mask), of 1
+    nothing (zeros). The draw's key is the ``seed`` attribute or a fixed default
+    (``random.key_of``): every run of a session draws the same mask."""
+    from .random import key_of
+
+    if not x.data_type.is_float:
+        raise ctx.fail(f"input 'data' must be a float tensor, got {x.data_type.name}")
+    if ratio is not None and (ratio.shape != () and ratio.shape != (1,)):
+        raise ctx.fail(f"input 'ratio' must be a scalar, got shape {list(ratio.shape)}")
+    key = key_of(ctx)
+    compute = jnp.promote_types(x.data_type.numpy_dtype, jnp.float32)
+    shape = tuple(x.shape)
+
+    def drop(data, r=None):
+        r = jnp.asarray(0.5 if r is None else r.reshape(()), compute)
+        keep = jax.random.uniform(jax.random.key(key), shape, compute) >= r
+        scaled = data.astype(compute) / (1 - r)
+        return jnp.where(keep, scaled, 0), keep
+
+    present = [x] if ratio is None else [x, ratio]
+    y, mask = ctx.jax(
+        "Dropout.training", drop, present, [(shape, x.data_type), (shape, DataType.UINT8, True)]
+    )
+    return [y, mask] if ctx.wants(1) else [y]
 
 
 def _scaled(ctx, name: str, x, scale: float, bias: float = 0.0):

@@ -34,6 +34,14 @@ computed by the operators of ONNX's own decomposition (GEMM for both products, g
 one GEMM batch over the key/value heads, ACTIVATION_SCALED_TANH for the soft cap,
 ELEMENT_WISE_ADD for the masks as one additive bias, ACTIVATION_SOFTMAX1, the same zero-row
 guard).
+
+RotaryEmbedding (opset 23) has no DirectML operator; it is built from the operators ONNX
+Runtime's DirectML provider builds its com.microsoft RotaryEmbedding from (``rotate``): GATHER of
+the cos / sin caches at position_ids, SPLIT of each head's rotated part into its two halves (or
+its even and odd entries when interleaved), JOIN of the halves swapped, ELEMENT_WISE_MULTIPLY by
+the signs {-1, 1} (FILL_VALUE_SEQUENCE), by cos and by sin, and ELEMENT_WISE_ADD: ``x * cos +
+swap(x) * sign * sin``. The part of a head beyond rotary_embedding_dim is split off first and
+joined back unchanged.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from ...tensor import TensorDesc, packed_strides
 from ..importer import Value, broadcast, packed
 from . import converter
 from ._common import DataType, binary_value, cast_value, op, reduce_value, view
+from .movement import typed_scalar
 
 
 def transposed(ctx, value: Value, perm: tuple[int, ...]) -> Value:
@@ -407,3 +416,120 @@ def _bias(ctx, allowed: _Allowed, additive: Value | None, t: DataType) -> Value 
     minus = ctx.constant(np.full((1,), -np.inf, t.numpy_dtype))
     shape = tuple(np.broadcast_shapes(_rank4(keep.shape), _rank4(base.shape)))
     return _select(ctx, keep, base, minus, shape)
+
+
+# --- rotary embedding -------------------------------------------------------------------------
+
+
+def split_value(ctx, x: Value, sizes, axis: int) -> list[Value]:
+    """``x`` cut along ``axis`` into pieces of ``sizes`` (SPLIT)."""
+    t = x.data_type
+    shapes = [x.shape[:axis] + (n,) + x.shape[axis + 1 :] for n in sizes]
+    desc = op("SPLIT")(packed(t, x.shape), [packed(t, shape) for shape in shapes], axis=axis)
+    n = ctx.node(desc, [x])
+    return [ctx.out(n, shape, k, is_bool=x.is_bool) for k, shape in enumerate(shapes)]
+
+
+def join_values(ctx, values: list[Value], axis: int) -> Value:
+    """``values`` concatenated along ``axis`` (JOIN)."""
+    t = values[0].data_type
+    first = values[0].shape
+    shape = first[:axis] + (sum(v.shape[axis] for v in values),) + first[axis + 1 :]
+    desc = op("JOIN")([packed(t, v.shape) for v in values], packed(t, shape), axis=axis)
+    return ctx.out(ctx.node(desc, values), shape, is_bool=values[0].is_bool)
+
+
+def gather_rows(ctx, table: Value, positions: Value) -> Value:
+    """``table[positions]``: rows of a 2-D cache at INT32 positions of any shape (GATHER over
+    axis 0; negative positions count from the end, as NumPy's indexing does)."""
+    rank = positions.rank + 1
+    out = positions.shape + table.shape[1:]
+    desc = op("GATHER")(
+        packed(table.data_type, table.shape, rank),
+        packed(positions.data_type, positions.shape, rank),
+        packed(table.data_type, out, rank),
+        axis=rank - 2,
+        index_dimensions=positions.rank,
+    )
+    return ctx.out(ctx.node(desc, [table, positions]), out)
+
+
+def rotate(ctx, x: Value, cos: Value, sin: Value, *, interleaved: bool, dim: int) -> Value:
+    """Rotary embedding of ``x``'s last axis (a head): its first ``dim`` entries are rotated by
+    the angles whose cosines / sines ``cos`` / ``sin`` hold (``dim / 2`` per position, their
+    leading axes broadcasting against ``x``'s), the rest passes unchanged."""
+    head, lead, t = x.shape[-1], x.shape[:-1], x.data_type
+    rest = None
+    if dim < head:
+        x, rest = split_value(ctx, x, [dim, head - dim], x.rank - 1)
+    half = dim // 2
+    # The two members of each rotated pair side by side on one axis of two.
+    pairs = lead + ((half, 2) if interleaved else (2, half))
+    axis = len(pairs) - 1 if interleaved else len(pairs) - 2
+    angles = (half, 1) if interleaved else (1, half)
+    cos = cos.view(cos.shape[:-1] + angles)
+    sin = sin.view(sin.shape[:-1] + angles)
+    xp = x.view(pairs)
+    first, second = split_value(ctx, xp, [1, 1], axis)
+    swapped = join_values(ctx, [second, first], axis)
+    signs = op("FILL_VALUE_SEQUENCE")(packed(t, (2,)), t, typed_scalar(t, -1), typed_scalar(t, 2))
+    sign = ctx.out(ctx.node(signs, []), (2,)).view((2,) + (1,) * (len(pairs) - 1 - axis))
+    rotated = binary_value(ctx, "ELEMENT_WISE_MULTIPLY", swapped, sign)
+    y = binary_value(
+        ctx,
+        "ELEMENT_WISE_ADD",
+        binary_value(ctx, "ELEMENT_WISE_MULTIPLY", xp, cos),
+        binary_value(ctx, "ELEMENT_WISE_MULTIPLY", rotated, sin),
+    )
+    y = y.view(lead + (dim,))
+    return y if rest is None else join_values(ctx, [y, rest], y.rank - 1)
+
+
+def rotary_dim(ctx, head: int, half: int, attribute: int) -> int:
+    """The rotated part of a head: ``rotary_embedding_dim`` (0: the whole head), checked
+    against the head size and the caches' ``half`` values per position."""
+    dim = attribute or head
+    if dim % 2 or dim > head:
+        raise ctx.fail(f"rotary_embedding_dim {dim} must be even and at most the head size {head}")
+    if half != dim // 2:
+        raise ctx.fail(
+            f"cos_cache / sin_cache hold {half} values per position; the rotation needs {dim // 2}"
+        )
+    return dim
+
+
+@converter("RotaryEmbedding")
+def _rotary_embedding(ctx, node, inputs):
+    x, cos, sin, positions = (list(inputs) + [None])[:4]
+    if cos.shape != sin.shape:
+        raise ctx.fail(f"cos_cache {list(cos.shape)} and sin_cache {list(sin.shape)} differ")
+    if x.rank == 4:
+        b, heads, s, head = x.shape
+    elif x.rank == 3:
+        b, s, hidden = x.shape
+        heads = int(ctx.attr("num_heads", 0))
+        if heads < 1 or hidden % heads:
+            raise ctx.fail(f"a 3-D input needs num_heads dividing its hidden size {hidden}")
+        head = hidden // heads
+    else:
+        raise ctx.fail(f"X must be 3-D or 4-D, got shape {list(x.shape)}")
+    if positions is not None:
+        if cos.rank != 2 or positions.shape != (b, s):
+            raise ctx.fail(
+                f"with position_ids {list(positions.shape)} the caches must be 2-D and "
+                f"position_ids {[b, s]}, got cos_cache {list(cos.shape)}"
+            )
+        cos, sin = gather_rows(ctx, cos, positions), gather_rows(ctx, sin, positions)
+    elif cos.shape[:2] != (b, s) or cos.rank != 3:
+        raise ctx.fail(f"without position_ids the caches must be {[b, s]} + [half], got "
+                       f"{list(cos.shape)}")  # fmt: skip
+    dim = rotary_dim(ctx, head, cos.shape[-1], int(ctx.attr("rotary_embedding_dim", 0)))
+    interleaved = bool(int(ctx.attr("interleaved", 0)))
+    if x.rank == 4:  # {B, N, S, H}: the angles of (b, s) serve every head
+        angles = (b, 1, s, dim // 2)
+        y = rotate(ctx, x, cos.view(angles), sin.view(angles), interleaved=interleaved, dim=dim)
+        return [y]
+    angles = (b, s, 1, dim // 2)
+    y = rotate(ctx, x.view((b, s, heads, head)), cos.view(angles), sin.view(angles),
+               interleaved=interleaved, dim=dim)  # fmt: skip
+    return [y.view(x.shape)]

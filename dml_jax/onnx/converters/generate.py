@@ -1,11 +1,12 @@
 """Generators and scans, as ONNX Runtime's DirectML provider maps them: ConstantOfShape
 (FILL_VALUE_CONSTANT), Range (FILL_VALUE_SEQUENCE), EyeLike (DIAGONAL_MATRIX), Trilu
-(DIAGONAL_MATRIX1 over the input), CumSum (CUMULATIVE_SUMMATION); and the values known at
-import: Constant, and the shape queries Shape and Size (every shape is static at import, so
-they never reach the DML graph).
+(DIAGONAL_MATRIX1 over the input), CumSum (CUMULATIVE_SUMMATION), CumProd (CUMULATIVE_PRODUCT,
+which the provider has no kernel for); and the values known at import: Constant, and the shape
+queries Shape and Size (every shape is static at import, so they never reach the DML graph).
 
 A generator's output size comes from input values (ConstantOfShape's shape, Range's bounds):
-DirectML needs those as constants (``ctx.const``); so are Trilu's k and CumSum's axis. When all
+DirectML needs those as constants (``ctx.const``); so are Trilu's k and CumSum's and CumProd's
+axis. When all
 of a node's inputs are known it is folded before reaching these converters."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 from ...enums import DataType
 from ..importer import array_of, data_type_of, packed, to_graph_array
 from . import converter
-from ._common import axis_of, op, view
+from ._common import axis_of, cast_value, op, view
 from .movement import empty, typed_scalar
 
 
@@ -156,8 +157,9 @@ def _trilu(ctx, node, inputs):
 # --- scans ------------------------------------------------------------------------------------
 
 
-@converter("CumSum")
-def _cumsum(ctx, node, inputs):
+def _scan(ctx, inputs, name: str, exclusive_field: str):
+    """CumSum and CumProd: one CUMULATIVE_* node along the constant ``axis``, ONNX's reverse and
+    exclusive attributes as its direction and exclusive flag."""
     x, axis_in = inputs
     axes = np.asarray(ctx.const(axis_in, "axis")).reshape(-1)
     if axes.size != 1:
@@ -168,11 +170,31 @@ def _cumsum(ctx, node, inputs):
     if 0 in x.shape:
         return [empty(ctx, x, x.shape)]
     t = x.data_type
-    desc = op("CUMULATIVE_SUMMATION")(
+    desc = op(name)(
         packed(t, x.shape),
         packed(t, x.shape),
         axis=axis,
         axis_direction="DECREASING" if int(ctx.attr("reverse", 0)) else "INCREASING",
-        has_exclusive_sum=bool(int(ctx.attr("exclusive", 0))),
+        **{exclusive_field: bool(int(ctx.attr("exclusive", 0)))},
     )
     return [ctx.out(ctx.node(desc, [x]), x.shape)]
+
+
+@converter("CumSum")
+def _cumsum(ctx, node, inputs):
+    return _scan(ctx, inputs, "CUMULATIVE_SUMMATION", "has_exclusive_sum")
+
+
+@converter("CumProd")
+def _cumprod(ctx, node, inputs):
+    """CumProd (opset 26): CUMULATIVE_PRODUCT, as CumSum maps onto CUMULATIVE_SUMMATION.
+    CUMULATIVE_PRODUCT takes FLOAT32, FLOAT16, UINT32 and UINT16: an INT32 tensor (ONNX's
+    int32, and int64 as its low 32 bits) runs as UINT32 between two CASTs, which keep the low
+    bits both ways. Products modulo 2**32 do not depend on the signedness, so the bits are those
+    of the signed running product wrapped to 32 bits, exactly."""
+    x = inputs[0]
+    if x.data_type is not DataType.INT32 or 0 in x.shape:
+        return _scan(ctx, inputs, "CUMULATIVE_PRODUCT", "has_exclusive_product")
+    u = cast_value(ctx, x, DataType.UINT32)
+    (y,) = _scan(ctx, [u, inputs[1]], "CUMULATIVE_PRODUCT", "has_exclusive_product")
+    return [cast_value(ctx, y, DataType.INT32)]

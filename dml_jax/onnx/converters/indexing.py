@@ -12,14 +12,14 @@ position it lands on; ELEMENT_WISE_IF keeps the update there and the reduction's
 elsewhere; REDUCE folds the updates of each position together (every duplicate counts, in any
 order), and one element-wise ADD / MULTIPLY / MAX / MIN combines the result with the data.
 
-NonZero, Unique and Compress have output shapes that depend on their input's values: they run
-only when those values are known at import (they are folded then); otherwise the import stops
-with a ValidationError naming the node."""
+NonZero, Unique and Compress have output shapes that depend on their input's values: the session
+computes that size before the run (``Context.sizes``) and the node is a JAX lowering of it."""
 
 from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
 import numpy as np
 
 from ...enums import DataType
@@ -311,14 +311,122 @@ def _one_hot(ctx, node, inputs):
 
 
 # --- data-dependent shapes --------------------------------------------------------------------
+# A DML graph has static shapes. ONNX Runtime's DirectML provider runs these ops outside its DML
+# graphs (CPU kernels, with copies at the partition edges); here the session computes the one
+# size that depends on values (``ctx.sizes``: at import when the inputs are known, else by a
+# program of the model cut at the node's inputs, before the run) and the node becomes a JAX
+# lowering of that static size inside the one program.
 
 
-def _value_dependent(ctx, node, inputs):
-    raise ctx.fail(
-        f"{node.op_type}'s output shape depends on its input values, which are not known at "
-        "import; a DML graph has static shapes, so it runs only when those values are known "
-        "(initializers, Constants or folded values)"
+def _as_bool(x):
+    return x != 0
+
+
+@converter("NonZero", kind="jax")
+def _non_zero(ctx, node, inputs):
+    (x,) = inputs
+    rank = max(x.rank, 1)  # a scalar counts as one element of one dimension (NumPy's rule)
+    (count,) = ctx.sizes(lambda a: (np.count_nonzero(a),), [x])
+    t = DataType.INT32  # ONNX's INT64 indices, 32-bit in the graph
+    if count == 0:
+        return [ctx.constant(np.zeros((rank, 0), np.int64))]
+
+    def fn(a):
+        a = jnp.reshape(a, a.shape or (1,))
+        return (jnp.stack(jnp.nonzero(a, size=count)).astype(jnp.int32),)
+
+    return ctx.jax("NonZero", fn, [x], [((rank, count), t)])
+
+
+@converter("Compress", kind="jax")
+def _compress(ctx, node, inputs):
+    x, condition = inputs
+    axis = ctx.attr("axis")
+    if condition.rank != 1:
+        raise ctx.fail(f"input condition must be 1-D, got shape {list(condition.shape)}")
+    if axis is None:
+        length = math.prod(x.shape)
+    else:
+        axis = axis_of(ctx, axis, x.rank)
+        length = x.shape[axis]
+    if condition.shape[0] > length:
+        raise ctx.fail(
+            f"condition has {condition.shape[0]} entries, more than the {length} it selects from"
+        )
+    (count,) = ctx.sizes(lambda c: (np.count_nonzero(c),), [condition])
+    shape = (count,) if axis is None else x.shape[:axis] + (count,) + x.shape[axis + 1 :]
+    if count == 0:
+        return [empty(ctx, x, shape)]
+
+    def fn(a, c):
+        (picked,) = jnp.nonzero(c, size=count)
+        if axis is None:
+            return (jnp.take(a.reshape(-1), picked),)
+        return (jnp.take(a, picked, axis=axis),)
+
+    return ctx.jax("Compress", fn, [x, condition], [(shape, x.data_type, x.is_bool)])
+
+
+def _unique_numpy(a, axis, sort):
+    """ONNX's Unique of a NumPy array: (Y, indices, inverse_indices, counts); unsorted keeps the
+    order of first occurrence."""
+    y, first, inverse, counts = np.unique(
+        a, return_index=True, return_inverse=True, return_counts=True, axis=axis
     )
+    inverse = inverse.reshape(-1)
+    if not sort:
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        y = np.take(y, order, axis=0 if axis is None else axis)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    return y, first, inverse, counts
 
 
-converter("NonZero", "Unique", "Compress")(_value_dependent)
+@converter("Unique", kind="jax")
+def _unique(ctx, node, inputs):
+    (x,) = inputs
+    axis = ctx.attr("axis")
+    sort = bool(ctx.attr("sorted", 1))
+    if axis is not None:
+        axis = axis_of(ctx, axis, x.rank)
+    if x.rank == 0:
+        raise ctx.fail("input X must have at least one dimension")
+
+    def count_of(a):
+        return (len(_unique_numpy(a, axis, sort)[1]),)
+
+    (count,) = ctx.sizes(count_of, [x])
+    along = x.shape[axis] if axis is not None else math.prod(x.shape)
+    y_shape = (count,) if axis is None else x.shape[:axis] + (count,) + x.shape[axis + 1 :]
+    t = DataType.INT32
+
+    def fn(a):
+        if axis is None:
+            rows = a.reshape(-1, 1)
+        else:
+            rows = jnp.moveaxis(a, axis, 0).reshape(along, -1)
+        # Sort the rows lexicographically (stable, so equal rows keep their first position).
+        keys = [rows[:, k] for k in range(rows.shape[1] - 1, -1, -1)]
+        order = jnp.lexsort(keys) if keys else jnp.arange(along)
+        srt = rows[order]
+        starts = jnp.concatenate([jnp.ones((1,), bool), jnp.any(srt[1:] != srt[:-1], axis=1)])
+        group = jnp.cumsum(starts) - 1  # the group of each sorted row
+        first_sorted = jnp.nonzero(starts, size=count)[0]
+        first = order[first_sorted]  # the first occurrence of each group (stable sort)
+        counts = jnp.diff(jnp.append(first_sorted, along))
+        inverse = jnp.zeros(along, jnp.int32).at[order].set(group.astype(jnp.int32))
+        if not sort:  # groups in the order of their first occurrence
+            perm = jnp.argsort(first, stable=True)
+            rank = jnp.zeros(count, jnp.int32).at[perm].set(jnp.arange(count, dtype=jnp.int32))
+            first, counts, inverse = first[perm], counts[perm], rank[inverse]
+        values = rows[first]
+        if axis is None:
+            y = values.reshape(count)
+        else:
+            rest = tuple(np.delete(x.shape, axis))
+            y = jnp.moveaxis(values.reshape((count,) + rest), 0, axis)
+        return y, first.astype(jnp.int32), inverse, counts.astype(jnp.int32)
+
+    outs = [(y_shape, x.data_type, x.is_bool), ((count,), t), ((along,), t), ((count,), t)]
+    return ctx.jax("Unique", fn, [x], outs)

@@ -7,6 +7,9 @@ provider maps them:
   21) and 4-bit types -> QUANTIZE / DEQUANTIZE, whose quantization tensors have the input's rank
   and one value per block (the scale's own sizes; DirectML's blocks must divide the input). An
   absent zero point is absent (0); the output type is then ``output_dtype``, else UINT8.
+  INT16 / UINT16 outputs (opset 21), which no DirectML quantize operator writes, are a JAX node
+  (``quantize_linear_jax``) with the same arithmetic: the correctly rounded quotient, halves to
+  even, the zero point added, saturated.
 - DynamicQuantizeLinear -> DYNAMIC_QUANTIZE_LINEAR (scale and zero point {1, ..} of the input's
   rank, ONNX's scalars).
 - MatMulInteger -> MATRIX_MULTIPLY_INTEGER, QLinearMatMul -> QUANTIZED_LINEAR_MATRIX_MULTIPLY:
@@ -27,7 +30,12 @@ from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
 from ...enums import DataType
+from ...ops._quant import divide
 from ...tensor import TensorDesc
 from ..importer import Value, broadcast, data_type_of, packed
 from . import converter
@@ -42,6 +50,7 @@ from ._common import (
 )
 
 _FOUR_BIT = (DataType.INT4, DataType.UINT4)
+_SIXTEEN_BIT = (DataType.INT16, DataType.UINT16)
 _FLOATS = (DataType.FLOAT32, DataType.FLOAT16)
 
 
@@ -53,9 +62,11 @@ def _present(inputs, k: int) -> Value | None:
 # QuantizeLinear / DequantizeLinear
 
 
-def _parameter_layout(ctx, x: Value, scale: Value, zero: Value | None):
-    """(axis, block): how the scale maps onto ``x``; per tensor gives (None, 0)."""
-    block = int(ctx.attr("block_size", 0)) if ctx.opset >= 21 else 0
+def _parameter_layout(ctx, x: Value, scale: Value, zero: Value | None, opset: int | None = None):
+    """(axis, block): how the scale maps onto ``x``; per tensor gives (None, 0). ``opset``: the
+    ai.onnx opset whose rules apply (default: the node's)."""
+    opset = ctx.opset if opset is None else opset
+    block = int(ctx.attr("block_size", 0)) if opset >= 21 else 0
     single = math.prod(scale.shape) == 1 and scale.rank <= 1
     if zero is not None and zero.shape != scale.shape and not (single and zero.rank <= 1):
         raise ctx.fail(
@@ -65,7 +76,7 @@ def _parameter_layout(ctx, x: Value, scale: Value, zero: Value | None):
         raise ctx.fail(f"block_size must be >= 0, got {block}")
     if not block and single:
         return None, 0  # one value: per tensor
-    if ctx.opset < 13:
+    if opset < 13:
         raise ctx.fail(f"the scale must be a scalar before opset 13, got {list(scale.shape)}")
     axis = axis_of(ctx, ctx.attr("axis", 1), x.rank)
     if block == 0:
@@ -137,19 +148,27 @@ def _quantized_type(ctx, zero: Value | None) -> DataType:
     return data_type_of(given, ctx.where) if given else DataType.UINT8
 
 
-@converter("QuantizeLinear")
-def _quantize_linear(ctx, node, inputs):
-    x, scale = inputs[:2]
-    zero = _present(inputs, 2)
-    axis, block = _parameter_layout(ctx, x, scale, zero)
-    out_type = _quantized_type(ctx, zero)
-    # DirectML divides in float32 whatever the operands (FLOAT16 widens exactly), so operands
-    # of two float types are both widened; ONNX's ``precision`` (opset 23) is then float32.
-    if x.data_type in _FLOATS and scale.data_type in _FLOATS and x.data_type != scale.data_type:
-        x = cast_value(ctx, x, DataType.FLOAT32)
-        scale = cast_value(ctx, scale, DataType.FLOAT32)
-    if block or out_type in _FOUR_BIT:
-        return [_blocked(ctx, "QUANTIZE", x, scale, zero, out_type, axis)]
+def dequantize_value(ctx, x: Value, scale: Value, zero: Value | None, axis=None) -> Value:
+    """ELEMENT_WISE_DEQUANTIZE_LINEAR of ``x`` with one scale and zero point (``axis`` None) or
+    one per index of ``axis``: the result in the scale's float type."""
+    s, z = _linear_params(x, [scale, zero], axis)
+    desc = op("ELEMENT_WISE_DEQUANTIZE_LINEAR")(
+        packed(x.data_type, x.shape),
+        s[1],
+        None if z is None else z[1],
+        packed(scale.data_type, x.shape),
+    )
+    return ctx.out(ctx.node(desc, [x, s[0], None if z is None else z[0]]), x.shape)
+
+
+def quantize_value(
+    ctx, x: Value, scale: Value, zero: Value | None, out_type: DataType, axis=None
+) -> Value:
+    """``x`` quantized to ``out_type`` with one scale and zero point (``axis`` None) or one per
+    index of ``axis``: ELEMENT_WISE_QUANTIZE_LINEAR for the 8-bit types; the 16-bit types, which
+    no DirectML quantize operator writes, as a JAX node (``quantize_linear_jax``)."""
+    if out_type in _SIXTEEN_BIT:
+        return quantize_linear_jax(ctx, x, scale, zero, out_type, axis, 0)
     s, z = _linear_params(x, [scale, zero], axis)
     desc = op("ELEMENT_WISE_QUANTIZE_LINEAR")(
         packed(x.data_type, x.shape),
@@ -157,8 +176,69 @@ def _quantize_linear(ctx, node, inputs):
         None if z is None else z[1],
         packed(out_type, x.shape),
     )
-    n = ctx.node(desc, [x, s[0], None if z is None else z[0]])
-    return [ctx.out(n, x.shape)]
+    return ctx.out(ctx.node(desc, [x, s[0], None if z is None else z[0]]), x.shape)
+
+
+def quantize_linear_jax(ctx, x, scale, zero, out_type: DataType, axis, block: int):
+    """QuantizeLinear writing INT16 or UINT16, which DirectML's quantize operators do not write
+    (8- and 4-bit integers only): a JAX node. ``axis`` and ``block`` are the scale's layout as
+    quantized.py's ``_parameter_layout`` finds it (None and 0 per tensor; per axis; blocked
+    along ``axis``). ONNX's rule: x / scale in ``precision`` (opset 23) or else the operands'
+    float type, rounded half to even, plus the zero point, saturated to the output type."""
+    if out_type not in (DataType.INT16, DataType.UINT16):
+        raise ctx.fail(f"the JAX quantization writes INT16 or UINT16, not {out_type.name}")
+    precision = int(ctx.attr("precision", 0)) if ctx.opset >= 23 else 0
+    wanted = None
+    if precision:
+        wanted = data_type_of(precision, f"{ctx.where}: attribute 'precision'").numpy_dtype
+    info = np.iinfo(out_type.numpy_dtype)
+    rank = x.rank
+
+    def spread(v):
+        """A scale or zero point broadcast against x (blocks repeated along ``axis``)."""
+        if axis is None:
+            return v.reshape(())
+        if block:
+            v = jnp.repeat(v.reshape(tuple(v.shape)), block, axis=axis)
+            return lax.slice_in_dim(v, 0, x.shape[axis], axis=axis)
+        return v.reshape(tuple(v.size if i == axis else 1 for i in range(rank)))
+
+    def quantize(a, s, z=None):
+        if wanted is not None:
+            kind = wanted
+        elif a.dtype.kind == "f":
+            kind = jnp.promote_types(a.dtype, s.dtype)
+        else:
+            kind = s.dtype
+        # The correctly rounded quotient on every backend (``_quant.divide``), half to even.
+        q = jnp.round(divide(a.astype(kind), spread(s).astype(kind)))
+        q = jnp.where(jnp.isnan(q), jnp.zeros((), q.dtype), q)  # NaN: the zero point (DML's rule)
+        q = q.astype(jnp.promote_types(kind, jnp.float32))  # adds and saturates beyond float16
+        if z is not None:
+            q = q + spread(z).astype(q.dtype)
+        return (jnp.clip(q, info.min, info.max).astype(out_type.numpy_dtype),)
+
+    present = [x, scale] if zero is None else [x, scale, zero]
+    (y,) = ctx.jax("QuantizeLinear.16bit", quantize, present, [(x.shape, out_type)])
+    return y
+
+
+@converter("QuantizeLinear")
+def _quantize_linear(ctx, node, inputs):
+    x, scale = inputs[:2]
+    zero = _present(inputs, 2)
+    axis, block = _parameter_layout(ctx, x, scale, zero)
+    out_type = _quantized_type(ctx, zero)
+    if out_type in _SIXTEEN_BIT:  # DirectML quantizes to 8 and 4 bits only
+        return [quantize_linear_jax(ctx, x, scale, zero, out_type, axis, block)]
+    # DirectML divides in float32 whatever the operands (FLOAT16 widens exactly), so operands
+    # of two float types are both widened; ONNX's ``precision`` (opset 23) is then float32.
+    if x.data_type in _FLOATS and scale.data_type in _FLOATS and x.data_type != scale.data_type:
+        x = cast_value(ctx, x, DataType.FLOAT32)
+        scale = cast_value(ctx, scale, DataType.FLOAT32)
+    if block or out_type in _FOUR_BIT:
+        return [_blocked(ctx, "QUANTIZE", x, scale, zero, out_type, axis)]
+    return [quantize_value(ctx, x, scale, zero, out_type, axis)]
 
 
 @converter("DequantizeLinear")
@@ -175,14 +255,7 @@ def _dequantize_linear(ctx, node, inputs):
     if block or x.data_type in _FOUR_BIT:
         y = _blocked(ctx, "DEQUANTIZE", x, scale, zero, scale.data_type, axis)
     else:
-        s, z = _linear_params(x, [scale, zero], axis)
-        desc = op("ELEMENT_WISE_DEQUANTIZE_LINEAR")(
-            packed(x.data_type, x.shape),
-            s[1],
-            None if z is None else z[1],
-            packed(scale.data_type, x.shape),
-        )
-        y = ctx.out(ctx.node(desc, [x, s[0], None if z is None else z[0]]), x.shape)
+        y = dequantize_value(ctx, x, scale, zero, axis)
     # A FLOAT16 output_dtype of a FLOAT32 scale: the float32 result, rounded once.
     return [cast_value(ctx, y, out_type)]
 

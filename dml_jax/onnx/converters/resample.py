@@ -1,5 +1,7 @@
 """Resize and Upsample: DirectML's RESAMPLE2 (RESAMPLE3 when antialiasing), as ONNX Runtime's
-DirectML provider maps them (its ``DmlOperatorResize``).
+DirectML provider maps them (its ``DmlOperatorResize``); cubic Resize, GridSample and
+DeformConv, which sample at positions no DirectML operator interpolates, as JAX nodes (the end of
+this module).
 
 ONNX maps each output coordinate ``o`` of an axis back to an input coordinate ``x = f(o)``;
 DirectML's resampling operators compute ``x = (o - OutputPixelOffset) / Scale -
@@ -37,9 +39,13 @@ tf_crop_and_resize, an output length from a scale is floor(length * ROI extent *
 rule (its reference evaluator leaves the extent out). DirectML resamples
 1 to 4 dimensions: a tensor of more is viewed with its runs of untouched axes merged.
 
-Not expressible, and rejected with the reason: cubic interpolation (DirectML interpolates
-nearest-neighbour or linearly), exclude_outside where it changes weights (cubic, antialiased
-shrinking), antialias where DirectML's Scale is not ONNX's scale (align_corners,
+mode 'cubic' (Resize-11 on), which DirectML's RESAMPLE operators do not interpolate (nor does ONNX
+Runtime's DirectML provider), is a direct JAX lowering (``cubic``) on the same output shape and
+scales: ONNX's coordinates, Keys' kernel with cubic_coeff_a, exclude_outside and antialias as
+ONNX's reference computes them.
+
+Not expressible on RESAMPLE, and rejected with the reason: exclude_outside with antialiased
+linear shrinking, antialias where DirectML's Scale is not ONNX's scale (align_corners,
 tf_crop_and_resize, one-element outputs: RESAMPLE3 widens its filter by its own Scale), and a
 tf_crop_and_resize ROI whose end precedes its start (DirectML's scales are positive).
 """
@@ -49,6 +55,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import jax.numpy as jnp
 import numpy as np
 
 from ...enums import AxisDirection, InterpolationMode
@@ -92,13 +99,11 @@ def _fixed(n_in: int, n_out: int, c: float, rounding: str) -> Axis:
 
 def _mode(ctx) -> str:
     mode = ctx.attr("mode", "nearest")
-    if mode == "cubic":
-        raise ctx.fail(
-            "mode 'cubic' has no DirectML operator: RESAMPLE interpolates nearest-neighbour or "
-            "linearly only"
-        )
     if mode not in MODES:
-        raise ctx.fail(f"mode '{mode}' is not one of 'nearest', 'linear', 'cubic'")
+        valid = "'nearest', 'linear'" + (
+            ", 'cubic'" if ctx.onnx_node.op_type == "Resize" and ctx.opset >= 11 else ""
+        )
+        raise ctx.fail(f"mode '{mode}' is not one of {valid}")
     return mode
 
 
@@ -139,18 +144,30 @@ def _upsample(ctx, node, inputs):
     return _legacy(ctx, x, scales, _mode(ctx))
 
 
-def _resize(ctx, node, inputs):
-    x = inputs[0]
-    mode = _mode(ctx)
-    if ctx.opset < 11:
-        return _legacy(ctx, x, _scales_of(ctx, x, ctx.const(inputs[1], "scales")), mode)
+class Geometry(NamedTuple):
+    """What Resize-11 and later computes before interpolating, per dimension: the resized
+    dimensions (``axes``), the coordinate transformation, the ROI's start and end (0 and 1
+    outside tf_crop_and_resize), ONNX's scale, the output length and the fractional target
+    length ``length_resized``."""
+
+    axes: list[int]
+    transform: str
+    start: list[float]
+    end: list[float]
+    scale: list[float]
+    out: list[int]
+    target: list[float]
+
+
+def _geometry(ctx, x, inputs) -> Geometry:
+    """Resize-11 on: the output shape and per-axis scales from scales or sizes (with ``axes``
+    and ``keep_aspect_ratio_policy``), and the ROI; shared by every interpolation mode."""
     roi_in, scales_in, sizes_in = (list(inputs[1:]) + [None] * 3)[:3]
     rank = x.rank
     axes = [axis_of(ctx, a, rank, "axes") for a in ctx.attr("axes", range(rank))]
     if len(set(axes)) != len(axes):
         raise ctx.fail(f"axes {ctx.attr('axes')} repeat an axis")
     transform = ctx.attr("coordinate_transformation_mode", "half_pixel")
-    antialias = bool(int(ctx.attr("antialias", 0))) and mode == "linear"
 
     def per_axis(values, what, default):
         """``values`` (one per entry of ``axes``) spread over every dimension."""
@@ -202,7 +219,20 @@ def _resize(ctx, node, inputs):
         target = [s * n for s, n in zip(scale, x.shape)]
     if any(o <= 0 for o in out):
         raise ctx.fail(f"the output shape {out} has an empty dimension")
+    return Geometry(axes, transform, start, end, scale, out, target)
 
+
+def _resize(ctx, node, inputs):
+    x = inputs[0]
+    if ctx.opset < 11:
+        return _legacy(ctx, x, _scales_of(ctx, x, ctx.const(inputs[1], "scales")), _mode(ctx))
+    if ctx.attr("mode", "nearest") == "cubic":
+        return [cubic(ctx, x, _geometry(ctx, x, inputs))]
+    mode = _mode(ctx)
+    geometry = _geometry(ctx, x, inputs)
+    transform, start, end = geometry.transform, geometry.start, geometry.end
+    scale, out, target = geometry.scale, geometry.out, geometry.target
+    antialias = bool(int(ctx.attr("antialias", 0))) and mode == "linear"
     antialias = antialias and any(s < 1 for s in scale)  # it only widens shrinking filters
     if antialias and int(ctx.attr("exclude_outside", 0)):
         raise ctx.fail(
@@ -379,3 +409,399 @@ def _extrapolate(ctx, y, outside: list, value: float):
 
 register("Resize", _resize)
 register("Upsample", _upsample)
+
+
+# --- cubic: a direct JAX lowering -------------------------------------------------------------
+
+
+def _source(transform: str, n_in: int, n_out: int, s: float, target: float, start, end):
+    """ONNX's input coordinate of every output index of one axis (float64), and which of them
+    read outside the input under tf_crop_and_resize (None otherwise). ``target`` is
+    length_resized, fractional when it comes from a scale. pytorch_half_pixel onto one element
+    reads x = 0 as ONNX's definition and ONNX Runtime say (the reference evaluator reads -0.5),
+    as the linear and nearest modes do."""
+    o = np.arange(n_out, dtype=np.float64)
+    if transform == "half_pixel":
+        return (o + 0.5) / s - 0.5, None
+    if transform == "half_pixel_symmetric":
+        offset = n_in / 2 * (1 - n_out / target)
+        return offset + (o + 0.5) / s - 0.5, None
+    if transform == "pytorch_half_pixel":
+        return ((o + 0.5) / s - 0.5 if target > 1 else np.zeros(n_out)), None
+    if transform == "align_corners":
+        return (o * (n_in - 1) / (target - 1) if target != 1 else np.zeros(n_out)), None
+    if transform == "asymmetric":
+        return o / s, None
+    if transform == "tf_half_pixel_for_nn":
+        return (o + 0.5) / s, None
+    if transform == "tf_crop_and_resize":
+        if target > 1:
+            x = start * (n_in - 1) + o * (end - start) * (n_in - 1) / (target - 1)
+        else:
+            x = np.full(n_out, 0.5 * (start + end) * (n_in - 1))
+        return x, (x < 0) | (x > n_in - 1)
+    return None, None
+
+
+def _cubic_kernel(t: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel with coefficient ``a`` (cubic_coeff_a)."""
+    t = np.abs(t)
+    near = ((a + 2) * t - (a + 3)) * t * t + 1
+    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
+
+
+def _cubic_taps(x: np.ndarray, n_in: int, s: float, a: float, antialias: bool, exclude: bool):
+    """The input indices (clamped into the input, ONNX's edge padding) and weights each output
+    reads: four taps around ``x``, or with antialias a kernel stretched by 1 / scale when
+    shrinking (its weights normalized to sum 1); exclude_outside drops the taps outside the
+    input and renormalizes. Follows ONNX's reference: an integer ``x`` counts as the ratio 1 of
+    the element before it (the same weights)."""
+    support = min(s, 1.0) if antialias else 1.0
+    first = math.floor(-2 / support) + 1
+    offsets = np.arange(first, 2 - first, dtype=np.float64)
+    base = np.floor(x)
+    ratio = x - base
+    whole = ratio == 0
+    base = np.where(whole, base - 1, base)
+    ratio = np.where(whole, 1.0, ratio)
+    index = base[:, None] + offsets[None, :]
+    weight = _cubic_kernel(support * (offsets[None, :] - ratio[:, None]), a)
+    if antialias:
+        weight = weight / weight.sum(axis=1, keepdims=True)
+    if exclude:
+        weight = np.where((index < 0) | (index >= n_in), 0.0, weight)
+        total = weight.sum(axis=1, keepdims=True)
+        weight = weight / np.where(total == 0, 1.0, total)
+    return np.clip(index, 0, n_in - 1).astype(np.int32), weight
+
+
+def cubic(ctx, x, g: Geometry):
+    """mode 'cubic' (Resize-11 on), which DirectML's RESAMPLE operators do not interpolate (ONNX
+    Runtime's DirectML provider rejects it too): a JAX node. The coordinates are ONNX's, one axis
+    after another in ``axes`` order as ONNX's reference resizes: each output a weighted sum of
+    input elements gathered at indices known at import, tf_crop_and_resize's outside outputs
+    replaced by extrapolation_value. Computed in float32 (float64 for a double tensor); an integer
+    result is rounded to nearest even and saturated, as ONNX's reference casts."""
+    a = float(ctx.attr("cubic_coeff_a", -0.75))
+    antialias = bool(int(ctx.attr("antialias", 0)))
+    exclude = bool(int(ctx.attr("exclude_outside", 0)))
+    fill = float(ctx.attr("extrapolation_value", 0.0))
+    steps = []
+    for i in g.axes:
+        n_in, n_out = x.shape[i], g.out[i]
+        src, outside = _source(g.transform, n_in, n_out, g.scale[i], g.target[i], g.start[i],
+                               g.end[i])  # fmt: skip
+        if src is None:
+            raise ctx.fail(
+                f"attribute 'coordinate_transformation_mode': '{g.transform}' is not supported"
+            )
+        index, weight = _cubic_taps(src, n_in, g.scale[i], a, antialias, exclude)
+        if outside is not None and not outside.any():
+            outside = None
+        picks = (weight == 1) | (weight == 0)
+        exact = picks.all() and np.array_equal(
+            index[np.arange(n_out), weight.argmax(axis=1)], np.arange(n_in)
+        )
+        if n_out == n_in and exact and outside is None:
+            continue  # this axis reads each element as it is
+        steps.append((i, index, weight, outside))
+    if not steps:
+        return x
+    t = x.data_type
+    compute = np.float64 if t is DataType.FLOAT64 else np.float32
+    integer = not t.is_float
+
+    def resize(data):
+        y = data.astype(compute)
+        for axis, index, weight, outside in steps:
+            taps = jnp.take(y, jnp.asarray(index), axis=axis)
+            shape = (1,) * axis + weight.shape + (1,) * (y.ndim - axis - 1)
+            y = jnp.sum(taps * jnp.asarray(weight.reshape(shape), compute), axis=axis + 1)
+            if outside is not None:
+                mask = outside.reshape((1,) * axis + (-1,) + (1,) * (y.ndim - axis - 1))
+                y = jnp.where(jnp.asarray(mask), jnp.asarray(fill, compute), y)
+        if integer:
+            info = np.iinfo(t.numpy_dtype)
+            y = jnp.clip(jnp.round(y), info.min, info.max)
+        return (y.astype(t.numpy_dtype),)
+
+    (y,) = ctx.jax("Resize.cubic", resize, [x], [(tuple(g.out), t)])
+    return y
+
+
+# --- GridSample: a direct JAX lowering ----------------------------------------------------------
+
+# GridSample's modes by name: opset 16 says bilinear / bicubic, 20 on linear / cubic.
+_GRID_MODES_16 = {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"}
+_GRID_MODES_20 = {"linear": "linear", "nearest": "nearest", "cubic": "cubic"}
+_GRID_PADDING = ("zeros", "border", "reflection")
+
+
+def _reflect(x, lo: float, hi: float):
+    """``x`` reflected by the borders ``lo`` and ``hi`` until it lies between them (ONNX's rule,
+    PyTorch's: -3.5 in [-1, 1] becomes 1.5, then 0.5). A single point (lo == hi) is itself."""
+    span = hi - lo
+    if span <= 0:
+        return jnp.full_like(x, lo)
+    below, above = lo - x, x - hi
+    d = jnp.where(x < lo, below, above)
+    n = jnp.trunc(d / span)
+    r = d - n * span
+    even = jnp.remainder(n, 2) == 0
+    low_side = jnp.where(even, lo + r, hi - r)
+    high_side = jnp.where(even, hi - r, lo + r)
+    return jnp.where(x < lo, low_side, jnp.where(x > hi, high_side, x))
+
+
+def _keys(t, a: float = -0.75):
+    """Keys' cubic weights of the four taps at offsets -1, 0, 1, 2 from floor(x), t = x -
+    floor(x) (GridSample's coefficient is fixed at -0.75)."""
+
+    def near(s):
+        return ((a + 2) * s - (a + 3)) * s * s + 1
+
+    def far(s):
+        return ((a * s - 5 * a) * s + 8 * a) * s - 4 * a
+
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
+def _grid_sample(ctx, node, inputs):
+    """GridSample-16 (4-D; bilinear, nearest, bicubic) and -20/22 (N-D; linear, nearest, cubic):
+    DirectML has no gather-with-interpolation operator (ONNX Runtime's DirectML provider runs
+    GridSample as a compute shader of its own): a JAX node, ONNX's reference computation. The
+    grid's last dimension lists coordinates innermost axis first (x, y, z); each is
+    denormalized (align_corners: -1 and 1 are the corner elements' centres, else their outer
+    edges); nearest rounds half to even; a coordinate beyond the borders is clamped to the
+    input (border) or reflected into it (reflection) before the taps are taken, and each tap
+    outside reads 0 (zeros), the nearest edge element (border) or its reflection. Linear and
+    cubic interpolate in float32 (float64 for double data); integer data is sampled by nearest
+    only."""
+    x, grid = inputs
+    r = x.rank - 2
+    modes = _GRID_MODES_16 if ctx.opset < 20 else _GRID_MODES_20
+    default = "bilinear" if ctx.opset < 20 else "linear"
+    name = ctx.attr("mode", default)
+    if name not in modes:
+        raise ctx.fail(
+            f"attribute 'mode': '{name}' is not one of {sorted(modes)} (GridSample-{ctx.opset})"
+        )
+    mode = modes[name]
+    padding = ctx.attr("padding_mode", "zeros")
+    if padding not in _GRID_PADDING:
+        raise ctx.fail(f"attribute 'padding_mode': '{padding}' is not one of {list(_GRID_PADDING)}")
+    align = bool(int(ctx.attr("align_corners", 0)))
+    if r < 1 or (ctx.opset < 20 and r != 2):
+        raise ctx.fail(
+            f"input X must be {'4-D' if ctx.opset < 20 else 'at least 3-D'} (N, C, spatial...), "
+            f"got shape {list(x.shape)}"
+        )
+    n, c = x.shape[:2]
+    dims = x.shape[2:]
+    if grid.rank != r + 2 or grid.shape[0] != n or grid.shape[-1] != r:
+        raise ctx.fail(
+            f"grid must have shape [{n}, out..., {r}] for X of shape {list(x.shape)}, got "
+            f"{list(grid.shape)}"
+        )
+    if not grid.data_type.is_float:
+        raise ctx.fail(f"grid must be a float tensor, got {grid.data_type.name}")
+    t = x.data_type
+    if not t.is_float and mode != "nearest":
+        raise ctx.fail(
+            f"attribute 'mode': '{name}' on {t.name} data: ONNX leaves the rounding of "
+            "interpolated integers undefined (nearest samples integer data exactly)"
+        )
+    out = grid.shape[1:-1]
+    compute = np.float64 if DataType.FLOAT64 in (t, grid.data_type) else np.float32
+    points = math.prod(out)
+
+    def sample(data, g):
+        g = g.reshape(n, points, r).astype(compute)
+        flat = data.reshape(n, c, math.prod(dims))
+        index, weight, valid = None, None, None
+        for axis, size in enumerate(dims):
+            u = g[..., r - 1 - axis]  # the grid lists the innermost axis first
+            if align:
+                lo, hi = 0.0, size - 1.0
+                p = (u + 1) / 2 * (size - 1)
+            else:
+                lo, hi = -0.5, size - 0.5
+                p = ((u + 1) * size - 1) / 2
+            if mode == "nearest":
+                p = jnp.round(p)  # half to even
+            outside = (p < lo) | (p > hi)
+            if padding == "border":
+                p = jnp.where(outside, jnp.clip(p, 0, size - 1), p)
+            elif padding == "reflection":
+                p = jnp.where(outside, _reflect(p, lo, hi), p)
+            if mode == "nearest":
+                taps, weights = [p], [jnp.ones_like(p)]
+            else:
+                base = jnp.floor(p)
+                f = p - base
+                if mode == "linear":
+                    taps, weights = [base, base + 1], [1 - f, f]
+                else:
+                    taps, weights = [base - 1, base, base + 1, base + 2], _keys(f)
+            k_index, k_weight, k_valid = [], [], []
+            for tap, w in zip(taps, weights):
+                ok = (tap >= 0) & (tap <= size - 1)
+                if padding == "reflection":
+                    tap = jnp.trunc(_reflect(tap, lo, hi))
+                at = jnp.clip(tap, 0, size - 1).astype(jnp.int32)
+                k_index.append(at)
+                k_weight.append(w)
+                k_valid.append(ok if padding == "zeros" else jnp.ones_like(ok))
+            k_index = jnp.stack(k_index, -1)  # n, points, taps
+            k_weight = jnp.stack(k_weight, -1)
+            k_valid = jnp.stack(k_valid, -1)
+            if index is None:
+                index, weight, valid = k_index, k_weight, k_valid
+            else:  # every combination of this axis' taps with the earlier axes'
+                index = (index[..., :, None] * size + k_index[..., None, :]).reshape(n, points, -1)
+                weight = (weight[..., :, None] * k_weight[..., None, :]).reshape(n, points, -1)
+                valid = (valid[..., :, None] & k_valid[..., None, :]).reshape(n, points, -1)
+        taps = index.shape[-1]
+        picked = jnp.take_along_axis(flat, index.reshape(n, 1, points * taps), axis=2)
+        picked = picked.reshape(n, c, points, taps)
+        if mode == "nearest":
+            y = jnp.where(valid[:, None, :, 0], picked[..., 0], jnp.zeros((), picked.dtype))
+        else:
+            terms = picked.astype(compute) * weight[:, None].astype(compute)
+            y = jnp.sum(jnp.where(valid[:, None], terms, 0), axis=-1)  # a tap outside adds 0
+        return (y.reshape((n, c) + tuple(out)).astype(t.numpy_dtype),)
+
+    return ctx.jax("GridSample", sample, [x, grid], [((n, c) + tuple(out), t, x.is_bool)])
+
+
+register("GridSample", _grid_sample, kind="jax")
+
+
+# --- DeformConv: a direct JAX lowering ----------------------------------------------------------
+
+
+def _deform_conv(ctx, node, inputs):
+    """DeformConv-19/22: a convolution whose every kernel tap reads the input at its regular
+    position plus a learned offset (per output position and offset group), interpolated
+    linearly, with 0 for taps outside the input (so a location outside the padded input gives
+    0), and scaled by the optional mask. DirectML has no operator for it: a JAX node that
+    samples the taps (N-linear, as ONNX's reference samples through GridSample with
+    align_corners) and contracts them with the weights per group. Computed in float32 (float64
+    for double tensors)."""
+    x, w, offset = inputs[:3]
+    bias, mask = (list(inputs[3:]) + [None, None])[:2]
+    r = x.rank - 2
+    if r < 1:
+        raise ctx.fail(f"input X must have at least 3 dimensions, got shape {list(x.shape)}")
+    t = x.data_type
+    if not t.is_float:
+        raise ctx.fail(f"input X must be a float tensor, got {t.name}")
+    n, c = x.shape[:2]
+    dims = x.shape[2:]
+    if w.rank != x.rank:
+        raise ctx.fail(f"W must have rank {x.rank}, got shape {list(w.shape)}")
+    oc = w.shape[0]
+    kernel = tuple(int(k) for k in ctx.attr("kernel_shape", w.shape[2:]))
+    if kernel != tuple(w.shape[2:]):
+        raise ctx.fail(
+            f"attribute 'kernel_shape': {list(kernel)} differs from W's {list(w.shape[2:])}"
+        )
+    strides = [int(s) for s in ctx.attr("strides", [1] * r)]
+    dilations = [int(d) for d in ctx.attr("dilations", [1] * r)]
+    pads = [int(p) for p in ctx.attr("pads", [0] * (2 * r))]
+    group = int(ctx.attr("group", 1))
+    offset_group = int(ctx.attr("offset_group", 1))
+    for what, v, size in (("strides", strides, r), ("dilations", dilations, r),
+                          ("pads", pads, 2 * r)):  # fmt: skip
+        if len(v) != size:
+            raise ctx.fail(f"attribute '{what}' must hold {size} values, got {len(v)}")
+    if min(strides + dilations) < 1 or min(pads) < 0:
+        raise ctx.fail("attributes 'strides' and 'dilations' must be >= 1, 'pads' >= 0")
+    if group < 1 or c % group or oc % group or w.shape[1] * group != c:
+        raise ctx.fail(
+            f"attribute 'group' ({group}): X's {c} channels and W's shape {list(w.shape)} do not "
+            "divide into it"
+        )
+    if offset_group < 1 or c % offset_group:
+        raise ctx.fail(
+            f"attribute 'offset_group' ({offset_group}) does not divide X's {c} channels"
+        )
+    out = tuple(
+        (size + pads[a] + pads[a + r] - (kernel[a] - 1) * dilations[a] - 1) // strides[a] + 1
+        for a, size in enumerate(dims)
+    )
+    if min(out) < 1:
+        raise ctx.fail(f"the output's spatial shape {list(out)} has an empty dimension")
+    taps = math.prod(kernel)
+    want = (n, offset_group * taps * r) + out
+    if tuple(offset.shape) != want:
+        raise ctx.fail(f"input 'offset' must have shape {list(want)}, got {list(offset.shape)}")
+    if mask is not None and tuple(mask.shape) != (n, offset_group * taps) + out:
+        raise ctx.fail(
+            f"input 'mask' must have shape {[n, offset_group * taps, *out]}, got {list(mask.shape)}"
+        )
+    if bias is not None and tuple(bias.shape) != (oc,):
+        raise ctx.fail(f"input 'B' must have shape [{oc}], got {list(bias.shape)}")
+    compute = np.float64 if t is DataType.FLOAT64 else np.float32
+    points = math.prod(out)
+    # Each tap's regular position along each axis, for every output position: (r, taps, points).
+    grids = np.meshgrid(*[np.arange(k) for k in kernel], indexing="ij")
+    outs = np.meshgrid(*[np.arange(o) for o in out], indexing="ij")
+    base = np.stack(
+        [
+            (
+                -pads[a]
+                + strides[a] * outs[a].reshape(1, -1)
+                + dilations[a] * grids[a].reshape(-1, 1)
+            )
+            for a in range(r)
+        ]
+    ).astype(compute)
+    cg = c // offset_group
+
+    def deform(data, weights, shifts, *optional):
+        optional = list(optional)
+        b = optional.pop(0) if bias is not None else None
+        m = optional.pop(0) if mask is not None else None
+        shifts = shifts.astype(compute).reshape(n, offset_group, taps, r, points)
+        flat = data.astype(compute).reshape(n, offset_group, cg, math.prod(dims))
+        index, weight = None, None
+        for a, size in enumerate(dims):
+            p = jnp.asarray(base[a]) + shifts[:, :, :, a]  # n, offset groups, taps, points
+            low = jnp.floor(p)
+            f = p - low
+            k_index, k_weight = [], []
+            for tap, tw in ((low, 1 - f), (low + 1, f)):
+                inside = (tap >= 0) & (tap <= size - 1)
+                k_index.append(jnp.clip(tap, 0, size - 1).astype(jnp.int32))
+                k_weight.append(jnp.where(inside, tw, 0))
+            k_index, k_weight = jnp.stack(k_index, -1), jnp.stack(k_weight, -1)
+            if index is None:
+                index, weight = k_index, k_weight
+            else:
+                index = (index[..., :, None] * size + k_index[..., None, :]).reshape(
+                    *k_index.shape[:-1], -1
+                )
+                weight = (weight[..., :, None] * k_weight[..., None, :]).reshape(
+                    *k_weight.shape[:-1], -1
+                )
+        corners = index.shape[-1]
+        picked = jnp.take_along_axis(flat, index.reshape(n, offset_group, 1, -1), axis=3)
+        picked = picked.reshape(n, offset_group, cg, taps, points, corners)
+        values = jnp.sum(picked * weight[:, :, None], axis=-1)  # n, og, cg, taps, points
+        if m is not None:
+            values = values * m.astype(compute).reshape(n, offset_group, 1, taps, points)
+        values = values.reshape(n, group, c // group, taps, points)
+        kernel_w = weights.astype(compute).reshape(group, oc // group, c // group, taps)
+        y = jnp.einsum("ngctp,goct->ngop", values, kernel_w, precision="highest")
+        y = y.reshape(n, oc, points)
+        if b is not None:
+            y = y + b.astype(compute)[None, :, None]
+        return (y.reshape((n, oc) + out),)
+
+    present = [v for v in (x, w, offset, bias, mask) if v is not None]
+    return ctx.jax("DeformConv", deform, present, [((n, oc) + out, t)])
+
+
+register("DeformConv", _deform_conv, kind="jax")

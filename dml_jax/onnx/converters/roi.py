@@ -14,11 +14,16 @@ ROI_POOLING, RoiAlign (opsets 10 and 16) onto ROI_ALIGN1.
   when the rois are constants).
 - mode ``max``: ROI_ALIGN1's MAX is the largest interpolated sample; ONNX's is the largest
   weighted corner term of each sample (docs/semantics.md, "ONNX").
+- NonMaxSuppression: no DirectML operator; a JAX lowering of the run-time number of boxes it
+  selects (below).
 """
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from ...tensor import Size2D, TensorDesc
 from ..importer import Value, packed
@@ -115,3 +120,97 @@ def _roi_align(ctx, node, inputs):
         align_regions_to_corners=False,
     )
     return [ctx.out(ctx.node(desc, [x, rois, indices]), out)]
+
+
+# --- NonMaxSuppression ------------------------------------------------------------------------
+# DirectML has no operator for it and ONNX Runtime's DirectML provider leaves it to the CPU. Its
+# output length (the boxes selected) depends on the values: the session computes it before the
+# run (``ctx.sizes``, with this same function), and the node is a JAX lowering of that size.
+
+
+def _iou_over(boxes, center: bool, threshold):
+    """[N, N]: whether box i and box j overlap by more than ``threshold`` (intersection over
+    union), with ONNX's rules: corners in either order, an empty intersection or box never
+    suppresses."""
+    if center:
+        cx, cy, w, h = (boxes[:, k] for k in range(4))
+        x0, x1, y0, y1 = cx - w / 2, cx + w / 2, cy - h / 2, cy + h / 2
+    else:
+        y0, x0 = jnp.minimum(boxes[:, 0], boxes[:, 2]), jnp.minimum(boxes[:, 1], boxes[:, 3])
+        y1, x1 = jnp.maximum(boxes[:, 0], boxes[:, 2]), jnp.maximum(boxes[:, 1], boxes[:, 3])
+    ix = jnp.minimum(x1[:, None], x1[None]) - jnp.maximum(x0[:, None], x0[None])
+    iy = jnp.minimum(y1[:, None], y1[None]) - jnp.maximum(y0[:, None], y0[None])
+    inter = ix * iy
+    area = (x1 - x0) * (y1 - y0)
+    union = area[:, None] + area[None] - inter
+    ok = (ix > 0) & (iy > 0) & (inter > 0) & (area[:, None] > 0) & (area[None] > 0) & (union > 0)
+    return ok & (inter / jnp.where(ok, union, 1) > threshold)
+
+
+def _nms_selection(boxes, scores, max_out, iou, score, center):
+    """(order [B, C, N], chosen [B, C, N]): per batch and class, the boxes by descending score
+    (ties: the lower index first) and which of them greedy suppression selects, in that order."""
+
+    def one_class(b, s):
+        n = s.shape[0]
+        order = jnp.argsort(-s, stable=True)
+        over = _iou_over(b, center, iou)[order][:, order]  # in sorted positions
+        valid = s[order] > score if score is not None else jnp.ones(n, bool)
+
+        def step(i, state):
+            chosen, count = state
+            ok = valid[i] & (count < max_out) & ~jnp.any(chosen & over[i])
+            return chosen.at[i].set(ok), count + ok.astype(jnp.int32)
+
+        chosen, _ = lax.fori_loop(0, n, step, (jnp.zeros(n, bool), jnp.int32(0)))
+        return order, chosen
+
+    per_class = jax.vmap(one_class, in_axes=(None, 0))
+    return jax.vmap(per_class)(boxes, scores)
+
+
+@converter("NonMaxSuppression", kind="jax")
+def _non_max_suppression(ctx, node, inputs):
+    boxes, scores = inputs[0], inputs[1]
+    rest = list(inputs[2:]) + [None] * (5 - len(inputs))
+    max_out = ctx.const(rest[0], "max_output_boxes_per_class")
+    iou = ctx.const(rest[1], "iou_threshold")
+    score = ctx.const(rest[2], "score_threshold")
+    center = int(ctx.attr("center_point_box", 0))
+    if center not in (0, 1):
+        raise ctx.fail(f"attribute center_point_box must be 0 or 1, got {center}")
+    if boxes.rank != 3 or boxes.shape[2] != 4:
+        raise ctx.fail(f"input boxes must be [batch, boxes, 4], got {list(boxes.shape)}")
+    if scores.rank != 3 or scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
+        raise ctx.fail(
+            f"input scores must be [batch, classes, boxes] = [{boxes.shape[0]}, C, "
+            f"{boxes.shape[1]}], got {list(scores.shape)}"
+        )
+    max_out = 0 if max_out is None or max_out.size == 0 else max(int(max_out.reshape(-1)[0]), 0)
+    iou = 0.0 if iou is None or iou.size == 0 else float(iou.reshape(-1)[0])
+    score = None if score is None or score.size == 0 else float(score.reshape(-1)[0])
+    t = DataType.INT32  # ONNX's INT64 indices, 32-bit in the graph
+    if max_out == 0 or boxes.shape[1] == 0:
+        return [ctx.constant(np.zeros((0, 3), np.int64))]
+    max_out = min(max_out, boxes.shape[1])
+
+    def selection(b, s):
+        return _nms_selection(b, s, max_out, iou, score, center)
+
+    def count_of(b, s):
+        return (int(jax.jit(lambda b, s: selection(b, s)[1].sum())(b, s)),)
+
+    (count,) = ctx.sizes(count_of, [boxes, scores])
+    if count == 0:
+        return [ctx.constant(np.zeros((0, 3), np.int64))]
+
+    def fn(b, s):
+        order, chosen = selection(b, s)
+        flat = jnp.nonzero(chosen.reshape(-1), size=count)[0]
+        n_classes, n_boxes = s.shape[1], s.shape[2]
+        batch = flat // (n_classes * n_boxes)
+        cls = flat // n_boxes % n_classes
+        box = order.reshape(-1)[flat]
+        return (jnp.stack([batch, cls, box], axis=1).astype(jnp.int32),)
+
+    return ctx.jax("NonMaxSuppression", fn, [boxes, scores], [((count, 3), t)])

@@ -1,0 +1,731 @@
+"""Control flow: If on a condition computed at run time, Loop and Scan.
+
+ONNX Runtime's DirectML provider runs these beside its DML graphs: the framework evaluates the
+condition or the loop on the CPU and runs each branch or iteration's body as a subgraph whose
+nodes the provider compiled onto DML operators. Here the whole model stays one XLA program: a
+body is imported as its own DML graph (``import_body``), compiled, and called inside
+``lax.cond`` / ``lax.scan`` / ``lax.while_loop`` by one JAX node of the outer graph
+(``Context.jax``). The body reads values of the enclosing scope by name: those known at import
+stay constants of the body (they fold there), those computed at run time become extra inputs of
+the JAX node.
+
+Static shapes throughout: a Loop's scan outputs need a trip count known at import (a graph
+input is specialised on) and a condition that cannot stop the loop early; a Loop whose
+loop-carried values change shape per iteration (a growing sequence), or whose body needs the
+iteration number as a constant (a Slice at the iteration number), is unrolled at import when its
+trip count is known and at most ``UNROLL_LIMIT``; anything else is rejected naming the node.
+An If whose branches give values of different shapes is specialised on its condition when that
+is computed from graph inputs (the session imports once per condition value).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ...enums import DataType
+from ...errors import ValidationError
+from .. import functions
+from ..importer import (
+    ONNX,
+    STRUCTURES,
+    Builder,
+    NeedsValues,
+    Value,
+    const_value,
+    leaves,
+    rebuild,
+    structure_of,
+    to_graph_array,
+)
+from . import converter
+
+# A Loop whose body cannot be one compiled function is unrolled at import up to this many
+# iterations (each iteration's nodes join the program).
+UNROLL_LIMIT = 64
+_INT32_MAX = 2**31 - 1
+_counter = itertools.count()
+
+
+# --- subgraphs as compiled functions -------------------------------------------------------------
+
+
+class _Scope(dict):
+    """The values of a subgraph's import: its own names, and on the first read of a name it
+    does not hold, the enclosing scope's value passed through ``capture``."""
+
+    def __init__(self, outer: Any, capture: Any):
+        super().__init__()
+        self.outer = outer
+        self.capture = capture
+
+    def __contains__(self, name: object) -> bool:
+        return dict.__contains__(self, name) or name in self.outer
+
+    def __missing__(self, name: str) -> Any:
+        value = self.capture(self.outer[name])
+        self[name] = value
+        return value
+
+    def get(self, name: str, default: Any = None) -> Any:
+        # dict.get would not read the enclosing scope
+        return self[name] if name in self else default  # noqa: SIM401
+
+
+@dataclass
+class Body:
+    """A subgraph imported as its own DML graph and compiled.
+
+    Attributes:
+        imported: the ``ImportedGraph`` (its inputs: the formal inputs' tensors that are not
+            empty, then the captured run-time values).
+        compiled: its ``CompiledGraph`` (None when every output is known at import).
+        formal: the values the subgraph's inputs had in the import (run-time stand-ins).
+        outputs: the values of its outputs as imported (their structure, shapes and types).
+        captured: the enclosing scope's run-time tensors it reads, in input order.
+        runtime: for each formal tensor, whether it is an input of the graph (empty tensors are
+            not: their value is known).
+        consts: for each output tensor, its value in its graph dtype when known at import.
+    """
+
+    imported: Any
+    compiled: Any
+    formal: list
+    outputs: list
+    captured: list
+    runtime: list
+    consts: list
+
+    def operators(self) -> str:
+        """The DML operators of the body, each with its count (for reports)."""
+        graph = self.imported.graph
+        if graph is None:
+            return "no DML operator"
+        entries = {e.to_node_index for e in graph.input_edges}
+        names = [
+            n.operator_type.removeprefix("DML_OPERATOR_")
+            for k, n in enumerate(graph.nodes)
+            if k not in entries or n.operator_type != "DML_OPERATOR_ELEMENT_WISE_IDENTITY"
+        ]
+        if not names:
+            return "no DML operator"
+        return ", ".join(f"{n} x{c}" if c > 1 else n for n, c in Counter(names).items())
+
+    def __call__(self, formal: list, captured: list) -> list:
+        """The output tensors (graph dtypes, ONNX shapes) for the formal input tensors and the
+        captured tensors (as arrays, in the orders of ``formal`` leaves and ``captured``)."""
+        outs: tuple = ()
+        if self.compiled is not None:
+            args = [x for x, r in zip(formal, self.runtime) if r] + list(captured)
+            descs = self.compiled.input_descs
+            graph_args = [None if d is None else jnp.reshape(x, d.sizes)
+                          for x, d in zip(args, descs)]  # fmt: skip
+            graph_args += [jnp.asarray(c) for c in self.imported.constants]
+            outs = self.compiled.fn(*graph_args)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+        computed = iter(outs)
+        result = []
+        for c, v in zip(self.consts, (t for o in self.outputs for t in leaves(o))):
+            y = next(computed) if c is None else jnp.asarray(c)
+            result.append(jnp.reshape(y, v.shape))
+        return result
+
+
+def import_body(ctx: Any, graph: Any, formal: list, label: str, marker: str | None = None) -> Body:
+    """Imports ``graph`` (a Loop or Scan body, an If branch) as its own DML graph and compiles
+    it. ``formal`` holds a value per subgraph input whose shapes and types the inputs take
+    (their data is the function's argument); a formal tensor's ``deps`` is ``{marker}``, so a
+    converter that needs one as a constant raises ``NeedsValues`` naming ``marker``."""
+    from ..session import compile_imported
+    from ..walk import Walk, _graph_desc, walk_nodes
+
+    outer = ctx.walk
+    builder = Builder()
+    captured: list[Value] = []
+    entered: dict[int, Value] = {}
+    formal_leaves = [t for f in formal for t in leaves(f)]
+    runtime = [0 not in t.shape for t in formal_leaves]
+    count = sum(runtime)
+    names: dict[str, list] = {k: [] for k in ("input_names", "input_shapes", "input_types")}
+
+    def enter(t: Value, index: int, deps: frozenset, shadow: Any = None) -> Value:
+        n = builder.graph_input(index, t.shape, t.data_type)
+        names["input_names"].append(f"input {index}")
+        names["input_shapes"].append(tuple(t.shape))
+        names["input_types"].append(t.data_type)
+        return Value(tuple(t.shape), t.data_type, ("node", n, 0), None, t.is_bool, None, deps,
+                     shadow)  # fmt: skip
+
+    def capture_leaf(t: Value) -> Value:
+        if t.const is not None and t.param is None:
+            return t  # known at import: a constant of the body too
+        if id(t) not in entered:
+            captured.append(t)
+            entered[id(t)] = enter(t, count + len(captured) - 1, t.deps, t.known)
+        return entered[id(t)]
+
+    def capture(value: Any) -> Any:
+        return rebuild(value, iter([capture_leaf(t) for t in leaves(value)]))
+
+    deps = frozenset([marker]) if marker else frozenset()
+    stand_ins, index = [], 0
+    for t, r in zip(formal_leaves, runtime):
+        if r:
+            stand_ins.append(enter(t, index, deps))
+            index += 1
+        else:
+            empty = np.zeros(t.shape, bool if t.is_bool else t.data_type.numpy_dtype)
+            stand_ins.append(const_value(empty, ctx.where))
+    it = iter(stand_ins)
+    bound = [rebuild(f, it) for f in formal]
+
+    walk = Walk(builder, dict(outer.opsets), outer.converters)
+    walk.values = _Scope(outer.values, capture)
+    if len(graph.input) != len(formal):
+        raise ctx.fail(f"{label} has {len(graph.input)} inputs; {len(formal)} are expected")
+    for formal_input, value in zip(graph.input, bound):
+        walk.values[formal_input.name] = value
+    from onnx import numpy_helper
+
+    for init in graph.initializer:
+        walk.values[init.name] = const_value(numpy_helper.to_array(init), f"{label} initializer")
+    try:
+        walk_nodes(walk, list(graph.node), "")
+        outputs = []
+        for out in graph.output:
+            if out.name not in walk.values:
+                raise ValidationError(f"{ONNX}: output '{out.name}' is not produced")
+            outputs.append(walk.values[out.name])
+    except NeedsValues as e:
+        raise NeedsValues(_inside(ctx, label, str(e)), e.names) from None
+    except ValidationError as e:
+        raise ValidationError(_inside(ctx, label, str(e))) from None
+
+    out_values, consts = [], []
+    for t in (t for o in outputs for t in leaves(o)):
+        if t.const is not None and t.param is None:
+            consts.append(to_graph_array(t.const, ctx.where))
+        else:
+            consts.append(None)
+            out_values.append(builder.materialize(t))
+    count_out = len(out_values)
+    imported = _graph_desc(
+        walk,
+        {
+            "input_names": tuple(names["input_names"]),
+            "input_shapes": tuple(names["input_shapes"]),
+            "input_types": tuple(names["input_types"]),
+            "input_dtypes": tuple(t.numpy_dtype for t in names["input_types"]),
+            "output_names": tuple(f"output {k}" for k in range(count_out)),
+            "output_shapes": tuple(v.shape for v in out_values),
+            "output_types": tuple(v.data_type for v in out_values),
+            "output_bool": tuple(v.is_bool for v in out_values),
+            "output_dtypes": tuple(v.data_type.numpy_dtype for v in out_values),
+            "output_consts": tuple([None] * count_out),
+        },
+        out_values,
+    )
+    try:
+        compiled = compile_imported(imported)
+    except ValidationError as e:
+        raise ValidationError(_inside(ctx, label, str(e))) from None
+    return Body(imported, compiled, bound, outputs, captured, runtime, consts)
+
+
+def _inside(ctx: Any, label: str, message: str) -> str:
+    """An error of a subgraph's import, placed inside the node that holds the subgraph."""
+    head = f"{ONNX}: "
+    return f"{head}{ctx.where} > {label} > {message.removeprefix(head)}"
+
+
+def jax_node(ctx: Any, name: str, fn: Any, values: list, outputs: list) -> list[Value]:
+    """``Context.jax`` for control flow: inputs known at import are closed over instead of
+    entering the graph (DML tensors have no empty sizes; a parameter still enters, so
+    ``InferenceSession.apply`` can replace it), and empty outputs are constants (zeros)."""
+    keep = [v.const is None or v.param is not None for v in values]
+    if not any(keep):
+        keep = [v.const is not None and v.const.size > 0 for v in values]
+    consts = {k: to_graph_array(v.const, ctx.where) for k, v in enumerate(values) if not keep[k]}
+    nonempty = [0 not in o[0] for o in outputs]
+
+    def lowered(*arrays):
+        it = iter(arrays)
+        full = [next(it) if keep[k] else jnp.asarray(consts[k]) for k in range(len(values))]
+        results = fn(*full)
+        return [y for y, n in zip(results, nonempty) if n]
+
+    specs = [o for o, n in zip(outputs, nonempty) if n]
+    made = iter(ctx.jax(name, lowered, [v for v, k in zip(values, keep) if k], specs) if specs
+                else ())  # fmt: skip
+    result = []
+    for o, n in zip(outputs, nonempty):
+        if n:
+            result.append(next(made))
+        else:
+            is_bool = len(o) > 2 and o[2]
+            result.append(const_value(np.zeros(o[0], bool if is_bool else o[1].numpy_dtype)))
+    return result
+
+
+def run_op(ctx: Any, op_type: str, inputs: list, outputs: int = 1, **attrs: Any) -> list:
+    """Imports one ai.onnx node of ``op_type`` on ``inputs`` in the place of the node being
+    converted (its converter, or folding when its inputs are known), as a part of this op's
+    mapping: a sequence's Concat, a Loop's stacked scan outputs."""
+    from onnx import helper
+
+    from ..walk import walk_nodes
+
+    tag = f"__op{next(_counter)}_"
+    names = []
+    for k, v in enumerate(inputs):
+        if v is None:
+            names.append("")
+        else:
+            names.append(f"{tag}i{k}")
+            ctx.walk.values[names[-1]] = v
+    outs = [f"{tag}o{k}" for k in range(outputs)]
+    where = ctx.builder.where
+    walk_nodes(ctx.walk, [helper.make_node(op_type, names, outs, **attrs)], f"{ctx.where} > ")
+    ctx.builder.where = where
+    return [ctx.walk.values[o] for o in outs]
+
+
+def _spec(v: Value) -> tuple:
+    return (tuple(v.shape), v.data_type, v.is_bool)
+
+
+def _describe(values: list) -> str:
+    def one(s: Any) -> str:
+        if s[0] == "seq":
+            return "sequence[" + ", ".join(one(x) for x in s[1]) + "]"
+        if s[0] == "opt":
+            return "optional(" + ("empty" if s[1] is None else one(s[1])) + ")"
+        shape, t, b = s
+        return f"{'BOOL' if b else t.name}{list(shape)}"
+
+    return ", ".join(one(structure_of(v)) for v in values)
+
+
+def _graph_attr(ctx: Any, name: str) -> Any:
+    g = ctx.attrs.get(name)
+    if g is None:
+        raise ctx.fail(f"attribute '{name}' is required")
+    return g
+
+
+# --- If --------------------------------------------------------------------------------------------
+
+
+@converter("If", kind="jax")
+def _if(ctx, node, inputs):
+    """Both branches imported and compiled; ``lax.cond`` picks one at run time. (A condition
+    known at import never reaches here: the walk imports the chosen branch in place.)"""
+    cond = inputs[0]
+    if isinstance(cond, STRUCTURES):
+        raise ctx.fail("the condition must be a tensor")
+    if cond.known is not None:
+        return functions.inline_if(ctx.walk, node, inputs, ctx.where, _walk_nodes())
+    if int(np.prod(cond.shape)) != 1:
+        raise ctx.fail(f"the condition must hold one value, got shape {list(cond.shape)}")
+    then_b = import_body(ctx, _graph_attr(ctx, "then_branch"), [], "then_branch")
+    else_b = import_body(ctx, _graph_attr(ctx, "else_branch"), [], "else_branch")
+    if [structure_of(v) for v in then_b.outputs] != [structure_of(v) for v in else_b.outputs]:
+        message = (
+            f"its branches give values of different shapes or types (then: "
+            f"{_describe(then_b.outputs)}; else: {_describe(else_b.outputs)}), and its condition "
+            "is computed at run time; one XLA program has static shapes"
+        )
+        if cond.deps:
+            raise NeedsValues(
+                f"{ONNX}: {ctx.where}: {message}; the condition is computed from graph inputs "
+                f"{sorted(cond.deps)}",
+                cond.deps,
+            )
+        raise ctx.fail(message)
+    shared: list[Value] = []
+    position: dict[int, int] = {}
+    for t in then_b.captured + else_b.captured:
+        if id(t) not in position:
+            position[id(t)] = len(shared)
+            shared.append(t)
+    then_at = [position[id(t)] for t in then_b.captured]
+    else_at = [position[id(t)] for t in else_b.captured]
+    specs = [_spec(t) for o in then_b.outputs for t in leaves(o)]
+
+    def fn(c, *caps):
+        return lax.cond(
+            jnp.reshape(c, ()) != 0,
+            lambda: tuple(then_b([], [caps[k] for k in then_at])),
+            lambda: tuple(else_b([], [caps[k] for k in else_at])),
+        )
+
+    name = f"If(then: {then_b.operators()}; else: {else_b.operators()})"
+    made = iter(jax_node(ctx, name, fn, [cond, *shared], specs))
+    return [rebuild(o, made) for o in then_b.outputs]
+
+
+def _walk_nodes():
+    from ..walk import walk_nodes
+
+    return walk_nodes
+
+
+# --- Loop ------------------------------------------------------------------------------------------
+
+
+class _Unroll(Exception):
+    """The Loop's body cannot be one function of its loop state; why."""
+
+
+@converter("Loop", kind="jax")
+def _loop(ctx, node, inputs):
+    """``lax.scan`` for a fixed trip count (scan outputs stacked), ``lax.while_loop`` when a
+    condition computed at run time can stop it (no scan outputs then); unrolled at import when
+    the body is no function of a static loop state."""
+    body = _graph_attr(ctx, "body")
+    inputs = list(inputs) + [None] * (2 - len(inputs))
+    m, cond, carried = inputs[0], inputs[1], inputs[2:]
+    nc = len(carried)
+    n_scan = len(body.output) - 1 - nc
+    if len(body.input) != 2 + nc or n_scan < 0:
+        raise ctx.fail(
+            f"the body has {len(body.input)} inputs and {len(body.output)} outputs; with {nc} "
+            f"loop-carried values it must have {2 + nc} inputs and at least {1 + nc} outputs"
+        )
+    if any(v is None for v in carried):
+        raise ctx.fail("a loop-carried value has no initial value")
+    for v, what in ((m, "M"), (cond, "cond")):
+        if v is not None and (isinstance(v, STRUCTURES) or int(np.prod(v.shape)) != 1):
+            raise ctx.fail(f"input {what} must hold one value")
+    marker = f"<the loop state of {ctx.where}>"
+    iteration = Value((), DataType.INT32, ("stand-in",))
+    flag = Value((), DataType.UINT8, ("stand-in",), is_bool=True)
+    try:
+        b = import_body(ctx, body, [iteration, flag, *carried], "body", marker)
+        for k, (before, after) in enumerate(zip(carried, b.outputs[1 : 1 + nc])):
+            if structure_of(before) != structure_of(after):
+                raise _Unroll(
+                    f"loop-carried value {k} changes from {_describe([before])} to "
+                    f"{_describe([after])} in an iteration"
+                )
+        for k, v in enumerate(b.outputs[1 + nc :]):
+            if isinstance(v, STRUCTURES):
+                raise _Unroll(f"scan output {k} is not a tensor")
+    except NeedsValues as e:
+        if marker not in e.names:
+            raise
+        return _unroll(ctx, body, m, cond, carried, n_scan, f"{e}".removeprefix(f"{ONNX}: "))
+    except _Unroll as e:
+        return _unroll(ctx, body, m, cond, carried, n_scan, str(e))
+    cond_out = b.outputs[0]
+    if isinstance(cond_out, STRUCTURES) or int(np.prod(cond_out.shape)) != 1:
+        raise ctx.fail("the body's condition output must hold one value")
+    # Whether the body's condition stays true: passed through, or a true constant.
+    stays = cond_out.source == b.formal[1].source or (
+        cond_out.known is not None and bool(np.asarray(cond_out.known).reshape(-1)[0])
+    )
+    if n_scan and not stays and m is not None and marker in cond_out.deps:
+        # Scan outputs whose length depends on the loop state: unrolled, the condition of each
+        # iteration may be known at import (one computed from the iteration number).
+        reason = "its scan outputs' length depends on a condition computed from the loop state"
+        return _unroll(ctx, body, m, cond, carried, n_scan, reason)
+    return _rolled(ctx, b, m, cond, carried, n_scan, stays)
+
+
+def _trip_count(ctx, m: Value | None) -> int | None:
+    """M when it is known at import (None: absent, or too large to bound a loop of int32
+    iteration numbers, as an unbounded loop)."""
+    if m is None:
+        return None
+    trip = int(np.asarray(ctx.const(m, "M")).reshape(-1)[0])
+    return None if trip > _INT32_MAX else max(trip, 0)
+
+
+def _rolled(ctx, b: Body, m, cond, carried, n_scan, stays: bool):
+    """The Loop as one JAX node around the compiled body."""
+    nc = len(carried)
+    state_specs = [_spec(t) for v in carried for t in leaves(v)]
+    n_state = len(state_specs)
+    scan_shapes = [tuple(v.shape) for v in b.outputs[1 + nc :]]
+    fixed = None  # the iteration count when it is known at import
+    if n_scan:
+        if m is None:
+            raise ctx.fail(
+                "a Loop with scan outputs needs a trip count M: without one the scan outputs' "
+                "length is only known at run time"
+            )
+        if not stays:
+            raise ctx.fail(
+                "a Loop with scan outputs whose body computes its condition at run time: the "
+                "scan outputs' length is only known at run time"
+            )
+        fixed = _trip_count(ctx, m)
+        if fixed is None:
+            raise ctx.fail("a Loop with scan outputs needs a trip count M below 2**31")
+    elif stays and (m is not None and m.known is not None):
+        fixed = _trip_count(ctx, m)
+    if fixed is not None and cond is not None:
+        if cond.known is None and n_scan:
+            ctx.const(cond, "cond")  # the scan outputs' length depends on it: specialise
+        if cond.known is not None and not bool(np.asarray(cond.known).reshape(-1)[0]):
+            fixed = 0
+        elif cond.known is None:
+            fixed = None  # a condition at run time: it may skip the loop
+    if fixed == 0:
+        scans = [const_value(np.zeros((0, *s), t.numpy_dtype)) for s, t in
+                 zip(scan_shapes, (v.data_type for v in b.outputs[1 + nc :]))]  # fmt: skip
+        return [*carried, *scans]
+    captured = b.captured
+    scan_specs = [((fixed, *s), t.data_type, t.is_bool) for s, t in
+                  zip(scan_shapes, b.outputs[1 + nc :])]  # fmt: skip
+    name = f"Loop(body: {b.operators()})"
+    state_leaves = [t for v in carried for t in leaves(v)]
+
+    if fixed is not None:
+
+        def fn(*arrays):
+            state, caps = arrays[:n_state], arrays[n_state:]
+
+            def step(carry, _):
+                i, values = carry
+                outs = b([i, jnp.ones((), jnp.uint8), *values], caps)
+                return (i + 1, tuple(outs[1 : 1 + n_state])), tuple(outs[1 + n_state :])
+
+            (_, final), ys = lax.scan(step, (jnp.int32(0), tuple(state)), None, length=fixed)
+            return [*final, *ys]
+
+        values = [*state_leaves, *captured]
+    else:
+        has_m, has_cond = m is not None, cond is not None
+
+        def fn(*arrays):
+            arrays = list(arrays)
+            limit = arrays.pop(0).reshape(()) if has_m else None
+            c0 = arrays.pop(0).reshape(()) != 0 if has_cond else jnp.bool_(True)
+            state, caps = arrays[:n_state], arrays[n_state:]
+
+            def keep_going(s):
+                i, c, _ = s
+                return c & (i < limit) if has_m else c
+
+            def step(s):
+                i, c, values = s
+                outs = b([i, c.astype(jnp.uint8), *values], caps)
+                return i + 1, jnp.reshape(outs[0], ()) != 0, tuple(outs[1 : 1 + n_state])
+
+            _, _, final = lax.while_loop(keep_going, step, (jnp.int32(0), c0, tuple(state)))
+            return list(final)
+
+        values = [v for v in (m, cond) if v is not None] + [*state_leaves, *captured]
+        if m is not None and m.known is not None and _trip_count(ctx, m) is None:
+            values[0] = const_value(np.int32(_INT32_MAX))  # "no bound": the largest int32
+    made = iter(jax_node(ctx, name, fn, values, state_specs + scan_specs))
+    return [rebuild(v, made) for v in carried] + [next(made) for _ in range(n_scan)]
+
+
+def _unroll(ctx, body, m, cond, carried, n_scan, reason: str):
+    """The body's nodes imported once per iteration, with the iteration number and the
+    condition as constants."""
+    from ..walk import walk_nodes
+
+    try:
+        trip = _trip_count(ctx, m)
+        going = True if cond is None else bool(np.asarray(ctx.const(cond, "cond")).reshape(-1)[0])
+    except NeedsValues:
+        raise
+    except ValidationError as e:
+        raise ctx.fail(f"the Loop must be unrolled ({reason}), but {e}") from None
+    # A trip count over the limit may still stop early through its condition: unrolling finds
+    # out, up to the limit.
+    trip_text = "no trip count" if trip is None else f"trip count {trip}"
+    names = [i.name for i in body.input]
+    values = list(carried)
+    scans: list[list] = [[] for _ in range(n_scan)]
+    i = 0
+    while going and (trip is None or i < trip):
+        if i >= UNROLL_LIMIT:
+            raise ctx.fail(
+                f"the Loop must be unrolled ({reason}), but it runs more than {UNROLL_LIMIT} "
+                f"iterations ({trip_text})"
+            )
+        bindings = {names[0]: const_value(np.int64(i)), names[1]: const_value(np.bool_(True))}
+        bindings.update(zip(names[2:], values))
+        outs = functions.inline_graph(
+            ctx.walk, body, bindings, f"{ctx.where} > iteration {i}", walk_nodes
+        )
+        c = outs[0]
+        if isinstance(c, STRUCTURES) or c.known is None:
+            raise ctx.fail(
+                f"the Loop must be unrolled ({reason}), but its body computes its condition at "
+                "run time"
+            )
+        going = bool(np.asarray(c.known).reshape(-1)[0])
+        values = outs[1 : 1 + len(carried)]
+        for k, v in enumerate(outs[1 + len(carried) :]):
+            if isinstance(v, STRUCTURES):
+                raise ctx.fail(f"scan output {k} is not a tensor")
+            scans[k].append(v)
+        i += 1
+    stacked = []
+    for k, items in enumerate(scans):
+        if not items:
+            raise ctx.fail(
+                f"scan output {k}: the loop runs no iteration, and its body (which must be "
+                f"unrolled: {reason}) gives no shape for it"
+            )
+        if len({tuple(v.shape) for v in items}) > 1:
+            raise ctx.fail(
+                f"scan output {k} has different shapes in different iterations "
+                f"({sorted({tuple(v.shape) for v in items})})"
+            )
+        views = [v.view((1, *v.shape)) for v in items]
+        stacked.append(views[0] if len(views) == 1 else run_op(ctx, "Concat", views, axis=0)[0])
+    ctx.note = f"unrolled at import: {i} iteration{'' if i == 1 else 's'}"
+    return [*values, *stacked]
+
+
+# --- Scan ------------------------------------------------------------------------------------------
+
+
+@converter("Scan", kind="jax")
+def _scan(ctx, node, inputs):
+    """``lax.scan`` over the scan inputs' axis (Scan-8: per batch entry, each with its
+    sequence length)."""
+    body = _graph_attr(ctx, "body")
+    n_in = int(ctx.attr("num_scan_inputs"))
+    v8 = ctx.opset < 9
+    lens, rest = (inputs[0], list(inputs[1:])) if v8 else (None, list(inputs))
+    n_state = len(rest) - n_in
+    if n_state < 0 or n_in < 1:
+        raise ctx.fail(f"num_scan_inputs {n_in} does not fit {len(rest)} inputs")
+    if any(v is None or isinstance(v, STRUCTURES) for v in rest):
+        raise ctx.fail("every state and scan input must be a tensor")
+    states, xs = rest[:n_state], rest[n_state:]
+    n_out = len(body.output) - n_state
+    if len(body.input) != len(rest) or n_out < 0:
+        raise ctx.fail(
+            f"the body has {len(body.input)} inputs and {len(body.output)} outputs; {len(rest)} "
+            f"inputs and at least {n_state} outputs are expected"
+        )
+    batch = 0
+    if v8:
+        in_axes, out_axes = [1] * n_in, [1] * n_out
+        in_dirs = list(ctx.attr("directions") or [0] * n_in)
+        out_dirs = [0] * n_out
+        batches = {v.shape[0] for v in rest if v.rank >= 1}
+        if any(v.rank < 1 for v in states) or any(v.rank < 2 for v in xs) or len(batches) != 1:
+            raise ctx.fail("Scan-8 inputs must share a leading batch axis (scan inputs: then a "
+                           "sequence axis)")  # fmt: skip
+        batch = batches.pop()
+    else:
+        in_axes = list(ctx.attr("scan_input_axes") or [0] * n_in)
+        in_dirs = list(ctx.attr("scan_input_directions") or [0] * n_in)
+        out_axes = list(ctx.attr("scan_output_axes") or [0] * n_out)
+        out_dirs = list(ctx.attr("scan_output_directions") or [0] * n_out)
+    for what, got, want in (("scan input axes", in_axes, n_in), ("scan input directions",
+                            in_dirs, n_in), ("scan output axes", out_axes, n_out),
+                            ("scan output directions", out_dirs, n_out)):  # fmt: skip
+        if len(got) != want:
+            raise ctx.fail(f"{len(got)} {what} for {want} values")
+    for k, (x, a) in enumerate(zip(xs, in_axes)):
+        if not -x.rank <= a < x.rank:
+            raise ctx.fail(f"scan input {k}: axis {a} is out of range for rank {x.rank}")
+    in_axes = [a % x.rank for a, x in zip(in_axes, xs)]
+    lengths = {x.shape[a] for x, a in zip(xs, in_axes)}
+    if len(lengths) != 1:
+        raise ctx.fail(f"the scan inputs' scanned axes differ in length ({sorted(lengths)})")
+    length = lengths.pop()
+    skip = 1 if v8 else 0  # Scan-8's batch axis: the body sees one batch entry
+    state_tpl = [s.view(s.shape[skip:]) if v8 else s for s in states]
+    slice_tpl = [x.view(tuple(d for j, d in enumerate(x.shape) if j != a and j >= skip))
+                 for x, a in zip(xs, in_axes)]  # fmt: skip
+    marker = f"<the scanned values of {ctx.where}>"
+    try:
+        b = import_body(ctx, body, [*state_tpl, *slice_tpl], "body", marker)
+    except NeedsValues as e:
+        if marker not in e.names:
+            raise
+        raise ctx.fail(
+            f"its body needs as a constant a value computed from the scan state or inputs "
+            f"({str(e).removeprefix(f'{ONNX}: ')})"
+        ) from None
+    for k, (before, after) in enumerate(zip(state_tpl, b.outputs[:n_state])):
+        if isinstance(after, STRUCTURES) or _spec(before) != _spec(after):
+            raise ctx.fail(
+                f"state {k} changes from {_describe([before])} to {_describe([after])} in an "
+                "iteration; a Scan's state keeps its shape"
+            )
+    ys = b.outputs[n_state:]
+    if any(isinstance(y, STRUCTURES) for y in ys):
+        raise ctx.fail("a scan output of the body is not a tensor")
+    out_shapes = []
+    for k, (y, a) in enumerate(zip(ys, out_axes)):
+        if v8:  # [batch, sequence, ...]
+            out_shapes.append((batch, length, *y.shape))
+            continue
+        rank = y.rank + 1
+        if not -rank <= a < rank:
+            raise ctx.fail(f"scan output {k}: axis {a} is out of range for rank {rank}")
+        out_axes[k] = a % rank
+        shape = list(y.shape)
+        shape.insert(out_axes[k], length)
+        out_shapes.append(tuple(shape))
+    specs = [_spec(s) for s in states] + [(s, y.data_type, y.is_bool) for s, y in
+                                          zip(out_shapes, ys)]  # fmt: skip
+
+    def one(state, seqs, caps, count=None):
+        """One scan: ``seqs`` with the scanned axis first, in iteration order."""
+
+        def step(carry, sl):
+            t, values = carry
+            outs = b([*values, *sl], caps)
+            new, out = outs[:n_state], outs[n_state:]
+            if count is not None:  # Scan-8's sequence length: the state stops, outputs are 0
+                on = t < count
+                new = [jnp.where(on, y, x) for x, y in zip(values, new)]
+                out = [jnp.where(on, y, jnp.zeros_like(y)) for y in out]
+            return (t + 1, tuple(new)), tuple(out)
+
+        (_, final), stacked = lax.scan(step, (jnp.int32(0), tuple(state)), tuple(seqs),
+                                       length=length)  # fmt: skip
+        return list(final), list(stacked)
+
+    def fn(*arrays):
+        arrays = list(arrays)
+        seq_lens = arrays.pop(0) if lens is not None else None
+        state, xs_a, caps = arrays[:n_state], arrays[n_state : n_state + n_in], arrays[
+            n_state + n_in :]  # fmt: skip
+        if not v8:
+            seqs = [jnp.moveaxis(x, a, 0) for x, a in zip(xs_a, in_axes)]
+            seqs = [jnp.flip(s, 0) if d else s for s, d in zip(seqs, in_dirs)]
+            final, stacked = one(state, seqs, caps)
+            outs = [jnp.flip(y, 0) if d else y for y, d in zip(stacked, out_dirs)]
+            return [*final, *(jnp.moveaxis(y, 0, a) for y, a in zip(outs, out_axes))]
+        finals, outs = [[] for _ in range(n_state)], [[] for _ in range(n_out)]
+        for e in range(batch):  # each batch entry its own scan of its own length
+            count = None if seq_lens is None else jnp.reshape(seq_lens, (-1,))[e]
+            seqs = []
+            for x, d in zip(xs_a, in_dirs):
+                s = x[e]
+                if d:  # reversed: from the last element of this entry's sequence
+                    n = length if count is None else count
+                    s = jnp.take(s, jnp.clip(n - 1 - jnp.arange(length), 0, length - 1), axis=0)
+                seqs.append(s)
+            final, stacked = one([s[e] for s in state], seqs, caps, count)
+            for k, y in enumerate(final):
+                finals[k].append(y)
+            for k, y in enumerate(stacked):
+                outs[k].append(y)
+        return [jnp.stack(f) for f in finals] + [jnp.stack(o) for o in outs]
+
+    if length == 0:
+        zeros = [const_value(np.zeros(s, y.data_type.numpy_dtype)) for s, y in zip(out_shapes, ys)]
+        return [*states, *zeros]
+    values = ([lens] if lens is not None else []) + [*states, *xs, *b.captured]
+    return jax_node(ctx, f"Scan(body: {b.operators()})", fn, values, specs)

@@ -1,0 +1,935 @@
+"""ONNX Runtime's com.microsoft attention family onto DirectML: Attention, MultiHeadAttention,
+GroupQueryAttention, RotaryEmbedding and QAttention, with the semantics of ONNX Runtime's CPU
+kernels (``onnxruntime/contrib_ops/cpu/bert``), the reference the tests compare with.
+
+Operators (``ONNX.md``'s com.microsoft table): the projections of Attention / QAttention are one
+GEMM / MATRIX_MULTIPLY_INTEGER_TO_FLOAT over the packed Q/K/V weights, read by
+MULTIHEAD_ATTENTION as its StackedQueryKeyValue tensor (an ELEMENT_WISE_IDENTITY putting the
+heads before the Q/K/V axis) when the three hidden sizes agree, else as three tensors of a SPLIT;
+MultiHeadAttention is MULTIHEAD_ATTENTION itself (packed QKV / KV are its stacked tensors, a
+key / value already in {B, N, L, H} its past with no new keys); GroupQueryAttention is
+MULTIHEAD_ATTENTION1 with grouped heads and PastSequenceLengths; rotary embeddings are the
+GATHER / SPLIT / JOIN / MULTIPLY / ADD building blocks of ``attention.rotate``.
+
+Masks, as ONNX Runtime's CPU kernels apply them (``PrepareMask``):
+
+- ``mask_index`` / ``key_padding_mask`` marks keys to filter: they get ``mask_filter_value``
+  (default -10000) **added** to their logit. That is MULTIHEAD_ATTENTION's BOOLEAN mask (a 0 adds
+  MaskFilterValue), built for every form (1-D key lengths ``j < len[b]``, 1-D end / start pairs,
+  raw 2-D {B, T}, 3-D {B, S, T} and 4-D {B, 1, M, M} masks whose values count as kept when
+  above 0; the 4-D mask's leading {S, T} block, as the DirectML provider slices it) rather than
+  DirectML's KEY_SEQUENCE_LENGTH, which *replaces* the logit and so differs for a finite filter
+  value. A mask known at import is folded.
+- ``unidirectional`` (with more than one query) sets the keys after ``past + i`` to the lowest
+  float, whatever the filter value: a -inf term of the RelativePositionBias tensor, added to
+  ``attention_bias`` when both are given. As in the CPU kernels, the last query keeps all its
+  keys (the same rule when the keys end at it, T = past + S).
+- ``scale`` 0 (or absent) means 1 / sqrt(head size), as in the CPU kernels.
+
+GroupQueryAttention (``total_sequence_length`` is needed at import, as ONNX Runtime's DirectML
+provider needs it on the CPU): the first prompt (S == total_sequence_length) attends its own keys
+causally; a later step (S == 1, or S > 1 with batch 1) continues a cache holding
+``seqlens_k[b] + 1 - S`` positions. Either way the new keys / values are written after them into
+a present cache of ``max(total_sequence_length, past length)`` positions whose other rows are 0:
+MULTIHEAD_ATTENTION1's past is the given past with the rows from the valid length on zeroed
+(LESS_THAN, ELEMENT_WISE_IF) and zero rows JOINed up to the capacity (FILL_VALUE_CONSTANT; all of
+it for a first prompt, with lengths 0), its PastSequenceLengths those lengths. A query at
+absolute position p attends the keys up to p and, with ``local_window_size`` W, only the last W
+of them (a BOOLEAN mask with a -inf filter); a right-padded first prompt's padding queries attend
+like its last token. ``do_rotary`` rotates Q and K at positions ``past + s`` (or
+``position_ids``; a first prompt reads only its first element, as the CPU kernel does).
+``softcap`` has no MULTIHEAD_ATTENTION member: MULTIHEAD_ATTENTION1 then only builds the present
+caches, and the attention over them is GEMM, ACTIVATION_SCALED_TANH, ELEMENT_WISE_ADD of the
+masks, ACTIVATION_SOFTMAX1 and GEMM, in float32 as the CPU kernel computes it.
+
+RotaryEmbedding reads ``position_ids`` of one value as the first position of every entry; its
+``scale`` attribute is ignored, as the CPU kernel ignores it.
+
+Rejected (a ValidationError naming the attribute or input): Attention / QAttention's
+``do_rotary`` (no CPU kernel either), ``past_present_share_buffer`` and
+``past_sequence_length``; a 1-D ``mask_index`` / ``key_padding_mask`` of 3 * B + 2 values (the
+CPU kernel reads only its first B); a 4-D mask with a past; MultiHeadAttention's ``qk`` output,
+``past_sequence_length`` and ``cache_indirection``; GroupQueryAttention's ``smooth_softmax``,
+``head_sink``, ``qk_output`` / ``output_qk``, ``causal`` = 0, ``sliding_window_cache``,
+quantized caches (``k_quant_type`` / ``v_quant_type``, ``k_scale`` / ``v_scale``),
+``q_norm_weight`` / ``k_norm_weight``, ``query_seqlens``, ``local_window_size`` 0, and a key /
+value of another length than the query; RotaryEmbedding's ``is_packed_batching``; QAttention
+weights of the other 8-bit type than its input unless known at import (MATRIX_MULTIPLY_INTEGER_TO
+_FLOAT takes one integer type; known weights are moved by 128).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..importer import Value, broadcast, packed
+from . import converter
+from ._common import DataType, binary_value, cast_value, op
+from .attention import gather_rows, join_values, rotary_dim, rotate, split_value, transposed
+from .movement import typed_scalar
+
+MS = "com.microsoft"
+DEFAULT_FILTER = -10000.0
+
+
+def _inputs(inputs, count: int) -> list:
+    return (list(inputs) + [None] * count)[:count]
+
+
+def _scale(ctx, head: int) -> float:
+    """The logit scale: the ``scale`` attribute, 0 or absent meaning 1 / sqrt(head size)."""
+    scale = float(ctx.attr("scale", 0.0))
+    return scale if scale != 0.0 else 1.0 / math.sqrt(head)
+
+
+def _reject(ctx, inputs, names: dict[int, str], attrs: dict[str, object]) -> None:
+    """Fails on an input given at one of ``names``' indices, or an attribute whose value is not
+    its only supported one in ``attrs``."""
+    for k, name in names.items():
+        if k < len(inputs) and inputs[k] is not None:
+            raise ctx.fail(f"input '{name}' is not supported")
+    for name, allowed in attrs.items():
+        value = ctx.attr(name, allowed)
+        if value != allowed:
+            raise ctx.fail(f"attribute '{name}' = {value!r} is not supported (only {allowed!r})")
+
+
+def _fill(ctx, t: DataType, shape, value) -> Value:
+    """A tensor of one value (FILL_VALUE_CONSTANT)."""
+    desc = op("FILL_VALUE_CONSTANT")(packed(t, shape), t, typed_scalar(t, value))
+    return ctx.out(ctx.node(desc, []), tuple(shape))
+
+
+def _int32(ctx, value: Value) -> Value:
+    """An ONNX int32 / int64 value as INT32 (the graph type of both)."""
+    if value.data_type != DataType.INT32:
+        raise ctx.fail(f"expected an int32 / int64 tensor, got {value.data_type.name}")
+    return value
+
+
+def _less(ctx, a, b) -> Value | np.ndarray:
+    """``a < b`` for INT32 operands (NumPy arrays or values): a NumPy bool array when both are
+    known at import, else a UINT8 value (LOGICAL_LESS_THAN)."""
+    known = [x if isinstance(x, np.ndarray) else x.const for x in (a, b)]
+    if all(x is not None for x in known):
+        return np.less(*known)
+    a = ctx.constant(a.astype(np.int32)) if isinstance(a, np.ndarray) else a
+    b = ctx.constant(b.astype(np.int32)) if isinstance(b, np.ndarray) else b
+    return binary_value(ctx, "ELEMENT_WISE_LOGICAL_LESS_THAN", a, b, is_bool=True)
+
+
+def _logical(ctx, name: str, a, b):
+    """LOGICAL_AND / _OR of two keep terms (NumPy bool arrays or UINT8 values)."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return (a & b) if name == "AND" else (a | b)
+    a = ctx.constant(a.astype(np.uint8)) if isinstance(a, np.ndarray) else a
+    b = ctx.constant(b.astype(np.uint8)) if isinstance(b, np.ndarray) else b
+    return binary_value(ctx, f"ELEMENT_WISE_LOGICAL_{name}", a, b, is_bool=True)
+
+
+def _mask_value(ctx, keep) -> Value:
+    """A keep term (NumPy bool / UINT8 value) as MULTIHEAD_ATTENTION's INT32 BOOLEAN mask."""
+    if isinstance(keep, np.ndarray):
+        return ctx.constant(keep.astype(np.int32))
+    return cast_value(ctx, keep, DataType.INT32)
+
+
+# --- masks ------------------------------------------------------------------------------------
+
+
+def _mask_index(
+    ctx,
+    mask: Value | None,
+    b: int,
+    s: int,
+    total: int,
+    *,
+    what: str,
+    past: int,
+    forms: tuple[str, ...],
+):
+    """The keys ``mask`` keeps, as a rank-4 term over {B, 1, S or 1, T}: a NumPy bool array
+    when known at import, else an INT32 / UINT8 value (non-zero keeps). ``forms`` are the shapes
+    the op allows: "lengths" (B), "ends" (2B), "2d", "3d", "4d"."""
+    if mask is None:
+        return None
+    mask = _int32(ctx, mask)
+    j = np.arange(total).reshape(1, 1, 1, total)
+    if mask.rank == 1 and mask.shape[0] == b and "lengths" in forms:
+        # Right padding: the keys from len[b] on are filtered.
+        return _less(ctx, j, mask.view((b, 1, 1, 1)))
+    if mask.rank == 1 and mask.shape[0] == 2 * b and "ends" in forms:
+        # Left and right padding: keys in [start[b], end[b]) are kept.
+        if mask.const is not None:
+            end, start = mask.const.reshape(2, b, 1, 1, 1)
+            return (j < end) & (j >= start)
+        end, start = split_value(ctx, mask, [b, b], 0)
+        return _logical(
+            ctx,
+            "AND",
+            _less(ctx, j, end.view((b, 1, 1, 1))),
+            _less(ctx, start.view((b, 1, 1, 1)), j + 1),
+        )
+    if mask.rank == 2 and mask.shape == (b, total) and "2d" in forms:
+        raw = mask.view((b, 1, 1, total))
+    elif mask.rank == 3 and mask.shape == (b, s, total) and "3d" in forms:
+        raw = mask.view((b, 1, s, total))
+    elif (
+        mask.rank == 4
+        and "4d" in forms
+        and mask.shape[:2] == (b, 1)
+        and mask.shape[2] == mask.shape[3]
+    ):
+        if past:
+            raise ctx.fail(f"a 4-D {what} with a past is not supported")
+        if mask.shape[2] < total:
+            raise ctx.fail(f"4-D {what} {list(mask.shape)} is smaller than the {total} keys")
+        raw = mask
+        if mask.shape[2] != total:  # the first S x T block of the max-length mask
+            if mask.const is not None:
+                raw = ctx.constant(mask.const[:, :, :s, :total])
+            else:
+                desc = op("SLICE1")(
+                    packed(mask.data_type, mask.shape),
+                    packed(mask.data_type, (b, 1, s, total)),
+                    input_window_offsets=[0, 0, 0, 0],
+                    input_window_sizes=[b, 1, s, total],
+                    input_window_strides=[1, 1, 1, 1],
+                )
+                raw = ctx.out(ctx.node(desc, [mask]), (b, 1, s, total))
+    else:
+        raise ctx.fail(
+            f"{what} of shape {list(mask.shape)} is not supported (batch {b}, {s} queries, "
+            f"{total} keys)"
+        )
+    if raw.const is not None:
+        return raw.const > 0
+    # A raw mask keeps values above 0; DirectML's BOOLEAN mask keeps every non-zero value.
+    zero = ctx.constant(np.zeros((1, 1, 1, 1), np.int32))
+    return binary_value(ctx, "ELEMENT_WISE_MAX", raw, zero)
+
+
+def _causal(s: int, total: int, past: int, dtype) -> np.ndarray:
+    """The unidirectional mask as an additive term {1, 1, S, T}: -inf after key ``past + i``
+    for every query but the last, which keeps all its keys (ONNX Runtime's CPU kernels mask
+    the first S - 1 rows only: the same thing when the keys end at the last query, T = past + S,
+    and their rule when they do not)."""
+    i = np.arange(s).reshape(1, 1, s, 1)
+    j = np.arange(total).reshape(1, 1, 1, total)
+    return np.where((j <= i + past) | (i == s - 1), 0, -np.inf).astype(dtype)
+
+
+def _attention_bias(ctx, bias: Value | None, full, what: str = "attention_bias") -> Value | None:
+    if bias is None:
+        return None
+    b, n, s, total = full
+    fits = bias.rank == 4 and bias.shape[0] in (1, b) and bias.shape[1] in (1, n)
+    if not fits or bias.shape[2:] != (s, total):
+        raise ctx.fail(
+            f"{what} of shape {list(bias.shape)} must be [{b} or 1, {n} or 1, {s}, {total}]"
+        )
+    return bias
+
+
+def _additive(ctx, bias: Value | None, causal: np.ndarray | None) -> Value | None:
+    """attention_bias and the causal term as one RelativePositionBias value."""
+    if causal is None:
+        return bias
+    if bias is None:
+        return ctx.constant(causal)
+    return binary_value(ctx, "ELEMENT_WISE_ADD", bias, ctx.constant(causal))
+
+
+# --- MULTIHEAD_ATTENTION(1) -------------------------------------------------------------------
+
+
+def _member(field: str) -> str:
+    return "".join(part.capitalize() for part in field.split("_"))
+
+
+def _attend(
+    ctx,
+    feeds: dict,
+    *,
+    dims,
+    scale: float,
+    filter_value: float,
+    keep=None,
+    additive: Value | None = None,
+    presents: tuple[bool, bool] = (False, False),
+):
+    """One MULTIHEAD_ATTENTION (equal head counts, no past lengths) or MULTIHEAD_ATTENTION1
+    node over ``feeds`` (descriptor field -> value); ``dims`` = (B, S, Hq, Hkv, D, Dv, T).
+    Returns the output {B, S, Hq * Dv} and the present key / value {B, Hkv, T, D / Dv} (None
+    where not asked for)."""
+    b, s, hq, hkv, d, dv, total = dims
+    query = next(v for k, v in feeds.items() if "query" in k)
+    t = query.data_type
+    full = (b, hq, s, total)
+    fields = {name: packed(v.data_type, v.shape) for name, v in feeds.items()}
+    mask_type = "NONE"
+    if keep is not None and not (isinstance(keep, np.ndarray) and keep.all()):
+        mask = _mask_value(ctx, keep)
+        feeds["mask_tensor"], fields["mask_tensor"] = mask, broadcast(mask, full)
+        mask_type = "BOOLEAN"
+    if additive is not None:
+        feeds["relative_position_bias_tensor"] = additive
+        fields["relative_position_bias_tensor"] = broadcast(additive, full, t)
+    fields["output_tensor"] = packed(t, (b, s, hq * dv))
+    if presents[0]:
+        fields["output_present_key_tensor"] = packed(t, (b, hkv, total, d))
+    if presents[1]:
+        fields["output_present_value_tensor"] = packed(t, (b, hkv, total, dv))
+    common = {"scale": scale, "mask_filter_value": filter_value, "mask_type": mask_type}
+    if hq == hkv and "past_sequence_lengths_tensor" not in feeds:
+        desc = op("MULTIHEAD_ATTENTION")(**fields, head_count=hq, **common)
+    else:
+        desc = op("MULTIHEAD_ATTENTION1")(
+            **fields, query_head_count=hq, key_value_head_count=hkv, **common
+        )
+    by_slot = {_member(name): value for name, value in feeds.items()}
+    n = ctx.node(desc, [by_slot.get(slot) for slot, _ in desc.edge_slots("input")])
+    y = ctx.out(n, (b, s, hq * dv), 0)
+    k = 1
+    out_k = out_v = None
+    if presents[0]:
+        out_k, k = ctx.out(n, (b, hkv, total, d), k), k + 1
+    if presents[1]:
+        out_v = ctx.out(n, (b, hkv, total, dv), k)
+    return y, out_k, out_v
+
+
+# --- Attention, QAttention --------------------------------------------------------------------
+
+
+def _hidden_sizes(ctx, width: int, heads: int) -> tuple[int, int, int]:
+    """(Q, K, V hidden sizes) of packed weights ``width`` wide: ``qkv_hidden_sizes``, or thirds."""
+    sizes = ctx.attr("qkv_hidden_sizes", None)
+    if sizes is None or len(sizes) == 0:
+        if width % 3:
+            raise ctx.fail(f"the weights' {width} columns are not three equal hidden sizes")
+        sizes = [width // 3] * 3
+    sizes = [int(n) for n in sizes]
+    if len(sizes) != 3 or sum(sizes) != width or sizes[0] != sizes[1]:
+        raise ctx.fail(
+            f"qkv_hidden_sizes {sizes} must be three sizes (Q and K equal) adding up to the "
+            f"weights' {width} columns"
+        )
+    if any(n <= 0 or n % heads for n in sizes):
+        raise ctx.fail(f"qkv_hidden_sizes {sizes} must be positive multiples of num_heads {heads}")
+    return sizes[0], sizes[1], sizes[2]
+
+
+def _project(ctx, x: Value, w: Value, bias: Value | None) -> Value:
+    """``x @ w + bias``: {B, S, Din} x {Din, W} -> {B, S, W} as one GEMM over the B * S rows."""
+    b, s, din = x.shape
+    width = w.shape[1]
+    t = x.data_type
+    rows = (1, 1, b * s, width)
+    desc = op("GEMM")(
+        packed(t, (1, 1, b * s, din)),
+        packed(t, (1, 1, din, width)),
+        None if bias is None else broadcast(bias, rows),
+        packed(t, rows),
+        beta=1.0 if bias is not None else 0.0,
+    )
+    return ctx.out(ctx.node(desc, [x, w, bias]), (b, s, width))
+
+
+def _packed_attention(ctx, proj: Value, inputs, heads: int, sizes, *, mask_forms):
+    """Attention / QAttention after the projection: ``proj`` {B, S, Hq + Hk + Hv}; ``inputs``
+    (mask_index, past, attention_bias) as the op numbers them."""
+    mask, past, attention_bias = inputs
+    hq, hk, hv = sizes
+    b, s, _ = proj.shape
+    d, dv = hq // heads, hv // heads
+    t = proj.data_type
+    feeds = {}
+    p = 0
+    if past is not None:
+        if hq != hv:
+            raise ctx.fail("a past needs equal Q, K and V hidden sizes")
+        if past.rank != 5 or past.shape[:3] != (2, b, heads) or past.shape[4] != d:
+            raise ctx.fail(f"past of shape {list(past.shape)} must be [2, {b}, {heads}, P, {d}]")
+        p = past.shape[3]
+        past_k, past_v = (v.view(past.shape[1:]) for v in split_value(ctx, past, [1, 1], 0))
+        feeds.update(past_key_tensor=past_k, past_value_tensor=past_v)
+    total = p + s
+    if hq == hk == hv:
+        # {B, S, 3, N, H} read with the heads before the Q/K/V axis: the stacked tensor.
+        stacked = transposed(ctx, proj.view((b, s, 3, heads, d)), (0, 1, 3, 2, 4))
+        feeds["stacked_query_key_value_tensor"] = stacked
+    else:
+        q, k, v = split_value(ctx, proj, [hq, hk, hv], 2)
+        feeds.update(query_tensor=q, key_tensor=k, value_tensor=v)
+    keep = _mask_index(ctx, mask, b, s, total, what="mask_index", past=p, forms=mask_forms)
+    causal = None
+    if int(ctx.attr("unidirectional", 0)) and s > 1:
+        causal = _causal(s, total, p, t.numpy_dtype)
+    bias = _attention_bias(ctx, attention_bias, (b, heads, s, total))
+    present = ctx.wants(1)
+    y, present_k, present_v = _attend(
+        ctx,
+        feeds,
+        dims=(b, s, heads, heads, d, dv, total),
+        scale=_scale(ctx, d),
+        filter_value=float(ctx.attr("mask_filter_value", DEFAULT_FILTER)),
+        keep=keep,
+        additive=_additive(ctx, bias, causal),
+        presents=(present, present),
+    )
+    if not present:
+        return [y, None]
+    shape = (1, b, heads, total, d)
+    return [y, join_values(ctx, [present_k.view(shape), present_v.view(shape)], 0)]
+
+
+@converter("Attention", domain=MS)
+def _attention(ctx, node, inputs):
+    x, w, bias, mask, past, attention_bias = _inputs(inputs, 6)
+    _reject(
+        ctx, inputs, {6: "past_sequence_length"}, {"do_rotary": 0, "past_present_share_buffer": 0}
+    )
+    heads = int(ctx.attr("num_heads", 0))
+    if heads < 1:
+        raise ctx.fail("num_heads must be positive")
+    if x.rank != 3 or w.rank != 2 or w.shape[0] != x.shape[2]:
+        raise ctx.fail(
+            f"input {list(x.shape)} must be [B, S, Din] and weights {list(w.shape)} [Din, W]"
+        )
+    sizes = _hidden_sizes(ctx, w.shape[1], heads)
+    if bias is not None and bias.shape != (w.shape[1],):
+        raise ctx.fail(f"bias of shape {list(bias.shape)} must be [{w.shape[1]}]")
+    proj = _project(ctx, x, w, bias)
+    forms = ("lengths", "ends", "2d", "3d", "4d")
+    return _packed_attention(
+        ctx, proj, (mask, past, attention_bias), heads, sizes, mask_forms=forms
+    )
+
+
+# --- MultiHeadAttention -----------------------------------------------------------------------
+
+
+@converter("MultiHeadAttention", domain=MS)
+def _multi_head_attention(ctx, node, inputs):
+    query, key, value, bias, mask, attention_bias, past_k, past_v = _inputs(inputs, 8)
+    _reject(ctx, inputs, {8: "past_sequence_length", 9: "cache_indirection"}, {})
+    if ctx.wants(3):
+        raise ctx.fail("output 'qk' is not supported")
+    heads = int(ctx.attr("num_heads", 0))
+    if heads < 1:
+        raise ctx.fail("num_heads must be positive")
+    if (past_k is None) != (past_v is None):
+        raise ctx.fail("past_key and past_value come together")
+    feeds = {}
+    if query.rank == 5:  # packed QKV {B, S, N, 3, H}
+        b, s, n, three, d = query.shape
+        if key is not None or value is not None or n != heads or three != 3:
+            raise ctx.fail(
+                f"packed QKV {list(query.shape)} must be [B, S, {heads}, 3, H], without key "
+                "and value"
+            )
+        kv, dv = s, d
+        feeds["stacked_query_key_value_tensor"] = query
+    elif query.rank == 3:
+        b, s, hidden = query.shape
+        if hidden % heads:
+            raise ctx.fail(f"the query's hidden size {hidden} is not a multiple of {heads} heads")
+        d = hidden // heads
+        feeds["query_tensor"] = query
+        if key is None:
+            raise ctx.fail("input 'key' is required with a 3-D query")
+        if key.rank == 5:  # packed KV {B, L, N, 2, H}
+            if value is not None or key.shape[0] != b or key.shape[2:] != (heads, 2, d):
+                raise ctx.fail(
+                    f"packed KV {list(key.shape)} must be [{b}, L, {heads}, 2, {d}], without value"
+                )
+            kv, dv = key.shape[1], d
+            feeds["stacked_key_value_tensor"] = key
+        elif key.rank == 3:
+            fits = value is not None and value.rank == 3 and value.shape[0] == b
+            if not fits or key.shape != (b, value.shape[1], hidden) or value.shape[2] % heads:
+                raise ctx.fail(
+                    f"key {list(key.shape)} and value "
+                    f"{None if value is None else list(value.shape)} must be [{b}, L, {hidden}] "
+                    f"and [{b}, L, {heads} * Hv]"
+                )
+            kv, dv = key.shape[1], value.shape[2] // heads
+            feeds.update(key_tensor=key, value_tensor=value)
+        elif key.rank == 4:
+            # Keys and values already projected, {B, N, L, H}: DirectML's past with no new keys
+            # (the bias applies to the query alone, as in ONNX Runtime).
+            fits = value is not None and value.rank == 4 and key.shape[:3] == value.shape[:3]
+            if not fits or key.shape[:2] != (b, heads) or key.shape[3] != d:
+                raise ctx.fail(
+                    f"key {list(key.shape)} and value must be [{b}, {heads}, L, {d}] and "
+                    f"[{b}, {heads}, L, Hv]"
+                )
+            if past_k is not None:
+                raise ctx.fail("past_key / past_value cannot follow a key in [B, N, L, H]")
+            kv, dv = 0, value.shape[3]
+            feeds.update(past_key_tensor=key, past_value_tensor=value)
+        else:
+            raise ctx.fail(f"key of shape {list(key.shape)} is not supported")
+    else:
+        raise ctx.fail(f"query of shape {list(query.shape)} is not supported")
+    p = 0
+    if past_k is not None:
+        p = past_k.shape[2] if past_k.rank == 4 else -1
+        if past_k.shape != (b, heads, p, d) or past_v.shape != (b, heads, p, dv):
+            raise ctx.fail(
+                f"past_key {list(past_k.shape)} / past_value {list(past_v.shape)} must be "
+                f"[{b}, {heads}, P, {d}] / [{b}, {heads}, P, {dv}]"
+            )
+        feeds.update(past_key_tensor=past_k, past_value_tensor=past_v)
+    elif kv == 0:
+        p = key.shape[2]
+    total = p + kv
+    if bias is not None:
+        want = heads * (2 * d + dv)
+        if bias.shape != (want,):
+            raise ctx.fail(f"bias of shape {list(bias.shape)} must be [{want}]")
+        feeds["bias_tensor"] = bias
+    keep = _mask_index(
+        ctx, mask, b, s, total, what="key_padding_mask", past=p, forms=("lengths", "2d", "3d")
+    )
+    causal = None
+    if int(ctx.attr("unidirectional", 0)) and s > 1:
+        causal = _causal(s, total, p if kv else 0, query.data_type.numpy_dtype)
+    additive = _additive(ctx, _attention_bias(ctx, attention_bias, (b, heads, s, total)), causal)
+    y, present_k, present_v = _attend(
+        ctx,
+        feeds,
+        dims=(b, s, heads, heads, d, dv, total),
+        scale=_scale(ctx, d),
+        filter_value=float(ctx.attr("mask_filter_value", DEFAULT_FILTER)),
+        keep=keep,
+        additive=additive,
+        presents=(ctx.wants(1), ctx.wants(2)),
+    )
+    return [y, present_k, present_v]
+
+
+# --- GroupQueryAttention ----------------------------------------------------------------------
+
+
+def _plus(ctx, a, b):
+    """``a + b`` for INT32 operands (NumPy arrays or values; NumPy when both are known)."""
+    known = [x if isinstance(x, np.ndarray) else x.const for x in (a, b)]
+    if all(x is not None for x in known):
+        return (known[0].astype(np.int64) + known[1].astype(np.int64)).astype(np.int32)
+    a = ctx.constant(a.astype(np.int32)) if isinstance(a, np.ndarray) else a
+    b = ctx.constant(b.astype(np.int32)) if isinstance(b, np.ndarray) else b
+    return binary_value(ctx, "ELEMENT_WISE_ADD", a, b)
+
+
+def _value(ctx, x) -> Value:
+    return ctx.constant(x) if isinstance(x, np.ndarray) else x
+
+
+def _shaped(x, shape):
+    """A NumPy array or a value under another shape."""
+    return x.reshape(shape) if isinstance(x, np.ndarray) else x.view(shape)
+
+
+def _gqa_positions(ctx, position_ids, lengths, b: int, s: int, first: bool):
+    """The rotary positions {B or 1, S}: ``position_ids`` (a first prompt reads its first
+    element as the offset of every batch), else ``past + s``."""
+    steps = np.arange(s, dtype=np.int32).reshape(1, s)
+    if position_ids is not None:
+        if position_ids.shape != (b, s):
+            raise ctx.fail(f"position_ids of shape {list(position_ids.shape)} must be [{b}, {s}]")
+        if not first:
+            return position_ids
+        if position_ids.const is not None:
+            return steps + np.int32(position_ids.const.reshape(-1)[0])
+        t = position_ids.data_type
+        desc = op("SLICE1")(
+            packed(t, (b, s)),
+            packed(t, (1, 1)),
+            input_window_offsets=[0, 0],
+            input_window_sizes=[1, 1],
+            input_window_strides=[1, 1],
+        )
+        return _plus(ctx, ctx.out(ctx.node(desc, [position_ids]), (1, 1)), steps)
+    if first:
+        return steps
+    return _plus(ctx, _shaped(lengths, (b, 1)), steps)
+
+
+def _gqa_keep(ctx, seqlens: Value, lengths, dims, window: int, first: bool):
+    """What GroupQueryAttention's queries keep beyond MULTIHEAD_ATTENTION1's causal frontier
+    ``j <= L_b + i``, over {B, 1, S, C} (None: nothing more). A first prompt may be right-padded
+    (``seqlens_k[b] + 1`` < S): as in ONNX Runtime's CPU kernel, a padding query attends like the
+    entry's last token, ``j <= min(i, seqlens_k[b])``, its window ending there."""
+    b, s, capacity = dims
+    i = np.arange(s).reshape(1, 1, s, 1)
+    j = np.arange(capacity).reshape(1, 1, 1, capacity)
+    lens = _shaped(lengths, (b, 1, 1, 1))
+    last = seqlens.view((b, 1, 1, 1))
+    padded = first and not (seqlens.const is not None and np.all(seqlens.const >= s - 1))
+    keep = None
+    if padded:
+        keep = _less(ctx, (j - 1).astype(np.int32), last)  # j <= seqlens_k[b]
+    if window > 0:
+        # L_b + i - W < j; in a padded prompt also min(i, seqlens_k[b]) - W < j.
+        inside = _less(ctx, lens, (j - i + window).astype(np.int32))
+        if padded:
+            tail = _less(ctx, last, (j + window).astype(np.int32))
+            inside = _logical(ctx, "OR", inside, tail)
+        keep = inside if keep is None else _logical(ctx, "AND", keep, inside)
+    return keep
+
+
+@converter("GroupQueryAttention", domain=MS)
+def _group_query_attention(ctx, node, inputs):
+    query, key, value, past_k, past_v, seqlens, total_in, cos, sin, position_ids, bias = _inputs(
+        inputs, 11
+    )
+    _reject(
+        ctx,
+        inputs,
+        {
+            11: "head_sink",
+            12: "k_scale",
+            13: "v_scale",
+            14: "q_norm_weight",
+            15: "k_norm_weight",
+            16: "query_seqlens",
+        },
+        {
+            "smooth_softmax": 0,
+            "qk_output": 0,
+            "causal": 1,
+            "sliding_window_cache": 0,
+            "k_quant_type": "NONE",
+            "v_quant_type": "NONE",
+        },
+    )
+    if ctx.wants(3):
+        raise ctx.fail("output 'output_qk' is not supported")
+    heads, kv_heads = int(ctx.attr("num_heads", 0)), int(ctx.attr("kv_num_heads", 0))
+    if heads < 1 or kv_heads < 1 or heads % kv_heads:
+        raise ctx.fail(f"num_heads {heads} must be a positive multiple of kv_num_heads {kv_heads}")
+    if query.rank != 3:
+        raise ctx.fail(f"query of shape {list(query.shape)} must be 3-D")
+    b, s, width = query.shape
+    t = query.data_type
+    if key is None:  # packed QKV {B, S, (N + 2 Nkv) H}
+        if value is not None or width % (heads + 2 * kv_heads):
+            raise ctx.fail(
+                f"packed QKV of width {width} must hold {heads} + 2 * {kv_heads} heads, "
+                "without key and value"
+            )
+        d = width // (heads + 2 * kv_heads)
+        q, k, v = split_value(ctx, query, [heads * d, kv_heads * d, kv_heads * d], 2)
+    else:
+        if width % heads:
+            raise ctx.fail(f"the query's hidden size {width} is not a multiple of {heads} heads")
+        d = width // heads
+        want = (b, s, kv_heads * d)
+        if value is None or key.shape != want or value.shape != want:
+            raise ctx.fail(
+                f"key {list(key.shape)} and value "
+                f"{None if value is None else list(value.shape)} must both be {list(want)}"
+            )
+        q, k, v = query, key, value
+    total = int(np.asarray(ctx.const(total_in, "total_sequence_length")).reshape(-1)[0])
+    if (past_k is None) != (past_v is None):
+        raise ctx.fail("past_key and past_value come together")
+    p = 0
+    if past_k is not None:
+        p = past_k.shape[2] if past_k.rank == 4 else -1
+        want = (b, kv_heads, p, d)
+        if past_k.shape != want or past_v.shape != want or past_k.data_type != t:
+            raise ctx.fail(
+                f"past_key {list(past_k.shape)} / past_value {list(past_v.shape)} must be "
+                f"[{b}, {kv_heads}, P, {d}] of the query's type"
+            )
+    capacity = max(total, p)
+    subsequent = s > 1 and s != total
+    if subsequent and b != 1:
+        raise ctx.fail("a prompt continuing a cache (1 < S != total_sequence_length) needs batch 1")
+    first = not subsequent and s == total
+    if not first and not subsequent and s != 1:
+        raise ctx.fail(f"sequence length {s} exceeds total_sequence_length {total}")
+    seqlens = _int32(ctx, seqlens)
+    if seqlens.shape not in ((b,), (b, 1)):
+        raise ctx.fail(f"seqlens_k of shape {list(seqlens.shape)} must be [{b}]")
+    # Positions cached before this step, per batch entry.
+    if first or past_k is None:
+        lengths = np.zeros((b,), np.int32)
+    else:
+        lengths = _plus(ctx, seqlens.view((b,)), np.full((1,), 1 - s, np.int32))
+
+    if int(ctx.attr("do_rotary", 0)):
+        if cos is None or sin is None or cos.shape != sin.shape or cos.rank != 2:
+            raise ctx.fail("do_rotary needs 2-D cos_cache and sin_cache of one shape")
+        dim = rotary_dim(ctx, d, cos.shape[1], 2 * cos.shape[1])
+        positions = _value(ctx, _gqa_positions(ctx, position_ids, lengths, b, s, first))
+        angles = (positions.shape[0], s, 1, dim // 2)
+        cos_at = gather_rows(ctx, cos, positions).view(angles)
+        sin_at = gather_rows(ctx, sin, positions).view(angles)
+        interleaved = bool(int(ctx.attr("rotary_interleaved", 0)))
+
+        def rotary(x, n):
+            y = rotate(ctx, x.view((b, s, n, d)), cos_at, sin_at, interleaved=interleaved, dim=dim)
+            return y.view((b, s, n * d))
+
+        q, k = rotary(q, heads), rotary(k, kv_heads)
+    elif cos is not None or sin is not None or position_ids is not None:
+        raise ctx.fail("cos_cache, sin_cache and position_ids need do_rotary = 1")
+
+    # The cache MULTIHEAD_ATTENTION1 writes the new keys / values into: the past with the rows
+    # from each entry's length on set to 0 (ONNX Runtime's present has 0 there), then zeros up
+    # to the capacity.
+    presents = (ctx.wants(1), ctx.wants(2))
+    caches = []
+    empty = p == 0 or (isinstance(lengths, np.ndarray) and not lengths.any())
+    for past in (past_k, past_v):
+        if empty:
+            caches.append(_fill(ctx, t, (b, kv_heads, capacity, d), 0))
+            continue
+        cache = past
+        if any(presents):
+            rows = np.arange(p, dtype=np.int32).reshape(1, 1, p, 1)
+            keep = _value(ctx, _less(ctx, rows, _value(ctx, lengths).view((b, 1, 1, 1))))
+            zero = ctx.constant(np.zeros((1, 1, 1, 1), t.numpy_dtype))
+            shape = (b, kv_heads, p, d)
+            desc = op("ELEMENT_WISE_IF")(
+                broadcast(keep, shape), packed(t, shape), broadcast(zero, shape), packed(t, shape)
+            )
+            cache = ctx.out(ctx.node(desc, [keep, past, zero]), shape)
+        if capacity > p:
+            cache = join_values(ctx, [cache, _fill(ctx, t, (b, kv_heads, capacity - p, d), 0)], 2)
+        caches.append(cache)
+    if isinstance(lengths, np.ndarray) and not lengths.any():  # as ONNX Runtime's DirectML GQA
+        length_value = _fill(ctx, DataType.INT32, (b,), 0)
+    else:
+        length_value = _value(ctx, lengths)
+
+    # A local window keeps the last W keys up to the query's position: L_b + i - W < j.
+    window = int(ctx.attr("local_window_size", -1))
+    if window == 0 or window < -1:
+        raise ctx.fail(f"local_window_size {window} must be -1 or positive")
+    keep = _gqa_keep(ctx, seqlens.view((b,)), lengths, (b, s, capacity), window, first)
+    additive = _attention_bias(ctx, bias, (b, heads, s, total))
+    if additive is not None and capacity > total:
+        pad = np.zeros(additive.shape[:3] + (capacity - total,), t.numpy_dtype)
+        additive = join_values(ctx, [additive, ctx.constant(pad)], 3)
+    feeds = {
+        "query_tensor": q,
+        "key_tensor": k,
+        "value_tensor": v,
+        "past_key_tensor": caches[0],
+        "past_value_tensor": caches[1],
+        "past_sequence_lengths_tensor": length_value,
+    }
+    dims = (b, s, heads, kv_heads, d, d, capacity)
+    softcap = float(ctx.attr("softcap", 0.0))
+    if softcap < 0:
+        raise ctx.fail(f"softcap {softcap} must not be negative")
+    if softcap == 0:
+        y, present_k, present_v = _attend(
+            ctx,
+            feeds,
+            dims=dims,
+            scale=_scale(ctx, d),
+            filter_value=-math.inf,
+            keep=keep,
+            additive=additive,
+            presents=presents,
+        )
+        return [y, present_k, present_v]
+    # MULTIHEAD_ATTENTION1 has no soft cap: it builds the present caches, and the attention is
+    # ONNX Runtime's decomposition over them.
+    _, present_k, present_v = _attend(
+        ctx, feeds, dims=dims, scale=1.0, filter_value=-math.inf, presents=(True, True)
+    )
+    masks = (lengths, keep, additive)
+    y = _softcapped(ctx, q, present_k, present_v, masks, dims, _scale(ctx, d), softcap)
+    return [y, present_k if presents[0] else None, present_v if presents[1] else None]
+
+
+def _softcapped(ctx, q, keys, values, masks, dims, scale: float, softcap: float) -> Value:
+    """Grouped attention with a soft cap, in float32 as ONNX Runtime's CPU kernel computes it:
+    GEMM (query heads as one batch over the key/value heads), ACTIVATION_SCALED_TANH
+    (``softcap * tanh(x / softcap)``), ELEMENT_WISE_ADD of attention_bias and of -inf outside
+    the causal window, ACTIVATION_SOFTMAX1, GEMM."""
+    lengths, keep, additive = masks
+    b, s, hq, hkv, d, _, total = dims
+    g = hq // hkv
+    t, f32 = q.data_type, DataType.FLOAT32
+    q4 = cast_value(ctx, transposed(ctx, q.view((b, s, hq, d)), (0, 2, 1, 3)), f32)
+    keys, values = cast_value(ctx, keys, f32), cast_value(ctx, values, f32)
+    grouped, full = (b, hkv, g * s, total), (b, hq, s, total)
+    desc = op("GEMM")(
+        packed(f32, (b, hkv, g * s, d)),
+        packed(f32, keys.shape),
+        None,
+        packed(f32, grouped),
+        trans_b="TRANSPOSE",
+        alpha=scale,
+    )
+    logits = ctx.out(ctx.node(desc, [q4.view((b, hkv, g * s, d)), keys, None]), full)
+    capped = op("ACTIVATION_SCALED_TANH")(
+        packed(f32, full), packed(f32, full), alpha=softcap, beta=1.0 / softcap
+    )
+    logits = ctx.out(ctx.node(capped, [logits]), full)
+    if additive is not None:
+        logits = binary_value(ctx, "ELEMENT_WISE_ADD", logits, cast_value(ctx, additive, f32))
+    # Query i of entry b sees the keys up to its position L_b + i (and the window's).
+    i = np.arange(s).reshape(1, 1, s, 1)
+    j = np.arange(total).reshape(1, 1, 1, total)
+    lens = _shaped(lengths, (b, 1, 1, 1))
+    allowed = _less(ctx, (j - i - 1).astype(np.int32), lens)
+    if keep is not None:
+        allowed = _logical(ctx, "AND", allowed, keep)
+    if isinstance(allowed, np.ndarray):
+        bias = ctx.constant(np.where(allowed, 0, -np.inf).astype(np.float32))
+    else:
+        shape = allowed.shape
+        zero = ctx.constant(np.zeros((1, 1, 1, 1), np.float32))
+        minus = ctx.constant(np.full((1, 1, 1, 1), -np.inf, np.float32))
+        desc = op("ELEMENT_WISE_IF")(
+            packed(DataType.UINT8, shape),
+            broadcast(zero, shape),
+            broadcast(minus, shape),
+            packed(f32, shape),
+        )
+        bias = ctx.out(ctx.node(desc, [allowed, zero, minus]), shape)
+    logits = binary_value(ctx, "ELEMENT_WISE_ADD", logits, bias)
+    softmax = op("ACTIVATION_SOFTMAX1")(packed(f32, full), packed(f32, full), axes=[3])
+    probs = ctx.out(ctx.node(softmax, [logits]), full)
+    desc = op("GEMM")(
+        packed(f32, grouped), packed(f32, values.shape), None, packed(f32, (b, hkv, g * s, d))
+    )
+    y = ctx.out(ctx.node(desc, [probs.view(grouped), values, None]), (b, hq, s, d))
+    y = transposed(ctx, y, (0, 2, 1, 3)).view((b, s, hq * d))
+    return cast_value(ctx, y, t)
+
+
+# --- RotaryEmbedding --------------------------------------------------------------------------
+
+
+@converter("RotaryEmbedding", domain=MS)
+def _rotary_embedding(ctx, node, inputs):
+    x, positions, cos, sin = inputs
+    _reject(ctx, inputs, {}, {"is_packed_batching": 0})
+    if cos.rank != 2 or cos.shape != sin.shape:
+        raise ctx.fail(
+            f"cos_cache {list(cos.shape)} and sin_cache {list(sin.shape)} must be 2-D, one shape"
+        )
+    heads = int(ctx.attr("num_heads", 0))
+    attribute = int(ctx.attr("rotary_embedding_dim", 0))
+    if attribute and not heads:
+        raise ctx.fail("rotary_embedding_dim needs num_heads")
+    if x.rank == 4:  # {B, N, S, H}
+        b, heads, s, head = x.shape
+    elif x.rank == 3:  # {B, S, N * H}
+        b, s, hidden = x.shape
+        head = hidden // heads if heads else 2 * cos.shape[1]
+        if head < 1 or hidden % head:
+            raise ctx.fail(f"the hidden size {hidden} is not a whole number of heads of {head}")
+        heads = hidden // head
+    else:
+        raise ctx.fail(f"input must be 3-D or 4-D, got shape {list(x.shape)}")
+    dim = rotary_dim(ctx, head, cos.shape[1], attribute)
+    positions = _int32(ctx, positions)
+    if positions.rank <= 1 and positions.shape in ((), (1,)):
+        # One offset: position offset + s for every batch entry.
+        steps = np.arange(s, dtype=np.int32).reshape(1, s)
+        positions = _value(ctx, _plus(ctx, positions.view((1, 1)), steps))
+    elif positions.shape != (b, s):
+        raise ctx.fail(f"position_ids of shape {list(positions.shape)} must be [1] or [{b}, {s}]")
+    cos_at, sin_at = gather_rows(ctx, cos, positions), gather_rows(ctx, sin, positions)
+    interleaved = bool(int(ctx.attr("interleaved", 0)))
+    if x.rank == 4:
+        angles = (positions.shape[0], 1, s, dim // 2)
+        y = rotate(
+            ctx, x, cos_at.view(angles), sin_at.view(angles), interleaved=interleaved, dim=dim
+        )
+        return [y]
+    angles = (positions.shape[0], s, 1, dim // 2)
+    y = rotate(
+        ctx,
+        x.view((b, s, heads, head)),
+        cos_at.view(angles),
+        sin_at.view(angles),
+        interleaved=interleaved,
+        dim=dim,
+    )
+    return [y.view(x.shape)]
+
+
+# --- QAttention -------------------------------------------------------------------------------
+
+
+def _quant_param(ctx, value: Value | None, width: int | None, what: str) -> Value | None:
+    """A scale or zero point as MATRIX_MULTIPLY_INTEGER_TO_FLOAT's 4-D parameter: one value
+    {1, 1, 1, 1}, or (``width`` given) one per column {1, 1, 1, W}."""
+    if value is None:
+        return None
+    if value.shape in ((), (1,)):
+        return value.view((1, 1, 1, 1))
+    if width is not None and value.shape == (width,):
+        return value.view((1, 1, 1, width))
+    raise ctx.fail(
+        f"{what} of shape {list(value.shape)} must be a scalar"
+        + (f" or [{width}]" if width is not None else "")
+    )
+
+
+@converter("QAttention", domain=MS)
+def _q_attention(ctx, node, inputs):
+    x, w, bias, x_scale, w_scale, mask, x_zero, w_zero, past = _inputs(inputs, 9)
+    _reject(ctx, inputs, {}, {"do_rotary": 0, "past_present_share_buffer": 0})
+    heads = int(ctx.attr("num_heads", 0))
+    if heads < 1:
+        raise ctx.fail("num_heads must be positive")
+    if x.rank != 3 or w.rank != 2 or w.shape[0] != x.shape[2]:
+        raise ctx.fail(
+            f"input {list(x.shape)} must be [B, S, Din] and weight {list(w.shape)} [Din, W]"
+        )
+    b, s, din = x.shape
+    width = w.shape[1]
+    sizes = _hidden_sizes(ctx, width, heads)
+    if bias.shape != (width,):
+        raise ctx.fail(f"bias of shape {list(bias.shape)} must be [{width}]")
+    if w.data_type != x.data_type:
+        # MATRIX_MULTIPLY_INTEGER_TO_FLOAT takes one integer type: weights of the other 8-bit
+        # type are moved by 128, their zero point too, which leaves w - zero point unchanged.
+        if w.known is None or (w_zero is not None and w_zero.known is None):
+            raise ctx.fail(
+                f"a weight of type {w.data_type.name} with an input of type "
+                f"{x.data_type.name} must be known at import (with its zero point)"
+            )
+        shift = 128 if x.data_type == DataType.UINT8 else -128
+        dtype = x.data_type.numpy_dtype
+        w = ctx.constant((w.known.astype(np.int16) + shift).astype(dtype))
+        zero = np.zeros((), np.int16) if w_zero is None else w_zero.known.astype(np.int16)
+        w_zero = ctx.constant((zero + shift).astype(dtype))
+    t = bias.data_type
+    rows = (1, 1, b * s, width)
+    params = [
+        _quant_param(ctx, x_scale, None, "input_scale"),
+        _quant_param(ctx, x_zero, None, "input_zero_point"),
+        _quant_param(ctx, w_scale, width, "weight_scale"),
+        _quant_param(ctx, w_zero, width, "weight_zero_point"),
+    ]
+    desc = op("MATRIX_MULTIPLY_INTEGER_TO_FLOAT")(
+        packed(x.data_type, (1, 1, b * s, din)),
+        packed(t, params[0].shape),
+        None if params[1] is None else packed(x.data_type, params[1].shape),
+        packed(x.data_type, (1, 1, din, width)),
+        packed(t, params[2].shape),
+        None if params[3] is None else packed(x.data_type, params[3].shape),
+        broadcast(bias, rows),
+        packed(t, rows),
+    )
+    n = ctx.node(desc, [x, params[0], params[1], w, params[2], params[3], bias])
+    proj = ctx.out(n, (b, s, width))
+    forms = ("lengths", "ends", "2d", "3d", "4d")
+    return _packed_attention(ctx, proj, (mask, past, None), heads, sizes, mask_forms=forms)
