@@ -42,7 +42,7 @@ from .importer import (
     numpy_dtype_of,
     to_graph_array,
 )
-from .walk import _tensor_elem, import_graph
+from .walk import import_graph, tensor_elem
 
 # Inputs a session specialises on must have at most this many elements.
 STATIC_INPUT_LIMIT = 4096
@@ -332,9 +332,9 @@ class InferenceSession:
         for i in self._inputs:
             if i.type.WhichOneof("value") not in ("tensor_type", "sequence_type", "optional_type"):
                 raise ValidationError(f"{ONNX}: input '{i.name}': only tensor inputs are supported")
-            data_type_of(_tensor_elem(i.type), f"input '{i.name}'")
+            data_type_of(tensor_elem(i.type), f"input '{i.name}'")
         self._input_dtypes = tuple(
-            numpy_dtype_of(_tensor_elem(i.type), f"input '{i.name}'") for i in self._inputs
+            numpy_dtype_of(tensor_elem(i.type), f"input '{i.name}'") for i in self._inputs
         )
         self._params: dict[str, Any] | None = None
 
@@ -465,7 +465,7 @@ class InferenceSession:
         x = np.asarray(x)
         if x.dtype != dtype:
             raise ValidationError(
-                f"{ONNX}: {where} must be {_type_string(_tensor_elem(info.type))}, got "
+                f"{ONNX}: {where} must be {_type_string(tensor_elem(info.type))}, got "
                 f"an array of {x.dtype}"
             )
         return x

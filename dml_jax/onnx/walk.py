@@ -184,7 +184,7 @@ def import_graph(
             layouts.append(("output", out.name, layout))
             continue
         add_output(out.name, v, out.type.tensor_type.elem_type if kind == "tensor_type" else 0)
-    return _graph_desc(
+    return graph_desc(
         walk,
         {
             "input_names": tuple(input_names),
@@ -345,7 +345,7 @@ def _convert(convert: Converter, ctx: Context, node: Any, inputs: list) -> list:
         raise ctx.fail(f"{type(e).__name__}: {e}") from e
 
 
-def _graph_desc(walk: Walk, names: dict, out_values: list[Value]) -> ImportedGraph:
+def graph_desc(walk: Walk, names: dict, out_values: list[Value]) -> ImportedGraph:
     """Prunes nodes that reach no output, then numbers graph inputs, nodes and edges."""
     builder = walk.builder
     feeds_of: dict[int, list[tuple[int, Value]]] = {}
@@ -412,15 +412,15 @@ def _graph_desc(walk: Walk, names: dict, out_values: list[Value]) -> ImportedGra
     )
 
 
-def _tensor_elem(type_proto: Any) -> int:
+def tensor_elem(type_proto: Any) -> int:
     """The element type of the tensors of a tensor, sequence or optional type (0: unknown)."""
     kind = type_proto.WhichOneof("value")
     if kind == "tensor_type":
         return int(type_proto.tensor_type.elem_type)
     if kind == "sequence_type":
-        return _tensor_elem(type_proto.sequence_type.elem_type)
+        return tensor_elem(type_proto.sequence_type.elem_type)
     if kind == "optional_type":
-        return _tensor_elem(type_proto.optional_type.elem_type)
+        return tensor_elem(type_proto.optional_type.elem_type)
     return 0
 
 
@@ -458,7 +458,7 @@ def _structured_input(type_proto: Any, given: Any, name: str, where: str, add: A
 def _structured_output(type_proto: Any, v: Any, name: str, add: Any) -> Any:
     """Adds the tensors of a sequence or optional model output (named as
     ``_structured_input`` names them); returns its layout."""
-    elem = _tensor_elem(type_proto)
+    elem = tensor_elem(type_proto)
     if isinstance(v, OptionalValue):
         v = v.value
         if v is None:

@@ -143,7 +143,7 @@ def import_body(ctx: Any, graph: Any, formal: list, label: str, marker: str | No
     (their data is the function's argument); a formal tensor's ``deps`` is ``{marker}``, so a
     converter that needs one as a constant raises ``NeedsValues`` naming ``marker``."""
     from ..session import compile_imported
-    from ..walk import Walk, _graph_desc, walk_nodes
+    from ..walk import Walk, graph_desc, walk_nodes
 
     outer = ctx.walk
     builder = Builder()
@@ -215,7 +215,7 @@ def import_body(ctx: Any, graph: Any, formal: list, label: str, marker: str | No
             consts.append(None)
             out_values.append(builder.materialize(t))
     count_out = len(out_values)
-    imported = _graph_desc(
+    imported = graph_desc(
         walk,
         {
             "input_names": tuple(names["input_names"]),

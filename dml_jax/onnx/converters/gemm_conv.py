@@ -34,7 +34,7 @@ from ._common import DataType, broadcast_shape, matmul_operands, op, pads_of, sp
 _GEMM_TYPES = (DataType.FLOAT32, DataType.FLOAT16)
 
 
-def _desc(data_type: DataType, sizes: Sequence[int], strides: Sequence[int]) -> TensorDesc:
+def strided_desc(data_type: DataType, sizes: Sequence[int], strides: Sequence[int]) -> TensorDesc:
     """A desc of ``sizes`` reading with ``strides`` (no Strides when they are packed)."""
     sizes, strides = tuple(sizes), tuple(strides)
     if not sizes:
@@ -84,7 +84,7 @@ def _batch_strides(v: Value, batch: Sequence[int]) -> list[int]:
     return [0 if o == 1 and d != 1 else s for o, d, s in zip(own, batch, strides)]
 
 
-def _fold(batch: Sequence[int], *strides: list[int]) -> tuple[list[int], list[list[int]]]:
+def fold_batch(batch: Sequence[int], *strides: list[int]) -> tuple[list[int], list[list[int]]]:
     """Batch dimensions merged where every operand's strides allow (dimension ``i`` and
     ``i + 1`` merge when ``stride[i] == stride[i + 1] * size[i + 1]`` for all); ones dropped."""
     keep = [i for i, d in enumerate(batch) if d != 1]
@@ -117,7 +117,7 @@ def _batched_gemm(ctx, a: Value, b: Value, batch: Sequence[int]) -> Value:
         rows = a.view((math.prod(batch) * m, k))
         y = _batched_gemm(ctx, rows, b.view((k, n)), ())
         return view(y, tuple(batch) + (m, n))
-    sizes, (sa, sb) = _fold(batch, _batch_strides(a, batch), _batch_strides(b, batch))
+    sizes, (sa, sb) = fold_batch(batch, _batch_strides(a, batch), _batch_strides(b, batch))
     if len(sizes) > 2:
         # Broadcasting that one GEMM's two batch dimensions cannot express: expand the operand
         # that repeats (both when one is not enough).
@@ -126,7 +126,9 @@ def _batched_gemm(ctx, a: Value, b: Value, batch: Sequence[int]) -> Value:
             if any(s == 0 and d != 1 for s, d in zip(_batch_strides(v, batch), batch)):
                 v = _expand(ctx, v, tuple(batch) + v.shape[-2:])
                 a, b = (v, b) if which == "a" else (a, v)
-                sizes, (sa, sb) = _fold(batch, _batch_strides(a, batch), _batch_strides(b, batch))
+                sizes, (sa, sb) = fold_batch(
+                    batch, _batch_strides(a, batch), _batch_strides(b, batch)
+                )
                 if len(sizes) <= 2:
                     break
     pad = 2 - len(sizes)
@@ -135,8 +137,8 @@ def _batched_gemm(ctx, a: Value, b: Value, batch: Sequence[int]) -> Value:
     b_strides = [0] * pad + sb + [n, 1]
     t = a.data_type
     desc = op("GEMM")(
-        _desc(t, lead + [m, k], a_strides),
-        _desc(t, lead + [k, n], b_strides),
+        strided_desc(t, lead + [m, k], a_strides),
+        strided_desc(t, lead + [k, n], b_strides),
         None,
         TensorDesc(t, tuple(lead) + (m, n)),
     )
@@ -177,7 +179,7 @@ class _Term:
                 strides.append(0 if self.sizes[i] != sizes[label] else self.strides[i])
             else:
                 strides.append(0)
-        return _desc(self.value.data_type, [sizes[x] for x in order], strides)
+        return strided_desc(self.value.data_type, [sizes[x] for x in order], strides)
 
     def is_packed(self, order: Sequence, sizes: dict) -> bool:
         """Whether reading in ``order`` is the packed data itself (no copy needed)."""
@@ -262,7 +264,7 @@ def _reduce_term(ctx, term: _Term, summed: set) -> _Term:
         return term
     kept = tuple(1 if i in axes else d for i, d in enumerate(term.sizes))
     t = term.value.data_type
-    src = _desc(t, term.sizes, term.strides)
+    src = strided_desc(t, term.sizes, term.strides)
     desc = op("REDUCE")("SUM", src, TensorDesc(t, dml_sizes(kept)), axes=axes)
     labels = tuple(x for x in term.labels if x not in summed)
     shape = tuple(d for i, d in enumerate(term.sizes) if i not in axes)

@@ -56,7 +56,7 @@ from ...tensor import ScaleBias, TensorDesc, packed_strides
 from ..importer import Context, Value, broadcast, data_type_of, packed
 from . import REGISTRY
 from ._common import axis_of, broadcast_shape, op, pads_of, spatial_out, view
-from .gemm_conv import _desc, _fold
+from .gemm_conv import fold_batch, strided_desc
 
 MS = "com.microsoft"
 _FLOATS = (DataType.FLOAT32, DataType.FLOAT16)
@@ -399,7 +399,7 @@ def _fused_matmul(ctx: Context, a: Value, b: Value, *, softmax: bool = False) ->
     result = tuple(batch) + ((m,) if a.rank > 1 else ()) + ((n,) if b.rank > 1 else ())
     bsa = _broadcast_strides(sa, ta, batch)
     bsb = _broadcast_strides(sb, tb_, batch)
-    sizes, (fa, fb) = _fold(batch, bsa, bsb)
+    sizes, (fa, fb) = fold_batch(batch, bsa, bsb)
     if len(sizes) > 2:
         # More batch dimensions than GEMM's two that the strides cannot merge: both operands
         # written packed at the broadcast batch shape first (an identity each), then one.
@@ -407,7 +407,7 @@ def _fused_matmul(ctx: Context, a: Value, b: Value, *, softmax: bool = False) ->
         a = _strided_copy(ctx, a, full_a, bsa + ta[-2:])
         b = _strided_copy(ctx, b, full_b, bsb + tb_[-2:])
         ta, tb_ = list(packed_strides(full_a)), list(packed_strides(full_b))
-        sizes, (fa, fb) = _fold(batch, ta[:-2], tb_[:-2])
+        sizes, (fa, fb) = fold_batch(batch, ta[:-2], tb_[:-2])
     pad = 2 - len(sizes)
     lead = [1] * pad + sizes
     out = tuple(lead) + (m, n)
@@ -415,8 +415,8 @@ def _fused_matmul(ctx: Context, a: Value, b: Value, *, softmax: bool = False) ->
     if softmax:
         fused = op("ACTIVATION_SOFTMAX1")(TensorDesc(t, out), TensorDesc(t, out), axes=[3])
     desc = op("GEMM")(
-        _desc(t, lead + [m, k], [0] * pad + fa + ta[-2:]),
-        _desc(t, lead + [k, n], [0] * pad + fb + tb_[-2:]),
+        strided_desc(t, lead + [m, k], [0] * pad + fa + ta[-2:]),
+        strided_desc(t, lead + [k, n], [0] * pad + fb + tb_[-2:]),
         None,
         TensorDesc(t, out),
         alpha=float(ctx.attr("alpha", 1.0)),
@@ -430,7 +430,7 @@ def _fused_matmul(ctx: Context, a: Value, b: Value, *, softmax: bool = False) ->
 def _strided_copy(ctx: Context, v: Value, sizes, strides) -> Value:
     """``v`` read with ``strides`` at ``sizes``, written packed (an ELEMENT_WISE_IDENTITY)."""
     desc = op("ELEMENT_WISE_IDENTITY")(
-        _desc(v.data_type, sizes, strides), packed(v.data_type, sizes)
+        strided_desc(v.data_type, sizes, strides), packed(v.data_type, sizes)
     )
     return ctx.out(ctx.node(desc, [v]), tuple(sizes))
 
@@ -846,7 +846,7 @@ def _nhwc_conv(ctx, node, inputs):
         if nd == 1:
             sizes.insert(2, 1)
             strides.insert(2, strides[2] * sizes[3])
-        return _desc(t, sizes, strides)
+        return strided_desc(t, sizes, strides)
 
     lift = (lambda v, d: [d] + list(v)) if nd == 1 else (lambda v, d: list(v))
     dims = max(nd, 2)

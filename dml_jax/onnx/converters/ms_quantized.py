@@ -62,13 +62,13 @@ from ..importer import Value, broadcast, packed, permuted
 from . import converter, lookup
 from ._common import binary_value, broadcast_shape, op, pads_of, spatial_out
 from .quantized import (
-    _desc,
-    _matrices,
-    _matrix_params,
-    _parameter_layout,
-    _quantized_type,
     dequantize_value,
+    matrices,
+    matrix_params,
+    param_desc,
+    parameter_layout,
     quantize_value,
+    quantized_type,
 )
 
 MS = "com.microsoft"
@@ -197,9 +197,9 @@ def _qlinear_add(ctx, node, inputs):
     params = [None if v is None else v.view(one) for v in (sa, za, sb, zb, sc, zc)]
     sa, za, sb, zb, sc, zc = params
     desc = op("ELEMENT_WISE_QUANTIZED_LINEAR_ADD")(
-        broadcast(a, shape), _desc(sa), _desc(za),
-        broadcast(b, shape), _desc(sb), _desc(zb),
-        _desc(sc), _desc(zc),
+        broadcast(a, shape), param_desc(sa), param_desc(za),
+        broadcast(b, shape), param_desc(sb), param_desc(zb),
+        param_desc(sc), param_desc(zc),
         packed(t, shape),
     )  # fmt: skip
     return [ctx.out(ctx.node(desc, [a, sa, za, b, sb, zb, sc, zc]), shape)]
@@ -326,7 +326,7 @@ def _pooled(ctx, x, source, sizes, out, params, window, include) -> Value:
         t, sizes, strides=_lifted_strides(source, sizes)
     )  # fmt: skip
     desc = op("QUANTIZED_LINEAR_AVERAGE_POOLING")(
-        src, _desc(sx), _desc(zx), _desc(sy), _desc(zy), TensorDesc(t, out),
+        src, param_desc(sx), param_desc(zx), param_desc(sy), param_desc(zy), TensorDesc(t, out),
         **window, include_padding=include,
     )  # fmt: skip
     return ctx.out(ctx.node(desc, [x, sx, zx, sy, zy]), out)
@@ -458,7 +458,7 @@ def _column_params(ctx, scale: Value, zero: Value | None, n: int, what: str):
 def _integer_to_float(ctx, a, sa, za, b, sb, zb, bias, float_type) -> Value:
     """``((A - za) sa) x ((B - zb) sb) + bias`` in ``float_type``: MATRIX_MULTIPLY_INTEGER_TO_FLOAT
     when A and B share a type, else the INT32 product dequantized by ``sa * sb``."""
-    a_desc, a2, b_desc, b2, sizes, result = _matrices(ctx, a, b)
+    a_desc, a2, b_desc, b2, sizes, result = matrices(ctx, a, b)
     n = sizes[-1]
     if bias is not None:
         if bias.data_type != float_type:
@@ -467,17 +467,17 @@ def _integer_to_float(ctx, a, sa, za, b, sb, zb, bias, float_type) -> Value:
             raise ctx.fail(f"bias must have shape [{n}], got {list(bias.shape)}")
     rank = len(sizes)
     if a.data_type == b.data_type:
-        sa2, za2, sb2, zb2 = _matrix_params(ctx, [sa, za, sb, zb], rank, "rrcc")
+        sa2, za2, sb2, zb2 = matrix_params(ctx, [sa, za, sb, zb], rank, "rrcc")
         bias_desc = None if bias is None else broadcast(bias, sizes)
         desc = op("MATRIX_MULTIPLY_INTEGER_TO_FLOAT")(
-            a_desc, _desc(sa2), _desc(za2), b_desc, _desc(sb2), _desc(zb2), bias_desc,
+            a_desc, param_desc(sa2), param_desc(za2), b_desc, param_desc(sb2), param_desc(zb2), bias_desc,
             TensorDesc(float_type, sizes),
         )  # fmt: skip
         y = ctx.out(ctx.node(desc, [a2, sa2, za2, b2, sb2, zb2, bias]), sizes)
         return y.view(result)
-    za2, zb2 = _matrix_params(ctx, [za, zb], rank, "rc")
+    za2, zb2 = matrix_params(ctx, [za, zb], rank, "rc")
     desc = op("MATRIX_MULTIPLY_INTEGER")(
-        a_desc, _desc(za2), b_desc, _desc(zb2), TensorDesc(DataType.INT32, sizes)
+        a_desc, param_desc(za2), b_desc, param_desc(zb2), TensorDesc(DataType.INT32, sizes)
     )
     acc = ctx.out(ctx.node(desc, [a2, za2, b2, zb2]), sizes)
     scale = binary_value(ctx, "ELEMENT_WISE_MULTIPLY", sa, sb)
@@ -554,7 +554,7 @@ def _qgemm(ctx, node, inputs):
     za1 = za.view((1,))
     zb1 = zb.view((max(1, math.prod(zb.shape)),))
     desc = op("MATRIX_MULTIPLY_INTEGER")(
-        a_desc, _desc(za1), b_desc, _desc(zb1), TensorDesc(DataType.INT32, (m, n))
+        a_desc, param_desc(za1), b_desc, param_desc(zb1), TensorDesc(DataType.INT32, (m, n))
     )
     acc = ctx.out(ctx.node(desc, [a, za1, b, zb1]), (m, n))
     if c is not None:
@@ -727,10 +727,10 @@ def _ms_quantize_linear(ctx, node, inputs):
     x, scale, zero = _check(ctx, inputs, "x y_scale y_zero_point?", {"axis": "int"})
     if x.data_type not in _FLOATS or scale.data_type != x.data_type:
         raise ctx.fail("x and y_scale must be one float type (FLOAT32 or FLOAT16)")
-    axis, _ = _parameter_layout(ctx, x, scale, zero, opset=13)
+    axis, _ = parameter_layout(ctx, x, scale, zero, opset=13)
     if zero is not None:
         _quantized(ctx, zero, "y_zero_point", _Q8 + _SIXTEEN)
-    out_type = _quantized_type(ctx, zero)
+    out_type = quantized_type(ctx, zero)
     return [quantize_value(ctx, x, scale, zero, out_type, axis)]
 
 
@@ -742,5 +742,5 @@ def _ms_dequantize_linear(ctx, node, inputs):
         raise ctx.fail(f"x_scale must be FLOAT32 or FLOAT16, got {scale.data_type.name}")
     if zero is not None and zero.data_type != x.data_type:
         raise ctx.fail("the zero point's type differs from the input's")
-    axis, _ = _parameter_layout(ctx, x, scale, zero, opset=13)
+    axis, _ = parameter_layout(ctx, x, scale, zero, opset=13)
     return [dequantize_value(ctx, x, scale, zero, axis)]

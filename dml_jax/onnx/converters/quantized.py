@@ -62,7 +62,7 @@ def _present(inputs, k: int) -> Value | None:
 # QuantizeLinear / DequantizeLinear
 
 
-def _parameter_layout(ctx, x: Value, scale: Value, zero: Value | None, opset: int | None = None):
+def parameter_layout(ctx, x: Value, scale: Value, zero: Value | None, opset: int | None = None):
     """(axis, block): how the scale maps onto ``x``; per tensor gives (None, 0). ``opset``: the
     ai.onnx opset whose rules apply (default: the node's)."""
     opset = ctx.opset if opset is None else opset
@@ -136,7 +136,7 @@ def _blocked(ctx, name: str, x: Value, scale: Value, zero: Value | None, out_typ
     return ctx.out(ctx.node(desc, [x, *params]), x.shape)
 
 
-def _quantized_type(ctx, zero: Value | None) -> DataType:
+def quantized_type(ctx, zero: Value | None) -> DataType:
     """The integer type QuantizeLinear writes: the zero point's, else ``output_dtype``, else
     UINT8."""
     given = int(ctx.attr("output_dtype", 0)) if ctx.opset >= 21 else 0
@@ -182,7 +182,7 @@ def quantize_value(
 def quantize_linear_jax(ctx, x, scale, zero, out_type: DataType, axis, block: int):
     """QuantizeLinear writing INT16 or UINT16, which DirectML's quantize operators do not write
     (8- and 4-bit integers only): a JAX node. ``axis`` and ``block`` are the scale's layout as
-    quantized.py's ``_parameter_layout`` finds it (None and 0 per tensor; per axis; blocked
+    quantized.py's ``parameter_layout`` finds it (None and 0 per tensor; per axis; blocked
     along ``axis``). ONNX's rule: x / scale in ``precision`` (opset 23) or else the operands'
     float type, rounded half to even, plus the zero point, saturated to the output type."""
     if out_type not in (DataType.INT16, DataType.UINT16):
@@ -227,8 +227,8 @@ def quantize_linear_jax(ctx, x, scale, zero, out_type: DataType, axis, block: in
 def _quantize_linear(ctx, node, inputs):
     x, scale = inputs[:2]
     zero = _present(inputs, 2)
-    axis, block = _parameter_layout(ctx, x, scale, zero)
-    out_type = _quantized_type(ctx, zero)
+    axis, block = parameter_layout(ctx, x, scale, zero)
+    out_type = quantized_type(ctx, zero)
     if out_type in _SIXTEEN_BIT:  # DirectML quantizes to 8 and 4 bits only
         return [quantize_linear_jax(ctx, x, scale, zero, out_type, axis, block)]
     # DirectML divides in float32 whatever the operands (FLOAT16 widens exactly), so operands
@@ -247,7 +247,7 @@ def _dequantize_linear(ctx, node, inputs):
     zero = _present(inputs, 2)
     if zero is not None and zero.data_type != x.data_type:
         raise ctx.fail("the zero point's type differs from the input's")
-    axis, block = _parameter_layout(ctx, x, scale, zero)
+    axis, block = parameter_layout(ctx, x, scale, zero)
     given = int(ctx.attr("output_dtype", 0)) if ctx.opset >= 23 else 0
     out_type = data_type_of(given, ctx.where) if given else scale.data_type
     if out_type == DataType.FLOAT32:
@@ -278,7 +278,7 @@ def _dynamic_quantize_linear(ctx, node, inputs):
 # MatMulInteger / QLinearMatMul
 
 
-def _matrices(ctx, a: Value, b: Value):
+def matrices(ctx, a: Value, b: Value):
     """A and B as DirectML's equal-rank operands: (a desc, a value, b desc, b value, output
     sizes, ONNX result shape). NumPy's matmul rules; batch dimensions broadcast by stride 0."""
     a2, b2, m, k, n, batch, result = matmul_operands(ctx, a, b)
@@ -298,7 +298,7 @@ def _matrices(ctx, a: Value, b: Value):
     return a_desc, a2, b_desc, b2, batch + (m, n), result
 
 
-def _matrix_params(ctx, params: list, rank: int, sides: str) -> list:
+def matrix_params(ctx, params: list, rank: int, sides: str) -> list:
     """Scale / zero point values for the matrix operators, all at one rank: 1-D (DirectML's
     per-row / per-column form) when none has more dimensions, else ``rank`` with a 1-D one
     placed on its side's axis (``sides``: 'r' per row, 'c' per column)."""
@@ -319,7 +319,7 @@ def _matrix_params(ctx, params: list, rank: int, sides: str) -> list:
     return out
 
 
-def _desc(v: Value | None) -> TensorDesc | None:
+def param_desc(v: Value | None) -> TensorDesc | None:
     return None if v is None else packed(v.data_type, v.shape)
 
 
@@ -334,10 +334,10 @@ def _widen(ctx, v: Value | None) -> Value | None:
 def _matmul_integer(ctx, node, inputs):
     a, b = inputs[:2]
     az, bz = _present(inputs, 2), _present(inputs, 3)
-    a_desc, a2, b_desc, b2, sizes, result = _matrices(ctx, a, b)
-    az, bz = _matrix_params(ctx, [az, bz], len(sizes), "rc")
+    a_desc, a2, b_desc, b2, sizes, result = matrices(ctx, a, b)
+    az, bz = matrix_params(ctx, [az, bz], len(sizes), "rc")
     desc = op("MATRIX_MULTIPLY_INTEGER")(
-        a_desc, _desc(az), b_desc, _desc(bz), TensorDesc(DataType.INT32, sizes)
+        a_desc, param_desc(az), b_desc, param_desc(bz), TensorDesc(DataType.INT32, sizes)
     )
     return [view(ctx.out(ctx.node(desc, [a2, az, b2, bz]), sizes), result)]
 
@@ -345,14 +345,14 @@ def _matmul_integer(ctx, node, inputs):
 @converter("QLinearMatMul")
 def _qlinear_matmul(ctx, node, inputs):
     a, sa, za, b, sb, zb, so, zo = (list(inputs) + [None] * 8)[:8]
-    a_desc, a2, b_desc, b2, sizes, result = _matrices(ctx, a, b)
+    a_desc, a2, b_desc, b2, sizes, result = matrices(ctx, a, b)
     sa, sb, so = (_widen(ctx, v) for v in (sa, sb, so))
-    sa, za, sb, zb, so, zo = _matrix_params(ctx, [sa, za, sb, zb, so, zo], len(sizes), "rrccrr")
+    sa, za, sb, zb, so, zo = matrix_params(ctx, [sa, za, sb, zb, so, zo], len(sizes), "rrccrr")
     out_type = zo.data_type if zo is not None else a.data_type
     desc = op("QUANTIZED_LINEAR_MATRIX_MULTIPLY")(
-        a_desc, _desc(sa), _desc(za),
-        b_desc, _desc(sb), _desc(zb),
-        _desc(so), _desc(zo),
+        a_desc, param_desc(sa), param_desc(za),
+        b_desc, param_desc(sb), param_desc(zb),
+        param_desc(so), param_desc(zo),
         TensorDesc(out_type, sizes),
     )  # fmt: skip
     n = ctx.node(desc, [a2, sa, za, b2, sb, zb, so, zo])
@@ -408,9 +408,9 @@ def _conv_integer(ctx, node, inputs):
     fields, out = _conv_geometry(ctx, x, w)
     desc = op("CONVOLUTION_INTEGER")(
         packed(x.data_type, x.shape),
-        _desc(xz),
+        param_desc(xz),
         packed(w.data_type, w.shape),
-        _desc(wz),
+        param_desc(wz),
         TensorDesc(DataType.INT32, out),
         **fields,
     )
@@ -428,9 +428,9 @@ def _qlinear_conv(ctx, node, inputs):
         bias = bias.view((1, w.shape[0]) + (1,) * (x.rank - 2))
     out_type = zo.data_type if zo is not None else x.data_type
     desc = op("QUANTIZED_LINEAR_CONVOLUTION")(
-        packed(x.data_type, x.shape), _desc(sx), _desc(zx),
-        packed(w.data_type, w.shape), _desc(sw), _desc(zw),
-        _desc(bias), _desc(so), _desc(zo),
+        packed(x.data_type, x.shape), param_desc(sx), param_desc(zx),
+        packed(w.data_type, w.shape), param_desc(sw), param_desc(zw),
+        param_desc(bias), param_desc(so), param_desc(zo),
         TensorDesc(out_type, out),
         **fields,
     )  # fmt: skip
