@@ -869,3 +869,28 @@ def test_example_pipeline_runs_and_reads_the_image_once(capsys):
     assert "matches the NumPy pipeline" in out
     # SPACE_TO_DEPTH1, CLIP and REDUCE(AVERAGE) share the one kernel that reads the image.
     assert "; 1 of them (" in out and out.count("reads the image") == 2
+
+
+def test_function_node_runs_between_operator_nodes_and_has_no_json_form():
+    """A ``graph.FunctionNode`` (a JAX function where DirectML has no operator) takes and gives
+    edges like an operator node; the graph then has no DML_GRAPH_DESC form."""
+    from dml_jax.graph import FunctionNode
+    from dml_jax.graph_json import graph_to_json
+
+    t = dml.TensorDesc("FLOAT32", [2, 3])
+    relu = dml.ActivationReluOperatorDesc(t, t)
+    cumsum = FunctionNode("cumsum", (t,), (t,), lambda x: (jnp.cumsum(x, axis=1),))
+    graph = dml.GraphDesc(
+        input_count=1,
+        output_count=1,
+        nodes=(relu, cumsum),
+        input_edges=(dml.InputGraphEdge(0, 0, 0),),
+        output_edges=(dml.OutputGraphEdge(1, 0, 0),),
+        intermediate_edges=(dml.IntermediateGraphEdge(0, 0, 1, 0),),
+    )
+    x = np.array([[1, -2, 3], [-1, 5, -6]], np.float32)
+    got = dml.compile_graph(graph)(x)
+    np.testing.assert_array_equal(np.asarray(got), np.cumsum(np.maximum(x, 0), axis=1))
+    assert cumsum.operator_type == "JAX:cumsum"
+    with pytest.raises(dml.ValidationError, match=r"JAX:cumsum is computed by JAX"):
+        graph_to_json(graph)

@@ -528,7 +528,9 @@ class Context:
             )
         names = []
         for v in inputs:
-            k = next(i for i, w in enumerate(self._inputs) if w is v)
+            k = next((i for i, w in enumerate(self._inputs) if w is v), None)
+            if k is None:  # a converter's mistake, not the model's
+                raise AssertionError(f"{self.where}: ctx.sizes takes the node's own inputs")
             names.append(self.onnx_node.input[k])
         raise NeedsSizes(
             f"{ONNX}: {self.where}: {self.onnx_node.op_type}'s output shape depends on values "
