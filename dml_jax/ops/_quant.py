@@ -132,44 +132,37 @@ def divide(x, y):
 
 
 def _split(a):
-    """Dekker's split: ``a = hi + lo`` with 12-bit halves (``rounded`` keeps XLA from fusing
-    the product into the subtractions)."""
-    c = rounded(a * jnp.float32(4097))
-    hi = c - rounded(c - a)
+    """``a = hi + lo`` exactly with ``hi`` holding the upper 12 of float32's 24 significand bits
+    (its low 12 bits cleared) and ``lo`` the rest: the halves of Dekker's exact product, whose
+    partial products are then exact in float32. Bit masking needs no guard against XLA fusing a
+    multiply into the subtraction, as Dekker's ``4097 * a`` split would."""
+    bits = lax.bitcast_convert_type(a, jnp.uint32) & jnp.uint32(0xFFFFF000)
+    hi = lax.bitcast_convert_type(bits, jnp.float32)
     return hi, a - hi
 
 
 def _nearest_quotient(x, y):
-    """``x / y`` rounded to the nearest float32: of the quotient XLA gives and its neighbours
-    up to two ulps away (XLA's GPU quotient was measured up to two ulps off), the one whose
-    residual ``x - q * y`` (computed exactly with Dekker's product) is smallest. Where a
-    residual cannot be computed (zero, infinite or NaN operands, products out of range) the
-    quotient stays as XLA gives it."""
+    """``x / y`` rounded to the nearest float32. XLA's GPU quotient ``q`` was measured up to two
+    ulps off; its residual ``x - q * y``, computed exactly with Dekker's product, corrects it to
+    within one ulp (``q + r / y``); that one's residual says on which side the exact quotient
+    lies, and the nearer of it and its neighbour on that side (by exact residuals again) is the
+    correctly rounded quotient. Where a residual cannot be computed (zero, infinite or NaN
+    operands, products out of range) the quotient stays as XLA gives it."""
     q = x / y
     yh, yl = _split(y)
 
-    def residual(c):
+    def residual(c):  # x - c * y, exactly (signed)
         p = rounded(c * y)
         ch, cl = _split(c)
         e = ((ch * yh - p) + ch * yl + cl * yh) + cl * yl
-        return jnp.abs((x - p) - e)
+        return (x - p) - e
 
-    down = lax.nextafter(q, jnp.full_like(q, -jnp.inf))
-    up = lax.nextafter(q, jnp.full_like(q, jnp.inf))
-    candidates = (
-        q,
-        down,
-        up,
-        lax.nextafter(down, jnp.full_like(q, -jnp.inf)),
-        lax.nextafter(up, jnp.full_like(q, jnp.inf)),
-    )
-    best, least = q, residual(q)
-    ok = jnp.isfinite(q) & (q != 0) & jnp.isfinite(least)
-    for c in candidates[1:]:
-        r = residual(c)
-        ok = ok & jnp.isfinite(r)
-        best = jnp.where(r < least, c, best)
-        least = jnp.minimum(r, least)
+    near = q + residual(q) / y
+    r = residual(near)
+    toward = jnp.where((r > 0) == (y > 0), jnp.inf, -jnp.inf).astype(q.dtype)
+    other = lax.nextafter(near, toward)
+    best = jnp.where(jnp.abs(residual(other)) < jnp.abs(r), other, near)
+    ok = jnp.isfinite(q) & (q != 0) & jnp.isfinite(best) & jnp.isfinite(r)
     return jnp.where(ok, best, q)
 
 
