@@ -44,10 +44,7 @@ def _load(path: str) -> np.ndarray:
 
 
 def _not_runnable(model) -> bool:
-    """Whether a value of the model is a map or a string tensor, or the model holds
-    training-only ops (ai.onnx.preview.training)."""
-    if any(n.domain == "ai.onnx.preview.training" for n in model.graph.node):
-        return True
+    """Whether a value of the model is a map or a string tensor."""
     infos = list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info)
     for info in infos:
         which = info.type.WhichOneof("value")

@@ -59,7 +59,7 @@ def _of_tensors(type_proto: Any) -> bool:
 def check_model(model: Any) -> None:
     """What every import needs of a model's top level: a graph with outputs, inputs and outputs
     of tensors (sequences of tensors and optionals are structures of tensors), known opsets.
-    Map values, and training-only ops, are not runnable here and get one line saying so."""
+    Map values are not runnable here and get one line saying so."""
     graph = model.graph
     if not graph.output:
         raise ValidationError("ONNX: the model's graph has no outputs")
