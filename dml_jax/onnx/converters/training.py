@@ -319,8 +319,8 @@ def _gradient(ctx, node, inputs):
             src = (v.source[1], v.source[2])
             if src[0] not in inside and src not in leaves:
                 leaves.append(src)
-    if y_src in given or y_src[0] not in inside:
-        leaves.append(y_src) if y_src not in leaves else None
+    if (y_src in given or y_src[0] not in inside) and y_src not in leaves:
+        leaves.append(y_src)  # y is itself a leaf (a tensor of xs / zs, or read from none)
     leaves.sort(key=lambda s: (s not in given, given.get(s, 0)))
     out_desc = {s: builder.nodes[s[0]].edge_slots("output")[s[1]][1] for s in leaves}
     nodes, index = [], {}
