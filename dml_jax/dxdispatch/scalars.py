@@ -35,8 +35,9 @@ def parse_data_type(ctx: LoadContext, value: Any, path: str) -> DataType | None:
     if data_type.bits < 8:
         raise ctx.fail(
             path,
-            f"{data_type.name} resources are not supported by dml-jax run (DirectML packs 4-bit "
-            "elements two per byte; use logical or buffer mode)",
+            f"{data_type.name} resources are not supported by dml-jax run: give a 4-bit "
+            "tensor's packed bytes (two elements a byte, element 0 in the low nibble) as a UINT8 "
+            "resource and bind that",
         )
     return data_type
 
