@@ -42,9 +42,9 @@ __all__ = [
     "Layout",
     "analyse",
     "buffer_function",
-    "pack_4bit_buffer",
     "check_output_layout",
     "overlap_reason",
+    "pack_4bit_buffer",
     "read_tensor",
     "run_buffers",
     "unpack_4bit_buffer",
@@ -350,8 +350,10 @@ def _check_buffer(owner: str, path: str, buf: Any, t: TensorDesc):
             f"{t.data_type.name} needs {want.name}{packed}"
         )
     if buf.shape[0] < t.buffer_elements:
-        held = f"{buf.shape[0]} bytes ({2 * buf.shape[0]} elements)" if packed else (
-            f"{buf.shape[0]} elements"
+        held = (
+            f"{buf.shape[0]} bytes ({2 * buf.shape[0]} elements)"
+            if packed
+            else (f"{buf.shape[0]} elements")
         )
         raise ValidationError(
             f"{owner}: {path} buffer holds {held}, but its Sizes "

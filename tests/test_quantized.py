@@ -421,9 +421,7 @@ def _floats(rng, shape, scale_values, dtype) -> np.ndarray:
 
 def _ints(rng, type_name: str, shape) -> np.ndarray:
     held = reference.quantized.held_dtype(type_name)
-    lo, hi = {"INT4": (-8, 7), "UINT4": (0, 15)}.get(
-        type_name, (np.iinfo(held).min, np.iinfo(held).max)
-    )
+    lo, hi = dml.DataType[type_name].integer_range
     if type_name in ("INT32", "UINT32") and rng.random() < 0.5:
         return rng.integers(lo // 1000, hi // 1000, shape, endpoint=True).astype(held)
     return rng.integers(lo, hi, shape, endpoint=True).astype(held)
@@ -1029,11 +1027,15 @@ def test_four_bit_tensors_are_packed_in_memory_and_jax_four_bit_in_arrays():
     assert T("INT4", [2, 3], strides=[0, 1]).total_tensor_size_in_bytes == 4
     assert list(pack_4bit([1, 2, 3, 4, 5])) == [0x21, 0x43, 0x05]
     np.testing.assert_array_equal(unpack_4bit([0x21, 0x43, 0x05], 5, "UINT4"), u4([1, 2, 3, 4, 5]))
-    np.testing.assert_array_equal(unpack_4bit(pack_4bit(i4([-8, 7, -1])), 3, "INT4"), i4([-8, 7, -1]))
+    np.testing.assert_array_equal(
+        unpack_4bit(pack_4bit(i4([-8, 7, -1])), 3, "INT4"), i4([-8, 7, -1])
+    )
     assert unpack_4bit([0x21], 2, "INT4").dtype == jax.numpy.int4
     assert T("INT4", [2]).dtype == np.dtype(ml_dtypes.int4) == dml.DataType.INT4.numpy_dtype
     assert T("UINT4", [2]).dtype == jax.numpy.uint4 and dml.DataType.UINT4.bits == 4
-    assert T("INT4", [2]).buffer_dtype == np.uint8 and T("INT4", [2], strides=[2]).buffer_elements == 2
+    assert (
+        T("INT4", [2]).buffer_dtype == np.uint8 and T("INT4", [2], strides=[2]).buffer_elements == 2
+    )
     assert dml.DataType.from_dtype(jax.numpy.int4) is dml.DataType.INT4
     assert dml.DataType.from_dtype(np.int8) is dml.DataType.INT8
     desc = _blocked(DQ, t("UINT4", 2), [t("FLOAT32", 1)], t("FLOAT32", 2))

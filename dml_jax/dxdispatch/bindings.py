@@ -191,6 +191,4 @@ def _bind_one(
             ),
         )
     # A 4-bit tensor views the bytes themselves (two elements a byte, buffers.py unpacks them).
-    return BoundTensor(
-        resource.name, offset, available // desc.buffer_dtype.itemsize, desc, path
-    )
+    return BoundTensor(resource.name, offset, available // desc.buffer_dtype.itemsize, desc, path)
