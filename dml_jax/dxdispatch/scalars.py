@@ -81,11 +81,9 @@ def convert_scalar(ctx: LoadContext, value: Any, data_type: DataType, path: str)
             return data_type.numpy_dtype.type(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ctx.fail(path, f"must be an integer for {data_type.name}, got {json.dumps(value)}")
-    info = np.iinfo(data_type.numpy_dtype)
-    if not info.min <= value <= info.max:
-        raise ctx.fail(
-            path, f"{value} is out of range for {data_type.name} [{info.min}, {info.max}]"
-        )
+    lo, hi = data_type.integer_range
+    if not lo <= value <= hi:
+        raise ctx.fail(path, f"{value} is out of range for {data_type.name} [{lo}, {hi}]")
     return data_type.numpy_dtype.type(value)
 
 
