@@ -15,6 +15,10 @@ the plainest primitive each layout allows:
 * only an input layout that is not nested (overlapping windows, interleaved strides) falls back
   to a gather, and only an output layout that validation would reject falls back to a scatter.
 
+UINT4 / INT4 buffers hold DirectML's bytes, two elements a byte with element 0 in the low
+nibble (``unpack_4bit_buffer``): the program reads them as a buffer of 4-bit elements and packs
+the result back, so an output leaves the other nibble of a byte it shares unchanged.
+
 Output layouts must not make two logical elements share a buffer element (DirectML leaves such
 writes undefined); ``check_output_layout`` enforces the nested rule below at validation time.
 """
@@ -40,8 +44,10 @@ __all__ = [
     "buffer_function",
     "check_output_layout",
     "overlap_reason",
+    "pack_4bit_buffer",
     "read_tensor",
     "run_buffers",
+    "unpack_4bit_buffer",
     "write_tensor",
 ]
 
@@ -256,6 +262,30 @@ def write_tensor(buf, value, t: TensorDesc):
 
 
 # ---------------------------------------------------------------------------------------------
+# 4-bit buffers: DirectML's packed bytes
+
+
+def unpack_4bit_buffer(buf, data_type: Any):
+    """The 4-bit elements (``jnp.int4`` / ``jnp.uint4``) of a uint8 buffer of packed bytes, two
+    a byte, element 0 in the low nibble: ``2 * len(buf)`` elements. Traceable; plain shifts and
+    masks, so the order does not depend on how a backend lays out its own 4-bit arrays."""
+    low = lax.bitwise_and(buf, jnp.uint8(0xF))
+    high = lax.shift_right_logical(buf, jnp.uint8(4))
+    nibbles = lax.reshape(jnp.stack([low, high], axis=-1), (2 * buf.shape[0],))
+    if data_type.is_signed:  # two's complement: 8..15 are -8..-1
+        wide = nibbles.astype(jnp.int8)
+        nibbles = jnp.where(wide >= 8, wide - jnp.int8(16), wide)
+    return nibbles.astype(data_type.numpy_dtype)
+
+
+def pack_4bit_buffer(elements):
+    """``unpack_4bit_buffer``'s inverse: an even number of 4-bit elements as packed bytes."""
+    nibbles = lax.bitwise_and(elements.astype(jnp.int8).astype(jnp.uint8), jnp.uint8(0xF))
+    pairs = lax.reshape(nibbles, (nibbles.shape[0] // 2, 2))
+    return lax.bitwise_or(pairs[:, 0], lax.shift_left(pairs[:, 1], jnp.uint8(4)))
+
+
+# ---------------------------------------------------------------------------------------------
 # Operators in buffer mode
 
 
@@ -263,11 +293,18 @@ def _program(op: Any) -> Callable[..., tuple]:
     in_descs, out_descs, fn = tuple(op.input_descs), tuple(op.output_descs), op.fn
     n_in = len(in_descs)
 
+    def elements(buf, t):  # a 4-bit tensor's bytes as its elements
+        return unpack_4bit_buffer(buf, t.data_type) if t.data_type.bits == 4 else buf
+
+    def written(buf, value, t):
+        new = write_tensor(elements(buf, t), value, t)
+        return pack_4bit_buffer(new) if t.data_type.bits == 4 else new
+
     def buffers(*bufs):
-        arrays = [read_tensor(b, t) for b, t in zip(bufs[:n_in], in_descs)]
+        arrays = [read_tensor(elements(b, t), t) for b, t in zip(bufs[:n_in], in_descs)]
         result = fn(*arrays)
         results = tuple(result) if isinstance(result, (tuple, list)) else (result,)
-        return tuple(write_tensor(b, r, t) for b, r, t in zip(bufs[n_in:], results, out_descs))
+        return tuple(written(b, r, t) for b, r, t in zip(bufs[n_in:], results, out_descs))
 
     buffers.__name__ = f"{op.name.lower()}_buffers"
     buffers.__doc__ = (
@@ -298,21 +335,28 @@ def buffer_function(op: Any) -> Callable[..., tuple]:
 
 
 def _check_buffer(owner: str, path: str, buf: Any, t: TensorDesc):
+    want = t.buffer_dtype
+    packed = " (packed bytes, two 4-bit elements a byte)" if t.data_type.bits == 4 else ""
     if not (hasattr(buf, "shape") and hasattr(buf, "dtype")):
         raise ValidationError(
-            f"{owner}: {path} buffer must be a 1-D array of {t.dtype.name}, got "
+            f"{owner}: {path} buffer must be a 1-D array of {want.name}{packed}, got "
             f"{type(buf).__name__}"
         )
     if len(buf.shape) != 1:
         raise ValidationError(f"{owner}: {path} buffer must be 1-D, got shape {tuple(buf.shape)}")
-    if np.dtype(buf.dtype) != t.dtype:
+    if np.dtype(buf.dtype) != want:
         raise ValidationError(
             f"{owner}: {path} buffer has dtype {np.dtype(buf.dtype).name}; its DataType "
-            f"{t.data_type.name} needs {t.dtype.name}"
+            f"{t.data_type.name} needs {want.name}{packed}"
         )
-    if buf.shape[0] < t.addressed_elements:
+    if buf.shape[0] < t.buffer_elements:
+        held = (
+            f"{buf.shape[0]} bytes ({2 * buf.shape[0]} elements)"
+            if packed
+            else (f"{buf.shape[0]} elements")
+        )
         raise ValidationError(
-            f"{owner}: {path} buffer holds {buf.shape[0]} elements, but its Sizes "
+            f"{owner}: {path} buffer holds {held}, but its Sizes "
             f"{show(t.sizes)} and Strides {show(t.layout_strides)} address "
             f"{t.addressed_elements} (TotalTensorSizeInBytes {t.total_tensor_size_in_bytes})"
         )
@@ -334,7 +378,8 @@ def run_buffers(op: Any, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple
 
     Raises:
         ValidationError: wrong buffer count, a buffer that is not 1-D, has another dtype than
-            its desc's DataType, or is shorter than the last element its desc addresses + 1.
+            its desc's DataType (uint8 for the packed 4-bit types), or is shorter than the last
+            element its desc addresses + 1.
     """
     name = op.name
     groups = (

@@ -11,6 +11,7 @@ import enum
 import functools
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from .errors import ValidationError, brief
@@ -72,9 +73,10 @@ class DataType(_DmlEnum):
     """DML_TENSOR_DATA_TYPE: the thirteen element types dml_jax operators use.
 
     UINT4 and INT4 (feature level 6_3) are packed two per byte in DirectML's memory (element 0
-    in the low nibble); in dml_jax arrays, logical and buffer mode alike, each 4-bit element is
-    held in one byte: INT4 as int8 values in [-8, 7], UINT4 as uint8 values in [0, 15]
-    (docs/semantics.md, "Quantization"). ``bits`` is the packed size, ``size`` the held one.
+    in the low nibble). Logical-mode arrays of them have JAX's 4-bit dtypes (``jnp.int4`` /
+    ``jnp.uint4``, ml_dtypes' ``int4`` / ``uint4``); buffer mode binds DirectML's packed bytes
+    (uint8 buffers, docs/semantics.md, "Quantization"). ``bits`` is the size in DirectML's
+    memory; ``size`` the bytes a NumPy array spends on one element (1 for the 4-bit types).
     """
 
     FLOAT32 = 1
@@ -93,7 +95,8 @@ class DataType(_DmlEnum):
 
     @property
     def size(self) -> int:
-        """Bytes of one element as dml_jax arrays hold it (1 for the 4-bit types)."""
+        """Bytes of one element of a NumPy array of ``numpy_dtype`` (1 for the 4-bit types,
+        which NumPy holds a byte an element; DirectML's memory packs them: see ``bits``)."""
         return self.numpy_dtype.itemsize
 
     @property
@@ -103,9 +106,9 @@ class DataType(_DmlEnum):
 
     @property
     def numpy_dtype(self) -> np.dtype:
-        """The NumPy dtype (also the JAX dtype) of this element type; for UINT4 / INT4 the
-        one-byte type that holds an element (uint8 / int8)."""
-        return np.dtype(_FOUR_BIT.get(self, self.name).lower())
+        """The NumPy dtype (also the JAX dtype) of this element type; for UINT4 / INT4
+        ml_dtypes' ``uint4`` / ``int4`` (``jnp.uint4`` / ``jnp.int4``)."""
+        return _FOUR_BIT.get(self) or np.dtype(self.name.lower())
 
     @property
     def jax_dtype(self) -> np.dtype:
@@ -138,7 +141,7 @@ class DataType(_DmlEnum):
     def from_dtype(cls, dtype: Any) -> DataType:
         """The DataType of a NumPy/JAX dtype; ``ValidationError`` when DML has none.
 
-        int8 and uint8 give INT8 and UINT8 (never the 4-bit types they also hold)."""
+        ``jnp.int4`` / ``jnp.uint4`` give INT4 / UINT4."""
         dt = np.dtype(dtype)
         try:
             return cls[dt.name.upper()]
@@ -146,7 +149,7 @@ class DataType(_DmlEnum):
             raise ValidationError(f"no DML_TENSOR_DATA_TYPE for dtype {dt.name}") from None
 
 
-_FOUR_BIT = {DataType.UINT4: "UINT8", DataType.INT4: "INT8"}
+_FOUR_BIT = {DataType.UINT4: np.dtype(ml_dtypes.uint4), DataType.INT4: np.dtype(ml_dtypes.int4)}
 
 
 class TensorFlags(_DmlEnum):

@@ -227,10 +227,19 @@ def _nested_from_json(obj: Any, where: str) -> OperatorDesc:
         members = {k: v for k, v in obj.items() if k != "Type"}
         prefix = f"{where.split(': ', 1)[-1]}."
     owner = where.split(": ", 1)[0] if ": " in where else ""
+    if not spec.desc_class.activation:
+        # Every nested desc is an activation (FusedActivation, ActivationDescs): another type
+        # would only fail later on members that the owner does not have (its tensors).
+        raise ValidationError(
+            f"{where} is not an activation: got {spec.name} (a nested operator desc must be a "
+            "DML_OPERATOR_ACTIVATION_* type)"
+        )
     try:
         return _build(spec, members, prefix, fused=True)
     except ValidationError as e:
         message = str(e).removeprefix(f"{spec.name}: ")
+        if not message.startswith(prefix[:-1]):  # raised by the desc's own checks: name the path
+            message = f"{prefix}{message}"
         raise ValidationError(f"{owner}: {message}" if owner else message) from None
 
 

@@ -44,8 +44,8 @@ def calc_buffer_tensor_size(
 
 def pack_4bit(values: Any) -> np.ndarray:
     """DirectML's memory of a UINT4 / INT4 tensor: two elements per byte, element 0 in the low
-    nibble of byte 0 (an odd count leaves the last high nibble 0). ``values`` are the elements
-    as dml_jax holds them (one per byte, any integer dtype); only their low 4 bits are kept.
+    nibble of byte 0 (an odd count leaves the last high nibble 0). ``values``: the elements
+    (``int4`` / ``uint4`` arrays, or any integers, of which the low 4 bits are kept).
     ``pack_4bit([1, 2, 3, 4, 5])`` is ``[0x21, 0x43, 0x05]``."""
     nibbles = np.asarray(values).reshape(-1).astype(np.int64) & 0xF
     if nibbles.size % 2:
@@ -55,7 +55,7 @@ def pack_4bit(values: Any) -> np.ndarray:
 
 def unpack_4bit(packed: Any, count: int, data_type: Any) -> np.ndarray:
     """The first ``count`` elements of packed UINT4 / INT4 bytes (``pack_4bit``'s inverse), as
-    dml_jax holds them: uint8 in [0, 15] for UINT4, int8 in [-8, 7] for INT4."""
+    a NumPy array of ``uint4`` / ``int4`` (``DataType.numpy_dtype``)."""
     data_type = DataType.parse(data_type, "data_type")
     if data_type.bits != 4:
         raise ValidationError(f"unpack_4bit takes UINT4 or INT4, got {data_type.name}")
@@ -64,6 +64,18 @@ def unpack_4bit(packed: Any, count: int, data_type: Any) -> np.ndarray:
     if data_type.is_signed:
         nibbles = np.where(nibbles >= 8, nibbles - 16, nibbles)
     return nibbles.astype(data_type.numpy_dtype)
+
+
+def buffer_dtype(data_type: DataType) -> np.dtype:
+    """The dtype of a buffer-mode buffer of ``data_type`` elements: the element dtype, except
+    for UINT4 / INT4, whose buffers hold DirectML's packed bytes (uint8, two elements a byte)."""
+    return np.dtype(np.uint8) if data_type.bits == 4 else data_type.numpy_dtype
+
+
+def buffer_length(data_type: DataType, elements: int) -> int:
+    """Entries of a ``buffer_dtype`` buffer that hold ``elements`` elements (bytes for UINT4 /
+    INT4: ``ceil(elements / 2)``)."""
+    return (elements + 1) // 2 if data_type.bits == 4 else elements
 
 
 def _check_rank(count: int) -> None:
@@ -179,8 +191,20 @@ class TensorDesc:
 
     @property
     def dtype(self):
-        """The JAX/NumPy dtype of the elements."""
+        """The JAX/NumPy dtype of the elements (``int4`` / ``uint4`` for INT4 / UINT4)."""
         return self.data_type.numpy_dtype
+
+    @property
+    def buffer_dtype(self) -> np.dtype:
+        """The dtype of a buffer-mode buffer bound to this tensor (uint8 bytes for 4-bit
+        types, packed two elements a byte; ``dtype`` otherwise)."""
+        return buffer_dtype(self.data_type)
+
+    @property
+    def buffer_elements(self) -> int:
+        """The minimum length of that buffer: ``addressed_elements``, or the bytes holding
+        them for the 4-bit types."""
+        return buffer_length(self.data_type, self.addressed_elements)
 
     def like(self, **changes: Any) -> TensorDesc:
         """A copy with fields replaced; the total size is derived again unless given."""

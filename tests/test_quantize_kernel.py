@@ -160,8 +160,8 @@ def test_interpret_through_the_descriptors(monkeypatch, which):
 
 @pytest.mark.parametrize("out_type", ["INT4", "UINT4"])
 def test_four_bit_outputs_clamp_to_their_own_range(monkeypatch, out_type):
-    """INT4 / UINT4 are held one element a byte (int8 / uint8): the kernel clamps to the 4-bit
-    range, as the lax lowering does, not to the container's."""
+    """INT4 / UINT4 are computed in a byte (int8 / uint8) and returned as jnp.int4 / jnp.uint4:
+    the kernel clamps to the 4-bit range, as the lax lowering does, not to the byte's."""
     from dml_jax.ops import quantize as Q
 
     monkeypatch.setattr(K, "MIN_PROGRAMS", 1)
@@ -182,4 +182,5 @@ def test_four_bit_outputs_clamp_to_their_own_range(monkeypatch, out_type):
                             interpret=True)  # fmt: skip
     (want,) = Q.lower_quantize(d, jnp.asarray(data), jnp.asarray(scale), jnp.asarray(zp))
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert got.dtype == q.dtype == want.dtype  # jnp.int4 / jnp.uint4
     assert int(np.max(np.asarray(got))) == hi and int(np.min(np.asarray(got))) == lo

@@ -14,6 +14,7 @@ import dataclasses
 import json
 
 import jax
+import ml_dtypes
 import numpy as np
 import pytest
 import reference
@@ -77,6 +78,14 @@ def u8(values, shape=None):
 
 def i8(values, shape=None):
     return a(values, np.int8, shape)
+
+
+def i4(values, shape=None):  # INT4 elements: JAX's (ml_dtypes') int4
+    return a(values, ml_dtypes.int4, shape)
+
+
+def u4(values, shape=None):
+    return a(values, ml_dtypes.uint4, shape)
 
 
 def i32(values, shape=None):
@@ -205,24 +214,23 @@ SEEDS = [
     (
         _blocked(Q, t("FLOAT32", 2, 3), [t("FLOAT32", 1, 3)], t("INT4", 2, 3)),
         (f32([1.0, 9.0, -2.5, -100.0, 0.5, 3.0], (2, 3)), f32([1.0, 2.0, 0.5], (1, 3))),
-        (i8([1, 4, -5, -8, 0, 6], (2, 3)),),
+        (i4([1, 4, -5, -8, 0, 6], (2, 3)),),
     ),
     # UINT4 with a UINT4 zero point of 8, per tensor: 7.5 -> 8 + 8 = 16 saturates to 15.
     (
         _blocked(Q, t("FLOAT16", 4), [t("FLOAT16", 1), t("UINT4", 1)], t("UINT4", 4)),
-        (a([-8.0, -1.5, 0.0, 7.5], np.float16), a([1.0], np.float16), u8([8])),
-        (u8([0, 6, 8, 15]),),
+        (a([-8.0, -1.5, 0.0, 7.5], np.float16), a([1.0], np.float16), u4([8])),
+        (u4([0, 6, 8, 15]),),
     ),
-    # DEQUANTIZE of INT4 held in int8: values are read by their low 4 bits (9 is -7, -9 is 7);
-    # 2x2 blocks of a {2, 4} input.
+    # DEQUANTIZE of INT4 (two's complement, -8..7); 2x2 blocks of a {2, 4} input.
     (
         _blocked(DQ, t("INT4", 2, 4), [t("FLOAT32", 1, 2), t("INT4", 1, 2)], t("FLOAT32", 2, 4)),
-        (i8([9, -9, 1, 2, -8, 7, 3, 0], (2, 4)), f32([0.5, 2.0], (1, 2)), i8([1, 17], (1, 2))),
+        (i4([-7, 7, 1, 2, -8, 7, 3, 0], (2, 4)), f32([0.5, 2.0], (1, 2)), i4([1, 1], (1, 2))),
         (f32([-4, 3, 0, 2, -4.5, 3, 4, -2], (2, 4)),),
     ),
     (
         _blocked(DQ, t("UINT4", 3), [t("FLOAT16", 1)], t("FLOAT16", 3)),
-        (u8([15, 16, 3]), a([0.25], np.float16)),
+        (u4([15, 0, 3]), a([0.25], np.float16)),
         (a([3.75, 0, 0.75], np.float16),),
     ),
     # DYNAMIC_QUANTIZE_LINEAR: range [-3, 2.25], scale 5.25 / 255, zero point round(145.71)
@@ -413,9 +421,7 @@ def _floats(rng, shape, scale_values, dtype) -> np.ndarray:
 
 def _ints(rng, type_name: str, shape) -> np.ndarray:
     held = reference.quantized.held_dtype(type_name)
-    lo, hi = {"INT4": (-8, 7), "UINT4": (0, 15)}.get(
-        type_name, (np.iinfo(held).min, np.iinfo(held).max)
-    )
+    lo, hi = dml.DataType[type_name].integer_range
     if type_name in ("INT32", "UINT32") and rng.random() < 0.5:
         return rng.integers(lo // 1000, hi // 1000, shape, endpoint=True).astype(held)
     return rng.integers(lo, hi, shape, endpoint=True).astype(held)
@@ -479,8 +485,6 @@ def blocked_cases(draw, cls=None):
     else:
         desc = _blocked(DQ, t(quant, *shape), params, t(real, *shape), kind=kind)
         x = _ints(rng, quant, shape)
-        if quant in ("INT4", "UINT4") and draw(st.booleans()):  # held values beyond 4 bits
-            x = _ints(rng, "INT8" if quant == "INT4" else "UINT8", shape)
     scale = rng.choice(_FLOAT_SCALES, blocks).astype(real.lower())
     inputs = (x, scale)
     if kind == "SCALE_ZERO_POINT":
@@ -1007,24 +1011,88 @@ def test_per_axis_parameters_broadcast_through_strides():
     np.testing.assert_array_equal(y, f32([1, 2, 4, -1, -2, -4]))
 
 
-def test_four_bit_tensors_are_packed_in_memory_and_held_one_per_byte():
+def _nibbles_packed(values) -> np.ndarray:
+    """DirectML's memory of 4-bit elements, from NOTES.md 1.4: element 0 in the low nibble of
+    byte 0, element 1 in its high nibble (two's complement for INT4), an odd count's last high
+    nibble 0."""
+    v = [int(x) & 0xF for x in np.asarray(values).reshape(-1)] + [0]
+    return np.array([v[i] | (v[i + 1] << 4) for i in range(0, len(v) - 1, 2)], np.uint8)
+
+
+def test_four_bit_tensors_are_packed_in_memory_and_jax_four_bit_in_arrays():
     """NOTES.md 1.3 / 1.4: UINT4 Sizes {5} needs 20 bits, 3 bytes, 4 after rounding; element 0
-    is the low nibble. dml_jax arrays hold one element per byte (int8 / uint8)."""
+    is the low nibble. Arrays of them are JAX's int4 / uint4 (ml_dtypes')."""
     assert calc_buffer_tensor_size(dml.DataType.UINT4, (5,), None) == 4
     assert T("INT4", [9]).total_tensor_size_in_bytes == 8  # 36 bits: 5 bytes -> 8
     assert T("INT4", [2, 3], strides=[0, 1]).total_tensor_size_in_bytes == 4
     assert list(pack_4bit([1, 2, 3, 4, 5])) == [0x21, 0x43, 0x05]
-    np.testing.assert_array_equal(unpack_4bit([0x21, 0x43, 0x05], 5, "UINT4"), u8([1, 2, 3, 4, 5]))
-    np.testing.assert_array_equal(unpack_4bit(pack_4bit([-8, 7, -1]), 3, "INT4"), i8([-8, 7, -1]))
-    assert dml.DataType.INT4.numpy_dtype == np.int8 and dml.DataType.UINT4.size == 1
+    np.testing.assert_array_equal(unpack_4bit([0x21, 0x43, 0x05], 5, "UINT4"), u4([1, 2, 3, 4, 5]))
+    np.testing.assert_array_equal(
+        unpack_4bit(pack_4bit(i4([-8, 7, -1])), 3, "INT4"), i4([-8, 7, -1])
+    )
+    assert unpack_4bit([0x21], 2, "INT4").dtype == jax.numpy.int4
+    assert T("INT4", [2]).dtype == np.dtype(ml_dtypes.int4) == dml.DataType.INT4.numpy_dtype
+    assert T("UINT4", [2]).dtype == jax.numpy.uint4 and dml.DataType.UINT4.bits == 4
+    assert (
+        T("INT4", [2]).buffer_dtype == np.uint8 and T("INT4", [2], strides=[2]).buffer_elements == 2
+    )
+    assert dml.DataType.from_dtype(jax.numpy.int4) is dml.DataType.INT4
     assert dml.DataType.from_dtype(np.int8) is dml.DataType.INT8
     desc = _blocked(DQ, t("UINT4", 2), [t("FLOAT32", 1)], t("FLOAT32", 2))
-    with pytest.raises(dml.ValidationError, match=r"InputTensor expects dtype uint8"):
-        dml.compile_operator(desc)(i8([1, 2]), f32([1.0]))
+    with pytest.raises(dml.ValidationError, match=r"InputTensor expects dtype uint4"):
+        dml.compile_operator(desc)(u8([1, 2]), f32([1.0]))
 
 
-def test_four_bit_types_are_refused_where_dml_jax_has_no_representation(tmp_path):
-    """DML_SCALAR_UNION has no 4-bit member; the model runner does not pack resources."""
+def test_quantize_to_int4_through_strides_in_logical_and_buffer_mode():
+    """The fuzzer's reproducer: QUANTIZE of a FLOAT32 {1,2,2,3,1,2,2} with interleaved strides
+    {96,24,36,12,8,2,3}, SCALE only, to INT4 of the same sizes. Logical mode returns jnp.int4;
+    buffer mode writes DirectML's packed bytes. Reference: clamp(rint(x / s), -8, 7) from the
+    page, and NOTES.md's packing."""
+    sizes, strides = (1, 2, 2, 3, 1, 2, 2), (96, 24, 36, 12, 8, 2, 3)
+    x_desc = T("FLOAT32", sizes, strides=strides)
+    one = t("FLOAT32", *(1,) * 7)
+    desc = _blocked(Q, x_desc, [one], T("INT4", sizes), kind="SCALE")
+    op = dml.compile_operator(desc)
+    buffer = (np.arange(x_desc.addressed_elements, dtype=np.float32) - 60) * np.float32(0.25)
+    x = np.lib.stride_tricks.as_strided(buffer, sizes, [4 * s for s in strides]).copy()
+    scale = np.float32(1.5)
+    want = np.clip(np.rint(x / scale), -8, 7)
+    got = op(x, f32([scale], (1,) * 7))
+    assert got.dtype == jax.numpy.int4
+    np.testing.assert_array_equal(np.asarray(got).astype(np.int64), want.astype(np.int64))
+    assert len(np.unique(want)) > 8  # both saturation ends and values between
+    out = np.full(T("INT4", sizes).buffer_elements, 0xAB, np.uint8)
+    (packed,) = op.run_buffers([buffer, f32([scale])], [out])
+    assert packed.dtype == np.uint8 and packed.shape == (24,)
+    np.testing.assert_array_equal(packed, _nibbles_packed(want))
+
+
+def test_four_bit_buffers_are_packed_bytes_read_and_written_through_strides():
+    """Buffer mode binds a 4-bit tensor to DirectML's bytes (uint8, two elements a byte, low
+    nibble first). A strided INT4 input reads elements 0, 2, 4; a strided UINT4 output writes
+    elements 0, 2, 4 and leaves the nibbles between as they were."""
+    x = T("INT4", [3], strides=[2])
+    desc = _blocked(DQ, x, [t("FLOAT32", 1), t("INT4", 1)], t("FLOAT32", 3))
+    op = dml.compile_operator(desc)
+    packed = np.uint8([0x51, 0x59, 0x08])  # elements 1, 5, -7, 5, -8 (0x9 is -7, 0x8 is -8)
+    (got,) = op.run_buffers([packed, f32([0.5]), u8([0x0F])], [np.zeros(3, np.float32)])
+    np.testing.assert_array_equal(got, f32([1.0, -3.0, -3.5]))  # zero point 0xF is -1
+    with pytest.raises(dml.ValidationError, match=r"needs uint8 \(packed bytes"):
+        op.run_buffers([packed.astype(np.int8), f32([0.5]), u8([0])], [np.zeros(3, np.float32)])
+    with pytest.raises(dml.ValidationError, match=r"holds 2 bytes \(4 elements\)"):
+        op.run_buffers([packed[:2], f32([0.5]), u8([0])], [np.zeros(3, np.float32)])
+    y = T("UINT4", [3], strides=[2])
+    desc = _blocked(Q, t("FLOAT32", 3), [t("FLOAT32", 1)], y, kind="SCALE")
+    (out,) = dml.compile_operator(desc).run_buffers(
+        [f32([3.0, 100.0, -2.0]), f32([1.0])], [np.uint8([0xEE, 0xEE, 0xEE, 0xEE])]
+    )
+    np.testing.assert_array_equal(out, np.uint8([0xE3, 0xEF, 0xE0, 0xEE]))
+
+
+def test_dml_jax_run_binds_four_bit_tensors_to_packed_bytes(tmp_path, capsys):
+    """``dml-jax run``: a 4-bit tensor views its resource's bytes packed two a byte (a UINT8
+    resource holds them); DML_SCALAR_UNION has no 4-bit member and resources are not typed
+    4-bit."""
     union = {
         "type": "DML_OPERATOR_FILL_VALUE_CONSTANT",
         "desc": {
@@ -1037,16 +1105,50 @@ def test_four_bit_types_are_refused_where_dml_jax_has_no_representation(tmp_path
         dml.operator_desc_from_json(union)
     from dml_jax import cli
 
-    model = catalog.example_model(registry.lookup("DML_OPERATOR_DEQUANTIZE"))
-    model["resources"]["InputTensor"]["initialValuesDataType"] = "INT4"
+    q4 = {"DataType": "INT4", "Sizes": [5]}
+    f5 = {"DataType": "FLOAT32", "Sizes": [5]}
+    one = {"DataType": "FLOAT32", "Sizes": [1]}
+    model = {
+        "resources": {
+            "x": {"initialValuesDataType": "FLOAT32", "initialValues": [-9, -1.5, 0.5, 2.5, 100]},
+            "s": {"initialValuesDataType": "FLOAT32", "initialValues": [1]},
+            "q": {"initialValuesDataType": "UINT8", "initialValues": [255, 255, 255, 255]},
+            "y": {"initialValuesDataType": "FLOAT32", "initialValues": {"valueCount": 5, "value": 0}},
+        },
+        "dispatchables": {
+            "quantize": {
+                "type": "DML_OPERATOR_QUANTIZE",
+                "desc": {"InputTensor": f5, "QuantizationType": "SCALE",
+                         "QuantizationTensors": [one], "OutputTensor": q4},
+            },
+            "dequantize": {
+                "type": "DML_OPERATOR_DEQUANTIZE",
+                "desc": {"InputTensor": q4, "QuantizationType": "SCALE",
+                         "QuantizationTensors": [one], "OutputTensor": f5},
+            },
+        },
+        "commands": [
+            {"type": "dispatch", "dispatchable": "quantize",
+             "bindings": {"InputTensor": "x", "QuantizationTensors": ["s"], "OutputTensor": "q"}},
+            {"type": "dispatch", "dispatchable": "dequantize",
+             "bindings": {"InputTensor": "q", "QuantizationTensors": ["s"], "OutputTensor": "y"}},
+            {"type": "print", "resource": "q"},
+            {"type": "print", "resource": "y"},
+        ],
+    }  # fmt: skip
     path = tmp_path / "m.json"
     path.write_text(json.dumps(model))
-    assert cli.main(["run", str(path)]) == 1
-    model["resources"]["InputTensor"]["initialValuesDataType"] = "INT8"
-    model["dispatchables"]["dequantize"]["desc"]["InputTensor"]["DataType"] = "INT4"
-    model["dispatchables"]["dequantize"]["desc"]["QuantizationTensors"][1]["DataType"] = "INT4"
+    capsys.readouterr()
+    assert cli.main(["run", str(path)]) == 0
+    printed = capsys.readouterr().out
+    # rint: -8 (saturated), -2 (half to even), 0, 2, 7 (saturated); nibbles 8, 14, 0, 2, 7, the
+    # last byte's high nibble and the fourth byte untouched.
+    assert "Resource 'q': 232, 32, 247, 255" in printed
+    assert "Resource 'y': -8, -2, 0, 2, 7" in printed
+    model["resources"]["q"]["initialValuesDataType"] = "INT4"
     path.write_text(json.dumps(model))
     assert cli.main(["run", str(path)]) == 1
+    assert "INT4 resources are not supported" in capsys.readouterr().err
 
 
 def test_quantize_of_nan_infinity_and_a_zero_scale():
@@ -1622,17 +1724,6 @@ def test_divisions_by_a_broadcast_scale_are_correctly_rounded():
     desc = _blocked(Q, t("FLOAT32", 3), [t("FLOAT32", 1)], t("INT8", 3))
     S.assert_same(S.run(S.Case(desc, (x, f32([s])))), (want,))
     S.check_jit(S.Case(desc, (x, f32([s]))))
-
-
-def test_four_bit_buffers_hold_one_element_per_byte():
-    """Buffer mode reads a 4-bit tensor from a buffer of held elements (int8 for INT4), through
-    its strides; the low 4 bits of each are the value (-9 reads as 7)."""
-    x = T("INT4", [3], strides=[2])
-    desc = _blocked(DQ, x, [t("FLOAT32", 1), t("INT4", 1)], t("FLOAT32", 3))
-    op = dml.compile_operator(desc)
-    buffer = i8([1, 99, -9, 99, -8])
-    (got,) = op.run_buffers([buffer, f32([0.5]), i8([-1])], [np.zeros(3, np.float32)])
-    np.testing.assert_array_equal(got, f32([1.0, 4.0, -3.5]))
 
 
 def test_quantize_division_is_correctly_rounded_on_every_platform():

@@ -27,7 +27,8 @@ class BoundTensor:
     Attributes:
         resource: the resource name.
         offset: the byte offset (elementOffset x element size).
-        length: elements of the view, ``(resource size - offset) // tensor element size``.
+        length: entries of the view, ``(resource size - offset) // entry size``; an entry is
+            an element, or a byte of two packed elements for UINT4 / INT4 tensors.
         desc: the bind point tensor's desc.
         path: the JSON path of the binding.
     """
@@ -118,7 +119,7 @@ def resolve_bindings(
 
 def _byte_range(t: BoundTensor) -> tuple[int, int]:
     desc = t.desc
-    return t.offset, t.offset + desc.addressed_elements * desc.data_type.size
+    return t.offset, t.offset + desc.buffer_elements * desc.buffer_dtype.itemsize
 
 
 def _check_in_place(ctx: LoadContext, dispatchable: Dispatchable, resolved: dict) -> None:
@@ -170,12 +171,6 @@ def _bind_one(
     offset = element_offset * element_size
     if desc is None:  # a graph input that feeds nothing: nothing is read
         return BoundTensor(resource.name, offset, 0, None, path)
-    if desc.data_type.bits < 8:
-        raise ctx.fail(
-            path,
-            f"{desc.data_type.name} tensors cannot be bound by dml-jax run (DirectML packs 4-bit "
-            "elements two per byte; use logical or buffer mode)",
-        )
     alignment = max(MINIMUM_BUFFER_TENSOR_ALIGNMENT, desc.guaranteed_base_offset_alignment)
     if offset % alignment:
         raise ctx.fail(
@@ -195,4 +190,5 @@ def _bind_one(
                 f"(sizeInBytes {resource.size_in_bytes})"
             ),
         )
-    return BoundTensor(resource.name, offset, available // desc.data_type.size, desc, path)
+    # A 4-bit tensor views the bytes themselves (two elements a byte, buffers.py unpacks them).
+    return BoundTensor(resource.name, offset, available // desc.buffer_dtype.itemsize, desc, path)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..buffers import buffer_function
+from ..buffers import buffer_function, pack_4bit_buffer, unpack_4bit_buffer
 from ..errors import ValidationError
 from ..tensor import TensorDesc
 from .bindings import BoundTensor
@@ -39,8 +39,21 @@ def _to_bytes(array: Any) -> Any:
     return out.reshape(-1)
 
 
+def _merge(mask, new, old, desc: TensorDesc):
+    """``new`` where ``mask`` (one flag per element) holds, ``old`` elsewhere; 4-bit views are
+    bytes, merged nibble by nibble (two outputs may share a byte)."""
+    if desc.data_type.bits != 4:
+        return jnp.where(mask, new, old)
+    t = desc.data_type
+    merged = jnp.where(mask, unpack_4bit_buffer(new, t), unpack_4bit_buffer(old, t))
+    return pack_4bit_buffer(merged)
+
+
 def _addressed_mask(desc: TensorDesc, length: int) -> np.ndarray:
-    """Which elements of a view the desc addresses (static: derived from sizes and strides)."""
+    """Which elements of a view the desc addresses (static: derived from sizes and strides);
+    ``length`` counts a 4-bit view's bytes, the mask its elements (two a byte)."""
+    if desc.data_type.bits == 4:
+        length *= 2
     index = np.zeros((), np.int64)
     for n, s in zip(desc.sizes, desc.layout_strides):
         index = index[..., None] + np.arange(n, dtype=np.int64) * s
@@ -98,10 +111,11 @@ class DispatchPlan:
                     views_in.append(jnp.zeros((1,), jnp.uint8))
                 else:
                     views_in.append(
-                        _view(buffers[index[b.resource]], b.offset, b.length, b.desc.dtype)
+                        _view(buffers[index[b.resource]], b.offset, b.length, b.desc.buffer_dtype)
                     )
             views_out = [
-                _view(buffers[index[b.resource]], b.offset, b.length, b.desc.dtype) for b in outputs
+                _view(buffers[index[b.resource]], b.offset, b.length, b.desc.buffer_dtype)
+                for b in outputs
             ]
             results = fn(*views_in, *views_out)
             state = list(buffers)
@@ -110,8 +124,8 @@ class DispatchPlan:
                 if j in masks:
                     # Several outputs share this resource: write only what this one addresses,
                     # so one output's untouched elements do not undo another's results.
-                    old_view = _view(state[k], b.offset, b.length, b.desc.dtype)
-                    new = jnp.where(jnp.asarray(masks[j]), new, old_view)
+                    old_view = _view(state[k], b.offset, b.length, b.desc.buffer_dtype)
+                    new = _merge(jnp.asarray(masks[j]), new, old_view, b.desc)
                 state[k] = jax.lax.dynamic_update_slice(state[k], _to_bytes(new), (b.offset,))
             return tuple(state[index[n]] for n in self.written)
 
@@ -128,7 +142,7 @@ class DispatchPlan:
         self.compile_ms = (time.perf_counter() - start) * 1000
         self.snapshot_resources = {inputs[s].resource for s in snapshot}
         self.bytes_moved = sum(
-            b.desc.element_count * b.desc.data_type.size
+            -(-b.desc.element_count * b.desc.data_type.bits // 8)
             for b in inputs + outputs
             if b is not None and b.desc is not None
         )

@@ -35,8 +35,9 @@ def parse_data_type(ctx: LoadContext, value: Any, path: str) -> DataType | None:
     if data_type.bits < 8:
         raise ctx.fail(
             path,
-            f"{data_type.name} resources are not supported by dml-jax run (DirectML packs 4-bit "
-            "elements two per byte; use logical or buffer mode)",
+            f"{data_type.name} resources are not supported by dml-jax run: give a 4-bit "
+            "tensor's packed bytes (two elements a byte, element 0 in the low nibble) as a UINT8 "
+            "resource and bind that",
         )
     return data_type
 
@@ -80,11 +81,9 @@ def convert_scalar(ctx: LoadContext, value: Any, data_type: DataType, path: str)
             return data_type.numpy_dtype.type(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ctx.fail(path, f"must be an integer for {data_type.name}, got {json.dumps(value)}")
-    info = np.iinfo(data_type.numpy_dtype)
-    if not info.min <= value <= info.max:
-        raise ctx.fail(
-            path, f"{value} is out of range for {data_type.name} [{info.min}, {info.max}]"
-        )
+    lo, hi = data_type.integer_range
+    if not lo <= value <= hi:
+        raise ctx.fail(path, f"{value} is out of range for {data_type.name} [{lo}, {hi}]")
     return data_type.numpy_dtype.type(value)
 
 

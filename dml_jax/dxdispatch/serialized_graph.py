@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..formats.dml_serialized import load_serialized_graph
 from ..graph import compile_graph
+from ..tensor import unpack_4bit
 from .context import LoadContext, member
 from .dispatchables import BindPoint, Dispatchable
 from .resources import find_file
@@ -77,13 +78,18 @@ def parse_serialized_graph_dispatchable(
         if desc is None:
             continue
         size = desc.data_type.size
-        values = np.frombuffer(inline[: len(inline) // size * size], desc.dtype.newbyteorder("<"))
+        if desc.data_type.bits == 4:  # two a byte, element 0 in the low nibble
+            values = unpack_4bit(np.frombuffer(inline, np.uint8), 2 * len(inline), desc.data_type)
+        else:
+            values = np.frombuffer(
+                inline[: len(inline) // size * size], desc.dtype.newbyteorder("<")
+            )
         if values.size < desc.addressed_elements:
             node_name = converted.constants[index][0]
             raise ctx.fail(
                 src_path,
                 f"constant '{node_name}' holds {len(inline)} bytes; its tensor needs "
-                f"{desc.addressed_elements * size}",
+                f"{-(-desc.addressed_elements * desc.data_type.bits // 8)}",
             )
         buffers[index] = values.astype(desc.dtype)
     op = _BoundConstants(compiled, named, buffers)

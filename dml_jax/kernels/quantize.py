@@ -16,8 +16,8 @@ channel's scale and zero point once, and computes
 float32 result exactly (tests/test_quantize_kernel.py; on the CPU, in interpret mode with the
 lax lowering's own ``divide`` and ``jnp.round``, the lax lowering's bit for bit).
 
-Taken for float32 or float16 input, 8- or 4-bit integer output (INT4 / UINT4 held a byte an
-element, clamped to their own range), a per-axis scale (and zero point, of
+Taken for float32 or float16 input, 8- or 4-bit integer output (INT4 / UINT4 computed in int8 /
+uint8, clamped to their own range, and returned as jnp.int4 / jnp.uint4), a per-axis scale (and zero point, of
 the output's type) whose channels run at least ``MIN_RUN`` elements, and at least
 ``MIN_PROGRAMS`` programs; anything else stays with lax.
 """
@@ -47,6 +47,14 @@ WARPS = 4
 MIN_PROGRAMS = 264
 MIN_RUN = 256  # elements of one channel in a row (the product of the sizes after the axis)
 _INDEX_LIMIT = 2**31 - 2**20
+
+
+def carrier(out_type) -> np.dtype:
+    """The byte type the kernel stores ``out_type`` in (int8 / uint8 for INT4 / UINT4, whose
+    values it then converts: Triton stores no 4-bit elements)."""
+    if out_type.bits == 4:
+        return np.dtype(np.int8 if out_type.is_signed else np.uint8)
+    return out_type.numpy_dtype
 
 
 @dataclass(frozen=True)
@@ -83,11 +91,13 @@ def plan(shape: tuple[int, ...], axis: int, in_dtype, out_dtype) -> View | None:
 
 
 def quantize_kernel(x, scale, zero, v: View, out_type, interpret: bool = False):
-    """``x`` quantized per channel into the ``DataType`` ``out_type`` (its own range: INT4 and
-    UINT4 are held a byte an element): ``scale`` (float32) and ``zero`` (the output's held type,
-    or None) are vectors of ``v.c``."""
+    """``x`` quantized per channel into the ``DataType`` ``out_type`` (its own range; INT4 and
+    UINT4 are computed in a byte, ``carrier``): ``scale`` (float32) and ``zero`` (the output's
+    type, or None) are vectors of ``v.c``."""
     pl, pltriton = load_pallas()
-    out_dtype = out_type.numpy_dtype
+    out_dtype = carrier(out_type)
+    if zero is not None:
+        zero = zero.astype(out_dtype)
     lo, hi = (np.float32(b) for b in out_type.integer_range)
     tile, tiles = v.tile, v.tiles
     has_zero = zero is not None
@@ -130,7 +140,7 @@ def quantize_kernel(x, scale, zero, v: View, out_type, interpret: bool = False):
         interpret=interpret,
         compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
     )(*args)
-    return lax.reshape(out, x.shape)
+    return lax.reshape(out, x.shape).astype(out_type.numpy_dtype)
 
 
 def _varying_axis(x_sizes: tuple[int, ...], t: Any, strided: bool) -> int | None:
@@ -172,12 +182,12 @@ def _view(d: Any) -> tuple[View, int | None] | None:
         return None
     scale, zero, strided = _params(d)
     if _per_tensor(scale, strided) and (zero is None or _per_tensor(zero, strided)):
-        v = plan((1, x.element_count), 0, x.dtype, out.dtype)  # one "channel" of everything
+        v = plan((1, x.element_count), 0, x.dtype, carrier(out.data_type))  # one "channel"
         return None if v is None else (v, None)
     axis = _varying_axis(x.sizes, scale, strided)
     if axis is None or (zero is not None and _varying_axis(x.sizes, zero, strided) != axis):
         return None
-    v = plan(tuple(x.sizes), axis, x.dtype, out.dtype)
+    v = plan(tuple(x.sizes), axis, x.dtype, carrier(out.data_type))
     return None if v is None else (v, axis)
 
 

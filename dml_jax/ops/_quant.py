@@ -12,8 +12,8 @@ NaN quantizes to the zero point (the quantized 0, as CAST maps NaN to 0); +-inf 
 of 0 (undefined in DirectML) follows IEEE division: x / 0 is +-inf (saturates) and 0 / 0 NaN
 (the zero point). docs/semantics.md, "Quantization", says why and what is tested.
 
-4-bit tensors (UINT4 / INT4) are held one element per byte (uint8 / int8); an input is read by
-its low 4 bits (two's complement for INT4), as DirectML reads a nibble.
+4-bit tensors (UINT4 / INT4) are arrays of JAX's 4-bit dtypes (``jnp.uint4`` / ``jnp.int4``);
+the arithmetic widens them to int32 (INT4 is two's complement).
 """
 
 from __future__ import annotations
@@ -39,8 +39,10 @@ INTEGERS = types("INT32", "INT16", "INT8", "UINT32", "UINT16", "UINT8")
 
 
 def held(x, data_type: DataType):
-    """An input's values as DirectML reads them: 4-bit elements by their low 4 bits."""
-    if data_type.bits != 4:
+    """An input's values as DirectML reads them. 4-bit tensors arrive as ``jnp.int4`` /
+    ``jnp.uint4`` arrays; a wider integer array standing for one (a caller's own carrier) is
+    read by its low 4 bits, as DirectML reads a nibble."""
+    if data_type.bits != 4 or x.dtype == data_type.numpy_dtype:
         return x
     if data_type.is_signed:  # sign-extend the low nibble
         return lax.shift_right_arithmetic(lax.shift_left(x, jnp.int8(4)), jnp.int8(4))
@@ -94,7 +96,7 @@ def dequantize(q, q_type: DataType, zero_point, zero_point_type, scale):
 
 
 def quantize(real, scale, zero_point, zero_point_type, out_type: DataType):
-    """``clamp(round(real / scale) + zero_point, Min, Max)`` in ``out_type``'s held dtype.
+    """``clamp(round(real / scale) + zero_point, Min, Max)`` in ``out_type``'s dtype.
 
     ``real`` and ``scale`` are float32; the quotient rounds to float32, then half to even; NaN
     gives the zero point. Adding the zero point in float32 is exact wherever the result is not

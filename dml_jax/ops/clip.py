@@ -53,11 +53,11 @@ def convert_float_bound(value: float, data_type: DataType) -> np.generic:
         if math.isfinite(f32) and abs(float(f32)) > float(info.max):
             return data_type.numpy_dtype.type(math.copysign(float(info.max), float(f32)))
         return f32.astype(data_type.numpy_dtype)
-    info = np.iinfo(data_type.numpy_dtype)
+    lo, hi = data_type.integer_range  # (np.iinfo knows no 4-bit type)
     if not math.isfinite(f32):
-        whole = info.max if f32 > 0 else info.min
+        whole = hi if f32 > 0 else lo
     else:
-        whole = min(max(math.trunc(float(f32)), int(info.min)), int(info.max))
+        whole = min(max(math.trunc(float(f32)), lo), hi)
     return data_type.numpy_dtype.type(whole)
 
 
@@ -84,12 +84,11 @@ def convert_typed_bound(
         return dtype.type(value)
     if isinstance(value, float) and (not math.isfinite(value) or value != math.floor(value)):
         raise ValidationError(f"{where} must be an integer for {data_type.name}, got {value}")
-    info = np.iinfo(dtype)
+    lo, hi = data_type.integer_range  # (np.iinfo knows no 4-bit type)
     whole = int(value)
-    if not int(info.min) <= whole <= int(info.max):
+    if not lo <= whole <= hi:
         raise ValidationError(
-            f"{where} ({brief(whole)}) is outside the range of {data_type.name} "
-            f"[{info.min}, {info.max}]"
+            f"{where} ({brief(whole)}) is outside the range of {data_type.name} [{lo}, {hi}]"
         )
     return dtype.type(whole)
 

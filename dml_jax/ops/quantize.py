@@ -2,8 +2,8 @@
 DEQUANTIZE, DYNAMIC_QUANTIZE_LINEAR and ELEMENT_WISE_QUANTIZED_LINEAR_ADD.
 
 The arithmetic (float32, round half to even, saturation, NaN to the zero point, exact zero-point
-differences, 4-bit elements held one per byte) is ``_quant``'s, shared with the quantized matrix
-multiplies, convolutions and pooling (``quantized_gemm_conv``); docs/semantics.md,
+differences, 4-bit elements as jnp.int4 / jnp.uint4) is ``_quant``'s, shared with the quantized
+matrix multiplies, convolutions and pooling (``quantized_gemm_conv``); docs/semantics.md,
 "Quantization", lists the choices DirectML leaves open.
 
 Scale and zero point tensors:
@@ -192,7 +192,7 @@ def _blocked_cases(shape: tuple, dtype: str, full: bool, dequantize: bool) -> li
                 f"DEQUANTIZE INT4 blocks of {_BLOCK} along W",
                 DequantizeOperatorDesc(q, "SCALE_ZERO_POINT", params, x),
                 jnp=_hand_dequantize_int4(shape, x.dtype),
-                notes="INT4 held one element per byte",
+                notes="INT4 as jnp.int4",
             )
         )
     return cases
@@ -201,8 +201,8 @@ def _blocked_cases(shape: tuple, dtype: str, full: bool, dequantize: bool) -> li
 def _hand_dequantize_int4(shape: tuple, out):
     blocked = shape[:-1] + (shape[-1] // _BLOCK, _BLOCK)
 
-    def nibble(v):  # the low 4 bits, sign-extended
-        return jnp.right_shift(jnp.left_shift(v, jnp.int8(4)), jnp.int8(4)).astype(jnp.float32)
+    def nibble(v):  # jnp.int4 elements
+        return v.astype(jnp.float32)
 
     def jnp_fn(q, scale, zero):
         y = (nibble(q).reshape(blocked) - nibble(zero)[..., None]) * scale[..., None].astype(
@@ -428,7 +428,7 @@ class QuantizeOperatorDesc(_QuantizationTensorsMembers):
         quantization_tensors: InputTensor's rank; each size divides InputTensor's (one value
             per block of ``InputTensor.Sizes[i] / Sizes[i]`` elements). The scale has
             InputTensor's type, the zero point OutputTensor's and the scale's sizes.
-        output_tensor: INT8, UINT8, INT4 or UINT4 (4-bit held one per byte), InputTensor's sizes.
+        output_tensor: INT8, UINT8, INT4 or UINT4 (``jnp.int4`` / ``jnp.uint4``), InputTensor's sizes.
         quantization_tensor_count: optional; the length of QuantizationTensors.
     """
 
@@ -441,7 +441,7 @@ class DequantizeOperatorDesc(_QuantizationTensorsMembers):
     or blocked scale and zero point tensors (FL 6_3).
 
     Fields:
-        input_tensor: INT8, UINT8, INT4 or UINT4 (4-bit read by its low 4 bits).
+        input_tensor: INT8, UINT8, INT4 or UINT4 (``jnp.int4`` / ``jnp.uint4``).
         quantization_type: as ``QuantizeOperatorDesc``.
         quantization_tensors: as ``QuantizeOperatorDesc``; the scale has OutputTensor's type,
             the zero point InputTensor's.

@@ -59,11 +59,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import support
 from ..enums import DataType, TensorFlags
 from ..enums import FeatureLevel as L
 from ..enums import RecurrentNetworkDirection as Direction
-from ..errors import ValidationError, Validator
+from ..errors import Validator
 from ..fields import (
     BOOL,
     FLOAT,
@@ -78,7 +77,7 @@ from ..fields import (
     input_field,
     output_field,
 )
-from ..fused import filled
+from ..fused import check_kind, filled, validate_nested
 from ..precision import matmul_precision, pieces_product
 from ..registry import Example, lookup, operators, register
 from ..support import DIMS4, F2, rows, types
@@ -327,6 +326,9 @@ def _gate_desc(d: Any) -> TensorDesc:
 
 
 def _validate_activations(fam: _Family, d: Any, v: Validator) -> None:
+    allowed = ("an element-wise activation", element_wise_activations())
+    for i, act in enumerate(d.activation_descs):  # what each is, before how many there are
+        check_kind(v, f"ActivationDescs[{i}]", act, allowed)
     n_dirs = len(backward_flags(d))
     per = len(fam.functions)
     want = per * n_dirs
@@ -336,25 +338,12 @@ def _validate_activations(fam: _Family, d: Any, v: Validator) -> None:
         f"must hold {want} activations ({', '.join(fam.functions)} for each of the "
         f"{n_dirs} direction(s) of {d.direction.name}), got {len(d.activation_descs)}",
     )
-    allowed = element_wise_activations()
     gate = _gate_desc(d)
+    # The activation's own table at the target level; other data types are the owner's table's
+    # to reject (it runs after these rules).
+    level = v.level if gate.data_type in F2 else None
     for i, act in enumerate(d.activation_descs):
-        path = f"ActivationDescs[{i}]"
-        v.check(
-            path,
-            act.operator_type in allowed,
-            f"must be an element-wise activation ({', '.join(allowed)}), got {act.operator_type}",
-        )
-        spec = lookup(act.operator_type)
-        standalone = filled(act, gate)
-        spec.validate(standalone, v.nested(path))
-        # The activation's own table at the target level; other data types are the owner's
-        # table's to reject (it runs after these rules).
-        if v.level is not None and gate.data_type in F2:
-            try:
-                support.check_desc(spec, standalone, v.level)
-            except ValidationError as e:
-                raise ValidationError(f"{v.prefix}: {path}: {e}") from None
+        validate_nested(v, f"ActivationDescs[{i}]", act, gate, None, level)
 
 
 def validate_recurrent(fam: _Family, d: Any, v: Validator) -> None:

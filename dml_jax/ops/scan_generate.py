@@ -218,7 +218,7 @@ def _wrapped_delta(d: Any, value: int | float) -> np.generic:  # noqa: PYI041 (a
     where = f"{d.operator_type}: ValueDelta"
     if t.is_float:
         return convert_typed_bound(value, t, where)
-    bits = np.iinfo(t.numpy_dtype).bits
+    bits = t.bits
     if isinstance(value, float) and (not math.isfinite(value) or value != math.floor(value)):
         raise ValidationError(f"{where} must be an integer for {t.name}, got {value}")
     whole = int(value)

@@ -14,7 +14,7 @@ where the pages are silent.
   point; an absent zero point is 0.
 - Integer sums (matrix products, convolutions, pooling windows) are exact int64 sums of exact
   differences, then wrapped to int32 (they never wrap in the tests).
-- 4-bit elements are held one per byte; an input is read by its low 4 bits.
+- 4-bit elements are ml_dtypes' int4 / uint4 arrays (DirectML's INT4 is two's complement).
 
 Everything here is written from the formulas: explicit loops over output positions and window
 points, int64 / Python integers, np.float32 scalars for each rounding.
@@ -26,6 +26,7 @@ import itertools
 import math
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from .pooling import _geometry, _window
@@ -36,7 +37,7 @@ _RANGES = {
     "INT4": (-8, 7),
     "UINT4": (0, 15),
 }
-_HELD = {"INT4": np.int8, "UINT4": np.uint8}
+_HELD = {"INT4": ml_dtypes.int4, "UINT4": ml_dtypes.uint4}
 
 
 def _name(t: Any) -> str:
@@ -48,7 +49,8 @@ def held_dtype(type_name: str) -> np.dtype:
 
 
 def read(values: np.ndarray, type_name: str) -> np.ndarray:
-    """Integer values as int64, 4-bit ones by their low 4 bits (two's complement for INT4)."""
+    """Integer values as int64 (4-bit ones by their low 4 bits, two's complement for INT4: the
+    same values for int4 / uint4 arrays)."""
     v = np.asarray(values).astype(np.int64)
     if type_name == "UINT4":
         return v % 16
