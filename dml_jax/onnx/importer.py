@@ -45,20 +45,42 @@ ONNX = "ONNX"
 # ONNX TensorProto element types -> (DML data type in the graph, NumPy dtype of the ONNX
 # tensor). BOOL is stored as UINT8 (as ONNX Runtime's DirectML provider does); INT64 and UINT64
 # are narrowed to their 32-bit types (module docstring).
-_ONNX_TYPES: dict[int, tuple[DataType, str]] = {
-    1: (DataType.FLOAT32, "float32"),
-    2: (DataType.UINT8, "uint8"),
-    3: (DataType.INT8, "int8"),
-    4: (DataType.UINT16, "uint16"),
-    5: (DataType.INT16, "int16"),
-    6: (DataType.INT32, "int32"),
-    7: (DataType.INT32, "int64"),
-    9: (DataType.UINT8, "bool"),
-    10: (DataType.FLOAT16, "float16"),
-    11: (DataType.FLOAT64, "float64"),
-    12: (DataType.UINT32, "uint32"),
-    13: (DataType.UINT32, "uint64"),
+_ONNX_TYPES: dict[int, tuple[DataType, np.dtype]] = {
+    1: (DataType.FLOAT32, np.dtype("float32")),
+    2: (DataType.UINT8, np.dtype("uint8")),
+    3: (DataType.INT8, np.dtype("int8")),
+    4: (DataType.UINT16, np.dtype("uint16")),
+    5: (DataType.INT16, np.dtype("int16")),
+    6: (DataType.INT32, np.dtype("int32")),
+    7: (DataType.INT32, np.dtype("int64")),
+    9: (DataType.UINT8, np.dtype("bool")),
+    10: (DataType.FLOAT16, np.dtype("float16")),
+    11: (DataType.FLOAT64, np.dtype("float64")),
+    12: (DataType.UINT32, np.dtype("uint32")),
+    13: (DataType.UINT32, np.dtype("uint64")),
 }
+# The element types no DirectML tensor holds (bfloat16, the float8 / float4 types, the 4- and
+# 2-bit integers): each is held in the graph in a wider DML type (its carrier) that holds every
+# one of its values exactly, and rounded to its own type where a node makes new values
+# (``walk``: after each node; ``carried_round``), so a graph computes them as float32 (or 8-bit)
+# arithmetic rounded once per node, and the session takes and returns JAX's / ml_dtypes' arrays
+# of the type itself (docs/semantics.md, "ONNX: types without a DML data type").
+CARRIED: dict[int, tuple[DataType, np.dtype]] = {
+    16: (DataType.FLOAT32, np.dtype(jnp.bfloat16)),
+    17: (DataType.FLOAT32, np.dtype(jnp.float8_e4m3fn)),
+    18: (DataType.FLOAT32, np.dtype(jnp.float8_e4m3fnuz)),
+    19: (DataType.FLOAT32, np.dtype(jnp.float8_e5m2)),
+    20: (DataType.FLOAT32, np.dtype(jnp.float8_e5m2fnuz)),
+    21: (DataType.UINT8, np.dtype(jnp.uint4)),
+    22: (DataType.INT8, np.dtype(jnp.int4)),
+    23: (DataType.FLOAT32, np.dtype(jnp.float4_e2m1fn)),
+    24: (DataType.FLOAT32, np.dtype(jnp.float8_e8m0fnu)),
+    25: (DataType.UINT8, np.dtype(jnp.uint2)),
+    26: (DataType.INT8, np.dtype(jnp.int2)),
+}
+_ONNX_TYPES.update(CARRIED)
+_CARRIER_DTYPES = {dtype: t.numpy_dtype for t, dtype in CARRIED.values()}
+_ELEM_OF_DTYPE = {dtype: k for k, (_, dtype) in _ONNX_TYPES.items()}
 BOOL = 9
 TYPE_NAMES = {
     1: "float",
@@ -77,6 +99,16 @@ TYPE_NAMES = {
     14: "complex64",
     15: "complex128",
     16: "bfloat16",
+    17: "float8e4m3fn",
+    18: "float8e4m3fnuz",
+    19: "float8e5m2",
+    20: "float8e5m2fnuz",
+    21: "uint4",
+    22: "int4",
+    23: "float4e2m1",
+    24: "float8e8m0",
+    25: "uint2",
+    26: "int2",
 }
 _NARROW = {np.dtype("int64"): np.dtype("int32"), np.dtype("uint64"): np.dtype("uint32")}
 
@@ -94,16 +126,22 @@ def data_type_of(elem_type: int, where: str) -> DataType:
 def numpy_dtype_of(elem_type: int, where: str) -> np.dtype:
     """The NumPy dtype of an ONNX element type (int64 for INT64, bool for BOOL)."""
     data_type_of(elem_type, where)
-    return np.dtype(_ONNX_TYPES[int(elem_type)][1])
+    return _ONNX_TYPES[int(elem_type)][1]
 
 
 def elem_type_of(dtype: Any) -> int:
     """The ONNX element type of a NumPy dtype (0 when ONNX has none of DML's)."""
-    dtype = np.dtype(dtype)
-    for k, (_, name) in _ONNX_TYPES.items():
-        if np.dtype(name) == dtype:
-            return k
-    return 0
+    return _ELEM_OF_DTYPE.get(np.dtype(dtype), 0)
+
+
+def elem_of(v: Value) -> int:
+    """The ONNX element type of a tensor value: its constant's, a carried type's own, BOOL,
+    else its graph type's."""
+    if v.const is not None:
+        return elem_type_of(v.const.dtype)
+    if v.carried:
+        return v.carried
+    return BOOL if v.is_bool else elem_type_of(v.data_type.numpy_dtype)
 
 
 def graph_dtype(dtype: Any) -> np.dtype:
@@ -112,6 +150,8 @@ def graph_dtype(dtype: Any) -> np.dtype:
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
         return np.dtype(np.uint8)
+    if dtype in _CARRIER_DTYPES:
+        return _CARRIER_DTYPES[dtype]
     return _NARROW.get(dtype, dtype)
 
 
@@ -155,6 +195,8 @@ class Value:
         deps: the graph inputs whose values this value depends on.
         shadow: for a value computed in the graph from parameters and constants only, its value
             at the parameters' initializer values (what ``Context.const`` reads).
+        carried: the ONNX element type of a tensor whose type no DML tensor holds (bfloat16,
+            float8, 4-bit...), held in ``data_type``, its carrier (``CARRIED``); else 0.
     """
 
     shape: tuple[int, ...]
@@ -165,6 +207,7 @@ class Value:
     param: str | None = None
     deps: frozenset = frozenset()
     shadow: np.ndarray | None = None
+    carried: int = 0
 
     @property
     def rank(self) -> int:
@@ -260,7 +303,7 @@ def structure_of(value: Any) -> Any:
         return ("seq", tuple(structure_of(v) for v in value.items))
     if isinstance(value, OptionalValue):
         return ("opt", None if value.value is None else structure_of(value.value))
-    return (tuple(value.shape), value.data_type, bool(value.is_bool))
+    return (tuple(value.shape), value.data_type, bool(value.is_bool), value.carried)
 
 
 def dml_sizes(shape: Sequence[int]) -> tuple[int, ...]:
@@ -299,10 +342,13 @@ def permuted(value: Value, perm: Sequence[int]) -> TensorDesc:
 def const_value(array: Any, where: str = "", *, param: str | None = None) -> Value:
     """A value known at import time (``array`` keeps its dtype: int64 stays int64)."""
     array = np.asarray(array)
-    if array.dtype not in {np.dtype(n) for _, n in _ONNX_TYPES.values()}:
+    elem = _ELEM_OF_DTYPE.get(array.dtype)
+    if elem is None:
         raise ValidationError(f"{ONNX}: {where}: data type {array.dtype} has no DML data type")
     data_type = DataType.from_dtype(graph_dtype(array.dtype))
-    return Value(tuple(array.shape), data_type, ("const",), array, array.dtype == np.bool_, param)
+    carried = elem if elem in CARRIED else 0
+    is_bool = array.dtype == np.bool_
+    return Value(tuple(array.shape), data_type, ("const",), array, is_bool, param, carried=carried)
 
 
 class NeedsValues(ValidationError):
@@ -553,15 +599,17 @@ class Context:
         name: str,
         fn: Callable[..., Sequence[Any]],
         inputs: Sequence[Value | None],
-        outputs: Sequence[tuple[Sequence[int], DataType] | tuple[Sequence[int], DataType, bool]],
+        outputs: Sequence[tuple],
     ) -> list[Value]:
         """Adds a node computed by ``fn`` with JAX where DirectML has no operator (a
         ``graph.FunctionNode``, reported as ``jax``): ``fn`` takes one array per present input in
         its ONNX shape and graph dtype (BOOL as UINT8) and returns one array per output of
-        ``outputs`` (``(shape, data_type[, is_bool])``), which it may return in any dtype and a
-        shape of the same element count."""
+        ``outputs`` (``(shape, data_type[, is_bool[, carried]])``, ``carried`` the ONNX type a
+        carrier holds, ``Value.carried``), which it may return in any dtype and a shape of the
+        same element count."""
         shapes = [tuple(v.shape) for v in inputs if v is not None]
         specs = [(tuple(o[0]), o[1], bool(o[2]) if len(o) > 2 else False) for o in outputs]
+        carried = [int(o[3]) if len(o) > 3 else 0 for o in outputs]
         descs = tuple(packed(t, shape) for shape, t, _ in specs)
 
         def lowered(*arrays):
@@ -578,7 +626,19 @@ class Context:
             lowered,
         )
         n = self.builder.node(node, inputs)
-        return [self.out(n, shape, k, is_bool=b) for k, (shape, _, b) in enumerate(specs)]
+        return [replace(self.out(n, shape, k, is_bool=b), carried=c)
+                for k, ((shape, _, b), c) in enumerate(zip(specs, carried))]  # fmt: skip
+
+    def carry(self, v: Value, elem: int, fn: Callable | None = None) -> Value:
+        """``v`` (a value in the carrier of the ONNX type ``elem``, ``CARRIED``) rounded to
+        ``elem`` and held in the carrier again, a JAX node (no DML tensor holds these types);
+        ``fn`` maps v's array to the rounded one in ``elem``'s dtype (default: a plain
+        conversion, nearest, ties to even)."""
+        carrier, dtype = CARRIED[elem]
+        convert = fn or (lambda x: x.astype(dtype))
+        (y,) = self.jax(f"Round.{TYPE_NAMES[elem]}", lambda x: (convert(x),), [v],
+                        [(v.shape, carrier)])  # fmt: skip
+        return replace(y, carried=elem)
 
     def out(self, n: int, shape: Sequence[int], k: int = 0, *, is_bool: bool = False) -> Value:
         return self.builder.output(n, k, shape, is_bool=is_bool)

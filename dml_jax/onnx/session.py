@@ -38,6 +38,7 @@ from .importer import (
     NeedsValues,
     data_type_of,
     dims_of,
+    elem_type_of,
     graph_dtype,
     numpy_dtype_of,
     to_graph_array,
@@ -551,7 +552,7 @@ class InferenceSession:
                     f"{e}; its values are needed to import the model (pass concrete arrays, "
                     "not tracers)"
                 ) from None
-            if array.dtype.kind not in "iubf" or array.size > STATIC_INPUT_LIMIT:
+            if not elem_type_of(array.dtype) or array.size > STATIC_INPUT_LIMIT:
                 raise ValidationError(
                     f"{e}; {where} ({array.dtype}, {array.size} elements) cannot be specialised "
                     f"on: only inputs of at most {STATIC_INPUT_LIMIT} elements are"

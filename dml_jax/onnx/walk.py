@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from ..errors import ValidationError
@@ -15,6 +16,7 @@ from ..graph import FunctionNode, GraphDesc, InputGraphEdge, IntermediateGraphEd
 from . import fold, functions, schema
 from .importer import (
     BOOL,
+    CARRIED,
     ONNX,
     STRUCTURES,
     Builder,
@@ -93,7 +95,7 @@ def import_graph(
             raise
         except Exception as e:  # noqa: BLE001 - protobuf and numpy raise many kinds
             raise ValidationError(f"{ONNX}: {where}: cannot be read: {e}") from None
-        param = init.name if array.dtype.kind == "f" else None
+        param = init.name if jnp.issubdtype(array.dtype, jnp.floating) else None
         values[init.name] = const_value(array, where, param=param)
     for sparse in graph.sparse_initializer:
         raise ValidationError(f"{ONNX}: sparse initializer '{sparse.values.name}' is not supported")
@@ -116,7 +118,8 @@ def import_graph(
                 array = np.zeros(shape, input_dtypes[-1])
             return const_value(array, where)
         n = builder.graph_input(index, shape, t)
-        return Value(shape, t, ("node", n, 0), None, elem == BOOL, None, deps)
+        carried = elem if elem in CARRIED else 0
+        return Value(shape, t, ("node", n, 0), None, elem == BOOL, None, deps, carried=carried)
 
     for inp in graph.input:
         if inp.name in values and inp.name not in shapes and inp.name not in fixed:
@@ -158,6 +161,8 @@ def import_graph(
             dtype = numpy_dtype_of(elem, f"output '{name}'")
         elif v.const is not None:
             dtype = v.const.dtype
+        elif v.carried:
+            dtype = CARRIED[v.carried][1]
         else:
             dtype = np.dtype(bool) if v.is_bool else v.data_type.numpy_dtype
         if v.const is not None and v.param is None:
@@ -259,7 +264,9 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
             # value at import known as the outputs' shadows.
             before = len(builder.nodes)
             try:
-                outputs = _convert(convert, ctx, node, inputs)
+                outputs = _carry(
+                    ctx, node, onnx_schema, inputs, _convert(convert, ctx, node, inputs)
+                )
                 outputs = [v if v is None or f is None else replace(v, shadow=f.const)
                            for v, f in zip(outputs, folded)]  # fmt: skip
                 how = _how(builder, before, ctx)
@@ -269,7 +276,7 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
                 outputs, how = folded, "folded"
         elif convert is not None:
             before = len(builder.nodes)
-            outputs = _convert(convert, ctx, node, inputs)
+            outputs = _carry(ctx, node, onnx_schema, inputs, _convert(convert, ctx, node, inputs))
             how = _how(builder, before, ctx)
         elif folded is not None:
             outputs, how = folded, "folded"
@@ -304,6 +311,50 @@ STRUCTURE_OPS = frozenset(
         "ConcatFromSequence", "SplitToSequence",
     }
 )  # fmt: skip
+
+
+# Ops whose outputs hold only values of their inputs (moved, chosen or repeated): an output of
+# a carried type (``importer.CARRIED``) needs no rounding.
+MOVEMENT_OPS = frozenset(
+    {
+        "Compress", "Concat", "DepthToSpace", "Expand", "Flatten", "Gather", "GatherElements",
+        "GatherND", "Identity", "ReverseSequence", "Reshape", "Slice", "SpaceToDepth", "Split",
+        "Squeeze", "Tile", "TopK", "Transpose", "Unique", "Unsqueeze", "Where",
+    }
+)  # fmt: skip
+
+
+def _carry(ctx: Context, node: Any, onnx_schema: Any, inputs: list, outputs: list) -> list:
+    """The outputs of a converted node, each of a carried type (bfloat16, float8, 4-bit...)
+    rounded to it and marked so. A converter computes such a tensor in its carrier; the op's
+    schema says which outputs share a type parameter with an input of a carried type (``T`` in
+    and ``T`` out), and those the converter did not mark itself are rounded here (a JAX node),
+    once per node, as a kernel computing in float32 and storing bfloat16 does."""
+    carried = [v.carried if isinstance(v, Value) else 0 for v in inputs]
+    if not any(carried) or onnx_schema is None:
+        return outputs
+    from onnx.defs import OpSchema
+
+    formal = list(onnx_schema.inputs)
+    variadic = bool(formal) and formal[-1].option == OpSchema.FormalParameterOption.Variadic
+    by_type: dict[str, int] = {}
+    for i, elem in enumerate(carried):
+        k = min(i, len(formal) - 1) if variadic else i
+        if elem and k < len(formal):
+            by_type.setdefault(formal[k].type_str, elem)
+    results = list(outputs)
+    for k, v in enumerate(results):
+        if not isinstance(v, Value) or v.carried or v.const is not None:
+            continue
+        if k >= len(onnx_schema.outputs):
+            break
+        elem = by_type.get(onnx_schema.outputs[k].type_str)
+        if elem and CARRIED[elem][0] == v.data_type:
+            if node.op_type in MOVEMENT_OPS and node.domain in ("", "ai.onnx"):
+                results[k] = replace(v, carried=elem)
+            else:
+                results[k] = ctx.carry(v, elem)
+    return results
 
 
 def _takes_structures(node: Any, domain: str) -> bool:

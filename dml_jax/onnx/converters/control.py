@@ -35,6 +35,7 @@ from .. import functions
 from ..importer import (
     ONNX,
     STRUCTURES,
+    TYPE_NAMES,
     Builder,
     NeedsValues,
     Value,
@@ -160,7 +161,7 @@ def import_body(ctx: Any, graph: Any, formal: list, label: str, marker: str | No
         names["input_shapes"].append(tuple(t.shape))
         names["input_types"].append(t.data_type)
         return Value(tuple(t.shape), t.data_type, ("node", n, 0), None, t.is_bool, None, deps,
-                     shadow)  # fmt: skip
+                     shadow, t.carried)  # fmt: skip
 
     def capture_leaf(t: Value) -> Value:
         if t.const is not None and t.param is None:
@@ -297,7 +298,7 @@ def run_op(ctx: Any, op_type: str, inputs: list, outputs: int = 1, **attrs: Any)
 
 
 def _spec(v: Value) -> tuple:
-    return (tuple(v.shape), v.data_type, v.is_bool)
+    return (tuple(v.shape), v.data_type, v.is_bool, v.carried)
 
 
 def _describe(values: list) -> str:
@@ -306,8 +307,9 @@ def _describe(values: list) -> str:
             return "sequence[" + ", ".join(one(x) for x in s[1]) + "]"
         if s[0] == "opt":
             return "optional(" + ("empty" if s[1] is None else one(s[1])) + ")"
-        shape, t, b = s
-        return f"{'BOOL' if b else t.name}{list(shape)}"
+        shape, t, b, carried = s
+        name = TYPE_NAMES[carried].upper() if carried else "BOOL" if b else t.name
+        return f"{name}{list(shape)}"
 
     return ", ".join(one(structure_of(v)) for v in values)
 
@@ -676,7 +678,7 @@ def _scan(ctx, node, inputs):
         shape = list(y.shape)
         shape.insert(out_axes[k], length)
         out_shapes.append(tuple(shape))
-    specs = [_spec(s) for s in states] + [(s, y.data_type, y.is_bool) for s, y in
+    specs = [_spec(s) for s in states] + [(s, y.data_type, y.is_bool, y.carried) for s, y in
                                           zip(out_shapes, ys)]  # fmt: skip
 
     def one(state, seqs, caps, count=None):

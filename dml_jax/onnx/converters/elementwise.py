@@ -7,10 +7,15 @@ output's sizes through stride-0 strides. ONNX BOOL is UINT8 (0 or 1) in the grap
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
+from jax import lax
 
 from ...tensor import ScaleBias
-from ..importer import broadcast, data_type_of, packed
+from ..importer import CARRIED, broadcast, data_type_of, packed
 from . import converter, register
 from ._common import DataType, binary, binary_value, broadcast_shape, cast_value, op, unary
 
@@ -293,7 +298,82 @@ def _where(ctx, node, inputs):
     return [_select(ctx, cond, a, b, broadcast_shape(ctx, cond.shape, a.shape, b.shape))]
 
 
-def _cast_to(ctx, x, target: DataType, to_bool: bool):
+_FLOAT8 = (17, 18, 19, 20)  # FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ
+_E8M0 = 24
+
+
+def carried_convert(x, elem: int, saturate: bool = True, round_mode: str = "up"):
+    """The JAX array ``x`` converted to the ONNX type ``elem`` that no DML tensor holds
+    (``importer.CARRIED``), by ONNX's Cast rules:
+
+    - float8 with ``saturate``: values beyond the largest finite one (infinities too) become it,
+      NaN stays NaN; without: the plain conversion (NaN, or infinity for FLOAT8E5M2);
+    - FLOAT8E8M0: the exponent of x, rounded as ``round_mode`` says ('up' when any fraction
+      bit is set, 'nearest' on the guard, round and sticky bits, 'down' not at all); NaN and
+      infinities are NaN; ``saturate`` keeps the largest exponent from rounding into NaN;
+    - the 4- and 2-bit integers: a float is truncated toward zero and, like an integer, wraps
+      to the type's bits (its value modulo 16 or 4, two's complement), as ONNX's expected
+      values do; NaN and infinities become 0;
+    - bfloat16 and FLOAT4E2M1: nearest, ties to even (FLOAT4E2M1 saturates; NaN becomes -0).
+    """
+    dtype = CARRIED[elem][1]
+    if elem in _FLOAT8 and saturate:
+        big = float(jnp.finfo(dtype).max)
+        x = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+        return jnp.clip(x, -big, big).astype(dtype)
+    if elem == _E8M0:
+        return _to_e8m0(x, saturate, round_mode)
+    if jnp.issubdtype(dtype, jnp.integer):
+        bits = ml_dtypes.iinfo(dtype).bits
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            f = x.astype(jnp.float32)
+            f = jnp.where(jnp.isfinite(f), jnp.fmod(jnp.trunc(f), 2.0**bits), 0.0)
+            x = f.astype(jnp.int32)
+        low = x.astype(jnp.int32) & (2**bits - 1)
+        if jnp.issubdtype(dtype, jnp.signedinteger):
+            low = (low ^ 2 ** (bits - 1)) - 2 ** (bits - 1)
+        return low.astype(dtype)
+    return x.astype(dtype)
+
+
+def _to_e8m0(x, saturate: bool, round_mode: str):
+    bits = lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(jnp.int32)
+    special = exponent == 0xFF
+    if round_mode == "nearest":
+        guard = (bits & 0x400000) != 0
+        rest = (bits & 0x3FFFFF) != 0
+        up = guard & (rest | (exponent > 0))
+    elif round_mode == "up":
+        up = (bits & 0x7FFFFF) != 0
+    else:
+        up = jnp.zeros(x.shape, bool)
+    up = up & ~special
+    if saturate:
+        up = up & (exponent != 0xFE)
+    byte = jnp.where(special, 0xFF, exponent + up.astype(jnp.int32)) & 0xFF
+    return lax.bitcast_convert_type(byte.astype(jnp.uint8), jnp.float8_e8m0fnu)
+
+
+def _cast_carried(ctx, x, elem: int):
+    """Cast / CastLike to a type no DML tensor holds: a JAX node (``carried_convert``) writing
+    the type's carrier."""
+    if x.carried == elem:
+        return x
+    saturate = bool(ctx.attr("saturate", 1)) if ctx.opset >= 19 else True
+    round_mode = ctx.attr("round_mode", "up") if ctx.opset >= 24 else "up"
+    if round_mode not in ("up", "down", "nearest"):
+        raise ctx.fail(f"attribute 'round_mode' must be up, down or nearest, got '{round_mode}'")
+    if x.is_bool:
+        x = cast_value(ctx, x, DataType.UINT8)
+    return ctx.carry(x, elem, lambda a: carried_convert(a, elem, saturate, round_mode))
+
+
+def _cast_to(ctx, x, target: DataType, to_bool: bool, elem: int = 0):
+    if elem in CARRIED:
+        return _cast_carried(ctx, x, elem)
+    if x.carried:  # a carried value's carrier holds it exactly: cast from there, untagged
+        x = replace(x, carried=0)
     if to_bool and x.is_bool:
         return x
     if to_bool:
@@ -314,10 +394,10 @@ def _cast_to(ctx, x, target: DataType, to_bool: bool):
 def _cast(ctx, node, inputs):
     (x,) = inputs
     to = int(ctx.attr("to"))
-    return [_cast_to(ctx, x, data_type_of(to, ctx.where), to == 9)]
+    return [_cast_to(ctx, x, data_type_of(to, ctx.where), to == 9, to)]
 
 
 @converter("CastLike")
 def _cast_like(ctx, node, inputs):
     x, like = inputs
-    return [_cast_to(ctx, x, like.data_type, like.is_bool)]
+    return [_cast_to(ctx, x, like.data_type, like.is_bool, like.carried)]

@@ -4,12 +4,15 @@ provider maps them:
 - QuantizeLinear / DequantizeLinear -> ELEMENT_WISE_QUANTIZE_LINEAR /
   ELEMENT_WISE_DEQUANTIZE_LINEAR: the scale and zero point read through stride-0 descs of the
   input's sizes (one value, or one per index of ``axis``). Blocked ones (``block_size``, opset
-  21) and 4-bit types -> QUANTIZE / DEQUANTIZE, whose quantization tensors have the input's rank
-  and one value per block (the scale's own sizes; DirectML's blocks must divide the input). An
-  absent zero point is absent (0); the output type is then ``output_dtype``, else UINT8.
-  INT16 / UINT16 outputs (opset 21), which no DirectML quantize operator writes, are a JAX node
+  21) -> QUANTIZE / DEQUANTIZE, whose quantization tensors have the input's rank and one value
+  per block (the scale's own sizes; DirectML's blocks must divide the input). An absent zero
+  point is absent (0); the output type is then ``output_dtype``, else UINT8. Outputs no
+  DirectML quantize operator writes (INT16 / UINT16, opset 21; the 4- and 2-bit integers,
+  float8 and float4, which the graph holds in a carrier, ``importer.CARRIED``) are a JAX node
   (``quantize_linear_jax``) with the same arithmetic: the correctly rounded quotient, halves to
-  even, the zero point added, saturated.
+  even, the zero point added, saturated (a float type: converted as Cast does). A 4- or 2-bit
+  input dequantizes from its 8-bit carrier on DirectML's operators; a float8 / float4 one is a
+  JAX node (``dequantize_linear_jax``).
 - DynamicQuantizeLinear -> DYNAMIC_QUANTIZE_LINEAR (scale and zero point {1, ..} of the input's
   rank, ONNX's scalars).
 - MatMulInteger -> MATRIX_MULTIPLY_INTEGER, QLinearMatMul -> QUANTIZED_LINEAR_MATRIX_MULTIPLY:
@@ -29,15 +32,17 @@ reads as FLOAT32 only; ONNX's ``precision`` (opset 23) is that float32 division.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 from jax import lax
 
 from ...enums import DataType
 from ...ops._quant import divide
 from ...tensor import TensorDesc
-from ..importer import Value, broadcast, data_type_of, packed
+from ..importer import CARRIED, TYPE_NAMES, Value, broadcast, data_type_of, packed
 from . import converter
 from ._common import (
     axis_of,
@@ -48,8 +53,8 @@ from ._common import (
     spatial_out,
     view,
 )
+from .elementwise import carried_convert
 
-_FOUR_BIT = (DataType.INT4, DataType.UINT4)
 _SIXTEEN_BIT = (DataType.INT16, DataType.UINT16)
 _FLOATS = (DataType.FLOAT32, DataType.FLOAT16)
 
@@ -136,6 +141,15 @@ def _blocked(ctx, name: str, x: Value, scale: Value, zero: Value | None, out_typ
     return ctx.out(ctx.node(desc, [x, *params]), x.shape)
 
 
+def quantized_carried(ctx, zero: Value | None) -> int:
+    """The ONNX type QuantizeLinear writes when the graph holds it in a carrier (4- and 2-bit
+    integers, float8, float4: ``importer.CARRIED``), else 0."""
+    if zero is not None:
+        return zero.carried
+    given = int(ctx.attr("output_dtype", 0)) if ctx.opset >= 21 else 0
+    return given if given in CARRIED else 0
+
+
 def quantized_type(ctx, zero: Value | None) -> DataType:
     """The integer type QuantizeLinear writes: the zero point's, else ``output_dtype``, else
     UINT8."""
@@ -167,8 +181,9 @@ def quantize_value(
     """``x`` quantized to ``out_type`` with one scale and zero point (``axis`` None) or one per
     index of ``axis``: ELEMENT_WISE_QUANTIZE_LINEAR for the 8-bit types; the 16-bit types, which
     no DirectML quantize operator writes, as a JAX node (``quantize_linear_jax``)."""
-    if out_type in _SIXTEEN_BIT:
-        return quantize_linear_jax(ctx, x, scale, zero, out_type, axis, 0)
+    elem = 0 if zero is None else zero.carried
+    if out_type in _SIXTEEN_BIT or elem:
+        return quantize_linear_jax(ctx, x, scale, zero, out_type, axis, 0, elem)
     s, z = _linear_params(x, [scale, zero], axis)
     desc = op("ELEMENT_WISE_QUANTIZE_LINEAR")(
         packed(x.data_type, x.shape),
@@ -179,29 +194,42 @@ def quantize_value(
     return ctx.out(ctx.node(desc, [x, s[0], None if z is None else z[0]]), x.shape)
 
 
-def quantize_linear_jax(ctx, x, scale, zero, out_type: DataType, axis, block: int):
-    """QuantizeLinear writing INT16 or UINT16, which DirectML's quantize operators do not write
-    (8- and 4-bit integers only): a JAX node. ``axis`` and ``block`` are the scale's layout as
-    quantized.py's ``parameter_layout`` finds it (None and 0 per tensor; per axis; blocked
-    along ``axis``). ONNX's rule: x / scale in ``precision`` (opset 23) or else the operands'
-    float type, rounded half to even, plus the zero point, saturated to the output type."""
-    if out_type not in (DataType.INT16, DataType.UINT16):
-        raise ctx.fail(f"the JAX quantization writes INT16 or UINT16, not {out_type.name}")
-    precision = int(ctx.attr("precision", 0)) if ctx.opset >= 23 else 0
-    wanted = None
-    if precision:
-        wanted = data_type_of(precision, f"{ctx.where}: attribute 'precision'").numpy_dtype
-    info = np.iinfo(out_type.numpy_dtype)
-    rank = x.rank
+def _spread(x: Value, axis, block: int):
+    """A function broadcasting a scale or zero point array against x (one value; one per index
+    of ``axis``; or blocks along ``axis``, repeated)."""
 
     def spread(v):
-        """A scale or zero point broadcast against x (blocks repeated along ``axis``)."""
         if axis is None:
             return v.reshape(())
         if block:
             v = jnp.repeat(v.reshape(tuple(v.shape)), block, axis=axis)
             return lax.slice_in_dim(v, 0, x.shape[axis], axis=axis)
-        return v.reshape(tuple(v.size if i == axis else 1 for i in range(rank)))
+        return v.reshape(tuple(v.size if i == axis else 1 for i in range(x.rank)))
+
+    return spread
+
+
+def quantize_linear_jax(ctx, x, scale, zero, out_type: DataType, axis, block: int, elem: int = 0):
+    """QuantizeLinear writing a type no DirectML quantize operator writes (8- and 4-bit DML
+    integers only), as a JAX node: INT16 / UINT16, and the types the graph holds in a carrier
+    (``elem``: 4- and 2-bit integers, float8, float4; ``importer.CARRIED``). ``axis`` and
+    ``block`` are the scale's layout as ``parameter_layout`` finds it (None and 0 per tensor;
+    per axis; blocked along ``axis``). ONNX's rule: x / scale in ``precision`` (opset 23) or else
+    the operands' float type; an integer type rounds it half to even, adds the zero point and
+    saturates to its range; a float type adds the zero point and converts as Cast does
+    (``saturate``)."""
+    if out_type not in _SIXTEEN_BIT and elem not in CARRIED:
+        raise ctx.fail(f"the JAX quantization writes INT16, UINT16 or a carried type, not "
+                       f"{out_type.name}")  # fmt: skip
+    precision = int(ctx.attr("precision", 0)) if ctx.opset >= 23 else 0
+    saturate = bool(ctx.attr("saturate", 1)) if ctx.opset >= 19 else True
+    wanted = None
+    if precision:
+        wanted = data_type_of(precision, f"{ctx.where}: attribute 'precision'").numpy_dtype
+    target = CARRIED[elem][1] if elem else np.dtype(out_type.numpy_dtype)
+    integer = jnp.issubdtype(target, jnp.integer)
+    info = ml_dtypes.iinfo(target) if integer else None
+    spread = _spread(x, axis, block)
 
     def quantize(a, s, z=None):
         if wanted is not None:
@@ -210,16 +238,41 @@ def quantize_linear_jax(ctx, x, scale, zero, out_type: DataType, axis, block: in
             kind = jnp.promote_types(a.dtype, s.dtype)
         else:
             kind = s.dtype
-        # The correctly rounded quotient on every backend (``_quant.divide``), half to even.
-        q = jnp.round(divide(a.astype(kind), spread(s).astype(kind)))
+        # The correctly rounded quotient on every backend (``_quant.divide``).
+        q = divide(a.astype(kind), spread(s).astype(kind))
+        if not integer:
+            q = q.astype(jnp.promote_types(kind, jnp.float32))
+            if z is not None:
+                q = q + spread(z).astype(q.dtype)
+            return (carried_convert(q, elem, saturate),)
+        q = jnp.round(q)  # half to even
         q = jnp.where(jnp.isnan(q), jnp.zeros((), q.dtype), q)  # NaN: the zero point (DML's rule)
         q = q.astype(jnp.promote_types(kind, jnp.float32))  # adds and saturates beyond float16
         if z is not None:
             q = q + spread(z).astype(q.dtype)
-        return (jnp.clip(q, info.min, info.max).astype(out_type.numpy_dtype),)
+        return (jnp.clip(q, int(info.min), int(info.max)).astype(target),)
 
     present = [x, scale] if zero is None else [x, scale, zero]
-    (y,) = ctx.jax("QuantizeLinear.16bit", quantize, present, [(x.shape, out_type)])
+    name = f"QuantizeLinear.{TYPE_NAMES[elem] if elem else out_type.name.lower()}"
+    (y,) = ctx.jax(name, quantize, present, [(x.shape, out_type)])
+    return replace(y, carried=elem)
+
+
+def dequantize_linear_jax(ctx, x, scale, zero, out_type: DataType, axis, block: int):
+    """DequantizeLinear of a float8 / float4 tensor (held in float32, ``importer.CARRIED``),
+    which no DirectML dequantize operator reads: (x - zero point) * scale in float32, as a JAX
+    node, rounded once to ``out_type``."""
+    spread = _spread(x, axis, block)
+
+    def dequantize(a, s, z=None):
+        a = a.astype(jnp.float32)
+        if z is not None:
+            a = a - spread(z).astype(jnp.float32)
+        return (a * spread(s).astype(jnp.float32),)
+
+    present = [x, scale] if zero is None else [x, scale, zero]
+    (y,) = ctx.jax(f"DequantizeLinear.{TYPE_NAMES[x.carried]}", dequantize, present,
+                   [(x.shape, out_type)])  # fmt: skip
     return y
 
 
@@ -229,14 +282,15 @@ def _quantize_linear(ctx, node, inputs):
     zero = _present(inputs, 2)
     axis, block = parameter_layout(ctx, x, scale, zero)
     out_type = quantized_type(ctx, zero)
-    if out_type in _SIXTEEN_BIT:  # DirectML quantizes to 8 and 4 bits only
-        return [quantize_linear_jax(ctx, x, scale, zero, out_type, axis, block)]
+    elem = quantized_carried(ctx, zero)
+    if elem or out_type in _SIXTEEN_BIT:  # DirectML quantizes to 8- and 4-bit DML types only
+        return [quantize_linear_jax(ctx, x, scale, zero, out_type, axis, block, elem)]
     # DirectML divides in float32 whatever the operands (FLOAT16 widens exactly), so operands
     # of two float types are both widened; ONNX's ``precision`` (opset 23) is then float32.
     if x.data_type in _FLOATS and scale.data_type in _FLOATS and x.data_type != scale.data_type:
         x = cast_value(ctx, x, DataType.FLOAT32)
         scale = cast_value(ctx, scale, DataType.FLOAT32)
-    if block or out_type in _FOUR_BIT:
+    if block:
         return [_blocked(ctx, "QUANTIZE", x, scale, zero, out_type, axis)]
     return [quantize_value(ctx, x, scale, zero, out_type, axis)]
 
@@ -245,14 +299,17 @@ def _quantize_linear(ctx, node, inputs):
 def _dequantize_linear(ctx, node, inputs):
     x, scale = inputs[:2]
     zero = _present(inputs, 2)
-    if zero is not None and zero.data_type != x.data_type:
+    if zero is not None and (zero.data_type, zero.carried) != (x.data_type, x.carried):
         raise ctx.fail("the zero point's type differs from the input's")
     axis, block = parameter_layout(ctx, x, scale, zero)
     given = int(ctx.attr("output_dtype", 0)) if ctx.opset >= 23 else 0
     out_type = data_type_of(given, ctx.where) if given else scale.data_type
+    if x.carried and x.data_type == DataType.FLOAT32:  # float8 / float4
+        y = dequantize_linear_jax(ctx, x, scale, zero, DataType.FLOAT32, axis, block)
+        return [cast_value(ctx, y, out_type)]
     if out_type == DataType.FLOAT32:
         scale = cast_value(ctx, scale, DataType.FLOAT32)  # a FLOAT16 scale widens exactly
-    if block or x.data_type in _FOUR_BIT:
+    if block:
         y = _blocked(ctx, "DEQUANTIZE", x, scale, zero, scale.data_type, axis)
     else:
         y = dequantize_value(ctx, x, scale, zero, axis)
