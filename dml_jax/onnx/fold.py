@@ -33,6 +33,9 @@ NONDETERMINISTIC = frozenset(
         "Multinomial",
     }
 )
+# Ops whose converter evaluates known inputs itself: ImageDecoder's reference keeps an image's
+# own channels (4 for RGBA, none for a grayscale PNG), where the converter gives pixel_format's.
+CONVERTER_EVALUATES = frozenset({"ImageDecoder"})
 FOLD_LIMIT_BYTES = 1 << 30
 
 
@@ -44,7 +47,9 @@ class NotEvaluated(ValidationError):
 def foldable(node: Any, domain: str, inputs: Sequence[Value | None], schema: Any) -> bool:
     """Whether ``node`` can be evaluated at import: every input's value is known (constants,
     parameters, values computed from them)."""
-    if domain or node.op_type in NONDETERMINISTIC or schema is None:
+    if domain or schema is None:
+        return False
+    if node.op_type in NONDETERMINISTIC or node.op_type in CONVERTER_EVALUATES:
         return False
     present = [v for v in inputs if v is not None]
     if not present or any(v.known is None for v in present):
