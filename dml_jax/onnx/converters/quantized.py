@@ -253,7 +253,7 @@ def quantize_linear_jax(ctx, x, scale, zero, out_type: DataType, axis, block: in
         return (jnp.clip(q, int(info.min), int(info.max)).astype(target),)
 
     present = [x, scale] if zero is None else [x, scale, zero]
-    name = f"QuantizeLinear.{TYPE_NAMES[elem] if elem else out_type.name.lower()}"
+    name = f"QuantizeLinear.{TYPE_NAMES[elem]}" if elem else "QuantizeLinear.16bit"
     (y,) = ctx.jax(name, quantize, present, [(x.shape, out_type)])
     return replace(y, carried=elem)
 
