@@ -462,9 +462,9 @@ def test_float16_pieces_hold_float32_exactly():
 
 
 def test_float16_probabilities_enter_the_product_at_float32_precision():
-    """FLOAT16 values: the float32 probabilities times the values (three float16 pieces) equal
-    the float64 product to float32 accuracy; with ALLOW_HALF_PRECISION_COMPUTATION one rounded
-    piece is used and the product is only float16-accurate."""
+    """FLOAT16 values: the float32 probabilities times the values equal the float64 product to
+    float32 accuracy; with ALLOW_HALF_PRECISION_COMPUTATION the probabilities are rounded to
+    float16 and the product is only float16-accurate."""
     from dml_jax.ops.attention import _weighted_values
     from dml_jax.precision import with_half_precision
 
@@ -492,6 +492,22 @@ def test_float16_probabilities_enter_the_product_at_float32_precision():
     )
 
 
+def test_float16_values_above_four_do_not_overflow_when_one_key_takes_all_the_weight():
+    """A regression: probabilities entered the second product as float16 pieces scaled by
+    2**14, whose products with values above 4 overflowed float16 on a GPU (-inf outputs)."""
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((1, 2, 4)).astype(np.float16)
+    k = np.zeros((1, 2, 4), np.float16)
+    v = (rng.standard_normal((1, 2, 4)) * 1000).astype(np.float16)
+    mask = np.array([[[[1, 0], [1, 0]]]], np.int32)  # every query reads key 0 only
+    desc = MHA(_t((1, 2, 4), "FLOAT16"), _t((1, 2, 4), "FLOAT16"), _t((1, 2, 4), "FLOAT16"),
+               mask_tensor=_t((1, 1, 2, 2), "INT32"), mask_type="BOOLEAN",
+               output_tensor=_t((1, 2, 4), "FLOAT16"), scale=0.5, mask_filter_value=-1e4,
+               head_count=1)  # fmt: skip
+    out = np.asarray(dml.compile_operator(desc)(q, k, v, mask))
+    np.testing.assert_array_equal(out, np.broadcast_to(v[:, :1], (1, 2, 4)))
+
+
 def _product_operand_types(fn, *args) -> list[tuple[str, ...]]:
     """The operand dtypes of every dot_general that ``fn`` traces (nested jaxprs included)."""
     found = []
@@ -508,14 +524,14 @@ def _product_operand_types(fn, *args) -> list[tuple[str, ...]]:
 
 
 def test_float16_products_take_float16_operands():
-    """FLOAT16 without BiasTensor: Q K^T on float16 operands and the second product as three
-    float16 products (one with the half-precision flag); with BiasTensor the biased Q, K and V
-    are float32, as are both products."""
+    """FLOAT16 without BiasTensor: Q K^T on float16 operands and the second product on float32
+    ones (float16 with the half-precision flag); with BiasTensor the biased Q, K and V are
+    float32, as are both products."""
     plain = _m(type_name="FLOAT16")()
     biased = _m(type_name="FLOAT16", bias_tensor=(12,))()
     half16, wide = ("float16", "float16"), ("float32", "float32")
     for desc, half, want in (
-        (plain, False, [half16] * 4),
+        (plain, False, [half16, wide]),
         (plain, True, [half16] * 2),
         (biased, False, [wide] * 2),
     ):

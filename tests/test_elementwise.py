@@ -155,8 +155,9 @@ INVALID_ROWS = [
     (
         lambda: add1(fused_activation=add()),
         (
-            r"^DML_OPERATOR_ELEMENT_WISE_ADD1: FusedActivation must be an activation DirectML "
-            r"can fuse \(DML_OPERATOR_ACTIVATION_CELU, .*\), got DML_OPERATOR_ELEMENT_WISE_ADD"
+            r"^DML_OPERATOR_ELEMENT_WISE_ADD1: FusedActivation is not an activation: got "
+            r"DML_OPERATOR_ELEMENT_WISE_ADD; it must be an activation DirectML can fuse "
+            r"\(DML_OPERATOR_ACTIVATION_CELU, .*\)"
         ),
     ),
     (

@@ -28,7 +28,7 @@ def _info(name, elem, shape):
 
 def _model(nodes, inputs, outputs, opset=17, initializers=()):
     graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
 
 def _graph(nodes, inputs, outputs, initializers=()):

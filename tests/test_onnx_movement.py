@@ -145,7 +145,8 @@ def test_slice_with_an_empty_result_is_known_at_import():
     ],
 )
 def test_split_across_opsets(opset, split, attrs):
-    x = RNG.normal(size=(2, 4, 3)).astype(np.float32)
+    # num_outputs 3 of 5: pieces of 2, 2 and 1 (onnxruntime 1.30 rejects 4 in 2, 2 and 0).
+    x = RNG.normal(size=(2, 5 if "num_outputs" in attrs else 4, 3)).astype(np.float32)
     count = attrs.get("num_outputs", 2)
     outs = [f"y{k}" for k in range(count)]
     inputs = ["x", "split"] if split else ["x"]

@@ -116,6 +116,10 @@ def test_attention_mask_index_forms(form, constant):
     assert "GEMM" in ops and "MULTIHEAD_ATTENTION" in ops and "jax" not in ops
 
 
+@pytest.mark.skipif(
+    tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 31),
+    reason="onnxruntime 1.30's CPU Attention crashes (a segmentation fault) on this case",
+)
 def test_attention_hidden_sizes_scale_and_no_bias():
     inputs = [("x", _f(B, S, D)), ("w", _f(D, 2 * D + 2 * D))]
     attrs = {"num_heads": N, "qkv_hidden_sizes": [D, D, 2 * D], "scale": 0.3}

@@ -54,7 +54,9 @@ def _model(nodes, feeds, outputs, initializers=None, opset=17):
         initializer=[numpy_helper.from_array(a, n) for n, a in initializers.items()],
     )
     opsets = [helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)]
-    return helper.make_model(graph, opset_imports=opsets)
+    return helper.make_model(
+        graph, opset_imports=opsets, ir_version=10
+    )  # onnxruntime 1.30 reads 10
 
 
 def _ort(model, feeds):
@@ -454,6 +456,6 @@ def test_domain_must_be_imported():
         [node], "g", [helper.make_tensor_value_info("x", F32, [2])],
         [helper.make_empty_tensor_value_info("y")],
     )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     with pytest.raises(ValidationError, match="domain 'com.microsoft' is not among"):
         InferenceSession(model).run(None, {"x": np.zeros(2, np.float32)})

@@ -33,6 +33,7 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from ..enums import DataType
 from ..errors import ValidationError
@@ -132,6 +133,19 @@ def numpy_dtype_of(elem_type: int, where: str) -> np.dtype:
 def elem_type_of(dtype: Any) -> int:
     """The ONNX element type of a NumPy dtype (0 when ONNX has none of DML's)."""
     return _ELEM_OF_DTYPE.get(np.dtype(dtype), 0)
+
+
+BFLOAT16 = 16
+
+
+def round_to_bfloat16(x: Any) -> Any:
+    """float32 ``x`` rounded to bfloat16's values (nearest, ties to even; NaN stays NaN), still
+    float32: integer arithmetic on the bits, which no compiler can drop as it can a pair of
+    conversions where it allows excess precision (XLA on GPUs)."""
+    bits = lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
+    rounded = (bits + jnp.uint32(0x7FFF) + ((bits >> 16) & 1)) & jnp.uint32(0xFFFF0000)
+    y = lax.bitcast_convert_type(rounded, jnp.float32)
+    return jnp.where(jnp.isnan(x), x.astype(jnp.float32), y)
 
 
 def elem_of(v: Value) -> int:
@@ -635,7 +649,12 @@ class Context:
         ``fn`` maps v's array to the rounded one in ``elem``'s dtype (default: a plain
         conversion, nearest, ties to even)."""
         carrier, dtype = CARRIED[elem]
-        convert = fn or (lambda x: x.astype(dtype))
+        if fn is None and elem == BFLOAT16:
+            convert = round_to_bfloat16
+        else:
+            # XLA may drop a narrowing conversion followed by a widening one where it allows
+            # excess precision (its GPU compiler's default): the barrier keeps the rounding.
+            convert = lambda x: lax.optimization_barrier((fn or (lambda a: a.astype(dtype)))(x))
         (y,) = self.jax(f"Round.{TYPE_NAMES[elem]}", lambda x: (convert(x),), [v],
                         [(v.shape, carrier)])  # fmt: skip
         return replace(y, carried=elem)

@@ -30,9 +30,9 @@ Precision: FLOAT16 tensors are computed in float32 (Q/K/V plus bias, both produc
 accumulation, Scale, the bias and mask, the softmax and the probabilities as float32) and the
 output is rounded once; the present tensors hold the biased keys / values rounded to the tensor
 type. FLOAT32 products are float32 (``lax.Precision.HIGHEST``) unless the half-precision flag is
-given, as for GEMM. Without BiasTensor, FLOAT16 products run on float16 arithmetic with the same
-float32 results: Q, K and V stay float16 (their products are exact in float32) and the float32
-probabilities enter the second product as three float16 pieces (``precision.pieces_product``).
+given, as for GEMM. Without BiasTensor, the first FLOAT16 product runs on float16 arithmetic with
+the same float32 results (Q and K stay float16: their products are exact in float32); the second
+multiplies the float32 probabilities by the values widened to float32 (``_weighted_values``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from ..fields import (
     input_field,
     output_field,
 )
-from ..precision import matmul_precision, pieces_product
+from ..precision import half_precision_allowed, matmul_precision
 from ..registry import Example, register
 from ..support import F2, rows, types
 from ..tensor import TensorDesc
@@ -543,21 +543,21 @@ def _weights(logits, valid=None):
 
 def _weighted_values(w, values, precision):
     """Probabilities {B, Hkv, G, S, T} (float32) times values {B, Hkv, T, Dv}: {B, S, Hkv, G,
-    Dv} in float32.
+    Dv} in float32, FLOAT16 values widened (exactly) to float32; where half precision is
+    allowed, FLOAT16 values meet the probabilities rounded to float16 (float32 accumulation).
 
-    FLOAT16 values: the probabilities enter as three float16 pieces (``pieces_product``), so
-    the float32 product runs on float16 arithmetic (one rounded piece where half precision is
-    allowed). Derivatives are those of the plain float32 product.
+    The probabilities do not enter as scaled float16 pieces (``precision.pieces_product``) here:
+    a piece is a probability times 2**14, and a value above 4 in magnitude makes their product
+    overflow float16, which XLA's GPU compiler lets happen where it fuses the product (an
+    infinite output where one key takes all the weight; found on an H100).
     """
-
-    def product(a, b):
-        return jnp.einsum(
-            "bkrst,bktd->bskrd", a, b, precision=precision, preferred_element_type=jnp.float32
-        )
-
-    if values.dtype != jnp.float16:
-        return product(w, values)
-    return pieces_product(product, w, values)
+    if values.dtype == jnp.float16 and half_precision_allowed():
+        w = w.astype(jnp.float16)
+    else:
+        values = values.astype(jnp.float32)
+    return jnp.einsum(
+        "bkrst,bktd->bskrd", w, values, precision=precision, preferred_element_type=jnp.float32
+    )
 
 
 def lower_attention(d: Any, *arrays):

@@ -244,7 +244,8 @@ def quantize_linear_jax(ctx, x, scale, zero, out_type: DataType, axis, block: in
             q = q.astype(jnp.promote_types(kind, jnp.float32))
             if z is not None:
                 q = q + spread(z).astype(q.dtype)
-            return (carried_convert(q, elem, saturate),)
+            # The barrier keeps XLA from dropping the float8 round trip (excess precision).
+            return (lax.optimization_barrier(carried_convert(q, elem, saturate)),)
         q = jnp.round(q)  # half to even
         q = jnp.where(jnp.isnan(q), jnp.zeros((), q.dtype), q)  # NaN: the zero point (DML's rule)
         q = q.astype(jnp.promote_types(kind, jnp.float32))  # adds and saturates beyond float16
