@@ -70,6 +70,21 @@ def binary(name: str, *, is_bool: bool = False) -> Converter:
     return convert
 
 
+def select_value(ctx: Context, cond: Value, a: Value, b: Value, shape=None) -> Value:
+    """``cond ? a : b`` (ELEMENT_WISE_IF) at ``shape`` (default: the three broadcast), each
+    operand read through a broadcast desc: ``cond`` as UINT8, ``b`` in ``a``'s type."""
+    if shape is None:
+        shape = tuple(np.broadcast_shapes(cond.shape, a.shape, b.shape))
+    t = a.data_type
+    desc = op("ELEMENT_WISE_IF")(
+        broadcast(cond, shape, DataType.UINT8),
+        broadcast(a, shape),
+        broadcast(b, shape, t),
+        packed(t, shape),
+    )
+    return ctx.out(ctx.node(desc, [cond, a, b]), shape, is_bool=a.is_bool and b.is_bool)
+
+
 def binary_value(ctx: Context, name: str, a: Value, b: Value, *, is_bool: bool = False) -> Value:
     shape = broadcast_shape(ctx, a.shape, b.shape)
     out_type = DataType.UINT8 if is_bool else a.data_type

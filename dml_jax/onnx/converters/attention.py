@@ -53,7 +53,7 @@ import numpy as np
 from ...tensor import TensorDesc, packed_strides
 from ..importer import Value, broadcast, packed
 from . import converter
-from ._common import DataType, binary_value, cast_value, op, reduce_value, view
+from ._common import DataType, binary_value, cast_value, op, reduce_value, select_value, view
 from .movement import typed_scalar
 
 
@@ -153,15 +153,6 @@ def _less(ctx, a, b):
     a = ctx.constant(np.asarray(a, np.int32)) if isinstance(a, np.ndarray) else a
     b = ctx.constant(np.asarray(b, np.int32)) if isinstance(b, np.ndarray) else b
     return binary_value(ctx, "ELEMENT_WISE_LOGICAL_LESS_THAN", a, b, is_bool=True)
-
-
-def _select(ctx, cond: Value, a: Value, b: Value, shape) -> Value:
-    """ELEMENT_WISE_IF over ``shape`` (each operand broadcast)."""
-    t = a.data_type
-    desc = op("ELEMENT_WISE_IF")(
-        broadcast(cond, shape), broadcast(a, shape), broadcast(b, shape, t), packed(t, shape)
-    )
-    return ctx.out(ctx.node(desc, [cond, a, b]), shape)
 
 
 def _row_has_key(ctx, allowed: _Allowed, additive: Value | None):
@@ -415,7 +406,7 @@ def _bias(ctx, allowed: _Allowed, additive: Value | None, t: DataType) -> Value 
     base = additive if additive is not None else ctx.constant(np.zeros((1,), t.numpy_dtype))
     minus = ctx.constant(np.full((1,), -np.inf, t.numpy_dtype))
     shape = tuple(np.broadcast_shapes(_rank4(keep.shape), _rank4(base.shape)))
-    return _select(ctx, keep, base, minus, shape)
+    return select_value(ctx, keep, base, minus, shape)
 
 
 # --- rotary embedding -------------------------------------------------------------------------

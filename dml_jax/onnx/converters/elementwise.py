@@ -17,7 +17,16 @@ from jax import lax
 from ...tensor import ScaleBias
 from ..importer import CARRIED, broadcast, data_type_of, packed
 from . import converter, register
-from ._common import DataType, binary, binary_value, broadcast_shape, cast_value, op, unary
+from ._common import (
+    DataType,
+    binary,
+    binary_value,
+    broadcast_shape,
+    cast_value,
+    op,
+    select_value,
+    unary,
+)
 
 _FLOATS = (DataType.FLOAT32, DataType.FLOAT16, DataType.FLOAT64)
 
@@ -149,23 +158,13 @@ def _bit_shift(ctx, node, inputs):
         filled = _unary_value(ctx, "ELEMENT_WISE_BIT_NOT", binary_value(ctx, name, flipped, uy))
         zero = ctx.constant(np.zeros((), np.dtype(x.data_type.numpy_dtype)))
         negative = binary_value(ctx, "ELEMENT_WISE_LOGICAL_LESS_THAN", x, zero, is_bool=True)
-        shifted = _select(ctx, negative, filled, shifted, shape)
+        shifted = select_value(ctx, negative, filled, shifted, shape)
     return [cast_value(ctx, shifted, x.data_type)]
 
 
 def _unary_value(ctx, name: str, x):
     t = packed(x.data_type, x.shape)
     return ctx.out(ctx.node(op(name)(t, t), [x]), x.shape)
-
-
-def _select(ctx, cond, a, b, shape):
-    desc = op("ELEMENT_WISE_IF")(
-        broadcast(cond, shape, DataType.UINT8),
-        broadcast(a, shape),
-        broadcast(b, shape),
-        packed(a.data_type, shape),
-    )
-    return ctx.out(ctx.node(desc, [cond, a, b]), shape, is_bool=a.is_bool and b.is_bool)
 
 
 def _variadic(name: str):
@@ -295,7 +294,7 @@ def _pow(ctx, node, inputs):
 @converter("Where")
 def _where(ctx, node, inputs):
     cond, a, b = inputs
-    return [_select(ctx, cond, a, b, broadcast_shape(ctx, cond.shape, a.shape, b.shape))]
+    return [select_value(ctx, cond, a, b, broadcast_shape(ctx, cond.shape, a.shape, b.shape))]
 
 
 _FLOAT8 = (17, 18, 19, 20)  # FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ

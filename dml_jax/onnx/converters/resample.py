@@ -60,9 +60,9 @@ import numpy as np
 
 from ...enums import AxisDirection, InterpolationMode
 from ...ops.resample import plan_axis
-from ..importer import broadcast, packed
+from ..importer import packed
 from . import register
-from ._common import DataType, axis_of, op, view
+from ._common import DataType, axis_of, op, select_value, view
 
 FLT_MAX = float(np.finfo(np.float32).max)
 DECREASING, INCREASING = "DECREASING", "INCREASING"
@@ -397,14 +397,7 @@ def _extrapolate(ctx, y, outside: list, value: float):
             mask = mask | m.reshape(shape)
     cond = ctx.constant(mask)
     fill = ctx.constant(np.asarray(value).astype(y.data_type.numpy_dtype))
-    shape = y.shape
-    desc = op("ELEMENT_WISE_IF")(
-        broadcast(cond, shape, DataType.UINT8),
-        broadcast(fill, shape),
-        broadcast(y, shape),
-        packed(y.data_type, shape),
-    )
-    return ctx.out(ctx.node(desc, [cond, fill, y]), shape)
+    return select_value(ctx, cond, fill, y, y.shape)
 
 
 register("Resize", _resize)

@@ -26,9 +26,9 @@ import numpy as np
 
 from ...enums import DataType
 from ...graph import GraphDesc, InputGraphEdge, IntermediateGraphEdge, OutputGraphEdge
-from ..importer import Value, broadcast, identity, packed
+from ..importer import Value, identity, packed
 from . import converter
-from ._common import binary_value, cast_value, op
+from ._common import binary_value, cast_value, op, select_value
 
 _FLOATS = (DataType.FLOAT32, DataType.FLOAT64)
 
@@ -65,18 +65,6 @@ def _scale(ctx, c: float, x: Value) -> Value:
 def _sqrt(ctx, x: Value) -> Value:
     t = packed(x.data_type, x.shape)
     return ctx.out(ctx.node(op("ELEMENT_WISE_SQRT")(t, t), [x]), x.shape)
-
-
-def _select(ctx, cond: Value, a: Value, b: Value) -> Value:
-    """cond ? a : b (ELEMENT_WISE_IF), at the broadcast shape."""
-    shape = tuple(np.broadcast_shapes(cond.shape, a.shape, b.shape))
-    desc = op("ELEMENT_WISE_IF")(
-        broadcast(cond, shape, DataType.UINT8),
-        broadcast(a, shape),
-        broadcast(b, shape),
-        packed(a.data_type, shape),
-    )
-    return ctx.out(ctx.node(desc, [cond, a, b]), shape)
 
 
 def _regularized(ctx, norm: float, x: Value, g: Value) -> Value:
@@ -170,7 +158,7 @@ def _adam(ctx, node, inputs):
     corrected = _div(
         ctx, _mul(ctx, r, _sqrt(ctx, _sub(ctx, one, power(beta)))), _sub(ctx, one, power(alpha))
     )
-    r = _select(ctx, _step_positive(ctx, t), corrected, r)
+    r = select_value(ctx, _step_positive(ctx, t), corrected, r)
     x_new, v_new, h_new = [], [], []
     for x, g, v, h in zip(xs, gs, vs, hs):
         g = _regularized(ctx, norm, x, g)
@@ -199,7 +187,7 @@ def _momentum(ctx, node, inputs):
         raise ctx.fail(f"attribute 'mode' must be 'standard' or 'nesterov', got '{mode}'")
     beta_t = None
     if beta != 1.0:
-        beta_t = _select(
+        beta_t = select_value(
             ctx, _step_positive(ctx, t), _const(ctx, beta, x_type), _const(ctx, 1.0, x_type)
         )
     x_new, v_new = [], []
