@@ -2,7 +2,7 @@
 CUDA fast path of MATRIX_MULTIPLY_INTEGER, MATRIX_MULTIPLY_INTEGER_TO_FLOAT (8-bit operands) and
 QUANTIZED_LINEAR_MATRIX_MULTIPLY.
 
-The lax lowering (``ops.quantized_gemm_conv._zero_point_product``) is one int8 dot with an
+The lax lowering (``ops._quant.zero_point_product``) is one int8 dot with an
 int32 result, which XLA hands to cuBLAS, and the zero points applied outside it
 (``(x - a)(y - b) = xy - a * colsum(y) - b * rowsum(x) + K * a * b``). On an H200 (jax 0.11.2)
 XLA's int8 dot runs 636 TOPS at M = N = K = 4096, below its own float16 dot (772 TFLOP/s), and
@@ -176,7 +176,7 @@ def _applies(d: Any) -> bool:
 
 
 def _register() -> None:
-    from ..ops import quantized_gemm_conv as Q
+    from ..ops import quantized_matmul as Q
 
     for name, lower in (
         ("MATRIX_MULTIPLY_INTEGER", Q.lower_matrix_multiply_integer),
