@@ -36,7 +36,7 @@ import numpy as np
 from jax import lax
 
 from ..fastpath import register_fast_path
-from .reduce import load_pallas
+from .pallas_helpers import load_pallas
 
 # Tunables, chosen by benchmarks/int8_gemm_probe.py on an H200 (results/round12/int8_probe.log):
 # 128 x 128 x 128 on 8 warps, 3 stages: 1088 / 1182 TOPS at 4096^3 / 8192^3; 128 x 128 x 64
