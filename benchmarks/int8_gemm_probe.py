@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax import lax
 from timing import record, timeit
 
-from dml_jax.kernels.reduce import load_pallas
+from dml_jax.kernels.pallas_helpers import load_pallas
 
 # (block M, block N, block K, warps, stages)
 VARIANTS = [

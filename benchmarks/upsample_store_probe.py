@@ -36,7 +36,7 @@ from timing import record, timeit, torch_copy_seconds
 
 import dml_jax as dml
 from dml_jax.kernels import resample as K
-from dml_jax.kernels.reduce import load_pallas
+from dml_jax.kernels.pallas_helpers import load_pallas
 
 N, C, H, W, F = 16, 256, 64, 64, 4
 OH, OW = H * F, W * F

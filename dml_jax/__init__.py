@@ -10,25 +10,7 @@ op(jnp.ones((3, 3), jnp.float32))
 from . import kernels as _kernels
 from . import ops as _ops
 from .compile import CompiledOperator, compile_operator, validate
-from .enums import (
-    AxisDirection,
-    ConvolutionDirection,
-    ConvolutionMode,
-    DataType,
-    DepthSpaceOrder,
-    FeatureLevel,
-    InterpolationMode,
-    IsInfinityMode,
-    MatrixTransform,
-    MultiheadAttentionMaskType,
-    PaddingMode,
-    QuantizationType,
-    RandomGeneratorType,
-    RecurrentNetworkDirection,
-    ReduceFunction,
-    RoundingMode,
-    TensorFlags,
-)
+from .enums import ENUMS as _ENUMS
 from .errors import ValidationError
 from .graph import (
     CompiledGraph,
@@ -52,34 +34,17 @@ from .tensor import ScaleBias, Size2D, TensorDesc
 __version__ = "0.1.0"
 
 _BASE = [
-    "AxisDirection",
     "CompiledGraph",
     "CompiledOnnx",
     "CompiledOperator",
-    "ConvolutionDirection",
-    "PaddingMode",
-    "QuantizationType",
-    "RandomGeneratorType",
-    "RecurrentNetworkDirection",
-    "InterpolationMode",
-    "ConvolutionMode",
-    "DataType",
-    "DepthSpaceOrder",
-    "FeatureLevel",
-    "IsInfinityMode",
     "ConstantDataNode",
     "GraphDesc",
     "InputGraphEdge",
     "IntermediateGraphEdge",
-    "MatrixTransform",
-    "MultiheadAttentionMaskType",
     "OutputGraphEdge",
-    "ReduceFunction",
-    "RoundingMode",
     "ScaleBias",
     "Size2D",
     "TensorDesc",
-    "TensorFlags",
     "ValidationError",
     "compile_graph",
     "compile_onnx",
@@ -94,6 +59,11 @@ _BASE = [
     "validate_graph",
 ]
 
+# Every DML enum is exported under its own name (DataType, FeatureLevel, ReduceFunction ...).
+for _enum in _ENUMS:
+    globals()[_enum.__name__] = _enum
+_BASE += [_enum.__name__ for _enum in _ENUMS]
+
 # Every registered operator class is exported under its own name (ElementWiseAdd1OperatorDesc ...).
 for _spec in _operators():
     globals()[_spec.desc_class.__name__] = _spec.desc_class
@@ -105,4 +75,4 @@ for _alias, _name in _aliases().items():
     globals()["".join(w.capitalize() for w in _words) + "OperatorDesc"] = _lookup(_name).desc_class
 
 __all__ = sorted(_BASE + [_spec.desc_class.__name__ for _spec in _operators()])
-del _spec
+del _spec, _enum

@@ -154,3 +154,92 @@ def _json_number(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)
     return v
+
+
+# ---------------------------------------------------------------------------------------------
+# The fast-path registry, for people: `dml-jax list-operators --fast-paths`, docs/fast-paths.md
+
+
+def _module_of(fn: Any) -> str:
+    """``kernels.reduce_paths`` for a lowering defined in ``dml_jax/kernels/reduce_paths.py``."""
+    module = getattr(fn, "__module__", None) or fn.func.__module__  # a functools.partial
+    return str(module).removeprefix("dml_jax.")
+
+
+def fast_path_lines() -> list[str]:
+    """The lines of ``dml-jax list-operators --fast-paths``: each operator type with its CUDA
+    fast paths in the order ``fastpath.select`` tries them, then the graph epilogues."""
+    from . import fastpath
+
+    by_type: dict[str, list[str]] = {}
+    for path in fastpath.registered():
+        alone = ", standalone" if path.standalone else ""
+        by_type.setdefault(path.operator_type, []).append(
+            f"{path.name} ({_module_of(path.lower)}{alone})"
+        )
+    width = max(len(t) for t in by_type)
+    lines = [f"{'Operator':<{width}}  Fast paths (module), tried in this order"]
+    lines += [f"{t:<{width}}  {'; '.join(names)}" for t, names in by_type.items()]
+    pairs = [(f"{e.producer} -> {e.consumer}", e) for e in fastpath.epilogues()]
+    if pairs:
+        width = max(len(label) for label, _ in pairs)
+        lines += ["", f"{'Graph epilogue (producer -> consumer)':<{width}}  Name (module)"]
+        lines += [f"{label:<{width}}  {e.name} ({_module_of(e.lower)})" for label, e in pairs]
+    return lines
+
+
+def _summary(module_name: str) -> str:
+    """The first paragraph of a module's docstring, on one line."""
+    import importlib
+
+    doc = importlib.import_module(f"dml_jax.{module_name}").__doc__ or ""
+    return " ".join(doc.strip().split("\n\n")[0].split())
+
+
+def fast_paths_markdown() -> str:
+    """docs/fast-paths.md's generated part: the fast paths by kernel module and name (with the
+    operator types each serves), the graph epilogues, and what each kernel module's docstring
+    says it applies to."""
+    from . import fastpath
+
+    groups: dict[tuple[str, str, bool], list[str]] = {}
+    for path in fastpath.registered():
+        key = (_module_of(path.lower), path.name, path.standalone)
+        groups.setdefault(key, []).append(path.operator_type.removeprefix("DML_OPERATOR_"))
+    lines = [
+        "| kernel module | fast path | in a graph | operator types (`DML_OPERATOR_...`) |",
+        "|---|---|---|---|",
+    ]
+    # By kernel module; within one, in registration order (the order ``select`` tries them).
+    for (module, name, standalone), types in sorted(groups.items(), key=lambda kv: kv[0][0]):
+        where = "only a node without neighbours" if standalone else "any node"
+        lines.append(f"| `{module}` | `{name}` | {where} | {', '.join(types)} |")
+    lines += [
+        "",
+        "| graph epilogue: producer | consumer | name | kernel module |",
+        "|---|---|---|---|",
+    ]
+    for e in fastpath.epilogues():
+        producer = e.producer.removeprefix("DML_OPERATOR_")
+        consumer = e.consumer.removeprefix("DML_OPERATOR_")
+        lines.append(f"| {producer} | {consumer} | `{e.name}` | `{_module_of(e.lower)}` |")
+    modules = sorted(
+        {m for m, _, _ in groups} | {_module_of(e.lower) for e in fastpath.epilogues()}
+    )
+    lines += ["", "What each kernel module applies to (the first paragraph of its docstring):", ""]
+    lines += [f"- `{m}`: {_summary(m)}" for m in modules]
+    return "\n".join(lines)
+
+
+def operator_groups_markdown() -> str:
+    """docs/operators.md's generated table: each operator group (a module of ``dml_jax/ops/``)
+    with its registered operators and the feature level each was introduced at."""
+    groups: dict[str, list[str]] = {}
+    for spec in operators():
+        group = spec.desc_class.__module__.removeprefix("dml_jax.ops.")
+        level = introduced(next(iter(spec.tables.values()))).label
+        groups.setdefault(group, []).append(f"{spec.name.removeprefix('DML_OPERATOR_')} {level}")
+    lines = ["| group (`dml_jax/ops/`) | operators (feature level) |", "|---|---|"]
+    lines += [f"| `{g}` | {', '.join(names)} |" for g, names in sorted(groups.items())]
+    lines.append(f"\n{sum(len(n) for n in groups.values())} operators in {len(groups)} groups.")
+    return "\n".join(lines)

@@ -1,7 +1,7 @@
 """The ``dml-jax`` command line: run DxDispatch JSON models on JAX, list operators, benchmark.
 
     dml-jax run [MODEL.json] [-i N] [-r N] [-t MS] [-w N] [-v L] [-I MS] [--device D]
-    dml-jax list-operators [--support]
+    dml-jax list-operators [--support | --fast-paths]
     dml-jax example OPERATOR
     dml-jax bench [...]
 
@@ -214,6 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also print each operator's support table (feature level, dimension counts, "
         "data types)",
     )
+    listing.add_argument(
+        "--fast-paths",
+        action="store_true",
+        help="instead, print each operator's registered CUDA fast paths (Pallas kernels, cuDNN) "
+        "in the order they are tried, and the graph epilogues",
+    )
     example = sub.add_parser(
         "example",
         help="print an operator's example as a DxDispatch model",
@@ -278,10 +284,13 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def _list_operators(show_support: bool) -> int:
-    from .catalog import operator_lines
+def _list_operators(show_support: bool, show_fast_paths: bool = False) -> int:
+    from .catalog import fast_path_lines, operator_lines
 
-    for line in operator_lines(show_support):
+    if show_support and show_fast_paths:
+        print("error: list-operators: --support and --fast-paths are exclusive", file=sys.stderr)
+        return 2
+    for line in fast_path_lines() if show_fast_paths else operator_lines(show_support):
         print(line)
     return 0
 
@@ -370,7 +379,7 @@ def _main(argv: list[str]) -> int:
     except SystemExit as e:  # argparse reports usage errors (and --help) by exiting
         return int(e.code or 0)
     if args.command == "list-operators":
-        return _list_operators(args.support)
+        return _list_operators(args.support, args.fast_paths)
     if args.command == "example":
         return _example(args.operator)
     if args.command == "convert":

@@ -360,3 +360,8 @@ _PREFIXES = {
 }
 
 NEWEST_FEATURE_LEVEL = FeatureLevel.newest()
+
+
+# Every DML enum above, in definition order: ``dml_jax`` exports each under its own name, so a new
+# enum needs no line elsewhere.
+ENUMS: tuple[type[_DmlEnum], ...] = tuple(_DmlEnum.__subclasses__())

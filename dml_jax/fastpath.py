@@ -77,6 +77,11 @@ def fast_paths(operator_type: str) -> tuple[FastPath, ...]:
     return tuple(_FAST_PATHS.get(operator_type, {}).values())
 
 
+def registered() -> tuple[FastPath, ...]:
+    """Every registered fast path, by operator type, each type's in registration order."""
+    return tuple(p for t in sorted(_FAST_PATHS) for p in _FAST_PATHS[t].values())
+
+
 def select(desc: Any, fusible: bool = False) -> FastPath | None:
     """The first fast path of ``desc``'s operator type that applies to it, or None; with
     ``fusible`` (the operator has graph neighbours) standalone fast paths are passed over."""
@@ -258,6 +263,11 @@ def register_epilogue(
         raise ValueError(f"epilogue {name!r} of {producer} -> {consumer} is already registered")
     found[name] = Epilogue(producer, consumer, name, applies, lower)
     return found[name]
+
+
+def epilogues() -> tuple[Epilogue, ...]:
+    """Every registered epilogue, by (producer, consumer), each pair's in registration order."""
+    return tuple(e for key in sorted(_EPILOGUES) for e in _EPILOGUES[key].values())
 
 
 def epilogue(producer_desc: Any, consumer_desc: Any, slot: int) -> Epilogue | None:

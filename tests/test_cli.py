@@ -648,6 +648,24 @@ def test_list_operators_support_prints_each_table_row(capsys):
     assert not lines[i + 4].startswith("    ")  # two rows and the example, then the next one
 
 
+def test_list_operators_fast_paths_reads_the_registry(capsys):
+    from dml_jax import fastpath
+
+    code, out, _ = run_cli(capsys, "list-operators", "--fast-paths")
+    assert code == 0
+    lines = out.splitlines()
+    for path in fastpath.registered():
+        line = next(x for x in lines if x.startswith(path.operator_type + " "))
+        assert f"{path.name} (kernels." in line, (path, line)
+    # Several fast paths of one operator: in the order ``fastpath.select`` tries them.
+    scatter = next(x for x in lines if x.startswith("DML_OPERATOR_SCATTER "))
+    assert scatter.split()[1:] == ["smem", "(kernels.scatter);", "kernel", "(kernels.scatter)"]
+    assert "DML_OPERATOR_GEMM -> DML_OPERATOR_ACTIVATION_GELU" in out
+    assert lines[0].split()[:2] == ["Operator", "Fast"]
+    code, _, err = run_cli(capsys, "list-operators", "--fast-paths", "--support")
+    assert code == 2 and "exclusive" in err
+
+
 def test_closed_output_pipe_ends_quietly(monkeypatch, capsys):
     # `dml-jax list-operators | head`: the reader goes away; the command stops with exit 0
     # instead of a BrokenPipeError traceback.

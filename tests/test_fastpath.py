@@ -83,7 +83,7 @@ def test_lowering_is_the_lax_lowering_without_cuda(monkeypatch):
 
 def test_compile_operator_fast_paths_keyword(monkeypatch):
     from dml_jax.compile import _compile_cached
-    from dml_jax.graph import _compile_graph_cached
+    from dml_jax.graph.tracing import _compile_graph_cached
 
     monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
     _compile_cached.cache_clear()  # nothing compiled with the real cuda_present inside

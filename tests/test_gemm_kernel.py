@@ -29,7 +29,8 @@ import dml_jax as dml
 import dml_jax.ops.attention
 from dml_jax import compile as compile_module
 from dml_jax import fastpath
-from dml_jax import graph as graph_module
+from dml_jax.graph import tracing as graph_module
+from dml_jax.graph import validated_plan
 from dml_jax.kernels import attention as attention_kernel
 from dml_jax.kernels import gemm as K
 
@@ -183,7 +184,7 @@ def _pair_graph(consumer: str, *, also_output=False, second_reader=False, dtype=
 
 def _pairs(graph, monkeypatch):
     monkeypatch.setattr(K, "hopper", lambda: True)
-    plan = graph_module._validate_graph(graph, max(dml.FeatureLevel))
+    plan = validated_plan(graph, max(dml.FeatureLevel))
     return {q: (p, slot) for q, (p, slot, _) in graph_module._epilogue_pairs(graph, plan).items()}
 
 
@@ -221,7 +222,7 @@ def test_a_gemm_with_a_full_c_keeps_its_add_apart(monkeypatch):
 def test_no_pairs_without_a_hopper_gpu(monkeypatch):
     monkeypatch.setattr(K, "hopper", lambda: False)
     graph = _pair_graph("gelu")
-    plan = graph_module._validate_graph(graph, max(dml.FeatureLevel))
+    plan = validated_plan(graph, max(dml.FeatureLevel))
     assert graph_module._epilogue_pairs(graph, plan) == {}
 
 
@@ -299,7 +300,7 @@ def test_the_gpt_stacks_gradient_with_fused_steps_is_the_unfused_one(forced_cuda
     def loss(fn):
         return lambda x: jnp.sum(fn(x, *args[1:]).astype(jnp.float32) ** 2)
 
-    plan = graph_module._validate_graph(net.graph, max(dml.FeatureLevel), reinterpret=True)
+    plan = validated_plan(net.graph, max(dml.FeatureLevel), reinterpret=True)
     pairs = graph_module._epilogue_pairs(net.graph, plan)
     kinds = sorted(net.graph.nodes[q].operator_type for q in pairs)
     assert kinds.count("DML_OPERATOR_MULTIHEAD_ATTENTION") == 2 and len(kinds) == 8

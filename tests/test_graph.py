@@ -785,7 +785,7 @@ def test_fusion_clip_reduce_reads_the_input_once():
 def test_fusion_checks_fail_for_a_graph_run_node_by_node(monkeypatch):
     """The checks are not vacuous: with every node's result handed on through memory (a host
     callback XLA cannot fuse), the clamped tensor is written and read back, and they fail."""
-    import dml_jax.graph as graph_module
+    import dml_jax.graph.tracing as graph_module
 
     def node_by_node(graph, plan, counter, fast_paths=True, epilogues=True):
         def lowered(*arrays):

@@ -14,8 +14,8 @@ import pytest
 
 import dml_jax as dml
 from dml_jax import fastpath
-from dml_jax import graph as graph_module
 from dml_jax.graph import constant_value
+from dml_jax.graph import tracing as graph_module
 
 T = dml.TensorDesc
 In, Out, Mid = dml.InputGraphEdge, dml.OutputGraphEdge, dml.IntermediateGraphEdge

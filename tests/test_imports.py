@@ -107,3 +107,42 @@ def test_no_private_names_imported_across_modules():
         if imported is not None and imported.startswith("_") and source != name
     ]
     assert not offenders, "private names imported across modules:\n" + "\n".join(offenders)
+
+
+def _imports_jax_private(path: Path) -> list[int]:
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            lines += [node.lineno for a in node.names if a.name.startswith("jax._src")]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jax._src"):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_jax_private_imports_are_in_one_module():
+    # jax._src changes without notice: kernels/jax_private.py is the one module that reaches
+    # it, and says which jax releases it was tested on.
+    offenders = [
+        f"{name}:{line}"
+        for name, (path, _) in MODULES.items()
+        if name != "dml_jax.kernels.jax_private"
+        for line in _imports_jax_private(path)
+    ]
+    assert not offenders, "jax._src imported outside kernels/jax_private.py: " + ", ".join(
+        offenders
+    )
+    assert _imports_jax_private(MODULES["dml_jax.kernels.jax_private"][0])
+
+
+def test_jax_private_names_resolve_under_this_jax():
+    import jax
+
+    from dml_jax.kernels import jax_private
+
+    version = tuple(int(p) for p in jax.__version__.split(".")[:2])
+    assert version in jax_private.TESTED_JAX_VERSIONS, (
+        f"jax {jax.__version__} is not among the releases kernels/jax_private.py was tested on"
+    )
+    assert hasattr(jax_private.mlir_ir(), "Type")
+    assert all(jax_private.mlir_dialects("arith", "gpu", "llvm", "memref", "nvvm", "vector"))
+    assert hasattr(jax_private.triton_lowering(), "triton_lowering_rules")

@@ -16,7 +16,7 @@ import pytest
 import dml_jax as dml
 from dml_jax import fastpath
 from dml_jax.kernels import int8_gemm as K
-from dml_jax.ops.quantized_gemm_conv import _zero_point_product
+from dml_jax.ops._quant import zero_point_product as _zero_point_product
 
 
 def _int8(rng, shape):

@@ -308,3 +308,21 @@ def test_constructors_accept_every_enum_spelling():
     assert len(descs) == 1
     types = {dml.TensorDesc(d, [2]) for d in (DataType.INT8, "DML_TENSOR_DATA_TYPE_INT8", "INT8")}
     assert len(types) == 1
+
+
+def test_every_dml_enum_is_exported():
+    # dml_jax derives its enum exports from dml_jax.enums.ENUMS: every enum class defined there.
+    import enum
+
+    from dml_jax import enums
+
+    defined = {
+        name
+        for name, value in vars(enums).items()
+        if isinstance(value, enum.EnumMeta)
+        and value.__module__ == enums.__name__
+        and not name.startswith("_")
+    }
+    assert {e.__name__ for e in enums.ENUMS} == defined
+    assert defined <= set(dml.__all__)
+    assert all(getattr(dml, name) is getattr(enums, name) for name in defined)

@@ -22,7 +22,7 @@ from jax import lax
 
 from ..fastpath import register_fast_path
 from ..ops.clip import ElementWiseClip1OperatorDesc, ElementWiseClipOperatorDesc
-from .reduce import load_pallas
+from .pallas_helpers import load_pallas
 
 CLIP_DTYPES = frozenset(np.dtype(t) for t in ("float16", "int8", "uint8", "int16", "uint16"))
 BLOCK_BYTES = 4096  # bytes per program: 0.97-0.98 of the copy on an H200 (variants.log)

@@ -24,7 +24,7 @@ from jax import lax
 
 from ..fastpath import register_fast_path
 from ..registry import lookup
-from .reduce import load_pallas
+from .pallas_helpers import load_pallas
 
 NARROW = frozenset(np.dtype(t) for t in ("float16", "int8", "uint8", "int16", "uint16"))
 BLOCK_BYTES = 4096  # bytes of the widest tensor per program (CLIP's kernel: 0.97-0.98 of copy)

@@ -23,7 +23,7 @@ from jax import lax
 from ..fastpath import register_fast_path
 from ..ops.indexing import one_hot_parts
 from ..ops.scan_generate import fill_constant_value
-from .reduce import load_pallas
+from .pallas_helpers import load_pallas
 from .reduce_plan import pow2_at_least
 
 BITS = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}  # the output's bits, by item size

@@ -2,7 +2,7 @@
 CUDA fast path of MATRIX_MULTIPLY_INTEGER, MATRIX_MULTIPLY_INTEGER_TO_FLOAT (8-bit operands) and
 QUANTIZED_LINEAR_MATRIX_MULTIPLY.
 
-The lax lowering (``ops.quantized_gemm_conv._zero_point_product``) is one int8 dot with an
+The lax lowering (``ops._quant.zero_point_product``) is one int8 dot with an
 int32 result, which XLA hands to cuBLAS, and the zero points applied outside it
 (``(x - a)(y - b) = xy - a * colsum(y) - b * rowsum(x) + K * a * b``). On an H200 (jax 0.11.2)
 XLA's int8 dot runs 636 TOPS at M = N = K = 4096, below its own float16 dot (772 TFLOP/s), and
@@ -36,7 +36,7 @@ import numpy as np
 from jax import lax
 
 from ..fastpath import register_fast_path
-from .reduce import load_pallas
+from .pallas_helpers import load_pallas
 
 # Tunables, chosen by benchmarks/int8_gemm_probe.py on an H200 (results/round12/int8_probe.log):
 # 128 x 128 x 128 on 8 warps, 3 stages: 1088 / 1182 TOPS at 4096^3 / 8192^3; 128 x 128 x 64
@@ -176,7 +176,7 @@ def _applies(d: Any) -> bool:
 
 
 def _register() -> None:
-    from ..ops import quantized_gemm_conv as Q
+    from ..ops import quantized_matmul as Q
 
     for name, lower in (
         ("MATRIX_MULTIPLY_INTEGER", Q.lower_matrix_multiply_integer),

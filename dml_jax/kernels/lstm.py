@@ -55,6 +55,7 @@ from jax import lax
 from ..fastpath import register_fast_path
 from ..ops.recurrent import backward_flags, lower_lstm, state_product
 from ..precision import half_precision_allowed
+from .jax_private import mlir_dialects, mlir_ir
 from .mosaic import hopper, multiprocessors, swizzled
 
 UNITS = 8  # hidden units a program: 4 * UNITS = 32 accumulator columns (m64 n32)
@@ -68,8 +69,9 @@ def _proxy_fence():
     """``fence.proxy.async.global``: orders this thread's generic-proxy accesses of global
     memory with TMA's (async-proxy) ones."""
     import jax.experimental.pallas.mosaic_gpu as plgpu
-    from jax._src.lib.mlir import ir
-    from jax._src.lib.mlir.dialects import llvm
+
+    ir = mlir_ir()
+    (llvm,) = mlir_dialects("llvm")
 
     @plgpu.inline_mgpu()
     def fence(ctx):

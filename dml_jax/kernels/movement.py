@@ -39,7 +39,7 @@ from ..ops.depth_space import (
 )
 from ..ops.split_join import JoinOperatorDesc, SplitOperatorDesc, lower_split
 from ..ops.tile import TileOperatorDesc, lower_tile
-from .reduce import load_pallas
+from .pallas_helpers import load_pallas
 
 _NARROW = frozenset(np.dtype(t) for t in ("float16", "int16", "uint16", "int8", "uint8"))
 

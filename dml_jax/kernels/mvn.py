@@ -61,7 +61,8 @@ import numpy as np
 
 from ..fastpath import register_fast_path
 from ..ops.normalization import mvn_axes, mvn_flags, optional_pair
-from .reduce import is_nan, load_pallas
+from .jax_private import mlir_dialects, mlir_ir
+from .pallas_helpers import is_nan, load_pallas
 from .reduce_plan import abr_view, pow2_at_least
 
 DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
@@ -547,9 +548,10 @@ def mvn_cluster(x2, v: ClusterView, form: Form, affine=()):
     """
     import jax.experimental.pallas as pl
     import jax.experimental.pallas.mosaic_gpu as plgpu
-    from jax._src.lib.mlir import ir
-    from jax._src.lib.mlir.dialects import arith, gpu, memref, nvvm
     from jax.experimental.mosaic.gpu import utils as mu
+
+    ir = mlir_ir()
+    arith, gpu, memref, nvvm = mlir_dialects("arith", "gpu", "memref", "nvvm")
 
     a, r, p, pieces = v.a, v.r, v.p, v.pieces
     lines, steps, k = v.lines, v.steps, CLUSTER_SLICE

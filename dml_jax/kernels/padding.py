@@ -33,7 +33,7 @@ from jax import lax
 
 from ..enums import PaddingMode
 from ..fastpath import register_fast_path
-from .reduce import load_pallas
+from .pallas_helpers import load_pallas
 from .reduce_plan import pow2_at_least
 
 BITS = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}  # the elements' bits, by item size

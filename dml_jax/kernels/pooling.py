@@ -48,7 +48,7 @@ import numpy as np
 
 from ..fastpath import register_fast_path
 from ..ops.pooling import SLICE_WINDOW_POINTS, WindowPlan, window_plan
-from .reduce import load_pallas, ptx
+from .pallas_helpers import load_pallas, ptx
 from .reduce_plan import pow2_at_least, pow2_at_most
 
 DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))

@@ -35,7 +35,7 @@ from jax import lax
 
 from ..fastpath import register_fast_path
 from ..ops._quant import divide
-from .reduce import is_nan, load_pallas, ptx
+from .pallas_helpers import is_nan, load_pallas, ptx
 from .reduce_plan import pow2_at_least
 
 IN_TYPES = frozenset(np.dtype(t) for t in ("float32", "float16"))

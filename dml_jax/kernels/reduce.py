@@ -28,6 +28,7 @@ from jax import lax
 
 from ..fastpath import cuda_present
 from ..ops.reduce import order_keys
+from .pallas_helpers import is_nan, load_pallas, ptx
 from .reduce_plan import PACKED_MAX_R, Plan, Tiling, arg_kernel, exact, layout, plan
 
 __all__ = [
@@ -37,38 +38,12 @@ __all__ = [
     "arg_reduce_kernel",
     "cuda_present",
     "exact",
-    "is_nan",
     "lanes_kernel",
     "layout",
     "log_sum_exp_kernel",
     "packed_kernel",
     "plan",
 ]
-
-
-def load_pallas():
-    # Imported lazily: CPU-only users never load Pallas.
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import triton as pltriton
-
-    return pl, pltriton
-
-
-def ptx(instruction: str, *args):
-    """One PTX instruction element by element (Triton inline assembly, CUDA only):
-    ``instruction $0, $1, ...`` over same-shape float32, float16 or int32 arrays (32-bit
-    registers: packed pairs, for instance), in their type."""
-    _, pltriton = load_pallas()
-    reg = {jnp.float16: "h", jnp.float32: "f", jnp.int32: "r"}[jnp.dtype(args[0].dtype).type]
-    operands = ", ".join(f"${i + 1}" for i in range(len(args)))
-    [out] = pltriton.elementwise_inline_asm(
-        f"{instruction} $0, {operands};",
-        args=list(args),
-        constraints=",".join([f"={reg}"] + [reg] * len(args)),
-        pack=1,
-        result_shape_dtypes=[jax.ShapeDtypeStruct(args[0].shape, args[0].dtype)],
-    )
-    return out
 
 
 def _identity(dtype, largest: bool):
@@ -218,13 +193,6 @@ def arg_reduce_kernel(x, p: Plan, largest: bool, last: bool, interpret: bool = F
         store(o_ref, pid, best_i)
 
     return _call(kernel, p, _as_2d(x, p), jnp.int32, interpret)
-
-
-def is_nan(v):
-    # From the bits (exponent all ones, mantissa not zero) rather than v != v, which a
-    # compiler allowed to assume no NaNs may fold to False.
-    bits = lax.bitcast_convert_type(v, jnp.int32) & np.int32(0x7FFFFFFF)
-    return bits > np.int32(0x7F800000)
 
 
 def _int_keys(v, dtype, largest: bool):

@@ -67,7 +67,7 @@ from ..enums import InterpolationMode
 from ..fastpath import register_fast_path
 from ..ops.resample import geometry, repeats
 from ..ops.resample import plan as lax_plan
-from .reduce import load_pallas
+from .pallas_helpers import load_pallas
 from .reduce_plan import pow2_at_least, pow2_at_most
 
 DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))

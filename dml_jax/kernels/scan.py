@@ -32,7 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..fastpath import register_fast_path
-from .reduce import load_pallas
+from .jax_private import triton_lowering
+from .pallas_helpers import load_pallas
 from .reduce_plan import pow2_at_least, pow2_at_most
 
 DTYPES = frozenset(
@@ -105,7 +106,7 @@ def triton_cumprod() -> bool:
     which this registers through Pallas' lowering table where this jax has it (not public API:
     without it, products along the minor axis stay with lax)."""
     try:
-        from jax._src.pallas.triton import lowering as tl
+        tl = triton_lowering()
 
         if jax.lax.cumprod_p not in tl.triton_lowering_rules:
 

@@ -42,7 +42,8 @@ import numpy as np
 from jax import lax
 
 from ..fastpath import register_fast_path
-from .reduce import load_pallas
+from .jax_private import mlir_dialects, mlir_ir
+from .pallas_helpers import load_pallas
 from .reduce_plan import pow2_at_least
 
 BITS = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}
@@ -278,9 +279,10 @@ def scatter_smem(x, idx, updates, v: SmemView):
     steps late so the lines of a warp read different banks."""
     import jax.experimental.pallas as pl
     import jax.experimental.pallas.mosaic_gpu as plgpu
-    from jax._src.lib.mlir import ir
-    from jax._src.lib.mlir.dialects import arith, memref, vector
     from jax.experimental.mosaic.gpu import utils as mu
+
+    ir = mlir_ir()
+    arith, memref, vector = mlir_dialects("arith", "memref", "vector")
 
     dtype = x.dtype
     size = dtype.itemsize

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..fastpath import register_fast_path
-from .reduce import is_nan, load_pallas
+from .pallas_helpers import is_nan, load_pallas
 from .reduce_plan import abr_view, pow2_at_least, pow2_at_most
 
 DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))

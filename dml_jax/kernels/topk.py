@@ -38,7 +38,7 @@ import numpy as np
 
 from ..fastpath import register_fast_path
 from ..ops.reduce import order_keys
-from .reduce import load_pallas, ptx
+from .pallas_helpers import load_pallas, ptx
 from .reduce_plan import pow2_at_least
 
 DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32", "int32"))

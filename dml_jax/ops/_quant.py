@@ -259,3 +259,71 @@ class QuantizedPairMembers(OperandMembers):
     output_scale_tensor: TensorDesc = input_field()
     output_zero_point_tensor: TensorDesc | None = input_field(optional=True)
     output_tensor: TensorDesc = output_field()
+
+
+# ---------------------------------------------------------------------------------------------
+# The integer products of the quantized matrix multiplies and convolutions
+
+INT8_MIN = 128  # M, K and N at least this, and multiples of 4, take the int8 dot
+
+
+def signed(q, q_type: DataType, zero_point):
+    """8-bit values as int8 and their zero point in the same frame, so that ``q - zero_point``
+    equals ``q' - zero_point'`` exactly: UINT8 shifts by -128 (its top bit flipped), INT8 stays.
+
+    Tensor cores multiply int8 by int8 (XLA's int8 dot with an int32 result, cuBLASLt's IMMA
+    on GPUs); 16-bit operands fall back to a slow untiled dot there. ``zero_point`` is an array
+    broadcasting over ``q`` or None (0); the shifted zero point is int32, or None where it is
+    statically 0 (an INT8 tensor without one)."""
+    q = held(q, q_type)
+    shift = 0 if q_type.is_signed else 128
+    if shift:
+        q = lax.bitcast_convert_type(lax.bitwise_xor(q, jnp.uint8(0x80)), jnp.int8)
+    if zero_point is None:
+        return q, (None if shift == 0 else jnp.full((1,) * q.ndim, -shift, jnp.int32))
+    zero_point = held(zero_point, q_type).astype(jnp.int32)
+    return q, (zero_point - jnp.int32(shift) if shift else zero_point)
+
+
+def zero_point_product(x, x_zero, y, y_zero):
+    """``sum_k (x - x_zero)[.., m, k] * (y - y_zero)[.., k, n]`` in int32 (wrapping as int32
+    accumulators do), for int8 ``x`` {B.., M, K} and ``y`` {B.., K, N}; ``x_zero`` broadcasts
+    to {.., M, 1} and ``y_zero`` to {.., 1, N} (int32; None: 0).
+
+    The int8 product is one dot; the zero points enter outside it:
+    ``(x - a)(y - b) = xy - a * colsum(y) - b * rowsum(x) + K * a * b``. int32 arithmetic is
+    exact modulo 2**32, so this equals the sum of the differences' products wrapped to int32,
+    bit for bit, on every backend."""
+    rank = x.ndim
+    batch = tuple(range(rank - 2))
+    if not all(n >= INT8_MIN and n % 4 == 0 for n in (x.shape[-2], x.shape[-1], y.shape[-1])):
+        # XLA's GPU backend computed small int8 dots wrongly (M, K, N of 2 and 3 on an H200,
+        # jax 0.11.2). int16 operands hold every product of two 8-bit values, so they are exact
+        # whichever code XLA emits; the int8 dot is kept for cuBLAS's aligned int8 GEMMs (checked
+        # exact on the GPU from 512 up, benchmarks/results/round9/quantized.log).
+        x, y = x.astype(jnp.int16), y.astype(jnp.int16)
+    acc = lax.dot_general(
+        x, y, (((rank - 1,), (rank - 2,)), (batch, batch)), preferred_element_type=jnp.int32
+    )
+    if x_zero is not None:
+        acc = acc - x_zero * jnp.sum(y, axis=rank - 2, keepdims=True, dtype=jnp.int32)
+    if y_zero is not None:
+        acc = acc - y_zero * jnp.sum(x, axis=rank - 1, keepdims=True, dtype=jnp.int32)
+    if x_zero is not None and y_zero is not None:
+        acc = acc + jnp.int32(x.shape[-1]) * x_zero * y_zero
+    return acc
+
+
+def same_parameter_ranks(d: Any, v: Validator, names: tuple[str, ...]) -> None:
+    """The pages' rule: these scale / zero point tensors share one DimensionCount."""
+    present = [(n, getattr(d, snake(n))) for n in names if getattr(d, snake(n)) is not None]
+    if present:
+        v.same("rank", present[1:], present[0])
+
+
+def snake(member: str) -> str:
+    return "".join("_" + ch.lower() if ch.isupper() else ch for ch in member).lstrip("_")
+
+
+def tensor_json(data_type: str, sizes: list) -> dict:
+    return {"DataType": data_type, "Sizes": sizes}

@@ -3,8 +3,8 @@ DEQUANTIZE, DYNAMIC_QUANTIZE_LINEAR and ELEMENT_WISE_QUANTIZED_LINEAR_ADD.
 
 The arithmetic (float32, round half to even, saturation, NaN to the zero point, exact zero-point
 differences, 4-bit elements as jnp.int4 / jnp.uint4) is ``_quant``'s, shared with the quantized
-matrix multiplies, convolutions and pooling (``quantized_gemm_conv``); docs/semantics.md,
-"Quantization", lists the choices DirectML leaves open.
+matrix multiplies (``quantized_matmul``), convolutions and pooling (``quantized_conv``);
+docs/semantics.md, "Quantization", lists the choices DirectML leaves open.
 
 Scale and zero point tensors:
 - ELEMENT_WISE_(DE)QUANTIZE_LINEAR: every tensor has InputTensor's sizes; per-tensor and per-axis

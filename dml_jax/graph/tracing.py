@@ -1,0 +1,310 @@
+"""A validated graph as one JAX function: every node's lowering in topological order (a graph's
+GEMM node and the node that reads it through a fast-path epilogue where one applies), jitted and
+cached as a ``CompiledGraph``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from .. import fastpath
+from ..checks import check_x64, feature_level_of
+from ..compile import CompiledOperator, with_shardings
+from ..enums import FeatureLevel
+from ..errors import ValidationError
+from ..precision import with_half_precision
+from ..tensor import packed_strides
+from .records import GRAPH, ConstantDataNode, FunctionNode, GraphDesc
+from .validation import GraphPlan, constant_value, validated_plan
+
+
+class CompiledGraph(CompiledOperator):
+    """A validated graph as one pure JAX function; called exactly like a ``CompiledOperator``.
+
+    Inputs are the graph inputs (``Inputs[i]``) and outputs the graph outputs (``Outputs[j]``).
+    A graph input that feeds no node has ``None`` as its desc and accepts any array, which is
+    ignored (DirectML tolerates unused graph inputs).
+
+    Attributes:
+        traces: how many times the graph's Python function has run, i.e. been traced by
+            ``jax.jit`` (or evaluated eagerly through ``fn``). Calling the compiled graph again
+            with the same inputs reuses the jitted program and leaves it unchanged.
+        order: node indices in the order they are evaluated.
+    """
+
+    def __init__(
+        self,
+        graph: GraphDesc,
+        level: FeatureLevel,
+        plan: GraphPlan,
+        counter: list,
+        half: bool = False,
+        fast_paths: bool = True,
+        epilogues: bool = True,
+    ):
+        differentiable = all(
+            spec.is_differentiable(node)
+            for spec, node in zip(plan.specs, graph.nodes)
+            if spec is not None
+        )
+        super().__init__(
+            graph,
+            level,
+            plan.input_descs,
+            plan.output_descs,
+            with_half_precision(_graph_function(graph, plan, counter, fast_paths, epilogues), half),
+            tuple_result=False,
+            differentiable=differentiable,
+            name=GRAPH,
+        )
+        self.order = plan.order
+        self._counter = counter
+        self._used_view: _UsedInputs | None = None
+
+    @property
+    def traces(self) -> int:
+        return self._counter[0]
+
+    def run_buffers(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple:
+        """Buffer mode, as for an operator: one 1-D buffer per graph input, one per output.
+
+        The buffer of a graph input that feeds no node is ignored (it may be ``None``, like an
+        unbound DML binding).
+        """
+        from ..buffers import run_buffers
+
+        used = [i for i, t in enumerate(self.input_descs) if t is not None]
+        if len(used) == len(self.input_descs):
+            return run_buffers(self, inputs, outputs)
+        if not isinstance(inputs, (list, tuple)) or len(inputs) != len(self.input_descs):
+            got = len(inputs) if isinstance(inputs, (list, tuple)) else type(inputs).__name__
+            raise ValidationError(
+                f"{self.name}: expected {len(self.input_descs)} input buffers "
+                f"({', '.join(self.input_paths)}), got {got}"
+            )
+        if self._used_view is None:
+            self._used_view = _UsedInputs(self, used)
+        return run_buffers(self._used_view, [inputs[i] for i in used], outputs)
+
+    def __repr__(self) -> str:
+        return (
+            f"CompiledGraph({len(self.desc.nodes)} nodes, {len(self.input_descs)} inputs, "
+            f"{len(self.output_descs)} outputs, feature_level={self.feature_level.label})"
+        )
+
+
+class _UsedInputs:
+    """A compiled graph seen through its used inputs only, for buffer mode."""
+
+    def __init__(self, graph: CompiledGraph, used: list[int]):
+        count = len(graph.input_descs)
+        self.name = graph.name
+        self.input_paths = tuple(graph.input_paths[i] for i in used)
+        self.input_descs = tuple(graph.input_descs[i] for i in used)
+        self.output_paths, self.output_descs = graph.output_paths, graph.output_descs
+        self._buffer_fn = None
+
+        def fn(*arrays):
+            full = [None] * count
+            for i, x in zip(used, arrays):
+                full[i] = x
+            return graph.fn(*full)
+
+        self.fn = fn
+
+
+def _graph_function(
+    graph: GraphDesc,
+    plan: GraphPlan,
+    counter: list,
+    fast_paths: bool = True,
+    epilogues: bool = True,
+) -> Callable[..., tuple]:
+    from ..buffers import read_tensor
+
+    constants = set(graph.constant_nodes)
+    # A node fed only by constants still fuses with nothing: it keeps standalone fast paths.
+    linked = {
+        n
+        for e in graph.intermediate_edges
+        if e.from_node_index not in constants
+        for n in (e.from_node_index, e.to_node_index)
+    }
+    on = fast_paths and epilogues and fastpath.cuda_present()
+    pairs = _epilogue_pairs(graph, plan) if on else {}
+    fused_into = {p for p, _, _ in pairs.values()}
+
+    def known(n):
+        # Values of node n's constant-fed inputs (its argument positions), as NumPy arrays, for
+        # the fast paths that decide at trace time what they would otherwise test at run time.
+        return {
+            i: constant_value(graph.nodes[s[1]], s[2])
+            for i, s in enumerate(plan.sources[n])
+            if s[0] == "constant"
+        }
+
+    steps = []
+    for n in plan.order:
+        if n in constants or n in fused_into:
+            continue
+        if n in pairs:  # this node and its producer as one step, the producer's inputs first
+            p, slot, found = pairs[n]
+            sources = plan.sources[p] + tuple(s for j, s in enumerate(plan.sources[n]) if j != slot)
+            edge = plan.sources[n][slot]
+            lower = fastpath.fused_lowering(
+                plan.specs[p], graph.nodes[p], plan.specs[n], graph.nodes[n], slot, found,
+                len(plan.sources[p]), read_as=edge[3] if len(edge) == 4 else None,
+                consumer_known=known(n),
+            )  # fmt: skip
+            steps.append((n, lower, sources, plan.present_outputs[n], {}))
+            continue
+        if isinstance(graph.nodes[n], FunctionNode):
+            lower = graph.nodes[n].fn
+        else:
+            lower = fastpath.lowering(plan.specs[n], graph.nodes[n], fast_paths, n in linked)
+        steps.append((n, lower, plan.sources[n], plan.present_outputs[n], known(n)))
+
+    def source_value(values, arrays, s):
+        if s[0] == "input":
+            return arrays[s[1]]
+        if s[0] == "constant":  # the bytes as the consumer's elements, read through its desc
+            data = constant_value(graph.nodes[s[1]], s[2].like(sizes=(s[2].addressed_elements,)))
+            return read_tensor(jnp.asarray(data), s[2])
+        if len(s) == 3:
+            return values[(s[1], s[2])]
+        return read_tensor(values[(s[1], s[2])].reshape(-1), s[3])
+
+    def lowered(*arrays):
+        counter[0] += 1
+        values: dict[tuple[int, int], Any] = {}
+        for n, lower, sources, present, known in steps:
+            args = [source_value(values, arrays, s) for s in sources]
+            with fastpath.known_inputs(known):
+                results = lower(*args)
+            for k, y in zip(present, results):
+                values[(n, k)] = y
+        return tuple(values[src] for src in plan.outputs)
+
+    return lowered
+
+
+def _epilogue_pairs(graph: GraphDesc, plan: GraphPlan) -> dict[int, tuple[int, int, Any]]:
+    """Consumer node -> (producer node, input slot, ``fastpath.Epilogue``) for every pair that a
+    registered epilogue computes as one: the producer has one output, not a graph output, read
+    by that one consumer input alone, in the desc it was written with or as a packed reshape of
+    it (a reinterpreting edge)."""
+    readers: dict[tuple[int, int], list[tuple[int, int, tuple]]] = {}
+    for q, sources in enumerate(plan.sources):
+        for j, s in enumerate(sources):
+            if s[0] == "node":
+                readers.setdefault((s[1], s[2]), []).append((q, j, s))
+    outputs = set(plan.outputs)
+    pairs: dict[int, tuple[int, int, Any]] = {}
+    taken: set[int] = set()  # nodes in a pair already: a node joins one pair at most
+    for (p, k), found in readers.items():
+        if len(found) != 1 or (p, k) in outputs or plan.present_outputs[p] != (k,):
+            continue
+        q, j, s = found[0]
+        if p in taken or q in taken:
+            continue
+        if len(s) == 4 and s[3].layout_strides != packed_strides(s[3].sizes):
+            continue  # read through strides: not the producer's packed output as it is
+        match = fastpath.epilogue(graph.nodes[p], graph.nodes[q], j)
+        if match is not None:
+            pairs[q] = (p, j, match)
+            taken |= {p, q}
+    return pairs
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile_graph_cached(
+    graph: GraphDesc,
+    level: FeatureLevel,
+    half: bool,
+    reinterpret: bool = False,
+    fast_paths: bool = True,
+    epilogues: bool = True,
+) -> CompiledGraph:
+    plan = validated_plan(graph, level, reinterpret)
+    return CompiledGraph(graph, level, plan, [0], half, fast_paths, epilogues)
+
+
+def _several_devices(shardings: Any) -> bool:
+    """Whether shardings (as ``compile_graph`` takes them) may place data on more than one
+    device: a sharding over several devices, or a bare PartitionSpec (devices unknown)."""
+    for leaf in jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, P)):
+        devices = getattr(leaf, "device_set", None)
+        if devices is None or len(devices) > 1:
+            return True
+    return False
+
+
+def compile_graph(
+    graph: GraphDesc,
+    feature_level: Any = None,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+    *,
+    allow_half_precision: bool = False,
+    reinterpret_edges: bool = False,
+    fast_paths: bool = True,
+) -> CompiledGraph:
+    """Validates a graph and compiles it into one function (one XLA program under jit).
+
+    Compiling an equal graph again at the same feature level returns the same object.
+
+    Args:
+        graph: a ``GraphDesc``.
+        feature_level: a ``FeatureLevel`` (or its name); ``None`` means the newest.
+        in_shardings, out_shardings: as for ``compile_operator``, one per graph input/output.
+        allow_half_precision: DirectML's ALLOW_HALF_PRECISION_COMPUTATION execution flag, as
+            for ``compile_operator``.
+        reinterpret_edges: let an intermediate edge join tensors of one data type whose sizes
+            or strides differ: the consumer reads the producer's packed buffer through its own
+            desc (a reshape or a stride-0 broadcast), as DirectML reinterprets the bytes. Off by
+            default (edges must match exactly); the ONNX importer turns it on.
+        fast_paths: as for ``compile_operator``: ``True`` lets each node's registered GPU fast
+            path (``dml_jax.fastpath``) compute it when the program is lowered for CUDA;
+            ``False`` lowers every node with its lax lowering. Fast paths registered as
+            standalone (the element-wise kernels, fusion barriers) are used only for nodes
+            without intermediate edges: elsewhere their lax form fuses into its neighbours.
+            Graph epilogues (``fastpath.register_epilogue``: a GEMM node and the node that
+            alone reads it as one kernel) apply on one device; with shardings over several
+            devices those nodes stay apart.
+
+    Returns:
+        A ``CompiledGraph`` (a ``CompiledOperator``): ``g(*inputs)`` takes one array per graph
+        input and returns one array, or a tuple when OutputCount > 1; ``g.fn`` is the pure
+        function for jit/grad/vmap; ``g.run_buffers`` is buffer mode.
+
+    Raises:
+        ValidationError: if a node or an edge breaks a rule (before anything is traced), or a
+            tensor uses a 64-bit type without ``jax_enable_x64``.
+    """
+    level = feature_level_of(feature_level)
+    if not isinstance(graph, GraphDesc):
+        raise ValidationError(f"{GRAPH}: expected a GraphDesc, got {type(graph).__name__}")
+    try:
+        hash(graph)
+    except TypeError:
+        raise ValidationError(f"{GRAPH}: description is not hashable") from None
+    # Graph epilogues (one kernel for two nodes) are single-device: over several devices the
+    # nodes stay apart, so that XLA partitions a sharded GEMM as it partitions any dot.
+    several = _several_devices(in_shardings) or _several_devices(out_shardings)
+    compiled = _compile_graph_cached(
+        graph, level, bool(allow_half_precision), bool(reinterpret_edges), bool(fast_paths),
+        not several,
+    )  # fmt: skip
+    for n, node in enumerate(graph.nodes):
+        if isinstance(node, ConstantDataNode):
+            continue
+        check_x64(
+            [(f"Nodes[{n}].{p}", t) for p, t in node.input_slots() + node.output_slots()], GRAPH
+        )
+    return with_shardings(compiled, in_shardings, out_shardings)
