@@ -647,3 +647,140 @@ def test_transformer_seeds_match_onnxruntime(name):
 def test_seed_count():
     assert sum(k.split("/")[0] in KINDS for k in SEEDS) >= 100, len(SEEDS)
     assert copy.copy(MUTATIONS)
+
+
+# ---------------------------------------------------------------------------------------------
+# The defects the fuzzer found, one explicit test each.
+
+
+def _one(op, inputs, outputs, inits=(), opset=13, **attrs):
+    node = helper.make_node(op, [i.name for i in inputs] + [t.name for t in inits],
+                            [o.name for o in outputs], **attrs)  # fmt: skip
+    return _model([node], inputs, outputs, list(inits), opset=opset)
+
+
+def _vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _cli(model) -> tuple[int, str]:
+    with tempfile.TemporaryDirectory(prefix="dml-jax-fuzz-onnx-") as folder:
+        path = os.path.join(folder, "model.onnx")
+        onnx.save(model, path)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(["run", path, "--max-memory", str(BUDGET)])
+    return code, err.getvalue().strip()
+
+
+def test_cli_binds_int64_inputs_as_int64():
+    """``dml-jax run`` on an .onnx file with an INT64 input made a resource of INT32 values and
+    then refused its own binding ("binding out of range")."""
+    data = SEEDS["pytorch-converted/test_Embedding"]
+    code, err = _cli(onnx.ModelProto.FromString(data))
+    assert code == 0, err
+
+
+def test_cli_refuses_types_it_cannot_bind_with_one_line():
+    """A FLOAT8E8M0 input escaped as an AssertionError from DataType.from_dtype."""
+    fl = TensorProto.FLOAT
+    model = _one("Add", [_vi("a", fl, [1]), _vi("b", TensorProto.FLOAT8E8M0, [1])],
+                 [_vi("y", fl, [1])])  # fmt: skip
+    code, err = _cli(model)
+    assert code == 1 and "input 'b'" in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("dim", [2**62, 2**40, -1, -(2**40)])
+def test_declared_input_dims_out_of_range(dim):
+    """Input dims beyond a TensorDesc's UINT32 leaked "TensorDesc.Sizes[0] must be <= ..." (and
+    2**40 made a MemoryError in the command line's random inputs)."""
+    fl = TensorProto.FLOAT
+    model = _one("Relu", [_vi("x", fl, [dim, 4])], [_vi("y", fl, [3, 4])])
+    with pytest.raises(ValidationError, match=r"^ONNX: input 'x': dimension 0 is"):
+        InferenceSession(model.SerializeToString())
+    code, err = _cli(model)
+    assert code == 1 and "input 'x': dimension 0" in err, err
+
+
+def test_onnx_op_below_its_opset_is_refused_before_its_converter():
+    """Einsum (since opset 12) in an opset-9 model reached its converter without a schema
+    check, which read a missing equation (AttributeError)."""
+    fl = TensorProto.FLOAT
+    model = _one("Einsum", [_vi("x", fl, [2, 2]), _vi("z", fl, [2, 2])], [_vi("y", fl, [2, 2])],
+                 opset=9)  # fmt: skip
+    with pytest.raises(ValidationError, match=r"node 0 \(Einsum\): op type 'Einsum' is not an op"):
+        InferenceSession(model).run(None, {"x": np.ones((2, 2), np.float32),
+                                           "z": np.ones((2, 2), np.float32)})  # fmt: skip
+
+
+def test_variadic_input_without_a_name():
+    """Max('', b) reached the converter with a missing operand (AttributeError)."""
+    fl = TensorProto.FLOAT
+    node = helper.make_node("Max", ["", "b"], ["y"])
+    model = _model([node], [_vi("b", fl, [3])], [_vi("y", fl, [3])], [])
+    with pytest.raises(ValidationError, match=r"node 0 \(Max\): input 0 .* has no name"):
+        InferenceSession(model).run(None, {"b": np.ones(3, np.float32)})
+
+
+def test_graph_edge_type_mismatch_names_the_onnx_node():
+    """A FLOAT16 Conv input with FLOAT weights leaked "DML_GRAPH: IntermediateEdges[1] ..."
+    without the ONNX node."""
+    data = SEEDS["pytorch-converted/test_Conv2d_padding"]
+    model = onnx.ModelProto.FromString(data)
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    session = InferenceSession(model)
+    with pytest.raises(ValidationError, match=r"^ONNX: node 0 \(Conv\): IntermediateEdges"):
+        session.run(None, _inputs(session))
+
+
+@pytest.mark.parametrize(
+    "change, pattern",
+    [
+        ("cycle", r"node 0 \(Relu\): input 'b' is not produced before: node 1 \(Neg\) produces"),
+        ("twice", r"node 1 \(Neg\): output 'a' is already produced by node 0 \(Relu\)"),
+        ("input", r"node 0 \(Relu\): output 'x' is already produced by input 'x'"),
+        ("init", r"initializer 'w': dims \[-2\] hold a negative size"),
+        ("budget", r"initializer 'big': the initializers need 68719476736 bytes, more than"),
+        ("opset", r"opset import of domain '' has version 1000000"),
+    ],
+)
+def test_graph_structure_checked_up_front(change, pattern):
+    fl = TensorProto.FLOAT
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"])]
+    model = _model(nodes, [_vi("x", fl, [3])], [_vi("b", fl, [3])], [])
+    if change == "cycle":
+        model.graph.node[0].input[0] = "b"
+    elif change == "twice":
+        model.graph.node[1].output[0] = "a"
+    elif change == "input":
+        model.graph.node[0].output[0] = "x"
+    elif change == "init":
+        model.graph.initializer.append(helper.make_tensor("w", fl, [2], [1.0, 2.0]))
+        model.graph.initializer[0].dims[0] = -2
+    elif change == "budget":
+        t = helper.make_tensor("big", fl, [2], [1.0, 2.0])
+        t.dims[0] = 2**34  # no data is read before the budget refuses it
+        model.graph.initializer.append(t)
+    else:
+        model.opset_import[0].version = 10**6
+    with pytest.raises(ValidationError, match=pattern):
+        InferenceSession(model.SerializeToString(), max_memory=BUDGET).run(
+            None, {"x": np.ones(3, np.float32)}
+        )
+
+
+def test_memory_budget_applies_to_sessions_and_onnx_runs():
+    """A node whose tensors exceed the budget (an Expand to 2**26 x 4 floats) is refused before
+    it is compiled, naming the node; without a budget nothing changes."""
+    fl = TensorProto.FLOAT
+    model = _one("Expand", [_vi("x", fl, [1, 4])], [_vi("y", fl, [2**26, 4])],
+                 [_i64("shape", [2**26, 4])])  # fmt: skip
+    session = InferenceSession(model, max_memory=BUDGET)
+    with pytest.raises(ValidationError, match=r"^ONNX: node 0 \(Expand\): the model's tensors"):
+        session.program([(1, 4)])
+    code, err = _cli(model)
+    assert code == 1 and "memory budget" in err and len(err.splitlines()) == 1, err
+    small = _one("Expand", [_vi("x", fl, [1, 4])], [_vi("y", fl, [8, 4])],
+                 [_i64("shape", [8, 4])])  # fmt: skip
+    (y,) = InferenceSession(small, max_memory=BUDGET).run(None, {"x": np.ones((1, 4), np.float32)})
+    assert y.shape == (8, 4)

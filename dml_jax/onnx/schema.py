@@ -72,6 +72,12 @@ def check(node: Any, domain: str, opset: int, where: str, *, known: bool) -> Any
         if param.option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
             if k >= n_in and param.is_homogeneous and schema.min_input > k:
                 raise ValidationError(f"{ONNX}: {where}: input '{param.name}' is required")
+            # A variadic parameter's inputs are all present (none of them is optional).
+            for j in range(k, n_in):
+                if not node.input[j]:
+                    raise ValidationError(
+                        f"{ONNX}: {where}: input {j} ('{param.name}', variadic) has no name"
+                    )
             break
         if k >= n_in or not node.input[k]:
             raise ValidationError(f"{ONNX}: {where}: input {k} ('{param.name}') is required")

@@ -287,14 +287,18 @@ def compile_imported(imported: ImportedGraph, **options: Any) -> Any:
         ):
             return compile_graph(imported.graph, reinterpret_edges=True, **options)
     except ValidationError as e:
-        m = re.match(r"DML_GRAPH: Nodes\[(\d+)\]: ", str(e))
-        if m is None:
-            if str(e).startswith(f"{ONNX}: "):
+        text = str(e)
+        m = re.match(r"DML_GRAPH: Nodes\[(\d+)\]: ", text)
+        # An edge between two nodes (types that disagree): named by the node it enters.
+        edge = re.match(r"DML_GRAPH: .*?Nodes\[\d+\]\.\w+ to Nodes\[(\d+)\]", text)
+        if m is None and edge is None:
+            if text.startswith(f"{ONNX}: "):
                 raise
-            raise ValidationError(f"{ONNX}: the imported graph: {e}") from None
-        origin = imported.origin[int(m.group(1))]
+            raise ValidationError(f"{ONNX}: the imported graph: {text}") from None
+        origin = imported.origin[int((m or edge).group(1))]
         where = imported.onnx_nodes[origin][0] if 0 <= origin < len(imported.onnx_nodes) else ""
-        raise ValidationError(f"{ONNX}: {where}: {str(e)[m.end() :]}") from None
+        rest = text[m.end() :] if m else text.removeprefix("DML_GRAPH: ")
+        raise ValidationError(f"{ONNX}: {where or 'the imported graph'}: {rest}") from None
 
 
 class InferenceSession:
