@@ -681,13 +681,14 @@ def test_cli_binds_int64_inputs_as_int64():
     assert code == 0, err
 
 
-def test_cli_refuses_types_it_cannot_bind_with_one_line():
-    """A FLOAT8E8M0 input escaped as an AssertionError from DataType.from_dtype."""
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT8E8M0, TensorProto.INT4])
+def test_cli_refuses_types_it_cannot_bind_with_one_line(elem):
+    """A FLOAT8E8M0 input escaped as an AssertionError from DataType.from_dtype; an INT4 one
+    as a resource error that named no input."""
     fl = TensorProto.FLOAT
-    model = _one("Add", [_vi("a", fl, [1]), _vi("b", TensorProto.FLOAT8E8M0, [1])],
-                 [_vi("y", fl, [1])])  # fmt: skip
+    model = _one("Add", [_vi("a", fl, [1]), _vi("b", elem, [1])], [_vi("y", fl, [1])])
     code, err = _cli(model)
-    assert code == 1 and "input 'b'" in err and len(err.splitlines()) == 1, err
+    assert code == 1 and "ONNX: input 'b'" in err and len(err.splitlines()) == 1, err
 
 
 @pytest.mark.parametrize("dim", [2**62, 2**40, -1, -(2**40)])

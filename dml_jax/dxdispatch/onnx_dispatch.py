@@ -251,11 +251,12 @@ def onnx_model_text(
         # The type of the bound buffer, as the dispatch binds it (INT64 stays INT64).
         dtype = numpy_dtype_of(elem, where)
         try:
-            return _tensor_type(dtype)
+            t = _tensor_type(dtype)
         except (ValueError, TypeError, KeyError, ValidationError):
-            raise ValidationError(
-                f"ONNX: {where}: 'dml-jax run' cannot bind a tensor of {dtype}"
-            ) from None
+            t = None
+        if t is None or t.bits < 8:  # 4-bit resources take packed bytes, not random values
+            raise ValidationError(f"ONNX: {where}: 'dml-jax run' cannot bind a tensor of {dtype}")
+        return t
 
     model = load_onnx(file)
     check_model(model)
