@@ -68,7 +68,12 @@ def run_command(
     try:
         text = None
         if is_onnx_file(file):
-            text = onnx_model_text(file, onnx_inputs)
+            budget = options.max_memory
+            if budget is None:
+                from .run import default_memory_budget
+
+                budget = default_memory_budget(select_device(device))
+            text = onnx_model_text(file, onnx_inputs, max_memory=budget or None)
             if explain:
                 _print(onnx_explanation(file, onnx_inputs))
         elif onnx_inputs or explain:

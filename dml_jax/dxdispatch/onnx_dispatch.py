@@ -69,6 +69,7 @@ def parse_onnx_dispatchable(
             free_dimensions=free,
             feature_level=feature_level,
             base_dir=os.path.dirname(file),
+            max_memory=ctx.max_memory,
         )
     except ValidationError as e:
         raise ctx.fail(member(path, "sourcePath"), str(e)) from None
@@ -222,21 +223,44 @@ def onnx_explanation(file: str, inputs: dict[str, str] | None = None) -> str:
     return session.explain(shapes)
 
 
-def onnx_model_text(file: str, inputs: dict[str, str] | None = None, seed: int = 0) -> str:
+def onnx_model_text(
+    file: str,
+    inputs: dict[str, str] | None = None,
+    seed: int = 0,
+    max_memory: int | None = None,
+) -> str:
     """The DxDispatch model that ``dml-jax run MODEL.onnx`` runs: one dispatch of the ONNX file
     with every input bound (a given ``.npy`` file, else seeded random values: floats in
     [-1, 1), integers in [0, 10)), every output bound to a deferred resource, then printed.
 
+    Random inputs are counted against ``max_memory`` (``--max-memory``) before they are made.
+
     Raises:
-        ValidationError: the file is not an ONNX model, or ``inputs`` names no model input.
+        ValidationError: the file is not an ONNX model, ``inputs`` names no model input, or the
+            random inputs would not fit ``max_memory``.
     """
     import json
+    import math
 
     import numpy as np
 
-    from ..onnx.importer import data_type_of
+    from ..onnx import check_model
+    from ..onnx.importer import numpy_dtype_of
+
+    def buffer_type(elem: int, where: str) -> DataType:
+        # The type of the bound buffer, as the dispatch binds it (INT64 stays INT64).
+        dtype = numpy_dtype_of(elem, where)
+        try:
+            t = _tensor_type(dtype)
+        except (ValueError, TypeError, KeyError, ValidationError):
+            t = None
+        if t is None or t.bits < 8:  # 4-bit resources take packed bytes, not random values
+            raise ValidationError(f"ONNX: {where}: 'dml-jax run' cannot bind a tensor of {dtype}")
+        return t
 
     model = load_onnx(file)
+    check_model(model)
+    total = 0
     inputs = dict(inputs or {})
     rng = np.random.default_rng(seed)
     initializers = {i.name for i in model.graph.initializer}
@@ -245,13 +269,24 @@ def onnx_model_text(file: str, inputs: dict[str, str] | None = None, seed: int =
     for inp in model.graph.input:
         if inp.name in initializers:
             continue
-        t = data_type_of(inp.type.tensor_type.elem_type, f"input '{inp.name}'")
+        if inp.type.WhichOneof("value") != "tensor_type":
+            raise ValidationError(
+                f"ONNX: input '{inp.name}': 'dml-jax run' binds tensor inputs only"
+            )
+        t = buffer_type(inp.type.tensor_type.elem_type, f"input '{inp.name}'")
         key = f"input:{inp.name}"
         if inp.name in inputs:
             resources[key] = {"initialValues": {"sourcePath": inputs.pop(inp.name)}}
         else:
             shape = _model_shape(inp.type, {})
-            count = max(1, int(np.prod(shape)))
+            count = max(1, math.prod(shape))
+            total += count * t.size
+            if max_memory and total > max_memory:
+                raise ValidationError(
+                    f"ONNX: input '{inp.name}': random inputs of the declared shapes need "
+                    f"{total} bytes, more than the memory budget of {max_memory} bytes "
+                    "(--max-memory)"
+                )
             if t.is_float:
                 values = rng.uniform(-1, 1, count).astype(np.float32).tolist()
             else:
@@ -264,7 +299,11 @@ def onnx_model_text(file: str, inputs: dict[str, str] | None = None, seed: int =
         {"type": "dispatch", "dispatchable": os.path.basename(file), "bindings": bindings}
     ]
     for out in model.graph.output:
-        t = data_type_of(out.type.tensor_type.elem_type, f"output '{out.name}'")
+        if out.type.WhichOneof("value") != "tensor_type":
+            raise ValidationError(
+                f"ONNX: output '{out.name}': 'dml-jax run' binds tensor outputs only"
+            )
+        t = buffer_type(out.type.tensor_type.elem_type, f"output '{out.name}'")
         key = f"output:{out.name}"
         resources[key] = {"initialValuesDataType": t.name, "initialValues": "deferred"}
         bindings[out.name] = key

@@ -103,17 +103,24 @@ def _evaluator(signature: bytes, opset: int) -> Any:
 
 
 def evaluate(
-    node: Any, domain: str, opset: int, inputs: Sequence[Value | None], where: str
+    node: Any,
+    domain: str,
+    opset: int,
+    inputs: Sequence[Value | None],
+    where: str,
+    max_memory: int | None = None,
 ) -> list[Value | None]:
-    """The outputs of ``node`` evaluated on its inputs' constant values."""
+    """The outputs of ``node`` evaluated on its inputs' constant values (at most
+    ``FOLD_LIMIT_BYTES`` or ``max_memory`` bytes of result, the smaller)."""
     import onnx
 
     count = _result_elements(node, inputs)
     itemsize = max((v.known.dtype.itemsize for v in inputs if v is not None), default=8)
-    if count is not None and (count < 0 or count * itemsize > FOLD_LIMIT_BYTES):
+    limit = min(FOLD_LIMIT_BYTES, max_memory or FOLD_LIMIT_BYTES)
+    if count is not None and (count < 0 or count * itemsize > limit):
         raise NotEvaluated(
             f"{ONNX}: {where}: its result would hold {count} elements, over the "
-            f"{FOLD_LIMIT_BYTES >> 20} MiB that import-time folding allows"
+            f"{limit} bytes that import-time folding allows"
         )
     canon = onnx.NodeProto()
     canon.CopyFrom(node)

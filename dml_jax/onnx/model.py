@@ -71,8 +71,50 @@ def check_model(model: Any) -> None:
                     f"ONNX: {kind} '{info.name}' is a {which.replace('_type', '')} value; "
                     "only tensors, sequences of tensors and optionals of those are supported"
                 )
+    versions = onnx_domain_versions()
     for o in model.opset_import:
         if o.version < 1:
             raise ValidationError(
                 f"ONNX: opset import of domain '{o.domain}' has version {o.version}"
             )
+        domain = "" if o.domain == "ai.onnx" else o.domain
+        if domain in versions and o.version > versions[domain]:
+            raise ValidationError(
+                f"ONNX: opset import of domain '{o.domain}' has version {o.version}; the onnx "
+                f"package knows versions up to {versions[domain]}"
+            )
+    for info in graph.input:
+        check_dims(info.type, f"input '{info.name}'")
+
+
+# DML tensors' sizes are UINT32s (TensorDesc): a declared dimension beyond them cannot be one.
+MAX_DIM = 2**32 - 1
+
+
+def check_dims(type_proto: Any, where: str) -> None:
+    """The declared dimensions of a tensor (or of a sequence's or optional's tensors): each
+    given size in [0, 2**32 - 1]."""
+    which = type_proto.WhichOneof("value")
+    if which == "sequence_type":
+        return check_dims(type_proto.sequence_type.elem_type, where)
+    if which == "optional_type":
+        return check_dims(type_proto.optional_type.elem_type, where)
+    if which != "tensor_type":
+        return None
+    for k, d in enumerate(type_proto.tensor_type.shape.dim):
+        if d.HasField("dim_value") and not 0 <= d.dim_value <= MAX_DIM:
+            raise ValidationError(
+                f"ONNX: {where}: dimension {k} is {d.dim_value}; a size must be in [0, {MAX_DIM}]"
+            )
+    return None
+
+
+def onnx_domain_versions() -> dict[str, int]:
+    """The newest opset version the ``onnx`` package defines, per domain it defines."""
+    onnx = _onnx()
+    try:
+        from onnx.onnx_cpp2py_export.defs import schema_version_map
+
+        return {d: int(v[1]) for d, v in schema_version_map().items()}
+    except ImportError:  # pragma: no cover - every onnx release in use has it
+        return {"": onnx.defs.onnx_opset_version()}

@@ -34,7 +34,7 @@ def get(op_type: str, domain: str, opset: int) -> Any:
 
     try:
         return onnx.defs.get_schema(op_type, opset, domain)
-    except onnx.defs.SchemaError:
+    except (onnx.defs.SchemaError, TypeError, OverflowError, ValueError):
         return None
 
 
@@ -49,7 +49,10 @@ def check(node: Any, domain: str, opset: int, where: str, *, known: bool) -> Any
 
     schema = get(node.op_type, domain, opset)
     if schema is None:
-        if known:
+        # A converter stands in for a schema only for ops the ``onnx`` package does not define
+        # at all (``com.microsoft``'s); an ONNX op used below the opset that introduced it is
+        # not that op (Einsum at opset 9).
+        if known and get(node.op_type, domain, 2**31 - 1) is None:
             return None
         raise ValidationError(
             f"{ONNX}: {where}: op type '{(domain + '.') if domain else ''}{node.op_type}' is not "
@@ -69,6 +72,12 @@ def check(node: Any, domain: str, opset: int, where: str, *, known: bool) -> Any
         if param.option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
             if k >= n_in and param.is_homogeneous and schema.min_input > k:
                 raise ValidationError(f"{ONNX}: {where}: input '{param.name}' is required")
+            # A variadic parameter's inputs are all present (none of them is optional).
+            for j in range(k, n_in):
+                if not node.input[j]:
+                    raise ValidationError(
+                        f"{ONNX}: {where}: input {j} ('{param.name}', variadic) has no name"
+                    )
             break
         if k >= n_in or not node.input[k]:
             raise ValidationError(f"{ONNX}: {where}: input {k} ('{param.name}') is required")

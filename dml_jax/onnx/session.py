@@ -19,6 +19,7 @@ in its CPU inputs; ``static_inputs`` lists them.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -236,6 +237,36 @@ class Program:
         return args
 
 
+def check_memory(imported: ImportedGraph, max_memory: int | None) -> None:
+    """Refuses a program whose tensors need more than ``max_memory`` bytes, before it is
+    compiled or run: its weights and constants, the model's inputs and outputs, and next to
+    them the tensors of its largest node (the budget of ``dml-jax run --max-memory``, which
+    counts a dispatch's tensors next to the resources the same way)."""
+    if not max_memory:
+        return
+    fixed = sum(int(np.asarray(c).nbytes) for c in imported.constants)
+    for shape, dtype in zip(imported.input_shapes, imported.input_dtypes):
+        fixed += math.prod(shape) * np.dtype(dtype).itemsize
+    for shape, dtype in zip(imported.output_shapes, imported.output_dtypes):
+        fixed += math.prod(shape) * np.dtype(dtype).itemsize
+    largest, where = 0, ""
+    nodes = imported.graph.nodes if imported.graph is not None else ()
+    for k, node in enumerate(nodes):
+        descs = [d for _, d in node.input_slots() + node.output_slots() if d is not None]
+        need = sum(d.element_count * d.data_type.size for d in descs)
+        if need > largest:
+            origin = imported.origin[k]
+            largest = need
+            where = imported.onnx_nodes[origin][0] if 0 <= origin < len(imported.onnx_nodes) else ""
+    if fixed + largest > max_memory:
+        at = f"{where}: " if where and largest > fixed else ""
+        raise ValidationError(
+            f"{ONNX}: {at}the model's tensors need {fixed + largest} bytes (weights, inputs and "
+            f"outputs: {fixed}; the largest node's tensors: {largest}), more than the memory "
+            f"budget of {max_memory} bytes (max_memory, --max-memory)"
+        )
+
+
 def compile_imported(imported: ImportedGraph, **options: Any) -> Any:
     """``compile_graph`` of an import; an error in a DML node names the ONNX node it came
     from. None when every output is known at import."""
@@ -256,12 +287,18 @@ def compile_imported(imported: ImportedGraph, **options: Any) -> Any:
         ):
             return compile_graph(imported.graph, reinterpret_edges=True, **options)
     except ValidationError as e:
-        m = re.match(r"DML_GRAPH: Nodes\[(\d+)\]: ", str(e))
-        if m is None:
-            raise
-        origin = imported.origin[int(m.group(1))]
+        text = str(e)
+        m = re.match(r"DML_GRAPH: Nodes\[(\d+)\]: ", text)
+        # An edge between two nodes (types that disagree): named by the node it enters.
+        edge = re.match(r"DML_GRAPH: .*?Nodes\[\d+\]\.\w+ to Nodes\[(\d+)\]", text)
+        if m is None and edge is None:
+            if text.startswith(f"{ONNX}: "):
+                raise
+            raise ValidationError(f"{ONNX}: the imported graph: {text}") from None
+        origin = imported.origin[int((m or edge).group(1))]
         where = imported.onnx_nodes[origin][0] if 0 <= origin < len(imported.onnx_nodes) else ""
-        raise ValidationError(f"{ONNX}: {where}: {str(e)[m.end() :]}") from None
+        rest = text[m.end() :] if m else text.removeprefix("DML_GRAPH: ")
+        raise ValidationError(f"{ONNX}: {where or 'the imported graph'}: {rest}") from None
 
 
 class InferenceSession:
@@ -281,6 +318,8 @@ class InferenceSession:
         allow_half_precision: DirectML's ALLOW_HALF_PRECISION_COMPUTATION flag.
         fast_paths: let the GPU fast paths compute nodes (``compile_graph``).
         base_dir: where external data files are when the model is given as bytes or a proto.
+        max_memory: bytes a program's tensors may need (``check_memory``), also the limit of
+            values folded at import; None or 0: no limit.
 
     Raises:
         ImportError: without the ``onnx`` package.
@@ -301,6 +340,7 @@ class InferenceSession:
         allow_half_precision: bool = False,
         fast_paths: bool = True,
         base_dir: str | None = None,
+        max_memory: int | None = None,
     ):
         from .model import check_model, load_onnx
 
@@ -308,6 +348,7 @@ class InferenceSession:
         if base_dir is None and isinstance(path_or_bytes, str | os.PathLike):
             base_dir = os.path.dirname(os.fspath(path_or_bytes))
         self._base_dir = base_dir
+        self._max_memory = max_memory or None
         check_model(self._model)
         options = sess_options or SessionOptions()
         self._sess_options = options
@@ -527,10 +568,12 @@ class InferenceSession:
                 input_values={n: values[n] for n in self._static},
                 base_dir=self._base_dir,
                 sizes=sizes,
+                max_memory=self._max_memory,
             )
         except NeedsValues as e:
             self._specialise(e, values)
             return self.program(shapes, values, overrides, override_shapes, sizes)
+        check_memory(imported, self._max_memory)
         graph = compile_imported(
             imported,
             feature_level=self._feature_level,

@@ -4,6 +4,7 @@ then the DML graph is numbered and pruned into an ``ImportedGraph``."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -47,6 +48,7 @@ class Walk:
     converters: Any
     values: dict[str, Value] = field(default_factory=dict)
     report: list[tuple[str, str]] = field(default_factory=list)
+    max_memory: int | None = None
 
 
 def import_graph(
@@ -57,6 +59,7 @@ def import_graph(
     input_values: Mapping[str, np.ndarray] | None = None,
     base_dir: str | None = None,
     sizes: Mapping[str, Sequence[int]] | None = None,
+    max_memory: int | None = None,
 ) -> ImportedGraph:
     """Maps every node of ``model`` (an ``onnx.ModelProto``) onto DML operators.
 
@@ -69,6 +72,8 @@ def import_graph(
             become constants, and stay inputs of the compiled function.
         base_dir: where external data files are.
         sizes: run-time sizes of data-dependent output shapes, by ``NeedsSizes.key``.
+        max_memory: bytes that initializers together and each value folded at import may hold
+            (None: only folding's own limit).
 
     Raises:
         ValidationError: an unsupported op type (naming the node and the type), a free
@@ -84,7 +89,8 @@ def import_graph(
     fixed = dict(input_values or {})
     graph = model.graph
     opsets = opsets_of(model)
-    walk = Walk(Builder(), opsets, converters)
+    walk = Walk(Builder(), opsets, converters, max_memory=max_memory or None)
+    _check_graph(graph, opsets, max_memory or None)
     walk.builder.sizes = {k: tuple(int(n) for n in v) for k, v in (sizes or {}).items()}
     builder, values = walk.builder, walk.values
     for init in graph.initializer:
@@ -208,6 +214,60 @@ def import_graph(
     )
 
 
+def _check_graph(graph: Any, opsets: Mapping[str, int], max_memory: int | None) -> None:
+    """The graph's structure, checked before any node is imported: every name has one producer
+    (a model input, an initializer or one node's output), every node input is produced by an
+    earlier node (no cycles, nothing missing), every initializer's dims are sizes and all of
+    them fit ``max_memory``."""
+    producer: dict[str, str] = {}
+    total = 0
+    for init in graph.initializer:
+        where = f"initializer '{init.name}'"
+        if init.name in producer:
+            raise ValidationError(f"{ONNX}: {where}: a second initializer of that name")
+        producer[init.name] = where
+        dims = list(init.dims)
+        if any(d < 0 for d in dims):
+            raise ValidationError(f"{ONNX}: {where}: dims {dims} hold a negative size")
+        size = np.dtype(numpy_dtype_of(init.data_type, where)).itemsize if init.data_type else 1
+        total += math.prod(dims) * size
+        if max_memory and total > max_memory:
+            raise ValidationError(
+                f"{ONNX}: {where}: the initializers need {total} bytes, more than the memory "
+                f"budget of {max_memory} bytes (max_memory, --max-memory)"
+            )
+    for inp in graph.input:
+        if inp.name in producer and not producer[inp.name].startswith("initializer"):
+            raise ValidationError(f"{ONNX}: input '{inp.name}': a second input of that name")
+        producer.setdefault(inp.name, f"input '{inp.name}'")
+    later = {}
+    for i, node in enumerate(graph.node):
+        for name in node.output:
+            later.setdefault(name, (i, node))
+    for i, node in enumerate(graph.node):
+        where = where_of(i, node)
+        for name in node.input:
+            if name and name not in producer:
+                if name in later:
+                    j, other = later[name]
+                    raise ValidationError(
+                        f"{ONNX}: {where}: input '{name}' is not produced before: "
+                        f"{where_of(j, other)} produces it later (nodes must be in topological "
+                        "order; a cycle has none)"
+                    )
+                raise ValidationError(
+                    f"{ONNX}: {where}: input '{name}' is not produced before (no node, input "
+                    "or initializer produces it)"
+                )
+        for name in node.output:
+            if name and name in producer:
+                raise ValidationError(
+                    f"{ONNX}: {where}: output '{name}' is already produced by {producer[name]}"
+                )
+            if name:
+                producer[name] = where_of(i, node)
+
+
 def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
     """Imports ``nodes`` in order into ``walk`` (``prefix`` names an expanded function)."""
     builder, values = walk.builder, walk.values
@@ -251,7 +311,7 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
             node, domain, inputs, onnx_schema
         ):
             try:
-                folded = fold.evaluate(node, domain, opset, inputs, where)
+                folded = fold.evaluate(node, domain, opset, inputs, where, walk.max_memory)
             except fold.NotEvaluated:
                 if convert is None:
                     raise
@@ -392,7 +452,15 @@ def _convert(convert: Converter, ctx: Context, node: Any, inputs: list) -> list:
         if str(e).startswith(f"{ONNX}: "):
             raise
         raise ctx.fail(str(e)) from None
-    except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError) as e:
+    except (
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,
+        AttributeError,
+        ZeroDivisionError,
+        OverflowError,
+    ) as e:
         raise ctx.fail(f"{type(e).__name__}: {e}") from e
 
 

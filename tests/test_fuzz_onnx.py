@@ -1,0 +1,787 @@
+"""Fuzzing of ONNX models: mutations of valid models, at the bytes level and the proto level.
+
+Seeds: the models of onnx's backend test kinds ``pytorch-converted``, ``pytorch-operator`` and
+``simple`` (shipped in the onnx package), plus small transformer-style models built here
+(attention block, layer norm, MatMul+Add+Gelu, Reshape/Transpose shape chains). Each mutated
+model goes through ``InferenceSession(bytes, max_memory=BUDGET)`` and, when it imports, ``run``
+on inputs of its declared shapes (symbolic dimensions 1); one in
+``DML_JAX_FUZZ_ONNX_CLI_ONE_IN`` (CI: 6) goes through ``dml-jax run`` in-process instead (exit
+code 0 or 1, one error line, no traceback). The only exception allowed is one-line
+``ValidationError`` naming the node (``node N (...)``), an input, output or initializer, or
+the file or field at fault.
+
+``DML_JAX_FUZZ_EXAMPLES=N`` sets the example count, ``DML_JAX_FUZZ_REPORT=path`` writes the
+counts of mutations and outcomes (the long run in ``tests/FUZZING.md``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import os
+import re
+import tempfile
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper
+
+from dml_jax import ValidationError, cli
+from dml_jax.onnx import InferenceSession
+
+BUDGET = 64 << 20  # the memory budget of every fuzzed session and run
+MAX_INPUT_ELEMENTS = 10**6
+CLI_ONE_IN = int(os.environ.get("DML_JAX_FUZZ_ONNX_CLI_ONE_IN", "6"))
+KINDS = ("pytorch-converted", "pytorch-operator", "simple")
+
+
+def _backend_seeds() -> dict[str, bytes]:
+    root = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
+    seeds = {}
+    for kind in KINDS:
+        folder = os.path.join(root, kind)
+        for case in sorted(os.listdir(folder)):
+            path = os.path.join(folder, case, "model.onnx")
+            if os.path.isfile(path) and os.path.getsize(path) < 1 << 20:
+                with open(path, "rb") as f:
+                    seeds[f"{kind}/{case}"] = f.read()
+    return seeds
+
+
+def _f(shape, seed):
+    return numpy_helper.from_array(
+        np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * 0.1,
+        f"w{seed}",
+    )
+
+
+def _i64(name, values):
+    return numpy_helper.from_array(np.asarray(values, np.int64), name)
+
+
+def _model(nodes, inputs, outputs, inits, opset=17):
+    graph = helper.make_graph(nodes, "seed", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def _transformer_seeds() -> dict[str, bytes]:
+    """Small transformer pieces, as exporters write them."""
+    fl = TensorProto.FLOAT
+    x = helper.make_tensor_value_info("x", fl, [1, 4, 8])
+    y = helper.make_tensor_value_info("y", fl, [1, 4, 8])
+    seeds = {}
+    # Attention: Q, K, V projections, heads split by Reshape/Transpose, scaled softmax.
+    wq, wk, wv = _f([8, 8], 1), _f([8, 8], 2), _f([8, 8], 3)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["q"]),
+        helper.make_node("MatMul", ["x", "w2"], ["k"]),
+        helper.make_node("MatMul", ["x", "w3"], ["v"]),
+        helper.make_node("Reshape", ["q", "heads"], ["qh"]),
+        helper.make_node("Reshape", ["k", "heads"], ["kh"]),
+        helper.make_node("Reshape", ["v", "heads"], ["vh"]),
+        helper.make_node("Transpose", ["qh"], ["qt"], perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["kh"], ["kt"], perm=[0, 2, 3, 1]),
+        helper.make_node("Transpose", ["vh"], ["vt"], perm=[0, 2, 1, 3]),
+        helper.make_node("MatMul", ["qt", "kt"], ["s"]),
+        helper.make_node("Div", ["s", "scale"], ["ss"]),
+        helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "vt"], ["o"]),
+        helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["ot", "merged"], ["y"]),
+    ]
+    inits = [
+        wq,
+        wk,
+        wv,
+        _i64("heads", [1, 4, 2, 4]),
+        _i64("merged", [1, 4, 8]),
+        numpy_helper.from_array(np.array(2.0, np.float32), "scale"),
+    ]
+    seeds["attention"] = _model(nodes, [x], [y], inits)
+    # Layer norm, as an op and decomposed.
+    gamma = numpy_helper.from_array(np.linspace(0.5, 1.5, 8).astype(np.float32), "gamma")
+    beta = numpy_helper.from_array(np.linspace(-0.1, 0.1, 8).astype(np.float32), "beta")
+    seeds["layer_norm"] = _model(
+        [
+            helper.make_node(
+                "LayerNormalization", ["x", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5
+            )
+        ],
+        [x],
+        [y],
+        [gamma, beta],
+    )
+    eps = numpy_helper.from_array(np.array(1e-5, np.float32), "eps")
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    seeds["layer_norm_decomposed"] = _model(
+        [
+            helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]),
+            helper.make_node("Sub", ["x", "m"], ["d"]),
+            helper.make_node("Pow", ["d", "two"], ["d2"]),
+            helper.make_node("ReduceMean", ["d2"], ["var"], axes=[-1]),
+            helper.make_node("Add", ["var", "eps"], ["ve"]),
+            helper.make_node("Sqrt", ["ve"], ["sd"]),
+            helper.make_node("Div", ["d", "sd"], ["n"]),
+            helper.make_node("Mul", ["n", "gamma"], ["g"]),
+            helper.make_node("Add", ["g", "beta"], ["y"]),
+        ],
+        [x],
+        [y],
+        [gamma, beta, eps, two],
+        opset=13,
+    )
+    # MatMul + Add + Gelu (the op of opset 20 and the erf form).
+    w, b = _f([8, 16], 4), _f([16], 5)
+    y16 = helper.make_tensor_value_info("y", fl, [1, 4, 16])
+    seeds["matmul_add_gelu"] = _model(
+        [
+            helper.make_node("MatMul", ["x", "w4"], ["h"]),
+            helper.make_node("Add", ["h", "w5"], ["hb"]),
+            helper.make_node("Gelu", ["hb"], ["y"]),
+        ],
+        [x],
+        [y16],
+        [w, b],
+        opset=20,
+    )
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
+    rt2 = numpy_helper.from_array(np.array(np.sqrt(2.0), np.float32), "rt2")
+    seeds["matmul_add_gelu_erf"] = _model(
+        [
+            helper.make_node("MatMul", ["x", "w4"], ["h"]),
+            helper.make_node("Add", ["h", "w5"], ["hb"]),
+            helper.make_node("Div", ["hb", "rt2"], ["hd"]),
+            helper.make_node("Erf", ["hd"], ["e"]),
+            helper.make_node("Add", ["e", "one"], ["e1"]),
+            helper.make_node("Mul", ["hb", "e1"], ["he"]),
+            helper.make_node("Mul", ["he", "half"], ["y"]),
+        ],
+        [x],
+        [y16],
+        [w, b, half, one, rt2],
+        opset=13,
+    )
+    # Reshape/Transpose chain whose shapes come from Shape/Gather/Concat (a symbolic batch).
+    xs = helper.make_tensor_value_info("x", fl, ["batch", 4, 8])
+    ys = helper.make_tensor_value_info("y", fl, ["batch", 2, 4, 4])
+    seeds["shape_chain"] = _model(
+        [
+            helper.make_node("Shape", ["x"], ["sh"]),
+            helper.make_node("Gather", ["sh", "zero"], ["b"], axis=0),
+            helper.make_node("Unsqueeze", ["b", "axes0"], ["b1"]),
+            helper.make_node("Concat", ["b1", "rest"], ["target"], axis=0),
+            helper.make_node("Reshape", ["x", "target"], ["r"]),
+            helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3]),
+            helper.make_node("Flatten", ["t"], ["f"], axis=1),
+            helper.make_node("Reshape", ["f", "back"], ["y"]),
+        ],
+        [xs],
+        [ys],
+        [_i64("zero", 0), _i64("axes0", [0]), _i64("rest", [4, 2, 4]), _i64("back", [-1, 2, 4, 4])],
+    )
+    return {name: m.SerializeToString() for name, m in seeds.items()}
+
+
+SEEDS = {**_backend_seeds(), **_transformer_seeds()}
+
+# In int64's range (protobuf refuses others); the huge ones stress sizes and element counts.
+EDGE_INTS = [
+    0,
+    1,
+    -1,
+    2,
+    3,
+    -2,
+    7,
+    64,
+    2**31 - 1,
+    -(2**31),
+    2**32,
+    2**40,
+    -(2**40),
+    2**62,
+    2**63 - 1,
+    -(2**63),
+]
+EDGE_FLOATS = [0.0, -0.0, 1e-30, -1.0, 1e30, float("inf"), float("-inf"), float("nan")]
+ELEM_TYPES = [
+    0,
+    1,
+    2,
+    6,
+    7,
+    8,
+    9,
+    10,
+    11,
+    13,
+    14,
+    15,
+    16,
+    17,
+    21,
+    22,
+    23,
+    24,
+    25,
+    26,
+    27,
+    99,
+    -1,
+    2**31 - 1,
+]
+OP_TYPES = [
+    "NoSuchOp",
+    "Add",
+    "Relu",
+    "Conv",
+    "Reshape",
+    "Split",
+    "Slice",
+    "Concat",
+    "Gather",
+    "Where",
+    "Loop",
+    "If",
+    "Identity",
+    "MaxPool",
+    "BatchNormalization",
+    "Resize",
+    "Expand",
+    "ConstantOfShape",
+    "Range",
+    "TopK",
+    "Pad",
+    "Einsum",
+    "Attention",
+    "",
+]
+DOMAINS = [
+    "com.unknown",
+    "com.microsoft",
+    "ai.onnx.ml",
+    "ai.onnx",
+    "ai.onnx.preview.training",
+    "local",
+]
+OPSETS = [0, -1, 1, 6, 7, 9, 11, 13, 17, 23, 24, 25, 99, 10**6, 2**62]
+MUTATIONS = (
+    "bytes_flip",
+    "bytes_truncate",
+    "bytes_insert",
+    "delete_node",
+    "rewire_missing",
+    "rewire_cycle",
+    "two_producers",
+    "attr_value",
+    "attr_type",
+    "attr_drop",
+    "attr_add",
+    "init_dims",
+    "dims",
+    "elem_type",
+    "opset",
+    "domain",
+    "op_type",
+    "empty_graph",
+    "node_arity",
+    "ir_version",
+    "io_rename",
+)
+
+
+def _names(graph) -> list[str]:
+    names = [i.name for i in graph.input] + [i.name for i in graph.initializer]
+    names += [o for n in graph.node for o in n.output if o]
+    return names or ["x"]
+
+
+def _mutate(draw, data: bytes, kind: str) -> bytes:
+    """``data`` (a serialized model) with one mutation of ``kind``."""
+    if kind.startswith("bytes_"):
+        buf = bytearray(data)
+        if not buf:
+            return bytes(buf)
+        if kind == "bytes_flip":
+            for _ in range(draw(st.integers(1, 8))):
+                i = draw(st.integers(0, len(buf) - 1))
+                buf[i] ^= draw(st.integers(1, 255))
+        elif kind == "bytes_truncate":
+            del buf[draw(st.integers(0, len(buf) - 1)) :]
+        else:
+            i = draw(st.integers(0, len(buf)))
+            buf[i:i] = draw(st.binary(min_size=1, max_size=16))
+        return bytes(buf)
+    model = onnx.ModelProto.FromString(data)
+    g = model.graph
+    nodes = g.node
+    pick = lambda seq: draw(st.integers(0, len(seq) - 1))
+    if kind == "delete_node" and nodes:
+        del nodes[pick(nodes)]
+    elif kind == "rewire_missing" and nodes:
+        n = nodes[pick(nodes)]
+        if n.input:
+            n.input[pick(n.input)] = draw(st.sampled_from(["missing", "", "y", " "]))
+        else:
+            n.input.append("missing")
+    elif kind == "rewire_cycle" and nodes:
+        i = pick(nodes)
+        later = [o for n in list(nodes)[i:] for o in n.output if o]
+        if nodes[i].input and later:
+            nodes[i].input[pick(nodes[i].input)] = draw(st.sampled_from(later))
+    elif kind == "two_producers" and nodes:
+        n = nodes[pick(nodes)]
+        if n.output:
+            n.output[pick(n.output)] = draw(st.sampled_from(_names(g)))
+    elif kind in ("attr_value", "attr_type", "attr_drop") and nodes:
+        n = nodes[pick(nodes)]
+        if not n.attribute:
+            return model.SerializeToString()
+        k = pick(n.attribute)
+        a = n.attribute[k]
+        if kind == "attr_drop":
+            del n.attribute[k]
+        elif kind == "attr_value":
+            new = _attr_value(draw, a)
+            if new is not None:
+                n.attribute[k].CopyFrom(new)
+        else:
+            value = draw(_attr_values())
+            n.attribute[k].CopyFrom(helper.make_attribute(a.name, value))
+            if draw(st.booleans()):  # a type field that disagrees with what is set
+                n.attribute[k].type = draw(st.sampled_from(list(range(15))))
+    elif kind == "attr_add" and nodes:
+        n = nodes[pick(nodes)]
+        name = draw(
+            st.sampled_from(
+                [
+                    "axis",
+                    "perm",
+                    "kernel_shape",
+                    "pads",
+                    "to",
+                    "mode",
+                    "junk",
+                    "value",
+                    "then_branch",
+                    "body",
+                    "split",
+                    "keepdims",
+                ]
+            )
+        )
+        n.attribute.append(helper.make_attribute(name, draw(_attr_values())))
+    elif kind == "init_dims" and g.initializer:
+        t = g.initializer[pick(g.initializer)]
+        choice = draw(st.integers(0, 2))
+        if choice == 0 and t.dims:
+            t.dims[pick(t.dims)] = draw(st.sampled_from(EDGE_INTS))
+        elif choice == 1:
+            t.dims.append(draw(st.sampled_from([2, 3, 0, 2**40])))
+        else:
+            del t.dims[:]
+    elif kind == "dims":
+        infos = list(g.input) + list(g.output) + list(g.value_info)
+        targets = [i for i in infos if i.type.WhichOneof("value") == "tensor_type"]
+        huge = draw(st.sampled_from([2**40, -1, 0, -(2**40), 2**31, 2**62, 3]))
+        if targets and draw(st.booleans()):
+            info = targets[pick(targets)]
+            dims = info.type.tensor_type.shape.dim
+            if dims:
+                d = dims[pick(dims)]
+                d.dim_value = huge
+        elif g.initializer:
+            t = g.initializer[pick(g.initializer)]
+            if t.dims:
+                t.dims[pick(t.dims)] = huge
+    elif kind == "elem_type":
+        elem = draw(st.sampled_from(ELEM_TYPES))
+        infos = [
+            i for i in list(g.input) + list(g.output) if i.type.WhichOneof("value") == "tensor_type"
+        ]
+        if infos and draw(st.booleans()):
+            infos[pick(infos)].type.tensor_type.elem_type = elem
+        elif g.initializer:
+            g.initializer[pick(g.initializer)].data_type = elem
+    elif kind == "opset":
+        if model.opset_import and draw(st.booleans()):
+            o = model.opset_import[pick(model.opset_import)]
+            o.version = draw(st.sampled_from(OPSETS))
+            if draw(st.integers(0, 3)) == 0:
+                o.domain = draw(st.sampled_from(DOMAINS))
+        elif draw(st.booleans()):
+            del model.opset_import[:]
+        else:
+            model.opset_import.append(
+                helper.make_opsetid(draw(st.sampled_from(DOMAINS)), draw(st.sampled_from(OPSETS)))
+            )
+    elif kind == "domain" and nodes:
+        nodes[pick(nodes)].domain = draw(st.sampled_from(DOMAINS))
+    elif kind == "op_type" and nodes:
+        nodes[pick(nodes)].op_type = draw(st.sampled_from(OP_TYPES))
+    elif kind == "empty_graph":
+        what = draw(st.sampled_from(["node", "output", "input", "initializer", "all"]))
+        for field in ("node", "output", "input", "initializer") if what == "all" else (what,):
+            del getattr(g, field)[:]
+    elif kind == "node_arity" and nodes:
+        n = nodes[pick(nodes)]
+        choice = draw(st.integers(0, 3))
+        if choice == 0 and n.input:
+            del n.input[-1]
+        elif choice == 1:
+            n.input.append(draw(st.sampled_from(_names(g) + [""])))
+        elif choice == 2 and n.output:
+            del n.output[-1]
+        else:
+            n.output.append(draw(st.sampled_from(["extra", ""])))
+    elif kind == "ir_version":
+        model.ir_version = draw(st.sampled_from([0, 1, 3, 4, 13, 99, -1]))
+    elif kind == "io_rename":
+        infos = list(g.input) + list(g.output)
+        if infos:
+            infos[pick(infos)].name = draw(st.sampled_from(_names(g) + ["", "nowhere"]))
+    return model.SerializeToString()
+
+
+def _attr_values() -> st.SearchStrategy:
+    return st.one_of(
+        st.sampled_from(EDGE_INTS),
+        st.sampled_from(EDGE_FLOATS),
+        st.lists(st.sampled_from(EDGE_INTS), min_size=1, max_size=6),
+        st.lists(st.sampled_from(EDGE_FLOATS), min_size=1, max_size=4),
+        st.sampled_from([b"", b"NOTSET", b"constant", b"\xff\xfe", b"SAME_UPPER"]),
+        st.just([b"a", b"b"]),
+        st.just(numpy_helper.from_array(np.zeros((2, 0), np.float32))),
+        st.just(numpy_helper.from_array(np.array([2**40, 3], np.int64))),
+        st.just(helper.make_graph([], "empty", [], [])),
+    )
+
+
+def _attr_value(draw, a) -> object:
+    """``a`` with a value of its own type, out of range."""
+    name = a.name
+    t = a.type
+    if t == onnx.AttributeProto.INT:
+        return helper.make_attribute(name, draw(st.sampled_from(EDGE_INTS)))
+    if t == onnx.AttributeProto.FLOAT:
+        return helper.make_attribute(name, draw(st.sampled_from(EDGE_FLOATS)))
+    if t == onnx.AttributeProto.INTS:
+        values = list(a.ints)
+        choice = draw(st.integers(0, 3))
+        if choice == 0:
+            values = []
+        elif choice == 1 and values:
+            values[draw(st.integers(0, len(values) - 1))] = draw(st.sampled_from(EDGE_INTS))
+        elif choice == 2:
+            values = values + values + [1]
+        else:
+            values = values[:-1]
+        return helper.make_attribute(name, values, attr_type=onnx.AttributeProto.INTS)
+    if t == onnx.AttributeProto.FLOATS:
+        values = list(a.floats) or [1.0]
+        values[0] = draw(st.sampled_from(EDGE_FLOATS))
+        return helper.make_attribute(name, values[: draw(st.integers(0, len(values)))] or [1.0])
+    if t == onnx.AttributeProto.STRING:
+        return helper.make_attribute(name, draw(st.sampled_from([b"", b"nope", b"\xff"])))
+    if t == onnx.AttributeProto.TENSOR:
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(a.t)
+        tensor.dims.append(draw(st.sampled_from([0, 2, 2**40])))
+        return helper.make_attribute(name, tensor)
+    return None
+
+
+@st.composite
+def mutated(draw) -> tuple[str, list[str], bytes]:
+    name = draw(st.sampled_from(sorted(SEEDS)))
+    data = SEEDS[name]
+    kinds = []
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(MUTATIONS))
+        kinds.append(kind)
+        data = _mutate(draw, data, kind)
+        if kind.startswith("bytes_"):
+            break  # unparseable bytes cannot be mutated further as a proto
+    return name, kinds, data
+
+
+STATS: Counter = Counter()
+COLLECT = os.environ.get("DML_JAX_FUZZ_COLLECT")  # a path: defects are written there, not raised
+DEFECTS: dict = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report():
+    yield
+    path = os.environ.get("DML_JAX_FUZZ_REPORT")
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(dict(sorted(STATS.items())), f, indent=1)
+    if COLLECT:
+        with open(COLLECT, "w", encoding="utf-8") as f:
+            json.dump(DEFECTS, f, indent=1)
+
+
+def fuzz_settings():
+    count = os.environ.get("DML_JAX_FUZZ_EXAMPLES")
+    return settings(max_examples=int(count)) if count else settings(max_examples=25)
+
+
+# What a message names: a node, a model input/output/initializer/value, the file or bytes, the
+# graph, an opset or domain, a field of the model.
+_NAMES = re.compile(
+    r"node \d+ \(|input '|output '|initializer '|value '|the bytes given|'[^']*\.onnx'|"
+    r"graph|opset|domain|ir_version|IR version|attribute '|memory budget"
+)
+
+
+def check_message(message: str) -> None:
+    assert "\n" not in message.strip(), message
+    assert message.startswith("ONNX"), message
+    assert _NAMES.search(message), message
+
+
+def _inputs(session: InferenceSession) -> dict | None:
+    """Random inputs of the declared shapes (symbolic dimensions 1); None where an input is a
+    sequence or optional, or too large to make here."""
+    rng = np.random.default_rng(0)
+    feed = {}
+    for info, dtype in zip(session.get_inputs(), session._input_dtypes):
+        if not info.type.startswith("tensor(") or info.shape is None:
+            return None
+        shape = [d if isinstance(d, int) else 1 for d in info.shape]
+        if any(d < 0 for d in shape) or np.prod(shape, dtype=object) > MAX_INPUT_ELEMENTS:
+            return None
+        if dtype.kind == "f":
+            feed[info.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feed[info.name] = rng.integers(0, 2, shape).astype(bool)
+        elif dtype.kind in "iu":
+            feed[info.name] = rng.integers(0, 3, shape).astype(dtype)
+        else:
+            feed[info.name] = np.zeros(shape, dtype)
+    return feed
+
+
+def _session_outcome(data: bytes) -> str:
+    try:
+        session = InferenceSession(data, max_memory=BUDGET)
+    except ValidationError as e:
+        check_message(str(e))
+        return "import: ValidationError"
+    feed = _inputs(session)
+    if feed is None:
+        return "imported, not run"
+    try:
+        session.run(None, feed)
+    except ValidationError as e:
+        check_message(str(e))
+        return "run: ValidationError"
+    return "run: success"
+
+
+def _cli_outcome(data: bytes) -> str:
+    with tempfile.TemporaryDirectory(prefix="dml-jax-fuzz-onnx-") as folder:
+        path = os.path.join(folder, "model.onnx")
+        with open(path, "wb") as f:
+            f.write(data)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(["run", path, "--max-memory", str(BUDGET)])
+    message = err.getvalue()
+    assert "Traceback" not in message + out.getvalue()
+    assert code in (0, 1), (code, message)
+    if code == 1:
+        lines = message.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: {path}: "), message
+        check_message(
+            lines[0].removeprefix(f"error: {path}: ").split(": ", 1)[-1]
+            if not lines[0].removeprefix(f"error: {path}: ").startswith("ONNX")
+            else lines[0].removeprefix(f"error: {path}: ")
+        )
+        return "cli: exit 1"
+    return "cli: exit 0"
+
+
+@fuzz_settings()
+@given(case=mutated(), route=st.integers(0, 10**6))
+def test_mutated_onnx_model(case, route):
+    name, kinds, data = case
+    STATS["models"] += 1
+    for kind in kinds:
+        STATS[f"mutation {kind}"] += 1
+    try:
+        outcome = _cli_outcome(data) if route % CLI_ONE_IN == 0 else _session_outcome(data)
+    except BaseException as e:
+        if not COLLECT or isinstance(e, KeyboardInterrupt):
+            raise
+        # The long run's survey mode: every defect recorded (one example of each), none raised.
+        STATS["defect"] += 1
+        key = f"{type(e).__name__}: {str(e)[:150]}"
+        if key not in DEFECTS:
+            DEFECTS[key] = {"seed": name, "mutations": kinds, "bytes": data.hex()}
+        return
+    STATS[outcome] += 1
+
+
+@pytest.mark.parametrize("name", sorted(_transformer_seeds()))
+def test_transformer_seeds_match_onnxruntime(name):
+    """The seeds built here are valid models, computed right (against onnxruntime's CPU
+    provider), so that mutations start from models that run."""
+    ort = pytest.importorskip("onnxruntime")
+    data = SEEDS[name]
+    x = np.random.default_rng(1).standard_normal((1, 4, 8)).astype(np.float32)
+    (want,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = InferenceSession(data).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_seed_count():
+    assert sum(k.split("/")[0] in KINDS for k in SEEDS) >= 100, len(SEEDS)
+    assert copy.copy(MUTATIONS)
+
+
+# ---------------------------------------------------------------------------------------------
+# The defects the fuzzer found, one explicit test each.
+
+
+def _one(op, inputs, outputs, inits=(), opset=13, **attrs):
+    node = helper.make_node(op, [i.name for i in inputs] + [t.name for t in inits],
+                            [o.name for o in outputs], **attrs)  # fmt: skip
+    return _model([node], inputs, outputs, list(inits), opset=opset)
+
+
+def _vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _cli(model) -> tuple[int, str]:
+    with tempfile.TemporaryDirectory(prefix="dml-jax-fuzz-onnx-") as folder:
+        path = os.path.join(folder, "model.onnx")
+        onnx.save(model, path)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(["run", path, "--max-memory", str(BUDGET)])
+    return code, err.getvalue().strip()
+
+
+def test_cli_binds_int64_inputs_as_int64():
+    """``dml-jax run`` on an .onnx file with an INT64 input made a resource of INT32 values and
+    then refused its own binding ("binding out of range")."""
+    data = SEEDS["pytorch-converted/test_Embedding"]
+    code, err = _cli(onnx.ModelProto.FromString(data))
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT8E8M0, TensorProto.INT4])
+def test_cli_refuses_types_it_cannot_bind_with_one_line(elem):
+    """A FLOAT8E8M0 input escaped as an AssertionError from DataType.from_dtype; an INT4 one
+    as a resource error that named no input."""
+    fl = TensorProto.FLOAT
+    model = _one("Add", [_vi("a", fl, [1]), _vi("b", elem, [1])], [_vi("y", fl, [1])])
+    code, err = _cli(model)
+    assert code == 1 and "ONNX: input 'b'" in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("dim", [2**62, 2**40, -1, -(2**40)])
+def test_declared_input_dims_out_of_range(dim):
+    """Input dims beyond a TensorDesc's UINT32 leaked "TensorDesc.Sizes[0] must be <= ..." (and
+    2**40 made a MemoryError in the command line's random inputs)."""
+    fl = TensorProto.FLOAT
+    model = _one("Relu", [_vi("x", fl, [dim, 4])], [_vi("y", fl, [3, 4])])
+    with pytest.raises(ValidationError, match=r"^ONNX: input 'x': dimension 0 is"):
+        InferenceSession(model.SerializeToString())
+    code, err = _cli(model)
+    assert code == 1 and "input 'x': dimension 0" in err, err
+
+
+def test_onnx_op_below_its_opset_is_refused_before_its_converter():
+    """Einsum (since opset 12) in an opset-9 model reached its converter without a schema
+    check, which read a missing equation (AttributeError)."""
+    fl = TensorProto.FLOAT
+    model = _one("Einsum", [_vi("x", fl, [2, 2]), _vi("z", fl, [2, 2])], [_vi("y", fl, [2, 2])],
+                 opset=9)  # fmt: skip
+    with pytest.raises(ValidationError, match=r"node 0 \(Einsum\): op type 'Einsum' is not an op"):
+        InferenceSession(model).run(None, {"x": np.ones((2, 2), np.float32),
+                                           "z": np.ones((2, 2), np.float32)})  # fmt: skip
+
+
+def test_variadic_input_without_a_name():
+    """Max('', b) reached the converter with a missing operand (AttributeError)."""
+    fl = TensorProto.FLOAT
+    node = helper.make_node("Max", ["", "b"], ["y"])
+    model = _model([node], [_vi("b", fl, [3])], [_vi("y", fl, [3])], [])
+    with pytest.raises(ValidationError, match=r"node 0 \(Max\): input 0 .* has no name"):
+        InferenceSession(model).run(None, {"b": np.ones(3, np.float32)})
+
+
+def test_graph_edge_type_mismatch_names_the_onnx_node():
+    """A FLOAT16 Conv input with FLOAT weights leaked "DML_GRAPH: IntermediateEdges[1] ..."
+    without the ONNX node."""
+    data = SEEDS["pytorch-converted/test_Conv2d_padding"]
+    model = onnx.ModelProto.FromString(data)
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    session = InferenceSession(model)
+    with pytest.raises(ValidationError, match=r"^ONNX: node 0 \(Conv\): IntermediateEdges"):
+        session.run(None, _inputs(session))
+
+
+@pytest.mark.parametrize(
+    "change, pattern",
+    [
+        ("cycle", r"node 0 \(Relu\): input 'b' is not produced before: node 1 \(Neg\) produces"),
+        ("twice", r"node 1 \(Neg\): output 'a' is already produced by node 0 \(Relu\)"),
+        ("input", r"node 0 \(Relu\): output 'x' is already produced by input 'x'"),
+        ("init", r"initializer 'w': dims \[-2\] hold a negative size"),
+        ("budget", r"initializer 'big': the initializers need 68719476736 bytes, more than"),
+        ("opset", r"opset import of domain '' has version 1000000"),
+    ],
+)
+def test_graph_structure_checked_up_front(change, pattern):
+    fl = TensorProto.FLOAT
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"])]
+    model = _model(nodes, [_vi("x", fl, [3])], [_vi("b", fl, [3])], [])
+    if change == "cycle":
+        model.graph.node[0].input[0] = "b"
+    elif change == "twice":
+        model.graph.node[1].output[0] = "a"
+    elif change == "input":
+        model.graph.node[0].output[0] = "x"
+    elif change == "init":
+        model.graph.initializer.append(helper.make_tensor("w", fl, [2], [1.0, 2.0]))
+        model.graph.initializer[0].dims[0] = -2
+    elif change == "budget":
+        t = helper.make_tensor("big", fl, [2], [1.0, 2.0])
+        t.dims[0] = 2**34  # no data is read before the budget refuses it
+        model.graph.initializer.append(t)
+    else:
+        model.opset_import[0].version = 10**6
+    with pytest.raises(ValidationError, match=pattern):
+        InferenceSession(model.SerializeToString(), max_memory=BUDGET).run(
+            None, {"x": np.ones(3, np.float32)}
+        )
+
+
+def test_memory_budget_applies_to_sessions_and_onnx_runs():
+    """A node whose tensors exceed the budget (an Expand to 2**26 x 4 floats) is refused before
+    it is compiled, naming the node; without a budget nothing changes."""
+    fl = TensorProto.FLOAT
+    model = _one("Expand", [_vi("x", fl, [1, 4])], [_vi("y", fl, [2**26, 4])],
+                 [_i64("shape", [2**26, 4])])  # fmt: skip
+    session = InferenceSession(model, max_memory=BUDGET)
+    with pytest.raises(ValidationError, match=r"^ONNX: node 0 \(Expand\): the model's tensors"):
+        session.program([(1, 4)])
+    code, err = _cli(model)
+    assert code == 1 and "memory budget" in err and len(err.splitlines()) == 1, err
+    small = _one("Expand", [_vi("x", fl, [1, 4])], [_vi("y", fl, [8, 4])],
+                 [_i64("shape", [8, 4])])  # fmt: skip
+    (y,) = InferenceSession(small, max_memory=BUDGET).run(None, {"x": np.ones((1, 4), np.float32)})
+    assert y.shape == (8, 4)
