@@ -66,10 +66,26 @@ def _validate(desc: OperatorDesc, level: FeatureLevel) -> OperatorSpec:
     v.level = level
     spec.validate(desc, v)
     # Every output must be what the inputs imply (operators' own rules may say it first).
-    v.outputs_match(desc.output_slots(), spec.infer(desc))
+    v.outputs_match(desc.output_slots(), _inferred(desc, spec, v))
     support.check_desc(spec, desc, level)
     fused.check_support(desc, level)
     return spec
+
+
+def _inferred(desc: OperatorDesc, spec: OperatorSpec, v: Validator) -> tuple:
+    """The outputs the inputs and attributes imply. Where those cannot be described at all (a
+    convolution's output of 2**34 elements), the TensorDesc's own message would name no
+    operator: it is reported at the first output, as the operator's."""
+    try:
+        return spec.infer(desc)
+    except ValidationError as e:
+        if str(e).startswith(desc.operator_type):
+            raise
+        v.fail(
+            desc.output_slots()[0][0],
+            f"cannot be the output: the inputs and attributes imply one that no tensor desc "
+            f"can hold ({e})",
+        )
 
 
 class CompiledOperator:
