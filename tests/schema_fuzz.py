@@ -32,6 +32,7 @@ if __name__ == "__main__":  # run as a script: this checkout's dml_jax, not an i
 
 import contextlib
 import copy
+import json
 import math
 import random
 import re
@@ -50,6 +51,12 @@ SPECS = registry.operators()
 FUSABLE = [s for s in SPECS if s.fusable]
 ACTIVATIONS = [s for s in SPECS if s.desc_class.activation]
 DATA_TYPES = [t.name for t in dml.DataType]
+ENUMS = [
+    ftype.enum_cls
+    for spec in SPECS
+    for f in spec.desc_class.declared(ATTRIBUTE)
+    if isinstance(ftype := f.metadata["type"], fields._Enum)
+]
 LEVELS = list(dml.FeatureLevel)
 
 # Cases whose tensors hold at most this many logical elements in all may be executed.
@@ -146,12 +153,12 @@ def junk(rng: random.Random) -> Any:
 
 def value_for(rng: random.Random, ftype: Any, spec) -> Any:
     """A JSON value for an attribute of field type ``ftype``: mostly plausible, some edges."""
-    if rng.random() < 0.08:
+    if rng.random() < 0.05:
         return junk(rng)
     if isinstance(ftype, fields._Enum):
         members = list(ftype.enum_cls)
         m = rng.choice(members)
-        return rng.choice([m.name, m.dml_name, m.dml_name, m.name.lower(), "BOGUS", m.value])
+        return rng.choice([m.name, m.dml_name, m.dml_name, m.dml_name, m.name.lower(), m.value])
     if isinstance(ftype, fields.ScalarUnion):
         r = rng.random()
         if r < 0.6:
@@ -167,7 +174,7 @@ def value_for(rng: random.Random, ftype: Any, spec) -> Any:
     if isinstance(ftype, fields._Bool):
         return rng.choice([True, False, 0, 1, 2, "true"])
     if isinstance(ftype, (fields._Int, fields._Uint)):
-        return any_int(rng) if rng.random() < 0.7 else -any_int(rng)
+        return any_int(rng) if rng.random() < 0.85 else -any_int(rng)
     if ftype is fields.SCALE_BIAS:
         return {"Scale": any_float(rng), "Bias": any_float(rng)}
     if ftype is fields.SIZE_2D:
@@ -177,6 +184,32 @@ def value_for(rng: random.Random, ftype: Any, spec) -> Any:
     if ftype is fields.OPERATOR_DESC:
         return nested_activation(rng)
     raise AssertionError(f"no generator for field type {ftype!r}")
+
+
+def nudged(rng: random.Random, value: Any) -> Any:
+    """A present value changed a little: an array element, a number, an enum or a bool."""
+    if isinstance(value, list) and value:
+        value = list(value)
+        i = rng.randrange(len(value))
+        value[i] = nudged(rng, value[i])
+        return value
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return max(value + rng.choice([-2, -1, 1, 1, 2, 3]), rng.choice([0, 0, 0, -1]))
+    if isinstance(value, float):
+        return rng.choice([value * 2, value / 2, -value, 0.0, value + 1, 1e-3])
+    if isinstance(value, dict) and value:
+        value = dict(value)
+        key = rng.choice(sorted(value))
+        value[key] = nudged(rng, value[key])
+        return value
+    if isinstance(value, str):  # an enum name: another member of the same enum
+        for enum_cls in ENUMS:
+            names = [m.dml_name for m in enum_cls]
+            if value in names:
+                return rng.choice(names)
+    return value
 
 
 def nested_activation(rng: random.Random) -> Any:
@@ -220,14 +253,16 @@ def _main_type(tensors) -> str | None:
 
 def new_size(rng: random.Random, old: Any) -> Any:
     r = rng.random()
-    if r < 0.6:
+    if r < 0.65:
         return rng.choice([1, 2, 3, 4, 5, 6, 8])
-    if r < 0.8 and isinstance(old, int):
+    if r < 0.85 and isinstance(old, int):
         return max(old + rng.choice([-1, 1]), 0)
     return rng.choice([0, -1, 2**31, 2**32 - 1, 2**32, 2**40, 10**30, 1.5, "2", None])
 
 
 def strides_for(rng: random.Random, sizes: list) -> Any:
+    if not sizes:
+        return rng.choice([[], [1]])
     if not all(isinstance(s, int) and 0 < s < 2**20 for s in sizes):
         return [any_int(rng) for _ in sizes]
     packed, step = [], 1
@@ -357,9 +392,11 @@ def mutate(rng: random.Random, spec, desc: dict) -> str:
     """One schema-driven mutation of ``desc`` in place; returns its name."""
     cls = spec.desc_class
     attrs = cls.declared(ATTRIBUTE)
-    kinds = ["retype_all", "rerank_all", "resize_all", "tensor", "tensor", "restride_all"]
-    kinds += ["attribute", "attribute", "attribute", "optional", "delete", "extra", "junk"]
-    kinds += ["array_length", "count"]
+    # Weights: mostly the plausible mutations that keep a description valid often enough to
+    # reach validation's deep rules and the lowering; a few hostile ones at every step.
+    kinds = ["retype_all"] * 3 + ["rerank_all"] * 2 + ["resize_all"] * 3 + ["restride_all"] * 2
+    kinds += ["tensor"] * 3 + ["attribute"] * 3 + ["nudge"] * 4 + ["optional"] * 2
+    kinds += ["delete", "extra", "junk", "array_length", "count"]
     if any(f.metadata["type"] in (fields.OPERATOR_DESC, fields.OPERATOR_DESC_ARRAY) for f in attrs):
         kinds += ["nested", "nested"]
     kind = rng.choice(kinds)
@@ -377,6 +414,11 @@ def mutate(rng: random.Random, spec, desc: dict) -> str:
     elif kind == "attribute" and attrs:
         f = rng.choice(attrs)
         desc[dml_member_name(f.name)] = value_for(rng, f.metadata["type"], spec)
+    elif kind == "nudge" and attrs:  # one element or number of a present attribute, nearby
+        present = [f for f in attrs if desc.get(dml_member_name(f.name)) is not None]
+        if present:
+            name = dml_member_name(rng.choice(present).name)
+            desc[name] = nudged(rng, desc[name])
     elif kind == "optional":
         absent = [
             f
@@ -582,6 +624,10 @@ def run_case(obj: Any, level: Any, execute_it: bool, seed: int = 0) -> str:
     except Exception as e:  # noqa: BLE001 (every exception is checked)
         check_message(e, owner)
         return "rejected"
+    # What validates is written back as DxDispatch JSON that reads the same description.
+    text = json.dumps(dml.operator_desc_to_json(desc), allow_nan=False)
+    if dml.operator_desc_from_json(json.loads(text)) != desc:
+        raise Defect(f"the description does not round-trip through JSON: {text[:300]}")
     tensors = [t for _, t in desc.input_slots() + desc.output_slots()]
     if sum(t.element_count for t in tensors) > MAX_EXECUTED_ELEMENTS or any(
         t.buffer_elements > 4 * MAX_EXECUTED_ELEMENTS for t in tensors
@@ -620,7 +666,6 @@ def fuzz(seed: int, indices, execute_one_in: int, stats: Counter, failures: list
 def _main() -> None:
     import argparse
     import faulthandler
-    import json
     import time
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
