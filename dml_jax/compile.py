@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -64,12 +65,31 @@ def _validate(desc: OperatorDesc, level: FeatureLevel) -> OperatorSpec:
     if missing:
         v.fail(missing[0], "is required (only a FusedActivation may leave its tensors None)")
     v.level = level
-    spec.validate(desc, v)
-    # Every output must be what the inputs imply (operators' own rules may say it first).
-    v.outputs_match(desc.output_slots(), spec.infer(desc))
+    with _derived_tensor_errors(desc, v):
+        spec.validate(desc, v)
+        # Every output must be what the inputs imply (operators' own rules may say it first).
+        v.outputs_match(desc.output_slots(), spec.infer(desc))
     support.check_desc(spec, desc, level)
     fused.check_support(desc, level)
     return spec
+
+
+@contextlib.contextmanager
+def _derived_tensor_errors(desc: OperatorDesc, v: Validator) -> Iterator[None]:
+    """The output the inputs and attributes imply (a convolution's of 2**34 elements) may be one
+    no tensor desc can hold: its ``TensorDesc`` message, raised while an operator's rules infer
+    it, would name no operator. Its tensors are all constructed already, so such a message is
+    about a derived one: it is reported at the first output, as the operator's."""
+    try:
+        yield
+    except ValidationError as e:
+        if not str(e).startswith("TensorDesc."):
+            raise
+        v.fail(
+            desc.output_slots()[0][0],
+            f"cannot be the output: the inputs and attributes imply one that no tensor desc "
+            f"can hold ({e})",
+        )
 
 
 class CompiledOperator:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .enums import DataType, TensorFlags
-from .errors import UINT64_MAX, ValidationError, as_int, as_int_tuple
+from .errors import UINT64_MAX, ValidationError, as_int, as_int_tuple, to_python_float
 from .tensor import ScaleBias, TensorDesc, calc_buffer_tensor_size
 
 _TENSOR_TYPE_PREFIX = "DML_TENSOR_TYPE_"
@@ -149,7 +149,7 @@ def json_float(value: Any, where: str) -> float:
         raise ValidationError(
             f"{where} must be a number (or 'nan', 'inf', '-inf'), got {show(value)}"
         )
-    return float(value)
+    return to_python_float(value, where)
 
 
 def scalar_union_from_json(value: Any, data_type: DataType, where: str) -> int | float:

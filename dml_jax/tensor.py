@@ -207,8 +207,17 @@ class TensorDesc:
         return buffer_length(self.data_type, self.addressed_elements)
 
     def like(self, **changes: Any) -> TensorDesc:
-        """A copy with fields replaced; the total size is derived again unless given."""
+        """A copy with fields replaced; the total size is derived again unless given.
+
+        A copy of another data type keeps the base offset alignment only where it is still one
+        for the new element size (an INT8 input's alignment of 1 says nothing about the INT32
+        output inferred from it: the copy has none, 0)."""
         changes.setdefault("total_tensor_size_in_bytes", None)
+        new_type = changes.get("data_type")
+        if new_type is not None and "guaranteed_base_offset_alignment" not in changes:
+            size = DataType.parse(new_type, "TensorDesc.DataType").size
+            if self.guaranteed_base_offset_alignment < size:
+                changes["guaranteed_base_offset_alignment"] = 0
         if "sizes" in changes:
             changes.setdefault("strides", None)
         return dataclasses.replace(self, **changes)
