@@ -190,7 +190,7 @@ def _transformer_seeds() -> dict[str, bytes]:
     return {name: m.SerializeToString() for name, m in seeds.items()}
 
 
-SEEDS = {**_backend_seeds(), **_transformer_seeds()}
+SEED_MODELS = {**_backend_seeds(), **_transformer_seeds()}
 
 # In int64's range (protobuf refuses others); the huge ones stress sizes and element counts.
 EDGE_INTS = [
@@ -501,8 +501,8 @@ def _attr_value(draw, a) -> object:
 
 @st.composite
 def mutated(draw) -> tuple[str, list[str], bytes]:
-    name = draw(st.sampled_from(sorted(SEEDS)))
-    data = SEEDS[name]
+    name = draw(st.sampled_from(sorted(SEED_MODELS)))
+    data = SEED_MODELS[name]
     kinds = []
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(MUTATIONS))
@@ -637,7 +637,7 @@ def test_transformer_seeds_match_onnxruntime(name):
     """The seeds built here are valid models, computed right (against onnxruntime's CPU
     provider), so that mutations start from models that run."""
     ort = pytest.importorskip("onnxruntime")
-    data = SEEDS[name]
+    data = SEED_MODELS[name]
     x = np.random.default_rng(1).standard_normal((1, 4, 8)).astype(np.float32)
     (want,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     (got,) = InferenceSession(data).run(None, {"x": x})
@@ -645,7 +645,7 @@ def test_transformer_seeds_match_onnxruntime(name):
 
 
 def test_seed_count():
-    assert sum(k.split("/")[0] in KINDS for k in SEEDS) >= 100, len(SEEDS)
+    assert sum(k.split("/")[0] in KINDS for k in SEED_MODELS) >= 100, len(SEED_MODELS)
     assert copy.copy(MUTATIONS)
 
 
@@ -676,7 +676,7 @@ def _cli(model) -> tuple[int, str]:
 def test_cli_binds_int64_inputs_as_int64():
     """``dml-jax run`` on an .onnx file with an INT64 input made a resource of INT32 values and
     then refused its own binding ("binding out of range")."""
-    data = SEEDS["pytorch-converted/test_Embedding"]
+    data = SEED_MODELS["pytorch-converted/test_Embedding"]
     code, err = _cli(onnx.ModelProto.FromString(data))
     assert code == 0, err
 
@@ -726,7 +726,7 @@ def test_variadic_input_without_a_name():
 def test_graph_edge_type_mismatch_names_the_onnx_node():
     """A FLOAT16 Conv input with FLOAT weights leaked "DML_GRAPH: IntermediateEdges[1] ..."
     without the ONNX node."""
-    data = SEEDS["pytorch-converted/test_Conv2d_padding"]
+    data = SEED_MODELS["pytorch-converted/test_Conv2d_padding"]
     model = onnx.ModelProto.FromString(data)
     model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
     session = InferenceSession(model)
