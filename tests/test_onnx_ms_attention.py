@@ -439,15 +439,18 @@ def test_q_attention(weight_type):
     assert "MATRIX_MULTIPLY_INTEGER_TO_FLOAT" in _operators(session)
 
 
-def test_q_attention_float16():
-    x = RNG.integers(0, 256, (B, S, D)).astype(np.uint8)
-    w = RNG.integers(0, 256, (D, 3 * D)).astype(np.uint8)
+def test_q_attention_float16(seed=3):
+    # Its own generator (the data must not depend on the order the tests run in), and scales
+    # that keep the logits near 10: at the hundreds of uint8 products scaled by 2e-4, the
+    # softmax is one-hot and a float16 rounding of a projection (onnxruntime's or this one's)
+    # can move the weight to another key (2 seeds in 30 failed so).
+    rng = np.random.default_rng(seed)
     inputs = [
-        ("x", x),
-        ("w", w),
-        ("bias", _f(3 * D, dtype=np.float16)),
+        ("x", rng.integers(0, 256, (B, S, D)).astype(np.uint8)),
+        ("w", rng.integers(0, 256, (D, 3 * D)).astype(np.uint8)),
+        ("bias", rng.standard_normal(3 * D).astype(np.float16)),
         ("x_scale", np.array(0.02, np.float16)),
-        ("w_scale", np.array(0.01, np.float16)),
+        ("w_scale", np.array(0.001, np.float16)),
     ]
     _check("QAttention", inputs, ["y"], {"num_heads": N})
 
