@@ -60,7 +60,8 @@ from ...enums import DataType
 from ...tensor import ScaleBias, TensorDesc, packed_strides
 from ..importer import Value, broadcast, packed, permuted
 from . import converter, lookup
-from ._common import binary_value, broadcast_shape, op, pads_of, spatial_out
+from ._common import binary_value, broadcast_shape, op, pads_of
+from .pooling import pooling_window
 from .quantized import (
     dequantize_value,
     matrices,
@@ -373,16 +374,7 @@ def _qlinear_average_pool(ctx, node, inputs):
     lift = (lambda v, d: [d, *v]) if nd == 1 else (lambda v, d: list(v))
     sizes = first[:2] + ((1,) if nd == 1 else ()) + spatial
     kernel, strides, start, end = lift(kernel, 1), lift(strides, 1), lift(start, 0), lift(end, 0)
-    out = sizes[:2] + spatial_out(sizes[2:], kernel, strides, [1] * len(kernel), start, end)
-    if min(out) < 1:
-        raise ctx.fail(f"the window does not fit the padded input (output {list(out)})")
-    window = {
-        "strides": strides,
-        "window_size": kernel,
-        "start_padding": start,
-        "end_padding": end,
-        "dilations": [1] * len(kernel),
-    }
+    out, window = pooling_window(ctx, sizes, kernel, strides, [1] * len(kernel), start, end)
     y = _pooled(ctx, x, source, sizes, out, (sx, zx, sy, zy), window, include)
     y = y.view(out[:2] + out[3:]) if nd == 1 else y
     return [_channels_back(ctx, y)]

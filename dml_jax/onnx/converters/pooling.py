@@ -62,6 +62,22 @@ def _column_major(ctx, idx: Value, spatial: tuple[int, ...]) -> Value:
     return result
 
 
+def pooling_window(ctx, sizes, kernel, strides, dilations, start, end):
+    """The output sizes of a pooling window over ``sizes`` (N, C, spatial...) and the window as
+    the pooling operators' keyword fields; a window that does not fit is the node's error."""
+    out = tuple(sizes[:2]) + tuple(spatial_out(sizes[2:], kernel, strides, dilations, start, end))
+    if min(out) < 1:
+        raise ctx.fail(f"the window does not fit the padded input (output {list(out)})")
+    window = {
+        "strides": strides,
+        "window_size": kernel,
+        "start_padding": start,
+        "end_padding": end,
+        "dilations": dilations,
+    }
+    return out, window
+
+
 def _pool(kind: str):
     def convert(ctx, node, inputs):
         x = inputs[0]
@@ -111,16 +127,7 @@ def _pool(kind: str):
             include = False
         kernel, strides, dilations = lift(kernel, 1), lift(strides, 1), lift(dilations, 1)
         start, end = lift(start, 0), lift(end, 0)
-        out = sizes[:2] + spatial_out(sizes[2:], kernel, strides, dilations, start, end)
-        if min(out) < 1:
-            raise ctx.fail(f"the window does not fit the padded input (output {list(out)})")
-        window = {
-            "strides": strides,
-            "window_size": kernel,
-            "start_padding": start,
-            "end_padding": end,
-            "dilations": dilations,
-        }
+        out, window = pooling_window(ctx, sizes, kernel, strides, dilations, start, end)
         result = (out[:2] + out[3:]) if one_d else out
         if kind == "max":
             indices = TensorDesc(DataType.UINT32, out) if ctx.wants(1) else None
