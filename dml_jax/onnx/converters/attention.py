@@ -339,36 +339,59 @@ def _member(field: str) -> str:
     return "".join(part.capitalize() for part in field.split("_"))
 
 
+def grouped_logits(ctx, q4: Value, k4: Value, scale: float) -> Value:
+    """Q K^T * scale, {B, Nq, S, T}, of query heads q4 {B, Nq, S, H} over the key heads k4
+    {B, Nkv, T, H} (query head n reads key head n // (Nq / Nkv)): one GEMM of the query heads
+    viewed as {B, Nkv, g * S, H}."""
+    (b, hq, s, d), (hkv, total), t = q4.shape, k4.shape[1:3], q4.data_type
+    rows = (b, hkv, hq // hkv * s)
+    desc = op("GEMM")(
+        packed(t, rows + (d,)),
+        packed(t, k4.shape),
+        None,
+        packed(t, rows + (total,)),
+        trans_b="TRANSPOSE",
+        alpha=scale,
+    )
+    return ctx.out(ctx.node(desc, [q4.view(rows + (d,)), k4, None]), (b, hq, s, total))
+
+
+def soft_capped(ctx, logits: Value, softcap: float) -> Value:
+    """``softcap * tanh(logits / softcap)`` (ACTIVATION_SCALED_TANH)."""
+    t, shape = logits.data_type, logits.shape
+    desc = op("ACTIVATION_SCALED_TANH")(
+        packed(t, shape), packed(t, shape), alpha=softcap, beta=1.0 / softcap
+    )
+    return ctx.out(ctx.node(desc, [logits]), shape)
+
+
+def grouped_values(ctx, probs: Value, v4: Value) -> Value:
+    """Probabilities {B, Nq, S, T} times the value heads v4 {B, Nkv, T, Dv}: {B, Nq, S, Dv}, one
+    GEMM as ``grouped_logits``."""
+    (b, hq, s, total), (hkv, dv), t = probs.shape, (v4.shape[1], v4.shape[3]), probs.data_type
+    rows = (b, hkv, hq // hkv * s)
+    desc = op("GEMM")(
+        packed(t, rows + (total,)), packed(t, v4.shape), None, packed(t, rows + (dv,))
+    )
+    return ctx.out(ctx.node(desc, [probs.view(rows + (total,)), v4, None]), (b, hq, s, dv))
+
+
 def _decomposed(ctx, q, k, v, past_k, past_v, masks, scale, softcap, dims):
     """softcap / qk_matmul_output: ONNX's decomposition on DirectML operators."""
     allowed, additive, rows = masks
-    b, hq, hkv, s, d, dv, total = dims
-    g = hq // hkv
+    b, hq, hkv, s, _, dv, total = dims
     t = q.data_type
     q4 = q if q.rank == 4 else _heads_first(ctx, q, hq)
     k4 = k if k.rank == 4 else _heads_first(ctx, k, hkv)
     v4 = v if v.rank == 4 else _heads_first(ctx, v, hkv)
     if past_k is not None:
         k4, v4 = _join(ctx, past_k, k4), _join(ctx, past_v, v4)
-    # Query head n reads key/value head n // g: {B, Nq, S, H} is {B, Nkv, g * S, H}.
-    grouped = (b, hkv, g * s, total)
     full = (b, hq, s, total)
-    desc = op("GEMM")(
-        packed(t, (b, hkv, g * s, d)),
-        packed(t, k4.shape),
-        None,
-        packed(t, grouped),
-        trans_b="TRANSPOSE",
-        alpha=scale,
-    )
-    logits = ctx.out(ctx.node(desc, [q4.view((b, hkv, g * s, d)), k4, None]), full)
+    logits = grouped_logits(ctx, q4, k4, scale)
     mode = int(ctx.attr("qk_matmul_output_mode", 0))
     recorded = logits
     if softcap > 0:
-        capped = op("ACTIVATION_SCALED_TANH")(
-            packed(t, full), packed(t, full), alpha=softcap, beta=1.0 / softcap
-        )
-        logits = ctx.out(ctx.node(capped, [logits]), full)
+        logits = soft_capped(ctx, logits, softcap)
         if mode == 1:
             recorded = logits
     bias = _bias(ctx, allowed, additive, t)
@@ -381,8 +404,7 @@ def _decomposed(ctx, q, k, v, past_k, past_v, masks, scale, softcap, dims):
     probs = _guard(ctx, probs, rows, (0, 1, 2, 3))
     if mode == 3:
         recorded = probs
-    desc = op("GEMM")(packed(t, grouped), packed(t, v4.shape), None, packed(t, (b, hkv, g * s, dv)))
-    y = ctx.out(ctx.node(desc, [probs.view(grouped), v4, None]), (b, hq, s, dv))
+    y = grouped_values(ctx, probs, v4)
     if q.rank == 3:
         y = transposed(ctx, y, (0, 2, 1, 3)).view((b, s, hq * dv))
     present_k = k4 if ctx.wants(1) else None

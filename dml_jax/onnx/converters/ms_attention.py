@@ -66,8 +66,18 @@ import numpy as np
 
 from ..importer import Value, broadcast, packed
 from . import converter
-from ._common import DataType, binary_value, cast_value, op
-from .attention import gather_rows, join_values, rotary_dim, rotate, split_value, transposed
+from ._common import DataType, binary_value, cast_value, op, select_value
+from .attention import (
+    gather_rows,
+    grouped_logits,
+    grouped_values,
+    join_values,
+    rotary_dim,
+    rotate,
+    soft_capped,
+    split_value,
+    transposed,
+)
 from .movement import typed_scalar
 
 MS = "com.microsoft"
@@ -759,25 +769,12 @@ def _softcapped(ctx, q, keys, values, masks, dims, scale: float, softcap: float)
     (``softcap * tanh(x / softcap)``), ELEMENT_WISE_ADD of attention_bias and of -inf outside
     the causal window, ACTIVATION_SOFTMAX1, GEMM."""
     lengths, keep, additive = masks
-    b, s, hq, hkv, d, _, total = dims
-    g = hq // hkv
+    b, s, hq, _, d, _, total = dims
     t, f32 = q.data_type, DataType.FLOAT32
     q4 = cast_value(ctx, transposed(ctx, q.view((b, s, hq, d)), (0, 2, 1, 3)), f32)
     keys, values = cast_value(ctx, keys, f32), cast_value(ctx, values, f32)
-    grouped, full = (b, hkv, g * s, total), (b, hq, s, total)
-    desc = op("GEMM")(
-        packed(f32, (b, hkv, g * s, d)),
-        packed(f32, keys.shape),
-        None,
-        packed(f32, grouped),
-        trans_b="TRANSPOSE",
-        alpha=scale,
-    )
-    logits = ctx.out(ctx.node(desc, [q4.view((b, hkv, g * s, d)), keys, None]), full)
-    capped = op("ACTIVATION_SCALED_TANH")(
-        packed(f32, full), packed(f32, full), alpha=softcap, beta=1.0 / softcap
-    )
-    logits = ctx.out(ctx.node(capped, [logits]), full)
+    full = (b, hq, s, total)
+    logits = soft_capped(ctx, grouped_logits(ctx, q4, keys, scale), softcap)
     if additive is not None:
         logits = binary_value(ctx, "ELEMENT_WISE_ADD", logits, cast_value(ctx, additive, f32))
     # Query i of entry b sees the keys up to its position L_b + i (and the window's).
@@ -790,23 +787,13 @@ def _softcapped(ctx, q, keys, values, masks, dims, scale: float, softcap: float)
     if isinstance(allowed, np.ndarray):
         bias = ctx.constant(np.where(allowed, 0, -np.inf).astype(np.float32))
     else:
-        shape = allowed.shape
         zero = ctx.constant(np.zeros((1, 1, 1, 1), np.float32))
         minus = ctx.constant(np.full((1, 1, 1, 1), -np.inf, np.float32))
-        desc = op("ELEMENT_WISE_IF")(
-            packed(DataType.UINT8, shape),
-            broadcast(zero, shape),
-            broadcast(minus, shape),
-            packed(f32, shape),
-        )
-        bias = ctx.out(ctx.node(desc, [allowed, zero, minus]), shape)
+        bias = select_value(ctx, allowed, zero, minus, allowed.shape)
     logits = binary_value(ctx, "ELEMENT_WISE_ADD", logits, bias)
     softmax = op("ACTIVATION_SOFTMAX1")(packed(f32, full), packed(f32, full), axes=[3])
     probs = ctx.out(ctx.node(softmax, [logits]), full)
-    desc = op("GEMM")(
-        packed(f32, grouped), packed(f32, values.shape), None, packed(f32, (b, hkv, g * s, d))
-    )
-    y = ctx.out(ctx.node(desc, [probs.view(grouped), values, None]), (b, hq, s, d))
+    y = grouped_values(ctx, probs, values)
     y = transposed(ctx, y, (0, 2, 1, 3)).view((b, s, hq * d))
     return cast_value(ctx, y, t)
 
