@@ -24,7 +24,7 @@ def _body(node: Any, schema: Any, opset: int, inputs: list[Value | None]) -> Any
     import onnx
     from onnx import helper
 
-    from .importer import elem_type_of
+    from .importer import elem_of
 
     if schema.has_function:
         versions = [v for v in schema.function_opset_versions if v <= opset]
@@ -36,9 +36,7 @@ def _body(node: Any, schema: Any, opset: int, inputs: list[Value | None]) -> Any
         if v is None:
             types.append(onnx.TypeProto().SerializeToString())
             continue
-        elem = 9 if v.is_bool else elem_type_of(v.const.dtype if v.const is not None
-                                               else v.data_type.numpy_dtype)  # fmt: skip
-        types.append(helper.make_tensor_type_proto(elem, list(v.shape)).SerializeToString())
+        types.append(helper.make_tensor_type_proto(elem_of(v), list(v.shape)).SerializeToString())
     versions = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
     if versions:
         raw = schema.get_context_dependent_function_with_opset_version(

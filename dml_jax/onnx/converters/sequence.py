@@ -16,22 +16,13 @@ import numpy as np
 
 from .. import functions
 from ..importer import (
-    BOOL,
     OptionalValue,
     SequenceValue,
     Value,
-    elem_type_of,
+    elem_of,
 )
 from . import converter
 from .control import run_op
-
-
-def _elem(v: Value) -> int:
-    """The ONNX element type of a tensor value (an int32 graph tensor of an int64 constant is
-    int64)."""
-    if v.const is not None:
-        return elem_type_of(v.const.dtype)
-    return BOOL if v.is_bool else elem_type_of(v.data_type.numpy_dtype)
 
 
 def _sequence(ctx, v, what: str = "input_sequence") -> SequenceValue:
@@ -74,7 +65,7 @@ def _sequence_empty(ctx, node, inputs):
 @converter("SequenceConstruct")
 def _sequence_construct(ctx, node, inputs):
     items = [_tensor(ctx, v, f"inputs[{k}]") for k, v in enumerate(inputs)]
-    seq = SequenceValue((), _elem(items[0]))
+    seq = SequenceValue((), elem_of(items[0]))
     for t in items:
         _checked_type(ctx, seq, t)
         seq = SequenceValue((*seq.items, t), seq.elem_type)
@@ -95,7 +86,7 @@ def _sequence_insert(ctx, node, inputs):
     n = len(seq.items)
     at = n if len(inputs) < 3 or inputs[2] is None else _position(ctx, inputs[2], n, insert=True)
     items = (*seq.items[:at], t, *seq.items[at:])
-    return [SequenceValue(items, seq.elem_type or _elem(t))]
+    return [SequenceValue(items, seq.elem_type or elem_of(t))]
 
 
 @converter("SequenceErase")
@@ -148,7 +139,7 @@ def _split_to_sequence(ctx, node, inputs):
         pieces = run_op(ctx, "Split", [x], len(sizes), axis=axis, split=sizes)
     if not keepdims:
         pieces = [p.view(p.shape[:axis] + p.shape[axis + 1 :]) for p in pieces]
-    return [SequenceValue(tuple(pieces), _elem(x))]
+    return [SequenceValue(tuple(pieces), elem_of(x))]
 
 
 @converter("ConcatFromSequence")
@@ -233,5 +224,5 @@ def _sequence_map(ctx, node, inputs):
     elems = []
     for k, out in enumerate(body.output):
         t = out.type.sequence_type.elem_type.tensor_type.elem_type
-        elems.append(int(t) or (_elem(results[k][0]) if results[k] else 0))
+        elems.append(int(t) or (elem_of(results[k][0]) if results[k] else 0))
     return [SequenceValue(tuple(r), e) for r, e in zip(results, elems)]
