@@ -21,6 +21,7 @@ if not os.path.exists("/dev/nvidiactl"):
         + " --xla_llvm_disable_expensive_passes=true --xla_backend_optimization_level=0"
     ).strip()
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 _COMMON = {
@@ -32,3 +33,50 @@ _COMMON = {
 settings.register_profile("ci", max_examples=12, **_COMMON)
 settings.register_profile("thorough", max_examples=500, **_COMMON)
 settings.load_profile(os.environ.get("DML_JAX_HYPOTHESIS_PROFILE", "ci"))
+
+
+def _cuda_machine() -> bool:
+    return os.path.exists("/dev/nvidiactl")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A GPU kernel's correctness matrix (tests marked ``kernel_matrix``) runs whole on a CUDA
+    machine, where the kernels compile natively, and in Pallas interpret mode everywhere else,
+    where each case costs seconds of CPU. Without CUDA only a covering subset runs: a case is
+    kept when it brings a parameter value no kept case of its test has had yet, so every value
+    of every parameter still runs at least once; a test whose cases are whole scenarios names
+    the ones that run here instead (``@pytest.mark.kernel_matrix(cpu=[case ids])``).
+    ``DML_JAX_KERNEL_MATRIX=full`` runs them all; the rest are reported as deselected."""
+    if _cuda_machine() or os.environ.get("DML_JAX_KERNEL_MATRIX") == "full":
+        return
+    covered: dict = {}
+    named: dict = {}  # (file, test) -> (the ids its marker names, the ids it has)
+    keep, drop = [], []
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        if spec is None or item.get_closest_marker("kernel_matrix") is None:
+            keep.append(item)
+            continue
+        chosen = item.get_closest_marker("kernel_matrix").kwargs.get("cpu")
+        if chosen is not None:
+            named.setdefault((str(item.path), item.originalname), (set(chosen), set()))[1].add(
+                spec.id
+            )
+            (keep if spec.id in chosen else drop).append(item)
+            continue
+        seen = covered.setdefault((str(item.path), item.originalname), set())
+        values = {(k, repr(v)) for k, v in spec.params.items()}
+        if values - seen:
+            seen |= values
+            keep.append(item)
+        else:
+            drop.append(item)
+    for (path, test), (chosen, ids) in named.items():
+        if chosen - ids:
+            raise pytest.UsageError(
+                f"{path}::{test}: kernel_matrix(cpu=...) names cases it does not have: "
+                f"{sorted(chosen - ids)}"
+            )
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

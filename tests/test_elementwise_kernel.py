@@ -13,6 +13,8 @@ import dml_jax as dml
 from dml_jax import catalog, fastpath, registry
 from dml_jax.kernels import elementwise_map as M
 
+pytestmark = pytest.mark.kernel_matrix
+
 
 def _case(name: str):
     """The operator's example in its first narrow data type, {3, 347} (odd: masked blocks)."""
@@ -26,6 +28,24 @@ def _case(name: str):
 CASES = [c for c in map(_case, M.OPERATORS) if c is not None]
 
 
+# Without CUDA (Pallas interpret mode, seconds a case): one operator of each form the map
+# kernel takes (unary, binary, scaled, with attributes, predicates, three inputs, bits, activations).
+@pytest.mark.kernel_matrix(
+    cpu=[
+        "ELEMENT_WISE_IDENTITY",
+        "ELEMENT_WISE_ADD1",
+        "ELEMENT_WISE_EXP",
+        "ELEMENT_WISE_CONSTANT_POW",
+        "ELEMENT_WISE_MODULUS_FLOOR",
+        "ELEMENT_WISE_LOGICAL_EQUALS",
+        "ELEMENT_WISE_IS_NAN",
+        "ELEMENT_WISE_IF",
+        "ELEMENT_WISE_BIT_SHIFT_RIGHT",
+        "ELEMENT_WISE_THRESHOLD",
+        "ACTIVATION_ELU",
+        "ACTIVATION_PARAMETERIZED_RELU",
+    ]
+)
 @pytest.mark.parametrize("desc", CASES, ids=lambda d: d.operator_type.removeprefix("DML_OPERATOR_"))
 def test_map_kernel_equals_the_lowering(desc):
     dml.validate(desc)

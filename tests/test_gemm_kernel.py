@@ -34,6 +34,8 @@ from dml_jax.graph import validated_plan
 from dml_jax.kernels import attention as attention_kernel
 from dml_jax.kernels import gemm as K
 
+pytestmark = pytest.mark.kernel_matrix
+
 T = dml.TensorDesc
 In, Out, Mid = dml.InputGraphEdge, dml.OutputGraphEdge, dml.IntermediateGraphEdge
 HOPPER = K.hopper()

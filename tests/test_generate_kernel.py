@@ -13,6 +13,8 @@ import dml_jax as dml
 from dml_jax import fastpath
 from dml_jax.kernels import generate as K
 
+pytestmark = pytest.mark.kernel_matrix
+
 T = dml.TensorDesc
 
 

@@ -18,6 +18,8 @@ from dml_jax import fastpath
 from dml_jax.kernels import int8_gemm as K
 from dml_jax.ops._quant import zero_point_product as _zero_point_product
 
+pytestmark = pytest.mark.kernel_matrix
+
 
 def _int8(rng, shape):
     x = rng.integers(-128, 128, shape).astype(np.int8)

@@ -23,6 +23,8 @@ from dml_jax.kernels import reduce as K
 from dml_jax.kernels import reduce_plan as P
 from dml_jax.ops.reduce import F, _reduce_value
 
+pytestmark = pytest.mark.kernel_matrix
+
 
 def _data(shape, dtype, seed=0):
     rng = np.random.default_rng(seed)

@@ -26,6 +26,8 @@ from dml_jax.kernels import lstm as K
 from dml_jax.kernels import mosaic
 from dml_jax.precision import with_half_precision
 
+pytestmark = pytest.mark.kernel_matrix
+
 T = dml.TensorDesc
 SIG, TANH = dml.ActivationSigmoidOperatorDesc(), dml.ActivationTanhOperatorDesc()
 
@@ -164,6 +166,15 @@ def _kernel_contract(xw, first, r, c0, pieces):
     return jnp.stack(ys).astype(f16), h.astype(f16), c.astype(f16)
 
 
+# Without CUDA: one direction, both directions without the optional inputs, and a ring refilled
+# within a step.
+@pytest.mark.kernel_matrix(
+    cpu=[
+        "forward",
+        "bidirectional, no bias or initial state",
+        "hidden 384 (a ring filled again within a step in three pieces)",
+    ]
+)
 @pytest.mark.parametrize("name", list(CASES))
 def test_lowering_around_the_kernel_matches_lax(monkeypatch, name):
     """On any machine: the fast path's lowering with the kernel replaced by its contract

@@ -22,6 +22,8 @@ from dml_jax.kernels import mosaic
 from dml_jax.kernels import mvn as K
 from dml_jax.ops.normalization import lower_mvn, mvn_axes
 
+pytestmark = pytest.mark.kernel_matrix
+
 MVN, MVN1, MVN2 = (
     dml.MeanVarianceNormalizationOperatorDesc,
     dml.MeanVarianceNormalization1OperatorDesc,

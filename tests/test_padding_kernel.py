@@ -21,6 +21,8 @@ from dml_jax.enums import PaddingMode
 from dml_jax.kernels import padding as K
 from dml_jax.ops.movement import lower_padding, source_index
 
+pytestmark = pytest.mark.kernel_matrix
+
 MODES = [PaddingMode.EDGE, PaddingMode.REFLECTION, PaddingMode.SYMMETRIC, PaddingMode.WRAP]
 
 

@@ -19,6 +19,8 @@ from dml_jax import fastpath
 from dml_jax.kernels import pooling as K
 from dml_jax.ops import pooling as P
 
+pytestmark = pytest.mark.kernel_matrix
+
 
 def _desc(cls, shape, type_name, window, strides, start, end, dilations=None, **extra):
     x = dml.TensorDesc(type_name, shape)

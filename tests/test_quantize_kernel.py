@@ -16,6 +16,8 @@ from dml_jax.enums import DataType
 from dml_jax.kernels import quantize as K
 from dml_jax.ops._quant import quantize
 
+pytestmark = pytest.mark.kernel_matrix
+
 
 def _data(rng, shape, scale, dtype):
     """Values whose quotients by ``scale`` (per channel, axis 1) are often exactly halfway

@@ -22,6 +22,8 @@ from dml_jax import fastpath
 from dml_jax.kernels import resample as K
 from dml_jax.ops.resample import lower_resample
 
+pytestmark = pytest.mark.kernel_matrix
+
 T = dml.TensorDesc
 CENTRES = {"input_pixel_offsets": [0.5] * 4, "output_pixel_offsets": [-0.5] * 4}
 

@@ -21,6 +21,8 @@ from dml_jax import fastpath
 from dml_jax.kernels import scan as K
 from dml_jax.ops.scan_generate import scan
 
+pytestmark = pytest.mark.kernel_matrix
+
 # (shape, axis, minor-axis tile elements, dtype, reverse, exclusive, product): each layout, each
 # scan variant and each kind of type at least once; small tiles make the CPU cases loop.
 CASES = [

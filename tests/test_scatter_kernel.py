@@ -18,6 +18,8 @@ from dml_jax.kernels import mosaic
 from dml_jax.kernels import scatter as K
 from dml_jax.ops.indexing import ScatterOperatorDesc, lower_scatter
 
+pytestmark = pytest.mark.kernel_matrix
+
 
 def _desc(shape, length, dtype, index_type):
     name = np.dtype(dtype).name.upper()

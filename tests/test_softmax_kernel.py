@@ -18,6 +18,8 @@ from dml_jax import fastpath
 from dml_jax.kernels import softmax as K
 from dml_jax.ops.softmax import hardmax, log_softmax, softmax
 
+pytestmark = pytest.mark.kernel_matrix
+
 # (shape, axes, tile bytes, loop rows, loop columns): small tiles make the CPU cases loop.
 CASES = [
     ((30, 1000), (1,), 8192, 4096, 64),  # minor, one tile

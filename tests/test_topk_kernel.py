@@ -15,6 +15,8 @@ from dml_jax import fastpath
 from dml_jax.kernels import topk as K
 from dml_jax.ops.topk import top_k
 
+pytestmark = pytest.mark.kernel_matrix
+
 
 def _input(shape, dtype, seed=0):
     rng = np.random.default_rng(seed)
@@ -83,6 +85,8 @@ def test_grouped_selection_matches_lax(monkeypatch, group, shape, dtype, k):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+# Without CUDA: largest and smallest, no groups, narrow and wide groups.
+@pytest.mark.kernel_matrix(cpu=["True-None-shape0-5", "False-2-shape3-5", "True-16-shape6-16"])
 # Each form (pairs of words, or every element's key) with each group width and each row shape,
 # not every combination (the interpreted kernel takes seconds a case on a CPU).
 @pytest.mark.parametrize(
