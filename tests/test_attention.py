@@ -444,6 +444,23 @@ def test_half_precision_flag_reaches_the_products():
         assert jaxpr.count("precision=(Precision.HIGHEST, Precision.HIGHEST)") == highest
 
 
+def test_half_precision_flag_rounds_float16_logits_to_float16():
+    """Q . K = 2049 for key 0 and 2048 for key 1 (scale 1/16): float32 logits 128.0625 and 128
+    give key 0 the weight 0.5156; with ALLOW_HALF_PRECISION_COMPUTATION the logits round to
+    float16, where 2049 is 2048, and both keys weigh one half."""
+    t = lambda sizes: _t(sizes, "FLOAT16")
+    desc = MHA(t((1, 1, 2)), t((1, 2, 2)), t((1, 2, 2)), output_tensor=t((1, 1, 2)),
+               scale=1 / 16, mask_filter_value=-10000.0, head_count=1)  # fmt: skip
+    q = np.array([[[1, 1]]], np.float16)
+    k = np.array([[[2048, 1], [2048, 0]]], np.float16)
+    v = np.array([[[1024, 0], [0, 0]]], np.float16)
+    exact = np.asarray(dml.compile_operator(desc)(q, k, v))
+    half = np.asarray(dml.compile_operator(desc, allow_half_precision=True)(q, k, v))
+    w0 = 1 / (1 + np.exp(-1 / 16))
+    np.testing.assert_allclose(exact[0, 0, 0], 1024 * w0, rtol=2e-3)
+    assert half[0, 0, 0] == 512 and half[0, 0, 1] == 0
+
+
 def test_float16_pieces_hold_float32_exactly():
     """Three float16 pieces sum to x * 2**14 exactly for float32 x in [2**-15, 1] (the bits of
     smaller x reach below float16's subnormals), and to within 2**-38 (in x's units) below; one

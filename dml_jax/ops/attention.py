@@ -33,6 +33,8 @@ type. FLOAT32 products are float32 (``lax.Precision.HIGHEST``) unless the half-p
 given, as for GEMM. Without BiasTensor, the first FLOAT16 product runs on float16 arithmetic with
 the same float32 results (Q and K stay float16: their products are exact in float32); the second
 multiplies the float32 probabilities by the values widened to float32 (``_weighted_values``).
+The half-precision flag rounds FLOAT16 logits and probabilities to float16, the precision plain
+JAX and PyTorch compute float16 attention at.
 """
 
 from __future__ import annotations
@@ -584,10 +586,18 @@ def lower_attention(d: Any, *arrays):
     # Logits {B, Hq, S, T}: query head n = kv head * group + r reads kv head n // group.
     group = g.q_heads // g.kv_heads
     qg = q.reshape(g.batch, g.seq, g.kv_heads, group, g.head)
+    # Where half precision is allowed, FLOAT16 logits are rounded to float16 (the product still
+    # accumulates in float32 where the backend does): the S x T tensor the softmax then reads
+    # twice is half as many bytes, most of the lax lowering's time at long sequences.
+    half_logits = narrow_products(d) and half_precision_allowed()
     logits = jnp.einsum(
-        "bskrd,bktd->bkrst", qg, keys, precision=precision, preferred_element_type=jnp.float32
+        "bskrd,bktd->bkrst",
+        qg,
+        keys,
+        precision=precision,
+        preferred_element_type=jnp.float16 if half_logits else jnp.float32,
     ).reshape(g.batch, g.q_heads, g.seq, g.total)
-    logits = logits * jnp.float32(d.scale)
+    logits = logits.astype(jnp.float32) * jnp.float32(d.scale)
     if "RelativePositionBiasTensor" in x:
         rpb = wide(x["RelativePositionBiasTensor"])
         logits = logits + rpb.reshape(g.batch, g.q_heads, g.seq, g.total)
