@@ -1,31 +1,34 @@
-"""Models exported from PyTorch run through ``dml_jax.onnx.InferenceSession``: agreement with
-PyTorch and speed against PyTorch eager and ``torch.compile``, on the same card in the same run.
+"""The ONNX models suite: models exported from PyTorch, run through
+``dml_jax.onnx.InferenceSession``; agreement with PyTorch, and speed against PyTorch eager,
+``torch.compile`` and onnxruntime on the CPU.
 
-Each model is built with random weights (no downloads), put in eval mode, and exported by both
-of PyTorch's exporters: TorchScript (``dynamo=False``, opset 17, the batch (and sequence) axes
-dynamic) and dynamo (opset 18, static shapes). Each export is imported by a session and run on
-the GPU (and, with ``--cpu``, on the CPU); its outputs are compared with PyTorch's on the same
-inputs (the largest absolute difference relative to the reference's largest magnitude). With
-``--speed``, the first export of each model is also timed at ``--batch`` against PyTorch eager and
-``torch.compile`` (median of ``--samples`` samples of ``--iters`` calls, one sync a sample).
+Each model is built with random weights (no downloads), put in eval mode, and exported by
+PyTorch's TorchScript exporter (``dynamo=False``, opset 17, the batch (and sequence) axes
+dynamic) and, with ``--exporters torchscript dynamo``, by dynamo too (opset 18, static shapes).
+Each export is imported by a session on JAX's default device and its outputs compared with
+PyTorch's on the same inputs (``rel_err``: the largest absolute difference over the reference's
+largest magnitude). The first export of each model is then timed at ``--batch``: dml_jax
+(``jax.jit`` of the session's function), onnxruntime's CPU provider (``ort_cpu_ms``; few samples:
+it is the slowest), and on a GPU PyTorch eager and ``torch.compile`` (``--no-compile``: not).
+``x_eager`` / ``x_compile`` / ``x_ort_cpu``: their time over dml_jax's.
 
-Needs torch, torchvision, timm, transformers and onnx (onnxscript for the dynamo exporter).
-Usage: ``PYTHONPATH=. python benchmarks/onnx_models.py [--only NAME ...] [--cpu] [--speed]
-[--json OUT.json]``.
+Needs torch, torchvision, timm, transformers and onnx (onnxscript for the dynamo exporter). Without
+PyTorch the suite runs one small model written with ``onnx.helper`` (``mlp``) against onnxruntime
+alone, and records the PyTorch models as skipped. ``--quick``: that model, and with PyTorch
+``mobilenet_v2`` and ``bert`` at batch 2.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import statistics
-import sys
 import tempfile
 import time
 import traceback
+from typing import Any
 
 import numpy as np
+
+from ..harness import Run, Timer, cold_time, error_text, jax_sync
 
 # ---------------------------------------------------------------------------------------------
 # The models: name -> (builder, example inputs at a batch, dynamic axes {input: {axis: name}})
@@ -264,24 +267,88 @@ def agreement(got, want) -> float:
     return float(np.abs(np.asarray(got, np.float64) - want).max() / scale)
 
 
-def timed(fn, samples, iters, sync):
-    fn()
-    sync()
-    times = []
-    for _ in range(samples):
-        t = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        sync()
-        times.append((time.perf_counter() - t) / iters)
-    return statistics.median(times)
+def _mlp_model(path: str, batch: int) -> list[np.ndarray]:
+    """A small ONNX model written with onnx.helper (MatMul, Add, Relu, Softmax, a Conv branch is
+    not needed here): the suite's PyTorch-free case. Returns its inputs at ``batch``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = {
+        "w1": rng.standard_normal((256, 512)).astype(np.float32) * 0.05,
+        "b1": rng.standard_normal(512).astype(np.float32) * 0.05,
+        "w2": rng.standard_normal((512, 10)).astype(np.float32) * 0.05,
+    }
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Add", ["h", "b1"], ["hb"]),
+        helper.make_node("Relu", ["hb"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["output"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 256])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 10])],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, path)
+    return [rng.standard_normal((batch, 256)).astype(np.float32)]
 
 
-def run_model(name, opts, rows):
-    import torch
+def _ort_session(path: str):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+
+
+def _time_onnx(run: Run, row: dict, path: str, feeds: list[np.ndarray]) -> Any:
+    """dml_jax's and onnxruntime CPU's times on ``feeds``; returns the dml output."""
+    import jax
 
     from dml_jax.onnx import InferenceSession
 
+    s = InferenceSession(path)
+    inputs = [jax.device_put(a) for a in feeds]
+    fn = jax.jit(s.fn)
+    cold, out = cold_time(lambda: fn(*inputs), jax_sync)
+    dml_s = run.timer.run(lambda: fn(*inputs), jax_sync)
+    row.update(batch=int(feeds[0].shape[0]), dml_cold_s=round(cold, 2), dml_ms=dml_s * 1e3)
+    try:
+        ort = _ort_session(path)
+        feed = {i.name: a for i, a in zip(ort.get_inputs(), feeds)}
+        few = Timer(sample_s=0.0, samples=1)  # the CPU is far slower: a few calls
+        ort_s = few.run(lambda: ort.run(None, feed), lambda _: None)
+        row.update(ort_cpu_ms=ort_s * 1e3, x_ort_cpu=ort_s / dml_s)
+    except Exception as e:  # onnxruntime lacks an op: recorded
+        row["ort_cpu_error"] = error_text(e)
+    return out
+
+
+def run_mlp(run: Run) -> None:
+    """The PyTorch-free case: agreement with onnxruntime's CPU provider, then speed."""
+    from dml_jax.onnx import InferenceSession
+
+    row = {"model": "mlp", "exporter": "onnx.helper", "reference": "onnxruntime CPU"}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "mlp.onnx")
+        try:
+            feeds = _mlp_model(path, 2 if run.quick else run.args.batch)
+            want = _ort_session(path).run(None, {"x": feeds[0]})[0]
+            got = InferenceSession(path).run(None, {"x": feeds[0]})[0]
+            row["rel_err"] = agreement(got, want)
+            _time_onnx(run, row, path, feeds)
+        except Exception as e:
+            row["error"] = error_text(e)
+    run.add(row)
+
+
+def run_model(run: Run, name: str, torch) -> None:
+    from dml_jax.onnx import InferenceSession
+
+    opts = run.args
     build, inputs, dynamic = MODELS[name]
     torch.manual_seed(0)
     model = build().eval()
@@ -298,10 +365,8 @@ def run_model(name, opts, rows):
     feeds = [a.numpy() for a in args]
     with torch.no_grad():
         want = _first(model(*args)).float().numpy()
-    gpu = torch.cuda.is_available()
     for exporter in opts.exporters:
-        row = {"model": name, "exporter": exporter}
-        rows.append(row)
+        row = {"model": name, "exporter": exporter, "reference": "PyTorch"}
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, f"{name}.onnx")
             try:
@@ -309,131 +374,111 @@ def run_model(name, opts, rows):
                 with torch.no_grad():
                     export(model, args, path, exporter, dynamic)
                 row["export_s"] = round(time.perf_counter() - t, 2)
+                s = InferenceSession(path)
+                feed = {i.name: x for i, x in zip(s.get_inputs(), feeds)}
+                got = s.run(None, feed)[0]
+                row["rel_err"] = agreement(got, want)
+                row["dml_nodes"] = len(next(iter(s._programs.values())).imported.graph.nodes)
             except Exception as e:
-                row["error"] = f"export: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
-                print(name, exporter, row["error"], flush=True)
-                continue
-            devices = (["gpu"] if gpu else []) + (["cpu"] if opts.cpu or not gpu else [])
-            for dev in devices:
+                row["error"] = error_text(e)
+                row["error_trace"] = traceback.format_exc()[-2000:]
+            if exporter == opts.exporters[0] and "rel_err" in row and not run.over_budget():
                 try:
-                    s = InferenceSession(path, device=dev)
-                    feed = {i.name: x for i, x in zip(s.get_inputs(), feeds)}
-                    t = time.perf_counter()
-                    got = s.run(None, feed)[0]
-                    row[f"{dev}_first_call_s"] = round(time.perf_counter() - t, 2)
-                    row[f"{dev}_rel_err"] = agreement(got, want)
-                    row["dml_nodes"] = len(next(iter(s._programs.values())).imported.graph.nodes)
+                    speed(run, name, model, inputs, path, row, torch)
                 except Exception as e:
-                    row[f"{dev}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
-                    if opts.debug:
-                        traceback.print_exc()
-            print(json.dumps(row), flush=True)
-            failed = any(k.endswith("error") for k in row) or row.get("gpu_rel_err", 0) > 1e-3
-            if opts.save and failed and os.path.getsize(path) < 16 << 20:
-                import shutil
-
-                shutil.copy(path, os.path.join(opts.save, f"{name}_{exporter}.onnx"))
-            if opts.speed and gpu and exporter == opts.exporters[0] and "gpu_rel_err" in row:
-                speed(name, model, inputs, path, opts, row)
-                print(json.dumps(row), flush=True)
+                    row["speed_error"] = error_text(e)
+        run.add(row)
 
 
-def speed(name, model, inputs, path, opts, row):
-    import jax
-    import torch
-
-    from dml_jax.onnx import InferenceSession
-
-    args = inputs(opts.batch)
+def speed(run: Run, name, model, inputs, path, row, torch):
+    opts = run.args
+    batch = 2 if run.quick else opts.batch
+    args = inputs(batch)
     path = path[:-5] + "_speed.onnx"  # exported again at the timed batch (dynamo's are static)
     with torch.no_grad():
         export(model, args, path, opts.exporters[0], MODELS[name][2])
-    s = InferenceSession(path, device="gpu")
-    feed = [jax.device_put(a.numpy()) for a in args]
-    fn = jax.jit(s.fn)
-    dml_s = timed(lambda: fn(*feed), opts.samples, opts.iters,
-                  lambda: jax.block_until_ready(fn(*feed)))  # fmt: skip
+    _time_onnx(run, row, path, [a.numpy() for a in args])
+    if run.torch is None:  # PyTorch on the CPU is no anchor for a GPU run
+        return
     cuda = model.cuda()
     targs = [a.cuda() for a in args]
     with torch.no_grad():
-        eager_s = timed(lambda: cuda(*targs), opts.samples, opts.iters, torch.cuda.synchronize)
-        row["batch"] = opts.batch
-        row["dml_ms"] = round(dml_s * 1e3, 3)
-        row["eager_ms"] = round(eager_s * 1e3, 3)
-        row["x_eager"] = round(eager_s / dml_s, 3)
+        eager_s = run.timer.run(lambda: cuda(*targs), run.torch_sync)
+        row.update(eager_ms=eager_s * 1e3, x_eager=eager_s / (row["dml_ms"] / 1e3))
         if opts.compile:
             try:
                 compiled = torch.compile(cuda)
-                t = time.perf_counter()
-                compiled(*targs)
-                torch.cuda.synchronize()
-                row["torch_compile_first_s"] = round(time.perf_counter() - t, 1)
-                comp_s = timed(lambda: compiled(*targs), opts.samples, opts.iters,
-                               torch.cuda.synchronize)  # fmt: skip
-                row["compile_ms"] = round(comp_s * 1e3, 3)
-                row["x_compile"] = round(comp_s / dml_s, 3)
+                cold, _ = cold_time(lambda: compiled(*targs), run.torch_sync)
+                row["torch_compile_first_s"] = round(cold, 1)
+                comp_s = run.timer.run(lambda: compiled(*targs), run.torch_sync)
+                row.update(compile_ms=comp_s * 1e3, x_compile=comp_s / (row["dml_ms"] / 1e3))
             except Exception as e:
-                row["compile_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                row["compile_error"] = error_text(e)
+            torch._dynamo.reset()
     model.cpu()
+    torch.cuda.empty_cache()
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+QUICK_MODELS = ("mobilenet_v2", "bert")
+
+
+def add_arguments(p: Any) -> None:
     p.add_argument("--only", nargs="*", default=None, help="model names (default: all)")
-    p.add_argument("--exporters", nargs="*", default=["torchscript", "dynamo"])
-    p.add_argument("--cpu", action="store_true", help="also run each export on the CPU")
-    p.add_argument("--speed", action="store_true", help="time against PyTorch on the GPU")
-    p.add_argument("--no-compile", dest="compile", action="store_false")
-    p.add_argument("--check-batch", type=int, default=2)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--samples", type=int, default=5)
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--json", default=None, help="write the rows here")
-    p.add_argument("--save", default=None, help="copy exports that fail (under 16 MB) here")
-    p.add_argument("--debug", action="store_true")
-    opts = p.parse_args(argv)
-    import jax
-    import torch
+    p.add_argument("--exporters", nargs="*", default=["torchscript"], help="torchscript, dynamo")
+    p.add_argument("--no-compile", dest="compile", action="store_false", help="no torch.compile")
+    p.add_argument("--check-batch", type=int, default=2, help="batch of the agreement check")
+    p.add_argument("--batch", type=int, default=32, help="batch of the timing")
 
+
+def run(run: Run) -> int:
+    import jax
+
+    run_mlp(run)
+    if run.args.no_torch:
+        run.skip("PyTorch models", "--no-torch")
+        return 0
+    try:
+        import torch
+    except ImportError as e:
+        run.skip("PyTorch models", f"PyTorch is not importable ({e}): the models come from it")
+        return 0
+    run.report["torch"] = torch.__version__
+    run.report["onnx_device"] = jax.default_backend()
     # The same precision on both sides: dml_jax computes float32 products in float32, so
     # PyTorch's TF32 convolutions and matrix products are switched off.
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    names = opts.only or list(MODELS)
-    rows = []
-    header = {
-        "jax": jax.__version__,
-        "torch": torch.__version__,
-        "device": str(jax.devices()[0].device_kind),
-        "date": time.strftime("%Y-%m-%d"),
-    }
-    print(json.dumps(header), flush=True)
+    names = run.args.only or (list(QUICK_MODELS) if run.quick else list(MODELS))
     for name in names:
+        if run.over_budget():
+            run.skip(f"models from {name} on", f"--budget-s {run.args.budget_s}")
+            break
         try:
-            run_model(name, opts, rows)
+            run_model(run, name, torch)
         except Exception as e:
-            rows.append({"model": name, "error": f"{type(e).__name__}: {str(e)[:200]}"})
-            print(name, "ERROR", rows[-1]["error"], flush=True)
-        if opts.json:  # written after each model, so a run cut short keeps what it measured
-            with open(opts.json, "w") as f:
-                json.dump({"header": header, "rows": rows}, f, indent=1)
-    print()
-    print(f"{'model':22} {'exporter':11} {'gpu err':>9} {'cpu err':>9} {'x eager':>8} "
-          f"{'x compile':>9}  note")  # fmt: skip
-    ok = 0
-    for r in rows:
-        err = lambda k: f"{r[k]:.1e}" if k in r else "-"
-        note = r.get("error") or r.get("gpu_error") or r.get("cpu_error") or ""
-        ok += "gpu_rel_err" in r and r["gpu_rel_err"] < 1e-3
-        print(f"{r['model']:22} {r.get('exporter', ''):11} {err('gpu_rel_err'):>9} "
-              f"{err('cpu_rel_err'):>9} {r.get('x_eager', '-'):>8} {r.get('x_compile', '-'):>9}  "
-              f"{note[:120]}")  # fmt: skip
-    print(f"{ok} of {len(rows)} exports run on the GPU and agree within 1e-3")
-    if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump({"header": header, "rows": rows}, f, indent=1)
+            run.add({"model": name, "error": error_text(e)})
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def table(report: dict) -> list[str]:
+    lines = [
+        (
+            "Agreement: max |dml - reference| / max |reference|. Times at the row's batch; `x eager`, "
+            "`x compile`, `x ORT CPU`: their time over dml_jax's (above 1: dml_jax is faster)."
+        ),
+        "",
+        "| model | exporter | rel err | batch | dml ms | x eager | x compile | x ORT CPU | note |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+
+    def f(r, key, fmt):
+        return format(r[key], fmt) if isinstance(r.get(key), (int, float)) else ""
+
+    for r in report["rows"]:
+        note = r.get("error") or r.get("speed_error") or r.get("compile_error") or ""
+        lines.append(
+            f"| {r['model']} | {r.get('exporter', '')} | {f(r, 'rel_err', '.1e')} | "
+            f"{r.get('batch', '')} | {f(r, 'dml_ms', '.2f')} | {f(r, 'x_eager', '.2f')} | "
+            f"{f(r, 'x_compile', '.2f')} | {f(r, 'x_ort_cpu', '.1f')} | {note[:80]} |"
+        )
+    return lines

@@ -1,4 +1,4 @@
-"""Training steps per second: the CNN of examples/train_cnn.py at a GPU size, three ways.
+"""The training suite: steps per second of the CNN of examples/train_cnn.py, three ways.
 
 - ``dml gradient operators``: the example's training graph (forward pass, backward pass written
   with DirectML's gradient operators, four ADAM_OPTIMIZER nodes), one jitted step;
@@ -13,49 +13,25 @@
 
 Default size: a batch of 256 signals of 3,072 samples (the values of a 32x32x3 image as one
 row), 16 filters, 10 classes; Adam's learning rate 1e-4 (the example's 0.05 makes the loss jump
-a hundredfold in the first step at this fan-in). A step time is ``dml_jax.bench.Timer``'s: the
-median of samples, each many steps then one sync; ``cold_s`` is the first step (trace, compile,
-run). The sanity rows (not a test) start the three from the same
+a hundredfold in the first step at this fan-in). ``cold_s`` is the first step (trace, compile,
+run); ``--quick``: the example's own sizes and learning rate. The sanity rows (not a test) start the three from the same
 weights and data and list their losses over the first steps: equal at step 1 up to float32
 rounding, close after (PyTorch's Adam adds epsilon to sqrt(v) / sqrt(1 - beta2^t), DirectML's
 to sqrt(v), a difference of order epsilon = 1e-7).
-
-    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/training.py --out OUT.json
-    PYTHONPATH=. python benchmarks/training.py --quick --out OUT.json    # the example's sizes
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
 import time
-import traceback
 import warnings
-from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 import dml_jax as dml
-from dml_jax.bench import Timer, environment
 
-_EXAMPLES = str(Path(__file__).resolve().parent.parent / "examples")
-
-
-def load_example():
-    """examples/train_cnn.py as a module (the examples folder is no package)."""
-    if _EXAMPLES not in sys.path:
-        sys.path.insert(0, _EXAMPLES)
-    import train_cnn
-
-    return train_cnn
-
-
-# ---------------------------------------------------------------------------------------------
-# The three training steps. Each returns (init(parameters) -> state, step(state) -> (state,
-# loss), sync(loss)); state holds the parameters, Adam's moments and the step count.
+from ..harness import Run, error_text, examples_module
 
 
 def dml_graph_step(ex, sizes, x, labels, lr):
@@ -137,25 +113,31 @@ def torch_step(ex, sizes, x, labels, lr, torch):
 # ---------------------------------------------------------------------------------------------
 
 
-def _torch_or_none():
+def _torch(run: Run):
+    """PyTorch on the GPU when it sees one, else on the CPU (the sanity rows need no GPU)."""
+    if run.args.no_torch:
+        run.skip("PyTorch eager", "--no-torch")
+        return None
     try:
         import torch
-    except ImportError:
+    except ImportError as e:
+        run.skip("PyTorch eager", f"not importable: {e}")
         return None
     return torch
 
 
-def run(ex, sizes, lr: float, sanity_steps: int, timer: Timer, log=print) -> dict:
+def _measure(run: Run, ex, sizes, lr: float, sanity_steps: int) -> dict:
+    timer = run.timer
     x, labels = ex.synthetic_data(0, sizes)
     start = ex.initial_parameters(1, sizes)
-    torch = _torch_or_none()
+    torch = _torch(run)
     ways = {
         "dml gradient operators": lambda: dml_graph_step(ex, sizes, x, labels, lr),
         "jax.grad": lambda: jax_grad_step(ex, sizes, x, labels, lr),
     }
     if torch is not None:
         ways["PyTorch eager"] = lambda: torch_step(ex, sizes, x, labels, lr, torch)
-    rows, losses = [], {}
+    losses = {}
     for name, make in ways.items():
         row = dict(way=name)
         try:
@@ -180,11 +162,8 @@ def run(ex, sizes, lr: float, sanity_steps: int, timer: Timer, log=print) -> dic
             if name == "PyTorch eager":
                 row["device"] = str(next(iter(state[0])).device)
         except Exception as e:  # recorded, the next way still runs
-            row["error"] = f"{type(e).__name__}: {e}"[:400]
-            traceback.print_exc()
-        rows.append(row)
-        text = f"{row['steps_per_s']:10.1f} steps/s" if "steps_per_s" in row else row["error"]
-        log(f"  {name:24s} {text}")
+            row["error"] = error_text(e, 400)
+        run.add(row)
     base = losses.get("dml gradient operators")
     sanity = dict(steps=sanity_steps, losses=losses)
     if base:
@@ -196,54 +175,61 @@ def run(ex, sizes, lr: float, sanity_steps: int, timer: Timer, log=print) -> dic
             name: abs(trace[0] - base[0]) / max(abs(base[0]), 1e-30)
             for name, trace in losses.items()
         }
-    return dict(results=rows, sanity=sanity)
+    return sanity
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=None, help="JSON file to write")
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--length", type=int, default=3072, help="samples per signal (even)")
-    parser.add_argument("--filters", type=int, default=16)
-    parser.add_argument("--classes", type=int, default=10)
-    parser.add_argument(
+def add_arguments(p: Any) -> None:
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--length", type=int, default=3072, help="samples per signal (even)")
+    p.add_argument("--filters", type=int, default=16)
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument(
         "--learning-rate", type=float, default=1e-4, help="Adam's (the example's 0.05 with --quick)"
     )
-    parser.add_argument("--sanity-steps", type=int, default=10)
-    parser.add_argument("--samples", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="the example's own sizes (CPU)")
-    args = parser.parse_args(argv)
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    p.add_argument("--sanity-steps", type=int, default=10)
+
+
+def run(run: Run) -> int:
+    args = run.args
     # The steps donate their state; a CPU backend cannot reuse donated buffers and says so.
     warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-    ex = load_example()
-    if args.quick:
+    ex = examples_module("train_cnn")
+    if run.quick:
         sizes = ex.SMALL
     else:
         sizes = ex.Sizes(args.batch, args.length, args.filters, args.classes)
-    env = environment()
-    print(f"training steps/s on {env['device']} ({env['backend']}), jax {env['jax']}: {sizes}")
-    timer = Timer(sample_s=0.01 if args.quick else 0.1, samples=args.samples)
-    lr = ex.LEARNING_RATE if args.quick else args.learning_rate
-    report = run(ex, sizes, lr, 3 if args.quick else args.sanity_steps, timer)
-    sanity = report["sanity"]
-    print(f"sanity: loss after each of the first {sanity['steps']} steps, same start")
-    for name, trace in sanity["losses"].items():
-        print(f"  {name:24s} " + " ".join(f"{v:.5f}" for v in trace))
-    for name, d in sanity.get("max_relative_difference_to_dml", {}).items():
-        print(f"  {name:24s} largest relative difference to the dml losses {d:.2e}")
-    report.update(
+    lr = ex.LEARNING_RATE if run.quick else args.learning_rate
+    run.report.update(
         learning_rate=lr,
-        environment=env,
         sizes=dict(n=sizes.n, length=sizes.length, k=sizes.k, classes=sizes.classes),
     )
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
-        print(f"wrote {args.out}")
+    sanity = _measure(run, ex, sizes, lr, 3 if run.quick else args.sanity_steps)
+    run.report["sanity"] = sanity
+    for name, trace in sanity["losses"].items():
+        run.log(f"  {name:24s} losses " + " ".join(f"{v:.5f}" for v in trace))
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def table(report: dict) -> list[str]:
+    s = report.get("sizes", {})
+    diff = report.get("sanity", {}).get("max_relative_difference_to_dml", {})
+    lines = [
+        (
+            f"Batch {s.get('n')} signals of {s.get('length')} samples, {s.get('k')} filters, "
+            f"{s.get('classes')} classes, Adam; the largest relative difference of the first "
+            "steps' losses to the DML graph's, from the same start."
+        ),
+        "",
+        "| way | steps/s | ms/step | cold s | loss difference |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        if "steps_per_s" not in r:
+            lines.append(f"| {r['way']} | {r.get('error', '-')} | | | |")
+            continue
+        d = diff.get(r["way"])
+        lines.append(
+            f"| {r['way']} | {r['steps_per_s']:.1f} | {r['ms_per_step']:.2f} | "
+            f"{r.get('cold_s', 0):.1f} | {'' if d is None else f'{d:.1e}'} |"
+        )
+    return lines

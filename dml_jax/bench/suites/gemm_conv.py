@@ -1,28 +1,27 @@
-"""GEMM and CONVOLUTION in TFLOP/s: dml_jax against jax and PyTorch at the same precision.
+"""The GEMM and CONVOLUTION suite: TFLOP/s of dml_jax against jax and PyTorch at the same
+precision.
 
-Cases: the issue's anchors (8192^3 GEMM in float32 at full precision, with the
+Cases: the anchors (8192^3 GEMM in float32 at full precision, with the
 ALLOW_HALF_PRECISION_COMPUTATION flag against TF32, and in float16; 256 batched 512x64x512
 float16; a 3x3 convolution N=64, C=K=256, 56x56 in float16 and float32) and layer shapes of
 ResNet-50 (1x1, 3x3 stride 2, 7x7 stride 2 stem) and a transformer (QKV and MLP projections,
-batched attention products), plus depthwise and transposed convolutions. Each is timed with many
-dispatches and one sync. Run from the repository root on a CUDA machine:
-
-    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/gemm_conv.py OUT.json
+batched attention products), plus depthwise and transposed convolutions. ``--quick``: the same
+kinds of case at tiny sizes. ``ratio_to_best`` is dml_jax's rate over the faster of jax and
+PyTorch.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from timing import timeit, torch_best
 
 import dml_jax as dml
+
+from ..harness import Run, error_text, jax_sync
 
 T = dml.TensorDesc
 
@@ -87,8 +86,17 @@ def conv_case(
                 tf32=half)  # fmt: skip
 
 
-def cases():
-    out = [
+def cases(quick: bool) -> list[dict]:
+    if quick:
+        return [
+            gemm_case("GEMM 64^3", 1, 64, 64, 64, "FLOAT32"),
+            gemm_case("GEMM 64^3 (half-precision flag / TF32)", 1, 64, 64, 64, "FLOAT32", True),
+            gemm_case("GEMM 64^3", 1, 64, 64, 64, "FLOAT16"),
+            conv_case("CONV 3x3 N=2 C=K=8 16x16", 2, 8, 8, 16, 3, 1, 1, "FLOAT32"),
+            conv_case("depthwise 3x3 C=8 16", 2, 8, 8, 16, 3, 1, 1, "FLOAT16", groups=8),
+            conv_case("transposed 4x4/2 8->4 8", 2, 8, 4, 8, 4, 2, 1, "FLOAT16", backward=True),
+        ]
+    return [
         gemm_case("GEMM 8192^3", 1, 8192, 8192, 8192, "FLOAT32"),
         gemm_case(
             "GEMM 8192^3 (half-precision flag / TF32)", 1, 8192, 8192, 8192, "FLOAT32", half=True
@@ -123,54 +131,69 @@ def cases():
         gemm_case("MLP up 4096x1024x4096", 1, 4096, 1024, 4096, "FLOAT16"),
         gemm_case("attention QK^T 128 x 1024x64x1024", 128, 1024, 64, 1024, "FLOAT16"),
     ]
-    return out
 
 
-def main() -> int:
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    rows = []
-    for case in cases():
+def add_arguments(p: Any) -> None:
+    p.add_argument("--only", default=None, help="cases whose label contains this ('A|B': either)")
+
+
+def run(run: Run) -> int:
+    torch = run.torch
+    timer = run.timer
+    for case in cases(run.quick):
+        if run.args.only and not any(w in case["label"] for w in run.args.only.split("|")):
+            continue
         desc = case["desc"]
-        op = dml.compile_operator(desc, allow_half_precision=case["half"])
-        key = jax.random.PRNGKey(0)
-        xs = [
-            jax.random.normal(jax.random.fold_in(key, i), t.sizes, jnp.float32).astype(t.dtype)
-            for i, (_, t) in enumerate(desc.input_slots())
-        ]
-        fn = jax.jit(op.fn)
-        t_dml = timeit(fn, *xs)
-        t_jnp = timeit(jax.jit(case["jnp"]), *xs)
-        t_torch = None
-        if torch is not None and torch.cuda.is_available():
-            torch.backends.cuda.matmul.allow_tf32 = case["tf32"]
-            torch.backends.cudnn.allow_tf32 = case["tf32"]
-            ts = [torch.from_numpy(np.asarray(x)).cuda() for x in xs]
-            t_torch = torch_best(lambda *a: case["torch"](torch, *a), *ts)
-            del ts
-            torch.cuda.empty_cache()
-        del xs
-        tf = case["flops"] / 1e12
-        row = dict(case=case["label"], dtype=desc.input_slots()[0][1].data_type.name,
-                   dml_tflops=tf / t_dml, jnp_tflops=tf / t_jnp,
-                   torch_tflops=tf / t_torch if t_torch else None)  # fmt: skip
-        best = max(v for v in (row["jnp_tflops"], row["torch_tflops"]) if v)
-        row["ratio_to_best"] = row["dml_tflops"] / best
-        rows.append(row)
-        torch_text = f"{row['torch_tflops']:8.1f}" if row["torch_tflops"] else "       -"
-        print(f"{row['case']:44s} {row['dtype']:8s} dml {row['dml_tflops']:8.1f}  jnp "
-              f"{row['jnp_tflops']:8.1f}  torch {torch_text}  ratio {row['ratio_to_best']:.2f}",
-              flush=True)  # fmt: skip
-    env = dict(device=str(jax.devices()[0].device_kind), jax=jax.__version__,
-               torch=getattr(torch, "__version__", None), date=time.strftime("%Y-%m-%d"))  # fmt: skip
-    print(env)
-    if len(sys.argv) > 1:
-        with open(sys.argv[1], "w") as f:
-            json.dump(dict(environment=env, results=rows), f, indent=1)
+        row = dict(case=case["label"], dtype=desc.input_slots()[0][1].data_type.name)
+        if run.over_budget():
+            run.skip(f"{row['case']} {row['dtype']} on", f"--budget-s {run.args.budget_s}")
+            break
+        try:
+            op = dml.compile_operator(desc, allow_half_precision=case["half"])
+            key = jax.random.PRNGKey(0)
+            xs = [
+                jax.random.normal(jax.random.fold_in(key, i), t.sizes, jnp.float32).astype(t.dtype)
+                for i, (_, t) in enumerate(desc.input_slots())
+            ]
+            fn, ref = jax.jit(op.fn), jax.jit(case["jnp"])
+            tf = case["flops"] / 1e12
+            row["dml_tflops"] = tf / timer.run(lambda: fn(*xs), jax_sync)
+            row["jnp_tflops"] = tf / timer.run(lambda: ref(*xs), jax_sync)
+            if torch is not None:
+                torch.backends.cuda.matmul.allow_tf32 = case["tf32"]
+                torch.backends.cudnn.allow_tf32 = case["tf32"]
+                ts = [torch.from_numpy(np.asarray(x)).cuda() for x in xs]
+                seconds = timer.run(lambda: case["torch"](torch, *ts), run.torch_sync)
+                row["torch_tflops"] = tf / seconds
+                del ts
+                torch.cuda.empty_cache()
+            del xs
+            best = max(row.get("jnp_tflops") or 0, row.get("torch_tflops") or 0)
+            row["ratio_to_best"] = row["dml_tflops"] / best
+        except Exception as e:  # recorded, the run goes on
+            row["error"] = error_text(e)
+        run.add(row)
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def table(report: dict) -> list[str]:
+    lines = [
+        (
+            "TFLOP/s; float32 at full precision unless the half-precision flag is named (against "
+            "TF32); `dml/best`: dml_jax over the faster of jax and PyTorch."
+        ),
+        "",
+        "| case | dtype | dml | jax | PyTorch | dml/best |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        cells = [_rate(r.get(k)) for k in ("dml_tflops", "jnp_tflops", "torch_tflops")]
+        ratio = f"{r['ratio_to_best']:.2f}" if r.get("ratio_to_best") else r.get("error", "-")
+        lines.append(f"| {r['case']} | {r['dtype']} | {' | '.join(cells)} | {ratio} |")
+    return lines
+
+
+def _rate(value: float | None) -> str:
+    if not value:
+        return "-"
+    return f"{value:.1f}" if value >= 10 else f"{value:.3g}"

@@ -1,4 +1,5 @@
-"""Integer matrix products against the float16 GEMM of the same shape, side by side in one run.
+"""The quantized suite: integer matrix products against the float16 GEMM of the same shape, side
+by side in one run.
 
 For each square size S (M = K = N = S) it times, in TOPS (integer) or TFLOP/s (float16),
 2 * S^3 operations per call:
@@ -14,25 +15,19 @@ For each square size S (M = K = N = S) it times, in TOPS (integer) or TFLOP/s (f
   to widen to, for the record);
 - PyTorch eager, when it sees a GPU: ``torch._int_mm`` (INT8 -> INT32) and float16 ``matmul``.
 
-Every hot time is ``dml_jax.bench.Timer``'s: the median of samples, each many dispatches then one
-sync. A check first compares each dml_jax integer operator with a NumPy int64 reference at a
-small size on the same device (exact), and the int8 product without zero points with XLA's
-int8 dot at every timed size (bit for bit). ``kernels`` names the custom calls and fusion kinds
-of each compiled program (e.g. a cuBLAS gemm), so a slow row can be told from a fallback.
-
-    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python benchmarks/quantized.py --out OUT.json
-    PYTHONPATH=. python benchmarks/quantized.py --quick --out OUT.json     # CPU, small sizes
+A check first compares each dml_jax integer operator with a NumPy int64 reference at a small size
+on the same device (exact), and the int8 product without zero points with XLA's int8 dot at every
+timed size (bit for bit): ``checks``. ``kernels`` names the custom calls and fusion kinds of each
+compiled program (e.g. a cuBLAS gemm), so a slow row can be told from a fallback. ``summary``:
+per size, each integer case's rate over dml_jax's float16 GEMM and over the best float16 rate.
+Default sizes 8192 and 4096; ``--quick``: 128.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import re
-import sys
-import traceback
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +35,8 @@ import numpy as np
 from jax import lax
 
 import dml_jax as dml
-from dml_jax.bench import Timer, environment
+
+from ..harness import Run, Timer, error_text
 
 T = dml.TensorDesc
 _RANGES = {"INT8": (-128, 128), "UINT8": (0, 256)}
@@ -200,16 +196,8 @@ def check(sizes: list[int], check_size: int, log=print) -> list[dict]:
     return rows
 
 
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
-
-
-def run(sizes: list[int], int16_up_to: int, timer: Timer, log=print) -> list[dict]:
-    rows: list[dict] = []
+def _time(run: Run, sizes: list[int], int16_up_to: int) -> None:
+    timer = run.timer
 
     def record(size, label, kind, impl, call: Callable, sync, program=None, clock=timer):
         ops = 2 * size**3
@@ -221,20 +209,20 @@ def run(sizes: list[int], int16_up_to: int, timer: Timer, log=print) -> list[dic
                 fn, args = program
                 row["kernels"] = kernels(jax.jit(fn).lower(*args).compile().as_text())
         except Exception as e:  # recorded, the run goes on
-            row["error"] = f"{type(e).__name__}: {e}"[:400]
-            traceback.print_exc()
-        rows.append(row)
-        rate = f"{row['tera_ops']:8.1f}" if "tera_ops" in row else "   error"
-        log(f"  {size:6d} {impl:5s} {label:66s} {rate} {'TOPS' if kind == 'int8' else 'TFLOP/s'}")
+            row["error"] = error_text(e, 400)
+        run.add(row)
 
     sync = jax.block_until_ready
-    torch = _torch()
+    torch = run.torch
     for s in sizes:
+        if run.over_budget():
+            run.skip(f"size {s} on", f"--budget-s {run.args.budget_s}")
+            break
         for label, kind, desc, xs in dml_cases(s):
             try:
                 op = dml.compile_operator(desc)
             except Exception as e:
-                rows.append(dict(size=s, case=label, kind=kind, impl="dml", error=f"{e}"[:400]))
+                run.add(dict(size=s, case=label, kind=kind, impl="dml", error=error_text(e, 400)))
                 continue
             record(s, label, kind, "dml", lambda op=op, xs=xs: op(*xs), sync, (op.fn, xs))
         key = jax.random.key(s + 1)
@@ -284,7 +272,6 @@ def run(sizes: list[int], int16_up_to: int, timer: Timer, log=print) -> list[dic
             record(s, "torch.matmul float16", "float16", "torch", lambda: th[0] @ th[1], tsync)
             del ta, tb, th
             torch.cuda.empty_cache()
-    return rows
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -309,42 +296,40 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=None, help="JSON file to write")
-    parser.add_argument("--sizes", default="8192,4096", help="square sizes (default %(default)s)")
-    parser.add_argument("--quick", action="store_true", help="size 128 (CPU / CI)")
-    parser.add_argument("--check-size", type=int, default=512)
-    parser.add_argument("--int16-up-to", type=int, default=4096)
-    parser.add_argument("--samples", type=int, default=5)
-    args = parser.parse_args(argv)
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    sizes = [128] if args.quick else [int(v) for v in args.sizes.split(",")]
-    check_size = min(args.check_size, 64) if args.quick else args.check_size
-    env = environment()
-    print(f"quantized GEMM benchmark on {env['device']} ({env['backend']}), jax {env['jax']}")
-    timer = Timer(sample_s=0.005 if args.quick else 0.05, samples=args.samples)
-    checks = check(sizes, check_size)
-    rows = run(sizes, args.int16_up_to, timer)
-    summary = summarize(rows)
-    print(
-        f"{'size':>6s} {'dml_jax integer case':66s} {'TOPS':>8s} {'/f16 GEMM':>9s} {'/best f16':>9s}"
+def add_arguments(p: Any) -> None:
+    p.add_argument("--sizes", default="8192,4096", help="square sizes (default %(default)s)")
+    p.add_argument("--check-size", type=int, default=512, help="size of the exact checks")
+    p.add_argument(
+        "--int16-up-to", type=int, default=4096, help="largest size of the int16 product"
     )
-    for r in summary:
-        g, b = r["over_dml_float16_gemm"], r["over_best_float16"]
-        print(
-            f"{r['size']:6d} {r['case']:66s} {r['tops']:8.1f} "
-            f"{g if g is None else f'{g:9.2f}'} {b if b is None else f'{b:9.2f}'}"
-        )
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(
-                dict(environment=env, checks=checks, results=rows, summary=summary), f, indent=1
-            )
-        print(f"wrote {args.out}")
+
+
+def run(run: Run) -> int:
+    args = run.args
+    sizes = [128] if run.quick else [int(v) for v in args.sizes.split(",")]
+    check_size = min(args.check_size, 64) if run.quick else args.check_size
+    run.report["checks"] = check(sizes, check_size, run.log)
+    _time(run, sizes, args.int16_up_to)
+    run.report["summary"] = summarize(run.rows)
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def table(report: dict) -> list[str]:
+    checks = report.get("checks", [])
+    exact = sum(c.get("exact") is True for c in checks)
+    lines = [
+        (
+            f"TOPS (int8) or TFLOP/s (float16), 2 S^3 operations a call; exact checks: {exact} of "
+            f"{len(checks)}. `/f16 GEMM`: over dml_jax's float16 GEMM of the same size."
+        ),
+        "",
+        "| size | implementation | case | rate | /f16 GEMM |",
+        "|---:|---|---|---:|---:|",
+    ]
+    over = {(s["size"], s["case"]): s["over_dml_float16_gemm"] for s in report.get("summary", [])}
+    for r in report["rows"]:
+        rate = f"{r['tera_ops']:.1f}" if r.get("tera_ops") else r.get("error", "-")[:60]
+        ratio = over.get((r["size"], r["case"]))
+        ratio = f"{ratio:.2f}" if ratio and r["impl"] == "dml" else ""
+        lines.append(f"| {r['size']} | {r['impl']} | {r['case']} | {rate} | {ratio} |")
+    return lines

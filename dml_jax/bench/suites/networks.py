@@ -1,4 +1,4 @@
-"""Whole networks: ResNet-50 and a GPT-style block stack as DML graphs, against PyTorch.
+"""The networks suite: ResNet-50 and a GPT-style block stack as DML graphs, against PyTorch.
 
 The networks are ``examples/networks.py``'s: one ``GraphDesc`` each, compiled by
 ``compile_graph`` into one XLA program (``Network.compile``: element-wise GPU fast paths off, so
@@ -22,50 +22,28 @@ agreement with PyTorch: max |dml - torch| / max |torch| over the outputs.
 
 Every hot time is the median of samples, each many dispatches followed by one sync; ``cold_s``
 is the first call (trace + compile + run for dml_jax and torch.compile, cuDNN's algorithm search
-for eager). Cases run in priority order (float16 throughput first) and stop at ``--budget-s``;
-the JSON report is rewritten after every case, so an interrupted run keeps what it measured.
+for eager). Cases run in priority order (float16 throughput first) and stop at ``--budget-s``.
 
 ``--devices N`` times scaling out instead, with JAX's own sharding: ResNet-50 data-parallel (the
 batch split over N devices, weights replicated; at the same per-device batch and at the same
 global batch) and the GPT stack tensor-parallel (Megatron's split of the projections), each
 against one device and checked against the one-device result.
 
-Usage (repository root, CUDA machine)::
-
-    PYTHONPATH=. python benchmarks/networks.py --out networks.json
-    PYTHONPATH=. python benchmarks/networks.py --devices 2 --out networks_2gpu.json
-    PYTHONPATH=. python benchmarks/networks.py --quick --out q.json      # CPU, tiny networks
+``--quick``: the examples' small networks at batch 2 (any backend).
 """
 
 from __future__ import annotations
 
-import os
-
-# PyTorch and JAX share the GPU: JAX must not take 75% of its memory up front.
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-
-import argparse
-import datetime
 import gc
-import json
-import platform
-import sys
 import time
 import traceback
-from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))
+from ..harness import Run, cold_time, error_text, examples_module
 
 
-def _parse(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, required=True, help="JSON report")
+def add_arguments(p: Any) -> None:
     p.add_argument("--devices", type=int, default=1, help="N > 1: the scaling run on N devices")
-    p.add_argument("--quick", action="store_true", help="tiny networks (CPU, tests)")
-    p.add_argument(
-        "--budget-s", type=float, default=230.0, help="start no implementation after this"
-    )
     p.add_argument("--resnet-batch", type=int, default=256, help="ResNet throughput batch")
     p.add_argument("--gpt-batch", type=int, default=8, help="GPT throughput batch")
     p.add_argument("--gpt-seq", type=int, default=1024)
@@ -97,31 +75,43 @@ def _parse(argv):
         help="comma-separated substrings: run only the cases whose label (e.g. "
         "'resnet50 FLOAT16 batch 256') contains one",
     )
-    p.add_argument("--sample-s", type=float, default=0.2, help="target seconds per sample")
-    p.add_argument("--samples", type=int, default=5)
-    return p.parse_args(argv)
 
 
-# ---------------------------------------------------------------------------------------------
-# Timing
+NOTES = [
+    (
+        "ResNet-50: dml graph with batch normalization folded into the convolutions; "
+        "PyTorch channels_last, cudnn.benchmark, folded too (fuse_conv_bn_eval)"
+    ),
+    (
+        "GPT: dml has one MULTIHEAD_ATTENTION node per layer (stacked QKV from one fused "
+        "projection, causal mask as a BOOLEAN MaskTensor with MaskFilterValue -inf, a constant "
+        "data node unless --gpt-mask input); PyTorch uses "
+        "scaled_dot_product_attention(is_causal=True)"
+    ),
+    "float32: TF32 off in PyTorch, full float32 products in dml_jax",
+    (
+        "dml: Network.compile() (compile_graph's defaults); 'dml lax' is the same graph with "
+        "fast_paths=False"
+    ),
+]
 
 
-def hot_time(call, sync, sample_s: float, samples: int) -> float:
-    """Seconds per call: the median of ``samples`` samples of many calls and one sync."""
-    from dml_jax.bench import Timer
+def run(run: Run) -> int:
+    run.report["notes"] = NOTES
+    torch = run.torch
+    if torch is not None:
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    if run.args.devices > 1:
+        scaling(run, run.args.devices)
+    else:
+        single_device(run)
+    return 0
 
-    return Timer(sample_s, samples).run(call, sync)
 
-
-def cold_time(call, sync):
-    t = time.perf_counter()
-    out = call()
-    sync(out)
-    return time.perf_counter() - t, out
-
-
-# ---------------------------------------------------------------------------------------------
-# The PyTorch networks (written here, not derived from the DML graphs)
+def _skip_reason(run: Run) -> str:
+    return f"time budget {run.args.budget_s} s"
 
 
 def torch_resnet(torch, width: int, layers, classes: int):
@@ -263,93 +253,6 @@ def _load(torch, model, parameters: dict):
 # Cases
 
 
-class Run:
-    """The report being written, the budget, and the environment."""
-
-    def __init__(self, args):
-        import jax
-
-        self.args = args
-        self.started = time.perf_counter()
-        self.rows: list[dict] = []
-        self.report = {
-            "benchmark": "networks",
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "jax": jax.__version__,
-            "python": platform.python_version(),
-            "backend": jax.default_backend(),
-            "devices": [str(d) for d in jax.devices()],
-            "device_kind": jax.devices()[0].device_kind,
-            "argv": sys.argv[1:],
-            "notes": [
-                (
-                    "ResNet-50: dml graph with batch normalization folded into the convolutions; "
-                    "PyTorch channels_last, cudnn.benchmark, folded too (fuse_conv_bn_eval)"
-                ),
-                (
-                    "GPT: dml has one MULTIHEAD_ATTENTION node per layer (stacked QKV from one "
-                    "fused projection, causal mask as a BOOLEAN MaskTensor with MaskFilterValue "
-                    "-inf, a constant data node unless --gpt-mask input), on cuDNN's fused "
-                    "attention in float16 (the constant mask is recognized as causal when "
-                    "compiled: cuDNN's causal mode; a mask input is tested at run time); PyTorch "
-                    "uses scaled_dot_product_attention(is_causal=True)"
-                ),
-                "float32: TF32 off in PyTorch, full float32 products in dml_jax",
-                (
-                    "dml: Network.compile() (compile_graph's defaults); 'dml lax' is the same "
-                    "graph with fast_paths=False"
-                ),
-            ],
-            "results": self.rows,
-        }
-        self.torch = self._torch()
-
-    def _torch(self):
-        import jax
-
-        if jax.default_backend() != "gpu":
-            self.report["torch"] = "not used: no GPU"
-            return None
-        try:
-            import torch
-        except ImportError as e:
-            self.report["torch"] = f"not importable: {e}"
-            return None
-        if not torch.cuda.is_available():
-            self.report["torch"] = "CUDA not available to PyTorch"
-            return None
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        self.report["torch"] = torch.__version__
-        return torch
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
-
-    def over_budget(self) -> bool:
-        return self.elapsed() > self.args.budget_s
-
-    def add(self, row: dict) -> None:
-        row["at_s"] = round(self.elapsed(), 1)
-        self.rows.append(row)
-        shown = {k: v for k, v in row.items() if k not in ("error_trace",)}
-        print(json.dumps(shown), flush=True)
-        self.write()
-
-    def write(self) -> None:
-        self.report["elapsed_s"] = round(self.elapsed(), 1)
-        self.args.out.write_text(json.dumps(self.report, indent=1) + "\n")
-
-    def sync_jax(self, out):
-        import jax
-
-        jax.block_until_ready(out)
-
-    def sync_torch(self, out):
-        self.torch.cuda.synchronize()
-
-
 def _relative_error(got, want) -> float:
     import numpy as np
 
@@ -365,7 +268,7 @@ def _per_second(network: str, config: dict, seconds: float) -> dict:
 
 
 def _build(args, network: str, dtype: str, batch: int):
-    import networks
+    networks = examples_module("networks")
 
     if network == "resnet50":
         extra = networks.SMALL_RESNET if args.quick else {}
@@ -393,7 +296,7 @@ def run_case(run: Run, network: str, dtype: str, batch: int, impls: tuple[str, .
     args = run.args
     base = {"network": network, "dtype": dtype, "batch": batch}
     if run.over_budget():
-        run.add(dict(base, impl=",".join(impls), skipped=f"time budget {args.budget_s} s"))
+        run.add(dict(base, impl=",".join(impls), skipped=_skip_reason(run)))
         return
     t = time.perf_counter()
     net = _build(args, network, dtype, batch)
@@ -408,20 +311,20 @@ def run_case(run: Run, network: str, dtype: str, batch: int, impls: tuple[str, .
         row = dict(base, impl=impl)
         rows.append(row)
         if impl.startswith("torch") and run.torch is None:
-            row["skipped"] = run.report["torch"]
+            row["skipped"] = "no PyTorch on CUDA (see skipped)"
         elif run.over_budget():
-            row["skipped"] = f"time budget {args.budget_s} s"
+            row["skipped"] = _skip_reason(run)
         else:
             try:
                 call, sync = _implementation(run, net, impl, x)
                 if impl == "dml":
                     row["cudnn_attention_calls"] = _cudnn_attention_calls(net)
                 cold, out = cold_time(call, sync)
-                hot = hot_time(call, sync, args.sample_s, args.samples)
+                hot = run.timer.run(call, sync)
                 outputs[impl] = _to_numpy(run, out)
                 row.update(cold_s=round(cold, 3), hot_s=hot, **_per_second(network, config, hot))
             except Exception as e:
-                row["error"] = f"{type(e).__name__}: {str(e)[:800]}"
+                row["error"] = error_text(e, 800)
                 row["error_trace"] = traceback.format_exc()[-3000:]
             call = sync = out = None
             if impl == "torch.compile":
@@ -465,12 +368,14 @@ def _implementation(run: Run, net, impl: str, x):
     """(call, sync) for one implementation of ``net`` on input ``x``."""
     import jax
     import jax.numpy as jnp
-    import networks
 
+    from ..harness import jax_sync
+
+    networks = examples_module("networks")
     if impl in ("dml", "dml lax"):
         g = net.compile(fast_paths=impl == "dml")
         args = [jax.device_put(a) for a in net.arguments(x=x)]
-        return (lambda: g(*args)), run.sync_jax
+        return (lambda: g(*args)), jax_sync
     if impl == "jax reference":
         dtype = jnp.float16 if net.config["dtype"] == "FLOAT16" else jnp.float32
         # Weights in the network's type, as the graph gets them (the reference widens them
@@ -486,7 +391,7 @@ def _implementation(run: Run, net, impl: str, x):
                 )
             )
         xd = jax.device_put(x)
-        return (lambda: fn(params, xd)), run.sync_jax
+        return (lambda: fn(params, xd)), jax_sync
     torch = run.torch
     tdtype = torch.float16 if net.config["dtype"] == "FLOAT16" else torch.float32
     c = net.config
@@ -506,7 +411,7 @@ def _implementation(run: Run, net, impl: str, x):
         with torch.inference_mode():
             return model(tx)
 
-    return call, run.sync_torch
+    return call, run.torch_sync
 
 
 def single_device(run: Run) -> None:
@@ -536,6 +441,8 @@ def single_device(run: Run) -> None:
         ("resnet50", "FLOAT16", rb, ("dml lax", "jax reference")),
         ("gpt", "FLOAT16", gb, ("dml lax", "jax reference")),
     ]
+    if args.quick:  # the harness's smoke test: one case per network
+        plan = plan[:2]
     wanted = args.only.split(",") if args.only else None
     for network, dtype, batch, which in plan:
         label = f"{network} {dtype} batch {batch}"
@@ -546,15 +453,18 @@ def single_device(run: Run) -> None:
 def scaling(run: Run, count: int) -> None:
     """ResNet data-parallel and GPT tensor-parallel on ``count`` devices against one."""
     import jax
-    import networks
     import numpy as np
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
+    from ..harness import jax_sync
+
+    networks = examples_module("networks")
     args = run.args
     devices = jax.devices()
     if len(devices) < count:
-        raise SystemExit(f"--devices {count}: only {len(devices)} devices")
+        run.skip(f"--devices {count}", f"only {len(devices)} devices")
+        return
     mesh = jax.make_mesh((count,), ("x",), devices=devices[:count])
     one = jax.make_mesh((1,), ("x",), devices=devices[:1])
     rb, gb = (2, 2) if args.quick else (args.resnet_batch, args.gpt_batch)
@@ -573,7 +483,7 @@ def scaling(run: Run, count: int) -> None:
         row = {"network": network, "dtype": "FLOAT16", "batch": batch, "impl": "dml",
                "devices": m.size, "layout": label}  # fmt: skip
         if run.over_budget():
-            row["skipped"] = f"time budget {args.budget_s} s"
+            row["skipped"] = _skip_reason(run)
             run.add(row)
             continue
         try:
@@ -582,8 +492,8 @@ def scaling(run: Run, count: int) -> None:
             ins = networks.shardings(net, m, data_axis, model_axis)
             g = net.compile(in_shardings=ins, out_shardings=NamedSharding(m, out_spec))
             values = [jax.device_put(a, s) for a, s in zip(net.arguments(x=x), ins)]
-            cold, out = cold_time(lambda: g(*values), run.sync_jax)
-            hot = hot_time(lambda: g(*values), run.sync_jax, args.sample_s, args.samples)
+            cold, out = cold_time(lambda: g(*values), jax_sync)
+            hot = run.timer.run(lambda: g(*values), jax_sync)
             result = np.asarray(out, np.float32)
             row.update(cold_s=round(cold, 3), hot_s=hot, **_per_second(network, net.config, hot))
             row["output_sharding"] = str(out.sharding.spec)
@@ -597,7 +507,7 @@ def scaling(run: Run, count: int) -> None:
                 row["max_rel_err_vs_1_device"] = _relative_error(result[:n], base)
             del net, g, values, out
         except Exception as e:
-            row["error"] = f"{type(e).__name__}: {str(e)[:800]}"
+            row["error"] = error_text(e, 800)
             row["error_trace"] = traceback.format_exc()[-3000:]
         gc.collect()
         jax.clear_caches()
@@ -608,42 +518,27 @@ def _rate_key(network: str) -> str:
     return "images_per_s" if network == "resnet50" else "tokens_per_s"
 
 
-def summary(rows: list[dict]) -> str:
-    lines = ["network | dtype | batch | impl | per s | cold s | rel err vs torch | note"]
-    for r in rows:
-        rate = r.get("images_per_s", r.get("tokens_per_s", ""))
-        note = r.get("skipped") or r.get("error", "")[:60] or r.get("layout", "")
+def table(report: dict) -> list[str]:
+    lines = [
+        (
+            "Images/s (ResNet-50) or tokens/s (GPT stack); `rel err`: max |dml - torch| / "
+            "max |torch| over the outputs (float32 at batch 1)."
+        ),
+        "",
+        "| network | dtype | batch | implementation | per s | cold s | rel err | note |",
+        "|---|---|---:|---|---:|---:|---:|---|",
+    ]
+    for r in report["rows"]:
+        rate = r.get("images_per_s", r.get("tokens_per_s"))
+        rate = f"{rate:,.0f}" if rate else "-"
+        note = r.get("skipped") or (r.get("error") or "")[:60] or r.get("layout", "")
         if "speedup_vs_1_device" in r:
             note += f" speed-up {r['speedup_vs_1_device']}"
-        err = r.get("max_rel_err_vs_torch", "")
-        err = f"{err:.2e}" if isinstance(err, float) else err
+        err = r.get("max_rel_err_vs_torch")
+        err = f"{err:.1e}" if isinstance(err, float) else ""
+        cold = r.get("cold_s", "")
         lines.append(
-            f"{r['network']} | {r['dtype']} | {r['batch']} | {r['impl']} | {rate} | "
-            f"{r.get('cold_s', '')} | {err} | {note}"
+            f"| {r['network']} | {r['dtype']} | {r['batch']} | {r['impl']} | {rate} | {cold} | "
+            f"{err} | {note} |"
         )
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> dict:
-    args = _parse(argv)
-    run = Run(args)
-    try:
-        if args.devices > 1:
-            scaling(run, args.devices)
-        else:
-            single_device(run)
-    finally:
-        run.write()
-        print(summary(run.rows), flush=True)
-    return run.report
-
-
-if __name__ == "__main__":
-    import signal
-
-    def _stop(signum, frame):
-        # ``timeout`` sends SIGTERM: leave through main's ``finally`` (report and summary).
-        raise SystemExit(f"stopped by signal {signum}")
-
-    signal.signal(signal.SIGTERM, _stop)
-    main()
+    return lines
