@@ -1,7 +1,7 @@
 """DML_OPERATOR_GEMM and DML_OPERATOR_CONVOLUTION.
 
-Compute-bound: benchmarks/gemm_conv.py times them in TFLOP/s against jax and PyTorch (the
-registry's bench hooks measure bytes, which says nothing here).
+Compute-bound: the gemm_conv suite (``dml-jax bench --suite gemm_conv``) times them in TFLOP/s
+against jax and PyTorch (the operator suite measures bytes, which says nothing here).
 
 Precision (docs/semantics.md, "GEMM and convolution"; ``dml_jax.precision``): FLOAT32 products
 are computed in float32 (``lax.Precision.HIGHEST``) unless the compiled operator or graph allows
