@@ -55,24 +55,11 @@ def render(results: Path) -> str:
     from . import SUITES, suite_module
 
     reports = load(results)
-    lines = _HEAD.splitlines() + [
-        "",
-        "| suite | device | jax | date | commit |",
-        "|---|---|---|---|---|",
-    ]
-    for name in SUITES:
-        r = reports.get(name)
-        if r is None:
-            lines.append(f"| [{name}](#{name}) | no report | | | |")
-        else:
-            lines.append(
-                f"| [{name}](#{name}) | {r.get('device', '?')} | {r.get('jax', '?')} | "
-                f"{str(r.get('date', '?'))[:10]} | {r.get('commit') or 'unknown'} |"
-            )
+    lines = _HEAD.splitlines()
     for name in SUITES:
         module = suite_module(name)
         summary = (module.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
-        summary = summary.split(": ", 1)[-1]  # "The operator suite: every operator's ..."
+        summary = summary.split(": ", 1)[-1].replace("``", "`")  # "The operator suite: ..."
         lines += ["", f"## {name}", "", summary[:1].upper() + summary[1:], ""]
         r = reports.get(name)
         if r is None:
@@ -81,8 +68,10 @@ def render(results: Path) -> str:
         lines.append(f"**{_heading(r)}**")
         if r.get("source"):
             lines += ["", r["source"]]
-        for skipped in r.get("skipped", []):
-            lines += ["", f"Skipped: {skipped['part']} ({skipped['reason']})."]
+        skipped = r.get("skipped", [])
+        if skipped:
+            parts = "; ".join(f"{s['part']} ({s['reason']})" for s in skipped)
+            lines += ["", f"Skipped: {parts}."]
         lines += [""] + module.table(r)
     return "\n".join(lines) + "\n"
 

@@ -168,7 +168,10 @@ def table(report: dict) -> list[str]:
     ]
     for r in report["rows"]:
         rate = r.get("tflops", r.get("steps_per_s"))
-        rate = f"{rate:,.1f}" if rate else r.get("error", "-")[:80]
+        if rate:
+            rate = f"{rate:,.0f}" if rate >= 1000 else f"{rate:.1f}"
+        else:
+            rate = r.get("error", "-")[:80]
         err = r.get("max_err", r.get("max_abs_err"))
         err = f"{err:.1e}" if err is not None else ""
         lines.append(f"| {r['case']} | {r['impl']} | {rate} | {r.get('cold_s', '')} | {err} |")

@@ -196,4 +196,4 @@ def table(report: dict) -> list[str]:
 def _rate(value: float | None) -> str:
     if not value:
         return "-"
-    return f"{value:.1f}" if value >= 10 else f"{value:.3g}"
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"

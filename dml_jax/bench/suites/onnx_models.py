@@ -461,24 +461,38 @@ def run(run: Run) -> int:
 
 
 def table(report: dict) -> list[str]:
+    """One line per model: agreement of each export, then the timed export's speed."""
+    exporters = list(dict.fromkeys(r.get("exporter", "") for r in report["rows"]))
     lines = [
         (
-            "Agreement: max |dml - reference| / max |reference|. Times at the row's batch; `x eager`, "
-            "`x compile`, `x ORT CPU`: their time over dml_jax's (above 1: dml_jax is faster)."
+            "Agreement: max |dml - reference| / max |reference| per exporter. Times at the row's "
+            "batch, of the first export; `x eager`, `x compile`, `x ORT CPU`: their time over "
+            "dml_jax's (above 1: dml_jax is faster)."
         ),
         "",
-        "| model | exporter | rel err | batch | dml ms | x eager | x compile | x ORT CPU | note |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| model | "
+        + " | ".join(f"rel err {e}" for e in exporters)
+        + " | batch | dml ms | x eager | x compile | x ORT CPU | note |",
+        "|---|" + "---:|" * len(exporters) + "---:|---:|---:|---:|---:|---|",
     ]
 
     def f(r, key, fmt):
         return format(r[key], fmt) if isinstance(r.get(key), (int, float)) else ""
 
+    models: dict[str, dict[str, dict]] = {}
     for r in report["rows"]:
-        note = r.get("error") or r.get("speed_error") or r.get("compile_error") or ""
+        models.setdefault(r["model"], {})[r.get("exporter", "")] = r
+    for model, by in models.items():
+        timed = next((r for r in by.values() if "dml_ms" in r), {})
+        notes = [
+            f"{e}: {r.get('error') or r.get('speed_error') or r.get('compile_error')}"[:70]
+            for e, r in by.items()
+            if r.get("error") or r.get("speed_error") or r.get("compile_error")
+        ]
+        errs = " | ".join(f(by.get(e, {}), "rel_err", ".1e") for e in exporters)
         lines.append(
-            f"| {r['model']} | {r.get('exporter', '')} | {f(r, 'rel_err', '.1e')} | "
-            f"{r.get('batch', '')} | {f(r, 'dml_ms', '.2f')} | {f(r, 'x_eager', '.2f')} | "
-            f"{f(r, 'x_compile', '.2f')} | {f(r, 'x_ort_cpu', '.1f')} | {note[:80]} |"
+            f"| {model} | {errs} | {timed.get('batch', '')} | {f(timed, 'dml_ms', '.2f')} | "
+            f"{f(timed, 'x_eager', '.2f')} | {f(timed, 'x_compile', '.2f')} | "
+            f"{f(timed, 'x_ort_cpu', '.1f')} | {'; '.join(notes)} |"
         )
     return lines

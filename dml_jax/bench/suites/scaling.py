@@ -127,7 +127,7 @@ def table(report: dict) -> list[str]:
             "plus output written once."
         ),
         "",
-        "| case | devices | GB/s | ratio to copy | speed-up vs 1 device | max abs diff |",
+        "| case | devices | GB/s | copy time / time | speed-up vs 1 device | max abs diff |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in report["rows"]:
