@@ -458,7 +458,7 @@ def _border_copies(x, start: tuple[int, ...], end: tuple[int, ...], borders: lis
     several dimensions is last written by the last of them, from a plane whose other borders are
     already final. The pad streams the input once at the copy's speed; the updates touch only
     the borders (the nested concatenation of ``_mirrored`` runs at 0.39 of the copy on the H200,
-    benchmarks/RESULTS.md)."""
+    benchmarks/RESULTS.md#operators)."""
     y = lax.pad(x, lax.full((), 0, x.dtype), [(a, b, 0) for a, b in zip(start, end)])
     for axis, at, runs in borders:
         for src, step, count in runs:

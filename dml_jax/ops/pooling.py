@@ -377,7 +377,7 @@ def _lowest(dtype) -> Any:
 # Windows of at most this many points that overlap (or are dilated) are lowered as one
 # element-wise pass over strided slices of the padded input instead of reduce_window: XLA's GPU
 # reduce_window reads an overlapping window slowly (3x3 stride 1 max: 0.39 of the copy on the
-# H200, benchmarks/RESULTS.md), while the slices fuse into one loop over the output.
+# H200, benchmarks/RESULTS.md#operators), while the slices fuse into one loop over the output.
 SLICE_WINDOW_POINTS = 32
 
 
