@@ -149,12 +149,12 @@ class CompiledOperator:
         """Gives this instance its own subclass whose ``__call__`` is a plain function.
 
         Python calls an instance through its class's ``__call__``; a method there also builds a
-        bound method and reads the attributes on every call (``op(x)`` over ``jax.jit(hand)(x)``
-        on a 2-core CPU: 1.11 with the method, 1.08-1.10 with this; benchmarks/RESULTS.md). The
-        function holds the jitted program and the arity, so concrete JAX arrays reach the
+        bound method and reads the attributes on every call (``op(x)`` over ``jax.jit(hand)(x)`` on
+        a 2-core CPU: 1.11 with the method, 1.08-1.10 with this; benchmarks/RESULTS.md#operators).
+        The function holds the jitted program and the arity, so concrete JAX arrays reach the
         program after a type test; everything else goes through ``CompiledOperator.__call__``.
-        Re-run after ``_jitted`` or ``_direct_arity`` change (``copy.copy`` keeps the subclass
-        of the original).
+        Re-run after ``_jitted`` or ``_direct_arity`` change (``copy.copy`` keeps the subclass of
+        the original).
         """
         base = type(self).__dict__.get("_call_base") or type(self)
         jitted, arity, concrete = self._jitted, self._direct_arity, _CONCRETE_ARRAY_TYPES

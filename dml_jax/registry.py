@@ -3,7 +3,8 @@
 An operator's whole knowledge is its entry in a family module under ``ops/``: the descriptor
 class, ``infer``, ``validate``, ``lower`` (jax.lax only), its support table and one example.
 Compile, graphs, JSON, the CLI, the benchmarks and the test suite reach it only through this
-registry, so adding an operator touches nothing else.
+registry, so adding an operator touches nothing else (a benchmark case is an optional entry of
+``dml_jax.bench.catalog``).
 """
 
 from __future__ import annotations
@@ -35,34 +36,6 @@ class Example:
 
 
 @dataclass(frozen=True)
-class BenchCase:
-    """A benchmark case an operator contributes (see ``OperatorSpec.bench``).
-
-    Attributes:
-        label: the case name in tables (``"TILE 1,1,2,2"``).
-        desc: the operator description to time; its inputs are random arrays of their Sizes.
-        jnp: optional ``fn(*arrays)``, the obvious hand-written jax.numpy equivalent.
-        torch: optional ``fn(torch, *tensors)``, the PyTorch eager equivalent.
-        kernel: a GPU fast path may replace the lax lowering here (bench times both).
-        notes: a remark for the results table.
-        buffers: time buffer mode (``buffer_function``): inputs are 1-D buffers of each desc's
-            addressed elements, so a stride-0 desc is read as a small broadcast buffer; ``jnp``
-            and ``torch`` then take those buffers too.
-        in_place: time the output written over the first input's buffer (JAX buffer donation,
-            the XLA program aliasing output and input); each call consumes the previous result.
-    """
-
-    label: str
-    desc: Any
-    jnp: Callable | None = None
-    torch: Callable | None = None
-    kernel: bool = False
-    notes: str = ""
-    buffers: bool = False
-    in_place: bool = False
-
-
-@dataclass(frozen=True)
 class OperatorSpec:
     """How dml_jax handles one operator.
 
@@ -79,9 +52,6 @@ class OperatorSpec:
             that alias an output with an input are rejected for other operators.
         fusable: an activation DirectML can fuse into another operator's ``FusedActivation``.
         differentiable: ``differentiable(desc) -> bool``; default: every tensor is a float type.
-        bench: ``bench(shape, dtype, full) -> list[BenchCase]`` for a 4-D shape (N, C, H, W; C,
-            H, W even), a NumPy dtype name and whether the full (float32) suite runs; ``None``
-            contributes no benchmark case.
     """
 
     desc_class: type
@@ -94,7 +64,6 @@ class OperatorSpec:
     in_place: bool = False
     fusable: bool = False
     differentiable: Callable[[Any], bool] | None = None
-    bench: Callable[[tuple, str, bool], list] | None = None
 
     @functools.cached_property
     def tables(self) -> dict[Any, tuple[SupportRow, ...]]:

@@ -1,9 +1,10 @@
 """Whole networks as DML graphs: ResNet-50 and a GPT-style transformer block stack.
 
-Each builder returns a ``Network``: one ``GraphDesc`` written with DirectML operators, the values
-of its constant inputs (seeded random weights), and the model's parameters under PyTorch's names
-(``benchmarks/networks.py`` loads them into the same networks written in PyTorch). Weights are
-graph inputs, not constants baked into the graph, so they can be sharded like any input.
+Each builder returns a ``Network``: one ``GraphDesc`` written with DirectML operators, the values of
+its constant inputs (seeded random weights), and the model's parameters under PyTorch's names (the
+networks suite, ``dml_jax/bench/suites/networks.py``, loads them into the same networks written in
+PyTorch). Weights are graph inputs, not constants baked into the graph, so they can be sharded like
+any input.
 
 **ResNet-50** (inference, NCHW, float32 or float16; torchvision's v1.5 layout, stride in the 3x3
 convolution). Every convolution is one CONVOLUTION node with the batch normalization after it

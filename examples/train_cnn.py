@@ -26,7 +26,7 @@ before and JOINed after. Four ADAM_OPTIMIZER nodes then update W1, the scale, th
 The same step computed with ``jax.grad`` of the forward graph and the same ADAM_OPTIMIZER
 operator gives the same parameters to float32 accuracy (tests/test_training_graph.py).
 Run ``python examples/train_cnn.py``: it trains both ways and prints the losses
-(benchmarks/training.py times the same step at a larger size).
+(``dml-jax bench --suite training`` times the same step at a larger size).
 """
 
 from __future__ import annotations

@@ -639,23 +639,18 @@ def record_networks(record, compare, collective_re) -> None:
         return ok, f"{detail}; output {got.sharding.spec}; weights moved {moved}"
 
     def benchmark_two_devices():
-        sys.path.insert(0, str(root / "benchmarks"))
-        import importlib.util
+        from dml_jax import bench
 
-        spec = importlib.util.spec_from_file_location(
-            "bench_networks", root / "benchmarks" / "networks.py"
-        )
-        bench = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(bench)
         with tempfile.TemporaryDirectory() as tmp:
-            report = bench.main(
-                ["--quick", "--devices", "2", "--out", f"{tmp}/n.json", "--sample-s", "0.001",
-                 "--samples", "1"]
+            status = bench.main(
+                ["--suite", "networks", "--quick", "--devices", "2", "--out", tmp,
+                 "--sample-s", "0.001", "--samples", "1"]
             )  # fmt: skip
-        rows = report["results"]
+            rows = json.loads(Path(tmp, "networks.json").read_text())["rows"]
         bad = [r for r in rows if "hot_s" not in r or r.get("max_rel_err_vs_1_device", 0) > 1e-2]
         scaled = [r for r in rows if r["devices"] == 2]
-        ok = not bad and len(rows) == 5 and all("speedup_vs_1_device" in r for r in scaled)
+        ok = status == 0 and not bad and len(rows) == 5
+        ok = ok and all("speedup_vs_1_device" in r for r in scaled)
         return ok, f"{len(rows)} rows; bad {bad}"
 
     record("network/resnet-small/data-parallel-x8", resnet_data_parallel)

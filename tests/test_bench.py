@@ -1,4 +1,5 @@
-"""The benchmark harness in --quick mode on CPU: it runs and writes its JSON (timings unchecked)."""
+"""``dml-jax bench``: every suite runs with --quick and writes its JSON report (timings unchecked),
+the results page is generated from the reports, and the operator bench catalog is consistent."""
 
 import json
 
@@ -8,86 +9,119 @@ import pytest
 import strategies
 
 from dml_jax import bench
+from dml_jax.bench import page
+from dml_jax.bench.suites import operators
+
+# Per suite: extra options that keep the smoke run to a few seconds on a CPU.
+_QUICK_ARGS = {
+    "operators": ["--dtypes", "float32", "--only", "SUM|CLIP"],
+}
+# Rows that fail on a CPU by design, recorded in the report rather than raised.
+_CPU_ERRORS = {("attention_lstm", "jax xla")}  # float16 dot_general with float32 accumulation
 
 
-def test_bench_quick_writes_json(tmp_path, capsys):
-    rc = bench.main(
-        [
-            "--quick",
-            "--out",
-            str(tmp_path),
-            "--dtypes",
-            "float32",
-            "--only",
-            "SUM",
-            "--no-torch",
-            "--samples",
-            "1",
-        ]
+@pytest.fixture(scope="module")
+def quick_reports(tmp_path_factory):
+    """Every suite run once with --quick into one folder (the tests below read the reports)."""
+    out = tmp_path_factory.mktemp("bench")
+    for suite in bench.SUITES:
+        argv = ["--suite", suite, "--quick", "--out", str(out), "--samples", "1"]
+        assert bench.main(argv + _QUICK_ARGS.get(suite, [])) == 0, suite
+    return out
+
+
+@pytest.mark.parametrize("suite", bench.SUITES)
+def test_suite_quick_writes_its_report(suite, quick_reports):
+    report = json.loads((quick_reports / f"{suite}.json").read_text())
+    assert report["suite"] == suite and report["quick"] is True
+    assert report["backend"] == jax.default_backend() and report["jax"] == jax.__version__
+    assert report["device"] and report["date"] and "commit" in report
+    assert report["rows"], report
+    for row in report["rows"]:
+        if (suite, row.get("impl")) in _CPU_ERRORS and strategies.ON_CPU:
+            continue
+        assert not row.get("error"), row
+    # What did not run says why (no PyTorch on CUDA, one device); on a CPU every suite but
+    # training (whose PyTorch rows run on the CPU where PyTorch is installed) skips something.
+    assert all(s["part"] and s["reason"] for s in report["skipped"])
+    if jax.default_backend() != "gpu" and suite != "training":
+        assert report["skipped"], report
+    lines = bench.suite_module(suite).table(report)
+    assert any(line.startswith("|---") for line in lines)
+
+
+def test_quick_reports_check_what_they_can(quick_reports):
+    """The checks inside the reports: quantized products exact, training from one start."""
+    report = json.loads((quick_reports / "quantized.json").read_text())
+    assert report["checks"] and all(c.get("exact") is True for c in report["checks"])
+    summary = report["summary"]
+    assert len(summary) == 5 and all(r["over_dml_float16_gemm"] > 0 for r in summary)
+    sanity = json.loads((quick_reports / "training.json").read_text())["sanity"]
+    losses = sanity["losses"]
+    assert len(losses["jax.grad"]) == sanity["steps"] == 3
+    for name, difference in sanity["max_relative_difference_to_dml"].items():
+        assert difference < (1e-5 if name != "PyTorch eager" else 1e-3), name
+    assert losses["jax.grad"][-1] < losses["jax.grad"][0]
+
+
+def test_report_page_from_the_reports(quick_reports, tmp_path):
+    (quick_reports / "networks.json").rename(tmp_path / "networks.json")
+    try:
+        out = tmp_path / "RESULTS.md"
+        assert bench.main(["--report", "--out", str(quick_reports), "--page", str(out)]) == 0
+    finally:
+        (tmp_path / "networks.json").rename(quick_reports / "networks.json")
+    text = out.read_text()
+    assert all(f"## {suite}" in text for suite in bench.SUITES)
+    assert f"jax {jax.__version__}" in text
+    # a suite without a report is named as such, not left out silently
+    assert "No report yet: `dml-jax bench --suite networks`" in text
+    assert len(text.splitlines()) <= page.MAX_LINES
+
+
+def test_the_results_page_is_the_generated_one():
+    """benchmarks/RESULTS.md is what ``dml-jax bench --report`` writes from benchmarks/results."""
+    root = page.ROOT
+    assert (root / "benchmarks" / "RESULTS.md").read_text() == page.render(
+        root / "benchmarks" / "results"
     )
-    assert rc == 0
-    report = json.loads((tmp_path / "results.json").read_text())
-    env = report["environment"]
-    # The backend JAX chose (cpu here, gpu on a CUDA machine) is recorded with its device.
-
-    assert env["backend"] == jax.default_backend() and env["device"] and env["jax"] and env["date"]
-    rows = report["results"]
-    cases = {r["case"] for r in rows}
-    assert {
-        "copy",
-        "REDUCE SUM axis 3",
-        "REDUCE SUM axis 1",
-        "graph CLIP -> REDUCE SUM axis 3",
-    } <= cases
-    for r in rows:
-        assert r["error"] is None, r
-        assert r["bytes"] > 0 and r["seconds"] > 0 and r["gbps"] > 0
-        assert r["ratio_to_copy"] is not None
-    assert {r["impl"] for r in rows if r["case"] == "REDUCE SUM axis 1"} == {"dml", "jnp"}
-    overhead = report["overhead"]["operators"]
-    assert set(overhead) == {"CLIP", "REDUCE SUM axis 1", "SPLIT axis 3"}
-    assert all(v["op_call_us"] > 0 and v["compile_warm_us"] > 0 for v in overhead.values())
-    out = capsys.readouterr().out
-    assert "wrote" in out and "REDUCE SUM axis 1" in out
 
 
-def test_bench_cases_cover_every_operator_and_function():
+def test_usage_errors():
+    assert bench.main([]) == 2
+    assert bench.main(["--suite", "nope"]) == 2
+    assert bench.main(["--suite", "operators", "--shape", "1,2,3"]) == 2
+    assert bench.main(["--suite", "operators,scaling", "--dtypes", "float32"]) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# The operator bench catalog
+
+
+def test_operator_cases_cover_every_operator_and_function():
     import dml_jax as dml
+    from dml_jax.bench import catalog
+    from dml_jax.registry import operators as registered
 
-    cases = bench.build_cases(bench.QUICK_SHAPE, ["float32"], full=True)
+    cases = operators.build_cases(operators.QUICK_SHAPE, ["float32"], full=True)
     ops = {c.op for c in cases}
-    assert {
-        "DML_OPERATOR_SPLIT",
-        "DML_OPERATOR_JOIN",
-        "DML_OPERATOR_TILE",
-        "DML_OPERATOR_DEPTH_TO_SPACE1",
-        "DML_OPERATOR_SPACE_TO_DEPTH1",
-        "DML_OPERATOR_ELEMENT_WISE_CLIP",
-        "DML_OPERATOR_ELEMENT_WISE_CLIP1",
-        "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD1",
-        "DML_OPERATOR_REDUCE",
-        "DML_OPERATOR_ARGMIN",
-        "DML_OPERATOR_ARGMAX",
-        "copy",
-        "graph",
-    } <= ops
-    # Cases come from the registry: every operator with a bench hook contributes one.
-    from dml_jax.registry import operators
-
+    assert {"DML_OPERATOR_SPLIT", "DML_OPERATOR_REDUCE", "DML_OPERATOR_ARGMAX", "copy",
+            "graph"} <= ops  # fmt: skip
     # (uint32 too: the logical and shift operators take unsigned integers only)
-    ops |= {c.op for c in bench.build_cases(bench.QUICK_SHAPE, ["uint32"], full=False)}
-    assert {s.name for s in operators() if s.bench is not None} <= ops
+    ops |= {c.op for c in operators.build_cases(operators.QUICK_SHAPE, ["uint32"], full=False)}
+    entries = catalog.catalog()
+    assert set(entries) <= {s.name for s in registered()}, "a case of no operator"
+    assert set(entries) <= ops, "an operator's catalog entry gives no case"
+    assert len(entries) >= 129  # every operator that had a case in ops/ before the catalog
     functions = {c.name.split()[1] for c in cases if c.op == "DML_OPERATOR_REDUCE"}
     assert functions == {f.name for f in dml.ReduceFunction}
 
 
 _COMPARED = [
     c
-    for c in bench.build_cases(bench.QUICK_SHAPE, ["float32"], full=True)
+    for c in operators.build_cases(operators.QUICK_SHAPE, ["float32"], full=True)
     if c.make_dml is not None and c.jnp_fn is not None
 ]
-
-
 _REPEATS_ANY_WINS = {"SCATTER_ND rows (half the rows updated)"}
 
 
@@ -96,7 +130,7 @@ def test_bench_case_is_valid_and_its_jnp_function_agrees(case):
     """Every float32 case's descriptor is valid, and the hand-written jnp equals dml's result
     (one test per case, so parallel workers share them)."""
     op = case.make_dml()
-    xs = [np.asarray(bench._jax_input(s, d, 0)) for s, d in zip(case.shapes, case.dtypes)]
+    xs = [np.asarray(operators._jax_input(s, d, 0)) for s, d in zip(case.shapes, case.dtypes)]
     got, want = op(*xs), case.jnp_fn(*xs)
     got = got if isinstance(got, tuple) else (got,)
     want = want if isinstance(want, tuple) else (want,)
@@ -111,7 +145,3 @@ def test_bench_case_is_valid_and_its_jnp_function_agrees(case):
         np.testing.assert_allclose(
             np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=2e-5, atol=1e-5
         )
-
-
-def test_bench_usage_error():
-    assert bench.main(["--shape", "1,2,3"]) == 2

@@ -1,7 +1,7 @@
 """The element-wise map kernel (dml_jax.kernels.elementwise_map) in Pallas interpret mode: for
 every operator it serves, on narrow types, the kernel equals the operator's lax lowering bit for
 bit (the kernel runs that lowering block by block). The same comparison on a GPU, where Triton
-lowers the primitives, is benchmarks/elementwise_check.py."""
+lowers the primitives, is test_kernels_gpu.py."""
 
 from __future__ import annotations
 

@@ -198,7 +198,8 @@ def test_no_import_cycles():
 
 
 # Module-level switches that once selected alternative kernel code at trace time; the kernels are
-# frozen at their chosen variant and the alternatives live in benchmarks/kernel_variants.py.
+# frozen at their chosen variant and the alternatives live in benchmarks/kernel_variants.py (git
+# history).
 SWITCHES = (
     "ENABLED",
     "UNMASKED",

@@ -5,8 +5,8 @@ The Triton kernels only compile on CUDA; here Pallas's interpreter runs the same
 small shapes that exercise masking (sizes that do not divide the tile), ties, NaN and infinities.
 The dispatch tests check that a CPU-only process traces exactly the lax lowering, and that with a
 CUDA backend present the program carries both branches and still computes the lax result on CPU.
-benchmarks/gpu_kernels.py runs the compiled kernels on a GPU; benchmarks/kernel_variants.py holds
-the alternatives the kernels were chosen from. The registry itself: test_fastpath.py.
+test_kernels_gpu.py runs the compiled kernels on a GPU; benchmarks/kernel_variants.py (git history)
+holds the alternatives the kernels were chosen from. The registry itself: test_fastpath.py.
 """
 
 import jax

@@ -304,13 +304,12 @@ def test_export_refuses_a_graph_with_reinterpreted_edges(tmp_path, gpt):
 
 
 def test_benchmark_quick_run_writes_a_report(tmp_path):
-    bench = _load("bench_networks", ROOT / "benchmarks" / "networks.py")
-    out = tmp_path / "networks.json"
-    report = bench.main(
-        ["--quick", "--only", "gpt FLOAT32", "--out", str(out), "--sample-s", "0.001"]
-    )
-    assert json.loads(out.read_text())["results"] == report["results"]
-    rows = {r["impl"]: r for r in report["results"]}
+    from dml_jax import bench
+
+    argv = ["--suite", "networks", "--quick", "--only", "gpt FLOAT32", "--sample-s", "0.001"]
+    assert bench.main([*argv, "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "networks.json").read_text())
+    rows = {r["impl"]: r for r in report["rows"]}
     assert rows["dml"]["tokens_per_s"] > 0 and rows["dml"]["cold_s"] > 0
     assert rows["dml"]["cudnn_attention_calls"] == 0  # FLOAT32: the lax lowering everywhere
     assert "torch eager" in rows  # timed, or skipped with the reason
@@ -318,7 +317,8 @@ def test_benchmark_quick_run_writes_a_report(tmp_path):
 
 def test_torch_networks_match_the_graphs(resnet, gpt):
     torch = pytest.importorskip("torch")
-    bench = _load("bench_networks", ROOT / "benchmarks" / "networks.py")
+    from dml_jax.bench.suites import networks as bench
+
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     net, x, want = resnet

@@ -314,7 +314,8 @@ def test_lowering_is_one_loop():
 
 def test_recurrent_layers_fast_paths():
     """The scan is the lowering of RNN and GRU on every platform (a cuDNN LSTM path disagreed
-    with it and ran slower: benchmarks/RESULTS.md); LSTM has one fast path, the persistent
+    with it and ran slower: benchmarks/RESULTS.md#attention_lstm); LSTM has one fast path, the
+    persistent
     kernel of ``kernels/lstm.py`` (tests/test_lstm_kernel.py)."""
     for cls in CLASSES:
         names = [p.name for p in fastpath.fast_paths(cls.operator_type)]

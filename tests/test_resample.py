@@ -408,8 +408,10 @@ def test_support_grows_by_level(cls):
 def test_bench_equivalents_agree(dtype):
     """The bench's jax.image.resize equivalents compute what UPSAMPLE_2D computes."""
     from dml_jax import registry
+    from dml_jax.bench import catalog
 
-    cases = registry.lookup("DML_OPERATOR_UPSAMPLE_2D").bench((2, 4, 8, 12), dtype, True)
+    spec = registry.lookup("DML_OPERATOR_UPSAMPLE_2D")
+    cases = catalog.cases(spec, (2, 4, 8, 12), dtype, True)
     assert [c.label for c in cases] == [
         "UPSAMPLE_2D 2x NEAREST_NEIGHBOR",
         "UPSAMPLE_2D 2x LINEAR",

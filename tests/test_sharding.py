@@ -115,23 +115,25 @@ def test_scaling_out_example_runs_on_8_cpu_devices():
     assert "ARGMAX with ties on different devices: [[3, 3, 3, 3]]" in proc.stdout
 
 
-def test_scaling_benchmark_quick_runs_and_matches_one_device(tmp_path):
-    out = tmp_path / "scaling.json"
-    proc = _run_script(
-        "benchmarks/scaling.py",
-        "--quick",
-        "--sample-s",
-        "0.005",
-        "--samples",
-        "2",
-        "--out",
-        str(out),
+def test_scaling_suite_quick_runs_and_matches_one_device(tmp_path):
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    argv = ["--suite", "scaling", "--quick", "--sample-s", "0.005", "--samples", "2"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "dml_jax.bench", *argv, "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=ROOT,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(out.read_text())
-    assert {r["devices"] for r in report["results"]} == {1, 8}
-    assert len({r["case"] for r in report["results"]}) == 4
-    for r in report["results"]:
+    report = json.loads((tmp_path / "scaling.json").read_text())
+    assert {r["devices"] for r in report["rows"]} == {1, 8} and not report["skipped"]
+    assert len({r["case"] for r in report["rows"]}) == 4
+    for r in report["rows"]:
         assert r["hot_s"] > 0 and r["max_abs_diff_vs_1_device"] <= 1e-3, r
 
 

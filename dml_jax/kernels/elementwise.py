@@ -1,7 +1,7 @@
 """A Pallas (Triton) CLIP kernel for narrow types on CUDA GPUs.
 
-XLA's GPU code for element-wise float16 and int8 ops runs at 0.77 and 0.39 of the copy
-roofline on an H200 (benchmarks/RESULTS.md). This kernel reads and writes blocks of contiguous
+XLA's GPU code for element-wise float16 and int8 ops runs at 0.77 and 0.39 of the copy roofline on
+an H200 (benchmarks/RESULTS.md#operators). This kernel reads and writes blocks of contiguous
 elements, which Triton moves with 16-byte vector accesses.
 
 Semantics are the lax lowering's (``dml_jax.ops.clip``): ``max(lo, min(x, hi))`` in that order,

@@ -1,16 +1,16 @@
 """One Pallas (Triton) kernel for the narrow-type element-wise operators on CUDA GPUs.
 
-XLA's GPU code for element-wise float16 and 1-byte ops runs at about 0.78 and 0.39-0.59 of the
-copy on an H200 (benchmarks/RESULTS.md, round 5), as for CLIP before its kernel. This kernel reads
+XLA's GPU code for element-wise float16 and 1-byte ops runs at about 0.78 and 0.39-0.59 of the copy
+on an H200 (benchmarks/RESULTS.md#operators), as for CLIP before its kernel. This kernel reads
 blocks of contiguous elements of every input (16-byte vector accesses) and applies the operator's
-own lax lowering to the block, so its values are the lowering's by construction; what can differ
-is how Triton lowers a primitive, which is why an operator is registered only after the GPU check
-(``benchmarks/elementwise_check.py``) found it bit-exact against the lax program. Left to XLA:
-ERF, ROUND and BIT_COUNT (primitives Pallas cannot lower for Triton), and on float tensors MIN,
-MAX and THRESHOLD (Triton's float min/max drop NaN where XLA's propagate it), NEGATE (a zero's
+own lax lowering to the block, so its values are the lowering's by construction; what can differ is
+how Triton lowers a primitive, which is why an operator is registered only after the GPU check
+(``benchmarks/elementwise_check.py`` (git history)) found it bit-exact against the lax program. Left
+to XLA: ERF, ROUND and BIT_COUNT (primitives Pallas cannot lower for Triton), and on float tensors
+MIN, MAX and THRESHOLD (Triton's float min/max drop NaN where XLA's propagate it), NEGATE (a zero's
 sign), the two MODULUS operators and ELU (last-bit differences in fmod and expm1), and the
-activations ``ACTIVATIONS`` leaves out (below); ADD1 only with no fused activation or one the
-kernel runs (``ACTIVATIONS`` but ELU).
+activations ``ACTIVATIONS`` leaves out (below); ADD1 only with no fused activation or one the kernel
+runs (``ACTIVATIONS`` but ELU).
 """
 
 from __future__ import annotations

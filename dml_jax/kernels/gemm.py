@@ -23,7 +23,7 @@ issuing WGMMA, on one of two schedules:
   issued, so one's epilogue runs while the other's products do;
 - cooperative (longer K): both compute warpgroups on the 128 x 128 halves of one 128 x 256 tile
   (Pallas's warp-specialized pipeline, 3 stages), which reads A once for both and ran the
-  second MLP GEMM (K = 4096) faster: 102 us against 115 (H100, round 17).
+  second MLP GEMM (K = 4096) faster: 102 us against 115 (H100, benchmarks/RESULTS.md#networks).
 
 Both sum the products in the same order, so their results are equal bit for bit. The epilogue
 goes out in 64 x 64 pieces through shared memory and TMA. A bias C (a row broadcast down M, a
@@ -42,14 +42,15 @@ to the float32 accumulator), where the lax lowering rounds the float16 product f
 (``tests/test_gemm_kernel.py``), and the products' summation order differs from XLA's, so
 they are not bit-equal.
 
-Measured on an H100 (benchmarks/RESULTS.md, rounds 16 and 17), M = 8192 tokens, kernel time
-with many dispatches and one sync: the GPT's first MLP GEMM with its bias and GELU 129 us
-(ping-pong; cooperative 139, XLA's GEMM and GELU 172 in round 16); the QKV projection with its
-bias, Q, K and V written apart, 80 (cooperative 86, XLA 128); the residual adds fused 45-63
-(N = K = 1024) and 102 (K = 4096, cooperative) against XLA's 50 and 117. The GPT stack runs
-1.20-1.21x PyTorch eager in the bench with this GELU (round 20; 1.18-1.19x with the previous one in
-rounds 17-18, 1.04x before the kernel, 1.16x with the cooperative schedule alone); on an H200
-1.13x (round 19, the previous GELU), at the GPU's power cap.
+Measured on an H100 (benchmarks/RESULTS.md#networks), M = 8192 tokens, kernel time with many
+dispatches and one sync: the GPT's first MLP GEMM with its bias and GELU 129 us (ping-pong;
+cooperative 139, XLA's GEMM and GELU 172 in benchmarks/RESULTS.md#networks); the QKV projection with
+its bias, Q, K and V written apart, 80 (cooperative 86, XLA 128); the residual adds fused 45-63 (N =
+K = 1024) and 102 (K = 4096, cooperative) against XLA's 50 and 117. The GPT stack runs 1.20-1.21x
+PyTorch eager in the bench with this GELU (benchmarks/RESULTS.md#networks; 1.18-1.19x with the
+previous one in benchmarks/RESULTS.md#networks, 1.04x before the kernel, 1.16x with the cooperative
+schedule alone); on an H200 1.13x (benchmarks/RESULTS.md#networks, the previous GELU), at the GPU's
+power cap.
 
 ``plan`` takes 2-D problems (leading dimensions of 1), A not transposed, B either way, M a
 multiple of 128, N of 256 and K of 64, on a Hopper GPU (WGMMA and TMA; compute capability
@@ -71,8 +72,8 @@ from jax import lax
 from ..fastpath import register_epilogue, register_fast_path
 from .mosaic import hopper, multiprocessors, swizzled
 
-# Tunables (mgpu_gemm_probe.py, commit 5a9046f, on an H100): 128 x 128 per compute
-# warpgroup, K steps of 64, 3 stages in flight (4 do not fit beside the epilogue's buffers),
+# Tunables (benchmarks/mgpu_gemm_probe.py (git history), commit 5a9046f, on an H100): 128 x 128 per
+# compute warpgroup, K steps of 64, 3 stages in flight (4 do not fit beside the epilogue's buffers),
 # tiles visited in bands 4 tiles wide (``planar_snake``).
 TILE_M = 128
 TILE_N = 128  # per compute warpgroup; a cooperative program's tile is TILE_M x 2 * TILE_N
@@ -125,8 +126,8 @@ def _gelu(y, log2=jnp.log2, exp2=jnp.exp2):
     ``exp2`` are MUFU's ``lg2`` / ``ex2.approx.ftz`` (relative error 2^-22, which the 16th
     power makes 2^-18): 13 operations an element (abs, clamp, six FMAs, lg2, a multiply, ex2,
     max, one FMA), where the reciprocal square root raised by five squarings took 19; the GPT's
-    fc1 with its bias and GELU fell from 116.3 to 107.9 us (H100, benchmarks/RESULTS.md round
-    20)."""
+    fc1 with its bias and GELU fell from 116.3 to 107.9 us (H100,
+    benchmarks/RESULTS.md#networks)."""
     a = jnp.minimum(jnp.abs(y), _GELU_CLAMP)
     p = _GELU_POLY[-1]
     for c in _GELU_POLY[-2::-1]:
@@ -142,7 +143,9 @@ def _kernel_gelu(y):
     return _gelu(y, lambda x: approx(x, "lg2"), lambda x: approx(x, "ex2"))
 
 
-PINGPONG_MAX_K = 2048  # longer products keep the cooperative schedule (round 17)
+PINGPONG_MAX_K = (
+    2048  # longer products keep the cooperative schedule (benchmarks/RESULTS.md#networks)
+)
 PP_STAGES = 5  # ping-pong ring stages, at most (fewer where the epilogue's buffers need room)
 SMEM_LIMIT = 227 * 1024
 
@@ -571,7 +574,8 @@ def _gemm(d: Any, a, b, c=None, **epilogue):
 
 
 def _applies_gemm(d: Any) -> bool:
-    # Without C, XLA's own GEMM is as fast (cuBLAS or its Triton GEMM; round 16): lax stays.
+    # Without C, XLA's own GEMM is as fast (cuBLAS or its Triton GEMM;
+    # benchmarks/RESULTS.md#networks): lax stays.
     return _view(d) is not None and _c_form(d) in ("row", "full")
 
 
@@ -659,7 +663,7 @@ def _lower_add(p: Any, q: Any, slot: int, producer, others):
 
 def _register() -> None:
     # Standalone: in a graph, XLA's GEMM with the bias fused after it ran faster than the kernel
-    # (QKV projection of the GPT stack, H100: 70 against 84 us, round 16).
+    # (QKV projection of the GPT stack, H100: 70 against 84 us, benchmarks/RESULTS.md#networks).
     register_fast_path(
         "DML_OPERATOR_GEMM", "kernel", _applies_gemm, lambda d, *x: (_gemm(d, *x),),
         standalone=True,

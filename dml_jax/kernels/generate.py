@@ -1,9 +1,9 @@
 """Write-only kernels (Pallas, Triton): FILL_VALUE_CONSTANT and ONE_HOT along the minor axis.
 
-XLA's GPU code writes a constant at 3.3 TB/s on an H200 (0.78 of the copy roofline, bytes
-written over the copy's bytes moved per second) where PyTorch's fill writes at 4.6; ONE_HOT,
-one compare and select per output element, runs at 0.77 (benchmarks/RESULTS.md). These kernels
-store large contiguous blocks, which Triton writes with 16-byte vector stores.
+XLA's GPU code writes a constant at 3.3 TB/s on an H200 (0.78 of the copy roofline, bytes written
+over the copy's bytes moved per second) where PyTorch's fill writes at 4.6; ONE_HOT, one compare and
+select per output element, runs at 0.77 (benchmarks/RESULTS.md#operators). These kernels store large
+contiguous blocks, which Triton writes with 16-byte vector stores.
 
 Both write the output's bits as unsigned integers of its width and the result is bitcast back,
 so every value keeps its bits exactly (NaN payloads, -0.0); results equal the lax lowerings'.

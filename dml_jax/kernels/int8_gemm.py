@@ -2,17 +2,16 @@
 CUDA fast path of MATRIX_MULTIPLY_INTEGER, MATRIX_MULTIPLY_INTEGER_TO_FLOAT (8-bit operands) and
 QUANTIZED_LINEAR_MATRIX_MULTIPLY.
 
-The lax lowering (``ops._quant.zero_point_product``) is one int8 dot with an
-int32 result, which XLA hands to cuBLAS, and the zero points applied outside it
-(``(x - a)(y - b) = xy - a * colsum(y) - b * rowsum(x) + K * a * b``). On an H200 (jax 0.11.2)
-XLA's int8 dot runs 636 TOPS at M = N = K = 4096, below its own float16 dot (772 TFLOP/s), and
-the zero-point terms are a further pass over the int32 result. Here (benchmarks/int8_gemm_probe.py,
-benchmarks/RESULTS.md) Triton's warpgroup int8 MMA (IGMMA) with 128 x 128 x 128 blocks on 8 warps
-and 3 pipeline stages runs 1088 TOPS at 4096^3 and 1182 at 8192^3 (XLA int8: 972), provided B
-is K-major: B is transposed to {N, K} first (with {K, N} blocks Triton moves every B tile
-through registers to transpose it, 52-240 TOPS). The zero-point terms are outer products of a
-vector over M and one over N (the row and column sums come from XLA, one read of A and B), added
-to the accumulator before it is stored.
+The lax lowering (``ops._quant.zero_point_product``) is one int8 dot with an int32 result, which XLA
+hands to cuBLAS, and the zero points applied outside it (``(x - a)(y - b) = xy - a * colsum(y) - b *
+rowsum(x) + K * a * b``). On an H200 (jax 0.11.2) XLA's int8 dot runs 636 TOPS at M = N = K = 4096,
+below its own float16 dot (772 TFLOP/s), and the zero-point terms are a further pass over the int32
+result. Here (benchmarks/int8_gemm_probe.py (git history), benchmarks/RESULTS.md#quantized) Triton's
+warpgroup int8 MMA (IGMMA) with 128 x 128 x 128 blocks on 8 warps and 3 pipeline stages runs 1088
+TOPS at 4096^3 and 1182 at 8192^3 (XLA int8: 972), provided B is K-major: B is transposed to {N, K}
+first (with {K, N} blocks Triton moves every B tile through registers to transpose it, 52-240 TOPS).
+The zero-point terms are outer products of a vector over M and one over N (the row and column sums
+come from XLA, one read of A and B), added to the accumulator before it is stored.
 
 Exact: the products and sums are int32, and K is at most ``MAX_K`` (2^17), so that no partial
 sum of 8-bit products can leave int32 (|sum| <= 2^14 * K); the epilogue's int32 arithmetic
@@ -38,9 +37,10 @@ from jax import lax
 from ..fastpath import register_fast_path
 from .pallas_helpers import load_pallas
 
-# Tunables, chosen by benchmarks/int8_gemm_probe.py on an H200 (results/round12/int8_probe.log):
-# 128 x 128 x 128 on 8 warps, 3 stages: 1088 / 1182 TOPS at 4096^3 / 8192^3; 128 x 128 x 64
-# on 4 warps 927 / 980; 8 warps 844 / 942; 128 x 256 and 256 x 128 blocks spilled (675-771).
+# Tunables, chosen by benchmarks/int8_gemm_probe.py (git history) on an H200
+# (benchmarks/RESULTS.md#quantized): 128 x 128 x 128 on 8 warps, 3 stages: 1088 / 1182 TOPS at
+# 4096^3 / 8192^3; 128 x 128 x 64 on 4 warps 927 / 980; 8 warps 844 / 942; 128 x 256 and 256 x 128
+# blocks spilled (675-771).
 BLOCK_M = 128
 BLOCK_N = 128
 BLOCK_K = 128
@@ -115,9 +115,9 @@ def int8_product(x, x_zero, y, y_zero, interpret: bool = False):
     # The zero-point terms as outer products u (over M) x w (over N), added in int32.
     terms = []
     if x_zero is not None:
-        # B's column sums as row sums of the transposed B, behind a barrier so that XLA does
-        # not fold the transpose back into a column reduction (int8 into int32 over 4096 x 4096:
-        # 45 us as a column reduction, about 4 us along rows; H200, results/round12).
+        # B's column sums as row sums of the transposed B, behind a barrier so that XLA does not
+        # fold the transpose back into a column reduction (int8 into int32 over 4096 x 4096: 45 us
+        # as a column reduction, about 4 us along rows; H200, benchmarks/RESULTS.md#quantized).
         yt = lax.optimization_barrier(yt)
         cs = jnp.sum(yt, axis=-1, dtype=jnp.int32)  # {B, N}
         cs = cs.reshape(y.shape[:-2] + (1, n))

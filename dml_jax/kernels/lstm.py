@@ -32,7 +32,7 @@ larger grid.
 The operator's fast path runs the kernel where ALLOW_HALF_PRECISION_COMPUTATION holds and the
 lax lowering otherwise: on three pieces the kernel ran slower than lax (each program reads the
 whole state every step, 384 KB in three pieces; TMA multicast over clusters of programs did not
-help). On an H200 (jax 0.11.2, benchmarks/RESULTS.md round 19), hidden 1024, 512 steps, batch
+help). On an H200 (jax 0.11.2, benchmarks/RESULTS.md#attention_lstm), hidden 1024, 512 steps, batch
 64, input 1024, with half precision: 218,272 steps/s against PyTorch's cuDNN LSTM 120,269
 (1.81x) and the lax lowering's 101,548; the kernel alone 3.6 us a step (three pieces 14.9).
 
@@ -322,7 +322,7 @@ def lower_lstm_persistent(d: Any, *arrays, pieces: int | None = None) -> tuple:
     contract of ``ops.recurrent.lower_lstm``. ``pieces``: None for the operator's precision:
     half precision runs the kernel on one float16 piece of the state; otherwise the lax
     lowering runs (the kernel on three pieces, ``pieces=3``, was slower than it: RESULTS,
-    round 19)."""
+    benchmarks/RESULTS.md#attention_lstm)."""
     # imported here: a kernel module holds no upper-case string constants at its top level
     # (tests/test_fastpath.py, test_no_module_level_switches)
     from ..fields import INPUT, OUTPUT

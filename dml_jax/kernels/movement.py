@@ -1,13 +1,13 @@
 """Narrow-type data movement on GPUs: move 32-bit words instead of 1- or 2-byte elements.
 
-XLA's GPU code for float16 and int8 copies, slices, concatenations and broadcasts runs at a
-fraction of the bandwidth it reaches for 32-bit types (on an H200: 3276 GB/s for float16, 1648
-for int8, 4201 for float32; benchmarks/RESULTS.md). A movement that keeps the minor dimension
-whole moves whole rows, so it can move the row's bytes as 32-bit words instead: the row
-``[..., W]`` of ``s``-byte elements is bitcast to ``[..., W * s / 4]`` uint32 words, moved, and
-bitcast back. Bitcasts are exact, so the result is bit-for-bit that of the element-wise move.
-DEPTH_TO_SPACE interleaves elements of several channels inside each output row; ``d2s_words``
-builds each output word from the input words with shifts and masks.
+XLA's GPU code for float16 and int8 copies, slices, concatenations and broadcasts runs at a fraction
+of the bandwidth it reaches for 32-bit types (on an H200: 3276 GB/s for float16, 1648 for int8, 4201
+for float32; benchmarks/RESULTS.md#operators). A movement that keeps the minor dimension whole moves
+whole rows, so it can move the row's bytes as 32-bit words instead: the row ``[..., W]`` of
+``s``-byte elements is bitcast to ``[..., W * s / 4]`` uint32 words, moved, and bitcast back.
+Bitcasts are exact, so the result is bit-for-bit that of the element-wise move. DEPTH_TO_SPACE
+interleaves elements of several channels inside each output row; ``d2s_words`` builds each output
+word from the input words with shifts and masks.
 
 Two Pallas (Triton) kernels cover what XLA's own code still runs below the copy bandwidth:
 ``join_kernel`` (JOIN of 1-byte types: 4 KiB word blocks copied into their output slots) and
@@ -294,7 +294,7 @@ def join(xs: Sequence, axis: int, plain: Callable):
 
     At 1 GiB, int8: the kernel 0.98 of the copy, lax, 4-D words and flat words 0.78-0.79;
     float16 0.98 with every form, so 2-byte types keep the concatenation
-    (benchmarks/results/variants_narrow.log).
+    (benchmarks/RESULTS.md#operators).
     """
     dtype = xs[0].dtype
     shapes = [x.shape for x in xs]
@@ -311,7 +311,7 @@ def depth_to_space(x, block: int, dcr: bool, plain: Callable):
     narrow types whose rows fill whole words, else ``plain(x)``.
 
     At 1 GiB, block 2: the kernel 0.97-0.98 of the copy, lax 0.76 (float16) / 0.39 (int8),
-    words 0.76 / 0.79 (benchmarks/results/variants_narrow.log).
+    words 0.76 / 0.79 (benchmarks/RESULTS.md#operators).
     """
     if d2s_kernel_covered(x.shape, x.dtype, block):
         return d2s_kernel(x, block, dcr)

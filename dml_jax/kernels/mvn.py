@@ -1,11 +1,11 @@
 """A single-pass MEAN_VARIANCE_NORMALIZATION (versions 0, 1 and 2) kernel (Pallas, Triton) as
 the CUDA fast path of the mean-variance normalizations.
 
-XLA's GPU code reads the tensor once per statistic and once more for the result: on an H200 at
-1 GiB it ran instance norm (H, W of NCHW, per-channel Scale and Bias) at 0.49 of the copy and
-layer norm over rows of 4096 at 0.81 (benchmarks/RESULTS.md). Here the normalized axes, which
-must be the minor ones once size-1 axes are dropped, make contiguous rows of ``R`` elements of an
-``(A, R)`` matrix, and one program owns whole rows:
+XLA's GPU code reads the tensor once per statistic and once more for the result: on an H200 at 1 GiB
+it ran instance norm (H, W of NCHW, per-channel Scale and Bias) at 0.49 of the copy and layer norm
+over rows of 4096 at 0.81 (benchmarks/RESULTS.md#operators). Here the normalized axes, which must be
+the minor ones once size-1 axes are dropped, make contiguous rows of ``R`` elements of an ``(A, R)``
+matrix, and one program owns whole rows:
 
 - rows of up to ``ONE_TILE_MAX`` elements sit in registers (``cols`` rows per program): one
   load, the mean, the sum of squared deviations from it (the lax lowering's two-pass formula),
@@ -23,17 +23,17 @@ must be the minor ones once size-1 axes are dropped, make contiguous rows of ``R
   is as free of cancellation as the two-pass formula; the second reads the row again, last tile
   first (the tiles read last are the likeliest to be still in L2), and stores the result.
 
-On an H200 at 1 GiB (benchmarks/results/mvn/) that gives layer norm over rows of 4096 0.88 of
-the copy (lax 0.79 float32, 0.77 float16), RMS norm 0.90 (lax 0.88, 0.80) and instance norm
-0.82 float32, 0.77 float16 (lax 0.50, 0.43; the two loops 0.65, 0.64, about the 2/3 of a pass
-that reads the whole row twice from memory).
+On an H200 at 1 GiB (benchmarks/RESULTS.md#operators) that gives layer norm over rows of 4096 0.88
+of the copy (lax 0.79 float32, 0.77 float16), RMS norm 0.90 (lax 0.88, 0.80) and instance norm 0.82
+float32, 0.77 float16 (lax 0.50, 0.43; the two loops 0.65, 0.64, about the 2/3 of a pass that reads
+the whole row twice from memory).
 
-On a Hopper GPU (under the jax releases of ``kernels/mosaic.py``) rows longer than
-``ONE_TILE_MAX`` with Scale and Bias one value per row (instance norm) take ``mvn_cluster``
-instead (Pallas's Mosaic GPU backend): a row is split over a cluster of CTAs, each holding its
-64 KB of the row in shared memory from its TMA load to its TMA store, so the row is read once;
-the parts' statistics meet through distributed shared memory. 0.97-0.98 of the copy in float32
-and 0.96 in float16 on an H100 (round 18; the Triton kernel 0.93 / 0.87 there).
+On a Hopper GPU (under the jax releases of ``kernels/mosaic.py``) rows longer than ``ONE_TILE_MAX``
+with Scale and Bias one value per row (instance norm) take ``mvn_cluster`` instead (Pallas's Mosaic
+GPU backend): a row is split over a cluster of CTAs, each holding its 64 KB of the row in shared
+memory from its TMA load to its TMA store, so the row is read once; the parts' statistics meet
+through distributed shared memory. 0.97-0.98 of the copy in float32 and 0.96 in float16 on an H100
+(benchmarks/RESULTS.md#operators; the Triton kernel 0.93 / 0.87 there).
 
 Scale and Bias must each vary either only along the normalized axes (layer norm's per-column
 gamma: a vector of ``R``) or only across them (instance norm's per-channel gamma: one value per
@@ -69,11 +69,11 @@ DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
 MIN_PROGRAMS = 264  # fewer rows (groups of rows) cannot fill a large GPU; lax splits better
 ACTIVATIONS = ("DML_OPERATOR_ACTIVATION_RELU", "DML_OPERATOR_ACTIVATION_LEAKY_RELU")
 
-# Tunables, chosen by benchmarks/mvn_variants.py on an H200 at 1 GiB (benchmarks/RESULTS.md,
-# results/mvn/sweep.log, sweep_retain.log). Rows of up to ONE_TILE_MAX elements sit in one
-# tile; a tile holds TILE_ELEMENTS elements (whole rows, at least one) on WARPS warps (None:
-# one warp per 512 elements, 4 to 16). Rows of 4096: 2 rows a program on 16 warps ran 0.88 of
-# the copy for layer norm and 0.90 for RMS norm in both types (1 row on 8 warps 0.87-0.89; 4
+# Tunables, chosen by benchmarks/mvn_variants.py (git history) on an H200 at 1 GiB
+# (benchmarks/RESULTS.md#operators). Rows of up to ONE_TILE_MAX
+# elements sit in one tile; a tile holds TILE_ELEMENTS elements (whole rows, at least one) on WARPS
+# warps (None: one warp per 512 elements, 4 to 16). Rows of 4096: 2 rows a program on 16 warps ran
+# 0.88 of the copy for layer norm and 0.90 for RMS norm in both types (1 row on 8 warps 0.87-0.89; 4
 # rows 0.78-0.89).
 ONE_TILE_MAX = 16384
 TILE_ELEMENTS = 8192
@@ -96,7 +96,7 @@ RETAIN_STAGES = 1
 # the results stored ``evict_first``), so that the half of each row read again is what L2
 # keeps: instance norm float32 0.82 -> 0.85 of the copy (4096-element tiles 2 ahead 0.84; 132
 # programs taking rows in turn 0.82); float16 0.77 -> 0.75-0.76, so not there
-# (results/mvn/sweep_hints.log).
+# (benchmarks/RESULTS.md#operators).
 RETAIN_HINTS = ("float32",)
 # Longer rows: tiles of LOOP_ELEMENTS on LOOP_WARPS warps; LOOP_GRID programs that take rows in
 # turn (None: one program per row) bound the rows in flight, hence the L2 the second loop needs.
@@ -471,7 +471,7 @@ def mvn_kernel(x2, v: View, form: Form, affine=(), interpret: bool = False):
 # rows longer than ONE_TILE_MAX with Scale and Bias one value per row (instance norm). A row is
 # split over a cluster of CTAs, each holding its part of the row in shared memory from the load
 # to the store, so the row is read once. Tunables chosen by a sweep on an H100 (rows of 65536, 1
-# GiB; benchmarks/RESULTS.md, round 18): 64 KB a CTA (three fit a multiprocessor): float32 0.98
+# GiB; benchmarks/RESULTS.md#operators): 64 KB a CTA (three fit a multiprocessor): float32 0.98
 # of the copy with 4 CTAs a row (2: 0.95-0.96, 8: 0.96), float16 0.98 with 2 (1: 0.97-0.98, 4:
 # 0.97); pieces of 16 KB (one piece 0.97, 2: 0.98).
 CLUSTER_BYTES = 64 * 1024  # of a row, a CTA

@@ -4,7 +4,7 @@
 The lax lowering builds a constant pad and then overwrites its borders with copies of planes of
 the result (``ops.movement._border_copies``): the tensor is written once and the border planes
 are read and written again, 0.70 of the copy for float32 and 0.49 for float16 on an H200
-(1 GiB, NCHW padded by one on H and W; benchmarks/RESULTS.md, round 8). Each program owns a block
+(1 GiB, NCHW padded by one on H and W; benchmarks/RESULTS.md#operators). Each program owns a block
 of the output (``rows`` output rows by ``cols`` output columns), computes for every output
 element the input element it copies with the mode's index map (``ops.movement.source_index``
 written on integer vectors: per row from the row index, per column from the column index),
@@ -42,10 +42,11 @@ MODES = frozenset(
 )
 _INDEX_LIMIT = 2**31 - 2**20  # int32 offsets, with room for a tile past the end
 
-# Output bytes per program by the item size moved, and warps: benchmarks/pad_variants.py on an
-# H200, 1 GiB NCHW padded on H and W, mean over the modes (benchmarks/RESULTS.md, padding
-# kernel): float32 4 KiB 0.97 of the copy (8-64 KiB 0.93-0.94), float16 8 KiB 0.94 (4 KiB 0.90,
-# 64 KiB 0.91). 1-byte types were not swept and take float16's tile.
+# Output bytes per program by the item size moved, and warps: benchmarks/pad_variants.py (git
+# history) on an H200, 1 GiB NCHW padded on H and W, mean over the modes
+# (benchmarks/RESULTS.md#operators, padding kernel): float32 4 KiB 0.97 of the copy (8-64 KiB
+# 0.93-0.94), float16 8 KiB 0.94 (4 KiB 0.90, 64 KiB 0.91). 1-byte types were not swept and take
+# float16's tile.
 TILE_BYTES = {1: 8192, 2: 8192, 4: 4096}
 WARPS = 4
 # A trailing unpadded block shorter than this joins the padded axis before it in the columns

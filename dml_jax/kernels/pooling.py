@@ -2,7 +2,7 @@
 
 The lax lowering (``dml_jax.ops.pooling``) writes an overlapping window as one element-wise pass
 over strided slices of the padded input: 0.58 of the copy for a 3x3 window of stride 1 in
-float32 on an H200 and 0.52 in float16 (benchmarks/RESULTS.md, round 8), since every slice
+float32 on an H200 and 0.52 in float16 (benchmarks/RESULTS.md#operators), since every slice
 reads the input again. Here a program owns a band of output rows of ``block_planes`` (N, C)
 planes by ``cols`` output columns and walks down it one output row at a time. Each step loads
 the input rows the new output row adds to the window (one at stride 1), every window column as
@@ -55,19 +55,18 @@ DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
 MAX_WINDOW_POINTS = 64  # MAX: window rows in registers; larger windows stay on lax
 _INDEX_LIMIT = 2**31 - 2**20  # int32 element offsets, with room for a tile past the end
 
-# Tunables, chosen by benchmarks/pool_variants.py on an H200 (benchmarks/RESULTS.md, "Pooling
-# kernel"; benchmarks/results/pool_kernel/sweep.log, sweep_spread.log). 512-element steps, 4
-# warps: 0.85-0.86 of the copy for MAX 3x3 stride 1 float32 and 0.66-0.67 float16, AVERAGE
-# 0.77-0.81 and 0.62-0.63 (lax: 0.58-0.59, 0.51, 0.56-0.58, 0.50-0.52). ResNet's 3x3 stride 2
-# MAX with one column a thread (SPREAD): 0.86 and 0.59, against 0.62 and 0.56 with Triton's
-# adjacent columns (lax 0.58, 0.49). One column a thread at stride 1 lost 0.10-0.15 in every
-# case; 1024-element steps were within noise for MAX but halved ResNet's float16 MAX (8 float16
-# outputs a thread) and AVERAGE with the prefetch fell to 0.68 / 0.43 (the registers of two
-# steps' loads); without the prefetch, or with Triton's 3 stages instead, nothing gained; 8
-# warps, bands of 16 or 64 rows gained nothing.
+# Tunables, chosen by benchmarks/pool_variants.py (git history) on an H200
+# (benchmarks/RESULTS.md#operators). 512-element steps, 4 warps: 0.85-0.86 of the copy for MAX 3x3
+# stride 1 float32 and 0.66-0.67 float16, AVERAGE 0.77-0.81 and 0.62-0.63 (lax: 0.58-0.59, 0.51,
+# 0.56-0.58, 0.50-0.52). ResNet's 3x3 stride 2 MAX with one column a thread (SPREAD): 0.86 and 0.59,
+# against 0.62 and 0.56 with Triton's adjacent columns (lax 0.58, 0.49). One column a thread at
+# stride 1 lost 0.10-0.15 in every case; 1024-element steps were within noise for MAX but halved
+# ResNet's float16 MAX (8 float16 outputs a thread) and AVERAGE with the prefetch fell to 0.68 /
+# 0.43 (the registers of two steps' loads); without the prefetch, or with Triton's 3 stages instead,
+# nothing gained; 8 warps, bands of 16 or 64 rows gained nothing.
 TILE_ELEMENTS = 512  # output elements per step (block_planes x cols)
 # float16 with adjacent columns (column stride 1): 1024 (8 a thread), 0.67-0.69 of the copy
-# against 512's 0.66-0.67 for MAX and both AVERAGEs (results/pool_kernel/sweep_tiles.log);
+# against 512's 0.66-0.67 for MAX and both AVERAGEs (benchmarks/RESULTS.md#operators);
 # float32 stays at 512 (1024: within 0.01; 2048 on 8 warps 0.83).
 TILE_ELEMENTS_16 = 1024
 MAX_COLS = 256  # output columns per tile; wider rows take several column tiles
@@ -76,7 +75,7 @@ WARPS = 4
 SPREAD = None  # one output column a thread (``View.spread``); None: where the column stride > 1
 STAGES = 1  # Triton's num_stages
 PREFETCH = True  # each step issues the next step's loads before reducing its own
-# (evict_first on the output stores changed nothing: results/pool_kernel/sweep_rowsums.log)
+# (evict_first on the output stores changed nothing: benchmarks/RESULTS.md#operators)
 LIVE_REGISTERS = 128  # bound on the registers per thread that the window's live values take
 
 

@@ -5,9 +5,9 @@ The lax lowering (``ops._quant.quantize``) divides by the scale, correctly round
 it: it keeps XLA from turning the division into a multiplication by the reciprocal by making the
 divisor depend on the dividend (``divide``), so every element runs a full division. Per tensor
 that ran 0.93 of the copy on an H200; per channel ({1, C, 1, 1} over NCHW) 0.83
-(benchmarks/RESULTS.md, round 9). And on the GPU XLA's float32 division is not always correctly
+(benchmarks/RESULTS.md#operators). And on the GPU XLA's float32 division is not always correctly
 rounded: of 4.2M quotients of the sweep's data, 5 came out one ulp off, each moving a value that
-lay just beside a halfway point across it (results/round12/quantize_check.log); the CPU's
+lay just beside a halfway point across it (benchmarks/RESULTS.md#operators); the CPU's
 division is exact. Here a program owns ``tile`` elements of one channel's run (the input as
 {A, C, R}: the axis is C; one channel of everything for a per-tensor scale), loads that
 channel's scale and zero point once, and computes
@@ -40,7 +40,7 @@ from .reduce_plan import pow2_at_least
 
 IN_TYPES = frozenset(np.dtype(t) for t in ("float32", "float16"))
 OUT_TYPES = frozenset(np.dtype(t) for t in ("int8", "uint8"))
-# Elements a program; chosen on an H200 (results/round12/quantize_variants.json: 1024 to 16384
+# Elements a program; chosen on an H200 (benchmarks/RESULTS.md#operators: 1024 to 16384
 # on 4 or 8 warps all 0.98-1.02 of the copy).
 TILE_ELEMENTS = 4096
 WARPS = 4

@@ -347,7 +347,7 @@ def log_sum_exp_kernel(x, p: Plan, interpret: bool = False):
     ``exp(v)`` is ``2 ** (v * log2(e))`` through the ``ex2.approx.ftz.f32`` instruction: no
     denormal fix-up, harmless here since every term is <= 1 and the sum holds a term 1. At 1 GiB
     along the minor axis: float16 0.90-0.96 of the copy, float32 0.94-0.97 (libdevice expf:
-    0.71 / 0.88; benchmarks/results/round4/). Inline PTX does not run in the interpreter, which
+    0.71 / 0.88; benchmarks/RESULTS.md#operators). Inline PTX does not run in the interpreter, which
     computes the same formula with ``exp2``.
     """
     pl, pltriton = load_pallas()

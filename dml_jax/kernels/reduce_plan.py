@@ -12,8 +12,9 @@ those after. Two layouts:
 ``plan`` returns the view and its ``Tiling``, or None where the lax lowering stays (a type the
 kernels do not read, reduced axes that are not adjacent, too few programs to fill the GPU, or a
 layout where XLA's own code was measured as fast). The tile sizes below were chosen by
-benchmarks/gpu_kernels.py, variants_narrow.py and variants_packed.py on an H200 at 1 GiB
-(benchmarks/RESULTS.md and benchmarks/results/).
+benchmarks/gpu_kernels.py (git history), benchmarks/variants_narrow.py (git history) and
+benchmarks/variants_packed.py (git history) on an H200 at 1 GiB (benchmarks/RESULTS.md#operators and
+benchmarks/results/).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ NUM_WARPS = {"arg": 4, "lse": 4}
 WIDE_NUM_WARPS = {"arg": 8, "lse": 4}
 NUM_STAGES = {"arg": 3, "lse": 3}
 # 4-byte LOG_SUM_EXP tiles narrower than 1024 columns: at 256 columns 2 warps ran 1.02 of the
-# copy, 4 warps 0.93 (benchmarks/results/variants.log).
+# copy, 4 warps 0.93 (benchmarks/RESULTS.md#operators).
 NARROW_LSE_WARPS = 2
 LAX_ARG_MIN_B = 256
 _MAX_COLS = 1024
@@ -92,8 +93,8 @@ LANES_TILING = {
     ("ext", 1, False): (2048, 512, 4, 4),
 }
 # The packed kernel (``packed_kernel``), per (itemsize, layout): (tile elements, inner-layout
-# columns, warps, stages). Layouts: "minor" (B == 1), "narrow" (1 < B < 1024), "inner" (B >=
-# 1024). int8 0.94-0.97 and float16 0.89-0.98 of the copy on every axis (results/round4/).
+# columns, warps, stages). Layouts: "minor" (B == 1), "narrow" (1 < B < 1024), "inner" (B >= 1024).
+# int8 0.94-0.97 and float16 0.89-0.98 of the copy on every axis (benchmarks/RESULTS.md#operators).
 PACKED_TILING = {
     (1, "inner"): (2048, 512, 4, 4),
     (1, "narrow"): (2048, 512, 4, 4),
@@ -103,10 +104,10 @@ PACKED_TILING = {
     (2, "minor"): (8192, 512, 2, 3),
 }
 # float16 LOG_SUM_EXP warps per layout: inner 2 warps 0.98 (4: 0.91), minor 4 warps 0.90-0.96
-# (2: 0.90), narrow 1 warp 0.96-0.98 (2: 0.80-0.87; round4/).
+# (2: 0.90), narrow 1 warp 0.96-0.98 (2: 0.80-0.87; benchmarks/RESULTS.md#operators).
 F16_LSE_WARPS = {"inner": 2, "narrow": 1, "minor": 4}
-# float16 LOG_SUM_EXP elements per tile, per layout (narrow 256 columns: 1 warp 0.97-0.98,
-# 2 warps 0.80-0.87; minor: 16384 elements 0.93-0.97 for 2-8 warps; round4/narrow_more_*.log).
+# float16 LOG_SUM_EXP elements per tile, per layout (narrow 256 columns: 1 warp 0.97-0.98, 2 warps
+# 0.80-0.87; minor: 16384 elements 0.93-0.97 for 2-8 warps; benchmarks/RESULTS.md#operators).
 F16_LSE_ELEMENTS = {"inner": 8192, "narrow": 8192, "minor": 16384}
 
 
@@ -230,7 +231,7 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype, kind: str) -> Pla
     if kind == "arg" and itemsize == 4 and LAX_ARG_MIN_B <= b < _MAX_COLS:
         # 4-byte inner layouts of 256-1023 columns (1 GiB float32 along axis 2 has B = 256):
         # lax's argmax ran 0.93-0.94 of the copy there (NaN-correct order keys), the kernel
-        # 0.89-0.90 (benchmarks/results/variants.log). Narrower B was not measured.
+        # 0.89-0.90 (benchmarks/RESULTS.md#operators). Narrower B was not measured.
         return None
     kernel = {"arg": arg_kernel(dtype, r), "lse": "tile", "ext": "lanes"}[kind]
     p = Plan(a, r, b, tiling(kind, a, r, b, itemsize, kernel))

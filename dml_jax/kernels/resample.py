@@ -26,9 +26,9 @@ Where an input element makes 16 or more outputs (4x), float32 runs one call per 
 that the upsampling's DRAM traffic is writes alone (64 MiB of reads among a 1 GiB write stream
 cost it about 15%).
 
-On the H200 (benchmarks/resample_variants.py, benchmarks/RESULTS.md): 2x 0.92 of the copy in
-float32 and float16 (0.86 with 2-byte loads), 4x float32 0.91-0.93 in chunks (0.87-0.89 in one
-call), float16 0.89.
+On the H200 (benchmarks/resample_variants.py (git history), benchmarks/RESULTS.md#operators): 2x
+0.92 of the copy in float32 and float16 (0.86 with 2-byte loads), 4x float32 0.91-0.93 in chunks
+(0.87-0.89 in one call), float16 0.89.
 
 Values: the lax lowering's formula and order (the vertical blend ``x[i0] * wy0 + x[i1] * wy1``
 first, then the horizontal one, in float32; float16 read into float32 and rounded once), with
@@ -48,8 +48,9 @@ Scale < 1) and is accepted.
 
 NEAREST_NEIGHBOR at power-of-two integer factors, where the lax tables repeat each input element
 (``repeat_plan``), takes ``repeat_kernel`` for 1- and 2-byte types: the bits move, each element
-repeated along the row in registers and each row stored ``fh`` times; 2x float16 0.94 of the copy
-on an H100 against XLA's 0.69 (round 18). 4-byte types stay with lax (0.94 already).
+repeated along the row in registers and each row stored ``fh`` times; 2x float16 0.94 of the copy on
+an H100 against XLA's 0.69 (benchmarks/RESULTS.md#operators). 4-byte types stay with lax (0.94
+already).
 """
 
 from __future__ import annotations
@@ -75,13 +76,14 @@ MAX_FACTOR = 8  # phases are unrolled: fh * fw blends per tile
 _INDEX_LIMIT = 2**31 - 2**24  # int32 element offsets, with room for a tile past the end
 
 # Output elements per program, input columns per tile and warps; chosen by
-# benchmarks/resample_variants.py on an H200 (benchmarks/RESULTS.md): 2048 elements on 4 warps
-# 0.92 / 0.86 of the copy for 2x / 4x float32 (1024 to 8192 elements, 2 to 8 warps, 0.86 to
-# 0.93; 16384 on 8 warps 0.79 / 0.86). A loop-free kernel: 2 pipeline stages ran as 1.
+# benchmarks/resample_variants.py (git history) on an H200 (benchmarks/RESULTS.md#operators): 2048
+# elements on 4 warps 0.92 / 0.86 of the copy for 2x / 4x float32 (1024 to 8192 elements, 2 to 8
+# warps, 0.86 to 0.93; 16384 on 8 warps 0.79 / 0.86). A loop-free kernel: 2 pipeline stages ran as
+# 1.
 TILE_ELEMENTS = 2048
 # Output elements per program where an input element makes 16 or more (4x and up), per type:
 # 4x float32 4096 on 4 warps 0.899 against 2048's 0.885 (1024 on 1 warp 0.896; 8192 0.875-0.888);
-# float16 keeps 2048 (0.898 against 0.888) (results/resample/sizes_sweep.json).
+# float16 keeps 2048 (0.898 against 0.888) (benchmarks/RESULTS.md#operators).
 BIG_FACTOR_TILE = {"float32": 4096}
 MAX_COLS = 128
 WARPS = 4
@@ -94,7 +96,7 @@ WORDS_MAX_FACTOR = 2
 WORDS_WARPS = 2
 # Whether the output stores carry the L2 hint evict_first (written once, so the input rows that
 # neighbouring tiles read again keep their place in L2). Two sweeps on the H200
-# (results/resample/hints_sweep*.json): 4x float32 0.861 -> 0.869-0.879 at 2048 on 4 warps,
+# (benchmarks/RESULTS.md#operators): 4x float32 0.861 -> 0.869-0.879 at 2048 on 4 warps,
 # 2x 0.909-0.915 -> 0.921-0.922, float16 words 0.931-0.933 -> 0.938-0.942, the rest within
 # 0.01. Several tiles a program in turn, each next tile's words loaded before this one's
 # stores, lost everywhere (0.79-0.84 for 4x float32; tiles_sweep.json, the variant in commit
@@ -106,11 +108,11 @@ EVICT_STORES = True
 # that the upsampling's reads hit L2 and its DRAM traffic is writes alone. The 4x float32 store
 # pattern ran 0.87-0.89 of the copy with any read from DRAM among its writes (even one 1 KiB load a
 # program, or loads no store waits for) and 1.10 with its input resident in L2
-# (benchmarks/upsample_store_probe.py). Chunks of 8 MiB, medians of three timings: 4x float32
-# 0.87-0.89 -> 0.91-0.93 (12 MiB 0.90-0.92; one earlier run: 4 MiB 0.80-0.82, 16-24 MiB 0.84-0.88).
-# float16 gained with 4096-element tiles (0.88 -> 0.93) but lost with its default 2048 (0.89 ->
-# 0.86), so it stays one call. At 2x (more input, so more and longer prefetch calls) chunks lost
-# everywhere (0.46-0.73 against 0.85-0.92), hence the factor bound.
+# (benchmarks/upsample_store_probe.py (git history)). Chunks of 8 MiB, medians of three timings: 4x
+# float32 0.87-0.89 -> 0.91-0.93 (12 MiB 0.90-0.92; one earlier run: 4 MiB 0.80-0.82, 16-24 MiB
+# 0.84-0.88). float16 gained with 4096-element tiles (0.88 -> 0.93) but lost with its default 2048
+# (0.89 -> 0.86), so it stays one call. At 2x (more input, so more and longer prefetch calls) chunks
+# lost everywhere (0.46-0.73 against 0.85-0.92), hence the factor bound.
 CHUNK_BYTES = {"float32": 8 << 20}
 PREFETCH_BLOCK = 4096  # elements a program of the prefetching call reads
 
@@ -406,7 +408,7 @@ def upsample_kernel(x, v: View, interpret: bool = False):
 # in float32 but 0.49 in float16 on an H200 (2-byte stores). ``repeat_kernel`` moves the bits:
 # a program loads a tile of input rows, repeats each element fw times in registers (the same
 # tree of joins as the bilinear phases) and stores the widened rows fh times. Output elements a
-# program (a power of two) and warps: chosen on an H100 (benchmarks/RESULTS.md, round 18).
+# program (a power of two) and warps: chosen on an H100 (benchmarks/RESULTS.md#operators).
 # 2x float16 to 1 GiB: 8192 on 4 warps 0.92-0.93 of the copy (4096-32768 on 4 or 8 warps 0.89-0.93;
 # lax 0.69 there). 4-byte types stay with lax, already at 0.94 (the kernel 0.91-0.93).
 REPEAT_TILE = 8192

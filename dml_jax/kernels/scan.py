@@ -41,7 +41,7 @@ DTYPES = frozenset(
 )
 MIN_PROGRAMS = 264  # fewer cannot fill a large GPU (the reduce kernels' rule)
 MIN_COLS = 64  # narrower outer-axis columns waste most of each memory transaction
-# Chosen by benchmarks/scan_variants.py on an H200 (benchmarks/results/round7/scan_variants.log):
+# Chosen by benchmarks/scan_variants.py (git history) on an H200 (benchmarks/RESULTS.md#operators):
 # 2048-element minor-axis tiles, 512 columns and 8 rows per loop step down an outer axis, 4 warps
 # ran best or within 0.01 of best on every case (4096 / 1024 / 4: 0.86-0.94).
 MAX_COLS = 512

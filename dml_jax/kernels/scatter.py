@@ -1,22 +1,22 @@
 """SCATTER (alias SCATTER_ELEMENTS) along the minor axis: two kernels, both bit for bit the
 lax lowering's result.
 
-The lax lowering makes repeated indices deterministic with a ``scatter_max`` of update
-positions (atomics), a gather of the winners and a select over the input: 0.19 of the copy on
-an H200 for the bench case in float32, 0.12 in float16 (input read, indices and updates read,
-output written; benchmarks/RESULTS.md). Each line along the axis receives only its own line's
-updates, so both kernels give a program whole lines, and give every output position one
-thread that stores its line's updates in order: where indices repeat, the last update
-(row-major) wins, as the lax lowering says. Negative INT32 indices count from the end; indices
-still out of range drop their update. Values move as unsigned integers of their width, so
-every data type keeps its bits (NaN payloads, -0.0).
+The lax lowering makes repeated indices deterministic with a ``scatter_max`` of update positions
+(atomics), a gather of the winners and a select over the input: 0.19 of the copy on an H200 for the
+bench case in float32, 0.12 in float16 (input read, indices and updates read, output written;
+benchmarks/RESULTS.md#operators). Each line along the axis receives only its own line's updates, so
+both kernels give a program whole lines, and give every output position one thread that stores its
+line's updates in order: where indices repeat, the last update (row-major) wins, as the lax lowering
+says. Negative INT32 indices count from the end; indices still out of range drop their update.
+Values move as unsigned integers of their width, so every data type keeps its bits (NaN payloads,
+-0.0).
 
 ``scatter_smem`` (Mosaic GPU, a Hopper GPU under jax 0.11; registered first): the lines are
 scattered in shared memory. A program takes blocks of 32 lines in turn, TMA bringing the next
-block's input, indices and updates while one is scattered; of 128 threads, four share a line,
-each owning a quarter of its positions: it copies that quarter into the output block, then
-walks the line's updates and stores those whose index falls in it. Nothing goes to memory but
-whole blocks, by TMA. 0.97-0.99 of the copy in float32 and float16 on an H100 (round 17).
+block's input, indices and updates while one is scattered; of 128 threads, four share a line, each
+owning a quarter of its positions: it copies that quarter into the output block, then walks the
+line's updates and stores those whose index falls in it. Nothing goes to memory but whole blocks, by
+TMA. 0.97-0.99 of the copy in float32 and float16 on an H100 (benchmarks/RESULTS.md#operators).
 
 ``scatter_kernel`` (Pallas Triton, any other CUDA GPU): a program copies its lines' input to
 the output in coalesced tiles, a CTA barrier (``debug_barrier``, ``bar.sync``) makes those
@@ -25,7 +25,7 @@ bits, store the updates into global memory in order. 0.36 of the copy in float32
 float16 on an H200: every update is a scattered store of its own into L2. 1, 2, 4, 8 and 16
 threads per line (128 to 8 lines a program) ran 0.09, 0.12, 0.22, 0.36 and 0.36 in float32
 (32: 0.33); 8-update steps, L2 hints, loads issued ahead and a persistent grid moved it by less
-than 0.02 or lost (benchmarks/results/scatter_kernel/sweep_followup.log). Finding each
+than 0.02 or lost (benchmarks/RESULTS.md#operators). Finding each
 position's winner in registers instead (positions x chunks of updates, no ordered stores) ran
 0.03 to 0.07: W x L compares a line outweigh the stores they save.
 """
@@ -50,9 +50,10 @@ BITS = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}
 INDEX_TYPES = frozenset(np.dtype(t) for t in ("int32", "uint32"))
 _OFFSET_LIMIT = 2**31 - 2**24  # int32 element offsets, with a padded last block of lines
 
-# Tunables, chosen by benchmarks/scatter_variants.py on an H200 (benchmarks/RESULTS.md): 16
-# threads a line on 4 warps, 16-update steps: 0.36 of the copy in float32 and 0.22 in float16
-# (8 threads a line: 0.36 and 0.21). Steps of 8 and single loads changed it by under 0.01.
+# Tunables, chosen by benchmarks/scatter_variants.py (git history) on an H200
+# (benchmarks/RESULTS.md#operators): 16 threads a line on 4 warps, 16-update steps: 0.36 of the copy
+# in float32 and 0.22 in float16 (8 threads a line: 0.36 and 0.21). Steps of 8 and single loads
+# changed it by under 0.01.
 WARPS = 4
 OWNERS = 16  # threads per line, each storing the positions whose index is its own modulo OWNERS
 ROWS = 1  # lines per thread group of OWNERS threads
@@ -204,10 +205,10 @@ def _lower(d: Any, x, idx, updates) -> tuple:
 
 
 # ---------------------------------------------------------------------------------------------
-# The shared-memory form (Mosaic GPU, Hopper). Tunables from the sweep of benchmarks/RESULTS.md,
-# round 17 (H100): 8 blocks a program 0.986 / 0.989 of the copy (float32 / float16); 16 blocks,
-# 16 or 8 lines, 3 stages, 4 or 16 updates before their stores 0.956-0.982 (float16 with 8
-# lines 0.716).
+# The shared-memory form (Mosaic GPU, Hopper). Tunables from the sweep of
+# benchmarks/RESULTS.md#operators (H100): 8 blocks a program 0.986
+# / 0.989 of the copy (float32 / float16); 16 blocks, 16 or 8 lines, 3 stages, 4 or 16 updates
+# before their stores 0.956-0.982 (float16 with 8 lines 0.716).
 
 SMEM_LINES = 32  # lines a block, at most (128 threads: 128 / lines threads share a line)
 SMEM_STEPS = 8  # blocks a program, at most

@@ -1,11 +1,11 @@
 """A one-pass SOFTMAX / LOG_SOFTMAX / HARDMAX kernel (Pallas, Triton) as the CUDA fast path of the
 softmax activations.
 
-XLA's GPU code for a stable softmax reads the tensor twice or three times (the maximum, the sum
-of exponentials, the result): 0.50 of the copy along rows of 32768 and 0.46 along axis 1 of
-NCHW on an H200 (issue anchors, benchmarks/RESULTS.md). Here one program owns whole slices:
-it loads every normalized element of its slices once, takes the maximum, the exponentials, their
-sum and the result in registers, and stores once, so the tensor is read once and written once.
+XLA's GPU code for a stable softmax reads the tensor twice or three times (the maximum, the sum of
+exponentials, the result): 0.50 of the copy along rows of 32768 and 0.46 along axis 1 of NCHW on an
+H200 (issue anchors, benchmarks/RESULTS.md#operators). Here one program owns whole slices: it loads
+every normalized element of its slices once, takes the maximum, the exponentials, their sum and the
+result in registers, and stores once, so the tensor is read once and written once.
 
 The tensor is viewed as ``(A, R, B)`` (``R`` the normalized axes, adjacent once size-1 axes are
 dropped): with ``B == 1`` a program owns ``cols`` rows of the ``(A, R)`` matrix; otherwise it
@@ -73,7 +73,7 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
     warps = WARPS or 4
     if b == 1 and rp > tile and itemsize == 4 and rp <= WHOLE_ROW_MAX:
         # A long float32 row in one tile on 16 warps ran 0.72 of the copy along rows of 32768
-        # against 0.61-0.63 for the two-pass loop (benchmarks/results/round6/softmax_*).
+        # against 0.61-0.63 for the two-pass loop (benchmarks/RESULTS.md#operators).
         rows, cols, warps = rp, 1, WHOLE_ROW_WARPS
     elif b == 1:
         rows = rp if rp <= tile else LOOP_ROWS
@@ -91,7 +91,7 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
 
 # Bytes per tile of a slice that fits one tile (more rows or columns per program for shorter
 # slices), the tile of the two-pass loop over longer slices, and warps; chosen by
-# benchmarks/softmax_variants.py on an H200 (benchmarks/RESULTS.md, round 6).
+# benchmarks/softmax_variants.py (git history) on an H200 (benchmarks/RESULTS.md#operators).
 TILE_BYTES = 8192
 LOOP_ROWS = 8192  # float16 rows of 32768: 8192-element tiles on 8 warps 0.65, 4096 on 4 0.62
 LOOP_WARPS = 8

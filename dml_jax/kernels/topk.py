@@ -47,13 +47,13 @@ MAX_K = 16  # each selection is a pass over the tile in registers; lax's sort fo
 MAX_ROW = 4096  # longest row (after padding to a power of two) held in registers
 TILE_ELEMENTS = 1024  # one warp per row of 1024 ran best for every K and dtype in that sweep
 WARPS = 1
-# Selection forms, from benchmarks/results/round11/topk_variants.log (H200, rows of 1024, ratio
+# Selection forms, from benchmarks/RESULTS.md#operators (H200, rows of 1024, ratio
 # to the copy): float16 keys packed in an int32 ran K=8 at 0.26 against 0.07-0.08 with two
 # reductions (K=1 0.60 against 0.52); float32 keys packed in an int64 ran K=8 at 0.21 against 0.17
 # at best, but K=1 at 0.93 against 0.98, so a single selection keeps the two int32 reductions.
 PACK_16 = True
 PACK_32 = True  # for K > 1
-# Grouped selection (K > 1, packed keys), from benchmarks/results/topk_groups/ (H200, rows of
+# Grouped selection (K > 1, packed keys), from benchmarks/RESULTS.md#operators (H200, rows of
 # 1024, K=8, ratio to the copy):
 # - two rows a warp ran 0.395 float32 / 0.404 float16 against one row a warp's 0.32 / 0.35 (the
 #   selections of two rows overlap; four 0.37 / 0.42), so for K > 1 a warp takes at least
@@ -67,18 +67,18 @@ PACK_32 = True  # for K > 1
 #   float32 0.378 -> 0.43, float16 unchanged (0.38); a rank form of the last round (each
 #   candidate's place from all pairwise comparisons) lost everywhere (sweep_forms.log).
 MIN_ROWS = 2
-# 32-bit keys in the grouped selection are int32 pairs, not packed int64 places: each
-# selection the largest key, then the lowest group number or column holding it, two int32 warp
-# reductions (single REDUX instructions on sm_90) instead of one int64 reduction (five shuffle
-# levels): 2408 -> 2072 sm_90 instructions, 226 -> 68 shuffles for float32 K=8
-# (benchmarks/kernel_sass.py). H200 (topk_groups/sweep_split.log): float32 K=8 0.428 -> 0.521 of
-# the copy with two rows a warp (four: 0.385 -> 0.435), K=16 0.219 -> 0.257; the int64 form
-# was then removed (commit 25911a7 has it).
+# 32-bit keys in the grouped selection are int32 pairs, not packed int64 places: each selection the
+# largest key, then the lowest group number or column holding it, two int32 warp reductions (single
+# REDUX instructions on sm_90) instead of one int64 reduction (five shuffle levels): 2408 -> 2072
+# sm_90 instructions, 226 -> 68 shuffles for float32 K=8 (benchmarks/kernel_sass.py (git history)).
+# H200 (benchmarks/RESULTS.md#operators): float32 K=8 0.428 -> 0.521 of the copy with two rows a
+# warp (four: 0.385 -> 0.435), K=16 0.219 -> 0.257; the int64 form was then removed (commit 25911a7
+# has it).
 GROUP: int | None = None
 # float16 group extremes from 32-bit words (PAIRS_16, the module docstring): off, every
 # element's order key and a maximum over the keys.
 PAIRS_16 = True
-# H100 (results/round15/topk_pairs_sweep_h100.log, rows of 1024, ratio to the copy): K=8 0.52
+# H100 (benchmarks/RESULTS.md#operators, rows of 1024, ratio to the copy): K=8 0.52
 # with every element's key -> 0.736 from words at G = 8 (0.734 at 16, 0.71 at 4); K=16 0.357 ->
 # 0.432 at G = 16 (0.426 at 4, but 0.258 at 8). The words' groups are PAIR_GROUP wide, narrower
 # only where a row would hold fewer than K groups.

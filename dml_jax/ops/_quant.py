@@ -300,7 +300,7 @@ def zero_point_product(x, x_zero, y, y_zero):
         # XLA's GPU backend computed small int8 dots wrongly (M, K, N of 2 and 3 on an H200,
         # jax 0.11.2). int16 operands hold every product of two 8-bit values, so they are exact
         # whichever code XLA emits; the int8 dot is kept for cuBLAS's aligned int8 GEMMs (checked
-        # exact on the GPU from 512 up, benchmarks/results/round9/quantized.log).
+        # exact on the GPU from 512 up, benchmarks/RESULTS.md#quantized).
         x, y = x.astype(jnp.int16), y.astype(jnp.int16)
     acc = lax.dot_general(
         x, y, (((rank - 1,), (rank - 2,)), (batch, batch)), preferred_element_type=jnp.int32

@@ -23,7 +23,7 @@ from ..fields import (
     input_field,
     output_field,
 )
-from ..registry import BenchCase, Example, lookup, register
+from ..registry import Example, register
 from ..tensor import ScaleBias, TensorDesc
 from ._common import apply_scale_bias, scale_bias_rule
 
@@ -54,7 +54,6 @@ class Row:
         widen: FLOAT16 computed in float32.
         rules: extra ``rules(desc, v)``.
         example_types: the example's data type per tensor member (default FLOAT32).
-        jnp / torch: hand-written equivalents for the benchmarks (``None``: none).
         differentiable: ``None`` for the default (every tensor a float type), else a bool.
     """
 
@@ -72,15 +71,14 @@ class Row:
     widen: bool = True
     rules: Callable | None = None
     example_types: dict = dataclasses.field(default_factory=dict)
-    jnp: Callable | None = None
-    torch: Callable | None = None
     differentiable: bool | None = None
-    bench_broadcast: bool = False  # also time B broadcast per channel (buffer mode)
-    # further bench cases: ``bench_more(desc) -> [(note, desc)]`` from the example's desc
-    bench_more: Callable = lambda desc: ()
     fusable: bool = False  # an activation DirectML can fuse (``FusedActivation``)
     in_place: bool | None = None  # DirectML's in-place support; None: the output has the
     # inputs' type (the schema's flag for every row but IF and IS_INFINITY)
+
+
+# Every operator type defined from a Row (the element-wise and activation tables), with its row.
+DEFINED: dict[str, Row] = {}
 
 
 def class_name(name: str) -> str:
@@ -136,6 +134,7 @@ def define(row: Row, module: str) -> type:
         return (_lower(row, d, arrays),)
 
     attrs_json, inputs = row.example
+    DEFINED[operator_type] = row
     register(
         cls,
         infer=_infer,
@@ -146,7 +145,6 @@ def define(row: Row, module: str) -> type:
         example=_example(row, operator_type, attrs_json, inputs),
         fusable=row.fusable,
         differentiable=None if row.differentiable is None else (lambda d: row.differentiable),
-        bench=_bench(row, operator_type),
     )
     return cls
 
@@ -198,52 +196,3 @@ def _example(row: Row, operator_type: str, attrs: dict, inputs: dict) -> Example
     }
     desc.update(attrs)
     return Example({"type": operator_type, "desc": desc}, inputs, row.summary)
-
-
-def _bench(row: Row, operator_type: str):
-    def cases(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-        from ..catalog import example_desc, retyped  # reads the registry this module fills
-
-        spec = lookup(operator_type)
-        t = TensorDesc(dtype.upper(), shape)
-        if t.data_type not in row.support[-1].inputs:
-            return []
-        desc = retyped(example_desc(spec), t.data_type, shape)
-        label = row.name.removeprefix("ELEMENT_WISE_").removeprefix("ACTIVATION_")
-        out = [BenchCase(label, desc, jnp=row.jnp, torch=row.torch)]
-        if row.bench_broadcast:
-            out.append(broadcast_case(f"{label} per-channel B", desc, row.jnp, row.torch))
-        if row.jnp is not None and spec.in_place and label != "IDENTITY":  # in place: no work
-            out.append(in_place_case(label, desc))
-        out += [BenchCase(f"{label} {note}", d) for note, d in row.bench_more(desc)]
-        return out
-
-    return cases
-
-
-def in_place_case(label: str, desc: Any) -> BenchCase:
-    """``desc`` with its output over its first input's buffer (donated), as DirectML binds it."""
-    return BenchCase(f"{label} in place", desc, in_place=True)
-
-
-def broadcast_case(label: str, desc: Any, jnp_fn: Callable | None, torch_fn: Callable | None):
-    """``desc`` with BTensor read per channel (NCHW strides {0, 1, 0, 0}), timed in buffer mode:
-    A is a full buffer, B holds C elements. The hand-written equivalents broadcast explicitly."""
-    shape = desc.a_tensor.sizes
-    channel = (1, shape[1]) + (1,) * (len(shape) - 2)
-    strides = (0, 1) + (0,) * (len(shape) - 2)
-    b = desc.b_tensor.like(sizes=shape, strides=strides)
-
-    def jnp_b(a, bb):
-        return jnp_fn(a.reshape(shape), bb.reshape(channel)).reshape(-1)
-
-    def torch_b(torch, a, bb):
-        return torch_fn(torch, a.view(shape), bb.view(channel)).reshape(-1)
-
-    return BenchCase(
-        label,
-        dataclasses.replace(desc, b_tensor=b),
-        jnp=jnp_b if jnp_fn else None,
-        torch=torch_b if torch_fn else None,
-        buffers=True,
-    )

@@ -220,8 +220,6 @@ ROWS = (
         _F2_TABLE,
         "x for x >= 0, Alpha * (exp(x) - 1) below",
         {"Alpha": 0.5},
-        jnp=lambda x: jax.nn.elu(x, 0.5),
-        torch=lambda torch, x: torch.nn.functional.elu(x, 0.5),
     ),
     _activation(
         "LINEAR",
@@ -231,8 +229,6 @@ ROWS = (
         _F2_TABLE,
         "Alpha * x + Beta",
         {"Alpha": 2.0, "Beta": -1.0},
-        jnp=lambda x: 2.0 * x - 1.0,
-        torch=lambda torch, x: 2.0 * x - 1.0,
     ),
     _activation(
         "RELU",
@@ -242,8 +238,6 @@ ROWS = (
         _F2_TABLE + rows((L.FL_5_1, DIMS1_8, F2 | _INTS)),
         "max(0, x)",
         {},
-        jnp=jax.nn.relu,
-        torch=lambda torch, x: torch.relu(x),
     ),
     _activation(
         "SIGMOID",
@@ -253,8 +247,6 @@ ROWS = (
         _F2_TABLE,
         "1 / (1 + exp(-x))",
         {},
-        jnp=jax.nn.sigmoid,
-        torch=lambda torch, x: torch.sigmoid(x),
     ),
 )
 
@@ -269,8 +261,6 @@ ROWS += (
         _TABLE_3_0,
         "max(0, x) + min(0, Alpha * (exp(x / Alpha) - 1))",
         {"Alpha": 1.5},
-        jnp=lambda x: jax.nn.celu(x, 1.5),
-        torch=lambda torch, x: torch.nn.functional.celu(x, 1.5),
     ),
     _activation(
         "GELU",
@@ -280,8 +270,6 @@ ROWS += (
         _TABLE_5_1,
         "0.5 * x * (1 + erf(x / sqrt(2)))",
         {},
-        jnp=lambda x: jax.nn.gelu(x, approximate=False),
-        torch=lambda torch, x: torch.nn.functional.gelu(x),
         fusable=False,
     ),
     _activation(
@@ -292,8 +280,6 @@ ROWS += (
         _F2_TABLE,
         "max(0, min(Alpha * x + Beta, 1))",
         {"Alpha": 0.2, "Beta": 0.5},
-        jnp=lambda x: jnp.clip(0.2 * x + 0.5, 0, 1),
-        torch=lambda torch, x: torch.clamp(0.2 * x + 0.5, 0, 1),
     ),
     _activation(
         "HARD_SWISH",
@@ -303,12 +289,10 @@ ROWS += (
         _TABLE_6_2,
         "x * max(0, min(Alpha * x + Beta, 1))",
         {"Alpha": 1 / 6, "Beta": 0.5},
-        jnp=jax.nn.hard_swish,
-        torch=lambda torch, x: torch.nn.functional.hardswish(x),
         in_place=False,  # the schema's flag (the page says in place is allowed)
         fusable=False,
     ),
-    _activation("IDENTITY", "1_0", (), lambda d, x: x, _F2_TABLE, "x", {}, jnp=lambda x: x + 0),
+    _activation("IDENTITY", "1_0", (), lambda d, x: x, _F2_TABLE, "x", {}),
     _activation(
         "LEAKY_RELU",
         "1_0",
@@ -317,8 +301,6 @@ ROWS += (
         _F2_TABLE,
         "x for x >= 0, Alpha * x below",
         {"Alpha": 0.1},
-        jnp=lambda x: jax.nn.leaky_relu(x, 0.1),
-        torch=lambda torch, x: torch.nn.functional.leaky_relu(x, 0.1),
     ),
     _activation(
         "PARAMETRIC_SOFTPLUS",
@@ -337,8 +319,6 @@ ROWS += (
         _F2_TABLE,
         "Gamma * x for x > 0, Gamma * Alpha * (exp(x) - 1) below",
         {"Alpha": 1.6732632, "Gamma": 1.050701},
-        jnp=jax.nn.selu,
-        torch=lambda torch, x: torch.selu(x),
     ),
     _activation(
         "SCALED_TANH",
@@ -366,8 +346,6 @@ ROWS += (
         _F2_TABLE,
         "log(1 + exp(Steepness * x)) / Steepness",
         {"Steepness": 1.0},
-        jnp=jax.nn.softplus,
-        torch=lambda torch, x: torch.nn.functional.softplus(x),
         rules=_softplus_rules,
     ),
     _activation(
@@ -378,8 +356,6 @@ ROWS += (
         _F2_TABLE,
         "x / (1 + |x|)",
         {},
-        jnp=jax.nn.soft_sign,
-        torch=lambda torch, x: torch.nn.functional.softsign(x),
     ),
     _activation(
         "SWISH",
@@ -389,8 +365,6 @@ ROWS += (
         _TABLE_6_2,
         "x * sigmoid(SigmoidInputScale * x)",
         {"SigmoidInputScale": 1.0},
-        jnp=jax.nn.silu,
-        torch=lambda torch, x: torch.nn.functional.silu(x),
         in_place=False,  # the schema's flag (the page says in place is allowed)
         fusable=False,
     ),
@@ -402,8 +376,6 @@ ROWS += (
         _F2_TABLE,
         "tanh(x)",
         {},
-        jnp=jnp.tanh,
-        torch=lambda torch, x: torch.tanh(x),
     ),
     _activation(
         "THRESHOLDED_RELU",

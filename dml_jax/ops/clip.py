@@ -30,7 +30,7 @@ from ..fields import (
     input_field,
     output_field,
 )
-from ..registry import BenchCase, Example, register
+from ..registry import Example, register
 from ..support import DIMS1_8, DIMS4, F2, T8, T10, rows
 from ..tensor import ScaleBias, TensorDesc
 from ._common import apply_scale_bias, infer_same, same_tensors, scale_bias_rule
@@ -191,44 +191,6 @@ def lower_clip(d: Any, x):
     return (_clip(apply_scale_bias(x, d.scale_bias), lo, hi),)
 
 
-def _bounds_for(dtype: str) -> tuple:
-    return (-0.5, 0.5) if np.dtype(dtype).kind == "f" else (10, 60)
-
-
-def _bench_clip(cls: type, label: str, narrow_kernel: bool):
-    def cases(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-        if cls is ElementWiseClipOperatorDesc and not full:
-            return []
-        lo, hi = _bounds_for(dtype)
-        t = TensorDesc(dtype.upper(), shape)
-        return [
-            BenchCase(
-                label,
-                cls(t, t, min=lo, max=hi),
-                jnp=lambda x: jnp.clip(x, lo, hi),
-                torch=lambda torch, x: torch.clamp(x, lo, hi),
-                kernel=narrow_kernel and np.dtype(dtype).itemsize < 4,
-            )
-        ]
-
-    return cases
-
-
-def _bench_clip_grad(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    if not full:
-        return []
-    lo, hi = _bounds_for(dtype)
-    t = TensorDesc(dtype.upper(), shape)
-    return [
-        BenchCase(
-            "CLIP_GRAD",
-            ElementWiseClipGrad1OperatorDesc(t, t, t, min=lo, max=hi),
-            jnp=lambda x, g: jnp.where((x >= lo) & (x <= hi), g, jnp.zeros_like(g)),
-            torch=lambda torch, x, g: torch.where((x >= lo) & (x <= hi), g, torch.zeros_like(g)),
-        )
-    ]
-
-
 def _example(operator_type: str, data_type: str, bounds: dict) -> Example:
     t = {"DataType": data_type, "Sizes": [9]}
     desc = {"InputTensor": t, "OutputTensor": t, **bounds}
@@ -252,7 +214,6 @@ register(
         (L.FL_5_0, DIMS1_8, T10),
     ),
     example=_example("DML_OPERATOR_ELEMENT_WISE_CLIP", "FLOAT32", {"Min": -2.5, "Max": 2.5}),
-    bench=_bench_clip(ElementWiseClipOperatorDesc, "CLIP (v1)", narrow_kernel=False),
 )
 register(
     ElementWiseClip1OperatorDesc,
@@ -261,7 +222,6 @@ register(
     lower=lower_clip,
     in_place=True,
     support=rows((L.FL_5_0, DIMS1_8, T10)),
-    bench=_bench_clip(ElementWiseClip1OperatorDesc, "CLIP", narrow_kernel=True),
     example=_example(
         "DML_OPERATOR_ELEMENT_WISE_CLIP1",
         "INT16",
@@ -362,7 +322,6 @@ register(
     lower=lower_clip_grad,
     in_place=True,
     support=rows((L.FL_5_0, DIMS1_8, T10)),
-    bench=_bench_clip_grad,
     example=_grad_example(
         "DML_OPERATOR_ELEMENT_WISE_CLIP_GRAD1",
         {"MinMaxDataType": "FLOAT16", "Min": -1, "Max": 2},

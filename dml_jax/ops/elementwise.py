@@ -9,12 +9,8 @@ first (float tensors only).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
-
-import jax
-import jax.numpy as jnp
 
 from ..enums import FeatureLevel as L
 from ..errors import Validator
@@ -26,12 +22,11 @@ from ..fields import (
     input_field,
     output_field,
 )
-from ..fused import apply_fused, fusable_names, validate_fused
-from ..registry import BenchCase, Example, lookup, register
+from ..fused import apply_fused, validate_fused
+from ..registry import Example, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, S4, S6, T8, T10, T11, rows
 from ..tensor import ScaleBias, TensorDesc
 from ._common import apply_scale_bias, infer_same, same_tensors, scale_bias_rule
-from ._rows import broadcast_case, in_place_case
 
 
 def _validate_same(d: Any, v: Validator) -> None:
@@ -65,24 +60,8 @@ def lower_identity(d: ElementWiseIdentityOperatorDesc, x):
     return (apply_scale_bias(x, d.scale_bias),)
 
 
-def _bench_identity(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    t = TensorDesc(dtype.upper(), shape)
-    cases = [BenchCase("IDENTITY", ElementWiseIdentityOperatorDesc(t, t), jnp=lambda x: x + 0)]
-    if full and t.data_type.is_float:
-        cases.append(
-            BenchCase(
-                "IDENTITY ScaleBias",
-                ElementWiseIdentityOperatorDesc(t, t, ScaleBias(2.0, 1.0)),
-                jnp=lambda x: x * 2 + 1,
-                torch=lambda torch, x: x * 2 + 1,
-            )
-        )
-    return cases
-
-
 register(
     ElementWiseIdentityOperatorDesc,
-    bench=_bench_identity,
     infer=infer_same,
     validate=validate_identity,
     lower=lower_identity,
@@ -141,20 +120,8 @@ _ADD_EXAMPLE = Example(
 )
 
 
-def _bench_add(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    t = TensorDesc(dtype.upper(), shape)
-    desc = ElementWiseAddOperatorDesc(t, t, t)
-    torch_add = lambda torch, a, b: a + b
-    return [
-        BenchCase("ADD", desc, jnp=jnp.add, torch=torch_add),
-        broadcast_case("ADD per-channel B", desc, jnp.add, torch_add),
-        in_place_case("ADD", desc),
-    ]
-
-
 register(
     ElementWiseAddOperatorDesc,
-    bench=_bench_add,
     infer=infer_same,
     validate=_validate_same,
     lower=lower_add,
@@ -196,34 +163,8 @@ def lower_add1(d: ElementWiseAdd1OperatorDesc, a, b):
     return (apply_fused(d.fused_activation, a + b, d.output_tensor),)
 
 
-def _bench_add1(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    """ADD1 with each activation DirectML can fuse (their registry examples), and ADD1 alone:
-    a fused activation should cost next to nothing over the addition."""
-    from ..catalog import example_desc  # reads the registry this module fills
-
-    t = TensorDesc(dtype.upper(), shape)
-    if not t.data_type.is_float:
-        return []
-    cases = [BenchCase("ADD1", ElementWiseAdd1OperatorDesc(t, t, t), jnp=jnp.add)]
-    for name in fusable_names():
-        act = example_desc(lookup(name))
-        act = dataclasses.replace(act, input_tensor=None, output_tensor=None)
-        short = name.removeprefix("DML_OPERATOR_ACTIVATION_")
-        extra = {}
-        if short == "RELU":
-            extra = {
-                "jnp": lambda a, b: jax.nn.relu(a + b),
-                "torch": lambda torch, a, b: torch.relu(a + b),
-            }
-        cases.append(
-            BenchCase(f"ADD1 + fused {short}", ElementWiseAdd1OperatorDesc(t, t, t, act), **extra)
-        )
-    return cases
-
-
 register(
     ElementWiseAdd1OperatorDesc,
-    bench=_bench_add1,
     infer=infer_same,
     validate=validate_add1,
     lower=lower_add1,

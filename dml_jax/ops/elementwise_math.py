@@ -8,11 +8,9 @@ division and modulus by zero give 0; MIN/MAX/THRESHOLD propagate NaN.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -175,7 +173,7 @@ def _constant_pow(d, x):
     return jnp.power(x, jnp.asarray(exponent, x.dtype))
 
 
-def _unary(name, level, summary, fn, support, *, jnp_fn=None, torch=None, **kw) -> Row:
+def _unary(name, level, summary, fn, support, **kw) -> Row:
     return Row(
         name=f"ELEMENT_WISE_{name}",
         level=level,
@@ -184,13 +182,11 @@ def _unary(name, level, summary, fn, support, *, jnp_fn=None, torch=None, **kw) 
         support=support,
         example=({}, dict(_X)),
         scale_bias=True,
-        jnp=jnp_fn,
-        torch=torch,
         **kw,
     )
 
 
-def _binary(name, level, summary, fn, support, *, jnp_fn=None, torch=None, **kw) -> Row:
+def _binary(name, level, summary, fn, support, **kw) -> Row:
     return Row(
         name=f"ELEMENT_WISE_{name}",
         level=level,
@@ -199,8 +195,6 @@ def _binary(name, level, summary, fn, support, *, jnp_fn=None, torch=None, **kw)
         support=support,
         example=({}, dict(_AB)),
         inputs=BINARY,
-        jnp=jnp_fn,
-        torch=torch,
         **kw,
     )
 
@@ -217,8 +211,6 @@ ROWS = (
             (L.FL_3_0, DIMS1_8, F2 | _I),
             (L.FL_4_1, DIMS1_8, F2 | _I | types("INT64")),
         ),
-        jnp_fn=jnp.abs,
-        torch=lambda torch, x: torch.abs(x),
     ),
     _unary("ACOS", "1_0", "arccos(x)", jnp.arccos, _FLOAT_TABLE),
     _unary("ACOSH", "2_0", "arccosh(x)", jnp.arccosh, _FLOAT_TABLE_2_0),
@@ -235,8 +227,6 @@ ROWS = (
         "the Gauss error function of x",
         lambda x: lax.erf(x),
         _FLOAT_TABLE_2_0,
-        jnp_fn=jax.scipy.special.erf,
-        torch=lambda torch, x: torch.erf(x),
     ),
     _unary(
         "EXP",
@@ -244,8 +234,6 @@ ROWS = (
         "e ** x",
         jnp.exp,
         _FLOAT_TABLE,
-        jnp_fn=jnp.exp,
-        torch=lambda torch, x: torch.exp(x),
     ),
     _unary("FLOOR", "1_0", "the largest integer <= x", jnp.floor, _FLOAT_TABLE),
     _unary("LOG", "1_0", "ln(x)", jnp.log, _FLOAT_TABLE),
@@ -258,8 +246,6 @@ ROWS = (
         "sqrt(x)",
         jnp.sqrt,
         _FLOAT_TABLE,
-        jnp_fn=jnp.sqrt,
-        torch=lambda torch, x: torch.sqrt(x),
     ),
     _unary("TAN", "1_0", "tan(x)", jnp.tan, _FLOAT_TABLE),
     _unary(
@@ -268,8 +254,6 @@ ROWS = (
         "tanh(x)",
         jnp.tanh,
         _FLOAT_TABLE_2_0,
-        jnp_fn=jnp.tanh,
-        torch=lambda torch, x: torch.tanh(x),
     ),
     Row(
         "ELEMENT_WISE_CONSTANT_POW",
@@ -280,7 +264,6 @@ ROWS = (
         ({"Exponent": 2.0}, dict(_X)),
         scale_bias=True,
         attrs=(("exponent", FLOAT),),
-        bench_more=lambda d: [("Exponent 1.5", dataclasses.replace(d, exponent=1.5))],
     ),
     Row(
         "ELEMENT_WISE_THRESHOLD",
@@ -299,8 +282,6 @@ ROWS = (
         lambda d, x: -x,
         rows((L.FL_5_0, DIMS1_8, F2 | _I | types("INT64"))),
         ({}, dict(_X)),
-        jnp=jnp.negative,
-        torch=lambda torch, x: -x,
     ),
     Row(
         "ELEMENT_WISE_SIGN",
@@ -336,9 +317,6 @@ ROWS = (
             (L.FL_4_1, DIMS1_8, _S6),
             (L.FL_5_1, DIMS1_8, _T10),
         ),
-        jnp_fn=jnp.subtract,
-        torch=lambda torch, a, b: a - b,
-        bench_broadcast=True,
     ),
     _binary(
         "MULTIPLY",
@@ -352,9 +330,6 @@ ROWS = (
             (L.FL_4_1, DIMS1_8, _S6),
             (L.FL_5_1, DIMS1_8, _T10),
         ),
-        jnp_fn=jnp.multiply,
-        torch=lambda torch, a, b: a * b,
-        bench_broadcast=True,
     ),
     _binary(
         "DIVIDE",
@@ -368,8 +343,6 @@ ROWS = (
             (L.FL_5_1, DIMS1_8, _T8),
             (L.FL_6_0, DIMS1_8, _T10),
         ),
-        jnp_fn=jnp.divide,
-        torch=lambda torch, a, b: a / b,
     ),
     _binary(
         "MAX",
@@ -377,9 +350,6 @@ ROWS = (
         "the larger of a and b",
         lambda d, a, b: jnp.maximum(a, b),
         _MIN_MAX_TABLE,
-        jnp_fn=jnp.maximum,
-        torch=lambda torch, a, b: torch.maximum(a, b),
-        bench_broadcast=True,
     ),
     _binary(
         "MIN",

@@ -1,7 +1,7 @@
 """DML_OPERATOR_GEMM and DML_OPERATOR_CONVOLUTION.
 
-Compute-bound: benchmarks/gemm_conv.py times them in TFLOP/s against jax and PyTorch (the
-registry's bench hooks measure bytes, which says nothing here).
+Compute-bound: the gemm_conv suite (``dml-jax bench --suite gemm_conv``) times them in TFLOP/s
+against jax and PyTorch (the operator suite measures bytes, which says nothing here).
 
 Precision (docs/semantics.md, "GEMM and convolution"; ``dml_jax.precision``): FLOAT32 products
 are computed in float32 (``lax.Precision.HIGHEST``) unless the compiled operator or graph allows
@@ -47,7 +47,8 @@ def _product_type(x):
     """The result type asked of XLA's dot / convolution: the input's own. For FLOAT16, XLA
     accumulates in float32 on every backend and rounds once (cuBLAS / cuDNN compute type
     float32; ``test_float16_accumulates_in_float32``); asking for a float32 result instead would
-    add a float32 output pass (0.68-0.93 of jax's float16 GEMM on an H200, round 6)."""
+    add a float32 output pass (0.68-0.93 of jax's float16 GEMM on an H200,
+    benchmarks/RESULTS.md#gemm_conv)."""
     return x.dtype
 
 
@@ -370,9 +371,9 @@ def lower_conv(d: ConvolutionOperatorDesc, x, w, *bias):
     if flip:
         w = lax.rev(w, spatial)
     if _pointwise(d, kernel):
-        # A 1x1 forward convolution is a matrix product per image: XLA's convolution of NCHW
-        # float16 ran 0.34 of PyTorch's for 1x1 256->64 at 56x56 (round 6); the product is
-        # cuBLAS's.
+        # A 1x1 forward convolution is a matrix product per image: XLA's convolution of NCHW float16
+        # ran 0.34 of PyTorch's for 1x1 256->64 at 56x56 (benchmarks/RESULTS.md#gemm_conv); the
+        # product is cuBLAS's.
         x3 = x.reshape(x.shape[:2] + (-1,))
         y = jnp.einsum(
             "kc,ncp->nkp",

@@ -34,7 +34,7 @@ from ..enums import DataType
 from ..enums import FeatureLevel as L
 from ..errors import Validator, show
 from ..fields import UINT, OperatorDesc, attribute, input_field, output_field
-from ..registry import BenchCase, Example, register
+from ..registry import Example, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, IDX, T8, T11, U32, rows
 from ..tensor import TensorDesc
 from ._common import float_input
@@ -200,45 +200,6 @@ def lower_gather(d: GatherOperatorDesc, x, idx):
     return (y.reshape(d.output_tensor.sizes),)
 
 
-def _bench_rows(shape: tuple) -> tuple[int, int]:
-    n, c, h, w = shape
-    return n * c * h, w
-
-
-def _bench_gather(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    rows_, width = _bench_rows(shape)
-    x = TensorDesc(dtype.upper(), (rows_, width))
-    at = TensorDesc("INT32", (1, rows_))
-
-    def torch_rows(torch, a, i):
-        i = i.reshape(-1).long()
-        return a[torch.where(i < 0, i + a.shape[0], i)]
-
-    return [
-        BenchCase(
-            "GATHER rows (axis 0)",
-            GatherOperatorDesc(x, at, x, axis=0, index_dimensions=1),
-            jnp=lambda a, i: jnp.take(a, i.reshape(-1), axis=0, mode="fill", fill_value=0),
-            torch=torch_rows,
-            notes="bench indices are random in [-100, 100): few distinct rows are read",
-        )
-    ]
-
-
-def _bench_gather_elements(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    x = TensorDesc(dtype.upper(), shape)
-    at = TensorDesc("INT32", shape)
-    return [
-        BenchCase(
-            "GATHER_ELEMENTS axis 3",
-            GatherElementsOperatorDesc(x, at, x, axis=3),
-            jnp=lambda a, i: jnp.take_along_axis(a, i, axis=3, mode="fill", fill_value=0),
-            torch=lambda torch, a, i: torch.gather(a, 3, i.long().remainder(a.shape[3])),
-            notes="torch wraps out-of-range indices instead of reading 0 (timing only)",
-        )
-    ]
-
-
 _GATHER_ROWS = (
     (L.FL_3_0, DIMS1_8, T8, T8, {"IndicesTensor": IDX}),
     (L.FL_4_1, DIMS1_8, T11, T11, {"IndicesTensor": IDX}),
@@ -250,7 +211,6 @@ register(
     validate=validate_gather,
     lower=lower_gather,
     differentiable=float_input,
-    bench=_bench_gather,
     support=rows(
         (L.FL_1_0, DIMS4, F2, F2, {"IndicesTensor": U32}),
         (L.FL_2_1, DIMS4, T8, T8, {"IndicesTensor": U32}),
@@ -350,7 +310,6 @@ register(
     validate=validate_gather_elements,
     lower=lower_gather_elements,
     differentiable=float_input,
-    bench=_bench_gather_elements,
     support=rows(*_ND_ROWS),
     example=Example(
         {
@@ -621,61 +580,6 @@ def lower_scatter(d: ScatterOperatorDesc, x, idx, updates):
     return (jnp.where(winner > 0, taken, x),)
 
 
-def _bench_scatter(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    n, c, h, w = shape
-    x = TensorDesc(dtype.upper(), shape)
-    half = TensorDesc(dtype.upper(), (n, c, h, w // 2))
-    at = TensorDesc("INT32", (n, c, h, w // 2))
-
-    def jnp_elements(a, i, u):
-        # put_along_axis lets an arbitrary duplicate win; the last one (row-major) wins here
-        # too: positions scattered with max, then the winners taken.
-        i = jnp.where(i < 0, i + w, i)
-        i = jnp.where(i < 0, w, i)  # still negative: out of range (jnp would wrap it again)
-        at = jnp.arange(u.size).reshape(u.shape)
-        win = jnp.full(a.shape, -1).at[tuple(jnp.indices(i.shape)[:3]) + (i,)].max(at, mode="drop")
-        return jnp.where(win >= 0, u.reshape(-1)[jnp.maximum(win, 0)], a)
-
-    return [
-        BenchCase(
-            "SCATTER axis 3 (half the elements updated)",
-            ScatterOperatorDesc(x, at, half, x, axis=3),
-            jnp=jnp_elements,
-            torch=lambda torch, a, i, u: a.scatter(3, i.long().remainder(w), u),
-            kernel=True,
-            notes="torch wraps out-of-range indices instead of dropping them (timing only)",
-        )
-    ]
-
-
-def _bench_scatter_nd(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    rows_, width = _bench_rows(shape)
-    x = TensorDesc(dtype.upper(), (rows_, width))
-    half = x.like(sizes=(rows_ // 2, width))
-    at = TensorDesc("INT32", (rows_ // 2, 1))
-
-    def jnp_rows(a, i, u):
-        a, i, rows = jnp.asarray(a), i.reshape(-1), a.shape[0]
-        i = jnp.where(i < 0, i + rows, i)
-        return a.at[jnp.where(i < 0, rows, i)].set(u, mode="drop")
-
-    def torch_rows(torch, a, i, u):
-        i = i.reshape(-1).long()
-        return a.index_copy(0, torch.where(i < 0, i + a.shape[0], i), u)
-
-    return [
-        BenchCase(
-            "SCATTER_ND rows (half the rows updated)",
-            ScatterNdOperatorDesc(
-                x, at, half, x, input_dimension_count=2, indices_dimension_count=2
-            ),
-            jnp=jnp_rows,
-            torch=torch_rows,
-            notes="bench indices are random in [-100, 100): many repeat (last update wins)",
-        )
-    ]
-
-
 _SCATTER_EXAMPLE = Example(
     {
         "type": "DML_OPERATOR_SCATTER",
@@ -702,7 +606,6 @@ register(
     validate=validate_scatter,
     lower=lower_scatter,
     differentiable=float_input,
-    bench=_bench_scatter,
     support=rows(
         (L.FL_1_0, DIMS4, F2, F2, {"IndicesTensor": U32}),
         *_ND_ROWS,
@@ -773,7 +676,6 @@ register(
     validate=validate_scatter_nd,
     lower=lower_scatter_nd,
     differentiable=float_input,
-    bench=_bench_scatter_nd,
     support=rows(*_ND_ROWS),
     example=Example(
         {
@@ -864,39 +766,12 @@ def lower_one_hot(d: OneHotOperatorDesc, idx, values):
     return (jnp.where(hot, on, off),)
 
 
-def _bench_one_hot(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    n, c, h, w = shape
-    out = TensorDesc(dtype.upper(), shape)
-    at = TensorDesc("INT32", (n, c, h, 1))
-    values = TensorDesc(dtype.upper(), (1, 1, 1, 2))
-
-    def jnp_one_hot(i, vals):
-        i = jnp.where(i < 0, i + w, i)
-        return jnp.where(jnp.arange(w) == i, vals[0, 0, 0, 1], vals[0, 0, 0, 0])
-
-    def torch_one_hot(torch, i, vals):
-        i = torch.where(i < 0, i + w, i)
-        hot = torch.arange(w, device=i.device, dtype=i.dtype) == i
-        return torch.where(hot, vals[0, 0, 0, 1], vals[0, 0, 0, 0])
-
-    return [
-        BenchCase(
-            "ONE_HOT axis 3",
-            OneHotOperatorDesc(at, values, out, axis=3),
-            jnp=jnp_one_hot,
-            torch=torch_one_hot,
-            kernel=True,
-        )
-    ]
-
-
 register(
     OneHotOperatorDesc,
     infer=infer_one_hot,
     validate=validate_one_hot,
     lower=lower_one_hot,
     differentiable=lambda d: d.values_tensor.data_type.is_float,
-    bench=_bench_one_hot,
     support=rows(
         (L.FL_2_0, DIMS4, F2, F2, {"IndicesTensor": U32}),
         (L.FL_2_1, DIMS4, T8, T8, {"IndicesTensor": U32}),

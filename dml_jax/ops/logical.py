@@ -89,7 +89,7 @@ def _condition_is_uint8(d, v: Validator) -> None:
     )
 
 
-def _logical(name, fn, jnp_fn=None, torch=None) -> Row:
+def _logical(name, fn) -> Row:
     return Row(
         f"ELEMENT_WISE_LOGICAL_{name}",
         "1_0",
@@ -99,12 +99,10 @@ def _logical(name, fn, jnp_fn=None, torch=None) -> Row:
         ({}, dict(_UINT_AB)),
         inputs=BINARY,
         example_types={"ATensor": "UINT32", "BTensor": "UINT32", "OutputTensor": "UINT32"},
-        jnp=jnp_fn,
-        torch=torch,
     )
 
 
-def _compare(name, level, symbol, fn, table, jnp_fn=None, torch=None) -> Row:
+def _compare(name, level, symbol, fn, table) -> Row:
     return Row(
         f"ELEMENT_WISE_LOGICAL_{name}",
         level,
@@ -116,12 +114,10 @@ def _compare(name, level, symbol, fn, table, jnp_fn=None, torch=None) -> Row:
         output_type="own",
         example_types={"OutputTensor": "UINT8"},
         widen=False,
-        jnp=jnp_fn,
-        torch=torch,
     )
 
 
-def _bit(name, level, summary, fn, table, n_inputs=2, jnp_fn=None, torch=None) -> Row:
+def _bit(name, level, summary, fn, table, n_inputs=2) -> Row:
     inputs = BINARY if n_inputs == 2 else ("input_tensor",)
     example = dict(_UINT_AB) if n_inputs == 2 else {"InputTensor": [0, 1, 6, 255, 1024]}
     return Row(
@@ -134,8 +130,6 @@ def _bit(name, level, summary, fn, table, n_inputs=2, jnp_fn=None, torch=None) -
         inputs=inputs,
         example_types={m: "UINT32" for m in ("ATensor", "BTensor", "InputTensor", "OutputTensor")},
         widen=False,
-        jnp=jnp_fn,
-        torch=torch,
         differentiable=False,  # bit patterns: no derivative, also on float tensors
     )
 
@@ -159,8 +153,6 @@ ROWS = (
         "==",
         jnp.equal,
         _COMPARE_TABLE,
-        jnp_fn=lambda a, b: (a == b).astype(jnp.uint8),
-        torch=lambda torch, a, b: (a == b).to(torch.uint8),
     ),
     _compare("GREATER_THAN", "1_0", ">", jnp.greater, _COMPARE_TABLE),
     _compare("GREATER_THAN_OR_EQUAL", "3_0", ">=", jnp.greater_equal, _COMPARE_TABLE_3_0),
@@ -170,8 +162,6 @@ ROWS = (
         "<",
         jnp.less,
         _COMPARE_TABLE,
-        jnp_fn=lambda a, b: (a < b).astype(jnp.uint8),
-        torch=lambda torch, a, b: (a < b).to(torch.uint8),
     ),
     _compare("LESS_THAN_OR_EQUAL", "3_0", "<=", jnp.less_equal, _COMPARE_TABLE_3_0),
     Row(
@@ -225,7 +215,6 @@ ROWS = (
         in_place=False,
         example_types={"ConditionTensor": "UINT8"},
         widen=False,
-        jnp=lambda c, a, b: jnp.where(c != 0, a, b),
     ),
     _bit("BIT_AND", "3_0", "a & b on the raw bits", _bitwise(jnp.bitwise_and), _BITWISE_TABLE),
     _bit("BIT_OR", "3_0", "a | b on the raw bits", _bitwise(jnp.bitwise_or), _BITWISE_TABLE),

@@ -36,7 +36,7 @@ from ..fields import (
     input_field,
     output_field,
 )
-from ..registry import BenchCase, Example, register
+from ..registry import Example, register
 from ..support import DIMS1_8, DIMS4, F2, T8, T10, rows, types
 from ..tensor import TensorDesc
 from ._common import float_input
@@ -220,43 +220,6 @@ def lower_slice(d: Any, x):
     return (strided_take(x, d.plan()),)
 
 
-def _bench_slice(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    n, c, h, w = shape
-    x = TensorDesc(dtype.upper(), shape)
-    crop = SliceOperatorDesc(
-        x, x.like(sizes=(n, c, h - 2, w - 2)), [0, 0, 1, 1], [n, c, h - 2, w - 2], [1, 1, 1, 1]
-    )
-    return [
-        BenchCase(
-            "SLICE crop 1",
-            crop,
-            jnp=lambda a: a[:, :, 1:-1, 1:-1],
-            torch=lambda torch, a: a[:, :, 1:-1, 1:-1].contiguous(),
-        ),
-        BenchCase(
-            "SLICE stride 2",
-            SliceOperatorDesc(
-                x, x.like(sizes=(n, c, h, w // 2)), [0, 0, 0, 1], [n, c, h, w // 2], [1, 1, 1, 2]
-            ),
-            jnp=lambda a: a[:, :, :, 1::2],
-            torch=lambda torch, a: a[:, :, :, 1::2].contiguous(),
-        ),
-    ]
-
-
-def _bench_slice1(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    x = TensorDesc(dtype.upper(), shape)
-    flip = Slice1OperatorDesc(x, x, [0, 0, 0, 0], list(shape), [1, 1, 1, -1])
-    return [
-        BenchCase(
-            "SLICE1 reverse W",
-            flip,
-            jnp=lambda a: a[:, :, :, ::-1],
-            torch=lambda torch, a: torch.flip(a, (3,)),
-        )
-    ]
-
-
 _PAGE_4X4 = list(range(1, 17))
 
 register(
@@ -264,7 +227,6 @@ register(
     infer=infer_slice,
     validate=validate_slice,
     lower=lower_slice,
-    bench=_bench_slice,
     support=rows(
         (L.FL_1_0, DIMS4_5, F2 | types("INT32", "INT16", "UINT32", "UINT16")),
         (L.FL_2_1, DIMS4_5, T8),
@@ -292,7 +254,6 @@ register(
     infer=infer_slice,
     validate=validate_slice,
     lower=lower_slice,
-    bench=_bench_slice1,
     support=rows(
         (L.FL_2_1, DIMS4_5, T8),
         (L.FL_3_0, DIMS1_8, T8),
@@ -497,7 +458,7 @@ def _border_copies(x, start: tuple[int, ...], end: tuple[int, ...], borders: lis
     several dimensions is last written by the last of them, from a plane whose other borders are
     already final. The pad streams the input once at the copy's speed; the updates touch only
     the borders (the nested concatenation of ``_mirrored`` runs at 0.39 of the copy on the H200,
-    benchmarks/RESULTS.md)."""
+    benchmarks/RESULTS.md#operators)."""
     y = lax.pad(x, lax.full((), 0, x.dtype), [(a, b, 0) for a, b in zip(start, end)])
     for axis, at, runs in borders:
         for src, step, count in runs:
@@ -522,43 +483,6 @@ def lower_padding(d: Any, x):
     if sum(len(runs) for _, _, runs in borders) <= _MAX_BORDER_RUNS:
         return (_border_copies(x, start, end, borders),)
     return (_mirrored(x, mode, start, end),)
-
-
-def _bench_padding(cls: type, label: str):
-    def cases(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-        n, c, h, w = shape
-        out = TensorDesc(dtype.upper(), shape)
-        x = out.like(sizes=(n, c, h - 2, w - 2))
-        pads = {"start_padding": [0, 0, 1, 1], "end_padding": [0, 0, 1, 1]}
-
-        def desc(mode: str):
-            if cls is Padding1OperatorDesc:
-                return cls(x, out, mode, dtype.upper(), 0, **pads)
-            return cls(x, out, mode, 0.0, **pads)
-
-        torch_pad = (1, 1, 1, 1)
-        jnp_pad = ((0, 0), (0, 0), (1, 1), (1, 1))
-        out_cases = [
-            BenchCase(
-                f"{label} CONSTANT",
-                desc("CONSTANT"),
-                jnp=lambda a: jnp.pad(a, jnp_pad),
-                torch=lambda torch, a: torch.nn.functional.pad(a, torch_pad),
-            )
-        ]
-        if np.dtype(dtype).kind == "f":  # torch pads mirrored only in float types
-            out_cases.append(
-                BenchCase(
-                    f"{label} REFLECTION",
-                    desc("REFLECTION"),
-                    jnp=lambda a: jnp.pad(a, jnp_pad, mode="reflect"),
-                    torch=lambda torch, a: torch.nn.functional.pad(a, torch_pad, mode="reflect"),
-                    kernel=True,
-                )
-            )
-        return out_cases
-
-    return cases
 
 
 def _padding_example(cls_name: str, extra: dict) -> Example:
@@ -590,7 +514,6 @@ register(
     infer=infer_padding,
     validate=validate_padding,
     lower=lower_padding,
-    bench=_bench_padding(PaddingOperatorDesc, "PADDING (v1)"),
     support=_PAD_1_0,
     example=_padding_example(
         "DML_OPERATOR_PADDING", {"PaddingMode": "DML_PADDING_MODE_CONSTANT", "PaddingValue": 9}
@@ -601,7 +524,6 @@ register(
     infer=infer_padding,
     validate=validate_padding,
     lower=lower_padding,
-    bench=_bench_padding(Padding1OperatorDesc, "PADDING"),
     support=rows((L.FL_5_0, DIMS1_8, T11)),
     example=_padding_example(
         "DML_OPERATOR_PADDING1",
@@ -705,25 +627,6 @@ def lower_cast(d: CastOperatorDesc, x):
     return (cast(x, d.output_tensor.dtype),)
 
 
-_CAST_TARGETS = {"float32": "float16", "float16": "float32", "float64": "float32"}
-
-
-def _bench_cast(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    x = TensorDesc(dtype.upper(), shape)
-    target = _CAST_TARGETS.get(dtype, "float32")
-    out_cases = []
-    for to in dict.fromkeys([target, "int32" if dtype != "int32" else "int8"]):
-        out_cases.append(
-            BenchCase(
-                f"CAST to {to.upper()}",
-                CastOperatorDesc(x, x.like(data_type=to.upper())),
-                jnp=lambda a, to=to: a.astype(to),
-                torch=lambda torch, a, to=to: a.to(getattr(torch, to)),
-            )
-        )
-    return out_cases
-
-
 _CAST_1_0 = types("FLOAT32", "FLOAT16", "INT16", "INT8", "UINT16", "UINT8")
 _CAST_3_0 = T10
 register(
@@ -731,7 +634,6 @@ register(
     infer=infer_cast,
     validate=validate_cast,
     lower=lower_cast,
-    bench=_bench_cast,
     support=rows(
         (L.FL_1_0, DIMS4, _CAST_1_0),
         (L.FL_3_0, DIMS4, _CAST_3_0),
@@ -803,21 +705,11 @@ def lower_reverse(d: ReverseSubsequencesOperatorDesc, x, lengths):
     return (jnp.take_along_axis(x, source, axis=d.axis),)
 
 
-def _bench_reverse(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    if not full:
-        return []
-    n, c, h, _ = shape
-    x = TensorDesc(dtype.upper(), shape)
-    desc = ReverseSubsequencesOperatorDesc(x, TensorDesc("UINT32", (n, c, h, 1)), x, axis=3)
-    return [BenchCase("REVERSE_SUBSEQUENCES axis 3", desc)]
-
-
 register(
     ReverseSubsequencesOperatorDesc,
     infer=infer_reverse,
     validate=validate_reverse,
     lower=lower_reverse,
-    bench=_bench_reverse,
     differentiable=float_input,
     support=rows(
         (L.FL_2_1, DIMS4, T8, T8, {"SequenceLengthsTensor": types("UINT32")}),

@@ -49,7 +49,7 @@ from ..fields import (
     input_field,
     output_field,
 )
-from ..registry import BenchCase, Example, register
+from ..registry import Example, register
 from ..support import F2, T10, rows, types
 from ..tensor import TensorDesc
 from ._common import float_input, in_float32, wide
@@ -377,7 +377,7 @@ def _lowest(dtype) -> Any:
 # Windows of at most this many points that overlap (or are dilated) are lowered as one
 # element-wise pass over strided slices of the padded input instead of reduce_window: XLA's GPU
 # reduce_window reads an overlapping window slowly (3x3 stride 1 max: 0.39 of the copy on the
-# H200, benchmarks/RESULTS.md), while the slices fuse into one loop over the output.
+# H200, benchmarks/RESULTS.md#operators), while the slices fuse into one loop over the output.
 SLICE_WINDOW_POINTS = 32
 
 
@@ -565,7 +565,7 @@ def lower_max_unpooling(d: MaxUnpoolingOperatorDesc, x, idx):
 
 
 # ---------------------------------------------------------------------------------------------
-# Examples, benchmarks, registration
+# Examples, registration
 
 
 def _window_json(dilations: bool, **extra) -> dict:
@@ -614,52 +614,6 @@ def _example(cls: type) -> Example:
     return Example({"type": name, "desc": desc}, {"InputTensor": image}, note)
 
 
-def _bench_pooling(kind: str) -> Any:
-    """MAX or AVERAGE pooling cases: 2x2 windows of stride 2 (disjoint) and 3x3 of stride 1
-    padded by 1 (overlapping, a kernel case), against reduce_window and PyTorch's pooling."""
-
-    def cases(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-        if dtype not in ("float32", "float16"):
-            return []
-        n, c, h, w = shape
-        x = TensorDesc(dtype.upper(), shape)
-        out = []
-        for window, stride, pad in ((2, 2, 0), (3, 1, 1)):
-            sizes = (n, c) + tuple((e + 2 * pad - window) // stride + 1 for e in (h, w))
-            geometry = {
-                "strides": [stride] * 2,
-                "window_size": [window] * 2,
-                "start_padding": [pad] * 2,
-                "end_padding": [pad] * 2,
-            }
-            if kind == "MAX":
-                desc = MaxPoolingOperatorDesc(x, x.like(sizes=sizes), **geometry)
-            else:
-                desc = AveragePoolingOperatorDesc(
-                    x, x.like(sizes=sizes), **geometry, include_padding=True
-                )
-            args = ((1, 1, window, window), (1, 1, stride, stride))
-            args += (((0, 0), (0, 0), (pad, pad), (pad, pad)),)
-
-            def jnp_fn(y, args=args, window=window):
-                if kind == "MAX":
-                    return lax.reduce_window(y, -jnp.inf, lax.max, *args)
-                return lax.reduce_window(y, 0.0, lax.add, *args) / (window * window)
-
-            def torch_fn(torch, y, window=window, stride=stride, pad=pad):
-                functional = torch.nn.functional
-                pool = functional.max_pool2d if kind == "MAX" else functional.avg_pool2d
-                return pool(y, window, stride, pad)
-
-            label = f"{kind}_POOLING {window}x{window} stride {stride} pad {pad}"
-            # Overlapping windows: the CUDA kernel (dml_jax.kernels.pooling) may take them.
-            overlap = stride < window
-            out.append(BenchCase(label, desc, jnp=jnp_fn, torch=torch_fn, kernel=overlap))
-        return out
-
-    return cases
-
-
 _MAX_ROWS = rows(
     (L.FL_1_0, _DIMS, F2),
     (L.FL_3_0, _DIMS, _F2_I8),
@@ -675,19 +629,14 @@ def _max_rows_with_indices(first: L):
     )
 
 
-for _cls, _lower, _support, _bench in (
-    (
-        AveragePoolingOperatorDesc,
-        lower_average_pooling,
-        rows((L.FL_1_0, _DIMS, F2)),
-        _bench_pooling("AVERAGE"),
-    ),
-    (AveragePooling1OperatorDesc, lower_average_pooling, rows((L.FL_6_2, _DIMS, F2)), None),
-    (LpPoolingOperatorDesc, lower_lp_pooling, rows((L.FL_1_0, _DIMS, F2)), None),
-    (LpPooling1OperatorDesc, lower_lp_pooling, rows((L.FL_6_2, _DIMS, F2)), None),
-    (MaxPoolingOperatorDesc, lower_max_pooling, _MAX_ROWS, _bench_pooling("MAX")),
-    (MaxPooling1OperatorDesc, lower_max_pooling, _max_rows_with_indices(L.FL_2_0), None),
-    (MaxPooling2OperatorDesc, lower_max_pooling, _max_rows_with_indices(L.FL_2_1), None),
+for _cls, _lower, _support in (
+    (AveragePoolingOperatorDesc, lower_average_pooling, rows((L.FL_1_0, _DIMS, F2))),
+    (AveragePooling1OperatorDesc, lower_average_pooling, rows((L.FL_6_2, _DIMS, F2))),
+    (LpPoolingOperatorDesc, lower_lp_pooling, rows((L.FL_1_0, _DIMS, F2))),
+    (LpPooling1OperatorDesc, lower_lp_pooling, rows((L.FL_6_2, _DIMS, F2))),
+    (MaxPoolingOperatorDesc, lower_max_pooling, _MAX_ROWS),
+    (MaxPooling1OperatorDesc, lower_max_pooling, _max_rows_with_indices(L.FL_2_0)),
+    (MaxPooling2OperatorDesc, lower_max_pooling, _max_rows_with_indices(L.FL_2_1)),
 ):
     register(
         _cls,
@@ -697,7 +646,6 @@ for _cls, _lower, _support, _bench in (
         support=_support,
         differentiable=float_input,
         example=_example(_cls),
-        bench=_bench,
     )
 
 register(

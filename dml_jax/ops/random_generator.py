@@ -42,7 +42,7 @@ from ..enums import FeatureLevel as L
 from ..enums import RandomGeneratorType
 from ..errors import Validator
 from ..fields import OperatorDesc, attribute, enum_type, input_field, output_field
-from ..registry import BenchCase, Example, register
+from ..registry import Example, register
 from ..support import DIMS4, U32, rows
 from ..tensor import TensorDesc
 
@@ -172,32 +172,12 @@ def lower_random_generator(d: RandomGeneratorOperatorDesc, state):
     return results
 
 
-def _bench(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    if dtype != "float32":
-        return []  # the output is always UINT32: one case per run
-    state = TensorDesc("UINT32", PHILOX_STATE_SIZES)
-    desc = RandomGeneratorOperatorDesc(
-        state, TensorDesc("UINT32", shape), state, RandomGeneratorType.PHILOX_4X32_10
-    )
-    # No jnp column: jax.random has no Philox, and the harness checks a jnp column's values
-    # (jax.random.bits' threefry2x32 costs about as much but gives other bits).
-    return [
-        BenchCase(
-            "RANDOM_GENERATOR philox4x32-10",
-            desc,
-            torch=lambda torch, s: torch.empty(shape, dtype=torch.int32, device=s.device).random_(),
-            notes="torch: the CUDA generator's Philox (random_), for cost only",
-        )
-    ]
-
-
 register(
     RandomGeneratorOperatorDesc,
     infer=infer_random_generator,
     validate=validate_random_generator,
     lower=lower_random_generator,
     in_place=False,
-    bench=_bench,
     support=rows((L.FL_3_0, DIMS4, U32)),
     example=Example(
         {

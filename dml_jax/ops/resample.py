@@ -46,7 +46,7 @@ from ..fields import (
     input_field,
     output_field,
 )
-from ..registry import BenchCase, Example, register
+from ..registry import Example, register
 from ..support import DIMS4, DIMS4_5, F2, rows, types
 from ..tensor import Size2D, TensorDesc
 
@@ -442,56 +442,11 @@ def _example(operator_type: str) -> Example:
     )
 
 
-def _bench(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    """2x nearest and bilinear upsampling of a quarter of the shape to the whole shape, and 4x
-    bilinear of a sixteenth (GPU kernels cover the bilinear cases, and nearest in float16)."""
-    if dtype not in ("float32", "float16"):
-        return []
-    n, c, h, w = shape
-    out = TensorDesc(dtype.upper(), shape)
-    cases = []
-    for factor, mode, jax_method, torch_mode in (
-        (2, "NEAREST_NEIGHBOR", "nearest", "nearest"),
-        (2, "LINEAR", "linear", "bilinear"),
-        (4, "LINEAR", "linear", "bilinear"),
-    ):
-        if h % factor or w % factor:
-            continue
-        x = out.like(sizes=(n, c, h // factor, w // factor))
-
-        def jnp_fn(x, method=jax_method):
-            return _jax_resize(x, shape, method)
-
-        def torch_fn(torch, x, mode=torch_mode, factor=factor):
-            extra = {} if mode == "nearest" else {"align_corners": False}
-            return torch.nn.functional.interpolate(x, scale_factor=factor, mode=mode, **extra)
-
-        cases.append(
-            BenchCase(
-                f"UPSAMPLE_2D {factor}x {mode}",
-                Upsample2DOperatorDesc(
-                    x, out, scale_size=Size2D(factor, factor), interpolation_mode=mode
-                ),
-                jnp=jnp_fn,
-                torch=torch_fn,
-                # dml_jax.kernels.resample: bilinear, and nearest of 1- and 2-byte types
-                kernel=mode == "LINEAR" or dtype == "float16",
-            )
-        )
-    return cases
-
-
-def _jax_resize(x, shape, method: str):
-    import jax
-
-    return jax.image.resize(x, shape, method)
-
-
-_COMMON = {"infer": infer_resample, "lower": lower_resample, "bench": None}
+_COMMON = {"infer": infer_resample, "lower": lower_resample}
 
 register(
     Upsample2DOperatorDesc,
-    **{**_COMMON, "bench": _bench},
+    **_COMMON,
     validate=validate_upsample_2d,
     support=rows((L.FL_1_0, DIMS4_5, F2)),
     example=_example("DML_OPERATOR_UPSAMPLE_2D"),

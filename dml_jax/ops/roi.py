@@ -45,7 +45,7 @@ from ..fields import (
     input_field,
     output_field,
 )
-from ..registry import BenchCase, Example, register
+from ..registry import Example, register
 from ..support import DIMS4, F2, U32, rows, types
 from ..tensor import Size2D, TensorDesc
 
@@ -400,39 +400,7 @@ def lower_roi_align(d: Any, x, rois, batch):
     return (jnp.transpose(out, (0, 2, 1, 3)).astype(x.dtype),)
 
 
-# --- bench, examples, registration --------------------------------------------------------------
-
-
-def _bench_roi_align(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    if dtype not in ("float32", "float16"):
-        return []  # FLOAT32 and FLOAT16 only
-    _, c, h, w = shape
-    x = TensorDesc(dtype.upper(), (1, c, h, w))
-    rois, out = 256, 7
-    desc = RoiAlign1OperatorDesc(
-        x,
-        x.like(sizes=(rois, 4)),
-        TensorDesc("UINT32", (rois,)),
-        x.like(sizes=(rois, c, out, out)),
-        "AVERAGE",
-        "LINEAR",
-        spatial_scale_x=w / 4,
-        spatial_scale_y=h / 4,
-        input_pixel_offset=0.5,
-        output_pixel_offset=-0.5,
-        out_of_bounds_input_value=0.0,
-        minimum_samples_per_output=2,
-        maximum_samples_per_output=2,
-        align_regions_to_corners=False,
-    )
-    return [
-        BenchCase(
-            "ROI_ALIGN1 256 ROIs 7x7, 2x2 samples (first image)",
-            desc,
-            notes="bench ROIs are random normal * size / 4 (many partly outside, some inverted); "
-            "batch indices random in [0, 100): out-of-range ones read 0 but still gather",
-        )
-    ]
+# --- examples, registration ---------------------------------------------------------------------
 
 
 _ALIGN_DESC = {
@@ -520,7 +488,6 @@ register(
         (L.FL_5_0, DIMS4, F2, F2, _ALIGN_ROWS_5_0),
     ),
     differentiable=lambda d: True,
-    bench=_bench_roi_align,
     example=Example(
         {
             "type": "DML_OPERATOR_ROI_ALIGN1",

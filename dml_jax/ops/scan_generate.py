@@ -30,7 +30,7 @@ from ..fields import (
     input_field,
     output_field,
 )
-from ..registry import BenchCase, Example, register
+from ..registry import Example, register
 from ..support import DIMS1_8, DIMS4, F2, rows, types
 from ..tensor import TensorDesc
 from ._common import in_float32, infer_same, same_tensors
@@ -125,31 +125,6 @@ def lower_scan(d: Any, x):
     return (scan(x, d.axis, reverse, d.exclusive, product),)
 
 
-def _bench_scan(cls: type, label: str, flag: str):
-    def cases(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-        if np.dtype(dtype).kind != "f":
-            return []
-        x = TensorDesc(dtype.upper(), shape)
-        out = []
-        for axis in (len(shape) - 1, 1):
-            desc = cls(x, x, axis=axis, axis_direction="INCREASING", **{flag: False})
-            out.append(
-                BenchCase(
-                    f"{label} axis {axis}",
-                    desc,
-                    jnp=lambda a, axis=axis, f=label: (
-                        jnp.cumsum(a, axis) if "SUM" in f else jnp.cumprod(a, axis)
-                    ),
-                    torch=lambda torch, a, axis=axis, f=label: (
-                        torch.cumsum(a, axis) if "SUM" in f else torch.cumprod(a, axis)
-                    ),
-                )
-            )
-        return out
-
-    return cases
-
-
 def _scan_example(name: str, flag: str, note: str) -> Example:
     return Example(
         {
@@ -174,7 +149,6 @@ register(
     validate=validate_scan,
     lower=lower_scan,
     in_place=True,
-    bench=_bench_scan(CumulativeSummationOperatorDesc, "CUMULATIVE_SUMMATION", "has_exclusive_sum"),
     support=rows(
         (L.FL_2_1, DIMS4, _CUMSUM_TYPES),
         (L.FL_4_0, DIMS1_8, _CUMSUM_TYPES),
@@ -192,7 +166,6 @@ register(
     validate=validate_scan,
     lower=lower_scan,
     in_place=True,
-    bench=_bench_scan(CumulativeProductOperatorDesc, "CUMULATIVE_PRODUCT", "has_exclusive_product"),
     support=rows((L.FL_3_1, DIMS4, _CUMPROD_TYPES), (L.FL_4_0, DIMS1_8, _CUMPROD_TYPES)),
     example=_scan_example(
         "CUMULATIVE_PRODUCT",
@@ -300,39 +273,12 @@ _FILL_TYPES_2_1 = types("FLOAT32", "FLOAT16", "INT32", "INT16", "INT8", "UINT32"
 _WIDE_INTS = types("INT64", "UINT64")
 
 
-def _bench_fill(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    out = TensorDesc(dtype.upper(), shape)
-    kind = np.dtype(dtype).kind
-    value, start, delta = (1.5, 0.5, 0.25) if kind == "f" else (7, 3, 2)
-    return [
-        BenchCase(
-            "FILL_VALUE_CONSTANT",
-            FillValueConstantOperatorDesc(out, dtype.upper(), value),
-            jnp=lambda: jnp.full(shape, value, dtype),
-            torch=lambda torch: torch.full(
-                shape, value, dtype=getattr(torch, dtype), device="cuda"
-            ),
-            kernel=True,
-        ),
-        BenchCase(
-            "FILL_VALUE_SEQUENCE",
-            FillValueSequenceOperatorDesc(out, dtype.upper(), start, delta),
-            jnp=lambda: (jnp.arange(math.prod(shape), dtype=dtype) * delta + start).reshape(shape),
-            torch=lambda torch: (
-                torch.arange(math.prod(shape), dtype=getattr(torch, dtype), device="cuda") * delta
-                + start
-            ).reshape(shape),
-        ),
-    ]
-
-
 register(
     FillValueConstantOperatorDesc,
     infer=_infer_output,
     validate=validate_fill_constant,
     lower=lower_fill_constant,
     in_place=True,
-    bench=_bench_fill,
     support=rows(
         (L.FL_2_1, DIMS4, _FILL_TYPES_2_1),
         (L.FL_4_0, DIMS1_8, _FILL_TYPES_2_1),
@@ -533,20 +479,6 @@ def lower_diagonal1(d: DiagonalMatrix1OperatorDesc, x=None):
     )
 
 
-def _bench_diagonal(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    if np.dtype(dtype).kind != "f":
-        return []
-    x = TensorDesc(dtype.upper(), shape)
-    return [
-        BenchCase(
-            "DIAGONAL_MATRIX1 triu (input kept above the diagonal)",
-            DiagonalMatrix1OperatorDesc(x, x, dtype.upper(), 0, -(2**31), 0),
-            jnp=lambda a: jnp.triu(a),
-            torch=lambda torch, a: torch.triu(a),
-        )
-    ]
-
-
 _DIAG_TYPES = _FILL_TYPES_2_1
 register(
     DiagonalMatrixOperatorDesc,
@@ -573,7 +505,6 @@ register(
     infer=_infer_output,
     validate=validate_diagonal1,
     lower=lower_diagonal1,
-    bench=_bench_diagonal,
     support=rows(
         (L.FL_5_1, (2, 3, 4), _DIAG_TYPES | _WIDE_INTS | types("FLOAT64")),
     ),

@@ -16,18 +16,16 @@ ARGMAX) and 0 elsewhere; it is piecewise constant, so its gradient is 0.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
 from ..enums import FeatureLevel as L
 from ..errors import Validator
 from ..fields import UINT_ARRAY, OperatorDesc, attribute, count_of, input_field, output_field
-from ..registry import BenchCase, Example, register
+from ..registry import Example, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, rows
 from ..tensor import TensorDesc
 from ._common import in_float32, infer_same, same_tensors
@@ -187,50 +185,6 @@ def _v1_class(function: str) -> type:
     return Desc
 
 
-def _bench(function: str, version: str):
-    def cases(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-        if dtype not in ("float32", "float16"):
-            return []
-        n = math.prod(shape)
-        label = f"{function}{version}"
-        jnp_fn = {"SOFTMAX": jax.nn.softmax, "LOG_SOFTMAX": jax.nn.log_softmax}.get(function)
-        torch_name = {"SOFTMAX": "softmax", "LOG_SOFTMAX": "log_softmax"}.get(function)
-        out = []
-        if version == "":
-            for row in (1024, 32768):
-                if n % row:
-                    continue  # a small (quick) shape
-                flat = TensorDesc(dtype.upper(), (n // row, row))
-                out.append(
-                    BenchCase(
-                        f"{label} rows of {row}",
-                        CLASSES[function](flat, flat),
-                        jnp=jnp_fn and (lambda x, f=jnp_fn: f(x, axis=-1)),
-                        torch=torch_name
-                        and (lambda torch, x, m=torch_name: getattr(torch, m)(x, dim=-1)),
-                    )
-                )
-        else:
-            # Axis 1 of NCHW with C = 32 (the anchor) and the shape's own C.
-            n_, c, h, w = shape
-            for channels in sorted({32, c}):
-                if (n_ * c) % channels:
-                    continue
-                nchw = TensorDesc(dtype.upper(), ((n_ * c) // channels, channels, h, w))
-                out.append(
-                    BenchCase(
-                        f"{label} axis 1 (NCHW, C={channels})",
-                        CLASSES[function + "1"](nchw, nchw, axes=(1,)),
-                        jnp=jnp_fn and (lambda x, f=jnp_fn: f(x, axis=1)),
-                        torch=torch_name
-                        and (lambda torch, x, m=torch_name: getattr(torch, m)(x, dim=1)),
-                    )
-                )
-        return out
-
-    return cases
-
-
 def _example(function: str, version: str) -> Example:
     desc = {
         "InputTensor": {"DataType": "FLOAT32", "Sizes": [2, 3]},
@@ -268,6 +222,5 @@ for _function in _FUNCTIONS:
             support=_table,
             example=_example(_function, _version),
             differentiable=(lambda d, f=_function: f != "HARDMAX"),
-            bench=_bench(_function, _version),
         )
 del _function, _version, _make, _validate, _table, _cls

@@ -5,14 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from ..enums import FeatureLevel as L
 from ..errors import Validator
 from ..fields import UINT, OperatorDesc, attribute, count_of, input_field, output_field
-from ..registry import BenchCase, Example, register
+from ..registry import Example, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, T6, T8, T11, rows
 from ..tensor import TensorDesc
 
@@ -88,35 +86,8 @@ def _halves(shape: tuple, dtype: str) -> tuple[TensorDesc, TensorDesc]:
     return whole, whole.like(sizes=(n, c, h // 2, w))
 
 
-def _bench_split(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    whole, half = _halves(shape, dtype)
-    return [
-        BenchCase(
-            "SPLIT axis 2",
-            SplitOperatorDesc(whole, [half, half], axis=2),
-            jnp=lambda x: tuple(jnp.split(x, 2, axis=2)),
-            torch=lambda torch, x: [t.contiguous() for t in torch.split(x, shape[2] // 2, dim=2)],
-            kernel=np.dtype(dtype).itemsize < 4,
-        )
-    ]
-
-
-def _bench_join(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    whole, half = _halves(shape, dtype)
-    return [
-        BenchCase(
-            "JOIN axis 2",
-            JoinOperatorDesc([half, half], whole, axis=2),
-            jnp=lambda a, b: jnp.concatenate([a, b], axis=2),
-            torch=lambda torch, a, b: torch.cat([a, b], dim=2),
-            kernel=np.dtype(dtype).itemsize < 4,
-        )
-    ]
-
-
 register(
     SplitOperatorDesc,
-    bench=_bench_split,
     infer=infer_split,
     validate=validate_split,
     lower=lower_split,
@@ -182,7 +153,6 @@ def lower_join(d: JoinOperatorDesc, *xs):
 
 register(
     JoinOperatorDesc,
-    bench=_bench_join,
     infer=infer_join,
     validate=validate_join,
     lower=lower_join,

@@ -6,14 +6,12 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from ..enums import FeatureLevel as L
 from ..errors import UINT32_MAX, Validator
 from ..fields import UINT_ARRAY, OperatorDesc, attribute, count_of, input_field, output_field
-from ..registry import BenchCase, Example, register
+from ..registry import Example, register
 from ..support import DIMS1_8, DIMS4, F2, T8, T10, rows
 from ..tensor import TensorDesc
 
@@ -72,24 +70,8 @@ def lower_tile(d: TileOperatorDesc, x):
     return (_tile(x, d.repeats),)
 
 
-def _bench(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-    n, c, h, w = shape
-    out = TensorDesc(dtype.upper(), shape)
-    x = out.like(sizes=(n, c, h // 2, w // 2))
-    return [
-        BenchCase(
-            "TILE 1,1,2,2",
-            TileOperatorDesc(x, out, repeats=[1, 1, 2, 2]),
-            jnp=lambda x: jnp.tile(x, (1, 1, 2, 2)),
-            torch=lambda torch, x: x.repeat(1, 1, 2, 2),
-            kernel=np.dtype(dtype).itemsize < 4,
-        )
-    ]
-
-
 register(
     TileOperatorDesc,
-    bench=_bench,
     infer=infer_tile,
     validate=validate_tile,
     lower=lower_tile,

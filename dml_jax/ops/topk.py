@@ -11,7 +11,6 @@ Conventions (docs/semantics.md, "TOP_K / TOP_K1"):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -22,7 +21,7 @@ from ..enums import AxisDirection
 from ..enums import FeatureLevel as L
 from ..errors import UINT32_MAX, Validator
 from ..fields import UINT, OperatorDesc, attribute, enum_type, input_field, output_field
-from ..registry import BenchCase, Example, register
+from ..registry import Example, register
 from ..support import DIMS1_8, DIMS4, F2, T8, T10, U32, rows, types
 from ..tensor import TensorDesc
 from ._common import float_input
@@ -147,42 +146,6 @@ def _example(operator_type: str) -> Example:
     )
 
 
-def _bench(cls: type):
-    def cases(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
-        if cls is TopK1OperatorDesc and not full:
-            return []
-        # Rows of 1024 (the decoding / beam-search shape): the 4-D shape's elements regrouped.
-        n_el, k = math.prod(shape), 8
-        row = 1024 if n_el % 1024 == 0 else shape[-1]
-        x = TensorDesc(dtype.upper(), (n_el // row, row))
-        values = x.like(sizes=(n_el // row, k))
-        index = values.like(data_type="UINT32")
-        if cls is TopKOperatorDesc:
-            return [
-                BenchCase(
-                    f"TOP_K k={k} rows of {row}",
-                    cls(x, values, index, axis=1, k=k),
-                    jnp=lambda a: tuple(lax.top_k(a, k)),
-                    torch=lambda torch, a: torch.topk(a, k, dim=-1),
-                )
-            ]
-
-        def smallest(a):  # negation reverses the order of floats (not of unsigned integers)
-            v, i = lax.top_k(-a, k)
-            return -v, i
-
-        return [
-            BenchCase(
-                f"TOP_K1 INCREASING k={k} rows of {row}",
-                cls(x, values, index, axis=1, k=k, axis_direction="INCREASING"),
-                jnp=smallest if x.data_type.is_float else None,
-                torch=lambda torch, a: torch.topk(a, k, dim=-1, largest=False),
-            )
-        ]
-
-    return cases
-
-
 register(
     TopKOperatorDesc,
     infer=infer_top_k,
@@ -191,7 +154,6 @@ register(
     support=rows((L.FL_1_0, DIMS4, F2, F2, {_INDEX: U32}), *_TOP_K_LATER),
     differentiable=float_input,
     example=_example("DML_OPERATOR_TOP_K"),
-    bench=_bench(TopKOperatorDesc),
 )
 register(
     TopK1OperatorDesc,
@@ -201,5 +163,4 @@ register(
     support=rows(*_TOP_K_LATER),
     differentiable=float_input,
     example=_example("DML_OPERATOR_TOP_K1"),
-    bench=_bench(TopK1OperatorDesc),
 )

@@ -1,0 +1,36 @@
+"""Bench cases of the operators of ``dml_jax.ops.split_join``."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from dml_jax.bench.catalog import BenchCase, register_cases
+from dml_jax.ops.split_join import JoinOperatorDesc, SplitOperatorDesc, _halves
+
+
+def _bench_split(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
+    whole, half = _halves(shape, dtype)
+    return [
+        BenchCase(
+            "SPLIT axis 2",
+            SplitOperatorDesc(whole, [half, half], axis=2),
+            jnp=lambda x: tuple(jnp.split(x, 2, axis=2)),
+            torch=lambda torch, x: [t.contiguous() for t in torch.split(x, shape[2] // 2, dim=2)],
+        )
+    ]
+
+
+def _bench_join(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:
+    whole, half = _halves(shape, dtype)
+    return [
+        BenchCase(
+            "JOIN axis 2",
+            JoinOperatorDesc([half, half], whole, axis=2),
+            jnp=lambda a, b: jnp.concatenate([a, b], axis=2),
+            torch=lambda torch, a, b: torch.cat([a, b], dim=2),
+        )
+    ]
+
+
+register_cases(SplitOperatorDesc, _bench_split)
+register_cases(JoinOperatorDesc, _bench_join)
