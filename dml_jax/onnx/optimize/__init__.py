@@ -265,7 +265,7 @@ class Editor:
         return (
             mine.element_count == theirs.element_count
             and mine.data_type == theirs.data_type
-            and mine.is_packed
+            and is_dense(mine)
             and theirs.is_packed
         )
 
@@ -442,6 +442,36 @@ class Editor:
         )
 
 
+def is_dense(desc: Any) -> bool:
+    """``desc`` reads its elements packed in row-major order (strides of size-1 dimensions,
+    which address nothing, ignored)."""
+    from ...tensor import packed_strides
+
+    if desc.strides is None:
+        return True
+    return all(n == 1 or s == p for n, s, p in
+               zip(desc.sizes, desc.strides, packed_strides(desc.sizes)))  # fmt: skip
+
+
+def with_input_desc(desc: Any, slot: int, tensor: Any) -> Any:
+    """``desc`` with the tensor of input edge ``slot`` (DirectML's edge numbering: absent
+    optional tensors and each element of a tensor array counted) replaced by ``tensor``."""
+    k = 0
+    for f in desc.declared("input"):
+        value = getattr(desc, f.name)
+        if f.metadata["array"]:
+            items = list(value or ())
+            if slot < k + len(items):
+                items[slot - k] = tensor
+                return replace(desc, **{f.name: tuple(items)})
+            k += len(items)
+        else:
+            if slot == k:
+                return replace(desc, **{f.name: tensor})
+            k += 1
+    raise IndexError(f"{desc.operator_type} has no input edge {slot}")
+
+
 def _load_rewrites() -> None:
     for info in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{info.name}")
@@ -501,8 +531,10 @@ __all__ = [
     "Rewrite",
     "Source",
     "disabled_names",
+    "is_dense",
     "level_name",
     "optimize",
     "reshape_strides",
+    "with_input_desc",
     "rewrite",
 ]
