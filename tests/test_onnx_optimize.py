@@ -77,7 +77,10 @@ def _gelu_nodes(variant: int, x: str = "x", y: str = "y") -> list:
         arg = [helper.make_node("Mul", ["isq2", x], ["a"])]
     else:
         arg = [helper.make_node("Div", [x, "sq2"], ["a"])]
-    core = arg + [helper.make_node("Erf", ["a"], ["b"]), helper.make_node("Add", ["one", "b"], ["c"])]
+    core = arg + [
+        helper.make_node("Erf", ["a"], ["b"]),
+        helper.make_node("Add", ["one", "b"], ["c"]),
+    ]
     tails = [
         [helper.make_node("Mul", [x, "c"], ["d"]), helper.make_node("Mul", ["d", "half"], [y])],
         [helper.make_node("Mul", ["half", x], ["d"]), helper.make_node("Mul", ["c", "d"], [y])],
@@ -188,7 +191,10 @@ def test_matmul_bias_and_relu_fold_into_gemm():
 
 
 def test_matmul_residual_add_and_a_second_reader():
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["x", "mm"], ["y"])]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["mm"]),
+        helper.make_node("Add", ["x", "mm"], ["y"]),
+    ]
     assert _check(_model(nodes, [4, 8], [("w", RNG.standard_normal((8, 8)))]), (4, 8),
                   {"MatMulAddFusion": 1}) == ["GEMM"]  # fmt: skip
     # the product is also an output: the addition stays
@@ -233,6 +239,21 @@ def test_conv_bn_not_folded_with_a_computed_statistic():
     model = _model(nodes, [1, 3, 6, 6], inits)
     fired = {"DmlOperatorFusionTransformer": 1}
     assert "BATCH_NORMALIZATION" in _check(model, (1, 3, 6, 6), fired)
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
+def test_gemm_bn_folds_into_b_and_c(op):
+    k = 5
+    inits = [("w", RNG.standard_normal((8, k))), ("c", RNG.standard_normal(k)),
+             ("s", RNG.standard_normal(k)), ("b", RNG.standard_normal(k)),
+             ("m", RNG.standard_normal(k)), ("v", RNG.random(k) + 0.5)]  # fmt: skip
+    mm = (helper.make_node("MatMul", ["x", "w"], ["mm"]) if op == "MatMul" else
+          helper.make_node("Gemm", ["x", "w", "c"], ["mm"], beta=0.5))  # fmt: skip
+    bn = helper.make_node("BatchNormalization", ["mm", "s", "b", "m", "v"], ["y"])
+    ops = _check(_model([mm, bn], [6, 8], inits), (6, 8), {"MatmulBNFusion": 1})
+    # one GEMM; the rest are the element-wise nodes computing B * f and C from the parameters
+    assert ops.count("GEMM") == 1 and "BATCH_NORMALIZATION" not in ops
+    assert all(o.startswith("ELEMENT_WISE_") for o in ops if o != "GEMM")
 
 
 def test_apply_with_a_replaced_folded_parameter():
@@ -283,7 +304,8 @@ def test_levels_and_switches_by_onnxruntime_names():
     assert _program(s).imported.optimizations == ()
     c = compile_onnx(model, optimization_level="disable")
     assert [n.operator_type for n in c.imported.graph.nodes].count(
-        "DML_OPERATOR_ELEMENT_WISE_ERF") == 1
+        "DML_OPERATOR_ELEMENT_WISE_ERF"
+    ) == 1
     c = compile_onnx(model, disabled_optimizers=["LayerNormFusion"])
     assert dict(c.imported.optimizations) == {"GeluFusion": 1}
 
@@ -313,7 +335,10 @@ def test_optimized_model_filepath_runs_with_dml_jax_run(tmp_path, capsys):
 
 
 def test_optimized_model_filepath_with_a_jax_node_is_an_error(tmp_path):
-    nodes = [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Cast", ["nz"], ["y"], to=1)]
+    nodes = [
+        helper.make_node("NonZero", ["x"], ["nz"]),
+        helper.make_node("Cast", ["nz"], ["y"], to=1),
+    ]
     s = _session(_model(nodes, [2, 3]), optimized_model_filepath=str(tmp_path / "m.json"))
     with pytest.raises(dml.ValidationError, match="optimized_model_filepath.*JAX"):
         s.run(None, {"x": np.ones((2, 3), np.float32)})

@@ -357,7 +357,9 @@ class Editor:
         self.params.append(param)
         return (GRAPH_INPUT, self.model_inputs + len(self.constants) - 1)
 
-    def add_constant_node(self, array: np.ndarray, data_type: Any, param: str | None = None) -> Source:
+    def add_constant_node(
+        self, array: np.ndarray, data_type: Any, param: str | None = None
+    ) -> Source:
         """A new constant entering as the importer makes them: a graph input read once by an
         IDENTITY node writing it packed (readers view that output as they like); its source."""
         from ...registry import lookup

@@ -140,9 +140,11 @@ def _fuse(g: Editor, rms: bool) -> int:
         if not rms:
             # u = x - mean(x) over the same axes, u read only by the square and the division
             sub = u[0]
-            if g.op(sub) != "ELEMENT_WISE_SUBTRACT" or len(g.users(u)) != (
-                3 if g.op(removed[0]) == "ELEMENT_WISE_MULTIPLY" else 2
-            ) or g.is_output(u):
+            if (
+                g.op(sub) != "ELEMENT_WISE_SUBTRACT"
+                or len(g.users(u)) != (3 if g.op(removed[0]) == "ELEMENT_WISE_MULTIPLY" else 2)
+                or g.is_output(u)
+            ):
                 continue
             mean = g.source(sub, 1)
             if mean[0] < 0 or g.only_user(mean) is None or _reduce_mean(g, mean[0]) != axes:
