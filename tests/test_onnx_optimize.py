@@ -17,10 +17,10 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
-import dml_jax as dml  # noqa: E402
-from dml_jax.onnx import InferenceSession, SessionOptions, compile_onnx  # noqa: E402
+import dml_jax as dml
+from dml_jax.onnx import InferenceSession, SessionOptions, compile_onnx
 
 RNG = np.random.default_rng(7)
 TOL = {"rtol": 1e-5, "atol": 1e-5}

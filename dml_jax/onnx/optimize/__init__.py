@@ -545,6 +545,6 @@ __all__ = [
     "level_name",
     "optimize",
     "reshape_strides",
-    "with_input_desc",
     "rewrite",
+    "with_input_desc",
 ]

@@ -19,7 +19,7 @@ import numpy as np
 from ...enums import DataType
 from ...registry import lookup
 from ...tensor import ScaleBias, TensorDesc
-from . import GRAPH_INPUT, Editor, Source, reshape_strides, rewrite
+from . import Editor, Source, reshape_strides, rewrite
 
 
 def _op(name: str) -> type:
