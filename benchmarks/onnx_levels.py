@@ -66,7 +66,7 @@ def _mlp_block(batch):
         init(p + "b1", (f,))
         init(p + "w2", (f, h))
         init(p + "b2", (h,))
-        mk = lambda op, ins, out, **kw: nodes.append(  # noqa: E731
+        mk = lambda op, ins, out, **kw: nodes.append(
             helper.make_node(op, [a if a in ("two", "eps", "sq2", "one", "half") or a == x
                                   else p + a for a in ins], [p + out], **kw))  # fmt: skip
         mk("ReduceMean", [x], "m", axes=[-1])
@@ -114,7 +114,7 @@ def _conv_block(batch):
             helper.make_node("Conv", [x, p + "w"], [p + "c"], pads=[1, 1, 1, 1]),
             helper.make_node(
                 "BatchNormalization", [p + "c", p + "s", p + "b", p + "m", p + "v"], [p + "bn"]
-            ),  # fmt: skip
+            ),
             helper.make_node("Relu", [p + "bn"], [p + "y"]),
         ]
         x = p + "y"
@@ -211,7 +211,7 @@ def main(argv=None):
     for name in opts.only or list(MODELS):
         try:
             rows.append(run(name, opts))
-        except Exception as e:  # noqa: BLE001 - one model's failure is a row, not the end
+        except Exception as e:
             rows.append({"model": name, "error": f"{type(e).__name__}: {str(e)[:300]}"})
         print(json.dumps(rows[-1]), flush=True)
         if opts.json:
