@@ -256,6 +256,16 @@ def test_gemm_bn_folds_into_b_and_c(op):
     assert all(o.startswith("ELEMENT_WISE_") for o in ops if o != "GEMM")
 
 
+def test_conv_channel_add_becomes_the_bias():
+    inits = [("w", RNG.standard_normal((4, 3, 3, 3))), ("b", RNG.standard_normal((1, 4, 1, 1)))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("Add", ["c", "b"], ["y"]),
+    ]
+    ops = _check(_model(nodes, [1, 3, 5, 5], inits), (1, 3, 5, 5), {"ConvAddFusion": 1})
+    assert ops == ["CONVOLUTION"]
+
+
 def test_apply_with_a_replaced_folded_parameter():
     nodes, inits = _conv_bn()
     model = _model(nodes, [1, 3, 6, 6], inits)
