@@ -17,7 +17,7 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 import dml_jax as dml
 from dml_jax.onnx import InferenceSession, SessionOptions, compile_onnx
@@ -32,10 +32,15 @@ def _const(name: str, value) -> onnx.NodeProto:
         np.asarray(value, np.float32), name))  # fmt: skip
 
 
-def _model(nodes, shape, inits=(), outputs=("y",), opset=17):
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))
-    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs]
-    init = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits]
+def _model(nodes, shape, inits=(), outputs=("y",), opset=17, dtype=np.float32):
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    if dtype != np.float32:  # the Constant nodes' values too
+        nodes = [helper.make_node("Constant", [], list(n.output), value=numpy_helper.from_array(
+                     numpy_helper.to_array(n.attribute[0].t).astype(dtype), n.output[0]))
+                 if n.op_type == "Constant" else n for n in nodes]  # fmt: skip
+    x = helper.make_tensor_value_info("x", elem, list(shape))
+    outs = [helper.make_tensor_value_info(o, elem, None) for o in outputs]
+    init = [numpy_helper.from_array(np.asarray(v, dtype), k) for k, v in inits]
     graph = helper.make_graph(list(nodes), "g", [x], outs, init)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
@@ -52,15 +57,17 @@ def _program(s):
     return list(s._programs.values())[-1]
 
 
-def _check(model, shape, fired: dict, level="all", disabled=None):
-    """Runs ``model`` at ``level`` and at ``disable``; the outputs agree, the rewrites that
-    fired are ``fired``; returns the optimized program's operator types."""
-    feed = {"x": RNG.standard_normal(shape).astype(np.float32)}
+def _check(model, shape, fired: dict, level="all", disabled=None, dtype=np.float32):
+    """Runs ``model`` at ``level`` and at ``disable``; the outputs agree (float16: within two
+    units in the last place of the magnitudes here), the rewrites that fired are ``fired``;
+    returns the optimized program's operator types."""
+    feed = {"x": RNG.standard_normal(shape).astype(dtype)}
     s = _session(model, level, disabled)
     got = s.run(None, feed)
     want = _session(model, "disable").run(None, feed)
+    tol = TOL if dtype == np.float32 else {"rtol": 2e-3, "atol": 2e-3}
     for a, b in zip(got, want):
-        np.testing.assert_allclose(a, b, **TOL)
+        np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), **tol)
     program = _program(s)
     assert dict(program.imported.optimizations) == fired
     return program.operators()
@@ -93,6 +100,12 @@ def _gelu_nodes(variant: int, x: str = "x", y: str = "y") -> list:
 def test_gelu_erf_spellings_become_activation_gelu(variant):
     ops = _check(_model(_gelu_nodes(variant), [2, 8]), (2, 8), {"GeluFusion": 1})
     assert ops == ["ACTIVATION_GELU"]
+
+
+def test_float16_constants_are_the_float16_roundings():
+    # float16's sqrt(2) is 1.4140625: the pattern's constant as the model's type rounds it
+    model = _model(_gelu_nodes(0), [2, 8], dtype=np.float16)
+    assert _check(model, (2, 8), {"GeluFusion": 1}, dtype=np.float16) == ["ACTIVATION_GELU"]
 
 
 def test_gelu_not_fused_with_a_second_reader_or_a_parameter_constant():
