@@ -263,10 +263,12 @@ def test_gemm_bn_folds_into_b_and_c(op):
     mm = (helper.make_node("MatMul", ["x", "w"], ["mm"]) if op == "MatMul" else
           helper.make_node("Gemm", ["x", "w", "c"], ["mm"], beta=0.5))  # fmt: skip
     bn = helper.make_node("BatchNormalization", ["mm", "s", "b", "m", "v"], ["y"])
-    ops = _check(_model([mm, bn], [6, 8], inits), (6, 8), {"MatmulBNFusion": 1})
+    ops = _check(_model([mm, bn], [16, 8], inits), (16, 8), {"MatmulBNFusion": 1})
     # one GEMM; the rest are the element-wise nodes computing B * f and C from the parameters
     assert ops.count("GEMM") == 1 and "BATCH_NORMALIZATION" not in ops
     assert all(o.startswith("ELEMENT_WISE_") for o in ops if o != "GEMM")
+    # 2 rows: B (40 elements) is larger than the output (10) the fold would save a pass over
+    assert "BATCH_NORMALIZATION" in _check(_model([mm, bn], [2, 8], inits), (2, 8), {})
 
 
 def test_conv_channel_add_becomes_the_bias():
