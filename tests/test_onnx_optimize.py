@@ -310,6 +310,28 @@ def test_transpose_copy_read_through_strides():
     assert "ELEMENT_WISE_IDENTITY" in _check(model, (2, 3, 8), {})
 
 
+def test_a_linear_layer_and_its_gelu_and_residual_take_the_gemm_sizes():
+    # x {2, 4, 8} -> MatMul + bias -> GELU -> MatMul + bias -> + x: each GEMM is one {8, N}
+    # matrix; its one reader (the GELU, the residual addition) takes the GEMM's sizes, as the
+    # GPU's GEMM epilogues need
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"]),
+             helper.make_node("Add", ["m1", "b1"], ["h"]), *_gelu_nodes(0, "h", "g"),
+             helper.make_node("MatMul", ["g", "w2"], ["m2"]),
+             helper.make_node("Add", ["m2", "b2"], ["o"]), helper.make_node("Add", ["x", "o"], ["y"])]  # fmt: skip
+    inits = [("w1", RNG.standard_normal((8, 16))), ("b1", RNG.standard_normal(16)),
+             ("w2", RNG.standard_normal((16, 8))), ("b2", RNG.standard_normal(8))]  # fmt: skip
+    fired = {"GeluFusion": 1, "MatMulAddFusion": 2, "GemmEpilogueLayout": 2}
+    s = _session(_model(nodes, [2, 4, 8], inits))
+    assert _check(_model(nodes, [2, 4, 8], inits), (2, 4, 8), fired) == [
+        "GEMM", "GEMM", "ELEMENT_WISE_ADD", "ACTIVATION_GELU"]  # fmt: skip
+    s.run(None, {"x": np.ones((2, 4, 8), np.float32)})
+    graph = _program(s).imported.graph
+    for node in graph.nodes:
+        if node.operator_type.endswith(("GELU", "_ADD")):
+            assert {d.sizes for _, d in node.edge_slots("input") + node.edge_slots("output")} == {
+                (1, 1, 8, 16) if "GELU" in node.operator_type else (1, 1, 8, 8)}  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------
 # Switches, levels, files, explain
 
