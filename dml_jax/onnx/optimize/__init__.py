@@ -333,9 +333,13 @@ class Editor:
         """Whether DirectML accepts ``desc`` at the session's feature level (a rewrite makes
         only nodes that pass, so a model that compiled unoptimized still compiles)."""
         from ...compile import validate
+        from ...enums import DataType
+        from ...support import beyond_tables
 
         try:
-            validate(desc, self.feature_level)
+            # as the session compiles: FLOAT64 beyond the support tables (session.py)
+            with beyond_tables({DataType.FLOAT64}):
+                validate(desc, self.feature_level)
         except ValidationError:
             return False
         return True

@@ -39,6 +39,9 @@ class _Calc:
 
     def __init__(self, g: Editor, t: DataType, origin: int, on_host: bool):
         self.g, self.t, self.origin, self.on_host = g, t, origin, on_host
+        # host arithmetic in float32 (the operators' compute type for FLOAT16 too), float64
+        # for FLOAT64 graphs
+        self.dtype = np.float64 if t == DataType.FLOAT64 else np.float32
 
     def read(self, src: Source, desc: TensorDesc) -> Any:
         """The tensor ``desc`` reads from ``src`` (a constant's value on the host)."""
@@ -49,11 +52,11 @@ class _Calc:
                 shape = [1] * desc.rank
                 shape[axis] = desc.sizes[axis]
                 offsets = offsets + np.arange(desc.sizes[axis]).reshape(shape) * stride
-            return flat[offsets].astype(np.float32)
+            return flat[offsets].astype(self.dtype)
         return (src, desc)
 
     def const(self, array: np.ndarray) -> Any:
-        array = np.asarray(array, np.float32)
+        array = np.asarray(array, self.dtype)
         if self.on_host:
             return array
         src = self.g.add_constant_node(array, self.t)
@@ -68,7 +71,7 @@ class _Calc:
     def binary(self, name: str, a: Any, b: Any, fn) -> Any:
         """``fn(a, b)`` / the DML element-wise ``name``, both read at their common sizes."""
         if self.on_host:
-            return fn(a, b).astype(np.float32)
+            return fn(a, b).astype(self.dtype)
         sizes = np.broadcast_shapes(a[1].sizes, b[1].sizes)
         return self._node(name, sizes, self.broadcast(a, sizes), self.broadcast(b, sizes))
 
@@ -87,7 +90,7 @@ class _Calc:
     def sqrt_plus(self, a: Any, eps: float) -> Any:
         """``sqrt(a + eps)`` (ELEMENT_WISE_SQRT's ScaleBias adds eps)."""
         if self.on_host:
-            return np.sqrt(a + np.float32(eps)).astype(np.float32)
+            return np.sqrt(a + self.dtype(eps)).astype(self.dtype)
         return self._node("ELEMENT_WISE_SQRT", a[1].sizes, a, scale_bias=ScaleBias(1.0, eps))
 
     def broadcast(self, v: Any, sizes) -> Any:
@@ -114,7 +117,7 @@ class _Calc:
     def source(self, v: Any) -> tuple[Source, TensorDesc]:
         """A graph value of ``v`` (a host array becomes a constant), and its desc."""
         if self.on_host:
-            src = self.g.add_constant_node(np.asarray(v, np.float32), self.t)
+            src = self.g.add_constant_node(np.asarray(v, self.dtype), self.t)
             return src, TensorDesc(self.t, np.shape(v) or (1,))
         return v
 
@@ -270,7 +273,7 @@ def matmul_bn(g: Editor) -> int:
         if c_vec is not None:
             c = calc.read(g.source(n, 2), c_vec)
             if d.beta != 1.0:
-                c = calc.mul(c, calc.const(np.full((1,), d.beta, np.float32)))
+                c = calc.mul(c, calc.const(np.full((1,), d.beta)))
             shift = calc.add(calc.mul(c, f), shift)
         _take_bn(g, n, bn, desc, {1: calc.source(b)[0], 2: calc.source(shift)[0]})
         count += 1
