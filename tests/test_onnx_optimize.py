@@ -342,6 +342,7 @@ def test_levels_and_switches_by_onnxruntime_names():
     x = {"x": np.ones((2, 8), np.float32)}
     for level, fired in [(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, {}),
                          (ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, {"GeluFusion": 1}),
+                         (ort.GraphOptimizationLevel.ORT_ENABLE_LAYOUT, {"GeluFusion": 1}),
                          (1, {"GeluFusion": 1}), (0, {})]:  # fmt: skip
         s = _session(model, level)
         s.run(None, x)

@@ -36,8 +36,10 @@ from ..importer import ImportedGraph
 
 ONNX = "ONNX"
 LEVELS = ("disable", "basic", "extended", "all")
-# onnxruntime's GraphOptimizationLevel values (ORT_DISABLE_ALL ... ORT_ENABLE_ALL).
-_ORT_VALUES = {0: "disable", 1: "basic", 2: "extended", 99: "all"}
+# onnxruntime's GraphOptimizationLevel values (ORT_DISABLE_ALL ... ORT_ENABLE_ALL). Its
+# ORT_ENABLE_LAYOUT (3: basic, extended and layout rewrites) is ``all`` here, whose rewrites are
+# the layout ones.
+_ORT_VALUES = {0: "disable", 1: "basic", 2: "extended", 3: "all", 99: "all"}
 
 # A value in the graph: (node index, output slot), or (GRAPH_INPUT, graph input index).
 Source = tuple[int, int]
@@ -139,7 +141,7 @@ def level_name(level: Any, field: str = "graph_optimization_level") -> str:
     value = getattr(level, "value", level)
     if isinstance(value, str):
         name = value.lower().removeprefix("ort_").removeprefix("enable_")
-        name = {"disable_all": "disable"}.get(name, name)
+        name = {"disable_all": "disable", "layout": "all"}.get(name, name)
         if name in LEVELS:
             return name
     elif isinstance(value, int | np.integer) and int(value) in _ORT_VALUES:
@@ -168,14 +170,19 @@ class Editor:
         self.params: list[str | None] = list(imported.params) or [None] * len(self.constants)
         # (node, input slot) -> the value it reads, and its inverse (kept in step by ``_read``)
         self.reads: dict[tuple[int, int], Source] = {}
-        self._readers: dict[Source, set[tuple[int, int]]] = {}
         for e in g.input_edges:
-            self._read((e.to_node_index, e.to_node_input_index), (GRAPH_INPUT, e.graph_input_index))
-        for e in g.intermediate_edges:
-            self._read(
-                (e.to_node_index, e.to_node_input_index),
-                (e.from_node_index, e.from_node_output_index),
+            self.reads[(e.to_node_index, e.to_node_input_index)] = (
+                GRAPH_INPUT,
+                e.graph_input_index,
             )
+        for e in g.intermediate_edges:
+            self.reads[(e.to_node_index, e.to_node_input_index)] = (
+                e.from_node_index,
+                e.from_node_output_index,
+            )
+        self._readers: dict[Source, set[tuple[int, int]]] = {}
+        for key, src in self.reads.items():
+            self._readers.setdefault(src, set()).add(key)
         self.outputs: list[Source] = [(0, 0)] * g.output_count
         for e in g.output_edges:
             self.outputs[e.graph_output_index] = (e.from_node_index, e.from_node_output_index)
@@ -406,11 +413,15 @@ class Editor:
             for k in range(slots):
                 self._read((n, k), None)
 
-    # -- result ----------------------------------------------------------------------------------
+    def prune(self) -> None:
+        """Removes the nodes that no longer reach a graph output (what a rewrite left behind:
+        the IDENTITY of a constant it folded), so later rewrites count only real readers."""
+        needed = self._needed()
+        for n, node in enumerate(self.nodes):
+            if node is not None and n not in needed:
+                self.remove(n)
 
-    def finish(self) -> ImportedGraph:
-        """The rewritten ``ImportedGraph``: removed nodes, nodes nothing reads and constants
-        nothing reads dropped, indices renumbered."""
+    def _needed(self) -> set[int]:
         feeders: dict[int, list[int]] = {}
         for (m, _), src in self.reads.items():
             if src[0] != GRAPH_INPUT:
@@ -423,7 +434,14 @@ class Editor:
                 continue
             needed.add(n)
             stack += feeders.get(n, [])
-        keep = sorted(needed)
+        return needed
+
+    # -- result ----------------------------------------------------------------------------------
+
+    def finish(self) -> ImportedGraph:
+        """The rewritten ``ImportedGraph``: removed nodes, nodes nothing reads and constants
+        nothing reads dropped, indices renumbered."""
+        keep = sorted(self._needed())
         index = {n: i for i, n in enumerate(keep)}
         # constants nothing reads any more are dropped (a DML graph input with no edge has no
         # desc to bind it by); the model's own inputs keep their indices
@@ -530,16 +548,18 @@ def optimize(
         return imported, counts
     rank = LEVELS.index(name)
     ordered = sorted(REWRITES.values(), key=lambda r: (LEVELS.index(r.level), r.order))
+    # one editor for every rewrite (built and finished once: the graph's records are costly
+    # to make), pruned after each rewrite that changed something
+    editor = Editor(imported, feature_level)
     for r in ordered:
         if LEVELS.index(r.level) > rank or r.name in disabled:
             continue
-        editor = Editor(imported, feature_level)
         count = int(r.fn(editor))
         if count:
-            imported = editor.finish()
+            editor.prune()
             counts[r.name] = counts.get(r.name, 0) + count
     if counts:
-        imported = replace(imported, optimizations=tuple(counts.items()))
+        imported = replace(editor.finish(), optimizations=tuple(counts.items()))
     return imported, counts
 
 
