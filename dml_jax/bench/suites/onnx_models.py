@@ -305,17 +305,26 @@ def _ort_session(path: str):
 
 
 def _time_onnx(run: Run, row: dict, path: str, feeds: list[np.ndarray]) -> Any:
-    """dml_jax's and onnxruntime CPU's times on ``feeds``; returns the dml output."""
+    """dml_jax's times on ``feeds`` at each graph optimization level of ``--levels`` (``dml_ms``:
+    the first one's; ``dml_ms_<level>`` each) and onnxruntime CPU's; returns the dml output of
+    the first level."""
     import jax
 
-    from dml_jax.onnx import InferenceSession
+    from dml_jax.onnx import InferenceSession, SessionOptions
 
-    s = InferenceSession(path)
     inputs = [jax.device_put(a) for a in feeds]
-    fn = jax.jit(s.fn)
-    cold, out = cold_time(lambda: fn(*inputs), jax_sync)
-    dml_s = run.timer.run(lambda: fn(*inputs), jax_sync)
-    row.update(batch=int(feeds[0].shape[0]), dml_cold_s=round(cold, 2), dml_ms=dml_s * 1e3)
+    levels = list(getattr(run.args, "levels", None) or ["all"])
+    out = dml_s = None
+    for level in levels:
+        options = SessionOptions()
+        options.graph_optimization_level = level
+        fn = jax.jit(InferenceSession(path, options).fn)
+        cold, first = cold_time(lambda fn=fn: fn(*inputs), jax_sync)
+        t = run.timer.run(lambda fn=fn: fn(*inputs), jax_sync)
+        row[f"dml_ms_{level}"] = t * 1e3
+        if out is None:
+            out, dml_s = first, t
+            row.update(batch=int(feeds[0].shape[0]), dml_cold_s=round(cold, 2), dml_ms=t * 1e3)
     try:
         ort = _ort_session(path)
         feed = {i.name: a for i, a in zip(ort.get_inputs(), feeds)}
@@ -428,6 +437,12 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--no-compile", dest="compile", action="store_false", help="no torch.compile")
     p.add_argument("--check-batch", type=int, default=2, help="batch of the agreement check")
     p.add_argument("--batch", type=int, default=32, help="batch of the timing")
+    p.add_argument(
+        "--levels",
+        nargs="*",
+        default=["all"],
+        help="graph optimization levels dml_jax is timed at (the first one is compared)",
+    )
 
 
 def run(run: Run) -> int:
