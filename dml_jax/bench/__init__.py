@@ -14,35 +14,17 @@ device). ``--quick`` runs tiny shapes on any backend (what the tests run). The r
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from .harness import Run, Timer, environment
+from .harness import SUITES, Run, Timer, environment, suite_module
 
 __all__ = ["SUITES", "Run", "Timer", "environment", "main", "suite_module"]
 
-# The suites, in the order of the results page.
-SUITES = (
-    "operators",
-    "gemm_conv",
-    "quantized",
-    "attention_lstm",
-    "networks",
-    "onnx_models",
-    "training",
-    "scaling",
-)
-
 DEFAULT_OUT = "benchmarks/results"
 DEFAULT_PAGE = "benchmarks/RESULTS.md"
-
-
-def suite_module(name: str):
-    """The module of suite ``name`` (``add_arguments``, ``run``, ``table``)."""
-    return importlib.import_module(f"dml_jax.bench.suites.{name}")
 
 
 def _parser() -> argparse.ArgumentParser:

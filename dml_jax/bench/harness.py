@@ -9,6 +9,7 @@ suite could not run (no PyTorch, one device) is named under ``skipped`` with the
 from __future__ import annotations
 
 import datetime
+import importlib
 import json
 import os
 import platform
@@ -222,3 +223,21 @@ def examples_module(name: str) -> Any:
     if folder not in sys.path:
         sys.path.insert(0, folder)
     return __import__(name)
+
+
+# The suites, in the order of the results page.
+SUITES = (
+    "operators",
+    "gemm_conv",
+    "quantized",
+    "attention_lstm",
+    "networks",
+    "onnx_models",
+    "training",
+    "scaling",
+)
+
+
+def suite_module(name: str):
+    """The module of suite ``name`` (``add_arguments``, ``run``, ``table``)."""
+    return importlib.import_module(f"dml_jax.bench.suites.{name}")

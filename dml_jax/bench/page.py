@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .harness import ROOT
+from .harness import ROOT, SUITES, suite_module
 
 MAX_LINES = 300
 
@@ -40,7 +40,6 @@ def _heading(report: dict) -> str:
 
 def load(results: Path) -> dict[str, dict]:
     """The report of each suite found in ``results`` (``<suite>.json``)."""
-    from . import SUITES
 
     found = {}
     for name in SUITES:
@@ -52,7 +51,6 @@ def load(results: Path) -> dict[str, dict]:
 
 def render(results: Path) -> str:
     """The page's text from the reports in ``results``."""
-    from . import SUITES, suite_module
 
     reports = load(results)
     lines = _HEAD.splitlines()

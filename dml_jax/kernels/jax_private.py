@@ -42,3 +42,11 @@ def triton_lowering() -> ModuleType:
     from jax._src.pallas.triton import lowering
 
     return lowering
+
+
+def cudnn_version() -> int:
+    """The cuDNN version jaxlib was built against (``jax._src.lib.cuda_versions``; raises on a
+    jaxlib without CUDA): the benchmarks record it beside their attention timings."""
+    from jax._src.lib import cuda_versions
+
+    return cuda_versions.cudnn_get_version()

@@ -603,7 +603,7 @@ class InferenceSession:
 
     def _save(self, imported: ImportedGraph) -> None:
         """Writes the optimized graph to ``optimized_model_filepath`` (DxDispatch JSON)."""
-        from .convert import write_imported
+        from .graph_file import write_imported
 
         try:
             write_imported(imported, self._saved_to)

@@ -95,7 +95,7 @@ def hardmax(x, axes: tuple[int, ...]):
     return (position == index).astype(x.dtype)
 
 
-_FUNCTIONS = {"SOFTMAX": softmax, "LOG_SOFTMAX": log_softmax, "HARDMAX": hardmax}
+FUNCTIONS = {"SOFTMAX": softmax, "LOG_SOFTMAX": log_softmax, "HARDMAX": hardmax}
 _SUMMARY = {
     "SOFTMAX": "exp(x) / sum(exp(x))",
     "LOG_SOFTMAX": "x - log(sum(exp(x)))",
@@ -109,7 +109,7 @@ def _axes(d: Any) -> tuple[int, ...]:
 
 
 def _lower(function: str):
-    fn = _FUNCTIONS[function]
+    fn = FUNCTIONS[function]
 
     def lower(d: Any, x):
         axes = _axes(d)
@@ -206,7 +206,7 @@ def _example(function: str, version: str) -> Example:
 
 
 CLASSES: dict[str, type] = {}
-for _function in _FUNCTIONS:
+for _function in FUNCTIONS:
     for _version, _make, _validate, _table in (
         ("", _v0_class, _validate_v0, _V0_TABLE),
         ("1", _v1_class, _validate_v1, _V1_TABLE),

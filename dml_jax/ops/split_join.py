@@ -80,12 +80,6 @@ def lower_split(d: SplitOperatorDesc, x):
     return _slices(d, x)
 
 
-def _halves(shape: tuple, dtype: str) -> tuple[TensorDesc, TensorDesc]:
-    n, c, h, w = shape
-    whole = TensorDesc(dtype.upper(), shape)
-    return whole, whole.like(sizes=(n, c, h // 2, w))
-
-
 register(
     SplitOperatorDesc,
     infer=infer_split,

@@ -7,7 +7,7 @@ import math
 import jax
 
 from dml_jax.bench.catalog import BenchCase, register_cases
-from dml_jax.ops.softmax import _FUNCTIONS, CLASSES
+from dml_jax.ops.softmax import CLASSES, FUNCTIONS
 from dml_jax.tensor import TensorDesc
 
 
@@ -55,6 +55,6 @@ def _bench(function: str, version: str):
     return cases
 
 
-for _function in _FUNCTIONS:
+for _function in FUNCTIONS:
     for _version in ("", "1"):
         register_cases(CLASSES[_function + _version], _bench(_function, _version))

@@ -5,7 +5,14 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from dml_jax.bench.catalog import BenchCase, register_cases
-from dml_jax.ops.split_join import JoinOperatorDesc, SplitOperatorDesc, _halves
+from dml_jax.ops.split_join import JoinOperatorDesc, SplitOperatorDesc
+from dml_jax.tensor import TensorDesc
+
+
+def _halves(shape: tuple, dtype: str) -> tuple[TensorDesc, TensorDesc]:
+    n, c, h, w = shape
+    whole = TensorDesc(dtype.upper(), shape)
+    return whole, whole.like(sizes=(n, c, h // 2, w))
 
 
 def _bench_split(shape: tuple, dtype: str, full: bool) -> list[BenchCase]:

@@ -144,9 +144,9 @@ def lstm(run: Run) -> None:
 
 def run(run: Run) -> int:
     try:
-        from jax._src.lib import cuda_versions
+        from dml_jax.kernels.jax_private import cudnn_version
 
-        run.report["cudnn"] = cuda_versions.cudnn_get_version()
+        run.report["cudnn"] = cudnn_version()
     except Exception as e:  # not a CUDA build of jaxlib
         run.report["cudnn"] = f"unknown ({type(e).__name__})"
     if run.args.only != "lstm":
