@@ -1,0 +1,723 @@
+"""Attention fusion: the subgraph exporters write for scaled dot-product attention, rewritten into
+one MULTIHEAD_ATTENTION (or MULTIHEAD_ATTENTION1 where the keys and values have fewer heads), as
+onnxruntime's AttentionFusion makes a com.microsoft Attention node that its DirectML provider runs
+as MULTIHEAD_ATTENTION. On a GPU that node runs on cuDNN's fused attention (``kernels.attention``)
+instead of materializing the logits and the probabilities of every head.
+
+The pattern, over the imported DML graph (views are consumers' tensor descs over their
+producers' packed bytes, and the exporters' transposes are ELEMENT_WISE_IDENTITY copies):
+
+- GEMM (no C, no fused activation) of the queries {Z, S, D} by the transposed keys {Z, D, T},
+  Z = B * H flattened or not; either operand may be read through identity copies (transposes,
+  the repeat of grouped key/value heads by Expand) and through scalar scales (MULTIPLY or DIVIDE
+  by a constant, an identity's ScaleBias without bias: the dynamo exporter's sqrt(scale) on Q and
+  K), which join the GEMM's Alpha as MULTIHEAD_ATTENTION's Scale;
+- on the logits, in order: more scalar scales, then masks: ELEMENT_WISE_ADD of any tensor
+  (RelativePositionBias; a constant of two values {0, c} is the BOOLEAN mask with MaskFilterValue
+  c, which adds the same c) and ELEMENT_WISE_IF(keep, logits, c) of a constant c (a BOOLEAN mask
+  that adds c where the logit was set to c: the same weights where c is -inf, or float32's lowest
+  (s + c == c for any |s| < 1e31), or where a constant mask keeps a key in every row and c is
+  float16's lowest or below: the masked weights exp(c + s - max) are then 0 either way);
+- ACTIVATION_SOFTMAX(1) over the last axis, read only by the second GEMM as its A;
+- GEMM (Alpha 1, no C) of the probabilities by the values {Z, T, Dv}.
+
+Every intermediate (logits, probabilities, scaled operands) must have no other reader and must
+not be a graph output, and the logits must flow through packed reshapes only. The output is
+written {B, S, H * Dv} by MULTIHEAD_ATTENTION; the second GEMM's readers read it through an
+identity that puts the heads first again, and a reader that only put them back (the head merge's
+transpose) reads the output itself.
+
+Precision: MULTIHEAD_ATTENTION computes FLOAT16 in float32 and rounds once, where the unfused
+graph rounds the logits, the probabilities and each scaled operand to float16; the results agree
+within float16 rounding of those intermediates (float32: within float32 rounding, the scale being
+one multiplication instead of a division or two square roots).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...enums import DataType
+from ...registry import lookup
+from ...tensor import TensorDesc, packed_strides
+from ..importer import identity
+from . import GRAPH_INPUT, Editor, Source, rewrite
+
+# A strided view: (size, stride) per axis, row-major; a logical axis may hold several.
+Axes = list[tuple[int, int]]
+
+_ID = "DML_OPERATOR_ELEMENT_WISE_IDENTITY"
+_SOFTMAX = ("DML_OPERATOR_ACTIVATION_SOFTMAX", "DML_OPERATOR_ACTIVATION_SOFTMAX1")
+_F16_LOWEST = float(np.finfo(np.float16).min)
+
+
+def _op(name: str) -> type:
+    return lookup(f"DML_OPERATOR_{name}").desc_class
+
+
+# --- strided views ---------------------------------------------------------------------------
+
+
+def _axes(desc: TensorDesc) -> list[Axes]:
+    """One single-axis list per dimension of ``desc``."""
+    strides = desc.strides if desc.strides is not None else packed_strides(desc.sizes)
+    return [[(n, t if n > 1 else 0)] for n, t in zip(desc.sizes, strides)]
+
+
+def _canonical(axes: Axes) -> Axes:
+    """The same view with size-1 axes dropped and adjacent axes merged where the outer stride
+    is the inner one times its size (so two views are equal exactly when these are)."""
+    out: Axes = []
+    for n, t in axes:
+        if n == 1:
+            continue
+        if out and out[-1][1] == n * t:
+            out[-1] = (out[-1][0] * n, t)
+        else:
+            out.append((n, t))
+    return out
+
+
+def _reshape(axes: Axes, sizes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Strides reading ``axes`` (row-major, same element count) as ``sizes``, or None where that
+    needs a copy (numpy's no-copy reshape)."""
+    rest = _canonical(axes)
+    out = []
+    for n in sizes:
+        if n == 1:
+            out.append(0)
+            continue
+        if not rest:
+            return None
+        m, t = rest[0]
+        if m % n:
+            return None
+        out.append(t * (m // n))
+        if m == n:
+            rest.pop(0)
+        else:
+            rest[0] = (m // n, t)
+    return None if rest else tuple(out)
+
+
+def _compose(view: list[Axes], y_sizes: tuple[int, ...], y_axes: list[Axes]) -> list[Axes] | None:
+    """``view`` reads the packed buffer Y of ``y_sizes``, whose element at index (i_0, ...) is
+    at offset sum(i_j * stride_j) of X (``y_axes``, one axis each): the same view over X, or
+    None where it is not strided (an offset would carry from one axis of Y into the next)."""
+    ys = [a[0][1] for a in y_axes]
+    packed = packed_strides(y_sizes)
+    real = [j for j, n in enumerate(y_sizes) if n > 1]
+    used = dict.fromkeys(real, 0)
+
+    def axis(n: int, t: int) -> Axes | None:
+        if n == 1 or t == 0:
+            return [(n, 0)]
+        js = [j for j in real if packed[j] <= t < packed[j] * y_sizes[j]]
+        if not js or t % packed[js[0]]:
+            return None
+        k = real.index(js[0])
+        step, out = t // packed[js[0]], []
+        while True:
+            j = real[k]
+            if step * (n - 1) < y_sizes[j]:
+                used[j] += step * (n - 1)
+                return [(n, step * ys[j])] + out
+            if y_sizes[j] % step or n % (y_sizes[j] // step) or k == 0:
+                return None
+            inner = y_sizes[j] // step
+            used[j] += step * (inner - 1)
+            out.insert(0, (inner, step * ys[j]))
+            n, step, k = n // inner, 1, k - 1
+
+    result = []
+    for logical in view:
+        sub: Axes = []
+        for n, t in logical:
+            part = axis(n, t)
+            if part is None:
+                return None
+            sub += part
+        result.append(sub)
+    if any(used[j] >= y_sizes[j] for j in real):
+        return None
+    return result
+
+
+# --- reading through the graph ---------------------------------------------------------------
+
+
+def _scalar(g: Editor, src: Source, desc: TensorDesc) -> float | None:
+    """The one value of a constant read through ``desc`` (every element equal), else None."""
+    value = g.constant(src)
+    if value is None or value.size == 0:
+        return None
+    flat = np.asarray(value, np.float64).reshape(-1)
+    return float(flat[0]) if np.all(flat == flat[0]) else None
+
+
+def _elementwise(node) -> bool:
+    return getattr(node, "fused_activation", None) is None
+
+
+def _scale_step(g: Editor, n: int) -> tuple[int, float] | None:
+    """(the input slot carrying the tensor, the factor) where node ``n`` multiplies a tensor by
+    a constant scalar: MULTIPLY or DIVIDE by a constant, or an identity with a ScaleBias whose
+    bias is 0. Else None."""
+    node = g.nodes[n]
+    kind = node.operator_type
+    if kind == _ID:
+        sb = node.scale_bias
+        if sb is None or sb.bias != 0:
+            return None
+        return 0, float(sb.scale)
+    if kind == "DML_OPERATOR_ELEMENT_WISE_MULTIPLY" and _elementwise(node):
+        for slot in (0, 1):
+            other = 1 - slot
+            c = _scalar(g, g.source(n, other), g.input_desc(n, other))
+            if c is not None:
+                return slot, c
+    if kind == "DML_OPERATOR_ELEMENT_WISE_DIVIDE" and _elementwise(node):
+        c = _scalar(g, g.source(n, 1), g.input_desc(n, 1))
+        if c is not None and c != 0:
+            return 0, 1.0 / c
+    return None
+
+
+def _pure_identity(g: Editor, n: int) -> bool:
+    node = g.nodes[n]
+    return node.operator_type == _ID and node.scale_bias is None
+
+
+@dataclass
+class _Operand:
+    """A GEMM operand as a view over a packed buffer: ``axes`` per logical axis (batch Z,
+    rows, columns), the factor scales on the way (``scale``)."""
+
+    source: Source
+    axes: list[Axes]
+    data_type: DataType
+    scale: float = 1.0
+
+
+def _operand(g: Editor, n: int, slot: int, transposed: bool, scales: bool) -> _Operand | None:
+    """Input ``slot`` of GEMM ``n`` as a view {Z, rows, columns} (after its transposition) over
+    the buffer it reads, seen through identity copies and (``scales``) scalar scales."""
+    desc = g.input_desc(n, slot)
+    src = g.source(n, slot)
+    per = _axes(desc)
+    batch = [a for axis in per[:-2] for a in axis]
+    rows, cols = (per[-1], per[-2]) if transposed else (per[-2], per[-1])
+    view = [batch, rows, cols]
+    scale = 1.0
+    while src is not None and src[0] != GRAPH_INPUT and src[1] == 0:
+        m = src[0]
+        step = None
+        if _pure_identity(g, m):
+            step = (0, 1.0)
+        elif scales:
+            step = _scale_step(g, m)
+        if step is None:
+            break
+        inner = g.source(m, step[0])
+        if inner is None or inner[0] == GRAPH_INPUT:
+            break
+        node = g.nodes[m]
+        out = g.output_desc(src)
+        in_desc = g.input_desc(m, step[0])
+        if not out.is_packed or in_desc.data_type != out.data_type or in_desc.sizes != out.sizes:
+            break
+        composed = _compose(view, out.sizes, _axes(in_desc))
+        if composed is None:
+            break
+        del node
+        view, src, scale = composed, inner, scale * step[1]
+    return _Operand(src, view, desc.data_type, scale)
+
+
+def _contiguous(desc: TensorDesc, count: int) -> bool:
+    """Whether ``desc`` reads a packed buffer of ``count`` elements in order (a reshape)."""
+    return desc.element_count == count and _canonical(
+        [a for axis in _axes(desc) for a in axis]
+    ) in ([(count, 1)], [])
+
+
+# --- the match -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Match:
+    softmax: int
+    qk: int
+    pv: int
+    chain: list[int]  # logits nodes between the first GEMM and the softmax
+    scale: float
+    additive: list[tuple[Source, TensorDesc, int]]  # (mask source, its desc, node)
+    keep: list[tuple[Source, TensorDesc, float, int, bool]]  # IF masks: cond, desc, fill, node, inv
+    guard: tuple[int, int] | None  # the IS_NAN and IF nodes zeroing NaN probabilities
+
+
+def _only_reader(g: Editor, src: Source, node: int, slot: int | None = None) -> bool:
+    user = g.only_user(src)
+    return user is not None and user[0] == node and (slot is None or user[1] == slot)
+
+
+def _match(g: Editor, sm: int) -> _Match | None:
+    node = g.nodes[sm]
+    if node.operator_type not in _SOFTMAX:
+        return None
+    sm_in = g.input_desc(sm, 0)
+    rank = sm_in.rank
+    if node.operator_type.endswith("1") and tuple(node.axes) != (rank - 1,):
+        return None
+    out = g.output_desc((sm, 0))
+    count = out.element_count
+    if not out.is_packed or not _contiguous(sm_in, count):
+        return None
+    # The probabilities: read only by the second GEMM, as its A, untransposed (or through the
+    # dynamo exporter's guard Where(IsNaN(p), 0, p), ``_nan_guard``).
+    guard = _nan_guard(g, sm, count)
+    probs = (guard[1], 0) if guard else (sm, 0)
+    user = g.only_user(probs)
+    if user is None or user[1] != 0:
+        return None
+    pv = user[0]
+    d = g.nodes[pv]
+    if d.operator_type != "DML_OPERATOR_GEMM" or d.c_tensor is not None:
+        return None
+    if d.fused_activation is not None or d.alpha != 1.0 or d.trans_a.name != "NONE":
+        return None
+    if not _contiguous(g.input_desc(pv, 0), count):
+        return None
+    # Back from the softmax through the logits chain to the first GEMM.
+    chain: list[int] = []
+    additive, keep = [], []
+    scale = 1.0
+    src = g.source(sm, 0)
+    while True:
+        if src is None or src[0] == GRAPH_INPUT or src[1] != 0:
+            return None
+        n = src[0]
+        if not _only_reader(g, src, chain[-1] if chain else sm):
+            return None
+        node = g.nodes[n]
+        kind = node.operator_type
+        if kind == "DML_OPERATOR_GEMM":
+            break
+        chain.append(n)
+        size = g.output_desc(src).element_count
+        if size != count or not g.output_desc(src).is_packed:
+            return None
+        if _pure_identity(g, n):
+            step = (0, 1.0)
+        else:
+            step = _scale_step(g, n)
+        if step is not None:
+            scale *= step[1]
+            slot = step[0]
+        elif kind in ("DML_OPERATOR_ELEMENT_WISE_ADD", "DML_OPERATOR_ELEMENT_WISE_ADD1"):
+            if not _elementwise(node):
+                return None
+            # Which input is the logits: the one whose producer leads back to a GEMM is not
+            # known yet, so the chain follows the input that is not a constant or, both being
+            # computed, the one read as a packed reshape of the right size (the mask is
+            # broadcast or read from another node).
+            slot = _logits_slot(g, n, count)
+            if slot is None:
+                return None
+            other = 1 - slot
+            if scale != 1.0:
+                return None  # a scale after a mask (met first, going back) scales it too
+            additive.append((g.source(n, other), g.input_desc(n, other), n))
+        elif kind == "DML_OPERATOR_ELEMENT_WISE_IF":
+            fill_slot = None
+            for slot, fill in ((1, 2), (2, 1)):
+                c = _scalar(g, g.source(n, fill), g.input_desc(n, fill))
+                if c is not None and _contiguous(g.input_desc(n, slot), count):
+                    fill_slot = fill
+                    break
+            if fill_slot is None:
+                return None
+            cond = (g.source(n, 0), g.input_desc(n, 0), c, n, slot == 2)
+            if scale != 1.0:
+                return None
+            keep.append(cond)
+        else:
+            return None
+        if not _contiguous(g.input_desc(n, slot), count):
+            return None
+        src = g.source(n, slot)
+    qk = src[0]
+    d = g.nodes[qk]
+    if d.c_tensor is not None or d.fused_activation is not None:
+        return None
+    if not g.output_desc(src).is_packed or g.output_desc(src).element_count != count:
+        return None
+    if chain:
+        pass
+    elif not _only_reader(g, src, sm):
+        return None
+    return _Match(sm, qk, pv, chain, scale * float(d.alpha), additive, keep, guard)
+
+
+def _nan_guard(g: Editor, sm: int, count: int) -> tuple[int, int] | None:
+    """(IS_NAN, IF) where the softmax's output is read only by ``Where(IsNaN(p), 0, p)`` (the
+    dynamo exporter's decomposition of scaled_dot_product_attention zeroes the rows without a
+    key so), else None."""
+    users = g.users((sm, 0))
+    if len(users) != 2 or g.is_output((sm, 0)):
+        return None
+    nan = next((n for n, k in users if g.nodes[n].operator_type.endswith("IS_NAN") and k == 0), None)
+    sel = next((n for n, k in users if g.nodes[n].operator_type.endswith("_IF") and k == 2), None)
+    if nan is None or sel is None or g.only_user((nan, 0)) != (sel, 0):
+        return None
+    if _scalar(g, g.source(sel, 1), g.input_desc(sel, 1)) != 0.0:
+        return None
+    for n, slot in ((nan, 0), (sel, 0), (sel, 2)):
+        if not _contiguous(g.input_desc(n, slot), count):
+            return None
+    return nan, sel
+
+
+def _logits_slot(g: Editor, n: int, count: int) -> int | None:
+    """The input of ADD ``n`` carrying the logits: the packed reshape of a computed tensor that
+    the other input is not."""
+    good = []
+    for slot in (0, 1):
+        src = g.source(n, slot)
+        if src is None or src[0] == GRAPH_INPUT or g.constant(src) is not None:
+            continue
+        if _contiguous(g.input_desc(n, slot), count) and g.only_user(src) == (n, slot):
+            good.append(slot)
+    if len(good) == 1:
+        return good[0]
+    if len(good) == 2:  # both qualify: the one produced by a GEMM or a logits-like node
+        for slot in good:
+            kind = g.nodes[g.source(n, slot)[0]].operator_type
+            if kind == "DML_OPERATOR_GEMM":
+                return slot
+        return None
+    return None
+
+
+# --- the rewrite -----------------------------------------------------------------------------
+
+
+def _kv_split(axes: Axes, b: int, h: int) -> tuple[int, int, int] | None:
+    """(Hkv, batch stride, head stride) reading a key / value batch ``axes`` as {B, H} heads
+    that repeat Hkv distinct heads in groups of H / Hkv (the group axis at stride 0: the repeat
+    of grouped heads by Expand); the fewest such Hkv, H itself where none repeats."""
+    for hkv in range(1, h + 1):
+        if h % hkv:
+            continue
+        s = _reshape(axes, (b, hkv, h // hkv))
+        if s is not None and (s[2] == 0 or hkv == h):
+            return hkv, s[0], s[1]
+    return None
+
+
+def _layouts(q: _Operand, k: _Operand, v: _Operand, z: int) -> list[tuple]:
+    """For each head count H (Z = B * H) for which Q, K and V read as {B, H, ...}: (H,
+    Q's (batch, head) strides, K's and V's (Hkv, batch, head stride))."""
+    out = []
+    for h in range(1, z + 1):
+        if z % h:
+            continue
+        b = z // h
+        qs = _reshape(q.axes[0], (b, h))
+        ks, vs = _kv_split(k.axes[0], b, h), _kv_split(v.axes[0], b, h)
+        if qs is None or ks is None or vs is None:
+            continue
+        if ks[0] != vs[0]:  # one group size for both, or none
+            ks = (h, *(_reshape(k.axes[0], (b, h)) or (None, None)))
+            vs = (h, *(_reshape(v.axes[0], (b, h)) or (None, None)))
+            if ks[1] is None or vs[1] is None:
+                continue
+        out.append((h, qs, ks, vs))
+    return out
+
+
+def _stride(axes: Axes) -> int:
+    """The stride of a view that reads as one axis (checked by the caller)."""
+    return _reshape(axes, (size_of(axes),))[0]
+
+
+def size_of(axes: Axes) -> int:
+    return math.prod(n for n, _ in axes)
+
+
+def _input(
+    g: Editor, x: _Operand, b: int, heads: tuple[int, int, int], rows: int, origin: int
+) -> tuple[Source, TensorDesc]:
+    """Q, K or V as MULTIHEAD_ATTENTION reads it, {B, rows, heads * columns}: a desc over
+    ``x``'s buffer where its heads and columns are adjacent, else an identity copy in that
+    layout. ``heads``: (head count, batch stride, head stride)."""
+    h, sb, sh = heads
+    cols = size_of(x.axes[2])
+    sr, sc = _stride(x.axes[1]), _stride(x.axes[2])
+    sizes = (b, rows, h * cols)
+    t = x.data_type
+    if sh == cols * sc or h == 1:
+        strides = (sb, sr, sc)
+        return x.source, TensorDesc(
+            t, sizes, strides=None if strides == packed_strides(sizes) else strides
+        )
+    # A copy with the heads next to the columns.
+    src_desc = TensorDesc(t, (b, rows, h, cols), strides=(sb, sr, sh, sc))
+    copy = _op("ELEMENT_WISE_IDENTITY")(src_desc, TensorDesc(t, (b, rows, h, cols)))
+    n = g.add(copy, [x.source], origin)
+    return (n, 0), TensorDesc(t, sizes)
+
+
+def _mask_view(desc: TensorDesc, full: tuple[int, int, int, int]) -> TensorDesc | None:
+    """An operand desc of an elementwise node over the logits as {B, H, S, T}."""
+    per = _axes(desc)
+    batch = [a for axis in per[:-2] for a in axis]
+    if desc.sizes[-2:] != full[2:]:
+        return None
+    head = _reshape(batch, full[:2])
+    if head is None:
+        return None
+    strides = head + (per[-2][0][1], per[-1][0][1])
+    return TensorDesc(desc.data_type, full, strides=strides)
+
+
+def _known(g: Editor, src: Source, desc: TensorDesc) -> np.ndarray | None:
+    """A constant read through ``desc`` (NumPy, desc's sizes with its broadcast dimensions,
+    those of stride 0, left at 1), else None."""
+    value = g.constant(src)
+    if value is None:
+        return None
+    flat = np.ascontiguousarray(value).reshape(-1)
+    strides = desc.strides if desc.strides is not None else packed_strides(desc.sizes)
+    if desc.addressed_elements > flat.size:
+        return None
+    sizes = tuple(1 if t == 0 else n for n, t in zip(desc.sizes, strides))
+    return np.lib.stride_tricks.as_strided(
+        flat, sizes, tuple(t * flat.itemsize for t in strides)
+    ).copy()
+
+
+def _constant_node(g: Editor, array: np.ndarray, origin: int) -> Source:
+    """A constant graph input read through its identity node, as the importer brings them."""
+    array = np.ascontiguousarray(array)
+    src = g.add_constant(array.reshape(array.shape or (1,)))
+    desc = TensorDesc(DataType.from_dtype(array.dtype), array.shape or (1,))
+    n = g.add(identity(desc), [src], origin)
+    return (n, 0)
+
+
+def _compact(keep: np.ndarray, full: tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...]]:
+    """``keep`` (broadcastable to ``full``) with each axis along which it is constant reduced
+    to size 1, and the strides that read it at ``full``."""
+    small = keep
+    for axis in range(keep.ndim):
+        first = np.take(small, [0], axis=axis)
+        if np.all(small == first):
+            small = first
+    strides = packed_strides(small.shape)
+    strides = tuple(0 if n == 1 else s for n, s in zip(small.shape, strides))
+    return small, strides
+
+
+def _masks(g: Editor, m: _Match, full: tuple[int, ...], t: DataType):
+    """(keep: a NumPy bool mask broadcastable to ``full`` or None, MaskFilterValue, the
+    RelativePositionBias (source, desc) or None) that compute ``m``'s masks exactly; None
+    where they do not (module docstring)."""
+    lowest32 = float(np.finfo(np.float32).min)
+    rpb: list[tuple[Source, TensorDesc]] = []
+    terms: list[tuple[np.ndarray, float]] = []  # (kept, what a masked logit gets)
+    for src, desc, _ in m.additive:
+        view = _mask_view(desc, full)
+        if view is None or view.data_type != t:
+            return None
+        known = _known(g, src, view)
+        if known is not None:
+            values = np.unique(known)
+            if len(values) == 1 and values[0] == 0:
+                continue
+            if len(values) == 2 and values[1] == 0 and values[0] < 0:
+                terms.append((known == 0, float(values[0])))
+                continue
+        rpb.append((src, view))
+    for cond_src, cond_desc, fill, _, inverted in m.keep:
+        view = _mask_view(cond_desc, full)
+        known = None if view is None else _known(g, cond_src, view)
+        if known is None:
+            return None  # a condition computed at run time: not matched
+        kept = (known == 0) if inverted else (known != 0)
+        # The logit is set to ``fill`` where MULTIHEAD_ATTENTION adds it.
+        if fill != -math.inf and fill > lowest32:
+            if fill > _F16_LOWEST or not np.all(np.any(kept, axis=-1)):
+                return None
+        terms.append((kept, fill))
+    if len(rpb) > 1:
+        return None
+    if not terms:
+        return None, -math.inf, rpb[0] if rpb else None
+    fills = {f for _, f in terms}
+    if len(fills) > 1:
+        return None
+    fill = fills.pop()
+    keep = terms[0][0]
+    masked = ~keep
+    for kept, _ in terms[1:]:
+        if fill != -math.inf and np.any(masked & ~kept):
+            return None  # a logit masked twice gets the value twice
+        keep = keep & kept
+        masked = ~keep
+    if fill <= _F16_LOWEST and np.all(np.any(keep, axis=-1)):
+        # Every query keeps a key: a masked key's weight exp(fill + s - max) is 0 as with
+        # -inf, which cuDNN's attention takes as its mask (and its causal mode).
+        fill = -math.inf
+    return keep, fill, rpb[0] if rpb else None
+
+
+def _rows_without_keys(keep: np.ndarray | None, fill: float, rpb) -> bool:
+    """Whether a query row may have no key (softmax NaN): a RelativePositionBias known only at
+    run time may hold -inf, a -inf mask may mask a whole row. With finite Q, K, V nothing else
+    gives NaN."""
+    if rpb is not None:
+        return True
+    return keep is not None and fill == -math.inf and not np.all(np.any(keep, axis=-1))
+
+
+def _zero_nan_rows(
+    g: Editor, guard: tuple[int, int], y: Source, desc: TensorDesc, origin: int
+) -> Source:
+    """Where(IsNaN(y), 0, y) on the attention output: a row of probabilities is NaN exactly
+    where its output row is (finite values), so this is the exporter's guard moved after the
+    second product."""
+    nan, sel = guard
+    flags = g.nodes[nan].output_tensor.data_type
+    is_nan = g.add(_op("ELEMENT_WISE_IS_NAN")(desc, TensorDesc(flags, desc.sizes)), [y], origin)
+    zero = g.input_desc(sel, 1)
+    zero = TensorDesc(zero.data_type, desc.sizes, strides=(0,) * len(desc.sizes))
+    node = _op("ELEMENT_WISE_IF")(TensorDesc(flags, desc.sizes), zero, desc, desc)
+    n = g.add(node, [(is_nan, 0), g.source(sel, 1), y], origin)
+    return (n, 0)
+
+
+def _fuse(g: Editor, m: _Match) -> bool:
+    gemm1, gemm2 = g.nodes[m.qk], g.nodes[m.pv]
+    origin = g.origin[m.pv]
+    q = _operand(g, m.qk, 0, gemm1.trans_a.name == "TRANSPOSE", True)
+    kt = _operand(g, m.qk, 1, gemm1.trans_b.name == "TRANSPOSE", True)
+    v = _operand(g, m.pv, 1, gemm2.trans_b.name == "TRANSPOSE", False)
+    # Keys as {Z, T, D}: the transposed operand's rows and columns swapped.
+    k = _Operand(kt.source, [kt.axes[0], kt.axes[2], kt.axes[1]], kt.data_type, kt.scale)
+    t = gemm1.output_tensor.data_type
+    if any(x.data_type != t for x in (q, k, v)) or gemm2.output_tensor.data_type != t:
+        return False
+    if t.name not in ("FLOAT32", "FLOAT16"):
+        return False
+    size = size_of
+    z, s, dh = size(q.axes[0]), size(q.axes[1]), size(q.axes[2])
+    total = size(k.axes[1])
+    dv = size(v.axes[2])
+    if size(k.axes[0]) != z or size(v.axes[0]) != z or size(k.axes[2]) != dh:
+        return False
+    if size(v.axes[1]) != total:
+        return False
+    if any(_reshape(x.axes[i], (size(x.axes[i]),)) is None for x in (q, k, v) for i in (1, 2)):
+        return False
+    layouts = _layouts(q, k, v, z)
+    if not layouts:
+        return False
+    # The head count the logits' nodes show (their last batch axis), else the one whose queries
+    # need no copy (any layout consistent with Q, K and V computes the same heads).
+    hint = None
+    for n in m.chain + [m.softmax]:
+        sizes = g.nodes[n].edge_slots("output")[0][1].sizes
+        if len(sizes) >= 4 and math.prod(sizes[:-2]) == z:
+            hint = sizes[-3]
+            break
+    sc = _stride(q.axes[2])
+    layout = next((c for c in layouts if c[0] == hint), None) or next(
+        (c for c in layouts if c[1][1] == dh * sc), layouts[0]
+    )
+    h, (qb, qh), kh, vh = layout
+    b = z // h
+    full = (b, h, s, total)
+
+    # Masks.
+    fields: dict = {}
+    feeds: dict = {}
+    masks = _masks(g, m, full, t)
+    if masks is None:
+        return False
+    keep, filter_value, rpb = masks
+    mask_type = "NONE"
+    if keep is not None:
+        small, strides = _compact(keep.astype(np.int32), full)
+        feeds["mask_tensor"] = _constant_node(g, small, origin)
+        fields["mask_tensor"] = TensorDesc(DataType.INT32, full, strides=strides)
+        mask_type = "BOOLEAN"
+    if rpb is not None:
+        feeds["relative_position_bias_tensor"], fields["relative_position_bias_tensor"] = rpb
+
+    # Q, K, V.
+    q_src, q_desc = _input(g, q, b, (h, qb, qh), s, origin)
+    k_src, k_desc = _input(g, k, b, (kh[0], kh[1], kh[2]), total, origin)
+    v_src, v_desc = _input(g, v, b, (vh[0], vh[1], vh[2]), total, origin)
+    hkv = kh[0]
+    feeds.update(query_tensor=q_src, key_tensor=k_src, value_tensor=v_src)
+    fields.update(query_tensor=q_desc, key_tensor=k_desc, value_tensor=v_desc)
+    fields["output_tensor"] = TensorDesc(t, (b, s, h * dv))
+    scale = float(m.scale * q.scale * k.scale)
+    common = {"scale": scale, "mask_filter_value": filter_value, "mask_type": mask_type}
+    if hkv == h:
+        desc = _op("MULTIHEAD_ATTENTION")(**fields, head_count=h, **common)
+    else:
+        desc = _op("MULTIHEAD_ATTENTION1")(
+            **fields, query_head_count=h, key_value_head_count=hkv, **common
+        )
+    member = {"".join(p.capitalize() for p in f.split("_")): f for f in feeds}
+    inputs = [feeds.get(member.get(slot)) for slot, _ in desc.edge_slots("input")]
+    mha = g.add(desc, inputs, origin)
+    y_src: Source = (mha, 0)
+    if m.guard and _rows_without_keys(keep, filter_value, rpb):
+        y_src = _zero_nan_rows(g, m.guard, y_src, fields["output_tensor"], origin)
+
+    # The second GEMM's output {Z, S, Dv} packed: the heads put first again.
+    out = g.output_desc((m.pv, 0))
+    y = TensorDesc(t, (b, h, s, dv), strides=(s * h * dv, dv, h * dv, 1))
+    back = g.add(_op("ELEMENT_WISE_IDENTITY")(y, TensorDesc(t, (b, h, s, dv))), [y_src], origin)
+    del out
+    g.reroute((m.pv, 0), (back, 0))
+    g.remove(m.pv, m.softmax, *m.chain, m.qk, *(m.guard or ()))
+    _merge_heads(g, back, (b, h, s, dv), y)
+    return True
+
+
+def _merge_heads(g: Editor, back: int, sizes: tuple[int, ...], y: TensorDesc) -> None:
+    """Readers of ``back`` (the output with its heads first) that are identity copies putting
+    the heads back next to the columns read the attention output itself."""
+    y_axes = _axes(y)
+    for n, slot in g.users((back, 0)):
+        if not _pure_identity(g, n) or slot != 0:
+            continue
+        desc = g.input_desc(n, 0)
+        out = g.output_desc((n, 0))
+        composed = _compose(_axes(desc), sizes, y_axes)
+        if composed is None or not out.is_packed:
+            continue
+        flat = _canonical([a for axis in composed for a in axis])
+        if flat == [(desc.element_count, 1)] and desc.element_count == math.prod(sizes):
+            g.reroute((n, 0), g.source(back, 0))
+            g.remove(n)
+
+
+@rewrite("attention", "extended")
+def fuse_attention(g: Editor) -> int:
+    """Scaled dot-product attention subgraphs into MULTIHEAD_ATTENTION(1)."""
+    count = 0
+    for n in g.live():
+        if g.nodes[n] is None or g.nodes[n].operator_type not in _SOFTMAX:
+            continue
+        m = _match(g, n)
+        if m is not None and _fuse(g, m):
+            count += 1
+    return count
