@@ -87,24 +87,34 @@ def compile_onnx(
     feature_level: Any = None,
     allow_half_precision: bool = False,
     fast_paths: bool = True,
+    optimization_level: Any = "all",
+    disabled_optimizers: Sequence[str] | None = None,
 ) -> CompiledOnnx:
     """Maps an ONNX model onto DirectML operators and compiles it into one XLA program, for
     models whose input shapes are fixed (by the model, ``free_dimensions`` or
     ``input_shapes``); ``InferenceSession`` binds open dimensions at each run instead.
+
+    ``optimization_level`` (onnxruntime's ``GraphOptimizationLevel``, its integer value, or
+    ``"disable"``, ``"basic"``, ``"extended"``, ``"all"``) and ``disabled_optimizers`` choose
+    the graph optimizations run on the imported graph (docs/onnx.md, "Graph optimizations").
 
     Raises:
         ImportError: without the ``onnx`` package.
         ValidationError: an unsupported op type (naming the node and its type), a dimension
             without a size, or a node DirectML would reject.
     """
+    from .optimize import disabled_names, level_name, optimize
     from .session import Program, compile_imported
 
+    level = level_name(optimization_level, "optimization_level")
+    disabled = disabled_names(disabled_optimizers)
     model = load_onnx(path_or_model)
     base_dir = None
     if isinstance(path_or_model, str | os.PathLike):
         base_dir = os.path.dirname(os.fspath(path_or_model))
     check_model(model)
     imported = import_graph(model, None, free_dimensions, input_shapes, base_dir=base_dir)
+    imported, _ = optimize(imported, level, disabled, feature_level)
     graph = compile_imported(
         imported,
         feature_level=feature_level,

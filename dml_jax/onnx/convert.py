@@ -64,7 +64,23 @@ def write_dxdispatch(
         else:
             arrays[info.name] = rng.integers(0, 10, shape).astype(dtype)
     program = session._program_for([arrays[i.name] for i in session.get_inputs()])
-    imported = program.imported
+    return write_imported(program.imported, out_path, arrays)
+
+
+def write_imported(
+    imported: Any, out_path: str, arrays: Mapping[str, np.ndarray] | None = None
+) -> list[str]:
+    """Writes an ``ImportedGraph`` (as imported, or as ``optimize`` left it) as a DxDispatch
+    JSON model at ``out_path`` plus one ``.npy`` file per graph input; returns the files
+    written. ``arrays``: the model inputs' values by name (others: zeros).
+
+    Raises:
+        ValidationError: a graph with JAX function nodes (no DML_GRAPH form), or none at all.
+    """
+    arrays = dict(arrays or {})
+    for name, shape, dtype in zip(imported.input_names, imported.input_shapes,
+                                  imported.input_dtypes):  # fmt: skip
+        arrays.setdefault(name, np.zeros(shape, dtype))
     if imported.graph is None:
         raise ValidationError("ONNX: every output of the model is known at import: no DML graph")
     jax_nodes = sorted({imported.onnx_nodes[o][0] for d, o in zip(imported.graph.nodes,

@@ -488,6 +488,8 @@ class ImportedGraph:
             | "output", name, layout)``: the names its tensors have among the inputs / outputs
             above, as a list (a sequence), a name (an optional's tensor) or None (an empty
             optional).
+        optimizations: ``(rewrite name, places rewritten)`` for each graph optimization that
+            changed the graph (``optimize.optimize``), in the order they ran.
     """
 
     graph: GraphDesc | None
@@ -506,6 +508,7 @@ class ImportedGraph:
     onnx_nodes: tuple[tuple[str, str], ...] = ()
     output_consts: tuple[np.ndarray | None, ...] = ()
     layouts: tuple[tuple[str, str, Any], ...] = ()
+    optimizations: tuple[tuple[str, int], ...] = ()
 
 
 Converter = Callable[["Context", Any, list], list]

@@ -44,6 +44,7 @@ from .importer import (
     numpy_dtype_of,
     to_graph_array,
 )
+from .optimize import optimize
 from .walk import import_graph, tensor_elem
 
 # Inputs a session specialises on must have at most this many elements.
@@ -82,13 +83,18 @@ class ModelMetadata:
 
 class SessionOptions:
     """The parts of onnxruntime's ``SessionOptions`` that mean something here: free dimension
-    overrides by name and by denotation, and ``graph_optimization_level`` (kept; this importer
-    always folds constants)."""
+    overrides by name and by denotation; ``graph_optimization_level`` (onnxruntime's
+    ``GraphOptimizationLevel``, its integer value, or ``"disable"``, ``"basic"``,
+    ``"extended"``, ``"all"``; default ``"all"`` as onnxruntime's) chooses the rewrites of
+    ``optimize`` run on each imported graph (constants are folded at import at every level);
+    ``optimized_model_filepath``: where each program's optimized DML graph is written as a
+    DxDispatch JSON model (docs/onnx.md, "Graph optimizations")."""
 
     def __init__(self):
         self.free_dimension_overrides: dict[str, int] = {}
         self.free_dimension_overrides_by_denotation: dict[str, int] = {}
-        self.graph_optimization_level: Any = None
+        self.graph_optimization_level: Any = "all"
+        self.optimized_model_filepath: str = ""
         self.config_entries: dict[str, str] = {}
 
     def add_free_dimension_override_by_name(self, name: str, value: int) -> None:
@@ -311,6 +317,8 @@ class InferenceSession:
             provider (DirectML, CUDA, ...) runs on the default JAX accelerator when there is one,
             ``CPUExecutionProvider`` on the CPU; None: JAX's default device.
         provider_options: accepted for compatibility (unused).
+        disabled_optimizers: names of graph optimizations not to run (``optimize.REWRITES``;
+            onnxruntime's keyword).
         free_dimensions: sizes of symbolic dimensions by name (``{"batch": 1}``).
         free_dimensions_by_denotation: sizes by dimension denotation (``{"DATA_BATCH": 1}``).
         device: a ``jax.Device`` or a platform name ("cpu", "gpu"); overrides ``providers``.
@@ -333,6 +341,7 @@ class InferenceSession:
         providers: Sequence[Any] | None = None,
         provider_options: Any = None,
         *,
+        disabled_optimizers: Sequence[str] | None = None,
         free_dimensions: Mapping[str, int] | None = None,
         free_dimensions_by_denotation: Mapping[str, int] | None = None,
         device: Any = None,
@@ -359,6 +368,11 @@ class InferenceSession:
         free.update({k: int(v) for k, v in (free_dimensions or {}).items()})
         free.update({k.upper(): int(v) for k, v in (free_dimensions_by_denotation or {}).items()})
         self._free = free
+        from .optimize import disabled_names, level_name
+
+        self._level = level_name(options.graph_optimization_level)
+        self._disabled = disabled_names(disabled_optimizers)
+        self._saved_to = os.fspath(options.optimized_model_filepath or "")
         self._feature_level = feature_level
         self._allow_half = bool(allow_half_precision)
         self._fast_paths = bool(fast_paths)
@@ -573,7 +587,10 @@ class InferenceSession:
         except NeedsValues as e:
             self._specialise(e, values)
             return self.program(shapes, values, overrides, override_shapes, sizes)
+        imported, _ = optimize(imported, self._level, self._disabled, self._feature_level)
         check_memory(imported, self._max_memory)
+        if self._saved_to:
+            self._save(imported)
         graph = compile_imported(
             imported,
             feature_level=self._feature_level,
@@ -583,6 +600,16 @@ class InferenceSession:
         program = Program(imported, graph)
         self._programs[key] = program
         return program
+
+    def _save(self, imported: ImportedGraph) -> None:
+        """Writes the optimized graph to ``optimized_model_filepath`` (DxDispatch JSON)."""
+        from .convert import write_imported
+
+        try:
+            write_imported(imported, self._saved_to)
+        except ValidationError as e:
+            text = str(e).removeprefix(f"{ONNX}: ")
+            raise ValidationError(f"{ONNX}: optimized_model_filepath: {text}") from None
 
     def _specialise(self, e: NeedsValues, values: Mapping[str, np.ndarray]) -> None:
         for name in sorted(e.names):
@@ -638,8 +665,12 @@ class InferenceSession:
             kept = _needed_nodes(model.graph.node, e.names)
             del model.graph.node[:]
             model.graph.node.extend(kept)
+            options = SessionOptions()
+            options.graph_optimization_level = self._level
             probe = InferenceSession(
                 model,
+                options,
+                disabled_optimizers=self._disabled,
                 free_dimensions=self._free,
                 device=self._device,
                 feature_level=self._feature_level,
@@ -716,7 +747,9 @@ class InferenceSession:
 
     def explain(self, shapes: Sequence[Sequence[int]] | None = None) -> str:
         """A line per ONNX node: how it was imported (DML operators, folded, view, function
-        body) for inputs of ``shapes`` (default: the last program compiled)."""
+        body) and the DML operators it is computed by after the graph optimizations, for inputs
+        of ``shapes`` (default: the last program compiled); then, when any rewrite fired, a
+        line ``optimizations: NAME xCOUNT, ...``."""
         if shapes is not None:
             program = self.program(shapes)
         elif self._programs:
@@ -733,7 +766,9 @@ class InferenceSession:
 
 
 def explain(imported: ImportedGraph) -> str:
-    """Each ONNX node of an import with the DML operators it became."""
+    """Each ONNX node of an import with the DML operators it became (after the graph
+    optimizations: a node whose operators a rewrite removed or merged into another node's says
+    ``rewritten``), then the rewrites that fired and how often."""
     ops: dict[int, list[str]] = {}
     nodes = imported.graph.nodes if imported.graph is not None else ()
     for desc, origin in zip(nodes, imported.origin):
@@ -742,7 +777,12 @@ def explain(imported: ImportedGraph) -> str:
     for k, (where, how) in enumerate(imported.onnx_nodes):
         names = ops.get(k, [])
         detail = f": {', '.join(names)}" if names else ""
+        if not names and imported.optimizations and how.startswith(("dml", "jax")):
+            detail = " (rewritten)"
         lines.append(f"{where}: {how}{detail}")
+    if imported.optimizations:
+        fired = ", ".join(f"{name} x{count}" for name, count in imported.optimizations)
+        lines.append(f"optimizations: {fired}")
     return "\n".join(lines)
 
 
