@@ -43,7 +43,6 @@ import numpy as np
 from ...enums import DataType
 from ...registry import lookup
 from ...tensor import TensorDesc, packed_strides
-from ..importer import identity
 from . import GRAPH_INPUT, Editor, Source, rewrite
 
 # A strided view: (size, stride) per axis, row-major; a logical axis may hold several.
@@ -149,40 +148,40 @@ def _compose(view: list[Axes], y_sizes: tuple[int, ...], y_axes: list[Axes]) -> 
 # --- reading through the graph ---------------------------------------------------------------
 
 
-def _scalar(g: Editor, src: Source, desc: TensorDesc) -> float | None:
-    """The one value of a constant read through ``desc`` (every element equal), else None."""
-    value = g.constant(src)
-    if value is None or value.size == 0:
-        return None
-    flat = np.asarray(value, np.float64).reshape(-1)
-    return float(flat[0]) if np.all(flat == flat[0]) else None
+def _scalar(g: Editor, src: Source | None) -> float | None:
+    """The one value of a constant that is not a parameter (``apply`` may replace a parameter,
+    so it is never folded into an attribute), else None."""
+    return None if src is None else g.scalar(src)
 
 
 def _elementwise(node) -> bool:
     return getattr(node, "fused_activation", None) is None
 
 
-def _scale_step(g: Editor, n: int) -> tuple[int, float] | None:
-    """(the input slot carrying the tensor, the factor) where node ``n`` multiplies a tensor by
-    a constant scalar: MULTIPLY or DIVIDE by a constant, or an identity with a ScaleBias whose
-    bias is 0. Else None."""
+def _scale_step(g: Editor, n: int, params: bool = False) -> tuple | None:
+    """(the input slot carrying the tensor, the factor, None) where node ``n`` multiplies a
+    tensor by a constant scalar: MULTIPLY or DIVIDE by a constant, or an identity with a
+    ScaleBias whose bias is 0. With ``params``, a one-element parameter (``apply`` may replace
+    it, so its value is not folded) gives (slot, 1.0, (operator, its source)): the operation is
+    made again where the operand is copied. Else None."""
     node = g.nodes[n]
     kind = node.operator_type
     if kind == _ID:
         sb = node.scale_bias
         if sb is None or sb.bias != 0:
             return None
-        return 0, float(sb.scale)
-    if kind == "DML_OPERATOR_ELEMENT_WISE_MULTIPLY" and _elementwise(node):
-        for slot in (0, 1):
-            other = 1 - slot
-            c = _scalar(g, g.source(n, other), g.input_desc(n, other))
-            if c is not None:
-                return slot, c
-    if kind == "DML_OPERATOR_ELEMENT_WISE_DIVIDE" and _elementwise(node):
-        c = _scalar(g, g.source(n, 1), g.input_desc(n, 1))
-        if c is not None and c != 0:
-            return 0, 1.0 / c
+        return 0, float(sb.scale), None
+    multiply = kind == "DML_OPERATOR_ELEMENT_WISE_MULTIPLY"
+    if not (multiply or kind == "DML_OPERATOR_ELEMENT_WISE_DIVIDE") or not _elementwise(node):
+        return None
+    for slot in (0, 1) if multiply else (0,):
+        other = g.source(n, 1 - slot)
+        c = _scalar(g, other)
+        if c is not None and (multiply or c != 0):
+            return slot, c if multiply else 1.0 / c, None
+        value = None if other is None else g.constant(other)
+        if params and value is not None and value.size == 1 and g.param(other) is not None:
+            return slot, 1.0, (kind.removeprefix("DML_OPERATOR_"), other)
     return None
 
 
@@ -200,6 +199,8 @@ class _Operand:
     axes: list[Axes]
     data_type: DataType
     scale: float = 1.0
+    # Scalar parameters the operand is multiplied or divided by, in order: (operator, source).
+    factors: tuple = ()
 
 
 def _operand(g: Editor, n: int, slot: int, transposed: bool, scales: bool) -> _Operand | None:
@@ -211,14 +212,14 @@ def _operand(g: Editor, n: int, slot: int, transposed: bool, scales: bool) -> _O
     batch = [a for axis in per[:-2] for a in axis]
     rows, cols = (per[-1], per[-2]) if transposed else (per[-2], per[-1])
     view = [batch, rows, cols]
-    scale = 1.0
+    scale, factors = 1.0, ()
     while src is not None and src[0] != GRAPH_INPUT and src[1] == 0:
         m = src[0]
         step = None
         if _pure_identity(g, m):
-            step = (0, 1.0)
+            step = (0, 1.0, None)
         elif scales:
-            step = _scale_step(g, m)
+            step = _scale_step(g, m, params=True)
         if step is None:
             break
         inner = g.source(m, step[0])
@@ -234,7 +235,9 @@ def _operand(g: Editor, n: int, slot: int, transposed: bool, scales: bool) -> _O
             break
         del node
         view, src, scale = composed, inner, scale * step[1]
-    return _Operand(src, view, desc.data_type, scale)
+        if step[2] is not None:
+            factors = (step[2], *factors)
+    return _Operand(src, view, desc.data_type, scale, factors)
 
 
 def _contiguous(desc: TensorDesc, count: int) -> bool:
@@ -310,10 +313,7 @@ def _match(g: Editor, sm: int) -> _Match | None:
         size = g.output_desc(src).element_count
         if size != count or not g.output_desc(src).is_packed:
             return None
-        if _pure_identity(g, n):
-            step = (0, 1.0)
-        else:
-            step = _scale_step(g, n)
+        step = (0, 1.0, None) if _pure_identity(g, n) else _scale_step(g, n)
         if step is not None:
             scale *= step[1]
             slot = step[0]
@@ -334,7 +334,7 @@ def _match(g: Editor, sm: int) -> _Match | None:
         elif kind == "DML_OPERATOR_ELEMENT_WISE_IF":
             fill_slot = None
             for slot, fill in ((1, 2), (2, 1)):
-                c = _scalar(g, g.source(n, fill), g.input_desc(n, fill))
+                c = _scalar(g, g.source(n, fill))
                 if c is not None and _contiguous(g.input_desc(n, slot), count):
                     fill_slot = fill
                     break
@@ -369,12 +369,16 @@ def _nan_guard(g: Editor, sm: int, count: int) -> tuple[int, int] | None:
     users = g.users((sm, 0))
     if len(users) != 2 or g.is_output((sm, 0)):
         return None
-    nan = next((n for n, k in users if g.nodes[n].operator_type.endswith("IS_NAN") and k == 0), None)
+    nan = next(
+        (n for n, k in users if g.nodes[n].operator_type.endswith("IS_NAN") and k == 0), None
+    )
     sel = next((n for n, k in users if g.nodes[n].operator_type.endswith("_IF") and k == 2), None)
     if nan is None or sel is None or g.only_user((nan, 0)) != (sel, 0):
         return None
-    if _scalar(g, g.source(sel, 1), g.input_desc(sel, 1)) != 0.0:
-        return None
+    zero = g.source(sel, 1)
+    value = g.constant(zero)
+    if value is None or np.any(value != 0):
+        return None  # a parameter is allowed: when no row loses all its keys it is never read
     for n, slot in ((nan, 0), (sel, 0), (sel, 2)):
         if not _contiguous(g.input_desc(n, slot), count):
             return None
@@ -405,22 +409,24 @@ def _logits_slot(g: Editor, n: int, count: int) -> int | None:
 # --- the rewrite -----------------------------------------------------------------------------
 
 
-def _kv_split(axes: Axes, b: int, h: int) -> tuple[int, int, int] | None:
-    """(Hkv, batch stride, head stride) reading a key / value batch ``axes`` as {B, H} heads
-    that repeat Hkv distinct heads in groups of H / Hkv (the group axis at stride 0: the repeat
-    of grouped heads by Expand); the fewest such Hkv, H itself where none repeats."""
+def _kv_split(axes: Axes, b: int, h: int) -> tuple[int, int, Axes] | None:
+    """(Hkv, batch stride, the heads as (Hkv, stride), (H / Hkv, stride)) reading a key / value
+    batch ``axes`` as {B, H} heads: the fewest Hkv whose heads repeat in groups of H / Hkv (the
+    group axis at stride 0, as Expand repeats grouped key/value heads), H where none repeats."""
     for hkv in range(1, h + 1):
         if h % hkv:
             continue
         s = _reshape(axes, (b, hkv, h // hkv))
         if s is not None and (s[2] == 0 or hkv == h):
-            return hkv, s[0], s[1]
+            return hkv, s[0], [(hkv, s[1]), (h // hkv, s[2])]
     return None
 
 
 def _layouts(q: _Operand, k: _Operand, v: _Operand, z: int) -> list[tuple]:
-    """For each head count H (Z = B * H) for which Q, K and V read as {B, H, ...}: (H,
-    Q's (batch, head) strides, K's and V's (Hkv, batch, head stride))."""
+    """For each head count H (Z = B * H) for which Q, K and V read as {B, H, ...}: (H, then
+    for each of Q, K and V (its head count, batch stride, its heads as (size, stride) axes)).
+    K and V share their head count; where they would not, both take H (their repeat then
+    copied)."""
     out = []
     for h in range(1, z + 1):
         if z % h:
@@ -430,12 +436,11 @@ def _layouts(q: _Operand, k: _Operand, v: _Operand, z: int) -> list[tuple]:
         ks, vs = _kv_split(k.axes[0], b, h), _kv_split(v.axes[0], b, h)
         if qs is None or ks is None or vs is None:
             continue
-        if ks[0] != vs[0]:  # one group size for both, or none
-            ks = (h, *(_reshape(k.axes[0], (b, h)) or (None, None)))
-            vs = (h, *(_reshape(v.axes[0], (b, h)) or (None, None)))
-            if ks[1] is None or vs[1] is None:
-                continue
-        out.append((h, qs, ks, vs))
+        if ks[0] == vs[0]:  # MULTIHEAD_ATTENTION1 repeats the groups itself
+            ks, vs = (ks[0], ks[1], ks[2][:1]), (vs[0], vs[1], vs[2][:1])
+        else:
+            ks, vs = (h, ks[1], ks[2]), (h, vs[1], vs[2])
+        out.append((h, (h, qs[0], [(h, qs[1])]), ks, vs))
     return out
 
 
@@ -448,27 +453,34 @@ def size_of(axes: Axes) -> int:
     return math.prod(n for n, _ in axes)
 
 
-def _input(
-    g: Editor, x: _Operand, b: int, heads: tuple[int, int, int], rows: int, origin: int
-) -> tuple[Source, TensorDesc]:
-    """Q, K or V as MULTIHEAD_ATTENTION reads it, {B, rows, heads * columns}: a desc over
-    ``x``'s buffer where its heads and columns are adjacent, else an identity copy in that
-    layout. ``heads``: (head count, batch stride, head stride)."""
-    h, sb, sh = heads
+def _input(x: _Operand, b: int, heads: tuple[int, int, Axes], rows: int):
+    """Q, K or V as MULTIHEAD_ATTENTION reads it, {B, rows, heads * columns}: (None, a desc over
+    ``x``'s buffer) where its heads and columns are adjacent and it has no parameter factors,
+    else (the descs of the nodes that compute it packed in that layout from ``x``'s buffer: an
+    identity copy, or its parameter factors applied, the packed desc reading the last).
+    ``heads``: (head count, batch stride, the heads' (size, stride) axes)."""
+    h, sb, head_axes = heads
     cols = size_of(x.axes[2])
     sr, sc = _stride(x.axes[1]), _stride(x.axes[2])
     sizes = (b, rows, h * cols)
     t = x.data_type
-    if sh == cols * sc or h == 1:
-        strides = (sb, sr, sc)
-        return x.source, TensorDesc(
+    merged = _reshape(head_axes + [(cols, sc)], (h * cols,))
+    if merged is not None and not x.factors:
+        strides = (sb, sr, merged[0])
+        return None, TensorDesc(
             t, sizes, strides=None if strides == packed_strides(sizes) else strides
         )
-    # A copy with the heads next to the columns.
-    src_desc = TensorDesc(t, (b, rows, h, cols), strides=(sb, sr, sh, sc))
-    copy = _op("ELEMENT_WISE_IDENTITY")(src_desc, TensorDesc(t, (b, rows, h, cols)))
-    n = g.add(copy, [x.source], origin)
-    return (n, 0), TensorDesc(t, sizes)
+    # Computed packed: {B, rows, heads..., columns} from a view of x's buffer.
+    full = (b, rows, *(n for n, _ in head_axes), cols)
+    view = TensorDesc(t, full, strides=(sb, sr, *(s for _, s in head_axes), sc))
+    out = TensorDesc(t, full)
+    if not x.factors:
+        return [(_op("ELEMENT_WISE_IDENTITY")(view, out), None)], TensorDesc(t, sizes)
+    nodes = []
+    scalar = TensorDesc(t, full, strides=(0,) * len(full))
+    for k, (kind, src) in enumerate(x.factors):
+        nodes.append((_op(kind)(view if k == 0 else out, scalar, out), src))
+    return nodes, TensorDesc(t, sizes)
 
 
 def _mask_view(desc: TensorDesc, full: tuple[int, int, int, int]) -> TensorDesc | None:
@@ -488,8 +500,8 @@ def _known(g: Editor, src: Source, desc: TensorDesc) -> np.ndarray | None:
     """A constant read through ``desc`` (NumPy, desc's sizes with its broadcast dimensions,
     those of stride 0, left at 1), else None."""
     value = g.constant(src)
-    if value is None:
-        return None
+    if value is None or g.param(src) is not None:
+        return None  # a parameter stays a tensor: ``apply`` may replace it
     flat = np.ascontiguousarray(value).reshape(-1)
     strides = desc.strides if desc.strides is not None else packed_strides(desc.sizes)
     if desc.addressed_elements > flat.size:
@@ -498,15 +510,6 @@ def _known(g: Editor, src: Source, desc: TensorDesc) -> np.ndarray | None:
     return np.lib.stride_tricks.as_strided(
         flat, sizes, tuple(t * flat.itemsize for t in strides)
     ).copy()
-
-
-def _constant_node(g: Editor, array: np.ndarray, origin: int) -> Source:
-    """A constant graph input read through its identity node, as the importer brings them."""
-    array = np.ascontiguousarray(array)
-    src = g.add_constant(array.reshape(array.shape or (1,)))
-    desc = TensorDesc(DataType.from_dtype(array.dtype), array.shape or (1,))
-    n = g.add(identity(desc), [src], origin)
-    return (n, 0)
 
 
 def _compact(keep: np.ndarray, full: tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -584,20 +587,31 @@ def _rows_without_keys(keep: np.ndarray | None, fill: float, rpb) -> bool:
     return keep is not None and fill == -math.inf and not np.all(np.any(keep, axis=-1))
 
 
-def _zero_nan_rows(
-    g: Editor, guard: tuple[int, int], y: Source, desc: TensorDesc, origin: int
-) -> Source:
-    """Where(IsNaN(y), 0, y) on the attention output: a row of probabilities is NaN exactly
-    where its output row is (finite values), so this is the exporter's guard moved after the
-    second product."""
-    nan, sel = guard
+def _zero_nan_rows(g: Editor, m: _Match, y: Source, value: tuple, dims: tuple, origin: int):
+    """The exporter's guard Where(IsNaN(p), c, p) on the probabilities, moved after the second
+    product: a row of probabilities is NaN exactly where its output row is (finite values), and
+    such a row of c gives c times the sum of the values over the keys (0 for c = 0; c is read
+    as a tensor where it is a parameter). ``value``: MULTIHEAD_ATTENTION's value (source, desc);
+    ``dims``: (B, S, H, Hkv, Dv)."""
+    nan, sel = m.guard
+    b, s, h, hkv, dv = dims
+    t = g.output_desc(y).data_type
     flags = g.nodes[nan].output_tensor.data_type
-    is_nan = g.add(_op("ELEMENT_WISE_IS_NAN")(desc, TensorDesc(flags, desc.sizes)), [y], origin)
-    zero = g.input_desc(sel, 1)
-    zero = TensorDesc(zero.data_type, desc.sizes, strides=(0,) * len(desc.sizes))
-    node = _op("ELEMENT_WISE_IF")(TensorDesc(flags, desc.sizes), zero, desc, desc)
-    n = g.add(node, [(is_nan, 0), g.source(sel, 1), y], origin)
-    return (n, 0)
+    sizes = (b, s, hkv, h // hkv, dv)  # the output {B, S, H * Dv}, query heads grouped
+    y5 = TensorDesc(t, sizes)
+    is_nan = g.add(_op("ELEMENT_WISE_IS_NAN")(y5, TensorDesc(flags, sizes)), [y], origin)
+    fill = g.source(sel, 1)
+    fill_desc = TensorDesc(t, sizes, strides=(0,) * len(sizes))
+    if g.param(fill) is not None:
+        v_src, v_desc = value
+        sums = TensorDesc(t, (b, 1, hkv * dv))
+        reduce = _op("REDUCE")("SUM", v_desc, sums, axes=[1])
+        total = g.add(reduce, [v_src], origin)
+        scalar = TensorDesc(t, sums.sizes, strides=(0, 0, 0))
+        times = g.add(_op("ELEMENT_WISE_MULTIPLY")(sums, scalar, sums), [(total, 0), fill], origin)
+        fill, fill_desc = (times, 0), TensorDesc(t, sizes, strides=(hkv * dv, 0, dv, 0, 1))
+    node = _op("ELEMENT_WISE_IF")(TensorDesc(flags, sizes), fill_desc, y5, y5)
+    return (g.add(node, [(is_nan, 0), fill, y], origin), 0)
 
 
 def _fuse(g: Editor, m: _Match) -> bool:
@@ -607,7 +621,9 @@ def _fuse(g: Editor, m: _Match) -> bool:
     kt = _operand(g, m.qk, 1, gemm1.trans_b.name == "TRANSPOSE", True)
     v = _operand(g, m.pv, 1, gemm2.trans_b.name == "TRANSPOSE", False)
     # Keys as {Z, T, D}: the transposed operand's rows and columns swapped.
-    k = _Operand(kt.source, [kt.axes[0], kt.axes[2], kt.axes[1]], kt.data_type, kt.scale)
+    k = _Operand(
+        kt.source, [kt.axes[0], kt.axes[2], kt.axes[1]], kt.data_type, kt.scale, kt.factors
+    )
     t = gemm1.output_tensor.data_type
     if any(x.data_type != t for x in (q, k, v)) or gemm2.output_tensor.data_type != t:
         return False
@@ -636,36 +652,34 @@ def _fuse(g: Editor, m: _Match) -> bool:
             break
     sc = _stride(q.axes[2])
     layout = next((c for c in layouts if c[0] == hint), None) or next(
-        (c for c in layouts if c[1][1] == dh * sc), layouts[0]
+        (c for c in layouts if c[1][2][0][1] == dh * sc), layouts[0]
     )
-    h, (qb, qh), kh, vh = layout
+    h, qh, kh, vh = layout
     b = z // h
     full = (b, h, s, total)
 
     # Masks.
-    fields: dict = {}
-    feeds: dict = {}
     masks = _masks(g, m, full, t)
     if masks is None:
         return False
     keep, filter_value, rpb = masks
+    fields: dict = {}
     mask_type = "NONE"
     if keep is not None:
         small, strides = _compact(keep.astype(np.int32), full)
-        feeds["mask_tensor"] = _constant_node(g, small, origin)
         fields["mask_tensor"] = TensorDesc(DataType.INT32, full, strides=strides)
         mask_type = "BOOLEAN"
     if rpb is not None:
-        feeds["relative_position_bias_tensor"], fields["relative_position_bias_tensor"] = rpb
+        fields["relative_position_bias_tensor"] = rpb[1]
 
     # Q, K, V.
-    q_src, q_desc = _input(g, q, b, (h, qb, qh), s, origin)
-    k_src, k_desc = _input(g, k, b, (kh[0], kh[1], kh[2]), total, origin)
-    v_src, v_desc = _input(g, v, b, (vh[0], vh[1], vh[2]), total, origin)
-    hkv = kh[0]
-    feeds.update(query_tensor=q_src, key_tensor=k_src, value_tensor=v_src)
-    fields.update(query_tensor=q_desc, key_tensor=k_desc, value_tensor=v_desc)
+    inputs = {"query_tensor": (q, qh, s), "key_tensor": (k, kh, total)}
+    inputs["value_tensor"] = (v, vh, total)
+    copies = {}
+    for name, (x, heads, rows) in inputs.items():
+        copies[name], fields[name] = _input(x, b, heads, rows)
     fields["output_tensor"] = TensorDesc(t, (b, s, h * dv))
+    hkv = kh[0]
     scale = float(m.scale * q.scale * k.scale)
     common = {"scale": scale, "mask_filter_value": filter_value, "mask_type": mask_type}
     if hkv == h:
@@ -674,18 +688,33 @@ def _fuse(g: Editor, m: _Match) -> bool:
         desc = _op("MULTIHEAD_ATTENTION1")(
             **fields, query_head_count=h, key_value_head_count=hkv, **common
         )
+    if not g.valid(desc):
+        return False  # MULTIHEAD_ATTENTION needs feature level 6_1 (6_3 with grouped heads)
+    guarded = bool(m.guard) and _rows_without_keys(keep, filter_value, rpb)
+    fill = None if not m.guard else g.source(m.guard[1], 1)
+    if guarded and g.param(fill) is not None and g.constant(fill).size != 1:
+        return False  # ``_zero_nan_rows`` reads a parameter fill as one value
+
+    feeds: dict[str, Source] = {}
+    for name, (x, _, _) in inputs.items():
+        src = x.source
+        for node, factor in copies[name] or ():
+            src = (g.add(node, [src] if factor is None else [src, factor], origin), 0)
+        feeds[name] = src
+    if keep is not None:
+        feeds["mask_tensor"] = g.add_constant_node(small, DataType.INT32)
+    if rpb is not None:
+        feeds["relative_position_bias_tensor"] = rpb[0]
     member = {"".join(p.capitalize() for p in f.split("_")): f for f in feeds}
-    inputs = [feeds.get(member.get(slot)) for slot, _ in desc.edge_slots("input")]
-    mha = g.add(desc, inputs, origin)
+    mha = g.add(desc, [feeds.get(member.get(slot)) for slot, _ in desc.edge_slots("input")], origin)
     y_src: Source = (mha, 0)
-    if m.guard and _rows_without_keys(keep, filter_value, rpb):
-        y_src = _zero_nan_rows(g, m.guard, y_src, fields["output_tensor"], origin)
+    if guarded:
+        value = (feeds["value_tensor"], fields["value_tensor"])
+        y_src = _zero_nan_rows(g, m, y_src, value, (b, s, h, hkv, dv), origin)
 
     # The second GEMM's output {Z, S, Dv} packed: the heads put first again.
-    out = g.output_desc((m.pv, 0))
     y = TensorDesc(t, (b, h, s, dv), strides=(s * h * dv, dv, h * dv, 1))
     back = g.add(_op("ELEMENT_WISE_IDENTITY")(y, TensorDesc(t, (b, h, s, dv))), [y_src], origin)
-    del out
     g.reroute((m.pv, 0), (back, 0))
     g.remove(m.pv, m.softmax, *m.chain, m.qk, *(m.guard or ()))
     _merge_heads(g, back, (b, h, s, dv), y)
@@ -710,7 +739,7 @@ def _merge_heads(g: Editor, back: int, sizes: tuple[int, ...], y: TensorDesc) ->
             g.remove(n)
 
 
-@rewrite("attention", "extended")
+@rewrite("AttentionFusion", "extended")
 def fuse_attention(g: Editor) -> int:
     """Scaled dot-product attention subgraphs into MULTIHEAD_ATTENTION(1)."""
     count = 0
