@@ -351,8 +351,14 @@ def _match(g: Editor, sm: int) -> _Match | None:
         src = g.source(n, slot)
     qk = src[0]
     d = g.nodes[qk]
-    if d.c_tensor is not None or d.fused_activation is not None:
+    if d.fused_activation is not None:
         return None
+    if d.c_tensor is not None and d.beta != 0:
+        # Alpha A B + C (a mask that MatMulAddFusion moved into the GEMM): C is a mask term
+        # when it is added once and nothing scales it after.
+        if d.beta != 1 or scale != 1.0:
+            return None
+        additive.append((g.source(qk, 2), d.c_tensor, qk))
     if not g.output_desc(src).is_packed or g.output_desc(src).element_count != count:
         return None
     if chain:

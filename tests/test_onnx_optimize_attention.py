@@ -1,0 +1,368 @@
+"""AttentionFusion (``dml_jax.onnx.optimize.attention``): the attention subgraphs exporters write
+become MULTIHEAD_ATTENTION(1).
+
+Each model is built with ``onnx.helper`` in an exporter's spelling (torch.onnx.export's
+TorchScript exporter: Div of the logits by a Constant, Transpose of the keys, an additive
+padding mask computed from a mask input, or Where of a causal constant; its dynamo exporter:
+sqrt(scale) initializers multiplying Q and K, the IsNaN guard after Softmax, grouped key/value
+heads repeated by Unsqueeze / Expand / Reshape). Each one fires (its count, the attention node
+and its mask type), and its outputs equal those of the ``disable`` level within float rounding
+(float32: 1e-5; float16: MULTIHEAD_ATTENTION computes in float32 where the unfused graph rounds
+the logits and the probabilities to float16, a few float16 units) and those of onnxruntime's CPU
+provider. What the fusion must leave alone: a second reader of the probabilities, another
+softmax axis, a mask added before the scale, a finite Where fill that MaskFilterValue cannot
+stand for, a condition computed at run time, the level below extended and the switch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper, numpy_helper
+
+from dml_jax.onnx import InferenceSession, SessionOptions
+from dml_jax.onnx.optimize.attention import _compose, _reshape
+from dml_jax.tensor import packed_strides
+
+B, S, H, D = 2, 6, 2, 8
+E = H * D
+RNG = np.random.default_rng(11)
+F32_LOWEST = float(np.finfo(np.float32).min)
+
+
+class _Builder:
+    """An ONNX graph under construction: nodes, initializers (parameters) and Constant nodes
+    (exporters' scalars, not parameters)."""
+
+    def __init__(self, dtype=np.float32):
+        self.dtype = np.dtype(dtype)
+        self.nodes: list = []
+        self.inits: list = []
+        self.count = 0
+
+    def name(self, base: str) -> str:
+        self.count += 1
+        return f"{base}{self.count}"
+
+    def node(self, op: str, inputs, **attrs) -> str:
+        out = self.name(op.lower())
+        self.nodes.append(helper.make_node(op, list(inputs), [out], **attrs))
+        return out
+
+    def init(self, value, dtype=None) -> str:
+        name = self.name("w")
+        keep = isinstance(value, np.ndarray) and value.dtype.kind in "biu"
+        array = np.asarray(value, dtype or (value.dtype if keep else self.dtype))
+        self.inits.append(numpy_helper.from_array(array, name))
+        return name
+
+    def const(self, value, dtype=None) -> str:
+        name = self.name("c")
+        keep = isinstance(value, np.ndarray) and value.dtype.kind in "biu"
+        array = np.asarray(value, dtype or (value.dtype if keep else self.dtype))
+        self.nodes.append(
+            helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array, name))
+        )
+        return name
+
+    def shape(self, *dims) -> str:
+        return self.const(np.array(dims, np.int64))
+
+    def model(self, y: str, mask: bool = False, outputs=()) -> onnx.ModelProto:
+        elem = helper.np_dtype_to_tensor_dtype(self.dtype)
+        self.nodes.append(helper.make_node("Identity", [y], ["y"]))
+        inputs = [helper.make_tensor_value_info("x", elem, [B, S, E])]
+        if mask:
+            inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT64, [B, S]))
+        outs = [helper.make_tensor_value_info(o, elem, None) for o in ("y", *outputs)]
+        graph = helper.make_graph(self.nodes, "attention", inputs, outs, self.inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    def project(self, heads: int = H) -> str:
+        """x W + b: {B, S, heads * D}."""
+        w = self.init(RNG.standard_normal((E, heads * D)) / math.sqrt(E))
+        b = self.init(RNG.standard_normal(heads * D) * 0.1)
+        return self.node("Add", [self.node("MatMul", ["x", w]), b])
+
+    def heads_first(self, t: str, heads: int = H) -> str:
+        """{B, S, heads * D} -> {B, heads, S, D}."""
+        t = self.node("Reshape", [t, self.shape(B, S, heads, D)])
+        return self.node("Transpose", [t], perm=[0, 2, 1, 3])
+
+    def merge(self, o: str) -> str:
+        """{B, H, S, D} -> {B, S, H * D}, then the output projection."""
+        o = self.node("Transpose", [o], perm=[0, 2, 1, 3])
+        o = self.node("Reshape", [o, self.shape(B, S, E)])
+        return self.node("MatMul", [o, self.init(RNG.standard_normal((E, E)) / math.sqrt(E))])
+
+    def padding_mask(self) -> str:
+        """(1 - mask[:, None, None, :]) * lowest, as Hugging Face's BERT builds it."""
+        m = self.node("Unsqueeze", ["mask", self.const(np.array([1, 2], np.int64))])
+        m = self.node("Cast", [m], to=helper.np_dtype_to_tensor_dtype(self.dtype))
+        m = self.node("Sub", [self.const(1.0), m])
+        return self.node("Mul", [m, self.const(np.finfo(self.dtype).min)])
+
+
+def _torchscript(
+    dtype=np.float32, mask=True, two_transposes=False, causal=False
+) -> onnx.ModelProto:
+    """BERT / GPT-2 as torch.onnx.export's TorchScript exporter writes them."""
+    g = _Builder(dtype)
+    q, k, v = (g.heads_first(g.project()) for _ in range(3))
+    if two_transposes:
+        k = g.node("Transpose", [k], perm=[0, 1, 3, 2])
+    else:  # the two transposes folded into one
+        k = g.node("Transpose", [g.node("Reshape", [g.project(), g.shape(B, S, H, D)])],
+                   perm=[0, 2, 3, 1])  # fmt: skip
+    s = g.node("MatMul", [q, k])
+    s = g.node("Div", [s, g.const(math.sqrt(D))])
+    if causal:  # GPT-2: where(tril, w, lowest) with a bool buffer sliced to S
+        tril = np.tril(np.ones((1, 1, S, S), bool))
+        s = g.node("Where", [g.init(tril, np.bool_), s, g.const(np.finfo(dtype).min)])
+    if mask:
+        s = g.node("Add", [s, g.padding_mask()])
+    p = g.node("Softmax", [s], axis=-1)
+    return g.model(g.merge(g.node("MatMul", [p, v])), mask=mask)
+
+
+def _dynamo(dtype=np.float32, kv_heads=H, causal=True) -> onnx.ModelProto:
+    """LLaMA / ViT as the dynamo exporter writes them (scaled_dot_product_attention's
+    decomposition); ``kv_heads`` < H: the keys and values repeated by Unsqueeze, Expand and
+    Reshape."""
+    g = _Builder(dtype)
+    q = g.heads_first(g.project())
+    k, v = (g.heads_first(g.project(kv_heads), kv_heads) for _ in range(2))
+    if kv_heads < H:
+        group = H // kv_heads
+
+        def repeat(t):
+            t = g.node("Unsqueeze", [t, g.const(np.array([2], np.int64))])
+            t = g.node("Expand", [t, g.shape(B, kv_heads, group, S, D)])
+            return g.node("Reshape", [t, g.shape(B, H, S, D)])
+
+        k, v = repeat(k), repeat(v)
+    root = g.init(math.sqrt(1 / math.sqrt(D)))
+    q = g.node("Mul", [q, root])
+    k = g.node("Mul", [g.node("Transpose", [k], perm=[0, 1, 3, 2]), root])
+    s = g.node("MatMul", [q, k])
+    if causal:
+        lowest = np.finfo(dtype).min
+        s = g.node("Add", [s, g.init(np.triu(np.full((1, 1, S, S), lowest), 1))])
+    p = g.node("Softmax", [s], axis=-1)
+    p = g.node("Where", [g.node("IsNaN", [p]), g.init(0.0), p])
+    return g.model(g.merge(g.node("MatMul", [p, v])))
+
+
+def _session(model, level="all", disabled=None) -> InferenceSession:
+    options = SessionOptions()
+    options.graph_optimization_level = level
+    return InferenceSession(model.SerializeToString(), options, disabled_optimizers=disabled)
+
+
+def _feed(model) -> dict:
+    dtype = helper.tensor_dtype_to_np_dtype(model.graph.input[0].type.tensor_type.elem_type)
+    feed = {"x": RNG.standard_normal((B, S, E)).astype(dtype)}
+    if len(model.graph.input) > 1:
+        feed["mask"] = np.array([[1] * S, [1] * (S - 2) + [0] * 2], np.int64)
+    return feed
+
+
+def _attention_nodes(s: InferenceSession) -> list:
+    program = list(s._programs.values())[-1]
+    return [n for n in program.imported.graph.nodes if "ATTENTION" in n.operator_type]
+
+
+def _check(model, fired: int, level="all", disabled=None, tol=1e-5, onnxruntime=True):
+    """The outputs at ``level`` equal those at ``disable`` (and onnxruntime's); AttentionFusion
+    fired ``fired`` times. Returns the attention nodes."""
+    feed = _feed(model)
+    s = _session(model, level, disabled)
+    got = s.run(None, feed)
+    want = _session(model, "disable").run(None, feed)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+    if onnxruntime:
+        ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        for a, b in zip(got, ref.run(None, feed)):
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+    program = list(s._programs.values())[-1]
+    assert dict(program.imported.optimizations).get("AttentionFusion", 0) == fired
+    return _attention_nodes(s)
+
+
+# ---------------------------------------------------------------------------------------------
+# What fires
+
+
+@pytest.mark.parametrize("two_transposes", [False, True])
+def test_torchscript_encoder_with_padding_mask(two_transposes):
+    (node,) = _check(_torchscript(two_transposes=two_transposes), 1)
+    assert node.operator_type == "DML_OPERATOR_MULTIHEAD_ATTENTION"
+    assert node.head_count == H and node.scale == pytest.approx(1 / math.sqrt(D))
+    # the computed padding mask is the relative position bias, broadcast over heads and rows
+    assert node.mask_type.name == "NONE"
+    assert node.relative_position_bias_tensor.strides == (S, 0, 0, 1)
+
+
+def test_torchscript_causal_where_becomes_a_boolean_mask():
+    (node,) = _check(_torchscript(causal=True), 1)
+    # Where(tril, w, lowest): every row keeps a key, so lowest acts as -inf (cuDNN's causal mode)
+    assert node.mask_type.name == "BOOLEAN" and node.mask_filter_value == -math.inf
+    assert node.mask_tensor.strides == (0, 0, S, 1)
+
+
+def test_dynamo_sdpa_decomposition():
+    (node,) = _check(_dynamo(), 1)
+    # sqrt(scale) is an initializer: multiplied into Q and K where they are laid out for the
+    # node, which then has scale 1; the causal initializer is the relative position bias
+    assert node.scale == 1.0 and node.relative_position_bias_tensor is not None
+    assert node.query_tensor.sizes == (B, S, E)
+
+
+def test_dynamo_grouped_key_value_heads():
+    (node,) = _check(_dynamo(kv_heads=1), 1)
+    assert node.operator_type == "DML_OPERATOR_MULTIHEAD_ATTENTION1"
+    assert (node.query_head_count, node.key_value_head_count) == (H, 1)
+    assert node.key_tensor.sizes == (B, S, D)
+
+
+def test_float16():
+    (node,) = _check(_torchscript(np.float16, causal=True), 1, tol=4e-3, onnxruntime=False)
+    assert node.output_tensor.data_type.name == "FLOAT16"
+    _check(_dynamo(np.float16, kv_heads=1), 1, tol=4e-3, onnxruntime=False)
+
+
+def test_apply_replaces_the_scale_parameter():
+    model = _dynamo(causal=False)
+    root = next(i.name for i in model.graph.initializer if i.dims == [])
+    feed = _feed(model)
+    fused, plain = _session(model), _session(model, "disable")
+    fused.run(None, feed), plain.run(None, feed)
+    params = {root: np.float32(0.7)}
+    got = fused.apply(params, feed["x"])
+    want = plain.apply(params, feed["x"])
+    np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# What must not fire
+
+
+def _edit(model, op_type: str, **attrs):
+    for n in model.graph.node:
+        if n.op_type == op_type:
+            for k, v in attrs.items():
+                n.attribute.remove(next(a for a in n.attribute if a.name == k))
+                n.attribute.append(helper.make_attribute(k, v))
+    return model
+
+
+def test_not_fused_with_a_second_reader_of_the_probabilities():
+    model = _torchscript()
+    probs = next(n.output[0] for n in model.graph.node if n.op_type == "Softmax")
+    model.graph.output.append(helper.make_tensor_value_info(probs, TensorProto.FLOAT, None))
+    assert _check(model, 0) == []
+
+
+def test_not_fused_over_another_softmax_axis():
+    assert _check(_edit(_torchscript(), "Softmax", axis=2), 0) == []
+
+
+def test_not_fused_with_the_mask_added_before_the_scale():
+    model = _torchscript()
+    nodes = list(model.graph.node)
+    div = next(n for n in nodes if n.op_type == "Div")
+    add = next(n for n in nodes if n.op_type == "Add" and n.input[0] == div.output[0])
+    # MatMul -> Add(mask) -> Div -> Softmax
+    scores, mask = div.input[0], add.input[1]
+    add.input[0], add.input[1], add.output[0] = scores, mask, "masked"
+    div.input[0], div.output[0] = "masked", "scaled"
+    softmax = next(n for n in nodes if n.op_type == "Softmax")
+    softmax.input[0] = "scaled"
+    del model.graph.node[:]
+    order = [n for n in nodes if n is not div]
+    order.insert(order.index(add) + 1, div)
+    model.graph.node.extend(order)
+    assert _check(model, 0) == []
+
+
+def test_not_fused_with_a_finite_where_fill_or_a_run_time_condition():
+    model = _torchscript(mask=False, causal=True)
+    fill = next(n for n in model.graph.node if n.op_type == "Where").input[2]
+    const = next(n for n in model.graph.node if n.output[0] == fill)
+    const.attribute[0].t.CopyFrom(numpy_helper.from_array(np.array(-1.0, np.float32), fill))
+    assert _check(model, 0) == []
+    # the condition from an input (a boolean mask computed at run time)
+    g = _Builder()
+    q, k, v = (g.heads_first(g.project()) for _ in range(3))
+    s = g.node("MatMul", [q, g.node("Transpose", [k], perm=[0, 1, 3, 2])])
+    keep = g.node("Cast", [g.node("Unsqueeze", ["mask", g.const(np.array([1, 2], np.int64))])],
+                  to=TensorProto.BOOL)  # fmt: skip
+    s = g.node("Where", [keep, s, g.const(-np.inf)])
+    p = g.node("Softmax", [s], axis=-1)
+    assert _check(g.model(g.merge(g.node("MatMul", [p, v])), mask=True), 0) == []
+
+
+def test_levels_and_switch():
+    model = _torchscript()
+    assert _check(model, 0, level="basic") == []
+    assert _check(model, 0, disabled=["AttentionFusion"]) == []
+    assert len(_check(model, 1, level="extended")) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Strided views
+
+
+def _offsets(sizes, strides):
+    grids = np.meshgrid(*[np.arange(n) for n in sizes], indexing="ij")
+    return sum(g * s for g, s in zip(grids, strides))
+
+
+def test_view_composition_and_reshape_match_numpy():
+    rng = np.random.default_rng(3)
+    checked = 0
+    for _ in range(300):
+        # X -> Y: a transpose of a packed X (Y's element (i) is at sum(i * ys) of X)
+        x_shape = tuple(int(n) for n in rng.integers(1, 4, 4))
+        perm = rng.permutation(4)
+        ys_sizes = tuple(x_shape[p] for p in perm)
+        xs = packed_strides(x_shape)
+        y_axes = [[(n, xs[p] if n > 1 else 0)] for n, p in zip(ys_sizes, perm)]
+        # a view of Y: a reshape of Y into 2 to 4 axes, then a permutation
+        count = math.prod(ys_sizes)
+        splits = [d for d in range(1, count + 1) if count % d == 0]
+        a = int(rng.choice(splits))
+        view_sizes = (a, count // a)
+        vs = packed_strides(view_sizes)
+        order = rng.permutation(2)
+        view = [[(view_sizes[o], vs[o])] for o in order]
+        composed = _compose(view, ys_sizes, y_axes)
+        # brute force: the X offset of each element of the view
+        y_off = _offsets([view_sizes[o] for o in order], [vs[o] for o in order])
+        y_index = np.unravel_index(y_off, ys_sizes)
+        want = sum(i * ax[0][1] for i, ax in zip(y_index, y_axes))
+        if composed is None:
+            continue  # not every view is strided; those that are must be right
+        flat = composed
+        sizes = [n for axes in flat for n, _ in axes]
+        strides = [t for axes in flat for _, t in axes]
+        got = _offsets(sizes, strides).reshape(want.shape)
+        np.testing.assert_array_equal(got, want)
+        checked += 1
+        # _reshape: the composed first axis read as two axes, where it can be
+        first = flat[0]
+        n = math.prod(k for k, _ in first)
+        for d in (dd for dd in range(1, n + 1) if n % dd == 0):
+            split = _reshape(first, (d, n // d))
+            if split is not None:
+                np.testing.assert_array_equal(
+                    _offsets((d, n // d), split).reshape(-1), _offsets([k for k, _ in first],
+                                                                       [t for _, t in first]).reshape(-1))  # fmt: skip
+    assert checked > 100
