@@ -558,9 +558,9 @@ def _masks(g: Editor, m: _Match, full: tuple[int, ...], t: DataType):
             return None  # a condition computed at run time: not matched
         kept = (known == 0) if inverted else (known != 0)
         # The logit is set to ``fill`` where MULTIHEAD_ATTENTION adds it.
-        if fill != -math.inf and fill > lowest32:
-            if fill > _F16_LOWEST or not np.all(np.any(kept, axis=-1)):
-                return None
+        exact = fill == -math.inf or fill <= lowest32
+        if not exact and (fill > _F16_LOWEST or not np.all(np.any(kept, axis=-1))):
+            return None
         terms.append((kept, fill))
     if len(rpb) > 1:
         return None
