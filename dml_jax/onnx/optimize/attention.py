@@ -1,36 +1,49 @@
-"""Attention fusion: the subgraph exporters write for scaled dot-product attention, rewritten into
-one MULTIHEAD_ATTENTION (or MULTIHEAD_ATTENTION1 where the keys and values have fewer heads), as
+"""AttentionFusion: the subgraph exporters write for scaled dot-product attention, rewritten into
+one MULTIHEAD_ATTENTION (MULTIHEAD_ATTENTION1 where the keys and values have fewer heads), as
 onnxruntime's AttentionFusion makes a com.microsoft Attention node that its DirectML provider runs
 as MULTIHEAD_ATTENTION. On a GPU that node runs on cuDNN's fused attention (``kernels.attention``)
 instead of materializing the logits and the probabilities of every head.
 
 The pattern, over the imported DML graph (views are consumers' tensor descs over their
-producers' packed bytes, and the exporters' transposes are ELEMENT_WISE_IDENTITY copies):
+producers' packed bytes; the exporters' transposes are ELEMENT_WISE_IDENTITY copies):
 
-- GEMM (no C, no fused activation) of the queries {Z, S, D} by the transposed keys {Z, D, T},
-  Z = B * H flattened or not; either operand may be read through identity copies (transposes,
-  the repeat of grouped key/value heads by Expand) and through scalar scales (MULTIPLY or DIVIDE
-  by a constant, an identity's ScaleBias without bias: the dynamo exporter's sqrt(scale) on Q and
-  K), which join the GEMM's Alpha as MULTIHEAD_ATTENTION's Scale;
-- on the logits, in order: more scalar scales, then masks: ELEMENT_WISE_ADD of any tensor
-  (RelativePositionBias; a constant of two values {0, c} is the BOOLEAN mask with MaskFilterValue
-  c, which adds the same c) and ELEMENT_WISE_IF(keep, logits, c) of a constant c (a BOOLEAN mask
-  that adds c where the logit was set to c: the same weights where c is -inf, or float32's lowest
-  (s + c == c for any |s| < 1e31), or where a constant mask keeps a key in every row and c is
-  float16's lowest or below: the masked weights exp(c + s - max) are then 0 either way);
-- ACTIVATION_SOFTMAX(1) over the last axis, read only by the second GEMM as its A;
+- GEMM (no fused activation) of the queries {Z, S, D} by the transposed keys {Z, D, T}, Z = B * H
+  flattened or not. Each operand is followed back through identity copies (transposes, the
+  repeat of grouped key/value heads by Unsqueeze / Expand / Reshape, found as a head axis of
+  stride 0) and scalar scales (MULTIPLY or DIVIDE by a constant, an identity's ScaleBias without
+  bias: the dynamo exporter's sqrt(scale) on Q and K), composing the views (``_compose``); the
+  scales join the GEMM's Alpha as MULTIHEAD_ATTENTION's Scale. A scale that is a parameter
+  (``apply`` may replace it) is not folded: it is applied again where the operand is laid out
+  for MULTIHEAD_ATTENTION. Those nodes may have other readers (they stay for them).
+- On the logits, in order: scalar scales (constants, not parameters), then masks: the GEMM's C
+  (a mask MatMulAddFusion moved there, Beta 1) and ELEMENT_WISE_ADD of any tensor (the
+  RelativePositionBias; a constant, not a parameter, of two values {0, c} is instead the
+  BOOLEAN mask with MaskFilterValue c, which adds the same c), and ELEMENT_WISE_IF(keep, logits,
+  c) of a constant condition and a constant c. MULTIHEAD_ATTENTION adds c where the logit was
+  set to c: the same weights where c is -inf, or float32's lowest (s + c == c for |s| < 1e31),
+  or float16's lowest or below where every row keeps a key (the masked weights exp(c + s - max)
+  are then 0 either way). Masks met after a scale (scaled with the logits) are not matched.
+- ACTIVATION_SOFTMAX(1) over the last axis (the keys), read only by the second GEMM as its A,
+  or only through the dynamo exporter's Where(IsNaN(p), 0, p).
 - GEMM (Alpha 1, no C) of the probabilities by the values {Z, T, Dv}.
 
-Every intermediate (logits, probabilities, scaled operands) must have no other reader and must
-not be a graph output, and the logits must flow through packed reshapes only. The output is
-written {B, S, H * Dv} by MULTIHEAD_ATTENTION; the second GEMM's readers read it through an
-identity that puts the heads first again, and a reader that only put them back (the head merge's
+The logits, the probabilities and every node between them must have no other reader and not be
+a graph output, and must flow through packed reshapes only. A BOOLEAN mask whose every row keeps
+a key and whose c is float16's lowest or below (with no RelativePositionBias, which could take
+the kept keys away) gets MaskFilterValue -inf: the same weights, and cuDNN's causal mode where
+it is causal. The IsNaN guard zeroes the rows of probabilities without a key; where such a row
+can occur (a RelativePositionBias, or a -inf mask with an empty row) it is computed on the output
+instead (``_zero_nan_rows``), else dropped.
+
+MULTIHEAD_ATTENTION writes {B, S, H * Dv}; the second GEMM's readers read it through an identity
+that puts the heads first again, and a reader that only put them back (the head merge's
 transpose) reads the output itself.
 
 Precision: MULTIHEAD_ATTENTION computes FLOAT16 in float32 and rounds once, where the unfused
 graph rounds the logits, the probabilities and each scaled operand to float16; the results agree
 within float16 rounding of those intermediates (float32: within float32 rounding, the scale being
-one multiplication instead of a division or two square roots).
+one multiplication instead of a division or two square roots). With non-finite Q, K or V the
+IsNaN guard moved after the product may differ (a NaN value row is zeroed).
 """
 
 from __future__ import annotations
@@ -361,10 +374,6 @@ def _match(g: Editor, sm: int) -> _Match | None:
         additive.append((g.source(qk, 2), d.c_tensor, qk))
     if not g.output_desc(src).is_packed or g.output_desc(src).element_count != count:
         return None
-    if chain:
-        pass
-    elif not _only_reader(g, src, sm):
-        return None
     return _Match(sm, qk, pv, chain, scale * float(d.alpha), additive, keep, guard)
 
 
@@ -577,9 +586,10 @@ def _masks(g: Editor, m: _Match, full: tuple[int, ...], t: DataType):
             return None  # a logit masked twice gets the value twice
         keep = keep & kept
         masked = ~keep
-    if fill <= _F16_LOWEST and np.all(np.any(keep, axis=-1)):
-        # Every query keeps a key: a masked key's weight exp(fill + s - max) is 0 as with
-        # -inf, which cuDNN's attention takes as its mask (and its causal mode).
+    if fill <= _F16_LOWEST and not rpb and np.all(np.any(keep, axis=-1)):
+        # Every query keeps a key (and no bias can take it away): a masked key's weight
+        # exp(fill + s - max) is 0 as with -inf, which cuDNN's attention takes as its mask (and
+        # its causal mode).
         fill = -math.inf
     return keep, fill, rpb[0] if rpb else None
 
@@ -643,6 +653,8 @@ def _fuse(g: Editor, m: _Match) -> bool:
         return False
     if size(v.axes[1]) != total:
         return False
+    if g.input_desc(m.softmax, 0).sizes[-1] != total:
+        return False  # the softmax normalizes over the keys, not over another split
     if any(_reshape(x.axes[i], (size(x.axes[i]),)) is None for x in (q, k, v) for i in (1, 2)):
         return False
     layouts = _layouts(q, k, v, z)
