@@ -211,10 +211,14 @@ def test_torchscript_encoder_with_padding_mask(two_transposes):
 
 
 def test_torchscript_causal_where_becomes_a_boolean_mask():
-    (node,) = _check(_torchscript(causal=True), 1)
+    (node,) = _check(_torchscript(mask=False, causal=True), 1)
     # Where(tril, w, lowest): every row keeps a key, so lowest acts as -inf (cuDNN's causal mode)
     assert node.mask_type.name == "BOOLEAN" and node.mask_filter_value == -math.inf
     assert node.mask_tensor.strides == (0, 0, S, 1)
+    # with a padding mask as well (a bias that could take a row's kept keys away): lowest kept
+    (node,) = _check(_torchscript(causal=True), 1)
+    assert node.mask_type.name == "BOOLEAN" and node.mask_filter_value == F32_LOWEST
+    assert node.relative_position_bias_tensor is not None
 
 
 def test_dynamo_sdpa_decomposition():
