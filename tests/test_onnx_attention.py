@@ -63,7 +63,7 @@ def _check(model, feeds):
 
 
 def _graph(model):
-    nodes = dml.compile_onnx(model).imported.graph.nodes
+    nodes = dml.compile_onnx(model, optimization_level="disable").imported.graph.nodes
     ops = [n.operator_type.removeprefix("DML_OPERATOR_") for n in nodes]
     masks = [n.mask_type.name for n in nodes if "MULTIHEAD" in n.operator_type]
     return ops, masks

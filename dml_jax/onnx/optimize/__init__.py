@@ -357,7 +357,9 @@ class Editor:
         self.params.append(param)
         return (GRAPH_INPUT, self.model_inputs + len(self.constants) - 1)
 
-    def add_constant_node(self, array: np.ndarray, data_type: Any, param: str | None = None) -> Source:
+    def add_constant_node(
+        self, array: np.ndarray, data_type: Any, param: str | None = None
+    ) -> Source:
         """A new constant entering as the importer makes them: a graph input read once by an
         IDENTITY node writing it packed (readers view that output as they like); its source."""
         from ...registry import lookup
@@ -396,8 +398,8 @@ class Editor:
     # -- result ----------------------------------------------------------------------------------
 
     def finish(self) -> ImportedGraph:
-        """The rewritten ``ImportedGraph``: removed nodes and nodes nothing reads dropped,
-        indices renumbered, unused constants kept as inputs (a graph input may feed nothing)."""
+        """The rewritten ``ImportedGraph``: removed nodes, nodes nothing reads and constants
+        nothing reads dropped, indices renumbered."""
         feeders: dict[int, list[int]] = {}
         for (m, _), src in self.reads.items():
             if src[0] != GRAPH_INPUT:
@@ -412,12 +414,20 @@ class Editor:
             stack += feeders.get(n, [])
         keep = sorted(needed)
         index = {n: i for i, n in enumerate(keep)}
+        # constants nothing reads any more are dropped (a DML graph input with no edge has no
+        # desc to bind it by); the model's own inputs keep their indices
+        used = sorted({src[1] for (m, _), src in self.reads.items()
+                       if m in index and src[0] == GRAPH_INPUT and src[1] >= self.model_inputs})  # fmt: skip
+        renumber = {i: i for i in range(self.model_inputs)}
+        renumber.update({k: self.model_inputs + j for j, k in enumerate(used)})
+        constants = [self.constants[k - self.model_inputs] for k in used]
+        params = [self.params[k - self.model_inputs] for k in used]
         input_edges, intermediate = [], []
         for (m, slot), src in sorted(self.reads.items()):
             if m not in index:
                 continue
             if src[0] == GRAPH_INPUT:
-                input_edges.append(InputGraphEdge(src[1], index[m], slot))
+                input_edges.append(InputGraphEdge(renumber[src[1]], index[m], slot))
             else:
                 intermediate.append(IntermediateGraphEdge(index[src[0]], src[1], index[m], slot))
         output_edges = []
@@ -426,7 +436,7 @@ class Editor:
                 raise AssertionError("a rewrite made a graph output read a graph input directly")
             output_edges.append(OutputGraphEdge(index[o[0]], o[1], j))
         graph = GraphDesc(
-            input_count=self.model_inputs + len(self.constants),
+            input_count=self.model_inputs + len(constants),
             output_count=len(self.outputs),
             nodes=tuple(self.nodes[n] for n in keep),
             input_edges=tuple(input_edges),
@@ -436,8 +446,8 @@ class Editor:
         return replace(
             self.imported,
             graph=graph,
-            constants=tuple(self.constants),
-            params=tuple(self.params),
+            constants=tuple(constants),
+            params=tuple(params),
             origin=tuple(self.origin[n] for n in keep),
         )
 
@@ -535,6 +545,6 @@ __all__ = [
     "level_name",
     "optimize",
     "reshape_strides",
-    "with_input_desc",
     "rewrite",
+    "with_input_desc",
 ]

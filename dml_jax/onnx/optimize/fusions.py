@@ -19,7 +19,7 @@ import numpy as np
 from ...enums import DataType
 from ...registry import lookup
 from ...tensor import ScaleBias, TensorDesc
-from . import GRAPH_INPUT, Editor, Source, reshape_strides, rewrite
+from . import Editor, Source, reshape_strides, rewrite
 
 
 def _op(name: str) -> type:
@@ -135,14 +135,16 @@ def _on_host(g: Editor, sources) -> bool:
     return all(g.constant(s) is not None and g.param(s) is None for s in sources)
 
 
-def _bn_after(g: Editor, n: int) -> int | None:
-    """The BATCH_NORMALIZATION node that alone reads node ``n``'s output exactly, when ``n``
-    has no fused activation of its own and the BN's statistics are constants (parameters or
-    not)."""
+def _bn_after(g: Editor, n: int, exact: bool = True) -> int | None:
+    """The BATCH_NORMALIZATION node that alone reads node ``n``'s output exactly (``exact``;
+    else packed, under any sizes), when ``n`` has no fused activation of its own and the BN's
+    statistics are constants (parameters or not)."""
     if getattr(g.nodes[n], "fused_activation", None) is not None:
         return None
     user = g.reader((n, 0), "BATCH_NORMALIZATION")
-    if user is None or user[1] != 0 or not g.reads_as_written(*user):
+    if user is None or user[1] != 0:
+        return None
+    if not (g.reads_as_written(*user) if exact else g.reads_packed(*user)):
         return None
     if any(g.constant(g.source(user[0], k)) is None for k in (1, 2, 3, 4)):
         return None
@@ -205,6 +207,64 @@ def conv_bn(g: Editor) -> int:
         if bias_vec is not None:
             shift = calc.add(calc.mul(calc.read(g.source(n, 2), bias_vec), f), shift)
         _take_bn(g, n, bn, desc, {1: calc.source(w)[0], 2: calc.source(shift)[0]})
+        count += 1
+    return count
+
+
+@rewrite("MatmulBNFusion", "basic")
+def matmul_bn(g: Editor) -> int:
+    """GEMM with a constant B followed by BATCH_NORMALIZATION over its columns (the BN reads
+    the product as ``{rows, N, 1...}``) with constant statistics: B's columns scaled, and C
+    (absent, or a bias along the rows) becomes ``Beta * C * f + shift`` with Beta 1."""
+    count = 0
+    for n in g.live():
+        d = g.nodes[n]
+        if g.op(n) != "GEMM" or not d.output_tensor.data_type.is_float:
+            continue
+        if g.constant(g.source(n, 1)) is None:
+            continue
+        bn = _bn_after(g, n, exact=False)
+        if bn is None:
+            continue
+        x = g.nodes[bn].input_tensor
+        cols = d.output_tensor.sizes[-1]
+        if x.rank < 2 or x.sizes[1] != cols or any(s != 1 for s in x.sizes[2:]):
+            continue  # the BN's channels are not the product's columns
+        vectors = [_channel_desc(g, bn, j, cols, 1) for j in (1, 2, 3, 4)]
+        out = d.output_tensor
+        c_vec = None
+        if d.c_tensor is not None:
+            c_vec = _channel_desc(g, n, 2, cols, out.rank - 1)
+            if c_vec is None:
+                continue
+        if any(v is None for v in vectors):
+            continue
+        t = out.data_type
+        bias = TensorDesc(t, out.sizes, strides=(0,) * (out.rank - 1) + (1,))
+        desc = dataclasses.replace(
+            d,
+            b_tensor=TensorDesc(t, d.b_tensor.sizes),
+            c_tensor=bias,
+            beta=1.0,
+            fused_activation=g.nodes[bn].fused_activation,
+        )
+        if not g.valid(desc):
+            continue
+        sources = [g.source(bn, j) for j in (1, 2, 3, 4)] + [g.source(n, 1)]
+        if c_vec is not None:
+            sources.append(g.source(n, 2))
+        calc = _Calc(g, t, g.origin[n], _on_host(g, sources))
+        f, shift = _bn_factors(calc, g, bn, vectors)
+        per_col = (1,) * (d.b_tensor.rank - 1) + (cols,)
+        if d.trans_b.name == "TRANSPOSE":
+            per_col = (1,) * (d.b_tensor.rank - 2) + (cols, 1)
+        b = calc.mul(calc.read(g.source(n, 1), d.b_tensor), calc.reshape(f, per_col))
+        if c_vec is not None:
+            c = calc.read(g.source(n, 2), c_vec)
+            if d.beta != 1.0:
+                c = calc.mul(c, calc.const(np.full((1,), d.beta, np.float32)))
+            shift = calc.add(calc.mul(c, f), shift)
+        _take_bn(g, n, bn, desc, {1: calc.source(b)[0], 2: calc.source(shift)[0]})
         count += 1
     return count
 
@@ -344,8 +404,10 @@ def fused_activation(g: Editor) -> int:
             continue
         act = g.nodes[user[0]]
         name = act.operator_type
-        if name not in fusable or (kind.startswith("ELEMENT_WISE_ADD") and
-                                   name.removeprefix("DML_OPERATOR_") not in _ADD_ACTIVATIONS):
+        if name not in fusable or (
+            kind.startswith("ELEMENT_WISE_ADD")
+            and name.removeprefix("DML_OPERATOR_") not in _ADD_ACTIVATIONS
+        ):
             continue  # fmt: skip
         if not act.edge_slots("output")[0][1].is_packed or len(act.edge_slots("input")) != 1:
             continue

@@ -33,6 +33,25 @@ def _single(g: Editor, src: Source, *types: str) -> tuple[int, int] | None:
     return user
 
 
+def _broadcasts(g: Editor, n: int, slot: int) -> bool:
+    """Input ``slot`` of node ``n`` reads its source (a reduction's result, reduced axes of
+    size 1) broadcast: the source's packed strides, 0 along its size-1 dimensions."""
+    src = g.source(n, slot)
+    if src is None or src[0] < 0:
+        return False
+    mine, theirs = g.input_desc(n, slot), g.output_desc(src)
+    if mine.rank != theirs.rank or not theirs.is_packed:
+        return False
+    for size, have, stride, packed in zip(mine.sizes, theirs.sizes, mine.layout_strides,
+                                          theirs.layout_strides):  # fmt: skip
+        if have == 1:
+            if size != 1 and stride != 0:
+                return False
+        elif size != have or stride != packed:
+            return False
+    return True
+
+
 def _reduce_mean(g: Editor, n: int) -> tuple[int, ...] | None:
     """The axes of a REDUCE AVERAGE node that reads its input packed and keeps its rank."""
     d = g.nodes[n]
@@ -94,6 +113,8 @@ def _normalized(g: Editor, r: int):
         y, slot = user
     elif g.op(y) != "ELEMENT_WISE_DIVIDE" or slot != 1:
         return None
+    if not _broadcasts(g, y, slot):
+        return None
     if g.source(y, 1 - slot) != u or not g.reads_packed(y, 1 - slot):
         return None
     if g.nodes[r].input_tensor.sizes != g.nodes[y].output_tensor.sizes:
@@ -140,16 +161,22 @@ def _fuse(g: Editor, rms: bool) -> int:
         if not rms:
             # u = x - mean(x) over the same axes, u read only by the square and the division
             sub = u[0]
-            if g.op(sub) != "ELEMENT_WISE_SUBTRACT" or len(g.users(u)) != (
-                3 if g.op(removed[0]) == "ELEMENT_WISE_MULTIPLY" else 2
-            ) or g.is_output(u):
+            if (
+                g.op(sub) != "ELEMENT_WISE_SUBTRACT"
+                or len(g.users(u)) != (3 if g.op(removed[0]) == "ELEMENT_WISE_MULTIPLY" else 2)
+                or g.is_output(u)
+            ):
                 continue
             mean = g.source(sub, 1)
             if mean[0] < 0 or g.only_user(mean) is None or _reduce_mean(g, mean[0]) != axes:
                 continue
+            if not _broadcasts(g, sub, 1):
+                continue
             x = g.source(sub, 0)
             if g.source(mean[0], 0) != x or not g.reads_packed(sub, 0):
                 continue
+            if g.nodes[mean[0]].input_tensor.sizes != g.nodes[r].input_tensor.sizes:
+                continue  # the mean over other sizes (other axes) than the variance's
             removed += [sub, mean[0]]
         out = g.nodes[n].output_tensor
         end, scale, bias = n, None, None

@@ -1,0 +1,352 @@
+"""Graph optimizations on imported ONNX models (``dml_jax.onnx.optimize``).
+
+Each rewrite gets a small model in the spelling exporters write (``onnx.helper``): the rewrite
+fires (its count, the DML operator types of the optimized program) and the outputs equal those
+of the same model at the ``disable`` level within float rounding; it leaves alone what it must
+not rewrite (a second reader of an intermediate, a computed statistic, another epsilon
+placement, a parameter as a pattern constant). Then the switches and levels, ``apply`` with a
+replaced folded parameter, ``optimized_model_filepath`` and ``explain``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper, numpy_helper
+
+import dml_jax as dml
+from dml_jax.onnx import InferenceSession, SessionOptions, compile_onnx
+
+RNG = np.random.default_rng(7)
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def _const(name: str, value) -> onnx.NodeProto:
+    """A Constant node (exporters' scalars: not a parameter)."""
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(
+        np.asarray(value, np.float32), name))  # fmt: skip
+
+
+def _model(nodes, shape, inits=(), outputs=("y",), opset=17):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))
+    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs]
+    init = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits]
+    graph = helper.make_graph(list(nodes), "g", [x], outs, init)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _session(model, level="all", disabled=None, **kw):
+    options = SessionOptions()
+    options.graph_optimization_level = level
+    for k, v in kw.items():
+        setattr(options, k, v)
+    return InferenceSession(model, options, disabled_optimizers=disabled)
+
+
+def _program(s):
+    return list(s._programs.values())[-1]
+
+
+def _check(model, shape, fired: dict, level="all", disabled=None):
+    """Runs ``model`` at ``level`` and at ``disable``; the outputs agree, the rewrites that
+    fired are ``fired``; returns the optimized program's operator types."""
+    feed = {"x": RNG.standard_normal(shape).astype(np.float32)}
+    s = _session(model, level, disabled)
+    got = s.run(None, feed)
+    want = _session(model, "disable").run(None, feed)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, **TOL)
+    program = _program(s)
+    assert dict(program.imported.optimizations) == fired
+    return program.operators()
+
+
+# ---------------------------------------------------------------------------------------------
+# GELU, Swish
+
+
+def _gelu_nodes(variant: int, x: str = "x", y: str = "y") -> list:
+    consts = [_const("sq2", np.sqrt(2)), _const("one", 1.0), _const("half", 0.5),
+              _const("isq2", 1 / np.sqrt(2))]  # fmt: skip
+    if variant % 2:  # x * (1 / sqrt 2), constant first
+        arg = [helper.make_node("Mul", ["isq2", x], ["a"])]
+    else:
+        arg = [helper.make_node("Div", [x, "sq2"], ["a"])]
+    core = arg + [
+        helper.make_node("Erf", ["a"], ["b"]),
+        helper.make_node("Add", ["one", "b"], ["c"]),
+    ]
+    tails = [
+        [helper.make_node("Mul", [x, "c"], ["d"]), helper.make_node("Mul", ["d", "half"], [y])],
+        [helper.make_node("Mul", ["half", x], ["d"]), helper.make_node("Mul", ["c", "d"], [y])],
+        [helper.make_node("Mul", ["c", "half"], ["d"]), helper.make_node("Mul", ["d", x], [y])],
+    ]
+    return consts + core + tails[variant % 3]
+
+
+@pytest.mark.parametrize("variant", [0, 1, 2])
+def test_gelu_erf_spellings_become_activation_gelu(variant):
+    ops = _check(_model(_gelu_nodes(variant), [2, 8]), (2, 8), {"GeluFusion": 1})
+    assert ops == ["ACTIVATION_GELU"]
+
+
+def test_gelu_not_fused_with_a_second_reader_or_a_parameter_constant():
+    # erf's result also an output: the chain must stay
+    model = _model(_gelu_nodes(0), [2, 8], outputs=("y", "b"))
+    assert "ACTIVATION_GELU" not in _check(model, (2, 8), {})
+    # 0.5 an initializer (apply may replace it): left as it is
+    nodes = [n for n in _gelu_nodes(0) if n.output[0] != "half"]
+    assert "ACTIVATION_GELU" not in _check(_model(nodes, [2, 8], [("half", 0.5)]), (2, 8), {})
+
+
+def test_silu_and_quick_gelu_become_swish():
+    silu = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["s", "x"], ["y"])]
+    assert _check(_model(silu, [2, 8]), (2, 8), {"QuickGeluFusion": 1}) == ["ACTIVATION_SWISH"]
+    quick = [_const("a", 1.702), helper.make_node("Mul", ["x", "a"], ["xa"]),
+             helper.make_node("Sigmoid", ["xa"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])]  # fmt: skip
+    s = _session(_model(quick, [2, 8]))
+    s.run(None, {"x": np.ones((2, 8), np.float32)})
+    (node,) = [n for n in _program(s).imported.graph.nodes if "SWISH" in n.operator_type]
+    assert node.sigmoid_input_scale == pytest.approx(1.702)
+    # basic stops below QuickGeluFusion's level
+    assert _check(_model(silu, [2, 8]), (2, 8), {}, level="basic") == [
+        "ACTIVATION_SIGMOID", "ELEMENT_WISE_MULTIPLY"]  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Layer norm, RMS norm
+
+
+def _layer_norm_nodes(eps_inside=True):
+    nodes = [
+        _const("two", 2.0), _const("eps", 1e-5),
+        helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]),
+        helper.make_node("Sub", ["x", "m"], ["d"]),
+        helper.make_node("Pow", ["d", "two"], ["d2"]),
+        helper.make_node("ReduceMean", ["d2"], ["v"], axes=[-1]),
+    ]  # fmt: skip
+    if eps_inside:
+        nodes += [helper.make_node("Add", ["v", "eps"], ["ve"]),
+                  helper.make_node("Sqrt", ["ve"], ["s"])]  # fmt: skip
+    else:  # sqrt(v) + eps: another formula
+        nodes += [helper.make_node("Sqrt", ["v"], ["sv"]),
+                  helper.make_node("Add", ["sv", "eps"], ["s"])]  # fmt: skip
+    return nodes + [
+        helper.make_node("Div", ["d", "s"], ["n"]),
+        helper.make_node("Mul", ["n", "gamma"], ["ng"]),
+        helper.make_node("Add", ["beta", "ng"], ["y"]),
+    ]
+
+
+AFFINE = [("gamma", RNG.standard_normal(16)), ("beta", RNG.standard_normal(16))]
+
+
+def test_layer_norm_becomes_mvn1():
+    ops = _check(_model(_layer_norm_nodes(), [2, 3, 16], AFFINE), (2, 3, 16),
+                 {"LayerNormFusion": 1})  # fmt: skip
+    assert ops == ["MEAN_VARIANCE_NORMALIZATION1"]
+
+
+def test_layer_norm_other_epsilon_placement_left_alone():
+    model = _model(_layer_norm_nodes(eps_inside=False), [2, 3, 16], AFFINE)
+    assert "MEAN_VARIANCE_NORMALIZATION1" not in _check(model, (2, 3, 16), {})
+
+
+def test_rms_norm_becomes_mvn2():
+    nodes = [
+        _const("eps", 1e-6), _const("one", 1.0),
+        helper.make_node("Mul", ["x", "x"], ["x2"]),
+        helper.make_node("ReduceMean", ["x2"], ["v"], axes=[-1]),
+        helper.make_node("Add", ["eps", "v"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["s"]),
+        helper.make_node("Reciprocal", ["s"], ["r"]),
+        helper.make_node("Mul", ["x", "r"], ["n"]),
+        helper.make_node("Mul", ["gamma", "n"], ["y"]),
+    ]  # fmt: skip
+    ops = _check(_model(nodes, [2, 3, 16], AFFINE[:1]), (2, 3, 16),
+                 {"SimplifiedLayerNormFusion": 1})  # fmt: skip
+    assert ops == ["MEAN_VARIANCE_NORMALIZATION2"]
+
+
+# ---------------------------------------------------------------------------------------------
+# MatMul + Add, activations, batch normalization
+
+
+def test_matmul_bias_and_relu_fold_into_gemm():
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]  # fmt: skip
+    inits = [("w", RNG.standard_normal((8, 5))), ("b", RNG.standard_normal(5))]
+    model = _model(nodes, [2, 3, 8], inits)
+    ops = _check(model, (2, 3, 8), {"MatMulAddFusion": 1, "DmlOperatorFusionTransformer": 1})
+    assert ops == ["GEMM"]
+    # each switch alone
+    ops = _check(model, (2, 3, 8), {"MatMulAddFusion": 1},
+                 disabled=["DmlOperatorFusionTransformer"])  # fmt: skip
+    assert ops == ["GEMM", "ACTIVATION_RELU"]
+
+
+def test_matmul_residual_add_and_a_second_reader():
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["mm"]),
+        helper.make_node("Add", ["x", "mm"], ["y"]),
+    ]
+    assert _check(_model(nodes, [4, 8], [("w", RNG.standard_normal((8, 8)))]), (4, 8),
+                  {"MatMulAddFusion": 1}) == ["GEMM"]  # fmt: skip
+    # the product is also an output: the addition stays
+    model = _model(nodes, [4, 8], [("w", RNG.standard_normal((8, 8)))], outputs=("y", "mm"))
+    assert _check(model, (4, 8), {}) == ["GEMM", "ELEMENT_WISE_ADD"]
+
+
+def _conv_bn(stat_inputs=None):
+    k = 4
+    inits = [("w", RNG.standard_normal((k, 3, 3, 3))), ("cb", RNG.standard_normal(k)),
+             ("s", RNG.standard_normal(k)), ("b", RNG.standard_normal(k)),
+             ("m", RNG.standard_normal(k)), ("v", RNG.random(k) + 0.5)]  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "w", "cb"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", stat_inputs or "m", "v"], ["bn"]),
+             helper.make_node("Relu", ["bn"], ["y"])]  # fmt: skip
+    return nodes, inits
+
+
+def test_conv_bn_relu_folds_into_one_convolution():
+    nodes, inits = _conv_bn()
+    ops = _check(_model(nodes, [1, 3, 6, 6], inits), (1, 3, 6, 6),
+                 {"ConvBNFusion": 1, "DmlOperatorFusionTransformer": 1})  # fmt: skip
+    # the folded weights are computed by graph nodes from the parameters (apply may replace them)
+    assert ops.count("CONVOLUTION") == 1 and "BATCH_NORMALIZATION" not in ops
+    assert "ACTIVATION_RELU" not in ops
+
+
+def test_conv_bn_folded_on_the_host_when_nothing_is_a_parameter():
+    nodes, inits = _conv_bn()
+    consts = [helper.make_node("Constant", [], [k], value=numpy_helper.from_array(
+        np.asarray(v, np.float32), k)) for k, v in inits]  # fmt: skip
+    ops = _check(_model(consts + nodes, [1, 3, 6, 6]), (1, 3, 6, 6),
+                 {"ConvBNFusion": 1, "DmlOperatorFusionTransformer": 1})  # fmt: skip
+    assert ops == ["CONVOLUTION"]
+
+
+def test_conv_bn_not_folded_with_a_computed_statistic():
+    nodes, inits = _conv_bn(stat_inputs="mx")
+    # the mean computed from the input: the normalization stays (its activation still fuses)
+    nodes[:0] = [helper.make_node("ReduceMean", ["x"], ["xm"], keepdims=0),
+                 helper.make_node("Mul", ["m", "xm"], ["mx"])]  # fmt: skip
+    model = _model(nodes, [1, 3, 6, 6], inits)
+    fired = {"DmlOperatorFusionTransformer": 1}
+    assert "BATCH_NORMALIZATION" in _check(model, (1, 3, 6, 6), fired)
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
+def test_gemm_bn_folds_into_b_and_c(op):
+    k = 5
+    inits = [("w", RNG.standard_normal((8, k))), ("c", RNG.standard_normal(k)),
+             ("s", RNG.standard_normal(k)), ("b", RNG.standard_normal(k)),
+             ("m", RNG.standard_normal(k)), ("v", RNG.random(k) + 0.5)]  # fmt: skip
+    mm = (helper.make_node("MatMul", ["x", "w"], ["mm"]) if op == "MatMul" else
+          helper.make_node("Gemm", ["x", "w", "c"], ["mm"], beta=0.5))  # fmt: skip
+    bn = helper.make_node("BatchNormalization", ["mm", "s", "b", "m", "v"], ["y"])
+    ops = _check(_model([mm, bn], [6, 8], inits), (6, 8), {"MatmulBNFusion": 1})
+    # one GEMM; the rest are the element-wise nodes computing B * f and C from the parameters
+    assert ops.count("GEMM") == 1 and "BATCH_NORMALIZATION" not in ops
+    assert all(o.startswith("ELEMENT_WISE_") for o in ops if o != "GEMM")
+
+
+def test_apply_with_a_replaced_folded_parameter():
+    nodes, inits = _conv_bn()
+    model = _model(nodes, [1, 3, 6, 6], inits)
+    x = RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    opt, plain = _session(model), _session(model, "disable")
+    params = dict(opt.params, s=np.full(4, 3.0, np.float32), w=opt.params["w"] * 2)
+    (got,), (want,) = opt.apply(params, x), plain.apply(params, x)
+    np.testing.assert_allclose(got, want, **TOL)
+    assert not np.allclose(got, opt.apply(opt.params, x)[0])
+    assert dict(_program(opt).imported.optimizations)["ConvBNFusion"] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Transposes into strides
+
+
+def test_transpose_copy_read_through_strides():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[1, 0, 2]),
+             helper.make_node("Sigmoid", ["t"], ["y"])]  # fmt: skip
+    model = _model(nodes, [2, 3, 8])
+    assert _check(model, (2, 3, 8), {"StridedCopyElimination": 1}) == [
+        "ACTIVATION_RELU", "ACTIVATION_SIGMOID"]  # fmt: skip
+    # below `all`, and when the transposed tensor is an output, the copy stays
+    assert "ELEMENT_WISE_IDENTITY" in _check(model, (2, 3, 8), {}, level="extended")
+    model = _model(nodes, [2, 3, 8], outputs=("y", "t"))
+    assert "ELEMENT_WISE_IDENTITY" in _check(model, (2, 3, 8), {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Switches, levels, files, explain
+
+
+def test_levels_and_switches_by_onnxruntime_names():
+    ort = pytest.importorskip("onnxruntime")
+    model = _model(_gelu_nodes(0), [2, 8])
+    x = {"x": np.ones((2, 8), np.float32)}
+    for level, fired in [(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, {}),
+                         (ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, {"GeluFusion": 1}),
+                         (1, {"GeluFusion": 1}), (0, {})]:  # fmt: skip
+        s = _session(model, level)
+        s.run(None, x)
+        assert dict(_program(s).imported.optimizations) == fired
+    s = _session(model, disabled=["GeluFusion"])
+    s.run(None, x)
+    assert _program(s).imported.optimizations == ()
+    c = compile_onnx(model, optimization_level="disable")
+    assert [n.operator_type for n in c.imported.graph.nodes].count(
+        "DML_OPERATOR_ELEMENT_WISE_ERF"
+    ) == 1
+    c = compile_onnx(model, disabled_optimizers=["LayerNormFusion"])
+    assert dict(c.imported.optimizations) == {"GeluFusion": 1}
+
+
+def test_unknown_level_or_name_is_a_validation_error():
+    model = _model(_gelu_nodes(0), [2, 8])
+    with pytest.raises(dml.ValidationError, match="graph_optimization_level"):
+        _session(model, "fastest")
+    with pytest.raises(dml.ValidationError, match="disabled_optimizers.*NoSuchFusion"):
+        InferenceSession(model, disabled_optimizers=["NoSuchFusion"])
+    with pytest.raises(dml.ValidationError, match="optimization_level"):
+        compile_onnx(model, optimization_level=7)
+
+
+def test_optimized_model_filepath_runs_with_dml_jax_run(tmp_path, capsys):
+    from dml_jax.cli import main
+
+    path = tmp_path / "gelu.json"
+    s = _session(_model(_gelu_nodes(0), [2, 8]), optimized_model_filepath=str(path))
+    s.run(None, {"x": np.ones((2, 8), np.float32)})
+    doc = json.loads(path.read_text())
+    (graph,) = doc["dispatchables"].values()
+    assert [n["type"] for n in graph["Nodes"]].count("DML_OPERATOR_ACTIVATION_GELU") == 1
+    capsys.readouterr()
+    assert main(["run", str(path)]) == 0
+    assert "output:y" in capsys.readouterr().out
+
+
+def test_optimized_model_filepath_with_a_jax_node_is_an_error(tmp_path):
+    nodes = [
+        helper.make_node("NonZero", ["x"], ["nz"]),
+        helper.make_node("Cast", ["nz"], ["y"], to=1),
+    ]
+    s = _session(_model(nodes, [2, 3]), optimized_model_filepath=str(tmp_path / "m.json"))
+    with pytest.raises(dml.ValidationError, match="optimized_model_filepath.*JAX"):
+        s.run(None, {"x": np.ones((2, 3), np.float32)})
+
+
+def test_explain_names_the_rewrites_that_fired():
+    s = _session(_model(_gelu_nodes(1), [2, 8]))
+    s.run(None, {"x": np.ones((2, 8), np.float32)})
+    text = s.explain()
+    assert text.splitlines()[-1] == "optimizations: GeluFusion x1"
+    assert "(Erf): dml (rewritten)" in text and "ACTIVATION_GELU" in text
