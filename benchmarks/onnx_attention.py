@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import onnx_levels  # noqa: E402
+import onnx_levels
 
 OPTS = {"seq": 512, "layers": 4}
 
