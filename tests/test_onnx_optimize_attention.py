@@ -132,10 +132,11 @@ def _torchscript(
     return g.model(g.merge(g.node("MatMul", [p, v])), mask=mask)
 
 
-def _dynamo(dtype=np.float32, kv_heads=H, causal=True) -> onnx.ModelProto:
+def _dynamo(dtype=np.float32, kv_heads=H, causal=True, padding=False) -> onnx.ModelProto:
     """LLaMA / ViT as the dynamo exporter writes them (scaled_dot_product_attention's
     decomposition); ``kv_heads`` < H: the keys and values repeated by Unsqueeze, Expand and
-    Reshape."""
+    Reshape; ``padding``: a boolean key mask from an input, Where(mask, 0, -inf) added (the
+    second batch entry has no key: its rows are NaN until the IsNaN guard)."""
     g = _Builder(dtype)
     q = g.heads_first(g.project())
     k, v = (g.heads_first(g.project(kv_heads), kv_heads) for _ in range(2))
@@ -155,9 +156,15 @@ def _dynamo(dtype=np.float32, kv_heads=H, causal=True) -> onnx.ModelProto:
     if causal:
         lowest = np.finfo(dtype).min
         s = g.node("Add", [s, g.init(np.triu(np.full((1, 1, S, S), lowest), 1))])
+    if padding:
+        keep = g.node("Cast", ["mask"], to=TensorProto.BOOL)
+        keep = g.node("Unsqueeze", [keep, g.const(np.array([1, 2], np.int64))])
+        s = g.node("Add", [s, g.node("Where", [keep, g.const(0.0), g.const(-np.inf)])])
     p = g.node("Softmax", [s], axis=-1)
     p = g.node("Where", [g.node("IsNaN", [p]), g.init(0.0), p])
-    return g.model(g.merge(g.node("MatMul", [p, v])))
+    model = g.model(g.merge(g.node("MatMul", [p, v])), mask=padding)
+    model.doc_string = "empty row" if padding else ""
+    return model
 
 
 def _session(model, level="all", disabled=None) -> InferenceSession:
@@ -170,7 +177,8 @@ def _feed(model) -> dict:
     dtype = helper.tensor_dtype_to_np_dtype(model.graph.input[0].type.tensor_type.elem_type)
     feed = {"x": np.random.default_rng(5).standard_normal((B, S, E)).astype(dtype)}
     if len(model.graph.input) > 1:
-        feed["mask"] = np.array([[1] * S, [1] * (S - 2) + [0] * 2], np.int64)
+        second = [0] * S if model.doc_string == "empty row" else [1] * (S - 2) + [0] * 2
+        feed["mask"] = np.array([[1] * S, second], np.int64)
     return feed
 
 
@@ -243,6 +251,18 @@ def test_dynamo_sdpa_decomposition():
     # node, which then has scale 1; the causal initializer is the relative position bias
     assert node.scale == 1.0 and node.relative_position_bias_tensor is not None
     assert node.query_tensor.sizes == (B, S, E)
+
+
+def test_dynamo_padding_mask_with_an_empty_row():
+    # a run-time -inf mask: rows without a key are NaN in the softmax, zeroed by the guard; the
+    # guard (its 0 an initializer) is applied to the attention's output instead
+    model = _dynamo(causal=False, padding=True)
+    (node,) = _check(model, 1)
+    assert node.relative_position_bias_tensor.strides == (S, 0, 0, 1)
+    s = _session(model)
+    s.run(None, _feed(model))
+    ops = list(s._programs.values())[-1].operators()
+    assert {"ELEMENT_WISE_IS_NAN", "REDUCE", "ELEMENT_WISE_IF"} <= set(ops)
 
 
 def test_dynamo_grouped_key_value_heads():
