@@ -362,44 +362,57 @@ def _offsets(sizes, strides):
     return sum(g * s for g, s in zip(grids, strides))
 
 
+def _factors(count: int, k: int, rng) -> tuple[int, ...]:
+    out = []
+    for _ in range(k - 1):
+        d = int(rng.choice([d for d in range(1, count + 1) if count % d == 0]))
+        out.append(d)
+        count //= d
+    return (*out, count)
+
+
 def test_view_composition_and_reshape_match_numpy():
     rng = np.random.default_rng(3)
     checked = 0
-    for _ in range(300):
-        # X -> Y: a transpose of a packed X (Y's element (i) is at sum(i * ys) of X)
+    for trial in range(400):
+        # X -> Y: a transpose of a packed X (Y's element i is at sum(i * ys) of X), or a
+        # broadcast of one axis (stride 0, as Expand reads)
         x_shape = tuple(int(n) for n in rng.integers(1, 4, 4))
         perm = rng.permutation(4)
         ys_sizes = tuple(x_shape[p] for p in perm)
         xs = packed_strides(x_shape)
         y_axes = [[(n, xs[p] if n > 1 else 0)] for n, p in zip(ys_sizes, perm)]
-        # a view of Y: a reshape of Y into 2 to 4 axes, then a permutation
+        if trial % 3 == 0:
+            j = int(rng.integers(4))
+            y_axes[j] = [(ys_sizes[j], 0)]
         count = math.prod(ys_sizes)
-        splits = [d for d in range(1, count + 1) if count % d == 0]
-        a = int(rng.choice(splits))
-        view_sizes = (a, count // a)
-        vs = packed_strides(view_sizes)
-        order = rng.permutation(2)
-        view = [[(view_sizes[o], vs[o])] for o in order]
+        if trial % 4 == 0:  # a permutation of Y's own axes: always strided
+            order = rng.permutation(4)
+            view_sizes = tuple(ys_sizes)
+            vs = packed_strides(view_sizes)
+        else:  # a reshape of Y into 2 or 3 axes, then a permutation
+            view_sizes = _factors(count, int(rng.integers(2, 4)), rng)
+            vs = packed_strides(view_sizes)
+            order = rng.permutation(len(view_sizes))
+        view = [[(view_sizes[o], vs[o] if view_sizes[o] > 1 else 0)] for o in order]
         composed = _compose(view, ys_sizes, y_axes)
         # brute force: the X offset of each element of the view
         y_off = _offsets([view_sizes[o] for o in order], [vs[o] for o in order])
         y_index = np.unravel_index(y_off, ys_sizes)
         want = sum(i * ax[0][1] for i, ax in zip(y_index, y_axes))
         if composed is None:
+            assert trial % 4, "a permutation of Y's axes must compose"
             continue  # not every view is strided; those that are must be right
-        flat = composed
-        sizes = [n for axes in flat for n, _ in axes]
-        strides = [t for axes in flat for _, t in axes]
-        got = _offsets(sizes, strides).reshape(want.shape)
-        np.testing.assert_array_equal(got, want)
+        sizes = [n for axes in composed for n, _ in axes]
+        strides = [t for axes in composed for _, t in axes]
+        np.testing.assert_array_equal(_offsets(sizes, strides).reshape(want.shape), want)
         checked += 1
         # _reshape: the composed first axis read as two axes, where it can be
-        first = flat[0]
+        first = composed[0]
         n = math.prod(k for k, _ in first)
-        for d in (dd for dd in range(1, n + 1) if n % dd == 0):
+        whole = _offsets([k for k, _ in first], [t for _, t in first]).reshape(-1)
+        for d in (d for d in range(1, n + 1) if n % d == 0):
             split = _reshape(first, (d, n // d))
             if split is not None:
-                np.testing.assert_array_equal(
-                    _offsets((d, n // d), split).reshape(-1), _offsets([k for k, _ in first],
-                                                                       [t for _, t in first]).reshape(-1))  # fmt: skip
-    assert checked > 100
+                np.testing.assert_array_equal(_offsets((d, n // d), split).reshape(-1), whole)
+    assert checked > 150
