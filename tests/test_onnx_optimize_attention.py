@@ -75,12 +75,13 @@ class _Builder:
     def shape(self, *dims) -> str:
         return self.const(np.array(dims, np.int64))
 
-    def model(self, y: str, mask: bool = False, outputs=()) -> onnx.ModelProto:
+    def model(self, y: str, mask: bool = False, outputs=(), extra=()) -> onnx.ModelProto:
         elem = helper.np_dtype_to_tensor_dtype(self.dtype)
         self.nodes.append(helper.make_node("Identity", [y], ["y"]))
         inputs = [helper.make_tensor_value_info("x", elem, [B, S, E])]
         if mask:
             inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT64, [B, S]))
+        inputs += [helper.make_tensor_value_info(n, elem, list(shape)) for n, shape in extra]
         outs = [helper.make_tensor_value_info(o, elem, None) for o in ("y", *outputs)]
         graph = helper.make_graph(self.nodes, "attention", inputs, outs, self.inits)
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -132,6 +133,31 @@ def _torchscript(
     return g.model(g.merge(g.node("MatMul", [p, v])), mask=mask)
 
 
+def _bmm(past: int = 0) -> onnx.ModelProto:
+    """Attention over 3-D products {B * H, S, D} (models written with bmm); ``past``: keys and
+    values concatenated after a cache {B, H, P, D} from inputs (decoding), the new cache an
+    output."""
+    g = _Builder()
+    q, k, v = (g.heads_first(g.project()) for _ in range(3))
+    extra, outputs = (), ()
+    if past:
+        extra = (("past_k", (B, H, past, D)), ("past_v", (B, H, past, D)))
+        k = g.node("Concat", ["past_k", k], axis=2)
+        v = g.node("Concat", ["past_v", v], axis=2)
+        outputs = (k, v)
+    t = S + past
+    q = g.node("Reshape", [q, g.shape(B * H, S, D)])
+    k = g.node("Transpose", [g.node("Reshape", [k, g.shape(B * H, t, D)])], perm=[0, 2, 1])
+    v = g.node("Reshape", [v, g.shape(B * H, t, D)])
+    s = g.node("Mul", [g.node("MatMul", [q, k]), g.const(1 / math.sqrt(D))])
+    o = g.node("MatMul", [g.node("Softmax", [s], axis=-1), v])
+    o = g.node("Reshape", [o, g.shape(B, H, S, D)])
+    model = g.model(g.merge(o), extra=extra)
+    for name in outputs:
+        model.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    return model
+
+
 def _dynamo(dtype=np.float32, kv_heads=H, causal=True, padding=False) -> onnx.ModelProto:
     """LLaMA / ViT as the dynamo exporter writes them (scaled_dot_product_attention's
     decomposition); ``kv_heads`` < H: the keys and values repeated by Unsqueeze, Expand and
@@ -176,7 +202,11 @@ def _session(model, level="all", disabled=None) -> InferenceSession:
 def _feed(model) -> dict:
     dtype = helper.tensor_dtype_to_np_dtype(model.graph.input[0].type.tensor_type.elem_type)
     feed = {"x": np.random.default_rng(5).standard_normal((B, S, E)).astype(dtype)}
-    if len(model.graph.input) > 1:
+    for i in model.graph.input[1:]:
+        if i.name != "mask":
+            shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+            feed[i.name] = np.random.default_rng(6).standard_normal(shape).astype(dtype)
+    if "mask" in {i.name for i in model.graph.input}:
         second = [0] * S if model.doc_string == "empty row" else [1] * (S - 2) + [0] * 2
         feed["mask"] = np.array([[1] * S, second], np.int64)
     return feed
@@ -245,6 +275,12 @@ def test_torchscript_causal_where_becomes_a_boolean_mask():
     (node,) = _check(_torchscript(causal=True), 1)
     assert node.mask_type.name == "BOOLEAN" and node.mask_filter_value == F32_LOWEST
     assert node.relative_position_bias_tensor is not None
+
+
+@pytest.mark.parametrize("past", [0, 3])
+def test_three_dimensional_products_and_a_key_value_cache(past):
+    (node,) = _check(_bmm(past), 1)
+    assert node.head_count == H and node.key_tensor.sizes == (B, S + past, E)
 
 
 def test_dynamo_sdpa_decomposition():
