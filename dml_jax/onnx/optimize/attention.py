@@ -238,7 +238,6 @@ def _operand(g: Editor, n: int, slot: int, transposed: bool, scales: bool) -> _O
         inner = g.source(m, step[0])
         if inner is None or inner[0] == GRAPH_INPUT:
             break
-        node = g.nodes[m]
         out = g.output_desc(src)
         in_desc = g.input_desc(m, step[0])
         if not out.is_packed or in_desc.data_type != out.data_type or in_desc.sizes != out.sizes:
@@ -246,7 +245,6 @@ def _operand(g: Editor, n: int, slot: int, transposed: bool, scales: bool) -> _O
         composed = _compose(view, out.sizes, _axes(in_desc))
         if composed is None:
             break
-        del node
         view, src, scale = composed, inner, scale * step[1]
         if step[2] is not None:
             factors = (step[2], *factors)
@@ -482,9 +480,8 @@ def _input(x: _Operand, b: int, heads: tuple[int, int, Axes], rows: int):
     merged = _reshape(head_axes + [(cols, sc)], (h * cols,))
     if merged is not None and not x.factors:
         strides = (sb, sr, merged[0])
-        return None, TensorDesc(
-            t, sizes, strides=None if strides == packed_strides(sizes) else strides
-        )
+        dense = all(n == 1 or a == p for n, a, p in zip(sizes, strides, packed_strides(sizes)))
+        return None, TensorDesc(t, sizes, strides=None if dense else strides)
     # Computed packed: {B, rows, heads..., columns} from a view of x's buffer.
     full = (b, rows, *(n for n, _ in head_axes), cols)
     view = TensorDesc(t, full, strides=(sb, sr, *(s for _, s in head_axes), sc))
