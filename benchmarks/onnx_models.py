@@ -7,7 +7,8 @@ dynamic) and dynamo (opset 18, static shapes). Each export is imported by a sess
 the GPU (and, with ``--cpu``, on the CPU); its outputs are compared with PyTorch's on the same
 inputs (the largest absolute difference relative to the reference's largest magnitude). With
 ``--speed``, the first export of each model is also timed at ``--batch`` against PyTorch eager and
-``torch.compile`` (median of ``--samples`` samples of ``--iters`` calls, one sync a sample).
+``torch.compile`` (median of ``--samples`` samples of ``--iters`` calls, one sync a sample), at
+each graph optimization level of ``--levels`` (interleaved; the first one is compared).
 
 Needs torch, torchvision, timm, transformers and onnx (onnxscript for the dynamo exporter).
 Usage: ``PYTHONPATH=. python benchmarks/onnx_models.py [--only NAME ...] [--cpu] [--speed]
@@ -348,11 +349,22 @@ def speed(name, model, inputs, path, opts, row):
     path = path[:-5] + "_speed.onnx"  # exported again at the timed batch (dynamo's are static)
     with torch.no_grad():
         export(model, args, path, opts.exporters[0], MODELS[name][2])
-    s = InferenceSession(path, device="gpu")
+    from dml_jax.onnx import SessionOptions
+
     feed = [jax.device_put(a.numpy()) for a in args]
-    fn = jax.jit(s.fn)
-    dml_s = timed(lambda: fn(*feed), opts.samples, opts.iters,
-                  lambda: jax.block_until_ready(fn(*feed)))  # fmt: skip
+    fns = {}
+    for level in opts.levels:
+        options = SessionOptions()
+        options.graph_optimization_level = level
+        fns[level] = jax.jit(InferenceSession(path, options, device="gpu").fn)
+    times = {level: [] for level in fns}
+    for _ in range(opts.samples):  # the levels' samples interleaved
+        for level, fn in fns.items():
+            times[level].append(timed(lambda fn=fn: fn(*feed), 1, opts.iters,
+                                      lambda fn=fn: jax.block_until_ready(fn(*feed))))  # fmt: skip
+    for level, t in times.items():
+        row[f"dml_ms_{level}"] = round(statistics.median(t) * 1e3, 3)
+    dml_s = statistics.median(times[opts.levels[0]])
     cuda = model.cuda()
     targs = [a.cuda() for a in args]
     with torch.no_grad():
@@ -388,6 +400,9 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--samples", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--levels", nargs="*", default=["all"],
+                   help="graph optimization levels timed with --speed, interleaved (the first "
+                        "is the one compared with PyTorch)")  # fmt: skip
     p.add_argument("--json", default=None, help="write the rows here")
     p.add_argument("--save", default=None, help="copy exports that fail (under 16 MB) here")
     p.add_argument("--debug", action="store_true")

@@ -17,7 +17,7 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 import dml_jax as dml
 from dml_jax.onnx import InferenceSession, SessionOptions, compile_onnx
@@ -32,10 +32,15 @@ def _const(name: str, value) -> onnx.NodeProto:
         np.asarray(value, np.float32), name))  # fmt: skip
 
 
-def _model(nodes, shape, inits=(), outputs=("y",), opset=17):
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))
-    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs]
-    init = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits]
+def _model(nodes, shape, inits=(), outputs=("y",), opset=17, dtype=np.float32):
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    if dtype != np.float32:  # the Constant nodes' values too
+        nodes = [helper.make_node("Constant", [], list(n.output), value=numpy_helper.from_array(
+                     numpy_helper.to_array(n.attribute[0].t).astype(dtype), n.output[0]))
+                 if n.op_type == "Constant" else n for n in nodes]  # fmt: skip
+    x = helper.make_tensor_value_info("x", elem, list(shape))
+    outs = [helper.make_tensor_value_info(o, elem, None) for o in outputs]
+    init = [numpy_helper.from_array(np.asarray(v, dtype), k) for k, v in inits]
     graph = helper.make_graph(list(nodes), "g", [x], outs, init)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
@@ -52,15 +57,17 @@ def _program(s):
     return list(s._programs.values())[-1]
 
 
-def _check(model, shape, fired: dict, level="all", disabled=None):
-    """Runs ``model`` at ``level`` and at ``disable``; the outputs agree, the rewrites that
-    fired are ``fired``; returns the optimized program's operator types."""
-    feed = {"x": RNG.standard_normal(shape).astype(np.float32)}
+def _check(model, shape, fired: dict, level="all", disabled=None, dtype=np.float32):
+    """Runs ``model`` at ``level`` and at ``disable``; the outputs agree (float16: within two
+    units in the last place of the magnitudes here), the rewrites that fired are ``fired``;
+    returns the optimized program's operator types."""
+    feed = {"x": RNG.standard_normal(shape).astype(dtype)}
     s = _session(model, level, disabled)
     got = s.run(None, feed)
     want = _session(model, "disable").run(None, feed)
+    tol = TOL if dtype == np.float32 else {"rtol": 2e-3, "atol": 2e-3}
     for a, b in zip(got, want):
-        np.testing.assert_allclose(a, b, **TOL)
+        np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), **tol)
     program = _program(s)
     assert dict(program.imported.optimizations) == fired
     return program.operators()
@@ -93,6 +100,12 @@ def _gelu_nodes(variant: int, x: str = "x", y: str = "y") -> list:
 def test_gelu_erf_spellings_become_activation_gelu(variant):
     ops = _check(_model(_gelu_nodes(variant), [2, 8]), (2, 8), {"GeluFusion": 1})
     assert ops == ["ACTIVATION_GELU"]
+
+
+def test_float16_constants_are_the_float16_roundings():
+    # float16's sqrt(2) is 1.4140625: the pattern's constant as the model's type rounds it
+    model = _model(_gelu_nodes(0), [2, 8], dtype=np.float16)
+    assert _check(model, (2, 8), {"GeluFusion": 1}, dtype=np.float16) == ["ACTIVATION_GELU"]
 
 
 def test_gelu_not_fused_with_a_second_reader_or_a_parameter_constant():
@@ -250,10 +263,22 @@ def test_gemm_bn_folds_into_b_and_c(op):
     mm = (helper.make_node("MatMul", ["x", "w"], ["mm"]) if op == "MatMul" else
           helper.make_node("Gemm", ["x", "w", "c"], ["mm"], beta=0.5))  # fmt: skip
     bn = helper.make_node("BatchNormalization", ["mm", "s", "b", "m", "v"], ["y"])
-    ops = _check(_model([mm, bn], [6, 8], inits), (6, 8), {"MatmulBNFusion": 1})
+    ops = _check(_model([mm, bn], [16, 8], inits), (16, 8), {"MatmulBNFusion": 1})
     # one GEMM; the rest are the element-wise nodes computing B * f and C from the parameters
     assert ops.count("GEMM") == 1 and "BATCH_NORMALIZATION" not in ops
     assert all(o.startswith("ELEMENT_WISE_") for o in ops if o != "GEMM")
+    # 2 rows: B (40 elements) is larger than the output (10) the fold would save a pass over
+    assert "BATCH_NORMALIZATION" in _check(_model([mm, bn], [2, 8], inits), (2, 8), {})
+
+
+def test_conv_channel_add_becomes_the_bias():
+    inits = [("w", RNG.standard_normal((4, 3, 3, 3))), ("b", RNG.standard_normal((1, 4, 1, 1)))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("Add", ["c", "b"], ["y"]),
+    ]
+    ops = _check(_model(nodes, [1, 3, 5, 5], inits), (1, 3, 5, 5), {"ConvAddFusion": 1})
+    assert ops == ["CONVOLUTION"]
 
 
 def test_apply_with_a_replaced_folded_parameter():
@@ -283,6 +308,28 @@ def test_transpose_copy_read_through_strides():
     assert "ELEMENT_WISE_IDENTITY" in _check(model, (2, 3, 8), {}, level="extended")
     model = _model(nodes, [2, 3, 8], outputs=("y", "t"))
     assert "ELEMENT_WISE_IDENTITY" in _check(model, (2, 3, 8), {})
+
+
+def test_a_linear_layer_and_its_gelu_and_residual_take_the_gemm_sizes():
+    # x {2, 4, 8} -> MatMul + bias -> GELU -> MatMul + bias -> + x: each GEMM is one {8, N}
+    # matrix; its one reader (the GELU, the residual addition) takes the GEMM's sizes, as the
+    # GPU's GEMM epilogues need
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"]),
+             helper.make_node("Add", ["m1", "b1"], ["h"]), *_gelu_nodes(0, "h", "g"),
+             helper.make_node("MatMul", ["g", "w2"], ["m2"]),
+             helper.make_node("Add", ["m2", "b2"], ["o"]), helper.make_node("Add", ["x", "o"], ["y"])]  # fmt: skip
+    inits = [("w1", RNG.standard_normal((8, 16))), ("b1", RNG.standard_normal(16)),
+             ("w2", RNG.standard_normal((16, 8))), ("b2", RNG.standard_normal(8))]  # fmt: skip
+    fired = {"GeluFusion": 1, "MatMulAddFusion": 2, "GemmEpilogueLayout": 2}
+    s = _session(_model(nodes, [2, 4, 8], inits))
+    assert _check(_model(nodes, [2, 4, 8], inits), (2, 4, 8), fired) == [
+        "GEMM", "GEMM", "ELEMENT_WISE_ADD", "ACTIVATION_GELU"]  # fmt: skip
+    s.run(None, {"x": np.ones((2, 4, 8), np.float32)})
+    graph = _program(s).imported.graph
+    for node in graph.nodes:
+        if node.operator_type.endswith(("GELU", "_ADD")):
+            assert {d.sizes for _, d in node.edge_slots("input") + node.edge_slots("output")} == {
+                (1, 1, 8, 16) if "GELU" in node.operator_type else (1, 1, 8, 8)}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

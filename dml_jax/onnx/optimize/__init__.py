@@ -311,10 +311,17 @@ class Editor:
             return None
         return float(first)
 
-    def is_scalar(self, src: Source, value: float, rtol: float = 0.0) -> bool:
-        """``src`` is a non-parameter constant scalar equal to ``value`` (within ``rtol``)."""
+    def is_scalar(self, src: Source, value: float, rtol: float | None = None) -> bool:
+        """``src`` is a non-parameter constant scalar equal to ``value`` within ``rtol``
+        (default: the constant's own type rounds ``value`` to it: its machine epsilon, so
+        float16's sqrt(2) is sqrt(2); 0 for integers)."""
         got = self.scalar(src)
-        return got is not None and abs(got - value) <= rtol * abs(value)
+        if got is None:
+            return False
+        if rtol is None:
+            dtype = np.asarray(self.constant(src)).dtype
+            rtol = float(np.finfo(dtype).eps) if dtype.kind == "f" else 0.0
+        return abs(got - value) <= rtol * abs(value)
 
     def param(self, src: Source) -> str | None:
         """The initializer name when ``src`` is a constant that is a parameter (``apply``

@@ -19,9 +19,6 @@ from ...registry import lookup
 from ...tensor import TensorDesc
 from . import Editor, Source, rewrite
 
-# float32 rounds sqrt(2) and 1 / sqrt(2) within this relative distance.
-_RTOL = 1e-6
-
 
 def _mul_operands(g: Editor, n: int) -> tuple[Source, Source] | None:
     if g.op(n) != "ELEMENT_WISE_MULTIPLY":
@@ -44,7 +41,7 @@ def _times_scalar(g: Editor, n: int, value: float) -> Source | None:
     if ops is None:
         return None
     for k in (0, 1):
-        if g.is_scalar(ops[1 - k], value, _RTOL) and _same_sizes(g, n, k):
+        if g.is_scalar(ops[1 - k], value) and _same_sizes(g, n, k):
             return ops[k]
     return None
 
@@ -60,7 +57,7 @@ def _gelu_input(g: Editor, erf: int) -> Source | None:
         return None
     n = arg[0]
     if g.op(n) == "ELEMENT_WISE_DIVIDE":
-        if g.is_scalar(g.source(n, 1), math.sqrt(2), _RTOL) and _same_sizes(g, n, 0):
+        if g.is_scalar(g.source(n, 1), math.sqrt(2)) and _same_sizes(g, n, 0):
             return g.source(n, 0)
         return None
     return _times_scalar(g, n, 1 / math.sqrt(2))
@@ -72,7 +69,7 @@ def _plus_one(g: Editor, erf: int) -> int | None:
     if user is None or getattr(g.nodes[user[0]], "fused_activation", None) is not None:
         return None
     add, slot = user
-    if not _same_sizes(g, add, slot) or not g.is_scalar(g.source(add, 1 - slot), 1.0, _RTOL):
+    if not _same_sizes(g, add, slot) or not g.is_scalar(g.source(add, 1 - slot), 1.0):
         return None
     return add
 
@@ -94,7 +91,7 @@ def _gelu_product(g: Editor, x: Source, a: int) -> tuple[int, list[int]] | None:
     if other[0] >= 0 and g.only_user(other) is not None and _times_scalar(g, other[0], 0.5) == x:
         return m1, [other[0]]
     # x * (a * 0.5)
-    if g.is_scalar(other, 0.5, _RTOL):
+    if g.is_scalar(other, 0.5):
         nxt = g.reader((m1, 0), "ELEMENT_WISE_MULTIPLY")
         if nxt is not None and _same_sizes(g, *nxt):
             y, k = nxt

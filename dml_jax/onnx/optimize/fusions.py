@@ -6,7 +6,9 @@ into the producer's ``FusedActivation`` (the DirectML provider's DmlOperatorFusi
 Parameters (``apply(params)`` may replace them): folded weights that depend on a parameter are
 computed by graph nodes on the parameter inputs (a few element-wise nodes over the weights, run
 with the model), so a replaced parameter still takes effect; weights that are plain constants
-are folded on the host here.
+are folded on the host here. A fold at run time passes over the weights to save a pass over
+the normalization's input, so it is made only where the weights have at most as many elements
+as that input (early convolutions, large batches; not a late 1x1 layer at batch 1).
 """
 
 from __future__ import annotations
@@ -200,7 +202,10 @@ def conv_bn(g: Editor) -> int:
         sources = [g.source(bn, j) for j in (1, 2, 3, 4)] + [g.source(n, 1)]
         if bias_vec is not None:
             sources.append(g.source(n, 2))
-        calc = _Calc(g, t, g.origin[n], _on_host(g, sources))
+        on_host = _on_host(g, sources)
+        if not on_host and d.filter_tensor.element_count > d.output_tensor.element_count:
+            continue  # the run-time fold would cost more than the pass over the output it saves
+        calc = _Calc(g, t, g.origin[n], on_host)
         f, shift = _bn_factors(calc, g, bn, vectors)
         w = calc.mul(calc.read(g.source(n, 1), d.filter_tensor),
                      calc.reshape(f, (k,) + (1,) * (rank - 1)))  # fmt: skip
@@ -253,7 +258,10 @@ def matmul_bn(g: Editor) -> int:
         sources = [g.source(bn, j) for j in (1, 2, 3, 4)] + [g.source(n, 1)]
         if c_vec is not None:
             sources.append(g.source(n, 2))
-        calc = _Calc(g, t, g.origin[n], _on_host(g, sources))
+        on_host = _on_host(g, sources)
+        if not on_host and d.b_tensor.element_count > out.element_count:
+            continue  # the run-time fold would cost more than the pass over the output it saves
+        calc = _Calc(g, t, g.origin[n], on_host)
         f, shift = _bn_factors(calc, g, bn, vectors)
         per_col = (1,) * (d.b_tensor.rank - 1) + (cols,)
         if d.trans_b.name == "TRANSPOSE":

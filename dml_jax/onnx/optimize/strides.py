@@ -1,4 +1,7 @@
-"""Copies into strides: an ELEMENT_WISE_IDENTITY that only copies a strided view of a node's
+"""Layouts (the ``all`` level, as onnxruntime's layout optimizations): copies into strides, and
+the sizes of a GEMM's element-wise reader.
+
+Copies into strides: an ELEMENT_WISE_IDENTITY that only copies a strided view of a node's
 output into a packed tensor (a Transpose, a broadcast, a slice with steps) is removed, and its
 readers read the view's strides directly, as the DirectML provider's graph reads a transpose
 through strides instead of copying it.
@@ -62,5 +65,46 @@ def strided_copies(g: Editor) -> int:
         for m, slot, _ in moved:
             g.set_input(m, slot, src)
         g.remove(n)
+        count += 1
+    return count
+
+
+# The nodes a GEMM's GPU epilogues take (kernels/gemm.py): element-wise, so their tensors may
+# take any sizes of the same elements.
+_EPILOGUE_READERS = ("ACTIVATION_GELU", "ELEMENT_WISE_ADD", "ELEMENT_WISE_ADD1")
+
+
+@rewrite("GemmEpilogueLayout", "all")
+def gemm_epilogue_layout(g: Editor) -> int:
+    """An ACTIVATION_GELU or an addition that alone reads a GEMM's output under other sizes (an
+    ONNX reshape: a linear layer's GEMM is one {rows, N} matrix, its reader {batch, seq, N}):
+    the reader takes the GEMM's sizes, so the GPU's GEMM epilogues (a GELU, a residual) can
+    compute it with the product (docs/fast-paths.md)."""
+    import dataclasses
+
+    count = 0
+    for n in g.live():
+        if g.op(n) != "GEMM":
+            continue
+        user = g.reader((n, 0), *_EPILOGUE_READERS)
+        if user is None or g.reads_as_written(*user) or not g.reads_packed(*user):
+            continue
+        q, slot = user
+        d = g.nodes[q]
+        if getattr(d, "fused_activation", None) is not None or not d.output_tensor.is_packed:
+            continue
+        out = g.nodes[n].output_tensor
+        sizes = out.sizes
+        new = with_input_desc(d, slot, out.like(sizes=sizes))
+        if len(d.edge_slots("input")) == 2:
+            other = d.edge_slots("input")[1 - slot][1]
+            strides = reshape_strides(other.sizes, other.layout_strides, sizes)
+            if strides is None:
+                continue
+            new = with_input_desc(new, 1 - slot, other.like(sizes=sizes, strides=strides))
+        new = dataclasses.replace(new, output_tensor=d.output_tensor.like(sizes=sizes))
+        if not g.valid(new):
+            continue
+        g.set_node(q, new)
         count += 1
     return count
