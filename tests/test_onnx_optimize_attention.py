@@ -112,9 +112,10 @@ class _Builder:
 
 
 def _torchscript(
-    dtype=np.float32, mask=True, two_transposes=False, causal=False
+    dtype=np.float32, mask=True, two_transposes=False, causal=False, upcast=False
 ) -> onnx.ModelProto:
-    """BERT / GPT-2 as torch.onnx.export's TorchScript exporter writes them."""
+    """BERT / GPT-2 as torch.onnx.export's TorchScript exporter writes them; ``upcast``: the
+    softmax in float32 between two Casts (Hugging Face's eager attention in float16)."""
     g = _Builder(dtype)
     q, k, v = (g.heads_first(g.project()) for _ in range(3))
     if two_transposes:
@@ -129,7 +130,11 @@ def _torchscript(
         s = g.node("Where", [g.init(tril, np.bool_), s, g.const(np.finfo(dtype).min)])
     if mask:
         s = g.node("Add", [s, g.padding_mask()])
+    if upcast:
+        s = g.node("Cast", [s], to=TensorProto.FLOAT)
     p = g.node("Softmax", [s], axis=-1)
+    if upcast:
+        p = g.node("Cast", [p], to=TensorProto.FLOAT16)
     return g.model(g.merge(g.node("MatMul", [p, v])), mask=mask)
 
 
@@ -312,6 +317,7 @@ def test_float16():
     (node,) = _check(_torchscript(np.float16, causal=True), 1, tol=4e-3, onnxruntime=False)
     assert node.output_tensor.data_type.name == "FLOAT16"
     _check(_dynamo(np.float16, kv_heads=1), 1, tol=4e-3, onnxruntime=False)
+    _check(_torchscript(np.float16, upcast=True), 1, tol=4e-3, onnxruntime=False)
 
 
 def test_apply_replaces_the_scale_parameter():

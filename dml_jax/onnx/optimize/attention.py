@@ -24,7 +24,9 @@ producers' packed bytes; the exporters' transposes are ELEMENT_WISE_IDENTITY cop
   or float16's lowest or below where every row keeps a key (the masked weights exp(c + s - max)
   are then 0 either way). Masks met after a scale (scaled with the logits) are not matched.
 - ACTIVATION_SOFTMAX(1) over the last axis (the keys), read only by the second GEMM as its A,
-  or only through the dynamo exporter's Where(IsNaN(p), 0, p).
+  or only through the dynamo exporter's Where(IsNaN(p), 0, p); in a float16 model, possibly
+  between a CAST of the logits to float32 and a CAST of the probabilities back (Hugging Face's
+  eager attention; masks added in float32 must then be constants).
 - GEMM (Alpha 1, no C) of the probabilities by the values {Z, T, Dv}.
 
 The logits, the probabilities and every node between them must have no other reader and not be
@@ -290,10 +292,16 @@ def _match(g: Editor, sm: int) -> _Match | None:
     count = out.element_count
     if not out.is_packed or not _contiguous(sm_in, count):
         return None
-    # The probabilities: read only by the second GEMM, as its A, untransposed (or through the
-    # dynamo exporter's guard Where(IsNaN(p), 0, p), ``_nan_guard``).
-    guard = _nan_guard(g, sm, count)
-    probs = (guard[1], 0) if guard else (sm, 0)
+    # The probabilities: read only by the second GEMM, as its A, untransposed (or through a
+    # CAST back from the float32 a float16 model's softmax ran in, and the dynamo exporter's
+    # guard Where(IsNaN(p), 0, p), ``_nan_guard``).
+    probs = (sm, 0)
+    down = g.only_user(probs)
+    down = down[0] if down is not None and _cast(g, down[0], "FLOAT32", "FLOAT16") else None
+    if down is not None:
+        probs = (down, 0)
+    guard = _nan_guard(g, probs[0], count)
+    probs = (guard[1], 0) if guard else probs
     user = g.only_user(probs)
     if user is None or user[1] != 0:
         return None
@@ -309,6 +317,7 @@ def _match(g: Editor, sm: int) -> _Match | None:
     chain: list[int] = []
     additive, keep = [], []
     scale = 1.0
+    up = None
     src = g.source(sm, 0)
     while True:
         if src is None or src[0] == GRAPH_INPUT or src[1] != 0:
@@ -321,6 +330,15 @@ def _match(g: Editor, sm: int) -> _Match | None:
         if kind == "DML_OPERATOR_GEMM":
             break
         chain.append(n)
+        if kind == "DML_OPERATOR_CAST":
+            # float16 logits widened for the softmax: MULTIHEAD_ATTENTION computes in float32
+            if down is None or up is not None or not _cast(g, n, "FLOAT16", "FLOAT32"):
+                return None
+            up = n
+            if not _contiguous(g.input_desc(n, 0), count):
+                return None
+            src = g.source(n, 0)
+            continue
         size = g.output_desc(src).element_count
         if size != count or not g.output_desc(src).is_packed:
             return None
@@ -372,11 +390,26 @@ def _match(g: Editor, sm: int) -> _Match | None:
         additive.append((g.source(qk, 2), d.c_tensor, qk))
     if not g.output_desc(src).is_packed or g.output_desc(src).element_count != count:
         return None
+    if (up is None) != (down is None):
+        return None
+    if down is not None:
+        chain.append(down)
     return _Match(sm, qk, pv, chain, scale * float(d.alpha), additive, keep, guard)
 
 
+def _cast(g: Editor, n: int, source: str, target: str) -> bool:
+    """Node ``n`` is a CAST from ``source`` to ``target`` (data type names) of the same
+    elements."""
+    node = g.nodes[n]
+    if node.operator_type != "DML_OPERATOR_CAST":
+        return False
+    i, o = node.input_tensor, node.output_tensor
+    return i.data_type.name == source and o.data_type.name == target and i.sizes == o.sizes
+
+
 def _nan_guard(g: Editor, sm: int, count: int) -> tuple[int, int] | None:
-    """(IS_NAN, IF) where the softmax's output is read only by ``Where(IsNaN(p), 0, p)`` (the
+    """(IS_NAN, IF) where the probabilities (node ``sm``'s output) are read only by
+    ``Where(IsNaN(p), 0, p)`` (the
     dynamo exporter's decomposition of scaled_dot_product_attention zeroes the rows without a
     key so), else None."""
     users = g.users((sm, 0))
@@ -546,7 +579,7 @@ def _masks(g: Editor, m: _Match, full: tuple[int, ...], t: DataType):
     terms: list[tuple[np.ndarray, float]] = []  # (kept, what a masked logit gets)
     for src, desc, _ in m.additive:
         view = _mask_view(desc, full)
-        if view is None or view.data_type != t:
+        if view is None:
             return None
         known = _known(g, src, view)
         if known is not None:
@@ -556,6 +589,8 @@ def _masks(g: Editor, m: _Match, full: tuple[int, ...], t: DataType):
             if len(values) == 2 and values[1] == 0 and values[0] < 0:
                 terms.append((known == 0, float(values[0])))
                 continue
+        if view.data_type != t:
+            return None  # a bias added in float32 after a float16 model's logits widened
         rpb.append((src, view))
     for cond_src, cond_desc, fill, _, inverted in m.keep:
         view = _mask_view(cond_desc, full)
