@@ -343,10 +343,11 @@ def _edit(model, op_type: str, **attrs):
     return model
 
 
-def test_not_fused_with_a_second_reader_of_the_probabilities():
-    model = _torchscript()
-    probs = next(n.output[0] for n in model.graph.node if n.op_type == "Softmax")
-    model.graph.output.append(helper.make_tensor_value_info(probs, TensorProto.FLOAT, None))
+@pytest.mark.parametrize("op_type", ["Softmax", "Div"])
+def test_not_fused_with_a_second_reader_of_the_probabilities_or_logits(op_type):
+    model = _torchscript(mask=False)
+    value = next(n.output[0] for n in model.graph.node if n.op_type == op_type)
+    model.graph.output.append(helper.make_tensor_value_info(value, TensorProto.FLOAT, None))
     assert _check(model, 0) == []
 
 
