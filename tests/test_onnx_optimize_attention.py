@@ -3,15 +3,19 @@ become MULTIHEAD_ATTENTION(1).
 
 Each model is built with ``onnx.helper`` in an exporter's spelling (torch.onnx.export's
 TorchScript exporter: Div of the logits by a Constant, Transpose of the keys, an additive
-padding mask computed from a mask input, or Where of a causal constant; its dynamo exporter:
-sqrt(scale) initializers multiplying Q and K, the IsNaN guard after Softmax, grouped key/value
-heads repeated by Unsqueeze / Expand / Reshape). Each one fires (its count, the attention node
-and its mask type), and its outputs equal those of the ``disable`` level within float rounding
-(float32: 1e-5; float16: MULTIHEAD_ATTENTION computes in float32 where the unfused graph rounds
-the logits and the probabilities to float16, a few float16 units) and those of onnxruntime's CPU
-provider. What the fusion must leave alone: a second reader of the probabilities, another
-softmax axis, a mask added before the scale, a finite Where fill that MaskFilterValue cannot
-stand for, a condition computed at run time, the level below extended and the switch.
+padding mask computed from a mask input, or Where of a causal constant; float16 with the softmax
+between two Casts; 3-D products over {B * H, S, D}, with a key/value cache concatenated from
+inputs; its dynamo exporter: sqrt(scale) initializers multiplying Q and K, the IsNaN guard after
+Softmax, a run-time -inf padding mask with an empty row, grouped key/value heads repeated by
+Unsqueeze / Expand / Reshape). Each one fires (its count, the attention node and its mask), and
+its outputs equal those of the ``disable`` level within float rounding (float32: 1e-5; float16:
+MULTIHEAD_ATTENTION computes in float32 where the unfused graph rounds the logits and the
+probabilities to float16, a few float16 units) and those of onnxruntime's CPU provider (float32).
+``apply`` with a replaced scale initializer equals the unfused graph's. What the fusion must
+leave alone: a second reader of the probabilities or the logits, another softmax axis, a mask
+added before the scale, a finite Where fill that MaskFilterValue cannot stand for, a condition
+computed at run time, the level below extended and the switch. Last, the strided-view algebra
+the rewrite reads operands with, against NumPy.
 """
 
 from __future__ import annotations
