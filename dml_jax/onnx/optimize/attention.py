@@ -692,8 +692,8 @@ def _fuse(g: Editor, m: _Match) -> bool:
     layouts = _layouts(q, k, v, z)
     if not layouts:
         return False
-    # The head count the logits' nodes show (their last batch axis), else the one whose queries
-    # need no copy (any layout consistent with Q, K and V computes the same heads).
+    # The head count the logits' nodes show (their last batch axis) first, then those whose
+    # queries need no copy (any layout consistent with Q, K and V computes the same heads).
     hint = None
     for n in m.chain + [m.softmax]:
         sizes = g.nodes[n].edge_slots("output")[0][1].sizes
@@ -701,16 +701,14 @@ def _fuse(g: Editor, m: _Match) -> bool:
             hint = sizes[-3]
             break
     sc = _stride(q.axes[2])
-    layout = next((c for c in layouts if c[0] == hint), None) or next(
-        (c for c in layouts if c[1][2][0][1] == dh * sc), layouts[0]
-    )
-    h, qh, kh, vh = layout
-    b = z // h
-    full = (b, h, s, total)
-
-    # Masks.
-    masks = _masks(g, m, full, t)
-    if masks is None:
+    layouts.sort(key=lambda c: (c[0] != hint, c[1][2][0][1] != dh * sc))
+    for h, qh, kh, vh in layouts:  # the first whose masks read as {B, H, S, T}
+        b = z // h
+        full = (b, h, s, total)
+        masks = _masks(g, m, full, t)
+        if masks is not None:
+            break
+    else:
         return False
     keep, filter_value, rpb = masks
     fields: dict = {}
