@@ -236,7 +236,7 @@ class Program:
         count = len(imp.input_names)
         for j, (c, p) in enumerate(zip(imp.constants, imp.params)):
             value = params.get(p) if p is not None else None
-            if value is None or descs[count + j] is None:  # a constant a rewrite left unread
+            if value is None:
                 args.append(c)
             else:
                 args.append(jnp.asarray(value).astype(c.dtype).reshape(descs[count + j].sizes))
