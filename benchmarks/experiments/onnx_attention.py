@@ -1,6 +1,6 @@
 """Transformer attention blocks in the exporters' spellings at each graph optimization level:
 what AttentionFusion (``dml_jax.onnx.optimize.attention``) makes of them and the time of one
-call, through ``benchmarks/onnx_levels.py``'s harness (the levels timed alternately in one
+call, through ``benchmarks/experiments/onnx_levels.py``'s harness (the levels timed alternately in one
 process; its columns).
 
 The blocks (random weights, no downloads), each ``--layers`` layers of projections, attention,
