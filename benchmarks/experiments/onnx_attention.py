@@ -15,7 +15,7 @@ output projection and residual, in float16 (cuDNN's fused attention applies) and
   Expand / Reshape, sqrt(scale) initializers on Q and K, a causal initializer added, the IsNaN
   guard.
 
-Usage: ``PYTHONPATH=. python benchmarks/onnx_attention.py [--only NAME ...] [--levels disable
+Usage: ``PYTHONPATH=. python benchmarks/experiments/onnx_attention.py [--only NAME ...] [--levels disable
 all] [--batch 8] [--seq 512] [--layers 4] [--json OUT.json]``; ``--models-dir DIR`` adds the
 ``*.onnx`` files of DIR (with their declared shapes).
 """

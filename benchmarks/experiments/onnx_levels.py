@@ -9,7 +9,7 @@ Inception v2, ...; batch 1, their declared shapes), the ORT-optimized BERT and G
 spellings exporters use for what the rewrites fuse (a transformer MLP with decomposed layer norm
 and erf GELU; a conv-BN-ReLU stack), with random weights.
 
-Usage: ``PYTHONPATH=. python benchmarks/onnx_levels.py [--only NAME ...] [--levels disable all]
+Usage: ``PYTHONPATH=. python benchmarks/experiments/onnx_levels.py [--only NAME ...] [--levels disable all]
 [--json OUT.json]``.
 """
 
