@@ -404,9 +404,14 @@ def speed(run: Run, name, model, inputs, path, row, torch):
     batch = 2 if run.quick else opts.batch
     args = inputs(batch)
     path = path[:-5] + "_speed.onnx"  # exported again at the timed batch (dynamo's are static)
+    half = opts.dtype == "float16"
+    if half:  # the model timed and exported in float16 (on the GPU, where PyTorch has its ops)
+        model = model.cuda().half()
+        args = [a.cuda().half() if a.is_floating_point() else a.cuda() for a in args]
+    row["dtype"] = opts.dtype
     with torch.no_grad():
         export(model, args, path, opts.exporters[0], MODELS[name][2])
-    _time_onnx(run, row, path, [a.numpy() for a in args])
+    _time_onnx(run, row, path, [a.cpu().numpy() for a in args])
     if run.torch is None:  # PyTorch on the CPU is no anchor for a GPU run
         return
     cuda = model.cuda()
@@ -437,6 +442,12 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--no-compile", dest="compile", action="store_false", help="no torch.compile")
     p.add_argument("--check-batch", type=int, default=2, help="batch of the agreement check")
     p.add_argument("--batch", type=int, default=32, help="batch of the timing")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "float16"),
+        default="float32",
+        help="the timed model's type (float16: exported from the half model on the GPU)",
+    )
     p.add_argument(
         "--levels",
         nargs="*",
