@@ -42,7 +42,8 @@ def _model(nodes, shape, inits=(), outputs=("y",), opset=17, dtype=np.float32):
     outs = [helper.make_tensor_value_info(o, elem, None) for o in outputs]
     init = [numpy_helper.from_array(np.asarray(v, dtype), k) for k, v in inits]
     graph = helper.make_graph(list(nodes), "g", [x], outs, init)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    # IR 10: onnxruntime 1.30 (the GPU machine's) reads no newer
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
 
 def _session(model, level="all", disabled=None, **kw):

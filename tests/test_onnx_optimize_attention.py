@@ -88,7 +88,8 @@ class _Builder:
         inputs += [helper.make_tensor_value_info(n, elem, list(shape)) for n, shape in extra]
         outs = [helper.make_tensor_value_info(o, elem, None) for o in ("y", *outputs)]
         graph = helper.make_graph(self.nodes, "attention", inputs, outs, self.inits)
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        # IR 10: onnxruntime 1.30 (the GPU machine's) reads no newer
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
     def project(self, heads: int = H) -> str:
         """x W + b: {B, S, heads * D}."""
