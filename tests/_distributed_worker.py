@@ -1,0 +1,85 @@
+"""One of the two processes of tests/test_onnx_sharding.py's multi-process check.
+
+``python tests/_distributed_worker.py PORT PROCESS_ID`` (with ``JAX_PLATFORMS=cpu`` and 2
+simulated CPU devices per process) joins ``jax.distributed`` on the loopback address, makes one
+mesh over the 4 devices of both processes, and checks, against the same computation on one of
+its own devices:
+
+- a DML operator compiled with ``compile_operator(in_shardings=..., out_shardings=...)`` over
+  the global mesh (a GEMM with A's rows split, the result replicated);
+- the tiny transformer (tests/_tiny_transformer.py) as an ``InferenceSession`` on a 2 x 2
+  (data, model) mesh spanning the processes.
+
+The processes exchange nothing but through JAX (the collectives of the compiled programs).
+Prints one JSON object on the last line: ``{"process": id, "cases": {id: {"ok", "detail"}}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+
+
+def main(port: str, process_id: int) -> None:
+    import jax
+
+    started = time.perf_counter()
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=process_id
+    )
+    import numpy as np
+    from _tiny_transformer import example_input, tiny_transformer
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import dml_jax as dml
+    from dml_jax.onnx import InferenceSession
+
+    local = jax.local_devices()[0]
+    results: dict = {}
+
+    def record(case_id, fn):
+        try:
+            ok, detail = fn()
+        except Exception:  # noqa: BLE001 - a failing case reports its traceback
+            ok, detail = False, traceback.format_exc()[-3000:]
+        results[case_id] = {"ok": bool(ok), "detail": detail}
+
+    def graph():
+        mesh = jax.make_mesh((jax.device_count(),), ("x",))
+        t = dml.TensorDesc
+        gemm = dml.GemmOperatorDesc(
+            t("FLOAT32", (8, 16)), t("FLOAT32", (16, 4)), None, t("FLOAT32", (8, 4))
+        )
+        rows, whole = NamedSharding(mesh, P("x")), NamedSharding(mesh, P())
+        op = dml.compile_operator(gemm, in_shardings=[rows, whole], out_shardings=whole)
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((8, 16)).astype(np.float32)
+        b = rng.standard_normal((16, 4)).astype(np.float32)
+        got = op(a, b)  # every process passes the same host arrays
+        want = jax.jit(op.fn)(jax.device_put(a, local), jax.device_put(b, local))
+        err = float(np.max(np.abs(np.asarray(got.addressable_data(0)) - np.asarray(want))))
+        spans = {d.process_index for d in got.sharding.device_set} == {0, 1}
+        return err <= 1e-5 and spans, f"max abs diff {err:.3g}; {got.sharding}"
+
+    def session():
+        model = tiny_transformer()
+        x = example_input(4)
+        (want,) = InferenceSession(model, device=local).run(None, {"x": x})
+        s = InferenceSession(model, mesh=jax.make_mesh((2, 2), ("data", "model")))
+        (got,) = s.run(None, {"x": x})  # the whole output on every process
+        err = float(np.max(np.abs(got - want)))
+        return err <= 1e-5, f"max abs diff {err:.3g}; output {got.shape}"
+
+    record("graph/gemm-rows-split-over-2-processes", graph)
+    record("session/tiny-transformer-data2-model2", session)
+    seconds = round(time.perf_counter() - started, 2)
+    print(json.dumps({"process": process_id, "devices": jax.device_count(),
+                      "cases": results, "seconds": seconds}))  # fmt: skip
+    jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,155 @@
+"""Sharded ``InferenceSession`` checks on 4 simulated CPU devices, run in one subprocess by
+tests/test_onnx_sharding.py (JAX fixes its device count at start; the suite keeps one device).
+
+Every case runs the tiny transformer (tests/_tiny_transformer.py) on a mesh and compares it with
+the same model's one-device session; prints one JSON object on the last line of stdout:
+``{"cases": {case_id: {"ok": bool, "detail": str}}, "seconds": float}``.
+"""
+
+from __future__ import annotations
+
+import os
+
+DEVICES = 4
+CASES = (
+    "data-parallel/run-fn-apply",
+    "tensor-parallel/data2-model2",
+    "tensor-parallel/model4-two-all-reduces-per-layer",
+    "explicit/input-and-initializer-specs",
+)
+
+if __name__ == "__main__":
+    flag = f"--xla_force_host_platform_device_count={DEVICES}"
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+
+
+def main() -> None:
+    import json
+    import re
+    import time
+    import traceback
+
+    import jax
+    import numpy as np
+    from _tiny_transformer import example_input, tiny_transformer
+    from jax.sharding import PartitionSpec as P
+
+    from dml_jax import ValidationError
+    from dml_jax.onnx import InferenceSession
+
+    started = time.perf_counter()
+    layers = 2
+    model = tiny_transformer(layers=layers)
+    one = InferenceSession(model)
+    results: dict = {}
+
+    def record(case_id, fn):
+        try:
+            ok, detail = fn()
+        except Exception:  # noqa: BLE001 - a failing case reports its traceback
+            ok, detail = False, traceback.format_exc()[-3000:]
+        results[case_id] = {"ok": bool(ok), "detail": detail}
+
+    def close(got, want):
+        # Outputs are about 1 to 4 in size; the runs differ only by summation order.
+        err = float(np.max(np.abs(np.asarray(got) - want)))
+        return err <= 1e-5, f"max abs diff {err:.3g}"
+
+    def program_of(s):
+        (program,) = s._programs.values()
+        return program
+
+    def specs(program):
+        """The parameters' specs by initializer name."""
+        imp = program.imported
+        return {p: s.spec for p, s in zip(imp.params, program.layout.constants) if p is not None}
+
+    def data_parallel():
+        x = example_input(8)
+        (want,) = one.run(None, {"x": x})
+        s = InferenceSession(model, mesh=jax.make_mesh((DEVICES,), ("data",)))
+        (got,) = s.run(None, {"x": x})
+        # Each device computes whole rows, but of fewer rows: XLA's CPU GEMM may block (and
+        # round) them differently than for the whole batch.
+        ok1, d1 = close(got, want)
+        (y,) = s.fn(x)
+        ok2, d2 = close(y, want)
+        sharded = y.sharding.spec == P("data")
+        (z,) = jax.jit(s.fn)(x)
+        ok3, d3 = close(z, want)
+        # apply with a changed parameter, against the one-device apply.
+        params = {"l0.fc2.b": one.params["l0.fc2.b"] + 1.0}
+        (a,) = s.apply(params, x)
+        ok4, d4 = close(a, np.asarray(one.apply(params, x)[0]))
+        replicated = all(spec == P() for spec in specs(program_of(s)).values())
+        ok = ok1 and ok2 and ok3 and ok4 and sharded and replicated
+        return ok, f"run {d1}; fn {d2} ({y.sharding.spec}); jit(fn) {d3}; apply {d4}"
+
+    def tensor_parallel():
+        x = example_input(4)
+        (want,) = one.run(None, {"x": x})
+        s = InferenceSession(model, mesh=jax.make_mesh((2, 2), ("data", "model")))
+        (got,) = s.run(None, {"x": x})
+        ok, detail = close(got, want)
+        spec = specs(program_of(s))
+        expected = {}
+        for i in range(layers):
+            for name in ("q", "k", "v", "fc1"):
+                expected[f"l{i}.{name}.w"] = P(None, "model")  # columns
+            for name in ("o", "fc2"):
+                expected[f"l{i}.{name}.w"] = P("model")  # rows
+        split = {k: v for k, v in spec.items() if v != P()}
+        (y,) = s.fn(x)
+        ok = ok and split == expected and y.sharding.spec == P("data")
+        return ok, f"{detail}; split weights {split}"
+
+    def two_all_reduces():
+        # Batch 1: the heads stay split through attention (with batch > 1 the importer's one
+        # GEMM batch dimension, batch x heads, makes XLA gather Q, K and V per layer).
+        x = example_input(1)
+        (want,) = one.run(None, {"x": x})
+        s = InferenceSession(model, mesh=jax.make_mesh((DEVICES,), ("model",)))
+        (got,) = s.run(None, {"x": x})
+        ok, detail = close(got, want)
+        program = program_of(s)
+        args = s._placed(program, [x])
+        text = program.jitted.lower(s._mesh_params(program), *args).compile().as_text()
+        kinds = re.findall(
+            r"\s(all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)(?:-start)?\(",
+            text,
+        )
+        ok = ok and kinds == ["all-reduce"] * (2 * layers)
+        return ok, f"{detail}; collectives {kinds}"
+
+    def explicit():
+        x = example_input(2)
+        (want,) = one.run(None, {"x": x})
+        shardings = {"x": P(None, "data"), "l0.fc1.w": P("data")}  # sequence; fc1 by rows
+        s = InferenceSession(model, mesh=jax.make_mesh((DEVICES,), ("data",)), shardings=shardings)
+        (got,) = s.run(None, {"x": x})
+        ok, detail = close(got, want)
+        program = program_of(s)
+        ok = ok and program.layout.inputs[0].spec == P(None, "data")
+        ok = ok and specs(program)["l0.fc1.w"] == P("data")
+        # The batch (2) does not divide over 4 devices: the output stays replicated.
+        ok = ok and program.layout.outputs[0].spec == P()
+        # Data parallelism with a batch that does not divide: an error naming the input.
+        dp = InferenceSession(model, mesh=jax.make_mesh((DEVICES,), ("data",)))
+        try:
+            dp.run(None, {"x": example_input(3)})
+            return False, f"{detail}; batch 3 over 4 devices ran"
+        except ValidationError as e:
+            message = str(e)
+        ok = ok and message.startswith("ONNX: data parallelism") and "input 'x'" in message
+        return ok, f"{detail}; {message}"
+
+    record(CASES[0], data_parallel)
+    record(CASES[1], tensor_parallel)
+    record(CASES[2], two_all_reduces)
+    record(CASES[3], explicit)
+    seconds = round(time.perf_counter() - started, 2)
+    print(json.dumps({"cases": results, "seconds": seconds, "devices": len(jax.devices())}))
+
+
+if __name__ == "__main__":
+    main()
