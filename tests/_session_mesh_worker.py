@@ -104,9 +104,9 @@ def main() -> None:
         return ok, f"{detail}; split weights {split}"
 
     def two_all_reduces():
-        # Batch 1: the heads stay split through attention (with batch > 1 the importer's one
-        # GEMM batch dimension, batch x heads, makes XLA gather Q, K and V per layer).
-        x = example_input(1)
+        # The heads stay split through attention: the attention GEMMs keep batch and heads as
+        # two dimensions (merged into one, XLA would gather Q, K and V on every layer).
+        x = example_input(2)
         (want,) = one.run(None, {"x": x})
         s = InferenceSession(model, mesh=jax.make_mesh((DEVICES,), ("model",)))
         (got,) = s.run(None, {"x": x})
@@ -140,8 +140,17 @@ def main() -> None:
             return False, f"{detail}; batch 3 over 4 devices ran"
         except ValidationError as e:
             message = str(e)
-        ok = ok and message.startswith("ONNX: data parallelism") and "input 'x'" in message
-        return ok, f"{detail}; {message}"
+        ok = ok and message.startswith("ONNX: input 'x': data parallelism splits dimension 0")
+        ok = ok and message.endswith("shardings={'x': PartitionSpec()}")
+        # An explicit spec that does not divide: the same error, naming the sharding.
+        bad = InferenceSession(model, mesh=dp.mesh, shardings={"x": P("data")})
+        try:
+            bad.run(None, {"x": example_input(2)})
+            return False, f"{detail}; batch 2 split 4 ways ran"
+        except ValidationError as e:
+            second = str(e)
+        ok = ok and second.startswith("ONNX: input 'x': its sharding splits dimension 0 (size 2")
+        return ok, f"{detail}; {message}; {second}"
 
     record(CASES[0], data_parallel)
     record(CASES[1], tensor_parallel)

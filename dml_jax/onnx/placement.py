@@ -209,8 +209,9 @@ class MeshLayout:
     def sharding(self, spec: PartitionSpec) -> NamedSharding:
         return NamedSharding(self.mesh, spec)
 
-    def _fitted(self, where: str, spec: PartitionSpec, shape: Sequence[int], hint: str) -> None:
-        """Checks that each sharded dimension of ``shape`` divides evenly over its mesh axes."""
+    def _fitted(self, where: str, spec: PartitionSpec, shape: Sequence[int], why: str) -> None:
+        """Checks that each sharded dimension of ``shape`` divides evenly over its mesh axes;
+        ``why`` says which rule asked for the split, and ends the message with a way out."""
         if len(spec) > len(shape):
             raise ValidationError(
                 f"{ONNX}: shardings: {where} has shape {list(shape)}, but its PartitionSpec "
@@ -221,9 +222,17 @@ class MeshLayout:
             ways = math.prod(self.mesh.shape[a] for a in axes)
             if axes and shape[k] % ways:
                 raise ValidationError(
-                    f"{ONNX}: {hint}{where}: dimension {k} (size {shape[k]}) is not a multiple "
-                    f"of the {ways} devices of mesh axes {axes} (shape {list(shape)})"
+                    f"{ONNX}: {where}: {why} splits dimension {k} (size {shape[k]}, shape "
+                    f"{list(shape)}) over the {ways} devices of mesh axes {axes}, which do not "
+                    "divide it" + self._way_out(where, why)
                 )
+
+    @staticmethod
+    def _way_out(where: str, why: str) -> str:
+        if why != "data parallelism":
+            return ""
+        name = where.split("'")[1]
+        return f"; give a batch they divide, or shardings={{'{name}': PartitionSpec()}}"
 
     def for_program(
         self,
@@ -238,20 +247,14 @@ class MeshLayout:
             where = f"input '{name}'"
             if name in self.specs:
                 spec = self.specs[name]
-                self._fitted(where, spec, shape, "shardings: ")
+                self._fitted(where, spec, shape, "its sharding")
             elif name in self._inputs and name not in static and data is not None:
                 dims, den = self._inputs[name]
                 k = batch_dim(dims or [None] * len(shape), den)
                 spec = PartitionSpec()
                 if k is not None and k < len(shape):
                     spec = PartitionSpec(*([None] * k + [data]))
-                    self._fitted(
-                        where,
-                        spec,
-                        shape,
-                        "data parallelism (give a batch that divides, or shardings={"
-                        f"'{name}': PartitionSpec()}}): ",
-                    )
+                    self._fitted(where, spec, shape, "data parallelism")
                     if dims and k < len(dims) and isinstance(dims[k], str):
                         batch_names.add(dims[k])
                     batch_size = shape[k] if batch_size is None else batch_size
@@ -276,7 +279,7 @@ class MeshLayout:
                         f"{list(c.shape)}, not its own {list(self._initializers[p][0])}: its "
                         "PartitionSpec cannot be applied"
                     )
-                self._fitted(f"initializer '{p}'", spec, c.shape, "shardings: ")
+                self._fitted(f"initializer '{p}'", spec, c.shape, "its sharding")
             else:
                 spec = planned.get(j, PartitionSpec())
             constants.append(self.sharding(spec))
