@@ -263,8 +263,9 @@ class MeshLayout:
             inputs.append(self.sharding(spec))
         planned = {}
         if self.model_axis is not None and imported.graph is not None:
+            fixed = {j: self.specs[p] for j, p in enumerate(imported.params) if p in self.specs}
             planned = tensor_parallel_specs(
-                imported, self.model_axis, self.mesh.shape[self.model_axis]
+                imported, self.model_axis, self.mesh.shape[self.model_axis], fixed
             )
         constants = []
         for j, (c, p) in enumerate(zip(imported.constants, imported.params)):
@@ -298,7 +299,9 @@ class MeshLayout:
         return ProgramLayout(tuple(inputs), tuple(constants), tuple(outputs))
 
 
-def tensor_parallel_specs(imported: ImportedGraph, axis: str, ways: int) -> dict[int, Any]:
+def tensor_parallel_specs(
+    imported: ImportedGraph, axis: str, ways: int, fixed: Mapping[int, PartitionSpec] | None = None
+) -> dict[int, Any]:
     """Megatron tensor parallelism decided on the imported DML graph: for each constant graph
     input that is a parameter read as the B matrix of a GEMM, the ``PartitionSpec`` that splits
     it over mesh axis ``axis`` (``ways`` devices), by constant index.
@@ -312,10 +315,12 @@ def tensor_parallel_specs(imported: ImportedGraph, axis: str, ways: int) -> dict
     heads with them, when the head count divides), the output projection by rows; an MLP's first
     matrix by columns and its second by rows; two all-reduces per transformer layer. Norms,
     biases, embeddings and everything else stay replicated. A weight whose dimension does not
-    divide stays replicated (and counts as not split). Results never depend on this choice:
-    GSPMD inserts whatever communication the layout needs.
+    divide stays replicated (and counts as not split), and so does one placed explicitly
+    (``fixed``, by constant index) unless its spec splits the N dimension over ``axis``. Results
+    never depend on this choice: GSPMD inserts whatever communication the layout needs.
     """
     graph = imported.graph
+    fixed = fixed or {}
     count = len(imported.input_names)
     sources: dict[int, dict[int, int]] = {}  # node -> input slot -> producing node
     const_of: dict[int, int] = {}  # identity node -> constant index
@@ -340,8 +345,13 @@ def tensor_parallel_specs(imported: ImportedGraph, axis: str, ways: int) -> dict
         row = a is not None and a < n and reaches_column[a]
         b = node.b_tensor
         transposed = node.trans_b.name == "TRANSPOSE"
-        dim = b.rank - (2 if row != transposed else 1)  # K: -2 (-1 transposed); N: -1 (-2)
         shape = imported.constants[j].shape
+        if j in fixed:
+            k = _constant_axis(b.sizes, b.strides, b.rank - (2 if transposed else 1), shape)
+            spec = tuple(fixed[j])
+            reaches_column[n] = k is not None and k < len(spec) and axis in _axes(spec[k])
+            continue
+        dim = b.rank - (2 if row != transposed else 1)  # K: -2 (-1 transposed); N: -1 (-2)
         k = _constant_axis(b.sizes, b.strides, dim, shape)
         if k is None or shape[k] % ways:
             continue  # replicated, and not split for what follows

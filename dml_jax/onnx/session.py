@@ -478,6 +478,24 @@ class InferenceSession:
         """The mesh the session runs on (its axes all Auto), or None on one device."""
         return self._layout.mesh if self._layout is not None else None
 
+    def layout(self, shapes: Sequence[Sequence[int]] | None = None) -> dict[str, Any]:
+        """On a mesh, where the program for inputs of ``shapes`` (default: the last one
+        compiled) places each model input, parameter and output: ``{name: PartitionSpec}``
+        (a parameter absent from it is a constant the program embeds, replicated)."""
+        if self._layout is None:
+            raise ValidationError(f"{ONNX}: layout: the session has no mesh")
+        if shapes is not None:
+            program = self.program(shapes)
+        elif self._programs:
+            program = list(self._programs.values())[-1]
+        else:
+            raise ValidationError(f"{ONNX}: layout needs input shapes before the first run")
+        imp, lay = program.imported, program.layout
+        out = {n: s.spec for n, s in zip(imp.input_names, lay.inputs)}
+        out.update({p: s.spec for p, s in zip(imp.params, lay.constants) if p is not None})
+        out.update({n: s.spec for n, s in zip(imp.output_names, lay.outputs)})
+        return out
+
     @property
     def static_inputs(self) -> tuple[str, ...]:
         """The inputs this session specialises on (their values join the cache key)."""
