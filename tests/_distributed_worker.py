@@ -7,7 +7,7 @@ its own devices:
 
 - a DML operator compiled with ``compile_operator(in_shardings=..., out_shardings=...)`` over
   the global mesh (a GEMM with A's rows split, the result replicated);
-- the tiny transformer (tests/_tiny_transformer.py) as an ``InferenceSession`` on a 2 x 2
+- the tiny transformer (examples/onnx_transformer.py) as an ``InferenceSession`` on a 2 x 2
   (data, model) mesh spanning the processes.
 
 The processes exchange nothing but through JAX (the collectives of the compiled programs).
@@ -30,9 +30,9 @@ def main(port: str, process_id: int) -> None:
         coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=process_id
     )
     import numpy as np
-    from _tiny_transformer import example_input, tiny_transformer
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
+    from onnx_transformer import example_input, tiny_transformer
 
     import dml_jax as dml
     from dml_jax.onnx import InferenceSession

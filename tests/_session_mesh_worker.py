@@ -1,7 +1,7 @@
 """Sharded ``InferenceSession`` checks on 4 simulated CPU devices, run in one subprocess by
 tests/test_onnx_sharding.py (JAX fixes its device count at start; the suite keeps one device).
 
-Every case runs the tiny transformer (tests/_tiny_transformer.py) on a mesh and compares it with
+Every case runs the tiny transformer (examples/onnx_transformer.py) on a mesh and compares it with
 the same model's one-device session; prints one JSON object on the last line of stdout:
 ``{"cases": {case_id: {"ok": bool, "detail": str}}, "seconds": float}``.
 """
@@ -31,8 +31,8 @@ def main() -> None:
 
     import jax
     import numpy as np
-    from _tiny_transformer import example_input, tiny_transformer
     from jax.sharding import PartitionSpec as P
+    from onnx_transformer import example_input, tiny_transformer
 
     from dml_jax import ValidationError
     from dml_jax.onnx import InferenceSession

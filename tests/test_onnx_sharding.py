@@ -25,7 +25,6 @@ import pytest
 
 pytest.importorskip("onnx")
 from _session_mesh_worker import CASES
-from _tiny_transformer import example_input, tiny_transformer
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -33,6 +32,9 @@ import dml_jax as dml
 from dml_jax.onnx import InferenceSession
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+from onnx_transformer import example_input, tiny_transformer
+
 MODEL = tiny_transformer(layers=1)
 
 
@@ -40,7 +42,7 @@ def _env(devices: int) -> dict:
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
-    paths = [str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH")]
+    paths = [str(ROOT), str(ROOT / "examples"), env.get("PYTHONPATH")]
     env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     return env
 
