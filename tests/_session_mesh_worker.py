@@ -94,12 +94,28 @@ def main() -> None:
         return ok, f"run {d1}; fn {d2} ({y.sharding.spec}); jit(fn) {d3} {kinds}; apply {d4}"
 
     def tensor_parallel():
+        # From a file whose weights are external data: mapped, each device's block read when
+        # it is placed.
+        import tempfile
+
+        import onnx
+
+        folder = tempfile.mkdtemp()
+        path = os.path.join(folder, "model.onnx")
+        saved = onnx.ModelProto()
+        saved.CopyFrom(model)  # saving as external data rewrites the proto it is given
+        onnx.save_model(saved, path, save_as_external_data=True, location="weights.bin",
+                        size_threshold=0)  # fmt: skip
         x = example_input(4)
         (want,) = one.run(None, {"x": x})
-        s = InferenceSession(model, mesh=jax.make_mesh((2, 2), ("data", "model")))
+        s = InferenceSession(path, mesh=jax.make_mesh((2, 2), ("data", "model")))
         (got,) = s.run(None, {"x": x})
         ok, detail = close(got, want)
-        spec = specs(program_of(s))
+        program = program_of(s)
+        q = s._mesh_params(program)["l0.q.w"]
+        blocks = {tuple(b.data.shape) for b in q.addressable_shards}
+        ok = ok and isinstance(s.params["l0.q.w"], np.memmap) and blocks == {(16, 8)}
+        spec = specs(program)
         expected = {}
         for i in range(layers):
             for name in ("q", "k", "v", "fc1"):
@@ -109,7 +125,7 @@ def main() -> None:
         split = {k: v for k, v in spec.items() if v != P()}
         (y,) = s.fn(x)
         ok = ok and split == expected and y.sharding.spec == P("data")
-        return ok, f"{detail}; split weights {split}"
+        return ok, f"{detail}; l0.q.w blocks {blocks}; split weights {split}"
 
     def two_all_reduces():
         # The heads stay split through attention: the attention GEMMs keep batch and heads as

@@ -366,7 +366,10 @@ class InferenceSession:
     ):
         from .model import check_model, load_onnx
 
-        self._model = load_onnx(path_or_bytes, base_dir=base_dir)
+        # On a mesh, weights in external data are mapped, not read: each device's block is
+        # read when it is placed.
+        sharded = mesh is not None or bool(shardings)
+        self._model = load_onnx(path_or_bytes, base_dir=base_dir, map_weights=sharded)
         if base_dir is None and isinstance(path_or_bytes, str | os.PathLike):
             base_dir = os.path.dirname(os.fspath(path_or_bytes))
         self._base_dir = base_dir
