@@ -165,3 +165,47 @@ def test_one_device_mesh_matches_the_plain_session():
     (want,) = InferenceSession(MODEL).run(None, {"x": x})
     (got,) = InferenceSession(MODEL, mesh=MESH).run(None, {"x": x})
     np.testing.assert_array_equal(got, want)
+
+
+def _external_matmul(folder: Path) -> tuple[Path, np.ndarray]:
+    """A MatMul model whose weight ``w`` {8, 4} is external data in ``weights.bin``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.arange(32, dtype=np.float32).reshape(8, 4) / 8
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["y"])],
+            "external",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+            [numpy_helper.from_array(w, "w")],
+        ),
+        opset_imports=[helper.make_opsetid("", 20)],
+    )
+    path = folder / "model.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, location="weights.bin",
+                    size_threshold=0)  # fmt: skip
+    return path, w
+
+
+def test_external_weights_are_mapped_not_read(tmp_path):
+    import onnx
+
+    path, w = _external_matmul(tmp_path)
+    x = np.ones((2, 8), np.float32)
+    # On a mesh, the file's top-level initializers keep their references and are mapped.
+    s = InferenceSession(str(path), mesh=MESH)
+    assert s.model.graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL
+    assert isinstance(s.params["w"], np.memmap)
+    np.testing.assert_allclose(s.run(None, {"x": x})[0], x @ w, rtol=1e-6)
+    # A proto with external references and a base_dir is mapped the same way.
+    proto = onnx.load(str(path), load_external_data=False)
+    t = InferenceSession(proto, base_dir=str(tmp_path))
+    assert isinstance(t.params["w"], np.memmap)
+    np.testing.assert_allclose(t.run(None, {"x": x})[0], x @ w, rtol=1e-6)
+    # A location outside base_dir is not mapped; onnx's own loader refuses it.
+    (entry,) = [e for e in proto.graph.initializer[0].external_data if e.key == "location"]
+    entry.value = "../weights.bin"
+    with pytest.raises(dml.ValidationError, match=r"^ONNX: initializer 'w': cannot be read"):
+        InferenceSession(proto, base_dir=str(tmp_path / "sub")).run(None, {"x": x})
