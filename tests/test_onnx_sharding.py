@@ -91,7 +91,8 @@ def test_two_processes_over_jax_distributed():
     try:
         for proc in procs:
             out, err = proc.communicate(timeout=240)
-            lines = out.strip().splitlines()
+            # The report is the last JSON line (Gloo may log its connections to stdout).
+            lines = [line for line in out.splitlines() if line.startswith('{"process"')]
             assert proc.returncode == 0 and lines, f"rc {proc.returncode}:\n{err[-4000:]}"
             reports.append(json.loads(lines[-1]))
     finally:
