@@ -5,7 +5,9 @@ Moving from ONNX Runtime is a one-line change: ``InferenceSession(path, provider
 ``get_outputs()`` with onnxruntime's type strings and symbolic dimension names. Beyond that, the
 model is a JAX function: ``s.fn(*inputs)`` (jit, grad, vmap, sharding) and ``s.apply(params,
 *inputs)`` with the floating-point initializers as arguments, so an imported model can be
-differentiated and fine-tuned.
+differentiated and fine-tuned. ``InferenceSession(..., mesh=...)`` runs the same program over
+several devices or processes: data parallelism, Megatron tensor parallelism on a "model" axis
+and explicit per-input / per-initializer shardings (``placement``, docs/scaling.md).
 
 Shapes: free dimensions fixed by name or denotation (``free_dimensions``, or
 ``SessionOptions.add_free_dimension_override_by_*``) are fixed for the session; those left open
