@@ -199,7 +199,7 @@ class MeshLayout:
                         f"{ONNX}: shardings: {where}: {spec} uses mesh axis '{axis}' twice"
                     )
                 used.append(axis)
-        if dims is not None and len(spec) > len(dims) and (dims or where.startswith("init")):
+        if dims is not None and len(spec) > len(dims):  # None: an input with no declared shape
             raise ValidationError(
                 f"{ONNX}: shardings: {where} has rank {len(dims)} (shape {list(dims)}), but its "
                 f"PartitionSpec {spec} has {len(spec)} entries"
