@@ -1,7 +1,7 @@
 """One of the two processes of tests/test_onnx_sharding.py's multi-process check.
 
-``python tests/_distributed_worker.py PORT PROCESS_ID`` (with ``JAX_PLATFORMS=cpu`` and 2
-simulated CPU devices per process) joins ``jax.distributed`` on the loopback address, makes one
+``python tests/_distributed_worker.py PORT PROCESS_ID`` (the test: ``JAX_PLATFORMS=cpu`` and 2
+simulated CPU devices per process; it runs as well with one GPU per process) joins ``jax.distributed`` on the loopback address, makes one
 mesh over the 4 devices of both processes, and checks, against the same computation on one of
 its own devices:
 
@@ -68,7 +68,9 @@ def main(port: str, process_id: int) -> None:
         model = tiny_transformer()
         x = example_input(4)
         (want,) = InferenceSession(model, device=local).run(None, {"x": x})
-        s = InferenceSession(model, mesh=jax.make_mesh((2, 2), ("data", "model")))
+        # 2 x 2 here; on two single-GPU processes 1 x 2 (tensor parallel across them).
+        mesh = jax.make_mesh((jax.device_count() // 2, 2), ("data", "model"))
+        s = InferenceSession(model, mesh=mesh)
         (got,) = s.run(None, {"x": x})  # the whole output on every process
         err = float(np.max(np.abs(got - want)))
         return err <= 1e-5, f"max abs diff {err:.3g}; output {got.shape}"
