@@ -1,9 +1,9 @@
 """One of the two processes of tests/test_onnx_sharding.py's multi-process check.
 
-``python tests/_distributed_worker.py PORT PROCESS_ID`` (the test: ``JAX_PLATFORMS=cpu`` and 2
-simulated CPU devices per process; it runs as well with one GPU per process) joins ``jax.distributed`` on the loopback address, makes one
-mesh over the 4 devices of both processes, and checks, against the same computation on one of
-its own devices:
+``python tests/_distributed_worker.py PORT PROCESS_ID`` joins ``jax.distributed`` on the
+loopback address (the test runs it with ``JAX_PLATFORMS=cpu`` and 2 simulated CPU devices per
+process; it runs as well with one GPU per process), makes one mesh over the devices of both
+processes, and checks, against the same computation on one of its own devices:
 
 - a DML operator compiled with ``compile_operator(in_shardings=..., out_shardings=...)`` over
   the global mesh (a GEMM with A's rows split, the result replicated);
