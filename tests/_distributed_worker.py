@@ -5,8 +5,8 @@ loopback address (the test runs it with ``JAX_PLATFORMS=cpu`` and 2 simulated CP
 process; it runs as well with one GPU per process), makes one mesh over the devices of both
 processes, and checks, against the same computation on one of its own devices:
 
-- a DML operator compiled with ``compile_operator(in_shardings=..., out_shardings=...)`` over
-  the global mesh (a GEMM with A's rows split, the result replicated);
+- a DML graph (GEMM -> REDUCE over the rows) compiled with ``compile_graph(in_shardings=...,
+  out_shardings=...)`` over the global mesh, A's rows split across the processes;
 - the tiny transformer (examples/onnx_transformer.py) as an ``InferenceSession`` on a 2 x 2
   (data, model) mesh spanning the processes.
 
@@ -48,21 +48,35 @@ def main(port: str, process_id: int) -> None:
         results[case_id] = {"ok": bool(ok), "detail": detail}
 
     def graph():
+        # GEMM -> REDUCE (SUM over the rows): with the rows split across the processes, the sum
+        # needs their partial sums (an all-reduce between the processes).
         mesh = jax.make_mesh((jax.device_count(),), ("x",))
         t = dml.TensorDesc
-        gemm = dml.GemmOperatorDesc(
-            t("FLOAT32", (8, 16)), t("FLOAT32", (16, 4)), None, t("FLOAT32", (8, 4))
+        a_t, b_t, y_t, s_t = (t("FLOAT32", s) for s in ((8, 16), (16, 4), (8, 4), (1, 4)))
+        g = dml.GraphDesc(
+            input_count=2,
+            output_count=2,
+            nodes=[
+                dml.GemmOperatorDesc(a_t, b_t, None, y_t),
+                dml.ReduceOperatorDesc("SUM", y_t, s_t, [0]),
+            ],
+            input_edges=[dml.InputGraphEdge(0, 0, 0), dml.InputGraphEdge(1, 0, 1)],
+            intermediate_edges=[dml.IntermediateGraphEdge(0, 0, 1, 0)],
+            output_edges=[dml.OutputGraphEdge(0, 0, 0), dml.OutputGraphEdge(1, 0, 1)],
         )
         rows, whole = NamedSharding(mesh, P("x")), NamedSharding(mesh, P())
-        op = dml.compile_operator(gemm, in_shardings=[rows, whole], out_shardings=whole)
+        sharded = dml.compile_graph(g, in_shardings=[rows, whole], out_shardings=[whole, whole])
         rng = np.random.default_rng(0)
         a = rng.standard_normal((8, 16)).astype(np.float32)
         b = rng.standard_normal((16, 4)).astype(np.float32)
-        got = op(a, b)  # every process passes the same host arrays
-        want = jax.jit(op.fn)(jax.device_put(a, local), jax.device_put(b, local))
-        err = float(np.max(np.abs(np.asarray(got.addressable_data(0)) - np.asarray(want))))
-        spans = {d.process_index for d in got.sharding.device_set} == {0, 1}
-        return err <= 1e-5 and spans, f"max abs diff {err:.3g}; {got.sharding}"
+        got = sharded(a, b)  # every process passes the same host arrays
+        want = jax.jit(sharded.fn)(jax.device_put(a, local), jax.device_put(b, local))
+        err = max(
+            float(np.max(np.abs(np.asarray(x.addressable_data(0)) - np.asarray(y))))
+            for x, y in zip(got, want)
+        )
+        spans = {d.process_index for d in got[1].sharding.device_set} == {0, 1}
+        return err <= 1e-5 and spans, f"max abs diff {err:.3g}; {got[1].sharding}"
 
     def session():
         model = tiny_transformer()
@@ -75,7 +89,7 @@ def main(port: str, process_id: int) -> None:
         err = float(np.max(np.abs(got - want)))
         return err <= 1e-5, f"max abs diff {err:.3g}; output {got.shape}"
 
-    record("graph/gemm-rows-split-over-2-processes", graph)
+    record("graph/gemm-reduce-rows-split-over-2-processes", graph)
     record("session/tiny-transformer-data2-model2", session)
     seconds = round(time.perf_counter() - started, 2)
     print(json.dumps({"process": process_id, "devices": jax.device_count(),
