@@ -37,6 +37,10 @@ from onnx_transformer import example_input, tiny_transformer
 
 MODEL = tiny_transformer(layers=1)
 
+# One parallel test worker runs this module (pyproject's ``--dist loadgroup``): the 4-device
+# report is computed once per worker that needs it, and it should be one.
+pytestmark = pytest.mark.xdist_group("onnx-sharding")
+
 
 def _env(devices: int) -> dict:
     env = dict(os.environ)
