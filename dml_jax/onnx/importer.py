@@ -709,12 +709,56 @@ def shape_of(type_proto: Any, name: str, free: Mapping[str, int], given: Sequenc
 
 
 def array_of(tensor: Any, base_dir: str | None = None) -> np.ndarray:
-    """A TensorProto's value (external data read from ``base_dir``)."""
+    """A TensorProto's value (external data from ``base_dir``: mapped where ``mapped_external``
+    can, else read)."""
     from onnx import external_data_helper, numpy_helper
 
     if external_data_helper.uses_external_data(tensor):
+        mapped = mapped_external(tensor, base_dir)
+        if mapped is not None:
+            return mapped
         external_data_helper.load_external_data_for_tensor(tensor, base_dir or "")
     return numpy_helper.to_array(tensor)
+
+
+# Element types whose external data is the NumPy array's own bytes (little-endian, packed).
+_MAPPABLE = {1: "<f4", 2: "u1", 3: "i1", 4: "<u2", 5: "<i2", 6: "<i4", 7: "<i8", 9: "?",
+             10: "<f2", 11: "<f8", 12: "<u4", 13: "<u8"}  # fmt: skip
+
+
+def mapped_external(tensor: Any, base_dir: str | None) -> np.ndarray | None:
+    """A tensor's external data as a copy-on-write memory map, or None where it is not plainly
+    one file range of the tensor's packed bytes (onnx's loader then reads it, and reports what
+    is wrong). Pages are read when used: a sharded session places each device's block of a
+    weight (``placement.place``), so a process reads only its own devices' parts of the file."""
+    import os
+    import sys
+
+    from onnx import external_data_helper
+
+    dtype = _MAPPABLE.get(tensor.data_type)
+    shape = tuple(int(d) for d in tensor.dims)
+    if dtype is None or sys.byteorder != "little" or not shape or 0 in shape:
+        return None
+    try:
+        info = external_data_helper.ExternalDataInfo(tensor)
+    except ValueError:
+        return None
+    location = info.location
+    # Only a file inside base_dir, as onnx's own loader allows.
+    if not location or os.path.isabs(location) or ".." in location.replace("\\", "/").split("/"):
+        return None
+    root = os.path.realpath(base_dir or ".")
+    path = os.path.realpath(os.path.join(root, location))
+    if os.path.commonpath([root, path]) != root or not os.path.isfile(path):
+        return None
+    offset = info.offset or 0
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if (info.length is not None and info.length != nbytes) or os.path.getsize(
+        path
+    ) < offset + nbytes:
+        return None
+    return np.memmap(path, dtype=np.dtype(dtype), mode="c", offset=offset, shape=shape)
 
 
 def opsets_of(model: Any) -> dict[str, int]:

@@ -19,9 +19,12 @@ def _onnx() -> Any:
     return onnx
 
 
-def load_onnx(path_or_model: Any, *, base_dir: str | None = None) -> Any:
+def load_onnx(path_or_model: Any, *, base_dir: str | None = None, map_weights: bool = False) -> Any:
     """An ``onnx.ModelProto`` from a path, serialized bytes or a ModelProto. A path's external
-    data is read from beside it; bytes or a proto read theirs from ``base_dir``."""
+    data is read from beside it; bytes or a proto read theirs from ``base_dir``. With
+    ``map_weights``, a path's top-level initializers keep their external data references
+    (``importer.array_of`` maps them when used: a sharded session then reads each device's
+    block only); every other tensor's is read."""
     onnx = _onnx()
     if isinstance(path_or_model, onnx.ModelProto):
         return path_or_model
@@ -33,7 +36,11 @@ def load_onnx(path_or_model: Any, *, base_dir: str | None = None) -> Any:
     if isinstance(path_or_model, str | os.PathLike):
         path = os.fspath(path_or_model)
         try:
-            return onnx.load(path, load_external_data=True)
+            if not map_weights:
+                return onnx.load(path, load_external_data=True)
+            model = onnx.load(path, load_external_data=False)
+            _load_all_but_initializers(model, os.path.dirname(path))
+            return model
         except FileNotFoundError as e:
             raise ValidationError(f"ONNX: cannot read '{path}': {e}") from None
         except OSError as e:
@@ -43,6 +50,26 @@ def load_onnx(path_or_model: Any, *, base_dir: str | None = None) -> Any:
     raise ValidationError(
         f"ONNX: expected a path, bytes or an onnx.ModelProto, got {type(path_or_model).__name__}"
     )
+
+
+def _load_all_but_initializers(model: Any, base_dir: str) -> None:
+    """Reads the external data of every tensor of ``model`` but its graph's initializers (those
+    of subgraphs, functions and attributes are read where they are used, without a base dir):
+    the initializers' references are set aside while onnx reads the rest, then put back."""
+    from onnx import TensorProto, external_data_helper
+
+    kept = []
+    for init in model.graph.initializer:
+        if external_data_helper.uses_external_data(init):
+            kept.append((init, list(init.external_data)))
+            init.data_location = TensorProto.DEFAULT
+            del init.external_data[:]
+    try:
+        external_data_helper.load_external_data_for_model(model, base_dir)
+    finally:
+        for init, entries in kept:
+            init.data_location = TensorProto.EXTERNAL
+            init.external_data.extend(entries)
 
 
 def _of_tensors(type_proto: Any) -> bool:

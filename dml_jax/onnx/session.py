@@ -5,7 +5,9 @@ Moving from ONNX Runtime is a one-line change: ``InferenceSession(path, provider
 ``get_outputs()`` with onnxruntime's type strings and symbolic dimension names. Beyond that, the
 model is a JAX function: ``s.fn(*inputs)`` (jit, grad, vmap, sharding) and ``s.apply(params,
 *inputs)`` with the floating-point initializers as arguments, so an imported model can be
-differentiated and fine-tuned.
+differentiated and fine-tuned. ``InferenceSession(..., mesh=...)`` runs the same program over
+several devices or processes: data parallelism, Megatron tensor parallelism on a "model" axis
+and explicit per-input / per-initializer shardings (``placement``, docs/scaling.md).
 
 Shapes: free dimensions fixed by name or denotation (``free_dimensions``, or
 ``SessionOptions.add_free_dimension_override_by_*``) are fixed for the session; those left open
@@ -180,11 +182,14 @@ class Program:
         imported: the ``ImportedGraph``.
         graph: the ``CompiledGraph``.
         needs_x64: the DML graph holds a 64-bit (FLOAT64) tensor.
+        layout: on a session with a mesh, the shardings of its inputs, parameters and outputs
+            (``placement.ProgramLayout``), which ``apply`` imposes; else None.
     """
 
-    def __init__(self, imported: ImportedGraph, graph: Any):
+    def __init__(self, imported: ImportedGraph, graph: Any, layout: Any = None):
         self.imported = imported
         self.graph = graph
+        self.layout = layout
         nodes = imported.graph.nodes if imported.graph is not None else ()
         descs = [d for n in nodes for _, d in n.input_slots() + n.output_slots()]
         self.needs_x64 = any(d is not None and d.data_type.is_64bit for d in descs)
@@ -201,13 +206,14 @@ class Program:
         computed = iter(outs)
         outs = tuple(next(computed) if c is None else jnp.asarray(c) for c in imp.output_consts)
         result = []
-        for y, shape, dtype in zip(outs, imp.output_shapes, imp.output_dtypes):
+        placed = self.layout.outputs if self.layout is not None else (None,) * len(outs)
+        for y, shape, dtype, s in zip(outs, imp.output_shapes, imp.output_dtypes, placed):
             y = y.reshape(shape)
             if dtype == np.bool_:
                 y = y != 0
             elif jax.config.read("jax_enable_x64") or dtype.itemsize < 8 or dtype.kind == "f":
                 y = y.astype(dtype)
-            result.append(y)
+            result.append(y if s is None else jax.lax.with_sharding_constraint(y, s))
         return tuple(result)
 
     def operators(self) -> list[str]:
@@ -240,6 +246,13 @@ class Program:
                 args.append(c)
             else:
                 args.append(jnp.asarray(value).astype(c.dtype).reshape(descs[count + j].sizes))
+        if self.layout is not None:
+            # The layout is part of the function: under any jit the arguments start where the
+            # session's rules put them, and GSPMD partitions the program from there.
+            args = [
+                x if s is None or x is None else jax.lax.with_sharding_constraint(x, s)
+                for x, s in zip(args, self.layout.graph_inputs)
+            ]
         return args
 
 
@@ -328,6 +341,15 @@ class InferenceSession:
         base_dir: where external data files are when the model is given as bytes or a proto.
         max_memory: bytes a program's tensors may need (``check_memory``), also the limit of
             values folded at import; None or 0: no limit.
+        mesh: a ``jax.sharding.Mesh`` to run on (overrides ``device``; docs/scaling.md): by
+            default each input's batch dimension is split over the mesh's first axis not named
+            "model" (data parallelism) and, on an axis named "model", the weights of the GEMMs
+            are split Megatron-style (tensor parallelism); everything else is replicated.
+            The mesh may span several processes (``jax.distributed``): each then runs the same
+            session code on the same inputs and receives the whole outputs.
+        shardings: ``{name: PartitionSpec or NamedSharding}`` placing model inputs and
+            floating-point initializers explicitly (over ``mesh``, or the NamedShardings' mesh
+            when ``mesh`` is None); they override the defaults.
 
     Raises:
         ImportError: without the ``onnx`` package.
@@ -350,10 +372,15 @@ class InferenceSession:
         fast_paths: bool = True,
         base_dir: str | None = None,
         max_memory: int | None = None,
+        mesh: Any = None,
+        shardings: Mapping[str, Any] | None = None,
     ):
         from .model import check_model, load_onnx
 
-        self._model = load_onnx(path_or_bytes, base_dir=base_dir)
+        # On a mesh, weights in external data are mapped, not read: each device's block is
+        # read when it is placed.
+        sharded = mesh is not None or bool(shardings)
+        self._model = load_onnx(path_or_bytes, base_dir=base_dir, map_weights=sharded)
         if base_dir is None and isinstance(path_or_bytes, str | os.PathLike):
             base_dir = os.path.dirname(os.fspath(path_or_bytes))
         self._base_dir = base_dir
@@ -393,6 +420,21 @@ class InferenceSession:
             numpy_dtype_of(tensor_elem(i.type), f"input '{i.name}'") for i in self._inputs
         )
         self._params: dict[str, Any] | None = None
+        self._layout = None
+        if mesh is not None or shardings:
+            from .placement import MeshLayout
+
+            described = [
+                (
+                    i.name,
+                    self._declared(i) if i.type.tensor_type.HasField("shape") else None,
+                    [d.denotation for d in i.type.tensor_type.shape.dim],
+                )
+                for i in self._inputs
+            ]
+            inits = {i.name: (list(i.dims), i.data_type) for i in graph.initializer}
+            self._layout = MeshLayout(mesh, shardings, described, inits)
+            self._output_dims = {o.name: dims_of(o.type) for o in graph.output}
 
     # -- onnxruntime's description calls ---------------------------------------------------------
 
@@ -451,6 +493,29 @@ class InferenceSession:
         return self._model
 
     @property
+    def mesh(self) -> Any:
+        """The mesh the session runs on (its axes all Auto), or None on one device."""
+        return self._layout.mesh if self._layout is not None else None
+
+    def layout(self, shapes: Sequence[Sequence[int]] | None = None) -> dict[str, Any]:
+        """On a mesh, where the program for inputs of ``shapes`` (default: the last one
+        compiled) places each model input, parameter and output: ``{name: PartitionSpec}``
+        (a parameter absent from it is a constant the program embeds, replicated)."""
+        if self._layout is None:
+            raise ValidationError(f"{ONNX}: layout: the session has no mesh")
+        if shapes is not None:
+            program = self.program(shapes)
+        elif self._programs:
+            program = list(self._programs.values())[-1]
+        else:
+            raise ValidationError(f"{ONNX}: layout needs input shapes before the first run")
+        imp, lay = program.imported, program.layout
+        out = {n: s.spec for n, s in zip(imp.input_names, lay.inputs)}
+        out.update({p: s.spec for p, s in zip(imp.params, lay.constants) if p is not None})
+        out.update({n: s.spec for n, s in zip(imp.output_names, lay.outputs)})
+        return out
+
+    @property
     def static_inputs(self) -> tuple[str, ...]:
         """The inputs this session specialises on (their values join the cache key)."""
         return tuple(sorted(self._static))
@@ -489,9 +554,16 @@ class InferenceSession:
         program = self._program_for(arrays, overrides, extra)
         feed = _flat_feed(dict(zip(self._names(overrides), arrays + extra)), program.imported)
         with jax.enable_x64(True) if program.needs_x64 else contextlib.nullcontext():
-            args = [jax.device_put(to_graph_array(feed[n], f"input '{n}'"), self._device)
-                    for n in program.imported.input_names]  # fmt: skip
-            outs = program.jitted(self._device_params(), *args)
+            if program.layout is None:
+                args = [jax.device_put(to_graph_array(feed[n], f"input '{n}'"), self._device)
+                        for n in program.imported.input_names]  # fmt: skip
+                outs = program.jitted(self._device_params(), *args)
+            else:
+                from .placement import fetch, place
+
+                args = [place(to_graph_array(feed[n], f"input '{n}'"), s)
+                        for n, s in zip(program.imported.input_names, program.layout.inputs)]  # fmt: skip
+                outs = [fetch(y) for y in program.jitted(self._mesh_params(program), *args)]
             result = {
                 name: np.asarray(y).astype(dtype, copy=False)
                 for name, y, dtype in zip(
@@ -591,13 +663,19 @@ class InferenceSession:
         check_memory(imported, self._max_memory)
         if self._saved_to:
             self._save(imported)
+        layout = None
+        if self._layout is not None:
+            layout = self._layout.for_program(imported, self._static, self._output_dims)
         graph = compile_imported(
             imported,
             feature_level=self._feature_level,
             allow_half_precision=self._allow_half,
             fast_paths=self._fast_paths,
+            # Over several devices, nodes are lowered apart (no two-node GPU epilogue kernels)
+            # so that XLA partitions a sharded GEMM as it partitions any dot.
+            in_shardings=layout.graph_inputs if layout is not None else None,
         )
-        program = Program(imported, graph)
+        program = Program(imported, graph, layout)
         self._programs[key] = program
         return program
 
@@ -709,10 +787,29 @@ class InferenceSession:
             }
         return cache[x64]
 
-    def apply(self, params: Mapping[str, Any], *inputs: Any) -> tuple:
+    def _mesh_params(self, program: Program) -> dict[str, Any]:
+        """The program's parameters placed as its layout says, each device receiving only its
+        block (cached per parameter and sharding: programs for other shapes share them)."""
+        x64 = bool(jax.config.read("jax_enable_x64"))
+        cache = self.__dict__.setdefault("_on_mesh", {})
+        from .placement import place
+
+        out = {}
+        for p, s in zip(program.imported.params, program.layout.constants):
+            if p is None or p not in self.params:
+                continue
+            key = (p, s, x64)
+            if key not in cache:
+                cache[key] = place(to_graph_array(self.params[p], f"initializer '{p}'"), s)
+            out[p] = cache[key]
+        return out
+
+    def apply(self, params: Mapping[str, Any] | None, *inputs: Any) -> tuple:
         """The model as a pure function of its parameters and inputs (one array per input of
         ``get_inputs()``, in order): a tuple of outputs. Differentiable in ``params``; a
-        parameter missing from ``params`` keeps its initializer value."""
+        parameter missing from ``params`` keeps its initializer value. On a mesh the program
+        runs as one jitted GSPMD program whose inputs, parameters and outputs take the
+        session's layout (``params`` None: the session's own, already placed)."""
         if len(inputs) != len(self._inputs):
             raise ValidationError(
                 f"{ONNX}: expected {len(self._inputs)} inputs "
@@ -732,18 +829,39 @@ class InferenceSession:
                 [np.asarray(x) if _is_tensor(i) else x for i, x in zip(self._inputs, inputs)]
             )
         imp = program.imported
+        call = program.apply
+        if program.layout is not None:
+            call = program.jitted
+            if params is None:
+                params = self._mesh_params(program)
+        elif params is None:
+            params = self.params
         if not imp.layouts:
-            return program.apply(params, *inputs)
+            return call(params, *self._placed(program, inputs))
         # Sequence and optional values: their tensors in, lists and None out.
         feed = _flat_feed({i.name: x for i, x in zip(self._inputs, inputs)}, imp)
-        outs = program.apply(params, *(feed[n] for n in imp.input_names))
+        outs = call(params, *self._placed(program, [feed[n] for n in imp.input_names]))
         result = _nested_result(dict(zip(imp.output_names, outs)), imp)
         return tuple(result[o.name] for o in self._model.graph.output)
+
+    def _placed(self, program: Program, inputs: Sequence[Any]) -> list:
+        """On a mesh, concrete input arrays placed block by block as the program's layout says
+        (a host array is never sent whole to one device); tracers and None pass unchanged."""
+        if program.layout is None:
+            return list(inputs)
+        from .placement import place
+
+        out = []
+        for x, s, n in zip(inputs, program.layout.inputs, program.imported.input_names):
+            if x is not None and not isinstance(x, jax.core.Tracer | jax.Array):
+                x = to_graph_array(x, f"input '{n}'")  # 64-bit integers as 32 (placed so)
+            out.append(x if x is None or isinstance(x, jax.core.Tracer) else place(x, s))
+        return out
 
     def fn(self, *inputs: Any) -> tuple:
         """The model as a pure JAX function of its inputs (parameters at their initializer
         values): a tuple of outputs, in ``get_outputs()`` order."""
-        return self.apply(self.params, *inputs)
+        return self.apply(None, *inputs)
 
     def explain(self, shapes: Sequence[Sequence[int]] | None = None) -> str:
         """A line per ONNX node: how it was imported (DML operators, folded, view, function

@@ -84,14 +84,17 @@ def _batch_strides(v: Value, batch: Sequence[int]) -> list[int]:
     return [0 if o == 1 and d != 1 else s for o, d, s in zip(own, batch, strides)]
 
 
-def fold_batch(batch: Sequence[int], *strides: list[int]) -> tuple[list[int], list[list[int]]]:
+def fold_batch(
+    batch: Sequence[int], *strides: list[int], keep_at_most: int = 0
+) -> tuple[list[int], list[list[int]]]:
     """Batch dimensions merged where every operand's strides allow (dimension ``i`` and
-    ``i + 1`` merge when ``stride[i] == stride[i + 1] * size[i + 1]`` for all); ones dropped."""
+    ``i + 1`` merge when ``stride[i] == stride[i + 1] * size[i + 1]`` for all); ones dropped.
+    With ``keep_at_most`` n, merging stops once n dimensions or fewer are left."""
     keep = [i for i, d in enumerate(batch) if d != 1]
     sizes = [batch[i] for i in keep]
     folded = [[s[i] for i in keep] for s in strides]
     i = len(sizes) - 2
-    while i >= 0:
+    while i >= 0 and len(sizes) > keep_at_most:
         if all(f[i] == f[i + 1] * sizes[i + 1] for f in folded):
             sizes[i] *= sizes.pop(i + 1)
             for f in folded:
@@ -117,7 +120,11 @@ def _batched_gemm(ctx, a: Value, b: Value, batch: Sequence[int]) -> Value:
         rows = a.view((math.prod(batch) * m, k))
         y = _batched_gemm(ctx, rows, b.view((k, n)), ())
         return view(y, tuple(batch) + (m, n))
-    sizes, (sa, sb) = fold_batch(batch, _batch_strides(a, batch), _batch_strides(b, batch))
+    # GEMM takes two batch dimensions: (batch, heads) stay apart, so that a mesh can split
+    # each of them (data and tensor parallelism) without regrouping the merged dimension.
+    sizes, (sa, sb) = fold_batch(
+        batch, _batch_strides(a, batch), _batch_strides(b, batch), keep_at_most=2
+    )
     if len(sizes) > 2:
         # Broadcasting that one GEMM's two batch dimensions cannot express: expand the operand
         # that repeats (both when one is not enough).
@@ -127,7 +134,7 @@ def _batched_gemm(ctx, a: Value, b: Value, batch: Sequence[int]) -> Value:
                 v = _expand(ctx, v, tuple(batch) + v.shape[-2:])
                 a, b = (v, b) if which == "a" else (a, v)
                 sizes, (sa, sb) = fold_batch(
-                    batch, _batch_strides(a, batch), _batch_strides(b, batch)
+                    batch, _batch_strides(a, batch), _batch_strides(b, batch), keep_at_most=2
                 )
                 if len(sizes) <= 2:
                     break

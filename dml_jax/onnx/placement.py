@@ -1,0 +1,369 @@
+"""Where an ``InferenceSession``'s arrays live on a device mesh (``InferenceSession(mesh=...)``).
+
+The model stays one program; only the layout of its arguments and results is decided here, and
+GSPMD (``jax.jit`` over the mesh) partitions everything in between and inserts the
+communication. Three sources of layout, in order of precedence:
+
+1. **Explicit shardings** (``shardings={name: PartitionSpec or NamedSharding}``) for model
+   inputs and floating-point initializers (the session's parameters), checked when the session
+   is made (names, mesh axes, rank) and against each program's shapes (divisibility).
+2. **Tensor parallelism** on a mesh axis named ``"model"``: the weights of the GEMMs that read a
+   parameter as their B matrix are split Megatron-style, decided once per imported DML graph by
+   ``tensor_parallel_specs``; every other parameter is replicated.
+3. **Data parallelism** on the mesh's first axis not named ``"model"``: each model input's batch
+   dimension (``batch_dim``) is split over it, and each output's batch dimension the same way.
+
+Arrays are placed shard by shard (``place``: each device receives only its block of the host
+array, in one process or several), and results read back whole (``fetch``: gathered across
+processes through JAX when the mesh spans several).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from ..errors import ValidationError
+from ..tensor import packed_strides
+from .importer import ONNX, ImportedGraph
+
+MODEL_AXIS = "model"
+# The initializers ``InferenceSession.params`` holds (float, float16, double): the parameters.
+PARAM_TYPES = (1, 10, 11)
+
+
+def auto_mesh(mesh: Mesh) -> Mesh:
+    """``mesh`` with every axis of type Auto: GSPMD then propagates the given layouts through
+    the program (on explicit axes every reshape of a sharded dimension would need one)."""
+    if all(t == AxisType.Auto for t in mesh.axis_types):
+        return mesh
+    return Mesh(mesh.devices, mesh.axis_names, axis_types=(AxisType.Auto,) * len(mesh.axis_names))
+
+
+def batch_dim(dims: Sequence[Any], denotations: Sequence[str] = ()) -> int | None:
+    """The batch dimension of a declared shape: the one denoted ``DATA_BATCH``, else the first
+    whose symbolic name contains "batch" (any case), else dimension 0; None for a scalar."""
+    if not dims:
+        return None
+    for k, d in enumerate(denotations):
+        if d.upper() == "DATA_BATCH":
+            return k
+    for k, d in enumerate(dims):
+        if isinstance(d, str) and "batch" in d.lower():
+            return k
+    return 0
+
+
+def _axes(entry: Any) -> tuple[str, ...]:
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, tuple | list) else (entry,)
+
+
+def place(array: Any, sharding: NamedSharding) -> jax.Array:
+    """A host array as a global array of ``sharding``: each addressable device receives only its
+    own block (no device ever holds the whole array unless the sharding replicates it), which
+    also works when the mesh spans several processes (each places its own devices' blocks)."""
+    if isinstance(array, jax.Array) and not isinstance(array, jax.core.Tracer):
+        if array.sharding.is_equivalent_to(sharding, array.ndim):
+            return array
+        if array.is_fully_addressable and sharding.is_fully_addressable:
+            return jax.device_put(array, sharding)
+        array = fetch(array)
+    host = np.asarray(array)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def fetch(array: jax.Array) -> np.ndarray:
+    """A global array as one host array on every process (an all-gather through JAX when some
+    of its blocks live on another process's devices)."""
+    if not isinstance(array, jax.Array) or array.is_fully_addressable:
+        return np.asarray(array)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+
+
+@dataclass(frozen=True)
+class ProgramLayout:
+    """The layout of one program's arguments and results.
+
+    Attributes:
+        inputs: one sharding per graph input that is a model input (``ImportedGraph.input_names``).
+        constants: one per constant graph input: a sharding for a parameter, None for a constant
+            the program embeds (folded values, integer tensors).
+        outputs: one per program output (``ImportedGraph.output_names``).
+    """
+
+    inputs: tuple[NamedSharding, ...]
+    constants: tuple[NamedSharding | None, ...]
+    outputs: tuple[NamedSharding, ...]
+
+    @property
+    def graph_inputs(self) -> tuple[NamedSharding | None, ...]:
+        return self.inputs + self.constants
+
+
+class MeshLayout:
+    """A session's mesh and explicit shardings, checked once; ``for_program`` lays out each
+    program on it.
+
+    Args:
+        mesh: a ``jax.sharding.Mesh`` (None: the mesh of the ``NamedSharding`` entries).
+        shardings: ``{name: PartitionSpec or NamedSharding}`` for model inputs and parameters.
+        inputs: ``(name, declared dims, denotations)`` per model input.
+        initializers: ``{name: (dims, ONNX data type)}`` per initializer.
+    """
+
+    def __init__(
+        self,
+        mesh: Mesh | None,
+        shardings: Mapping[str, Any] | None,
+        inputs: Sequence[tuple[str, Sequence[Any], Sequence[str]]],
+        initializers: Mapping[str, tuple[Sequence[int], int]],
+    ):
+        shardings = dict(shardings or {})
+        if mesh is None:
+            meshes = [s.mesh for s in shardings.values() if isinstance(s, NamedSharding)]
+            if not meshes:
+                raise ValidationError(
+                    f"{ONNX}: shardings of PartitionSpecs need a mesh: pass mesh=jax.make_mesh(...)"
+                )
+            mesh = meshes[0]
+        if not isinstance(mesh, Mesh):
+            raise ValidationError(
+                f"{ONNX}: mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}"
+            )
+        self.mesh = auto_mesh(mesh)
+        names = tuple(self.mesh.axis_names)
+        self.model_axis = MODEL_AXIS if MODEL_AXIS in names else None
+        self.data_axis = next((a for a in names if a != MODEL_AXIS), None)
+        self._inputs = {name: (list(dims), list(den)) for name, dims, den in inputs}
+        self._initializers = dict(initializers)
+        self.specs: dict[str, PartitionSpec] = {}
+        for name, s in shardings.items():
+            self.specs[name] = self._checked(name, s)
+
+    def _checked(self, name: str, s: Any) -> PartitionSpec:
+        """The spec of one explicit sharding, after checking it names something that takes one
+        and fits the session's mesh and the tensor's rank."""
+        if name in self._inputs:
+            where = f"input '{name}'"
+            dims = self._inputs[name][0]
+        elif name in self._initializers:
+            where = f"initializer '{name}'"
+            dims, data_type = self._initializers[name]
+            if data_type not in PARAM_TYPES:
+                raise ValidationError(
+                    f"{ONNX}: shardings: {where} is not a floating-point parameter: the program "
+                    "embeds it as a constant (replicated on every device)"
+                )
+        else:
+            raise ValidationError(
+                f"{ONNX}: shardings: '{name}' is neither an input nor an initializer of the "
+                f"model; inputs: {sorted(self._inputs)}"
+            )
+        if isinstance(s, NamedSharding):
+            same = s.mesh.axis_names == self.mesh.axis_names and np.array_equal(
+                s.mesh.devices, self.mesh.devices
+            )
+            if not same:
+                raise ValidationError(
+                    f"{ONNX}: shardings: {where}: its NamedSharding is over another mesh "
+                    f"(axes {s.mesh.axis_names}) than the session's (axes {self.mesh.axis_names})"
+                )
+            spec = s.spec
+        elif isinstance(s, PartitionSpec):
+            spec = s
+        else:
+            raise ValidationError(
+                f"{ONNX}: shardings: {where} must be a PartitionSpec or a NamedSharding, got "
+                f"{type(s).__name__}"
+            )
+        used: list[str] = []
+        for entry in spec:
+            for axis in _axes(entry):
+                if axis not in self.mesh.axis_names:
+                    raise ValidationError(
+                        f"{ONNX}: shardings: {where}: {spec} names mesh axis '{axis}'; the mesh "
+                        f"has {tuple(self.mesh.axis_names)}"
+                    )
+                if axis in used:
+                    raise ValidationError(
+                        f"{ONNX}: shardings: {where}: {spec} uses mesh axis '{axis}' twice"
+                    )
+                used.append(axis)
+        if dims is not None and len(spec) > len(dims):  # None: an input with no declared shape
+            raise ValidationError(
+                f"{ONNX}: shardings: {where} has rank {len(dims)} (shape {list(dims)}), but its "
+                f"PartitionSpec {spec} has {len(spec)} entries"
+            )
+        return spec
+
+    def sharding(self, spec: PartitionSpec) -> NamedSharding:
+        return NamedSharding(self.mesh, spec)
+
+    def _fitted(self, where: str, spec: PartitionSpec, shape: Sequence[int], why: str) -> None:
+        """Checks that each sharded dimension of ``shape`` divides evenly over its mesh axes;
+        ``why`` says which rule asked for the split, and ends the message with a way out."""
+        if len(spec) > len(shape):
+            raise ValidationError(
+                f"{ONNX}: shardings: {where} has shape {list(shape)}, but its PartitionSpec "
+                f"{spec} has {len(spec)} entries"
+            )
+        for k, entry in enumerate(spec):
+            axes = _axes(entry)
+            ways = math.prod(self.mesh.shape[a] for a in axes)
+            if axes and shape[k] % ways:
+                raise ValidationError(
+                    f"{ONNX}: {where}: {why} splits dimension {k} (size {shape[k]}, shape "
+                    f"{list(shape)}) over the {ways} devices of mesh axes {axes}, which do not "
+                    "divide it" + self._way_out(where, why)
+                )
+
+    @staticmethod
+    def _way_out(where: str, why: str) -> str:
+        if why != "data parallelism":
+            return ""
+        name = where.split("'")[1]
+        return f"; give a batch they divide, or shardings={{'{name}': PartitionSpec()}}"
+
+    def for_program(
+        self,
+        imported: ImportedGraph,
+        static: set[str],
+        output_dims: Mapping[str, Sequence[Any]],
+    ) -> ProgramLayout:
+        """The shardings of one program: see the module docstring for the rules."""
+        data = self.data_axis
+        inputs, batch_names, batch_size = [], set(), None
+        for name, shape in zip(imported.input_names, imported.input_shapes):
+            where = f"input '{name}'"
+            if name in self.specs:
+                spec = self.specs[name]
+                self._fitted(where, spec, shape, "its sharding")
+            elif name in self._inputs and name not in static and data is not None:
+                dims, den = self._inputs[name]
+                k = batch_dim(dims or [None] * len(shape), den)
+                spec = PartitionSpec()
+                if k is not None and k < len(shape):
+                    spec = PartitionSpec(*([None] * k + [data]))
+                    self._fitted(where, spec, shape, "data parallelism")
+                    if dims and k < len(dims) and isinstance(dims[k], str):
+                        batch_names.add(dims[k])
+                    batch_size = shape[k] if batch_size is None else batch_size
+            else:
+                spec = PartitionSpec()  # static, sequence pieces, overridden initializers
+            inputs.append(self.sharding(spec))
+        planned = {}
+        if self.model_axis is not None and imported.graph is not None:
+            fixed = {j: self.specs[p] for j, p in enumerate(imported.params) if p in self.specs}
+            planned = tensor_parallel_specs(
+                imported, self.model_axis, self.mesh.shape[self.model_axis], fixed
+            )
+        constants = []
+        for j, (c, p) in enumerate(zip(imported.constants, imported.params)):
+            if p is None:
+                constants.append(None)
+                continue
+            if p in self.specs:
+                spec = self.specs[p]
+                if tuple(self._initializers[p][0]) != tuple(c.shape) and any(spec):
+                    raise ValidationError(
+                        f"{ONNX}: shardings: initializer '{p}' enters the program with shape "
+                        f"{list(c.shape)}, not its own {list(self._initializers[p][0])}: its "
+                        "PartitionSpec cannot be applied"
+                    )
+                self._fitted(f"initializer '{p}'", spec, c.shape, "its sharding")
+            else:
+                spec = planned.get(j, PartitionSpec())
+            constants.append(self.sharding(spec))
+        outputs = []
+        for name, shape in zip(imported.output_names, imported.output_shapes):
+            spec = PartitionSpec()
+            dims = list(output_dims.get(name) or [])
+            k = next((i for i, d in enumerate(dims) if d in batch_names), None)
+            if k is None and shape:
+                k = batch_dim(dims or [None] * len(shape))
+            if batch_size is not None and k is not None and k < len(shape):
+                ways = self.mesh.shape[data]
+                if shape[k] == batch_size and shape[k] % ways == 0:
+                    spec = PartitionSpec(*([None] * k + [data]))
+            outputs.append(self.sharding(spec))
+        return ProgramLayout(tuple(inputs), tuple(constants), tuple(outputs))
+
+
+def tensor_parallel_specs(
+    imported: ImportedGraph, axis: str, ways: int, fixed: Mapping[int, PartitionSpec] | None = None
+) -> dict[int, Any]:
+    """Megatron tensor parallelism decided on the imported DML graph: for each constant graph
+    input that is a parameter read as the B matrix of a GEMM, the ``PartitionSpec`` that splits
+    it over mesh axis ``axis`` (``ways`` devices), by constant index.
+
+    The rule pairs the GEMMs of each block without knowing layer names. Walking the graph in
+    order, a parameter GEMM whose A operand is computed (through any nodes but other parameter
+    GEMMs) from the output of a column-split GEMM is split by rows (its K dimension: each device
+    multiplies its slice of the activations, and the partial sums are all-reduced); every other
+    parameter GEMM is split by columns (its N dimension: each device computes its slice of the
+    outputs, no communication). So attention's Q, K and V projections split by columns (and the
+    heads with them, when the head count divides), the output projection by rows; an MLP's first
+    matrix by columns and its second by rows; two all-reduces per transformer layer. Norms,
+    biases, embeddings and everything else stay replicated. A weight whose dimension does not
+    divide stays replicated (and counts as not split), and so does one placed explicitly
+    (``fixed``, by constant index) unless its spec splits the N dimension over ``axis``. Results
+    never depend on this choice: GSPMD inserts whatever communication the layout needs.
+    """
+    graph = imported.graph
+    fixed = fixed or {}
+    count = len(imported.input_names)
+    sources: dict[int, dict[int, int]] = {}  # node -> input slot -> producing node
+    const_of: dict[int, int] = {}  # identity node -> constant index
+    for e in graph.input_edges:
+        if e.graph_input_index >= count:
+            const_of[e.to_node_index] = e.graph_input_index - count
+    for e in graph.intermediate_edges:
+        sources.setdefault(e.to_node_index, {})[e.to_node_input_index] = e.from_node_index
+    specs: dict[int, Any] = {}
+    reaches_column = [False] * len(graph.nodes)
+    for n, node in enumerate(graph.nodes):
+        srcs = sources.get(n, {})
+        upstream = any(reaches_column[m] for m in srcs.values() if m < n)
+        if node.operator_type != "DML_OPERATOR_GEMM" or 1 not in srcs:
+            reaches_column[n] = upstream
+            continue
+        j = const_of.get(srcs[1])
+        if j is None or imported.params[j] is None:
+            reaches_column[n] = upstream  # a product of two activations (attention scores)
+            continue
+        a = srcs.get(0)
+        row = a is not None and a < n and reaches_column[a]
+        b = node.b_tensor
+        transposed = node.trans_b.name == "TRANSPOSE"
+        shape = imported.constants[j].shape
+        if j in fixed:
+            k = _constant_axis(b.sizes, b.strides, b.rank - (2 if transposed else 1), shape)
+            spec = tuple(fixed[j])
+            reaches_column[n] = k is not None and k < len(spec) and axis in _axes(spec[k])
+            continue
+        dim = b.rank - (2 if row != transposed else 1)  # K: -2 (-1 transposed); N: -1 (-2)
+        k = _constant_axis(b.sizes, b.strides, dim, shape)
+        if k is None or shape[k] % ways:
+            continue  # replicated, and not split for what follows
+        specs[j] = PartitionSpec(*([None] * k + [axis]))
+        reaches_column[n] = not row
+    return specs
+
+
+def _constant_axis(sizes, strides, dim: int, shape: Sequence[int]) -> int | None:
+    """The axis of a packed constant of ``shape`` that dimension ``dim`` of a desc reading it
+    (``sizes``, ``strides``: a view) walks along; None when it is not one axis."""
+    strides = tuple(strides) if strides is not None else packed_strides(tuple(sizes))
+    own = packed_strides(tuple(shape))
+    hits = [k for k in range(len(shape)) if shape[k] == sizes[dim] and own[k] == strides[dim]]
+    return hits[0] if len(hits) == 1 and sizes[dim] > 1 else None

@@ -1,0 +1,185 @@
+"""Sharded ``InferenceSession`` checks on 4 simulated CPU devices, run in one subprocess by
+tests/test_onnx_sharding.py (JAX fixes its device count at start; the suite keeps one device).
+
+Every case runs the tiny transformer (examples/onnx_transformer.py) on a mesh and compares it with
+the same model's one-device session; prints one JSON object on the last line of stdout:
+``{"cases": {case_id: {"ok": bool, "detail": str}}, "seconds": float}``.
+"""
+
+from __future__ import annotations
+
+import os
+
+DEVICES = 4
+CASES = (
+    "data-parallel/run-fn-apply",
+    "tensor-parallel/data2-model2",
+    "tensor-parallel/model4-two-all-reduces-per-layer",
+    "explicit/input-and-initializer-specs",
+)
+
+if __name__ == "__main__":
+    flag = f"--xla_force_host_platform_device_count={DEVICES}"
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+
+
+def main() -> None:
+    import json
+    import re
+    import time
+    import traceback
+
+    import jax
+    import numpy as np
+    from jax.sharding import PartitionSpec as P
+    from onnx_transformer import example_input, tiny_transformer
+
+    from dml_jax import ValidationError
+    from dml_jax.onnx import InferenceSession
+
+    # An HLO instruction that moves data between devices (async forms end in -start).
+    COLLECTIVE = re.compile(
+        r"\s(all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)(?:-start)?\("
+    )
+    started = time.perf_counter()
+    layers = 2
+    model = tiny_transformer(layers=layers)
+    one = InferenceSession(model)
+    results: dict = {}
+
+    def record(case_id, fn):
+        try:
+            ok, detail = fn()
+        except Exception:  # noqa: BLE001 - a failing case reports its traceback
+            ok, detail = False, traceback.format_exc()[-3000:]
+        results[case_id] = {"ok": bool(ok), "detail": detail}
+
+    def close(got, want):
+        # Outputs are about 1 to 4 in size; the runs differ only by summation order.
+        err = float(np.max(np.abs(np.asarray(got) - want)))
+        return err <= 1e-5, f"max abs diff {err:.3g}"
+
+    def program_of(s):
+        (program,) = s._programs.values()
+        return program
+
+    def specs(program):
+        """The parameters' specs by initializer name."""
+        imp = program.imported
+        return {p: s.spec for p, s in zip(imp.params, program.layout.constants) if p is not None}
+
+    def data_parallel():
+        x = example_input(8)
+        (want,) = one.run(None, {"x": x})
+        s = InferenceSession(model, mesh=jax.make_mesh((DEVICES,), ("data",)))
+        (got,) = s.run(None, {"x": x})
+        # Each device computes whole rows, but of fewer rows: XLA's CPU GEMM may block (and
+        # round) them differently than for the whole batch.
+        ok1, d1 = close(got, want)
+        (y,) = s.fn(x)
+        ok2, d2 = close(y, want)
+        sharded = y.sharding.spec == P("data")
+        compiled = jax.jit(s.fn).lower(x).compile()
+        (z,) = compiled(x)
+        ok3, d3 = close(z, want)
+        # Inference on whole rows per device needs no communication at all.
+        kinds = COLLECTIVE.findall(compiled.as_text())
+        ok3 = ok3 and not kinds
+        # apply with a changed parameter, against the one-device apply.
+        params = {"l0.fc2.b": one.params["l0.fc2.b"] + 1.0}
+        (a,) = s.apply(params, x)
+        ok4, d4 = close(a, np.asarray(one.apply(params, x)[0]))
+        replicated = all(spec == P() for spec in specs(program_of(s)).values())
+        ok = ok1 and ok2 and ok3 and ok4 and sharded and replicated
+        return ok, f"run {d1}; fn {d2} ({y.sharding.spec}); jit(fn) {d3} {kinds}; apply {d4}"
+
+    def tensor_parallel():
+        # From a file whose weights are external data: mapped, each device's block read when
+        # it is placed.
+        import tempfile
+
+        import onnx
+
+        folder = tempfile.mkdtemp()
+        path = os.path.join(folder, "model.onnx")
+        saved = onnx.ModelProto()
+        saved.CopyFrom(model)  # saving as external data rewrites the proto it is given
+        onnx.save_model(saved, path, save_as_external_data=True, location="weights.bin",
+                        size_threshold=0)  # fmt: skip
+        x = example_input(4)
+        (want,) = one.run(None, {"x": x})
+        s = InferenceSession(path, mesh=jax.make_mesh((2, 2), ("data", "model")))
+        (got,) = s.run(None, {"x": x})
+        ok, detail = close(got, want)
+        program = program_of(s)
+        q = s._mesh_params(program)["l0.q.w"]
+        blocks = {tuple(b.data.shape) for b in q.addressable_shards}
+        ok = ok and isinstance(s.params["l0.q.w"], np.memmap) and blocks == {(16, 8)}
+        spec = specs(program)
+        expected = {}
+        for i in range(layers):
+            for name in ("q", "k", "v", "fc1"):
+                expected[f"l{i}.{name}.w"] = P(None, "model")  # columns
+            for name in ("o", "fc2"):
+                expected[f"l{i}.{name}.w"] = P("model")  # rows
+        split = {k: v for k, v in spec.items() if v != P()}
+        (y,) = s.fn(x)
+        ok = ok and split == expected and y.sharding.spec == P("data")
+        return ok, f"{detail}; l0.q.w blocks {blocks}; split weights {split}"
+
+    def two_all_reduces():
+        # The heads stay split through attention: the attention GEMMs keep batch and heads as
+        # two dimensions (merged into one, XLA would gather Q, K and V on every layer).
+        x = example_input(2)
+        (want,) = one.run(None, {"x": x})
+        s = InferenceSession(model, mesh=jax.make_mesh((DEVICES,), ("model",)))
+        (got,) = s.run(None, {"x": x})
+        ok, detail = close(got, want)
+        program = program_of(s)
+        args = s._placed(program, [x])
+        text = program.jitted.lower(s._mesh_params(program), *args).compile().as_text()
+        kinds = COLLECTIVE.findall(text)
+        ok = ok and kinds == ["all-reduce"] * (2 * layers)
+        return ok, f"{detail}; collectives {kinds}"
+
+    def explicit():
+        x = example_input(2)
+        (want,) = one.run(None, {"x": x})
+        shardings = {"x": P(None, "data"), "l0.fc1.w": P("data")}  # sequence; fc1 by rows
+        s = InferenceSession(model, mesh=jax.make_mesh((DEVICES,), ("data",)), shardings=shardings)
+        (got,) = s.run(None, {"x": x})
+        ok, detail = close(got, want)
+        program = program_of(s)
+        ok = ok and program.layout.inputs[0].spec == P(None, "data")
+        ok = ok and specs(program)["l0.fc1.w"] == P("data")
+        # The batch (2) does not divide over 4 devices: the output stays replicated.
+        ok = ok and program.layout.outputs[0].spec == P()
+        # Data parallelism with a batch that does not divide: an error naming the input.
+        dp = InferenceSession(model, mesh=jax.make_mesh((DEVICES,), ("data",)))
+        try:
+            dp.run(None, {"x": example_input(3)})
+            return False, f"{detail}; batch 3 over 4 devices ran"
+        except ValidationError as e:
+            message = str(e)
+        ok = ok and message.startswith("ONNX: input 'x': data parallelism splits dimension 0")
+        ok = ok and message.endswith("shardings={'x': PartitionSpec()}")
+        # An explicit spec that does not divide: the same error, naming the sharding.
+        bad = InferenceSession(model, mesh=dp.mesh, shardings={"x": P("data")})
+        try:
+            bad.run(None, {"x": example_input(2)})
+            return False, f"{detail}; batch 2 split 4 ways ran"
+        except ValidationError as e:
+            second = str(e)
+        ok = ok and second.startswith("ONNX: input 'x': its sharding splits dimension 0 (size 2")
+        return ok, f"{detail}; {message}; {second}"
+
+    record(CASES[0], data_parallel)
+    record(CASES[1], tensor_parallel)
+    record(CASES[2], two_all_reduces)
+    record(CASES[3], explicit)
+    seconds = round(time.perf_counter() - started, 2)
+    print(json.dumps({"cases": results, "seconds": seconds, "devices": len(jax.devices())}))
+
+
+if __name__ == "__main__":
+    main()
