@@ -1,0 +1,89 @@
+"""ONNX's light networks (``onnx/backend/test/data/light``) on the CPU: ``dml_jax.onnx``'s
+compiled program against onnxruntime's CPU provider, in the same process.
+
+Each model is compiled once by ``compile_onnx`` (jit, one XLA program) and opened once by
+onnxruntime (``CPUExecutionProvider``, ``intra_op_num_threads`` = ``--threads``). A sample is
+``--iters`` calls followed by one ``block_until_ready`` (onnxruntime's calls are synchronous);
+the two alternate sample by sample, so that both see the same machine load, and the table
+reports each one's median over ``--samples`` samples, their ratio, and the largest absolute
+difference between the two outputs relative to onnxruntime's largest magnitude.
+
+Usage: ``python benchmarks/experiments/onnx_cpu.py [--only NAME ...] [--samples 7]
+[--iters 5] [--threads 2]``. Run it from the repository root with ``JAX_PLATFORMS=cpu``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import time
+
+import jax
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from dml_jax.onnx import compile_onnx
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+
+
+def _sample(call, iters: int) -> float:
+    t = time.perf_counter()
+    out = None
+    for _ in range(iters):
+        out = call()
+    jax.block_until_ready(out)
+    return (time.perf_counter() - t) / iters
+
+
+def measure(path: str, samples: int, iters: int, threads: int) -> dict:
+    name = os.path.basename(path)[len("light_") : -len(".onnx")]
+    t0 = time.perf_counter()
+    model = compile_onnx(path)
+    shape = tuple(model.input_shapes[0])
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    arg = jax.device_put(x, jax.devices("cpu")[0])
+    ours = jax.block_until_ready(model(arg))
+    cold = time.perf_counter() - t0
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    feed = {sess.get_inputs()[0].name: x}
+    (theirs,) = sess.run(None, feed)
+    scale = float(np.max(np.abs(theirs))) or 1.0
+    diff = float(np.max(np.abs(np.asarray(ours) - theirs))) / scale
+    ours_t, theirs_t = [], []
+    _sample(lambda: model(arg), 1)
+    for _ in range(samples):
+        ours_t.append(_sample(lambda: model(arg), iters))
+        theirs_t.append(_sample(lambda: sess.run(None, feed), iters))
+    a, b = statistics.median(ours_t), statistics.median(theirs_t)
+    return {"model": name, "dml_jax_ms": a * 1e3, "ort_ms": b * 1e3, "ratio": a / b,
+            "rel_diff": diff, "cold_s": cold}  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", nargs="*", help="model names (resnet50, shufflenet, ...)")
+    p.add_argument("--samples", type=int, default=7)
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args()
+    paths = sorted(glob.glob(os.path.join(LIGHT, "*.onnx")))
+    if a.only:
+        paths = [q for q in paths if any(f"light_{n}.onnx" == os.path.basename(q) for n in a.only)]
+    print(f"jax {jax.__version__}, onnxruntime {ort.__version__}, {os.cpu_count()} CPUs, "
+          f"median of {a.samples} samples of {a.iters} calls, alternating")  # fmt: skip
+    print(f"{'model':<14}{'dml_jax ms':>12}{'ort ms':>10}{'ratio':>8}{'rel diff':>10}{'cold s':>8}")
+    for path in paths:
+        r = measure(path, a.samples, a.iters, a.threads)
+        print(f"{r['model']:<14}{r['dml_jax_ms']:>12.2f}{r['ort_ms']:>10.2f}{r['ratio']:>8.2f}"
+              f"{r['rel_diff']:>10.1e}{r['cold_s']:>8.1f}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
