@@ -161,36 +161,43 @@ def test_convolution_gradients(direction, data):
     S.check_grads(case, atol=2e-2, rtol=2e-2)
 
 
-# Depthwise and grouped 1x1 convolutions have their own lowerings (slices times taps, a batched
-# product); each row one of their cases against the reference: (input, filter, direction,
-# strides, dilations, start, end, output padding, groups, mode, type, bias, convolution left).
+# Grouped convolutions have their own lowerings: depthwise ones as slices times taps ("taps"),
+# 1x1 ones as a batched product ("product"), the others split per group on the CPU ("split");
+# each row one of their cases against the reference: (input, filter, direction, strides,
+# dilations, start, end, output padding, groups, mode, type, bias, lowering).
 _GROUPED = [
     ((1, 4, 7, 7), (4, 1, 3, 3), "FORWARD", (1, 1), (1, 1), (1, 1), (1, 1), (0, 0), 4,
-     "CROSS_CORRELATION", "FLOAT32", True, False),
+     "CROSS_CORRELATION", "FLOAT32", True, "taps"),
     ((2, 3, 9, 8), (6, 1, 3, 2), "FORWARD", (2, 1), (2, 3), (0, 2), (1, 0), (0, 0), 3,
-     "CONVOLUTION", "FLOAT32", False, False),
+     "CONVOLUTION", "FLOAT32", False, "taps"),
     ((1, 4, 11), (4, 1, 5), "FORWARD", (3,), (1,), (2,), (1,), (0,), 4,
-     "CROSS_CORRELATION", "FLOAT16", True, False),
+     "CROSS_CORRELATION", "FLOAT16", True, "taps"),
     ((1, 2, 4, 5, 6), (2, 1, 3, 3, 3), "FORWARD", (1, 2, 1), (1, 1, 2), (1, 1, 0), (1, 0, 2),
-     (0, 0, 0), 2, "CROSS_CORRELATION", "FLOAT32", True, False),
+     (0, 0, 0), 2, "CROSS_CORRELATION", "FLOAT32", True, "taps"),
     ((1, 3, 4, 5), (3, 2, 3, 3), "BACKWARD", (2, 2), (1, 1), (1, 0), (0, 1), (1, 0), 3,
-     "CROSS_CORRELATION", "FLOAT32", True, False),
+     "CROSS_CORRELATION", "FLOAT32", True, "taps"),
     ((1, 2, 6), (2, 1, 2), "BACKWARD", (1,), (2,), (3,), (0,), (1,), 2,
-     "CONVOLUTION", "FLOAT16", False, False),  # start padding beyond the window: cropped
+     "CONVOLUTION", "FLOAT16", False, "taps"),  # start padding beyond the window: cropped
     ((1, 2, 70), (2, 1, 65), "FORWARD", (1,), (1,), (1,), (0,), (0,), 2,
-     "CROSS_CORRELATION", "FLOAT32", False, True),  # over _MAX_DEPTHWISE_TAPS: one convolution
+     "CROSS_CORRELATION", "FLOAT32", False, "conv"),  # over _MAX_DEPTHWISE_TAPS: one convolution
     ((1, 8, 5, 6), (12, 2, 1, 1), "FORWARD", (1, 1), (1, 1), (0, 0), (0, 0), (0, 0), 4,
-     "CROSS_CORRELATION", "FLOAT32", True, False),
+     "CROSS_CORRELATION", "FLOAT32", True, "product"),
     ((2, 4, 2, 3, 3), (6, 2, 1, 1, 1), "FORWARD", (1, 1, 1), (1, 1, 1), (0, 0, 0), (0, 0, 0),
-     (0, 0, 0), 2, "CONVOLUTION", "FLOAT16", False, False),
+     (0, 0, 0), 2, "CONVOLUTION", "FLOAT16", False, "product"),
     ((1, 4, 6, 6), (4, 2, 1, 1), "FORWARD", (2, 2), (1, 1), (0, 0), (0, 0), (0, 0), 2,
-     "CROSS_CORRELATION", "FLOAT32", False, True),  # strided 1x1: one convolution
+     "CROSS_CORRELATION", "FLOAT32", False, "split"),  # strided 1x1: a convolution per group
+    ((1, 4, 6, 5), (6, 2, 3, 3), "FORWARD", (2, 1), (1, 2), (1, 2), (0, 1), (0, 0), 2,
+     "CONVOLUTION", "FLOAT32", True, "split"),
+    ((2, 6, 7), (6, 2, 3), "FORWARD", (1,), (1,), (1,), (1,), (0,), 3,
+     "CROSS_CORRELATION", "FLOAT16", False, "split"),
+    ((1, 4, 3, 4), (4, 3, 2, 2), "BACKWARD", (2, 1), (1, 1), (0, 1), (1, 0), (1, 0), 2,
+     "CROSS_CORRELATION", "FLOAT32", True, "split"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize("row", _GROUPED, ids=range(len(_GROUPED)))
 def test_convolution_grouped_lowerings(row):
-    x, w, direction, strides, dilations, start, end, out_pad, g, mode, type_name, bias, conv = row
+    x, w, direction, strides, dilations, start, end, out_pad, g, mode, type_name, bias, path = row
     desc = dml.ConvolutionOperatorDesc(
         T(type_name, x), T(type_name, w), None, T(type_name, x), mode=mode,
         direction=direction, strides=strides, dilations=dilations, start_padding=start,
@@ -209,9 +216,11 @@ def test_convolution_grouped_lowerings(row):
         False,
         **_tolerance(case.inputs[0].dtype),
     )
-    # The path taken: a convolution only where the row says so.
+    # The lowering taken: a convolution only where the row says so, chosen by platform for
+    # "split".
     jaxpr = str(jax.make_jaxpr(dml.compile_operator(desc).fn)(*case.inputs))
-    assert ("conv_general_dilated" in jaxpr) == conv
+    assert ("conv_general_dilated" in jaxpr) == (path in ("conv", "split"))
+    assert ("platform_index" in jaxpr) == (path == "split")
 
 
 # --- precision ------------------------------------------------------------------------------

@@ -375,6 +375,8 @@ def lower_conv(d: ConvolutionOperatorDesc, x, w, *bias):
         y = _pointwise_product(x, w, g)
     elif _depthwise(x, w, g):
         y = _depthwise_taps(x, w, strides, padding, lhs_dilation, dilations)
+    elif _split_groups(x, g):
+        y = _per_group(x, w, strides, padding, lhs_dilation, dilations, g)
     else:
         y = _conv(x, w, strides, padding, lhs_dilation, dilations, g)
     if bias:
@@ -467,6 +469,38 @@ def _depthwise_taps(x, w, strides, padding, lhs_dilation, dilations):
         term = window[:, :, None] * weight
         y = term if y is None else y + term
     return y.reshape((n, c * m) + tuple(out)).astype(_product_type(x))
+
+
+# The most groups a grouped convolution is split into on the CPU (one convolution each).
+_MAX_SPLIT_GROUPS = 32
+
+
+def _split_groups(x, g: int) -> bool:
+    """A grouped convolution with several channels per group (depthwise ones have their own
+    lowering), of at most ``_MAX_SPLIT_GROUPS`` groups."""
+    return 1 < g <= _MAX_SPLIT_GROUPS and x.shape[1] // g > 1
+
+
+def _per_group(x, w, strides, padding, lhs_dilation, dilations, g: int):
+    """A grouped convolution, on the CPU as one ungrouped convolution per group joined along
+    the channels; elsewhere the grouped convolution itself.
+
+    Why keyed on the platform: XLA's CPU backend ran AlexNet's two-group convolutions 2.2
+    times slower grouped than split (5x5 96->256 at 27x27: 14.3 ms against 6.2 ms on two
+    cores; 32 groups of 4 channels at 56x56: 15.7 against 9.7 ms), while a GPU's convolution
+    library takes the groups in one call, where a split would be as many calls and a copy.
+    Each group's convolution is the grouped one's slice of the work (the same products and
+    sums: the results agreed bit for bit on the CPU)."""
+
+    def split(x, w):
+        parts = zip(jnp.split(x, g, axis=1), jnp.split(w, g, axis=0))
+        ys = [_conv(a, b, strides, padding, lhs_dilation, dilations, 1) for a, b in parts]
+        return lax.concatenate(ys, 1)
+
+    def grouped(x, w):
+        return _conv(x, w, strides, padding, lhs_dilation, dilations, g)
+
+    return lax.platform_dependent(x, w, cpu=split, default=grouped)
 
 
 def _conv(x, w, strides, padding, lhs_dilation, dilations, g):
