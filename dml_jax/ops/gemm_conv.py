@@ -401,31 +401,32 @@ def _pointwise_product(x, w, g: int):
     the batched product (ShuffleNet's 4-group 1x1 convolutions at 28x28). One product of K by C
     per group: the same sums as the convolution's.
 
-    One image: the filter is the product's left operand, so that the product's row-major
-    {K, H x W} result is the NCHW output itself. With the image on the left (``einsum``'s
-    order), XLA's CPU backend, whose products take row-major operands, copied every input into
-    {H x W, C} and every output back (9% of ResNet-50's time at batch 1)."""
+    Grouped, one image: the filter is the left operand, so that the product's row-major
+    {G, K / G, H x W} result is the NCHW output itself (with the image on the left, einsum's
+    order, XLA's CPU backend, whose products take row-major operands, copies the input into
+    {H x W, C} and the output back). The ungrouped product keeps the image-first order: the
+    filter-first one saved those copies too (9% of ResNet-50's CPU time), but changed the
+    rounding of SqueezeNet's constant-weight logits (1.5e9) that its final softmax turns into
+    all zeros (tests/test_onnx_models.py)."""
     n, c, k = x.shape[0], x.shape[1], w.shape[0]
     out = (n, k) + x.shape[2:]
     precision = {"precision": matmul_precision(), "preferred_element_type": _product_type(x)}
-    if n == 1:
-        # {G, K / G, C / G} x {G, C / G, H x W} -> {G, K / G, H x W}: NCHW.
+    if g == 1:
+        y = jnp.einsum("kc,ncp->nkp", w.reshape(w.shape[:2]), x.reshape((n, c, -1)), **precision)
+    elif n == 1:
         y = lax.dot_general(
             w.reshape((g, k // g, c // g)),
             x.reshape((g, c // g, -1)),
             (((2,), (1,)), ((0,), (0,))),
             **precision,
         )
-        return y.reshape(out)
-    if g == 1:
-        y = jnp.einsum("kc,ncp->nkp", w.reshape(w.shape[:2]), x.reshape((n, c, -1)), **precision)
-        return y.reshape(out)
-    y = jnp.einsum(
-        "gkc,ngcp->ngkp",
-        w.reshape((g, k // g, c // g)),
-        x.reshape((n, g, c // g, -1)),
-        **precision,
-    )
+    else:
+        y = jnp.einsum(
+            "gkc,ngcp->ngkp",
+            w.reshape((g, k // g, c // g)),
+            x.reshape((n, g, c // g, -1)),
+            **precision,
+        )
     return y.reshape(out)
 
 
