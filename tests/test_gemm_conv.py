@@ -163,7 +163,8 @@ def test_convolution_gradients(direction, data):
 
 # Grouped convolutions have their own lowerings: depthwise ones as slices times taps ("taps"),
 # 1x1 ones as a batched product ("product"), the others split per group on the CPU ("split");
-# each row one of their cases against the reference: (input, filter, direction, strides,
+# ungrouped ones of at most 3 input channels and 25 taps are a product of gathered windows on
+# the CPU ("patches"). Each row one of their cases against the reference: (input, filter, direction, strides,
 # dilations, start, end, output padding, groups, mode, type, bias, lowering).
 _GROUPED = [
     ((1, 4, 7, 7), (4, 1, 3, 3), "FORWARD", (1, 1), (1, 1), (1, 1), (1, 1), (0, 0), 4,
@@ -192,6 +193,18 @@ _GROUPED = [
      "CROSS_CORRELATION", "FLOAT16", False, "split"),
     ((1, 4, 3, 4), (4, 3, 2, 2), "BACKWARD", (2, 1), (1, 1), (0, 1), (1, 0), (1, 0), 2,
      "CROSS_CORRELATION", "FLOAT32", True, "split"),
+    ((1, 3, 9, 8), (5, 3, 3, 3), "FORWARD", (2, 2), (1, 1), (1, 1), (1, 0), (0, 0), 1,
+     "CROSS_CORRELATION", "FLOAT32", True, "patches"),
+    ((2, 1, 10), (3, 1, 4), "FORWARD", (3,), (2,), (0,), (2,), (0,), 1,
+     "CONVOLUTION", "FLOAT16", True, "patches"),
+    ((2, 2, 3, 4, 5), (2, 2, 2, 2, 3), "FORWARD", (1, 2, 1), (1, 1, 2), (1, 0, 1), (0, 1, 0),
+     (0, 0, 0), 1, "CROSS_CORRELATION", "FLOAT32", False, "patches"),
+    ((1, 3, 3, 4), (3, 2, 3, 2), "BACKWARD", (2, 2), (1, 2), (1, 0), (0, 1), (1, 1), 1,
+     "CONVOLUTION", "FLOAT32", True, "patches"),
+    ((1, 3, 9, 9), (4, 3, 7, 7), "FORWARD", (2, 2), (1, 1), (3, 3), (3, 3), (0, 0), 1,
+     "CROSS_CORRELATION", "FLOAT32", False, "conv"),  # 49 taps: one convolution
+    ((1, 4, 6, 6), (4, 4, 3, 3), "FORWARD", (1, 1), (1, 1), (1, 1), (1, 1), (0, 0), 1,
+     "CROSS_CORRELATION", "FLOAT32", False, "conv"),  # 4 channels: one convolution
 ]  # fmt: skip
 
 
@@ -217,10 +230,10 @@ def test_convolution_grouped_lowerings(row):
         **_tolerance(case.inputs[0].dtype),
     )
     # The lowering taken: a convolution only where the row says so, chosen by platform for
-    # "split".
+    # "split" and "patches".
     jaxpr = str(jax.make_jaxpr(dml.compile_operator(desc).fn)(*case.inputs))
-    assert ("conv_general_dilated" in jaxpr) == (path in ("conv", "split"))
-    assert ("platform_index" in jaxpr) == (path == "split")
+    assert ("conv_general_dilated" in jaxpr) == (path in ("conv", "split", "patches"))
+    assert ("platform_index" in jaxpr) == (path in ("split", "patches"))
 
 
 # --- precision ------------------------------------------------------------------------------
