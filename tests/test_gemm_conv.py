@@ -161,6 +161,81 @@ def test_convolution_gradients(direction, data):
     S.check_grads(case, atol=2e-2, rtol=2e-2)
 
 
+# Grouped convolutions have their own lowerings: depthwise ones as slices times taps ("taps"),
+# 1x1 ones as a batched product ("product"), the others split per group on the CPU ("split");
+# ungrouped ones of at most 3 input channels and 25 taps are a product of gathered windows on
+# the CPU ("patches"). Each row one of their cases against the reference: (input, filter, direction, strides,
+# dilations, start, end, output padding, groups, mode, type, bias, lowering).
+_GROUPED = [
+    ((1, 4, 7, 7), (4, 1, 3, 3), "FORWARD", (1, 1), (1, 1), (1, 1), (1, 1), (0, 0), 4,
+     "CROSS_CORRELATION", "FLOAT32", True, "taps"),
+    ((2, 3, 9, 8), (6, 1, 3, 2), "FORWARD", (2, 1), (2, 3), (0, 2), (1, 0), (0, 0), 3,
+     "CONVOLUTION", "FLOAT32", False, "taps"),
+    ((1, 4, 11), (4, 1, 5), "FORWARD", (3,), (1,), (2,), (1,), (0,), 4,
+     "CROSS_CORRELATION", "FLOAT16", True, "taps"),
+    ((1, 2, 4, 5, 6), (2, 1, 3, 3, 3), "FORWARD", (1, 2, 1), (1, 1, 2), (1, 1, 0), (1, 0, 2),
+     (0, 0, 0), 2, "CROSS_CORRELATION", "FLOAT32", True, "taps"),
+    ((1, 3, 4, 5), (3, 2, 3, 3), "BACKWARD", (2, 2), (1, 1), (1, 0), (0, 1), (1, 0), 3,
+     "CROSS_CORRELATION", "FLOAT32", True, "taps"),
+    ((1, 2, 6), (2, 1, 2), "BACKWARD", (1,), (2,), (3,), (0,), (1,), 2,
+     "CONVOLUTION", "FLOAT16", False, "taps"),  # start padding beyond the window: cropped
+    ((1, 2, 70), (2, 1, 65), "FORWARD", (1,), (1,), (1,), (0,), (0,), 2,
+     "CROSS_CORRELATION", "FLOAT32", False, "conv"),  # over _MAX_DEPTHWISE_TAPS: one convolution
+    ((1, 8, 5, 6), (12, 2, 1, 1), "FORWARD", (1, 1), (1, 1), (0, 0), (0, 0), (0, 0), 4,
+     "CROSS_CORRELATION", "FLOAT32", True, "product"),
+    ((2, 4, 2, 3, 3), (6, 2, 1, 1, 1), "FORWARD", (1, 1, 1), (1, 1, 1), (0, 0, 0), (0, 0, 0),
+     (0, 0, 0), 2, "CONVOLUTION", "FLOAT16", False, "product"),
+    ((1, 4, 6, 6), (4, 2, 1, 1), "FORWARD", (2, 2), (1, 1), (0, 0), (0, 0), (0, 0), 2,
+     "CROSS_CORRELATION", "FLOAT32", False, "split"),  # strided 1x1: a convolution per group
+    ((1, 4, 6, 5), (6, 2, 3, 3), "FORWARD", (2, 1), (1, 2), (1, 2), (0, 1), (0, 0), 2,
+     "CONVOLUTION", "FLOAT32", True, "split"),
+    ((2, 6, 7), (6, 2, 3), "FORWARD", (1,), (1,), (1,), (1,), (0,), 3,
+     "CROSS_CORRELATION", "FLOAT16", False, "split"),
+    ((1, 4, 3, 4), (4, 3, 2, 2), "BACKWARD", (2, 1), (1, 1), (0, 1), (1, 0), (1, 0), 2,
+     "CROSS_CORRELATION", "FLOAT32", True, "split"),
+    ((1, 3, 9, 8), (5, 3, 3, 3), "FORWARD", (2, 2), (1, 1), (1, 1), (1, 0), (0, 0), 1,
+     "CROSS_CORRELATION", "FLOAT32", True, "patches"),
+    ((2, 1, 10), (3, 1, 4), "FORWARD", (3,), (2,), (0,), (2,), (0,), 1,
+     "CONVOLUTION", "FLOAT16", True, "patches"),
+    ((2, 2, 3, 4, 5), (2, 2, 2, 2, 3), "FORWARD", (1, 2, 1), (1, 1, 2), (1, 0, 1), (0, 1, 0),
+     (0, 0, 0), 1, "CROSS_CORRELATION", "FLOAT32", False, "patches"),
+    ((1, 3, 3, 4), (3, 2, 3, 2), "BACKWARD", (2, 2), (1, 2), (1, 0), (0, 1), (1, 1), 1,
+     "CONVOLUTION", "FLOAT32", True, "patches"),
+    ((1, 3, 9, 9), (4, 3, 7, 7), "FORWARD", (2, 2), (1, 1), (3, 3), (3, 3), (0, 0), 1,
+     "CROSS_CORRELATION", "FLOAT32", False, "conv"),  # 49 taps: one convolution
+    ((1, 4, 6, 6), (4, 4, 3, 3), "FORWARD", (1, 1), (1, 1), (1, 1), (1, 1), (0, 0), 1,
+     "CROSS_CORRELATION", "FLOAT32", False, "conv"),  # 4 channels: one convolution
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("row", _GROUPED, ids=range(len(_GROUPED)))
+def test_convolution_grouped_lowerings(row):
+    x, w, direction, strides, dilations, start, end, out_pad, g, mode, type_name, bias, path = row
+    desc = dml.ConvolutionOperatorDesc(
+        T(type_name, x), T(type_name, w), None, T(type_name, x), mode=mode,
+        direction=direction, strides=strides, dilations=dilations, start_padding=start,
+        end_padding=end, output_padding=out_pad, group_count=g,
+    )  # fmt: skip
+    sizes = dml.ops.gemm_conv.conv_output_sizes(desc)
+    b = T(type_name, (1, sizes[1]) + (1,) * (len(x) - 2)) if bias else None
+    desc = dataclasses.replace(desc, output_tensor=T(type_name, sizes), bias_tensor=b)
+    rng = np.random.default_rng(len(sizes) + sum(x))
+    case = S.Case(
+        desc, tuple(S.values(rng, type_name, t.sizes, "small") for _, t in desc.input_slots())
+    )
+    S.assert_same(
+        S.run(case),
+        reference.reference(desc, *case.inputs),
+        False,
+        **_tolerance(case.inputs[0].dtype),
+    )
+    # The lowering taken: a convolution only where the row says so, chosen by platform for
+    # "split" and "patches".
+    jaxpr = str(jax.make_jaxpr(dml.compile_operator(desc).fn)(*case.inputs))
+    assert ("conv_general_dilated" in jaxpr) == (path in ("conv", "split", "patches"))
+    assert ("platform_index" in jaxpr) == (path in ("split", "patches"))
+
+
 # --- precision ------------------------------------------------------------------------------
 
 

@@ -11,6 +11,8 @@ the bias are then applied in float32, with one more rounding (a fused activation
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -371,17 +373,13 @@ def lower_conv(d: ConvolutionOperatorDesc, x, w, *bias):
     if flip:
         w = lax.rev(w, spatial)
     if _pointwise(d, kernel):
-        # A 1x1 forward convolution is a matrix product per image: XLA's convolution of NCHW float16
-        # ran 0.34 of PyTorch's for 1x1 256->64 at 56x56 (benchmarks/RESULTS.md#gemm_conv); the
-        # product is cuBLAS's.
-        x3 = x.reshape(x.shape[:2] + (-1,))
-        y = jnp.einsum(
-            "kc,ncp->nkp",
-            w.reshape(w.shape[:2]),
-            x3,
-            precision=matmul_precision(),
-            preferred_element_type=_product_type(x),
-        ).reshape((x.shape[0], w.shape[0]) + x.shape[2:])
+        y = _pointwise_product(x, w, g)
+    elif _depthwise(x, w, g):
+        y = _depthwise_taps(x, w, strides, padding, lhs_dilation, dilations)
+    elif _few_channels(x, w, g):
+        y = _patches(x, w, strides, padding, lhs_dilation, dilations)
+    elif _split_groups(x, g):
+        y = _per_group(x, w, strides, padding, lhs_dilation, dilations, g)
     else:
         y = _conv(x, w, strides, padding, lhs_dilation, dilations, g)
     if bias:
@@ -392,12 +390,182 @@ def lower_conv(d: ConvolutionOperatorDesc, x, w, *bias):
 def _pointwise(d: ConvolutionOperatorDesc, kernel) -> bool:
     return (
         not _backward(d)
-        and d.group_count == 1
         and all(k == 1 for k in kernel)
         and all(s == 1 for s in d.strides)
         and not any(d.start_padding)
         and not any(d.end_padding)
     )
+
+
+def _pointwise_product(x, w, g: int):
+    """A 1x1 forward convolution as a matrix product per image (and per group): XLA's
+    convolution of NCHW float16 ran 0.34 of PyTorch's for 1x1 256->64 at 56x56 on a GPU (the
+    product is cuBLAS's), and on the CPU XLA's grouped 1x1 convolution ran 4-7 times slower than
+    the batched product (ShuffleNet's 4-group 1x1 convolutions at 28x28). One product of K by C
+    per group: the same sums as the convolution's.
+
+    Grouped, one image: the filter is the left operand, so that the product's row-major
+    {G, K / G, H x W} result is the NCHW output itself (with the image on the left, einsum's
+    order, XLA's CPU backend, whose products take row-major operands, copies the input into
+    {H x W, C} and the output back). The ungrouped product keeps the image-first order: the
+    filter-first one saved those copies too (9% of ResNet-50's CPU time), but changed the
+    rounding of SqueezeNet's constant-weight logits (1.5e9) that its final softmax turns into
+    all zeros (tests/test_onnx_models.py)."""
+    n, c, k = x.shape[0], x.shape[1], w.shape[0]
+    out = (n, k) + x.shape[2:]
+    precision = {"precision": matmul_precision(), "preferred_element_type": _product_type(x)}
+    if g == 1:
+        y = jnp.einsum("kc,ncp->nkp", w.reshape(w.shape[:2]), x.reshape((n, c, -1)), **precision)
+    elif n == 1:
+        y = lax.dot_general(
+            w.reshape((g, k // g, c // g)),
+            x.reshape((g, c // g, -1)),
+            (((2,), (1,)), ((0,), (0,))),
+            **precision,
+        )
+    else:
+        y = jnp.einsum(
+            "gkc,ngcp->ngkp",
+            w.reshape((g, k // g, c // g)),
+            x.reshape((n, g, c // g, -1)),
+            **precision,
+        )
+    return y.reshape(out)
+
+
+# The most filter taps a depthwise convolution is unrolled over (a 7x7 or 3x3x3 window and
+# 1-D windows to 64); longer windows stay one convolution, whose program does not grow with
+# the window.
+_MAX_DEPTHWISE_TAPS = 64
+
+
+def _depthwise(x, w, g: int) -> bool:
+    """One input channel per group (C = GroupCount > 1, any channel multiplier), a window of
+    at most ``_MAX_DEPTHWISE_TAPS`` taps."""
+    return g > 1 and x.shape[1] == g and math.prod(w.shape[2:]) <= _MAX_DEPTHWISE_TAPS
+
+
+def _depthwise_taps(x, w, strides, padding, lhs_dilation, dilations):
+    """A depthwise convolution as a sum over the window's taps of a strided slice of the
+    padded input times that tap's weight per channel (cross-correlation: flips and BACKWARD's
+    rewrite are already in ``w``, ``padding`` and ``lhs_dilation``).
+
+    Why: XLA's CPU backend runs a grouped convolution with one channel per group 10 to 20 times
+    slower than this (a 3x3 depthwise convolution of 272 channels at 28x28: 6.8 ms against 0.4
+    ms on two cores); written as slices and multiply-adds, the whole window is one fused loop
+    on every backend, reading the input once per tap from cache, which is what a depthwise
+    convolution costs anywhere (it has no reuse for a matrix unit to exploit).
+
+    Exactness: each output is the sum of the same products as the convolution's, in float32
+    for FLOAT16 (rounded once at the end, as the convolution accumulates), taken in the
+    window's row-major order; only the order of the additions may differ from XLA's.
+    """
+    n, c = x.shape[:2]
+    kernel = w.shape[2:]
+    m = w.shape[0] // c  # output channels per input channel: channel c*m + j reads channel c
+    taps = wide(w).reshape((c, m) + kernel)
+    y = None
+    out, windows = _windows(wide(x), kernel, strides, padding, lhs_dilation, dilations)
+    for tap, window in windows:
+        weight = taps[(slice(None), slice(None)) + tap].reshape((1, c, m) + (1,) * len(kernel))
+        term = window[:, :, None] * weight
+        y = term if y is None else y + term
+    return y.reshape((n, c * m) + out).astype(_product_type(x))
+
+
+def _windows(x, kernel, strides, padding, lhs_dilation, dilations):
+    """The output's spatial sizes, and for each tap of the window in row-major order the tap
+    and the strided slice of ``x`` (padded by ``padding``, negative values cropping, and
+    dilated by ``lhs_dilation``) that the tap meets at every output position."""
+    config = [(0, 0, 0), (0, 0, 0)] + [
+        (lo, hi, dil - 1) for (lo, hi), dil in zip(padding, lhs_dilation)
+    ]
+    xp = lax.pad(x, jnp.zeros((), x.dtype), config)
+    extents = [(k - 1) * r + 1 for k, r in zip(kernel, dilations)]
+    out = tuple((size - e) // s + 1 for size, e, s in zip(xp.shape[2:], extents, strides))
+
+    def each():
+        for tap in itertools.product(*(range(k) for k in kernel)):
+            start = tuple(t * r for t, r in zip(tap, dilations))
+            limit = tuple(b + (o - 1) * s + 1 for b, o, s in zip(start, out, strides))
+            yield tap, lax.slice(xp, (0, 0) + start, xp.shape[:2] + limit, (1, 1) + strides)
+
+    return out, each()
+
+
+# Ungrouped convolutions of at most this many input channels and window taps are, on the CPU,
+# one matrix product of the gathered windows.
+_PATCH_CHANNELS, _PATCH_TAPS = 3, 25
+
+
+def _few_channels(x, w, g: int) -> bool:
+    """An ungrouped convolution of few input channels and a small window (an image's first
+    layer)."""
+    return g == 1 and x.shape[1] <= _PATCH_CHANNELS and math.prod(w.shape[2:]) <= _PATCH_TAPS
+
+
+def _patches(x, w, strides, padding, lhs_dilation, dilations):
+    """A convolution of few input channels, on the CPU as the product of the filter, {K, C x
+    taps}, and the input's windows gathered into {C x taps, output positions}; elsewhere the
+    convolution itself.
+
+    Why keyed on the platform: XLA's CPU backend ran these convolutions 2 to 6 times slower
+    than the product (ShuffleNet's first layer, 3x3 stride 2 of 3 channels into 24 at 224x224:
+    3.0 ms against 0.5 ms on two cores; VGG's 3 into 64: 9 against 4 ms), while from 4 input
+    channels or 49 taps its own convolution was as fast or faster; a GPU's convolution library
+    has kernels for such first layers, and the gathered windows would cost it a copy of taps
+    times the input. The product sums the same products in another order."""
+
+    def gathered(x, w):
+        n, c, k = x.shape[0], x.shape[1], w.shape[0]
+        out, windows = _windows(x, w.shape[2:], strides, padding, lhs_dilation, dilations)
+        # {N, C, taps, positions}: the filter's own {C, kernel...} order.
+        cols = jnp.stack([window.reshape((n, c, -1)) for _, window in windows], axis=2)
+        y = lax.dot_general(
+            w.reshape((k, -1)),
+            cols.reshape((n, -1, cols.shape[-1])),
+            (((1,), (1,)), ((), ())),
+            precision=matmul_precision(),
+            preferred_element_type=_product_type(x),
+        )  # {K, N, positions}: for one image, the NCHW output's own order
+        return jnp.swapaxes(y, 0, 1).reshape((n, k) + out)
+
+    def whole(x, w):
+        return _conv(x, w, strides, padding, lhs_dilation, dilations, 1)
+
+    return lax.platform_dependent(x, w, cpu=gathered, default=whole)
+
+
+# The most groups a grouped convolution is split into on the CPU (one convolution each).
+_MAX_SPLIT_GROUPS = 32
+
+
+def _split_groups(x, g: int) -> bool:
+    """A grouped convolution with several channels per group (depthwise ones have their own
+    lowering), of at most ``_MAX_SPLIT_GROUPS`` groups."""
+    return 1 < g <= _MAX_SPLIT_GROUPS and x.shape[1] // g > 1
+
+
+def _per_group(x, w, strides, padding, lhs_dilation, dilations, g: int):
+    """A grouped convolution, on the CPU as one ungrouped convolution per group joined along
+    the channels; elsewhere the grouped convolution itself.
+
+    Why keyed on the platform: XLA's CPU backend ran AlexNet's two-group convolutions 2.2
+    times slower grouped than split (5x5 96->256 at 27x27: 14.3 ms against 6.2 ms on two
+    cores; 32 groups of 4 channels at 56x56: 15.7 against 9.7 ms), while a GPU's convolution
+    library takes the groups in one call, where a split would be as many calls and a copy.
+    Each group's convolution is the grouped one's slice of the work (the same products and
+    sums: the results agreed bit for bit on the CPU)."""
+
+    def split(x, w):
+        parts = zip(jnp.split(x, g, axis=1), jnp.split(w, g, axis=0))
+        ys = [_conv(a, b, strides, padding, lhs_dilation, dilations, 1) for a, b in parts]
+        return lax.concatenate(ys, 1)
+
+    def grouped(x, w):
+        return _conv(x, w, strides, padding, lhs_dilation, dilations, g)
+
+    return lax.platform_dependent(x, w, cpu=split, default=grouped)
 
 
 def _conv(x, w, strides, padding, lhs_dilation, dilations, g):

@@ -1,0 +1,125 @@
+"""ONNX's light networks (``onnx/backend/test/data/light``) on the CPU: ``dml_jax.onnx``'s
+compiled program against onnxruntime's CPU provider, in the same process.
+
+Each model is compiled once by ``compile_onnx`` (jit, one XLA program) and opened once by
+onnxruntime (``CPUExecutionProvider``, ``intra_op_num_threads`` = ``--threads``). A sample is
+``--iters`` calls followed by one ``block_until_ready`` (onnxruntime's calls are synchronous);
+the two alternate sample by sample, so that both see the same machine load, and the table
+reports each one's median over ``--samples`` samples, their ratio (and the ratio of the two
+fastest samples, steadier on a loaded machine), and the largest absolute difference between
+the two outputs relative to onnxruntime's largest magnitude. (The light models' weights are
+constants of one value each: XLA holds such a weight as a broadcast of one number, which it
+writes out again at every call, and the outputs agree trivially. ``--random-weights`` gives
+every weight of two or more dimensions random values, scaled by its fan-in, as a trained
+network's would be: real constants, and outputs that say something.)
+
+Usage: ``JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/experiments/onnx_cpu.py
+[--only NAME ...] [--samples 7] [--iters 5] [--threads 2] [--random-weights]``, from the repository root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import time
+
+import jax
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from dml_jax.onnx import compile_onnx
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+
+
+def _sample(call, iters: int) -> float:
+    t = time.perf_counter()
+    out = None
+    for _ in range(iters):
+        out = call()
+    jax.block_until_ready(out)
+    return (time.perf_counter() - t) / iters
+
+
+def with_random_weights(path: str) -> onnx.ModelProto:
+    """The model with each ConstantOfShape of a weight (two or more dimensions) replaced by an
+    initializer of normal values of standard deviation sqrt(2 / fan-in); one-dimensional
+    constants (biases, batch normalization's statistics) keep their value."""
+    from onnx import numpy_helper
+
+    model = onnx.load(path)
+    known = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    rng = np.random.default_rng(0)
+    kept = []
+    for node in model.graph.node:
+        shape = known.get(node.input[0]) if node.op_type == "ConstantOfShape" else None
+        if shape is None or len(shape) < 2:
+            kept.append(node)
+            continue
+        shape = tuple(int(d) for d in shape)
+        fan_in = int(np.prod(shape[1:]))
+        value = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+        model.graph.initializer.append(
+            numpy_helper.from_array(value.astype(np.float32), node.output[0])
+        )
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    return model
+
+
+def measure(path: str, samples: int, iters: int, threads: int, random: bool) -> dict:
+    name = os.path.basename(path)[len("light_") : -len(".onnx")]
+    source = with_random_weights(path) if random else path
+    t0 = time.perf_counter()
+    model = compile_onnx(source)
+    shape = tuple(model.input_shapes[0])
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    arg = jax.device_put(x, jax.devices("cpu")[0])
+    ours = jax.block_until_ready(model(arg))
+    cold = time.perf_counter() - t0
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    blob = source.SerializeToString() if random else path
+    sess = ort.InferenceSession(blob, opts, providers=["CPUExecutionProvider"])
+    feed = {sess.get_inputs()[0].name: x}
+    (theirs,) = sess.run(None, feed)
+    scale = float(np.max(np.abs(theirs))) or 1.0
+    diff = float(np.max(np.abs(np.asarray(ours) - theirs))) / scale
+    ours_t, theirs_t = [], []
+    _sample(lambda: model(arg), 1)
+    for _ in range(samples):
+        ours_t.append(_sample(lambda: model(arg), iters))
+        theirs_t.append(_sample(lambda: sess.run(None, feed), iters))
+    a, b = statistics.median(ours_t), statistics.median(theirs_t)
+    return {"model": name, "dml_jax_ms": a * 1e3, "ort_ms": b * 1e3, "ratio": a / b,
+            "best_ratio": min(ours_t) / min(theirs_t), "rel_diff": diff, "cold_s": cold}  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", nargs="*", help="model names (resnet50, shufflenet, ...)")
+    p.add_argument("--samples", type=int, default=7)
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--random-weights", action="store_true", help="random weights, not constants")
+    a = p.parse_args()
+    paths = sorted(glob.glob(os.path.join(LIGHT, "*.onnx")))
+    if a.only:
+        paths = [q for q in paths if any(f"light_{n}.onnx" == os.path.basename(q) for n in a.only)]
+    print(f"jax {jax.__version__}, onnxruntime {ort.__version__}, {os.cpu_count()} CPUs, "
+          f"median of {a.samples} samples of {a.iters} calls, alternating"
+          + (", random weights" if a.random_weights else ""))  # fmt: skip
+    print(f"{'model':<14}{'dml_jax ms':>12}{'ort ms':>10}{'ratio':>8}{'best':>7}{'rel diff':>10}"
+          f"{'cold s':>8}")  # fmt: skip
+    for path in paths:
+        r = measure(path, a.samples, a.iters, a.threads, a.random_weights)
+        print(f"{r['model']:<14}{r['dml_jax_ms']:>12.2f}{r['ort_ms']:>10.2f}{r['ratio']:>8.2f}"
+              f"{r['best_ratio']:>7.2f}{r['rel_diff']:>10.1e}{r['cold_s']:>8.1f}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
