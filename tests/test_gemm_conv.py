@@ -174,7 +174,7 @@ _GROUPED = [
     ((1, 4, 11), (4, 1, 5), "FORWARD", (3,), (1,), (2,), (1,), (0,), 4,
      "CROSS_CORRELATION", "FLOAT16", True, "taps"),
     ((1, 2, 4, 5, 6), (2, 1, 3, 3, 3), "FORWARD", (1, 2, 1), (1, 1, 2), (1, 1, 0), (1, 0, 2),
-     (0, 0, 0), 2, "CROSS_CORRELATION", "FLOAT32", True, "taps"),
+     (0, 0, 0), 2, "CROSS_CORRELATION", "FLOAT32", True, "taps or conv"),  # 27 taps: by platform
     ((1, 3, 4, 5), (3, 2, 3, 3), "BACKWARD", (2, 2), (1, 1), (1, 0), (0, 1), (1, 0), 3,
      "CROSS_CORRELATION", "FLOAT32", True, "taps"),
     ((1, 2, 6), (2, 1, 2), "BACKWARD", (1,), (2,), (3,), (0,), (1,), 2,
@@ -230,10 +230,11 @@ def test_convolution_grouped_lowerings(row):
         **_tolerance(case.inputs[0].dtype),
     )
     # The lowering taken: a convolution only where the row says so, chosen by platform for
-    # "split" and "patches".
+    # "split", "patches" and a depthwise window over _GPU_DEPTHWISE_TAPS ("taps or conv").
     jaxpr = str(jax.make_jaxpr(dml.compile_operator(desc).fn)(*case.inputs))
-    assert ("conv_general_dilated" in jaxpr) == (path in ("conv", "split", "patches"))
-    assert ("platform_index" in jaxpr) == (path in ("split", "patches"))
+    by_platform = ("split", "patches", "taps or conv")
+    assert ("conv_general_dilated" in jaxpr) == (path in ("conv",) + by_platform)
+    assert ("platform_index" in jaxpr) == (path in by_platform)
 
 
 # --- precision ------------------------------------------------------------------------------

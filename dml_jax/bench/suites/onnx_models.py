@@ -293,7 +293,8 @@ def _mlp_model(path: str, batch: int) -> list[np.ndarray]:
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 10])],
         [numpy_helper.from_array(v, k) for k, v in weights.items()],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    # IR 10: onnxruntime 1.30 reads no newer
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     onnx.save(model, path)
     return [rng.standard_normal((batch, 256)).astype(np.float32)]
 
@@ -407,7 +408,7 @@ def speed(run: Run, name, model, inputs, path, row, torch):
     half = opts.dtype == "float16"
     if half:  # the model timed and exported in float16 (on the GPU, where PyTorch has its ops)
         model = model.cuda().half()
-        args = [a.cuda().half() if a.is_floating_point() else a.cuda() for a in args]
+        args = tuple(a.cuda().half() if a.is_floating_point() else a.cuda() for a in args)
     row["dtype"] = opts.dtype
     with torch.no_grad():
         export(model, args, path, opts.exporters[0], MODELS[name][2])
