@@ -39,17 +39,22 @@ def _cuda_machine() -> bool:
     return os.path.exists("/dev/nvidiactl")
 
 
+CPU_CASES = 3  # kernel_matrix cases a test keeps without CUDA
+
+
 def pytest_collection_modifyitems(config, items):
     """A GPU kernel's correctness matrix (tests marked ``kernel_matrix``) runs whole on a CUDA
     machine, where the kernels compile natively, and in Pallas interpret mode everywhere else,
-    where each case costs seconds of CPU. Without CUDA only a covering subset runs: a case is
-    kept when it brings a parameter value no kept case of its test has had yet, so every value
-    of every parameter still runs at least once; a test whose cases are whole scenarios names
-    the ones that run here instead (``@pytest.mark.kernel_matrix(cpu=[case ids])``).
+    where each case costs seconds of CPU. Without CUDA a smoke subset runs: a case is kept
+    when it brings a parameter value no kept case of its test has had yet, up to ``CPU_CASES``
+    cases a test (the matrices' correctness is the GPU run's, where they compile natively); a
+    test whose cases are whole scenarios names the ones that run here instead
+    (``@pytest.mark.kernel_matrix(cpu=[case ids])``).
     ``DML_JAX_KERNEL_MATRIX=full`` runs them all; the rest are reported as deselected."""
     if _cuda_machine() or os.environ.get("DML_JAX_KERNEL_MATRIX") == "full":
         return
     covered: dict = {}
+    kept_of: dict = {}
     named: dict = {}  # (file, test) -> (the ids its marker names, the ids it has)
     keep, drop = [], []
     for item in items:
@@ -66,8 +71,10 @@ def pytest_collection_modifyitems(config, items):
             continue
         seen = covered.setdefault((str(item.path), item.originalname), set())
         values = {(k, repr(v)) for k, v in spec.params.items()}
-        if values - seen:
+        kept = kept_of.get((str(item.path), item.originalname), 0)
+        if values - seen and kept < CPU_CASES:
             seen |= values
+            kept_of[(str(item.path), item.originalname)] = kept + 1
             keep.append(item)
         else:
             drop.append(item)

@@ -30,6 +30,12 @@ def quick_reports(tmp_path_factory):
     return out
 
 
+# The tests that read the quick reports share one parallel test worker: the module's fixture
+# runs every suite once per worker that needs it.
+QUICK = pytest.mark.xdist_group("bench-quick")
+
+
+@QUICK
 @pytest.mark.parametrize("suite", bench.SUITES)
 def test_suite_quick_writes_its_report(suite, quick_reports):
     report = json.loads((quick_reports / f"{suite}.json").read_text())
@@ -50,8 +56,10 @@ def test_suite_quick_writes_its_report(suite, quick_reports):
     assert any(line.startswith("|---") for line in lines)
 
 
+@QUICK
 def test_quick_reports_check_what_they_can(quick_reports):
-    """The checks inside the reports: quantized products exact, training from one start."""
+    """The checks inside the reports: quantized products exact, training from one start, the
+    GPT stack timed with no cuDNN attention call off CUDA."""
     report = json.loads((quick_reports / "quantized.json").read_text())
     assert report["checks"] and all(c.get("exact") is True for c in report["checks"])
     summary = report["summary"]
@@ -62,8 +70,15 @@ def test_quick_reports_check_what_they_can(quick_reports):
     for name, difference in sanity["max_relative_difference_to_dml"].items():
         assert difference < (1e-5 if name != "PyTorch eager" else 1e-3), name
     assert losses["jax.grad"][-1] < losses["jax.grad"][0]
+    rows = json.loads((quick_reports / "networks.json").read_text())["rows"]
+    gpt = [r for r in rows if r["network"] == "gpt" and r["impl"] == "dml"]
+    assert gpt and all(r["tokens_per_s"] > 0 and r["cold_s"] > 0 for r in gpt)
+    if jax.default_backend() != "gpu":
+        assert all(r["cudnn_attention_calls"] == 0 for r in gpt)
+    assert any(r["network"] == "gpt" and r["impl"] == "torch eager" for r in rows)
 
 
+@QUICK
 def test_report_page_from_the_reports(quick_reports, tmp_path):
     (quick_reports / "networks.json").rename(tmp_path / "networks.json")
     try:

@@ -301,18 +301,7 @@ def test_export_refuses_a_graph_with_reinterpreted_edges(tmp_path, gpt):
 
 
 # ------------------------------------------------------------------------------ benchmark
-
-
-def test_benchmark_quick_run_writes_a_report(tmp_path):
-    from dml_jax import bench
-
-    argv = ["--suite", "networks", "--quick", "--only", "gpt FLOAT32", "--sample-s", "0.001"]
-    assert bench.main([*argv, "--out", str(tmp_path)]) == 0
-    report = json.loads((tmp_path / "networks.json").read_text())
-    rows = {r["impl"]: r for r in report["rows"]}
-    assert rows["dml"]["tokens_per_s"] > 0 and rows["dml"]["cold_s"] > 0
-    assert rows["dml"]["cudnn_attention_calls"] == 0  # FLOAT32: the lax lowering everywhere
-    assert "torch eager" in rows  # timed, or skipped with the reason
+# (the networks suite's quick run is tests/test_bench.py's)
 
 
 def test_torch_networks_match_the_graphs(resnet, gpt):
