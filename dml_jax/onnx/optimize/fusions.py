@@ -173,6 +173,40 @@ def _take_bn(g: Editor, producer: int, bn: int, desc: Any, inputs: dict[int, Sou
     g.remove(bn)
 
 
+def _fold_bn(
+    g: Editor,
+    n: int,
+    bn: int,
+    desc: Any,
+    vectors: list,
+    weight: TensorDesc,
+    per_channel: tuple,
+    bias: TensorDesc | None = None,
+    beta: float = 1.0,
+) -> bool:
+    """Folds BATCH_NORMALIZATION node ``bn`` into node ``n``, which becomes ``desc``: its slot-1
+    weight (read as ``weight``) times the BN's factor (reshaped to ``per_channel``), its slot 2
+    ``beta * bias * f + shift`` (``bias``: how slot 2 is read, None without one). False, and
+    nothing changed, where a run-time fold (parameters) would cost more than the pass over the
+    output it saves."""
+    sources = [g.source(bn, j) for j in (1, 2, 3, 4)] + [g.source(n, 1)]
+    if bias is not None:
+        sources.append(g.source(n, 2))
+    on_host = _on_host(g, sources)
+    if not on_host and weight.element_count > desc.output_tensor.element_count:
+        return False
+    calc = _Calc(g, desc.output_tensor.data_type, g.origin[n], on_host)
+    f, shift = _bn_factors(calc, g, bn, vectors)
+    w = calc.mul(calc.read(g.source(n, 1), weight), calc.reshape(f, per_channel))
+    if bias is not None:
+        c = calc.read(g.source(n, 2), bias)
+        if beta != 1.0:
+            c = calc.mul(c, calc.const(np.full((1,), beta)))
+        shift = calc.add(calc.mul(c, f), shift)
+    _take_bn(g, n, bn, desc, {1: calc.source(w)[0], 2: calc.source(shift)[0]})
+    return True
+
+
 @rewrite("ConvBNFusion", "basic")
 def conv_bn(g: Editor) -> int:
     """CONVOLUTION (forward) followed by BATCH_NORMALIZATION with constant statistics: the
@@ -202,20 +236,9 @@ def conv_bn(g: Editor) -> int:
         )
         if not g.valid(desc):
             continue
-        sources = [g.source(bn, j) for j in (1, 2, 3, 4)] + [g.source(n, 1)]
-        if bias_vec is not None:
-            sources.append(g.source(n, 2))
-        on_host = _on_host(g, sources)
-        if not on_host and d.filter_tensor.element_count > d.output_tensor.element_count:
-            continue  # the run-time fold would cost more than the pass over the output it saves
-        calc = _Calc(g, t, g.origin[n], on_host)
-        f, shift = _bn_factors(calc, g, bn, vectors)
-        w = calc.mul(calc.read(g.source(n, 1), d.filter_tensor),
-                     calc.reshape(f, (k,) + (1,) * (rank - 1)))  # fmt: skip
-        if bias_vec is not None:
-            shift = calc.add(calc.mul(calc.read(g.source(n, 2), bias_vec), f), shift)
-        _take_bn(g, n, bn, desc, {1: calc.source(w)[0], 2: calc.source(shift)[0]})
-        count += 1
+        per_channel = (k,) + (1,) * (rank - 1)
+        if _fold_bn(g, n, bn, desc, vectors, d.filter_tensor, per_channel, bias_vec):
+            count += 1
     return count
 
 
@@ -258,25 +281,11 @@ def matmul_bn(g: Editor) -> int:
         )
         if not g.valid(desc):
             continue
-        sources = [g.source(bn, j) for j in (1, 2, 3, 4)] + [g.source(n, 1)]
-        if c_vec is not None:
-            sources.append(g.source(n, 2))
-        on_host = _on_host(g, sources)
-        if not on_host and d.b_tensor.element_count > out.element_count:
-            continue  # the run-time fold would cost more than the pass over the output it saves
-        calc = _Calc(g, t, g.origin[n], on_host)
-        f, shift = _bn_factors(calc, g, bn, vectors)
         per_col = (1,) * (d.b_tensor.rank - 1) + (cols,)
         if d.trans_b.name == "TRANSPOSE":
             per_col = (1,) * (d.b_tensor.rank - 2) + (cols, 1)
-        b = calc.mul(calc.read(g.source(n, 1), d.b_tensor), calc.reshape(f, per_col))
-        if c_vec is not None:
-            c = calc.read(g.source(n, 2), c_vec)
-            if d.beta != 1.0:
-                c = calc.mul(c, calc.const(np.full((1,), d.beta)))
-            shift = calc.add(calc.mul(c, f), shift)
-        _take_bn(g, n, bn, desc, {1: calc.source(b)[0], 2: calc.source(shift)[0]})
-        count += 1
+        if _fold_bn(g, n, bn, desc, vectors, d.b_tensor, per_col, c_vec, d.beta):
+            count += 1
     return count
 
 
