@@ -69,19 +69,22 @@ def jax_sync(out: Any) -> None:
     jax.block_until_ready(out)
 
 
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, check=False, capture_output=True, text=True, timeout=10
+    )
+
+
 def commit() -> str | None:
     """The checkout's commit (``+dirty`` with uncommitted changes), or None outside git."""
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            cwd=ROOT,
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+        head = _git("rev-parse", "--short=12", "HEAD")
         if head.returncode:
             return None
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
             cwd=ROOT,
