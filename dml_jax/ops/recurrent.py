@@ -85,7 +85,7 @@ from ..tensor import TensorDesc
 from ._common import wide
 
 # Steps per iteration of the loop: more work between the loop's branches for XLA to schedule
-# (benchmarks/attention_lstm.py); the steps and their results are the same for any value.
+# (the attention_lstm bench suite); the steps and their results are the same for any value.
 _UNROLL = 8
 
 _SUPPORT = rows((L.FL_1_0, DIMS4, F2, F2, {"SequenceLengthsTensor": types("UINT32")}))
