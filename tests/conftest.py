@@ -45,45 +45,49 @@ CPU_CASES = 3  # kernel_matrix cases a test keeps without CUDA
 def pytest_collection_modifyitems(config, items):
     """A GPU kernel's correctness matrix (tests marked ``kernel_matrix``) runs whole on a CUDA
     machine, where the kernels compile natively, and in Pallas interpret mode everywhere else,
-    where each case costs seconds of CPU. Without CUDA a smoke subset runs: a case is kept
-    when it brings a parameter value no kept case of its test has had yet, up to ``CPU_CASES``
-    cases a test (the matrices' correctness is the GPU run's, where they compile natively); a
-    test whose cases are whole scenarios names the ones that run here instead
-    (``@pytest.mark.kernel_matrix(cpu=[case ids])``).
+    where each case costs seconds of CPU: there only ``kernel_matrix_subset`` runs.
     ``DML_JAX_KERNEL_MATRIX=full`` runs them all; the rest are reported as deselected."""
     if _cuda_machine() or os.environ.get("DML_JAX_KERNEL_MATRIX") == "full":
         return
-    covered: dict = {}
-    kept_of: dict = {}
-    named: dict = {}  # (file, test) -> (the ids its marker names, the ids it has)
-    keep, drop = [], []
-    for item in items:
-        spec = getattr(item, "callspec", None)
-        if spec is None or item.get_closest_marker("kernel_matrix") is None:
-            keep.append(item)
-            continue
-        chosen = item.get_closest_marker("kernel_matrix").kwargs.get("cpu")
-        if chosen is not None:
-            named.setdefault((str(item.path), item.originalname), (set(chosen), set()))[1].add(
-                spec.id
-            )
-            (keep if spec.id in chosen else drop).append(item)
-            continue
-        seen = covered.setdefault((str(item.path), item.originalname), set())
-        values = {(k, repr(v)) for k, v in spec.params.items()}
-        kept = kept_of.get((str(item.path), item.originalname), 0)
-        if values - seen and kept < CPU_CASES:
-            seen |= values
-            kept_of[(str(item.path), item.originalname)] = kept + 1
-            keep.append(item)
-        else:
-            drop.append(item)
-    for (path, test), (chosen, ids) in named.items():
-        if chosen - ids:
-            raise pytest.UsageError(
-                f"{path}::{test}: kernel_matrix(cpu=...) names cases it does not have: "
-                f"{sorted(chosen - ids)}"
-            )
+    keep, drop = kernel_matrix_subset(items)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def kernel_matrix_subset(items) -> tuple[list, list]:
+    """(kept, dropped) items: a ``kernel_matrix`` case is kept when it brings a parameter value
+    no kept case of its test has had yet, up to ``CPU_CASES`` cases a test; a test whose cases
+    are whole scenarios names the ones kept instead (``@pytest.mark.kernel_matrix(cpu=[case
+    ids])``), and naming a case it does not have is a usage error. Other items are kept."""
+    tests: dict = {}  # (file, test) -> [parameter values kept, cases kept, ids seen]
+    keep, drop = [], []
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        mark = item.get_closest_marker("kernel_matrix")
+        if spec is None or mark is None:
+            keep.append(item)
+            continue
+        seen, kept, ids = tests.setdefault((str(item.path), item.originalname), [set(), 0, set()])
+        ids.add(spec.id)
+        chosen = mark.kwargs.get("cpu")
+        values = {(k, repr(v)) for k, v in spec.params.items()}
+        if chosen is not None:
+            take = spec.id in chosen
+        else:
+            take = bool(values - seen) and kept < CPU_CASES
+        if take:
+            seen |= values
+            tests[(str(item.path), item.originalname)][1] = kept + 1
+        (keep if take else drop).append(item)
+    for item in keep + drop:
+        mark = item.get_closest_marker("kernel_matrix")
+        if mark is None or getattr(item, "callspec", None) is None:
+            continue
+        missing = set(mark.kwargs.get("cpu") or ()) - tests[(str(item.path), item.originalname)][2]
+        if missing:
+            raise pytest.UsageError(
+                f"{item.path}::{item.originalname}: kernel_matrix(cpu=...) names cases it does "
+                f"not have: {sorted(missing)}"
+            )
+    return keep, drop
