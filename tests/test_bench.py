@@ -160,3 +160,19 @@ def test_bench_case_is_valid_and_its_jnp_function_agrees(case):
         np.testing.assert_allclose(
             np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=2e-5, atol=1e-5
         )
+
+
+def test_onnxruntime_is_timed_apart_and_its_crash_recorded(tmp_path, monkeypatch):
+    """onnxruntime's CPU time comes from a child process: a time where it runs, and an error
+    naming the signal where it crashes (it aborts on some models), the suite going on."""
+    from dml_jax.bench.suites import onnx_models as OM
+
+    path = str(tmp_path / "mlp.onnx")
+    feeds = OM._mlp_model(path, 2)
+    assert OM._ort_cpu_seconds(path, feeds) > 0
+    monkeypatch.setattr(OM, "_ORT_CHILD", "import os, signal; os.kill(os.getpid(), 11)")
+    with pytest.raises(RuntimeError, match=r"ended by signal 11"):
+        OM._ort_cpu_seconds(path, feeds)
+    monkeypatch.setattr(OM, "_ORT_CHILD", "raise SystemExit('no session: bad model')")
+    with pytest.raises(RuntimeError, match=r"no session: bad model"):
+        OM._ort_cpu_seconds(path, feeds)

@@ -49,19 +49,26 @@ def _attention(
     past=0,
     lengths=False,
     rpb=False,
+    padding=False,
     bias=False,
     mask_type="NONE",
     mask_filter_value=-10000.0,
     present=False,
     scale=0.35,
 ):
-    """A MULTIHEAD_ATTENTION (MHA1 with grouped heads or past lengths) description."""
+    """A MULTIHEAD_ATTENTION (MHA1 with grouped heads or past lengths) description.
+    ``padding``: the relative position bias and a BOOLEAN mask are one row of keys per batch
+    entry, broadcast over heads and queries (stride 0), as a padding mask is."""
     dv = d if dv is None else dv
     v1 = hq != hkv or lengths
     total = past if lengths else past + kv
 
     def t(*sizes):
         return T(type_name, sizes)
+
+    def per_key(type_name, sizes):  # {B, H, S, T}, as ``padding`` asks
+        strides = (sizes[3], 0, 0, 1) if padding else None
+        return T(type_name, sizes, strides=strides)
 
     f = {}
     if layout == "separate":
@@ -76,7 +83,7 @@ def _attention(
     if bias:
         f["bias_tensor"] = t(hq * d + hkv * d + hkv * dv)
     if rpb:
-        f["relative_position_bias_tensor"] = t(b, hq, s, total)
+        f["relative_position_bias_tensor"] = per_key(type_name, (b, hq, s, total))
     if past:
         f.update(past_key_tensor=t(b, hkv, past, d), past_value_tensor=t(b, hkv, past, dv))
     if lengths:
@@ -88,7 +95,7 @@ def _attention(
         "BOOLEAN": (b, hq, s, total),
     }.get(mask_type)
     if mask:
-        f["mask_tensor"] = T("INT32", mask)
+        f["mask_tensor"] = per_key("INT32", mask) if len(mask) == 4 else T("INT32", mask)
     f["output_tensor"] = t(b, s, hq * dv)
     if present:
         f.update(
@@ -109,6 +116,13 @@ ACCEPTED = {
     "past and present": {"past": 4, "present": True},
     "past only": {"layout": "past_only", "past": 6, "kv": 0},
     "relative position bias": {"rpb": True},
+    "padding bias and mask, broadcast over heads and queries": {
+        "rpb": True,
+        "padding": True,
+        "mask_type": "BOOLEAN",
+        "s": 4,
+        "kv": 6,
+    },
     "head size 64": {"d": 64},
     "boolean, float16 filter added": {"mask_type": "BOOLEAN", "rpb": True},
     "boolean, small filter added": {"mask_type": "BOOLEAN", "mask_filter_value": -2.5},
@@ -209,6 +223,9 @@ def _inputs(desc, seed=0):
             out.append(np.array([3, -9, 9][: t.sizes[0]], np.int32).reshape(t.sizes))
         else:
             out.append(rng.standard_normal(t.sizes).astype(t.dtype))
+        if t.strides is not None and 0 in t.strides:  # the same along a broadcast axis
+            first = tuple(slice(0, 1) if st == 0 else slice(None) for st in t.strides)
+            out[-1] = np.ascontiguousarray(np.broadcast_to(out[-1][first], t.sizes))
     return out
 
 
@@ -250,6 +267,12 @@ def xla_attention(monkeypatch):
 
     def xla(q, k, v, *, implementation=None, **kwargs):
         assert implementation == "cudnn"
+        # cuDNN's own rule (jax checks it only there): a bias or mask has the logits' query
+        # and key lengths, broadcast over batch and heads at most
+        for name in ("bias", "mask"):
+            a = kwargs.get(name)
+            if a is not None:
+                assert a.shape[2:] == (q.shape[1], k.shape[1]), (name, a.shape)
         # float32 operands: XLA's CPU dot has no float16-in, float32-accumulate form
         wide = (a.astype(jnp.float32) for a in (q, k, v))
         return original(*wide, implementation="xla", **kwargs).astype(q.dtype)

@@ -82,15 +82,18 @@ def _by_query_head(a, g: A.Geometry):
 
 
 def _broadcast_kept(t: Any, a, shape: tuple[int, ...]):
-    """``a`` (tensor ``t``) as ``shape``, with the dimensions ``t`` broadcasts (stride 0) kept at
-    size 1: a mask or bias shared by every head then stays shared when the heads are sharded
-    over devices (cuDNN's partitioning splits a full-size one by batch only)."""
+    """``a`` (tensor ``t``, {B, H, S, T}) as ``shape``, with the batch and head dimensions ``t``
+    broadcasts (stride 0) kept at size 1: a mask or bias shared by every head then stays shared
+    when the heads are sharded over devices (cuDNN's partitioning splits a full-size one by
+    batch only). The query and key dimensions are always whole: cuDNN takes a bias of the
+    logits' sequence lengths only (a padding mask, {B, 1, 1, T}, is spread over the queries)."""
     a = a.reshape(shape)
     strides = t.strides
     if strides is None or len(strides) < len(shape):
         return a
     tail = strides[len(strides) - len(shape) :]
-    return a[tuple(slice(0, 1) if s == 0 else slice(None) for s in tail)]
+    kept = a[tuple(slice(0, 1) if s == 0 else slice(None) for s in tail)]
+    return jnp.broadcast_to(kept, kept.shape[:2] + tuple(shape[2:]))
 
 
 def lower(d: Any, *arrays, qkv: tuple | None = None) -> tuple:

@@ -8,9 +8,12 @@ dynamic) and, with ``--exporters torchscript dynamo``, by dynamo too (opset 18, 
 Each export is imported by a session on JAX's default device and its outputs compared with
 PyTorch's on the same inputs (``rel_err``: the largest absolute difference over the reference's
 largest magnitude). The first export of each model is then timed at ``--batch``: dml_jax
-(``jax.jit`` of the session's function), onnxruntime's CPU provider (``ort_cpu_ms``; few samples:
-it is the slowest), and on a GPU PyTorch eager and ``torch.compile`` (``--no-compile``: not).
-``x_eager`` / ``x_compile`` / ``x_ort_cpu``: their time over dml_jax's.
+(``jax.jit`` of the session's function; ``--levels``: at each graph optimization level,
+``dml_ms`` being the last level's, the default ``all`` in ``--levels disable all``),
+onnxruntime's CPU provider (``ort_cpu_ms``; few samples: it is the slowest; in a child process,
+so that a model onnxruntime crashes on costs that figure only, ``ort_cpu_error``), and on a GPU
+PyTorch eager and ``torch.compile`` (``--no-compile``: not). ``x_eager`` / ``x_compile`` /
+``x_ort_cpu``: their time over ``dml_ms``.
 
 Needs torch, torchvision, timm, transformers and onnx (onnxscript for the dynamo exporter). Without
 PyTorch the suite runs one small model written with ``onnx.helper`` (``mlp``) against onnxruntime
@@ -21,6 +24,8 @@ alone, and records the PyTorch models as skipped. ``--quick``: that model, and w
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -28,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..harness import Run, Timer, cold_time, error_text, jax_sync
+from ..harness import Run, cold_time, error_text, jax_sync
 
 # ---------------------------------------------------------------------------------------------
 # The models: name -> (builder, example inputs at a batch, dynamic axes {input: {axis: name}})
@@ -305,10 +310,43 @@ def _ort_session(path: str):
     return ort.InferenceSession(path, providers=["CPUExecutionProvider"])
 
 
+_ORT_CHILD = """
+import sys, time
+import numpy as np
+import onnxruntime as ort
+from dml_jax.bench.harness import Timer
+path, arrays = sys.argv[1], np.load(sys.argv[2])
+s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+feed = {i.name: arrays[f"a{k}"] for k, i in enumerate(s.get_inputs())}
+print(Timer(sample_s=0.0, samples=1).run(lambda: s.run(None, feed), lambda _: None))
+"""
+
+
+def _ort_cpu_seconds(path: str, feeds: list[np.ndarray], timeout_s: float = 600.0) -> float:
+    """onnxruntime CPU's seconds per call on ``feeds`` (a few calls: the CPU is far slower),
+    measured in a child process: onnxruntime aborts the process on some models it cannot
+    build (a segmentation fault creating the session of torchvision's ViT in float16)."""
+    npz = path[:-5] + "_feeds.npz"
+    np.savez(npz, **{f"a{k}": a for k, a in enumerate(feeds)})
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run(
+        [sys.executable, "-c", _ORT_CHILD, path, npz],
+        check=False, capture_output=True, text=True, env=env, timeout=timeout_s,
+    )  # fmt: skip
+    if done.returncode != 0:
+        lines = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
+        why = lines[-1] if lines else ""
+        if done.returncode < 0:
+            why = f"onnxruntime's process ended by signal {-done.returncode} {why}".strip()
+        raise RuntimeError(why[:300])
+    return float(done.stdout.strip().splitlines()[-1])
+
+
 def _time_onnx(run: Run, row: dict, path: str, feeds: list[np.ndarray]) -> Any:
-    """dml_jax's times on ``feeds`` at each graph optimization level of ``--levels`` (``dml_ms``:
-    the first one's; ``dml_ms_<level>`` each) and onnxruntime CPU's; returns the dml output of
-    the first level."""
+    """dml_jax's times on ``feeds`` at each graph optimization level of ``--levels``
+    (``dml_ms_<level>`` each; ``dml_ms``: the last level's, the default ``all`` where the levels
+    end with it) and onnxruntime CPU's; returns the dml output of the first level."""
     import jax
 
     from dml_jax.onnx import InferenceSession, SessionOptions
@@ -324,15 +362,14 @@ def _time_onnx(run: Run, row: dict, path: str, feeds: list[np.ndarray]) -> Any:
         t = run.timer.run(lambda fn=fn: fn(*inputs), jax_sync)
         row[f"dml_ms_{level}"] = t * 1e3
         if out is None:
-            out, dml_s = first, t
-            row.update(batch=int(feeds[0].shape[0]), dml_cold_s=round(cold, 2), dml_ms=t * 1e3)
+            out = first
+            row.update(batch=int(feeds[0].shape[0]), dml_cold_s=round(cold, 2))
+        dml_s = t
+        row["dml_ms"] = t * 1e3
     try:
-        ort = _ort_session(path)
-        feed = {i.name: a for i, a in zip(ort.get_inputs(), feeds)}
-        few = Timer(sample_s=0.0, samples=1)  # the CPU is far slower: a few calls
-        ort_s = few.run(lambda: ort.run(None, feed), lambda _: None)
+        ort_s = _ort_cpu_seconds(path, feeds)
         row.update(ort_cpu_ms=ort_s * 1e3, x_ort_cpu=ort_s / dml_s)
-    except Exception as e:  # onnxruntime lacks an op: recorded
+    except Exception as e:  # onnxruntime lacks an op, or crashed: recorded
         row["ort_cpu_error"] = error_text(e)
     return out
 
