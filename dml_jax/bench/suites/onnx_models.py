@@ -525,19 +525,29 @@ def run(run: Run) -> int:
 
 
 def table(report: dict) -> list[str]:
-    """One line per model: agreement of each export, then the timed export's speed."""
+    """One line per model: agreement of each export, then the timed export's speed (with the
+    graph optimizations off too, where the run timed both levels)."""
     exporters = list(dict.fromkeys(r.get("exporter", "") for r in report["rows"]))
+    levels = any("dml_ms_disable" in r and "dml_ms_all" in r for r in report["rows"])
     lines = [
         (
             "Agreement: max |dml - reference| / max |reference| per exporter. Times at the row's "
             "batch, of the first export; `x eager`, `x compile`, `x ORT CPU`: their time over "
-            "dml_jax's (above 1: dml_jax is faster)."
+            "dml_jax's (above 1: dml_jax is faster)"
+            + (
+                "; `dml ms` at the default graph optimization level (all), `x opt`: the time "
+                "with the optimizations off (disable) over it."
+                if levels
+                else "."
+            )
         ),
         "",
         "| model | "
         + " | ".join(f"rel err {e}" for e in exporters)
-        + " | batch | dml ms | x eager | x compile | x ORT CPU | note |",
-        "|---|" + "---:|" * len(exporters) + "---:|---:|---:|---:|---:|---|",
+        + " | batch | dml ms |"
+        + (" x opt |" if levels else "")
+        + " x eager | x compile | x ORT CPU | note |",
+        "|---|" + "---:|" * (len(exporters) + 5 + levels) + "---|",
     ]
 
     def f(r, key, fmt):
@@ -553,9 +563,16 @@ def table(report: dict) -> list[str]:
             for e, r in by.items()
             if r.get("error") or r.get("speed_error") or r.get("compile_error")
         ]
+        if timed.get("ort_cpu_error"):
+            why = timed["ort_cpu_error"].split("failed:")[-1].strip()
+            notes.append(f"onnxruntime: {why}"[:80])
         errs = " | ".join(f(by.get(e, {}), "rel_err", ".1e") for e in exporters)
+        opt = ""
+        if levels:
+            both = timed.get("dml_ms_disable") and timed.get("dml_ms_all")
+            opt = f" {timed['dml_ms_disable'] / timed['dml_ms_all']:.2f} |" if both else " |"
         lines.append(
-            f"| {model} | {errs} | {timed.get('batch', '')} | {f(timed, 'dml_ms', '.2f')} | "
+            f"| {model} | {errs} | {timed.get('batch', '')} | {f(timed, 'dml_ms', '.2f')} |{opt} "
             f"{f(timed, 'x_eager', '.2f')} | {f(timed, 'x_compile', '.2f')} | "
             f"{f(timed, 'x_ort_cpu', '.1f')} | {'; '.join(notes)} |"
         )
