@@ -336,14 +336,14 @@ def test_fn_is_a_jax_function_jit_vmap_and_grad_through_params():
     want = _mlp_reference(model, x)
     np.testing.assert_allclose(s.fn(x)[0], want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(jax.jit(s.fn)(x)[0], want, rtol=1e-5, atol=1e-5)
-    batched = jax.vmap(lambda xs: s.fn(xs)[0])(np.stack([x, 2 * x]))
+    batched = jax.jit(jax.vmap(lambda xs: s.fn(xs)[0]))(np.stack([x, 2 * x]))
     np.testing.assert_allclose(batched[1], _mlp_reference(model, 2 * x), rtol=1e-5, atol=1e-5)
     assert set(s.params) == {"w", "b"}
 
     def loss(params):
         return jnp.sum(s.apply(params, x)[0] ** 2)
 
-    grads = jax.grad(loss)({k: jnp.asarray(v) for k, v in s.params.items()})
+    grads = jax.jit(jax.grad(loss))({k: jnp.asarray(v) for k, v in s.params.items()})
     w, b = s.params["w"], s.params["b"]
     h = x @ w + b
     dh = 2 * np.maximum(h, 0) * (h > 0)
