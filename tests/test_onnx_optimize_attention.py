@@ -32,10 +32,20 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper
 
 from dml_jax.onnx import InferenceSession, SessionOptions
+from dml_jax.onnx.optimize import attention
 from dml_jax.onnx.optimize.attention import _compose, _reshape
 from dml_jax.tensor import packed_strides
 
 B, S, H, D = 2, 6, 2, 8
+
+
+MIN_KEYS = attention.MIN_KEYS  # the default, before any test lowers it
+
+
+@pytest.fixture(autouse=True)
+def _fuse_short_sequences(monkeypatch):
+    """The patterns are built with a few keys: every test but the threshold's own fuses them."""
+    monkeypatch.setattr(attention, "MIN_KEYS", 1)
 E = H * D
 RNG = np.random.default_rng(11)
 F32_LOWEST = float(np.finfo(np.float32).min)
@@ -393,6 +403,17 @@ def test_not_fused_with_a_finite_where_fill_or_a_run_time_condition():
     s = g.node("Where", [keep, s, g.const(-np.inf)])
     p = g.node("Softmax", [s], axis=-1)
     assert _check(g.model(g.merge(g.node("MatMul", [p, v])), mask=True), 0) == []
+
+
+def test_only_attention_over_enough_keys_is_fused(monkeypatch):
+    """Below MIN_KEYS keys the subgraph stays as it is (the unfused program is the faster one);
+    at MIN_KEYS it is fused."""
+    assert MIN_KEYS == 128
+    monkeypatch.setattr(attention, "MIN_KEYS", MIN_KEYS)
+    assert _check(_torchscript(), 0, onnxruntime=False) == []
+    monkeypatch.setitem(globals(), "S", MIN_KEYS)
+    (node,) = _check(_torchscript(), 1, onnxruntime=False)
+    assert node.key_tensor.sizes == (B, MIN_KEYS, E)
 
 
 def test_levels_and_switch():

@@ -29,6 +29,9 @@ producers' packed bytes; the exporters' transposes are ELEMENT_WISE_IDENTITY cop
   eager attention; masks added in float32 must then be constants).
 - GEMM (Alpha 1, no C) of the probabilities by the values {Z, T, Dv}.
 
+Only attention over at least ``MIN_KEYS`` (128) keys is fused: over fewer, the unfused program
+is the faster one (the constant's comment has the measurements).
+
 The logits, the probabilities and every node between them must have no other reader and not be
 a graph output, and must flow through packed reshapes only. A BOOLEAN mask whose every row keeps
 a key and whose c is float16's lowest or below (with no RelativePositionBias, which could take
@@ -66,6 +69,13 @@ Axes = list[tuple[int, int]]
 _ID = "DML_OPERATOR_ELEMENT_WISE_IDENTITY"
 _SOFTMAX = ("DML_OPERATOR_ACTIVATION_SOFTMAX", "DML_OPERATOR_ACTIVATION_SOFTMAX1")
 _F16_LOWEST = float(np.finfo(np.float16).min)
+
+# Attention over fewer keys than this is left unfused. Short rows of logits are cheap to
+# materialize, and there the copies into MULTIHEAD_ATTENTION's layout and cuDNN's tiles (64 or
+# 128 queries and keys) cost more than they save: on an H200 in float16 at batch 64, fusing
+# made Swin-T (windows of 49 keys) 1.23x slower and the small T5, CLIP and Whisper encoders
+# (32, 50 and 100 keys) 1.1x to 1.3x slower, where BERT and GPT-2 at 512 keys ran 1.9x faster.
+MIN_KEYS = 128
 
 
 def _op(name: str) -> type:
@@ -680,6 +690,8 @@ def _fuse(g: Editor, m: _Match) -> bool:
     size = size_of
     z, s, dh = size(q.axes[0]), size(q.axes[1]), size(q.axes[2])
     total = size(k.axes[1])
+    if total < MIN_KEYS:
+        return False  # short rows of logits: the unfused program is faster (MIN_KEYS)
     dv = size(v.axes[2])
     if size(k.axes[0]) != z or size(v.axes[0]) != z or size(k.axes[2]) != dh:
         return False
