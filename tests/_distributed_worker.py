@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-import traceback
 
 
 def main(port: str, process_id: int) -> None:
@@ -30,6 +29,7 @@ def main(port: str, process_id: int) -> None:
         coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=process_id
     )
     import numpy as np
+    from _worker_cases import recorder
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
     from onnx_transformer import example_input, tiny_transformer
@@ -39,13 +39,7 @@ def main(port: str, process_id: int) -> None:
 
     local = jax.local_devices()[0]
     results: dict = {}
-
-    def record(case_id, fn):
-        try:
-            ok, detail = fn()
-        except Exception:  # noqa: BLE001 - a failing case reports its traceback
-            ok, detail = False, traceback.format_exc()[-3000:]
-        results[case_id] = {"ok": bool(ok), "detail": detail}
+    record = recorder(results)
 
     def graph():
         # GEMM -> REDUCE (SUM over the rows): with the rows split across the processes, the sum

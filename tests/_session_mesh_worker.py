@@ -27,10 +27,10 @@ def main() -> None:
     import json
     import re
     import time
-    import traceback
 
     import jax
     import numpy as np
+    from _worker_cases import recorder
     from jax.sharding import PartitionSpec as P
     from onnx_transformer import example_input, tiny_transformer
 
@@ -46,13 +46,7 @@ def main() -> None:
     model = tiny_transformer(layers=layers)
     one = InferenceSession(model)
     results: dict = {}
-
-    def record(case_id, fn):
-        try:
-            ok, detail = fn()
-        except Exception:  # noqa: BLE001 - a failing case reports its traceback
-            ok, detail = False, traceback.format_exc()[-3000:]
-        results[case_id] = {"ok": bool(ok), "detail": detail}
+    record = recorder(results)
 
     def close(got, want):
         # Outputs are about 1 to 4 in size; the runs differ only by summation order.

@@ -391,6 +391,22 @@ def test_explain_says_how_each_node_was_imported():
     assert lines[7] == "node 7 (Reshape): view"
 
 
+def test_explain_before_a_run_needs_shapes_and_takes_them():
+    s = InferenceSession(dynamic_mlp())
+    with pytest.raises(dml.ValidationError, match=r"^ONNX: explain needs input shapes"):
+        s.explain()
+    assert s.explain([(3, 6)]).startswith("node 0 (MatMul): dml:")
+
+
+def test_layout_needs_a_mesh_then_shapes():
+    with pytest.raises(dml.ValidationError, match=r"^ONNX: layout: the session has no mesh"):
+        InferenceSession(dynamic_mlp()).layout()
+    s = InferenceSession(dynamic_mlp(), mesh=jax.make_mesh((1,), ("data",)))
+    with pytest.raises(dml.ValidationError, match=r"^ONNX: layout needs input shapes"):
+        s.layout()
+    assert s.layout([(2, 6)])["x"] == jax.sharding.PartitionSpec("data")
+
+
 @pytest.mark.parametrize(
     "make, pattern",
     [

@@ -503,12 +503,7 @@ class InferenceSession:
         (a parameter absent from it is a constant the program embeds, replicated)."""
         if self._layout is None:
             raise ValidationError(f"{ONNX}: layout: the session has no mesh")
-        if shapes is not None:
-            program = self.program(shapes)
-        elif self._programs:
-            program = list(self._programs.values())[-1]
-        else:
-            raise ValidationError(f"{ONNX}: layout needs input shapes before the first run")
+        program = self._program_or_last(shapes, "layout")
         imp, lay = program.imported, program.layout
         out = {n: s.spec for n, s in zip(imp.input_names, lay.inputs)}
         out.update({p: s.spec for p, s in zip(imp.params, lay.constants) if p is not None})
@@ -868,13 +863,16 @@ class InferenceSession:
         body) and the DML operators it is computed by after the graph optimizations, for inputs
         of ``shapes`` (default: the last program compiled); then, when any rewrite fired, a
         line ``optimizations: NAME xCOUNT, ...``."""
+        return explain(self._program_or_last(shapes, "explain").imported)
+
+    def _program_or_last(self, shapes: Sequence[Sequence[int]] | None, what: str) -> Any:
+        """The program for inputs of ``shapes``, or the last one compiled; ``what`` names the
+        caller in the error when there is neither."""
         if shapes is not None:
-            program = self.program(shapes)
-        elif self._programs:
-            program = list(self._programs.values())[-1]
-        else:
-            raise ValidationError(f"{ONNX}: explain needs input shapes before the first run")
-        return explain(program.imported)
+            return self.program(shapes)
+        if self._programs:
+            return list(self._programs.values())[-1]
+        raise ValidationError(f"{ONNX}: {what} needs input shapes before the first run")
 
     def __repr__(self) -> str:
         return (
