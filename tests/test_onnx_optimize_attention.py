@@ -37,8 +37,9 @@ from dml_jax.onnx.optimize.attention import _compose, _reshape
 from dml_jax.tensor import packed_strides
 
 B, S, H, D = 2, 6, 2, 8
-
-
+E = H * D
+RNG = np.random.default_rng(11)
+F32_LOWEST = float(np.finfo(np.float32).min)
 MIN_KEYS = attention.MIN_KEYS  # the default, before any test lowers it
 
 
@@ -46,9 +47,6 @@ MIN_KEYS = attention.MIN_KEYS  # the default, before any test lowers it
 def _fuse_short_sequences(monkeypatch):
     """The patterns are built with a few keys: every test but the threshold's own fuses them."""
     monkeypatch.setattr(attention, "MIN_KEYS", 1)
-E = H * D
-RNG = np.random.default_rng(11)
-F32_LOWEST = float(np.finfo(np.float32).min)
 
 
 class _Builder:
