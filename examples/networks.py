@@ -108,8 +108,16 @@ class Network:
     reinterpret_edges: bool
     config: dict
 
-    def compile(self, in_shardings=None, out_shardings=None, *, fast_paths: bool = True):
-        """``compile_graph`` of the network (``fast_paths=False``: every node's lax lowering).
+    def compile(
+        self,
+        in_shardings=None,
+        out_shardings=None,
+        *,
+        fast_paths: bool = True,
+        allow_half_precision: bool = False,
+    ):
+        """``compile_graph`` of the network (``fast_paths=False``: every node's lax lowering;
+        ``allow_half_precision``: DirectML's ALLOW_HALF_PRECISION_COMPUTATION execution flag).
 
         Inside a graph the element-wise kernels stand aside (``fastpath.FastPath.standalone``),
         so residual adds and bias broadcasts fuse into the convolutions and products around
@@ -121,6 +129,7 @@ class Network:
             out_shardings=out_shardings,
             reinterpret_edges=self.reinterpret_edges,
             fast_paths=fast_paths,
+            allow_half_precision=allow_half_precision,
         )
 
     def arguments(self, **data) -> list:

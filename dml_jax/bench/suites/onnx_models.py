@@ -372,6 +372,12 @@ def _time_onnx(run: Run, row: dict, path: str, feeds: list[np.ndarray]) -> Any:
             row["batch"] = int(feeds[0].shape[0])
         dml_s = t
         row.update(dml_ms=t * 1e3, dml_cold_s=round(imported + cold, 2))
+    if getattr(run.args, "latency", False) and int(feeds[0].shape[0]) > 1:
+        # Batch-1 latency at the last level: the same session function on the first example
+        # of each input (the exports' batch axis is dynamic), traced and compiled again.
+        one = [a[:1] for a in inputs]
+        jax_sync(fn(*one))
+        row["dml_b1_ms"] = run.timer.run(lambda: fn(*one), jax_sync) * 1e3
     try:
         ort_s = _ort_cpu_seconds(path, feeds)
         row.update(ort_cpu_ms=ort_s * 1e3, x_ort_cpu=ort_s / dml_s)
@@ -398,22 +404,28 @@ def run_mlp(run: Run) -> None:
     run.add(row)
 
 
-def run_model(run: Run, name: str, torch) -> None:
-    from dml_jax.onnx import InferenceSession
-
-    opts = run.args
-    build, inputs, dynamic = MODELS[name]
+def random_model(name: str, torch):
+    """The model ``name`` of ``MODELS`` in eval mode, with random weights everywhere (seed 0):
+    zero-initialized heads (torchvision's ViT) and default normalization statistics would make
+    the outputs constant and the comparison empty."""
     torch.manual_seed(0)
-    model = build().eval()
+    model = MODELS[name][0]().eval()
     with torch.no_grad():
-        # Random weights everywhere: zero-initialized heads (torchvision's ViT) and default
-        # normalization statistics would make the outputs constant and the comparison empty.
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.02)
         for m in model.modules():
             if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.running_var is not None:
                 m.running_mean.normal_(0, 0.1)
                 m.running_var.uniform_(0.5, 1.5)
+    return model
+
+
+def run_model(run: Run, name: str, torch) -> None:
+    from dml_jax.onnx import InferenceSession
+
+    opts = run.args
+    _, inputs, dynamic = MODELS[name]
+    model = random_model(name, torch)
     args = inputs(opts.check_batch)
     feeds = [a.numpy() for a in args]
     with torch.no_grad():
@@ -463,6 +475,10 @@ def speed(run: Run, name, model, inputs, path, row, torch):
     with torch.no_grad():
         eager_s = run.timer.run(lambda: cuda(*targs), run.torch_sync)
         row.update(eager_ms=eager_s * 1e3, x_eager=eager_s / (row["dml_ms"] / 1e3))
+        if "dml_b1_ms" in row:
+            one = [a[:1] for a in targs]
+            eager1_s = run.timer.run(lambda: cuda(*one), run.torch_sync)
+            row.update(eager_b1_ms=eager1_s * 1e3, x_eager_b1=eager1_s / (row["dml_b1_ms"] / 1e3))
         if opts.compile:
             try:
                 compiled = torch.compile(cuda)
@@ -497,6 +513,13 @@ def add_arguments(p: Any) -> None:
         nargs="*",
         default=["all"],
         help="graph optimization levels dml_jax is timed at (the first one is compared)",
+    )
+    p.add_argument(
+        "--no-latency",
+        dest="latency",
+        action="store_false",
+        help="no batch-1 latency (by default dml_jax and PyTorch eager are timed at batch 1 "
+        "too, at the last level)",
     )
 
 
@@ -535,6 +558,7 @@ def table(report: dict) -> list[str]:
     graph optimizations off too, where the run timed both levels)."""
     exporters = list(dict.fromkeys(r.get("exporter", "") for r in report["rows"]))
     levels = any("dml_ms_disable" in r and "dml_ms_all" in r for r in report["rows"])
+    latency = any("dml_b1_ms" in r for r in report["rows"])
     lines = [
         (
             "Agreement: max |dml - reference| / max |reference| per exporter. Times at the row's "
@@ -548,14 +572,22 @@ def table(report: dict) -> list[str]:
             )
             + ". `first s`: dml_jax's import and first call (trace, compile, run), against "
             "`torch.compile`'s first call."
+            + (
+                " `b1 ms`: dml_jax's latency at batch 1 (one example of the same inputs, the "
+                "default level), `x eager b1`: PyTorch eager's over it."
+                if latency
+                else ""
+            )
         ),
         "",
         "| model | "
         + " | ".join(f"rel err {e}" for e in exporters)
         + " | batch | dml ms |"
         + (" x opt |" if levels else "")
-        + " x eager | x compile | x ORT CPU | first s | compile first s | note |",
-        "|---|" + "---:|" * (len(exporters) + 7 + levels) + "---|",
+        + " x eager | x compile | x ORT CPU | first s | compile first s |"
+        + (" b1 ms | x eager b1 |" if latency else "")
+        + " note |",
+        "|---|" + "---:|" * (len(exporters) + 7 + levels + 2 * latency) + "---|",
     ]
 
     def f(r, key, fmt):
@@ -586,6 +618,12 @@ def table(report: dict) -> list[str]:
             f"| {model} | {errs} | {timed.get('batch', '')} | {f(timed, 'dml_ms', '.2f')} |{opt} "
             f"{f(timed, 'x_eager', '.2f')} | {f(timed, 'x_compile', '.2f')} | "
             f"{f(timed, 'x_ort_cpu', '.1f')} | {first} | "
-            f"{f(timed, 'torch_compile_first_s', '.1f')} | {'; '.join(notes)} |"
+            f"{f(timed, 'torch_compile_first_s', '.1f')} |"
+            + (
+                f" {f(timed, 'dml_b1_ms', '.3f')} | {f(timed, 'x_eager_b1', '.2f')} |"
+                if latency
+                else ""
+            )
+            + f" {'; '.join(notes)} |"
         )
     return lines

@@ -1,0 +1,107 @@
+"""Where an ONNX model's first call spends its time: the session's import (parsing, shape
+folding, graph optimizations), jax's trace and lowering to StableHLO, XLA's compilation, and
+the first run; against ``torch.compile``'s first call on the same model, in the same process.
+
+Models are the onnx_models suite's (``dml_jax.bench.suites.onnx_models.MODELS``), random
+weights, exported with TorchScript at the timed batch and type. Each phase is timed apart
+(``jax.jit(fn).trace(...).lower().compile()``); ``hlo ops`` counts the instructions of the
+optimized program, ``hot ms`` is the compiled program's time (median of 5 samples of 10 calls).
+
+Usage (on a CUDA machine with PyTorch and torchvision):
+``PYTHONPATH=. python benchmarks/experiments/onnx_compile_time.py [--only NAME ...]
+[--batch 64] [--dtype float16] [--no-compile] [--level all]``; ``XLA_FLAGS`` set outside
+compares XLA's options (``--xla_gpu_autotune_level=0``: no algorithm search).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+
+def _timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", nargs="*", default=["convnext_tiny", "fcn_resnet50", "gpt2"])
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--dtype", choices=("float16", "float32"), default="float16")
+    p.add_argument("--level", default="all")
+    p.add_argument("--no-compile", dest="compile", action="store_false")
+    args = p.parse_args()
+
+    import jax
+    import numpy as np
+    import torch
+
+    from dml_jax.bench.suites.onnx_models import MODELS, export, random_model
+    from dml_jax.onnx import InferenceSession, SessionOptions
+
+    print(f"jax {jax.__version__}, torch {torch.__version__}, {jax.devices()[0].device_kind}, "
+          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")  # fmt: skip
+    print("model | import s | trace s | lower s | compile s | first run s | total s | "
+          "hlo ops | hot ms | torch.compile first s")  # fmt: skip
+    for name in args.only:
+        _, inputs, dynamic = MODELS[name]
+        model = random_model(name, torch)
+        targs = inputs(args.batch)
+        if args.dtype == "float16":
+            model = model.cuda().half()
+            targs = tuple(a.cuda().half() if a.is_floating_point() else a.cuda() for a in targs)
+        else:
+            model = model.cuda()
+            targs = tuple(a.cuda() for a in targs)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, f"{name}.onnx")
+            with torch.no_grad():
+                export(model, targs, path, "torchscript", dynamic)
+            feeds = [jax.device_put(a.cpu().numpy()) for a in targs]
+            options = SessionOptions()
+            options.graph_optimization_level = args.level
+            t_import, session = _timed(lambda: InferenceSession(path, options))
+            fn = jax.jit(session.fn)
+            t_trace, traced = _timed(lambda: fn.trace(*feeds))
+            t_lower, lowered = _timed(traced.lower)
+            t_compile, compiled = _timed(lowered.compile)
+            t_run, _ = _timed(lambda: jax.block_until_ready(compiled(*feeds)))
+            ops = sum(
+                1
+                for line in compiled.as_text().splitlines()
+                if " = " in line and not line.lstrip().startswith(("ROOT", "//"))
+            )
+            samples = []
+            for _ in range(5):
+                t = time.perf_counter()
+                for _ in range(10):
+                    out = compiled(*feeds)
+                jax.block_until_ready(out)
+                samples.append((time.perf_counter() - t) / 10)
+            total = t_import + t_trace + t_lower + t_compile + t_run
+            tc = ""
+            if args.compile:
+                torch._dynamo.reset()
+                cm = torch.compile(model)
+                with torch.no_grad():
+                    t = time.perf_counter()
+                    cm(*targs)
+                    torch.cuda.synchronize()
+                    tc = f"{time.perf_counter() - t:.1f}"
+                torch._dynamo.reset()
+            print(f"{name} | {t_import:.2f} | {t_trace:.2f} | {t_lower:.2f} | {t_compile:.2f} | "
+                  f"{t_run:.2f} | {total:.2f} | {ops} | "
+                  f"{statistics.median(samples) * 1e3:.2f} | {tc}", flush=True)  # fmt: skip
+        del model, session, fn, traced, lowered, compiled
+        jax.clear_caches()
+        torch.cuda.empty_cache()
+        np.random.seed(0)
+
+
+if __name__ == "__main__":
+    main()
