@@ -161,22 +161,23 @@ def test_convolution_gradients(direction, data):
     S.check_grads(case, atol=2e-2, rtol=2e-2)
 
 
-# Grouped convolutions have their own lowerings: depthwise ones as slices times taps ("taps"),
+# Grouped convolutions have their own lowerings: depthwise ones as slices times taps (dilated
+# windows "taps" everywhere, undilated ones on the CPU: "taps or conv"),
 # 1x1 ones as a batched product ("product"), the others split per group on the CPU ("split");
 # ungrouped ones of at most 3 input channels and 25 taps are a product of gathered windows on
 # the CPU ("patches"). Each row one of their cases against the reference: (input, filter, direction, strides,
 # dilations, start, end, output padding, groups, mode, type, bias, lowering).
 _GROUPED = [
     ((1, 4, 7, 7), (4, 1, 3, 3), "FORWARD", (1, 1), (1, 1), (1, 1), (1, 1), (0, 0), 4,
-     "CROSS_CORRELATION", "FLOAT32", True, "taps"),
+     "CROSS_CORRELATION", "FLOAT32", True, "taps or conv"),  # undilated: by platform
     ((2, 3, 9, 8), (6, 1, 3, 2), "FORWARD", (2, 1), (2, 3), (0, 2), (1, 0), (0, 0), 3,
      "CONVOLUTION", "FLOAT32", False, "taps"),
     ((1, 4, 11), (4, 1, 5), "FORWARD", (3,), (1,), (2,), (1,), (0,), 4,
-     "CROSS_CORRELATION", "FLOAT16", True, "taps"),
+     "CROSS_CORRELATION", "FLOAT16", True, "taps or conv"),
     ((1, 2, 4, 5, 6), (2, 1, 3, 3, 3), "FORWARD", (1, 2, 1), (1, 1, 2), (1, 1, 0), (1, 0, 2),
-     (0, 0, 0), 2, "CROSS_CORRELATION", "FLOAT32", True, "taps or conv"),  # 27 taps: by platform
+     (0, 0, 0), 2, "CROSS_CORRELATION", "FLOAT32", True, "taps"),  # dilated: taps everywhere
     ((1, 3, 4, 5), (3, 2, 3, 3), "BACKWARD", (2, 2), (1, 1), (1, 0), (0, 1), (1, 0), 3,
-     "CROSS_CORRELATION", "FLOAT32", True, "taps"),
+     "CROSS_CORRELATION", "FLOAT32", True, "taps or conv"),
     ((1, 2, 6), (2, 1, 2), "BACKWARD", (1,), (2,), (3,), (0,), (1,), 2,
      "CONVOLUTION", "FLOAT16", False, "taps"),  # start padding beyond the window: cropped
     ((1, 2, 70), (2, 1, 65), "FORWARD", (1,), (1,), (1,), (0,), (0,), 2,
@@ -230,7 +231,7 @@ def test_convolution_grouped_lowerings(row):
         **_tolerance(case.inputs[0].dtype),
     )
     # The lowering taken: a convolution only where the row says so, chosen by platform for
-    # "split", "patches" and a depthwise window over _GPU_DEPTHWISE_TAPS ("taps or conv").
+    # "split", "patches" and an undilated depthwise window ("taps or conv").
     jaxpr = str(jax.make_jaxpr(dml.compile_operator(desc).fn)(*case.inputs))
     by_platform = ("split", "patches", "taps or conv")
     assert ("conv_general_dilated" in jaxpr) == (path in ("conv",) + by_platform)
