@@ -84,6 +84,24 @@ def test_quick_reports_check_what_they_can(quick_reports):
     assert mlp["dml_cold_s"] == mlp["dml_cold_s_all"] > 0
     (line,) = [ln for ln in onnx_models.table(report) if ln.startswith("| mlp |")]
     assert f"| {mlp['dml_cold_s']:.1f} |" in line
+    # the quick run's batch is 2: its batch-1 latency is timed and shown
+    assert mlp["batch"] == 2 and mlp["dml_b1_ms"] > 0
+    assert f"| {mlp['dml_b1_ms']:.3f} |" in line
+
+
+def test_onnx_models_xla_options_become_compiler_options():
+    from types import SimpleNamespace
+
+    from dml_jax.bench.suites import onnx_models
+
+    given = ["xla_gpu_enable_triton_gemm=false", "xla_gpu_autotune_level=1", "name=text"]
+    run = SimpleNamespace(args=SimpleNamespace(xla_option=given))
+    assert onnx_models._xla_options(run) == {
+        "xla_gpu_enable_triton_gemm": False,
+        "xla_gpu_autotune_level": 1,
+        "name": "text",
+    }
+    assert onnx_models._xla_options(SimpleNamespace(args=SimpleNamespace(xla_option=None))) is None
 
 
 @QUICK

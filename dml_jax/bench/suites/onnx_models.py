@@ -343,6 +343,20 @@ def _ort_cpu_seconds(path: str, feeds: list[np.ndarray], timeout_s: float = 600.
     return float(done.stdout.strip().splitlines()[-1])
 
 
+def _xla_options(run: Run) -> dict | None:
+    """``--xla-option NAME=VALUE`` as ``jax.jit``'s ``compiler_options`` (true/false: bools,
+    digits: ints), or None."""
+    given = getattr(run.args, "xla_option", None) or []
+    out: dict[str, Any] = {}
+    for item in given:
+        name, _, value = item.partition("=")
+        low = value.lower()
+        out[name] = (
+            low == "true" if low in ("true", "false") else int(value) if value.isdigit() else value
+        )
+    return out or None
+
+
 def _time_onnx(run: Run, row: dict, path: str, feeds: list[np.ndarray]) -> Any:
     """dml_jax's times on ``feeds`` at each graph optimization level of ``--levels``
     (``dml_ms_<level>`` each; ``dml_ms``: level ``all``'s where it is timed, else the last
@@ -363,7 +377,7 @@ def _time_onnx(run: Run, row: dict, path: str, feeds: list[np.ndarray]) -> Any:
         options = SessionOptions()
         options.graph_optimization_level = level
         start = time.perf_counter()
-        fn = jax.jit(InferenceSession(path, options).fn)
+        fn = jax.jit(InferenceSession(path, options).fn, compiler_options=_xla_options(run))
         imported = time.perf_counter() - start
         cold, first = cold_time(lambda fn=fn: fn(*inputs), jax_sync)
         t = run.timer.run(lambda fn=fn: fn(*inputs), jax_sync)
@@ -516,6 +530,13 @@ def add_arguments(p: Any) -> None:
         nargs="*",
         default=["all"],
         help="graph optimization levels dml_jax is timed at (the first one is compared)",
+    )
+    p.add_argument(
+        "--xla-option",
+        action="append",
+        metavar="NAME=VALUE",
+        help="an XLA option for dml_jax's compiles (jax.jit's compiler_options; repeatable), "
+        "e.g. xla_gpu_enable_triton_gemm=false",
     )
     p.add_argument(
         "--no-latency",
