@@ -543,7 +543,7 @@ def add_arguments(p: Any) -> None:
         dest="latency",
         action="store_false",
         help="no batch-1 latency (by default dml_jax and PyTorch eager are timed at batch 1 "
-        "too, at the last level)",
+        "too, dml_jax at level all where it is timed, else at the last level)",
     )
 
 
