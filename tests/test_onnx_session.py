@@ -87,6 +87,33 @@ def test_run_binds_symbolic_dims_per_shape_and_caches_programs():
     assert len(s._programs) == 2
 
 
+def test_compiler_options_reach_the_compiles_of_run_and_are_checked_first(tmp_path):
+    """XLA options given to the session (or to compile_onnx) are the options of the programs
+    ``run`` compiles: an XLA dump option writes the session's program there; a name XLA does
+    not know, or a value of the wrong kind, is a ValidationError before anything is traced."""
+    from dml_jax.onnx import compile_onnx
+
+    model = dynamic_mlp()
+    x = RNG.normal(size=(3, 6)).astype(np.float32)
+    dump = tmp_path / "xla"
+    options = {"xla_dump_to": str(dump), "xla_gpu_enable_triton_gemm": False}
+    s = InferenceSession(model.SerializeToString(), compiler_options=options)
+    (y,) = s.run(None, {"x": x})
+    np.testing.assert_allclose(y, _mlp_reference(model, x), rtol=1e-5, atol=1e-5)
+    assert any("jit_apply" in f.name for f in dump.iterdir())
+    fixed = compile_onnx(model, free_dimensions={"batch": 3}, compiler_options=options)
+    np.testing.assert_allclose(fixed(x), y, rtol=1e-6, atol=1e-6)
+    bad = [({"xla_no_such_option": True}, "xla_no_such_option"),
+           ({"xla_gpu_autotune_level": "high"}, "xla_gpu_autotune_level"),
+           ({"xla_gpu_autotune_level": [1]}, "xla_gpu_autotune_level"),
+           ("xla_dump_to=/tmp", "must be a mapping")]  # fmt: skip
+    for given, named in bad:
+        with pytest.raises(dml.ValidationError, match=named):
+            InferenceSession(model.SerializeToString(), compiler_options=given)
+        with pytest.raises(dml.ValidationError, match=named):
+            compile_onnx(model, free_dimensions={"batch": 3}, compiler_options=given)
+
+
 def test_free_dimensions_by_name_and_denotation_fix_the_shape():
     model = dynamic_mlp()
     model.graph.input[0].type.tensor_type.shape.dim[0].denotation = "DATA_BATCH"

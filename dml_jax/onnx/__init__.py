@@ -89,6 +89,7 @@ def compile_onnx(
     fast_paths: bool = True,
     optimization_level: Any = "all",
     disabled_optimizers: Sequence[str] | None = None,
+    compiler_options: Mapping[str, Any] | None = None,
 ) -> CompiledOnnx:
     """Maps an ONNX model onto DirectML operators and compiles it into one XLA program, for
     models whose input shapes are fixed (by the model, ``free_dimensions`` or
@@ -97,6 +98,8 @@ def compile_onnx(
     ``optimization_level`` (onnxruntime's ``GraphOptimizationLevel``, its integer value, or
     ``"disable"``, ``"basic"``, ``"extended"``, ``"all"``) and ``disabled_optimizers`` choose
     the graph optimizations run on the imported graph (docs/onnx.md, "Graph optimizations").
+    ``compiler_options``: XLA options for the compile of the model's calls (``jax.jit``'s
+    ``compiler_options``; docs/onnx.md, "First-call time").
 
     Raises:
         ImportError: without the ``onnx`` package.
@@ -104,8 +107,9 @@ def compile_onnx(
             without a size, or a node DirectML would reject.
     """
     from .optimize import disabled_names, level_name, optimize
-    from .session import Program, compile_imported
+    from .session import Program, check_compiler_options, compile_imported
 
+    options = check_compiler_options(compiler_options, "ONNX")
     level = level_name(optimization_level, "optimization_level")
     disabled = disabled_names(disabled_optimizers)
     model = load_onnx(path_or_model)
@@ -121,7 +125,7 @@ def compile_onnx(
         allow_half_precision=allow_half_precision,
         fast_paths=fast_paths,
     )
-    return CompiledOnnx(Program(imported, graph))
+    return CompiledOnnx(Program(imported, graph, compiler_options=options))
 
 
 def __getattr__(name: str) -> Any:

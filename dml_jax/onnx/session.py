@@ -175,6 +175,34 @@ def _nested_result(result: dict, imported: ImportedGraph) -> dict:
     return result
 
 
+def check_compiler_options(options: Any, where: str) -> dict[str, Any] | None:
+    """XLA options for the programs' compiles (``jax.jit``'s ``compiler_options``), checked
+    before anything is traced: a mapping of option names to a bool, int, float or str, each
+    of which XLA accepts (a trivial program is compiled with them). None or empty: None."""
+    if options is None:
+        return None
+    if not isinstance(options, Mapping):
+        raise ValidationError(
+            f"{where}: compiler_options must be a mapping of XLA option names to values, "
+            f"got {type(options).__name__}"
+        )
+    out = dict(options)
+    for name, value in out.items():
+        if not isinstance(name, str) or not isinstance(value, bool | int | float | str):
+            raise ValidationError(
+                f"{where}: compiler_options[{name!r}] must map a name to a bool, int, float "
+                f"or str, got {type(value).__name__}"
+            )
+    if not out:
+        return None
+    try:
+        jax.jit(lambda: 0, compiler_options=out).lower().compile()
+    except (jax.errors.JaxRuntimeError, TypeError, ValueError) as e:  # XLA names the option
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ValidationError(f"{where}: compiler_options: {reason}") from None
+    return out
+
+
 class Program:
     """One import of the model for one set of input shapes (and static input values).
 
@@ -186,14 +214,20 @@ class Program:
             (``placement.ProgramLayout``), which ``apply`` imposes; else None.
     """
 
-    def __init__(self, imported: ImportedGraph, graph: Any, layout: Any = None):
+    def __init__(
+        self,
+        imported: ImportedGraph,
+        graph: Any,
+        layout: Any = None,
+        compiler_options: Mapping[str, Any] | None = None,
+    ):
         self.imported = imported
         self.graph = graph
         self.layout = layout
         nodes = imported.graph.nodes if imported.graph is not None else ()
         descs = [d for n in nodes for _, d in n.input_slots() + n.output_slots()]
         self.needs_x64 = any(d is not None and d.data_type.is_64bit for d in descs)
-        self.jitted = jax.jit(self.apply)
+        self.jitted = jax.jit(self.apply, compiler_options=compiler_options or None)
 
     def apply(self, params: Mapping[str, Any], *inputs: Any) -> tuple:
         """The model's outputs for ``inputs`` (every model input, in order; those the program
@@ -350,6 +384,10 @@ class InferenceSession:
         shardings: ``{name: PartitionSpec or NamedSharding}`` placing model inputs and
             floating-point initializers explicitly (over ``mesh``, or the NamedShardings' mesh
             when ``mesh`` is None); they override the defaults.
+        compiler_options: XLA options for the compiles ``run`` makes (``jax.jit``'s
+            ``compiler_options``, such as ``{"xla_gpu_enable_triton_gemm": False}`` for a
+            shorter first call: docs/onnx.md, "First-call time"); ``fn`` is jitted by the
+            caller, with the caller's options.
 
     Raises:
         ImportError: without the ``onnx`` package.
@@ -374,8 +412,11 @@ class InferenceSession:
         max_memory: int | None = None,
         mesh: Any = None,
         shardings: Mapping[str, Any] | None = None,
+        compiler_options: Mapping[str, Any] | None = None,
     ):
         from .model import check_model, load_onnx
+
+        self._compiler_options = check_compiler_options(compiler_options, ONNX)
 
         # On a mesh, weights in external data are mapped, not read: each device's block is
         # read when it is placed.
@@ -670,7 +711,7 @@ class InferenceSession:
             # so that XLA partitions a sharded GEMM as it partitions any dot.
             in_shardings=layout.graph_inputs if layout is not None else None,
         )
-        program = Program(imported, graph, layout)
+        program = Program(imported, graph, layout, self._compiler_options)
         self._programs[key] = program
         return program
 
