@@ -212,6 +212,7 @@ class Program:
         needs_x64: the DML graph holds a 64-bit (FLOAT64) tensor.
         layout: on a session with a mesh, the shardings of its inputs, parameters and outputs
             (``placement.ProgramLayout``), which ``apply`` imposes; else None.
+        jitted: ``apply`` under ``jax.jit``, with the session's XLA ``compiler_options``.
     """
 
     def __init__(
