@@ -173,6 +173,30 @@ def test_gpt_float16_follows_float32_reference(gpt):
     assert relative_error(got, want) < 1e-2
 
 
+def test_gpt_half_precision_flag_computes_as_the_float16_jax_reference(gpt):
+    """``Network.compile(allow_half_precision=True)`` carries DirectML's flag to every node: on
+    the lax lowering the float16 GPT then rounds its attention logits and probabilities to
+    float16 as the plain-jnp float16 reference does, where the exact lowering keeps them in
+    float32 (the networks suite's "dml lax half precision" row)."""
+    import jax.numpy as jnp
+
+    _, x, want = gpt
+    net = nets.gpt_stack(GPT_BATCH, dtype="FLOAT16", **SMALL_GPT)
+    x16 = x.astype(np.float16)
+    args = net.arguments(x=x16)
+    exact = np.asarray(net.compile(fast_paths=False)(*args), np.float32)
+    flagged = net.compile(fast_paths=False, allow_half_precision=True)
+    assert flagged is not net.compile(fast_paths=False)
+    half = np.asarray(flagged(*args), np.float32)
+    heads, layers = SMALL_GPT["heads"], SMALL_GPT["layers"]
+    ref16 = np.asarray(
+        nets.gpt_reference(net.parameters, x16, GPT_BATCH, heads, layers, jnp.float16), np.float32
+    )
+    assert not np.array_equal(half, exact)  # the flag changed the rounding
+    assert relative_error(half, ref16) < 5e-3
+    assert relative_error(half, want) < 1e-2
+
+
 def test_gpt_attention_is_causal_and_per_sequence(gpt):
     # Changing the last token of the first sequence changes that token's output only (not by
     # a constant: layer norm would remove it).
