@@ -101,8 +101,11 @@ def test_compiler_options_reach_the_compiles_of_run_and_are_checked_first(tmp_pa
     (y,) = s.run(None, {"x": x})
     np.testing.assert_allclose(y, _mlp_reference(model, x), rtol=1e-5, atol=1e-5)
     assert any("jit_apply" in f.name for f in dump.iterdir())
+    fixed_dump = tmp_path / "xla_fixed"
+    options["xla_dump_to"] = str(fixed_dump)
     fixed = compile_onnx(model, free_dimensions={"batch": 3}, compiler_options=options)
     np.testing.assert_allclose(fixed(x), y, rtol=1e-6, atol=1e-6)
+    assert any("jit_apply" in f.name for f in fixed_dump.iterdir())
     bad = [({"xla_no_such_option": True}, "xla_no_such_option"),
            ({"xla_gpu_autotune_level": "high"}, "xla_gpu_autotune_level"),
            ({"xla_gpu_autotune_level": [1]}, "xla_gpu_autotune_level"),

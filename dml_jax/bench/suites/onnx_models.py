@@ -344,16 +344,12 @@ def _ort_cpu_seconds(path: str, feeds: list[np.ndarray], timeout_s: float = 600.
 
 
 def _xla_options(run: Run) -> dict | None:
-    """``--xla-option NAME=VALUE`` as ``jax.jit``'s ``compiler_options`` (true/false: bools,
-    digits: ints), or None."""
-    given = getattr(run.args, "xla_option", None) or []
+    """``--xla-option NAME=VALUE`` as ``jax.jit``'s ``compiler_options``, or None. XLA parses
+    numbers from their text but takes booleans only as bools: true and false become bools."""
     out: dict[str, Any] = {}
-    for item in given:
+    for item in getattr(run.args, "xla_option", None) or []:
         name, _, value = item.partition("=")
-        low = value.lower()
-        out[name] = (
-            low == "true" if low in ("true", "false") else int(value) if value.isdigit() else value
-        )
+        out[name] = value.lower() == "true" if value.lower() in ("true", "false") else value
     return out or None
 
 
