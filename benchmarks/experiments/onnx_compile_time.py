@@ -5,7 +5,7 @@ the first run; against ``torch.compile``'s first call on the same model, in the 
 Models are the onnx_models suite's (``dml_jax.bench.suites.onnx_models.MODELS``), random
 weights, exported with TorchScript at the timed batch and type. Each phase is timed apart
 (``jax.jit(fn).trace(...).lower().compile()``); ``hlo ops`` counts the instructions of the
-optimized program, ``hot ms`` is the compiled program's time (median of 5 samples of 10 calls).
+optimized program, ``hot ms`` is the compiled program's time (the bench harness's ``Timer``).
 
 Usage (on a CUDA machine with PyTorch and torchvision):
 ``PYTHONPATH=. python benchmarks/experiments/onnx_compile_time.py [--only NAME ...]
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 
@@ -38,9 +37,9 @@ def main() -> None:
     args = p.parse_args()
 
     import jax
-    import numpy as np
     import torch
 
+    from dml_jax.bench.harness import Timer, jax_sync
     from dml_jax.bench.suites.onnx_models import MODELS, export, random_model
     from dml_jax.onnx import InferenceSession, SessionOptions
 
@@ -76,13 +75,7 @@ def main() -> None:
                 for line in compiled.as_text().splitlines()
                 if " = " in line and not line.lstrip().startswith(("ROOT", "//"))
             )
-            samples = []
-            for _ in range(5):
-                t = time.perf_counter()
-                for _ in range(10):
-                    out = compiled(*feeds)
-                jax.block_until_ready(out)
-                samples.append((time.perf_counter() - t) / 10)
+            hot = Timer().run(lambda: compiled(*feeds), jax_sync)
             total = t_import + t_trace + t_lower + t_compile + t_run
             tc = ""
             if args.compile:
@@ -96,11 +89,10 @@ def main() -> None:
                 torch._dynamo.reset()
             print(f"{name} | {t_import:.2f} | {t_trace:.2f} | {t_lower:.2f} | {t_compile:.2f} | "
                   f"{t_run:.2f} | {total:.2f} | {ops} | "
-                  f"{statistics.median(samples) * 1e3:.2f} | {tc}", flush=True)  # fmt: skip
+                  f"{hot * 1e3:.2f} | {tc}", flush=True)  # fmt: skip
         del model, session, fn, traced, lowered, compiled
         jax.clear_caches()
         torch.cuda.empty_cache()
-        np.random.seed(0)
 
 
 if __name__ == "__main__":
