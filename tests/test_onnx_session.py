@@ -117,6 +117,38 @@ def test_compiler_options_reach_the_compiles_of_run_and_are_checked_first(tmp_pa
             compile_onnx(model, free_dimensions={"batch": 3}, compiler_options=given)
 
 
+def test_sessions_on_gpus_run_matrix_products_on_cublas_unless_told():
+    """On a GPU the compiles of a session take GPU_COMPILER_OPTIONS (no Triton matrix product
+    fusions: cuBLAS runs them), with the caller's compiler_options over them; on the CPU they
+    take the caller's alone."""
+    from dml_jax.onnx.session import GPU_COMPILER_OPTIONS, compiler_options_for
+
+    model = dynamic_mlp()
+    told = {"xla_gpu_enable_triton_gemm": True}
+    assert GPU_COMPILER_OPTIONS == {"xla_gpu_enable_triton_gemm": False}
+    assert InferenceSession(model, device="cpu").compiler_options == {}
+    assert InferenceSession(model, device="cpu", compiler_options=told).compiler_options == told
+    assert compiler_options_for(None, "gpu") == GPU_COMPILER_OPTIONS
+    assert compiler_options_for(told, "gpu") == told
+    assert compiler_options_for({"xla_gpu_autotune_level": 1}, "gpu") == {
+        **GPU_COMPILER_OPTIONS, "xla_gpu_autotune_level": 1}  # fmt: skip
+    if jax.default_backend() != "gpu":
+        return
+    h = TensorProto.FLOAT16
+    w = numpy_helper.from_array(RNG.normal(size=(1024, 1024)).astype(np.float16), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    gemm = _model(nodes, [_vi("x", h, [1024, 1024])], [_vi("y", h, [1024, 1024])], [w])
+    s = InferenceSession(gemm)
+    assert s.compiler_options == GPU_COMPILER_OPTIONS
+    x = RNG.normal(size=(1024, 1024)).astype(np.float16)
+    (y,) = s.run(None, {"x": x})
+    want = np.maximum(x.astype(np.float32) @ numpy_helper.to_array(w).astype(np.float32), 0)
+    np.testing.assert_allclose(y.astype(np.float32), want, rtol=2e-2, atol=0.5)
+    (program,) = s._programs.values()
+    text = program.jitted.lower(s._device_params(), x).compile().as_text()
+    assert "__triton_gemm" not in text and "__cublas" in text
+
+
 def test_free_dimensions_by_name_and_denotation_fix_the_shape():
     model = dynamic_mlp()
     model.graph.input[0].type.tensor_type.shape.dim[0].denotation = "DATA_BATCH"

@@ -65,7 +65,7 @@ def main() -> None:
             options = SessionOptions()
             options.graph_optimization_level = args.level
             t_import, session = _timed(lambda: InferenceSession(path, options))
-            fn = jax.jit(session.fn)
+            fn = jax.jit(session.fn, compiler_options=session.compiler_options or None)
             t_trace, traced = _timed(lambda: fn.trace(*feeds))
             t_lower, lowered = _timed(traced.lower)
             t_compile, compiled = _timed(lowered.compile)

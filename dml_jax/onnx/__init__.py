@@ -99,17 +99,22 @@ def compile_onnx(
     ``"disable"``, ``"basic"``, ``"extended"``, ``"all"``) and ``disabled_optimizers`` choose
     the graph optimizations run on the imported graph (docs/onnx.md, "Graph optimizations").
     ``compiler_options``: XLA options for the compile of the model's calls (``jax.jit``'s
-    ``compiler_options``; docs/onnx.md, "First-call time").
+    ``compiler_options``), over a session's defaults where JAX's default backend is a GPU
+    (``session.GPU_COMPILER_OPTIONS``; docs/onnx.md, "First-call time").
 
     Raises:
         ImportError: without the ``onnx`` package.
         ValidationError: an unsupported op type (naming the node and its type), a dimension
             without a size, or a node DirectML would reject.
     """
-    from .optimize import disabled_names, level_name, optimize
-    from .session import Program, check_compiler_options, compile_imported
+    import jax
 
-    options = check_compiler_options(compiler_options, "ONNX")
+    from .optimize import disabled_names, level_name, optimize
+    from .session import Program, check_compiler_options, compile_imported, compiler_options_for
+
+    options = compiler_options_for(
+        check_compiler_options(compiler_options, "ONNX"), jax.default_backend()
+    )
     level = level_name(optimization_level, "optimization_level")
     disabled = disabled_names(disabled_optimizers)
     model = load_onnx(path_or_model)

@@ -175,6 +175,21 @@ def _nested_result(result: dict, imported: ImportedGraph) -> dict:
     return result
 
 
+# XLA options a session's compiles take on GPUs unless the caller's compiler_options say
+# otherwise: matrix products on cuBLAS, as onnxruntime and torch.compile's default mode run
+# them, rather than XLA's search over Triton kernels for each one, which was most of the first
+# call of the small transformers (BERT 12.3 s of compile against 1.8, for 0.11 against 0.13 ms
+# a call; docs/onnx.md, "First-call time").
+GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_enable_triton_gemm": False}
+
+
+def compiler_options_for(options: Mapping[str, Any] | None, platform: str) -> dict[str, Any]:
+    """The XLA options of a session's compiles on ``platform``: ``GPU_COMPILER_OPTIONS`` on
+    GPUs, with the caller's checked ``options`` over them."""
+    defaults = GPU_COMPILER_OPTIONS if platform in ("gpu", "cuda", "rocm") else {}
+    return {**defaults, **(options or {})}
+
+
 def check_compiler_options(options: Any, where: str) -> dict[str, Any] | None:
     """XLA options for the programs' compiles (``jax.jit``'s ``compiler_options``), checked
     before anything is traced: a mapping of option names to a bool, int, float or str, each
@@ -386,9 +401,11 @@ class InferenceSession:
             floating-point initializers explicitly (over ``mesh``, or the NamedShardings' mesh
             when ``mesh`` is None); they override the defaults.
         compiler_options: XLA options for the compiles ``run`` makes (``jax.jit``'s
-            ``compiler_options``, such as ``{"xla_gpu_enable_triton_gemm": False}`` for a
-            shorter first call: docs/onnx.md, "First-call time"); ``fn`` is jitted by the
-            caller, with the caller's options.
+            ``compiler_options``), over the session's defaults on GPUs
+            (``GPU_COMPILER_OPTIONS``: cuBLAS matrix products; ``{"xla_gpu_enable_triton_gemm":
+            True}`` gives XLA's search over Triton kernels back: docs/onnx.md, "First-call
+            time"). ``fn`` is jitted by the caller, with the caller's options
+            (``compiler_options`` the attribute holds the session's).
 
     Raises:
         ImportError: without the ``onnx`` package.
@@ -477,6 +494,18 @@ class InferenceSession:
             inits = {i.name: (list(i.dims), i.data_type) for i in graph.initializer}
             self._layout = MeshLayout(mesh, shardings, described, inits)
             self._output_dims = {o.name: dims_of(o.type) for o in graph.output}
+
+    @property
+    def compiler_options(self) -> dict[str, Any]:
+        """The XLA options of the compiles ``run`` makes: ``GPU_COMPILER_OPTIONS`` where the
+        session runs on GPUs, with the ``compiler_options`` it was made with over them. A
+        caller who jits ``fn`` can pass them to ``jax.jit``."""
+        platform = (
+            self._layout.mesh.devices.flat[0].platform
+            if self._layout is not None
+            else self._device.platform
+        )
+        return compiler_options_for(self._compiler_options, platform)
 
     # -- onnxruntime's description calls ---------------------------------------------------------
 
@@ -712,7 +741,7 @@ class InferenceSession:
             # so that XLA partitions a sharded GEMM as it partitions any dot.
             in_shardings=layout.graph_inputs if layout is not None else None,
         )
-        program = Program(imported, graph, layout, self._compiler_options)
+        program = Program(imported, graph, layout, self.compiler_options)
         self._programs[key] = program
         return program
 

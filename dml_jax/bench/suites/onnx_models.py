@@ -373,7 +373,9 @@ def _time_onnx(run: Run, row: dict, path: str, feeds: list[np.ndarray]) -> Any:
         options = SessionOptions()
         options.graph_optimization_level = level
         start = time.perf_counter()
-        fn = jax.jit(InferenceSession(path, options).fn, compiler_options=_xla_options(run))
+        session = InferenceSession(path, options)
+        xla = {**session.compiler_options, **(_xla_options(run) or {})}
+        fn = jax.jit(session.fn, compiler_options=xla or None)
         imported = time.perf_counter() - start
         cold, first = cold_time(lambda fn=fn: fn(*inputs), jax_sync)
         t = run.timer.run(lambda fn=fn: fn(*inputs), jax_sync)
