@@ -23,6 +23,7 @@ alone, and records the PyTorch models as skipped. ``--quick``: that model, and w
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -477,7 +478,9 @@ def speed(run: Run, name, model, inputs, path, row, torch):
     path = path[:-5] + "_speed.onnx"  # exported again at the timed batch (dynamo's are static)
     half = opts.dtype == "float16"
     if half:  # the model timed and exported in float16 (on the GPU, where PyTorch has its ops)
-        model = model.cuda().half()
+        # a copy: Module.half() converts in place, and the later exporters check the float32
+        # model at --check-batch on the CPU
+        model = copy.deepcopy(model).cuda().half()
         args = tuple(a.cuda().half() if a.is_floating_point() else a.cuda() for a in args)
     row["dtype"] = opts.dtype
     with torch.no_grad():
