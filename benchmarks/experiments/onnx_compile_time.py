@@ -9,8 +9,11 @@ optimized program, ``hot ms`` is the compiled program's time (the bench harness'
 
 Usage (on a CUDA machine with PyTorch and torchvision):
 ``PYTHONPATH=. python benchmarks/experiments/onnx_compile_time.py [--only NAME ...]
-[--batch 64] [--dtype float16] [--no-compile] [--level all]``; ``XLA_FLAGS`` set outside
-compares XLA's options (``--xla_gpu_autotune_level=0``: no algorithm search).
+[--batch 64] [--dtype float16] [--no-compile] [--level all] [--triton-gemm]``. The programs
+compile with the session's options (``session.compiler_options``: on GPUs XLA's Triton matrix
+products off, which they take over ``XLA_FLAGS``; ``--triton-gemm`` turns them back on);
+``XLA_FLAGS`` set outside compares XLA's other options (``--xla_gpu_autotune_level=0``: no
+algorithm search).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def main() -> None:
     p.add_argument("--dtype", choices=("float16", "float32"), default="float16")
     p.add_argument("--level", default="all")
     p.add_argument("--no-compile", dest="compile", action="store_false")
+    p.add_argument("--triton-gemm", action="store_true", help="XLA's Triton matrix products on")
     args = p.parse_args()
 
     import jax
@@ -65,7 +69,10 @@ def main() -> None:
             options = SessionOptions()
             options.graph_optimization_level = args.level
             t_import, session = _timed(lambda: InferenceSession(path, options))
-            fn = jax.jit(session.fn, compiler_options=session.compiler_options or None)
+            xla = dict(session.compiler_options)
+            if args.triton_gemm:
+                xla["xla_gpu_enable_triton_gemm"] = True
+            fn = jax.jit(session.fn, compiler_options=xla or None)
             t_trace, traced = _timed(lambda: fn.trace(*feeds))
             t_lower, lowered = _timed(traced.lower)
             t_compile, compiled = _timed(lowered.compile)

@@ -536,8 +536,8 @@ def add_arguments(p: Any) -> None:
         "--xla-option",
         action="append",
         metavar="NAME=VALUE",
-        help="an XLA option for dml_jax's compiles (jax.jit's compiler_options; repeatable), "
-        "e.g. xla_gpu_enable_triton_gemm=false",
+        help="an XLA option for dml_jax's compiles, over the session's own (jax.jit's "
+        "compiler_options; repeatable), e.g. xla_gpu_enable_triton_gemm=true",
     )
     p.add_argument(
         "--no-latency",
