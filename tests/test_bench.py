@@ -121,6 +121,45 @@ def test_onnx_models_times_level_all_and_the_first_level_cold(tmp_path):
     assert row["batch"] == 4 and row["dml_b1_ms"] > 0
 
 
+def test_onnx_models_xla_options_reach_the_session(tmp_path):
+    """``--xla-option`` is the session's ``compiler_options`` (over its defaults): the session
+    checks them, so a name XLA does not know stops the timing with a ValidationError."""
+    from types import SimpleNamespace
+
+    import dml_jax as dml
+    from dml_jax.bench.harness import Timer
+    from dml_jax.bench.suites import onnx_models
+
+    path = str(tmp_path / "mlp.onnx")
+    feeds = onnx_models._mlp_model(path, 2)
+    args = SimpleNamespace(levels=["all"], latency=False, xla_option=["xla_no_such_option=true"])
+    run = SimpleNamespace(args=args, timer=Timer(sample_s=0.0, samples=1))
+    with pytest.raises(dml.ValidationError, match="xla_no_such_option"):
+        onnx_models._time_onnx(run, {}, path, feeds)
+
+
+def test_onnx_models_times_a_float16_copy_of_the_model():
+    """The float16 timing converts a copy: ``Module.half()`` and ``cuda()`` work in place, and
+    the exporters after the timed one check the float32 model on the CPU."""
+    from dml_jax.bench.suites import onnx_models
+
+    class Module:  # the in-place conversions of torch.nn.Module
+        dtype, device = "float32", "cpu"
+
+        def cuda(self):
+            self.device = "cuda"
+            return self
+
+        def half(self):
+            self.dtype = "float16"
+            return self
+
+    model = Module()
+    copy = onnx_models._half_copy(model)
+    assert (copy.dtype, copy.device) == ("float16", "cuda")
+    assert (model.dtype, model.device) == ("float32", "cpu")
+
+
 @QUICK
 def test_report_page_from_the_reports(quick_reports, tmp_path):
     (quick_reports / "networks.json").rename(tmp_path / "networks.json")

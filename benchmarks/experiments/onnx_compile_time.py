@@ -68,11 +68,11 @@ def main() -> None:
             feeds = [jax.device_put(a.cpu().numpy()) for a in targs]
             options = SessionOptions()
             options.graph_optimization_level = args.level
-            t_import, session = _timed(lambda: InferenceSession(path, options))
-            xla = dict(session.compiler_options)
-            if args.triton_gemm:
-                xla["xla_gpu_enable_triton_gemm"] = True
-            fn = jax.jit(session.fn, compiler_options=xla or None)
+            triton = {"xla_gpu_enable_triton_gemm": True} if args.triton_gemm else None
+            t_import, session = _timed(
+                lambda: InferenceSession(path, options, compiler_options=triton)
+            )
+            fn = jax.jit(session.fn, compiler_options=session.compiler_options or None)
             t_trace, traced = _timed(lambda: fn.trace(*feeds))
             t_lower, lowered = _timed(traced.lower)
             t_compile, compiled = _timed(lowered.compile)

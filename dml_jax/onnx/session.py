@@ -186,7 +186,7 @@ GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_enable_triton_gemm": False}
 def compiler_options_for(options: Mapping[str, Any] | None, platform: str) -> dict[str, Any]:
     """The XLA options of a session's compiles on ``platform``: ``GPU_COMPILER_OPTIONS`` on
     GPUs, with the caller's checked ``options`` over them."""
-    defaults = GPU_COMPILER_OPTIONS if platform in ("gpu", "cuda", "rocm") else {}
+    defaults = GPU_COMPILER_OPTIONS if platform == "gpu" else {}
     return {**defaults, **(options or {})}
 
 

@@ -8,8 +8,9 @@ dynamic) and, with ``--exporters torchscript dynamo``, by dynamo too (opset 18, 
 Each export is imported by a session on JAX's default device and its outputs compared with
 PyTorch's on the same inputs (``rel_err``: the largest absolute difference over the reference's
 largest magnitude). The first export of each model is then timed at ``--batch``: dml_jax
-(``jax.jit`` of the session's function; ``--levels``: at each graph optimization level,
-``dml_ms`` being the last level's, the default ``all`` in ``--levels disable all``),
+(``jax.jit`` of the session's function with the session's XLA options, ``--xla-option`` over
+them; ``--levels``: at each graph optimization level, ``dml_ms`` being level ``all``'s where it
+is timed, else the last level's; ``dml_b1_ms``: that level at batch 1),
 onnxruntime's CPU provider (``ort_cpu_ms``; few samples: it is the slowest; in a child process,
 so that a model onnxruntime crashes on costs that figure only, ``ort_cpu_error``), and on a GPU
 PyTorch eager and ``torch.compile`` (``--no-compile``: not). ``x_eager`` / ``x_compile`` /
@@ -374,9 +375,8 @@ def _time_onnx(run: Run, row: dict, path: str, feeds: list[np.ndarray]) -> Any:
         options = SessionOptions()
         options.graph_optimization_level = level
         start = time.perf_counter()
-        session = InferenceSession(path, options)
-        xla = {**session.compiler_options, **(_xla_options(run) or {})}
-        fn = jax.jit(session.fn, compiler_options=xla or None)
+        session = InferenceSession(path, options, compiler_options=_xla_options(run))
+        fn = jax.jit(session.fn, compiler_options=session.compiler_options or None)
         imported = time.perf_counter() - start
         cold, first = cold_time(lambda fn=fn: fn(*inputs), jax_sync)
         t = run.timer.run(lambda fn=fn: fn(*inputs), jax_sync)
@@ -471,6 +471,12 @@ def run_model(run: Run, name: str, torch) -> None:
         run.add(row)
 
 
+def _half_copy(model):
+    """A float16 copy of ``model`` on the GPU: ``Module.half()`` converts in place, and the
+    exporters after the timed one check the float32 model at ``--check-batch`` on the CPU."""
+    return copy.deepcopy(model).cuda().half()
+
+
 def speed(run: Run, name, model, inputs, path, row, torch):
     opts = run.args
     batch = 2 if run.quick else opts.batch
@@ -478,9 +484,7 @@ def speed(run: Run, name, model, inputs, path, row, torch):
     path = path[:-5] + "_speed.onnx"  # exported again at the timed batch (dynamo's are static)
     half = opts.dtype == "float16"
     if half:  # the model timed and exported in float16 (on the GPU, where PyTorch has its ops)
-        # a copy: Module.half() converts in place, and the later exporters check the float32
-        # model at --check-batch on the CPU
-        model = copy.deepcopy(model).cuda().half()
+        model = _half_copy(model)
         args = tuple(a.cuda().half() if a.is_floating_point() else a.cuda() for a in args)
     row["dtype"] = opts.dtype
     with torch.no_grad():
