@@ -416,6 +416,30 @@ def test_past_sequence_lengths_are_causal_and_drop_what_the_cache_cannot_hold():
     np.testing.assert_array_equal(out.ravel(), [0, 0, 30])
 
 
+def test_rows_without_a_position_give_zero_gradients():
+    """The cache case above with length -2: queries 0 and 1 see no position and give 0; their
+    gradients are 0, not NaN (the lowering settles such a row on a divisor of 1; a NaN divisor
+    behind a select would turn the select's zero cotangent into NaN), and the rest finite."""
+    desc = MHA1(
+        _t((1, 3, 1)), _t((1, 3, 1)), _t((1, 3, 1)), past_key_tensor=_t((1, 1, 2, 1)),
+        past_value_tensor=_t((1, 1, 2, 1)), past_sequence_lengths_tensor=_t((1,), "INT32"),
+        output_tensor=_t((1, 3, 1)), scale=1.0, mask_filter_value=-10000.0,
+        query_head_count=1, key_value_head_count=1,
+    )  # fmt: skip
+    fn = dml.compile_operator(desc).fn
+    q = _a(0.5, 1.0, 1.5, shape=(1, 3, 1))
+    k = _a(1.0, -1.0, 2.0, shape=(1, 3, 1))
+    v = _a(10, 20, 30, shape=(1, 3, 1))
+    pk, pv = _a(0.25, 0.5, shape=(1, 1, 2, 1)), _a(2, 4, shape=(1, 1, 2, 1))
+    lengths = _i(-2, shape=(1,))
+    np.testing.assert_array_equal(np.asarray(fn(q, k, v, pk, pv, lengths)).ravel(), [0, 0, 30])
+    grads = jax.grad(lambda *a: fn(*a, lengths).sum(), argnums=(0, 1, 2, 3, 4))(q, k, v, pk, pv)
+    for g in grads:
+        assert np.isfinite(np.asarray(g)).all()
+    np.testing.assert_array_equal(np.asarray(grads[0]).ravel(), [0, 0, 0])  # one position: 0
+    np.testing.assert_array_equal(np.asarray(grads[2]).ravel(), [0, 0, 1])  # query 2 takes v 2
+
+
 def test_float16_logits_accumulate_in_float32():
     """2048 products of 8 * 8: a float16 sum would overflow (131072 > 65504) and give NaN; in
     float32 the logits are 1 and 1 and the output is the mean of the values."""

@@ -89,6 +89,29 @@ def test_quick_reports_check_what_they_can(quick_reports):
     assert f"| {mlp['dml_b1_ms']:.3f} |" in line
 
 
+@pytest.mark.parametrize("network", ["resnet50", "gpt"])
+def test_networks_cpu_rows_run_on_the_cpu_and_agree(network):
+    """The networks suite's "... cpu" rows: the portable lowering and plain jax, both on jax's
+    CPU device whatever the default backend, computing the same network."""
+    from types import SimpleNamespace
+
+    from dml_jax.bench.suites import networks
+
+    args = SimpleNamespace(quick=True, gpt_qkv="fused", gpt_mask="constant")
+    net = networks._build(args, network, "FLOAT32", 1)
+    x = net.example_data()["x"]
+    outs = []
+    for impl in ("dml lax cpu", "jax reference cpu"):
+        call, sync = networks._implementation(SimpleNamespace(torch=None), net, impl, x)
+        out = call()
+        sync(out)
+        assert {d.platform for d in out.devices()} == {"cpu"}, impl
+        outs.append(np.asarray(out, np.float32))
+    got, want = outs
+    got = got.reshape(want.shape)  # the graph's ResNet logits are {N, classes, 1, 1}
+    assert np.max(np.abs(got - want)) <= 1e-4 * np.max(np.abs(want))
+
+
 def test_onnx_models_xla_options_become_compiler_options():
     from types import SimpleNamespace
 

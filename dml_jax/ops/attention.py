@@ -522,25 +522,31 @@ def keep_mask(d: Any, g: Geometry, mask):
 
 
 def _weights(logits, valid=None):
-    """softmax over the key positions (axis 3), in float32.
+    """softmax over the key positions (the last axis of {B, Hq, S, T}), in float32.
 
     The row maximum is subtracted first; a row whose maximum is not finite (all -inf, or a
-    +inf or NaN logit) has no normalization and gives NaN (SOFTMAX's rule). That case is set
-    explicitly instead of computed: XLA's CPU code for ``exp(x - max)`` of an all -inf row built
-    by a select gives arbitrary numbers, not NaN. Positions outside ``valid`` take no weight; a
-    row with no valid position gives 0.
+    +inf or NaN logit) has no normalization and gives NaN (SOFTMAX's rule). Positions outside
+    ``valid`` take no weight; a row with no valid position gives 0.
+
+    Every case is settled on the row's divisor, a {..., 1} tensor: NaN where the maximum is not
+    finite, 1 where no position is valid (its exponentials are all exp(-inf) = 0). The S x T
+    tensor itself is then read once for the maximum and once for the exponentials, their sum
+    and the division, with no select between them, which is what lets XLA keep them in two
+    passes (a select on the row's finiteness before ``exp`` split them into four on the CPU).
+    The exponent never sees ``-inf - -inf``: a row whose maximum is not finite subtracts 0
+    (XLA's CPU code for ``exp`` of that NaN gave arbitrary numbers). The divisor is never NaN
+    for a row that gives 0, so its gradient is 0 there, not NaN.
     """
     if valid is not None:
         logits = jnp.where(valid, logits, -jnp.inf)
-    top = lax.stop_gradient(jnp.max(logits, axis=3, keepdims=True))
+    top = lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
     finite = jnp.isfinite(top)
-    e = jnp.exp(jnp.where(finite, logits - jnp.where(finite, top, 0.0), 0.0))
+    e = jnp.exp(logits - jnp.where(finite, top, 0.0))
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    fallback = jnp.float32(jnp.nan)
     if valid is not None:
-        e = jnp.where(valid, e, 0.0)
-    weights = jnp.where(finite, e / jnp.sum(e, axis=3, keepdims=True), jnp.nan)
-    if valid is not None:
-        weights = jnp.where(jnp.any(valid, axis=3, keepdims=True), weights, 0.0)
-    return weights
+        fallback = jnp.where(jnp.any(valid, axis=-1, keepdims=True), fallback, 1.0)
+    return e / jnp.where(finite, total, fallback)
 
 
 def _weighted_values(w, values, precision):
@@ -557,9 +563,16 @@ def _weighted_values(w, values, precision):
         w = w.astype(jnp.float16)
     else:
         values = values.astype(jnp.float32)
-    return jnp.einsum(
-        "bkrst,bktd->bskrd", w, values, precision=precision, preferred_element_type=jnp.float32
+    # {B, Hkv, G, S, Dv}: the S x T operand on the left, in its own layout (an einsum puts
+    # the values first and transposes the product), then the small result moved.
+    out = lax.dot_general(
+        w,
+        values,
+        (((4,), (2,)), ((0, 1), (0, 1))),
+        precision=precision,
+        preferred_element_type=jnp.float32,
     )
+    return jnp.transpose(out, (0, 3, 1, 2, 4))
 
 
 def lower_attention(d: Any, *arrays):
@@ -590,10 +603,14 @@ def lower_attention(d: Any, *arrays):
     # accumulates in float32 where the backend does): the S x T tensor the softmax then reads
     # twice is half as many bytes, most of the lax lowering's time at long sequences.
     half_logits = narrow_products(d) and half_precision_allowed()
-    logits = jnp.einsum(
-        "bskrd,bktd->bkrst",
-        qg,
+    # The queries are moved to {B, Hkv, G, S, D} (S x D values) so that the product comes out
+    # as {B, Hkv, G, S, T} directly: written as an einsum, jax puts the keys first and the
+    # S x T product is transposed afterwards, a pass over it that XLA's CPU backend runs as a
+    # strided copy.
+    logits = lax.dot_general(
+        jnp.transpose(qg, (0, 2, 3, 1, 4)),
         keys,
+        (((4,), (3,)), ((0, 1), (0, 1))),
         precision=precision,
         preferred_element_type=jnp.float16 if half_logits else jnp.float32,
     ).reshape(g.batch, g.q_heads, g.seq, g.total)

@@ -46,6 +46,9 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--devices", type=int, default=1, help="N > 1: the scaling run on N devices")
     p.add_argument("--resnet-batch", type=int, default=256, help="ResNet throughput batch")
     p.add_argument("--gpt-batch", type=int, default=8, help="GPT throughput batch")
+    p.add_argument(
+        "--gpt-cpu-batch", type=int, default=1, help="the GPT's batch on the CPU (the 'cpu' rows)"
+    )
     p.add_argument("--gpt-seq", type=int, default=1024)
     p.add_argument("--gpt-d-model", type=int, default=1024)
     p.add_argument("--gpt-heads", type=int, default=16)
@@ -97,6 +100,10 @@ NOTES = [
         "'dml lax half precision': 'dml lax' with ALLOW_HALF_PRECISION_COMPUTATION, which rounds the "
         "GPT's float16 attention logits and probabilities to float16 as the jax reference does "
         "('dml lax' computes them in float32, docs/semantics.md)"
+    ),
+    (
+        "'dml lax cpu', 'jax reference cpu': 'dml lax' and the jax reference in float32 on jax's "
+        "CPU device of the same host, in the same run"
     ),
 ]
 
@@ -377,17 +384,21 @@ def _implementation(run: Run, net, impl: str, x):
     from ..harness import jax_sync
 
     networks = examples_module("networks")
+    # "... cpu": the same implementation on jax's CPU device (its arrays committed there, so the
+    # programs compile for and run on it), in the same process as the accelerator's rows.
+    device = jax.devices("cpu")[0] if impl.endswith(" cpu") else None
+    impl = impl.removesuffix(" cpu")
     if impl in ("dml", "dml lax", "dml lax half precision"):
         g = net.compile(
             fast_paths=impl == "dml", allow_half_precision=impl == "dml lax half precision"
         )
-        args = [jax.device_put(a) for a in net.arguments(x=x)]
+        args = [jax.device_put(a, device) for a in net.arguments(x=x)]
         return (lambda: g(*args)), jax_sync
     if impl == "jax reference":
         dtype = jnp.float16 if net.config["dtype"] == "FLOAT16" else jnp.float32
         # Weights in the network's type, as the graph gets them (the reference widens them
         # where it computes in float32; a float16 -> float32 -> float16 round trip folds away).
-        params = {k: jax.device_put(v.astype(dtype)) for k, v in net.parameters.items()}
+        params = {k: jax.device_put(v.astype(dtype), device) for k, v in net.parameters.items()}
         c = net.config
         if net.name == "resnet50":
             fn = jax.jit(lambda p, x: networks.resnet_reference(p, x, c["layers"], dtype))
@@ -397,7 +408,7 @@ def _implementation(run: Run, net, impl: str, x):
                     p, x, c["batch"], c["heads"], c["layers"], dtype
                 )
             )
-        xd = jax.device_put(x)
+        xd = jax.device_put(x, device)
         return (lambda: fn(params, xd)), jax_sync
     torch = run.torch
     tdtype = torch.float16 if net.config["dtype"] == "FLOAT16" else torch.float32
@@ -447,6 +458,10 @@ def single_device(run: Run) -> None:
         ("resnet50", "FLOAT32", rb, with_compile(both, False)),
         ("resnet50", "FLOAT16", rb, ("dml lax", "jax reference")),
         ("gpt", "FLOAT16", gb, ("dml lax", "dml lax half precision", "jax reference")),
+        # The portable path against plain jax on the host's CPU, in float32 (the CPU's type):
+        # one image, and the GPT at --gpt-cpu-batch (its timed shape otherwise).
+        ("resnet50", "FLOAT32", 1, ("dml lax cpu", "jax reference cpu")),
+        ("gpt", "FLOAT32", args.gpt_cpu_batch, ("dml lax cpu", "jax reference cpu")),
     ]
     if args.quick and not args.only:  # the harness's smoke test: one case per network
         plan = plan[:2]
