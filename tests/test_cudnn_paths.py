@@ -11,6 +11,7 @@ contain its call.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -349,10 +350,15 @@ def test_gpu_attention_vmap():
 # --- masks the program holds as constants (a graph's ConstantDataNode) -------------------------
 
 
-def _causal_case(causal: bool, s=6):
+def _causal_case(causal: bool, s=6, broadcast=False):
+    """A BOOLEAN -inf mask, causal or not; ``broadcast``: one {S, S} mask for every batch entry
+    and head (strides 0, 0, S, 1), as the GPT stack of examples/networks.py describes it."""
     desc = _attention(mask_type="BOOLEAN", mask_filter_value=-math.inf, s=s, kv=s)
-    inputs = _inputs(desc)
     b, h = desc.mask_tensor.sizes[:2]
+    if broadcast:
+        mask = T("INT32", (b, h, s, s), strides=(0, 0, s, 1))
+        desc = dataclasses.replace(desc, mask_tensor=mask)
+    inputs = _inputs(desc)
     keep = np.tril(np.ones((s, s), np.int32)) if causal else np.triu(np.ones((s, s), np.int32))
     inputs[-1] = np.broadcast_to(keep, (b, h, s, s)).copy()
     return desc, inputs
@@ -363,11 +369,14 @@ def _has_cond(jaxpr) -> bool:
     return "cond[" in str(jaxpr)
 
 
+@pytest.mark.parametrize("broadcast", [False, True], ids=["whole", "broadcast"])
 @pytest.mark.parametrize("causal", [True, False])
-def test_a_known_mask_is_tested_when_traced(causal, xla_attention, monkeypatch):
+def test_a_known_mask_is_tested_when_traced(causal, broadcast, xla_attention, monkeypatch):
     # A mask the program holds as a constant decides the causal mode at trace time (no
     # conditional); a mask known only at run time gets the conditional. Same values either way.
-    desc, inputs = _causal_case(causal)
+    # A broadcast mask's description too (it is sliced to {1, 1, S, S} first: the slice of a
+    # constant stays a constant).
+    desc, inputs = _causal_case(causal, broadcast=broadcast)
     modes = []
     original = jax.nn.dot_product_attention
 

@@ -93,7 +93,10 @@ def _broadcast_kept(t: Any, a, shape: tuple[int, ...]):
         return a
     tail = strides[len(strides) - len(shape) :]
     kept = a[tuple(slice(0, 1) if s == 0 else slice(None) for s in tail)]
-    return jnp.broadcast_to(kept, kept.shape[:2] + tuple(shape[2:]))
+    # A mask the program holds as a constant (NumPy) stays NumPy, so that the causal test of
+    # ``lower`` reads its values while tracing (a jnp result there is a tracer).
+    xp = np if isinstance(kept, np.ndarray) else jnp
+    return xp.broadcast_to(kept, kept.shape[:2] + tuple(shape[2:]))
 
 
 def lower(d: Any, *arrays, qkv: tuple | None = None) -> tuple:
