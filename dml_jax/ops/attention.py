@@ -529,13 +529,12 @@ def _weights(logits, valid=None):
     ``valid`` take no weight; a row with no valid position gives 0.
 
     Every case is settled on the row's divisor, a {..., 1} tensor: NaN where the maximum is not
-    finite, 1 where no position is valid (its exponentials are all exp(-inf) = 0). The S x T
-    tensor itself is then read once for the maximum and once for the exponentials, their sum
-    and the division, with no select between them, which is what lets XLA keep them in two
-    passes (a select on the row's finiteness before ``exp`` split them into four on the CPU).
-    The exponent never sees ``-inf - -inf``: a row whose maximum is not finite subtracts 0
-    (XLA's CPU code for ``exp`` of that NaN gave arbitrary numbers). The divisor is never NaN
-    for a row that gives 0, so its gradient is 0 there, not NaN.
+    finite, 1 where no position is valid (its exponentials are all exp(-inf) = 0). No select
+    touches the S x T tensor: the selects this replaced on the exponent and on the quotient were
+    each a pass of their own over it in XLA's CPU program. The exponent
+    never sees ``-inf - -inf``: a row whose maximum is not finite subtracts 0 (XLA's CPU code
+    for ``exp`` of that NaN gave arbitrary numbers). The divisor is never NaN for a row that
+    gives 0, so its gradient is 0 there, not NaN.
     """
     if valid is not None:
         logits = jnp.where(valid, logits, -jnp.inf)
