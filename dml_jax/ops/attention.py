@@ -27,14 +27,16 @@ dropped), and query i of batch b attends positions p < L_b + Skv with p <= L_b +
 (causal, aligned at the end). Positions outside take no weight; a row left with none gives 0.
 
 Precision: FLOAT16 tensors are computed in float32 (Q/K/V plus bias, both products with float32
-accumulation, Scale, the bias and mask, the softmax and the probabilities as float32) and the
+accumulation, Scale, the bias and mask, the softmax's exponentials and sums as float32) and the
 output is rounded once; the present tensors hold the biased keys / values rounded to the tensor
 type. FLOAT32 products are float32 (``lax.Precision.HIGHEST``) unless the half-precision flag is
 given, as for GEMM. Without BiasTensor, the first FLOAT16 product runs on float16 arithmetic with
 the same float32 results (Q and K stay float16: their products are exact in float32); the second
-multiplies the float32 probabilities by the values widened to float32 (``_weighted_values``).
-The half-precision flag rounds FLOAT16 logits and probabilities to float16, the precision plain
-JAX and PyTorch compute float16 attention at.
+multiplies the float32 exponentials (``exp(logit - row maximum)``) by the values widened to
+float32 (``_weighted_values``) and divides the product by the row's sum: the softmax's division
+after the product, the same sums up to float32 rounding, without another pass over the S x T
+weights. The half-precision flag rounds FLOAT16 logits and the exponentials to float16, the
+precision plain JAX and PyTorch compute float16 attention at.
 """
 
 from __future__ import annotations
@@ -521,20 +523,24 @@ def keep_mask(d: Any, g: Geometry, mask):
     return jnp.any(inside_q & inside_k, axis=0)
 
 
-def _weights(logits, valid=None):
-    """softmax over the key positions (the last axis of {B, Hq, S, T}), in float32.
+def _exponentials(logits, valid=None):
+    """softmax over the key positions (the last axis of {B, Hq, S, T}), in float32, with its
+    division left to the caller: (the exponentials ``exp(logit - row maximum)``, the row's
+    divisor {..., 1}). ``lower_attention`` multiplies the exponentials by the values and divides
+    the {S, Dv} product by the divisor, the same sums as normalizing the S x T weights first
+    (float32 roundings apart) without writing and reading them once more.
 
-    The row maximum is subtracted first; a row whose maximum is not finite (all -inf, or a
-    +inf or NaN logit) has no normalization and gives NaN (SOFTMAX's rule). Positions outside
-    ``valid`` take no weight; a row with no valid position gives 0.
+    A row whose maximum is not finite (all -inf, or a +inf or NaN logit) has no normalization
+    and gives NaN (SOFTMAX's rule). Positions outside ``valid`` take no weight; a row with no
+    valid position gives 0.
 
-    Every case is settled on the row's divisor, a {..., 1} tensor: NaN where the maximum is not
-    finite, 1 where no position is valid (its exponentials are all exp(-inf) = 0). No select
-    touches the S x T tensor: the selects this replaced on the exponent and on the quotient were
-    each a pass of their own over it in XLA's CPU program. The exponent
-    never sees ``-inf - -inf``: a row whose maximum is not finite subtracts 0 (XLA's CPU code
-    for ``exp`` of that NaN gave arbitrary numbers). The divisor is never NaN for a row that
-    gives 0, so its gradient is 0 there, not NaN.
+    Every case is settled on the divisor: NaN where the maximum is not finite, 1 where no
+    position is valid (its exponentials are all exp(-inf) = 0). No select touches the S x T
+    tensor: the selects this replaced on the exponent and on the quotient were each a pass of
+    their own over it in XLA's CPU program. The exponent never sees ``-inf - -inf``: a row
+    whose maximum is not finite subtracts 0 (XLA's CPU code for ``exp`` of that NaN gave
+    arbitrary numbers). The divisor is never NaN for a row that gives 0, so its gradient is 0
+    there, not NaN.
     """
     if valid is not None:
         logits = jnp.where(valid, logits, -jnp.inf)
@@ -545,16 +551,17 @@ def _weights(logits, valid=None):
     fallback = jnp.float32(jnp.nan)
     if valid is not None:
         fallback = jnp.where(jnp.any(valid, axis=-1, keepdims=True), fallback, 1.0)
-    return e / jnp.where(finite, total, fallback)
+    return e, jnp.where(finite, total, fallback)
 
 
 def _weighted_values(w, values, precision):
-    """Probabilities {B, Hkv, G, S, T} (float32) times values {B, Hkv, T, Dv}: {B, S, Hkv, G,
-    Dv} in float32, FLOAT16 values widened (exactly) to float32; where half precision is
-    allowed, FLOAT16 values meet the probabilities rounded to float16 (float32 accumulation).
+    """Weights {B, Hkv, G, S, T} (float32: the softmax's exponentials, in [0, 1]) times values
+    {B, Hkv, T, Dv}: {B, S, Hkv, G, Dv} in float32, FLOAT16 values widened (exactly) to float32;
+    where half precision is allowed, FLOAT16 values meet the weights rounded to float16 (float32
+    accumulation).
 
-    The probabilities do not enter as scaled float16 pieces (``precision.pieces_product``) here:
-    a piece is a probability times 2**14, and a value above 4 in magnitude makes their product
+    The weights do not enter as scaled float16 pieces (``precision.pieces_product``) here: a
+    piece is a weight times 2**14, and a value above 4 in magnitude makes their product
     overflow float16, which XLA's GPU compiler lets happen where it fuses the product (an
     infinite output where one key takes all the weight; found on an H100).
     """
@@ -632,10 +639,12 @@ def lower_attention(d: Any, *arrays):
         j = lax.broadcasted_iota(jnp.int32, (1, 1, g.seq, g.total), 3)
         end = lengths.reshape(g.batch, 1, 1, 1) + g.kv_seq
         valid = (j < end) & (j <= end - g.seq + i)
-    weights = _weights(logits, valid)
+    e, divisor = _exponentials(logits, valid)
 
-    wg = weights.reshape(g.batch, g.kv_heads, group, g.seq, g.total)
-    out = _weighted_values(wg, values, precision)
+    # The exponentials times the values, then divided by the row's sum: {B, S, Hkv, G, Dv}.
+    eg = e.reshape(g.batch, g.kv_heads, group, g.seq, g.total)
+    divisor = jnp.transpose(divisor.reshape(eg.shape[:-1] + (1,)), (0, 3, 1, 2, 4))
+    out = _weighted_values(eg, values, precision) / divisor
     results = [out.reshape(d.output_tensor.sizes).astype(dtype)]
     if d.output_present_key_tensor is not None:
         results.append(keys.reshape(d.output_present_key_tensor.sizes).astype(dtype))

@@ -98,7 +98,8 @@ NOTES = [
     ),
     (
         "'dml lax half precision': 'dml lax' with ALLOW_HALF_PRECISION_COMPUTATION, which rounds the "
-        "GPT's float16 attention logits and probabilities to float16 as the jax reference does "
+        "GPT's float16 attention logits and softmax exponentials to float16 as the jax reference "
+        "rounds its logits and probabilities "
         "('dml lax' computes them in float32, docs/semantics.md)"
     ),
     (
