@@ -203,7 +203,9 @@ _GROUPED = [
     ((1, 3, 3, 4), (3, 2, 3, 2), "BACKWARD", (2, 2), (1, 2), (1, 0), (0, 1), (1, 1), 1,
      "CONVOLUTION", "FLOAT32", True, "patches"),
     ((1, 3, 9, 9), (4, 3, 7, 7), "FORWARD", (2, 2), (1, 1), (3, 3), (3, 3), (0, 0), 1,
-     "CROSS_CORRELATION", "FLOAT32", False, "conv"),  # 49 taps: one convolution
+     "CROSS_CORRELATION", "FLOAT32", False, "patches"),  # 49 taps: still the product
+    ((1, 3, 12, 12), (4, 3, 8, 8), "FORWARD", (2, 2), (1, 1), (2, 2), (2, 2), (0, 0), 1,
+     "CROSS_CORRELATION", "FLOAT32", False, "conv"),  # 64 taps: one convolution
     ((1, 4, 6, 6), (4, 4, 3, 3), "FORWARD", (1, 1), (1, 1), (1, 1), (1, 1), (0, 0), 1,
      "CROSS_CORRELATION", "FLOAT32", False, "conv"),  # 4 channels: one convolution
 ]  # fmt: skip
