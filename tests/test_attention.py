@@ -440,6 +440,42 @@ def test_rows_without_a_position_give_zero_gradients():
     np.testing.assert_array_equal(np.asarray(grads[2]).ravel(), [0, 0, 1])  # query 2 takes v 2
 
 
+def _equations(jaxpr):
+    """Every equation of a traced program, those of its sub-programs included."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _equations(inner)
+
+
+def test_the_lax_lowering_neither_moves_selects_nor_divides_the_s_by_t_tensor():
+    """The lax lowering's cost at long sequences is its passes over the {S, T} logits, so the
+    tensor is written by the first product, masked once (the BOOLEAN mask's select), and read
+    by the softmax's maximum, its exponentials and the second product: no transpose of it (the
+    product comes out as {B, H, S, T}), no select for rows without a finite maximum (they are
+    settled on the row's divisor) and no division (it comes after the second product, on the
+    {S, Dv} result). S = 5 and T = 7 tell the axes apart."""
+    from dml_jax.ops.attention import lower_attention
+
+    desc = _m(q=(2, 5, 8), k=(2, 7, 8), v=(2, 7, 8), out=(2, 5, 8),
+              mask_tensor=((2, 2, 5, 7), "INT32"), mask_type="BOOLEAN")()  # fmt: skip
+    args = [np.ones(t.sizes, t.dtype) for _, t in desc.input_slots()]
+    eqns = list(_equations(jax.make_jaxpr(lambda *a: lower_attention(desc, *a))(*args).jaxpr))
+    on_logits = [
+        e.primitive.name
+        for e in eqns
+        if any(tuple(getattr(v.aval, "shape", ()))[-2:] == (5, 7) for v in e.outvars)
+    ]
+    assert "dot_general" in on_logits and "exp" in on_logits  # the test sees the tensor
+    assert "transpose" not in on_logits
+    assert "div" not in on_logits
+    assert on_logits.count("select_n") == 1, on_logits
+    assert any(e.primitive.name == "div" for e in eqns)  # the division, on the small result
+
+
 def test_float16_logits_accumulate_in_float32():
     """2048 products of 8 * 8: a float16 sum would overflow (131072 > 65504) and give NaN; in
     float32 the logits are 1 and 1 and the output is the mean of the values."""
