@@ -566,9 +566,12 @@ def _nbits(a, n, k, bits, block, *, zero="packed", bias=False, g_idx=None, dtype
     ],
 )
 def test_matmul_nbits(shape, n, bits, block, zero, bias):
+    """The float32 sums of 8-bit weights run to ~30 while an output may cancel to ~0.06, so
+    the tolerance is a few float32 steps of the running sum (2e-6 each at 32), not of the
+    output: two summation orders differ by that much (onnxruntime's and XLA's)."""
     a = RNG.normal(0, 1, shape)
     model, feeds = _nbits(a, n, shape[-1], bits, block, zero=zero, bias=bias)
-    _run(model, feeds, ["DEQUANTIZE", "GEMM"], rtol=1e-5, atol=1e-5)
+    _run(model, feeds, ["DEQUANTIZE", "GEMM"], rtol=1e-5, atol=1e-4)
 
 
 def test_matmul_nbits_float16():
