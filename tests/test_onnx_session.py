@@ -10,6 +10,8 @@ against onnxruntime's CPU provider (skipped without it).
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -117,17 +119,75 @@ def test_compiler_options_reach_the_compiles_of_run_and_are_checked_first(tmp_pa
             compile_onnx(model, free_dimensions={"batch": 3}, compiler_options=given)
 
 
+def _ynn_bodies(hlo: str) -> tuple[list[str], str]:
+    """The bodies of the computations a compiled CPU program hands to YNNPACK (the fusions
+    named ynn_fusion), and the whole text."""
+    bodies, name, lines = {}, None, []
+    for line in hlo.splitlines():
+        head = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if head:
+            name, lines = head.group(1), []
+        elif line.startswith("}") and name is not None:
+            bodies[name], name = "\n".join(lines), None
+        elif name is not None:
+            lines.append(line)
+    called = re.findall(r"%ynn_fusion[\w.]* = .*kind=kCustom, calls=%([\w.\-]+)", hlo)
+    return [bodies[c] for c in called], hlo
+
+
+def test_sessions_on_the_cpu_keep_convolutions_off_ynnpack():
+    """On the CPU a session's compiles take CPU_COMPILER_OPTIONS where XLA takes them: its
+    convolutions run on XLA's own kernels, not in a YNNPACK fusion (which XLA's default would
+    make them, as the caller's options can), while matrix products stay on YNNPACK."""
+    from dml_jax.onnx.session import CPU_COMPILER_OPTIONS, cpu_compiler_defaults
+
+    if not cpu_compiler_defaults():
+        pytest.skip("this XLA does not take CPU_COMPILER_OPTIONS")
+    assert cpu_compiler_defaults() == CPU_COMPILER_OPTIONS
+    f = TensorProto.FLOAT
+    inits = [numpy_helper.from_array(RNG.normal(size=s).astype(np.float32), n)
+             for n, s in [("w", (64, 64, 3, 3)), ("m", (64, 64))]]  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"]),
+             helper.make_node("MatMul", ["a", "m"], ["z"])]  # fmt: skip
+    inputs = [_vi("x", f, [1, 64, 28, 28]), _vi("a", f, [64, 64])]
+    model = _model(nodes, inputs, [_vi("y", f, [1, 64, 28, 28]), _vi("z", f, [64, 64])], inits)
+    x = RNG.normal(size=(1, 64, 28, 28)).astype(np.float32)
+    a = RNG.normal(size=(64, 64)).astype(np.float32)
+    every = "LIBRARY_FUSION_TYPE_INDIVIDUAL_CONVOLUTION,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
+    texts = {}
+    for told in (None, {"xla_cpu_experimental_ynn_fusion_type": every}):
+        s = InferenceSession(model, device="cpu", compiler_options=told)
+        compiled = jax.jit(s.fn, compiler_options=s.compiler_options).lower(x, a).compile()
+        texts[told is None] = _ynn_bodies(compiled.as_text())
+        y, z = s.run(None, {"x": x, "a": a})
+        want_y, want_z = _ort(model, {"x": x, "a": a})
+        np.testing.assert_allclose(y, want_y, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(z, want_z, rtol=1e-4, atol=1e-4)
+    told_bodies, _ = texts[False]
+    if not any("convolution(" in b for b in told_bodies):
+        pytest.skip("this XLA hands no convolution to YNNPACK even when told to")
+    bodies, hlo = texts[True]
+    assert "convolution(" in hlo and not any("convolution(" in b for b in bodies), hlo
+    assert any(" dot(" in b for b in bodies), hlo
+
+
 def test_sessions_on_gpus_run_matrix_products_on_cublas_unless_told():
     """On a GPU the compiles of a session take GPU_COMPILER_OPTIONS (no Triton matrix product
     fusions: cuBLAS runs them), with the caller's compiler_options over them; on the CPU they
-    take the caller's alone."""
-    from dml_jax.onnx.session import GPU_COMPILER_OPTIONS, compiler_options_for
+    take the CPU's defaults and the caller's."""
+    from dml_jax.onnx.session import (
+        GPU_COMPILER_OPTIONS,
+        compiler_options_for,
+        cpu_compiler_defaults,
+    )
 
     model = dynamic_mlp()
     told = {"xla_gpu_enable_triton_gemm": True}
     assert GPU_COMPILER_OPTIONS == {"xla_gpu_enable_triton_gemm": False}
-    assert InferenceSession(model, device="cpu").compiler_options == {}
-    assert InferenceSession(model, device="cpu", compiler_options=told).compiler_options == told
+    assert InferenceSession(model, device="cpu").compiler_options == cpu_compiler_defaults()
+    on_cpu = InferenceSession(model, device="cpu", compiler_options=told).compiler_options
+    assert on_cpu == {**cpu_compiler_defaults(), **told}
     assert compiler_options_for(None, "gpu") == GPU_COMPILER_OPTIONS
     assert compiler_options_for(told, "gpu") == told
     assert compiler_options_for({"xla_gpu_autotune_level": 1}, "gpu") == {

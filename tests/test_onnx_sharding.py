@@ -172,6 +172,17 @@ def test_one_device_mesh_matches_the_plain_session():
     np.testing.assert_array_equal(got, want)
 
 
+def test_apply_on_a_mesh_runs_inside_a_callers_jit_whatever_the_options():
+    """On a mesh ``apply`` runs its own jitted program; inside a caller's jit it is traced into
+    the caller's (JAX takes compiler options on the outermost jit only)."""
+    x = example_input(2)
+    s = InferenceSession(MODEL, mesh=MESH, compiler_options={"xla_cpu_enable_fast_math": False})
+    assert s.compiler_options["xla_cpu_enable_fast_math"] is False
+    (want,) = s.run(None, {"x": x})
+    (got,) = jax.jit(lambda v: s.apply(None, v))(x)
+    np.testing.assert_array_equal(got, want)
+
+
 def _external_matmul(folder: Path) -> tuple[Path, np.ndarray]:
     """A MatMul model whose weight ``w`` {8, 4} is external data in ``weights.bin``."""
     import onnx

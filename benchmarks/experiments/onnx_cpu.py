@@ -14,13 +14,16 @@ every weight of two or more dimensions random values, scaled by its fan-in, as a
 network's would be: real constants, and outputs that say something.)
 
 Usage: ``JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/experiments/onnx_cpu.py
-[--only NAME ...] [--samples 7] [--iters 5] [--threads 2] [--random-weights]``, from the repository root.
+[--only NAME ...] [--samples 7] [--iters 5] [--threads 2] [--random-weights]
+[--compiler-options JSON]``, from the repository root (``--compiler-options`` go over the
+session's CPU defaults, ``dml_jax.onnx.session.CPU_COMPILER_OPTIONS``).
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import statistics
 import time
@@ -70,11 +73,11 @@ def with_random_weights(path: str) -> onnx.ModelProto:
     return model
 
 
-def measure(path: str, samples: int, iters: int, threads: int, random: bool) -> dict:
+def measure(path: str, samples: int, iters: int, threads: int, random: bool, options=None) -> dict:
     name = os.path.basename(path)[len("light_") : -len(".onnx")]
     source = with_random_weights(path) if random else path
     t0 = time.perf_counter()
-    model = compile_onnx(source)
+    model = compile_onnx(source, compiler_options=options)
     shape = tuple(model.input_shapes[0])
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     arg = jax.device_put(x, jax.devices("cpu")[0])
@@ -106,6 +109,8 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--random-weights", action="store_true", help="random weights, not constants")
+    p.add_argument("--compiler-options", type=json.loads, default=None,
+                   help="XLA options over the session's CPU defaults, as JSON")  # fmt: skip
     a = p.parse_args()
     paths = sorted(glob.glob(os.path.join(LIGHT, "*.onnx")))
     if a.only:
@@ -116,7 +121,7 @@ def main() -> None:
     print(f"{'model':<14}{'dml_jax ms':>12}{'ort ms':>10}{'ratio':>8}{'best':>7}{'rel diff':>10}"
           f"{'cold s':>8}")  # fmt: skip
     for path in paths:
-        r = measure(path, a.samples, a.iters, a.threads, a.random_weights)
+        r = measure(path, a.samples, a.iters, a.threads, a.random_weights, a.compiler_options)
         print(f"{r['model']:<14}{r['dml_jax_ms']:>12.2f}{r['ort_ms']:>10.2f}{r['ratio']:>8.2f}"
               f"{r['best_ratio']:>7.2f}{r['rel_diff']:>10.1e}{r['cold_s']:>8.1f}", flush=True)  # fmt: skip
 

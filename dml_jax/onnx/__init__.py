@@ -99,8 +99,9 @@ def compile_onnx(
     ``"disable"``, ``"basic"``, ``"extended"``, ``"all"``) and ``disabled_optimizers`` choose
     the graph optimizations run on the imported graph (docs/onnx.md, "Graph optimizations").
     ``compiler_options``: XLA options for the compile of the model's calls (``jax.jit``'s
-    ``compiler_options``), over a session's defaults where JAX's default backend is a GPU
-    (``session.GPU_COMPILER_OPTIONS``; docs/onnx.md, "First-call time").
+    ``compiler_options``), over a session's defaults on JAX's default backend
+    (``session.GPU_COMPILER_OPTIONS``, ``session.CPU_COMPILER_OPTIONS``; docs/onnx.md,
+    "First-call time" and "CPU").
 
     Raises:
         ImportError: without the ``onnx`` package.
