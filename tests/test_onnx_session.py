@@ -169,7 +169,8 @@ def test_sessions_on_the_cpu_keep_convolutions_off_ynnpack():
         pytest.skip("this XLA hands no convolution to YNNPACK even when told to")
     bodies, hlo = texts[True]
     assert "convolution(" in hlo and not any("convolution(" in b for b in bodies), hlo
-    assert any(" dot(" in b for b in bodies), hlo
+    if any(" dot(" in b for b in told_bodies):  # the products stay where XLA puts them
+        assert any(" dot(" in b for b in bodies), hlo
 
 
 def test_sessions_on_gpus_run_matrix_products_on_cublas_unless_told():
