@@ -101,7 +101,7 @@ def compile_onnx(
     ``compiler_options``: XLA options for the compile of the model's calls (``jax.jit``'s
     ``compiler_options``), over a session's defaults on JAX's default backend
     (``session.GPU_COMPILER_OPTIONS``, ``session.CPU_COMPILER_OPTIONS``; docs/onnx.md,
-    "First-call time" and "CPU").
+    "First-call time" and "On the CPU").
 
     Raises:
         ImportError: without the ``onnx`` package.

@@ -186,8 +186,9 @@ GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_enable_triton_gemm": False}
 # XLA options a session's compiles take on CPUs unless the caller's compiler_options say
 # otherwise: of the operations XLA's CPU backend hands to YNNPACK by default (matrix products,
 # convolutions, reductions), the convolutions stay on XLA's own kernels, which ran ONNX's light
-# CNNs 8-21% faster at batch 1 on two cores (ResNet-50 68 -> 61 ms; docs/onnx.md, "CPU"). The
-# option is experimental in XLA: where this XLA does not take it, CPU sessions have no defaults.
+# CNNs 8-21% faster at batch 1 on two cores (ResNet-50 68 -> 61 ms; docs/onnx.md, "On the
+# CPU"). The option is experimental in XLA: where this XLA does not take it, CPU sessions have
+# no defaults.
 CPU_COMPILER_OPTIONS: dict[str, Any] = {
     "xla_cpu_experimental_ynn_fusion_type": (
         "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_REDUCE"
