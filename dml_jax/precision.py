@@ -7,8 +7,7 @@ ALLOW_HALF_PRECISION_COMPUTATION (``compile_operator(..., allow_half_precision=T
 ``compile_graph`` likewise, or ``"executionFlags": "ALLOW_HALF_PRECISION_COMPUTATION"`` in a
 DxDispatch model), which permits TF32. FLOAT16 inputs are always multiplied with float32
 accumulation (docs/semantics.md); ``float16_pieces`` and ``pieces_product`` let a float32
-operand of such a product (a recurrent layer's state) run on float16
-arithmetic exactly.
+operand of such a product (a recurrent layer's state) run on float16 arithmetic exactly.
 
 The flag is read while a lowering is traced: ``with_half_precision(fn, allowed)`` wraps the
 function a compiled operator or graph runs, so the flag travels with the compiled object, not

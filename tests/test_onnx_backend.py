@@ -32,6 +32,7 @@ import pytest
 
 pytest.importorskip("onnx")
 import onnx.backend.test
+from conftest import LEGACY_EMITTERS
 from onnx import TensorProto, helper
 
 import dml_jax as dml
@@ -152,7 +153,7 @@ def _twin_of(case: str) -> str:
 # CPU programs with: XLA's direct LLVM emitters give some of them FNUZ's NaN where the value is
 # 0. XLA's default emitters, the ones users get, are right: there these cases run in a process of
 # their own (test_fnuz_casts_under_xla_default_emitters).
-LEGACY_EMITTERS = "--xla_cpu_use_fusion_emitters=false" in os.environ.get("XLA_FLAGS", "")
+USES_LEGACY = LEGACY_EMITTERS in os.environ.get("XLA_FLAGS", "")
 FNUZ_REASON = "a cast to FNUZ float8: run with XLA's default emitters by another test"
 FNUZ_CASTS: list[str] = []  # node ids of those cases
 
@@ -187,7 +188,7 @@ for _kind, _cls in TEST_CASES.items():
             setattr(_cls, _attr, _expect_failure(_test, _case, EXCLUDED[_case][1]))
         elif _casts_to_fnuz(_case) and _device == "cpu":
             FNUZ_CASTS.append(f"{__file__}::{_kind}::{_attr}")
-            if LEGACY_EMITTERS:
+            if USES_LEGACY:
                 setattr(_cls, _attr, unittest.skip(FNUZ_REASON)(_test))
 del (
     _kind,
@@ -200,11 +201,11 @@ del (
 globals().update(TEST_CASES)
 
 
-@pytest.mark.skipif(not LEGACY_EMITTERS, reason="the casts to FNUZ float8 ran in this process")
+@pytest.mark.skipif(not USES_LEGACY, reason="the casts to FNUZ float8 ran in this process")
 def test_fnuz_casts_under_xla_default_emitters():
     assert len(FNUZ_CASTS) >= 16, FNUZ_CASTS  # onnx 1.23's, less the _expanded twins
     env = dict(os.environ, DML_JAX_XLA_FUSION_EMITTERS="1")
-    env["XLA_FLAGS"] = env["XLA_FLAGS"].replace("--xla_cpu_use_fusion_emitters=false", "")
+    env["XLA_FLAGS"] = env["XLA_FLAGS"].replace(LEGACY_EMITTERS, "")
     args = ["-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *FNUZ_CASTS]
     done = subprocess.run(
         [sys.executable, *args], env=env, capture_output=True, text=True, check=False

@@ -198,13 +198,12 @@ CPU_COMPILER_OPTIONS: dict[str, Any] = {
 
 @functools.cache
 def cpu_compiler_defaults() -> dict[str, Any]:
-    """``CPU_COMPILER_OPTIONS`` where this XLA takes them (a trivial program compiles with
-    them), else {}."""
+    """``CPU_COMPILER_OPTIONS`` where this XLA takes them (``check_compiler_options``), else
+    {}."""
     try:
-        jax.jit(lambda: 0, compiler_options=CPU_COMPILER_OPTIONS).lower().compile()
-    except (jax.errors.JaxRuntimeError, TypeError, ValueError):
+        return check_compiler_options(CPU_COMPILER_OPTIONS, ONNX) or {}
+    except ValidationError:
         return {}
-    return dict(CPU_COMPILER_OPTIONS)
 
 
 def compiler_options_for(options: Mapping[str, Any] | None, platform: str) -> dict[str, Any]:
@@ -253,8 +252,6 @@ class Program:
         layout: on a session with a mesh, the shardings of its inputs, parameters and outputs
             (``placement.ProgramLayout``), which ``apply`` imposes; else None.
         jitted: ``apply`` under ``jax.jit``, with the session's XLA ``compiler_options``.
-        traced: ``apply`` under ``jax.jit`` without options, for calls inside a caller's
-            trace (JAX takes compiler options on the outermost jit only).
     """
 
     def __init__(
@@ -271,7 +268,6 @@ class Program:
         descs = [d for n in nodes for _, d in n.input_slots() + n.output_slots()]
         self.needs_x64 = any(d is not None and d.data_type.is_64bit for d in descs)
         self.jitted = jax.jit(self.apply, compiler_options=compiler_options or None)
-        self.traced = jax.jit(self.apply)
 
     def apply(self, params: Mapping[str, Any], *inputs: Any) -> tuple:
         """The model's outputs for ``inputs`` (every model input, in order; those the program
@@ -927,9 +923,10 @@ class InferenceSession:
         imp = program.imported
         call = program.apply
         if program.layout is not None:
-            # Inside a caller's trace the caller's jit compiles, with the caller's options.
+            # Inside a caller's trace the program is traced into the caller's jit, which
+            # compiles it with the caller's options (JAX takes options on the outermost jit).
             traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((params, inputs)))
-            call = program.traced if traced else program.jitted
+            call = program.apply if traced else program.jitted
             if params is None:
                 params = self._mesh_params(program)
         elif params is None:
