@@ -286,3 +286,36 @@ def test_add1_fused_json_forms():
     bad = dict(obj["desc"], FusedActivation={"Alpha": 1})
     with pytest.raises(dml.ValidationError, match=r"desc\.FusedActivation\.Type is required"):
         dml.operator_desc_from_json({"type": "ELEMENT_WISE_ADD1", "desc": bad})
+
+
+def test_float32_subnormals_flush_on_the_cpu_and_stay_on_gpus():
+    """docs/semantics.md, "Subnormal numbers": float32 math flushes subnormal inputs and results
+    to a zero of the same sign on XLA's CPU backend (Direct3D's rule) and keeps them on GPUs;
+    data movement and FLOAT16 math keep them on every backend."""
+    import jax
+
+    backend = jax.default_backend()
+    if backend not in ("cpu", "gpu"):
+        pytest.skip(f"docs/semantics.md states the CPU's and GPUs' rule, not {backend}'s")
+    tiny = np.array([1e-40, -1e-40, 1.0], np.float32)
+    mul = dml.compile_operator(dml.ElementWiseMultiplyOperatorDesc(*tensors("FLOAT32", (3,), 3)))
+    doubled = np.asarray(mul(tiny, np.full(3, 2, np.float32)))
+    product = np.asarray(mul(*(np.full(3, v, np.float32) for v in (1e-20, 1e-19))))
+    if backend == "cpu":
+        np.testing.assert_array_equal(doubled, [0.0, -0.0, 2.0])
+        assert np.signbit(doubled[1])
+        np.testing.assert_array_equal(product, 0.0)
+    else:
+        np.testing.assert_array_equal(doubled, tiny * np.float32(2))
+        np.testing.assert_array_equal(product, np.float32(1e-20) * np.float32(1e-19))
+        assert 0 < product[0] < np.finfo(np.float32).tiny
+    # Data movement keeps the bits.
+    copied = np.asarray(dml.compile_operator(identity())(tiny))
+    np.testing.assert_array_equal(copied.view(np.uint32), tiny.view(np.uint32))
+    # FLOAT16 subnormals are normal float32 numbers: kept.
+    half = np.array([1e-7, -1e-7, 1.0], np.float16)
+    mul16 = dml.compile_operator(dml.ElementWiseMultiplyOperatorDesc(*tensors("FLOAT16", (3,), 3)))
+    np.testing.assert_array_equal(
+        np.asarray(mul16(half, np.full(3, 2, np.float16))), half * np.float16(2)
+    )
+    assert 0 < half[0] * 2 < np.finfo(np.float16).tiny
