@@ -41,7 +41,7 @@ from dml_jax.ops import gemm_conv as G
 from dml_jax.ops._common import wide
 
 
-def taps_last(x, w, strides, padding, lhs_dilation, dilations, barrier: bool):
+def taps_last(x, w, strides, padding, lhs_dilation, dilations, barrier: bool, out_barrier=False):
     """``gemm_conv._depthwise_taps`` with the channels last (one output channel per input
     channel; other multipliers keep the channels-second form)."""
     n, c = x.shape[:2]
@@ -66,17 +66,19 @@ def taps_last(x, w, strides, padding, lhs_dilation, dilations, barrier: bool):
         term = window * taps[tap]
         y = term if y is None else y + term
     y = y.astype(G._product_type(x))
+    if out_barrier:
+        y = lax.optimization_barrier(y)
     return jnp.transpose(y, (0, nd + 1, *range(1, nd + 1)))
 
 
-def patch(limit: int, layout: str, barrier: bool) -> None:
+def patch(limit: int, layout: str, barrier: bool, out_barrier: bool = False) -> None:
     grouped = G._depthwise
 
     def depthwise(x, w, strides, padding, lhs_dilation, dilations, g):
         if math.prod(w.shape[2:]) > limit:
             return grouped(x, w, strides, padding, lhs_dilation, dilations, g)
         if layout == "last":
-            return taps_last(x, w, strides, padding, lhs_dilation, dilations, barrier)
+            return taps_last(x, w, strides, padding, lhs_dilation, dilations, barrier, out_barrier)
         return G._depthwise_taps(x, w, strides, padding, lhs_dilation, dilations)
 
     G._depthwise = depthwise
@@ -133,9 +135,10 @@ def main() -> None:
     p.add_argument("--taps", type=int, default=25, help="windows of at most this many taps")
     p.add_argument("--layout", choices=("first", "last"), default="last")
     p.add_argument("--barrier", action="store_true")
+    p.add_argument("--out-barrier", action="store_true", help="the taps' sum materialized")
     p.add_argument("--profile", metavar="NAME")
     args = p.parse_args(own)
-    patch(args.taps, args.layout, args.barrier)
+    patch(args.taps, args.layout, args.barrier, args.out_barrier)
     if args.profile:
         profile(args.profile)
         return
