@@ -180,7 +180,9 @@ def test_apply_on_a_mesh_runs_inside_a_callers_jit_whatever_the_options():
     assert s.compiler_options["xla_cpu_enable_fast_math"] is False
     (want,) = s.run(None, {"x": x})
     (got,) = jax.jit(lambda v: s.apply(None, v))(x)
-    np.testing.assert_array_equal(got, want)
+    # The caller's jit compiles with its own options: on a GPU its products may run another
+    # algorithm and sum in another order (observed: 2.4e-7 apart on an H100).
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def _external_matmul(folder: Path) -> tuple[Path, np.ndarray]:
