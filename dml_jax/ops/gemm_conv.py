@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -380,6 +381,8 @@ def lower_conv(d: ConvolutionOperatorDesc, x, w, *bias):
         y = _patches(x, w, strides, padding, lhs_dilation, dilations)
     elif _split_groups(x, g):
         y = _per_group(x, w, strides, padding, lhs_dilation, dilations, g)
+    elif _winograd_fits(x, w, strides, padding, lhs_dilation, dilations, g):
+        y = _winograd(x, w, padding)
     else:
         y = _conv(x, w, strides, padding, lhs_dilation, dilations, g)
     if bias:
@@ -594,6 +597,108 @@ def _per_group(x, w, strides, padding, lhs_dilation, dilations, g: int):
         return _conv(x, w, strides, padding, lhs_dilation, dilations, g)
 
     return lax.platform_dependent(x, w, cpu=split, default=grouped)
+
+
+# Ungrouped 3x3 stride-1 convolutions take Winograd's F(2x2, 3x3) on the CPU from this much
+# work per transformed product (channels in x channels out x 2x2 output tiles) and these sizes.
+_WINOGRAD_MIN_CHANNELS, _WINOGRAD_MIN_WORK, _WINOGRAD_MIN_OUT = 256, 4 * 2**20, 12
+
+
+def _winograd_fits(x, w, strides, padding, lhs_dilation, dilations, g: int) -> bool:
+    """An ungrouped 2-D 3x3 window, stride and dilation 1, padding of at most 2 per side, at
+    least ``_WINOGRAD_MIN_CHANNELS`` channels in and out, outputs at least
+    ``_WINOGRAD_MIN_OUT`` on each side and ``_WINOGRAD_MIN_WORK`` products per tile position:
+    where the transforms cost less than the products they save (benchmarks/experiments/
+    README.md, "winograd")."""
+    if g != 1 or x.ndim != 4 or tuple(w.shape[2:]) != (3, 3):
+        return False
+    if any(v != 1 for v in (*strides, *lhs_dilation, *dilations)):
+        return False
+    if any(not 0 <= p <= 2 for pair in padding for p in pair):
+        return False
+    out = [size + lo + hi - 2 for size, (lo, hi) in zip(x.shape[2:], padding)]
+    tiles = x.shape[0] * math.prod((o + 1) // 2 for o in out)
+    c, k = x.shape[1], w.shape[0]
+    return (
+        min(c, k) >= _WINOGRAD_MIN_CHANNELS
+        and min(out) >= _WINOGRAD_MIN_OUT
+        and c * k * tiles >= _WINOGRAD_MIN_WORK
+    )
+
+
+def _winograd(x, w, padding):
+    """A 3x3 stride-1 convolution, on the CPU by Winograd's minimal filtering F(2x2, 3x3)
+    (Lavin and Gray, 2015); elsewhere the convolution itself.
+
+    Each 2x2 block of outputs comes from the 4x4 block of input around it: the input blocks
+    and the filter are transformed (``B^T d B``, ``G g G^T``: sums and differences, and halves
+    of the filter), multiplied channel by channel as 16 matrix products of {K, C} by {C, tiles},
+    and transformed back (``A^T m A``). That is 16 products per 2x2 outputs where the
+    convolution takes 36: XLA's CPU convolution ran VGG's 3x3 layers at 99-171 GFLOP/s, and this
+    form took 0.65-0.85 of its time for 256 to 512 channels at 12x12 to 56x56 (and lost below
+    those sizes, hence ``_winograd_fits``). The transforms' coefficients are 0, +-1 and 1/2, so
+    the result is the convolution's up to float32 rounding (within 1e-6 of the output's largest
+    magnitude in the tests), not the same sums in another order; FLOAT16 is transformed and
+    multiplied in float32 and rounded once."""
+
+    def minimal(x, w, u):
+        n, c, h, wd = x.shape
+        k = w.shape[0]
+        (top, bottom), (left, right) = padding
+        oh, ow = h + top + bottom - 2, wd + left + right - 2
+        th, tw = (oh + 1) // 2, (ow + 1) // 2
+        # Padded so that the th x tw blocks of 4x4 (stride 2) fit: the extra rows and
+        # columns only feed outputs past (oh, ow), which are cropped.
+        xp = jnp.pad(
+            wide(x),
+            ((0, 0), (0, 0), (top, 2 * th + 2 - h - top), (left, 2 * tw + 2 - wd - left)),
+        )
+
+        def input_rows(a, axis):  # B^T applied along ``axis`` (rows 2i + 0..3 of each block)
+            r = [lax.slice_in_dim(a, j, j + 2 * (th if axis == 2 else tw) - 1, 2, axis)
+                 for j in range(4)]  # fmt: skip
+            return [r[0] - r[2], r[1] + r[2], r[2] - r[1], r[1] - r[3]]
+
+        v = jnp.stack([jnp.stack(input_rows(a, 3)) for a in input_rows(xp, 2)])
+        # {4, 4, N, C, th, tw} -> {16, C, N x th x tw}
+        v = jnp.transpose(v, (0, 1, 3, 2, 4, 5)).reshape(16, c, n * th * tw)
+        if u is None:
+            u = _winograd_filter(jnp, wide(w))
+        m = lax.dot_general(
+            u.reshape(16, k, c),
+            v,
+            (((2,), (1,)), ((0,), (0,))),
+            precision=matmul_precision(),
+            preferred_element_type=jnp.float32,
+        ).reshape(4, 4, k, n, th, tw)
+        s0, s1 = m[0] + m[1] + m[2], m[1] - m[2] - m[3]  # A^T along the rows: {4, K, N, th, tw}
+
+        def output_cols(t):  # A^T along the columns: the two outputs of each block
+            return jnp.stack([t[0] + t[1] + t[2], t[1] - t[2] - t[3]], -1)
+
+        y = jnp.stack([output_cols(s0), output_cols(s1)], -3)  # {K, N, th, 2, tw, 2}
+        y = y.reshape(k, n, 2 * th, 2 * tw)[:, :, :oh, :ow]
+        return jnp.swapaxes(y, 0, 1).astype(_product_type(x))
+
+    def whole(x, w, u):
+        return _conv(x, w, (1, 1), padding, (1, 1), (1, 1), 1)
+
+    # A constant filter (a model's weights) is transformed here, once, by NumPy: XLA would fold
+    # the transform at every compile, slowly (VGG-19's compile took 12 s longer).
+    u = None
+    if not isinstance(w, jax.core.Tracer):
+        u = _winograd_filter(np, np.asarray(w, np.float32))
+    return lax.platform_dependent(x, w, u, cpu=minimal, default=whole)
+
+
+def _winograd_filter(xp, f):
+    """``G f G^T`` of a {K, C, 3, 3} filter: {4, 4, K, C}, with ``xp`` NumPy or jax.numpy."""
+
+    def rows(a):  # G along the third axis
+        g0, g1, g2 = a[:, :, 0], a[:, :, 1], a[:, :, 2]
+        return [g0, (g0 + g1 + g2) * 0.5, (g0 - g1 + g2) * 0.5, g2]
+
+    return xp.stack([xp.stack(rows(a)) for a in rows(f)])
 
 
 def _conv(x, w, strides, padding, lhs_dilation, dilations, g):
