@@ -173,6 +173,37 @@ def test_sessions_on_the_cpu_keep_convolutions_off_ynnpack():
         assert any(" dot(" in b for b in bodies), hlo
 
 
+def test_cpu_sessions_compile_their_weights_in(monkeypatch):
+    """On the CPU ``run`` compiles the session's weights into its program as constants (XLA
+    then lays the filters out once, not at every call), up to CPU_BAKED_WEIGHTS_MAX_BYTES of
+    them; above that, and under ``fn`` / ``apply``, they are arguments. Same outputs."""
+    import dml_jax.onnx.session as session_module
+
+    traced: list[int] = []  # the number of parameters each traced call of a program received
+    original = session_module.Program.apply
+
+    def spy(self, params, *inputs):
+        traced.append(len(params))
+        return original(self, params, *inputs)
+
+    monkeypatch.setattr(session_module.Program, "apply", spy)
+    f = TensorProto.FLOAT
+    inits = [numpy_helper.from_array(RNG.normal(size=s).astype(np.float32), n)
+             for n, s in [("w", (8, 4, 3, 3)), ("m", (8, 5))]]  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("MatMul", ["c", "m"], ["y"])]  # fmt: skip
+    model = _model(nodes, [_vi("x", f, [1, 4, 6, 8])], [_vi("y", f, [1, 8, 6, 5])], inits)
+    feed = {"x": RNG.normal(size=(1, 4, 6, 8)).astype(np.float32)}
+    (want,) = _ort(model, feed)
+    (baked,) = InferenceSession(model, device="cpu").run(None, feed)
+    assert traced == [0]
+    np.testing.assert_allclose(baked, want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(session_module, "CPU_BAKED_WEIGHTS_MAX_BYTES", 0)
+    (passed,) = InferenceSession(model, device="cpu").run(None, feed)
+    assert traced[1:] == [2]
+    np.testing.assert_allclose(passed, baked, rtol=1e-5, atol=1e-6)
+
+
 def test_sessions_on_gpus_run_matrix_products_on_cublas_unless_told():
     """On a GPU the compiles of a session take GPU_COMPILER_OPTIONS (no Triton matrix product
     fusions: cuBLAS runs them), with the caller's compiler_options over them; on the CPU they

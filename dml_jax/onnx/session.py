@@ -195,6 +195,14 @@ CPU_COMPILER_OPTIONS: dict[str, Any] = {
     )
 }
 
+# On the CPU, ``run`` compiles the session's own weights into its programs as constants, up to
+# this many bytes of them: XLA's CPU backend then lays each filter and matrix out for its
+# kernels once, at compile time, where weights passed as arguments were copied into those
+# layouts at every call (ResNet-50 101 -> 70 ms a call, AlexNet 152 -> 22, VGG-19 590 -> 214;
+# docs/onnx.md, "On the CPU"), for about 35 ms of compile per MB. ``apply`` and ``fn`` still
+# take the parameters as arguments.
+CPU_BAKED_WEIGHTS_MAX_BYTES = 2**30
+
 
 @functools.cache
 def cpu_compiler_defaults() -> dict[str, Any]:
@@ -649,7 +657,7 @@ class InferenceSession:
             if program.layout is None:
                 args = [jax.device_put(to_graph_array(feed[n], f"input '{n}'"), self._device)
                         for n in program.imported.input_names]  # fmt: skip
-                outs = program.jitted(self._device_params(), *args)
+                outs = program.jitted(self._run_params(program), *args)
             else:
                 from .placement import fetch, place
 
@@ -866,6 +874,19 @@ class InferenceSession:
                 if i.data_type in (1, 10, 11)
             }
         return self._params
+
+    def _run_params(self, program: Program) -> dict[str, Any]:
+        """The parameters ``run`` passes: none on the CPU while the program's constants (the
+        session's weights, as imported) are at most ``CPU_BAKED_WEIGHTS_MAX_BYTES``, so that
+        they are compiled in; else the session's parameters on its device."""
+        if self._device.platform == "cpu":
+            size = program.__dict__.get("_constant_bytes")
+            if size is None:
+                size = sum(int(np.asarray(c).nbytes) for c in program.imported.constants)
+                program._constant_bytes = size
+            if size <= CPU_BAKED_WEIGHTS_MAX_BYTES:
+                return {}
+        return self._device_params()
 
     def _device_params(self) -> dict[str, Any]:
         """The parameters on the session's device (once per x64 mode: without it JAX holds
