@@ -463,3 +463,24 @@ def test_half_precision_flag_reaches_graphs_and_models(tmp_path):
     path.write_text(json.dumps(model))
     op = load_model(str(path)).dispatchables["gemm"].op
     assert "Precision.HIGHEST" not in str(jax.make_jaxpr(op.fn)(x, x))
+
+
+def test_winograd_with_a_constant_filter_equals_the_traced_one():
+    """A filter known when the program is traced (a model's weights compiled in) is transformed
+    by NumPy, once, on the CPU; the result is the traced filter's (the same transform)."""
+    x_desc, w_desc = T("FLOAT32", (2, 256, 12, 12)), T("FLOAT32", (256, 256, 3, 3))
+    desc = dml.ConvolutionOperatorDesc(
+        x_desc, w_desc, None, T("FLOAT32", (2, 256, 12, 12)), start_padding=(1, 1),
+        end_padding=(1, 1), strides=(1, 1), dilations=(1, 1), output_padding=(0, 0),
+    )  # fmt: skip
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(x_desc.sizes).astype(np.float32)
+    w = (rng.standard_normal(w_desc.sizes) / 48).astype(np.float32)
+    fn = dml.compile_operator(desc).fn
+    traced = np.asarray(jax.jit(fn)(x, w))
+    constant = jax.jit(lambda x: fn(x, w))
+    np.testing.assert_allclose(np.asarray(constant(x)), traced, rtol=0, atol=1e-5)
+    (want,) = reference.reference(desc, x, w)
+    np.testing.assert_allclose(traced, want, rtol=0, atol=2e-6 * np.abs(want).max())
+    if jax.default_backend() == "cpu":
+        assert "convolution(" not in constant.lower(x).compile().as_text()

@@ -684,9 +684,10 @@ def _winograd(x, w, padding):
         return _conv(x, w, (1, 1), padding, (1, 1), (1, 1), 1)
 
     # A constant filter (a model's weights) is transformed here, once, by NumPy: XLA would fold
-    # the transform at every compile, slowly (VGG-19's compile took 12 s longer).
+    # the transform at every compile, slowly (VGG-19's compile took 12 s longer). Only where
+    # the CPU is JAX's default backend: elsewhere the CPU branch is not the one compiled.
     u = None
-    if not isinstance(w, jax.core.Tracer):
+    if not isinstance(w, jax.core.Tracer) and jax.default_backend() == "cpu":
         u = _winograd_filter(np, np.asarray(w, np.float32))
     return lax.platform_dependent(x, w, u, cpu=minimal, default=whole)
 
