@@ -13,10 +13,18 @@ writes out again at every call, and the outputs agree trivially. ``--random-weig
 every weight of two or more dimensions random values, scaled by its fan-in, as a trained
 network's would be: real constants, and outputs that say something.)
 
+``--session`` times ``InferenceSession(...).run`` instead (inputs and outputs as NumPy arrays,
+as onnxruntime's), whose weights are compiled in on the CPU up to
+``session.CPU_BAKED_WEIGHTS_MAX_BYTES``; ``--weights-as-arguments`` passes them at every call
+instead (the sessions before that rule). ``--no-winograd`` runs every 3x3 convolution as XLA's
+convolution (``gemm_conv._winograd_fits`` never holds): the comparisons of docs/onnx.md, "On
+the CPU".
+
 Usage: ``JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/experiments/onnx_cpu.py
 [--only NAME ...] [--samples 7] [--iters 5] [--threads 2] [--random-weights]
-[--compiler-options JSON]``, from the repository root (``--compiler-options`` go over the
-session's CPU defaults, ``dml_jax.onnx.session.CPU_COMPILER_OPTIONS``).
+[--compiler-options JSON] [--session [--weights-as-arguments]] [--no-winograd]``, from the
+repository root (``--compiler-options`` go over the session's CPU defaults,
+``dml_jax.onnx.session.CPU_COMPILER_OPTIONS``).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 import statistics
 import time
@@ -33,7 +42,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from dml_jax.onnx import compile_onnx
+from dml_jax.onnx import InferenceSession, compile_onnx
+from dml_jax.onnx import session as session_module
+from dml_jax.ops import gemm_conv
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 
@@ -73,15 +84,30 @@ def with_random_weights(path: str) -> onnx.ModelProto:
     return model
 
 
-def measure(path: str, samples: int, iters: int, threads: int, random: bool, options=None) -> dict:
+def measure(
+    path: str, samples: int, iters: int, threads: int, random: bool, options=None, session=False
+) -> dict:
     name = os.path.basename(path)[len("light_") : -len(".onnx")]
     source = with_random_weights(path) if random else path
     t0 = time.perf_counter()
-    model = compile_onnx(source, compiler_options=options)
-    shape = tuple(model.input_shapes[0])
-    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    arg = jax.device_put(x, jax.devices("cpu")[0])
-    ours = jax.block_until_ready(model(arg))
+    if session:
+        s = InferenceSession(source.SerializeToString() if random else path,
+                             compiler_options=options)  # fmt: skip
+        shape = tuple(s.get_inputs()[0].shape)
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        feed_ours = {s.get_inputs()[0].name: x}
+
+        def call():
+            return s.run(None, feed_ours)[0]
+    else:
+        model = compile_onnx(source, compiler_options=options)
+        x = np.random.default_rng(0).standard_normal(model.input_shapes[0]).astype(np.float32)
+        arg = jax.device_put(x, jax.devices("cpu")[0])
+
+        def call():
+            return model(arg)
+
+    ours = jax.block_until_ready(call())
     cold = time.perf_counter() - t0
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
@@ -93,9 +119,9 @@ def measure(path: str, samples: int, iters: int, threads: int, random: bool, opt
     scale = float(np.max(np.abs(theirs))) or 1.0
     diff = float(np.max(np.abs(np.asarray(ours) - theirs))) / scale
     ours_t, theirs_t = [], []
-    _sample(lambda: model(arg), 1)
+    _sample(call, 1)
     for _ in range(samples):
-        ours_t.append(_sample(lambda: model(arg), iters))
+        ours_t.append(_sample(call, iters))
         theirs_t.append(_sample(lambda: sess.run(None, feed), iters))
     a, b = statistics.median(ours_t), statistics.median(theirs_t)
     return {"model": name, "dml_jax_ms": a * 1e3, "ort_ms": b * 1e3, "ratio": a / b,
@@ -111,17 +137,29 @@ def main() -> None:
     p.add_argument("--random-weights", action="store_true", help="random weights, not constants")
     p.add_argument("--compiler-options", type=json.loads, default=None,
                    help="XLA options over the session's CPU defaults, as JSON")  # fmt: skip
+    p.add_argument("--session", action="store_true", help="time InferenceSession.run")
+    p.add_argument("--weights-as-arguments", action="store_true",
+                   help="with --session: the weights passed at every call, not compiled in")  # fmt: skip
+    p.add_argument("--no-winograd", action="store_true", help="no Winograd 3x3 convolutions")
     a = p.parse_args()
+    if a.weights_as_arguments:
+        session_module.CPU_BAKED_WEIGHTS_MAX_BYTES = -1
+    if a.no_winograd:
+        gemm_conv._WINOGRAD_MIN_CHANNELS = math.inf
     paths = sorted(glob.glob(os.path.join(LIGHT, "*.onnx")))
     if a.only:
         paths = [q for q in paths if any(f"light_{n}.onnx" == os.path.basename(q) for n in a.only)]
     print(f"jax {jax.__version__}, onnxruntime {ort.__version__}, {os.cpu_count()} CPUs, "
           f"median of {a.samples} samples of {a.iters} calls, alternating"
-          + (", random weights" if a.random_weights else ""))  # fmt: skip
+          + (", random weights" if a.random_weights else "")
+          + (", InferenceSession.run" if a.session else ", compile_onnx")
+          + (", weights as arguments" if a.weights_as_arguments else "")
+          + (", no Winograd" if a.no_winograd else ""))  # fmt: skip
     print(f"{'model':<14}{'dml_jax ms':>12}{'ort ms':>10}{'ratio':>8}{'best':>7}{'rel diff':>10}"
           f"{'cold s':>8}")  # fmt: skip
     for path in paths:
-        r = measure(path, a.samples, a.iters, a.threads, a.random_weights, a.compiler_options)
+        r = measure(path, a.samples, a.iters, a.threads, a.random_weights, a.compiler_options,
+                    a.session)  # fmt: skip
         print(f"{r['model']:<14}{r['dml_jax_ms']:>12.2f}{r['ort_ms']:>10.2f}{r['ratio']:>8.2f}"
               f"{r['best_ratio']:>7.2f}{r['rel_diff']:>10.1e}{r['cold_s']:>8.1f}", flush=True)  # fmt: skip
 

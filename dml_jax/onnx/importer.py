@@ -510,6 +510,11 @@ class ImportedGraph:
     layouts: tuple[tuple[str, str, Any], ...] = ()
     optimizations: tuple[tuple[str, int], ...] = ()
 
+    @property
+    def constant_bytes(self) -> int:
+        """The bytes of the constant graph inputs (the weights and folded constants)."""
+        return sum(int(np.asarray(c).nbytes) for c in self.constants)
+
 
 Converter = Callable[["Context", Any, list], list]
 

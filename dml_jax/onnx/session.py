@@ -199,7 +199,7 @@ CPU_COMPILER_OPTIONS: dict[str, Any] = {
 # this many bytes of them: XLA's CPU backend then lays each filter and matrix out for its
 # kernels once, at compile time, where weights passed as arguments were copied into those
 # layouts at every call (ResNet-50 101 -> 70 ms a call, AlexNet 152 -> 22, VGG-19 590 -> 214;
-# docs/onnx.md, "On the CPU"), for about 35 ms of compile per MB. ``apply`` and ``fn`` still
+# docs/onnx.md, "On the CPU"), for 35-47 ms of compile per MB. ``apply`` and ``fn`` still
 # take the parameters as arguments.
 CPU_BAKED_WEIGHTS_MAX_BYTES = 2**30
 
@@ -345,7 +345,7 @@ def check_memory(imported: ImportedGraph, max_memory: int | None) -> None:
     counts a dispatch's tensors next to the resources the same way)."""
     if not max_memory:
         return
-    fixed = sum(int(np.asarray(c).nbytes) for c in imported.constants)
+    fixed = imported.constant_bytes
     for shape, dtype in zip(imported.input_shapes, imported.input_dtypes):
         fixed += math.prod(shape) * np.dtype(dtype).itemsize
     for shape, dtype in zip(imported.output_shapes, imported.output_dtypes):
@@ -626,7 +626,9 @@ class InferenceSession:
         self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options=None
     ) -> list[np.ndarray]:
         """Runs the model: ``input_feed`` maps input names to arrays; returns the outputs named
-        in ``output_names`` (None or empty: all), as NumPy arrays in the model's dtypes."""
+        in ``output_names`` (None or empty: all), as NumPy arrays in the model's dtypes. On
+        the CPU the session's weights are compiled into the program (up to
+        ``CPU_BAKED_WEIGHTS_MAX_BYTES``); elsewhere, and in ``apply``, they are arguments."""
         if not isinstance(input_feed, Mapping):
             raise ValidationError(f"{ONNX}: input_feed must be a dict of name -> array")
         known = {i.name for i in self._inputs} | {i.name for i in self._overridable}
@@ -879,13 +881,9 @@ class InferenceSession:
         """The parameters ``run`` passes: none on the CPU while the program's constants (the
         session's weights, as imported) are at most ``CPU_BAKED_WEIGHTS_MAX_BYTES``, so that
         they are compiled in; else the session's parameters on its device."""
-        if self._device.platform == "cpu":
-            size = program.__dict__.get("_constant_bytes")
-            if size is None:
-                size = sum(int(np.asarray(c).nbytes) for c in program.imported.constants)
-                program._constant_bytes = size
-            if size <= CPU_BAKED_WEIGHTS_MAX_BYTES:
-                return {}
+        cpu = self._device.platform == "cpu"
+        if cpu and program.imported.constant_bytes <= CPU_BAKED_WEIGHTS_MAX_BYTES:
+            return {}
         return self._device_params()
 
     def _device_params(self) -> dict[str, Any]:
