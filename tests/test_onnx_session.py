@@ -195,12 +195,16 @@ def test_cpu_sessions_compile_their_weights_in(monkeypatch):
     model = _model(nodes, [_vi("x", f, [1, 4, 6, 8])], [_vi("y", f, [1, 8, 6, 5])], inits)
     feed = {"x": RNG.normal(size=(1, 4, 6, 8)).astype(np.float32)}
     (want,) = _ort(model, feed)
-    (baked,) = InferenceSession(model, device="cpu").run(None, feed)
+    session = InferenceSession(model, device="cpu")
+    (baked,) = session.run(None, feed)
     assert traced == [0]
     np.testing.assert_allclose(baked, want, rtol=1e-4, atol=1e-4)
+    (applied,) = session.apply(None, feed["x"])  # apply takes the session's parameters
+    assert traced[1:] == [2]
+    np.testing.assert_allclose(applied, baked, rtol=1e-5, atol=1e-6)
     monkeypatch.setattr(session_module, "CPU_BAKED_WEIGHTS_MAX_BYTES", 0)
     (passed,) = InferenceSession(model, device="cpu").run(None, feed)
-    assert traced[1:] == [2]
+    assert traced[2:] == [2]
     np.testing.assert_allclose(passed, baked, rtol=1e-5, atol=1e-6)
 
 
