@@ -665,6 +665,111 @@ def test_grouped_heads_equal_repeated_key_value_heads():
                   rtol=1e-6, atol=1e-6)  # fmt: skip
 
 
+_CLOSE = {"rtol": 1e-5, "atol": 1e-6}  # float32 against the float64 reference
+
+
+def _causal_case(type_name, seq=10, rpb=False, flip=False, seed=3):
+    """MULTIHEAD_ATTENTION1 (4 query heads on 2 key/value heads) with a BOOLEAN causal mask of
+    S == T (MaskFilterValue -inf), broadcast over batch and heads by stride 0 as a graph's
+    constant reads it; ``flip`` keeps one key past the diagonal (no longer causal)."""
+    b, hq, hkv, d = 2, 4, 2, 5
+    rng = np.random.default_rng(seed)
+    dtype = np.float16 if type_name == "FLOAT16" else np.float32
+    q = rng.standard_normal((b, seq, hq * d)).astype(dtype)
+    k = rng.standard_normal((b, seq, hkv * d)).astype(dtype)
+    v = rng.standard_normal((b, seq, hkv * d)).astype(dtype)
+    mask = np.broadcast_to(np.tril(np.ones((seq, seq), np.int32)), (b, hq, seq, seq))
+    if flip:
+        mask = mask.copy()
+        mask[1, 2, 3, seq - 1] = 1
+    inputs = [q, k, v, mask]
+    extra = {}
+    if rpb:
+        inputs.append(rng.standard_normal((b, hq, seq, seq)).astype(dtype))
+        extra["relative_position_bias_tensor"] = _t((b, hq, seq, seq), type_name)
+    desc = MHA1(_t(q.shape, type_name), _t(k.shape, type_name), _t(v.shape, type_name),
+                mask_tensor=_t(mask.shape, "INT32"), output_tensor=_t(q.shape, type_name),
+                scale=0.6, mask_filter_value=-math.inf, query_head_count=hq,
+                key_value_head_count=hkv, mask_type="BOOLEAN", **extra)  # fmt: skip
+    return desc, inputs
+
+
+def _lower_with_known_mask(desc, inputs, known=True):
+    """The lax lowering, jitted, with the mask a constant of the program (as a graph's
+    ConstantDataNode gives it: ``fastpath.known_input``) or known only at run time; the
+    logits' shapes of the traced program too."""
+    from dml_jax.fastpath import known_inputs
+    from dml_jax.ops.attention import lower_attention
+
+    index = [p for p, _ in desc.input_slots()].index("MaskTensor")
+    with known_inputs({index: inputs[index]} if known else {}):
+        jaxpr = jax.make_jaxpr(lambda *a: lower_attention(desc, *a))(*inputs)
+        got = jax.jit(lambda *a: lower_attention(desc, *a))(*inputs)
+    shapes = [
+        tuple(v.aval.shape)
+        for e in _equations(jaxpr.jaxpr)
+        if e.primitive.name == "dot_general"
+        for v in e.outvars
+    ]
+    return got, shapes
+
+
+@pytest.mark.parametrize("type_name, rpb", [("FLOAT32", False), ("FLOAT32", True),
+                                            ("FLOAT16", False), ("FLOAT16", True)])  # fmt: skip
+def test_a_known_causal_mask_computes_only_what_it_keeps(monkeypatch, type_name, rpb):
+    """A causal BOOLEAN mask (-inf) that the program holds as a constant: the query rows in
+    ``CAUSAL_BLOCKS`` blocks (3 here: rows [0, 3), [3, 6), [6, 10) of 10), each block's logits
+    against the keys up to its last row only; the same results as the reference, which
+    computes every logit and masks it."""
+    from dml_jax.ops import attention as A
+
+    monkeypatch.setattr(A, "CAUSAL_MIN_ROWS", 2)
+    monkeypatch.setattr(A, "CAUSAL_BLOCKS", 3)
+    desc, inputs = _causal_case(type_name, rpb=rpb)
+    got, shapes = _lower_with_known_mask(desc, inputs)
+    logits = {s[-2:] for s in shapes if s[-1] != 5}  # not the {.., Dv = 5} products
+    assert logits == {(3, 3), (3, 6), (4, 10)}, shapes
+    tolerance = {"rtol": 1e-2, "atol": 1e-2} if type_name == "FLOAT16" else _CLOSE
+    S.assert_same(got, reference.reference(desc, *inputs), exact=False, **tolerance)
+    full, full_shapes = _lower_with_known_mask(desc, inputs, known=False)
+    assert {s[-2:] for s in full_shapes if s[-1] != 5} == {(10, 10)}
+    np.testing.assert_allclose(np.asarray(got[0], np.float32), np.asarray(full[0], np.float32),
+                               rtol=1e-3 if type_name == "FLOAT16" else 1e-6,
+                               atol=1e-3 if type_name == "FLOAT16" else 1e-6)  # fmt: skip
+
+
+def test_a_known_mask_that_is_not_causal_computes_every_logit(monkeypatch):
+    from dml_jax.ops import attention as A
+
+    monkeypatch.setattr(A, "CAUSAL_MIN_ROWS", 2)
+    desc, inputs = _causal_case("FLOAT32", flip=True)
+    got, shapes = _lower_with_known_mask(desc, inputs)
+    assert {s[-2:] for s in shapes if s[-1] != 5} == {(10, 10)}
+    S.assert_same(got, reference.reference(desc, *inputs), exact=False, **_CLOSE)
+
+
+def test_a_known_causal_mask_leaves_the_masked_logits_out(monkeypatch):
+    """docs/semantics.md's choice: with a causal mask known when the program is compiled, the
+    masked positions are not computed, so a NaN key reaches only the rows that keep it (the
+    rows before it are the attention over the keys they keep); with the mask known only at
+    run time, +-inf or NaN logits at masked positions make their rows NaN (inf + -inf)."""
+    from dml_jax.ops import attention as A
+
+    monkeypatch.setattr(A, "CAUSAL_MIN_ROWS", 2)
+    desc, inputs = _causal_case("FLOAT32")
+    poisoned = [a.copy() for a in inputs]
+    poisoned[1][:, 7] = np.nan  # key 7 of every head
+    got, _ = _lower_with_known_mask(desc, poisoned)
+    out = np.asarray(got[0])
+    assert np.isnan(out[:, 7:]).all()
+    clean = [a.copy() for a in inputs]
+    clean[1][:, 7] = 0.0  # rows 0..6 do not keep key 7: any value gives them the same result
+    want = reference.reference(desc, *clean)[0][:, :7]
+    S.assert_same((out[:, :7],), (want,), exact=False, **_CLOSE)
+    late, _ = _lower_with_known_mask(desc, poisoned, known=False)
+    assert np.isnan(np.asarray(late[0])).all()
+
+
 def test_agrees_with_jax_dot_product_attention():
     """A third opinion where both apply: jax.nn.dot_product_attention (its float32 'xla' path)
     with grouped heads, a boolean mask and a bias."""

@@ -47,7 +47,7 @@ import numpy as np
 
 from ..enums import MultiheadAttentionMaskType as M
 from ..errors import Validator
-from ..fastpath import cuda_compiles, known_input, register_fast_path
+from ..fastpath import cuda_compiles, register_fast_path
 from ..ops import attention as A
 
 BOOLEAN_FILTER_BOUND = 32768.0  # jax's mask value for cuDNN in float16 (-2 ** 15)
@@ -182,15 +182,9 @@ def lower(d: Any, *arrays, qkv: tuple | None = None) -> tuple:
         # causal mode then skips the blocks above the diagonal and reads no mask (the same keys
         # kept). A mask the program holds as a constant (a graph's ConstantDataNode) is tested
         # now; any other at run time, a conditional whose predicate the host reads each call.
-        known = known_input([p for p, _ in d.input_slots()].index("MaskTensor"))
-        if known is not None:
-            kept = _broadcast_kept(d.mask_tensor, known, shape) != 0
-            causal = np.tril(np.ones((g.seq, g.total), bool))
-            out = (
-                attend(None, True)
-                if np.array_equal(kept, np.broadcast_to(causal, kept.shape))
-                else attend(mask, False)
-            )
+        causal = A.known_causal_mask(d, g)
+        if causal is not None:
+            out = attend(None, True) if causal else attend(mask, False)
         else:
             row = jax.lax.broadcasted_iota(jnp.int32, (g.seq, g.total), 0)
             causal = row >= jax.lax.broadcasted_iota(jnp.int32, (g.seq, g.total), 1)

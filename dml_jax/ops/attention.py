@@ -37,19 +37,27 @@ float32 (``_weighted_values``) and divides the product by the row's sum: the sof
 after the product, the same sums up to float32 rounding, without another pass over the S x T
 weights. The half-precision flag rounds FLOAT16 logits and the exponentials to float16, the
 precision plain JAX and PyTorch compute float16 attention at.
+
+A causal BOOLEAN mask that the program holds as a constant (a decoder's, MaskFilterValue -inf)
+is recognized while tracing (``causal_blocks``): the query rows are split into blocks and each
+block attends the keys up to its last row only, leaving out the masked logits (whose weights
+are exactly 0) instead of computing and masking them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any, ClassVar, NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ..enums import FeatureLevel as L
 from ..enums import MultiheadAttentionMaskType as M
 from ..errors import Validator
+from ..fastpath import known_input
 from ..fields import (
     FLOAT,
     UINT,
@@ -581,11 +589,55 @@ def _weighted_values(w, values, precision):
     return jnp.transpose(out, (0, 3, 1, 2, 4))
 
 
+# The causal lowering (``causal_blocks``) splits the query rows into at most CAUSAL_BLOCKS
+# blocks of at least CAUSAL_MIN_ROWS rows: a block reads the keys up to its last row only, so
+# the S x T float32 tensors the softmax writes and reads shrink to (n + 1) / 2n of the square
+# over n blocks. Four blocks were the fastest on an H200 at 1024 tokens (GPT stack, float16:
+# 18.1 ms whole, 15.5 in two blocks, 14.7 in four, 16.1 in eight; benchmarks/experiments,
+# causal_blocks.py): past that, each block's products and softmax are kernels of their own.
+CAUSAL_BLOCKS = 4
+CAUSAL_MIN_ROWS = 128
+
+
+def known_causal_mask(d: Any, g: Geometry) -> bool | None:
+    """Whether the BOOLEAN MaskTensor keeps key j for query i exactly when j <= i, with S == T
+    (no past): a decoder's causal mask. Answered at trace time where the mask is a constant of
+    the program (``fastpath.known_input``); None where it is known only at run time (or there
+    is no BOOLEAN mask of S == T)."""
+    if d.mask_type is not M.BOOLEAN or g.seq != g.total:
+        return None
+    known = known_input([p for p, _ in d.input_slots()].index("MaskTensor"))
+    if known is None:
+        return None
+    kept = np.asarray(known)
+    # Broadcast axes (stride 0, as a constant's tensor desc reads them) are checked once.
+    kept = kept[tuple(slice(0, 1) if st == 0 else slice(None) for st in kept.strides)]
+    kept = kept.reshape(-1, g.seq, g.total) != 0
+    causal = np.tril(np.ones((g.seq, g.total), bool))
+    return bool(np.array_equal(kept, np.broadcast_to(causal, kept.shape)))
+
+
+def causal_blocks(d: Any, g: Geometry) -> tuple[int, ...] | None:
+    """The query rows' block bounds of the causal lowering, or None where it does not apply.
+
+    It applies to a known causal mask (``known_causal_mask``) whose MaskFilterValue is -inf,
+    with no past sequence lengths, where two blocks of ``CAUSAL_MIN_ROWS`` fit. Block [lo, hi)
+    attends keys [0, hi) only: the keys after hi are masked for each of its rows, and with -inf
+    added their weights are exactly 0, so leaving them out changes no sum. A NaN or +inf logit
+    at a masked position is left out with them (docs/semantics.md, "Multi-head attention": a
+    causal mask's masked positions are not computed)."""
+    n = min(CAUSAL_BLOCKS, g.seq // CAUSAL_MIN_ROWS)
+    if g.lengths or d.mask_filter_value != -np.inf or n < 2:
+        return None
+    if not known_causal_mask(d, g):  # False, or not known
+        return None
+    return tuple(g.seq * i // n for i in range(n + 1))
+
+
 def lower_attention(d: Any, *arrays):
     g = analyze(d, Validator(d.operator_type))
     x = dict(zip((p for p, _ in d.input_slots()), arrays))
     dtype = d.output_tensor.dtype
-    precision = matmul_precision()
     q, k, val = split_heads(d, g, x)
     lengths = x.get("PastSequenceLengthsTensor")
     lengths = None if lengths is None else clamped_lengths(g, lengths)
@@ -601,56 +653,92 @@ def lower_attention(d: Any, *arrays):
 
     keys = with_past(g, heads_first(k), past("PastKeyTensor", g.head), lengths)
     values = with_past(g, heads_first(val), past("PastValueTensor", g.v_head), lengths)
+    rpb = x.get("RelativePositionBiasTensor")
+    rpb = None if rpb is None else wide(rpb).reshape(g.batch, g.q_heads, g.seq, g.total)
 
-    # Logits {B, Hq, S, T}: query head n = kv head * group + r reads kv head n // group.
+    # Query head n = kv head * group + r reads kv head n // group. The queries are moved to
+    # {B, Hkv, G, S, D} (S x D values) so that the logits come out as {B, Hkv, G, S, T}
+    # directly: written as an einsum, jax puts the keys first and the S x T product is
+    # transposed afterwards, a pass over it that XLA's CPU backend runs as a strided copy.
     group = g.q_heads // g.kv_heads
-    qg = q.reshape(g.batch, g.seq, g.kv_heads, group, g.head)
-    # Where half precision is allowed, FLOAT16 logits are rounded to float16 (the product still
-    # accumulates in float32 where the backend does): the S x T tensor the softmax then reads
-    # twice is half as many bytes, most of the lax lowering's time at long sequences.
-    half_logits = narrow_products(d) and half_precision_allowed()
-    # The queries are moved to {B, Hkv, G, S, D} (S x D values) so that the product comes out
-    # as {B, Hkv, G, S, T} directly: written as an einsum, jax puts the keys first and the
-    # S x T product is transposed afterwards, a pass over it that XLA's CPU backend runs as a
-    # strided copy.
-    logits = lax.dot_general(
-        jnp.transpose(qg, (0, 2, 3, 1, 4)),
-        keys,
-        (((4,), (3,)), ((0, 1), (0, 1))),
-        precision=precision,
-        preferred_element_type=jnp.float16 if half_logits else jnp.float32,
-    ).reshape(g.batch, g.q_heads, g.seq, g.total)
-    logits = logits.astype(jnp.float32) * jnp.float32(d.scale)
-    if "RelativePositionBiasTensor" in x:
-        rpb = wide(x["RelativePositionBiasTensor"])
-        logits = logits + rpb.reshape(g.batch, g.q_heads, g.seq, g.total)
-    filter_value = jnp.float32(d.mask_filter_value)
-    if d.mask_type is M.BOOLEAN:
-        zero = x["MaskTensor"].reshape(logits.shape) == 0
-        logits = jnp.where(zero, logits + filter_value, logits)
-    elif d.mask_type is not M.NONE:
-        logits = jnp.where(keep_mask(d, g, x["MaskTensor"]), logits, filter_value)
+    qg = jnp.transpose(q.reshape(g.batch, g.seq, g.kv_heads, group, g.head), (0, 2, 3, 1, 4))
+    bounds = causal_blocks(d, g)
+    if bounds is not None:
+        # A known causal mask: query rows [lo, hi) against keys [0, hi), the mask an iota
+        # comparison (nothing read), the blocks' outputs joined along the sequence.
+        parts = []
+        for lo, hi in pairwise(bounds):
+            part_rpb = None if rpb is None else rpb[:, :, lo:hi, :hi]
+            rows = lax.broadcasted_iota(jnp.int32, (hi - lo, hi), 0) + lo
+            keep = lax.broadcasted_iota(jnp.int32, (hi - lo, hi), 1) <= rows
+            parts.append(
+                _attend(d, g, qg[:, :, :, lo:hi], keys[:, :, :hi], values[:, :, :hi], part_rpb,
+                        lambda logits, keep=keep: jnp.where(keep, logits, -jnp.inf), None)
+            )  # fmt: skip
+        out = jnp.concatenate(parts, axis=1)
+    else:
+        filter_value = jnp.float32(d.mask_filter_value)
+        shape = (g.batch, g.q_heads, g.seq, g.total)
+        if d.mask_type is M.BOOLEAN:
+            zero = x["MaskTensor"].reshape(shape) == 0
 
-    valid = None
-    if lengths is not None:
-        # Positions past L_b + Skv, or after query i's causal frontier, are not part of the
-        # sequence: they take no weight at all (not MaskFilterValue).
-        i = lax.broadcasted_iota(jnp.int32, (1, 1, g.seq, g.total), 2)
-        j = lax.broadcasted_iota(jnp.int32, (1, 1, g.seq, g.total), 3)
-        end = lengths.reshape(g.batch, 1, 1, 1) + g.kv_seq
-        valid = (j < end) & (j <= end - g.seq + i)
-    e, divisor = _exponentials(logits, valid)
+            def masked(logits):
+                return jnp.where(zero, logits + filter_value, logits)
+        elif d.mask_type is not M.NONE:
+            keep = keep_mask(d, g, x["MaskTensor"])
 
-    # The exponentials times the values, then divided by the row's sum: {B, S, Hkv, G, Dv}.
-    eg = e.reshape(g.batch, g.kv_heads, group, g.seq, g.total)
-    divisor = jnp.transpose(divisor.reshape(eg.shape[:-1] + (1,)), (0, 3, 1, 2, 4))
-    out = _weighted_values(eg, values, precision) / divisor
+            def masked(logits):
+                return jnp.where(keep, logits, filter_value)
+        else:
+
+            def masked(logits):
+                return logits
+
+        valid = None
+        if lengths is not None:
+            # Positions past L_b + Skv, or after query i's causal frontier, are not part of
+            # the sequence: they take no weight at all (not MaskFilterValue).
+            i = lax.broadcasted_iota(jnp.int32, (1, 1, g.seq, g.total), 2)
+            j = lax.broadcasted_iota(jnp.int32, (1, 1, g.seq, g.total), 3)
+            end = lengths.reshape(g.batch, 1, 1, 1) + g.kv_seq
+            valid = (j < end) & (j <= end - g.seq + i)
+        out = _attend(d, g, qg, keys, values, rpb, masked, valid)
     results = [out.reshape(d.output_tensor.sizes).astype(dtype)]
     if d.output_present_key_tensor is not None:
         results.append(keys.reshape(d.output_present_key_tensor.sizes).astype(dtype))
     if d.output_present_value_tensor is not None:
         results.append(values.reshape(d.output_present_value_tensor.sizes).astype(dtype))
     return tuple(results)
+
+
+def _attend(d: Any, g: Geometry, qg, keys, values, rpb, masked, valid):
+    """Queries {B, Hkv, G, s, D} against keys {B, Hkv, t, D} and values {B, Hkv, t, Dv}: the
+    attention's {B, s, Hkv, G, Dv} in float32. ``rpb``: the relative position bias {B, Hq, s,
+    t} or None; ``masked``: the mask applied to the scaled logits {B, Hq, s, t}; ``valid``:
+    positions that take a weight at all (``_exponentials``), or None."""
+    b, hkv, group, s = qg.shape[:4]
+    t = keys.shape[2]
+    precision = matmul_precision()
+    # Where half precision is allowed, FLOAT16 logits are rounded to float16 (the product still
+    # accumulates in float32 where the backend does): the S x T tensor the softmax then reads
+    # twice is half as many bytes, most of the lax lowering's time at long sequences.
+    half_logits = narrow_products(d) and half_precision_allowed()
+    logits = lax.dot_general(
+        qg,
+        keys,
+        (((4,), (3,)), ((0, 1), (0, 1))),
+        precision=precision,
+        preferred_element_type=jnp.float16 if half_logits else jnp.float32,
+    ).reshape(b, hkv * group, s, t)
+    logits = logits.astype(jnp.float32) * jnp.float32(d.scale)
+    if rpb is not None:
+        logits = logits + rpb
+    e, divisor = _exponentials(masked(logits), valid)
+
+    # The exponentials times the values, then divided by the row's sum: {B, s, Hkv, G, Dv}.
+    eg = e.reshape(b, hkv, group, s, t)
+    divisor = jnp.transpose(divisor.reshape(eg.shape[:-1] + (1,)), (0, 3, 1, 2, 4))
+    return _weighted_values(eg, values, precision) / divisor
 
 
 # ---------------------------------------------------------------------------------------------
