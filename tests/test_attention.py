@@ -717,25 +717,48 @@ def _lower_with_known_mask(desc, inputs, known=True):
 @pytest.mark.parametrize("type_name, rpb", [("FLOAT32", False), ("FLOAT32", True),
                                             ("FLOAT16", False), ("FLOAT16", True)])  # fmt: skip
 def test_a_known_causal_mask_computes_only_what_it_keeps(monkeypatch, type_name, rpb):
-    """A causal BOOLEAN mask (-inf) that the program holds as a constant: the query rows in
-    ``CAUSAL_BLOCKS`` blocks (3 here: rows [0, 3), [3, 6), [6, 10) of 10), each block's logits
-    against the keys up to its last row only; the same results as the reference, which
-    computes every logit and masks it."""
+    """A causal BOOLEAN mask (-inf) that the program holds as a constant: the sequence (10,
+    padded to 12) in ``CAUSAL_BLOCKS`` blocks (3 of 4 here) and only the 6 tiles of query block
+    i and key block j <= i computed, each {G * 4 rows, 4 keys} (G = 2 query heads a key/value
+    head); the same results as the reference, which computes every logit and masks it."""
     from dml_jax.ops import attention as A
 
     monkeypatch.setattr(A, "CAUSAL_MIN_ROWS", 2)
     monkeypatch.setattr(A, "CAUSAL_BLOCKS", 3)
     desc, inputs = _causal_case(type_name, rpb=rpb)
     got, shapes = _lower_with_known_mask(desc, inputs)
-    logits = {s[-2:] for s in shapes if s[-1] != 5}  # not the {.., Dv = 5} products
-    assert logits == {(3, 3), (3, 6), (4, 10)}, shapes
+    assert len(shapes) == 2 and shapes[0] == (2, 2, 6, 8, 4), shapes  # the logits
+    assert shapes[1][:4] == (2, 2, 6, 8), shapes  # the weighted values (and the row sums)
     tolerance = {"rtol": 1e-2, "atol": 1e-2} if type_name == "FLOAT16" else _CLOSE
     S.assert_same(got, reference.reference(desc, *inputs), exact=False, **tolerance)
     full, full_shapes = _lower_with_known_mask(desc, inputs, known=False)
-    assert {s[-2:] for s in full_shapes if s[-1] != 5} == {(10, 10)}
+    assert (10, 10) in {s[-2:] for s in full_shapes}
     np.testing.assert_allclose(np.asarray(got[0], np.float32), np.asarray(full[0], np.float32),
                                rtol=1e-3 if type_name == "FLOAT16" else 1e-6,
                                atol=1e-3 if type_name == "FLOAT16" else 1e-6)  # fmt: skip
+
+
+def test_a_known_causal_mask_gives_the_gradients_of_the_masked_computation(monkeypatch):
+    """The tiles' gradients with respect to Q, K, V and the relative position bias equal those
+    of every logit computed and masked (the mask known only at run time)."""
+    from dml_jax.fastpath import known_inputs
+    from dml_jax.ops import attention as A
+
+    monkeypatch.setattr(A, "CAUSAL_MIN_ROWS", 2)
+    desc, inputs = _causal_case("FLOAT32", rpb=True)
+    index = [p for p, _ in desc.input_slots()].index("MaskTensor")
+    floats = tuple(i for i, a in enumerate(inputs) if a.dtype.kind == "f")
+    weights = np.random.default_rng(1).standard_normal(desc.output_tensor.sizes, np.float32)
+
+    def loss(*a):
+        return jnp.sum(A.lower_attention(desc, *a)[0] * weights)
+
+    with known_inputs({index: inputs[index]}):
+        tiles = jax.grad(loss, argnums=floats)(*inputs)
+    masked = jax.grad(loss, argnums=floats)(*inputs)
+    for a, b in zip(tiles, masked):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+        assert np.abs(np.asarray(b)).max() > 0
 
 
 def test_a_known_mask_that_is_not_causal_computes_every_logit(monkeypatch):
@@ -744,7 +767,7 @@ def test_a_known_mask_that_is_not_causal_computes_every_logit(monkeypatch):
     monkeypatch.setattr(A, "CAUSAL_MIN_ROWS", 2)
     desc, inputs = _causal_case("FLOAT32", flip=True)
     got, shapes = _lower_with_known_mask(desc, inputs)
-    assert {s[-2:] for s in shapes if s[-1] != 5} == {(10, 10)}
+    assert (10, 10) in {s[-2:] for s in shapes}
     S.assert_same(got, reference.reference(desc, *inputs), exact=False, **_CLOSE)
 
 

@@ -164,8 +164,8 @@ def test_convolution_gradients(direction, data):
 # Grouped convolutions have their own lowerings: depthwise ones as slices times taps (dilated
 # windows "taps" everywhere, undilated ones on the CPU: "taps or conv"),
 # 1x1 ones as a batched product ("product"), the others split per group on the CPU ("split");
-# ungrouped ones of at most 3 input channels and 25 taps are a product of gathered windows on
-# the CPU ("patches"), and large ungrouped 3x3 stride-1 ones Winograd's F(2x2, 3x3) there
+# ungrouped ones of at most 3 input channels and 25 taps (49 on CPUs of few cores) are a
+# product of gathered windows on the CPU ("patches"), and large ungrouped 3x3 stride-1 ones Winograd's F(2x2, 3x3) there
 # ("winograd"). Each row one of their cases against the reference: (input, filter, direction, strides,
 # dilations, start, end, output padding, groups, mode, type, bias, lowering).
 _GROUPED = [
@@ -204,7 +204,7 @@ _GROUPED = [
     ((1, 3, 3, 4), (3, 2, 3, 2), "BACKWARD", (2, 2), (1, 2), (1, 0), (0, 1), (1, 1), 1,
      "CONVOLUTION", "FLOAT32", True, "patches"),
     ((1, 3, 9, 9), (4, 3, 7, 7), "FORWARD", (2, 2), (1, 1), (3, 3), (3, 3), (0, 0), 1,
-     "CROSS_CORRELATION", "FLOAT32", False, "patches"),  # 49 taps: still the product
+     "CROSS_CORRELATION", "FLOAT32", False, "patches on few cores"),  # 49 taps
     ((1, 3, 12, 12), (4, 3, 8, 8), "FORWARD", (2, 2), (1, 1), (2, 2), (2, 2), (0, 0), 1,
      "CROSS_CORRELATION", "FLOAT32", False, "conv"),  # 64 taps: one convolution
     ((1, 4, 6, 6), (4, 4, 3, 3), "FORWARD", (1, 1), (1, 1), (1, 1), (1, 1), (0, 0), 1,
@@ -223,6 +223,9 @@ _GROUPED = [
 @pytest.mark.parametrize("row", _GROUPED, ids=range(len(_GROUPED)))
 def test_convolution_grouped_lowerings(row):
     x, w, direction, strides, dilations, start, end, out_pad, g, mode, type_name, bias, path = row
+    if path == "patches on few cores":
+        few = dml.ops.gemm_conv._cpu_cores() <= dml.ops.gemm_conv._PATCH_FEW_CORES
+        path = "patches" if few else "conv"
     desc = dml.ConvolutionOperatorDesc(
         T(type_name, x), T(type_name, w), None, T(type_name, x), mode=mode,
         direction=direction, strides=strides, dilations=dilations, start_padding=start,
@@ -253,6 +256,22 @@ def test_convolution_grouped_lowerings(row):
         # On the CPU the Winograd rows compile to no convolution at all, the others to one.
         compiled = jax.jit(fn).lower(*case.inputs).compile().as_text()
         assert ("convolution(" in compiled) == (path == "conv")
+
+
+def test_seven_by_seven_first_layers_take_the_product_on_few_cores_only(monkeypatch):
+    """A 3-channel 7x7 window is a product of gathered windows on CPUs of at most
+    ``_PATCH_FEW_CORES`` cores and a convolution on larger ones (where XLA's convolution spreads
+    over the cores); 3x3 and 5x5 windows are products on both; 4 channels never."""
+    from dml_jax.ops import gemm_conv as GC
+
+    x3, x4 = np.zeros((1, 3, 32, 32)), np.zeros((1, 4, 32, 32))
+    taken = {}
+    for cores in (2, 16):
+        monkeypatch.setattr(GC, "_cpu_cores", lambda cores=cores: cores)
+        taken[cores] = [GC._few_channels(x, np.zeros((8, x.shape[1], k, k)), 1)
+                        for x, k in ((x3, 7), (x3, 5), (x3, 3), (x4, 3))]  # fmt: skip
+    assert taken == {2: [True, True, True, False], 16: [False, True, True, False]}
+    assert GC._cpu_cores() >= 1
 
 
 # --- precision ------------------------------------------------------------------------------

@@ -562,6 +562,14 @@ def _exponentials(logits, valid=None):
     return e, jnp.where(finite, total, fallback)
 
 
+def _product_operands(w, values):
+    """The second product's operands: the float32 weights and the values widened to float32,
+    or, where half precision is allowed, FLOAT16 values and the weights rounded to float16."""
+    if values.dtype == jnp.float16 and half_precision_allowed():
+        return w.astype(jnp.float16), values
+    return w, values.astype(jnp.float32)
+
+
 def _weighted_values(w, values, precision):
     """Weights {B, Hkv, G, S, T} (float32: the softmax's exponentials, in [0, 1]) times values
     {B, Hkv, T, Dv}: {B, S, Hkv, G, Dv} in float32, FLOAT16 values widened (exactly) to float32;
@@ -573,10 +581,7 @@ def _weighted_values(w, values, precision):
     overflow float16, which XLA's GPU compiler lets happen where it fuses the product (an
     infinite output where one key takes all the weight; found on an H100).
     """
-    if values.dtype == jnp.float16 and half_precision_allowed():
-        w = w.astype(jnp.float16)
-    else:
-        values = values.astype(jnp.float32)
+    w, values = _product_operands(w, values)
     # {B, Hkv, G, S, Dv}: the S x T operand on the left, in its own layout (an einsum puts
     # the values first and transposes the product), then the small result moved.
     out = lax.dot_general(
@@ -589,12 +594,11 @@ def _weighted_values(w, values, precision):
     return jnp.transpose(out, (0, 3, 1, 2, 4))
 
 
-# The causal lowering (``causal_blocks``) splits the query rows into at most CAUSAL_BLOCKS
-# blocks of at least CAUSAL_MIN_ROWS rows: a block reads the keys up to its last row only, so
-# the S x T float32 tensors the softmax writes and reads shrink to (n + 1) / 2n of the square
-# over n blocks. Four blocks were the fastest on an H200 at 1024 tokens (GPT stack, float16:
-# 18.1 ms whole, 15.5 in two blocks, 14.7 in four, 16.1 in eight; benchmarks/experiments,
-# causal_blocks.py): past that, each block's products and softmax are kernels of their own.
+# The causal lowering (``causal_blocks``) splits the sequence into at most CAUSAL_BLOCKS
+# blocks of at least CAUSAL_MIN_ROWS rows and computes the tiles of query block i and key block
+# j <= i only: n (n + 1) / 2 of the n^2 tiles, so the S x T float32 tensors the softmax writes
+# and reads shrink to (n + 1) / 2n of the square. Four blocks were the fastest on an H200 at
+# 1024 tokens (benchmarks/experiments/causal_blocks.py).
 CAUSAL_BLOCKS = 4
 CAUSAL_MIN_ROWS = 128
 
@@ -617,21 +621,22 @@ def known_causal_mask(d: Any, g: Geometry) -> bool | None:
     return bool(np.array_equal(kept, np.broadcast_to(causal, kept.shape)))
 
 
-def causal_blocks(d: Any, g: Geometry) -> tuple[int, ...] | None:
-    """The query rows' block bounds of the causal lowering, or None where it does not apply.
+def causal_blocks(d: Any, g: Geometry) -> int | None:
+    """How many blocks the causal lowering (``_causal_tiles``) splits the sequence into, or
+    None where it does not apply.
 
     It applies to a known causal mask (``known_causal_mask``) whose MaskFilterValue is -inf,
-    with no past sequence lengths, where two blocks of ``CAUSAL_MIN_ROWS`` fit. Block [lo, hi)
-    attends keys [0, hi) only: the keys after hi are masked for each of its rows, and with -inf
-    added their weights are exactly 0, so leaving them out changes no sum. A NaN or +inf logit
-    at a masked position is left out with them (docs/semantics.md, "Multi-head attention": a
-    causal mask's masked positions are not computed)."""
+    with no past sequence lengths, where two blocks of ``CAUSAL_MIN_ROWS`` fit. The keys after
+    a query are masked for it, and with -inf added their weights are exactly 0, so leaving the
+    tiles above the diagonal out changes no sum. A NaN or +inf logit at a masked position is
+    left out with them (docs/semantics.md, "Multi-head attention": a causal mask's masked
+    positions are not computed)."""
     n = min(CAUSAL_BLOCKS, g.seq // CAUSAL_MIN_ROWS)
     if g.lengths or d.mask_filter_value != -np.inf or n < 2:
         return None
     if not known_causal_mask(d, g):  # False, or not known
         return None
-    return tuple(g.seq * i // n for i in range(n + 1))
+    return n
 
 
 def lower_attention(d: Any, *arrays):
@@ -662,20 +667,9 @@ def lower_attention(d: Any, *arrays):
     # transposed afterwards, a pass over it that XLA's CPU backend runs as a strided copy.
     group = g.q_heads // g.kv_heads
     qg = jnp.transpose(q.reshape(g.batch, g.seq, g.kv_heads, group, g.head), (0, 2, 3, 1, 4))
-    bounds = causal_blocks(d, g)
-    if bounds is not None:
-        # A known causal mask: query rows [lo, hi) against keys [0, hi), the mask an iota
-        # comparison (nothing read), the blocks' outputs joined along the sequence.
-        parts = []
-        for lo, hi in pairwise(bounds):
-            part_rpb = None if rpb is None else rpb[:, :, lo:hi, :hi]
-            rows = lax.broadcasted_iota(jnp.int32, (hi - lo, hi), 0) + lo
-            keep = lax.broadcasted_iota(jnp.int32, (hi - lo, hi), 1) <= rows
-            parts.append(
-                _attend(d, g, qg[:, :, :, lo:hi], keys[:, :, :hi], values[:, :, :hi], part_rpb,
-                        lambda logits, keep=keep: jnp.where(keep, logits, -jnp.inf), None)
-            )  # fmt: skip
-        out = jnp.concatenate(parts, axis=1)
+    blocks = causal_blocks(d, g)
+    if blocks is not None:
+        out = _causal_tiles(d, blocks, qg, keys, values, rpb)
     else:
         filter_value = jnp.float32(d.mask_filter_value)
         shape = (g.batch, g.q_heads, g.seq, g.total)
@@ -702,7 +696,7 @@ def lower_attention(d: Any, *arrays):
             j = lax.broadcasted_iota(jnp.int32, (1, 1, g.seq, g.total), 3)
             end = lengths.reshape(g.batch, 1, 1, 1) + g.kv_seq
             valid = (j < end) & (j <= end - g.seq + i)
-        out = _attend(d, g, qg, keys, values, rpb, masked, valid)
+        out = _attend(d, qg, keys, values, rpb, masked, valid)
     results = [out.reshape(d.output_tensor.sizes).astype(dtype)]
     if d.output_present_key_tensor is not None:
         results.append(keys.reshape(d.output_present_key_tensor.sizes).astype(dtype))
@@ -711,7 +705,74 @@ def lower_attention(d: Any, *arrays):
     return tuple(results)
 
 
-def _attend(d: Any, g: Geometry, qg, keys, values, rpb, masked, valid):
+def _causal_tiles(d: Any, n: int, qg, keys, values, rpb):
+    """Causal attention over the tiles on and below the diagonal: the sequence (padded to n
+    blocks of ``bs``) in query blocks i and key blocks j <= i, the P = n (n + 1) / 2 tiles one
+    batch of products of a single shape. Queries {B, Hkv, G, S, D}, keys {B, Hkv, S, D},
+    values {B, Hkv, S, Dv}, ``rpb`` {B, Hq, S, S} or None: the attention's {B, S, Hkv, G, Dv}
+    in float32, as ``_attend`` computes it with the keys after each query masked by -inf.
+
+    A row's softmax spans the tiles of its block (tile i (i + 1) / 2 + j holds key block j):
+    its maximum, its sum and its weighted values are the tiles' ones combined. Padded keys
+    come after every real query (masked); padded queries are computed and dropped."""
+    b, hkv, group, s, dh = qg.shape
+    dv = values.shape[-1]
+    bs = -(-s // n)
+    pad = bs * n - s
+    if pad:
+        qg = jnp.pad(qg, [(0, 0)] * 3 + [(0, pad), (0, 0)])
+        keys = jnp.pad(keys, [(0, 0), (0, 0), (0, pad), (0, 0)])
+        values = jnp.pad(values, [(0, 0), (0, 0), (0, pad), (0, 0)])
+        rpb = None if rpb is None else jnp.pad(rpb, [(0, 0), (0, 0), (0, pad), (0, pad)])
+    qi, kj = np.tril_indices(n)  # tile t: query block qi[t], key block kj[t]; rows in order
+    p, rows = len(qi), group * bs
+    # {B, Hkv, P, G * bs, D}: a tile's rows are its query block's rows of every head of the group.
+    qt = jnp.transpose(qg.reshape(b, hkv, group, n, bs, dh), (0, 1, 3, 2, 4, 5))[:, :, qi]
+    qt = qt.reshape(b, hkv, p, rows, dh)
+    kt = keys.reshape(b, hkv, n, bs, dh)[:, :, kj]
+    vt = values.reshape(b, hkv, n, bs, dv)[:, :, kj]
+    half_logits = narrow_products(d) and half_precision_allowed()
+    logits = lax.dot_general(
+        qt,
+        kt,
+        (((4,), (4,)), ((0, 1, 2), (0, 1, 2))),
+        precision=matmul_precision(),
+        preferred_element_type=jnp.float16 if half_logits else jnp.float32,
+    )  # {B, Hkv, P, G * bs, bs}
+    logits = logits.astype(jnp.float32) * jnp.float32(d.scale)
+    if rpb is not None:
+        r = jnp.transpose(rpb.reshape(b, hkv, group, n, bs, n, bs), (0, 1, 3, 5, 2, 4, 6))
+        logits = logits + r[:, :, qi, kj].reshape(b, hkv, p, rows, bs)
+    # On a diagonal tile key c is kept for row r when c <= r (positions within the block).
+    row = lax.broadcasted_iota(jnp.int32, (p, rows, bs), 1) % bs
+    above = lax.broadcasted_iota(jnp.int32, (p, rows, bs), 2) > row
+    logits = jnp.where(jnp.asarray((qi == kj).reshape(p, 1, 1)) & above, -jnp.inf, logits)
+
+    first = [i * (i + 1) // 2 for i in range(n + 1)]
+
+    def per_block(a, reduce):  # {B, Hkv, P, ...} -> {B, Hkv, n, ...}: a row's tiles combined
+        return jnp.stack([reduce(a[:, :, lo:hi], axis=2) for lo, hi in pairwise(first)], axis=2)
+
+    # ``_exponentials``' rules, the row spanning its tiles: the maximum subtracted (0 where it
+    # is not finite), NaN where it is not finite, the division after the second product.
+    top = lax.stop_gradient(per_block(jnp.max(logits, axis=-1), jnp.max))  # {B, Hkv, n, rows}
+    finite = jnp.isfinite(top)
+    e = jnp.exp(logits - jnp.where(finite, top, 0.0)[:, :, qi, :, None])
+    divisor = jnp.where(finite, per_block(jnp.sum(e, axis=-1), jnp.sum), jnp.float32(jnp.nan))
+    e, vt = _product_operands(e, vt)
+    weighted = lax.dot_general(
+        e,
+        vt,
+        (((4,), (3,)), ((0, 1, 2), (0, 1, 2))),
+        precision=matmul_precision(),
+        preferred_element_type=jnp.float32,
+    )  # {B, Hkv, P, G * bs, Dv}
+    out = per_block(weighted, jnp.sum) / divisor[..., None]  # {B, Hkv, n, G * bs, Dv}
+    out = jnp.transpose(out.reshape(b, hkv, n, group, bs, dv), (0, 2, 4, 1, 3, 5))
+    return out.reshape(b, n * bs, hkv, group, dv)[:, :s]
+
+
+def _attend(d: Any, qg, keys, values, rpb, masked, valid):
     """Queries {B, Hkv, G, s, D} against keys {B, Hkv, t, D} and values {B, Hkv, t, Dv}: the
     attention's {B, s, Hkv, G, Dv} in float32. ``rpb``: the relative position bias {B, Hq, s,
     t} or None; ``masked``: the mask applied to the scaled logits {B, Hq, s, t}; ``valid``:

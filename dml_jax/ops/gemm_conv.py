@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -520,14 +521,24 @@ def _windows(x, kernel, strides, padding, lhs_dilation, dilations):
 
 
 # Ungrouped convolutions of at most this many input channels and window taps are, on the CPU,
-# one matrix product of the gathered windows.
-_PATCH_CHANNELS, _PATCH_TAPS = 3, 49
+# one matrix product of the gathered windows: up to 7x7 windows on CPUs of at most
+# _PATCH_FEW_CORES cores, up to 5x5 on larger ones (``_patches`` says why).
+_PATCH_CHANNELS, _PATCH_TAPS, _PATCH_TAPS_MANY_CORES, _PATCH_FEW_CORES = 3, 49, 25, 4
+
+
+def _cpu_cores() -> int:
+    """The cores this process may run on (XLA's CPU thread pool takes as many)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _few_channels(x, w, g: int) -> bool:
     """An ungrouped convolution of few input channels and a small window (an image's first
     layer)."""
-    return g == 1 and x.shape[1] <= _PATCH_CHANNELS and math.prod(w.shape[2:]) <= _PATCH_TAPS
+    taps = _PATCH_TAPS if _cpu_cores() <= _PATCH_FEW_CORES else _PATCH_TAPS_MANY_CORES
+    return g == 1 and x.shape[1] <= _PATCH_CHANNELS and math.prod(w.shape[2:]) <= taps
 
 
 def _patches(x, w, strides, padding, lhs_dilation, dilations):
@@ -542,7 +553,14 @@ def _patches(x, w, strides, padding, lhs_dilation, dilations):
     against 3.4), while from 4 input channels or past 49 taps its own convolution was as fast
     (AlexNet's 11x11 stride 4: 1.5 against 1.6 ms) or faster; a GPU's convolution library
     has kernels for such first layers, and the gathered windows would cost it a copy of taps
-    times the input. The product sums the same products in another order."""
+    times the input. The product sums the same products in another order.
+
+    The thread count moves the line: on a 16-core host (2026-11-26) XLA's convolution of 7x7
+    windows spread over the cores and won (ResNet's stem 1.09 ms against the product's 1.99,
+    3 into 96 2.03 against 2.12; ResNet-50 at batch 1, the graph's lax lowering, 55 ms with the
+    product and 41 without, plain jax 47), while the 3x3 ones still lost to the product (1.3-1.8
+    times its time). So 7x7 windows take the product only on CPUs of at most
+    ``_PATCH_FEW_CORES`` cores (measured at 2 and 16 cores; the line between is not)."""
 
     def gathered(x, w):
         n, c, k = x.shape[0], x.shape[1], w.shape[0]
