@@ -308,7 +308,7 @@ def fused_lowering(
     @jax.custom_batching.custom_vmap
     def cuda(*arrays):
         p, rest = split(arrays)
-        with known_inputs(consumer_known or {}):
+        with known_inputs({} if consumer_known is None else consumer_known):
             return tuple(found.lower(producer_desc, consumer_desc, slot, p, rest))
 
     @cuda.def_vmap

@@ -483,3 +483,21 @@ def test_view_composition_and_reshape_match_numpy():
             if split is not None:
                 np.testing.assert_array_equal(_offsets((d, n // d), split).reshape(-1), whole)
     assert checked > 150
+
+
+def test_a_fused_causal_mask_is_known_to_the_lowering(monkeypatch):
+    """GPT-2's Where(tril, ...) fused into a BOOLEAN mask reaches MULTIHEAD_ATTENTION's lax
+    lowering as a constant it recognizes as causal, which then computes only the tiles on and
+    below the diagonal (``ops.attention.causal_blocks``); the outputs are onnxruntime's."""
+    from dml_jax.ops import attention as A
+
+    monkeypatch.setattr(A, "CAUSAL_MIN_ROWS", 2)
+    seen = []
+    blocks = A.causal_blocks
+    monkeypatch.setattr(A, "causal_blocks", lambda d, g: seen.append(blocks(d, g)) or seen[-1])
+    (node,) = _check(_torchscript(mask=False, causal=True), 1)
+    assert node.mask_type.name == "BOOLEAN"
+    if seen:  # the lax lowering ran (not a GPU's fused attention)
+        assert set(seen) == {min(A.CAUSAL_BLOCKS, S // 2)}  # 3 blocks of the 6 tokens
+    else:
+        assert jax.default_backend() != "cpu"

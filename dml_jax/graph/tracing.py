@@ -6,11 +6,12 @@ cached as a ``CompiledGraph``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from .. import fastpath
@@ -47,6 +48,7 @@ class CompiledGraph(CompiledOperator):
         half: bool = False,
         fast_paths: bool = True,
         epilogues: bool = True,
+        constant_inputs: Mapping[int, Any] | None = None,
     ):
         differentiable = all(
             spec.is_differentiable(node)
@@ -58,7 +60,10 @@ class CompiledGraph(CompiledOperator):
             level,
             plan.input_descs,
             plan.output_descs,
-            with_half_precision(_graph_function(graph, plan, counter, fast_paths, epilogues), half),
+            with_half_precision(
+                _graph_function(graph, plan, counter, fast_paths, epilogues, constant_inputs),
+                half,
+            ),
             tuple_result=False,
             differentiable=differentiable,
             name=GRAPH,
@@ -125,6 +130,7 @@ def _graph_function(
     counter: list,
     fast_paths: bool = True,
     epilogues: bool = True,
+    constant_inputs: Mapping[int, Any] | None = None,
 ) -> Callable[..., tuple]:
     from ..buffers import read_tensor
 
@@ -140,14 +146,40 @@ def _graph_function(
     pairs = _epilogue_pairs(graph, plan) if on else {}
     fused_into = {p for p, _, _ in pairs.values()}
 
+    fixed = dict(constant_inputs or {})
+
+    def known_value(s):
+        """The value a source gives its reader (NumPy, the reader's sizes) where the program
+        fixes it: a ConstantDataNode, a graph input of ``constant_inputs``, or the copy of one
+        by an ELEMENT_WISE_IDENTITY without ScaleBias (read through the reader's own desc
+        where it reinterprets the packed output); None where it is known only at run time."""
+        if s[0] == "constant":
+            return constant_value(graph.nodes[s[1]], s[2])
+        if s[0] == "input":
+            value = fixed.get(s[1])
+            return None if value is None else np.asarray(value)
+        node = graph.nodes[s[1]]
+        if getattr(node, "operator_type", "") != "DML_OPERATOR_ELEMENT_WISE_IDENTITY":
+            return None
+        if node.scale_bias is not None or s[2] != 0 or not plan.sources[s[1]]:
+            return None
+        inner = known_value(plan.sources[s[1]][0])
+        if inner is None:
+            return None
+        packed = np.ascontiguousarray(inner).reshape(node.output_tensor.sizes)
+        if len(s) < 4:
+            return packed
+        desc, flat = s[3], packed.reshape(-1)
+        if desc.addressed_elements > flat.size:
+            return None
+        strides = tuple(st * flat.itemsize for st in desc.layout_strides)
+        return np.lib.stride_tricks.as_strided(flat, desc.sizes, strides, writeable=False)
+
     def known(n):
         # Values of node n's constant-fed inputs (its argument positions), as NumPy arrays, for
-        # the fast paths that decide at trace time what they would otherwise test at run time.
-        return {
-            i: constant_value(graph.nodes[s[1]], s[2])
-            for i, s in enumerate(plan.sources[n])
-            if s[0] == "constant"
-        }
+        # the lowerings that decide at trace time what they would otherwise test at run time;
+        # each is found when a lowering asks for it.
+        return _Known({i: s for i, s in enumerate(plan.sources[n])}, known_value)
 
     steps = []
     for n in plan.order:
@@ -192,6 +224,27 @@ def _graph_function(
         return tuple(values[src] for src in plan.outputs)
 
     return lowered
+
+
+class _Known(Mapping):
+    """Argument position -> its value where the program fixes it, looked up when asked."""
+
+    def __init__(self, sources: dict[int, tuple], value: Callable[[tuple], Any]):
+        self._sources, self._value, self._found = sources, value, {}
+
+    def __getitem__(self, index: int) -> Any:
+        if index not in self._found:
+            source = self._sources[index]  # KeyError: not an argument
+            self._found[index] = self._value(source)
+        if self._found[index] is None:
+            raise KeyError(index)
+        return self._found[index]
+
+    def __iter__(self):
+        return (i for i in self._sources if self.get(i) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _epilogue_pairs(graph: GraphDesc, plan: GraphPlan) -> dict[int, tuple[int, int, Any]]:
@@ -254,6 +307,7 @@ def compile_graph(
     allow_half_precision: bool = False,
     reinterpret_edges: bool = False,
     fast_paths: bool = True,
+    constant_inputs: Mapping[int, Any] | None = None,
 ) -> CompiledGraph:
     """Validates a graph and compiles it into one function (one XLA program under jit).
 
@@ -277,6 +331,12 @@ def compile_graph(
             Graph epilogues (``fastpath.register_epilogue``: a GEMM node and the node that
             alone reads it as one kernel) apply on one device; with shardings over several
             devices those nodes stay apart.
+        constant_inputs: graph input index -> its value (NumPy, the input's sizes), for inputs
+            whose values the caller fixes (a model's constants that are not parameters): the
+            lowerings may read them while tracing (``fastpath.known_input``), as they read a
+            ConstantDataNode's, and decide then what they would test at run time (a causal
+            attention mask). The arrays passed at those positions must hold these values. A
+            graph compiled with them is not cached (each call compiles anew).
 
     Returns:
         A ``CompiledGraph`` (a ``CompiledOperator``): ``g(*inputs)`` takes one array per graph
@@ -297,10 +357,17 @@ def compile_graph(
     # Graph epilogues (one kernel for two nodes) are single-device: over several devices the
     # nodes stay apart, so that XLA partitions a sharded GEMM as it partitions any dot.
     several = _several_devices(in_shardings) or _several_devices(out_shardings)
-    compiled = _compile_graph_cached(
-        graph, level, bool(allow_half_precision), bool(reinterpret_edges), bool(fast_paths),
-        not several,
-    )  # fmt: skip
+    if constant_inputs:
+        plan = validated_plan(graph, level, bool(reinterpret_edges))
+        compiled = CompiledGraph(
+            graph, level, plan, [0], bool(allow_half_precision), bool(fast_paths), not several,
+            constant_inputs,
+        )  # fmt: skip
+    else:
+        compiled = _compile_graph_cached(
+            graph, level, bool(allow_half_precision), bool(reinterpret_edges), bool(fast_paths),
+            not several,
+        )  # fmt: skip
     for n, node in enumerate(graph.nodes):
         if isinstance(node, ConstantDataNode):
             continue

@@ -386,7 +386,15 @@ def compile_imported(imported: ImportedGraph, **options: Any) -> Any:
             jax.enable_x64(True) if wide else contextlib.nullcontext(),
             beyond_tables({DataType.FLOAT64}),
         ):
-            return compile_graph(imported.graph, reinterpret_edges=True, **options)
+            # The constants that are not parameters are fixed: the lowerings may read them
+            # while tracing (a causal attention mask: cuDNN's causal mode, the lax lowering's
+            # tiles), as they read a graph's ConstantDataNode.
+            count = len(imported.input_names)
+            fixed = {count + j: c for j, (c, p) in enumerate(zip(imported.constants,
+                                                                 imported.params)) if p is None}  # fmt: skip
+            return compile_graph(
+                imported.graph, reinterpret_edges=True, constant_inputs=fixed, **options
+            )
     except ValidationError as e:
         text = str(e)
         m = re.match(r"DML_GRAPH: Nodes\[(\d+)\]: ", text)
