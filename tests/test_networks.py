@@ -222,6 +222,30 @@ def test_gpt_mask_as_a_graph_input_gives_the_same_outputs(gpt):
     np.testing.assert_array_equal(got, run(net, x))
 
 
+def test_gpt_mask_input_fixed_by_constant_inputs_is_known_as_causal(gpt, monkeypatch):
+    """The causal mask as a graph input (through an IDENTITY), its value given to
+    ``compile_graph(constant_inputs=...)``: MULTIHEAD_ATTENTION's lax lowering knows it while
+    tracing and computes the causal tiles (here 4 blocks of 2 of the 8 tokens); without it the
+    mask is known only at run time. The outputs are the reference's either way."""
+    from dml_jax.ops import attention as A
+
+    monkeypatch.setattr(A, "CAUSAL_MIN_ROWS", 2)
+    seen = []
+    blocks = A.causal_blocks
+    monkeypatch.setattr(A, "causal_blocks", lambda d, g: seen.append(blocks(d, g)) or seen[-1])
+    _, x, want = gpt
+    other = nets.gpt_stack(GPT_BATCH, dtype="FLOAT32", mask_input=True, **SMALL_GPT)
+    index = other.input_names.index("causal_mask")
+    args = other.arguments(x=x)
+    for fixed, expected in (({index: other.weights["causal_mask"]}, 4), (None, None)):
+        seen.clear()
+        g = dml.compile_graph(other.graph, reinterpret_edges=other.reinterpret_edges,
+                              fast_paths=False, constant_inputs=fixed)  # fmt: skip
+        got = np.asarray(g(*args), np.float32)
+        assert set(seen) == {expected}
+        assert relative_error(got, want) < 1e-4
+
+
 def test_gpt_full_size_structure():
     net = nets.gpt_stack(1, 1024, 1024, 16, 12, "FLOAT32")  # FLOAT16: the small tests
     counts = Counter(node.operator_type for node in net.graph.nodes)
