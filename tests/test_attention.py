@@ -738,6 +738,20 @@ def test_a_known_causal_mask_computes_only_what_it_keeps(monkeypatch, type_name,
                                atol=1e-3 if type_name == "FLOAT16" else 1e-6)  # fmt: skip
 
 
+def test_causal_blocks_round_up_to_the_alignment(monkeypatch):
+    """Blocks longer than ``CAUSAL_ALIGN`` rows are rounded up to a multiple of it: 10 tokens
+    in 4 blocks would be 3 rows each; with the alignment at 2 they are 3 blocks of 4 (the
+    sequence padded to 12), 6 tiles; the results are still the reference's."""
+    from dml_jax.ops import attention as A
+
+    monkeypatch.setattr(A, "CAUSAL_MIN_ROWS", 2)
+    monkeypatch.setattr(A, "CAUSAL_ALIGN", 2)
+    desc, inputs = _causal_case("FLOAT32")
+    got, shapes = _lower_with_known_mask(desc, inputs)
+    assert shapes[0] == (2, 2, 6, 8, 4), shapes
+    S.assert_same(got, reference.reference(desc, *inputs), exact=False, **_CLOSE)
+
+
 def test_a_known_causal_mask_gives_the_gradients_of_the_masked_computation(monkeypatch):
     """The tiles' gradients with respect to Q, K, V and the relative position bias equal those
     of every logit computed and masked (the mask known only at run time)."""
