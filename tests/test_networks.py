@@ -246,6 +246,24 @@ def test_gpt_mask_input_fixed_by_constant_inputs_is_known_as_causal(gpt, monkeyp
         assert relative_error(got, want) < 1e-4
 
 
+@pytest.mark.parametrize(
+    "fixed, message",
+    [
+        ([1, 2], "expected a mapping"),
+        ({99: np.zeros(1)}, "99 is not a graph input index"),
+        ({"causal_mask": np.zeros(1)}, "'causal_mask' is not a graph input index"),
+        ({"index": np.zeros(3, np.int32)}, "3 elements where Inputs"),
+    ],
+)
+def test_constant_inputs_are_checked(fixed, message):
+    other = nets.gpt_stack(GPT_BATCH, dtype="FLOAT32", mask_input=True, **SMALL_GPT)
+    if isinstance(fixed, dict) and "index" in fixed:
+        fixed = {other.input_names.index("causal_mask"): fixed["index"]}
+    with pytest.raises(dml.ValidationError, match=message):
+        dml.compile_graph(other.graph, reinterpret_edges=other.reinterpret_edges,
+                          constant_inputs=fixed)  # fmt: skip
+
+
 def test_gpt_full_size_structure():
     net = nets.gpt_stack(1, 1024, 1024, 16, 12, "FLOAT32")  # FLOAT16: the small tests
     counts = Counter(node.operator_type for node in net.graph.nodes)

@@ -226,6 +226,29 @@ def _graph_function(
     return lowered
 
 
+def _check_constant_inputs(constant_inputs: Any, plan: GraphPlan) -> None:
+    """``compile_graph``'s ``constant_inputs``: graph input indices, each with as many elements
+    as the input's sizes hold (an input that feeds no node may be given anything)."""
+    if not isinstance(constant_inputs, Mapping):
+        raise ValidationError(
+            f"{GRAPH}: constant_inputs: expected a mapping of graph input index to value, got "
+            f"{type(constant_inputs).__name__}"
+        )
+    for index, value in constant_inputs.items():
+        if not isinstance(index, int) or not 0 <= index < len(plan.input_descs):
+            raise ValidationError(
+                f"{GRAPH}: constant_inputs: {index!r} is not a graph input index (the graph "
+                f"has {len(plan.input_descs)} inputs)"
+            )
+        desc = plan.input_descs[index][1]
+        size = np.size(value)
+        if desc is not None and size != desc.element_count:
+            raise ValidationError(
+                f"{GRAPH}: constant_inputs[{index}]: {size} elements where Inputs[{index}] "
+                f"has sizes {list(desc.sizes)} ({desc.element_count} elements)"
+            )
+
+
 class _Known(Mapping):
     """Argument position -> its value where the program fixes it, looked up when asked."""
 
@@ -359,6 +382,7 @@ def compile_graph(
     several = _several_devices(in_shardings) or _several_devices(out_shardings)
     if constant_inputs:
         plan = validated_plan(graph, level, bool(reinterpret_edges))
+        _check_constant_inputs(constant_inputs, plan)
         compiled = CompiledGraph(
             graph, level, plan, [0], bool(allow_half_precision), bool(fast_paths), not several,
             constant_inputs,

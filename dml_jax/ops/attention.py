@@ -39,9 +39,9 @@ weights. The half-precision flag rounds FLOAT16 logits and the exponentials to f
 precision plain JAX and PyTorch compute float16 attention at.
 
 A causal BOOLEAN mask that the program holds as a constant (a decoder's, MaskFilterValue -inf)
-is recognized while tracing (``causal_blocks``): the query rows are split into blocks and each
-block attends the keys up to its last row only, leaving out the masked logits (whose weights
-are exactly 0) instead of computing and masking them.
+is recognized while tracing (``causal_blocks``): the sequence is cut into blocks and only the
+tiles of query block i and key block j <= i are computed (``_causal_tiles``), leaving out the
+masked logits (whose weights are exactly 0) instead of computing and masking them.
 """
 
 from __future__ import annotations
@@ -597,8 +597,8 @@ def _weighted_values(w, values, precision):
 # The causal lowering (``causal_blocks``) splits the sequence into at most CAUSAL_BLOCKS
 # blocks of at least CAUSAL_MIN_ROWS rows and computes the tiles of query block i and key block
 # j <= i only: n (n + 1) / 2 of the n^2 tiles, so the S x T float32 tensors the softmax writes
-# and reads shrink to (n + 1) / 2n of the square. Four blocks were the fastest on an H200 at
-# 1024 tokens (benchmarks/experiments/causal_blocks.py).
+# and reads shrink to (n + 1) / 2n of the square. Four blocks were the fastest on an H200 and
+# an H100 at 1024 tokens (benchmarks/experiments/causal_blocks.py).
 CAUSAL_BLOCKS = 4
 CAUSAL_MIN_ROWS = 128
 # A block longer than CAUSAL_ALIGN rows is rounded up to a multiple of it (the sequence padded):
@@ -608,8 +608,8 @@ CAUSAL_ALIGN = 64
 
 
 def known_causal_mask(d: Any, g: Geometry) -> bool | None:
-    """Whether the BOOLEAN MaskTensor keeps key j for query i exactly when j <= i, with S == T
-    (no past): a decoder's causal mask. Answered at trace time where the mask is a constant of
+    """Whether the BOOLEAN MaskTensor keeps key j for query i exactly when j <= i, with S == T:
+    a decoder's causal mask. Answered at trace time where the mask is a constant of
     the program (``fastpath.known_input``); None where it is known only at run time (or there
     is no BOOLEAN mask of S == T)."""
     if d.mask_type is not M.BOOLEAN or g.seq != g.total:
