@@ -270,6 +270,22 @@ def test_log_sum_exp_is_stable():
     np.testing.assert_allclose(_reduce("LOG_SUM_EXP", h, [0])(h), [20 + math.log(3)], rtol=1e-3)
 
 
+def test_log_sum_exp_of_equal_large_values_from_a_fused_product():
+    """1000 equal values near 9.5e9, each a product fused into the lowering's loops: XLA's CPU
+    backend contracted the product into an FMA with the subtraction of the maximum, every
+    exponential came out 0 and the result -inf. The float64 value of the rounded products:
+    x + log 1000, and the gradient (the softmax) 1/1000 each."""
+    scale = np.float32(1 / 169)
+    v = np.full(1000, 9.475692e9 / scale, np.float32)
+    x = v * scale
+    op = _reduce("LOG_SUM_EXP", x, [0])
+    got = jax.jit(lambda a: op.fn(a * scale))(v)
+    want = np.float32(np.float64(x[0]) + math.log(1000))
+    np.testing.assert_allclose(np.asarray(got), [want], rtol=1e-7)
+    grad = jax.jit(jax.grad(lambda a: op.fn(a * scale).sum()))(v)
+    np.testing.assert_allclose(np.asarray(grad) / scale, np.full(1000, 1e-3), rtol=1e-4)
+
+
 # --- gradient conventions ------------------------------------------------------------------
 
 

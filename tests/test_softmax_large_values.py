@@ -110,6 +110,21 @@ def test_after_a_fused_producer(axis, dtype, log):
 
 
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_equal_large_values_from_a_fused_product_are_uniform(log):
+    """1000 equal values near 9.5e9, each a product fused into the lowering's loops (the tail of
+    ONNX's light SqueezeNet: a constant-weight classifier, then the 1/169 of its average
+    pooling): XLA's CPU backend contracted the product into an FMA with the subtraction of the
+    maximum, so every difference came out -149 and every exponential 0. Their softmax is 1/1000
+    each (log-softmax -log 1000), as the float64 reference of the rounded products says."""
+    shape, scale = (1, 1000), np.float32(1 / 169)
+    v = np.full(shape, 9.475692e9 / scale, np.float32)
+    x = v * scale  # the products, rounded to float32 as the lowering's input
+    op = dml.compile_operator(_desc(log, shape, np.float32, (1,)))
+    got = jax.jit(lambda a: op.fn(a * scale))(v)
+    check(got, x, (1,), log)
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 def test_a_maximum_taken_from_other_values_gives_no_nan(monkeypatch, log):
     """As if XLA had computed the maximum from copies of the input rounded differently (one
     float32 ulp at 2e10 is 2048): a maximum below the true one is capped away (the result is

@@ -37,7 +37,7 @@ from ..fields import (
 from ..registry import Example, register
 from ..support import DIMS1_8, DIMS4, F2, IDX, S4, S6, T8, T10, U32, rows
 from ..tensor import TensorDesc
-from ._common import wide
+from ._common import below_maximum, wide
 
 F = ReduceFunction
 ARG_FUNCTIONS = (F.ARGMAX, F.ARGMIN)
@@ -140,11 +140,17 @@ def _l2_jvp(axes, primals, tangents):
 def _log_sum_exp(x, axes):
     # Shift by the maximum so exp never overflows (all 1000.0 -> 1000 + log N, not inf). The
     # shift is held constant for differentiation, giving the softmax as gradient; a non-finite
-    # maximum (all -inf, or +inf present) is replaced by 0 so the result is -inf / +inf.
+    # maximum (all -inf, or +inf present) is replaced by 0 so the result is -inf / +inf. Where
+    # it is finite, its own difference is exactly 0 (``below_maximum``: XLA may round a fused
+    # producer differently in the loop of the maximum and that of the exponentials), so the
+    # sum is at least 1.
     m = lax.stop_gradient(lax.reduce_max(x, axes))
-    m = jnp.where(jnp.isfinite(m), m, jnp.zeros_like(m))
-    m_b = lax.broadcast_in_dim(m, x.shape, tuple(i for i in range(x.ndim) if i not in axes))
-    return lax.log(lax.reduce_sum(lax.exp(x - m_b), axes)) + m
+    finite = jnp.isfinite(m)
+    m = jnp.where(finite, m, jnp.zeros_like(m))
+    kept = tuple(i for i in range(x.ndim) if i not in axes)
+    m_b = lax.broadcast_in_dim(m, x.shape, kept)
+    d = jnp.where(lax.broadcast_in_dim(finite, x.shape, kept), below_maximum(x, m_b), x - m_b)
+    return lax.log(lax.reduce_sum(lax.exp(d), axes)) + m
 
 
 def _reduce_value(function: ReduceFunction, x, axes: tuple[int, ...]):

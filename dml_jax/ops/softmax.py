@@ -28,7 +28,7 @@ from ..fields import UINT_ARRAY, OperatorDesc, attribute, count_of, input_field,
 from ..registry import Example, register
 from ..support import DIMS1_8, DIMS4, DIMS4_5, F2, rows
 from ..tensor import TensorDesc
-from ._common import in_float32, infer_same, same_tensors
+from ._common import below_maximum, in_float32, infer_same, same_tensors
 from .reduce import arg_reduce
 
 _V0_TABLE = rows((L.FL_1_0, DIMS4, F2), (L.FL_2_0, DIMS4_5, F2), (L.FL_3_0, DIMS1_8, F2))
@@ -45,16 +45,16 @@ def shifted(x, axes: tuple[int, ...]):
     copies may round differently (one contracted into an FMA, say). Near 1e10 one float32 ulp is
     1024, so the maximum's own difference would be +-1024: ``exp`` overflows (inf / inf) or the
     whole slice underflows (0 / 0), NaN either way. The optimization barrier has ``x`` computed
-    once and read by every loop; the differences are also capped at 0 (a comparison, so NaN
-    stays NaN) in case a lowering still sees different values.
+    once and read by every loop where XLA keeps it; XLA's CPU backend did not, and
+    ``below_maximum`` makes the maximum's own difference 0 and caps the others at 0 whatever
+    the loops computed.
 
     An all ``-inf`` slice keeps the maximum ``-inf``, so its differences are NaN: no
     normalization exists. The maximum is held constant for differentiation (the softmax does
     not depend on it)."""
     x = lax.optimization_barrier(x)
     m = lax.stop_gradient(jnp.max(x, axis=axes, keepdims=True))
-    d = x - m
-    return jnp.where(d > 0, jnp.zeros_like(d), d)
+    return below_maximum(x, m)
 
 
 def _sum_exp(d, axes: tuple[int, ...]):
