@@ -1,12 +1,13 @@
-"""The GPT stack's portable lowering with a known causal mask computed in query blocks
-(issue 42, the portable-path goal): ``ops.attention.CAUSAL_BLOCKS`` swept against the same
-network in plain JAX, in one process.
+"""The GPT stack's portable lowering with a known causal mask computed in blocks (issue 42,
+the portable-path goal): ``ops.attention.CAUSAL_BLOCKS`` swept against the same network in
+plain JAX, in one process.
 
 The GPT stack of ``examples/networks.py`` (the networks suite's throughput size unless
 ``--batch`` / ``--seq`` / ``--layers`` say otherwise) compiled with ``fast_paths=False``, its
-causal mask a constant data node: in n blocks the MULTIHEAD_ATTENTION lax lowering runs query
-rows [lo, hi) against keys [0, hi) only; ``1`` computes the whole S x T square (the lowering
-before the blocks). ``--half`` adds the same with ALLOW_HALF_PRECISION_COMPUTATION.
+causal mask a constant data node: with n blocks the MULTIHEAD_ATTENTION lax lowering computes
+the tiles of query block i and key block j <= i only (``ops.attention._causal_tiles``; blocks
+of more than 64 rows rounded up to a multiple of 64); ``1`` computes the whole S x T square
+(the lowering before the blocks). ``--half`` adds the same with ALLOW_HALF_PRECISION_COMPUTATION.
 Every row's output is compared with the first one's and with the jax reference's.
 
 Usage: ``PYTHONPATH=. python benchmarks/experiments/causal_blocks.py [--dtype FLOAT32 --batch 1]

@@ -531,12 +531,16 @@ def keep_mask(d: Any, g: Geometry, mask):
     return jnp.any(inside_q & inside_k, axis=0)
 
 
-def _exponentials(logits, valid=None):
+def _exponentials(logits, valid=None, rows=None):
     """softmax over the key positions (the last axis of {B, Hq, S, T}), in float32, with its
     division left to the caller: (the exponentials ``exp(logit - row maximum)``, the row's
     divisor {..., 1}). ``lower_attention`` multiplies the exponentials by the values and divides
     the {S, Dv} product by the divisor, the same sums as normalizing the S x T weights first
     (float32 roundings apart) without writing and reading them once more.
+
+    ``rows``: where a row spans several tiles (``_causal_tiles``), ``(combine, spread)``:
+    ``combine(a, reduce)`` reduces the tiles' values {..., tiles, rows, 1} to the rows', and
+    ``spread(a)`` takes the rows' back to the tiles; the divisor is then the rows'.
 
     A row whose maximum is not finite (all -inf, or a +inf or NaN logit) has no normalization
     and gives NaN (SOFTMAX's rule). Positions outside ``valid`` take no weight; a row with no
@@ -550,16 +554,35 @@ def _exponentials(logits, valid=None):
     arbitrary numbers). The divisor is never NaN for a row that gives 0, so its gradient is 0
     there, not NaN.
     """
+    combine, spread = rows or (lambda a, reduce: a, lambda a: a)
     if valid is not None:
         logits = jnp.where(valid, logits, -jnp.inf)
-    top = lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+    top = lax.stop_gradient(combine(jnp.max(logits, axis=-1, keepdims=True), jnp.max))
     finite = jnp.isfinite(top)
-    e = jnp.exp(logits - jnp.where(finite, top, 0.0))
-    total = jnp.sum(e, axis=-1, keepdims=True)
+    e = jnp.exp(logits - spread(jnp.where(finite, top, 0.0)))
+    total = combine(jnp.sum(e, axis=-1, keepdims=True), jnp.sum)
     fallback = jnp.float32(jnp.nan)
     if valid is not None:
         fallback = jnp.where(jnp.any(valid, axis=-1, keepdims=True), fallback, 1.0)
     return e, jnp.where(finite, total, fallback)
+
+
+def _scaled_logits(d: Any, q, k, batch: int):
+    """``Scale * Q K^T`` in float32: queries {..., s, D} against keys {..., t, D}, the first
+    ``batch`` axes of both batched, {..., s, t}. Where half precision is allowed, FLOAT16
+    logits are rounded to float16 (the product still accumulates in float32 where the backend
+    does): the S x T tensor the softmax then reads twice is half as many bytes, most of the lax
+    lowering's time at long sequences."""
+    dims = tuple(range(batch))
+    half = narrow_products(d) and half_precision_allowed()
+    logits = lax.dot_general(
+        q,
+        k,
+        (((q.ndim - 1,), (k.ndim - 1,)), (dims, dims)),
+        precision=matmul_precision(),
+        preferred_element_type=jnp.float16 if half else jnp.float32,
+    )
+    return logits.astype(jnp.float32) * jnp.float32(d.scale)
 
 
 def _product_operands(w, values):
@@ -738,15 +761,7 @@ def _causal_tiles(d: Any, n: int, qg, keys, values, rpb):
     qt = qt.reshape(b, hkv, p, rows, dh)
     kt = keys.reshape(b, hkv, n, bs, dh)[:, :, kj]
     vt = values.reshape(b, hkv, n, bs, dv)[:, :, kj]
-    half_logits = narrow_products(d) and half_precision_allowed()
-    logits = lax.dot_general(
-        qt,
-        kt,
-        (((4,), (4,)), ((0, 1, 2), (0, 1, 2))),
-        precision=matmul_precision(),
-        preferred_element_type=jnp.float16 if half_logits else jnp.float32,
-    )  # {B, Hkv, P, G * bs, bs}
-    logits = logits.astype(jnp.float32) * jnp.float32(d.scale)
+    logits = _scaled_logits(d, qt, kt, 3)  # {B, Hkv, P, G * bs, bs}
     if rpb is not None:
         r = jnp.transpose(rpb.reshape(b, hkv, group, n, bs, n, bs), (0, 1, 3, 5, 2, 4, 6))
         logits = logits + r[:, :, qi, kj].reshape(b, hkv, p, rows, bs)
@@ -760,12 +775,7 @@ def _causal_tiles(d: Any, n: int, qg, keys, values, rpb):
     def per_block(a, reduce):  # {B, Hkv, P, ...} -> {B, Hkv, n, ...}: a row's tiles combined
         return jnp.stack([reduce(a[:, :, lo:hi], axis=2) for lo, hi in pairwise(first)], axis=2)
 
-    # ``_exponentials``' rules, the row spanning its tiles: the maximum subtracted (0 where it
-    # is not finite), NaN where it is not finite, the division after the second product.
-    top = lax.stop_gradient(per_block(jnp.max(logits, axis=-1), jnp.max))  # {B, Hkv, n, rows}
-    finite = jnp.isfinite(top)
-    e = jnp.exp(logits - jnp.where(finite, top, 0.0)[:, :, qi, :, None])
-    divisor = jnp.where(finite, per_block(jnp.sum(e, axis=-1), jnp.sum), jnp.float32(jnp.nan))
+    e, divisor = _exponentials(logits, rows=(per_block, lambda a: a[:, :, qi]))
     e, vt = _product_operands(e, vt)
     weighted = lax.dot_general(
         e,
@@ -774,7 +784,7 @@ def _causal_tiles(d: Any, n: int, qg, keys, values, rpb):
         precision=matmul_precision(),
         preferred_element_type=jnp.float32,
     )  # {B, Hkv, P, G * bs, Dv}
-    out = per_block(weighted, jnp.sum) / divisor[..., None]  # {B, Hkv, n, G * bs, Dv}
+    out = per_block(weighted, jnp.sum) / divisor  # {B, Hkv, n, G * bs, Dv}
     out = jnp.transpose(out.reshape(b, hkv, n, group, bs, dv), (0, 2, 4, 1, 3, 5))
     return out.reshape(b, n * bs, hkv, group, dv)[:, :s]
 
@@ -786,19 +796,7 @@ def _attend(d: Any, qg, keys, values, rpb, masked, valid):
     positions that take a weight at all (``_exponentials``), or None."""
     b, hkv, group, s = qg.shape[:4]
     t = keys.shape[2]
-    precision = matmul_precision()
-    # Where half precision is allowed, FLOAT16 logits are rounded to float16 (the product still
-    # accumulates in float32 where the backend does): the S x T tensor the softmax then reads
-    # twice is half as many bytes, most of the lax lowering's time at long sequences.
-    half_logits = narrow_products(d) and half_precision_allowed()
-    logits = lax.dot_general(
-        qg,
-        keys,
-        (((4,), (3,)), ((0, 1), (0, 1))),
-        precision=precision,
-        preferred_element_type=jnp.float16 if half_logits else jnp.float32,
-    ).reshape(b, hkv * group, s, t)
-    logits = logits.astype(jnp.float32) * jnp.float32(d.scale)
+    logits = _scaled_logits(d, qg, keys, 2).reshape(b, hkv * group, s, t)
     if rpb is not None:
         logits = logits + rpb
     e, divisor = _exponentials(masked(logits), valid)
@@ -806,7 +804,7 @@ def _attend(d: Any, qg, keys, values, rpb, masked, valid):
     # The exponentials times the values, then divided by the row's sum: {B, s, Hkv, G, Dv}.
     eg = e.reshape(b, hkv, group, s, t)
     divisor = jnp.transpose(divisor.reshape(eg.shape[:-1] + (1,)), (0, 3, 1, 2, 4))
-    return _weighted_values(eg, values, precision) / divisor
+    return _weighted_values(eg, values, matmul_precision()) / divisor
 
 
 # ---------------------------------------------------------------------------------------------
