@@ -166,7 +166,8 @@ def test_convolution_gradients(direction, data):
 # 1x1 ones as a batched product ("product"), the others split per group on the CPU ("split");
 # ungrouped ones of at most 3 input channels and 25 taps (49 on CPUs of few cores) are a
 # product of gathered windows on the CPU ("patches"), and large ungrouped 3x3 stride-1 ones Winograd's F(2x2, 3x3) there
-# ("winograd"). Each row one of their cases against the reference: (input, filter, direction, strides,
+# ("winograd"); ungrouped undilated windows that tile the input (strides equal to the window)
+# are one product everywhere ("patch product"). Each row one of their cases against the reference: (input, filter, direction, strides,
 # dilations, start, end, output padding, groups, mode, type, bias, lowering).
 _GROUPED = [
     ((1, 4, 7, 7), (4, 1, 3, 3), "FORWARD", (1, 1), (1, 1), (1, 1), (1, 1), (0, 0), 4,
@@ -217,6 +218,18 @@ _GROUPED = [
      "CROSS_CORRELATION", "FLOAT16", True, "winograd"),
     ((1, 256, 14, 14), (256, 256, 3, 3), "FORWARD", (1, 1), (1, 1), (1, 1), (1, 1), (0, 0), 1,
      "CROSS_CORRELATION", "FLOAT32", False, "conv"),  # too little work per product for Winograd
+    ((2, 5, 9, 8), (6, 5, 2, 2), "FORWARD", (2, 2), (1, 1), (0, 1), (1, 0), (0, 0), 1,
+     "CONVOLUTION", "FLOAT32", True, "patch product"),  # windows tile the padded input
+    ((1, 3, 11, 8), (4, 3, 4, 4), "FORWARD", (4, 4), (1, 1), (0, 0), (0, 0), (0, 0), 1,
+     "CROSS_CORRELATION", "FLOAT16", True, "patch product"),  # a stem: rows past 8 dropped
+    ((2, 4, 11), (3, 4, 4), "FORWARD", (4,), (1,), (1,), (0,), (0,), 1,
+     "CROSS_CORRELATION", "FLOAT16", False, "patch product"),
+    ((1, 2, 4, 6, 4), (3, 2, 2, 3, 1), "FORWARD", (2, 3, 1), (1, 1, 1), (0, 0, 0), (0, 0, 0),
+     (0, 0, 0), 1, "CROSS_CORRELATION", "FLOAT32", True, "patch product"),
+    ((1, 4, 8, 8), (4, 2, 2, 2), "FORWARD", (2, 2), (1, 1), (0, 0), (0, 0), (0, 0), 2,
+     "CROSS_CORRELATION", "FLOAT32", False, "split"),  # grouped: not a patch product
+    ((1, 4, 8, 8), (4, 4, 2, 2), "FORWARD", (2, 2), (2, 2), (0, 0), (0, 0), (0, 0), 1,
+     "CROSS_CORRELATION", "FLOAT32", False, "conv"),  # dilated: windows do not tile
 ]  # fmt: skip
 
 

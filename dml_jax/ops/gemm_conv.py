@@ -376,6 +376,8 @@ def lower_conv(d: ConvolutionOperatorDesc, x, w, *bias):
         w = lax.rev(w, spatial)
     if _pointwise(d, kernel):
         y = _pointwise_product(x, w, g)
+    elif _tiles_the_input(kernel, strides, lhs_dilation, dilations, g):
+        y = _patch_product(x, w, padding)
     elif _is_depthwise(x, w, g):
         y = _depthwise(x, w, strides, padding, lhs_dilation, dilations, g)
     elif _few_channels(x, w, g):
@@ -435,6 +437,53 @@ def _pointwise_product(x, w, g: int):
             **precision,
         )
     return y.reshape(out)
+
+
+# Windows that tile the input are one matrix product (``_patch_product``); False gives them
+# XLA's convolution (benchmarks/experiments/patch_products.py and onnx_compile_time.py compare).
+PATCH_PRODUCTS = True
+
+
+def _tiles_the_input(kernel, strides, lhs_dilation, dilations, g: int) -> bool:
+    """An ungrouped forward convolution whose windows tile its (padded) input: strides equal
+    to the window, undilated, larger than 1x1 (a vision transformer's patch embedding,
+    ConvNeXt's and Swin's stem and downsampling layers)."""
+    return (
+        PATCH_PRODUCTS
+        and g == 1
+        and tuple(strides) == tuple(kernel)
+        and math.prod(kernel) > 1
+        and all(r == 1 for r in lhs_dilation)
+        and all(r == 1 for r in dilations)
+    )
+
+
+def _patch_product(x, w, padding):
+    """A convolution whose windows tile the input (``_tiles_the_input``) as one matrix
+    product: each output position's window is a block of the input, so the input reshaped to
+    {N, C, out1, k1, out2, k2, ...} meets the filter {K, C, k1, k2, ...} over its channel and
+    window axes. The same products and sums as the convolution's; no convolution algorithm to
+    search for or plan.
+
+    Padding (negative values crop) comes first; the positions past the last whole window are
+    dropped, as the convolution drops them."""
+    kernel = w.shape[2:]
+    n_sp = len(kernel)
+    config = [(0, 0, 0), (0, 0, 0)] + [(lo, hi, 0) for lo, hi in padding]
+    if any(lo or hi for lo, hi in padding):
+        x = lax.pad(x, jnp.zeros((), x.dtype), config)
+    out = tuple(size // k for size, k in zip(x.shape[2:], kernel))
+    x = x[(slice(None), slice(None)) + tuple(slice(0, o * k) for o, k in zip(out, kernel))]
+    n, c = x.shape[:2]
+    blocks = x.reshape((n, c) + tuple(v for o, k in zip(out, kernel) for v in (o, k)))
+    y = lax.dot_general(
+        w,
+        blocks,
+        (((1,) + tuple(range(2, 2 + n_sp)), (1,) + tuple(range(3, 3 + 2 * n_sp, 2))), ((), ())),
+        precision=matmul_precision(),
+        preferred_element_type=_product_type(x),
+    )  # {K, N, out...}
+    return jnp.swapaxes(y, 0, 1)
 
 
 # The most filter taps a depthwise convolution is unrolled over (a 7x7 or 3x3x3 window and
