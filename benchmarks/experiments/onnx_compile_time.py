@@ -9,11 +9,13 @@ optimized program, ``hot ms`` is the compiled program's time (the bench harness'
 
 Usage (on a CUDA machine with PyTorch and torchvision):
 ``PYTHONPATH=. python benchmarks/experiments/onnx_compile_time.py [--only NAME ...]
-[--batch 64] [--dtype float16] [--no-compile] [--level all] [--triton-gemm]``. The programs
+[--batch 64] [--dtype float16] [--no-compile] [--level all] [--triton-gemm]
+[--no-patch-products]``. The programs
 compile with the session's options (``session.compiler_options``: on GPUs XLA's Triton matrix
 products off, which they take over ``XLA_FLAGS``; ``--triton-gemm`` turns them back on);
 ``XLA_FLAGS`` set outside compares XLA's other options (``--xla_gpu_autotune_level=0``: no
-algorithm search).
+algorithm search). ``--no-patch-products`` gives convolutions whose windows tile the input to
+XLA's convolution instead of the lowering's matrix product (``gemm_conv.PATCH_PRODUCTS``).
 """
 
 from __future__ import annotations
