@@ -40,8 +40,11 @@ def main() -> None:
     p.add_argument("--level", default="all")
     p.add_argument("--no-compile", dest="compile", action="store_false")
     p.add_argument("--triton-gemm", action="store_true", help="XLA's Triton matrix products on")
-    p.add_argument("--no-patch-products", action="store_true",
-                   help="windows that tile the input as XLA's convolution, not a product")
+    p.add_argument(
+        "--no-patch-products",
+        action="store_true",
+        help="windows that tile the input as XLA's convolution, not a product",
+    )
     args = p.parse_args()
     if args.no_patch_products:
         from dml_jax.ops import gemm_conv
