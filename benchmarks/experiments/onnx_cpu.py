@@ -13,6 +13,11 @@ writes out again at every call, and the outputs agree trivially. ``--random-weig
 every weight of two or more dimensions random values, scaled by its fan-in, as a trained
 network's would be: real constants, and outputs that say something.)
 
+``--apart`` times each runtime alone instead, in a child process of its own (the other not
+loaded), the two alternating process by process for ``--rounds`` rounds: in one process,
+onnxruntime's workers, which spin after a run (its default, and part of its speed), took the
+cores from the dml_jax sample after theirs (benchmarks/experiments/README.md).
+
 ``--session`` times ``InferenceSession(...).run`` instead (inputs and outputs as NumPy arrays,
 as onnxruntime's), whose weights are compiled in on the CPU up to
 ``session.CPU_BAKED_WEIGHTS_MAX_BYTES``; ``--weights-as-arguments`` passes them at every call
@@ -22,7 +27,8 @@ the CPU".
 
 Usage: ``JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/experiments/onnx_cpu.py
 [--only NAME ...] [--samples 7] [--iters 5] [--threads 2] [--random-weights]
-[--compiler-options JSON] [--session [--weights-as-arguments]] [--no-winograd]``, from the
+[--compiler-options JSON] [--session [--weights-as-arguments]] [--no-winograd]
+[--apart [--rounds 3]]``, from the
 repository root (``--compiler-options`` go over the session's CPU defaults,
 ``dml_jax.onnx.session.CPU_COMPILER_OPTIONS``).
 """
@@ -128,6 +134,63 @@ def measure(
             "best_ratio": min(ours_t) / min(theirs_t), "rel_diff": diff, "cold_s": cold}  # fmt: skip
 
 
+def measure_side(
+    path: str, side: str, samples: int, iters: int, threads: int, random: bool, options=None
+) -> float:
+    """Milliseconds per call of one runtime alone (``side``: dml_jax's ``compile_onnx`` program
+    or onnxruntime's session, the other not loaded): the median of ``samples`` samples."""  # fmt: skip
+    source = with_random_weights(path) if random else path
+    if side == "dml":
+        model = compile_onnx(source, compiler_options=options)
+        x = np.random.default_rng(0).standard_normal(model.input_shapes[0]).astype(np.float32)
+        arg = jax.device_put(x, jax.devices("cpu")[0])
+
+        def call():
+            return model(arg)
+    else:
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        blob = source.SerializeToString() if random else path
+        sess = ort.InferenceSession(blob, opts, providers=["CPUExecutionProvider"])
+        inp = sess.get_inputs()[0]
+        shape = [d if isinstance(d, int) else 1 for d in inp.shape]
+        feed = {inp.name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+
+        def call():
+            return sess.run(None, feed)
+
+    _sample(call, 1)
+    return statistics.median(_sample(call, iters) for _ in range(samples)) * 1e3
+
+
+def apart(paths, a) -> None:
+    """``--apart``: each runtime timed alone in a child process of its own, the two alternating
+    for ``--rounds`` rounds per model; the medians over the rounds, their ratio and the ratio of
+    the fastest rounds."""
+    import subprocess
+    import sys
+
+    print(f"{'model':<14}{'dml_jax ms':>12}{'ort ms':>10}{'ratio':>8}{'best':>7}  rounds")
+    for path in paths:
+        name = os.path.basename(path)[len("light_") : -len(".onnx")]
+        times = {"dml": [], "ort": []}
+        for r in range(a.rounds):
+            for side in ("dml", "ort") if r % 2 == 0 else ("ort", "dml"):
+                cmd = [sys.executable, __file__, "--side", side, "--only", name,
+                       "--samples", str(a.samples), "--iters", str(a.iters),
+                       "--threads", str(a.threads)]  # fmt: skip
+                cmd += ["--random-weights"] if a.random_weights else []
+                if a.compiler_options:
+                    cmd += ["--compiler-options", json.dumps(a.compiler_options)]
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+                times[side].append(float(out.split()[-1]))
+        d, o = statistics.median(times["dml"]), statistics.median(times["ort"])
+        rounds = " ".join(f"{x:.1f}/{y:.1f}" for x, y in zip(times["dml"], times["ort"]))
+        print(f"{name:<14}{d:>12.2f}{o:>10.2f}{d / o:>8.2f}"
+              f"{min(times['dml']) / min(times['ort']):>7.2f}  {rounds}", flush=True)  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", nargs="*", help="model names (resnet50, shufflenet, ...)")
@@ -141,6 +204,10 @@ def main() -> None:
     p.add_argument("--weights-as-arguments", action="store_true",
                    help="with --session: the weights passed at every call, not compiled in")  # fmt: skip
     p.add_argument("--no-winograd", action="store_true", help="no Winograd 3x3 convolutions")
+    p.add_argument("--apart", action="store_true",
+                   help="each runtime alone in its own process, alternating (--rounds)")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--side", choices=("dml", "ort"), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.weights_as_arguments:
         session_module.CPU_BAKED_WEIGHTS_MAX_BYTES = -1
@@ -149,12 +216,20 @@ def main() -> None:
     paths = sorted(glob.glob(os.path.join(LIGHT, "*.onnx")))
     if a.only:
         paths = [q for q in paths if any(f"light_{n}.onnx" == os.path.basename(q) for n in a.only)]
+    if a.side:
+        print(measure_side(paths[0], a.side, a.samples, a.iters, a.threads, a.random_weights,
+                           a.compiler_options))  # fmt: skip
+        return
     print(f"jax {jax.__version__}, onnxruntime {ort.__version__}, {os.cpu_count()} CPUs, "
-          f"median of {a.samples} samples of {a.iters} calls, alternating"
+          f"median of {a.samples} samples of {a.iters} calls, "
+          + (f"each runtime alone in a process, {a.rounds} rounds" if a.apart else "alternating")
           + (", random weights" if a.random_weights else "")
           + (", InferenceSession.run" if a.session else ", compile_onnx")
           + (", weights as arguments" if a.weights_as_arguments else "")
           + (", no Winograd" if a.no_winograd else ""))  # fmt: skip
+    if a.apart:
+        apart(paths, a)
+        return
     print(f"{'model':<14}{'dml_jax ms':>12}{'ort ms':>10}{'ratio':>8}{'best':>7}{'rel diff':>10}"
           f"{'cold s':>8}")  # fmt: skip
     for path in paths:
