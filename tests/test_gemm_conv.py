@@ -162,13 +162,14 @@ def test_convolution_gradients(direction, data):
 
 
 # Grouped convolutions have their own lowerings: depthwise ones as slices times taps (dilated
-# windows "taps" everywhere, undilated ones on the CPU: "taps or conv"),
-# 1x1 ones as a batched product ("product"), the others split per group on the CPU ("split");
-# ungrouped ones of at most 3 input channels and 25 taps (49 on CPUs of few cores) are a
-# product of gathered windows on the CPU ("patches"), and large ungrouped 3x3 stride-1 ones Winograd's F(2x2, 3x3) there
-# ("winograd"); ungrouped undilated windows that tile the input (strides equal to the window)
-# are one product everywhere ("patch product"). Each row one of their cases against the reference: (input, filter, direction, strides,
-# dilations, start, end, output padding, groups, mode, type, bias, lowering).
+# windows "taps" everywhere, undilated ones on the CPU: "taps or conv"), 1x1 ones as a batched
+# product ("product"), the others split per group on the CPU ("split"); ungrouped ones of at
+# most 3 input channels and 25 taps (49 on CPUs of few cores) are a product of gathered windows
+# on the CPU ("patches"), large ungrouped 3x3 stride-1 ones Winograd's F(2x2, 3x3) there
+# ("winograd"), and ungrouped undilated windows that tile the input (strides equal to the
+# window) one product everywhere ("patch product"). Each row one of their cases against the
+# reference: (input, filter, direction, strides, dilations, start, end, output padding, groups,
+# mode, type, bias, lowering).
 _GROUPED = [
     ((1, 4, 7, 7), (4, 1, 3, 3), "FORWARD", (1, 1), (1, 1), (1, 1), (1, 1), (0, 0), 4,
      "CROSS_CORRELATION", "FLOAT32", True, "taps or conv"),  # undilated: by platform

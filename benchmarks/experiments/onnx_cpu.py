@@ -90,45 +90,55 @@ def with_random_weights(path: str) -> onnx.ModelProto:
     return model
 
 
+def _dml_call(source, options=None, session=False):
+    """dml_jax's call of the model (``compile_onnx``'s program, or ``InferenceSession.run``)
+    on a fixed random input: (call, the input as NumPy)."""
+    if session:
+        blob = source if isinstance(source, str) else source.SerializeToString()
+        s = InferenceSession(blob, compiler_options=options)
+        x = np.random.default_rng(0).standard_normal(tuple(s.get_inputs()[0].shape))
+        feed = {s.get_inputs()[0].name: x.astype(np.float32)}
+        return (lambda: s.run(None, feed)[0]), feed[s.get_inputs()[0].name]
+    model = compile_onnx(source, compiler_options=options)
+    x = np.random.default_rng(0).standard_normal(model.input_shapes[0]).astype(np.float32)
+    arg = jax.device_put(x, jax.devices("cpu")[0])
+    return (lambda: model(arg)), x
+
+
+def _ort_call(source, threads: int, x=None):
+    """onnxruntime's call of the model (CPU provider, ``threads`` intra-op threads) on ``x``,
+    or on the same random input as ``_dml_call``'s where ``x`` is None."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    blob = source if isinstance(source, str) else source.SerializeToString()
+    sess = ort.InferenceSession(blob, opts, providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    if x is None:
+        shape = tuple(d if isinstance(d, int) else 1 for d in inp.shape)
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    feed = {inp.name: x}
+    return lambda: sess.run(None, feed)[0]
+
+
 def measure(
     path: str, samples: int, iters: int, threads: int, random: bool, options=None, session=False
 ) -> dict:
     name = os.path.basename(path)[len("light_") : -len(".onnx")]
     source = with_random_weights(path) if random else path
     t0 = time.perf_counter()
-    if session:
-        s = InferenceSession(source.SerializeToString() if random else path,
-                             compiler_options=options)  # fmt: skip
-        shape = tuple(s.get_inputs()[0].shape)
-        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-        feed_ours = {s.get_inputs()[0].name: x}
-
-        def call():
-            return s.run(None, feed_ours)[0]
-    else:
-        model = compile_onnx(source, compiler_options=options)
-        x = np.random.default_rng(0).standard_normal(model.input_shapes[0]).astype(np.float32)
-        arg = jax.device_put(x, jax.devices("cpu")[0])
-
-        def call():
-            return model(arg)
-
+    call, x = _dml_call(source, options, session)
     ours = jax.block_until_ready(call())
     cold = time.perf_counter() - t0
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    blob = source.SerializeToString() if random else path
-    sess = ort.InferenceSession(blob, opts, providers=["CPUExecutionProvider"])
-    feed = {sess.get_inputs()[0].name: x}
-    (theirs,) = sess.run(None, feed)
+    theirs_call = _ort_call(source, threads, x)
+    theirs = theirs_call()
     scale = float(np.max(np.abs(theirs))) or 1.0
     diff = float(np.max(np.abs(np.asarray(ours) - theirs))) / scale
     ours_t, theirs_t = [], []
     _sample(call, 1)
     for _ in range(samples):
         ours_t.append(_sample(call, iters))
-        theirs_t.append(_sample(lambda: sess.run(None, feed), iters))
+        theirs_t.append(_sample(theirs_call, iters))
     a, b = statistics.median(ours_t), statistics.median(theirs_t)
     return {"model": name, "dml_jax_ms": a * 1e3, "ort_ms": b * 1e3, "ratio": a / b,
             "best_ratio": min(ours_t) / min(theirs_t), "rel_diff": diff, "cold_s": cold}  # fmt: skip
@@ -140,26 +150,7 @@ def measure_side(
     """Milliseconds per call of one runtime alone (``side``: dml_jax's ``compile_onnx`` program
     or onnxruntime's session, the other not loaded): the median of ``samples`` samples."""  # fmt: skip
     source = with_random_weights(path) if random else path
-    if side == "dml":
-        model = compile_onnx(source, compiler_options=options)
-        x = np.random.default_rng(0).standard_normal(model.input_shapes[0]).astype(np.float32)
-        arg = jax.device_put(x, jax.devices("cpu")[0])
-
-        def call():
-            return model(arg)
-    else:
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        blob = source.SerializeToString() if random else path
-        sess = ort.InferenceSession(blob, opts, providers=["CPUExecutionProvider"])
-        inp = sess.get_inputs()[0]
-        shape = [d if isinstance(d, int) else 1 for d in inp.shape]
-        feed = {inp.name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
-
-        def call():
-            return sess.run(None, feed)
-
+    call = _dml_call(source, options)[0] if side == "dml" else _ort_call(source, threads)
     _sample(call, 1)
     return statistics.median(_sample(call, iters) for _ in range(samples)) * 1e3
 

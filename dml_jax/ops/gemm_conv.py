@@ -476,8 +476,8 @@ def _patch_product(x, w, padding):
     dropped, as the convolution drops them."""
     kernel = w.shape[2:]
     n_sp = len(kernel)
-    config = [(0, 0, 0), (0, 0, 0)] + [(lo, hi, 0) for lo, hi in padding]
     if any(lo or hi for lo, hi in padding):
+        config = [(0, 0, 0), (0, 0, 0)] + [(lo, hi, 0) for lo, hi in padding]
         x = lax.pad(x, jnp.zeros((), x.dtype), config)
     out = tuple(size // k for size, k in zip(x.shape[2:], kernel))
     x = x[(slice(None), slice(None)) + tuple(slice(0, o * k) for o, k in zip(out, kernel))]
