@@ -575,6 +575,44 @@ def test_float16_probabilities_enter_the_product_at_float32_precision():
     )
 
 
+def test_float16_values_meet_the_weights_on_tf32_tensor_cores_on_cuda_only():
+    """``_weights_product``: FLOAT16 values times the float32 weights is one product per
+    platform, TF32 x3 on CUDA GPUs (exact for FLOAT16 values: their TF32 remainder is 0) and
+    float32 elsewhere; FLOAT32 values and the half-precision flag take one product at the
+    precision asked for."""
+    import jax.extend as jex
+
+    from dml_jax.ops.attention import _weighted_values
+    from dml_jax.precision import with_half_precision
+
+    w = np.ones((1, 2, 1, 3, 8), np.float32)
+
+    def precisions(values, half=False):
+        fn = with_half_precision(
+            lambda a, b: _weighted_values(a, b, jax.lax.Precision.HIGHEST), half
+        )
+        found = []
+
+        def walk(jaxpr, platforms=None):
+            for eqn in jaxpr.eqns:
+                if eqn.primitive.name == "dot_general":
+                    found.append((platforms, str(eqn.params["precision"])))
+                branches = eqn.params.get("branches_platforms")
+                for i, sub in enumerate(jex.core.jaxprs_in_params(eqn.params)):
+                    walk(sub, branches[i] if branches else platforms)
+
+        walk(jax.make_jaxpr(fn)(w, values).jaxpr)
+        return found
+
+    highest = str((jax.lax.Precision.HIGHEST,) * 2)
+    assert precisions(np.ones((1, 2, 8, 4), np.float16)) == [
+        (("cuda",), str(jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3)),
+        (None, highest),
+    ]
+    assert precisions(np.ones((1, 2, 8, 4), np.float32)) == [(None, highest)]
+    assert len(precisions(np.ones((1, 2, 8, 4), np.float16), half=True)) == 1
+
+
 def test_float16_values_above_four_do_not_overflow_when_one_key_takes_all_the_weight():
     """A regression: probabilities entered the second product as float16 pieces scaled by
     2**14, whose products with values above 4 overflowed float16 on a GPU (-inf outputs)."""
@@ -608,13 +646,13 @@ def _product_operand_types(fn, *args) -> list[tuple[str, ...]]:
 
 def test_float16_products_take_float16_operands():
     """FLOAT16 without BiasTensor: Q K^T on float16 operands and the second product on float32
-    ones (float16 with the half-precision flag); with BiasTensor the biased Q, K and V are
-    float32, as are both products."""
+    ones (one per platform: ``_weights_product``), float16 with the half-precision flag; with
+    BiasTensor the biased Q, K and V are float32, as are both products."""
     plain = _m(type_name="FLOAT16")()
     biased = _m(type_name="FLOAT16", bias_tensor=(12,))()
     half16, wide = ("float16", "float16"), ("float32", "float32")
     for desc, half, want in (
-        (plain, False, [half16, wide]),
+        (plain, False, [half16, wide, wide]),
         (plain, True, [half16] * 2),
         (biased, False, [wide] * 2),
     ):
@@ -727,8 +765,10 @@ def test_a_known_causal_mask_computes_only_what_it_keeps(monkeypatch, type_name,
     monkeypatch.setattr(A, "CAUSAL_BLOCKS", 3)
     desc, inputs = _causal_case(type_name, rpb=rpb)
     got, shapes = _lower_with_known_mask(desc, inputs)
-    assert len(shapes) == 2 and shapes[0] == (2, 2, 6, 8, 4), shapes  # the logits
-    assert shapes[1][:4] == (2, 2, 6, 8), shapes  # the weighted values (and the row sums)
+    assert shapes[0] == (2, 2, 6, 8, 4), shapes  # the logits
+    # the weighted values (and the row sums): for FLOAT16 one product per platform
+    # (``_weights_product``)
+    assert len(set(shapes)) == 2 and all(s[:4] == (2, 2, 6, 8) for s in shapes[1:]), shapes
     tolerance = {"rtol": 1e-2, "atol": 1e-2} if type_name == "FLOAT16" else _CLOSE
     S.assert_same(got, reference.reference(desc, *inputs), exact=False, **tolerance)
     full, full_shapes = _lower_with_known_mask(desc, inputs, known=False)

@@ -33,9 +33,10 @@ type. FLOAT32 products are float32 (``lax.Precision.HIGHEST``) unless the half-p
 given, as for GEMM. Without BiasTensor, the first FLOAT16 product runs on float16 arithmetic with
 the same float32 results (Q and K stay float16: their products are exact in float32); the second
 multiplies the float32 exponentials (``exp(logit - row maximum)``) by the values widened to
-float32 (``_weighted_values``) and divides the product by the row's sum: the softmax's division
-after the product, the same sums up to float32 rounding, without another pass over the S x T
-weights. The half-precision flag rounds FLOAT16 logits and the exponentials to float16, the
+float32 (``_weighted_values``; on CUDA GPUs on TF32 tensor cores as three products, exact for
+FLOAT16 values: ``_weights_product``) and divides the product by the row's sum: the softmax's
+division after the product, the same sums up to float32 rounding, without another pass over the
+S x T weights. The half-precision flag rounds FLOAT16 logits and the exponentials to float16, the
 precision plain JAX and PyTorch compute float16 attention at.
 
 A causal BOOLEAN mask that the program holds as a constant (a decoder's, MaskFilterValue -inf)
@@ -595,26 +596,45 @@ def _product_operands(w, values):
 
 def _weighted_values(w, values, precision):
     """Weights {B, Hkv, G, S, T} (float32: the softmax's exponentials, in [0, 1]) times values
-    {B, Hkv, T, Dv}: {B, S, Hkv, G, Dv} in float32, FLOAT16 values widened (exactly) to float32;
-    where half precision is allowed, FLOAT16 values meet the weights rounded to float16 (float32
-    accumulation).
-
-    The weights do not enter as scaled float16 pieces (``precision.pieces_product``) here: a
-    piece is a weight times 2**14, and a value above 4 in magnitude makes their product
-    overflow float16, which XLA's GPU compiler lets happen where it fuses the product (an
-    infinite output where one key takes all the weight; found on an H100).
-    """
-    w, values = _product_operands(w, values)
+    {B, Hkv, T, Dv}: {B, S, Hkv, G, Dv} in float32 (``_weights_product``)."""
     # {B, Hkv, G, S, Dv}: the S x T operand on the left, in its own layout (an einsum puts
     # the values first and transposes the product), then the small result moved.
-    out = lax.dot_general(
-        w,
-        values,
-        (((4,), (2,)), ((0, 1), (0, 1))),
-        precision=precision,
-        preferred_element_type=jnp.float32,
-    )
+    out = _weights_product(w, values, (((4,), (2,)), ((0, 1), (0, 1))), precision)
     return jnp.transpose(out, (0, 3, 1, 2, 4))
+
+
+def _weights_product(w, values, dims, precision):
+    """The float32 weights ``w`` times ``values`` (``lax.dot_general``'s ``dims``), in
+    float32: FLOAT16 values widened (exactly) to float32; where half precision is allowed,
+    FLOAT16 values meet the weights rounded to float16 (float32 accumulation).
+
+    On CUDA GPUs the float32 product of FLOAT16 values runs on TF32 tensor cores as three
+    products (``DotAlgorithmPreset.TF32_TF32_F32_X3``: each operand split into a TF32 head and
+    a TF32 remainder, the remainders' product left out). A FLOAT16 value is a TF32 number (11
+    significant bits, a narrower exponent range), so its remainder is 0 and the one term left
+    out is 0: the weights enter to 22 bits, within float32 rounding of the float32 product
+    (on an H100 its error against float64 was no larger than ``HIGHEST``'s), on arithmetic
+    several times faster than float32's (the GPT stack of ``examples/networks.py``, 8 x 1024
+    tokens on an H100: 16.5 -> 15.9 ms; docs/semantics.md). Other backends multiply in
+    float32 (``lax.Precision.HIGHEST``).
+
+    The weights do not enter as scaled float16 pieces (``precision.pieces_product``): a piece
+    is a weight times 2**14, and a value above 4 in magnitude makes their product overflow
+    float16, which XLA's GPU compiler lets happen where it fuses the product (an infinite
+    output where one key takes all the weight; found on an H100). TF32 has float32's exponent
+    range.
+    """
+    w, wide = _product_operands(w, values)
+
+    def product(algorithm):
+        return lambda a, b: lax.dot_general(
+            a, b, dims, precision=algorithm, preferred_element_type=jnp.float32
+        )
+
+    if values.dtype != jnp.float16 or wide.dtype == jnp.float16:
+        return product(precision)(w, wide)
+    tensor_cores = product(lax.DotAlgorithmPreset.TF32_TF32_F32_X3)
+    return lax.platform_dependent(w, wide, cuda=tensor_cores, default=product(precision))
 
 
 # The causal lowering (``causal_blocks``) splits the sequence into at most CAUSAL_BLOCKS
@@ -776,14 +796,8 @@ def _causal_tiles(d: Any, n: int, qg, keys, values, rpb):
         return jnp.stack([reduce(a[:, :, lo:hi], axis=2) for lo, hi in pairwise(first)], axis=2)
 
     e, divisor = _exponentials(logits, rows=(per_block, lambda a: a[:, :, qi]))
-    e, vt = _product_operands(e, vt)
-    weighted = lax.dot_general(
-        e,
-        vt,
-        (((4,), (3,)), ((0, 1, 2), (0, 1, 2))),
-        precision=matmul_precision(),
-        preferred_element_type=jnp.float32,
-    )  # {B, Hkv, P, G * bs, Dv}
+    dims = (((4,), (3,)), ((0, 1, 2), (0, 1, 2)))
+    weighted = _weights_product(e, vt, dims, matmul_precision())  # {B, Hkv, P, G * bs, Dv}
     out = per_block(weighted, jnp.sum) / divisor  # {B, Hkv, n, G * bs, Dv}
     out = jnp.transpose(out.reshape(b, hkv, n, group, bs, dv), (0, 2, 4, 1, 3, 5))
     return out.reshape(b, n * bs, hkv, group, dv)[:, :s]
