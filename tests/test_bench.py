@@ -295,3 +295,22 @@ def test_operators_header_names_the_best_copy_of_any_implementation():
                        row("DML_OPERATOR_CAST", "dml", 200.0, 0.8)]}  # fmt: skip
     header = operators.table(report)[0]
     assert "float32 250 GB/s" in header and "100 GB/s" not in header
+
+
+def test_cold_torch_caches_give_a_fresh_directory_and_restore_the_variables(monkeypatch):
+    """``harness.cold_torch_caches``: inside, Inductor's and Triton's cache variables name a
+    new empty directory; after, it is gone and the variables are what they were (one set, one
+    unset)."""
+    import os
+
+    from dml_jax.bench.harness import cold_torch_caches
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/somewhere/else")
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    with cold_torch_caches() as tmp:
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == tmp
+        assert os.environ["TRITON_CACHE_DIR"].startswith(tmp)
+        assert os.path.isdir(tmp) and not os.listdir(tmp)
+    assert not os.path.exists(tmp)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/somewhere/else"
+    assert "TRITON_CACHE_DIR" not in os.environ

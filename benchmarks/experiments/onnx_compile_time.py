@@ -54,7 +54,7 @@ def main() -> None:
     import jax
     import torch
 
-    from dml_jax.bench.harness import Timer, jax_sync
+    from dml_jax.bench.harness import Timer, cold_torch_caches, jax_sync
     from dml_jax.bench.suites.onnx_models import MODELS, export, random_model
     from dml_jax.onnx import InferenceSession, SessionOptions
 
@@ -99,7 +99,7 @@ def main() -> None:
             if args.compile:
                 torch._dynamo.reset()
                 cm = torch.compile(model)
-                with torch.no_grad():
+                with torch.no_grad(), cold_torch_caches():
                     t = time.perf_counter()
                     cm(*targs)
                     torch.cuda.synchronize()

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..harness import Run, cold_time, error_text, jax_sync
+from ..harness import Run, cold_time, cold_torch_caches, error_text, jax_sync
 
 # ---------------------------------------------------------------------------------------------
 # The models: name -> (builder, example inputs at a batch, dynamic axes {input: {axis: name}})
@@ -503,10 +503,11 @@ def speed(run: Run, name, model, inputs, path, row, torch):
             row.update(eager_b1_ms=eager1_s * 1e3, x_eager_b1=eager1_s / (row["dml_b1_ms"] / 1e3))
         if opts.compile:
             try:
-                compiled = torch.compile(cuda)
-                cold, _ = cold_time(lambda: compiled(*targs), run.torch_sync)
-                row["torch_compile_first_s"] = round(cold, 1)
-                comp_s = run.timer.run(lambda: compiled(*targs), run.torch_sync)
+                with cold_torch_caches():  # a cold first call, as dml_jax's is
+                    compiled = torch.compile(cuda)
+                    cold, _ = cold_time(lambda: compiled(*targs), run.torch_sync)
+                    row["torch_compile_first_s"] = round(cold, 1)
+                    comp_s = run.timer.run(lambda: compiled(*targs), run.torch_sync)
                 row.update(compile_ms=comp_s * 1e3, x_compile=comp_s / (row["dml_ms"] / 1e3))
             except Exception as e:
                 row["compile_error"] = error_text(e)
@@ -601,7 +602,9 @@ def table(report: dict) -> list[str]:
             )
             + ". `first s`: dml_jax's import and first call (trace, compile, run) at the first "
             "level the run timed (later levels reuse the process's autotuning results), against "
-            "`torch.compile`'s first call."
+            "`torch.compile`'s first call (`compile first s`; with its on-disk caches in a fresh "
+            "directory, `harness.cold_torch_caches`, in runs from 2026-11-27 on: the source "
+            "says which rows)."
             + (
                 " `b1 ms`: dml_jax's latency at batch 1 (one example of the same inputs, the "
                 "default level), `x eager b1`: PyTorch eager's over it."
