@@ -89,6 +89,30 @@ def test_gemm_gradients(case):
     S.check_grads(case, atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("trans_b", ["NONE", "TRANSPOSE"])
+def test_gemm_contracts_b_on_its_minor_axis_for_one_row_only(rows, trans_b):
+    """B enters the product {N, K} (contracted on its minor axis) for one row of A, {K, N}
+    otherwise, whatever TransB says (``lower_gemm``: the form XLA's CPU compiler folds into a
+    constant B's layout); the values are the reference's either way."""
+    k, n = 5, 4
+    b_sizes = (1, 1) + ((n, k) if trans_b == "TRANSPOSE" else (k, n))
+    desc = dml.GemmOperatorDesc(
+        T("FLOAT32", (1, 1, rows, k)), T("FLOAT32", b_sizes), None,
+        T("FLOAT32", (1, 1, rows, n)), trans_b=trans_b,
+    )  # fmt: skip
+    rng = np.random.default_rng(rows)
+    a, b = (rng.standard_normal(t.sizes).astype(np.float32) for _, t in desc.input_slots())
+    op = dml.compile_operator(desc)
+    (dot,) = [e for e in jax.make_jaxpr(op.fn)(a, b).eqns if e.primitive.name == "dot_general"]
+    (_, (contracted,)), _ = dot.params["dimension_numbers"]
+    rhs = dot.invars[1].aval.shape
+    assert rhs[2:] == ((n, k) if rows == 1 else (k, n))
+    assert contracted == (3 if rows == 1 else 2)
+    want = reference.reference(desc, a, b)
+    S.assert_same(op(a, b), want, exact=False, rtol=1e-5, atol=1e-5)
+
+
 # --- CONVOLUTION ----------------------------------------------------------------------------
 
 
