@@ -577,9 +577,9 @@ def test_float16_probabilities_enter_the_product_at_float32_precision():
 
 def test_float16_values_meet_the_weights_on_tf32_tensor_cores_on_cuda_only():
     """``_weights_product``: FLOAT16 values times the float32 weights is one product per
-    platform, TF32 x3 on CUDA GPUs (exact for FLOAT16 values: their TF32 remainder is 0) and
-    float32 elsewhere; FLOAT32 values and the half-precision flag take one product at the
-    precision asked for."""
+    platform, TF32 x3 on CUDA GPUs (float32-accurate for FLOAT16 values: their TF32 remainder
+    is 0) and float32 elsewhere; FLOAT32 values and the half-precision flag take one product
+    at the precision asked for."""
     import jax.extend as jex
 
     from dml_jax.ops.attention import _weighted_values

@@ -33,10 +33,10 @@ type. FLOAT32 products are float32 (``lax.Precision.HIGHEST``) unless the half-p
 given, as for GEMM. Without BiasTensor, the first FLOAT16 product runs on float16 arithmetic with
 the same float32 results (Q and K stay float16: their products are exact in float32); the second
 multiplies the float32 exponentials (``exp(logit - row maximum)``) by the values widened to
-float32 (``_weighted_values``; on CUDA GPUs on TF32 tensor cores as three products, exact for
-FLOAT16 values: ``_weights_product``) and divides the product by the row's sum: the softmax's
-division after the product, the same sums up to float32 rounding, without another pass over the
-S x T weights. The half-precision flag rounds FLOAT16 logits and the exponentials to float16, the
+float32 (``_weighted_values``; on CUDA GPUs on TF32 tensor cores as three products,
+float32-accurate for FLOAT16 values: ``_weights_product``) and divides the product by the row's
+sum: the softmax's division after the product, the same sums up to float32 rounding, without
+another pass over the S x T weights. The half-precision flag rounds FLOAT16 logits and the exponentials to float16, the
 precision plain JAX and PyTorch compute float16 attention at.
 
 A causal BOOLEAN mask that the program holds as a constant (a decoder's, MaskFilterValue -inf)
