@@ -36,8 +36,8 @@ multiplies the float32 exponentials (``exp(logit - row maximum)``) by the values
 float32 (``_weighted_values``; on CUDA GPUs on TF32 tensor cores as three products,
 float32-accurate for FLOAT16 values: ``_weights_product``) and divides the product by the row's
 sum: the softmax's division after the product, the same sums up to float32 rounding, without
-another pass over the S x T weights. The half-precision flag rounds FLOAT16 logits and the exponentials to float16, the
-precision plain JAX and PyTorch compute float16 attention at.
+another pass over the S x T weights. The half-precision flag rounds FLOAT16 logits and the
+exponentials to float16, the precision plain JAX and PyTorch compute float16 attention at.
 
 A causal BOOLEAN mask that the program holds as a constant (a decoder's, MaskFilterValue -inf)
 is recognized while tracing (``causal_blocks``): the sequence is cut into blocks and only the
