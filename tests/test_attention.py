@@ -559,15 +559,13 @@ def test_float16_probabilities_enter_the_product_at_float32_precision():
     scale = np.einsum("bkrst,bktd->bskrd", np.abs(w), np.abs(v).astype(np.float64))
 
     def product(half):
-        fn = with_half_precision(
-            lambda a, b: _weighted_values(a, b, jax.lax.Precision.HIGHEST), half
-        )
+        fn = with_half_precision(_weighted_values, half)
         return np.asarray(jax.jit(fn)(w, v), np.float64)
 
     assert (np.abs(product(False) - want) / scale).max() < 2e-7
     assert (np.abs(product(True) - want) / scale).max() > 2e-5
     # derivatives are the float32 product's
-    grad = jax.grad(lambda a: _weighted_values(a, v, jax.lax.Precision.HIGHEST).sum())(w)
+    grad = jax.grad(lambda a: _weighted_values(a, v).sum())(w)
     np.testing.assert_allclose(
         np.asarray(grad),
         np.broadcast_to(v.astype(np.float32).sum(-1)[:, :, None, None], w.shape),
@@ -575,22 +573,20 @@ def test_float16_probabilities_enter_the_product_at_float32_precision():
     )
 
 
-def test_float16_values_meet_the_weights_on_tf32_tensor_cores_on_cuda_only():
+def test_float16_values_meet_the_weights_on_tf32_tensor_cores_on_cuda_only(monkeypatch):
     """``_weights_product``: FLOAT16 values times the float32 weights is one product per
     platform, TF32 x3 on CUDA GPUs (float32-accurate for FLOAT16 values: their TF32 remainder
-    is 0) and float32 elsewhere; FLOAT32 values and the half-precision flag take one product
-    at the precision asked for."""
+    is 0) and float32 elsewhere; FLOAT32 values, the half-precision flag and CUDA devices
+    without TF32 tensor cores take one product at the lowering's precision."""
     import jax.extend as jex
 
-    from dml_jax.ops.attention import _weighted_values
+    from dml_jax.ops import attention as A
     from dml_jax.precision import with_half_precision
 
     w = np.ones((1, 2, 1, 3, 8), np.float32)
 
     def precisions(values, half=False):
-        fn = with_half_precision(
-            lambda a, b: _weighted_values(a, b, jax.lax.Precision.HIGHEST), half
-        )
+        fn = with_half_precision(A._weighted_values, half)
         found = []
 
         def walk(jaxpr, platforms=None):
@@ -611,6 +607,8 @@ def test_float16_values_meet_the_weights_on_tf32_tensor_cores_on_cuda_only():
     ]
     assert precisions(np.ones((1, 2, 8, 4), np.float32)) == [(None, highest)]
     assert len(precisions(np.ones((1, 2, 8, 4), np.float16), half=True)) == 1
+    monkeypatch.setattr(A, "_tf32_tensor_cores", lambda: False)  # a pre-Ampere GPU
+    assert precisions(np.ones((1, 2, 8, 4), np.float16)) == [(None, highest)]
 
 
 def test_float16_values_above_four_do_not_overflow_when_one_key_takes_all_the_weight():

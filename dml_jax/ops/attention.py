@@ -47,10 +47,12 @@ masked logits (whose weights are exactly 0) instead of computing and masking the
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, ClassVar, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -594,29 +596,42 @@ def _product_operands(w, values):
     return w, values.astype(jnp.float32)
 
 
-def _weighted_values(w, values, precision):
+def _weighted_values(w, values):
     """Weights {B, Hkv, G, S, T} (float32: the softmax's exponentials, in [0, 1]) times values
     {B, Hkv, T, Dv}: {B, S, Hkv, G, Dv} in float32 (``_weights_product``)."""
     # {B, Hkv, G, S, Dv}: the S x T operand on the left, in its own layout (an einsum puts
     # the values first and transposes the product), then the small result moved.
-    out = _weights_product(w, values, (((4,), (2,)), ((0, 1), (0, 1))), precision)
+    out = _weights_product(w, values, (((4,), (2,)), ((0, 1), (0, 1))))
     return jnp.transpose(out, (0, 3, 1, 2, 4))
 
 
-def _weights_product(w, values, dims, precision):
-    """The float32 weights ``w`` times ``values`` (``lax.dot_general``'s ``dims``), in
-    float32: FLOAT16 values widened (exactly) to float32; where half precision is allowed,
-    FLOAT16 values meet the weights rounded to float16 (float32 accumulation).
+@functools.cache
+def _tf32_tensor_cores() -> bool:
+    """No CUDA device of this process lacks TF32 tensor cores (compute capability 8.0 on,
+    Ampere's); true where it has no CUDA device, so that a program lowered for CUDA elsewhere
+    keeps the TF32 form."""
+    try:
+        devices = jax.devices("cuda")
+    except RuntimeError:
+        return True
+    return all(float(getattr(d, "compute_capability", "0") or 0) >= 8.0 for d in devices)
 
-    On CUDA GPUs the float32 product of FLOAT16 values runs on TF32 tensor cores as three
-    products (``DotAlgorithmPreset.TF32_TF32_F32_X3``: each operand split into a TF32 head and
-    a TF32 remainder, the remainders' product left out). A FLOAT16 value is a TF32 number (11
-    significant bits, a narrower exponent range), so its remainder is 0 and the one term left
-    out is 0: the weights enter to 22 bits, within float32 rounding of the float32 product
-    (on an H100 its error against float64 was no larger than ``HIGHEST``'s), on arithmetic
-    several times faster than float32's (the GPT stack of ``examples/networks.py``, 8 x 1024
-    tokens on an H100: 16.5 -> 15.9 ms; docs/semantics.md). Other backends multiply in
-    float32 (``lax.Precision.HIGHEST``).
+
+def _weights_product(w, values, dims):
+    """The float32 weights ``w`` times ``values`` (``lax.dot_general``'s ``dims``), in
+    float32 at the lowering's precision (``matmul_precision``): FLOAT16 values widened
+    (exactly) to float32; where half precision is allowed, FLOAT16 values meet the weights
+    rounded to float16 (float32 accumulation).
+
+    On CUDA GPUs with TF32 tensor cores (``_tf32_tensor_cores``) the float32 product of
+    FLOAT16 values runs on them as three products (``DotAlgorithmPreset.TF32_TF32_F32_X3``:
+    each operand split into a TF32 head and a TF32 remainder, the remainders' product left
+    out). A FLOAT16 value is a TF32 number (11 significant bits, a narrower exponent range), so
+    its remainder is 0 and the one term left out is 0: the weights enter to 22 bits, within
+    float32 rounding of the float32 product (on an H100 its error against float64 was no larger
+    than ``HIGHEST``'s), on arithmetic several times faster than float32's (the GPT stack of
+    ``examples/networks.py``, 8 x 1024 tokens on an H100: 16.5 -> 15.9 ms; docs/semantics.md).
+    Other backends multiply in float32 (``lax.Precision.HIGHEST``).
 
     The weights do not enter as scaled float16 pieces (``precision.pieces_product``): a piece
     is a weight times 2**14, and a value above 4 in magnitude makes their product overflow
@@ -631,10 +646,11 @@ def _weights_product(w, values, dims, precision):
             a, b, dims, precision=algorithm, preferred_element_type=jnp.float32
         )
 
-    if values.dtype != jnp.float16 or wide.dtype == jnp.float16:
-        return product(precision)(w, wide)
+    exact = product(matmul_precision())
+    if values.dtype != jnp.float16 or half_precision_allowed() or not _tf32_tensor_cores():
+        return exact(w, wide)
     tensor_cores = product(lax.DotAlgorithmPreset.TF32_TF32_F32_X3)
-    return lax.platform_dependent(w, wide, cuda=tensor_cores, default=product(precision))
+    return lax.platform_dependent(w, wide, cuda=tensor_cores, default=exact)
 
 
 # The causal lowering (``causal_blocks``) splits the sequence into at most CAUSAL_BLOCKS
@@ -797,7 +813,7 @@ def _causal_tiles(d: Any, n: int, qg, keys, values, rpb):
 
     e, divisor = _exponentials(logits, rows=(per_block, lambda a: a[:, :, qi]))
     dims = (((4,), (3,)), ((0, 1, 2), (0, 1, 2)))
-    weighted = _weights_product(e, vt, dims, matmul_precision())  # {B, Hkv, P, G * bs, Dv}
+    weighted = _weights_product(e, vt, dims)  # {B, Hkv, P, G * bs, Dv}
     out = per_block(weighted, jnp.sum) / divisor  # {B, Hkv, n, G * bs, Dv}
     out = jnp.transpose(out.reshape(b, hkv, n, group, bs, dv), (0, 2, 4, 1, 3, 5))
     return out.reshape(b, n * bs, hkv, group, dv)[:, :s]
@@ -818,7 +834,7 @@ def _attend(d: Any, qg, keys, values, rpb, masked, valid):
     # The exponentials times the values, then divided by the row's sum: {B, s, Hkv, G, Dv}.
     eg = e.reshape(b, hkv, group, s, t)
     divisor = jnp.transpose(divisor.reshape(eg.shape[:-1] + (1,)), (0, 3, 1, 2, 4))
-    return _weighted_values(eg, values, matmul_precision()) / divisor
+    return _weighted_values(eg, values) / divisor
 
 
 # ---------------------------------------------------------------------------------------------

@@ -136,18 +136,18 @@ _GEMM_SOFTMAX = ("DML_OPERATOR_ACTIVATION_SOFTMAX", "DML_OPERATOR_ACTIVATION_SOF
 
 
 def lower_gemm(d: GemmOperatorDesc, a, b, *c):
-    if d.trans_a is MatrixTransform.TRANSPOSE:
-        a = jnp.swapaxes(a, -1, -2)
-    # B is written {..., N, K} (contracted on its minor axis) for a product of one row, {..., K,
-    # N} otherwise: where B is a constant, XLA's CPU compiler folds that form into the
-    # constant's layout (two CPU cores, float32, 9216 -> 4096: one row took 4.0-5.4 ms on {N,
-    # K} rows against 7.8-8.9 on {K, N} ones, 2 to 16 rows 10-15 ms against 18-24; 1024 ->
-    # 4096 at 128 rows 6.5 against 11.9). Elsewhere XLA folds the transpose into the product.
-    rows = a.shape[-2]
+    # TransA chooses A's contracted axis (no transpose written). B is written {..., N, K}
+    # (contracted on its minor axis) for a product of one row, {..., K, N} otherwise: where B
+    # is a constant, XLA's CPU compiler folds that form into the constant's layout (two CPU
+    # cores, float32, 9216 -> 4096: one row took 4.0-5.4 ms on {N, K} rows against 7.8-8.9 on
+    # {K, N} ones, 2 to 16 rows 10-15 ms against 18-24; 1024 -> 4096 at 128 rows 6.5 against
+    # 11.9). Elsewhere XLA folds the transpose into the product.
+    trans_a = d.trans_a is MatrixTransform.TRANSPOSE
+    rows = a.shape[-1] if trans_a else a.shape[-2]
     if (rows == 1) != (d.trans_b is MatrixTransform.TRANSPOSE):
         b = jnp.swapaxes(b, -1, -2)
     batch = tuple(range(a.ndim - 2))
-    ka = a.ndim - 1
+    ka = a.ndim - (2 if trans_a else 1)
     kb = b.ndim - (1 if rows == 1 else 2)
     y = lax.dot_general(
         a,
