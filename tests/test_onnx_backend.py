@@ -21,6 +21,8 @@ arguments).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import os
 import subprocess
@@ -65,6 +67,40 @@ REAL_MODELS_REASON = (
     "ONNX's 'real' models (light versions) take ~40 s and write into ONNX_HOME; "
     "DML_JAX_ONNX_REAL_MODELS=1 runs them"
 )
+
+
+def _light_models_dir() -> str:
+    """Where ONNX's runner writes a light model's generated inputs and outputs (its own rule)."""
+    home = os.path.expanduser(os.getenv("ONNX_HOME", os.path.join("~", ".onnx")))
+    return os.getenv("ONNX_MODELS", os.path.join(home, "models", "light"))
+
+
+@contextlib.contextmanager
+def _model_lock(model: str):
+    """Held by one test process at a time for ``model``: ONNX's runner writes a light model's
+    inputs and expected outputs into one folder per model, shared by the model's _cpu and _cuda
+    cases, and reads them back. Under parallel workers on a machine with a GPU the two cases
+    ran at once, and one read the files while the other was writing them (wrong outputs, a
+    missing input)."""
+    folder = _light_models_dir()
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f".{model}.dml_jax.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _one_at_a_time(test, model: str):
+    """``test`` of a real model, run holding ``_model_lock(model)``."""
+
+    @functools.wraps(test)
+    def locked(self):
+        with _model_lock(model):
+            test(self)
+
+    return locked
 
 
 def read_exclusions(path: str = EXCLUSIONS) -> dict[str, tuple[str, str]]:
@@ -182,6 +218,8 @@ for _kind, _cls in TEST_CASES.items():
             delattr(_cls, _attr)
         elif _kind == "OnnxBackendRealModelTest" and not REAL_MODELS:
             setattr(_cls, _attr, unittest.skip(REAL_MODELS_REASON)(_test))
+        elif _kind == "OnnxBackendRealModelTest":
+            setattr(_cls, _attr, _one_at_a_time(_test, _case.removeprefix("test_")))
         elif "_expanded" in _case and not ALL_CASES and _twin_of(_case) in BASES:
             setattr(_cls, _attr, unittest.skip(TWIN_REASON)(_test))
         elif _case in EXCLUDED:
@@ -211,6 +249,28 @@ def test_fnuz_casts_under_xla_default_emitters():
         [sys.executable, *args], env=env, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0 and f"{len(FNUZ_CASTS)} passed" in done.stdout, done.stdout[-3000:]
+
+
+def test_a_real_model_is_run_by_one_process_at_a_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONNX_MODELS", str(tmp_path))
+    probe = (
+        "import fcntl, sys\n"
+        "with open(sys.argv[1], 'w') as f:\n"
+        "    try:\n"
+        "        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "    except BlockingIOError:\n"
+        "        sys.exit(3)\n"
+    )
+    path = str(tmp_path / ".squeezenet.dml_jax.lock")
+
+    def other_process() -> int:
+        return subprocess.run([sys.executable, "-c", probe, path], check=False).returncode
+
+    ran = []
+    test = _one_at_a_time(lambda self: ran.append(other_process()), "squeezenet")
+    test(None)
+    assert ran == [3]  # while the case ran, another process could not take the model
+    assert other_process() == 0  # and could after it
 
 
 def test_exclusions_name_cases():
