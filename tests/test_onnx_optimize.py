@@ -399,3 +399,79 @@ def test_explain_names_the_rewrites_that_fired():
     text = s.explain()
     assert text.splitlines()[-1] == "optimizations: GeluFusion x1"
     assert "(Erf): dml (rewritten)" in text and "ACTIVATION_GELU" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Channels last
+
+
+def _conv(out: str, x: str, w: str, b: str | None = None, **kw) -> onnx.NodeProto:
+    return helper.make_node("Conv", [x, w] + ([b] if b else []), [out], **kw)
+
+
+def _residual_block(tail=()):
+    """x -> conv a (3x3) -> ReLU -> conv b (1x1) -> a + b -> ReLU -> conv y (1x1): the ReLU
+    after a (a has a second reader, so it stays a node) and the addition sit between
+    convolutions."""
+    nodes = [_conv("a", "x", "w1", "b1", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["r"]),
+             _conv("b", "r", "w2"), helper.make_node("Add", ["a", "b"], ["s"]),
+             helper.make_node("Relu", ["s"], ["t"]), *tail]  # fmt: skip
+    inits = [("w1", RNG.standard_normal((4, 3, 3, 3))), ("b1", RNG.standard_normal(4)),
+             ("w2", RNG.standard_normal((4, 4, 1, 1))), ("w3", RNG.standard_normal((2, 4, 1, 1))),
+             ("wg", RNG.standard_normal((4 * 8 * 8, 5)))]  # fmt: skip
+    return nodes, inits
+
+
+def test_element_wise_nodes_between_convolutions_run_channels_last():
+    nodes, inits = _residual_block([_conv("y", "t", "w3")])
+    model = _model(nodes, [1, 3, 8, 8], [i for i in inits if i[0] != "wg"])
+    fired = {"DmlOperatorFusionTransformer": 1, "ChannelsLast": 2}
+    assert _check(model, (1, 3, 8, 8), fired) == [
+        "CONVOLUTION", "ACTIVATION_RELU", "CONVOLUTION", "ELEMENT_WISE_ADD1", "CONVOLUTION"]  # fmt: skip
+    s = _session(model)
+    s.run(None, {"x": np.ones((1, 3, 8, 8), np.float32)})
+    graph = _program(s).imported.graph
+    by_type = {}
+    for node in graph.nodes:
+        by_type.setdefault(node.operator_type.removeprefix("DML_OPERATOR_"), []).append(node)
+    relu, add = by_type["ACTIVATION_RELU"][0], by_type["ELEMENT_WISE_ADD1"][0]
+    # NHWC sizes, each input a view of its convolution's NCHW output
+    assert relu.output_tensor.sizes == add.output_tensor.sizes == (1, 8, 8, 4)
+    assert add.a_tensor.layout_strides == add.b_tensor.layout_strides == (256, 8, 1, 64)
+    # the convolutions after them read the NHWC bytes through strides
+    for conv in by_type["CONVOLUTION"][1:]:
+        assert conv.input_tensor.sizes == (1, 4, 8, 8)
+        assert conv.input_tensor.layout_strides[1:] == (1, 32, 4)
+    # off with its switch, and below `all`
+    plain = {"DmlOperatorFusionTransformer": 1}
+    _check(model, (1, 3, 8, 8), plain, disabled=["ChannelsLast"])
+    _check(model, (1, 3, 8, 8), plain, level="extended")
+
+
+def test_channels_last_leaves_outputs_flattens_and_nodes_away_from_convolutions():
+    # the addition is a graph output too: it keeps NCHW (both ReLUs, now apart from it, move)
+    nodes, inits = _residual_block([_conv("y", "t", "w3")])
+    inits = [i for i in inits if i[0] != "wg"]
+    model = _model(nodes, [1, 3, 8, 8], inits, outputs=("y", "s"))
+    assert _check(model, (1, 3, 8, 8), {"ChannelsLast": 2}).count("ACTIVATION_RELU") == 2
+    s = _session(model)
+    s.run(None, {"x": np.ones((1, 3, 8, 8), np.float32)})
+    (add,) = [n for n in _program(s).imported.graph.nodes if "ADD" in n.operator_type]
+    assert add.output_tensor.sizes == (1, 4, 8, 8)
+    # the ReLU's output flattened into a GEMM's rows: NHWC bytes would need a copy there
+    flat = [
+        helper.make_node("Flatten", ["t"], ["f"]),
+        helper.make_node("MatMul", ["f", "wg"], ["y"]),
+    ]
+    nodes, inits = _residual_block(flat)
+    fired = {"DmlOperatorFusionTransformer": 1, "ChannelsLast": 1}
+    _check(_model(nodes, [1, 3, 8, 8], [i for i in inits if i[0] != "w3"]), (1, 3, 8, 8), fired)
+    # element-wise 4-D nodes with no convolution beside them (an attention's scores)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["r"], ["y"])]
+    _check(_model(nodes, [2, 3, 5, 5]), (2, 3, 5, 5), {})
+    # beside a depthwise convolution only (lowered per group, channels first)
+    nodes = [_conv("d", "x", "wd", group=3, pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["d", "x"], ["y"])]  # fmt: skip
+    _check(
+        _model(nodes, [1, 3, 6, 6], [("wd", RNG.standard_normal((3, 1, 3, 3)))]), (1, 3, 6, 6), {}
+    )
