@@ -475,3 +475,31 @@ def test_channels_last_leaves_outputs_flattens_and_nodes_away_from_convolutions(
     _check(
         _model(nodes, [1, 3, 6, 6], [("wd", RNG.standard_normal((3, 1, 3, 3)))]), (1, 3, 6, 6), {}
     )
+
+
+def test_channels_last_follows_a_chain_and_hands_a_graph_output_back_through_strides():
+    # two convolutions -> Add -> BatchNormalization (Sigmoid fused) -> Tanh (a graph output):
+    # the addition reads convolutions; the normalization only the addition, taken before it;
+    # the Tanh, an output, stays NCHW and reads the normalization's NHWC bytes through strides
+    nodes = [_conv("a", "x", "w1", pads=[1, 1, 1, 1]), _conv("b", "x", "w2"),
+             helper.make_node("Add", ["a", "b"], ["s"]),
+             helper.make_node("BatchNormalization", ["s", "g", "be", "mu", "var"], ["n"]),
+             helper.make_node("Sigmoid", ["n"], ["t"]), helper.make_node("Tanh", ["t"], ["y"])]  # fmt: skip
+    inits = [("w1", RNG.standard_normal((4, 3, 3, 3))), ("w2", RNG.standard_normal((4, 3, 1, 1))),
+             ("g", RNG.uniform(0.5, 2, 4)), ("be", RNG.standard_normal(4)),
+             ("mu", RNG.standard_normal(4)), ("var", RNG.uniform(0.5, 2, 4))]  # fmt: skip
+    model = _model(nodes, [1, 3, 8, 8], inits)
+    fired = {"DmlOperatorFusionTransformer": 1, "ChannelsLast": 2}
+    assert _check(model, (1, 3, 8, 8), fired) == [
+        "CONVOLUTION", "CONVOLUTION", "ELEMENT_WISE_ADD", "BATCH_NORMALIZATION",
+        "ACTIVATION_TANH"]  # fmt: skip
+    s = _session(model)
+    s.run(None, {"x": np.ones((1, 3, 8, 8), np.float32)})
+    nodes = {
+        n.operator_type.removeprefix("DML_OPERATOR_"): n for n in _program(s).imported.graph.nodes
+    }
+    norm, tanh = nodes["BATCH_NORMALIZATION"], nodes["ACTIVATION_TANH"]
+    assert norm.output_tensor.sizes == (1, 8, 8, 4)
+    assert norm.mean_tensor.sizes == (1, 8, 8, 4) and norm.mean_tensor.layout_strides[1:3] == (0, 0)
+    assert tanh.output_tensor.sizes == tanh.input_tensor.sizes == (1, 4, 8, 8)
+    assert tanh.input_tensor.layout_strides[1:] == (1, 32, 4)

@@ -154,20 +154,21 @@ def _permuted(desc):
 
 @rewrite("ChannelsLast", "all", order=2)
 def channels_last(g: Editor) -> int:
-    """Element-wise nodes next to convolutions compute their
-    4-D tensors channels-last: their tensors list the dimensions NHWC, each input a view of its
-    source's bytes, the output written packed NHWC, and every reader reads it through NHWC
-    strides, as onnxruntime's layout transformers hand a CNN's activations from convolution to
-    convolution in the convolution kernels' own order.
+    """Element-wise nodes next to convolutions compute their 4-D tensors channels-last: their
+    tensors list the dimensions NHWC, each input a view of its source's bytes, the output
+    written packed NHWC, and every reader reads it through NHWC strides, as onnxruntime's layout
+    transformers hand a CNN's activations from convolution to convolution in the convolution
+    kernels' own order.
 
     XLA keeps a convolution's or 1x1 product's activations channels-last on the CPU, but laid
-    a residual addition or a concatenation of NCHW tensors out NCHW, with a transposing copy on
-    each side of it (ResNet-50 at batch 1: about a quarter of the kernels' time). Listed NHWC,
-    those nodes are plain passes over the products' own layout.
+    an element-wise node of NCHW tensors between them (a residual addition and its ReLU) out
+    NCHW, with a transposing copy on each side of it (ResNet-50 at batch 1: about a quarter of
+    the kernels' time). Listed NHWC, those nodes are plain passes over the products' own layout.
 
-    A node is taken when it reads a convolution or a node already taken, or a convolution reads
-    it; not when it is a graph output or any reader would need a copy to read the new layout
-    (a flatten to a GEMM's rows)."""
+    A node is taken when it reads an ungrouped convolution or a node already taken, or an
+    ungrouped convolution reads it as its input; not when it is a graph output, brings a graph
+    input in, or has a reader that would need a copy to read the new layout (a flatten to a
+    GEMM's rows) or already reads it through a view of its own."""
     count = 0
     taken: set[int] = set()
     changed = True
@@ -213,9 +214,6 @@ def channels_last(g: Editor) -> int:
                     ok = False
                     break
                 mine = g.input_desc(m, slot)
-                if m in taken and mine == _permuted(o):  # taken already: reads it NHWC
-                    readers[m] = with_input_desc(readers.get(m, g.nodes[m]), slot, nhwc)
-                    continue
                 if not is_dense(mine) or mine.element_count != o.element_count:
                     ok = False  # a view of the old layout (a slice, a broadcast)
                     break
