@@ -10,17 +10,25 @@ optimized program, ``hot ms`` is the compiled program's time (the bench harness'
 Usage (on a CUDA machine with PyTorch and torchvision):
 ``PYTHONPATH=. python benchmarks/experiments/onnx_compile_time.py [--only NAME ...]
 [--batch 64] [--dtype float16] [--no-compile] [--level all] [--triton-gemm]
-[--no-patch-products]``. The programs
+[--no-patch-products] [--profile]``. The programs
 compile with the session's options (``session.compiler_options``: on GPUs XLA's Triton matrix
 products off, which they take over ``XLA_FLAGS``; ``--triton-gemm`` turns them back on);
 ``XLA_FLAGS`` set outside compares XLA's other options (``--xla_gpu_autotune_level=0``: no
 algorithm search). ``--no-patch-products`` gives convolutions whose windows tile the input to
 XLA's convolution instead of the lowering's matrix product (``gemm_conv.PATCH_PRODUCTS``).
+``--profile`` traces the compile and the first run with ``jax.profiler`` and prints, under each
+model's row, the host events that took longest in all (XLA's passes, such as
+``priority-fusion``, the autotuner's ``config-assigner``, and each convolution's first run):
+seconds in all, how many times, on how many threads.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import glob
+import gzip
+import json
 import os
 import tempfile
 import time
@@ -30,6 +38,24 @@ def _timed(fn):
     t = time.perf_counter()
     out = fn()
     return time.perf_counter() - t, out
+
+
+def _longest_events(trace_dir: str, count: int = 25) -> list[str]:
+    """The ``count`` host events of a ``jax.profiler`` trace that took longest in all."""
+    (path,) = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
+    with gzip.open(path) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    total, calls, threads = collections.Counter(), collections.Counter(), {}
+    for e in events:
+        if e["name"].startswith("$"):  # Python frames
+            continue
+        total[e["name"]] += e["dur"]
+        calls[e["name"]] += 1
+        threads.setdefault(e["name"], set()).add(e.get("tid"))
+    return [
+        f"    {us / 1e6:8.3f} s {calls[name]:6d} x {len(threads[name]):3d} threads  {name[:100]}"
+        for name, us in total.most_common(count)
+    ]
 
 
 def main() -> None:
@@ -44,6 +70,9 @@ def main() -> None:
         "--no-patch-products",
         action="store_true",
         help="windows that tile the input as XLA's convolution, not a product",
+    )
+    p.add_argument(
+        "--profile", action="store_true", help="the compile's and first run's longest events"
     )
     args = p.parse_args()
     if args.no_patch_products:
@@ -86,8 +115,15 @@ def main() -> None:
             fn = jax.jit(session.fn, compiler_options=session.compiler_options or None)
             t_trace, traced = _timed(lambda: fn.trace(*feeds))
             t_lower, lowered = _timed(traced.lower)
+            profile = None
+            if args.profile:
+                profile = os.path.join(tmp, "profile")
+                jax.profiler.start_trace(profile)
             t_compile, compiled = _timed(lowered.compile)
             t_run, _ = _timed(lambda: jax.block_until_ready(compiled(*feeds)))
+            if profile:
+                jax.profiler.stop_trace()
+                events = _longest_events(profile)
             ops = sum(
                 1
                 for line in compiled.as_text().splitlines()
@@ -108,6 +144,8 @@ def main() -> None:
             print(f"{name} | {t_import:.2f} | {t_trace:.2f} | {t_lower:.2f} | {t_compile:.2f} | "
                   f"{t_run:.2f} | {total:.2f} | {ops} | "
                   f"{hot * 1e3:.2f} | {tc}", flush=True)  # fmt: skip
+            if profile:
+                print("\n".join(events), flush=True)
         del model, session, fn, traced, lowered, compiled
         jax.clear_caches()
         torch.cuda.empty_cache()
