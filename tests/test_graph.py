@@ -790,7 +790,7 @@ def test_fusion_checks_fail_for_a_graph_run_node_by_node(monkeypatch):
     callback XLA cannot fuse), the clamped tensor is written and read back, and they fail."""
     import dml_jax.graph.tracing as graph_module
 
-    def node_by_node(graph, plan, counter, fast_paths=True, epilogues=True, constant_inputs=None):
+    def node_by_node(graph, plan, counter, *options):
         def lowered(*arrays):
             counter[0] += 1
             values = {}

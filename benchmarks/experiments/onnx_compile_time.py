@@ -10,7 +10,7 @@ optimized program, ``hot ms`` is the compiled program's time (the bench harness'
 Usage (on a CUDA machine with PyTorch and torchvision):
 ``PYTHONPATH=. python benchmarks/experiments/onnx_compile_time.py [--only NAME ...]
 [--batch 64] [--dtype float16] [--no-compile] [--level all] [--triton-gemm]
-[--no-patch-products] [--profile]``. The programs
+[--no-patch-products] [--profile] [--roll]``. The programs
 compile with the session's options (``session.compiler_options``: on GPUs XLA's Triton matrix
 products off, which they take over ``XLA_FLAGS``; ``--triton-gemm`` turns them back on);
 ``XLA_FLAGS`` set outside compares XLA's other options (``--xla_gpu_autotune_level=0``: no
@@ -19,7 +19,8 @@ XLA's convolution instead of the lowering's matrix product (``gemm_conv.PATCH_PR
 ``--profile`` traces the compile and the first run with ``jax.profiler`` and prints, under each
 model's row, the host events that took longest in all (XLA's passes, such as
 ``priority-fusion``, the autotuner's ``config-assigner``, and each convolution's first run):
-seconds in all, how many times, on how many threads.
+seconds in all, how many times, on how many threads. ``--roll`` traces each run of
+repeated blocks as one loop (``InferenceSession``'s ``roll_repeats=True``).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def main() -> None:
     p.add_argument(
         "--profile", action="store_true", help="the compile's and first run's longest events"
     )
+    p.add_argument("--roll", action="store_true", help="repeated blocks looped (roll_repeats)")
     args = p.parse_args()
     if args.no_patch_products:
         from dml_jax.ops import gemm_conv
@@ -110,7 +112,9 @@ def main() -> None:
             options.graph_optimization_level = args.level
             triton = {"xla_gpu_enable_triton_gemm": True} if args.triton_gemm else None
             t_import, session = _timed(
-                lambda: InferenceSession(path, options, compiler_options=triton)
+                lambda: InferenceSession(
+                    path, options, compiler_options=triton, roll_repeats=args.roll
+                )
             )
             fn = jax.jit(session.fn, compiler_options=session.compiler_options or None)
             t_trace, traced = _timed(lambda: fn.trace(*feeds))

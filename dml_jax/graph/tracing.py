@@ -21,6 +21,7 @@ from ..enums import FeatureLevel
 from ..errors import ValidationError
 from ..precision import with_half_precision
 from ..tensor import packed_strides
+from . import rolling
 from .records import GRAPH, ConstantDataNode, FunctionNode, GraphDesc
 from .validation import GraphPlan, constant_value, validated_plan
 
@@ -37,6 +38,9 @@ class CompiledGraph(CompiledOperator):
             ``jax.jit`` (or evaluated eagerly through ``fn``). Calling the compiled graph again
             with the same inputs reuses the jitted program and leaves it unchanged.
         order: node indices in the order they are evaluated.
+        rolled: the runs of repeated blocks traced as one loop each (``rolling.Run``: first
+            step, block length in steps, repeats, first node), with ``roll_repeats``; empty
+            otherwise.
     """
 
     def __init__(
@@ -49,7 +53,9 @@ class CompiledGraph(CompiledOperator):
         fast_paths: bool = True,
         epilogues: bool = True,
         constant_inputs: Mapping[int, Any] | None = None,
+        roll: bool = False,
     ):
+        runs: list = []
         differentiable = all(
             spec.is_differentiable(node)
             for spec, node in zip(plan.specs, graph.nodes)
@@ -61,7 +67,9 @@ class CompiledGraph(CompiledOperator):
             plan.input_descs,
             plan.output_descs,
             with_half_precision(
-                _graph_function(graph, plan, counter, fast_paths, epilogues, constant_inputs),
+                _graph_function(
+                    graph, plan, counter, fast_paths, epilogues, constant_inputs, roll, runs
+                ),
                 half,
             ),
             tuple_result=False,
@@ -69,6 +77,7 @@ class CompiledGraph(CompiledOperator):
             name=GRAPH,
         )
         self.order = plan.order
+        self.rolled = tuple(runs)
         self._counter = counter
         self._used_view: _UsedInputs | None = None
 
@@ -131,6 +140,8 @@ def _graph_function(
     fast_paths: bool = True,
     epilogues: bool = True,
     constant_inputs: Mapping[int, Any] | None = None,
+    roll: bool = False,
+    runs: list | None = None,
 ) -> Callable[..., tuple]:
     from ..buffers import read_tensor
 
@@ -181,26 +192,31 @@ def _graph_function(
         # each is found when a lowering asks for it.
         return _Known({i: s for i, s in enumerate(plan.sources[n])}, known_value)
 
-    steps = []
+    def pair_lowering(n, consumer_known):
+        p, slot, found = pairs[n]
+        edge = plan.sources[n][slot]
+        return fastpath.fused_lowering(
+            plan.specs[p], graph.nodes[p], plan.specs[n], graph.nodes[n], slot, found,
+            len(plan.sources[p]), read_as=edge[3] if len(edge) == 4 else None,
+            consumer_known=consumer_known,
+        )  # fmt: skip
+
+    steps: list = []
     for n in plan.order:
         if n in constants or n in fused_into:
             continue
         if n in pairs:  # this node and its producer as one step, the producer's inputs first
-            p, slot, found = pairs[n]
+            p, slot, _ = pairs[n]
             sources = plan.sources[p] + tuple(s for j, s in enumerate(plan.sources[n]) if j != slot)
-            edge = plan.sources[n][slot]
-            lower = fastpath.fused_lowering(
-                plan.specs[p], graph.nodes[p], plan.specs[n], graph.nodes[n], slot, found,
-                len(plan.sources[p]), read_as=edge[3] if len(edge) == 4 else None,
-                consumer_known=known(n),
-            )  # fmt: skip
-            steps.append((n, lower, sources, plan.present_outputs[n], {}))
+            steps.append((n, pair_lowering(n, known(n)), sources, plan.present_outputs[n], {}))
             continue
         if isinstance(graph.nodes[n], FunctionNode):
             lower = graph.nodes[n].fn
         else:
             lower = fastpath.lowering(plan.specs[n], graph.nodes[n], fast_paths, n in linked)
         steps.append((n, lower, plan.sources[n], plan.present_outputs[n], known(n)))
+    if roll:
+        steps = _rolled(steps, graph, plan, pairs, linked, known_value, pair_lowering, runs)
 
     def source_value(values, arrays, s):
         if s[0] == "input":
@@ -215,7 +231,11 @@ def _graph_function(
     def lowered(*arrays):
         counter[0] += 1
         values: dict[tuple[int, int], Any] = {}
-        for n, lower, sources, present, known in steps:
+        for step in steps:
+            if isinstance(step, rolling.RolledRun):
+                step(values, arrays, source_value)
+                continue
+            n, lower, sources, present, known = step
             args = [source_value(values, arrays, s) for s in sources]
             with fastpath.known_inputs(known):
                 results = lower(*args)
@@ -224,6 +244,67 @@ def _graph_function(
         return tuple(values[src] for src in plan.outputs)
 
     return lowered
+
+
+def _rolled(steps, graph, plan, pairs, linked, known_value, pair_lowering, runs) -> list:
+    """``steps`` with each run of repeated blocks (``rolling``) after its first block as one
+    ``RolledRun``; the runs are appended to ``runs``."""
+    at = {step[0]: i for i, step in enumerate(steps)}
+
+    def signature(step):
+        n, _, sources, present, _ = step
+        if isinstance(graph.nodes[n], FunctionNode):
+            return None
+        read = []
+        for s in sources:
+            if s[0] == "node":
+                if s[1] not in at:
+                    return None
+                read.append(("node", s[2], repr(s[3:])))
+            else:
+                read.append((s[0], repr(s[2:])))
+        pair = ()
+        if n in pairs:
+            p, slot, found = pairs[n]
+            pair = (repr(graph.nodes[p]), slot, repr(found))
+        made = type(graph.nodes[n]).__name__, present, repr(graph.nodes[n].output_slots())
+        return (repr(graph.nodes[n]), pair, n in linked, present), tuple(read), made
+
+    def readers_after(end):
+        read = {(s[1], s[2]) for step in steps[end:] for s in step[2] if s[0] == "node"}
+        return read | set(plan.outputs)
+
+    found = rolling.find_runs(steps, [signature(step) for step in steps], readers_after)
+    if not found:
+        return steps
+    out, i = [], 0
+    for run, slots, stacked, carry_keys, out_keys in found:
+        out.extend(steps[i : run.start + run.period])
+        lowers, knowns = [], []
+        for t in range(run.period):
+            n, lower, sources, _, _ = steps[run.start + run.period + t]
+            same = {j: s for j, s in enumerate(sources) if slots[t][j].kind == "same"}
+            if n in pairs:  # the consumer's inputs by its own positions, after the producer's
+                p, slot, _ = pairs[n]
+                skip = len(plan.sources[p])
+                own = {
+                    j: s
+                    for j, s in enumerate(plan.sources[n])
+                    if j != slot and (skip + j - (j > slot)) in same
+                }
+                lowers.append(pair_lowering(n, _Known(own, known_value)))
+                knowns.append({})
+            else:
+                lowers.append(lower)
+                knowns.append(_Known(same, known_value))
+        out.append(
+            rolling.RolledRun(run, steps, slots, stacked, carry_keys, out_keys, lowers, knowns)
+        )
+        if runs is not None:
+            runs.append(run)
+        i = run.start + run.period * run.repeats
+    out.extend(steps[i:])
+    return out
 
 
 def _check_constant_inputs(constant_inputs: Any, plan: GraphPlan) -> None:
@@ -306,9 +387,10 @@ def _compile_graph_cached(
     reinterpret: bool = False,
     fast_paths: bool = True,
     epilogues: bool = True,
+    roll: bool = False,
 ) -> CompiledGraph:
     plan = validated_plan(graph, level, reinterpret)
-    return CompiledGraph(graph, level, plan, [0], half, fast_paths, epilogues)
+    return CompiledGraph(graph, level, plan, [0], half, fast_paths, epilogues, None, roll)
 
 
 def _several_devices(shardings: Any) -> bool:
@@ -331,6 +413,7 @@ def compile_graph(
     reinterpret_edges: bool = False,
     fast_paths: bool = True,
     constant_inputs: Mapping[int, Any] | None = None,
+    roll_repeats: bool = False,
 ) -> CompiledGraph:
     """Validates a graph and compiles it into one function (one XLA program under jit).
 
@@ -360,6 +443,12 @@ def compile_graph(
             ConstantDataNode's, and decide then what they would test at run time (a causal
             attention mask). The arrays passed at those positions must hold these values. A
             graph compiled with them is not cached (each call compiles anew).
+        roll_repeats: trace each run of at least three equal consecutive blocks of nodes (a
+            network's repeated layers, each with its own weights) as its first block and one
+            ``lax.scan`` over the others (``dml_jax.graph.rolling``): the same operations on
+            the same values, which XLA compiles once per run instead of once per block (a
+            shorter first call; the call itself may be a few percent slower). Off by default;
+            ignored with shardings over several devices. ``rolled`` lists the runs.
 
     Returns:
         A ``CompiledGraph`` (a ``CompiledOperator``): ``g(*inputs)`` takes one array per graph
@@ -385,12 +474,12 @@ def compile_graph(
         _check_constant_inputs(constant_inputs, plan)
         compiled = CompiledGraph(
             graph, level, plan, [0], bool(allow_half_precision), bool(fast_paths), not several,
-            constant_inputs,
+            constant_inputs, bool(roll_repeats) and not several,
         )  # fmt: skip
     else:
         compiled = _compile_graph_cached(
             graph, level, bool(allow_half_precision), bool(reinterpret_edges), bool(fast_paths),
-            not several,
+            not several, bool(roll_repeats) and not several,
         )  # fmt: skip
     for n, node in enumerate(graph.nodes):
         if isinstance(node, ConstantDataNode):

@@ -87,6 +87,7 @@ def compile_onnx(
     feature_level: Any = None,
     allow_half_precision: bool = False,
     fast_paths: bool = True,
+    roll_repeats: bool = False,
     optimization_level: Any = "all",
     disabled_optimizers: Sequence[str] | None = None,
     compiler_options: Mapping[str, Any] | None = None,
@@ -101,7 +102,7 @@ def compile_onnx(
     ``compiler_options``: XLA options for the compile of the model's calls (``jax.jit``'s
     ``compiler_options``), over a session's defaults on JAX's default backend
     (``session.GPU_COMPILER_OPTIONS``, ``session.CPU_COMPILER_OPTIONS``; docs/onnx.md,
-    "First-call time" and "On the CPU").
+    "First-call time" and "On the CPU"). ``roll_repeats``: as ``InferenceSession``'s.
 
     Raises:
         ImportError: without the ``onnx`` package.
@@ -130,6 +131,7 @@ def compile_onnx(
         feature_level=feature_level,
         allow_half_precision=allow_half_precision,
         fast_paths=fast_paths,
+        roll_repeats=bool(roll_repeats),
     )
     return CompiledOnnx(Program(imported, graph, compiler_options=options))
 

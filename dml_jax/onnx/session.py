@@ -428,6 +428,10 @@ class InferenceSession:
         feature_level: the DML feature level nodes are validated at (None: the newest).
         allow_half_precision: DirectML's ALLOW_HALF_PRECISION_COMPUTATION flag.
         fast_paths: let the GPU fast paths compute nodes (``compile_graph``).
+        roll_repeats: trace each run of three or more equal consecutive blocks of nodes (a
+            network's repeated layers) as one loop (``compile_graph``'s ``roll_repeats``): a
+            shorter first call for a slower call (on an H100, ViT-B/16's first call 25%
+            shorter, its call 47% longer: docs/onnx.md, "First-call time"). Off by default.
         base_dir: where external data files are when the model is given as bytes or a proto.
         max_memory: bytes a program's tensors may need (``check_memory``), also the limit of
             values folded at import; None or 0: no limit.
@@ -467,6 +471,7 @@ class InferenceSession:
         feature_level: Any = None,
         allow_half_precision: bool = False,
         fast_paths: bool = True,
+        roll_repeats: bool = False,
         base_dir: str | None = None,
         max_memory: int | None = None,
         mesh: Any = None,
@@ -504,6 +509,7 @@ class InferenceSession:
         self._allow_half = bool(allow_half_precision)
         self._fast_paths = bool(fast_paths)
         self._device, self._providers = _device_of(device, providers)
+        self._roll = bool(roll_repeats)
         self._programs: dict[tuple, Program] = {}
         self._static: set[str] = set()
         self._size_needs: dict[tuple, list[NeedsSizes]] = {}
@@ -781,6 +787,7 @@ class InferenceSession:
             feature_level=self._feature_level,
             allow_half_precision=self._allow_half,
             fast_paths=self._fast_paths,
+            roll_repeats=self._roll,
             # Over several devices, nodes are lowered apart (no two-node GPU epilogue kernels)
             # so that XLA partitions a sharded GEMM as it partitions any dot.
             in_shardings=layout.graph_inputs if layout is not None else None,
