@@ -186,6 +186,7 @@ def test_an_onnx_model_s_repeated_layers_roll_and_agree_with_onnxruntime():
         [helper.make_tensor_value_info(x, TensorProto.FLOAT, [M, K])], inits,
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what every onnxruntime this runs beside reads
     feed = {"x": rng.standard_normal((M, K)).astype(np.float32)}
     rolled = InferenceSession(model.SerializeToString(), roll_repeats=True)
     (got,) = rolled.run(None, feed)
