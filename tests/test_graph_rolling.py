@@ -20,12 +20,15 @@ In, Out, Mid = dml.InputGraphEdge, dml.OutputGraphEdge, dml.IntermediateGraphEdg
 
 
 def residual_mlp(blocks: int, *, shared_bias: bool = False, read_middle: int | None = None,
-                 constant_weights: bool = False) -> dml.GraphDesc:  # fmt: skip
+                 constant_weights: bool = False, copied_weights: bool = False) -> dml.GraphDesc:  # fmt: skip
     """``blocks`` of x + relu(x W_b + c_b) after one another: graph input 0 is x, then each
     block's W_b (graph inputs, or constant data nodes with ``constant_weights``) and c_b (one c
-    for every block with ``shared_bias``). ``read_middle``: a second graph output reads that
-    block's ReLU."""
-    nodes: list = []
+    for every block with ``shared_bias``). ``copied_weights``: each W_b reaches its GEMM
+    through an ELEMENT_WISE_IDENTITY listed before every block (as the ONNX importer brings
+    initializers in). ``read_middle``: a second graph output reads that block's ReLU."""
+    nodes: list = [dml.ElementWiseIdentityOperatorDesc(SQUARE, SQUARE)] * (
+        blocks if copied_weights else 0
+    )
     ins: list = []
     mids: list = []
     inputs = 1
@@ -43,6 +46,10 @@ def residual_mlp(blocks: int, *, shared_bias: bool = False, read_middle: int | N
             w = np.random.default_rng(b).standard_normal((1, 1, K, K)).astype(np.float32) / 3
             nodes.append(dml.ConstantDataNode(w))
             mids.append(Mid(len(nodes) - 1, 0, gemm, 1))
+        elif copied_weights:
+            ins.append(In(inputs, b, 0))
+            mids.append(Mid(b, 0, gemm, 1))
+            inputs += 1
         else:
             ins.append(In(inputs, gemm, 1))
             inputs += 1
@@ -98,8 +105,23 @@ def test_an_input_shared_by_every_block_is_read_as_it_is():
     args = feeds(graph, 1)
     rolled = dml.compile_graph(graph, roll_repeats=True)
     assert [r.repeats for r in rolled.rolled] == [4]
+    # the one bias a constant of the loop, not stacked with the weights
+    assert "num_consts=1" in str(jax.make_jaxpr(rolled.fn)(*args))
     (want,) = reference_graph(graph, *args)
     np.testing.assert_allclose(np.asarray(rolled(*args)), want, rtol=1e-5, atol=1e-5)
+
+
+def test_each_block_s_value_from_before_the_run_is_stacked():
+    # Each W_b copied by an identity evaluated before the first block: the loop stacks the
+    # copies, one per block.
+    graph = residual_mlp(4, copied_weights=True)
+    args = feeds(graph, 6)
+    rolled = dml.compile_graph(graph, roll_repeats=True)
+    assert [r.repeats for r in rolled.rolled] == [4]
+    (want,) = reference_graph(graph, *args)
+    got = np.asarray(rolled(*args))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got, np.asarray(dml.compile_graph(graph)(*args)))
 
 
 def test_constant_weights_are_stacked_per_block():
@@ -197,3 +219,49 @@ def test_an_onnx_model_s_repeated_layers_roll_and_agree_with_onnxruntime():
     ort = pytest.importorskip("onnxruntime")
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(got, session.run(None, feed)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_block_s_own_constant_is_not_known_to_the_loop_body(monkeypatch):
+    """Blocks of x + attention(x, x, x, mask_b), each mask a constant data node: causal, causal,
+    full, causal. Written out, the attention lowering reads each causal mask at trace time and
+    computes only the tiles it keeps; in the loop the masks are stacked and none is known, or
+    the full block would be computed as a causal one. Against the NumPy operator reference."""
+    import reference
+
+    from dml_jax.fields import INPUT
+    from dml_jax.ops import attention as A
+
+    monkeypatch.setattr(A, "CAUSAL_MIN_ROWS", 2)
+    b, heads, d, seq = 1, 2, 4, 8
+    x_desc = dml.TensorDesc(F32, (b, seq, heads * d))
+    m_desc = dml.TensorDesc("INT32", (b, heads, seq, seq))
+    causal = np.broadcast_to(np.tril(np.ones((seq, seq), np.int32)), m_desc.sizes).copy()
+    masks = [causal, causal, np.ones(m_desc.sizes, np.int32), causal]
+    attention = dml.MultiheadAttention1OperatorDesc(
+        x_desc, x_desc, x_desc, mask_tensor=m_desc, output_tensor=x_desc, scale=0.5,
+        mask_filter_value=-np.inf, query_head_count=heads, key_value_head_count=heads,
+        mask_type="BOOLEAN",
+    )  # fmt: skip
+    edges = [p for p, _ in attention.edge_slots(INPUT)]  # edge indices count absent tensors
+    q, k, v, m = (edges.index(n) for n in ("QueryTensor", "KeyTensor", "ValueTensor", "MaskTensor"))
+    nodes, ins, mids, prev = [], [], [], None
+    for mask in masks:
+        att, const, add = len(nodes), len(nodes) + 1, len(nodes) + 2
+        nodes += [
+            attention,
+            dml.ConstantDataNode(mask),
+            dml.ElementWiseAddOperatorDesc(x_desc, x_desc, x_desc),
+        ]
+        for slot in (q, k, v):
+            ins.append(In(0, att, slot)) if prev is None else mids.append(Mid(prev, 0, att, slot))
+        ins.append(In(0, add, 0)) if prev is None else mids.append(Mid(prev, 0, add, 0))
+        mids += [Mid(const, 0, att, m), Mid(att, 0, add, 1)]
+        prev = add
+    graph = dml.GraphDesc(1, 1, tuple(nodes), tuple(ins), (Out(prev, 0, 0),), tuple(mids))
+    x = np.random.default_rng(8).standard_normal(x_desc.sizes).astype(np.float32)
+    rolled = dml.compile_graph(graph, roll_repeats=True)
+    assert [r.repeats for r in rolled.rolled] == [4]
+    want = x
+    for mask in masks:  # the present inputs in schema order: query, key, value, mask
+        want = want + reference.reference(attention, want, want, want, mask)[0]
+    np.testing.assert_allclose(np.asarray(rolled(x)), want, rtol=1e-5, atol=1e-5)

@@ -446,9 +446,10 @@ def compile_graph(
         roll_repeats: trace each run of at least three equal consecutive blocks of nodes (a
             network's repeated layers, each with its own weights) as its first block and one
             ``lax.scan`` over the others (``dml_jax.graph.rolling``): the same operations on
-            the same values, which XLA compiles once per run instead of once per block (a
-            shorter first call; the call itself may be a few percent slower). Off by default;
-            ignored with shardings over several devices. ``rolled`` lists the runs.
+            the same values, which XLA compiles once per run instead of once per block. On an
+            H100 exported models' first calls took 0-25% less time and their calls 2-47% more
+            (docs/onnx.md, "First-call time"), hence off by default; ignored with shardings
+            over several devices. ``rolled`` lists the runs.
 
     Returns:
         A ``CompiledGraph`` (a ``CompiledOperator``): ``g(*inputs)`` takes one array per graph
