@@ -171,7 +171,11 @@ def _kernel_fn(v: View, dtype_name: str, has_bias: bool, finish, interpret: bool
         bnd, rest_id = pid % nband, pid // nband
         j, rest_id = rest_id % ncol, rest_id // ncol
         cblk, img = rest_id % nchb, rest_id // nchb
-        ch = cblk * cb + jnp.arange(cb, dtype=jnp.int32)[None, :]
+        # Times a one Triton cannot prove constant: its axis analysis then sees no contiguous
+        # channels and gives a thread one channel of several columns, so that its taps are
+        # one channel's (registers), where contiguous channels would give it several.
+        lanes = jnp.arange(cb, dtype=jnp.int32) * (pid >= 0).astype(jnp.int32)
+        ch = cblk * cb + lanes[None, :]
         ch_ok = ch < c_all
         ow = j * cols + jnp.arange(cols, dtype=jnp.int32)[:, None]
         ow_ok = ow < v.out_w
