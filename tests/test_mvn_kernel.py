@@ -130,6 +130,28 @@ def test_kernel_interpret_matches_lax(monkeypatch, d, tunables):
     _close(got, want, d, arrays)
 
 
+def test_stride_zero_scale_and_bias_take_the_kernel(monkeypatch):
+    """An imported LayerNormalization's Scale and Bias: the input's sizes, stride 0 on every
+    axis but the normalized one (read there at index 0, the one element DirectML reads)."""
+    monkeypatch.setattr(K, "MIN_PROGRAMS", 1)
+    for name, value in ONE.items():
+        monkeypatch.setattr(K, name, value)
+    shape = (2, 5, 7, 48)
+    x = dml.TensorDesc("FLOAT16", shape)
+    along = x.like(strides=(0, 0, 0, 1))
+    d = MVN1(x, along, along, x, axes=(3,), normalize_variance=True, epsilon=1e-5)
+    assert K.applies(d) and fastpath.select(d, fusible=True) is not None
+    rng = np.random.default_rng(1)
+    vectors = [(rng.standard_normal(48) + 0.5).astype(np.float16) for _ in range(2)]
+    arrays = [jnp.asarray(rng.standard_normal(shape).astype(np.float16))]
+    arrays += [jnp.broadcast_to(v, shape) for v in vectors]  # the logical arrays
+    (got,) = jax.jit(lambda *a: K.lower_mvn_kernel(d, *a, interpret=True))(*arrays)
+    (want,) = jax.jit(lambda *a: lower_mvn(d, *a))(*arrays)
+    _close(got, want, d, arrays)
+    # Without the strides the same sizes vary on every axis: lax keeps it.
+    assert not K.applies(MVN1(x, x, x, x, axes=(3,), normalize_variance=True, epsilon=1e-5))
+
+
 def test_plan_and_applies_decline_what_lax_keeps():
     rows = {"axes": (1,), "normalize_variance": True}
     assert K.plan((4096, 1024), (1,), np.float64) is None  # 64-bit: lax

@@ -687,6 +687,13 @@ def form_of(d: Any) -> Form | None:
     return Form(use_mean, use_variance, d.epsilon, name, getattr(act, "alpha", 0.0))
 
 
+def _spread(t: Any) -> tuple[int, ...]:
+    """A Scale or Bias desc's sizes with 1 on each dimension of stride 0: a broadcast there
+    (an imported LayerNormalization's Scale and Bias have the input's sizes, stride 0 on every
+    axis but the normalized ones)."""
+    return tuple(1 if st == 0 else n for n, st in zip(t.sizes, t.layout_strides))
+
+
 def _takes(d: Any, plan_of, modes: tuple[str, ...]) -> bool:
     """A form takes ``d``: ``plan_of`` gives a view, the fused activation is one it runs, and
     Scale and Bias (where present) broadcast in one of ``modes``."""
@@ -694,18 +701,23 @@ def _takes(d: Any, plan_of, modes: tuple[str, ...]) -> bool:
     if plan_of(x.sizes, axes, x.dtype) is None or form_of(d) is None:
         return False
     pair = (d.scale_tensor, d.bias_tensor)
-    return all(broadcast_mode(t.sizes, axes) in modes for t in pair if t is not None)
+    return all(broadcast_mode(_spread(t), axes) in modes for t in pair if t is not None)
 
 
 def _affine(d: Any, shape: tuple[int, ...], rest) -> tuple:
-    """Scale and Bias as the kernels take them: ``(vector, mode, op)`` for each present."""
+    """Scale and Bias as the kernels take them: ``(vector, mode, op)`` for each present. A
+    dimension of stride 0 is read at index 0, as DirectML reads its one element (the logical
+    array repeats it; ``quantize`` reads its per-axis parameters the same way)."""
     axes = mvn_axes(d)
-    return tuple(
-        (_vector(t, shape, axes, mode), mode, op)
-        for t, op in zip(optional_pair(d, rest), ("mul", "add"))
-        if t is not None
-        for mode in (broadcast_mode(t.shape, axes),)
-    )
+    out = []
+    for t, desc, op in zip(optional_pair(d, rest), (d.scale_tensor, d.bias_tensor), ("mul", "add")):
+        if t is None:
+            continue
+        spread = _spread(desc)
+        t = t[tuple(slice(0, 1) if n == 1 else slice(None) for n in spread)]
+        mode = broadcast_mode(spread, axes)
+        out.append((_vector(t, shape, axes, mode), mode, op))
+    return tuple(out)
 
 
 def applies(d: Any) -> bool:
