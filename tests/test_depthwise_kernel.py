@@ -110,6 +110,24 @@ def test_kernel_interpret_matches_lax(monkeypatch, case):
     _close(got, want)
 
 
+def test_kernel_under_vmap(monkeypatch):
+    """``jax.vmap`` over the kernel (what ``fastpath.lowering`` batches on CUDA): Pallas's
+    batching rule adds the batch to the grid; inputs and weights both batched."""
+    monkeypatch.setattr(K, "TILE_ELEMENTS", 8)
+    monkeypatch.setattr(K, "MAX_BLOCK_CHANNELS", 2)
+    monkeypatch.setattr(K, "BAND_ROWS", 3)
+    d = _desc((2, 5, 9, 11), "FLOAT32", (3, 3), (2, 1), (1, 1), (1, 1), bias=True)
+    v = K._view(d)
+    rng = np.random.default_rng(2)
+    xs = jnp.asarray(rng.standard_normal((3, 2, 5, 9, 11)).astype(np.float32))
+    ws = jnp.asarray(rng.standard_normal((3, 5, 1, 3, 3)).astype(np.float32))
+    b = jnp.asarray(rng.standard_normal((1, 5, 1, 1)).astype(np.float32))
+    got = jax.vmap(lambda x, w: K.depthwise_kernel(x, w, b, v, interpret=True))(xs, ws)
+    lax_fn = dml.compile_operator(d, fast_paths=False).fn
+    want = np.stack([np.asarray(lax_fn(x, w, b)) for x, w in zip(xs, ws)])
+    _close(got, want)
+
+
 def test_plan_declines_what_lax_keeps():
     def view(window=(3, 3), strides=(1, 1), type_name="FLOAT32", **extra):
         pad = tuple(k // 2 for k in window)
