@@ -10,7 +10,7 @@ optimized program, ``hot ms`` is the compiled program's time (the bench harness'
 Usage (on a CUDA machine with PyTorch and torchvision):
 ``PYTHONPATH=. python benchmarks/experiments/onnx_compile_time.py [--only NAME ...]
 [--batch 64] [--dtype float16] [--no-compile] [--level all] [--triton-gemm]
-[--no-patch-products] [--profile] [--roll]``. The programs
+[--no-patch-products] [--profile] [--roll] [--drop-fast-path OPERATOR:NAME]``. The programs
 compile with the session's options (``session.compiler_options``: on GPUs XLA's Triton matrix
 products off, which they take over ``XLA_FLAGS``; ``--triton-gemm`` turns them back on);
 ``XLA_FLAGS`` set outside compares XLA's other options (``--xla_gpu_autotune_level=0``: no
@@ -21,6 +21,8 @@ model's row, the host events that took longest in all (XLA's passes, such as
 ``priority-fusion``, the autotuner's ``config-assigner``, and each convolution's first run):
 seconds in all, how many times, on how many threads. ``--roll`` traces each run of
 repeated blocks as one loop (``InferenceSession``'s ``roll_repeats=True``).
+``--drop-fast-path CONVOLUTION:depthwise`` (or ``MEAN_VARIANCE_NORMALIZATION1:*``) times the
+model with that GPU fast path out of the registry: the lowering it replaces.
 """
 
 from __future__ import annotations
@@ -59,6 +61,21 @@ def _longest_events(trace_dir: str, count: int = 25) -> list[str]:
     ]
 
 
+def _drop_fast_paths(specs: list[str]) -> None:
+    """Removes the named fast paths from ``dml_jax.fastpath``'s registry, for a comparison with
+    the lowering they replace in the same run."""
+    from dml_jax import fastpath
+
+    for spec in specs:
+        op, _, name = spec.partition(":")
+        paths = fastpath._FAST_PATHS.get(f"DML_OPERATOR_{op.removeprefix('DML_OPERATOR_')}", {})
+        dropped = list(paths) if name == "*" else [name] if name in paths else []
+        if not dropped:
+            raise SystemExit(f"--drop-fast-path {spec}: no such fast path ({sorted(paths)})")
+        for n in dropped:
+            del paths[n]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", nargs="*", default=["convnext_tiny", "fcn_resnet50", "gpt2"])
@@ -76,7 +93,16 @@ def main() -> None:
         "--profile", action="store_true", help="the compile's and first run's longest events"
     )
     p.add_argument("--roll", action="store_true", help="repeated blocks looped (roll_repeats)")
+    p.add_argument(
+        "--drop-fast-path",
+        action="append",
+        default=[],
+        metavar="OPERATOR:NAME",
+        help="take a fast path out of the registry (repeatable), e.g. CONVOLUTION:depthwise or "
+        "MEAN_VARIANCE_NORMALIZATION1:kernel; NAME * drops every fast path of the operator",
+    )
     args = p.parse_args()
+    _drop_fast_paths(args.drop_fast_path)
     if args.no_patch_products:
         from dml_jax.ops import gemm_conv
 
