@@ -4,9 +4,9 @@ The lax lowering (``dml_jax.ops.gemm_conv``) gives an undilated depthwise window
 XLA's grouped convolution, which runs on cuDNN. XLA times every cuDNN algorithm of each such
 convolution while it compiles, and cuDNN builds each one's plan at its first run: for a network
 of depthwise layers that is most of its first call (MobileNetV3-Large on an H100, float16,
-batch 64: 15.2 s of compile and 2.5 s of first run, against 3.4 s and 0.01 s with this
-kernel). This kernel has nothing to tune and no plan to build; in those networks it runs
-within 0-4% of cuDNN's call time (docs/onnx.md, "First-call time").
+batch 64: 17.8 s of compile and first run, against 3.2 s with this kernel). This kernel has
+nothing to tune and no plan to build; in those networks it runs within 0-4% of cuDNN's call
+time (docs/onnx.md, "First-call time").
 
 It runs channels-last, as XLA lays out the activations around a GPU network's products and
 convolutions: the transposes into and out of it cancel against theirs (with the channels
@@ -31,7 +31,8 @@ Registered as the CUDA fast path of CONVOLUTION for FORWARD 2-D depthwise window
 = C > 1, one output channel per input channel, no dilation) of float16 or float32, of at most
 ``MAX_TAPS`` points and at least as tall as the row stride; not standalone (the grouped
 convolution it replaces fuses with nothing either). 7x7 windows stay on cuDNN: their kernel
-took 3-12 s to compile per shape, longer than cuDNN's search, and ran 0.9-1.2x cuDNN's time.
+took 3-12 s to compile per shape, longer than cuDNN's search, and ran 0.74-1.22x cuDNN's
+time.
 """
 
 from __future__ import annotations
