@@ -2,8 +2,8 @@
 
 In Pallas interpret mode (any machine) with tiny tiles, so the channels span several blocks (the
 last one partial), the columns several tiles and the rows several bands; strides of 1, 2 and 3
-(one to three output rows pending at once), asymmetric padding, CONVOLUTION mode's flip, the
-bias and fused activations. On a CUDA machine also the compiled Triton kernel through the
+(one to three output rows pending at once), 7x7 windows (their rows looped), asymmetric
+padding, CONVOLUTION mode's flip, the bias and fused activations. On a CUDA machine also the compiled Triton kernel through the
 operator's fast path, against the lax lowering (cuDNN's grouped convolution). Both sum the same
 float32 products, so results agree to float32 rounding (float16: to one rounding of the output).
 """
@@ -85,6 +85,10 @@ CASES = [
      {"bias": True, "act": dml.ActivationLeakyReluOperatorDesc(alpha=0.1)}),
     ("FLOAT16", (1, 9, 7, 7), (5, 5), (1, 1), (2, 2), (2, 2),
      {"mode": "CONVOLUTION", "act": dml.ActivationTanhOperatorDesc()}),
+    # 7x7: the window's rows in a loop (View.looped)
+    ("FLOAT32", (2, 5, 10, 9), (7, 7), (1, 1), (3, 3), (3, 3), {"bias": True}),
+    ("FLOAT16", (1, 3, 13, 12), (7, 6), (2, 3), (3, 1), (2, 2),
+     {"mode": "CONVOLUTION", "act": dml.ActivationReluOperatorDesc()}),
 ]  # fmt: skip
 
 
@@ -134,7 +138,8 @@ def test_plan_declines_what_lax_keeps():
         return K._view(_desc((2, 8, 16, 16), type_name, window, strides, pad, pad, **extra))
 
     assert view() is not None and view((5, 5), (2, 2)) is not None
-    assert view((7, 7)) is None  # 49 taps: cuDNN's (the module docstring says why)
+    assert not view((5, 5)).looped and view((7, 7)).looped  # past 25 taps the rows loop
+    assert view((9, 9)) is None and view((7, 8)) is None  # past 49 taps: cuDNN's
     assert view((1, 3), (2, 1)) is None  # a window shorter than its row stride
     assert view(dilations=(2, 2)) is None  # dilated windows: taps in lax
     assert view(multiplier=2) is None  # several output channels per input channel
@@ -165,6 +170,8 @@ def test_fast_path_registration():
         ((2, 30, 17, 300), (3, 3), (1, 1), 1, {"act": dml.ActivationTanhOperatorDesc()}),
         ((1, 24, 9, 9), (3, 3), (1, 1), 0,
          {"bias": True, "act": dml.ActivationLeakyReluOperatorDesc(alpha=0.2)}),
+        ((4, 96, 56, 56), (7, 7), (1, 1), 3, {"bias": True}),  # ConvNeXt-T's (looped)
+        ((3, 100, 13, 11), (7, 7), (2, 2), 3, {"mode": "CONVOLUTION", "act": dml.ActivationReluOperatorDesc()}),
     ],
 )  # fmt: skip
 def test_gpu_fast_path_matches_lax(type_name, shape, window, strides, pad, extra):

@@ -53,7 +53,9 @@ from .pallas_helpers import load_pallas
 from .reduce_plan import pow2_at_least
 
 DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
-MAX_TAPS = 25  # window points (5x5); larger windows stay on cuDNN (the docstring says why)
+MAX_TAPS = 49  # window points (7x7); larger windows stay on cuDNN
+UNROLLED_TAPS = 25  # up to 5x5 the window's rows are unrolled; larger ones loop over them
+STEP_ROWS = 2  # output rows a looped kernel's step computes (the docstring says why)
 _INDEX_LIMIT = 2**31 - 2**20  # int32 element offsets, with room for a tile past the end
 # Fused activations computed in the kernel (element-wise, lowered by Pallas's Triton backend).
 ACTIVATIONS = frozenset(
@@ -87,6 +89,8 @@ class View:
     cols: int
     band: int
     warps: int
+    looped: bool = False  # the window's rows in a loop, ``step_rows`` output rows a step
+    step_rows: int = 1
 
     @property
     def pending(self) -> int:
@@ -132,13 +136,16 @@ def plan(shape, dtype, window, strides, start, outputs) -> View | None:
         return None
     if (n * c + TILE_ELEMENTS) * max(h * w, out_h * out_w) >= _INDEX_LIMIT:
         return None
+    looped = math.prod(window) > UNROLLED_TAPS
     block = _block_channels(c)
     cols = max(1, min(pow2_at_least(out_w), MAX_COLS, TILE_ELEMENTS // block))
+    rows = STEP_ROWS if looped else 1
     bands = -(-out_h // BAND_ROWS)
     band = -(-out_h // bands)  # balanced bands
+    band = -(-band // rows) * rows  # whole steps
     return View(
         n, c, h, w, out_h, out_w, (kh, kw), tuple(strides), tuple(start), block, cols, band,
-        WARPS,
+        WARPS, looped, rows,
     )  # fmt: skip
 
 
@@ -165,6 +172,19 @@ def _kernel_fn(v: View, dtype_name: str, has_bias: bool, finish, interpret: bool
     c_all, taps, pending = v.channels, kh * kw, v.pending
     dtype = np.dtype(dtype_name)
     extra = has_bias or finish is not None
+
+    def rounded(total, offset):
+        """An output tile's float32 sums rounded to the output type; then, as the lax lowering
+        does, plus the bias in float32, through the fused activation, rounded again."""
+        y = total.astype(dtype)
+        if extra:
+            y = y.astype(jnp.float32)
+            if offset is not None:
+                y = y + offset
+            if finish is not None:
+                y = finish(y)
+            y = y.astype(dtype)
+        return y
 
     def kernel(x_ref, w_ref, *rest):
         b_ref, o_ref = rest if has_bias else (None, rest[0])
@@ -209,14 +229,7 @@ def _kernel_fn(v: View, dtype_name: str, has_bias: bool, finish, interpret: bool
             return sums
 
         def store(o, total):
-            y = total.astype(dtype)
-            if extra:
-                y = y.astype(jnp.float32)
-                if offset is not None:
-                    y = y + offset
-                if finish is not None:
-                    y = finish(y)
-                y = y.astype(dtype)
+            y = rounded(total, offset)
             ok = ch_ok & ow_ok & (o < v.out_h)
             at = ((img * v.out_h + o) * v.out_w + ow) * c_all + ch
             pltriton.store(o_ref.at[at], y, mask=ok)
@@ -238,13 +251,76 @@ def _kernel_fn(v: View, dtype_name: str, has_bias: bool, finish, interpret: bool
             sums = add_row(sums, o0, t)
         jax.lax.fori_loop(0, band, step, tuple(sums))
 
+    def looped_kernel(x_ref, w_ref, *rest):
+        b_ref, o_ref = rest if has_bias else (None, rest[0])
+        pid = pl.program_id(0)
+        bnd, rest_id = pid % nband, pid // nband
+        j, rest_id = rest_id % ncol, rest_id // ncol
+        cblk, img = rest_id % nchb, rest_id // nchb
+        # Contiguous channels (no spread lanes): the taps are loaded at each use, so a thread
+        # loads several channels of input and taps in one vector load.
+        ch = cblk * cb + jnp.arange(cb, dtype=jnp.int32)[None, :]
+        ch_ok = ch < c_all
+        ow = j * cols + jnp.arange(cols, dtype=jnp.int32)[:, None]
+        ow_ok = ow < v.out_w
+        # Each window column's element offsets within an input row, and where it is inside.
+        col_at = [(ow * sw - pw + k) * c_all + ch for k in range(kw)]
+        col_ok = [ow_ok & (ow * sw - pw + k >= 0) & (ow * sw - pw + k < v.width) & ch_ok
+                  for k in range(kw)]  # fmt: skip
+        out_at = ow * c_all + ch
+        out_ok = ch_ok & ow_ok
+        o0 = bnd * band
+        offset = pltriton.load(b_ref.at[ch], mask=ch_ok, other=0.0) if has_bias else None
+        zero = jnp.zeros((cols, cb), jnp.float32)
+        rows = v.step_rows
+        span = (rows - 1) * sh + kh  # input rows of a step's windows
+
+        def load_row(r):
+            row_ok = (r >= 0) & (r < v.height)
+            at = (img * v.height + r) * (v.width * c_all)
+            return [
+                pltriton.load(x_ref.at[at + c], mask=ok & row_ok, other=0).astype(jnp.float32)
+                for c, ok in zip(col_at, col_ok)
+            ]
+
+        def group(g, carry):
+            """Output rows ``o .. o + rows - 1``: the input rows of their windows, each loaded
+            once (as ``kw`` shifted loads) and added, times the taps of the window row it is
+            for each output row (loaded at each use; zero where it is in no window), to that
+            row's float32 sum."""
+            o = o0 + g * rows
+            r0 = o * sh - ph
+
+            def input_row(s_, sums):
+                loads = load_row(r0 + s_)
+                sums = list(sums)
+                for i in range(rows):
+                    k = s_ - i * sh
+                    k_ok = (k >= 0) & (k < kh)
+                    for c in range(kw):
+                        t = pltriton.load(
+                            w_ref.at[(k * kw + c) * c_all + ch], mask=ch_ok & k_ok, other=0.0
+                        )
+                        sums[i] = sums[i] + loads[c] * t
+                return tuple(sums)
+
+            sums = jax.lax.fori_loop(0, span, input_row, (zero,) * rows)
+            for i in range(rows):
+                oi = o + i
+                at = (img * v.out_h + oi) * (v.out_w * c_all)
+                y = rounded(sums[i], offset)
+                pltriton.store(o_ref.at[at + out_at], y, mask=out_ok & (oi < v.out_h))
+            return carry
+
+        jax.lax.fori_loop(0, band // rows, group, 0)
+
     def run(x, w, *bias):
         n, c = x.shape[:2]
         xt = jnp.transpose(x, (0, 2, 3, 1)).reshape(-1)  # channels-last
         wt = jnp.transpose(w.astype(jnp.float32).reshape(c, taps)).reshape(-1)  # {taps, C}
         args = [xt, wt] + [b.astype(jnp.float32).reshape(-1) for b in bias]
         out = pl.pallas_call(
-            kernel,
+            looped_kernel if v.looped else kernel,
             out_shape=jax.ShapeDtypeStruct((n * v.out_h * v.out_w * c,), dtype),
             grid=(v.programs,),
             interpret=interpret,
