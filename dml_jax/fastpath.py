@@ -119,6 +119,50 @@ def known_input(index: int) -> Any:
     return None if known is None else known.get(index)
 
 
+_TARGET: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "dml_jax_target_platform", default=None
+)
+
+
+@contextlib.contextmanager
+def target_platform(platform: str | None):
+    """While a program is traced for one known platform (``"cuda"``, ``"cpu"``, ...; None:
+    unknown): ``platform_choice`` traces that platform's branch alone.
+
+    A function traced without it works on every platform, since ``lax.platform_dependent``
+    traces every branch and XLA keeps the one of the platform it compiles for; tracing the
+    others costs first-call time (each fast path's lax lowering beside it, each CPU form of a
+    convolution beside XLA's). Set it only inside a function whose traces run on that
+    platform alone (``jax.jit`` caches a trace without this context in its key): an ONNX
+    session's own programs (``session.Program.jitted_on``) do.
+    """
+    token = _TARGET.set(platform)
+    try:
+        yield
+    finally:
+        _TARGET.reset(token)
+
+
+def platform_of(device: Any) -> str | None:
+    """The ``lax.platform_dependent`` name of ``device``'s platform (``"cuda"`` for a CUDA
+    GPU), or None where it is not one this project chooses by."""
+    platform = getattr(device, "platform", None)
+    if platform == "cpu":
+        return "cpu"
+    if platform == "gpu" and cuda_present() and device in jax.devices("cuda"):
+        return "cuda"
+    return None
+
+
+def platform_choice(*args: Any, default: Callable, **branches: Callable) -> Any:
+    """``lax.platform_dependent(*args, default=..., **branches)``, or, inside
+    ``target_platform``, the target's branch (else ``default``) alone, traced as a plain call."""
+    target = _TARGET.get()
+    if target is not None:
+        return branches.get(target, default)(*args)
+    return lax.platform_dependent(*args, default=default, **branches)
+
+
 @functools.lru_cache(maxsize=1)
 def cuda_present() -> bool:
     """Whether this process has a CUDA backend (checked once)."""
@@ -158,7 +202,7 @@ def _platform_choice(cuda: Callable, default: Callable) -> Callable:
 
     @jax.custom_batching.custom_vmap
     def choose(*arrays):
-        return lax.platform_dependent(*arrays, cuda=cuda, default=default)
+        return platform_choice(*arrays, cuda=cuda, default=default)
 
     @choose.def_vmap
     def _rule(axis_size, in_batched, *arrays):
@@ -208,8 +252,28 @@ def lowering(
 
 
 def _choice_with_lax_derivatives(cuda: Callable, lax_lowering: Callable) -> Callable:
-    """The platform choice between ``cuda`` and ``lax_lowering``, differentiated as the latter."""
-    choose = _platform_choice(cuda, lax_lowering)
+    """The platform choice between ``cuda`` and ``lax_lowering``, differentiated as the latter.
+
+    One traced function per target platform (``target_platform``): jax caches what a custom
+    derivative or batching rule traced by the arguments' shapes alone, so a function traced for
+    CUDA alone must not be the one traced for every platform."""
+    runs: dict[str | None, Callable] = {}
+
+    def by_target(*arrays):
+        target = _TARGET.get()
+        run = runs.get(target)
+        if run is None:
+            run = runs[target] = _run_for(target, cuda, lax_lowering)
+        return run(*arrays)
+
+    return by_target
+
+
+def _run_for(target: str | None, cuda: Callable, lax_lowering: Callable) -> Callable:
+    if target not in (None, "cuda"):
+        return lax_lowering
+    # For CUDA alone the fast path is batched by its own rules (a kernel's vmap rule).
+    choose = cuda if target == "cuda" else _platform_choice(cuda, lax_lowering)
 
     @jax.custom_jvp
     def run(*arrays):

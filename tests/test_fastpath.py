@@ -81,6 +81,73 @@ def test_lowering_is_the_lax_lowering_without_cuda(monkeypatch):
     assert "platform_index" not in str(jax.make_jaxpr(off)(x))
 
 
+def test_target_platform_traces_one_branch(monkeypatch):
+    """Inside ``target_platform`` a platform choice traces that platform's branch alone (the
+    default where it names none); outside, both, as ``lax.platform_dependent``. The fast
+    path's choice takes the same route: its lax lowering is not traced for CUDA."""
+    traced = []
+
+    def branch(name):
+        def f(x):
+            traced.append(name)
+            return x + len(name)
+
+        return f
+
+    x = jnp.arange(3.0)
+    both = str(jax.make_jaxpr(lambda y: fastpath.platform_choice(
+        y, cpu=branch("cpu"), default=branch("default")))(x))  # fmt: skip
+    assert "platform_index" in both and sorted(traced) == ["cpu", "default"]
+    for target, want in (("cpu", "cpu"), ("cuda", "default")):
+        traced.clear()
+        with fastpath.target_platform(target):
+            fn = jax.jit(lambda y: fastpath.platform_choice(
+                y, cpu=branch("cpu"), default=branch("default")))  # fmt: skip
+            text = str(jax.make_jaxpr(fn)(x))
+            got = fn(x)
+        assert "platform_index" not in text and traced == [want]
+        np.testing.assert_array_equal(got, x + len(want))
+    assert fastpath._TARGET.get() is None  # the context is left as it was
+
+    td = dml.TensorDesc("INT8", (2, 8, 4, 8))
+    desc = dml.TileOperatorDesc(td, td.like(sizes=(2, 8, 8, 16)), repeats=[1, 1, 2, 2])
+    base = registry.lookup(desc.operator_type)
+    calls = []
+
+    def lower(d, y):
+        calls.append(d)
+        return base.lower(d, y)
+
+    spec = dataclasses.replace(base, lower=lower)
+    monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
+    fn = fastpath.lowering(spec, desc)
+    xi = _int8(td.sizes)
+    with fastpath.target_platform("cuda"):
+        text = str(jax.make_jaxpr(fn)(xi))
+    assert calls == [] and "platform_index" not in text  # the fast path alone
+    with fastpath.target_platform("cpu"):  # (a new function: jit caches fn's trace for CUDA)
+        _same_bits(jax.jit(lambda y: fn(y))(xi), base.lower(desc, xi))
+    assert calls == [desc]
+    # each target keeps its own trace: none of them is reused for another
+    assert "platform_index" in str(jax.make_jaxpr(lambda y: fn(y))(xi))
+    # derivatives still come from the lax lowering
+    f32 = dml.TensorDesc("FLOAT32", (2, 8, 4, 8))
+    clip = dml.ElementWiseClip1OperatorDesc(f32, f32, min=-1, max=2)
+    cspec = registry.lookup(clip.operator_type)
+    if fastpath.select(clip) is not None:
+        grad_fn = jax.grad(lambda y: fastpath.lowering(cspec, clip)(y)[0].sum())
+        with fastpath.target_platform("cuda"):
+            text = str(jax.make_jaxpr(grad_fn)(jnp.linspace(-3, 3, 512).reshape(f32.sizes)))
+        assert "platform_index" not in text
+
+
+def test_platform_of_devices():
+    assert fastpath.platform_of(jax.devices("cpu")[0]) == "cpu"
+    assert fastpath.platform_of(object()) is None
+    if fastpath.cuda_present():
+        assert fastpath.platform_of(jax.devices("cuda")[0]) == "cuda"
+
+
 def test_compile_operator_fast_paths_keyword(monkeypatch):
     from dml_jax.compile import _compile_cached
     from dml_jax.graph.tracing import _compile_graph_cached

@@ -173,6 +173,37 @@ def test_sessions_on_the_cpu_keep_convolutions_off_ynnpack():
         assert any(" dot(" in b for b in bodies), hlo
 
 
+def test_run_traces_its_device_platform_alone():
+    """``run`` traces its program for the session's device alone (``Program.jitted_on``): a
+    depthwise convolution's platform choice (taps on the CPU, XLA's grouped convolution
+    elsewhere) is traced as the CPU's branch only, where ``jitted`` and ``fn`` keep every
+    branch; whichever is traced first, neither reuses the other's trace. Same outputs."""
+    inits = [numpy_helper.from_array(RNG.normal(size=(6, 1, 3, 3)).astype(np.float32), "w")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], group=6)]
+    model = _model(nodes, [_vi("x", F, [2, 6, 9, 9])], [_vi("y", F, [2, 6, 9, 9])], inits)
+    feed = {"x": RNG.normal(size=(2, 6, 9, 9)).astype(np.float32)}
+    (want,) = _ort(model, feed)
+    cpu = jax.devices("cpu")[0]
+    for targeted_first in (True, False):
+        session = InferenceSession(model, device="cpu")
+        program = session.program([(2, 6, 9, 9)])
+        params = session._run_params(program)
+        x = jnp.asarray(feed["x"])
+
+        def text(fn):
+            return str(fn.trace(params, x).jaxpr)
+
+        order = [program.jitted_on(cpu), program.jitted]
+        texts = [text(f) for f in (order if targeted_first else order[::-1])]
+        on_cpu, every = texts if targeted_first else texts[::-1]
+        assert "platform_index" not in on_cpu and "conv_general_dilated" not in on_cpu
+        assert "platform_index" in every and "conv_general_dilated" in every
+        (got,) = session.run(None, feed)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(jax.jit(session.fn)(x)[0], want, rtol=1e-5, atol=1e-5)
+    assert program.jitted_on(object()) is program.jitted  # a platform not chosen by
+
+
 def test_cpu_sessions_compile_their_weights_in(monkeypatch):
     """On the CPU ``run`` compiles the session's weights into its program as constants (XLA
     then lays the filters out once, not at every call), up to CPU_BAKED_WEIGHTS_MAX_BYTES of

@@ -94,6 +94,11 @@ def main() -> None:
     )
     p.add_argument("--roll", action="store_true", help="repeated blocks looped (roll_repeats)")
     p.add_argument(
+        "--every-platform",
+        action="store_true",
+        help="trace the portable session.fn (every platform's branch) instead of fn_on()",
+    )
+    p.add_argument(
         "--drop-fast-path",
         action="append",
         default=[],
@@ -142,7 +147,9 @@ def main() -> None:
                     path, options, compiler_options=triton, roll_repeats=args.roll
                 )
             )
-            fn = jax.jit(session.fn, compiler_options=session.compiler_options or None)
+            # traced for the session's device alone (as ``run`` does), unless --every-platform
+            pure = session.fn if args.every_platform else session.fn_on()
+            fn = jax.jit(pure, compiler_options=session.compiler_options or None)
             t_trace, traced = _timed(lambda: fn.trace(*feeds))
             t_lower, lowered = _timed(traced.lower)
             profile = None

@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from ..errors import ValidationError
@@ -69,7 +70,7 @@ class CompiledOnnx:
                     f"ONNX: input '{name}' must have shape {list(shape)}, got {list(np.shape(x))}"
                 )
             args.append(to_graph_array(np.asarray(x), f"input '{name}'"))
-        outs = self.program.jitted({}, *args)
+        outs = self.program.jitted_on(_default_device())({}, *args)
         return outs[0] if len(outs) == 1 else outs
 
     def __repr__(self) -> str:
@@ -77,6 +78,14 @@ class CompiledOnnx:
             f"CompiledOnnx({len(self.imported.graph.nodes)} DML nodes, "
             f"inputs {list(self.input_names)}, outputs {list(self.output_names)})"
         )
+
+
+def _default_device() -> Any:
+    """The device ``jax.jit`` places NumPy arguments on."""
+    chosen = jax.config.jax_default_device
+    if chosen is None or isinstance(chosen, str):
+        return jax.devices(chosen)[0] if chosen else jax.devices()[0]
+    return chosen
 
 
 def compile_onnx(

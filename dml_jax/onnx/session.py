@@ -24,7 +24,7 @@ import contextlib
 import functools
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,6 +260,7 @@ class Program:
         layout: on a session with a mesh, the shardings of its inputs, parameters and outputs
             (``placement.ProgramLayout``), which ``apply`` imposes; else None.
         jitted: ``apply`` under ``jax.jit``, with the session's XLA ``compiler_options``.
+            ``jitted_on(device)`` is the same traced for that device's platform alone.
     """
 
     def __init__(
@@ -276,6 +277,31 @@ class Program:
         descs = [d for n in nodes for _, d in n.input_slots() + n.output_slots()]
         self.needs_x64 = any(d is not None and d.data_type.is_64bit for d in descs)
         self.jitted = jax.jit(self.apply, compiler_options=compiler_options or None)
+        self._compiler_options = compiler_options
+        self._jitted_on: dict[str, Any] = {}
+
+    def jitted_on(self, device: Any) -> Any:
+        """``apply`` under ``jax.jit`` for calls whose arrays are on ``device``'s platform:
+        traced inside ``fastpath.target_platform``, so that each platform choice of the
+        lowerings (a fast path or its lax lowering; a convolution's CPU form or XLA's) traces
+        the branch of that platform alone, not every one (on an H100 ConvNeXt-T's trace and
+        lowering took 2.4 s less; docs/onnx.md, "First-call time"). ``jitted`` where the
+        platform is not one the lowerings choose by."""
+        from .. import fastpath
+
+        platform = fastpath.platform_of(device)
+        if platform is None:
+            return self.jitted
+        fn = self._jitted_on.get(platform)
+        if fn is None:
+
+            def apply_on(params: Mapping[str, Any], *inputs: Any) -> tuple:
+                with fastpath.target_platform(platform):
+                    return self.apply(params, *inputs)
+
+            fn = jax.jit(apply_on, compiler_options=self._compiler_options or None)
+            self._jitted_on[platform] = fn
+        return fn
 
     def apply(self, params: Mapping[str, Any], *inputs: Any) -> tuple:
         """The model's outputs for ``inputs`` (every model input, in order; those the program
@@ -548,12 +574,12 @@ class InferenceSession:
         session runs on GPUs, ``CPU_COMPILER_OPTIONS`` on CPUs (where XLA takes them), with
         the ``compiler_options`` it was made with over them. A caller who jits ``fn`` can pass
         them to ``jax.jit``."""
-        platform = (
-            self._layout.mesh.devices.flat[0].platform
-            if self._layout is not None
-            else self._device.platform
-        )
-        return compiler_options_for(self._compiler_options, platform)
+        return compiler_options_for(self._compiler_options, self._run_device.platform)
+
+    @property
+    def _run_device(self) -> Any:
+        """The device ``run`` runs on (on a mesh, its first: a mesh is of one platform)."""
+        return self._layout.mesh.devices.flat[0] if self._layout is not None else self._device
 
     # -- onnxruntime's description calls ---------------------------------------------------------
 
@@ -673,13 +699,14 @@ class InferenceSession:
             if program.layout is None:
                 args = [jax.device_put(to_graph_array(feed[n], f"input '{n}'"), self._device)
                         for n in program.imported.input_names]  # fmt: skip
-                outs = program.jitted(self._run_params(program), *args)
+                outs = program.jitted_on(self._run_device)(self._run_params(program), *args)
             else:
                 from .placement import fetch, place
 
                 args = [place(to_graph_array(feed[n], f"input '{n}'"), s)
                         for n, s in zip(program.imported.input_names, program.layout.inputs)]  # fmt: skip
-                outs = [fetch(y) for y in program.jitted(self._mesh_params(program), *args)]
+                jitted = program.jitted_on(self._run_device)
+                outs = [fetch(y) for y in jitted(self._mesh_params(program), *args)]
             result = {
                 name: np.asarray(y).astype(dtype, copy=False)
                 for name, y, dtype in zip(
@@ -960,7 +987,12 @@ class InferenceSession:
             # Inside a caller's trace the program is traced into the caller's jit, which
             # compiles it with the caller's options (JAX takes options on the outermost jit).
             traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((params, inputs)))
-            call = program.apply if traced else program.jitted
+            if not traced:
+                from .. import fastpath
+
+                # (inside ``fn_on``: the program's jit for that platform, not the portable one)
+                on = fastpath._TARGET.get() is not None
+                call = program.jitted_on(self._run_device) if on else program.jitted
             if params is None:
                 params = self._mesh_params(program)
         elif params is None:
@@ -991,6 +1023,24 @@ class InferenceSession:
         """The model as a pure JAX function of its inputs (parameters at their initializer
         values): a tuple of outputs, in ``get_outputs()`` order."""
         return self.apply(None, *inputs)
+
+    def fn_on(self, device: Any = None) -> Callable[..., tuple]:
+        """``fn`` for one device's platform (default: the session's device, or its mesh's):
+        traced there alone, as ``run`` traces its programs, so that every platform choice of
+        the lowerings (a GPU fast path or its lax lowering; a convolution's CPU form or XLA's)
+        traces one branch, not all (a shorter first call: on an H100 ConvNeXt-T's trace and
+        lowering took 2.4 s less). ``fn`` stays portable; the function this returns is
+        lowered for that platform only (a GPU fast path fails to lower for a CPU). Each call
+        returns a new function, so that ``jax.jit`` caches its traces apart from ``fn``'s."""
+        from .. import fastpath
+
+        platform = fastpath.platform_of(self._run_device if device is None else device)
+
+        def fn_on(*inputs: Any) -> tuple:
+            with fastpath.target_platform(platform):
+                return self.apply(None, *inputs)
+
+        return fn_on
 
     def explain(self, shapes: Sequence[Sequence[int]] | None = None) -> str:
         """A line per ONNX node: how it was imported (DML operators, folded, view, function

@@ -26,6 +26,7 @@ from jax import lax
 
 from ..enums import DataType
 from ..errors import Validator, show
+from ..fastpath import platform_choice
 from ..fields import INPUT, OperatorDesc, input_field, output_field
 from ..support import types
 from ..tensor import TensorDesc
@@ -130,7 +131,7 @@ def divide(x, y):
     # XLA's float32 division on NVIDIA GPUs is not correctly rounded (up to two ulps off: beside
     # a halfway point: DynamicQuantizeLinear's node test moves a value across a rounding
     # boundary); there the quotient is corrected to the nearest float32. The CPU's is exact.
-    return lax.platform_dependent(x, y, cuda=_nearest_quotient, default=lax.div)
+    return platform_choice(x, y, cuda=_nearest_quotient, default=lax.div)
 
 
 def _split(a):

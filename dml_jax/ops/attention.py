@@ -60,7 +60,7 @@ from jax import lax
 from ..enums import FeatureLevel as L
 from ..enums import MultiheadAttentionMaskType as M
 from ..errors import Validator
-from ..fastpath import known_input
+from ..fastpath import known_input, platform_choice
 from ..fields import (
     FLOAT,
     UINT,
@@ -650,7 +650,7 @@ def _weights_product(w, values, dims):
     if values.dtype != jnp.float16 or half_precision_allowed() or not _tf32_tensor_cores():
         return exact(w, wide)
     tensor_cores = product(lax.DotAlgorithmPreset.TF32_TF32_F32_X3)
-    return lax.platform_dependent(w, wide, cuda=tensor_cores, default=exact)
+    return platform_choice(w, wide, cuda=tensor_cores, default=exact)
 
 
 # The causal lowering (``causal_blocks``) splits the sequence into at most CAUSAL_BLOCKS

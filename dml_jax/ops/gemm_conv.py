@@ -25,6 +25,7 @@ from jax import lax
 from ..enums import ConvolutionDirection, ConvolutionMode, MatrixTransform
 from ..enums import FeatureLevel as L
 from ..errors import Validator
+from ..fastpath import platform_choice
 from ..fields import (
     FLOAT,
     OPERATOR_DESC,
@@ -535,7 +536,7 @@ def _depthwise(x, w, strides, padding, lhs_dilation, dilations, g: int):
     def grouped(x, w):
         return _conv(x, w, strides, padding, lhs_dilation, dilations, g)
 
-    return lax.platform_dependent(x, w, cpu=taps, default=grouped)
+    return platform_choice(x, w, cpu=taps, default=grouped)
 
 
 def _depthwise_taps(x, w, strides, padding, lhs_dilation, dilations):
@@ -648,7 +649,7 @@ def _patches(x, w, strides, padding, lhs_dilation, dilations):
     def whole(x, w):
         return _conv(x, w, strides, padding, lhs_dilation, dilations, 1)
 
-    return lax.platform_dependent(x, w, cpu=gathered, default=whole)
+    return platform_choice(x, w, cpu=gathered, default=whole)
 
 
 # The most groups a grouped convolution is split into on the CPU (one convolution each).
@@ -680,7 +681,7 @@ def _per_group(x, w, strides, padding, lhs_dilation, dilations, g: int):
     def grouped(x, w):
         return _conv(x, w, strides, padding, lhs_dilation, dilations, g)
 
-    return lax.platform_dependent(x, w, cpu=split, default=grouped)
+    return platform_choice(x, w, cpu=split, default=grouped)
 
 
 # Ungrouped 3x3 stride-1 convolutions take Winograd's F(2x2, 3x3) on the CPU from this much
@@ -773,7 +774,7 @@ def _winograd(x, w, padding):
     u = None
     if not isinstance(w, jax.core.Tracer) and jax.default_backend() == "cpu":
         u = _winograd_filter(np, np.asarray(w, np.float32))
-    return lax.platform_dependent(x, w, u, cpu=minimal, default=whole)
+    return platform_choice(x, w, u, cpu=minimal, default=whole)
 
 
 def _winograd_filter(xp, f):

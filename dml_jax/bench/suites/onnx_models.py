@@ -376,7 +376,8 @@ def _time_onnx(run: Run, row: dict, path: str, feeds: list[np.ndarray]) -> Any:
         options.graph_optimization_level = level
         start = time.perf_counter()
         session = InferenceSession(path, options, compiler_options=_xla_options(run))
-        fn = jax.jit(session.fn, compiler_options=session.compiler_options or None)
+        # traced for the session's device alone, as ``run`` traces its programs
+        fn = jax.jit(session.fn_on(), compiler_options=session.compiler_options or None)
         imported = time.perf_counter() - start
         cold, first = cold_time(lambda fn=fn: fn(*inputs), jax_sync)
         t = run.timer.run(lambda fn=fn: fn(*inputs), jax_sync)
