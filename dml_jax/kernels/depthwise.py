@@ -20,6 +20,23 @@ stands at, to the float32 sums of the output rows whose windows hold it (one to
 ``ceil(KH / stride)`` of them, carried from step to step). The taps are loaded once per
 program. So the input is read from memory about once and each output is written once.
 
+Windows of more than ``UNROLLED_TAPS`` points (7x7, ConvNeXt's) take the looped form
+(``View.looped``): unrolled as above, with 49 taps and seven pending sums in registers, Triton
+took 3-12 s to compile each shape, longer than cuDNN's search (and the kernel ran 0.74-1.22x
+cuDNN's time). The looped form's step computes ``STEP_ROWS`` output rows: a loop over the input
+rows of their windows loads each once (``KW`` shifted loads) and adds it, times the taps of the
+window row it is for each output row (loaded at each use, zero where it is in none), to that
+row's sums; channels are contiguous, so a thread loads several channels of input and taps in
+one vector load. On an H100 (float16, batch 64, ConvNeXt-T's four shapes, 2026-11-27) it
+compiled in 0.5-1.0 s per shape against cuDNN's 1.6-4.3 s of search and plan, and ran 275-281
+us against cuDNN's 201-218 at 96 channels of 56x56, 142-146 against 116 at 192 of 28x28, 73
+against 61-66 at 384 of 14x14 and 44-49 against 76-85 at 768 of 7x7. Unrolling the input rows
+of a step with the taps loaded once ran up to 20% faster but compiled in 3-6 s again; one output
+row a step ran 16-60% slower, four 0-8% slower than two, and larger or smaller tiles and
+bands, or two warps, no faster. In ConvNeXt-T whole its call was 1-2% slower than with cuDNN
+(4.26 against 4.19 ms) and its first call 10.1 s against 15.6 (docs/onnx.md, "Depthwise windows
+on the GPU").
+
 Values are the lax lowering's up to the order of the additions: each output is the sum, in
 float32, of the same products of the input and the (flipped, for CONVOLUTION mode) filter,
 rounded once to the output type (cuDNN's float16 convolution accumulates in float32 and
@@ -30,9 +47,7 @@ function per shape, so a network's equal convolutions are traced and lowered to 
 Registered as the CUDA fast path of CONVOLUTION for FORWARD 2-D depthwise windows (GroupCount
 = C > 1, one output channel per input channel, no dilation) of float16 or float32, of at most
 ``MAX_TAPS`` points and at least as tall as the row stride; not standalone (the grouped
-convolution it replaces fuses with nothing either). 7x7 windows stay on cuDNN: their kernel
-took 3-12 s to compile per shape, longer than cuDNN's search, and ran 0.74-1.22x cuDNN's
-time.
+convolution it replaces fuses with nothing either). Larger windows stay on cuDNN.
 """
 
 from __future__ import annotations
@@ -55,7 +70,7 @@ from .reduce_plan import pow2_at_least
 DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32"))
 MAX_TAPS = 49  # window points (7x7); larger windows stay on cuDNN
 UNROLLED_TAPS = 25  # up to 5x5 the window's rows are unrolled; larger ones loop over them
-STEP_ROWS = 2  # output rows a looped kernel's step computes (the docstring says why)
+STEP_ROWS = 2  # output rows a looped kernel's step computes (the module docstring says why)
 _INDEX_LIMIT = 2**31 - 2**20  # int32 element offsets, with room for a tile past the end
 # Fused activations computed in the kernel (element-wise, lowered by Pallas's Triton backend).
 ACTIVATIONS = frozenset(
