@@ -143,6 +143,11 @@ def target_platform(platform: str | None):
         _TARGET.reset(token)
 
 
+def target() -> str | None:
+    """The platform the trace in progress is for (``target_platform``), or None: every one."""
+    return _TARGET.get()
+
+
 def platform_of(device: Any) -> str | None:
     """The ``lax.platform_dependent`` name of ``device``'s platform (``"cuda"`` for a CUDA
     GPU), or None where it is not one this project chooses by."""
@@ -157,9 +162,9 @@ def platform_of(device: Any) -> str | None:
 def platform_choice(*args: Any, default: Callable, **branches: Callable) -> Any:
     """``lax.platform_dependent(*args, default=..., **branches)``, or, inside
     ``target_platform``, the target's branch (else ``default``) alone, traced as a plain call."""
-    target = _TARGET.get()
-    if target is not None:
-        return branches.get(target, default)(*args)
+    chosen = _TARGET.get()
+    if chosen is not None:
+        return branches.get(chosen, default)(*args)
     return lax.platform_dependent(*args, default=default, **branches)
 
 
@@ -260,10 +265,10 @@ def _choice_with_lax_derivatives(cuda: Callable, lax_lowering: Callable) -> Call
     runs: dict[str | None, Callable] = {}
 
     def by_target(*arrays):
-        target = _TARGET.get()
-        run = runs.get(target)
+        chosen = _TARGET.get()
+        run = runs.get(chosen)
         if run is None:
-            run = runs[target] = _run_for(target, cuda, lax_lowering)
+            run = runs[chosen] = _run_for(chosen, cuda, lax_lowering)
         return run(*arrays)
 
     return by_target

@@ -107,7 +107,7 @@ def test_target_platform_traces_one_branch(monkeypatch):
             got = fn(x)
         assert "platform_index" not in text and traced == [want]
         np.testing.assert_array_equal(got, x + len(want))
-    assert fastpath._TARGET.get() is None  # the context is left as it was
+    assert fastpath.target() is None  # the context is left as it was
 
     td = dml.TensorDesc("INT8", (2, 8, 4, 8))
     desc = dml.TileOperatorDesc(td, td.like(sizes=(2, 8, 8, 16)), repeats=[1, 1, 2, 2])

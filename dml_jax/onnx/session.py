@@ -991,7 +991,7 @@ class InferenceSession:
                 from .. import fastpath
 
                 # (inside ``fn_on``: the program's jit for that platform, not the portable one)
-                on = fastpath._TARGET.get() is not None
+                on = fastpath.target() is not None
                 call = program.jitted_on(self._run_device) if on else program.jitted
             if params is None:
                 params = self._mesh_params(program)
