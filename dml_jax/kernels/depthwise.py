@@ -28,9 +28,9 @@ rows of their windows loads each once (``KW`` shifted loads) and adds it, times 
 window row it is for each output row (loaded at each use, zero where it is in none), to that
 row's sums; channels are contiguous, so a thread loads several channels of input and taps in
 one vector load. On an H100 (float16, batch 64, ConvNeXt-T's four shapes, 2026-11-27) it
-compiled in 0.5-1.0 s per shape against cuDNN's 1.6-4.3 s of search and plan, and ran 275-281
-us against cuDNN's 201-218 at 96 channels of 56x56, 142-146 against 116 at 192 of 28x28, 73
-against 61-66 at 384 of 14x14 and 44-49 against 76-85 at 768 of 7x7. Unrolling the input rows
+compiled in 0.5-1.0 s per shape against cuDNN's 1.4-4.6 s of search and plan, and ran 281 us
+against cuDNN's 202-218 at 96 channels of 56x56, 146 against 116-117 at 192 of 28x28, 73-74
+against 61-66 at 384 of 14x14 and 49-64 against 76-85 at 768 of 7x7 (two runs). Unrolling the input rows
 of a step with the taps loaded once ran up to 20% faster but compiled in 3-6 s again; one output
 row a step ran 16-60% slower, four 0-8% slower than two, and larger or smaller tiles and
 bands, or two warps, no faster. In ConvNeXt-T whole its call was 1-2% slower than with cuDNN
