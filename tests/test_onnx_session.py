@@ -190,7 +190,7 @@ def test_run_traces_its_device_platform_alone():
         params = session._run_params(program)
         x = jnp.asarray(feed["x"])
 
-        def text(fn):
+        def text(fn, params=params, x=x):
             return str(fn.trace(params, x).jaxpr)
 
         order = [program.jitted_on(cpu), program.jitted]
@@ -202,6 +202,39 @@ def test_run_traces_its_device_platform_alone():
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(jax.jit(session.fn)(x)[0], want, rtol=1e-5, atol=1e-5)
     assert program.jitted_on(object()) is program.jitted  # a platform not chosen by
+
+
+def test_run_compile_onnx_and_fn_on_trace_for_their_device(monkeypatch):
+    """The platform each traced call is for, as the lowerings' platform choices see it:
+    ``run``, ``compile_onnx``'s call and ``fn_on`` trace for the CPU; ``fn`` for every
+    platform."""
+    from dml_jax import fastpath
+    from dml_jax.onnx import compile_onnx
+    from dml_jax.ops import gemm_conv
+
+    seen = []
+
+    def recording(*args, **branches):
+        seen.append(fastpath.target())
+        return fastpath.platform_choice(*args, **branches)
+
+    monkeypatch.setattr(gemm_conv, "platform_choice", recording)
+    inits = [numpy_helper.from_array(RNG.normal(size=(4, 1, 3, 3)).astype(np.float32), "w")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], group=4)]
+    model = _model(nodes, [_vi("x", F, [1, 4, 5, 5])], [_vi("y", F, [1, 4, 5, 5])], inits)
+    x = RNG.normal(size=(1, 4, 5, 5)).astype(np.float32)
+    (want,) = _ort(model, {"x": x})
+    session = InferenceSession(model, device="cpu")
+    results = {
+        "run": lambda: session.run(None, {"x": x})[0],
+        "compile_onnx": lambda: compile_onnx(model)(x),
+        "fn_on": lambda: jax.jit(session.fn_on())(x)[0],
+        "fn": lambda: jax.jit(session.fn)(x)[0],
+    }
+    for name, call in results.items():
+        seen.clear()
+        np.testing.assert_allclose(call(), want, rtol=1e-5, atol=1e-5, err_msg=name)
+        assert seen == (["cpu"] if name != "fn" else [None]), (name, seen)
 
 
 def test_cpu_sessions_compile_their_weights_in(monkeypatch):

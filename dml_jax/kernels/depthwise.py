@@ -104,8 +104,12 @@ class View:
     cols: int
     band: int
     warps: int
-    looped: bool = False  # the window's rows in a loop, ``step_rows`` output rows a step
-    step_rows: int = 1
+    step_rows: int = 1  # output rows a step computes: ``STEP_ROWS`` where ``looped``
+
+    @property
+    def looped(self) -> bool:
+        """The window's rows in a loop (more than ``UNROLLED_TAPS`` points)."""
+        return math.prod(self.window) > UNROLLED_TAPS
 
     @property
     def pending(self) -> int:
@@ -160,7 +164,7 @@ def plan(shape, dtype, window, strides, start, outputs) -> View | None:
     band = -(-band // rows) * rows  # whole steps
     return View(
         n, c, h, w, out_h, out_w, (kh, kw), tuple(strides), tuple(start), block, cols, band,
-        WARPS, looped, rows,
+        WARPS, rows,
     )  # fmt: skip
 
 
@@ -201,24 +205,32 @@ def _kernel_fn(v: View, dtype_name: str, has_bias: bool, finish, interpret: bool
             y = y.astype(dtype)
         return y
 
-    def kernel(x_ref, w_ref, *rest):
+    def tile(rest, spread: bool):
+        """The program's tile: (output ref, image, first output row, channels {1, cb} and
+        which are real, output columns {cols, 1} and which are real, each window column's
+        input columns and where they are inside, the bias tile or None)."""
         b_ref, o_ref = rest if has_bias else (None, rest[0])
         pid = pl.program_id(0)
         bnd, rest_id = pid % nband, pid // nband
         j, rest_id = rest_id % ncol, rest_id // ncol
         cblk, img = rest_id % nchb, rest_id // nchb
-        # Times a one Triton cannot prove constant: its axis analysis then sees no contiguous
-        # channels and gives a thread one channel of several columns, so that its taps are
-        # one channel's (registers), where contiguous channels would give it several.
-        lanes = jnp.arange(cb, dtype=jnp.int32) * (pid >= 0).astype(jnp.int32)
+        lanes = jnp.arange(cb, dtype=jnp.int32)
+        if spread:
+            # Times a one Triton cannot prove constant: its axis analysis then sees no
+            # contiguous channels and gives a thread one channel of several columns, so that
+            # its taps are one channel's (registers), where contiguous ones would give it several.
+            lanes = lanes * (pid >= 0).astype(jnp.int32)
         ch = cblk * cb + lanes[None, :]
         ch_ok = ch < c_all
         ow = j * cols + jnp.arange(cols, dtype=jnp.int32)[:, None]
         ow_ok = ow < v.out_w
         cols_in = [ow * sw - pw + k for k in range(kw)]
         cols_ok = [ow_ok & (c >= 0) & (c < v.width) & ch_ok for c in cols_in]
-        o0 = bnd * band
         offset = pltriton.load(b_ref.at[ch], mask=ch_ok, other=0.0) if has_bias else None
+        return o_ref, img, bnd * band, ch, ch_ok, ow, ow_ok, cols_in, cols_ok, offset
+
+    def kernel(x_ref, w_ref, *rest):
+        o_ref, img, o0, ch, ch_ok, ow, ow_ok, cols_in, cols_ok, offset = tile(rest, True)
 
         # The taps, loaded once: {1, block_channels} each.
         tap = [pltriton.load(w_ref.at[t * c_all + ch], mask=ch_ok, other=0.0) for t in range(taps)]
@@ -267,25 +279,12 @@ def _kernel_fn(v: View, dtype_name: str, has_bias: bool, finish, interpret: bool
         jax.lax.fori_loop(0, band, step, tuple(sums))
 
     def looped_kernel(x_ref, w_ref, *rest):
-        b_ref, o_ref = rest if has_bias else (None, rest[0])
-        pid = pl.program_id(0)
-        bnd, rest_id = pid % nband, pid // nband
-        j, rest_id = rest_id % ncol, rest_id // ncol
-        cblk, img = rest_id % nchb, rest_id // nchb
         # Contiguous channels (no spread lanes): the taps are loaded at each use, so a thread
         # loads several channels of input and taps in one vector load.
-        ch = cblk * cb + jnp.arange(cb, dtype=jnp.int32)[None, :]
-        ch_ok = ch < c_all
-        ow = j * cols + jnp.arange(cols, dtype=jnp.int32)[:, None]
-        ow_ok = ow < v.out_w
-        # Each window column's element offsets within an input row, and where it is inside.
-        col_at = [(ow * sw - pw + k) * c_all + ch for k in range(kw)]
-        col_ok = [ow_ok & (ow * sw - pw + k >= 0) & (ow * sw - pw + k < v.width) & ch_ok
-                  for k in range(kw)]  # fmt: skip
+        o_ref, img, o0, ch, ch_ok, ow, ow_ok, cols_in, cols_ok, offset = tile(rest, False)
+        col_at = [c * c_all + ch for c in cols_in]  # element offsets within an input row
         out_at = ow * c_all + ch
         out_ok = ch_ok & ow_ok
-        o0 = bnd * band
-        offset = pltriton.load(b_ref.at[ch], mask=ch_ok, other=0.0) if has_bias else None
         zero = jnp.zeros((cols, cb), jnp.float32)
         rows = v.step_rows
         span = (rows - 1) * sh + kh  # input rows of a step's windows
@@ -295,7 +294,7 @@ def _kernel_fn(v: View, dtype_name: str, has_bias: bool, finish, interpret: bool
             at = (img * v.height + r) * (v.width * c_all)
             return [
                 pltriton.load(x_ref.at[at + c], mask=ok & row_ok, other=0).astype(jnp.float32)
-                for c, ok in zip(col_at, col_ok)
+                for c, ok in zip(col_at, cols_ok)
             ]
 
         def group(g, carry):
