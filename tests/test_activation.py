@@ -212,6 +212,41 @@ def test_gelu_swish_hard_swish_at_infinities_are_their_limits():
         assert y[0] == 0 and y[1] == np.inf and np.isnan(y[2]), (name, y)
 
 
+_GATED = [
+    ("SWISH", {"sigmoid_input_scale": 2.5}),
+    ("SWISH", {"sigmoid_input_scale": -1.0}),
+    ("SWISH", {"sigmoid_input_scale": 1e6}),
+    ("HARD_SWISH", {"alpha": -0.25, "beta": 0.5}),
+    ("HARD_SWISH", {"alpha": 0.0, "beta": 0.5}),
+]
+
+
+@pytest.mark.parametrize("type_name", ["FLOAT32", "FLOAT16"])
+@pytest.mark.parametrize("name, attrs", _GATED)
+def test_gated_activations_take_their_limits_for_any_scale(name, type_name, attrs):
+    """x * gate(x) is 0 where x is infinite and its gate 0 and x * gate elsewhere, whichever
+    form the lowering takes for the attributes (1e6 is infinite in float16; HARD_SWISH's
+    Alpha 0 makes the gate of an infinite x NaN)."""
+    dtype = np.float16 if type_name == "FLOAT16" else np.float32
+    x = np.array([-np.inf, np.inf, np.nan, -3.0, -0.5, 0.25, 2.0, -20.0], dtype)
+    desc = from_registry(f"DML_OPERATOR_ACTIVATION_{name}", type_name, (8,), **attrs)
+    y = np.asarray(dml.compile_operator(desc)(x), np.float64)
+    v = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        if name == "SWISH":
+            scale = np.float64(dtype(np.float32(attrs["sigmoid_input_scale"])))
+            gate = 1 / (1 + np.exp(-scale * v))
+        else:
+            gate = np.clip(attrs["alpha"] * v + attrs["beta"], 0, 1)
+        want = np.where(np.isinf(v) & (gate == 0), 0.0, v * gate)
+    finite = np.isfinite(v)
+    half = dtype == np.float16  # float16 results below its smallest subnormal are 0
+    np.testing.assert_allclose(
+        y[finite], want[finite], rtol=2e-3 if half else 1e-6, atol=6e-8 if half else 0
+    )
+    np.testing.assert_array_equal(y[~finite], want[~finite])
+
+
 def test_relu_gradient_at_zero_is_zero_and_nan_propagates():
     op = dml.compile_operator(make("DML_OPERATOR_ACTIVATION_RELU", sizes=(4,)))
     import jax

