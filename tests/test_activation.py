@@ -225,8 +225,8 @@ _GATED = [
 @pytest.mark.parametrize("name, attrs", _GATED)
 def test_gated_activations_take_their_limits_for_any_scale(name, type_name, attrs):
     """x * gate(x) is 0 where x is infinite and its gate 0 and x * gate elsewhere, whichever
-    form the lowering takes for the attributes (1e6 is infinite in float16; HARD_SWISH's
-    Alpha 0 makes the gate of an infinite x NaN)."""
+    form the lowering takes for the attributes (1e6 is infinite where float16 is the compute
+    type; HARD_SWISH's Alpha 0 makes the gate of an infinite x NaN)."""
     dtype = np.float16 if type_name == "FLOAT16" else np.float32
     x = np.array([-np.inf, np.inf, np.nan, -3.0, -0.5, 0.25, 2.0, -20.0], dtype)
     desc = from_registry(f"DML_OPERATOR_ACTIVATION_{name}", type_name, (8,), **attrs)

@@ -107,10 +107,11 @@ def _gated(x, gate, gate_nan_only_at_nan: bool = False):
     return jnp.where(jnp.isinf(x) & (gate == 0), jnp.zeros_like(x), x * gate)
 
 
-def _nonzero_finite(value: Any, dtype: Any) -> bool:
-    """A float attribute is finite and not 0 in the compute type: times it, only NaN is NaN."""
+def _finite(value: Any, dtype: Any, nonzero: bool = True) -> bool:
+    """A float attribute is finite (and not 0) in the compute type: times it (plus it), only
+    NaN is NaN."""
     v = np.asarray(np.float32(value)).astype(dtype)
-    return bool(np.isfinite(v) and v != 0)
+    return bool(np.isfinite(v) and (v != 0 or not nonzero))
 
 
 def _gelu(d: Any, x):
@@ -123,7 +124,7 @@ def _hard_sigmoid(d: Any, x):
 
 
 def _hard_swish(d: Any, x):
-    finite = _nonzero_finite(d.alpha, x.dtype) and np.isfinite(np.float32(d.beta))
+    finite = _finite(d.alpha, x.dtype) and _finite(d.beta, x.dtype, nonzero=False)
     return _gated(x, _hard_sigmoid(d, x), finite)
 
 
@@ -194,9 +195,7 @@ def _softsign(d: Any, x):
 
 def _swish(d: Any, x):
     scale = d.sigmoid_input_scale
-    return _gated(
-        x, jax.nn.sigmoid(_f(d, "sigmoid_input_scale", x) * x), _nonzero_finite(scale, x.dtype)
-    )
+    return _gated(x, jax.nn.sigmoid(_f(d, "sigmoid_input_scale", x) * x), _finite(scale, x.dtype))
 
 
 def _softplus_rules(d: Any, v: Validator) -> None:
