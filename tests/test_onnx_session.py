@@ -205,20 +205,22 @@ def test_run_traces_its_device_platform_alone():
 
 
 def test_run_compile_onnx_and_fn_on_trace_for_their_device(monkeypatch):
-    """The platform each traced call is for, as the lowerings' platform choices see it:
-    ``run`` and ``fn_on`` of a CPU session trace for the CPU, ``compile_onnx``'s call for the
-    default device's platform (the GPU's where there is one); ``fn`` for every platform."""
+    """The platform each traced call is for, as the lowerings see it (``fastpath.target()``
+    while the program is applied): ``run`` and ``fn_on`` of a CPU session trace for the CPU,
+    ``compile_onnx``'s call for the default device's platform (the GPU's where there is one);
+    ``fn`` for every platform."""
+    import dml_jax.onnx.session as session_module
     from dml_jax import fastpath
     from dml_jax.onnx import compile_onnx
-    from dml_jax.ops import gemm_conv
 
     seen = []
+    original = session_module.Program.apply
 
-    def recording(*args, **branches):
+    def recording(self, *args):
         seen.append(fastpath.target())
-        return fastpath.platform_choice(*args, **branches)
+        return original(self, *args)
 
-    monkeypatch.setattr(gemm_conv, "platform_choice", recording)
+    monkeypatch.setattr(session_module.Program, "apply", recording)
     inits = [numpy_helper.from_array(RNG.normal(size=(4, 1, 3, 3)).astype(np.float32), "w")]
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], group=4)]
     model = _model(nodes, [_vi("x", F, [1, 4, 5, 5])], [_vi("y", F, [1, 4, 5, 5])], inits)
