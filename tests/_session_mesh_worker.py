@@ -85,13 +85,21 @@ def main() -> None:
         ok4, d4 = close(a, np.asarray(one.apply(params, x)[0]))
         replicated = all(spec == P() for spec in specs(program_of(s)).values())
         # fn_on: eager (the program's jit for the mesh's platform) and under jit
-        (e,) = s.fn_on()(x)
+        program = program_of(s)
+        asked = []
+        original = program.jitted_for
+        program.jitted_for = lambda platform: asked.append(platform) or original(platform)
+        try:
+            (e,) = s.fn_on()(x)
+        finally:
+            del program.jitted_for
         (j,) = jax.jit(s.fn_on())(x)
         ok5, d5 = close(e, want)
         ok6, d6 = close(j, want)
+        ok5 = ok5 and asked == ["cpu"]
         ok = ok1 and ok2 and ok3 and ok4 and ok5 and ok6 and sharded and replicated
         return ok, (f"run {d1}; fn {d2} ({y.sharding.spec}); jit(fn) {d3} {kinds}; apply {d4}; "
-                    f"fn_on {d5} / jit {d6}")  # fmt: skip
+                    f"fn_on {d5} {asked} / jit {d6}")  # fmt: skip
 
     def tensor_parallel():
         # From a file whose weights are external data: mapped, each device's block read when

@@ -260,7 +260,8 @@ class Program:
         layout: on a session with a mesh, the shardings of its inputs, parameters and outputs
             (``placement.ProgramLayout``), which ``apply`` imposes; else None.
         jitted: ``apply`` under ``jax.jit``, with the session's XLA ``compiler_options``.
-            ``jitted_on(device)`` is the same traced for that device's platform alone.
+            ``jitted_for(platform)`` (``jitted_on(device)``) is the same traced for one platform
+            alone.
     """
 
     def __init__(
@@ -278,21 +279,27 @@ class Program:
         self.needs_x64 = any(d is not None and d.data_type.is_64bit for d in descs)
         self.jitted = jax.jit(self.apply, compiler_options=compiler_options or None)
         self._compiler_options = compiler_options
-        self._jitted_on: dict[str, Any] = {}
+        self._jitted_for: dict[str, Any] = {}
 
     def jitted_on(self, device: Any) -> Any:
-        """``apply`` under ``jax.jit`` for calls whose arrays are on ``device``'s platform:
-        traced inside ``fastpath.target_platform``, so that each platform choice of the
-        lowerings (a fast path or its lax lowering; a convolution's CPU form or XLA's) traces
-        the branch of that platform alone, not every one (on an H100 ConvNeXt-T's trace and
-        lowering took 2.4 s less; docs/onnx.md, "First-call time"). ``jitted`` where the
-        platform is not one the lowerings choose by."""
+        """``apply`` under ``jax.jit`` for calls whose arrays are on ``device``'s platform
+        (``jitted_for`` that platform)."""
         from .. import fastpath
 
-        platform = fastpath.platform_of(device)
+        return self.jitted_for(fastpath.platform_of(device))
+
+    def jitted_for(self, platform: str | None) -> Any:
+        """``apply`` under ``jax.jit``, traced inside ``fastpath.target_platform(platform)``,
+        so that each platform choice of the lowerings (a fast path or its lax lowering; a
+        convolution's CPU form or XLA's) traces the branch of that platform alone, not every
+        one (on an H100 ConvNeXt-T's trace and lowering took 2.4 s less; docs/onnx.md,
+        "First-call time"). ``jitted`` where the platform is None (not one the lowerings
+        choose by)."""
+        from .. import fastpath
+
         if platform is None:
             return self.jitted
-        fn = self._jitted_on.get(platform)
+        fn = self._jitted_for.get(platform)
         if fn is None:
 
             def apply_on(params: Mapping[str, Any], *inputs: Any) -> tuple:
@@ -300,7 +307,7 @@ class Program:
                     return self.apply(params, *inputs)
 
             fn = jax.jit(apply_on, compiler_options=self._compiler_options or None)
-            self._jitted_on[platform] = fn
+            self._jitted_for[platform] = fn
         return fn
 
     def apply(self, params: Mapping[str, Any], *inputs: Any) -> tuple:
@@ -990,9 +997,8 @@ class InferenceSession:
             if not traced:
                 from .. import fastpath
 
-                # (inside ``fn_on``: the program's jit for that platform, not the portable one)
-                on = fastpath.target() is not None
-                call = program.jitted_on(self._run_device) if on else program.jitted
+                # (inside ``fn_on``: the program's jit for its platform, not the portable one)
+                call = program.jitted_for(fastpath.target())
             if params is None:
                 params = self._mesh_params(program)
         elif params is None:
