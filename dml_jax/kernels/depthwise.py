@@ -52,6 +52,7 @@ convolution it replaces fuses with nothing either). Larger windows stay on cuDNN
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -104,12 +105,16 @@ class View:
     cols: int
     band: int
     warps: int
-    step_rows: int = 1  # output rows a step computes: ``STEP_ROWS`` where ``looped``
 
     @property
     def looped(self) -> bool:
         """The window's rows in a loop (more than ``UNROLLED_TAPS`` points)."""
         return math.prod(self.window) > UNROLLED_TAPS
+
+    @property
+    def step_rows(self) -> int:
+        """Output rows a step computes: ``STEP_ROWS`` where ``looped``, else 1."""
+        return STEP_ROWS if self.looped else 1
 
     @property
     def pending(self) -> int:
@@ -155,17 +160,15 @@ def plan(shape, dtype, window, strides, start, outputs) -> View | None:
         return None
     if (n * c + TILE_ELEMENTS) * max(h * w, out_h * out_w) >= _INDEX_LIMIT:
         return None
-    looped = math.prod(window) > UNROLLED_TAPS
     block = _block_channels(c)
     cols = max(1, min(pow2_at_least(out_w), MAX_COLS, TILE_ELEMENTS // block))
-    rows = STEP_ROWS if looped else 1
     bands = -(-out_h // BAND_ROWS)
     band = -(-out_h // bands)  # balanced bands
-    band = -(-band // rows) * rows  # whole steps
-    return View(
+    v = View(
         n, c, h, w, out_h, out_w, (kh, kw), tuple(strides), tuple(start), block, cols, band,
-        WARPS, rows,
+        WARPS,
     )  # fmt: skip
+    return dataclasses.replace(v, band=-(-band // v.step_rows) * v.step_rows)  # whole steps
 
 
 def depthwise_kernel(x, w, bias, v: View, finish=None, interpret: bool = False):

@@ -523,7 +523,7 @@ def _depthwise(x, w, strides, padding, lhs_dilation, dilations, g: int):
     depthwise convolutions of DeepLabV3-MobileNetV3 as taps and the others as grouped
     convolutions, it ran 3.44 ms against 5.41 with every one a grouped convolution, and
     MobileNetV2, MobileNetV3 and EfficientNet-B0 ran 1.50, 1.28 and 2.17 ms against 1.92, 1.49
-    and 2.69 with their undilated 3x3 windows as taps. On CUDA the 3x3 to 5x5 undilated ones
+    and 2.69 with their undilated 3x3 windows as taps. On CUDA undilated windows of up to 7x7
     take a fast path instead (``kernels/depthwise.py``), for the first call: no cuDNN algorithm
     search or plan."""
 
