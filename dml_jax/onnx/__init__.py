@@ -121,7 +121,7 @@ def compile_onnx(
     import jax
 
     from .optimize import disabled_names, level_name, optimize
-    from .session import Program, check_compiler_options, compile_imported, compiler_options_for
+    from .program import Program, check_compiler_options, compile_imported, compiler_options_for
 
     options = compiler_options_for(
         check_compiler_options(compiler_options, "ONNX"), jax.default_backend()

@@ -143,7 +143,7 @@ def import_body(ctx: Any, graph: Any, formal: list, label: str, marker: str | No
     it. ``formal`` holds a value per subgraph input whose shapes and types the inputs take
     (their data is the function's argument); a formal tensor's ``deps`` is ``{marker}``, so a
     converter that needs one as a constant raises ``NeedsValues`` naming ``marker``."""
-    from ..session import compile_imported
+    from ..program import compile_imported
     from ..walk import Walk, graph_desc, walk_nodes
 
     outer = ctx.walk

@@ -344,7 +344,7 @@ class Editor:
         from ...support import beyond_tables
 
         try:
-            # as the session compiles: FLOAT64 beyond the support tables (session.py)
+            # as the session compiles: FLOAT64 beyond the support tables (program.py)
             with beyond_tables({DataType.FLOAT64}):
                 validate(desc, self.feature_level)
         except ValidationError:

@@ -1,0 +1,308 @@
+"""One import of an ONNX model compiled for one set of input shapes: ``Program`` (the imported
+graph, its ``CompiledGraph`` and its jits, per platform), the XLA options a session's compiles
+take (``GPU_COMPILER_OPTIONS``, ``CPU_COMPILER_OPTIONS``), ``compile_imported`` (an error in a
+DML node names the ONNX node it came from), ``check_memory`` and ``explain``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..errors import ValidationError
+from ..graph import compile_graph
+from .importer import ONNX, ImportedGraph, graph_dtype
+
+# XLA options a session's compiles take on GPUs unless the caller's compiler_options say
+# otherwise: matrix products on cuBLAS, as onnxruntime and torch.compile's default mode run
+# them, rather than XLA's search over Triton kernels for each one, which was most of the first
+# call of the small transformers (BERT 12.3 s of compile against 1.8, for 0.11 against 0.13 ms
+# a call; docs/onnx.md, "First-call time").
+GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_enable_triton_gemm": False}
+
+# XLA options a session's compiles take on CPUs unless the caller's compiler_options say
+# otherwise: of the operations XLA's CPU backend hands to YNNPACK by default (matrix products,
+# convolutions, reductions), the convolutions stay on XLA's own kernels, which ran ONNX's light
+# CNNs 8-21% faster at batch 1 on two cores (ResNet-50 68 -> 61 ms; docs/onnx.md, "On the
+# CPU"). The option is experimental in XLA: where this XLA does not take it, CPU sessions have
+# no defaults.
+CPU_COMPILER_OPTIONS: dict[str, Any] = {
+    "xla_cpu_experimental_ynn_fusion_type": (
+        "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_REDUCE"
+    )
+}
+
+# On the CPU, ``run`` compiles the session's own weights into its programs as constants, up to
+# this many bytes of them: XLA's CPU backend then lays each filter and matrix out for its
+# kernels once, at compile time, where weights passed as arguments were copied into those
+# layouts at every call (ResNet-50 101 -> 70 ms a call, AlexNet 152 -> 22, VGG-19 590 -> 214;
+# docs/onnx.md, "On the CPU"), for 35-47 ms of compile per MB. ``apply`` and ``fn`` still
+# take the parameters as arguments.
+CPU_BAKED_WEIGHTS_MAX_BYTES = 2**30
+
+
+@functools.cache
+def cpu_compiler_defaults() -> dict[str, Any]:
+    """``CPU_COMPILER_OPTIONS`` where this XLA takes them (``check_compiler_options``), else
+    {}."""
+    try:
+        return check_compiler_options(CPU_COMPILER_OPTIONS, ONNX) or {}
+    except ValidationError:
+        return {}
+
+
+def compiler_options_for(options: Mapping[str, Any] | None, platform: str) -> dict[str, Any]:
+    """The XLA options of a session's compiles on ``platform``: ``GPU_COMPILER_OPTIONS`` on
+    GPUs, ``cpu_compiler_defaults()`` on CPUs, with the caller's checked ``options`` over
+    them."""
+    defaults = {"gpu": GPU_COMPILER_OPTIONS, "cpu": cpu_compiler_defaults()}.get(platform, {})
+    return {**defaults, **(options or {})}
+
+
+def check_compiler_options(options: Any, where: str) -> dict[str, Any] | None:
+    """XLA options for the programs' compiles (``jax.jit``'s ``compiler_options``), checked
+    before anything is traced: a mapping of option names to a bool, int, float or str, each
+    of which XLA accepts (a trivial program is compiled with them). None or empty: None."""
+    if options is None:
+        return None
+    if not isinstance(options, Mapping):
+        raise ValidationError(
+            f"{where}: compiler_options must be a mapping of XLA option names to values, "
+            f"got {type(options).__name__}"
+        )
+    out = dict(options)
+    for name, value in out.items():
+        if not isinstance(name, str) or not isinstance(value, bool | int | float | str):
+            raise ValidationError(
+                f"{where}: compiler_options[{name!r}] must map a name to a bool, int, float "
+                f"or str, got {type(value).__name__}"
+            )
+    if not out:
+        return None
+    try:
+        jax.jit(lambda: 0, compiler_options=out).lower().compile()
+    except (jax.errors.JaxRuntimeError, TypeError, ValueError) as e:  # XLA names the option
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ValidationError(f"{where}: compiler_options: {reason}") from None
+    return out
+
+
+class Program:
+    """One import of the model for one set of input shapes (and static input values).
+
+    Attributes:
+        imported: the ``ImportedGraph``.
+        graph: the ``CompiledGraph``.
+        needs_x64: the DML graph holds a 64-bit (FLOAT64) tensor.
+        layout: on a session with a mesh, the shardings of its inputs, parameters and outputs
+            (``placement.ProgramLayout``), which ``apply`` imposes; else None.
+        jitted: ``apply`` under ``jax.jit``, with the session's XLA ``compiler_options``.
+            ``jitted_for(platform)`` (``jitted_on(device)``) is the same traced for one platform
+            alone.
+    """
+
+    def __init__(
+        self,
+        imported: ImportedGraph,
+        graph: Any,
+        layout: Any = None,
+        compiler_options: Mapping[str, Any] | None = None,
+    ):
+        self.imported = imported
+        self.graph = graph
+        self.layout = layout
+        nodes = imported.graph.nodes if imported.graph is not None else ()
+        descs = [d for n in nodes for _, d in n.input_slots() + n.output_slots()]
+        self.needs_x64 = any(d is not None and d.data_type.is_64bit for d in descs)
+        self.jitted = jax.jit(self.apply, compiler_options=compiler_options or None)
+        self._compiler_options = compiler_options
+        self._jitted_for: dict[str, Any] = {}
+
+    def jitted_on(self, device: Any) -> Any:
+        """``apply`` under ``jax.jit`` for calls whose arrays are on ``device``'s platform
+        (``jitted_for`` that platform)."""
+        from .. import fastpath
+
+        return self.jitted_for(fastpath.platform_of(device))
+
+    def jitted_for(self, platform: str | None) -> Any:
+        """``apply`` under ``jax.jit``, traced inside ``fastpath.target_platform(platform)``,
+        so that each platform choice of the lowerings (a fast path or its lax lowering; a
+        convolution's CPU form or XLA's) traces the branch of that platform alone, not every
+        one (on an H100 ConvNeXt-T's trace and lowering took 2.4 s less; docs/onnx.md,
+        "First-call time"). ``jitted`` where the platform is None (not one the lowerings
+        choose by)."""
+        from .. import fastpath
+
+        if platform is None:
+            return self.jitted
+        fn = self._jitted_for.get(platform)
+        if fn is None:
+
+            def apply_on(params: Mapping[str, Any], *inputs: Any) -> tuple:
+                with fastpath.target_platform(platform):
+                    return self.apply(params, *inputs)
+
+            fn = jax.jit(apply_on, compiler_options=self._compiler_options or None)
+            self._jitted_for[platform] = fn
+        return fn
+
+    def apply(self, params: Mapping[str, Any], *inputs: Any) -> tuple:
+        """The model's outputs for ``inputs`` (every model input, in order; those the program
+        took as constants are ignored) with ``params`` replacing initializers by name."""
+        imp = self.imported
+        outs: tuple = ()
+        if self.graph is not None:
+            outs = self.graph.fn(*self._graph_args(params, inputs))
+            outs = outs if isinstance(outs, tuple) else (outs,)
+        computed = iter(outs)
+        outs = tuple(next(computed) if c is None else jnp.asarray(c) for c in imp.output_consts)
+        result = []
+        placed = self.layout.outputs if self.layout is not None else (None,) * len(outs)
+        for y, shape, dtype, s in zip(outs, imp.output_shapes, imp.output_dtypes, placed):
+            y = y.reshape(shape)
+            if dtype == np.bool_:
+                y = y != 0
+            elif jax.config.read("jax_enable_x64") or dtype.itemsize < 8 or dtype.kind == "f":
+                y = y.astype(dtype)
+            result.append(y if s is None else jax.lax.with_sharding_constraint(y, s))
+        return tuple(result)
+
+    def operators(self) -> list[str]:
+        """The DML operator types of the program in node order (``GEMM``, ``CONVOLUTION``...),
+        without the identity nodes through which graph inputs and constants enter."""
+        graph = self.imported.graph
+        if graph is None:
+            return []
+        entries = {e.to_node_index for e in graph.input_edges}
+        return [
+            n.operator_type.removeprefix("DML_OPERATOR_")
+            for k, n in enumerate(graph.nodes)
+            if k not in entries or n.operator_type != "DML_OPERATOR_ELEMENT_WISE_IDENTITY"
+        ]
+
+    def _graph_args(self, params: Mapping[str, Any], inputs: Sequence[Any]) -> list:
+        imp = self.imported
+        descs = self.graph.input_descs
+        args = []
+        for i, (x, dtype) in enumerate(zip(inputs, imp.input_dtypes)):
+            if descs[i] is None:
+                args.append(None)
+                continue
+            x = jnp.asarray(x)
+            args.append(x.astype(graph_dtype(dtype)).reshape(descs[i].sizes))
+        count = len(imp.input_names)
+        for j, (c, p) in enumerate(zip(imp.constants, imp.params)):
+            value = params.get(p) if p is not None else None
+            if value is None:
+                args.append(c)
+            else:
+                args.append(jnp.asarray(value).astype(c.dtype).reshape(descs[count + j].sizes))
+        if self.layout is not None:
+            # The layout is part of the function: under any jit the arguments start where the
+            # session's rules put them, and GSPMD partitions the program from there.
+            args = [
+                x if s is None or x is None else jax.lax.with_sharding_constraint(x, s)
+                for x, s in zip(args, self.layout.graph_inputs)
+            ]
+        return args
+
+
+def check_memory(imported: ImportedGraph, max_memory: int | None) -> None:
+    """Refuses a program whose tensors need more than ``max_memory`` bytes, before it is
+    compiled or run: its weights and constants, the model's inputs and outputs, and next to
+    them the tensors of its largest node (the budget of ``dml-jax run --max-memory``, which
+    counts a dispatch's tensors next to the resources the same way)."""
+    if not max_memory:
+        return
+    fixed = imported.constant_bytes
+    for shape, dtype in zip(imported.input_shapes, imported.input_dtypes):
+        fixed += math.prod(shape) * np.dtype(dtype).itemsize
+    for shape, dtype in zip(imported.output_shapes, imported.output_dtypes):
+        fixed += math.prod(shape) * np.dtype(dtype).itemsize
+    largest, where = 0, ""
+    nodes = imported.graph.nodes if imported.graph is not None else ()
+    for k, node in enumerate(nodes):
+        descs = [d for _, d in node.input_slots() + node.output_slots() if d is not None]
+        need = sum(d.element_count * d.data_type.size for d in descs)
+        if need > largest:
+            origin = imported.origin[k]
+            largest = need
+            where = imported.onnx_nodes[origin][0] if 0 <= origin < len(imported.onnx_nodes) else ""
+    if fixed + largest > max_memory:
+        at = f"{where}: " if where and largest > fixed else ""
+        raise ValidationError(
+            f"{ONNX}: {at}the model's tensors need {fixed + largest} bytes (weights, inputs and "
+            f"outputs: {fixed}; the largest node's tensors: {largest}), more than the memory "
+            f"budget of {max_memory} bytes (max_memory, --max-memory)"
+        )
+
+
+def compile_imported(imported: ImportedGraph, **options: Any) -> Any:
+    """``compile_graph`` of an import; an error in a DML node names the ONNX node it came
+    from. None when every output is known at import."""
+    import re
+
+    if imported.graph is None:
+        return None
+    nodes = imported.graph.nodes
+    wide = any(d is not None and d.data_type.is_64bit
+               for n in nodes for _, d in n.input_slots() + n.output_slots())  # fmt: skip
+    from ..enums import DataType
+    from ..support import beyond_tables
+
+    try:
+        with (
+            jax.enable_x64(True) if wide else contextlib.nullcontext(),
+            beyond_tables({DataType.FLOAT64}),
+        ):
+            # The constants that are not parameters are fixed: the lowerings may read them
+            # while tracing (a causal attention mask: cuDNN's causal mode, the lax lowering's
+            # tiles), as they read a graph's ConstantDataNode.
+            count = len(imported.input_names)
+            fixed = {count + j: c for j, (c, p) in enumerate(zip(imported.constants,
+                                                                 imported.params)) if p is None}  # fmt: skip
+            return compile_graph(
+                imported.graph, reinterpret_edges=True, constant_inputs=fixed, **options
+            )
+    except ValidationError as e:
+        text = str(e)
+        m = re.match(r"DML_GRAPH: Nodes\[(\d+)\]: ", text)
+        # An edge between two nodes (types that disagree): named by the node it enters.
+        edge = re.match(r"DML_GRAPH: .*?Nodes\[\d+\]\.\w+ to Nodes\[(\d+)\]", text)
+        if m is None and edge is None:
+            if text.startswith(f"{ONNX}: "):
+                raise
+            raise ValidationError(f"{ONNX}: the imported graph: {text}") from None
+        origin = imported.origin[int((m or edge).group(1))]
+        where = imported.onnx_nodes[origin][0] if 0 <= origin < len(imported.onnx_nodes) else ""
+        rest = text[m.end() :] if m else text.removeprefix("DML_GRAPH: ")
+        raise ValidationError(f"{ONNX}: {where or 'the imported graph'}: {rest}") from None
+
+
+def explain(imported: ImportedGraph) -> str:
+    """Each ONNX node of an import with the DML operators it became (after the graph
+    optimizations: a node whose operators a rewrite removed or merged into another node's says
+    ``rewritten``), then the rewrites that fired and how often."""
+    ops: dict[int, list[str]] = {}
+    nodes = imported.graph.nodes if imported.graph is not None else ()
+    for desc, origin in zip(nodes, imported.origin):
+        ops.setdefault(origin, []).append(desc.operator_type.removeprefix("DML_OPERATOR_"))
+    lines = []
+    for k, (where, how) in enumerate(imported.onnx_nodes):
+        names = ops.get(k, [])
+        detail = f": {', '.join(names)}" if names else ""
+        if not names and imported.optimizations and how.startswith(("dml", "jax")):
+            detail = " (rewritten)"
+        lines.append(f"{where}: {how}{detail}")
+    if imported.optimizations:
+        fired = ", ".join(f"{name} x{count}" for name, count in imported.optimizations)
+        lines.append(f"optimizations: {fired}")
+    return "\n".join(lines)
