@@ -1,0 +1,231 @@
+"""Decoder models exported from PyTorch as one decode step with its key / value cache, the way an
+onnxruntime user exports a Hugging Face decoder for a generation loop.
+
+Each model is a ``transformers`` causal LM with random weights (no downloads). ``export`` writes
+one step: inputs ``input_ids`` [batch, sequence], ``attention_mask`` [batch, past + sequence],
+``position_ids`` [batch, sequence] (``positions=False``: none; the model then numbers the new
+tokens from the past's length) and ``past_key_values.N.key`` / ``.value`` [batch, kv heads,
+past, head size] per layer; outputs ``logits`` [batch, sequence, vocabulary] and
+``present.N.key`` / ``.value`` [batch, kv heads, past + sequence, head size]: the names of Hugging
+Face Optimum's decoder exports. The exporter is PyTorch's TorchScript exporter (opset 17, every
+batch and length axis dynamic). ``greedy`` is PyTorch's own greedy loop with its own cache, the
+reference a generation loop is checked against.
+
+Needs torch and transformers. ``python -m dml_jax.bench.decoders OUT_DIR`` writes the tiny models
+the tests run (``TINY``) with their PyTorch greedy tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+# name -> (family, config). The tiny ones are what tests/data/onnx holds; the others the sizes
+# the decode suite times (GPT-2 small; an 8-layer LLaMA-style model with grouped-query
+# attention; a 1B-class LLaMA configuration: 16 layers, d_model 2048).
+CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "tiny_gpt2": (
+        "gpt2",
+        dict(n_embd=32, n_layer=2, n_head=2, vocab_size=97, n_positions=128, initializer_range=0.2),
+    ),
+    "tiny_llama": (
+        "llama",
+        dict(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            vocab_size=97,
+            max_position_embeddings=256,
+            initializer_range=0.2,
+        ),
+    ),
+    "gpt2": ("gpt2", dict(n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=2048)),
+    "llama_8l": (
+        "llama",
+        dict(
+            hidden_size=1024,
+            num_hidden_layers=8,
+            num_attention_heads=16,
+            num_key_value_heads=4,
+            intermediate_size=2816,
+            vocab_size=32000,
+            max_position_embeddings=4096,
+        ),
+    ),
+    "llama_1b": (
+        "llama",
+        dict(
+            hidden_size=2048,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            intermediate_size=8192,
+            vocab_size=128256,
+            max_position_embeddings=4096,
+            tie_word_embeddings=True,
+        ),
+    ),
+}
+TINY = ("tiny_gpt2", "tiny_llama")
+
+
+def build(name: str, seed: int = 0) -> Any:
+    """The causal LM ``name`` of ``CONFIGS`` in eval mode with random weights (seed ``seed``),
+    eager attention (the form every exporter takes)."""
+    import torch
+    import transformers
+
+    family, cfg = CONFIGS[name]
+    torch.manual_seed(seed)
+    if family == "gpt2":
+        config = transformers.GPT2Config(**cfg)
+        model = transformers.GPT2LMHeadModel(config)
+    else:
+        config = transformers.LlamaConfig(**cfg)
+        model = transformers.LlamaForCausalLM(config)
+    config._attn_implementation = "eager"
+    return model.eval()
+
+
+def layer_count(model: Any) -> int:
+    c = model.config
+    return int(getattr(c, "n_layer", None) or c.num_hidden_layers)
+
+
+def cache_shape(model: Any, batch: int, past: int) -> tuple[int, int, int, int]:
+    """[batch, kv heads, past, head size] of one layer's past key (or value)."""
+    c = model.config
+    heads = int(getattr(c, "n_head", None) or c.num_attention_heads)
+    kv = int(getattr(c, "num_key_value_heads", None) or heads)
+    hidden = int(getattr(c, "n_embd", None) or c.hidden_size)
+    return (batch, kv, past, hidden // heads)
+
+
+def _cache_of(torch: Any, layers: int, past: list) -> Any:
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for i in range(layers):
+        cache.update(past[2 * i], past[2 * i + 1], i)
+    return cache
+
+
+def _flat_cache(cache: Any, layers: int) -> list:
+    out = []
+    for i in range(layers):
+        if hasattr(cache, "layers"):
+            out += [cache.layers[i].keys, cache.layers[i].values]
+        else:
+            out += [cache.key_cache[i], cache.value_cache[i]]
+    return out
+
+
+def step(model: Any, positions: bool = True) -> Any:
+    """``model`` as a module of flat tensors: (input_ids, attention_mask, [position_ids,]
+    past key, past value, ...) -> (logits, present key, present value, ...)."""
+    import torch
+
+    layers = layer_count(model)
+
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, *rest):
+            position_ids = rest[0] if positions else None
+            past = list(rest[1:] if positions else rest)
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                             position_ids=position_ids, past_key_values=_cache_of(torch, layers, past),
+                             use_cache=True)  # fmt: skip
+            return (out.logits, *_flat_cache(out.past_key_values, layers))
+
+    return Step().eval()
+
+
+def names(layers: int, positions: bool = True) -> tuple[list[str], list[str]]:
+    """The step's input and output names."""
+    inputs = ["input_ids", "attention_mask"] + (["position_ids"] if positions else [])
+    outputs = ["logits"]
+    for i in range(layers):
+        inputs += [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
+        outputs += [f"present.{i}.key", f"present.{i}.value"]
+    return inputs, outputs
+
+
+def export(model: Any, path: str, positions: bool = True, device: str = "cpu") -> None:
+    """Writes ``model``'s decode step to ``path`` (TorchScript exporter, opset 17; weights over
+    2 GB in an external data file beside it)."""
+    import torch
+
+    layers = layer_count(model)
+    module = step(model, positions)
+    batch, past, seq = 2, 3, 2
+    shape = cache_shape(model, batch, past)
+    dtype = next(model.parameters()).dtype
+    args = [torch.ones(batch, seq, dtype=torch.long, device=device),
+            torch.ones(batch, past + seq, dtype=torch.long, device=device)]  # fmt: skip
+    if positions:
+        args.append(torch.arange(past, past + seq, device=device).expand(batch, seq).contiguous())
+    args += [torch.randn(shape, dtype=dtype, device=device) for _ in range(2 * layers)]
+    inputs, outputs = names(layers, positions)
+    axes = {"input_ids": {0: "batch", 1: "sequence"},
+            "attention_mask": {0: "batch", 1: "total_sequence"},
+            "position_ids": {0: "batch", 1: "sequence"},
+            "logits": {0: "batch", 1: "sequence"}}  # fmt: skip
+    for n in inputs[2 + positions :]:
+        axes[n] = {0: "batch", 2: "past_sequence"}
+    for n in outputs[1:]:
+        axes[n] = {0: "batch", 2: "total_sequence"}
+    axes = {k: v for k, v in axes.items() if k in inputs + outputs}
+    big = sum(p.numel() * p.element_size() for p in model.parameters()) > 2**31 - 2**26
+    with torch.no_grad():
+        torch.onnx.export(module, tuple(args), path, opset_version=17, dynamo=False,
+                          input_names=inputs, output_names=outputs, dynamic_axes=axes,
+                          external_data=big)  # fmt: skip
+
+
+def greedy(model: Any, prompt: np.ndarray, steps: int, device: str = "cpu") -> np.ndarray:
+    """PyTorch's greedy tokens after ``prompt`` ([batch, length], no padding), its own cache:
+    [batch, steps]."""
+    import torch
+
+    ids = torch.as_tensor(prompt, device=device)
+    out = []
+    with torch.inference_mode():
+        cache = None
+        x = ids
+        for _ in range(steps):
+            r = model(input_ids=x, past_key_values=cache, use_cache=True)
+            cache = r.past_key_values
+            x = r.logits[:, -1].argmax(-1, keepdim=True)
+            out.append(x)
+    return torch.cat(out, 1).cpu().numpy()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Writes the tiny models (with and without position_ids) and their greedy tokens."""
+    out_dir = (argv or sys.argv[1:])[0]
+    os.makedirs(out_dir, exist_ok=True)
+    rng = np.random.default_rng(0)
+    reference = {}
+    for name in TINY:
+        model = build(name)
+        vocab = model.config.vocab_size
+        prompt = rng.integers(1, vocab, size=(2, 5))
+        reference[name] = {"prompt": prompt.tolist(), "greedy": greedy(model, prompt, 24).tolist()}
+        export(model, os.path.join(out_dir, f"{name}_step.onnx"))
+        export(model, os.path.join(out_dir, f"{name}_step_nopos.onnx"), positions=False)
+    with open(os.path.join(out_dir, "decoders_greedy.json"), "w") as f:
+        json.dump(reference, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

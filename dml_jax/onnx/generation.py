@@ -1,0 +1,640 @@
+"""Generation with decoder models: onnxruntime-genai's ``Generator`` / ``GeneratorParams`` over an
+``InferenceSession`` of one decode step with its key / value cache.
+
+A decoder export is one step: ``input_ids`` and an ``attention_mask`` over past and new tokens
+in, optionally ``position_ids``, and per layer a past key and value [batch, kv heads, past,
+head size]; ``logits`` and per layer a present key and value out, the present being the past
+with the new tokens' keys after it (``Concat`` on the sequence axis). ``DecoderRoles`` finds
+those inputs and outputs by the names the exporters write (PyTorch / Optimum
+``past_key_values.N.key``, ``present.N.key``; ``past.N.key``; ``past_key_N``) and checks the
+cache pattern in the graph.
+
+The generator keeps the cache on the device in one buffer per layer of ``max_length``
+positions (rounded up to a bucket). Each step reads the buffer's first ``L`` positions as the
+past, runs the session's program for that past length, and writes the new keys and values into
+the buffer at the current length with ``lax.dynamic_update_slice``; the buffers are donated, so
+the write is in place and nothing is copied back to the host. The tokens stay on the device.
+
+Buckets: where the padding is provably masked, the past length ``L`` is rounded up to a bucket
+(powers of two by default, ``GeneratorParams.buckets``) and the positions between the cache's
+length and ``L`` are masked out by the attention mask, so a decode loop over 2,048 positions
+compiles a handful of programs, not one per token. That holds when the model takes
+``position_ids`` (so no position is computed from the past's size) and its attention mask covers
+past and new tokens; then the padded keys only ever meet a zero in the attention mask, and a
+padded step's tokens equal the exact step's (tests/test_generation.py). Otherwise every past
+length is its own program (``explain()`` says why). Prompts are left-padded to the longest (and,
+with buckets, to a bucket), their padding masked, positions counted from each row's first real
+token as Hugging Face's ``generate`` counts them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..errors import ValidationError
+from .importer import ONNX, graph_dtype
+
+_PAST = re.compile(r"^past(?:_key_values)?[._](\d+)[._](key|value)$|^past_(key|value)_(\d+)$")
+_PRESENT = re.compile(
+    r"^present(?:_key_values)?[._](\d+)[._](key|value)$|^present_(key|value)_(\d+)$"
+)
+# The smallest bucket: shorter lengths share one program.
+MIN_BUCKET = 16
+
+
+def _layer_role(match: re.Match) -> tuple[int, str]:
+    if match.group(1) is not None:
+        return int(match.group(1)), match.group(2)
+    return int(match.group(4)), match.group(3)
+
+
+@dataclass(frozen=True)
+class DecoderRoles:
+    """The roles of a decoder step's inputs and outputs (names), found by ``find_roles``.
+
+    Attributes:
+        input_ids, attention_mask, position_ids: input names (position_ids None when absent).
+        past: per layer the (key, value) input names; present: the (key, value) output names.
+        logits: the logits output.
+        axis: the sequence axis of the cache tensors.
+        cache_shape: a past key's declared shape (ints and dimension names).
+        cache_dtype: the cache's NumPy dtype.
+        bucketable: the padding of a bucketed past is provably masked (``why`` says why not).
+    """
+
+    input_ids: str
+    attention_mask: str
+    position_ids: str | None
+    past: tuple[tuple[str, str], ...]
+    present: tuple[tuple[str, str], ...]
+    logits: str
+    axis: int
+    cache_shape: tuple
+    cache_dtype: np.dtype
+    bucketable: bool
+    why: str
+
+    @property
+    def layers(self) -> int:
+        return len(self.past)
+
+
+def find_roles(session: Any) -> DecoderRoles:
+    """The roles of ``session``'s inputs and outputs, by name; a ``ValidationError`` names what
+    is missing or what else the step needs."""
+    inputs = {i.name: i for i in session.get_inputs()}
+    outputs = [o.name for o in session.get_outputs()]
+    where = f"{ONNX}: generation"
+
+    def need(name: str, what: str) -> str:
+        if name not in inputs:
+            raise ValidationError(
+                f"{where}: the model has no '{name}' input ({what}); its inputs are "
+                f"{sorted(inputs)}"
+            )
+        return name
+
+    ids = need("input_ids", "the token ids")
+    mask = need("attention_mask", "the attention mask over past and new tokens")
+    positions = "position_ids" if "position_ids" in inputs else None
+    past: dict[int, dict[str, str]] = {}
+    for name in inputs:
+        m = _PAST.match(name)
+        if m:
+            layer, kind = _layer_role(m)
+            past.setdefault(layer, {})[kind] = name
+    present: dict[int, dict[str, str]] = {}
+    for name in outputs:
+        m = _PRESENT.match(name)
+        if m:
+            layer, kind = _layer_role(m)
+            present.setdefault(layer, {})[kind] = name
+    if not past:
+        raise ValidationError(
+            f"{where}: the model has no past key / value inputs (past_key_values.N.key, "
+            f"past.N.key or past_key_N); its inputs are {sorted(inputs)}"
+        )
+    layers = sorted(past)
+    if layers != list(range(len(layers))):
+        raise ValidationError(f"{where}: the past inputs' layers are {layers}, not 0..N-1")
+    for k in layers:
+        for kind in ("key", "value"):
+            if kind not in past[k]:
+                raise ValidationError(f"{where}: layer {k} has no past {kind} input")
+            if kind not in present.get(k, {}):
+                raise ValidationError(
+                    f"{where}: layer {k} has no present {kind} output (present.{k}.{kind}); "
+                    f"the model's outputs are {outputs}"
+                )
+    if "logits" not in outputs:
+        raise ValidationError(f"{where}: the model has no 'logits' output; outputs: {outputs}")
+    known = {ids, mask, positions} | {n for d in past.values() for n in d.values()}
+    other = sorted(set(inputs) - known)
+    if other:
+        raise ValidationError(
+            f"{where}: the model has inputs with no role in a decode step: {other} (the roles "
+            "are input_ids, attention_mask, position_ids and the past keys and values)"
+        )
+    first = inputs[past[0]["key"]]
+    shape = tuple(first.shape or ())
+    if len(shape) != 4:
+        raise ValidationError(
+            f"{where}: '{first.name}' must be declared with rank 4 [batch, heads, past, head "
+            f"size], got shape {list(shape)}"
+        )
+    axis = 2
+    dtype = session._input_dtypes[[i.name for i in session.get_inputs()].index(first.name)]
+    concat = _present_is_concat(session.model.graph, past, present, axis)
+    bucketable, why = True, "position_ids is an input and each present is Concat(past, new)"
+    if positions is None:
+        bucketable = False
+        why = (
+            "no position_ids input: the model numbers new tokens from the past's size, so a "
+            "padded past would move them"
+        )
+    elif concat is not None:
+        bucketable, why = False, concat
+    return DecoderRoles(
+        ids,
+        mask,
+        positions,
+        tuple((past[k]["key"], past[k]["value"]) for k in layers),
+        tuple((present[k]["key"], present[k]["value"]) for k in layers),
+        "logits",
+        axis,
+        shape,
+        np.dtype(dtype),
+        bucketable,
+        why,
+    )
+
+
+def _present_is_concat(graph: Any, past: dict, present: dict, axis: int) -> str | None:
+    """None when every present output is a Concat of its past input (first) and other values on
+    the cache's sequence axis, through Identity nodes and one-input Concats (the TorchScript
+    exporter's); else why not."""
+    producer = {o: n for n in graph.node for o in n.output}
+
+    def passes(node: Any) -> bool:
+        return node.op_type == "Identity" or (node.op_type == "Concat" and len(node.input) == 1)
+
+    def source(name: str) -> Any:
+        node = producer.get(name)
+        while node is not None and passes(node):
+            name = node.input[0]
+            node = producer.get(name)
+        return node, name
+
+    for k, kinds in present.items():
+        for kind, out in kinds.items():
+            node, _ = source(out)
+            if node is None or node.op_type != "Concat":
+                return f"'{out}' is not a Concat of the past and the new {kind}s"
+            ax = next((a.i for a in node.attribute if a.name == "axis"), None)
+            if ax not in (axis, axis - 4):
+                return f"'{out}' is a Concat on axis {ax}, not the sequence axis {axis}"
+            _, first = source(node.input[0])
+            if first != past[k][kind]:
+                return f"'{out}' is a Concat whose first input is not '{past[k][kind]}'"
+    return None
+
+
+@dataclass
+class GeneratorParams:
+    """What to generate (onnxruntime-genai's ``GeneratorParams`` and its search options).
+
+    Attributes:
+        max_length: the total length, prompt included, at which a sequence stops.
+        batch_size: the number of prompts.
+        do_sample: sample (else greedy: the most probable token).
+        top_k: sample among the ``top_k`` most probable tokens (0: all).
+        top_p: sample among the most probable tokens whose probabilities add up to ``top_p``.
+        temperature: the logits are divided by it before sampling.
+        eos_token_id: an int or a list of ints ending a sequence (None: none).
+        pad_token_id: the id put before shorter prompts and after a finished sequence.
+        seed: the sampling's random seed.
+        buckets: the past lengths programs are compiled for: None (powers of two from 16, where
+            the padding is provably masked), False (every length exact), or a list of lengths.
+    """
+
+    session: Any = None
+    max_length: int = 256
+    batch_size: int = 1
+    do_sample: bool = False
+    top_k: int = 0
+    top_p: float = 1.0
+    temperature: float = 1.0
+    eos_token_id: Any = None
+    pad_token_id: int = 0
+    seed: int = 0
+    buckets: Any = None
+    extra: dict = field(default_factory=dict)
+
+    def set_search_options(self, **options: Any) -> None:
+        """onnxruntime-genai's ``set_search_options(max_length=..., top_k=..., ...)``."""
+        for k, v in options.items():
+            if not hasattr(self, k) or k in ("session", "extra"):
+                raise ValidationError(f"{ONNX}: generation: unknown search option '{k}'")
+            setattr(self, k, v)
+
+
+def _check_params(p: GeneratorParams) -> None:
+    where = f"{ONNX}: generation"
+    if not isinstance(p.max_length, int | np.integer) or p.max_length < 2:
+        raise ValidationError(
+            f"{where}: max_length must be an int of at least 2, got {p.max_length!r}"
+        )
+    if not isinstance(p.batch_size, int | np.integer) or p.batch_size < 1:
+        raise ValidationError(f"{where}: batch_size must be a positive int, got {p.batch_size!r}")
+    if not isinstance(p.top_k, int | np.integer) or p.top_k < 0:
+        raise ValidationError(f"{where}: top_k must be an int >= 0, got {p.top_k!r}")
+    if not 0.0 < float(p.top_p) <= 1.0:
+        raise ValidationError(f"{where}: top_p must be in (0, 1], got {p.top_p!r}")
+    if not float(p.temperature) > 0.0 or not math.isfinite(float(p.temperature)):
+        raise ValidationError(f"{where}: temperature must be > 0, got {p.temperature!r}")
+    b = p.buckets
+    if b not in (None, False, True) and (
+        not isinstance(b, Sequence)
+        or not b
+        or any(not isinstance(x, int | np.integer) or x < 1 for x in b)
+    ):
+        raise ValidationError(
+            f"{where}: buckets must be None, False or a list of positive ints, got {b!r}"
+        )
+
+
+def _eos_ids(eos: Any) -> tuple[int, ...]:
+    if eos is None:
+        return ()
+    if isinstance(eos, int | np.integer):
+        return (int(eos),)
+    return tuple(int(e) for e in eos)
+
+
+def select_tokens(
+    logits: Any, key: Any, do_sample: bool, top_k: int, top_p: float, temperature: float
+) -> Any:
+    """The next token of each row of ``logits`` [batch, vocabulary]: the argmax, or a sample
+    after temperature, top-k and top-p (the smallest set of most probable tokens whose
+    probability reaches ``top_p``; at least one)."""
+    logits = logits.astype(jnp.float32)
+    if not do_sample:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    logits = logits / temperature
+    vocab = logits.shape[-1]
+    if 0 < top_k < vocab:
+        kth = jax.lax.top_k(logits, top_k)[0][:, -1:]
+        logits = jnp.where(logits < kth, -jnp.inf, logits)
+    if top_p < 1.0:
+        order = jnp.argsort(-logits, axis=-1)
+        ranked = jnp.take_along_axis(logits, order, axis=-1)
+        probs = jax.nn.softmax(ranked, axis=-1)
+        before = jnp.cumsum(probs, axis=-1) - probs  # the probability of the tokens ranked above
+        drop = before >= top_p
+        drop = drop.at[:, 0].set(False)
+        ranked = jnp.where(drop, -jnp.inf, ranked)
+        logits = (
+            jnp.full_like(logits, -jnp.inf)
+            .at[jnp.arange(logits.shape[0])[:, None], order]
+            .set(ranked)
+        )
+    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
+
+class Generator:
+    """onnxruntime-genai's ``Generator``: ``append_tokens(prompts)`` (the prefill), then
+    ``generate_next_token()`` until ``is_done()``; ``get_sequence(i)`` is prompt and generated
+    ids. The cache, the attention mask and the tokens stay on the device (``GeneratorParams``
+    says what is generated; the module's docstring how)."""
+
+    def __init__(self, session: Any, params: GeneratorParams | None = None):
+        self.session = session
+        self.params = params or GeneratorParams(session)
+        _check_params(self.params)
+        if getattr(session, "_layout", None) is not None:
+            raise ValidationError(f"{ONNX}: generation: sessions on a mesh are not supported")
+        self.roles = find_roles(session)
+        p, r = self.params, self.roles
+        self._eos = _eos_ids(p.eos_token_id)
+        self._buckets: tuple[int, ...] | None = None
+        if p.buckets not in (None, False) and not r.bucketable:
+            raise ValidationError(
+                f"{ONNX}: generation: buckets were asked for, but the padding is not provably "
+                f"masked: {r.why}"
+            )
+        if r.bucketable and p.buckets in (None, True):
+            self._buckets = ()  # powers of two from MIN_BUCKET
+        elif r.bucketable and p.buckets is not False:
+            self._buckets = tuple(sorted({int(b) for b in p.buckets}))
+        self._cache_shape(p.batch_size, 0)  # checks the heads and head size are fixed
+        self.capacity = 0  # the cache's positions, set by the prompt: its padded length and
+        self._end = 0  # the new tokens (max_length less the longest prompt)
+        self._cache: list = []
+        self._mask = None
+        self._tokens = None  # [batch, capacity] int32 on the device
+        self._length = 0  # positions used in the cache (and tokens)
+        self._done = None
+        self._key = jax.random.PRNGKey(p.seed)
+        self._steps: dict[int, Any] = {}
+        self._prefills: dict[int, Any] = {}
+        self.compiles = 0  # programs traced and compiled for prefill and decode steps
+
+    # -- shapes ----------------------------------------------------------------------------------
+
+    def _length_for(self, n: int) -> int:
+        """The past length a step for ``n`` positions runs at: the bucket, or ``n``."""
+        if self._buckets is None:
+            return n
+        if not self._buckets:
+            return max(MIN_BUCKET, 1 << (max(n, 1) - 1).bit_length())
+        for b in self._buckets:
+            if b >= n:
+                return b
+        return n  # past the largest bucket: exact
+
+    def _cache_shape(self, batch: int, length: int) -> tuple[int, ...]:
+        shape = list(self.roles.cache_shape)
+        declared = {i.name: i.shape for i in self.session.get_inputs()}[self.roles.past[0][0]]
+        for k in (1, 3):
+            if not isinstance(shape[k], int):
+                raise ValidationError(
+                    f"{ONNX}: generation: '{self.roles.past[0][0]}' dimension {k} must be "
+                    f"fixed (heads, head size), got {declared[k]!r}"
+                )
+        shape[0], shape[self.roles.axis] = batch, length
+        return tuple(shape)
+
+    def explain(self) -> str:
+        """The roles the generator found and how the past length is compiled."""
+        r = self.roles
+        lines = [
+            (
+                f"input_ids: {r.input_ids}; attention_mask: {r.attention_mask}; position_ids: "
+                f"{r.position_ids or 'none'}; logits: {r.logits}"
+            ),
+            (
+                f"cache: {r.layers} layers, past {r.past[0][0]} ... -> present "
+                f"{r.present[0][0]} ..., axis {r.axis}, "
+                + (f"{self.capacity} positions" if self.capacity else "sized by the prompt")
+            ),
+        ]
+        if self._buckets is None:
+            lines.append(f"past length: exact, a program per length ({r.why})")
+        else:
+            sizes = list(self._buckets) or f"powers of two from {MIN_BUCKET}"
+            lines.append(f"past length: bucketed to {sizes} ({r.why})")
+        return "\n".join(lines)
+
+    # -- the compiled steps ----------------------------------------------------------------------
+
+    def _inputs(self, ids, mask, positions, past) -> list:
+        """The step's inputs in the session's input order."""
+        r = self.roles
+        by_name = {r.input_ids: ids, r.attention_mask: mask}
+        if r.position_ids is not None:
+            by_name[r.position_ids] = positions
+        for (k, v), (pk, pv) in zip(r.past, zip(past[::2], past[1::2])):
+            by_name[k], by_name[v] = pk, pv
+        return [by_name[i.name] for i in self.session.get_inputs()]
+
+    def _program(self, batch: int, seq: int, past: int) -> Any:
+        r = self.roles
+        shapes = []
+        for i in self.session.get_inputs():
+            if i.name in (r.input_ids, r.position_ids):
+                shapes.append((batch, seq))
+            elif i.name == r.attention_mask:
+                shapes.append((batch, past + seq))
+            else:
+                shapes.append(self._cache_shape(batch, past))
+        return self.session.program(shapes)
+
+    def _run_model(self, program, params, ids, mask, positions, past) -> tuple:
+        from .. import fastpath
+
+        with fastpath.target_platform(fastpath.platform_of(self.session._device)):
+            outs = program.apply(params, *self._inputs(ids, mask, positions, past))
+        names = [o.name for o in self.session.get_outputs()]
+        out = dict(zip(names, outs))
+        logits = out[self.roles.logits]
+        presents = [out[n] for pair in self.roles.present for n in pair]
+        return logits, presents
+
+    def _select(self, logits: Any, key: Any) -> Any:
+        p = self.params
+        return select_tokens(
+            logits, key, p.do_sample, int(p.top_k), float(p.top_p), float(p.temperature)
+        )
+
+    def _finish(self, token: Any, done: Any) -> tuple[Any, Any]:
+        """``token`` where a row is not done yet (else the pad id), and the rows done after it."""
+        token = jnp.where(done, jnp.int32(self.params.pad_token_id), token)
+        hit = jnp.zeros_like(done)
+        for e in self._eos:
+            hit = hit | (token == e)
+        return token, done | hit
+
+    def _prefill_fn(self, batch: int, seq: int) -> Any:
+        """The prefill for prompts padded to ``seq``: the cache's first ``seq`` positions and
+        the first token."""
+        fn = self._prefills.get(seq)
+        if fn is not None:
+            return fn
+        program = self._program(batch, seq, 0)
+        r = self.roles
+        axis = r.axis
+
+        def prefill(params, cache, ids, mask, key):
+            positions = jnp.where(mask > 0, jnp.cumsum(mask, axis=1) - 1, 1).astype(jnp.int32)
+            empty = [jnp.zeros(self._cache_shape(batch, 0), c.dtype) for c in cache]
+            logits, presents = self._run_model(program, params, ids, mask, positions, empty)
+            cache = [
+                jax.lax.dynamic_update_slice_in_dim(c, p.astype(c.dtype), 0, axis)
+                for c, p in zip(cache, presents)
+            ]
+            token = self._select(logits[:, -1], key)
+            return cache, token
+
+        fn = jax.jit(prefill, donate_argnums=(1,), compiler_options=self._options())
+        self._prefills[seq] = (fn, program)
+        self.compiles += 1
+        return self._prefills[seq]
+
+    def _step_fn(self, batch: int, past: int) -> Any:
+        """One decode step at past length ``past`` (a bucket, or exact), the cache's length a
+        run-time value."""
+        entry = self._steps.get(past)
+        if entry is not None:
+            return entry
+        program = self._program(batch, 1, past)
+        axis = self.roles.axis
+
+        def step(params, cache, mask, tokens, done, length, key):
+            ids = jax.lax.dynamic_slice_in_dim(tokens, length - 1, 1, axis=1)
+            # The new token's position: the number of real tokens before it.
+            positions = jnp.sum(mask, axis=1, keepdims=True).astype(jnp.int32)
+            # The positions from the cache's length to ``past`` are padding: masked out.
+            head = jax.lax.slice_in_dim(mask, 0, past, axis=1)
+            step_mask = jnp.concatenate([head, jnp.ones((batch, 1), mask.dtype)], axis=1)
+            pasts = [jax.lax.slice_in_dim(c, 0, past, axis=axis) for c in cache]
+            logits, presents = self._run_model(program, params, ids, step_mask, positions, pasts)
+            news = [jax.lax.slice_in_dim(p, past, past + 1, axis=axis) for p in presents]
+            cache = [
+                jax.lax.dynamic_update_slice_in_dim(c, n.astype(c.dtype), length - 1, axis)
+                for c, n in zip(cache, news)
+            ]
+            mask = jax.lax.dynamic_update_slice_in_dim(
+                mask, jnp.ones((batch, 1), mask.dtype), length - 1, axis=1
+            )
+            token = self._select(logits[:, -1], key)
+            token, done = self._finish(token, done)
+            tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], length, axis=1)
+            return cache, mask, tokens, done
+
+        fn = jax.jit(step, donate_argnums=(1, 2, 3), compiler_options=self._options())
+        self._steps[past] = (fn, program)
+        self.compiles += 1
+        return self._steps[past]
+
+    def _options(self) -> dict | None:
+        return self.session.compiler_options or None
+
+    def _params_for(self, program: Any) -> dict:
+        return self.session._run_params(program)
+
+    # -- onnxruntime-genai's calls ---------------------------------------------------------------
+
+    def append_tokens(self, prompts: Any) -> None:
+        """The prefill: ``prompts`` is a [batch, length] int array, or a list of id lists of
+        different lengths (left-padded with ``pad_token_id``, the padding masked)."""
+        p, r = self.params, self.roles
+        if self._tokens is not None:
+            raise ValidationError(
+                f"{ONNX}: generation: append_tokens after the prompt is not supported; "
+                "start a new Generator"
+            )
+        rows = [
+            list(map(int, row))
+            for row in (prompts.tolist() if hasattr(prompts, "tolist") else prompts)
+        ]
+        if len(rows) != p.batch_size:
+            raise ValidationError(
+                f"{ONNX}: generation: {len(rows)} prompts for batch_size {p.batch_size}"
+            )
+        if any(not row for row in rows):
+            raise ValidationError(f"{ONNX}: generation: a prompt is empty")
+        longest = max(map(len, rows))
+        if longest >= p.max_length:
+            raise ValidationError(
+                f"{ONNX}: generation: a prompt of {longest} tokens leaves nothing to generate "
+                f"within max_length {p.max_length}"
+            )
+        if r.position_ids is None and len(set(map(len, rows))) > 1:
+            raise ValidationError(
+                f"{ONNX}: generation: prompts of different lengths need a position_ids input "
+                "(without one the model numbers tokens from the past's size, so left padding "
+                "would move them)"
+            )
+        seq = self._length_for(longest)
+        self._end = seq + p.max_length - longest
+        self.capacity = self._length_for(self._end)
+        shape = self._cache_shape(p.batch_size, self.capacity)
+        self._cache = [
+            jax.device_put(np.zeros(shape, graph_dtype(r.cache_dtype)), self.session._device)
+            for _ in range(2 * r.layers)
+        ]
+        batch = p.batch_size
+        ids = np.full((batch, seq), p.pad_token_id, np.int32)
+        mask = np.zeros((batch, self.capacity), np.int32)
+        for b, row in enumerate(rows):
+            ids[b, seq - len(row) :] = row
+            mask[b, seq - len(row) : seq] = 1
+        tokens = np.full((batch, self.capacity), p.pad_token_id, np.int32)
+        tokens[:, :seq] = ids
+        dev = self.session._device
+        fn, program = self._prefill_fn(batch, seq)
+        self._key, key = jax.random.split(self._key)
+        self._cache, token = fn(
+            self._params_for(program),
+            self._cache,
+            jax.device_put(ids, dev),
+            jax.device_put(mask[:, :seq], dev),
+            key,
+        )
+        self._mask = jax.device_put(mask, dev)
+        done = jnp.zeros((batch,), bool)
+        token, self._done = self._finish(token, done)
+        self._tokens = jax.device_put(tokens, dev).at[:, seq].set(token)
+        self._length = seq + 1
+        self._prompt = seq
+        self._lengths = [len(row) for row in rows]
+
+    def generate_next_token(self) -> None:
+        """One decode step: the cache takes the last token's keys and values, and the next
+        token joins the sequences."""
+        if self._tokens is None:
+            raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
+        if self._length >= self._end:
+            raise ValidationError(
+                f"{ONNX}: generation: max_length {self.params.max_length} reached"
+            )
+        past = self._length_for(self._length - 1)
+        fn, program = self._step_fn(self.params.batch_size, past)
+        self._key, key = jax.random.split(self._key)
+        self._cache, self._mask, self._tokens, self._done = fn(
+            self._params_for(program),
+            self._cache,
+            self._mask,
+            self._tokens,
+            self._done,
+            jnp.int32(self._length),
+            key,
+        )
+        self._length += 1
+
+    def is_done(self) -> bool:
+        """Every sequence ended (an end token) or max_length is reached."""
+        if self._tokens is None:
+            return False
+        if self._length >= self._end:
+            return True
+        return bool(self._eos) and bool(jnp.all(self._done))
+
+    def get_sequence(self, index: int) -> np.ndarray:
+        """Row ``index``: its prompt (without padding) and the tokens generated so far."""
+        tokens = np.asarray(self._tokens[index, : self._length])
+        return tokens[self._prompt - self._lengths[index] :]
+
+    def get_next_tokens(self) -> np.ndarray:
+        """The last token of each row."""
+        return np.asarray(self._tokens[:, self._length - 1])
+
+    @property
+    def generated(self) -> np.ndarray:
+        """[batch, tokens generated so far] (the prompt excluded)."""
+        return np.asarray(self._tokens[:, self._prompt : self._length])
+
+
+def generate(session: Any, prompts: Any, max_new_tokens: int = 64, **options: Any) -> np.ndarray:
+    """Generates up to ``max_new_tokens`` after each prompt (``GeneratorParams`` options:
+    ``do_sample``, ``top_k``, ``top_p``, ``temperature``, ``eos_token_id``, ``seed``,
+    ``buckets``...): [batch, max_new_tokens] ids, rows that ended padded with
+    ``pad_token_id``."""
+    rows = prompts.tolist() if hasattr(prompts, "tolist") else list(prompts)
+    longest = max(len(r) for r in rows)
+    params = GeneratorParams(
+        session, max_length=longest + int(max_new_tokens), batch_size=len(rows), **options
+    )
+    g = Generator(session, params)
+    g.append_tokens(rows)
+    while not g.is_done():
+        g.generate_next_token()
+    return g.generated
