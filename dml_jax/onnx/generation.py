@@ -309,56 +309,41 @@ def select_tokens(
     return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
 
 
-class Generator:
-    """onnxruntime-genai's ``Generator``: ``append_tokens(prompts)`` (the prefill), then
-    ``generate_next_token()`` until ``is_done()``; ``get_sequence(i)`` is prompt and generated
-    ids. The cache, the attention mask and the tokens stay on the device (``GeneratorParams``
-    says what is generated; the module's docstring how)."""
+class DecodeSteps:
+    """The compiled prefill and decode steps of one session for one way of choosing tokens,
+    shared by the generators of that session (``DecodeSteps.of``): each program is compiled
+    once per prompt bucket and past bucket, however many generators run.
 
-    def __init__(self, session: Any, params: GeneratorParams | None = None):
+    Attributes:
+        compiles: the step functions traced and compiled so far.
+    """
+
+    def __init__(self, session: Any, roles: DecoderRoles, sampling: tuple, eos: tuple, pad: int):
         self.session = session
-        self.params = params or GeneratorParams(session)
-        _check_params(self.params)
-        if getattr(session, "_layout", None) is not None:
-            raise ValidationError(f"{ONNX}: generation: sessions on a mesh are not supported")
-        self.roles = find_roles(session)
-        p, r = self.params, self.roles
-        self._eos = _eos_ids(p.eos_token_id)
-        self._buckets: tuple[int, ...] | None = None
-        if p.buckets not in (None, False) and not r.bucketable:
-            raise ValidationError(
-                f"{ONNX}: generation: buckets were asked for, but the padding is not provably "
-                f"masked: {r.why}"
-            )
-        if r.bucketable and p.buckets in (None, True):
-            self._buckets = ()  # powers of two from MIN_BUCKET
-        elif r.bucketable and p.buckets is not False:
-            self._buckets = tuple(sorted({int(b) for b in p.buckets}))
-        self._cache_shape(p.batch_size, 0)  # checks the heads and head size are fixed
-        self.capacity = 0  # the cache's positions, set by the prompt: its padded length and
-        self._end = 0  # the new tokens (max_length less the longest prompt)
-        self._cache: list = []
-        self._mask = None
-        self._tokens = None  # [batch, capacity] int32 on the device
-        self._length = 0  # positions used in the cache (and tokens)
-        self._done = None
-        self._key = jax.random.PRNGKey(p.seed)
-        self._steps: dict[int, Any] = {}
-        self._prefills: dict[int, Any] = {}
-        self.compiles = 0  # programs traced and compiled for prefill and decode steps
+        self.roles = roles
+        self.sampling = sampling  # (do_sample, top_k, top_p, temperature)
+        self._eos = eos
+        self.pad = pad
+        self._steps: dict[tuple, Any] = {}
+        self._loops: dict[tuple, Any] = {}
+        self._prefills: dict[tuple, Any] = {}
+        self.compiles = 0
 
-    # -- shapes ----------------------------------------------------------------------------------
-
-    def _length_for(self, n: int) -> int:
-        """The past length a step for ``n`` positions runs at: the bucket, or ``n``."""
-        if self._buckets is None:
-            return n
-        if not self._buckets:
-            return max(MIN_BUCKET, 1 << (max(n, 1) - 1).bit_length())
-        for b in self._buckets:
-            if b >= n:
-                return b
-        return n  # past the largest bucket: exact
+    @classmethod
+    def of(cls, session: Any, roles: DecoderRoles, params: GeneratorParams) -> DecodeSteps:
+        """The session's steps for ``params``' way of choosing tokens (made on first use)."""
+        sampling = (
+            bool(params.do_sample),
+            int(params.top_k),
+            float(params.top_p),
+            float(params.temperature),
+        )
+        eos, pad = _eos_ids(params.eos_token_id), int(params.pad_token_id)
+        cache = session.__dict__.setdefault("_decode_steps", {})
+        key = (sampling, eos, pad)
+        if key not in cache:
+            cache[key] = cls(session, roles, sampling, eos, pad)
+        return cache[key]
 
     def _cache_shape(self, batch: int, length: int) -> tuple[int, ...]:
         shape = list(self.roles.cache_shape)
@@ -372,28 +357,7 @@ class Generator:
         shape[0], shape[self.roles.axis] = batch, length
         return tuple(shape)
 
-    def explain(self) -> str:
-        """The roles the generator found and how the past length is compiled."""
-        r = self.roles
-        lines = [
-            (
-                f"input_ids: {r.input_ids}; attention_mask: {r.attention_mask}; position_ids: "
-                f"{r.position_ids or 'none'}; logits: {r.logits}"
-            ),
-            (
-                f"cache: {r.layers} layers, past {r.past[0][0]} ... -> present "
-                f"{r.present[0][0]} ..., axis {r.axis}, "
-                + (f"{self.capacity} positions" if self.capacity else "sized by the prompt")
-            ),
-        ]
-        if self._buckets is None:
-            lines.append(f"past length: exact, a program per length ({r.why})")
-        else:
-            sizes = list(self._buckets) or f"powers of two from {MIN_BUCKET}"
-            lines.append(f"past length: bucketed to {sizes} ({r.why})")
-        return "\n".join(lines)
-
-    # -- the compiled steps ----------------------------------------------------------------------
+    # -- the steps ----------------------------------------------------------------------
 
     def _inputs(self, ids, mask, positions, past) -> list:
         """The step's inputs in the session's input order."""
@@ -429,14 +393,11 @@ class Generator:
         return logits, presents
 
     def _select(self, logits: Any, key: Any) -> Any:
-        p = self.params
-        return select_tokens(
-            logits, key, p.do_sample, int(p.top_k), float(p.top_p), float(p.temperature)
-        )
+        return select_tokens(logits, key, *self.sampling)
 
     def _finish(self, token: Any, done: Any) -> tuple[Any, Any]:
         """``token`` where a row is not done yet (else the pad id), and the rows done after it."""
-        token = jnp.where(done, jnp.int32(self.params.pad_token_id), token)
+        token = jnp.where(done, jnp.int32(self.pad), token)
         hit = jnp.zeros_like(done)
         for e in self._eos:
             hit = hit | (token == e)
@@ -445,7 +406,7 @@ class Generator:
     def _prefill_fn(self, batch: int, seq: int) -> Any:
         """The prefill for prompts padded to ``seq``: the cache's first ``seq`` positions and
         the first token."""
-        fn = self._prefills.get(seq)
+        fn = self._prefills.get((batch, seq))
         if fn is not None:
             return fn
         program = self._program(batch, seq, 0)
@@ -464,20 +425,19 @@ class Generator:
             return cache, token
 
         fn = jax.jit(prefill, donate_argnums=(1,), compiler_options=self._options())
-        self._prefills[seq] = (fn, program)
+        self._prefills[(batch, seq)] = (fn, program)
         self.compiles += 1
-        return self._prefills[seq]
+        return self._prefills[(batch, seq)]
 
-    def _step_fn(self, batch: int, past: int) -> Any:
-        """One decode step at past length ``past`` (a bucket, or exact), the cache's length a
-        run-time value."""
-        entry = self._steps.get(past)
-        if entry is not None:
-            return entry
+    def _step_body(self, batch: int, past: int) -> tuple[Any, Any]:
+        """The program for past length ``past`` (a bucket, or exact) and one decode step on it,
+        the cache's length a run-time value: (params, state, length) -> state, where the state
+        is (cache, mask, tokens, done, key)."""
         program = self._program(batch, 1, past)
         axis = self.roles.axis
 
-        def step(params, cache, mask, tokens, done, length, key):
+        def step(params, state, length):
+            cache, mask, tokens, done, key = state
             ids = jax.lax.dynamic_slice_in_dim(tokens, length - 1, 1, axis=1)
             # The new token's position: the number of real tokens before it.
             positions = jnp.sum(mask, axis=1, keepdims=True).astype(jnp.int32)
@@ -494,21 +454,132 @@ class Generator:
             mask = jax.lax.dynamic_update_slice_in_dim(
                 mask, jnp.ones((batch, 1), mask.dtype), length - 1, axis=1
             )
-            token = self._select(logits[:, -1], key)
+            token = self._select(logits[:, -1], jax.random.fold_in(key, length))
             token, done = self._finish(token, done)
             tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], length, axis=1)
-            return cache, mask, tokens, done
+            return cache, mask, tokens, done, key
 
-        fn = jax.jit(step, donate_argnums=(1, 2, 3), compiler_options=self._options())
-        self._steps[past] = (fn, program)
-        self.compiles += 1
-        return self._steps[past]
+        return program, step
+
+    def _step_fn(self, batch: int, past: int) -> Any:
+        """One decode step at past length ``past``, jitted, its state donated."""
+        entry = self._steps.get((batch, past))
+        if entry is None:
+            program, step = self._step_body(batch, past)
+            fn = jax.jit(step, donate_argnums=(1,), compiler_options=self._options())
+            entry = self._steps[(batch, past)] = (fn, program)
+            self.compiles += 1
+        return entry
+
+    def _loop_fn(self, batch: int, past: int) -> Any:
+        """Decode steps at past length ``past`` from ``length`` while the length is below
+        ``stop`` and a row is not done, in one dispatch (``lax.while_loop``)."""
+        entry = self._loops.get((batch, past))
+        if entry is None:
+            program, step = self._step_body(batch, past)
+            eos = bool(self._eos)
+
+            def loop(params, state, length, stop):
+                def cond(carry):
+                    n, state = carry
+                    more = n < stop
+                    return more & ~jnp.all(state[3]) if eos else more
+
+                def body(carry):
+                    n, state = carry
+                    return n + 1, step(params, state, n)
+
+                return jax.lax.while_loop(cond, body, (length, state))
+
+            fn = jax.jit(loop, donate_argnums=(1,), compiler_options=self._options())
+            entry = self._loops[(batch, past)] = (fn, program)
+            self.compiles += 1
+        return entry
 
     def _options(self) -> dict | None:
         return self.session.compiler_options or None
 
     def _params_for(self, program: Any) -> dict:
         return self.session._run_params(program)
+
+
+class Generator:
+    """onnxruntime-genai's ``Generator``: ``append_tokens(prompts)`` (the prefill), then
+    ``generate_next_token()`` until ``is_done()``; ``get_sequence(i)`` is prompt and generated
+    ids. The cache, the attention mask and the tokens stay on the device (``GeneratorParams``
+    says what is generated; the module's docstring how)."""
+
+    def __init__(self, session: Any, params: GeneratorParams | None = None):
+        self.session = session
+        self.params = params or GeneratorParams(session)
+        _check_params(self.params)
+        if getattr(session, "_layout", None) is not None:
+            raise ValidationError(f"{ONNX}: generation: sessions on a mesh are not supported")
+        if "_decoder_roles" not in session.__dict__:
+            session._decoder_roles = find_roles(session)
+        self.roles = session._decoder_roles
+        p, r = self.params, self.roles
+        self._eos = _eos_ids(p.eos_token_id)
+        self._buckets: tuple[int, ...] | None = None
+        if p.buckets not in (None, False) and not r.bucketable:
+            raise ValidationError(
+                f"{ONNX}: generation: buckets were asked for, but the padding is not provably "
+                f"masked: {r.why}"
+            )
+        if r.bucketable and p.buckets in (None, True):
+            self._buckets = ()  # powers of two from MIN_BUCKET
+        elif r.bucketable and p.buckets is not False:
+            self._buckets = tuple(sorted({int(b) for b in p.buckets}))
+        self._fns = DecodeSteps.of(session, self.roles, p)
+        self._fns._cache_shape(p.batch_size, 0)  # checks the heads and head size are fixed
+        self.capacity = 0  # the cache's positions, set by the prompt: its padded length and
+        self._end = 0  # the new tokens (max_length less the longest prompt)
+        self._cache: list = []
+        self._mask = None
+        self._tokens = None  # [batch, capacity] int32 on the device
+        self._length = 0  # positions used in the cache (and tokens)
+        self._done = None
+        self._key = jax.random.PRNGKey(p.seed)
+
+    @property
+    def compiles(self) -> int:
+        """The step functions compiled for this generator's session and way of choosing
+        tokens so far (prefill and decode, per bucket)."""
+        return self._fns.compiles
+
+    # -- shapes ----------------------------------------------------------------------------------
+
+    def _length_for(self, n: int) -> int:
+        """The past length a step for ``n`` positions runs at: the bucket, or ``n``."""
+        if self._buckets is None:
+            return n
+        if not self._buckets:
+            return max(MIN_BUCKET, 1 << (max(n, 1) - 1).bit_length())
+        for b in self._buckets:
+            if b >= n:
+                return b
+        return n  # past the largest bucket: exact
+
+    def explain(self) -> str:
+        """The roles the generator found and how the past length is compiled."""
+        r = self.roles
+        lines = [
+            (
+                f"input_ids: {r.input_ids}; attention_mask: {r.attention_mask}; position_ids: "
+                f"{r.position_ids or 'none'}; logits: {r.logits}"
+            ),
+            (
+                f"cache: {r.layers} layers, past {r.past[0][0]} ... -> present "
+                f"{r.present[0][0]} ..., axis {r.axis}, "
+                + (f"{self.capacity} positions" if self.capacity else "sized by the prompt")
+            ),
+        ]
+        if self._buckets is None:
+            lines.append(f"past length: exact, a program per length ({r.why})")
+        else:
+            sizes = list(self._buckets) or f"powers of two from {MIN_BUCKET}"
+            lines.append(f"past length: bucketed to {sizes} ({r.why})")
+        return "\n".join(lines)
 
     # -- onnxruntime-genai's calls ---------------------------------------------------------------
 
@@ -546,7 +617,7 @@ class Generator:
         seq = self._length_for(longest)
         self._end = seq + p.max_length - longest
         self.capacity = self._length_for(self._end)
-        shape = self._cache_shape(p.batch_size, self.capacity)
+        shape = self._fns._cache_shape(p.batch_size, self.capacity)
         self._cache = [
             jax.device_put(np.zeros(shape, graph_dtype(r.cache_dtype)), self.session._device)
             for _ in range(2 * r.layers)
@@ -560,10 +631,10 @@ class Generator:
         tokens = np.full((batch, self.capacity), p.pad_token_id, np.int32)
         tokens[:, :seq] = ids
         dev = self.session._device
-        fn, program = self._prefill_fn(batch, seq)
-        self._key, key = jax.random.split(self._key)
+        fn, program = self._fns._prefill_fn(batch, seq)
+        key = jax.random.fold_in(self._key, 0)
         self._cache, token = fn(
-            self._params_for(program),
+            self._fns._params_for(program),
             self._cache,
             jax.device_put(ids, dev),
             jax.device_put(mask[:, :seq], dev),
@@ -571,7 +642,7 @@ class Generator:
         )
         self._mask = jax.device_put(mask, dev)
         done = jnp.zeros((batch,), bool)
-        token, self._done = self._finish(token, done)
+        token, self._done = self._fns._finish(token, done)
         self._tokens = jax.device_put(tokens, dev).at[:, seq].set(token)
         self._length = seq + 1
         self._prompt = seq
@@ -587,18 +658,30 @@ class Generator:
                 f"{ONNX}: generation: max_length {self.params.max_length} reached"
             )
         past = self._length_for(self._length - 1)
-        fn, program = self._step_fn(self.params.batch_size, past)
-        self._key, key = jax.random.split(self._key)
-        self._cache, self._mask, self._tokens, self._done = fn(
-            self._params_for(program),
-            self._cache,
-            self._mask,
-            self._tokens,
-            self._done,
-            jnp.int32(self._length),
-            key,
-        )
+        fn, program = self._fns._step_fn(self.params.batch_size, past)
+        state = (self._cache, self._mask, self._tokens, self._done, self._key)
+        state = fn(self._fns._params_for(program), state, jnp.int32(self._length))
+        self._cache, self._mask, self._tokens, self._done, self._key = state
         self._length += 1
+
+    def generate_until_done(self) -> None:
+        """Decode steps until ``is_done()``: one dispatch per bucket (a device-side loop), no
+        host round trip per token."""
+        if self._tokens is None:
+            raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
+        while self._length < self._end:
+            past = self._length_for(self._length - 1)
+            # The lengths whose past (length - 1) runs at this bucket: up to past + 1.
+            stop = min(self._end, past + 2)
+            fn, program = self._fns._loop_fn(self.params.batch_size, past)
+            state = (self._cache, self._mask, self._tokens, self._done, self._key)
+            n, state = fn(
+                self._fns._params_for(program), state, jnp.int32(self._length), jnp.int32(stop)
+            )
+            self._cache, self._mask, self._tokens, self._done, self._key = state
+            self._length = int(n)
+            if self._length < stop:  # every row ended
+                break
 
     def is_done(self) -> bool:
         """Every sequence ended (an end token) or max_length is reached."""
@@ -626,8 +709,9 @@ class Generator:
 def generate(session: Any, prompts: Any, max_new_tokens: int = 64, **options: Any) -> np.ndarray:
     """Generates up to ``max_new_tokens`` after each prompt (``GeneratorParams`` options:
     ``do_sample``, ``top_k``, ``top_p``, ``temperature``, ``eos_token_id``, ``seed``,
-    ``buckets``...): [batch, max_new_tokens] ids, rows that ended padded with
-    ``pad_token_id``."""
+    ``buckets``...): [batch, n] ids, n up to ``max_new_tokens`` (fewer when every row met an
+    end token), rows that ended early padded with ``pad_token_id``. The decode steps run on the
+    device, one dispatch per bucket (``Generator.generate_until_done``)."""
     rows = prompts.tolist() if hasattr(prompts, "tolist") else list(prompts)
     longest = max(len(r) for r in rows)
     params = GeneratorParams(
@@ -635,6 +719,5 @@ def generate(session: Any, prompts: Any, max_new_tokens: int = 64, **options: An
     )
     g = Generator(session, params)
     g.append_tokens(rows)
-    while not g.is_done():
-        g.generate_next_token()
+    g.generate_until_done()
     return g.generated
