@@ -112,6 +112,32 @@ def new_shape_cost(session, past: int) -> dict:
     return {"import_s": t1 - t0, "trace_lower_s": t2 - t1, "compile_s": t3 - t2}
 
 
+def write_hlo(session, batch: int, folder: str, name: str) -> None:
+    """The optimized HLO of the compiled decode step at past length 64 (its launches counted
+    in the file's first line)."""
+    import re
+
+    steps = next(iter(session._decode_steps.values()))
+    fn, program = steps._step_fn(batch, 64)
+    cache = steps._cache_shape(batch, 256)
+    dtype = np.float16
+    state = (
+        [np.zeros(cache, dtype)] * (2 * steps.roles.layers),
+        np.ones((batch, 256), np.int32),
+        np.ones((batch, 256), np.int32),
+        np.zeros((batch,), bool),
+        np.zeros((2,), np.uint32),
+    )
+    text = fn.lower(steps._params_for(program), state, np.int32(65)).compile().as_text()
+    entry = text[text.index("ENTRY") :]
+    kinds = re.findall(r"= \S+ (fusion|custom-call|copy|dynamic-update-slice|gather)\(", entry)
+    counts = {k: kinds.count(k) for k in set(kinds)}
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{name}.hlo.txt"), "w") as f:
+        f.write(f"# launches in ENTRY: {counts}\n{text}")
+    print(name, "launches in the step:", counts, flush=True)
+
+
 def prefill_agreement(session, prompt, want) -> float:
     """The largest difference of the session's prefill logits from PyTorch's, over PyTorch's
     largest magnitude."""
@@ -144,6 +170,7 @@ def main() -> None:
         metavar="NAME:OPT=VAL,...",
         help="a session configuration by its XLA options (';' between options); repeatable",
     )
+    p.add_argument("--hlo", default="", help="a folder for the optimized HLO of one step")
     args = p.parse_args()
     configs = {"default": {}}
     for c in args.config:
@@ -193,13 +220,15 @@ def main() -> None:
                            "session_s": session_s}  # fmt: skip
                     t = time.perf_counter()
                     dml_greedy(s, prompt, args.new)
-                    dml_greedy(s, prompt, 8, per_token=True)
+                    dml_greedy(s, prompt, args.new, per_token=True)
                     row["warmup_s"] = time.perf_counter() - t
                     if batch == args.batch[0]:
                         row["new_shape"] = new_shape_cost(s, args.prompt + 37)
                     tok, ttft, dec, compiles = dml_greedy(s, prompt, args.new)
                     tok1, _, dec1, _ = dml_greedy(s, prompt, args.new, per_token=True)
                     row["programs"] = compiles
+                    if args.hlo and batch == args.batch[0]:
+                        write_hlo(s, batch, args.hlo, f"{name}_{config}")
                     row["logits_rel_err"] = prefill_agreement(s, prompt, logits)
                     steps = args.new - 1
                     shape = decoders.cache_shape(half, batch, args.prompt + args.new // 2)

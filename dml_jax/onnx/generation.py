@@ -422,7 +422,9 @@ class DecodeSteps:
                 for c, p in zip(cache, presents)
             ]
             token = self._select(logits[:, -1], key)
-            return cache, token
+            # The last prompt position again, as the first step's pending keys and values.
+            last = [jax.lax.slice_in_dim(c, seq - 1, seq, axis=axis) for c in cache]
+            return cache, last, token
 
         fn = jax.jit(prefill, donate_argnums=(1,), compiler_options=self._options())
         self._prefills[(batch, seq)] = (fn, program)
@@ -432,12 +434,19 @@ class DecodeSteps:
     def _step_body(self, batch: int, past: int) -> tuple[Any, Any]:
         """The program for past length ``past`` (a bucket, or exact) and one decode step on it,
         the cache's length a run-time value: (params, state, length) -> state, where the state
-        is (cache, mask, tokens, done, key)."""
+        is (cache, pending, mask, tokens, done, key). ``pending`` holds the last token's keys and
+        values, which the next step writes into the cache before it reads it: the donated
+        buffers are then read only after their in-place update, so XLA copies none of them
+        (written after the read, each buffer was copied at every step)."""
         program = self._program(batch, 1, past)
         axis = self.roles.axis
 
         def step(params, state, length):
-            cache, mask, tokens, done, key = state
+            cache, pending, mask, tokens, done, key = state
+            cache = [
+                jax.lax.dynamic_update_slice_in_dim(c, n, length - 2, axis)
+                for c, n in zip(cache, pending)
+            ]
             ids = jax.lax.dynamic_slice_in_dim(tokens, length - 1, 1, axis=1)
             # The new token's position: the number of real tokens before it.
             positions = jnp.sum(mask, axis=1, keepdims=True).astype(jnp.int32)
@@ -446,10 +455,9 @@ class DecodeSteps:
             step_mask = jnp.concatenate([head, jnp.ones((batch, 1), mask.dtype)], axis=1)
             pasts = [jax.lax.slice_in_dim(c, 0, past, axis=axis) for c in cache]
             logits, presents = self._run_model(program, params, ids, step_mask, positions, pasts)
-            news = [jax.lax.slice_in_dim(p, past, past + 1, axis=axis) for p in presents]
-            cache = [
-                jax.lax.dynamic_update_slice_in_dim(c, n.astype(c.dtype), length - 1, axis)
-                for c, n in zip(cache, news)
+            pending = [
+                jax.lax.slice_in_dim(p, past, past + 1, axis=axis).astype(c.dtype)
+                for p, c in zip(presents, cache)
             ]
             mask = jax.lax.dynamic_update_slice_in_dim(
                 mask, jnp.ones((batch, 1), mask.dtype), length - 1, axis=1
@@ -457,7 +465,7 @@ class DecodeSteps:
             token = self._select(logits[:, -1], jax.random.fold_in(key, length))
             token, done = self._finish(token, done)
             tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], length, axis=1)
-            return cache, mask, tokens, done, key
+            return cache, pending, mask, tokens, done, key
 
         return program, step
 
@@ -483,7 +491,7 @@ class DecodeSteps:
                 def cond(carry):
                     n, state = carry
                     more = n < stop
-                    return more & ~jnp.all(state[3]) if eos else more
+                    return more & ~jnp.all(state[4]) if eos else more
 
                 def body(carry):
                     n, state = carry
@@ -535,6 +543,7 @@ class Generator:
         self.capacity = 0  # the cache's positions, set by the prompt: its padded length and
         self._end = 0  # the new tokens (max_length less the longest prompt)
         self._cache: list = []
+        self._pending: list = []
         self._mask = None
         self._tokens = None  # [batch, capacity] int32 on the device
         self._length = 0  # positions used in the cache (and tokens)
@@ -633,7 +642,7 @@ class Generator:
         dev = self.session._device
         fn, program = self._fns._prefill_fn(batch, seq)
         key = jax.random.fold_in(self._key, 0)
-        self._cache, token = fn(
+        self._cache, self._pending, token = fn(
             self._fns._params_for(program),
             self._cache,
             jax.device_put(ids, dev),
@@ -659,9 +668,9 @@ class Generator:
             )
         past = self._length_for(self._length - 1)
         fn, program = self._fns._step_fn(self.params.batch_size, past)
-        state = (self._cache, self._mask, self._tokens, self._done, self._key)
+        state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
         state = fn(self._fns._params_for(program), state, jnp.int32(self._length))
-        self._cache, self._mask, self._tokens, self._done, self._key = state
+        self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state
         self._length += 1
 
     def generate_until_done(self) -> None:
@@ -674,11 +683,11 @@ class Generator:
             # The lengths whose past (length - 1) runs at this bucket: up to past + 1.
             stop = min(self._end, past + 2)
             fn, program = self._fns._loop_fn(self.params.batch_size, past)
-            state = (self._cache, self._mask, self._tokens, self._done, self._key)
+            state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
             n, state = fn(
                 self._fns._params_for(program), state, jnp.int32(self._length), jnp.int32(stop)
             )
-            self._cache, self._mask, self._tokens, self._done, self._key = state
+            self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state
             self._length = int(n)
             if self._length < stop:  # every row ended
                 break
