@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -236,14 +236,17 @@ class GeneratorParams:
     pad_token_id: int = 0
     seed: int = 0
     buckets: Any = None
-    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_params(self)
 
     def set_search_options(self, **options: Any) -> None:
         """onnxruntime-genai's ``set_search_options(max_length=..., top_k=..., ...)``."""
         for k, v in options.items():
-            if not hasattr(self, k) or k in ("session", "extra"):
+            if not hasattr(self, k) or k == "session":
                 raise ValidationError(f"{ONNX}: generation: unknown search option '{k}'")
             setattr(self, k, v)
+        _check_params(self)
 
 
 def _check_params(p: GeneratorParams) -> None:
@@ -462,7 +465,8 @@ class DecodeSteps:
             mask = jax.lax.dynamic_update_slice_in_dim(
                 mask, jnp.ones((batch, 1), mask.dtype), length - 1, axis=1
             )
-            token = self._select(logits[:, -1], jax.random.fold_in(key, length))
+            key, sub = jax.random.split(key)  # a key a step, whatever the prompt's padding
+            token = self._select(logits[:, -1], sub)
             token, done = self._finish(token, done)
             tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], length, axis=1)
             return cache, pending, mask, tokens, done, key

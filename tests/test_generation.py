@@ -1,0 +1,274 @@
+"""Generation (``dml_jax.onnx.generation``) against PyTorch's greedy tokens and onnxruntime.
+
+The models (``tests/data/decoders/``, written by ``python -m dml_jax.bench.decoders``) are tiny
+random-weight Hugging Face decoders exported by PyTorch's TorchScript exporter as one decode step
+with its cache: GPT-2 (2 layers, hidden size 32, 2 heads, learned positions) and a LLaMA-style
+model (2 layers, hidden size 32, 4 heads over 2 key / value heads, rotary positions), each with
+and without a ``position_ids`` input. ``decoders_greedy.json`` holds PyTorch's own greedy tokens
+(its own cache, float32) for two prompts of 5 tokens, 24 steps. Token ids are compared exactly:
+the weights (initializer range 0.2) make the logits' top two far apart, so a reordering of sums
+cannot flip an argmax.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from dml_jax import ValidationError
+from dml_jax.onnx import InferenceSession
+from dml_jax.onnx.generation import (
+    Generator,
+    GeneratorParams,
+    find_roles,
+    generate,
+    select_tokens,
+)
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "decoders")
+with open(os.path.join(DATA, "decoders_greedy.json")) as f:
+    GREEDY = json.load(f)
+
+
+def _path(name: str, positions: bool = True) -> str:
+    return os.path.join(DATA, f"{name}_step{'' if positions else '_nopos'}.onnx")
+
+
+@pytest.fixture(scope="module")
+def sessions():
+    cache = {}
+
+    def get(name: str, positions: bool = True) -> InferenceSession:
+        key = (name, positions)
+        if key not in cache:
+            cache[key] = InferenceSession(_path(name, positions))
+        return cache[key]
+
+    return get
+
+
+def _ort_greedy(path: str, rows: list[list[int]], steps: int, positions: bool = True):
+    """onnxruntime's greedy loop: prompts left-padded to the longest with mask zeros, positions
+    counted from each row's first real token (Hugging Face's convention), presents fed back
+    as pasts: [batch, steps]."""
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    batch, longest = len(rows), max(map(len, rows))
+    ids = np.zeros((batch, longest), np.int64)
+    mask = np.zeros((batch, longest), np.int64)
+    for b, row in enumerate(rows):
+        ids[b, longest - len(row) :] = row
+        mask[b, longest - len(row) :] = 1
+    pos = np.where(mask > 0, np.cumsum(mask, 1) - 1, 1)
+    pasts = [i for i in sess.get_inputs() if i.name.startswith("past")]
+    feed_past = {i.name: np.zeros((batch, i.shape[1], 0, i.shape[3]), np.float32) for i in pasts}
+    out = []
+    for _ in range(steps):
+        feed = {"input_ids": ids, "attention_mask": mask, **feed_past}
+        if positions:
+            feed["position_ids"] = pos
+        logits, *presents = sess.run(None, feed)
+        ids = logits[:, -1].argmax(-1)[:, None]
+        out.append(ids)
+        feed_past = dict(zip((i.name for i in pasts), presents))
+        pos = pos[:, -1:] + 1
+        mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], 1)
+    return np.concatenate(out, 1)
+
+
+@pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_llama"])
+def test_greedy_tokens_equal_pytorch(sessions, name):
+    ref = GREEDY[name]
+    got = generate(sessions(name), np.array(ref["prompt"]), 24)
+    np.testing.assert_array_equal(got, np.array(ref["greedy"]))
+
+
+@pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_llama"])
+def test_greedy_without_position_ids_runs_exact_lengths(sessions, name):
+    """Without position_ids the past cannot be padded: each length is its own program, and the
+    tokens are still PyTorch's."""
+    s = sessions(name, positions=False)
+    ref = GREEDY[name]
+    g = Generator(s, GeneratorParams(s, max_length=5 + 10, batch_size=2))
+    assert "exact" in g.explain() and "no position_ids" in g.explain()
+    g.append_tokens(np.array(ref["prompt"]))
+    g.generate_until_done()
+    np.testing.assert_array_equal(g.generated, np.array(ref["greedy"])[:, :10])
+    assert g.compiles == 1 + 9  # the prefill and one step a past length
+
+
+def test_left_padded_prompts_against_onnxruntime(sessions):
+    """Prompts of 3 and 7 tokens: left-padded (to 16 here, to 7 in onnxruntime's loop), the
+    padding masked, positions counted from each row's first token."""
+    rows = [[5, 17, 42], [3, 9, 11, 60, 2, 8, 90]]
+    for name in ("tiny_gpt2", "tiny_llama"):
+        got = generate(sessions(name), rows, 16)
+        np.testing.assert_array_equal(got, _ort_greedy(_path(name), rows, 16))
+
+
+def test_bucketed_steps_equal_exact_steps(sessions):
+    """The same sampled tokens (same seed, so the same random keys) with the past padded to
+    buckets and at its exact length: the padding changes no logit beyond rounding."""
+    s = sessions("tiny_llama")
+    prompt = np.array(GREEDY["tiny_llama"]["prompt"])
+    opts = {"do_sample": True, "temperature": 1.5, "top_k": 20, "seed": 7}
+    bucketed = generate(s, prompt, 14, **opts)
+    exact = generate(s, prompt, 14, buckets=False, **opts)
+    np.testing.assert_array_equal(bucketed, exact)
+    assert len(set(bucketed.ravel().tolist())) > 4  # sampled, not a constant
+
+
+def test_programs_bounded_by_buckets():
+    """100 new tokens after a 5-token prompt: one prefill (prompt bucket 16) and one loop per
+    past bucket 16, 32, 64, 128, whatever the positions; a second generation compiles none."""
+    s = InferenceSession(_path("tiny_llama"))
+    prompt = np.array(GREEDY["tiny_llama"]["prompt"])
+    params = GeneratorParams(s, max_length=105, batch_size=2, buckets=[16, 32, 64, 128])
+    g = Generator(s, params)
+    before = g.compiles
+    g.append_tokens(prompt)
+    g.generate_until_done()
+    assert before == 0 and g.compiles == 5
+    assert len(s._programs) == 5
+    assert g.generated.shape == (2, 100)
+    again = Generator(s, params)
+    again.append_tokens(prompt)
+    again.generate_until_done()
+    assert again.compiles == g.compiles
+    np.testing.assert_array_equal(again.generated, g.generated)
+    np.testing.assert_array_equal(g.generated[:, :24], np.array(GREEDY["tiny_llama"]["greedy"]))
+
+
+def test_generator_calls_match_generate(sessions):
+    """onnxruntime-genai's loop: append_tokens, generate_next_token until is_done,
+    get_sequence (prompt and generated ids, no padding), get_next_tokens."""
+    s = sessions("tiny_gpt2")
+    ref = GREEDY["tiny_gpt2"]
+    params = GeneratorParams(s)
+    params.set_search_options(max_length=5 + 12, batch_size=2)
+    g = Generator(s, params)
+    g.append_tokens(ref["prompt"])
+    steps = 0
+    while not g.is_done():
+        g.generate_next_token()
+        steps += 1
+    assert steps == 11
+    np.testing.assert_array_equal(g.get_next_tokens(), np.array(ref["greedy"])[:, 11])
+    for b in range(2):
+        np.testing.assert_array_equal(
+            g.get_sequence(b), np.array(ref["prompt"][b] + ref["greedy"][b][:12])
+        )
+
+
+def test_end_token_stops_a_sequence(sessions):
+    ref = GREEDY["tiny_llama"]
+    greedy = ref["greedy"][0]
+    eos = greedy[3]
+    first = greedy.index(eos)
+    s = sessions("tiny_llama")
+    got = generate(s, [ref["prompt"][0]], 20, eos_token_id=[eos, 96])
+    np.testing.assert_array_equal(got[0], greedy[: first + 1])  # stops at the end token
+    # In a batch the row that ended is padded while the other goes on.
+    both = generate(s, ref["prompt"], 20, eos_token_id=eos, pad_token_id=0)
+    row0 = both[0].tolist()
+    assert row0[: first + 1] == greedy[: first + 1]
+    assert set(row0[first + 1 :]) <= {0}
+
+
+def test_select_tokens_samples_the_truncated_distribution():
+    logits = jax.numpy.array([[2.0, 1.5, 1.0, 0.5, 0.0, -1.0]])
+    keys = jax.random.split(jax.random.PRNGKey(0), 6000)
+
+    def freq(**kw):
+        draw = jax.vmap(lambda k: select_tokens(logits, k, True, **kw)[0])(keys)
+        return np.bincount(np.asarray(draw), minlength=6) / len(keys)
+
+    def expected(keep, temperature=1.0):
+        z = np.exp(np.asarray(logits[0]) / temperature) * keep
+        return z / z.sum()
+
+    p = np.exp(np.asarray(logits[0]))
+    p /= p.sum()
+    cases = [
+        ({"top_k": 3, "top_p": 1.0, "temperature": 1.0}, expected(np.arange(6) < 3)),
+        ({"top_k": 0, "top_p": 1.0, "temperature": 0.5}, expected(np.ones(6), 0.5)),
+        # top_p 0.7: the first two hold 0.56 of the mass, the third takes it past 0.7.
+        ({"top_k": 0, "top_p": 0.7, "temperature": 1.0}, expected(np.arange(6) < 3)),
+        ({"top_k": 0, "top_p": 1.0, "temperature": 1.0}, p),
+    ]
+    assert p[:2].sum() < 0.7 < p[:3].sum()
+    for kw, want in cases:
+        got = freq(**kw)
+        err = 4 * np.sqrt(want * (1 - want) / len(keys)) + 1e-9
+        assert np.all(np.abs(got - want) <= err), (kw, got, want)
+    assert int(select_tokens(logits, keys[0], True, 1, 1.0, 1.0)[0]) == 0
+    assert int(select_tokens(logits, keys[0], False, 0, 1.0, 1.0)[0]) == 0
+
+
+def test_cache_updated_in_place(sessions):
+    """The decode step's donated cache buffers are updated in place: the compiled step copies
+    no buffer of the cache's size (a write after the read made XLA copy each one every
+    step)."""
+    s = sessions("tiny_llama")
+    g = Generator(s, GeneratorParams(s, max_length=40, batch_size=1))
+    g.append_tokens([[1, 2, 3]])
+    g.generate_next_token()
+    fn, program = g._fns._step_fn(1, 16)
+    state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
+    text = fn.lower(g._fns._params_for(program), state, np.int32(g._length)).compile().as_text()
+    full = "f32[{}]".format(",".join(map(str, g._cache[0].shape)))
+    copies = re.findall(r"= (\S+) copy\(", text[text.index("ENTRY") :])
+    assert not [c for c in copies if c.startswith(full)], copies
+
+
+def test_roles_and_explain(sessions):
+    roles = find_roles(sessions("tiny_llama"))
+    assert roles.layers == 2 and roles.position_ids == "position_ids"
+    assert roles.past[1] == ("past_key_values.1.key", "past_key_values.1.value")
+    assert roles.present[0] == ("present.0.key", "present.0.value")
+    assert roles.bucketable
+    assert not find_roles(sessions("tiny_llama", positions=False)).bucketable
+
+
+def test_generation_errors(sessions):
+    from onnx import TensorProto, helper
+
+    s = sessions("tiny_llama")
+    nopos = sessions("tiny_llama", positions=False)
+    bad = [
+        (lambda: GeneratorParams(s, top_p=0.0), "top_p"),
+        (lambda: GeneratorParams(s, temperature=0.0), "temperature"),
+        (lambda: GeneratorParams(s, top_k=-1), "top_k"),
+        (lambda: GeneratorParams(s, max_length=1), "max_length"),
+        (lambda: GeneratorParams(s, buckets=[0, 8]), "buckets"),
+        (lambda: GeneratorParams(s).set_search_options(beams=4), "beams"),
+        (lambda: Generator(nopos, GeneratorParams(nopos, buckets=[16])), "provably masked"),
+        (lambda: generate(nopos, [[1, 2], [1, 2, 3]], 4), "position_ids"),
+        (lambda: generate(s, [[1] * 10], 0), "max_length"),
+        (lambda: generate(s, [[]], 4), "empty"),
+        (lambda: Generator(s).generate_next_token(), "append_tokens"),
+        (lambda: Generator(s, GeneratorParams(s, batch_size=2)).append_tokens([[1]]), "batch"),
+    ]
+    for call, text in bad:
+        with pytest.raises(ValidationError, match=text):
+            call()
+    g = Generator(s, GeneratorParams(s, max_length=10))
+    g.append_tokens([[1, 2]])
+    with pytest.raises(ValidationError, match="append_tokens after"):
+        g.append_tokens([[3]])
+    # A model that is no decoder step: the missing role is named.
+    x = helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, 4])
+    m = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, 4])
+    y = helper.make_tensor_value_info("logits", TensorProto.INT64, [1, 4])
+    graph = helper.make_graph([helper.make_node("Add", ["input_ids", "attention_mask"], ["logits"])],
+                              "g", [x, m], [y])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ValidationError, match="no past key / value inputs"):
+        Generator(InferenceSession(model.SerializeToString()))
