@@ -272,3 +272,19 @@ def test_generation_errors(sessions):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(ValidationError, match="no past key / value inputs"):
         Generator(InferenceSession(model.SerializeToString()))
+
+
+def test_generate_command(capsys):
+    from dml_jax.cli import main
+
+    ref = GREEDY["tiny_gpt2"]
+    ids = [",".join(map(str, p)) for p in ref["prompt"]]
+    code = main(["generate", _path("tiny_gpt2"), "--prompt-ids", ids[0], "--prompt-ids", ids[1],
+                 "--max-new-tokens", "12"])  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0
+    rows = [list(map(int, line.split(","))) for line in out.out.split()]
+    assert rows == [g[:12] for g in ref["greedy"]]
+    assert re.search(r"12 tokens a prompt: first token [\d.]+ ms, then [\d.]+ tokens/s", out.err)
+    assert main(["generate", os.path.join(DATA, "missing.onnx"), "--prompt-ids", "1"]) == 1
+    assert "missing.onnx" in capsys.readouterr().err

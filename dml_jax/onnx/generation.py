@@ -548,6 +548,7 @@ class Generator:
         self._end = 0  # the new tokens (max_length less the longest prompt)
         self._cache: list = []
         self._pending: list = []
+        self._ended = False
         self._mask = None
         self._tokens = None  # [batch, capacity] int32 on the device
         self._length = 0  # positions used in the cache (and tokens)
@@ -680,21 +681,29 @@ class Generator:
     def generate_until_done(self) -> None:
         """Decode steps until ``is_done()``: one dispatch per bucket (a device-side loop), no
         host round trip per token."""
+        while self.generate_bucket():
+            pass
+
+    def generate_bucket(self) -> bool:
+        """The decode steps whose past runs at the current bucket, in one dispatch (a
+        device-side ``lax.while_loop``; with exact lengths, one step). False when nothing is
+        left to do (``is_done()``)."""
         if self._tokens is None:
             raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
-        while self._length < self._end:
-            past = self._length_for(self._length - 1)
-            # The lengths whose past (length - 1) runs at this bucket: up to past + 1.
-            stop = min(self._end, past + 2)
-            fn, program = self._fns._loop_fn(self.params.batch_size, past)
-            state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
-            n, state = fn(
-                self._fns._params_for(program), state, jnp.int32(self._length), jnp.int32(stop)
-            )
-            self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state
-            self._length = int(n)
-            if self._length < stop:  # every row ended
-                break
+        if self._length >= self._end or self._ended:
+            return False
+        past = self._length_for(self._length - 1)
+        # The lengths whose past (length - 1) runs at this bucket: up to past + 1.
+        stop = min(self._end, past + 2)
+        fn, program = self._fns._loop_fn(self.params.batch_size, past)
+        state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
+        n, state = fn(
+            self._fns._params_for(program), state, jnp.int32(self._length), jnp.int32(stop)
+        )
+        self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state
+        self._length = int(n)
+        self._ended = self._length < stop  # every row met an end token
+        return not self._ended and self._length < self._end
 
     def is_done(self) -> bool:
         """Every sequence ended (an end token) or max_length is reached."""
