@@ -406,33 +406,42 @@ class DecodeSteps:
             hit = hit | (token == e)
         return token, done | hit
 
-    def _prefill_fn(self, batch: int, seq: int) -> Any:
-        """The prefill for prompts padded to ``seq``: the cache's first ``seq`` positions and
-        the first token."""
-        fn = self._prefills.get((batch, seq))
-        if fn is not None:
-            return fn
+    def _prefill_fn(self, batch: int, seq: int, capacity: int) -> Any:
+        """The prefill for prompts padded to ``seq`` into a cache of ``capacity`` positions:
+        (params, tokens, mask, key) -> (cache, pending, tokens, done), the cache made on the
+        device, its first ``seq`` positions the prompts' keys and values, the first token at
+        ``seq``."""
+        entry = self._prefills.get((batch, seq, capacity))
+        if entry is not None:
+            return entry
         program = self._program(batch, seq, 0)
         r = self.roles
         axis = r.axis
+        dtype = graph_dtype(r.cache_dtype)
 
-        def prefill(params, cache, ids, mask, key):
+        def prefill(params, tokens, mask, key):
+            ids = jax.lax.slice_in_dim(tokens, 0, seq, axis=1)
+            mask = jax.lax.slice_in_dim(mask, 0, seq, axis=1)
             positions = jnp.where(mask > 0, jnp.cumsum(mask, axis=1) - 1, 1).astype(jnp.int32)
-            empty = [jnp.zeros(self._cache_shape(batch, 0), c.dtype) for c in cache]
+            empty = [jnp.zeros(self._cache_shape(batch, 0), dtype)] * (2 * r.layers)
             logits, presents = self._run_model(program, params, ids, mask, positions, empty)
             cache = [
-                jax.lax.dynamic_update_slice_in_dim(c, p.astype(c.dtype), 0, axis)
-                for c, p in zip(cache, presents)
+                jax.lax.dynamic_update_slice_in_dim(
+                    jnp.zeros(self._cache_shape(batch, capacity), dtype), p.astype(dtype), 0, axis
+                )
+                for p in presents
             ]
             token = self._select(logits[:, -1], key)
+            token, done = self._finish(token, jnp.zeros((batch,), bool))
+            tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], seq, axis=1)
             # The last prompt position again, as the first step's pending keys and values.
             last = [jax.lax.slice_in_dim(c, seq - 1, seq, axis=axis) for c in cache]
-            return cache, last, token
+            return cache, last, tokens, done
 
-        fn = jax.jit(prefill, donate_argnums=(1,), compiler_options=self._options())
-        self._prefills[(batch, seq)] = (fn, program)
+        fn = jax.jit(prefill, compiler_options=self._options())
+        entry = self._prefills[(batch, seq, capacity)] = (fn, program)
         self.compiles += 1
-        return self._prefills[(batch, seq)]
+        return entry
 
     def _step_body(self, batch: int, past: int) -> tuple[Any, Any]:
         """The program for past length ``past`` (a bucket, or exact) and one decode step on it,
@@ -631,33 +640,21 @@ class Generator:
         seq = self._length_for(longest)
         self._end = seq + p.max_length - longest
         self.capacity = self._length_for(self._end)
-        shape = self._fns._cache_shape(p.batch_size, self.capacity)
-        self._cache = [
-            jax.device_put(np.zeros(shape, graph_dtype(r.cache_dtype)), self.session._device)
-            for _ in range(2 * r.layers)
-        ]
         batch = p.batch_size
-        ids = np.full((batch, seq), p.pad_token_id, np.int32)
+        tokens = np.full((batch, self.capacity), p.pad_token_id, np.int32)
         mask = np.zeros((batch, self.capacity), np.int32)
         for b, row in enumerate(rows):
-            ids[b, seq - len(row) :] = row
+            tokens[b, seq - len(row) : seq] = row
             mask[b, seq - len(row) : seq] = 1
-        tokens = np.full((batch, self.capacity), p.pad_token_id, np.int32)
-        tokens[:, :seq] = ids
         dev = self.session._device
-        fn, program = self._fns._prefill_fn(batch, seq)
-        key = jax.random.fold_in(self._key, 0)
-        self._cache, self._pending, token = fn(
-            self._fns._params_for(program),
-            self._cache,
-            jax.device_put(ids, dev),
-            jax.device_put(mask[:, :seq], dev),
-            key,
-        )
+        fn, program = self._fns._prefill_fn(batch, seq, self.capacity)
         self._mask = jax.device_put(mask, dev)
-        done = jnp.zeros((batch,), bool)
-        token, self._done = self._fns._finish(token, done)
-        self._tokens = jax.device_put(tokens, dev).at[:, seq].set(token)
+        self._cache, self._pending, self._tokens, self._done = fn(
+            self._fns._params_for(program),
+            jax.device_put(tokens, dev),
+            self._mask,
+            jax.random.fold_in(self._key, 0),
+        )
         self._length = seq + 1
         self._prompt = seq
         self._lengths = [len(row) for row in rows]
