@@ -56,10 +56,16 @@ def sessions():
 
 
 def _ort_greedy(path: str, rows: list[list[int]], steps: int, positions: bool = True):
-    """onnxruntime's greedy loop: prompts left-padded to the longest with mask zeros, positions
-    counted from each row's first real token (Hugging Face's convention), presents fed back
-    as pasts: [batch, steps]."""
+    """onnxruntime's greedy loop (``_greedy_loop``) on its CPU provider."""
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return _greedy_loop(sess, rows, steps, positions)
+
+
+def _greedy_loop(sess, rows: list[list[int]], steps: int, positions: bool = True):
+    """The greedy loop an onnxruntime user writes, on ``sess`` (onnxruntime's session shape):
+    prompts left-padded to the longest with mask zeros, positions counted from each row's first
+    real token (Hugging Face's convention), ``run`` once a token, the presents fed back as
+    pasts: [batch, steps]."""
     batch, longest = len(rows), max(map(len, rows))
     ids = np.zeros((batch, longest), np.int64)
     mask = np.zeros((batch, longest), np.int64)
@@ -111,6 +117,38 @@ def test_left_padded_prompts_against_onnxruntime(sessions):
     for name in ("tiny_gpt2", "tiny_llama"):
         got = generate(sessions(name), rows, 16)
         np.testing.assert_array_equal(got, _ort_greedy(_path(name), rows, 16))
+
+
+def test_run_loop_compiles_a_program_per_bucket():
+    """``run`` once a token, the presents fed back as pasts (default options): the pasts are
+    padded to buckets (16, 32, 64) and the presents cut back, so 40 steps compile the prefill
+    and 3 programs, not 40; the tokens are onnxruntime's; with buckets=False each length is a
+    program."""
+    rows = [[5, 17, 42], [3, 9, 11, 60, 2, 8, 90]]
+    path = _path("tiny_llama")
+    want = _ort_greedy(path, rows, 40)
+    s = InferenceSession(path)
+    np.testing.assert_array_equal(_greedy_loop(s, rows, 40), want)
+    assert len(s._programs) == 1 + 3
+    assert (
+        "buckets: past_key_values.0.key ... dimension 2 and attention_mask padded to powers"
+        in s.explain()
+    )
+    exact = InferenceSession(path, buckets=False)
+    np.testing.assert_array_equal(_greedy_loop(exact, rows, 12), want[:, :12])
+    assert len(exact._programs) == 12
+    assert "buckets: none, every past length exact (buckets=False)" in exact.explain()
+    # The presents come back at the exact length, the padding cut out.
+    feed = {"input_ids": np.array([[1]]), "attention_mask": np.ones((1, 4), np.int64),
+            "position_ids": np.array([[3]])}  # fmt: skip
+    past = np.random.default_rng(0).standard_normal((1, 2, 3, 8)).astype(np.float32)
+    for i in range(2):
+        feed[f"past_key_values.{i}.key"] = feed[f"past_key_values.{i}.value"] = past
+    got = s.run(None, feed)
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feed)
+    assert got[1].shape == (1, 2, 4, 8)
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
 
 
 def test_bucketed_steps_equal_exact_steps(sessions):

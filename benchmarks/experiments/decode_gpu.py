@@ -112,7 +112,7 @@ def new_shape_cost(session, past: int) -> dict:
     return {"import_s": t1 - t0, "trace_lower_s": t2 - t1, "compile_s": t3 - t2}
 
 
-def write_hlo(session, batch: int, folder: str, name: str) -> None:
+def write_hlo(session, batch: int, folder: str, name: str, dtype=np.float16) -> None:
     """The optimized HLO of the compiled decode step at past length 64 (its launches counted
     in the file's first line)."""
     import re
@@ -120,9 +120,10 @@ def write_hlo(session, batch: int, folder: str, name: str) -> None:
     steps = next(iter(session._decode_steps.values()))
     fn, program = steps._step_fn(batch, 64)
     cache = steps._cache_shape(batch, 256)
-    dtype = np.float16
+    pending = steps._cache_shape(batch, 1)
     state = (
         [np.zeros(cache, dtype)] * (2 * steps.roles.layers),
+        [np.zeros(pending, dtype)] * (2 * steps.roles.layers),
         np.ones((batch, 256), np.int32),
         np.ones((batch, 256), np.int32),
         np.zeros((batch,), bool),

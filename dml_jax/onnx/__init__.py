@@ -151,16 +151,23 @@ def __getattr__(name: str) -> Any:
         from . import session
 
         return getattr(session, name)
+    if name in ("Generator", "GeneratorParams", "generate"):
+        from . import generation
+
+        return getattr(generation, name)
     raise AttributeError(name)
 
 
 __all__ = [
     "ONNX_MISSING",
     "CompiledOnnx",
+    "Generator",
+    "GeneratorParams",
     "ImportedGraph",
     "InferenceSession",
     "SessionOptions",
     "check_model",
     "compile_onnx",
+    "generate",
     "load_onnx",
 ]

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,20 +39,27 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..errors import ValidationError
+from .buckets import MIN_BUCKET, bucket_length, bucket_sizes
 from .importer import ONNX, graph_dtype
 
 _PAST = re.compile(r"^past(?:_key_values)?[._](\d+)[._](key|value)$|^past_(key|value)_(\d+)$")
 _PRESENT = re.compile(
     r"^present(?:_key_values)?[._](\d+)[._](key|value)$|^present_(key|value)_(\d+)$"
 )
-# The smallest bucket: shorter lengths share one program.
-MIN_BUCKET = 16
+# The XLA option by which sessions put matrix products on cuBLAS (``GPU_COMPILER_OPTIONS``).
+TRITON_GEMM = "xla_gpu_enable_triton_gemm"
 
 
-def _layer_role(match: re.Match) -> tuple[int, str]:
-    if match.group(1) is not None:
-        return int(match.group(1)), match.group(2)
-    return int(match.group(4)), match.group(3)
+def _by_layer(names: Any, pattern: re.Pattern) -> dict[int, dict[str, str]]:
+    """``{layer: {"key": name, "value": name}}`` of the names ``pattern`` matches (its groups:
+    layer and kind, or kind and layer)."""
+    out: dict[int, dict[str, str]] = {}
+    for name in names:
+        m = pattern.match(name)
+        if m:
+            layer, kind = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
+            out.setdefault(int(layer), {})[kind] = name
+    return out
 
 
 @dataclass(frozen=True)
@@ -105,18 +111,7 @@ def find_roles(session: Any) -> DecoderRoles:
     ids = need("input_ids", "the token ids")
     mask = need("attention_mask", "the attention mask over past and new tokens")
     positions = "position_ids" if "position_ids" in inputs else None
-    past: dict[int, dict[str, str]] = {}
-    for name in inputs:
-        m = _PAST.match(name)
-        if m:
-            layer, kind = _layer_role(m)
-            past.setdefault(layer, {})[kind] = name
-    present: dict[int, dict[str, str]] = {}
-    for name in outputs:
-        m = _PRESENT.match(name)
-        if m:
-            layer, kind = _layer_role(m)
-            present.setdefault(layer, {})[kind] = name
+    past, present = _by_layer(inputs, _PAST), _by_layer(outputs, _PRESENT)
     if not past:
         raise ValidationError(
             f"{where}: the model has no past key / value inputs (past_key_values.N.key, "
@@ -263,15 +258,7 @@ def _check_params(p: GeneratorParams) -> None:
         raise ValidationError(f"{where}: top_p must be in (0, 1], got {p.top_p!r}")
     if not float(p.temperature) > 0.0 or not math.isfinite(float(p.temperature)):
         raise ValidationError(f"{where}: temperature must be > 0, got {p.temperature!r}")
-    b = p.buckets
-    if b not in (None, False, True) and (
-        not isinstance(b, Sequence)
-        or not b
-        or any(not isinstance(x, int | np.integer) or x < 1 for x in b)
-    ):
-        raise ValidationError(
-            f"{where}: buckets must be None, False or a list of positive ints, got {b!r}"
-        )
+    bucket_sizes(p.buckets, True, where)
 
 
 def _eos_ids(eos: Any) -> tuple[int, ...]:
@@ -518,7 +505,15 @@ class DecodeSteps:
         return entry
 
     def _options(self) -> dict | None:
-        return self.session.compiler_options or None
+        """The session's XLA options, less its choice of cuBLAS for matrix products (unless the
+        caller made it): a decode step's products have a row a sequence, and XLA's own
+        (Triton) emitters read their weights 2.5-5x faster than cuBLAS there (an H200, float16
+        x [1, K] times [K, N]: 1.8-4.0 TB/s against 0.69-0.80; benchmarks/experiments
+        gemv_forms_gpu.py)."""
+        options = dict(self.session.compiler_options)
+        if TRITON_GEMM not in (self.session._compiler_options or {}):
+            options.pop(TRITON_GEMM, None)
+        return options or None
 
     def _params_for(self, program: Any) -> dict:
         return self.session._run_params(program)
@@ -541,16 +536,12 @@ class Generator:
         self.roles = session._decoder_roles
         p, r = self.params, self.roles
         self._eos = _eos_ids(p.eos_token_id)
-        self._buckets: tuple[int, ...] | None = None
         if p.buckets not in (None, False) and not r.bucketable:
             raise ValidationError(
                 f"{ONNX}: generation: buckets were asked for, but the padding is not provably "
                 f"masked: {r.why}"
             )
-        if r.bucketable and p.buckets in (None, True):
-            self._buckets = ()  # powers of two from MIN_BUCKET
-        elif r.bucketable and p.buckets is not False:
-            self._buckets = tuple(sorted({int(b) for b in p.buckets}))
+        self._buckets = bucket_sizes(p.buckets, r.bucketable, f"{ONNX}: generation")
         self._fns = DecodeSteps.of(session, self.roles, p)
         self._fns._cache_shape(p.batch_size, 0)  # checks the heads and head size are fixed
         self.capacity = 0  # the cache's positions, set by the prompt: its padded length and
@@ -574,14 +565,7 @@ class Generator:
 
     def _length_for(self, n: int) -> int:
         """The past length a step for ``n`` positions runs at: the bucket, or ``n``."""
-        if self._buckets is None:
-            return n
-        if not self._buckets:
-            return max(MIN_BUCKET, 1 << (max(n, 1) - 1).bit_length())
-        for b in self._buckets:
-            if b >= n:
-                return b
-        return n  # past the largest bucket: exact
+        return bucket_length(n, self._buckets)
 
     def explain(self) -> str:
         """The roles the generator found and how the past length is compiled."""

@@ -196,6 +196,13 @@ class InferenceSession(ProgramCache):
         shardings: ``{name: PartitionSpec or NamedSharding}`` placing model inputs and
             floating-point initializers explicitly (over ``mesh``, or the NamedShardings' mesh
             when ``mesh`` is None); they override the defaults.
+        buckets: for a decoder step with past keys and values whose padding is provably masked
+            (``generation.find_roles``: it takes ``position_ids`` and each present is
+            ``Concat(past, new)``), ``run`` pads the past to a bucket length, the attention
+            mask with zeros over the padding, and cuts the padding out of the presents, so a
+            loop of ``run`` calls compiles a program per bucket, not per token (docs/onnx.md,
+            "Generation"). None: powers of two from 16 where provable; False: every length
+            exact; a list: those lengths. Elsewhere it changes nothing.
         compiler_options: XLA options for the compiles ``run`` makes (``jax.jit``'s
             ``compiler_options``), over the session's defaults on GPUs
             (``GPU_COMPILER_OPTIONS``: cuBLAS matrix products; ``{"xla_gpu_enable_triton_gemm":
@@ -229,10 +236,15 @@ class InferenceSession(ProgramCache):
         mesh: Any = None,
         shardings: Mapping[str, Any] | None = None,
         compiler_options: Mapping[str, Any] | None = None,
+        buckets: Any = None,
     ):
         from .model import check_model, load_onnx
 
         self._compiler_options = check_compiler_options(compiler_options, ONNX)
+        from .buckets import bucket_sizes
+
+        bucket_sizes(buckets, True, ONNX)  # checked before anything is imported
+        self._buckets_option = buckets
 
         # On a mesh, weights in external data are mapped, not read: each device's block is
         # read when it is placed.
@@ -419,6 +431,13 @@ class InferenceSession(ProgramCache):
         arrays = [self._checked(i, dt, input_feed.get(i.name))  # an optional left out: None
                   for i, dt in zip(self._inputs, self._input_dtypes)]  # fmt: skip
         extra = [np.asarray(input_feed[n]) for n in overrides]
+        unpad = None
+        if not overrides and self._layout is None and self._run_buckets() is not None:
+            from .buckets import pad_decoder_feed
+
+            roles, sizes = self._run_buckets()
+            names = [i.name for i in self._inputs]
+            arrays, unpad = pad_decoder_feed(roles, names, arrays, sizes)
         program = self._program_for(arrays, overrides, extra)
         feed = _flat_feed(dict(zip(self._names(overrides), arrays + extra)), program.imported)
         with jax.enable_x64(True) if program.needs_x64 else contextlib.nullcontext():
@@ -440,7 +459,28 @@ class InferenceSession(ProgramCache):
                 )
             }
         result = _nested_result(result, program.imported)
+        if unpad is not None:
+            result = unpad(result)
         return [result[n] for n in wanted]
+
+    def _run_buckets(self) -> tuple[Any, tuple[int, ...]] | None:
+        """For a decoder step whose past padding is provably masked (``buckets``), its roles
+        and bucket sizes: ``run`` pads a past to a bucket; else None (found once)."""
+        if "_buckets_found" not in self.__dict__:
+            from .buckets import bucket_sizes
+            from .generation import find_roles
+
+            found = None
+            if self._buckets_option is not False:
+                try:
+                    roles = find_roles(self)
+                except ValidationError:
+                    roles = None
+                if roles is not None:
+                    sizes = bucket_sizes(self._buckets_option, roles.bucketable, ONNX)
+                    found = None if sizes is None else (roles, sizes)
+            self._buckets_found = found
+        return self._buckets_found
 
     def _names(self, overrides: tuple[str, ...]) -> list[str]:
         return [i.name for i in self._inputs] + list(overrides)
@@ -608,8 +648,27 @@ class InferenceSession(ProgramCache):
         """A line per ONNX node: how it was imported (DML operators, folded, view, function
         body) and the DML operators it is computed by after the graph optimizations, for inputs
         of ``shapes`` (default: the last program compiled); then, when any rewrite fired, a
-        line ``optimizations: NAME xCOUNT, ...``."""
-        return explain(self._program_or_last(shapes, "explain").imported)
+        line ``optimizations: NAME xCOUNT, ...``; for a decoder step, a line ``buckets: ...``
+        saying whether ``run`` pads its past to bucket lengths, and why."""
+        text = explain(self._program_or_last(shapes, "explain").imported)
+        line = self._buckets_line()
+        return f"{text}\n{line}" if line else text
+
+    def _buckets_line(self) -> str:
+        """What ``run`` does with a decoder step's past length (empty for other models)."""
+        from .generation import find_roles
+
+        try:
+            roles = find_roles(self)
+        except ValidationError:
+            return ""
+        found = self._run_buckets()
+        names = f"{roles.past[0][0]} ... dimension {roles.axis} and {roles.attention_mask}"
+        if found is None:
+            why = "buckets=False" if self._buckets_option is False else roles.why
+            return f"buckets: none, every past length exact ({why})"
+        sizes = list(found[1]) or "powers of two from 16"
+        return f"buckets: {names} padded to {sizes}, the padding masked ({roles.why})"
 
     def _program_or_last(self, shapes: Sequence[Sequence[int]] | None, what: str) -> Any:
         """The program for inputs of ``shapes``, or the last one compiled; ``what`` names the

@@ -136,27 +136,53 @@ def validate_gemm(d: GemmOperatorDesc, v: Validator) -> None:
 _GEMM_SOFTMAX = ("DML_OPERATOR_ACTIVATION_SOFTMAX", "DML_OPERATOR_ACTIVATION_SOFTMAX1")
 
 
-def lower_gemm(d: GemmOperatorDesc, a, b, *c):
-    # TransA chooses A's contracted axis (no transpose written). B is written {..., N, K}
-    # (contracted on its minor axis) for a product of one row, {..., K, N} otherwise: where B
-    # is a constant, XLA's CPU compiler folds that form into the constant's layout (two CPU
-    # cores, float32, 9216 -> 4096: one row took 4.0-5.4 ms on {N, K} rows against 7.8-8.9 on
-    # {K, N} ones, 2 to 16 rows 10-15 ms against 18-24; 1024 -> 4096 at 128 rows 6.5 against
-    # 11.9). Elsewhere XLA folds the transpose into the product.
-    trans_a = d.trans_a is MatrixTransform.TRANSPOSE
+def _gemm_product(a, b, trans_a: bool, trans_b: bool):
+    """A x B on the float type of the products (``_product_type``), batched over the leading
+    axes. TransA chooses A's contracted axis (no transpose written). B is written {..., N, K}
+    (contracted on its minor axis) for a product of one row, {..., K, N} otherwise: where B is
+    a constant, XLA's CPU compiler folds that form into the constant's layout (two CPU cores,
+    float32, 9216 -> 4096: one row took 4.0-5.4 ms on {N, K} rows against 7.8-8.9 on {K, N}
+    ones, 2 to 16 rows 10-15 ms against 18-24; 1024 -> 4096 at 128 rows 6.5 against 11.9).
+    Elsewhere XLA folds the transpose into the product."""
     rows = a.shape[-1] if trans_a else a.shape[-2]
-    if (rows == 1) != (d.trans_b is MatrixTransform.TRANSPOSE):
+    if (rows == 1) != trans_b:
         b = jnp.swapaxes(b, -1, -2)
     batch = tuple(range(a.ndim - 2))
     ka = a.ndim - (2 if trans_a else 1)
     kb = b.ndim - (1 if rows == 1 else 2)
-    y = lax.dot_general(
+    return lax.dot_general(
         a,
         b,
         (((ka,), (kb,)), (batch, batch)),
         precision=matmul_precision(),
         preferred_element_type=_product_type(a),
     )
+
+
+def _one_row_as_two(a, b, trans_a: bool, trans_b: bool):
+    """A product of one row computed on two, the second A's row of zeros, and the first row
+    kept: on CUDA, XLA writes a product of one row as a multiply and a reduction, which read
+    the weights at 0.4-2.6 TB/s on an H200 where the same product on two rows ran at 0.9-3.5
+    (float16, K x N of 2048 x 2048 to 8192 x 2048; benchmarks/experiments/gemv_forms_gpu.py);
+    a decode step of a 1B-parameter LLaMA at batch 1 took 2.0 ms, at batch 2 1.2."""
+    axis = a.ndim - 1 if trans_a else a.ndim - 2
+    y = _gemm_product(jnp.concatenate([a, jnp.zeros_like(a)], axis=axis), b, trans_a, trans_b)
+    return lax.slice_in_dim(y, 0, 1, axis=y.ndim - 2)
+
+
+def lower_gemm(d: GemmOperatorDesc, a, b, *c):
+    trans_a = d.trans_a is MatrixTransform.TRANSPOSE
+    trans_b = d.trans_b is MatrixTransform.TRANSPOSE
+    rows = a.shape[-1] if trans_a else a.shape[-2]
+    if rows == 1:
+        y = platform_choice(
+            a,
+            b,
+            cuda=lambda a, b: _one_row_as_two(a, b, trans_a, trans_b),
+            default=lambda a, b: _gemm_product(a, b, trans_a, trans_b),
+        )
+    else:
+        y = _gemm_product(a, b, trans_a, trans_b)
     alpha, beta = float(np.float32(d.alpha)), float(np.float32(d.beta))
     if alpha != 1.0 or c:
         y = wide(y)

@@ -1,0 +1,105 @@
+"""Shape buckets for decoder steps: a past length rounded up to a bucket, the padding masked.
+
+A decoder step (``generation.find_roles``) whose padding is provably masked (it takes
+``position_ids``, and each present is ``Concat(past, new)`` on the sequence axis) gives the same
+outputs for a past padded with zeros from its length ``P`` to a bucket ``L`` when the attention
+mask is zero over the padding: the padded keys only ever meet a zero in the mask. ``run`` then
+pads a feed's pasts and mask to ``L`` (``pad_decoder_feed``) and cuts the padding out of the
+presents, so an onnxruntime-style loop (``run`` once a token, the presents fed back as pasts)
+compiles one program per bucket, not one per token; the ``Generator`` runs its cache at bucket
+lengths the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+# The smallest bucket: shorter lengths share one program.
+MIN_BUCKET = 16
+
+
+def bucket_length(n: int, sizes: Sequence[int] | None) -> int:
+    """``n`` rounded up to a bucket: with ``sizes`` empty, a power of two from ``MIN_BUCKET``;
+    else the first of ``sizes`` (sorted) at least ``n``, or ``n`` past the largest; with
+    ``sizes`` None, ``n``."""
+    if sizes is None:
+        return n
+    if not sizes:
+        return max(MIN_BUCKET, 1 << (max(n, 1) - 1).bit_length())
+    for b in sizes:
+        if b >= n:
+            return b
+    return n
+
+
+def bucket_sizes(option: Any, bucketable: bool, where: str) -> tuple[int, ...] | None:
+    """The sizes ``bucket_length`` takes for a ``buckets`` option: None (on where the padding
+    is provably masked: powers of two), True (the same), False (off) or a list of lengths."""
+    from ..errors import ValidationError
+
+    if option is False or (option is None and not bucketable):
+        return None
+    if option in (None, True):
+        return ()
+    if (
+        isinstance(option, str)
+        or not isinstance(option, Sequence)
+        or not option
+        or any(not isinstance(x, int | np.integer) or x < 1 for x in option)
+    ):
+        raise ValidationError(
+            f"{where}: buckets must be None, True, False or a list of positive ints, got {option!r}"
+        )
+    return tuple(sorted({int(b) for b in option}))
+
+
+def pad_decoder_feed(
+    roles: Any, names: Sequence[str], arrays: list, sizes: Sequence[int]
+) -> tuple[list, Callable[[dict], dict] | None]:
+    """``arrays`` (one per input of ``names``) with the pasts padded with zeros to a bucket
+    length and the attention mask padded with zeros after the past, and the function that cuts
+    the padding out of the presents of a result ``{name: array}``; (arrays, None) where the
+    feed is not a past of a length to pad (no past yet, or shapes the model would refuse)."""
+    index = {n: k for k, n in enumerate(names)}
+    axis = roles.axis
+    pasts = [index[n] for pair in roles.past for n in pair]
+    first = arrays[pasts[0]]
+    mask = arrays[index[roles.attention_mask]]
+    ids = arrays[index[roles.input_ids]]
+    if first is None or np.ndim(first) != 4 or np.ndim(mask) != 2 or np.ndim(ids) != 2:
+        return arrays, None
+    past = first.shape[axis]
+    if past == 0 or any(np.shape(arrays[k]) != first.shape for k in pasts):
+        return arrays, None
+    if mask.shape[1] != past + ids.shape[1]:
+        return arrays, None
+    length = bucket_length(past, sizes)
+    if length <= past:
+        return arrays, None
+    out = list(arrays)
+    for k in pasts:
+        x = arrays[k]
+        pad = list(x.shape)
+        pad[axis] = length - past
+        out[k] = np.concatenate([x, np.zeros(pad, x.dtype)], axis=axis)
+    zeros = np.zeros((mask.shape[0], length - past), mask.dtype)
+    out[index[roles.attention_mask]] = np.concatenate([mask[:, :past], zeros, mask[:, past:]], 1)
+    presents = [n for pair in roles.present for n in pair]
+
+    def unpad(result: dict) -> dict:
+        for n in presents:
+            if n in result:
+                y = result[n]
+                result[n] = np.concatenate(
+                    [
+                        np.take(y, np.arange(past), axis),
+                        np.take(y, np.arange(length, y.shape[axis]), axis),
+                    ],
+                    axis=axis,
+                )
+        return result
+
+    return out, unpad
