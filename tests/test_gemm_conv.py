@@ -94,23 +94,36 @@ def test_gemm_gradients(case):
 def test_gemm_contracts_b_on_its_minor_axis_for_one_row_only(rows, trans_b):
     """B enters the product {N, K} (contracted on its minor axis) for one row of A, {K, N}
     otherwise, whatever TransB says (``lower_gemm``: the form XLA's CPU compiler folds into a
-    constant B's layout); the values are the reference's either way."""
+    constant B's layout); on CUDA one row is computed as two; the values are the reference's
+    every way."""
     k, n = 5, 4
     b_sizes = (1, 1) + ((n, k) if trans_b == "TRANSPOSE" else (k, n))
     desc = dml.GemmOperatorDesc(
         T("FLOAT32", (1, 1, rows, k)), T("FLOAT32", b_sizes), None,
         T("FLOAT32", (1, 1, rows, n)), trans_b=trans_b,
     )  # fmt: skip
+    from dml_jax import fastpath
+
     rng = np.random.default_rng(rows)
     a, b = (rng.standard_normal(t.sizes).astype(np.float32) for _, t in desc.input_slots())
     op = dml.compile_operator(desc)
-    (dot,) = [e for e in jax.make_jaxpr(op.fn)(a, b).eqns if e.primitive.name == "dot_general"]
-    (_, (contracted,)), _ = dot.params["dimension_numbers"]
-    rhs = dot.invars[1].aval.shape
-    assert rhs[2:] == ((n, k) if rows == 1 else (k, n))
-    assert contracted == (3 if rows == 1 else 2)
     want = reference.reference(desc, a, b)
     S.assert_same(op(a, b), want, exact=False, rtol=1e-5, atol=1e-5)
+    for platform in ("cpu", "cuda"):
+        op = dml.compile_operator(desc)  # a new function: jax caches a trace by shapes alone
+        with fastpath.target_platform(platform):
+            eqns = jax.make_jaxpr(op.fn)(a, b).eqns
+            # The CUDA form is lax too: it runs here, against the same reference.
+            S.assert_same(jax.jit(op.fn)(a, b), want, exact=False, rtol=1e-5, atol=1e-5)
+        (dot,) = [e for e in eqns if e.primitive.name == "dot_general"]
+        (_, (contracted,)), _ = dot.params["dimension_numbers"]
+        lhs, rhs = dot.invars[0].aval.shape, dot.invars[1].aval.shape
+        # On CUDA a product of one row is computed on two, the second zeros (_one_row_as_two),
+        # and so takes the form of products of several rows.
+        one = rows == 1 and platform == "cpu"
+        assert lhs[2] == (2 if rows == 1 and platform == "cuda" else rows)
+        assert rhs[2:] == ((n, k) if one else (k, n))
+        assert contracted == (3 if one else 2)
 
 
 # --- CONVOLUTION ----------------------------------------------------------------------------

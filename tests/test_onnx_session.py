@@ -526,6 +526,39 @@ def test_external_data_is_read_from_beside_the_model(tmp_path):
     np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
 
 
+def test_weights_are_read_once_for_every_program(tmp_path, monkeypatch):
+    """A new input shape imports the model again but reads no initializer again: each is read
+    once (external data too) and shared, read-only, by the session's programs and its
+    parameters."""
+    from dml_jax.onnx import walk
+
+    w = np.random.default_rng(1).normal(size=(64, 32)).astype(np.float32)
+    shift = np.arange(32, dtype=np.int64)
+    model = _model(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]),
+         helper.make_node("Cast", ["k"], ["kf"], to=F),
+         helper.make_node("Add", ["h", "kf"], ["y"])],
+        [_vi("x", F, ["b", 64])],
+        [_vi("y", F, ["b", 32])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(shift, "k")],
+    )  # fmt: skip
+    path = tmp_path / "m.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, location="weights.bin",
+                    size_threshold=0)  # fmt: skip
+    reads = []
+    real = walk.array_of
+    monkeypatch.setattr(walk, "array_of", lambda t, d=None: reads.append(t.name) or real(t, d))
+    s = InferenceSession(str(path))
+    for b in (1, 2, 3):
+        x = np.random.default_rng(b).normal(size=(b, 64)).astype(np.float32)
+        (y,) = s.run(None, {"x": x})
+        np.testing.assert_allclose(y, x @ w + shift, rtol=1e-5, atol=1e-5)
+    assert len(s._programs) == 3
+    assert sorted(reads) == ["k", "w"]
+    assert not s.params["w"].flags.writeable
+    np.testing.assert_array_equal(s.params["w"], w)
+
+
 def test_unnamed_nodes_empty_optional_inputs_and_trailing_outputs():
     model = _model(
         [

@@ -24,7 +24,7 @@ from .walk import import_graph
 STATIC_INPUT_LIMIT = 4096
 
 
-def _structure_shape(x: Any) -> Any:
+def structure_shape(x: Any) -> Any:
     """The shapes a program is imported for, of one input: a tensor's shape, a sequence's list
     of shapes (a tuple of tuples), None for an empty optional."""
     if x is None:
@@ -34,13 +34,13 @@ def _structure_shape(x: Any) -> Any:
     return tuple(int(d) for d in np.shape(x))
 
 
-def _shape_key(s: Any) -> Any:
-    """``_structure_shape``'s value normalised (a tensor's shape: a tuple of ints)."""
+def shape_key(s: Any) -> Any:
+    """``structure_shape``'s value normalised (a tensor's shape: a tuple of ints)."""
     if s is None:
         return None
     s = tuple(s)
     if s and not isinstance(s[0], int | np.integer):
-        return tuple(_shape_key(x) for x in s)  # a sequence's shapes
+        return tuple(shape_key(x) for x in s)  # a sequence's shapes
     return tuple(int(d) for d in s)
 
 
@@ -48,6 +48,11 @@ class ProgramCache:
     """The program cache of ``InferenceSession`` (a base class: it reads the session's model,
     inputs, free dimensions and options): ``program(shapes)`` imports and compiles on first use,
     ``_program_for(arrays)`` first computes the run-time sizes the import needs."""
+
+    @property
+    def _initializer_arrays(self) -> dict[str, np.ndarray]:
+        """The initializers' values, read once for every import of the session."""
+        return self.__dict__.setdefault("_initializers", {})
 
     def _check_shapes(self, shapes: Sequence[tuple[int, ...]]) -> None:
         bound: dict[str, tuple[int, str]] = {}
@@ -85,7 +90,7 @@ class ProgramCache:
         """The program for inputs of ``shapes`` (one per input of ``get_inputs()``), imported
         and compiled on first use. ``values`` gives the values of static inputs; ``sizes`` the
         run-time sizes of data-dependent output shapes (``NeedsSizes``)."""
-        shapes = tuple(_shape_key(s) for s in shapes)
+        shapes = tuple(shape_key(s) for s in shapes)
         values = dict(values or {})
         sizes = {k: tuple(int(n) for n in v) for k, v in (sizes or {}).items()}
         self._check_shapes(shapes)
@@ -106,6 +111,7 @@ class ProgramCache:
                 base_dir=self._base_dir,
                 sizes=sizes,
                 max_memory=self._max_memory,
+                arrays=self._initializer_arrays,
             )
         except NeedsValues as e:
             self._specialise(e, values)
@@ -165,9 +171,9 @@ class ProgramCache:
         nodes that need them are remembered per input shapes, so later runs compute them
         before looking the program up."""
         values = {i.name: a for i, a in zip(self._inputs, arrays)}
-        shapes = [_structure_shape(a) for a in arrays]
+        shapes = [structure_shape(a) for a in arrays]
         extra_shapes = [e.shape for e in extra]
-        base = (tuple(_shape_key(x) for x in shapes), tuple(overrides),
+        base = (tuple(shape_key(x) for x in shapes), tuple(overrides),
                 tuple(map(tuple, extra_shapes)))  # fmt: skip
         needs = self._size_needs.setdefault(base, [])
         feed = dict(zip(self._names(tuple(overrides)), list(arrays) + list(extra)))
@@ -188,8 +194,6 @@ class ProgramCache:
         if probe is None:
             import onnx
 
-            from .session import InferenceSession, SessionOptions
-
             model = onnx.ModelProto()
             model.CopyFrom(self._model)
             del model.graph.output[:]
@@ -197,9 +201,9 @@ class ProgramCache:
             kept = _needed_nodes(model.graph.node, e.names)
             del model.graph.node[:]
             model.graph.node.extend(kept)
-            options = SessionOptions()
+            options = type(self._sess_options)()  # the session's own classes: no import
             options.graph_optimization_level = self._level
-            probe = InferenceSession(
+            probe = type(self)(
                 model,
                 options,
                 disabled_optimizers=self._disabled,

@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from ..errors import ValidationError
-from .cache import STATIC_INPUT_LIMIT, ProgramCache, _shape_key, _structure_shape  # noqa: F401
+from .cache import STATIC_INPUT_LIMIT, ProgramCache, shape_key, structure_shape  # noqa: F401
 from .importer import (
     ONNX,
     TYPE_NAMES,
@@ -512,15 +512,25 @@ class InferenceSession(ProgramCache):
     @property
     def params(self) -> dict[str, np.ndarray]:
         """The floating-point initializers by name: the model's parameters, for ``apply``."""
-        from .importer import array_of
 
         if self._params is None:
             self._params = {
-                i.name: array_of(i, self._base_dir)
+                i.name: self._initializer(i)
                 for i in self._model.graph.initializer
                 if i.data_type in (1, 10, 11)
             }
         return self._params
+
+    def _initializer(self, init: Any) -> np.ndarray:
+        """An initializer's value, read once (shared with the imports)."""
+        from .importer import array_of
+
+        arrays = self._initializer_arrays
+        if init.name not in arrays:
+            array = array_of(init, self._base_dir)
+            array.setflags(write=False)  # shared with every import: never changed
+            arrays[init.name] = array
+        return arrays[init.name]
 
     def _run_params(self, program: Program) -> dict[str, Any]:
         """The parameters ``run`` passes: none on the CPU while the program's constants (the
@@ -575,7 +585,7 @@ class InferenceSession(ProgramCache):
         for info, x in zip(self._inputs, inputs):
             if info.name in self._static and not isinstance(x, jax.core.Tracer):
                 values[info.name] = np.asarray(x)
-        shapes = [_structure_shape(x) for x in inputs]
+        shapes = [structure_shape(x) for x in inputs]
         try:
             program = self.program(shapes, values)
         except ValidationError:
