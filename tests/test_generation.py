@@ -326,3 +326,86 @@ def test_generate_command(capsys):
     assert re.search(r"12 tokens a prompt: first token [\d.]+ ms, then [\d.]+ tokens/s", out.err)
     assert main(["generate", os.path.join(DATA, "missing.onnx"), "--prompt-ids", "1"]) == 1
     assert "missing.onnx" in capsys.readouterr().err
+
+
+def _gqa_decoder(vocab=50, d=32, heads=4, kv_heads=2, head=16, positions=64):
+    """A one-layer decoder step in ONNX Runtime GenAI's model-builder form: GroupQueryAttention
+    (com.microsoft) with rotary embeddings over its past, ``seqlens_k`` from the attention
+    mask's sum and ``total_sequence_length`` from its length."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+
+    def w(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+
+    freq = 1.0 / 100 ** (np.arange(head // 2) / (head // 2))
+    angles = np.arange(positions)[:, None] * freq
+    inits = [w("emb", vocab, d), w("wq", d, heads * head), w("wk", d, kv_heads * head),
+             w("wv", d, kv_heads * head), w("wo", heads * head, vocab),
+             numpy_helper.from_array(np.cos(angles).astype(np.float32), "cos"),
+             numpy_helper.from_array(np.sin(angles).astype(np.float32), "sin"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(1, np.int64), "index1")]  # fmt: skip
+    nodes = [
+        helper.make_node("Gather", ["emb", "input_ids"], ["x"]),
+        helper.make_node("MatMul", ["x", "wq"], ["q"]),
+        helper.make_node("MatMul", ["x", "wk"], ["k"]),
+        helper.make_node("MatMul", ["x", "wv"], ["v"]),
+        helper.make_node("ReduceSum", ["attention_mask", "axis1"], ["count"], keepdims=0),
+        helper.make_node("Sub", ["count", "one"], ["last"]),
+        helper.make_node("Cast", ["last"], ["seqlens_k"], to=TensorProto.INT32),
+        helper.make_node("Shape", ["attention_mask"], ["mask_shape"]),
+        helper.make_node("Gather", ["mask_shape", "index1"], ["total64"]),
+        helper.make_node("Cast", ["total64"], ["total"], to=TensorProto.INT32),
+        helper.make_node(
+            "GroupQueryAttention",
+            ["q", "k", "v", "past_key_values.0.key", "past_key_values.0.value", "seqlens_k",
+             "total", "cos", "sin"],
+            ["y", "present.0.key", "present.0.value"],
+            domain="com.microsoft", num_heads=heads, kv_num_heads=kv_heads, do_rotary=1,
+        ),
+        helper.make_node("MatMul", ["y", "wo"], ["logits"]),
+    ]  # fmt: skip
+    cache = ["batch", kv_heads, "past", head]
+    graph = helper.make_graph(
+        nodes,
+        "gqa_step",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"]),
+         helper.make_tensor_value_info("past_key_values.0.key", TensorProto.FLOAT, cache),
+         helper.make_tensor_value_info("past_key_values.0.value", TensorProto.FLOAT, cache)],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", vocab]),
+         helper.make_tensor_value_info("present.0.key", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("present.0.value", TensorProto.FLOAT, None)],
+        inits,
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=8)
+
+
+def test_run_loop_buckets_a_group_query_attention_step():
+    """A model-builder-style step (GroupQueryAttention over its past, seqlens_k from the mask):
+    ``run`` pads the past and the mask to buckets, GroupQueryAttention writes each entry's new
+    keys after its own length, and the presents are cut back to past + new positions; the
+    tokens, logits and presents are onnxruntime's, with a program per bucket."""
+    model = _gqa_decoder().SerializeToString()
+    roles = find_roles(InferenceSession(model))
+    assert roles.kind == "gqa" and roles.bucketable
+    rows = [[5, 17, 42, 7], [3, 9, 11, 30]]
+    want = _greedy_loop(ort.InferenceSession(model, providers=["CPUExecutionProvider"]), rows,
+                        30, positions=False)  # fmt: skip
+    s = InferenceSession(model)
+    np.testing.assert_array_equal(_greedy_loop(s, rows, 30, positions=False), want)
+    assert len(s._programs) == 1 + 2  # the prompt, then pasts of 4 to 32 in buckets 16 and 32
+    assert "buckets: past_key_values.0.key" in s.explain()
+    feed = {"input_ids": np.array([[1], [2]]), "attention_mask": np.ones((2, 6), np.int64)}
+    past = np.random.default_rng(0).standard_normal((2, 2, 5, 16)).astype(np.float32)
+    feed["past_key_values.0.key"] = feed["past_key_values.0.value"] = past
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feed)
+    for g, r in zip(s.run(None, feed), ref):
+        assert g.shape == r.shape
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValidationError, match="Concat"):
+        Generator(s)

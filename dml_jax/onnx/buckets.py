@@ -5,7 +5,8 @@ A decoder step (``generation.find_roles``) whose padding is provably masked (it 
 outputs for a past padded with zeros from its length ``P`` to a bucket ``L`` when the attention
 mask is zero over the padding: the padded keys only ever meet a zero in the mask. ``run`` then
 pads a feed's pasts and mask to ``L`` (``pad_decoder_feed``) and cuts the padding out of the
-presents, so an onnxruntime-style loop (``run`` once a token, the presents fed back as pasts)
+presents (a Concat's present holds the padding between past and new; GroupQueryAttention's, whose
+``seqlens_k`` comes from the mask, holds each entry's positions first, then zeros), so an onnxruntime-style loop (``run`` once a token, the presents fed back as pasts)
 compiles one program per bucket, not one per token; the ``Generator`` runs its cache at bucket
 lengths the same way.
 """
@@ -88,18 +89,23 @@ def pad_decoder_feed(
     zeros = np.zeros((mask.shape[0], length - past), mask.dtype)
     out[index[roles.attention_mask]] = np.concatenate([mask[:, :past], zeros, mask[:, past:]], 1)
     presents = [n for pair in roles.present for n in pair]
+    new = ids.shape[1]
 
     def unpad(result: dict) -> dict:
         for n in presents:
-            if n in result:
-                y = result[n]
-                result[n] = np.concatenate(
-                    [
-                        np.take(y, np.arange(past), axis),
-                        np.take(y, np.arange(length, y.shape[axis]), axis),
-                    ],
-                    axis=axis,
-                )
+            if n not in result:
+                continue
+            y = result[n]
+            if roles.kind == "gqa":  # each entry's positions first: the first past + new
+                result[n] = np.take(y, np.arange(past + new), axis)
+                continue
+            result[n] = np.concatenate(
+                [
+                    np.take(y, np.arange(past), axis),
+                    np.take(y, np.arange(length, y.shape[axis]), axis),
+                ],
+                axis=axis,
+            )
         return result
 
     return out, unpad

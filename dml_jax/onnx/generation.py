@@ -74,6 +74,9 @@ class DecoderRoles:
         cache_shape: a past key's declared shape (ints and dimension names).
         cache_dtype: the cache's NumPy dtype.
         bucketable: the padding of a bucketed past is provably masked (``why`` says why not).
+        kind: how each present holds the past: "concat" (``Concat(past, new)``: the past's
+            positions, then the new ones), "gqa" (GroupQueryAttention's: each entry's valid
+            positions first, zeros after them), "other".
     """
 
     input_ids: str
@@ -87,6 +90,7 @@ class DecoderRoles:
     cache_dtype: np.dtype
     bucketable: bool
     why: str
+    kind: str = "concat"
 
     @property
     def layers(self) -> int:
@@ -147,9 +151,18 @@ def find_roles(session: Any) -> DecoderRoles:
         )
     axis = 2
     dtype = session._input_dtypes[[i.name for i in session.get_inputs()].index(first.name)]
-    concat = _present_is_concat(session.model.graph, past, present, axis)
+    graph = session.model.graph
+    concat = _present_is_concat(graph, past, present, axis)
+    gqa = _present_is_gqa(graph, past, present, mask) if concat is not None else None
+    kind = "concat"
     bucketable, why = True, "position_ids is an input and each present is Concat(past, new)"
-    if positions is None:
+    if concat is not None and gqa is None:
+        kind = "gqa"
+        why = (
+            "each present is GroupQueryAttention's over its past alone, and the attention "
+            "mask reaches only its seqlens_k and total_sequence_length"
+        )
+    elif positions is None:
         bucketable = False
         why = (
             "no position_ids input: the model numbers new tokens from the past's size, so a "
@@ -157,6 +170,8 @@ def find_roles(session: Any) -> DecoderRoles:
         )
     elif concat is not None:
         bucketable, why = False, concat
+    if kind == "concat" and concat is not None:
+        kind = "other"
     return DecoderRoles(
         ids,
         mask,
@@ -169,7 +184,67 @@ def find_roles(session: Any) -> DecoderRoles:
         np.dtype(dtype),
         bucketable,
         why,
+        kind,
     )
+
+
+def _present_is_gqa(graph: Any, past: dict, present: dict, mask: str) -> str | None:
+    """None when every present key / value is output 1 / 2 of a com.microsoft
+    GroupQueryAttention whose inputs 3 / 4 are that layer's past (through Identity nodes), no
+    other node reads a past, and the attention mask reaches nothing but GroupQueryAttention's
+    ``seqlens_k`` and ``total_sequence_length`` (inputs 5 and 6): then the past's rows beyond
+    each entry's length, and the mask's padding zeros, change no output but the presents'
+    capacity. Else why not."""
+    producer = {o: n for n in graph.node for o in n.output}
+    readers: dict[str, list] = {}
+    for n in graph.node:
+        for k, name in enumerate(n.input):
+            readers.setdefault(name, []).append((n, k))
+
+    def through(name: str) -> str:
+        node = producer.get(name)
+        while node is not None and node.op_type == "Identity":
+            name = node.input[0]
+            node = producer.get(name)
+        return name
+
+    for layer, kinds in present.items():
+        for slot, kind in ((1, "key"), (2, "value")):
+            out = kinds[kind]
+            node = producer.get(out)
+            while node is not None and node.op_type == "Identity":
+                node = producer.get(node.input[0])
+            is_gqa = node is not None and node.op_type == "GroupQueryAttention"
+            if (
+                not is_gqa
+                or node.domain != "com.microsoft"
+                or through(node.output[slot]) != through(out)
+            ):
+                return f"'{out}' is not a GroupQueryAttention's present"
+            name = past[layer][kind]
+            if len(node.input) <= slot + 2 or through(node.input[slot + 2]) != name:
+                return f"'{out}''s GroupQueryAttention does not read '{name}'"
+            users = [(n, k) for n, k in readers.get(name, [])]
+            if users != [(node, slot + 2)]:
+                return f"'{name}' is read by other nodes than its GroupQueryAttention"
+    # The mask's values and shape flow only into seqlens_k and total_sequence_length.
+    seen, todo = set(), [mask]
+    outputs = {o.name for o in graph.output}
+    while todo:
+        name = todo.pop()
+        if name in outputs:
+            return f"'{mask}' reaches the output '{name}'"
+        for n, k in readers.get(name, []):
+            if n.op_type == "GroupQueryAttention":
+                if k not in (5, 6):
+                    return f"'{mask}' reaches a GroupQueryAttention's input {k}"
+                continue
+            if any(a.type in (5, 10) for a in n.attribute):  # a subgraph
+                return f"'{mask}' reaches a node with a subgraph"
+            if id(n) not in seen:
+                seen.add(id(n))
+                todo.extend(o for o in n.output if o)
+    return None
 
 
 def _present_is_concat(graph: Any, past: dict, present: dict, axis: int) -> str | None:
@@ -535,6 +610,13 @@ class Generator:
             session._decoder_roles = find_roles(session)
         self.roles = session._decoder_roles
         p, r = self.params, self.roles
+        if r.kind != "concat":
+            raise ValidationError(
+                f"{ONNX}: generation: the Generator runs steps whose presents are "
+                f"Concat(past, new); '{r.present[0][0]}' is "
+                + ("GroupQueryAttention's" if r.kind == "gqa" else "not")
+                + " (InferenceSession.run runs such a step, its past in buckets where provable)"
+            )
         self._eos = _eos_ids(p.eos_token_id)
         if p.buckets not in (None, False) and not r.bucketable:
             raise ValidationError(
