@@ -409,3 +409,37 @@ def test_run_loop_buckets_a_group_query_attention_step():
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValidationError, match="Concat"):
         Generator(s)
+
+
+def test_run_loop_buckets_a_shared_past_present_buffer():
+    """ONNX Runtime GenAI's past-present sharing: the past is a buffer of the maximum length
+    (48) fed back as it comes out, the mask grows a position a step. ``run`` pads the mask
+    alone to buckets (GroupQueryAttention reads its sum and length); the tokens and the
+    buffers are onnxruntime's, with a program per mask bucket, not per step."""
+    model = _gqa_decoder().SerializeToString()
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    s = InferenceSession(model)
+
+    def loop(sess, steps=30, capacity=48):
+        ids = np.array([[5, 17, 42, 7], [3, 9, 11, 30]])
+        mask = np.ones(ids.shape, np.int64)
+        buf = np.zeros((2, 2, capacity, 16), np.float32)
+        past = {"past_key_values.0.key": buf, "past_key_values.0.value": buf}
+        out, buffers = [], []
+        for _ in range(steps):
+            logits, k, v = sess.run(None, {"input_ids": ids, "attention_mask": mask, **past})
+            ids = logits[:, -1].argmax(-1)[:, None]
+            out.append(ids)
+            buffers.append(k)
+            past = {"past_key_values.0.key": k, "past_key_values.0.value": v}
+            mask = np.concatenate([mask, np.ones((2, 1), np.int64)], 1)
+        return np.concatenate(out, 1), buffers
+
+    want, want_k = loop(ref)
+    got, got_k = loop(s)
+    np.testing.assert_array_equal(got, want)
+    for g, r in zip(got_k, want_k):
+        assert g.shape == r.shape == (2, 2, 48, 16)
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+    # The prompt (4 tokens, a mask of 4), then masks of 5 to 33 in buckets 16, 32 and 64.
+    assert len(s._programs) == 1 + 3

@@ -76,6 +76,8 @@ def pad_decoder_feed(
     if past == 0 or any(np.shape(arrays[k]) != first.shape for k in pasts):
         return arrays, None
     if mask.shape[1] != past + ids.shape[1]:
+        if roles.kind == "gqa" and ids.shape[1] < mask.shape[1]:
+            return _pad_shared_buffer(roles, index, arrays, sizes, past)
         return arrays, None
     length = bucket_length(past, sizes)
     if length <= past:
@@ -106,6 +108,36 @@ def pad_decoder_feed(
                 ],
                 axis=axis,
             )
+        return result
+
+    return out, unpad
+
+
+def _pad_shared_buffer(
+    roles: Any, index: dict, arrays: list, sizes: Sequence[int], past: int
+) -> tuple[list, Callable[[dict], dict] | None]:
+    """A GroupQueryAttention step over a past buffer that is not past + new long (ONNX Runtime
+    GenAI's past and present sharing one buffer of the maximum length): the mask alone padded
+    with zeros to a bucket length (GroupQueryAttention reads only its sum, as ``seqlens_k``, and
+    its length, as ``total_sequence_length``, which sets the presents' capacity to the larger
+    of it and the buffer's), the presents cut back to that capacity for the mask's own
+    length. Not for a first prompt (new tokens as many as the mask's), which the total
+    length tells apart."""
+    k = index[roles.attention_mask]
+    mask = arrays[k]
+    total = mask.shape[1]
+    length = bucket_length(total, sizes)
+    if length <= total:
+        return arrays, None
+    out = list(arrays)
+    out[k] = np.concatenate([mask, np.zeros((mask.shape[0], length - total), mask.dtype)], 1)
+    keep = max(total, past)
+    presents = [n for pair in roles.present for n in pair]
+
+    def unpad(result: dict) -> dict:
+        for n in presents:
+            if n in result:
+                result[n] = np.take(result[n], np.arange(keep), roles.axis)
         return result
 
     return out, unpad
