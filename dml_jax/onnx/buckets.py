@@ -1,6 +1,6 @@
 """Shape buckets for decoder steps: a past length rounded up to a bucket, the padding masked.
 
-A decoder step (``generation.find_roles``) whose padding is provably masked (it takes
+A decoder step (``roles.find_roles``) whose padding is provably masked (it takes
 ``position_ids``, and each present is ``Concat(past, new)`` on the sequence axis) gives the same
 outputs for a past padded with zeros from its length ``P`` to a bucket ``L`` when the attention
 mask is zero over the padding: the padded keys only ever meet a zero in the mask. ``run`` then

@@ -4,10 +4,9 @@
 A decoder export is one step: ``input_ids`` and an ``attention_mask`` over past and new tokens
 in, optionally ``position_ids``, and per layer a past key and value [batch, kv heads, past,
 head size]; ``logits`` and per layer a present key and value out, the present being the past
-with the new tokens' keys after it (``Concat`` on the sequence axis). ``DecoderRoles`` finds
-those inputs and outputs by the names the exporters write (PyTorch / Optimum
-``past_key_values.N.key``, ``present.N.key``; ``past.N.key``; ``past_key_N``) and checks the
-cache pattern in the graph.
+with the new tokens' keys after it (``Concat`` on the sequence axis). ``roles.find_roles`` finds
+those inputs and outputs by the names the exporters write and checks the cache pattern in the
+graph.
 
 The generator keeps the cache on the device in one buffer per layer of ``max_length``
 positions (rounded up to a bucket). Each step reads the buffer's first ``L`` positions as the
@@ -30,7 +29,6 @@ token as Hugging Face's ``generate`` counts them.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,240 +39,10 @@ import numpy as np
 from ..errors import ValidationError
 from .buckets import MIN_BUCKET, bucket_length, bucket_sizes
 from .importer import ONNX, graph_dtype
+from .roles import DecoderRoles, find_roles
 
-_PAST = re.compile(r"^past(?:_key_values)?[._](\d+)[._](key|value)$|^past_(key|value)_(\d+)$")
-_PRESENT = re.compile(
-    r"^present(?:_key_values)?[._](\d+)[._](key|value)$|^present_(key|value)_(\d+)$"
-)
 # The XLA option by which sessions put matrix products on cuBLAS (``GPU_COMPILER_OPTIONS``).
 TRITON_GEMM = "xla_gpu_enable_triton_gemm"
-
-
-def _by_layer(names: Any, pattern: re.Pattern) -> dict[int, dict[str, str]]:
-    """``{layer: {"key": name, "value": name}}`` of the names ``pattern`` matches (its groups:
-    layer and kind, or kind and layer)."""
-    out: dict[int, dict[str, str]] = {}
-    for name in names:
-        m = pattern.match(name)
-        if m:
-            layer, kind = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
-            out.setdefault(int(layer), {})[kind] = name
-    return out
-
-
-@dataclass(frozen=True)
-class DecoderRoles:
-    """The roles of a decoder step's inputs and outputs (names), found by ``find_roles``.
-
-    Attributes:
-        input_ids, attention_mask, position_ids: input names (position_ids None when absent).
-        past: per layer the (key, value) input names; present: the (key, value) output names.
-        logits: the logits output.
-        axis: the sequence axis of the cache tensors.
-        cache_shape: a past key's declared shape (ints and dimension names).
-        cache_dtype: the cache's NumPy dtype.
-        bucketable: the padding of a bucketed past is provably masked (``why`` says why not).
-        kind: how each present holds the past: "concat" (``Concat(past, new)``: the past's
-            positions, then the new ones), "gqa" (GroupQueryAttention's: each entry's valid
-            positions first, zeros after them), "other".
-    """
-
-    input_ids: str
-    attention_mask: str
-    position_ids: str | None
-    past: tuple[tuple[str, str], ...]
-    present: tuple[tuple[str, str], ...]
-    logits: str
-    axis: int
-    cache_shape: tuple
-    cache_dtype: np.dtype
-    bucketable: bool
-    why: str
-    kind: str = "concat"
-
-    @property
-    def layers(self) -> int:
-        return len(self.past)
-
-
-def find_roles(session: Any) -> DecoderRoles:
-    """The roles of ``session``'s inputs and outputs, by name; a ``ValidationError`` names what
-    is missing or what else the step needs."""
-    inputs = {i.name: i for i in session.get_inputs()}
-    outputs = [o.name for o in session.get_outputs()]
-    where = f"{ONNX}: generation"
-
-    def need(name: str, what: str) -> str:
-        if name not in inputs:
-            raise ValidationError(
-                f"{where}: the model has no '{name}' input ({what}); its inputs are "
-                f"{sorted(inputs)}"
-            )
-        return name
-
-    ids = need("input_ids", "the token ids")
-    mask = need("attention_mask", "the attention mask over past and new tokens")
-    positions = "position_ids" if "position_ids" in inputs else None
-    past, present = _by_layer(inputs, _PAST), _by_layer(outputs, _PRESENT)
-    if not past:
-        raise ValidationError(
-            f"{where}: the model has no past key / value inputs (past_key_values.N.key, "
-            f"past.N.key or past_key_N); its inputs are {sorted(inputs)}"
-        )
-    layers = sorted(past)
-    if layers != list(range(len(layers))):
-        raise ValidationError(f"{where}: the past inputs' layers are {layers}, not 0..N-1")
-    for k in layers:
-        for kind in ("key", "value"):
-            if kind not in past[k]:
-                raise ValidationError(f"{where}: layer {k} has no past {kind} input")
-            if kind not in present.get(k, {}):
-                raise ValidationError(
-                    f"{where}: layer {k} has no present {kind} output (present.{k}.{kind}); "
-                    f"the model's outputs are {outputs}"
-                )
-    if "logits" not in outputs:
-        raise ValidationError(f"{where}: the model has no 'logits' output; outputs: {outputs}")
-    known = {ids, mask, positions} | {n for d in past.values() for n in d.values()}
-    other = sorted(set(inputs) - known)
-    if other:
-        raise ValidationError(
-            f"{where}: the model has inputs with no role in a decode step: {other} (the roles "
-            "are input_ids, attention_mask, position_ids and the past keys and values)"
-        )
-    first = inputs[past[0]["key"]]
-    shape = tuple(first.shape or ())
-    if len(shape) != 4:
-        raise ValidationError(
-            f"{where}: '{first.name}' must be declared with rank 4 [batch, heads, past, head "
-            f"size], got shape {list(shape)}"
-        )
-    axis = 2
-    dtype = session._input_dtypes[[i.name for i in session.get_inputs()].index(first.name)]
-    graph = session.model.graph
-    concat = _present_is_concat(graph, past, present, axis)
-    gqa = _present_is_gqa(graph, past, present, mask) if concat is not None else None
-    kind = "concat"
-    bucketable, why = True, "position_ids is an input and each present is Concat(past, new)"
-    if concat is not None and gqa is None:
-        kind = "gqa"
-        why = (
-            "each present is GroupQueryAttention's over its past alone, and the attention "
-            "mask reaches only its seqlens_k and total_sequence_length"
-        )
-    elif positions is None:
-        bucketable = False
-        why = (
-            "no position_ids input: the model numbers new tokens from the past's size, so a "
-            "padded past would move them"
-        )
-    elif concat is not None:
-        bucketable, why = False, concat
-    if kind == "concat" and concat is not None:
-        kind = "other"
-    return DecoderRoles(
-        ids,
-        mask,
-        positions,
-        tuple((past[k]["key"], past[k]["value"]) for k in layers),
-        tuple((present[k]["key"], present[k]["value"]) for k in layers),
-        "logits",
-        axis,
-        shape,
-        np.dtype(dtype),
-        bucketable,
-        why,
-        kind,
-    )
-
-
-def _present_is_gqa(graph: Any, past: dict, present: dict, mask: str) -> str | None:
-    """None when every present key / value is output 1 / 2 of a com.microsoft
-    GroupQueryAttention whose inputs 3 / 4 are that layer's past (through Identity nodes), no
-    other node reads a past, and the attention mask reaches nothing but GroupQueryAttention's
-    ``seqlens_k`` and ``total_sequence_length`` (inputs 5 and 6): then the past's rows beyond
-    each entry's length, and the mask's padding zeros, change no output but the presents'
-    capacity. Else why not."""
-    producer = {o: n for n in graph.node for o in n.output}
-    readers: dict[str, list] = {}
-    for n in graph.node:
-        for k, name in enumerate(n.input):
-            readers.setdefault(name, []).append((n, k))
-
-    def through(name: str) -> str:
-        node = producer.get(name)
-        while node is not None and node.op_type == "Identity":
-            name = node.input[0]
-            node = producer.get(name)
-        return name
-
-    for layer, kinds in present.items():
-        for slot, kind in ((1, "key"), (2, "value")):
-            out = kinds[kind]
-            node = producer.get(out)
-            while node is not None and node.op_type == "Identity":
-                node = producer.get(node.input[0])
-            is_gqa = node is not None and node.op_type == "GroupQueryAttention"
-            if (
-                not is_gqa
-                or node.domain != "com.microsoft"
-                or through(node.output[slot]) != through(out)
-            ):
-                return f"'{out}' is not a GroupQueryAttention's present"
-            name = past[layer][kind]
-            if len(node.input) <= slot + 2 or through(node.input[slot + 2]) != name:
-                return f"'{out}''s GroupQueryAttention does not read '{name}'"
-            users = [(n, k) for n, k in readers.get(name, [])]
-            if users != [(node, slot + 2)]:
-                return f"'{name}' is read by other nodes than its GroupQueryAttention"
-    # The mask's values and shape flow only into seqlens_k and total_sequence_length.
-    seen, todo = set(), [mask]
-    outputs = {o.name for o in graph.output}
-    while todo:
-        name = todo.pop()
-        if name in outputs:
-            return f"'{mask}' reaches the output '{name}'"
-        for n, k in readers.get(name, []):
-            if n.op_type == "GroupQueryAttention":
-                if k not in (5, 6):
-                    return f"'{mask}' reaches a GroupQueryAttention's input {k}"
-                continue
-            if any(a.type in (5, 10) for a in n.attribute):  # a subgraph
-                return f"'{mask}' reaches a node with a subgraph"
-            if id(n) not in seen:
-                seen.add(id(n))
-                todo.extend(o for o in n.output if o)
-    return None
-
-
-def _present_is_concat(graph: Any, past: dict, present: dict, axis: int) -> str | None:
-    """None when every present output is a Concat of its past input (first) and other values on
-    the cache's sequence axis, through Identity nodes and one-input Concats (the TorchScript
-    exporter's); else why not."""
-    producer = {o: n for n in graph.node for o in n.output}
-
-    def passes(node: Any) -> bool:
-        return node.op_type == "Identity" or (node.op_type == "Concat" and len(node.input) == 1)
-
-    def source(name: str) -> Any:
-        node = producer.get(name)
-        while node is not None and passes(node):
-            name = node.input[0]
-            node = producer.get(name)
-        return node, name
-
-    for k, kinds in present.items():
-        for kind, out in kinds.items():
-            node, _ = source(out)
-            if node is None or node.op_type != "Concat":
-                return f"'{out}' is not a Concat of the past and the new {kind}s"
-            ax = next((a.i for a in node.attribute if a.name == "axis"), None)
-            if ax not in (axis, axis - 4):
-                return f"'{out}' is a Concat on axis {ax}, not the sequence axis {axis}"
-            _, first = source(node.input[0])
-            if first != past[k][kind]:
-                return f"'{out}' is a Concat whose first input is not '{past[k][kind]}'"
-    return None
 
 
 @dataclass

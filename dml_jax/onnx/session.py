@@ -197,7 +197,7 @@ class InferenceSession(ProgramCache):
             floating-point initializers explicitly (over ``mesh``, or the NamedShardings' mesh
             when ``mesh`` is None); they override the defaults.
         buckets: for a decoder step with past keys and values whose padding is provably masked
-            (``generation.find_roles``: it takes ``position_ids`` and each present is
+            (``roles.find_roles``: it takes ``position_ids`` and each present is
             ``Concat(past, new)``), ``run`` pads the past to a bucket length, the attention
             mask with zeros over the padding, and cuts the padding out of the presents, so a
             loop of ``run`` calls compiles a program per bucket, not per token (docs/onnx.md,
@@ -468,7 +468,7 @@ class InferenceSession(ProgramCache):
         and bucket sizes: ``run`` pads a past to a bucket; else None (found once)."""
         if "_buckets_found" not in self.__dict__:
             from .buckets import bucket_sizes
-            from .generation import find_roles
+            from .roles import find_roles
 
             found = None
             if self._buckets_option is not False:
@@ -666,7 +666,7 @@ class InferenceSession(ProgramCache):
 
     def _buckets_line(self) -> str:
         """What ``run`` does with a decoder step's past length (empty for other models)."""
-        from .generation import find_roles
+        from .roles import find_roles
 
         try:
             roles = find_roles(self)
