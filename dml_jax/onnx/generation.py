@@ -24,6 +24,11 @@ padded step's tokens equal the exact step's (tests/test_generation.py). Otherwis
 length is its own program (``explain()`` says why). Prompts are left-padded to the longest (and,
 with buckets, to a bucket), their padding masked, positions counted from each row's first real
 token as Hugging Face's ``generate`` counts them.
+
+A model-builder step (each present a com.microsoft GroupQueryAttention's, ``roles.kind``
+"gqa") keeps each entry's positions first in its cache: the prompts enter the model
+right-padded, the whole buffer is the past, the presents are the next buffer, and the mask
+(ones on each entry's positions and the new one) is what is bucketed.
 """
 
 from __future__ import annotations
@@ -202,14 +207,16 @@ class DecodeSteps:
             by_name[k], by_name[v] = pk, pv
         return [by_name[i.name] for i in self.session.get_inputs()]
 
-    def _program(self, batch: int, seq: int, past: int) -> Any:
+    def _program(self, batch: int, seq: int, past: int, mask: int | None = None) -> Any:
+        """The session's program for ``seq`` new tokens over a past of ``past`` positions and
+        a mask of ``mask`` (default: past + seq)."""
         r = self.roles
         shapes = []
         for i in self.session.get_inputs():
             if i.name in (r.input_ids, r.position_ids):
                 shapes.append((batch, seq))
             elif i.name == r.attention_mask:
-                shapes.append((batch, past + seq))
+                shapes.append((batch, past + seq if mask is None else mask))
             else:
                 shapes.append(self._cache_shape(batch, past))
         return self.session.program(shapes)
@@ -244,6 +251,8 @@ class DecodeSteps:
         entry = self._prefills.get((batch, seq, capacity))
         if entry is not None:
             return entry
+        if self.roles.kind == "gqa":
+            return self._gqa_prefill_fn(batch, seq, capacity)
         program = self._program(batch, seq, 0)
         r = self.roles
         axis = r.axis
@@ -273,13 +282,72 @@ class DecodeSteps:
         self.compiles += 1
         return entry
 
-    def _step_body(self, batch: int, past: int) -> tuple[Any, Any]:
+    def _gqa_prefill_fn(self, batch: int, seq: int, capacity: int) -> Any:
+        """The prefill of a GroupQueryAttention step (``roles.kind`` "gqa"): its cache holds
+        each entry's positions first, so the prompts enter right-padded (the tokens array
+        stays left-padded: each row's prompt moved to the front), over a zero past buffer of
+        ``capacity`` positions that its presents fill; ``mask`` [batch, capacity] has ones on
+        each entry's cached positions. The first token is read at each prompt's last
+        position."""
+        r = self.roles
+        dtype = graph_dtype(r.cache_dtype)
+        program = self._program(batch, seq, capacity, mask=seq)
+
+        def prefill(params, tokens, mask, key):
+            lens = jnp.sum(mask, axis=1).astype(jnp.int32)
+            j = jnp.arange(seq, dtype=jnp.int32)[None]
+            src = jnp.clip(seq - lens[:, None] + j, 0, seq - 1)
+            ids = jnp.where(j < lens[:, None], jnp.take_along_axis(tokens, src, axis=1), self.pad)
+            step_mask = (j < lens[:, None]).astype(mask.dtype)
+            positions = jnp.where(j < lens[:, None], j, 1).astype(jnp.int32)
+            zeros = [jnp.zeros(self._cache_shape(batch, capacity), dtype)] * (2 * r.layers)
+            logits, presents = self._run_model(program, params, ids, step_mask, positions, zeros)
+            last = jnp.take_along_axis(logits, (lens - 1)[:, None, None], axis=1)[:, 0]
+            token = self._select(last, key)
+            token, done = self._finish(token, jnp.zeros((batch,), bool))
+            tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], seq, axis=1)
+            return [p.astype(dtype) for p in presents], [], tokens, done
+
+        fn = jax.jit(prefill, compiler_options=self._options())
+        entry = self._prefills[(batch, seq, capacity)] = (fn, program)
+        self.compiles += 1
+        return entry
+
+    def _gqa_step_body(self, batch: int, total: int, capacity: int) -> tuple[Any, Any]:
+        """A GroupQueryAttention decode step: the whole past buffer of ``capacity`` positions
+        in, a mask of ``total`` (a bucket) with ones on each entry's cached positions and the
+        new one (GroupQueryAttention reads its sum, as ``seqlens_k``, and its length); the
+        presents, the buffers with the new keys written at each entry's length, are the next
+        cache."""
+        program = self._program(batch, 1, capacity, mask=total)
+        dtype = graph_dtype(self.roles.cache_dtype)
+
+        def step(params, state, length):
+            cache, pending, mask, tokens, done, key = state
+            counts = jnp.sum(mask, axis=1).astype(jnp.int32)[:, None]  # cached, per entry
+            ids = jax.lax.dynamic_slice_in_dim(tokens, length - 1, 1, axis=1)
+            step_mask = (jnp.arange(total)[None] < counts + 1).astype(mask.dtype)
+            logits, presents = self._run_model(program, params, ids, step_mask, counts, cache)
+            cache = [p.astype(dtype) for p in presents]
+            mask = (jnp.arange(mask.shape[1])[None] < counts + 1).astype(mask.dtype)
+            key, sub = jax.random.split(key)
+            token = self._select(logits[:, -1], sub)
+            token, done = self._finish(token, done)
+            tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], length, axis=1)
+            return cache, pending, mask, tokens, done, key
+
+        return program, step
+
+    def _step_body(self, batch: int, past: int, capacity: int = 0) -> tuple[Any, Any]:
         """The program for past length ``past`` (a bucket, or exact) and one decode step on it,
         the cache's length a run-time value: (params, state, length) -> state, where the state
         is (cache, pending, mask, tokens, done, key). ``pending`` holds the last token's keys and
         values, which the next step writes into the cache before it reads it: the donated
         buffers are then read only after their in-place update, so XLA copies none of them
-        (written after the read, each buffer was copied at every step)."""
+        (written after the read, each buffer was copied at every step). For a
+        GroupQueryAttention step ``past`` is the mask's bucket (``_gqa_step_body``)."""
+        if self.roles.kind == "gqa":
+            return self._gqa_step_body(batch, past, capacity)
         program = self._program(batch, 1, past)
         axis = self.roles.axis
 
@@ -312,22 +380,22 @@ class DecodeSteps:
 
         return program, step
 
-    def _step_fn(self, batch: int, past: int) -> Any:
+    def _step_fn(self, batch: int, past: int, capacity: int = 0) -> Any:
         """One decode step at past length ``past``, jitted, its state donated."""
-        entry = self._steps.get((batch, past))
+        entry = self._steps.get((batch, past, capacity))
         if entry is None:
-            program, step = self._step_body(batch, past)
+            program, step = self._step_body(batch, past, capacity)
             fn = jax.jit(step, donate_argnums=(1,), compiler_options=self._options())
-            entry = self._steps[(batch, past)] = (fn, program)
+            entry = self._steps[(batch, past, capacity)] = (fn, program)
             self.compiles += 1
         return entry
 
-    def _loop_fn(self, batch: int, past: int) -> Any:
+    def _loop_fn(self, batch: int, past: int, capacity: int = 0) -> Any:
         """Decode steps at past length ``past`` from ``length`` while the length is below
         ``stop`` and a row is not done, in one dispatch (``lax.while_loop``)."""
-        entry = self._loops.get((batch, past))
+        entry = self._loops.get((batch, past, capacity))
         if entry is None:
-            program, step = self._step_body(batch, past)
+            program, step = self._step_body(batch, past, capacity)
             eos = bool(self._eos)
 
             def loop(params, state, length, stop):
@@ -343,7 +411,7 @@ class DecodeSteps:
                 return jax.lax.while_loop(cond, body, (length, state))
 
             fn = jax.jit(loop, donate_argnums=(1,), compiler_options=self._options())
-            entry = self._loops[(batch, past)] = (fn, program)
+            entry = self._loops[(batch, past, capacity)] = (fn, program)
             self.compiles += 1
         return entry
 
@@ -378,12 +446,11 @@ class Generator:
             session._decoder_roles = find_roles(session)
         self.roles = session._decoder_roles
         p, r = self.params, self.roles
-        if r.kind != "concat":
+        if r.kind not in ("concat", "gqa"):
             raise ValidationError(
-                f"{ONNX}: generation: the Generator runs steps whose presents are "
-                f"Concat(past, new); '{r.present[0][0]}' is "
-                + ("GroupQueryAttention's" if r.kind == "gqa" else "not")
-                + " (InferenceSession.run runs such a step, its past in buckets where provable)"
+                f"{ONNX}: generation: '{r.present[0][0]}' is neither Concat(past, new) nor a "
+                "GroupQueryAttention's present; the Generator runs those two (InferenceSession."
+                "run runs any step)"
             )
         self._eos = _eos_ids(p.eos_token_id)
         if p.buckets not in (None, False) and not r.bucketable:
@@ -465,7 +532,8 @@ class Generator:
                 f"{ONNX}: generation: a prompt of {longest} tokens leaves nothing to generate "
                 f"within max_length {p.max_length}"
             )
-        if r.position_ids is None and len(set(map(len, rows))) > 1:
+        gqa = r.kind == "gqa"  # positions from each entry's own length: any padding is fine
+        if not gqa and r.position_ids is None and len(set(map(len, rows))) > 1:
             raise ValidationError(
                 f"{ONNX}: generation: prompts of different lengths need a position_ids input "
                 "(without one the model numbers tokens from the past's size, so left padding "
@@ -474,14 +542,21 @@ class Generator:
         seq = self._length_for(longest)
         self._end = seq + p.max_length - longest
         self.capacity = self._length_for(self._end)
+        # A GroupQueryAttention cache holds each entry's positions first: as many as the
+        # longest prompt and the new tokens, in buckets like the mask that covers them.
+        self._cache_capacity = self._length_for(p.max_length) if gqa else self.capacity
+        self._longest = longest
         batch = p.batch_size
         tokens = np.full((batch, self.capacity), p.pad_token_id, np.int32)
-        mask = np.zeros((batch, self.capacity), np.int32)
+        mask = np.zeros((batch, self._cache_capacity), np.int32)
         for b, row in enumerate(rows):
             tokens[b, seq - len(row) : seq] = row
-            mask[b, seq - len(row) : seq] = 1
+            if gqa:
+                mask[b, : len(row)] = 1
+            else:
+                mask[b, seq - len(row) : seq] = 1
         dev = self.session._device
-        fn, program = self._fns._prefill_fn(batch, seq, self.capacity)
+        fn, program = self._fns._prefill_fn(batch, seq, self._cache_capacity)
         self._mask = jax.device_put(mask, dev)
         self._cache, self._pending, self._tokens, self._done = fn(
             self._fns._params_for(program),
@@ -502,8 +577,9 @@ class Generator:
             raise ValidationError(
                 f"{ONNX}: generation: max_length {self.params.max_length} reached"
             )
-        past = self._length_for(self._length - 1)
-        fn, program = self._fns._step_fn(self.params.batch_size, past)
+        fn, program = self._fns._step_fn(
+            self.params.batch_size, self._step_key(self._length), self._gqa_capacity
+        )
         state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
         state = fn(self._fns._params_for(program), state, jnp.int32(self._length))
         self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state
@@ -523,10 +599,11 @@ class Generator:
             raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
         if self._length >= self._end or self._ended:
             return False
-        past = self._length_for(self._length - 1)
-        # The lengths whose past (length - 1) runs at this bucket: up to past + 1.
-        stop = min(self._end, past + 2)
-        fn, program = self._fns._loop_fn(self.params.batch_size, past)
+        key = self._step_key(self._length)
+        stop = self._length + 1  # the lengths whose step runs at this bucket
+        while stop < self._end and self._step_key(stop) == key:
+            stop += 1
+        fn, program = self._fns._loop_fn(self.params.batch_size, key, self._gqa_capacity)
         state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
         n, state = fn(
             self._fns._params_for(program), state, jnp.int32(self._length), jnp.int32(stop)
@@ -535,6 +612,18 @@ class Generator:
         self._length = int(n)
         self._ended = self._length < stop  # every row met an end token
         return not self._ended and self._length < self._end
+
+    def _step_key(self, length: int) -> int:
+        """The bucket the step at ``length`` (its input token at ``length - 1``) runs at: the
+        past's length for a Concat cache; for a GroupQueryAttention one, the mask's (the
+        longest entry's cached positions and the new one)."""
+        if self.roles.kind == "gqa":
+            return self._length_for(self._longest + length - self._prompt)
+        return self._length_for(length - 1)
+
+    @property
+    def _gqa_capacity(self) -> int:
+        return self._cache_capacity if self.roles.kind == "gqa" else 0
 
     def is_done(self) -> bool:
         """Every sequence ended (an end token) or max_length is reached."""
