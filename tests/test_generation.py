@@ -328,13 +328,29 @@ def test_generate_command(capsys):
     assert "missing.onnx" in capsys.readouterr().err
 
 
-def _gqa_decoder(vocab=50, d=32, heads=4, kv_heads=2, head=16, positions=64):
+def _gqa_decoder(vocab=50, d=32, heads=4, kv_heads=2, head=16, positions=64, nbits=False):
     """A one-layer decoder step in ONNX Runtime GenAI's model-builder form: GroupQueryAttention
     (com.microsoft) with rotary embeddings over its past, ``seqlens_k`` from the attention
-    mask's sum and ``total_sequence_length`` from its length."""
+    mask's sum and ``total_sequence_length`` from its length; with ``nbits`` its projections
+    are int4 MatMulNBits (blocks of 32, symmetric: zero point 8)."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(3)
+    quantized = []
+
+    def projection(x, name, k, n, y):
+        if not nbits:
+            return helper.make_node("MatMul", [x, name], [y])
+        blocks = k // 32
+        codes = rng.integers(0, 16, (n, blocks * 32)).astype(np.uint8)
+        packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+        quantized.extend([
+            numpy_helper.from_array(packed.reshape(n, blocks, 16), name + "_q"),
+            numpy_helper.from_array(rng.uniform(0.1, 0.3, n * blocks).astype(np.float32),
+                                    name + "_scales"),
+        ])  # fmt: skip
+        return helper.make_node("MatMulNBits", [x, name + "_q", name + "_scales"], [y],
+                                domain="com.microsoft", K=k, N=n, bits=4, block_size=32)  # fmt: skip
 
     def w(name, *shape):
         return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
@@ -350,9 +366,9 @@ def _gqa_decoder(vocab=50, d=32, heads=4, kv_heads=2, head=16, positions=64):
              numpy_helper.from_array(np.array(1, np.int64), "index1")]  # fmt: skip
     nodes = [
         helper.make_node("Gather", ["emb", "input_ids"], ["x"]),
-        helper.make_node("MatMul", ["x", "wq"], ["q"]),
-        helper.make_node("MatMul", ["x", "wk"], ["k"]),
-        helper.make_node("MatMul", ["x", "wv"], ["v"]),
+        projection("x", "wq", d, heads * head, "q"),
+        projection("x", "wk", d, kv_heads * head, "k"),
+        projection("x", "wv", d, kv_heads * head, "v"),
         helper.make_node("ReduceSum", ["attention_mask", "axis1"], ["count"], keepdims=0),
         helper.make_node("Sub", ["count", "one"], ["last"]),
         helper.make_node("Cast", ["last"], ["seqlens_k"], to=TensorProto.INT32),
@@ -366,8 +382,10 @@ def _gqa_decoder(vocab=50, d=32, heads=4, kv_heads=2, head=16, positions=64):
             ["y", "present.0.key", "present.0.value"],
             domain="com.microsoft", num_heads=heads, kv_num_heads=kv_heads, do_rotary=1,
         ),
-        helper.make_node("MatMul", ["y", "wo"], ["logits"]),
+        projection("y", "wo", heads * head, vocab, "logits"),
     ]  # fmt: skip
+    if nbits:  # the float weights of the projections give way to their 4-bit codes
+        inits = [i for i in inits if i.name not in ("wq", "wk", "wv", "wo")] + quantized
     cache = ["batch", kv_heads, "past", head]
     graph = helper.make_graph(
         nodes,
@@ -443,6 +461,12 @@ def test_generator_runs_a_group_query_attention_step():
         want = _ort_gqa_loop(model, rows, 24)
         assert len(set(want.ravel().tolist())) > 10  # a reference that can tell caches apart
         np.testing.assert_array_equal(generate(s, rows, 24), want)
+    # int4 MatMulNBits projections (the model builder's quantized form) too.
+    quantized = _gqa_decoder(nbits=True).SerializeToString()
+    rows = [[5, 17, 42], [3, 9, 11, 30, 2, 8, 44]]
+    want4 = _ort_gqa_loop(quantized, rows, 24)
+    assert len(set(want4.ravel().tolist())) > 10
+    np.testing.assert_array_equal(generate(InferenceSession(quantized), rows, 24), want4)
     g = Generator(s, GeneratorParams(s, max_length=7 + 24, batch_size=2))
     g.append_tokens([[5, 17, 42], [3, 9, 11, 30, 2, 8, 44]])
     while not g.is_done():
