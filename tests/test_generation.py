@@ -293,6 +293,8 @@ def test_generation_errors(sessions):
         (lambda: generate(s, [[]], 4), "empty"),
         (lambda: Generator(s).generate_next_token(), "append_tokens"),
         (lambda: Generator(s, GeneratorParams(s, batch_size=2)).append_tokens([[1]]), "batch"),
+        (lambda: InferenceSession(_path("tiny_llama"), buckets=[0, 16]), "buckets"),
+        (lambda: InferenceSession(_path("tiny_llama"), buckets="16"), "buckets"),
     ]
     for call, text in bad:
         with pytest.raises(ValidationError, match=text):
