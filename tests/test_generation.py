@@ -20,7 +20,7 @@ import jax
 import numpy as np
 import pytest
 
-pytest.importorskip("onnx")
+onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from dml_jax import ValidationError
@@ -509,3 +509,89 @@ def test_run_loop_buckets_a_shared_past_present_buffer():
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
     # The prompt (4 tokens, a mask of 4), then masks of 5 to 33 in buckets 16, 32 and 64.
     assert len(s._programs) == 1 + 3
+
+
+def _merged(step: onnx.ModelProto) -> onnx.ModelProto:
+    """Hugging Face Optimum's merged decoder made of a step export: an If on a
+    ``use_cache_branch`` input whose then-branch is the step with its past and whose else-branch
+    is the step over the pasts cut to no position (the decoder without a past; the first step
+    feeds it dummy pasts)."""
+    import copy
+
+    from onnx import TensorProto, helper
+
+    g = step.graph
+    pasts = [i.name for i in g.input if i.name.startswith("past_key_values.")]
+    outs = [o.name for o in g.output]
+
+    def branch(name, prefix, empty):
+        nodes, rename = [], {}
+        if empty:
+            for c, v in (("zero", 0), ("two", 2)):
+                value = helper.make_tensor(c, TensorProto.INT64, [1], [v])
+                nodes.append(helper.make_node("Constant", [], [prefix + c], value=value))
+            for p in pasts:
+                rename[p] = prefix + p
+                nodes.append(helper.make_node("Slice", [p, prefix + "zero", prefix + "zero",
+                                                        prefix + "two"], [prefix + p]))  # fmt: skip
+        for n in g.node:
+            m = copy.deepcopy(n)
+            m.name = prefix + n.name
+            del m.input[:], m.output[:]
+            m.input.extend(rename.get(i, i) for i in n.input)
+            for o in n.output:
+                rename[o] = prefix + o
+                m.output.append(rename[o])
+            nodes.append(m)
+        outputs = []
+        for o in outs:
+            nodes.append(helper.make_node("Identity", [rename[o]], [prefix + "out/" + o]))
+            outputs.append(helper.make_empty_tensor_value_info(prefix + "out/" + o))
+        return helper.make_graph(nodes, name, [], outputs)
+
+    node = helper.make_node("If", ["use_cache_branch"], outs,
+                            then_branch=branch("then", "t/", False),
+                            else_branch=branch("else", "e/", True))  # fmt: skip
+    use = helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])
+    graph = helper.make_graph([node], "merged", [*g.input, use], list(g.output), g.initializer)
+    return helper.make_model(graph, opset_imports=step.opset_import, ir_version=step.ir_version)
+
+
+def test_optimum_merged_decoder():
+    """Optimum's merged decoder (an If on ``use_cache_branch``): the Generator takes the branch
+    without the past for the prompt and the one with it after, bucketed (the Concat found in
+    the then-branch), and gives PyTorch's tokens; ``run`` in Optimum's loop (dummy pasts of
+    one position and use_cache_branch False first) pads the pasts of the cache branch alone
+    and gives onnxruntime's tokens, a program per bucket."""
+    model = _merged(onnx.load(_path("tiny_llama"))).SerializeToString()
+    ref = GREEDY["tiny_llama"]
+    s = InferenceSession(model)
+    roles = find_roles(s)
+    assert roles.use_cache_branch == "use_cache_branch" and roles.bucketable
+    np.testing.assert_array_equal(generate(s, np.array(ref["prompt"]), 24), ref["greedy"])
+    assert s.static_inputs == ("use_cache_branch",)
+    assert len(s._programs) == 1 + 3  # the prompt (no past), then pasts in buckets 16 to 64
+
+    def optimum_loop(sess, steps):
+        prompt = np.array(ref["prompt"])
+        ids, mask = prompt, np.ones(prompt.shape, np.int64)
+        pos = np.broadcast_to(np.arange(5), (2, 5))
+        names = [f"past_key_values.{i}.{k}" for i in range(2) for k in ("key", "value")]
+        past = dict.fromkeys(names, np.zeros((2, 2, 1, 8), np.float32))  # dummies
+        use, out = np.array([False]), []
+        for _ in range(steps):
+            logits, *presents = sess.run(None, {"input_ids": ids, "attention_mask": mask,
+                                                "position_ids": pos, "use_cache_branch": use,
+                                                **past})  # fmt: skip
+            ids = logits[:, -1].argmax(-1)[:, None]
+            out.append(ids)
+            past, use = dict(zip(names, presents)), np.array([True])
+            mask = np.concatenate([mask, np.ones((2, 1), np.int64)], 1)
+            pos = pos[:, -1:] + 1
+        return np.concatenate(out, 1)
+
+    want = optimum_loop(ort.InferenceSession(model, providers=["CPUExecutionProvider"]), 24)
+    np.testing.assert_array_equal(want, ref["greedy"])
+    runs = InferenceSession(model)
+    np.testing.assert_array_equal(optimum_loop(runs, 24), want)
+    assert len(runs._programs) == 1 + 2  # the prompt, then pasts of 5 to 27 in 16 and 32

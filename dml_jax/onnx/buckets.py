@@ -75,6 +75,10 @@ def pad_decoder_feed(
     past = first.shape[axis]
     if past == 0 or any(np.shape(arrays[k]) != first.shape for k in pasts):
         return arrays, None
+    if roles.use_cache_branch is not None:  # a merged decoder: only its branch with the past
+        use = arrays[index[roles.use_cache_branch]]
+        if use is None or not np.all(use):
+            return arrays, None
     if mask.shape[1] != past + ids.shape[1]:
         if roles.kind == "gqa" and ids.shape[1] < mask.shape[1]:
             return _pad_shared_buffer(roles, index, arrays, sizes, past)

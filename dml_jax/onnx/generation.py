@@ -197,17 +197,22 @@ class DecodeSteps:
 
     # -- the steps ----------------------------------------------------------------------
 
-    def _inputs(self, ids, mask, positions, past) -> list:
-        """The step's inputs in the session's input order."""
+    def _inputs(self, ids, mask, positions, past, use_cache: bool = True) -> list:
+        """The step's inputs in the session's input order (a merged decoder's
+        ``use_cache_branch``: ``use_cache``, which its program is specialised on)."""
         r = self.roles
         by_name = {r.input_ids: ids, r.attention_mask: mask}
+        if r.use_cache_branch is not None:
+            by_name[r.use_cache_branch] = jnp.array([use_cache])
         if r.position_ids is not None:
             by_name[r.position_ids] = positions
         for (k, v), (pk, pv) in zip(r.past, zip(past[::2], past[1::2])):
             by_name[k], by_name[v] = pk, pv
         return [by_name[i.name] for i in self.session.get_inputs()]
 
-    def _program(self, batch: int, seq: int, past: int, mask: int | None = None) -> Any:
+    def _program(
+        self, batch: int, seq: int, past: int, mask: int | None = None, use_cache: bool = True
+    ) -> Any:
         """The session's program for ``seq`` new tokens over a past of ``past`` positions and
         a mask of ``mask`` (default: past + seq)."""
         r = self.roles
@@ -217,15 +222,21 @@ class DecodeSteps:
                 shapes.append((batch, seq))
             elif i.name == r.attention_mask:
                 shapes.append((batch, past + seq if mask is None else mask))
+            elif i.name == r.use_cache_branch:
+                shapes.append((1,))
             else:
                 shapes.append(self._cache_shape(batch, past))
-        return self.session.program(shapes)
+        values = {}
+        if r.use_cache_branch is not None:
+            values[r.use_cache_branch] = np.array([use_cache])
+        return self.session.program(shapes, values)
 
-    def _run_model(self, program, params, ids, mask, positions, past) -> tuple:
+    def _run_model(self, program, params, ids, mask, positions, past, use_cache=True) -> tuple:
         from .. import fastpath
 
+        inputs = self._inputs(ids, mask, positions, past, use_cache)
         with fastpath.target_platform(fastpath.platform_of(self.session._device)):
-            outs = program.apply(params, *self._inputs(ids, mask, positions, past))
+            outs = program.apply(params, *inputs)
         names = [o.name for o in self.session.get_outputs()]
         out = dict(zip(names, outs))
         logits = out[self.roles.logits]
@@ -253,7 +264,8 @@ class DecodeSteps:
             return entry
         if self.roles.kind == "gqa":
             return self._gqa_prefill_fn(batch, seq, capacity)
-        program = self._program(batch, seq, 0)
+        # (a merged decoder's prefill takes its branch without the past, as Optimum's does)
+        program = self._program(batch, seq, 0, use_cache=False)
         r = self.roles
         axis = r.axis
         dtype = graph_dtype(r.cache_dtype)
@@ -263,7 +275,7 @@ class DecodeSteps:
             mask = jax.lax.slice_in_dim(mask, 0, seq, axis=1)
             positions = jnp.where(mask > 0, jnp.cumsum(mask, axis=1) - 1, 1).astype(jnp.int32)
             empty = [jnp.zeros(self._cache_shape(batch, 0), dtype)] * (2 * r.layers)
-            logits, presents = self._run_model(program, params, ids, mask, positions, empty)
+            logits, presents = self._run_model(program, params, ids, mask, positions, empty, False)
             cache = [
                 jax.lax.dynamic_update_slice_in_dim(
                     jnp.zeros(self._cache_shape(batch, capacity), dtype), p.astype(dtype), 0, axis

@@ -51,6 +51,8 @@ class DecoderRoles:
         kind: how each present holds the past: "concat" (``Concat(past, new)``: the past's
             positions, then the new ones), "gqa" (GroupQueryAttention's: each entry's valid
             positions first, zeros after them), "other".
+        use_cache_branch: the input of Optimum's merged decoder choosing the step with the
+            past (True) or without it (False), or None.
     """
 
     input_ids: str
@@ -65,6 +67,7 @@ class DecoderRoles:
     bucketable: bool
     why: str
     kind: str = "concat"
+    use_cache_branch: str | None = None
 
     @property
     def layers(self) -> int:
@@ -89,6 +92,8 @@ def find_roles(session: Any) -> DecoderRoles:
     ids = need("input_ids", "the token ids")
     mask = need("attention_mask", "the attention mask over past and new tokens")
     positions = "position_ids" if "position_ids" in inputs else None
+    # Optimum's merged decoder: an If on this input chooses the step with or without the past.
+    use_cache = "use_cache_branch" if "use_cache_branch" in inputs else None
     past, present = _by_layer(inputs, _PAST), _by_layer(outputs, _PRESENT)
     if not past:
         raise ValidationError(
@@ -109,12 +114,13 @@ def find_roles(session: Any) -> DecoderRoles:
                 )
     if "logits" not in outputs:
         raise ValidationError(f"{where}: the model has no 'logits' output; outputs: {outputs}")
-    known = {ids, mask, positions} | {n for d in past.values() for n in d.values()}
+    known = {ids, mask, positions, use_cache} | {n for d in past.values() for n in d.values()}
     other = sorted(set(inputs) - known)
     if other:
         raise ValidationError(
             f"{where}: the model has inputs with no role in a decode step: {other} (the roles "
-            "are input_ids, attention_mask, position_ids and the past keys and values)"
+            "are input_ids, attention_mask, position_ids, use_cache_branch and the past keys and "
+            "values)"
         )
     first = inputs[past[0]["key"]]
     shape = tuple(first.shape or ())
@@ -126,7 +132,7 @@ def find_roles(session: Any) -> DecoderRoles:
     axis = 2
     dtype = session._input_dtypes[[i.name for i in session.get_inputs()].index(first.name)]
     graph = session.model.graph
-    concat = _present_is_concat(graph, past, present, axis)
+    concat = _present_is_concat(graph, past, present, axis, merged=use_cache is not None)
     gqa = _present_is_gqa(graph, past, present, mask) if concat is not None else None
     kind = "concat"
     bucketable, why = True, "position_ids is an input and each present is Concat(past, new)"
@@ -159,6 +165,7 @@ def find_roles(session: Any) -> DecoderRoles:
         bucketable,
         why,
         kind,
+        use_cache,
     )
 
 
@@ -221,10 +228,13 @@ def _present_is_gqa(graph: Any, past: dict, present: dict, mask: str) -> str | N
     return None
 
 
-def _present_is_concat(graph: Any, past: dict, present: dict, axis: int) -> str | None:
+def _present_is_concat(
+    graph: Any, past: dict, present: dict, axis: int, merged: bool = False
+) -> str | None:
     """None when every present output is a Concat of its past input (first) and other values on
     the cache's sequence axis, through Identity nodes and one-input Concats (the TorchScript
-    exporter's); else why not."""
+    exporter's), and with ``merged`` in the then-branch of an If (Optimum's merged decoder);
+    else why not."""
     producer = {o: n for n in graph.node for o in n.output}
 
     def passes(node: Any) -> bool:
@@ -240,6 +250,13 @@ def _present_is_concat(graph: Any, past: dict, present: dict, axis: int) -> str 
     for k, kinds in present.items():
         for kind, out in kinds.items():
             node, _ = source(out)
+            if node is not None and node.op_type == "If" and merged:
+                # Optimum's merged decoder: the cache branch (then) holds the step with its past;
+                # its names resolve in the branch first, then outside it.
+                branch = next(a.g for a in node.attribute if a.name == "then_branch")
+                inner = branch.output[list(node.output).index(out)].name
+                producer = {**producer, **{o: n for n in branch.node for o in n.output}}
+                node, _ = source(inner)
             if node is None or node.op_type != "Concat":
                 return f"'{out}' is not a Concat of the past and the new {kind}s"
             ax = next((a.i for a in node.attribute if a.name == "axis"), None)
