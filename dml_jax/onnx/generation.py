@@ -510,11 +510,13 @@ class Generator:
                 + (f"{self.capacity} positions" if self.capacity else "sized by the prompt")
             ),
         ]
+        # A GroupQueryAttention cache is the whole buffer: its mask's length is what varies.
+        what = "mask length" if r.kind == "gqa" else "past length"
         if self._buckets is None:
-            lines.append(f"past length: exact, a program per length ({r.why})")
+            lines.append(f"{what}: exact, a program per length ({r.why})")
         else:
             sizes = list(self._buckets) or f"powers of two from {MIN_BUCKET}"
-            lines.append(f"past length: bucketed to {sizes} ({r.why})")
+            lines.append(f"{what}: bucketed to {sizes} ({r.why})")
         return "\n".join(lines)
 
     # -- onnxruntime-genai's calls ---------------------------------------------------------------
