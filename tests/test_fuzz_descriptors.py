@@ -329,9 +329,7 @@ def _json_safe(value):
 @fuzz_settings()
 @given(obj=st.one_of(json_descs(), json_descs(), structures().map(_json_safe)))
 def test_operator_desc_from_json_fuzz(obj):
-    from_json = getattr(dml, "operator_desc_from_json", None)
-    if from_json is None:
-        pytest.skip("operator_desc_from_json is not available yet")
+    from_json = dml.operator_desc_from_json
     STATS["json descs"] += 1
     try:
         desc = from_json(obj)

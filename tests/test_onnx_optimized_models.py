@@ -46,7 +46,7 @@ FUSED = {
     "bert_ort_extended": {"FusedMatMul", "BiasGelu", "FusedGemm"},
     "gpt2_ort_extended": {"FusedMatMul", "FastGelu"},
 }
-# Converted in dml_jax/onnx/converters/ms_attention.py (written on branch ms-attn).
+# Converted in dml_jax/onnx/converters/ms_attention.py.
 ATTENTION_OPS = {"Attention", "MultiHeadAttention", "RotaryEmbedding", "GroupQueryAttention"}
 
 
@@ -71,12 +71,7 @@ def test_optimized_model_matches_onnxruntime(name):
     ms_ops = {n.op_type for n in model.graph.node if n.domain == MS}
     assert ms_ops >= FUSED[name], f"{name} lost fused ops: {sorted(FUSED[name] - ms_ops)}"
     missing = sorted(op for op in ms_ops if REGISTRY.entry(MS, op) is None)
-    assert set(missing) <= ATTENTION_OPS, f"no converter for com.microsoft {missing}"
-    if missing:
-        pytest.skip(
-            f"{name} needs the com.microsoft {', '.join(missing)} converter, written separately "
-            "(branch ms-attn); runs once it exists"
-        )
+    assert not missing, f"no converter for com.microsoft {missing}"
     feeds = _feeds(model)
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
     session = InferenceSession(path)
