@@ -287,7 +287,7 @@ def test_generation_errors(sessions):
         (lambda: GeneratorParams(s, max_length=1), "max_length"),
         (lambda: GeneratorParams(s, buckets=[0, 8]), "buckets"),
         (lambda: GeneratorParams(s).set_search_options(beams=4), "beams"),
-        (lambda: Generator(nopos, GeneratorParams(nopos, buckets=[16])), "provably masked"),
+        (lambda: Generator(nopos, GeneratorParams(nopos, buckets=[16])), "padding masked"),
         (lambda: generate(nopos, [[1, 2], [1, 2, 3]], 4), "position_ids"),
         (lambda: generate(s, [[1] * 10], 0), "max_length"),
         (lambda: generate(s, [[]], 4), "empty"),
@@ -299,10 +299,14 @@ def test_generation_errors(sessions):
     for call, text in bad:
         with pytest.raises(ValidationError, match=text):
             call()
-    g = Generator(s, GeneratorParams(s, max_length=10))
+    g = Generator(s, GeneratorParams(s, max_length=4))
     g.append_tokens([[1, 2]])
     with pytest.raises(ValidationError, match="append_tokens after"):
         g.append_tokens([[3]])
+    g.generate_next_token()
+    assert g.is_done()
+    with pytest.raises(ValidationError, match="max_length 4 reached"):
+        g.generate_next_token()
     # A model that is no decoder step: the missing role is named.
     x = helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, 4])
     m = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, 4])
@@ -595,3 +599,24 @@ def test_optimum_merged_decoder():
     runs = InferenceSession(model)
     np.testing.assert_array_equal(optimum_loop(runs, 24), want)
     assert len(runs._programs) == 1 + 2  # the prompt, then pasts of 5 to 27 in 16 and 32
+
+
+def test_decode_steps_drop_the_sessions_cublas_choice_unless_the_caller_made_it():
+    """A decode step's products have a row a sequence, where XLA's own emitters outran cuBLAS
+    (docs/onnx.md, "Generation"): the steps compile without the sessions' default
+    ``xla_gpu_enable_triton_gemm: False``, and keep it where the caller passed it."""
+    from types import SimpleNamespace
+
+    from dml_jax.onnx.generation import TRITON_GEMM, DecodeSteps
+    from dml_jax.onnx.program import GPU_COMPILER_OPTIONS
+
+    assert TRITON_GEMM in GPU_COMPILER_OPTIONS
+    defaults = {**GPU_COMPILER_OPTIONS, "xla_gpu_autotune_level": 2}
+    steps = DecodeSteps.__new__(DecodeSteps)
+    steps.session = SimpleNamespace(compiler_options=defaults, _compiler_options=None)
+    assert steps._options() == {"xla_gpu_autotune_level": 2}
+    chosen = {TRITON_GEMM: False}
+    steps.session = SimpleNamespace(
+        compiler_options={**defaults, **chosen}, _compiler_options=chosen
+    )
+    assert steps._options()[TRITON_GEMM] is False

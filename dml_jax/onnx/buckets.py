@@ -1,6 +1,6 @@
 """Shape buckets for decoder steps: a past length rounded up to a bucket, the padding masked.
 
-A decoder step (``roles.find_roles``) whose padding is provably masked (it takes
+A decoder step (``roles.find_roles``) whose graph shows the padding masked (it takes
 ``position_ids``, and each present is ``Concat(past, new)`` on the sequence axis) gives the same
 outputs for a past padded with zeros from its length ``P`` to a bucket ``L`` when the attention
 mask is zero over the padding: the padded keys only ever meet a zero in the mask. ``run`` then
@@ -38,7 +38,7 @@ def bucket_length(n: int, sizes: Sequence[int] | None) -> int:
 
 def bucket_sizes(option: Any, bucketable: bool, where: str) -> tuple[int, ...] | None:
     """The sizes ``bucket_length`` takes for a ``buckets`` option: None (on where the padding
-    is provably masked: powers of two), True (the same), False (off) or a list of lengths."""
+    is shown masked: powers of two), True (the same), False (off) or a list of lengths."""
     from ..errors import ValidationError
 
     if option is False or (option is None and not bucketable):
@@ -94,27 +94,24 @@ def pad_decoder_feed(
         out[k] = np.concatenate([x, np.zeros(pad, x.dtype)], axis=axis)
     zeros = np.zeros((mask.shape[0], length - past), mask.dtype)
     out[index[roles.attention_mask]] = np.concatenate([mask[:, :past], zeros, mask[:, past:]], 1)
-    presents = [n for pair in roles.present for n in pair]
     new = ids.shape[1]
+    if roles.kind == "gqa":  # each entry's positions first: the first past + new ones
+        return out, _cutter(roles, np.arange(past + new))
+    # Concat(past, new): the past's positions, the padding, then the new ones.
+    return out, _cutter(roles, np.r_[0:past, length : length + new])
+
+
+def _cutter(roles: Any, keep: np.ndarray) -> Callable[[dict], dict]:
+    """The function that keeps the positions ``keep`` of each present of a result."""
+    presents = [n for pair in roles.present for n in pair]
 
     def unpad(result: dict) -> dict:
         for n in presents:
-            if n not in result:
-                continue
-            y = result[n]
-            if roles.kind == "gqa":  # each entry's positions first: the first past + new
-                result[n] = np.take(y, np.arange(past + new), axis)
-                continue
-            result[n] = np.concatenate(
-                [
-                    np.take(y, np.arange(past), axis),
-                    np.take(y, np.arange(length, y.shape[axis]), axis),
-                ],
-                axis=axis,
-            )
+            if n in result:
+                result[n] = np.take(result[n], keep, roles.axis)
         return result
 
-    return out, unpad
+    return unpad
 
 
 def _pad_shared_buffer(
@@ -135,13 +132,4 @@ def _pad_shared_buffer(
         return arrays, None
     out = list(arrays)
     out[k] = np.concatenate([mask, np.zeros((mask.shape[0], length - total), mask.dtype)], 1)
-    keep = max(total, past)
-    presents = [n for pair in roles.present for n in pair]
-
-    def unpad(result: dict) -> dict:
-        for n in presents:
-            if n in result:
-                result[n] = np.take(result[n], np.arange(keep), roles.axis)
-        return result
-
-    return out, unpad
+    return out, _cutter(roles, np.arange(max(total, past)))

@@ -9,12 +9,12 @@ those inputs and outputs by the names the exporters write and checks the cache p
 graph.
 
 The generator keeps the cache on the device in one buffer per layer of ``max_length``
-positions (rounded up to a bucket). Each step reads the buffer's first ``L`` positions as the
-past, runs the session's program for that past length, and writes the new keys and values into
-the buffer at the current length with ``lax.dynamic_update_slice``; the buffers are donated, so
-the write is in place and nothing is copied back to the host. The tokens stay on the device.
+positions (rounded up to a bucket). Each step writes the previous token's keys and values into
+the buffer (``lax.dynamic_update_slice``), then reads the buffer's first ``L`` positions as the
+past and runs the session's program for that past length; the buffers are donated, so the write
+is in place and nothing is copied back to the host. The tokens stay on the device.
 
-Buckets: where the padding is provably masked, the past length ``L`` is rounded up to a bucket
+Buckets: where the step's graph shows the padding masked, the past length ``L`` is rounded up to a bucket
 (powers of two by default, ``GeneratorParams.buckets``) and the positions between the cache's
 length and ``L`` are masked out by the attention mask, so a decode loop over 2,048 positions
 compiles a handful of programs, not one per token. That holds when the model takes
@@ -44,7 +44,7 @@ import numpy as np
 from ..errors import ValidationError
 from .buckets import MIN_BUCKET, bucket_length, bucket_sizes
 from .importer import ONNX, graph_dtype
-from .roles import DecoderRoles, find_roles
+from .roles import DecoderRoles, find_roles, roles_of  # noqa: F401 (find_roles: the API's)
 
 # The XLA option by which sessions put matrix products on cuBLAS (``GPU_COMPILER_OPTIONS``).
 TRITON_GEMM = "xla_gpu_enable_triton_gemm"
@@ -65,7 +65,7 @@ class GeneratorParams:
         pad_token_id: the id put before shorter prompts and after a finished sequence.
         seed: the sampling's random seed.
         buckets: the past lengths programs are compiled for: None (powers of two from 16, where
-            the padding is provably masked), False (every length exact), or a list of lengths.
+            the step's graph shows the padding masked), False (every length exact), or a list of lengths.
     """
 
     session: Any = None
@@ -246,13 +246,14 @@ class DecodeSteps:
     def _select(self, logits: Any, key: Any) -> Any:
         return select_tokens(logits, key, *self.sampling)
 
-    def _finish(self, token: Any, done: Any) -> tuple[Any, Any]:
-        """``token`` where a row is not done yet (else the pad id), and the rows done after it."""
-        token = jnp.where(done, jnp.int32(self.pad), token)
-        hit = jnp.zeros_like(done)
+    def _next(self, logits: Any, key: Any, done: Any, tokens: Any, at: Any) -> tuple[Any, Any]:
+        """The next token of each row chosen from ``logits`` [batch, vocabulary] (the pad id
+        where a row is done) and written into ``tokens`` at column ``at``; the tokens and the
+        rows done after it (an end token)."""
+        token = jnp.where(done, jnp.int32(self.pad), self._select(logits, key))
         for e in self._eos:
-            hit = hit | (token == e)
-        return token, done | hit
+            done = done | (token == e)
+        return jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], at, axis=1), done
 
     def _prefill_fn(self, batch: int, seq: int, capacity: int) -> Any:
         """The prefill for prompts padded to ``seq`` into a cache of ``capacity`` positions:
@@ -282,9 +283,7 @@ class DecodeSteps:
                 )
                 for p in presents
             ]
-            token = self._select(logits[:, -1], key)
-            token, done = self._finish(token, jnp.zeros((batch,), bool))
-            tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], seq, axis=1)
+            tokens, done = self._next(logits[:, -1], key, jnp.zeros((batch,), bool), tokens, seq)
             # The last prompt position again, as the first step's pending keys and values.
             last = [jax.lax.slice_in_dim(c, seq - 1, seq, axis=axis) for c in cache]
             return cache, last, tokens, done
@@ -315,9 +314,7 @@ class DecodeSteps:
             zeros = [jnp.zeros(self._cache_shape(batch, capacity), dtype)] * (2 * r.layers)
             logits, presents = self._run_model(program, params, ids, step_mask, positions, zeros)
             last = jnp.take_along_axis(logits, (lens - 1)[:, None, None], axis=1)[:, 0]
-            token = self._select(last, key)
-            token, done = self._finish(token, jnp.zeros((batch,), bool))
-            tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], seq, axis=1)
+            tokens, done = self._next(last, key, jnp.zeros((batch,), bool), tokens, seq)
             return [p.astype(dtype) for p in presents], [], tokens, done
 
         fn = jax.jit(prefill, compiler_options=self._options())
@@ -343,9 +340,7 @@ class DecodeSteps:
             cache = [p.astype(dtype) for p in presents]
             mask = (jnp.arange(mask.shape[1])[None] < counts + 1).astype(mask.dtype)
             key, sub = jax.random.split(key)
-            token = self._select(logits[:, -1], sub)
-            token, done = self._finish(token, done)
-            tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], length, axis=1)
+            tokens, done = self._next(logits[:, -1], sub, done, tokens, length)
             return cache, pending, mask, tokens, done, key
 
         return program, step
@@ -385,9 +380,7 @@ class DecodeSteps:
                 mask, jnp.ones((batch, 1), mask.dtype), length - 1, axis=1
             )
             key, sub = jax.random.split(key)  # a key a step, whatever the prompt's padding
-            token = self._select(logits[:, -1], sub)
-            token, done = self._finish(token, done)
-            tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], length, axis=1)
+            tokens, done = self._next(logits[:, -1], sub, done, tokens, length)
             return cache, pending, mask, tokens, done, key
 
         return program, step
@@ -454,9 +447,7 @@ class Generator:
         _check_params(self.params)
         if getattr(session, "_layout", None) is not None:
             raise ValidationError(f"{ONNX}: generation: sessions on a mesh are not supported")
-        if "_decoder_roles" not in session.__dict__:
-            session._decoder_roles = find_roles(session)
-        self.roles = session._decoder_roles
+        self.roles = roles_of(session)
         p, r = self.params, self.roles
         if r.kind not in ("concat", "gqa"):
             raise ValidationError(
@@ -464,17 +455,16 @@ class Generator:
                 "GroupQueryAttention's present; the Generator runs those two (InferenceSession."
                 "run runs any step)"
             )
-        self._eos = _eos_ids(p.eos_token_id)
         if p.buckets not in (None, False) and not r.bucketable:
             raise ValidationError(
-                f"{ONNX}: generation: buckets were asked for, but the padding is not provably "
+                f"{ONNX}: generation: buckets were asked for, but the graph does not show the padding "
                 f"masked: {r.why}"
             )
         self._buckets = bucket_sizes(p.buckets, r.bucketable, f"{ONNX}: generation")
         self._fns = DecodeSteps.of(session, self.roles, p)
         self._fns._cache_shape(p.batch_size, 0)  # checks the heads and head size are fixed
-        self.capacity = 0  # the cache's positions, set by the prompt: its padded length and
-        self._end = 0  # the new tokens (max_length less the longest prompt)
+        self.capacity = 0  # the cache's positions, set by the prompt (append_tokens)
+        self._end = 0  # the tokens' length at the end: padded prompt and new tokens
         self._cache: list = []
         self._pending: list = []
         self._ended = False
@@ -555,14 +545,13 @@ class Generator:
             )
         seq = self._length_for(longest)
         self._end = seq + p.max_length - longest
-        self.capacity = self._length_for(self._end)
-        # A GroupQueryAttention cache holds each entry's positions first: as many as the
-        # longest prompt and the new tokens, in buckets like the mask that covers them.
-        self._cache_capacity = self._length_for(p.max_length) if gqa else self.capacity
-        self._longest = longest
+        # The tokens are kept as the padded prompt and the new tokens; a GroupQueryAttention
+        # cache holds each entry's positions first: as many as the longest prompt and the new
+        # tokens, in buckets like the mask that covers them.
+        self.capacity = self._length_for(p.max_length if gqa else self._end)
         batch = p.batch_size
-        tokens = np.full((batch, self.capacity), p.pad_token_id, np.int32)
-        mask = np.zeros((batch, self._cache_capacity), np.int32)
+        tokens = np.full((batch, self._length_for(self._end)), p.pad_token_id, np.int32)
+        mask = np.zeros((batch, self.capacity), np.int32)
         for b, row in enumerate(rows):
             tokens[b, seq - len(row) : seq] = row
             if gqa:
@@ -570,7 +559,7 @@ class Generator:
             else:
                 mask[b, seq - len(row) : seq] = 1
         dev = self.session._device
-        fn, program = self._fns._prefill_fn(batch, seq, self._cache_capacity)
+        fn, program = self._fns._prefill_fn(batch, seq, self.capacity)
         self._mask = jax.device_put(mask, dev)
         self._cache, self._pending, self._tokens, self._done = fn(
             self._fns._params_for(program),
@@ -632,12 +621,14 @@ class Generator:
         past's length for a Concat cache; for a GroupQueryAttention one, the mask's (the
         longest entry's cached positions and the new one)."""
         if self.roles.kind == "gqa":
-            return self._length_for(self._longest + length - self._prompt)
+            return self._length_for(max(self._lengths) + length - self._prompt)
         return self._length_for(length - 1)
 
     @property
     def _gqa_capacity(self) -> int:
-        return self._cache_capacity if self.roles.kind == "gqa" else 0
+        """The cache's positions where a step's program depends on them (GroupQueryAttention
+        steps take the whole buffer), else 0."""
+        return self.capacity if self.roles.kind == "gqa" else 0
 
     def is_done(self) -> bool:
         """Every sequence ended (an end token) or max_length is reached."""
@@ -645,7 +636,7 @@ class Generator:
             return False
         if self._length >= self._end:
             return True
-        return bool(self._eos) and bool(jnp.all(self._done))
+        return bool(self._fns._eos) and bool(jnp.all(self._done))
 
     def get_sequence(self, index: int) -> np.ndarray:
         """Row ``index``: its prompt (without padding) and the tokens generated so far."""

@@ -3,8 +3,9 @@ attention mask, the positions, per layer the past and present keys and values, t
 by the names the exporters write (PyTorch / Optimum ``past_key_values.N.key``, ``present.N.key``;
 ``past.N.key``; ``past_key_N``), and how each present holds its past: ``Concat(past, new)`` on
 the sequence axis (a plain export) or a com.microsoft GroupQueryAttention's (ONNX Runtime GenAI's
-model builder). ``DecoderRoles.bucketable`` says whether a past padded to a bucket length is
-provably masked: what ``run`` (``buckets``) and the ``Generator`` (``generation``) rely on.
+model builder). ``DecoderRoles.bucketable`` says whether the graph shows a past padded to a
+bucket length masked (its structure, not a proof over every computation: docs/onnx.md), which
+``run`` (``buckets``) and the ``Generator`` (``generation``) rely on.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class DecoderRoles:
         axis: the sequence axis of the cache tensors.
         cache_shape: a past key's declared shape (ints and dimension names).
         cache_dtype: the cache's NumPy dtype.
-        bucketable: the padding of a bucketed past is provably masked (``why`` says why not).
+        bucketable: the graph shows the padding of a bucketed past masked (``why`` says why
+            not).
         kind: how each present holds the past: "concat" (``Concat(past, new)``: the past's
             positions, then the new ones), "gqa" (GroupQueryAttention's: each entry's valid
             positions first, zeros after them), "other".
@@ -72,6 +74,21 @@ class DecoderRoles:
     @property
     def layers(self) -> int:
         return len(self.past)
+
+
+def roles_of(session: Any) -> DecoderRoles:
+    """``find_roles(session)``, found once per session (its ``ValidationError`` too): the
+    session's ``run`` buckets, its ``explain`` and its generators share them."""
+    found = session.__dict__.get("_decoder_roles")
+    if found is None:
+        try:
+            found = find_roles(session)
+        except ValidationError as e:
+            found = e
+        session._decoder_roles = found
+    if isinstance(found, ValidationError):
+        raise found
+    return found
 
 
 def find_roles(session: Any) -> DecoderRoles:
@@ -134,24 +151,22 @@ def find_roles(session: Any) -> DecoderRoles:
     graph = session.model.graph
     concat = _present_is_concat(graph, past, present, axis, merged=use_cache is not None)
     gqa = _present_is_gqa(graph, past, present, mask) if concat is not None else None
-    kind = "concat"
-    bucketable, why = True, "position_ids is an input and each present is Concat(past, new)"
-    if concat is not None and gqa is None:
-        kind = "gqa"
+    if concat is None:
+        kind, bucketable = "concat", positions is not None
+        why = (
+            "position_ids is an input and each present is Concat(past, new)"
+            if bucketable
+            else "no position_ids input: the model numbers new tokens from the past's size, so "
+            "a padded past would move them"
+        )
+    elif gqa is None:
+        kind, bucketable = "gqa", True
         why = (
             "each present is GroupQueryAttention's over its past alone, and the attention "
             "mask reaches only its seqlens_k and total_sequence_length"
         )
-    elif positions is None:
-        bucketable = False
-        why = (
-            "no position_ids input: the model numbers new tokens from the past's size, so a "
-            "padded past would move them"
-        )
-    elif concat is not None:
-        bucketable, why = False, concat
-    if kind == "concat" and concat is not None:
-        kind = "other"
+    else:
+        kind, bucketable, why = "other", False, concat
     return DecoderRoles(
         ids,
         mask,

@@ -196,13 +196,16 @@ class InferenceSession(ProgramCache):
         shardings: ``{name: PartitionSpec or NamedSharding}`` placing model inputs and
             floating-point initializers explicitly (over ``mesh``, or the NamedShardings' mesh
             when ``mesh`` is None); they override the defaults.
-        buckets: for a decoder step with past keys and values whose padding is provably masked
-            (``roles.find_roles``: it takes ``position_ids`` and each present is
-            ``Concat(past, new)``), ``run`` pads the past to a bucket length, the attention
-            mask with zeros over the padding, and cuts the padding out of the presents, so a
-            loop of ``run`` calls compiles a program per bucket, not per token (docs/onnx.md,
-            "Generation"). None: powers of two from 16 where provable; False: every length
-            exact; a list: those lengths. Elsewhere it changes nothing.
+        buckets: for a decoder step whose graph shows the padding of its past masked
+            (``roles.find_roles``: ``position_ids`` given and each present ``Concat(past,
+            new)``, also in an Optimum merged decoder's cache branch; or each present a
+            GroupQueryAttention's whose mask reaches only its ``seqlens_k`` and
+            ``total_sequence_length``), ``run`` pads the past (or, over a shared max-length
+            buffer, the mask alone) to a bucket length, the mask with zeros over the padding,
+            and cuts the padding out of the presents, so a loop of ``run`` calls compiles a
+            program per bucket, not per token (docs/onnx.md, "Generation"). None: powers of two
+            from 16 where the graph shows it; False: every length exact; a list: those lengths.
+            Elsewhere it changes nothing.
         compiler_options: XLA options for the compiles ``run`` makes (``jax.jit``'s
             ``compiler_options``), over the session's defaults on GPUs
             (``GPU_COMPILER_OPTIONS``: cuBLAS matrix products; ``{"xla_gpu_enable_triton_gemm":
@@ -464,16 +467,16 @@ class InferenceSession(ProgramCache):
         return [result[n] for n in wanted]
 
     def _run_buckets(self) -> tuple[Any, tuple[int, ...]] | None:
-        """For a decoder step whose past padding is provably masked (``buckets``), its roles
+        """For a decoder step whose graph shows its past padding masked (``buckets``), its roles
         and bucket sizes: ``run`` pads a past to a bucket; else None (found once)."""
         if "_buckets_found" not in self.__dict__:
             from .buckets import bucket_sizes
-            from .roles import find_roles
+            from .roles import roles_of
 
             found = None
             if self._buckets_option is not False:
                 try:
-                    roles = find_roles(self)
+                    roles = roles_of(self)
                 except ValidationError:
                     roles = None
                 if roles is not None:
@@ -666,10 +669,11 @@ class InferenceSession(ProgramCache):
 
     def _buckets_line(self) -> str:
         """What ``run`` does with a decoder step's past length (empty for other models)."""
-        from .roles import find_roles
+        from .buckets import MIN_BUCKET
+        from .roles import roles_of
 
         try:
-            roles = find_roles(self)
+            roles = roles_of(self)
         except ValidationError:
             return ""
         found = self._run_buckets()
@@ -677,7 +681,7 @@ class InferenceSession(ProgramCache):
         if found is None:
             why = "buckets=False" if self._buckets_option is False else roles.why
             return f"buckets: none, every past length exact ({why})"
-        sizes = list(found[1]) or "powers of two from 16"
+        sizes = list(found[1]) or f"powers of two from {MIN_BUCKET}"
         return f"buckets: {names} padded to {sizes}, the padding masked ({roles.why})"
 
     def _program_or_last(self, shapes: Sequence[Sequence[int]] | None, what: str) -> Any:
