@@ -134,7 +134,7 @@ def target_platform(platform: str | None):
     others costs first-call time (each fast path's lax lowering beside it, each CPU form of a
     convolution beside XLA's). Set it only inside a function whose traces run on that
     platform alone (``jax.jit`` caches a trace without this context in its key): an ONNX
-    session's own programs (``session.Program.jitted_for``) do.
+    session's own programs (``program.Program.jitted_for``) do.
     """
     token = _TARGET.set(platform)
     try:

@@ -139,7 +139,7 @@ def test_sessions_on_the_cpu_keep_convolutions_off_ynnpack():
     """On the CPU a session's compiles take CPU_COMPILER_OPTIONS where XLA takes them: its
     convolutions run on XLA's own kernels, not in a YNNPACK fusion (which XLA's default would
     make them, as the caller's options can), while matrix products stay on YNNPACK."""
-    from dml_jax.onnx.session import CPU_COMPILER_OPTIONS, cpu_compiler_defaults
+    from dml_jax.onnx.program import CPU_COMPILER_OPTIONS, cpu_compiler_defaults
 
     if not cpu_compiler_defaults():
         pytest.skip("this XLA does not take CPU_COMPILER_OPTIONS")
@@ -280,7 +280,7 @@ def test_sessions_on_gpus_run_matrix_products_on_cublas_unless_told():
     """On a GPU the compiles of a session take GPU_COMPILER_OPTIONS (no Triton matrix product
     fusions: cuBLAS runs them), with the caller's compiler_options over them; on the CPU they
     take the CPU's defaults and the caller's."""
-    from dml_jax.onnx.session import (
+    from dml_jax.onnx.program import (
         GPU_COMPILER_OPTIONS,
         compiler_options_for,
         cpu_compiler_defaults,

@@ -20,7 +20,7 @@ cores from the dml_jax sample after theirs (benchmarks/experiments/README.md).
 
 ``--session`` times ``InferenceSession(...).run`` instead (inputs and outputs as NumPy arrays,
 as onnxruntime's), whose weights are compiled in on the CPU up to
-``session.CPU_BAKED_WEIGHTS_MAX_BYTES``; ``--weights-as-arguments`` passes them at every call
+``program.CPU_BAKED_WEIGHTS_MAX_BYTES``; ``--weights-as-arguments`` passes them at every call
 instead (the sessions before that rule). ``--no-winograd`` runs every 3x3 convolution as XLA's
 convolution (``gemm_conv._winograd_fits`` never holds): the comparisons of docs/onnx.md, "On
 the CPU".
@@ -30,7 +30,7 @@ Usage: ``JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/experiments/onnx_cpu.p
 [--compiler-options JSON] [--session [--weights-as-arguments]] [--no-winograd]
 [--apart [--rounds 3]]``, from the
 repository root (``--compiler-options`` go over the session's CPU defaults,
-``dml_jax.onnx.session.CPU_COMPILER_OPTIONS``).
+``dml_jax.onnx.program.CPU_COMPILER_OPTIONS``).
 """
 
 from __future__ import annotations

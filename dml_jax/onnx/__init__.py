@@ -110,7 +110,7 @@ def compile_onnx(
     the graph optimizations run on the imported graph (docs/onnx.md, "Graph optimizations").
     ``compiler_options``: XLA options for the compile of the model's calls (``jax.jit``'s
     ``compiler_options``), over a session's defaults on JAX's default backend
-    (``session.GPU_COMPILER_OPTIONS``, ``session.CPU_COMPILER_OPTIONS``; docs/onnx.md,
+    (``program.GPU_COMPILER_OPTIONS``, ``program.CPU_COMPILER_OPTIONS``; docs/onnx.md,
     "First-call time" and "On the CPU"). ``roll_repeats``: as ``InferenceSession``'s.
 
     Raises:

@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from ..errors import ValidationError
-from .cache import STATIC_INPUT_LIMIT, ProgramCache, shape_key, structure_shape  # noqa: F401
+from .cache import ProgramCache, structure_shape
 from .importer import (
     ONNX,
     TYPE_NAMES,
@@ -42,18 +42,11 @@ from .importer import (
     numpy_dtype_of,
     to_graph_array,
 )
-
-# The program and its compile options live in ``program``; these names stay importable here.
-from .program import (  # noqa: F401
+from .program import (
     CPU_BAKED_WEIGHTS_MAX_BYTES,
-    CPU_COMPILER_OPTIONS,
-    GPU_COMPILER_OPTIONS,
     Program,
     check_compiler_options,
-    check_memory,
-    compile_imported,
     compiler_options_for,
-    cpu_compiler_defaults,
     explain,
 )
 from .walk import tensor_elem

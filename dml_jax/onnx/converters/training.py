@@ -390,7 +390,7 @@ def _ancestors(start: int, feeds_of, given) -> set[int]:
 
 
 def _compile(graph: GraphDesc):
-    """The subgraph compiled as the model's graph is (``session.compile_imported``): edges may
+    """The subgraph compiled as the model's graph is (``program.compile_imported``): edges may
     reinterpret, float64 is allowed; the lax lowerings only (JAX differentiates them)."""
     from ...graph import compile_graph
     from ...support import beyond_tables
