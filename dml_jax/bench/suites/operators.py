@@ -6,8 +6,8 @@ device:
 
 - ``dml``: the compiled operator, called the public way (``op(x)``);
 - ``dml-lax``: where a fast path of ``dml_jax.fastpath`` applies to the case (on a GPU), the lax
-  lowering the fast path replaces (``compile_operator(..., fast_paths=False)``), so the choice is
-  documented by a measurement;
+  lowering the fast path replaces (``compile_operator(..., fast_paths=False)``), called the way
+  ``dml`` is (plain, in buffer mode or in place), so the choice is documented by a measurement;
 - ``jnp``: ``jax.jit`` of the obvious hand-written jnp function;
 - ``torch``: PyTorch eager on the same device, when PyTorch is importable and sees it;
 
@@ -17,8 +17,10 @@ read once and every output written once. Also measured: the host overhead of ``o
 ``jax.jit(handwritten)(x)`` on small tensors, and validation + compile of an equal, freshly
 constructed descriptor from a warm cache (``overhead``).
 
-Default shape: 1 GiB of float32 (16, 256, 256, 256), the batch scaled so that every data type
-moves as many bytes; ``--quick``: (2, 8, 16, 32).
+Default shape: 1 GiB of float32 (16, 256, 256, 256); ``--quick``: (2, 8, 16, 32); ``--shape``:
+any float32 N,C,H,W. Every data type runs at the same bytes: its batch is N times 4 over its
+item size (``shape_for``), so a case whose inputs and outputs all have the run's data type and
+shape moves as many bytes in each.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ class Case:
     jnp_fn: Callable | None
     torch_fn: Callable | None
     out_bytes: int
-    kernel: bool = False  # a GPU fast path applies: its lax lowering is timed too
+    # Where a GPU fast path applies: make_dml's call with the lax lowering it replaces.
+    make_lax: Callable[[], Any] | None = None
     notes: str = ""
     input_dtypes: tuple[str, ...] = ()  # per input, where they differ from dtype (IF's condition)
 
@@ -154,14 +157,23 @@ def _cases_for(shape, dtype: str, full: bool) -> list[Case]:
     return cases
 
 
-def _buffer_call(desc: Any) -> Callable:
+def _lax_call(desc: Any) -> Callable:
+    """``desc``'s lax lowering, jitted, with no fast path (what a fast path replaces)."""
+    import jax
+
+    import dml_jax as dml
+
+    return jax.jit(dml.compile_operator(desc, fast_paths=False).fn)
+
+
+def _buffer_call(desc: Any, fast_paths: bool = True) -> Callable:
     """Buffer mode of ``desc``: a call on input buffers, the output buffers made once."""
     import jax.numpy as jnp
 
     import dml_jax as dml
     from dml_jax.buffers import buffer_function
 
-    op = dml.compile_operator(desc)
+    op = dml.compile_operator(desc, fast_paths=fast_paths)
     fn = buffer_function(op)
     outs = [jnp.zeros(t.addressed_elements, t.dtype) for t in op.output_descs]
 
@@ -172,7 +184,7 @@ def _buffer_call(desc: Any) -> Callable:
     return call
 
 
-def _in_place_call(desc: Any) -> Callable:
+def _in_place_call(desc: Any, fast_paths: bool = True) -> Callable:
     """``desc`` run in place: the first input's buffer is donated and holds the output, so the
     XLA program writes over it; every call feeds the previous output back as that input."""
     import jax
@@ -180,7 +192,7 @@ def _in_place_call(desc: Any) -> Callable:
 
     import dml_jax as dml
 
-    op = dml.compile_operator(desc)
+    op = dml.compile_operator(desc, fast_paths=fast_paths)
 
     def first_output(a, *rest):
         result = op.fn(a, *rest)
@@ -199,7 +211,9 @@ def _in_place_call(desc: Any) -> Callable:
 
 
 def _case_of(bc: Any, dtype: str) -> Case:
-    """A registry BenchCase as a timed Case: inputs are its desc's input sizes, bytes its outputs'."""
+    """A registry BenchCase as a timed Case: inputs are its desc's input sizes, bytes its outputs'.
+    Its ``make_lax`` (where a fast path applies) wraps the lax lowering as ``make_dml`` wraps the
+    operator: a compiled operator has a ``desc`` to recompile, a buffer or in-place call has not."""
     import dml_jax as dml
     from dml_jax import fastpath
 
@@ -208,12 +222,15 @@ def _case_of(bc: Any, dtype: str) -> Case:
     if bc.buffers:
         shapes = tuple((t.addressed_elements,) for _, t in desc.input_slots())
         make = functools.partial(_buffer_call, desc)
+        make_lax = functools.partial(_buffer_call, desc, fast_paths=False)
     elif bc.in_place:
         shapes = tuple(t.sizes for _, t in desc.input_slots())
         make = functools.partial(_in_place_call, desc)
+        make_lax = functools.partial(_in_place_call, desc, fast_paths=False)
     else:
         shapes = tuple(t.sizes for _, t in desc.input_slots())
         make = functools.partial(dml.compile_operator, desc)
+        make_lax = functools.partial(_lax_call, desc)
     return Case(
         bc.label,
         desc.operator_type,
@@ -224,7 +241,7 @@ def _case_of(bc: Any, dtype: str) -> Case:
         bc.torch,
         out_bytes,
         # A fast path applies: the lax lowering it replaces is timed too ("dml-lax").
-        kernel=fastpath.select(desc) is not None,
+        make_lax=make_lax if fastpath.select(desc) is not None else None,
         notes=bc.notes,
         input_dtypes=tuple(t.dtype.name for _, t in desc.input_slots()),
     )
@@ -234,13 +251,17 @@ def _case_of(bc: Any, dtype: str) -> Case:
 # Running
 
 
-def run_cases(cases: list[Case], run: Run) -> None:
-    """Times every case; one row per (case, implementation)."""
+def run_cases(cases: list[Case], run: Run, lax_rows: bool | None = None) -> None:
+    """Times every case; one row per (case, implementation).
+
+    Args:
+        lax_rows: time the lax lowering beside each case a fast path covers (``dml-lax``);
+            None: on a GPU, the one platform whose programs take fast paths.
+    """
     import jax
 
-    import dml_jax as dml
-
-    backend = jax.default_backend()
+    if lax_rows is None:
+        lax_rows = jax.default_backend() == "gpu"
     torch = run.torch
     timer = run.timer
     roofline: dict[str, float] = {}
@@ -287,13 +308,16 @@ def run_cases(cases: list[Case], run: Run) -> None:
                 jsync(op(*xs))
                 cold = time.perf_counter() - t
                 record(case, "dml", timer.run(lambda: op(*xs), jsync), cold)
-                if case.kernel and backend == "gpu":
-                    # The lax lowering the fast path replaces, for the record.
-                    lax_op = dml.compile_operator(op.desc, op.feature_level, fast_paths=False)
-                    lax_fn = jax.jit(lax_op.fn)
-                    record(case, "dml-lax", timer.run(lambda: lax_fn(*xs), jsync))
             except Exception as e:  # a case the device or data type cannot run: reported
                 record(case, "dml", None, error=error_text(e))
+            else:
+                if case.make_lax is not None and lax_rows:
+                    # The lax lowering the fast path replaces, for the record.
+                    try:
+                        lax_fn = case.make_lax()
+                        record(case, "dml-lax", timer.run(lambda: lax_fn(*xs), jsync))
+                    except Exception as e:
+                        record(case, "dml-lax", None, error=error_text(e))
         if case.jnp_fn is not None:
             f = jax.jit(case.jnp_fn)
             record(case, "jnp", timer.run(lambda: f(*xs), jsync))
@@ -372,6 +396,22 @@ def measure_overhead(timer_samples: int, calls: int = 2000, log=print) -> dict:
     return out
 
 
+def shape_for(base: tuple[int, ...], dtype: str) -> tuple[int, ...]:
+    """The shape of ``dtype`` that holds as many bytes as the float32 shape ``base``: its batch
+    (first dimension) times 4 over the data type's item size.
+
+    Raises:
+        ValueError: where that batch is not a whole number (float64 from an odd batch).
+    """
+    item = np.dtype(dtype).itemsize
+    if base[0] * 4 % item:
+        raise ValueError(
+            f"a float32 batch of {base[0]} has no {np.dtype(dtype).name} batch of the same bytes "
+            f"(it must be a multiple of {item // math.gcd(4, item)})"
+        )
+    return (base[0] * 4 // item,) + tuple(base[1:])
+
+
 def _parse_shape(text: str) -> tuple[int, ...]:
     shape = tuple(int(s) for s in text.split(","))
     if len(shape) != 4 or shape[1] % 4 or shape[2] % 2 or shape[3] % 2:
@@ -384,8 +424,8 @@ def add_arguments(p: Any) -> None:
         "--shape",
         type=_parse_shape,
         default=None,
-        help=f"float32 shape N,C,H,W (other dtypes scale N to equal bytes; default "
-        f"{GIB_SHAPE_F32}, --quick {QUICK_SHAPE})",
+        help=f"float32 shape N,C,H,W; every other data type scales N to the same bytes "
+        f"(default {GIB_SHAPE_F32}, --quick {QUICK_SHAPE})",
     )
     p.add_argument(
         "--dtypes",
@@ -408,10 +448,13 @@ def run(run: Run) -> int:
         run.log(f"dml-jax bench: bad --dtypes: {e}")
         return 2
     base = args.shape or (QUICK_SHAPE if run.quick else GIB_SHAPE_F32)
+    try:
+        by_dtype = {d: shape_for(base, d) for d in dtypes}
+    except ValueError as e:
+        run.log(f"dml-jax bench: bad --shape for --dtypes: {e}")
+        return 2
     run.report["shapes"] = shapes = {}
-    for dtype in dtypes:
-        scale = 1 if run.quick or args.shape else max(1, 4 // np.dtype(dtype).itemsize)
-        shape = (base[0] * scale,) + tuple(base[1:])
+    for dtype, shape in by_dtype.items():
         shapes[dtype] = list(shape)
         cases = build_cases(shape, [dtype], full=True)
         if args.only:
