@@ -84,9 +84,13 @@ def test_quick_reports_check_what_they_can(quick_reports):
     assert mlp["dml_cold_s"] == mlp["dml_cold_s_all"] > 0
     (line,) = [ln for ln in onnx_models.table(report) if ln.startswith("| mlp |")]
     assert f"| {mlp['dml_cold_s']:.1f} |" in line
-    # the quick run's batch is 2: its batch-1 latency is timed and shown
-    assert mlp["batch"] == 2 and mlp["dml_b1_ms"] > 0
-    assert f"| {mlp['dml_b1_ms']:.3f} |" in line
+    # the quick run's batch is 2: its batch-1 latency is timed per call and shown, for run's
+    # program and for run() whole (host arrays in and out)
+    b1 = mlp["b1_ms"]
+    assert mlp["batch"] == 2 and b1["dml"]["median"] > 0 and b1["dml run()"]["n"] == 3
+    assert f"| {b1['dml']['median']:.3f} / {b1['dml']['p90']:.3f} |" in line
+    # agreement is checked on the timed output itself
+    assert mlp["agree"]["dml"] < 1e-5
 
 
 @pytest.mark.parametrize("network", ["resnet50", "gpt"])
@@ -124,41 +128,51 @@ def test_onnx_models_xla_options_become_compiler_options():
     assert onnx_models._xla_options(SimpleNamespace(args=SimpleNamespace(xla_option=None))) is None
 
 
-def test_onnx_models_times_level_all_and_the_first_level_cold(tmp_path):
-    """With several levels, ``dml_ms`` (the ratios' time) is level all's even where it is not
-    the last, and ``dml_cold_s`` (first s) the first level's, not the last's: later levels reuse
-    the process's compilation work."""
+def _timing_run(**args):
     from types import SimpleNamespace
 
     from dml_jax.bench.harness import Timer
+
+    base = {"levels": ["all"], "latency": True, "xla_option": None, "samples": 1, "ort_cpu": False}
+    return SimpleNamespace(args=SimpleNamespace(**{**base, **args}), quick=True,
+                           timer=Timer(sample_s=0.0, samples=1))  # fmt: skip
+
+
+def test_onnx_models_times_run_s_program_at_each_level(tmp_path):
+    """``dml`` is ``run``'s own program (the session's dispatch: on this CPU the weights
+    baked in as ``run`` does), at level all even where it is not the last; each other level
+    its own configuration; ``dml_cold_s`` the first level's import and first call. Every
+    configuration's output is what ``run`` returns."""
     from dml_jax.bench.suites import onnx_models
+    from dml_jax.onnx import InferenceSession
 
     path = str(tmp_path / "mlp.onnx")
     feeds = onnx_models._mlp_model(path, 4)
-    args = SimpleNamespace(levels=["all", "disable"], latency=True, xla_option=None)
-    run = SimpleNamespace(args=args, timer=Timer(sample_s=0.0, samples=1))
+    run = _timing_run(levels=["disable", "all"])
     row: dict = {}
-    onnx_models._time_onnx(run, row, path, feeds)
-    assert row["dml_ms"] == row["dml_ms_all"]
-    assert row["dml_cold_s"] == row["dml_cold_s_all"]
-    assert row["batch"] == 4 and row["dml_b1_ms"] > 0
+    calls = onnx_models._dml_calls(run, row, path, feeds)
+    session = row.pop("_session")
+    assert session.get_session_options().graph_optimization_level == "all"
+    assert set(calls) == {"dml", "dml disable"}  # no baked form on the CPU: run's is baked
+    assert row["dml_cold_s"] == row["dml_cold_s_disable"] > 0 and row["dml_cold_s_all"] > 0
+    want = InferenceSession(path).run(None, {"x": feeds[0]})[0]
+    for call in calls.values():
+        np.testing.assert_array_equal(np.asarray(call()[0]), want)
+    onnx_models._time(run, row, calls, dict.fromkeys(calls, jax.block_until_ready))
+    assert row["dml_ms"] == row["ms"]["dml"]["median"] > 0 and row["ms"]["dml disable"]["n"] == 1
 
 
 def test_onnx_models_xla_options_reach_the_session(tmp_path):
     """``--xla-option`` is the session's ``compiler_options`` (over its defaults): the session
     checks them, so a name XLA does not know stops the timing with a ValidationError."""
-    from types import SimpleNamespace
-
     import dml_jax as dml
-    from dml_jax.bench.harness import Timer
     from dml_jax.bench.suites import onnx_models
 
     path = str(tmp_path / "mlp.onnx")
     feeds = onnx_models._mlp_model(path, 2)
-    args = SimpleNamespace(levels=["all"], latency=False, xla_option=["xla_no_such_option=true"])
-    run = SimpleNamespace(args=args, timer=Timer(sample_s=0.0, samples=1))
+    run = _timing_run(xla_option=["xla_no_such_option=true"])
     with pytest.raises(dml.ValidationError, match="xla_no_such_option"):
-        onnx_models._time_onnx(run, {}, path, feeds)
+        onnx_models._dml_calls(run, {}, path, feeds)
 
 
 def test_onnx_models_times_a_float16_copy_of_the_model():
@@ -314,3 +328,106 @@ def test_cold_torch_caches_give_a_fresh_directory_and_restore_the_variables(monk
     assert not os.path.exists(tmp)
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/somewhere/else"
     assert "TRITON_CACHE_DIR" not in os.environ
+
+
+def test_alternate_takes_the_samples_in_turn():
+    """Sample k of every configuration comes before sample k + 1 of any, the order rotated each
+    round; each sample is whole dispatches of one configuration."""
+    from dml_jax.bench.harness import Timer
+
+    log = []
+
+    def call(name):
+        return lambda: log.append(name)
+
+    timer = Timer(sample_s=0.0, samples=1)
+    calls = {n: (call(n), lambda _: None) for n in "abc"}
+    taken = timer.alternate(calls, 4)
+    assert {n: len(v) for n, v in taken.items()} == {"a": 4, "b": 4, "c": 4}
+    timed = log[3 * 2 :]  # after warming and sizing each (2 calls), samples of 3 dispatches
+    rounds = [timed[k : k + 9] for k in range(0, len(timed), 9)]
+    firsts = [r[0] for r in rounds]
+    assert firsts == ["a", "b", "c", "a"]
+    assert all(sorted(set(r)) == ["a", "b", "c"] for r in rounds)
+    assert all(r[3 * i] == r[3 * i + 1] == r[3 * i + 2] for r in rounds for i in range(3))
+
+
+def test_ratio_is_paired_and_says_when_its_spread_holds_one():
+    from dml_jax.bench.harness import ratio, summary
+
+    clear = ratio([2.0, 2.2, 1.9, 2.1], [1.0, 1.0, 1.0, 1.0])
+    assert clear["median"] == pytest.approx(2.05) and not clear["crosses_1"]
+    assert clear["p10"] < clear["median"] < clear["p90"]
+    noisy = ratio([1.1, 0.9, 1.05, 0.95], [1.0, 1.0, 1.0, 1.0])
+    assert noisy["crosses_1"]
+    s = summary([0.001, 0.002, 0.003])
+    assert s == {"median": 2.0, "p10": pytest.approx(1.2), "p90": pytest.approx(2.8), "n": 3}
+
+
+def test_latency_syncs_every_call():
+    from dml_jax.bench.harness import Timer
+
+    synced = []
+    timer = Timer(sample_s=0.0, samples=1)
+    taken = timer.latency({"a": (lambda: 1, synced.append), "b": (lambda: 2, synced.append)}, 5)
+    assert len(taken["a"]) == len(taken["b"]) == 5
+    assert synced == [1, 2] + [1, 2, 2, 1] * 2 + [1, 2]  # warm, then rounds in turn
+
+
+def test_reports_hold_their_provenance(tmp_path):
+    """Every report's head: the full commit hash, card, driver, versions of the packages it
+    ran with, the command line and the date, written by the harness."""
+    import re
+    from types import SimpleNamespace
+
+    from dml_jax.bench.harness import PROVENANCE, Run
+
+    args = SimpleNamespace(quick=True, sample_s=None, samples=1)
+    run = Run("onnx_models", args, tmp_path / "r.json", log=lambda *_: None)
+    run.write()
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert set(PROVENANCE) <= set(report)
+    assert report["commit"] is None or re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", report["commit"])
+    assert report["versions"]["jax"] == jax.__version__
+    assert report["versions"]["numpy"] == np.__version__
+    assert (report["driver"] is None) == (report["backend"] != "gpu")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT.*", report["date"])
+    heading = page._heading(report)
+    if report["commit"]:
+        assert f"commit {report['commit'][:12]}" in heading and report["commit"] not in heading
+
+
+def test_resume_continues_one_run_only(tmp_path, monkeypatch):
+    """``--resume`` keeps the rows of a report of the same commit (clean), card, versions and
+    options but ``--only``, and records each part; a report of another commit or other
+    options is not continued."""
+    import sys
+    from types import SimpleNamespace
+
+    from dml_jax.bench import harness
+
+    monkeypatch.setattr(harness, "commit", lambda: "a" * 40)
+    path = tmp_path / "onnx_models.json"
+
+    def part(argv, resume):
+        monkeypatch.setattr(sys, "argv", ["dml-jax bench", *argv])
+        args = SimpleNamespace(quick=False, sample_s=None, samples=10, resume=resume)
+        return harness.Run("onnx_models", args, path, log=lambda *_: None)
+
+    first = part(["--suite", "onnx_models", "--only", "bert"], False)
+    first.add({"model": "bert"})
+    second = part(["--suite", "onnx_models", "--resume", "--only", "gpt2"], True)
+    assert second.done("bert") and not second.done("gpt2")
+    second.add({"model": "gpt2"})
+    report = json.loads(path.read_text())
+    assert [r["model"] for r in report["rows"]] == ["bert", "gpt2"]
+    assert [p["argv"][-1] for p in report["parts"]] == ["bert", "gpt2"]
+    assert "in 2 parts" in page._heading(report)
+    other = part(["--suite", "onnx_models", "--resume", "--dtype", "float32"], True)
+    assert not other.rows
+    monkeypatch.setattr(harness, "commit", lambda: "b" * 40)
+    assert not part(["--suite", "onnx_models", "--resume"], True).rows
+    monkeypatch.setattr(harness, "commit", lambda: "a" * 40 + "+dirty")
+    dirty = part(["--suite", "onnx_models"], False)
+    dirty.write()
+    assert not part(["--suite", "onnx_models", "--resume"], True).rows

@@ -60,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
         help="start no further case after this many seconds (the rest is reported skipped)",
     )
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="a further part of the run whose report is on disk (same commit, card, versions "
+        "and options but --only): its rows are kept and the cases they hold not run again",
+    )
     return p
 
 

@@ -41,11 +41,7 @@ class Timer:
 
     def run(self, call: Callable[[], Any], sync: Callable[[Any], None]) -> float:
         """Seconds per call of ``call()``; ``sync(result)`` waits for the device."""
-        sync(call())  # warm: compile, allocate
-        t = time.perf_counter()
-        sync(call())
-        one = max(time.perf_counter() - t, 1e-7)
-        iters = int(min(self.max_iters, max(3, self.sample_s / one)))
+        iters = self.iterations(call, sync)
         times = []
         for _ in range(self.samples):
             t = time.perf_counter()
@@ -55,6 +51,81 @@ class Timer:
             sync(out)
             times.append((time.perf_counter() - t) / iters)
         return statistics.median(times)
+
+    def iterations(self, call: Callable[[], Any], sync: Callable[[Any], None]) -> int:
+        """Dispatches per sample for ``call``: warmed (compile, allocate), then one timed call
+        says how many fill ``sample_s`` (between 3 and ``max_iters``)."""
+        sync(call())
+        t = time.perf_counter()
+        sync(call())
+        one = max(time.perf_counter() - t, 1e-7)
+        return int(min(self.max_iters, max(3, self.sample_s / one)))
+
+    def alternate(
+        self, calls: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]], samples: int
+    ) -> dict[str, list[float]]:
+        """Seconds per call of each of ``calls`` (name -> (call, sync)), ``samples`` samples
+        each, taken in turn: sample k of every configuration before sample k + 1 of any, the
+        order rotated each round, so that a drift of the card or the host (clocks, another
+        process) falls on all of them alike. Each sample is many dispatches and one sync
+        (throughput). Returns each configuration's samples in the order taken."""
+        iters = {name: self.iterations(call, sync) for name, (call, sync) in calls.items()}
+        names = list(calls)
+        out: dict[str, list[float]] = {name: [] for name in names}
+        for k in range(samples):
+            for name in names[k % len(names) :] + names[: k % len(names)]:
+                call, sync = calls[name]
+                t = time.perf_counter()
+                result = None
+                for _ in range(iters[name]):
+                    result = call()
+                sync(result)
+                out[name].append((time.perf_counter() - t) / iters[name])
+        return out
+
+    def latency(
+        self, calls: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]], samples: int
+    ) -> dict[str, list[float]]:
+        """Seconds of each single call of ``calls`` synced on its own (dispatch and device time
+        added, as a request sees them), ``samples`` calls each, taken in turn as in
+        ``alternate``."""
+        names = list(calls)
+        for call, sync in calls.values():
+            sync(call())
+        out: dict[str, list[float]] = {name: [] for name in names}
+        for k in range(samples):
+            for name in names[k % len(names) :] + names[: k % len(names)]:
+                call, sync = calls[name]
+                t = time.perf_counter()
+                sync(call())
+                out[name].append(time.perf_counter() - t)
+        return out
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (linear between order statistics)."""
+    v = sorted(values)
+    pos = q * (len(v) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def summary(seconds: list[float]) -> dict:
+    """A time's samples as milliseconds: median, p10, p90 and the sample count."""
+    ms = [s * 1e3 for s in seconds]
+    return dict(
+        median=statistics.median(ms), p10=quantile(ms, 0.1), p90=quantile(ms, 0.9), n=len(ms)
+    )
+
+
+def ratio(other: list[float], ours: list[float]) -> dict:
+    """``other`` / ``ours`` from paired samples (taken in turn by ``Timer.alternate``): the
+    median of the per-round ratios, their p10 and p90, and ``crosses_1`` when that spread
+    holds 1.0 (the run cannot tell which is faster)."""
+    pairs = [a / b for a, b in zip(other, ours)]
+    lo, hi = quantile(pairs, 0.1), quantile(pairs, 0.9)
+    return dict(median=statistics.median(pairs), p10=lo, p90=hi, crosses_1=lo <= 1.0 <= hi)
 
 
 def cold_time(call: Callable[[], Any], sync: Callable[[Any], None]) -> tuple[float, Any]:
@@ -107,9 +178,10 @@ def _git(*args: str) -> subprocess.CompletedProcess:
 
 
 def commit() -> str | None:
-    """The checkout's commit (``+dirty`` with uncommitted changes), or None outside git."""
+    """The checkout's commit, its full hash (``+dirty`` with uncommitted changes to tracked
+    files), or None outside git."""
     try:
-        head = _git("rev-parse", "--short=12", "HEAD")
+        head = _git("rev-parse", "HEAD")
         if head.returncode:
             return None
         dirty = _git("status", "--porcelain", "--untracked-files=no")
@@ -139,7 +211,50 @@ def environment() -> dict:
         env["torch"] = torch.__version__
     except ImportError:
         env["torch"] = None
+    env["versions"] = versions()
+    env["driver"] = gpu_driver() if env["backend"] == "gpu" else None
     return env
+
+
+# The packages whose versions a report records (those importable in the run's process).
+PACKAGES = (
+    "jax", "jaxlib", "numpy", "torch", "torchvision", "timm", "transformers", "onnx",
+    "onnxruntime", "onnxscript",
+)  # fmt: skip
+
+
+def versions() -> dict[str, str]:
+    """The installed version of each of ``PACKAGES`` (from the package metadata: nothing is
+    imported), leaving out those not installed."""
+    from importlib import metadata
+
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def gpu_driver() -> str | None:
+    """The NVIDIA driver's version (``nvidia-smi``), or None where it cannot be read."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            check=False, capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.strip().splitlines()
+    return lines[0].strip() if done.returncode == 0 and lines else None
+
+
+# The fields every report's head holds (``environment`` and ``Run``): a test checks them.
+PROVENANCE = (
+    "suite", "device", "device_count", "backend", "jax", "date", "commit", "python", "machine",
+    "torch", "versions", "driver", "argv", "quick",
+)  # fmt: skip
 
 
 class Run:
@@ -155,6 +270,9 @@ class Run:
         sample_s = args.sample_s if args.sample_s is not None else (0.005 if self.quick else 0.05)
         self.timer = Timer(sample_s=sample_s, samples=args.samples)
         self.rows: list[dict] = []
+        self.started_date = datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"
+        )
         self.report: dict = dict(
             suite=suite,
             **environment(),
@@ -164,6 +282,43 @@ class Run:
             skipped=[],
         )
         self._torch: Any = False  # not looked up yet
+        if getattr(args, "resume", False):
+            self._resume()
+
+    def _resume(self) -> None:
+        """``--resume``: the rows of this suite's report at ``path`` carried over when it was
+        written at this very commit (clean), on this device, with the same options but
+        ``--only``; a further part of the same run, recorded under ``parts``. Otherwise the
+        run starts afresh (and says so)."""
+        if self.path is None or not self.path.exists():
+            return
+        old = json.loads(self.path.read_text())
+        same = (
+            old.get("suite") == self.suite
+            and old.get("commit") == self.report["commit"]
+            and "+dirty" not in (old.get("commit") or "+dirty")
+            and old.get("device") == self.report["device"]
+            and old.get("driver") == self.report["driver"]
+            and old.get("versions") == self.report["versions"]
+            and _options(old.get("argv", [])) == _options(self.report["argv"])
+        )
+        if not same:
+            self.log("  --resume: the report on disk is of another commit, device or options;"
+                     " starting afresh")  # fmt: skip
+            return
+        self.rows.extend(old["rows"])
+        self.report["skipped"] = [
+            s for s in old.get("skipped", []) if "--budget-s" not in s["reason"]
+        ]
+        self.report["parts"] = old.get("parts") or [
+            {"argv": old["argv"], "date": old["date"], "elapsed_s": old.get("elapsed_s")}
+        ]
+        self.report["date"] = old["date"]
+        self._part = len(self.report["parts"])
+
+    def done(self, value: Any, key: str = "model") -> bool:
+        """Whether a row with ``key`` == ``value`` is already in the report (``--resume``)."""
+        return any(r.get(key) == value for r in self.rows)
 
     # -- PyTorch, when it is installed and sees a CUDA device ------------------------------
 
@@ -219,10 +374,30 @@ class Run:
         if self.path is None:
             return
         self.report["elapsed_s"] = round(self.elapsed(), 1)
+        if "parts" in self.report:
+            part = {"argv": sys.argv[1:], "date": self.started_date,
+                    "elapsed_s": self.report["elapsed_s"]}  # fmt: skip
+            parts = self.report["parts"]
+            parts[self._part :] = [part]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(self.report, indent=1, default=_json_default) + "\n")
         os.replace(tmp, self.path)
+
+
+def _options(argv: list[str]) -> list[str]:
+    """A command line without ``--only``'s and ``--resume``'s words: the options every part of
+    a resumed run must share."""
+    out, skipping = [], False
+    for word in argv:
+        if word.startswith("--"):
+            skipping = word in ("--only", "--resume")
+            if skipping:
+                continue
+        elif skipping:
+            continue
+        out.append(word)
+    return out
 
 
 def _json_default(value: Any) -> Any:

@@ -30,11 +30,18 @@ def _heading(report: dict) -> str:
         f"{report.get('device', '?')} ({report.get('backend', '?')})",
         f"jax {report.get('jax', '?')}",
     ]
+    if report.get("driver"):
+        parts.append(f"driver {report['driver']}")
     if report.get("torch"):
         parts.append(f"PyTorch {report['torch']}")
-    parts += [str(report.get("date", "?"))[:10], f"commit {report.get('commit') or 'unknown'}"]
+    commit = report.get("commit") or "unknown"
+    head, _, dirty = commit.partition("+")  # a full hash is shown as git shows it, 12 digits
+    short = head[:12] if all(c in "0123456789abcdef" for c in head) else head
+    parts += [str(report.get("date", "?"))[:10], f"commit {short}{'+' + dirty if dirty else ''}"]
     if report.get("quick"):
         parts.append("--quick")
+    if len(report.get("parts") or ()) > 1:
+        parts.append(f"one run in {len(report['parts'])} parts (`--resume`)")
     return " · ".join(parts)
 
 
