@@ -91,6 +91,13 @@ def test_quick_reports_check_what_they_can(quick_reports):
     assert f"| {b1['dml']['median']:.3f} / {b1['dml']['p90']:.3f} |" in line
     # agreement is checked on the timed output itself
     assert mlp["agree"]["dml"] < 1e-5
+    # the decode suite's quick run: the committed tiny decoders' greedy tokens are PyTorch's,
+    # through the Generator and through the run loop, each timed
+    rows = json.loads((quick_reports / "decode.json").read_text())["rows"]
+    assert {r["model"] for r in rows} == {"tiny_gpt2", "tiny_llama"}
+    for r in rows:
+        assert r["same_tokens"] == r["run_same_tokens"] == 1.0
+        assert all(r["tok_s"][n]["median"] > 0 for n in ("dml", "dml per token", "dml run()"))
 
 
 @pytest.mark.parametrize("network", ["resnet50", "gpt"])

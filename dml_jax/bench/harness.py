@@ -431,6 +431,7 @@ SUITES = (
     "attention_lstm",
     "networks",
     "onnx_models",
+    "decode",
     "training",
     "scaling",
 )

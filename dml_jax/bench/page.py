@@ -71,6 +71,10 @@ def render(results: Path) -> str:
             lines.append(f"No report yet: `dml-jax bench --suite {name}`.")
             continue
         lines.append(f"**{_heading(r)}**")
+        if "versions" not in r:
+            lines += ["", ("(A report from before the harness recorded each run's provenance "
+                      "(full commit, driver, package versions): not one run at one commit where "
+                      "its commit field names several.)")]  # fmt: skip
         if r.get("source"):
             lines += ["", r["source"]]
         skipped = r.get("skipped", [])

@@ -511,6 +511,8 @@ def _ratio_text(r: dict | None) -> str:
     """A ratio with its spread: ``1.23 (1.18-1.30)``, marked ``~`` when the spread holds 1.0."""
     if not r:
         return ""
+    if isinstance(r, (int, float)):  # a report from before the paired samples: no spread
+        return f"{r:.2f}"
     mark = " ~" if r.get("crosses_1") else ""
     return f"{r['median']:.2f} ({r['p10']:.2f}-{r['p90']:.2f}){mark}"
 

@@ -1,0 +1,487 @@
+"""The decode suite: greedy generation through ``dml_jax.onnx.Generator`` over a decoder step
+exported from PyTorch (``dml_jax.bench.decoders``: GPT-2 small, an 8-layer LLaMA-style model
+with grouped-query attention, a 1B-class LLaMA), against PyTorch eager with its own cache and
+``torch.compile`` with a static cache, same weights, same prompts, same card.
+
+Per model and batch (``--batch``, 1 and 8), float16, a prompt of ``--prompt`` tokens and
+``--new`` new ones:
+
+- **tokens/s** of the decode (every new token of every row over the time after the first
+  token, one sync at the end), for dml_jax's ``generate_until_done`` (``dml``: one device loop
+  per bucket), its ``generate_next_token`` loop (``dml per token``: onnxruntime-genai's loop),
+  the onnxruntime-style loop (``dml run()``: ``run`` once a token, presents fed back as pasts,
+  host arrays in and out), PyTorch eager with its ``DynamicCache`` (``eager``) and
+  ``transformers``' ``generate`` with a static cache under ``torch.compile``
+  (``compile static``, mode ``reduce-overhead``: CUDA graphs) where it runs. Generations are
+  sampled in turn (``--samples`` rounds, at least 5), the median and p10-p90 reported, and the
+  ratios (``x_eager``, ``x_compile``) as the median of the rounds' ratios with their spread.
+- **time to first token** (the prefill, synced) of dml_jax and PyTorch eager; dml_jax's compile
+  (``warmup_s``: its first generation, which compiles the prefill and the steps) apart.
+- **programs** the generation compiled, and ``new_programs_after_warmup``: the programs a
+  second generation over ``--long`` positions compiled after a first one did (0: bounded by the
+  buckets); ``run_new_programs``: the same for the ``run`` loop.
+- **cache bytes** held by the generator's cache buffers; the **roofline**: the card's copy
+  bandwidth (measured in the run) over the bytes a step must read (the weights and the mean
+  cache), and ``of_roofline``, dml_jax's tokens/s over it.
+- **agreement**: the fraction of float16 greedy tokens equal to PyTorch eager's, the prefill
+  logits' relative difference, and (``--fp32``, on by default off ``--quick``) the float32
+  export's greedy tokens against PyTorch's float32 tokens (``fp32_equal_tokens`` of 64).
+- ``--int4``: the 1B-class model's float16 export quantized by onnxruntime's
+  ``MatMulNBitsQuantizer`` (4 bits, blocks of 32), its tokens/s over the float16 export's.
+
+Needs torch and transformers on a GPU. Without them (``--quick`` on any machine) the suite
+runs the tiny committed decoders (tests/data/decoders) and checks their greedy tokens against
+the PyTorch tokens stored beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from ..harness import ROOT, Run, error_text, ratio, summary
+
+MODELS = ("gpt2", "llama_8l", "llama_1b")
+MIN_ROUNDS = 5
+FIXTURES = ROOT / "tests" / "data" / "decoders"
+
+
+def add_arguments(p: Any) -> None:
+    p.add_argument("--only", nargs="*", default=None, help=f"models (default: {MODELS})")
+    p.add_argument("--batch", nargs="*", type=int, default=[1, 8], help="batch sizes")
+    p.add_argument("--prompt", type=int, default=16, help="prompt tokens")
+    p.add_argument("--new", type=int, default=128, help="new tokens per generation")
+    p.add_argument(
+        "--long", type=int, default=2048, help="positions of the programs-after-warm-up check"
+    )
+    p.add_argument("--no-fp32", dest="fp32", action="store_false", help="no float32 check")
+    p.add_argument("--no-compile", dest="compile", action="store_false", help="no torch.compile")
+    p.add_argument("--int4", action="store_true", help="the 1B model quantized to 4 bits too")
+
+
+def bandwidth(torch: Any) -> float:
+    """Bytes read and written per second by a 1 GiB device copy."""
+    a = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(10):
+        b.copy_(a)
+    torch.cuda.synchronize()
+    return 2 * 2**30 * 10 / (time.perf_counter() - t)
+
+
+def dml_generation(session: Any, prompt: np.ndarray, new: int, per_token: bool = False):
+    """dml_jax's greedy generation: (tokens, ttft_s, decode_s, generator)."""
+    import jax
+
+    from dml_jax.onnx.generation import Generator, GeneratorParams
+
+    batch, length = prompt.shape
+    g = Generator(session, GeneratorParams(session, max_length=length + new, batch_size=batch))
+    t0 = time.perf_counter()
+    g.append_tokens(prompt)
+    jax.block_until_ready(g._tokens)
+    t1 = time.perf_counter()
+    if per_token:
+        while not g.is_done():
+            g.generate_next_token()
+    else:
+        g.generate_until_done()
+    jax.block_until_ready(g._tokens)
+    return g.generated, t1 - t0, time.perf_counter() - t1, g
+
+
+def run_loop(session: Any, prompt: np.ndarray, new: int):
+    """The onnxruntime-style loop: ``run`` once a token, the presents fed back as pasts, the
+    next token the logits' argmax on the host: (tokens, ttft_s, decode_s)."""
+    batch, length = prompt.shape
+    inputs = {i.name: i for i in session.get_inputs()}
+    pasts = [n for n in inputs if n.startswith("past")]
+    key = inputs[pasts[0]].shape
+    dtype = np.float16 if "float16" in inputs[pasts[0]].type else np.float32
+    feed = {"input_ids": prompt, "attention_mask": np.ones((batch, length), np.int64)}
+    if "position_ids" in inputs:
+        feed["position_ids"] = np.broadcast_to(np.arange(length), prompt.shape).copy()
+    for n in pasts:
+        feed[n] = np.zeros((batch, key[1], 0, key[3]), dtype)
+    outputs = [o.name for o in session.get_outputs()]
+    tokens = []
+    t0 = time.perf_counter()
+    for k in range(new):
+        out = dict(zip(outputs, session.run(None, feed)))
+        x = out["logits"][:, -1].argmax(-1)[:, None]
+        tokens.append(x)
+        if k == 0:
+            t1 = time.perf_counter()
+        total = length + k + 1
+        feed = {"input_ids": x, "attention_mask": np.ones((batch, total), np.int64)}
+        if "position_ids" in inputs:
+            feed["position_ids"] = np.full((batch, 1), total - 1)
+        for n in pasts:
+            feed[n] = out[n.replace("past_key_values", "present")]
+    return np.concatenate(tokens, 1), t1 - t0, time.perf_counter() - t1
+
+
+def torch_eager(torch: Any, model: Any, prompt: np.ndarray, new: int):
+    """PyTorch eager's greedy loop with its own cache: (tokens, ttft_s, decode_s)."""
+    ids = torch.as_tensor(prompt, device="cuda")
+    out = []
+    with torch.inference_mode():
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        r = model(input_ids=ids, use_cache=True)
+        x = r.logits[:, -1].argmax(-1, keepdim=True)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        cache = r.past_key_values
+        out.append(x)
+        for _ in range(new - 1):
+            r = model(input_ids=x, past_key_values=cache, use_cache=True)
+            cache = r.past_key_values
+            x = r.logits[:, -1].argmax(-1, keepdim=True)
+            out.append(x)
+        torch.cuda.synchronize()
+    return torch.cat(out, 1).cpu().numpy(), t1 - t0, time.perf_counter() - t1
+
+
+class CompiledStatic:
+    """``transformers``' ``generate`` with a static cache and the model's forward under
+    ``torch.compile(mode="reduce-overhead")`` (its documented recipe): the decode time is a
+    generation of ``new`` tokens less one of a single token (the prefill)."""
+
+    def __init__(self, torch: Any, model: Any):
+        self.torch = torch
+        self.model = model
+        self.forward = model.forward
+        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+
+    def _generate(self, ids: Any, new: int) -> tuple[Any, float]:
+        torch = self.torch
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        out = self.model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                                  cache_implementation="static", pad_token_id=0)  # fmt: skip
+        torch.cuda.synchronize()
+        return out, time.perf_counter() - t
+
+    def __call__(self, prompt: np.ndarray, new: int):
+        ids = self.torch.as_tensor(prompt, device="cuda")
+        with self.torch.inference_mode():
+            _, first = self._generate(ids, 1)
+            out, whole = self._generate(ids, new)
+        return out[:, prompt.shape[1] :].cpu().numpy(), first, whole - first
+
+    def close(self) -> None:
+        self.model.forward = self.forward
+        self.torch._dynamo.reset()
+
+
+def _quick(run: Run) -> None:
+    """The committed tiny decoders, no PyTorch: greedy tokens against PyTorch's stored ones."""
+    from dml_jax.onnx import InferenceSession
+
+    reference = json.loads((FIXTURES / "decoders_greedy.json").read_text())
+    for name, ref in reference.items():
+        prompt = np.asarray(ref["prompt"])
+        want = np.asarray(ref["greedy"])
+        new = want.shape[1]
+        row: dict = {"model": name, "dtype": "float32", "batch": int(prompt.shape[0])}
+        try:
+            session = InferenceSession(str(FIXTURES / f"{name}_step.onnx"))
+            t = time.perf_counter()
+            dml_generation(session, prompt, new)
+            row["warmup_s"] = round(time.perf_counter() - t, 2)
+            dml_generation(session, prompt, new, per_token=True)
+            run_loop(session, prompt, new)
+            calls = {
+                "dml": lambda: dml_generation(session, prompt, new)[:3],
+                "dml per token": lambda: dml_generation(session, prompt, new, True)[:3],
+                "dml run()": lambda: run_loop(session, prompt, new),
+            }
+            _rounds(run, row, calls, max(1, run.args.samples))
+            tokens = dml_generation(session, prompt, new)[0]
+            row["same_tokens"] = float((tokens == want).mean())
+            row["run_same_tokens"] = float((run_loop(session, prompt, new)[0] == want).mean())
+        except Exception as e:
+            row["error"] = error_text(e)
+        run.add(row)
+
+
+def _rounds(run: Run, row: dict, calls: dict[str, Any], rounds: int) -> dict[str, list]:
+    """Each configuration's generation, in turn for ``rounds`` rounds: ``tok_s`` (median,
+    p10, p90 of the decode's tokens/s), ``ttft_ms`` and the ratios against ``dml``."""
+    names = list(calls)
+    decode: dict[str, list[float]] = {n: [] for n in names}
+    ttft: dict[str, list[float]] = {n: [] for n in names}
+    tokens: dict[str, int] = {}
+    for k in range(rounds):
+        for name in names[k % len(names) :] + names[: k % len(names)]:
+            out, first, dec = calls[name]()
+            tokens[name] = out.shape[0] * (out.shape[1] - 1)  # those after the first
+            decode[name].append(dec)
+            ttft[name].append(first)
+    row["tok_s"] = {n: _rate(tokens[n], s) for n, s in decode.items()}
+    row["ttft_ms"] = {n: summary(s) for n, s in ttft.items()}
+    for key, name in (("eager", "eager"), ("compile", "compile static")):
+        if name in decode:
+            row[f"x_{key}"] = ratio(decode[name], decode["dml"])
+    return decode
+
+
+def _rate(tokens: int, seconds: list[float]) -> dict:
+    """Tokens/s of each sample: median, p10, p90 (the p10 of the rate is the slow end)."""
+    s = summary(seconds)
+    return dict(median=tokens / (s["median"] / 1e3), p10=tokens / (s["p90"] / 1e3),
+                p90=tokens / (s["p10"] / 1e3), n=s["n"])  # fmt: skip
+
+
+def _programs(session: Any, prompt: np.ndarray, long: int) -> dict:
+    """Programs compiled by a generation over ``long`` positions after a first one did, for the
+    Generator and for the ``run`` loop (over the same positions, one prompt row)."""
+    first = dml_generation(session, prompt, long - prompt.shape[1])[3]
+    before = first.compiles
+    again = dml_generation(session, prompt, long - prompt.shape[1])[3]
+    out = {"programs_long": before, "new_programs_after_warmup": again.compiles}
+    one = prompt[:1]
+    steps = min(long - one.shape[1], 256)
+    run_loop(session, one, steps)
+    count = len(session._programs)
+    run_loop(session, one, steps)
+    out.update(run_programs=count, run_new_programs=len(session._programs) - count)
+    return out
+
+
+def _int4(path: str, out_path: str) -> None:
+    """``path`` (float16) with its MatMul weights quantized to 4 bits, blocks of 32, by
+    onnxruntime's ``MatMulNBitsQuantizer``."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    model = onnx.load(path)
+    q = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=False)
+    q.process()
+    q.model.save_model_to_file(out_path, use_external_data_format=True)
+
+
+def _model(run: Run, name: str, torch: Any, bw: float) -> None:
+    from dml_jax.bench import decoders
+    from dml_jax.onnx import InferenceSession
+
+    opts = run.args
+    rng = np.random.default_rng(0)
+    model = decoders.build(name)
+    vocab = model.config.vocab_size
+    with tempfile.TemporaryDirectory() as tmp:
+        fp32_eq = None
+        if opts.fp32:
+            try:
+                path = os.path.join(tmp, "fp32.onnx")
+                cuda32 = model.cuda()
+                decoders.export(cuda32, path, device="cuda")
+                prompt = rng.integers(1, vocab, size=(1, opts.prompt))
+                with torch.inference_mode():
+                    want = decoders.greedy(cuda32, prompt, 64, device="cuda")
+                got = dml_generation(InferenceSession(path), prompt, 64)[0]
+                fp32_eq = int((got == want).all(axis=0).cumprod().sum())
+                os.remove(path)
+            except Exception as e:
+                run.add({"model": name, "dtype": "float32", "error": error_text(e)})
+        half = model.half().cuda()
+        path = os.path.join(tmp, "fp16.onnx")
+        t = time.perf_counter()
+        decoders.export(half, path, device="cuda")
+        export_s = round(time.perf_counter() - t, 1)
+        weights = sum(p.numel() * p.element_size() for p in half.parameters())
+        exports = [("float16", path)]
+        if opts.int4 and name == "llama_1b":
+            try:
+                _int4(path, os.path.join(tmp, "int4.onnx"))
+                exports.append(("int4", os.path.join(tmp, "int4.onnx")))
+            except Exception as e:
+                run.add({"model": name, "dtype": "int4", "error": error_text(e)})
+        compiled = None
+        if opts.compile:
+            try:
+                compiled = CompiledStatic(torch, half)
+            except Exception as e:
+                run.skip(f"{name} compile static", error_text(e))
+        float16_tok_s = {}
+        for dtype, file in exports:
+            session = InferenceSession(file)
+            for batch in opts.batch:
+                if run.over_budget():
+                    run.skip(f"{name} {dtype} batch {batch}", f"--budget-s {opts.budget_s}")
+                    continue
+                prompt = rng.integers(1, vocab, size=(batch, opts.prompt))
+                row: dict = {"model": name, "dtype": dtype, "batch": batch,
+                             "prompt": opts.prompt, "new": opts.new, "export_s": export_s}  # fmt: skip
+                if dtype == "float16" and batch == opts.batch[0] and fp32_eq is not None:
+                    row["fp32_equal_tokens"] = fp32_eq
+                try:
+                    _generation_row(run, row, session, half, compiled, prompt, weights, bw, torch)
+                    if dtype == "float16":
+                        float16_tok_s[batch] = row["tok_s"]["dml"]["median"]
+                    elif batch in float16_tok_s:
+                        row["x_float16"] = row["tok_s"]["dml"]["median"] / float16_tok_s[batch]
+                    if batch == opts.batch[0]:
+                        row.update(_programs(session, prompt, opts.long))
+                except Exception as e:
+                    row["error"] = error_text(e)
+                run.add(row)
+            del session
+        if compiled is not None:
+            compiled.close()
+    del model, half
+    torch.cuda.empty_cache()
+
+
+def _generation_row(run, row, session, half, compiled, prompt, weights, bw, torch) -> None:
+    from dml_jax.bench import decoders
+
+    opts = run.args
+    new = opts.new
+    t = time.perf_counter()
+    _, _, _, g = dml_generation(session, prompt, new)
+    dml_generation(session, prompt, new, per_token=True)
+    row["warmup_s"] = round(time.perf_counter() - t, 2)
+    row["programs"] = g.compiles
+    calls = {
+        "dml": lambda: dml_generation(session, prompt, new)[:3],
+        "dml per token": lambda: dml_generation(session, prompt, new, True)[:3],
+        "eager": lambda: torch_eager(torch, half, prompt, new),
+    }
+    if prompt.shape[0] == 1:  # the run loop copies every cache to the host: batch 1 only
+        calls["dml run()"] = lambda: run_loop(session, prompt, min(new, 32))
+    if compiled is not None:
+        try:
+            compiled(prompt, new)  # compiled for this batch and length
+            calls["compile static"] = lambda: compiled(prompt, new)
+        except Exception as e:
+            row["compile_error"] = error_text(e)
+    rounds = max(MIN_ROUNDS, opts.samples)
+    _rounds(run, row, calls, rounds)
+    tokens, _, _, g = dml_generation(session, prompt, new)
+    want = torch_eager(torch, half, prompt, new)[0]
+    row["same_tokens"] = float((tokens == want).mean())
+    with torch.inference_mode():
+        logits = half(input_ids=torch.as_tensor(prompt, device="cuda")).logits
+    row["logits_rel_err"] = _prefill_agreement(session, prompt, logits.float().cpu().numpy())
+    shape = decoders.cache_shape(half, prompt.shape[0], opts.prompt + new)
+    layers = decoders.layer_count(half)
+    row["cache_bytes"] = int(2 * layers * np.prod(shape) * 2)
+    mean = decoders.cache_shape(half, prompt.shape[0], opts.prompt + new // 2)
+    step_bytes = weights + 2 * layers * int(np.prod(mean)) * 2
+    if row["dtype"] == "int4":
+        step_bytes = _file_bytes(session) + 2 * layers * int(np.prod(mean)) * 2
+    row["step_bytes"] = step_bytes
+    row["roofline_tok_s"] = prompt.shape[0] * bw / step_bytes
+    row["of_roofline"] = row["tok_s"]["dml"]["median"] / row["roofline_tok_s"]
+
+
+def _file_bytes(session: Any) -> int:
+    """Bytes of the session's initializers (a quantized model's weights as stored)."""
+    return int(sum(a.nbytes for a in session._initializer_arrays.values()) or 0) or int(
+        sum(np.asarray(v).nbytes for v in session.params.values())
+    )
+
+
+def _prefill_agreement(session: Any, prompt: np.ndarray, want: np.ndarray) -> float:
+    feed = {"input_ids": prompt, "attention_mask": np.ones_like(prompt)}
+    names = {i.name: i for i in session.get_inputs()}
+    if "position_ids" in names:
+        feed["position_ids"] = np.broadcast_to(np.arange(prompt.shape[1]), prompt.shape).copy()
+    for n, i in names.items():
+        if n.startswith("past"):
+            dtype = np.float16 if "float16" in i.type else np.float32
+            feed[n] = np.zeros((prompt.shape[0], i.shape[1], 0, i.shape[3]), dtype)
+    got = session.run(["logits"], feed)[0].astype(np.float32)
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def run(run: Run) -> int:
+    torch = None if run.quick else run.torch
+    if torch is None:
+        if not run.quick:
+            run.skip("decoders", "needs PyTorch on a GPU (transformers builds the models)")
+            return 0
+        _quick(run)
+        run.skip("PyTorch", "--quick runs the committed tiny decoders against stored tokens")
+        return 0
+    bw = bandwidth(torch)
+    run.report["copy_bytes_per_s"] = bw
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for name in run.args.only or MODELS:
+        if run.done(name):
+            continue
+        try:
+            _model(run, name, torch, bw)
+        except Exception as e:
+            run.add({"model": name, "error": error_text(e)})
+    return 0
+
+
+def _r(d: dict | None) -> str:
+    if not d:
+        return ""
+    return f"{d['median']:.2f} ({d['p10']:.2f}-{d['p90']:.2f}){' ~' if d['crosses_1'] else ''}"
+
+
+def table(report: dict) -> list[str]:
+    """One line per model, type and batch."""
+    bw = report.get("copy_bytes_per_s")
+    lines = [
+        "Greedy decode, one prompt per row, "
+        + (f"copy bandwidth {bw / 1e12:.2f} TB/s. " if bw else "")
+        + "`tok/s`: decode tokens/s (median, p10-p90) of `generate_until_done`, `per token` "
+        "of `generate_next_token`, `run()` of the onnxruntime-style loop; `x eager` / "
+        "`x compile`: PyTorch eager's (its own cache) / `torch.compile`'s with a static cache "
+        "decode time over dml_jax's (median of the rounds' ratios, p10-p90, `~` where the "
+        "spread holds 1.0). `TTFT ms`: dml_jax / eager. `roofline`: dml_jax's tokens/s over "
+        "the copy bandwidth divided by the bytes a step reads. `programs`: compiled by a "
+        "generation / new after a warm-up over `--long` positions (Generator; `run()` loop). "
+        "`same`: greedy tokens equal to PyTorch eager's (float16); `fp32`: of 64 in float32.",
+        "",
+        (
+            "| model | type | batch | tok/s | per token | run() | x eager | x compile | TTFT ms "
+            "| roofline | programs | same | fp32 | logits err | note |"
+        ),
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in report["rows"]:
+        tok = r.get("tok_s", {})
+
+        def t(name, tok=tok):
+            return f"{tok[name]['median']:,.0f}" if name in tok else ""
+
+        ttft = r.get("ttft_ms", {})
+        tt = " / ".join(f"{ttft[n]['median']:.1f}" for n in ("dml", "eager") if n in ttft)
+        prog = ""
+        if "programs" in r:
+            prog = f"{r['programs']}"
+            if "new_programs_after_warmup" in r:
+                prog += f"; +{r['new_programs_after_warmup']} (run() +{r['run_new_programs']})"
+        roof = f"{r['of_roofline']:.0%}" if "of_roofline" in r else ""
+        note = r.get("error") or r.get("compile_error") or ""
+        if "x_float16" in r:
+            note = (note + f" {r['x_float16']:.2f}x float16").strip()
+        fp32 = r.get("fp32_equal_tokens", "")
+        same = f"{r['same_tokens']:.2f}" if "same_tokens" in r else ""
+        err = f"{r['logits_rel_err']:.1e}" if "logits_rel_err" in r else ""
+        lines.append(
+            f"| {r['model']} | {r.get('dtype', '')} | {r.get('batch', '')} | {t('dml')} | "
+            f"{t('dml per token')} | {t('dml run()')} | {_r(r.get('x_eager'))} | "
+            f"{_r(r.get('x_compile'))} | {tt} | {roof} | {prog} | {same} | {fp32} | {err} | "
+            f"{note[:80]} |"
+        )
+    return lines
+
+
+__all__ = ["MODELS", "add_arguments", "run", "table"]
