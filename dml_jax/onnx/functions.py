@@ -148,9 +148,8 @@ def inline_graph(walk, graph, bindings, where, walk_nodes) -> list:
     read from ``walk``. Its own names are renamed apart, so one body can be imported many
     times. Returns the values of the subgraph's outputs."""
     import onnx
-    from onnx import numpy_helper
 
-    from .importer import const_value
+    from .importer import array_of, const_value
 
     tag = f"__sub{next(_counter)}_"
     produced = {o for n in graph.node for o in n.output if o}
@@ -166,7 +165,8 @@ def inline_graph(walk, graph, bindings, where, walk_nodes) -> list:
     for name, v in bindings.items():
         walk.values[tag + name] = v
     for init in graph.initializer:
-        walk.values[tag + init.name] = const_value(numpy_helper.to_array(init), where)
+        label = f"{where}: initializer '{init.name}'"
+        walk.values[tag + init.name] = const_value(array_of(init, walk.base_dir, label), label)
     nodes = []
     for inner in graph.node:
         copy = onnx.NodeProto()

@@ -37,7 +37,7 @@ from jax import lax
 
 from ..enums import DataType
 from ..errors import ValidationError
-from ..graph import FunctionNode, GraphDesc
+from ..graph import ConstantDataNode, FunctionNode, GraphDesc
 from ..registry import lookup
 from ..tensor import TensorDesc, packed_strides
 
@@ -187,6 +187,25 @@ def to_graph_array(array: np.ndarray, where: str) -> np.ndarray:
                 "provider does; docs/semantics.md)"
             )
     return array.astype(target)
+
+
+def check_dml_shape(shape: Sequence[int], where: str, what: str) -> None:
+    """A tensor of ONNX ``shape`` that must enter the DML graph as itself (a model input, a
+    constant operand): DirectML tensors have 1 to 8 dimensions and at most 2^32 - 1 elements.
+    The error names ``where`` (the input, node or output) and ``what``."""
+    from ..tensor import MAX_DIMENSIONS, UINT32_MAX
+
+    if len(shape) > MAX_DIMENSIONS:
+        raise ValidationError(
+            f"{ONNX}: {where}: {what} has {len(shape)} dimensions (shape {list(shape)}); a "
+            f"DirectML tensor has at most {MAX_DIMENSIONS}"
+        )
+    count = math.prod(shape)
+    if count > UINT32_MAX:
+        raise ValidationError(
+            f"{ONNX}: {where}: {what} of shape {list(shape)} holds {count} elements; a "
+            f"DirectML tensor holds at most {UINT32_MAX}"
+        )
 
 
 def identity(desc: TensorDesc) -> Any:
@@ -444,6 +463,15 @@ class Builder:
         self._graph_inputs.append((("input", index), n))
         return n
 
+    def constant_data(self, data: np.ndarray, data_type: DataType, shape: Sequence[int]) -> Value:
+        """A constant the graph holds itself (a ``ConstantDataNode``: DirectML's constant data
+        node), for a type no ELEMENT_WISE_IDENTITY takes, so that no graph input can enter
+        through one: UINT4 / INT4, whose ``data`` are DirectML's packed bytes (two elements a
+        byte, element 0 in the low nibble). Each reader reads the bytes through its own desc;
+        the value is ``shape`` elements of ``data_type``. No parameter can replace it."""
+        n = self._append(ConstantDataNode(np.ascontiguousarray(data)))
+        return Value(tuple(int(d) for d in shape), data_type, ("node", n, 0))
+
     def materialize(self, v: Value) -> Value:
         """A constant becomes a graph input read once by an identity node (its consumers then
         view that node's packed output as they like)."""
@@ -456,6 +484,7 @@ class Builder:
                     f"{ONNX}: {self.where}: an empty tensor (shape {list(v.shape)}) cannot be "
                     "an operand of a DML operator"
                 )
+            check_dml_shape(v.shape, self.where, "the constant")
             desc = packed(v.data_type, v.shape)
             array = to_graph_array(v.const, self.where).reshape(desc.sizes)
             g = ("const", len(self.constants))
@@ -512,8 +541,11 @@ class ImportedGraph:
 
     @property
     def constant_bytes(self) -> int:
-        """The bytes of the constant graph inputs (the weights and folded constants)."""
-        return sum(int(np.asarray(c).nbytes) for c in self.constants)
+        """The bytes of the constants (the weights and folded constants): the constant graph
+        inputs and the graph's constant data nodes (``Builder.constant_data``)."""
+        held = () if self.graph is None else self.graph.nodes
+        nodes = sum(d.data_size for d in held if isinstance(d, ConstantDataNode))
+        return nodes + sum(int(np.asarray(c).nbytes) for c in self.constants)
 
 
 Converter = Callable[["Context", Any, list], list]
@@ -559,6 +591,16 @@ class Context:
         if isinstance(v, list | tuple) and v and isinstance(v[0], bytes):
             return [s.decode() for s in v]
         return v
+
+    def tensor_attr(self, name: str) -> np.ndarray | None:
+        """The value of the tensor attribute ``name`` (None when absent), checked as an
+        initializer is (``check_tensor``), external data read from the model's folder."""
+        tensor = self.attrs.get(name)
+        if tensor is None:
+            return None
+        walk = getattr(self, "walk", None)
+        base_dir = getattr(walk, "base_dir", None)
+        return array_of(tensor, base_dir, f"{self.where}: attribute '{name}'")
 
     def fail(self, message: str) -> ValidationError:
         return ValidationError(f"{ONNX}: {self.where}: {message}")
@@ -713,17 +755,79 @@ def shape_of(type_proto: Any, name: str, free: Mapping[str, int], given: Sequenc
     return tuple(dims)
 
 
-def array_of(tensor: Any, base_dir: str | None = None) -> np.ndarray:
+def array_of(tensor: Any, base_dir: str | None = None, where: str | None = None) -> np.ndarray:
     """A TensorProto's value (external data from ``base_dir``: mapped where ``mapped_external``
-    can, else read)."""
+    can, else read), checked before it is read (``check_tensor``): what is wrong with the
+    tensor is a ``ValidationError`` naming ``where`` (default: the initializer)."""
     from onnx import external_data_helper, numpy_helper
 
+    where = where or f"initializer '{tensor.name}'"
+    check_tensor(tensor, where)
     if external_data_helper.uses_external_data(tensor):
         mapped = mapped_external(tensor, base_dir)
         if mapped is not None:
             return mapped
-        external_data_helper.load_external_data_for_tensor(tensor, base_dir or "")
+        try:
+            external_data_helper.load_external_data_for_tensor(tensor, base_dir or "")
+        except Exception as e:  # noqa: BLE001 - onnx's checks and the OS raise many kinds
+            reason = getattr(e, "strerror", None) or str(e).splitlines()[0]
+            raise ValidationError(
+                f"{ONNX}: {where}: its external data cannot be read ({reason})"
+            ) from None
+        check_tensor(tensor, where)  # the bytes read against the dims
     return numpy_helper.to_array(tensor)
+
+
+def _packed_count(elem: int, count: int) -> int:
+    """How many stored units (bytes of raw_data, entries of a typed field) hold ``count``
+    elements of ONNX type ``elem``: 4-bit types pack two to a unit, 2-bit types four."""
+    if elem in (21, 22, 23):
+        return (count + 1) // 2
+    if elem in (25, 26):
+        return (count + 3) // 4
+    return count
+
+
+def check_tensor(tensor: Any, where: str, values: bool = True) -> None:
+    """A TensorProto's data type, dims and (with ``values``) stored values, checked before
+    anything reads them: a data type ONNX defines and DML holds, dims that are sizes, and as
+    many stored values (``raw_data``'s bytes, or entries of the field its type is stored in) as
+    the dims hold, as ONNX Runtime requires. External data is checked once read."""
+    from onnx import TensorProto, helper
+
+    if tensor.HasField("segment"):
+        raise ValidationError(f"{ONNX}: {where}: segmented tensors are not supported")
+    elem = int(tensor.data_type)
+    if elem == TensorProto.UNDEFINED:
+        raise ValidationError(f"{ONNX}: {where}: the tensor has no data type (UNDEFINED)")
+    if elem not in TensorProto.DataType.values():
+        raise ValidationError(
+            f"{ONNX}: {where}: the tensor has data type {elem}, which ONNX does not define"
+        )
+    data_type_of(elem, where)
+    dims = [int(d) for d in tensor.dims]
+    if any(d < 0 for d in dims):
+        raise ValidationError(f"{ONNX}: {where}: dims {dims} hold a negative size")
+    count = math.prod(dims)
+    name = TYPE_NAMES[elem]
+    if not values or tensor.data_location == TensorProto.EXTERNAL:
+        return
+    if tensor.HasField("raw_data"):
+        need = _packed_count(elem, count) * _ONNX_TYPES[elem][1].itemsize
+        if len(tensor.raw_data) != need:
+            raise ValidationError(
+                f"{ONNX}: {where}: raw_data holds {len(tensor.raw_data)} bytes; dims {dims} of "
+                f"{name} need {need}"
+            )
+        return
+    field = helper.tensor_dtype_to_field(elem)
+    have = len(getattr(tensor, field))
+    need = _packed_count(elem, count)
+    if have != need:
+        raise ValidationError(
+            f"{ONNX}: {where}: dims {dims} hold {count} {name} elements, but its {field} "
+            f"holds {have} values"
+        )
 
 
 # Element types whose external data is the NumPy array's own bytes (little-endian, packed).

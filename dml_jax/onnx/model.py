@@ -36,17 +36,24 @@ def load_onnx(path_or_model: Any, *, base_dir: str | None = None, map_weights: b
     if isinstance(path_or_model, str | os.PathLike):
         path = os.fspath(path_or_model)
         try:
-            if not map_weights:
-                return onnx.load(path, load_external_data=True)
             model = onnx.load(path, load_external_data=False)
-            _load_all_but_initializers(model, os.path.dirname(path))
-            return model
-        except FileNotFoundError as e:
-            raise ValidationError(f"ONNX: cannot read '{path}': {e}") from None
         except OSError as e:
             raise ValidationError(f"ONNX: cannot read '{path}': {e}") from None
         except Exception as e:  # noqa: BLE001 - protobuf's decode errors have no common base
             raise ValidationError(f"ONNX: '{path}' is not an ONNX model: {e}") from None
+        from onnx import external_data_helper
+
+        try:
+            if map_weights:
+                _load_all_but_initializers(model, os.path.dirname(path))
+            else:
+                external_data_helper.load_external_data_for_model(model, os.path.dirname(path))
+        except Exception as e:  # noqa: BLE001 - onnx's checks and the OS raise many kinds
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ValidationError(
+                f"ONNX: '{path}': external data cannot be read: {reason}"
+            ) from None
+        return model
     raise ValidationError(
         f"ONNX: expected a path, bytes or an onnx.ModelProto, got {type(path_or_model).__name__}"
     )

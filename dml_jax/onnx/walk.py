@@ -30,6 +30,8 @@ from .importer import (
     SequenceValue,
     Value,
     array_of,
+    check_dml_shape,
+    check_tensor,
     const_value,
     data_type_of,
     numpy_dtype_of,
@@ -49,6 +51,7 @@ class Walk:
     values: dict[str, Value] = field(default_factory=dict)
     report: list[tuple[str, str]] = field(default_factory=list)
     max_memory: int | None = None
+    base_dir: str | None = None  # where external data is (attribute tensors read it too)
 
 
 def import_graph(
@@ -93,7 +96,7 @@ def import_graph(
     fixed = dict(input_values or {})
     graph = model.graph
     opsets = opsets_of(model)
-    walk = Walk(Builder(), opsets, converters, max_memory=max_memory or None)
+    walk = Walk(Builder(), opsets, converters, max_memory=max_memory or None, base_dir=base_dir)
     _check_graph(graph, opsets, max_memory or None)
     walk.builder.sizes = {k: tuple(int(n) for n in v) for k, v in (sizes or {}).items()}
     builder, values = walk.builder, walk.values
@@ -109,7 +112,9 @@ def import_graph(
         except ValidationError:
             raise
         except Exception as e:  # noqa: BLE001 - protobuf and numpy raise many kinds
-            raise ValidationError(f"{ONNX}: {where}: cannot be read: {e}") from None
+            raise ValidationError(
+                f"{ONNX}: {where}: cannot be read ({type(e).__name__}: {e})"
+            ) from None
         param = init.name if jnp.issubdtype(array.dtype, jnp.floating) else None
         values[init.name] = const_value(array, where, param=param)
     for sparse in graph.sparse_initializer:
@@ -132,6 +137,7 @@ def import_graph(
             else:  # an empty tensor: its value is known (DML tensors have no empty sizes)
                 array = np.zeros(shape, input_dtypes[-1])
             return const_value(array, where)
+        check_dml_shape(shape, where, "the input")
         n = builder.graph_input(index, shape, t)
         carried = elem if elem in CARRIED else 0
         return Value(shape, t, ("node", n, 0), None, elem == BOOL, None, deps, carried=carried)
@@ -235,16 +241,14 @@ def _check_graph(graph: Any, opsets: Mapping[str, int], max_memory: int | None) 
         if init.name in producer:
             raise ValidationError(f"{ONNX}: {where}: a second initializer of that name")
         producer[init.name] = where
-        dims = list(init.dims)
-        if any(d < 0 for d in dims):
-            raise ValidationError(f"{ONNX}: {where}: dims {dims} hold a negative size")
-        size = np.dtype(numpy_dtype_of(init.data_type, where)).itemsize if init.data_type else 1
-        total += math.prod(dims) * size
+        check_tensor(init, where, values=False)  # nothing is read before the budget's check
+        total += math.prod(init.dims) * np.dtype(numpy_dtype_of(init.data_type, where)).itemsize
         if max_memory and total > max_memory:
             raise ValidationError(
                 f"{ONNX}: {where}: the initializers need {total} bytes, more than the memory "
                 f"budget of {max_memory} bytes (max_memory, --max-memory)"
             )
+        check_tensor(init, where)
     for inp in graph.input:
         if inp.name in producer and not producer[inp.name].startswith("initializer"):
             raise ValidationError(f"{ONNX}: input '{inp.name}': a second input of that name")

@@ -39,6 +39,7 @@ from ..importer import (
     Builder,
     NeedsValues,
     Value,
+    array_of,
     const_value,
     leaves,
     rebuild,
@@ -186,16 +187,15 @@ def import_body(ctx: Any, graph: Any, formal: list, label: str, marker: str | No
     it = iter(stand_ins)
     bound = [rebuild(f, it) for f in formal]
 
-    walk = Walk(builder, dict(outer.opsets), outer.converters)
+    walk = Walk(builder, dict(outer.opsets), outer.converters, base_dir=outer.base_dir)
     walk.values = _Scope(outer.values, capture)
     if len(graph.input) != len(formal):
         raise ctx.fail(f"{label} has {len(graph.input)} inputs; {len(formal)} are expected")
     for formal_input, value in zip(graph.input, bound):
         walk.values[formal_input.name] = value
-    from onnx import numpy_helper
-
     for init in graph.initializer:
-        walk.values[init.name] = const_value(numpy_helper.to_array(init), f"{label} initializer")
+        where = f"{ctx.where} > {label}: initializer '{init.name}'"
+        walk.values[init.name] = const_value(array_of(init, outer.base_dir, where), where)
     try:
         walk_nodes(walk, list(graph.node), "")
         outputs = []

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ...enums import DataType
-from ..importer import array_of, data_type_of, packed, to_graph_array
+from ..importer import data_type_of, packed, to_graph_array
 from . import converter
 from ._common import axis_of, cast_value, op, view
 from .movement import empty, typed_scalar
@@ -25,7 +25,7 @@ from .movement import empty, typed_scalar
 @converter("Constant")
 def _constant(ctx, node, inputs):
     if "value" in ctx.attrs:
-        return [ctx.constant(array_of(ctx.attrs["value"]))]
+        return [ctx.constant(ctx.tensor_attr("value"))]
     for name, dtype in (("value_float", np.float32), ("value_int", np.int64)):
         if name in ctx.attrs:
             return [ctx.constant(np.asarray(ctx.attrs[name], dtype))]
@@ -56,8 +56,8 @@ def _constant_of_shape(ctx, node, inputs):
     shape = [int(d) for d in np.asarray(ctx.const(inputs[0], "input")).reshape(-1)]
     if any(d < 0 for d in shape):
         raise ctx.fail(f"shape {shape} has a negative dimension")
-    tensor = ctx.attrs.get("value")
-    value = np.zeros(1, np.float32) if tensor is None else array_of(tensor).reshape(-1)
+    value = ctx.tensor_attr("value")
+    value = np.zeros(1, np.float32) if value is None else value.reshape(-1)
     if value.size != 1:
         raise ctx.fail(f"value must hold one element, got {value.size}")
     if 0 in shape:

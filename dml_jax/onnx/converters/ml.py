@@ -100,14 +100,12 @@ _TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 
 
 def _tensor_attr(ctx, name: str, required: bool = True) -> np.ndarray | None:
-    from onnx import numpy_helper
-
-    value = ctx.attrs.get(name)
+    value = ctx.tensor_attr(name)
     if value is None:
         if required:
             raise ctx.fail(f"attribute '{name}' is required")
         return None
-    return numpy_helper.to_array(value).reshape(-1)
+    return value.reshape(-1)
 
 
 def _bounds(split: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:

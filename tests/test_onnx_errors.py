@@ -1,0 +1,153 @@
+"""What is wrong with a model is said as such: each error path here once escaped
+``InferenceSession`` or ``dml-jax run`` as an internal exception's type and text passed on by the
+import walk (``node 0 (Constant): KeyError: 99``), or as a DirectML TensorDesc message naming
+no ONNX node. Each case is a one-line ``ValidationError`` naming the node (or input, output,
+initializer) and the model's fault; the command line prints it as its one error line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import tempfile
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper
+
+from dml_jax import ValidationError, cli
+from dml_jax.onnx import InferenceSession
+
+FLOAT = TensorProto.FLOAT
+BUDGET = 64 << 20
+
+
+def _model(nodes, inputs=(), inits=(), output="y", opset=17):
+    graph = helper.make_graph(
+        nodes, "g", list(inputs), [helper.make_tensor_value_info(output, FLOAT, None)], list(inits)
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def _raises(model, pattern: str, feed=None, cli_pattern: str | None = None) -> None:
+    """``pattern`` from the session (built and run) and as the command line's one error line
+    (``cli_pattern`` where it reads the model another way)."""
+    with pytest.raises(ValidationError, match=pattern) as caught:
+        InferenceSession(model.SerializeToString(), max_memory=BUDGET).run(None, feed or {})
+    assert "\n" not in str(caught.value)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.onnx")
+        with open(path, "wb") as f:
+            f.write(model.SerializeToString())  # as it is (onnx.save writes external data)
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = cli.main(["run", path, "--max-memory", str(BUDGET)])
+    lines = err.getvalue().strip().splitlines()
+    assert code == 1 and len(lines) == 1, err.getvalue()
+    # The command line reads the model as an ONNX dispatchable of a DxDispatch model.
+    head = f'error: {path}: dispatchables["model.onnx"]: '
+    if cli_pattern is not None:
+        assert re.search(cli_pattern, lines[0]), lines[0]
+        return
+    assert lines[0].startswith(head), lines[0]
+    assert re.search(pattern, lines[0].removeprefix(head)), lines[0]
+
+
+def _tensor(elem=FLOAT, dims=(1,), values=(1.0,), raw: bytes | None = None):
+    t = helper.make_tensor("v", FLOAT, [len(values)], list(values))
+    t.data_type = elem
+    del t.dims[:]
+    t.dims.extend(dims)
+    if raw is not None:
+        del t.float_data[:]
+        t.raw_data = raw
+    return t
+
+
+# (tensor change, what the message says): data types ONNX does not define or DML does not hold,
+# dims and stored values that disagree. The fuzzer's cases first: KeyError: 99, "cannot reshape
+# array of size 1 into shape (1099511627776,)", "The element type in the input tensor is
+# UNDEFINED".
+BAD_TENSORS = [
+    ({"elem": 99}, r"has data type 99, which ONNX does not define"),
+    (
+        {"dims": (2**40,)},
+        r"dims \[1099511627776\] hold 1099511627776 float elements, but its float_data holds 1",
+    ),
+    ({"elem": 0}, r"has no data type \(UNDEFINED\)"),
+    ({"elem": -3}, r"has data type -3, which ONNX does not define"),
+    ({"elem": TensorProto.COMPLEX64}, r"element type complex64 has no DML data type"),
+    ({"dims": (2, -1)}, r"dims \[2, -1\] hold a negative size"),
+    ({"dims": (3,), "values": (1.0, 2.0)}, r"dims \[3\] hold 3 float elements, but its float_"),
+    ({"dims": (2,), "raw": b"\0" * 4}, r"raw_data holds 4 bytes; dims \[2\] of float need 8"),
+    ({"elem": TensorProto.INT4, "dims": (3,), "raw": b"\0"}, r"dims \[3\] of int4 need 2"),
+    ({"elem": TensorProto.INT64, "dims": (1,)}, r"int64_data holds 0 values"),
+]
+
+
+@pytest.mark.parametrize("change, pattern", BAD_TENSORS)
+def test_constant_value_is_checked_before_it_is_read(change, pattern):
+    node = helper.make_node("Constant", [], ["y"], value=_tensor(**change))
+    _raises(_model([node]), r"^ONNX: node 0 \(Constant\): attribute 'value': .*" + pattern)
+
+
+# (Dims of 2^40 in an initializer are the memory budget's: it is checked before any value.)
+@pytest.mark.parametrize("change, pattern", [BAD_TENSORS[i] for i in (0, 2, 3, 6, 7)])
+def test_initializers_and_other_tensor_attributes_are_checked_too(change, pattern):
+    init = _tensor(**change)
+    init.name = "w"
+    x = helper.make_tensor_value_info("x", FLOAT, [1])
+    model = _model([helper.make_node("Add", ["x", "w"], ["y"])], [x], [init])
+    _raises(model, r"ONNX: initializer 'w': .*" + pattern, {"x": np.ones(1, np.float32)})
+    fill = helper.make_node("ConstantOfShape", ["shape"], ["y"], value=_tensor(**change))
+    shape = numpy_helper.from_array(np.array([2], np.int64), "shape")
+    _raises(_model([fill], inits=[shape]), r"node 0 \(ConstantOfShape\): attribute 'value': ")
+
+
+def test_constant_external_data_that_is_missing():
+    """From bytes the session reads it when the node is imported; from a path, with the rest
+    of the model's external data (onnx's loader had been reported as "not an ONNX model")."""
+    t = _tensor(raw=b"\0" * 4)
+    onnx.external_data_helper.set_external_data(t, "nowhere.bin")
+    t.data_location = TensorProto.EXTERNAL
+    t.ClearField("float_data")
+    node = helper.make_node("Constant", [], ["y"], value=t)
+    _raises(
+        _model([node]),
+        r"node 0 \(Constant\): attribute 'value': its external data cannot be read",
+        cli_pattern=r"ONNX: '.*model.onnx': external data cannot be read: .*nowhere.bin",
+    )
+
+
+@pytest.mark.parametrize(
+    "shape, pattern",
+    [
+        ([1] * 9, r"the input has 9 dimensions \(shape \[1(, 1){8}\]\); a DirectML tensor has at"),
+        ([65536, 65536], r"the input of shape \[65536, 65536\] holds 4294967296 elements; a"),
+    ],
+)
+def test_inputs_directml_cannot_hold_name_the_input(shape, pattern):
+    """A rank-9 input and one of 2^32 elements ("TensorDesc.DimensionCount must be in [1, 8]",
+    "TensorDesc.Sizes describe 4294967296 elements") named no ONNX input or node."""
+    x = helper.make_tensor_value_info("x", FLOAT, shape)
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [x])
+    with pytest.raises(ValidationError, match=r"^ONNX: input 'x': " + pattern):
+        InferenceSession(model.SerializeToString()).program([tuple(shape)])
+
+
+def test_a_constant_output_directml_cannot_hold_names_the_output():
+    w = numpy_helper.from_array(np.ones([1] * 9, np.float32), "w")
+    model = _model([helper.make_node("Identity", ["w"], ["y"])], inits=[w])
+    _raises(model, r"^ONNX: output 'y': the constant has 9 dimensions")
+
+
+def test_node_outputs_directml_cannot_hold_name_the_node():
+    x = helper.make_tensor_value_info("x", FLOAT, [1, 1])
+    shape = numpy_helper.from_array(np.array([2**16, 2**16], np.int64), "shape")
+    model = _model([helper.make_node("Expand", ["x", "shape"], ["y"])], [x], [shape])
+    with pytest.raises(ValidationError, match=r"^ONNX: node 0 \(Expand\): TensorDesc.Sizes"):
+        InferenceSession(model.SerializeToString()).program([(1, 1)])
