@@ -677,9 +677,11 @@ def known_causal_mask(d: Any, g: Geometry) -> bool | None:
     if known is None:
         return None
     kept = np.asarray(known)
-    # Broadcast axes (stride 0, as a constant's tensor desc reads them) are checked once.
-    kept = kept[tuple(slice(0, 1) if st == 0 else slice(None) for st in kept.strides)]
-    kept = kept.reshape(-1, g.seq, g.total) != 0
+    # Broadcast batch and head axes (stride 0, as a constant's tensor desc reads them) are
+    # checked once; the {S, T} axes are read whole, broadcast or not (a mask of all ones is
+    # broadcast along every axis: one value read as S x T).
+    lead = tuple(slice(0, 1) if st == 0 else slice(None) for st in kept.strides[:-2])
+    kept = kept[lead].reshape(-1, g.seq, g.total) != 0
     causal = np.tril(np.ones((g.seq, g.total), bool))
     return bool(np.array_equal(kept, np.broadcast_to(causal, kept.shape)))
 
