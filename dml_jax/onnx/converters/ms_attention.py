@@ -42,14 +42,30 @@ like its last token. ``do_rotary`` rotates Q and K at positions ``past + s`` (or
 caches, and the attention over them is GEMM, ACTIVATION_SCALED_TANH, ELEMENT_WISE_ADD of the
 masks, ACTIVATION_SOFTMAX1 and GEMM, in float32 as the CPU kernel computes it.
 
+Shared past / present buffers (Attention's ``past_present_share_buffer``, MultiHeadAttention's
+``past_sequence_length`` input; ONNX Runtime reads either only with a past): the past is a buffer
+of max_sequence_length M positions ({B, N, M, H}, Attention's stacked {2, B, N, M, H}) whose
+first ``past_sequence_length`` P (one int32 value, read at run time: no specialisation) hold the
+past. The L new keys / values are written at [P, P + L), the queries attend the keys before
+P + L (``unidirectional``: query i those up to P + i, the last query all of them), and the
+present is the whole buffer, the other positions as they came in. MULTIHEAD_ATTENTION1 with
+PastSequenceLengths (P for every entry) does the write, as for GroupQueryAttention, and the
+attention too when its causal frontier is the op's (one query, or ``unidirectional``
+self-attention); otherwise it only writes, and MULTIHEAD_ATTENTION attends the written buffers
+as its past with the keys from P + L on (and after a query's own) at -inf. What ONNX Runtime
+fails on is defined: P is clamped to [0, M - L], as ``lax.dynamic_update_slice`` clamps its
+start; a 2-D / 3-D mask or an ``attention_bias`` may cover T keys, L <= T <= M (ONNX Runtime
+wants T = P + L, a run-time value): the keys after the first T are kept with no bias.
+
 RotaryEmbedding reads ``position_ids`` of one value as the first position of every entry; its
 ``scale`` attribute is ignored, as the CPU kernel ignores it.
 
 Rejected (a ValidationError naming the attribute or input): Attention / QAttention's
-``do_rotary`` (no CPU kernel either), ``past_present_share_buffer`` and
-``past_sequence_length``; a 1-D ``mask_index`` / ``key_padding_mask`` of 3 * B + 2 values (the
-CPU kernel reads only its first B); a 4-D mask with a past; MultiHeadAttention's ``qk`` output,
-``past_sequence_length`` and ``cache_indirection``; GroupQueryAttention's ``smooth_softmax``,
+``do_rotary`` (no CPU kernel either), QAttention's ``past_present_share_buffer``; a shared
+buffer without one int32 ``past_sequence_length``, or with more new keys than M, or a mask /
+bias covering more keys than M or fewer than the new ones; a 1-D ``mask_index`` /
+``key_padding_mask`` of 3 * B + 2 values (the CPU kernel reads only its first B); a 4-D mask
+with a past; MultiHeadAttention's ``qk`` output and ``cache_indirection``; GroupQueryAttention's ``smooth_softmax``,
 ``head_sink``, ``qk_output`` / ``output_qk``, ``causal`` = 0, ``sliding_window_cache``,
 quantized caches (``k_quant_type`` / ``v_quant_type``, ``k_scale`` / ``v_scale``),
 ``q_norm_weight`` / ``k_norm_weight``, ``query_seqlens``, ``local_window_size`` 0, and a key /
@@ -137,6 +153,16 @@ def _logical(ctx, name: str, a, b):
     a = ctx.constant(a.astype(np.uint8)) if isinstance(a, np.ndarray) else a
     b = ctx.constant(b.astype(np.uint8)) if isinstance(b, np.ndarray) else b
     return binary_value(ctx, f"ELEMENT_WISE_LOGICAL_{name}", a, b, is_bool=True)
+
+
+def _minus_inf_outside(ctx, keep, dtype=np.float32) -> Value:
+    """A keep term (NumPy bool / UINT8 value) as an additive term of ``dtype``: 0 where kept,
+    -inf elsewhere (ELEMENT_WISE_IF of two constants; folded when known at import)."""
+    if isinstance(keep, np.ndarray):
+        return ctx.constant(np.where(keep, 0, -np.inf).astype(dtype))
+    zero = ctx.constant(np.zeros((1, 1, 1, 1), dtype))
+    minus = ctx.constant(np.full((1, 1, 1, 1), -np.inf, dtype))
+    return select_value(ctx, keep, zero, minus, keep.shape)
 
 
 def _mask_value(ctx, keep) -> Value:
@@ -311,6 +337,163 @@ def _attend(
     return y, out_k, out_v
 
 
+def _plain_attend(ctx, feeds: dict, masks, _past_length, *, dims, what, forms, presents):
+    """Attention / MultiHeadAttention over ``feeds``: the L new keys / values after the P past
+    ones (the plain past / present, T = P + L keys); ``masks``: the op's mask (named ``what``,
+    of the ``forms`` it allows) and attention bias; ``dims`` = (B, S, N, D, Dv, L, P). Returns
+    the output and the ``presents`` wanted. (``_shared_attend``'s signature.)"""
+    b, s, n, d, dv, new, past = dims
+    mask, bias = masks
+    total = past + new
+    keep = _mask_index(ctx, mask, b, s, total, what=what, past=past, forms=forms)
+    causal = None
+    if int(ctx.attr("unidirectional", 0)) and s > 1:
+        # Keys / values with no new ones (MultiHeadAttention's {B, N, L, H}) have no offset.
+        query = next(v for k, v in feeds.items() if "query" in k)
+        causal = _causal(s, total, past if new else 0, query.data_type.numpy_dtype)
+    return _attend(
+        ctx,
+        feeds,
+        dims=(b, s, n, n, d, dv, total),
+        scale=_scale(ctx, d),
+        filter_value=float(ctx.attr("mask_filter_value", DEFAULT_FILTER)),
+        keep=keep,
+        additive=_additive(ctx, _attention_bias(ctx, bias, (b, n, s, total)), causal),
+        presents=presents,
+    )
+
+
+# --- shared past / present buffers ------------------------------------------------------------
+
+
+def _past_length(ctx, value: Value | None, b: int, capacity: int, new: int):
+    """``past_sequence_length`` (one INT32 element, read at run time) as MULTIHEAD_ATTENTION1's
+    PastSequenceLengths {B}: a NumPy array when known at import, else a value. It is clamped to
+    [0, capacity - new], as ``lax.dynamic_update_slice`` clamps its start, so that the ``new``
+    keys / values always land inside the buffer (ONNX Runtime fails on a length outside it)."""
+    if value is None:
+        raise ctx.fail(
+            "input 'past_sequence_length' is required with a shared past / present buffer"
+        )
+    if value.data_type != DataType.INT32 or value.shape not in ((), (1,)):
+        raise ctx.fail(
+            f"past_sequence_length must be one int32 value, got {value.data_type.name} of shape "
+            f"{list(value.shape)}"
+        )
+    if new > capacity:
+        raise ctx.fail(
+            f"the {new} new keys / values do not fit the past buffer's {capacity} positions "
+            "(max_sequence_length)"
+        )
+    if value.const is not None:
+        start = np.clip(int(value.const.reshape(-1)[0]), 0, capacity - new)
+        return np.full((b,), start, np.int32)
+    low = binary_value(
+        ctx, "ELEMENT_WISE_MAX", value.view((1,)), ctx.constant(np.zeros(b, np.int32))
+    )
+    return binary_value(
+        ctx, "ELEMENT_WISE_MIN", low, ctx.constant(np.full((1,), capacity - new, np.int32))
+    )
+
+
+def _padded(ctx, x, capacity: int, fill):
+    """A mask term or bias (a NumPy array or a value) over the first keys of a buffer, ``fill``
+    appended on the last axis up to its ``capacity``."""
+    covered = x.shape[-1]
+    if covered == capacity:
+        return x
+    shape = x.shape[:-1] + (capacity - covered,)
+    if isinstance(x, np.ndarray):
+        return np.concatenate([x, np.full(shape, fill, x.dtype)], axis=-1)
+    return join_values(
+        ctx, [x, ctx.constant(np.full(shape, fill, x.data_type.numpy_dtype))], -1 % x.rank
+    )
+
+
+def _covered(ctx, x: Value, new: int, capacity: int, what: str) -> int:
+    """How many of a shared buffer's keys the mask or bias ``x`` covers (its last size), checked
+    to lie between the ``new`` keys and the buffer's ``capacity`` (past_sequence_length + new,
+    which ONNX Runtime wants it to equal, is only known at run time)."""
+    covered = x.shape[-1] if x.rank else 0
+    if not new <= covered <= capacity:
+        raise ctx.fail(
+            f"{what} of shape {list(x.shape)} must cover past_sequence_length + {new} keys, "
+            f"between {new} and the buffer's {capacity}"
+        )
+    return covered
+
+
+def _shared_masks(ctx, mask, bias, dims, *, what: str, forms: tuple[str, ...]):
+    """The keep term and the attention bias of an attention over a shared buffer, over its
+    {B, N, S, M} keys: a 2-D / 3-D mask or a bias covers the first T of them (ONNX Runtime's
+    past_sequence_length + new), the keys after them are kept with no bias."""
+    b, n, s, new, capacity = dims
+    keep = None
+    if mask is not None:
+        if mask.rank == 4:
+            raise ctx.fail(f"a 4-D {what} with a shared past / present buffer is not supported")
+        covered = _covered(ctx, mask, new, capacity, what) if mask.rank > 1 else capacity
+        keep = _mask_index(ctx, mask, b, s, covered, what=what, past=0, forms=forms)
+        keep = _padded(ctx, keep, capacity, 1)
+    if bias is not None:
+        covered = _covered(ctx, bias, new, capacity, "attention_bias")
+        bias = _padded(ctx, _attention_bias(ctx, bias, (b, n, s, covered)), capacity, 0)
+    return keep, bias
+
+
+def _shared_attend(ctx, feeds: dict, masks, past_length, *, dims, what, forms, presents):
+    """Attention over a shared past / present buffer: ``feeds``' past key / value are buffers
+    {B, N, M, H / Hv} whose first ``past_length`` (past_sequence_length) positions are the past;
+    the new keys / values are written after them and the queries attend the positions before
+    their end (with ``unidirectional``, query i only those up to past + i, the last query all of
+    them, as in ONNX Runtime). ``masks``: the op's mask (named ``what``, of the ``forms`` it
+    allows) and attention bias; ``dims`` = (B, S, N, D, Dv, L, M). Returns the output and the
+    ``presents`` wanted (the buffers with the new positions written).
+
+    MULTIHEAD_ATTENTION1 with PastSequenceLengths does the write, the one place it is done; its
+    attention is causal, aligned at the end, which is the op's attention with one query, or
+    with ``unidirectional`` self-attention. Otherwise it only writes the buffers, and
+    MULTIHEAD_ATTENTION attends them as its past, the positions from past + L on (and after a
+    query's own, with ``unidirectional``) set to -inf by RelativePositionBias."""
+    b, s, n, d, dv, new, capacity = dims
+    keep, additive = _shared_masks(ctx, *masks, (b, n, s, new, capacity), what=what, forms=forms)
+    lengths = _past_length(ctx, past_length, b, capacity, new)
+    causal = bool(int(ctx.attr("unidirectional", 0)))
+    full = (b, s, n, n, d, dv, capacity)
+    attend = {
+        "scale": _scale(ctx, d),
+        "filter_value": float(ctx.attr("mask_filter_value", DEFAULT_FILTER)),
+    }
+    writes = {**feeds, "past_sequence_lengths_tensor": _value(ctx, lengths)}
+    if s == 1 or (causal and new == s):
+        return _attend(
+            ctx, writes, dims=full, keep=keep, additive=additive, presents=presents, **attend
+        )
+    _, present_k, present_v = _attend(ctx, writes, dims=full, presents=(True, True), **attend)
+    query = feeds.get("query_tensor")
+    if query is None:  # packed {B, S, N, 3, H}
+        query = split_value(ctx, feeds["stacked_query_key_value_tensor"], [1, 2], 3)[0]
+        query = query.view((b, s, n * d))
+    reads = {"query_tensor": query, "past_key_tensor": present_k, "past_value_tensor": present_v}
+    if "bias_tensor" in feeds:  # with no new keys / values, its query part alone applies
+        reads["bias_tensor"] = feeds["bias_tensor"]
+    # Key j is read when j < past + new, and with causal by query i when j <= past + i or i is
+    # the last query.
+    i = np.arange(s).reshape(1, 1, s, 1)
+    j = np.arange(capacity).reshape(1, 1, 1, capacity)
+    lens = _shaped(lengths, (b, 1, 1, 1))
+    allowed = _less(ctx, (j - new).astype(np.int32), lens)
+    if causal:
+        last = np.broadcast_to(i == s - 1, (1, 1, s, capacity))
+        own = _logical(ctx, "OR", _less(ctx, (j - i - 1).astype(np.int32), lens), last)
+        allowed = _logical(ctx, "AND", allowed, own)
+    bound = _minus_inf_outside(ctx, allowed, query.data_type.numpy_dtype)
+    if additive is not None:
+        bound = binary_value(ctx, "ELEMENT_WISE_ADD", additive, bound)
+    y, _, _ = _attend(ctx, reads, dims=full, keep=keep, additive=bound, **attend)
+    return y, present_k if presents[0] else None, present_v if presents[1] else None
+
+
 # --- Attention, QAttention --------------------------------------------------------------------
 
 
@@ -350,12 +533,15 @@ def _project(ctx, x: Value, w: Value, bias: Value | None) -> Value:
 
 def _packed_attention(ctx, proj: Value, inputs, heads: int, sizes, *, mask_forms):
     """Attention / QAttention after the projection: ``proj`` {B, S, Hq + Hk + Hv}; ``inputs``
-    (mask_index, past, attention_bias) as the op numbers them."""
-    mask, past, attention_bias = inputs
+    (mask_index, past, attention_bias, past_sequence_length) as the op numbers them."""
+    mask, past, attention_bias, past_length = inputs
+    # Past and present are one buffer of max_sequence_length positions. Without a past there is
+    # nothing to share, and without sharing ONNX Runtime reads the past's length from its
+    # shape: past_sequence_length then goes unread, as there.
+    shared = past is not None and bool(int(ctx.attr("past_present_share_buffer", 0)))
     hq, hk, hv = sizes
     b, s, _ = proj.shape
     d, dv = hq // heads, hv // heads
-    t = proj.data_type
     feeds = {}
     p = 0
     if past is not None:
@@ -366,7 +552,6 @@ def _packed_attention(ctx, proj: Value, inputs, heads: int, sizes, *, mask_forms
         p = past.shape[3]
         past_k, past_v = (v.view(past.shape[1:]) for v in split_value(ctx, past, [1, 1], 0))
         feeds.update(past_key_tensor=past_k, past_value_tensor=past_v)
-    total = p + s
     if hq == hk == hv:
         # {B, S, 3, N, H} read with the heads before the Q/K/V axis: the stacked tensor.
         stacked = transposed(ctx, proj.view((b, s, 3, heads, d)), (0, 1, 3, 2, 4))
@@ -374,22 +559,18 @@ def _packed_attention(ctx, proj: Value, inputs, heads: int, sizes, *, mask_forms
     else:
         q, k, v = split_value(ctx, proj, [hq, hk, hv], 2)
         feeds.update(query_tensor=q, key_tensor=k, value_tensor=v)
-    keep = _mask_index(ctx, mask, b, s, total, what="mask_index", past=p, forms=mask_forms)
-    causal = None
-    if int(ctx.attr("unidirectional", 0)) and s > 1:
-        causal = _causal(s, total, p, t.numpy_dtype)
-    bias = _attention_bias(ctx, attention_bias, (b, heads, s, total))
     present = ctx.wants(1)
-    y, present_k, present_v = _attend(
+    y, present_k, present_v = (_shared_attend if shared else _plain_attend)(
         ctx,
         feeds,
-        dims=(b, s, heads, heads, d, dv, total),
-        scale=_scale(ctx, d),
-        filter_value=float(ctx.attr("mask_filter_value", DEFAULT_FILTER)),
-        keep=keep,
-        additive=_additive(ctx, bias, causal),
+        (mask, attention_bias),
+        past_length,
+        dims=(b, s, heads, d, dv, s, p),
+        what="mask_index",
+        forms=mask_forms,
         presents=(present, present),
     )
+    total = p if shared else p + s
     if not present:
         return [y, None]
     shape = (1, b, heads, total, d)
@@ -398,10 +579,8 @@ def _packed_attention(ctx, proj: Value, inputs, heads: int, sizes, *, mask_forms
 
 @converter("Attention", domain=MS)
 def _attention(ctx, node, inputs):
-    x, w, bias, mask, past, attention_bias = _inputs(inputs, 6)
-    _reject(
-        ctx, inputs, {6: "past_sequence_length"}, {"do_rotary": 0, "past_present_share_buffer": 0}
-    )
+    x, w, bias, mask, past, attention_bias, past_length = _inputs(inputs, 7)
+    _reject(ctx, inputs, {}, {"do_rotary": 0})
     heads = int(ctx.attr("num_heads", 0))
     if heads < 1:
         raise ctx.fail("num_heads must be positive")
@@ -415,7 +594,7 @@ def _attention(ctx, node, inputs):
     proj = _project(ctx, x, w, bias)
     forms = ("lengths", "ends", "2d", "3d", "4d")
     return _packed_attention(
-        ctx, proj, (mask, past, attention_bias), heads, sizes, mask_forms=forms
+        ctx, proj, (mask, past, attention_bias, past_length), heads, sizes, mask_forms=forms
     )
 
 
@@ -424,8 +603,8 @@ def _attention(ctx, node, inputs):
 
 @converter("MultiHeadAttention", domain=MS)
 def _multi_head_attention(ctx, node, inputs):
-    query, key, value, bias, mask, attention_bias, past_k, past_v = _inputs(inputs, 8)
-    _reject(ctx, inputs, {8: "past_sequence_length", 9: "cache_indirection"}, {})
+    query, key, value, bias, mask, attention_bias, past_k, past_v, past_length = _inputs(inputs, 9)
+    _reject(ctx, inputs, {9: "cache_indirection"}, {})
     if ctx.wants(3):
         raise ctx.fail("output 'qk' is not supported")
     heads = int(ctx.attr("num_heads", 0))
@@ -496,27 +675,22 @@ def _multi_head_attention(ctx, node, inputs):
         feeds.update(past_key_tensor=past_k, past_value_tensor=past_v)
     elif kv == 0:
         p = key.shape[2]
-    total = p + kv
     if bias is not None:
         want = heads * (2 * d + dv)
         if bias.shape != (want,):
             raise ctx.fail(f"bias of shape {list(bias.shape)} must be [{want}]")
         feeds["bias_tensor"] = bias
-    keep = _mask_index(
-        ctx, mask, b, s, total, what="key_padding_mask", past=p, forms=("lengths", "2d", "3d")
-    )
-    causal = None
-    if int(ctx.attr("unidirectional", 0)) and s > 1:
-        causal = _causal(s, total, p if kv else 0, query.data_type.numpy_dtype)
-    additive = _additive(ctx, _attention_bias(ctx, attention_bias, (b, heads, s, total)), causal)
-    y, present_k, present_v = _attend(
+    # With a past, past_key / past_value are the buffers present_key / present_value share
+    # (ONNX Runtime reads past_sequence_length only with a past, as here).
+    shared = past_length is not None and past_k is not None
+    y, present_k, present_v = (_shared_attend if shared else _plain_attend)(
         ctx,
         feeds,
-        dims=(b, s, heads, heads, d, dv, total),
-        scale=_scale(ctx, d),
-        filter_value=float(ctx.attr("mask_filter_value", DEFAULT_FILTER)),
-        keep=keep,
-        additive=additive,
+        (mask, attention_bias),
+        past_length,
+        dims=(b, s, heads, d, dv, kv, p),
+        what="key_padding_mask",
+        forms=("lengths", "2d", "3d"),
         presents=(ctx.wants(1), ctx.wants(2)),
     )
     return [y, present_k, present_v]
@@ -784,13 +958,7 @@ def _softcapped(ctx, q, keys, values, masks, dims, scale: float, softcap: float)
     allowed = _less(ctx, (j - i - 1).astype(np.int32), lens)
     if keep is not None:
         allowed = _logical(ctx, "AND", allowed, keep)
-    if isinstance(allowed, np.ndarray):
-        bias = ctx.constant(np.where(allowed, 0, -np.inf).astype(np.float32))
-    else:
-        zero = ctx.constant(np.zeros((1, 1, 1, 1), np.float32))
-        minus = ctx.constant(np.full((1, 1, 1, 1), -np.inf, np.float32))
-        bias = select_value(ctx, allowed, zero, minus, allowed.shape)
-    logits = binary_value(ctx, "ELEMENT_WISE_ADD", logits, bias)
+    logits = binary_value(ctx, "ELEMENT_WISE_ADD", logits, _minus_inf_outside(ctx, allowed))
     softmax = op("ACTIVATION_SOFTMAX1")(packed(f32, full), packed(f32, full), axes=[3])
     probs = ctx.out(ctx.node(softmax, [logits]), full)
     y = grouped_values(ctx, probs, values)
@@ -919,4 +1087,4 @@ def _q_attention(ctx, node, inputs):
     n = ctx.node(desc, [x, params[0], params[1], w, params[2], params[3], bias])
     proj = ctx.out(n, (b, s, width))
     forms = ("lengths", "ends", "2d", "3d", "4d")
-    return _packed_attention(ctx, proj, (mask, past, None), heads, sizes, mask_forms=forms)
+    return _packed_attention(ctx, proj, (mask, past, None, None), heads, sizes, mask_forms=forms)
