@@ -151,3 +151,15 @@ def test_node_outputs_directml_cannot_hold_name_the_node():
     model = _model([helper.make_node("Expand", ["x", "shape"], ["y"])], [x], [shape])
     with pytest.raises(ValidationError, match=r"^ONNX: node 0 \(Expand\): TensorDesc.Sizes"):
         InferenceSession(model.SerializeToString()).program([(1, 1)])
+
+
+def test_a_string_attribute_that_is_not_utf8():
+    """Pad(mode=b"\\xff") passed on a UnicodeDecodeError from the converter."""
+    x = helper.make_tensor_value_info("x", FLOAT, [1, 1, 2, 2])
+    pads = numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads")
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode=b"\xff")
+    _raises(
+        _model([node], [x], [pads]),
+        r"^ONNX: node 0 \(Pad\): attribute 'mode' holds b'\\xff', which is not UTF-8 text$",
+        {"x": np.ones((1, 1, 2, 2), np.float32)},
+    )

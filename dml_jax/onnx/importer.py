@@ -585,12 +585,19 @@ class Context:
         return k < len(self.onnx_node.output) and bool(self.onnx_node.output[k])
 
     def attr(self, name: str, default: Any = None) -> Any:
+        """Attribute ``name``'s value (strings decoded: ONNX's are UTF-8 text)."""
         v = self.attrs.get(name, default)
         if isinstance(v, bytes):
-            return v.decode()
+            return self._text(name, v)
         if isinstance(v, list | tuple) and v and isinstance(v[0], bytes):
-            return [s.decode() for s in v]
+            return [self._text(name, s) for s in v]
         return v
+
+    def _text(self, name: str, value: bytes) -> str:
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            raise self.fail(f"attribute '{name}' holds {value[:16]!r}, which is not UTF-8 text")
 
     def tensor_attr(self, name: str) -> np.ndarray | None:
         """The value of the tensor attribute ``name`` (None when absent), checked as an
