@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..errors import ValidationError
-from ..graph import compile_graph
+from ..graph import ConstantDataNode, compile_graph
 from .importer import ONNX, ImportedGraph, graph_dtype
 
 # XLA options a session's compiles take on GPUs unless the caller's compiler_options say
@@ -119,7 +119,7 @@ class Program:
         self.graph = graph
         self.layout = layout
         nodes = imported.graph.nodes if imported.graph is not None else ()
-        descs = [d for n in nodes for _, d in n.input_slots() + n.output_slots()]
+        descs = [d for n in nodes for d in _tensor_descs(n)]
         self.needs_x64 = any(d is not None and d.data_type.is_64bit for d in descs)
         self.jitted = jax.jit(self.apply, compiler_options=compiler_options or None)
         self._compiler_options = compiler_options
@@ -177,7 +177,8 @@ class Program:
 
     def operators(self) -> list[str]:
         """The DML operator types of the program in node order (``GEMM``, ``CONVOLUTION``...),
-        without the identity nodes through which graph inputs and constants enter."""
+        without the identity nodes through which graph inputs and constants enter and the
+        constant data nodes that hold 4-bit constants."""
         graph = self.imported.graph
         if graph is None:
             return []
@@ -185,7 +186,8 @@ class Program:
         return [
             n.operator_type.removeprefix("DML_OPERATOR_")
             for k, n in enumerate(graph.nodes)
-            if k not in entries or n.operator_type != "DML_OPERATOR_ELEMENT_WISE_IDENTITY"
+            if not isinstance(n, ConstantDataNode)
+            and (k not in entries or n.operator_type != "DML_OPERATOR_ELEMENT_WISE_IDENTITY")
         ]
 
     def _graph_args(self, params: Mapping[str, Any], inputs: Sequence[Any]) -> list:
@@ -215,6 +217,14 @@ class Program:
         return args
 
 
+def _tensor_descs(node: Any) -> tuple:
+    """A node's input and output tensor descs (None for absent optional ones); a constant data
+    node has none of its own (each reader reads its bytes through the reader's desc)."""
+    if isinstance(node, ConstantDataNode):
+        return ()
+    return tuple(d for _, d in node.input_slots() + node.output_slots())
+
+
 def check_memory(imported: ImportedGraph, max_memory: int | None) -> None:
     """Refuses a program whose tensors need more than ``max_memory`` bytes, before it is
     compiled or run: its weights and constants, the model's inputs and outputs, and next to
@@ -230,7 +240,7 @@ def check_memory(imported: ImportedGraph, max_memory: int | None) -> None:
     largest, where = 0, ""
     nodes = imported.graph.nodes if imported.graph is not None else ()
     for k, node in enumerate(nodes):
-        descs = [d for _, d in node.input_slots() + node.output_slots() if d is not None]
+        descs = [d for d in _tensor_descs(node) if d is not None]
         need = sum(d.element_count * d.data_type.size for d in descs)
         if need > largest:
             origin = imported.origin[k]
@@ -253,8 +263,7 @@ def compile_imported(imported: ImportedGraph, **options: Any) -> Any:
     if imported.graph is None:
         return None
     nodes = imported.graph.nodes
-    wide = any(d is not None and d.data_type.is_64bit
-               for n in nodes for _, d in n.input_slots() + n.output_slots())  # fmt: skip
+    wide = any(d is not None and d.data_type.is_64bit for n in nodes for d in _tensor_descs(n))
     from ..enums import DataType
     from ..support import beyond_tables
 

@@ -24,10 +24,14 @@ them where it has a kernel (``../shared/spec/ONNX.md``, the com.microsoft table)
   per-column B) and, for a quantized output, ELEMENT_WISE_QUANTIZE_LINEAR with scale 1 and the
   output's zero point: onnxruntime's requantization ``round(float(sum) * multiplier) + y_zp``.
 - MatMulNBits -> DEQUANTIZE (blockwise, one scale and zero point per block of K) + GEMM
-  (TransB). B and packed zero points are unpacked at import (they must be known: dml_jax holds
-  sub-byte elements one per byte, and graph constants enter through ELEMENT_WISE_IDENTITY, which
-  takes no 4-bit type), as UINT8 values (0..15 for 4 bits; DEQUANTIZE's ``(q - z) * s`` is the
-  same arithmetic DirectML applies to UINT4). Absent zero points are the CPU kernel's default,
+  (TransB). B and packed zero points must be known at import. 4-bit B is DEQUANTIZE's UINT4
+  input as it is stored (its bytes are DirectML's UINT4 layout: two codes a byte, the low
+  nibble first), held by the graph in a constant data node (``Builder.constant_data``: graph
+  constants otherwise enter through ELEMENT_WISE_IDENTITY, which takes no 4-bit type), so the
+  program keeps half a byte a weight; the zero points too (unpacked and packed again per row
+  of blocks). 2-bit B is unpacked to UINT8 codes (DirectML has no 2-bit type), 8-bit B is
+  UINT8 as it is. On CUDA a decode-sized GEMM reads the 4-bit codes directly
+  (``kernels/int4_gemm.py``). Absent zero points are the CPU kernel's default,
   ``2**(bits - 1)`` (the DirectML provider dequantizes with the scale only, i.e. 0, and gives
   other results: here the contrib semantics win); float zero points (A's type) follow
   onnxruntime's ``q * s - s * z`` (DEQUANTIZE with the scale only, minus ``s * z`` per block).
@@ -57,7 +61,7 @@ import math
 import numpy as np
 
 from ...enums import DataType
-from ...tensor import ScaleBias, TensorDesc, packed_strides
+from ...tensor import ScaleBias, TensorDesc, pack_4bit, packed_strides
 from ..importer import Value, broadcast, packed, permuted
 from . import converter, lookup
 from ._common import binary_value, broadcast_shape, op, pads_of
@@ -594,6 +598,21 @@ def _strided(data_type: DataType, sizes, strides) -> TensorDesc:
     return TensorDesc(data_type, sizes, strides=strides)
 
 
+def _codes(ctx, codes: np.ndarray, bits: int) -> Value:
+    """Integer codes {rows, count} (uint8, below ``2**bits``) as a constant of the DEQUANTIZE
+    input type ``_code_type(bits)``: UINT4 DirectML's packed bytes in the graph itself
+    (``Builder.constant_data``), UINT8 a constant graph input."""
+    if bits == 4:
+        return ctx.builder.constant_data(pack_4bit(codes), DataType.UINT4, codes.shape)
+    return ctx.constant(np.ascontiguousarray(codes, np.uint8))
+
+
+def _code_type(bits: int) -> DataType:
+    # 4-bit codes stay 4-bit (DEQUANTIZE takes UINT4); 2-bit ones widen (DirectML has no
+    # 2-bit type), 8-bit ones are UINT8 as they are.
+    return DataType.UINT4 if bits == 4 else DataType.UINT8
+
+
 @converter("MatMulNBits", domain=MS)
 def _matmul_nbits(ctx, node, inputs):
     a, b, scales, zeros, g_idx, bias = _check(
@@ -622,7 +641,11 @@ def _matmul_nbits(ctx, node, inputs):
             f"B must be UINT8 of [N, ceil(K / block_size), block_size * bits / 8] = "
             f"[{n}, {blocks}, {block * bits // 8}], got {b.data_type.name} {list(b.shape)}"
         )
-    q = ctx.constant(_unpacked(data, bits, n, padded))
+    code_type = _code_type(bits)
+    if bits == 4:  # B's bytes are DirectML's UINT4 {N, padded K} as they are
+        q = ctx.builder.constant_data(data, code_type, (n, padded))
+    else:
+        q = _codes(ctx, _unpacked(data, bits, n, padded), bits)
     if scales.data_type != t or math.prod(scales.shape) != n * blocks:
         raise ctx.fail(
             f"scales must be {t.name} of [{n}, {blocks}] values, got {scales.data_type.name} "
@@ -630,6 +653,7 @@ def _matmul_nbits(ctx, node, inputs):
         )
     scales = scales.view((n, blocks))
     float_zero = zeros is not None and zeros.data_type in _FLOATS
+    zero_codes = None  # integer zero points, {N, blocks} uint8, until they become a constant
     if float_zero:
         if zeros.data_type != t or math.prod(zeros.shape) != n * blocks:
             raise ctx.fail(f"float zero_points must be {t.name} of [{n}, {blocks}] values")
@@ -642,9 +666,9 @@ def _matmul_nbits(ctx, node, inputs):
                 f"packed zero_points must be UINT8 of [{n}, {width}] bytes, got "
                 f"{zeros.data_type.name} {list(zeros.shape)}"
             )
-        zeros = ctx.constant(_unpacked(packed_zeros, bits, n, blocks))
+        zero_codes = _unpacked(packed_zeros, bits, n, blocks)
     else:  # onnxruntime's default: the middle of the unsigned range
-        zeros = ctx.constant(np.full((n, blocks), 1 << (bits - 1), np.uint8))
+        zero_codes = np.full((n, blocks), 1 << (bits - 1), np.uint8)
     columns = padded
     if g_idx is not None:
         order = np.asarray(ctx.const(g_idx, "g_idx")).reshape(-1).astype(np.int64)
@@ -652,12 +676,16 @@ def _matmul_nbits(ctx, node, inputs):
             raise ctx.fail(f"g_idx must hold K ({k}) block indices below {blocks}")
         if not np.array_equal(order, np.arange(k) // block):
             # Each column of K reads its own block's scale and zero point: the quantization
-            # tensors gathered to one value per column (blocks of one element).
-            q = ctx.constant(q.const[:, :k])
+            # tensors gathered to one value per column (blocks of one element), B read up to K.
             columns = k
-            scales, zeros = (_gathered(ctx, v, order) for v in (scales, zeros))
+            scales = _gathered(ctx, scales, order)
+            if float_zero:
+                zeros = _gathered(ctx, zeros, order)
+            else:  # known zero points: gathered at import
+                zero_codes = zero_codes[:, order]
+    q_desc = _strided(code_type, (n, columns), (padded, 1))
     if float_zero:
-        deq = _dequantize_blocks(ctx, q, [scales], t)
+        deq = _dequantize_blocks(ctx, q, q_desc, [scales], t)
         offset = binary_value(ctx, "ELEMENT_WISE_MULTIPLY", scales, zeros)
         per = columns // offset.shape[1]
         deq = binary_value(
@@ -665,7 +693,8 @@ def _matmul_nbits(ctx, node, inputs):
             offset.view((n, offset.shape[1], 1)),
         ).view((n, columns))  # fmt: skip
     else:
-        deq = _dequantize_blocks(ctx, q, [scales, zeros], t)
+        zeros = _codes(ctx, zero_codes, bits)
+        deq = _dequantize_blocks(ctx, q, q_desc, [scales, zeros], t)
     rows = math.prod(a.shape[:-1])
     out = (1, 1, rows, n)
     if bias is not None and (bias.data_type != t or bias.shape != (n,)):
@@ -684,7 +713,7 @@ def _matmul_nbits(ctx, node, inputs):
 
 def _gathered(ctx, v: Value, order: np.ndarray) -> Value:
     """``v`` {N, blocks} gathered along its blocks by ``order``: {N, K}."""
-    if v.const is not None and v.param is None:  # known zero points: gathered at import
+    if v.const is not None and v.param is None:  # known values: gathered at import
         return ctx.constant(v.const[:, order])
     indices = ctx.constant(order.astype(np.int32))
     shape = (v.shape[0], order.size)
@@ -698,16 +727,17 @@ def _gathered(ctx, v: Value, order: np.ndarray) -> Value:
     return ctx.out(ctx.node(desc, [v, indices.view((1, order.size))]), shape)
 
 
-def _dequantize_blocks(ctx, q: Value, params: list, t: DataType) -> Value:
-    """DEQUANTIZE of ``q`` {N, columns} with {N, groups} quantization tensors (one value per
-    block of ``columns / groups``)."""
+def _dequantize_blocks(ctx, q: Value, q_desc: TensorDesc, params: list, t: DataType) -> Value:
+    """DEQUANTIZE of ``q`` read through ``q_desc`` {N, columns} with {N, groups} quantization
+    tensors (one value per block of ``columns / groups``)."""
+    sizes = q_desc.sizes
     desc = op("DEQUANTIZE")(
-        packed(q.data_type, q.shape),
+        q_desc,
         "SCALE_ZERO_POINT" if len(params) == 2 else "SCALE",
         [packed(v.data_type, v.shape) for v in params],
-        packed(t, q.shape),
+        packed(t, sizes),
     )
-    return ctx.out(ctx.node(desc, [q, *params]), q.shape)
+    return ctx.out(ctx.node(desc, [q, *params]), sizes)
 
 
 # ---------------------------------------------------------------------------------------------
