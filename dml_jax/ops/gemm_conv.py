@@ -174,11 +174,16 @@ def _one_row_as_two(a, b, trans_a: bool, trans_b: bool):
     return lax.slice_in_dim(y, 0, 1, axis=y.ndim - 2)
 
 
-def lower_gemm(d: GemmOperatorDesc, a, b, *c):
+def lower_gemm(d: GemmOperatorDesc, a, b, *c, product=None):
+    """``product``: ``product(a) -> TransA(A) x TransB(B)`` in A's type, where a graph epilogue
+    computes the product itself from what B was made of (``kernels/int4_gemm.py``: B a
+    DEQUANTIZE's output, ``b`` None); Alpha, C and the fused activation follow as here."""
     trans_a = d.trans_a is MatrixTransform.TRANSPOSE
     trans_b = d.trans_b is MatrixTransform.TRANSPOSE
     rows = a.shape[-1] if trans_a else a.shape[-2]
-    if rows == 1:
+    if product is not None:
+        y = product(a)
+    elif rows == 1:
         y = platform_choice(
             a,
             b,

@@ -1,0 +1,247 @@
+"""The 4-bit weight GEMM kernel (``dml_jax/kernels/int4_gemm.py``) on a GPU, for issue
+"generation", item 5: a decode step's products of block-quantized 4-bit weights (MatMulNBits's
+DEQUANTIZE -> GEMM) read as 4 bits.
+
+For x [M, K] float16 times weights of {K, N} (blocks of 32 along K, float16 scales, 4-bit zero
+points), several weights a program (up to 16, at most 1 GiB of float16 weights), M = 1, 2, 8:
+
+- ``f16``: the float16 export's product, GEMM's lax lowering of x [M, K] by W [K, N] float16,
+  traced for CUDA with the sessions' XLA options (cuBLAS; ``--triton`` adds XLA's default);
+- ``deq+gemm``: the lowering without the kernel, DEQUANTIZE of the ``jnp.uint4`` codes then the
+  GEMM, the way a MatMulNBits model ran before the kernel;
+- ``int4[tiles]``: the kernel, with its default tunables (``TILES["default"]``) at every M and
+  the other ``TILES`` at M = 1 (``--all-tiles``: at every M).
+
+Each line: microseconds a call of the program divided by the weights, GB/s of float16-equivalent
+weights (2 bytes a weight, whatever is read), the ratio to ``f16``'s time, and for the kernel
+its largest difference from ``deq+gemm`` over the first weight's product, relative to that
+product's largest value (float16 rounding and summation order: ~1e-3; ``BAD`` above 2^-8).
+Then the whole tiny LLaMA decoder step of tests/data/decoders, its MatMul weights quantized
+here to MatMulNBits (4 bits, blocks of 32, zero points): greedy tokens through the
+``Generator`` with the kernel and with the fast paths off, tokens/s and whether they agree.
+
+Usage (the GPU machine, repository root): ``PYTHONPATH=. python3
+benchmarks/experiments/int4_kernel_gpu.py`` (meant to take under 3 minutes; ``--shapes
+2048x2048`` a subset, ``--no-model`` without the tiny model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import dml_jax as dml
+from dml_jax import fastpath, registry
+from dml_jax.kernels import int4_gemm as K
+from dml_jax.onnx.program import GPU_COMPILER_OPTIONS
+
+SHAPES = ((2048, 2048), (2048, 8192), (8192, 2048), (2048, 128256))  # (K, N)
+ROWS = (1, 2, 8)
+BLOCK = 32
+BUDGET = 1 << 30  # float16 bytes of weights a program at most
+TILES = {
+    "default": K.Tiles(),
+    "n128w8": K.Tiles(block_n=128, warps=8),
+    "step256": K.Tiles(step_k=256),
+    "a-first": K.Tiles(weights_first=False),
+    "halfgrid": K.Tiles(target_programs=128, min_k=512),
+}
+T = dml.TensorDesc
+
+
+def timed(fn, *args, seconds=0.15):
+    """Seconds a call: the median of 3 samples of as many calls as fill ``seconds``."""
+    jax.block_until_ready(fn(*args))
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    reps = int(np.clip(seconds / 3 / max(time.perf_counter() - t, 1e-6), 3, 200))
+    samples = []
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(reps):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        samples.append((time.perf_counter() - t) / reps)
+    return float(np.median(samples))
+
+
+def on_cuda(fn, options=None):
+    """``fn`` jitted and traced for CUDA alone (as a session's programs are)."""
+
+    def traced(*args):
+        with fastpath.target_platform("cuda"):
+            return fn(*args)
+
+    return jax.jit(traced, compiler_options=GPU_COMPILER_OPTIONS if options is None else options)
+
+
+def gemm_lax(x, w, m, k, n, trans_b):
+    """GEMM's lax lowering of x [M, K] by w ({N, K} with TransB, else {K, N})."""
+    ft = T("FLOAT16", (1, 1, m, k))
+    b = T("FLOAT16", (1, 1, n, k) if trans_b else (1, 1, k, n))
+    d = dml.GemmOperatorDesc(ft, b, None, T("FLOAT16", (1, 1, m, n)),
+                             trans_b="TRANSPOSE" if trans_b else "NONE")  # fmt: skip
+    y = registry.lookup(d.operator_type).lower(d, x.reshape(1, 1, m, k), w.reshape(b.sizes))[0]
+    return y.reshape(m, n)
+
+
+def dequantize_lax(q, s, z):
+    """DEQUANTIZE's lax lowering of codes {N, K} by {N, K / BLOCK} scales and zero points."""
+    (n, k), blocks = q.shape, s.shape[1]
+    params = [T("FLOAT16", (n, blocks)), T("UINT4", (n, blocks))]
+    d = dml.DequantizeOperatorDesc(T("UINT4", (n, k)), "SCALE_ZERO_POINT", params,
+                                   T("FLOAT16", (n, k)))  # fmt: skip
+    return registry.lookup(d.operator_type).lower(d, q, s, z)[0]
+
+
+def products(args) -> None:
+    for k, n in args.shapes:
+        count = int(max(1, min(16, BUDGET // (k * n * 2))))
+        key = jax.random.key(k * 7 + n)
+        keys = jax.random.split(key, 4 * count)
+        codes = [jax.random.randint(keys[i], (n, k), 0, 16, jnp.uint8).astype(jnp.uint4)
+                 for i in range(count)]  # fmt: skip
+        scales = [jax.random.uniform(keys[count + i], (n, k // BLOCK), jnp.float16, 0.005, 0.02)
+                  for i in range(count)]  # fmt: skip
+        zeros = [jax.random.randint(keys[2 * count + i], (n, k // BLOCK), 0, 16, jnp.uint8)
+                 .astype(jnp.uint4) for i in range(count)]  # fmt: skip
+        w16 = [(jax.random.normal(keys[3 * count + i], (k, n), jnp.float16) * 0.02)
+               for i in range(count)]  # fmt: skip
+        nbytes = count * k * n * 2
+        for m in ROWS:
+            x = jax.random.normal(jax.random.key(m), (m, k), jnp.float16)
+
+            def f16(x, ws, m=m):
+                return [gemm_lax(x, w, m, k, n, False) for w in ws]
+
+            def pair(x, qs, ss, zs, m=m):
+                return [gemm_lax(x, dequantize_lax(q, s, z), m, k, n, True)
+                        for q, s, z in zip(qs, ss, zs)]  # fmt: skip
+
+            tag = f"K{k} N{n} M{m} x{count}"
+            base = timed(on_cuda(f16), x, w16)
+            print(f"{tag} f16: {base / count * 1e6:8.1f} us {nbytes / base / 1e9:6.0f} GB/s",
+                  flush=True)  # fmt: skip
+            if args.triton:
+                t = timed(on_cuda(f16, {}), x, w16)
+                print(f"{tag} f16/xla-default: {t / count * 1e6:8.1f} us "
+                      f"{nbytes / t / 1e9:6.0f} GB/s x{base / t:5.2f}", flush=True)  # fmt: skip
+            lax_pair = on_cuda(pair)
+            ref = np.asarray(lax_pair(x, codes[:1], scales[:1], zeros[:1])[0], np.float32)
+            t = timed(lax_pair, x, codes, scales, zeros)
+            print(f"{tag} deq+gemm: {t / count * 1e6:8.1f} us {nbytes / t / 1e9:6.0f} "
+                  f"GB/s-f16eq x{base / t:5.2f}", flush=True)  # fmt: skip
+            for name, tile in TILES.items():
+                if name != "default" and m != 1 and not args.all_tiles:
+                    continue
+                v = K.plan(m, n, k, BLOCK, tile)
+
+                def kernel(x, qs, ss, zs, tile=tile):
+                    return [K.int4_product(x, q, s, z, tiles=tile) for q, s, z in zip(qs, ss, zs)]
+
+                try:
+                    fn = on_cuda(kernel)
+                    got = np.asarray(fn(x, codes[:1], scales[:1], zeros[:1])[0], np.float32)
+                    err = float(np.abs(got - ref).max() / (np.abs(ref).max() + 1e-12))
+                    t = timed(fn, x, codes, scales, zeros)
+                except Exception as e:  # a tile choice Triton cannot compile: the next one
+                    print(f"{tag} int4[{name}]: {type(e).__name__}: {e}"[:300], flush=True)
+                    continue
+                grid = f"grid {n // v.block_n}x{v.splits}, K/program {v.k_per_program}"
+                flag = " BAD" if err > 2.0**-8 else ""
+                print(f"{tag} int4[{name}]: {t / count * 1e6:8.1f} us {nbytes / t / 1e9:6.0f} "
+                      f"GB/s-f16eq x{base / t:5.2f} err {err:.1e}{flag} ({grid}, step "
+                      f"{v.step})", flush=True)  # fmt: skip
+
+
+def quantized(model, block: int = BLOCK):
+    """``model`` with every MatMul whose B is a 2-D float initializer (K a multiple of
+    ``block``) replaced by MatMulNBits: 4 bits, asymmetric (scale and zero point per block)."""
+    from onnx import helper, numpy_helper
+
+    inits = {i.name: i for i in model.graph.initializer}
+    nodes, added, count = [], [], 0
+    for node in model.graph.node:
+        init = inits.get(node.input[1]) if node.op_type == "MatMul" else None
+        w = None if init is None else numpy_helper.to_array(init)
+        if w is None or w.ndim != 2 or w.shape[0] % block or w.dtype.kind != "f":
+            nodes.append(node)
+            continue
+        dtype, w = w.dtype, w.astype(np.float32)
+        k, n = w.shape
+        wb = w.T.reshape(n, k // block, block)
+        lo, hi = np.minimum(wb.min(-1), 0), np.maximum(wb.max(-1), 0)
+        scale = np.where(hi > lo, (hi - lo) / 15, 1).astype(np.float32)
+        zero = np.clip(np.round(-lo / scale), 0, 15).astype(np.uint8)
+        codes = np.clip(np.round(wb / scale[..., None]) + zero[..., None], 0, 15).astype(np.uint8)
+        codes = codes.reshape(n, k)
+        zero = np.pad(zero, ((0, 0), (0, zero.shape[1] % 2)))
+        name = f"{init.name}_nbits"
+        added += [
+            numpy_helper.from_array((codes[:, 0::2] | codes[:, 1::2] << 4).astype(np.uint8)
+                                    .reshape(n, k // block, block // 2), name + "_q"),
+            numpy_helper.from_array(scale.astype(dtype), name + "_s"),
+            numpy_helper.from_array((zero[:, 0::2] | zero[:, 1::2] << 4).astype(np.uint8),
+                                    name + "_z"),
+        ]  # fmt: skip
+        nodes.append(helper.make_node(
+            "MatMulNBits", [node.input[0], name + "_q", name + "_s", name + "_z"],
+            list(node.output), domain="com.microsoft", K=k, N=n, bits=4, block_size=block,
+        ))  # fmt: skip
+        count += 1
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    model.graph.initializer.extend(added)
+    if not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model, count
+
+
+def tiny_model(new: int = 64) -> None:
+    import onnx
+
+    from dml_jax.onnx import InferenceSession
+    from dml_jax.onnx.generation import Generator, GeneratorParams
+
+    model, count = quantized(onnx.load("tests/data/decoders/tiny_llama_step.onnx"))
+    data = model.SerializeToString()
+    prompt = np.random.default_rng(0).integers(1, 90, (1, 8))
+    out = {}
+    for name, fast in (("kernel", True), ("lax", False)):
+        s = InferenceSession(data, fast_paths=fast)
+        for _ in range(2):  # the first generation compiles
+            g = Generator(s, GeneratorParams(s, max_length=8 + new, batch_size=1))
+            g.append_tokens(prompt)
+            t = time.perf_counter()
+            g.generate_until_done()
+            jax.block_until_ready(g._tokens)
+            t = time.perf_counter() - t
+        out[name] = (np.asarray(g.generated), (new - 1) / t)
+    same = bool(np.array_equal(out["kernel"][0], out["lax"][0]))
+    print(f"tiny int4 LLaMA step ({count} MatMulNBits, float32): kernel "
+          f"{out['kernel'][1]:.0f} tokens/s, fast paths off {out['lax'][1]:.0f} tokens/s, "
+          f"{new} greedy tokens equal: {same}", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--all-tiles", action="store_true", help="every tile choice at every M")
+    p.add_argument("--triton", action="store_true", help="f16 with XLA's default options too")
+    p.add_argument("--shapes", nargs="*", default=None, help="KxN, e.g. 2048x8192")
+    p.add_argument("--no-model", action="store_true", help="skip the tiny model's line")
+    args = p.parse_args()
+    args.shapes = [tuple(map(int, s.split("x"))) for s in args.shapes] if args.shapes else SHAPES
+    start = time.perf_counter()
+    print(jax.devices()[0].device_kind, jax.__version__, flush=True)
+    products(args)
+    if not args.no_model:
+        tiny_model()
+    print(f"{time.perf_counter() - start:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

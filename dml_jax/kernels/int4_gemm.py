@@ -1,0 +1,269 @@
+"""A GEMM whose B is a DEQUANTIZE of blocked 4-bit weights, as one Pallas (Triton) kernel that
+reads the 4-bit codes and dequantizes them in registers: the CUDA lowering of the graph pair
+DEQUANTIZE -> GEMM (``fastpath.register_epilogue``) for products of 1 to 16 rows, the decode
+steps of com.microsoft MatMulNBits models.
+
+The lax lowering runs the two nodes apart: DEQUANTIZE writes B in its float type (2 bytes a
+weight for float16) and the GEMM reads it back, so a decode step moves several times the
+codes' bytes. On an H200 (benchmarks/experiments/README.md, ``int4_gpu.py``) every such form,
+the codes one a byte, ``uint4`` or packed bytes unpacked by shifts in the program, ran at
+0.20-0.50x the float16 product with XLA's Triton GEMMs (600-1,100 GB/s of float16-equivalent
+weights): XLA does not fuse the dequantization into the product's reads. Here each program
+reads its tile of codes once, half a byte a weight, with the tile's scales (and zero points),
+one per block of K:
+
+    w = round_T((q - z) * s)           DEQUANTIZE's values, one block of K at a time
+    acc += A x w^T                     Triton's dot, float32 accumulation (A padded to 16 rows)
+
+The weights are DEQUANTIZE's bits: ``q - z`` is exact in T (float16 or float32), and its
+product with ``s`` is rounded once in T, where the lax lowering rounds the exact float32
+product to T: the same value. The products are summed in float32 in another order than XLA's
+dot, so the result agrees with the lax lowering to float32 summation before the one rounding
+to T (tests/test_int4_gemm_kernel.py). Where N gives fewer than ``TARGET_PROGRAMS`` programs,
+K is split among programs too: each writes float32 partial sums, which XLA adds before that
+rounding. The GEMM's Alpha, C and fused activation follow through ``lower_gemm``'s ``product``
+hook, as in the lax lowering.
+
+Each program's loop over its blocks of K is unrolled in Python, so that every slice of the
+codes starts at a constant offset: Pallas then loads 4-bit codes as whole bytes, two codes each
+split by a shift, where a slice at a run-time offset loads a byte per code.
+
+Written without a GPU: the form was chosen from the sm_90a SASS of its variants (Triton 3.6,
+lowered for CUDA on a CPU machine): the codes turned into float16 by a bit pattern rather than
+a conversion instruction, a dot per 128 values of K rather than per block, 16 columns a warp
+(the tunables below say what each saved). No timing chose it yet.
+
+``plan`` takes 1 to ``MAX_ROWS`` rows of A, blocks of K that are a power of two of at least 16
+(Triton's dot), N a multiple of 16 and A and B of one float type; anything else, and every
+larger product, stays with lax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ..fastpath import register_epilogue
+from ..precision import matmul_precision
+from .pallas_helpers import load_pallas
+
+MAX_ROWS = 16  # rows of A the kernel takes (a decode step: a row a sequence); more: lax
+ROWS = 16  # A is padded to this many rows: Triton's dot takes no operand under 16
+
+# Tunables: first guesses, untimed on a GPU when written (benchmarks/experiments/
+# int4_kernel_gpu.py times others, passed as ``Tiles``). A program reads BLOCK_N columns of B
+# (16 a warp: narrower tiles on 4 warps doubled the instructions a weight in the sm_90a SASS)
+# over k_per_program values of K, in steps of STEP_K (one dot each: steps of one block of 32
+# took 8.2 SASS instructions a weight, of 128 6.4). K is split among programs (partial sums
+# added by XLA) until the grid has TARGET_PROGRAMS programs (about two a multiprocessor of an
+# H100 or H200, 132), but no program reads fewer than MIN_K_PER_PROGRAM values of K (the
+# partial sums of 16 rows are 64 bytes a column a program, against 128 bytes of codes at 256)
+# nor, since its loop is unrolled, more than MAX_K_PER_PROGRAM. WEIGHTS_FIRST takes the dot as
+# w x A^T (the codes' tile the left operand, {BLOCK_N, 16} accumulated) rather than A x w^T.
+BLOCK_N = 64
+WARPS = 4
+STEP_K = 128
+TARGET_PROGRAMS = 256
+MIN_K_PER_PROGRAM = 256
+MAX_K_PER_PROGRAM = 2048
+WEIGHTS_FIRST = True
+
+_FOUR_BIT = (jnp.dtype(jnp.uint4), jnp.dtype(jnp.int4))
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """The tunables of one kernel: its defaults are the module's constants above."""
+
+    block_n: int = BLOCK_N
+    warps: int = WARPS
+    step_k: int = STEP_K
+    target_programs: int = TARGET_PROGRAMS
+    min_k: int = MIN_K_PER_PROGRAM
+    max_k: int = MAX_K_PER_PROGRAM
+    weights_first: bool = WEIGHTS_FIRST
+
+
+@dataclass(frozen=True)
+class View:
+    """A product of ``m`` rows, N = ``n``, K = ``k`` in quantization blocks of ``block``, by
+    programs of ``block_n`` columns and ``k_per_program`` values of K, in steps of ``step``."""
+
+    m: int
+    n: int
+    k: int
+    block: int
+    block_n: int
+    k_per_program: int
+    step: int
+    warps: int
+    weights_first: bool
+
+    @property
+    def splits(self) -> int:
+        """Programs along K (1: the kernel writes the product itself)."""
+        return self.k // self.k_per_program
+
+
+def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View | None:
+    """The kernel's view of A {m, k} times the blocked codes {n, k} (one scale a ``block`` of
+    K), or None where lax keeps the product."""
+    tiles = tiles or Tiles()
+    if not 1 <= m <= MAX_ROWS or n < 16 or k < 1 or block < 16 or block & (block - 1):
+        return None
+    if k % block or block > tiles.max_k:
+        return None
+    bn = tiles.block_n
+    while bn > 16 and n % bn:
+        bn //= 2
+    if n % bn:
+        return None
+    count = k // block
+    per = None
+    for splits in (s for s in range(1, count + 1) if count % s == 0):
+        if k // splits > tiles.max_k:
+            continue
+        if per is not None and k // splits < tiles.min_k:
+            break
+        per = k // splits
+        if (n // bn) * splits >= tiles.target_programs:
+            break
+    group = max(1, tiles.step_k // block)  # blocks a step: a power of two dividing the program's
+    while (per // block) % group:
+        group //= 2
+    return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first)
+
+
+def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tiles | None = None):
+    """``A x w^T`` in A's type for A {M, K} and ``w = round((q - zero) * scale)`` of the 4-bit
+    codes ``q`` {N, K} (``jnp.uint4`` or ``jnp.int4``) with ``scale`` {N, K / block} (A's
+    type) and ``zero`` (q's type, or None for 0) of those sizes: DEQUANTIZE then GEMM's
+    product, on the kernel ``plan`` gives (it must give one)."""
+    pl, pltriton = load_pallas()
+    (m, k), (n, blocks) = a.shape, scale.shape
+    v = plan(m, n, k, k // blocks, tiles)
+    t, bn, per, bs, step = a.dtype, v.block_n, v.k_per_program, v.block, v.step
+    group = step // bs  # quantization blocks a step
+    a16 = lax.pad(a, jnp.zeros((), t), ((0, ROWS - m, 0), (0, 0, 0)))
+    args = [a16, q, scale]
+    if zero is not None:  # read as bytes: a {BLOCK_N, 1} slice of 4-bit values is no byte
+        args.append(zero.astype(jnp.int8 if zero.dtype == jnp.int4 else jnp.uint8))
+    # Unsigned codes into float16 without a conversion instruction (a quarter-rate one): the
+    # bits 0x6400 | q are the float16 1024 + q, exactly, from which 1024 (+ z) is subtracted.
+    magic = t == jnp.float16 and q.dtype == jnp.uint4
+    precision = matmul_precision() if t == jnp.float32 else None
+    wf = v.weights_first
+
+    def kernel(a_ref, q_ref, s_ref, *refs):
+        *z_ref, o_ref = refs
+        acc = jnp.zeros((bn, ROWS) if wf else (ROWS, bn), jnp.float32)
+        for j in range(per // step):  # unrolled: each slice at a constant offset
+            cols, blks = slice(j * step, (j + 1) * step), slice(j * group, (j + 1) * group)
+            raw = q_ref[:, cols]
+            if magic:
+                codes = lax.bitcast_convert_type(raw.astype(jnp.uint16) | jnp.uint16(0x6400), t)
+                offset = jnp.full((bn, group), 1024, t)
+            else:
+                codes, offset = raw.astype(t), jnp.zeros((bn, group), t)
+            if z_ref:
+                offset = offset + z_ref[0][:, blks].astype(t)
+            scale_ = s_ref[:, blks]
+            if group > 1:  # each block of the step by its own scale and zero point
+                codes = codes.reshape(bn, group, bs)
+                offset, scale_ = offset[:, :, None], scale_[:, :, None]
+            w = ((codes - offset) * scale_).reshape(bn, step)  # exact, then one rounding
+            x = a_ref[:, cols]
+            lhs, rhs = (w, x) if wf else (x, w)
+            acc += lax.dot_general(
+                lhs, rhs, (((1,), (1,)), ((), ())), precision=precision,
+                preferred_element_type=jnp.float32,
+            )  # fmt: skip
+        o_ref[...] = (acc.T if wf else acc).astype(o_ref.dtype)
+
+    count = per // bs
+    specs = [
+        pl.BlockSpec((ROWS, per), lambda i, s: (0, s)),
+        pl.BlockSpec((bn, per), lambda i, s: (i, s)),
+        pl.BlockSpec((bn, count), lambda i, s: (i, s)),
+    ]
+    if zero is not None:
+        specs.append(pl.BlockSpec((bn, count), lambda i, s: (i, s)))
+    if v.splits == 1:
+        out_shape = jax.ShapeDtypeStruct((ROWS, n), t)
+        out_spec = pl.BlockSpec((ROWS, bn), lambda i, s: (0, i))
+    else:
+        out_shape = jax.ShapeDtypeStruct((v.splits, ROWS, n), jnp.float32)
+        out_spec = pl.BlockSpec((None, ROWS, bn), lambda i, s: (s, 0, i))
+    out = pl.pallas_call(
+        kernel,
+        out_shape=out_shape,
+        grid=(n // bn, v.splits),
+        in_specs=specs,
+        out_specs=out_spec,
+        interpret=interpret,
+        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
+    )(*args)
+    if v.splits == 1:
+        return out[:m]
+    return jnp.sum(out[:, :m], axis=0).astype(t)  # one rounding, as the dot's
+
+
+# ---------------------------------------------------------------------------------------------
+# The graph pair
+
+
+def _trailing(sizes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The last two sizes where every one before them is 1, else None."""
+    return tuple(sizes[-2:]) if len(sizes) >= 2 and all(s == 1 for s in sizes[:-2]) else None
+
+
+def _view(deq: Any, gemm: Any) -> View | None:
+    """The kernel's view of GEMM ``gemm`` reading DEQUANTIZE ``deq``'s output as its B, or
+    None: 4-bit codes {N, K} with one scale (and zero point) per row and block of K, a GEMM of
+    A {M, K} by TransB(B {N, K}) in the dequantized type."""
+    from ..enums import MatrixTransform
+
+    x, out = deq.input_tensor, deq.output_tensor
+    if x.dtype not in _FOUR_BIT or out.dtype not in (jnp.float16, jnp.float32):
+        return None
+    nk = _trailing(x.sizes)
+    shapes = {_trailing(p.sizes) for p in deq.quantization_tensors}
+    if nk is None or len(shapes) != 1 or None in shapes:
+        return None
+    (n, k), ((rows, blocks),) = nk, shapes
+    if rows != n or k % blocks:
+        return None
+    if gemm.trans_a is not MatrixTransform.NONE or gemm.trans_b is not MatrixTransform.TRANSPOSE:
+        return None
+    mk = _trailing(gemm.a_tensor.sizes)
+    if mk is None or mk[1] != k or _trailing(gemm.b_tensor.sizes) != (n, k):
+        return None
+    if gemm.a_tensor.dtype != out.dtype or gemm.output_tensor.dtype != out.dtype:
+        return None
+    return plan(mk[0], n, k, k // blocks)
+
+
+def _applies(deq: Any, gemm: Any, slot: int) -> bool:
+    return slot == 1 and _view(deq, gemm) is not None
+
+
+def _lower(deq: Any, gemm: Any, slot: int, producer, others):
+    from ..ops.gemm_conv import lower_gemm
+
+    q, scale, *zero = producer
+    a, *c = others
+    v = _view(deq, gemm)
+    params = [p.reshape(v.n, v.k // v.block) for p in (scale, *zero)]
+
+    def product(a):
+        y = int4_product(a.reshape(v.m, v.k), q.reshape(v.n, v.k), *params)
+        return y.reshape(a.shape[:-1] + (v.n,))
+
+    return lower_gemm(gemm, a, None, *c, product=product)
+
+
+register_epilogue("DML_OPERATOR_DEQUANTIZE", "DML_OPERATOR_GEMM", "kernel", _applies, _lower)

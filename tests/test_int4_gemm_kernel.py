@@ -1,0 +1,243 @@
+"""The 4-bit weight GEMM kernel (dml_jax.kernels.int4_gemm): the graph pair DEQUANTIZE (blocked
+4-bit codes) -> GEMM (TransB) as one kernel for products of 1 to 16 rows.
+
+The kernel (in Pallas interpret mode, natively on a CUDA machine) against the lax lowerings of
+the two nodes (DEQUANTIZE, then GEMM) over rows, N, K, block sizes, zero points or none, float16
+and float32, UINT4 and INT4 codes and the tile forms (K split among programs, steps of one or
+several blocks, the dot either way round). The weights are DEQUANTIZE's bits and only the
+float32 summation order differs, so each value is within one unit of T's rounding of the lax
+result plus float32 sums' error (2^-20 of the sum of |a||w|). Which problems ``plan`` takes,
+and which graph pairs the epilogue applies to. A MatMulNBits model traced for CUDA on this
+machine (the CUDA choice forced, the kernel in interpret mode) takes the kernel for a decode
+step, agrees with the CPU program, and differentiates through the lax lowering; a prompt of 32
+rows stays with lax. On a CUDA machine, the same model compiled natively against the session
+without fast paths.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dml_jax as dml
+from dml_jax import fastpath, registry
+from dml_jax.graph import tracing as graph_module
+from dml_jax.kernels import int4_gemm as K
+
+T = dml.TensorDesc
+CODES = {"UINT4": jnp.uint4, "INT4": jnp.int4}
+
+
+def _descs(m, n, k, block, zero, ft="FLOAT16", qt="UINT4"):
+    """DEQUANTIZE of codes {N, K} (one scale, and zero point, a block of K) and the GEMM that
+    reads its output as TransB."""
+    blocks = k // block
+    params = [T(ft, (n, blocks))] + ([T(qt, (n, blocks))] if zero else [])
+    deq = dml.DequantizeOperatorDesc(
+        T(qt, (n, k)), "SCALE_ZERO_POINT" if zero else "SCALE", params, T(ft, (n, k))
+    )
+    gemm = dml.GemmOperatorDesc(
+        T(ft, (1, 1, m, k)), T(ft, (1, 1, n, k)), None, T(ft, (1, 1, m, n)), trans_b="TRANSPOSE"
+    )
+    dml.validate(deq)
+    dml.validate(gemm)
+    return deq, gemm
+
+
+def _arrays(rng, m, n, k, block, zero, dtype, qt="UINT4"):
+    lo, hi = (0, 16) if qt == "UINT4" else (-8, 8)
+    a = jnp.asarray(rng.standard_normal((m, k)), dtype)
+    q = jnp.asarray(rng.integers(lo, hi, (n, k)).astype(np.int8)).astype(CODES[qt])
+    scale = jnp.asarray(rng.uniform(0.01, 0.1, (n, k // block)), dtype)
+    z = None
+    if zero:
+        z = jnp.asarray(rng.integers(lo, hi, (n, k // block)).astype(np.int8)).astype(CODES[qt])
+    return a, q, scale, z
+
+
+def _lax(deq, gemm, a, q, scale, z):
+    """The two nodes' lax lowerings in sequence: DEQUANTIZE's output, then GEMM's."""
+    w = registry.lookup(deq.operator_type).lower(deq, q, scale, *([] if z is None else [z]))[0]
+    (m, k), n = a.shape, q.shape[0]
+    gemm_lower = registry.lookup(gemm.operator_type).lower
+    y = gemm_lower(gemm, a.reshape(1, 1, m, k), w.reshape(gemm.b_tensor.sizes))[0]
+    return np.asarray(w, np.float64), np.asarray(y, np.float64).reshape(m, n)
+
+
+def _assert_close(got, want, a, w):
+    """Within one unit of T's rounding of ``want`` plus float32 sums' error."""
+    t = np.asarray(got).dtype
+    bound = np.abs(np.asarray(a, np.float64)) @ np.abs(w).T
+    ulp = np.spacing(np.abs(want).astype(t)).astype(np.float64)
+    err = np.abs(np.asarray(got, np.float64) - want)
+    assert np.all(err <= ulp + 2.0**-20 * bound), float((err - ulp - 2.0**-20 * bound).max())
+
+
+# (rows, N, K, block, zero point, float type, code type, tiles)
+SPLIT = K.Tiles(target_programs=64, min_k=64)  # K split among programs: partial sums
+ONE_BLOCK = K.Tiles(step_k=16)  # a step per block of K (no reshape)
+A_FIRST = K.Tiles(weights_first=False, block_n=32)
+CASES = {
+    "m1-b32-zero-f16": (1, 128, 512, 32, True, "FLOAT16", "UINT4", None),
+    "m3-b16-f16": (3, 64, 256, 16, False, "FLOAT16", "UINT4", None),
+    "m16-b64-zero-f32": (16, 96, 384, 64, True, "FLOAT32", "UINT4", None),
+    "m8-b128-zero-split": (8, 128, 1024, 128, True, "FLOAT16", "UINT4", SPLIT),
+    "m2-b32-split-f32": (2, 64, 512, 32, False, "FLOAT32", "UINT4", SPLIT),
+    "m5-b32-one-block": (5, 64, 256, 32, True, "FLOAT16", "UINT4", ONE_BLOCK),
+    "m1-b256-a-first": (1, 64, 512, 256, True, "FLOAT16", "UINT4", A_FIRST),
+    "m4-b32-int4": (4, 64, 256, 32, True, "FLOAT16", "INT4", None),
+    "m1-b64-int4-f32-split": (1, 32, 512, 64, False, "FLOAT32", "INT4", SPLIT),
+    "m16-b16-zero-split-a-first": (16, 64, 512, 16, True, "FLOAT16", "UINT4",
+                                   K.Tiles(weights_first=False, target_programs=64, min_k=64)),
+}  # fmt: skip
+
+
+@pytest.mark.kernel_matrix(cpu=["m1-b32-zero-f16", "m16-b64-zero-f32", "m8-b128-zero-split"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_interpret_matches_lax(case):
+    m, n, k, block, zero, ft, qt, tiles = CASES[case]
+    rng = np.random.default_rng(sum(map(ord, case)))
+    dtype = jnp.float16 if ft == "FLOAT16" else jnp.float32
+    a, q, scale, z = _arrays(rng, m, n, k, block, zero, dtype, qt)
+    v = K.plan(m, n, k, block, tiles)
+    assert v is not None
+    if tiles is SPLIT:
+        assert v.splits > 1
+    got = K.int4_product(a, q, scale, z, interpret=not fastpath.cuda_present(), tiles=tiles)
+    assert got.dtype == dtype and got.shape == (m, n)
+    w, want = _lax(*_descs(m, n, k, block, zero, ft, qt), a, q, scale, z)
+    _assert_close(got, want, a, w)
+
+
+def test_plan():
+    v = K.plan(1, 2048, 2048, 32)
+    assert (v.block_n, v.step, v.k_per_program * v.splits) == (K.BLOCK_N, K.STEP_K, 2048)
+    assert (2048 // v.block_n) * v.splits >= K.TARGET_PROGRAMS  # split until the grid fills
+    assert K.plan(1, 128256, 2048, 32).splits == 1  # enough programs along N alone
+    assert K.plan(1, 2048, 8192, 128).k_per_program <= K.MAX_K_PER_PROGRAM
+    assert K.plan(16, 96, 384, 64).block_n == 32  # the widest tile that divides N
+    assert K.plan(17, 2048, 2048, 32) is None  # more rows than a decode step: lax
+    assert K.plan(1, 2048, 2048, 8) is None  # blocks under Triton's dot
+    assert K.plan(1, 2048, 2016, 48) is None  # blocks not a power of two
+    assert K.plan(1, 2048, 2000, 32) is None  # K off the blocks
+    assert K.plan(1, 40, 2048, 32) is None  # N off 16
+    v = K.plan(1, 64, 4864, 256)  # 19 blocks: split by a divisor of the block count
+    assert v is not None and v.k % v.k_per_program == 0 and v.k_per_program <= K.MAX_K_PER_PROGRAM
+
+
+@pytest.mark.parametrize(
+    "change, applies",
+    [
+        ({}, True),
+        ({"m": 17}, False),
+        ({"qt": "UINT8"}, False),  # 8-bit codes: lax
+        ({"block": 8}, False),
+        ({"slot": 0}, False),
+        ({"trans_b": "NONE"}, False),
+        ({"ft": "FLOAT32"}, True),
+    ],
+)
+def test_epilogue_applies(change, applies):
+    kw = {"m": 1, "n": 64, "k": 256, "block": 32, "zero": True, "ft": "FLOAT16", "qt": "UINT4"}
+    slot, trans_b = change.pop("slot", 1), change.pop("trans_b", "TRANSPOSE")
+    kw.update(change)
+    deq, gemm = _descs(**kw)
+    if trans_b == "NONE":
+        b = T(kw["ft"], (1, 1, kw["k"], kw["n"]))
+        gemm = dml.GemmOperatorDesc(gemm.a_tensor, b, None, gemm.output_tensor)
+    found = fastpath.epilogue(deq, gemm, slot)
+    assert (found is not None and found.lower is K._lower) == applies
+
+
+# ---------------------------------------------------------------------------------------------
+# A MatMulNBits model traced for CUDA
+
+
+def _nbits_model(rng, rows, n=128, k=256, block=32, bias=True):
+    """A float16 MatMulNBits model: A {rows, K}, packed 4-bit B, packed zero points, bias."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    blocks = k // block
+    codes = rng.integers(0, 16, (n, k)).astype(np.uint8)
+    zeros = rng.integers(0, 16, (n, blocks)).astype(np.uint8)
+    inits = [
+        numpy_helper.from_array(
+            (codes[:, 0::2] | codes[:, 1::2] << 4).astype(np.uint8).reshape(n, blocks, -1), "B"
+        ),
+        numpy_helper.from_array(rng.uniform(0.01, 0.05, (n, blocks)).astype(np.float16), "s"),
+        numpy_helper.from_array((zeros[:, 0::2] | zeros[:, 1::2] << 4).astype(np.uint8), "z"),
+    ]
+    names = ["A", "B", "s", "z"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.normal(0, 1, n).astype(np.float16), "bias"))
+        names += ["", "bias"]
+    node = helper.make_node(
+        "MatMulNBits", names, ["y"], domain="com.microsoft", K=k, N=n, bits=4, block_size=block
+    )
+    graph = helper.make_graph(
+        [node], "nbits",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT16, [rows, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [rows, n])], inits,
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+
+@pytest.fixture
+def forced_cuda(monkeypatch):
+    """CUDA's choice on this machine, the kernel in interpret mode; records its calls."""
+    calls = []
+    original = K.int4_product
+
+    def interpreted(*args, **kw):
+        calls.append(tuple(x.shape for x in args))
+        return original(*args, interpret=True, **kw)
+
+    monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
+    monkeypatch.setattr(K, "int4_product", interpreted)
+    graph_module._compile_graph_cached.cache_clear()
+    yield calls
+    graph_module._compile_graph_cached.cache_clear()
+
+
+@pytest.mark.parametrize("rows, taken", [(1, True), (16, True), (32, False)])
+def test_matmul_nbits_traced_for_cuda(rows, taken, forced_cuda):
+    from dml_jax.onnx import InferenceSession
+
+    rng = np.random.default_rng(rows)
+    model = _nbits_model(rng, rows)
+    x = rng.standard_normal((rows, 256)).astype(np.float16)
+    want = InferenceSession(model.SerializeToString(), fast_paths=False).run(None, {"A": x})[0]
+    s = InferenceSession(model.SerializeToString())
+    with fastpath.target_platform("cuda"):
+        text = str(jax.make_jaxpr(s.fn)(x))
+        got = np.asarray(jax.jit(s.fn)(x)[0])
+    assert ("pallas_call" in text) == taken
+    assert bool(forced_cuda) == taken
+    assert "DEQUANTIZE" in s.explain() and "GEMM" in s.explain()
+    tol = 2.0**-9 * np.abs(want).max()  # float16: a unit of the largest value, summation order
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2.0**-9,
+                               atol=tol)  # fmt: skip
+    if taken:  # derivatives come from the lax lowerings of the two nodes
+        grad = jax.grad(lambda v: s.fn(v)[0].astype(jnp.float32).sum())
+        with fastpath.target_platform("cuda"):
+            g = grad(jnp.asarray(x))
+        want_g = jax.grad(lambda v: s.fn(v)[0].astype(jnp.float32).sum())(jnp.asarray(x))
+        np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(want_g, np.float32))
+
+
+@pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("rows", [1, 8])
+def test_gpu_matmul_nbits_matches_lax(rows):
+    from dml_jax.onnx import InferenceSession
+
+    rng = np.random.default_rng(rows)
+    model = _nbits_model(rng, rows, n=2048, k=2048).SerializeToString()
+    x = rng.standard_normal((rows, 2048)).astype(np.float16)
+    got = InferenceSession(model).run(None, {"A": x})[0]
+    want = InferenceSession(model, fast_paths=False).run(None, {"A": x})[0]
+    tol = 2.0**-9 * np.abs(want).max()
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2.0**-9,
+                               atol=tol)  # fmt: skip
