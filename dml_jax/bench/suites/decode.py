@@ -248,10 +248,9 @@ def _rate(tokens: int, seconds: list[float]) -> dict:
 def _programs(session: Any, prompt: np.ndarray, long: int) -> dict:
     """Programs compiled by a generation over ``long`` positions after a first one did, for the
     Generator and for the ``run`` loop (over the same positions, one prompt row)."""
-    first = dml_generation(session, prompt, long - prompt.shape[1])[3]
-    before = first.compiles
-    again = dml_generation(session, prompt, long - prompt.shape[1])[3]
-    out = {"programs_long": before, "new_programs_after_warmup": again.compiles}
+    before = dml_generation(session, prompt, long - prompt.shape[1])[3].compiles
+    again = dml_generation(session, prompt, long - prompt.shape[1])[3].compiles  # the session's
+    out = {"programs_long": before, "new_programs_after_warmup": again - before}
     one = prompt[:1]
     steps = min(long - one.shape[1], 256)
     run_loop(session, one, steps)
