@@ -54,8 +54,10 @@ from .pallas_helpers import load_pallas
 MAX_ROWS = 16  # rows of A the kernel takes (a decode step: a row a sequence); more: lax
 ROWS = 16  # A is padded to this many rows: Triton's dot takes no operand under 16
 
-# Tunables: first guesses, untimed on a GPU when written (benchmarks/experiments/
-# int4_kernel_gpu.py times others, passed as ``Tiles``). A program reads BLOCK_N columns of B
+# Tunables (benchmarks/experiments/int4_kernel_gpu.py times others, passed as ``Tiles``; one
+# H200, 2026-11-27, 16 weights a program, float16-equivalent GB/s at one row: steps of 256
+# over 128 took 8192 x 2048 from 1,913 to 2,174 and 2048 x 128256 from 2,339 to 3,310, the
+# float16 product 1,176 and 4,056; 128 columns on 8 warps 2,223 and 2,069). A program reads BLOCK_N columns of B
 # (16 a warp: narrower tiles on 4 warps doubled the instructions a weight in the sm_90a SASS)
 # over k_per_program values of K, in steps of STEP_K (one dot each: steps of one block of 32
 # took 8.2 SASS instructions a weight, of 128 6.4). K is split among programs (partial sums
@@ -66,7 +68,7 @@ ROWS = 16  # A is padded to this many rows: Triton's dot takes no operand under 
 # w x A^T (the codes' tile the left operand, {BLOCK_N, 16} accumulated) rather than A x w^T.
 BLOCK_N = 64
 WARPS = 4
-STEP_K = 128
+STEP_K = 256
 TARGET_PROGRAMS = 256
 MIN_K_PER_PROGRAM = 256
 MAX_K_PER_PROGRAM = 2048
