@@ -620,3 +620,51 @@ def test_decode_steps_drop_the_sessions_cublas_choice_unless_the_caller_made_it(
         compiler_options={**defaults, **chosen}, _compiler_options=chosen
     )
     assert steps._options()[TRITON_GEMM] is False
+
+
+def test_int4_quantizer_of_the_decode_suite(tmp_path):
+    """``decoders.quantize_int4`` (the decode suite's int4 export) writes MatMulNBits that
+    onnxruntime reads as it writes them: the session agrees with onnxruntime on the quantized
+    step, each weight is within half a quantization step of the float one, and the quantized
+    logits follow the float model's."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from dml_jax.bench import decoders
+
+    src = os.path.join(DATA, "tiny_llama_step.onnx")
+    out = str(tmp_path / "int4.onnx")
+    model = onnx.load(src)
+    matmuls = sum(
+        n.op_type == "MatMul" and any(i.name == n.input[1] and len(i.dims) == 2
+                                      for i in model.graph.initializer)
+        for n in model.graph.node
+    )  # fmt: skip
+    assert decoders.quantize_int4(src, out) == matmuls > 0
+    q = onnx.load(out)
+    assert not any(n.op_type == "MatMul" and n.input[1].endswith("weight") for n in q.graph.node)
+    inits = {i.name: numpy_helper.to_array(i) for i in q.graph.initializer}
+    floats = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    node = next(n for n in q.graph.node if n.op_type == "MatMulNBits")
+    k, n = (a.i for a in node.attribute if a.name in ("K", "N"))
+    codes = inits[node.input[1]].reshape(n, -1)
+    codes = np.stack([codes & 15, codes >> 4], -1).reshape(n, -1)[:, :k].astype(np.float32)
+    scales = inits[node.input[2]].reshape(n, -1)
+    zp = inits[node.input[3]].reshape(n, -1)
+    zp = np.stack([zp & 15, zp >> 4], -1).reshape(n, -1)[:, : scales.shape[1]]
+    per = np.repeat(np.arange(scales.shape[1]), 32)[:k]
+    deq = (codes - zp[:, per]) * scales[:, per]
+    w = floats[node.input[1].removesuffix("_Q4")].T
+    assert np.all(np.abs(deq - w) <= scales[:, per] / 2 + 1e-6)
+    rng = np.random.default_rng(5)
+    feed = {"input_ids": rng.integers(1, 97, (2, 3)), "attention_mask": np.ones((2, 5), np.int64),
+            "position_ids": np.array([[2, 3, 4]] * 2)}  # fmt: skip
+    for i in InferenceSession(out).get_inputs():
+        if i.name.startswith("past"):
+            feed[i.name] = rng.standard_normal((2, i.shape[1], 2, i.shape[3])).astype(np.float32)
+    got = InferenceSession(out).run(["logits"], feed)[0]
+    want = ort.InferenceSession(out, providers=["CPUExecutionProvider"]).run(["logits"], feed)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    full = InferenceSession(src).run(["logits"], feed)[0]
+    assert np.corrcoef(got.ravel(), full.ravel())[0, 1] > 0.9  # 4 bits of a K = 32 model

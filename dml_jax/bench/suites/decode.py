@@ -26,8 +26,9 @@ Per model and batch (``--batch``, 1 and 8), float16, a prompt of ``--prompt`` to
 - **agreement**: the fraction of float16 greedy tokens equal to PyTorch eager's, the prefill
   logits' relative difference, and (``--fp32``, on by default off ``--quick``) the float32
   export's greedy tokens against PyTorch's float32 tokens (``fp32_equal_tokens`` of 64).
-- ``--int4``: the 1B-class model's float16 export quantized by onnxruntime's
-  ``MatMulNBitsQuantizer`` (4 bits, blocks of 32), its tokens/s over the float16 export's.
+- ``--int4``: the 1B-class model's float16 export with its MatMuls quantized to 4 bits in
+  blocks of 32 (``decoders.quantize_int4``: MatMulNBits as onnxruntime's quantizer writes
+  them), its tokens/s over the float16 export's.
 
 Needs torch and transformers on a GPU. Without them (``--quick`` on any machine) the suite
 runs the tiny committed decoders (tests/data/decoders) and checks their greedy tokens against
@@ -260,18 +261,6 @@ def _programs(session: Any, prompt: np.ndarray, long: int) -> dict:
     return out
 
 
-def _int4(path: str, out_path: str) -> None:
-    """``path`` (float16) with its MatMul weights quantized to 4 bits, blocks of 32, by
-    onnxruntime's ``MatMulNBitsQuantizer``."""
-    import onnx
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-    model = onnx.load(path)
-    q = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=False)
-    q.process()
-    q.model.save_model_to_file(out_path, use_external_data_format=True)
-
-
 def _model(run: Run, name: str, torch: Any, bw: float) -> None:
     from dml_jax.bench import decoders
     from dml_jax.onnx import InferenceSession
@@ -304,7 +293,7 @@ def _model(run: Run, name: str, torch: Any, bw: float) -> None:
         exports = [("float16", path)]
         if opts.int4 and name == "llama_1b":
             try:
-                _int4(path, os.path.join(tmp, "int4.onnx"))
+                decoders.quantize_int4(path, os.path.join(tmp, "int4.onnx"))
                 exports.append(("int4", os.path.join(tmp, "int4.onnx")))
             except Exception as e:
                 run.add({"model": name, "dtype": "int4", "error": error_text(e)})
