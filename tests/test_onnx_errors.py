@@ -118,7 +118,7 @@ def test_constant_external_data_that_is_missing():
     node = helper.make_node("Constant", [], ["y"], value=t)
     _raises(
         _model([node]),
-        r"node 0 \(Constant\): attribute 'value': its external data cannot be read",
+        r"node 0 \(Constant\): attribute 'value': cannot be read from its external data",
         cli_pattern=r"ONNX: '.*model.onnx': external data cannot be read: .*nowhere.bin",
     )
 
@@ -162,4 +162,61 @@ def test_a_string_attribute_that_is_not_utf8():
         _model([node], [x], [pads]),
         r"^ONNX: node 0 \(Pad\): attribute 'mode' holds b'\\xff', which is not UTF-8 text$",
         {"x": np.ones((1, 1, 2, 2), np.float32)},
+    )
+
+
+@pytest.mark.parametrize("name, value", [("strides", [0, 1]), ("dilations", [1, -1])])
+def test_a_window_of_zero_or_negative_steps(name, value):
+    """Conv(strides=[0, 1]) passed on a ZeroDivisionError from the output-size rule."""
+    x = helper.make_tensor_value_info("x", FLOAT, [1, 1, 5, 5])
+    w = numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], **{name: value})
+    _raises(
+        _model([node], [x], [w]),
+        rf"^ONNX: node 0 \(Conv\): {name} must hold 2 values >= 1, got {re.escape(str(value))}$",
+        {"x": np.ones((1, 1, 5, 5), np.float32)},
+    )
+
+
+def test_batch_normalization_statistics_of_another_channel_count():
+    """ShuffleNet with a BatchNormalization scale of 64 values for 272 channels: the graph
+    optimizer's BN folding read past the vector (IndexError)."""
+    x = helper.make_tensor_value_info("x", FLOAT, [1, 3, 2, 2])
+    stats = [numpy_helper.from_array(np.ones(n, np.float32), f"s{k}") for k, n in
+             enumerate((3, 3, 2, 3))]  # fmt: skip
+    node = helper.make_node("BatchNormalization", ["x", "s0", "s1", "s2", "s3"], ["y"])
+    _raises(
+        _model([node], [x], stats),
+        r"^ONNX: node 0 \(BatchNormalization\): input 'input_mean' has shape \[2\]: one value "
+        r"per channel \(3\) is needed$",
+        {"x": np.ones((1, 3, 2, 2), np.float32)},
+    )
+
+
+def test_operands_read_as_a_shape_they_do_not_broadcast_to():
+    """The one rule under every converter's broadcast read: a desc reading past its operand is
+    refused at import, not left to a rewrite or the lowering."""
+    from dml_jax.enums import DataType
+    from dml_jax.onnx.importer import Value, broadcast
+
+    v = Value((64,), DataType.FLOAT32, ("const",))
+    assert broadcast(Value((1, 272, 1, 1), DataType.FLOAT32, ("const",)), (2, 272, 3, 3))
+    for shape in [(1, 272, 14, 14), (32,)]:
+        with pytest.raises(ValidationError, match=r"shape \[64\] does not broadcast to"):
+            broadcast(v, shape)
+
+
+@pytest.mark.parametrize("constant", [True, False])
+def test_an_output_declared_of_another_type(constant):
+    """An output renamed onto an int64 Constant of GPT-2 was returned cast to the float its
+    declaration says (onnxruntime returns the int64)."""
+    x = helper.make_tensor_value_info("x", TensorProto.INT64, [2])
+    shape = numpy_helper.from_array(np.array([2], np.int64), "shape")
+    node = helper.make_node("Identity" if constant else "Neg", ["shape" if constant else "x"],
+                            ["y"])  # fmt: skip
+    computed = "int64" if constant else "int32 or int64"
+    _raises(
+        _model([node], [] if constant else [x], [shape] if constant else []),
+        rf"^ONNX: output 'y' is declared float, but the graph computes {computed}$",
+        None if constant else {"x": np.ones(2, np.int64)},
     )

@@ -357,6 +357,11 @@ def broadcast(value: Value, shape: Sequence[int], data_type: DataType | None = N
     repeats), numpy's rules: shapes aligned at the right."""
     out = dml_sizes(shape)
     src = (1,) * (len(out) - value.rank) + tuple(value.shape)
+    if len(src) > len(out) or any(n not in (1, m) for n, m in zip(src, out)):
+        # Read past its end or not as numpy would: the operands of the node disagree.
+        raise ValidationError(
+            f"an operand of shape {list(value.shape)} does not broadcast to {list(shape)}"
+        )
     strides = packed_strides(src)
     strides = tuple(0 if n == 1 and m != 1 else s for n, m, s in zip(src, out, strides))
     t = data_type or value.data_type
@@ -779,7 +784,7 @@ def array_of(tensor: Any, base_dir: str | None = None, where: str | None = None)
         except Exception as e:  # noqa: BLE001 - onnx's checks and the OS raise many kinds
             reason = getattr(e, "strerror", None) or str(e).splitlines()[0]
             raise ValidationError(
-                f"{ONNX}: {where}: its external data cannot be read ({reason})"
+                f"{ONNX}: {where}: cannot be read from its external data ({reason})"
             ) from None
         check_tensor(tensor, where)  # the bytes read against the dims
     return numpy_helper.to_array(tensor)

@@ -12,6 +12,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from ..enums import DataType
 from ..errors import ValidationError
 from ..graph import FunctionNode, GraphDesc, InputGraphEdge, IntermediateGraphEdge, OutputGraphEdge
 from . import fold, functions, schema
@@ -20,6 +21,7 @@ from .importer import (
     CARRIED,
     ONNX,
     STRUCTURES,
+    TYPE_NAMES,
     Builder,
     Context,
     Converter,
@@ -34,6 +36,9 @@ from .importer import (
     check_tensor,
     const_value,
     data_type_of,
+    elem_of,
+    elem_type_of,
+    graph_dtype,
     numpy_dtype_of,
     opsets_of,
     shape_of,
@@ -175,11 +180,13 @@ def import_graph(
 
     output_names, output_shapes, output_types, output_bool = [], [], [], []
     output_dtypes, out_values, output_consts = [], [], []
+    mistyped: list[str | None] = []
 
     def add_output(name: str, v: Value, elem: int) -> None:
         """A model output tensor (or a tensor of a sequence output)."""
         if elem:
             dtype = numpy_dtype_of(elem, f"output '{name}'")
+            mistyped.append(_output_type_error(name, v, int(elem)))
         elif v.const is not None:
             dtype = v.const.dtype
         elif v.carried:
@@ -210,7 +217,7 @@ def import_graph(
             layouts.append(("output", out.name, layout))
             continue
         add_output(out.name, v, out.type.tensor_type.elem_type if kind == "tensor_type" else 0)
-    return graph_desc(
+    imported = graph_desc(
         walk,
         {
             "input_names": tuple(input_names),
@@ -226,6 +233,45 @@ def import_graph(
             "layouts": tuple(layouts),
         },
         out_values,
+    )
+    mistyped = [m for m in mistyped if m]
+    if mistyped:
+        # A node whose operands disagree (a FLOAT16 input, FLOAT weights) is the first fault:
+        # the graph's own checks name it; else the declaration is.
+        from .program import compile_imported
+
+        compile_imported(imported)
+        raise ValidationError(mistyped[0])
+    return imported
+
+
+def _graph_type(v: Value) -> tuple:
+    """What the graph holds a tensor value as: its DML type, BOOL or not, its carried type (the
+    32- and 64-bit integers share one; importer's module docstring)."""
+    if v.const is not None:
+        dtype = np.asarray(v.const).dtype
+        elem = elem_type_of(dtype)
+        carried = elem if elem in CARRIED else 0
+        return (DataType.from_dtype(graph_dtype(dtype)), dtype == np.bool_, carried)
+    return (v.data_type, v.is_bool, v.carried)
+
+
+def _type_name(v: Value) -> str:
+    name = TYPE_NAMES[elem_of(v)]
+    if v.const is None:  # one graph type holds both
+        name = {"int32": "int32 or int64", "uint32": "uint32 or uint64"}.get(name, name)
+    return name
+
+
+def _output_type_error(name: str, v: Value, elem: int) -> str | None:
+    """Where a graph output's declared element type is not its value's, what to say (a model
+    declaring another is refused, not its value converted)."""
+    want = (data_type_of(elem, f"output '{name}'"), elem == BOOL, elem if elem in CARRIED else 0)
+    if _graph_type(v) == want:
+        return None
+    return (
+        f"{ONNX}: output '{name}' is declared {TYPE_NAMES.get(elem, elem)}, but the graph "
+        f"computes {_type_name(v)}"
     )
 
 

@@ -107,8 +107,12 @@ def cast_value(ctx: Context, x: Value, to: DataType, *, is_bool: bool = False) -
 
 
 def pads_of(ctx: Context, x_spatial, kernel, strides, dilations, *, ceil: bool = False):
-    """ONNX's pads (explicit or auto_pad) as (start, end) lists over the spatial axes."""
+    """ONNX's pads (explicit or auto_pad) as (start, end) lists over the spatial axes; the
+    window (kernel, strides, dilations) checked first, one size >= 1 per spatial axis."""
     nd = len(x_spatial)
+    for name, values in (("kernel_shape", kernel), ("strides", strides), ("dilations", dilations)):
+        if len(values) != nd or min(values, default=1) < 1:
+            raise ctx.fail(f"{name} must hold {nd} values >= 1, got {[int(v) for v in values]}")
     auto_pad = ctx.attr("auto_pad", "NOTSET")
     pads = [int(p) for p in ctx.attr("pads", [0] * (2 * nd))]
     if len(pads) != 2 * nd:

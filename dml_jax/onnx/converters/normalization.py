@@ -135,6 +135,13 @@ def _batch_norm(ctx, node, inputs):
     else:
         spatial = ctx.opset >= 9 or bool(int(ctx.attr("spatial", 1)))
         if spatial:
+            names = ("scale", "B", "input_mean", "input_var")
+            for name, v in zip(names, (scale, bias, mean, var)):
+                if math.prod(v.shape) != x.shape[1]:
+                    raise ctx.fail(
+                        f"input '{name}' has shape {list(v.shape)}: one value per channel "
+                        f"({x.shape[1]}) is needed"
+                    )
             params = [_per_channel(v, len(sizes), x.shape[1]) for v in (mean, var, scale, bias)]
         else:  # one statistic per element of a sample: {C, D1, ...}
             params = [view(v, (1,) + tuple(v.shape) + (1,) * (len(sizes) - 1 - v.rank))
