@@ -399,21 +399,22 @@ def test_reports_hold_their_provenance(tmp_path):
     assert report["versions"]["numpy"] == np.__version__
     assert (report["driver"] is None) == (report["backend"] != "gpu")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT.*", report["date"])
+    assert report["tree"] is None or re.fullmatch(r"[0-9a-f]{40}", report["tree"])
     heading = page._heading(report)
     if report["commit"]:
-        assert f"commit {report['commit'][:12]}" in heading and report["commit"] not in heading
+        assert report["commit"] not in heading  # 12 digits of it, or of the tree's commit
 
 
 def test_resume_continues_one_run_only(tmp_path, monkeypatch):
-    """``--resume`` keeps the rows of a report of the same commit (clean), card, versions and
-    options but ``--only``, and records each part; a report of another commit or other
-    options is not continued."""
+    """``--resume`` keeps the rows of a report of the same files (tree), card, versions and
+    options but ``--only``, and records each part; a report of other files or other options is
+    not continued."""
     import sys
     from types import SimpleNamespace
 
     from dml_jax.bench import harness
 
-    monkeypatch.setattr(harness, "commit", lambda: "a" * 40)
+    monkeypatch.setattr(harness, "tree", lambda: "a" * 40)
     path = tmp_path / "onnx_models.json"
 
     def part(argv, resume):
@@ -432,9 +433,22 @@ def test_resume_continues_one_run_only(tmp_path, monkeypatch):
     assert "in 2 parts" in page._heading(report)
     other = part(["--suite", "onnx_models", "--resume", "--dtype", "float32"], True)
     assert not other.rows
-    monkeypatch.setattr(harness, "commit", lambda: "b" * 40)
+    monkeypatch.setattr(harness, "tree", lambda: "b" * 40)
     assert not part(["--suite", "onnx_models", "--resume"], True).rows
-    monkeypatch.setattr(harness, "commit", lambda: "a" * 40 + "+dirty")
-    dirty = part(["--suite", "onnx_models"], False)
-    dirty.write()
-    assert not part(["--suite", "onnx_models", "--resume"], True).rows
+
+
+def test_a_report_names_the_commit_of_its_files():
+    """The page names the commit whose tree the run's files were (a remote copy of the working
+    tree may carry an older .git: its HEAD says nothing), else the HEAD it read, marked dirty."""
+    import subprocess
+
+    from dml_jax.bench.harness import ROOT
+
+    head = subprocess.run(["git", "rev-parse", "HEAD", "HEAD^{tree}"], cwd=ROOT, check=False,
+                          capture_output=True, text=True)  # fmt: skip
+    if head.returncode:
+        pytest.skip("not a git checkout")
+    commit, tree = head.stdout.split()
+    stale = "0" * 40 + "+dirty"
+    assert f"commit {commit[:12]}" in page._heading({"commit": stale, "tree": tree})
+    assert "commit 000000000000+dirty" in page._heading({"commit": stale, "tree": "f" * 40})

@@ -190,6 +190,47 @@ def commit() -> str | None:
         return None
 
 
+def tree() -> str | None:
+    """The git tree hash of the checkout's files as they are (tracked and untracked, less what
+    git ignores), whatever HEAD says: the commit a report ran at is the one with this tree
+    (``commit_of_tree``), even from a copy of a working tree whose ``.git`` is older than its
+    files (a remote machine's copy). None outside git."""
+    index = None
+    try:
+        if _git("rev-parse", "--git-dir").returncode:
+            return None
+        fd, index = tempfile.mkstemp(prefix="dml_jax_tree_")
+        os.close(fd)
+        os.remove(index)  # git makes a fresh index there
+        env = dict(os.environ, GIT_INDEX_FILE=index)
+        for args in (("add", "-A", "."), ("write-tree",)):
+            done = subprocess.run(["git", *args], cwd=ROOT, env=env, check=False,
+                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+            if done.returncode:
+                return None
+        return done.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+    finally:
+        if index and os.path.exists(index):
+            os.remove(index)
+
+
+def commit_of_tree(tree_hash: str | None) -> str | None:
+    """The newest commit of this checkout whose tree is ``tree_hash``, or None."""
+    if not tree_hash:
+        return None
+    try:
+        done = _git("log", "--all", "--format=%H %T", "-n", "2000")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in done.stdout.splitlines():
+        c, _, t = line.partition(" ")
+        if t == tree_hash:
+            return c
+    return None
+
+
 def environment() -> dict:
     """Device, versions and date of this process (the head of every report)."""
     import jax
@@ -202,6 +243,7 @@ def environment() -> dict:
         jax=jax.__version__,
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         commit=commit(),
+        tree=tree(),
         python=platform.python_version(),
         machine=platform.machine(),
     )
@@ -252,7 +294,8 @@ def gpu_driver() -> str | None:
 
 # The fields every report's head holds (``environment`` and ``Run``): a test checks them.
 PROVENANCE = (
-    "suite", "device", "device_count", "backend", "jax", "date", "commit", "python", "machine",
+    "suite", "device", "device_count", "backend", "jax", "date", "commit", "tree", "python",
+    "machine",
     "torch", "versions", "driver", "argv", "quick",
 )  # fmt: skip
 
@@ -287,7 +330,7 @@ class Run:
 
     def _resume(self) -> None:
         """``--resume``: the rows of this suite's report at ``path`` carried over when it was
-        written at this very commit (clean), on this device, with the same options but
+        written from the same files (its ``tree``), on this device, with the same options but
         ``--only``; a further part of the same run, recorded under ``parts``. Otherwise the
         run starts afresh (and says so)."""
         if self.path is None or not self.path.exists():
@@ -295,8 +338,8 @@ class Run:
         old = json.loads(self.path.read_text())
         same = (
             old.get("suite") == self.suite
-            and old.get("commit") == self.report["commit"]
-            and "+dirty" not in (old.get("commit") or "+dirty")
+            and old.get("tree") is not None
+            and old.get("tree") == self.report["tree"]
             and old.get("device") == self.report["device"]
             and old.get("driver") == self.report["driver"]
             and old.get("versions") == self.report["versions"]

@@ -34,15 +34,27 @@ def _heading(report: dict) -> str:
         parts.append(f"driver {report['driver']}")
     if report.get("torch"):
         parts.append(f"PyTorch {report['torch']}")
-    commit = report.get("commit") or "unknown"
-    head, _, dirty = commit.partition("+")  # a full hash is shown as git shows it, 12 digits
-    short = head[:12] if all(c in "0123456789abcdef" for c in head) else head
-    parts += [str(report.get("date", "?"))[:10], f"commit {short}{'+' + dirty if dirty else ''}"]
+    parts += [str(report.get("date", "?"))[:10], _commit(report)]
     if report.get("quick"):
         parts.append("--quick")
     if len(report.get("parts") or ()) > 1:
         parts.append(f"one run in {len(report['parts'])} parts (`--resume`)")
     return " · ".join(parts)
+
+
+def _commit(report: dict) -> str:
+    """``commit <12 digits>`` of the commit whose files the run had (its ``tree``, where
+    this checkout holds a commit of that tree), else of the commit the report names, with
+    ``+dirty`` where its files were not that commit's."""
+    from .harness import commit_of_tree
+
+    found = commit_of_tree(report.get("tree"))
+    if found:
+        return f"commit {found[:12]}"
+    commit = report.get("commit") or "unknown"
+    head, _, dirty = commit.partition("+")  # a full hash is shown as git shows it, 12 digits
+    short = head[:12] if all(c in "0123456789abcdef" for c in head) else head
+    return f"commit {short}{'+' + dirty if dirty else ''}"
 
 
 def load(results: Path) -> dict[str, dict]:
