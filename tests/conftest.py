@@ -1,4 +1,4 @@
-"""Shared test set-up: deterministic hypothesis profiles.
+"""Shared test set-up: deterministic hypothesis profiles and a random generator per test.
 
 Profiles: ``ci`` (default, modest example counts) and ``thorough`` (select with
 ``DML_JAX_HYPOTHESIS_PROFILE=thorough python -m pytest``). Tests that need 64-bit types wrap
@@ -6,6 +6,7 @@ their bodies in ``with jax.enable_x64(True):`` themselves.
 """
 
 import os
+import zlib
 
 # Parallel workers (pytest-xdist) share one GPU on a CUDA machine: none may take most of its
 # memory up front, as JAX does by default.
@@ -27,6 +28,7 @@ if not os.path.exists("/dev/nvidiactl"):
         + ("" if os.environ.get("DML_JAX_XLA_FUSION_EMITTERS") == "1" else f" {LEGACY_EMITTERS}")
     ).strip()
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -39,6 +41,13 @@ _COMMON = {
 settings.register_profile("ci", max_examples=12, **_COMMON)
 settings.register_profile("thorough", max_examples=500, **_COMMON)
 settings.load_profile(os.environ.get("DML_JAX_HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    """A generator of the test's own, seeded from its node id (crc32, not the salted ``hash``):
+    its data is the same whichever tests ran before it, in whatever order, on whichever worker."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 def _cuda_machine() -> bool:

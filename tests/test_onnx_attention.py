@@ -17,7 +17,6 @@ from onnx.reference import ReferenceEvaluator
 
 from dml_jax.onnx import InferenceSession
 
-RNG = np.random.default_rng(3)
 NAMES = ["Q", "K", "V", "attn_mask", "past_key", "past_value", "nonpad_kv_seqlen"]
 OUTPUTS = ["Y", "present_key", "present_value", "qk_matmul_output"]
 
@@ -45,10 +44,10 @@ def _model(arrays, *, opset=24, outputs=("Y",), constants=(), **attrs):
     return model, {n: a for n, a in arrays.items() if n not in constants}
 
 
-def _qkv(b=2, hq=4, hkv=2, s=3, kv=5, d=8, dv=6):
-    q = RNG.standard_normal((b, hq, s, d)).astype(np.float32)
-    k = RNG.standard_normal((b, hkv, kv, d)).astype(np.float32)
-    v = RNG.standard_normal((b, hkv, kv, dv)).astype(np.float32)
+def _qkv(rng, b=2, hq=4, hkv=2, s=3, kv=5, d=8, dv=6):
+    q = rng.standard_normal((b, hq, s, d)).astype(np.float32)
+    k = rng.standard_normal((b, hkv, kv, d)).astype(np.float32)
+    v = rng.standard_normal((b, hkv, kv, dv)).astype(np.float32)
     return {"Q": q, "K": k, "V": v}
 
 
@@ -78,8 +77,8 @@ def _graph(model):
         ({"is_causal": 1}, {"nonpad_kv_seqlen": np.array([4, 5])}, "MULTIHEAD_ATTENTION1", "NONE"),
     ],
 )
-def test_each_kind_of_node_maps_onto_directml_attention(attrs, extra, operator, mask_type):
-    arrays = _qkv(hkv=4 if operator == "MULTIHEAD_ATTENTION" else 2) | extra
+def test_each_kind_of_node_maps_onto_directml_attention(attrs, extra, operator, mask_type, rng):
+    arrays = _qkv(rng, hkv=4 if operator == "MULTIHEAD_ATTENTION" else 2) | extra
     model, feeds = _model(arrays, **attrs)
     _check(model, feeds)
     ops, masks = _graph(model)
@@ -91,17 +90,17 @@ def test_each_kind_of_node_maps_onto_directml_attention(attrs, extra, operator, 
         assert desc.past_sequence_lengths_tensor is not None and desc.key_tensor is None
 
 
-def test_a_zero_key_length_gives_zero_rows_not_nan():
-    arrays = _qkv() | {"nonpad_kv_seqlen": np.array([0, 3])}
+def test_a_zero_key_length_gives_zero_rows_not_nan(rng):
+    arrays = _qkv(rng) | {"nonpad_kv_seqlen": np.array([0, 3])}
     model, feeds = _model(arrays)
     _check(model, feeds)
     y = InferenceSession(model).run(None, feeds)[0]
     assert np.all(y[0] == 0)
 
 
-def test_a_constant_mask_with_an_empty_row_is_folded():
-    arrays = _qkv(hkv=4)
-    mask = RNG.random((3, 5)) > 0.4
+def test_a_constant_mask_with_an_empty_row_is_folded(rng):
+    arrays = _qkv(rng, hkv=4)
+    mask = rng.random((3, 5)) > 0.4
     mask[1] = False  # query 1 attends nothing: ONNX gives a zero row
     model, feeds = _model(arrays | {"attn_mask": mask}, constants=("attn_mask",))
     _check(model, feeds)
@@ -110,14 +109,14 @@ def test_a_constant_mask_with_an_empty_row_is_folded():
     assert "REDUCE" not in ops  # the empty rows are known at import
 
 
-def test_a_window_over_a_past_cache_with_3d_inputs_and_present_outputs():
+def test_a_window_over_a_past_cache_with_3d_inputs_and_present_outputs(rng):
     b, hq, hkv, s, kv, past, d = 1, 2, 2, 3, 3, 4, 4
     arrays = {
-        "Q": RNG.standard_normal((b, s, hq * d)).astype(np.float32),
-        "K": RNG.standard_normal((b, kv, hkv * d)).astype(np.float32),
-        "V": RNG.standard_normal((b, kv, hkv * d)).astype(np.float32),
-        "past_key": RNG.standard_normal((b, hkv, past, d)).astype(np.float32),
-        "past_value": RNG.standard_normal((b, hkv, past, d)).astype(np.float32),
+        "Q": rng.standard_normal((b, s, hq * d)).astype(np.float32),
+        "K": rng.standard_normal((b, kv, hkv * d)).astype(np.float32),
+        "V": rng.standard_normal((b, kv, hkv * d)).astype(np.float32),
+        "past_key": rng.standard_normal((b, hkv, past, d)).astype(np.float32),
+        "past_value": rng.standard_normal((b, hkv, past, d)).astype(np.float32),
     }
     model, feeds = _model(
         arrays,
@@ -131,8 +130,8 @@ def test_a_window_over_a_past_cache_with_3d_inputs_and_present_outputs():
     _check(model, feeds)
 
 
-def test_softcap_with_grouped_heads_a_run_time_mask_and_the_biased_logits():
-    arrays = _qkv() | {"attn_mask": RNG.random((2, 1, 3, 5)) > 0.3}
+def test_softcap_with_grouped_heads_a_run_time_mask_and_the_biased_logits(rng):
+    arrays = _qkv(rng) | {"attn_mask": rng.random((2, 1, 3, 5)) > 0.3}
     arrays["attn_mask"][0, 0, 2] = False
     model, feeds = _model(
         arrays, outputs=("Y", "qk_matmul_output"), softcap=1.5, qk_matmul_output_mode=2
@@ -142,8 +141,8 @@ def test_softcap_with_grouped_heads_a_run_time_mask_and_the_biased_logits():
     assert {"GEMM", "ACTIVATION_SCALED_TANH", "ACTIVATION_SOFTMAX1"} <= set(ops) and not masks
 
 
-def test_known_lengths_fold_the_window_mask():
-    arrays = _qkv(hkv=4, kv=6) | {"nonpad_kv_seqlen": np.array([6, 4])}
+def test_known_lengths_fold_the_window_mask(rng):
+    arrays = _qkv(rng, hkv=4, kv=6) | {"nonpad_kv_seqlen": np.array([6, 4])}
     model, feeds = _model(
         arrays, opset=25, constants=("nonpad_kv_seqlen",), is_causal=1, left_window_size=1
     )

@@ -22,8 +22,6 @@ from onnx.reference import ReferenceEvaluator
 from dml_jax.errors import ValidationError
 from dml_jax.onnx import InferenceSession
 
-RNG = np.random.default_rng(41)
-
 
 def _png(pixels: np.ndarray, mode: str = "RGB") -> np.ndarray:
     with io.BytesIO() as f:
@@ -41,9 +39,9 @@ def _model(pixel_format: str = "RGB", encoded: np.ndarray | None = None):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
 
 
-def test_known_bytes_are_decoded_at_import():
+def test_known_bytes_are_decoded_at_import(rng):
     # RGBA: the alpha channel is dropped (RGB has 3 channels whatever the image's mode).
-    pixels = RNG.integers(0, 256, (5, 7, 4), dtype=np.uint8)
+    pixels = rng.integers(0, 256, (5, 7, 4), dtype=np.uint8)
     session = InferenceSession(_model("BGR", _png(pixels, "RGBA")).SerializeToString())
     (y,) = session.run(None, {})
     np.testing.assert_array_equal(y, pixels[:, :, 2::-1])
@@ -51,16 +49,16 @@ def test_known_bytes_are_decoded_at_import():
     assert "decoded at import" in line and "jax" not in line and "JAX" not in line
 
 
-def test_run_time_bytes_of_two_sizes():
+def test_run_time_bytes_of_two_sizes(rng):
     session = InferenceSession(_model().SerializeToString())
     for shape in [(4, 6, 3), (9, 3, 3), (4, 6, 3)]:
-        pixels = RNG.integers(0, 256, shape, dtype=np.uint8)
+        pixels = rng.integers(0, 256, shape, dtype=np.uint8)
         (y,) = session.run(None, {"x": _png(pixels)})
         assert y.dtype == np.uint8
         np.testing.assert_array_equal(y, pixels)
     assert "jax" in session.explain() and "2 programs" in repr(session)  # one per image size
     gray = helper.make_node("ImageDecoder", ["x"], ["y"], pixel_format="Grayscale")
-    encoded = _png(RNG.integers(0, 256, (3, 5, 3), dtype=np.uint8))
+    encoded = _png(rng.integers(0, 256, (3, 5, 3), dtype=np.uint8))
     (want,) = ReferenceEvaluator(gray).run(None, {"x": encoded})
     (y,) = InferenceSession(_model("Grayscale").SerializeToString()).run(None, {"x": encoded})
     assert y.shape == (3, 5, 1)
@@ -69,9 +67,9 @@ def test_run_time_bytes_of_two_sizes():
 
 @pytest.mark.parametrize("known", [False, True])
 @pytest.mark.parametrize("truncated", [False, True])
-def test_bytes_that_are_no_image(known, truncated):
+def test_bytes_that_are_no_image(known, truncated, rng):
     if truncated:
-        encoded = _png(RNG.integers(0, 256, (16, 16, 3), dtype=np.uint8))
+        encoded = _png(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8))
         bad = encoded[: encoded.size // 2]
     else:
         bad = np.frombuffer(b"\x89PNG not really an image", np.uint8)

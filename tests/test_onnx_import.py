@@ -19,11 +19,10 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper
 
 F = TensorProto.FLOAT
-RNG = np.random.default_rng(7)
 
 
-def _w(name, *shape, scale=0.5):
-    return numpy_helper.from_array((RNG.normal(size=shape) * scale).astype(np.float32), name)
+def _w(rng, name, *shape, scale=0.5):
+    return numpy_helper.from_array((rng.normal(size=shape) * scale).astype(np.float32), name)
 
 
 def _ints(name, values):
@@ -38,7 +37,7 @@ def _model(nodes, inputs, outputs, initializers, opset=20):
     return model
 
 
-def mlp():
+def mlp(rng):
     nodes = [
         helper.make_node("MatMul", ["x", "w1"], ["h"]),
         helper.make_node("Add", ["h", "b1"], ["hb"]),
@@ -46,16 +45,16 @@ def mlp():
         helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], transB=1, alpha=0.5, beta=2.0),
         helper.make_node("Sigmoid", ["y"], ["z"]),
     ]
-    inits = [_w("w1", 6, 8), _w("b1", 8), _w("w2", 3, 8), _w("b2", 3)]
+    inits = [_w(rng, "w1", 6, 8), _w(rng, "b1", 8), _w(rng, "w2", 3, 8), _w(rng, "b2", 3)]
     return _model(
         nodes,
         [helper.make_tensor_value_info("x", F, [4, 6])],
         [helper.make_tensor_value_info("z", F, [4, 3])],
         inits,
-    ), {"x": RNG.normal(size=(4, 6)).astype(np.float32)}
+    ), {"x": rng.normal(size=(4, 6)).astype(np.float32)}
 
 
-def cnn():
+def cnn(rng):
     nodes = [
         helper.make_node("Conv", ["x", "cw", "cb"], ["c"], pads=[1, 1, 1, 1], strides=[1, 1]),
         helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["bn"], epsilon=1e-3),
@@ -67,27 +66,27 @@ def cnn():
         helper.make_node("Gemm", ["f", "fw", "fb"], ["logits"]),
         helper.make_node("Softmax", ["logits"], ["probs"]),
     ]
-    var = numpy_helper.from_array(RNG.uniform(0.5, 1.5, 4).astype(np.float32), "v")
+    var = numpy_helper.from_array(rng.uniform(0.5, 1.5, 4).astype(np.float32), "v")
     inits = [
-        _w("cw", 4, 3, 3, 3),
-        _w("cb", 4),
-        _w("s", 4),
-        _w("b", 4),
-        _w("m", 4),
+        _w(rng, "cw", 4, 3, 3, 3),
+        _w(rng, "cb", 4),
+        _w(rng, "s", 4),
+        _w(rng, "b", 4),
+        _w(rng, "m", 4),
         var,
-        _w("gw", 6, 2, 3, 3),
-        _w("fw", 6, 5),
-        _w("fb", 5),
+        _w(rng, "gw", 6, 2, 3, 3),
+        _w(rng, "fw", 6, 5),
+        _w(rng, "fb", 5),
     ]
     return _model(
         nodes,
         [helper.make_tensor_value_info("x", F, [2, 3, 8, 8])],
         [helper.make_tensor_value_info("probs", F, [2, 5])],
         inits,
-    ), {"x": RNG.normal(size=(2, 3, 8, 8)).astype(np.float32)}
+    ), {"x": rng.normal(size=(2, 3, 8, 8)).astype(np.float32)}
 
 
-def transformer_block():
+def transformer_block(rng):
     d, heads, seq = 8, 2, 5
     hd = d // heads
     nodes = [
@@ -117,17 +116,17 @@ def transformer_block():
         helper.make_node("Add", ["res1", "down"], ["y"]),
     ]
     inits = [
-        _w("g1", d),
-        _w("b1", d),
-        _w("wq", d, d),
-        _w("wk", d, d),
-        _w("wv", d, d),
-        _w("wo", d, d),
-        _w("g2", d),
-        _w("b2", d),
-        _w("w_up", d, 4 * d),
-        _w("bias_up", 4 * d),
-        _w("w_down", 4 * d, d),
+        _w(rng, "g1", d),
+        _w(rng, "b1", d),
+        _w(rng, "wq", d, d),
+        _w(rng, "wk", d, d),
+        _w(rng, "wv", d, d),
+        _w(rng, "wo", d, d),
+        _w(rng, "g2", d),
+        _w(rng, "b2", d),
+        _w(rng, "w_up", d, 4 * d),
+        _w(rng, "bias_up", 4 * d),
+        _w(rng, "w_down", 4 * d, d),
         _ints("heads_shape", [0, 0, heads, hd]),
         _ints("model_shape", [0, 0, d]),
         numpy_helper.from_array(np.asarray(np.sqrt(hd), np.float32), "scale"),
@@ -137,10 +136,10 @@ def transformer_block():
         [helper.make_tensor_value_info("x", F, [2, seq, d])],
         [helper.make_tensor_value_info("y", F, [2, seq, d])],
         inits,
-    ), {"x": RNG.normal(size=(2, seq, d)).astype(np.float32)}
+    ), {"x": rng.normal(size=(2, seq, d)).astype(np.float32)}
 
 
-def data_movement():
+def data_movement(rng):
     """Concat, Split, Slice, Gather, Unsqueeze, Squeeze, Cast, Where, comparisons, reductions."""
     nodes = [
         helper.make_node("Concat", ["x", "x"], ["cat"], axis=1),
@@ -185,7 +184,7 @@ def data_movement():
         ],
         inits,
         opset=18,
-    ), {"x": RNG.normal(size=(4, 3)).astype(np.float32)}
+    ), {"x": rng.normal(size=(4, 3)).astype(np.float32)}
 
 
 MODELS = {
@@ -203,8 +202,8 @@ def _ort(model, feeds):
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_model_matches_onnxruntime(name):
-    model, feeds = MODELS[name]()
+def test_model_matches_onnxruntime(name, rng):
+    model, feeds = MODELS[name](rng)
     compiled = dml.compile_onnx(model)
     got = compiled(**feeds)
     got = got if isinstance(got, tuple) else (got,)
@@ -218,8 +217,8 @@ def test_model_matches_onnxruntime(name):
         )
 
 
-def test_model_is_one_graph_traced_once():
-    model, feeds = cnn()
+def test_model_is_one_graph_traced_once(rng):
+    model, feeds = cnn(rng)
     compiled = dml.compile_onnx(model, optimization_level="disable")  # the import's operators
     assert isinstance(compiled.imported.graph, dml.GraphDesc)
     ops = {n.operator_type for n in compiled.imported.graph.nodes}
@@ -266,8 +265,8 @@ def test_free_dimension_needs_a_size():
     np.testing.assert_array_equal(y, np.zeros((2, 3)))
 
 
-def test_cli_runs_an_onnx_file(tmp_path, capsys):
-    model, feeds = mlp()
+def test_cli_runs_an_onnx_file(tmp_path, capsys, rng):
+    model, feeds = mlp(rng)
     file = tmp_path / "mlp.onnx"
     file.write_bytes(model.SerializeToString())
     np.save(tmp_path / "x.npy", feeds["x"])

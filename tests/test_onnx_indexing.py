@@ -19,7 +19,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dml_jax.onnx import InferenceSession
 
-RNG = np.random.default_rng(5)
 TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
          np.dtype(np.int64): TensorProto.INT64, np.dtype(np.bool_): TensorProto.BOOL,
          np.dtype(np.float16): TensorProto.FLOAT16}  # fmt: skip
@@ -57,22 +56,22 @@ def _check(node, feeds, opset, inits=(), outputs=("y",)) -> list[str]:
 
 
 @pytest.mark.parametrize("opset", [7, 11, 13])
-def test_gather_negative_indices_need_no_wrapping_node(opset):
+def test_gather_negative_indices_need_no_wrapping_node(opset, rng):
     """DirectML's GATHER counts a negative signed index from the end, as ONNX does."""
-    x = RNG.normal(size=(4, 5, 3)).astype(np.float32)
+    x = rng.normal(size=(4, 5, 3)).astype(np.float32)
     idx = np.asarray([[-1, 0], [-5, 4]], np.int64) if opset >= 11 else np.asarray([[3, 0]])
     node = helper.make_node("Gather", ["x", "i"], ["y"], axis=1)
     assert _check(node, {"x": x, "i": idx}, opset) == ["GATHER"]
 
 
-def test_gather_scalar_index_and_int32_indices():
-    x = RNG.integers(-5, 5, size=(6, 2)).astype(np.int64)
+def test_gather_scalar_index_and_int32_indices(rng):
+    x = rng.integers(-5, 5, size=(6, 2)).astype(np.int64)
     node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0)
     assert _check(node, {"x": x}, 13, {"i": np.asarray(-2, np.int32)}) == ["GATHER"]
 
 
-def test_gather_elements_and_nd_with_batch_dims():
-    x = RNG.normal(size=(2, 3, 4)).astype(np.float32)
+def test_gather_elements_and_nd_with_batch_dims(rng):
+    x = rng.normal(size=(2, 3, 4)).astype(np.float32)
     idx = np.asarray([[[0, -1], [2, 1], [-3, 0]], [[1, 1], [0, 2], [2, -1]]], np.int64)
     node = helper.make_node("GatherElements", ["x", "i"], ["y"], axis=-1)
     assert _check(node, {"x": x, "i": idx}, 13) == ["GATHER_ELEMENTS"]
@@ -85,48 +84,48 @@ def test_gather_elements_and_nd_with_batch_dims():
 
 
 @pytest.mark.parametrize("op_type, opset", [("Scatter", 9), ("ScatterElements", 11)])
-def test_scatter_without_reduction(op_type, opset):
-    x = RNG.normal(size=(3, 4)).astype(np.float32)
+def test_scatter_without_reduction(op_type, opset, rng):
+    x = rng.normal(size=(3, 4)).astype(np.float32)
     idx = np.asarray([[2, 0, 1, 1]], np.int64)
     node = helper.make_node(op_type, ["x", "i", "u"], ["y"], axis=0)
-    u = RNG.normal(size=(1, 4)).astype(np.float32)
+    u = rng.normal(size=(1, 4)).astype(np.float32)
     assert _check(node, {"x": x, "i": idx, "u": u}, opset) == ["SCATTER"]
 
 
 @pytest.mark.parametrize("reduction", ["add", "mul", "max", "min"])
-def test_scatter_elements_reductions_with_repeats(reduction):
+def test_scatter_elements_reductions_with_repeats(reduction, rng):
     """Repeated and negative indices, and indices that cover only part of the data's other
     dimensions (the reduced updates are padded with the reduction's neutral value)."""
-    x = RNG.normal(size=(3, 4, 2)).astype(np.float32)
+    x = rng.normal(size=(3, 4, 2)).astype(np.float32)
     idx = np.asarray([[[0], [3]], [[-1], [0]], [[3], [-4]]], np.int64)  # (3, 2, 1) along axis 1
-    u = RNG.normal(size=idx.shape).astype(np.float32)
+    u = rng.normal(size=idx.shape).astype(np.float32)
     node = helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1, reduction=reduction)
     ops = _check(node, {"x": x, "i": idx, "u": u}, 18)
     assert "ONE_HOT" in ops and "REDUCE" in ops and "SCATTER" not in ops
 
 
-def test_scatter_elements_int_max_reduction():
-    x = RNG.integers(-9, 9, size=(5,)).astype(np.int32)
+def test_scatter_elements_int_max_reduction(rng):
+    x = rng.integers(-9, 9, size=(5,)).astype(np.int32)
     node = helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], reduction="max")
     inits = {"i": np.asarray([1, 1, -1, 2], np.int64), "u": np.asarray([7, -20, 3, 0], np.int32)}
     _check(node, {"x": x}, 18, inits)
 
 
 @pytest.mark.parametrize("reduction", ["add", "mul", "max", "min"])
-def test_scatter_nd_reductions_of_slices(reduction):
+def test_scatter_nd_reductions_of_slices(reduction, rng):
     """Index tuples address rows of a 3-D tensor (k = 2 < rank): duplicates combine."""
-    x = RNG.normal(size=(3, 4, 5)).astype(np.float32)
+    x = rng.normal(size=(3, 4, 5)).astype(np.float32)
     idx = np.asarray([[[0, 1], [2, -1]], [[0, 1], [-3, 1]]], np.int64)  # (2, 2, 2) tuples
-    u = RNG.normal(size=(2, 2, 5)).astype(np.float32)
+    u = rng.normal(size=(2, 2, 5)).astype(np.float32)
     node = helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction=reduction)
     ops = _check(node, {"x": x, "i": idx, "u": u}, 18)
     assert ops[:2] == ["FILL_VALUE_SEQUENCE", "GATHER_ND1"] and "SCATTER_ND" not in ops
 
 
-def test_scatter_nd_without_reduction_and_with_empty_indices():
-    x = RNG.normal(size=(4, 3)).astype(np.float32)
+def test_scatter_nd_without_reduction_and_with_empty_indices(rng):
+    x = rng.normal(size=(4, 3)).astype(np.float32)
     node = helper.make_node("ScatterND", ["x", "i", "u"], ["y"])
-    idx, u = np.asarray([[-1], [1]], np.int64), RNG.normal(size=(2, 3)).astype(np.float32)
+    idx, u = np.asarray([[-1], [1]], np.int64), rng.normal(size=(2, 3)).astype(np.float32)
     assert _check(node, {"x": x, "i": idx, "u": u}, 11) == ["SCATTER_ND"]
     empty = {"i": np.zeros((0, 1), np.int64), "u": np.zeros((0, 3), np.float32)}
     assert _check(node, {"x": x}, 16, empty) == []  # nothing scattered: the data itself
@@ -173,9 +172,9 @@ def test_one_hot_float_indices_and_depth_from_a_graph_input():
 # --- data-dependent shapes ------------------------------------------------------------------
 
 
-def test_value_dependent_ops_fold_when_their_inputs_are_known():
+def test_value_dependent_ops_fold_when_their_inputs_are_known(rng):
     """NonZero of a constant folds at import; the graph then only adds to it."""
-    x = RNG.normal(size=(2,)).astype(np.float32)
+    x = rng.normal(size=(2,)).astype(np.float32)
     nodes = [
         helper.make_node("NonZero", ["c"], ["nz"]),
         helper.make_node("Cast", ["nz"], ["nzf"], to=TensorProto.FLOAT),

@@ -29,7 +29,6 @@ from onnx.reference import ReferenceEvaluator
 
 from dml_jax.onnx import InferenceSession
 
-RNG = np.random.default_rng(41)
 ELEM = {
     np.dtype("float32"): TP.FLOAT,
     np.dtype("float16"): TP.FLOAT16,
@@ -99,8 +98,8 @@ def _resize(inputs, **attrs):
         ({"axes": [1], "exclude_outside": 1}, {"scales": [2.5]}),
     ],
 )
-def test_cubic_resize_matches_onnx_reference(attrs, inits):
-    x = RNG.standard_normal((1, 2, 5, 6)).astype(np.float32)
+def test_cubic_resize_matches_onnx_reference(attrs, inits, rng):
+    x = rng.standard_normal((1, 2, 5, 6)).astype(np.float32)
     names = ["x", "roi" if "roi" in inits else "", "scales" if "scales" in inits else ""]
     names += ["sizes"] if "sizes" in inits else []
     arrays = {k: np.asarray(v, np.int64 if k == "sizes" else np.float32) for k, v in inits.items()}
@@ -111,17 +110,20 @@ def test_cubic_resize_matches_onnx_reference(attrs, inits):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_cubic_resize_to_one_element_reads_zero_as_onnx_defines_it():
+def test_cubic_resize_to_one_element_reads_zero_as_onnx_defines_it(rng):
     """pytorch_half_pixel onto one element: x = 0 (ONNX's formula, onnxruntime), which ONNX's
     reference evaluator reads as -0.5."""
     ort = pytest.importorskip("onnxruntime")
-    x = RNG.standard_normal((1, 1, 4, 5)).astype(np.float32)
+    x = rng.standard_normal((1, 1, 4, 5)).astype(np.float32)
     node = _resize(["x", "", "", "sizes"], coordinate_transformation_mode="pytorch_half_pixel")
     inits = {"sizes": np.int64([1, 1, 1, 3])}
     model = _model(node, {"x": x}, opset=19, inits=inits, out_type=TP.FLOAT)
     (got,) = _run(model, {"x": x})
     (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # atol on the inputs' scale (the matmul of the test above's): onnxruntime's float32 cubic
+    # weights put an output near 0 of O(1) inputs up to 2e-6 from the exact (float64) value
+    # (one draw: -0.0101607 for -0.0101589, where this one was 3e-8 off), beyond 1e-6.
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float64])
@@ -169,14 +171,14 @@ DFT_CASES = [
 
 
 @pytest.mark.parametrize(("opset", "fft"), [(17, False), (20, True)])
-def test_dft_matches_numpy(opset, fft, monkeypatch):
+def test_dft_matches_numpy(opset, fft, monkeypatch, rng):
     """Both algorithms: twiddle-factor products, and FFTs (``MATRIX_LIMIT`` 0)."""
     from dml_jax.onnx.converters import signal
 
     if fft:
         monkeypatch.setattr(signal, "MATRIX_LIMIT", 0)
     for shape, axis, length, inverse, onesided in DFT_CASES:
-        x = RNG.standard_normal(shape).astype(np.float32)
+        x = rng.standard_normal(shape).astype(np.float32)
         inits = {} if length is None else {"n": np.int64(length)}
         attrs = {"inverse": inverse, "onesided": onesided}
         if opset >= 20:
@@ -194,8 +196,8 @@ def test_dft_matches_numpy(opset, fft, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float64])
-def test_dft_types(dtype):
-    x = RNG.standard_normal((2, 8, 2)).astype(dtype)
+def test_dft_types(dtype, rng):
+    x = rng.standard_normal((2, 8, 2)).astype(dtype)
     (got,) = _run(_model(helper.make_node("DFT", ["x"], ["y"], axis=1), {"x": x}, opset=17),
                   {"x": x})  # fmt: skip
     assert got.dtype == dtype
@@ -220,8 +222,8 @@ def _stft_numpy(x, step, window, length, onesided):
     ("channels", "onesided", "with_window", "with_length"),
     [(1, 1, True, False), (2, 0, True, True), (1, 0, False, True), (1, 1, False, False)],
 )
-def test_stft_matches_numpy(channels, onesided, with_window, with_length):
-    x = RNG.standard_normal((2, 20, channels)).astype(np.float32)
+def test_stft_matches_numpy(channels, onesided, with_window, with_length, rng):
+    x = rng.standard_normal((2, 20, channels)).astype(np.float32)
     length = 8 if (with_window or with_length) else 20
     window = np.hanning(length).astype(np.float32) if with_window else np.ones(length, np.float32)
     inits = {"step": np.int64(3)}
@@ -263,11 +265,11 @@ def test_mel_weight_matrix_with_a_parameter():
     ("mode", "padding"), [("bilinear", "zeros"), ("bicubic", "border"), ("nearest", "reflection"),
                           ("bicubic", "reflection")]
 )  # fmt: skip
-def test_gridsample_16_names_its_modes_differently(mode, padding):
+def test_gridsample_16_names_its_modes_differently(mode, padding, rng):
     """GridSample-16's bilinear / bicubic are 20's linear / cubic; the grid reaches far beyond
     the borders (reflections several times over)."""
-    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
-    grid = (RNG.random((2, 3, 6, 2)) * 7 - 3.5).astype(np.float32)
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    grid = (rng.random((2, 3, 6, 2)) * 7 - 3.5).astype(np.float32)
     feeds = {"x": x, "g": grid}
     node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=padding)
     (got,) = _run(_model(node, feeds, opset=16), feeds)
@@ -278,17 +280,17 @@ def test_gridsample_16_names_its_modes_differently(mode, padding):
 
 
 @pytest.mark.parametrize("align", [0, 1])
-def test_gridsample_1d_and_integer_nearest(align):
-    x = RNG.standard_normal((1, 2, 7)).astype(np.float32)
-    grid = (RNG.random((1, 5, 1)) * 5 - 2.5).astype(np.float32)
+def test_gridsample_1d_and_integer_nearest(align, rng):
+    x = rng.standard_normal((1, 2, 7)).astype(np.float32)
+    grid = (rng.random((1, 5, 1)) * 5 - 2.5).astype(np.float32)
     feeds = {"x": x, "g": grid}
     node = helper.make_node("GridSample", ["x", "g"], ["y"], align_corners=align,
                             padding_mode="reflection")  # fmt: skip
     model = _model(node, feeds, opset=22)
     np.testing.assert_allclose(_run(model, feeds)[0], _reference(model, feeds)[0], rtol=1e-5,
                                atol=1e-5)  # fmt: skip
-    xi = RNG.integers(-100, 100, (1, 2, 3, 4)).astype(np.int32)
-    grid = (RNG.random((1, 3, 3, 2)) * 2.4 - 1.2).astype(np.float32)
+    xi = rng.integers(-100, 100, (1, 2, 3, 4)).astype(np.int32)
+    grid = (rng.random((1, 3, 3, 2)) * 2.4 - 1.2).astype(np.float32)
     feeds = {"x": xi, "g": grid}
     node = helper.make_node("GridSample", ["x", "g"], ["y"], mode="nearest", align_corners=align)
     model = _model(node, feeds, opset=22)
@@ -349,7 +351,7 @@ def _deform_numpy(x, w, offset, bias, mask, strides, pads, dilations, group, off
         ((4, 5), (3, 2), {"pads": [1, 0, 1, 1], "strides": [1, 2], "group": 2, "offset_group": 2}),
     ],
 )
-def test_deform_conv_nd_matches_its_definition(dims, kernel, attrs):
+def test_deform_conv_nd_matches_its_definition(dims, kernel, attrs, rng):
     r = len(dims)
     c, oc = 4, 4
     group = attrs.get("group", 1)
@@ -362,11 +364,11 @@ def test_deform_conv_nd_matches_its_definition(dims, kernel, attrs):
         for a, d in enumerate(dims)
     )
     taps = int(np.prod(kernel))
-    x = RNG.standard_normal((2, c, *dims))
-    w = RNG.standard_normal((oc, c // group, *kernel))
-    offset = RNG.standard_normal((2, og * taps * r, *out)) * 1.5
-    mask = RNG.random((2, og * taps, *out))
-    bias = RNG.standard_normal(oc)
+    x = rng.standard_normal((2, c, *dims))
+    w = rng.standard_normal((oc, c // group, *kernel))
+    offset = rng.standard_normal((2, og * taps * r, *out)) * 1.5
+    mask = rng.random((2, og * taps, *out))
+    bias = rng.standard_normal(oc)
     feeds = {"x": x, "w": w, "off": offset, "b": bias, "m": mask}
     node = helper.make_node("DeformConv", ["x", "w", "off", "b", "m"], ["y"], **attrs)
     (got,) = _run(_model(node, feeds, opset=22), feeds)
@@ -384,8 +386,8 @@ def _operators(model, feeds) -> list[str]:
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.int64, np.uint32])
-def test_cumprod_types(dtype):
-    x = RNG.integers(-3 if dtype != np.uint32 else 0, 4, (3, 5, 2)).astype(dtype)
+def test_cumprod_types(dtype, rng):
+    x = rng.integers(-3 if dtype != np.uint32 else 0, 4, (3, 5, 2)).astype(dtype)
     if dtype == np.int64:
         x[0, :, 0] = [40000, 50000, -3, 7, 1]  # the product wraps in 32 bits
     node = helper.make_node("CumProd", ["x", "axis"], ["y"], reverse=1, exclusive=1)
@@ -399,8 +401,8 @@ def test_cumprod_types(dtype):
     assert "CUMULATIVE_PRODUCT" in _operators(model, {"x": x})
 
 
-def test_swish_alpha():
-    x = RNG.standard_normal(20).astype(np.float32)
+def test_swish_alpha(rng):
+    x = rng.standard_normal(20).astype(np.float32)
     model = _model(helper.make_node("Swish", ["x"], ["y"], alpha=0.3), {"x": x}, opset=24)
     (got,) = _run(model, {"x": x})
     np.testing.assert_allclose(got, x / (1 + np.exp(-0.3 * x)), rtol=1e-5, atol=1e-6)
@@ -416,9 +418,9 @@ def test_swish_alpha():
         (np.uint16, TP.FLOAT16, "jax"),
     ],
 )
-def test_bitcast_reinterprets_bits(src, to, how):
-    x = RNG.standard_normal(12).astype(np.float32)
-    x = x.astype(src) if np.dtype(src).kind == "f" else RNG.integers(0, 120, 12).astype(src)
+def test_bitcast_reinterprets_bits(src, to, how, rng):
+    x = rng.standard_normal(12).astype(np.float32)
+    x = x.astype(src) if np.dtype(src).kind == "f" else rng.integers(0, 120, 12).astype(src)
     model = _model(helper.make_node("BitCast", ["x"], ["y"], to=to), {"x": x}, opset=26)
     (got,) = _run(model, {"x": x})
     want = x.view(helper.tensor_dtype_to_np_dtype(to))
@@ -428,9 +430,9 @@ def test_bitcast_reinterprets_bits(src, to, how):
 
 @pytest.mark.parametrize("writes", [None, [1, 3]])
 @pytest.mark.parametrize("mode", ["linear", "circular"])
-def test_tensorscatter_with_known_write_indices(writes, mode):
-    past = RNG.standard_normal((2, 3, 5, 4)).astype(np.float16)
-    update = RNG.standard_normal((2, 3, 2, 4)).astype(np.float16)
+def test_tensorscatter_with_known_write_indices(writes, mode, rng):
+    past = rng.standard_normal((2, 3, 5, 4)).astype(np.float16)
+    update = rng.standard_normal((2, 3, 2, 4)).astype(np.float16)
     inits = {} if writes is None else {"w": np.int64(writes)}
     node = helper.make_node("TensorScatter", ["past", "up"] + (["w"] if inits else []), ["y"],
                             mode=mode, axis=2)  # fmt: skip
@@ -499,8 +501,8 @@ def test_multinomial_and_bernoulli_frequencies():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_training_dropout_keeps_one_minus_ratio_scaled(dtype):
-    x = (RNG.random((100, 100)) + 0.5).astype(dtype)
+def test_training_dropout_keeps_one_minus_ratio_scaled(dtype, rng):
+    x = (rng.random((100, 100)) + 0.5).astype(dtype)
     node = helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"], seed=2)
     feeds = {"x": x, "r": np.array(0.3, dtype)}
     model = _model(node, feeds, outputs=("y", "mask"), inits={"t": np.array(True)})
@@ -516,10 +518,10 @@ def test_training_dropout_keeps_one_minus_ratio_scaled(dtype):
 
 
 @pytest.mark.parametrize(("dtype", "zero"), [(np.float16, np.int16), (np.float32, np.uint16)])
-def test_quantize_linear_16_bit(dtype, zero):
+def test_quantize_linear_16_bit(dtype, zero, rng):
     # (float16 divides in float16: its inputs stay where the quotient is finite, since ONNX's
     # reference casts an infinite quotient to int32 as an undefined value)
-    x = (RNG.standard_normal((3, 4)) * (1e4 if dtype == np.float16 else 3e4)).astype(dtype)
+    x = (rng.standard_normal((3, 4)) * (1e4 if dtype == np.float16 else 3e4)).astype(dtype)
     x[0, :3] = [0.5, 1.5, -2.5]  # halves round to even
     scale = np.array([1.0, 2.0, 0.5], dtype)
     zp = np.array([0, 100, 30000] if zero == np.uint16 else [0, -100, 20000], zero)
@@ -534,10 +536,10 @@ def test_quantize_linear_16_bit(dtype, zero):
 # --- jit, vmap and data types of every JAX node ---------------------------------------------
 
 
-def _jax_cases(dtype):
-    x4 = RNG.standard_normal((1, 2, 4, 5)).astype(dtype)
-    grid = (RNG.random((1, 3, 3, 2)) * 2.2 - 1.1).astype(dtype)
-    sig = RNG.standard_normal((1, 16, 1)).astype(dtype)
+def _jax_cases(rng, dtype):
+    x4 = rng.standard_normal((1, 2, 4, 5)).astype(dtype)
+    grid = (rng.random((1, 3, 3, 2)) * 2.2 - 1.1).astype(dtype)
+    sig = rng.standard_normal((1, 16, 1)).astype(dtype)
     cases = [
         (_resize(["x", "", "scales"]), {"x": x4}, {"scales": np.float32([1, 1, 1.5, 0.8])}, 19),
         (helper.make_node("DFT", ["x"], ["y"], axis=1, onesided=1), {"x": sig}, {}, 17),
@@ -549,8 +551,8 @@ def _jax_cases(dtype):
         (helper.make_node("GridSample", ["x", "g"], ["y"], mode="nearest",
                           padding_mode="reflection"), {"x": x4, "g": grid}, {}, 22),
         (helper.make_node("DeformConv", ["x", "w", "o"], ["y"], kernel_shape=[2, 2]),
-         {"x": x4, "w": RNG.standard_normal((3, 2, 2, 2)).astype(dtype),
-          "o": RNG.standard_normal((1, 8, 3, 4)).astype(dtype)}, {}, 22),
+         {"x": x4, "w": rng.standard_normal((3, 2, 2, 2)).astype(dtype),
+          "o": rng.standard_normal((1, 8, 3, 4)).astype(dtype)}, {}, 22),
         (helper.make_node("Det", ["x"], ["y"]), {"x": x4[:, :, :4, :4]}, {}, 22),
     ]  # fmt: skip
     if dtype != np.float64:  # (jax.random compiles slowly: two types are enough)
@@ -566,9 +568,9 @@ def _jax_cases(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
-def test_jax_nodes_under_jit_and_vmap(dtype):
+def test_jax_nodes_under_jit_and_vmap(dtype, rng):
     """Each JAX node run (a jitted program) and vmapped under jit, in each float type."""
-    for node, feeds, inits, opset in _jax_cases(dtype):
+    for node, feeds, inits, opset in _jax_cases(rng, dtype):
         session = InferenceSession(_model(node, feeds, opset=opset, inits=inits))
         args = list(feeds.values())
         (want,) = session.run(None, feeds)

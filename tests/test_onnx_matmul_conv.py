@@ -18,7 +18,6 @@ from onnx.reference import ReferenceEvaluator
 
 from dml_jax.onnx import InferenceSession, import_graph
 
-RNG = np.random.default_rng(11)
 TYPES = {
     np.float32: TensorProto.FLOAT,
     np.float16: TensorProto.FLOAT16,
@@ -60,10 +59,10 @@ def _operators(model, arrays):
     return session.program([a.shape for a in arrays]).operators()
 
 
-def _x(*shape, dtype=np.float32):
+def _x(rng, *shape, dtype=np.float32):
     if dtype == np.int32:
-        return RNG.integers(-4, 5, shape).astype(np.int32)
-    return RNG.normal(size=shape).astype(dtype)
+        return rng.integers(-4, 5, shape).astype(np.int32)
+    return rng.normal(size=shape).astype(dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -81,8 +80,8 @@ def _x(*shape, dtype=np.float32):
         ((2, 3, 4, 3, 5), (5,), 0),
     ],
 )
-def test_matmul_batch_broadcasting(a_shape, b_shape, copies):
-    a, b = _x(*a_shape), _x(*b_shape)
+def test_matmul_batch_broadcasting(a_shape, b_shape, copies, rng):
+    a, b = _x(rng, *a_shape), _x(rng, *b_shape)
     model = _model("MatMul", [a, b])
     np.testing.assert_allclose(_run(model, [a, b]), np.matmul(a, b), rtol=1e-5, atol=1e-5)
     ops = _operators(model, [a, b])
@@ -90,9 +89,9 @@ def test_matmul_batch_broadcasting(a_shape, b_shape, copies):
     assert ops.count("ELEMENT_WISE_IDENTITY") == copies, ops
 
 
-def test_matmul_by_one_matrix_is_one_2d_gemm():
+def test_matmul_by_one_matrix_is_one_2d_gemm(rng):
     """A linear layer: the batches' rows form one {batch * M, K} matrix (no broadcast B)."""
-    a, b = _x(2, 3, 4, 5), _x(5, 6)
+    a, b = _x(rng, 2, 3, 4, 5), _x(rng, 5, 6)
     model = _model("MatMul", [a, b])
     shapes = {"x0": a.shape, "x1": b.shape}
     (gemm,) = [n for n in import_graph(model, input_shapes=shapes).graph.nodes
@@ -108,26 +107,26 @@ def test_matmul_by_one_matrix_is_one_2d_gemm():
 
 @pytest.mark.parametrize("c_shape", [(4, 1), (1,), (), (3,), (1, 3)])
 @pytest.mark.parametrize("trans", [(0, 0), (1, 1)])
-def test_gemm_broadcasts_c(c_shape, trans):
+def test_gemm_broadcasts_c(c_shape, trans, rng):
     ta, tb = trans
-    a = _x(*((5, 4) if ta else (4, 5)))
-    b = _x(*((3, 5) if tb else (5, 3)))
-    c = _x(*c_shape)
+    a = _x(rng, *((5, 4) if ta else (4, 5)))
+    b = _x(rng, *((3, 5) if tb else (5, 3)))
+    c = _x(rng, *c_shape)
     model = _model("Gemm", [a, b, c], transA=ta, transB=tb, alpha=0.5, beta=-2.0)
     want = 0.5 * ((a.T if ta else a) @ (b.T if tb else b)) - 2.0 * c
     np.testing.assert_allclose(_run(model, [a, b, c]), want, rtol=1e-5, atol=1e-5)
 
 
-def test_gemm_without_c_and_opset_7():
-    a, b = _x(3, 4), _x(4, 2)
+def test_gemm_without_c_and_opset_7(rng):
+    a, b = _x(rng, 3, 4), _x(rng, 4, 2)
     np.testing.assert_allclose(_run(_model("Gemm", [a, b], opset=11), [a, b]), a @ b, rtol=1e-5)
-    c = _x(3, 2)
+    c = _x(rng, 3, 2)
     model = _model("Gemm", [a, b, c], opset=7, beta=0.25)
     np.testing.assert_allclose(_run(model, [a, b, c]), a @ b + 0.25 * c, rtol=1e-5, atol=1e-6)
 
 
-def test_gemm_of_integers_is_rejected_by_gemm():
-    a, b = _x(3, 4, dtype=np.int32), _x(4, 2, dtype=np.int32)
+def test_gemm_of_integers_is_rejected_by_gemm(rng):
+    a, b = _x(rng, 3, 4, dtype=np.int32), _x(rng, 4, 2, dtype=np.int32)
     with pytest.raises(dml.ValidationError, match="GEMM"):
         _run(_model("Gemm", [a, b], opset=13), [a, b])
 
@@ -159,16 +158,16 @@ EINSUM = [
 
 
 @pytest.mark.parametrize("equation, shapes", EINSUM, ids=[e for e, _ in EINSUM])
-def test_einsum(equation, shapes):
-    arrays = [_x(*s) for s in shapes]
+def test_einsum(equation, shapes, rng):
+    arrays = [_x(rng, *s) for s in shapes]
     got = _run(_model("Einsum", arrays, opset=12, equation=equation), arrays)
     want = np.einsum(equation, *arrays)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_einsum_integers_multiply_and_reduce():
-    arrays = [_x(3, 4, dtype=np.int32), _x(4, 5, dtype=np.int32)]
+def test_einsum_integers_multiply_and_reduce(rng):
+    arrays = [_x(rng, 3, 4, dtype=np.int32), _x(rng, 4, 5, dtype=np.int32)]
     model = _model("Einsum", arrays, opset=12, equation="ij,jk->ik")
     np.testing.assert_array_equal(_run(model, arrays), arrays[0] @ arrays[1])
     assert _operators(model, arrays) == ["ELEMENT_WISE_MULTIPLY", "REDUCE"]
@@ -186,13 +185,13 @@ def test_einsum_integers_multiply_and_reduce():
         ("i,j->ij", [(3,), (4,)], ["ELEMENT_WISE_MULTIPLY"]),
     ],
 )
-def test_einsum_operators(equation, shapes, ops):
-    arrays = [_x(*s) for s in shapes]
+def test_einsum_operators(equation, shapes, ops, rng):
+    arrays = [_x(rng, *s) for s in shapes]
     assert _operators(_model("Einsum", arrays, opset=12, equation=equation), arrays) == ops
 
 
-def test_einsum_rejects_a_dropped_ellipsis():
-    a = _x(2, 3)
+def test_einsum_rejects_a_dropped_ellipsis(rng):
+    a = _x(rng, 2, 3)
     with pytest.raises(dml.ValidationError, match="ellipsis"):
         _run(_model("Einsum", [a], opset=12, equation="...i->i"), [a])
 
@@ -215,8 +214,8 @@ CONV = [
 
 
 @pytest.mark.parametrize("shapes, attributes", CONV)
-def test_conv(shapes, attributes):
-    x, w, b = _x(*shapes["x"]), _x(*shapes["w"]), _x(shapes["w"][0])
+def test_conv(shapes, attributes, rng):
+    x, w, b = _x(rng, *shapes["x"]), _x(rng, *shapes["w"]), _x(rng, shapes["w"][0])
     model = _model("Conv", [x, w, b], opset=11, **attributes)
     np.testing.assert_allclose(
         _run(model, [x, w, b]), _reference(model, [x, w, b]), rtol=1e-4, atol=1e-4
@@ -239,19 +238,19 @@ CONV_TRANSPOSE = [
 
 
 @pytest.mark.parametrize("shapes, attributes", CONV_TRANSPOSE)
-def test_conv_transpose(shapes, attributes):
-    x, w = _x(*shapes["x"]), _x(*shapes["w"])
-    b = _x(shapes["w"][1] * attributes.get("group", 1))
+def test_conv_transpose(shapes, attributes, rng):
+    x, w = _x(rng, *shapes["x"]), _x(rng, *shapes["w"])
+    b = _x(rng, shapes["w"][1] * attributes.get("group", 1))
     model = _model("ConvTranspose", [x, w, b], opset=11, **attributes)
     got, want = _run(model, [x, w, b]), _reference(model, [x, w, b])
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_conv_transpose_1d_groups_against_onnxruntime():
+def test_conv_transpose_1d_groups_against_onnxruntime(rng):
     """1-D, two groups, output padding, bias (ONNX's reference evaluator mishandles groups)."""
     ort = pytest.importorskip("onnxruntime")
-    x, w, b = _x(2, 4, 5), _x(4, 3, 3), _x(6)
+    x, w, b = _x(rng, 2, 4, 5), _x(rng, 4, 3, 3), _x(rng, 6)
     model = _model("ConvTranspose", [x, w, b], opset=11, group=2, strides=[2], output_padding=[1])
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (want,) = session.run(None, {"x0": x, "x1": w, "x2": b})
@@ -266,10 +265,10 @@ def test_conv_transpose_1d_groups_against_onnxruntime():
         ([8, 7], [0, 0]),  # one longer: OutputPadding
     ],
 )
-def test_conv_transpose_output_shape(output_shape, start):
+def test_conv_transpose_output_shape(output_shape, start, rng):
     """The output is the full result (7 x 7 here) read from ``start``, zeros past its end, plus
     the bias (ONNX's formulas; its reference evaluator rejects these shapes)."""
-    x, w, b = _x(1, 1, 3, 3), _x(1, 2, 3, 3), _x(2)
+    x, w, b = _x(rng, 1, 1, 3, 3), _x(rng, 1, 2, 3, 3), _x(rng, 2)
     full = _reference(_model("ConvTranspose", [x, w], opset=11, strides=[2, 2]), [x, w])
     padded = np.zeros((1, 2, 12, 12), np.float32)
     padded[:, :, :7, :7] = full

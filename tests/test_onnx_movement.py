@@ -19,7 +19,6 @@ from onnx import TensorProto, helper, numpy_helper
 import dml_jax as dml
 from dml_jax.onnx import InferenceSession
 
-RNG = np.random.default_rng(11)
 TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
          np.dtype(np.int64): TensorProto.INT64, np.dtype(np.bool_): TensorProto.BOOL,
          np.dtype(np.float16): TensorProto.FLOAT16, np.dtype(np.uint8): TensorProto.UINT8}  # fmt: skip
@@ -60,7 +59,12 @@ def _check(node, feeds, opset, inits=(), outputs=("y",)):
     return ops
 
 
-X = RNG.normal(size=(2, 3, 4, 5)).astype(np.float32)
+def _fixed_input() -> np.ndarray:
+    """The input of the Pad and Slice cases: the same array in every test and every run."""
+    return np.random.default_rng(11).normal(size=(2, 3, 4, 5)).astype(np.float32)
+
+
+X = _fixed_input()
 
 
 # --- Pad ------------------------------------------------------------------------------------
@@ -87,17 +91,17 @@ def test_pad_negative_pads_crop_before_padding():
     np.testing.assert_array_equal(got[0], np.pad(x[:, 2:], [(0, 1), (0, 1)], mode="reflect"))
 
 
-def test_pad_int_constant_value_and_axes_initializers():
-    x = RNG.integers(-9, 9, size=(3, 4)).astype(np.int32)
+def test_pad_int_constant_value_and_axes_initializers(rng):
+    x = rng.integers(-9, 9, size=(3, 4)).astype(np.int32)
     node = helper.make_node("Pad", ["x", "pads", "v", "axes"], ["y"])
     inits = {"pads": np.asarray([2, 3], np.int64), "v": np.asarray(-7, np.int32),
              "axes": np.asarray([-1], np.int64)}  # fmt: skip
     assert _check(node, {"x": x}, 18, inits) == ["PADDING1"]
 
 
-def test_pad_wrap_with_pads_from_a_graph_input():
+def test_pad_wrap_with_pads_from_a_graph_input(rng):
     """pads as a graph input: the session specialises on its values."""
-    x = RNG.integers(0, 9, size=(3, 4)).astype(np.int32)
+    x = rng.integers(0, 9, size=(3, 4)).astype(np.int32)
     pads = np.asarray([1, 2, 2, 3], np.int64)
     node = helper.make_node("Pad", ["x", "pads"], ["y"], mode="wrap")
     model = _model(node, {"x": x, "pads": pads}, ["y"], 19)
@@ -144,9 +148,9 @@ def test_slice_with_an_empty_result_is_known_at_import():
         (18, None, {"num_outputs": 3}),
     ],
 )
-def test_split_across_opsets(opset, split, attrs):
+def test_split_across_opsets(opset, split, attrs, rng):
     # num_outputs 3 of 5: pieces of 2, 2 and 1 (onnxruntime 1.30 rejects 4 in 2, 2 and 0).
-    x = RNG.normal(size=(2, 5 if "num_outputs" in attrs else 4, 3)).astype(np.float32)
+    x = rng.normal(size=(2, 5 if "num_outputs" in attrs else 4, 3)).astype(np.float32)
     count = attrs.get("num_outputs", 2)
     outs = [f"y{k}" for k in range(count)]
     inputs = ["x", "split"] if split else ["x"]
@@ -155,16 +159,16 @@ def test_split_across_opsets(opset, split, attrs):
     assert _check(node, {"x": x}, opset, inits, outs) == ["SPLIT"]
 
 
-def test_split_with_an_empty_piece():
-    x = RNG.normal(size=(2, 4)).astype(np.float32)
+def test_split_with_an_empty_piece(rng):
+    x = rng.normal(size=(2, 4)).astype(np.float32)
     node = helper.make_node("Split", ["x", "split"], ["a", "b", "c"], axis=1)
     inits = {"split": np.asarray([0, 4, 0], np.int64)}
     assert _check(node, {"x": x}, 13, inits, ["a", "b", "c"]) == []  # b is x itself
 
 
 @pytest.mark.parametrize("opset", [7, 11])
-def test_squeeze_and_unsqueeze_axes_attributes(opset):
-    x = RNG.normal(size=(3, 1, 4)).astype(np.float32)
+def test_squeeze_and_unsqueeze_axes_attributes(opset, rng):
+    x = rng.normal(size=(3, 1, 4)).astype(np.float32)
     for node in (
         helper.make_node("Squeeze", ["x"], ["y"], axes=[1]),
         helper.make_node("Unsqueeze", ["x"], ["y"], axes=[0, 3]),
@@ -172,8 +176,8 @@ def test_squeeze_and_unsqueeze_axes_attributes(opset):
         assert _check(node, {"x": x}, opset) == []  # a view: no node
 
 
-def test_reshape_allowzero_and_flatten_views():
-    x = RNG.normal(size=(2, 3, 4)).astype(np.float32)
+def test_reshape_allowzero_and_flatten_views(rng):
+    x = rng.normal(size=(2, 3, 4)).astype(np.float32)
     node = helper.make_node("Reshape", ["x", "shape"], ["y"], allowzero=0)
     assert _check(node, {"x": x}, 14, {"shape": np.asarray([0, -1, 2])}) == []
     # With allowzero a 0 is a zero-sized dimension, not a copy of the input's.
@@ -184,8 +188,8 @@ def test_reshape_allowzero_and_flatten_views():
     assert _check(helper.make_node("Flatten", ["x"], ["y"], axis=-1), {"x": x}, 11) == []
 
 
-def test_transpose_of_size_1_axes_is_a_view():
-    x = RNG.normal(size=(3, 1, 4)).astype(np.float32)
+def test_transpose_of_size_1_axes_is_a_view(rng):
+    x = rng.normal(size=(3, 1, 4)).astype(np.float32)
     node = helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0, 2])
     assert _check(node, {"x": x}, 13) == []
 
@@ -193,8 +197,8 @@ def test_transpose_of_size_1_axes_is_a_view():
 # --- Expand, Tile, depth and space ----------------------------------------------------------
 
 
-def test_expand_is_an_identity_reading_stride_0():
-    x = RNG.normal(size=(3, 1)).astype(np.float32)
+def test_expand_is_an_identity_reading_stride_0(rng):
+    x = rng.normal(size=(3, 1)).astype(np.float32)
     node = helper.make_node("Expand", ["x", "shape"], ["y"])
     model = _model(node, {"x": x}, ["y"], 13, {"shape": np.asarray([2, 1, 4], np.int64)})
     s = InferenceSession(model)
@@ -205,8 +209,8 @@ def test_expand_is_an_identity_reading_stride_0():
     assert expand and expand[0].input_tensor.strides == (0, 1, 0)
 
 
-def test_expand_to_an_empty_shape_and_tile():
-    x = RNG.integers(0, 5, size=(2, 3)).astype(np.int64)
+def test_expand_to_an_empty_shape_and_tile(rng):
+    x = rng.integers(0, 5, size=(2, 3)).astype(np.int64)
     assert _check(helper.make_node("Expand", ["x", "s"], ["y"]), {"x": x}, 8,
                   {"s": np.asarray([0, 1, 3])}) == []  # fmt: skip
     assert _check(helper.make_node("Tile", ["x", "r"], ["y"]), {"x": x}, 6,
@@ -214,26 +218,26 @@ def test_expand_to_an_empty_shape_and_tile():
 
 
 @pytest.mark.parametrize("opset", [7, 11, 13])
-def test_depth_to_space_default_mode(opset):
-    x = RNG.normal(size=(1, 8, 2, 3)).astype(np.float32)
+def test_depth_to_space_default_mode(opset, rng):
+    x = rng.normal(size=(1, 8, 2, 3)).astype(np.float32)
     node = helper.make_node("DepthToSpace", ["x"], ["y"], blocksize=2)
     assert _check(node, {"x": x}, opset) == ["DEPTH_TO_SPACE1"]
     node = helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2)
     assert _check(node, {"x": x.reshape(1, 2, 4, 6)}, opset) == ["SPACE_TO_DEPTH1"]
 
 
-def test_reverse_sequence_batch_axis_0_with_lengths_from_a_graph_input():
+def test_reverse_sequence_batch_axis_0_with_lengths_from_a_graph_input(rng):
     """The [batch] lengths are cast to UINT32 and read through stride 0 along the other
     dimensions (REVERSE_SUBSEQUENCES wants x's sizes with 1 along the time axis)."""
-    x = RNG.normal(size=(3, 5, 2)).astype(np.float32)
+    x = rng.normal(size=(3, 5, 2)).astype(np.float32)
     lengths = np.asarray([5, 0, 3], np.int64)
     node = helper.make_node("ReverseSequence", ["x", "lens"], ["y"], batch_axis=0, time_axis=1)
     ops = _check(node, {"x": x, "lens": lengths}, 10)
     assert ops[-2:] == ["CAST", "REVERSE_SUBSEQUENCES"]
 
 
-def test_col2im_1d():
-    x = RNG.normal(size=(1, 6, 5)).astype(np.float32)
+def test_col2im_1d(rng):
+    x = rng.normal(size=(1, 6, 5)).astype(np.float32)
     node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"], strides=[2], pads=[1, 2])
     model = _model(node, {"x": x}, ["y"], 18, {"image": [8], "block": [3]})
     got, ops = _session(model, {"x": x})

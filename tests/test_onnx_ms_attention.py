@@ -18,12 +18,11 @@ from onnx import helper, numpy_helper
 
 from dml_jax.onnx import InferenceSession
 
-RNG = np.random.default_rng(11)
 MS = "com.microsoft"
 
 
-def _f(*shape, dtype=np.float32):
-    return RNG.standard_normal(shape).astype(dtype)
+def _f(rng, *shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
 
 
 def _model(op, inputs, outputs, attrs=None, *, constants=(), domain=MS, opset=23):
@@ -84,27 +83,33 @@ B, S, N, H = 2, 3, 2, 4
 D = N * H
 
 
-def _attention_inputs(dtype=np.float32, widths=(D, D, D)):
+def _attention_inputs(rng, dtype=np.float32, widths=(D, D, D)):
     width = sum(widths)
     return [
-        ("x", _f(B, S, D, dtype=dtype)),
-        ("w", _f(D, width, dtype=dtype)),
-        ("bias", _f(width, dtype=dtype)),
+        ("x", _f(rng, B, S, D, dtype=dtype)),
+        ("w", _f(rng, D, width, dtype=dtype)),
+        ("bias", _f(rng, width, dtype=dtype)),
     ]
 
 
-MASKS = {
-    "lengths": np.array([2, 3], np.int32),
-    "ends_starts": np.array([3, 2, 1, 0], np.int32),
-    "2d": np.array([[1, 1, 0], [1, 0, 1]], np.int32),
-    "3d": RNG.integers(-1, 3, (B, S, S)).astype(np.int32),  # values above 0 keep a key
-}
+def _masks():
+    """mask_index in each form (the 3-D one from a fixed generator of its own)."""
+    return {
+        "lengths": np.array([2, 3], np.int32),
+        "ends_starts": np.array([3, 2, 1, 0], np.int32),
+        "2d": np.array([[1, 1, 0], [1, 0, 1]], np.int32),
+        # values above 0 keep a key
+        "3d": np.random.default_rng(0).integers(-1, 3, (B, S, S)).astype(np.int32),
+    }
+
+
+MASKS = _masks()
 
 
 @pytest.mark.parametrize("form", sorted(MASKS))
 @pytest.mark.parametrize("constant", [False, True])
-def test_attention_mask_index_forms(form, constant):
-    inputs = _attention_inputs() + [("mask_index", MASKS[form])]
+def test_attention_mask_index_forms(form, constant, rng):
+    inputs = _attention_inputs(rng) + [("mask_index", MASKS[form])]
     session = _check(
         "Attention",
         inputs,
@@ -120,33 +125,37 @@ def test_attention_mask_index_forms(form, constant):
     tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 31),
     reason="onnxruntime 1.30's CPU Attention crashes (a segmentation fault) on this case",
 )
-def test_attention_hidden_sizes_scale_and_no_bias():
-    inputs = [("x", _f(B, S, D)), ("w", _f(D, 2 * D + 2 * D))]
+def test_attention_hidden_sizes_scale_and_no_bias(rng):
+    inputs = [("x", _f(rng, B, S, D)), ("w", _f(rng, D, 2 * D + 2 * D))]
     attrs = {"num_heads": N, "qkv_hidden_sizes": [D, D, 2 * D], "scale": 0.3}
     session = _check("Attention", inputs, ["y"], attrs)
     assert "SPLIT" in _operators(session)
 
 
-def test_attention_past_and_present():
+def test_attention_past_and_present(rng):
     total = 4 + S
     mask = np.ones((B, total), np.int32)
     mask[1, :2] = 0
-    inputs = _attention_inputs() + [("mask_index", mask), ("past", _f(2, B, N, 4, H))]
+    inputs = _attention_inputs(rng) + [("mask_index", mask), ("past", _f(rng, 2, B, N, 4, H))]
     _check("Attention", inputs, ["y", "present"], {"num_heads": N, "unidirectional": 1})
 
 
-def test_attention_bias_with_causal_rows():
-    inputs = _attention_inputs() + [("m", None), ("past", None), ("bias_qk", _f(B, 1, S, S))]
+def test_attention_bias_with_causal_rows(rng):
+    inputs = _attention_inputs(rng) + [
+        ("m", None),
+        ("past", None),
+        ("bias_qk", _f(rng, B, 1, S, S)),
+    ]
     _check("Attention", inputs, ["y", "present"], {"num_heads": N, "unidirectional": 1})
 
 
-def test_attention_float16():
+def test_attention_float16(rng):
     """The projection is a DML GEMM, whose FLOAT16 product is rounded to float16 before the
     bias is added and rounded again (docs/semantics.md, GEMM); ONNX Runtime's CPU kernel keeps it
     in float32, which puts the two up to 1e-2 apart on some inputs. The reference: the
     projection rounded as the GEMM rounds it, then ONNX Runtime's float32 Attention of it
     (identity weights), rounded once."""
-    inputs = _attention_inputs(np.float16) + [("mask_index", MASKS["lengths"])]
+    inputs = _attention_inputs(rng, np.float16) + [("mask_index", MASKS["lengths"])]
     attrs = {"num_heads": N, "unidirectional": 1}
     x, w, bias = (a.astype(np.float32) for _, a in inputs[:3])
     product = (x @ w).astype(np.float16).astype(np.float32)
@@ -158,12 +167,12 @@ def test_attention_float16():
     _check("Attention", inputs, ["y"], attrs, want=want)
 
 
-def test_attention_4d_mask_is_its_leading_block():
+def test_attention_4d_mask_is_its_leading_block(rng):
     # ONNX Runtime's CPU kernel has no 4-D mask; its leading S x T block as a 3-D mask is the
     # same attention (the DirectML provider slices it so).
-    mask = RNG.integers(0, 2, (B, 1, 5, 5)).astype(np.int32)
+    mask = rng.integers(0, 2, (B, 1, 5, 5)).astype(np.int32)
     mask[..., 0] = 1
-    inputs = _attention_inputs()
+    inputs = _attention_inputs(rng)
     want = _ort(*_model("Attention", inputs + [("m", mask[:, 0, :S, :S])], ["y"], {"num_heads": N}))
     _check("Attention", inputs + [("m", mask)], ["y"], {"num_heads": N}, want=want)
 
@@ -173,60 +182,63 @@ def test_attention_4d_mask_is_its_leading_block():
 L, P = 4, 5
 
 
-def _mha(*, kv=L, past=False, dv=H, dtype=np.float32):
+def _mha(rng, *, kv=L, past=False, dv=H, dtype=np.float32):
     inputs = [
-        ("q", _f(B, S, D, dtype=dtype)),
-        ("k", _f(B, kv, D, dtype=dtype)),
-        ("v", _f(B, kv, N * dv, dtype=dtype)),
-        ("bias", _f(2 * D + N * dv, dtype=dtype)),
+        ("q", _f(rng, B, S, D, dtype=dtype)),
+        ("k", _f(rng, B, kv, D, dtype=dtype)),
+        ("v", _f(rng, B, kv, N * dv, dtype=dtype)),
+        ("bias", _f(rng, 2 * D + N * dv, dtype=dtype)),
     ]
     if past:
         return inputs, [
-            ("past_key", _f(B, N, P, H, dtype=dtype)),
-            ("past_value", _f(B, N, P, dv, dtype=dtype)),
+            ("past_key", _f(rng, B, N, P, H, dtype=dtype)),
+            ("past_value", _f(rng, B, N, P, dv, dtype=dtype)),
         ]
     return inputs, []
 
 
-@pytest.mark.parametrize(
-    ("mask", "attrs"),
-    [
+def _key_padding_masks():
+    """(key_padding_mask, attributes) cases; the random masks from a fixed generator."""
+    rng = np.random.default_rng(0)
+    return [
         (None, {}),
         (np.array([2, 4], np.int32), {"mask_filter_value": -2.0}),
-        (RNG.integers(-1, 2, (B, L)).astype(np.int32), {"unidirectional": 1}),
-        (RNG.integers(0, 2, (B, S, L)).astype(np.int32), {"scale": 0.5}),
-    ],
-)
-def test_mha_key_padding_mask_forms(mask, attrs):
-    inputs, _ = _mha(dv=2 * H)
-    inputs += [("key_padding_mask", mask), ("attention_bias", _f(B, 1, S, L))]
+        (rng.integers(-1, 2, (B, L)).astype(np.int32), {"unidirectional": 1}),
+        (rng.integers(0, 2, (B, S, L)).astype(np.int32), {"scale": 0.5}),
+    ]
+
+
+@pytest.mark.parametrize(("mask", "attrs"), _key_padding_masks())
+def test_mha_key_padding_mask_forms(mask, attrs, rng):
+    inputs, _ = _mha(rng, dv=2 * H)
+    inputs += [("key_padding_mask", mask), ("attention_bias", _f(rng, B, 1, S, L))]
     _check("MultiHeadAttention", inputs, ["y"], {"num_heads": N, **attrs})
 
 
-def test_mha_past_and_present():
-    inputs, past = _mha(kv=S, past=True)
-    mask = RNG.integers(0, 2, (B, P + S)).astype(np.int32)
+def test_mha_past_and_present(rng):
+    inputs, past = _mha(rng, kv=S, past=True)
+    mask = rng.integers(0, 2, (B, P + S)).astype(np.int32)
     mask[:, 0] = 1
     inputs += [("key_padding_mask", mask), ("attention_bias", None)] + past
     outputs = ["y", "present_key", "present_value"]
     _check("MultiHeadAttention", inputs, outputs, {"num_heads": N, "unidirectional": 1})
 
 
-def test_mha_projected_key_value_and_float16():
+def test_mha_projected_key_value_and_float16(rng):
     # Keys / values already in {B, N, L, H}: the bias applies to the query alone.
-    q = _f(B, S, D, dtype=np.float16)
+    q = _f(rng, B, S, D, dtype=np.float16)
     inputs = [
         ("q", q),
-        ("k", _f(B, N, L, H, dtype=np.float16)),
-        ("v", _f(B, N, L, H, dtype=np.float16)),
-        ("bias", _f(3 * D, dtype=np.float16)),
+        ("k", _f(rng, B, N, L, H, dtype=np.float16)),
+        ("v", _f(rng, B, N, L, H, dtype=np.float16)),
+        ("bias", _f(rng, 3 * D, dtype=np.float16)),
     ]
     outputs = ["y", "present_key", "present_value"]
     _check("MultiHeadAttention", inputs, outputs, {"num_heads": N, "unidirectional": 1})
 
 
-def test_mha_packed_qkv_and_kv_equal_separate_inputs():
-    qkv, bias = _f(B, S, N, 3, H), _f(3 * D)
+def test_mha_packed_qkv_and_kv_equal_separate_inputs(rng):
+    qkv, bias = _f(rng, B, S, N, 3, H), _f(rng, 3 * D)
     parts = [qkv[:, :, :, i].reshape(B, S, D) for i in range(3)]
     want = _ort(
         *_model(
@@ -238,7 +250,7 @@ def test_mha_packed_qkv_and_kv_equal_separate_inputs():
     )
     inputs = [("q", qkv), ("k", None), ("v", None), ("bias", bias)]
     _check("MultiHeadAttention", inputs, ["y"], {"num_heads": N}, want=want)
-    q, kv = _f(B, S, D), _f(B, L, N, 2, H)
+    q, kv = _f(rng, B, S, D), _f(rng, B, L, N, 2, H)
     k, v = (kv[:, :, :, i].reshape(B, L, D) for i in range(2))
     attrs = {"num_heads": N, "unidirectional": 1}
     want = _ort(
@@ -261,11 +273,11 @@ COS = np.cos(np.arange(16)[:, None] * FREQ).astype(np.float32)
 SIN = np.sin(np.arange(16)[:, None] * FREQ).astype(np.float32)
 
 
-def _gqa(s, past, seqlens, total, *, b=2, packed=False, dtype=np.float32, extra=()):
-    q, k, v = (_f(b, s, n * GH, dtype=dtype) for n in (GN, GK, GK))
+def _gqa(rng, s, past, seqlens, total, *, b=2, packed=False, dtype=np.float32, extra=()):
+    q, k, v = (_f(rng, b, s, n * GH, dtype=dtype) for n in (GN, GK, GK))
     if packed:
         q, k, v = np.concatenate([q, k, v], -1), None, None
-    caches = [None, None] if past is None else [_f(b, GK, past, GH, dtype=dtype) for _ in "kv"]
+    caches = [None, None] if past is None else [_f(rng, b, GK, past, GH, dtype=dtype) for _ in "kv"]
     inputs = [
         ("q", q),
         ("k", k),
@@ -276,6 +288,8 @@ def _gqa(s, past, seqlens, total, *, b=2, packed=False, dtype=np.float32, extra=
         ("total_sequence_length", np.array(total, np.int32)),
     ]
     extra = dict(extra)
+    if isinstance(extra.get("attention_bias"), tuple):  # a shape: random data of that shape
+        extra["attention_bias"] = _f(rng, *extra["attention_bias"], dtype=dtype)
     for name in ("cos_cache", "sin_cache", "position_ids", "attention_bias"):
         inputs.append((name, extra.get(name)))
     return inputs
@@ -306,7 +320,7 @@ GQA_CASES = {
             "past": 5,
             "seqlens": [5, 3],
             "total": 6,
-            "extra": {"attention_bias": _f(2, 1, 1, 6)},
+            "extra": {"attention_bias": (2, 1, 1, 6)},  # a shape: drawn by the test
         },
         {},
     ),
@@ -358,9 +372,9 @@ GQA_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(GQA_CASES))
-def test_gqa(case):
+def test_gqa(case, rng):
     shape, attrs = GQA_CASES[case]
-    inputs = _gqa(**shape)
+    inputs = _gqa(rng, **shape)
     attrs = {"num_heads": GN, "kv_num_heads": GK, **attrs}
     session = _check(
         "GroupQueryAttention", inputs, GQA_OUT, attrs, constants=("total_sequence_length",)
@@ -368,39 +382,42 @@ def test_gqa(case):
     assert "MULTIHEAD_ATTENTION1" in _operators(session)
 
 
-def test_gqa_float16_rotary_window():
+def test_gqa_float16_rotary_window(rng):
     extra = {"cos_cache": COS.astype(np.float16), "sin_cache": SIN.astype(np.float16)}
-    inputs = _gqa(1, 5, [5, 3], 6, dtype=np.float16, extra=extra)
+    inputs = _gqa(rng, 1, 5, [5, 3], 6, dtype=np.float16, extra=extra)
     attrs = {"num_heads": GN, "kv_num_heads": GK, "do_rotary": 1, "local_window_size": 4}
     _check("GroupQueryAttention", inputs, GQA_OUT, attrs, constants=("total_sequence_length",))
 
 
-def test_gqa_total_sequence_length_from_a_graph_input():
+def test_gqa_total_sequence_length_from_a_graph_input(rng):
     # total_sequence_length must be known at import: the session specialises on its value.
-    inputs = _gqa(1, 5, [5, 3], 6)
+    inputs = _gqa(rng, 1, 5, [5, 3], 6)
     _check("GroupQueryAttention", inputs, GQA_OUT, {"num_heads": GN, "kv_num_heads": GK})
 
 
 # --- RotaryEmbedding --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("x", "positions", "attrs", "dtype"),
-    [
+def _rotary_cases():
+    """(x shape, position_ids, attributes, data type); positions from a fixed generator."""
+    rng = np.random.default_rng(0)
+    return [
         ((B, S, 2 * GH), np.array([2]), {}, np.float32),  # one offset
-        ((B, S, 2 * GH), RNG.integers(0, 16, (B, S)), {"interleaved": 1}, np.float32),
-        ((B, 2, S, GH), RNG.integers(0, 16, (B, S)), {}, np.float16),  # {B, N, S, H}
+        ((B, S, 2 * GH), rng.integers(0, 16, (B, S)), {"interleaved": 1}, np.float32),
+        ((B, 2, S, GH), rng.integers(0, 16, (B, S)), {}, np.float16),  # {B, N, S, H}
         (
             (B, S, 4 * GH),
-            RNG.integers(0, 16, (B, S)),
+            rng.integers(0, 16, (B, S)),
             {"num_heads": 2, "rotary_embedding_dim": GH, "interleaved": 1},
             np.float32,
         ),
-    ],
-)
-def test_ms_rotary_embedding(x, positions, attrs, dtype):
+    ]
+
+
+@pytest.mark.parametrize(("x", "positions", "attrs", "dtype"), _rotary_cases())
+def test_ms_rotary_embedding(x, positions, attrs, dtype, rng):
     inputs = [
-        ("x", _f(*x, dtype=dtype)),
+        ("x", _f(rng, *x, dtype=dtype)),
         ("position_ids", positions.astype(np.int64)),
         ("cos", COS.astype(dtype)),
         ("sin", SIN.astype(dtype)),
@@ -409,14 +426,14 @@ def test_ms_rotary_embedding(x, positions, attrs, dtype):
     assert "GATHER" in _operators(session) and "jax" not in _operators(session)
 
 
-def test_onnx_rotary_embedding_partial_3d_float16():
+def test_onnx_rotary_embedding_partial_3d_float16(rng):
     # ONNX's RotaryEmbedding-23 (ONNX Runtime has a CPU kernel for it); its node tests run in
     # test_onnx_backend.py.
     inputs = [
-        ("x", _f(B, S, 2 * GH, dtype=np.float16)),
+        ("x", _f(rng, B, S, 2 * GH, dtype=np.float16)),
         ("cos", COS[:, :4].astype(np.float16)),
         ("sin", SIN[:, :4].astype(np.float16)),
-        ("position_ids", RNG.integers(0, 16, (B, S)).astype(np.int64)),
+        ("position_ids", rng.integers(0, 16, (B, S)).astype(np.int64)),
     ]
     attrs = {"num_heads": 2, "rotary_embedding_dim": 8, "interleaved": 1}
     session = _check("RotaryEmbedding", inputs, ["y"], attrs, domain="")
@@ -427,20 +444,20 @@ def test_onnx_rotary_embedding_partial_3d_float16():
 
 
 @pytest.mark.parametrize("weight_type", [np.int8, np.uint8])
-def test_q_attention(weight_type):
+def test_q_attention(weight_type, rng):
     info = np.iinfo(weight_type)
-    x = RNG.integers(0, 256, (B, S, D)).astype(np.uint8)
-    w = RNG.integers(info.min, info.max + 1, (D, 3 * D)).astype(weight_type)
+    x = rng.integers(0, 256, (B, S, D)).astype(np.uint8)
+    w = rng.integers(info.min, info.max + 1, (D, 3 * D)).astype(weight_type)
     inputs = [
         ("x", x),
         ("w", w),
-        ("bias", _f(3 * D)),
+        ("bias", _f(rng, 3 * D)),
         ("x_scale", np.array(0.02, np.float32)),
-        ("w_scale", (0.01 + 0.01 * RNG.random(3 * D)).astype(np.float32)),
+        ("w_scale", (0.01 + 0.01 * rng.random(3 * D)).astype(np.float32)),
         ("mask_index", np.array([[1, 1, 0, 1, 1], [1, 0, 1, 1, 1]], np.int32)),
         ("x_zero", np.array(128, np.uint8)),
-        ("w_zero", RNG.integers(0, 5, 3 * D).astype(weight_type)),
-        ("past", _f(2, B, N, 2, H)),
+        ("w_zero", rng.integers(0, 5, 3 * D).astype(weight_type)),
+        ("past", _f(rng, 2, B, N, 2, H)),
     ]
     session = _check(
         "QAttention",
@@ -470,38 +487,52 @@ def test_q_attention_float16(seed=3):
 
 # --- rejected forms ---------------------------------------------------------------------------
 
-REJECTED = {
-    "attention_do_rotary": ("Attention", _attention_inputs(), ["y"], {"do_rotary": 1}, "do_rotary"),
-    "attention_3b2_mask": (
-        "Attention",
-        _attention_inputs() + [("m", np.zeros(3 * B + 2, np.int32))],
-        ["y"],
-        {},
-        "mask_index",
-    ),
-    "mha_qk": ("MultiHeadAttention", _mha()[0], ["y", "", "", "qk"], {}, "qk"),
-    "gqa_head_sink": (
-        "GroupQueryAttention",
-        _gqa(1, 5, [5, 3], 6) + [("head_sink", _f(GN))],
-        GQA_OUT,
-        {"kv_num_heads": GK},
-        "head_sink",
-    ),
-    "gqa_causal_0": (
-        "GroupQueryAttention",
-        _gqa(3, None, [2, 2], 3),
-        GQA_OUT,
-        {"kv_num_heads": GK, "causal": 0},
-        "causal",
-    ),
-    "rotary_packed_batching": (
-        "RotaryEmbedding",
-        [("x", _f(B, S, GH)), ("p", np.array([0])), ("c", COS), ("s", SIN)],
-        ["y"],
-        {"is_packed_batching": 1},
-        "is_packed_batching",
-    ),
-}
+
+def _rejected_cases():
+    """Forms the session refuses, by name: (op, inputs, outputs, attributes, what the error
+    names); the inputs from a fixed generator of their own."""
+    rng = np.random.default_rng(0)
+    return {
+        "attention_do_rotary": (
+            "Attention",
+            _attention_inputs(rng),
+            ["y"],
+            {"do_rotary": 1},
+            "do_rotary",
+        ),
+        "attention_3b2_mask": (
+            "Attention",
+            _attention_inputs(rng) + [("m", np.zeros(3 * B + 2, np.int32))],
+            ["y"],
+            {},
+            "mask_index",
+        ),
+        "mha_qk": ("MultiHeadAttention", _mha(rng)[0], ["y", "", "", "qk"], {}, "qk"),
+        "gqa_head_sink": (
+            "GroupQueryAttention",
+            _gqa(rng, 1, 5, [5, 3], 6) + [("head_sink", _f(rng, GN))],
+            GQA_OUT,
+            {"kv_num_heads": GK},
+            "head_sink",
+        ),
+        "gqa_causal_0": (
+            "GroupQueryAttention",
+            _gqa(rng, 3, None, [2, 2], 3),
+            GQA_OUT,
+            {"kv_num_heads": GK, "causal": 0},
+            "causal",
+        ),
+        "rotary_packed_batching": (
+            "RotaryEmbedding",
+            [("x", _f(rng, B, S, GH)), ("p", np.array([0])), ("c", COS), ("s", SIN)],
+            ["y"],
+            {"is_packed_batching": 1},
+            "is_packed_batching",
+        ),
+    }
+
+
+REJECTED = _rejected_cases()
 
 
 @pytest.mark.parametrize("case", sorted(REJECTED))
@@ -515,11 +546,11 @@ def test_rejected_forms_name_the_node(case):
         InferenceSession(model).run(None, feeds)
 
 
-def test_q_attention_run_time_weight_of_the_other_type_is_rejected():
+def test_q_attention_run_time_weight_of_the_other_type_is_rejected(rng):
     inputs = [
-        ("x", RNG.integers(0, 256, (B, S, D)).astype(np.uint8)),
-        ("w", RNG.integers(-128, 128, (D, 3 * D)).astype(np.int8)),
-        ("bias", _f(3 * D)),
+        ("x", rng.integers(0, 256, (B, S, D)).astype(np.uint8)),
+        ("w", rng.integers(-128, 128, (D, 3 * D)).astype(np.int8)),
+        ("bias", _f(rng, 3 * D)),
         ("x_scale", np.array(0.02, np.float32)),
         ("w_scale", np.array(0.01, np.float32)),
     ]

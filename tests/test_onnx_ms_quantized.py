@@ -29,7 +29,6 @@ from dml_jax.errors import ValidationError
 from dml_jax.onnx import InferenceSession
 
 MS = "com.microsoft"
-RNG = np.random.default_rng(11)
 Q8 = [np.uint8, np.int8]
 
 
@@ -84,9 +83,9 @@ def _run(model, feeds, ops=(), steps=0, rtol=1e-5, atol=1e-6, reference=None):
     return got, want
 
 
-def _q(dtype, shape, lo=None, hi=None):
+def _q(rng, dtype, shape, lo=None, hi=None):
     info = np.iinfo(dtype)
-    return RNG.integers(
+    return rng.integers(
         info.min if lo is None else lo, (info.max if hi is None else hi) + 1, shape
     ).astype(dtype)
 
@@ -113,8 +112,8 @@ def _rejects(model, feeds, pattern):
 
 @pytest.mark.parametrize("dtype", Q8)
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
-def test_qlinear_binary(op, dtype):
-    a, b = _q(dtype, (2, 3, 4)), _q(dtype, (3, 1))
+def test_qlinear_binary(op, dtype, rng):
+    a, b = _q(rng, dtype, (2, 3, 4)), _q(rng, dtype, (3, 1))
     inputs = {
         "A": a,
         "A_scale": _s(0.05),
@@ -139,8 +138,8 @@ def _absent(inputs, *names):
 
 
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
-def test_qlinear_binary_without_zero_points(op):
-    a, b = _q(np.int8, (5, 6)), _q(np.int8, (6,))
+def test_qlinear_binary_without_zero_points(op, rng):
+    a, b = _q(rng, np.int8, (5, 6)), _q(rng, np.int8, (6,))
     inputs = {
         "A": a,
         "A_scale": _s(0.05),
@@ -186,9 +185,9 @@ def test_qlinear_activation(op, attrs, dtype):
     )
 
 
-def test_qlinear_activation_without_zero_points():
+def test_qlinear_activation_without_zero_points(rng):
     inputs = {
-        "X": _q(np.uint8, (3, 7)),
+        "X": _q(rng, np.uint8, (3, 7)),
         "X_scale": _s(0.05),
         "X_zero_point": _zp(np.uint8),
         "Y_scale": _s(0.004),
@@ -203,10 +202,10 @@ def test_qlinear_activation_without_zero_points():
 
 @pytest.mark.parametrize("dtype", Q8)
 @pytest.mark.parametrize("opset, axis", [(13, -1), (13, 1), (12, 1), (12, -1)])
-def test_qlinear_softmax(opset, axis, dtype):
+def test_qlinear_softmax(opset, axis, dtype, rng):
     # onnxruntime requires the output zero point to be the type's lowest value (0 or -128).
     inputs = {
-        "X": _q(dtype, (2, 3, 5)),
+        "X": _q(rng, dtype, (2, 3, 5)),
         "X_scale": _s(0.06),
         "x_zero_point": _zp(dtype),
         "y_scale": _s(1 / 256),
@@ -221,11 +220,15 @@ def test_qlinear_softmax(opset, axis, dtype):
 
 @pytest.mark.parametrize("dtype", Q8)
 @pytest.mark.parametrize("axis", [1, -1])
-def test_qlinear_concat(axis, dtype):
+def test_qlinear_concat(axis, dtype, rng):
     shapes = [(2, 3, 4), (2, 5, 4), (2, 1, 4)] if axis == 1 else [(2, 3, 4), (2, 3, 2), (2, 3, 1)]
     inputs = {"Y_scale": _s(0.05), "Y_zero_point": _zp(dtype)}
     for i, (shape, scale) in enumerate(zip(shapes, [0.05, 0.02, 0.13])):
-        inputs |= {f"x{i}": _q(dtype, shape), f"s{i}": _s(scale), f"z{i}": _zp(dtype, i * 5 + 4)}
+        inputs |= {
+            f"x{i}": _q(rng, dtype, shape),
+            f"s{i}": _s(scale),
+            f"z{i}": _zp(dtype, i * 5 + 4),
+        }
     # The first input has the output's scale and zero point (onnxruntime copies it as it is).
     inputs["z0"] = _zp(dtype)
     model, feeds = _model("QLinearConcat", inputs, out_dtype=dtype, axis=axis)
@@ -234,14 +237,14 @@ def test_qlinear_concat(axis, dtype):
 
 
 @pytest.mark.parametrize("dtype", Q8)
-def test_qlinear_where(dtype):
-    cond = RNG.integers(0, 2, (3, 4)).astype(bool)
+def test_qlinear_where(dtype, rng):
+    cond = rng.integers(0, 2, (3, 4)).astype(bool)
     inputs = {
         "condition": cond,
-        "X": _q(dtype, (3, 4)),
+        "X": _q(rng, dtype, (3, 4)),
         "x_scale": _s(0.05),
         "x_zero_point": _zp(dtype),
-        "Y": _q(dtype, (4,)),
+        "Y": _q(rng, dtype, (4,)),
         "y_scale": _s(0.02),
         "y_zero_point": _zp(dtype, 3),
         "z_scale": _s(0.04),
@@ -254,9 +257,9 @@ def test_qlinear_where(dtype):
 # Pooling
 
 
-def _pool_inputs(dtype, shape, zero=True):
+def _pool_inputs(rng, dtype, shape, zero=True):
     return {
-        "X": _q(dtype, shape),
+        "X": _q(rng, dtype, shape),
         "x_scale": _s(0.07),
         "x_zero_point": _zp(dtype) if zero else None,
         "y_scale": _s(0.05),
@@ -296,20 +299,20 @@ def _pool_inputs(dtype, shape, zero=True):
         ),
     ],
 )
-def test_qlinear_average_pool(shape, attrs, dtype):
+def test_qlinear_average_pool(shape, attrs, dtype, rng):
     model, feeds = _model(
-        "QLinearAveragePool", _pool_inputs(dtype, shape), out_dtype=dtype, **attrs
+        "QLinearAveragePool", _pool_inputs(rng, dtype, shape), out_dtype=dtype, **attrs
     )
     _run(model, feeds, ["QUANTIZED_LINEAR_AVERAGE_POOLING"], steps=1)
 
 
 @pytest.mark.parametrize("shape", [(1, 6, 7, 3), (2, 9, 3)])
-def test_qlinear_average_pool_channels_last(shape):
+def test_qlinear_average_pool_channels_last(shape, rng):
     nd = len(shape) - 2
     attrs = {"kernel_shape": [2] * nd, "strides": [1] * nd, "pads": [1] * (2 * nd)}
     model, feeds = _model(
         "QLinearAveragePool",
-        _pool_inputs(np.uint8, shape),
+        _pool_inputs(rng, np.uint8, shape),
         out_dtype=np.uint8,
         channels_last=1,
         **attrs,
@@ -329,8 +332,8 @@ def test_qlinear_average_pool_channels_last(shape):
         ((1, 2, 3, 4, 5), 1),
     ],
 )
-def test_qlinear_global_average_pool(shape, channels_last, dtype):
-    inputs = _pool_inputs(dtype, shape)
+def test_qlinear_global_average_pool(shape, channels_last, dtype, rng):
+    inputs = _pool_inputs(rng, dtype, shape)
     model, feeds = _model(
         "QLinearGlobalAveragePool", inputs, out_dtype=dtype, channels_last=channels_last
     )
@@ -339,19 +342,19 @@ def test_qlinear_global_average_pool(shape, channels_last, dtype):
 
 @pytest.mark.parametrize("tw", Q8)
 @pytest.mark.parametrize("channels_last", [0, 1])
-def test_qlinear_conv(channels_last, tw):
+def test_qlinear_conv(channels_last, tw, rng):
     """com.microsoft QLinearConv (onnxruntime's NHWC form): ai.onnx QLinearConv's mapping."""
-    x = _q(np.uint8, (1, 6, 7, 4) if channels_last else (1, 4, 6, 7))
+    x = _q(rng, np.uint8, (1, 6, 7, 4) if channels_last else (1, 4, 6, 7))
     inputs = {
         "x": x,
         "x_scale": _s(0.02),
         "x_zero_point": _zp(np.uint8),
-        "w": _q(tw, (6, 2, 3, 3)),
-        "w_scale": RNG.uniform(0.005, 0.02, 6).astype(np.float32),
+        "w": _q(rng, tw, (6, 2, 3, 3)),
+        "w_scale": rng.uniform(0.005, 0.02, 6).astype(np.float32),
         "w_zero_point": np.zeros(6, tw),
         "y_scale": _s(0.3),
         "y_zero_point": _zp(np.uint8, 100),
-        "B": RNG.integers(-2000, 2000, 6).astype(np.int32),
+        "B": rng.integers(-2000, 2000, 6).astype(np.int32),
     }
     model, feeds = _model(
         "QLinearConv",
@@ -381,18 +384,18 @@ def test_qlinear_conv(channels_last, tw):
         (np.int8, np.int8, True, False, False),
     ],
 )
-def test_matmul_integer_to_float(ta, tb, bias, zero_points, per_column):
+def test_matmul_integer_to_float(ta, tb, bias, zero_points, per_column, rng):
     n = 5
     inputs = {
-        "A": _q(ta, (2, 3, 8)),
-        "B": _q(tb, (8, n)),
+        "A": _q(rng, ta, (2, 3, 8)),
+        "B": _q(rng, tb, (8, n)),
         "a_scale": _s(0.02),
-        "b_scale": RNG.uniform(0.01, 0.05, n).astype(np.float32) if per_column else _s(0.03),
+        "b_scale": rng.uniform(0.01, 0.05, n).astype(np.float32) if per_column else _s(0.03),
         "a_zero_point": _zp(ta) if zero_points else None,
         "b_zero_point": (np.arange(n).astype(tb) if per_column else _zp(tb, 2))
         if zero_points
         else None,
-        "bias": RNG.normal(0, 1, n).astype(np.float32) if bias else None,
+        "bias": rng.normal(0, 1, n).astype(np.float32) if bias else None,
     }
     model, feeds = _model(
         "MatMulIntegerToFloat", inputs, constants=("B", "b_scale"), out_dtype=np.float32
@@ -402,15 +405,15 @@ def test_matmul_integer_to_float(ta, tb, bias, zero_points, per_column):
 
 
 @pytest.mark.parametrize("tb", Q8)
-def test_matmul_integer_to_float16(tb):
+def test_matmul_integer_to_float16(tb, rng):
     inputs = {
-        "A": _q(np.uint8, (3, 8)),
-        "B": _q(tb, (8, 5)),
+        "A": _q(rng, np.uint8, (3, 8)),
+        "B": _q(rng, tb, (8, 5)),
         "a_scale": np.array(0.02, np.float16),
         "b_scale": np.array(0.03, np.float16),
         "a_zero_point": _zp(np.uint8),
         "b_zero_point": None,
-        "bias": RNG.normal(0, 1, 5).astype(np.float16),
+        "bias": rng.normal(0, 1, 5).astype(np.float16),
     }
     model, feeds = _model("MatMulIntegerToFloat", inputs, constants=("B",), out_dtype=np.float16)
     op = "MATRIX_MULTIPLY_INTEGER_TO_FLOAT" if tb == np.uint8 else "MATRIX_MULTIPLY_INTEGER"
@@ -442,16 +445,16 @@ def test_matmul_integer_to_float16(tb):
 @pytest.mark.parametrize(
     "bias, zero_point, per_column", [(True, True, False), (False, False, False), (True, True, True)]
 )
-def test_dynamic_quantize_matmul(tb, bias, zero_point, per_column):
+def test_dynamic_quantize_matmul(tb, bias, zero_point, per_column, rng):
     n = 6
     inputs = {
-        "A": RNG.normal(0, 2, (3, 4, 16)).astype(np.float32),
-        "B": _q(tb, (16, n)),
-        "b_scale": RNG.uniform(0.01, 0.03, n).astype(np.float32) if per_column else _s(0.02),
+        "A": rng.normal(0, 2, (3, 4, 16)).astype(np.float32),
+        "B": _q(rng, tb, (16, n)),
+        "b_scale": rng.uniform(0.01, 0.03, n).astype(np.float32) if per_column else _s(0.02),
         "b_zero_point": (np.arange(n).astype(tb) if per_column else _zp(tb, 3))
         if zero_point
         else None,
-        "bias": RNG.normal(0, 1, n).astype(np.float32) if bias else None,
+        "bias": rng.normal(0, 1, n).astype(np.float32) if bias else None,
     }
     model, feeds = _model(
         "DynamicQuantizeMatMul",
@@ -480,20 +483,20 @@ def test_dynamic_quantize_matmul(tb, bias, zero_point, per_column):
         (np.int8, np.int8, {"alpha": 2.0}, (), False, False),
     ],
 )
-def test_qgemm(ta, tb, attrs, c_shape, quantized, per_column):
+def test_qgemm(ta, tb, attrs, c_shape, quantized, per_column, rng):
     m, k, n = 4, 9, 5
-    a = _q(ta, (k, m) if attrs.get("transA") else (m, k))
-    b = _q(tb, (n, k) if attrs.get("transB") else (k, n))
+    a = _q(rng, ta, (k, m) if attrs.get("transA") else (m, k))
+    b = _q(rng, tb, (n, k) if attrs.get("transB") else (k, n))
     inputs = {
         "A": a,
         "a_scale": _s(0.03),
         "a_zero_point": _zp(ta),
         "B": b,
-        "b_scale": RNG.uniform(0.01, 0.04, n).astype(np.float32) if per_column else _s(0.02),
+        "b_scale": rng.uniform(0.01, 0.04, n).astype(np.float32) if per_column else _s(0.02),
         "b_zero_point": np.arange(n).astype(tb)
         if per_column
         else _zp(tb, -3 if tb == np.int8 else 3),
-        "C": None if c_shape is None else RNG.integers(-500, 500, c_shape).astype(np.int32),
+        "C": None if c_shape is None else rng.integers(-500, 500, c_shape).astype(np.int32),
         "y_scale": _s(0.09) if quantized else None,
         "y_zero_point": _zp(ta, 10) if quantized else None,
     }
@@ -512,11 +515,11 @@ def test_qgemm(ta, tb, attrs, c_shape, quantized, per_column):
 # MatMulNBits
 
 
-def _nbits(a, n, k, bits, block, *, zero="packed", bias=False, g_idx=None, dtype=np.float32):
+def _nbits(rng, a, n, k, bits, block, *, zero="packed", bias=False, g_idx=None, dtype=np.float32):
     """A MatMulNBits model: random B codes packed low bits first, per-block scales, zero points
     packed (``zero``: "packed", "float" or None)."""
     blocks = -(-k // block)
-    codes = RNG.integers(0, 1 << bits, (n, blocks * block)).astype(np.uint8)
+    codes = rng.integers(0, 1 << bits, (n, blocks * block)).astype(np.uint8)
     per = 8 // bits
 
     def pack(values, width):
@@ -525,21 +528,21 @@ def _nbits(a, n, k, bits, block, *, zero="packed", bias=False, g_idx=None, dtype
         return (values << shifts).sum(-1).astype(np.uint8).reshape(values.shape[0], width)
 
     b = pack(codes, blocks * block // per).reshape(n, blocks, block * bits // 8)
-    scales = RNG.uniform(0.01, 0.1, (n, blocks)).astype(dtype)
+    scales = rng.uniform(0.01, 0.1, (n, blocks)).astype(dtype)
     zeros = None
     if zero == "packed":
         width = -(-blocks * bits // 8)
-        z = RNG.integers(0, 1 << bits, (n, width * per)).astype(np.uint8)
+        z = rng.integers(0, 1 << bits, (n, width * per)).astype(np.uint8)
         zeros = pack(z, width)
     elif zero == "float":
-        zeros = RNG.uniform(0, (1 << bits) - 1, (n, blocks)).astype(dtype)
+        zeros = rng.uniform(0, (1 << bits) - 1, (n, blocks)).astype(dtype)
     inputs = {
         "A": a.astype(dtype),
         "B": b,
         "scales": scales,
         "zero_points": zeros,
         "g_idx": g_idx,
-        "bias": RNG.normal(0, 1, n).astype(dtype) if bias else None,
+        "bias": rng.normal(0, 1, n).astype(dtype) if bias else None,
     }
     return _model(
         "MatMulNBits",
@@ -565,35 +568,35 @@ def _nbits(a, n, k, bits, block, *, zero="packed", bias=False, g_idx=None, dtype
         ((3, 64), 5, 2, 16, "packed", False),
     ],
 )
-def test_matmul_nbits(shape, n, bits, block, zero, bias):
+def test_matmul_nbits(shape, n, bits, block, zero, bias, rng):
     """The float32 sums of 8-bit weights run to ~30 while an output may cancel to ~0.06, so
     the tolerance is a few float32 steps of the running sum (2e-6 each at 32), not of the
     output: two summation orders differ by that much (onnxruntime's and XLA's)."""
-    a = RNG.normal(0, 1, shape)
-    model, feeds = _nbits(a, n, shape[-1], bits, block, zero=zero, bias=bias)
+    a = rng.normal(0, 1, shape)
+    model, feeds = _nbits(rng, a, n, shape[-1], bits, block, zero=zero, bias=bias)
     _run(model, feeds, ["DEQUANTIZE", "GEMM"], rtol=1e-5, atol=1e-4)
 
 
-def test_matmul_nbits_float16():
-    model, feeds = _nbits(RNG.normal(0, 1, (3, 64)), 6, 64, 4, 32, bias=True, dtype=np.float16)
+def test_matmul_nbits_float16(rng):
+    model, feeds = _nbits(rng, rng.normal(0, 1, (3, 64)), 6, 64, 4, 32, bias=True, dtype=np.float16)
     _run(model, feeds, ["DEQUANTIZE", "GEMM"], rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize("zero", [None, "float"])
-def test_matmul_nbits_g_idx(zero):
+def test_matmul_nbits_g_idx(zero, rng):
     k, block = 64, 16
-    g_idx = (RNG.permutation(k) // block).astype(np.int32)
-    model, feeds = _nbits(RNG.normal(0, 1, (3, k)), 5, k, 4, block, zero=zero, g_idx=g_idx)
+    g_idx = (rng.permutation(k) // block).astype(np.int32)
+    model, feeds = _nbits(rng, rng.normal(0, 1, (3, k)), 5, k, 4, block, zero=zero, g_idx=g_idx)
     _run(model, feeds, ["DEQUANTIZE", "GATHER", "GEMM"], rtol=1e-5, atol=1e-5)
 
 
-def test_matmul_nbits_g_idx_packed_zero_points():
+def test_matmul_nbits_g_idx_packed_zero_points(rng):
     """Column k of B reads block g_idx[k]'s scale and zero point (the op's documentation).
     onnxruntime 1.32's CPU kernel drops packed zero points when g_idx is given (it dequantizes
     with 8), so the expected values are NumPy's."""
     k, block, n = 64, 16, 5
-    g_idx = (RNG.permutation(k) // block).astype(np.int32)
-    model, feeds = _nbits(RNG.normal(0, 1, (3, k)), n, k, 4, block, g_idx=g_idx)
+    g_idx = (rng.permutation(k) // block).astype(np.int32)
+    model, feeds = _nbits(rng, rng.normal(0, 1, (3, k)), n, k, 4, block, g_idx=g_idx)
     params = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     codes = _nibbles(params["B"].reshape(n, -1))
     zeros = _nibbles(params["zero_points"])[:, g_idx]
@@ -606,10 +609,10 @@ def _nibbles(packed):
     return np.stack([packed & 15, packed >> 4], -1).reshape(packed.shape[0], -1).astype(np.float64)
 
 
-def test_matmul_nbits_run_time_weights():
+def test_matmul_nbits_run_time_weights(rng):
     """B from a graph input: the session specialises on its value (DirectML's DEQUANTIZE reads
     it unpacked, one element per byte, so it is unpacked at import)."""
-    model, feeds = _nbits(RNG.normal(0, 1, (2, 32)), 4, 32, 4, 32)
+    model, feeds = _nbits(rng, rng.normal(0, 1, (2, 32)), 4, 32, 4, 32)
     b = model.graph.initializer[0]
     model.graph.input.append(helper.make_tensor_value_info("B", b.data_type, list(b.dims)))
     feeds["B"] = numpy_helper.to_array(b)
@@ -623,11 +626,11 @@ def test_matmul_nbits_run_time_weights():
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16])
 @pytest.mark.parametrize("axis", [None, 1])
-def test_quantize_dequantize_linear(dtype, axis):
-    x = RNG.normal(0, 40, (2, 3, 4)).astype(np.float32)
+def test_quantize_dequantize_linear(dtype, axis, rng):
+    x = rng.normal(0, 40, (2, 3, 4)).astype(np.float32)
     x.flat[:4] = [0.5, 1.5, -2.5, 1e9]  # ties round to even; out of range saturates
     count = 3 if axis is not None else None
-    scale = RNG.uniform(0.01, 0.5, count).astype(np.float32) if count else _s(0.3)
+    scale = rng.uniform(0.01, 0.5, count).astype(np.float32) if count else _s(0.3)
     wide = np.iinfo(dtype).bits == 16
     zero = (np.arange(count) * (300 if wide else 3)).astype(dtype) if count else _zp(dtype, 7)
     attrs = {} if axis is None else {"axis": axis}
@@ -655,8 +658,8 @@ def test_quantize_linear_nan_and_infinities(dtype):
     np.testing.assert_array_equal(got, np.array([5, info.max, info.min, 11], dtype))
 
 
-def test_dequantize_linear_int32():
-    inputs = {"x": RNG.integers(-(2**20), 2**20, (3, 5)).astype(np.int32), "x_scale": _s(0.001)}
+def test_dequantize_linear_int32(rng):
+    inputs = {"x": rng.integers(-(2**20), 2**20, (3, 5)).astype(np.int32), "x_scale": _s(0.001)}
     _run(*_model("DequantizeLinear", inputs, out_dtype=np.float32), rtol=0, atol=0)
 
 
@@ -664,12 +667,12 @@ def test_dequantize_linear_int32():
 # Rejected forms
 
 
-def test_rejects_per_channel_qlinear_scale():
+def test_rejects_per_channel_qlinear_scale(rng):
     inputs = {
-        "A": _q(np.uint8, (2, 3)),
+        "A": _q(rng, np.uint8, (2, 3)),
         "A_scale": np.full(3, 0.1, np.float32),
         "A_zero_point": None,
-        "B": _q(np.uint8, (2, 3)),
+        "B": _q(rng, np.uint8, (2, 3)),
         "B_scale": _s(0.1),
         "B_zero_point": None,
         "C_scale": _s(0.1),
@@ -677,9 +680,9 @@ def test_rejects_per_channel_qlinear_scale():
     _rejects(*_model("QLinearAdd", inputs, out_dtype=np.uint8), "A's scale must hold one value")
 
 
-def test_rejects_a_missing_required_input():
+def test_rejects_a_missing_required_input(rng):
     inputs = {
-        "X": _q(np.uint8, (1, 2, 3, 3)),
+        "X": _q(rng, np.uint8, (1, 2, 3, 3)),
         "x_scale": _s(0.1),
         "x_zero_point": None,
         "y_scale": _s(0.1),
@@ -689,18 +692,23 @@ def test_rejects_a_missing_required_input():
     _rejects(model, feeds, "input 2 \\('x_zero_point'\\) is required")
 
 
-def test_rejects_an_unknown_attribute():
-    inputs = {"X": _q(np.uint8, (3,)), "X_scale": _s(0.1), "X_zero_point": None, "Y_scale": _s(0.1)}
+def test_rejects_an_unknown_attribute(rng):
+    inputs = {
+        "X": _q(rng, np.uint8, (3,)),
+        "X_scale": _s(0.1),
+        "X_zero_point": None,
+        "Y_scale": _s(0.1),
+    }
     model, feeds = _model("QLinearSigmoid", inputs, out_dtype=np.uint8, alpha=0.5)
     _rejects(model, feeds, "attribute 'alpha' is not an attribute")
 
 
-def test_rejects_qgemm_y_scale_without_zero_point():
+def test_rejects_qgemm_y_scale_without_zero_point(rng):
     inputs = {
-        "A": _q(np.uint8, (2, 3)),
+        "A": _q(rng, np.uint8, (2, 3)),
         "a_scale": _s(0.1),
         "a_zero_point": _zp(np.uint8),
-        "B": _q(np.int8, (3, 2)),
+        "B": _q(rng, np.int8, (3, 2)),
         "b_scale": _s(0.1),
         "b_zero_point": _zp(np.int8),
         "C": None,
@@ -709,38 +717,43 @@ def test_rejects_qgemm_y_scale_without_zero_point():
     _rejects(*_model("QGemm", inputs, out_dtype=np.uint8), "y_scale and y_zero_point")
 
 
-@pytest.mark.parametrize(
-    "op, inputs, attrs, pattern",
-    [
+def _rejected_cases():
+    """(op, inputs, attributes, error pattern) cases; random inputs from a fixed generator."""
+    rng = np.random.default_rng(0)
+    return [
         ("QLinearConcat", {"Y_scale": _s(0.1), "Y_zero_point": _zp(np.uint8),
-                           "x0": _q(np.uint8, (2, 2)), "s0": _s(0.1)}, {"axis": 0},
+                           "x0": _q(rng, np.uint8, (2, 2)), "s0": _s(0.1)}, {"axis": 0},
          "the op takes Y_scale, Y_zero_point, then"),
-        ("QLinearSoftmax", {"X": _q(np.uint8, (2, 3)), "X_scale": _s(0.1),
+        ("QLinearSoftmax", {"X": _q(rng, np.uint8, (2, 3)), "X_scale": _s(0.1),
                             "x_zero_point": _zp(np.uint8), "y_scale": _s(1 / 256),
                             "y_zero_point": _zp(np.uint8, 0)}, {},
          "attribute 'opset' is required"),
-        ("DynamicQuantizeMatMul", {"A": _q(np.uint8, (2, 3)), "B": _q(np.int8, (3, 2)),
-                                   "b_scale": _s(0.1)}, {}, "A must be FLOAT32"),
-        ("MatMulIntegerToFloat", {"A": _q(np.uint8, (2, 3)), "B": _q(np.int8, (3, 2)),
+        ("DynamicQuantizeMatMul", {"A": _q(rng, np.uint8, (2, 3)),
+                                   "B": _q(rng, np.int8, (3, 2)), "b_scale": _s(0.1)}, {},
+         "A must be FLOAT32"),
+        ("MatMulIntegerToFloat", {"A": _q(rng, np.uint8, (2, 3)),
+                                  "B": _q(rng, np.int8, (3, 2)),
                                   "a_scale": np.full(2, 0.1, np.float32), "b_scale": _s(0.1)},
          {}, "a_scale must hold one value"),
-        ("QGemm", {"A": _q(np.uint8, (2, 3)), "a_scale": _s(0.1), "a_zero_point": _zp(np.uint8),
-                   "B": _q(np.int8, (3, 4)), "b_scale": np.full(3, 0.1, np.float32),
-                   "b_zero_point": np.zeros(3, np.int8)}, {},
-         "one value or one per column \\(4\\)"),
-        ("MatMulNBits", {"A": RNG.normal(0, 1, (2, 32)).astype(np.float32),
+        ("QGemm", {"A": _q(rng, np.uint8, (2, 3)), "a_scale": _s(0.1),
+                   "a_zero_point": _zp(np.uint8), "B": _q(rng, np.int8, (3, 4)),
+                   "b_scale": np.full(3, 0.1, np.float32), "b_zero_point": np.zeros(3, np.int8)},
+         {}, "one value or one per column \\(4\\)"),
+        ("MatMulNBits", {"A": rng.normal(0, 1, (2, 32)).astype(np.float32),
                          "B": np.zeros((4, 1, 8), np.uint8), "scales": np.ones(4, np.float32)},
          {"K": 32, "N": 4, "block_size": 32}, "B must be UINT8 of"),
-    ],
-)  # fmt: skip
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("op, inputs, attrs, pattern", _rejected_cases())
 def test_rejects(op, inputs, attrs, pattern):
     constants = [n for n in inputs if n not in ("A", "X", "x0")]
     model, feeds = _model(op, inputs, constants=constants, out_dtype=np.float32, **attrs)
     _rejects(model, feeds, pattern)
 
 
-def test_rejects_matmul_nbits_prepacked():
-    model, feeds = _nbits(RNG.normal(0, 1, (2, 32)), 4, 32, 4, 32)
+def test_rejects_matmul_nbits_prepacked(rng):
+    model, feeds = _nbits(rng, rng.normal(0, 1, (2, 32)), 4, 32, 4, 32)
     model.graph.node[0].attribute.append(helper.make_attribute("weight_prepacked", 1))
     with pytest.raises(ValidationError, match="weight_prepacked"):
         InferenceSession(model).run(None, feeds)

@@ -22,7 +22,6 @@ from onnx import helper, numpy_helper
 import dml_jax as dml
 from dml_jax.onnx import InferenceSession, SessionOptions, compile_onnx
 
-RNG = np.random.default_rng(7)
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
 
@@ -58,11 +57,11 @@ def _program(s):
     return list(s._programs.values())[-1]
 
 
-def _check(model, shape, fired: dict, level="all", disabled=None, dtype=np.float32):
+def _check(rng, model, shape, fired: dict, level="all", disabled=None, dtype=np.float32):
     """Runs ``model`` at ``level`` and at ``disable``; the outputs agree (float16: within two
     units in the last place of the magnitudes here), the rewrites that fired are ``fired``;
     returns the optimized program's operator types."""
-    feed = {"x": RNG.standard_normal(shape).astype(dtype)}
+    feed = {"x": rng.standard_normal(shape).astype(dtype)}
     s = _session(model, level, disabled)
     got = s.run(None, feed)
     want = _session(model, "disable").run(None, feed)
@@ -98,29 +97,29 @@ def _gelu_nodes(variant: int, x: str = "x", y: str = "y") -> list:
 
 
 @pytest.mark.parametrize("variant", [0, 1, 2])
-def test_gelu_erf_spellings_become_activation_gelu(variant):
-    ops = _check(_model(_gelu_nodes(variant), [2, 8]), (2, 8), {"GeluFusion": 1})
+def test_gelu_erf_spellings_become_activation_gelu(variant, rng):
+    ops = _check(rng, _model(_gelu_nodes(variant), [2, 8]), (2, 8), {"GeluFusion": 1})
     assert ops == ["ACTIVATION_GELU"]
 
 
-def test_float16_constants_are_the_float16_roundings():
+def test_float16_constants_are_the_float16_roundings(rng):
     # float16's sqrt(2) is 1.4140625: the pattern's constant as the model's type rounds it
     model = _model(_gelu_nodes(0), [2, 8], dtype=np.float16)
-    assert _check(model, (2, 8), {"GeluFusion": 1}, dtype=np.float16) == ["ACTIVATION_GELU"]
+    assert _check(rng, model, (2, 8), {"GeluFusion": 1}, dtype=np.float16) == ["ACTIVATION_GELU"]
 
 
-def test_gelu_not_fused_with_a_second_reader_or_a_parameter_constant():
+def test_gelu_not_fused_with_a_second_reader_or_a_parameter_constant(rng):
     # erf's result also an output: the chain must stay
     model = _model(_gelu_nodes(0), [2, 8], outputs=("y", "b"))
-    assert "ACTIVATION_GELU" not in _check(model, (2, 8), {})
+    assert "ACTIVATION_GELU" not in _check(rng, model, (2, 8), {})
     # 0.5 an initializer (apply may replace it): left as it is
     nodes = [n for n in _gelu_nodes(0) if n.output[0] != "half"]
-    assert "ACTIVATION_GELU" not in _check(_model(nodes, [2, 8], [("half", 0.5)]), (2, 8), {})
+    assert "ACTIVATION_GELU" not in _check(rng, _model(nodes, [2, 8], [("half", 0.5)]), (2, 8), {})
 
 
-def test_silu_and_quick_gelu_become_swish():
+def test_silu_and_quick_gelu_become_swish(rng):
     silu = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["s", "x"], ["y"])]
-    assert _check(_model(silu, [2, 8]), (2, 8), {"QuickGeluFusion": 1}) == ["ACTIVATION_SWISH"]
+    assert _check(rng, _model(silu, [2, 8]), (2, 8), {"QuickGeluFusion": 1}) == ["ACTIVATION_SWISH"]
     quick = [_const("a", 1.702), helper.make_node("Mul", ["x", "a"], ["xa"]),
              helper.make_node("Sigmoid", ["xa"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])]  # fmt: skip
     s = _session(_model(quick, [2, 8]))
@@ -128,7 +127,7 @@ def test_silu_and_quick_gelu_become_swish():
     (node,) = [n for n in _program(s).imported.graph.nodes if "SWISH" in n.operator_type]
     assert node.sigmoid_input_scale == pytest.approx(1.702)
     # basic stops below QuickGeluFusion's level
-    assert _check(_model(silu, [2, 8]), (2, 8), {}, level="basic") == [
+    assert _check(rng, _model(silu, [2, 8]), (2, 8), {}, level="basic") == [
         "ACTIVATION_SIGMOID", "ELEMENT_WISE_MULTIPLY"]  # fmt: skip
 
 
@@ -157,21 +156,23 @@ def _layer_norm_nodes(eps_inside=True):
     ]
 
 
-AFFINE = [("gamma", RNG.standard_normal(16)), ("beta", RNG.standard_normal(16))]
+def _affine(rng):
+    """LayerNorm's scale and bias, (gamma, beta)."""
+    return [("gamma", rng.standard_normal(16)), ("beta", rng.standard_normal(16))]
 
 
-def test_layer_norm_becomes_mvn1():
-    ops = _check(_model(_layer_norm_nodes(), [2, 3, 16], AFFINE), (2, 3, 16),
+def test_layer_norm_becomes_mvn1(rng):
+    ops = _check(rng, _model(_layer_norm_nodes(), [2, 3, 16], _affine(rng)), (2, 3, 16),
                  {"LayerNormFusion": 1})  # fmt: skip
     assert ops == ["MEAN_VARIANCE_NORMALIZATION1"]
 
 
-def test_layer_norm_other_epsilon_placement_left_alone():
-    model = _model(_layer_norm_nodes(eps_inside=False), [2, 3, 16], AFFINE)
-    assert "MEAN_VARIANCE_NORMALIZATION1" not in _check(model, (2, 3, 16), {})
+def test_layer_norm_other_epsilon_placement_left_alone(rng):
+    model = _model(_layer_norm_nodes(eps_inside=False), [2, 3, 16], _affine(rng))
+    assert "MEAN_VARIANCE_NORMALIZATION1" not in _check(rng, model, (2, 3, 16), {})
 
 
-def test_rms_norm_becomes_mvn2():
+def test_rms_norm_becomes_mvn2(rng):
     nodes = [
         _const("eps", 1e-6), _const("one", 1.0),
         helper.make_node("Mul", ["x", "x"], ["x2"]),
@@ -182,7 +183,7 @@ def test_rms_norm_becomes_mvn2():
         helper.make_node("Mul", ["x", "r"], ["n"]),
         helper.make_node("Mul", ["gamma", "n"], ["y"]),
     ]  # fmt: skip
-    ops = _check(_model(nodes, [2, 3, 16], AFFINE[:1]), (2, 3, 16),
+    ops = _check(rng, _model(nodes, [2, 3, 16], _affine(rng)[:1]), (2, 3, 16),
                  {"SimplifiedLayerNormFusion": 1})  # fmt: skip
     assert ops == ["MEAN_VARIANCE_NORMALIZATION2"]
 
@@ -191,101 +192,101 @@ def test_rms_norm_becomes_mvn2():
 # MatMul + Add, activations, batch normalization
 
 
-def test_matmul_bias_and_relu_fold_into_gemm():
+def test_matmul_bias_and_relu_fold_into_gemm(rng):
     nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["a"]),
              helper.make_node("Relu", ["a"], ["y"])]  # fmt: skip
-    inits = [("w", RNG.standard_normal((8, 5))), ("b", RNG.standard_normal(5))]
+    inits = [("w", rng.standard_normal((8, 5))), ("b", rng.standard_normal(5))]
     model = _model(nodes, [2, 3, 8], inits)
-    ops = _check(model, (2, 3, 8), {"MatMulAddFusion": 1, "DmlOperatorFusionTransformer": 1})
+    ops = _check(rng, model, (2, 3, 8), {"MatMulAddFusion": 1, "DmlOperatorFusionTransformer": 1})
     assert ops == ["GEMM"]
     # each switch alone
-    ops = _check(model, (2, 3, 8), {"MatMulAddFusion": 1},
+    ops = _check(rng, model, (2, 3, 8), {"MatMulAddFusion": 1},
                  disabled=["DmlOperatorFusionTransformer"])  # fmt: skip
     assert ops == ["GEMM", "ACTIVATION_RELU"]
 
 
-def test_matmul_residual_add_and_a_second_reader():
+def test_matmul_residual_add_and_a_second_reader(rng):
     nodes = [
         helper.make_node("MatMul", ["x", "w"], ["mm"]),
         helper.make_node("Add", ["x", "mm"], ["y"]),
     ]
-    assert _check(_model(nodes, [4, 8], [("w", RNG.standard_normal((8, 8)))]), (4, 8),
+    assert _check(rng, _model(nodes, [4, 8], [("w", rng.standard_normal((8, 8)))]), (4, 8),
                   {"MatMulAddFusion": 1}) == ["GEMM"]  # fmt: skip
     # the product is also an output: the addition stays
-    model = _model(nodes, [4, 8], [("w", RNG.standard_normal((8, 8)))], outputs=("y", "mm"))
-    assert _check(model, (4, 8), {}) == ["GEMM", "ELEMENT_WISE_ADD"]
+    model = _model(nodes, [4, 8], [("w", rng.standard_normal((8, 8)))], outputs=("y", "mm"))
+    assert _check(rng, model, (4, 8), {}) == ["GEMM", "ELEMENT_WISE_ADD"]
 
 
-def _conv_bn(stat_inputs=None):
+def _conv_bn(rng, stat_inputs=None):
     k = 4
-    inits = [("w", RNG.standard_normal((k, 3, 3, 3))), ("cb", RNG.standard_normal(k)),
-             ("s", RNG.standard_normal(k)), ("b", RNG.standard_normal(k)),
-             ("m", RNG.standard_normal(k)), ("v", RNG.random(k) + 0.5)]  # fmt: skip
+    inits = [("w", rng.standard_normal((k, 3, 3, 3))), ("cb", rng.standard_normal(k)),
+             ("s", rng.standard_normal(k)), ("b", rng.standard_normal(k)),
+             ("m", rng.standard_normal(k)), ("v", rng.random(k) + 0.5)]  # fmt: skip
     nodes = [helper.make_node("Conv", ["x", "w", "cb"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("BatchNormalization", ["c", "s", "b", stat_inputs or "m", "v"], ["bn"]),
              helper.make_node("Relu", ["bn"], ["y"])]  # fmt: skip
     return nodes, inits
 
 
-def test_conv_bn_relu_folds_into_one_convolution():
-    nodes, inits = _conv_bn()
-    ops = _check(_model(nodes, [1, 3, 6, 6], inits), (1, 3, 6, 6),
+def test_conv_bn_relu_folds_into_one_convolution(rng):
+    nodes, inits = _conv_bn(rng)
+    ops = _check(rng, _model(nodes, [1, 3, 6, 6], inits), (1, 3, 6, 6),
                  {"ConvBNFusion": 1, "DmlOperatorFusionTransformer": 1})  # fmt: skip
     # the folded weights are computed by graph nodes from the parameters (apply may replace them)
     assert ops.count("CONVOLUTION") == 1 and "BATCH_NORMALIZATION" not in ops
     assert "ACTIVATION_RELU" not in ops
 
 
-def test_conv_bn_folded_on_the_host_when_nothing_is_a_parameter():
-    nodes, inits = _conv_bn()
+def test_conv_bn_folded_on_the_host_when_nothing_is_a_parameter(rng):
+    nodes, inits = _conv_bn(rng)
     consts = [helper.make_node("Constant", [], [k], value=numpy_helper.from_array(
         np.asarray(v, np.float32), k)) for k, v in inits]  # fmt: skip
-    ops = _check(_model(consts + nodes, [1, 3, 6, 6]), (1, 3, 6, 6),
+    ops = _check(rng, _model(consts + nodes, [1, 3, 6, 6]), (1, 3, 6, 6),
                  {"ConvBNFusion": 1, "DmlOperatorFusionTransformer": 1})  # fmt: skip
     assert ops == ["CONVOLUTION"]
 
 
-def test_conv_bn_not_folded_with_a_computed_statistic():
-    nodes, inits = _conv_bn(stat_inputs="mx")
+def test_conv_bn_not_folded_with_a_computed_statistic(rng):
+    nodes, inits = _conv_bn(rng, stat_inputs="mx")
     # the mean computed from the input: the normalization stays (its activation still fuses)
     nodes[:0] = [helper.make_node("ReduceMean", ["x"], ["xm"], keepdims=0),
                  helper.make_node("Mul", ["m", "xm"], ["mx"])]  # fmt: skip
     model = _model(nodes, [1, 3, 6, 6], inits)
     fired = {"DmlOperatorFusionTransformer": 1}
-    assert "BATCH_NORMALIZATION" in _check(model, (1, 3, 6, 6), fired)
+    assert "BATCH_NORMALIZATION" in _check(rng, model, (1, 3, 6, 6), fired)
 
 
 @pytest.mark.parametrize("op", ["MatMul", "Gemm"])
-def test_gemm_bn_folds_into_b_and_c(op):
+def test_gemm_bn_folds_into_b_and_c(op, rng):
     k = 5
-    inits = [("w", RNG.standard_normal((8, k))), ("c", RNG.standard_normal(k)),
-             ("s", RNG.standard_normal(k)), ("b", RNG.standard_normal(k)),
-             ("m", RNG.standard_normal(k)), ("v", RNG.random(k) + 0.5)]  # fmt: skip
+    inits = [("w", rng.standard_normal((8, k))), ("c", rng.standard_normal(k)),
+             ("s", rng.standard_normal(k)), ("b", rng.standard_normal(k)),
+             ("m", rng.standard_normal(k)), ("v", rng.random(k) + 0.5)]  # fmt: skip
     mm = (helper.make_node("MatMul", ["x", "w"], ["mm"]) if op == "MatMul" else
           helper.make_node("Gemm", ["x", "w", "c"], ["mm"], beta=0.5))  # fmt: skip
     bn = helper.make_node("BatchNormalization", ["mm", "s", "b", "m", "v"], ["y"])
-    ops = _check(_model([mm, bn], [16, 8], inits), (16, 8), {"MatmulBNFusion": 1})
+    ops = _check(rng, _model([mm, bn], [16, 8], inits), (16, 8), {"MatmulBNFusion": 1})
     # one GEMM; the rest are the element-wise nodes computing B * f and C from the parameters
     assert ops.count("GEMM") == 1 and "BATCH_NORMALIZATION" not in ops
     assert all(o.startswith("ELEMENT_WISE_") for o in ops if o != "GEMM")
     # 2 rows: B (40 elements) is larger than the output (10) the fold would save a pass over
-    assert "BATCH_NORMALIZATION" in _check(_model([mm, bn], [2, 8], inits), (2, 8), {})
+    assert "BATCH_NORMALIZATION" in _check(rng, _model([mm, bn], [2, 8], inits), (2, 8), {})
 
 
-def test_conv_channel_add_becomes_the_bias():
-    inits = [("w", RNG.standard_normal((4, 3, 3, 3))), ("b", RNG.standard_normal((1, 4, 1, 1)))]
+def test_conv_channel_add_becomes_the_bias(rng):
+    inits = [("w", rng.standard_normal((4, 3, 3, 3))), ("b", rng.standard_normal((1, 4, 1, 1)))]
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"]),
         helper.make_node("Add", ["c", "b"], ["y"]),
     ]
-    ops = _check(_model(nodes, [1, 3, 5, 5], inits), (1, 3, 5, 5), {"ConvAddFusion": 1})
+    ops = _check(rng, _model(nodes, [1, 3, 5, 5], inits), (1, 3, 5, 5), {"ConvAddFusion": 1})
     assert ops == ["CONVOLUTION"]
 
 
-def test_apply_with_a_replaced_folded_parameter():
-    nodes, inits = _conv_bn()
+def test_apply_with_a_replaced_folded_parameter(rng):
+    nodes, inits = _conv_bn(rng)
     model = _model(nodes, [1, 3, 6, 6], inits)
-    x = RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
     opt, plain = _session(model), _session(model, "disable")
     params = dict(opt.params, s=np.full(4, 3.0, np.float32), w=opt.params["w"] * 2)
     (got,), (want,) = opt.apply(params, x), plain.apply(params, x)
@@ -298,20 +299,20 @@ def test_apply_with_a_replaced_folded_parameter():
 # Transposes into strides
 
 
-def test_transpose_copy_read_through_strides():
+def test_transpose_copy_read_through_strides(rng):
     nodes = [helper.make_node("Relu", ["x"], ["r"]),
              helper.make_node("Transpose", ["r"], ["t"], perm=[1, 0, 2]),
              helper.make_node("Sigmoid", ["t"], ["y"])]  # fmt: skip
     model = _model(nodes, [2, 3, 8])
-    assert _check(model, (2, 3, 8), {"StridedCopyElimination": 1}) == [
+    assert _check(rng, model, (2, 3, 8), {"StridedCopyElimination": 1}) == [
         "ACTIVATION_RELU", "ACTIVATION_SIGMOID"]  # fmt: skip
     # below `all`, and when the transposed tensor is an output, the copy stays
-    assert "ELEMENT_WISE_IDENTITY" in _check(model, (2, 3, 8), {}, level="extended")
+    assert "ELEMENT_WISE_IDENTITY" in _check(rng, model, (2, 3, 8), {}, level="extended")
     model = _model(nodes, [2, 3, 8], outputs=("y", "t"))
-    assert "ELEMENT_WISE_IDENTITY" in _check(model, (2, 3, 8), {})
+    assert "ELEMENT_WISE_IDENTITY" in _check(rng, model, (2, 3, 8), {})
 
 
-def test_a_linear_layer_and_its_gelu_and_residual_take_the_gemm_sizes():
+def test_a_linear_layer_and_its_gelu_and_residual_take_the_gemm_sizes(rng):
     # x {2, 4, 8} -> MatMul + bias -> GELU -> MatMul + bias -> + x: each GEMM is one {8, N}
     # matrix; its one reader (the GELU, the residual addition) takes the GEMM's sizes, as the
     # GPU's GEMM epilogues need
@@ -319,11 +320,11 @@ def test_a_linear_layer_and_its_gelu_and_residual_take_the_gemm_sizes():
              helper.make_node("Add", ["m1", "b1"], ["h"]), *_gelu_nodes(0, "h", "g"),
              helper.make_node("MatMul", ["g", "w2"], ["m2"]),
              helper.make_node("Add", ["m2", "b2"], ["o"]), helper.make_node("Add", ["x", "o"], ["y"])]  # fmt: skip
-    inits = [("w1", RNG.standard_normal((8, 16))), ("b1", RNG.standard_normal(16)),
-             ("w2", RNG.standard_normal((16, 8))), ("b2", RNG.standard_normal(8))]  # fmt: skip
+    inits = [("w1", rng.standard_normal((8, 16))), ("b1", rng.standard_normal(16)),
+             ("w2", rng.standard_normal((16, 8))), ("b2", rng.standard_normal(8))]  # fmt: skip
     fired = {"GeluFusion": 1, "MatMulAddFusion": 2, "GemmEpilogueLayout": 2}
     s = _session(_model(nodes, [2, 4, 8], inits))
-    assert _check(_model(nodes, [2, 4, 8], inits), (2, 4, 8), fired) == [
+    assert _check(rng, _model(nodes, [2, 4, 8], inits), (2, 4, 8), fired) == [
         "GEMM", "GEMM", "ELEMENT_WISE_ADD", "ACTIVATION_GELU"]  # fmt: skip
     s.run(None, {"x": np.ones((2, 4, 8), np.float32)})
     graph = _program(s).imported.graph
@@ -409,24 +410,24 @@ def _conv(out: str, x: str, w: str, b: str | None = None, **kw) -> onnx.NodeProt
     return helper.make_node("Conv", [x, w] + ([b] if b else []), [out], **kw)
 
 
-def _residual_block(tail=()):
+def _residual_block(rng, tail=()):
     """x -> conv a (3x3) -> ReLU -> conv b (1x1) -> a + b -> ReLU -> conv y (1x1): the ReLU
     after a (a has a second reader, so it stays a node) and the addition sit between
     convolutions."""
     nodes = [_conv("a", "x", "w1", "b1", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["r"]),
              _conv("b", "r", "w2"), helper.make_node("Add", ["a", "b"], ["s"]),
              helper.make_node("Relu", ["s"], ["t"]), *tail]  # fmt: skip
-    inits = [("w1", RNG.standard_normal((4, 3, 3, 3))), ("b1", RNG.standard_normal(4)),
-             ("w2", RNG.standard_normal((4, 4, 1, 1))), ("w3", RNG.standard_normal((2, 4, 1, 1))),
-             ("wg", RNG.standard_normal((4 * 8 * 8, 5)))]  # fmt: skip
+    inits = [("w1", rng.standard_normal((4, 3, 3, 3))), ("b1", rng.standard_normal(4)),
+             ("w2", rng.standard_normal((4, 4, 1, 1))), ("w3", rng.standard_normal((2, 4, 1, 1))),
+             ("wg", rng.standard_normal((4 * 8 * 8, 5)))]  # fmt: skip
     return nodes, inits
 
 
-def test_element_wise_nodes_between_convolutions_run_channels_last():
-    nodes, inits = _residual_block([_conv("y", "t", "w3")])
+def test_element_wise_nodes_between_convolutions_run_channels_last(rng):
+    nodes, inits = _residual_block(rng, [_conv("y", "t", "w3")])
     model = _model(nodes, [1, 3, 8, 8], [i for i in inits if i[0] != "wg"])
     fired = {"DmlOperatorFusionTransformer": 1, "ChannelsLast": 2}
-    assert _check(model, (1, 3, 8, 8), fired) == [
+    assert _check(rng, model, (1, 3, 8, 8), fired) == [
         "CONVOLUTION", "ACTIVATION_RELU", "CONVOLUTION", "ELEMENT_WISE_ADD1", "CONVOLUTION"]  # fmt: skip
     s = _session(model)
     s.run(None, {"x": np.ones((1, 3, 8, 8), np.float32)})
@@ -444,16 +445,16 @@ def test_element_wise_nodes_between_convolutions_run_channels_last():
         assert conv.input_tensor.layout_strides[1:] == (1, 32, 4)
     # off with its switch, and below `all`
     plain = {"DmlOperatorFusionTransformer": 1}
-    _check(model, (1, 3, 8, 8), plain, disabled=["ChannelsLast"])
-    _check(model, (1, 3, 8, 8), plain, level="extended")
+    _check(rng, model, (1, 3, 8, 8), plain, disabled=["ChannelsLast"])
+    _check(rng, model, (1, 3, 8, 8), plain, level="extended")
 
 
-def test_channels_last_leaves_outputs_flattens_and_nodes_away_from_convolutions():
+def test_channels_last_leaves_outputs_flattens_and_nodes_away_from_convolutions(rng):
     # the addition is a graph output too: it keeps NCHW (both ReLUs, now apart from it, move)
-    nodes, inits = _residual_block([_conv("y", "t", "w3")])
+    nodes, inits = _residual_block(rng, [_conv("y", "t", "w3")])
     inits = [i for i in inits if i[0] != "wg"]
     model = _model(nodes, [1, 3, 8, 8], inits, outputs=("y", "s"))
-    assert _check(model, (1, 3, 8, 8), {"ChannelsLast": 2}).count("ACTIVATION_RELU") == 2
+    assert _check(rng, model, (1, 3, 8, 8), {"ChannelsLast": 2}).count("ACTIVATION_RELU") == 2
     s = _session(model)
     s.run(None, {"x": np.ones((1, 3, 8, 8), np.float32)})
     (add,) = [n for n in _program(s).imported.graph.nodes if "ADD" in n.operator_type]
@@ -463,21 +464,26 @@ def test_channels_last_leaves_outputs_flattens_and_nodes_away_from_convolutions(
         helper.make_node("Flatten", ["t"], ["f"]),
         helper.make_node("MatMul", ["f", "wg"], ["y"]),
     ]
-    nodes, inits = _residual_block(flat)
+    nodes, inits = _residual_block(rng, flat)
     fired = {"DmlOperatorFusionTransformer": 1, "ChannelsLast": 1}
-    _check(_model(nodes, [1, 3, 8, 8], [i for i in inits if i[0] != "w3"]), (1, 3, 8, 8), fired)
+    _check(
+        rng, _model(nodes, [1, 3, 8, 8], [i for i in inits if i[0] != "w3"]), (1, 3, 8, 8), fired
+    )
     # element-wise 4-D nodes with no convolution beside them (an attention's scores)
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["r"], ["y"])]
-    _check(_model(nodes, [2, 3, 5, 5]), (2, 3, 5, 5), {})
+    _check(rng, _model(nodes, [2, 3, 5, 5]), (2, 3, 5, 5), {})
     # beside a depthwise convolution only (lowered per group, channels first)
     nodes = [_conv("d", "x", "wd", group=3, pads=[1, 1, 1, 1]),
              helper.make_node("Add", ["d", "x"], ["y"])]  # fmt: skip
     _check(
-        _model(nodes, [1, 3, 6, 6], [("wd", RNG.standard_normal((3, 1, 3, 3)))]), (1, 3, 6, 6), {}
+        rng,
+        _model(nodes, [1, 3, 6, 6], [("wd", rng.standard_normal((3, 1, 3, 3)))]),
+        (1, 3, 6, 6),
+        {},
     )
 
 
-def test_channels_last_follows_a_chain_and_hands_a_graph_output_back_through_strides():
+def test_channels_last_follows_a_chain_and_hands_a_graph_output_back_through_strides(rng):
     # two convolutions -> Add -> BatchNormalization (Sigmoid fused) -> Tanh (a graph output):
     # the addition reads convolutions; the normalization only the addition, taken before it;
     # the Tanh, an output, stays NCHW and reads the normalization's NHWC bytes through strides
@@ -485,12 +491,12 @@ def test_channels_last_follows_a_chain_and_hands_a_graph_output_back_through_str
              helper.make_node("Add", ["a", "b"], ["s"]),
              helper.make_node("BatchNormalization", ["s", "g", "be", "mu", "var"], ["n"]),
              helper.make_node("Sigmoid", ["n"], ["t"]), helper.make_node("Tanh", ["t"], ["y"])]  # fmt: skip
-    inits = [("w1", RNG.standard_normal((4, 3, 3, 3))), ("w2", RNG.standard_normal((4, 3, 1, 1))),
-             ("g", RNG.uniform(0.5, 2, 4)), ("be", RNG.standard_normal(4)),
-             ("mu", RNG.standard_normal(4)), ("var", RNG.uniform(0.5, 2, 4))]  # fmt: skip
+    inits = [("w1", rng.standard_normal((4, 3, 3, 3))), ("w2", rng.standard_normal((4, 3, 1, 1))),
+             ("g", rng.uniform(0.5, 2, 4)), ("be", rng.standard_normal(4)),
+             ("mu", rng.standard_normal(4)), ("var", rng.uniform(0.5, 2, 4))]  # fmt: skip
     model = _model(nodes, [1, 3, 8, 8], inits)
     fired = {"DmlOperatorFusionTransformer": 1, "ChannelsLast": 2}
-    assert _check(model, (1, 3, 8, 8), fired) == [
+    assert _check(rng, model, (1, 3, 8, 8), fired) == [
         "CONVOLUTION", "CONVOLUTION", "ELEMENT_WISE_ADD", "BATCH_NORMALIZATION",
         "ACTIVATION_TANH"]  # fmt: skip
     s = _session(model)

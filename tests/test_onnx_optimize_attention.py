@@ -38,7 +38,6 @@ from dml_jax.tensor import packed_strides
 
 B, S, H, D = 2, 6, 2, 8
 E = H * D
-RNG = np.random.default_rng(11)
 F32_LOWEST = float(np.finfo(np.float32).min)
 MIN_KEYS = attention.MIN_KEYS  # the default, before any test lowers it
 
@@ -53,7 +52,8 @@ class _Builder:
     """An ONNX graph under construction: nodes, initializers (parameters) and Constant nodes
     (exporters' scalars, not parameters)."""
 
-    def __init__(self, dtype=np.float32):
+    def __init__(self, rng: np.random.Generator, dtype=np.float32):
+        self.rng = rng  # the weights' source
         self.dtype = np.dtype(dtype)
         self.nodes: list = []
         self.inits: list = []
@@ -101,8 +101,8 @@ class _Builder:
 
     def project(self, heads: int = H) -> str:
         """x W + b: {B, S, heads * D}."""
-        w = self.init(RNG.standard_normal((E, heads * D)) / math.sqrt(E))
-        b = self.init(RNG.standard_normal(heads * D) * 0.1)
+        w = self.init(self.rng.standard_normal((E, heads * D)) / math.sqrt(E))
+        b = self.init(self.rng.standard_normal(heads * D) * 0.1)
         return self.node("Add", [self.node("MatMul", ["x", w]), b])
 
     def heads_first(self, t: str, heads: int = H) -> str:
@@ -114,7 +114,7 @@ class _Builder:
         """{B, H, S, D} -> {B, S, H * D}, then the output projection."""
         o = self.node("Transpose", [o], perm=[0, 2, 1, 3])
         o = self.node("Reshape", [o, self.shape(B, S, E)])
-        return self.node("MatMul", [o, self.init(RNG.standard_normal((E, E)) / math.sqrt(E))])
+        return self.node("MatMul", [o, self.init(self.rng.standard_normal((E, E)) / math.sqrt(E))])
 
     def padding_mask(self) -> str:
         """(1 - mask[:, None, None, :]) * lowest, as Hugging Face's BERT builds it."""
@@ -125,11 +125,11 @@ class _Builder:
 
 
 def _torchscript(
-    dtype=np.float32, mask=True, two_transposes=False, causal=False, upcast=False
+    rng, dtype=np.float32, mask=True, two_transposes=False, causal=False, upcast=False
 ) -> onnx.ModelProto:
     """BERT / GPT-2 as torch.onnx.export's TorchScript exporter writes them; ``upcast``: the
     softmax in float32 between two Casts (Hugging Face's eager attention in float16)."""
-    g = _Builder(dtype)
+    g = _Builder(rng, dtype)
     q, k, v = (g.heads_first(g.project()) for _ in range(3))
     if two_transposes:
         k = g.node("Transpose", [k], perm=[0, 1, 3, 2])
@@ -151,11 +151,11 @@ def _torchscript(
     return g.model(g.merge(g.node("MatMul", [p, v])), mask=mask)
 
 
-def _bmm(past: int = 0) -> onnx.ModelProto:
+def _bmm(rng, past: int = 0) -> onnx.ModelProto:
     """Attention over 3-D products {B * H, S, D} (models written with bmm); ``past``: keys and
     values concatenated after a cache {B, H, P, D} from inputs (decoding), the new cache an
     output."""
-    g = _Builder()
+    g = _Builder(rng)
     q, k, v = (g.heads_first(g.project()) for _ in range(3))
     extra, outputs = (), ()
     if past:
@@ -176,12 +176,12 @@ def _bmm(past: int = 0) -> onnx.ModelProto:
     return model
 
 
-def _dynamo(dtype=np.float32, kv_heads=H, causal=True, padding=False) -> onnx.ModelProto:
+def _dynamo(rng, dtype=np.float32, kv_heads=H, causal=True, padding=False) -> onnx.ModelProto:
     """LLaMA / ViT as the dynamo exporter writes them (scaled_dot_product_attention's
     decomposition); ``kv_heads`` < H: the keys and values repeated by Unsqueeze, Expand and
     Reshape; ``padding``: a boolean key mask from an input, Where(mask, 0, -inf) added (the
     second batch entry has no key: its rows are NaN until the IsNaN guard)."""
-    g = _Builder(dtype)
+    g = _Builder(rng, dtype)
     q = g.heads_first(g.project())
     k, v = (g.heads_first(g.project(kv_heads), kv_heads) for _ in range(2))
     if kv_heads < H:
@@ -275,8 +275,8 @@ def _check(model, fired: int, level="all", disabled=None, tol=1e-5, onnxruntime=
 
 
 @pytest.mark.parametrize("two_transposes", [False, True])
-def test_torchscript_encoder_with_padding_mask(two_transposes):
-    (node,) = _check(_torchscript(two_transposes=two_transposes), 1)
+def test_torchscript_encoder_with_padding_mask(two_transposes, rng):
+    (node,) = _check(_torchscript(rng, two_transposes=two_transposes), 1)
     assert node.operator_type == "DML_OPERATOR_MULTIHEAD_ATTENTION"
     assert node.head_count == H and node.scale == pytest.approx(1 / math.sqrt(D))
     # the computed padding mask is the relative position bias, broadcast over heads and rows
@@ -284,57 +284,57 @@ def test_torchscript_encoder_with_padding_mask(two_transposes):
     assert node.relative_position_bias_tensor.strides == (S, 0, 0, 1)
 
 
-def test_torchscript_causal_where_becomes_a_boolean_mask():
-    (node,) = _check(_torchscript(mask=False, causal=True), 1)
+def test_torchscript_causal_where_becomes_a_boolean_mask(rng):
+    (node,) = _check(_torchscript(rng, mask=False, causal=True), 1)
     # Where(tril, w, lowest): every row keeps a key, so lowest acts as -inf (cuDNN's causal mode)
     assert node.mask_type.name == "BOOLEAN" and node.mask_filter_value == -math.inf
     assert node.mask_tensor.strides == (0, 0, S, 1)
     # with a padding mask as well (a bias that could take a row's kept keys away): lowest kept
-    (node,) = _check(_torchscript(causal=True), 1)
+    (node,) = _check(_torchscript(rng, causal=True), 1)
     assert node.mask_type.name == "BOOLEAN" and node.mask_filter_value == F32_LOWEST
     assert node.relative_position_bias_tensor is not None
 
 
 @pytest.mark.parametrize("past", [0, 3])
-def test_three_dimensional_products_and_a_key_value_cache(past):
-    (node,) = _check(_bmm(past), 1)
+def test_three_dimensional_products_and_a_key_value_cache(past, rng):
+    (node,) = _check(_bmm(rng, past), 1)
     assert node.head_count == H and node.key_tensor.sizes == (B, S + past, E)
 
 
-def test_dynamo_sdpa_decomposition():
-    (node,) = _check(_dynamo(), 1)
+def test_dynamo_sdpa_decomposition(rng):
+    (node,) = _check(_dynamo(rng), 1)
     # sqrt(scale) is an initializer: multiplied into Q and K where they are laid out for the
     # node, which then has scale 1; the causal initializer is the relative position bias
     assert node.scale == 1.0 and node.relative_position_bias_tensor is not None
     assert node.query_tensor.sizes == (B, S, E)
 
 
-def test_dynamo_padding_mask_with_an_empty_row():
+def test_dynamo_padding_mask_with_an_empty_row(rng):
     # a run-time -inf mask: rows without a key are NaN in the softmax, zeroed by the guard; the
     # guard (its 0 an initializer) is applied to the attention's output instead
-    model = _dynamo(causal=False, padding=True)
+    model = _dynamo(rng, causal=False, padding=True)
     (node,) = _check(model, 1)
     assert node.relative_position_bias_tensor.strides == (S, 0, 0, 1)
     ops = list(_LAST[0]._programs.values())[-1].operators()
     assert {"ELEMENT_WISE_IS_NAN", "REDUCE", "ELEMENT_WISE_IF"} <= set(ops)
 
 
-def test_dynamo_grouped_key_value_heads():
-    (node,) = _check(_dynamo(kv_heads=1), 1)
+def test_dynamo_grouped_key_value_heads(rng):
+    (node,) = _check(_dynamo(rng, kv_heads=1), 1)
     assert node.operator_type == "DML_OPERATOR_MULTIHEAD_ATTENTION1"
     assert (node.query_head_count, node.key_value_head_count) == (H, 1)
     assert node.key_tensor.sizes == (B, S, D)
 
 
-def test_float16():
-    (node,) = _check(_torchscript(np.float16, causal=True), 1, tol=4e-3, onnxruntime=False)
+def test_float16(rng):
+    (node,) = _check(_torchscript(rng, np.float16, causal=True), 1, tol=4e-3, onnxruntime=False)
     assert node.output_tensor.data_type.name == "FLOAT16"
-    _check(_dynamo(np.float16, kv_heads=1), 1, tol=4e-3, onnxruntime=False)
-    _check(_torchscript(np.float16, upcast=True), 1, tol=4e-3, onnxruntime=False)
+    _check(_dynamo(rng, np.float16, kv_heads=1), 1, tol=4e-3, onnxruntime=False)
+    _check(_torchscript(rng, np.float16, upcast=True), 1, tol=4e-3, onnxruntime=False)
 
 
-def test_apply_replaces_the_scale_parameter():
-    model = _dynamo(causal=False)
+def test_apply_replaces_the_scale_parameter(rng):
+    model = _dynamo(rng, causal=False)
     root = next(i.name for i in model.graph.initializer if i.dims == [])
     x = _feed(model)["x"]
     params = {root: np.float32(0.7)}
@@ -357,19 +357,19 @@ def _edit(model, op_type: str, **attrs):
 
 
 @pytest.mark.parametrize("op_type", ["Softmax", "Div"])
-def test_not_fused_with_a_second_reader_of_the_probabilities_or_logits(op_type):
-    model = _torchscript(mask=False)
+def test_not_fused_with_a_second_reader_of_the_probabilities_or_logits(op_type, rng):
+    model = _torchscript(rng, mask=False)
     value = next(n.output[0] for n in model.graph.node if n.op_type == op_type)
     model.graph.output.append(helper.make_tensor_value_info(value, TensorProto.FLOAT, None))
     assert _check(model, 0) == []
 
 
-def test_not_fused_over_another_softmax_axis():
-    assert _check(_edit(_torchscript(), "Softmax", axis=2), 0) == []
+def test_not_fused_over_another_softmax_axis(rng):
+    assert _check(_edit(_torchscript(rng), "Softmax", axis=2), 0) == []
 
 
-def test_not_fused_with_the_mask_added_before_the_scale():
-    model = _torchscript()
+def test_not_fused_with_the_mask_added_before_the_scale(rng):
+    model = _torchscript(rng)
     nodes = list(model.graph.node)
     div = next(n for n in nodes if n.op_type == "Div")
     add = next(n for n in nodes if n.op_type == "Add" and n.input[0] == div.output[0])
@@ -386,14 +386,14 @@ def test_not_fused_with_the_mask_added_before_the_scale():
     assert _check(model, 0) == []
 
 
-def test_not_fused_with_a_finite_where_fill_or_a_run_time_condition():
-    model = _torchscript(mask=False, causal=True)
+def test_not_fused_with_a_finite_where_fill_or_a_run_time_condition(rng):
+    model = _torchscript(rng, mask=False, causal=True)
     fill = next(n for n in model.graph.node if n.op_type == "Where").input[2]
     const = next(n for n in model.graph.node if n.output[0] == fill)
     const.attribute[0].t.CopyFrom(numpy_helper.from_array(np.array(-1.0, np.float32), fill))
     assert _check(model, 0) == []
     # the condition from an input (a boolean mask computed at run time)
-    g = _Builder()
+    g = _Builder(rng)
     q, k, v = (g.heads_first(g.project()) for _ in range(3))
     s = g.node("MatMul", [q, g.node("Transpose", [k], perm=[0, 1, 3, 2])])
     keep = g.node("Cast", [g.node("Unsqueeze", ["mask", g.const(np.array([1, 2], np.int64))])],
@@ -403,19 +403,19 @@ def test_not_fused_with_a_finite_where_fill_or_a_run_time_condition():
     assert _check(g.model(g.merge(g.node("MatMul", [p, v])), mask=True), 0) == []
 
 
-def test_only_attention_over_enough_keys_is_fused(monkeypatch):
+def test_only_attention_over_enough_keys_is_fused(monkeypatch, rng):
     """Below MIN_KEYS keys the subgraph stays as it is (the unfused program is the faster one);
     at MIN_KEYS it is fused."""
     assert MIN_KEYS == 128
     monkeypatch.setattr(attention, "MIN_KEYS", MIN_KEYS)
-    assert _check(_torchscript(), 0, onnxruntime=False) == []
+    assert _check(_torchscript(rng), 0, onnxruntime=False) == []
     monkeypatch.setitem(globals(), "S", MIN_KEYS)
-    (node,) = _check(_torchscript(), 1, onnxruntime=False)
+    (node,) = _check(_torchscript(rng), 1, onnxruntime=False)
     assert node.key_tensor.sizes == (B, MIN_KEYS, E)
 
 
-def test_levels_and_switch():
-    model = _torchscript()
+def test_levels_and_switch(rng):
+    model = _torchscript(rng)
     assert _check(model, 0, level="basic", onnxruntime=False) == []
     assert _check(model, 0, disabled=["AttentionFusion"], onnxruntime=False) == []
 
@@ -485,7 +485,7 @@ def test_view_composition_and_reshape_match_numpy():
     assert checked > 150
 
 
-def test_a_fused_causal_mask_is_known_to_the_lowering(monkeypatch):
+def test_a_fused_causal_mask_is_known_to_the_lowering(monkeypatch, rng):
     """GPT-2's Where(tril, ...) fused into a BOOLEAN mask reaches MULTIHEAD_ATTENTION's lax
     lowering as a constant it recognizes as causal, which then computes only the tiles on and
     below the diagonal (``ops.attention.causal_blocks``); the outputs are onnxruntime's."""
@@ -495,7 +495,7 @@ def test_a_fused_causal_mask_is_known_to_the_lowering(monkeypatch):
     seen = []
     blocks = A.causal_blocks
     monkeypatch.setattr(A, "causal_blocks", lambda d, g: seen.append(blocks(d, g)) or seen[-1])
-    (node,) = _check(_torchscript(mask=False, causal=True), 1)
+    (node,) = _check(_torchscript(rng, mask=False, causal=True), 1)
     assert node.mask_type.name == "BOOLEAN"
     if seen:  # the lax lowering ran (not a GPU's fused attention)
         assert set(seen) == {min(A.CAUSAL_BLOCKS, S // 2)}  # 3 blocks of the 6 tokens

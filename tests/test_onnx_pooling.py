@@ -18,7 +18,6 @@ from onnx.reference import ReferenceEvaluator
 
 from dml_jax.onnx import InferenceSession
 
-RNG = np.random.default_rng(5)
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
@@ -70,8 +69,8 @@ def _pool_model(op_type, shape, indices=False, opset=22, **attributes):
         ((2, 3, 9), {"kernel_shape": [3], "strides": [2], "storage_order": 1}),
     ],
 )
-def test_maxpool_indices(shape, attributes):
-    x = RNG.permutation(np.prod(shape)).astype(np.float32).reshape(shape)  # no ties
+def test_maxpool_indices(shape, attributes, rng):
+    x = rng.permutation(np.prod(shape)).astype(np.float32).reshape(shape)  # no ties
     model = _pool_model("MaxPool", shape, indices=True, **attributes)
     (y, i), (want_y, want_i) = _run(model, {"x": x}), _onnxruntime(model, {"x": x})
     np.testing.assert_array_equal(y, want_y)
@@ -79,8 +78,8 @@ def test_maxpool_indices(shape, attributes):
     np.testing.assert_array_equal(i, want_i)
 
 
-def test_maxpool_indices_opset_8():
-    x = RNG.normal(size=(1, 2, 4, 4)).astype(np.float32)
+def test_maxpool_indices_opset_8(rng):
+    x = rng.normal(size=(1, 2, 4, 4)).astype(np.float32)
     model = _pool_model("MaxPool", x.shape, indices=True, opset=8, kernel_shape=[2, 2],
                         strides=[2, 2])  # fmt: skip
     for got, want in zip(_run(model, {"x": x}), _reference(model, {"x": x})):
@@ -100,8 +99,8 @@ def test_maxpool_indices_opset_8():
     ],
 )
 @pytest.mark.parametrize("include", [0, 1])
-def test_averagepool_ceil_mode_with_pads(shape, attributes, include):
-    x = RNG.normal(size=shape).astype(np.float32)
+def test_averagepool_ceil_mode_with_pads(shape, attributes, include, rng):
+    x = rng.normal(size=shape).astype(np.float32)
     model = _pool_model("AveragePool", shape, ceil_mode=1, count_include_pad=include, **attributes)
     (got,), (want,) = _run(model, {"x": x}), _reference(model, {"x": x})
     assert got.shape == want.shape
@@ -109,8 +108,8 @@ def test_averagepool_ceil_mode_with_pads(shape, attributes, include):
 
 
 @pytest.mark.parametrize("p", [1, 3])
-def test_lppool_ceil_mode_and_p(p):
-    x = RNG.normal(size=(1, 2, 7, 6)).astype(np.float32)
+def test_lppool_ceil_mode_and_p(p, rng):
+    x = rng.normal(size=(1, 2, 7, 6)).astype(np.float32)
     attributes = {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 0, 1], "p": p}
     model = _pool_model("LpPool", x.shape, opset=18, ceil_mode=1, **attributes)
     (got,), (want,) = _run(model, {"x": x}), _onnxruntime(model, {"x": x})
@@ -119,8 +118,8 @@ def test_lppool_ceil_mode_and_p(p):
 
 @pytest.mark.parametrize("shape", [(2, 3, 5), (1, 2, 3, 4), (2, 1, 2, 3, 2), (1, 2, 2, 3, 2, 2)])
 @pytest.mark.parametrize("op_type", ["GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool"])
-def test_global_pools(op_type, shape):
-    x = RNG.normal(size=shape).astype(np.float32)
+def test_global_pools(op_type, shape, rng):
+    x = rng.normal(size=shape).astype(np.float32)
     axes = tuple(range(2, len(shape)))
     want = {
         "GlobalMaxPool": lambda: x.max(axis=axes, keepdims=True),
@@ -131,8 +130,8 @@ def test_global_pools(op_type, shape):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_global_lp_pool_p_3_and_opset_1():
-    x = RNG.normal(size=(1, 3, 4, 5)).astype(np.float32)
+def test_global_lp_pool_p_3_and_opset_1(rng):
+    x = rng.normal(size=(1, 3, 4, 5)).astype(np.float32)
     want = (np.abs(x) ** 3).sum(axis=(2, 3), keepdims=True) ** (1 / 3)
     model = _model("GlobalLpPool", [("x", F, x.shape)], [("y", F, None)], opset=2, p=3)
     np.testing.assert_allclose(_run(model, {"x": x})[0], want, rtol=1e-5)
@@ -176,20 +175,20 @@ def _pool_then_unpool(shape, kernel, strides, output_shape):
         ((1, 2, 4, 6), [2, 2], [2, 2]),
     ],
 )
-def test_maxunpool_inverts_maxpool(shape, kernel, strides):
-    x = RNG.permutation(np.prod(shape)).astype(np.float32).reshape(shape)
+def test_maxunpool_inverts_maxpool(shape, kernel, strides, rng):
+    x = rng.permutation(np.prod(shape)).astype(np.float32).reshape(shape)
     model = _pool_then_unpool(shape, kernel, strides, None)
     (got,), (want,) = _run(model, {"x": x}), _reference(model, {"x": x})
     np.testing.assert_array_equal(got, want)
 
 
-def test_maxunpool_output_shape_reads_indices_in_that_shape():
+def test_maxunpool_output_shape_reads_indices_in_that_shape(rng):
     """An odd-sized input pooled and unpooled with its own shape as output_shape: every
     maximum returns to where it was (ONNX Runtime's reading; ONNX's reference reads the indices
     in the smaller inferred shape and pads)."""
     ort = pytest.importorskip("onnxruntime")
     shape = (1, 2, 5, 7)
-    x = RNG.permutation(np.prod(shape)).astype(np.float32).reshape(shape)
+    x = rng.permutation(np.prod(shape)).astype(np.float32).reshape(shape)
     model = _pool_then_unpool(shape, [2, 2], [2, 2], list(shape))
     (got,) = _run(model, {"x": x})
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

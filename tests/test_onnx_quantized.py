@@ -18,8 +18,6 @@ from onnx.reference import ReferenceEvaluator
 
 from dml_jax.onnx import InferenceSession
 
-RNG = np.random.default_rng(7)
-
 
 def _model(op, inputs, outputs, *, opset, constants=(), **attrs):
     """A one-node model; ``inputs`` (name -> array) are graph inputs, except the names in
@@ -73,9 +71,9 @@ def _ops(model):
 
 
 @pytest.mark.parametrize("axis", [0, -1])
-def test_quantize_per_axis_without_zero_point(axis):
-    x = RNG.uniform(-30, 30, (3, 4, 5)).astype(np.float32)
-    scale = RNG.uniform(0.1, 1, x.shape[axis]).astype(np.float32)
+def test_quantize_per_axis_without_zero_point(axis, rng):
+    x = rng.uniform(-30, 30, (3, 4, 5)).astype(np.float32)
+    scale = rng.uniform(0.1, 1, x.shape[axis]).astype(np.float32)
     model, feeds = _model(
         "QuantizeLinear", {"x": x, "s": scale}, {"y": np.uint8}, opset=13, axis=axis
     )
@@ -83,8 +81,8 @@ def test_quantize_per_axis_without_zero_point(axis):
     assert "DML_OPERATOR_ELEMENT_WISE_QUANTIZE_LINEAR" in _ops(model)
 
 
-def test_quantize_to_output_dtype_int8_and_back():
-    x = RNG.uniform(-40, 40, (2, 6)).astype(np.float32)
+def test_quantize_to_output_dtype_int8_and_back(rng):
+    x = rng.uniform(-40, 40, (2, 6)).astype(np.float32)
     model, feeds = _model(
         "QuantizeLinear",
         {"x": x, "s": np.float32(0.25)},
@@ -95,13 +93,13 @@ def test_quantize_to_output_dtype_int8_and_back():
     _check(model, feeds)
 
 
-def test_mixed_float_types_compute_in_float32():
-    x = RNG.uniform(-20, 20, (3, 4)).astype(np.float16)
+def test_mixed_float_types_compute_in_float32(rng):
+    x = rng.uniform(-20, 20, (3, 4)).astype(np.float16)
     model, feeds = _model(
         "QuantizeLinear", {"x": x, "s": np.float32(0.3), "z": np.int8(2)}, {"y": np.int8}, opset=21
     )
     _check(model, feeds)
-    q = RNG.integers(0, 256, (3, 4)).astype(np.uint8)
+    q = rng.integers(0, 256, (3, 4)).astype(np.uint8)
     model, feeds = _model(
         "DequantizeLinear",
         {"x": q, "s": np.float16(0.1), "z": np.uint8(7)},
@@ -112,13 +110,13 @@ def test_mixed_float_types_compute_in_float32():
     _check(model, feeds)
 
 
-def test_dequantize_int32_and_float16_per_axis():
-    q = RNG.integers(-1000, 1000, (2, 3)).astype(np.int32)
+def test_dequantize_int32_and_float16_per_axis(rng):
+    q = rng.integers(-1000, 1000, (2, 3)).astype(np.int32)
     model, feeds = _model(
         "DequantizeLinear", {"x": q, "s": np.float32(0.5)}, {"y": np.float32}, opset=19
     )
     _check(model, feeds)
-    q8 = RNG.integers(-128, 128, (4, 3)).astype(np.int8)
+    q8 = rng.integers(-128, 128, (4, 3)).astype(np.int8)
     scale = np.array([0.5, 0.25, 2.0], np.float16)
     zero = np.array([1, -3, 0], np.int8)
     model, feeds = _model(
@@ -127,10 +125,10 @@ def test_dequantize_int32_and_float16_per_axis():
     _check(model, feeds)
 
 
-def test_blocked_dequantize_is_dequantize_and_partial_blocks_are_refused():
-    q = RNG.integers(-128, 128, (4, 6)).astype(np.int8)
-    scale = RNG.uniform(0.1, 1, (4, 3)).astype(np.float32)
-    zero = RNG.integers(-5, 5, (4, 3)).astype(np.int8)
+def test_blocked_dequantize_is_dequantize_and_partial_blocks_are_refused(rng):
+    q = rng.integers(-128, 128, (4, 6)).astype(np.int8)
+    scale = rng.uniform(0.1, 1, (4, 3)).astype(np.float32)
+    zero = rng.integers(-5, 5, (4, 3)).astype(np.int8)
     inputs = {"x": q, "s": scale, "z": zero}
     model, feeds = _model(
         "DequantizeLinear", inputs, {"y": np.float32}, opset=21, axis=1, block_size=2
@@ -147,11 +145,11 @@ def test_blocked_dequantize_is_dequantize_and_partial_blocks_are_refused():
         InferenceSession(model).run(None, feeds)
 
 
-def test_matmul_integer_broadcasts_the_batch_with_per_row_and_column_zero_points():
-    a = RNG.integers(-128, 128, (2, 3, 4)).astype(np.int8)
-    b = RNG.integers(0, 256, (4, 5)).astype(np.uint8)
-    az = RNG.integers(-5, 5, 3).astype(np.int8)
-    bz = RNG.integers(100, 150, 5).astype(np.uint8)
+def test_matmul_integer_broadcasts_the_batch_with_per_row_and_column_zero_points(rng):
+    a = rng.integers(-128, 128, (2, 3, 4)).astype(np.int8)
+    b = rng.integers(0, 256, (4, 5)).astype(np.uint8)
+    az = rng.integers(-5, 5, 3).astype(np.int8)
+    bz = rng.integers(100, 150, 5).astype(np.uint8)
     model, feeds = _model(
         "MatMulInteger", {"a": a, "b": b, "az": az, "bz": bz}, {"y": np.int32}, opset=10
     )
@@ -159,16 +157,16 @@ def test_matmul_integer_broadcasts_the_batch_with_per_row_and_column_zero_points
     _check(model, feeds, [want])
 
 
-def test_qlinear_matmul_per_row_and_per_column_scales():
-    a = RNG.integers(0, 256, (2, 3, 4)).astype(np.uint8)
-    b = RNG.integers(0, 256, (4, 5)).astype(np.uint8)
+def test_qlinear_matmul_per_row_and_per_column_scales(rng):
+    a = rng.integers(0, 256, (2, 3, 4)).astype(np.uint8)
+    b = rng.integers(0, 256, (4, 5)).astype(np.uint8)
     inputs = {
         "a": a,
-        "sa": RNG.uniform(0.01, 0.05, 3).astype(np.float32),
+        "sa": rng.uniform(0.01, 0.05, 3).astype(np.float32),
         "za": np.uint8(120),
         "b": b,
-        "sb": RNG.uniform(0.01, 0.05, 5).astype(np.float32),
-        "zb": RNG.integers(100, 150, 5).astype(np.uint8),
+        "sb": rng.uniform(0.01, 0.05, 5).astype(np.float32),
+        "zb": rng.integers(100, 150, 5).astype(np.uint8),
         "sy": np.float32(0.3),
         "zy": np.uint8(128),
     }
@@ -179,10 +177,10 @@ def test_qlinear_matmul_per_row_and_per_column_scales():
     _check(model, feeds, [_requantize(real.astype(np.float32), inputs["sy"], 128, np.uint8)])
 
 
-def test_conv_integer_1d_grouped_with_auto_pad():
-    x = RNG.integers(0, 256, (1, 4, 9)).astype(np.uint8)
-    w = RNG.integers(0, 256, (6, 2, 3)).astype(np.uint8)
-    inputs = {"x": x, "w": w, "xz": np.uint8(128), "wz": RNG.integers(0, 256, 6).astype(np.uint8)}
+def test_conv_integer_1d_grouped_with_auto_pad(rng):
+    x = rng.integers(0, 256, (1, 4, 9)).astype(np.uint8)
+    w = rng.integers(0, 256, (6, 2, 3)).astype(np.uint8)
+    inputs = {"x": x, "w": w, "xz": np.uint8(128), "wz": rng.integers(0, 256, 6).astype(np.uint8)}
     model, feeds = _model(
         "ConvInteger",
         inputs,
@@ -199,19 +197,19 @@ def test_conv_integer_1d_grouped_with_auto_pad():
     _check(model, feeds, [want])
 
 
-def test_qlinear_conv_with_bias_and_per_channel_filter_parameters():
-    x = RNG.integers(-128, 128, (2, 3, 6, 5)).astype(np.int8)
-    w = RNG.integers(-128, 128, (4, 3, 3, 2)).astype(np.int8)
+def test_qlinear_conv_with_bias_and_per_channel_filter_parameters(rng):
+    x = rng.integers(-128, 128, (2, 3, 6, 5)).astype(np.int8)
+    w = rng.integers(-128, 128, (4, 3, 3, 2)).astype(np.int8)
     inputs = {
         "x": x,
         "sx": np.float32(0.05),
         "zx": np.int8(3),
         "w": w,
-        "sw": RNG.uniform(0.001, 0.01, 4).astype(np.float32),
+        "sw": rng.uniform(0.001, 0.01, 4).astype(np.float32),
         "zw": np.zeros(4, np.int8),
         "sy": np.float32(0.2),
         "zy": np.int8(-10),
-        "bias": RNG.integers(-2000, 2000, 4).astype(np.int32),
+        "bias": rng.integers(-2000, 2000, 4).astype(np.int32),
     }
     model, feeds = _model(
         "QLinearConv",

@@ -28,8 +28,6 @@ from onnx.reference import ReferenceEvaluator
 
 from dml_jax.onnx import InferenceSession
 
-RNG = np.random.default_rng(3)
-
 
 def _model(node, x_shape, opset, inits=(), elem=TensorProto.FLOAT):
     graph = helper.make_graph(
@@ -101,8 +99,8 @@ def _asymmetric_linear(x, scales):
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
-def test_upsample_7_scales_attribute(mode):
-    x = RNG.normal(size=(1, 2, 3, 4)).astype(np.float32)
+def test_upsample_7_scales_attribute(mode, rng):
+    x = rng.normal(size=(1, 2, 3, 4)).astype(np.float32)
     scales = [1.0, 1.0, 2.0, 1.5]
     node = helper.make_node("Upsample", ["X"], ["Y"], mode=mode, scales=scales)
     y, _ = _run(_model(node, x.shape, 7), x)
@@ -110,9 +108,9 @@ def test_upsample_7_scales_attribute(mode):
     np.testing.assert_allclose(y, ref(x, scales), rtol=1e-6, atol=1e-6)
 
 
-def test_upsample_9_linear_is_asymmetric():
+def test_upsample_9_linear_is_asymmetric(rng):
     """Before Resize-11 the coordinates are x = o / scale (not half_pixel)."""
-    x = RNG.normal(size=(2, 5)).astype(np.float32)
+    x = rng.normal(size=(2, 5)).astype(np.float32)
     scales = np.array([1.0, 3.0], np.float32)
     node = helper.make_node("Upsample", ["X", "scales"], ["Y"], mode="linear")
     y, session = _run(_model(node, x.shape, 9, [("scales", scales)]), x)
@@ -139,8 +137,8 @@ def _check_reference(model, x, **tolerance):
     return session
 
 
-def test_resize_11_sizes_with_an_empty_scales():
-    x = RNG.normal(size=(1, 2, 4, 6)).astype(np.float32)
+def test_resize_11_sizes_with_an_empty_scales(rng):
+    x = rng.normal(size=(1, 2, 4, 6)).astype(np.float32)
     node = _resize(11, ["X", "roi", "scales", "sizes"], mode="linear")
     inits = [
         ("roi", np.zeros(0, np.float32)),
@@ -150,15 +148,15 @@ def test_resize_11_sizes_with_an_empty_scales():
     _check_reference(_model(node, x.shape, 11, inits), x)
 
 
-def test_resize_13_scales_without_roi():
-    x = RNG.normal(size=(1, 1, 5, 5)).astype(np.float32)
+def test_resize_13_scales_without_roi(rng):
+    x = rng.normal(size=(1, 1, 5, 5)).astype(np.float32)
     node = _resize(13, mode="nearest", coordinate_transformation_mode="align_corners")
     _check_reference(_model(node, x.shape, 13, [("scales", np.float32([1, 1, 1.6, 0.8]))]), x)
 
 
-def test_five_dimensions_merge_untouched_axes():
+def test_five_dimensions_merge_untouched_axes(rng):
     """{N, C, D, H, W} resized on D, H, W: N and C become one axis of a 4-D RESAMPLE2."""
-    x = RNG.normal(size=(2, 3, 3, 4, 5)).astype(np.float32)
+    x = rng.normal(size=(2, 3, 3, 4, 5)).astype(np.float32)
     node = _resize(mode="linear")
     session = _check_reference(
         _model(node, x.shape, 19, [("scales", np.float32([1, 1, 2, 0.5, 1.4]))]), x
@@ -168,9 +166,9 @@ def test_five_dimensions_merge_untouched_axes():
     assert resample.input_tensor.sizes == (6, 3, 4, 5)
 
 
-def test_crop_and_resize_from_scales_writes_the_extrapolation_value():
+def test_crop_and_resize_from_scales_writes_the_extrapolation_value(rng):
     """Output length floor(length * roi extent * scale); outside the input: the value."""
-    x = RNG.normal(size=(1, 1, 4, 4)).astype(np.float32)
+    x = rng.normal(size=(1, 1, 4, 4)).astype(np.float32)
     roi = np.float32([0, 0, -0.25, 0.5, 1, 1, 0.75, 1.25])
     node = _resize(
         inputs=["X", "roi", "scales"],
@@ -200,8 +198,8 @@ def test_crop_and_resize_from_scales_writes_the_extrapolation_value():
     assert _operators(session, x)[-1] == "ELEMENT_WISE_IF"
 
 
-def test_uint8_linear_rounds_to_nearest():
-    x = RNG.integers(0, 256, size=(1, 1, 3, 3), dtype=np.uint8)
+def test_uint8_linear_rounds_to_nearest(rng):
+    x = rng.integers(0, 256, size=(1, 1, 3, 3), dtype=np.uint8)
     node = _resize(mode="linear")
     model = _model(node, x.shape, 19, [("scales", np.float32([1, 1, 1.5, 2]))], TensorProto.UINT8)
     y, _ = _run(model, x)

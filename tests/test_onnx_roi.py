@@ -17,8 +17,13 @@ from onnx.reference import ReferenceEvaluator
 
 from dml_jax.onnx import InferenceSession, import_graph
 
-RNG = np.random.default_rng(7)
-X = RNG.uniform(0.0, 1.0, (2, 3, 7, 6)).astype(np.float32)
+
+def _fixed_image() -> np.ndarray:
+    """The image every RoiAlign case samples: the same array in every test and every run."""
+    return np.random.default_rng(7).uniform(0.0, 1.0, (2, 3, 7, 6)).astype(np.float32)
+
+
+X = _fixed_image()
 
 
 def _roi_align(rois, batch, opset=16, constant_rois=False, **attributes):
@@ -106,9 +111,9 @@ def test_opset_10_is_output_half_pixel():
     _check(model, feeds, session.run(None, feeds)[0])
 
 
-def test_max_roi_pool():
+def test_max_roi_pool(rng):
     ort = pytest.importorskip("onnxruntime")
-    x = RNG.normal(size=(2, 3, 8, 9)).astype(np.float32)
+    x = rng.normal(size=(2, 3, 8, 9)).astype(np.float32)
     rois = np.array(
         [[0, 0, 0, 8, 7], [1, 2.4, 1.6, 6.5, 5.2], [1, 3, 3, 3, 3], [0, 10, 2, 30, 12]],
         np.float32,

@@ -19,7 +19,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dml_jax.onnx import InferenceSession, fold
 
-RNG = np.random.default_rng(3)
 TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
          np.dtype(np.int64): TensorProto.INT64, np.dtype(np.bool_): TensorProto.BOOL,
          np.dtype(np.float16): TensorProto.FLOAT16}  # fmt: skip
@@ -102,29 +101,29 @@ def test_range_of_float_initializers():
 @pytest.mark.parametrize("exclusive", [0, 1])
 @pytest.mark.parametrize("reverse", [0, 1])
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
-def test_cumsum(exclusive, reverse, dtype):
-    x = RNG.integers(-5, 5, size=(3, 4)).astype(dtype)
+def test_cumsum(exclusive, reverse, dtype, rng):
+    x = rng.integers(-5, 5, size=(3, 4)).astype(dtype)
     node = helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
     inits = {"axis": np.asarray(-1, np.int32)}
     assert _check(node, {"x": x}, 14, inits) == ["CUMULATIVE_SUMMATION"]
 
 
-def test_cumsum_axis_from_a_graph_input():
-    x = RNG.normal(size=(2, 3)).astype(np.float32)
+def test_cumsum_axis_from_a_graph_input(rng):
+    x = rng.normal(size=(2, 3)).astype(np.float32)
     node = helper.make_node("CumSum", ["x", "axis"], ["y"])
     assert _check(node, {"x": x, "axis": np.asarray(0, np.int64)}, 11) == ["CUMULATIVE_SUMMATION"]
 
 
 @pytest.mark.parametrize("upper", [0, 1])
 @pytest.mark.parametrize("k", [-7, -1, 2, 9])
-def test_trilu_of_5_dimensions(upper, k):
-    x = RNG.normal(size=(2, 1, 2, 3, 4)).astype(np.float32)
+def test_trilu_of_5_dimensions(upper, k, rng):
+    x = rng.normal(size=(2, 1, 2, 3, 4)).astype(np.float32)
     node = helper.make_node("Trilu", ["x", "k"], ["y"], upper=upper)
     assert _check(node, {"x": x}, 14, {"k": np.asarray(k, np.int64)}) == ["DIAGONAL_MATRIX1"]
 
 
-def test_trilu_of_bools_without_k():
-    x = RNG.integers(0, 2, size=(4, 3)).astype(np.bool_)
+def test_trilu_of_bools_without_k(rng):
+    x = rng.integers(0, 2, size=(4, 3)).astype(np.bool_)
     assert _check(helper.make_node("Trilu", ["x"], ["y"], upper=0), {"x": x}, 14)
 
 

@@ -25,7 +25,6 @@ from onnx import TensorProto, helper, numpy_helper
 from dml_jax.onnx import InferenceSession, SessionOptions
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
-RNG = np.random.default_rng(11)
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17, ir=8):
@@ -45,7 +44,7 @@ def _ort(model, feed):
     return s.run(None, feed)
 
 
-def dynamic_mlp():
+def dynamic_mlp(rng):
     """y = relu(x @ w + b) reshaped by a shape chain: Shape -> Gather -> Unsqueeze -> Concat."""
     nodes = [
         helper.make_node("MatMul", ["x", "w"], ["h"]),
@@ -58,8 +57,8 @@ def dynamic_mlp():
         helper.make_node("Reshape", ["r", "target"], ["y"]),
     ]
     inits = [
-        numpy_helper.from_array(RNG.normal(size=(6, 8)).astype(np.float32), "w"),
-        numpy_helper.from_array(RNG.normal(size=(8,)).astype(np.float32), "b"),
+        numpy_helper.from_array(rng.normal(size=(6, 8)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.normal(size=(8,)).astype(np.float32), "b"),
         numpy_helper.from_array(np.asarray(0, np.int64), "zero"),
         numpy_helper.from_array(np.asarray([0], np.int64), "zero_1d"),
         numpy_helper.from_array(np.asarray([-1], np.int64), "minus_one"),
@@ -73,8 +72,8 @@ def _mlp_reference(model, x):
     return np.maximum(x @ w + b, 0).reshape(len(x), -1, 2)
 
 
-def test_run_binds_symbolic_dims_per_shape_and_caches_programs():
-    model = dynamic_mlp()
+def test_run_binds_symbolic_dims_per_shape_and_caches_programs(rng):
+    model = dynamic_mlp(rng)
     s = InferenceSession(model.SerializeToString())
     assert [(i.name, i.type, i.shape) for i in s.get_inputs()] == [
         ("x", "tensor(float)", ["batch", 6])
@@ -83,20 +82,20 @@ def test_run_binds_symbolic_dims_per_shape_and_caches_programs():
         ("y", "tensor(float)", ["batch", 4, 2])
     ]
     for n in (3, 5, 3):
-        x = RNG.normal(size=(n, 6)).astype(np.float32)
+        x = rng.normal(size=(n, 6)).astype(np.float32)
         (y,) = s.run(None, {"x": x})
         np.testing.assert_allclose(y, _mlp_reference(model, x), rtol=1e-5, atol=1e-5)
     assert len(s._programs) == 2
 
 
-def test_compiler_options_reach_the_compiles_of_run_and_are_checked_first(tmp_path):
+def test_compiler_options_reach_the_compiles_of_run_and_are_checked_first(tmp_path, rng):
     """XLA options given to the session (or to compile_onnx) are the options of the programs
     ``run`` compiles: an XLA dump option writes the session's program there; a name XLA does
     not know, or a value of the wrong kind, is a ValidationError before anything is traced."""
     from dml_jax.onnx import compile_onnx
 
-    model = dynamic_mlp()
-    x = RNG.normal(size=(3, 6)).astype(np.float32)
+    model = dynamic_mlp(rng)
+    x = rng.normal(size=(3, 6)).astype(np.float32)
     dump = tmp_path / "xla"
     options = {"xla_dump_to": str(dump), "xla_gpu_enable_triton_gemm": False}
     s = InferenceSession(model.SerializeToString(), compiler_options=options)
@@ -135,7 +134,7 @@ def _ynn_bodies(hlo: str) -> tuple[list[str], str]:
     return [bodies[c] for c in called], hlo
 
 
-def test_sessions_on_the_cpu_keep_convolutions_off_ynnpack():
+def test_sessions_on_the_cpu_keep_convolutions_off_ynnpack(rng):
     """On the CPU a session's compiles take CPU_COMPILER_OPTIONS where XLA takes them: its
     convolutions run on XLA's own kernels, not in a YNNPACK fusion (which XLA's default would
     make them, as the caller's options can), while matrix products stay on YNNPACK."""
@@ -145,15 +144,15 @@ def test_sessions_on_the_cpu_keep_convolutions_off_ynnpack():
         pytest.skip("this XLA does not take CPU_COMPILER_OPTIONS")
     assert cpu_compiler_defaults() == CPU_COMPILER_OPTIONS
     f = TensorProto.FLOAT
-    inits = [numpy_helper.from_array(RNG.normal(size=s).astype(np.float32), n)
+    inits = [numpy_helper.from_array(rng.normal(size=s).astype(np.float32), n)
              for n, s in [("w", (64, 64, 3, 3)), ("m", (64, 64))]]  # fmt: skip
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["y"]),
              helper.make_node("MatMul", ["a", "m"], ["z"])]  # fmt: skip
     inputs = [_vi("x", f, [1, 64, 28, 28]), _vi("a", f, [64, 64])]
     model = _model(nodes, inputs, [_vi("y", f, [1, 64, 28, 28]), _vi("z", f, [64, 64])], inits)
-    x = RNG.normal(size=(1, 64, 28, 28)).astype(np.float32)
-    a = RNG.normal(size=(64, 64)).astype(np.float32)
+    x = rng.normal(size=(1, 64, 28, 28)).astype(np.float32)
+    a = rng.normal(size=(64, 64)).astype(np.float32)
     every = "LIBRARY_FUSION_TYPE_INDIVIDUAL_CONVOLUTION,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
     texts = {}
     for told in (None, {"xla_cpu_experimental_ynn_fusion_type": every}):
@@ -173,15 +172,15 @@ def test_sessions_on_the_cpu_keep_convolutions_off_ynnpack():
         assert any(" dot(" in b for b in bodies), hlo
 
 
-def test_run_traces_its_device_platform_alone():
+def test_run_traces_its_device_platform_alone(rng):
     """``run`` traces its program for the session's device alone (``Program.jitted_on``): a
     depthwise convolution's platform choice (taps on the CPU, XLA's grouped convolution
     elsewhere) is traced as the CPU's branch only, where ``jitted`` and ``fn`` keep every
     branch; whichever is traced first, neither reuses the other's trace. Same outputs."""
-    inits = [numpy_helper.from_array(RNG.normal(size=(6, 1, 3, 3)).astype(np.float32), "w")]
+    inits = [numpy_helper.from_array(rng.normal(size=(6, 1, 3, 3)).astype(np.float32), "w")]
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], group=6)]
     model = _model(nodes, [_vi("x", F, [2, 6, 9, 9])], [_vi("y", F, [2, 6, 9, 9])], inits)
-    feed = {"x": RNG.normal(size=(2, 6, 9, 9)).astype(np.float32)}
+    feed = {"x": rng.normal(size=(2, 6, 9, 9)).astype(np.float32)}
     (want,) = _ort(model, feed)
     cpu = jax.devices("cpu")[0]
     for targeted_first in (True, False):
@@ -204,7 +203,7 @@ def test_run_traces_its_device_platform_alone():
     assert program.jitted_on(object()) is program.jitted  # a platform not chosen by
 
 
-def test_run_compile_onnx_and_fn_on_trace_for_their_device(monkeypatch):
+def test_run_compile_onnx_and_fn_on_trace_for_their_device(monkeypatch, rng):
     """The platform each traced call is for, as the lowerings see it (``fastpath.target()``
     while the program is applied): ``run`` and ``fn_on`` of a CPU session trace for the CPU,
     ``compile_onnx``'s call for the default device's platform (the GPU's where there is one);
@@ -221,10 +220,10 @@ def test_run_compile_onnx_and_fn_on_trace_for_their_device(monkeypatch):
         return original(self, *args)
 
     monkeypatch.setattr(session_module.Program, "apply", recording)
-    inits = [numpy_helper.from_array(RNG.normal(size=(4, 1, 3, 3)).astype(np.float32), "w")]
+    inits = [numpy_helper.from_array(rng.normal(size=(4, 1, 3, 3)).astype(np.float32), "w")]
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], group=4)]
     model = _model(nodes, [_vi("x", F, [1, 4, 5, 5])], [_vi("y", F, [1, 4, 5, 5])], inits)
-    x = RNG.normal(size=(1, 4, 5, 5)).astype(np.float32)
+    x = rng.normal(size=(1, 4, 5, 5)).astype(np.float32)
     (want,) = _ort(model, {"x": x})
     session = InferenceSession(model, device="cpu")
     results = {
@@ -241,7 +240,7 @@ def test_run_compile_onnx_and_fn_on_trace_for_their_device(monkeypatch):
         assert seen == [expected[name]], (name, seen)
 
 
-def test_cpu_sessions_compile_their_weights_in(monkeypatch):
+def test_cpu_sessions_compile_their_weights_in(monkeypatch, rng):
     """On the CPU ``run`` compiles the session's weights into its program as constants (XLA
     then lays the filters out once, not at every call), up to CPU_BAKED_WEIGHTS_MAX_BYTES of
     them; above that, and under ``fn`` / ``apply``, they are arguments. Same outputs."""
@@ -256,12 +255,12 @@ def test_cpu_sessions_compile_their_weights_in(monkeypatch):
 
     monkeypatch.setattr(session_module.Program, "apply", spy)
     f = TensorProto.FLOAT
-    inits = [numpy_helper.from_array(RNG.normal(size=s).astype(np.float32), n)
+    inits = [numpy_helper.from_array(rng.normal(size=s).astype(np.float32), n)
              for n, s in [("w", (8, 4, 3, 3)), ("m", (8, 5))]]  # fmt: skip
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("MatMul", ["c", "m"], ["y"])]  # fmt: skip
     model = _model(nodes, [_vi("x", f, [1, 4, 6, 8])], [_vi("y", f, [1, 8, 6, 5])], inits)
-    feed = {"x": RNG.normal(size=(1, 4, 6, 8)).astype(np.float32)}
+    feed = {"x": rng.normal(size=(1, 4, 6, 8)).astype(np.float32)}
     (want,) = _ort(model, feed)
     session = InferenceSession(model, device="cpu")
     (baked,) = session.run(None, feed)
@@ -276,7 +275,7 @@ def test_cpu_sessions_compile_their_weights_in(monkeypatch):
     np.testing.assert_allclose(passed, baked, rtol=1e-5, atol=1e-6)
 
 
-def test_sessions_on_gpus_run_matrix_products_on_cublas_unless_told():
+def test_sessions_on_gpus_run_matrix_products_on_cublas_unless_told(rng):
     """On a GPU the compiles of a session take GPU_COMPILER_OPTIONS (no Triton matrix product
     fusions: cuBLAS runs them), with the caller's compiler_options over them; on the CPU they
     take the CPU's defaults and the caller's."""
@@ -286,7 +285,7 @@ def test_sessions_on_gpus_run_matrix_products_on_cublas_unless_told():
         cpu_compiler_defaults,
     )
 
-    model = dynamic_mlp()
+    model = dynamic_mlp(rng)
     told = {"xla_gpu_enable_triton_gemm": True}
     assert GPU_COMPILER_OPTIONS == {"xla_gpu_enable_triton_gemm": False}
     assert InferenceSession(model, device="cpu").compiler_options == cpu_compiler_defaults()
@@ -299,12 +298,12 @@ def test_sessions_on_gpus_run_matrix_products_on_cublas_unless_told():
     if jax.default_backend() != "gpu":
         return
     h = TensorProto.FLOAT16
-    w = numpy_helper.from_array(RNG.normal(size=(1024, 1024)).astype(np.float16), "w")
+    w = numpy_helper.from_array(rng.normal(size=(1024, 1024)).astype(np.float16), "w")
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
     gemm = _model(nodes, [_vi("x", h, [1024, 1024])], [_vi("y", h, [1024, 1024])], [w])
     s = InferenceSession(gemm)
     assert s.compiler_options == GPU_COMPILER_OPTIONS
-    x = RNG.normal(size=(1024, 1024)).astype(np.float16)
+    x = rng.normal(size=(1024, 1024)).astype(np.float16)
     (y,) = s.run(None, {"x": x})
     want = np.maximum(x.astype(np.float32) @ numpy_helper.to_array(w).astype(np.float32), 0)
     np.testing.assert_allclose(y.astype(np.float32), want, rtol=2e-2, atol=0.5)
@@ -313,8 +312,8 @@ def test_sessions_on_gpus_run_matrix_products_on_cublas_unless_told():
     assert "__triton_gemm" not in text and "__cublas" in text
 
 
-def test_free_dimensions_by_name_and_denotation_fix_the_shape():
-    model = dynamic_mlp()
+def test_free_dimensions_by_name_and_denotation_fix_the_shape(rng):
+    model = dynamic_mlp(rng)
     model.graph.input[0].type.tensor_type.shape.dim[0].denotation = "DATA_BATCH"
     by_name = InferenceSession(model, free_dimensions={"batch": 2})
     options = SessionOptions()
@@ -322,7 +321,7 @@ def test_free_dimensions_by_name_and_denotation_fix_the_shape():
     by_denotation = InferenceSession(model, options)
     for s in (by_name, by_denotation):
         assert s.get_inputs()[0].shape == [2, 6]
-        x = RNG.normal(size=(2, 6)).astype(np.float32)
+        x = rng.normal(size=(2, 6)).astype(np.float32)
         np.testing.assert_allclose(
             s.run(None, {"x": x})[0], _mlp_reference(model, x), rtol=1e-5, atol=1e-6
         )
@@ -392,7 +391,7 @@ def test_small_float_input_is_specialised_on():
     assert s.static_inputs == ("f",)
 
 
-def test_int64_without_x64_and_out_of_range_values():
+def test_int64_without_x64_and_out_of_range_values(rng):
     assert not jax.config.read("jax_enable_x64")
     model = _model(
         [
@@ -404,7 +403,7 @@ def test_int64_without_x64_and_out_of_range_values():
         [_vi("rows", F, [4, 3]), _vi("best", I64, [4])],
         [
             numpy_helper.from_array(np.asarray(1, np.int64), "offset"),
-            numpy_helper.from_array(RNG.normal(size=(6, 3)).astype(np.float32), "table"),
+            numpy_helper.from_array(rng.normal(size=(6, 3)).astype(np.float32), "table"),
         ],
     )
     s = InferenceSession(model)
@@ -447,7 +446,7 @@ def test_int64_folding_is_exact():
     np.testing.assert_array_equal(y, [2**20 + 1, 2**20 + 2])
 
 
-def test_bool_inputs_and_outputs():
+def test_bool_inputs_and_outputs(rng):
     model = _model(
         [
             helper.make_node("Greater", ["x", "zero"], ["pos"]),
@@ -457,7 +456,7 @@ def test_bool_inputs_and_outputs():
         [_vi("pos", B, [5]), _vi("y", F, [5])],
         [numpy_helper.from_array(np.asarray(0, np.float32), "zero")],
     )
-    x = RNG.normal(size=5).astype(np.float32)
+    x = rng.normal(size=5).astype(np.float32)
     m = np.asarray([True, False, True, True, False])
     pos, y = InferenceSession(model).run(None, {"x": x, "m": m})
     assert pos.dtype == np.bool_
@@ -509,8 +508,8 @@ def test_ir3_initializers_listed_as_inputs_are_defaults_that_can_be_overridden()
     np.testing.assert_array_equal(s.run(None, {"x": x, "w": np.ones(2, np.float32)})[0], x)
 
 
-def test_external_data_is_read_from_beside_the_model(tmp_path):
-    w = RNG.normal(size=(64, 32)).astype(np.float32)
+def test_external_data_is_read_from_beside_the_model(tmp_path, rng):
+    w = rng.normal(size=(64, 32)).astype(np.float32)
     model = _model(
         [helper.make_node("MatMul", ["x", "w"], ["y"])],
         [_vi("x", F, [2, 64])],
@@ -521,7 +520,7 @@ def test_external_data_is_read_from_beside_the_model(tmp_path):
     onnx.save_model(model, str(path), save_as_external_data=True, location="weights.bin",
                     size_threshold=0)  # fmt: skip
     assert (tmp_path / "weights.bin").exists()
-    x = RNG.normal(size=(2, 64)).astype(np.float32)
+    x = rng.normal(size=(2, 64)).astype(np.float32)
     (y,) = InferenceSession(str(path)).run(None, {"x": x})
     np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
 
@@ -588,10 +587,10 @@ def test_output_known_at_import_is_returned_without_a_graph():
     np.testing.assert_array_equal(s, [5, 3])
 
 
-def test_fn_is_a_jax_function_jit_vmap_and_grad_through_params():
-    model = dynamic_mlp()
+def test_fn_is_a_jax_function_jit_vmap_and_grad_through_params(rng):
+    model = dynamic_mlp(rng)
     s = InferenceSession(model)
-    x = RNG.normal(size=(3, 6)).astype(np.float32)
+    x = rng.normal(size=(3, 6)).astype(np.float32)
     want = _mlp_reference(model, x)
     np.testing.assert_allclose(s.fn(x)[0], want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(jax.jit(s.fn)(x)[0], want, rtol=1e-5, atol=1e-5)
@@ -613,8 +612,8 @@ def test_fn_is_a_jax_function_jit_vmap_and_grad_through_params():
     np.testing.assert_allclose(y2, np.maximum(x @ w, 0).reshape(3, 4, 2), rtol=1e-5, atol=1e-5)
 
 
-def test_model_metadata_providers_and_devices():
-    model = dynamic_mlp()
+def test_model_metadata_providers_and_devices(rng):
+    model = dynamic_mlp(rng)
     model.producer_name = "unit"
     model.model_version = 3
     helper.set_model_props(model, {"author": "me"})
@@ -625,23 +624,23 @@ def test_model_metadata_providers_and_devices():
     assert s.get_providers()[0] in ("DmlExecutionProvider", "CPUExecutionProvider")
     cpu = InferenceSession(model, device="cpu")
     assert cpu.get_providers() == ["CPUExecutionProvider"]
-    x = RNG.normal(size=(2, 6)).astype(np.float32)
+    x = rng.normal(size=(2, 6)).astype(np.float32)
     # atol: an output near 0 is a difference of terms near 1, each rounded in float32
     np.testing.assert_allclose(
         cpu.run(None, {"x": x})[0], _mlp_reference(model, x), rtol=1e-5, atol=1e-6
     )
 
 
-def test_matches_onnxruntime_on_a_dynamic_model():
-    model = dynamic_mlp()
-    x = RNG.normal(size=(4, 6)).astype(np.float32)
+def test_matches_onnxruntime_on_a_dynamic_model(rng):
+    model = dynamic_mlp(rng)
+    x = rng.normal(size=(4, 6)).astype(np.float32)
     (want,) = _ort(model, {"x": x})
     (got,) = InferenceSession(model).run(None, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_explain_says_how_each_node_was_imported():
-    s = InferenceSession(dynamic_mlp())
+def test_explain_says_how_each_node_was_imported(rng):
+    s = InferenceSession(dynamic_mlp(rng))
     s.run(None, {"x": np.zeros((2, 6), np.float32)})
     lines = s.explain().splitlines()
     assert lines[0].startswith("node 0 (MatMul): dml:") and "GEMM" in lines[0]
@@ -650,17 +649,17 @@ def test_explain_says_how_each_node_was_imported():
     assert lines[7] == "node 7 (Reshape): view"
 
 
-def test_explain_before_a_run_needs_shapes_and_takes_them():
-    s = InferenceSession(dynamic_mlp())
+def test_explain_before_a_run_needs_shapes_and_takes_them(rng):
+    s = InferenceSession(dynamic_mlp(rng))
     with pytest.raises(dml.ValidationError, match=r"^ONNX: explain needs input shapes"):
         s.explain()
     assert s.explain([(3, 6)]).startswith("node 0 (MatMul): dml:")
 
 
-def test_layout_needs_a_mesh_then_shapes():
+def test_layout_needs_a_mesh_then_shapes(rng):
     with pytest.raises(dml.ValidationError, match=r"^ONNX: layout: the session has no mesh"):
-        InferenceSession(dynamic_mlp()).layout()
-    s = InferenceSession(dynamic_mlp(), mesh=jax.make_mesh((1,), ("data",)))
+        InferenceSession(dynamic_mlp(rng)).layout()
+    s = InferenceSession(dynamic_mlp(rng), mesh=jax.make_mesh((1,), ("data",)))
     with pytest.raises(dml.ValidationError, match=r"^ONNX: layout needs input shapes"):
         s.layout()
     assert s.layout([(2, 6)])["x"] == jax.sharding.PartitionSpec("data")
@@ -781,12 +780,12 @@ def test_huge_generated_constants_are_not_folded_and_dml_refuses_them():
         InferenceSession(model).run(None, {"x": np.zeros(1, np.float32)})
 
 
-def test_convert_writes_a_dxdispatch_graph_that_runs_to_the_same_values(tmp_path, capsys):
+def test_convert_writes_a_dxdispatch_graph_that_runs_to_the_same_values(tmp_path, capsys, rng):
     from dml_jax import cli
 
-    model = dynamic_mlp()
+    model = dynamic_mlp(rng)
     onnx.save(model, str(tmp_path / "m.onnx"))
-    x = RNG.normal(size=(3, 6)).astype(np.float32)
+    x = rng.normal(size=(3, 6)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     out = str(tmp_path / "m.json")
     args = ["convert", str(tmp_path / "m.onnx"), out, "--input", f"x={tmp_path / 'x.npy'}"]
@@ -808,13 +807,13 @@ def test_convert_reports_a_bad_model_in_one_line(tmp_path, capsys):
     assert err.startswith("error: ") and "\n" not in err
 
 
-def test_program_operators_leave_out_the_entry_identities():
+def test_program_operators_leave_out_the_entry_identities(rng):
     options = SessionOptions()
     options.graph_optimization_level = "disable"  # the import's own operators
-    program = InferenceSession(dynamic_mlp(), options).program([(2, 6)])
+    program = InferenceSession(dynamic_mlp(rng), options).program([(2, 6)])
     assert program.operators() == ["GEMM", "ELEMENT_WISE_ADD", "ACTIVATION_RELU"]
     # at the default level the bias and the activation join the GEMM
-    assert InferenceSession(dynamic_mlp()).program([(2, 6)]).operators() == ["GEMM"]
+    assert InferenceSession(dynamic_mlp(rng)).program([(2, 6)]).operators() == ["GEMM"]
 
 
 def test_run_explain_marks_jax_lowerings_and_convert_refuses_them(tmp_path, capsys):

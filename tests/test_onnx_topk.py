@@ -22,7 +22,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dml_jax.onnx import InferenceSession
 
-RNG = np.random.default_rng(5)
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
@@ -54,30 +53,30 @@ def _check_top_k(model, feed, x, k, axis, largest):
     np.testing.assert_array_equal(indices, want_indices)
 
 
-def test_top_k_1_k_attribute():
-    x = RNG.normal(size=(3, 5)).astype(np.float32)
+def test_top_k_1_k_attribute(rng):
+    x = rng.normal(size=(3, 5)).astype(np.float32)
     node = helper.make_node("TopK", ["X"], ["V", "I"], k=2, axis=0)
     model = _model(node, [("X", F, x.shape)], [("V", F), ("I", I64)], 1)
     _check_top_k(model, {"X": x}, x, 2, 0, True)
 
 
-def test_top_k_10_k_input():
-    x = RNG.normal(size=(2, 3, 6)).astype(np.float32)
+def test_top_k_10_k_input(rng):
+    x = rng.normal(size=(2, 3, 6)).astype(np.float32)
     node = helper.make_node("TopK", ["X", "K"], ["V", "I"])
     model = _model(node, [("X", F, x.shape)], [("V", F), ("I", I64)], 10, [("K", np.int64([4]))])
     _check_top_k(model, {"X": x}, x, 4, 2, True)
 
 
-def test_top_k_11_smallest_unsorted_negative_axis_with_ties():
+def test_top_k_11_smallest_unsorted_negative_axis_with_ties(rng):
     """sorted = 0 allows any order; DirectML sorts, ascending here, ties by ascending index."""
-    x = RNG.integers(0, 3, size=(4, 6, 2)).astype(np.float32)
+    x = rng.integers(0, 3, size=(4, 6, 2)).astype(np.float32)
     node = helper.make_node("TopK", ["X", "K"], ["V", "I"], axis=-2, largest=0, sorted=0)
     model = _model(node, [("X", F, x.shape)], [("V", F), ("I", I64)], 11, [("K", np.int64([5]))])
     _check_top_k(model, {"X": x}, x, 5, 1, False)
 
 
-def test_top_k_with_k_a_graph_input_specialises():
-    x = RNG.normal(size=(2, 7)).astype(np.float32)
+def test_top_k_with_k_a_graph_input_specialises(rng):
+    x = rng.normal(size=(2, 7)).astype(np.float32)
     node = helper.make_node("TopK", ["X", "K"], ["V", "I"])
     model = _model(node, [("X", F, x.shape), ("K", I64, [1])], [("V", F), ("I", I64)], 11)
     session = InferenceSession(model)
@@ -89,8 +88,8 @@ def test_top_k_with_k_a_graph_input_specialises():
     assert session.static_inputs == ("K",)
 
 
-def test_top_k_indices_alone_and_k_out_of_range():
-    x = RNG.normal(size=(3, 4)).astype(np.float32)
+def test_top_k_indices_alone_and_k_out_of_range(rng):
+    x = rng.normal(size=(3, 4)).astype(np.float32)
     node = helper.make_node("TopK", ["X", "K"], ["", "I"])
     model = _model(node, [("X", F, x.shape)], [("I", I64)], 11, [("K", np.int64([2]))])
     (indices,) = InferenceSession(model).run(None, {"X": x})
@@ -101,8 +100,8 @@ def test_top_k_indices_alone_and_k_out_of_range():
 
 
 @pytest.mark.parametrize(("op", "opset"), [("ArgMax", 1), ("ArgMin", 11)])
-def test_arg_reductions_before_select_last_index(op, opset):
-    x = RNG.integers(0, 4, size=(3, 4, 5)).astype(np.float32)
+def test_arg_reductions_before_select_last_index(op, opset, rng):
+    x = rng.integers(0, 4, size=(3, 4, 5)).astype(np.float32)
     axis = 1 if opset == 1 else -1
     node = helper.make_node(op, ["X"], ["Y"], axis=axis, keepdims=0)
     model = _model(node, [("X", F, x.shape)], [("Y", I64)], opset)
@@ -127,9 +126,9 @@ NUMPY = {
 
 
 @pytest.mark.parametrize("op", sorted(NUMPY))
-def test_reductions_axes_attribute_then_input(op):
+def test_reductions_axes_attribute_then_input(op, rng):
     """Opset 11: axes attribute (ReduceSum's input from 13, the others' from 18)."""
-    x = RNG.uniform(0.5, 2.0, size=(2, 3, 4)).astype(np.float32)
+    x = rng.uniform(0.5, 2.0, size=(2, 3, 4)).astype(np.float32)
     want = NUMPY[op](x.astype(np.float64), (0, 2), False)
     node = helper.make_node(op, ["X"], ["Y"], axes=[0, -1], keepdims=0)
     model = _model(node, [("X", F, x.shape)], [("Y", F)], 11)
@@ -141,8 +140,8 @@ def test_reductions_axes_attribute_then_input(op):
     np.testing.assert_allclose(y, want, rtol=1e-5)
 
 
-def test_reduce_without_axes_reduces_all_or_nothing():
-    x = RNG.normal(size=(2, 3)).astype(np.float32)
+def test_reduce_without_axes_reduces_all_or_nothing(rng):
+    x = rng.normal(size=(2, 3)).astype(np.float32)
     node = helper.make_node("ReduceMax", ["X"], ["Y"], noop_with_empty_axes=1)
     model = _model(node, [("X", F, x.shape)], [("Y", F)], 18)
     (y,) = InferenceSession(model).run(None, {"X": x})
@@ -153,8 +152,8 @@ def test_reduce_without_axes_reduces_all_or_nothing():
     np.testing.assert_array_equal(y, x.max(keepdims=True))
 
 
-def test_reduce_axes_a_graph_input_specialises():
-    x = RNG.integers(-50, 50, size=(3, 4)).astype(np.int32)
+def test_reduce_axes_a_graph_input_specialises(rng):
+    x = rng.integers(-50, 50, size=(3, 4)).astype(np.int32)
     node = helper.make_node("ReduceSum", ["X", "axes"], ["Y"])
     model = _model(
         node,

@@ -8,6 +8,7 @@ Expected lines are the values DirectML computes from each model's initial values
 from __future__ import annotations
 
 import importlib.util
+import json
 import pathlib
 import shutil
 
@@ -130,9 +131,77 @@ def _history_model(name: str, tmp_path, monkeypatch) -> pathlib.Path:
     return models / name
 
 
-def test_older_conv_0_model_runs(tmp_path, monkeypatch):
-    """``conv_0.json`` from an older DxDispatch revision (history/): a larger convolution."""
-    assert cli.main(["run", str(_history_model("conv_0.json", tmp_path, monkeypatch))]) == 0
+def _initial_values(resource: dict, folder: pathlib.Path) -> np.ndarray:
+    """A FLOAT16 resource's initial values as its JSON gives them: a constant or a .npy file."""
+    assert resource["initialValuesDataType"] == "FLOAT16"
+    init = resource["initialValues"]
+    if "sourcePath" in init:
+        return np.load(folder / init["sourcePath"]).ravel()
+    return np.full(init["valueCount"], init["value"], np.float16)
+
+
+def _tensor(flat: np.ndarray, tensor: dict) -> np.ndarray:
+    """The elements a DML tensor description addresses in a buffer (Sizes, Strides)."""
+    strides = [s * flat.itemsize for s in tensor["Strides"]]
+    return np.lib.stride_tricks.as_strided(flat, tensor["Sizes"], strides)
+
+
+def _convolution(desc: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """DML_CONVOLUTION (forward cross-correlation, one group) as its JSON describes it, in
+    float64: the input padded with zeros by StartPadding / EndPadding; output element (n, k,
+    i, j) is bias[k] plus the sum over channels c and window offsets (p, q) of
+    x[n, c, i * stride + p * dilation, j * stride + q * dilation] * w[k, c, p, q]."""
+    assert desc["Mode"] == "DML_CONVOLUTION_MODE_CROSS_CORRELATION"
+    assert desc["Direction"] == "DML_CONVOLUTION_DIRECTION_FORWARD" and desc["GroupCount"] == 1
+    (sh, sw), (dh, dw) = desc["Strides"], desc["Dilations"]
+    start, end = desc["StartPadding"], desc["EndPadding"]
+    x = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (start[0], end[0]), (start[1], end[1])])
+    w = w.astype(np.float64)
+    n, _, oh, ow = desc["OutputTensor"]["Sizes"]
+    y = np.zeros((n, w.shape[0], oh, ow)) + b.astype(np.float64)
+    for p in range(w.shape[2]):
+        for q in range(w.shape[3]):
+            window = x[:, :, p * dh : p * dh + sh * oh : sh, q * dw : q * dw + sw * ow : sw]
+            y += np.einsum("nchw,kc->nkhw", window, w[:, :, p, q])
+    return y
+
+
+@pytest.mark.parametrize("data", ["upstream", "random"])
+def test_older_conv_0_model_matches_a_numpy_convolution(data, tmp_path, monkeypatch, rng):
+    """``conv_0.json`` from an older DxDispatch revision (history/): a FLOAT16 3x3 convolution
+    of a {1, 3, 360, 480} image into 16 channels, padded by 1, with
+    ALLOW_HALF_PRECISION_COMPUTATION. The model's own initial values are all zeros (so is its
+    output); ``random`` gives its three inputs random values from .npy files instead. A
+    ``writeFile`` command added at the end saves the output, which must be the NumPy
+    convolution's."""
+    path = _history_model("conv_0.json", tmp_path, monkeypatch)
+    model = json.loads(path.read_text())
+    resources = model["resources"]
+    if data == "random":
+        for name in ("input", "filter", "bias"):
+            count = resources[name]["initialValues"]["valueCount"]
+            np.save(path.parent / f"{name}.npy", rng.uniform(-1, 1, count).astype(np.float16))
+            resources[name]["initialValues"] = {"sourcePath": f"{name}.npy"}
+    model["commands"].append({"type": "writeFile", "resource": "output", "targetPath": "y.npy"})
+    path.write_text(json.dumps(model))
+    assert cli.main(["run", str(path)]) == 0
+
+    desc = model["dispatchables"]["conv2d"]["desc"]
+    x, w, b = (
+        _tensor(_initial_values(resources[r], path.parent), desc[t])
+        for r, t in (("input", "InputTensor"), ("filter", "FilterTensor"), ("bias", "BiasTensor"))
+    )
+    want = _convolution(desc, x, w, b)
+    got = _tensor(np.load(path.parent / "y.npy"), desc["OutputTensor"]).astype(np.float64)
+    # FLOAT16 with half-precision computation allowed: an output element takes at most 56
+    # roundings (27 products, 27 additions and the bias's, the result's), each of relative
+    # error at most 2**-11, so it is within 56 * 2**-11 of the sum of its terms' magnitudes
+    # (a misplaced window or a missing bias errs by whole terms, far beyond this).
+    bound = 56 * 2.0**-11 * _convolution(desc, np.abs(x), np.abs(w), np.abs(b)) + 1e-6
+    assert got.shape == want.shape
+    np.testing.assert_array_less(np.abs(got - want), bound)
+    if data == "upstream":
+        assert not want.any()
 
 
 def test_mha_branch_model_matches_the_reference(tmp_path, monkeypatch, capsys):
