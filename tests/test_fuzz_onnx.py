@@ -904,15 +904,10 @@ def test_cli_binds_int64_inputs_as_int64(tmp_path, capsys, rng):
     np.testing.assert_allclose(got, want.ravel(), rtol=1e-5, atol=0)  # printed with %g
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="an INT64 --input file leaves JAX's x64 mode off (run_model decides on the model "
-    "text, where a .npy sourcePath names no INT64): the INT64 view fails to compile",
-)
 def test_cli_binds_an_int64_input_file(tmp_path, capsys):
     """test_Embedding's own input through ``--input`` (an INT64 .npy file): the printed output
-    is the backend test case's expected one."""
+    is the backend test case's expected one (the file's type switches JAX's x64 mode on, as a
+    64-bit type named in the model text does; it ended in a raw ValueError)."""
     folder = os.path.join(
         os.path.dirname(onnx.__file__), "backend", "test", "data", "pytorch-converted"
     )

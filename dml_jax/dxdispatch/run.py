@@ -343,7 +343,9 @@ def _model_mentions_64bit(file: str, text: str | None = None) -> bool:
     """Whether the model text names a 64-bit data type, so its tensors need JAX's x64 mode.
 
     Decided on the text because x64 must be on before operators are compiled; resources
-    typed as 64-bit need nothing (they are bytes until a tensor views them).
+    typed as 64-bit need nothing (they are bytes until a tensor views them). A ``.npy`` file
+    a resource reads (``sourcePath``) counts by the type its header declares: an ONNX model's
+    INT64 input given as such a file names no type in the text.
     """
     if text is None:
         try:
@@ -351,4 +353,20 @@ def _model_mentions_64bit(file: str, text: str | None = None) -> bool:
                 text = f.read()
         except OSError:
             return False
-    return re.search(r"(INT64|FLOAT64)", text) is not None
+    if re.search(r"(INT64|FLOAT64)", text) is not None:
+        return True
+    folder = os.path.dirname(os.path.abspath(file))
+    for source in re.findall(r'"sourcePath"\s*:\s*"([^"]+\.npy)"', text):
+        try:
+            with open(os.path.join(folder, source), "rb") as f:
+                fmt = np.lib.format
+                version = fmt.read_magic(f)
+                header = (
+                    fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+                )
+                dtype = header(f)[2]
+        except (OSError, ValueError):
+            continue  # the load reports an unreadable file
+        if dtype.itemsize == 8 and dtype.kind in "iuf":
+            return True
+    return False
