@@ -220,3 +220,39 @@ def test_an_output_declared_of_another_type(constant):
         rf"^ONNX: output 'y' is declared float, but the graph computes {computed}$",
         None if constant else {"x": np.ones(2, np.int64)},
     )
+
+
+def _cli_line(model) -> tuple[int, str]:
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.onnx")
+        with open(path, "wb") as f:
+            f.write(model.SerializeToString())
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = cli.main(["run", path])
+    return code, err.getvalue().strip().split('dispatchables["model.onnx"]: ')[-1]
+
+
+def test_the_command_line_names_tensors_it_cannot_bind():
+    """An empty input (CastLike's 'like' of shape [0]) ran in the session but failed the
+    command line's binding with a bare "TensorDesc.Sizes[0] must be >= 1, got 0"; an output
+    known at import of 9 dimensions likewise."""
+    x = helper.make_tensor_value_info("x", FLOAT, [3])
+    like = helper.make_tensor_value_info("like", TensorProto.FLOAT16, [0])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)
+    graph = helper.make_graph([helper.make_node("CastLike", ["x", "like"], ["y"])], "g",
+                              [x, like], [out])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=8)
+    (y,) = InferenceSession(model.SerializeToString()).run(
+        None, {"x": np.ones(3, np.float32), "like": np.ones(0, np.float16)}
+    )
+    assert y.dtype == np.float16
+    code, line = _cli_line(model)
+    assert code == 1 and line.startswith("ONNX: input 'like': shape [0] is empty, and a "), line
+    w = numpy_helper.from_array(np.ones([1] * 9, np.int64), "w")
+    graph = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, None)], [w])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    assert InferenceSession(model.SerializeToString()).run(None, {})[0].shape == (1,) * 9
+    code, line = _cli_line(model)
+    assert code == 1 and line.startswith("ONNX: output 'y': the tensor has 9 dimensions"), line

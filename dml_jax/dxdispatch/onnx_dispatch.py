@@ -17,7 +17,7 @@ from typing import Any
 from ..enums import DataType
 from ..errors import ValidationError
 from ..onnx import load_onnx
-from ..onnx.importer import dml_sizes, graph_dtype
+from ..onnx.importer import ONNX, check_dml_shape, dml_sizes, graph_dtype
 from ..tensor import TensorDesc
 from .context import LoadContext, member
 from .dispatchables import BindPoint, Dispatchable
@@ -85,6 +85,19 @@ def _tensor_type(dtype: Any) -> DataType:
     return DataType.from_dtype(np.uint8 if dtype == np.bool_ else dtype)
 
 
+def _bound_desc(dtype: Any, shape: tuple[int, ...], where: str) -> TensorDesc:
+    """The buffer tensor a model input or output is bound as: DirectML's, so not empty (the
+    session itself takes and returns empty tensors), of 1 to 8 dimensions and fewer than 2^32
+    elements; else an error naming it."""
+    if 0 in shape:
+        raise ValidationError(
+            f"{ONNX}: {where}: shape {list(shape)} is empty, and a resource of a DxDispatch "
+            "model is a DirectML buffer tensor of at least one element"
+        )
+    check_dml_shape(shape, where, "the tensor")
+    return TensorDesc(_tensor_type(dtype), dml_sizes(shape))
+
+
 class _OnnxOp:
     """An imported ONNX model seen as an operator over packed tensors, for buffer mode."""
 
@@ -95,12 +108,12 @@ class _OnnxOp:
         self.input_paths = imported.input_names
         self.output_paths = imported.output_names
         self.input_descs = tuple(
-            TensorDesc(_tensor_type(t), dml_sizes(s))
-            for t, s in zip(imported.input_dtypes, imported.input_shapes)
+            _bound_desc(t, s, f"input '{name}'")
+            for t, s, name in zip(imported.input_dtypes, imported.input_shapes, self.input_paths)
         )
         self.output_descs = tuple(
-            TensorDesc(_tensor_type(t), dml_sizes(s))
-            for t, s in zip(imported.output_dtypes, imported.output_shapes)
+            _bound_desc(t, s, f"output '{name}'")
+            for t, s, name in zip(imported.output_dtypes, imported.output_shapes, self.output_paths)
         )
 
     def fn(self, *arrays: Any) -> tuple:
@@ -158,9 +171,9 @@ def onnx_target(
         shapes.append(given or _model_shape(inp.type, d.free_dimensions))
     try:
         program = d.session.program(shapes)
+        op = _OnnxOp(program)
     except ValidationError as e:
         raise ctx.fail(d.path, str(e)) from None
-    op = _OnnxOp(program)
     for name, desc in zip(op.output_paths, op.output_descs):
         if name not in bindings:
             continue
