@@ -1,11 +1,13 @@
 """Control flow and sequence values through ``InferenceSession``, in the forms ONNX's node cases
-miss: an If on a condition computed at run time with DML operators in both branches, Loops
-that read values of the enclosing graph (rolled into ``lax.while_loop`` / ``lax.scan``, or
-unrolled at import), Scans over other axes and in reverse, Scan-8's sequence lengths, sequence
-ops on run-time tensors, and the errors that name the node. Expected values come from ONNX's
-reference evaluator, or onnxruntime's CPU provider where the reference evaluator has no
-implementation (Scan's axes and directions, Scan-8) or differs from the spec (a Loop without a
-condition input runs no iteration there; the spec runs M)."""
+miss: an If on a condition computed at run time with DML operators in both branches
+(``lax.cond``), or with branches of different shapes (segments: the condition read on the host
+between programs, nested too), Loops that read values of the enclosing graph (rolled into
+``lax.while_loop`` / ``lax.scan``, their scan outputs counted first where an early exit or a
+run-time trip count sets their length, or unrolled at import), the forms under ``jax.jit`` and
+``jax.vmap``, Scans over other axes and in reverse, Scan-8's sequence lengths, sequence ops on
+run-time tensors, and the errors that name the node. Expected values come from onnxruntime's
+CPU provider, or ONNX's reference evaluator (a Loop without a condition input runs no
+iteration there; the spec runs M)."""
 
 from __future__ import annotations
 
@@ -95,43 +97,120 @@ def test_if_on_a_run_time_condition_runs_both_branches_dml_operators_under_lax_c
     s = InferenceSession(model)
     x = np.array([[1, -2, 3], [-0.5, 0.25, 2]], np.float32)
     for c in (True, False):
-        _check(s, model, {"x": x, "c": np.array(c)})
+        _check(s, model, {"x": x, "c": np.array(c)}, reference="onnxruntime")
     assert s.static_inputs == ()  # one program for both conditions
     line = s.explain().splitlines()[-1]
     # The parameter w enters the program as a constant (an identity node), read by the If.
-    assert line.startswith("node 1 (If): jax: ") and "JAX:If(then: ACTIVATION_RELU, GEMM" in line
+    assert (
+        line.startswith("node 1 (If): jax: ")
+        and "JAX:If(lax.cond; then: ACTIVATION_RELU, GEMM" in line
+    )
     assert "GEMM" in line and "ELEMENT_WISE_MULTIPLY" in line.split("else:")[1]
 
 
-def test_if_on_a_condition_computed_from_data():
-    cond = [helper.make_node("ReduceSum", ["x"], ["sum"], keepdims=0),
+def _data_condition(source="x"):
+    """c = ReduceSum(source) > 0: a condition computed from data at run time."""
+    return [helper.make_node("ReduceSum", [source], ["sum"], keepdims=0),
             _const("zero", np.float32(0)), helper.make_node("Greater", ["sum", "zero"], ["c"])]  # fmt: skip
-    model = _if_model(cond)
+
+
+def test_if_on_a_condition_computed_from_data():
+    model = _if_model(_data_condition())
     s = InferenceSession(model)
     for x in (np.ones((2, 3), np.float32), -np.ones((2, 3), np.float32)):
-        _check(s, model, {"x": x})
-    assert s.static_inputs == ()
+        _check(s, model, {"x": x}, reference="onnxruntime")
+    assert s.static_inputs == () and len(s._programs) == 1 and not s._size_needs
 
 
 def test_if_whose_branches_differ_in_shape_is_specialised_on_its_condition():
     model = _if_model(else_shape=())
     s = InferenceSession(model)
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
-    for c in (True, False):
-        _check(s, model, {"x": x, "c": np.array(c)})
-    assert s.static_inputs == ("c",)
+    for c in (True, False, True):
+        _check(s, model, {"x": x, "c": np.array(c)}, reference="onnxruntime")
+    assert s.static_inputs == ("c",) and len(s._programs) == 2 and not s._size_needs
     assert "branch" in s.explain()
 
 
-def test_if_whose_branches_differ_in_shape_on_a_large_input_names_the_node():
-    cond = [helper.make_node("ReduceSum", ["big"], ["sum"], keepdims=0),
-            _const("zero", np.float32(0)), helper.make_node("Greater", ["sum", "zero"], ["c"])]  # fmt: skip
-    model = _if_model(cond, else_shape=())
+def test_if_whose_branches_differ_in_shape_on_a_computed_condition_runs_as_segments():
+    """The condition comes from a large input: the program up to the If computes it, run()
+    reads it and runs the program imported for the branch taken; each is compiled once."""
+    model = _if_model(_data_condition("big"), else_shape=())
     model.graph.input.append(_info("big", F, [5000]))
     s = InferenceSession(model)
-    x = np.ones((2, 3), np.float32)
-    with pytest.raises(ValidationError, match=r"node 4 \(If\).*different shapes"):
-        s.run(None, {"x": x, "big": np.ones(5000, np.float32)})
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    rng = np.random.default_rng(3)
+    for sign in (1, -1, -1, 1):
+        big = sign * rng.uniform(0.5, 1, 5000).astype(np.float32)  # new values, same shape
+        _check(s, model, {"x": x, "big": big}, reference="onnxruntime")
+    assert s.static_inputs == ()
+    (segment,) = s._size_needs.values()
+    assert len(s._programs) == 2 and segment.program is not None  # one per branch, one before
+    before = (dict(s._programs), segment.program)
+    for sign in (-1, 1):
+        _check(s, model, {"x": x * 3, "big": sign * np.ones(5000, np.float32)}, "onnxruntime")
+    assert (dict(s._programs), segment.program) == before  # nothing compiled again
+    lines = s.explain().splitlines()  # the program compiled last: the else branch's
+    assert lines[-2] == (
+        "node 4 (If): dml (segments: else_branch taken, the condition read on the host first): "
+        "REDUCE"
+    )
+    assert (
+        lines[-1] == "segments (read on the host before this program): node 4 (If): condition = 0"
+    )
+
+
+def _branch(nodes, output, shape):
+    return _graph(nodes, [], [_info(output, F, shape)])
+
+
+def test_nested_ifs_as_segments_and_lax_cond():
+    """An If (segments) whose then branch holds an If of different branch shapes (segments,
+    read only when the outer takes that branch) and whose else branch holds an If of agreeing
+    shapes (lax.cond inside the segment's program)."""
+    inner_seg = helper.make_node(
+        "If", ["c2"], ["t"],
+        then_branch=_branch([helper.make_node("Mul", ["x", "x"], ["a"])], "a", [2, 3]),
+        else_branch=_branch([helper.make_node("ReduceMax", ["x"], ["b"], keepdims=0)], "b", []),
+    )  # fmt: skip
+    then_b = _graph(
+        [helper.make_node("ReduceMax", ["x"], ["mx"], keepdims=0),
+         _const("one", np.float32(1)), helper.make_node("Greater", ["mx", "one"], ["c2"]),
+         inner_seg],
+        [], [_info("t", F, None)],
+    )  # fmt: skip
+    inner_cond = helper.make_node(
+        "If", ["c3"], ["e"],
+        then_branch=_branch([helper.make_node("ReduceMax", ["x"], ["p"], axes=[0], keepdims=0)], "p", [3]),
+        else_branch=_branch([helper.make_node("ReduceMin", ["x"], ["q"], axes=[0], keepdims=0)], "q", [3]),
+    )  # fmt: skip
+    else_b = _graph(
+        [helper.make_node("ReduceMin", ["x"], ["mn"], keepdims=0),
+         _const("lo", np.float32(-1.5)), helper.make_node("Less", ["mn", "lo"], ["c3"]),
+         inner_cond],
+        [], [_info("e", F, [3])],
+    )  # fmt: skip
+    nodes = [*_data_condition(), helper.make_node("If", ["c"], ["y"], then_branch=then_b,
+                                                  else_branch=else_b)]  # fmt: skip
+    model = _model(nodes, [_info("x", F, [2, 3])], [_info("y", F, None)], opset=13)
+    s = InferenceSession(model)
+    base = np.array([[0.5, 0.25, 0.5], [0.25, 0.5, 0.25]], np.float32)
+    feeds = [base, base * 4, -base, -base * 4, base * 4 + 0.1, -base * 4 - 0.1]
+    for x in feeds:  # then: c2 false, true; else: c3 false, true; then each branch again
+        _check(s, model, {"x": x}, reference="onnxruntime")
+    assert len(s._programs) == 3  # outer else; outer then with the inner's two branches
+    # Two segments: the outer's condition; the inner's, only under the outer's then branch.
+    assert len(s._size_needs) == 2 and all(n.program for n in s._size_needs.values())
+    outer, inner = "node 3 (If): condition", "node 3 (If) > then_branch > node 3 (If): condition"
+    assert [p.segments for p in s._programs.values()] == [
+        ((outer, (1,)), (inner, (0,))),
+        ((outer, (1,)), (inner, (1,))),
+        ((outer, (0,)),),
+    ]
+    lines = s.explain().splitlines()  # the program compiled last: the outer else branch's
+    assert "(segments: else_branch taken" in lines[-2]
+    assert "JAX:If(lax.cond; then: REDUCE; else: REDUCE)" in lines[-2]
+    assert lines[-1] == f"segments (read on the host before this program): {outer} = 0"
 
 
 # --- Loop -------------------------------------------------------------------------------------
@@ -172,12 +251,14 @@ def test_loop_with_a_run_time_condition_and_trip_count_is_a_while_loop_reading_o
         _check(s, model, feed)
     assert s.static_inputs == ()  # nothing specialised: M and the condition stay run-time
     line = s.explain().splitlines()[-1]
-    assert line.startswith("node 4 (Loop): jax: JAX:Loop(body: ")
+    assert line.startswith("node 4 (Loop): jax: JAX:Loop(lax.while_loop; body: ")
     assert "ELEMENT_WISE_MULTIPLY" in line and "REDUCE" in line
 
 
-def _scan_outputs_model(cond_out_node=None):
-    """A Loop of trip count 4 (an initializer): x = x * a + float(i), each x a scan output."""
+def _scan_outputs_model(cond_out_node=None, trip="initializer"):
+    """A Loop of trip count M: x = x * a + float(i), each x a scan output. M is 4 (an
+    initializer), a model input ("input") or Cast(Ceil(ReduceMax(t))) of a model input t
+    ("computed")."""
     body_nodes = [
         helper.make_node("Mul", ["x_in", "a"], ["t"]),
         helper.make_node("Cast", ["i"], ["fi"], to=F),
@@ -195,9 +276,18 @@ def _scan_outputs_model(cond_out_node=None):
     )
     nodes = [helper.make_node("Loop", ["M", "", "x0"], ["x", "xs"], body=body)]
     inputs = [_info("x0", F, [2, 2]), _info("a", F, [2, 2])]
-    m = numpy_helper.from_array(np.array(4, np.int64), "M")
+    inits = []
+    if trip == "initializer":
+        inits.append(numpy_helper.from_array(np.array(4, np.int64), "M"))
+    elif trip == "input":
+        inputs.append(_info("M", I64, []))
+    else:
+        inputs.append(_info("n", F, [3]))
+        nodes[:0] = [helper.make_node("ReduceMax", ["n"], ["mx"], keepdims=0),
+                     helper.make_node("Ceil", ["mx"], ["up"]),
+                     helper.make_node("Cast", ["up"], ["M"], to=I64)]  # fmt: skip
     outputs = [_info("x", F, [2, 2]), _info("xs", F, None)]
-    return _model(nodes, inputs, outputs, initializers=[m])
+    return _model(nodes, inputs, outputs, initializers=inits)
 
 
 def test_loop_with_a_trip_count_and_scan_outputs_is_a_scan():
@@ -206,16 +296,56 @@ def test_loop_with_a_trip_count_and_scan_outputs_is_a_scan():
     x0 = np.array([[1, 2], [3, 4]], np.float32)
     a = np.array([[0.5, -1], [2, 0.25]], np.float32)
     _check(s, model, {"x0": x0, "a": a}, reference="onnxruntime")
-    assert s.explain().startswith("node 0 (Loop): jax: JAX:Loop(body: ")
+    assert s.explain().startswith("node 0 (Loop): jax: JAX:Loop(lax.scan, 4 iterations; body: ")
 
 
-def test_loop_with_scan_outputs_and_a_condition_computed_in_the_body_is_rejected():
+def _programs(s):
+    """The session's compiled programs: those run() looks up, and the segments before them."""
+    return [*s._programs.values(), *(n.program for n in s._size_needs.values())]
+
+
+def test_loop_with_scan_outputs_and_a_condition_computed_in_the_body_counts_its_iterations():
+    """Early exit: the scan outputs' length is the iteration count, which the program up to
+    the Loop computes (a lax.while_loop without the scan outputs); the Loop is then a
+    lax.scan of that many iterations, a program per count."""
     stop = [helper.make_node("ReduceSum", ["x_out"], ["s"], keepdims=0),
             _const("lim", np.float32(10)), helper.make_node("Less", ["s", "lim"], ["cond_out"])]  # fmt: skip
-    s = InferenceSession(_scan_outputs_model(stop))
-    x0 = np.ones((2, 2), np.float32)
-    with pytest.raises(ValidationError, match=r"node 0 \(Loop\).*scan outputs' length"):
-        s.run(None, {"x0": x0, "a": x0})
+    model = _scan_outputs_model(stop)
+    s = InferenceSession(model)
+    ones = np.ones((2, 2), np.float32)
+    # 3 iterations (the third stops), 1 (the first stops), 4 (M stops it), 3 again
+    for x0, a in ((ones, ones), (ones * 5, ones), (ones * 0.1, ones * 0.1), (ones * 2, ones * 0)):
+        _check(s, model, {"x0": x0, "a": a}, reference="onnxruntime")
+    assert s.run(None, {"x0": ones, "a": ones})[1].shape == (3, 2, 2)
+    assert len(s._programs) == 3 and len(_programs(s)) == 4  # a program per count, a segment
+    assert s.explain() == (
+        "node 0 (Loop): jax: JAX:Loop(lax.scan, 4 iterations; body: ELEMENT_WISE_MULTIPLY, CAST, "
+        "ELEMENT_WISE_ADD, REDUCE, ELEMENT_WISE_LOGICAL_LESS_THAN)\n"
+        "segments (read on the host before this program): node 0 (Loop): iterations = 4"
+    )
+    (segment,) = s._size_needs.values()
+    last = segment.probe.graph.nodes[-1].operator_type  # the segment: the Loop, counting
+    assert last.startswith("JAX:Loop(lax.while_loop, its iterations; body: ")
+
+
+@pytest.mark.parametrize("trip", ["computed", "input"])
+def test_loop_with_scan_outputs_and_a_run_time_trip_count(trip):
+    """M computed at run time: read on the host first (segments); M a model input: the session
+    specialises on it (no segment). A program per trip count either way."""
+    model = _scan_outputs_model(trip=trip)
+    s = InferenceSession(model)
+    x0 = np.array([[1, 2], [3, 4]], np.float32)
+    a = np.array([[0.5, -1], [2, 0.25]], np.float32)
+    for m in (2, 0, 5, 2):
+        feed = {"x0": x0, "a": a}
+        if trip == "input":
+            feed["M"] = np.array(m, np.int64)
+        else:
+            feed["n"] = np.array([m - 0.5, -1, 0], np.float32)
+        _check(s, model, feed, reference="onnxruntime")
+    assert len(s._programs) == 3
+    assert s.static_inputs == (("M",) if trip == "input" else ())
+    assert len(s._size_needs) == (0 if trip == "input" else 1)
 
 
 def test_loop_whose_condition_comes_from_the_iteration_is_unrolled_for_its_scan_outputs():
@@ -284,10 +414,106 @@ def test_if_on_the_iteration_inside_a_rolled_loop():
     feed = {"v0": np.array([1, -1], np.float32), "step": np.array([0.5, 2], np.float32)}
     _check(s, model, feed, reference="onnxruntime")
     assert s.explain() == (
-        "node 0 (Loop): jax: JAX:Loop(body: ELEMENT_WISE_MODULUS_FLOOR, "
-        "ELEMENT_WISE_LOGICAL_EQUALS, JAX:If(then: ELEMENT_WISE_ADD; else: "
+        "node 0 (Loop): jax: JAX:Loop(lax.scan, 5 iterations; body: ELEMENT_WISE_MODULUS_FLOOR, "
+        "ELEMENT_WISE_LOGICAL_EQUALS, JAX:If(lax.cond; then: ELEMENT_WISE_ADD; else: "
         "ELEMENT_WISE_SUBTRACT), ELEMENT_WISE_MULTIPLY)"
     )
+
+
+def test_if_on_data_inside_a_loop_that_exits_early():
+    """An If on a condition computed from the loop state, inside a Loop whose body computes
+    its own condition and whose trip count is a model input: lax.cond in lax.while_loop."""
+    then_b = _branch([_const("h", np.float32(0.5)), helper.make_node("Mul", ["v_in", "h"], ["o"])],
+                     "o", [2])  # fmt: skip
+    else_b = _branch([helper.make_node("Add", ["v_in", "step"], ["o"])], "o", [2])
+    body = _graph(
+        [helper.make_node("ReduceSum", ["v_in"], ["s"], keepdims=0),
+         _const("four", np.float32(4)), helper.make_node("Greater", ["s", "four"], ["big"]),
+         helper.make_node("If", ["big"], ["v_out"], then_branch=then_b, else_branch=else_b),
+         helper.make_node("ReduceMax", ["v_out"], ["mx"], keepdims=0),
+         helper.make_node("Less", ["mx", "stop"], ["cond_out"])],
+        [_info("i", I64, []), _info("cond_in", B, []), _info("v_in", F, [2])],
+        [_info("cond_out", B, []), _info("v_out", F, [2])],
+    )  # fmt: skip
+    nodes = [_const("yes", np.array(True)),
+             helper.make_node("Loop", ["M", "yes", "v0"], ["v"], body=body)]  # fmt: skip
+    inputs = [_info("M", I64, []), _info("v0", F, [2]), _info("step", F, [2]),
+              _info("stop", F, [])]  # fmt: skip
+    model = _model(nodes, inputs, [_info("v", F, [2])])
+    s = InferenceSession(model)
+    for m, stop in ((20, 100.0), (20, 3.5), (2, 100.0), (0, 1.0)):
+        feed = {"M": np.array(m, np.int64), "v0": np.array([1, 0.5], np.float32),
+                "step": np.array([1.5, 0.25], np.float32), "stop": np.array(stop, np.float32)}  # fmt: skip
+        _check(s, model, feed, reference="onnxruntime")
+    assert len(s._programs) == 1 and not s._size_needs
+    assert s.explain() == (
+        "node 0 (Constant): view\nnode 1 (Loop): jax: JAX:Loop(lax.while_loop; body: REDUCE x2, "
+        "ELEMENT_WISE_LOGICAL_GREATER_THAN, JAX:If(lax.cond; then: ELEMENT_WISE_MULTIPLY; else: "
+        "ELEMENT_WISE_ADD), ELEMENT_WISE_LOGICAL_LESS_THAN)"
+    )
+
+
+def _growing_model():
+    """seq = Concat(seq, x) while ReduceSum(seq) < limit and fewer than M iterations: the
+    carried value grows each iteration, so the Loop is unrolled; its condition is computed
+    from data, so each iteration's is read on the host (segments)."""
+    body = _graph(
+        [helper.make_node("Concat", ["seq_in", "x"], ["seq_out"], axis=0),
+         helper.make_node("ReduceSum", ["seq_out"], ["s"], keepdims=0),
+         helper.make_node("Less", ["s", "limit"], ["cond_out"])],
+        [_info("i", I64, []), _info("cond_in", B, []), _info("seq_in", F, None)],
+        [_info("cond_out", B, []), _info("seq_out", F, None)],
+    )  # fmt: skip
+    nodes = [_const("M", np.int64(5)), _const("yes", np.array(True)),
+             helper.make_node("Loop", ["M", "yes", "x"], ["seq"], body=body)]  # fmt: skip
+    return _model(nodes, [_info("x", F, [2]), _info("limit", F, [])], [_info("seq", F, None)])
+
+
+def test_loop_whose_state_grows_and_whose_condition_is_computed_from_data():
+    model = _growing_model()
+    s = InferenceSession(model)
+    x = np.array([1, 0.5], np.float32)
+    for limit in (4.0, 1.0, 100.0, 4.0):  # 2 iterations (3 rows), 1, 5 (M), 2 again
+        _check(s, model, {"x": x, "limit": np.array(limit, np.float32)}, reference="onnxruntime")
+    assert len(s._programs) == 3
+    lines = s.explain().splitlines()
+    assert lines[-2].startswith("node 2 (Loop): dml (unrolled at import: 5 iterations): JOIN")
+    assert lines[-1] == "segments (read on the host before this program): " + "; ".join(
+        f"node 2 (Loop): iteration {i}: condition = 1" for i in range(4)
+    )  # the fifth's stops nothing: M does
+
+
+def test_cond_and_while_loop_under_jit_and_vmap_segments_refused():
+    """lax.cond and lax.while_loop trace with the condition a tracer (jit, vmap); a model that
+    needs segments says so under a trace, and runs through fn on concrete arrays."""
+    import jax
+
+    model = _if_model()
+    s = InferenceSession(model)
+    x = np.array([[1, -2, 3], [-0.5, 0.25, 2]], np.float32)
+    fn = jax.jit(s.fn_on())
+    for c in (True, False):
+        (got,) = fn(x, np.array(c))
+        np.testing.assert_allclose(got, s.run(None, {"x": x, "c": np.array(c)})[0], rtol=1e-6)
+    xs, cs = np.stack([x, -x, 2 * x]), np.array([True, False, True])
+    (batched,) = jax.vmap(s.fn)(xs, cs)
+    for k in range(3):
+        (want,) = s.run(None, {"x": xs[k], "c": cs[k]})
+        np.testing.assert_allclose(batched[k], want, rtol=1e-6)
+
+    loop = InferenceSession(_while_model())
+    feed = {"M": np.array(100, np.int64), "a0": np.array([1.5, -1.2, 0.5], np.float32),
+            "acc0": np.array([0.1, 0.2, 0.3], np.float32), "limit": np.float32(20)}  # fmt: skip
+    got = jax.jit(loop.fn_on())(*feed.values())
+    for g, w in zip(got, loop.run(None, feed)):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+    segments = InferenceSession(_if_model(_data_condition(), else_shape=()))
+    with pytest.raises(ValidationError, match=r"^ONNX: node 4 \(If\): its branches give values "
+                       r"of different shapes.*jit/apply/fn cannot trace such a model"):  # fmt: skip
+        jax.jit(segments.fn)(x)
+    (y,) = segments.fn(-x * 10)  # concrete arrays: run()'s segments
+    np.testing.assert_allclose(y, segments.run(None, {"x": -x * 10})[0], rtol=1e-6)
 
 
 # --- Scan -------------------------------------------------------------------------------------

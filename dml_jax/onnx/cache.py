@@ -2,16 +2,21 @@
 
 Every shape inside a program is static, so shape subgraphs fold at import. An input whose values a
 node needs at import (a Reshape's shape fed as a graph input, say) is specialised on: its values
-join the cache key, as ONNX Runtime's DirectML provider bakes in its CPU inputs. Sizes that
-depend on values (``NeedsSizes``: a NonZero's count) are computed before the lookup, each by a
-probe session of the model cut at that node's inputs.
+join the cache key, as ONNX Runtime's DirectML provider bakes in its CPU inputs. Values computed
+at run time that an import needs as constants (``NeedsSizes``: a NonZero's count, the condition
+of an If whose branches differ in shape, the iteration count of a Loop with scan outputs) are
+computed before the lookup, each by the device program of the import up to the node that needs
+them (a segment), and read on the host, as ONNX Runtime's DirectML provider runs such nodes on
+its CPU kernels; the program is then looked up per those values.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from ..errors import ValidationError
@@ -133,7 +138,7 @@ class ProgramCache:
             # so that XLA partitions a sharded GEMM as it partitions any dot.
             in_shardings=layout.graph_inputs if layout is not None else None,
         )
-        program = Program(imported, graph, layout, self.compiler_options)
+        program = Program(imported, graph, layout, self.compiler_options, tuple(sizes.items()))
         self._programs[key] = program
         return program
 
@@ -166,76 +171,58 @@ class ProgramCache:
             self._static.add(name)
 
     def _program_for(self, arrays, overrides=(), extra=()) -> Program:
-        """The program for concrete inputs: run-time sizes the import needs (``NeedsSizes``)
-        are computed first, each by a program of the model cut at that node's inputs; the
-        nodes that need them are remembered per input shapes, so later runs compute them
-        before looking the program up."""
+        """The program for concrete inputs. Values the import needs that are computed at run
+        time (``NeedsSizes``: a data-dependent size, the condition of an If whose branches
+        differ in shape, a Loop's iteration count) are computed first, each by the device
+        program of the import up to the node that needs them (a segment), and read on the host;
+        then the program imported for those values runs. Which need follows which is
+        remembered per input shapes, static values and the values read so far (a nested If's
+        condition is needed only on its branch), so later runs go through the same segments
+        and look the program up, compiling nothing."""
         values = {i.name: a for i, a in zip(self._inputs, arrays)}
         shapes = [structure_shape(a) for a in arrays]
         extra_shapes = [e.shape for e in extra]
         base = (tuple(shape_key(x) for x in shapes), tuple(overrides),
                 tuple(map(tuple, extra_shapes)))  # fmt: skip
-        needs = self._size_needs.setdefault(base, [])
         feed = dict(zip(self._names(tuple(overrides)), list(arrays) + list(extra)))
-        sizes = {e.key: self._run_size(e, feed) for e in needs}
+        sizes: dict[str, tuple[int, ...]] = {}
         while True:
-            try:
-                return self.program(shapes, values, overrides, extra_shapes, sizes)
-            except NeedsSizes as e:
-                if e.key in sizes:
-                    raise
-                needs.append(e)
-                sizes[e.key] = self._run_size(e, feed)
-
-    def _run_size(self, e: NeedsSizes, feed: Mapping[str, np.ndarray]) -> tuple[int, ...]:
-        """``e.fn`` of the values ``e.names`` take for ``feed``, computed by a session of the
-        model whose outputs are those values."""
-        probe = self._probes.get(e.names)
-        if probe is None:
-            import onnx
-
-            model = onnx.ModelProto()
-            model.CopyFrom(self._model)
-            del model.graph.output[:]
-            model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in e.names)
-            kept = _needed_nodes(model.graph.node, e.names)
-            del model.graph.node[:]
-            model.graph.node.extend(kept)
-            options = type(self._sess_options)()  # the session's own classes: no import
-            options.graph_optimization_level = self._level
-            probe = type(self)(
-                model,
-                options,
-                disabled_optimizers=self._disabled,
-                free_dimensions=self._free,
-                device=self._device,
-                feature_level=self._feature_level,
-                allow_half_precision=self._allow_half,
-                fast_paths=self._fast_paths,
-                base_dir=self._base_dir,
+            static = tuple(
+                (n, values[n].dtype.str, values[n].tobytes()) for n in sorted(self._static)
             )
-            self._probes[e.names] = probe
-        arrays = probe.run(None, feed)
-        return tuple(int(n) for n in e.fn(*arrays))
+            at = (base, static, tuple(sorted(sizes.items())))
+            need = self._size_needs.get(at)
+            if need is None:
+                try:
+                    return self.program(shapes, values, overrides, extra_shapes, sizes)
+                except NeedsSizes as e:
+                    if e.key in sizes or e.probe is None:
+                        raise
+                    need = self._size_needs[at] = _Segment(e)
+            sizes[need.key] = self._run_segment(need, feed)
+
+    def _run_segment(self, need: _Segment, feed: Mapping[str, Any]) -> tuple[int, ...]:
+        """``need.fn`` of the values its segment computes for ``feed`` (the segment compiled on
+        first use)."""
+        if need.program is None:
+            need.program = Program(need.probe, compile_imported(need.probe), None,
+                                   self.compiler_options)  # fmt: skip
+        from .session import _flat_feed
+
+        program = need.program
+        flat = _flat_feed(dict(feed), program.imported)
+        with jax.enable_x64(True) if program.needs_x64 else contextlib.nullcontext():
+            jitted, params, args = self._dispatch(program, flat)
+            outs = jitted(params, *args)
+            arrays = [np.asarray(y).astype(d, copy=False).reshape(s) for y, d, s in
+                      zip(outs, program.imported.output_dtypes, program.imported.output_shapes)]  # fmt: skip
+        return tuple(int(n) for n in need.fn(*arrays))
 
 
-def _needed_nodes(nodes: Sequence[Any], names: Sequence[str]) -> list[Any]:
-    """The nodes, in order, that the values ``names`` are computed from (a node with subgraphs
-    needs every name its subgraphs read)."""
-    import onnx
+class _Segment:
+    """A need for run-time values (``NeedsSizes``) and the device program that computes them:
+    the import up to the node that needs them (compiled on first use)."""
 
-    def reads(node: Any) -> set[str]:
-        out = {n for n in node.input if n}
-        for a in node.attribute:
-            graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
-            for g in graphs:
-                for inner in g.node:
-                    out |= reads(inner)
-        return out
-
-    wanted, kept = set(names), []
-    for node in reversed(list(nodes)):
-        if wanted & set(node.output):
-            kept.append(node)
-            wanted |= reads(node)
-    return kept[::-1]
+    def __init__(self, e: NeedsSizes):
+        self.key, self.fn, self.probe = e.key, e.fn, e.probe
+        self.program: Program | None = None

@@ -399,16 +399,27 @@ class NeedsValues(ValidationError):
 
 
 class NeedsSizes(ValidationError):
-    """A node's output shape depends on values computed at run time (NonZero, Unique,
-    Compress, NonMaxSuppression). ``InferenceSession.run`` computes ``fn(*arrays)`` (a tuple of
-    ints) from the values of the ONNX names ``names`` with a program of its own, then imports
-    again with ``sizes[key]`` set; the program is cached per sizes."""
+    """Values the import needs as constants are computed at run time: a node's output shape
+    (NonZero, Unique, Compress, NonMaxSuppression), the condition of an If whose branches give
+    different shapes, the iteration count of a Loop with scan outputs. ``InferenceSession.run``
+    computes ``fn(*arrays)`` (a tuple of ints) from the values of ``values`` with the device
+    program of the import up to that node (``probe``, set by the import walk: a segment of its
+    own, read on the host), then imports again with ``sizes[key]`` set; the program is cached
+    per sizes."""
 
-    def __init__(self, message: str, key: str, names: tuple[str, ...], fn: Callable):
+    def __init__(self, message: str, key: str, values: tuple, fn: Callable):
         super().__init__(message)
         self.key = key
-        self.names = names
+        self.values = values
         self.fn = fn
+        self.probe: ImportedGraph | None = None
+
+
+class NeedsHost(ValidationError):
+    """A node inside a subgraph compiled as one function (a Loop or Scan body, an If branch
+    under ``lax.cond``) needs a value computed at run time on the host (``Context.sizes``),
+    which no value of such a function can be. An If on a run-time condition then runs as
+    segments instead (its branch imported in its place)."""
 
 
 @dataclass
@@ -429,8 +440,10 @@ class Builder:
         self.feeds: list[tuple[int, int, Value]] = []  # (node, input slot, value)
         self.constants: list[GraphConstant] = []  # graph inputs after the model's own inputs
         self.where = ""  # the ONNX node being converted (for error messages)
-        self.top_level = True  # the node is one of the model graph's own (not a body's)
         self.sizes: dict[str, tuple[int, ...]] = {}  # run-time sizes, by ``NeedsSizes.key``
+        # The label of the subgraph (a Loop or Scan body, a branch under lax.cond) when this
+        # builds its own graph, compiled as one function: no value of it is read on the host.
+        self.subgraph: str | None = None
         self.onnx_index = -1
         self._const_nodes: dict[int, Value] = {}
         # (("input", i) | ("const", j), the identity node that reads that graph input)
@@ -631,35 +644,39 @@ class Context:
             raise ValidationError(f"{message} (an initializer, a Constant or a folded value)")
         return v.known
 
-    def sizes(self, fn: Callable[..., Sequence[int]], inputs: Sequence[Value]) -> tuple[int, ...]:
-        """Sizes of the node's outputs that depend on input values: ``fn`` computes them from
-        NumPy arrays of ``inputs`` (all of them inputs of this node). Computed here when the
-        inputs are known at import; otherwise the session computes them at run time
-        (``NeedsSizes``) and imports once per distinct result."""
+    def sizes(
+        self,
+        fn: Callable[..., Sequence[int]],
+        inputs: Sequence[Value],
+        key: str | None = None,
+        what: str | None = None,
+    ) -> tuple[int, ...]:
+        """Sizes (or other integers: a branch taken, an iteration count) the node's import
+        depends on: ``fn`` computes them from NumPy arrays of the values ``inputs``. Computed
+        here when the inputs are known at import; otherwise the session computes them at run
+        time with the device program up to this node (``NeedsSizes``) and imports once per
+        distinct result. ``key`` names the need (default: the node's place, ``where``);
+        ``what`` says what depends on the values (default: the node's output shape)."""
         known = [v.known for v in inputs]
         if all(k is not None for k in known):
             return tuple(int(n) for n in fn(*known))
-        key = self.onnx_node.output[0] if self.onnx_node.output else self.where
+        key = self.where if key is None else key
         if key in self.builder.sizes:
             return self.builder.sizes[key]
-        if not self.builder.top_level:
-            raise self.fail(
-                f"{self.onnx_node.op_type}'s output shape depends on values computed at run "
-                "time, which the session computes only for nodes of the model's own graph "
-                "(not of a function body or subgraph)"
+        if what is None:
+            what = f"{self.onnx_node.op_type}'s output shape depends on values computed at run time"
+        if self.builder.subgraph is not None:
+            raise NeedsHost(
+                f"{ONNX}: {self.where}: {what}, inside a subgraph compiled as one function (a "
+                "Loop or Scan body, an If branch under lax.cond), where no value is read on the "
+                "host"
             )
-        names = []
-        for v in inputs:
-            k = next((i for i, w in enumerate(self._inputs) if w is v), None)
-            if k is None:  # a converter's mistake, not the model's
-                raise AssertionError(f"{self.where}: ctx.sizes takes the node's own inputs")
-            names.append(self.onnx_node.input[k])
         raise NeedsSizes(
-            f"{ONNX}: {self.where}: {self.onnx_node.op_type}'s output shape depends on values "
-            "computed at run time: run() computes them before the program (jit/apply/fn "
-            "cannot trace such a model)",
+            f"{ONNX}: {self.where}: {what}: run() computes them first, with the program up to "
+            "this node, then runs the program imported for them (jit/apply/fn cannot trace such "
+            "a model)",
             key,
-            tuple(names),
+            tuple(inputs),
             fn,
         )
 

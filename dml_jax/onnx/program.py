@@ -106,6 +106,8 @@ class Program:
         jitted: ``apply`` under ``jax.jit``, with the session's XLA ``compiler_options``.
             ``jitted_for(platform)`` (``jitted_on(device)``) is the same traced for one platform
             alone.
+        segments: the values read on the host before this program runs, which it was imported
+            for (``NeedsSizes``: ``(key, values)`` in the order run() computes them).
     """
 
     def __init__(
@@ -114,10 +116,12 @@ class Program:
         graph: Any,
         layout: Any = None,
         compiler_options: Mapping[str, Any] | None = None,
+        segments: tuple[tuple[str, tuple[int, ...]], ...] = (),
     ):
         self.imported = imported
         self.graph = graph
         self.layout = layout
+        self.segments = segments
         nodes = imported.graph.nodes if imported.graph is not None else ()
         descs = [d for n in nodes for d in _tensor_descs(n)]
         self.needs_x64 = any(d is not None and d.data_type.is_64bit for d in descs)

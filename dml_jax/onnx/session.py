@@ -36,7 +36,6 @@ from .importer import (
     ONNX,
     TYPE_NAMES,
     ImportedGraph,
-    NeedsSizes,
     data_type_of,
     dims_of,
     numpy_dtype_of,
@@ -272,8 +271,7 @@ class InferenceSession(ProgramCache):
         self._roll = bool(roll_repeats)
         self._programs: dict[tuple, Program] = {}
         self._static: set[str] = set()
-        self._size_needs: dict[tuple, list[NeedsSizes]] = {}
-        self._probes: dict[tuple[str, ...], InferenceSession] = {}
+        self._size_needs: dict[tuple, Any] = {}  # the segments before a program (cache.py)
         graph = self._model.graph
         init_names = {i.name for i in graph.initializer}
         self._inputs = tuple(i for i in graph.input if i.name not in init_names)
@@ -677,8 +675,15 @@ class InferenceSession(ProgramCache):
         body) and the DML operators it is computed by after the graph optimizations, for inputs
         of ``shapes`` (default: the last program compiled); then, when any rewrite fired, a
         line ``optimizations: NAME xCOUNT, ...``; for a decoder step, a line ``buckets: ...``
-        saying whether ``run`` pads its past to bucket lengths, and why."""
-        text = explain(self._program_or_last(shapes, "explain").imported)
+        saying whether ``run`` pads its past to bucket lengths, and why; for a program run
+        after segments, a line ``segments: ...``: what run() computed first and read on the
+        host (an If's condition, a Loop's iteration count, a data-dependent size), and the
+        values this program was imported for."""
+        program = self._program_or_last(shapes, "explain")
+        text = explain(program.imported)
+        if program.segments:
+            read = "; ".join(f"{k} = {', '.join(map(str, v))}" for k, v in program.segments)
+            text += f"\nsegments (read on the host before this program): {read}"
         line = self._buckets_line()
         return f"{text}\n{line}" if line else text
 

@@ -176,7 +176,14 @@ def import_graph(
     if fixed:
         raise ValidationError(f"{ONNX}: values given for unknown inputs {sorted(fixed)}")
 
-    walk_nodes(walk, list(graph.node), "")
+    try:
+        walk_nodes(walk, list(graph.node), "")
+    except NeedsSizes as e:
+        # The program up to the node that needs the values: run() computes them with it.
+        inputs = (tuple(input_names), tuple(input_shapes_), tuple(input_types),
+                  tuple(input_dtypes), tuple(layouts))  # fmt: skip
+        e.probe = probe_graph(walk, inputs, e.values)
+        raise
 
     output_names, output_shapes, output_types, output_bool = [], [], [], []
     output_dtypes, out_values, output_consts = [], [], []
@@ -333,7 +340,6 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
     for i, node in enumerate(nodes):
         where = prefix + where_of(i, node)
         builder.where = where
-        builder.top_level = not prefix
         if not prefix:
             builder.onnx_index = len(walk.report)
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
@@ -588,6 +594,26 @@ def graph_desc(walk: Walk, names: dict, out_values: list[Value]) -> ImportedGrap
         names["output_consts"],
         names.get("layouts", ()),
     )
+
+
+def probe_graph(walk: Walk, inputs: tuple, values: Sequence[Value]) -> ImportedGraph:
+    """The graph imported so far with ``values`` as its outputs (``NeedsSizes.probe``): the
+    model's inputs ``(names, shapes, types, dtypes, layouts)``, each output in its ONNX
+    dtype."""
+    outs = [walk.builder.materialize(v) for v in values]
+    dtypes = [CARRIED[v.carried][1] if v.carried else bool if v.is_bool else v.data_type.numpy_dtype
+              for v in values]  # fmt: skip
+    keys = ("input_names", "input_shapes", "input_types", "input_dtypes", "layouts")
+    names = dict(zip(keys, inputs))
+    names.update(
+        output_names=tuple(f"value {k}" for k in range(len(outs))),
+        output_shapes=tuple(tuple(v.shape) for v in outs),
+        output_types=tuple(v.data_type for v in outs),
+        output_bool=tuple(v.is_bool for v in outs),
+        output_dtypes=tuple(np.dtype(d) for d in dtypes),
+        output_consts=(None,) * len(outs),
+    )
+    return graph_desc(walk, names, outs)
 
 
 def tensor_elem(type_proto: Any) -> int:

@@ -2,20 +2,23 @@
 
 ONNX Runtime's DirectML provider runs these beside its DML graphs: the framework evaluates the
 condition or the loop on the CPU and runs each branch or iteration's body as a subgraph whose
-nodes the provider compiled onto DML operators. Here the whole model stays one XLA program: a
-body is imported as its own DML graph (``import_body``), compiled, and called inside
+nodes the provider compiled onto DML operators. Here a node stays in one XLA program where it
+can: a body is imported as its own DML graph (``import_body``), compiled, and called inside
 ``lax.cond`` / ``lax.scan`` / ``lax.while_loop`` by one JAX node of the outer graph
 (``Context.jax``). The body reads values of the enclosing scope by name: those known at import
 stay constants of the body (they fold there), those computed at run time become extra inputs of
 the JAX node.
 
-Static shapes throughout: a Loop's scan outputs need a trip count known at import (a graph
-input is specialised on) and a condition that cannot stop the loop early; a Loop whose
+Static shapes throughout. Where they cannot hold, the node runs as segments, as the provider's
+CPU kernels do: the value it needs (an If's condition whose branches give different shapes, the
+iteration count of a Loop whose scan outputs' length is known only at run time, each condition
+of an unrolled Loop) is computed at run time by the program up to the node and read on the host
+(``Context.sizes``, ``NeedsSizes``), and the session imports the rest for that value: the taken
+branch in the If's place, a ``lax.scan`` of that many iterations. A condition or trip count that
+is a model input itself is specialised on instead (``NeedsValues``: no segment). A Loop whose
 loop-carried values change shape per iteration (a growing sequence), or whose body needs the
-iteration number as a constant (a Slice at the iteration number), is unrolled at import when its
-trip count is known and at most ``UNROLL_LIMIT``; anything else is rejected naming the node.
-An If whose branches give values of different shapes is specialised on its condition when that
-is computed from graph inputs (the session imports once per condition value).
+iteration number as a constant (a Slice at the iteration number), is unrolled at import up to
+``UNROLL_LIMIT`` iterations; anything else is rejected naming the node.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from ..importer import (
     STRUCTURES,
     TYPE_NAMES,
     Builder,
+    NeedsHost,
+    NeedsSizes,
     NeedsValues,
     Value,
     array_of,
@@ -149,6 +154,7 @@ def import_body(ctx: Any, graph: Any, formal: list, label: str, marker: str | No
 
     outer = ctx.walk
     builder = Builder()
+    builder.subgraph = label
     captured: list[Value] = []
     entered: dict[int, Value] = {}
     formal_leaves = [t for f in formal for t in leaves(f)]
@@ -205,6 +211,8 @@ def import_body(ctx: Any, graph: Any, formal: list, label: str, marker: str | No
             outputs.append(walk.values[out.name])
     except NeedsValues as e:
         raise NeedsValues(_inside(ctx, label, str(e)), e.names) from None
+    except NeedsHost as e:
+        raise NeedsHost(_inside(ctx, label, str(e))) from None
     except ValidationError as e:
         raise ValidationError(_inside(ctx, label, str(e))) from None
 
@@ -326,8 +334,12 @@ def _graph_attr(ctx: Any, name: str) -> Any:
 
 @converter("If", kind="jax")
 def _if(ctx, node, inputs):
-    """Both branches imported and compiled; ``lax.cond`` picks one at run time. (A condition
-    known at import never reaches here: the walk imports the chosen branch in place.)"""
+    """Both branches imported as sub-programs and compiled; ``lax.cond`` picks one at run
+    time. Branches whose outputs differ in shape or type (or that hold a node needing a value
+    on the host) cannot be one XLA program: the If runs as segments, its condition computed by
+    the program up to it and read on the host (``Context.sizes``), the taken branch imported
+    in its place. (A condition known at import never reaches here: the walk imports the chosen
+    branch in place.)"""
     cond = inputs[0]
     if isinstance(cond, STRUCTURES):
         raise ctx.fail("the condition must be a tensor")
@@ -335,21 +347,34 @@ def _if(ctx, node, inputs):
         return functions.inline_if(ctx.walk, node, inputs, ctx.where, _walk_nodes())
     if int(np.prod(cond.shape)) != 1:
         raise ctx.fail(f"the condition must hold one value, got shape {list(cond.shape)}")
-    then_b = import_body(ctx, _graph_attr(ctx, "then_branch"), [], "then_branch")
-    else_b = import_body(ctx, _graph_attr(ctx, "else_branch"), [], "else_branch")
+    key = f"{ctx.where}: condition"
+    if key in ctx.builder.sizes:  # segments, the condition read on the host
+        return _taken(ctx, bool(ctx.builder.sizes[key][0]))
+    try:
+        then_b = import_body(ctx, _graph_attr(ctx, "then_branch"), [], "then_branch")
+        else_b = import_body(ctx, _graph_attr(ctx, "else_branch"), [], "else_branch")
+    except (NeedsValues, NeedsHost) as e:
+        if ctx.builder.subgraph is not None:
+            raise
+        return _segments(ctx, cond, key, str(e).removeprefix(f"{ONNX}: "))
     if [structure_of(v) for v in then_b.outputs] != [structure_of(v) for v in else_b.outputs]:
         message = (
             f"its branches give values of different shapes or types (then: "
             f"{_describe(then_b.outputs)}; else: {_describe(else_b.outputs)}), and its condition "
-            "is computed at run time; one XLA program has static shapes"
+            "is computed at run time"
         )
-        if cond.deps:
-            raise NeedsValues(
-                f"{ONNX}: {ctx.where}: {message}; the condition is computed from graph inputs "
-                f"{sorted(cond.deps)}",
-                cond.deps,
-            )
-        raise ctx.fail(message)
+        if ctx.builder.subgraph is not None or _is_graph_input(ctx, cond):
+            # Inside a body (a Loop unrolls on its state), or the condition is a model input
+            # itself: the session specialises on the input's value, a program per value, with
+            # no segment before it (a merged decoder's use_cache_branch).
+            if cond.deps:
+                raise NeedsValues(
+                    f"{ONNX}: {ctx.where}: {message}; one XLA program has static shapes; the "
+                    f"condition is computed from graph inputs {sorted(cond.deps)}",
+                    cond.deps,
+                )
+            raise ctx.fail(f"{message}; one XLA program has static shapes")
+        return _segments(ctx, cond, key, message)
     shared: list[Value] = []
     position: dict[int, int] = {}
     for t in then_b.captured + else_b.captured:
@@ -367,9 +392,41 @@ def _if(ctx, node, inputs):
             lambda: tuple(else_b([], [caps[k] for k in else_at])),
         )
 
-    name = f"If(then: {then_b.operators()}; else: {else_b.operators()})"
+    name = f"If(lax.cond; then: {then_b.operators()}; else: {else_b.operators()})"
     made = iter(jax_node(ctx, name, fn, [cond, *shared], specs))
     return [rebuild(o, made) for o in then_b.outputs]
+
+
+def _segments(ctx, cond: Value, key: str, why: str) -> list:
+    """The If as segments: the condition computed at run time by the program up to the If and
+    read on the host (the session imports the rest once per condition value)."""
+    (taken,) = ctx.sizes(
+        lambda c: (int(bool(np.asarray(c).reshape(-1)[0])),),
+        [cond],
+        key=key,
+        what=f"{why}; the condition is read on the host and the taken branch imported",
+    )
+    return _taken(ctx, bool(taken))
+
+
+def _taken(ctx, value: bool) -> list:
+    """The branch the condition (read at run time) takes, imported in the If's place."""
+    name = "then_branch" if value else "else_branch"
+    where = ctx.builder.where
+    outputs = functions.inline_graph(
+        ctx.walk, _graph_attr(ctx, name), {}, f"{ctx.where} > {name}", _walk_nodes()
+    )
+    ctx.builder.where = where
+    ctx.note = f"segments: {name} taken, the condition read on the host first"
+    return outputs
+
+
+def _is_graph_input(ctx, v: Value) -> bool:
+    """Whether ``v`` is a model input's value as it enters (the session can specialise on
+    it); never inside a body compiled as one function."""
+    if ctx.builder.subgraph is not None or v.source[0] != "node":
+        return False
+    return any(k == "input" and n == v.source[1] for (k, _), n in ctx.builder._graph_inputs)
 
 
 def _walk_nodes():
@@ -385,11 +442,18 @@ class _Unroll(Exception):
     """The Loop's body cannot be one function of its loop state; why."""
 
 
+class _NotUnrolled(Exception):
+    """Unrolling (tried first where a rolled form also exists) meets a condition computed at
+    run time, or passes the limit."""
+
+
 @converter("Loop", kind="jax")
 def _loop(ctx, node, inputs):
-    """``lax.scan`` for a fixed trip count (scan outputs stacked), ``lax.while_loop`` when a
-    condition computed at run time can stop it (no scan outputs then); unrolled at import when
-    the body is no function of a static loop state."""
+    """``lax.scan`` for an iteration count known before the program runs (scan outputs
+    stacked), ``lax.while_loop`` when a condition or trip count computed at run time can stop
+    it (no scan outputs then); scan outputs of a run-time length are counted first by a
+    program of their own (segments); unrolled at import when the body is no function of a
+    static loop state."""
     body = _graph_attr(ctx, "body")
     inputs = list(inputs) + [None] * (2 - len(inputs))
     m, cond, carried = inputs[0], inputs[1], inputs[2:]
@@ -423,6 +487,11 @@ def _loop(ctx, node, inputs):
         if marker not in e.names:
             raise
         return _unroll(ctx, body, m, cond, carried, n_scan, f"{e}".removeprefix(f"{ONNX}: "))
+    except NeedsHost as e:
+        if ctx.builder.subgraph is not None:
+            raise
+        # Its nodes join the program's own graph, where values are read on the host.
+        return _unroll(ctx, body, m, cond, carried, n_scan, f"{e}".removeprefix(f"{ONNX}: "))
     except _Unroll as e:
         return _unroll(ctx, body, m, cond, carried, n_scan, str(e))
     cond_out = b.outputs[0]
@@ -432,21 +501,41 @@ def _loop(ctx, node, inputs):
     stays = cond_out.source == b.formal[1].source or (
         cond_out.known is not None and bool(np.asarray(cond_out.known).reshape(-1)[0])
     )
-    if n_scan and not stays and m is not None and marker in cond_out.deps:
+    known_start = (m is None or m.known is not None) and (cond is None or cond.known is not None)
+    counted = f"{ctx.where}: iterations" in ctx.builder.sizes  # tried before: rolled
+    if n_scan and not stays and known_start and not counted and marker in cond_out.deps:
         # Scan outputs whose length depends on the loop state: unrolled, the condition of each
-        # iteration may be known at import (one computed from the iteration number).
+        # iteration may be known at import (one computed from the iteration number); one
+        # computed from data is counted at run time instead (segments, below).
         reason = "its scan outputs' length depends on a condition computed from the loop state"
-        return _unroll(ctx, body, m, cond, carried, n_scan, reason)
+        try:
+            return _unroll(ctx, body, m, cond, carried, n_scan, reason, rolled=True)
+        except _NotUnrolled:
+            pass
     return _rolled(ctx, b, m, cond, carried, n_scan, stays)
 
 
-def _trip_count(ctx, m: Value | None) -> int | None:
-    """M when it is known at import (None: absent, or too large to bound a loop of int32
-    iteration numbers, as an unbounded loop)."""
-    if m is None:
+def _trip_count(trip: int | None) -> int | None:
+    """The iteration bound M (None: absent, or too large to bound a loop of int32 iteration
+    numbers, as an unbounded loop)."""
+    if trip is None:
         return None
-    trip = int(np.asarray(ctx.const(m, "M")).reshape(-1)[0])
     return None if trip > _INT32_MAX else max(trip, 0)
+
+
+def _host_int(ctx, v: Value, what: str, why: str) -> int:
+    """A one-value input of the Loop that its import needs as a number: its value at import;
+    for a model input (or inside a body) the session specialises on it (``Context.const``);
+    else it is computed at run time by the program up to the Loop and read on the host
+    (segments, ``Context.sizes``)."""
+    if v.known is not None or ctx.builder.subgraph is not None or _is_graph_input(ctx, v):
+        return int(np.asarray(ctx.const(v, what)).reshape(-1)[0])
+    (n,) = ctx.sizes(_first, [v], key=f"{ctx.where}: {what}", what=f"input '{what}' {why}")
+    return n
+
+
+def _first(a: np.ndarray) -> tuple[int]:
+    return (int(np.asarray(a).reshape(-1)[0]),)
 
 
 def _rolled(ctx, b: Body, m, cond, carried, n_scan, stays: bool):
@@ -455,39 +544,36 @@ def _rolled(ctx, b: Body, m, cond, carried, n_scan, stays: bool):
     state_specs = [_spec(t) for v in carried for t in leaves(v)]
     n_state = len(state_specs)
     scan_shapes = [tuple(v.shape) for v in b.outputs[1 + nc :]]
-    fixed = None  # the iteration count when it is known at import
-    if n_scan:
-        if m is None:
-            raise ctx.fail(
-                "a Loop with scan outputs needs a trip count M: without one the scan outputs' "
-                "length is only known at run time"
-            )
-        if not stays:
-            raise ctx.fail(
-                "a Loop with scan outputs whose body computes its condition at run time: the "
-                "scan outputs' length is only known at run time"
-            )
-        fixed = _trip_count(ctx, m)
-        if fixed is None:
+    fixed = None  # the iteration count when it is known before the program runs
+    if stays and m is not None and (m.known is not None or (n_scan and _is_graph_input(ctx, m))):
+        # M known at import, or a model input the session specialises on (scan outputs)
+        fixed = _trip_count(int(np.asarray(ctx.const(m, "M")).reshape(-1)[0]))
+        if fixed is None and n_scan:
             raise ctx.fail("a Loop with scan outputs needs a trip count M below 2**31")
-    elif stays and (m is not None and m.known is not None):
-        fixed = _trip_count(ctx, m)
     if fixed is not None and cond is not None:
-        if cond.known is None and n_scan:
-            ctx.const(cond, "cond")  # the scan outputs' length depends on it: specialise
         if cond.known is not None and not bool(np.asarray(cond.known).reshape(-1)[0]):
             fixed = 0
         elif cond.known is None:
             fixed = None  # a condition at run time: it may skip the loop
+    has_m, has_cond = m is not None, cond is not None
+    state_leaves = [t for v in carried for t in leaves(v)]
+    captured = b.captured
+    loop_values = [v for v in (m, cond) if v is not None] + [*state_leaves, *captured]
+    if m is not None and m.known is not None and _trip_count(int(m.known.reshape(-1)[0])) is None:
+        loop_values[0] = const_value(np.int32(_INT32_MAX))  # "no bound": the largest int32
+    if n_scan and fixed is None:
+        if m is None and stays:
+            raise ctx.fail(
+                "a Loop with scan outputs needs a trip count M or a condition computed in its "
+                "body: without either it never stops"
+            )
+        fixed = _iterations(ctx, b, n_state, has_m, has_cond, loop_values)
     if fixed == 0:
         scans = [const_value(np.zeros((0, *s), t.numpy_dtype)) for s, t in
                  zip(scan_shapes, (v.data_type for v in b.outputs[1 + nc :]))]  # fmt: skip
         return [*carried, *scans]
-    captured = b.captured
     scan_specs = [((fixed, *s), t.data_type, t.is_bool) for s, t in
                   zip(scan_shapes, b.outputs[1 + nc :])]  # fmt: skip
-    name = f"Loop(body: {b.operators()})"
-    state_leaves = [t for v in carried for t in leaves(v)]
 
     if fixed is not None:
 
@@ -502,44 +588,77 @@ def _rolled(ctx, b: Body, m, cond, carried, n_scan, stays: bool):
             (_, final), ys = lax.scan(step, (jnp.int32(0), tuple(state)), None, length=fixed)
             return [*final, *ys]
 
+        name = (
+            f"Loop(lax.scan, {fixed} iteration{'' if fixed == 1 else 's'}; body: {b.operators()})"
+        )
         values = [*state_leaves, *captured]
     else:
-        has_m, has_cond = m is not None, cond is not None
-
-        def fn(*arrays):
-            arrays = list(arrays)
-            limit = arrays.pop(0).reshape(()) if has_m else None
-            c0 = arrays.pop(0).reshape(()) != 0 if has_cond else jnp.bool_(True)
-            state, caps = arrays[:n_state], arrays[n_state:]
-
-            def keep_going(s):
-                i, c, _ = s
-                return c & (i < limit) if has_m else c
-
-            def step(s):
-                i, c, values = s
-                outs = b([i, c.astype(jnp.uint8), *values], caps)
-                return i + 1, jnp.reshape(outs[0], ()) != 0, tuple(outs[1 : 1 + n_state])
-
-            _, _, final = lax.while_loop(keep_going, step, (jnp.int32(0), c0, tuple(state)))
-            return list(final)
-
-        values = [v for v in (m, cond) if v is not None] + [*state_leaves, *captured]
-        if m is not None and m.known is not None and _trip_count(ctx, m) is None:
-            values[0] = const_value(np.int32(_INT32_MAX))  # "no bound": the largest int32
+        loop = _while(b, n_state, has_m, has_cond)
+        fn = lambda *arrays: loop(*arrays)[1]
+        name = f"Loop(lax.while_loop; body: {b.operators()})"
+        values = loop_values
     made = iter(jax_node(ctx, name, fn, values, state_specs + scan_specs))
     return [rebuild(v, made) for v in carried] + [next(made) for _ in range(n_scan)]
 
 
-def _unroll(ctx, body, m, cond, carried, n_scan, reason: str):
+def _while(b: Body, n_state: int, has_m: bool, has_cond: bool):
+    """The Loop as ``lax.while_loop`` over (M, cond present, state, captured arrays): a
+    function returning the iteration count and the final state."""
+
+    def loop(*arrays):
+        arrays = list(arrays)
+        limit = arrays.pop(0).reshape(()) if has_m else None
+        c0 = arrays.pop(0).reshape(()) != 0 if has_cond else jnp.bool_(True)
+        state, caps = arrays[:n_state], arrays[n_state:]
+
+        def keep_going(s):
+            i, c, _ = s
+            return c & (i < limit) if has_m else c
+
+        def step(s):
+            i, c, values = s
+            outs = b([i, c.astype(jnp.uint8), *values], caps)
+            return i + 1, jnp.reshape(outs[0], ()) != 0, tuple(outs[1 : 1 + n_state])
+
+        count, _, final = lax.while_loop(keep_going, step, (jnp.int32(0), c0, tuple(state)))
+        return count, list(final)
+
+    return loop
+
+
+def _iterations(ctx, b: Body, n_state: int, has_m: bool, has_cond: bool, values: list) -> int:
+    """How many iterations a Loop with scan outputs runs, where that is known only at run time
+    (a trip count or condition computed at run time, a condition computed in its body): the
+    loop runs first without its scan outputs, as ``lax.while_loop`` in the program up to it,
+    and its count is read on the host (segments); the session then imports the Loop as a
+    ``lax.scan`` of that many iterations (a program per count)."""
+    key = f"{ctx.where}: iterations"  # (``_loop`` reads it too)
+    if key in ctx.builder.sizes:
+        return ctx.builder.sizes[key][0]
+    loop = _while(b, n_state, has_m, has_cond)
+    (count,) = jax_node(
+        ctx,
+        f"Loop(lax.while_loop, its iterations; body: {b.operators()})",
+        lambda *arrays: [loop(*arrays)[0]],
+        values,
+        [((), DataType.INT32)],
+    )
+    why = "its scan outputs' length (its iteration count) is computed at run time"
+    return ctx.sizes(_first, [count], key=key, what=why)[0]
+
+
+def _unroll(ctx, body, m, cond, carried, n_scan, reason: str, rolled: bool = False):
     """The body's nodes imported once per iteration, with the iteration number and the
-    condition as constants."""
+    condition as constants. A trip count or condition computed at run time is read on the
+    host first (segments: ``_host_int``), one program per value; with ``rolled`` (a rolled
+    form exists) such a condition, or passing the limit, raises ``_NotUnrolled`` instead."""
     from ..walk import walk_nodes
 
+    why = f"is computed at run time, and the Loop must be unrolled ({reason})"
     try:
-        trip = _trip_count(ctx, m)
-        going = True if cond is None else bool(np.asarray(ctx.const(cond, "cond")).reshape(-1)[0])
-    except NeedsValues:
+        trip = None if m is None else _trip_count(_host_int(ctx, m, "M", why))
+        going = True if cond is None else bool(_host_int(ctx, cond, "cond", why))
+    except (NeedsValues, NeedsSizes):
         raise
     except ValidationError as e:
         raise ctx.fail(f"the Loop must be unrolled ({reason}), but {e}") from None
@@ -552,6 +671,8 @@ def _unroll(ctx, body, m, cond, carried, n_scan, reason: str):
     i = 0
     while going and (trip is None or i < trip):
         if i >= UNROLL_LIMIT:
+            if rolled:
+                raise _NotUnrolled
             raise ctx.fail(
                 f"the Loop must be unrolled ({reason}), but it runs more than {UNROLL_LIMIT} "
                 f"iterations ({trip_text})"
@@ -562,12 +683,21 @@ def _unroll(ctx, body, m, cond, carried, n_scan, reason: str):
             ctx.walk, body, bindings, f"{ctx.where} > iteration {i}", walk_nodes
         )
         c = outs[0]
-        if isinstance(c, STRUCTURES) or c.known is None:
-            raise ctx.fail(
-                f"the Loop must be unrolled ({reason}), but its body computes its condition at "
-                "run time"
-            )
-        going = bool(np.asarray(c.known).reshape(-1)[0])
+        if isinstance(c, STRUCTURES):
+            raise ctx.fail("the body's condition output must be a tensor")
+        if trip is not None and i + 1 >= trip:
+            going = False  # the last iteration: its condition stops nothing
+        elif c.known is None and rolled:
+            raise _NotUnrolled
+        elif c.known is None:
+            # Read on the host after the iterations before (segments: a program per count).
+            (flag,) = ctx.sizes(
+                _first, [c], key=f"{ctx.where}: iteration {i}: condition",
+                what=f"the body's condition {why}",
+            )  # fmt: skip
+            going = bool(flag)
+        else:
+            going = bool(np.asarray(c.known).reshape(-1)[0])
         values = outs[1 : 1 + len(carried)]
         for k, v in enumerate(outs[1 + len(carried) :]):
             if isinstance(v, STRUCTURES):
