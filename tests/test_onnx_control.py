@@ -483,6 +483,41 @@ def test_loop_whose_state_grows_and_whose_condition_is_computed_from_data():
     )  # the fifth's stops nothing: M does
 
 
+def test_a_data_dependent_size_inside_a_branch_and_a_loop_body():
+    """A NonZero in an If branch: the branch cannot be one function of lax.cond, so the If runs
+    as segments, and the NonZero's count is a segment of the branch taken. In a Loop body: the
+    Loop is unrolled, each iteration's count read on the host."""
+    then_b = _branch([_const("z", np.float32(0)), helper.make_node("Greater", ["x", "z"], ["m"]),
+                      helper.make_node("NonZero", ["m"], ["o"])], "o", None)  # fmt: skip
+    then_b.output[0].type.tensor_type.elem_type = I64
+    else_b = _graph([helper.make_node("Shape", ["x"], ["o"])], [], [_info("o", I64, None)])
+    nodes = [*_data_condition(), helper.make_node("If", ["c"], ["y"], then_branch=then_b,
+                                                  else_branch=else_b)]  # fmt: skip
+    model = _model(nodes, [_info("x", F, [2, 3])], [_info("y", I64, None)])
+    s = InferenceSession(model)
+    x = np.array([[1, -2, 3], [-0.5, 0.25, 2]], np.float32)
+    for feed in (x, -x, x * (x > 1)):
+        _check(s, model, {"x": feed}, reference="onnxruntime")
+    assert len(s._programs) == 3  # the else branch; the then branch for counts 4 and 2
+
+    body = _graph(
+        [helper.make_node("Greater", ["x", "t"], ["m"]), helper.make_node("NonZero", ["m"], ["nz"]),
+         helper.make_node("Shape", ["nz"], ["n2"]), helper.make_node("Cast", ["n2"], ["nf"], to=F),
+         helper.make_node("ReduceMax", ["nf"], ["n"], keepdims=0),
+         helper.make_node("Sub", ["t", "n"], ["t2"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        [_info("i", I64, []), _info("cond_in", B, []), _info("t", F, [])],
+        [_info("cond_out", B, []), _info("t2", F, [])],
+    )  # fmt: skip
+    loop = helper.make_node("Loop", ["M", "", "t0"], ["t"], body=body)
+    inits = [numpy_helper.from_array(np.array(2, np.int64), "M")]
+    model = _model([loop], [_info("x", F, [2, 3]), _info("t0", F, [])], [_info("t", F, [])],
+                   initializers=inits)  # fmt: skip
+    s = InferenceSession(model)
+    _check(s, model, {"x": x, "t0": np.array(0.5, np.float32)}, reference="onnxruntime")
+    assert "node 0 (Loop): dml+jax (unrolled at import: 2 iterations)" in s.explain()
+
+
 def test_cond_and_while_loop_under_jit_and_vmap_segments_refused():
     """lax.cond and lax.while_loop trace with the condition a tracer (jit, vmap); a model that
     needs segments says so under a trace, and runs through fn on concrete arrays."""
@@ -514,6 +549,10 @@ def test_cond_and_while_loop_under_jit_and_vmap_segments_refused():
         jax.jit(segments.fn)(x)
     (y,) = segments.fn(-x * 10)  # concrete arrays: run()'s segments
     np.testing.assert_allclose(y, segments.run(None, {"x": -x * 10})[0], rtol=1e-6)
+    counted = InferenceSession(_scan_outputs_model(trip="computed"))
+    with pytest.raises(ValidationError, match=r"^ONNX: node 3 \(Loop\): its scan outputs' "
+                       r"length .* is computed at run time.*cannot trace"):  # fmt: skip
+        jax.jit(counted.fn)(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), x[0])
 
 
 # --- Scan -------------------------------------------------------------------------------------

@@ -356,7 +356,8 @@ def _if(ctx, node, inputs):
     except (NeedsValues, NeedsHost) as e:
         if ctx.builder.subgraph is not None:
             raise
-        return _segments(ctx, cond, key, str(e).removeprefix(f"{ONNX}: "))
+        detail = str(e).removeprefix(f"{ONNX}: ")
+        return _segments(ctx, cond, key, f"a branch cannot be compiled as one function ({detail})")
     if [structure_of(v) for v in then_b.outputs] != [structure_of(v) for v in else_b.outputs]:
         message = (
             f"its branches give values of different shapes or types (then: "
