@@ -256,3 +256,19 @@ def test_the_command_line_names_tensors_it_cannot_bind():
     assert InferenceSession(model.SerializeToString()).run(None, {})[0].shape == (1,) * 9
     code, line = _cli_line(model)
     assert code == 1 and line.startswith("ONNX: output 'y': the tensor has 9 dimensions"), line
+
+
+def test_image_bytes_pillow_cannot_decode():
+    """ImageDecoder passed on Pillow's "UnidentifiedImageError: cannot identify image file
+    <_io.BytesIO object at 0x...>"."""
+    pytest.importorskip("PIL")
+    enc = numpy_helper.from_array(np.frombuffer(b"not an image", np.uint8), "enc")
+    out = helper.make_tensor_value_info("y", TensorProto.UINT8, None)
+    graph = helper.make_graph([helper.make_node("ImageDecoder", ["enc"], ["y"])], "g", [], [out],
+                              [enc])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+    _raises(
+        model,
+        r"^ONNX: node 0 \(ImageDecoder\): the encoded stream \(12 bytes\) is not an image Pillow "
+        r"can decode: its format is none Pillow reads$",
+    )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import io
+import re
 
 import jax
 import numpy as np
@@ -61,6 +62,15 @@ def _decoded(data: bytes, pixel_format: str) -> np.ndarray:
     return pixels
 
 
+def _undecodable(e: Exception) -> str:
+    """What Pillow found wrong with a stream, said of the stream (its messages name the file
+    object they read: ``cannot identify image file <_io.BytesIO object at 0x...>``)."""
+    if type(e).__name__ == "UnidentifiedImageError":
+        return "its format is none Pillow reads"
+    text = str(e).splitlines()[0] if str(e) else ""
+    return re.sub(r"<[^>]*>", "the stream", text) or "it breaks off or holds bad data"
+
+
 @converter("ImageDecoder", kind="jax")
 def _image_decoder(ctx, node, inputs):
     (encoded,) = inputs
@@ -77,7 +87,7 @@ def _image_decoder(ctx, node, inputs):
         except Exception as e:  # noqa: BLE001 - Pillow's codecs raise many kinds
             raise ValidationError(
                 f"ONNX: {where}: the encoded stream ({np.size(array)} bytes) is not an image "
-                f"Pillow can decode: {type(e).__name__}: {e}"
+                f"Pillow can decode: {_undecodable(e)}"
             ) from None
 
     if encoded.known is not None:
