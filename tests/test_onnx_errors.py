@@ -272,3 +272,26 @@ def test_image_bytes_pillow_cannot_decode():
         r"^ONNX: node 0 \(ImageDecoder\): the encoded stream \(12 bytes\) is not an image Pillow "
         r"can decode: its format is none Pillow reads$",
     )
+
+
+TOO_LARGE_TO_FOLD = [
+    ("HannWindow", {"size": np.array(2**40, np.int64)}, r"node 0 \(HannWindow\) > node \d+ "),
+    (
+        "OneHot",
+        {"i": np.arange(2), "d": np.array(2**31), "v": np.ones(2, np.float32)},
+        r"node 0 \(OneHot\)",
+    ),
+    ("Pad", {"x": np.ones((2, 2), np.float32), "p": np.array([2**20] * 4)}, r"node 0 \(Pad\)"),
+]
+
+
+@pytest.mark.parametrize("op, inputs, pattern", TOO_LARGE_TO_FOLD)
+def test_constant_results_too_large_to_fold_are_not_computed(op, inputs, pattern):
+    """HannWindow of 2^40 points was evaluated at import by ONNX's reference (a MemoryError
+    passed on as 'cannot be evaluated at import: MemoryError: ...'; 2^33 points would have
+    taken 32 GiB): windows, OneHot, Pad and Resize results are sized before they are folded,
+    and a node with a function body that cannot be folded is expanded."""
+    inits = [numpy_helper.from_array(v, k) for k, v in inputs.items()]
+    model = _model([helper.make_node(op, list(inputs), ["y"])], inits=inits)
+    with pytest.raises(ValidationError, match=r"^ONNX: " + pattern):
+        InferenceSession(model.SerializeToString()).run(None, {})

@@ -79,8 +79,35 @@ def _result_elements(node: Any, inputs: Sequence[Value | None]) -> int | None:
         if op == "Range":
             start, limit, delta = (float(c) for c in consts[:3])
             return max(0, math.ceil((limit - start) / delta)) if delta else None
+        if op in ("HannWindow", "HammingWindow", "BlackmanWindow"):
+            return int(consts[0].reshape(-1)[0])
+        if op == "OneHot":
+            return consts[0].size * abs(int(consts[1].reshape(-1)[0]))
+        if op == "Pad" and len(consts) > 1 and consts[1] is not None:
+            pads = [int(p) for p in consts[1].reshape(-1)]
+            half = len(pads) // 2
+            grown = [d + max(a, 0) + max(b, 0) for d, a, b in
+                     zip(consts[0].shape, pads[:half], pads[half:])]  # fmt: skip
+            return math.prod(grown)
+        if op in ("Resize", "Upsample"):
+            return _resized_elements(consts)
     except (ValueError, TypeError, IndexError, AttributeError, OverflowError):
         return None
+    return None
+
+
+def _resized_elements(consts: Sequence[Any]) -> int | None:
+    """A Resize's (or Upsample's) output element count from its sizes or scales (the last
+    of its inputs that holds values), rounded up: a bound, not the exact rule."""
+    x = consts[0]
+    for given in reversed(consts[1:]):
+        if given is None or given.size == 0:
+            continue
+        values = [float(v) for v in given.reshape(-1)]
+        if given.dtype.kind in "iu":
+            return math.prod(int(v) for v in values)
+        if len(values) == x.ndim:
+            return math.prod(math.ceil(d * max(v, 0.0)) for d, v in zip(x.shape, values))
     return None
 
 
