@@ -128,19 +128,23 @@ class ProgramCache:
         layout = None
         if self._layout is not None:
             layout = self._layout.for_program(imported, self._static, self._output_dims)
-        graph = compile_imported(
+        # Over several devices, nodes are lowered apart (no two-node GPU epilogue kernels) so
+        # that XLA partitions a sharded GEMM as it partitions any dot.
+        graph = self._compile(imported, layout.graph_inputs if layout is not None else None)
+        program = Program(imported, graph, layout, self.compiler_options, tuple(sizes.items()))
+        self._programs[key] = program
+        return program
+
+    def _compile(self, imported: ImportedGraph, in_shardings: Any = None) -> Any:
+        """The ``CompiledGraph`` of an import, with the session's compile options."""
+        return compile_imported(
             imported,
             feature_level=self._feature_level,
             allow_half_precision=self._allow_half,
             fast_paths=self._fast_paths,
             roll_repeats=self._roll,
-            # Over several devices, nodes are lowered apart (no two-node GPU epilogue kernels)
-            # so that XLA partitions a sharded GEMM as it partitions any dot.
-            in_shardings=layout.graph_inputs if layout is not None else None,
+            in_shardings=in_shardings,
         )
-        program = Program(imported, graph, layout, self.compiler_options, tuple(sizes.items()))
-        self._programs[key] = program
-        return program
 
     def _save(self, imported: ImportedGraph) -> None:
         """Writes the optimized graph to ``optimized_model_filepath`` (DxDispatch JSON)."""
@@ -204,9 +208,9 @@ class ProgramCache:
     def _run_segment(self, need: _Segment, feed: Mapping[str, Any]) -> tuple[int, ...]:
         """``need.fn`` of the values its segment computes for ``feed`` (the segment compiled on
         first use)."""
-        if need.program is None:
-            need.program = Program(need.probe, compile_imported(need.probe), None,
-                                   self.compiler_options)  # fmt: skip
+        if need.program is None:  # optimized and compiled as the session's programs are
+            imported, _ = optimize(need.probe, self._level, self._disabled, self._feature_level)
+            need.program = Program(imported, self._compile(imported), None, self.compiler_options)
         from .session import _flat_feed
 
         program = need.program
