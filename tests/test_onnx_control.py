@@ -326,6 +326,11 @@ def test_loop_with_scan_outputs_and_a_condition_computed_in_the_body_counts_its_
     (segment,) = s._size_needs.values()
     last = segment.probe.graph.nodes[-1].operator_type  # the segment: the Loop, counting
     assert last.startswith("JAX:Loop(lax.while_loop, its iterations; body: ")
+    # M = 2**63 - 1, "no bound", as exporters write a while loop: the condition alone stops it.
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array(2**63 - 1), "M"))
+    s = InferenceSession(model)
+    _check(s, model, {"x0": ones * 0.1, "a": ones * 1.5}, reference="onnxruntime")
+    assert s.explain().endswith("node 0 (Loop): iterations = 3")
 
 
 @pytest.mark.parametrize("trip", ["computed", "input"])
