@@ -295,3 +295,16 @@ def test_constant_results_too_large_to_fold_are_not_computed(op, inputs, pattern
     model = _model([helper.make_node(op, list(inputs), ["y"])], inits=inits)
     with pytest.raises(ValidationError, match=r"^ONNX: " + pattern):
         InferenceSession(model.SerializeToString()).run(None, {})
+
+
+def test_names_that_are_not_utf8():
+    """An input named b'shap\\xbc' (protobuf hands out a name that is not UTF-8 as bytes)
+    reached the decoder-role search, whose sorted() of str and bytes names raised TypeError."""
+    x = helper.make_tensor_value_info("x", FLOAT, [1, 3, 1])
+    shape = helper.make_tensor_value_info("shapZ", TensorProto.INT64, [3])
+    model = _model([helper.make_node("Expand", ["x", "shapZ"], ["y"])], [x, shape])
+    data = model.SerializeToString().replace(b"shapZ", b"shap\xbc")
+    with pytest.raises(
+        ValidationError, match=r"^ONNX: model\.graph\.node\[0\]\.input\[1\] is not UTF-8 text: "
+    ):
+        InferenceSession(data)

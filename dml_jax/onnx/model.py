@@ -95,6 +95,7 @@ def check_model(model: Any) -> None:
     of tensors (sequences of tensors and optionals are structures of tensors), known opsets.
     Map values are not runnable here and get one line saying so."""
     graph = model.graph
+    _check_text(model, "model")
     if not graph.output:
         raise ValidationError("ONNX: the model's graph has no outputs")
     for kind, infos in (("input", graph.input), ("output", graph.output)):
@@ -119,6 +120,30 @@ def check_model(model: Any) -> None:
             )
     for info in graph.input:
         check_dims(info.type, f"input '{info.name}'")
+
+
+def _check_text(message: Any, path: str) -> None:
+    """Every name, op type, domain and other text field of the model is UTF-8 text (protobuf
+    hands out one that is not as bytes, which no name compares with); doc strings aside, and the
+    bytes fields (string attributes, string tensors) hold bytes by design."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    for field, value in message.ListFields():
+        if field.name == "doc_string":
+            continue
+        where = f"{path}.{field.name}"
+        if field.type == FieldDescriptor.TYPE_STRING:
+            values = [value] if isinstance(value, str | bytes) else list(value)
+            for k, v in enumerate(values):
+                if isinstance(v, bytes):
+                    at = where if len(values) == 1 and value is v else f"{where}[{k}]"
+                    raise ValidationError(f"ONNX: {at} is not UTF-8 text: {v[:40]!r}")
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            if hasattr(value, "ListFields"):
+                _check_text(value, where)
+            else:
+                for k, item in enumerate(value):
+                    _check_text(item, f"{where}[{k}]")
 
 
 # DML tensors' sizes are UINT32s (TensorDesc): a declared dimension beyond them cannot be one.
