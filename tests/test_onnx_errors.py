@@ -308,3 +308,22 @@ def test_names_that_are_not_utf8():
         ValidationError, match=r"^ONNX: model\.graph\.node\[0\]\.input\[1\] is not UTF-8 text: "
     ):
         InferenceSession(data)
+
+
+def test_contrib_op_attributes_of_another_type():
+    """com.microsoft ops have no schema in the onnx package: BERT's Attention with num_heads
+    given as a list reached its converter (int() of a list: TypeError). onnxruntime's schema
+    types them."""
+    pytest.importorskip("onnxruntime")
+    x = helper.make_tensor_value_info("x", FLOAT, [1, 2, 4])
+    w = numpy_helper.from_array(np.ones((4, 12), np.float32), "w")
+    node = helper.make_node("Attention", ["x", "w"], ["y"], domain="com.microsoft", num_heads=[2])
+    graph = helper.make_graph([node], "g", [x], [helper.make_tensor_value_info("y", FLOAT, None)],
+                              [w])  # fmt: skip
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=8)
+    _raises(
+        model,
+        r"^ONNX: node 0 \(Attention\): attribute 'num_heads' must be int, got ints$",
+        {"x": np.ones((1, 2, 4), np.float32)},
+    )

@@ -4,6 +4,7 @@ unpacks a list of the wrong length or reads an attribute of the wrong type."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..errors import ValidationError
@@ -38,6 +39,47 @@ def get(op_type: str, domain: str, opset: int) -> Any:
         return None
 
 
+@functools.cache
+def _contrib_schemas() -> dict[tuple[str, str], list[Any]]:
+    """onnxruntime's schemas of the ops it defines beyond the ``onnx`` package
+    (``com.microsoft``'s...) by (domain, op type), oldest first; {} without onnxruntime."""
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as ort
+    except ImportError:
+        return {}
+    out: dict[tuple[str, str], list[Any]] = {}
+    for s in sorted(ort.get_all_operator_schema(), key=lambda s: s.since_version):
+        if s.domain not in ("", "ai.onnx"):
+            out.setdefault((s.domain, s.name), []).append(s)
+    return out
+
+
+def contrib(op_type: str, domain: str, opset: int) -> Any:
+    """onnxruntime's schema of a ``com.microsoft`` (or other contrib) op in force at ``opset``,
+    or None (no onnxruntime, or an op it does not define)."""
+    found = [s for s in _contrib_schemas().get((domain, op_type), ()) if s.since_version <= opset]
+    return found[-1] if found else None
+
+
+def _check_attribute_types(node: Any, schema: Any, where: str) -> None:
+    """The attributes a contrib op's schema declares have its types (Attention's num_heads an
+    int, not a list), so its converter reads what it expects; attributes it does not declare are
+    left to the converter."""
+    if schema is None:
+        return
+    for a in node.attribute:
+        spec = schema.attributes.get(a.name)
+        if spec is not None and not a.ref_attr_name:
+            _check_type(a, spec, where)
+
+
+def _check_type(a: Any, spec: Any, where: str) -> None:
+    if int(a.type) != int(spec.type):
+        want = _ATTRIBUTE_TYPES.get(int(spec.type), str(int(spec.type)))
+        got = _ATTRIBUTE_TYPES.get(int(a.type), str(int(a.type)))
+        raise ValidationError(f"{ONNX}: {where}: attribute '{a.name}' must be {want}, got {got}")
+
+
 def check(node: Any, domain: str, opset: int, where: str, *, known: bool) -> Any:
     """Checks ``node`` against its schema and returns the schema (None where the ``onnx``
     package has no schema and a converter knows the op: the ``com.microsoft`` ops).
@@ -53,6 +95,7 @@ def check(node: Any, domain: str, opset: int, where: str, *, known: bool) -> Any
         # at all (``com.microsoft``'s); an ONNX op used below the opset that introduced it is
         # not that op (Einsum at opset 9).
         if known and get(node.op_type, domain, 2**31 - 1) is None:
+            _check_attribute_types(node, contrib(node.op_type, domain, opset), where)
             return None
         raise ValidationError(
             f"{ONNX}: {where}: op type '{(domain + '.') if domain else ''}{node.op_type}' is not "
@@ -103,12 +146,7 @@ def check(node: Any, domain: str, opset: int, where: str, *, known: bool) -> Any
                 f"{ONNX}: {where}: attribute '{a.name}' is not an attribute of "
                 f"{node.op_type}-{schema.since_version}"
             )
-        if int(a.type) != int(spec.type):
-            want = _ATTRIBUTE_TYPES.get(int(spec.type), str(int(spec.type)))
-            got = _ATTRIBUTE_TYPES.get(int(a.type), str(int(a.type)))
-            raise ValidationError(
-                f"{ONNX}: {where}: attribute '{a.name}' must be {want}, got {got}"
-            )
+        _check_type(a, spec, where)
     for name, spec in attributes.items():
         if spec.required and name not in seen:
             raise ValidationError(f"{ONNX}: {where}: attribute '{name}' is required")
