@@ -46,12 +46,14 @@ from ._quant import (
     as_float32,
     check_parameter,
     dequantize,
+    known_inputs,
     named_inputs,
     parameter,
     quantize,
     rounded,
     same_parameter_ranks,
     signed,
+    signed_known,
     tensor_json,
     zero_point_product,
 )
@@ -60,16 +62,36 @@ _DIMS2_4 = (2, 3, 4)
 _DIMS1_4 = (1, 2, 3, 4)
 
 
-def _integer_product(a, a_type, a_zero, b, b_type, b_zero, product=None):
+def _integer_product(d, a, a_type, a_zero, b, b_type, b_zero, product=None):
     """``sum_k (A - AZeroPoint)[.., m, k] * (B - BZeroPoint)[.., k, n]`` in int32.
 
     Zero points are 1-D-or-padded parameters (``_quant.parameter``): A's per row, B's per
     column. ``product`` computes ``zero_point_product``'s result from the same arguments
-    (None: that function; the CUDA fast path passes its int8 GEMM kernel)."""
+    (None: that function; the CUDA fast path passes its int8 GEMM kernel). Operands and zero
+    points that ``d``'s program holds as constants (``known_inputs``: a model's weights) enter
+    as such: a zero point of 0 drops its terms, and the lax product takes a known operand's sums
+    from NumPy (``signed_known``)."""
     rank = a.ndim
-    x, x_zero = signed(a, a_type, None if a_zero is None else parameter(a_zero, rank, rank - 2))
-    y, y_zero = signed(b, b_type, None if b_zero is None else parameter(b_zero, rank, rank - 1))
-    return (product or zero_point_product)(x, x_zero, y, y_zero)
+    known = known_inputs(d)
+    sides = []
+    for q, q_type, zero, name, axis in (
+        (a, a_type, a_zero, "a", rank - 2),
+        (b, b_type, b_zero, "b", rank - 1),
+    ):
+        values, zero_known = signed_known(
+            known[f"{name}_tensor"], q_type, zero is not None,
+            None if zero is None else known[f"{name}_zero_point_tensor"],
+        )  # fmt: skip
+        if zero_known is None:  # known only at run time
+            q, zero = signed(q, q_type, None if zero is None else parameter(zero, rank, axis))
+        else:
+            q, _ = signed(q, q_type, None)
+            zero = None if zero_known is False else parameter(jnp.asarray(zero_known), rank, axis)
+        sides.append((q, zero, values))
+    (x, x_zero, x_known), (y, y_zero, y_known) = sides
+    if product is not None:
+        return product(x, x_zero, y, y_zero)
+    return zero_point_product(x, x_zero, y, y_zero, x_known, y_known)
 
 
 def _matrix_sizes(d: Any) -> tuple[int, int, int, int]:
@@ -147,7 +169,7 @@ def validate_matrix_multiply_integer(d: MatrixMultiplyIntegerOperatorDesc, v: Va
 def lower_matrix_multiply_integer(d: MatrixMultiplyIntegerOperatorDesc, *arrays, product=None):
     x = named_inputs(d, arrays)
     acc = _integer_product(
-        x["a_tensor"], d.a_tensor.data_type, x["a_zero_point_tensor"],
+        d, x["a_tensor"], d.a_tensor.data_type, x["a_zero_point_tensor"],
         x["b_tensor"], d.b_tensor.data_type, x["b_zero_point_tensor"], product,
     )  # fmt: skip
     return (acc,)
@@ -261,7 +283,7 @@ def lower_matrix_multiply_integer_to_float(
     b_scale = as_float32(parameter(x["b_scale_tensor"], rank, rank - 1))
     if t.bits <= 8:
         acc = _integer_product(
-            x["a_tensor"], t, x["a_zero_point_tensor"], x["b_tensor"], t,
+            d, x["a_tensor"], t, x["a_zero_point_tensor"], x["b_tensor"], t,
             x["b_zero_point_tensor"], product,
         )  # fmt: skip
         # Rounded before the bias is added (as the eager program does, and the formula says),
@@ -383,7 +405,7 @@ def lower_quantized_matrix_multiply(
     x = named_inputs(d, arrays)
     rank = d.a_tensor.rank
     acc = _integer_product(
-        x["a_tensor"], d.a_tensor.data_type, x["a_zero_point_tensor"],
+        d, x["a_tensor"], d.a_tensor.data_type, x["a_zero_point_tensor"],
         x["b_tensor"], d.b_tensor.data_type, x["b_zero_point_tensor"], product,
     )  # fmt: skip
     scale = parameter(x["a_scale_tensor"], rank, rank - 2) * parameter(
