@@ -636,7 +636,7 @@ def fuzz_settings():
 # graph, an opset or domain, a field of the model.
 _NAMES = re.compile(
     r"node \d+ \(|input '|output '|initializer '|value '|the bytes given|'[^']*\.onnx'|"
-    r"graph|opset|domain|ir_version|IR version|attribute '|memory budget"
+    r"graph|opset|domain|ir_version|IR version|attribute '|memory budget|model\.\w"
 )
 
 

@@ -122,14 +122,19 @@ def check_model(model: Any) -> None:
         check_dims(info.type, f"input '{info.name}'")
 
 
+# Text the import never reads: a model's producer and metadata, doc strings.
+_UNREAD_TEXT = frozenset({"doc_string", "metadata_props"})
+_READ_MODEL = frozenset({"graph", "opset_import", "functions"})
+
+
 def _check_text(message: Any, path: str) -> None:
-    """Every name, op type, domain and other text field of the model is UTF-8 text (protobuf
-    hands out one that is not as bytes, which no name compares with); doc strings aside, and the
-    bytes fields (string attributes, string tensors) hold bytes by design."""
+    """Every name, op type, domain and other text field the import reads is UTF-8 text
+    (protobuf hands out one that is not as bytes, which no name compares with); the bytes
+    fields (string attributes, string tensors) hold bytes by design."""
     from google.protobuf.descriptor import FieldDescriptor
 
     for field, value in message.ListFields():
-        if field.name == "doc_string":
+        if field.name in _UNREAD_TEXT or (path == "model" and field.name not in _READ_MODEL):
             continue
         where = f"{path}.{field.name}"
         if field.type == FieldDescriptor.TYPE_STRING:
