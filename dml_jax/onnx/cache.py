@@ -29,6 +29,20 @@ from .walk import import_graph
 STATIC_INPUT_LIMIT = 4096
 
 
+def flat_feed(feed: dict, imported: ImportedGraph) -> dict:
+    """The feed with each sequence or optional input replaced by its tensors, under the names
+    the program gives them (``ImportedGraph.layouts``)."""
+    for kind, name, layout in imported.layouts:
+        if kind != "input" or name not in feed:
+            continue
+        value = feed.pop(name)
+        if isinstance(layout, list):
+            feed.update(zip(layout, value))
+        elif layout is not None:
+            feed[layout] = value
+    return feed
+
+
 def structure_shape(x: Any) -> Any:
     """The shapes a program is imported for, of one input: a tensor's shape, a sequence's list
     of shapes (a tuple of tuples), None for an empty optional."""
@@ -211,10 +225,8 @@ class ProgramCache:
         if need.program is None:  # optimized and compiled as the session's programs are
             imported, _ = optimize(need.probe, self._level, self._disabled, self._feature_level)
             need.program = Program(imported, self._compile(imported), None, self.compiler_options)
-        from .session import _flat_feed
-
         program = need.program
-        flat = _flat_feed(dict(feed), program.imported)
+        flat = flat_feed(dict(feed), program.imported)
         with jax.enable_x64(True) if program.needs_x64 else contextlib.nullcontext():
             jitted, params, args = self._dispatch(program, flat)
             outs = jitted(params, *args)

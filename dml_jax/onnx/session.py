@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from ..errors import ValidationError
-from .cache import ProgramCache, structure_shape
+from .cache import ProgramCache, flat_feed, structure_shape
 from .importer import (
     ONNX,
     TYPE_NAMES,
@@ -125,20 +125,6 @@ def _type_string_of(type_proto: Any) -> str:
 
 def _is_tensor(info: Any) -> bool:
     return info.type.WhichOneof("value") in (None, "tensor_type")
-
-
-def _flat_feed(feed: dict, imported: ImportedGraph) -> dict:
-    """The feed with each sequence or optional input replaced by its tensors, under the names
-    the program gives them (``ImportedGraph.layouts``)."""
-    for kind, name, layout in imported.layouts:
-        if kind != "input" or name not in feed:
-            continue
-        value = feed.pop(name)
-        if isinstance(layout, list):
-            feed.update(zip(layout, value))
-        elif layout is not None:
-            feed[layout] = value
-    return feed
 
 
 def _nested_result(result: dict, imported: ImportedGraph) -> dict:
@@ -433,7 +419,7 @@ class InferenceSession(ProgramCache):
             names = [i.name for i in self._inputs]
             arrays, unpad = pad_decoder_feed(roles, names, arrays, sizes)
         program = self._program_for(arrays, overrides, extra)
-        feed = _flat_feed(dict(zip(self._names(overrides), arrays + extra)), program.imported)
+        feed = flat_feed(dict(zip(self._names(overrides), arrays + extra)), program.imported)
         with jax.enable_x64(True) if program.needs_x64 else contextlib.nullcontext():
             jitted, params, args = self._dispatch(program, feed)
             outs = jitted(params, *args)
@@ -475,7 +461,7 @@ class InferenceSession(ProgramCache):
         arrays = [self._checked(i, dt, input_feed.get(i.name))
                   for i, dt in zip(self._inputs, self._input_dtypes)]  # fmt: skip
         program = self._program_for(arrays)
-        feed = _flat_feed(dict(zip(self._names(()), arrays)), program.imported)
+        feed = flat_feed(dict(zip(self._names(()), arrays)), program.imported)
         jitted, params, args = self._dispatch(program, feed)
         return lambda: jitted(params, *args)
 
@@ -628,7 +614,7 @@ class InferenceSession(ProgramCache):
         if not imp.layouts:
             return call(params, *self._placed(program, inputs))
         # Sequence and optional values: their tensors in, lists and None out.
-        feed = _flat_feed({i.name: x for i, x in zip(self._inputs, inputs)}, imp)
+        feed = flat_feed({i.name: x for i, x in zip(self._inputs, inputs)}, imp)
         outs = call(params, *self._placed(program, [feed[n] for n in imp.input_names]))
         result = _nested_result(dict(zip(imp.output_names, outs)), imp)
         return tuple(result[o.name] for o in self._model.graph.output)
