@@ -157,8 +157,7 @@ def test_onnx_models_times_run_s_program_at_each_level(tmp_path):
     feeds = onnx_models._mlp_model(path, 4)
     run = _timing_run(levels=["disable", "all"])
     row: dict = {}
-    calls = onnx_models._dml_calls(run, row, path, feeds)
-    session = row.pop("_session")
+    calls, session = onnx_models._dml_calls(run, row, path, feeds)
     assert session.get_session_options().graph_optimization_level == "all"
     assert set(calls) == {"dml", "dml disable"}  # no baked form on the CPU: run's is baked
     assert row["dml_cold_s"] == row["dml_cold_s_disable"] > 0 and row["dml_cold_s_all"] > 0

@@ -85,8 +85,10 @@ def render(results: Path) -> str:
         lines.append(f"**{_heading(r)}**")
         if "versions" not in r:
             lines += ["", ("(A report from before the harness recorded each run's provenance "
-                      "(full commit, driver, package versions): not one run at one commit where "
-                      "its commit field names several.)")]  # fmt: skip
+                      "(full commit, driver, package versions): measured as the suite measured "
+                      "at the commit it names, which may not be as described above (columns "
+                      "the suite has added since are empty), and not one run at one commit "
+                      "where its commit field names several.)")]  # fmt: skip
         if r.get("source"):
             lines += ["", r["source"]]
         skipped = r.get("skipped", [])

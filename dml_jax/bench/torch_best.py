@@ -163,10 +163,4 @@ class Configurations:
         self.torch._dynamo.reset()
 
 
-def best(medians: dict[str, float], prefix: str) -> str | None:
-    """The configuration of least median time among those named ``prefix...``."""
-    names = [n for n in medians if n.startswith(prefix)]
-    return min(names, key=medians.__getitem__) if names else None
-
-
-__all__ = ["COMPILE_MODES", "Configurations", "best", "has_batch_norm", "placed", "tuned"]
+__all__ = ["COMPILE_MODES", "Configurations", "has_batch_norm", "placed", "tuned"]

@@ -218,7 +218,7 @@ def _quick(run: Run) -> None:
         run.add(row)
 
 
-def _rounds(run: Run, row: dict, calls: dict[str, Any], rounds: int) -> dict[str, list]:
+def _rounds(run: Run, row: dict, calls: dict[str, Any], rounds: int) -> None:
     """Each configuration's generation, in turn for ``rounds`` rounds: ``tok_s`` (median,
     p10, p90 of the decode's tokens/s), ``ttft_ms`` and the ratios against ``dml``."""
     names = list(calls)
@@ -236,7 +236,6 @@ def _rounds(run: Run, row: dict, calls: dict[str, Any], rounds: int) -> dict[str
     for key, name in (("eager", "eager"), ("compile", "compile static")):
         if name in decode:
             row[f"x_{key}"] = ratio(decode[name], decode["dml"])
-    return decode
 
 
 def _rate(tokens: int, seconds: list[float]) -> dict:
@@ -378,10 +377,9 @@ def _generation_row(run, row, session, half, compiled, prompt, weights, bw, torc
 
 
 def _file_bytes(session: Any) -> int:
-    """Bytes of the session's initializers (a quantized model's weights as stored)."""
-    return int(sum(a.nbytes for a in session._initializer_arrays.values()) or 0) or int(
-        sum(np.asarray(v).nbytes for v in session.params.values())
-    )
+    """Bytes of the session's initializers as the model stores them (a quantized model's
+    weights packed)."""
+    return sum(session._initializer(i).nbytes for i in session.model.graph.initializer)
 
 
 def _prefill_agreement(session: Any, prompt: np.ndarray, want: np.ndarray) -> float:

@@ -193,11 +193,13 @@ def _host(out: Any) -> np.ndarray:
     return np.asarray(out, np.float32)
 
 
-def _dml_calls(run: Run, row: dict, path: str, feeds: list[np.ndarray]) -> dict[str, Any]:
+def _dml_calls(
+    run: Run, row: dict, path: str, feeds: list[np.ndarray]
+) -> tuple[dict[str, Any], Any]:
     """dml_jax's configurations for ``feeds``: ``dml`` (``run``'s program at the main level),
-    ``dml <level>`` for the other levels of ``--levels`` and ``dml baked``; each a call with no
-    argument. Records the import plus first call of the first level (``dml_cold_s``) and of
-    each (``dml_cold_s_<level>``)."""
+    ``dml <level>`` for the other levels of ``--levels`` and ``dml baked``, each a call with no
+    argument, and the main level's session. Records the import plus first call of the first
+    level (``dml_cold_s``) and of each (``dml_cold_s_<level>``)."""
     import jax
 
     from dml_jax.onnx import InferenceSession, SessionOptions
@@ -205,6 +207,7 @@ def _dml_calls(run: Run, row: dict, path: str, feeds: list[np.ndarray]) -> dict[
     levels = list(getattr(run.args, "levels", None) or ["all"])
     main = "all" if "all" in levels else levels[-1]
     calls: dict[str, Any] = {}
+    main_session = None
     for level in levels:
         options = SessionOptions()
         options.graph_optimization_level = level
@@ -218,12 +221,12 @@ def _dml_calls(run: Run, row: dict, path: str, feeds: list[np.ndarray]) -> dict[
         row.setdefault("dml_cold_s", cold)
         calls["dml" if level == main else f"dml {level}"] = call
         if level == main:
-            row["_session"] = session
+            main_session = session
             if session._device.platform != "cpu":  # on the CPU run's program is the baked one
                 fn = jax.jit(session.fn_on(), compiler_options=session.compiler_options or None)
                 inputs = [jax.device_put(a, session._device) for a in feeds]
                 calls["dml baked"] = lambda fn=fn, inputs=inputs: fn(*inputs)
-    return calls
+    return calls, main_session
 
 
 def _time(run: Run, row: dict, calls: dict[str, Any], syncs: dict[str, Any]) -> None:
@@ -279,8 +282,7 @@ def run_mlp(run: Run) -> None:
             got = InferenceSession(path).run(None, {"x": feeds[0]})[0]
             row["rel_err"] = agreement(got, want)
             row.update(batch=int(feeds[0].shape[0]), dtype="float32")
-            calls = _dml_calls(run, row, path, feeds)
-            session = row.pop("_session")
+            calls, session = _dml_calls(run, row, path, feeds)
             syncs = dict.fromkeys(calls, jax_sync)
             row["agree"] = {n: agreement(_host(c()), want) for n, c in calls.items()}
             _time(run, row, calls, syncs)
@@ -290,7 +292,6 @@ def run_mlp(run: Run) -> None:
                 _latency(run, row, b1, dict.fromkeys(b1, jax_sync))
             _ort(run, row, path, feeds)
         except Exception as e:
-            row.pop("_session", None)
             row["error"] = error_text(e)
     run.add(row)
 
@@ -347,7 +348,6 @@ def run_model(run: Run, name: str, torch) -> None:
                 except Exception as e:
                     row["speed_error"] = error_text(e)
                     row["speed_trace"] = traceback.format_exc()[-2000:]
-            row.pop("_session", None)
         run.add(row)
 
 
@@ -372,8 +372,7 @@ def speed(run: Run, name: str, model, path: str, row: dict, torch) -> None:
     with torch.no_grad():
         export(timed, args, path, opts.exporters[0], family.dynamic)
     feeds = [a.cpu().numpy() for a in args]
-    calls = _dml_calls(run, row, path, feeds)
-    session = row.pop("_session")
+    calls, session = _dml_calls(run, row, path, feeds)
     syncs = dict.fromkeys(calls, jax_sync)
     if not on_gpu:  # PyTorch on the CPU is no anchor for a GPU run
         _time(run, row, calls, syncs)
