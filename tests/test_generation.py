@@ -668,3 +668,8 @@ def test_int4_quantizer_of_the_decode_suite(tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     full = InferenceSession(src).run(["logits"], feed)[0]
     assert np.corrcoef(got.ravel(), full.ravel())[0, 1] > 0.9  # 4 bits of a K = 32 model
+    # the decode suite's step bytes of the int4 export: its initializers as stored
+    from dml_jax.bench.suites import decode
+
+    stored = sum(a.nbytes for a in inits.values())
+    assert decode._file_bytes(InferenceSession(out)) == stored
