@@ -1,0 +1,157 @@
+"""Where a decode step's time goes: the 1B-class LLaMA (``dml_jax.bench.decoders``) exported in
+float16 (and, ``--int4``, quantized to 4 bits), generated through ``Generator`` at batch 1
+under several sets of XLA flags, each in its own process (XLA reads its flags once):
+
+- tokens/s of ``generate_until_done`` (one ``lax.while_loop`` a bucket) and of the
+  ``generate_next_token`` loop (a dispatch a token, no sync between them), median of
+  ``--samples`` generations;
+- from a ``jax.profiler`` trace of one generation: the GPU kernels a token, their summed time
+  a token and the busy fraction (summed kernel time over the span from the first kernel to the
+  last), and the kernels that take most of it.
+
+A step that reads 2.47 GB in 1.44 ms while its kernels sum to, say, 0.7 ms is waiting on the
+host (a while loop's condition is read back to the host at every iteration) or on launches.
+
+Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_step_gpu.py [--int4]``; it
+writes ``$OUT/decode_step.json`` when ``OUT`` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+FLAGS = {
+    "default": "",
+    "no_command_buffer": "--xla_gpu_enable_command_buffer=",
+    "command_buffer_while": (
+        "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
+    ),
+}
+
+
+def kernels(trace_dir: str, tokens: int) -> dict:
+    """The GPU kernels of the trace in ``trace_dir``: count and time a token, busy fraction,
+    the 8 largest by total time."""
+    from jax.profiler import ProfileData
+
+    path = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)[0]
+    data = ProfileData.from_file(path)
+    events = []
+    for plane in data.planes:
+        if not plane.name.startswith("/device:GPU"):
+            continue
+        for line in plane.lines:
+            if line.name.startswith("Stream"):
+                events += [(e.start_ns, e.duration_ns, e.name) for e in line.events]
+    if not events:
+        return {"error": "no GPU stream events in the trace"}
+    events.sort()
+    busy = sum(d for _, d, _ in events)
+    span = events[-1][0] + events[-1][1] - events[0][0]
+    by_name: dict[str, list] = {}
+    for _, d, n in events:
+        by_name.setdefault(n[:80], []).append(d)
+    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:8]
+    return {
+        "kernels_per_token": len(events) / tokens,
+        "kernel_us_per_token": busy / tokens / 1e3,
+        "span_us_per_token": span / tokens / 1e3,
+        "busy": busy / span,
+        "top": [(n, len(d) / tokens, sum(d) / tokens / 1e3) for n, d in top],
+    }
+
+
+def child(path: str, samples: int, new: int, prompt_len: int) -> dict:
+    """Runs in a process of its own (its XLA_FLAGS): tokens/s and the kernel profile."""
+    import jax
+
+    from dml_jax.bench.suites.decode import dml_generation
+    from dml_jax.onnx import InferenceSession
+
+    session = InferenceSession(path)
+    prompt = np.random.default_rng(0).integers(1, 1000, size=(1, prompt_len))
+    out: dict = {}
+    t = time.perf_counter()
+    dml_generation(session, prompt, new)
+    dml_generation(session, prompt, new, per_token=True)
+    out["warmup_s"] = time.perf_counter() - t
+    for per_token in (False, True):
+        rates = []
+        for _ in range(samples):
+            toks, _, dec, _ = dml_generation(session, prompt, new, per_token)
+            rates.append((toks.shape[1] - 1) / dec)
+        out["per_token" if per_token else "loop"] = {
+            "tok_s_median": float(np.median(rates)),
+            "min": float(min(rates)),
+            "max": float(max(rates)),
+        }
+    for per_token in (False, True):
+        trace = tempfile.mkdtemp()
+        jax.profiler.start_trace(trace)
+        toks = dml_generation(session, prompt, new, per_token)[0]
+        jax.profiler.stop_trace()
+        out["profile_per_token" if per_token else "profile_loop"] = kernels(trace, toks.shape[1])
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--child", default=None)
+    p.add_argument("--samples", type=int, default=5)
+    p.add_argument("--new", type=int, default=128)
+    p.add_argument("--prompt", type=int, default=16)
+    p.add_argument("--int4", action="store_true")
+    p.add_argument("--flags", nargs="*", default=list(FLAGS))
+    a = p.parse_args()
+    if a.child:
+        print(json.dumps(child(a.child, a.samples, a.new, a.prompt)))
+        return
+    import torch
+
+    from dml_jax.bench import decoders
+
+    tmp = tempfile.mkdtemp()
+    model = decoders.build("llama_1b").half().cuda()
+    f16 = os.path.join(tmp, "fp16.onnx")
+    t = time.perf_counter()
+    decoders.export(model, f16, device="cuda")
+    print(f"export {time.perf_counter() - t:.1f} s", flush=True)
+    files = {"float16": f16}
+    if a.int4:
+        t = time.perf_counter()
+        decoders.quantize_int4(f16, os.path.join(tmp, "int4.onnx"))
+        files["int4"] = os.path.join(tmp, "int4.onnx")
+        print(f"quantize {time.perf_counter() - t:.1f} s", flush=True)
+    del model
+    torch.cuda.empty_cache()
+    results = {}
+    for dtype, path in files.items():
+        for flag in a.flags if dtype == "float16" else a.flags[:1]:
+            env = dict(os.environ, XLA_FLAGS=FLAGS[flag])
+            cmd = [sys.executable, __file__, "--child", path, "--samples", str(a.samples),
+                   "--new", str(a.new), "--prompt", str(a.prompt)]  # fmt: skip
+            t = time.perf_counter()
+            r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
+            key = f"{dtype} {flag}"
+            if r.returncode:
+                results[key] = {"error": r.stderr[-2000:]}
+            else:
+                results[key] = json.loads(r.stdout.strip().splitlines()[-1])
+            results[key]["process_s"] = time.perf_counter() - t
+            print(key, json.dumps(results[key]), flush=True)
+            if os.environ.get("OUT"):  # after each process: a run cut short keeps its rows
+                with open(os.path.join(os.environ["OUT"], "decode_step.json"), "w") as f:
+                    json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
