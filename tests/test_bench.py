@@ -424,7 +424,7 @@ def test_resume_continues_one_run_only(tmp_path, monkeypatch):
     first = part(["--suite", "onnx_models", "--only", "bert"], False)
     first.add({"model": "bert"})
     second = part(["--suite", "onnx_models", "--resume", "--only", "gpt2"], True)
-    assert second.done("bert") and not second.done("gpt2")
+    assert second.done(model="bert") and not second.done(model="gpt2")
     second.add({"model": "gpt2"})
     report = json.loads(path.read_text())
     assert [r["model"] for r in report["rows"]] == ["bert", "gpt2"]
@@ -434,6 +434,27 @@ def test_resume_continues_one_run_only(tmp_path, monkeypatch):
     assert not other.rows
     monkeypatch.setattr(harness, "tree", lambda: "b" * 40)
     assert not part(["--suite", "onnx_models", "--resume"], True).rows
+
+
+def test_decode_resumes_between_rows():
+    """A decode run cut short after some rows of a model makes only the rest in its next part
+    (the rows are per model, dtype and batch; int4 only for the 1B model)."""
+    from types import SimpleNamespace
+
+    from dml_jax.bench import harness
+    from dml_jax.bench.suites import decode
+
+    run = SimpleNamespace(
+        args=SimpleNamespace(batch=[1, 8], int4=True),
+        rows=[{"model": "llama_1b", "dtype": "float16", "batch": 1},
+              {"model": "llama_1b", "error": "a model-wide failure is tried again"},
+              {"model": "gpt2", "dtype": "float16", "batch": 1},
+              {"model": "gpt2", "dtype": "float16", "batch": 8}],
+    )  # fmt: skip
+    run.done = lambda **f: harness.Run.done(run, **f)
+    assert decode._todo(run, "llama_1b") == [("float16", 8), ("int4", 1), ("int4", 8)]
+    assert decode._todo(run, "gpt2") == []
+    assert decode._todo(run, "llama_8l") == [("float16", 1), ("float16", 8)]
 
 
 def test_a_report_names_the_commit_of_its_files():

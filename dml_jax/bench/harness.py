@@ -359,9 +359,10 @@ class Run:
         self.report["date"] = old["date"]
         self._part = len(self.report["parts"])
 
-    def done(self, value: Any, key: str = "model") -> bool:
-        """Whether a row with ``key`` == ``value`` is already in the report (``--resume``)."""
-        return any(r.get(key) == value for r in self.rows)
+    def done(self, **fields: Any) -> bool:
+        """Whether a row holding all of ``fields`` (``model="bert"``, or ``model=..., dtype=...,
+        batch=...``) is already in the report (``--resume``)."""
+        return any(all(r.get(k) == v for k, v in fields.items()) for r in self.rows)
 
     # -- PyTorch, when it is installed and sees a CUDA device ------------------------------
 

@@ -268,9 +268,10 @@ def _model(run: Run, name: str, torch: Any, bw: float) -> None:
     rng = np.random.default_rng(0)
     model = decoders.build(name)
     vocab = model.config.vocab_size
+    todo = _todo(run, name)
     with tempfile.TemporaryDirectory() as tmp:
         fp32_eq = None
-        if opts.fp32:
+        if opts.fp32 and ("float16", opts.batch[0]) in todo:  # reported on that row
             try:
                 path = os.path.join(tmp, "fp32.onnx")
                 cuda32 = model.cuda()
@@ -290,7 +291,7 @@ def _model(run: Run, name: str, torch: Any, bw: float) -> None:
         export_s = round(time.perf_counter() - t, 1)
         weights = sum(p.numel() * p.element_size() for p in half.parameters())
         exports = [("float16", path)]
-        if opts.int4 and name == "llama_1b":
+        if any(dtype == "int4" for dtype, _ in todo):
             try:
                 decoders.quantize_int4(path, os.path.join(tmp, "int4.onnx"))
                 exports.append(("int4", os.path.join(tmp, "int4.onnx")))
@@ -302,10 +303,18 @@ def _model(run: Run, name: str, torch: Any, bw: float) -> None:
                 compiled = CompiledStatic(torch, half)
             except Exception as e:
                 run.skip(f"{name} compile static", error_text(e))
-        float16_tok_s = {}
+        float16_tok_s = {  # a part before this one (--resume) may have measured them
+            r["batch"]: r["tok_s"]["dml"]["median"]
+            for r in run.rows
+            if r.get("model") == name and r.get("dtype") == "float16" and "tok_s" in r
+        }
         for dtype, file in exports:
+            if not any(d == dtype for d, _ in todo):
+                continue
             session = InferenceSession(file)
             for batch in opts.batch:
+                if (dtype, batch) not in todo:
+                    continue
                 if run.over_budget():
                     run.skip(f"{name} {dtype} batch {batch}", f"--budget-s {opts.budget_s}")
                     continue
@@ -330,6 +339,14 @@ def _model(run: Run, name: str, torch: Any, bw: float) -> None:
             compiled.close()
     del model, half
     torch.cuda.empty_cache()
+
+
+def _todo(run: Run, name: str) -> list[tuple[str, int]]:
+    """The (dtype, batch) rows of model ``name`` this run makes: those not in the report yet
+    (``--resume`` continues a run cut short between rows)."""
+    dtypes = ["float16"] + (["int4"] if run.args.int4 and name == "llama_1b" else [])
+    return [(d, b) for d in dtypes for b in run.args.batch
+            if not run.done(model=name, dtype=d, batch=b)]  # fmt: skip
 
 
 def _generation_row(run, row, session, half, compiled, prompt, weights, bw, torch) -> None:
@@ -408,7 +425,7 @@ def run(run: Run) -> int:
     run.report["copy_bytes_per_s"] = bw
     torch.backends.cuda.matmul.allow_tf32 = False
     for name in run.args.only or MODELS:
-        if run.done(name):
+        if not _todo(run, name):  # every row already in the report (--resume)
             continue
         try:
             _model(run, name, torch, bw)

@@ -494,7 +494,7 @@ def run(run: Run) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     names = run.args.only or (list(QUICK_MODELS) if run.quick else list(FAMILIES))
     for name in names:
-        if run.done(name):
+        if run.done(model=name):
             continue
         if run.over_budget():
             run.skip(f"models from {name} on", f"--budget-s {run.args.budget_s}")
