@@ -326,7 +326,15 @@ def _sharded_cached(op: CompiledOperator, ins: tuple | None, outs: tuple | None)
     # ``fn`` stays shared; the call's own body gives its outputs the requested layout on an
     # explicit mesh, not the default one (``sharding.default_output_spec``) and a relayout
     # after it, which would steer XLA's propagation (a graph's weights gathered, say).
-    sharded._jitted = jax.jit(op._logical_fn(outs), **kwargs)
+    fn = op._logical_fn(outs)
+    if any(getattr(getattr(x, "mesh", None), "size", 1) > 1 for x in (*(ins or ()), *(outs or ()))):
+        logical = fn
+
+        def fn(*arrays):  # over several devices: kernels XLA cannot split give way to lax
+            with fastpath.sharded():
+                return logical(*arrays)
+
+    sharded._jitted = jax.jit(fn, **kwargs)
     sharded._install_call()
     return sharded
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+import jax.extend.core
+import jax.numpy as jnp
 from jax import lax
 
 
@@ -148,6 +150,58 @@ def target() -> str | None:
     return _TARGET.get()
 
 
+_SHARDED: contextvars.ContextVar[bool] = contextvars.ContextVar("dml_jax_sharded", default=False)
+
+# Primitives that XLA's SPMD partitioner cannot split: a fast path whose lowering holds one would
+# run whole on every device, its sharded inputs gathered first.
+OPAQUE_PRIMITIVES = frozenset({"pallas_call"})
+
+
+@contextlib.contextmanager
+def sharded(on: bool = True):
+    """While a program whose arrays XLA splits over several devices is traced: a fast path whose
+    lowering holds a kernel XLA cannot partition (``OPAQUE_PRIMITIVES``: a Pallas call, which
+    the partitioner would run whole on every device after gathering its inputs) steps aside
+    for the lax lowering, which XLA partitions; fast paths built on calls with their own
+    partitioning rules (cuDNN's attention) and those written in lax stay. An ONNX session on a
+    mesh traces its programs so; a trace under a context mesh of more than one device
+    (``jax.set_mesh``, ``jax.sharding.use_mesh``) is taken as sharded without it, and
+    ``compile_operator`` / ``compile_graph`` with shardings over several devices trace so. As
+    with ``target_platform``, set it inside a function of its own (``jax.jit`` keys a trace
+    without this context): ``jax.jit(lambda x: ...)`` around ``op.fn``, not ``op.fn`` itself
+    where that is also traced unsharded."""
+    token = _SHARDED.set(on)
+    try:
+        yield
+    finally:
+        _SHARDED.reset(token)
+
+
+def partitioned() -> bool:
+    """Whether the trace in progress is of a program split over several devices (``sharded``,
+    or a context mesh of more than one device)."""
+    if _SHARDED.get():
+        return True
+    mesh = jax.sharding.get_abstract_mesh()
+    return not mesh.empty and mesh.size > 1
+
+
+def opaque(fn: Callable, *arrays: Any) -> bool:
+    """Whether ``fn(*arrays)`` traces to a primitive of ``OPAQUE_PRIMITIVES`` (at any depth)."""
+    specs = [jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)) for a in arrays]
+    return _holds(jax.make_jaxpr(fn)(*specs).jaxpr)
+
+
+def _holds(jaxpr: Any) -> bool:
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in OPAQUE_PRIMITIVES:
+            return True
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            if _holds(sub):
+                return True
+    return False
+
+
 def platform_of(device: Any) -> str | None:
     """The ``lax.platform_dependent`` name of ``device``'s platform (``"cuda"`` for a CUDA
     GPU), or None where it is not one this project chooses by."""
@@ -263,9 +317,16 @@ def _choice_with_lax_derivatives(cuda: Callable, lax_lowering: Callable) -> Call
     derivative or batching rule traced by the arguments' shapes alone, so a function traced for
     CUDA alone must not be the one traced for every platform."""
     runs: dict[str | None, Callable] = {}
+    kernels: dict[tuple, bool] = {}  # whether ``cuda`` holds an opaque kernel, by shapes
 
     def by_target(*arrays):
         chosen = _TARGET.get()
+        if chosen in (None, "cuda") and partitioned():
+            key = tuple((jnp.shape(a), jnp.result_type(a)) for a in arrays)
+            if key not in kernels:
+                kernels[key] = opaque(cuda, *arrays)
+            if kernels[key]:  # XLA would gather its inputs and run it whole on every device
+                return lax_lowering(*arrays)
         run = runs.get(chosen)
         if run is None:
             run = runs[chosen] = _run_for(chosen, cuda, lax_lowering)

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import fastpath
 from ..errors import ValidationError
 from ..graph import ConstantDataNode, compile_graph
 from .importer import ONNX, ImportedGraph, graph_dtype
@@ -132,8 +133,6 @@ class Program:
     def jitted_on(self, device: Any) -> Any:
         """``apply`` under ``jax.jit`` for calls whose arrays are on ``device``'s platform
         (``jitted_for`` that platform)."""
-        from .. import fastpath
-
         return self.jitted_for(fastpath.platform_of(device))
 
     def jitted_for(self, platform: str | None) -> Any:
@@ -143,8 +142,6 @@ class Program:
         one (on an H100 ConvNeXt-T's trace and lowering took 2.4 s less; docs/onnx.md,
         "First-call time"). ``jitted`` where the platform is None (not one the lowerings
         choose by)."""
-        from .. import fastpath
-
         if platform is None:
             return self.jitted
         fn = self._jitted_for.get(platform)
@@ -164,7 +161,9 @@ class Program:
         imp = self.imported
         outs: tuple = ()
         if self.graph is not None:
-            outs = self.graph.fn(*self._graph_args(params, inputs))
+            # Split over devices, kernels XLA cannot partition give way to lax (fastpath.sharded).
+            with fastpath.sharded(self._split() or fastpath.partitioned()):
+                outs = self.graph.fn(*self._graph_args(params, inputs))
             outs = outs if isinstance(outs, tuple) else (outs,)
         computed = iter(outs)
         outs = tuple(next(computed) if c is None else jnp.asarray(c) for c in imp.output_consts)
@@ -178,6 +177,12 @@ class Program:
                 y = y.astype(dtype)
             result.append(y if s is None else jax.lax.with_sharding_constraint(y, s))
         return tuple(result)
+
+    def _split(self) -> bool:
+        """Whether the program's layout spreads it over more than one device."""
+        if self.layout is None:
+            return False
+        return any(s is not None and s.mesh.size > 1 for s in self.layout.graph_inputs)
 
     def operators(self) -> list[str]:
         """The DML operator types of the program in node order (``GEMM``, ``CONVOLUTION``...),

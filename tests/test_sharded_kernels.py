@@ -1,0 +1,87 @@
+"""Fast paths in programs split over devices (issue 65, item 1): a Pallas kernel is a call
+XLA's SPMD partitioner cannot split, so in a sharded program it would run whole on every
+device after an all-gather of its inputs. Traced for CUDA on simulated CPU devices
+(tests/_sharded_kernels_worker.py), every case holds the kernel on one device (so the check
+can fail) and none once sharded, with the sharded values equal to the one-device ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import dml_jax as dml
+from dml_jax import fastpath
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNEL = "pallas_call["
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "_sharded_kernels_worker.py")],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+CASES = (
+    "REDUCE LOG_SUM_EXP, rows sharded",
+    "graph CLIP -> REDUCE LOG_SUM_EXP, rows sharded",
+    "ONNX transformer on a 2 x 4 mesh",
+)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_no_kernel_call_in_a_sharded_program(report, case):
+    got = report[case]
+    assert "error" not in got, got
+    assert got["one_device"] > 0  # the kernel applies to this program on one device
+    assert got["sharded"] == 0
+    assert got.get("context_mesh", 0) == 0  # traced under jax.set_mesh of 8 devices
+    assert got["equal"]
+
+
+def test_worker_reports_no_error(report):
+    assert not [k for k, v in report.items() if "error" in v], report
+
+
+def _lse():
+    x = dml.TensorDesc("FLOAT16", (1024, 1024))
+    return dml.ReduceOperatorDesc("LOG_SUM_EXP", x, x.like(sizes=(1024, 1)), [1])
+
+
+def test_sharded_context_steps_kernels_aside(monkeypatch):
+    """On one device: ``fastpath.sharded()`` gives the lax lowering where the fast path is a
+    kernel; the same trace without it holds the kernel; the values agree."""
+    monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
+    op = dml.compile_operator(_lse(), fast_paths=True)
+    x = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float16)
+    # (a function of its own for each trace: jax caches a trace without the context in its key)
+    with fastpath.target_platform("cuda"):
+        plain = str(jax.make_jaxpr(lambda v: op.fn(v))(x))
+        with fastpath.sharded():
+            aside = str(jax.make_jaxpr(lambda v: op.fn(v))(x))
+    assert KERNEL in plain and KERNEL not in aside
+    with fastpath.sharded():
+        got = np.asarray(jax.jit(lambda v: op.fn(v))(x), np.float32)
+    want = np.log(np.exp(x.astype(np.float64)).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(got, want, rtol=2e-3)
+
+
+def test_opaque_finds_kernels_at_any_depth(monkeypatch):
+    monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
+    op = dml.compile_operator(_lse(), fast_paths=True)
+    x = np.zeros((1024, 1024), np.float16)
+    with fastpath.target_platform("cuda"):
+        assert fastpath.opaque(jax.jit(lambda v: op.fn(v)), x)  # inside a nested jit
+        assert not fastpath.opaque(lambda v: (v * 2,), x)
