@@ -16,6 +16,7 @@ CASES = (
     "tensor-parallel/data2-model2",
     "tensor-parallel/model4-two-all-reduces-per-layer",
     "explicit/input-and-initializer-specs",
+    "generation/sharded-cache-tokens-two-all-reduces-per-layer",
 )
 
 if __name__ == "__main__":
@@ -181,10 +182,41 @@ def main() -> None:
         ok = ok and second.startswith("ONNX: input 'x': its sharding splits dimension 0 (size 2")
         return ok, f"{detail}; {message}; {second}"
 
+    def generation():
+        # The tiny LLaMA decoder step (2 layers, 4 heads, 2 key-value heads): greedy tokens on a
+        # (data, model) mesh and on a model axis equal the one-device ones for prompts of two
+        # lengths; the cache is split over the heads; a decode step communicates only the two
+        # all-reduces a layer of Megatron's split.
+        import jax.numpy as jnp
+
+        from dml_jax.onnx.generation import Generator, GeneratorParams, generate
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        path = os.path.join(here, "data", "decoders", "tiny_llama_step.onnx")
+        prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
+        want = generate(InferenceSession(path), prompts, 24)
+        details, ok = [], True
+        for shape, names in (((2, 2), ("data", "model")), ((2,), ("model",))):
+            s = InferenceSession(path, mesh=jax.make_mesh(shape, names))
+            g = Generator(s, GeneratorParams(s, max_length=29, batch_size=2))
+            g.append_tokens(prompts)
+            g.generate_until_done()
+            same = bool((g.generated == want).all())
+            spec = g._cache[0].sharding.spec
+            ok = ok and same and "model" in tuple(spec) and spec[1] == "model"
+            details.append(f"{names}: tokens equal {same}, cache {spec}")
+        fn, program = g._fns._step_fn(2, g._step_key(g._length - 1), 0)
+        state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
+        text = fn.lower(g._fns._params_for(program), state, jnp.int32(g._length - 1))
+        kinds = COLLECTIVE.findall(text.compile().as_text())
+        ok = ok and kinds == ["all-reduce"] * (2 * 2)  # the decoder's 2 layers
+        return ok, "; ".join(details) + f"; step collectives {kinds}"
+
     record(CASES[0], data_parallel)
     record(CASES[1], tensor_parallel)
     record(CASES[2], two_all_reduces)
     record(CASES[3], explicit)
+    record(CASES[4], generation)
     seconds = round(time.perf_counter() - started, 2)
     print(json.dumps({"cases": results, "seconds": seconds, "devices": len(jax.devices())}))
 

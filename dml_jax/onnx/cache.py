@@ -141,13 +141,32 @@ class ProgramCache:
             self._save(imported)
         layout = None
         if self._layout is not None:
-            layout = self._layout.for_program(imported, self._static, self._output_dims)
+            layout = self._layout.for_program(
+                imported, self._static, self._output_dims, self._cache_heads()
+            )
         # Over several devices, nodes are lowered apart (no two-node GPU epilogue kernels) so
         # that XLA partitions a sharded GEMM as it partitions any dot.
         graph = self._compile(imported, layout.graph_inputs if layout is not None else None)
         program = Program(imported, graph, layout, self.compiler_options, tuple(sizes.items()))
         self._programs[key] = program
         return program
+
+    def _cache_heads(self) -> dict[str, int]:
+        """On a mesh with a model axis, a decoder step's cache inputs and outputs (``roles``),
+        each with its heads dimension, which the layout splits with the attention heads; else
+        nothing (found once: the roles are the session's)."""
+        if self._layout is None or self._layout.model_axis is None:
+            return {}
+        from .roles import roles_of
+
+        try:
+            r = roles_of(self)
+        except ValidationError:
+            return {}
+        dim = {2: 1, 1: 2}.get(r.axis)  # [batch, heads, positions, size] or [b, pos, heads, s]
+        if dim is None:
+            return {}
+        return {n: dim for pair in (*r.past, *r.present) for n in pair}
 
     def _compile(self, imported: ImportedGraph, in_shardings: Any = None) -> Any:
         """The ``CompiledGraph`` of an import, with the session's compile options."""

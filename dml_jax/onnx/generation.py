@@ -235,7 +235,7 @@ class DecodeSteps:
         from .. import fastpath
 
         inputs = self._inputs(ids, mask, positions, past, use_cache)
-        with fastpath.target_platform(fastpath.platform_of(self.session._device)):
+        with fastpath.target_platform(fastpath.platform_of(self.session._run_device)):
             outs = program.apply(params, *inputs)
         names = [o.name for o in self.session.get_outputs()]
         out = dict(zip(names, outs))
@@ -432,7 +432,20 @@ class DecodeSteps:
         return options or None
 
     def _params_for(self, program: Any) -> dict:
+        """The parameters the session's ``run`` passes ``program``: on a mesh, each device's
+        block of them as the program's layout places them."""
+        if program.layout is not None:
+            return self.session._mesh_params(program)
         return self.session._run_params(program)
+
+    def put(self, array: Any) -> Any:
+        """``array`` on the session's device, or replicated over its mesh."""
+        mesh = self.session.mesh
+        if mesh is None:
+            return jax.device_put(array, self.session._device)
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        return jax.device_put(array, NamedSharding(mesh, PartitionSpec()))
 
 
 class Generator:
@@ -445,8 +458,6 @@ class Generator:
         self.session = session
         self.params = params or GeneratorParams(session)
         _check_params(self.params)
-        if getattr(session, "_layout", None) is not None:
-            raise ValidationError(f"{ONNX}: generation: sessions on a mesh are not supported")
         self.roles = roles_of(session)
         p, r = self.params, self.roles
         if r.kind not in ("concat", "gqa"):
@@ -558,12 +569,11 @@ class Generator:
                 mask[b, : len(row)] = 1
             else:
                 mask[b, seq - len(row) : seq] = 1
-        dev = self.session._device
         fn, program = self._fns._prefill_fn(batch, seq, self.capacity)
-        self._mask = jax.device_put(mask, dev)
+        self._mask = self._fns.put(mask)
         self._cache, self._pending, self._tokens, self._done = fn(
             self._fns._params_for(program),
-            jax.device_put(tokens, dev),
+            self._fns.put(tokens),
             self._mask,
             jax.random.fold_in(self._key, 0),
         )

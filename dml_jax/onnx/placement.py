@@ -239,9 +239,14 @@ class MeshLayout:
         imported: ImportedGraph,
         static: set[str],
         output_dims: Mapping[str, Sequence[Any]],
+        heads: Mapping[str, int] | None = None,
     ) -> ProgramLayout:
-        """The shardings of one program: see the module docstring for the rules."""
+        """The shardings of one program: see the module docstring for the rules. ``heads``:
+        a decoder's cache inputs and outputs by name, each with its heads dimension, which the
+        model axis splits as the attention heads of the tensor-parallel projections are split
+        (where it divides the heads; an explicit sharding of an input takes precedence)."""
         data = self.data_axis
+        heads = heads or {}
         inputs, batch_names, batch_size = [], set(), None
         for name, shape in zip(imported.input_names, imported.input_shapes):
             where = f"input '{name}'"
@@ -260,6 +265,8 @@ class MeshLayout:
                     batch_size = shape[k] if batch_size is None else batch_size
             else:
                 spec = PartitionSpec()  # static, sequence pieces, overridden initializers
+            if name in heads and name not in self.specs:
+                spec = self._with_heads(spec, heads[name], shape)
             inputs.append(self.sharding(spec))
         planned = {}
         if self.model_axis is not None and imported.graph is not None:
@@ -295,8 +302,22 @@ class MeshLayout:
                 ways = self.mesh.shape[data]
                 if shape[k] == batch_size and shape[k] % ways == 0:
                     spec = PartitionSpec(*([None] * k + [data]))
+            if name in heads:
+                spec = self._with_heads(spec, heads[name], shape)
             outputs.append(self.sharding(spec))
         return ProgramLayout(tuple(inputs), tuple(constants), tuple(outputs))
+
+    def _with_heads(self, spec: PartitionSpec, dim: int, shape: Sequence[int]) -> PartitionSpec:
+        """``spec`` with dimension ``dim`` (a cache's heads) split over the model axis, where
+        there is one and it divides that dimension."""
+        model = self.model_axis
+        if model is None or dim >= len(shape) or shape[dim] % self.mesh.shape[model]:
+            return spec
+        entries = list(spec) + [None] * (dim + 1 - len(spec))
+        if entries[dim] is not None:
+            return spec
+        entries[dim] = model
+        return PartitionSpec(*entries)
 
 
 def tensor_parallel_specs(
