@@ -2,6 +2,10 @@
 the results page is generated from the reports, and the operator bench catalog is consistent."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -11,6 +15,8 @@ import strategies
 from dml_jax import bench
 from dml_jax.bench import page
 from dml_jax.bench.suites import operators
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Per suite: extra options that keep the smoke run to a few seconds on a CPU.
 _QUICK_ARGS = {
@@ -438,23 +444,46 @@ def test_resume_continues_one_run_only(tmp_path, monkeypatch):
 
 def test_decode_resumes_between_rows():
     """A decode run cut short after some rows of a model makes only the rest in its next part
-    (the rows are per model, dtype and batch; int4 only for the 1B model)."""
+    (the rows are per model, dtype, batch and devices; int4 only for the 1B model)."""
     from types import SimpleNamespace
 
-    from dml_jax.bench import harness
     from dml_jax.bench.suites import decode
 
     run = SimpleNamespace(
-        args=SimpleNamespace(batch=[1, 8], int4=True),
-        rows=[{"model": "llama_1b", "dtype": "float16", "batch": 1},
+        args=SimpleNamespace(batch=[1, 8], int4=True, devices=2),
+        rows=[{"model": "llama_1b", "dtype": "float16", "batch": 1},  # before "devices": one
               {"model": "llama_1b", "error": "a model-wide failure is tried again"},
-              {"model": "gpt2", "dtype": "float16", "batch": 1},
-              {"model": "gpt2", "dtype": "float16", "batch": 8}],
+              {"model": "llama_1b", "dtype": "float16", "batch": 8, "devices": 2},
+              {"model": "gpt2", "dtype": "float16", "batch": 1, "devices": 1},
+              {"model": "gpt2", "dtype": "float16", "batch": 8, "devices": 1},
+              {"model": "gpt2", "dtype": "float16", "batch": 1, "devices": 2},
+              {"model": "gpt2", "dtype": "float16", "batch": 8, "devices": 2}],
     )  # fmt: skip
-    run.done = lambda **f: harness.Run.done(run, **f)
-    assert decode._todo(run, "llama_1b") == [("float16", 8), ("int4", 1), ("int4", 8)]
+    assert decode._todo(run, "llama_1b") == [
+        ("float16", 8, 1), ("int4", 1, 1), ("int4", 8, 1), ("float16", 1, 2)
+    ]  # fmt: skip
     assert decode._todo(run, "gpt2") == []
-    assert decode._todo(run, "llama_8l") == [("float16", 1), ("float16", 8)]
+    run.args.devices = 1
+    assert decode._todo(run, "llama_8l") == [("float16", 1, 1), ("float16", 8, 1)]
+
+
+def test_decode_quick_on_two_devices(tmp_path):
+    """``--quick --devices 2`` decodes the tiny decoders on a 2-device model mesh (simulated
+    CPU devices): the same greedy tokens as one device, with the ratio reported."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "dml_jax.bench", "--suite", "decode", "--quick", "--devices", "2",
+         "--samples", "1", "--only", "tiny_llama", "--out", str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "decode.json").read_text())["rows"]
+    split = [r for r in rows if r.get("devices") == 2]
+    assert [r["model"] for r in split] == ["tiny_llama"]
+    for r in split:
+        assert "error" not in r, r
+        assert r["same_tokens"] == 1.0 and "x_one_device" in r
 
 
 def test_a_report_names_the_commit_of_its_files():

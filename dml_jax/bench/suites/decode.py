@@ -63,6 +63,10 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--no-fp32", dest="fp32", action="store_false", help="no float32 check")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="no torch.compile")
     p.add_argument("--int4", action="store_true", help="the 1B model quantized to 4 bits too")
+    p.add_argument(
+        "--devices", type=int, default=1,
+        help="N > 1: also the float16 decode on a 'model' mesh of N devices against one",
+    )  # fmt: skip
 
 
 def bandwidth(torch: Any) -> float:
@@ -193,6 +197,8 @@ def _quick(run: Run) -> None:
 
     reference = json.loads((FIXTURES / "decoders_greedy.json").read_text())
     for name, ref in reference.items():
+        if run.args.only and name not in run.args.only:
+            continue
         prompt = np.asarray(ref["prompt"])
         want = np.asarray(ref["greedy"])
         new = want.shape[1]
@@ -216,6 +222,11 @@ def _quick(run: Run) -> None:
         except Exception as e:
             row["error"] = error_text(e)
         run.add(row)
+        if getattr(run.args, "devices", 1) > 1:
+            batch = int(prompt.shape[0])
+            _sharded_rows(run, name, str(FIXTURES / f"{name}_step.onnx"),
+                          [("float32", batch, run.args.devices)], lambda b: prompt, "float32",
+                          new)  # fmt: skip
 
 
 def _rounds(run: Run, row: dict, calls: dict[str, Any], rounds: int) -> None:
@@ -233,7 +244,11 @@ def _rounds(run: Run, row: dict, calls: dict[str, Any], rounds: int) -> None:
             ttft[name].append(first)
     row["tok_s"] = {n: _rate(tokens[n], s) for n, s in decode.items()}
     row["ttft_ms"] = {n: summary(s) for n, s in ttft.items()}
-    for key, name in (("eager", "eager"), ("compile", "compile static")):
+    for key, name in (
+        ("eager", "eager"),
+        ("compile", "compile static"),
+        ("one_device", "one device"),
+    ):
         if name in decode:
             row[f"x_{key}"] = ratio(decode[name], decode["dml"])
 
@@ -271,7 +286,7 @@ def _model(run: Run, name: str, torch: Any, bw: float) -> None:
     todo = _todo(run, name)
     with tempfile.TemporaryDirectory() as tmp:
         fp32_eq = None
-        if opts.fp32 and ("float16", opts.batch[0]) in todo:  # reported on that row
+        if opts.fp32 and ("float16", opts.batch[0], 1) in todo:  # reported on that row
             try:
                 path = os.path.join(tmp, "fp32.onnx")
                 cuda32 = model.cuda()
@@ -291,7 +306,7 @@ def _model(run: Run, name: str, torch: Any, bw: float) -> None:
         export_s = round(time.perf_counter() - t, 1)
         weights = sum(p.numel() * p.element_size() for p in half.parameters())
         exports = [("float16", path)]
-        if any(dtype == "int4" for dtype, _ in todo):
+        if any(dtype == "int4" for dtype, _, _ in todo):
             try:
                 decoders.quantize_int4(path, os.path.join(tmp, "int4.onnx"))
                 exports.append(("int4", os.path.join(tmp, "int4.onnx")))
@@ -306,20 +321,23 @@ def _model(run: Run, name: str, torch: Any, bw: float) -> None:
         float16_tok_s = {  # a part before this one (--resume) may have measured them
             r["batch"]: r["tok_s"]["dml"]["median"]
             for r in run.rows
-            if r.get("model") == name and r.get("dtype") == "float16" and "tok_s" in r
+            if r.get("model") == name
+            and r.get("dtype") == "float16"
+            and "tok_s" in r
+            and r.get("devices", 1) == 1
         }
         for dtype, file in exports:
-            if not any(d == dtype for d, _ in todo):
+            if not any(d == dtype and n == 1 for d, _, n in todo):
                 continue
             session = InferenceSession(file)
             for batch in opts.batch:
-                if (dtype, batch) not in todo:
+                if (dtype, batch, 1) not in todo:
                     continue
                 if run.over_budget():
                     run.skip(f"{name} {dtype} batch {batch}", f"--budget-s {opts.budget_s}")
                     continue
                 prompt = rng.integers(1, vocab, size=(batch, opts.prompt))
-                row: dict = {"model": name, "dtype": dtype, "batch": batch,
+                row: dict = {"model": name, "dtype": dtype, "batch": batch, "devices": 1,
                              "prompt": opts.prompt, "new": opts.new, "export_s": export_s}  # fmt: skip
                 if dtype == "float16" and batch == opts.batch[0] and fp32_eq is not None:
                     row["fp32_equal_tokens"] = fp32_eq
@@ -335,18 +353,74 @@ def _model(run: Run, name: str, torch: Any, bw: float) -> None:
                     row["error"] = error_text(e)
                 run.add(row)
             del session
+        if any(n > 1 for _, _, n in todo):
+            _sharded_rows(
+                run, name, path, todo, lambda b: rng.integers(1, vocab, size=(b, opts.prompt))
+            )
         if compiled is not None:
             compiled.close()
     del model, half
     torch.cuda.empty_cache()
 
 
-def _todo(run: Run, name: str) -> list[tuple[str, int]]:
-    """The (dtype, batch) rows of model ``name`` this run makes: those not in the report yet
-    (``--resume`` continues a run cut short between rows)."""
-    dtypes = ["float16"] + (["int4"] if run.args.int4 and name == "llama_1b" else [])
-    return [(d, b) for d in dtypes for b in run.args.batch
-            if not run.done(model=name, dtype=d, batch=b)]  # fmt: skip
+def _todo(run: Run, name: str) -> list[tuple[str, int, int]]:
+    """The (dtype, batch, devices) rows of model ``name`` this run makes: those not in the
+    report yet (``--resume`` continues a run cut short between rows)."""
+    kinds = [("float16", 1)] + ([("int4", 1)] if run.args.int4 and name == "llama_1b" else [])
+    devices = getattr(run.args, "devices", 1)
+    kinds += [("float16", devices)] if devices > 1 else []
+
+    def done(d: str, b: int, n: int) -> bool:
+        return any(r.get("model") == name and r.get("dtype") == d and r.get("batch") == b
+                   and r.get("devices", 1) == n for r in run.rows)  # fmt: skip
+
+    return [(d, b, n) for d, n in kinds for b in run.args.batch if not done(d, b, n)]
+
+
+def _sharded_rows(
+    run: Run,
+    name: str,
+    path: str,
+    todo: list,
+    prompt_of: Any,
+    dtype: str = "float16",
+    new: int | None = None,
+) -> None:
+    """The decode of the export at ``path`` on a ``"model"`` mesh of ``--devices`` devices (the
+    session's tensor parallelism, the cache split over the heads) against one device, in turn,
+    for each batch of ``todo`` (prompts from ``prompt_of(batch)``): tokens/s, the ratio
+    ``x_one_device`` and whether the greedy tokens are the one device's."""
+    import jax
+
+    from dml_jax.onnx import InferenceSession
+
+    opts, n = run.args, run.args.devices
+    new = new or opts.new
+    if len(jax.devices()) < n:
+        run.skip(f"{name} on {n} devices", f"{len(jax.devices())} device(s)")
+        return
+    one = InferenceSession(path)
+    split = InferenceSession(path, mesh=jax.make_mesh((n,), ("model",), devices=jax.devices()[:n]))
+    for d, batch, count in todo:
+        if (d, count) != (dtype, n):
+            continue
+        prompt = prompt_of(batch)
+        row: dict = {"model": name, "dtype": dtype, "batch": batch, "devices": n,
+                     "prompt": prompt.shape[1], "new": new}  # fmt: skip
+        try:
+            t = time.perf_counter()
+            want = dml_generation(one, prompt, new)[0]
+            got = dml_generation(split, prompt, new)[0]
+            row["warmup_s"] = round(time.perf_counter() - t, 2)
+            row["same_tokens"] = float((got == want).mean())
+            calls = {
+                "dml": lambda s=split, p=prompt: dml_generation(s, p, new)[:3],
+                "one device": lambda s=one, p=prompt: dml_generation(s, p, new)[:3],
+            }
+            _rounds(run, row, calls, max(1 if run.quick else MIN_ROUNDS, opts.samples))
+        except Exception as e:
+            row["error"] = error_text(e)
+        run.add(row)
 
 
 def _generation_row(run, row, session, half, compiled, prompt, weights, bw, torch) -> None:
@@ -453,7 +527,9 @@ def table(report: dict) -> list[str]:
         "spread holds 1.0). `TTFT ms`: dml_jax / eager. `roofline`: dml_jax's tokens/s over "
         "the copy bandwidth divided by the bytes a step reads. `programs`: compiled by a "
         "generation / new after a warm-up over `--long` positions (Generator; `run()` loop). "
-        "`same`: greedy tokens equal to PyTorch eager's (float16); `fp32`: of 64 in float32.",
+        "`same`: greedy tokens equal to PyTorch eager's (float16; on several devices, to one "
+        "device's); `fp32`: of 64 in float32. On several devices: the decode on a `model` "
+        "mesh, `x one device` its tokens/s over one device's.",
         "",
         (
             "| model | type | batch | tok/s | per token | run() | x eager | x compile | TTFT ms "
@@ -478,11 +554,16 @@ def table(report: dict) -> list[str]:
         note = r.get("error") or r.get("compile_error") or ""
         if "x_float16" in r:
             note = (note + f" {r['x_float16']:.2f}x float16").strip()
+        if "x_one_device" in r:
+            note = (note + f" {_r(r['x_one_device'])} x one device").strip()
+        kind = r.get("dtype", "")
+        if r.get("devices", 1) > 1:
+            kind += f" on {r['devices']} devices"
         fp32 = r.get("fp32_equal_tokens", "")
         same = f"{r['same_tokens']:.2f}" if "same_tokens" in r else ""
         err = f"{r['logits_rel_err']:.1e}" if "logits_rel_err" in r else ""
         lines.append(
-            f"| {r['model']} | {r.get('dtype', '')} | {r.get('batch', '')} | {t('dml')} | "
+            f"| {r['model']} | {kind} | {r.get('batch', '')} | {t('dml')} | "
             f"{t('dml per token')} | {t('dml run()')} | {_r(r.get('x_eager'))} | "
             f"{_r(r.get('x_compile'))} | {tt} | {roof} | {prog} | {same} | {fp32} | {err} | "
             f"{note[:80]} |"
