@@ -624,11 +624,15 @@ def record_networks(record, compare, collective_re) -> None:
         net = networks.gpt_stack(batch, dtype="FLOAT32", **config)
         mesh = jax.make_mesh((8,), ("x",))
         ok, detail, _, collectives = sharded_run(net, mesh, None, "x", P())
-        # Megatron: the row-parallel products' partial sums are all-reduced; no weight is
-        # ever gathered (each device keeps its slice of every projection).
-        reduced = any(kind == "all-reduce" for kind, _ in collectives)
+        # Megatron's minimum: the row-parallel products' partial sums all-reduced, one after
+        # attention and one after the MLP, each of the layer's activations ([tokens, d_model]);
+        # nothing else moves (no weight gathered, no activation gathered between them).
+        tokens, d = batch * config["seq"], config["d_model"]
+        minimum = [("all-reduce", f"f32[{tokens},{d}]")] * (2 * config["layers"])
+        got_list = [(kind, shape.split("{")[0]) for kind, shape in collectives]
         clean, moved = weight_free(net, collectives)
-        return ok and reduced and clean, f"{detail}; collectives {collectives}; weights {moved}"
+        ok = ok and got_list == minimum and clean
+        return ok, f"{detail}; collectives {collectives}; Megatron's {minimum}; weights {moved}"
 
     def gpt_data_and_tensor():
         net = networks.gpt_stack(2, dtype="FLOAT32", **small_gpt)
