@@ -411,15 +411,21 @@ def test_reports_hold_their_provenance(tmp_path):
 
 
 def test_resume_continues_one_run_only(tmp_path, monkeypatch):
-    """``--resume`` keeps the rows of a report of the same files (tree), card, versions and
-    options but ``--only``, and records each part; a report of other files or other options is
-    not continued."""
+    """``--resume`` keeps the rows of a report of the same package files (its code tree), card,
+    versions and options but ``--only``, and records each part with its own files; files
+    outside the package (docs, tests) may differ between parts; a report of other package files
+    or other options is not continued."""
     import sys
     from types import SimpleNamespace
 
     from dml_jax.bench import harness
 
-    monkeypatch.setattr(harness, "tree", lambda: "a" * 40)
+    files = {"all": "a" * 40, "code": "c" * 40}
+    monkeypatch.setattr(
+        harness, "tree", lambda paths=(".",): files["code" if paths != (".",) else "all"]
+    )
+    monkeypatch.setattr(harness, "commit_of_tree", lambda t: {"a" * 40: "1" * 40,
+                                                               "d" * 40: "2" * 40}.get(t))  # fmt: skip
     path = tmp_path / "onnx_models.json"
 
     def part(argv, resume):
@@ -438,7 +444,18 @@ def test_resume_continues_one_run_only(tmp_path, monkeypatch):
     assert "in 2 parts" in page._heading(report)
     other = part(["--suite", "onnx_models", "--resume", "--dtype", "float32"], True)
     assert not other.rows
-    monkeypatch.setattr(harness, "tree", lambda: "b" * 40)
+    # docs changed between sittings, the package's files did not: the run goes on, each part
+    # naming its own commit, the report its first part's
+    files["all"] = "d" * 40
+    third = part(["--suite", "onnx_models", "--resume", "--only", "t5"], True)
+    assert third.done(model="gpt2")
+    third.add({"model": "t5"})
+    report = json.loads(path.read_text())
+    assert [p["tree"] for p in report["parts"]] == ["a" * 40, "a" * 40, "d" * 40]
+    assert report["tree"] == "a" * 40
+    heading = page._heading(report)
+    assert "in 3 parts" in heading and "commit 111111111111, commit 222222222222" in heading
+    files["code"] = "e" * 40  # the package changed: a new run
     assert not part(["--suite", "onnx_models", "--resume"], True).rows
 
 

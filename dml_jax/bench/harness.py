@@ -190,11 +190,23 @@ def commit() -> str | None:
         return None
 
 
-def tree() -> str | None:
+# What a measurement depends on: the package and its dependencies' declaration. Runs whose
+# files agree here measured the same code (``code_tree``), whatever else changed between them.
+CODE_PATHS = ("dml_jax", "pyproject.toml")
+
+
+def code_tree() -> str | None:
+    """The git tree hash of ``CODE_PATHS`` alone, as they are (``tree`` of those paths): parts
+    of one run (``--resume``) must agree on it, so documentation and tests committed between
+    two sittings do not end a run whose code is the same."""
+    return tree(CODE_PATHS)
+
+
+def tree(paths: tuple[str, ...] = (".",)) -> str | None:
     """The git tree hash of the checkout's files as they are (tracked and untracked, less what
-    git ignores), whatever HEAD says: the commit a report ran at is the one with this tree
-    (``commit_of_tree``), even from a copy of a working tree whose ``.git`` is older than its
-    files (a remote machine's copy). None outside git."""
+    git ignores; ``paths`` only, where given), whatever HEAD says: the commit a report ran at
+    is the one with this tree (``commit_of_tree``), even from a copy of a working tree whose
+    ``.git`` is older than its files (a remote machine's copy). None outside git."""
     index = None
     try:
         if _git("rev-parse", "--git-dir").returncode:
@@ -203,7 +215,7 @@ def tree() -> str | None:
         os.close(fd)
         os.remove(index)  # git makes a fresh index there
         env = dict(os.environ, GIT_INDEX_FILE=index)
-        for args in (("add", "-A", "."), ("write-tree",)):
+        for args in (("add", "-A", "--", *paths), ("write-tree",)):
             done = subprocess.run(["git", *args], cwd=ROOT, env=env, check=False,
                                   capture_output=True, text=True, timeout=60)  # fmt: skip
             if done.returncode:
@@ -244,6 +256,7 @@ def environment() -> dict:
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         commit=commit(),
         tree=tree(),
+        code_tree=code_tree(),
         python=platform.python_version(),
         machine=platform.machine(),
     )
@@ -294,8 +307,8 @@ def gpu_driver() -> str | None:
 
 # The fields every report's head holds (``environment`` and ``Run``): a test checks them.
 PROVENANCE = (
-    "suite", "device", "device_count", "backend", "jax", "date", "commit", "tree", "python",
-    "machine",
+    "suite", "device", "device_count", "backend", "jax", "date", "commit", "tree", "code_tree",
+    "python", "machine",
     "torch", "versions", "driver", "argv", "quick",
 )  # fmt: skip
 
@@ -325,21 +338,24 @@ class Run:
             skipped=[],
         )
         self._torch: Any = False  # not looked up yet
+        self._tree, self._commit = self.report["tree"], self.report["commit"]  # this part's
         if getattr(args, "resume", False):
             self._resume()
 
     def _resume(self) -> None:
         """``--resume``: the rows of this suite's report at ``path`` carried over when it was
-        written from the same files (its ``tree``), on this device, with the same options but
-        ``--only``; a further part of the same run, recorded under ``parts``. Otherwise the
-        run starts afresh (and says so)."""
+        written from the same code (its ``code_tree``: the package's files; reports without
+        one, the whole ``tree``), on this device, with the same options but ``--only``; a
+        further part of the same run, recorded under ``parts`` with each part's own ``tree``.
+        Otherwise the run starts afresh (and says so)."""
         if self.path is None or not self.path.exists():
             return
         old = json.loads(self.path.read_text())
+        key = "code_tree" if old.get("code_tree") is not None else "tree"
         same = (
             old.get("suite") == self.suite
-            and old.get("tree") is not None
-            and old.get("tree") == self.report["tree"]
+            and old.get(key) is not None
+            and old.get(key) == self.report[key]
             and old.get("device") == self.report["device"]
             and old.get("driver") == self.report["driver"]
             and old.get("versions") == self.report["versions"]
@@ -354,9 +370,12 @@ class Run:
             s for s in old.get("skipped", []) if "--budget-s" not in s["reason"]
         ]
         self.report["parts"] = old.get("parts") or [
-            {"argv": old["argv"], "date": old["date"], "elapsed_s": old.get("elapsed_s")}
-        ]
+            {"argv": old["argv"], "date": old["date"], "elapsed_s": old.get("elapsed_s"),
+             "tree": old.get("tree"), "commit": old.get("commit")}
+        ]  # fmt: skip
         self.report["date"] = old["date"]
+        # the report names its first part's files (each part's are under ``parts``)
+        self.report["tree"], self.report["commit"] = old.get("tree"), old.get("commit")
         self._part = len(self.report["parts"])
 
     def done(self, **fields: Any) -> bool:
@@ -420,7 +439,8 @@ class Run:
         self.report["elapsed_s"] = round(self.elapsed(), 1)
         if "parts" in self.report:
             part = {"argv": sys.argv[1:], "date": self.started_date,
-                    "elapsed_s": self.report["elapsed_s"]}  # fmt: skip
+                    "elapsed_s": self.report["elapsed_s"], "tree": self._tree,
+                    "commit": self._commit}  # fmt: skip
             parts = self.report["parts"]
             parts[self._part :] = [part]
         self.path.parent.mkdir(parents=True, exist_ok=True)

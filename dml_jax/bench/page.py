@@ -38,7 +38,9 @@ def _heading(report: dict) -> str:
     if report.get("quick"):
         parts.append("--quick")
     if len(report.get("parts") or ()) > 1:
-        parts.append(f"one run in {len(report['parts'])} parts (`--resume`)")
+        where = sorted({_commit(p) for p in report["parts"] if p.get("tree") or p.get("commit")})
+        same = "" if len(where) < 2 else f", at {', '.join(where)}: the same package files"
+        parts.append(f"one run in {len(report['parts'])} parts (`--resume`{same})")
     return " · ".join(parts)
 
 
