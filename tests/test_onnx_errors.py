@@ -327,3 +327,16 @@ def test_contrib_op_attributes_of_another_type():
         r"^ONNX: node 0 \(Attention\): attribute 'num_heads' must be int, got ints$",
         {"x": np.ones((1, 2, 4), np.float32)},
     )
+
+
+def test_a_name_with_control_characters_stays_on_one_line():
+    """A model's names may hold any byte (a flipped byte made one ``'x\\n\\x02w1'``): the error
+    naming it is one line, the characters written as escapes (found by the ONNX fuzzer)."""
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    node = helper.make_node("MatMul", ["x\n\x02w1", "w"], ["y"])
+    data = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])], [w])
+    with pytest.raises(ValidationError) as e:
+        InferenceSession(data.SerializeToString()).run(None, {"x": np.ones((2, 4), np.float32)})
+    message = str(e.value)
+    assert "\n" not in message and "\\n\\x02w1" in message
+    assert message.startswith("ONNX: node 0 (MatMul): input 'x"), message

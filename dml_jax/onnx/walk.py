@@ -5,6 +5,7 @@ then the DML graph is numbered and pruned into an ``ImportedGraph``."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -59,7 +60,27 @@ class Walk:
     base_dir: str | None = None  # where external data is (attribute tensors read it too)
 
 
-def import_graph(
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def one_line(message: str) -> str:
+    """``message`` with its control characters (a newline in a model's names, say) written as
+    escapes, so that an error about the model stays one line."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], message)
+
+
+def import_graph(*args: Any, **kwargs: Any) -> ImportedGraph:
+    """``_import_graph`` (its documentation), its ``ValidationError`` on one line: names
+    from the model are written with their control characters escaped."""
+    try:
+        return _import_graph(*args, **kwargs)
+    except ValidationError as e:
+        if type(e) is ValidationError and _CONTROL.search(str(e)):
+            raise ValidationError(one_line(str(e))) from None
+        raise
+
+
+def _import_graph(
     model: Any,
     converters: Any = None,
     free_dimensions: Mapping[str, int] | None = None,
