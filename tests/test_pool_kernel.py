@@ -141,6 +141,37 @@ def test_gpu_fast_path_matches_lax(type_name, name, window, strides, pad, extra)
     _same(got, want)
 
 
+@pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("type_name", ["FLOAT32", "FLOAT16"])
+def test_gpu_comparison_fails_on_a_planted_kernel_fault(monkeypatch, type_name):
+    """The GPU comparison above can fail: the kernel's output with one element moved by one
+    unit in the last place (a planted fault) no longer passes ``_same`` against the lax
+    lowering, while the kernel as it is does."""
+    from dml_jax import compile as compiled
+
+    shape = (4, 24, 75, 133)
+    d = _desc(dml.MaxPoolingOperatorDesc, shape, type_name, (3, 3), (1, 1), (1, 1), (1, 1), None)
+    x = _input(shape, d.input_tensor.dtype, seed=5)
+    want = jax.jit(dml.compile_operator(d, fast_paths=False).fn)(x)
+    original = K.pool_kernel
+
+    def faulty(*args, **kwargs):
+        y = original(*args, **kwargs)
+        corner = (1, 5, 7, 11)
+        return y.at[corner].set(jax.numpy.nextafter(y[corner], jax.numpy.inf).astype(y.dtype))
+
+    compiled._compile_cached.cache_clear()
+    try:
+        _same(jax.jit(dml.compile_operator(d).fn)(x), want)  # the kernel as it is
+        monkeypatch.setattr(K, "pool_kernel", faulty)
+        compiled._compile_cached.cache_clear()
+        got = jax.jit(dml.compile_operator(d).fn)(x)
+        with pytest.raises(AssertionError):
+            _same(got, want)
+    finally:
+        compiled._compile_cached.cache_clear()
+
+
 @pytest.mark.parametrize(
     "window, strides, start, end, dilations, size",
     [((3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (9, 11)), ((3, 2), (2, 1), (1, 0), (2, 1), (2, 2), (10, 13)),
