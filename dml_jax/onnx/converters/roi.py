@@ -98,11 +98,13 @@ def _roi_align(ctx, node, inputs):
         raise ctx.fail(f"sampling_ratio must be >= 0, got {ratio}")
     scale = float(ctx.attr("spatial_scale", 1.0))
     height, width = int(ctx.attr("output_height", 1)), int(ctx.attr("output_width", 1))
+    t = x.data_type
+    out = (rois.shape[0], x.shape[1], height, width)
+    if rois.shape[0] == 0:  # no regions (a pyramid level a detector's proposals all missed)
+        return [ctx.constant(np.zeros(out, t.numpy_dtype))]
     if transform == "output_half_pixel":
         rois = _widened(ctx, rois, scale)
     indices = cast_value(ctx, batch, DataType.UINT32)
-    t = x.data_type
-    out = (rois.shape[0], x.shape[1], height, width)
     desc = op("ROI_ALIGN1")(
         TensorDesc(t, x.shape),
         TensorDesc(rois.data_type, rois.shape),

@@ -1,0 +1,111 @@
+"""Writes the tiny detectors of tests/test_onnx_detection.py: torchvision's Faster R-CNN,
+RetinaNet and SSD heads over a small random backbone (8 to 16 channels), exported by PyTorch's
+TorchScript exporter at opset 17 with one 3 x 96 x 96 image, random weights scaled so that the
+scores are distinct (no ties for the order of equal scores to decide).
+
+Needs torch and torchvision (not the project's dependencies): ``python
+tests/data/detection/make_detectors.py``. The files it writes are committed; the tests compare
+dml_jax with onnxruntime on them.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIZE = 96
+
+
+def _backbone(torch, channels: int):
+    """Two strided convolutions with batch norm: ``out_channels`` as torchvision's heads read."""
+    nn = torch.nn
+    body = nn.Sequential(
+        nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(8, channels, 3, stride=2, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
+    )  # fmt: skip
+    body.out_channels = channels
+    return body
+
+
+def _scaled(torch, model) -> None:
+    """Weights of unit gain (He-normal, linear), small biases and batch-norm shifts."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+                torch.nn.init.kaiming_normal_(m.weight, nonlinearity="linear")
+                if m.bias is not None:
+                    m.bias.normal_(0, 0.1)
+            elif isinstance(m, torch.nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0, 0.1)
+                m.running_mean.normal_(0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+
+
+def models(torch, torchvision) -> dict:
+    from torchvision.models import detection as D
+    from torchvision.models.detection.anchor_utils import AnchorGenerator, DefaultBoxGenerator
+    from torchvision.models.detection.ssd import SSD
+    from torchvision.ops import MultiScaleRoIAlign
+
+    common = {"min_size": SIZE, "max_size": SIZE}
+    anchors = AnchorGenerator(sizes=((16, 32, 64),), aspect_ratios=((0.5, 1.0, 2.0),))
+    from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
+
+    faster = D.FasterRCNN(
+        _backbone(torch, 16), rpn_anchor_generator=anchors,
+        box_roi_pool=MultiScaleRoIAlign(["0"], 7, 2), box_head=TwoMLPHead(16 * 7 * 7, 32),
+        box_predictor=FastRCNNPredictor(32, 4), box_score_thresh=0.0,
+        rpn_pre_nms_top_n_test=200, rpn_post_nms_top_n_test=50, box_detections_per_img=20,
+        **common,
+    )  # fmt: skip
+    retina = D.RetinaNet(
+        _backbone(torch, 16), num_classes=4,
+        anchor_generator=AnchorGenerator(sizes=((16, 32, 64),), aspect_ratios=((0.5, 1.0, 2.0),)),
+        score_thresh=0.0, detections_per_img=30, topk_candidates=100, **common,
+    )  # fmt: skip
+    ssd_backbone = _backbone(torch, 16)
+    ssd = SSD(
+        _SSDFeatures(torch, ssd_backbone), DefaultBoxGenerator([[2]]), (SIZE, SIZE),
+        num_classes=4, score_thresh=0.0, detections_per_img=30, topk_candidates=100,
+    )  # fmt: skip
+    return {"faster_rcnn": faster, "retinanet": retina, "ssd": ssd}
+
+
+def _SSDFeatures(torch, body):
+    """SSD's backbone returns an ordered dict of feature maps (one here)."""
+
+    class Features(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = body
+
+        def forward(self, x):
+            from collections import OrderedDict
+
+            return OrderedDict([("0", self.body(x))])
+
+    return Features()
+
+
+def main() -> None:
+    import torch
+    import torchvision
+
+    warnings.filterwarnings("ignore")
+    torch.manual_seed(0)
+    image = torch.rand(3, SIZE, SIZE)
+    for name, model in models(torch, torchvision).items():
+        _scaled(torch, model)
+        model.eval()
+        path = os.path.join(HERE, f"{name}.onnx")
+        with torch.no_grad():
+            out = model([image])[0]
+            torch.onnx.export(model, ([image],), path, opset_version=17, input_names=["image"],
+                              output_names=list(out), dynamo=False)  # fmt: skip
+        print(name, {k: tuple(v.shape) for k, v in out.items()}, os.path.getsize(path))
+
+
+if __name__ == "__main__":
+    main()
