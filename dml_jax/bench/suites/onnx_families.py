@@ -7,8 +7,12 @@ a LLaMA-style 1B-class model (Llama 3.2 1B's sizes: d_model 2048, 16 layers, 32 
 key-value heads, 512 tokens), the T5-base encoder (512 tokens), the Whisper-base encoder (30 s
 of audio: 3,000 mel frames), CLIP ViT-B/32's vision tower (224 x 224) and its text tower (77
 tokens), and a Stable-Diffusion-sized UNet block (320 channels on a 64 x 64 latent, cross-
-attention to 77 tokens of 768). ``--quick`` builds the same graphs at hidden size 128, 2
-layers, 32 tokens.
+attention to 77 tokens of 768). The categories users export beyond those: BART-base, Marian
+(opus-mt's sizes), T5-base and Whisper-base whole, their decoders over 64 target tokens;
+wav2vec2-base on 1 s of 16 kHz audio; DeBERTa-v3-base (relative-position attention);
+BLOOM-560m (ALiBi); Mistral's sliding window (128 of 512 tokens) on the 1B family's sizes; and
+torchvision's r3d_18 (3-D convolutions, 16 frames of 112 x 112). ``--quick`` builds the same
+graphs at hidden size 128, 2 layers, 32 tokens.
 """
 
 from __future__ import annotations
@@ -88,7 +92,9 @@ class _Wrap:
     """A model as a module returning one tensor (its output ``key``, else its first)."""
 
     @staticmethod
-    def make(model: Any, key: str = "last_hidden_state") -> Any:
+    def make(model: Any, key: str = "last_hidden_state", names: tuple = ()) -> Any:
+        """``names``: the model's keyword for each input, where they are not its first
+        positional parameters (Whisper's ``decoder_input_ids``)."""
         import torch
 
         class M(torch.nn.Module):
@@ -97,7 +103,7 @@ class _Wrap:
                 self.m = model
 
             def forward(self, *args):
-                out = self.m(*args)
+                out = self.m(**dict(zip(names, args))) if names else self.m(*args)
                 return out[key] if isinstance(out, dict) or hasattr(out, key) else out[0]
 
         return M()
@@ -201,6 +207,152 @@ def _clip_text(quick: bool) -> Any:
     return _Wrap.make(CLIPTextModel(cfg), "pooler_output")
 
 
+# --- Families of the categories users export beyond the first 20 (issue 66, item 5) --------
+# Encoder-decoder models whole (the decoder over 64 target tokens), a speech feature extractor,
+# relative-position attention, ALiBi, sliding-window attention and 3-D convolutions.
+
+_TARGET = 64  # decoder tokens of the encoder-decoder families (8 under --quick)
+
+
+def _seq2seq(kind: str) -> Callable[[bool], Any]:
+    """BART-base, Marian (opus-mt's sizes) or T5-base, encoder and decoder: logits."""
+
+    def build(quick: bool) -> Any:
+        import transformers as tf
+
+        t = _TOY
+        if kind == "t5":
+            cfg = (tf.T5Config(d_model=t["hidden"], num_layers=t["layers"], num_heads=t["heads"],
+                               d_ff=t["ffn"], d_kv=32, vocab_size=t["vocab"])
+                   if quick else tf.T5Config())  # fmt: skip
+            return _Wrap.make(tf.T5ForConditionalGeneration(cfg), "logits")
+        small = dict(d_model=t["hidden"], encoder_layers=t["layers"], decoder_layers=t["layers"],
+                     encoder_attention_heads=t["heads"], decoder_attention_heads=t["heads"],
+                     encoder_ffn_dim=t["ffn"], decoder_ffn_dim=t["ffn"], vocab_size=t["vocab"],
+                     max_position_embeddings=128)  # fmt: skip
+        if kind == "bart":  # bart-base
+            base = dict(d_model=768, encoder_layers=6, decoder_layers=6,
+                        encoder_attention_heads=12, decoder_attention_heads=12,
+                        encoder_ffn_dim=3072, decoder_ffn_dim=3072)  # fmt: skip
+            cfg = tf.BartConfig(**(small if quick else base))
+            return _Wrap.make(tf.BartForConditionalGeneration(cfg), "logits")
+        cfg = tf.MarianConfig(**(small if quick else {}), pad_token_id=1,
+                              decoder_start_token_id=1)  # MarianConfig's defaults: opus-mt's  # fmt: skip
+        return _Wrap.make(tf.MarianMTModel(cfg), "logits")
+
+    return build
+
+
+def _seq2seq_inputs(seq: int, vocab: int) -> Callable[[int, bool], tuple]:
+    def inputs(batch: int, quick: bool) -> tuple:
+        import torch
+
+        v = 1000 if quick else vocab
+        ids = torch.randint(2, v, (batch, 32 if quick else seq))
+        target = torch.randint(2, v, (batch, 8 if quick else _TARGET))
+        return (ids, torch.ones_like(ids), target)
+
+    return inputs
+
+
+def _whisper(quick: bool) -> Any:
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    t = _TOY
+    if quick:
+        cfg = WhisperConfig(d_model=t["hidden"], encoder_layers=t["layers"],
+                            decoder_layers=t["layers"], encoder_attention_heads=t["heads"],
+                            decoder_attention_heads=t["heads"], encoder_ffn_dim=t["ffn"],
+                            decoder_ffn_dim=t["ffn"], vocab_size=t["vocab"], num_mel_bins=80,
+                            max_source_positions=100, max_target_positions=64,
+                            pad_token_id=1, bos_token_id=1, eos_token_id=2,
+                            decoder_start_token_id=1)  # fmt: skip
+    else:  # whisper-base, encoder and decoder
+        cfg = WhisperConfig(d_model=512, encoder_layers=6, decoder_layers=6,
+                            encoder_attention_heads=8, decoder_attention_heads=8,
+                            encoder_ffn_dim=2048, decoder_ffn_dim=2048, num_mel_bins=80,
+                            max_source_positions=1500)  # fmt: skip
+    model = WhisperForConditionalGeneration(cfg)
+    return _Wrap.make(model, "logits", ("input_features", "decoder_input_ids"))
+
+
+def _whisper_seq2seq_inputs(batch: int, quick: bool) -> tuple:
+    import torch
+
+    features = _whisper_inputs(batch, quick)[0]
+    return (features, torch.randint(2, 1000 if quick else 51865, (batch, 8 if quick else _TARGET)))
+
+
+def _wav2vec2(quick: bool) -> Any:
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    t = _TOY
+    cfg = (Wav2Vec2Config(hidden_size=t["hidden"], num_hidden_layers=t["layers"],
+                          num_attention_heads=t["heads"], intermediate_size=t["ffn"],
+                          num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
+           if quick else Wav2Vec2Config())  # wav2vec2-base  # fmt: skip
+    return _Wrap.make(Wav2Vec2Model(cfg))
+
+
+def _audio(batch: int, quick: bool) -> tuple:
+    import torch
+
+    return (torch.randn(batch, 4000 if quick else 16000),)  # 1 s at 16 kHz
+
+
+def _deberta(quick: bool) -> Any:
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    t = _TOY
+    rel = dict(relative_attention=True, position_buckets=256, pos_att_type=["p2c", "c2p"],
+               max_relative_positions=-1, norm_rel_ebd="layer_norm", share_att_key=True)  # fmt: skip
+    cfg = (DebertaV2Config(hidden_size=t["hidden"], num_hidden_layers=t["layers"],
+                           num_attention_heads=t["heads"], intermediate_size=t["ffn"],
+                           vocab_size=t["vocab"], **rel)
+           if quick else DebertaV2Config(vocab_size=128100, **rel))  # deberta-v3-base  # fmt: skip
+    return _Wrap.make(DebertaV2Model(cfg))
+
+
+def _bloom(quick: bool) -> Any:
+    from transformers import BloomConfig, BloomModel
+
+    t = _TOY
+    cfg = (BloomConfig(hidden_size=t["hidden"], n_layer=t["layers"], n_head=t["heads"],
+                       vocab_size=t["vocab"])
+           if quick else BloomConfig(hidden_size=1024, n_layer=24, n_head=16))  # bloom-560m  # fmt: skip
+    return _Wrap.make(BloomModel(cfg))
+
+
+def _mistral(quick: bool) -> Any:
+    """Mistral's sliding-window attention on the 1B LLaMA family's sizes, a window of a
+    quarter of the tokens (so that it masks)."""
+    from transformers import MistralConfig, MistralModel
+
+    t = _TOY
+    if quick:
+        cfg = MistralConfig(hidden_size=t["hidden"], num_hidden_layers=t["layers"],
+                            num_attention_heads=t["heads"], num_key_value_heads=2,
+                            intermediate_size=t["ffn"], vocab_size=t["vocab"],
+                            max_position_embeddings=128, sliding_window=8)  # fmt: skip
+    else:
+        cfg = MistralConfig(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
+                            num_key_value_heads=8, intermediate_size=8192, vocab_size=32000,
+                            max_position_embeddings=4096, sliding_window=128)  # fmt: skip
+    return _Wrap.make(MistralModel(cfg))
+
+
+def _video(batch: int, quick: bool) -> tuple:
+    import torch
+
+    return (torch.randn(batch, 3, 4 if quick else 16, 56 if quick else 112, 56 if quick else 112),)
+
+
+def _r3d(quick: bool) -> Any:
+    from torchvision.models.video import r3d_18
+
+    return r3d_18(weights=None)
+
+
 # The UNet block's sizes: (channels, latent side, context tokens, context width, time width,
 # heads); Stable Diffusion 1.x's first level, and a toy one.
 _UNET = {False: (320, 64, 77, 768, 1280, 8), True: (64, 16, 12, 32, 128, 4)}
@@ -281,4 +433,13 @@ FAMILIES: dict[str, Family] = {
     "clip_vision": Family(_clip_vision, _clip_image, _B, 64, image=True),
     "clip_text": Family(_clip_text, _tokens(77, 49408), _BS, 64),
     "unet_block": Family(_unet_block, _unet_inputs, _B, 8, image=True),
+    "bart": Family(_seq2seq("bart"), _seq2seq_inputs(128, 50265), _BS, 16),
+    "marian": Family(_seq2seq("marian"), _seq2seq_inputs(128, 58101), _BS, 16),
+    "t5": Family(_seq2seq("t5"), _seq2seq_inputs(512, 32128), _BS, 8),
+    "whisper": Family(_whisper, _whisper_seq2seq_inputs, _B, 8),
+    "wav2vec2": Family(_wav2vec2, _audio, _B, 16),
+    "deberta_v3": Family(_deberta, _tokens(128, 128100), _BS, 32),
+    "bloom_alibi": Family(_bloom, _tokens(512, 250880), _BS, 8),
+    "mistral_sliding": Family(_mistral, _tokens(512, 32000), _BS, 4),
+    "r3d_18": Family(_r3d, _video, _B, 8),
 }
