@@ -150,13 +150,17 @@ def _llama(quick: bool) -> Any:
     return _Wrap.make(LlamaModel(cfg))
 
 
+# t5-base (T5Config's own defaults are t5-small's: d_model 512, 6 layers)
+_T5_BASE = dict(d_model=768, d_kv=64, d_ff=3072, num_layers=12, num_decoder_layers=12, num_heads=12)
+
+
 def _t5_encoder(quick: bool) -> Any:
     from transformers import T5Config, T5EncoderModel
 
     t = _TOY
     cfg = (T5Config(d_model=t["hidden"], num_layers=t["layers"], num_heads=t["heads"],
                     d_ff=t["ffn"], d_kv=32, vocab_size=t["vocab"])
-           if quick else T5Config())  # T5Config's defaults are t5-base's  # fmt: skip
+           if quick else T5Config(**_T5_BASE))  # fmt: skip
     return _Wrap.make(T5EncoderModel(cfg))
 
 
@@ -224,7 +228,7 @@ def _seq2seq(kind: str) -> Callable[[bool], Any]:
         if kind == "t5":
             cfg = (tf.T5Config(d_model=t["hidden"], num_layers=t["layers"], num_heads=t["heads"],
                                d_ff=t["ffn"], d_kv=32, vocab_size=t["vocab"])
-                   if quick else tf.T5Config())  # fmt: skip
+                   if quick else tf.T5Config(**_T5_BASE))  # fmt: skip
             return _Wrap.make(tf.T5ForConditionalGeneration(cfg), "logits")
         small = dict(d_model=t["hidden"], encoder_layers=t["layers"], decoder_layers=t["layers"],
                      encoder_attention_heads=t["heads"], decoder_attention_heads=t["heads"],
@@ -236,8 +240,10 @@ def _seq2seq(kind: str) -> Callable[[bool], Any]:
                         encoder_ffn_dim=3072, decoder_ffn_dim=3072)  # fmt: skip
             cfg = tf.BartConfig(**(small if quick else base))
             return _Wrap.make(tf.BartForConditionalGeneration(cfg), "logits")
-        cfg = tf.MarianConfig(**(small if quick else {}), pad_token_id=1,
-                              decoder_start_token_id=1)  # MarianConfig's defaults: opus-mt's  # fmt: skip
+        opus = dict(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
+                    decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048)  # fmt: skip
+        cfg = tf.MarianConfig(**(small if quick else opus), pad_token_id=1,
+                              decoder_start_token_id=1)  # opus-mt-en-de's sizes  # fmt: skip
         return _Wrap.make(tf.MarianMTModel(cfg), "logits")
 
     return build
@@ -309,7 +315,9 @@ def _deberta(quick: bool) -> Any:
     cfg = (DebertaV2Config(hidden_size=t["hidden"], num_hidden_layers=t["layers"],
                            num_attention_heads=t["heads"], intermediate_size=t["ffn"],
                            vocab_size=t["vocab"], **rel)
-           if quick else DebertaV2Config(vocab_size=128100, **rel))  # deberta-v3-base  # fmt: skip
+           if quick else DebertaV2Config(hidden_size=768, num_hidden_layers=12,
+                                         num_attention_heads=12, intermediate_size=3072,
+                                         vocab_size=128100, **rel))  # deberta-v3-base  # fmt: skip
     return _Wrap.make(DebertaV2Model(cfg))
 
 
