@@ -19,8 +19,6 @@ no mix). Anything else keeps its GEMM.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ...registry import lookup
 from ...tensor import TensorDesc
 from . import Editor, rewrite
@@ -38,10 +36,6 @@ def _collapsed(desc: TensorDesc | None, rank: int) -> TensorDesc | None:
     strides = (0,) * lead + desc.layout_strides
     sizes = (1,) * lead + tuple(1 if s == 0 else n for n, s in zip(desc.sizes, desc.layout_strides))
     return TensorDesc(desc.data_type, sizes, strides=strides)
-
-
-def _moving(desc: TensorDesc) -> list[int]:
-    return [s for n, s in zip(desc.sizes, desc.layout_strides) if n != 1]
 
 
 def _per(desc: TensorDesc | None, axis: int | None) -> bool:
@@ -65,8 +59,8 @@ def _operand(g: Editor, n: int, slot: int, read: TensorDesc, axis: int | None):
     lead = read.rank - out.rank  # the GEMM may read it with leading axes of size 1 added
     if x.sizes != out.sizes or lead < 0 or read.sizes != (1,) * lead + out.sizes:
         return None
-    if _moving(read) != _moving(TensorDesc(out.data_type, read.sizes)):
-        return None  # not a plain view (the strides of axes of size 1 say nothing)
+    if not g.reads_packed(n, slot):
+        return None  # a view other than those leading axes
     scale = _collapsed(deq.scale_tensor, read.rank)
     zero = _collapsed(deq.zero_point_tensor, read.rank)
     if scale is None or (deq.zero_point_tensor is not None and zero is None):
@@ -107,21 +101,12 @@ def qdq_matmul(g: Editor) -> int:
         )  # fmt: skip
         if not g.valid(desc):
             continue
-        inputs: list[Any] = [s for s, t in zip(a[3], (1, 1, a[2])) if t is not None]
-        inputs += [s for s, t in zip(b[3], (1, 1, b[2])) if t is not None]
-        if d.c_tensor is not None:
-            inputs.append(g.source(n, 2))
-        new = g.add(desc, _slots(desc, inputs), g.origin[n])
+        # the operator's slots: A, its scale and zero point, B, its own, the bias (C)
+        c = g.source(n, 2) if d.c_tensor is not None else None
+        new = g.add(desc, [*a[3], *b[3], c], g.origin[n])
         g.reroute((n, 0), (new, 0))
         g.remove(n)
         count += 1
     if count:
         g.prune()
     return count
-
-
-def _slots(desc: Any, present: list) -> list:
-    """``present`` (the sources of the desc's present input tensors, in order) spread over its
-    input slots, None at each absent optional one."""
-    it = iter(present)
-    return [None if t is None else next(it) for _, t in desc.edge_slots("input")]
