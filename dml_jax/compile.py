@@ -327,7 +327,7 @@ def _sharded_cached(op: CompiledOperator, ins: tuple | None, outs: tuple | None)
     # explicit mesh, not the default one (``sharding.default_output_spec``) and a relayout
     # after it, which would steer XLA's propagation (a graph's weights gathered, say).
     fn = op._logical_fn(outs)
-    if any(getattr(getattr(x, "mesh", None), "size", 1) > 1 for x in (*(ins or ()), *(outs or ()))):
+    if fastpath.spread((*(ins or ()), *(outs or ()))):
         logical = fn
 
         def fn(*arrays):  # over several devices: kernels XLA cannot split give way to lax

@@ -177,6 +177,12 @@ def sharded(on: bool = True):
         _SHARDED.reset(token)
 
 
+def spread(shardings: Any) -> bool:
+    """Whether any of ``shardings`` (None entries allowed) spans more than one device: a
+    program laid out so is traced ``sharded``."""
+    return any(getattr(getattr(s, "mesh", None), "size", 1) > 1 for s in shardings or ())
+
+
 def partitioned() -> bool:
     """Whether the trace in progress is of a program split over several devices (``sharded``,
     or a context mesh of more than one device)."""

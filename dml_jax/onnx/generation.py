@@ -432,10 +432,6 @@ class DecodeSteps:
         return options or None
 
     def _params_for(self, program: Any) -> dict:
-        """The parameters the session's ``run`` passes ``program``: on a mesh, each device's
-        block of them as the program's layout places them."""
-        if program.layout is not None:
-            return self.session._mesh_params(program)
         return self.session._run_params(program)
 
     def put(self, array: Any) -> Any:

@@ -162,7 +162,8 @@ class Program:
         outs: tuple = ()
         if self.graph is not None:
             # Split over devices, kernels XLA cannot partition give way to lax (fastpath.sharded).
-            with fastpath.sharded(self._split() or fastpath.partitioned()):
+            split = self.layout is not None and fastpath.spread(self.layout.graph_inputs)
+            with fastpath.sharded() if split else contextlib.nullcontext():
                 outs = self.graph.fn(*self._graph_args(params, inputs))
             outs = outs if isinstance(outs, tuple) else (outs,)
         computed = iter(outs)
@@ -177,12 +178,6 @@ class Program:
                 y = y.astype(dtype)
             result.append(y if s is None else jax.lax.with_sharding_constraint(y, s))
         return tuple(result)
-
-    def _split(self) -> bool:
-        """Whether the program's layout spreads it over more than one device."""
-        if self.layout is None:
-            return False
-        return any(s is not None and s.mesh.size > 1 for s in self.layout.graph_inputs)
 
     def operators(self) -> list[str]:
         """The DML operator types of the program in node order (``GEMM``, ``CONVOLUTION``...),

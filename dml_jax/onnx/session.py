@@ -452,7 +452,7 @@ class InferenceSession(ProgramCache):
 
         args = [place(to_graph_array(feed[n], f"input '{n}'"), s)
                 for n, s in zip(names, program.layout.inputs)]  # fmt: skip
-        return jitted, self._mesh_params(program), args
+        return jitted, self._run_params(program), args
 
     def _device_call(self, input_feed: Mapping[str, Any]) -> Callable[[], tuple]:
         """``run``'s program for ``input_feed`` (every input, none padded) as a call with no
@@ -535,9 +535,12 @@ class InferenceSession(ProgramCache):
         return arrays[init.name]
 
     def _run_params(self, program: Program) -> dict[str, Any]:
-        """The parameters ``run`` passes: none on the CPU while the program's constants (the
+        """The parameters ``run`` passes: on a mesh, each device's block of them as the
+        program's layout places them; none on the CPU while the program's constants (the
         session's weights, as imported) are at most ``CPU_BAKED_WEIGHTS_MAX_BYTES``, so that
         they are compiled in; else the session's parameters on its device."""
+        if program.layout is not None:
+            return self._mesh_params(program)
         cpu = self._device.platform == "cpu"
         if cpu and program.imported.constant_bytes <= CPU_BAKED_WEIGHTS_MAX_BYTES:
             return {}
