@@ -464,11 +464,12 @@ def test_decode_resumes_between_rows():
     (the rows are per model, dtype, batch and devices; int4 only for the 1B model)."""
     from types import SimpleNamespace
 
+    from dml_jax.bench import harness
     from dml_jax.bench.suites import decode
 
     run = SimpleNamespace(
         args=SimpleNamespace(batch=[1, 8], int4=True, devices=2),
-        rows=[{"model": "llama_1b", "dtype": "float16", "batch": 1},  # before "devices": one
+        rows=[{"model": "llama_1b", "dtype": "float16", "batch": 1, "devices": 1},
               {"model": "llama_1b", "error": "a model-wide failure is tried again"},
               {"model": "llama_1b", "dtype": "float16", "batch": 8, "devices": 2},
               {"model": "gpt2", "dtype": "float16", "batch": 1, "devices": 1},
@@ -476,6 +477,7 @@ def test_decode_resumes_between_rows():
               {"model": "gpt2", "dtype": "float16", "batch": 1, "devices": 2},
               {"model": "gpt2", "dtype": "float16", "batch": 8, "devices": 2}],
     )  # fmt: skip
+    run.done = lambda **fields: harness.Run.done(run, **fields)
     assert decode._todo(run, "llama_1b") == [
         ("float16", 8, 1), ("int4", 1, 1), ("int4", 8, 1), ("float16", 1, 2)
     ]  # fmt: skip

@@ -324,7 +324,7 @@ def _model(run: Run, name: str, torch: Any, bw: float) -> None:
             if r.get("model") == name
             and r.get("dtype") == "float16"
             and "tok_s" in r
-            and r.get("devices", 1) == 1
+            and r.get("devices") == 1
         }
         for dtype, file in exports:
             if not any(d == dtype and n == 1 for d, _, n in todo):
@@ -369,12 +369,8 @@ def _todo(run: Run, name: str) -> list[tuple[str, int, int]]:
     kinds = [("float16", 1)] + ([("int4", 1)] if run.args.int4 and name == "llama_1b" else [])
     devices = getattr(run.args, "devices", 1)
     kinds += [("float16", devices)] if devices > 1 else []
-
-    def done(d: str, b: int, n: int) -> bool:
-        return any(r.get("model") == name and r.get("dtype") == d and r.get("batch") == b
-                   and r.get("devices", 1) == n for r in run.rows)  # fmt: skip
-
-    return [(d, b, n) for d, n in kinds for b in run.args.batch if not done(d, b, n)]
+    return [(d, b, n) for d, n in kinds for b in run.args.batch
+            if not run.done(model=name, dtype=d, batch=b, devices=n)]  # fmt: skip
 
 
 def _sharded_rows(
