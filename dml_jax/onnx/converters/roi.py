@@ -29,6 +29,7 @@ from ...tensor import Size2D, TensorDesc
 from ..importer import Value, packed
 from . import converter
 from ._common import DataType, binary_value, cast_value, op
+from .movement import empty
 
 UINT32_MAX = 2**32 - 1
 
@@ -101,7 +102,7 @@ def _roi_align(ctx, node, inputs):
     t = x.data_type
     out = (rois.shape[0], x.shape[1], height, width)
     if rois.shape[0] == 0:  # no regions (a pyramid level a detector's proposals all missed)
-        return [ctx.constant(np.zeros(out, t.numpy_dtype))]
+        return [empty(ctx, x, out)]
     if transform == "output_half_pixel":
         rois = _widened(ctx, rois, scale)
     indices = cast_value(ctx, batch, DataType.UINT32)
