@@ -5,8 +5,10 @@ cached as a ``CompiledGraph``.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -24,6 +26,29 @@ from ..tensor import packed_strides
 from . import rolling
 from .records import GRAPH, ConstantDataNode, FunctionNode, GraphDesc
 from .validation import GraphPlan, constant_value, validated_plan
+
+# Constant data nodes whose values the caller passes as arguments of its own jit: (node index,
+# DataType) -> the node's elements of that type, flat (``held_constants``).
+_HELD: contextvars.ContextVar[Mapping | None] = contextvars.ContextVar(
+    "dml_graph_held", default=None
+)
+
+
+@contextlib.contextmanager
+def held_constants(values: Mapping[tuple[int, Any], Any]) -> Iterator[None]:
+    """Graphs traced inside read these arrays for their constant data nodes: ``values`` maps
+    (node index, ``DataType``) to the node's elements of that type, flat and in order
+    (``validation.constant_elements``), as arrays, traced ones included. A reader of a node
+    reads the array of its own data type where one is given, and the node's bytes, compiled
+    into the program, where none is. The values must be the nodes' (the lowerings still read
+    the bytes while tracing, ``fastpath.known_input``): what changes is only that the program
+    takes them as arguments instead of holding them, so that a program over large constants
+    (4-bit weights) is not compiled with them in it."""
+    token = _HELD.set(values)
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
 
 
 class CompiledGraph(CompiledOperator):
@@ -218,10 +243,15 @@ def _graph_function(
     if roll:
         steps = _rolled(steps, graph, plan, pairs, linked, known_value, pair_lowering, runs)
 
+    held: Mapping | None = None  # held_constants' values while ``lowered`` traces
+
     def source_value(values, arrays, s):
         if s[0] == "input":
             return arrays[s[1]]
         if s[0] == "constant":  # the bytes as the consumer's elements, read through its desc
+            flat = held.get((s[1], s[2].data_type)) if held else None
+            if flat is not None:
+                return read_tensor(flat[: s[2].addressed_elements], s[2])
             data = constant_value(graph.nodes[s[1]], s[2].like(sizes=(s[2].addressed_elements,)))
             return read_tensor(jnp.asarray(data), s[2])
         if len(s) == 3:
@@ -230,6 +260,8 @@ def _graph_function(
 
     def lowered(*arrays):
         counter[0] += 1
+        nonlocal held
+        held = _HELD.get()
         values: dict[tuple[int, int], Any] = {}
         for step in steps:
             if isinstance(step, rolling.RolledRun):

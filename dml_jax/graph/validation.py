@@ -285,14 +285,21 @@ def _check_constant(
         )
 
 
+def constant_elements(constant: ConstantDataNode, data_type: Any, count: int | None = None):
+    """The first ``count`` elements (all the bytes hold when None) of a constant's bytes read
+    as ``data_type`` (a ``DataType``), flat NumPy."""
+    bits = data_type.bits
+    if count is None:
+        count = constant.data_size * 8 // bits
+    if bits == 4:  # two a byte, element 0 in the low nibble
+        return unpack_4bit(np.frombuffer(constant.data, np.uint8), count, data_type)
+    return np.frombuffer(constant.data, data_type.numpy_dtype, count=count)
+
+
 def constant_value(constant: ConstantDataNode, desc: TensorDesc) -> np.ndarray:
     """The logical tensor (NumPy, shape ``desc.sizes``) that ``desc`` reads from a constant's
     bytes: a strided view, so a broadcast (stride 0) copies nothing."""
-    count = desc.addressed_elements
-    if desc.data_type.bits == 4:  # two a byte, element 0 in the low nibble
-        flat = unpack_4bit(np.frombuffer(constant.data, np.uint8), count, desc.data_type)
-    else:
-        flat = np.frombuffer(constant.data, desc.dtype, count=count)
+    flat = constant_elements(constant, desc.data_type, desc.addressed_elements)
     strides = tuple(s * flat.itemsize for s in desc.layout_strides)
     return np.lib.stride_tricks.as_strided(flat, desc.sizes, strides, writeable=False)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,8 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import fastpath
+from ..enums import DataType
 from ..errors import ValidationError
 from ..graph import ConstantDataNode, compile_graph
+from ..graph.tracing import held_constants
 from .importer import ONNX, ImportedGraph, graph_dtype
 
 # XLA options a session's compiles take on GPUs unless the caller's compiler_options say
@@ -47,6 +50,16 @@ CPU_COMPILER_OPTIONS: dict[str, Any] = {
 # docs/onnx.md, "On the CPU"), for 35-47 ms of compile per MB. ``apply`` and ``fn`` still
 # take the parameters as arguments.
 CPU_BAKED_WEIGHTS_MAX_BYTES = 2**30
+
+# Where ``run`` passes the session's parameters as arguments (a GPU, or a CPU past the bytes
+# above), the program's other constants of at least this many bytes (4-bit weights, held by
+# constant data nodes; codes that converters unpack at import) enter as arguments too, under
+# keys of its parameter mapping that start with ``HELD`` (``Program.held``), instead of being
+# compiled in: XLA took 60-65 s to compile each decode program of a 1B-class int4 model with
+# its half-gigabyte of 4-bit codes in it, against about 5.6 s for the float16 model, whose
+# weights are arguments (benchmarks/experiments/README.md, ``int4_compile_gpu.py``).
+HELD_MIN_BYTES = 2**14
+HELD = "\x00held:"
 
 
 @functools.cache
@@ -155,15 +168,54 @@ class Program:
             self._jitted_for[platform] = fn
         return fn
 
+    @functools.cached_property
+    def held(self) -> dict[str, tuple[Any, Any]]:
+        """The constants ``run`` passes as arguments (``HELD_MIN_BYTES``): parameter key ->
+        (a key equal for equal values across the session's programs, a function giving the
+        value as NumPy). A constant data node is held once per data type its readers read it
+        as (``tracing.held_constants``); a constant graph input that is no parameter as it is
+        passed."""
+        from ..graph.validation import constant_elements
+
+        imp, out = self.imported, {}
+        if imp.graph is None:
+            return out
+        nodes = imp.graph.nodes
+        for e in imp.graph.intermediate_edges:
+            node = nodes[e.from_node_index]
+            if not isinstance(node, ConstantDataNode) or node.data_size < HELD_MIN_BYTES:
+                continue
+            reader = nodes[e.to_node_index].edge_slots("input")[e.to_node_input_index][1]
+            t = reader.data_type
+            out[f"{HELD}{e.from_node_index}:{t.name}"] = (
+                (node, t), functools.partial(constant_elements, node, t)
+            )  # fmt: skip
+        for j, (c, p) in enumerate(zip(imp.constants, imp.params)):
+            if p is None and c.nbytes >= HELD_MIN_BYTES:
+                c = np.ascontiguousarray(c)
+                digest = hashlib.blake2b(c.data, digest_size=16).digest()
+                out[f"{HELD}c{j}"] = (("constant", c.shape, c.dtype.str, digest), lambda c=c: c)
+        return out
+
     def apply(self, params: Mapping[str, Any], *inputs: Any) -> tuple:
         """The model's outputs for ``inputs`` (every model input, in order; those the program
-        took as constants are ignored) with ``params`` replacing initializers by name."""
+        took as constants are ignored) with ``params`` replacing initializers by name (and
+        holding, under ``HELD`` keys, the constants ``held`` names, where the caller passes
+        them)."""
         imp = self.imported
         outs: tuple = ()
         if self.graph is not None:
             # Split over devices, kernels XLA cannot partition give way to lax (fastpath.sharded).
             split = self.layout is not None and fastpath.spread(self.layout.graph_inputs)
-            with fastpath.sharded() if split else contextlib.nullcontext():
+            data = {}
+            for key, value in params.items():
+                if isinstance(key, str) and key.startswith(HELD) and key[len(HELD)] != "c":
+                    n, t = key[len(HELD) :].split(":")
+                    data[(int(n), DataType[t])] = value
+            with (
+                fastpath.sharded() if split else contextlib.nullcontext(),
+                held_constants(data) if data else contextlib.nullcontext(),
+            ):
                 outs = self.graph.fn(*self._graph_args(params, inputs))
             outs = outs if isinstance(outs, tuple) else (outs,)
         computed = iter(outs)
@@ -208,7 +260,7 @@ class Program:
         for j, (c, p) in enumerate(zip(imp.constants, imp.params)):
             value = params.get(p) if p is not None else None
             if value is None:
-                args.append(c)
+                args.append(params.get(f"{HELD}c{j}", c) if p is None else c)
             else:
                 args.append(jnp.asarray(value).astype(c.dtype).reshape(descs[count + j].sizes))
         if self.layout is not None:

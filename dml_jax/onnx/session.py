@@ -544,7 +544,24 @@ class InferenceSession(ProgramCache):
         cpu = self._device.platform == "cpu"
         if cpu and program.imported.constant_bytes <= CPU_BAKED_WEIGHTS_MAX_BYTES:
             return {}
-        return self._device_params()
+        if not program.held:
+            return self._device_params()
+        x64 = bool(jax.config.read("jax_enable_x64"))
+        cached = program.__dict__.setdefault("_run_params", {})
+        if x64 not in cached:
+            cached[x64] = {**self._device_params(), **self._held_params(program)}
+        return cached[x64]
+
+    def _held_params(self, program: Program) -> dict[str, Any]:
+        """The program's large constants that are no parameter (``Program.held``) on the
+        session's device, each value once for every program that holds it."""
+        store = self.__dict__.setdefault("_held", {})
+        out = {}
+        for key, (same, value) in program.held.items():
+            if same not in store:
+                store[same] = jax.device_put(value(), self._device)
+            out[key] = store[same]
+        return out
 
     def _device_params(self) -> dict[str, Any]:
         """The parameters on the session's device (once per x64 mode: without it JAX holds
