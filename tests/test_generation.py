@@ -218,6 +218,10 @@ def test_end_token_stops_a_sequence(sessions):
     row0 = both[0].tolist()
     assert row0[: first + 1] == greedy[: first + 1]
     assert set(row0[first + 1 :]) <= {0}
+    # The prefill's token ends the row: no step is kept (the one queued before the host saw
+    # that is dropped), as no step ran in a loop that checks first.
+    got = generate(s, [ref["prompt"][0]], 20, eos_token_id=greedy[0])
+    np.testing.assert_array_equal(got[0], greedy[:1])
 
 
 def test_select_tokens_samples_the_truncated_distribution():

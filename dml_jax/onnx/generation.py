@@ -163,7 +163,6 @@ class DecodeSteps:
         self._eos = eos
         self.pad = pad
         self._steps: dict[tuple, Any] = {}
-        self._loops: dict[tuple, Any] = {}
         self._prefills: dict[tuple, Any] = {}
         self.compiles = 0
 
@@ -386,37 +385,19 @@ class DecodeSteps:
         return program, step
 
     def _step_fn(self, batch: int, past: int, capacity: int = 0) -> Any:
-        """One decode step at past length ``past``, jitted, its state donated."""
+        """One decode step at past length ``past``, jitted, its state donated: (the new state,
+        whether every row has ended), the second apart from the donated state so that the
+        host may read it after the next step has taken the state."""
         entry = self._steps.get((batch, past, capacity))
         if entry is None:
             program, step = self._step_body(batch, past, capacity)
-            fn = jax.jit(step, donate_argnums=(1,), compiler_options=self._options())
+
+            def stepped(params, state, length):
+                state = step(params, state, length)
+                return state, jnp.all(state[4])
+
+            fn = jax.jit(stepped, donate_argnums=(1,), compiler_options=self._options())
             entry = self._steps[(batch, past, capacity)] = (fn, program)
-            self.compiles += 1
-        return entry
-
-    def _loop_fn(self, batch: int, past: int, capacity: int = 0) -> Any:
-        """Decode steps at past length ``past`` from ``length`` while the length is below
-        ``stop`` and a row is not done, in one dispatch (``lax.while_loop``)."""
-        entry = self._loops.get((batch, past, capacity))
-        if entry is None:
-            program, step = self._step_body(batch, past, capacity)
-            eos = bool(self._eos)
-
-            def loop(params, state, length, stop):
-                def cond(carry):
-                    n, state = carry
-                    more = n < stop
-                    return more & ~jnp.all(state[4]) if eos else more
-
-                def body(carry):
-                    n, state = carry
-                    return n + 1, step(params, state, n)
-
-                return jax.lax.while_loop(cond, body, (length, state))
-
-            fn = jax.jit(loop, donate_argnums=(1,), compiler_options=self._options())
-            entry = self._loops[(batch, past, capacity)] = (fn, program)
             self.compiles += 1
         return entry
 
@@ -479,6 +460,8 @@ class Generator:
         self._tokens = None  # [batch, capacity] int32 on the device
         self._length = 0  # positions used in the cache (and tokens)
         self._done = None
+        self._all_ended: Any = False  # every row has ended (a device scalar after a step)
+        self._behind: tuple | None = None  # (length, _all_ended) before the last step queued
         self._key = jax.random.PRNGKey(p.seed)
 
     @property
@@ -573,6 +556,8 @@ class Generator:
             self._mask,
             jax.random.fold_in(self._key, 0),
         )
+        self._all_ended = jnp.all(self._done) if self._fns._eos else False
+        self._behind, self._ended = None, False
         self._length = seq + 1
         self._prompt = seq
         self._lengths = [len(row) for row in rows]
@@ -590,37 +575,42 @@ class Generator:
             self.params.batch_size, self._step_key(self._length), self._gqa_capacity
         )
         state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
-        state = fn(self._fns._params_for(program), state, jnp.int32(self._length))
+        state, self._all_ended = fn(self._fns._params_for(program), state, jnp.int32(self._length))
         self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state
         self._length += 1
 
     def generate_until_done(self) -> None:
-        """Decode steps until ``is_done()``: one dispatch per bucket (a device-side loop), no
-        host round trip per token."""
+        """Decode steps until ``is_done()``, a dispatch a step, each queued without waiting for
+        the device."""
         while self.generate_bucket():
             pass
 
     def generate_bucket(self) -> bool:
-        """The decode steps whose past runs at the current bucket, in one dispatch (a
-        device-side ``lax.while_loop``; with exact lengths, one step). False when nothing is
-        left to do (``is_done()``)."""
+        """The decode steps whose past runs at the current bucket (with exact lengths, one
+        step), a dispatch a step, queued without waiting for the device: with end tokens
+        watched, whether every row has ended is read one step behind, so that the device
+        always has the next step queued, and a step found to start after every row ended is
+        dropped (it changed no token the generator shows). False when nothing is left to do
+        (``is_done()``).
+
+        (One ``lax.while_loop`` a bucket, tried first, ran the 1B-class decoder a few percent slower on
+        an H100 and an H200: its host reads the loop's condition at every step before it
+        launches the next, so the device waits on the host; benchmarks/experiments/README.md,
+        ``decode_step_gpu.py``.)"""
         if self._tokens is None:
             raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
-        if self._length >= self._end or self._ended:
-            return False
+        watch = bool(self._fns._eos)
         key = self._step_key(self._length)
-        stop = self._length + 1  # the lengths whose step runs at this bucket
-        while stop < self._end and self._step_key(stop) == key:
-            stop += 1
-        fn, program = self._fns._loop_fn(self.params.batch_size, key, self._gqa_capacity)
-        state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
-        n, state = fn(
-            self._fns._params_for(program), state, jnp.int32(self._length), jnp.int32(stop)
-        )
-        self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state
-        self._length = int(n)
-        self._ended = self._length < stop  # every row met an end token
-        return not self._ended and self._length < self._end
+        while True:
+            if watch and self._behind is not None and bool(self._behind[1]):
+                self._length, self._ended = self._behind[0], True  # the step after: dropped
+                self._behind = None
+            if self._length >= self._end or self._ended:
+                return False
+            if self._step_key(self._length) != key:
+                return True
+            self._behind = (self._length, self._all_ended) if watch else None
+            self.generate_next_token()
 
     def _step_key(self, length: int) -> int:
         """The bucket the step at ``length`` (its input token at ``length - 1``) runs at: the
@@ -642,7 +632,9 @@ class Generator:
             return False
         if self._length >= self._end:
             return True
-        return bool(self._fns._eos) and bool(jnp.all(self._done))
+        if self._ended:
+            return True
+        return bool(self._fns._eos) and bool(self._all_ended)
 
     def get_sequence(self, index: int) -> np.ndarray:
         """Row ``index``: its prompt (without padding) and the tokens generated so far."""

@@ -7,8 +7,9 @@ Per model and batch (``--batch``, 1 and 8), float16, a prompt of ``--prompt`` to
 ``--new`` new ones:
 
 - **tokens/s** of the decode (every new token of every row over the time after the first
-  token, one sync at the end), for dml_jax's ``generate_until_done`` (``dml``: one device loop
-  per bucket), its ``generate_next_token`` loop (``dml per token``: onnxruntime-genai's loop),
+  token, one sync at the end), for dml_jax's ``generate_until_done`` (``dml``: steps queued
+  ahead of the device), its ``generate_next_token`` loop (``dml per token``: onnxruntime-genai's
+  loop, ``is_done()`` asked at every token),
   the onnxruntime-style loop (``dml run()``: ``run`` once a token, presents fed back as pasts,
   host arrays in and out), PyTorch eager with its ``DynamicCache`` (``eager``) and
   ``transformers``' ``generate`` with a static cache under ``torch.compile``
