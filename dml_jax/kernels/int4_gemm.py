@@ -13,7 +13,7 @@ reads its tile of codes once, half a byte a weight, with the tile's scales (and 
 one per block of K:
 
     w = round_T((q - z) * s)           DEQUANTIZE's values, one block of K at a time
-    acc += A x w^T                     Triton's dot, float32 accumulation (A read as 16 rows)
+    acc += A x w^T                     Triton's dot, float32 accumulation (A padded to 16 rows)
 
 The weights are DEQUANTIZE's bits: ``q - z`` is exact in T (float16 or float32), and its
 product with ``s`` is rounded once in T, where the lax lowering rounds the exact float32
@@ -52,7 +52,7 @@ from ..precision import matmul_precision
 from .pallas_helpers import load_pallas
 
 MAX_ROWS = 16  # rows of A the kernel takes (a decode step: a row a sequence); more: lax
-ROWS = 16  # A is read in blocks of this many rows: Triton's dot takes no operand under 16
+ROWS = 16  # A is padded to this many rows: Triton's dot takes no operand under 16
 
 # Tunables (benchmarks/experiments/int4_kernel_gpu.py times others, passed as ``Tiles``; one
 # H200, 2026-11-27, 16 weights a program, float16-equivalent GB/s at one row: steps of 256
@@ -150,13 +150,13 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
     v = plan(m, n, k, k // blocks, tiles)
     t, bn, per, bs, step = a.dtype, v.block_n, v.k_per_program, v.block, v.step
     group = step // bs  # quantization blocks a step
-    # A is read in blocks of ROWS rows (Triton's dot takes no fewer): past its m rows the
-    # loads are masked, and the product's rows past m are never stored, so neither A nor the
-    # product is padded or cut by a kernel of its own.
-    args = [a, q, scale]
+    a16 = lax.pad(a, jnp.zeros((), t), ((0, ROWS - m, 0), (0, 0, 0)))
+    args = [a16, q, scale]
     if zero is not None:
         # Slices of whole bytes are read as 4-bit values; a step of one block reads a {BLOCK_N,
-        # 1} slice, no byte, so its zero points are read as bytes (converted per call).
+        # 1} slice, no byte, so its zero points are read as bytes (converted per call). (A
+        # converted per call, once the zero points were arguments rather than constants XLA
+        # folded, was 48 kernels a token of the 1B-class int4 decoder, 82 us of its 1,655.)
         if group % 2 or (per // bs) % 2:
             zero = zero.astype(jnp.int8 if zero.dtype == jnp.int4 else jnp.uint8)
         args.append(zero)
@@ -201,10 +201,10 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
     if zero is not None:
         specs.append(pl.BlockSpec((bn, count), lambda i, s: (i, s)))
     if v.splits == 1:
-        out_shape = jax.ShapeDtypeStruct((m, n), t)
+        out_shape = jax.ShapeDtypeStruct((ROWS, n), t)
         out_spec = pl.BlockSpec((ROWS, bn), lambda i, s: (0, i))
     else:
-        out_shape = jax.ShapeDtypeStruct((v.splits, m, n), jnp.float32)
+        out_shape = jax.ShapeDtypeStruct((v.splits, ROWS, n), jnp.float32)
         out_spec = pl.BlockSpec((None, ROWS, bn), lambda i, s: (s, 0, i))
     out = pl.pallas_call(
         kernel,
@@ -216,8 +216,8 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
         compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
     )(*args)
     if v.splits == 1:
-        return out
-    return jnp.sum(out, axis=0).astype(t)  # one rounding, as the dot's
+        return out[:m]
+    return jnp.sum(out[:, :m], axis=0).astype(t)  # one rounding, as the dot's
 
 
 # ---------------------------------------------------------------------------------------------
