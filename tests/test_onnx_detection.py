@@ -1,9 +1,10 @@
 """torchvision's detectors exported by PyTorch (tests/data/detection, written by its
-make_detectors.py: Faster R-CNN, RetinaNet and SSD heads over a small random backbone, one
-96 x 96 image): their run-time control flow (Loop and If), data-dependent sizes (NonZero, TopK
-over a changing count, NonMaxSuppression, RoiAlign over the proposals each pyramid level
-gets, possibly none) run through ``InferenceSession`` and give onnxruntime's boxes, scores and
-labels, row for row (the weights are scaled so that no two scores tie)."""
+make_detectors.py: Faster R-CNN, RetinaNet and SSD heads and a YOLO-style head with its NMS in
+the graph, over a small random backbone, one 96 x 96 image): their run-time control flow (Loop,
+and If on a run-time condition: ``batched_nms``'s test for no boxes), data-dependent sizes
+(NonZero, TopK over a changing count, NonMaxSuppression, RoiAlign over the proposals each
+pyramid level gets, possibly none) run through ``InferenceSession`` and give onnxruntime's
+boxes, scores and labels, row for row (the weights are scaled so that no two scores tie)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ ort = pytest.importorskip("onnxruntime")
 from dml_jax.onnx import InferenceSession
 
 HERE = Path(__file__).resolve().parent / "data" / "detection"
-MODELS = ("faster_rcnn", "retinanet", "ssd")
+MODELS = ("faster_rcnn", "retinanet", "ssd", "yolo")
 
 
 @pytest.mark.parametrize("name", MODELS)

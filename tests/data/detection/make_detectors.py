@@ -1,5 +1,6 @@
 """Writes the tiny detectors of tests/test_onnx_detection.py: torchvision's Faster R-CNN,
-RetinaNet and SSD heads over a small random backbone (8 to 16 channels), exported by PyTorch's
+RetinaNet and SSD heads and a YOLO-style head with its NMS over a small random backbone (8 to 16
+channels), exported by PyTorch's
 TorchScript exporter at opset 17 with one 3 x 96 x 96 image, random weights scaled so that the
 scores are distinct (no ties for the order of equal scores to decide).
 
@@ -70,7 +71,43 @@ def models(torch, torchvision) -> dict:
         _SSDFeatures(torch, ssd_backbone), DefaultBoxGenerator([[2]]), (SIZE, SIZE),
         num_classes=4, score_thresh=0.0, detections_per_img=30, topk_candidates=100,
     )  # fmt: skip
-    return {"faster_rcnn": faster, "retinanet": retina, "ssd": ssd}
+    return {"faster_rcnn": faster, "retinanet": retina, "ssd": ssd, "yolo": _Yolo(torch)}
+
+
+def _Yolo(torch):
+    """A YOLO-style (anchor-free, YOLOv8's form) head with its post-processing in the graph, as
+    detection exports with NMS carry it: per cell of a stride-4 grid, box distances (left, top,
+    right, bottom, in cells, by softplus) and class scores (sigmoid); candidates above a score
+    threshold (a NonZero), the best 100 of them (TopK over a count known at run time), class-wise
+    NonMaxSuppression (torchvision's ``batched_nms``, offsets by class), at most 30 kept."""
+    import torchvision
+
+    nn = torch.nn
+
+    class Yolo(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = _backbone(torch, 16)
+            self.pred = nn.Conv2d(16, 4 + 3, 1)
+
+        def forward(self, image):
+            p = self.pred(self.body(image[None]))[0]  # [4 + classes, H, W]
+            h, w = p.shape[1:]
+            stride = SIZE / w
+            ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+            cx, cy = (xs.flatten() + 0.5) * stride, (ys.flatten() + 0.5) * stride
+            p = p.flatten(1)
+            d = torch.nn.functional.softplus(p[:4]) * stride
+            boxes = torch.stack([cx - d[0], cy - d[1], cx + d[2], cy + d[3]], 1)
+            scores, labels = torch.sigmoid(p[4:]).max(0)
+            keep = scores > 0.25
+            boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
+            top = scores.topk(min(100, scores.shape[0])).indices
+            boxes, scores, labels = boxes[top], scores[top], labels[top]
+            kept = torchvision.ops.batched_nms(boxes, scores, labels, 0.45)[:30]
+            return {"boxes": boxes[kept], "scores": scores[kept], "labels": labels[kept]}
+
+    return Yolo()
 
 
 def _SSDFeatures(torch, body):
@@ -100,9 +137,11 @@ def main() -> None:
         _scaled(torch, model)
         model.eval()
         path = os.path.join(HERE, f"{name}.onnx")
+        args = (image,) if name == "yolo" else ([image],)
         with torch.no_grad():
-            out = model([image])[0]
-            torch.onnx.export(model, ([image],), path, opset_version=17, input_names=["image"],
+            out = model(*args)
+            out = out if name == "yolo" else out[0]
+            torch.onnx.export(model, args, path, opset_version=17, input_names=["image"],
                               output_names=list(out), dynamo=False)  # fmt: skip
         print(name, {k: tuple(v.shape) for k, v in out.items()}, os.path.getsize(path))
 
