@@ -427,6 +427,8 @@ class InferenceSession(ProgramCache):
                 from .placement import fetch
 
                 outs = [fetch(y) for y in outs]
+            else:  # every copy to the host started before any is waited for
+                outs = jax.device_get(list(outs))
             result = {
                 name: np.asarray(y).astype(dtype, copy=False)
                 for name, y, dtype in zip(
@@ -445,8 +447,9 @@ class InferenceSession(ProgramCache):
         jitted = program.jitted_on(self._run_device)
         names = program.imported.input_names
         if program.layout is None:
-            args = [jax.device_put(to_graph_array(feed[n], f"input '{n}'"), self._device)
-                    for n in names]  # fmt: skip
+            # one call for every input (a decoder step's dozens of pasts): JAX batches them
+            args = jax.device_put([to_graph_array(feed[n], f"input '{n}'") for n in names],
+                                  self._device)  # fmt: skip
             return jitted, self._run_params(program), args
         from .placement import place
 
