@@ -79,6 +79,7 @@ def _assert_close(got, want, a, w):
 SPLIT = K.Tiles(target_programs=64, min_k=64)  # K split among programs: partial sums
 ONE_BLOCK = K.Tiles(step_k=16)  # a step per block of K (no reshape)
 A_FIRST = K.Tiles(weights_first=False, block_n=32)
+ONE_ROW = K.Tiles(one_row=True)  # one row: sums of products, no dot
 CASES = {
     "m1-b32-zero-f16": (1, 128, 512, 32, True, "FLOAT16", "UINT4", None),
     "m3-b16-f16": (3, 64, 256, 16, False, "FLOAT16", "UINT4", None),
@@ -91,10 +92,15 @@ CASES = {
     "m1-b64-int4-f32-split": (1, 32, 512, 64, False, "FLOAT32", "INT4", SPLIT),
     "m16-b16-zero-split-a-first": (16, 64, 512, 16, True, "FLOAT16", "UINT4",
                                    K.Tiles(weights_first=False, target_programs=64, min_k=64)),
+    "m1-b32-zero-one-row": (1, 128, 512, 32, True, "FLOAT16", "UINT4", ONE_ROW),
+    "m1-b64-one-row-split-f32": (1, 64, 512, 64, False, "FLOAT32", "UINT4",
+                                 K.Tiles(one_row=True, target_programs=64, min_k=64)),
+    "m2-one-row-takes-the-dot": (2, 64, 256, 32, True, "FLOAT16", "INT4", ONE_ROW),
 }  # fmt: skip
 
 
-@pytest.mark.kernel_matrix(cpu=["m1-b32-zero-f16", "m16-b64-zero-f32", "m8-b128-zero-split"])
+@pytest.mark.kernel_matrix(cpu=["m1-b32-zero-f16", "m16-b64-zero-f32", "m8-b128-zero-split",
+                                "m1-b32-zero-one-row"])  # fmt: skip
 @pytest.mark.parametrize("case", list(CASES))
 def test_interpret_matches_lax(case):
     m, n, k, block, zero, ft, qt, tiles = CASES[case]
@@ -105,6 +111,7 @@ def test_interpret_matches_lax(case):
     assert v is not None
     if tiles is SPLIT:
         assert v.splits > 1
+    assert v.one_row == (tiles is not None and tiles.one_row and m == 1)
     got = K.int4_product(a, q, scale, z, interpret=not fastpath.cuda_present(), tiles=tiles)
     assert got.dtype == dtype and got.shape == (m, n)
     w, want = _lax(*_descs(m, n, k, block, zero, ft, qt), a, q, scale, z)

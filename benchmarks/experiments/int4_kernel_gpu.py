@@ -10,7 +10,9 @@ points), several weights a program (up to 16, at most 1 GiB of float16 weights),
 - ``deq+gemm``: the lowering without the kernel, DEQUANTIZE of the ``jnp.uint4`` codes then the
   GEMM, the way a MatMulNBits model ran before the kernel;
 - ``int4[tiles]``: the kernel, with its default tunables (``TILES["default"]``) at every M and
-  the other ``TILES`` at M = 1 (``--all-tiles``: at every M).
+  the other ``TILES`` at M = 1 (``--all-tiles``: at every M); ``row...`` is the one-row form
+  (``Tiles.one_row``: sums of products on the vector units, A read as its one row), which
+  applies at M = 1 only.
 
 Each line: microseconds a call of the program divided by the weights, GB/s of float16-equivalent
 weights (2 bytes a weight, whatever is read), the ratio to ``f16``'s time, and for the kernel
@@ -39,7 +41,7 @@ from dml_jax import fastpath, registry
 from dml_jax.kernels import int4_gemm as K
 from dml_jax.onnx.program import GPU_COMPILER_OPTIONS
 
-SHAPES = ((2048, 2048), (2048, 8192), (8192, 2048), (2048, 128256))  # (K, N)
+SHAPES = ((2048, 512), (2048, 2048), (2048, 8192), (8192, 2048), (2048, 128256))  # (K, N)
 ROWS = (1, 2, 8)
 BLOCK = 32
 BUDGET = 1 << 30  # float16 bytes of weights a program at most
@@ -49,6 +51,13 @@ TILES = {
     "step256": K.Tiles(step_k=256),
     "a-first": K.Tiles(weights_first=False),
     "halfgrid": K.Tiles(target_programs=128, min_k=512),
+    "grid512": K.Tiles(target_programs=512, min_k=128),
+    "grid1024": K.Tiles(target_programs=1024, min_k=128),
+    "row": K.Tiles(one_row=True),
+    "row-n128w8": K.Tiles(one_row=True, block_n=128, warps=8),
+    "row-n32w2": K.Tiles(one_row=True, block_n=32, warps=2),
+    "row-grid512": K.Tiles(one_row=True, target_programs=512, min_k=128),
+    "row-step512": K.Tiles(one_row=True, step_k=512),
 }
 T = dml.TensorDesc
 

@@ -73,6 +73,11 @@ TARGET_PROGRAMS = 256
 MIN_K_PER_PROGRAM = 256
 MAX_K_PER_PROGRAM = 2048
 WEIGHTS_FIRST = True
+# A product of one row as a sum of products on the vector units rather than Triton's dot: A
+# read as its one row (no padding to 16 rows, no pad kernel beside each call), each weight
+# times its value of A in float32 and the row summed. Not yet timed against the dot on a GPU
+# (benchmarks/experiments/int4_kernel_gpu.py, tile "row"): off.
+ONE_ROW = False
 
 _FOUR_BIT = (jnp.dtype(jnp.uint4), jnp.dtype(jnp.int4))
 
@@ -88,6 +93,7 @@ class Tiles:
     min_k: int = MIN_K_PER_PROGRAM
     max_k: int = MAX_K_PER_PROGRAM
     weights_first: bool = WEIGHTS_FIRST
+    one_row: bool = ONE_ROW
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,7 @@ class View:
     step: int
     warps: int
     weights_first: bool
+    one_row: bool = False
 
     @property
     def splits(self) -> int:
@@ -137,7 +144,8 @@ def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View
     group = max(1, tiles.step_k // block)  # blocks a step: a power of two dividing the program's
     while (per // block) % group:
         group //= 2
-    return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first)
+    return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first,
+                tiles.one_row and m == 1)  # fmt: skip
 
 
 def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tiles | None = None):
@@ -150,7 +158,8 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
     v = plan(m, n, k, k // blocks, tiles)
     t, bn, per, bs, step = a.dtype, v.block_n, v.k_per_program, v.block, v.step
     group = step // bs  # quantization blocks a step
-    a16 = lax.pad(a, jnp.zeros((), t), ((0, ROWS - m, 0), (0, 0, 0)))
+    rows = 1 if v.one_row else ROWS  # the rows of A a program reads
+    a16 = a if v.one_row else lax.pad(a, jnp.zeros((), t), ((0, ROWS - m, 0), (0, 0, 0)))
     args = [a16, q, scale]
     if zero is not None:
         # Slices of whole bytes are read as 4-bit values; a step of one block reads a {BLOCK_N,
@@ -168,7 +177,10 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
 
     def kernel(a_ref, q_ref, s_ref, *refs):
         *z_ref, o_ref = refs
-        acc = jnp.zeros((bn, ROWS) if wf else (ROWS, bn), jnp.float32)
+        if v.one_row:
+            acc = jnp.zeros((1, bn), jnp.float32)
+        else:
+            acc = jnp.zeros((bn, ROWS) if wf else (ROWS, bn), jnp.float32)
         for j in range(per // step):  # unrolled: each slice at a constant offset
             cols, blks = slice(j * step, (j + 1) * step), slice(j * group, (j + 1) * group)
             raw = q_ref[:, cols]
@@ -185,27 +197,31 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
                 offset, scale_ = offset[:, :, None], scale_[:, :, None]
             w = ((codes - offset) * scale_).reshape(bn, step)  # exact, then one rounding
             x = a_ref[:, cols]
+            if v.one_row:  # float16 products exact in float32 (11-bit by 11-bit significands)
+                prod = w.astype(jnp.float32) * x.astype(jnp.float32)
+                acc += jnp.sum(prod, axis=1)[None, :]
+                continue
             lhs, rhs = (w, x) if wf else (x, w)
             acc += lax.dot_general(
                 lhs, rhs, (((1,), (1,)), ((), ())), precision=precision,
                 preferred_element_type=jnp.float32,
             )  # fmt: skip
-        o_ref[...] = (acc.T if wf else acc).astype(o_ref.dtype)
+        o_ref[...] = (acc.T if wf and not v.one_row else acc).astype(o_ref.dtype)
 
     count = per // bs
     specs = [
-        pl.BlockSpec((ROWS, per), lambda i, s: (0, s)),
+        pl.BlockSpec((rows, per), lambda i, s: (0, s)),
         pl.BlockSpec((bn, per), lambda i, s: (i, s)),
         pl.BlockSpec((bn, count), lambda i, s: (i, s)),
     ]
     if zero is not None:
         specs.append(pl.BlockSpec((bn, count), lambda i, s: (i, s)))
     if v.splits == 1:
-        out_shape = jax.ShapeDtypeStruct((ROWS, n), t)
-        out_spec = pl.BlockSpec((ROWS, bn), lambda i, s: (0, i))
+        out_shape = jax.ShapeDtypeStruct((rows, n), t)
+        out_spec = pl.BlockSpec((rows, bn), lambda i, s: (0, i))
     else:
-        out_shape = jax.ShapeDtypeStruct((v.splits, ROWS, n), jnp.float32)
-        out_spec = pl.BlockSpec((None, ROWS, bn), lambda i, s: (s, 0, i))
+        out_shape = jax.ShapeDtypeStruct((v.splits, rows, n), jnp.float32)
+        out_spec = pl.BlockSpec((None, rows, bn), lambda i, s: (s, 0, i))
     out = pl.pallas_call(
         kernel,
         out_shape=out_shape,
