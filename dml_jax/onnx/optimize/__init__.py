@@ -390,6 +390,14 @@ class Editor:
         src = self.add_constant(array.reshape(sizes), param)
         return (self.add(identity, [src], -1), 0)
 
+    def add_data(self, data: bytes) -> Source:
+        """A new constant data node (``ConstantDataNode``) holding ``data``; its source."""
+        from ...graph import ConstantDataNode
+
+        self.nodes.append(ConstantDataNode(data))
+        self.origin.append(-1)
+        return (len(self.nodes) - 1, 0)
+
     def set_node(self, n: int, desc: Any) -> None:
         """Replaces node ``n``'s desc by one with the same input and output slots."""
         self.nodes[n] = desc
@@ -408,7 +416,8 @@ class Editor:
     def remove(self, *nodes: int) -> None:
         """Removes nodes (their readers must have been rerouted)."""
         for n in nodes:
-            slots = len(self.nodes[n].edge_slots("input")) if self.nodes[n] is not None else 0
+            node = self.nodes[n]
+            slots = len(node.edge_slots("input")) if hasattr(node, "edge_slots") else 0
             self.nodes[n] = None
             for k in range(slots):
                 self._read((n, k), None)

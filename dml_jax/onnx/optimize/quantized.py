@@ -1,4 +1,4 @@
-"""Quantized products recognized in QDQ models: a GEMM both of whose operands are
+"""Quantized products. Recognized in QDQ models: a GEMM both of whose operands are
 ELEMENT_WISE_DEQUANTIZE_LINEAR outputs (the DequantizeLinear -> MatMul of onnxruntime's
 ``QuantFormat.QDQ`` exports) becomes one MATRIX_MULTIPLY_INTEGER_TO_FLOAT over the 8-bit
 values, as onnxruntime's QDQ transformers turn such a node unit into MatMulIntegerToFloat or
@@ -10,7 +10,15 @@ integer form sums the exact products of ``(a - za)`` and ``(b - zb)`` and multip
 ``sa * sb`` once, where the float form rounds each dequantized operand and accumulates in
 floating point (docs/semantics.md, "QDQ products").
 
-Taken where the GEMM has no transposes, Alpha 1, no fused activation and at most a C of the
+Joined in weight-only quantized models (com.microsoft MatMulNBits): the GEMMs of one A by
+4-bit weights dequantized in blocks (a decoder's query, key and value projections; its gate
+and up projections) become one DEQUANTIZE of the weights joined along N and one GEMM, whose
+output a SPLIT gives back (``ParallelQuantizedGemms``), as XLA joins such float products
+itself: one 4-bit kernel a group on a GPU (``kernels/int4_gemm.py``) rather than one a
+projection, each product wider. The values are the same products (the codes and zero points
+are joined at import, the scales by a JOIN), summed per column as before.
+
+QDQ products are taken where the GEMM has no transposes, Alpha 1, no fused activation and at most a C of the
 output's sizes with Beta 1 (the bias), and where each DEQUANTIZE reads its 8-bit input packed,
 writes its output packed, and has one scale (and zero point) for the whole tensor, or, for B,
 one per column (``per_channel`` weights); A and B of one 8-bit type (DirectML's operator takes
@@ -19,8 +27,14 @@ no mix). Anything else keeps its GEMM.
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
+
+from ...graph import ConstantDataNode
+from ...graph.validation import constant_elements
 from ...registry import lookup
-from ...tensor import TensorDesc
+from ...tensor import TensorDesc, pack_4bit
 from . import Editor, rewrite
 
 DEQUANTIZE = "ELEMENT_WISE_DEQUANTIZE_LINEAR"
@@ -107,6 +121,131 @@ def qdq_matmul(g: Editor) -> int:
         g.reroute((n, 0), (new, 0))
         g.remove(n)
         count += 1
+    if count:
+        g.prune()
+    return count
+
+
+def _packed(data_type, sizes) -> TensorDesc:
+    return TensorDesc(data_type, tuple(sizes))
+
+
+def _blocked(g: Editor, n: int):
+    """GEMM ``n`` as a product of A by a DEQUANTIZE of blocked 4-bit weights (MatMulNBits's
+    import: codes and zero points in constant data nodes, scales a constant), without bias or
+    activation: (the key its group shares, the DEQUANTIZE node, N); else None."""
+    if g.op(n) != "GEMM":
+        return None
+    d = g.nodes[n]
+    if d.trans_a.name != "NONE" or d.trans_b.name != "TRANSPOSE" or d.alpha != 1.0:
+        return None
+    if d.fused_activation is not None or d.c_tensor is not None:
+        return None
+    src = g.producer(n, 1, "DEQUANTIZE")
+    if src is None or g.only_user(src) != (n, 1):
+        return None
+    m = src[0]
+    deq = g.nodes[m]
+    x, out = deq.input_tensor, deq.output_tensor
+    if x.data_type.bits != 4 or x.rank != 2 or not out.is_packed or out.sizes != x.sizes:
+        return None
+    (rows_n, columns), (padded, step) = x.sizes, x.layout_strides
+    if step != 1 or padded < columns or padded % 2:
+        return None
+    codes = g.source(m, 0)
+    if codes is None or not isinstance(g.nodes[codes[0]], ConstantDataNode):
+        return None
+    if g.nodes[codes[0]].data_size != rows_n * padded // 2:
+        return None
+    params = deq.quantization_tensors
+    if any(not p.is_packed or p.rank != 2 or p.sizes[0] != rows_n for p in params):
+        return None
+    if len({p.sizes for p in params}) != 1 or g.constant_index(g.source(m, 1)) is None:
+        return None
+    if len(params) == 2:
+        zeros = g.source(m, 2)
+        if zeros is None or not isinstance(g.nodes[zeros[0]], ConstantDataNode):
+            return None
+        if params[1].data_type != x.data_type:
+            return None
+    a, b, y = d.a_tensor, d.b_tensor, d.output_tensor
+    k = a.sizes[-1]
+    if b.sizes[:-2] != (1,) * (b.rank - 2) or b.sizes[-2:] != (rows_n, k) or k > columns:
+        return None
+    if b.layout_strides[-2:] != (columns, 1) or not y.is_packed:
+        return None
+    key = (g.source(n, 0), a, x.data_type, out.data_type, deq.quantization_type, columns,
+           padded, params[0].sizes[1], params[0].data_type, len(params), y.sizes[:-1],
+           y.data_type)  # fmt: skip
+    return key, m, rows_n
+
+
+def _join(g: Editor, members: list) -> bool:
+    """Members (GEMM, DEQUANTIZE, N) of one group as one DEQUANTIZE, GEMM and SPLIT; False
+    (nothing changed) where DirectML would refuse a node of them."""
+    first, deq0 = g.nodes[members[0][0]], g.nodes[members[0][1]]
+    x, params = deq0.input_tensor, deq0.quantization_tensors
+    columns, padded = x.sizes[1], x.layout_strides[0]
+    blocks, total = params[0].sizes[1], sum(r for _, _, r in members)
+    t_scale = params[0].data_type
+    joined = lookup("DML_OPERATOR_JOIN").desc_class(
+        [_packed(t_scale, (r, blocks)) for _, _, r in members], _packed(t_scale, (total, blocks)), 0
+    )
+    quant = [_packed(t_scale, (total, blocks))]
+    if len(params) == 2:
+        quant.append(_packed(x.data_type, (total, blocks)))
+    strides = None if padded == columns else (padded, 1)
+    deq = dataclasses.replace(
+        deq0, input_tensor=TensorDesc(x.data_type, (total, columns), strides=strides),
+        quantization_tensors=quant, output_tensor=_packed(deq0.output_tensor.data_type,
+                                                          (total, columns)),
+    )  # fmt: skip
+    b = first.b_tensor
+    lead = (1,) * (b.rank - 2)
+    t = first.output_tensor.data_type
+    y = first.output_tensor.sizes[:-1]
+    gemm = dataclasses.replace(
+        first,
+        b_tensor=TensorDesc(b.data_type, (*lead, total, b.sizes[-1]),
+                            strides=(total * columns,) * len(lead) + (columns, 1)),
+        output_tensor=_packed(t, (*y, total)),
+    )  # fmt: skip
+    split = lookup("DML_OPERATOR_SPLIT").desc_class(
+        _packed(t, (*y, total)), [_packed(t, (*y, r)) for _, _, r in members], len(y)
+    )
+    if not all(g.valid(desc) for desc in (joined, deq, gemm, split)):
+        return False
+    codes = g.add_data(b"".join(g.nodes[g.source(m, 0)[0]].data for _, m, _ in members))
+    scales = g.add(joined, [g.source(m, 1) for _, m, _ in members], g.origin[members[0][1]])
+    inputs = [codes, (scales, 0)]
+    if len(params) == 2:
+        values = [constant_elements(g.nodes[g.source(m, 2)[0]], x.data_type, r * blocks)
+                  for _, m, r in members]  # fmt: skip
+        inputs.append(g.add_data(pack_4bit(np.concatenate(values)).tobytes()))
+    origin = g.origin[members[0][0]]
+    new_deq = g.add(deq, inputs, g.origin[members[0][1]])
+    new_gemm = g.add(gemm, [g.source(members[0][0], 0), (new_deq, 0), None], origin)
+    parts = g.add(split, [(new_gemm, 0)], origin)
+    for k, (n, m, _) in enumerate(members):
+        g.reroute((n, 0), (parts, k))
+        g.remove(n, m)
+    return True
+
+
+@rewrite("ParallelQuantizedGemms", "extended")
+def parallel_quantized_gemms(g: Editor) -> int:
+    """GEMMs of one A by blocked 4-bit weights (MatMulNBits): one DEQUANTIZE of the weights
+    joined along N, one GEMM and a SPLIT."""
+    groups: dict = {}
+    for n in g.live():
+        found = _blocked(g, n)
+        if found is not None:
+            key, m, rows_n = found
+            groups.setdefault(key, []).append((n, m, rows_n))
+    count = 0
+    for members in groups.values():
+        if len(members) > 1 and _join(g, members):
+            count += 1
     if count:
         g.prune()
     return count
