@@ -184,6 +184,38 @@ def test_programs_bounded_by_buckets():
     np.testing.assert_array_equal(g.generated[:, :24], np.array(GREEDY["tiny_llama"]["greedy"]))
 
 
+def test_compile_ahead_compiles_every_bucket_before_the_steps():
+    """``compile_ahead`` after the prefill: the steps of the buckets 16, 32, 64 and 128 compiled
+    at once; the generation then compiles nothing (no XLA compile at all while it runs) and
+    gives the tokens of a generation that compiled as it went."""
+    from jax import monitoring
+
+    s = InferenceSession(_path("tiny_llama"))
+    prompt = np.array(GREEDY["tiny_llama"]["prompt"])
+    params = GeneratorParams(s, max_length=105, batch_size=2, buckets=[16, 32, 64, 128])
+    g = Generator(s, params)
+    g.append_tokens(prompt)
+    assert g.compile_ahead(workers=2) == 4
+    assert g.compile_ahead() == 0  # nothing left
+    compiled = []
+
+    def count(event, duration, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(duration)
+
+    monitoring.register_event_duration_secs_listener(count)
+    try:
+        g.generate_until_done()
+    finally:
+        monitoring.unregister_event_duration_listener(count)
+    assert compiled == [] and g.compiles == 5
+    np.testing.assert_array_equal(g.generated[:, :24], np.array(GREEDY["tiny_llama"]["greedy"]))
+    lazy = Generator(InferenceSession(_path("tiny_llama")), params)
+    lazy.append_tokens(prompt)
+    lazy.generate_until_done()
+    np.testing.assert_array_equal(lazy.generated, g.generated)
+
+
 def test_generator_calls_match_generate(sessions):
     """onnxruntime-genai's loop: append_tokens, generate_next_token until is_done,
     get_sequence (prompt and generated ids, no padding), get_next_tokens."""

@@ -164,6 +164,7 @@ class DecodeSteps:
         self.pad = pad
         self._steps: dict[tuple, Any] = {}
         self._prefills: dict[tuple, Any] = {}
+        self._ready: set[tuple] = set()  # steps compiled (run, or compiled ahead)
         self.compiles = 0
 
     @classmethod
@@ -314,7 +315,14 @@ class DecodeSteps:
             logits, presents = self._run_model(program, params, ids, step_mask, positions, zeros)
             last = jnp.take_along_axis(logits, (lens - 1)[:, None, None], axis=1)[:, 0]
             tokens, done = self._next(last, key, jnp.zeros((batch,), bool), tokens, seq)
-            return [p.astype(dtype) for p in presents], [], tokens, done
+            cache = [p.astype(dtype) for p in presents]
+            # The steps' pending keys and values: the prompt's last position's, which the
+            # first step writes where they already are, so that every step of a bucket takes
+            # one state structure (one compile). A GroupQueryAttention step has none.
+            pending = [] if r.kind == "gqa" else [
+                jax.lax.slice_in_dim(c, seq - 1, seq, axis=r.axis) for c in cache
+            ]  # fmt: skip
+            return cache, pending, tokens, done
 
         fn = jax.jit(prefill, compiler_options=self._options())
         entry = self._prefills[(batch, seq, capacity)] = (fn, program)
@@ -462,7 +470,8 @@ class Generator:
         self._done = None
         self._all_ended: Any = False  # every row has ended (a device scalar after a step)
         self._behind: tuple | None = None  # (length, _all_ended) before the last step queued
-        self._key = jax.random.PRNGKey(p.seed)
+        # on the device as the steps' outputs are, so that the first step's call is theirs
+        self._key = self._fns.put(jax.random.PRNGKey(p.seed))
 
     @property
     def compiles(self) -> int:
@@ -577,7 +586,41 @@ class Generator:
         state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
         state, self._all_ended = fn(self._fns._params_for(program), state, jnp.int32(self._length))
         self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state
+        self._fns._ready.add(self._step_id(self._length))
         self._length += 1
+
+    def _step_id(self, length: int) -> tuple:
+        return (self.params.batch_size, self._step_key(length), self._gqa_capacity)
+
+    def compile_ahead(self, workers: int | None = None) -> int:
+        """Compiles now the decode steps of every bucket this generation can still reach (up
+        to ``max_length``), which the steps would otherwise compile one at a time as they reach
+        each bucket: each step is traced here and XLA compiles them side by side on
+        ``workers`` threads (default: as many as the steps, at most the CPUs). What a server
+        calls after its first ``append_tokens`` to take a long generation's compiles at once.
+        Returns the number of steps compiled."""
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self._tokens is None:
+            raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
+        ids = list(dict.fromkeys(self._step_id(n) for n in range(self._length, self._end)))
+        ids = [i for i in ids if i not in self._fns._ready]
+        if not ids:
+            return 0
+        state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
+        shapes = jax.tree.map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state
+        )
+        lowered = []
+        for batch, key, capacity in ids:
+            fn, program = self._fns._step_fn(batch, key, capacity)
+            lowered.append(fn.trace(self._fns._params_for(program), shapes, jnp.int32(0)).lower())
+        count = max(1, min(len(lowered), workers or os.cpu_count() or 1))
+        with ThreadPoolExecutor(count) as pool:
+            list(pool.map(lambda low: low.compile(), lowered))
+        self._fns._ready.update(ids)
+        return len(ids)
 
     def generate_until_done(self) -> None:
         """Decode steps until ``is_done()``, a dispatch a step, each queued without waiting for
