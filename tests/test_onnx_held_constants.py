@@ -111,3 +111,55 @@ def test_small_constants_stay_compiled_in(monkeypatch):
     (program,) = s._programs.values()
     assert program.held == {}
     assert s._run_params(program) is s._device_params()
+
+
+def test_held_values_reach_their_own_graph_only():
+    """``graph.tracing.held_constants`` gives its arrays to the graph they are of (or an equal
+    one) and to no other graph traced inside (a Loop body's constant data node of the same
+    index and type keeps its own bytes)."""
+    import jax
+    import jax.numpy as jnp
+
+    import dml_jax as dml
+    from dml_jax.graph import (
+        ConstantDataNode,
+        GraphDesc,
+        InputGraphEdge,
+        IntermediateGraphEdge,
+        OutputGraphEdge,
+    )
+    from dml_jax.graph.tracing import held_constants
+    from dml_jax.tensor import pack_4bit
+
+    T = dml.TensorDesc
+    rng = np.random.default_rng(0)
+
+    def graph(codes):
+        deq = dml.DequantizeOperatorDesc(T("UINT4", (4, 8)), "SCALE", [T("FLOAT32", (4, 8))],
+                                         T("FLOAT32", (4, 8)))  # fmt: skip
+        return GraphDesc(
+            input_count=1, output_count=1, nodes=(ConstantDataNode(pack_4bit(codes)), deq),
+            input_edges=(InputGraphEdge(0, 1, 1),), output_edges=(OutputGraphEdge(1, 0, 0),),
+            intermediate_edges=(IntermediateGraphEdge(0, 0, 1, 0),),
+        )  # fmt: skip
+
+    mine, other = rng.integers(0, 16, (2, 32))
+    g = dml.compile_graph(graph(mine))
+    scale = np.full((4, 8), 0.5, np.float32)
+    plain = np.asarray(g(scale))
+    np.testing.assert_array_equal(plain, (mine * 0.5).reshape(4, 8))
+    held = {(0, dml.DataType.UINT4): jnp.asarray(mine.astype(np.uint8)).astype(jnp.uint4)}
+    wrong = {(0, dml.DataType.UINT4): jnp.asarray(other.astype(np.uint8)).astype(jnp.uint4)}
+    # another graph's values: not taken (the node's own bytes)
+    with held_constants(graph(other), wrong):
+        np.testing.assert_array_equal(np.asarray(jax.jit(g.fn)(scale)), plain)
+
+    # its own (an equal description): taken, as an argument of the jit, not a literal
+    def f(codes, scale):
+        with held_constants(graph(mine), {(0, dml.DataType.UINT4): codes}):
+            return g.fn(scale)
+
+    codes = held[(0, dml.DataType.UINT4)]
+    np.testing.assert_array_equal(np.asarray(jax.jit(f)(codes, scale)), plain)
+    jaxpr = jax.make_jaxpr(f)(codes, scale)
+    assert not jaxpr.consts  # the codes are the argument, nothing closed over

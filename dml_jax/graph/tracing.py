@@ -27,24 +27,24 @@ from . import rolling
 from .records import GRAPH, ConstantDataNode, FunctionNode, GraphDesc
 from .validation import GraphPlan, constant_value, validated_plan
 
-# Constant data nodes whose values the caller passes as arguments of its own jit: (node index,
-# DataType) -> the node's elements of that type, flat (``held_constants``).
-_HELD: contextvars.ContextVar[Mapping | None] = contextvars.ContextVar(
-    "dml_graph_held", default=None
-)
+# Constant data nodes whose values the caller passes as arguments of its own jit: the graph
+# they are of, and (node index, DataType) -> the node's elements of that type, flat
+# (``held_constants``).
+_HELD: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("dml_graph_held", default=None)
 
 
 @contextlib.contextmanager
-def held_constants(values: Mapping[tuple[int, Any], Any]) -> Iterator[None]:
-    """Graphs traced inside read these arrays for their constant data nodes: ``values`` maps
-    (node index, ``DataType``) to the node's elements of that type, flat and in order
+def held_constants(graph: GraphDesc, values: Mapping[tuple[int, Any], Any]) -> Iterator[None]:
+    """``graph``, traced inside, reads these arrays for its constant data nodes: ``values``
+    maps (node index, ``DataType``) to the node's elements of that type, flat and in order
     (``validation.constant_elements``), as arrays, traced ones included. A reader of a node
     reads the array of its own data type where one is given, and the node's bytes, compiled
-    into the program, where none is. The values must be the nodes' (the lowerings still read
-    the bytes while tracing, ``fastpath.known_input``): what changes is only that the program
-    takes them as arguments instead of holding them, so that a program over large constants
-    (4-bit weights) is not compiled with them in it."""
-    token = _HELD.set(values)
+    into the program, where none is; other graphs traced inside (a Loop's body) read their
+    own bytes. The values must be the nodes' (the lowerings still read the bytes while
+    tracing, ``fastpath.known_input``): what changes is only that the program takes them as
+    arguments instead of holding them, so that a program over large constants (4-bit weights)
+    is not compiled with them in it."""
+    token = _HELD.set((graph, values))
     try:
         yield
     finally:
@@ -261,7 +261,8 @@ def _graph_function(
     def lowered(*arrays):
         counter[0] += 1
         nonlocal held
-        held = _HELD.get()
+        owner = _HELD.get()
+        held = owner[1] if owner is not None and _same_graph(owner[0], graph) else None
         values: dict[tuple[int, int], Any] = {}
         for step in steps:
             if isinstance(step, rolling.RolledRun):
@@ -276,6 +277,12 @@ def _graph_function(
         return tuple(values[src] for src in plan.outputs)
 
     return lowered
+
+
+def _same_graph(a: GraphDesc, b: GraphDesc) -> bool:
+    """The same graph: the same object, or an equal one (a compiled graph is shared by equal
+    descriptions)."""
+    return a is b or (hash(a) == hash(b) and a == b)
 
 
 def _rolled(steps, graph, plan, pairs, linked, known_value, pair_lowering, runs) -> list:

@@ -214,7 +214,7 @@ class Program:
                     data[(int(n), DataType[t])] = value
             with (
                 fastpath.sharded() if split else contextlib.nullcontext(),
-                held_constants(data) if data else contextlib.nullcontext(),
+                held_constants(imp.graph, data) if data else contextlib.nullcontext(),
             ):
                 outs = self.graph.fn(*self._graph_args(params, inputs))
             outs = outs if isinstance(outs, tuple) else (outs,)
