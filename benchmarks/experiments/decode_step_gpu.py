@@ -12,7 +12,8 @@ under several sets of XLA flags, each in its own process (XLA reads its flags on
 A step that reads 2.47 GB in 1.44 ms while its kernels sum to, say, 0.7 ms is waiting on the
 host (a while loop's condition is read back to the host at every iteration) or on launches.
 
-Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_step_gpu.py [--int4]``; it
+Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_step_gpu.py [--int4]
+[--int4-tiles "" one_row=1]`` (an int4 process per set of the 4-bit kernel's tunables); it
 writes ``$OUT/decode_step.json`` when ``OUT`` is set.
 """
 
@@ -70,12 +71,25 @@ def kernels(trace_dir: str, tokens: int) -> dict:
     }
 
 
-def child(path: str, samples: int, new: int, prompt_len: int) -> dict:
-    """Runs in a process of its own (its XLA_FLAGS): tokens/s and the kernel profile."""
+def child(path: str, samples: int, new: int, prompt_len: int, tiles: str = "") -> dict:
+    """Runs in a process of its own (its XLA_FLAGS): tokens/s and the kernel profile; with
+    ``tiles`` (``one_row=1,block_n=128``...), the 4-bit kernel's tunables for this process
+    (``int4_gemm.Tiles``, in place of the defaults)."""
     import jax
 
     from dml_jax.bench.suites.decode import dml_generation
     from dml_jax.onnx import InferenceSession
+
+    if tiles:
+        from dml_jax.kernels import int4_gemm
+
+        kw = {k: int(v) for k, v in (item.split("=") for item in tiles.split(","))}
+        chosen, plan = int4_gemm.Tiles(**kw), int4_gemm.plan
+
+        def planned(m, n, k, block, tiles=None):
+            return plan(m, n, k, block, tiles or chosen)
+
+        int4_gemm.plan = planned
 
     session = InferenceSession(path)
     prompt = np.random.default_rng(0).integers(1, 1000, size=(1, prompt_len))
@@ -111,9 +125,13 @@ def main() -> None:
     p.add_argument("--prompt", type=int, default=16)
     p.add_argument("--int4", action="store_true")
     p.add_argument("--flags", nargs="*", default=list(FLAGS))
+    p.add_argument("--int4-tiles", nargs="*", default=[""],
+                   help="int4 processes, one a tunables set each ('' the defaults; "
+                        "'one_row=1,block_n=128')")  # fmt: skip
+    p.add_argument("--tiles", default="", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
-        print(json.dumps(child(a.child, a.samples, a.new, a.prompt)))
+        print(json.dumps(child(a.child, a.samples, a.new, a.prompt, a.tiles)))
         return
     import torch
 
@@ -134,23 +152,26 @@ def main() -> None:
     del model
     torch.cuda.empty_cache()
     results = {}
-    for dtype, path in files.items():
-        for flag in a.flags if dtype == "float16" else a.flags[:1]:
-            env = dict(os.environ, XLA_FLAGS=FLAGS[flag])
-            cmd = [sys.executable, __file__, "--child", path, "--samples", str(a.samples),
-                   "--new", str(a.new), "--prompt", str(a.prompt)]  # fmt: skip
-            t = time.perf_counter()
-            r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
-            key = f"{dtype} {flag}"
-            if r.returncode:
-                results[key] = {"error": r.stderr[-2000:]}
-            else:
-                results[key] = json.loads(r.stdout.strip().splitlines()[-1])
-            results[key]["process_s"] = time.perf_counter() - t
-            print(key, json.dumps(results[key]), flush=True)
-            if os.environ.get("OUT"):  # after each process: a run cut short keeps its rows
-                with open(os.path.join(os.environ["OUT"], "decode_step.json"), "w") as f:
-                    json.dump(results, f, indent=1)
+    runs = [("float16", f, "") for f in a.flags]
+    if "int4" in files:
+        runs += [("int4", a.flags[0], t) for t in a.int4_tiles]
+    for dtype, flag, tiles in runs:
+        path = files[dtype]
+        env = dict(os.environ, XLA_FLAGS=FLAGS[flag])
+        cmd = [sys.executable, __file__, "--child", path, "--samples", str(a.samples),
+               "--new", str(a.new), "--prompt", str(a.prompt), "--tiles", tiles]  # fmt: skip
+        t = time.perf_counter()
+        r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
+        key = f"{dtype} {flag}" + (f" [{tiles}]" if tiles else "")
+        if r.returncode:
+            results[key] = {"error": r.stderr[-2000:]}
+        else:
+            results[key] = json.loads(r.stdout.strip().splitlines()[-1])
+        results[key]["process_s"] = time.perf_counter() - t
+        print(key, json.dumps(results[key]), flush=True)
+        if os.environ.get("OUT"):  # after each process: a run cut short keeps its rows
+            with open(os.path.join(os.environ["OUT"], "decode_step.json"), "w") as f:
+                json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":
