@@ -164,11 +164,13 @@ def test_bucketed_steps_equal_exact_steps(sessions):
 
 
 def test_programs_bounded_by_buckets():
-    """100 new tokens after a 5-token prompt: one prefill (prompt bucket 16) and one loop per
-    past bucket 16, 32, 64, 128, whatever the positions; a second generation compiles none."""
+    """100 new tokens after a 5-token prompt, a step a dispatch: one prefill (prompt bucket 16)
+    and one step per past bucket 16, 32, 64, 128, whatever the positions; a second generation
+    compiles none."""
     s = InferenceSession(_path("tiny_llama"))
     prompt = np.array(GREEDY["tiny_llama"]["prompt"])
-    params = GeneratorParams(s, max_length=105, batch_size=2, buckets=[16, 32, 64, 128])
+    params = GeneratorParams(s, max_length=105, batch_size=2, buckets=[16, 32, 64, 128],
+                             steps_per_dispatch=1)  # fmt: skip
     g = Generator(s, params)
     before = g.compiles
     g.append_tokens(prompt)
@@ -184,6 +186,36 @@ def test_programs_bounded_by_buckets():
     np.testing.assert_array_equal(g.generated[:, :24], np.array(GREEDY["tiny_llama"]["greedy"]))
 
 
+@pytest.mark.parametrize("count", [4, 7])
+def test_runs_of_steps_give_the_single_steps_tokens(sessions, count):
+    """``steps_per_dispatch``: runs of ``count`` steps in one ``lax.fori_loop`` dispatch inside
+    each bucket, the rest a step each: the tokens of a step a dispatch, greedy and sampled, in
+    a batch of prompts of different lengths; with end tokens the generation ends where the
+    last row ended, inside a run or at the prefill's token."""
+    ref = GREEDY["tiny_llama"]
+    s = sessions("tiny_llama")
+    rows = [ref["prompt"][0], ref["prompt"][1][2:]]
+    for options in ({}, {"do_sample": True, "top_k": 5, "seed": 3}):
+        want = generate(s, rows, 40, **options)
+        np.testing.assert_array_equal(generate(s, rows, 40, steps_per_dispatch=count, **options),
+                                      want)  # fmt: skip
+    greedy = ref["greedy"][0]
+    for eos in (greedy[5], greedy[0]):
+        first = greedy.index(eos)
+        got = generate(s, [ref["prompt"][0]], 30, eos_token_id=eos, steps_per_dispatch=count)
+        np.testing.assert_array_equal(got[0], greedy[: first + 1])
+    fresh = InferenceSession(_path("tiny_llama"))
+    g = Generator(fresh, GeneratorParams(fresh, max_length=40, batch_size=2,
+                                         steps_per_dispatch=count))  # fmt: skip
+    g.append_tokens(rows)
+    made = g.compile_ahead(workers=2)
+    assert made >= 2 and g.compile_ahead() == 0  # the steps and runs of the buckets to come
+    g.generate_until_done()
+    np.testing.assert_array_equal(g.generated, generate(s, rows, g.generated.shape[1]))
+    with pytest.raises(ValidationError, match="steps_per_dispatch"):
+        GeneratorParams(s, steps_per_dispatch=0)
+
+
 def test_compile_ahead_compiles_every_bucket_before_the_steps():
     """``compile_ahead`` after the prefill: the steps of the buckets 16, 32, 64 and 128 compiled
     at once; the generation then compiles nothing (no XLA compile at all while it runs) and
@@ -195,7 +227,8 @@ def test_compile_ahead_compiles_every_bucket_before_the_steps():
     params = GeneratorParams(s, max_length=105, batch_size=2, buckets=[16, 32, 64, 128])
     g = Generator(s, params)
     g.append_tokens(prompt)
-    assert g.compile_ahead(workers=2) == 4
+    # the steps of the four buckets and the runs of 16 of the three that hold one (32, 64, 128)
+    assert g.compile_ahead(workers=2) == 7
     assert g.compile_ahead() == 0  # nothing left
     compiled = []
 
@@ -208,7 +241,7 @@ def test_compile_ahead_compiles_every_bucket_before_the_steps():
         g.generate_until_done()
     finally:
         monitoring.unregister_event_duration_listener(count)
-    assert compiled == [] and g.compiles == 5
+    assert compiled == [] and g.compiles == 8
     np.testing.assert_array_equal(g.generated[:, :24], np.array(GREEDY["tiny_llama"]["greedy"]))
     lazy = Generator(InferenceSession(_path("tiny_llama")), params)
     lazy.append_tokens(prompt)
@@ -509,6 +542,7 @@ def test_generator_runs_a_group_query_attention_step():
     want4 = _ort_gqa_loop(quantized, rows, 24)
     assert len(set(want4.ravel().tolist())) > 10
     np.testing.assert_array_equal(generate(InferenceSession(quantized), rows, 24), want4)
+    np.testing.assert_array_equal(generate(s, rows, 24, steps_per_dispatch=5), want)
     g = Generator(s, GeneratorParams(s, max_length=7 + 24, batch_size=2))
     g.append_tokens([[5, 17, 42], [3, 9, 11, 30, 2, 8, 44]])
     while not g.is_done():

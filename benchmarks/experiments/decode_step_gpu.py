@@ -2,9 +2,10 @@
 float16 (and, ``--int4``, quantized to 4 bits), generated through ``Generator`` at batch 1
 under several sets of XLA flags, each in its own process (XLA reads its flags once):
 
-- tokens/s of ``generate_until_done`` (one ``lax.while_loop`` a bucket) and of the
-  ``generate_next_token`` loop (a dispatch a token, no sync between them), median of
-  ``--samples`` generations;
+- tokens/s of ``generate_until_done`` (``loop``: runs of ``--steps`` steps a dispatch, the
+  ``GeneratorParams.steps_per_dispatch``; one ``lax.while_loop`` a bucket before 2026-11-28)
+  and of the ``generate_next_token`` loop (a dispatch a token, no sync between them), median
+  of ``--samples`` generations;
 - from a ``jax.profiler`` trace of one generation: the GPU kernels a token, their summed time
   a token and the busy fraction (summed kernel time over the span from the first kernel to the
   last), and the kernels that take most of it.
@@ -71,7 +72,9 @@ def kernels(trace_dir: str, tokens: int) -> dict:
     }
 
 
-def child(path: str, samples: int, new: int, prompt_len: int, tiles: str = "") -> dict:
+def child(
+    path: str, samples: int, new: int, prompt_len: int, tiles: str = "", steps: int = 1
+) -> dict:
     """Runs in a process of its own (its XLA_FLAGS): tokens/s and the kernel profile; with
     ``tiles`` (``one_row=1,block_n=128``...), the 4-bit kernel's tunables for this process
     (``int4_gemm.Tiles``, in place of the defaults)."""
@@ -95,13 +98,13 @@ def child(path: str, samples: int, new: int, prompt_len: int, tiles: str = "") -
     prompt = np.random.default_rng(0).integers(1, 1000, size=(1, prompt_len))
     out: dict = {}
     t = time.perf_counter()
-    dml_generation(session, prompt, new)
+    dml_generation(session, prompt, new, steps=steps)
     dml_generation(session, prompt, new, per_token=True)
     out["warmup_s"] = time.perf_counter() - t
     for per_token in (False, True):
         rates = []
         for _ in range(samples):
-            toks, _, dec, _ = dml_generation(session, prompt, new, per_token)
+            toks, _, dec, _ = dml_generation(session, prompt, new, per_token, steps)
             rates.append((toks.shape[1] - 1) / dec)
         out["per_token" if per_token else "loop"] = {
             "tok_s_median": float(np.median(rates)),
@@ -111,7 +114,7 @@ def child(path: str, samples: int, new: int, prompt_len: int, tiles: str = "") -
     for per_token in (False, True):
         trace = tempfile.mkdtemp()
         jax.profiler.start_trace(trace)
-        toks = dml_generation(session, prompt, new, per_token)[0]
+        toks = dml_generation(session, prompt, new, per_token, steps)[0]
         jax.profiler.stop_trace()
         out["profile_per_token" if per_token else "profile_loop"] = kernels(trace, toks.shape[1])
     return out
@@ -129,9 +132,11 @@ def main() -> None:
                    help="int4 processes, one a tunables set each ('' the defaults; "
                         "'one_row=1,block_n=128')")  # fmt: skip
     p.add_argument("--tiles", default="", help=argparse.SUPPRESS)
+    p.add_argument("--steps", type=int, default=1,
+                   help="GeneratorParams.steps_per_dispatch of the 'loop' generations")  # fmt: skip
     a = p.parse_args()
     if a.child:
-        print(json.dumps(child(a.child, a.samples, a.new, a.prompt, a.tiles)))
+        print(json.dumps(child(a.child, a.samples, a.new, a.prompt, a.tiles, a.steps)))
         return
     import torch
 
@@ -159,10 +164,11 @@ def main() -> None:
         path = files[dtype]
         env = dict(os.environ, XLA_FLAGS=FLAGS[flag])
         cmd = [sys.executable, __file__, "--child", path, "--samples", str(a.samples),
-               "--new", str(a.new), "--prompt", str(a.prompt), "--tiles", tiles]  # fmt: skip
+               "--new", str(a.new), "--prompt", str(a.prompt), "--tiles", tiles,
+               "--steps", str(a.steps)]  # fmt: skip
         t = time.perf_counter()
         r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
-        key = f"{dtype} {flag}" + (f" [{tiles}]" if tiles else "")
+        key = f"{dtype} {flag}" + (f" [{tiles}]" if tiles else "") + f" steps {a.steps}"
         if r.returncode:
             results[key] = {"error": r.stderr[-2000:]}
         else:

@@ -48,6 +48,7 @@ from .roles import DecoderRoles, find_roles, roles_of  # noqa: F401 (find_roles:
 
 # The XLA option by which sessions put matrix products on cuBLAS (``GPU_COMPILER_OPTIONS``).
 TRITON_GEMM = "xla_gpu_enable_triton_gemm"
+_NEVER = 2**31 - 1  # a run of steps in which no row ended: the length it reports
 
 
 @dataclass
@@ -66,6 +67,13 @@ class GeneratorParams:
         seed: the sampling's random seed.
         buckets: the past lengths programs are compiled for: None (powers of two from 16, where
             the step's graph shows the padding masked), False (every length exact), or a list of lengths.
+        steps_per_dispatch: ``generate_until_done``'s decode steps a dispatch (not
+            onnxruntime-genai's): n > 1 (16 by default), runs of n steps inside a bucket as
+            one ``lax.fori_loop`` of a fixed count (no condition for the host to read between
+            them, the arguments passed once), the rest a step each (a second program a
+            bucket); 1, a step each. Where the host's work a dispatch bounds the steps (a small
+            model) runs are several times faster (benchmarks/experiments/README.md,
+            ``decode_step_gpu.py``).
     """
 
     session: Any = None
@@ -79,6 +87,7 @@ class GeneratorParams:
     pad_token_id: int = 0
     seed: int = 0
     buckets: Any = None
+    steps_per_dispatch: int = 16
 
     def __post_init__(self) -> None:
         _check_params(self)
@@ -107,6 +116,9 @@ def _check_params(p: GeneratorParams) -> None:
     if not float(p.temperature) > 0.0 or not math.isfinite(float(p.temperature)):
         raise ValidationError(f"{where}: temperature must be > 0, got {p.temperature!r}")
     bucket_sizes(p.buckets, True, where)
+    n = p.steps_per_dispatch
+    if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1:
+        raise ValidationError(f"{where}: steps_per_dispatch must be an int >= 1, got {n!r}")
 
 
 def _eos_ids(eos: Any) -> tuple[int, ...]:
@@ -409,6 +421,29 @@ class DecodeSteps:
             self.compiles += 1
         return entry
 
+    def _chunk_fn(self, batch: int, past: int, capacity: int, count: int) -> Any:
+        """``count`` decode steps at past length ``past`` from ``length``, one ``lax.fori_loop``
+        of that fixed count, jitted, the state donated: (the new state, the first length at
+        which every row had ended before its step, ``_NEVER`` if none did)."""
+        entry = self._steps.get((batch, past, capacity, count))
+        if entry is None:
+            program, step = self._step_body(batch, past, capacity)
+
+            def chunk(params, state, length):
+                def body(i, carry):
+                    state, stop = carry
+                    stop = jnp.where(jnp.all(state[4]) & (stop == _NEVER), length + i, stop)
+                    return step(params, state, length + i), stop
+
+                state, stop = jax.lax.fori_loop(0, count, body, (state, jnp.int32(_NEVER)))
+                stop = jnp.where(jnp.all(state[4]) & (stop == _NEVER), length + count, stop)
+                return state, stop
+
+            fn = jax.jit(chunk, donate_argnums=(1,), compiler_options=self._options())
+            entry = self._steps[(batch, past, capacity, count)] = (fn, program)
+            self.compiles += 1
+        return entry
+
     def _options(self) -> dict | None:
         """The session's XLA options, less its choice of cuBLAS for matrix products (unless the
         caller made it): a decode step's products have a row a sequence, and XLA's own
@@ -598,29 +633,35 @@ class Generator:
         each bucket: each step is traced here and XLA compiles them side by side on
         ``workers`` threads (default: as many as the steps, at most the CPUs). What a server
         calls after its first ``append_tokens`` to take a long generation's compiles at once.
-        Returns the number of steps compiled."""
+        With ``steps_per_dispatch`` > 1, each bucket's run of that many steps too. Returns the
+        number of programs compiled."""
         import os
         from concurrent.futures import ThreadPoolExecutor
 
         if self._tokens is None:
             raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
-        ids = list(dict.fromkeys(self._step_id(n) for n in range(self._length, self._end)))
-        ids = [i for i in ids if i not in self._fns._ready]
-        if not ids:
+        span: dict[tuple, int] = {}  # each step's lengths still to come
+        for n in range(self._length, self._end):
+            span[self._step_id(n)] = span.get(self._step_id(n), 0) + 1
+        count = int(self.params.steps_per_dispatch)
+        ids = [i for i in span if i not in self._fns._ready]
+        runs = [(*i, count) for i in span if count > 1 and span[i] >= count]
+        runs = [i for i in runs if i not in self._fns._ready]
+        if not ids and not runs:
             return 0
         state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
         shapes = jax.tree.map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state
         )
         lowered = []
-        for batch, key, capacity in ids:
-            fn, program = self._fns._step_fn(batch, key, capacity)
+        for made in ids + runs:
+            fn, program = (self._fns._step_fn if len(made) == 3 else self._fns._chunk_fn)(*made)
             lowered.append(fn.trace(self._fns._params_for(program), shapes, jnp.int32(0)).lower())
         count = max(1, min(len(lowered), workers or os.cpu_count() or 1))
         with ThreadPoolExecutor(count) as pool:
             list(pool.map(lambda low: low.compile(), lowered))
-        self._fns._ready.update(ids)
-        return len(ids)
+        self._fns._ready.update(ids + runs)
+        return len(ids) + len(runs)
 
     def generate_until_done(self) -> None:
         """Decode steps until ``is_done()``, a dispatch a step, each queued without waiting for
@@ -630,30 +671,73 @@ class Generator:
 
     def generate_bucket(self) -> bool:
         """The decode steps whose past runs at the current bucket (with exact lengths, one
-        step), a dispatch a step, queued without waiting for the device: with end tokens
-        watched, whether every row has ended is read one step behind, so that the device
-        always has the next step queued, and a step found to start after every row ended is
-        dropped (it changed no token the generator shows). False when nothing is left to do
+        step), a dispatch a step (``steps_per_dispatch`` > 1: runs of that many in one, the
+        rest a step each), queued without waiting for the device: with end tokens watched,
+        whether every row has ended is read one dispatch behind, so that the device always has
+        the next one queued, and the steps found to start after every row ended are dropped
+        (they changed no token the generator shows). False when nothing is left to do
         (``is_done()``).
 
-        (One ``lax.while_loop`` a bucket, tried first, ran the 1B-class decoder a few percent slower on
-        an H100 and an H200: its host reads the loop's condition at every step before it
-        launches the next, so the device waits on the host; benchmarks/experiments/README.md,
-        ``decode_step_gpu.py``.)"""
+        (One ``lax.while_loop`` a bucket, tried first, ran the 1B-class decoder a few percent
+        slower on an H100 and an H200: its host reads the loop's condition at every step
+        before it launches the next, so the device waits on the host;
+        benchmarks/experiments/README.md, ``decode_step_gpu.py``.)"""
         if self._tokens is None:
             raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
         watch = bool(self._fns._eos)
         key = self._step_key(self._length)
+        count = int(self.params.steps_per_dispatch)
         while True:
-            if watch and self._behind is not None and bool(self._behind[1]):
-                self._length, self._ended = self._behind[0], True  # the step after: dropped
-                self._behind = None
-            if self._length >= self._end or self._ended:
+            at_end = self._length >= self._end or self._ended
+            if at_end or self._step_key(self._length) != key:
+                # leaving the bucket: the last dispatch is read now (a sync a bucket)
+                if watch and self._behind is not None and self._settle(self._behind):
+                    return False
+                return not at_end
+            previous = self._behind
+            if count > 1 and self._run_fits(count, key):
+                stop = self._run_steps(count)
+                self._behind = ("run", stop) if watch else None
+            else:
+                before, ended = self._length, self._all_ended
+                self.generate_next_token()
+                self._behind = ("step", before, ended) if watch else None
+            # the dispatch before this one, read while this one is queued
+            if watch and previous is not None and self._settle(previous):
                 return False
-            if self._step_key(self._length) != key:
-                return True
-            self._behind = (self._length, self._all_ended) if watch else None
-            self.generate_next_token()
+
+    def _settle(self, behind: tuple) -> bool:
+        """Whether every row had ended by the dispatch ``behind`` describes (a step: before
+        it; a run: at a length it returns); if so the generation ends there, the steps queued
+        after that point dropped (they changed no token the generator shows)."""
+        if behind[0] == "run":
+            stop = int(behind[1])
+            if stop == _NEVER:
+                return False
+        elif bool(behind[2]):
+            stop = behind[1]
+        else:
+            return False
+        self._length, self._ended, self._behind = stop, True, None
+        return True
+
+    def _run_fits(self, count: int, key: int) -> bool:
+        """``count`` steps from the current length stay in bucket ``key`` and before the end."""
+        last = self._length + count - 1
+        return last < self._end and self._step_key(last) == key
+
+    def _run_steps(self, count: int) -> Any:
+        """``count`` decode steps in one dispatch (``DecodeSteps._chunk_fn``); returns the
+        device scalar of the first length at which every row had ended (``_NEVER``: none)."""
+        batch, key, capacity = self._step_id(self._length)
+        fn, program = self._fns._chunk_fn(batch, key, capacity, count)
+        state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
+        state, stop = fn(self._fns._params_for(program), state, jnp.int32(self._length))
+        self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state
+        self._fns._ready.add((batch, key, capacity, count))
+        self._all_ended = jnp.all(self._done) if self._fns._eos else False
+        self._length += count
+        return stop
 
     def _step_key(self, length: int) -> int:
         """The bucket the step at ``length`` (its input token at ``length - 1``) runs at: the

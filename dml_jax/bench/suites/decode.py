@@ -85,15 +85,19 @@ def bandwidth(torch: Any) -> float:
     return 2 * 2**30 * 10 / (time.perf_counter() - t)
 
 
-def dml_generation(session: Any, prompt: np.ndarray, new: int, per_token: bool = False):
-    """dml_jax's greedy generation: (tokens, ttft_s, decode_s, generator); the steps' compiles
-    (``Generator.compile_ahead``, the first generation's) are in neither time."""
+def dml_generation(
+    session: Any, prompt: np.ndarray, new: int, per_token: bool = False, steps: int = 1
+):
+    """dml_jax's greedy generation (``steps``: ``GeneratorParams.steps_per_dispatch``): (tokens,
+    ttft_s, decode_s, generator); the steps' compiles (``Generator.compile_ahead``, the first
+    generation's) are in neither time."""
     import jax
 
     from dml_jax.onnx.generation import Generator, GeneratorParams
 
     batch, length = prompt.shape
-    g = Generator(session, GeneratorParams(session, max_length=length + new, batch_size=batch))
+    g = Generator(session, GeneratorParams(session, max_length=length + new, batch_size=batch,
+                                           steps_per_dispatch=steps))  # fmt: skip
     t0 = time.perf_counter()
     g.append_tokens(prompt)
     jax.block_until_ready(g._tokens)
