@@ -340,3 +340,21 @@ def test_a_name_with_control_characters_stays_on_one_line():
     message = str(e.value)
     assert "\n" not in message and "\\n\\x02w1" in message
     assert message.startswith("ONNX: node 0 (MatMul): input 'x"), message
+
+
+@pytest.mark.parametrize("op", ["Reshape", "Unsqueeze"])
+def test_a_shape_or_axes_of_floats(op):
+    """A Reshape whose shape initializer's type was changed to DOUBLE (the fuzzer, seed 523):
+    its bytes read as doubles held a NaN, and ``int(NaN)`` escaped as ``ValueError: cannot
+    convert float NaN to integer``. Inputs read as integers (shapes, axes, starts, pads...)
+    refuse a floating type, naming the input."""
+    x = helper.make_tensor_value_info("x", FLOAT, [2, 4])
+    values = np.array([np.nan, 4.0] if op == "Reshape" else [0.0], np.float64)
+    init = numpy_helper.from_array(values, "s")
+    node = helper.make_node(op, ["x", "s"], ["y"])
+    name = "shape" if op == "Reshape" else "axes"
+    _raises(
+        _model([node], [x], [init]),
+        rf"^ONNX: node 0 \({op}\): input '{name}' must hold integers, got float64 values$",
+        {"x": np.ones((2, 4), np.float32)},
+    )
