@@ -92,6 +92,17 @@ def binary_value(ctx: Context, name: str, a: Value, b: Value, *, is_bool: bool =
     return ctx.out(ctx.node(desc, [a, b]), shape, is_bool=is_bool or (a.is_bool and b.is_bool))
 
 
+def const_ints(ctx: Context, v: Value | None, what: str) -> list[int] | None:
+    """An input DirectML needs as a constant, as a list of ints (None when absent); one of a
+    floating type (a shape or axes that ONNX types as integers) is refused naming it."""
+    if v is None:
+        return None
+    values = np.asarray(ctx.const(v, what))
+    if values.dtype.kind not in "iub":
+        raise ctx.fail(f"input '{what}' must hold integers, got {values.dtype} values")
+    return [int(a) for a in values.reshape(-1)]
+
+
 def view(value: Value, shape: Sequence[int]) -> Value:
     return value.view(tuple(int(d) for d in shape))
 

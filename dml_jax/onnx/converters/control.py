@@ -52,6 +52,7 @@ from ..importer import (
     to_graph_array,
 )
 from . import converter
+from ._common import const_ints
 
 # A Loop whose body cannot be one compiled function is unrolled at import up to this many
 # iterations (each iteration's nodes join the program).
@@ -530,7 +531,7 @@ def _host_int(ctx, v: Value, what: str, why: str) -> int:
     else it is computed at run time by the program up to the Loop and read on the host
     (segments, ``Context.sizes``)."""
     if v.known is not None or ctx.builder.subgraph is not None or _is_graph_input(ctx, v):
-        return int(np.asarray(ctx.const(v, what)).reshape(-1)[0])
+        return const_ints(ctx, v, what)[0]
     (n,) = ctx.sizes(_first, [v], key=f"{ctx.where}: {what}", what=f"input '{what}' {why}")
     return n
 
@@ -548,7 +549,7 @@ def _rolled(ctx, b: Body, m, cond, carried, n_scan, stays: bool):
     fixed = None  # the iteration count when it is known before the program runs
     if stays and m is not None and (m.known is not None or (n_scan and _is_graph_input(ctx, m))):
         # M known at import, or a model input the session specialises on (scan outputs)
-        fixed = _trip_count(int(np.asarray(ctx.const(m, "M")).reshape(-1)[0]))
+        fixed = _trip_count(const_ints(ctx, m, "M")[0])
         if fixed is None and n_scan:
             raise ctx.fail("a Loop with scan outputs needs a trip count M below 2**31")
     if fixed is not None and cond is not None:

@@ -18,7 +18,7 @@ import numpy as np
 from ...enums import DataType
 from ..importer import data_type_of, packed, to_graph_array
 from . import converter
-from ._common import axis_of, cast_value, op, view
+from ._common import axis_of, cast_value, const_ints, op, view
 from .movement import empty, typed_scalar
 
 
@@ -53,7 +53,7 @@ def _size(ctx, node, inputs):
 
 @converter("ConstantOfShape")
 def _constant_of_shape(ctx, node, inputs):
-    shape = [int(d) for d in np.asarray(ctx.const(inputs[0], "input")).reshape(-1)]
+    shape = const_ints(ctx, inputs[0], "input")
     if any(d < 0 for d in shape):
         raise ctx.fail(f"shape {shape} has a negative dimension")
     value = ctx.tensor_attr("value")

@@ -19,20 +19,9 @@ from ...enums import DataType
 from ...tensor import TensorDesc
 from ..importer import Context, Value, broadcast, packed, permuted
 from . import converter
-from ._common import axis_of, broadcast_shape, cast_value, op, view
+from ._common import axis_of, broadcast_shape, cast_value, const_ints, op, view
 
 # --- helpers shared by this group's modules ---------------------------------------------------
-
-
-def const_ints(ctx: Context, v: Value | None, what: str) -> list[int] | None:
-    """An input DirectML needs as a constant, as a list of ints (None when absent); one of a
-    floating type (a shape or axes that ONNX types as integers) is refused naming it."""
-    if v is None:
-        return None
-    values = np.asarray(ctx.const(v, what))
-    if values.dtype.kind not in "iub":
-        raise ctx.fail(f"input '{what}' must hold integers, got {values.dtype} values")
-    return [int(a) for a in values.reshape(-1)]
 
 
 def onnx_dtype(x: Value) -> np.dtype:

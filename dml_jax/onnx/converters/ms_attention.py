@@ -82,7 +82,7 @@ import numpy as np
 
 from ..importer import Value, broadcast, packed
 from . import converter
-from ._common import DataType, binary_value, cast_value, op, select_value
+from ._common import DataType, binary_value, cast_value, const_ints, op, select_value
 from .attention import (
     gather_rows,
     grouped_logits,
@@ -820,7 +820,7 @@ def _group_query_attention(ctx, node, inputs):
                 f"{None if value is None else list(value.shape)} must both be {list(want)}"
             )
         q, k, v = query, key, value
-    total = int(np.asarray(ctx.const(total_in, "total_sequence_length")).reshape(-1)[0])
+    total = const_ints(ctx, total_in, "total_sequence_length")[0]
     if (past_k is None) != (past_v is None):
         raise ctx.fail("past_key and past_value come together")
     p = 0

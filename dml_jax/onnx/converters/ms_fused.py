@@ -55,7 +55,7 @@ from ...enums import DataType
 from ...tensor import ScaleBias, TensorDesc, packed_strides
 from ..importer import Context, Value, broadcast, data_type_of, packed
 from . import REGISTRY
-from ._common import axis_of, broadcast_shape, op, pads_of, spatial_out, view
+from ._common import axis_of, broadcast_shape, const_ints, op, pads_of, spatial_out, view
 from .gemm_conv import fold_batch, strided_desc
 
 MS = "com.microsoft"
@@ -883,7 +883,7 @@ def _conv_transpose_dynamic_pads(ctx, node, inputs):
     x, w, pads, b = inputs[:4]
     if pads is None:
         raise ctx.fail("input 2 ('Pads') is required (ONNX Runtime's kernel needs it)")
-    values = [int(p) for p in np.asarray(ctx.const(pads, "Pads")).reshape(-1)]
+    values = const_ints(ctx, pads, "Pads")
     nd = x.rank - 2
     if len(values) != 2 * nd:
         raise ctx.fail(f"Pads must hold {2 * nd} values, got {len(values)}")

@@ -26,7 +26,16 @@ import numpy as np
 from ...tensor import TensorDesc
 from ..importer import Value
 from . import register
-from ._common import DataType, binary_value, cast_value, op, pads_of, spatial_out, view
+from ._common import (
+    DataType,
+    binary_value,
+    cast_value,
+    const_ints,
+    op,
+    pads_of,
+    spatial_out,
+    view,
+)
 
 
 def _lp_order(ctx) -> int:
@@ -192,7 +201,7 @@ def _max_unpool(ctx, node, inputs):
     if len(kernel) != nd or len(strides) != nd or len(pads) != 2 * nd:
         raise ctx.fail(f"kernel_shape, strides and pads must hold {nd}, {nd} and {2 * nd} values")
     if shape_in is not None:
-        shape = tuple(int(d) for d in ctx.const(shape_in, "output_shape").reshape(-1))
+        shape = tuple(const_ints(ctx, shape_in, "output_shape"))
         if len(shape) != x.rank or shape[:2] != x.shape[:2]:
             raise ctx.fail(f"output_shape {list(shape)} does not fit X of shape {list(x.shape)}")
     else:

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from ..importer import data_type_of, packed
 from . import register
-from ._common import axis_of, op, reduce_value, view
+from ._common import axis_of, const_ints, op, reduce_value, view
 
 # ONNX op type -> DML ReduceFunction.
 FUNCTIONS = {
@@ -39,7 +39,7 @@ def _reduce(function: str):
         x, axes_in = (list(inputs) + [None])[:2]
         axes = ctx.attr("axes")
         if axes_in is not None:
-            axes = [int(a) for a in ctx.const(axes_in, "axes").reshape(-1)]
+            axes = const_ints(ctx, axes_in, "axes")
         if not axes:
             if int(ctx.attr("noop_with_empty_axes", 0)):
                 return [x]
