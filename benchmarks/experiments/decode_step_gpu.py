@@ -73,7 +73,7 @@ def kernels(trace_dir: str, tokens: int) -> dict:
 
 
 def child(
-    path: str, samples: int, new: int, prompt_len: int, tiles: str = "", steps: int = 1
+    path: str, samples: int, new: int, prompt_len: int, tiles: str = "", steps: int | None = None
 ) -> dict:
     """Runs in a process of its own (its XLA_FLAGS): tokens/s and the kernel profile; with
     ``tiles`` (``one_row=1,block_n=128``...), the 4-bit kernel's tunables for this process
@@ -132,8 +132,9 @@ def main() -> None:
                    help="int4 processes, one a tunables set each ('' the defaults; "
                         "'one_row=1,block_n=128')")  # fmt: skip
     p.add_argument("--tiles", default="", help=argparse.SUPPRESS)
-    p.add_argument("--steps", type=int, default=1,
-                   help="GeneratorParams.steps_per_dispatch of the 'loop' generations")  # fmt: skip
+    p.add_argument("--steps", type=int, default=None,
+                   help="GeneratorParams.steps_per_dispatch of the 'loop' generations "
+                        "(default: the library's)")  # fmt: skip
     a = p.parse_args()
     if a.child:
         print(json.dumps(child(a.child, a.samples, a.new, a.prompt, a.tiles, a.steps)))
@@ -163,12 +164,25 @@ def main() -> None:
     for dtype, flag, tiles in runs:
         path = files[dtype]
         env = dict(os.environ, XLA_FLAGS=FLAGS[flag])
-        cmd = [sys.executable, __file__, "--child", path, "--samples", str(a.samples),
-               "--new", str(a.new), "--prompt", str(a.prompt), "--tiles", tiles,
-               "--steps", str(a.steps)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            path,
+            "--samples",
+            str(a.samples),
+            "--new",
+            str(a.new),
+            "--prompt",
+            str(a.prompt),
+            "--tiles",
+            tiles,
+        ]
+        cmd += [] if a.steps is None else ["--steps", str(a.steps)]  # fmt: skip
         t = time.perf_counter()
         r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
-        key = f"{dtype} {flag}" + (f" [{tiles}]" if tiles else "") + f" steps {a.steps}"
+        key = f"{dtype} {flag}" + (f" [{tiles}]" if tiles else "")
+        key += "" if a.steps is None else f" steps {a.steps}"
         if r.returncode:
             results[key] = {"error": r.stderr[-2000:]}
         else:

@@ -86,9 +86,10 @@ def bandwidth(torch: Any) -> float:
 
 
 def dml_generation(
-    session: Any, prompt: np.ndarray, new: int, per_token: bool = False, steps: int = 1
+    session: Any, prompt: np.ndarray, new: int, per_token: bool = False, steps: int | None = None
 ):
-    """dml_jax's greedy generation (``steps``: ``GeneratorParams.steps_per_dispatch``): (tokens,
+    """dml_jax's greedy generation (``steps``: ``GeneratorParams.steps_per_dispatch``, None its
+    default): (tokens,
     ttft_s, decode_s, generator); the steps' compiles (``Generator.compile_ahead``, the first
     generation's) are in neither time."""
     import jax
@@ -96,8 +97,10 @@ def dml_generation(
     from dml_jax.onnx.generation import Generator, GeneratorParams
 
     batch, length = prompt.shape
-    g = Generator(session, GeneratorParams(session, max_length=length + new, batch_size=batch,
-                                           steps_per_dispatch=steps))  # fmt: skip
+    options = {} if steps is None else {"steps_per_dispatch": steps}
+    g = Generator(
+        session, GeneratorParams(session, max_length=length + new, batch_size=batch, **options)
+    )
     t0 = time.perf_counter()
     g.append_tokens(prompt)
     jax.block_until_ready(g._tokens)
