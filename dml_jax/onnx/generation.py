@@ -504,7 +504,9 @@ class Generator:
         self._length = 0  # positions used in the cache (and tokens)
         self._done = None
         self._all_ended: Any = False  # every row has ended (a device scalar after a step)
-        self._behind: tuple | None = None  # (length, _all_ended) before the last step queued
+        # the last dispatch while end tokens are watched: ("step", length before it, whether
+        # every row had ended then) or ("run", the length at which every row had ended)
+        self._behind: tuple | None = None
         # on the device as the steps' outputs are, so that the first step's call is theirs
         self._key = self._fns.put(jax.random.PRNGKey(p.seed))
 
@@ -664,8 +666,8 @@ class Generator:
         return len(ids) + len(runs)
 
     def generate_until_done(self) -> None:
-        """Decode steps until ``is_done()``, a dispatch a step, each queued without waiting for
-        the device."""
+        """Decode steps until ``is_done()``, bucket by bucket (``generate_bucket``): runs of
+        ``steps_per_dispatch`` steps a dispatch, queued without waiting for the device."""
         while self.generate_bucket():
             pass
 
