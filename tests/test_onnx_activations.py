@@ -164,3 +164,21 @@ def test_integer_shrink_follows_directml():
     )
     (got,) = InferenceSession(model).run(None, {"x": x})
     np.testing.assert_array_equal(got, np.array([-4, -1, 0, 0, 0, 1, 4], np.int32))
+
+
+@pytest.mark.parametrize("lambd", [-1.0, float("-inf")])
+def test_shrink_of_negative_lambd_takes_onnx_first_case(lambd):
+    """A negative lambd makes both of Shrink's cases hold between lambd and -lambd: ONNX takes
+    ``x < -lambd`` (``x + bias``) there, DirectML's ACTIVATION_SHRINK ``x > Threshold``; the
+    converter gives ONNX's values (found by the fuzzer, seed 541: lambd -inf)."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.array([-3.0, -1.0, -0.25, 0.0, 0.25, 1.0, 3.0], np.float32)
+    node = helper.make_node("Shrink", ["x"], ["y"], bias=1.5, lambd=lambd)
+    model = _model(
+        node, {"x": (TensorProto.FLOAT, x.shape)}, {"y": (TensorProto.FLOAT, x.shape)}, 9
+    )
+    (got,) = InferenceSession(model).run(None, {"x": x})
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_array_equal(got, want)
+    assert got[3] == 1.5  # 0 is below -lambd: x + bias, where DirectML's order gives x - bias

@@ -61,8 +61,25 @@ register(
 )
 # ONNX's Swish (opset 24) is x * sigmoid(alpha * x): SigmoidInputScale is alpha.
 register("Swish", _with_attrs("ACTIVATION_SWISH", sigmoid_input_scale=("alpha", 1.0)))
-# Integer Shrink follows DirectML's rule (Bias converted toward zero; docs/semantics.md).
-register("Shrink", _with_attrs("ACTIVATION_SHRINK", bias=("bias", 0.0), threshold=("lambd", 0.5)))
+
+
+@converter("Shrink")
+def _shrink(ctx, node, inputs):
+    """ACTIVATION_SHRINK, Threshold lambd. Integer Shrink follows DirectML's rule (Bias
+    converted toward zero; docs/semantics.md). A negative lambd makes both of Shrink's cases
+    hold between lambd and -lambd, where ONNX takes ``x < -lambd`` (``x + bias``) and
+    DirectML ``x > Threshold`` (``x - Bias``): a float Shrink of negative lambd is
+    ``-SHRINK(-x)``, whose first case is ONNX's (two negating ELEMENT_WISE_IDENTITY nodes)."""
+    fields = {"bias": float(ctx.attr("bias", 0.0)), "threshold": float(ctx.attr("lambd", 0.5))}
+    shrink = unary("ACTIVATION_SHRINK", **fields)
+    (x,) = inputs
+    if not fields["threshold"] < 0 or not x.data_type.is_float:
+        return shrink(ctx, node, inputs)
+    t = packed(x.data_type, x.shape)
+    negate = op("ELEMENT_WISE_IDENTITY")(t, t, scale_bias=ScaleBias(-1.0, 0.0))
+    minus = ctx.out(ctx.node(negate, [x]), x.shape)
+    (y,) = shrink(ctx, node, [minus])
+    return [ctx.out(ctx.node(negate, [y]), x.shape)]
 
 
 @converter("PRelu")
