@@ -80,7 +80,9 @@ def test_products_of_one_a_are_joined():
         assert g.shape == w.shape
         scale = np.abs(w).max()
         assert scale > 0.1
-        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6 * scale)
+        # the same products; their float32 sums may run in another order (on a GPU the 4-bit
+        # kernel splits a wider product otherwise): a column in the wrong place is off by O(1)
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * scale)
     ort = pytest.importorskip("onnxruntime")
     theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     for g, w in zip(got, theirs):
