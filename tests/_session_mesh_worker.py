@@ -205,7 +205,7 @@ def main() -> None:
             spec = g._cache[0].sharding.spec
             ok = ok and same and "model" in tuple(spec) and spec[1] == "model"
             details.append(f"{names}: tokens equal {same}, cache {spec}")
-        fn, program = g._fns._step_fn(2, g._step_key(g._length - 1), 0)
+        fn, program = g._fns._steps_fn(2, g._step_key(g._length - 1), 0, 1)
         state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
         text = fn.lower(g._fns._params_for(program), state, jnp.int32(g._length - 1))
         kinds = COLLECTIVE.findall(text.compile().as_text())

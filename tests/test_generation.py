@@ -319,15 +319,16 @@ def test_select_tokens_samples_the_truncated_distribution():
     assert int(select_tokens(logits, keys[0], False, 0, 1.0, 1.0)[0]) == 0
 
 
-def test_cache_updated_in_place(sessions):
-    """The decode step's donated cache buffers are updated in place: the compiled step copies
-    no buffer of the cache's size (a write after the read made XLA copy each one every
-    step)."""
+@pytest.mark.parametrize("count", [1, 16])
+def test_cache_updated_in_place(sessions, count):
+    """The decode step's donated cache buffers are updated in place, in a step and in a run of
+    steps (``lax.fori_loop``): the compiled program copies no buffer of the cache's size (a
+    write after the read made XLA copy each one every step)."""
     s = sessions("tiny_llama")
     g = Generator(s, GeneratorParams(s, max_length=40, batch_size=1))
     g.append_tokens([[1, 2, 3]])
     g.generate_next_token()
-    fn, program = g._fns._step_fn(1, 16)
+    fn, program = g._fns._steps_fn(1, 16, 0, count)
     state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
     text = fn.lower(g._fns._params_for(program), state, np.int32(g._length)).compile().as_text()
     full = "f32[{}]".format(",".join(map(str, g._cache[0].shape)))

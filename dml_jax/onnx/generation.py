@@ -404,42 +404,30 @@ class DecodeSteps:
 
         return program, step
 
-    def _step_fn(self, batch: int, past: int, capacity: int = 0) -> Any:
-        """One decode step at past length ``past``, jitted, its state donated: (the new state,
-        whether every row has ended), the second apart from the donated state so that the
-        host may read it after the next step has taken the state."""
-        entry = self._steps.get((batch, past, capacity))
-        if entry is None:
-            program, step = self._step_body(batch, past, capacity)
-
-            def stepped(params, state, length):
-                state = step(params, state, length)
-                return state, jnp.all(state[4])
-
-            fn = jax.jit(stepped, donate_argnums=(1,), compiler_options=self._options())
-            entry = self._steps[(batch, past, capacity)] = (fn, program)
-            self.compiles += 1
-        return entry
-
-    def _chunk_fn(self, batch: int, past: int, capacity: int, count: int) -> Any:
-        """``count`` decode steps at past length ``past`` from ``length``, one ``lax.fori_loop``
-        of that fixed count, jitted, the state donated: (the new state, the first length at
-        which every row had ended before its step, ``_NEVER`` if none did)."""
+    def _steps_fn(self, batch: int, past: int, capacity: int, count: int) -> Any:
+        """``count`` decode steps at past length ``past`` from ``length`` in one dispatch (more
+        than one: a ``lax.fori_loop`` of that fixed count), jitted, the state donated: (the new
+        state, the first length at which every row had ended, before a step or after the last,
+        ``_NEVER`` if none, and whether every row has ended), the last two apart from the
+        donated state so that the host may read them after the next dispatch took it."""
         entry = self._steps.get((batch, past, capacity, count))
         if entry is None:
             program, step = self._step_body(batch, past, capacity)
 
-            def chunk(params, state, length):
+            def steps(params, state, length):
                 def body(i, carry):
                     state, stop = carry
                     stop = jnp.where(jnp.all(state[4]) & (stop == _NEVER), length + i, stop)
                     return step(params, state, length + i), stop
 
-                state, stop = jax.lax.fori_loop(0, count, body, (state, jnp.int32(_NEVER)))
-                stop = jnp.where(jnp.all(state[4]) & (stop == _NEVER), length + count, stop)
-                return state, stop
+                carry = (state, jnp.int32(_NEVER))
+                state, stop = (
+                    body(0, carry) if count == 1 else jax.lax.fori_loop(0, count, body, carry)
+                )
+                ended = jnp.all(state[4])
+                return state, jnp.where(ended & (stop == _NEVER), length + count, stop), ended
 
-            fn = jax.jit(chunk, donate_argnums=(1,), compiler_options=self._options())
+            fn = jax.jit(steps, donate_argnums=(1,), compiler_options=self._options())
             entry = self._steps[(batch, past, capacity, count)] = (fn, program)
             self.compiles += 1
         return entry
@@ -504,9 +492,8 @@ class Generator:
         self._length = 0  # positions used in the cache (and tokens)
         self._done = None
         self._all_ended: Any = False  # every row has ended (a device scalar after a step)
-        # the last dispatch while end tokens are watched: ("step", length before it, whether
-        # every row had ended then) or ("run", the length at which every row had ended)
-        self._behind: tuple | None = None
+        # the last dispatch's report while end tokens are watched (``_dispatch``)
+        self._behind: Any = None
         # on the device as the steps' outputs are, so that the first step's call is theirs
         self._key = self._fns.put(jax.random.PRNGKey(p.seed))
 
@@ -617,14 +604,22 @@ class Generator:
             raise ValidationError(
                 f"{ONNX}: generation: max_length {self.params.max_length} reached"
             )
-        fn, program = self._fns._step_fn(
-            self.params.batch_size, self._step_key(self._length), self._gqa_capacity
-        )
+        self._dispatch(1)
+
+    def _dispatch(self, count: int) -> Any:
+        """``count`` decode steps from the current length in one dispatch
+        (``DecodeSteps._steps_fn``), not waited for; returns the device scalar of the length
+        at which every row had ended (``_NEVER``: none did)."""
+        made = (*self._step_id(self._length), count)
+        fn, program = self._fns._steps_fn(*made)
         state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
-        state, self._all_ended = fn(self._fns._params_for(program), state, jnp.int32(self._length))
+        state, stop, self._all_ended = fn(
+            self._fns._params_for(program), state, jnp.int32(self._length)
+        )
         self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state
-        self._fns._ready.add(self._step_id(self._length))
-        self._length += 1
+        self._fns._ready.add(made)
+        self._length += count
+        return stop
 
     def _step_id(self, length: int) -> tuple:
         return (self.params.batch_size, self._step_key(length), self._gqa_capacity)
@@ -632,10 +627,10 @@ class Generator:
     def compile_ahead(self, workers: int | None = None) -> int:
         """Compiles now the decode steps of every bucket this generation can still reach (up
         to ``max_length``), which the steps would otherwise compile one at a time as they reach
-        each bucket: each step is traced here and XLA compiles them side by side on
-        ``workers`` threads (default: as many as the steps, at most the CPUs). What a server
-        calls after its first ``append_tokens`` to take a long generation's compiles at once.
-        With ``steps_per_dispatch`` > 1, each bucket's run of that many steps too. Returns the
+        each bucket: each step (and, with ``steps_per_dispatch`` > 1, each bucket's run of that
+        many) is traced here and XLA compiles them side by side on ``workers`` threads
+        (default: as many as the programs, at most the CPUs). What a server calls after its
+        first ``append_tokens`` to take a long generation's compiles at once. Returns the
         number of programs compiled."""
         import os
         from concurrent.futures import ThreadPoolExecutor
@@ -644,26 +639,25 @@ class Generator:
             raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
         span: dict[tuple, int] = {}  # each step's lengths still to come
         for n in range(self._length, self._end):
-            span[self._step_id(n)] = span.get(self._step_id(n), 0) + 1
+            made = self._step_id(n)
+            span[made] = span.get(made, 0) + 1
         count = int(self.params.steps_per_dispatch)
-        ids = [i for i in span if i not in self._fns._ready]
-        runs = [(*i, count) for i in span if count > 1 and span[i] >= count]
-        runs = [i for i in runs if i not in self._fns._ready]
-        if not ids and not runs:
+        todo = [(*i, 1) for i in span] + [(*i, count) for i in span if 1 < count <= span[i]]
+        todo = [made for made in todo if made not in self._fns._ready]
+        if not todo:
             return 0
         state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
         shapes = jax.tree.map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state
         )
         lowered = []
-        for made in ids + runs:
-            fn, program = (self._fns._step_fn if len(made) == 3 else self._fns._chunk_fn)(*made)
+        for made in todo:
+            fn, program = self._fns._steps_fn(*made)
             lowered.append(fn.trace(self._fns._params_for(program), shapes, jnp.int32(0)).lower())
-        count = max(1, min(len(lowered), workers or os.cpu_count() or 1))
-        with ThreadPoolExecutor(count) as pool:
+        with ThreadPoolExecutor(max(1, min(len(lowered), workers or os.cpu_count() or 1))) as pool:
             list(pool.map(lambda low: low.compile(), lowered))
-        self._fns._ready.update(ids + runs)
-        return len(ids) + len(runs)
+        self._fns._ready.update(todo)
+        return len(todo)
 
     def generate_until_done(self) -> None:
         """Decode steps until ``is_done()``, bucket by bucket (``generate_bucket``): runs of
@@ -697,49 +691,23 @@ class Generator:
                     return False
                 return not at_end
             previous = self._behind
-            if count > 1 and self._run_fits(count, key):
-                stop = self._run_steps(count)
-                self._behind = ("run", stop) if watch else None
-            else:
-                before, ended = self._length, self._all_ended
-                self.generate_next_token()
-                self._behind = ("step", before, ended) if watch else None
+            last = self._length + count - 1  # a run stays in the bucket and before the end
+            run = count > 1 and last < self._end and self._step_key(last) == key
+            stop = self._dispatch(count if run else 1)
+            self._behind = stop if watch else None
             # the dispatch before this one, read while this one is queued
             if watch and previous is not None and self._settle(previous):
                 return False
 
-    def _settle(self, behind: tuple) -> bool:
-        """Whether every row had ended by the dispatch ``behind`` describes (a step: before
-        it; a run: at a length it returns); if so the generation ends there, the steps queued
-        after that point dropped (they changed no token the generator shows)."""
-        if behind[0] == "run":
-            stop = int(behind[1])
-            if stop == _NEVER:
-                return False
-        elif bool(behind[2]):
-            stop = behind[1]
-        else:
+    def _settle(self, stop: Any) -> bool:
+        """Whether every row had ended by the length ``stop`` (a dispatch's report) says; if so
+        the generation ends there, the steps queued after it dropped (they changed no token
+        the generator shows)."""
+        stop = int(stop)
+        if stop == _NEVER:
             return False
         self._length, self._ended, self._behind = stop, True, None
         return True
-
-    def _run_fits(self, count: int, key: int) -> bool:
-        """``count`` steps from the current length stay in bucket ``key`` and before the end."""
-        last = self._length + count - 1
-        return last < self._end and self._step_key(last) == key
-
-    def _run_steps(self, count: int) -> Any:
-        """``count`` decode steps in one dispatch (``DecodeSteps._chunk_fn``); returns the
-        device scalar of the first length at which every row had ended (``_NEVER``: none)."""
-        batch, key, capacity = self._step_id(self._length)
-        fn, program = self._fns._chunk_fn(batch, key, capacity, count)
-        state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
-        state, stop = fn(self._fns._params_for(program), state, jnp.int32(self._length))
-        self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state
-        self._fns._ready.add((batch, key, capacity, count))
-        self._all_ended = jnp.all(self._done) if self._fns._eos else False
-        self._length += count
-        return stop
 
     def _step_key(self, length: int) -> int:
         """The bucket the step at ``length`` (its input token at ``length - 1``) runs at: the
