@@ -10,15 +10,14 @@ import contextlib
 import functools
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import fastpath
-from ..enums import DataType
 from ..errors import ValidationError
 from ..graph import ConstantDataNode, compile_graph
 from ..graph.tracing import held_constants
@@ -60,6 +59,22 @@ CPU_BAKED_WEIGHTS_MAX_BYTES = 2**30
 # weights are arguments (benchmarks/experiments/README.md, ``int4_compile_gpu.py``).
 HELD_MIN_BYTES = 2**14
 HELD = "\x00held:"
+
+
+class Held(NamedTuple):
+    """A constant ``run`` passes as an argument (``Program.held``): ``same``, a key equal for
+    equal values across the session's programs (they share one device copy); ``value``, a
+    function giving it as NumPy; ``target``, what the program reads it as: (node index,
+    DataType) of a constant data node, or the index of a constant graph input."""
+
+    same: Any
+    value: Callable[[], np.ndarray]
+    target: Any
+
+
+def _constant_key(j: int) -> str:
+    """The parameter key under which ``run`` passes constant graph input ``j`` (``Held``)."""
+    return f"{HELD}c{j}"
 
 
 @functools.cache
@@ -169,12 +184,10 @@ class Program:
         return fn
 
     @functools.cached_property
-    def held(self) -> dict[str, tuple[Any, Any]]:
-        """The constants ``run`` passes as arguments (``HELD_MIN_BYTES``): parameter key ->
-        (a key equal for equal values across the session's programs, a function giving the
-        value as NumPy). A constant data node is held once per data type its readers read it
-        as (``tracing.held_constants``); a constant graph input that is no parameter as it is
-        passed."""
+    def held(self) -> dict[str, Held]:
+        """The constants ``run`` passes as arguments (``HELD_MIN_BYTES``), by their key in the
+        parameter mapping: a constant data node once per data type its readers read it as
+        (``tracing.held_constants``), a constant graph input that is no parameter as it is."""
         from ..graph.validation import constant_elements
 
         imp, out = self.imported, {}
@@ -185,16 +198,16 @@ class Program:
             node = nodes[e.from_node_index]
             if not isinstance(node, ConstantDataNode) or node.data_size < HELD_MIN_BYTES:
                 continue
-            reader = nodes[e.to_node_index].edge_slots("input")[e.to_node_input_index][1]
-            t = reader.data_type
-            out[f"{HELD}{e.from_node_index}:{t.name}"] = (
-                (node, t), functools.partial(constant_elements, node, t)
-            )  # fmt: skip
+            t = nodes[e.to_node_index].edge_slots("input")[e.to_node_input_index][1].data_type
+            out[f"{HELD}{e.from_node_index}:{t.name}"] = Held(
+                (node, t), functools.partial(constant_elements, node, t), (e.from_node_index, t)
+            )
         for j, (c, p) in enumerate(zip(imp.constants, imp.params)):
             if p is None and c.nbytes >= HELD_MIN_BYTES:
                 c = np.ascontiguousarray(c)
                 digest = hashlib.blake2b(c.data, digest_size=16).digest()
-                out[f"{HELD}c{j}"] = (("constant", c.shape, c.dtype.str, digest), lambda c=c: c)
+                same = ("constant", c.shape, c.dtype.str, digest)
+                out[_constant_key(j)] = Held(same, lambda c=c: c, j)
         return out
 
     def apply(self, params: Mapping[str, Any], *inputs: Any) -> tuple:
@@ -207,11 +220,9 @@ class Program:
         if self.graph is not None:
             # Split over devices, kernels XLA cannot partition give way to lax (fastpath.sharded).
             split = self.layout is not None and fastpath.spread(self.layout.graph_inputs)
-            data = {}
-            for key, value in params.items():
-                if isinstance(key, str) and key.startswith(HELD) and key[len(HELD)] != "c":
-                    n, t = key[len(HELD) :].split(":")
-                    data[(int(n), DataType[t])] = value
+            given = any(isinstance(k, str) and k.startswith(HELD) for k in params)
+            data = {h.target: params[k] for k, h in (self.held.items() if given else ())
+                    if isinstance(h.target, tuple) and k in params}  # fmt: skip
             with (
                 fastpath.sharded() if split else contextlib.nullcontext(),
                 held_constants(imp.graph, data) if data else contextlib.nullcontext(),
@@ -260,7 +271,7 @@ class Program:
         for j, (c, p) in enumerate(zip(imp.constants, imp.params)):
             value = params.get(p) if p is not None else None
             if value is None:
-                args.append(params.get(f"{HELD}c{j}", c) if p is None else c)
+                args.append(c if p is not None else params.get(_constant_key(j), c))
             else:
                 args.append(jnp.asarray(value).astype(c.dtype).reshape(descs[count + j].sizes))
         if self.layout is not None:

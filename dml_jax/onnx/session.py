@@ -560,10 +560,10 @@ class InferenceSession(ProgramCache):
         session's device, each value once for every program that holds it."""
         store = self.__dict__.setdefault("_held", {})
         out = {}
-        for key, (same, value) in program.held.items():
-            if same not in store:
-                store[same] = jax.device_put(value(), self._device)
-            out[key] = store[same]
+        for key, h in program.held.items():
+            if h.same not in store:
+                store[h.same] = jax.device_put(h.value(), self._device)
+            out[key] = store[h.same]
         return out
 
     def _device_params(self) -> dict[str, Any]:
