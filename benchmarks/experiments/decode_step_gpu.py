@@ -42,7 +42,7 @@ FLAGS = {
 
 def kernels(trace_dir: str, tokens: int) -> dict:
     """The GPU kernels of the trace in ``trace_dir``: count and time a token, busy fraction,
-    the 8 largest by total time."""
+    the 40 largest by total time."""
     from jax.profiler import ProfileData
 
     path = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)[0]
@@ -62,7 +62,7 @@ def kernels(trace_dir: str, tokens: int) -> dict:
     by_name: dict[str, list] = {}
     for _, d, n in events:
         by_name.setdefault(n[:80], []).append(d)
-    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:8]
+    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:40]
     return {
         "kernels_per_token": len(events) / tokens,
         "kernel_us_per_token": busy / tokens / 1e3,

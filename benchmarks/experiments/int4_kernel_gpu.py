@@ -41,23 +41,30 @@ from dml_jax import fastpath, registry
 from dml_jax.kernels import int4_gemm as K
 from dml_jax.onnx.program import GPU_COMPILER_OPTIONS
 
-SHAPES = ((2048, 512), (2048, 2048), (2048, 8192), (8192, 2048), (2048, 128256))  # (K, N)
+# (K, N): the 1B-class LLaMA's products at batch 1 (q, k and v joined, o, gate and up joined,
+# down, the head)
+SHAPES = ((2048, 3072), (2048, 2048), (2048, 16384), (8192, 2048), (2048, 128256))
 ROWS = (1, 2, 8)
 BLOCK = 32
 BUDGET = 1 << 30  # float16 bytes of weights a program at most
+NARROW = dict(narrow=True, target_programs=128, max_k=8192)  # one kernel a product where it can
 TILES = {
     "default": K.Tiles(),
     "n128w8": K.Tiles(block_n=128, warps=8),
-    "step256": K.Tiles(step_k=256),
     "a-first": K.Tiles(weights_first=False),
     "halfgrid": K.Tiles(target_programs=128, min_k=512),
     "grid512": K.Tiles(target_programs=512, min_k=128),
-    "grid1024": K.Tiles(target_programs=1024, min_k=128),
+    "narrow": K.Tiles(**NARROW),
     "row": K.Tiles(one_row=True),
     "row-n128w8": K.Tiles(one_row=True, block_n=128, warps=8),
     "row-n32w2": K.Tiles(one_row=True, block_n=32, warps=2),
     "row-grid512": K.Tiles(one_row=True, target_programs=512, min_k=128),
     "row-step512": K.Tiles(one_row=True, step_k=512),
+    "row-narrow": K.Tiles(one_row=True, **NARROW),
+    "row-narrow-w1": K.Tiles(one_row=True, warps=1, **NARROW),
+    "row-narrow-w2": K.Tiles(one_row=True, warps=2, **NARROW),
+    "row-narrow-t256": K.Tiles(one_row=True, **dict(NARROW, target_programs=256)),
+    "row-narrow-s128": K.Tiles(one_row=True, step_k=128, **NARROW),
 }
 T = dml.TensorDesc
 
@@ -121,7 +128,7 @@ def products(args) -> None:
         w16 = [(jax.random.normal(keys[3 * count + i], (k, n), jnp.float16) * 0.02)
                for i in range(count)]  # fmt: skip
         nbytes = count * k * n * 2
-        for m in ROWS:
+        for m in args.rows:
             x = jax.random.normal(jax.random.key(m), (m, k), jnp.float16)
 
             def f16(x, ws, m=m):
@@ -146,6 +153,8 @@ def products(args) -> None:
                   f"GB/s-f16eq x{base / t:5.2f}", flush=True)  # fmt: skip
             for name, tile in TILES.items():
                 if name != "default" and m != 1 and not args.all_tiles:
+                    continue
+                if args.tiles and name not in args.tiles:
                     continue
                 v = K.plan(m, n, k, BLOCK, tile)
 
@@ -242,6 +251,8 @@ def main() -> None:
     p.add_argument("--triton", action="store_true", help="f16 with XLA's default options too")
     p.add_argument("--shapes", nargs="*", default=None, help="KxN, e.g. 2048x8192")
     p.add_argument("--no-model", action="store_true", help="skip the tiny model's line")
+    p.add_argument("--rows", nargs="*", type=int, default=list(ROWS), help="rows of A (M)")
+    p.add_argument("--tiles", nargs="*", default=None, help="only these TILES (names)")
     args = p.parse_args()
     args.shapes = [tuple(map(int, s.split("x"))) for s in args.shapes] if args.shapes else SHAPES
     start = time.perf_counter()

@@ -78,6 +78,10 @@ WEIGHTS_FIRST = True
 # times its value of A in float32 and the row summed. Not yet timed against the dot on a GPU
 # (benchmarks/experiments/int4_kernel_gpu.py, tile "row"): off.
 ONE_ROW = False
+# Narrow programs before splitting K: where N gives fewer than TARGET_PROGRAMS programs of
+# BLOCK_N columns, BLOCK_N is halved (down to 16) before K is split, so that more products
+# are one kernel (no float32 partial sums for XLA to add). Not yet timed on a GPU: off.
+NARROW = False
 
 _FOUR_BIT = (jnp.dtype(jnp.uint4), jnp.dtype(jnp.int4))
 
@@ -94,6 +98,7 @@ class Tiles:
     max_k: int = MAX_K_PER_PROGRAM
     weights_first: bool = WEIGHTS_FIRST
     one_row: bool = ONE_ROW
+    narrow: bool = NARROW
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,8 @@ def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View
         bn //= 2
     if n % bn:
         return None
+    while tiles.narrow and bn > 16 and n // bn < tiles.target_programs:
+        bn //= 2
     count = k // block
     per = None
     for splits in (s for s in range(1, count + 1) if count % s == 0):
@@ -177,8 +184,8 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
 
     def kernel(a_ref, q_ref, s_ref, *refs):
         *z_ref, o_ref = refs
-        if v.one_row:
-            acc = jnp.zeros((1, bn), jnp.float32)
+        if v.one_row:  # products summed along K at the end: no reduction across lanes a step
+            acc = jnp.zeros((bn, step), jnp.float32)
         else:
             acc = jnp.zeros((bn, ROWS) if wf else (ROWS, bn), jnp.float32)
         for j in range(per // step):  # unrolled: each slice at a constant offset
@@ -198,15 +205,18 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
             w = ((codes - offset) * scale_).reshape(bn, step)  # exact, then one rounding
             x = a_ref[:, cols]
             if v.one_row:  # float16 products exact in float32 (11-bit by 11-bit significands)
-                prod = w.astype(jnp.float32) * x.astype(jnp.float32)
-                acc += jnp.sum(prod, axis=1)[None, :]
+                acc += w.astype(jnp.float32) * x.astype(jnp.float32)
                 continue
             lhs, rhs = (w, x) if wf else (x, w)
             acc += lax.dot_general(
                 lhs, rhs, (((1,), (1,)), ((), ())), precision=precision,
                 preferred_element_type=jnp.float32,
             )  # fmt: skip
-        o_ref[...] = (acc.T if wf and not v.one_row else acc).astype(o_ref.dtype)
+        if v.one_row:
+            acc = jnp.sum(acc, axis=1)[None, :]
+        elif wf:
+            acc = acc.T
+        o_ref[...] = acc.astype(o_ref.dtype)
 
     count = per // bs
     specs = [
