@@ -113,7 +113,8 @@ def test_interpret_matches_lax(case):
     assert v is not None
     if tiles is SPLIT:
         assert v.splits > 1
-    assert v.one_row == (tiles is not None and tiles.one_row and m == 1)
+    assert v.one_row == (tiles is not None and tiles.one_row and m == 1
+                         and n * k <= tiles.row_max_weights)  # fmt: skip
     got = K.int4_product(a, q, scale, z, interpret=not fastpath.cuda_present(), tiles=tiles)
     assert got.dtype == dtype and got.shape == (m, n)
     w, want = _lax(*_descs(m, n, k, block, zero, ft, qt), a, q, scale, z)
@@ -138,6 +139,10 @@ def test_plan():
     assert K.plan(1, 16384, 2048, 32, narrow).block_n == K.BLOCK_N  # enough programs as they are
     v = K.plan(1, 512, 2048, 32, narrow)  # too few programs even at 16 columns: K split too
     assert v.block_n == 16 and v.splits > 1
+    row = K.Tiles(one_row=True)
+    v = K.plan(1, 2048, 2048, 32, row)  # a small product: one row, narrowed, K whole
+    assert v.one_row and (v.block_n, v.splits) == (16, 1)
+    assert not K.plan(1, 16384, 2048, 32, row).one_row  # a large one: the dot
     v = K.plan(1, 64, 4864, 256)  # 19 blocks: split by a divisor of the block count
     assert v is not None and v.k % v.k_per_program == 0 and v.k_per_program <= K.MAX_K_PER_PROGRAM
 

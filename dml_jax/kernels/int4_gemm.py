@@ -82,6 +82,13 @@ ONE_ROW = False
 # BLOCK_N columns, BLOCK_N is halved (down to 16) before K is split, so that more products
 # are one kernel (no float32 partial sums for XLA to add). Not yet timed on a GPU: off.
 NARROW = False
+# The one-row form, where ONE_ROW is on, takes products of at most ROW_MAX_WEIGHTS weights
+# (one H100, 2026-11-28, float16-equivalent GB/s of 16 products a program at one row: q, k and
+# v joined, 2048 x 3072, 1,417 against the dot's 947; o, 2048 x 2048, 767 against 714; gate and
+# up joined, 2048 x 16384, 1,527 against 2,811; down, 8192 x 2048, 1,858 against 2,318), and
+# narrows its programs (as NARROW) until there are ROW_PROGRAMS of them.
+ROW_MAX_WEIGHTS = 1 << 23
+ROW_PROGRAMS = 128
 
 _FOUR_BIT = (jnp.dtype(jnp.uint4), jnp.dtype(jnp.int4))
 
@@ -99,6 +106,8 @@ class Tiles:
     weights_first: bool = WEIGHTS_FIRST
     one_row: bool = ONE_ROW
     narrow: bool = NARROW
+    row_max_weights: int = ROW_MAX_WEIGHTS
+    row_programs: int = ROW_PROGRAMS
 
 
 @dataclass(frozen=True)
@@ -136,7 +145,9 @@ def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View
         bn //= 2
     if n % bn:
         return None
-    while tiles.narrow and bn > 16 and n // bn < tiles.target_programs:
+    row = tiles.one_row and m == 1 and n * k <= tiles.row_max_weights
+    target = tiles.row_programs if row else tiles.target_programs
+    while (tiles.narrow or row) and bn > 16 and n // bn < target:
         bn //= 2
     count = k // block
     per = None
@@ -146,13 +157,12 @@ def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View
         if per is not None and k // splits < tiles.min_k:
             break
         per = k // splits
-        if (n // bn) * splits >= tiles.target_programs:
+        if (n // bn) * splits >= target:
             break
     group = max(1, tiles.step_k // block)  # blocks a step: a power of two dividing the program's
     while (per // block) % group:
         group //= 2
-    return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first,
-                tiles.one_row and m == 1)  # fmt: skip
+    return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first, row)
 
 
 def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tiles | None = None):
