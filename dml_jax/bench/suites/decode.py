@@ -52,6 +52,10 @@ from ..harness import ROOT, Run, error_text, ratio, summary
 MODELS = ("gpt2", "llama_8l", "llama_1b")
 MIN_ROUNDS = 5
 FIXTURES = ROOT / "tests" / "data" / "decoders"
+# PyTorch's models and tensors go to the first GPU by name: "cuda" is the current device,
+# which XLA's runtime sets as it starts each GPU (on two GPUs the second one was current, and
+# the eager loop read input ids on one GPU with weights on the other).
+TORCH_DEVICE = "cuda:0"
 
 
 def add_arguments(p: Any) -> None:
@@ -73,15 +77,15 @@ def add_arguments(p: Any) -> None:
 
 def bandwidth(torch: Any) -> float:
     """Bytes read and written per second by a 1 GiB device copy."""
-    a = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    a = torch.empty(2**30, dtype=torch.uint8, device=TORCH_DEVICE)
     b = torch.empty_like(a)
     for _ in range(3):
         b.copy_(a)
-    torch.cuda.synchronize()
+    torch.cuda.synchronize(TORCH_DEVICE)
     t = time.perf_counter()
     for _ in range(10):
         b.copy_(a)
-    torch.cuda.synchronize()
+    torch.cuda.synchronize(TORCH_DEVICE)
     return 2 * 2**30 * 10 / (time.perf_counter() - t)
 
 
@@ -149,14 +153,14 @@ def run_loop(session: Any, prompt: np.ndarray, new: int):
 
 def torch_eager(torch: Any, model: Any, prompt: np.ndarray, new: int):
     """PyTorch eager's greedy loop with its own cache: (tokens, ttft_s, decode_s)."""
-    ids = torch.as_tensor(prompt, device="cuda")
+    ids = torch.as_tensor(prompt, device=TORCH_DEVICE)
     out = []
-    with torch.inference_mode():
-        torch.cuda.synchronize()
+    with torch.inference_mode(), torch.cuda.device(TORCH_DEVICE):
+        torch.cuda.synchronize(TORCH_DEVICE)
         t0 = time.perf_counter()
         r = model(input_ids=ids, use_cache=True)
         x = r.logits[:, -1].argmax(-1, keepdim=True)
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(TORCH_DEVICE)
         t1 = time.perf_counter()
         cache = r.past_key_values
         out.append(x)
@@ -165,7 +169,7 @@ def torch_eager(torch: Any, model: Any, prompt: np.ndarray, new: int):
             cache = r.past_key_values
             x = r.logits[:, -1].argmax(-1, keepdim=True)
             out.append(x)
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(TORCH_DEVICE)
     return torch.cat(out, 1).cpu().numpy(), t1 - t0, time.perf_counter() - t1
 
 
@@ -184,17 +188,17 @@ class CompiledStatic:
 
     def _generate(self, ids: Any, new: int) -> tuple[Any, float]:
         torch = self.torch
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(TORCH_DEVICE)
         t = time.perf_counter()
         out = self.model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False,
                                   cache_implementation="static", compile_config=self.config,
                                   pad_token_id=0)  # fmt: skip
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(TORCH_DEVICE)
         return out, time.perf_counter() - t
 
     def __call__(self, prompt: np.ndarray, new: int):
-        ids = self.torch.as_tensor(prompt, device="cuda")
-        with self.torch.inference_mode():
+        ids = self.torch.as_tensor(prompt, device=TORCH_DEVICE)
+        with self.torch.inference_mode(), self.torch.cuda.device(TORCH_DEVICE):
             _, first = self._generate(ids, 1)
             out, whole = self._generate(ids, new)
         return out[:, prompt.shape[1] :].cpu().numpy(), first, whole - first
@@ -301,20 +305,20 @@ def _model(run: Run, name: str, torch: Any, bw: float) -> None:
         if opts.fp32 and ("float16", opts.batch[0], 1) in todo:  # reported on that row
             try:
                 path = os.path.join(tmp, "fp32.onnx")
-                cuda32 = model.cuda()
-                decoders.export(cuda32, path, device="cuda")
+                cuda32 = model.to(TORCH_DEVICE)
+                decoders.export(cuda32, path, device=TORCH_DEVICE)
                 prompt = rng.integers(1, vocab, size=(1, opts.prompt))
                 with torch.inference_mode():
-                    want = decoders.greedy(cuda32, prompt, 64, device="cuda")
+                    want = decoders.greedy(cuda32, prompt, 64, device=TORCH_DEVICE)
                 got = dml_generation(InferenceSession(path), prompt, 64)[0]
                 fp32_eq = int((got == want).all(axis=0).cumprod().sum())
                 os.remove(path)
             except Exception as e:
                 run.add({"model": name, "dtype": "float32", "error": error_text(e)})
-        half = model.half().cuda()
+        half = model.half().to(TORCH_DEVICE)
         path = os.path.join(tmp, "fp16.onnx")
         t = time.perf_counter()
-        decoders.export(half, path, device="cuda")
+        decoders.export(half, path, device=TORCH_DEVICE)
         export_s = round(time.perf_counter() - t, 1)
         weights = sum(p.numel() * p.element_size() for p in half.parameters())
         exports = [("float16", path)]
@@ -461,7 +465,7 @@ def _generation_row(run, row, session, half, compiled, prompt, weights, bw, torc
     want = torch_eager(torch, half, prompt, new)[0]
     row["same_tokens"] = float((tokens == want).mean())
     with torch.inference_mode():
-        logits = half(input_ids=torch.as_tensor(prompt, device="cuda")).logits
+        logits = half(input_ids=torch.as_tensor(prompt, device=TORCH_DEVICE)).logits
     row["logits_rel_err"] = _prefill_agreement(session, prompt, logits.float().cpu().numpy())
     shape = decoders.cache_shape(half, prompt.shape[0], opts.prompt + new)
     layers = decoders.layer_count(half)
