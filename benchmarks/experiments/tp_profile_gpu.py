@@ -1,0 +1,196 @@
+"""Where the time of a program split over two GPUs goes (issue 65): the GPT stack of the
+networks suite tensor-parallel and the scaling suite's REDUCE over the sharded axis and CLIP ->
+REDUCE graph, each on one device and on a mesh of ``--devices``, with the same descriptors.
+
+For each program and device count:
+
+- milliseconds a call (many dispatches, one sync) and a call with a sync after it;
+- the compiled program's collectives (count, and the bytes of their results) and its custom
+  calls (cuDNN, Triton kernels), from the optimized HLO;
+- from a ``jax.profiler`` trace of a few calls, on the first device: the summed kernel time a
+  call, the span from its first kernel to its last, and the largest kernels by total time.
+
+A split program whose kernels sum to half the one-device time but whose span is longer waits
+on collectives or the host; one whose kernels sum to more does more work per device.
+
+Usage (a machine of two GPUs, repository root): ``PYTHONPATH=. python3
+benchmarks/experiments/tp_profile_gpu.py [--only gpt reduce0 graph] [--layers 12]``; writes
+``$OUT/tp_profile.json`` when ``OUT`` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections import Counter
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+
+COLLECTIVES = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
+
+
+def hlo_summary(text: str) -> dict:
+    """Collectives (count and result bytes) and custom-call targets of optimized HLO text."""
+    sizes = {"f32": 4, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "s8": 1, "u8": 1, "pred": 1}
+    out: dict = {}
+    for kind in COLLECTIVES:
+        found = re.findall(rf"= (\w+)\[([\d,]*)\][^=]*? {kind}(?:-start)?\(", text)
+        nbytes = sum(sizes.get(t, 4) * int(np.prod([int(d) for d in s.split(",") if d] or [1]))
+                     for t, s in found)  # fmt: skip
+        if found:
+            out[kind] = {"count": len(found), "bytes": nbytes}
+    targets = Counter(re.findall(r'custom_call_target="([^"]+)"', text))
+    out["custom_calls"] = dict(targets)
+    return out
+
+
+def profile(fn, sync, calls: int = 5) -> dict:
+    """Kernel time and span a call on the first GPU from a trace of ``calls`` calls."""
+    import jax
+    from jax.profiler import ProfileData
+
+    trace = tempfile.mkdtemp()
+    jax.profiler.start_trace(trace)
+    for _ in range(calls):
+        out = fn()
+    sync(out)
+    jax.profiler.stop_trace()
+    path = glob.glob(os.path.join(trace, "**", "*.xplane.pb"), recursive=True)[0]
+    data = ProfileData.from_file(path)
+    planes = sorted(p.name for p in data.planes if p.name.startswith("/device:GPU"))
+    result = {}
+    for plane in data.planes:
+        if plane.name not in planes[:2]:
+            continue
+        events = []
+        for line in plane.lines:
+            if line.name.startswith("Stream"):
+                events += [(e.start_ns, e.duration_ns, e.name) for e in line.events]
+        if not events:
+            continue
+        events.sort()
+        busy = sum(d for _, d, _ in events)
+        span = events[-1][0] + events[-1][1] - events[0][0]
+        by: dict = {}
+        for _, d, n in events:
+            by.setdefault(n[:70], []).append(d)
+        top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:12]
+        result[plane.name] = {
+            "kernels_per_call": len(events) / calls,
+            "kernel_ms_per_call": busy / calls / 1e6,
+            "span_ms_per_call": span / calls / 1e6,
+            "top": [(n, len(d) / calls, round(sum(d) / calls / 1e3, 1)) for n, d in top],
+        }
+    return result
+
+
+def timed(fn, sync, seconds: float = 1.0) -> dict:
+    sync(fn())
+    t = time.perf_counter()
+    sync(fn())
+    one = time.perf_counter() - t
+    reps = int(np.clip(seconds / max(one, 1e-6), 5, 500))
+    t = time.perf_counter()
+    for _ in range(reps):
+        out = fn()
+    sync(out)
+    many = (time.perf_counter() - t) / reps
+    lat = []
+    for _ in range(min(reps, 50)):
+        t = time.perf_counter()
+        sync(fn())
+        lat.append(time.perf_counter() - t)
+    return {"ms_throughput": many * 1e3, "ms_latency_median": float(np.median(lat)) * 1e3}
+
+
+def programs(args):
+    """(name, count) -> (call, sync, compiled HLO text)."""
+    import jax
+    import networks
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import dml_jax as dml
+
+    def sync(out):
+        jax.block_until_ready(out)
+
+    devices = jax.devices()
+    for count in (1, args.devices):
+        mesh = jax.make_mesh((count,), ("x",), devices=devices[:count])
+        if "gpt" in args.only:
+            net = (
+                networks.gpt_stack(8, 1024, 1024, 16, args.layers, "FLOAT16")
+                if args.full
+                else networks.gpt_stack(2, 64, 64, 4, 2, "FLOAT16")
+            )
+            ins = networks.shardings(net, mesh, None, "x")
+            g = net.compile(in_shardings=ins, out_shardings=NamedSharding(mesh, P()))
+            values = [
+                jax.device_put(a, s) for a, s in zip(net.arguments(x=net.example_data()["x"]), ins)
+            ]
+            text = g._jitted.lower(*values).compile().as_text()
+            yield ("gpt", count), (lambda g=g, v=values: g(*v)), sync, text
+            del net, g, values
+        rows, cols = (16384, 16384) if args.full else (1024, 512)
+        x_desc = dml.TensorDesc("FLOAT32", (rows, cols))
+        rs, rep = NamedSharding(mesh, P("x")), NamedSharding(mesh, P())
+        host = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)
+        x = jax.device_put(host, rs)
+        if "reduce0" in args.only:
+            d = dml.ReduceOperatorDesc("SUM", x_desc, x_desc.like(sizes=(1, cols)), [0])
+            op = dml.compile_operator(d, in_shardings=rs, out_shardings=rep)
+            text = op._jitted.lower(x).compile().as_text()
+            yield ("reduce0", count), (lambda op=op: op(x)), sync, text
+        if "graph" in args.only:
+            sum_rows = dml.ReduceOperatorDesc("SUM", x_desc, x_desc.like(sizes=(rows, 1)), [1])
+            clip = dml.ElementWiseClipOperatorDesc(x_desc, x_desc, min=-1.0, max=1.0)
+            graph = dml.GraphDesc(
+                input_count=1, output_count=1, nodes=[clip, sum_rows],
+                input_edges=[dml.InputGraphEdge(0, 0, 0)],
+                intermediate_edges=[dml.IntermediateGraphEdge(0, 0, 1, 0)],
+                output_edges=[dml.OutputGraphEdge(1, 0, 0)],
+            )  # fmt: skip
+            op = dml.compile_graph(graph, in_shardings=rs, out_shardings=rs)
+            text = op._jitted.lower(x).compile().as_text()
+            yield ("graph", count), (lambda op=op: op(x)), sync, text
+        del x
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--devices", type=int, default=2)
+    p.add_argument("--only", nargs="*", default=["gpt", "reduce0", "graph"])
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--small", dest="full", action="store_false", help="tiny sizes (a CPU check)")
+    args = p.parse_args()
+    import jax
+
+    print(jax.devices()[0].device_kind, len(jax.devices()), jax.__version__, flush=True)
+    results = {}
+    for (name, count), fn, sync, text in programs(args):
+        key = f"{name} x{count}"
+        try:
+            r = timed(fn, sync)
+            r["hlo"] = hlo_summary(text)
+            r["profile"] = profile(fn, sync)
+        except Exception as e:  # recorded, the next program runs
+            r = {"error": f"{type(e).__name__}: {e}"[:500]}
+        results[key] = r
+        print(key, json.dumps(r), flush=True)
+        if os.environ.get("OUT"):
+            with open(os.path.join(os.environ["OUT"], "tp_profile.json"), "w") as f:
+                json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
