@@ -152,15 +152,27 @@ class CompiledOperator:
         bound method and reads the attributes on every call (``op(x)`` over ``jax.jit(hand)(x)`` on
         a 2-core CPU: 1.11 with the method, 1.08-1.10 with this; benchmarks/RESULTS.md#operators).
         The function holds the jitted program and the arity, so concrete JAX arrays reach the
-        program after a type test; everything else goes through ``CompiledOperator.__call__``.
-        Re-run after ``_jitted`` or ``_direct_arity`` change (``copy.copy`` keeps the subclass of
-        the original).
+        program after a type test (and, with ``in_shardings``, a test that each is laid out so);
+        everything else goes through ``CompiledOperator.__call__``. Re-run after ``_jitted`` or
+        ``_direct_arity`` change (``copy.copy`` keeps the subclass of the original).
         """
         base = type(self).__dict__.get("_call_base") or type(self)
         jitted, arity, concrete = self._jitted, self._direct_arity, _CONCRETE_ARRAY_TYPES
         checked_call = base.__call__
+        placed = self.in_shardings
 
-        if arity == 1:  # the common case, without the loop
+        if placed is not None:  # arrays already where in_shardings puts them go straight in
+
+            def call(*inputs):
+                if len(inputs) == arity:
+                    for x, s in zip(inputs, placed):
+                        if type(x) not in concrete or (s is not None and x.sharding != s):
+                            break
+                    else:
+                        return jitted(*inputs)
+                return checked_call(self, *inputs)
+
+        elif arity == 1:  # the common case, without the loop
 
             def call(*inputs):
                 if len(inputs) == 1 and type(inputs[0]) in concrete:
@@ -317,7 +329,11 @@ def with_shardings(op: CompiledOperator, in_shardings: Any, out_shardings: Any) 
 def _sharded_cached(op: CompiledOperator, ins: tuple | None, outs: tuple | None):
     sharded = copy.copy(op)
     sharded.in_shardings, sharded.out_shardings = ins, outs
-    sharded._direct_arity = -1  # inputs must be moved to in_shardings first
+    # Arrays laid out as ``ins`` go straight to the program (on two H200s the checked call's
+    # conversions and placements per call left the GPUs idle half the time of a 1 GiB REDUCE);
+    # anything else is checked and moved to ``ins`` first.
+    if ins is None or None in op.input_descs or len(ins) != len(op.input_descs):
+        sharded._direct_arity = -1
     kwargs: dict[str, Any] = {}
     if ins is not None:
         kwargs["in_shardings"] = ins

@@ -268,6 +268,23 @@ def main() -> None:
         placed = [jax.device_put(a, sharding_for(layout, kind, a.ndim)) for a in arrays]
         return compare(jax.jit(op.fn)(*placed), want, exact)
 
+    def checked_calls(call):
+        """(times ``CompiledOperator.check_inputs`` ran during ``call()``, its result)."""
+        from dml_jax.compile import CompiledOperator
+
+        count, original = [0], CompiledOperator.check_inputs
+
+        def counted(self, inputs):
+            count[0] += 1
+            return original(self, inputs)
+
+        CompiledOperator.check_inputs = counted
+        try:
+            result = call()
+        finally:
+            CompiledOperator.check_inputs = original
+        return count[0], result
+
     def via_compile(op, arrays, want, exact, layout):
         # Alternate mesh axis types so both run through op(...) across the layouts.
         kind = AxisType.Explicit if LAYOUTS.index(layout) % 2 == 0 else AxisType.Auto
@@ -288,6 +305,14 @@ def main() -> None:
         for k, (g, s) in enumerate(zip(leaves_arrays(got), outs)):
             if s is not None and not g.sharding.is_equivalent_to(s, g.ndim):
                 return False, f"output {k} has sharding {g.sharding}, asked for {s}"
+        # Arrays laid out as in_shardings go straight to the program: no checked call per call.
+        placed = [jax.device_put(a, s) for a, s in zip(arrays, ins)]
+        checks = checked_calls(lambda: sharded(*placed))
+        if checks[0]:
+            return False, f"placed inputs took the checked call {checks[0]} times"
+        ok3, detail3 = compare(checks[1], want, exact)
+        if not ok3:
+            return False, f"placed inputs: {detail3}"
         specs = [str(o.spec) if o is not None else None for o in outs]
         return ok, f"{detail}; {kind.name} mesh; out_shardings {specs}"
 
@@ -469,7 +494,12 @@ def main() -> None:
                 got = sharded(ga, gb)
                 ok, detail = compare(got[1], g_want[1], True)
                 ok2, detail2 = compare(got[0], g_want[0], False)
-                return ok and ok2, f"{detail}; {detail2}"
+                checks, placed = checked_calls(lambda: sharded(*(jax.device_put(a, s)
+                                                                 for a in (ga, gb))))  # fmt: skip
+                if checks:
+                    return False, f"placed inputs took the checked call {checks} times"
+                ok3, detail3 = compare(placed[1], g_want[1], True)
+                return ok and ok2 and ok3, f"{detail}; {detail2}; placed: {detail3}"
 
             record(f"{base}/jit-fn-explicit-mesh", graph_jit)
             record(f"{base}/compile-with-shardings", graph_compile)
