@@ -98,6 +98,15 @@ CASES = {
     "m2-one-row-takes-the-dot": (2, 64, 256, 32, True, "FLOAT16", "INT4", ONE_ROW),
     "m1-b32-one-row-narrow": (1, 64, 1024, 32, True, "FLOAT16", "UINT4",
                               K.Tiles(one_row=True, narrow=True, target_programs=4, max_k=1024)),
+    "m1-b32-zero-widen": (1, 128, 512, 32, True, "FLOAT16", "UINT4", K.Tiles(widen_row=True)),
+    "m1-b64-widen-split-f32-a-first": (1, 64, 512, 64, False, "FLOAT32", "INT4",
+                                       K.Tiles(widen_row=True, weights_first=False,
+                                               target_programs=64, min_k=64)),
+    "m3-widen-takes-the-padding": (3, 64, 256, 32, True, "FLOAT16", "UINT4",
+                                   K.Tiles(widen_row=True)),
+    "m1-b32-zero-ahead-2": (1, 64, 1024, 32, True, "FLOAT16", "UINT4", K.Tiles(ahead=2)),
+    "m2-b32-zero-loop-3-stages": (2, 64, 1024, 32, True, "FLOAT16", "UINT4",
+                                  K.Tiles(stages=3, max_k=1024)),
 }  # fmt: skip
 
 
@@ -115,6 +124,7 @@ def test_interpret_matches_lax(case):
         assert v.splits > 1
     assert v.one_row == (tiles is not None and tiles.one_row and m == 1
                          and n * k <= tiles.row_max_weights)  # fmt: skip
+    assert v.widen_row == (tiles is not None and tiles.widen_row and m == 1)
     got = K.int4_product(a, q, scale, z, interpret=not fastpath.cuda_present(), tiles=tiles)
     assert got.dtype == dtype and got.shape == (m, n)
     w, want = _lax(*_descs(m, n, k, block, zero, ft, qt), a, q, scale, z)

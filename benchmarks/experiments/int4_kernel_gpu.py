@@ -12,7 +12,9 @@ points), several weights a program (up to 16, at most 1 GiB of float16 weights),
 - ``int4[tiles]``: the kernel, with its default tunables (``TILES["default"]``) at every M and
   the other ``TILES`` at M = 1 (``--all-tiles``: at every M); ``row...`` is the one-row form
   (``Tiles.one_row``: sums of products on the vector units, A read as its one row), which
-  applies at M = 1 only.
+  applies at M = 1 only, as ``widen...`` (``Tiles.widen_row``: A read as its one row and
+  widened to 16 in registers, no pad); ``ahead1`` loads a step ahead (``Tiles.ahead``),
+  ``loop3`` loops over the steps in 3 pipelined stages (``Tiles.stages``).
 
 Each line: microseconds a call of the program divided by the weights, GB/s of float16-equivalent
 weights (2 bytes a weight, whatever is read), the ratio to ``f16``'s time, and for the kernel
@@ -65,6 +67,12 @@ TILES = {
     "row-narrow-w2": K.Tiles(one_row=True, warps=2, **NARROW),
     "row-narrow-t256": K.Tiles(one_row=True, **dict(NARROW, target_programs=256)),
     "row-narrow-s128": K.Tiles(one_row=True, step_k=128, **NARROW),
+    "widen": K.Tiles(widen_row=True),
+    "widen-grid512": K.Tiles(widen_row=True, target_programs=512, min_k=128),
+    "widen-ahead1": K.Tiles(widen_row=True, ahead=1),
+    "widen-n128w8": K.Tiles(widen_row=True, block_n=128, warps=8),
+    "ahead1": K.Tiles(ahead=1),
+    "loop3": K.Tiles(stages=3),
 }
 T = dml.TensorDesc
 

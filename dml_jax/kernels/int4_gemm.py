@@ -89,6 +89,20 @@ NARROW = False
 # narrows its programs (as NARROW) until there are ROW_PROGRAMS of them.
 ROW_MAX_WEIGHTS = 1 << 23
 ROW_PROGRAMS = 128
+# Loads issued AHEAD steps before the step that uses them (0: each step loads, then computes).
+# The gate and up kernel of the 1B-class decoder (16 MB of codes) ran at about 0.9 TB/s on an
+# H100 with 157 registers a thread and a third of the issue rate busy: its loads wait. Not yet
+# timed on a GPU: 0.
+AHEAD = 0
+# STAGES > 0: the steps as a loop (``lax.fori_loop``) that Triton pipelines over that many
+# stages (its loads of later steps issued while a step computes), in place of the unrolled
+# steps. Not yet timed on a GPU: 0.
+STAGES = 0
+# One row of A read as it is and widened to Triton's 16 rows in registers (its other rows
+# zero), the product's first column kept: no pad kernel before each product, and each program
+# reads 2 bytes of A a value of K rather than 32 (the 16 rows of a padded A were as many bytes
+# as the codes a program reads). Not yet timed on a GPU: off.
+WIDEN_ROW = False
 
 _FOUR_BIT = (jnp.dtype(jnp.uint4), jnp.dtype(jnp.int4))
 
@@ -108,6 +122,9 @@ class Tiles:
     narrow: bool = NARROW
     row_max_weights: int = ROW_MAX_WEIGHTS
     row_programs: int = ROW_PROGRAMS
+    ahead: int = AHEAD
+    stages: int = STAGES
+    widen_row: bool = WIDEN_ROW
 
 
 @dataclass(frozen=True)
@@ -125,6 +142,9 @@ class View:
     warps: int
     weights_first: bool
     one_row: bool = False
+    ahead: int = 0
+    stages: int = 0
+    widen_row: bool = False
 
     @property
     def splits(self) -> int:
@@ -162,7 +182,8 @@ def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View
     group = max(1, tiles.step_k // block)  # blocks a step: a power of two dividing the program's
     while (per // block) % group:
         group //= 2
-    return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first, row)
+    return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first, row,
+                tiles.ahead, tiles.stages, tiles.widen_row and m == 1 and not row)  # fmt: skip
 
 
 def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tiles | None = None):
@@ -175,8 +196,8 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
     v = plan(m, n, k, k // blocks, tiles)
     t, bn, per, bs, step = a.dtype, v.block_n, v.k_per_program, v.block, v.step
     group = step // bs  # quantization blocks a step
-    rows = 1 if v.one_row else ROWS  # the rows of A a program reads
-    a16 = a if v.one_row else lax.pad(a, jnp.zeros((), t), ((0, ROWS - m, 0), (0, 0, 0)))
+    rows = 1 if v.one_row or v.widen_row else ROWS  # the rows of A a program reads
+    a16 = a if rows == 1 else lax.pad(a, jnp.zeros((), t), ((0, ROWS - m, 0), (0, 0, 0)))
     args = [a16, q, scale]
     if zero is not None:
         # Slices of whole bytes are read as 4-bit values; a step of one block reads a {BLOCK_N,
@@ -198,32 +219,56 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
             acc = jnp.zeros((bn, step), jnp.float32)
         else:
             acc = jnp.zeros((bn, ROWS) if wf else (ROWS, bn), jnp.float32)
-        for j in range(per // step):  # unrolled: each slice at a constant offset
+        steps = per // step
+
+        def load(j):  # a step's codes, zero points, scales and A, at constant offsets
             cols, blks = slice(j * step, (j + 1) * step), slice(j * group, (j + 1) * group)
-            raw = q_ref[:, cols]
+            zeros = z_ref[0][:, blks] if z_ref else None
+            return q_ref[:, cols], zeros, s_ref[:, blks], a_ref[:, cols]
+
+        def compute(acc, raw, zeros, scale_, x):
             if magic:
                 codes = lax.bitcast_convert_type(raw.astype(jnp.uint16) | jnp.uint16(0x6400), t)
                 offset = jnp.full((bn, group), 1024, t)
             else:
                 codes, offset = raw.astype(t), jnp.zeros((bn, group), t)
-            if z_ref:
-                offset = offset + z_ref[0][:, blks].astype(t)
-            scale_ = s_ref[:, blks]
+            if zeros is not None:
+                offset = offset + zeros.astype(t)
             if group > 1:  # each block of the step by its own scale and zero point
                 codes = codes.reshape(bn, group, bs)
                 offset, scale_ = offset[:, :, None], scale_[:, :, None]
             w = ((codes - offset) * scale_).reshape(bn, step)  # exact, then one rounding
-            x = a_ref[:, cols]
             if v.one_row:  # float16 products exact in float32 (11-bit by 11-bit significands)
-                acc += w.astype(jnp.float32) * x.astype(jnp.float32)
-                continue
+                return acc + w.astype(jnp.float32) * x.astype(jnp.float32)
+            if v.widen_row:  # A's one row, then rows of zeros: the dot's 16 rows
+                first = lax.broadcasted_iota(jnp.int32, (ROWS, step), 0) == 0
+                x = jnp.where(first, jnp.broadcast_to(x, (ROWS, step)), jnp.zeros((), t))
             lhs, rhs = (w, x) if wf else (x, w)
-            acc += lax.dot_general(
+            return acc + lax.dot_general(
                 lhs, rhs, (((1,), (1,)), ((), ())), precision=precision,
                 preferred_element_type=jnp.float32,
             )  # fmt: skip
-        if v.one_row:
+
+        if v.stages:  # a loop Triton pipelines, its slices at run-time offsets
+
+            def body(j, acc):
+                c0 = pl.multiple_of(j * step, step)
+                b0 = pl.multiple_of(j * group, group)
+                zeros = z_ref[0][:, pl.ds(b0, group)] if z_ref else None
+                raw, x = q_ref[:, pl.ds(c0, step)], a_ref[:, pl.ds(c0, step)]
+                return compute(acc, raw, zeros, s_ref[:, pl.ds(b0, group)], x)
+
+            acc = lax.fori_loop(0, steps, body, acc)
+        else:
+            loaded: list = []
+            for j in range(steps):  # unrolled: each slice at a constant offset
+                while len(loaded) <= min(j + v.ahead, steps - 1):
+                    loaded.append(load(len(loaded)))
+                acc = compute(acc, *loaded[j])
+        if v.one_row or (v.widen_row and wf):  # (the other rows' sums are zeros: exact)
             acc = jnp.sum(acc, axis=1)[None, :]
+        elif v.widen_row:
+            acc = jnp.sum(acc, axis=0)[None, :]
         elif wf:
             acc = acc.T
         o_ref[...] = acc.astype(o_ref.dtype)
@@ -249,7 +294,7 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
         in_specs=specs,
         out_specs=out_spec,
         interpret=interpret,
-        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
+        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=v.stages or 1),
     )(*args)
     if v.splits == 1:
         return out[:m]
