@@ -87,3 +87,39 @@ def test_products_of_one_a_are_joined():
     theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     for g, w in zip(got, theirs):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * np.abs(w).max())
+
+
+def test_joined_scales_are_folded_once_per_session(monkeypatch):
+    """Where ``run`` passes the weights as arguments (a GPU; here the CPU past its compiled-in
+    limit), the JOINs of the joined products' scales depend on weights alone: the session
+    computes them once (``Program.folded``) and the program takes them as arguments, with no
+    JOIN (concatenation) left in it and the same values. ``apply`` with other scales computes
+    its JOINs from them: the folded values are the session's own weights' only."""
+    import jax
+
+    from dml_jax.onnx import session as session_module
+
+    rng = np.random.default_rng(5)
+    data = _model(rng)
+    x = rng.standard_normal((3, K)).astype(np.float32)
+    want = InferenceSession(data).run(None, {"x": x})
+    monkeypatch.setattr(session_module, "CPU_BAKED_WEIGHTS_MAX_BYTES", -1)
+    s = InferenceSession(data)
+    got = s.run(None, {"x": x})
+    (program,) = s._programs.values()
+    joins = [n for n, _ in program.folded.values()]
+    ops = program.imported.graph.nodes
+    assert len(joins) == 2 and all(ops[n].operator_type == "DML_OPERATOR_JOIN" for n in joins)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    params = s._run_params(program)
+    assert all(k in params for k in program.folded)
+    folded = str(jax.make_jaxpr(program.apply)(params, x)).count("concatenate")
+    plain = str(jax.make_jaxpr(program.apply)(s._device_params(), x)).count("concatenate")
+    assert plain - folded == 2  # the two JOINs, computed in the program without the values
+    # apply with the q scales doubled: q's output doubles, the others stay
+    doubled = dict(s.params, q_s=s.params["q_s"] * 2)
+    out = s.apply(doubled, x)
+    names = [o.name for o in s.get_outputs()]
+    for name, y, w in zip(names, out, want):
+        np.testing.assert_allclose(np.asarray(y), w * (2 if name == "q" else 1), rtol=1e-6)

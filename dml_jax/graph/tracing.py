@@ -51,6 +51,29 @@ def held_constants(graph: GraphDesc, values: Mapping[tuple[int, Any], Any]) -> I
         _HELD.reset(token)
 
 
+# Node outputs the caller computed before the trace (``precomputed_outputs``): the graph they
+# are of, and (node index, output slot) -> the node's output.
+_PRECOMPUTED: contextvars.ContextVar[tuple | None] = contextvars.ContextVar(
+    "dml_graph_precomputed", default=None
+)
+
+
+@contextlib.contextmanager
+def precomputed_outputs(graph: GraphDesc, values: Mapping[tuple[int, int], Any]) -> Iterator[None]:
+    """``graph``, traced inside, takes these outputs as given: ``values`` maps (node index,
+    output slot) to what the node computes (``CompiledGraph.folded`` names nodes computed
+    from constant inputs alone, ``CompiledGraph.fold`` computes them), and a node whose every
+    output is given is not traced. The values must be the nodes' for the constants the trace
+    reads: a caller gives them where those constants are its own (a session's ``run``), so
+    that a program's steps do not compute again, each call, what depends on weights alone (a
+    JOIN of scales). Other graphs traced inside read nothing of them."""
+    token = _PRECOMPUTED.set((graph, values))
+    try:
+        yield
+    finally:
+        _PRECOMPUTED.reset(token)
+
+
 class CompiledGraph(CompiledOperator):
     """A validated graph as one pure JAX function; called exactly like a ``CompiledOperator``.
 
@@ -81,6 +104,9 @@ class CompiledGraph(CompiledOperator):
         roll: bool = False,
     ):
         runs: list = []
+        function = _graph_function(
+            graph, plan, counter, fast_paths, epilogues, constant_inputs, roll, runs
+        )
         differentiable = all(
             spec.is_differentiable(node)
             for spec, node in zip(plan.specs, graph.nodes)
@@ -91,12 +117,7 @@ class CompiledGraph(CompiledOperator):
             level,
             plan.input_descs,
             plan.output_descs,
-            with_half_precision(
-                _graph_function(
-                    graph, plan, counter, fast_paths, epilogues, constant_inputs, roll, runs
-                ),
-                half,
-            ),
+            with_half_precision(function, half),
             tuple_result=False,
             differentiable=differentiable,
             name=GRAPH,
@@ -105,6 +126,24 @@ class CompiledGraph(CompiledOperator):
         self.rolled = tuple(runs)
         self._counter = counter
         self._used_view: _UsedInputs | None = None
+        self._function, self._half = function, half
+
+    def folded(self, constants: frozenset[int]) -> tuple[tuple[int, int], ...]:
+        """The outputs (node index, output slot) that graph inputs ``constants`` (indices) and
+        constant data nodes alone determine, worth computing once rather than at every call:
+        each of a node of two sources or more that, as every node before it down to the
+        constants, writes no more bytes than it reads (a JOIN, not a DEQUANTIZE of 4-bit
+        weights) and is not half of a pair a fast path computes as one, read by a node that
+        depends on more or a graph output; none where the graph is traced with half precision
+        or with rolled repeats."""
+        if self._half or self.rolled:
+            return ()
+        return self._function.folded(constants)
+
+    def fold(self, wanted: Sequence[tuple[int, int]], inputs: Mapping[int, Any]) -> dict:
+        """The outputs ``wanted`` (of ``folded``) computed from ``inputs`` (graph input index ->
+        array, the constant ones they read), as the graph's trace computes them."""
+        return self._function.values_of(tuple(wanted), inputs)
 
     @property
     def traces(self) -> int:
@@ -258,25 +297,99 @@ def _graph_function(
             return values[(s[1], s[2])]
         return read_tensor(values[(s[1], s[2])].reshape(-1), s[3])
 
-    def lowered(*arrays):
-        counter[0] += 1
+    def run_steps(arrays, chosen=None) -> dict:
         nonlocal held
         owner = _HELD.get()
         held = owner[1] if owner is not None and _same_graph(owner[0], graph) else None
+        given = _PRECOMPUTED.get()
+        given = given[1] if given is not None and _same_graph(given[0], graph) else {}
         values: dict[tuple[int, int], Any] = {}
         for step in steps:
             if isinstance(step, rolling.RolledRun):
                 step(values, arrays, source_value)
                 continue
             n, lower, sources, present, known = step
+            if chosen is not None and n not in chosen:
+                continue
+            if present and all((n, k) in given for k in present):
+                values.update({(n, k): given[(n, k)] for k in present})
+                continue
             args = [source_value(values, arrays, s) for s in sources]
             with fastpath.known_inputs(known):
                 results = lower(*args)
             for k, y in zip(present, results):
                 values[(n, k)] = y
+        return values
+
+    def lowered(*arrays):
+        counter[0] += 1
+        values = run_steps(arrays)
         return tuple(values[src] for src in plan.outputs)
 
+    def from_constants(constant_inputs: frozenset[int]) -> set[int]:
+        """Nodes whose every source is one of ``constant_inputs``, a constant data node or
+        such a node."""
+        found: set[int] = set()
+        for n in plan.order:
+            if n in constants or not plan.sources[n]:
+                continue
+            if all(
+                (s[0] == "input" and s[1] in constant_inputs)
+                or s[0] == "constant"
+                or (s[0] == "node" and s[1] in found)
+                for s in plan.sources[n]
+            ):
+                found.add(n)
+        return found
+
+    def folded(constant_inputs: frozenset[int]) -> tuple[tuple[int, int], ...]:
+        found = from_constants(constant_inputs)
+        paired = set(pairs) | fused_into
+        entries = {e.to_node_index for e in graph.input_edges}
+        cheap: set[int] = set()  # computed from constants, by nodes that write no more bytes
+        for n in plan.order:
+            node = graph.nodes[n]
+            if n not in found or n in paired or isinstance(node, FunctionNode):
+                continue
+            if any(s[0] == "node" and s[1] not in cheap for s in plan.sources[n]):
+                continue
+            ins = sum(_bytes(t) for _, t in node.input_slots() if t is not None)
+            outs = sum(_bytes(t) for _, t in node.output_slots() if t is not None)
+            if outs <= ins:
+                cheap.add(n)
+        frontier = {
+            s[1:3]
+            for n in plan.order
+            if n not in cheap
+            for s in plan.sources[n]
+            if s[0] == "node" and s[1] in cheap and s[1] not in entries
+        }
+        frontier |= {src for src in plan.outputs if src[0] in cheap and src[0] not in entries}
+        # A node of one source (a cast, a transpose of a weight) would only hold a second copy
+        # of it beside the parameter, where XLA folds such a change into its reader anyway.
+        return tuple(sorted(w for w in frontier if len(set(plan.sources[w[0]])) >= 2))
+
+    def values_of(wanted: tuple[tuple[int, int], ...], inputs: Mapping[int, Any]) -> dict:
+        chosen: set[int] = set()
+        todo = [n for n, _ in wanted]
+        while todo:
+            n = todo.pop()
+            if n in chosen or n in constants:
+                continue
+            chosen.add(n)
+            todo += [s[1] for s in plan.sources[n] if s[0] == "node"]
+        arrays = [inputs.get(i) for i in range(len(plan.input_descs))]
+        values = run_steps(arrays, chosen)
+        return {w: values[w] for w in wanted}
+
+    lowered.folded = folded
+    lowered.values_of = values_of
     return lowered
+
+
+def _bytes(t: Any) -> int:
+    """The bytes of a tensor desc's elements."""
+    return -(-t.element_count * t.data_type.bits // 8)
 
 
 def _same_graph(a: GraphDesc, b: GraphDesc) -> bool:

@@ -20,7 +20,7 @@ import numpy as np
 from .. import fastpath
 from ..errors import ValidationError
 from ..graph import ConstantDataNode, compile_graph
-from ..graph.tracing import held_constants
+from ..graph.tracing import held_constants, precomputed_outputs
 from .importer import ONNX, ImportedGraph, graph_dtype
 
 # XLA options a session's compiles take on GPUs unless the caller's compiler_options say
@@ -59,6 +59,11 @@ CPU_BAKED_WEIGHTS_MAX_BYTES = 2**30
 # weights are arguments (benchmarks/experiments/README.md, ``int4_compile_gpu.py``).
 HELD_MIN_BYTES = 2**14
 HELD = "\x00held:"
+# Under keys that start with this, ``run`` passes the outputs of nodes that depend on weights
+# alone (``Program.folded``: a JOIN of MatMulNBits scales, say), computed once per session:
+# XLA computes them at every call otherwise, even inside a decode loop (the 1B-class int4
+# decoder's JOINs of scales: 32 kernels a token, 75 us of 1,403 on an H100).
+FOLDED = HELD + "n"
 
 
 class Held(NamedTuple):
@@ -210,22 +215,54 @@ class Program:
                 out[_constant_key(j)] = Held(same, lambda c=c: c, j)
         return out
 
+    @functools.cached_property
+    def folded(self) -> dict[str, tuple[int, int]]:
+        """The node outputs that the program's constants alone determine and that ``run``
+        computes once per session (``fold``) and passes, under ``FOLDED`` keys, rather than
+        the program computing them at every call (``CompiledGraph.folded`` says which): by
+        key, (node index, output slot). None on a mesh."""
+        imp = self.imported
+        if self.graph is None or self.layout is not None or not hasattr(self.graph, "folded"):
+            return {}
+        count = len(imp.input_names)
+        found = self.graph.folded(frozenset(range(count, count + len(imp.constants))))
+        return {f"{FOLDED}{n}:{k}": (n, k) for n, k in found}
+
+    def fold(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``folded`` outputs for ``params`` (the parameters ``run`` passes, held
+        constants included), by key, as the program's trace computes them."""
+        if not self.folded:
+            return {}
+        imp = self.imported
+        count = len(imp.input_names)
+        args = self._graph_args(params, [None] * count)
+        inputs = {count + j: x for j, x in enumerate(args[count:])}
+        with self._held(params):
+            values = self.graph.fold(tuple(self.folded.values()), inputs)
+        return {k: values[w] for k, w in self.folded.items()}
+
+    def _held(self, params: Mapping[str, Any]):
+        """The context in which the graph reads the held constants ``params`` gives."""
+        given = any(isinstance(k, str) and k.startswith(HELD) for k in params)
+        data = {h.target: params[k] for k, h in (self.held.items() if given else ())
+                if isinstance(h.target, tuple) and k in params}  # fmt: skip
+        return held_constants(self.imported.graph, data) if data else contextlib.nullcontext()
+
     def apply(self, params: Mapping[str, Any], *inputs: Any) -> tuple:
         """The model's outputs for ``inputs`` (every model input, in order; those the program
         took as constants are ignored) with ``params`` replacing initializers by name (and
-        holding, under ``HELD`` keys, the constants ``held`` names, where the caller passes
-        them)."""
+        holding, under ``HELD`` keys, the constants ``held`` names and, under ``FOLDED``
+        keys, the outputs ``folded`` names, where the caller passes them)."""
         imp = self.imported
         outs: tuple = ()
         if self.graph is not None:
             # Split over devices, kernels XLA cannot partition give way to lax (fastpath.sharded).
             split = self.layout is not None and fastpath.spread(self.layout.graph_inputs)
-            given = any(isinstance(k, str) and k.startswith(HELD) for k in params)
-            data = {h.target: params[k] for k, h in (self.held.items() if given else ())
-                    if isinstance(h.target, tuple) and k in params}  # fmt: skip
+            folded = {w: params[k] for k, w in self.folded.items() if k in params}
             with (
                 fastpath.sharded() if split else contextlib.nullcontext(),
-                held_constants(imp.graph, data) if data else contextlib.nullcontext(),
+                self._held(params),
+                precomputed_outputs(imp.graph, folded) if folded else contextlib.nullcontext(),
             ):
                 outs = self.graph.fn(*self._graph_args(params, inputs))
             outs = outs if isinstance(outs, tuple) else (outs,)
@@ -262,7 +299,7 @@ class Program:
         descs = self.graph.input_descs
         args = []
         for i, (x, dtype) in enumerate(zip(inputs, imp.input_dtypes)):
-            if descs[i] is None:
+            if descs[i] is None or x is None:
                 args.append(None)
                 continue
             x = jnp.asarray(x)

@@ -547,13 +547,27 @@ class InferenceSession(ProgramCache):
         cpu = self._device.platform == "cpu"
         if cpu and program.imported.constant_bytes <= CPU_BAKED_WEIGHTS_MAX_BYTES:
             return {}
-        if not program.held:
+        if not program.held and not program.folded:
             return self._device_params()
         x64 = bool(jax.config.read("jax_enable_x64"))
         cached = program.__dict__.setdefault("_run_params", {})
         if x64 not in cached:
-            cached[x64] = {**self._device_params(), **self._held_params(program)}
+            params = {**self._device_params(), **self._held_params(program)}
+            cached[x64] = {**params, **self._folded_params(program, params)}
         return cached[x64]
+
+    def _folded_params(self, program: Program, params: dict[str, Any]) -> dict[str, Any]:
+        """The outputs ``program`` computes from the session's weights alone
+        (``Program.folded``), computed once, on the session's device."""
+        if not program.folded:
+            return {}
+        from .. import fastpath
+
+        def fold(params):
+            with fastpath.target_platform(fastpath.platform_of(self._device)):
+                return program.fold(params)
+
+        return jax.jit(fold)(params)
 
     def _held_params(self, program: Program) -> dict[str, Any]:
         """The program's large constants that are no parameter (``Program.held``) on the
