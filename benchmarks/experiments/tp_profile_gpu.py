@@ -13,6 +13,13 @@ For each program and device count:
 A split program whose kernels sum to half the one-device time but whose span is longer waits
 on collectives or the host; one whose kernels sum to more does more work per device.
 
+``gpt-sp`` is the same stack with its tokens split over the devices between the layers as
+well (the input and output rows over the mesh): GSPMD then gathers the tokens before the
+products that read them whole and scatters the sums after the split ones, the form in which
+XLA's windowed einsums (``--xla_gpu_threshold_for_windowed_einsum_mib=0``,
+``--xla_gpu_multi_streamed_windowed_einsum=true`` in ``XLA_FLAGS``) can overlap the
+collectives with the products.
+
 Usage (a machine of two GPUs, repository root): ``PYTHONPATH=. python3
 benchmarks/experiments/tp_profile_gpu.py [--only gpt reduce0 graph] [--layers 12]``; writes
 ``$OUT/tp_profile.json`` when ``OUT`` is set.
@@ -94,14 +101,20 @@ def profile(fn, sync, calls: int = 5) -> dict:
 
 
 def timed(fn, sync, seconds: float = 1.0) -> dict:
+    import jax
+
     sync(fn())
     t = time.perf_counter()
     sync(fn())
     one = time.perf_counter() - t
     reps = int(np.clip(seconds / max(one, 1e-6), 5, 500))
+    # (on simulated CPU devices, calls in flight together can deadlock in their collectives)
+    cpu = jax.default_backend() == "cpu"
     t = time.perf_counter()
     for _ in range(reps):
         out = fn()
+        if cpu:
+            sync(out)
     sync(out)
     many = (time.perf_counter() - t) / reps
     lat = []
@@ -127,19 +140,21 @@ def programs(args):
     devices = jax.devices()
     for count in (1, args.devices):
         mesh = jax.make_mesh((count,), ("x",), devices=devices[:count])
-        if "gpt" in args.only:
+        for name, data_axis, out in (("gpt", None, P()), ("gpt-sp", "x", P("x", None))):
+            if name not in args.only:
+                continue
             net = (
                 networks.gpt_stack(8, 1024, 1024, 16, args.layers, "FLOAT16")
                 if args.full
                 else networks.gpt_stack(2, 64, 64, 4, 2, "FLOAT16")
             )
-            ins = networks.shardings(net, mesh, None, "x")
-            g = net.compile(in_shardings=ins, out_shardings=NamedSharding(mesh, P()))
+            ins = networks.shardings(net, mesh, data_axis, "x")
+            g = net.compile(in_shardings=ins, out_shardings=NamedSharding(mesh, out))
             values = [
                 jax.device_put(a, s) for a, s in zip(net.arguments(x=net.example_data()["x"]), ins)
             ]
             text = g._jitted.lower(*values).compile().as_text()
-            yield ("gpt", count), (lambda g=g, v=values: g(*v)), sync, text
+            yield (name, count), (lambda g=g, v=values: g(*v)), sync, text
             del net, g, values
         rows, cols = (16384, 16384) if args.full else (1024, 512)
         x_desc = dml.TensorDesc("FLOAT32", (rows, cols))
@@ -169,7 +184,8 @@ def programs(args):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--devices", type=int, default=2)
-    p.add_argument("--only", nargs="*", default=["gpt", "reduce0", "graph"])
+    p.add_argument("--only", nargs="*", default=["gpt", "reduce0", "graph"],
+                   help="of gpt, gpt-sp, reduce0, graph")  # fmt: skip
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--small", dest="full", action="store_false", help="tiny sizes (a CPU check)")
     args = p.parse_args()
