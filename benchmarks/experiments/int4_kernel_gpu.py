@@ -71,6 +71,9 @@ TILES = {
     "widen-grid512": K.Tiles(widen_row=True, target_programs=512, min_k=128),
     "widen-ahead1": K.Tiles(widen_row=True, ahead=1),
     "widen-n128w8": K.Tiles(widen_row=True, block_n=128, warps=8),
+    # every load of a program first (246 registers, no spill in the sm_90a SASS at 32 columns)
+    "widen-n32-all": K.Tiles(widen_row=True, block_n=32, ahead=64),
+    "widen-n32-a3": K.Tiles(widen_row=True, block_n=32, ahead=3),
     "ahead1": K.Tiles(ahead=1),
     "loop3": K.Tiles(stages=3),
 }
