@@ -13,9 +13,12 @@ under several sets of XLA flags, each in its own process (XLA reads its flags on
 A step that reads 2.47 GB in 1.44 ms while its kernels sum to, say, 0.7 ms is waiting on the
 host (a while loop's condition is read back to the host at every iteration) or on launches.
 
+With ``--devices N`` the float16 export also runs on a ``"model"`` mesh of N GPUs (tensor
+parallel, the cache split over its heads), the kernels those of the first GPU.
+
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_step_gpu.py [--int4]
-[--int4-tiles "" one_row=1]`` (an int4 process per set of the 4-bit kernel's tunables); it
-writes ``$OUT/decode_step.json`` when ``OUT`` is set.
+[--int4-tiles "" one_row=1] [--devices 2]`` (an int4 process per set of the 4-bit kernel's
+tunables); it writes ``$OUT/decode_step.json`` when ``OUT`` is set.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def kernels(trace_dir: str, tokens: int) -> dict:
     data = ProfileData.from_file(path)
     events = []
     for plane in data.planes:
-        if not plane.name.startswith("/device:GPU"):
+        if plane.name != "/device:GPU:0":  # on a mesh: the first GPU's kernels
             continue
         for line in plane.lines:
             if line.name.startswith("Stream"):
@@ -73,7 +76,13 @@ def kernels(trace_dir: str, tokens: int) -> dict:
 
 
 def child(
-    path: str, samples: int, new: int, prompt_len: int, tiles: str = "", steps: int | None = None
+    path: str,
+    samples: int,
+    new: int,
+    prompt_len: int,
+    tiles: str = "",
+    steps: int | None = None,
+    devices: int = 1,
 ) -> dict:
     """Runs in a process of its own (its XLA_FLAGS): tokens/s and the kernel profile; with
     ``tiles`` (``one_row=1,block_n=128``...), the 4-bit kernel's tunables for this process
@@ -94,7 +103,10 @@ def child(
 
         int4_gemm.plan = planned
 
-    session = InferenceSession(path)
+    mesh = None
+    if devices > 1:  # tensor parallel: the session's "model" axis over the first GPUs
+        mesh = jax.make_mesh((devices,), ("model",), devices=jax.devices()[:devices])
+    session = InferenceSession(path, mesh=mesh)
     prompt = np.random.default_rng(0).integers(1, 1000, size=(1, prompt_len))
     out: dict = {}
     t = time.perf_counter()
@@ -132,12 +144,15 @@ def main() -> None:
                    help="int4 processes, one a tunables set each ('' the defaults; "
                         "'one_row=1,block_n=128')")  # fmt: skip
     p.add_argument("--tiles", default="", help=argparse.SUPPRESS)
+    p.add_argument("--devices", type=int, default=1,
+                   help="float16 also on a 'model' mesh of this many GPUs (kernels of the first)")  # fmt: skip
     p.add_argument("--steps", type=int, default=None,
                    help="GeneratorParams.steps_per_dispatch of the 'loop' generations "
                         "(default: the library's)")  # fmt: skip
     a = p.parse_args()
     if a.child:
-        print(json.dumps(child(a.child, a.samples, a.new, a.prompt, a.tiles, a.steps)))
+        print(json.dumps(child(a.child, a.samples, a.new, a.prompt, a.tiles, a.steps,
+                               a.devices)))  # fmt: skip
         return
     import torch
 
@@ -158,10 +173,12 @@ def main() -> None:
     del model
     torch.cuda.empty_cache()
     results = {}
-    runs = [("float16", f, "") for f in a.flags]
+    runs = [("float16", f, "", 1) for f in a.flags]
     if "int4" in files:
-        runs += [("int4", a.flags[0], t) for t in a.int4_tiles]
-    for dtype, flag, tiles in runs:
+        runs += [("int4", a.flags[0], t, 1) for t in a.int4_tiles]
+    if a.devices > 1:
+        runs.append(("float16", a.flags[0], "", a.devices))
+    for dtype, flag, tiles, devices in runs:
         path = files[dtype]
         env = dict(os.environ, XLA_FLAGS=FLAGS[flag])
         cmd = [
@@ -179,10 +196,12 @@ def main() -> None:
             tiles,
         ]
         cmd += [] if a.steps is None else ["--steps", str(a.steps)]  # fmt: skip
+        cmd += ["--devices", str(devices)]
         t = time.perf_counter()
         r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
         key = f"{dtype} {flag}" + (f" [{tiles}]" if tiles else "")
         key += "" if a.steps is None else f" steps {a.steps}"
+        key += "" if devices == 1 else f" on {devices} GPUs"
         if r.returncode:
             results[key] = {"error": r.stderr[-2000:]}
         else:
