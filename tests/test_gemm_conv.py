@@ -89,13 +89,17 @@ def test_gemm_gradients(case):
     S.check_grads(case, atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("form", ["zeros", "repeat"])
 @pytest.mark.parametrize("rows", [1, 3])
 @pytest.mark.parametrize("trans_b", ["NONE", "TRANSPOSE"])
-def test_gemm_contracts_b_on_its_minor_axis_for_one_row_only(rows, trans_b):
+def test_gemm_contracts_b_on_its_minor_axis_for_one_row_only(rows, trans_b, form, monkeypatch):
     """B enters the product {N, K} (contracted on its minor axis) for one row of A, {K, N}
     otherwise, whatever TransB says (``lower_gemm``: the form XLA's CPU compiler folds into a
-    constant B's layout); on CUDA one row is computed as two; the values are the reference's
-    every way."""
+    constant B's layout); on CUDA one row is computed as two (the second zeros, or the first
+    repeated: ``ONE_ROW_FORM``); the values are the reference's every way."""
+    from dml_jax.ops import gemm_conv
+
+    monkeypatch.setattr(gemm_conv, "ONE_ROW_FORM", form)
     k, n = 5, 4
     b_sizes = (1, 1) + ((n, k) if trans_b == "TRANSPOSE" else (k, n))
     desc = dml.GemmOperatorDesc(
@@ -124,8 +128,8 @@ def test_gemm_contracts_b_on_its_minor_axis_for_one_row_only(rows, trans_b):
         (dot,) = [e for e in eqns if e.primitive.name == "dot_general"]
         (_, (contracted,)), _ = dot.params["dimension_numbers"]
         lhs, rhs = dot.invars[0].aval.shape, dot.invars[1].aval.shape
-        # On CUDA a product of one row is computed on two, the second zeros (_one_row_as_two),
-        # and so takes the form of products of several rows.
+        # On CUDA a product of one row is computed on two (_one_row_as_two), and so takes the
+        # form of products of several rows.
         one = rows == 1 and platform == "cpu"
         assert lhs[2] == (2 if rows == 1 and platform == "cuda" else rows)
         assert rhs[2:] == ((n, k) if one else (k, n))

@@ -83,6 +83,7 @@ def child(
     tiles: str = "",
     steps: int | None = None,
     devices: int = 1,
+    one_row_form: str = "",
 ) -> dict:
     """Runs in a process of its own (its XLA_FLAGS): tokens/s and the kernel profile; with
     ``tiles`` (``one_row=1,block_n=128``...), the 4-bit kernel's tunables for this process
@@ -103,6 +104,10 @@ def child(
 
         int4_gemm.plan = planned
 
+    if one_row_form:  # how GEMM's lowering widens a product of one row (ops/gemm_conv.py)
+        from dml_jax.ops import gemm_conv
+
+        gemm_conv.ONE_ROW_FORM = one_row_form
     mesh = None
     if devices > 1:  # tensor parallel: the session's "model" axis over the first GPUs
         mesh = jax.make_mesh((devices,), ("model",), devices=jax.devices()[:devices])
@@ -144,6 +149,9 @@ def main() -> None:
                    help="int4 processes, one a tunables set each ('' the defaults; "
                         "'one_row=1,block_n=128')")  # fmt: skip
     p.add_argument("--tiles", default="", help=argparse.SUPPRESS)
+    p.add_argument("--one-row-form", nargs="*", default=[""],
+                   help="float16 processes, one a form of GEMM's one-row products ('' the "
+                        "default; 'repeat')")  # fmt: skip
     p.add_argument("--devices", type=int, default=1,
                    help="float16 also on a 'model' mesh of this many GPUs (kernels of the first)")  # fmt: skip
     p.add_argument("--steps", type=int, default=None,
@@ -152,7 +160,7 @@ def main() -> None:
     a = p.parse_args()
     if a.child:
         print(json.dumps(child(a.child, a.samples, a.new, a.prompt, a.tiles, a.steps,
-                               a.devices)))  # fmt: skip
+                               a.devices, (a.one_row_form or [""])[0])))  # fmt: skip
         return
     import torch
 
@@ -173,12 +181,12 @@ def main() -> None:
     del model
     torch.cuda.empty_cache()
     results = {}
-    runs = [("float16", f, "", 1) for f in a.flags]
+    runs = [("float16", f, "", 1, form) for f in a.flags for form in a.one_row_form]
     if "int4" in files:
-        runs += [("int4", a.flags[0], t, 1) for t in a.int4_tiles]
+        runs += [("int4", a.flags[0], t, 1, "") for t in a.int4_tiles]
     if a.devices > 1:
-        runs.append(("float16", a.flags[0], "", a.devices))
-    for dtype, flag, tiles, devices in runs:
+        runs.append(("float16", a.flags[0], "", a.devices, ""))
+    for dtype, flag, tiles, devices, form in runs:
         path = files[dtype]
         env = dict(os.environ, XLA_FLAGS=FLAGS[flag])
         cmd = [
@@ -197,11 +205,13 @@ def main() -> None:
         ]
         cmd += [] if a.steps is None else ["--steps", str(a.steps)]  # fmt: skip
         cmd += ["--devices", str(devices)]
+        cmd += ["--one-row-form", form] if form else []
         t = time.perf_counter()
         r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
         key = f"{dtype} {flag}" + (f" [{tiles}]" if tiles else "")
         key += "" if a.steps is None else f" steps {a.steps}"
         key += "" if devices == 1 else f" on {devices} GPUs"
+        key += f" one-row {form}" if form else ""
         if r.returncode:
             results[key] = {"error": r.stderr[-2000:]}
         else:

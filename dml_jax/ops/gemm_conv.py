@@ -159,6 +159,13 @@ def _gemm_product(a, b, trans_a: bool, trans_b: bool):
     )
 
 
+# How ``_one_row_as_two`` makes A's second row: "zeros" (a concatenation, a kernel of its own
+# before each product in a decode step: some 90 a token of the 1B-class LLaMA on an H100), or
+# "repeat" (A broadcast to two equal rows, which XLA may fuse into the product's operand; not
+# yet timed on a GPU: benchmarks/experiments/two_row_forms_gpu.py).
+ONE_ROW_FORM = "zeros"
+
+
 def _one_row_as_two(a, b, trans_a: bool, trans_b: bool):
     """A product of one row computed on two, the second A's row of zeros, and the first row
     kept: on CUDA, XLA writes a product of one row as a multiply and a reduction, which read
@@ -170,7 +177,13 @@ def _one_row_as_two(a, b, trans_a: bool, trans_b: bool):
     rows and only attention's products have one, the 1B model's decode measured 4,929 tokens/s
     with it against 5,658 in a run before it: within two runs' spread or not, unknown)."""
     axis = a.ndim - 1 if trans_a else a.ndim - 2
-    y = _gemm_product(jnp.concatenate([a, jnp.zeros_like(a)], axis=axis), b, trans_a, trans_b)
+    if ONE_ROW_FORM == "repeat":
+        shape = list(a.shape)
+        shape[axis] = 2
+        two = jnp.broadcast_to(a, tuple(shape))
+    else:
+        two = jnp.concatenate([a, jnp.zeros_like(a)], axis=axis)
+    y = _gemm_product(two, b, trans_a, trans_b)
     return lax.slice_in_dim(y, 0, 1, axis=y.ndim - 2)
 
 
