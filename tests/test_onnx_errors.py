@@ -358,3 +358,29 @@ def test_a_shape_or_axes_of_floats(op):
         rf"^ONNX: node 0 \({op}\): input '{name}' must hold integers, got float64 values$",
         {"x": np.ones((2, 4), np.float32)},
     )
+
+
+@pytest.mark.parametrize(
+    "op, inputs, attrs, outputs",
+    [
+        ("Split", ["x"], {"axis": 0}, ["y", "z"]),
+        ("Concat", ["x", "x"], {"axis": 0}, ["y"]),
+        ("Compress", ["x", "c"], {"axis": 0}, ["y"]),
+    ],
+)
+def test_a_scalar_where_an_axis_is_needed(op, inputs, attrs, outputs):
+    """A scalar where the op cuts, joins or selects along an axis (the fuzzer, seed 601: an
+    Unsqueeze of a scalar retyped Split): ``IndexError: tuple index out of range`` escaped
+    into the message. The op is refused, naming the node."""
+    x = helper.make_tensor_value_info("x", FLOAT, [])
+    init = numpy_helper.from_array(np.array([True]), "c")
+    node = helper.make_node(op, inputs, outputs, **attrs)
+    graph = helper.make_graph(
+        [node], "g", [x], [helper.make_tensor_value_info(o, FLOAT, None) for o in outputs], [init]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    _raises(
+        model,
+        rf"^ONNX: node 0 \({op}\): (the )?inputs? must have at least one dimension",
+        {"x": np.array(1.5, np.float32)},
+    )

@@ -347,6 +347,8 @@ def _compress(ctx, node, inputs):
     if axis is None:
         length = math.prod(x.shape)
     else:
+        if x.rank == 0:
+            raise ctx.fail("input must have at least one dimension where axis is given")
         axis = axis_of(ctx, axis, x.rank)
         length = x.shape[axis]
     if condition.shape[0] > length:

@@ -155,6 +155,8 @@ def _expand(ctx, node, inputs):
 @converter("Concat")
 def _concat(ctx, node, inputs):
     present = [v for v in inputs if v is not None]
+    if any(v.rank == 0 for v in present):
+        raise ctx.fail("the inputs must have at least one dimension (a scalar has no axis to join)")
     axis = axis_of(ctx, ctx.attr("axis"), present[0].rank)
     for v in present:
         if v.rank != present[0].rank or any(
@@ -176,6 +178,8 @@ def _concat(ctx, node, inputs):
 @converter("Split")
 def _split(ctx, node, inputs):
     x = inputs[0]
+    if x.rank == 0:
+        raise ctx.fail("the input must have at least one dimension (a scalar has no axis to split)")
     axis = axis_of(ctx, ctx.attr("axis", 0), x.rank)
     count = len(node.output)
     sizes = None
