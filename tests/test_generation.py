@@ -744,3 +744,32 @@ def test_int4_quantizer_of_the_decode_suite(tmp_path):
 
     stored = sum(a.nbytes for a in inits.values())
     assert decode._file_bytes(InferenceSession(out)) == stored
+
+
+def test_int4_generation_with_folded_scales(tmp_path, monkeypatch):
+    """The tiny LLaMA quantized to 4 bits (MatMulNBits; q/k/v and gate/up joined, their scales
+    by JOINs): where the weights are arguments (a GPU's path, here the CPU past its compiled-in
+    limit) the JOINs are computed once per session (``Program.folded``) and the generator's
+    steps take them as arguments; the greedy tokens equal those of the session whose weights
+    are compiled in (the JOINs computed in the program), and of onnxruntime's loop."""
+    from dml_jax.bench.decoders import quantize_int4
+    from dml_jax.onnx import session as session_module
+
+    path = str(tmp_path / "int4.onnx")
+    assert quantize_int4(_path("tiny_llama"), path) > 0
+    prompt = [[5, 17, 3, 9, 22], [8, 1, 4, 60, 2]]
+
+    def tokens(session):
+        g = Generator(session, GeneratorParams(session, max_length=5 + 12, batch_size=2))
+        g.append_tokens(np.array(prompt))
+        g.generate_until_done()
+        return np.asarray(g.generated)
+
+    baked = tokens(InferenceSession(path))
+    monkeypatch.setattr(session_module, "CPU_BAKED_WEIGHTS_MAX_BYTES", -1)
+    s = InferenceSession(path)
+    got = tokens(s)
+    folded = [p for p in s._programs.values() if p.folded]
+    assert folded and all(k in s._run_params(p) for p in folded for k in p.folded)
+    np.testing.assert_array_equal(got, baked)
+    np.testing.assert_array_equal(got, _ort_greedy(path, prompt, 12))
