@@ -1,10 +1,12 @@
 """torchvision's detectors exported by PyTorch (tests/data/detection, written by its
-make_detectors.py: Faster R-CNN, RetinaNet and SSD heads and a YOLO-style head with its NMS in
-the graph, over a small random backbone, one 96 x 96 image): their run-time control flow (Loop,
-and If on a run-time condition: ``batched_nms``'s test for no boxes), data-dependent sizes
-(NonZero, TopK over a changing count, NonMaxSuppression, RoiAlign over the proposals each
+make_detectors.py: Faster R-CNN, RetinaNet, SSD and Mask R-CNN heads and a YOLO-style head with
+its NMS in the graph, over a small random backbone, one 96 x 96 image): their run-time control
+flow (Loop, and If on a run-time condition: ``batched_nms``'s test for no boxes), data-dependent
+sizes (NonZero, TopK over a changing count, NonMaxSuppression, RoiAlign over the proposals each
 pyramid level gets, possibly none) run through ``InferenceSession`` and give onnxruntime's
-boxes, scores and labels, row for row (the weights are scaled so that no two scores tie)."""
+boxes, scores and labels, row for row (the weights are scaled so that no two scores tie), and
+Mask R-CNN's masks, pasted into the image by a Loop that runs on the host
+(``converters/host_loop.py``: each iteration resizes a mask to its detection's box)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ ort = pytest.importorskip("onnxruntime")
 from dml_jax.onnx import InferenceSession
 
 HERE = Path(__file__).resolve().parent / "data" / "detection"
-MODELS = ("faster_rcnn", "retinanet", "ssd", "yolo")
+MODELS = ("faster_rcnn", "retinanet", "ssd", "yolo", "mask_rcnn")
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -38,6 +40,11 @@ def test_detector_matches_onnxruntime(name):
     np.testing.assert_array_equal(got["labels"], want["labels"])
     np.testing.assert_allclose(got["scores"], want["scores"], rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(got["boxes"], want["boxes"], rtol=1e-4, atol=1e-3)
+    if "masks" in want:
+        assert got["masks"].shape == want["masks"].shape == (len(scores), 1, 96, 96)
+        assert np.abs(want["masks"]).max() > 0.1  # masks pasted, not zeros
+        np.testing.assert_allclose(got["masks"], want["masks"], rtol=1e-4, atol=1e-4)
+        assert "Loop(on the host" in s.explain()
 
 
 def test_a_second_image_reuses_or_respecialises():

@@ -25,7 +25,8 @@ from .optimize import optimize
 from .program import Program, check_memory, compile_imported
 from .walk import import_graph
 
-# Inputs a session specialises on must have at most this many elements.
+# Inputs a session specialises on must have at most this many elements (``_static_limit``; a
+# Loop's body run on the host takes none: specialising on its inputs is what it is for).
 STATIC_INPUT_LIMIT = 4096
 
 
@@ -67,6 +68,9 @@ class ProgramCache:
     """The program cache of ``InferenceSession`` (a base class: it reads the session's model,
     inputs, free dimensions and options): ``program(shapes)`` imports and compiles on first use,
     ``_program_for(arrays)`` first computes the run-time sizes the import needs."""
+
+    # the most elements of an input the session specialises on (None: any)
+    _static_limit: int | None = STATIC_INPUT_LIMIT
 
     @property
     def _initializer_arrays(self) -> dict[str, np.ndarray]:
@@ -200,10 +204,11 @@ class ProgramCache:
                     f"{e}; its values are needed to import the model (pass concrete arrays, "
                     "not tracers)"
                 ) from None
-            if not elem_type_of(array.dtype) or array.size > STATIC_INPUT_LIMIT:
+            limit = self._static_limit
+            if not elem_type_of(array.dtype) or (limit is not None and array.size > limit):
                 raise ValidationError(
                     f"{e}; {where} ({array.dtype}, {array.size} elements) cannot be specialised "
-                    f"on: only inputs of at most {STATIC_INPUT_LIMIT} elements are"
+                    f"on: only inputs of at most {limit} elements are"
                 ) from None
             self._static.add(name)
 

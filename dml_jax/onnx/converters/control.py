@@ -488,12 +488,12 @@ def _loop(ctx, node, inputs):
     except NeedsValues as e:
         if marker not in e.names:
             raise
-        return _unroll(ctx, body, m, cond, carried, n_scan, f"{e}".removeprefix(f"{ONNX}: "))
+        return _unrolled_or_host(ctx, body, m, cond, carried, n_scan, f"{e}")
     except NeedsHost as e:
         if ctx.builder.subgraph is not None:
             raise
         # Its nodes join the program's own graph, where values are read on the host.
-        return _unroll(ctx, body, m, cond, carried, n_scan, f"{e}".removeprefix(f"{ONNX}: "))
+        return _unrolled_or_host(ctx, body, m, cond, carried, n_scan, f"{e}")
     except _Unroll as e:
         return _unroll(ctx, body, m, cond, carried, n_scan, str(e))
     cond_out = b.outputs[0]
@@ -515,6 +515,24 @@ def _loop(ctx, node, inputs):
         except _NotUnrolled:
             pass
     return _rolled(ctx, b, m, cond, carried, n_scan, stays)
+
+
+def _unrolled_or_host(ctx, body, m, cond, carried, n_scan, reason: str) -> list:
+    """``_unroll``; where an iteration needs, as a constant, a value computed from model
+    inputs too large to specialise on (a size read from an image's detections), the Loop runs
+    on the host instead (``host_loop``)."""
+    from ..cache import STATIC_INPUT_LIMIT
+    from .host_loop import host_loop
+
+    reason = reason.removeprefix(f"{ONNX}: ")
+    try:
+        return _unroll(ctx, body, m, cond, carried, n_scan, reason)
+    except NeedsValues as e:
+        large = [n for n in e.names if isinstance(ctx.walk.values.get(n), Value)
+                 and int(np.prod(ctx.walk.values[n].shape)) > STATIC_INPUT_LIMIT]  # fmt: skip
+        if not large or ctx.builder.subgraph is not None:
+            raise
+        return host_loop(ctx, body, m, cond, carried, n_scan, f"{e}".removeprefix(f"{ONNX}: "))
 
 
 def _trip_count(trip: int | None) -> int | None:

@@ -1,6 +1,6 @@
 """Writes the tiny detectors of tests/test_onnx_detection.py: torchvision's Faster R-CNN,
-RetinaNet and SSD heads and a YOLO-style head with its NMS over a small random backbone (8 to 16
-channels), exported by PyTorch's
+RetinaNet, SSD and Mask R-CNN heads and a YOLO-style head with its NMS over a small random
+backbone (8 to 16 channels), exported by PyTorch's
 TorchScript exporter at opset 17 with one 3 x 96 x 96 image, random weights scaled so that the
 scores are distinct (no ties for the order of equal scores to decide).
 
@@ -74,6 +74,29 @@ def models(torch, torchvision) -> dict:
     return {"faster_rcnn": faster, "retinanet": retina, "ssd": ssd, "yolo": _Yolo(torch)}
 
 
+def mask_rcnn(torch):
+    """Mask R-CNN over the same backbone and heads as Faster R-CNN, with a mask head: its
+    export pastes each detection's mask into the image in a Loop (a Resize to the box a
+    detection), which the session runs on the host. Built after the others are written, so
+    that their weights stay the ones drawn before it was added."""
+    from torchvision.models.detection import MaskRCNN
+    from torchvision.models.detection.anchor_utils import AnchorGenerator
+    from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
+    from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
+    from torchvision.ops import MultiScaleRoIAlign
+
+    return MaskRCNN(
+        _backbone(torch, 16),
+        rpn_anchor_generator=AnchorGenerator(sizes=((16, 32, 64),), aspect_ratios=((0.5, 1.0, 2.0),)),
+        box_roi_pool=MultiScaleRoIAlign(["0"], 7, 2), box_head=TwoMLPHead(16 * 7 * 7, 32),
+        box_predictor=FastRCNNPredictor(32, 4), box_score_thresh=0.0,
+        mask_roi_pool=MultiScaleRoIAlign(["0"], 14, 2), mask_head=MaskRCNNHeads(16, (16,), 1),
+        mask_predictor=MaskRCNNPredictor(16, 16, 4),
+        rpn_pre_nms_top_n_test=200, rpn_post_nms_top_n_test=50, box_detections_per_img=20,
+        min_size=SIZE, max_size=SIZE,
+    )  # fmt: skip
+
+
 def _Yolo(torch):
     """A YOLO-style (anchor-free, YOLOv8's form) head with its post-processing in the graph, as
     detection exports with NMS carry it: per cell of a stride-4 grid, box distances (left, top,
@@ -133,7 +156,9 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     torch.manual_seed(0)
     image = torch.rand(3, SIZE, SIZE)
-    for name, model in models(torch, torchvision).items():
+    built = models(torch, torchvision)
+    for name in [*built, "mask_rcnn"]:
+        model = built[name] if name in built else mask_rcnn(torch)
         _scaled(torch, model)
         model.eval()
         path = os.path.join(HERE, f"{name}.onnx")
