@@ -532,7 +532,8 @@ def _unrolled_or_host(ctx, body, m, cond, carried, n_scan, reason: str) -> list:
                  and int(np.prod(ctx.walk.values[n].shape)) > STATIC_INPUT_LIMIT]  # fmt: skip
         if not large or ctx.builder.subgraph is not None:
             raise
-        return host_loop(ctx, body, m, cond, carried, n_scan, f"{e}".removeprefix(f"{ONNX}: "))
+        why = f"{e}".removeprefix(f"{ONNX}: ")
+        return jax_node(ctx, *host_loop(ctx, body, m, cond, carried, n_scan, why))
 
 
 def _trip_count(trip: int | None) -> int | None:

@@ -90,13 +90,13 @@ def _body_model(ctx: Any, body: Any, outer: list[tuple[str, Value]]) -> bytes:
 
 
 def host_loop(ctx: Any, body: Any, m: Value | None, cond: Value | None, carried: list,
-              n_scan: int, why: str) -> list[Value]:  # fmt: skip
-    """The Loop ``ctx`` imports as a JAX node that runs ``body`` on the host (the module's
-    documentation); ``why``: what kept the body from the device program."""
+              n_scan: int, why: str) -> tuple:  # fmt: skip
+    """The Loop ``ctx`` imports, as the JAX node that runs ``body`` on the host (the module's
+    documentation): its name, function, input values and output specs, for ``jax_node``;
+    ``why``: what kept the body from the device program."""
     import jax
 
     from ..session import InferenceSession
-    from .control import jax_node
 
     if any(not isinstance(v, Value) for v in carried):
         raise ctx.fail(f"the Loop must run on the host ({why}), but it carries a sequence")
@@ -182,7 +182,7 @@ def host_loop(ctx: Any, body: Any, m: Value | None, cond: Value | None, carried:
 
         return jax.pure_callback(host, structs, *arrays)
 
-    return jax_node(ctx, f"Loop(on the host; body: {len(body.node)} nodes)", fn, values, outputs)
+    return f"Loop(on the host; body: {len(body.node)} nodes)", fn, values, outputs
 
 
 def _spec(shape: tuple[int, ...], onnx_type: int) -> tuple:
