@@ -21,7 +21,7 @@ from dml_jax.onnx import InferenceSession
 LENGTH = 5000  # over the session's limit for inputs it specialises on
 
 
-def _model() -> bytes:
+def _model(scan: str = "total") -> bytes:
     F, I64 = TensorProto.FLOAT, TensorProto.INT64
     body = helper.make_graph(
         [
@@ -43,7 +43,7 @@ def _model() -> bytes:
          helper.make_tensor_value_info("grown", F, [0])],
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
          helper.make_tensor_value_info("grown_out", F, None),
-         helper.make_tensor_value_info("total", F, [])],
+         helper.make_tensor_value_info(scan, F, None)],
     )  # fmt: skip
     inits = [
         numpy_helper.from_array(np.array(3, np.int64), "trip"),
@@ -78,3 +78,15 @@ def test_loop_on_the_host_matches_onnxruntime(sizes):
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
     assert "Loop(on the host" in s.explain()
+
+
+def test_scan_outputs_of_changing_shapes_are_refused():
+    """The Loop on the host with each iteration's resized pixels as its scan output: their
+    shapes differ from iteration to iteration, which no stacked output holds."""
+    from dml_jax import ValidationError
+
+    x = np.zeros(LENGTH, np.float32)
+    x[:3] = (2, 3, 2)
+    s = InferenceSession(_model(scan="part"))
+    with pytest.raises(ValidationError, match="scan output 0 .* different shapes"):
+        s.run(None, {"data": x})

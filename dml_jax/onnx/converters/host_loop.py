@@ -153,7 +153,13 @@ def host_loop(ctx: Any, body: Any, m: Value | None, cond: Value | None, carried:
                 f"{ONNX}: {ctx.where}: the Loop run on the host ran no iteration, so its scan "
                 "outputs have no shape"
             )
-        return state + [np.stack(s) for s in scans]
+        for k, items in enumerate(scans):
+            if len({x.shape for x in items}) > 1:
+                raise ValidationError(
+                    f"{ONNX}: {ctx.where}: scan output {k} of the Loop run on the host has "
+                    f"different shapes in different iterations ({sorted({x.shape for x in items})})"
+                )
+        return state + [np.stack(items) for items in scans]
 
     def shapes(*arrays: Any) -> tuple[int, ...]:
         """Each output's rank, sizes and ONNX type, flat."""
