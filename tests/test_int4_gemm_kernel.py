@@ -97,7 +97,7 @@ CASES = {
                                  K.Tiles(one_row=True, target_programs=64, min_k=64)),
     "m2-one-row-takes-the-dot": (2, 64, 256, 32, True, "FLOAT16", "INT4", ONE_ROW),
     "m1-b32-one-row-narrow": (1, 64, 1024, 32, True, "FLOAT16", "UINT4",
-                              K.Tiles(one_row=True, narrow=True, target_programs=4, max_k=1024)),
+                              K.Tiles(one_row=True, row_programs=4, max_k=1024)),
     "m1-b32-zero-widen": (1, 128, 512, 32, True, "FLOAT16", "UINT4", K.Tiles(widen_row=True)),
     "m1-b64-widen-split-f32-a-first": (1, 64, 512, 64, False, "FLOAT32", "INT4",
                                        K.Tiles(widen_row=True, weights_first=False,
@@ -105,8 +105,6 @@ CASES = {
     "m3-widen-takes-the-padding": (3, 64, 256, 32, True, "FLOAT16", "UINT4",
                                    K.Tiles(widen_row=True)),
     "m1-b32-zero-ahead-2": (1, 64, 1024, 32, True, "FLOAT16", "UINT4", K.Tiles(ahead=2)),
-    "m2-b32-zero-loop-3-stages": (2, 64, 1024, 32, True, "FLOAT16", "UINT4",
-                                  K.Tiles(stages=3, max_k=1024)),
 }  # fmt: skip
 
 
@@ -143,16 +141,15 @@ def test_plan():
     assert K.plan(1, 2048, 2016, 48) is None  # blocks not a power of two
     assert K.plan(1, 2048, 2000, 32) is None  # K off the blocks
     assert K.plan(1, 40, 2048, 32) is None  # N off 16
-    narrow = K.Tiles(narrow=True, target_programs=128, max_k=8192)
-    v = K.plan(1, 2048, 8192, 32, narrow)  # 16 columns a program fill the grid: K not split
-    assert (v.block_n, v.splits) == (16, 1)
-    assert K.plan(1, 16384, 2048, 32, narrow).block_n == K.BLOCK_N  # enough programs as they are
-    v = K.plan(1, 512, 2048, 32, narrow)  # too few programs even at 16 columns: K split too
-    assert v.block_n == 16 and v.splits > 1
     row = K.Tiles(one_row=True)
     v = K.plan(1, 2048, 2048, 32, row)  # a small product: one row, narrowed, K whole
     assert v.one_row and (v.block_n, v.splits) == (16, 1)
     assert not K.plan(1, 16384, 2048, 32, row).one_row  # a large one: the dot
+    assert K.plan(1, 2048, 2048, 32).block_n == K.BLOCK_N  # the dot's programs stay as wide
+    wide = K.Tiles(one_row=True, row_programs=16)
+    assert K.plan(1, 2048, 2048, 32, wide).block_n == K.BLOCK_N  # enough programs as they are
+    v = K.plan(1, 512, 2048, 32, row)  # too few programs even at 16 columns: K split too
+    assert v.one_row and v.block_n == 16 and v.splits > 1
     v = K.plan(1, 64, 4864, 256)  # 19 blocks: split by a divisor of the block count
     assert v is not None and v.k % v.k_per_program == 0 and v.k_per_program <= K.MAX_K_PER_PROGRAM
 

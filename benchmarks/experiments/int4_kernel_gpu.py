@@ -13,8 +13,7 @@ points), several weights a program (up to 16, at most 1 GiB of float16 weights),
   the other ``TILES`` at M = 1 (``--all-tiles``: at every M); ``row...`` is the one-row form
   (``Tiles.one_row``: sums of products on the vector units, A read as its one row), which
   applies at M = 1 only, as ``widen...`` (``Tiles.widen_row``: A read as its one row and
-  widened to 16 in registers, no pad); ``ahead1`` loads a step ahead (``Tiles.ahead``),
-  ``loop3`` loops over the steps in 3 pipelined stages (``Tiles.stages``).
+  widened to 16 in registers, no pad); ``ahead1`` loads a step ahead (``Tiles.ahead``).
 
 Each line: microseconds a call of the program divided by the weights, GB/s of float16-equivalent
 weights (2 bytes a weight, whatever is read), the ratio to ``f16``'s time, and for the kernel
@@ -49,14 +48,14 @@ SHAPES = ((2048, 3072), (2048, 2048), (2048, 16384), (8192, 2048), (2048, 128256
 ROWS = (1, 2, 8)
 BLOCK = 32
 BUDGET = 1 << 30  # float16 bytes of weights a program at most
-NARROW = dict(narrow=True, target_programs=128, max_k=8192)  # one kernel a product where it can
+# the one-row form narrowed to ROW_PROGRAMS programs, K whole up to 8192 (one kernel a product)
+NARROW = dict(max_k=8192)
 TILES = {
     "default": K.Tiles(),
     "n128w8": K.Tiles(block_n=128, warps=8),
     "a-first": K.Tiles(weights_first=False),
     "halfgrid": K.Tiles(target_programs=128, min_k=512),
     "grid512": K.Tiles(target_programs=512, min_k=128),
-    "narrow": K.Tiles(**NARROW),
     "row": K.Tiles(one_row=True),
     "row-n128w8": K.Tiles(one_row=True, block_n=128, warps=8),
     "row-n32w2": K.Tiles(one_row=True, block_n=32, warps=2),
@@ -65,7 +64,7 @@ TILES = {
     "row-narrow": K.Tiles(one_row=True, **NARROW),
     "row-narrow-w1": K.Tiles(one_row=True, warps=1, **NARROW),
     "row-narrow-w2": K.Tiles(one_row=True, warps=2, **NARROW),
-    "row-narrow-t256": K.Tiles(one_row=True, **dict(NARROW, target_programs=256)),
+    "row-narrow-t256": K.Tiles(one_row=True, row_programs=256, **NARROW),
     "row-narrow-s128": K.Tiles(one_row=True, step_k=128, **NARROW),
     "widen": K.Tiles(widen_row=True),
     "widen-grid512": K.Tiles(widen_row=True, target_programs=512, min_k=128),
@@ -75,7 +74,6 @@ TILES = {
     "widen-n32-all": K.Tiles(widen_row=True, block_n=32, ahead=64),
     "widen-n32-a3": K.Tiles(widen_row=True, block_n=32, ahead=3),
     "ahead1": K.Tiles(ahead=1),
-    "loop3": K.Tiles(stages=3),
 }
 T = dml.TensorDesc
 

@@ -78,15 +78,12 @@ WEIGHTS_FIRST = True
 # times its value of A in float32 and the row summed. Not yet timed against the dot on a GPU
 # (benchmarks/experiments/int4_kernel_gpu.py, tile "row"): off.
 ONE_ROW = False
-# Narrow programs before splitting K: where N gives fewer than TARGET_PROGRAMS programs of
-# BLOCK_N columns, BLOCK_N is halved (down to 16) before K is split, so that more products
-# are one kernel (no float32 partial sums for XLA to add). Not yet timed on a GPU: off.
-NARROW = False
 # The one-row form, where ONE_ROW is on, takes products of at most ROW_MAX_WEIGHTS weights
 # (one H100, 2026-11-28, float16-equivalent GB/s of 16 products a program at one row: q, k and
 # v joined, 2048 x 3072, 1,417 against the dot's 947; o, 2048 x 2048, 767 against 714; gate and
 # up joined, 2048 x 16384, 1,527 against 2,811; down, 8192 x 2048, 1,858 against 2,318), and
-# narrows its programs (as NARROW) until there are ROW_PROGRAMS of them.
+# narrows its programs (BLOCK_N halved, down to 16) until there are ROW_PROGRAMS of them before
+# K is split. (Narrowed so with the dot, q, k and v joined took 26.2 us against 13.3 unnarrowed.)
 ROW_MAX_WEIGHTS = 1 << 23
 ROW_PROGRAMS = 128
 # Loads issued AHEAD steps before the step that uses them (0: each step loads, then computes).
@@ -94,10 +91,6 @@ ROW_PROGRAMS = 128
 # H100 with 157 registers a thread and a third of the issue rate busy: its loads wait. Not yet
 # timed on a GPU: 0.
 AHEAD = 0
-# STAGES > 0: the steps as a loop (``lax.fori_loop``) that Triton pipelines over that many
-# stages (its loads of later steps issued while a step computes), in place of the unrolled
-# steps. Not yet timed on a GPU: 0.
-STAGES = 0
 # One row of A read as it is and widened to Triton's 16 rows in registers (its other rows
 # zero), the product's first column kept: no pad kernel before each product, and each program
 # reads 2 bytes of A a value of K rather than 32 (the 16 rows of a padded A were as many bytes
@@ -119,11 +112,9 @@ class Tiles:
     max_k: int = MAX_K_PER_PROGRAM
     weights_first: bool = WEIGHTS_FIRST
     one_row: bool = ONE_ROW
-    narrow: bool = NARROW
     row_max_weights: int = ROW_MAX_WEIGHTS
     row_programs: int = ROW_PROGRAMS
     ahead: int = AHEAD
-    stages: int = STAGES
     widen_row: bool = WIDEN_ROW
 
 
@@ -143,7 +134,6 @@ class View:
     weights_first: bool
     one_row: bool = False
     ahead: int = 0
-    stages: int = 0
     widen_row: bool = False
 
     @property
@@ -167,7 +157,7 @@ def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View
         return None
     row = tiles.one_row and m == 1 and n * k <= tiles.row_max_weights
     target = tiles.row_programs if row else tiles.target_programs
-    while (tiles.narrow or row) and bn > 16 and n // bn < target:
+    while row and bn > 16 and n // bn < target:
         bn //= 2
     count = k // block
     per = None
@@ -183,7 +173,7 @@ def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View
     while (per // block) % group:
         group //= 2
     return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first, row,
-                tiles.ahead, tiles.stages, tiles.widen_row and m == 1 and not row)  # fmt: skip
+                tiles.ahead, tiles.widen_row and m == 1 and not row)  # fmt: skip
 
 
 def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tiles | None = None):
@@ -249,22 +239,11 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
                 preferred_element_type=jnp.float32,
             )  # fmt: skip
 
-        if v.stages:  # a loop Triton pipelines, its slices at run-time offsets
-
-            def body(j, acc):
-                c0 = pl.multiple_of(j * step, step)
-                b0 = pl.multiple_of(j * group, group)
-                zeros = z_ref[0][:, pl.ds(b0, group)] if z_ref else None
-                raw, x = q_ref[:, pl.ds(c0, step)], a_ref[:, pl.ds(c0, step)]
-                return compute(acc, raw, zeros, s_ref[:, pl.ds(b0, group)], x)
-
-            acc = lax.fori_loop(0, steps, body, acc)
-        else:
-            loaded: list = []
-            for j in range(steps):  # unrolled: each slice at a constant offset
-                while len(loaded) <= min(j + v.ahead, steps - 1):
-                    loaded.append(load(len(loaded)))
-                acc = compute(acc, *loaded[j])
+        loaded: list = []
+        for j in range(steps):  # unrolled: each slice at a constant offset
+            while len(loaded) <= min(j + v.ahead, steps - 1):
+                loaded.append(load(len(loaded)))
+            acc = compute(acc, *loaded[j])
         if v.one_row or (v.widen_row and wf):  # (the other rows' sums are zeros: exact)
             acc = jnp.sum(acc, axis=1)[None, :]
         elif v.widen_row:
@@ -294,7 +273,7 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
         in_specs=specs,
         out_specs=out_spec,
         interpret=interpret,
-        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=v.stages or 1),
+        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
     )(*args)
     if v.splits == 1:
         return out[:m]
