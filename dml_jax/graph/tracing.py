@@ -326,32 +326,20 @@ def _graph_function(
         values = run_steps(arrays)
         return tuple(values[src] for src in plan.outputs)
 
-    def from_constants(constant_inputs: frozenset[int]) -> set[int]:
-        """Nodes whose every source is one of ``constant_inputs``, a constant data node or
-        such a node."""
-        found: set[int] = set()
-        for n in plan.order:
-            if n in constants or not plan.sources[n]:
-                continue
-            if all(
-                (s[0] == "input" and s[1] in constant_inputs)
-                or s[0] == "constant"
-                or (s[0] == "node" and s[1] in found)
-                for s in plan.sources[n]
-            ):
-                found.add(n)
-        return found
-
     def folded(constant_inputs: frozenset[int]) -> tuple[tuple[int, int], ...]:
-        found = from_constants(constant_inputs)
         paired = set(pairs) | fused_into
         entries = {e.to_node_index for e in graph.input_edges}
-        cheap: set[int] = set()  # computed from constants, by nodes that write no more bytes
+        cheap: set[int] = set()  # from constants alone, each node writing no more than it reads
         for n in plan.order:
             node = graph.nodes[n]
-            if n not in found or n in paired or isinstance(node, FunctionNode):
+            if n in constants or n in paired or isinstance(node, FunctionNode):
                 continue
-            if any(s[0] == "node" and s[1] not in cheap for s in plan.sources[n]):
+            if not plan.sources[n] or not all(
+                (s[0] == "input" and s[1] in constant_inputs)
+                or s[0] == "constant"
+                or (s[0] == "node" and s[1] in cheap)
+                for s in plan.sources[n]
+            ):
                 continue
             ins = sum(_bytes(t) for _, t in node.input_slots() if t is not None)
             outs = sum(_bytes(t) for _, t in node.output_slots() if t is not None)

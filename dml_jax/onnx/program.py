@@ -220,9 +220,9 @@ class Program:
         """The node outputs that the program's constants alone determine and that ``run``
         computes once per session (``fold``) and passes, under ``FOLDED`` keys, rather than
         the program computing them at every call (``CompiledGraph.folded`` says which): by
-        key, (node index, output slot). None on a mesh."""
+        key, (node index, output slot). Empty on a mesh."""
         imp = self.imported
-        if self.graph is None or self.layout is not None or not hasattr(self.graph, "folded"):
+        if self.graph is None or self.layout is not None:
             return {}
         count = len(imp.input_names)
         found = self.graph.folded(frozenset(range(count, count + len(imp.constants))))
