@@ -70,10 +70,13 @@ def _grouped_view(g: Editor, n: int) -> tuple | None:
     if bs[1] * group != packed[gdim - 1]:
         return None  # the heads must run across the group and on into the key-value heads
     new_strides = [0, strides[gdim - 1], 0, 0]
+    taken = {gdim, gdim - 1}  # each axis of the copy read by one of B's dimensions at most
     for k in (0, 2, 3):
         axis = axis_of(bs[k], b.sizes[k])
-        if axis is None or axis in (gdim, gdim - 1):
+        if axis is None or axis in taken:
             return None
+        if axis >= 0:
+            taken.add(axis)
         if axis >= 0 and sizes[axis] != b.sizes[k]:
             return None
         new_strides[k] = 0 if axis < 0 else strides[axis]
