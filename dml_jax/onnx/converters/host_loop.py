@@ -21,19 +21,12 @@ from typing import Any
 import numpy as np
 
 from ...errors import ValidationError
-from ..importer import ONNX, Value
+from ..importer import BOOL, ONNX, Value, data_type_of, elem_type_of, numpy_dtype_of
+
+_INT32, _INT64 = 6, 7
 
 # Iterations a host loop may run (a loop that never stops is refused, not waited for).
 HOST_LOOP_LIMIT = 10_000
-
-# ONNX element types by the graph's numpy dtype of a runtime value (INT32 in the graph holds
-# ONNX INT64 or INT32: taken as INT64, the exporters' integer type).
-_ONNX_TYPES = {
-    np.dtype(np.float32): 1, np.dtype(np.uint8): 2, np.dtype(np.int8): 3,
-    np.dtype(np.uint16): 4, np.dtype(np.int16): 5, np.dtype(np.int32): 7,
-    np.dtype(np.float16): 10, np.dtype(np.float64): 11, np.dtype(np.uint32): 12,
-    np.dtype(np.uint64): 13, np.dtype(np.int64): 7,
-}  # fmt: skip
 
 
 def free_names(graph: Any) -> list[str]:
@@ -57,11 +50,14 @@ def free_names(graph: Any) -> list[str]:
 
 
 def _onnx_type(v: Value) -> int:
+    """The ONNX element type of a runtime value (the graph holds INT64 as INT32: taken as
+    INT64, the exporters' integer type)."""
     if v.is_bool:
-        return 9
+        return BOOL
     if v.carried:
         return v.carried
-    return _ONNX_TYPES[np.dtype(v.data_type.numpy_dtype)]
+    t = elem_type_of(v.data_type.numpy_dtype)
+    return _INT64 if t == _INT32 else t
 
 
 def _body_model(ctx: Any, body: Any, outer: list[tuple[str, Value]]) -> bytes:
@@ -121,11 +117,9 @@ def host_loop(ctx: Any, body: Any, m: Value | None, cond: Value | None, carried:
 
     def run(*arrays: Any) -> list[np.ndarray]:
         """The loop over NumPy arrays of ``values`` (graph dtypes): its outputs, ONNX dtypes."""
-        from onnx import helper
-
         given = iter(arrays)
         full = [known[k] if k in known else next(given) for k in range(len(every))]
-        full = [np.asarray(a).astype(helper.tensor_dtype_to_np_dtype(t))
+        full = [np.asarray(a).astype(numpy_dtype_of(t, ctx.where))
                 for a, t in zip(full, onnx_types)]  # fmt: skip
         it = iter(full)
         trip = int(next(it).reshape(-1)[0]) if has_m else None
@@ -163,21 +157,18 @@ def host_loop(ctx: Any, body: Any, m: Value | None, cond: Value | None, carried:
 
     def shapes(*arrays: Any) -> tuple[int, ...]:
         """Each output's rank, sizes and ONNX type, flat."""
-        from onnx import helper
-
         flat: list[int] = []
         for y in run(*arrays):
-            flat += [y.ndim, *y.shape, helper.np_dtype_to_tensor_dtype(y.dtype)]
+            flat += [y.ndim, *y.shape, elem_type_of(y.dtype)]
         return tuple(flat)
 
     flat = iter(ctx.sizes(shapes, values, key=f"{ctx.where}: host loop",
                           what=f"the Loop runs on the host ({why}): its outputs' shapes"))  # fmt: skip
-    specs = []
+    outputs = []  # (shape, graph data type, is_bool) a JAX node output
     for _ in range(nc + n_scan):
-        rank = next(flat)
-        shape = tuple(next(flat) for _ in range(rank))
-        specs.append((shape, int(next(flat))))
-    outputs = [_spec(shape, t) for shape, t in specs]
+        shape = tuple(next(flat) for _ in range(next(flat)))
+        t = next(flat)
+        outputs.append((shape, data_type_of(t, ctx.where), t == BOOL))
 
     def fn(*arrays: Any) -> list:
         structs = [jax.ShapeDtypeStruct(o[0], o[1].numpy_dtype) for o in outputs]
@@ -189,11 +180,3 @@ def host_loop(ctx: Any, body: Any, m: Value | None, cond: Value | None, carried:
         return jax.pure_callback(host, structs, *arrays)
 
     return f"Loop(on the host; body: {len(body.node)} nodes)", fn, values, outputs
-
-
-def _spec(shape: tuple[int, ...], onnx_type: int) -> tuple:
-    """A JAX node output of ``shape`` holding the ONNX type ``onnx_type`` (graph dtype)."""
-    from ..importer import data_type_of
-
-    is_bool = onnx_type == 9
-    return (shape, data_type_of(onnx_type, "the host loop's output"), is_bool)
