@@ -24,7 +24,6 @@ tunables); it writes ``$OUT/decode_step.json`` when ``OUT`` is set.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import subprocess
@@ -32,6 +31,7 @@ import sys
 import tempfile
 import time
 
+import gpu_trace  # this folder's
 import numpy as np
 
 FLAGS = {
@@ -41,38 +41,6 @@ FLAGS = {
         "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
     ),
 }
-
-
-def kernels(trace_dir: str, tokens: int) -> dict:
-    """The GPU kernels of the trace in ``trace_dir``: count and time a token, busy fraction,
-    the 40 largest by total time."""
-    from jax.profiler import ProfileData
-
-    path = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)[0]
-    data = ProfileData.from_file(path)
-    events = []
-    for plane in data.planes:
-        if plane.name != "/device:GPU:0":  # on a mesh: the first GPU's kernels
-            continue
-        for line in plane.lines:
-            if line.name.startswith("Stream"):
-                events += [(e.start_ns, e.duration_ns, e.name) for e in line.events]
-    if not events:
-        return {"error": "no GPU stream events in the trace"}
-    events.sort()
-    busy = sum(d for _, d, _ in events)
-    span = events[-1][0] + events[-1][1] - events[0][0]
-    by_name: dict[str, list] = {}
-    for _, d, n in events:
-        by_name.setdefault(n[:80], []).append(d)
-    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:40]
-    return {
-        "kernels_per_token": len(events) / tokens,
-        "kernel_us_per_token": busy / tokens / 1e3,
-        "span_us_per_token": span / tokens / 1e3,
-        "busy": busy / span,
-        "top": [(n, len(d) / tokens, sum(d) / tokens / 1e3) for n, d in top],
-    }
 
 
 def child(
@@ -128,12 +96,13 @@ def child(
             "min": float(min(rates)),
             "max": float(max(rates)),
         }
-    for per_token in (False, True):
-        trace = tempfile.mkdtemp()
-        jax.profiler.start_trace(trace)
-        toks = dml_generation(session, prompt, new, per_token, steps)[0]
-        jax.profiler.stop_trace()
-        out["profile_per_token" if per_token else "profile_loop"] = kernels(trace, toks.shape[1])
+    for per_token in (False, True):  # the first GPU's kernels a token (on a mesh too)
+        made: list = []
+        folder = gpu_trace.record(
+            lambda p=per_token: made.append(dml_generation(session, prompt, new, p, steps)[0]), 1
+        )
+        key = "profile_per_token" if per_token else "profile_loop"
+        out[key] = gpu_trace.kernels(folder, made[0].shape[1])
     return out
 
 

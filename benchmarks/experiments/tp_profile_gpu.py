@@ -28,15 +28,14 @@ benchmarks/experiments/tp_profile_gpu.py [--only gpt reduce0 graph] [--layers 12
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import re
 import sys
-import tempfile
 import time
 from collections import Counter
 
+import gpu_trace  # this folder's
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -60,44 +59,11 @@ def hlo_summary(text: str) -> dict:
     return out
 
 
-def profile(fn, sync, calls: int = 5) -> dict:
-    """Kernel time and span a call on the first GPU from a trace of ``calls`` calls."""
-    import jax
-    from jax.profiler import ProfileData
-
-    trace = tempfile.mkdtemp()
-    jax.profiler.start_trace(trace)
-    for _ in range(calls):
-        out = fn()
-    sync(out)
-    jax.profiler.stop_trace()
-    path = glob.glob(os.path.join(trace, "**", "*.xplane.pb"), recursive=True)[0]
-    data = ProfileData.from_file(path)
-    planes = sorted(p.name for p in data.planes if p.name.startswith("/device:GPU"))
-    result = {}
-    for plane in data.planes:
-        if plane.name not in planes[:2]:
-            continue
-        events = []
-        for line in plane.lines:
-            if line.name.startswith("Stream"):
-                events += [(e.start_ns, e.duration_ns, e.name) for e in line.events]
-        if not events:
-            continue
-        events.sort()
-        busy = sum(d for _, d, _ in events)
-        span = events[-1][0] + events[-1][1] - events[0][0]
-        by: dict = {}
-        for _, d, n in events:
-            by.setdefault(n[:70], []).append(d)
-        top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:12]
-        result[plane.name] = {
-            "kernels_per_call": len(events) / calls,
-            "kernel_ms_per_call": busy / calls / 1e6,
-            "span_ms_per_call": span / calls / 1e6,
-            "top": [(n, len(d) / calls, round(sum(d) / calls / 1e3, 1)) for n, d in top],
-        }
-    return result
+def profile(fn, calls: int = 5) -> dict:
+    """Per GPU (the first two), kernels a call from a trace of ``calls`` calls."""
+    folder = gpu_trace.record(fn, calls)
+    return {plane: gpu_trace.kernels(folder, calls, plane, top=12)
+            for plane in gpu_trace.planes(folder)[:2]}  # fmt: skip
 
 
 def timed(fn, sync, seconds: float = 1.0) -> dict:
@@ -133,6 +99,7 @@ def programs(args):
     from jax.sharding import PartitionSpec as P
 
     import dml_jax as dml
+    from dml_jax.bench.suites import scaling
 
     def sync(out):
         jax.block_until_ready(out)
@@ -157,27 +124,17 @@ def programs(args):
             yield (name, count), (lambda g=g, v=values: g(*v)), sync, text
             del net, g, values
         rows, cols = (16384, 16384) if args.full else (1024, 512)
-        x_desc = dml.TensorDesc("FLOAT32", (rows, cols))
         rs, rep = NamedSharding(mesh, P("x")), NamedSharding(mesh, P())
         host = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)
         x = jax.device_put(host, rs)
-        if "reduce0" in args.only:
-            d = dml.ReduceOperatorDesc("SUM", x_desc, x_desc.like(sizes=(1, cols)), [0])
-            op = dml.compile_operator(d, in_shardings=rs, out_shardings=rep)
-            text = op._jitted.lower(x).compile().as_text()
-            yield ("reduce0", count), (lambda op=op: op(x)), sync, text
-        if "graph" in args.only:
-            sum_rows = dml.ReduceOperatorDesc("SUM", x_desc, x_desc.like(sizes=(rows, 1)), [1])
-            clip = dml.ElementWiseClipOperatorDesc(x_desc, x_desc, min=-1.0, max=1.0)
-            graph = dml.GraphDesc(
-                input_count=1, output_count=1, nodes=[clip, sum_rows],
-                input_edges=[dml.InputGraphEdge(0, 0, 0)],
-                intermediate_edges=[dml.IntermediateGraphEdge(0, 0, 1, 0)],
-                output_edges=[dml.OutputGraphEdge(1, 0, 0)],
-            )  # fmt: skip
-            op = dml.compile_graph(graph, in_shardings=rs, out_shardings=rs)
-            text = op._jitted.lower(x).compile().as_text()
-            yield ("graph", count), (lambda op=op: op(x)), sync, text
+        # the scaling suite's REDUCE over the sharded axis and CLIP -> REDUCE graph
+        _, reduce0, graph = (desc for _, desc, _ in scaling.suite_cases(rows, cols))
+        for name, desc, out in (("reduce0", reduce0, rep), ("graph", graph, rs)):
+            if name in args.only:
+                compile_fn = dml.compile_graph if name == "graph" else dml.compile_operator
+                op = compile_fn(desc, in_shardings=rs, out_shardings=out)
+                text = op._jitted.lower(x).compile().as_text()
+                yield (name, count), (lambda op=op: op(x)), sync, text
         del x
 
 
@@ -198,7 +155,7 @@ def main() -> None:
         try:
             r = timed(fn, sync)
             r["hlo"] = hlo_summary(text)
-            r["profile"] = profile(fn, sync)
+            r["profile"] = profile(fn)
         except Exception as e:  # recorded, the next program runs
             r = {"error": f"{type(e).__name__}: {e}"[:500]}
         results[key] = r

@@ -24,11 +24,10 @@ benchmarks/experiments/two_row_forms_gpu.py``.
 
 from __future__ import annotations
 
-import glob
 import os
-import tempfile
 import time
 
+import gpu_trace  # this folder's
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -65,28 +64,6 @@ def chain(form: str):
     return f
 
 
-def kernels(fn, *args, calls: int = 5) -> tuple[float, float]:
-    """(kernels a call, their summed microseconds a call) from a trace."""
-    from jax.profiler import ProfileData
-
-    trace = tempfile.mkdtemp()
-    jax.profiler.start_trace(trace)
-    for _ in range(calls):
-        out = fn(*args)
-    jax.block_until_ready(out)
-    jax.profiler.stop_trace()
-    path = glob.glob(os.path.join(trace, "**", "*.xplane.pb"), recursive=True)[0]
-    count = total = 0
-    for plane in ProfileData.from_file(path).planes:
-        if plane.name.startswith("/device:GPU"):
-            for line in plane.lines:
-                if line.name.startswith("Stream"):
-                    for e in line.events:
-                        count += 1
-                        total += e.duration_ns
-    return count / calls, total / calls / 1e3
-
-
 def main() -> None:
     print(jax.devices()[0].device_kind, jax.__version__, flush=True)
     rng = np.random.default_rng(0)
@@ -110,7 +87,8 @@ def main() -> None:
             y = fn(x, weights)
         jax.block_until_ready(y)
         ms = (time.perf_counter() - t) / 50 * 1e3
-        count, us = kernels(fn, x, weights)
+        k = gpu_trace.kernels(gpu_trace.record(lambda fn=fn: fn(x, weights), 5), 5)
+        count, us = k.get("kernels", 0), k.get("kernel_us", 0)
         diff = float(np.abs(out - base).max())
         print(f"{form}: {ms:.3f} ms a chain, {count:.0f} kernels summing to {us:.0f} us, "
               f"max diff from zeros {diff:.3g}", flush=True)  # fmt: skip

@@ -31,6 +31,30 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--cols", type=int, help="input columns")
 
 
+def suite_cases(rows: int, cols: int) -> list[tuple[str, Any, bool]]:
+    """The suite's DML cases on a {rows, cols} float32 input: (name, descriptor, whether it is
+    a graph)."""
+    import dml_jax as dml
+
+    x_desc = dml.TensorDesc("FLOAT32", (rows, cols))
+    sum_rows = dml.ReduceOperatorDesc("SUM", x_desc, x_desc.like(sizes=(rows, 1)), [1])
+    sum_cols = dml.ReduceOperatorDesc("SUM", x_desc, x_desc.like(sizes=(1, cols)), [0])
+    clip = dml.ElementWiseClipOperatorDesc(x_desc, x_desc, min=-1.0, max=1.0)
+    graph = dml.GraphDesc(
+        input_count=1,
+        output_count=1,
+        nodes=[clip, sum_rows],
+        input_edges=[dml.InputGraphEdge(0, 0, 0)],
+        intermediate_edges=[dml.IntermediateGraphEdge(0, 0, 1, 0)],
+        output_edges=[dml.OutputGraphEdge(1, 0, 0)],
+    )
+    return [
+        ("REDUCE SUM axis 1 (rows sharded: local)", sum_rows, False),
+        ("REDUCE SUM axis 0 (sharded axis: all-reduce)", sum_cols, False),
+        ("graph CLIP -> REDUCE SUM axis 1", graph, True),
+    ]
+
+
 def run(run: Run) -> int:
     import jax
     import jax.numpy as jnp
@@ -53,23 +77,7 @@ def run(run: Run) -> int:
     run.report.update(shape=[rows, cols], dtype="float32")
 
     x_desc = dml.TensorDesc("FLOAT32", (rows, cols))
-    sum_rows = dml.ReduceOperatorDesc("SUM", x_desc, x_desc.like(sizes=(rows, 1)), [1])
-    sum_cols = dml.ReduceOperatorDesc("SUM", x_desc, x_desc.like(sizes=(1, cols)), [0])
-    clip = dml.ElementWiseClipOperatorDesc(x_desc, x_desc, min=-1.0, max=1.0)
-    graph = dml.GraphDesc(
-        input_count=1,
-        output_count=1,
-        nodes=[clip, sum_rows],
-        input_edges=[dml.InputGraphEdge(0, 0, 0)],
-        intermediate_edges=[dml.IntermediateGraphEdge(0, 0, 1, 0)],
-        output_edges=[dml.OutputGraphEdge(1, 0, 0)],
-    )
-    cases = [
-        ("REDUCE SUM axis 1 (rows sharded: local)", sum_rows, False),
-        ("REDUCE SUM axis 0 (sharded axis: all-reduce)", sum_cols, False),
-        ("graph CLIP -> REDUCE SUM axis 1", graph, True),
-        ("copy (-x)", None, False),
-    ]
+    cases = [*suite_cases(rows, cols), ("copy (-x)", None, False)]
 
     host = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)
     in_bytes = host.nbytes
