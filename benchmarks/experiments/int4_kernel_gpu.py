@@ -50,6 +50,8 @@ BLOCK = 32
 BUDGET = 1 << 30  # float16 bytes of weights a program at most
 # the one-row form narrowed to ROW_PROGRAMS programs, K whole up to 8192 (one kernel a product)
 NARROW = dict(max_k=8192)
+# the one-row form at any size (``ROW_MAX_WEIGHTS`` off), programs not narrowed
+WIDE = dict(row_max_weights=1 << 40, row_programs=1)
 TILES = {
     "default": K.Tiles(),
     "n128w8": K.Tiles(block_n=128, warps=8),
@@ -74,6 +76,17 @@ TILES = {
     "widen-n32-all": K.Tiles(widen_row=True, block_n=32, ahead=64),
     "widen-n32-a3": K.Tiles(widen_row=True, block_n=32, ahead=3),
     "ahead1": K.Tiles(ahead=1),
+    "widen-a2": K.Tiles(widen_row=True, ahead=2),
+    "widen-w8": K.Tiles(widen_row=True, warps=8),
+    "widen-n32w2": K.Tiles(widen_row=True, block_n=32, warps=2),
+    # the one-row form at every size, its float32 sums {BLOCK_N, STEP_K} small (at steps of 256
+    # they took 128 registers a thread of 64 columns on 4 warps)
+    "row-s64": K.Tiles(one_row=True, step_k=64, **WIDE),
+    "row-s64-n32": K.Tiles(one_row=True, step_k=64, block_n=32, **WIDE),
+    "row-s64-n32w2": K.Tiles(one_row=True, step_k=64, block_n=32, warps=2, **WIDE),
+    "row-s32": K.Tiles(one_row=True, step_k=32, **WIDE),
+    "row-s64-w8": K.Tiles(one_row=True, step_k=64, warps=8, **WIDE),
+    "row-s64-p512": K.Tiles(one_row=True, step_k=64, row_max_weights=1 << 40, row_programs=512),
 }
 T = dml.TensorDesc
 
