@@ -105,6 +105,7 @@ CASES = {
     "m3-widen-takes-the-padding": (3, 64, 256, 32, True, "FLOAT16", "UINT4",
                                    K.Tiles(widen_row=True)),
     "m1-b32-zero-ahead-2": (1, 64, 1024, 32, True, "FLOAT16", "UINT4", K.Tiles(ahead=2)),
+    "m1-b32-zero-padded": (1, 128, 512, 32, True, "FLOAT16", "UINT4", K.Tiles(widen_row=False)),
 }  # fmt: skip
 
 
@@ -120,9 +121,9 @@ def test_interpret_matches_lax(case):
     assert v is not None
     if tiles is SPLIT:
         assert v.splits > 1
-    assert v.one_row == (tiles is not None and tiles.one_row and m == 1
-                         and n * k <= tiles.row_max_weights)  # fmt: skip
-    assert v.widen_row == (tiles is not None and tiles.widen_row and m == 1)
+    t = tiles or K.Tiles()
+    assert v.one_row == (t.one_row and m == 1 and n * k <= t.row_max_weights)
+    assert v.widen_row == (t.widen_row and m == 1 and not v.one_row)
     got = K.int4_product(a, q, scale, z, interpret=not fastpath.cuda_present(), tiles=tiles)
     assert got.dtype == dtype and got.shape == (m, n)
     w, want = _lax(*_descs(m, n, k, block, zero, ft, qt), a, q, scale, z)
@@ -131,7 +132,8 @@ def test_interpret_matches_lax(case):
 
 def test_plan():
     v = K.plan(1, 2048, 2048, 32)
-    assert (v.block_n, v.step, v.k_per_program * v.splits) == (K.BLOCK_N, K.STEP_K, 2048)
+    assert (v.block_n, v.k_per_program * v.splits) == (K.BLOCK_N, 2048)
+    assert v.step == min(K.STEP_K, v.k_per_program)  # a step within a program's values of K
     assert (2048 // v.block_n) * v.splits >= K.TARGET_PROGRAMS  # split until the grid fills
     assert K.plan(1, 128256, 2048, 32).splits == 1  # enough programs along N alone
     assert K.plan(1, 2048, 8192, 128).k_per_program <= K.MAX_K_PER_PROGRAM
