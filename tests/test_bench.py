@@ -433,9 +433,13 @@ def test_resume_continues_one_run_only(tmp_path, monkeypatch):
         args = SimpleNamespace(quick=False, sample_s=None, samples=10, resume=resume)
         return harness.Run("onnx_models", args, path, log=lambda *_: None)
 
-    first = part(["--suite", "onnx_models", "--only", "bert"], False)
+    first = part(["--out", "a", "--suite", "onnx_models", "--budget-s", "380", "--only", "bert"],
+                 False)  # fmt: skip
     first.add({"model": "bert"})
-    second = part(["--suite", "onnx_models", "--resume", "--only", "gpt2"], True)
+    # another budget and another folder of reports (a copy of it on another machine) measure
+    # the same
+    second = part(["--out=b", "--suite", "onnx_models", "--resume", "--budget-s", "470",
+                   "--only", "gpt2"], True)  # fmt: skip
     assert second.done(model="bert") and not second.done(model="gpt2")
     second.add({"model": "gpt2"})
     report = json.loads(path.read_text())

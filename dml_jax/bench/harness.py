@@ -449,13 +449,18 @@ class Run:
         os.replace(tmp, self.path)
 
 
+# Words of a command line that part of a run may change: which cases it takes (``--only``),
+# how long it may go on (``--budget-s``) and where its report is (``--out``) measure nothing.
+PART_OPTIONS = ("--only", "--resume", "--budget-s", "--out")
+
+
 def _options(argv: list[str]) -> list[str]:
-    """A command line without ``--only``'s and ``--resume``'s words: the options every part of
-    a resumed run must share."""
+    """A command line without ``PART_OPTIONS``' words: the options every part of a resumed run
+    must share."""
     out, skipping = [], False
     for word in argv:
         if word.startswith("--"):
-            skipping = word in ("--only", "--resume")
+            skipping = word.split("=", 1)[0] in PART_OPTIONS
             if skipping:
                 continue
         elif skipping:
