@@ -7,8 +7,9 @@ onnxruntime's, those with no match among onnxruntime's rows at all (order aside)
 scores, and onnxruntime's own unmatched rows against PyTorch, the spread between two
 implementations.
 
-Needs torch and torchvision beside the project (not its dependencies): ``PYTHONPATH=. python
-benchmarks/experiments/detectors_cpu.py [names]``. Run on the 2-core CPU machine, 2026-11-27:
+The models, their weights and export are ``dml_jax.bench.detectors``' (the detection suite
+times them on a GPU). Needs torch and torchvision beside the project (not its dependencies):
+``PYTHONPATH=. python benchmarks/experiments/detectors_cpu.py [names]``. Run on the 2-core CPU machine, 2026-11-27:
 Faster R-CNN MobileNetV3 100 of 100 rows in place, SSD300 200 of 200; RetinaNet and SSDlite
 all rows matched, a few of their scores equal to a millionth ordered otherwise; Faster R-CNN ResNet-50-FPN 66
 of 100 rows unmatched at 1e-3 against onnxruntime, where onnxruntime against PyTorch had 62
@@ -28,35 +29,7 @@ import warnings
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "data", "detection"))
-from make_detectors import _scaled  # the tiny detectors' weights, made the same way
-
-
-def models() -> dict:
-    from torchvision.models import detection as D
-
-    kw = {"weights": None, "weights_backbone": None, "num_classes": 5}
-    size = {"min_size": 320, "max_size": 320}
-    return {
-        "fasterrcnn_mobilenet": (lambda: D.fasterrcnn_mobilenet_v3_large_320_fpn(
-            **kw, box_score_thresh=0.0), 320),
-        "fasterrcnn_r50": (lambda: D.fasterrcnn_resnet50_fpn(**kw, box_score_thresh=0.0,
-                                                            **size), 320),
-        "retinanet": (lambda: D.retinanet_resnet50_fpn(**kw, score_thresh=0.0, **size), 320),
-        "ssd300": (lambda: D.ssd300_vgg16(**kw, score_thresh=0.0), 300),
-        "ssdlite": (lambda: D.ssdlite320_mobilenet_v3_large(**kw, score_thresh=0.0), 320),
-        "maskrcnn": (lambda: D.maskrcnn_resnet50_fpn(**kw, box_score_thresh=0.0, **size), 320),
-    }  # fmt: skip
-
-
-def rows(out: dict) -> np.ndarray:
-    return np.concatenate([out["scores"][:, None], out["labels"][:, None].astype(np.float32),
-                           out["boxes"]], axis=1)  # fmt: skip
-
-
-def unmatched(a: np.ndarray, b: np.ndarray, tol: float) -> int:
-    return sum(not np.any(np.abs(b - r).max(axis=1) < tol) for r in a) if len(b) else len(a)
+from dml_jax.bench.detectors import export, full_size, rows, scaled, unmatched
 
 
 def main() -> None:
@@ -67,18 +40,16 @@ def main() -> None:
     from dml_jax.onnx import InferenceSession
 
     warnings.filterwarnings("ignore")
-    chosen = sys.argv[1:] or list(models())
+    chosen = sys.argv[1:] or list(full_size())
     for name in chosen:
-        make, side = models()[name]
+        build, side = full_size()[name]
         torch.manual_seed(0)
-        model = make().eval()
-        _scaled(torch, model)
+        model = build(torch).eval()
+        scaled(torch, model)
         image = torch.rand(3, side, side)
-        with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
-            want = {k: v.numpy() for k, v in model([image])[0].items()}
+        with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, f"{name}.onnx")
-            torch.onnx.export(model, ([image],), path, opset_version=17, input_names=["image"],
-                              output_names=list(want), dynamo=False)  # fmt: skip
+            want = export(torch, model, image, path)
             feed = {"image": image.numpy()}
             ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
             theirs = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, feed)))

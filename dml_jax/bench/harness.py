@@ -500,6 +500,7 @@ SUITES = (
     "attention_lstm",
     "networks",
     "onnx_models",
+    "detection",
     "decode",
     "training",
     "scaling",

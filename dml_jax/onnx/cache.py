@@ -109,17 +109,23 @@ class ProgramCache:
         overrides: Sequence[str] = (),
         override_shapes: Sequence[Sequence[int]] = (),
         sizes: Mapping[str, Sequence[int]] | None = None,
+        resumed: Sequence[tuple[str, Any]] | None = None,
     ) -> Program:
         """The program for inputs of ``shapes`` (one per input of ``get_inputs()``), imported
         and compiled on first use. ``values`` gives the values of static inputs; ``sizes`` the
-        run-time sizes of data-dependent output shapes (``NeedsSizes``)."""
+        run-time sizes of data-dependent output shapes (``NeedsSizes``). ``resumed`` (a run's
+        segments, ``resume``): the values earlier segments computed, ``(name, Resumed)``
+        sorted, inputs after the model's; given (even empty), a ``NeedsSizes``'s segment also
+        returns the values the rest of the model reads."""
         shapes = tuple(shape_key(s) for s in shapes)
         values = dict(values or {})
         sizes = {k: tuple(int(n) for n in v) for k, v in (sizes or {}).items()}
         self._check_shapes(shapes)
+        if resumed:  # a value of specialised inputs alone is a constant of the import, not one
+            resumed = tuple((n, r) for n, r in resumed if not r.deps <= self._static)
         static = tuple((n, values[n].dtype.str, values[n].tobytes()) for n in sorted(self._static))
         key = (shapes, static, tuple(overrides), tuple(map(tuple, override_shapes)),
-               tuple(sorted(sizes.items())))  # fmt: skip
+               tuple(sorted(sizes.items())), None if resumed is None else tuple(resumed))  # fmt: skip
         program = self._programs.get(key)
         if program is not None:
             return program
@@ -135,10 +141,12 @@ class ProgramCache:
                 sizes=sizes,
                 max_memory=self._max_memory,
                 arrays=self._initializer_arrays,
+                resumed=dict(resumed or ()),
+                frontier=resumed is not None,
             )
         except NeedsValues as e:
             self._specialise(e, values)
-            return self.program(shapes, values, overrides, override_shapes, sizes)
+            return self.program(shapes, values, overrides, override_shapes, sizes, resumed)
         imported, _ = optimize(imported, self._level, self._disabled, self._feature_level)
         check_memory(imported, self._max_memory)
         if self._saved_to:
@@ -213,6 +221,10 @@ class ProgramCache:
             self._static.add(name)
 
     def _program_for(self, arrays, overrides=(), extra=()) -> Program:
+        """The program for concrete inputs (``_program_and_resumed``'s, nothing handed on)."""
+        return self._program_and_resumed(arrays, overrides, extra, False)[0]
+
+    def _program_and_resumed(self, arrays, overrides=(), extra=(), resume=True):
         """The program for concrete inputs. Values the import needs that are computed at run
         time (``NeedsSizes``: a data-dependent size, the condition of an If whose branches
         differ in shape, a Loop's iteration count) are computed first, each by the device
@@ -220,7 +232,14 @@ class ProgramCache:
         then the program imported for those values runs. Which need follows which is
         remembered per input shapes, static values and the values read so far (a nested If's
         condition is needed only on its branch), so later runs go through the same segments
-        and look the program up, compiling nothing."""
+        and look the program up, compiling nothing.
+
+        With ``resume`` each segment also returns the values the rest of the model reads and
+        the next segment and the program take them as inputs (``resume``: nothing is computed
+        twice). Returns ``(program, resumed)``: the values to feed beside the inputs by name
+        (none without ``resume``)."""
+        from .resume import merged
+
         values = {i.name: a for i, a in zip(self._inputs, arrays)}
         shapes = [structure_shape(a) for a in arrays]
         extra_shapes = [e.shape for e in extra]
@@ -228,35 +247,45 @@ class ProgramCache:
                 tuple(map(tuple, extra_shapes)))  # fmt: skip
         feed = dict(zip(self._names(tuple(overrides)), list(arrays) + list(extra)))
         sizes: dict[str, tuple[int, ...]] = {}
+        specs: tuple = ()  # (name, Resumed) of the values handed on so far
         while True:
             static = tuple(
                 (n, values[n].dtype.str, values[n].tobytes()) for n in sorted(self._static)
             )
-            at = (base, static, tuple(sorted(sizes.items())))
+            at = (base, static, tuple(sorted(sizes.items())), resume)
             need = self._size_needs.get(at)
             if need is None:
                 try:
-                    return self.program(shapes, values, overrides, extra_shapes, sizes)
+                    program = self.program(shapes, values, overrides, extra_shapes, sizes,
+                                           specs if resume else None)  # fmt: skip
+                    return program, {n: feed[n] for n, _ in specs}
                 except NeedsSizes as e:
                     if e.key in sizes or e.probe is None:
                         raise
                     need = self._size_needs[at] = _Segment(e)
-            sizes[need.key] = self._run_segment(need, feed)
+            sizes[need.key], handed = self._run_segment(need, feed)
+            feed.update(handed)
+            specs = merged(specs, need.frontier)
 
-    def _run_segment(self, need: _Segment, feed: Mapping[str, Any]) -> tuple[int, ...]:
+    def _run_segment(self, need: _Segment, feed: Mapping[str, Any]) -> tuple[tuple, dict]:
         """``need.fn`` of the values its segment computes for ``feed`` (the segment compiled on
-        first use)."""
+        first use), and the values it hands on by name (left on the device)."""
         if need.program is None:  # optimized and compiled as the session's programs are
             imported, _ = optimize(need.probe, self._level, self._disabled, self._feature_level)
             need.program = Program(imported, self._compile(imported), None, self.compiler_options)
         program = need.program
         flat = flat_feed(dict(feed), program.imported)
+        read = len(program.imported.output_names) - len(need.frontier)
         with jax.enable_x64(True) if program.needs_x64 else contextlib.nullcontext():
             jitted, params, args = self._dispatch(program, flat)
             outs = jitted(params, *args)
             arrays = [np.asarray(y).astype(d, copy=False).reshape(s) for y, d, s in
-                      zip(outs, program.imported.output_dtypes, program.imported.output_shapes)]  # fmt: skip
-        return tuple(int(n) for n in need.fn(*arrays))
+                      zip(outs[:read], program.imported.output_dtypes,
+                          program.imported.output_shapes)]  # fmt: skip
+        # in their graph types, as the next import takes them (a boolean as UINT8 ones)
+        handed = {name: y if y.dtype == r.dtype else y.astype(r.dtype)
+                  for (name, r), y in zip(need.frontier, outs[read:])}  # fmt: skip
+        return tuple(int(n) for n in need.fn(*arrays)), handed
 
 
 class _Segment:
@@ -264,5 +293,5 @@ class _Segment:
     the import up to the node that needs them (compiled on first use)."""
 
     def __init__(self, e: NeedsSizes):
-        self.key, self.fn, self.probe = e.key, e.fn, e.probe
+        self.key, self.fn, self.probe, self.frontier = e.key, e.fn, e.probe, e.frontier
         self.program: Program | None = None

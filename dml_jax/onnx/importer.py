@@ -413,6 +413,8 @@ class NeedsSizes(ValidationError):
         self.values = values
         self.fn = fn
         self.probe: ImportedGraph | None = None
+        # the values the probe also returns, for later imports (``resume``): (name, Resumed)
+        self.frontier: tuple = ()
 
 
 class NeedsHost(ValidationError):
@@ -448,6 +450,9 @@ class Builder:
         self._const_nodes: dict[int, Value] = {}
         # (("input", i) | ("const", j), the identity node that reads that graph input)
         self._graph_inputs: list[tuple[tuple[str, int], int]] = []
+        # the identity nodes of the inputs that are values an earlier segment computed
+        # (``resume``): graph inputs, but no model input the session could specialise on
+        self.resumed_inputs: set[int] = set()
 
     def _append(self, desc: Any) -> int:
         self.nodes.append(desc)

@@ -418,8 +418,10 @@ class InferenceSession(ProgramCache):
             roles, sizes = self._run_buckets()
             names = [i.name for i in self._inputs]
             arrays, unpad = pad_decoder_feed(roles, names, arrays, sizes)
-        program = self._program_for(arrays, overrides, extra)
-        feed = flat_feed(dict(zip(self._names(overrides), arrays + extra)), program.imported)
+        program, resumed = self._program_and_resumed(arrays, overrides, extra,
+                                                     self._layout is None)  # fmt: skip
+        feed = dict(zip(self._names(overrides), arrays + extra), **resumed)
+        feed = flat_feed(feed, program.imported)
         with jax.enable_x64(True) if program.needs_x64 else contextlib.nullcontext():
             jitted, params, args = self._dispatch(program, feed)
             outs = jitted(params, *args)
@@ -447,8 +449,10 @@ class InferenceSession(ProgramCache):
         jitted = program.jitted_on(self._run_device)
         names = program.imported.input_names
         if program.layout is None:
-            # one call for every input (a decoder step's dozens of pasts): JAX batches them
-            args = jax.device_put([to_graph_array(feed[n], f"input '{n}'") for n in names],
+            # one call for every input (a decoder step's dozens of pasts): JAX batches them;
+            # values a segment handed on (``resume``) are on the device in their graph types
+            args = jax.device_put([x if isinstance(x := feed[n], jax.Array)
+                                   else to_graph_array(x, f"input '{n}'") for n in names],
                                   self._device)  # fmt: skip
             return jitted, self._run_params(program), args
         from .placement import place
@@ -463,8 +467,8 @@ class InferenceSession(ProgramCache):
         suites time as the user's path, without the copies in and out)."""
         arrays = [self._checked(i, dt, input_feed.get(i.name))
                   for i, dt in zip(self._inputs, self._input_dtypes)]  # fmt: skip
-        program = self._program_for(arrays)
-        feed = flat_feed(dict(zip(self._names(()), arrays)), program.imported)
+        program, resumed = self._program_and_resumed(arrays, resume=self._layout is None)
+        feed = flat_feed(dict(zip(self._names(()), arrays), **resumed), program.imported)
         jitted, params, args = self._dispatch(program, feed)
         return lambda: jitted(params, *args)
 

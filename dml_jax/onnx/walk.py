@@ -58,6 +58,10 @@ class Walk:
     report: list[tuple[str, str]] = field(default_factory=list)
     max_memory: int | None = None
     base_dir: str | None = None  # where external data is (attribute tensors read it too)
+    # values an earlier segment computed (``resume``), by name: a top-level node whose outputs
+    # are all among them is not imported again
+    resumed: dict[str, Value] = field(default_factory=dict)
+    position: int = 0  # the top-level node being imported
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -90,6 +94,8 @@ def _import_graph(
     sizes: Mapping[str, Sequence[int]] | None = None,
     max_memory: int | None = None,
     arrays: dict[str, np.ndarray] | None = None,
+    resumed: Mapping[str, Any] | None = None,
+    frontier: bool = False,
 ) -> ImportedGraph:
     """Maps every node of ``model`` (an ``onnx.ModelProto``) onto DML operators.
 
@@ -107,6 +113,11 @@ def _import_graph(
         arrays: the initializers' values by name, read once and kept across imports (a
             session's programs share them: a new input shape no longer reads the weights
             again; a 1B-parameter decoder's 2.6 GB took 2-3 s an import); None: read each time.
+        resumed: values computed by earlier segments (``resume.Resumed`` by name): inputs of
+            the graph after the model's, in name order; the nodes that compute them are not
+            imported.
+        frontier: a ``NeedsSizes``'s segment also returns the values the rest of the model
+            reads (``NeedsSizes.frontier``: their names and ``resume.Resumed``), after its own.
 
     Raises:
         ValidationError: an unsupported op type (naming the node and the type), a free
@@ -196,6 +207,17 @@ def _import_graph(
         )
     if fixed:
         raise ValidationError(f"{ONNX}: values given for unknown inputs {sorted(fixed)}")
+    model_inputs = list(input_names)
+    for name, r in sorted((resumed or {}).items()):
+        index = len(input_names)
+        input_names.append(name)
+        input_shapes_.append(r.shape)
+        input_types.append(r.data_type)
+        input_dtypes.append(r.dtype)
+        n = builder.graph_input(index, r.shape, r.data_type)
+        builder.resumed_inputs.add(n)
+        walk.resumed[name] = Value(r.shape, r.data_type, ("node", n, 0), None, r.is_bool, None,
+                                   r.deps, carried=r.carried)  # fmt: skip
 
     try:
         walk_nodes(walk, list(graph.node), "")
@@ -203,7 +225,14 @@ def _import_graph(
         # The program up to the node that needs the values: run() computes them with it.
         inputs = (tuple(input_names), tuple(input_shapes_), tuple(input_types),
                   tuple(input_dtypes), tuple(layouts))  # fmt: skip
-        e.probe = probe_graph(walk, inputs, e.values)
+        handed = []
+        if frontier:
+            from .resume import frontier as frontier_of
+            from .resume import spec
+
+            handed = frontier_of(walk.values, graph, walk.position, model_inputs, walk.resumed)
+        e.frontier = tuple((name, spec(v)) for name, v in handed)
+        e.probe = probe_graph(walk, inputs, list(e.values) + [v for _, v in handed])
         raise
 
     output_names, output_shapes, output_types, output_bool = [], [], [], []
@@ -363,6 +392,12 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
         builder.where = where
         if not prefix:
             builder.onnx_index = len(walk.report)
+            walk.position = i
+            names = [n for n in node.output if n]
+            if names and all(n in walk.resumed for n in names):
+                values.update((n, walk.resumed[n]) for n in names)  # an earlier segment's
+                walk.report.append((where, "resumed"))
+                continue
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
         inputs: list[Value | None] = []
         for name in node.input:

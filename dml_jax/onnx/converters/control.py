@@ -428,6 +428,8 @@ def _is_graph_input(ctx, v: Value) -> bool:
     it); never inside a body compiled as one function."""
     if ctx.builder.subgraph is not None or v.source[0] != "node":
         return False
+    if v.source[1] in ctx.builder.resumed_inputs:  # an earlier segment's value
+        return False
     return any(k == "input" and n == v.source[1] for (k, _), n in ctx.builder._graph_inputs)
 
 

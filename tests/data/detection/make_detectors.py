@@ -1,6 +1,7 @@
 """Writes the tiny detectors of tests/test_onnx_detection.py: torchvision's Faster R-CNN,
 RetinaNet, SSD and Mask R-CNN heads and a YOLO-style head with its NMS over a small random
-backbone (8 to 16 channels), exported by PyTorch's
+backbone (8 to 16 channels; the YOLO-style head and the weights' scaling are
+``dml_jax.bench.detectors``'), exported by PyTorch's
 TorchScript exporter at opset 17 with one 3 x 96 x 96 image, random weights scaled so that the
 scores are distinct (no ties for the order of equal scores to decide).
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import os
 import warnings
+
+from dml_jax.bench import detectors  # the weights' scaling and the YOLO-style head
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIZE = 96
@@ -27,21 +30,6 @@ def _backbone(torch, channels: int):
     )  # fmt: skip
     body.out_channels = channels
     return body
-
-
-def _scaled(torch, model) -> None:
-    """Weights of unit gain (He-normal, linear), small biases and batch-norm shifts."""
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
-                torch.nn.init.kaiming_normal_(m.weight, nonlinearity="linear")
-                if m.bias is not None:
-                    m.bias.normal_(0, 0.1)
-            elif isinstance(m, torch.nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.normal_(0, 0.1)
-                m.running_mean.normal_(0, 0.1)
-                m.running_var.uniform_(0.5, 1.5)
 
 
 def models(torch, torchvision) -> dict:
@@ -71,7 +59,12 @@ def models(torch, torchvision) -> dict:
         _SSDFeatures(torch, ssd_backbone), DefaultBoxGenerator([[2]]), (SIZE, SIZE),
         num_classes=4, score_thresh=0.0, detections_per_img=30, topk_candidates=100,
     )  # fmt: skip
-    return {"faster_rcnn": faster, "retinanet": retina, "ssd": ssd, "yolo": _Yolo(torch)}
+    return {
+        "faster_rcnn": faster,
+        "retinanet": retina,
+        "ssd": ssd,
+        "yolo": detectors.yolo(torch, _backbone(torch, 16), SIZE),
+    }
 
 
 def mask_rcnn(torch):
@@ -95,42 +88,6 @@ def mask_rcnn(torch):
         rpn_pre_nms_top_n_test=200, rpn_post_nms_top_n_test=50, box_detections_per_img=20,
         min_size=SIZE, max_size=SIZE,
     )  # fmt: skip
-
-
-def _Yolo(torch):
-    """A YOLO-style (anchor-free, YOLOv8's form) head with its post-processing in the graph, as
-    detection exports with NMS carry it: per cell of a stride-4 grid, box distances (left, top,
-    right, bottom, in cells, by softplus) and class scores (sigmoid); candidates above a score
-    threshold (a NonZero), the best 100 of them (TopK over a count known at run time), class-wise
-    NonMaxSuppression (torchvision's ``batched_nms``, offsets by class), at most 30 kept."""
-    import torchvision
-
-    nn = torch.nn
-
-    class Yolo(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.body = _backbone(torch, 16)
-            self.pred = nn.Conv2d(16, 4 + 3, 1)
-
-        def forward(self, image):
-            p = self.pred(self.body(image[None]))[0]  # [4 + classes, H, W]
-            h, w = p.shape[1:]
-            stride = SIZE / w
-            ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
-            cx, cy = (xs.flatten() + 0.5) * stride, (ys.flatten() + 0.5) * stride
-            p = p.flatten(1)
-            d = torch.nn.functional.softplus(p[:4]) * stride
-            boxes = torch.stack([cx - d[0], cy - d[1], cx + d[2], cy + d[3]], 1)
-            scores, labels = torch.sigmoid(p[4:]).max(0)
-            keep = scores > 0.25
-            boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
-            top = scores.topk(min(100, scores.shape[0])).indices
-            boxes, scores, labels = boxes[top], scores[top], labels[top]
-            kept = torchvision.ops.batched_nms(boxes, scores, labels, 0.45)[:30]
-            return {"boxes": boxes[kept], "scores": scores[kept], "labels": labels[kept]}
-
-    return Yolo()
 
 
 def _SSDFeatures(torch, body):
@@ -159,7 +116,7 @@ def main() -> None:
     built = models(torch, torchvision)
     for name in [*built, "mask_rcnn"]:
         model = built[name] if name in built else mask_rcnn(torch)
-        _scaled(torch, model)
+        detectors.scaled(torch, model)
         model.eval()
         path = os.path.join(HERE, f"{name}.onnx")
         args = (image,) if name == "yolo" else ([image],)
