@@ -106,6 +106,14 @@ CASES = {
                                    K.Tiles(widen_row=True)),
     "m1-b32-zero-ahead-2": (1, 64, 1024, 32, True, "FLOAT16", "UINT4", K.Tiles(ahead=2)),
     "m1-b32-zero-padded": (1, 128, 512, 32, True, "FLOAT16", "UINT4", K.Tiles(widen_row=False)),
+    # the steps as a loop, the codes read as bytes (LOOP)
+    "m1-b32-zero-loop": (1, 128, 1024, 32, True, "FLOAT16", "UINT4",
+                         K.Tiles(loop=True, target_programs=2, min_k=1024)),
+    "m4-b16-loop-int4-f32": (4, 64, 512, 16, True, "FLOAT32", "INT4",
+                             K.Tiles(loop=True, step_k=64, target_programs=1)),
+    "m1-b64-loop-split-a-first": (1, 64, 2048, 64, False, "FLOAT16", "UINT4",
+                                  K.Tiles(loop=True, weights_first=False, target_programs=64,
+                                          min_k=512)),
 }  # fmt: skip
 
 
@@ -124,6 +132,9 @@ def test_interpret_matches_lax(case):
     t = tiles or K.Tiles()
     assert v.one_row == (t.one_row and m == 1 and n * k <= t.row_max_weights)
     assert v.widen_row == (t.widen_row and m == 1 and not v.one_row)
+    assert v.loop == (t.loop and v.k_per_program // v.step > 1)
+    if t.loop:
+        assert v.loop and (v.splits > 1) == case.endswith("split-a-first")
     got = K.int4_product(a, q, scale, z, interpret=not fastpath.cuda_present(), tiles=tiles)
     assert got.dtype == dtype and got.shape == (m, n)
     w, want = _lax(*_descs(m, n, k, block, zero, ft, qt), a, q, scale, z)

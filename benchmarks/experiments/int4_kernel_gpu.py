@@ -13,7 +13,10 @@ points), several weights a program (up to 16, at most 1 GiB of float16 weights),
   the other ``TILES`` at M = 1 (``--all-tiles``: at every M); ``row...`` is the one-row form
   (``Tiles.one_row``: sums of products on the vector units, A read as its one row), which
   applies at M = 1 only, as ``widen...`` (``Tiles.widen_row``: A read as its one row and
-  widened to 16 in registers, no pad); ``ahead1`` loads a step ahead (``Tiles.ahead``).
+  widened to 16 in registers, no pad); ``ahead1`` loads a step ahead (``Tiles.ahead``);
+``loop...`` runs the steps as a loop Triton pipelines (``Tiles.loop``), the codes read as
+bytes: a line times that view of the codes (a bitcast) alone, which XLA may or may not
+compile to nothing.
 
 Each line: microseconds a call of the program divided by the weights, GB/s of float16-equivalent
 weights (2 bytes a weight, whatever is read), the ratio to ``f16``'s time, and for the kernel
@@ -87,6 +90,16 @@ TILES = {
     "row-s32": K.Tiles(one_row=True, step_k=32, **WIDE),
     "row-s64-w8": K.Tiles(one_row=True, step_k=64, warps=8, **WIDE),
     "row-s64-p512": K.Tiles(one_row=True, step_k=64, row_max_weights=1 << 40, row_programs=512),
+    # the steps as a loop that Triton pipelines (LOOP: its sm_90a SASS loads the codes by
+    # cp.async into shared memory, STAGES steps ahead), the codes read as bytes; it wants
+    # several steps a program, so fewer programs of more values of K
+    "loop": K.Tiles(loop=True, target_programs=256, min_k=512),
+    "loop-k1024": K.Tiles(loop=True, target_programs=256, min_k=1024),
+    "loop-k2048": K.Tiles(loop=True, target_programs=132, min_k=2048),
+    "loop-s2": K.Tiles(loop=True, target_programs=256, min_k=1024, stages=2),
+    "loop-s4": K.Tiles(loop=True, target_programs=256, min_k=1024, stages=4),
+    "loop-n128w8": K.Tiles(loop=True, block_n=128, warps=8, target_programs=132, min_k=1024),
+    "loop-step128": K.Tiles(loop=True, step_k=128, target_programs=256, min_k=1024),
 }
 T = dml.TensorDesc
 
@@ -168,6 +181,12 @@ def products(args) -> None:
                 t = timed(on_cuda(f16, {}), x, w16)
                 print(f"{tag} f16/xla-default: {t / count * 1e6:8.1f} us "
                       f"{nbytes / t / 1e9:6.0f} GB/s x{base / t:5.2f}", flush=True)  # fmt: skip
+            if m == args.rows[0]:  # what the loop's view of the codes as bytes costs alone
+                bytes_of = on_cuda(lambda qs: [jax.lax.bitcast_convert_type(
+                    q.reshape(n, k // 2, 2), jnp.uint8) for q in qs])  # fmt: skip
+                t = timed(bytes_of, codes)
+                print(f"{tag} codes as bytes (bitcast alone): {t / count * 1e6:8.1f} us",
+                      flush=True)  # fmt: skip
             lax_pair = on_cuda(pair)
             ref = np.asarray(lax_pair(x, codes[:1], scales[:1], zeros[:1])[0], np.float32)
             t = timed(lax_pair, x, codes, scales, zeros)

@@ -101,6 +101,15 @@ AHEAD = 0
 # as the codes a program reads). Timed above: on.
 WIDEN_ROW = True
 
+# The program's steps along K as a loop (``lax.fori_loop``: Triton's software pipeliner keeps
+# STAGES steps of loads in flight) rather than unrolled. A loop's slices start at run-time
+# offsets, where Pallas loads 4-bit codes a byte per code, so the loop reads the codes as their
+# bytes (a bitcast of the {N, K} codes to {N, K / 2} bytes) and takes each byte's two codes
+# apart: the low nibbles (even values of K) times A's even values, the high ones times its odd
+# values, two dots a step. Not yet timed on a GPU: off.
+LOOP = False
+STAGES = 3
+
 _FOUR_BIT = (jnp.dtype(jnp.uint4), jnp.dtype(jnp.int4))
 
 
@@ -120,6 +129,8 @@ class Tiles:
     row_programs: int = ROW_PROGRAMS
     ahead: int = AHEAD
     widen_row: bool = WIDEN_ROW
+    loop: bool = LOOP
+    stages: int = STAGES
 
 
 @dataclass(frozen=True)
@@ -139,6 +150,8 @@ class View:
     one_row: bool = False
     ahead: int = 0
     widen_row: bool = False
+    loop: bool = False
+    stages: int = 1
 
     @property
     def splits(self) -> int:
@@ -176,8 +189,10 @@ def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View
     group = max(1, tiles.step_k // block)  # blocks a step: a power of two dividing the program's
     while (per // block) % group:
         group //= 2
+    loop = tiles.loop and not row and per // (group * block) > 1 and group * block >= 32
     return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first, row,
-                tiles.ahead, tiles.widen_row and m == 1 and not row)  # fmt: skip
+                tiles.ahead, tiles.widen_row and m == 1 and not row, loop,
+                tiles.stages if loop else 1)  # fmt: skip
 
 
 def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tiles | None = None):
@@ -185,9 +200,10 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
     codes ``q`` {N, K} (``jnp.uint4`` or ``jnp.int4``) with ``scale`` {N, K / block} (A's
     type) and ``zero`` (q's type, or None for 0) of those sizes: DEQUANTIZE then GEMM's
     product, on the kernel ``plan`` gives (it must give one)."""
-    pl, pltriton = load_pallas()
     (m, k), (n, blocks) = a.shape, scale.shape
     v = plan(m, n, k, k // blocks, tiles)
+    if v.loop:
+        return _looped(a, q, scale, zero, v, interpret)
     t, bn, per, bs, step = a.dtype, v.block_n, v.k_per_program, v.block, v.step
     group = step // bs  # quantization blocks a step
     rows = 1 if v.one_row or v.widen_row else ROWS  # the rows of A a program reads
@@ -256,32 +272,109 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
             acc = acc.T
         o_ref[...] = acc.astype(o_ref.dtype)
 
-    count = per // bs
+    return _launch(kernel, args, v, rows, t, per, interpret)
+
+
+def _launch(kernel, args: list, v: View, rows: int, t: Any, code_width: int, interpret: bool):
+    """``kernel`` on the grid of ``v``: programs of ``block_n`` columns by ``k_per_program``
+    values of K, reading ``rows`` rows of A, ``code_width`` columns of the codes (4-bit codes,
+    or their bytes), the scales and the zero points (a fourth argument, where given); the
+    product of A's ``v.m`` rows in ``t``, partial sums along K added in float32 first."""
+    pl, pltriton = load_pallas()
+    bn, count = v.block_n, v.k_per_program // v.block
     specs = [
-        pl.BlockSpec((rows, per), lambda i, s: (0, s)),
-        pl.BlockSpec((bn, per), lambda i, s: (i, s)),
+        pl.BlockSpec((rows, v.k_per_program), lambda i, s: (0, s)),
+        pl.BlockSpec((bn, code_width), lambda i, s: (i, s)),
         pl.BlockSpec((bn, count), lambda i, s: (i, s)),
     ]
-    if zero is not None:
+    if len(args) > 3:
         specs.append(pl.BlockSpec((bn, count), lambda i, s: (i, s)))
     if v.splits == 1:
-        out_shape = jax.ShapeDtypeStruct((rows, n), t)
+        out_shape = jax.ShapeDtypeStruct((rows, v.n), t)
         out_spec = pl.BlockSpec((rows, bn), lambda i, s: (0, i))
     else:
-        out_shape = jax.ShapeDtypeStruct((v.splits, rows, n), jnp.float32)
+        out_shape = jax.ShapeDtypeStruct((v.splits, rows, v.n), jnp.float32)
         out_spec = pl.BlockSpec((None, rows, bn), lambda i, s: (s, 0, i))
     out = pl.pallas_call(
         kernel,
         out_shape=out_shape,
-        grid=(n // bn, v.splits),
+        grid=(v.n // bn, v.splits),
         in_specs=specs,
         out_specs=out_spec,
         interpret=interpret,
-        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=1),
+        compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=v.stages),
     )(*args)
     if v.splits == 1:
-        return out[:m]
-    return jnp.sum(out[:, :m], axis=0).astype(t)  # one rounding, as the dot's
+        return out[: v.m]
+    return jnp.sum(out[:, : v.m], axis=0).astype(t)  # one rounding, as the dot's
+
+
+def _looped(a, q, scale, zero, v: View, interpret: bool):
+    """``int4_product``'s kernel with its steps along K as a loop (``LOOP``): the codes read as
+    bytes, each byte's low nibble a weight of an even value of K, its high one of an odd."""
+    pl, _ = load_pallas()
+    (m, k), n = a.shape, q.shape[0]
+    t, bn, per, bs, step = a.dtype, v.block_n, v.k_per_program, v.block, v.step
+    group, half, steps = step // bs, step // 2, per // step
+    rows = 1 if v.widen_row else ROWS
+    a16 = a if rows == 1 else lax.pad(a, jnp.zeros((), t), ((0, ROWS - m, 0), (0, 0, 0)))
+    signed = q.dtype == jnp.int4
+    # byte j of a row: codes 2j (low nibble) and 2j + 1 (high), as DirectML packs them
+    q8 = lax.bitcast_convert_type(q.reshape(n, k // 2, 2), jnp.uint8)
+    args = [a16, q8, scale] + ([] if zero is None else [zero])
+    magic = t == jnp.float16 and not signed
+    precision = matmul_precision() if t == jnp.float32 else None
+    wf = v.weights_first
+
+    def nibbles(raw):  # the low and high codes of each byte, as values of T (1024 + q: magic)
+        if signed:  # two's complement nibbles, sign-extended
+            b = lax.bitcast_convert_type(raw, jnp.int8)
+            lo, hi = lax.shift_right_arithmetic(b << 4, jnp.int8(4)), b >> 4
+            return lo.astype(t), hi.astype(t)
+        lo, hi = raw & jnp.uint8(15), raw >> 4
+        if magic:
+            return tuple(lax.bitcast_convert_type(x.astype(jnp.uint16) | jnp.uint16(0x6400), t)
+                         for x in (lo, hi))  # fmt: skip
+        return lo.astype(t), hi.astype(t)
+
+    def dequantized(codes, offset, scale_):  # {bn, half} codes of `group` blocks of bs / 2
+        codes = codes.reshape(bn, group, bs // 2)
+        w = (codes - offset[:, :, None]) * scale_[:, :, None]  # exact, then one rounding
+        return w.reshape(bn, half)
+
+    def dot(acc, w, x):
+        if v.widen_row:  # A's one row, then rows of zeros: the dot's 16 rows
+            first = lax.broadcasted_iota(jnp.int32, (ROWS, half), 0) == 0
+            x = jnp.where(first, jnp.broadcast_to(x, (ROWS, half)), jnp.zeros((), t))
+        lhs, rhs = (w, x) if wf else (x, w)
+        return acc + lax.dot_general(lhs, rhs, (((1,), (1,)), ((), ())), precision=precision,
+                                     preferred_element_type=jnp.float32)  # fmt: skip
+
+    def kernel(a_ref, q_ref, s_ref, *refs):
+        *z_ref, o_ref = refs
+
+        def body(j, acc):
+            lo, hi = nibbles(q_ref[:, pl.ds(pl.multiple_of(j * half, half), half)])
+            blks = pl.ds(pl.multiple_of(j * group, group), group)
+            offset = jnp.full((bn, group), 1024 if magic else 0, t)
+            if z_ref:
+                offset = offset + z_ref[0][:, blks].astype(t)
+            scale_ = s_ref[:, blks]
+            start = pl.multiple_of(j * step, step)
+            even = a_ref[:, pl.ds(start, half, stride=2)]
+            odd = a_ref[:, pl.ds(start + 1, half, stride=2)]
+            acc = dot(acc, dequantized(lo, offset, scale_), even)
+            return dot(acc, dequantized(hi, offset, scale_), odd)
+
+        acc = jnp.zeros((bn, ROWS) if wf else (ROWS, bn), jnp.float32)
+        acc = lax.fori_loop(0, steps, body, acc)
+        if v.widen_row:  # (the other rows' sums are zeros: exact)
+            acc = jnp.sum(acc, axis=1 if wf else 0)[None, :]
+        elif wf:
+            acc = acc.T
+        o_ref[...] = acc.astype(o_ref.dtype)
+
+    return _launch(kernel, args, v, rows, t, per // 2, interpret)
 
 
 # ---------------------------------------------------------------------------------------------
