@@ -104,6 +104,16 @@ def test_quick_reports_check_what_they_can(quick_reports):
     for r in rows:
         assert r["same_tokens"] == r["run_same_tokens"] == 1.0
         assert all(r["tok_s"][n]["median"] > 0 for n in ("dml", "dml per token", "dml run()"))
+    # the detection suite's quick run: the tiny detectors give onnxruntime's detections on the
+    # timed image, row for row, and a second image's first call is timed apart
+    from dml_jax.bench.suites import detection
+
+    rows = json.loads((quick_reports / "detection.json").read_text())["rows"]
+    assert [r["model"] for r in rows] == list(detection.QUICK_MODELS)
+    for r in rows:
+        assert r["reference"] == "onnxruntime" and r["unmatched"] == 0 and r["detections"] >= 10
+        assert r["ms"]["dml"]["median"] > 0 and r["ms"]["ort cpu"]["median"] > 0
+        assert r["first_s"] > 0 and r["second_image_s"] > 0 and r["second_image_programs"] >= 0
 
 
 @pytest.mark.parametrize("network", ["resnet50", "gpt"])
