@@ -65,7 +65,7 @@ def test_segments_hand_their_values_on():
     # the final program takes h (and the sums) from the segments and has no product of its own
     assert "h" in resumed and "h" in program.imported.input_names
     assert "GEMM" not in program.operators()
-    assert dict(program.imported.onnx_nodes)["node 0 (MatMul)"] == "resumed"
+    assert dict(program.imported.onnx_nodes)["node 0 (MatMul)"] == "from a segment"
     # each segment computes what the one before it handed on no more: the product is in the
     # first segment's program alone
     segments = [need for need in s._size_needs.values() if need.program is not None]

@@ -533,7 +533,8 @@ class ImportedGraph:
         input_dtypes, output_dtypes: the ONNX NumPy dtypes (int64, bool, ...).
         origin: for each DML node, the index of the ONNX node it came from.
         onnx_nodes: a line per ONNX node, ``(where, how)``: how it was imported ("dml",
-            "folded", "function", "view").
+            "folded", "function", "view"; "from a segment": its outputs are inputs, computed
+            by a segment before the program, ``resume``).
         output_consts: for each output, its value when it is known at import (it then has no
             DML graph output; ``graph`` is None when no output has one).
         layouts: for each model input or output that is a sequence or an optional, ``("input"

@@ -396,7 +396,7 @@ def walk_nodes(walk: Walk, nodes: Sequence[Any], prefix: str) -> None:
             names = [n for n in node.output if n]
             if names and all(n in walk.resumed for n in names):
                 values.update((n, walk.resumed[n]) for n in names)  # an earlier segment's
-                walk.report.append((where, "resumed"))
+                walk.report.append((where, "from a segment"))
                 continue
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
         inputs: list[Value | None] = []
