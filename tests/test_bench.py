@@ -534,3 +534,29 @@ def test_a_report_names_the_commit_of_its_files():
     stale = "0" * 40 + "+dirty"
     assert f"commit {commit[:12]}" in page._heading({"commit": stale, "tree": tree})
     assert "commit 000000000000+dirty" in page._heading({"commit": stale, "tree": "f" * 40})
+
+
+def test_frozen_runs_name_the_archived_commit(tmp_path):
+    """``benchmarks/frozen.sh``: a suite run from ``git archive HEAD`` unpacked elsewhere
+    reports HEAD's tree (so the page names HEAD), whatever the working tree holds, and a second
+    run reuses the unpacked copy."""
+    from dml_jax.bench import harness
+
+    root = harness.ROOT
+    archive = tmp_path / "frozen.tgz"
+    subprocess.run(["git", "archive", "--format=tar.gz", "-o", str(archive), "HEAD"], cwd=root,
+                   check=True)  # fmt: skip
+    head_tree = subprocess.run(["git", "rev-parse", "HEAD^{tree}"], cwd=root, check=True,
+                               capture_output=True, text=True).stdout.strip()  # fmt: skip
+    env = dict(os.environ, FROZEN_DIR=str(tmp_path / "frozen"), PYTHON=sys.executable)
+    out = tmp_path / "out"
+    for _ in range(2):
+        done = subprocess.run(
+            ["bash", str(root / "benchmarks" / "frozen.sh"), str(archive), "--out", str(out),
+             "--suite", "scaling", "--quick", "--samples", "1"],
+            check=False, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        report = json.loads((out / "scaling.json").read_text())
+        assert report["tree"] == head_tree and report["rows"]
+    assert (tmp_path / "frozen" / ".git" / "frozen_from").exists()
