@@ -497,6 +497,11 @@ def scaling(run: Run, count: int) -> None:
          P("x")),
         ("1 device", "gpt", gb, one, None, "x", P()),
         (f"{count} devices, tensor-parallel", "gpt", gb, mesh, None, "x", P()),
+        # the tokens split too between the products that read them whole (input and output
+        # rows over the mesh): all-gathers before the split products and sums scattered after,
+        # the form XLA's windowed einsums overlap with the products (docs/scaling.md)
+        (f"{count} devices, tensor-parallel, sequence-parallel", "gpt", gb, mesh, "x", "x",
+         P("x", None)),
     ]  # fmt: skip
     first: dict[str, tuple[float, np.ndarray]] = {}
     for label, network, batch, m, data_axis, model_axis, out_spec in plan:
