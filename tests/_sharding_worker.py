@@ -683,9 +683,12 @@ def record_networks(record, compare, collective_re) -> None:
             rows = json.loads(Path(tmp, "networks.json").read_text())["rows"]
         bad = [r for r in rows if "hot_s" not in r or r.get("max_rel_err_vs_1_device", 0) > 1e-2]
         scaled = [r for r in rows if r["devices"] == 2]
-        ok = status == 0 and not bad and len(rows) == 5
+        ok = status == 0 and not bad and len(rows) == 6
         ok = ok and all("speedup_vs_1_device" in r for r in scaled)
-        return ok, f"{len(rows)} rows; bad {bad}"
+        # GPT split sequence-parallel too: its tokens (and output rows) left split
+        sp = [r for r in rows if r["layout"].endswith("sequence-parallel")]
+        ok = ok and [r["output_sharding"] for r in sp] == ["P('x', None)"]
+        return ok, f"{len(rows)} rows; bad {bad}; sequence-parallel {sp}"
 
     record("network/resnet-small/data-parallel-x8", resnet_data_parallel)
     record("network/gpt-small/tensor-parallel-x8", gpt_tensor_parallel)
