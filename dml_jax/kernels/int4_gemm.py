@@ -106,7 +106,10 @@ WIDEN_ROW = True
 # offsets, where Pallas loads 4-bit codes a byte per code, so the loop reads the codes as their
 # bytes (a bitcast of the {N, K} codes to {N, K / 2} bytes) and takes each byte's two codes
 # apart: the low nibbles (even values of K) times A's even values, the high ones times its odd
-# values, two dots a step. Not yet timed on a GPU: off.
+# values, two dots a step. Not yet timed on a GPU: off. (XLA's CPU compiler writes that bitcast
+# as shifts, a pass over the codes, and cancels it after the reverse bitcast of bytes to codes:
+# if a GPU does the same, the loop pays for a pass over its codes at every call unless the
+# held codes enter the program as bytes; int4_kernel_gpu.py times the bitcast alone.)
 LOOP = False
 STAGES = 3
 
