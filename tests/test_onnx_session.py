@@ -243,7 +243,9 @@ def test_run_compile_onnx_and_fn_on_trace_for_their_device(monkeypatch, rng):
 def test_cpu_sessions_compile_their_weights_in(monkeypatch, rng):
     """On the CPU ``run`` compiles the session's weights into its program as constants (XLA
     then lays the filters out once, not at every call), up to CPU_BAKED_WEIGHTS_MAX_BYTES of
-    them; above that, and under ``fn`` / ``apply``, they are arguments. Same outputs."""
+    them, but for the matrices of at least CPU_MATRIX_ARGUMENT_MIN_BYTES, which the products
+    read as they are; above that, and under ``fn`` / ``apply``, they are all arguments. Same
+    outputs."""
     import dml_jax.onnx.session as session_module
 
     traced: list[int] = []  # the number of parameters each traced call of a program received
@@ -269,9 +271,19 @@ def test_cpu_sessions_compile_their_weights_in(monkeypatch, rng):
     (applied,) = session.apply(None, feed["x"])  # apply takes the session's parameters
     assert traced[1:] == [2]
     np.testing.assert_allclose(applied, baked, rtol=1e-5, atol=1e-6)
+    # the matrix m (160 bytes) passed, the filter w (4-D) compiled in
+    monkeypatch.setattr(session_module, "CPU_MATRIX_ARGUMENT_MIN_BYTES", 160)
+    session = InferenceSession(model, device="cpu")
+    (mixed,) = session.run(None, feed)
+    assert traced[2:] == [1]
+    assert list(session._run_params(session.program([(1, 4, 6, 8)]))) == ["m"]
+    np.testing.assert_allclose(mixed, baked, rtol=1e-5, atol=1e-6)
+    monkeypatch.setattr(session_module, "CPU_MATRIX_ARGUMENT_MIN_BYTES", 161)
+    assert InferenceSession(model, device="cpu").run(None, feed) is not None
+    assert traced[3:] == [0]  # a smaller matrix: compiled in
     monkeypatch.setattr(session_module, "CPU_BAKED_WEIGHTS_MAX_BYTES", 0)
     (passed,) = InferenceSession(model, device="cpu").run(None, feed)
-    assert traced[2:] == [2]
+    assert traced[4:] == [2]
     np.testing.assert_allclose(passed, baked, rtol=1e-5, atol=1e-6)
 
 

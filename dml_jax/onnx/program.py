@@ -49,6 +49,15 @@ CPU_COMPILER_OPTIONS: dict[str, Any] = {
 # docs/onnx.md, "On the CPU"), for 35-47 ms of compile per MB. ``apply`` and ``fn`` still
 # take the parameters as arguments.
 CPU_BAKED_WEIGHTS_MAX_BYTES = 2**30
+# Except the matrices (2-D parameters of at least this many bytes: fully connected layers'
+# weights), which ``run`` passes as arguments on the CPU too: the products read them as they
+# are (GEMM's lowering contracts B on the axis XLA's CPU kernels want), so compiled in they
+# only lengthened the compile. Random weights, batch 1, two cores (2026-11-28, first call /
+# call, all compiled in -> matrices passed): AlexNet 3.32 s / 10.5 ms -> 1.06 s / 10.3 ms,
+# ZFNet-512 5.03 / 19.5 -> 1.94 / 19.7, VGG-19 9.13 / 99.7 -> 3.34 / 90.9 (onnxruntime's
+# session and first call 0.46, 0.70 and 1.15 s); ResNet-50 and the networks without such a
+# matrix unchanged (docs/onnx.md, "Weights compiled in").
+CPU_MATRIX_ARGUMENT_MIN_BYTES = 2**20
 
 # Where ``run`` passes the session's parameters as arguments (a GPU, or a CPU past the bytes
 # above), the program's other constants of at least this many bytes (4-bit weights, held by

@@ -43,6 +43,7 @@ from .importer import (
 )
 from .program import (
     CPU_BAKED_WEIGHTS_MAX_BYTES,
+    CPU_MATRIX_ARGUMENT_MIN_BYTES,
     Program,
     check_compiler_options,
     compiler_options_for,
@@ -386,7 +387,8 @@ class InferenceSession(ProgramCache):
         """Runs the model: ``input_feed`` maps input names to arrays; returns the outputs named
         in ``output_names`` (None or empty: all), as NumPy arrays in the model's dtypes. On
         the CPU the session's weights are compiled into the program (up to
-        ``CPU_BAKED_WEIGHTS_MAX_BYTES``); elsewhere, and in ``apply``, they are arguments."""
+        ``CPU_BAKED_WEIGHTS_MAX_BYTES``) but for its matrices (``_run_params``); elsewhere,
+        and in ``apply``, they are arguments."""
         if not isinstance(input_feed, Mapping):
             raise ValidationError(f"{ONNX}: input_feed must be a dict of name -> array")
         known = {i.name for i in self._inputs} | {i.name for i in self._overridable}
@@ -543,17 +545,24 @@ class InferenceSession(ProgramCache):
 
     def _run_params(self, program: Program) -> dict[str, Any]:
         """The parameters ``run`` passes: on a mesh, each device's block of them as the
-        program's layout places them; none on the CPU while the program's constants (the
-        session's weights, as imported) are at most ``CPU_BAKED_WEIGHTS_MAX_BYTES``, so that
-        they are compiled in; else the session's parameters on its device."""
+        program's layout places them; on the CPU, while the program's constants (the
+        session's weights, as imported) are at most ``CPU_BAKED_WEIGHTS_MAX_BYTES``, only its
+        matrices (``CPU_MATRIX_ARGUMENT_MIN_BYTES``), the rest compiled in; else the session's
+        parameters on its device."""
         if program.layout is not None:
             return self._mesh_params(program)
         cpu = self._device.platform == "cpu"
+        x64 = bool(jax.config.read("jax_enable_x64"))
         if cpu and program.imported.constant_bytes <= CPU_BAKED_WEIGHTS_MAX_BYTES:
-            return {}
+            cached = program.__dict__.setdefault("_cpu_params", {})
+            if x64 not in cached:
+                imp = program.imported
+                matrices = {p for c, p in zip(imp.constants, imp.params) if p is not None
+                            and c.ndim == 2 and c.nbytes >= CPU_MATRIX_ARGUMENT_MIN_BYTES}  # fmt: skip
+                cached[x64] = {k: v for k, v in self._device_params().items() if k in matrices}
+            return cached[x64]
         if not program.held and not program.folded:
             return self._device_params()
-        x64 = bool(jax.config.read("jax_enable_x64"))
         cached = program.__dict__.setdefault("_run_params", {})
         if x64 not in cached:
             params = {**self._device_params(), **self._held_params(program)}
