@@ -3,7 +3,7 @@
 ONNX Runtime's DirectML provider runs these beside its DML graphs: the framework evaluates the
 condition or the loop on the CPU and runs each branch or iteration's body as a subgraph whose
 nodes the provider compiled onto DML operators. Here a node stays in one XLA program where it
-can: a body is imported as its own DML graph (``import_body``), compiled, and called inside
+can: a body is imported as its own DML graph (``subgraph.import_body``), compiled, and called inside
 ``lax.cond`` / ``lax.scan`` / ``lax.while_loop`` by one JAX node of the outer graph
 (``Context.jax``). The body reads values of the enclosing scope by name: those known at import
 stay constants of the body (they fold there), those computed at run time become extra inputs of
@@ -23,11 +23,6 @@ iteration number as a constant (a Slice at the iteration number), is unrolled at
 
 from __future__ import annotations
 
-import itertools
-from collections import Counter
-from dataclasses import dataclass
-from typing import Any
-
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -38,296 +33,23 @@ from .. import functions
 from ..importer import (
     ONNX,
     STRUCTURES,
-    TYPE_NAMES,
-    Builder,
     NeedsHost,
     NeedsSizes,
     NeedsValues,
     Value,
-    array_of,
     const_value,
     leaves,
     rebuild,
     structure_of,
-    to_graph_array,
 )
 from . import converter
 from ._common import const_ints
+from .subgraph import Body, describe, graph_attr, import_body, jax_node, run_op, spec_of
 
 # A Loop whose body cannot be one compiled function is unrolled at import up to this many
 # iterations (each iteration's nodes join the program).
 UNROLL_LIMIT = 64
 _INT32_MAX = 2**31 - 1
-_counter = itertools.count()
-
-
-# --- subgraphs as compiled functions -------------------------------------------------------------
-
-
-class _Scope(dict):
-    """The values of a subgraph's import: its own names, and on the first read of a name it
-    does not hold, the enclosing scope's value passed through ``capture``."""
-
-    def __init__(self, outer: Any, capture: Any):
-        super().__init__()
-        self.outer = outer
-        self.capture = capture
-
-    def __contains__(self, name: object) -> bool:
-        return dict.__contains__(self, name) or name in self.outer
-
-    def __missing__(self, name: str) -> Any:
-        value = self.capture(self.outer[name])
-        self[name] = value
-        return value
-
-    def get(self, name: str, default: Any = None) -> Any:
-        # dict.get would not read the enclosing scope
-        return self[name] if name in self else default  # noqa: SIM401
-
-
-@dataclass
-class Body:
-    """A subgraph imported as its own DML graph and compiled.
-
-    Attributes:
-        imported: the ``ImportedGraph`` (its inputs: the formal inputs' tensors that are not
-            empty, then the captured run-time values).
-        compiled: its ``CompiledGraph`` (None when every output is known at import).
-        formal: the values the subgraph's inputs had in the import (run-time stand-ins).
-        outputs: the values of its outputs as imported (their structure, shapes and types).
-        captured: the enclosing scope's run-time tensors it reads, in input order.
-        runtime: for each formal tensor, whether it is an input of the graph (empty tensors are
-            not: their value is known).
-        consts: for each output tensor, its value in its graph dtype when known at import.
-    """
-
-    imported: Any
-    compiled: Any
-    formal: list
-    outputs: list
-    captured: list
-    runtime: list
-    consts: list
-
-    def operators(self) -> str:
-        """The DML operators of the body, each with its count (for reports)."""
-        graph = self.imported.graph
-        if graph is None:
-            return "no DML operator"
-        entries = {e.to_node_index for e in graph.input_edges}
-        names = [
-            n.operator_type.removeprefix("DML_OPERATOR_")
-            for k, n in enumerate(graph.nodes)
-            if k not in entries or n.operator_type != "DML_OPERATOR_ELEMENT_WISE_IDENTITY"
-        ]
-        if not names:
-            return "no DML operator"
-        return ", ".join(f"{n} x{c}" if c > 1 else n for n, c in Counter(names).items())
-
-    def __call__(self, formal: list, captured: list) -> list:
-        """The output tensors (graph dtypes, ONNX shapes) for the formal input tensors and the
-        captured tensors (as arrays, in the orders of ``formal`` leaves and ``captured``)."""
-        outs: tuple = ()
-        if self.compiled is not None:
-            args = [x for x, r in zip(formal, self.runtime) if r] + list(captured)
-            descs = self.compiled.input_descs
-            graph_args = [None if d is None else jnp.reshape(x, d.sizes)
-                          for x, d in zip(args, descs)]  # fmt: skip
-            graph_args += [jnp.asarray(c) for c in self.imported.constants]
-            outs = self.compiled.fn(*graph_args)
-            outs = outs if isinstance(outs, tuple) else (outs,)
-        computed = iter(outs)
-        result = []
-        for c, v in zip(self.consts, (t for o in self.outputs for t in leaves(o))):
-            y = next(computed) if c is None else jnp.asarray(c)
-            result.append(jnp.reshape(y, v.shape))
-        return result
-
-
-def import_body(ctx: Any, graph: Any, formal: list, label: str, marker: str | None = None) -> Body:
-    """Imports ``graph`` (a Loop or Scan body, an If branch) as its own DML graph and compiles
-    it. ``formal`` holds a value per subgraph input whose shapes and types the inputs take
-    (their data is the function's argument); a formal tensor's ``deps`` is ``{marker}``, so a
-    converter that needs one as a constant raises ``NeedsValues`` naming ``marker``."""
-    from ..program import compile_imported
-    from ..walk import Walk, graph_desc, walk_nodes
-
-    outer = ctx.walk
-    builder = Builder()
-    builder.subgraph = label
-    captured: list[Value] = []
-    entered: dict[int, Value] = {}
-    formal_leaves = [t for f in formal for t in leaves(f)]
-    runtime = [0 not in t.shape for t in formal_leaves]
-    count = sum(runtime)
-    names: dict[str, list] = {k: [] for k in ("input_names", "input_shapes", "input_types")}
-
-    def enter(t: Value, index: int, deps: frozenset, shadow: Any = None) -> Value:
-        n = builder.graph_input(index, t.shape, t.data_type)
-        names["input_names"].append(f"input {index}")
-        names["input_shapes"].append(tuple(t.shape))
-        names["input_types"].append(t.data_type)
-        return Value(tuple(t.shape), t.data_type, ("node", n, 0), None, t.is_bool, None, deps,
-                     shadow, t.carried)  # fmt: skip
-
-    def capture_leaf(t: Value) -> Value:
-        if t.const is not None and t.param is None:
-            return t  # known at import: a constant of the body too
-        if id(t) not in entered:
-            captured.append(t)
-            entered[id(t)] = enter(t, count + len(captured) - 1, t.deps, t.known)
-        return entered[id(t)]
-
-    def capture(value: Any) -> Any:
-        return rebuild(value, iter([capture_leaf(t) for t in leaves(value)]))
-
-    deps = frozenset([marker]) if marker else frozenset()
-    stand_ins, index = [], 0
-    for t, r in zip(formal_leaves, runtime):
-        if r:
-            stand_ins.append(enter(t, index, deps))
-            index += 1
-        else:
-            empty = np.zeros(t.shape, bool if t.is_bool else t.data_type.numpy_dtype)
-            stand_ins.append(const_value(empty, ctx.where))
-    it = iter(stand_ins)
-    bound = [rebuild(f, it) for f in formal]
-
-    walk = Walk(builder, dict(outer.opsets), outer.converters, base_dir=outer.base_dir)
-    walk.values = _Scope(outer.values, capture)
-    if len(graph.input) != len(formal):
-        raise ctx.fail(f"{label} has {len(graph.input)} inputs; {len(formal)} are expected")
-    for formal_input, value in zip(graph.input, bound):
-        walk.values[formal_input.name] = value
-    for init in graph.initializer:
-        where = f"{ctx.where} > {label}: initializer '{init.name}'"
-        walk.values[init.name] = const_value(array_of(init, outer.base_dir, where), where)
-    try:
-        walk_nodes(walk, list(graph.node), "")
-        outputs = []
-        for out in graph.output:
-            if out.name not in walk.values:
-                raise ValidationError(f"{ONNX}: output '{out.name}' is not produced")
-            outputs.append(walk.values[out.name])
-    except NeedsValues as e:
-        raise NeedsValues(_inside(ctx, label, str(e)), e.names) from None
-    except NeedsHost as e:
-        raise NeedsHost(_inside(ctx, label, str(e))) from None
-    except ValidationError as e:
-        raise ValidationError(_inside(ctx, label, str(e))) from None
-
-    out_values, consts = [], []
-    for t in (t for o in outputs for t in leaves(o)):
-        if t.const is not None and t.param is None:
-            consts.append(to_graph_array(t.const, ctx.where))
-        else:
-            consts.append(None)
-            out_values.append(builder.materialize(t))
-    count_out = len(out_values)
-    imported = graph_desc(
-        walk,
-        {
-            "input_names": tuple(names["input_names"]),
-            "input_shapes": tuple(names["input_shapes"]),
-            "input_types": tuple(names["input_types"]),
-            "input_dtypes": tuple(t.numpy_dtype for t in names["input_types"]),
-            "output_names": tuple(f"output {k}" for k in range(count_out)),
-            "output_shapes": tuple(v.shape for v in out_values),
-            "output_types": tuple(v.data_type for v in out_values),
-            "output_bool": tuple(v.is_bool for v in out_values),
-            "output_dtypes": tuple(v.data_type.numpy_dtype for v in out_values),
-            "output_consts": tuple([None] * count_out),
-        },
-        out_values,
-    )
-    try:
-        compiled = compile_imported(imported)
-    except ValidationError as e:
-        raise ValidationError(_inside(ctx, label, str(e))) from None
-    return Body(imported, compiled, bound, outputs, captured, runtime, consts)
-
-
-def _inside(ctx: Any, label: str, message: str) -> str:
-    """An error of a subgraph's import, placed inside the node that holds the subgraph."""
-    head = f"{ONNX}: "
-    return f"{head}{ctx.where} > {label} > {message.removeprefix(head)}"
-
-
-def jax_node(ctx: Any, name: str, fn: Any, values: list, outputs: list) -> list[Value]:
-    """``Context.jax`` for control flow: inputs known at import are closed over instead of
-    entering the graph (DML tensors have no empty sizes; a parameter still enters, so
-    ``InferenceSession.apply`` can replace it), and empty outputs are constants (zeros)."""
-    keep = [v.const is None or v.param is not None for v in values]
-    if not any(keep):
-        keep = [v.const is not None and v.const.size > 0 for v in values]
-    consts = {k: to_graph_array(v.const, ctx.where) for k, v in enumerate(values) if not keep[k]}
-    nonempty = [0 not in o[0] for o in outputs]
-
-    def lowered(*arrays):
-        it = iter(arrays)
-        full = [next(it) if keep[k] else jnp.asarray(consts[k]) for k in range(len(values))]
-        results = fn(*full)
-        return [y for y, n in zip(results, nonempty) if n]
-
-    specs = [o for o, n in zip(outputs, nonempty) if n]
-    made = iter(ctx.jax(name, lowered, [v for v, k in zip(values, keep) if k], specs) if specs
-                else ())  # fmt: skip
-    result = []
-    for o, n in zip(outputs, nonempty):
-        if n:
-            result.append(next(made))
-        else:
-            is_bool = len(o) > 2 and o[2]
-            result.append(const_value(np.zeros(o[0], bool if is_bool else o[1].numpy_dtype)))
-    return result
-
-
-def run_op(ctx: Any, op_type: str, inputs: list, outputs: int = 1, **attrs: Any) -> list:
-    """Imports one ai.onnx node of ``op_type`` on ``inputs`` in the place of the node being
-    converted (its converter, or folding when its inputs are known), as a part of this op's
-    mapping: a sequence's Concat, a Loop's stacked scan outputs."""
-    from onnx import helper
-
-    from ..walk import walk_nodes
-
-    tag = f"__op{next(_counter)}_"
-    names = []
-    for k, v in enumerate(inputs):
-        if v is None:
-            names.append("")
-        else:
-            names.append(f"{tag}i{k}")
-            ctx.walk.values[names[-1]] = v
-    outs = [f"{tag}o{k}" for k in range(outputs)]
-    where = ctx.builder.where
-    walk_nodes(ctx.walk, [helper.make_node(op_type, names, outs, **attrs)], f"{ctx.where} > ")
-    ctx.builder.where = where
-    return [ctx.walk.values[o] for o in outs]
-
-
-def _spec(v: Value) -> tuple:
-    return (tuple(v.shape), v.data_type, v.is_bool, v.carried)
-
-
-def _describe(values: list) -> str:
-    def one(s: Any) -> str:
-        if s[0] == "seq":
-            return "sequence[" + ", ".join(one(x) for x in s[1]) + "]"
-        if s[0] == "opt":
-            return "optional(" + ("empty" if s[1] is None else one(s[1])) + ")"
-        shape, t, b, carried = s
-        name = TYPE_NAMES[carried].upper() if carried else "BOOL" if b else t.name
-        return f"{name}{list(shape)}"
-
-    return ", ".join(one(structure_of(v)) for v in values)
-
-
-def _graph_attr(ctx: Any, name: str) -> Any:
-    g = ctx.attrs.get(name)
-    if g is None:
-        raise ctx.fail(f"attribute '{name}' is required")
-    return g
 
 
 # --- If --------------------------------------------------------------------------------------------
@@ -352,8 +74,8 @@ def _if(ctx, node, inputs):
     if key in ctx.builder.sizes:  # segments, the condition read on the host
         return _taken(ctx, bool(ctx.builder.sizes[key][0]))
     try:
-        then_b = import_body(ctx, _graph_attr(ctx, "then_branch"), [], "then_branch")
-        else_b = import_body(ctx, _graph_attr(ctx, "else_branch"), [], "else_branch")
+        then_b = import_body(ctx, graph_attr(ctx, "then_branch"), [], "then_branch")
+        else_b = import_body(ctx, graph_attr(ctx, "else_branch"), [], "else_branch")
     except (NeedsValues, NeedsHost) as e:
         if ctx.builder.subgraph is not None:
             raise
@@ -362,7 +84,7 @@ def _if(ctx, node, inputs):
     if [structure_of(v) for v in then_b.outputs] != [structure_of(v) for v in else_b.outputs]:
         message = (
             f"its branches give values of different shapes or types (then: "
-            f"{_describe(then_b.outputs)}; else: {_describe(else_b.outputs)}), and its condition "
+            f"{describe(then_b.outputs)}; else: {describe(else_b.outputs)}), and its condition "
             "is computed at run time"
         )
         if ctx.builder.subgraph is not None or _is_graph_input(ctx, cond):
@@ -385,7 +107,7 @@ def _if(ctx, node, inputs):
             shared.append(t)
     then_at = [position[id(t)] for t in then_b.captured]
     else_at = [position[id(t)] for t in else_b.captured]
-    specs = [_spec(t) for o in then_b.outputs for t in leaves(o)]
+    specs = [spec_of(t) for o in then_b.outputs for t in leaves(o)]
 
     def fn(c, *caps):
         return lax.cond(
@@ -416,7 +138,7 @@ def _taken(ctx, value: bool) -> list:
     name = "then_branch" if value else "else_branch"
     where = ctx.builder.where
     outputs = functions.inline_graph(
-        ctx.walk, _graph_attr(ctx, name), {}, f"{ctx.where} > {name}", _walk_nodes()
+        ctx.walk, graph_attr(ctx, name), {}, f"{ctx.where} > {name}", _walk_nodes()
     )
     ctx.builder.where = where
     ctx.note = f"segments: {name} taken, the condition read on the host first"
@@ -458,7 +180,7 @@ def _loop(ctx, node, inputs):
     it (no scan outputs then); scan outputs of a run-time length are counted first by a
     program of their own (segments); unrolled at import when the body is no function of a
     static loop state."""
-    body = _graph_attr(ctx, "body")
+    body = graph_attr(ctx, "body")
     inputs = list(inputs) + [None] * (2 - len(inputs))
     m, cond, carried = inputs[0], inputs[1], inputs[2:]
     nc = len(carried)
@@ -481,8 +203,8 @@ def _loop(ctx, node, inputs):
         for k, (before, after) in enumerate(zip(carried, b.outputs[1 : 1 + nc])):
             if structure_of(before) != structure_of(after):
                 raise _Unroll(
-                    f"loop-carried value {k} changes from {_describe([before])} to "
-                    f"{_describe([after])} in an iteration"
+                    f"loop-carried value {k} changes from {describe([before])} to "
+                    f"{describe([after])} in an iteration"
                 )
         for k, v in enumerate(b.outputs[1 + nc :]):
             if isinstance(v, STRUCTURES):
@@ -564,7 +286,7 @@ def _first(a: np.ndarray) -> tuple[int]:
 def _rolled(ctx, b: Body, m, cond, carried, n_scan, stays: bool):
     """The Loop as one JAX node around the compiled body."""
     nc = len(carried)
-    state_specs = [_spec(t) for v in carried for t in leaves(v)]
+    state_specs = [spec_of(t) for v in carried for t in leaves(v)]
     n_state = len(state_specs)
     scan_shapes = [tuple(v.shape) for v in b.outputs[1 + nc :]]
     fixed = None  # the iteration count when it is known before the program runs
@@ -752,7 +474,7 @@ def _unroll(ctx, body, m, cond, carried, n_scan, reason: str, rolled: bool = Fal
 def _scan(ctx, node, inputs):
     """``lax.scan`` over the scan inputs' axis (Scan-8: per batch entry, each with its
     sequence length)."""
-    body = _graph_attr(ctx, "body")
+    body = graph_attr(ctx, "body")
     n_in = int(ctx.attr("num_scan_inputs"))
     v8 = ctx.opset < 9
     lens, rest = (inputs[0], list(inputs[1:])) if v8 else (None, list(inputs))
@@ -811,9 +533,9 @@ def _scan(ctx, node, inputs):
             f"({str(e).removeprefix(f'{ONNX}: ')})"
         ) from None
     for k, (before, after) in enumerate(zip(state_tpl, b.outputs[:n_state])):
-        if isinstance(after, STRUCTURES) or _spec(before) != _spec(after):
+        if isinstance(after, STRUCTURES) or spec_of(before) != spec_of(after):
             raise ctx.fail(
-                f"state {k} changes from {_describe([before])} to {_describe([after])} in an "
+                f"state {k} changes from {describe([before])} to {describe([after])} in an "
                 "iteration; a Scan's state keeps its shape"
             )
     ys = b.outputs[n_state:]
@@ -831,7 +553,7 @@ def _scan(ctx, node, inputs):
         shape = list(y.shape)
         shape.insert(out_axes[k], length)
         out_shapes.append(tuple(shape))
-    specs = [_spec(s) for s in states] + [(s, y.data_type, y.is_bool, y.carried) for s, y in
+    specs = [spec_of(s) for s in states] + [(s, y.data_type, y.is_bool, y.carried) for s, y in
                                           zip(out_shapes, ys)]  # fmt: skip
 
     def one(state, seqs, caps, count=None):

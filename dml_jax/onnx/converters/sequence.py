@@ -22,7 +22,7 @@ from ..importer import (
     elem_of,
 )
 from . import converter
-from .control import run_op
+from .subgraph import run_op
 
 
 def _sequence(ctx, v, what: str = "input_sequence") -> SequenceValue:
