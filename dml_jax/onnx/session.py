@@ -557,9 +557,10 @@ class InferenceSession(ProgramCache):
             cached = program.__dict__.setdefault("_cpu_params", {})
             if x64 not in cached:
                 imp = program.imported
-                matrices = {p for c, p in zip(imp.constants, imp.params) if p is not None
-                            and c.ndim == 2 and c.nbytes >= CPU_MATRIX_ARGUMENT_MIN_BYTES}  # fmt: skip
-                cached[x64] = {k: v for k, v in self._device_params().items() if k in matrices}
+                matrices = sorted({p for c, p in zip(imp.constants, imp.params) if p is not None
+                                   and c.ndim == 2 and c.nbytes >= CPU_MATRIX_ARGUMENT_MIN_BYTES}
+                                  & set(self.params))  # fmt: skip
+                cached[x64] = self._device_params(matrices)  # the rest never leave the host
             return cached[x64]
         if not program.held and not program.folded:
             return self._device_params()
@@ -593,17 +594,17 @@ class InferenceSession(ProgramCache):
             out[key] = store[h.same]
         return out
 
-    def _device_params(self) -> dict[str, Any]:
-        """The parameters on the session's device (once per x64 mode: without it JAX holds
-        float64 parameters as float32)."""
+    def _device_params(self, names: Any = None) -> dict[str, Any]:
+        """The parameters (those of ``names`` where given) on the session's device, each put
+        there once per x64 mode (without it JAX holds float64 parameters as float32)."""
         x64 = bool(jax.config.read("jax_enable_x64"))
-        cache = self.__dict__.setdefault("_on_device", {})
-        if x64 not in cache:
-            cache[x64] = {
-                k: jax.device_put(to_graph_array(v, f"initializer '{k}'"), self._device)
-                for k, v in self.params.items()
-            }
-        return cache[x64]
+        cache = self.__dict__.setdefault("_on_device", {}).setdefault(x64, {})
+        params = self.params
+        for k in params if names is None else names:
+            if k not in cache:
+                cache[k] = jax.device_put(to_graph_array(params[k], f"initializer '{k}'"),
+                                          self._device)  # fmt: skip
+        return cache if names is None else {k: cache[k] for k in names}
 
     def _mesh_params(self, program: Program) -> dict[str, Any]:
         """The program's parameters placed as its layout says, each device receiving only its
