@@ -12,8 +12,8 @@ Per model:
   CPU; ``x_eager`` / ``x_ort_cpu`` their times over dml_jax's.
 - **first call** (``first_s``): the session and its first call on the first image (import,
   the run-time sizes' probes, every program's compile); ``second_image_s`` the first call on
-  a second image and ``second_image_programs`` the programs it compiled (its detections and
-  proposals per level are other counts: new run-time sizes).
+  a second image and ``second_image_programs`` the programs it compiled, segments included
+  (its detections and proposals per level are other counts: new run-time sizes).
 - **agreement on the timed outputs**: detections (score, label, box) of dml_jax's timed call
   with no match in PyTorch's timed call's at 1e-3 (``unmatched``) and, as the spread between
   two implementations of the same model, onnxruntime's against PyTorch's
@@ -58,7 +58,10 @@ def _outputs(session: Any, out: list) -> dict:
 
 
 def _programs(session: Any) -> int:
-    return len(session._programs)
+    """Programs the session compiled: those ``run`` looks up and the segments before them."""
+    return len(session._programs) + sum(
+        need.program is not None for need in session._size_needs.values()
+    )
 
 
 def _dml(run: Run, row: dict, path: str, image: np.ndarray, second: np.ndarray):
@@ -221,10 +224,10 @@ def table(report: dict) -> list[str]:
         "image (each call synced; median, p10-p90) of `InferenceSession.run`, PyTorch eager on "
         "the same card (no TF32) and onnxruntime on the CPU; `x`: their time over dml_jax's "
         "(`~` where the spread holds 1.0). `first s`: session and first call; `2nd image`: "
-        "the first call on another image (s) and the programs it compiled (new run-time "
-        "sizes). `unmatched`: dml_jax's detections with no PyTorch detection within 1e-3 of "
-        "the timed calls (onnxruntime's against PyTorch's beside it, the spread between two "
-        "implementations)."
+        "the first call on another image (s) and the programs it compiled, segments included "
+        "(new run-time sizes). `unmatched`: dml_jax's detections with no PyTorch detection "
+        "within 1e-3 of the timed calls (onnxruntime's against PyTorch's beside it, the spread "
+        "between two implementations)."
     )
     header = (
         "| model | image | detections | dml ms | eager ms | ort cpu ms | x eager | x ort cpu "
