@@ -209,8 +209,7 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
         return _looped(a, q, scale, zero, v, interpret)
     t, bn, per, bs, step = a.dtype, v.block_n, v.k_per_program, v.block, v.step
     group = step // bs  # quantization blocks a step
-    rows = 1 if v.one_row or v.widen_row else ROWS  # the rows of A a program reads
-    a16 = a if rows == 1 else lax.pad(a, jnp.zeros((), t), ((0, ROWS - m, 0), (0, 0, 0)))
+    rows, a16 = _a_rows(a, v)
     args = [a16, q, scale]
     if zero is not None:
         # Slices of whole bytes are read as 4-bit values; a step of one block reads a {BLOCK_N,
@@ -220,9 +219,7 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
         if group % 2 or (per // bs) % 2:
             zero = zero.astype(jnp.int8 if zero.dtype == jnp.int4 else jnp.uint8)
         args.append(zero)
-    # Unsigned codes into float16 without a conversion instruction (a quarter-rate one): the
-    # bits 0x6400 | q are the float16 1024 + q, exactly, from which 1024 (+ z) is subtracted.
-    magic = t == jnp.float16 and q.dtype == jnp.uint4
+    magic = t == jnp.float16 and q.dtype == jnp.uint4  # (_plus_1024)
     precision = matmul_precision() if t == jnp.float32 else None
     wf = v.weights_first
 
@@ -240,42 +237,74 @@ def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tile
             return q_ref[:, cols], zeros, s_ref[:, blks], a_ref[:, cols]
 
         def compute(acc, raw, zeros, scale_, x):
-            if magic:
-                codes = lax.bitcast_convert_type(raw.astype(jnp.uint16) | jnp.uint16(0x6400), t)
-                offset = jnp.full((bn, group), 1024, t)
-            else:
-                codes, offset = raw.astype(t), jnp.zeros((bn, group), t)
-            if zeros is not None:
-                offset = offset + zeros.astype(t)
-            if group > 1:  # each block of the step by its own scale and zero point
-                codes = codes.reshape(bn, group, bs)
-                offset, scale_ = offset[:, :, None], scale_[:, :, None]
-            w = ((codes - offset) * scale_).reshape(bn, step)  # exact, then one rounding
+            codes = _plus_1024(raw, t) if magic else raw.astype(t)
+            w = _dequantized(codes, _offset(zeros, bn, group, t, magic), scale_, group)
             if v.one_row:  # float16 products exact in float32 (11-bit by 11-bit significands)
                 return acc + w.astype(jnp.float32) * x.astype(jnp.float32)
-            if v.widen_row:  # A's one row, then rows of zeros: the dot's 16 rows
-                first = lax.broadcasted_iota(jnp.int32, (ROWS, step), 0) == 0
-                x = jnp.where(first, jnp.broadcast_to(x, (ROWS, step)), jnp.zeros((), t))
-            lhs, rhs = (w, x) if wf else (x, w)
-            return acc + lax.dot_general(
-                lhs, rhs, (((1,), (1,)), ((), ())), precision=precision,
-                preferred_element_type=jnp.float32,
-            )  # fmt: skip
+            return _dot(acc, w, x, v, precision)
 
         loaded: list = []
         for j in range(steps):  # unrolled: each slice at a constant offset
             while len(loaded) <= min(j + v.ahead, steps - 1):
                 loaded.append(load(len(loaded)))
             acc = compute(acc, *loaded[j])
-        if v.one_row or (v.widen_row and wf):  # (the other rows' sums are zeros: exact)
-            acc = jnp.sum(acc, axis=1)[None, :]
-        elif v.widen_row:
-            acc = jnp.sum(acc, axis=0)[None, :]
-        elif wf:
-            acc = acc.T
-        o_ref[...] = acc.astype(o_ref.dtype)
+        o_ref[...] = _result(acc, v).astype(o_ref.dtype)
 
     return _launch(kernel, args, v, rows, t, per, interpret)
+
+
+def _a_rows(a, v: View):
+    """(rows, A as the programs read it): its one row (the one-row form, or widened in
+    registers), else padded to ``ROWS`` rows."""
+    rows = 1 if v.one_row or v.widen_row else ROWS
+    if rows == 1:
+        return rows, a
+    return rows, lax.pad(a, jnp.zeros((), a.dtype), ((0, ROWS - a.shape[0], 0), (0, 0, 0)))
+
+
+def _plus_1024(raw, t):
+    """Unsigned codes into float16 without a conversion instruction (a quarter-rate one): the
+    bits 0x6400 | q are the float16 1024 + q, exactly, from which 1024 (+ z) is subtracted."""
+    return lax.bitcast_convert_type(raw.astype(jnp.uint16) | jnp.uint16(0x6400), t)
+
+
+def _offset(zeros, bn: int, group: int, t, magic: bool):
+    """What a step subtracts from its codes, a block each: the zero points (or 0), plus 1024
+    where the codes came through ``_plus_1024``."""
+    offset = jnp.full((bn, group), 1024 if magic else 0, t)
+    return offset if zeros is None else offset + zeros.astype(t)
+
+
+def _dequantized(codes, offset, scale, group: int):
+    """DEQUANTIZE's weights of a step's codes {bn, width} in ``group`` blocks of K:
+    ``(codes - offset) * scale``, each block by its own, exact and then rounded once."""
+    bn, width = codes.shape
+    if group > 1:  # each block of the step by its own scale and zero point
+        codes = codes.reshape(bn, group, width // group)
+        offset, scale = offset[:, :, None], scale[:, :, None]
+    return ((codes - offset) * scale).reshape(bn, width)
+
+
+def _dot(acc, w, x, v: View, precision):
+    """``acc`` plus the step's product of the weights ``w`` {bn, width} and A's values ``x``
+    {rows, width} (its one row widened to the dot's ``ROWS`` rows, the others zeros)."""
+    if v.widen_row:
+        shape = (ROWS, x.shape[1])
+        first = lax.broadcasted_iota(jnp.int32, shape, 0) == 0
+        x = jnp.where(first, jnp.broadcast_to(x, shape), jnp.zeros((), x.dtype))
+    lhs, rhs = (w, x) if v.weights_first else (x, w)
+    return acc + lax.dot_general(lhs, rhs, (((1,), (1,)), ((), ())), precision=precision,
+                                 preferred_element_type=jnp.float32)  # fmt: skip
+
+
+def _result(acc, v: View):
+    """A program's product {rows, bn} from its float32 sums (the other rows of a widened row
+    are zeros: their sums drop, exactly)."""
+    if v.one_row or (v.widen_row and v.weights_first):
+        return jnp.sum(acc, axis=1)[None, :]
+    if v.widen_row:
+        return jnp.sum(acc, axis=0)[None, :]
+    return acc.T if v.weights_first else acc
 
 
 def _launch(kernel, args: list, v: View, rows: int, t: Any, code_width: int, interpret: bool):
@@ -316,18 +345,16 @@ def _looped(a, q, scale, zero, v: View, interpret: bool):
     """``int4_product``'s kernel with its steps along K as a loop (``LOOP``): the codes read as
     bytes, each byte's low nibble a weight of an even value of K, its high one of an odd."""
     pl, _ = load_pallas()
-    (m, k), n = a.shape, q.shape[0]
+    k, n = a.shape[1], q.shape[0]
     t, bn, per, bs, step = a.dtype, v.block_n, v.k_per_program, v.block, v.step
     group, half, steps = step // bs, step // 2, per // step
-    rows = 1 if v.widen_row else ROWS
-    a16 = a if rows == 1 else lax.pad(a, jnp.zeros((), t), ((0, ROWS - m, 0), (0, 0, 0)))
+    rows, a16 = _a_rows(a, v)
     signed = q.dtype == jnp.int4
     # byte j of a row: codes 2j (low nibble) and 2j + 1 (high), as DirectML packs them
     q8 = lax.bitcast_convert_type(q.reshape(n, k // 2, 2), jnp.uint8)
     args = [a16, q8, scale] + ([] if zero is None else [zero])
     magic = t == jnp.float16 and not signed
     precision = matmul_precision() if t == jnp.float32 else None
-    wf = v.weights_first
 
     def nibbles(raw):  # the low and high codes of each byte, as values of T (1024 + q: magic)
         if signed:  # two's complement nibbles, sign-extended
@@ -336,22 +363,8 @@ def _looped(a, q, scale, zero, v: View, interpret: bool):
             return lo.astype(t), hi.astype(t)
         lo, hi = raw & jnp.uint8(15), raw >> 4
         if magic:
-            return tuple(lax.bitcast_convert_type(x.astype(jnp.uint16) | jnp.uint16(0x6400), t)
-                         for x in (lo, hi))  # fmt: skip
+            return _plus_1024(lo, t), _plus_1024(hi, t)
         return lo.astype(t), hi.astype(t)
-
-    def dequantized(codes, offset, scale_):  # {bn, half} codes of `group` blocks of bs / 2
-        codes = codes.reshape(bn, group, bs // 2)
-        w = (codes - offset[:, :, None]) * scale_[:, :, None]  # exact, then one rounding
-        return w.reshape(bn, half)
-
-    def dot(acc, w, x):
-        if v.widen_row:  # A's one row, then rows of zeros: the dot's 16 rows
-            first = lax.broadcasted_iota(jnp.int32, (ROWS, half), 0) == 0
-            x = jnp.where(first, jnp.broadcast_to(x, (ROWS, half)), jnp.zeros((), t))
-        lhs, rhs = (w, x) if wf else (x, w)
-        return acc + lax.dot_general(lhs, rhs, (((1,), (1,)), ((), ())), precision=precision,
-                                     preferred_element_type=jnp.float32)  # fmt: skip
 
     def kernel(a_ref, q_ref, s_ref, *refs):
         *z_ref, o_ref = refs
@@ -359,23 +372,16 @@ def _looped(a, q, scale, zero, v: View, interpret: bool):
         def body(j, acc):
             lo, hi = nibbles(q_ref[:, pl.ds(pl.multiple_of(j * half, half), half)])
             blks = pl.ds(pl.multiple_of(j * group, group), group)
-            offset = jnp.full((bn, group), 1024 if magic else 0, t)
-            if z_ref:
-                offset = offset + z_ref[0][:, blks].astype(t)
+            offset = _offset(z_ref[0][:, blks] if z_ref else None, bn, group, t, magic)
             scale_ = s_ref[:, blks]
             start = pl.multiple_of(j * step, step)
             even = a_ref[:, pl.ds(start, half, stride=2)]
             odd = a_ref[:, pl.ds(start + 1, half, stride=2)]
-            acc = dot(acc, dequantized(lo, offset, scale_), even)
-            return dot(acc, dequantized(hi, offset, scale_), odd)
+            acc = _dot(acc, _dequantized(lo, offset, scale_, group), even, v, precision)
+            return _dot(acc, _dequantized(hi, offset, scale_, group), odd, v, precision)
 
-        acc = jnp.zeros((bn, ROWS) if wf else (ROWS, bn), jnp.float32)
-        acc = lax.fori_loop(0, steps, body, acc)
-        if v.widen_row:  # (the other rows' sums are zeros: exact)
-            acc = jnp.sum(acc, axis=1 if wf else 0)[None, :]
-        elif wf:
-            acc = acc.T
-        o_ref[...] = acc.astype(o_ref.dtype)
+        acc = jnp.zeros((bn, ROWS) if v.weights_first else (ROWS, bn), jnp.float32)
+        o_ref[...] = _result(lax.fori_loop(0, steps, body, acc), v).astype(o_ref.dtype)
 
     return _launch(kernel, args, v, rows, t, per // 2, interpret)
 
