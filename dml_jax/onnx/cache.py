@@ -282,9 +282,7 @@ class ProgramCache:
             arrays = [np.asarray(y).astype(d, copy=False).reshape(s) for y, d, s in
                       zip(outs[:read], program.imported.output_dtypes,
                           program.imported.output_shapes)]  # fmt: skip
-        # in their graph types, as the next import takes them (a boolean as UINT8 ones)
-        handed = {name: y if y.dtype == r.dtype else y.astype(r.dtype)
-                  for (name, r), y in zip(need.frontier, outs[read:])}  # fmt: skip
+        handed = {name: y for (name, _), y in zip(need.frontier, outs[read:])}
         return tuple(int(n) for n in need.fn(*arrays)), handed
 
 

@@ -450,9 +450,6 @@ class Builder:
         self._const_nodes: dict[int, Value] = {}
         # (("input", i) | ("const", j), the identity node that reads that graph input)
         self._graph_inputs: list[tuple[tuple[str, int], int]] = []
-        # the identity nodes of the inputs that are values an earlier segment computed
-        # (``resume``): graph inputs, but no model input the session could specialise on
-        self.resumed_inputs: set[int] = set()
 
     def _append(self, desc: Any) -> int:
         self.nodes.append(desc)

@@ -18,47 +18,50 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from ..enums import DataType
-from .importer import Value
+from .importer import Value, elem_of
 
 
 @dataclass(frozen=True)
 class Resumed:
-    """A value a segment computed, as a later import takes it: an input of its graph type
-    (``data_type``: INT64 as INT32, BOOL as UINT8), with the flags its ``Value`` had."""
+    """A value a segment computed, as a later import takes it: an input of that shape and ONNX
+    element type (``importer.elem_of``: the graph holds it as it held the value), computed from
+    the model inputs ``deps``. The segment's program returns it as it returns any output; the
+    next program takes it as it takes a model input."""
 
     shape: tuple[int, ...]
-    data_type: DataType
-    is_bool: bool
-    carried: int
+    elem: int
     deps: frozenset
 
-    @property
-    def dtype(self) -> np.dtype:
-        """The input's dtype: the graph type's, as the segment's program returned it."""
-        return np.dtype(self.data_type.numpy_dtype)
 
+def free_names(graph: Any) -> list[str]:
+    """The names ``graph`` (and the subgraphs of its nodes) reads from the enclosing scope, in
+    the order they are first read."""
+    found: list[str] = []
 
-def _subgraph_reads(node: Any) -> Iterable[str]:
-    """Every name the subgraphs of ``node`` (If branches, Loop and Scan bodies) read, at any
-    depth: those of the outer scope among them are captured from it."""
-    for attr in node.attribute:
-        graphs = list(attr.graphs) + ([attr.g] if attr.HasField("g") else [])
-        for g in graphs:
-            for inner in g.node:
-                yield from (n for n in inner.input if n)
-                yield from _subgraph_reads(inner)
+    def visit(g: Any, defined: set) -> None:
+        defined = set(defined) | {i.name for i in g.input} | {i.name for i in g.initializer}
+        for node in g.node:
+            for name in node.input:
+                if name and name not in defined and name not in found:
+                    found.append(name)
+            for a in node.attribute:
+                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    visit(sub, defined)
+            defined |= set(node.output)
+
+    visit(graph, set())
+    return found
 
 
 def live_after(graph: Any, start: int) -> set[str]:
-    """The names read by the graph's nodes from ``start`` on (subgraphs' captures too) and its
-    outputs: what the rest of the model needs from before ``start``."""
+    """The names read by the graph's nodes from ``start`` on (and by their subgraphs, from the
+    enclosing scope) and its outputs: what the rest of the model needs from before ``start``."""
     live = {o.name for o in graph.output}
     for node in graph.node[start:]:
         live.update(n for n in node.input if n)
-        live.update(_subgraph_reads(node))
+        for a in node.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                live.update(free_names(sub))
     return live
 
 
@@ -83,7 +86,7 @@ def frontier(
 
 
 def spec(v: Value) -> Resumed:
-    return Resumed(tuple(v.shape), v.data_type, v.is_bool, v.carried, v.deps)
+    return Resumed(tuple(v.shape), elem_of(v), v.deps)
 
 
 def merged(
@@ -93,4 +96,4 @@ def merged(
     return tuple(sorted({**dict(given), **dict(new)}.items()))
 
 
-__all__ = ["Resumed", "frontier", "live_after", "merged", "spec"]
+__all__ = ["Resumed", "free_names", "frontier", "live_after", "merged", "spec"]

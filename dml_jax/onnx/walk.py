@@ -16,7 +16,7 @@ import numpy as np
 from ..enums import DataType
 from ..errors import ValidationError
 from ..graph import FunctionNode, GraphDesc, InputGraphEdge, IntermediateGraphEdge, OutputGraphEdge
-from . import fold, functions, schema
+from . import fold, functions, resume, schema
 from .importer import (
     BOOL,
     CARRIED,
@@ -208,16 +208,8 @@ def _import_graph(
     if fixed:
         raise ValidationError(f"{ONNX}: values given for unknown inputs {sorted(fixed)}")
     model_inputs = list(input_names)
-    for name, r in sorted((resumed or {}).items()):
-        index = len(input_names)
-        input_names.append(name)
-        input_shapes_.append(r.shape)
-        input_types.append(r.data_type)
-        input_dtypes.append(r.dtype)
-        n = builder.graph_input(index, r.shape, r.data_type)
-        builder.resumed_inputs.add(n)
-        walk.resumed[name] = Value(r.shape, r.data_type, ("node", n, 0), None, r.is_bool, None,
-                                   r.deps, carried=r.carried)  # fmt: skip
+    for name, r in sorted((resumed or {}).items()):  # inputs as the model's are
+        walk.resumed[name] = add_input(name, r.elem, r.shape, f"value '{name}'", r.deps)
 
     try:
         walk_nodes(walk, list(graph.node), "")
@@ -227,11 +219,9 @@ def _import_graph(
                   tuple(input_dtypes), tuple(layouts))  # fmt: skip
         handed = []
         if frontier:
-            from .resume import frontier as frontier_of
-            from .resume import spec
-
-            handed = frontier_of(walk.values, graph, walk.position, model_inputs, walk.resumed)
-        e.frontier = tuple((name, spec(v)) for name, v in handed)
+            handed = resume.frontier(walk.values, graph, walk.position, model_inputs,
+                                     walk.resumed)  # fmt: skip
+        e.frontier = tuple((name, resume.spec(v)) for name, v in handed)
         e.probe = probe_graph(walk, inputs, list(e.values) + [v for _, v in handed])
         raise
 

@@ -150,8 +150,9 @@ def _is_graph_input(ctx, v: Value) -> bool:
     it); never inside a body compiled as one function."""
     if ctx.builder.subgraph is not None or v.source[0] != "node":
         return False
-    if v.source[1] in ctx.builder.resumed_inputs:  # an earlier segment's value
-        return False
+    walk = getattr(ctx, "walk", None)
+    if walk is not None and any(r.source == v.source for r in walk.resumed.values()):
+        return False  # a value an earlier segment computed: no model input to specialise on
     return any(k == "input" and n == v.source[1] for (k, _), n in ctx.builder._graph_inputs)
 
 

@@ -22,31 +22,12 @@ import numpy as np
 
 from ...errors import ValidationError
 from ..importer import BOOL, ONNX, Value, data_type_of, elem_type_of, numpy_dtype_of
+from ..resume import free_names
 
 _INT32, _INT64 = 6, 7
 
 # Iterations a host loop may run (a loop that never stops is refused, not waited for).
 HOST_LOOP_LIMIT = 10_000
-
-
-def free_names(graph: Any) -> list[str]:
-    """The names ``graph`` (and the subgraphs of its nodes) reads from the enclosing scope, in
-    the order they are first read."""
-    found: list[str] = []
-
-    def visit(g: Any, defined: set) -> None:
-        defined = set(defined) | {i.name for i in g.input} | {i.name for i in g.initializer}
-        for node in g.node:
-            for name in node.input:
-                if name and name not in defined and name not in found:
-                    found.append(name)
-            for a in node.attribute:
-                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                    visit(sub, defined)
-            defined |= set(node.output)
-
-    visit(graph, set())
-    return found
 
 
 def _onnx_type(v: Value) -> int:
