@@ -84,3 +84,33 @@ def test_roi_align_over_no_regions():
     (got,) = InferenceSession(data).run(None, feed)
     (want,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feed)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_same_image_again_compiles_nothing():
+    """A second run with the counts of the first (the same image) looks every program up: the
+    size probes too (NonMaxSuppression's count was compiled again at every run)."""
+    import io
+    import logging
+
+    import jax
+
+    s = InferenceSession(str(HERE / "yolo.onnx"))
+    feed = {s.get_inputs()[0].name: np.random.default_rng(0).random((3, 96, 96), np.float32)}
+    first = s.run(None, feed)
+    log = io.StringIO()
+    handler = logging.StreamHandler(log)
+    logging.getLogger("jax").addHandler(handler)
+    try:
+        with jax.log_compiles():
+            again = s.run(None, feed)
+
+            def probe(a):  # the log sees compiles: this one
+                return a + 1
+
+            jax.jit(probe)(np.ones(3))
+    finally:
+        logging.getLogger("jax").removeHandler(handler)
+    compiles = [line for line in log.getvalue().splitlines() if "ompil" in line]
+    assert compiles and all("probe" in line for line in compiles), compiles
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
