@@ -277,6 +277,7 @@ def test_cpu_sessions_compile_their_weights_in(monkeypatch, rng):
     (mixed,) = session.run(None, feed)
     assert traced[2:] == [1]
     assert list(session._run_params(session.program([(1, 4, 6, 8)]))) == ["m"]
+    assert [list(on) for on in session.__dict__["_on_device"].values()] == [["m"]]  # w: host
     np.testing.assert_allclose(mixed, baked, rtol=1e-5, atol=1e-6)
     monkeypatch.setattr(session_module, "CPU_MATRIX_ARGUMENT_MIN_BYTES", 161)
     assert InferenceSession(model, device="cpu").run(None, feed) is not None

@@ -13,7 +13,8 @@ reads its tile of codes once, half a byte a weight, with the tile's scales (and 
 one per block of K:
 
     w = round_T((q - z) * s)           DEQUANTIZE's values, one block of K at a time
-    acc += A x w^T                     Triton's dot, float32 accumulation (A padded to 16 rows)
+    acc += A x w^T                     Triton's dot on 16 rows, float32 accumulation (one row
+                                       of A widened to them in registers, more rows padded)
 
 The weights are DEQUANTIZE's bits: ``q - z`` is exact in T (float16 or float32), and its
 product with ``s`` is rounded once in T, where the lax lowering rounds the exact float32
@@ -26,12 +27,13 @@ hook, as in the lax lowering.
 
 Each program's loop over its blocks of K is unrolled in Python, so that every slice of the
 codes starts at a constant offset: Pallas then loads 4-bit codes as whole bytes, two codes each
-split by a shift, where a slice at a run-time offset loads a byte per code.
+split by a shift, where a slice at a run-time offset loads a byte per code (``LOOP``, off, reads
+the codes' bytes instead).
 
-Written without a GPU: the form was chosen from the sm_90a SASS of its variants (Triton 3.6,
-lowered for CUDA on a CPU machine): the codes turned into float16 by a bit pattern rather than
-a conversion instruction, a dot per 128 values of K rather than per block, 16 columns a warp
-(the tunables below say what each saved). No timing chose it yet.
+The form was chosen from the sm_90a SASS of its variants (Triton 3.6, lowered for CUDA on a CPU
+machine): the codes turned into float16 by a bit pattern rather than a conversion instruction,
+a dot per 128 values of K rather than per block, 16 columns a warp; its tiles by timing them at
+a 1B-class decoder's shapes on an H100 (the tunables below say what each saved).
 
 ``plan`` takes 1 to ``MAX_ROWS`` rows of A, blocks of K that are a power of two of at least 16
 (Triton's dot), N a multiple of 16 and A and B of one float type; anything else, and every
