@@ -121,6 +121,41 @@ def known_input(index: int) -> Any:
     return None if known is None else known.get(index)
 
 
+# Traced 4-bit arrays made from packed bytes while a graph is traced (``packed_sources``): id
+# -> (the array, its bytes).
+_PACKED: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "dml_jax_packed_sources", default=None
+)
+
+
+@contextlib.contextmanager
+def packed_sources():
+    """While a graph is traced: the 4-bit arrays its constants' packed bytes became
+    (``note_packed``), for lowerings that read the bytes instead (``packed_bytes``)."""
+    token = _PACKED.set({})
+    try:
+        yield
+    finally:
+        _PACKED.reset(token)
+
+
+def note_packed(codes: Any, raw: Any) -> None:
+    """``codes`` (4-bit elements, in order) are ``raw``'s bytes viewed two elements a byte,
+    element 0 in the low nibble (DirectML's packing)."""
+    found = _PACKED.get()
+    if found is not None:
+        found[id(codes)] = (codes, raw)
+
+
+def packed_bytes(codes: Any) -> Any:
+    """The bytes ``codes`` were viewed from (``note_packed``), flat, or None: a kernel that
+    reads bytes takes them as they are rather than packing the elements again (a pass over
+    them in XLA's program where the compiler does not cancel the two views)."""
+    found = _PACKED.get()
+    entry = None if found is None else found.get(id(codes))
+    return entry[1] if entry is not None and entry[0] is codes else None
+
+
 _TARGET: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "dml_jax_target_platform", default=None
 )
@@ -441,16 +476,48 @@ def fused_lowering(
         inputs.insert(slot, y)
         return tuple(consumer_spec.lower(consumer_desc, *inputs))
 
-    @jax.custom_batching.custom_vmap
-    def cuda(*arrays):
-        p, rest = split(arrays)
-        with known_inputs({} if consumer_known is None else consumer_known):
-            return tuple(found.lower(producer_desc, consumer_desc, slot, p, rest))
+    def choice(packed: tuple) -> Callable:
+        # ``packed``: (position, dtype, shape) of the producer's 4-bit inputs given as their
+        # bytes (``packed_bytes``), viewed as codes again inside, and noted for the epilogue
+        def viewed(arrays, note):
+            out = list(arrays)
+            for i, dtype, shape in packed:
+                out[i] = lax.bitcast_convert_type(arrays[i], dtype).reshape(shape)
+                if note:
+                    note_packed(out[i], arrays[i])
+            return out
 
-    @cuda.def_vmap
-    def _rule(axis_size, in_batched, *arrays):
-        in_axes = tuple(0 if b else None for b in in_batched)
-        out = jax.vmap(lax_pair, in_axes=in_axes, axis_size=axis_size)(*arrays)
-        return out, tuple(True for _ in out)
+        @jax.custom_batching.custom_vmap
+        def cuda(*arrays):
+            with packed_sources() if packed else contextlib.nullcontext():
+                p, rest = split(viewed(arrays, True))
+                with known_inputs({} if consumer_known is None else consumer_known):
+                    return tuple(found.lower(producer_desc, consumer_desc, slot, p, rest))
 
-    return _choice_with_lax_derivatives(cuda, lax_pair)
+        def lax_viewed(*arrays):
+            return lax_pair(*viewed(arrays, False))
+
+        @cuda.def_vmap
+        def _rule(axis_size, in_batched, *arrays):
+            in_axes = tuple(0 if b else None for b in in_batched)
+            out = jax.vmap(lax_viewed, in_axes=in_axes, axis_size=axis_size)(*arrays)
+            return out, tuple(True for _ in out)
+
+        return _choice_with_lax_derivatives(cuda, lax_viewed)
+
+    choices: dict[tuple, Callable] = {}
+
+    def lowered(*arrays):
+        # a producer's 4-bit input viewed from a held constant's bytes enters as those bytes
+        packed, args = [], list(arrays)
+        for i, a in enumerate(arrays[:producer_count]):
+            raw = packed_bytes(a)
+            if raw is not None:
+                packed.append((i, a.dtype, a.shape))
+                args[i] = raw
+        key = tuple(packed)
+        if key not in choices:
+            choices[key] = choice(key)
+        return choices[key](*args)
+
+    return lowered

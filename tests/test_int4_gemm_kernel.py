@@ -114,6 +114,12 @@ CASES = {
     "m1-b64-loop-split-a-first": (1, 64, 2048, 64, False, "FLOAT16", "UINT4",
                                   K.Tiles(loop=True, weights_first=False, target_programs=64,
                                           min_k=512)),
+    # unrolled, the codes read as bytes (BYTES_FORM)
+    "m1-b32-zero-bytes": (1, 128, 1024, 32, True, "FLOAT16", "UINT4",
+                          K.Tiles(bytes_form=True, target_programs=2, min_k=1024)),
+    "m3-b32-bytes-int4-split": (3, 64, 1024, 32, True, "FLOAT16", "INT4",
+                                K.Tiles(bytes_form=True, target_programs=8, min_k=256)),
+    "m2-b64-bytes-f32": (2, 64, 512, 64, False, "FLOAT32", "UINT4", K.Tiles(bytes_form=True)),
 }  # fmt: skip
 
 
@@ -135,7 +141,12 @@ def test_interpret_matches_lax(case):
     assert v.loop == (t.loop and v.k_per_program // v.step > 1)
     if t.loop:
         assert v.loop and (v.splits > 1) == case.endswith("split-a-first")
-    got = K.int4_product(a, q, scale, z, interpret=not fastpath.cuda_present(), tiles=tiles)
+    assert v.bytes_form == (v.loop or t.bytes_form)
+    codes = q
+    if v.bytes_form:  # the codes given as DirectML's packed bytes, as held weights arrive
+        codes = jax.lax.bitcast_convert_type(q.reshape(n, k // 2, 2), jnp.uint8)
+    got = K.int4_product(a, codes, scale, z, interpret=not fastpath.cuda_present(), tiles=tiles,
+                         signed=qt == "INT4")  # fmt: skip
     assert got.dtype == dtype and got.shape == (m, n)
     w, want = _lax(*_descs(m, n, k, block, zero, ft, qt), a, q, scale, z)
     _assert_close(got, want, a, w)

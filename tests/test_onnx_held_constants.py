@@ -163,3 +163,55 @@ def test_held_values_reach_their_own_graph_only():
     np.testing.assert_array_equal(np.asarray(jax.jit(f)(codes, scale)), plain)
     jaxpr = jax.make_jaxpr(f)(codes, scale)
     assert not jaxpr.consts  # the codes are the argument, nothing closed over
+
+    # or given as their packed bytes, as ``run`` passes held 4-bit constants
+    packed = jnp.asarray(pack_4bit(mine))
+    np.testing.assert_array_equal(np.asarray(jax.jit(f)(packed, scale)), plain)
+
+
+def test_held_4bit_codes_reach_the_kernel_as_bytes(monkeypatch):
+    """``run`` passes a held 4-bit constant as its packed bytes, and the 4-bit product's kernel
+    (traced for CUDA here, in interpret mode) reads those bytes as they are: no program step
+    packs the codes into bytes again."""
+    pytest.importorskip("onnx")
+    import jax
+
+    from dml_jax import fastpath
+    from dml_jax.graph import tracing
+    from dml_jax.kernels import int4_gemm
+
+    seen, original = [], int4_gemm.int4_product
+
+    def interpreted(a, q, *args, **kw):
+        seen.append((q.dtype, q.shape))
+        return original(a, q, *args, **{**kw, "interpret": True})
+
+    monkeypatch.setattr(session_module, "CPU_BAKED_WEIGHTS_MAX_BYTES", -1)
+    monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
+    monkeypatch.setattr(int4_gemm, "int4_product", interpreted)
+    monkeypatch.setattr(int4_gemm, "BYTES_FORM", True)
+    tracing._compile_graph_cached.cache_clear()
+    try:
+        model = _nbits_model(4, seed=7)
+        x = np.random.default_rng(8).standard_normal((1, K)).astype(np.float16)
+        s = InferenceSession(model)
+        want = s.run(None, {"A": x})[0]  # on this CPU: the lax lowerings
+        (program,) = s._programs.values()
+        four_bit = [program.held[k].value() for k in program.held if k.endswith(":UINT4")]
+        # the codes and the zero points, two a byte
+        assert sorted(v.size for v in four_bit) == [N * K // BLOCK // 2, N * K // 2]
+        assert all(v.dtype == np.uint8 for v in four_bit)
+        params = s._run_params(program)
+
+        def apply(params, x):
+            with fastpath.target_platform("cuda"):
+                return program.apply(params, x)
+
+        got = np.asarray(jax.jit(apply)(params, x)[0])
+    finally:
+        tracing._compile_graph_cached.cache_clear()
+    assert (np.dtype(np.uint8), (N, K // 2)) in seen
+    assert all(dtype == np.uint8 for dtype, _ in seen)
+    tol = 2.0**-9 * np.abs(want).max()
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2.0**-9,
+                               atol=tol)  # fmt: skip

@@ -14,9 +14,10 @@ points), several weights a program (up to 16, at most 1 GiB of float16 weights),
   (``Tiles.one_row``: sums of products on the vector units, A read as its one row), which
   applies at M = 1 only, as ``widen...`` (``Tiles.widen_row``: A read as its one row and
   widened to 16 in registers, no pad); ``ahead1`` loads a step ahead (``Tiles.ahead``);
-``loop...`` runs the steps as a loop Triton pipelines (``Tiles.loop``), the codes read as
-bytes: a line times that view of the codes (a bitcast) alone, which XLA may or may not
-compile to nothing.
+``loop...`` runs the steps as a loop Triton pipelines (``Tiles.loop``), ``bytes...`` unrolled
+(``Tiles.bytes_form``), both reading the codes as bytes, split by PTX: they are given the
+codes' bytes, as a session passes its held 4-bit weights; a line times the view of uint4 codes
+as bytes (a bitcast) alone, what a program given the codes as uint4 would add.
 
 Each line: microseconds a call of the program divided by the weights, GB/s of float16-equivalent
 weights (2 bytes a weight, whatever is read), the ratio to ``f16``'s time, and for the kernel
@@ -100,6 +101,12 @@ TILES = {
     "loop-s4": K.Tiles(loop=True, target_programs=256, min_k=1024, stages=4),
     "loop-n128w8": K.Tiles(loop=True, block_n=128, warps=8, target_programs=132, min_k=1024),
     "loop-step128": K.Tiles(loop=True, step_k=128, target_programs=256, min_k=1024),
+    "loop-p512": K.Tiles(loop=True, target_programs=512, min_k=512),
+    # unrolled, the codes read as bytes and split by PTX (``Tiles.bytes_form``)
+    "bytes": K.Tiles(bytes_form=True),
+    "bytes-grid256": K.Tiles(bytes_form=True, target_programs=256, min_k=256),
+    "bytes-n128w8": K.Tiles(bytes_form=True, block_n=128, warps=8),
+    "bytes-ahead1": K.Tiles(bytes_form=True, ahead=1),
 }
 T = dml.TensorDesc
 
@@ -156,6 +163,8 @@ def products(args) -> None:
         keys = jax.random.split(key, 4 * count)
         codes = [jax.random.randint(keys[i], (n, k), 0, 16, jnp.uint8).astype(jnp.uint4)
                  for i in range(count)]  # fmt: skip
+        packed = [jax.lax.bitcast_convert_type(q.reshape(n, k // 2, 2), jnp.uint8)
+                  for q in codes]  # fmt: skip
         scales = [jax.random.uniform(keys[count + i], (n, k // BLOCK), jnp.float16, 0.005, 0.02)
                   for i in range(count)]  # fmt: skip
         zeros = [jax.random.randint(keys[2 * count + i], (n, k // BLOCK), 0, 16, jnp.uint8)
@@ -198,15 +207,16 @@ def products(args) -> None:
                 if args.tiles and name not in args.tiles:
                     continue
                 v = K.plan(m, n, k, BLOCK, tile)
+                qs = packed if v.bytes_form else codes
 
                 def kernel(x, qs, ss, zs, tile=tile):
                     return [K.int4_product(x, q, s, z, tiles=tile) for q, s, z in zip(qs, ss, zs)]
 
                 try:
                     fn = on_cuda(kernel)
-                    got = np.asarray(fn(x, codes[:1], scales[:1], zeros[:1])[0], np.float32)
+                    got = np.asarray(fn(x, qs[:1], scales[:1], zeros[:1])[0], np.float32)
                     err = float(np.abs(got - ref).max() / (np.abs(ref).max() + 1e-12))
-                    t = timed(fn, x, codes, scales, zeros)
+                    t = timed(fn, x, qs, scales, zeros)
                 except Exception as e:  # a tile choice Triton cannot compile: the next one
                     print(f"{tag} int4[{name}]: {type(e).__name__}: {e}"[:300], flush=True)
                     continue

@@ -33,11 +33,28 @@ from .validation import GraphPlan, constant_value, validated_plan
 _HELD: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("dml_graph_held", default=None)
 
 
+def _held_value(flat, desc):
+    """What a reader of ``desc`` reads from a held constant's elements ``flat``: 4-bit ones
+    may be given as their packed bytes (uint8), viewed here as elements and noted
+    (``fastpath.note_packed``) where the reader reads them in order."""
+    from ..buffers import read_tensor
+
+    count = desc.addressed_elements
+    if desc.data_type.bits != 4 or flat.dtype != jnp.uint8:
+        return read_tensor(flat[:count], desc)
+    codes = jax.lax.bitcast_convert_type(flat, desc.dtype).reshape(-1)
+    value = read_tensor(codes[:count], desc)
+    if desc.is_packed and count == desc.element_count and count % 2 == 0:
+        fastpath.note_packed(value, flat[: count // 2])
+    return value
+
+
 @contextlib.contextmanager
 def held_constants(graph: GraphDesc, values: Mapping[tuple[int, Any], Any]) -> Iterator[None]:
     """``graph``, traced inside, reads these arrays for its constant data nodes: ``values``
     maps (node index, ``DataType``) to the node's elements of that type, flat and in order
-    (``validation.constant_elements``), as arrays, traced ones included. A reader of a node
+    (``validation.constant_elements``), as arrays, traced ones included; 4-bit elements may be
+    given as their packed bytes (uint8, two a byte, element 0 in the low nibble). A reader of a node
     reads the array of its own data type where one is given, and the node's bytes, compiled
     into the program, where none is; other graphs traced inside (a Loop's body) read their
     own bytes. The values must be the nodes' (the lowerings still read the bytes while
@@ -290,7 +307,7 @@ def _graph_function(
         if s[0] == "constant":  # the bytes as the consumer's elements, read through its desc
             flat = held.get((s[1], s[2].data_type)) if held else None
             if flat is not None:
-                return read_tensor(flat[: s[2].addressed_elements], s[2])
+                return _held_value(flat, s[2])
             data = constant_value(graph.nodes[s[1]], s[2].like(sizes=(s[2].addressed_elements,)))
             return read_tensor(jnp.asarray(data), s[2])
         if len(s) == 3:
@@ -298,6 +315,10 @@ def _graph_function(
         return read_tensor(values[(s[1], s[2])].reshape(-1), s[3])
 
     def run_steps(arrays, chosen=None) -> dict:
+        with fastpath.packed_sources():
+            return traced_steps(arrays, chosen)
+
+    def traced_steps(arrays, chosen) -> dict:
         nonlocal held
         owner = _HELD.get()
         held = owner[1] if owner is not None and _same_graph(owner[0], graph) else None

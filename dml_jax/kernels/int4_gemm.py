@@ -49,9 +49,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..fastpath import register_epilogue
+from ..fastpath import packed_bytes, register_epilogue
 from ..precision import matmul_precision
-from .pallas_helpers import load_pallas
+from .pallas_helpers import load_pallas, nibbles_plus_1024
 
 MAX_ROWS = 16  # rows of A the kernel takes (a decode step: a row a sequence); more: lax
 ROWS = 16  # A is padded to this many rows: Triton's dot takes no operand under 16
@@ -114,6 +114,11 @@ WIDEN_ROW = True
 # held codes enter the program as bytes; int4_kernel_gpu.py times the bitcast alone.)
 LOOP = False
 STAGES = 3
+# The codes read as their bytes, unrolled (``LOOP`` off): each byte's two codes split by PTX
+# that writes float16 1024 + q in pairs, two of its instructions a pair (the codes read as
+# 4-bit values took about 3.4 instructions a code for that in the sm_90a SASS: Pallas's
+# shifts, the join of the two halves, the bits of 1024). Not yet timed on a GPU: off.
+BYTES_FORM = False
 
 _FOUR_BIT = (jnp.dtype(jnp.uint4), jnp.dtype(jnp.int4))
 
@@ -136,6 +141,7 @@ class Tiles:
     widen_row: bool = WIDEN_ROW
     loop: bool = LOOP
     stages: int = STAGES
+    bytes_form: bool = BYTES_FORM
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,7 @@ class View:
     widen_row: bool = False
     loop: bool = False
     stages: int = 1
+    bytes_form: bool = False
 
     @property
     def splits(self) -> int:
@@ -195,20 +202,34 @@ def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View
     while (per // block) % group:
         group //= 2
     loop = tiles.loop and not row and per // (group * block) > 1 and group * block >= 32
+    as_bytes = loop or (tiles.bytes_form and not row and group * block >= 32)
     return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first, row,
                 tiles.ahead, tiles.widen_row and m == 1 and not row, loop,
-                tiles.stages if loop else 1)  # fmt: skip
+                tiles.stages if loop else 1, as_bytes)  # fmt: skip
 
 
-def int4_product(a, q, scale, zero=None, *, interpret: bool = False, tiles: Tiles | None = None):
+def int4_product(
+    a,
+    q,
+    scale,
+    zero=None,
+    *,
+    interpret: bool = False,
+    tiles: Tiles | None = None,
+    signed: bool = False,
+):
     """``A x w^T`` in A's type for A {M, K} and ``w = round((q - zero) * scale)`` of the 4-bit
-    codes ``q`` {N, K} (``jnp.uint4`` or ``jnp.int4``) with ``scale`` {N, K / block} (A's
-    type) and ``zero`` (q's type, or None for 0) of those sizes: DEQUANTIZE then GEMM's
+    codes ``q`` {N, K} (``jnp.uint4`` or ``jnp.int4``; or their bytes {N, K / 2}, uint8,
+    DirectML's packing, two's complement where ``signed``) with ``scale`` {N, K / block} (A's
+    type) and ``zero`` (the codes' type, or None for 0) of those sizes: DEQUANTIZE then GEMM's
     product, on the kernel ``plan`` gives (it must give one)."""
     (m, k), (n, blocks) = a.shape, scale.shape
     v = plan(m, n, k, k // blocks, tiles)
-    if v.loop:
-        return _looped(a, q, scale, zero, v, interpret)
+    if q.dtype == jnp.uint8 and not v.bytes_form:  # packed bytes: their codes
+        codes = lax.bitcast_convert_type(q, jnp.int4 if signed else jnp.uint4)
+        q = codes.reshape(n, k)
+    if v.bytes_form:
+        return _from_bytes(a, q, scale, zero, v, interpret, signed or q.dtype == jnp.int4)
     t, bn, per, bs, step = a.dtype, v.block_n, v.k_per_program, v.block, v.step
     group = step // bs  # quantization blocks a step
     rows, a16 = _a_rows(a, v)
@@ -343,18 +364,21 @@ def _launch(kernel, args: list, v: View, rows: int, t: Any, code_width: int, int
     return jnp.sum(out[:, : v.m], axis=0).astype(t)  # one rounding, as the dot's
 
 
-def _looped(a, q, scale, zero, v: View, interpret: bool):
-    """``int4_product``'s kernel with its steps along K as a loop (``LOOP``): the codes read as
-    bytes, each byte's low nibble a weight of an even value of K, its high one of an odd."""
+def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool):
+    """``int4_product``'s kernel on the codes' bytes (``BYTES_FORM``, ``LOOP``): each byte's
+    low nibble a weight of an even value of K, its high one of an odd, split by PTX
+    (``nibbles_plus_1024``) where the codes are unsigned and A float16; its steps along K
+    unrolled, or a loop (``v.loop``). ``q`` may be the bytes themselves ({N, K / 2} uint8,
+    DirectML's packing), which no program step then converts."""
     pl, _ = load_pallas()
-    k, n = a.shape[1], q.shape[0]
+    k, n = a.shape[1], scale.shape[0]
     t, bn, per, bs, step = a.dtype, v.block_n, v.k_per_program, v.block, v.step
     group, half, steps = step // bs, step // 2, per // step
     rows, a16 = _a_rows(a, v)
-    signed = q.dtype == jnp.int4
     # byte j of a row: codes 2j (low nibble) and 2j + 1 (high), as DirectML packs them
-    q8 = lax.bitcast_convert_type(q.reshape(n, k // 2, 2), jnp.uint8)
-    args = [a16, q8, scale] + ([] if zero is None else [zero])
+    if q.dtype != jnp.uint8:
+        q = lax.bitcast_convert_type(q.reshape(n, k // 2, 2), jnp.uint8)
+    args = [a16, q.reshape(n, k // 2), scale] + ([] if zero is None else [zero])
     magic = t == jnp.float16 and not signed
     precision = matmul_precision() if t == jnp.float32 else None
 
@@ -363,27 +387,37 @@ def _looped(a, q, scale, zero, v: View, interpret: bool):
             b = lax.bitcast_convert_type(raw, jnp.int8)
             lo, hi = lax.shift_right_arithmetic(b << 4, jnp.int8(4)), b >> 4
             return lo.astype(t), hi.astype(t)
+        if magic and not interpret:
+            return nibbles_plus_1024(raw)
         lo, hi = raw & jnp.uint8(15), raw >> 4
         if magic:
             return _plus_1024(lo, t), _plus_1024(hi, t)
         return lo.astype(t), hi.astype(t)
 
+    def at(j, size):  # a step's offset: constant where unrolled
+        return j * size if isinstance(j, int) else pl.multiple_of(j * size, size)
+
     def kernel(a_ref, q_ref, s_ref, *refs):
         *z_ref, o_ref = refs
 
         def body(j, acc):
-            lo, hi = nibbles(q_ref[:, pl.ds(pl.multiple_of(j * half, half), half)])
-            blks = pl.ds(pl.multiple_of(j * group, group), group)
+            lo, hi = nibbles(q_ref[:, pl.ds(at(j, half), half)])
+            blks = pl.ds(at(j, group), group)
             offset = _offset(z_ref[0][:, blks] if z_ref else None, bn, group, t, magic)
             scale_ = s_ref[:, blks]
-            start = pl.multiple_of(j * step, step)
+            start = at(j, step)
             even = a_ref[:, pl.ds(start, half, stride=2)]
             odd = a_ref[:, pl.ds(start + 1, half, stride=2)]
             acc = _dot(acc, _dequantized(lo, offset, scale_, group), even, v, precision)
             return _dot(acc, _dequantized(hi, offset, scale_, group), odd, v, precision)
 
         acc = jnp.zeros((bn, ROWS) if v.weights_first else (ROWS, bn), jnp.float32)
-        o_ref[...] = _result(lax.fori_loop(0, steps, body, acc), v).astype(o_ref.dtype)
+        if v.loop:
+            acc = lax.fori_loop(0, steps, body, acc)
+        else:
+            for j in range(steps):
+                acc = body(j, acc)
+        o_ref[...] = _result(acc, v).astype(o_ref.dtype)
 
     return _launch(kernel, args, v, rows, t, per // 2, interpret)
 
@@ -435,8 +469,11 @@ def _lower(deq: Any, gemm: Any, slot: int, producer, others):
     v = _view(deq, gemm)
     params = [p.reshape(v.n, v.k // v.block) for p in (scale, *zero)]
 
+    raw = packed_bytes(q)  # a held constant's bytes: read as they are
+    codes = q.reshape(v.n, v.k) if raw is None else raw.reshape(v.n, v.k // 2)
+
     def product(a):
-        y = int4_product(a.reshape(v.m, v.k), q.reshape(v.n, v.k), *params)
+        y = int4_product(a.reshape(v.m, v.k), codes, *params, signed=q.dtype == jnp.int4)
         return y.reshape(a.shape[:-1] + (v.n,))
 
     return lower_gemm(gemm, a, None, *c, product=product)

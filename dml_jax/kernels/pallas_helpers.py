@@ -43,3 +43,30 @@ def is_nan(v):
     # compiler allowed to assume no NaNs may fold to False.
     bits = lax.bitcast_convert_type(v, jnp.int32) & np.int32(0x7FFFFFFF)
     return bits > np.int32(0x7F800000)
+
+
+# Two bytes (the low half of $1) to float16 1024 + nibble, packed in a pair ($0): PRMT spreads
+# the two bytes a half of a register (SHR then brings the high nibbles down), and LOP3 keeps one
+# nibble a half and sets the bits 0x6400 (float16 1024) in the same instruction. Two bytes an
+# instance match the pairs of K a thread holds of a dot's operand, loaded as 16-bit words; four
+# (a whole register) made Triton pack bytes of two rows into one register first. (Pallas lowers
+# inline assembly of one result only: the low and the high nibbles are two sequences, whose
+# common PRMT ptxas shares.)
+_NIBBLES_PTX = """{
+.reg .b32 t;
+prmt.b32 t, $1, 0, 0x4140;
+%s
+lop3.b32 $0, t, 0x000F000F, 0x64006400, 0xEA;
+}"""
+
+
+def nibbles_plus_1024(raw):
+    """(low, high) float16 ``1024 + nibble`` of each byte of ``raw`` (uint8, CUDA only): the
+    bits 0x6400 | q, by Triton inline assembly two bytes at a time."""
+    _, pltriton = load_pallas()
+    out = [jax.ShapeDtypeStruct(raw.shape, jnp.float16)]
+    return tuple(
+        pltriton.elementwise_inline_asm(_NIBBLES_PTX % shift, args=[raw], constraints="=r,r",
+                                        pack=2, result_shape_dtypes=out)[0]
+        for shift in ("", "shr.u32 t, t, 4;")
+    )  # fmt: skip

@@ -203,7 +203,8 @@ class Program:
     def held(self) -> dict[str, Held]:
         """The constants ``run`` passes as arguments (``HELD_MIN_BYTES``), by their key in the
         parameter mapping: a constant data node once per data type its readers read it as
-        (``tracing.held_constants``), a constant graph input that is no parameter as it is."""
+        (``tracing.held_constants``; 4-bit elements as DirectML's packed bytes), a constant
+        graph input that is no parameter as it is."""
         from ..graph.validation import constant_elements
 
         imp, out = self.imported, {}
@@ -215,9 +216,11 @@ class Program:
             if not isinstance(node, ConstantDataNode) or node.data_size < HELD_MIN_BYTES:
                 continue
             t = nodes[e.to_node_index].edge_slots("input")[e.to_node_input_index][1].data_type
-            out[f"{HELD}{e.from_node_index}:{t.name}"] = Held(
-                (node, t), functools.partial(constant_elements, node, t), (e.from_node_index, t)
-            )
+            # 4-bit elements as their packed bytes: half the size, and what kernels read
+            value = (functools.partial(np.frombuffer, node.data, np.uint8) if t.bits == 4
+                     else functools.partial(constant_elements, node, t))  # fmt: skip
+            out[f"{HELD}{e.from_node_index}:{t.name}"] = Held((node, t), value,
+                                                               (e.from_node_index, t))  # fmt: skip
         for j, (c, p) in enumerate(zip(imp.constants, imp.params)):
             if p is None and c.nbytes >= HELD_MIN_BYTES:
                 c = np.ascontiguousarray(c)
