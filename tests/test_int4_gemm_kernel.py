@@ -80,6 +80,7 @@ SPLIT = K.Tiles(target_programs=64, min_k=64)  # K split among programs: partial
 ONE_BLOCK = K.Tiles(step_k=16)  # a step per block of K (no reshape)
 A_FIRST = K.Tiles(weights_first=False, block_n=32)
 ONE_ROW = K.Tiles(one_row=True)  # one row: sums of products, no dot
+CODES_FORM = K.Tiles(bytes_form=False)  # the codes read as 4-bit values
 CASES = {
     "m1-b32-zero-f16": (1, 128, 512, 32, True, "FLOAT16", "UINT4", None),
     "m3-b16-f16": (3, 64, 256, 16, False, "FLOAT16", "UINT4", None),
@@ -114,6 +115,12 @@ CASES = {
     "m1-b64-loop-split-a-first": (1, 64, 2048, 64, False, "FLOAT16", "UINT4",
                                   K.Tiles(loop=True, weights_first=False, target_programs=64,
                                           min_k=512)),
+    # the codes read as 4-bit values (BYTES_FORM off)
+    "m1-b32-zero-codes": (1, 128, 512, 32, True, "FLOAT16", "UINT4", CODES_FORM),
+    "m4-b32-int4-codes": (4, 64, 256, 32, True, "FLOAT16", "INT4", CODES_FORM),
+    "m8-b128-zero-split-codes": (8, 128, 1024, 128, True, "FLOAT16", "UINT4",
+                                 K.Tiles(target_programs=64, min_k=64, bytes_form=False)),
+    "m16-b64-zero-f32-codes": (16, 96, 384, 64, True, "FLOAT32", "UINT4", CODES_FORM),
     # unrolled, the codes read as bytes (BYTES_FORM)
     "m1-b32-zero-bytes": (1, 128, 1024, 32, True, "FLOAT16", "UINT4",
                           K.Tiles(bytes_form=True, target_programs=2, min_k=1024)),
@@ -124,7 +131,8 @@ CASES = {
 
 
 @pytest.mark.kernel_matrix(cpu=["m1-b32-zero-f16", "m16-b64-zero-f32", "m8-b128-zero-split",
-                                "m1-b32-zero-one-row"])  # fmt: skip
+                                "m1-b32-zero-one-row", "m1-b32-zero-codes",
+                                "m3-b32-bytes-int4-split"])  # fmt: skip
 @pytest.mark.parametrize("case", list(CASES))
 def test_interpret_matches_lax(case):
     m, n, k, block, zero, ft, qt, tiles = CASES[case]
@@ -141,7 +149,7 @@ def test_interpret_matches_lax(case):
     assert v.loop == (t.loop and v.k_per_program // v.step > 1)
     if t.loop:
         assert v.loop and (v.splits > 1) == case.endswith("split-a-first")
-    assert v.bytes_form == (v.loop or t.bytes_form)
+    assert v.bytes_form == (v.loop or (t.bytes_form and not v.one_row and v.step >= 32))
     codes = q
     if v.bytes_form:  # the codes given as DirectML's packed bytes, as held weights arrive
         codes = jax.lax.bitcast_convert_type(q.reshape(n, k // 2, 2), jnp.uint8)

@@ -25,10 +25,12 @@ K is split among programs too: each writes float32 partial sums, which XLA adds 
 rounding. The GEMM's Alpha, C and fused activation follow through ``lower_gemm``'s ``product``
 hook, as in the lax lowering.
 
-Each program's loop over its blocks of K is unrolled in Python, so that every slice of the
-codes starts at a constant offset: Pallas then loads 4-bit codes as whole bytes, two codes each
-split by a shift, where a slice at a run-time offset loads a byte per code (``LOOP``, off, reads
-the codes' bytes instead).
+Each program reads the codes as their bytes ({N, K / 2}, DirectML's packing: a held weight
+arrives so) and splits each byte by a few PTX instructions into two float16 values 1024 + q,
+the low nibble a weight of an even value of K and the high one of an odd: two dots a step, by
+A's even and odd values. Its loop over its steps along K is unrolled in Python (``LOOP``: a
+loop Triton pipelines). The codes may also be read as 4-bit values (``BYTES_FORM`` off), which
+Pallas loads as whole bytes, two codes each split by shifts and joined again.
 
 The form was chosen from the sm_90a SASS of its variants (Triton 3.6, lowered for CUDA on a CPU
 machine): the codes turned into float16 by a bit pattern rather than a conversion instruction,
@@ -104,21 +106,21 @@ AHEAD = 0
 WIDEN_ROW = True
 
 # The program's steps along K as a loop (``lax.fori_loop``: Triton's software pipeliner keeps
-# STAGES steps of loads in flight) rather than unrolled. A loop's slices start at run-time
-# offsets, where Pallas loads 4-bit codes a byte per code, so the loop reads the codes as their
-# bytes (a bitcast of the {N, K} codes to {N, K / 2} bytes) and takes each byte's two codes
-# apart: the low nibbles (even values of K) times A's even values, the high ones times its odd
-# values, two dots a step. Not yet timed on a GPU: off. (XLA's CPU compiler writes that bitcast
-# as shifts, a pass over the codes, and cancels it after the reverse bitcast of bytes to codes:
-# if a GPU does the same, the loop pays for a pass over its codes at every call unless the
-# held codes enter the program as bytes; int4_kernel_gpu.py times the bitcast alone.)
+# STAGES steps of loads in flight, cp.async into shared memory) rather than unrolled, the codes
+# read as their bytes (``BYTES_FORM``). Slower in the decoder than unrolled (below): off.
 LOOP = False
 STAGES = 3
-# The codes read as their bytes, unrolled (``LOOP`` off): each byte's two codes split by PTX
-# that writes float16 1024 + q in pairs, two of its instructions a pair (the codes read as
-# 4-bit values took about 3.4 instructions a code for that in the sm_90a SASS: Pallas's
-# shifts, the join of the two halves, the bits of 1024). Not yet timed on a GPU: off.
-BYTES_FORM = False
+# The codes read as their bytes (``LOOP`` off: unrolled), each byte's two codes split by PTX
+# that writes float16 1024 + q in pairs, about one instruction a code (``nibbles_plus_1024``;
+# the codes read as 4-bit values took about 3.4 instructions a code for that in the sm_90a SASS:
+# Pallas's shifts, the join of the two halves, the bits of 1024); the low nibbles times A's
+# even values, the high ones times its odd ones. A session's held 4-bit weights arrive as their
+# bytes (``fastpath.packed_bytes``), so no program step packs them. One H100, 2026-11-28, the
+# 1B-class int4 decoder at batch 1 (decode_step_gpu.py, 128 tokens): the 4-bit codes' form 959
+# tokens/s (its float16 export 735 in that run), this form 1,055 (float16 718), its kernels a
+# token: gate and up 243 -> 195 us, down 145 -> 127, the head 99 -> 76, q, k and v and o
+# unchanged; with 128 columns on 8 warps 959, as the loop (512 programs of 512 values) 979. On.
+BYTES_FORM = True
 
 _FOUR_BIT = (jnp.dtype(jnp.uint4), jnp.dtype(jnp.int4))
 
