@@ -426,8 +426,11 @@ def test_adam_matches_reference(case):
 
 # Every operator of the module once, on its registry example (fixed inputs, one compile each),
 # then random cases of all of them (a few examples: each is several compiles).
+TRAINING_MODULES = {
+    f"dml_jax.ops.{m}" for m in ("training", "training_norm", "training_roi", "optimizer")
+}
 TRAINING_SPECS = [
-    spec for spec in registry.operators() if spec.desc_class.__module__ == "dml_jax.ops.training"
+    spec for spec in registry.operators() if spec.desc_class.__module__ in TRAINING_MODULES
 ]
 RARE = settings(max_examples=max(3, settings.default.max_examples // 8))
 
