@@ -8,11 +8,12 @@ with the new tokens' keys after it (``Concat`` on the sequence axis). ``roles.fi
 those inputs and outputs by the names the exporters write and checks the cache pattern in the
 graph.
 
-The generator keeps the cache on the device in one buffer per layer of ``max_length``
-positions (rounded up to a bucket). Each step writes the previous token's keys and values into
-the buffer (``lax.dynamic_update_slice``), then reads the buffer's first ``L`` positions as the
-past and runs the session's program for that past length; the buffers are donated, so the write
-is in place and nothing is copied back to the host. The tokens stay on the device.
+The generator keeps the cache on the device in one buffer of ``max_length`` positions (rounded
+up to a bucket), every layer's keys and values stacked. Each step writes the previous token's
+keys and values into the buffer (one ``lax.dynamic_update_slice`` for all layers), then reads
+each layer's first ``L`` positions as its past and runs the session's program for that past
+length; the buffer is donated, so the write is in place and nothing is copied back to the host.
+The tokens stay on the device.
 
 Buckets: where the step's graph shows the padding masked, the past length ``L`` is rounded up to a bucket
 (powers of two by default, ``GeneratorParams.buckets``) and the positions between the cache's
@@ -289,15 +290,14 @@ class DecodeSteps:
             positions = jnp.where(mask > 0, jnp.cumsum(mask, axis=1) - 1, 1).astype(jnp.int32)
             empty = [jnp.zeros(self._cache_shape(batch, 0), dtype)] * (2 * r.layers)
             logits, presents = self._run_model(program, params, ids, mask, positions, empty, False)
-            cache = [
-                jax.lax.dynamic_update_slice_in_dim(
-                    jnp.zeros(self._cache_shape(batch, capacity), dtype), p.astype(dtype), 0, axis
-                )
-                for p in presents
-            ]
+            # every layer's keys and values in one buffer (``_step_body``)
+            cache = jax.lax.dynamic_update_slice_in_dim(
+                jnp.zeros((2 * r.layers, *self._cache_shape(batch, capacity)), dtype),
+                jnp.stack([p.astype(dtype) for p in presents]), 0, axis + 1,
+            )  # fmt: skip
             tokens, done = self._next(logits[:, -1], key, jnp.zeros((batch,), bool), tokens, seq)
             # The last prompt position again, as the first step's pending keys and values.
-            last = [jax.lax.slice_in_dim(c, seq - 1, seq, axis=axis) for c in cache]
+            last = jax.lax.slice_in_dim(cache, seq - 1, seq, axis=axis + 1)
             return cache, last, tokens, done
 
         fn = jax.jit(prefill, compiler_options=self._options())
@@ -367,11 +367,14 @@ class DecodeSteps:
     def _step_body(self, batch: int, past: int, capacity: int = 0) -> tuple[Any, Any]:
         """The program for past length ``past`` (a bucket, or exact) and one decode step on it,
         the cache's length a run-time value: (params, state, length) -> state, where the state
-        is (cache, pending, mask, tokens, done, key). ``pending`` holds the last token's keys and
-        values, which the next step writes into the cache before it reads it: the donated
-        buffers are then read only after their in-place update, so XLA copies none of them
-        (written after the read, each buffer was copied at every step). For a
-        GroupQueryAttention step ``past`` is the mask's bucket (``_gqa_step_body``)."""
+        is (cache, pending, mask, tokens, done, key). The cache is one buffer, every layer's
+        keys and values stacked on a first axis (the pasts in the session's input order), so
+        that the last token's keys and values enter it in one write, not one a layer (two
+        small kernels a layer on a GPU). ``pending`` holds them, stacked the same way, and the
+        next step writes them into the cache before it reads it: the donated buffer is then read
+        only after its in-place update, so XLA copies none of it (written after the read, each
+        buffer was copied at every step). For a GroupQueryAttention step ``past`` is the mask's
+        bucket (``_gqa_step_body``)."""
         if self.roles.kind == "gqa":
             return self._gqa_step_body(batch, past, capacity)
         program = self._program(batch, 1, past)
@@ -379,22 +382,19 @@ class DecodeSteps:
 
         def step(params, state, length):
             cache, pending, mask, tokens, done, key = state
-            cache = [
-                jax.lax.dynamic_update_slice_in_dim(c, n, length - 2, axis)
-                for c, n in zip(cache, pending)
-            ]
+            cache = jax.lax.dynamic_update_slice_in_dim(cache, pending, length - 2, axis + 1)
             ids = jax.lax.dynamic_slice_in_dim(tokens, length - 1, 1, axis=1)
             # The new token's position: the number of real tokens before it.
             positions = jnp.sum(mask, axis=1, keepdims=True).astype(jnp.int32)
             # The positions from the cache's length to ``past`` are padding: masked out.
             head = jax.lax.slice_in_dim(mask, 0, past, axis=1)
             step_mask = jnp.concatenate([head, jnp.ones((batch, 1), mask.dtype)], axis=1)
-            pasts = [jax.lax.slice_in_dim(c, 0, past, axis=axis) for c in cache]
+            pasts = [jax.lax.slice_in_dim(cache[j], 0, past, axis=axis) for j in range(len(cache))]
             logits, presents = self._run_model(program, params, ids, step_mask, positions, pasts)
-            pending = [
-                jax.lax.slice_in_dim(p, past, past + 1, axis=axis).astype(c.dtype)
-                for p, c in zip(presents, cache)
-            ]
+            pending = jnp.stack([
+                jax.lax.slice_in_dim(p, past, past + 1, axis=axis).astype(cache.dtype)
+                for p in presents
+            ])  # fmt: skip
             mask = jax.lax.dynamic_update_slice_in_dim(
                 mask, jnp.ones((batch, 1), mask.dtype), length - 1, axis=1
             )
