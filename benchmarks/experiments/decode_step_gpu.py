@@ -17,8 +17,10 @@ With ``--devices N`` the float16 export also runs on a ``"model"`` mesh of N GPU
 parallel, the cache split over its heads), the kernels those of the first GPU.
 
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_step_gpu.py [--int4]
-[--int4-tiles "" one_row=1] [--devices 2]`` (an int4 process per set of the 4-bit kernel's
-tunables); it writes ``$OUT/decode_step.json`` when ``OUT`` is set.
+[--int4-tiles "" one_row=1] [--devices 2] [--dump-hlo]`` (an int4 process per set of the
+4-bit kernel's tunables); it writes ``$OUT/decode_step.json`` when ``OUT`` is set, and with
+``--dump-hlo`` each process's optimized HLO of its decode steps (``$OUT/hlo-N``) with its
+kernels summarized (``hlo_kernels.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -106,6 +109,33 @@ def child(
     return out
 
 
+def summarize_dump(folder: str, key: str) -> None:
+    """Keeps only the optimized HLO of a process's dump and prints the kernels of its largest
+    decode-steps module (a run of steps: its loop body)."""
+    import hlo_kernels  # this folder's
+
+    kept = []
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if name.endswith("after_optimizations.txt") and "steps" in name:
+            kept.append(path)
+        elif os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    if not kept:
+        return
+    path = max(kept, key=os.path.getsize)
+    with open(path) as f:
+        comps = hlo_kernels.computations(f.read())
+    body = hlo_kernels.loop_body(comps) or "ENTRY"
+    launches = hlo_kernels.kernels(comps, body)
+    print(f"{key}: {os.path.basename(path)}: {len(launches)} launches a step", flush=True)
+    counts = hlo_kernels.collections.Counter(map(hlo_kernels.signature, launches))
+    for sig, count in counts.most_common(40):
+        print(f"  {count:4d}  {sig[:160]}", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--child", default=None)
@@ -123,6 +153,9 @@ def main() -> None:
                         "default; 'repeat')")  # fmt: skip
     p.add_argument("--devices", type=int, default=1,
                    help="float16 also on a 'model' mesh of this many GPUs (kernels of the first)")  # fmt: skip
+    p.add_argument("--dump-hlo", action="store_true",
+                   help="each process's optimized HLO of its decode steps into $OUT/hlo-N, and "
+                        "its kernels summarized (hlo_kernels.py)")  # fmt: skip
     p.add_argument("--steps", type=int, default=None,
                    help="GeneratorParams.steps_per_dispatch of the 'loop' generations "
                         "(default: the library's)")  # fmt: skip
@@ -155,9 +188,13 @@ def main() -> None:
         runs += [("int4", a.flags[0], t, 1, "") for t in a.int4_tiles]
     if a.devices > 1:
         runs.append(("float16", a.flags[0], "", a.devices, ""))
-    for dtype, flag, tiles, devices, form in runs:
+    for n, (dtype, flag, tiles, devices, form) in enumerate(runs):
         path = files[dtype]
         env = dict(os.environ, XLA_FLAGS=FLAGS[flag])
+        dump = os.path.join(os.environ.get("OUT", tmp), f"hlo-{n}")
+        if a.dump_hlo:
+            env["XLA_FLAGS"] += (f" --xla_dump_to={dump} --xla_dump_hlo_as_text"
+                                 " --xla_dump_hlo_module_re=.*steps.*")  # fmt: skip
         cmd = [
             sys.executable,
             __file__,
@@ -187,6 +224,8 @@ def main() -> None:
             results[key] = json.loads(r.stdout.strip().splitlines()[-1])
         results[key]["process_s"] = time.perf_counter() - t
         print(key, json.dumps(results[key]), flush=True)
+        if a.dump_hlo and os.path.isdir(dump):
+            summarize_dump(dump, key)
         if os.environ.get("OUT"):  # after each process: a run cut short keeps its rows
             with open(os.path.join(os.environ["OUT"], "decode_step.json"), "w") as f:
                 json.dump(results, f, indent=1)
