@@ -46,7 +46,7 @@ FUSED = {
     "bert_ort_extended": {"FusedMatMul", "BiasGelu", "FusedGemm"},
     "gpt2_ort_extended": {"FusedMatMul", "FastGelu"},
 }
-# Converted in dml_jax/onnx/converters/ms_attention.py.
+# Converted in dml_jax/onnx/converters/ms_attention.py and ms_gqa.py.
 ATTENTION_OPS = {"Attention", "MultiHeadAttention", "RotaryEmbedding", "GroupQueryAttention"}
 
 

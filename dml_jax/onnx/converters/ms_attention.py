@@ -1,5 +1,6 @@
-"""ONNX Runtime's com.microsoft attention family onto DirectML: Attention, MultiHeadAttention,
-GroupQueryAttention, RotaryEmbedding and QAttention, with the semantics of ONNX Runtime's CPU
+"""ONNX Runtime's com.microsoft attention family onto DirectML: Attention, MultiHeadAttention
+and QAttention here, GroupQueryAttention and RotaryEmbedding in ``ms_gqa.py`` (on the masks and
+the attention helpers here), with the semantics of ONNX Runtime's CPU
 kernels (``onnxruntime/contrib_ops/cpu/bert``), the reference the tests compare with.
 
 Operators (``ONNX.md``'s com.microsoft table): the projections of Attention / QAttention are one
@@ -26,22 +27,6 @@ Masks, as ONNX Runtime's CPU kernels apply them (``PrepareMask``):
   keys (the same rule when the keys end at it, T = past + S).
 - ``scale`` 0 (or absent) means 1 / sqrt(head size), as in the CPU kernels.
 
-GroupQueryAttention (``total_sequence_length`` is needed at import, as ONNX Runtime's DirectML
-provider needs it on the CPU): the first prompt (S == total_sequence_length) attends its own keys
-causally; a later step (S == 1, or S > 1 with batch 1) continues a cache holding
-``seqlens_k[b] + 1 - S`` positions. Either way the new keys / values are written after them into
-a present cache of ``max(total_sequence_length, past length)`` positions whose other rows are 0:
-MULTIHEAD_ATTENTION1's past is the given past with the rows from the valid length on zeroed
-(LESS_THAN, ELEMENT_WISE_IF) and zero rows JOINed up to the capacity (FILL_VALUE_CONSTANT; all of
-it for a first prompt, with lengths 0), its PastSequenceLengths those lengths. A query at
-absolute position p attends the keys up to p and, with ``local_window_size`` W, only the last W
-of them (a BOOLEAN mask with a -inf filter); a right-padded first prompt's padding queries attend
-like its last token. ``do_rotary`` rotates Q and K at positions ``past + s`` (or
-``position_ids``; a first prompt reads only its first element, as the CPU kernel does).
-``softcap`` has no MULTIHEAD_ATTENTION member: MULTIHEAD_ATTENTION1 then only builds the present
-caches, and the attention over them is GEMM, ACTIVATION_SCALED_TANH, ELEMENT_WISE_ADD of the
-masks, ACTIVATION_SOFTMAX1 and GEMM, in float32 as the CPU kernel computes it.
-
 Shared past / present buffers (Attention's ``past_present_share_buffer``, MultiHeadAttention's
 ``past_sequence_length`` input; ONNX Runtime reads either only with a past): the past is a buffer
 of max_sequence_length M positions ({B, N, M, H}, Attention's stacked {2, B, N, M, H}) whose
@@ -56,9 +41,6 @@ as its past with the keys from P + L on (and after a query's own) at -inf. What 
 fails on is defined: P is clamped to [0, M - L], as ``lax.dynamic_update_slice`` clamps its
 start; a 2-D / 3-D mask or an ``attention_bias`` may cover T keys, L <= T <= M (ONNX Runtime
 wants T = P + L, a run-time value): the keys after the first T are kept with no bias.
-
-RotaryEmbedding reads ``position_ids`` of one value as the first position of every entry; its
-``scale`` attribute is ignored, as the CPU kernel ignores it.
 
 Rejected (a ValidationError naming the attribute or input): Attention / QAttention's
 ``do_rotary`` (no CPU kernel either), QAttention's ``past_present_share_buffer``; a shared
@@ -82,15 +64,9 @@ import numpy as np
 
 from ..importer import Value, broadcast, packed
 from . import converter
-from ._common import DataType, binary_value, cast_value, const_ints, op, select_value
+from ._common import DataType, binary_value, cast_value, op, select_value
 from .attention import (
-    gather_rows,
-    grouped_logits,
-    grouped_values,
     join_values,
-    rotary_dim,
-    rotate,
-    soft_capped,
     split_value,
     transposed,
 )
@@ -100,17 +76,17 @@ MS = "com.microsoft"
 DEFAULT_FILTER = -10000.0
 
 
-def _inputs(inputs, count: int) -> list:
+def padded_inputs(inputs, count: int) -> list:
     return (list(inputs) + [None] * count)[:count]
 
 
-def _scale(ctx, head: int) -> float:
+def default_scale(ctx, head: int) -> float:
     """The logit scale: the ``scale`` attribute, 0 or absent meaning 1 / sqrt(head size)."""
     scale = float(ctx.attr("scale", 0.0))
     return scale if scale != 0.0 else 1.0 / math.sqrt(head)
 
 
-def _reject(ctx, inputs, names: dict[int, str], attrs: dict[str, object]) -> None:
+def reject_unsupported(ctx, inputs, names: dict[int, str], attrs: dict[str, object]) -> None:
     """Fails on an input given at one of ``names``' indices, or an attribute whose value is not
     its only supported one in ``attrs``."""
     for k, name in names.items():
@@ -122,20 +98,20 @@ def _reject(ctx, inputs, names: dict[int, str], attrs: dict[str, object]) -> Non
             raise ctx.fail(f"attribute '{name}' = {value!r} is not supported (only {allowed!r})")
 
 
-def _fill(ctx, t: DataType, shape, value) -> Value:
+def fill_value(ctx, t: DataType, shape, value) -> Value:
     """A tensor of one value (FILL_VALUE_CONSTANT)."""
     desc = op("FILL_VALUE_CONSTANT")(packed(t, shape), t, typed_scalar(t, value))
     return ctx.out(ctx.node(desc, []), tuple(shape))
 
 
-def _int32(ctx, value: Value) -> Value:
+def as_int32(ctx, value: Value) -> Value:
     """An ONNX int32 / int64 value as INT32 (the graph type of both)."""
     if value.data_type != DataType.INT32:
         raise ctx.fail(f"expected an int32 / int64 tensor, got {value.data_type.name}")
     return value
 
 
-def _less(ctx, a, b) -> Value | np.ndarray:
+def less_than(ctx, a, b) -> Value | np.ndarray:
     """``a < b`` for INT32 operands (NumPy arrays or values): a NumPy bool array when both are
     known at import, else a UINT8 value (LOGICAL_LESS_THAN)."""
     known = [x if isinstance(x, np.ndarray) else x.const for x in (a, b)]
@@ -146,7 +122,7 @@ def _less(ctx, a, b) -> Value | np.ndarray:
     return binary_value(ctx, "ELEMENT_WISE_LOGICAL_LESS_THAN", a, b, is_bool=True)
 
 
-def _logical(ctx, name: str, a, b):
+def logical_value(ctx, name: str, a, b):
     """LOGICAL_AND / _OR of two keep terms (NumPy bool arrays or UINT8 values)."""
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return (a & b) if name == "AND" else (a | b)
@@ -155,7 +131,7 @@ def _logical(ctx, name: str, a, b):
     return binary_value(ctx, f"ELEMENT_WISE_LOGICAL_{name}", a, b, is_bool=True)
 
 
-def _minus_inf_outside(ctx, keep, dtype=np.float32) -> Value:
+def minus_inf_outside(ctx, keep, dtype=np.float32) -> Value:
     """A keep term (NumPy bool / UINT8 value) as an additive term of ``dtype``: 0 where kept,
     -inf elsewhere (ELEMENT_WISE_IF of two constants; folded when known at import)."""
     if isinstance(keep, np.ndarray):
@@ -170,6 +146,15 @@ def _mask_value(ctx, keep) -> Value:
     if isinstance(keep, np.ndarray):
         return ctx.constant(keep.astype(np.int32))
     return cast_value(ctx, keep, DataType.INT32)
+
+
+def as_value(ctx, x) -> Value:
+    return ctx.constant(x) if isinstance(x, np.ndarray) else x
+
+
+def shaped(x, shape):
+    """A NumPy array or a value under another shape."""
+    return x.reshape(shape) if isinstance(x, np.ndarray) else x.view(shape)
 
 
 # --- masks ------------------------------------------------------------------------------------
@@ -191,22 +176,22 @@ def _mask_index(
     the op allows: "lengths" (B), "ends" (2B), "2d", "3d", "4d"."""
     if mask is None:
         return None
-    mask = _int32(ctx, mask)
+    mask = as_int32(ctx, mask)
     j = np.arange(total).reshape(1, 1, 1, total)
     if mask.rank == 1 and mask.shape[0] == b and "lengths" in forms:
         # Right padding: the keys from len[b] on are filtered.
-        return _less(ctx, j, mask.view((b, 1, 1, 1)))
+        return less_than(ctx, j, mask.view((b, 1, 1, 1)))
     if mask.rank == 1 and mask.shape[0] == 2 * b and "ends" in forms:
         # Left and right padding: keys in [start[b], end[b]) are kept.
         if mask.const is not None:
             end, start = mask.const.reshape(2, b, 1, 1, 1)
             return (j < end) & (j >= start)
         end, start = split_value(ctx, mask, [b, b], 0)
-        return _logical(
+        return logical_value(
             ctx,
             "AND",
-            _less(ctx, j, end.view((b, 1, 1, 1))),
-            _less(ctx, start.view((b, 1, 1, 1)), j + 1),
+            less_than(ctx, j, end.view((b, 1, 1, 1))),
+            less_than(ctx, start.view((b, 1, 1, 1)), j + 1),
         )
     if mask.rank == 2 and mask.shape == (b, total) and "2d" in forms:
         raw = mask.view((b, 1, 1, total))
@@ -257,7 +242,9 @@ def _causal(s: int, total: int, past: int, dtype) -> np.ndarray:
     return np.where((j <= i + past) | (i == s - 1), 0, -np.inf).astype(dtype)
 
 
-def _attention_bias(ctx, bias: Value | None, full, what: str = "attention_bias") -> Value | None:
+def attention_bias_value(
+    ctx, bias: Value | None, full, what: str = "attention_bias"
+) -> Value | None:
     if bias is None:
         return None
     b, n, s, total = full
@@ -285,7 +272,7 @@ def _member(field: str) -> str:
     return "".join(part.capitalize() for part in field.split("_"))
 
 
-def _attend(
+def attend_heads(
     ctx,
     feeds: dict,
     *,
@@ -351,14 +338,14 @@ def _plain_attend(ctx, feeds: dict, masks, _past_length, *, dims, what, forms, p
         # Keys / values with no new ones (MultiHeadAttention's {B, N, L, H}) have no offset.
         query = next(v for k, v in feeds.items() if "query" in k)
         causal = _causal(s, total, past if new else 0, query.data_type.numpy_dtype)
-    return _attend(
+    return attend_heads(
         ctx,
         feeds,
         dims=(b, s, n, n, d, dv, total),
-        scale=_scale(ctx, d),
+        scale=default_scale(ctx, d),
         filter_value=float(ctx.attr("mask_filter_value", DEFAULT_FILTER)),
         keep=keep,
-        additive=_additive(ctx, _attention_bias(ctx, bias, (b, n, s, total)), causal),
+        additive=_additive(ctx, attention_bias_value(ctx, bias, (b, n, s, total)), causal),
         presents=presents,
     )
 
@@ -437,7 +424,7 @@ def _shared_masks(ctx, mask, bias, dims, *, what: str, forms: tuple[str, ...]):
         keep = _padded(ctx, keep, capacity, 1)
     if bias is not None:
         covered = _covered(ctx, bias, new, capacity, "attention_bias")
-        bias = _padded(ctx, _attention_bias(ctx, bias, (b, n, s, covered)), capacity, 0)
+        bias = _padded(ctx, attention_bias_value(ctx, bias, (b, n, s, covered)), capacity, 0)
     return keep, bias
 
 
@@ -461,15 +448,15 @@ def _shared_attend(ctx, feeds: dict, masks, past_length, *, dims, what, forms, p
     causal = bool(int(ctx.attr("unidirectional", 0)))
     full = (b, s, n, n, d, dv, capacity)
     attend = {
-        "scale": _scale(ctx, d),
+        "scale": default_scale(ctx, d),
         "filter_value": float(ctx.attr("mask_filter_value", DEFAULT_FILTER)),
     }
-    writes = {**feeds, "past_sequence_lengths_tensor": _value(ctx, lengths)}
+    writes = {**feeds, "past_sequence_lengths_tensor": as_value(ctx, lengths)}
     if s == 1 or (causal and new == s):
-        return _attend(
+        return attend_heads(
             ctx, writes, dims=full, keep=keep, additive=additive, presents=presents, **attend
         )
-    _, present_k, present_v = _attend(ctx, writes, dims=full, presents=(True, True), **attend)
+    _, present_k, present_v = attend_heads(ctx, writes, dims=full, presents=(True, True), **attend)
     query = feeds.get("query_tensor")
     if query is None:  # packed {B, S, N, 3, H}
         query = split_value(ctx, feeds["stacked_query_key_value_tensor"], [1, 2], 3)[0]
@@ -481,16 +468,16 @@ def _shared_attend(ctx, feeds: dict, masks, past_length, *, dims, what, forms, p
     # the last query.
     i = np.arange(s).reshape(1, 1, s, 1)
     j = np.arange(capacity).reshape(1, 1, 1, capacity)
-    lens = _shaped(lengths, (b, 1, 1, 1))
-    allowed = _less(ctx, (j - new).astype(np.int32), lens)
+    lens = shaped(lengths, (b, 1, 1, 1))
+    allowed = less_than(ctx, (j - new).astype(np.int32), lens)
     if causal:
         last = np.broadcast_to(i == s - 1, (1, 1, s, capacity))
-        own = _logical(ctx, "OR", _less(ctx, (j - i - 1).astype(np.int32), lens), last)
-        allowed = _logical(ctx, "AND", allowed, own)
-    bound = _minus_inf_outside(ctx, allowed, query.data_type.numpy_dtype)
+        own = logical_value(ctx, "OR", less_than(ctx, (j - i - 1).astype(np.int32), lens), last)
+        allowed = logical_value(ctx, "AND", allowed, own)
+    bound = minus_inf_outside(ctx, allowed, query.data_type.numpy_dtype)
     if additive is not None:
         bound = binary_value(ctx, "ELEMENT_WISE_ADD", additive, bound)
-    y, _, _ = _attend(ctx, reads, dims=full, keep=keep, additive=bound, **attend)
+    y, _, _ = attend_heads(ctx, reads, dims=full, keep=keep, additive=bound, **attend)
     return y, present_k if presents[0] else None, present_v if presents[1] else None
 
 
@@ -579,8 +566,8 @@ def _packed_attention(ctx, proj: Value, inputs, heads: int, sizes, *, mask_forms
 
 @converter("Attention", domain=MS)
 def _attention(ctx, node, inputs):
-    x, w, bias, mask, past, attention_bias, past_length = _inputs(inputs, 7)
-    _reject(ctx, inputs, {}, {"do_rotary": 0})
+    x, w, bias, mask, past, attention_bias, past_length = padded_inputs(inputs, 7)
+    reject_unsupported(ctx, inputs, {}, {"do_rotary": 0})
     heads = int(ctx.attr("num_heads", 0))
     if heads < 1:
         raise ctx.fail("num_heads must be positive")
@@ -603,8 +590,10 @@ def _attention(ctx, node, inputs):
 
 @converter("MultiHeadAttention", domain=MS)
 def _multi_head_attention(ctx, node, inputs):
-    query, key, value, bias, mask, attention_bias, past_k, past_v, past_length = _inputs(inputs, 9)
-    _reject(ctx, inputs, {9: "cache_indirection"}, {})
+    query, key, value, bias, mask, attention_bias, past_k, past_v, past_length = padded_inputs(
+        inputs, 9
+    )
+    reject_unsupported(ctx, inputs, {9: "cache_indirection"}, {})
     if ctx.wants(3):
         raise ctx.fail("output 'qk' is not supported")
     heads = int(ctx.attr("num_heads", 0))
@@ -696,329 +685,6 @@ def _multi_head_attention(ctx, node, inputs):
     return [y, present_k, present_v]
 
 
-# --- GroupQueryAttention ----------------------------------------------------------------------
-
-
-def _plus(ctx, a, b):
-    """``a + b`` for INT32 operands (NumPy arrays or values; NumPy when both are known)."""
-    known = [x if isinstance(x, np.ndarray) else x.const for x in (a, b)]
-    if all(x is not None for x in known):
-        return (known[0].astype(np.int64) + known[1].astype(np.int64)).astype(np.int32)
-    a = ctx.constant(a.astype(np.int32)) if isinstance(a, np.ndarray) else a
-    b = ctx.constant(b.astype(np.int32)) if isinstance(b, np.ndarray) else b
-    return binary_value(ctx, "ELEMENT_WISE_ADD", a, b)
-
-
-def _value(ctx, x) -> Value:
-    return ctx.constant(x) if isinstance(x, np.ndarray) else x
-
-
-def _shaped(x, shape):
-    """A NumPy array or a value under another shape."""
-    return x.reshape(shape) if isinstance(x, np.ndarray) else x.view(shape)
-
-
-def _gqa_positions(ctx, position_ids, lengths, b: int, s: int, first: bool):
-    """The rotary positions {B or 1, S}: ``position_ids`` (a first prompt reads its first
-    element as the offset of every batch), else ``past + s``."""
-    steps = np.arange(s, dtype=np.int32).reshape(1, s)
-    if position_ids is not None:
-        if position_ids.shape != (b, s):
-            raise ctx.fail(f"position_ids of shape {list(position_ids.shape)} must be [{b}, {s}]")
-        if not first:
-            return position_ids
-        if position_ids.const is not None:
-            return steps + np.int32(position_ids.const.reshape(-1)[0])
-        t = position_ids.data_type
-        desc = op("SLICE1")(
-            packed(t, (b, s)),
-            packed(t, (1, 1)),
-            input_window_offsets=[0, 0],
-            input_window_sizes=[1, 1],
-            input_window_strides=[1, 1],
-        )
-        return _plus(ctx, ctx.out(ctx.node(desc, [position_ids]), (1, 1)), steps)
-    if first:
-        return steps
-    return _plus(ctx, _shaped(lengths, (b, 1)), steps)
-
-
-def _gqa_keep(ctx, seqlens: Value, lengths, dims, window: int, first: bool):
-    """What GroupQueryAttention's queries keep beyond MULTIHEAD_ATTENTION1's causal frontier
-    ``j <= L_b + i``, over {B, 1, S, C} (None: nothing more). A first prompt may be right-padded
-    (``seqlens_k[b] + 1`` < S): as in ONNX Runtime's CPU kernel, a padding query attends like the
-    entry's last token, ``j <= min(i, seqlens_k[b])``, its window ending there."""
-    b, s, capacity = dims
-    i = np.arange(s).reshape(1, 1, s, 1)
-    j = np.arange(capacity).reshape(1, 1, 1, capacity)
-    lens = _shaped(lengths, (b, 1, 1, 1))
-    last = seqlens.view((b, 1, 1, 1))
-    padded = first and not (seqlens.const is not None and np.all(seqlens.const >= s - 1))
-    keep = None
-    if padded:
-        keep = _less(ctx, (j - 1).astype(np.int32), last)  # j <= seqlens_k[b]
-    if window > 0:
-        # L_b + i - W < j; in a padded prompt also min(i, seqlens_k[b]) - W < j.
-        inside = _less(ctx, lens, (j - i + window).astype(np.int32))
-        if padded:
-            tail = _less(ctx, last, (j + window).astype(np.int32))
-            inside = _logical(ctx, "OR", inside, tail)
-        keep = inside if keep is None else _logical(ctx, "AND", keep, inside)
-    return keep
-
-
-@converter("GroupQueryAttention", domain=MS)
-def _group_query_attention(ctx, node, inputs):
-    query, key, value, past_k, past_v, seqlens, total_in, cos, sin, position_ids, bias = _inputs(
-        inputs, 11
-    )
-    _reject(
-        ctx,
-        inputs,
-        {
-            11: "head_sink",
-            12: "k_scale",
-            13: "v_scale",
-            14: "q_norm_weight",
-            15: "k_norm_weight",
-            16: "query_seqlens",
-        },
-        {
-            "smooth_softmax": 0,
-            "qk_output": 0,
-            "causal": 1,
-            "sliding_window_cache": 0,
-            "k_quant_type": "NONE",
-            "v_quant_type": "NONE",
-        },
-    )
-    if ctx.wants(3):
-        raise ctx.fail("output 'output_qk' is not supported")
-    heads, kv_heads = int(ctx.attr("num_heads", 0)), int(ctx.attr("kv_num_heads", 0))
-    if heads < 1 or kv_heads < 1 or heads % kv_heads:
-        raise ctx.fail(f"num_heads {heads} must be a positive multiple of kv_num_heads {kv_heads}")
-    if query.rank != 3:
-        raise ctx.fail(f"query of shape {list(query.shape)} must be 3-D")
-    b, s, width = query.shape
-    t = query.data_type
-    if key is None:  # packed QKV {B, S, (N + 2 Nkv) H}
-        if value is not None or width % (heads + 2 * kv_heads):
-            raise ctx.fail(
-                f"packed QKV of width {width} must hold {heads} + 2 * {kv_heads} heads, "
-                "without key and value"
-            )
-        d = width // (heads + 2 * kv_heads)
-        q, k, v = split_value(ctx, query, [heads * d, kv_heads * d, kv_heads * d], 2)
-    else:
-        if width % heads:
-            raise ctx.fail(f"the query's hidden size {width} is not a multiple of {heads} heads")
-        d = width // heads
-        want = (b, s, kv_heads * d)
-        if value is None or key.shape != want or value.shape != want:
-            raise ctx.fail(
-                f"key {list(key.shape)} and value "
-                f"{None if value is None else list(value.shape)} must both be {list(want)}"
-            )
-        q, k, v = query, key, value
-    total = const_ints(ctx, total_in, "total_sequence_length")[0]
-    if (past_k is None) != (past_v is None):
-        raise ctx.fail("past_key and past_value come together")
-    p = 0
-    if past_k is not None:
-        p = past_k.shape[2] if past_k.rank == 4 else -1
-        want = (b, kv_heads, p, d)
-        if past_k.shape != want or past_v.shape != want or past_k.data_type != t:
-            raise ctx.fail(
-                f"past_key {list(past_k.shape)} / past_value {list(past_v.shape)} must be "
-                f"[{b}, {kv_heads}, P, {d}] of the query's type"
-            )
-    capacity = max(total, p)
-    subsequent = s > 1 and s != total
-    if subsequent and b != 1:
-        raise ctx.fail("a prompt continuing a cache (1 < S != total_sequence_length) needs batch 1")
-    first = not subsequent and s == total
-    if not first and not subsequent and s != 1:
-        raise ctx.fail(f"sequence length {s} exceeds total_sequence_length {total}")
-    seqlens = _int32(ctx, seqlens)
-    if seqlens.shape not in ((b,), (b, 1)):
-        raise ctx.fail(f"seqlens_k of shape {list(seqlens.shape)} must be [{b}]")
-    # Positions cached before this step, per batch entry.
-    if first or past_k is None:
-        lengths = np.zeros((b,), np.int32)
-    else:
-        lengths = _plus(ctx, seqlens.view((b,)), np.full((1,), 1 - s, np.int32))
-
-    if int(ctx.attr("do_rotary", 0)):
-        if cos is None or sin is None or cos.shape != sin.shape or cos.rank != 2:
-            raise ctx.fail("do_rotary needs 2-D cos_cache and sin_cache of one shape")
-        dim = rotary_dim(ctx, d, cos.shape[1], 2 * cos.shape[1])
-        positions = _value(ctx, _gqa_positions(ctx, position_ids, lengths, b, s, first))
-        angles = (positions.shape[0], s, 1, dim // 2)
-        cos_at = gather_rows(ctx, cos, positions).view(angles)
-        sin_at = gather_rows(ctx, sin, positions).view(angles)
-        interleaved = bool(int(ctx.attr("rotary_interleaved", 0)))
-
-        def rotary(x, n):
-            y = rotate(ctx, x.view((b, s, n, d)), cos_at, sin_at, interleaved=interleaved, dim=dim)
-            return y.view((b, s, n * d))
-
-        q, k = rotary(q, heads), rotary(k, kv_heads)
-    elif cos is not None or sin is not None or position_ids is not None:
-        raise ctx.fail("cos_cache, sin_cache and position_ids need do_rotary = 1")
-
-    # The cache MULTIHEAD_ATTENTION1 writes the new keys / values into: the past with the rows
-    # from each entry's length on set to 0 (ONNX Runtime's present has 0 there), then zeros up
-    # to the capacity.
-    presents = (ctx.wants(1), ctx.wants(2))
-    caches = []
-    empty = p == 0 or (isinstance(lengths, np.ndarray) and not lengths.any())
-    for past in (past_k, past_v):
-        if empty:
-            caches.append(_fill(ctx, t, (b, kv_heads, capacity, d), 0))
-            continue
-        cache = past
-        if any(presents):
-            rows = np.arange(p, dtype=np.int32).reshape(1, 1, p, 1)
-            keep = _value(ctx, _less(ctx, rows, _value(ctx, lengths).view((b, 1, 1, 1))))
-            zero = ctx.constant(np.zeros((1, 1, 1, 1), t.numpy_dtype))
-            shape = (b, kv_heads, p, d)
-            desc = op("ELEMENT_WISE_IF")(
-                broadcast(keep, shape), packed(t, shape), broadcast(zero, shape), packed(t, shape)
-            )
-            cache = ctx.out(ctx.node(desc, [keep, past, zero]), shape)
-        if capacity > p:
-            cache = join_values(ctx, [cache, _fill(ctx, t, (b, kv_heads, capacity - p, d), 0)], 2)
-        caches.append(cache)
-    if isinstance(lengths, np.ndarray) and not lengths.any():  # as ONNX Runtime's DirectML GQA
-        length_value = _fill(ctx, DataType.INT32, (b,), 0)
-    else:
-        length_value = _value(ctx, lengths)
-
-    # A local window keeps the last W keys up to the query's position: L_b + i - W < j.
-    window = int(ctx.attr("local_window_size", -1))
-    if window == 0 or window < -1:
-        raise ctx.fail(f"local_window_size {window} must be -1 or positive")
-    keep = _gqa_keep(ctx, seqlens.view((b,)), lengths, (b, s, capacity), window, first)
-    additive = _attention_bias(ctx, bias, (b, heads, s, total))
-    if additive is not None and capacity > total:
-        pad = np.zeros(additive.shape[:3] + (capacity - total,), t.numpy_dtype)
-        additive = join_values(ctx, [additive, ctx.constant(pad)], 3)
-    feeds = {
-        "query_tensor": q,
-        "key_tensor": k,
-        "value_tensor": v,
-        "past_key_tensor": caches[0],
-        "past_value_tensor": caches[1],
-        "past_sequence_lengths_tensor": length_value,
-    }
-    dims = (b, s, heads, kv_heads, d, d, capacity)
-    softcap = float(ctx.attr("softcap", 0.0))
-    if softcap < 0:
-        raise ctx.fail(f"softcap {softcap} must not be negative")
-    if softcap == 0:
-        y, present_k, present_v = _attend(
-            ctx,
-            feeds,
-            dims=dims,
-            scale=_scale(ctx, d),
-            filter_value=-math.inf,
-            keep=keep,
-            additive=additive,
-            presents=presents,
-        )
-        return [y, present_k, present_v]
-    # MULTIHEAD_ATTENTION1 has no soft cap: it builds the present caches, and the attention is
-    # ONNX Runtime's decomposition over them.
-    _, present_k, present_v = _attend(
-        ctx, feeds, dims=dims, scale=1.0, filter_value=-math.inf, presents=(True, True)
-    )
-    masks = (lengths, keep, additive)
-    y = _softcapped(ctx, q, present_k, present_v, masks, dims, _scale(ctx, d), softcap)
-    return [y, present_k if presents[0] else None, present_v if presents[1] else None]
-
-
-def _softcapped(ctx, q, keys, values, masks, dims, scale: float, softcap: float) -> Value:
-    """Grouped attention with a soft cap, in float32 as ONNX Runtime's CPU kernel computes it:
-    GEMM (query heads as one batch over the key/value heads), ACTIVATION_SCALED_TANH
-    (``softcap * tanh(x / softcap)``), ELEMENT_WISE_ADD of attention_bias and of -inf outside
-    the causal window, ACTIVATION_SOFTMAX1, GEMM."""
-    lengths, keep, additive = masks
-    b, s, hq, _, d, _, total = dims
-    t, f32 = q.data_type, DataType.FLOAT32
-    q4 = cast_value(ctx, transposed(ctx, q.view((b, s, hq, d)), (0, 2, 1, 3)), f32)
-    keys, values = cast_value(ctx, keys, f32), cast_value(ctx, values, f32)
-    full = (b, hq, s, total)
-    logits = soft_capped(ctx, grouped_logits(ctx, q4, keys, scale), softcap)
-    if additive is not None:
-        logits = binary_value(ctx, "ELEMENT_WISE_ADD", logits, cast_value(ctx, additive, f32))
-    # Query i of entry b sees the keys up to its position L_b + i (and the window's).
-    i = np.arange(s).reshape(1, 1, s, 1)
-    j = np.arange(total).reshape(1, 1, 1, total)
-    lens = _shaped(lengths, (b, 1, 1, 1))
-    allowed = _less(ctx, (j - i - 1).astype(np.int32), lens)
-    if keep is not None:
-        allowed = _logical(ctx, "AND", allowed, keep)
-    logits = binary_value(ctx, "ELEMENT_WISE_ADD", logits, _minus_inf_outside(ctx, allowed))
-    softmax = op("ACTIVATION_SOFTMAX1")(packed(f32, full), packed(f32, full), axes=[3])
-    probs = ctx.out(ctx.node(softmax, [logits]), full)
-    y = grouped_values(ctx, probs, values)
-    y = transposed(ctx, y, (0, 2, 1, 3)).view((b, s, hq * d))
-    return cast_value(ctx, y, t)
-
-
-# --- RotaryEmbedding --------------------------------------------------------------------------
-
-
-@converter("RotaryEmbedding", domain=MS)
-def _rotary_embedding(ctx, node, inputs):
-    x, positions, cos, sin = inputs
-    _reject(ctx, inputs, {}, {"is_packed_batching": 0})
-    if cos.rank != 2 or cos.shape != sin.shape:
-        raise ctx.fail(
-            f"cos_cache {list(cos.shape)} and sin_cache {list(sin.shape)} must be 2-D, one shape"
-        )
-    heads = int(ctx.attr("num_heads", 0))
-    attribute = int(ctx.attr("rotary_embedding_dim", 0))
-    if attribute and not heads:
-        raise ctx.fail("rotary_embedding_dim needs num_heads")
-    if x.rank == 4:  # {B, N, S, H}
-        b, heads, s, head = x.shape
-    elif x.rank == 3:  # {B, S, N * H}
-        b, s, hidden = x.shape
-        head = hidden // heads if heads else 2 * cos.shape[1]
-        if head < 1 or hidden % head:
-            raise ctx.fail(f"the hidden size {hidden} is not a whole number of heads of {head}")
-        heads = hidden // head
-    else:
-        raise ctx.fail(f"input must be 3-D or 4-D, got shape {list(x.shape)}")
-    dim = rotary_dim(ctx, head, cos.shape[1], attribute)
-    positions = _int32(ctx, positions)
-    if positions.rank <= 1 and positions.shape in ((), (1,)):
-        # One offset: position offset + s for every batch entry.
-        steps = np.arange(s, dtype=np.int32).reshape(1, s)
-        positions = _value(ctx, _plus(ctx, positions.view((1, 1)), steps))
-    elif positions.shape != (b, s):
-        raise ctx.fail(f"position_ids of shape {list(positions.shape)} must be [1] or [{b}, {s}]")
-    cos_at, sin_at = gather_rows(ctx, cos, positions), gather_rows(ctx, sin, positions)
-    interleaved = bool(int(ctx.attr("interleaved", 0)))
-    if x.rank == 4:
-        angles = (positions.shape[0], 1, s, dim // 2)
-        y = rotate(
-            ctx, x, cos_at.view(angles), sin_at.view(angles), interleaved=interleaved, dim=dim
-        )
-        return [y]
-    angles = (positions.shape[0], s, 1, dim // 2)
-    y = rotate(
-        ctx,
-        x.view((b, s, heads, head)),
-        cos_at.view(angles),
-        sin_at.view(angles),
-        interleaved=interleaved,
-        dim=dim,
-    )
-    return [y.view(x.shape)]
-
-
 # --- QAttention -------------------------------------------------------------------------------
 
 
@@ -1039,8 +705,8 @@ def _quant_param(ctx, value: Value | None, width: int | None, what: str) -> Valu
 
 @converter("QAttention", domain=MS)
 def _q_attention(ctx, node, inputs):
-    x, w, bias, x_scale, w_scale, mask, x_zero, w_zero, past = _inputs(inputs, 9)
-    _reject(ctx, inputs, {}, {"do_rotary": 0, "past_present_share_buffer": 0})
+    x, w, bias, x_scale, w_scale, mask, x_zero, w_zero, past = padded_inputs(inputs, 9)
+    reject_unsupported(ctx, inputs, {}, {"do_rotary": 0, "past_present_share_buffer": 0})
     heads = int(ctx.attr("num_heads", 0))
     if heads < 1:
         raise ctx.fail("num_heads must be positive")
