@@ -52,21 +52,18 @@ def is_nan(v):
 # (a whole register) made Triton pack bytes of two rows into one register first. (Pallas lowers
 # inline assembly of one result only: the low and the high nibbles are two sequences, whose
 # common PRMT ptxas shares.)
-_NIBBLES_PTX = """{
-.reg .b32 t;
-prmt.b32 t, $1, 0, 0x4140;
-%s
-lop3.b32 $0, t, 0x000F000F, 0x64006400, 0xEA;
-}"""
-
-
 def nibbles_plus_1024(raw):
     """(low, high) float16 ``1024 + nibble`` of each byte of ``raw`` (uint8, CUDA only): the
     bits 0x6400 | q, by Triton inline assembly two bytes at a time."""
     _, pltriton = load_pallas()
     out = [jax.ShapeDtypeStruct(raw.shape, jnp.float16)]
+
+    def asm(shift: str) -> str:
+        return ("{\n.reg .b32 t;\nprmt.b32 t, $1, 0, 0x4140;\n" + shift +
+                "lop3.b32 $0, t, 0x000F000F, 0x64006400, 0xEA;\n}")  # fmt: skip
+
     return tuple(
-        pltriton.elementwise_inline_asm(_NIBBLES_PTX % shift, args=[raw], constraints="=r,r",
-                                        pack=2, result_shape_dtypes=out)[0]
-        for shift in ("", "shr.u32 t, t, 4;")
+        pltriton.elementwise_inline_asm(asm(shift), args=[raw], constraints="=r,r", pack=2,
+                                        result_shape_dtypes=out)[0]
+        for shift in ("", "shr.u32 t, t, 4;\n")
     )  # fmt: skip
