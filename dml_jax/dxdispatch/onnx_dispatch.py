@@ -17,7 +17,8 @@ from typing import Any
 from ..enums import DataType
 from ..errors import ValidationError
 from ..onnx import load_onnx
-from ..onnx.importer import ONNX, check_dml_shape, dml_sizes, graph_dtype
+from ..onnx.elements import ONNX, check_dml_shape, graph_dtype
+from ..onnx.importer import dml_sizes
 from ..tensor import TensorDesc
 from .context import LoadContext, member
 from .dispatchables import BindPoint, Dispatchable
@@ -258,7 +259,7 @@ def onnx_model_text(
     import numpy as np
 
     from ..onnx import check_model
-    from ..onnx.importer import numpy_dtype_of
+    from ..onnx.elements import numpy_dtype_of
 
     def buffer_type(elem: int, where: str) -> DataType:
         # The type of the bound buffer, as the dispatch binds it (INT64 stays INT64).

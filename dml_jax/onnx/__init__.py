@@ -51,7 +51,7 @@ class CompiledOnnx:
 
     def __call__(self, *inputs: Any, **named: Any) -> Any:
         """Runs the model: inputs by position or by ONNX name. One output: one array."""
-        from .importer import to_graph_array
+        from .elements import to_graph_array
 
         inputs = list(inputs)
         for name in self.input_names[len(inputs) :]:

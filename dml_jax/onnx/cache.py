@@ -20,7 +20,8 @@ import jax
 import numpy as np
 
 from ..errors import ValidationError
-from .importer import ONNX, ImportedGraph, NeedsSizes, NeedsValues, elem_type_of
+from .elements import ONNX, elem_type_of
+from .importer import ImportedGraph, NeedsSizes, NeedsValues
 from .optimize import optimize
 from .program import Program, check_memory, compile_imported
 from .walk import import_graph

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ValidationError
-from .importer import ONNX, Value, const_value
+from .elements import ONNX
+from .importer import Value, const_value
 
 NONDETERMINISTIC = frozenset(
     {

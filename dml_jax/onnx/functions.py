@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ValidationError
-from .importer import ONNX, Value
+from .elements import ONNX
+from .importer import Value
 
 _counter = itertools.count()
 
@@ -149,7 +150,8 @@ def inline_graph(walk, graph, bindings, where, walk_nodes) -> list:
     times. Returns the values of the subgraph's outputs."""
     import onnx
 
-    from .importer import array_of, const_value
+    from .importer import const_value
+    from .protos import array_of
 
     tag = f"__sub{next(_counter)}_"
     produced = {o for n in graph.node for o in n.output if o}

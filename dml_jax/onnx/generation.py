@@ -44,7 +44,7 @@ import numpy as np
 
 from ..errors import ValidationError
 from .buckets import MIN_BUCKET, bucket_length, bucket_sizes
-from .importer import ONNX, graph_dtype
+from .elements import ONNX, graph_dtype
 from .roles import DecoderRoles, find_roles, roles_of  # noqa: F401 (find_roles: the API's)
 
 # The XLA option by which sessions put matrix products on cuBLAS (``GPU_COMPILER_OPTIONS``).

@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..graph import FunctionNode
 from ..graph_json import graph_to_json
-from .importer import to_graph_array
+from .elements import to_graph_array
 
 
 def write_imported(

@@ -1,4 +1,6 @@
-"""ONNX models as one DML graph: values, the graph under construction, and the import walk.
+"""ONNX models as one DML graph: values, the graph under construction, and the import walk
+(which ONNX element type each value has in the graph: ``elements.py``; what is read from the
+model's protos, shapes and tensors: ``protos.py``).
 
 An ONNX tensor is a ``Value``: its static shape, the DML data type it has in the graph, and
 where its data lives (a node output of the graph being built, or a constant known at import
@@ -26,7 +28,6 @@ import keep their 64-bit type (folding is exact); a constant or graph input that
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -40,112 +41,19 @@ from ..errors import ValidationError
 from ..graph import ConstantDataNode, FunctionNode, GraphDesc
 from ..registry import lookup
 from ..tensor import TensorDesc, packed_strides
-
-ONNX = "ONNX"
-
-# ONNX TensorProto element types -> (DML data type in the graph, NumPy dtype of the ONNX
-# tensor). BOOL is stored as UINT8 (as ONNX Runtime's DirectML provider does); INT64 and UINT64
-# are narrowed to their 32-bit types (module docstring).
-_ONNX_TYPES: dict[int, tuple[DataType, np.dtype]] = {
-    1: (DataType.FLOAT32, np.dtype("float32")),
-    2: (DataType.UINT8, np.dtype("uint8")),
-    3: (DataType.INT8, np.dtype("int8")),
-    4: (DataType.UINT16, np.dtype("uint16")),
-    5: (DataType.INT16, np.dtype("int16")),
-    6: (DataType.INT32, np.dtype("int32")),
-    7: (DataType.INT32, np.dtype("int64")),
-    9: (DataType.UINT8, np.dtype("bool")),
-    10: (DataType.FLOAT16, np.dtype("float16")),
-    11: (DataType.FLOAT64, np.dtype("float64")),
-    12: (DataType.UINT32, np.dtype("uint32")),
-    13: (DataType.UINT32, np.dtype("uint64")),
-}
-# The element types no DirectML tensor holds (bfloat16, the float8 / float4 types, the 4- and
-# 2-bit integers): each is held in the graph in a wider DML type (its carrier) that holds every
-# one of its values exactly, and rounded to its own type where a node makes new values
-# (``walk``: after each node; ``carried_round``), so a graph computes them as float32 (or 8-bit)
-# arithmetic rounded once per node, and the session takes and returns JAX's / ml_dtypes' arrays
-# of the type itself (docs/semantics.md, "ONNX: types without a DML data type").
-CARRIED: dict[int, tuple[DataType, np.dtype]] = {
-    16: (DataType.FLOAT32, np.dtype(jnp.bfloat16)),
-    17: (DataType.FLOAT32, np.dtype(jnp.float8_e4m3fn)),
-    18: (DataType.FLOAT32, np.dtype(jnp.float8_e4m3fnuz)),
-    19: (DataType.FLOAT32, np.dtype(jnp.float8_e5m2)),
-    20: (DataType.FLOAT32, np.dtype(jnp.float8_e5m2fnuz)),
-    21: (DataType.UINT8, np.dtype(jnp.uint4)),
-    22: (DataType.INT8, np.dtype(jnp.int4)),
-    23: (DataType.FLOAT32, np.dtype(jnp.float4_e2m1fn)),
-    24: (DataType.FLOAT32, np.dtype(jnp.float8_e8m0fnu)),
-    25: (DataType.UINT8, np.dtype(jnp.uint2)),
-    26: (DataType.INT8, np.dtype(jnp.int2)),
-}
-_ONNX_TYPES.update(CARRIED)
-_CARRIER_DTYPES = {dtype: t.numpy_dtype for t, dtype in CARRIED.values()}
-_ELEM_OF_DTYPE = {dtype: k for k, (_, dtype) in _ONNX_TYPES.items()}
-BOOL = 9
-TYPE_NAMES = {
-    1: "float",
-    2: "uint8",
-    3: "int8",
-    4: "uint16",
-    5: "int16",
-    6: "int32",
-    7: "int64",
-    8: "string",
-    9: "bool",
-    10: "float16",
-    11: "double",
-    12: "uint32",
-    13: "uint64",
-    14: "complex64",
-    15: "complex128",
-    16: "bfloat16",
-    17: "float8e4m3fn",
-    18: "float8e4m3fnuz",
-    19: "float8e5m2",
-    20: "float8e5m2fnuz",
-    21: "uint4",
-    22: "int4",
-    23: "float4e2m1",
-    24: "float8e8m0",
-    25: "uint2",
-    26: "int2",
-}
-_NARROW = {np.dtype("int64"): np.dtype("int32"), np.dtype("uint64"): np.dtype("uint32")}
-
-
-def data_type_of(elem_type: int, where: str) -> DataType:
-    """The DML data type an ONNX element type has in the graph; others are a
-    ``ValidationError``."""
-    entry = _ONNX_TYPES.get(int(elem_type))
-    if entry is None:
-        name = TYPE_NAMES.get(int(elem_type), str(elem_type))
-        raise ValidationError(f"{ONNX}: {where}: element type {name} has no DML data type")
-    return entry[0]
-
-
-def numpy_dtype_of(elem_type: int, where: str) -> np.dtype:
-    """The NumPy dtype of an ONNX element type (int64 for INT64, bool for BOOL)."""
-    data_type_of(elem_type, where)
-    return _ONNX_TYPES[int(elem_type)][1]
-
-
-def elem_type_of(dtype: Any) -> int:
-    """The ONNX element type of a NumPy dtype (0 when ONNX has none of DML's)."""
-    return _ELEM_OF_DTYPE.get(np.dtype(dtype), 0)
-
-
-BFLOAT16 = 16
-
-
-def round_to_bfloat16(x: Any) -> Any:
-    """float32 ``x`` rounded to bfloat16's values (nearest, ties to even; NaN stays NaN), still
-    float32: integer arithmetic on the bits, which no compiler can drop as it can a pair of
-    conversions where it allows excess precision (XLA on GPUs)."""
-    bits = lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
-    rounded = (bits + jnp.uint32(0x7FFF) + ((bits >> 16) & 1)) & jnp.uint32(0xFFFF0000)
-    y = lax.bitcast_convert_type(rounded, jnp.float32)
-    return jnp.where(jnp.isnan(x), x.astype(jnp.float32), y)
+from .elements import (
+    BFLOAT16,
+    BOOL,
+    CARRIED,
+    ONNX,
+    TYPE_NAMES,
+    check_dml_shape,
+    elem_type_of,
+    graph_dtype,
+    round_to_bfloat16,
+    to_graph_array,
+)
+from .protos import array_of
 
 
 def elem_of(v: Value) -> int:
@@ -156,56 +64,6 @@ def elem_of(v: Value) -> int:
     if v.carried:
         return v.carried
     return BOOL if v.is_bool else elem_type_of(v.data_type.numpy_dtype)
-
-
-def graph_dtype(dtype: Any) -> np.dtype:
-    """The dtype a tensor of NumPy ``dtype`` has in the DML graph (bool -> uint8, 64-bit
-    integers -> 32-bit)."""
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return np.dtype(np.uint8)
-    if dtype in _CARRIER_DTYPES:
-        return _CARRIER_DTYPES[dtype]
-    return _NARROW.get(dtype, dtype)
-
-
-def to_graph_array(array: np.ndarray, where: str) -> np.ndarray:
-    """``array`` in its graph dtype (``graph_dtype``); a 64-bit integer that does not fit in 32
-    bits is a ``ValidationError`` naming ``where``."""
-    array = np.asarray(array)
-    target = graph_dtype(array.dtype)
-    if target == array.dtype:
-        return array
-    if array.dtype in _NARROW and array.size:
-        info = np.iinfo(target)
-        lo, hi = int(array.min()), int(array.max())
-        if lo < info.min or hi > info.max:
-            bad = lo if lo < info.min else hi
-            raise ValidationError(
-                f"{ONNX}: {where}: the {array.dtype} value {bad} does not fit in {target} "
-                f"(64-bit integers are computed in 32 bits, as ONNX Runtime's DirectML "
-                "provider does; docs/semantics.md)"
-            )
-    return array.astype(target)
-
-
-def check_dml_shape(shape: Sequence[int], where: str, what: str) -> None:
-    """A tensor of ONNX ``shape`` that must enter the DML graph as itself (a model input, a
-    constant operand): DirectML tensors have 1 to 8 dimensions and at most 2^32 - 1 elements.
-    The error names ``where`` (the input, node or output) and ``what``."""
-    from ..tensor import MAX_DIMENSIONS, UINT32_MAX
-
-    if len(shape) > MAX_DIMENSIONS:
-        raise ValidationError(
-            f"{ONNX}: {where}: {what} has {len(shape)} dimensions (shape {list(shape)}); a "
-            f"DirectML tensor has at most {MAX_DIMENSIONS}"
-        )
-    count = math.prod(shape)
-    if count > UINT32_MAX:
-        raise ValidationError(
-            f"{ONNX}: {where}: {what} of shape {list(shape)} holds {count} elements; a "
-            f"DirectML tensor holds at most {UINT32_MAX}"
-        )
 
 
 def identity(desc: TensorDesc) -> Any:
@@ -380,8 +238,8 @@ def permuted(value: Value, perm: Sequence[int]) -> TensorDesc:
 def const_value(array: Any, where: str = "", *, param: str | None = None) -> Value:
     """A value known at import time (``array`` keeps its dtype: int64 stays int64)."""
     array = np.asarray(array)
-    elem = _ELEM_OF_DTYPE.get(array.dtype)
-    if elem is None:
+    elem = elem_type_of(array.dtype)
+    if not elem:
         raise ValidationError(f"{ONNX}: {where}: data type {array.dtype} has no DML data type")
     data_type = DataType.from_dtype(graph_dtype(array.dtype))
     carried = elem if elem in CARRIED else 0
@@ -743,180 +601,3 @@ class Context:
 
     def out(self, n: int, shape: Sequence[int], k: int = 0, *, is_bool: bool = False) -> Value:
         return self.builder.output(n, k, shape, is_bool=is_bool)
-
-
-# ---------------------------------------------------------------------------------------------
-# Model inputs
-
-
-def dims_of(type_proto: Any) -> list[int | str | None]:
-    """An input's declared shape: ints, ``dim_param`` names, None for unnamed dims."""
-    out: list[int | str | None] = []
-    for d in type_proto.tensor_type.shape.dim:
-        if d.HasField("dim_value"):
-            out.append(int(d.dim_value))
-        elif d.dim_param:
-            out.append(d.dim_param)
-        else:
-            out.append(None)
-    return out
-
-
-def shape_of(type_proto: Any, name: str, free: Mapping[str, int], given: Sequence[int] | None):
-    tensor = type_proto.tensor_type
-    if given is not None:
-        return tuple(int(d) for d in given)
-    if not tensor.HasField("shape"):
-        raise ValidationError(
-            f"{ONNX}: input '{name}' has no shape in the model; give its shape (input shapes)"
-        )
-    dims = []
-    for i, d in enumerate(tensor.shape.dim):
-        if d.HasField("dim_value"):
-            dims.append(int(d.dim_value))
-        elif d.dim_param and d.dim_param in free:
-            dims.append(int(free[d.dim_param]))
-        elif d.denotation and d.denotation.upper() in free:
-            dims.append(int(free[d.denotation.upper()]))
-        else:
-            label = f"'{d.dim_param}'" if d.dim_param else "an unnamed dimension"
-            raise ValidationError(
-                f"{ONNX}: input '{name}': dimension {i} is {label}; give its size "
-                "(free dimension overrides or an input shape)"
-            )
-    return tuple(dims)
-
-
-def array_of(tensor: Any, base_dir: str | None = None, where: str | None = None) -> np.ndarray:
-    """A TensorProto's value (external data from ``base_dir``: mapped where ``mapped_external``
-    can, else read), checked before it is read (``check_tensor``): what is wrong with the
-    tensor is a ``ValidationError`` naming ``where`` (default: the initializer)."""
-    from onnx import external_data_helper, numpy_helper
-
-    where = where or f"initializer '{tensor.name}'"
-    check_tensor(tensor, where)
-    if external_data_helper.uses_external_data(tensor):
-        mapped = mapped_external(tensor, base_dir)
-        if mapped is not None:
-            return mapped
-        try:
-            external_data_helper.load_external_data_for_tensor(tensor, base_dir or "")
-        except Exception as e:  # noqa: BLE001 - onnx's checks and the OS raise many kinds
-            reason = getattr(e, "strerror", None) or str(e).splitlines()[0]
-            raise ValidationError(
-                f"{ONNX}: {where}: cannot be read from its external data ({reason})"
-            ) from None
-        check_tensor(tensor, where)  # the bytes read against the dims
-    return numpy_helper.to_array(tensor)
-
-
-def _packed_count(elem: int, count: int) -> int:
-    """How many stored units (bytes of raw_data, entries of a typed field) hold ``count``
-    elements of ONNX type ``elem``: 4-bit types pack two to a unit, 2-bit types four."""
-    if elem in (21, 22, 23):
-        return (count + 1) // 2
-    if elem in (25, 26):
-        return (count + 3) // 4
-    return count
-
-
-def check_tensor(tensor: Any, where: str, values: bool = True) -> None:
-    """A TensorProto's data type, dims and (with ``values``) stored values, checked before
-    anything reads them: a data type ONNX defines and DML holds, dims that are sizes, and as
-    many stored values (``raw_data``'s bytes, or entries of the field its type is stored in) as
-    the dims hold, as ONNX Runtime requires. External data is checked once read."""
-    from onnx import TensorProto, helper
-
-    if tensor.HasField("segment"):
-        raise ValidationError(f"{ONNX}: {where}: segmented tensors are not supported")
-    elem = int(tensor.data_type)
-    if elem == TensorProto.UNDEFINED:
-        raise ValidationError(f"{ONNX}: {where}: the tensor has no data type (UNDEFINED)")
-    if elem not in TensorProto.DataType.values():
-        raise ValidationError(
-            f"{ONNX}: {where}: the tensor has data type {elem}, which ONNX does not define"
-        )
-    data_type_of(elem, where)
-    dims = [int(d) for d in tensor.dims]
-    if any(d < 0 for d in dims):
-        raise ValidationError(f"{ONNX}: {where}: dims {dims} hold a negative size")
-    count = math.prod(dims)
-    name = TYPE_NAMES[elem]
-    if not values or tensor.data_location == TensorProto.EXTERNAL:
-        return
-    if tensor.HasField("raw_data"):
-        need = _packed_count(elem, count) * _ONNX_TYPES[elem][1].itemsize
-        if len(tensor.raw_data) != need:
-            raise ValidationError(
-                f"{ONNX}: {where}: raw_data holds {len(tensor.raw_data)} bytes; dims {dims} of "
-                f"{name} need {need}"
-            )
-        return
-    field = helper.tensor_dtype_to_field(elem)
-    have = len(getattr(tensor, field))
-    need = _packed_count(elem, count)
-    if have != need:
-        raise ValidationError(
-            f"{ONNX}: {where}: dims {dims} hold {count} {name} elements, but its {field} "
-            f"holds {have} values"
-        )
-
-
-# Element types whose external data is the NumPy array's own bytes (little-endian, packed).
-_MAPPABLE = {1: "<f4", 2: "u1", 3: "i1", 4: "<u2", 5: "<i2", 6: "<i4", 7: "<i8", 9: "?",
-             10: "<f2", 11: "<f8", 12: "<u4", 13: "<u8"}  # fmt: skip
-
-
-def mapped_external(tensor: Any, base_dir: str | None) -> np.ndarray | None:
-    """A tensor's external data as a copy-on-write memory map, or None where it is not plainly
-    one file range of the tensor's packed bytes (onnx's loader then reads it, and reports what
-    is wrong). Pages are read when used: a sharded session places each device's block of a
-    weight (``placement.place``), so a process reads only its own devices' parts of the file."""
-    import os
-    import sys
-
-    from onnx import external_data_helper
-
-    dtype = _MAPPABLE.get(tensor.data_type)
-    shape = tuple(int(d) for d in tensor.dims)
-    if dtype is None or sys.byteorder != "little" or not shape or 0 in shape:
-        return None
-    try:
-        info = external_data_helper.ExternalDataInfo(tensor)
-    except ValueError:
-        return None
-    location = info.location
-    # Only a file inside base_dir, as onnx's own loader allows.
-    if not location or os.path.isabs(location) or ".." in location.replace("\\", "/").split("/"):
-        return None
-    root = os.path.realpath(base_dir or ".")
-    path = os.path.realpath(os.path.join(root, location))
-    if os.path.commonpath([root, path]) != root or not os.path.isfile(path):
-        return None
-    offset = info.offset or 0
-    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-    if (info.length is not None and info.length != nbytes) or os.path.getsize(
-        path
-    ) < offset + nbytes:
-        return None
-    return np.memmap(path, dtype=np.dtype(dtype), mode="c", offset=offset, shape=shape)
-
-
-def opsets_of(model: Any) -> dict[str, int]:
-    """The model's opset per domain ("" for ai.onnx)."""
-    out: dict[str, int] = {}
-    for o in model.opset_import:
-        domain = "" if o.domain in ("", "ai.onnx") else o.domain
-        out[domain] = max(out.get(domain, 0), int(o.version))
-    out.setdefault("", 1)
-    return out
-
-
-def where_of(i: int, node: Any) -> str:
-    if node.name:
-        return f"node {i} ('{node.name}', {node.op_type})"
-    return f"node {i} ({node.op_type})"
-
-
-def element_count(shape: Sequence[int]) -> int:
-    return math.prod(shape)

@@ -23,7 +23,7 @@ def load_onnx(path_or_model: Any, *, base_dir: str | None = None, map_weights: b
     """An ``onnx.ModelProto`` from a path, serialized bytes or a ModelProto. A path's external
     data is read from beside it; bytes or a proto read theirs from ``base_dir``. With
     ``map_weights``, a path's top-level initializers keep their external data references
-    (``importer.array_of`` maps them when used: a sharded session then reads each device's
+    (``protos.array_of`` maps them when used: a sharded session then reads each device's
     block only); every other tensor's is read."""
     onnx = _onnx()
     if isinstance(path_or_model, onnx.ModelProto):

@@ -31,7 +31,8 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from ..errors import ValidationError
 from ..tensor import packed_strides
-from .importer import ONNX, ImportedGraph
+from .elements import ONNX
+from .importer import ImportedGraph
 
 MODEL_AXIS = "model"
 # The initializers ``InferenceSession.params`` holds (float, float16, double): the parameters.

@@ -21,7 +21,8 @@ from .. import fastpath
 from ..errors import ValidationError
 from ..graph import ConstantDataNode, compile_graph
 from ..graph.tracing import held_constants, precomputed_outputs
-from .importer import ONNX, ImportedGraph, graph_dtype
+from .elements import ONNX, graph_dtype
+from .importer import ImportedGraph
 
 # XLA options a session's compiles take on GPUs unless the caller's compiler_options say
 # otherwise: matrix products on cuBLAS, as onnxruntime and torch.compile's default mode run

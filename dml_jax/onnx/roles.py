@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ValidationError
-from .importer import ONNX
+from .elements import ONNX
 
 _PAST = re.compile(r"^past(?:_key_values)?[._](\d+)[._](key|value)$|^past_(key|value)_(\d+)$")
 _PRESENT = re.compile(

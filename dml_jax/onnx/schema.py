@@ -8,7 +8,7 @@ import functools
 from typing import Any
 
 from ..errors import ValidationError
-from .importer import ONNX
+from .elements import ONNX
 
 _ATTRIBUTE_TYPES = {
     1: "float",

@@ -32,15 +32,8 @@ import numpy as np
 
 from ..errors import ValidationError
 from .cache import ProgramCache, flat_feed, structure_shape
-from .importer import (
-    ONNX,
-    TYPE_NAMES,
-    ImportedGraph,
-    data_type_of,
-    dims_of,
-    numpy_dtype_of,
-    to_graph_array,
-)
+from .elements import ONNX, TYPE_NAMES, data_type_of, numpy_dtype_of, to_graph_array
+from .importer import ImportedGraph
 from .program import (
     CPU_BAKED_WEIGHTS_MAX_BYTES,
     CPU_MATRIX_ARGUMENT_MIN_BYTES,
@@ -49,6 +42,7 @@ from .program import (
     compiler_options_for,
     explain,
 )
+from .protos import dims_of
 from .walk import tensor_elem
 
 _ACCELERATOR_PROVIDERS = (
@@ -534,7 +528,7 @@ class InferenceSession(ProgramCache):
 
     def _initializer(self, init: Any) -> np.ndarray:
         """An initializer's value, read once (shared with the imports)."""
-        from .importer import array_of
+        from .protos import array_of
 
         arrays = self._initializer_arrays
         if init.name not in arrays:

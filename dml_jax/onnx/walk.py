@@ -17,12 +17,19 @@ from ..enums import DataType
 from ..errors import ValidationError
 from ..graph import FunctionNode, GraphDesc, InputGraphEdge, IntermediateGraphEdge, OutputGraphEdge
 from . import fold, functions, resume, schema
-from .importer import (
+from .elements import (
     BOOL,
     CARRIED,
     ONNX,
-    STRUCTURES,
     TYPE_NAMES,
+    check_dml_shape,
+    data_type_of,
+    elem_type_of,
+    graph_dtype,
+    numpy_dtype_of,
+)
+from .importer import (
+    STRUCTURES,
     Builder,
     Context,
     Converter,
@@ -32,19 +39,10 @@ from .importer import (
     OptionalValue,
     SequenceValue,
     Value,
-    array_of,
-    check_dml_shape,
-    check_tensor,
     const_value,
-    data_type_of,
     elem_of,
-    elem_type_of,
-    graph_dtype,
-    numpy_dtype_of,
-    opsets_of,
-    shape_of,
-    where_of,
 )
+from .protos import array_of, check_tensor, opsets_of, shape_of, where_of
 
 
 @dataclass
@@ -488,7 +486,7 @@ STRUCTURE_OPS = frozenset(
 
 
 # Ops whose outputs hold only values of their inputs (moved, chosen or repeated): an output of
-# a carried type (``importer.CARRIED``) needs no rounding.
+# a carried type (``elements.CARRIED``) needs no rounding.
 MOVEMENT_OPS = frozenset(
     {
         "Compress", "Concat", "DepthToSpace", "Expand", "Flatten", "Gather", "GatherElements",

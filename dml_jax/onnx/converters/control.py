@@ -30,8 +30,8 @@ from jax import lax
 from ...enums import DataType
 from ...errors import ValidationError
 from .. import functions
+from ..elements import ONNX
 from ..importer import (
-    ONNX,
     STRUCTURES,
     NeedsHost,
     NeedsSizes,

@@ -15,7 +15,8 @@ import numpy as np
 from jax import lax
 
 from ...tensor import ScaleBias
-from ..importer import CARRIED, broadcast, data_type_of, packed
+from ..elements import CARRIED, data_type_of
+from ..importer import broadcast, packed
 from . import converter, register
 from ._common import (
     DataType,
@@ -303,7 +304,7 @@ _E8M0 = 24
 
 def carried_convert(x, elem: int, saturate: bool = True, round_mode: str = "up"):
     """The JAX array ``x`` converted to the ONNX type ``elem`` that no DML tensor holds
-    (``importer.CARRIED``), by ONNX's Cast rules:
+    (``elements.CARRIED``), by ONNX's Cast rules:
 
     - float8 with ``saturate``: values beyond the largest finite one (infinities too) become it,
       NaN stays NaN; without: the plain conversion (NaN, or infinity for FLOAT8E5M2);

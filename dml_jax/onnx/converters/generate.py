@@ -16,7 +16,8 @@ import math
 import numpy as np
 
 from ...enums import DataType
-from ..importer import data_type_of, packed, to_graph_array
+from ..elements import data_type_of, to_graph_array
+from ..importer import packed
 from . import converter
 from ._common import axis_of, cast_value, const_ints, op, view
 from .movement import empty, typed_scalar

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import ValidationError
-from ..importer import BOOL, ONNX, Value, data_type_of, elem_type_of, numpy_dtype_of
+from ..elements import BOOL, ONNX, data_type_of, elem_type_of, numpy_dtype_of
+from ..importer import Value
 from ..resume import free_names
 
 _INT32, _INT64 = 6, 7

@@ -13,7 +13,8 @@ import numpy as np
 from jax import lax
 
 from ...enums import DataType
-from ..importer import BOOL, broadcast, data_type_of, packed
+from ..elements import BOOL, data_type_of
+from ..importer import broadcast, packed
 from . import converter
 from ._common import axis_of, binary_value, cast_value, op, view
 

@@ -53,7 +53,8 @@ import numpy as np
 
 from ...enums import DataType
 from ...tensor import ScaleBias, TensorDesc, packed_strides
-from ..importer import Context, Value, broadcast, data_type_of, packed
+from ..elements import data_type_of
+from ..importer import Context, Value, broadcast, packed
 from . import REGISTRY
 from ._common import axis_of, broadcast_shape, const_ints, op, pads_of, spatial_out, view
 from .gemm_conv import fold_batch, strided_desc

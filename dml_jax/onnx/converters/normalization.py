@@ -29,7 +29,8 @@ import numpy as np
 
 from ...enums import DataType
 from ...tensor import ScaleBias, TensorDesc
-from ..importer import Value, broadcast, data_type_of, packed
+from ..elements import data_type_of
+from ..importer import Value, broadcast, packed
 from . import converter
 from ._common import axis_of, op, view
 

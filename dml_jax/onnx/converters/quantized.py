@@ -8,7 +8,7 @@ provider maps them:
   per block (the scale's own sizes; DirectML's blocks must divide the input). An absent zero
   point is absent (0); the output type is then ``output_dtype``, else UINT8. Outputs no
   DirectML quantize operator writes (INT16 / UINT16, opset 21; the 4- and 2-bit integers,
-  float8 and float4, which the graph holds in a carrier, ``importer.CARRIED``) are a JAX node
+  float8 and float4, which the graph holds in a carrier, ``elements.CARRIED``) are a JAX node
   (``quantize_linear_jax``) with the same arithmetic: the correctly rounded quotient, halves to
   even, the zero point added, saturated (a float type: converted as Cast does). A 4- or 2-bit
   input dequantizes from its 8-bit carrier on DirectML's operators; a float8 / float4 one is a
@@ -42,7 +42,8 @@ from jax import lax
 from ...enums import DataType
 from ...ops._quant import divide
 from ...tensor import TensorDesc
-from ..importer import CARRIED, TYPE_NAMES, Value, broadcast, data_type_of, packed
+from ..elements import CARRIED, TYPE_NAMES, data_type_of
+from ..importer import Value, broadcast, packed
 from . import converter
 from ._common import (
     axis_of,
@@ -143,7 +144,7 @@ def _blocked(ctx, name: str, x: Value, scale: Value, zero: Value | None, out_typ
 
 def quantized_carried(ctx, zero: Value | None) -> int:
     """The ONNX type QuantizeLinear writes when the graph holds it in a carrier (4- and 2-bit
-    integers, float8, float4: ``importer.CARRIED``), else 0."""
+    integers, float8, float4: ``elements.CARRIED``), else 0."""
     if zero is not None:
         return zero.carried
     given = int(ctx.attr("output_dtype", 0)) if ctx.opset >= 21 else 0
@@ -212,7 +213,7 @@ def _spread(x: Value, axis, block: int):
 def quantize_linear_jax(ctx, x, scale, zero, out_type: DataType, axis, block: int, elem: int = 0):
     """QuantizeLinear writing a type no DirectML quantize operator writes (8- and 4-bit DML
     integers only), as a JAX node: INT16 / UINT16, and the types the graph holds in a carrier
-    (``elem``: 4- and 2-bit integers, float8, float4; ``importer.CARRIED``). ``axis`` and
+    (``elem``: 4- and 2-bit integers, float8, float4; ``elements.CARRIED``). ``axis`` and
     ``block`` are the scale's layout as ``parameter_layout`` finds it (None and 0 per tensor;
     per axis; blocked along ``axis``). ONNX's rule: x / scale in ``precision`` (opset 23) or else
     the operands' float type; an integer type rounds it half to even, adds the zero point and
@@ -260,7 +261,7 @@ def quantize_linear_jax(ctx, x, scale, zero, out_type: DataType, axis, block: in
 
 
 def dequantize_linear_jax(ctx, x, scale, zero, out_type: DataType, axis, block: int):
-    """DequantizeLinear of a float8 / float4 tensor (held in float32, ``importer.CARRIED``),
+    """DequantizeLinear of a float8 / float4 tensor (held in float32, ``elements.CARRIED``),
     which no DirectML dequantize operator reads: (x - zero point) * scale in float32, as a JAX
     node, rounded once to ``out_type``."""
     spread = _spread(x, axis, block)

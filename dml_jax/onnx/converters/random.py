@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..importer import data_type_of
+from ..elements import data_type_of
 from . import converter
 
 # The key of a node without a seed: this offset mixed with its output's name.

@@ -8,14 +8,15 @@ reduces every axis, unless ``noop_with_empty_axes`` (13 / 18 on) makes the op an
 
 ArgMax / ArgMin are DirectML's ARGMAX / ARGMIN over the one axis, ``select_last_index`` (12 on)
 choosing the last of equal extremes (AxisDirection DECREASING). Their ONNX INT64 output is INT32
-in the graph (``importer.data_type_of``), a type both operators write.
+in the graph (``elements.data_type_of``), a type both operators write.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from ..importer import data_type_of, packed
+from ..elements import data_type_of
+from ..importer import packed
 from . import register
 from ._common import axis_of, const_ints, op, reduce_value, view
 

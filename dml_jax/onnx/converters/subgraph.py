@@ -16,20 +16,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...errors import ValidationError
+from ..elements import ONNX, TYPE_NAMES, to_graph_array
 from ..importer import (
-    ONNX,
-    TYPE_NAMES,
     Builder,
     NeedsHost,
     NeedsValues,
     Value,
-    array_of,
     const_value,
     leaves,
     rebuild,
     structure_of,
-    to_graph_array,
 )
+from ..protos import array_of
 
 _counter = itertools.count()
 

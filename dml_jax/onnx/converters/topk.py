@@ -12,7 +12,8 @@ in the graph, so a CAST follows (the indices are below the axis length, which fi
 
 from __future__ import annotations
 
-from ..importer import data_type_of, packed
+from ..elements import data_type_of
+from ..importer import packed
 from . import converter
 from ._common import DataType, axis_of, cast_value, op
 
