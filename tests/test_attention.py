@@ -548,7 +548,7 @@ def test_float16_probabilities_enter_the_product_at_float32_precision():
     """FLOAT16 values: the float32 probabilities times the values equal the float64 product to
     float32 accuracy; with ALLOW_HALF_PRECISION_COMPUTATION the probabilities are rounded to
     float16 and the product is only float16-accurate."""
-    from dml_jax.ops.attention import _weighted_values
+    from dml_jax.ops.attention_parts import weighted_values
     from dml_jax.precision import with_half_precision
 
     rng = np.random.default_rng(12)
@@ -559,13 +559,13 @@ def test_float16_probabilities_enter_the_product_at_float32_precision():
     scale = np.einsum("bkrst,bktd->bskrd", np.abs(w), np.abs(v).astype(np.float64))
 
     def product(half):
-        fn = with_half_precision(_weighted_values, half)
+        fn = with_half_precision(weighted_values, half)
         return np.asarray(jax.jit(fn)(w, v), np.float64)
 
     assert (np.abs(product(False) - want) / scale).max() < 2e-7
     assert (np.abs(product(True) - want) / scale).max() > 2e-5
     # derivatives are the float32 product's
-    grad = jax.grad(lambda a: _weighted_values(a, v).sum())(w)
+    grad = jax.grad(lambda a: weighted_values(a, v).sum())(w)
     np.testing.assert_allclose(
         np.asarray(grad),
         np.broadcast_to(v.astype(np.float32).sum(-1)[:, :, None, None], w.shape),
@@ -574,19 +574,19 @@ def test_float16_probabilities_enter_the_product_at_float32_precision():
 
 
 def test_float16_values_meet_the_weights_on_tf32_tensor_cores_on_cuda_only(monkeypatch):
-    """``_weights_product``: FLOAT16 values times the float32 weights is one product per
+    """``attention_parts.weights_product``: FLOAT16 values times the float32 weights is one product per
     platform, TF32 x3 on CUDA GPUs (float32-accurate for FLOAT16 values: their TF32 remainder
     is 0) and float32 elsewhere; FLOAT32 values, the half-precision flag and CUDA devices
     without TF32 tensor cores take one product at the lowering's precision."""
     import jax.extend as jex
 
-    from dml_jax.ops import attention as A
+    from dml_jax.ops import attention_parts
     from dml_jax.precision import with_half_precision
 
     w = np.ones((1, 2, 1, 3, 8), np.float32)
 
     def precisions(values, half=False):
-        fn = with_half_precision(A._weighted_values, half)
+        fn = with_half_precision(attention_parts.weighted_values, half)
         found = []
 
         def walk(jaxpr, platforms=None):
@@ -607,7 +607,7 @@ def test_float16_values_meet_the_weights_on_tf32_tensor_cores_on_cuda_only(monke
     ]
     assert precisions(np.ones((1, 2, 8, 4), np.float32)) == [(None, highest)]
     assert len(precisions(np.ones((1, 2, 8, 4), np.float16), half=True)) == 1
-    monkeypatch.setattr(A, "_tf32_tensor_cores", lambda: False)  # a pre-Ampere GPU
+    monkeypatch.setattr(attention_parts, "tf32_tensor_cores", lambda: False)  # a pre-Ampere GPU
     assert precisions(np.ones((1, 2, 8, 4), np.float16)) == [(None, highest)]
 
 
@@ -644,7 +644,7 @@ def _product_operand_types(fn, *args) -> list[tuple[str, ...]]:
 
 def test_float16_products_take_float16_operands():
     """FLOAT16 without BiasTensor: Q K^T on float16 operands and the second product on float32
-    ones (one per platform: ``_weights_product``), float16 with the half-precision flag; with
+    ones (one per platform: ``attention_parts.weights_product``), float16 with the half-precision flag; with
     BiasTensor the biased Q, K and V are float32, as are both products."""
     plain = _m(type_name="FLOAT16")()
     biased = _m(type_name="FLOAT16", bias_tensor=(12,))()
@@ -765,7 +765,7 @@ def test_a_known_causal_mask_computes_only_what_it_keeps(monkeypatch, type_name,
     got, shapes = _lower_with_known_mask(desc, inputs)
     assert shapes[0] == (2, 2, 6, 8, 4), shapes  # the logits
     # the weighted values (and the row sums): for FLOAT16 one product per platform
-    # (``_weights_product``)
+    # (``attention_parts.weights_product``)
     assert len(set(shapes)) == 2 and all(s[:4] == (2, 2, 6, 8) for s in shapes[1:]), shapes
     tolerance = {"rtol": 1e-2, "atol": 1e-2} if type_name == "FLOAT16" else _CLOSE
     S.assert_same(got, reference.reference(desc, *inputs), exact=False, **tolerance)

@@ -49,6 +49,7 @@ from ..enums import MultiheadAttentionMaskType as M
 from ..errors import Validator
 from ..fastpath import cuda_compiles, register_fast_path
 from ..ops import attention as A
+from ..ops import attention_parts as P
 
 BOOLEAN_FILTER_BOUND = 32768.0  # jax's mask value for cuDNN in float16 (-2 ** 15)
 SET_FILTER_BOUND = -1000.0  # a replaced logit at or below this counts as excluded
@@ -76,7 +77,7 @@ def expressible(d: Any) -> bool:
     return True
 
 
-def _by_query_head(a, g: A.Geometry):
+def _by_query_head(a, g: P.Geometry):
     """{B, Hkv, ...} -> {B, Hq, ...}: query head n reads key/value head n // (Hq / Hkv)."""
     return jnp.repeat(a, g.q_heads // g.kv_heads, axis=1)
 
@@ -107,9 +108,9 @@ def lower(d: Any, *arrays, qkv: tuple | None = None) -> tuple:
     position in ``arrays`` is then unused."""
     g = A.analyze(d, Validator(d.operator_type))
     x = dict(zip((p for p, _ in d.input_slots()), arrays))
-    q, k, v = qkv if qkv is not None else A.split_heads(d, g, x)  # float16: no BiasTensor
+    q, k, v = qkv if qkv is not None else P.split_heads(d, g, x)  # float16: no BiasTensor
     lengths = x.get("PastSequenceLengthsTensor")
-    lengths = None if lengths is None else A.clamped_lengths(g, lengths)
+    lengths = None if lengths is None else P.clamped_lengths(g, lengths)
 
     def heads_first(a):  # {B, seq, H, size} <-> {B, H, seq, size}
         return None if a is None else jnp.transpose(a, (0, 2, 1, 3))
@@ -118,8 +119,8 @@ def lower(d: Any, *arrays, qkv: tuple | None = None) -> tuple:
         a = x.get(name)
         return None if a is None else a.reshape(g.batch, g.kv_heads, g.past, g.head)
 
-    keys = A.with_past(g, heads_first(k), past("PastKeyTensor"), lengths)  # {B, Hkv, T, D}
-    values = A.with_past(g, heads_first(v), past("PastValueTensor"), lengths)
+    keys = P.with_past(g, heads_first(k), past("PastKeyTensor"), lengths)  # {B, Hkv, T, D}
+    values = P.with_past(g, heads_first(v), past("PastValueTensor"), lengths)
 
     shape = (g.batch, g.q_heads, g.seq, g.total)
     bias = mask = key_lengths = None
@@ -147,7 +148,7 @@ def lower(d: Any, *arrays, qkv: tuple | None = None) -> tuple:
         key_lengths = jnp.clip(count, 1, g.total)  # cuDNN's lengths; rows of 0 set apart
         rows_without_keys = (count <= 0).reshape(g.batch, 1, 1, 1)
     elif d.mask_type is not M.NONE:
-        mask = A.keep_mask(d, g, x["MaskTensor"])  # {B, 1, S, T}
+        mask = P.keep_mask(d, g, x["MaskTensor"])  # {B, 1, S, T}
         rows_without_keys = heads_first(~jnp.any(mask, axis=3, keepdims=True))
     if lengths is not None:
         end = lengths + g.kv_seq  # S == 1: the causal frontier is the end itself
