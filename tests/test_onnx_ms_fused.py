@@ -1,5 +1,5 @@
 """ONNX Runtime's ``com.microsoft`` contrib ops of optimized transformer models
-(``dml_jax/onnx/converters/ms_fused.py``) through ``dml_jax.onnx.InferenceSession``: one-node
+(``dml_jax/onnx/converters/ms_fused.py``, ``ms_layers.py``) through ``dml_jax.onnx.InferenceSession``: one-node
 models built with ``onnx.helper``, each against onnxruntime's CPU provider where it has a kernel
 for the op (FusedMatMul, FusedGemm, Gelu, FastGelu, BiasGelu, QuickGelu, the skip / simplified
 layer normalizations, EmbedLayerNormalization, ConvTransposeWithDynamicPads), else against the

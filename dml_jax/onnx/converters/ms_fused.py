@@ -1,7 +1,10 @@
 """ONNX Runtime's ``com.microsoft`` contrib ops of optimized transformer models (what
 ``onnxruntime.transformers.optimizer`` and ONNX Runtime's own level-2 fusions emit), on the
-DirectML operators ONNX Runtime's DirectML provider uses for them; the numbers follow the contrib
-ops' specification (``docs/ContribOperators.md``) and their CPU kernels.
+DirectML operators ONNX Runtime's DirectML provider uses for them: here the fused products and
+activations and what the family shares (the contrib schemas, the node checks, the
+normalization pieces), the normalizations, embeddings and convolutions in ``ms_layers.py``;
+the numbers follow the contrib ops' specification (``docs/ContribOperators.md``) and their CPU
+kernels.
 
 - FusedMatMul: one GEMM; every transpose (``transA``/``transB`` of the last two dimensions,
   ``transBatchA``/``transBatchB``, which move the first dimension behind the batch dimensions) is
@@ -20,25 +23,6 @@ ops' specification (``docs/ContribOperators.md``) and their CPU kernels.
   ACTIVATION_SIGMOID, ELEMENT_WISE_MULTIPLY. BiasAdd: two ELEMENT_WISE_ADDs. BiasSplitGelu:
   ELEMENT_WISE_ADD, SPLIT of the last dimension in halves, ACTIVATION_GELU of the second,
   ELEMENT_WISE_MULTIPLY.
-- SkipLayerNormalization / SkipSimplifiedLayerNormalization: ELEMENT_WISE_ADD of input, skip
-  (and bias), then MEAN_VARIANCE_NORMALIZATION2 over the hidden dimension (UseMean off for the
-  simplified one, i.e. RMS normalization). The statistics outputs (float32, which the provider
-  leaves to the CPU) come from REDUCE and element-wise operators; the simplified op's mean is 0.
-- SimplifiedLayerNormalization (ai.onnx and com.microsoft): MEAN_VARIANCE_NORMALIZATION2 without
-  the mean over the axes from ``axis``, computed in float32 when float16 and float32 meet;
-  ``inv_std_var`` from REDUCE and element-wise operators in ``stash_type``.
-- EmbedLayerNormalization: GATHERs of the word, position (FILL_VALUE_SEQUENCE when no position
-  ids are given) and segment embeddings, ELEMENT_WISE_ADDs, MEAN_VARIANCE_NORMALIZATION1 over the
-  hidden dimension; ``mask_index`` counts the mask's ones per row (ELEMENT_WISE_LOGICAL_EQUALS,
-  CAST, REDUCE), zeros (FILL_VALUE_CONSTANT) without a mask.
-- GroupNorm: MEAN_VARIANCE_NORMALIZATION1 over a view that puts each group's elements on two
-  axes (NHWC by default), gamma and beta cast to the input's type; SiLU activation as
-  ACTIVATION_SIGMOID and ELEMENT_WISE_MULTIPLY.
-- NhwcConv: CONVOLUTION reading the NHWC input and the {M, kH, kW, C / group} filter through
-  permuted strides, its NCHW result turned channels last by an ELEMENT_WISE_IDENTITY.
-- ConvTransposeWithDynamicPads: ConvTranspose's converter with the pads of input 2 (which
-  DirectML needs as a constant).
-
 These nodes are never folded (the ``onnx`` package has no schema for them), and ``schema.check``
 finds none to check them against: each converter checks its node against the contrib schema
 (``_SPECS``: input and output counts, required inputs, attribute names and types).
@@ -53,14 +37,13 @@ import numpy as np
 
 from ...enums import DataType
 from ...tensor import ScaleBias, TensorDesc, packed_strides
-from ..elements import data_type_of
 from ..importer import Context, Value, broadcast, packed
 from . import REGISTRY
-from ._common import axis_of, broadcast_shape, const_ints, op, pads_of, spatial_out, view
+from ._common import axis_of, broadcast_shape, op, view
 from .gemm_conv import fold_batch, strided_desc
 
 MS = "com.microsoft"
-_FLOATS = (DataType.FLOAT32, DataType.FLOAT16)
+FLOAT_TYPES = (DataType.FLOAT32, DataType.FLOAT16)
 
 # AttributeProto types.
 _FLOAT, _INT, _STRING, _INTS = 1, 2, 3, 7
@@ -203,7 +186,7 @@ def _check(ctx: Context, node, inputs: Sequence[Value | None], spec: _Spec) -> N
             raise ctx.fail(f"attribute '{name}' is required")
 
 
-def _contrib(op_type: str, *, domains: Sequence[str] = (MS,)):
+def contrib_converter(op_type: str, *, domains: Sequence[str] = (MS,)):
     """Registers the decorated converter for ``op_type`` in ``domains``, checked against
     ``_SPECS[op_type]`` first."""
     spec = _SPECS[op_type]
@@ -216,7 +199,7 @@ def _contrib(op_type: str, *, domains: Sequence[str] = (MS,)):
 
         convert.__doc__ = fn.__doc__
         for domain in domains:
-            REGISTRY.register(op_type, convert, domain=domain, group=__name__)
+            REGISTRY.register(op_type, convert, domain=domain, group=fn.__module__)
         return fn
 
     return wrap
@@ -226,12 +209,12 @@ def _contrib(op_type: str, *, domains: Sequence[str] = (MS,)):
 # Helpers
 
 
-def _floats(ctx: Context, *named: tuple[str, Value | None]) -> DataType:
+def float_type_of(ctx: Context, *named: tuple[str, Value | None]) -> DataType:
     """The one float type (FLOAT32 or FLOAT16) of the present ``(name, value)`` pairs."""
     present = [(n, v) for n, v in named if v is not None]
     t = present[0][1].data_type
     for name, v in present:
-        if v.data_type not in _FLOATS:
+        if v.data_type not in FLOAT_TYPES:
             raise ctx.fail(f"{name} must be float or float16, got {v.data_type.name}")
         if v.data_type != t:
             raise ctx.fail(
@@ -240,13 +223,13 @@ def _floats(ctx: Context, *named: tuple[str, Value | None]) -> DataType:
     return t
 
 
-def _hidden_vector(ctx: Context, v: Value | None, hidden: int, what: str) -> None:
+def check_hidden_vector(ctx: Context, v: Value | None, hidden: int, what: str) -> None:
     """A per-hidden-unit parameter must be 1-D of ``hidden`` values."""
     if v is not None and tuple(v.shape) != (hidden,):
         raise ctx.fail(f"{what} must have shape [{hidden}], got {list(v.shape)}")
 
 
-def _unary(ctx: Context, name: str, x: Value, scale: float = 1.0, bias: float = 0.0) -> Value:
+def unary_op(ctx: Context, name: str, x: Value, scale: float = 1.0, bias: float = 0.0) -> Value:
     """``name`` (an element-wise operator or activation) of ``x``, with ``x * scale + bias``
     inside it (DML's ScaleBias) when those are not 1 and 0."""
     t = packed(x.data_type, x.shape)
@@ -257,14 +240,14 @@ def _unary(ctx: Context, name: str, x: Value, scale: float = 1.0, bias: float = 
     return ctx.out(ctx.node(desc, [x]), x.shape)
 
 
-def _binary(ctx: Context, name: str, a: Value, b: Value) -> Value:
+def binary_op(ctx: Context, name: str, a: Value, b: Value) -> Value:
     """A broadcasting element-wise operator of ``a`` and ``b`` (the result in ``a``'s type)."""
     shape = broadcast_shape(ctx, a.shape, b.shape)
     desc = op(name)(broadcast(a, shape), broadcast(b, shape), packed(a.data_type, shape))
     return ctx.out(ctx.node(desc, [a, b]), shape)
 
 
-def _cast(ctx: Context, x: Value, to: DataType) -> Value:
+def cast_to(ctx: Context, x: Value, to: DataType) -> Value:
     """``x`` as ``to`` through a CAST node (a parameter stays in the graph: never folded)."""
     if x is None or x.data_type == to:
         return x
@@ -272,7 +255,7 @@ def _cast(ctx: Context, x: Value, to: DataType) -> Value:
     return ctx.out(n, x.shape)
 
 
-def _reduce(ctx: Context, function: str, x: Value, axes: Sequence[int]) -> Value:
+def reduce_op(ctx: Context, function: str, x: Value, axes: Sequence[int]) -> Value:
     """REDUCE over ``axes``, each kept as a dimension of 1."""
     kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
     desc = op("REDUCE")(
@@ -281,18 +264,18 @@ def _reduce(ctx: Context, function: str, x: Value, axes: Sequence[int]) -> Value
     return ctx.out(ctx.node(desc, [x]), kept)
 
 
-def _inv_std(ctx: Context, x: Value, axes, epsilon: float, *, centered: bool) -> tuple:
+def inv_std(ctx: Context, x: Value, axes, epsilon: float, *, centered: bool) -> tuple:
     """``(mean, 1 / sqrt(variance + epsilon))`` of ``x`` over ``axes`` (each kept as 1); the
     uncentered variance (mean of squares) when not ``centered``, its mean then None."""
-    mean = _reduce(ctx, "AVERAGE", x, axes) if centered else None
-    d = _binary(ctx, "ELEMENT_WISE_SUBTRACT", x, mean) if centered else x
-    var = _reduce(ctx, "AVERAGE", _binary(ctx, "ELEMENT_WISE_MULTIPLY", d, d), axes)
-    return mean, _unary(
-        ctx, "ELEMENT_WISE_RECIP", _unary(ctx, "ELEMENT_WISE_SQRT", var, 1, epsilon)
+    mean = reduce_op(ctx, "AVERAGE", x, axes) if centered else None
+    d = binary_op(ctx, "ELEMENT_WISE_SUBTRACT", x, mean) if centered else x
+    var = reduce_op(ctx, "AVERAGE", binary_op(ctx, "ELEMENT_WISE_MULTIPLY", d, d), axes)
+    return mean, unary_op(
+        ctx, "ELEMENT_WISE_RECIP", unary_op(ctx, "ELEMENT_WISE_SQRT", var, 1, epsilon)
     )
 
 
-def _mvn2(ctx, x: Value, scale, bias, axes, epsilon: float, *, use_mean: bool) -> Value:
+def mvn2(ctx, x: Value, scale, bias, axes, epsilon: float, *, use_mean: bool) -> Value:
     """MEAN_VARIANCE_NORMALIZATION2 of ``x`` over ``axes``, scale and bias broadcast."""
     t = packed(x.data_type, x.shape)
     desc = op("MEAN_VARIANCE_NORMALIZATION2")(
@@ -308,7 +291,7 @@ def _mvn2(ctx, x: Value, scale, bias, axes, epsilon: float, *, use_mean: bool) -
     return ctx.out(ctx.node(desc, [x, scale, bias]), x.shape)
 
 
-def _mvn1(ctx, x: Value, scale, bias, axes, epsilon: float) -> Value:
+def mvn1(ctx, x: Value, scale, bias, axes, epsilon: float) -> Value:
     """MEAN_VARIANCE_NORMALIZATION1 of ``x`` over ``axes``, scale and bias broadcast."""
     t = packed(x.data_type, x.shape)
     desc = op("MEAN_VARIANCE_NORMALIZATION1")(
@@ -323,7 +306,7 @@ def _mvn1(ctx, x: Value, scale, bias, axes, epsilon: float) -> Value:
     return ctx.out(ctx.node(desc, [x, scale, bias]), x.shape)
 
 
-def _as_onnx(ctx: Context, attrs: dict) -> Context:
+def as_onnx_context(ctx: Context, attrs: dict) -> Context:
     """A context in which an ai.onnx op's converter maps this node: ``attrs`` as the node's
     attributes, the model's ai.onnx opset as its opset."""
     inner = Context(ctx.builder, ctx.onnx_node, ctx.opsets, ctx.where)
@@ -333,7 +316,7 @@ def _as_onnx(ctx: Context, attrs: dict) -> Context:
 
 
 def _gelu(ctx: Context, x: Value) -> Value:
-    return _unary(ctx, "ACTIVATION_GELU", x)
+    return unary_op(ctx, "ACTIVATION_GELU", x)
 
 
 def _add_bias(ctx: Context, x: Value, bias: Value, what: str = "bias") -> Value:
@@ -343,7 +326,7 @@ def _add_bias(ctx: Context, x: Value, bias: Value, what: str = "bias") -> Value:
             f"{what} must be 1-D with the input's last dimension ({x.shape[-1] if x.rank else 0}"
             f" values), got shape {list(bias.shape)}"
         )
-    return _binary(ctx, "ELEMENT_WISE_ADD", x, bias)
+    return binary_op(ctx, "ELEMENT_WISE_ADD", x, bias)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,7 +358,7 @@ def _broadcast_strides(sizes, strides, batch) -> list[int]:
 def _fused_matmul(ctx: Context, a: Value, b: Value, *, softmax: bool = False) -> Value:
     """GEMM of the transposed, broadcast operands (``softmax``: with SOFTMAX1 over N fused);
     the result in ONNX's shape."""
-    t = _floats(ctx, ("A", a), ("B", b))
+    t = float_type_of(ctx, ("A", a), ("B", b))
     if a.rank == 0 or b.rank == 0:
         raise ctx.fail("the inputs must have at least one dimension")
     tba, tbb = bool(int(ctx.attr("transBatchA", 0))), bool(int(ctx.attr("transBatchB", 0)))
@@ -405,8 +388,8 @@ def _fused_matmul(ctx: Context, a: Value, b: Value, *, softmax: bool = False) ->
         # More batch dimensions than GEMM's two that the strides cannot merge: both operands
         # written packed at the broadcast batch shape first (an identity each), then one.
         full_a, full_b = tuple(batch) + (m, k), tuple(batch) + (k, n)
-        a = _strided_copy(ctx, a, full_a, bsa + ta[-2:])
-        b = _strided_copy(ctx, b, full_b, bsb + tb_[-2:])
+        a = strided_copy(ctx, a, full_a, bsa + ta[-2:])
+        b = strided_copy(ctx, b, full_b, bsb + tb_[-2:])
         ta, tb_ = list(packed_strides(full_a)), list(packed_strides(full_b))
         sizes, (fa, fb) = fold_batch(batch, ta[:-2], tb_[:-2])
     pad = 2 - len(sizes)
@@ -428,7 +411,7 @@ def _fused_matmul(ctx: Context, a: Value, b: Value, *, softmax: bool = False) ->
     return view(y, result)
 
 
-def _strided_copy(ctx: Context, v: Value, sizes, strides) -> Value:
+def strided_copy(ctx: Context, v: Value, sizes, strides) -> Value:
     """``v`` read with ``strides`` at ``sizes``, written packed (an ELEMENT_WISE_IDENTITY)."""
     desc = op("ELEMENT_WISE_IDENTITY")(
         strided_desc(v.data_type, sizes, strides), packed(v.data_type, sizes)
@@ -436,14 +419,14 @@ def _strided_copy(ctx: Context, v: Value, sizes, strides) -> Value:
     return ctx.out(ctx.node(desc, [v]), tuple(sizes))
 
 
-@_contrib("FusedMatMul")
+@contrib_converter("FusedMatMul")
 def _fused_matmul_op(ctx, node, inputs):
     """``alpha * op(A) x op(B)``, numpy's matmul broadcasting, on one GEMM."""
     a, b = inputs[:2]
     return [_fused_matmul(ctx, a, b)]
 
 
-@_contrib("FusedMatMulActivation")
+@contrib_converter("FusedMatMulActivation")
 def _fused_matmul_activation(ctx, node, inputs):
     """FusedMatMul with the Softmax that ONNX Runtime's MatMulActivationFusion folded into it
     (the only activation that fusion and the DirectML provider take): over ``activation_axis``
@@ -487,42 +470,42 @@ _GEMM_ACTIVATIONS = (
 )
 
 
-@_contrib("FusedGemm")
+@contrib_converter("FusedGemm")
 def _fused_gemm(ctx, node, inputs):
     """Gemm followed by an activation (ONNX Runtime's GemmActivationFusion for its CPU
     provider): the ai.onnx Gemm converter, then the activation op's converter (XLA fuses them as
     DirectML's FusedActivation would)."""
     a, b, c = inputs[:3]
-    _floats(ctx, ("A", a), ("B", b), ("C", c))
+    float_type_of(ctx, ("A", a), ("B", b), ("C", c))
     activation = ctx.attr("activation", "")
     if activation not in _GEMM_ACTIVATIONS:
         raise ctx.fail(
             f"activation '{activation}' is not supported (one of {', '.join(_GEMM_ACTIVATIONS)})"
         )
-    (y,) = REGISTRY.get("", "Gemm")(_as_onnx(ctx, ctx.attrs), node, [a, b, c])
+    (y,) = REGISTRY.get("", "Gemm")(as_onnx_context(ctx, ctx.attrs), node, [a, b, c])
     prefix = "activation_"
     attrs = {k[len(prefix) :]: v for k, v in ctx.attrs.items() if k.startswith(prefix)}
-    return REGISTRY.get("", activation)(_as_onnx(ctx, attrs), node, [y])
+    return REGISTRY.get("", activation)(as_onnx_context(ctx, attrs), node, [y])
 
 
 # ---------------------------------------------------------------------------------------------
 # Gelu family, QuickGelu, BiasAdd
 
 
-@_contrib("Gelu")
+@contrib_converter("Gelu")
 def _ms_gelu(ctx, node, inputs):
     """ACTIVATION_GELU: the exact (erf) form."""
-    _floats(ctx, ("X", inputs[0]))
+    float_type_of(ctx, ("X", inputs[0]))
     return [_gelu(ctx, inputs[0])]
 
 
-@_contrib("BiasGelu")
+@contrib_converter("BiasGelu")
 def _bias_gelu(ctx, node, inputs):
     """Gelu (erf form) of ``A + B``, B 1-D over A's last dimension. ONNX Runtime's provider
     fuses the GELU into ELEMENT_WISE_ADD1; dml_jax's table of fusable activations has no GELU,
     so it is a node of its own (XLA fuses the two)."""
     a, b = inputs[:2]
-    _floats(ctx, ("A", a), ("B", b))
+    float_type_of(ctx, ("A", a), ("B", b))
     return [_gelu(ctx, _add_bias(ctx, a, b, "B"))]
 
 
@@ -532,52 +515,52 @@ _FAST_GELU_B = 0.7978845608028654
 _FAST_GELU_C = 0.035677408136300125
 
 
-@_contrib("FastGelu")
+@contrib_converter("FastGelu")
 def _fast_gelu(ctx, node, inputs):
     """The contrib spec's tanh approximation, term by term as its CPU kernel computes it:
     ``x * (C * x^2 + B)``, tanh, then ``x * (0.5 + 0.5 * tanh(...))`` (halving is exact, so this
     equals the kernel's ``0.5 * x * (tanh(...) + 1)``)."""
     x, bias = inputs[:2]
-    _floats(ctx, ("X", x), ("bias", bias))
+    float_type_of(ctx, ("X", x), ("bias", bias))
     if bias is not None:
         x = _add_bias(ctx, x, bias)
-    sq = _binary(ctx, "ELEMENT_WISE_MULTIPLY", x, x)
-    inner = _binary(
-        ctx, "ELEMENT_WISE_MULTIPLY", x, _unary(ctx, "ELEMENT_WISE_IDENTITY", sq, _FAST_GELU_C,
+    sq = binary_op(ctx, "ELEMENT_WISE_MULTIPLY", x, x)
+    inner = binary_op(
+        ctx, "ELEMENT_WISE_MULTIPLY", x, unary_op(ctx, "ELEMENT_WISE_IDENTITY", sq, _FAST_GELU_C,
                                                 _FAST_GELU_B)
     )  # fmt: skip
-    half = _unary(ctx, "ELEMENT_WISE_TANH", inner)
-    return [_binary(ctx, "ELEMENT_WISE_MULTIPLY", x,
-                    _unary(ctx, "ELEMENT_WISE_IDENTITY", half, 0.5, 0.5))]  # fmt: skip
+    half = unary_op(ctx, "ELEMENT_WISE_TANH", inner)
+    return [binary_op(ctx, "ELEMENT_WISE_MULTIPLY", x,
+                    unary_op(ctx, "ELEMENT_WISE_IDENTITY", half, 0.5, 0.5))]  # fmt: skip
 
 
-@_contrib("QuickGelu")
+@contrib_converter("QuickGelu")
 def _quick_gelu(ctx, node, inputs):
     """``x * sigmoid(alpha * x)`` (alpha 1.702 by default; 1 is SiLU)."""
     x = inputs[0]
-    _floats(ctx, ("X", x))
+    float_type_of(ctx, ("X", x))
     alpha = float(np.float32(ctx.attr("alpha", 1.702)))
-    scaled = x if alpha == 1.0 else _unary(ctx, "ELEMENT_WISE_IDENTITY", x, alpha)
-    return [_binary(ctx, "ELEMENT_WISE_MULTIPLY", x, _unary(ctx, "ACTIVATION_SIGMOID", scaled))]
+    scaled = x if alpha == 1.0 else unary_op(ctx, "ELEMENT_WISE_IDENTITY", x, alpha)
+    return [binary_op(ctx, "ELEMENT_WISE_MULTIPLY", x, unary_op(ctx, "ACTIVATION_SIGMOID", scaled))]
 
 
-@_contrib("BiasAdd")
+@contrib_converter("BiasAdd")
 def _bias_add(ctx, node, inputs):
     """``X + bias + skip``: X and skip {N, S, C}, bias {C}."""
     x, bias, skip = inputs[:3]
-    _floats(ctx, ("X", x), ("bias", bias), ("skip", skip))
+    float_type_of(ctx, ("X", x), ("bias", bias), ("skip", skip))
     if x.rank != 3:
         raise ctx.fail(f"X must be 3-D {{N, S, C}}, got shape {list(x.shape)}")
     if tuple(skip.shape) != tuple(x.shape):
         raise ctx.fail(f"skip must have X's shape {list(x.shape)}, got {list(skip.shape)}")
-    return [_binary(ctx, "ELEMENT_WISE_ADD", _add_bias(ctx, x, bias), skip)]
+    return [binary_op(ctx, "ELEMENT_WISE_ADD", _add_bias(ctx, x, bias), skip)]
 
 
-@_contrib("BiasSplitGelu")
+@contrib_converter("BiasSplitGelu")
 def _bias_split_gelu(ctx, node, inputs):
     """``left * gelu(right)`` of ``X + bias`` cut in halves along the last dimension (GEGLU)."""
     x, bias = inputs[:2]
-    _floats(ctx, ("X", x), ("bias", bias))
+    float_type_of(ctx, ("X", x), ("bias", bias))
     if x.rank != 3 or x.shape[-1] % 2:
         raise ctx.fail(f"X must be 3-D {{N, S, D}} with D even, got shape {list(x.shape)}")
     s = _add_bias(ctx, x, bias)
@@ -585,315 +568,4 @@ def _bias_split_gelu(ctx, node, inputs):
     t = s.data_type
     n = ctx.node(op("SPLIT")(packed(t, s.shape), [packed(t, half)] * 2, axis=2), [s])
     left, right = ctx.out(n, half, 0), ctx.out(n, half, 1)
-    return [_binary(ctx, "ELEMENT_WISE_MULTIPLY", left, _gelu(ctx, right))]
-
-
-# ---------------------------------------------------------------------------------------------
-# Skip / simplified layer normalization
-
-
-def _skip_layer_norm(ctx: Context, inputs, *, simplified: bool):
-    if simplified:
-        x, skip, gamma, bias = inputs[:4]
-        beta = None
-    else:
-        x, skip, gamma, beta, bias = inputs[:5]
-    _floats(ctx, ("input", x), ("skip", skip), ("gamma", gamma), ("beta", beta), ("bias", bias))
-    if x.rank not in (2, 3):
-        raise ctx.fail(f"input must be 2-D or 3-D, got shape {list(x.shape)}")
-    hidden = x.shape[-1]
-    # skip: the input's shape, or (for a 3-D input) {1, S, H} or {S, H}, repeated over the batch.
-    allowed = [tuple(x.shape)]
-    if x.rank == 3:
-        allowed += [(1,) + tuple(x.shape[1:]), tuple(x.shape[1:])]
-    if tuple(skip.shape) not in allowed:
-        raise ctx.fail(
-            f"skip of shape {list(skip.shape)} must be one of {[list(s) for s in allowed]}"
-        )
-    _hidden_vector(ctx, gamma, hidden, "gamma")
-    _hidden_vector(ctx, beta, hidden, "beta")
-    _hidden_vector(ctx, bias, hidden, "bias")
-    epsilon = float(ctx.attr("epsilon", 1e-12))
-    s = _binary(ctx, "ELEMENT_WISE_ADD", x, skip)
-    if bias is not None:
-        s = _binary(ctx, "ELEMENT_WISE_ADD", s, bias)
-    axis = x.rank - 1
-    y = _mvn2(ctx, s, gamma, beta, [axis], epsilon, use_mean=not simplified)
-    outputs = [y, None, None, s if ctx.wants(3) else None]
-    if ctx.wants(1) or ctx.wants(2):
-        # float32 statistics (type U), each row's kept as {..., 1}.
-        s32 = _cast(ctx, s, DataType.FLOAT32)
-        mean, inv = _inv_std(ctx, s32, [axis], epsilon, centered=not simplified)
-        if simplified:  # no centering term: ONNX Runtime's kernel writes 0
-            mean = ctx.constant(np.zeros(tuple(x.shape[:-1]) + (1,), np.float32))
-        outputs[1] = mean if ctx.wants(1) else None
-        outputs[2] = inv if ctx.wants(2) else None
-    return outputs
-
-
-@_contrib("SkipLayerNormalization")
-def _skip_ln(ctx, node, inputs):
-    """LayerNorm over the hidden dimension of ``input + skip (+ bias)``."""
-    return _skip_layer_norm(ctx, inputs, simplified=False)
-
-
-@_contrib("SkipSimplifiedLayerNormalization")
-def _skip_simplified_ln(ctx, node, inputs):
-    """RMSNorm over the hidden dimension of ``input + skip (+ bias)``."""
-    return _skip_layer_norm(ctx, inputs, simplified=True)
-
-
-@_contrib("SimplifiedLayerNormalization", domains=("", MS))
-def _simplified_ln(ctx, node, inputs):
-    """RMSNorm over the axes from ``axis``: ``x / sqrt(mean(x^2) + epsilon) * scale``. Y has the
-    scale's type (the op's V); float16 meeting float32 is computed in float32. ONNX Runtime
-    registers it in the ONNX domain (since 1) and models from some builders carry it in
-    com.microsoft: both are the same op here."""
-    x, scale = inputs[:2]
-    for name, v in (("X", x), ("scale", scale)):
-        if v.data_type not in _FLOATS:
-            raise ctx.fail(f"{name} must be float or float16, got {v.data_type.name}")
-    axis = axis_of(ctx, ctx.attr("axis", -1), x.rank)
-    axes = list(range(axis, x.rank))
-    try:
-        np.broadcast_shapes(tuple(scale.shape), tuple(x.shape[axis:]))
-    except ValueError:
-        raise ctx.fail(
-            f"scale of shape {list(scale.shape)} does not broadcast to the normalized "
-            f"dimensions {list(x.shape[axis:])}"
-        ) from None
-    epsilon = float(ctx.attr("epsilon", 1e-5))
-    out_type = scale.data_type
-    t = DataType.FLOAT32 if x.data_type != scale.data_type else x.data_type
-    xc, sc = _cast(ctx, x, t), _cast(ctx, scale, t)
-    y = _cast(ctx, _mvn2(ctx, xc, sc, None, axes, epsilon, use_mean=False), out_type)
-    if not ctx.wants(1):
-        return [y]
-    stash = data_type_of(int(ctx.attr("stash_type", 1)), ctx.where)
-    if stash not in (DataType.FLOAT32, DataType.FLOAT64):
-        raise ctx.fail(f"stash_type must be float or double, got {stash.name}")
-    _, inv = _inv_std(ctx, _cast(ctx, x, stash), axes, epsilon, centered=False)
-    return [y, inv]
-
-
-# ---------------------------------------------------------------------------------------------
-# EmbedLayerNormalization
-
-
-def _embed(ctx: Context, table: Value, ids: Value, what: str) -> Value:
-    """GATHER of ``table``'s rows {V, H} at ``ids`` {B, S}: {B, S, H}."""
-    if ids.data_type != DataType.INT32:
-        raise ctx.fail(f"{what} must be int32, got {ids.data_type.name}")
-    out = tuple(ids.shape) + (table.shape[1],)
-    desc = op("GATHER")(
-        packed(table.data_type, table.shape, 3),
-        packed(ids.data_type, ids.shape, 3),
-        packed(table.data_type, out),
-        axis=1,
-        index_dimensions=2,
-    )
-    return ctx.out(ctx.node(desc, [table, ids]), out)
-
-
-@_contrib("EmbedLayerNormalization")
-def _embed_layer_norm(ctx, node, inputs):
-    """LayerNorm (MVN1, epsilon 1e-12 by default) of word + position (+ segment) embeddings;
-    ``mask_index`` is the count of ones in each mask row (zeros without a mask), as ONNX
-    Runtime's CPU kernel and DirectML provider compute it; ``embedding_sum`` the sum before
-    normalization. Position ids default to 0..S-1; a {1, S} position_ids serves every batch."""
-    ids, seg_ids, word, pos, seg, gamma, beta, mask, pos_ids = inputs[:9]
-    _floats(
-        ctx, ("word_embedding", word), ("position_embedding", pos), ("segment_embedding", seg),
-        ("gamma", gamma), ("beta", beta),
-    )  # fmt: skip
-    if ids.rank != 2:
-        raise ctx.fail(f"input_ids must be 2-D {{batch, sequence}}, got {list(ids.shape)}")
-    b, s = ids.shape
-    for name, v in (("word_embedding", word), ("position_embedding", pos),
-                    ("segment_embedding", seg)):  # fmt: skip
-        if v is not None and v.rank != 2:
-            raise ctx.fail(f"{name} must be 2-D {{rows, hidden}}, got {list(v.shape)}")
-    hidden = word.shape[1]
-    for name, v in (("position_embedding", pos), ("segment_embedding", seg)):
-        if v is not None and v.shape[1] != hidden:
-            raise ctx.fail(f"{name} must have {hidden} columns, got {list(v.shape)}")
-    _hidden_vector(ctx, gamma, hidden, "gamma")
-    _hidden_vector(ctx, beta, hidden, "beta")
-    if (seg_ids is None) != (seg is None):
-        raise ctx.fail("segment_ids and segment_embedding must be given together")
-    for name, v in (("segment_ids", seg_ids), ("mask", mask)):
-        if v is not None and tuple(v.shape) != (b, s):
-            raise ctx.fail(f"{name} must have input_ids' shape {[b, s]}, got {list(v.shape)}")
-    if pos_ids is None:
-        desc = op("FILL_VALUE_SEQUENCE")(
-            packed(DataType.INT32, (1, s)), DataType.INT32, value_start=0, value_delta=1
-        )
-        pos_ids = ctx.out(ctx.node(desc, []), (1, s))
-    elif tuple(pos_ids.shape) not in ((b, s), (1, s)):
-        raise ctx.fail(f"position_ids must have shape {[b, s]} or {[1, s]}, got "
-                       f"{list(pos_ids.shape)}")  # fmt: skip
-    total = _binary(
-        ctx, "ELEMENT_WISE_ADD", _embed(ctx, word, ids, "input_ids"),
-        _embed(ctx, pos, pos_ids, "position_ids"),
-    )  # fmt: skip
-    if seg is not None:
-        total = _binary(ctx, "ELEMENT_WISE_ADD", total, _embed(ctx, seg, seg_ids, "segment_ids"))
-    y = _mvn1(ctx, total, gamma, beta, [2], float(ctx.attr("epsilon", 1e-12)))
-    outputs = [y, None, total if ctx.wants(2) else None]
-    if ctx.wants(1):
-        i32 = DataType.INT32
-        if mask is None:
-            desc = op("FILL_VALUE_CONSTANT")(packed(i32, (b,)), i32, value=0)
-            outputs[1] = ctx.out(ctx.node(desc, []), (b,))
-        else:
-            if mask.data_type != i32:
-                raise ctx.fail(f"mask must be int32, got {mask.data_type.name}")
-            one = ctx.constant(np.ones((1, 1), np.int32))
-            eq = op("ELEMENT_WISE_LOGICAL_EQUALS")(
-                packed(i32, (b, s)), broadcast(one, (b, s)), packed(DataType.UINT8, (b, s))
-            )
-            ones = _cast(ctx, ctx.out(ctx.node(eq, [mask, one]), (b, s)), i32)
-            outputs[1] = view(_reduce(ctx, "SUM", ones, [1]), (b,))
-    return outputs
-
-
-# ---------------------------------------------------------------------------------------------
-# GroupNorm
-
-
-@_contrib("GroupNorm")
-def _ms_group_norm(ctx, node, inputs):
-    """Group normalization of a 4-D input, NHWC unless ``channels_last`` is 0: each group's
-    ``C / groups`` channels at every position are viewed as two axes of a 4-D view
-    ({N, H*W, groups, C/groups} for NHWC, {N, groups, C/groups, H*W} for NCHW), normalized
-    by MEAN_VARIANCE_NORMALIZATION1 over them; gamma and beta (per channel) are cast to the
-    input's type as the provider does. ``activation`` 1: SiLU after it."""
-    x, gamma, beta = inputs[:3]
-    _floats(ctx, ("X", x))
-    _floats(ctx, ("gamma", gamma), ("beta", beta))
-    if x.rank != 4:
-        raise ctx.fail(f"X must be 4-D, got shape {list(x.shape)}")
-    last = int(ctx.attr("channels_last", 1))
-    activation = int(ctx.attr("activation"))
-    groups = int(ctx.attr("groups"))
-    if last not in (0, 1) or activation not in (0, 1):
-        raise ctx.fail(f"channels_last and activation must be 0 or 1, got {last}, {activation}")
-    c = x.shape[3] if last else x.shape[1]
-    if groups <= 0 or c % groups:
-        raise ctx.fail(f"groups {groups} does not divide the {c} channels")
-    _hidden_vector(ctx, gamma, c, "gamma")
-    _hidden_vector(ctx, beta, c, "beta")
-    n, per = x.shape[0], c // groups
-    if last:
-        shape, axes, pshape = (n, x.shape[1] * x.shape[2], groups, per), (1, 3), (1, 1, groups, per)
-    else:
-        shape, axes, pshape = (n, groups, per, x.shape[2] * x.shape[3]), (2, 3), (1, groups, per, 1)
-    g = view(_cast(ctx, gamma, x.data_type), pshape)
-    bt = view(_cast(ctx, beta, x.data_type), pshape)
-    y = _mvn1(ctx, view(x, shape), g, bt, axes, float(ctx.attr("epsilon", 1e-5)))
-    if activation:
-        y = _binary(ctx, "ELEMENT_WISE_MULTIPLY", y, _unary(ctx, "ACTIVATION_SIGMOID", y))
-    return [view(y, x.shape)]
-
-
-# ---------------------------------------------------------------------------------------------
-# NhwcConv, ConvTransposeWithDynamicPads
-
-
-@_contrib("NhwcConv")
-def _nhwc_conv(ctx, node, inputs):
-    """Conv on channels-last tensors: X {N, spatial..., C}, W {M, kernel..., C / group}, Y
-    {N, spatial'..., M} (the layout ONNX Runtime's NhwcConv fusion writes). One CONVOLUTION in
-    DirectML's NCHW order that reads the input and filter through permuted strides, and an
-    ELEMENT_WISE_IDENTITY that writes its result channels last; ONNX Conv's rules for pads,
-    auto_pad, strides, dilations and group; a 1-D convolution gets a height of 1."""
-    x, w, b = inputs[:3]
-    t = _floats(ctx, ("X", x), ("W", w), ("B", b))
-    if x.rank != w.rank or not 3 <= x.rank <= 5:
-        raise ctx.fail(
-            f"X and W must have one rank, 3 to 5, got shapes {list(x.shape)} and {list(w.shape)}"
-        )
-    nd = x.rank - 2
-    kernel = list(w.shape[1:-1])
-    given = ctx.attr("kernel_shape")
-    if given is not None and [int(k) for k in given] != kernel:
-        raise ctx.fail(f"kernel_shape {list(given)} differs from the weights' {kernel}")
-    group = int(ctx.attr("group", 1))
-    c, m = x.shape[-1], w.shape[0]
-    if group <= 0 or c % group or m % group or w.shape[-1] * group != c:
-        raise ctx.fail(
-            f"W {list(w.shape)} does not fit {c} input channels in {group} groups "
-            "(W is {M, kernel..., C / group})"
-        )
-    if b is not None and tuple(b.shape) != (m,):
-        raise ctx.fail(f"B must have shape [{m}], got {list(b.shape)}")
-    attr = {}
-    for name, default in (("strides", 1), ("dilations", 1)):
-        attr[name] = [int(v) for v in ctx.attr(name, [default] * nd)]
-        if len(attr[name]) != nd:
-            raise ctx.fail(f"{name} must hold {nd} values, got {len(attr[name])}")
-    start, end = pads_of(ctx, x.shape[1:-1], kernel, attr["strides"], attr["dilations"])
-    spatial = spatial_out(x.shape[1:-1], kernel, attr["strides"], attr["dilations"], start, end)
-    if min(spatial) < 1:
-        raise ctx.fail(f"the window does not fit the padded input (output {list(spatial)})")
-    y_shape = (x.shape[0],) + tuple(spatial) + (m,)
-
-    def nchw(shape):
-        """Sizes and strides that read a packed channels-last tensor in NCHW order (a 1-D
-        one with a height of 1)."""
-        st = packed_strides(shape)
-        sizes = [shape[0], shape[-1]] + list(shape[1:-1])
-        strides = [st[0], st[-1]] + list(st[1:-1])
-        if nd == 1:
-            sizes.insert(2, 1)
-            strides.insert(2, strides[2] * sizes[3])
-        return strided_desc(t, sizes, strides)
-
-    lift = (lambda v, d: [d] + list(v)) if nd == 1 else (lambda v, d: list(v))
-    dims = max(nd, 2)
-    out = (x.shape[0], m) + tuple(lift(spatial, 1))
-    desc = op("CONVOLUTION")(
-        nchw(x.shape),
-        nchw(w.shape),
-        None if b is None else TensorDesc(t, (1, m) + (1,) * dims),
-        TensorDesc(t, out),
-        mode="CROSS_CORRELATION",
-        direction="FORWARD",
-        strides=lift(attr["strides"], 1),
-        dilations=lift(attr["dilations"], 1),
-        start_padding=lift(start, 0),
-        end_padding=lift(end, 0),
-        output_padding=[0] * dims,
-        group_count=group,
-    )
-    y = ctx.out(ctx.node(desc, [x, w, b]), out)
-    # Back to channels last: an identity reading the NCHW result through permuted strides
-    # (a graph's intermediate tensors are packed, so the CONVOLUTION cannot write NHWC itself).
-    st = packed_strides(out)
-    perm = [0] + list(range(2, len(out))) + [1]
-    if nd == 1:
-        perm.remove(2)
-    return [_strided_copy(ctx, y, y_shape, [st[p] for p in perm])]
-
-
-@_contrib("ConvTransposeWithDynamicPads")
-def _conv_transpose_dynamic_pads(ctx, node, inputs):
-    """ConvTranspose whose pads come from input 2 (begin values of each spatial axis, then the
-    end values), which DirectML needs as a constant; the mapping is ConvTranspose's converter's
-    with those pads. ONNX Runtime's kernel requires the pads input."""
-    x, w, pads, b = inputs[:4]
-    if pads is None:
-        raise ctx.fail("input 2 ('Pads') is required (ONNX Runtime's kernel needs it)")
-    values = const_ints(ctx, pads, "Pads")
-    nd = x.rank - 2
-    if len(values) != 2 * nd:
-        raise ctx.fail(f"Pads must hold {2 * nd} values, got {len(values)}")
-    if ctx.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
-        raise ctx.fail("auto_pad must be NOTSET when the pads are given")
-    _floats(ctx, ("X", x), ("W", w), ("B", b))
-    attrs = {k: v for k, v in ctx.attrs.items() if k != "auto_pad"}
-    attrs["pads"] = values
-    return REGISTRY.get("", "ConvTranspose")(_as_onnx(ctx, attrs), node, [x, w, b])
-
-
-__all__ = ["MS"]
+    return [binary_op(ctx, "ELEMENT_WISE_MULTIPLY", left, _gelu(ctx, right))]
