@@ -13,6 +13,7 @@ companion data-type field), a nested operator desc (``FusedActivation``) and arr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import field
@@ -45,6 +46,7 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 _ACRONYMS = {"roi": "ROI"}
 
 
+@functools.cache
 def dml_member_name(name: str) -> str:
     """``min_max_data_type`` -> ``MinMaxDataType`` (DML member spelling)."""
     return "".join(_ACRONYMS.get(part, part.capitalize()) for part in name.split("_"))
@@ -341,6 +343,18 @@ def count_of(array: str) -> Any:
     return field(default=None, metadata={"kind": COUNT, "of": array})
 
 
+@functools.cache
+def _fields_of(cls: type) -> tuple[dataclasses.Field, ...]:
+    """A descriptor class's dataclass fields (fixed once the class is made), read once: a
+    model's import makes thousands of descriptors."""
+    return dataclasses.fields(cls)
+
+
+@functools.cache
+def _declared_of(cls: type, kind: str) -> tuple[dataclasses.Field, ...]:
+    return tuple(f for f in _fields_of(cls) if f.metadata.get("kind") == kind)
+
+
 class OperatorDesc:
     """Base of every ``<Name>OperatorDesc``: converts fields at construction, then stays frozen.
 
@@ -356,7 +370,7 @@ class OperatorDesc:
     activation: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
+        for f in _fields_of(type(self)):
             meta = f.metadata
             value = getattr(self, f.name)
             where = f"{self.operator_type}: {dml_member_name(f.name)}"
@@ -382,7 +396,7 @@ class OperatorDesc:
     @classmethod
     def declared(cls, kind: str) -> list[dataclasses.Field]:
         """The dataclass fields of one kind (INPUT, OUTPUT, ATTRIBUTE, COUNT), in struct order."""
-        return [f for f in dataclasses.fields(cls) if f.metadata.get("kind") == kind]
+        return list(_declared_of(cls, kind))
 
     def _tensors(self, kind: str) -> Iterator[tuple[str, TensorDesc]]:
         for f in self.declared(kind):

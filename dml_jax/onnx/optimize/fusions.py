@@ -45,14 +45,11 @@ class _Calc:
 
     def read(self, src: Source, desc: TensorDesc) -> Any:
         """The tensor ``desc`` reads from ``src`` (a constant's value on the host)."""
-        if self.on_host:
-            flat = np.asarray(self.g.constant(src)).reshape(-1)
-            offsets = np.zeros(desc.sizes, np.int64)
-            for axis, stride in enumerate(desc.layout_strides):
-                shape = [1] * desc.rank
-                shape[axis] = desc.sizes[axis]
-                offsets = offsets + np.arange(desc.sizes[axis]).reshape(shape) * stride
-            return flat[offsets].astype(self.dtype)
+        if self.on_host:  # a strided view of the flat elements (no index array), then copied
+            flat = np.ascontiguousarray(self.g.constant(src)).reshape(-1)
+            strides = tuple(s * flat.itemsize for s in desc.layout_strides)
+            view = np.lib.stride_tricks.as_strided(flat, desc.sizes, strides, writeable=False)
+            return view.astype(self.dtype)
         return (src, desc)
 
     def const(self, array: np.ndarray) -> Any:
