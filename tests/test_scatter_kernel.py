@@ -16,7 +16,7 @@ import dml_jax as dml
 from dml_jax import fastpath
 from dml_jax.kernels import mosaic
 from dml_jax.kernels import scatter as K
-from dml_jax.ops.indexing import ScatterOperatorDesc, lower_scatter
+from dml_jax.ops.scatter import ScatterOperatorDesc, lower_scatter
 
 pytestmark = pytest.mark.kernel_matrix
 

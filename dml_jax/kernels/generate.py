@@ -21,8 +21,8 @@ import numpy as np
 from jax import lax
 
 from ..fastpath import register_fast_path
-from ..ops.indexing import one_hot_parts
 from ..ops.scan_generate import fill_constant_value
+from ..ops.scatter import one_hot_parts
 from .pallas_helpers import load_pallas
 from .reduce_plan import pow2_at_least
 

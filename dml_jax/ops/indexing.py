@@ -1,5 +1,6 @@
 """Gathers, scatters, one-hot and nonzero coordinates: GATHER, GATHER_ELEMENTS, GATHER_ND,
-GATHER_ND1, SCATTER (alias SCATTER_ELEMENTS), SCATTER_ND, ONE_HOT and NONZERO_COORDINATES.
+GATHER_ND1 and NONZERO_COORDINATES here, SCATTER (alias SCATTER_ELEMENTS), SCATTER_ND and
+ONE_HOT in ``scatter.py`` (on the family's rules here).
 
 Conventions shared by the family (docs/semantics.md, "Gather, scatter, one-hot"):
 
@@ -40,7 +41,7 @@ from ..tensor import TensorDesc
 from ._common import float_input
 
 FILL_OR_DROP = lax.GatherScatterMode.FILL_OR_DROP
-_IN_BOUNDS = lax.GatherScatterMode.PROMISE_IN_BOUNDS
+IN_BOUNDS = lax.GatherScatterMode.PROMISE_IN_BOUNDS
 
 
 # --- shared rules -----------------------------------------------------------------------------
@@ -51,13 +52,13 @@ def _fits(sizes: tuple[int, ...], rank: int) -> bool:
     return all(s == 1 for s in sizes[: max(0, len(sizes) - rank)])
 
 
-def _fit(sizes: tuple[int, ...], rank: int) -> tuple[int, ...]:
+def fit_rank(sizes: tuple[int, ...], rank: int) -> tuple[int, ...]:
     """``sizes`` right-aligned into ``rank`` dimensions (leading 1s added or dropped)."""
     extra = len(sizes) - rank
     return (1,) * -extra + tuple(sizes) if extra <= 0 else tuple(sizes[extra:])
 
 
-def _same_rank(d: Any, v: Validator) -> None:
+def same_rank(d: Any, v: Validator) -> None:
     """Every tensor has the first tensor's DimensionCount (each page's tensor constraint)."""
     tensors = d.input_slots() + d.output_slots()
     v.same("rank", list(tensors[1:]), tensors[0])
@@ -69,7 +70,7 @@ def _leading_ones(v: Validator, path: str, t: TensorDesc, count: int, field: str
         v.check(f"{path}.Sizes[{i}]", s == 1, f"must be 1 (before the {field} = {count}), got {s}")
 
 
-def _sizes_rule(v: Validator, path: str, got: tuple[int, ...], want: tuple[int, ...]) -> None:
+def sizes_rule(v: Validator, path: str, got: tuple[int, ...], want: tuple[int, ...]) -> None:
     """``path.Sizes`` equals ``want`` (checked here, before an output desc is inferred)."""
     for i, (g, w) in enumerate(zip(got, want)):
         v.equal(f"{path}.Sizes[{i}]", g, w)
@@ -79,7 +80,7 @@ def _count_rule(v: Validator, path: str, value: int, rank: int, low: int = 1) ->
     v.check(path, low <= value <= rank, f"must be in [{low}, {rank}] (DimensionCount), got {value}")
 
 
-def _signed(t: TensorDesc) -> bool:
+def is_signed(t: TensorDesc) -> bool:
     return t.data_type in (DataType.INT32, DataType.INT64)
 
 
@@ -107,7 +108,7 @@ def normalized_indices(idx, sizes, signed: bool):
     return jnp.where(ok, idx.astype(out), jnp.asarray(-1, out))
 
 
-def _positions(shape: tuple[int, ...]):
+def row_major_positions(shape: tuple[int, ...]):
     """Each element's row-major position (int32 below 2**31 elements)."""
     n = math.prod(shape)
     return lax.iota(_index_dtype(n), n).reshape(shape)
@@ -120,10 +121,10 @@ def _take_rows(table, at):
         collapsed_slice_dims=(0,),
         start_index_map=(0,),
     )
-    return lax.gather(table, at[..., None], dn, (1,) + table.shape[1:], mode=_IN_BOUNDS)
+    return lax.gather(table, at[..., None], dn, (1,) + table.shape[1:], mode=IN_BOUNDS)
 
 
-def _select_winners(x, winner, table):
+def select_winners(x, winner, table):
     """Where ``winner`` >= 0 (broadcast over the trailing dims of ``x``), the row
     ``table[winner]``; elsewhere ``x``: one fused gather-and-select pass."""
     taken = _take_rows(table, jnp.maximum(winner, 0))
@@ -166,12 +167,12 @@ def _gather_full(d: GatherOperatorDesc) -> tuple[int, ...]:
 
 
 def infer_gather(d: GatherOperatorDesc) -> tuple[TensorDesc, ...]:
-    return (TensorDesc(d.input_tensor.data_type, _fit(_gather_full(d), d.input_tensor.rank)),)
+    return (TensorDesc(d.input_tensor.data_type, fit_rank(_gather_full(d), d.input_tensor.rank)),)
 
 
 def validate_gather(d: GatherOperatorDesc, v: Validator) -> None:
     rank = d.input_tensor.rank
-    _same_rank(d, v)
+    same_rank(d, v)
     v.axis("Axis", d.axis, rank)
     _count_rule(v, "IndexDimensions", d.index_dimensions, rank, low=0)
     _leading_ones(v, "IndicesTensor", d.indices_tensor, d.index_dimensions, "IndexDimensions")
@@ -182,13 +183,13 @@ def validate_gather(d: GatherOperatorDesc, v: Validator) -> None:
         f"= {d.index_dimensions} gives {len(full)} output dimensions {show(full)}, more than "
         f"DimensionCount {rank} with only leading 1s dropped",
     )
-    _sizes_rule(v, "OutputTensor", d.output_tensor.sizes, _fit(full, rank))
+    sizes_rule(v, "OutputTensor", d.output_tensor.sizes, fit_rank(full, rank))
 
 
 def lower_gather(d: GatherOperatorDesc, x, idx):
     rank, k, a = x.ndim, d.index_dimensions, d.axis
     i = normalized_indices(
-        idx.reshape(idx.shape[rank - k :]), x.shape[a], _signed(d.indices_tensor)
+        idx.reshape(idx.shape[rank - k :]), x.shape[a], is_signed(d.indices_tensor)
     )
     dn = lax.GatherDimensionNumbers(
         offset_dims=tuple(range(a)) + tuple(range(a + k, rank + k - 1)),
@@ -200,7 +201,7 @@ def lower_gather(d: GatherOperatorDesc, x, idx):
     return (y.reshape(d.output_tensor.sizes),)
 
 
-_GATHER_ROWS = (
+GATHER_ROWS = (
     (L.FL_3_0, DIMS1_8, T8, T8, {"IndicesTensor": IDX}),
     (L.FL_4_1, DIMS1_8, T11, T11, {"IndicesTensor": IDX}),
 )
@@ -214,7 +215,7 @@ register(
     support=rows(
         (L.FL_1_0, DIMS4, F2, F2, {"IndicesTensor": U32}),
         (L.FL_2_1, DIMS4, T8, T8, {"IndicesTensor": U32}),
-        *_GATHER_ROWS,
+        *GATHER_ROWS,
     ),
     example=Example(
         {
@@ -256,7 +257,7 @@ class GatherElementsOperatorDesc(OperatorDesc):
     axis: int = attribute(UINT)
 
 
-def _except_axis(v: Validator, path: str, t: TensorDesc, ref: str, r: TensorDesc, axis: int):
+def except_axis(v: Validator, path: str, t: TensorDesc, ref: str, r: TensorDesc, axis: int):
     """``t.Sizes`` equals ``r.Sizes`` in every dimension but ``axis``."""
     for i, (s, want) in enumerate(zip(t.sizes, r.sizes)):
         if i != axis:
@@ -268,12 +269,12 @@ def infer_gather_elements(d: GatherElementsOperatorDesc) -> tuple[TensorDesc, ..
 
 
 def validate_gather_elements(d: GatherElementsOperatorDesc, v: Validator) -> None:
-    _same_rank(d, v)
+    same_rank(d, v)
     v.axis("Axis", d.axis, d.input_tensor.rank)
-    _except_axis(v, "IndicesTensor", d.indices_tensor, "InputTensor", d.input_tensor, d.axis)
+    except_axis(v, "IndicesTensor", d.indices_tensor, "InputTensor", d.input_tensor, d.axis)
 
 
-def _elements_numbers(rank: int, axis: int, scatter: bool):
+def elements_numbers(rank: int, axis: int, scatter: bool):
     others = tuple(i for i in range(rank) if i != axis)
     if scatter:
         return lax.ScatterDimensionNumbers(
@@ -293,15 +294,15 @@ def _elements_numbers(rank: int, axis: int, scatter: bool):
 
 
 def lower_gather_elements(d: GatherElementsOperatorDesc, x, idx):
-    i = normalized_indices(idx, x.shape[d.axis], _signed(d.indices_tensor))
-    dn = _elements_numbers(x.ndim, d.axis, scatter=False)
+    i = normalized_indices(idx, x.shape[d.axis], is_signed(d.indices_tensor))
+    dn = elements_numbers(x.ndim, d.axis, scatter=False)
     y = lax.gather(x, i[..., None], dn, (1,) * x.ndim, mode=FILL_OR_DROP, fill_value=0)
     return (y,)
 
 
-_ND_ROWS = (
+ND_ROWS = (
     (L.FL_2_1, DIMS4, T8, T8, {"IndicesTensor": U32}),
-    *_GATHER_ROWS,
+    *GATHER_ROWS,
 )
 
 register(
@@ -310,7 +311,7 @@ register(
     validate=validate_gather_elements,
     lower=lower_gather_elements,
     differentiable=float_input,
-    support=rows(*_ND_ROWS),
+    support=rows(*ND_ROWS),
     example=Example(
         {
             "type": "DML_OPERATOR_GATHER_ELEMENTS",
@@ -381,25 +382,25 @@ class GatherNd1OperatorDesc(OperatorDesc):
     batch_dimension_count: int = attribute(UINT)
 
 
-def _nd_parts(d: Any):
+def nd_parts(d: Any):
     """(input meaningful sizes, indices meaningful sizes, tuple size k, batch count b)."""
     x = d.input_tensor.sizes[d.input_tensor.rank - d.input_dimension_count :]
     i = d.indices_tensor.sizes[d.indices_tensor.rank - d.indices_dimension_count :]
     return x, i, i[-1], d.batch_dimension_count
 
 
-def _nd_rules(d: Any, v: Validator) -> tuple[int, ...]:
+def nd_rules(d: Any, v: Validator) -> tuple[int, ...]:
     """GATHER_ND(1)'s and SCATTER_ND's shared rules; returns the derived (gathered or
     updates) sizes before right-alignment."""
     rank = d.input_tensor.rank
-    _same_rank(d, v)
+    same_rank(d, v)
     _count_rule(v, "InputDimensionCount", d.input_dimension_count, rank)
     _count_rule(v, "IndicesDimensionCount", d.indices_dimension_count, rank)
     _leading_ones(v, "InputTensor", d.input_tensor, d.input_dimension_count, "InputDimensionCount")
     _leading_ones(
         v, "IndicesTensor", d.indices_tensor, d.indices_dimension_count, "IndicesDimensionCount"
     )
-    x, i, k, b = _nd_parts(d)
+    x, i, k, b = nd_parts(d)
     v.check(
         "BatchDimensionCount",
         b < len(i) and b < len(x),
@@ -432,19 +433,21 @@ def _nd_rules(d: Any, v: Validator) -> tuple[int, ...]:
 
 
 def infer_gather_nd(d: Any) -> tuple[TensorDesc, ...]:
-    x, i, k, b = _nd_parts(d)
-    return (TensorDesc(d.input_tensor.data_type, _fit(i[:-1] + x[b + k :], d.input_tensor.rank)),)
+    x, i, k, b = nd_parts(d)
+    return (
+        TensorDesc(d.input_tensor.data_type, fit_rank(i[:-1] + x[b + k :], d.input_tensor.rank)),
+    )
 
 
 def validate_gather_nd(d: Any, v: Validator) -> None:
-    full = _nd_rules(d, v)
-    _sizes_rule(v, "OutputTensor", d.output_tensor.sizes, _fit(full, d.input_tensor.rank))
+    full = nd_rules(d, v)
+    sizes_rule(v, "OutputTensor", d.output_tensor.sizes, fit_rank(full, d.input_tensor.rank))
 
 
 def lower_gather_nd(d: Any, x, idx):
-    xs, is_, k, b = _nd_parts(d)
+    xs, is_, k, b = nd_parts(d)
     xm, im = x.reshape(xs), idx.reshape(is_)
-    i = normalized_indices(im, tuple(xs[b : b + k]), _signed(d.indices_tensor))
+    i = normalized_indices(im, tuple(xs[b : b + k]), is_signed(d.indices_tensor))
     q = len(is_)
     dn = lax.GatherDimensionNumbers(
         offset_dims=tuple(range(q - 1, q - 1 + len(xs) - b - k)),
@@ -464,7 +467,7 @@ register(
     validate=validate_gather_nd,
     lower=lower_gather_nd,
     differentiable=float_input,
-    support=rows(*_ND_ROWS),
+    support=rows(*ND_ROWS),
     example=Example(
         {
             "type": "DML_OPERATOR_GATHER_ND",
@@ -487,7 +490,7 @@ register(
     validate=validate_gather_nd,
     lower=lower_gather_nd,
     differentiable=float_input,
-    support=rows(*_GATHER_ROWS),
+    support=rows(*GATHER_ROWS),
     example=Example(
         {
             "type": "DML_OPERATOR_GATHER_ND1",
@@ -502,293 +505,6 @@ register(
         },
         {"InputTensor": list(range(12)), "IndicesTensor": [0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0]},
         "2-coordinate tuples within each of 3 batches (the page's example 2)",
-    ),
-)
-
-
-# --- SCATTER (SCATTER_ELEMENTS) ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ScatterOperatorDesc(OperatorDesc):
-    """DML_SCATTER_OPERATOR_DESC (alias DML_SCATTER_ELEMENTS_OPERATOR_DESC,
-    DML_OPERATOR_SCATTER_ELEMENTS): ``output = input`` then ``output[i with i[Axis] =
-    indices[i]] = updates[i]`` (FL 1_0).
-
-    Fields:
-        input_tensor: the values kept where no update lands.
-        indices_tensor: same DimensionCount; Sizes equal InputTensor's except along Axis.
-            INT32/INT64 indices may be negative (from the end); an update whose index is out of
-            range is dropped. Where indices repeat, the last update (row-major) wins.
-        updates_tensor: IndicesTensor's Sizes, InputTensor's data type.
-        output_tensor: InputTensor's Sizes and data type.
-        axis: the dimension scattered along, < DimensionCount.
-    """
-
-    operator_type: ClassVar[str] = "DML_OPERATOR_SCATTER"
-    input_tensor: TensorDesc = input_field()
-    indices_tensor: TensorDesc = input_field()
-    updates_tensor: TensorDesc = input_field()
-    output_tensor: TensorDesc = output_field()
-    axis: int = attribute(UINT)
-
-
-def _infer_like_input(d: Any) -> tuple[TensorDesc, ...]:
-    return (TensorDesc(d.input_tensor.data_type, d.input_tensor.sizes),)
-
-
-def _updates_type(d: Any, v: Validator) -> None:
-    v.equal(
-        "UpdatesTensor.DataType",
-        d.updates_tensor.data_type,
-        d.input_tensor.data_type,
-        "InputTensor.DataType",
-    )
-
-
-def validate_scatter(d: ScatterOperatorDesc, v: Validator) -> None:
-    _same_rank(d, v)
-    v.axis("Axis", d.axis, d.input_tensor.rank)
-    _except_axis(v, "IndicesTensor", d.indices_tensor, "InputTensor", d.input_tensor, d.axis)
-    _updates_type(d, v)
-    for i, (s, want) in enumerate(zip(d.updates_tensor.sizes, d.indices_tensor.sizes)):
-        v.equal(f"UpdatesTensor.Sizes[{i}]", s, want, f"IndicesTensor.Sizes[{i}]")
-
-
-def _position_dtype(count: int):
-    """The narrowest unsigned type holding 0 (no update) and positions 1 to ``count``."""
-    for dtype in (jnp.uint8, jnp.uint16):
-        if count <= np.iinfo(dtype).max:
-            return dtype
-    return jnp.uint32
-
-
-def lower_scatter(d: ScatterOperatorDesc, x, idx, updates):
-    a = d.axis
-    i = normalized_indices(idx, x.shape[a], _signed(d.indices_tensor))
-    # Each line along Axis only receives its own line's updates, so the winner is a position
-    # along Axis (1-based, 0 = none): a narrow type keeps the winner array small next to the
-    # output (uint8 up to 255 updates per line).
-    pos_type = _position_dtype(updates.shape[a])
-    at = lax.broadcasted_iota(pos_type, updates.shape, a) + jnp.asarray(1, pos_type)
-    dn = _elements_numbers(x.ndim, a, scatter=True)
-    winner = lax.scatter_max(jnp.zeros(x.shape, pos_type), i[..., None], at, dn, mode=FILL_OR_DROP)
-    # The winners read back along Axis (GATHER_ELEMENTS on the updates), selected over x.
-    back = jnp.maximum(winner, jnp.asarray(1, pos_type)) - jnp.asarray(1, pos_type)
-    gn = _elements_numbers(x.ndim, a, scatter=False)
-    taken = lax.gather(updates, back[..., None], gn, (1,) * x.ndim, mode=_IN_BOUNDS)
-    return (jnp.where(winner > 0, taken, x),)
-
-
-_SCATTER_EXAMPLE = Example(
-    {
-        "type": "DML_OPERATOR_SCATTER",
-        "desc": {
-            "InputTensor": {"DataType": "FLOAT32", "Sizes": [3, 3]},
-            "IndicesTensor": {"DataType": "UINT32", "Sizes": [2, 3]},
-            "UpdatesTensor": {"DataType": "FLOAT32", "Sizes": [2, 3]},
-            "OutputTensor": {"DataType": "FLOAT32", "Sizes": [3, 3]},
-            "Axis": 0,
-        },
-    },
-    {
-        "InputTensor": [0] * 9,
-        "IndicesTensor": [1, 0, 2, 0, 2, 1],
-        "UpdatesTensor": [10, 11, 12, 20, 21, 22],
-    },
-    "two rows of updates scattered down the columns of a 3x3 matrix (the page's example 2)",
-)
-
-register(
-    ScatterOperatorDesc,
-    aliases=("DML_OPERATOR_SCATTER_ELEMENTS",),
-    infer=_infer_like_input,
-    validate=validate_scatter,
-    lower=lower_scatter,
-    differentiable=float_input,
-    support=rows(
-        (L.FL_1_0, DIMS4, F2, F2, {"IndicesTensor": U32}),
-        *_ND_ROWS,
-    ),
-    example=_SCATTER_EXAMPLE,
-)
-
-
-# --- SCATTER_ND -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ScatterNdOperatorDesc(OperatorDesc):
-    """DML_SCATTER_ND_OPERATOR_DESC: ``output = input`` then ``output[indices[j, :], ...] =
-    updates[j, ...]``: each index tuple replaces a sub-block (FL 2_1).
-
-    Fields:
-        input_tensor: the values kept where no update lands; dimensions before its last
-            InputDimensionCount are 1.
-        indices_tensor: same DimensionCount; dimensions before its last IndicesDimensionCount
-            are 1, its last dimension is the tuple size k <= InputDimensionCount. INT32/INT64
-            coordinates may be negative (from the end); a tuple out of range is dropped; where
-            tuples repeat, the last (row-major) wins.
-        updates_tensor: InputTensor's data type; Sizes are the meaningful IndicesTensor.Sizes
-            without the last, then the input's meaningful sizes after the first k,
-            right-aligned.
-        output_tensor: InputTensor's Sizes and data type.
-        input_dimension_count, indices_dimension_count: the meaningful trailing dimensions,
-            each in [1, DimensionCount].
-    """
-
-    operator_type: ClassVar[str] = "DML_OPERATOR_SCATTER_ND"
-    input_tensor: TensorDesc = input_field()
-    indices_tensor: TensorDesc = input_field()
-    updates_tensor: TensorDesc = input_field()
-    output_tensor: TensorDesc = output_field()
-    input_dimension_count: int = attribute(UINT)
-    indices_dimension_count: int = attribute(UINT)
-
-    batch_dimension_count: ClassVar[int] = 0
-
-
-def validate_scatter_nd(d: ScatterNdOperatorDesc, v: Validator) -> None:
-    full = _nd_rules(d, v)
-    _updates_type(d, v)
-    _sizes_rule(v, "UpdatesTensor", d.updates_tensor.sizes, _fit(full, d.input_tensor.rank))
-
-
-def lower_scatter_nd(d: ScatterNdOperatorDesc, x, idx, updates):
-    xs, is_, k, _ = _nd_parts(d)
-    xm, im = x.reshape(xs), idx.reshape(is_)
-    i = normalized_indices(im, tuple(xs[:k]), _signed(d.indices_tensor))
-    at = _positions(is_[:-1])
-    dn = lax.ScatterDimensionNumbers(
-        update_window_dims=(),
-        inserted_window_dims=tuple(range(k)),
-        scatter_dims_to_operand_dims=tuple(range(k)),
-    )
-    empty = jnp.full(xs[:k], -1, at.dtype)
-    winner = lax.scatter_max(empty, i, at, dn, mode=FILL_OR_DROP)
-    table = updates.reshape((math.prod(is_[:-1]),) + tuple(xs[k:]))
-    return (_select_winners(xm, winner, table).reshape(x.shape),)
-
-
-register(
-    ScatterNdOperatorDesc,
-    infer=_infer_like_input,
-    validate=validate_scatter_nd,
-    lower=lower_scatter_nd,
-    differentiable=float_input,
-    support=rows(*_ND_ROWS),
-    example=Example(
-        {
-            "type": "DML_OPERATOR_SCATTER_ND",
-            "desc": {
-                "InputTensor": {"DataType": "FLOAT32", "Sizes": [1, 8]},
-                "IndicesTensor": {"DataType": "UINT32", "Sizes": [4, 1]},
-                "UpdatesTensor": {"DataType": "FLOAT32", "Sizes": [1, 4]},
-                "OutputTensor": {"DataType": "FLOAT32", "Sizes": [1, 8]},
-                "InputDimensionCount": 1,
-                "IndicesDimensionCount": 2,
-            },
-        },
-        {
-            "InputTensor": [1, 2, 3, 4, 5, 6, 7, 8],
-            "IndicesTensor": [4, 3, 1, 7],
-            "UpdatesTensor": [9, 10, 11, 12],
-        },
-        "four elements of an 8-vector replaced (the page's example, tensors of equal rank)",
-    ),
-)
-
-
-# --- ONE_HOT ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class OneHotOperatorDesc(OperatorDesc):
-    """DML_ONE_HOT_OPERATOR_DESC: along Axis, every sequence is OffValue except OnValue at the
-    position IndicesTensor gives (FL 2_0).
-
-    Fields:
-        indices_tensor: OutputTensor's Sizes with 1 along Axis: the on position of each
-            sequence. INT32/INT64 indices may be negative (from the end); an index out of range
-            leaves its whole sequence OffValue (the page's rule).
-        values_tensor: at least two elements, OutputTensor's data type: element 0 is OffValue,
-            element 1 along the last dimension of size > 1 is OnValue.
-        output_tensor: same DimensionCount as the others; any size along Axis.
-        axis: the dimension of the sequences, < DimensionCount.
-    """
-
-    operator_type: ClassVar[str] = "DML_OPERATOR_ONE_HOT"
-    indices_tensor: TensorDesc = input_field()
-    values_tensor: TensorDesc = input_field()
-    output_tensor: TensorDesc = output_field()
-    axis: int = attribute(UINT)
-
-
-def _one_hot_sizes(d: OneHotOperatorDesc) -> tuple[int, ...]:
-    depth = d.output_tensor.sizes[d.axis]
-    return tuple(depth if k == d.axis else s for k, s in enumerate(d.indices_tensor.sizes))
-
-
-def infer_one_hot(d: OneHotOperatorDesc) -> tuple[TensorDesc, ...]:
-    return (TensorDesc(d.values_tensor.data_type, _one_hot_sizes(d)),)
-
-
-def validate_one_hot(d: OneHotOperatorDesc, v: Validator) -> None:
-    _same_rank(d, v)
-    v.axis("Axis", d.axis, d.indices_tensor.rank, "IndicesTensor")
-    v.equal(f"IndicesTensor.Sizes[{d.axis}]", d.indices_tensor.sizes[d.axis], 1, "1 (along Axis)")
-    v.check(
-        "ValuesTensor",
-        d.values_tensor.element_count >= 2,
-        f"must hold at least two elements (OffValue, OnValue), got {d.values_tensor.element_count}",
-    )
-    _sizes_rule(v, "OutputTensor", d.output_tensor.sizes, _one_hot_sizes(d))
-
-
-def _on_position(sizes: tuple[int, ...]) -> tuple[int, ...]:
-    """OnValue's coordinates: 1 along the last dimension of size > 1, 0 elsewhere."""
-    last = max(k for k, s in enumerate(sizes) if s > 1)
-    return tuple(1 if k == last else 0 for k in range(len(sizes)))
-
-
-def one_hot_parts(d: OneHotOperatorDesc, idx, values):
-    """``(i, on, off)``: the indices in ``[0, size)`` or -1 (out of range), OnValue, OffValue."""
-    i = normalized_indices(idx, d.output_tensor.sizes[d.axis], _signed(d.indices_tensor))
-    return i, values[_on_position(values.shape)], values[(0,) * values.ndim]
-
-
-def lower_one_hot(d: OneHotOperatorDesc, idx, values):
-    shape = d.output_tensor.sizes
-    i, on, off = one_hot_parts(d, idx, values)
-    # One compare per output element, written straight into the output: no one-hot matrix is
-    # built and multiplied. An out-of-range index is -1 and matches no position.
-    hot = lax.broadcasted_iota(i.dtype, shape, d.axis) == i
-    return (jnp.where(hot, on, off),)
-
-
-register(
-    OneHotOperatorDesc,
-    infer=infer_one_hot,
-    validate=validate_one_hot,
-    lower=lower_one_hot,
-    differentiable=lambda d: d.values_tensor.data_type.is_float,
-    support=rows(
-        (L.FL_2_0, DIMS4, F2, F2, {"IndicesTensor": U32}),
-        (L.FL_2_1, DIMS4, T8, T8, {"IndicesTensor": U32}),
-        *_GATHER_ROWS,
-    ),
-    example=Example(
-        {
-            "type": "DML_OPERATOR_ONE_HOT",
-            "desc": {
-                "IndicesTensor": {"DataType": "INT32", "Sizes": [1, 1, 3, 1]},
-                "ValuesTensor": {"DataType": "FLOAT32", "Sizes": [1, 1, 1, 2]},
-                "OutputTensor": {"DataType": "FLOAT32", "Sizes": [1, 1, 3, 4]},
-                "Axis": 3,
-            },
-        },
-        {"IndicesTensor": [-3, 100, 3], "ValuesTensor": [0, 1]},
-        "a negative index from the end and an ignored out-of-range one (the page's example 4)",
     ),
 )
 
@@ -845,7 +561,7 @@ def validate_nonzero(d: NonzeroCoordinatesOperatorDesc, v: Validator) -> None:
         f"(N, coordinates per row) must be in [{low}, {high}] (InputTensor's effective rank to "
         f"its DimensionCount), got {n}",
     )
-    _sizes_rule(v, "OutputCoordinatesTensor", c.sizes, _coordinates_sizes(d))
+    sizes_rule(v, "OutputCoordinatesTensor", c.sizes, _coordinates_sizes(d))
 
 
 def lower_nonzero(d: NonzeroCoordinatesOperatorDesc, x):

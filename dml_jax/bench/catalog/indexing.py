@@ -1,13 +1,12 @@
-"""Bench cases of the operators of ``dml_jax.ops.indexing``."""
+"""Bench cases of the operators of ``dml_jax.ops.indexing`` and ``dml_jax.ops.scatter``."""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 
 from dml_jax.bench.catalog import BenchCase, register_cases
-from dml_jax.ops.indexing import (
-    GatherElementsOperatorDesc,
-    GatherOperatorDesc,
+from dml_jax.ops.indexing import GatherElementsOperatorDesc, GatherOperatorDesc
+from dml_jax.ops.scatter import (
     OneHotOperatorDesc,
     ScatterNdOperatorDesc,
     ScatterOperatorDesc,
