@@ -127,12 +127,21 @@ CASES = {
     "m3-b32-bytes-int4-split": (3, 64, 1024, 32, True, "FLOAT16", "INT4",
                                 K.Tiles(bytes_form=True, target_programs=8, min_k=256)),
     "m2-b64-bytes-f32": (2, 64, 512, 64, False, "FLOAT32", "UINT4", K.Tiles(bytes_form=True)),
+    # split K added atomically into one product (ATOMIC_SPLITS)
+    "m1-b32-zero-atomic": (1, 128, 1024, 32, True, "FLOAT16", "UINT4",
+                           K.Tiles(atomic=True, target_programs=32, min_k=128)),
+    "m5-b32-int4-codes-atomic": (5, 64, 512, 32, True, "FLOAT16", "INT4",
+                                 K.Tiles(atomic=True, bytes_form=False, target_programs=16,
+                                         min_k=64)),
+    "m16-b64-f32-atomic-loop": (16, 64, 2048, 64, False, "FLOAT32", "UINT4",
+                                K.Tiles(atomic=True, loop=True, target_programs=4, min_k=512)),
 }  # fmt: skip
 
 
 @pytest.mark.kernel_matrix(cpu=["m1-b32-zero-f16", "m16-b64-zero-f32", "m8-b128-zero-split",
                                 "m1-b32-zero-one-row", "m1-b32-zero-codes",
-                                "m3-b32-bytes-int4-split"])  # fmt: skip
+                                "m3-b32-bytes-int4-split", "m1-b32-zero-atomic",
+                                "m5-b32-int4-codes-atomic"])  # fmt: skip
 @pytest.mark.parametrize("case", list(CASES))
 def test_interpret_matches_lax(case):
     m, n, k, block, zero, ft, qt, tiles = CASES[case]
@@ -147,9 +156,12 @@ def test_interpret_matches_lax(case):
     assert v.one_row == (t.one_row and m == 1 and n * k <= t.row_max_weights)
     assert v.widen_row == (t.widen_row and m == 1 and not v.one_row)
     assert v.loop == (t.loop and v.k_per_program // v.step > 1)
-    if t.loop:
+    if t.loop and not t.atomic:
         assert v.loop and (v.splits > 1) == case.endswith("split-a-first")
     assert v.bytes_form == (v.loop or (t.bytes_form and not v.one_row and v.step >= 32))
+    assert v.atomic == (t.atomic and v.splits > 1)
+    if t.atomic:
+        assert v.atomic
     codes = q
     if v.bytes_form:  # the codes given as DirectML's packed bytes, as held weights arrive
         codes = jax.lax.bitcast_convert_type(q.reshape(n, k // 2, 2), jnp.uint8)

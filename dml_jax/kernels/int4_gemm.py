@@ -110,6 +110,12 @@ WIDEN_ROW = True
 # read as their bytes (``BYTES_FORM``). Slower in the decoder than unrolled (below): off.
 LOOP = False
 STAGES = 3
+# Where K is split among programs, each program adds its float32 sums into one float32 product
+# atomically (Triton's atomic add; the product starts as zeros) instead of writing them apart
+# for XLA to add: no reduction kernel after the product (the conversion to A's type then joins
+# its reader's kernel). The float32 sums then arrive in an order that may change from run to run
+# (before the one rounding to A's type; docs/semantics.md). Not yet timed on a GPU: off.
+ATOMIC_SPLITS = False
 # The codes read as their bytes (``LOOP`` off: unrolled), each byte's two codes split by PTX
 # that writes float16 1024 + q in pairs, about one instruction a code (``nibbles_plus_1024``;
 # the codes read as 4-bit values took about 3.4 instructions a code for that in the sm_90a SASS:
@@ -144,6 +150,7 @@ class Tiles:
     loop: bool = LOOP
     stages: int = STAGES
     bytes_form: bool = BYTES_FORM
+    atomic: bool = ATOMIC_SPLITS
 
 
 @dataclass(frozen=True)
@@ -166,6 +173,7 @@ class View:
     loop: bool = False
     stages: int = 1
     bytes_form: bool = False
+    atomic: bool = False
 
     @property
     def splits(self) -> int:
@@ -207,7 +215,7 @@ def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View
     as_bytes = loop or (tiles.bytes_form and not row and group * block >= 32)
     return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first, row,
                 tiles.ahead, tiles.widen_row and m == 1 and not row, loop,
-                tiles.stages if loop else 1, as_bytes)  # fmt: skip
+                tiles.stages if loop else 1, as_bytes, tiles.atomic and k // per > 1)  # fmt: skip
 
 
 def int4_product(
@@ -273,7 +281,7 @@ def int4_product(
             while len(loaded) <= min(j + v.ahead, steps - 1):
                 loaded.append(load(len(loaded)))
             acc = compute(acc, *loaded[j])
-        o_ref[...] = _result(acc, v).astype(o_ref.dtype)
+        _write(o_ref, _result(acc, v), v)
 
     return _launch(kernel, args, v, rows, t, per, interpret)
 
@@ -332,6 +340,16 @@ def _result(acc, v: View):
     return acc.T if v.weights_first else acc
 
 
+def _write(o_ref, value, v: View) -> None:
+    """A program's float32 sums into its output block: stored (the product, or this program's
+    partial sums along K), or added atomically to the other programs' (``v.atomic``)."""
+    if v.atomic:
+        _, pltriton = load_pallas()
+        pltriton.atomic_add(o_ref, (slice(None), slice(None)), value)
+    else:
+        o_ref[...] = value.astype(o_ref.dtype)
+
+
 def _launch(kernel, args: list, v: View, rows: int, t: Any, code_width: int, interpret: bool):
     """``kernel`` on the grid of ``v``: programs of ``block_n`` columns by ``k_per_program``
     values of K, reading ``rows`` rows of A, ``code_width`` columns of the codes (4-bit codes,
@@ -346,7 +364,18 @@ def _launch(kernel, args: list, v: View, rows: int, t: Any, code_width: int, int
     ]
     if len(args) > 3:
         specs.append(pl.BlockSpec((bn, count), lambda i, s: (i, s)))
-    if v.splits == 1:
+    aliases = {}
+    if v.atomic:  # every split adds into one float32 product, zeros to start (aliased)
+        out_shape = jax.ShapeDtypeStruct((rows, v.n), jnp.float32)
+        out_spec = pl.BlockSpec((rows, bn), lambda i, s: (0, i))
+        specs.append(out_spec)
+        args = [*args, jnp.zeros((rows, v.n), jnp.float32)]
+        aliases = {len(args) - 1: 0}
+        body = kernel
+
+        def kernel(*refs):  # the zeros' ref is the output's: the kernel writes through that one
+            body(*refs[:-2], refs[-1])
+    elif v.splits == 1:
         out_shape = jax.ShapeDtypeStruct((rows, v.n), t)
         out_spec = pl.BlockSpec((rows, bn), lambda i, s: (0, i))
     else:
@@ -358,9 +387,12 @@ def _launch(kernel, args: list, v: View, rows: int, t: Any, code_width: int, int
         grid=(v.n // bn, v.splits),
         in_specs=specs,
         out_specs=out_spec,
+        input_output_aliases=aliases,
         interpret=interpret,
         compiler_params=pltriton.CompilerParams(num_warps=v.warps, num_stages=v.stages),
     )(*args)
+    if v.atomic:
+        return out[: v.m].astype(t)  # one rounding, as the dot's
     if v.splits == 1:
         return out[: v.m]
     return jnp.sum(out[:, : v.m], axis=0).astype(t)  # one rounding, as the dot's
@@ -419,7 +451,7 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool):
         else:
             for j in range(steps):
                 acc = body(j, acc)
-        o_ref[...] = _result(acc, v).astype(o_ref.dtype)
+        _write(o_ref, _result(acc, v), v)
 
     return _launch(kernel, args, v, rows, t, per // 2, interpret)
 
