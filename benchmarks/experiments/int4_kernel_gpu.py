@@ -107,6 +107,9 @@ TILES = {
     "bytes-grid256": K.Tiles(bytes_form=True, target_programs=256, min_k=256),
     "bytes-n128w8": K.Tiles(bytes_form=True, block_n=128, warps=8),
     "bytes-ahead1": K.Tiles(bytes_form=True, ahead=1),
+    # K's splits added atomically into one float32 product: no reduction kernel after it
+    "atomic": K.Tiles(atomic=True),
+    "atomic-grid1024": K.Tiles(atomic=True, target_programs=1024, min_k=128),
 }
 T = dml.TensorDesc
 
