@@ -41,18 +41,21 @@ def relu_grad(x, g):
     return jnp.where(x > 0, g, jnp.zeros_like(g))
 
 
+@jax.custom_jvp
+def _relu_values(x):
+    # NaN propagates (x > 0 is false for NaN, so it is passed on explicitly); -0.0 gives +0.
+    # One function for every call (not one made per call), so that jax traces it once a shape.
+    return jnp.where(x > 0, x, jnp.where(jnp.isnan(x), x, jnp.zeros_like(x)))
+
+
+@_relu_values.defjvp
+def _relu_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _relu_values(x), relu_grad(x, t)
+
+
 def _relu(d: Any, x):
-    @jax.custom_jvp
-    def relu(x):
-        # NaN propagates (x > 0 is false for NaN, so it is passed on explicitly); -0.0 gives +0.
-        return jnp.where(x > 0, x, jnp.where(jnp.isnan(x), x, jnp.zeros_like(x)))
-
-    @relu.defjvp
-    def relu_jvp(primals, tangents):
-        (x,), (t,) = primals, tangents
-        return relu(x), relu_grad(x, t)
-
-    return relu(x)
+    return _relu_values(x)
 
 
 def _elu(d: Any, x):
