@@ -285,7 +285,7 @@ _GROUPED = [
 def test_convolution_grouped_lowerings(row):
     x, w, direction, strides, dilations, start, end, out_pad, g, mode, type_name, bias, path = row
     if path == "patches on few cores":
-        few = dml.ops.gemm_conv._cpu_cores() <= dml.ops.gemm_conv._PATCH_FEW_CORES
+        few = dml.ops.conv_forms._cpu_cores() <= dml.ops.conv_forms._PATCH_FEW_CORES
         path = "patches" if few else "conv"
     desc = dml.ConvolutionOperatorDesc(
         T(type_name, x), T(type_name, w), None, T(type_name, x), mode=mode,
@@ -325,7 +325,7 @@ def test_seven_by_seven_first_layers_take_the_product_on_few_cores_only(monkeypa
     over the cores); 3x3 and 5x5 windows are products on both; 4 channels never."""
     import os
 
-    from dml_jax.ops import gemm_conv as GC
+    from dml_jax.ops import conv_forms as GC
 
     assert 1 <= GC._cpu_cores() <= (os.cpu_count() or 1)  # this process's cores
     x3, x4 = np.zeros((1, 3, 32, 32)), np.zeros((1, 4, 32, 32))

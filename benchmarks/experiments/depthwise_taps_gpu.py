@@ -4,10 +4,10 @@ the first-call goal).
 
 The CONVOLUTION lowering (``dml_jax/ops/gemm_conv.py``) runs undilated depthwise convolutions
 on GPUs as XLA's grouped convolution (cuDNN), whose algorithm search and plan building are most
-of the first call of MobileNetV2/V3 and EfficientNet. This replaces ``gemm_conv._depthwise``,
+of the first call of MobileNetV2/V3 and EfficientNet. This replaces ``conv_forms._depthwise``,
 for windows of at most ``--taps`` taps, by:
 
-- ``--layout first``: ``gemm_conv._depthwise_taps`` as it is (the CPU's form, channels second);
+- ``--layout first``: ``conv_forms._depthwise_taps`` as it is (the CPU's form, channels second);
 - ``--layout last``: the same sum with the channels last (transposed in and back out, which
   XLA's layout assignment can make free where the activations around are channels-last, as
   they are around the 1x1 convolutions' matrix products), ``--barrier`` keeping the input's
@@ -37,12 +37,12 @@ import tempfile
 import jax.numpy as jnp
 from jax import lax
 
-from dml_jax.ops import gemm_conv as G
+from dml_jax.ops import conv_forms as G
 from dml_jax.ops._common import wide
 
 
 def taps_last(x, w, strides, padding, lhs_dilation, dilations, barrier: bool, out_barrier=False):
-    """``gemm_conv._depthwise_taps`` with the channels last (one output channel per input
+    """``conv_forms._depthwise_taps`` with the channels last (one output channel per input
     channel; other multipliers keep the channels-second form)."""
     n, c = x.shape[:2]
     kernel = w.shape[2:]
@@ -65,7 +65,7 @@ def taps_last(x, w, strides, padding, lhs_dilation, dilations, barrier: bool, ou
         window = lax.slice(xp, (0, *start, 0), (n, *end, c), (1, *strides, 1))
         term = window * taps[tap]
         y = term if y is None else y + term
-    y = y.astype(G._product_type(x))
+    y = y.astype(G.product_type(x))
     if out_barrier:
         y = lax.optimization_barrier(y)
     return jnp.transpose(y, (0, nd + 1, *range(1, nd + 1)))

@@ -1,5 +1,5 @@
 """First layers (3 input channels) on the CPU: the CONVOLUTION lowering's gathered-windows
-product (``gemm_conv._patches``) against XLA's own convolution (``gemm_conv._conv``), one image,
+product (``conv_forms._patches``) against XLA's own convolution (``conv_forms._conv``), one image,
 float32, each under ``jax.jit`` (issue 42, the CPU items).
 
 The thread count moves the line between them (the README beside this file has the figures at 2
@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dml_jax.bench.harness import Timer, jax_sync
-from dml_jax.ops import gemm_conv as GC
+from dml_jax.ops import conv_forms as GC
 
 CASES = [  # name, input channels, output channels, window, stride, image size
     ("ShuffleNet 3x3/2 3->24", 3, 24, 3, 2, 224),

@@ -15,7 +15,7 @@ compile with the session's options (``session.compiler_options``: on GPUs XLA's 
 products off, which they take over ``XLA_FLAGS``; ``--triton-gemm`` turns them back on);
 ``XLA_FLAGS`` set outside compares XLA's other options (``--xla_gpu_autotune_level=0``: no
 algorithm search). ``--no-patch-products`` gives convolutions whose windows tile the input to
-XLA's convolution instead of the lowering's matrix product (``gemm_conv.PATCH_PRODUCTS``).
+XLA's convolution instead of the lowering's matrix product (``conv_forms.PATCH_PRODUCTS``).
 ``--profile`` traces the compile and the first run with ``jax.profiler`` and prints, under each
 model's row, the host events that took longest in all (XLA's passes, such as
 ``priority-fusion``, the autotuner's ``config-assigner``, and each convolution's first run):
@@ -109,9 +109,9 @@ def main() -> None:
     args = p.parse_args()
     _drop_fast_paths(args.drop_fast_path)
     if args.no_patch_products:
-        from dml_jax.ops import gemm_conv
+        from dml_jax.ops import conv_forms
 
-        gemm_conv.PATCH_PRODUCTS = False
+        conv_forms.PATCH_PRODUCTS = False
 
     import jax
     import torch

@@ -22,7 +22,7 @@ cores from the dml_jax sample after theirs (benchmarks/experiments/README.md).
 as onnxruntime's), whose weights are compiled in on the CPU up to
 ``program.CPU_BAKED_WEIGHTS_MAX_BYTES``; ``--weights-as-arguments`` passes them at every call
 instead (the sessions before that rule). ``--no-winograd`` runs every 3x3 convolution as XLA's
-convolution (``gemm_conv._winograd_fits`` never holds): the comparisons of docs/onnx.md, "On
+convolution (``conv_forms._winograd_fits`` never holds): the comparisons of docs/onnx.md, "On
 the CPU".
 
 Usage: ``JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/experiments/onnx_cpu.py
@@ -50,7 +50,7 @@ import onnxruntime as ort
 
 from dml_jax.onnx import InferenceSession, compile_onnx
 from dml_jax.onnx import session as session_module
-from dml_jax.ops import gemm_conv
+from dml_jax.ops import conv_forms
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 
@@ -203,7 +203,7 @@ def main() -> None:
     if a.weights_as_arguments:
         session_module.CPU_BAKED_WEIGHTS_MAX_BYTES = -1
     if a.no_winograd:
-        gemm_conv._WINOGRAD_MIN_CHANNELS = math.inf
+        conv_forms._WINOGRAD_MIN_CHANNELS = math.inf
     paths = sorted(glob.glob(os.path.join(LIGHT, "*.onnx")))
     if a.only:
         paths = [q for q in paths if any(f"light_{n}.onnx" == os.path.basename(q) for n in a.only)]

@@ -1,8 +1,8 @@
 """Convolutions whose windows tile the input (strides equal to the window: patch embeddings,
 ConvNeXt's and Swin's stem and downsampling layers) as XLA's convolution against the CONVOLUTION
-lowering's matrix product (``ops.gemm_conv._patch_product``), alone, on the default backend.
+lowering's matrix product (``ops.conv_forms._patch_product``), alone, on the default backend.
 
-Each shape is timed as XLA's convolution (``gemm_conv._conv``), as the product (the filter on the
+Each shape is timed as XLA's convolution (``conv_forms._conv``), as the product (the filter on the
 left, {K, N, positions}, then the batch moved first) and as the einsum written image-first
 (``nchpwq,kcpq->nkhw``: XLA picks the operands' order); the largest difference from the
 convolution is printed beside. The bench harness's ``Timer`` (many dispatches, one sync).
@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dml_jax.bench.harness import Timer, jax_sync
-from dml_jax.ops import gemm_conv as G
+from dml_jax.ops import conv_forms as G
 from dml_jax.precision import matmul_precision
 
 cpu = jax.default_backend() == "cpu"

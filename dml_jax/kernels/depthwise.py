@@ -1,6 +1,6 @@
 """A Pallas (Triton) kernel for 2-D depthwise convolution on CUDA GPUs, for its first call.
 
-The lax lowering (``dml_jax.ops.gemm_conv``) gives an undilated depthwise window on GPUs to
+The lax lowering (``dml_jax.ops.conv_forms``) gives an undilated depthwise window on GPUs to
 XLA's grouped convolution, which runs on cuDNN. XLA times every cuDNN algorithm of each such
 convolution while it compiles, and cuDNN builds each one's plan at its first run: for a network
 of depthwise layers that is most of its first call (MobileNetV3-Large on an H100, float16,
