@@ -259,6 +259,13 @@ class DecodeSteps:
     def _select(self, logits: Any, key: Any) -> Any:
         return select_tokens(logits, key, *self.sampling)
 
+    def _split(self, key: Any) -> tuple[Any, Any]:
+        """A step's key and the next one: split where tokens are sampled; greedy selection
+        reads no key, so it stays as it is (no random-number kernels a step)."""
+        if not self.sampling[0]:
+            return key, key
+        return jax.random.split(key)
+
     def _next(self, logits: Any, key: Any, done: Any, tokens: Any, at: Any) -> tuple[Any, Any]:
         """The next token of each row chosen from ``logits`` [batch, vocabulary] (the pad id
         where a row is done) and written into ``tokens`` at column ``at``; the tokens and the
@@ -358,7 +365,7 @@ class DecodeSteps:
             logits, presents = self._run_model(program, params, ids, step_mask, counts, cache)
             cache = [p.astype(dtype) for p in presents]
             mask = (jnp.arange(mask.shape[1])[None] < counts + 1).astype(mask.dtype)
-            key, sub = jax.random.split(key)
+            key, sub = self._split(key)
             tokens, done = self._next(logits[:, -1], sub, done, tokens, length)
             return cache, pending, mask, tokens, done, key
 
@@ -398,7 +405,7 @@ class DecodeSteps:
             mask = jax.lax.dynamic_update_slice_in_dim(
                 mask, jnp.ones((batch, 1), mask.dtype), length - 1, axis=1
             )
-            key, sub = jax.random.split(key)  # a key a step, whatever the prompt's padding
+            key, sub = self._split(key)  # a key a step, whatever the prompt's padding
             tokens, done = self._next(logits[:, -1], sub, done, tokens, length)
             return cache, pending, mask, tokens, done, key
 
