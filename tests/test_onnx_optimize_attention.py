@@ -33,7 +33,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dml_jax.onnx import InferenceSession, SessionOptions
 from dml_jax.onnx.optimize import attention
-from dml_jax.onnx.optimize.attention import _compose, _reshape
+from dml_jax.onnx.optimize.views import compose, reshaped_strides
 from dml_jax.tensor import packed_strides
 
 B, S, H, D = 2, 6, 2, 8
@@ -462,7 +462,7 @@ def test_view_composition_and_reshape_match_numpy():
             vs = packed_strides(view_sizes)
             order = rng.permutation(len(view_sizes))
         view = [[(view_sizes[o], vs[o] if view_sizes[o] > 1 else 0)] for o in order]
-        composed = _compose(view, ys_sizes, y_axes)
+        composed = compose(view, ys_sizes, y_axes)
         # brute force: the X offset of each element of the view
         y_off = _offsets([view_sizes[o] for o in order], [vs[o] for o in order])
         y_index = np.unravel_index(y_off, ys_sizes)
@@ -474,12 +474,12 @@ def test_view_composition_and_reshape_match_numpy():
         strides = [t for axes in composed for _, t in axes]
         np.testing.assert_array_equal(_offsets(sizes, strides).reshape(want.shape), want)
         checked += 1
-        # _reshape: the composed first axis read as two axes, where it can be
+        # reshaped_strides: the composed first axis read as two axes, where it can be
         first = composed[0]
         n = math.prod(k for k, _ in first)
         whole = _offsets([k for k, _ in first], [t for _, t in first]).reshape(-1)
         for d in (d for d in range(1, n + 1) if n % d == 0):
-            split = _reshape(first, (d, n // d))
+            split = reshaped_strides(first, (d, n // d))
             if split is not None:
                 np.testing.assert_array_equal(_offsets((d, n // d), split).reshape(-1), whole)
     assert checked > 150

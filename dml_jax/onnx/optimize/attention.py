@@ -11,7 +11,7 @@ producers' packed bytes; the exporters' transposes are ELEMENT_WISE_IDENTITY cop
   flattened or not. Each operand is followed back through identity copies (transposes, the
   repeat of grouped key/value heads by Unsqueeze / Expand / Reshape, found as a head axis of
   stride 0) and scalar scales (MULTIPLY or DIVIDE by a constant, an identity's ScaleBias without
-  bias: the dynamo exporter's sqrt(scale) on Q and K), composing the views (``_compose``); the
+  bias: the dynamo exporter's sqrt(scale) on Q and K), composing the views (``compose``); the
   scales join the GEMM's Alpha as MULTIHEAD_ATTENTION's Scale. A scale that is a parameter
   (``apply`` may replace it) is not folded: it is applied again where the operand is laid out
   for MULTIHEAD_ATTENTION. Those nodes may have other readers (they stay for them).
@@ -62,9 +62,7 @@ from ...enums import DataType
 from ...registry import lookup
 from ...tensor import TensorDesc, packed_strides
 from . import GRAPH_INPUT, Editor, Source, rewrite
-
-# A strided view: (size, stride) per axis, row-major; a logical axis may hold several.
-Axes = list[tuple[int, int]]
+from .views import Axes, canonical, compose, reshaped_strides, view_axes
 
 _ID = "DML_OPERATOR_ELEMENT_WISE_IDENTITY"
 _SOFTMAX = ("DML_OPERATOR_ACTIVATION_SOFTMAX", "DML_OPERATOR_ACTIVATION_SOFTMAX1")
@@ -81,94 +79,6 @@ MIN_KEYS = 128
 
 def _op(name: str) -> type:
     return lookup(f"DML_OPERATOR_{name}").desc_class
-
-
-# --- strided views ---------------------------------------------------------------------------
-
-
-def _axes(desc: TensorDesc) -> list[Axes]:
-    """One single-axis list per dimension of ``desc``."""
-    strides = desc.strides if desc.strides is not None else packed_strides(desc.sizes)
-    return [[(n, t if n > 1 else 0)] for n, t in zip(desc.sizes, strides)]
-
-
-def _canonical(axes: Axes) -> Axes:
-    """The same view with size-1 axes dropped and adjacent axes merged where the outer stride
-    is the inner one times its size (so two views are equal exactly when these are)."""
-    out: Axes = []
-    for n, t in axes:
-        if n == 1:
-            continue
-        if out and out[-1][1] == n * t:
-            out[-1] = (out[-1][0] * n, t)
-        else:
-            out.append((n, t))
-    return out
-
-
-def _reshape(axes: Axes, sizes: tuple[int, ...]) -> tuple[int, ...] | None:
-    """Strides reading ``axes`` (row-major, same element count) as ``sizes``, or None where that
-    needs a copy (numpy's no-copy reshape)."""
-    rest = _canonical(axes)
-    out = []
-    for n in sizes:
-        if n == 1:
-            out.append(0)
-            continue
-        if not rest:
-            return None
-        m, t = rest[0]
-        if m % n:
-            return None
-        out.append(t * (m // n))
-        if m == n:
-            rest.pop(0)
-        else:
-            rest[0] = (m // n, t)
-    return None if rest else tuple(out)
-
-
-def _compose(view: list[Axes], y_sizes: tuple[int, ...], y_axes: list[Axes]) -> list[Axes] | None:
-    """``view`` reads the packed buffer Y of ``y_sizes``, whose element at index (i_0, ...) is
-    at offset sum(i_j * stride_j) of X (``y_axes``, one axis each): the same view over X, or
-    None where it is not strided (an offset would carry from one axis of Y into the next)."""
-    ys = [a[0][1] for a in y_axes]
-    packed = packed_strides(y_sizes)
-    real = [j for j, n in enumerate(y_sizes) if n > 1]
-    used = dict.fromkeys(real, 0)
-
-    def axis(n: int, t: int) -> Axes | None:
-        if n == 1 or t == 0:
-            return [(n, 0)]
-        js = [j for j in real if packed[j] <= t < packed[j] * y_sizes[j]]
-        if not js or t % packed[js[0]]:
-            return None
-        k = real.index(js[0])
-        step, out = t // packed[js[0]], []
-        while True:
-            j = real[k]
-            if step * (n - 1) < y_sizes[j]:
-                used[j] += step * (n - 1)
-                return [(n, step * ys[j])] + out
-            if y_sizes[j] % step or n % (y_sizes[j] // step) or k == 0:
-                return None
-            inner = y_sizes[j] // step
-            used[j] += step * (inner - 1)
-            out.insert(0, (inner, step * ys[j]))
-            n, step, k = n // inner, 1, k - 1
-
-    result = []
-    for logical in view:
-        sub: Axes = []
-        for n, t in logical:
-            part = axis(n, t)
-            if part is None:
-                return None
-            sub += part
-        result.append(sub)
-    if any(used[j] >= y_sizes[j] for j in real):
-        return None
-    return result
 
 
 # --- reading through the graph ---------------------------------------------------------------
@@ -234,7 +144,7 @@ def _operand(g: Editor, n: int, slot: int, transposed: bool, scales: bool) -> _O
     the buffer it reads, seen through identity copies and (``scales``) scalar scales."""
     desc = g.input_desc(n, slot)
     src = g.source(n, slot)
-    per = _axes(desc)
+    per = view_axes(desc)
     batch = [a for axis in per[:-2] for a in axis]
     rows, cols = (per[-1], per[-2]) if transposed else (per[-2], per[-1])
     view = [batch, rows, cols]
@@ -255,7 +165,7 @@ def _operand(g: Editor, n: int, slot: int, transposed: bool, scales: bool) -> _O
         in_desc = g.input_desc(m, step[0])
         if not out.is_packed or in_desc.data_type != out.data_type or in_desc.sizes != out.sizes:
             break
-        composed = _compose(view, out.sizes, _axes(in_desc))
+        composed = compose(view, out.sizes, view_axes(in_desc))
         if composed is None:
             break
         view, src, scale = composed, inner, scale * step[1]
@@ -266,8 +176,8 @@ def _operand(g: Editor, n: int, slot: int, transposed: bool, scales: bool) -> _O
 
 def _contiguous(desc: TensorDesc, count: int) -> bool:
     """Whether ``desc`` reads a packed buffer of ``count`` elements in order (a reshape)."""
-    return desc.element_count == count and _canonical(
-        [a for axis in _axes(desc) for a in axis]
+    return desc.element_count == count and canonical(
+        [a for axis in view_axes(desc) for a in axis]
     ) in ([(count, 1)], [])
 
 
@@ -473,7 +383,7 @@ def _kv_split(axes: Axes, b: int, h: int) -> tuple[int, int, Axes] | None:
     for hkv in range(1, h + 1):
         if h % hkv:
             continue
-        s = _reshape(axes, (b, hkv, h // hkv))
+        s = reshaped_strides(axes, (b, hkv, h // hkv))
         if s is not None and (s[2] == 0 or hkv == h):
             return hkv, s[0], [(hkv, s[1]), (h // hkv, s[2])]
     return None
@@ -489,7 +399,7 @@ def _layouts(q: _Operand, k: _Operand, v: _Operand, z: int) -> list[tuple]:
         if z % h:
             continue
         b = z // h
-        qs = _reshape(q.axes[0], (b, h))
+        qs = reshaped_strides(q.axes[0], (b, h))
         ks, vs = _kv_split(k.axes[0], b, h), _kv_split(v.axes[0], b, h)
         if qs is None or ks is None or vs is None:
             continue
@@ -503,7 +413,7 @@ def _layouts(q: _Operand, k: _Operand, v: _Operand, z: int) -> list[tuple]:
 
 def _stride(axes: Axes) -> int:
     """The stride of a view that reads as one axis (checked by the caller)."""
-    return _reshape(axes, (size_of(axes),))[0]
+    return reshaped_strides(axes, (size_of(axes),))[0]
 
 
 def size_of(axes: Axes) -> int:
@@ -521,7 +431,7 @@ def _input(x: _Operand, b: int, heads: tuple[int, int, Axes], rows: int):
     sr, sc = _stride(x.axes[1]), _stride(x.axes[2])
     sizes = (b, rows, h * cols)
     t = x.data_type
-    merged = _reshape(head_axes + [(cols, sc)], (h * cols,))
+    merged = reshaped_strides(head_axes + [(cols, sc)], (h * cols,))
     if merged is not None and not x.factors:
         strides = (sb, sr, merged[0])
         dense = all(n == 1 or a == p for n, a, p in zip(sizes, strides, packed_strides(sizes)))
@@ -541,11 +451,11 @@ def _input(x: _Operand, b: int, heads: tuple[int, int, Axes], rows: int):
 
 def _mask_view(desc: TensorDesc, full: tuple[int, int, int, int]) -> TensorDesc | None:
     """An operand desc of an elementwise node over the logits as {B, H, S, T}."""
-    per = _axes(desc)
+    per = view_axes(desc)
     batch = [a for axis in per[:-2] for a in axis]
     if desc.sizes[-2:] != full[2:]:
         return None
-    head = _reshape(batch, full[:2])
+    head = reshaped_strides(batch, full[:2])
     if head is None:
         return None
     strides = head + (per[-2][0][1], per[-1][0][1])
@@ -700,7 +610,9 @@ def _fuse(g: Editor, m: _Match) -> bool:
         return False
     if g.input_desc(m.softmax, 0).sizes[-1] != total:
         return False  # the softmax normalizes over the keys, not over another split
-    if any(_reshape(x.axes[i], (size(x.axes[i]),)) is None for x in (q, k, v) for i in (1, 2)):
+    if any(
+        reshaped_strides(x.axes[i], (size(x.axes[i]),)) is None for x in (q, k, v) for i in (1, 2)
+    ):
         return False
     layouts = _layouts(q, k, v, z)
     if not layouts:
@@ -785,16 +697,16 @@ def _fuse(g: Editor, m: _Match) -> bool:
 def _merge_heads(g: Editor, back: int, sizes: tuple[int, ...], y: TensorDesc) -> None:
     """Readers of ``back`` (the output with its heads first) that are identity copies putting
     the heads back next to the columns read the attention output itself."""
-    y_axes = _axes(y)
+    y_axes = view_axes(y)
     for n, slot in g.users((back, 0)):
         if not _pure_identity(g, n) or slot != 0:
             continue
         desc = g.input_desc(n, 0)
         out = g.output_desc((n, 0))
-        composed = _compose(_axes(desc), sizes, y_axes)
+        composed = compose(view_axes(desc), sizes, y_axes)
         if composed is None or not out.is_packed:
             continue
-        flat = _canonical([a for axis in composed for a in axis])
+        flat = canonical([a for axis in composed for a in axis])
         if flat == [(desc.element_count, 1)] and desc.element_count == math.prod(sizes):
             g.reroute((n, 0), g.source(back, 0))
             g.remove(n)
