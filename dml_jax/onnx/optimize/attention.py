@@ -11,7 +11,7 @@ producers' packed bytes; the exporters' transposes are ELEMENT_WISE_IDENTITY cop
   flattened or not. Each operand is followed back through identity copies (transposes, the
   repeat of grouped key/value heads by Unsqueeze / Expand / Reshape, found as a head axis of
   stride 0) and scalar scales (MULTIPLY or DIVIDE by a constant, an identity's ScaleBias without
-  bias: the dynamo exporter's sqrt(scale) on Q and K), composing the views (``compose``); the
+  bias: the dynamo exporter's sqrt(scale) on Q and K), composing the views (``views.compose``); the
   scales join the GEMM's Alpha as MULTIHEAD_ATTENTION's Scale. A scale that is a parameter
   (``apply`` may replace it) is not folded: it is applied again where the operand is laid out
   for MULTIHEAD_ATTENTION. Those nodes may have other readers (they stay for them).
