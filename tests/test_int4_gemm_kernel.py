@@ -105,7 +105,8 @@ CASES = {
                                                target_programs=64, min_k=64)),
     "m3-widen-takes-the-padding": (3, 64, 256, 32, True, "FLOAT16", "UINT4",
                                    K.Tiles(widen_row=True)),
-    "m1-b32-zero-ahead-2": (1, 64, 1024, 32, True, "FLOAT16", "UINT4", K.Tiles(ahead=2)),
+    "m1-b32-zero-ahead-2": (1, 64, 1024, 32, True, "FLOAT16", "UINT4",
+                            K.Tiles(ahead=2, bytes_form=False)),
     "m1-b32-zero-padded": (1, 128, 512, 32, True, "FLOAT16", "UINT4", K.Tiles(widen_row=False)),
     # the steps as a loop, the codes read as bytes (LOOP)
     "m1-b32-zero-loop": (1, 128, 1024, 32, True, "FLOAT16", "UINT4",
@@ -160,6 +161,7 @@ def test_interpret_matches_lax(case):
         assert v.loop and (v.splits > 1) == case.endswith("split-a-first")
     assert v.bytes_form == (v.loop or (t.bytes_form and not v.one_row and v.step >= 32))
     assert v.atomic == (t.atomic and v.splits > 1)
+    assert v.ahead == (0 if v.bytes_form else t.ahead)  # the bytes form issues no loads ahead
     if t.atomic:
         assert v.atomic
     codes = q

@@ -13,11 +13,13 @@ points), several weights a program (up to 16, at most 1 GiB of float16 weights),
   the other ``TILES`` at M = 1 (``--all-tiles``: at every M); ``row...`` is the one-row form
   (``Tiles.one_row``: sums of products on the vector units, A read as its one row), which
   applies at M = 1 only, as ``widen...`` (``Tiles.widen_row``: A read as its one row and
-  widened to 16 in registers, no pad); ``ahead1`` loads a step ahead (``Tiles.ahead``);
-``loop...`` runs the steps as a loop Triton pipelines (``Tiles.loop``), ``bytes...`` unrolled
-(``Tiles.bytes_form``), both reading the codes as bytes, split by PTX: they are given the
-codes' bytes, as a session passes its held 4-bit weights; a line times the view of uint4 codes
-as bytes (a bitcast) alone, what a program given the codes as uint4 would add.
+  widened to 16 in registers, no pad); ``ahead1`` loads a step ahead (``Tiles.ahead``).
+  The default reads the codes as bytes, split by PTX (``Tiles.bytes_form``), unrolled, as
+  ``bytes...`` do, and ``loop...`` as a loop Triton pipelines (``Tiles.loop``): those are given
+  the codes' bytes, as a session passes its held 4-bit weights; ``codes`` and the older tiles
+  (``CODES``) read them as 4-bit values; ``atomic...`` add K's splits atomically
+  (``Tiles.atomic``). A line times the view of uint4 codes as bytes (a bitcast) alone, what a
+  program given the codes as uint4 would add.
 
 Each line: microseconds a call of the program divided by the weights, GB/s of float16-equivalent
 weights (2 bytes a weight, whatever is read), the ratio to ``f16``'s time, and for the kernel
@@ -52,16 +54,20 @@ SHAPES = ((2048, 3072), (2048, 2048), (2048, 16384), (8192, 2048), (2048, 128256
 ROWS = (1, 2, 8)
 BLOCK = 32
 BUDGET = 1 << 30  # float16 bytes of weights a program at most
+# the codes read as 4-bit values (``Tiles.bytes_form`` off): the form every tile below but the
+# loops, the bytes forms and the one-row form took before the bytes form became the default
+CODES = dict(bytes_form=False)
 # the one-row form narrowed to ROW_PROGRAMS programs, K whole up to 8192 (one kernel a product)
 NARROW = dict(max_k=8192)
 # the one-row form at any size (``ROW_MAX_WEIGHTS`` off), programs not narrowed
 WIDE = dict(row_max_weights=1 << 40, row_programs=1)
 TILES = {
     "default": K.Tiles(),
-    "n128w8": K.Tiles(block_n=128, warps=8),
-    "a-first": K.Tiles(weights_first=False),
-    "halfgrid": K.Tiles(target_programs=128, min_k=512),
-    "grid512": K.Tiles(target_programs=512, min_k=128),
+    "codes": K.Tiles(**CODES),  # the default tiles with the codes read as 4-bit values
+    "n128w8": K.Tiles(block_n=128, warps=8, **CODES),
+    "a-first": K.Tiles(weights_first=False, **CODES),
+    "halfgrid": K.Tiles(target_programs=128, min_k=512, **CODES),
+    "grid512": K.Tiles(target_programs=512, min_k=128, **CODES),
     "row": K.Tiles(one_row=True),
     "row-n128w8": K.Tiles(one_row=True, block_n=128, warps=8),
     "row-n32w2": K.Tiles(one_row=True, block_n=32, warps=2),
@@ -72,17 +78,17 @@ TILES = {
     "row-narrow-w2": K.Tiles(one_row=True, warps=2, **NARROW),
     "row-narrow-t256": K.Tiles(one_row=True, row_programs=256, **NARROW),
     "row-narrow-s128": K.Tiles(one_row=True, step_k=128, **NARROW),
-    "widen": K.Tiles(widen_row=True),
-    "widen-grid512": K.Tiles(widen_row=True, target_programs=512, min_k=128),
-    "widen-ahead1": K.Tiles(widen_row=True, ahead=1),
-    "widen-n128w8": K.Tiles(widen_row=True, block_n=128, warps=8),
+    "widen": K.Tiles(widen_row=True, **CODES),
+    "widen-grid512": K.Tiles(widen_row=True, target_programs=512, min_k=128, **CODES),
+    "widen-ahead1": K.Tiles(widen_row=True, ahead=1, **CODES),
+    "widen-n128w8": K.Tiles(widen_row=True, block_n=128, warps=8, **CODES),
     # every load of a program first (246 registers, no spill in the sm_90a SASS at 32 columns)
-    "widen-n32-all": K.Tiles(widen_row=True, block_n=32, ahead=64),
-    "widen-n32-a3": K.Tiles(widen_row=True, block_n=32, ahead=3),
-    "ahead1": K.Tiles(ahead=1),
-    "widen-a2": K.Tiles(widen_row=True, ahead=2),
-    "widen-w8": K.Tiles(widen_row=True, warps=8),
-    "widen-n32w2": K.Tiles(widen_row=True, block_n=32, warps=2),
+    "widen-n32-all": K.Tiles(widen_row=True, block_n=32, ahead=64, **CODES),
+    "widen-n32-a3": K.Tiles(widen_row=True, block_n=32, ahead=3, **CODES),
+    "ahead1": K.Tiles(ahead=1, **CODES),
+    "widen-a2": K.Tiles(widen_row=True, ahead=2, **CODES),
+    "widen-w8": K.Tiles(widen_row=True, warps=8, **CODES),
+    "widen-n32w2": K.Tiles(widen_row=True, block_n=32, warps=2, **CODES),
     # the one-row form at every size, its float32 sums {BLOCK_N, STEP_K} small (at steps of 256
     # they took 128 registers a thread of 64 columns on 4 warps)
     "row-s64": K.Tiles(one_row=True, step_k=64, **WIDE),
@@ -102,11 +108,9 @@ TILES = {
     "loop-n128w8": K.Tiles(loop=True, block_n=128, warps=8, target_programs=132, min_k=1024),
     "loop-step128": K.Tiles(loop=True, step_k=128, target_programs=256, min_k=1024),
     "loop-p512": K.Tiles(loop=True, target_programs=512, min_k=512),
-    # unrolled, the codes read as bytes and split by PTX (``Tiles.bytes_form``)
-    "bytes": K.Tiles(bytes_form=True),
+    # unrolled, the codes read as bytes and split by PTX (``Tiles.bytes_form``, the default)
     "bytes-grid256": K.Tiles(bytes_form=True, target_programs=256, min_k=256),
     "bytes-n128w8": K.Tiles(bytes_form=True, block_n=128, warps=8),
-    "bytes-ahead1": K.Tiles(bytes_form=True, ahead=1),
     # K's splits added atomically into one float32 product: no reduction kernel after it
     "atomic": K.Tiles(atomic=True),
     "atomic-grid1024": K.Tiles(atomic=True, target_programs=1024, min_k=128),

@@ -94,10 +94,12 @@ ONE_ROW = False
 # K is split. (Narrowed so with the dot, q, k and v joined took 26.2 us against 13.3 unnarrowed.)
 ROW_MAX_WEIGHTS = 1 << 23
 ROW_PROGRAMS = 128
-# Loads issued AHEAD steps before the step that uses them (0: each step loads, then computes).
-# The gate and up kernel of the 1B-class decoder (16 MB of codes) ran at about 0.9 TB/s on an
-# H100 with 157 registers a thread and a third of the issue rate busy: its loads wait. Not yet
-# timed on a GPU: 0.
+# Loads issued AHEAD steps before the step that uses them (0: each step loads, then computes),
+# in the codes' form only (``BYTES_FORM`` off; the bytes form loads as it goes, and its loop as
+# Triton pipelines it). The gate and up kernel of the 1B-class decoder (16 MB of codes) ran at
+# about 0.9 TB/s on an H100 with 157 registers a thread and a third of the issue rate busy: its
+# loads wait. Two steps ahead with A's row widened (benchmarks/experiments/README.md,
+# ``widen-a2``) was no faster overall than none: 0.
 AHEAD = 0
 # One row of A read as it is and widened to Triton's 16 rows in registers (its other rows
 # zero), the product's first column kept: no pad kernel before each product, and each program
@@ -214,7 +216,7 @@ def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View
     loop = tiles.loop and not row and per // (group * block) > 1 and group * block >= 32
     as_bytes = loop or (tiles.bytes_form and not row and group * block >= 32)
     return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first, row,
-                tiles.ahead, tiles.widen_row and m == 1 and not row, loop,
+                0 if as_bytes else tiles.ahead, tiles.widen_row and m == 1 and not row, loop,
                 tiles.stages if loop else 1, as_bytes, tiles.atomic and k // per > 1)  # fmt: skip
 
 

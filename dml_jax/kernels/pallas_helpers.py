@@ -1,5 +1,6 @@
 """Pallas helpers the kernels share: Pallas loaded on first use, one PTX instruction element by
-element, and a NaN test from the bits.
+element, bytes split into their two 4-bit codes as float16 by PTX, and a NaN test from the
+bits.
 
 Pallas (and its Triton backend) is imported only when a kernel is traced, so CPU-only users never
 load it; the kernels call ``load_pallas()`` inside their lowerings.
