@@ -163,6 +163,27 @@ def test_bucketed_steps_equal_exact_steps(sessions):
     assert len(set(bucketed.ravel().tolist())) > 4  # sampled, not a constant
 
 
+def test_only_sampling_steps_split_the_random_key(sessions):
+    """A sampling step splits the generation's key (each step its own); a greedy one reads no
+    key, so it keeps it as it is and its step program holds no random-number work."""
+    s = sessions("tiny_llama")
+    prompt = np.array(GREEDY["tiny_llama"]["prompt"])
+    keys = {}
+    for sample in (False, True):
+        g = Generator(s, GeneratorParams(s, max_length=12, batch_size=2, do_sample=sample,
+                                         seed=5))  # fmt: skip
+        start = np.asarray(g._key)
+        g.append_tokens(prompt)
+        g.generate_next_token()
+        keys[sample] = (start, np.asarray(g._key))
+        fn, program = g._fns._steps_fn(2, g._step_key(g._length), 0, 1)
+        state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
+        jaxpr = str(fn.trace(g._fns._params_for(program), state, np.int32(g._length)).jaxpr)
+        assert ("threefry2x32" in jaxpr or "random_bits" in jaxpr) == sample
+    np.testing.assert_array_equal(keys[False][0], keys[False][1])
+    assert not np.array_equal(keys[True][0], keys[True][1])
+
+
 def test_programs_bounded_by_buckets():
     """100 new tokens after a 5-token prompt, a step a dispatch: one prefill (prompt bucket 16)
     and one step per past bucket 16, 32, 64, 128, whatever the positions; a second generation
