@@ -47,13 +47,10 @@ Rejected (a ValidationError naming the attribute or input): Attention / QAttenti
 buffer without one int32 ``past_sequence_length``, or with more new keys than M, or a mask /
 bias covering more keys than M or fewer than the new ones; a 1-D ``mask_index`` /
 ``key_padding_mask`` of 3 * B + 2 values (the CPU kernel reads only its first B); a 4-D mask
-with a past; MultiHeadAttention's ``qk`` output and ``cache_indirection``; GroupQueryAttention's ``smooth_softmax``,
-``head_sink``, ``qk_output`` / ``output_qk``, ``causal`` = 0, ``sliding_window_cache``,
-quantized caches (``k_quant_type`` / ``v_quant_type``, ``k_scale`` / ``v_scale``),
-``q_norm_weight`` / ``k_norm_weight``, ``query_seqlens``, ``local_window_size`` 0, and a key /
-value of another length than the query; RotaryEmbedding's ``is_packed_batching``; QAttention
-weights of the other 8-bit type than its input unless known at import (MATRIX_MULTIPLY_INTEGER_TO
-_FLOAT takes one integer type; known weights are moved by 128).
+with a past; MultiHeadAttention's ``qk`` output and ``cache_indirection``; QAttention weights
+of the other 8-bit type than its input unless known at import (MATRIX_MULTIPLY_INTEGER_TO_FLOAT
+takes one integer type; known weights are moved by 128). (GroupQueryAttention's and
+RotaryEmbedding's: ``ms_gqa.py``.)
 """
 
 from __future__ import annotations

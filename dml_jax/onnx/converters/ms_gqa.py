@@ -20,6 +20,12 @@ masks, ACTIVATION_SOFTMAX1 and GEMM, in float32 as the CPU kernel computes it.
 
 RotaryEmbedding reads ``position_ids`` of one value as the first position of every entry; its
 ``scale`` attribute is ignored, as the CPU kernel ignores it.
+
+Rejected (a ValidationError naming the attribute or input): GroupQueryAttention's
+``smooth_softmax``, ``head_sink``, ``qk_output`` / ``output_qk``, ``causal`` = 0,
+``sliding_window_cache``, quantized caches (``k_quant_type`` / ``v_quant_type``, ``k_scale`` /
+``v_scale``), ``q_norm_weight`` / ``k_norm_weight``, ``query_seqlens``, ``local_window_size`` 0,
+and a key / value of another length than the query; RotaryEmbedding's ``is_packed_batching``.
 """
 
 from __future__ import annotations
