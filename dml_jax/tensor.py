@@ -25,6 +25,14 @@ def packed_strides(sizes: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def host_view(flat: np.ndarray, desc: TensorDesc) -> np.ndarray:
+    """The logical tensor (shape ``desc.sizes``) that ``desc`` reads from the flat, contiguous
+    NumPy elements ``flat`` (at least ``desc.addressed_elements`` of them): a strided view,
+    read-only, so a broadcast (stride 0) copies nothing."""
+    strides = tuple(t * flat.itemsize for t in desc.layout_strides)
+    return np.lib.stride_tricks.as_strided(flat, desc.sizes, strides, writeable=False)
+
+
 def calc_buffer_tensor_size(
     data_type: DataType, sizes: Sequence[int], strides: Sequence[int] | None
 ) -> int:

@@ -626,3 +626,23 @@ def test_64bit_buffers_without_x64_rejected():
         op = dml.compile_operator(dml.ElementWiseClipOperatorDesc(t, t, 0.0, 5.0))
     with pytest.raises(dml.ValidationError, match=r"jax_enable_x64"):
         op.run_buffers([np.zeros(2, np.int64)], [np.zeros(2, np.int64)])
+
+
+@pytest.mark.parametrize(
+    "sizes, strides",
+    [((2, 3), None), ((3, 2), (1, 3)), ((2, 1, 4), (4, 0, 1)), ((4, 3), (0, 2)), ((1, 5), (7, 1))],
+)
+def test_host_view_reads_each_element_at_its_offset(sizes, strides):
+    """``tensor.host_view``: element i of the view is the flat element at sum(i_k * stride_k),
+    the offsets written out here; a broadcast (stride 0) copies nothing, and the view is
+    read-only."""
+    from dml_jax.tensor import host_view
+
+    desc = dml.TensorDesc("FLOAT32", sizes, strides=strides)
+    flat = np.arange(desc.addressed_elements, dtype=np.float32) * 1.5
+    got = host_view(flat, desc)
+    assert got.shape == sizes and not got.flags.writeable
+    for index in np.ndindex(*sizes):
+        offset = sum(i * t for i, t in zip(index, desc.layout_strides))
+        assert got[index] == flat[offset]
+    assert np.shares_memory(got, flat)

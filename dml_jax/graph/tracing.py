@@ -22,7 +22,7 @@ from ..compile import CompiledOperator, with_shardings
 from ..enums import FeatureLevel
 from ..errors import ValidationError
 from ..precision import with_half_precision
-from ..tensor import packed_strides
+from ..tensor import host_view, packed_strides
 from . import rolling
 from .records import GRAPH, ConstantDataNode, FunctionNode, GraphDesc
 from .validation import GraphPlan, constant_value, validated_plan
@@ -264,8 +264,7 @@ def _graph_function(
         desc, flat = s[3], packed.reshape(-1)
         if desc.addressed_elements > flat.size:
             return None
-        strides = tuple(st * flat.itemsize for st in desc.layout_strides)
-        return np.lib.stride_tricks.as_strided(flat, desc.sizes, strides, writeable=False)
+        return host_view(flat, desc)
 
     def known(n):
         # Values of node n's constant-fed inputs (its argument positions), as NumPy arrays, for

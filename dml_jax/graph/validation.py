@@ -16,7 +16,7 @@ from ..enums import FeatureLevel, TensorFlags
 from ..errors import ValidationError, show
 from ..fields import INPUT, OUTPUT
 from ..registry import OperatorSpec, lookup
-from ..tensor import TensorDesc, packed_strides, unpack_4bit
+from ..tensor import TensorDesc, host_view, packed_strides, unpack_4bit
 from .records import GRAPH, ConstantDataNode, FunctionNode, GraphDesc
 
 
@@ -299,9 +299,7 @@ def constant_elements(constant: ConstantDataNode, data_type: Any, count: int | N
 def constant_value(constant: ConstantDataNode, desc: TensorDesc) -> np.ndarray:
     """The logical tensor (NumPy, shape ``desc.sizes``) that ``desc`` reads from a constant's
     bytes: a strided view, so a broadcast (stride 0) copies nothing."""
-    flat = constant_elements(constant, desc.data_type, desc.addressed_elements)
-    strides = tuple(s * flat.itemsize for s in desc.layout_strides)
-    return np.lib.stride_tricks.as_strided(flat, desc.sizes, strides, writeable=False)
+    return host_view(constant_elements(constant, desc.data_type, desc.addressed_elements), desc)
 
 
 def _check_connection(

@@ -60,7 +60,7 @@ import numpy as np
 
 from ...enums import DataType
 from ...registry import lookup
-from ...tensor import TensorDesc, packed_strides
+from ...tensor import TensorDesc, host_view, packed_strides
 from . import GRAPH_INPUT, Editor, Source, rewrite
 from .views import Axes, canonical, compose, reshaped_strides, view_axes
 
@@ -469,13 +469,10 @@ def _known(g: Editor, src: Source, desc: TensorDesc) -> np.ndarray | None:
     if value is None or g.param(src) is not None:
         return None  # a parameter stays a tensor: ``apply`` may replace it
     flat = np.ascontiguousarray(value).reshape(-1)
-    strides = desc.strides if desc.strides is not None else packed_strides(desc.sizes)
     if desc.addressed_elements > flat.size:
         return None
-    sizes = tuple(1 if t == 0 else n for n, t in zip(desc.sizes, strides))
-    return np.lib.stride_tricks.as_strided(
-        flat, sizes, tuple(t * flat.itemsize for t in strides)
-    ).copy()
+    kept = tuple(slice(0, 1) if t == 0 else slice(None) for t in desc.layout_strides)
+    return host_view(flat, desc)[kept].copy()
 
 
 def _compact(keep: np.ndarray, full: tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...]]:

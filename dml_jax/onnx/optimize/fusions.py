@@ -20,7 +20,7 @@ import numpy as np
 
 from ...enums import DataType
 from ...registry import lookup
-from ...tensor import ScaleBias, TensorDesc
+from ...tensor import ScaleBias, TensorDesc, host_view
 from . import Editor, Source, reshape_strides, rewrite
 
 
@@ -47,9 +47,7 @@ class _Calc:
         """The tensor ``desc`` reads from ``src`` (a constant's value on the host)."""
         if self.on_host:  # a strided view of the flat elements (no index array), then copied
             flat = np.ascontiguousarray(self.g.constant(src)).reshape(-1)
-            strides = tuple(s * flat.itemsize for s in desc.layout_strides)
-            view = np.lib.stride_tricks.as_strided(flat, desc.sizes, strides, writeable=False)
-            return view.astype(self.dtype)
+            return host_view(flat, desc).astype(self.dtype)
         return (src, desc)
 
     def const(self, array: np.ndarray) -> Any:
