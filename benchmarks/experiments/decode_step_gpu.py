@@ -43,6 +43,9 @@ FLAGS = {
     "command_buffer_while": (
         "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
     ),
+    # the sharded decoder's small all-reduces (two a layer, a token's features each) as XLA's
+    # own one-kernel all-reduce instead of NCCL's
+    "one_shot": "--xla_gpu_unsupported_use_all_reduce_one_shot_kernel=true",
 }
 
 
@@ -187,7 +190,7 @@ def main() -> None:
     if "int4" in files:
         runs += [("int4", a.flags[0], t, 1, "") for t in a.int4_tiles]
     if a.devices > 1:
-        runs.append(("float16", a.flags[0], "", a.devices, ""))
+        runs += [("float16", f, "", a.devices, "") for f in a.flags]
     for n, (dtype, flag, tiles, devices, form) in enumerate(runs):
         path = files[dtype]
         env = dict(os.environ, XLA_FLAGS=FLAGS[flag])

@@ -123,6 +123,9 @@ def programs(args):
             text = g._jitted.lower(*values).compile().as_text()
             yield (name, count), (lambda g=g, v=values: g(*v)), sync, text
             del net, g, values
+        for name in [n for n in args.only if n.startswith("gpt-mb") or n == "gpt-lax"]:
+            call, sync, text = _microbatched(args, name, mesh, count)
+            yield (name, count), call, sync, text
         rows, cols = (16384, 16384) if args.full else (1024, 512)
         rs, rep = NamedSharding(mesh, P("x")), NamedSharding(mesh, P())
         host = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)
@@ -138,11 +141,45 @@ def programs(args):
         del x
 
 
+def _microbatched(args, name: str, mesh, count: int):
+    """``gpt-mbN``: the tensor-parallel GPT stack as N graphs of batch / N (one graph compiled
+    at the smaller batch, called on each slice of the tokens in one program), so that each
+    slice's all-reduces can overlap the other slices' products; ``gpt-lax``: the stack on
+    every node's lax lowering (on one device the fast paths' baseline)."""
+    import jax
+    import jax.numpy as jnp
+    import networks
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    parts = int(name[6:]) if name.startswith("gpt-mb") else 1
+    batch, seq, d = (8, 1024, 1024) if args.full else (2, 64, 64)
+    heads, layers = (16, args.layers) if args.full else (4, 2)
+    net = networks.gpt_stack(batch // parts, seq, d, heads, layers, "FLOAT16")
+    ins = networks.shardings(net, mesh, None, "x")
+    whole = NamedSharding(mesh, P())
+    # (compiled with its shardings and called inside the program: the graph compiled without
+    # them and traced there made XLA split the residual stream's rows between the products,
+    # an all-gather more a layer)
+    g = net.compile(ins, whole, fast_paths=name != "gpt-lax")
+    x = np.random.default_rng(0).standard_normal((batch * seq, d), np.float32).astype(np.float16)
+    rows = batch // parts * seq
+
+    def program(x, *weights):
+        outs = [g(x[i * rows : (i + 1) * rows], *weights) for i in range(parts)]
+        return jnp.concatenate(outs, axis=0)
+
+    f = jax.jit(program, in_shardings=tuple(ins), out_shardings=whole)
+    values = [jax.device_put(a, s) for a, s in zip(net.arguments(x=x), ins)]
+    text = f.lower(*values).compile().as_text()
+    return (lambda: f(*values)), (lambda out: jax.block_until_ready(out)), text
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--devices", type=int, default=2)
     p.add_argument("--only", nargs="*", default=["gpt", "reduce0", "graph"],
-                   help="of gpt, gpt-sp, reduce0, graph")  # fmt: skip
+                   help="of gpt, gpt-sp, gpt-mbN, gpt-lax, reduce0, graph")  # fmt: skip
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--small", dest="full", action="store_false", help="tiny sizes (a CPU check)")
     args = p.parse_args()

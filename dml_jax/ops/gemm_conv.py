@@ -147,17 +147,18 @@ def _gemm_product(a, b, trans_a: bool, trans_b: bool):
     )
 
 
-# How ``_one_row_as_two`` makes A's second row: "zeros" (a concatenation, a kernel of its own
-# before each product in a decode step: some 90 a token of the 1B-class LLaMA on an H100), or
-# "repeat" (A broadcast to two equal rows, which XLA may fuse into the product's operand; not
-# yet timed on a GPU: benchmarks/experiments/two_row_forms_gpu.py).
-ONE_ROW_FORM = "zeros"
+# How ``_one_row_as_two`` makes A's second row: "repeat" (A broadcast to two equal rows, which
+# XLA fuses into the product's operand), or "zeros" (a concatenation: a pad kernel of its own
+# before each product of a decode step). The 1B-class LLaMA's float16 decode at batch 1 on an
+# H200 (``decode_step_gpu.py --one-row-form "" repeat``, one process each, 2026-11-28): zeros
+# 923 tokens/s (921-927) with 335 kernels a token, repeat 943 (940-946) with 319.
+ONE_ROW_FORM = "repeat"
 
 
 def _one_row_as_two(a, b, trans_a: bool, trans_b: bool):
-    """A product of one row computed on two, the second A's row of zeros, and the first row
-    kept: on CUDA, XLA writes a product of one row as a multiply and a reduction, which read
-    the weights at 0.4-2.6 TB/s on an H200 where the same product on two rows ran at 0.9-3.5
+    """A product of one row computed on two (A's second row per ``ONE_ROW_FORM``), and the
+    first row kept: on CUDA, XLA writes a product of one row as a multiply and a reduction,
+    which read the weights at 0.4-2.6 TB/s on an H200 where the same product on two rows ran at 0.9-3.5
     (float16, K x N of 2048 x 2048 to 8192 x 2048; benchmarks/experiments/gemv_forms_gpu.py);
     a decode step of a 1B-parameter LLaMA at batch 1 took 2.0 ms, at batch 2 1.2, and 1.6 ms
     at batch 1 with this form. Batched products of one row (attention's, a row a head) take it
