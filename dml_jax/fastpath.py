@@ -40,6 +40,10 @@ class FastPath:
             XLA's own loop would, but it is a fusion barrier: in a graph the lax form fuses into
             its producer and consumer and moves nothing (ResNet-50 float16, batch 256, on an
             H200: 22.4k images/s with the element-wise kernels in the graph, 31.0k without).
+        per_shard: ``per_shard(desc) -> fn or None``: where the lowering holds a kernel XLA
+            cannot partition, ``fn`` (the contract of ``lower`` on the arrays alone) runs it on
+            each device's shards in a program split over devices (``custom_partitioning``,
+            with the collectives the operator needs), instead of the lax lowering.
     """
 
     operator_type: str
@@ -47,6 +51,7 @@ class FastPath:
     applies: Callable[[Any], bool]
     lower: Callable[..., tuple]
     standalone: bool = False
+    per_shard: Callable[[Any], Callable | None] | None = None
 
 
 _FAST_PATHS: dict[str, dict[str, FastPath]] = {}
@@ -58,11 +63,12 @@ def register_fast_path(
     applies: Callable[[Any], bool],
     lower: Callable[..., tuple],
     standalone: bool = False,
+    per_shard: Callable[[Any], Callable | None] | None = None,
 ) -> FastPath:
     """Registers a CUDA lowering for the descriptors of ``operator_type`` that ``applies`` accepts.
 
     Where several fast paths of one operator type apply, the first registered is used;
-    ``standalone`` as ``FastPath`` says.
+    ``standalone`` and ``per_shard`` as ``FastPath`` says.
 
     Raises:
         ValueError: if ``(operator_type, name)`` is already registered.
@@ -70,7 +76,7 @@ def register_fast_path(
     paths = _FAST_PATHS.setdefault(operator_type, {})
     if name in paths:
         raise ValueError(f"fast path {name!r} of {operator_type} is already registered")
-    paths[name] = FastPath(operator_type, name, applies, lower, standalone)
+    paths[name] = FastPath(operator_type, name, applies, lower, standalone, per_shard)
     return paths[name]
 
 
@@ -348,29 +354,38 @@ def lowering(
     def cuda(*arrays):
         return tuple(path.lower(desc, *arrays))
 
-    return _choice_with_lax_derivatives(cuda, lax_lowering)
+    per_shard = path.per_shard(desc) if path.per_shard is not None else None
+    return _choice_with_lax_derivatives(cuda, lax_lowering, per_shard)
 
 
-def _choice_with_lax_derivatives(cuda: Callable, lax_lowering: Callable) -> Callable:
+def _choice_with_lax_derivatives(
+    cuda: Callable, lax_lowering: Callable, per_shard: Callable | None = None
+) -> Callable:
     """The platform choice between ``cuda`` and ``lax_lowering``, differentiated as the latter.
+    In a program split over devices, a ``cuda`` that holds a kernel XLA cannot partition gives
+    way to ``per_shard`` (the kernel run on each device's shards) where there is one, else to
+    ``lax_lowering``.
 
     One traced function per target platform (``target_platform``): jax caches what a custom
     derivative or batching rule traced by the arguments' shapes alone, so a function traced for
     CUDA alone must not be the one traced for every platform."""
-    runs: dict[str | None, Callable] = {}
+    runs: dict[tuple, Callable] = {}
     kernels: dict[tuple, bool] = {}  # whether ``cuda`` holds an opaque kernel, by shapes
 
     def by_target(*arrays):
         chosen = _TARGET.get()
+        fn = cuda
         if chosen in (None, "cuda") and partitioned():
             key = tuple((jnp.shape(a), jnp.result_type(a)) for a in arrays)
             if key not in kernels:
                 kernels[key] = opaque(cuda, *arrays)
             if kernels[key]:  # XLA would gather its inputs and run it whole on every device
-                return lax_lowering(*arrays)
-        run = runs.get(chosen)
+                if per_shard is None:
+                    return lax_lowering(*arrays)
+                fn = per_shard
+        run = runs.get((chosen, fn is cuda))
         if run is None:
-            run = runs[chosen] = _run_for(chosen, cuda, lax_lowering)
+            run = runs[chosen, fn is cuda] = _run_for(chosen, fn, lax_lowering)
         return run(*arrays)
 
     return by_target
@@ -415,16 +430,20 @@ class Epilogue:
     name: str
     applies: Callable[[Any, Any, int], bool]
     lower: Callable[..., tuple]
+    per_shard: Callable[[Any, Any, int], Callable | None] | None = None
 
 
 _EPILOGUES: dict[tuple[str, str], dict[str, Epilogue]] = {}
 
 
 def register_epilogue(
-    producer: str, consumer: str, name: str, applies: Callable, lower: Callable
-) -> Epilogue:
+    producer: str, consumer: str, name: str, applies: Callable, lower: Callable,
+    per_shard: Callable | None = None,
+) -> Epilogue:  # fmt: skip
     """Registers a CUDA lowering of a ``producer`` node and the ``consumer`` node that alone
     reads its output (``Epilogue``); ``graph.compile_graph`` uses it where ``applies``.
+    ``per_shard(producer_desc, consumer_desc, slot) -> fn or None``: as ``FastPath.per_shard``,
+    ``fn`` taking the producer's arrays, then the consumer's others.
 
     Raises:
         ValueError: if ``(producer, consumer, name)`` is already registered.
@@ -432,7 +451,7 @@ def register_epilogue(
     found = _EPILOGUES.setdefault((producer, consumer), {})
     if name in found:
         raise ValueError(f"epilogue {name!r} of {producer} -> {consumer} is already registered")
-    found[name] = Epilogue(producer, consumer, name, applies, lower)
+    found[name] = Epilogue(producer, consumer, name, applies, lower, per_shard)
     return found[name]
 
 
@@ -503,7 +522,10 @@ def fused_lowering(
             out = jax.vmap(lax_viewed, in_axes=in_axes, axis_size=axis_size)(*arrays)
             return out, tuple(True for _ in out)
 
-        return _choice_with_lax_derivatives(cuda, lax_viewed)
+        per_shard = None
+        if found.per_shard is not None and not packed:
+            per_shard = found.per_shard(producer_desc, consumer_desc, slot)
+        return _choice_with_lax_derivatives(cuda, lax_viewed, per_shard)
 
     choices: dict[tuple, Callable] = {}
 

@@ -6,12 +6,7 @@ can fail) and none once sharded, with the sharded values equal to the one-device
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
+import _workers  # this folder's
 import jax
 import numpy as np
 import pytest
@@ -19,19 +14,12 @@ import pytest
 import dml_jax as dml
 from dml_jax import fastpath
 
-ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "pallas_call["
 
 
 @pytest.fixture(scope="module")
 def report() -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "_sharded_kernels_worker.py")],
-        env=env, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return _workers.report("_sharded_kernels_worker.py")
 
 
 CASES = (

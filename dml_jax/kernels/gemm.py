@@ -573,6 +573,86 @@ def _gemm(d: Any, a, b, c=None, **epilogue):
     return y if epilogue.get("split") else y.reshape(d.output_tensor.sizes)
 
 
+def _local_desc(desc: Any, sizes: tuple) -> Any:
+    """``desc`` with every tensor desc made dense of ``sizes`` (one device's shard of a node
+    whose tensors all have one layout: ``_applies_gelu`` / ``_applies_add``)."""
+    import dataclasses
+
+    from ..tensor import TensorDesc
+
+    changes = {
+        f.name: v.like(sizes=tuple(sizes), strides=None)
+        for f in dataclasses.fields(desc)
+        if isinstance(v := getattr(desc, f.name), TensorDesc)
+    }
+    return dataclasses.replace(desc, **changes)
+
+
+def _per_shard(d: Any, q: Any = None, slot: int = 0) -> Any:
+    """``fn(a, b[, c][, r]) -> y`` (2-D arrays; C as its row where it is one) computing GEMM
+    ``d`` (and its consumer ``q`` fused at ``slot``: GELU, or an add whose other input is R) on
+    each device's shards (``gemm_shards``): the kernel where the shards fit it, else the two
+    nodes' lax lowerings on the shards."""
+    from ..ops.gemm_conv import lower_gemm
+    from ..registry import lookup
+    from .gemm_shards import partitioned
+
+    v = _view(d)
+    form = _c_form(d)
+    gelu = q is not None and q.operator_type == "DML_OPERATOR_ACTIVATION_GELU"
+    residual = q is not None and not gelu
+
+    def consumer(y, r):
+        if q is None:
+            return y
+        inputs = [] if r is None else [r]
+        inputs.insert(slot, y)
+        return lookup(q.operator_type).lower(_local_desc(q, y.shape), *inputs)[0]
+
+    def finish(product, c, r):
+        cs = [] if c is None else [c]
+        (y,) = lower_gemm(d, product, None, *cs, product=lambda _: product)
+        return consumer(y, r)
+
+    def partial(a, b):
+        import dataclasses
+
+        return lower_gemm(dataclasses.replace(d, alpha=1.0), a, b)[0]
+
+    def whole(a, b, c, r):
+        local = plan(a.shape, b.shape, False, v.b_nk, a.dtype)
+        if local is None:
+            cs = [] if c is None else [c]
+            return consumer(lower_gemm(d, a, b, *cs)[0], r)
+        return fused_gemm(a, b, local, alpha=d.alpha, beta=d.beta, c=c, c_row=form == "row",
+                          gelu=gelu, residual=r)  # fmt: skip
+
+    fn = partitioned(v.b_nk, form, residual, whole, partial, finish)
+
+    def run(a, b, *rest):
+        args = [a.reshape(v.m, v.k), b.reshape((v.n, v.k) if v.b_nk else (v.k, v.n))]
+        if form != "none":
+            c = rest[0].reshape(v.m, v.n)
+            args.append(c[:1] if form == "row" else c)  # a bias row enters as its row
+        if residual:
+            args.append(rest[-1].reshape(v.m, v.n))
+        y = fn(*args)
+        return y.reshape((q or d).output_tensor.sizes)
+
+    return run
+
+
+def _shard_gemm(d: Any) -> Any:
+    run = _per_shard(d)
+    return lambda *arrays: (run(*arrays),)
+
+
+def _shard_pair(p: Any, q: Any, slot: int) -> Any:
+    run = _per_shard(p, q, slot)
+    count = len(p.input_slots())  # the producer's arrays, then the consumer's others
+    return lambda *arrays: (run(*arrays[:count], *arrays[count:]),)
+
+
 def _applies_gemm(d: Any) -> bool:
     # Without C, XLA's own GEMM is as fast (cuBLAS or its Triton GEMM;
     # benchmarks/RESULTS.md#networks): lax stays.
@@ -666,13 +746,16 @@ def _register() -> None:
     # (QKV projection of the GPT stack, H100: 70 against 84 us, benchmarks/RESULTS.md#networks).
     register_fast_path(
         "DML_OPERATOR_GEMM", "kernel", _applies_gemm, lambda d, *x: (_gemm(d, *x),),
-        standalone=True,
+        standalone=True, per_shard=_shard_gemm,
     )  # fmt: skip
     register_epilogue(
-        "DML_OPERATOR_GEMM", "DML_OPERATOR_ACTIVATION_GELU", "kernel", _applies_gelu, _lower_gelu
-    )
+        "DML_OPERATOR_GEMM", "DML_OPERATOR_ACTIVATION_GELU", "kernel", _applies_gelu, _lower_gelu,
+        per_shard=_shard_pair,
+    )  # fmt: skip
     for add in ("DML_OPERATOR_ELEMENT_WISE_ADD", "DML_OPERATOR_ELEMENT_WISE_ADD1"):
-        register_epilogue("DML_OPERATOR_GEMM", add, "kernel", _applies_add, _lower_add)
+        register_epilogue(
+            "DML_OPERATOR_GEMM", add, "kernel", _applies_add, _lower_add, per_shard=_shard_pair
+        )
     for name in ("MULTIHEAD_ATTENTION", "MULTIHEAD_ATTENTION1"):
         register_epilogue(
             "DML_OPERATOR_GEMM", f"DML_OPERATOR_{name}", "kernel", _applies_attention,

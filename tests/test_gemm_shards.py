@@ -1,0 +1,94 @@
+"""The GEMM kernel on each device's shards (issue 65, items 1 and 2: fast paths that shard):
+``kernels/gemm_shards.py`` around the kernel, traced for CUDA on 2 simulated CPU devices with a
+stand-in for the Mosaic kernel (tests/_gemm_shards_worker.py). Each split computes the
+product's values, communicates what Megatron's split needs and no more, runs the kernel on the
+shards' shapes where K is whole, and leaves no kernel call outside a per-shard region."""
+
+from __future__ import annotations
+
+import _workers  # this folder's
+import pytest
+
+# float16 products of 512 and 2,048 terms, rounded as the lax lowering rounds them
+TOLERANCE = 2e-3
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    return _workers.report("_gemm_shards_worker.py")
+
+
+# case -> (collectives of the compiled program, shapes the kernel runs on inside it: A, B)
+CASES = {
+    # B split on N: each device's kernel on its columns, nothing communicated
+    "GEMM column-parallel": ({}, [[256, 512], [512, 512]]),
+    # A and B split on K: partial products summed by one all-reduce, C after it (no kernel)
+    "GEMM row-parallel": ({"all-reduce": 1}, None),
+    # A split on M: each device's kernel on its rows
+    "GEMM data-parallel": ({}, [[128, 512], [1024, 512]]),
+    # M and N on one axis: A's rows gathered, B's columns kept
+    "GEMM rows and columns on one axis": ({"all-gather": 1}, [[256, 512], [512, 512]]),
+    # the first product's kernel (GELU fused) on its columns, one all-reduce for the block
+    "MLP block, Megatron's split": ({"all-reduce": 1}, [[256, 512], [1024, 512]]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_split_product(report, case):
+    got = report[case]
+    assert "error" not in got, got
+    collectives, shards = CASES[case]
+    assert got["relative_error"] < TOLERANCE, got
+    assert got["collectives"] == collectives
+    assert got["outside"] == 0  # no kernel call the partitioner would run whole
+    if shards is None:
+        # row-parallel: the kernel's epilogue cannot precede the sum, so no shard runs it (the
+        # calls recorded are the traces of the unsplit function)
+        assert all(c == [[256, 512], [1024, 512]] for c in got["calls"]), got["calls"]
+    else:
+        assert shards in got["calls"], got["calls"]
+
+
+def test_worker_reports_every_case(report):
+    assert sorted(report) == sorted(CASES), report
+
+
+def _hopper_pair() -> bool:
+    import jax
+
+    from dml_jax.kernels import mosaic
+
+    try:
+        return mosaic.hopper() and len(jax.devices("cuda")) >= 2
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.skipif(not _hopper_pair(), reason="needs two Hopper GPUs")
+def test_megatron_mlp_on_two_gpus_runs_the_kernel_per_shard():
+    """The real kernel on each GPU's columns (the first product and its GELU), the second
+    product's partial sums all-reduced: the values of the block on one GPU, whose program runs
+    the kernel whole."""
+    import _megatron_mlp  # this folder's
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import dml_jax as dml
+
+    graph, values = _megatron_mlp.graph(), _megatron_mlp.inputs()
+    mesh = jax.make_mesh((2,), ("x",), devices=jax.devices("cuda")[:2])
+    specs = (P(), P("x"), P(None, "x"), P(None, "x"), P())
+    ins = tuple(NamedSharding(mesh, s) for s in specs)
+    split = dml.compile_graph(graph, in_shardings=ins, out_shardings=NamedSharding(mesh, P()),
+                              reinterpret_edges=True)  # fmt: skip
+    text = split._jitted.lower(*values).compile().as_text()
+    assert "mosaic_gpu" in text  # the kernel, inside the split program
+    assert text.count("all-reduce-start(") + text.count("all-reduce(") >= 1
+    got = np.asarray(split(*values), np.float64)
+    one = np.asarray(dml.compile_graph(graph, reinterpret_edges=True)(*values), np.float64)
+    want = _megatron_mlp.reference(values)
+    scale = np.abs(want).max()
+    assert np.abs(got - want).max() / scale < TOLERANCE
+    assert np.abs(got - one).max() / scale < TOLERANCE
