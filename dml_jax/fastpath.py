@@ -524,7 +524,12 @@ def fused_lowering(
 
         per_shard = None
         if found.per_shard is not None and not packed:
-            per_shard = found.per_shard(producer_desc, consumer_desc, slot)
+            on_shards = found.per_shard(producer_desc, consumer_desc, slot)
+
+            def per_shard(*arrays):
+                with known_inputs({} if consumer_known is None else consumer_known):
+                    return on_shards(*arrays)
+
         return _choice_with_lax_derivatives(cuda, lax_viewed, per_shard)
 
     choices: dict[tuple, Callable] = {}

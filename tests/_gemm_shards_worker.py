@@ -46,17 +46,24 @@ CALLS: list = []
 
 def stand_in(a, b, v, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=False, residual=None,
              split=0, schedule=None):  # fmt: skip
-    import jax.experimental.pallas as pl
-
     CALLS.append([list(a.shape), list(b.shape)])
     y = alpha * jnp.dot(a.astype(jnp.float32), (b.T if v.b_nk else b).astype(jnp.float32))
     if c is not None:
         y = y + beta * (c[:1] if c_row else c).astype(jnp.float32)
     y = y.astype(a.dtype)
+    if split:  # the queries, keys and values apart: {M, H * 3 * D} -> three {M, H * D}
+        heads = y.reshape(y.shape[0], -1, 3, split)
+        return tuple(copied(heads[:, :, i].reshape(y.shape[0], -1)) for i in range(3))
     if gelu:
         y = jax.nn.gelu(y.astype(jnp.float32), approximate=False).astype(a.dtype)
     if residual is not None:
         y = (y.astype(jnp.float32) + residual.astype(jnp.float32)).astype(a.dtype)
+    return copied(y)
+
+
+def copied(y):
+    """``y`` through an interpret-mode Pallas call: a kernel XLA cannot partition."""
+    import jax.experimental.pallas as pl
 
     def copy(x_ref, o_ref):
         o_ref[...] = x_ref[...]
@@ -122,6 +129,17 @@ def products(mesh) -> dict:
         r = run(op.fn, (a, b, c), mesh, specs, spec)
         r["relative_error"] = error(r.pop("got"), want)
         out[f"GEMM {name}"] = r
+    # many rows, few columns (a layer's tokens by a narrow weight): B is the one gathered
+    tall = dml.GemmOperatorDesc(T("FLOAT16", (2048, k)), T("FLOAT16", (256, k)),
+                                T("FLOAT16", (2048, 256), strides=(0, 1)),
+                                T("FLOAT16", (2048, 256)), trans_b="TRANSPOSE")  # fmt: skip
+    a2 = rng.standard_normal((2048, k)).astype(np.float16)
+    c2 = np.broadcast_to(row[:, :256], (2048, 256))
+    r = run(dml.compile_operator(tall).fn, (a2, b[:256], c2), mesh, (P("x"), P("x"), P()),
+            P("x"))  # fmt: skip
+    want = a2.astype(np.float64) @ b[:256].T.astype(np.float64) + row[:, :256]
+    r["relative_error"] = error(r.pop("got"), want)
+    out["GEMM rows and columns on one axis, B smaller"] = r
     return out
 
 
@@ -136,13 +154,55 @@ def mlp(mesh) -> dict:
     return {"MLP block, Megatron's split": r}
 
 
+def gpt_layer(mesh) -> dict:
+    """One layer of the networks suite's GPT stack, tensor-parallel (examples/networks.py),
+    traced alone, its attention a stand-in (cuDNN's is not on the CPU), so no values. Its four products go
+    through per-shard regions (the QKV projection writing the heads apart for the attention,
+    the first MLP product with its GELU, the two row-parallel products with their residual
+    adds); the normalization kernels give way to lax."""
+    from dml_jax.kernels import attention
+
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import networks
+
+    attention.applies = lambda d: True  # cuDNN's check compiles for a GPU
+
+    def attend(d, *arrays, qkv=None):  # cuDNN is not on the CPU: the values, as the output
+        return (qkv[2].reshape(d.output_tensor.sizes),)
+
+    attention.lower = attend
+    net = networks.gpt_stack(2, 128, 512, 8, 1, "FLOAT16", ffn=2048)
+    ins = networks.shardings(net, mesh, None, "x")
+    args = [jax.ShapeDtypeStruct(t.sizes, t.dtype, sharding=s)
+            for t, s in zip(net.input_descs, ins)]  # fmt: skip
+    compiled = net.compile()
+
+    def body(*a):
+        with fastpath.sharded():
+            return compiled.fn(*a)
+
+    with fastpath.target_platform("cuda"):
+        jaxpr = jax.make_jaxpr(body)(*args).jaxpr
+    return {"GPT layer, tensor-parallel": {"outside": outside(jaxpr), "regions": regions(jaxpr)}}
+
+
+def regions(jaxpr) -> int:
+    """``custom_partitioning`` regions of ``jaxpr``, at any depth."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += eqn.primitive.name == "custom_partitioning"
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            count += regions(sub)
+    return count
+
+
 def main() -> None:
     fastpath.cuda_present = lambda: True  # CUDA's choices traced on this CPU
     gemm.hopper = lambda: True
     gemm.fused_gemm = stand_in
     mesh = jax.make_mesh((2,), ("x",))
     result = {}
-    for part in (products, mlp):
+    for part in (products, mlp, gpt_layer):
         try:
             result.update(part(mesh))
         except Exception as e:  # noqa: BLE001 - reported to the test, which fails on it

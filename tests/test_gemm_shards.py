@@ -26,8 +26,11 @@ CASES = {
     "GEMM row-parallel": ({"all-reduce": 1}, None),
     # A split on M: each device's kernel on its rows
     "GEMM data-parallel": ({}, [[128, 512], [1024, 512]]),
-    # M and N on one axis: A's rows gathered, B's columns kept
+    # M and N on one axis: the smaller operand gathered, A's rows here, B's columns kept
     "GEMM rows and columns on one axis": ({"all-gather": 1}, [[256, 512], [512, 512]]),
+    # ... and B here (2,048 rows by 256 columns), A's rows kept; the bias row, which XLA's
+    # propagation had split by B's columns, is gathered with it (512 bytes)
+    "GEMM rows and columns on one axis, B smaller": ({"all-gather": 2}, [[1024, 512], [256, 512]]),
     # the first product's kernel (GELU fused) on its columns, one all-reduce for the block
     "MLP block, Megatron's split": ({"all-reduce": 1}, [[256, 512], [1024, 512]]),
 }
@@ -49,8 +52,16 @@ def test_split_product(report, case):
         assert shards in got["calls"], got["calls"]
 
 
+def test_gpt_layer_runs_its_four_products_per_shard(report):
+    """The QKV projection (heads written apart for the attention), the first MLP product with
+    its GELU and the two row-parallel products with their residual adds each sit in a
+    per-shard region; the normalization kernels give way to lax (none outside a region)."""
+    got = report["GPT layer, tensor-parallel"]
+    assert got == {"outside": 0, "regions": 4}
+
+
 def test_worker_reports_every_case(report):
-    assert sorted(report) == sorted(CASES), report
+    assert sorted(report) == sorted([*CASES, "GPT layer, tensor-parallel"]), report
 
 
 def _hopper_pair() -> bool:

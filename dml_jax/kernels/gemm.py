@@ -588,11 +588,12 @@ def _local_desc(desc: Any, sizes: tuple) -> Any:
     return dataclasses.replace(desc, **changes)
 
 
-def _per_shard(d: Any, q: Any = None, slot: int = 0) -> Any:
+def _per_shard(d: Any, q: Any = None, slot: int = 0, split: int = 0) -> Any:
     """``fn(a, b[, c][, r]) -> y`` (2-D arrays; C as its row where it is one) computing GEMM
     ``d`` (and its consumer ``q`` fused at ``slot``: GELU, or an add whose other input is R) on
     each device's shards (``gemm_shards``): the kernel where the shards fit it, else the two
-    nodes' lax lowerings on the shards."""
+    nodes' lax lowerings on the shards. ``split`` (a head size D): no consumer; the result is
+    the queries, keys and values apart, as ``fused_gemm``'s ``split``."""
     from ..ops.gemm_conv import lower_gemm
     from ..registry import lookup
     from .gemm_shards import partitioned
@@ -603,6 +604,9 @@ def _per_shard(d: Any, q: Any = None, slot: int = 0) -> Any:
     residual = q is not None and not gelu
 
     def consumer(y, r):
+        if split:  # {M, H * 3 * D} -> three {M, H * D}
+            heads = y.reshape(y.shape[0], -1, 3, split)
+            return tuple(heads[:, :, i].reshape(y.shape[0], -1) for i in range(3))
         if q is None:
             return y
         inputs = [] if r is None else [r]
@@ -625,9 +629,10 @@ def _per_shard(d: Any, q: Any = None, slot: int = 0) -> Any:
             cs = [] if c is None else [c]
             return consumer(lower_gemm(d, a, b, *cs)[0], r)
         return fused_gemm(a, b, local, alpha=d.alpha, beta=d.beta, c=c, c_row=form == "row",
-                          gelu=gelu, residual=r)  # fmt: skip
+                          gelu=gelu, residual=r, split=split)  # fmt: skip
 
-    fn = partitioned(v.b_nk, form, residual, whole, partial, finish)
+    heads = (v.n // (3 * split), split) if split else None
+    fn = partitioned(v.b_nk, form, residual, whole, partial, finish, heads)
 
     def run(a, b, *rest):
         args = [a.reshape(v.m, v.k), b.reshape((v.n, v.k) if v.b_nk else (v.k, v.n))]
@@ -637,7 +642,7 @@ def _per_shard(d: Any, q: Any = None, slot: int = 0) -> Any:
         if residual:
             args.append(rest[-1].reshape(v.m, v.n))
         y = fn(*args)
-        return y.reshape((q or d).output_tensor.sizes)
+        return y if split else y.reshape((q or d).output_tensor.sizes)
 
     return run
 
@@ -651,6 +656,28 @@ def _shard_pair(p: Any, q: Any, slot: int) -> Any:
     run = _per_shard(p, q, slot)
     count = len(p.input_slots())  # the producer's arrays, then the consumer's others
     return lambda *arrays: (run(*arrays[:count], *arrays[count:]),)
+
+
+def _shard_attention(p: Any, q: Any, slot: int) -> Any:
+    """The projection's product on each device's shards (its columns split by whole heads in
+    a column-parallel projection), the queries, keys and values written apart; the attention
+    after it as on one device (cuDNN's attention has its own partitioning rule: the heads stay
+    split)."""
+    from . import attention
+
+    d = _stacked_heads(p, q, slot)
+    run = _per_shard(p, split=d)
+    count = len(p.input_slots())
+    b, s, h = q.stacked_query_key_value_tensor.sizes[:3]
+
+    def lowered(*arrays):
+        parts = run(*arrays[:count])
+        others = list(arrays[count:])
+        others.insert(slot, None)  # the stacked tensor: never formed
+        qkv = tuple(x.reshape(b, s, h, d) for x in parts)
+        return attention.lower(q, *others, qkv=qkv)
+
+    return lowered
 
 
 def _applies_gemm(d: Any) -> bool:
@@ -759,7 +786,7 @@ def _register() -> None:
     for name in ("MULTIHEAD_ATTENTION", "MULTIHEAD_ATTENTION1"):
         register_epilogue(
             "DML_OPERATOR_GEMM", f"DML_OPERATOR_{name}", "kernel", _applies_attention,
-            _lower_attention,
+            _lower_attention, per_shard=_shard_attention,
         )  # fmt: skip
 
 

@@ -15,8 +15,9 @@ its factors:
   product) are summed over the K axes with one ``psum``, and C, the activation and R are
   applied after it in lax, once: the kernel's epilogue cannot come before the sum. This is
   the program the lax lowering partitions to as well.
-- M and N split over one mesh axis cannot both stay: A is gathered along M (the sharding the
-  partitioner would otherwise give the lax lowering's product as well).
+- M and N split over one mesh axis cannot both stay: the smaller of A and B is gathered (the
+  weights of a layer's many tokens, as the partitioner chose for the lax lowering's products
+  of the sequence-parallel GPT stack; A where it has few rows).
 
 The factor rule is also given to Shardy (``sharding_rule``) so that propagation sees the
 product's factors rather than an opaque call.
@@ -24,6 +25,7 @@ product's factors rather than an opaque call.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -45,9 +47,10 @@ def _spec(sharding: Any, rank: int) -> tuple:
 
 
 class _Forms:
-    """The operands' factor names, in argument order: A, B, then C and R where present."""
+    """The operands' factor names, in argument order: A, B, then C and R where present; and
+    the outputs': one {M, N}, or with ``split`` (H heads of size D) three {M, H * D}."""
 
-    def __init__(self, b_nk: bool, c_form: str, residual: bool):
+    def __init__(self, b_nk: bool, c_form: str, residual: bool, split: tuple | None = None):
         self.dims = [("m", "k"), ("n", "k") if b_nk else ("k", "n")]
         if c_form == "row":
             self.dims.append(("o", "n"))  # the bias row: a dimension of one
@@ -55,26 +58,41 @@ class _Forms:
             self.dims.append(("m", "n"))
         if residual:
             self.dims.append(("m", "n"))
+        self.split = split
+        self.outputs = 3 if split else 1
 
     def rule(self) -> str:
-        return ", ".join(" ".join(d) for d in self.dims) + " -> m n"
+        """Shardy's rule; with ``split`` N is the compound (heads, q/k/v, size), each output's
+        columns (heads, size): splitting B's columns splits every output's heads."""
+        n, out = ("(h t d)", "m (h d)") if self.split else ("n", "m n")
+        operands = ", ".join(" ".join(n if f == "n" else f for f in d) for d in self.dims)
+        return f"{operands} -> " + ", ".join([out] * self.outputs)
 
-    def factors(self, shardings: list) -> dict[str, Any]:
+    def sizes(self) -> dict:
+        return {} if not self.split else {"h": self.split[0], "t": 3, "d": self.split[1]}
+
+    def results(self, mesh, found: dict[str, Any]) -> Any:
+        out = NamedSharding(mesh, P(found["m"], found["n"]))
+        return (out,) * 3 if self.split else out
+
+    def factors(self, shardings: list, shapes: list) -> dict[str, Any]:
         """Each factor's mesh axes from the operands' shardings: M from A, K from A (else B),
-        N from B (else C or R); axes claimed twice are dropped from the later factor."""
+        N from B (else C or R). Axes claimed twice are dropped from one factor: where M and N
+        share one, the smaller of A and B is gathered (A for a product of few rows, the
+        weights for a layer's many tokens); K gives way to both."""
         specs = [_spec(s, 2) for s in shardings]
         found: dict[str, Any] = {"o": None}
-        order = ("m", "k", "n")
-        for f in order:
+        for f in ("m", "k", "n"):
             for dims, spec in zip(self.dims, specs):
                 if f in dims and spec[dims.index(f)] is not None:
                     found[f] = spec[dims.index(f)]
                     break
             else:
                 found[f] = None
+        a_size, b_size = (math.prod(s) for s in shapes[:2])
+        order = ("n", "m", "k") if a_size <= b_size else ("m", "n", "k")
         used: set = set()
-        # N first: a column-parallel projection keeps its weights' split and gathers A's rows
-        for f in ("n", "m", "k"):
+        for f in order:
             if set(_axes(found[f])) & used:
                 found[f] = None
             used |= set(_axes(found[f]))
@@ -91,6 +109,7 @@ def partitioned(
     whole: Callable,
     partial: Callable,
     finish: Callable,
+    split: tuple | None = None,
 ) -> Callable:
     """``fn(a, b[, c][, r]) -> y``, split over devices by the product's factors.
 
@@ -98,6 +117,9 @@ def partitioned(
         b_nk: B is held {N, K}.
         c_form: ``"row"`` (C given as its {1, N} row), ``"full"`` ({M, N}) or ``"none"``.
         residual: an R {M, N} follows C.
+        split: (H, D) where N is H heads of query, key and value blocks of size D each and
+            the result is three {M, H * D} arrays (``fused_gemm``'s ``split``): B's columns
+            then split by whole heads.
         whole: ``whole(a, b, c, r) -> y`` on shards whose K is whole (``c``, ``r`` None where
             absent): the kernel where the shards fit it, else its lax form.
         partial: ``partial(a, b) -> product``, the partial product of shards of K.
@@ -105,7 +127,7 @@ def partitioned(
     """
     from jax.experimental.custom_partitioning import custom_partitioning
 
-    forms = _Forms(b_nk, c_form, residual)
+    forms = _Forms(b_nk, c_form, residual, split)
     has_c = c_form != "none"
 
     def split(args):
@@ -120,11 +142,11 @@ def partitioned(
         return whole(*split(args))
 
     def infer(mesh, arg_shapes, result_shape):
-        found = forms.factors([s.sharding for s in arg_shapes])
-        return NamedSharding(mesh, P(found["m"], found["n"]))
+        shardings, shapes = [s.sharding for s in arg_shapes], [s.shape for s in arg_shapes]
+        return forms.results(mesh, forms.factors(shardings, shapes))
 
     def partition(mesh, arg_shapes, result_shape):
-        found = forms.factors([s.sharding for s in arg_shapes])
+        found = forms.factors([s.sharding for s in arg_shapes], [s.shape for s in arg_shapes])
         k_axes = _axes(found["k"])
 
         def lower(*args):
@@ -133,10 +155,12 @@ def partitioned(
                 return whole(a, b, c, r)
             return finish(jax.lax.psum(partial(a, b), k_axes), c, r)
 
-        out = NamedSharding(mesh, P(found["m"], found["n"]))
-        return mesh, lower, out, forms.shardings(mesh, found)
+        return mesh, lower, forms.results(mesh, found), forms.shardings(mesh, found)
 
     fn.def_partition(
-        infer_sharding_from_operands=infer, partition=partition, sharding_rule=forms.rule()
+        infer_sharding_from_operands=infer,
+        partition=partition,
+        sharding_rule=forms.rule(),
+        **forms.sizes(),
     )
     return fn
