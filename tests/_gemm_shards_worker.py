@@ -1,6 +1,6 @@
 """The GEMM kernel on each device's shards (``kernels/gemm_shards.py``), for
-tests/test_gemm_shards.py, on 2 simulated CPU devices (run in a subprocess: the device count is
-fixed when JAX starts).
+tests/test_gemm_shards.py, on 2 and 2 x 2 meshes of simulated CPU devices (run in a subprocess:
+the device count is fixed when JAX starts).
 
 CUDA's choices are traced on this CPU (``fastpath.cuda_present`` and ``gemm.hopper`` forced
 true, each program traced inside ``fastpath.target_platform("cuda")``). The Mosaic kernel
@@ -21,7 +21,7 @@ import re
 import sys
 
 os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 ).strip()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -196,13 +196,38 @@ def regions(jaxpr) -> int:
     return count
 
 
+def two_axes(_) -> dict:
+    """A (data, model) mesh of 2 x 2: A's rows over "data" and B's columns, or K, over
+    "model" (Megatron's split of a data-parallel batch)."""
+    mesh = jax.make_mesh((2, 2), ("data", "model"))
+    m, k, n = 512, 512, 1024
+    d = dml.GemmOperatorDesc(T("FLOAT16", (m, k)), T("FLOAT16", (n, k)),
+                             T("FLOAT16", (m, n), strides=(0, 1)), T("FLOAT16", (m, n)),
+                             trans_b="TRANSPOSE")  # fmt: skip
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = (rng.standard_normal((n, k)) / 16).astype(np.float16)
+    row = rng.standard_normal((1, n)).astype(np.float16)
+    want = a.astype(np.float64) @ b.T.astype(np.float64) + row
+    op = dml.compile_operator(d)
+    out = {}
+    for name, specs, spec in (
+        ("column", (P("data"), P("model"), P(None, "model")), P("data", "model")),
+        ("row", (P("data", "model"), P(None, "model"), P()), P("data")),
+    ):
+        r = run(op.fn, (a, b, np.broadcast_to(row, (m, n))), mesh, specs, spec)
+        r["relative_error"] = error(r.pop("got"), want)
+        out[f"GEMM on data x model, {name}-parallel"] = r
+    return out
+
+
 def main() -> None:
     fastpath.cuda_present = lambda: True  # CUDA's choices traced on this CPU
     gemm.hopper = lambda: True
     gemm.fused_gemm = stand_in
-    mesh = jax.make_mesh((2,), ("x",))
+    mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
     result = {}
-    for part in (products, mlp, gpt_layer):
+    for part in (products, mlp, gpt_layer, two_axes):
         try:
             result.update(part(mesh))
         except Exception as e:  # noqa: BLE001 - reported to the test, which fails on it

@@ -1,8 +1,9 @@
 """The GEMM kernel on each device's shards (issue 65, items 1 and 2: fast paths that shard):
-``kernels/gemm_shards.py`` around the kernel, traced for CUDA on 2 simulated CPU devices with a
-stand-in for the Mosaic kernel (tests/_gemm_shards_worker.py). Each split computes the
-product's values, communicates what Megatron's split needs and no more, runs the kernel on the
-shards' shapes where K is whole, and leaves no kernel call outside a per-shard region."""
+``kernels/gemm_shards.py`` around the kernel, traced for CUDA on 2 and 2 x 2 meshes of
+simulated CPU devices with a stand-in for the Mosaic kernel (tests/_gemm_shards_worker.py).
+Each split computes the product's values, communicates what Megatron's split needs and no
+more, runs the kernel on the shards' shapes where K is whole, and leaves no kernel call outside
+a per-shard region."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ CASES = {
     "GEMM rows and columns on one axis, B smaller": ({"all-gather": 2}, [[1024, 512], [256, 512]]),
     # the first product's kernel (GELU fused) on its columns, one all-reduce for the block
     "MLP block, Megatron's split": ({"all-reduce": 1}, [[256, 512], [1024, 512]]),
+    # a 2 x 2 (data, model) mesh: A's rows over "data", B's columns over "model"
+    "GEMM on data x model, column-parallel": ({}, [[256, 512], [512, 512]]),
+    # ... K over "model": one all-reduce within each "model" group
+    "GEMM on data x model, row-parallel": ({"all-reduce": 1}, None),
 }
 
 
@@ -46,8 +51,8 @@ def test_split_product(report, case):
     assert got["outside"] == 0  # no kernel call the partitioner would run whole
     if shards is None:
         # row-parallel: the kernel's epilogue cannot precede the sum, so no shard runs it (the
-        # calls recorded are the traces of the unsplit function)
-        assert all(c == [[256, 512], [1024, 512]] for c in got["calls"]), got["calls"]
+        # calls recorded are the traces of the unsplit function, of B's whole {1024, 512})
+        assert all(c[1] == [1024, 512] for c in got["calls"]), got["calls"]
     else:
         assert shards in got["calls"], got["calls"]
 
