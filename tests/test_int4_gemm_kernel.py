@@ -136,6 +136,9 @@ CASES = {
                                          min_k=64)),
     "m16-b64-f32-atomic-loop": (16, 64, 2048, 64, False, "FLOAT32", "UINT4",
                                 K.Tiles(atomic=True, loop=True, target_programs=4, min_k=512)),
+    # programs of 16 columns over the whole of K, no split (int4_kernel_gpu.py's n16 tiles)
+    "m1-b32-zero-n16-whole-k": (1, 64, 4096, 32, True, "FLOAT16", "UINT4",
+                                K.Tiles(block_n=16, target_programs=4, max_k=8192)),
 }  # fmt: skip
 
 

@@ -114,6 +114,13 @@ TILES = {
     # K's splits added atomically into one float32 product: no reduction kernel after it
     "atomic": K.Tiles(atomic=True),
     "atomic-grid1024": K.Tiles(atomic=True, target_programs=1024, min_k=128),
+    # no split of K at the 1B decoder's shapes (the defaults split K 16 ways for q/k/v, o and
+    # down, 2 for gate and up: a reduction kernel after each), programs of few columns
+    # instead: 192 / 128 / 1,024 / 128 programs of 16 columns, each the whole of K
+    "n16": K.Tiles(block_n=16, target_programs=128, max_k=8192),
+    "n16-w2": K.Tiles(block_n=16, warps=2, target_programs=128, max_k=8192),
+    "n16-loop": K.Tiles(block_n=16, target_programs=128, max_k=8192, loop=True),
+    "n32-t64": K.Tiles(block_n=32, target_programs=64, max_k=8192),
 }
 T = dml.TensorDesc
 
