@@ -193,6 +193,11 @@ def target() -> str | None:
 
 _SHARDED: contextvars.ContextVar[bool] = contextvars.ContextVar("dml_jax_sharded", default=False)
 
+# Whether a fast path with a ``per_shard`` function runs its kernel on each device's shards in a
+# program split over devices (False: it gives way to lax there, as the others do). Read when a
+# program is traced.
+PER_SHARD = True
+
 # Primitives that XLA's SPMD partitioner cannot split: a fast path whose lowering holds one would
 # run whole on every device, its sharded inputs gathered first.
 OPAQUE_PRIMITIVES = frozenset({"pallas_call"})
@@ -380,7 +385,7 @@ def _choice_with_lax_derivatives(
             if key not in kernels:
                 kernels[key] = opaque(cuda, *arrays)
             if kernels[key]:  # XLA would gather its inputs and run it whole on every device
-                if per_shard is None:
+                if per_shard is None or not PER_SHARD:
                     return lax_lowering(*arrays)
                 fn = per_shard
         run = runs.get((chosen, fn is cuda))

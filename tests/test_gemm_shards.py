@@ -57,6 +57,14 @@ def test_split_product(report, case):
         assert shards in got["calls"], got["calls"]
 
 
+def test_per_shard_off_gives_way_to_lax(report):
+    """``fastpath.PER_SHARD = False``: no kernel call at any shard's shape, none outside."""
+    got = report["GEMM column-parallel, PER_SHARD off"]
+    assert got["relative_error"] < TOLERANCE and got["collectives"] == {}
+    assert got["outside"] == 0
+    assert [[256, 512], [512, 512]] not in got["calls"], got["calls"]
+
+
 def test_gpt_layer_runs_its_four_products_per_shard(report):
     """The QKV projection (heads written apart for the attention), the first MLP product with
     its GELU and the two row-parallel products with their residual adds each sit in a
@@ -66,7 +74,8 @@ def test_gpt_layer_runs_its_four_products_per_shard(report):
 
 
 def test_worker_reports_every_case(report):
-    assert sorted(report) == sorted([*CASES, "GPT layer, tensor-parallel"]), report
+    extra = ["GPT layer, tensor-parallel", "GEMM column-parallel, PER_SHARD off"]
+    assert sorted(report) == sorted([*CASES, *extra]), report
 
 
 def _hopper_pair() -> bool:

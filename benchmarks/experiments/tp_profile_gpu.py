@@ -21,8 +21,10 @@ XLA's windowed einsums (``--xla_gpu_threshold_for_windowed_einsum_mib=0``,
 collectives with the products.
 
 Usage (a machine of two GPUs, repository root): ``PYTHONPATH=. python3
-benchmarks/experiments/tp_profile_gpu.py [--only gpt reduce0 graph] [--layers 12]``; writes
-``$OUT/tp_profile.json`` when ``OUT`` is set.
+benchmarks/experiments/tp_profile_gpu.py [--only gpt reduce0 graph] [--layers 12]
+[--no-per-shard]``; writes ``$OUT/tp_profile.json`` when ``OUT`` is set. ``--no-per-shard``:
+the GEMM kernel gives way to lax in the split programs, as before it ran on each device's
+shards (``fastpath.PER_SHARD``).
 """
 
 from __future__ import annotations
@@ -188,8 +190,14 @@ def main() -> None:
                    help="of gpt, gpt-sp, gpt-mbN, gpt-lax, reduce0, graph")  # fmt: skip
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--small", dest="full", action="store_false", help="tiny sizes (a CPU check)")
+    p.add_argument("--no-per-shard", action="store_true",
+                   help="kernels give way to lax in the split programs (fastpath.PER_SHARD off)")  # fmt: skip
     args = p.parse_args()
     import jax
+
+    from dml_jax import fastpath
+
+    fastpath.PER_SHARD = not args.no_per_shard
 
     print(jax.devices()[0].device_kind, len(jax.devices()), jax.__version__, flush=True)
     results = {}
