@@ -32,6 +32,7 @@ import jax
 import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
+from _workers import outside, regions  # this folder's
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -69,18 +70,6 @@ def copied(y):
         o_ref[...] = x_ref[...]
 
     return pl.pallas_call(copy, out_shape=jax.ShapeDtypeStruct(y.shape, y.dtype), interpret=True)(y)
-
-
-def outside(jaxpr, inside: bool = False) -> int:
-    """Pallas calls of ``jaxpr`` not nested in a ``custom_partitioning`` region."""
-    count = 0
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "pallas_call" and not inside:
-            count += 1
-        nested = inside or eqn.primitive.name == "custom_partitioning"
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            count += outside(sub, nested)
-    return count
 
 
 def run(fn, args, mesh, in_specs, out_spec) -> dict:
@@ -189,16 +178,6 @@ def gpt_layer(mesh) -> dict:
     with fastpath.target_platform("cuda"):
         jaxpr = jax.make_jaxpr(body)(*args).jaxpr
     return {"GPT layer, tensor-parallel": {"outside": outside(jaxpr), "regions": regions(jaxpr)}}
-
-
-def regions(jaxpr) -> int:
-    """``custom_partitioning`` regions of ``jaxpr``, at any depth."""
-    count = 0
-    for eqn in jaxpr.eqns:
-        count += eqn.primitive.name == "custom_partitioning"
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            count += regions(sub)
-    return count
 
 
 def two_axes(_) -> dict:

@@ -4,17 +4,17 @@ tests/test_sharded_kernels.py (run in a subprocess: the device count is fixed wh
 CUDA's fast paths are chosen as on a CUDA machine (``fastpath.cuda_present`` forced true, each
 program traced inside ``fastpath.target_platform("cuda")``), so a Pallas kernel shows in the
 jaxpr as a ``pallas_call``. XLA's SPMD partitioner cannot split one: a kernel in a program
-split over devices would run whole on every device after an all-gather of its inputs. Each case
-reports the kernel calls of the same program on one device (the kernel applies there: the check
-can fail) and over the mesh, and whether the sharded program's values (run on the CPU) equal
-the one-device ones. The last line of stdout is one JSON object, ``{case: {...}}``.
+split over devices would run whole on every device after an all-gather of its inputs, unless it
+sits in a per-shard region (``custom_partitioning``). Each case reports the kernel calls
+outside such regions of the same program on one device (the kernel applies there: the check
+can fail) and over the mesh, the regions over the mesh, and whether the sharded program's
+values (run on the CPU) equal the one-device ones. The last line of stdout is one JSON object, ``{case: {...}}``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 
 os.environ["XLA_FLAGS"] = (
@@ -23,21 +23,29 @@ os.environ["XLA_FLAGS"] = (
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import jax
 import numpy as np
+from _workers import outside, regions  # this folder's
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dml_jax import fastpath
 
-KERNEL = re.compile(r"\bpallas_call\[")
-
 
 def kernels(fn, *args) -> int:
-    """The Pallas calls of ``fn`` traced for CUDA."""
+    """The Pallas calls of ``fn`` traced for CUDA outside a per-shard region (a
+    ``custom_partitioning`` call, inside which XLA's partitioner runs a kernel on each
+    device's shards)."""
     with fastpath.target_platform("cuda"):
-        return len(KERNEL.findall(str(jax.make_jaxpr(fn)(*args))))
+        return outside(jax.make_jaxpr(fn)(*args).jaxpr)
+
+
+def in_regions(fn, *args) -> int:
+    """The per-shard regions of ``fn`` traced for CUDA."""
+    with fastpath.target_platform("cuda"):
+        return regions(jax.make_jaxpr(fn)(*args).jaxpr)
 
 
 def operators() -> dict:
@@ -68,6 +76,7 @@ def operators() -> dict:
         got, want = (np.asarray(f(x), np.float32) for f in (split, one))
         equal = bool(np.allclose(got, want, rtol=2e-3, atol=2e-3))
         out[name] = {"one_device": kernels(one.fn, x), "sharded": kernels(split._jitted, x),
+                     "sharded_regions": in_regions(split._jitted, x),
                      "context_mesh": in_context, "equal": equal}  # fmt: skip
     return out
 
@@ -91,16 +100,80 @@ def session() -> dict:
         s.program([big.shape])
         program = s._programs[next(iter(s._programs))]
         params = s._mesh_params(program) if mesh is not None else s._device_params()
-        found[label] = kernels(lambda p, x, program=program: program.apply(p, x), params, big)
+        apply = lambda p, x, program=program: program.apply(p, x)
+        found[label] = kernels(apply, params, big)
+        found[f"{label}_regions"] = in_regions(apply, params, big)
         values[label] = s.run(None, {s.get_inputs()[0].name: small})[0]
     equal = bool(np.allclose(values["sharded"], values["one_device"], rtol=1e-4, atol=1e-4))
     return {"ONNX transformer on a 2 x 4 mesh": {**found, "equal": equal}}
 
 
+def rows() -> dict:
+    """The normalization and softmax kernels run, in interpret mode, on each device's rows
+    (``kernels/rows_shards.py``) of programs traced for CUDA and run on this CPU: values
+    against the lax lowering, and the rows each kernel call saw. ``MIN_PROGRAMS`` is lowered
+    so that the kernels take these small arrays."""
+    import dml_jax as dml
+    from dml_jax.kernels import mvn, softmax
+
+    calls = []
+    kernel_mvn, kernel_softmax = mvn.mvn_kernel, softmax.softmax_kernel
+
+    def mvn_interpret(x2, v, form, affine=(), interpret=False):
+        calls.append(list(x2.shape))
+        return kernel_mvn(x2, v, form, affine, True)
+
+    def softmax_interpret(x, v, log, interpret=False, hard=False):
+        calls.append(list(x.shape))
+        return kernel_softmax(x, v, log, True, hard)
+
+    mvn.mvn_kernel, softmax.softmax_kernel = mvn_interpret, softmax_interpret
+    mvn.MIN_PROGRAMS = softmax.MIN_PROGRAMS = 1
+    x = dml.TensorDesc("FLOAT32", (64, 512))
+    row = x.like(sizes=(1, 512))
+    cases = {
+        "MVN (layer norm), rows sharded": (
+            dml.MeanVarianceNormalization1OperatorDesc(x, row, row, x, axes=(1,),
+                                                       normalize_variance=True, epsilon=1e-5),
+            P("x"),
+        ),
+        "MVN (layer norm), rows whole on every device": (
+            dml.MeanVarianceNormalization1OperatorDesc(x, row, row, x, axes=(1,),
+                                                       normalize_variance=True, epsilon=1e-5),
+            P(),
+        ),
+        "SOFTMAX over the minor axis, rows sharded": (
+            dml.ActivationSoftmax1OperatorDesc(x, x, axes=(1,)), P("x"),
+        ),
+    }  # fmt: skip
+    mesh = jax.make_mesh((8,), ("x",))
+    rng = np.random.default_rng(5)
+    out = {}
+    for name, (desc, spec) in cases.items():
+        arrays = [rng.standard_normal(t.sizes).astype(np.float32) for _, t in desc.input_slots()]
+        want = np.asarray(dml.compile_operator(desc, fast_paths=False)(*arrays))
+        op = dml.compile_operator(desc)
+
+        def body(*a, op=op):
+            with fastpath.sharded():
+                return op.fn(*a)
+
+        shardings = [NamedSharding(mesh, spec if i == 0 else P()) for i in range(len(arrays))]
+        start = len(calls)
+        with fastpath.target_platform("cuda"):
+            j = jax.jit(body, in_shardings=tuple(shardings),
+                        out_shardings=NamedSharding(mesh, spec))  # fmt: skip
+            got = np.asarray(j(*arrays))
+            loose = kernels(body, *arrays)
+        out[name] = {"max_abs_diff": float(np.abs(got - want).max()), "outside": loose,
+                     "calls": calls[start:]}  # fmt: skip
+    return out
+
+
 def main() -> None:
     fastpath.cuda_present = lambda: True  # CUDA's choices traced on this CPU
     result = {}
-    for part in (operators, session):
+    for part in (operators, session, rows):
         try:
             result.update(part())
         except Exception as e:  # noqa: BLE001 - reported to the test, which fails on it

@@ -1,5 +1,6 @@
-"""Runs a worker script of this folder in a subprocess on the CPU (its simulated device count
-is fixed when JAX starts there) and returns the JSON object its last line prints."""
+"""For the tests that run a worker script of this folder in a subprocess on the CPU (its
+simulated device count is fixed when JAX starts there): ``report`` runs one and returns the
+JSON object its last line prints; ``outside`` and ``regions`` read the workers' jaxprs."""
 
 from __future__ import annotations
 
@@ -20,3 +21,30 @@ def report(script: str, timeout: int = 600) -> dict:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def outside(jaxpr, inside: bool = False) -> int:
+    """Pallas calls of ``jaxpr`` (at any depth) not nested in a ``custom_partitioning`` region:
+    kernels XLA's partitioner would run whole on every device."""
+    import jax.extend.core
+
+    count = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "pallas_call" and not inside:
+            count += 1
+        nested = inside or eqn.primitive.name == "custom_partitioning"
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            count += outside(sub, nested)
+    return count
+
+
+def regions(jaxpr) -> int:
+    """``custom_partitioning`` regions of ``jaxpr``, at any depth."""
+    import jax.extend.core
+
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += eqn.primitive.name == "custom_partitioning"
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            count += regions(sub)
+    return count

@@ -2,7 +2,9 @@
 XLA's SPMD partitioner cannot split, so in a sharded program it would run whole on every
 device after an all-gather of its inputs. Traced for CUDA on simulated CPU devices
 (tests/_sharded_kernels_worker.py), every case holds the kernel on one device (so the check
-can fail) and none once sharded, with the sharded values equal to the one-device ones."""
+can fail) and none outside a per-shard region once sharded, with the sharded values equal to
+the one-device ones: the REDUCE kernel gives way to lax, the normalization kernels of the ONNX
+transformer run on each device's rows (``kernels/rows_shards.py``)."""
 
 from __future__ import annotations
 
@@ -22,21 +24,44 @@ def report() -> dict:
     return _workers.report("_sharded_kernels_worker.py")
 
 
-CASES = (
-    "REDUCE LOG_SUM_EXP, rows sharded",
-    "graph CLIP -> REDUCE LOG_SUM_EXP, rows sharded",
-    "ONNX transformer on a 2 x 4 mesh",
-)
+# case -> per-shard regions of the sharded program: the REDUCE kernel has none (it gives way
+# to lax); each of the transformer's normalization kernels sits in one
+CASES = {
+    "REDUCE LOG_SUM_EXP, rows sharded": "none",
+    "graph CLIP -> REDUCE LOG_SUM_EXP, rows sharded": "none",
+    "ONNX transformer on a 2 x 4 mesh": "each",
+}
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_no_kernel_call_in_a_sharded_program(report, case):
     got = report[case]
     assert "error" not in got, got
     assert got["one_device"] > 0  # the kernel applies to this program on one device
     assert got["sharded"] == 0
     assert got.get("context_mesh", 0) == 0  # traced under jax.set_mesh of 8 devices
+    regions = got["sharded_regions"]
+    assert regions == (0 if CASES[case] == "none" else got["one_device"]), got
     assert got["equal"]
+
+
+# case -> the rows each device's kernel takes (64 rows over 8 devices, or all 64 where every
+# device holds them whole)
+ROWS = {
+    "MVN (layer norm), rows sharded": [8, 512],
+    "MVN (layer norm), rows whole on every device": [64, 512],
+    "SOFTMAX over the minor axis, rows sharded": [8, 512],
+}
+
+
+@pytest.mark.parametrize("case", sorted(ROWS))
+def test_row_kernels_run_on_each_devices_rows(report, case):
+    """The normalization and softmax kernels (interpret mode) inside per-shard regions, run on
+    the CPU: their values are the lax lowering's, and a kernel call saw each device's rows."""
+    got = report[case]
+    assert got["outside"] == 0
+    assert got["max_abs_diff"] < 1e-5, got
+    assert ROWS[case] in got["calls"], got["calls"]
 
 
 def test_worker_reports_no_error(report):

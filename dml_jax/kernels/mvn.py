@@ -746,8 +746,42 @@ def lower_mvn_cluster(d: Any, x, *rest) -> tuple:
     return (jax.lax.reshape(y, shape),)
 
 
+def _per_shard(d: Any, cluster: bool) -> Any:
+    """The kernel (or the cluster form) on each device's rows (``rows_shards``)."""
+    from .rows_shards import partitioned
+
+    plan_of, form = (cluster_plan if cluster else plan), form_of(d)
+
+    def run(x, *rest):
+        shape = tuple(x.shape)
+        v = plan_of(shape, mvn_axes(d), x.dtype)
+        affine = _affine(d, shape, rest)
+        modes, ops = tuple(m for _, m, _ in affine), tuple(o for _, _, o in affine)
+
+        def kernel(x2, *vectors):
+            local = plan_of(tuple(x2.shape), (1,), x2.dtype)
+            pieces = tuple(zip(vectors, modes, ops))
+            if cluster:
+                return mvn_cluster(x2, local, form, pieces)
+            return mvn_kernel(x2, local, form, pieces)
+
+        def fits(rows: int) -> bool:
+            return plan_of((rows, v.r), (1,), x.dtype) is not None
+
+        fn = partitioned(kernel, modes, fits)
+        y = fn(jax.lax.reshape(x, (v.a, v.r)), *(vector for vector, _, _ in affine))
+        return (jax.lax.reshape(y, shape),)
+
+    return run
+
+
 # The cluster form first (Hopper, jax 0.11, long rows), the Triton kernel elsewhere.
 for _version in ("", "1", "2"):
     _name = f"DML_OPERATOR_MEAN_VARIANCE_NORMALIZATION{_version}"
-    register_fast_path(_name, "cluster", cluster_applies, lower_mvn_cluster)
-    register_fast_path(_name, "kernel", applies, lower_mvn_kernel)
+    register_fast_path(
+        _name, "cluster", cluster_applies, lower_mvn_cluster,
+        per_shard=lambda d: _per_shard(d, True),
+    )  # fmt: skip
+    register_fast_path(
+        _name, "kernel", applies, lower_mvn_kernel, per_shard=lambda d: _per_shard(d, False)
+    )

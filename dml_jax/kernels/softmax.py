@@ -227,6 +227,31 @@ def _lower(log: bool, hard: bool):
     return lower
 
 
+def _per_shard(log: bool, hard: bool):
+    """Over the minor axis (``B == 1``: rows of ``R``), the kernel on each device's rows
+    (``rows_shards``); other layouts give way to lax in a split program."""
+
+    def per_shard(d: Any):
+        x = d.input_tensor
+        v = plan(x.sizes, _axes(d), x.dtype)
+        if v.b != 1:
+            return None
+        from .rows_shards import partitioned
+
+        def local(rows: int):
+            w = plan((rows, v.r), (1,), x.dtype)
+            return w if w is not None and (w.tiles == 1 or not hard) else None
+
+        fn = partitioned(
+            lambda x2: softmax_kernel(x2, local(x2.shape[0]), log, hard=hard),
+            (),
+            lambda rows: local(rows) is not None,
+        )
+        return lambda x: (jax.lax.reshape(fn(jax.lax.reshape(x, (v.a, v.r))), tuple(x.shape)),)
+
+    return per_shard
+
+
 for _name, _log, _hard in (
     ("SOFTMAX", False, False),
     ("LOG_SOFTMAX", True, False),
@@ -238,4 +263,5 @@ for _name, _log, _hard in (
             "kernel",
             _applies(_hard),
             _lower(_log, _hard),
+            per_shard=_per_shard(_log, _hard),
         )
