@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 os.environ["XLA_FLAGS"] = (
@@ -104,8 +105,47 @@ def session() -> dict:
         found[label] = kernels(apply, params, big)
         found[f"{label}_regions"] = in_regions(apply, params, big)
         values[label] = s.run(None, {s.get_inputs()[0].name: small})[0]
+        if mesh is not None:  # what the program traced for CUDA communicates, compiled
+            found["collectives"] = collectives(apply, params, big, s.mesh)
     equal = bool(np.allclose(values["sharded"], values["one_device"], rtol=1e-4, atol=1e-4))
     return {"ONNX transformer on a 2 x 4 mesh": {**found, "equal": equal}}
+
+
+CALLS: list = []  # the shapes the (interpreted) row kernels were called with
+
+
+def interpreted() -> None:
+    """The normalization and softmax kernels in Pallas's interpret mode, so that programs
+    holding them compile (and run) on the CPU; each call's rows recorded in ``CALLS``."""
+    from dml_jax.kernels import mvn, softmax
+
+    kernel_mvn, kernel_softmax = mvn.mvn_kernel, softmax.softmax_kernel
+
+    def mvn_interpret(x2, v, form, affine=(), interpret=False):
+        CALLS.append(list(x2.shape))
+        return kernel_mvn(x2, v, form, affine, True)
+
+    def softmax_interpret(x, v, log, interpret=False, hard=False):
+        CALLS.append(list(x.shape))
+        return kernel_softmax(x, v, log, True, hard)
+
+    mvn.mvn_kernel, softmax.softmax_kernel = mvn_interpret, softmax_interpret
+
+
+def collectives(fn, params, like, mesh) -> dict:
+    """The collectives of ``fn`` traced for CUDA (split over ``mesh``, its first input's batch
+    over ``"data"``) and compiled for the CPU, the kernels interpreted."""
+
+    def body(p, x):
+        with fastpath.sharded():
+            return fn(p, x)
+
+    x = jax.ShapeDtypeStruct(like.shape, like.dtype, sharding=NamedSharding(mesh, P("data")))
+    with fastpath.target_platform("cuda"):
+        text = jax.jit(body).lower(params, x).compile().as_text()
+    kinds = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
+    found = {k: len(re.findall(rf"\b{k}(?:-start)?\(", text)) for k in kinds}
+    return {k: n for k, n in found.items() if n}
 
 
 def rows() -> dict:
@@ -116,18 +156,6 @@ def rows() -> dict:
     import dml_jax as dml
     from dml_jax.kernels import mvn, softmax
 
-    calls = []
-    kernel_mvn, kernel_softmax = mvn.mvn_kernel, softmax.softmax_kernel
-
-    def mvn_interpret(x2, v, form, affine=(), interpret=False):
-        calls.append(list(x2.shape))
-        return kernel_mvn(x2, v, form, affine, True)
-
-    def softmax_interpret(x, v, log, interpret=False, hard=False):
-        calls.append(list(x.shape))
-        return kernel_softmax(x, v, log, True, hard)
-
-    mvn.mvn_kernel, softmax.softmax_kernel = mvn_interpret, softmax_interpret
     mvn.MIN_PROGRAMS = softmax.MIN_PROGRAMS = 1
     x = dml.TensorDesc("FLOAT32", (64, 512))
     row = x.like(sizes=(1, 512))
@@ -159,19 +187,20 @@ def rows() -> dict:
                 return op.fn(*a)
 
         shardings = [NamedSharding(mesh, spec if i == 0 else P()) for i in range(len(arrays))]
-        start = len(calls)
+        start = len(CALLS)
         with fastpath.target_platform("cuda"):
             j = jax.jit(body, in_shardings=tuple(shardings),
                         out_shardings=NamedSharding(mesh, spec))  # fmt: skip
             got = np.asarray(j(*arrays))
             loose = kernels(body, *arrays)
         out[name] = {"max_abs_diff": float(np.abs(got - want).max()), "outside": loose,
-                     "calls": calls[start:]}  # fmt: skip
+                     "calls": CALLS[start:]}  # fmt: skip
     return out
 
 
 def main() -> None:
     fastpath.cuda_present = lambda: True  # CUDA's choices traced on this CPU
+    interpreted()
     result = {}
     for part in (operators, session, rows):
         try:

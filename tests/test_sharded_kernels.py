@@ -64,6 +64,14 @@ def test_row_kernels_run_on_each_devices_rows(report, case):
     assert ROWS[case] in got["calls"], got["calls"]
 
 
+def test_sharded_transformer_with_kernels_per_shard_communicates_the_minimum(report):
+    """The 2 x 4 (data, model) transformer traced for CUDA, its normalization and softmax
+    kernels in per-shard regions, compiled (kernels interpreted): Megatron's two all-reduces a
+    layer for its two layers, nothing else (a region that gathered its rows would add an
+    all-gather)."""
+    assert report["ONNX transformer on a 2 x 4 mesh"]["collectives"] == {"all-reduce": 4}
+
+
 def test_worker_reports_no_error(report):
     assert not [k for k, v in report.items() if "error" in v], report
 

@@ -171,8 +171,12 @@ def _activation(form: Form, y):
     return y
 
 
-def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
-    """The kernel's view of normalizing ``shape`` over ``axes``, or None where lax stays."""
+def plan(
+    shape: tuple[int, ...], axes: tuple[int, ...], dtype, min_programs: int | None = None
+) -> View | None:
+    """The kernel's view of normalizing ``shape`` over ``axes``, or None where lax stays
+    (``min_programs``, ``MIN_PROGRAMS`` where None: fewer programs leave it to lax; a device's
+    shard of rows whose whole took the kernel keeps it at any count, 1)."""
     if np.dtype(dtype) not in DTYPES:
         return None
     view = abr_view(shape, axes)  # None for one-element rows and axes not adjacent
@@ -192,7 +196,7 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
         )  # fmt: skip
     else:
         v = View(a, r, LOOP_ELEMENTS, 1, LOOP_WARPS, LOOP_GRID, 0, LOOP_STAGES)
-    return v if v.groups >= MIN_PROGRAMS else None
+    return v if v.groups >= (MIN_PROGRAMS if min_programs is None else min_programs) else None
 
 
 def broadcast_mode(sizes: tuple[int, ...], axes: tuple[int, ...]) -> str | None:
@@ -501,8 +505,11 @@ class ClusterView:
         return self.lines // CLUSTER_SLICE
 
 
-def cluster_plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> ClusterView | None:
-    """The cluster form's view of normalizing ``shape`` over ``axes``, or None."""
+def cluster_plan(
+    shape: tuple[int, ...], axes: tuple[int, ...], dtype, min_programs: int | None = None
+) -> ClusterView | None:
+    """The cluster form's view of normalizing ``shape`` over ``axes``, or None
+    (``min_programs`` as ``plan``'s)."""
     from . import mosaic
 
     dtype = np.dtype(dtype)
@@ -517,7 +524,11 @@ def cluster_plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> Cluste
     p = 1
     while r * dtype.itemsize > p * CLUSTER_BYTES:
         p *= 2
-    if p > CLUSTER_MAX or r % (p * CLUSTER_LINE * CLUSTER_SLICE) or a * p < MIN_PROGRAMS:
+    if (
+        p > CLUSTER_MAX
+        or r % (p * CLUSTER_LINE * CLUSTER_SLICE)
+        or a * p < (MIN_PROGRAMS if min_programs is None else min_programs)
+    ):
         return None
     if a * p >= 2**31:
         return None  # the launch grid
@@ -748,29 +759,30 @@ def lower_mvn_cluster(d: Any, x, *rest) -> tuple:
 
 def _per_shard(d: Any, cluster: bool) -> Any:
     """The kernel (or the cluster form) on each device's rows (``rows_shards``)."""
-    from .rows_shards import partitioned
+    from .rows_shards import leading, partitioned, rows_view
 
     plan_of, form = (cluster_plan if cluster else plan), form_of(d)
 
     def run(x, *rest):
         shape = tuple(x.shape)
         v = plan_of(shape, mvn_axes(d), x.dtype)
+        lead = leading(shape, mvn_axes(d))
         affine = _affine(d, shape, rest)
         modes, ops = tuple(m for _, m, _ in affine), tuple(o for _, _, o in affine)
 
         def kernel(x2, *vectors):
-            local = plan_of(tuple(x2.shape), (1,), x2.dtype)
+            local = plan_of(tuple(x2.shape), (1,), x2.dtype, 1)
             pieces = tuple(zip(vectors, modes, ops))
             if cluster:
                 return mvn_cluster(x2, local, form, pieces)
             return mvn_kernel(x2, local, form, pieces)
 
         def fits(rows: int) -> bool:
-            return plan_of((rows, v.r), (1,), x.dtype) is not None
+            return plan_of((rows, v.r), (1,), x.dtype, 1) is not None
 
-        fn = partitioned(kernel, modes, fits)
-        y = fn(jax.lax.reshape(x, (v.a, v.r)), *(vector for vector, _, _ in affine))
-        return (jax.lax.reshape(y, shape),)
+        fn = partitioned(kernel, len(lead), modes, fits)
+        vectors = (t.reshape(lead) if m == "row" else t for t, m, _ in affine)
+        return (jax.lax.reshape(fn(rows_view(x, lead), *vectors), shape),)
 
     return run
 

@@ -59,8 +59,12 @@ class View:
         return self.a * -(-self.b // self.cols)
 
 
-def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
-    """The kernel's view of normalizing ``shape`` over ``axes``, or None where lax stays."""
+def plan(
+    shape: tuple[int, ...], axes: tuple[int, ...], dtype, min_programs: int | None = None
+) -> View | None:
+    """The kernel's view of normalizing ``shape`` over ``axes``, or None where lax stays
+    (``min_programs``, ``MIN_PROGRAMS`` where None: fewer programs leave it to lax; a device's
+    shard of rows whose whole took the kernel keeps it at any count, 1)."""
     if np.dtype(dtype) not in DTYPES:
         return None
     view = abr_view(shape, axes)  # None also for one-element slices: lax's constant is as fast
@@ -86,7 +90,7 @@ def plan(shape: tuple[int, ...], axes: tuple[int, ...], dtype) -> View | None:
         cols = min(pow2_at_most(b), LOOP_COLS)
         rows = max(1, tile // cols)
     v = View(a, r, b, rows, cols, warps)
-    return v if v.programs >= MIN_PROGRAMS else None
+    return v if v.programs >= (MIN_PROGRAMS if min_programs is None else min_programs) else None
 
 
 # Bytes per tile of a slice that fits one tile (more rows or columns per program for shorter
@@ -232,22 +236,23 @@ def _per_shard(log: bool, hard: bool):
     (``rows_shards``); other layouts give way to lax in a split program."""
 
     def per_shard(d: Any):
+        from .rows_shards import leading, partitioned, rows_view
+
         x = d.input_tensor
         v = plan(x.sizes, _axes(d), x.dtype)
-        if v.b != 1:
+        lead = leading(x.sizes, _axes(d))
+        if v.b != 1 or lead is None:
             return None
-        from .rows_shards import partitioned
 
         def local(rows: int):
-            w = plan((rows, v.r), (1,), x.dtype)
+            w = plan((rows, v.r), (1,), x.dtype, 1)
             return w if w is not None and (w.tiles == 1 or not hard) else None
 
-        fn = partitioned(
-            lambda x2: softmax_kernel(x2, local(x2.shape[0]), log, hard=hard),
-            (),
-            lambda rows: local(rows) is not None,
-        )
-        return lambda x: (jax.lax.reshape(fn(jax.lax.reshape(x, (v.a, v.r))), tuple(x.shape)),)
+        def kernel(x2):
+            return softmax_kernel(x2, local(x2.shape[0]), log, hard=hard)
+
+        fn = partitioned(kernel, len(lead), (), lambda rows: local(rows) is not None)
+        return lambda x: (jax.lax.reshape(fn(rows_view(x, lead)), tuple(x.shape)),)
 
     return per_shard
 
