@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 
 os.environ["XLA_FLAGS"] = (
@@ -32,7 +31,7 @@ import jax
 import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
-from _workers import outside, regions  # this folder's
+from _workers import collective_counts, outside, regions  # this folder's
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -41,7 +40,6 @@ from dml_jax import fastpath
 from dml_jax.kernels import gemm
 
 T = dml.TensorDesc
-COLLECTIVES = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
 CALLS: list = []
 
 
@@ -86,9 +84,8 @@ def run(fn, args, mesh, in_specs, out_spec) -> dict:
         got = np.asarray(j(*args), np.float64)
         text = j.lower(*args).compile().as_text()
         loose = outside(jax.make_jaxpr(body)(*args).jaxpr)
-    found = {k: len(re.findall(rf"\b{k}(?:-start)?\(", text)) for k in COLLECTIVES}
-    return {"got": got, "collectives": {k: n for k, n in found.items() if n},
-            "calls": CALLS[start:], "outside": loose}  # fmt: skip
+    return {"got": got, "collectives": collective_counts(text), "calls": CALLS[start:],
+            "outside": loose}  # fmt: skip
 
 
 def error(got, want) -> float:
@@ -112,6 +109,8 @@ def products(mesh) -> dict:
     for name, specs, spec in (
         ("column-parallel", (P(), P("x"), P(None, "x")), P(None, "x")),
         ("row-parallel", (P(None, "x"), P(None, "x"), P()), P()),
+        # the sums wanted split by rows (sequence parallelism): scattered, not summed whole
+        ("row-parallel, rows of the sums split", (P(None, "x"), P(None, "x"), P()), P("x")),
         ("data-parallel", (P("x"), P(), P()), P("x")),
         ("rows and columns on one axis", (P("x"), P("x"), P()), P(None, "x")),
     ):
@@ -150,8 +149,8 @@ def mlp(mesh) -> dict:
 
 def gpt_layer(mesh) -> dict:
     """One layer of the networks suite's GPT stack, tensor-parallel (examples/networks.py),
-    traced alone, its attention a stand-in (cuDNN's is not on the CPU), so no values. Its four products go
-    through per-shard regions (the QKV projection writing the heads apart for the attention,
+    traced alone, its attention a stand-in (cuDNN's is not on the CPU), so no values. Its four
+    products go through per-shard regions (the QKV projection writing the heads apart for the attention,
     the first MLP product with its GELU, the two row-parallel products with their residual
     adds); the normalization kernels give way to lax."""
     from dml_jax.kernels import attention
@@ -161,8 +160,13 @@ def gpt_layer(mesh) -> dict:
 
     attention.applies = lambda d: True  # cuDNN's check compiles for a GPU
 
-    def attend(d, *arrays, qkv=None):  # cuDNN is not on the CPU: the values, as the output
-        return (qkv[2].reshape(d.output_tensor.sizes),)
+    def attend(d, *arrays, qkv=None):  # cuDNN is not on the CPU: causal attention in jnp
+        q, k, v = (t.astype(jnp.float32) for t in qkv)  # {B, S, H, D}
+        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) * d.scale
+        causal = jnp.tril(jnp.ones(logits.shape[-2:], bool))
+        weights = jax.nn.softmax(jnp.where(causal, logits, -jnp.inf), axis=-1)
+        out = jnp.einsum("bhqk,bkhd->bqhd", weights, v).astype(qkv[0].dtype)
+        return (out.reshape(d.output_tensor.sizes),)
 
     attention.lower = attend
     net = networks.gpt_stack(2, 128, 512, 8, 1, "FLOAT16", ffn=2048)

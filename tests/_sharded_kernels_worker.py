@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 
 os.environ["XLA_FLAGS"] = (
@@ -28,7 +27,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import jax
 import numpy as np
-from _workers import outside, regions  # this folder's
+from _workers import CALLS, collective_counts, interpreted, outside, regions  # this folder's
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -111,27 +110,6 @@ def session() -> dict:
     return {"ONNX transformer on a 2 x 4 mesh": {**found, "equal": equal}}
 
 
-CALLS: list = []  # the shapes the (interpreted) row kernels were called with
-
-
-def interpreted() -> None:
-    """The normalization and softmax kernels in Pallas's interpret mode, so that programs
-    holding them compile (and run) on the CPU; each call's rows recorded in ``CALLS``."""
-    from dml_jax.kernels import mvn, softmax
-
-    kernel_mvn, kernel_softmax = mvn.mvn_kernel, softmax.softmax_kernel
-
-    def mvn_interpret(x2, v, form, affine=(), interpret=False):
-        CALLS.append(list(x2.shape))
-        return kernel_mvn(x2, v, form, affine, True)
-
-    def softmax_interpret(x, v, log, interpret=False, hard=False):
-        CALLS.append(list(x.shape))
-        return kernel_softmax(x, v, log, True, hard)
-
-    mvn.mvn_kernel, softmax.softmax_kernel = mvn_interpret, softmax_interpret
-
-
 def collectives(fn, params, like, mesh) -> dict:
     """The collectives of ``fn`` traced for CUDA (split over ``mesh``, its first input's batch
     over ``"data"``) and compiled for the CPU, the kernels interpreted."""
@@ -143,9 +121,7 @@ def collectives(fn, params, like, mesh) -> dict:
     x = jax.ShapeDtypeStruct(like.shape, like.dtype, sharding=NamedSharding(mesh, P("data")))
     with fastpath.target_platform("cuda"):
         text = jax.jit(body).lower(params, x).compile().as_text()
-    kinds = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
-    found = {k: len(re.findall(rf"\b{k}(?:-start)?\(", text)) for k in kinds}
-    return {k: n for k, n in found.items() if n}
+    return collective_counts(text)
 
 
 def rows() -> dict:

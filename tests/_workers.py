@@ -48,3 +48,35 @@ def regions(jaxpr) -> int:
         for sub in jax.extend.core.jaxprs_in_params(eqn.params):
             count += regions(sub)
     return count
+
+
+CALLS: list = []  # the shapes the (interpreted) row kernels were called with
+
+
+def interpreted() -> None:
+    """The normalization and softmax kernels in Pallas's interpret mode, so that programs
+    holding them compile (and run) on the CPU; each call's rows recorded in ``CALLS``."""
+    from dml_jax.kernels import mvn, softmax
+
+    kernel_mvn, kernel_softmax = mvn.mvn_kernel, softmax.softmax_kernel
+
+    def mvn_interpret(x2, v, form, affine=(), interpret=False):
+        CALLS.append(list(x2.shape))
+        return kernel_mvn(x2, v, form, affine, True)
+
+    def softmax_interpret(x, v, log, interpret=False, hard=False):
+        CALLS.append(list(x.shape))
+        return kernel_softmax(x, v, log, True, hard)
+
+    mvn.mvn_kernel, softmax.softmax_kernel = mvn_interpret, softmax_interpret
+
+
+COLLECTIVES = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
+
+
+def collective_counts(text: str) -> dict:
+    """The collectives of a compiled program's HLO text, by kind (those present)."""
+    import re
+
+    found = {k: len(re.findall(rf"\b{k}(?:-start)?\(", text)) for k in COLLECTIVES}
+    return {k: n for k, n in found.items() if n}

@@ -25,6 +25,8 @@ CASES = {
     "GEMM column-parallel": ({}, [[256, 512], [512, 512]]),
     # A and B split on K: partial products summed by one all-reduce, C after it (no kernel)
     "GEMM row-parallel": ({"all-reduce": 1}, None),
+    # ... the sums wanted split by rows (sequence parallelism): one reduce-scatter instead
+    "GEMM row-parallel, rows of the sums split": ({"reduce-scatter": 1}, None),
     # A split on M: each device's kernel on its rows
     "GEMM data-parallel": ({}, [[128, 512], [1024, 512]]),
     # M and N on one axis: the smaller operand gathered, A's rows here, B's columns kept

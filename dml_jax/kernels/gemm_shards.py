@@ -98,8 +98,14 @@ class _Forms:
             used |= set(_axes(found[f]))
         return found
 
-    def shardings(self, mesh, found: dict[str, Any]) -> tuple:
-        return tuple(NamedSharding(mesh, P(*(found[f] for f in d))) for d in self.dims)
+    def shardings(self, mesh, found: dict[str, Any], scattered: Any = None) -> tuple:
+        """The operands' shardings; ``scattered``: the rows of C and R (those after the
+        product) split over these axes, as the product's sums are scattered."""
+        out = []
+        for i, d in enumerate(self.dims):
+            f = found if i < 2 or scattered is None else {**found, "m": scattered}
+            out.append(NamedSharding(mesh, P(*(f[x] for x in d))))
+        return tuple(out)
 
 
 def partitioned(
@@ -148,19 +154,35 @@ def partitioned(
     def partition(mesh, arg_shapes, result_shape):
         found = forms.factors([s.sharding for s in arg_shapes], [s.shape for s in arg_shapes])
         k_axes = _axes(found["k"])
+        # Where the partitioner wants a split product's rows split over the axes of its K (the
+        # sequence-parallel form: Shardy asks it of a row-parallel projection), its sums are
+        # scattered rather than summed whole on every device and then sliced: a reduce-scatter
+        # in place of an all-reduce.
+        scatter = None
+        if k_axes and forms.outputs == 1 and found["m"] is None and found["n"] is None:
+            wanted = _spec(getattr(result_shape, "sharding", None), 2)
+            rows = arg_shapes[0].shape[0]
+            count = math.prod(mesh.shape[a] for a in k_axes)
+            if set(_axes(wanted[0])) == set(k_axes) and wanted[1] is None and rows % count == 0:
+                scatter = wanted[0]
 
         def lower(*args):
             a, b, c, r = split(args)
             if not k_axes:
                 return whole(a, b, c, r)
-            return finish(jax.lax.psum(partial(a, b), k_axes), c, r)
+            if scatter is None:
+                return finish(jax.lax.psum(partial(a, b), k_axes), c, r)
+            summed = jax.lax.psum_scatter(partial(a, b), k_axes, scatter_dimension=0, tiled=True)
+            return finish(summed, c, r)
 
-        return mesh, lower, forms.results(mesh, found), forms.shardings(mesh, found)
+        results = forms.results(mesh, {**found, "m": scatter} if scatter else found)
+        return mesh, lower, results, forms.shardings(mesh, found, scatter)
 
     fn.def_partition(
         infer_sharding_from_operands=infer,
         partition=partition,
         sharding_rule=forms.rule(),
+        reduction_factors=("k",),  # a split of K: partial products, summed
         **forms.sizes(),
     )
     return fn
