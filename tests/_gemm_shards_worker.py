@@ -31,7 +31,7 @@ import jax
 import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
-from _workers import collective_counts, outside, regions  # this folder's
+from _workers import collective_counts, interpreted, outside, regions  # this folder's
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -149,10 +149,11 @@ def mlp(mesh) -> dict:
 
 def gpt_layer(mesh) -> dict:
     """One layer of the networks suite's GPT stack, tensor-parallel (examples/networks.py),
-    traced alone, its attention a stand-in (cuDNN's is not on the CPU), so no values. Its four
-    products go through per-shard regions (the QKV projection writing the heads apart for the attention,
+    compiled as the networks suite compiles it (the normalization kernels interpreted), its
+    attention a stand-in (cuDNN's is not on the CPU), so no values. Its four products go
+    through per-shard regions (the QKV projection writing the heads apart for the attention,
     the first MLP product with its GELU, the two row-parallel products with their residual
-    adds); the normalization kernels give way to lax."""
+    adds); its normalizations are too small for their kernel and run in lax."""
     from dml_jax.kernels import attention
 
     sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -173,15 +174,14 @@ def gpt_layer(mesh) -> dict:
     ins = networks.shardings(net, mesh, None, "x")
     args = [jax.ShapeDtypeStruct(t.sizes, t.dtype, sharding=s)
             for t, s in zip(net.input_descs, ins)]  # fmt: skip
-    compiled = net.compile()
-
-    def body(*a):
-        with fastpath.sharded():
-            return compiled.fn(*a)
-
+    # as the networks suite compiles it: the graph compiled with its shardings
+    split = net.compile(ins, NamedSharding(mesh, P()))
+    interpreted()  # the normalization kernels, so that the program compiles on the CPU
     with fastpath.target_platform("cuda"):
-        jaxpr = jax.make_jaxpr(body)(*args).jaxpr
-    return {"GPT layer, tensor-parallel": {"outside": outside(jaxpr), "regions": regions(jaxpr)}}
+        jaxpr = jax.make_jaxpr(split._jitted)(*args).jaxpr
+        text = split._jitted.lower(*args).compile().as_text()
+    return {"GPT layer, tensor-parallel": {"outside": outside(jaxpr), "regions": regions(jaxpr),
+                                           "collectives": collective_counts(text)}}  # fmt: skip
 
 
 def two_axes(_) -> dict:

@@ -70,9 +70,11 @@ def test_per_shard_off_gives_way_to_lax(report):
 def test_gpt_layer_runs_its_four_products_per_shard(report):
     """The QKV projection (heads written apart for the attention), the first MLP product with
     its GELU and the two row-parallel products with their residual adds each sit in a
-    per-shard region; the normalization kernels give way to lax (none outside a region)."""
+    per-shard region (none outside one), and the compiled layer communicates Megatron's
+    minimum."""
     got = report["GPT layer, tensor-parallel"]
-    assert got == {"outside": 0, "regions": 4}
+    # Megatron's minimum: an all-reduce after the attention block and one after the MLP
+    assert got == {"outside": 0, "regions": 4, "collectives": {"all-reduce": 2}}
 
 
 def test_worker_reports_every_case(report):

@@ -595,8 +595,9 @@ def compile_graph(
             standalone (the element-wise kernels, fusion barriers) are used only for nodes
             without intermediate edges: elsewhere their lax form fuses into its neighbours.
             Graph epilogues (``fastpath.register_epilogue``: a GEMM node and the node that
-            alone reads it as one kernel) apply on one device; with shardings over several
-            devices those nodes stay apart.
+            alone reads it as one kernel) apply with shardings over several devices too, where
+            the kernel runs on each device's shards (``per_shard``) or the two nodes' lax
+            lowerings run in sequence, as apart.
         constant_inputs: graph input index -> its value (NumPy, the input's sizes), for inputs
             whose values the caller fixes (a model's constants that are not parameters): the
             lowerings may read them while tracing (``fastpath.known_input``), as they read a
@@ -627,20 +628,21 @@ def compile_graph(
         hash(graph)
     except TypeError:
         raise ValidationError(f"{GRAPH}: description is not hashable") from None
-    # Graph epilogues (one kernel for two nodes) are single-device: over several devices the
-    # nodes stay apart, so that XLA partitions a sharded GEMM as it partitions any dot.
+    # Graph epilogues (one kernel for two nodes) stay over several devices: their kernels run
+    # on each device's shards (``fastpath``'s ``per_shard``) or give way to the two lax
+    # lowerings, which XLA partitions as it partitions the nodes apart.
     several = _several_devices(in_shardings) or _several_devices(out_shardings)
     if constant_inputs:
         plan = validated_plan(graph, level, bool(reinterpret_edges))
         _check_constant_inputs(constant_inputs, plan)
         compiled = CompiledGraph(
-            graph, level, plan, [0], bool(allow_half_precision), bool(fast_paths), not several,
+            graph, level, plan, [0], bool(allow_half_precision), bool(fast_paths), True,
             constant_inputs, bool(roll_repeats) and not several,
         )  # fmt: skip
     else:
         compiled = _compile_graph_cached(
             graph, level, bool(allow_half_precision), bool(reinterpret_edges), bool(fast_paths),
-            not several, bool(roll_repeats) and not several,
+            True, bool(roll_repeats) and not several,
         )  # fmt: skip
     for n, node in enumerate(graph.nodes):
         if isinstance(node, ConstantDataNode):

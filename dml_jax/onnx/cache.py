@@ -157,8 +157,8 @@ class ProgramCache:
             layout = self._layout.for_program(
                 imported, self._static, self._output_dims, self._cache_heads()
             )
-        # Over several devices, nodes are lowered apart (no two-node GPU epilogue kernels) so
-        # that XLA partitions a sharded GEMM as it partitions any dot.
+        # Over several devices the graph's input shardings go to compile_graph: its two-node
+        # GPU epilogue kernels run on each device's shards, or give way to lax.
         graph = self._compile(imported, layout.graph_inputs if layout is not None else None)
         program = Program(imported, graph, layout, self.compiler_options, tuple(sizes.items()))
         self._programs[key] = program
