@@ -647,15 +647,10 @@ def _per_shard(d: Any, q: Any = None, slot: int = 0, split: int = 0) -> Any:
     return run
 
 
-def _shard_gemm(d: Any) -> Any:
-    run = _per_shard(d)
+def _shard_gemm(d: Any, q: Any = None, slot: int = 0) -> Any:
+    """``_per_shard`` as a lowering: the producer's arrays, then the consumer's others (R)."""
+    run = _per_shard(d, q, slot)
     return lambda *arrays: (run(*arrays),)
-
-
-def _shard_pair(p: Any, q: Any, slot: int) -> Any:
-    run = _per_shard(p, q, slot)
-    count = len(p.input_slots())  # the producer's arrays, then the consumer's others
-    return lambda *arrays: (run(*arrays[:count], *arrays[count:]),)
 
 
 def _shard_attention(p: Any, q: Any, slot: int) -> Any:
@@ -777,11 +772,11 @@ def _register() -> None:
     )  # fmt: skip
     register_epilogue(
         "DML_OPERATOR_GEMM", "DML_OPERATOR_ACTIVATION_GELU", "kernel", _applies_gelu, _lower_gelu,
-        per_shard=_shard_pair,
+        per_shard=_shard_gemm,
     )  # fmt: skip
     for add in ("DML_OPERATOR_ELEMENT_WISE_ADD", "DML_OPERATOR_ELEMENT_WISE_ADD1"):
         register_epilogue(
-            "DML_OPERATOR_GEMM", add, "kernel", _applies_add, _lower_add, per_shard=_shard_pair
+            "DML_OPERATOR_GEMM", add, "kernel", _applies_add, _lower_add, per_shard=_shard_gemm
         )
     for name in ("MULTIHEAD_ATTENTION", "MULTIHEAD_ATTENTION1"):
         register_epilogue(

@@ -762,11 +762,13 @@ def _per_shard(d: Any, cluster: bool) -> Any:
     from .rows_shards import leading, partitioned, rows_view
 
     plan_of, form = (cluster_plan if cluster else plan), form_of(d)
+    lead = leading(tuple(d.input_tensor.sizes), mvn_axes(d))
+    if lead is None:  # the normalized axes are not the trailing ones: lax, over devices
+        return None
 
     def run(x, *rest):
         shape = tuple(x.shape)
         v = plan_of(shape, mvn_axes(d), x.dtype)
-        lead = leading(shape, mvn_axes(d))
         affine = _affine(d, shape, rest)
         modes, ops = tuple(m for _, m, _ in affine), tuple(o for _, _, o in affine)
 
