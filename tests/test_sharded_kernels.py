@@ -106,3 +106,20 @@ def test_opaque_finds_kernels_at_any_depth(monkeypatch):
     with fastpath.target_platform("cuda"):
         assert fastpath.opaque(jax.jit(lambda v: op.fn(v)), x)  # inside a nested jit
         assert not fastpath.opaque(lambda v: (v * 2,), x)
+
+
+@pytest.mark.parametrize(
+    "shape, axes, lead",
+    [
+        ((8, 512, 1024), (2,), (8, 512)),  # a layer norm over the features
+        ((2, 64, 7, 7), (2, 3), (2, 64)),  # an instance norm over H and W
+        ((2, 64, 7, 7), (1, 2, 3), (2,)),  # a norm over C, H and W
+        ((4, 1, 256), (2,), (4, 1)),  # a size-1 dimension before the normalized one
+        ((4, 256, 1), (1,), (4,)),  # ... and after it
+        ((4, 256, 8), (1,), None),  # the normalized axis not the trailing one
+    ],
+)
+def test_rows_keep_their_leading_dimensions(shape, axes, lead):
+    from dml_jax.kernels import rows_shards
+
+    assert rows_shards.leading(shape, axes) == lead

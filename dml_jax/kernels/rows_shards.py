@@ -96,7 +96,7 @@ def partitioned(
 def leading(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...] | None:
     """The leading dimensions of ``shape`` before its normalized ``axes`` where those are its
     trailing ones (sizes of 1 among them ignored), or None."""
-    kept = [i for i in range(len(shape)) if i not in axes or shape[i] != 1]
+    kept = [i for i in range(len(shape)) if shape[i] != 1]
     trailing = [i for i in kept if i in axes]
     if not trailing or trailing != kept[len(kept) - len(trailing) :]:
         return None
