@@ -207,9 +207,10 @@ OPAQUE_PRIMITIVES = frozenset({"pallas_call"})
 def sharded(on: bool = True):
     """While a program whose arrays XLA splits over several devices is traced: a fast path whose
     lowering holds a kernel XLA cannot partition (``OPAQUE_PRIMITIVES``: a Pallas call, which
-    the partitioner would run whole on every device after gathering its inputs) steps aside
-    for the lax lowering, which XLA partitions; fast paths built on calls with their own
-    partitioning rules (cuDNN's attention) and those written in lax stay. An ONNX session on a
+    the partitioner would run whole on every device after gathering its inputs) runs it on
+    each device's shards where it has a ``per_shard`` function (and ``PER_SHARD`` is on), else
+    steps aside for the lax lowering, which XLA partitions; fast paths built on calls with
+    their own partitioning rules (cuDNN's attention) and those written in lax stay. An ONNX session on a
     mesh traces its programs so; a trace under a context mesh of more than one device
     (``jax.set_mesh``, ``jax.sharding.use_mesh``) is taken as sharded without it, and
     ``compile_operator`` / ``compile_graph`` with shardings over several devices trace so. As

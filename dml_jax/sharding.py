@@ -104,6 +104,19 @@ def _explicit_input_sharding(arrays: Sequence[Any]) -> NamedSharding | None:
     return None
 
 
+def mesh_axes(entry: Any) -> tuple[str, ...]:
+    """The mesh axis names of one ``PartitionSpec`` entry (None, a name, or a tuple or list of
+    names), in order."""
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, tuple | list) else (entry,)
+
+
+def ways(mesh: Any, entry: Any) -> int:
+    """Into how many parts one ``PartitionSpec`` entry splits a dimension over ``mesh``."""
+    return math.prod(mesh.shape[a] for a in mesh_axes(entry))
+
+
 def default_output_spec(sharding: NamedSharding, sizes: Sequence[int]) -> PartitionSpec:
     """The output layout used on explicit meshes: the input's spec where it still fits.
 
@@ -117,9 +130,7 @@ def default_output_spec(sharding: NamedSharding, sizes: Sequence[int]) -> Partit
     out = []
     for d, n in enumerate(sizes):
         entry = spec[d] if d < len(spec) else None
-        names = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
-        ways = math.prod(mesh.shape[a] for a in names)
-        out.append(entry if names and n % ways == 0 else None)
+        out.append(entry if mesh_axes(entry) and n % ways(mesh, entry) == 0 else None)
     return PartitionSpec(*out)
 
 

@@ -26,22 +26,18 @@ if __name__ == "__main__":
 
 def main() -> None:
     import json
-    import re
     import time
 
     import jax
     import numpy as np
     from _worker_cases import recorder
+    from _workers import collective_counts  # this folder's
     from jax.sharding import PartitionSpec as P
     from onnx_transformer import example_input, tiny_transformer
 
     from dml_jax import ValidationError
     from dml_jax.onnx import InferenceSession
 
-    # An HLO instruction that moves data between devices (async forms end in -start).
-    COLLECTIVE = re.compile(
-        r"\s(all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)(?:-start)?\("
-    )
     started = time.perf_counter()
     layers = 2
     model = tiny_transformer(layers=layers)
@@ -78,7 +74,7 @@ def main() -> None:
         (z,) = compiled(x)
         ok3, d3 = close(z, want)
         # Inference on whole rows per device needs no communication at all.
-        kinds = COLLECTIVE.findall(compiled.as_text())
+        kinds = collective_counts(compiled.as_text())
         ok3 = ok3 and not kinds
         # apply with a changed parameter, against the one-device apply.
         params = {"l0.fc2.b": one.params["l0.fc2.b"] + 1.0}
@@ -147,8 +143,8 @@ def main() -> None:
         program = program_of(s)
         args = s._placed(program, [x])
         text = program.jitted.lower(s._mesh_params(program), *args).compile().as_text()
-        kinds = COLLECTIVE.findall(text)
-        ok = ok and kinds == ["all-reduce"] * (2 * layers)
+        kinds = collective_counts(text)
+        ok = ok and kinds == {"all-reduce": 2 * layers}
         return ok, f"{detail}; collectives {kinds}"
 
     def explicit():
@@ -208,8 +204,8 @@ def main() -> None:
         fn, program = g._fns._steps_fn(2, g._step_key(g._length - 1), 0, 1)
         state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
         text = fn.lower(g._fns._params_for(program), state, jnp.int32(g._length - 1))
-        kinds = COLLECTIVE.findall(text.compile().as_text())
-        ok = ok and kinds == ["all-reduce"] * (2 * 2)  # the decoder's 2 layers
+        kinds = collective_counts(text.compile().as_text())
+        ok = ok and kinds == {"all-reduce": 2 * 2}  # the decoder's 2 layers
         return ok, "; ".join(details) + f"; step collectives {kinds}"
 
     record(CASES[0], data_parallel)

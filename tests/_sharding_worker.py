@@ -20,6 +20,8 @@ import os
 import re
 import time
 
+from _workers import COLLECTIVES, collective_counts  # this folder's
+
 DEVICES = 8
 SHAPE = (8, 8, 8, 8)
 
@@ -79,7 +81,6 @@ COMM_SCENARIOS = (
     "DEPTH_TO_SPACE1-CRD-32ch",
     "DEPTH_TO_SPACE1-DCR-32ch",
 )
-COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter")
 # Whole networks (examples/networks.py) sharded through in_shardings only.
 NETWORK_CASES = (
     "resnet-small/data-parallel-x8",
@@ -513,10 +514,7 @@ def main() -> None:
         text = (
             jax.jit(fn, in_shardings=in_s, out_shardings=out_s).lower(*arrays).compile().as_text()
         )
-        counts = {}
-        for m in collective_re.finditer(text):
-            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
-        return counts
+        return collective_counts(text)
 
     n = SHAPE[0]
     wide, wide_out = T((n, 32, 8, 8)), T((n, 8, 16, 16))

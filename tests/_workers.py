@@ -75,8 +75,9 @@ COLLECTIVES = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "
 
 
 def collective_counts(text: str) -> dict:
-    """The collectives of a compiled program's HLO text, by kind (those present)."""
+    """The collectives of a compiled program's HLO text (instructions that move data between
+    devices; asynchronous forms end in -start), by kind: those present."""
     import re
 
-    found = {k: len(re.findall(rf"\b{k}(?:-start)?\(", text)) for k in COLLECTIVES}
+    found = {k: len(re.findall(rf"\s{k}(?:-start)?\(", text)) for k in COLLECTIVES}
     return {k: n for k, n in found.items() if n}

@@ -59,6 +59,15 @@ def test_split_product(report, case):
         assert shards in got["calls"], got["calls"]
 
 
+def test_shards_narrower_than_the_kernels_tiles_take_lax(report):
+    """Columns split into shards of 128 (the kernel takes multiples of 256): each device runs
+    the two nodes' lax lowerings on its shards, with nothing communicated."""
+    got = report["GEMM column-parallel, shards narrower than the kernel's tiles"]
+    assert got["relative_error"] < TOLERANCE and got["collectives"] == {}
+    assert got["outside"] == 0
+    assert [[256, 512], [128, 512]] not in got["calls"], got["calls"]
+
+
 def test_per_shard_off_gives_way_to_lax(report):
     """``fastpath.PER_SHARD = False``: no kernel call at any shard's shape, none outside."""
     got = report["GEMM column-parallel, PER_SHARD off"]
@@ -78,7 +87,11 @@ def test_gpt_layer_runs_its_four_products_per_shard(report):
 
 
 def test_worker_reports_every_case(report):
-    extra = ["GPT layer, tensor-parallel", "GEMM column-parallel, PER_SHARD off"]
+    extra = [
+        "GPT layer, tensor-parallel",
+        "GEMM column-parallel, PER_SHARD off",
+        "GEMM column-parallel, shards narrower than the kernel's tiles",
+    ]
     assert sorted(report) == sorted([*CASES, *extra]), report
 
 

@@ -59,9 +59,17 @@ def test_row_kernels_run_on_each_devices_rows(report, case):
     """The normalization and softmax kernels (interpret mode) inside per-shard regions, run on
     the CPU: their values are the lax lowering's, and a kernel call saw each device's rows."""
     got = report[case]
-    assert got["outside"] == 0
+    assert got["outside"] == 0 and got["regions"] == 1
     assert got["max_abs_diff"] < 1e-5, got
     assert ROWS[case] in got["calls"], got["calls"]
+
+
+def test_softmax_over_another_axis_gives_way_to_lax(report):
+    """Over the major axis the kernel has no per-shard form: no region, no kernel outside one,
+    the lax lowering's values."""
+    got = report["SOFTMAX over the major axis, columns sharded"]
+    assert got["outside"] == 0 and got["regions"] == 0
+    assert got["max_abs_diff"] < 1e-5, got
 
 
 def test_sharded_transformer_with_kernels_per_shard_communicates_the_minimum(report):

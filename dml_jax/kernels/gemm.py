@@ -573,27 +573,13 @@ def _gemm(d: Any, a, b, c=None, **epilogue):
     return y if epilogue.get("split") else y.reshape(d.output_tensor.sizes)
 
 
-def _local_desc(desc: Any, sizes: tuple) -> Any:
-    """``desc`` with every tensor desc made dense of ``sizes`` (one device's shard of a node
-    whose tensors all have one layout: ``_applies_gelu`` / ``_applies_add``)."""
-    import dataclasses
-
-    from ..tensor import TensorDesc
-
-    changes = {
-        f.name: v.like(sizes=tuple(sizes), strides=None)
-        for f in dataclasses.fields(desc)
-        if isinstance(v := getattr(desc, f.name), TensorDesc)
-    }
-    return dataclasses.replace(desc, **changes)
-
-
 def _per_shard(d: Any, q: Any = None, slot: int = 0, split: int = 0) -> Any:
     """``fn(a, b[, c][, r]) -> y`` (2-D arrays; C as its row where it is one) computing GEMM
     ``d`` (and its consumer ``q`` fused at ``slot``: GELU, or an add whose other input is R) on
     each device's shards (``gemm_shards``): the kernel where the shards fit it, else the two
     nodes' lax lowerings on the shards. ``split`` (a head size D): no consumer; the result is
     the queries, keys and values apart, as ``fused_gemm``'s ``split``."""
+    from ..catalog import retyped
     from ..ops.gemm_conv import lower_gemm
     from ..registry import lookup
     from .gemm_shards import partitioned
@@ -611,7 +597,9 @@ def _per_shard(d: Any, q: Any = None, slot: int = 0, split: int = 0) -> Any:
             return y
         inputs = [] if r is None else [r]
         inputs.insert(slot, y)
-        return lookup(q.operator_type).lower(_local_desc(q, y.shape), *inputs)[0]
+        # the element-wise consumer on one device's shard: its tensors of the shard's sizes
+        local = retyped(q, q.output_tensor.data_type, tuple(y.shape))
+        return lookup(q.operator_type).lower(local, *inputs)[0]
 
     def finish(product, c, r):
         cs = [] if c is None else [c]

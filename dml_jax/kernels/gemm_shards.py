@@ -33,12 +33,7 @@ import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-
-def _axes(entry: Any) -> tuple:
-    """The mesh axis names of one PartitionSpec entry (None, a name, or a tuple of names)."""
-    if entry is None:
-        return ()
-    return tuple(entry) if isinstance(entry, tuple) else (entry,)
+from ..sharding import mesh_axes, ways
 
 
 def _spec(sharding: Any, rank: int) -> tuple:
@@ -93,9 +88,9 @@ class _Forms:
         order = ("n", "m", "k") if a_size <= b_size else ("m", "n", "k")
         used: set = set()
         for f in order:
-            if set(_axes(found[f])) & used:
+            if set(mesh_axes(found[f])) & used:
                 found[f] = None
-            used |= set(_axes(found[f]))
+            used |= set(mesh_axes(found[f]))
         return found
 
     def shardings(self, mesh, found: dict[str, Any], scattered: Any = None) -> tuple:
@@ -153,7 +148,7 @@ def partitioned(
 
     def partition(mesh, arg_shapes, result_shape):
         found = forms.factors([s.sharding for s in arg_shapes], [s.shape for s in arg_shapes])
-        k_axes = _axes(found["k"])
+        k_axes = mesh_axes(found["k"])
         # Where the partitioner wants a split product's rows split over the axes of its K (the
         # sequence-parallel form: Shardy asks it of a row-parallel projection), its sums are
         # scattered rather than summed whole on every device and then sliced: a reduce-scatter
@@ -162,8 +157,11 @@ def partitioned(
         if k_axes and forms.outputs == 1 and found["m"] is None and found["n"] is None:
             wanted = _spec(getattr(result_shape, "sharding", None), 2)
             rows = arg_shapes[0].shape[0]
-            count = math.prod(mesh.shape[a] for a in k_axes)
-            if set(_axes(wanted[0])) == set(k_axes) and wanted[1] is None and rows % count == 0:
+            if (
+                set(mesh_axes(wanted[0])) == set(k_axes)
+                and wanted[1] is None
+                and rows % ways(mesh, found["k"]) == 0
+            ):
                 scatter = wanted[0]
 
         def lower(*args):
@@ -182,7 +180,6 @@ def partitioned(
         infer_sharding_from_operands=infer,
         partition=partition,
         sharding_rule=forms.rule(),
-        reduction_factors=("k",),  # a split of K: partial products, summed
         **forms.sizes(),
     )
     return fn

@@ -762,9 +762,7 @@ def _per_shard(d: Any, cluster: bool) -> Any:
     from .rows_shards import leading, partitioned, rows_view
 
     plan_of, form = (cluster_plan if cluster else plan), form_of(d)
-    lead = leading(tuple(d.input_tensor.sizes), mvn_axes(d))
-    if lead is None:  # the normalized axes are not the trailing ones: lax, over devices
-        return None
+    lead = leading(tuple(d.input_tensor.sizes), mvn_axes(d))  # (the plan took them trailing)
 
     def run(x, *rest):
         shape = tuple(x.shape)

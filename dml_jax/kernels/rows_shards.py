@@ -25,11 +25,7 @@ import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-
-def _axes(entry: Any) -> tuple:
-    if entry is None:
-        return ()
-    return tuple(entry) if isinstance(entry, tuple) else (entry,)
+from ..sharding import ways
 
 
 def partitioned(
@@ -71,7 +67,7 @@ def partitioned(
         shape = arg_shapes[0].shape
         rows = 1
         for n, entry in zip(shape, spec):
-            count = math.prod(mesh.shape[a] for a in _axes(entry))
+            count = ways(mesh, entry)
             if n % count:
                 return (None,) * lead
             rows *= n // count

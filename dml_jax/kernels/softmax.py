@@ -240,9 +240,9 @@ def _per_shard(log: bool, hard: bool):
 
         x = d.input_tensor
         v = plan(x.sizes, _axes(d), x.dtype)
-        lead = leading(x.sizes, _axes(d))
-        if v.b != 1 or lead is None:
+        if v.b != 1:
             return None
+        lead = leading(x.sizes, _axes(d))
 
         def local(rows: int):
             w = plan((rows, v.r), (1,), x.dtype, 1)

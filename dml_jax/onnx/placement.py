@@ -20,7 +20,6 @@ processes through JAX when the mesh spans several).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +29,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from ..errors import ValidationError
+from ..sharding import mesh_axes, ways
 from ..tensor import packed_strides
 from .elements import ONNX
 from .importer import ImportedGraph
@@ -59,12 +59,6 @@ def batch_dim(dims: Sequence[Any], denotations: Sequence[str] = ()) -> int | Non
         if isinstance(d, str) and "batch" in d.lower():
             return k
     return 0
-
-
-def _axes(entry: Any) -> tuple[str, ...]:
-    if entry is None:
-        return ()
-    return tuple(entry) if isinstance(entry, tuple | list) else (entry,)
 
 
 def place(array: Any, sharding: NamedSharding) -> jax.Array:
@@ -189,7 +183,7 @@ class MeshLayout:
             )
         used: list[str] = []
         for entry in spec:
-            for axis in _axes(entry):
+            for axis in mesh_axes(entry):
                 if axis not in self.mesh.axis_names:
                     raise ValidationError(
                         f"{ONNX}: shardings: {where}: {spec} names mesh axis '{axis}'; the mesh "
@@ -219,12 +213,12 @@ class MeshLayout:
                 f"{spec} has {len(spec)} entries"
             )
         for k, entry in enumerate(spec):
-            axes = _axes(entry)
-            ways = math.prod(self.mesh.shape[a] for a in axes)
-            if axes and shape[k] % ways:
+            axes = mesh_axes(entry)
+            parts = ways(self.mesh, entry)
+            if axes and shape[k] % parts:
                 raise ValidationError(
                     f"{ONNX}: {where}: {why} splits dimension {k} (size {shape[k]}, shape "
-                    f"{list(shape)}) over the {ways} devices of mesh axes {axes}, which do not "
+                    f"{list(shape)}) over the {parts} devices of mesh axes {axes}, which do not "
                     "divide it" + self._way_out(where, why)
                 )
 
@@ -371,7 +365,7 @@ def tensor_parallel_specs(
         if j in fixed:
             k = _constant_axis(b.sizes, b.strides, b.rank - (2 if transposed else 1), shape)
             spec = tuple(fixed[j])
-            reaches_column[n] = k is not None and k < len(spec) and axis in _axes(spec[k])
+            reaches_column[n] = k is not None and k < len(spec) and axis in mesh_axes(spec[k])
             continue
         dim = b.rank - (2 if row != transposed else 1)  # K: -2 (-1 transposed); N: -1 (-2)
         k = _constant_axis(b.sizes, b.strides, dim, shape)
