@@ -4,9 +4,9 @@ the device count is fixed when JAX starts).
 
 CUDA's choices are traced on this CPU (``fastpath.cuda_present`` and ``gemm.hopper`` forced
 true, each program traced inside ``fastpath.target_platform("cuda")``). The Mosaic kernel
-cannot run here, so ``gemm.fused_gemm`` is replaced by a stand-in with its contract (the
-float32 product, Alpha, Beta and C, rounded; then GELU or the residual, rounded) that ends in
-an interpret-mode Pallas call: a kernel XLA cannot partition, which runs on the CPU. Each case
+cannot run here, so ``gemm.fused_gemm`` is replaced by a stand-in with its contract
+(tests/_gemm_model.py, which tests/test_gemm_kernel.py holds the kernel to) that ends in an
+interpret-mode Pallas call: a kernel XLA cannot partition, which runs on the CPU. Each case
 reports its values against a float64 reference, the compiled program's collectives, the
 shapes the stand-in was called with inside the partitioned program, and the Pallas calls of
 its jaxpr outside a ``custom_partitioning`` region. The last line of stdout is one JSON
@@ -30,6 +30,7 @@ import jax
 import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
+from _gemm_model import model  # this folder's
 from _workers import collective_counts, interpreted, outside, regions  # this folder's
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -42,21 +43,13 @@ T = dml.TensorDesc
 CALLS: list = []
 
 
-def stand_in(a, b, v, *, alpha=1.0, beta=1.0, c=None, c_row=False, gelu=False, residual=None,
-             split=0, schedule=None):  # fmt: skip
+def stand_in(a, b, v, **kw):
+    """The kernel's contract (tests/_gemm_model.py) ending in an interpret-mode Pallas call;
+    the shapes it is called with recorded in ``CALLS``."""
     CALLS.append([list(a.shape), list(b.shape)])
-    y = alpha * jnp.dot(a.astype(jnp.float32), (b.T if v.b_nk else b).astype(jnp.float32))
-    if c is not None:
-        y = y + beta * (c[:1] if c_row else c).astype(jnp.float32)
-    y = y.astype(a.dtype)
-    if split:  # the queries, keys and values apart: {M, H * 3 * D} -> three {M, H * D}
-        heads = y.reshape(y.shape[0], -1, 3, split)
-        return tuple(copied(heads[:, :, i].reshape(y.shape[0], -1)) for i in range(3))
-    if gelu:
-        y = jax.nn.gelu(y.astype(jnp.float32), approximate=False).astype(a.dtype)
-    if residual is not None:
-        y = (y.astype(jnp.float32) + residual.astype(jnp.float32)).astype(a.dtype)
-    return copied(y)
+    kw.pop("schedule", None)
+    y = model(a, b, v, **kw)
+    return tuple(copied(t) for t in y) if isinstance(y, tuple) else copied(y)
 
 
 def copied(y):
