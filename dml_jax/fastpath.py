@@ -199,8 +199,9 @@ _SHARDED: contextvars.ContextVar[bool] = contextvars.ContextVar("dml_jax_sharded
 PER_SHARD = True
 
 # Primitives that XLA's SPMD partitioner cannot split: a fast path whose lowering holds one would
-# run whole on every device, its sharded inputs gathered first.
-OPAQUE_PRIMITIVES = frozenset({"pallas_call"})
+# run whole on every device, its sharded inputs gathered first. A Pallas kernel's launch is
+# ``pallas_call`` in jax 0.10; from 0.11 a Mosaic GPU kernel traces to ``mpmd_map``.
+OPAQUE_PRIMITIVES = frozenset({"pallas_call", "mpmd_map"})
 
 
 @contextlib.contextmanager
