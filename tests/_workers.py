@@ -24,13 +24,15 @@ def report(script: str, timeout: int = 600) -> dict:
 
 
 def outside(jaxpr, inside: bool = False) -> int:
-    """Pallas calls of ``jaxpr`` (at any depth) not nested in a ``custom_partitioning`` region:
-    kernels XLA's partitioner would run whole on every device."""
+    """Kernel calls of ``jaxpr`` (``fastpath.OPAQUE_PRIMITIVES``, at any depth) not nested in a
+    ``custom_partitioning`` region: kernels XLA's partitioner would run whole on every device."""
     import jax.extend.core
+
+    from dml_jax import fastpath
 
     count = 0
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "pallas_call" and not inside:
+        if eqn.primitive.name in fastpath.OPAQUE_PRIMITIVES and not inside:
             count += 1
         nested = inside or eqn.primitive.name == "custom_partitioning"
         for sub in jax.extend.core.jaxprs_in_params(eqn.params):

@@ -407,6 +407,18 @@ def test_kernel_matches_its_contract(form, b_nk, schedule):
 
 
 @needs_hopper
+def test_the_kernel_is_one_xla_cannot_partition():
+    """A split program must find the kernel (``fastpath.opaque``) to run it per shard rather
+    than whole on gathered inputs, whatever primitive this jax traces a Mosaic GPU kernel to
+    (``pallas_call`` in 0.10, ``mpmd_map`` in 0.11). The CPU tests stand a marker in for the
+    kernel, so only a GPU sees the real one; its lax lowering is not found."""
+    a, b, kw = _operands("bias", 256, 512, 320)
+    v = K.plan((256, 320), b.shape, False, True, jnp.float16)
+    assert fastpath.opaque(lambda a, b: K.fused_gemm(a, b, v, **kw), a, b)
+    assert not fastpath.opaque(lambda a, b: model(a, b, v, **kw), a, b)
+
+
+@needs_hopper
 @pytest.mark.parametrize("b_nk", [True, False])
 @pytest.mark.parametrize("form", FORMS)
 def test_schedules_agree_bit_for_bit(form, b_nk):

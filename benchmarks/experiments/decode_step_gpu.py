@@ -46,6 +46,15 @@ FLAGS = {
     # the sharded decoder's small all-reduces (two a layer, a token's features each) as XLA's
     # own one-kernel all-reduce instead of NCCL's
     "one_shot": "--xla_gpu_unsupported_use_all_reduce_one_shot_kernel=true",
+    # the collectives inside XLA's command buffers (CUDA graphs) with the step's other kernels,
+    # where by default each one splits the graph and is launched from the host
+    "command_buffer_collectives": (
+        "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,COLLECTIVES"
+    ),
+    "command_buffer_collectives_one_shot": (
+        "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,COLLECTIVES"
+        " --xla_gpu_unsupported_use_all_reduce_one_shot_kernel=true"
+    ),
 }
 
 
@@ -156,6 +165,8 @@ def main() -> None:
                         "default; 'repeat')")  # fmt: skip
     p.add_argument("--devices", type=int, default=1,
                    help="float16 also on a 'model' mesh of this many GPUs (kernels of the first)")  # fmt: skip
+    p.add_argument("--mesh-only", action="store_true",
+                   help="with --devices: the mesh runs alone, not the one-GPU ones")  # fmt: skip
     p.add_argument("--dump-hlo", action="store_true",
                    help="each process's optimized HLO of its decode steps into $OUT/hlo-N, and "
                         "its kernels summarized (hlo_kernels.py)")  # fmt: skip
@@ -187,6 +198,7 @@ def main() -> None:
     torch.cuda.empty_cache()
     results = {}
     runs = [("float16", f, "", 1, form) for f in a.flags for form in a.one_row_form]
+    runs = [] if a.mesh_only and a.devices > 1 else runs
     if "int4" in files:
         runs += [("int4", a.flags[0], t, 1, "") for t in a.int4_tiles]
     if a.devices > 1:
