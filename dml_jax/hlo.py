@@ -7,6 +7,7 @@ materialised intermediate) rather than claim it.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, NamedTuple
 
@@ -73,3 +74,41 @@ def entry_instructions(hlo_text: str) -> tuple[HloInstruction, ...]:
                 HloInstruction(name, opcode, kind.group(1) if kind else "", shape, operands)
             )
     return tuple(result)
+
+
+# Instructions that move data between devices, as XLA names them.
+COLLECTIVE_KINDS = (
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "all-to-all",
+    "collective-permute",
+)
+_ELEMENT_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "s16": 2, "u16": 2,
+                  "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8,
+                  "f64": 8, "c64": 8, "c128": 16}  # fmt: skip
+
+
+def collectives(hlo_text: str) -> dict[str, dict[str, int]]:
+    """What a compiled program communicates, from its optimized HLO text (``optimized_hlo``, or
+    ``jax.jit(f).lower(...).compile().as_text()``), in any of its computations: for each kind
+    of ``COLLECTIVE_KINDS`` it holds, ``count`` (an asynchronous collective, a ``-start`` /
+    ``-done`` pair, counts once) and ``bytes``, the size of its results (a combined
+    collective's parts each count; an asynchronous one's are its ``-done``'s)."""
+    found: dict[str, dict[str, int]] = {}
+    for line in hlo_text.splitlines():
+        match = _INSTRUCTION.match(line)
+        if match is None:
+            continue
+        _, shape, opcode, _ = match.groups()
+        kind = opcode.removesuffix("-start").removesuffix("-done")
+        if kind not in COLLECTIVE_KINDS:
+            continue
+        entry = found.setdefault(kind, {"count": 0, "bytes": 0})
+        entry["count"] += not opcode.endswith("-done")
+        if not opcode.endswith("-start"):
+            entry["bytes"] += sum(
+                _ELEMENT_BYTES.get(t, 4) * math.prod(int(d) for d in dims.split(",") if d)
+                for t, dims in re.findall(r"\b([a-z]\w*)\[([\d,]*)\]", shape)
+            )
+    return found

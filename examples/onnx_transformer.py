@@ -97,12 +97,12 @@ def example_input(batch: int, seq: int = 8, d: int = 16, seed: int = 1) -> np.nd
 
 def main(argv: list[str] | None = None) -> None:
     import argparse
-    import re
     import time
 
     import jax
     from jax.sharding import Mesh
 
+    from dml_jax import hlo
     from dml_jax.onnx import InferenceSession
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -151,10 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"one device {t1 * 1e3:.2f} ms; {n} devices {tn * 1e3:.2f} ms ({t1 / tn:.2f}x)")
     params = sharded._mesh_params(program)
     text = program.jitted.lower(params, placed).compile().as_text()
-    kinds = re.findall(
-        r"\s(all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)(?:-start)?\(", text
-    )
-    counts = {k: kinds.count(k) for k in sorted(set(kinds))}
+    found = hlo.collectives(text)
+    counts = ", ".join(f"{v['count']} {k} ({v['bytes'] / 2**20:.1f} MiB)" for k, v in found.items())
     print(f"collectives in the sharded program: {counts or 'none'} ({a.layers} layers)")
     split = {k: str(v) for k, v in sharded.layout().items() if k.startswith("l0.") and any(v)}
     print(f"layer 0's split weights: {split}")

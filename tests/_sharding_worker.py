@@ -20,7 +20,7 @@ import os
 import re
 import time
 
-from _workers import COLLECTIVES, collective_counts  # this folder's
+from _workers import collective_counts  # this folder's
 
 DEVICES = 8
 SHAPE = (8, 8, 8, 8)
@@ -145,6 +145,7 @@ def main() -> None:
     from jax.sharding import PartitionSpec as P
 
     import dml_jax as dml
+    from dml_jax import hlo
 
     if jax.device_count() < DEVICES:
         raise SystemExit(f"need {DEVICES} devices, got {jax.devices()}")
@@ -508,7 +509,7 @@ def main() -> None:
     lap("graph")
 
     # ---------------------------------------------------------------- communication
-    collective_re = re.compile(r"\s(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
+    collective_re = re.compile(r"\s(" + "|".join(hlo.COLLECTIVE_KINDS) + r")(?:-start)?\(")
 
     def collectives_of(fn, in_s, out_s, arrays):
         text = (
@@ -686,7 +687,14 @@ def record_networks(record, compare, collective_re) -> None:
         # GPT split sequence-parallel too: its tokens (and output rows) left split
         sp = [r for r in rows if r["layout"].endswith("sequence-parallel")]
         ok = ok and [r["output_sharding"] for r in sp] == ["P('x', None)"]
-        return ok, f"{len(rows)} rows; bad {bad}; sequence-parallel {sp}"
+        # each split row reports what its program communicates: data parallelism nothing, the
+        # tensor-parallel GPT Megatron's two all-reduces a layer of its [tokens, d_model]
+        # float16 activations (2 layers, 2 x 8 tokens, d_model 32)
+        comm = {r["layout"]: r.get("collectives") for r in scaled}
+        tp = {"all-reduce": {"count": 4, "bytes": 4 * 16 * 32 * 2}}
+        ok = ok and [comm[k] for k in sorted(comm) if "data-parallel" in k] == [{}, {}]
+        ok = ok and comm.get("2 devices, tensor-parallel") == tp
+        return ok, f"{len(rows)} rows; bad {bad}; sequence-parallel {sp}; collectives {comm}"
 
     record("network/resnet-small/data-parallel-x8", resnet_data_parallel)
     record("network/gpt-small/tensor-parallel-x8", gpt_tensor_parallel)

@@ -73,13 +73,9 @@ def interpreted() -> None:
     mvn.mvn_kernel, softmax.softmax_kernel = mvn_interpret, softmax_interpret
 
 
-COLLECTIVES = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
-
-
 def collective_counts(text: str) -> dict:
-    """The collectives of a compiled program's HLO text (instructions that move data between
-    devices; asynchronous forms end in -start), by kind: those present."""
-    import re
+    """The collectives of a compiled program's HLO text by kind, those present: how many
+    (``dml_jax.hlo.collectives``' counts)."""
+    from dml_jax import hlo
 
-    found = {k: len(re.findall(rf"\s{k}(?:-start)?\(", text)) for k in COLLECTIVES}
-    return {k: n for k, n in found.items() if n}
+    return {k: v["count"] for k, v in hlo.collectives(text).items()}

@@ -24,6 +24,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 import dml_jax as dml
+from dml_jax import hlo
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE_IDS = worker.plan()
@@ -195,3 +196,27 @@ def test_shardings_keep_fn_and_cache():
     np.testing.assert_array_equal(a, x[:, :2])
     np.testing.assert_array_equal(b, x[:, 2:])
     assert a.sharding.is_equivalent_to(ROW, 2)
+
+
+def test_collectives_count_each_once_and_its_results_bytes():
+    """``hlo.collectives`` on optimized HLO text of the forms XLA writes: an asynchronous
+    all-reduce (its start and done one collective, its bytes the done's result), a combined
+    all-gather (a tuple of its parts, each counted), a synchronous reduce-scatter, and an
+    instruction that only reads a collective's result (not one)."""
+    text = """HloModule m, is_scheduled=true
+
+ENTRY %main (p: f16[8,1024]) -> f16[8,1024] {
+  %p = f16[8,1024]{1,0} parameter(0)
+  %all-reduce-start.1 = f16[8,1024]{1,0} all-reduce-start(%p), replica_groups={{0,1}}
+  %all-reduce-done.1 = f16[8,1024]{1,0} all-reduce-done(%all-reduce-start.1)
+  %all-gather.7 = (f16[2048,512]{1,0}, f32[2048]{0}) all-gather(%p, %p), dimensions={0}
+  %reduce-scatter.2 = f32[4,16]{1,0} reduce-scatter(%p), dimensions={0}
+  ROOT %add = f16[8,1024]{1,0} add(%all-reduce-done.1, %p)
+}
+"""
+    assert hlo.collectives(text) == {
+        "all-reduce": {"count": 1, "bytes": 8 * 1024 * 2},
+        "all-gather": {"count": 1, "bytes": 2048 * 512 * 2 + 2048 * 4},
+        "reduce-scatter": {"count": 1, "bytes": 4 * 16 * 4},
+    }
+    assert hlo.collectives(text.replace("all-", "no-").replace("reduce-scatter", "add")) == {}

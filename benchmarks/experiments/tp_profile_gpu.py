@@ -43,25 +43,17 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
-COLLECTIVES = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
-
 
 def hlo_summary(text: str) -> dict:
-    """Collectives (count, the bytes of their results, and how many XLA left synchronous) and
-    custom-call targets of optimized HLO text. A combined collective's result is a tuple of its
-    parts (an all-gather of four weights, say): each part's bytes count."""
-    sizes = {"f32": 4, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "s8": 1, "u8": 1, "pred": 1}
+    """Collectives (``dml_jax.hlo.collectives``: count and the bytes of their results, and here
+    also how many XLA left synchronous) and custom-call targets of optimized HLO text."""
+    from dml_jax import hlo
 
-    def nbytes(types: str) -> int:
-        return sum(sizes.get(t, 4) * int(np.prod([int(d) for d in s.split(",") if d] or [1]))
-                   for t, s in re.findall(r"(\w+)\[([\d,]*)\]", types))  # fmt: skip
-
-    out: dict = {}
-    for kind in COLLECTIVES:
-        found = re.findall(rf"= (\([^=]*?\)|\w+\[[\d,]*\]\S*) {kind}(?:-start)?\((.*)", text)
-        if found:
-            out[kind] = {"count": len(found), "bytes": sum(nbytes(t) for t, _ in found),
-                         "sync": sum('"is_sync":true' in rest for _, rest in found)}  # fmt: skip
+    out: dict = hlo.collectives(text)
+    for kind, entry in out.items():
+        starts = re.findall(rf"\s{kind}-start\((.*)", text)
+        plain = len(re.findall(rf"\s{kind}\(", text))
+        entry["sync"] = plain + sum('"is_sync":true' in rest for rest in starts)
     targets = Counter(re.findall(r'custom_call_target="([^"]+)"', text))
     out["custom_calls"] = dict(targets)
     return out

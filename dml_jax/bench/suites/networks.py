@@ -477,6 +477,7 @@ def scaling(run: Run, count: int) -> None:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
+    from ... import hlo
     from ..harness import jax_sync
 
     networks = examples_module("networks")
@@ -522,6 +523,8 @@ def scaling(run: Run, count: int) -> None:
             result = np.asarray(out, np.float32)
             row.update(cold_s=round(cold, 3), hot_s=hot, **_per_second(network, net.config, hot))
             row["output_sharding"] = str(out.sharding.spec)
+            if m.size > 1:  # what the split program communicates, as compiled
+                row["collectives"] = hlo.collectives(hlo.optimized_hlo(g, *values))
             if network not in first:
                 first[network] = (row[_rate_key(network)], result)
             else:
@@ -559,6 +562,13 @@ def table(report: dict) -> list[str]:
         note = r.get("skipped") or (r.get("error") or "")[:60] or r.get("layout", "")
         if "speedup_vs_1_device" in r:
             note += f" speed-up {r['speedup_vs_1_device']}"
+        if r.get("collectives"):
+            note += "; " + ", ".join(
+                f"{c['count']} {kind} ({c['bytes'] / 2**20:,.0f} MiB)"
+                for kind, c in r["collectives"].items()
+            )
+        elif "collectives" in r:
+            note += "; no collective"
         err = r.get("max_rel_err_vs_torch")
         err = f"{err:.1e}" if isinstance(err, float) else ""
         cold = r.get("cold_s", "")
