@@ -35,7 +35,7 @@ def main() -> None:
     from jax.sharding import PartitionSpec as P
     from onnx_transformer import example_input, tiny_transformer
 
-    from dml_jax import ValidationError
+    from dml_jax import ValidationError, hlo
     from dml_jax.onnx import InferenceSession
 
     started = time.perf_counter()
@@ -143,9 +143,13 @@ def main() -> None:
         program = program_of(s)
         args = s._placed(program, [x])
         text = program.jitted.lower(s._mesh_params(program), *args).compile().as_text()
-        kinds = collective_counts(text)
-        ok = ok and kinds == {"all-reduce": 2 * layers}
-        return ok, f"{detail}; collectives {kinds}"
+        # Megatron's minimum: two all-reduces a layer, each of the layer's float32
+        # activations (2 x 8 tokens of 16 features), and nothing else
+        found = hlo.collectives(text)
+        ok = ok and found == {
+            "all-reduce": {"count": 2 * layers, "bytes": 2 * layers * 2 * 8 * 16 * 4}
+        }
+        return ok, f"{detail}; collectives {found}"
 
     def explicit():
         x = example_input(2)
@@ -204,9 +208,11 @@ def main() -> None:
         fn, program = g._fns._steps_fn(2, g._step_key(g._length - 1), 0, 1)
         state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
         text = fn.lower(g._fns._params_for(program), state, jnp.int32(g._length - 1))
-        kinds = collective_counts(text.compile().as_text())
-        ok = ok and kinds == {"all-reduce": 2 * 2}  # the decoder's 2 layers
-        return ok, "; ".join(details) + f"; step collectives {kinds}"
+        # the decoder's 2 layers: two all-reduces each, of the step's 2 x 1 tokens of 32
+        # float32 features
+        found = hlo.collectives(text.compile().as_text())
+        ok = ok and found == {"all-reduce": {"count": 2 * 2, "bytes": 2 * 2 * 2 * 32 * 4}}
+        return ok, "; ".join(details) + f"; step collectives {found}"
 
     record(CASES[0], data_parallel)
     record(CASES[1], tensor_parallel)
