@@ -542,6 +542,14 @@ def scaling(run: Run, count: int) -> None:
         run.add(row)
 
 
+def _size(count: int) -> str:
+    """Bytes as B, KiB or MiB."""
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:,.0f} {unit}"
+    return f"{count} B"
+
+
 def _rate_key(network: str) -> str:
     return "images_per_s" if network == "resnet50" else "tokens_per_s"
 
@@ -564,8 +572,7 @@ def table(report: dict) -> list[str]:
             note += f" speed-up {r['speedup_vs_1_device']}"
         if r.get("collectives"):
             note += "; " + ", ".join(
-                f"{c['count']} {kind} ({c['bytes'] / 2**20:,.0f} MiB)"
-                for kind, c in r["collectives"].items()
+                f"{c['count']} {kind} ({_size(c['bytes'])})" for kind, c in r["collectives"].items()
             )
         elif "collectives" in r:
             note += "; no collective"
