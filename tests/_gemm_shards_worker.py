@@ -36,7 +36,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import dml_jax as dml
-from dml_jax import fastpath
+from dml_jax import fastpath, hlo
 from dml_jax.kernels import gemm
 
 T = dml.TensorDesc
@@ -182,7 +182,7 @@ def gpt_layer(mesh) -> dict:
         jaxpr = jax.make_jaxpr(split._jitted)(*args).jaxpr
         text = split._jitted.lower(*args).compile().as_text()
     return {"GPT layer, tensor-parallel": {"outside": outside(jaxpr), "regions": regions(jaxpr),
-                                           "collectives": collective_counts(text)}}  # fmt: skip
+                                           "collectives": hlo.collectives(text)}}  # fmt: skip
 
 
 def two_axes(_) -> dict:

@@ -82,8 +82,10 @@ def test_gpt_layer_runs_its_four_products_per_shard(report):
     per-shard region (none outside one), and the compiled layer communicates Megatron's
     minimum."""
     got = report["GPT layer, tensor-parallel"]
-    # Megatron's minimum: an all-reduce after the attention block and one after the MLP
-    assert got == {"outside": 0, "regions": 4, "collectives": {"all-reduce": 2}}
+    # Megatron's minimum: an all-reduce after the attention block and one after the MLP, each
+    # of the layer's float16 activations (2 x 128 tokens of 512 features), and nothing else
+    minimum = {"all-reduce": {"count": 2, "bytes": 2 * (2 * 128) * 512 * 2}}
+    assert got == {"outside": 0, "regions": 4, "collectives": minimum}
 
 
 def test_worker_reports_every_case(report):
