@@ -499,8 +499,9 @@ def scaling(run: Run, count: int) -> None:
         ("1 device", "gpt", gb, one, None, "x", P()),
         (f"{count} devices, tensor-parallel", "gpt", gb, mesh, None, "x", P()),
         # the tokens split too between the products that read them whole (input and output
-        # rows over the mesh): all-gathers before the split products and sums scattered after,
-        # the form XLA's windowed einsums overlap with the products (docs/scaling.md)
+        # rows over the mesh): in lax, all-gathers before the split products and sums scattered
+        # after; with the GEMM kernel per shard, the weights gathered instead where they are
+        # the smaller operand (docs/scaling.md; the row's collectives say which)
         (f"{count} devices, tensor-parallel, sequence-parallel", "gpt", gb, mesh, "x", "x",
          P("x", None)),
     ]  # fmt: skip
