@@ -37,7 +37,7 @@ from jax.sharding import PartitionSpec as P
 
 import dml_jax as dml
 from dml_jax import fastpath, hlo
-from dml_jax.kernels import gemm
+from dml_jax.kernels import gemm, gemm_shards
 
 T = dml.TensorDesc
 CALLS: list = []
@@ -123,6 +123,18 @@ def products(mesh) -> dict:
     r["relative_error"] = error(r.pop("got"), want)
     out["GEMM column-parallel, PER_SHARD off"] = r
     fastpath.PER_SHARD = True
+    # K's sums as each device's partial products plus the other's, in two blocks of rows
+    # (gemm_shards.PAIR_PERMUTE, SUM_CHUNKS): the all-reduce's bits
+    row_specs = (P(None, "x"), P(None, "x"), P())
+    plain = run(op.fn, (a, b, c), mesh, row_specs, P())
+    gemm_shards.PAIR_PERMUTE, gemm_shards.SUM_CHUNKS = True, 2
+    try:
+        r = run(op.fn, (a, b, c), mesh, row_specs, P())
+    finally:
+        gemm_shards.PAIR_PERMUTE, gemm_shards.SUM_CHUNKS = False, 1
+    r["same_bits"] = bool(np.array_equal(r["got"], plain["got"]))
+    r["relative_error"] = error(r.pop("got"), want)
+    out["GEMM row-parallel, pair permute in two blocks"] = r
     # many rows, few columns (a layer's tokens by a narrow weight): B is the one gathered
     tall = dml.GemmOperatorDesc(T("FLOAT16", (2048, k)), T("FLOAT16", (256, k)),
                                 T("FLOAT16", (2048, 256), strides=(0, 1)),

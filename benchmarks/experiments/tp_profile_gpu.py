@@ -22,9 +22,12 @@ collectives with the products.
 
 Usage (a machine of two GPUs, repository root): ``PYTHONPATH=. python3
 benchmarks/experiments/tp_profile_gpu.py [--only gpt reduce0 graph] [--layers 12]
-[--no-per-shard]``; writes ``$OUT/tp_profile.json`` when ``OUT`` is set. ``--no-per-shard``:
-the GEMM kernel gives way to lax in the split programs, as before it ran on each device's
-shards (``fastpath.PER_SHARD``).
+[--no-per-shard] [--pair-permute] [--sum-chunks N]``; writes ``$OUT/tp_profile.json`` when
+``OUT`` is set. ``--no-per-shard``: the GEMM kernel gives way to lax in the split programs, as
+before it ran on each device's shards (``fastpath.PER_SHARD``). ``--pair-permute`` and
+``--sum-chunks``: the row-parallel products' sums as ``gemm_shards.PAIR_PERMUTE`` and
+``SUM_CHUNKS`` say (with ``--xla_gpu_use_memcpy_local_p2p=true`` in ``XLA_FLAGS`` the
+collective-permutes copy on the GPUs' copy engines, which can run beside the products).
 """
 
 from __future__ import annotations
@@ -184,12 +187,19 @@ def main() -> None:
     p.add_argument("--small", dest="full", action="store_false", help="tiny sizes (a CPU check)")
     p.add_argument("--no-per-shard", action="store_true",
                    help="kernels give way to lax in the split programs (fastpath.PER_SHARD off)")  # fmt: skip
+    p.add_argument("--pair-permute", action="store_true",
+                   help="split products' sums over two devices as x + ppermute(x) "
+                        "(gemm_shards.PAIR_PERMUTE)")  # fmt: skip
+    p.add_argument("--sum-chunks", type=int, default=1,
+                   help="split products' sums in this many blocks of rows (gemm_shards.SUM_CHUNKS)")  # fmt: skip
     args = p.parse_args()
     import jax
 
     from dml_jax import fastpath
+    from dml_jax.kernels import gemm_shards
 
     fastpath.PER_SHARD = not args.no_per_shard
+    gemm_shards.PAIR_PERMUTE, gemm_shards.SUM_CHUNKS = args.pair_permute, args.sum_chunks
 
     print(jax.devices()[0].device_kind, len(jax.devices()), jax.__version__, flush=True)
     results = {}
