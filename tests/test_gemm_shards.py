@@ -94,7 +94,10 @@ def test_gpt_layer_runs_its_four_products_per_shard(report):
     # Megatron's minimum: an all-reduce after the attention block and one after the MLP, each
     # of the layer's float16 activations (2 x 128 tokens of 512 features), and nothing else
     minimum = {"all-reduce": {"count": 2, "bytes": 2 * (2 * 128) * 512 * 2}}
-    assert got == {"outside": 0, "regions": 4, "collectives": minimum}
+    # gemm_shards.PAIR_PERMUTE: the same two sums, each a collective-permute of the partial
+    # products in place of the all-reduce
+    paired = {"collective-permute": minimum["all-reduce"]}
+    assert got == {"outside": 0, "regions": 4, "collectives": minimum, "paired": paired}
 
 
 def test_worker_reports_every_case(report):

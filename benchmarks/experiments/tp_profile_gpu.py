@@ -125,6 +125,7 @@ def programs(args):
                     kind, chunks = form.split(":")
                     gemm_shards.PAIR_PERMUTE = kind == "pair"
                     gemm_shards.SUM_CHUNKS = int(chunks)
+                    jax.clear_caches()  # (read as XLA compiles: not a compiled program again)
                 net = (
                     networks.gpt_stack(8, 1024, 1024, 16, args.layers, "FLOAT16")
                     if args.full

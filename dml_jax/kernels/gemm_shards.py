@@ -22,8 +22,10 @@ its factors:
 The factor rule is also given to Shardy (``sharding_rule``) so that propagation sees the
 product's factors rather than an opaque call.
 
-Two switches, read when a program is traced, change how K's partial products are summed (both
-off by default; ``benchmarks/experiments/tp_profile_gpu.py`` times them):
+Two switches change how K's partial products are summed (both off by default;
+``benchmarks/experiments/tp_profile_gpu.py`` times them). XLA reads them through the partition
+rule as it compiles a program, and jax keeps compiled programs: set them before the first
+compile, or call ``jax.clear_caches()`` after changing them.
 
 - ``SUM_CHUNKS``: the partial products computed and summed in that many blocks of rows, so that
   one block's sum can run beside the next block's product (where M divides; else one block).
