@@ -17,6 +17,7 @@ CASES = (
     "tensor-parallel/model4-two-all-reduces-per-layer",
     "explicit/input-and-initializer-specs",
     "generation/sharded-cache-tokens-two-all-reduces-per-layer",
+    "generation/int4-codes-as-arguments-on-a-mesh",
 )
 
 if __name__ == "__main__":
@@ -214,11 +215,43 @@ def main() -> None:
         ok = ok and found == {"all-reduce": {"count": 2 * 2, "bytes": 2 * 2 * 2 * 32 * 4}}
         return ok, "; ".join(details) + f"; step collectives {found}"
 
+    def int4_held():
+        # The tiny LLaMA decoder with its MatMul weights as 4-bit MatMulNBits, its codes held
+        # (every constant of at least a byte, here): on a mesh as on one device the codes enter
+        # the program as arguments (replicated), not compiled in; the greedy tokens equal the
+        # one-device session's.
+        import tempfile
+
+        from dml_jax.bench import decoders
+        from dml_jax.onnx import program as program_module
+        from dml_jax.onnx.generation import generate
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        path = os.path.join(tempfile.mkdtemp(), "int4.onnx")
+        replaced = decoders.quantize_int4(
+            os.path.join(here, "data", "decoders", "tiny_llama_step.onnx"), path
+        )
+        saved = program_module.HELD_MIN_BYTES
+        program_module.HELD_MIN_BYTES = 1
+        try:
+            prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
+            want = generate(InferenceSession(path), prompts, 12)
+            s = InferenceSession(path, mesh=jax.make_mesh((2,), ("model",)))
+            got = generate(s, prompts, 12)
+            held = [k for p in s._programs.values() for k in s._mesh_params(p)
+                    if k.startswith(program_module.HELD)]  # fmt: skip
+        finally:
+            program_module.HELD_MIN_BYTES = saved
+        same = bool((np.asarray(got) == np.asarray(want)).all())
+        ok = replaced > 0 and same and len(held) > 0
+        return ok, f"{replaced} MatMulNBits; tokens equal {same}; held arguments {len(held)}"
+
     record(CASES[0], data_parallel)
     record(CASES[1], tensor_parallel)
     record(CASES[2], two_all_reduces)
     record(CASES[3], explicit)
     record(CASES[4], generation)
+    record(CASES[5], int4_held)
     seconds = round(time.perf_counter() - started, 2)
     print(json.dumps({"cases": results, "seconds": seconds, "devices": len(jax.devices())}))
 

@@ -602,9 +602,13 @@ class InferenceSession(ProgramCache):
 
     def _mesh_params(self, program: Program) -> dict[str, Any]:
         """The program's parameters placed as its layout says, each device receiving only its
-        block (cached per parameter and sharding: programs for other shapes share them)."""
+        block (cached per parameter and sharding: programs for other shapes share them), and
+        its large constants that are no parameter (``Program.held``: 4-bit codes) replicated
+        on the mesh, as arguments rather than compiled in, as on one device."""
         x64 = bool(jax.config.read("jax_enable_x64"))
         cache = self.__dict__.setdefault("_on_mesh", {})
+        from jax.sharding import NamedSharding, PartitionSpec
+
         from .placement import place
 
         out = {}
@@ -615,6 +619,11 @@ class InferenceSession(ProgramCache):
             if key not in cache:
                 cache[key] = place(to_graph_array(self.params[p], f"initializer '{p}'"), s)
             out[p] = cache[key]
+        whole = NamedSharding(self.mesh, PartitionSpec())
+        for key, h in program.held.items():
+            if (h.same, whole) not in cache:
+                cache[h.same, whole] = place(h.value(), whole)
+            out[key] = cache[h.same, whole]
         return out
 
     def apply(self, params: Mapping[str, Any] | None, *inputs: Any) -> tuple:
