@@ -18,6 +18,7 @@ CASES = (
     "explicit/input-and-initializer-specs",
     "generation/sharded-cache-tokens-two-all-reduces-per-layer",
     "generation/int4-codes-as-arguments-on-a-mesh",
+    "tensor-parallel/dynamic-int8-weights-split",
 )
 
 if __name__ == "__main__":
@@ -246,12 +247,46 @@ def main() -> None:
         ok = replaced > 0 and same and len(held) > 0
         return ok, f"{replaced} MatMulNBits; tokens equal {same}; held arguments {len(held)}"
 
+    def dynamic_int8():
+        # The tiny transformer quantized by onnxruntime's quantize_dynamic (MatMulInteger on
+        # int8 weights, which are constants, not parameters): the weights split as the float
+        # ones are (Q, K, V and fc1 by columns, o and fc2 by rows), the products' integer sums
+        # exact; Megatron's two all-reduces a layer of the activations, and beside them only
+        # single values (the dynamic quantization's range of a row-split input).
+        import tempfile
+
+        import onnx
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        folder = tempfile.mkdtemp()
+        f32, q8 = os.path.join(folder, "model.onnx"), os.path.join(folder, "int8.onnx")
+        onnx.save(tiny_transformer(layers=layers), f32)
+        quantize_dynamic(f32, q8, weight_type=QuantType.QInt8)
+        x = example_input(2)
+        (want,) = InferenceSession(q8).run(None, {"x": x})
+        s = InferenceSession(q8, mesh=jax.make_mesh((DEVICES,), ("model",)))
+        (got,) = s.run(None, {"x": x})
+        ok, detail = close(got, want)
+        program = program_of(s)
+        split = [str(c.spec) for c in program.layout.constants if c is not None and any(c.spec)]
+        columns, rows = split.count("P(None, 'model')"), split.count("P('model',)")
+        args = s._placed(program, [x])
+        text = program.jitted.lower(s._mesh_params(program), *args).compile().as_text()
+        found = hlo.collectives(text)
+        sums = found.pop("all-reduce", {"count": 0, "bytes": 0})
+        activations = 2 * layers * (2 * 8 * 16 * 4)  # two a layer of 2 x 8 tokens of 16 floats
+        small = sums["count"] - 2 * layers
+        ok = ok and (columns, rows) == (4 * layers, 2 * layers) and not found
+        ok = ok and small >= 0 and 0 <= sums["bytes"] - activations <= 8 * small
+        return ok, f"{detail}; split {columns} by columns, {rows} by rows; all-reduces {sums}"
+
     record(CASES[0], data_parallel)
     record(CASES[1], tensor_parallel)
     record(CASES[2], two_all_reduces)
     record(CASES[3], explicit)
     record(CASES[4], generation)
     record(CASES[5], int4_held)
+    record(CASES[6], dynamic_int8)
     seconds = round(time.perf_counter() - started, 2)
     print(json.dumps({"cases": results, "seconds": seconds, "devices": len(jax.devices())}))
 

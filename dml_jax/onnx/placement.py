@@ -8,7 +8,8 @@ communication. Three sources of layout, in order of precedence:
    inputs and floating-point initializers (the session's parameters), checked when the session
    is made (names, mesh axes, rank) and against each program's shapes (divisibility).
 2. **Tensor parallelism** on a mesh axis named ``"model"``: the weights of the GEMMs that read a
-   parameter as their B matrix are split Megatron-style, decided once per imported DML graph by
+   constant graph input as their B matrix (a parameter, or the integer weight of a quantized
+   model's integer product) are split Megatron-style, decided once per imported DML graph by
    ``tensor_parallel_specs``; every other parameter is replicated.
 3. **Data parallelism** on the mesh's first axis not named ``"model"``: each model input's batch
    dimension (``batch_dim``) is split over it, and each output's batch dimension the same way.
@@ -20,6 +21,7 @@ processes through JAX when the mesh spans several).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,8 +93,9 @@ class ProgramLayout:
 
     Attributes:
         inputs: one sharding per graph input that is a model input (``ImportedGraph.input_names``).
-        constants: one per constant graph input: a sharding for a parameter, None for a constant
-            the program embeds (folded values, integer tensors).
+        constants: one per constant graph input: a sharding for a parameter and for a constant
+            the tensor-parallel rule splits (an integer weight of a quantized model); None for
+            other constants the program embeds (folded values, integer tensors).
         outputs: one per program output (``ImportedGraph.output_names``).
     """
 
@@ -271,8 +274,8 @@ class MeshLayout:
             )
         constants = []
         for j, (c, p) in enumerate(zip(imported.constants, imported.params)):
-            if p is None:
-                constants.append(None)
+            if p is None:  # a constant that is no parameter: split only where the rule says
+                constants.append(self.sharding(planned[j]) if j in planned else None)
                 continue
             if p in self.specs:
                 spec = self.specs[p]
@@ -319,8 +322,9 @@ def tensor_parallel_specs(
     imported: ImportedGraph, axis: str, ways: int, fixed: Mapping[int, PartitionSpec] | None = None
 ) -> dict[int, Any]:
     """Megatron tensor parallelism decided on the imported DML graph: for each constant graph
-    input that is a parameter read as the B matrix of a GEMM, the ``PartitionSpec`` that splits
-    it over mesh axis ``axis`` (``ways`` devices), by constant index.
+    input read as the B matrix of a GEMM (a parameter, or a constant: the integer weight of a
+    quantized model, read by the integer products of ``_PRODUCTS``), the ``PartitionSpec``
+    that splits it over mesh axis ``axis`` (``ways`` devices), by constant index.
 
     The rule pairs the GEMMs of each block without knowing layer names. Walking the graph in
     order, a parameter GEMM whose A operand is computed (through any nodes but other parameter
@@ -329,7 +333,10 @@ def tensor_parallel_specs(
     parameter GEMM is split by columns (its N dimension: each device computes its slice of the
     outputs, no communication). So attention's Q, K and V projections split by columns (and the
     heads with them, when the head count divides), the output projection by rows; an MLP's first
-    matrix by columns and its second by rows; two all-reduces per transformer layer. Norms,
+    matrix by columns and its second by rows; two all-reduces per transformer layer. A column
+    split reaches a node only through inputs of more than one value: a dynamically quantized
+    product's scale, computed from its row-split input, does not carry it past the product
+    (which then adds one small all-reduce of that input's range). Norms,
     biases, embeddings and everything else stay replicated. A weight whose dimension does not
     divide stays replicated (and counts as not split), and so does one placed explicitly
     (``fixed``, by constant index) unless its spec splits the N dimension over ``axis``. Results
@@ -349,18 +356,27 @@ def tensor_parallel_specs(
     reaches_column = [False] * len(graph.nodes)
     for n, node in enumerate(graph.nodes):
         srcs = sources.get(n, {})
-        upstream = any(reaches_column[m] for m in srcs.values() if m < n)
-        if node.operator_type != "DML_OPERATOR_GEMM" or 1 not in srcs:
+        # A column split reaches a node through its inputs that hold the split dimension; a
+        # single value does not carry it (a dynamically quantized product's scale, computed
+        # from its split input, flows on past the row-parallel product that gathers the split).
+        held = node.edge_slots("input") if hasattr(node, "edge_slots") else ()
+        upstream = any(
+            reaches_column[m]
+            for slot, m in srcs.items()
+            if m < n and not (slot < len(held) and _single(held[slot][1]))
+        )
+        slots = _product_slots(node)
+        if slots is None or slots[1] not in srcs:
             reaches_column[n] = upstream
             continue
-        j = const_of.get(srcs[1])
-        if j is None or imported.params[j] is None:
+        a_slot, b_slot, transposed = slots
+        j = const_of.get(srcs[b_slot])
+        if j is None:
             reaches_column[n] = upstream  # a product of two activations (attention scores)
             continue
-        a = srcs.get(0)
+        a = srcs.get(a_slot)
         row = a is not None and a < n and reaches_column[a]
         b = node.b_tensor
-        transposed = node.trans_b.name == "TRANSPOSE"
         shape = imported.constants[j].shape
         if j in fixed:
             k = _constant_axis(b.sizes, b.strides, b.rank - (2 if transposed else 1), shape)
@@ -374,6 +390,35 @@ def tensor_parallel_specs(
         specs[j] = PartitionSpec(*([None] * k + [axis]))
         reaches_column[n] = not row
     return specs
+
+
+def _single(desc: Any) -> bool:
+    """Whether a tensor desc holds one value (or is absent)."""
+    return desc is None or math.prod(desc.sizes) <= 1
+
+
+# The matrix products whose B the rule splits: GEMM, and the integer ones of quantized models
+# (MatMulInteger, QDQ pairs fused to MatMulIntegerToFloat, QLinearMatMul), whose B is {K, N}.
+_PRODUCTS = frozenset({
+    "DML_OPERATOR_GEMM",
+    "DML_OPERATOR_MATRIX_MULTIPLY_INTEGER",
+    "DML_OPERATOR_MATRIX_MULTIPLY_INTEGER_TO_FLOAT",
+    "DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY",
+})  # fmt: skip
+
+
+def _product_slots(node: Any) -> tuple[int, int, bool] | None:
+    """For a matrix product of ``_PRODUCTS``: the graph-edge input indices of its A and B and
+    whether B is read transposed (GEMM's TransB); else None."""
+    if node.operator_type not in _PRODUCTS:
+        return None
+    names = [name for name, _ in node.edge_slots("input")]
+    trans_b = getattr(node, "trans_b", None)
+    return (
+        names.index("ATensor"),
+        names.index("BTensor"),
+        getattr(trans_b, "name", "") == "TRANSPOSE",
+    )
 
 
 def _constant_axis(sizes, strides, dim: int, shape: Sequence[int]) -> int | None:

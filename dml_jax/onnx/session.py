@@ -603,8 +603,9 @@ class InferenceSession(ProgramCache):
     def _mesh_params(self, program: Program) -> dict[str, Any]:
         """The program's parameters placed as its layout says, each device receiving only its
         block (cached per parameter and sharding: programs for other shapes share them), and
-        its large constants that are no parameter (``Program.held``: 4-bit codes) replicated
-        on the mesh, as arguments rather than compiled in, as on one device."""
+        its large constants that are no parameter (``Program.held``: 4-bit codes, integer
+        weights) as arguments rather than compiled in, as on one device: placed as the layout
+        splits them, else whole on every device."""
         x64 = bool(jax.config.read("jax_enable_x64"))
         cache = self.__dict__.setdefault("_on_mesh", {})
         from jax.sharding import NamedSharding, PartitionSpec
@@ -621,9 +622,12 @@ class InferenceSession(ProgramCache):
             out[p] = cache[key]
         whole = NamedSharding(self.mesh, PartitionSpec())
         for key, h in program.held.items():
-            if (h.same, whole) not in cache:
-                cache[h.same, whole] = place(h.value(), whole)
-            out[key] = cache[h.same, whole]
+            # a constant graph input the layout splits (an int8 weight) placed so; else whole
+            split = program.layout.constants[h.target] if isinstance(h.target, int) else None
+            s = split if split is not None else whole
+            if (h.same, s) not in cache:
+                cache[h.same, s] = place(h.value(), s)
+            out[key] = cache[h.same, s]
         return out
 
     def apply(self, params: Mapping[str, Any] | None, *inputs: Any) -> tuple:
