@@ -19,6 +19,7 @@ CASES = (
     "generation/sharded-cache-tokens-two-all-reduces-per-layer",
     "generation/int4-codes-as-arguments-on-a-mesh",
     "tensor-parallel/dynamic-int8-weights-split",
+    "tensor-parallel/static-qdq-int8-weights-split",
 )
 
 if __name__ == "__main__":
@@ -280,6 +281,44 @@ def main() -> None:
         ok = ok and small >= 0 and 0 <= sums["bytes"] - activations <= 8 * small
         return ok, f"{detail}; split {columns} by columns, {rows} by rows; all-reduces {sums}"
 
+    def static_qdq():
+        # The tiny transformer quantized by onnxruntime's quantize_static in the QDQ format
+        # (DequantizeLinear of int8 weights into the MatMuls, activations quantized and
+        # dequantized around them; the optimizer fuses some pairs into integer products, which
+        # it appends to the graph): the int8 weights split through their dequantization as the
+        # float ones are, and exactly Megatron's two all-reduces a layer of the activations.
+        import tempfile
+
+        import onnx
+        from onnxruntime import quantization as q
+
+        class Reader(q.CalibrationDataReader):
+            def __init__(self):
+                self._it = iter({"x": example_input(2, seed=k)} for k in range(4))
+
+            def get_next(self):
+                return next(self._it, None)
+
+        folder = tempfile.mkdtemp()
+        f32, qdq = os.path.join(folder, "model.onnx"), os.path.join(folder, "qdq.onnx")
+        onnx.save(tiny_transformer(layers=layers), f32)
+        q.quantize_static(f32, qdq, Reader(), quant_format=q.QuantFormat.QDQ,
+                          activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8)  # fmt: skip
+        x = example_input(2)
+        (want,) = InferenceSession(qdq).run(None, {"x": x})
+        s = InferenceSession(qdq, mesh=jax.make_mesh((DEVICES,), ("model",)))
+        (got,) = s.run(None, {"x": x})
+        ok, detail = close(got, want)
+        program = program_of(s)
+        split = [str(c.spec) for c in program.layout.constants if c is not None and any(c.spec)]
+        columns, rows = split.count("P(None, 'model')"), split.count("P('model',)")
+        args = s._placed(program, [x])
+        text = program.jitted.lower(s._mesh_params(program), *args).compile().as_text()
+        found = hlo.collectives(text)
+        minimum = {"all-reduce": {"count": 2 * layers, "bytes": 2 * layers * 2 * 8 * 16 * 4}}
+        ok = ok and (columns, rows) == (4 * layers, 2 * layers) and found == minimum
+        return ok, f"{detail}; split {columns} by columns, {rows} by rows; collectives {found}"
+
     record(CASES[0], data_parallel)
     record(CASES[1], tensor_parallel)
     record(CASES[2], two_all_reduces)
@@ -287,6 +326,7 @@ def main() -> None:
     record(CASES[4], generation)
     record(CASES[5], int4_held)
     record(CASES[6], dynamic_int8)
+    record(CASES[7], static_qdq)
     seconds = round(time.perf_counter() - started, 2)
     print(json.dumps({"cases": results, "seconds": seconds, "devices": len(jax.devices())}))
 

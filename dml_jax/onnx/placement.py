@@ -323,11 +323,12 @@ def tensor_parallel_specs(
 ) -> dict[int, Any]:
     """Megatron tensor parallelism decided on the imported DML graph: for each constant graph
     input read as the B matrix of a GEMM (a parameter, or a constant: the integer weight of a
-    quantized model, read by the integer products of ``_PRODUCTS``), the ``PartitionSpec``
-    that splits it over mesh axis ``axis`` (``ways`` devices), by constant index.
+    quantized model, read by the integer products of ``_PRODUCTS`` or through a QDQ model's
+    dequantization), the ``PartitionSpec`` that splits it over mesh axis ``axis`` (``ways``
+    devices), by constant index.
 
-    The rule pairs the GEMMs of each block without knowing layer names. Walking the graph in
-    order, a parameter GEMM whose A operand is computed (through any nodes but other parameter
+    The rule pairs the GEMMs of each block without knowing layer names. Walking the graph with
+    each node after its sources, a parameter GEMM whose A operand is computed (through any nodes but other parameter
     GEMMs) from the output of a column-split GEMM is split by rows (its K dimension: each device
     multiplies its slice of the activations, and the partial sums are all-reduced); every other
     parameter GEMM is split by columns (its N dimension: each device computes its slice of the
@@ -354,7 +355,9 @@ def tensor_parallel_specs(
         sources.setdefault(e.to_node_index, {})[e.to_node_input_index] = e.from_node_index
     specs: dict[int, Any] = {}
     reaches_column = [False] * len(graph.nodes)
-    for n, node in enumerate(graph.nodes):
+    # in an order where every node follows its sources (rewrites append the nodes they make)
+    for n in _topological(len(graph.nodes), sources):
+        node = graph.nodes[n]
         srcs = sources.get(n, {})
         # A column split reaches a node through its inputs that hold the split dimension; a
         # single value does not carry it (a dynamically quantized product's scale, computed
@@ -363,19 +366,22 @@ def tensor_parallel_specs(
         upstream = any(
             reaches_column[m]
             for slot, m in srcs.items()
-            if m < n and not (slot < len(held) and _single(held[slot][1]))
+            if not (slot < len(held) and _single(held[slot][1]))
         )
         slots = _product_slots(node)
         if slots is None or slots[1] not in srcs:
             reaches_column[n] = upstream
             continue
         a_slot, b_slot, transposed = slots
-        j = const_of.get(srcs[b_slot])
+        source = srcs[b_slot]
+        if graph.nodes[source].operator_type == _DEQUANTIZE and 0 in sources.get(source, {}):
+            source = sources[source][0]  # a QDQ weight: the quantized constant it reads
+        j = const_of.get(source)
         if j is None:
             reaches_column[n] = upstream  # a product of two activations (attention scores)
             continue
         a = srcs.get(a_slot)
-        row = a is not None and a < n and reaches_column[a]
+        row = a is not None and reaches_column[a]
         b = node.b_tensor
         shape = imported.constants[j].shape
         if j in fixed:
@@ -392,10 +398,38 @@ def tensor_parallel_specs(
     return specs
 
 
+def _topological(count: int, sources: Mapping[int, Mapping[int, int]]) -> list[int]:
+    """Node indices with every node after the nodes it reads (the lowest index first among
+    those ready: index order where that already is one)."""
+    import heapq
+
+    readers: dict[int, list[int]] = {}
+    waiting = [0] * count
+    for n, srcs in sources.items():
+        for m in set(srcs.values()):
+            readers.setdefault(m, []).append(n)
+            waiting[n] += 1
+    ready = [n for n in range(count) if not waiting[n]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        n = heapq.heappop(ready)
+        order.append(n)
+        for r in readers.get(n, ()):
+            waiting[r] -= 1
+            if not waiting[r]:
+                heapq.heappush(ready, r)
+    return order
+
+
 def _single(desc: Any) -> bool:
     """Whether a tensor desc holds one value (or is absent)."""
     return desc is None or math.prod(desc.sizes) <= 1
 
+
+# A weight read through its dequantization (a QDQ model's DequantizeLinear): the rule splits
+# the quantized constant (the dequantization is element-wise, of the same sizes).
+_DEQUANTIZE = "DML_OPERATOR_ELEMENT_WISE_DEQUANTIZE_LINEAR"
 
 # The matrix products whose B the rule splits: GEMM, and the integer ones of quantized models
 # (MatMulInteger, QDQ pairs fused to MatMulIntegerToFloat, QLinearMatMul), whose B is {K, N}.
