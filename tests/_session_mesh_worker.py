@@ -248,48 +248,53 @@ def main() -> None:
         ok = replaced > 0 and same and len(held) > 0
         return ok, f"{replaced} MatMulNBits; tokens equal {same}; held arguments {len(held)}"
 
-    def dynamic_int8():
-        # The tiny transformer quantized by onnxruntime's quantize_dynamic (MatMulInteger on
-        # int8 weights, which are constants, not parameters): the weights split as the float
-        # ones are (Q, K, V and fc1 by columns, o and fc2 by rows), the products' integer sums
-        # exact; Megatron's two all-reduces a layer of the activations, and beside them only
-        # single values (the dynamic quantization's range of a row-split input).
+    def quantized_split(quantize):
+        """The tiny transformer written by ``quantize(float_path, path)`` run on a 4-device model
+        axis: whether it equals the one-device run, (columns, rows): its constants split by
+        columns and by rows, its collectives, and the detail."""
         import tempfile
 
         import onnx
-        from onnxruntime.quantization import QuantType, quantize_dynamic
 
         folder = tempfile.mkdtemp()
-        f32, q8 = os.path.join(folder, "model.onnx"), os.path.join(folder, "int8.onnx")
+        f32, path = os.path.join(folder, "model.onnx"), os.path.join(folder, "int8.onnx")
         onnx.save(tiny_transformer(layers=layers), f32)
-        quantize_dynamic(f32, q8, weight_type=QuantType.QInt8)
+        quantize(f32, path)
         x = example_input(2)
-        (want,) = InferenceSession(q8).run(None, {"x": x})
-        s = InferenceSession(q8, mesh=jax.make_mesh((DEVICES,), ("model",)))
+        (want,) = InferenceSession(path).run(None, {"x": x})
+        s = InferenceSession(path, mesh=jax.make_mesh((DEVICES,), ("model",)))
         (got,) = s.run(None, {"x": x})
         ok, detail = close(got, want)
         program = program_of(s)
         split = [str(c.spec) for c in program.layout.constants if c is not None and any(c.spec)]
-        columns, rows = split.count("P(None, 'model')"), split.count("P('model',)")
+        shape = (split.count("P(None, 'model')"), split.count("P('model',)"))
         args = s._placed(program, [x])
         text = program.jitted.lower(s._mesh_params(program), *args).compile().as_text()
-        found = hlo.collectives(text)
+        return ok, shape, hlo.collectives(text), f"{detail}; split (columns, rows) {shape}"
+
+    activations = 2 * layers * (2 * 8 * 16 * 4)  # two all-reduces a layer of 2 x 8 x 16 floats
+
+    def dynamic_int8():
+        # quantize_dynamic: MatMulInteger on int8 weights, which are constants, not parameters.
+        # The weights split as the float ones are (Q, K, V and fc1 by columns, o and fc2 by
+        # rows), the integer sums exact; Megatron's two all-reduces a layer, and beside them only
+        # single values (the dynamic quantization's range of a row-split input).
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        ok, shape, found, detail = quantized_split(
+            lambda src, dst: quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+        )
         sums = found.pop("all-reduce", {"count": 0, "bytes": 0})
-        activations = 2 * layers * (2 * 8 * 16 * 4)  # two a layer of 2 x 8 tokens of 16 floats
         small = sums["count"] - 2 * layers
-        ok = ok and (columns, rows) == (4 * layers, 2 * layers) and not found
+        ok = ok and shape == (4 * layers, 2 * layers) and not found
         ok = ok and small >= 0 and 0 <= sums["bytes"] - activations <= 8 * small
-        return ok, f"{detail}; split {columns} by columns, {rows} by rows; all-reduces {sums}"
+        return ok, f"{detail}; all-reduces {sums}"
 
     def static_qdq():
-        # The tiny transformer quantized by onnxruntime's quantize_static in the QDQ format
-        # (DequantizeLinear of int8 weights into the MatMuls, activations quantized and
-        # dequantized around them; the optimizer fuses some pairs into integer products, which
-        # it appends to the graph): the int8 weights split through their dequantization as the
-        # float ones are, and exactly Megatron's two all-reduces a layer of the activations.
-        import tempfile
-
-        import onnx
+        # quantize_static in the QDQ format: DequantizeLinear of int8 weights into the MatMuls,
+        # activations quantized and dequantized around them (the optimizer fuses some pairs
+        # into integer products, which it appends to the graph). The int8 weights split through
+        # their dequantization, and exactly Megatron's two all-reduces a layer.
         from onnxruntime import quantization as q
 
         class Reader(q.CalibrationDataReader):
@@ -299,25 +304,14 @@ def main() -> None:
             def get_next(self):
                 return next(self._it, None)
 
-        folder = tempfile.mkdtemp()
-        f32, qdq = os.path.join(folder, "model.onnx"), os.path.join(folder, "qdq.onnx")
-        onnx.save(tiny_transformer(layers=layers), f32)
-        q.quantize_static(f32, qdq, Reader(), quant_format=q.QuantFormat.QDQ,
-                          activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8)  # fmt: skip
-        x = example_input(2)
-        (want,) = InferenceSession(qdq).run(None, {"x": x})
-        s = InferenceSession(qdq, mesh=jax.make_mesh((DEVICES,), ("model",)))
-        (got,) = s.run(None, {"x": x})
-        ok, detail = close(got, want)
-        program = program_of(s)
-        split = [str(c.spec) for c in program.layout.constants if c is not None and any(c.spec)]
-        columns, rows = split.count("P(None, 'model')"), split.count("P('model',)")
-        args = s._placed(program, [x])
-        text = program.jitted.lower(s._mesh_params(program), *args).compile().as_text()
-        found = hlo.collectives(text)
-        minimum = {"all-reduce": {"count": 2 * layers, "bytes": 2 * layers * 2 * 8 * 16 * 4}}
-        ok = ok and (columns, rows) == (4 * layers, 2 * layers) and found == minimum
-        return ok, f"{detail}; split {columns} by columns, {rows} by rows; collectives {found}"
+        def quantize(src, dst):
+            q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QDQ,
+                              activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8)  # fmt: skip
+
+        ok, shape, found, detail = quantized_split(quantize)
+        minimum = {"all-reduce": {"count": 2 * layers, "bytes": activations}}
+        ok = ok and shape == (4 * layers, 2 * layers) and found == minimum
+        return ok, f"{detail}; collectives {found}"
 
     record(CASES[0], data_parallel)
     record(CASES[1], tensor_parallel)
