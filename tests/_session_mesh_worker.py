@@ -248,28 +248,47 @@ def main() -> None:
         ok = replaced > 0 and same and len(held) > 0
         return ok, f"{replaced} MatMulNBits; tokens equal {same}; held arguments {len(held)}"
 
-    def quantized_split(quantize):
+    def quantized_split(quantize, held: bool = False):
         """The tiny transformer written by ``quantize(float_path, path)`` run on a 4-device model
         axis: whether it equals the one-device run, (columns, rows): its constants split by
-        columns and by rows, its collectives, and the detail."""
+        columns and by rows, its collectives, and the detail. ``held``: every constant passed
+        as an argument (``Program.held``), the detail saying whether each split one entered
+        split (each device holding its block)."""
         import tempfile
 
         import onnx
+
+        from dml_jax.onnx import program as program_module
 
         folder = tempfile.mkdtemp()
         f32, path = os.path.join(folder, "model.onnx"), os.path.join(folder, "int8.onnx")
         onnx.save(tiny_transformer(layers=layers), f32)
         quantize(f32, path)
         x = example_input(2)
-        (want,) = InferenceSession(path).run(None, {"x": x})
-        s = InferenceSession(path, mesh=jax.make_mesh((DEVICES,), ("model",)))
-        (got,) = s.run(None, {"x": x})
+        saved = program_module.HELD_MIN_BYTES
+        program_module.HELD_MIN_BYTES = 1 if held else saved
+        try:
+            (want,) = InferenceSession(path).run(None, {"x": x})
+            s = InferenceSession(path, mesh=jax.make_mesh((DEVICES,), ("model",)))
+            (got,) = s.run(None, {"x": x})
+            program = program_of(s)
+            params = s._mesh_params(program)
+        finally:
+            program_module.HELD_MIN_BYTES = saved
         ok, detail = close(got, want)
-        program = program_of(s)
-        split = [str(c.spec) for c in program.layout.constants if c is not None and any(c.spec)]
+        constants = program.layout.constants
+        split = [str(c.spec) for c in constants if c is not None and any(c.spec)]
         shape = (split.count("P(None, 'model')"), split.count("P('model',)"))
+        entered = [
+            params[k].sharding.spec == constants[h.target].spec
+            for k, h in program.held.items()
+            if isinstance(h.target, int) and constants[h.target] is not None
+        ]
+        if held:
+            ok = ok and len(entered) == len(split) and all(entered)
+            detail += f"; held and split {sum(entered)} of {len(split)}"
         args = s._placed(program, [x])
-        text = program.jitted.lower(s._mesh_params(program), *args).compile().as_text()
+        text = program.jitted.lower(params, *args).compile().as_text()
         return ok, shape, hlo.collectives(text), f"{detail}; split (columns, rows) {shape}"
 
     activations = 2 * layers * (2 * 8 * 16 * 4)  # two all-reduces a layer of 2 x 8 x 16 floats
@@ -281,8 +300,10 @@ def main() -> None:
         # single values (the dynamic quantization's range of a row-split input).
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
+        # (its constants held, as a GPU session holds weights of 16 KiB or more: the split
+        # ones placed split)
         ok, shape, found, detail = quantized_split(
-            lambda src, dst: quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+            lambda src, dst: quantize_dynamic(src, dst, weight_type=QuantType.QInt8), held=True
         )
         sums = found.pop("all-reduce", {"count": 0, "bytes": 0})
         small = sums["count"] - 2 * layers

@@ -116,14 +116,11 @@ class CompiledGraph(CompiledOperator):
         counter: list,
         half: bool = False,
         fast_paths: bool = True,
-        epilogues: bool = True,
         constant_inputs: Mapping[int, Any] | None = None,
         roll: bool = False,
     ):
         runs: list = []
-        function = _graph_function(
-            graph, plan, counter, fast_paths, epilogues, constant_inputs, roll, runs
-        )
+        function = _graph_function(graph, plan, counter, fast_paths, constant_inputs, roll, runs)
         differentiable = all(
             spec.is_differentiable(node)
             for spec, node in zip(plan.specs, graph.nodes)
@@ -219,7 +216,6 @@ def _graph_function(
     plan: GraphPlan,
     counter: list,
     fast_paths: bool = True,
-    epilogues: bool = True,
     constant_inputs: Mapping[int, Any] | None = None,
     roll: bool = False,
     runs: list | None = None,
@@ -234,7 +230,7 @@ def _graph_function(
         if e.from_node_index not in constants
         for n in (e.from_node_index, e.to_node_index)
     }
-    on = fast_paths and epilogues and fastpath.cuda_present()
+    on = fast_paths and fastpath.cuda_present()
     pairs = _epilogue_pairs(graph, plan) if on else {}
     fused_into = {p for p, _, _ in pairs.values()}
 
@@ -546,11 +542,10 @@ def _compile_graph_cached(
     half: bool,
     reinterpret: bool = False,
     fast_paths: bool = True,
-    epilogues: bool = True,
     roll: bool = False,
 ) -> CompiledGraph:
     plan = validated_plan(graph, level, reinterpret)
-    return CompiledGraph(graph, level, plan, [0], half, fast_paths, epilogues, None, roll)
+    return CompiledGraph(graph, level, plan, [0], half, fast_paths, None, roll)
 
 
 def _several_devices(shardings: Any) -> bool:
@@ -628,21 +623,21 @@ def compile_graph(
         hash(graph)
     except TypeError:
         raise ValidationError(f"{GRAPH}: description is not hashable") from None
-    # Graph epilogues (one kernel for two nodes) stay over several devices: their kernels run
-    # on each device's shards (``fastpath``'s ``per_shard``) or give way to the two lax
-    # lowerings, which XLA partitions as it partitions the nodes apart.
+    # Over several devices graph epilogues (one kernel for two nodes) stay, their kernels run
+    # on each device's shards (``fastpath``'s ``per_shard``) or giving way to the two lax
+    # lowerings; repeated blocks are not rolled.
     several = _several_devices(in_shardings) or _several_devices(out_shardings)
     if constant_inputs:
         plan = validated_plan(graph, level, bool(reinterpret_edges))
         _check_constant_inputs(constant_inputs, plan)
         compiled = CompiledGraph(
-            graph, level, plan, [0], bool(allow_half_precision), bool(fast_paths), True,
+            graph, level, plan, [0], bool(allow_half_precision), bool(fast_paths),
             constant_inputs, bool(roll_repeats) and not several,
         )  # fmt: skip
     else:
         compiled = _compile_graph_cached(
             graph, level, bool(allow_half_precision), bool(reinterpret_edges), bool(fast_paths),
-            True, bool(roll_repeats) and not several,
+            bool(roll_repeats) and not several,
         )  # fmt: skip
     for n, node in enumerate(graph.nodes):
         if isinstance(node, ConstantDataNode):

@@ -21,6 +21,7 @@ processes through JAX when the mesh spans several).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -328,10 +329,10 @@ def tensor_parallel_specs(
     devices), by constant index.
 
     The rule pairs the GEMMs of each block without knowing layer names. Walking the graph with
-    each node after its sources, a parameter GEMM whose A operand is computed (through any nodes but other parameter
-    GEMMs) from the output of a column-split GEMM is split by rows (its K dimension: each device
-    multiplies its slice of the activations, and the partial sums are all-reduced); every other
-    parameter GEMM is split by columns (its N dimension: each device computes its slice of the
+    each node after its sources, a parameter GEMM whose A operand is computed (through any
+    nodes but other parameter GEMMs) from the output of a column-split GEMM is split by rows
+    (its K dimension: each device multiplies its slice of the activations, and the partial sums
+    are all-reduced); every other parameter GEMM is split by columns (its N dimension: each device computes its slice of the
     outputs, no communication). So attention's Q, K and V projections split by columns (and the
     heads with them, when the head count divides), the output projection by rows; an MLP's first
     matrix by columns and its second by rows; two all-reduces per transformer layer. A column
@@ -362,11 +363,11 @@ def tensor_parallel_specs(
         # A column split reaches a node through its inputs that hold the split dimension; a
         # single value does not carry it (a dynamically quantized product's scale, computed
         # from its split input, flows on past the row-parallel product that gathers the split).
-        held = node.edge_slots("input") if hasattr(node, "edge_slots") else ()
+        inputs = node.edge_slots("input") if hasattr(node, "edge_slots") else ()
         upstream = any(
             reaches_column[m]
             for slot, m in srcs.items()
-            if not (slot < len(held) and _single(held[slot][1]))
+            if not (slot < len(inputs) and _single(inputs[slot][1]))
         )
         slots = _product_slots(node)
         if slots is None or slots[1] not in srcs:
@@ -401,8 +402,6 @@ def tensor_parallel_specs(
 def _topological(count: int, sources: Mapping[int, Mapping[int, int]]) -> list[int]:
     """Node indices with every node after the nodes it reads (the lowest index first among
     those ready: index order where that already is one)."""
-    import heapq
-
     readers: dict[int, list[int]] = {}
     waiting = [0] * count
     for n, srcs in sources.items():
