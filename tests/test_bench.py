@@ -139,6 +139,28 @@ def test_networks_cpu_rows_run_on_the_cpu_and_agree(network):
     assert np.max(np.abs(got - want)) <= 1e-4 * np.max(np.abs(want))
 
 
+def test_networks_page_says_what_each_split_row_communicates():
+    """A split row's ``collectives`` (``dml_jax.hlo.collectives``) in its note: count, kind and
+    the bytes of the results in B, KiB or MiB; a split row without any says so; a one-device
+    row says nothing of them."""
+    from dml_jax.bench.suites import networks
+
+    base = {"network": "gpt", "dtype": "FLOAT16", "batch": 8, "impl": "dml", "tokens_per_s": 1.0}
+    rows = [
+        {**base, "layout": "1 device"},
+        {**base, "layout": "2 devices, tensor-parallel",
+         "collectives": {"all-reduce": {"count": 24, "bytes": 24 * 8192 * 1024 * 2},
+                         "all-gather": {"count": 1, "bytes": 4096}}},
+        {**base, "layout": "2 devices, data-parallel", "collectives": {}},
+    ]  # fmt: skip
+    notes = [line.rsplit("|", 2)[-2].strip() for line in networks.table({"rows": rows})[4:]]
+    assert notes == [
+        "1 device",
+        "2 devices, tensor-parallel; 24 all-reduce (384 MiB), 1 all-gather (4 KiB)",
+        "2 devices, data-parallel; no collective",
+    ]
+
+
 def test_onnx_models_xla_options_become_compiler_options():
     from types import SimpleNamespace
 

@@ -349,6 +349,16 @@ def _check_connection(
     return ()
 
 
+def topological_order(graph: GraphDesc) -> list[int]:
+    """The node indices of ``graph`` with every node after the nodes it reads (the smallest
+    ready index first: index order where that already is one); a cycle is a
+    ``ValidationError``."""
+    successors: list[list[tuple[int, int]]] = [[] for _ in graph.nodes]
+    for i, e in enumerate(graph.intermediate_edges):
+        successors[e.from_node_index].append((e.to_node_index, i))
+    return _topological_order(successors)
+
+
 def _topological_order(successors: list[list[tuple[int, int]]]) -> list[int]:
     """Kahn's algorithm, smallest ready index first; a cycle is reported with its edges."""
     import heapq

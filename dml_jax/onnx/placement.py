@@ -21,8 +21,6 @@ processes through JAX when the mesh spans several).
 
 from __future__ import annotations
 
-import heapq
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +30,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from ..errors import ValidationError
+from ..graph.validation import topological_order
 from ..sharding import mesh_axes, ways
 from ..tensor import packed_strides
 from .elements import ONNX
@@ -357,7 +356,7 @@ def tensor_parallel_specs(
     specs: dict[int, Any] = {}
     reaches_column = [False] * len(graph.nodes)
     # in an order where every node follows its sources (rewrites append the nodes they make)
-    for n in _topological(len(graph.nodes), sources):
+    for n in topological_order(graph):
         node = graph.nodes[n]
         srcs = sources.get(n, {})
         # A column split reaches a node through its inputs that hold the split dimension; a
@@ -399,31 +398,9 @@ def tensor_parallel_specs(
     return specs
 
 
-def _topological(count: int, sources: Mapping[int, Mapping[int, int]]) -> list[int]:
-    """Node indices with every node after the nodes it reads (the lowest index first among
-    those ready: index order where that already is one)."""
-    readers: dict[int, list[int]] = {}
-    waiting = [0] * count
-    for n, srcs in sources.items():
-        for m in set(srcs.values()):
-            readers.setdefault(m, []).append(n)
-            waiting[n] += 1
-    ready = [n for n in range(count) if not waiting[n]]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        n = heapq.heappop(ready)
-        order.append(n)
-        for r in readers.get(n, ()):
-            waiting[r] -= 1
-            if not waiting[r]:
-                heapq.heappush(ready, r)
-    return order
-
-
 def _single(desc: Any) -> bool:
     """Whether a tensor desc holds one value (or is absent)."""
-    return desc is None or math.prod(desc.sizes) <= 1
+    return desc is None or desc.element_count <= 1
 
 
 # A weight read through its dequantization (a QDQ model's DequantizeLinear): the rule splits
