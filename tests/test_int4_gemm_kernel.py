@@ -94,6 +94,9 @@ CASES = {
     "m16-b16-zero-split-a-first": (16, 64, 512, 16, True, "FLOAT16", "UINT4",
                                    K.Tiles(weights_first=False, target_programs=64, min_k=64)),
     "m1-b32-zero-one-row": (1, 128, 512, 32, True, "FLOAT16", "UINT4", ONE_ROW),
+    "m1-b32-one-row-int4": (1, 64, 512, 32, True, "FLOAT16", "INT4", ONE_ROW),
+    "m1-b32-zero-one-row-codes": (1, 128, 512, 32, True, "FLOAT16", "UINT4",
+                                  K.Tiles(one_row=True, bytes_form=False)),
     "m1-b64-one-row-split-f32": (1, 64, 512, 64, False, "FLOAT32", "UINT4",
                                  K.Tiles(one_row=True, target_programs=64, min_k=64)),
     "m2-one-row-takes-the-dot": (2, 64, 256, 32, True, "FLOAT16", "INT4", ONE_ROW),
@@ -162,7 +165,7 @@ def test_interpret_matches_lax(case):
     assert v.loop == (t.loop and v.k_per_program // v.step > 1)
     if t.loop and not t.atomic:
         assert v.loop and (v.splits > 1) == case.endswith("split-a-first")
-    assert v.bytes_form == (v.loop or (t.bytes_form and not v.one_row and v.step >= 32))
+    assert v.bytes_form == (v.loop or (t.bytes_form and v.step >= 32))
     assert v.atomic == (t.atomic and v.splits > 1)
     assert v.ahead == (0 if v.bytes_form else t.ahead)  # the bytes form issues no loads ahead
     if t.atomic:

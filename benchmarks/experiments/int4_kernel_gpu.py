@@ -61,6 +61,7 @@ CODES = dict(bytes_form=False)
 NARROW = dict(max_k=8192)
 # the one-row form at any size (``ROW_MAX_WEIGHTS`` off), programs not narrowed
 WIDE = dict(row_max_weights=1 << 40, row_programs=1)
+ANY_SIZE = dict(row_max_weights=1 << 40)
 TILES = {
     "default": K.Tiles(),
     "codes": K.Tiles(**CODES),  # the default tiles with the codes read as 4-bit values
@@ -121,6 +122,13 @@ TILES = {
     "n16-w2": K.Tiles(block_n=16, warps=2, target_programs=128, max_k=8192),
     "n16-loop": K.Tiles(block_n=16, target_programs=128, max_k=8192, loop=True),
     "n32-t64": K.Tiles(block_n=32, target_programs=64, max_k=8192),
+    # the one-row form on the codes' bytes (split by PTX, as the default; the row tiles above
+    # read 4-bit codes before 2026-11-28) at every size, narrowed to so many programs before K
+    # is split
+    "row-all-p256": K.Tiles(one_row=True, **ANY_SIZE, row_programs=256),
+    "row-all-p512": K.Tiles(one_row=True, **ANY_SIZE, row_programs=512),
+    "row-all-p512-w2": K.Tiles(one_row=True, **ANY_SIZE, row_programs=512, warps=2),
+    "row-all-p1024-s128": K.Tiles(one_row=True, **ANY_SIZE, row_programs=1024, step_k=128),
 }
 T = dml.TensorDesc
 

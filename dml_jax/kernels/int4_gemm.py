@@ -214,7 +214,7 @@ def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View
     while (per // block) % group:
         group //= 2
     loop = tiles.loop and not row and per // (group * block) > 1 and group * block >= 32
-    as_bytes = loop or (tiles.bytes_form and not row and group * block >= 32)
+    as_bytes = loop or (tiles.bytes_form and group * block >= 32)
     return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first, row,
                 0 if as_bytes else tiles.ahead, tiles.widen_row and m == 1 and not row, loop,
                 tiles.stages if loop else 1, as_bytes, tiles.atomic and k // per > 1)  # fmt: skip
@@ -444,10 +444,19 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool):
             start = at(j, step)
             even = a_ref[:, pl.ds(start, half, stride=2)]
             odd = a_ref[:, pl.ds(start + 1, half, stride=2)]
-            acc = _dot(acc, _dequantized(lo, offset, scale_, group), even, v, precision)
-            return _dot(acc, _dequantized(hi, offset, scale_, group), odd, v, precision)
+            lo, hi = (
+                _dequantized(lo, offset, scale_, group),
+                _dequantized(hi, offset, scale_, group),
+            )
+            if v.one_row:  # sums of products on the vector units (float16's exact in float32)
+                f32 = jnp.float32
+                return acc + lo.astype(f32) * even.astype(f32) + hi.astype(f32) * odd.astype(f32)
+            return _dot(_dot(acc, lo, even, v, precision), hi, odd, v, precision)
 
-        acc = jnp.zeros((bn, ROWS) if v.weights_first else (ROWS, bn), jnp.float32)
+        if v.one_row:
+            acc = jnp.zeros((bn, half), jnp.float32)
+        else:
+            acc = jnp.zeros((bn, ROWS) if v.weights_first else (ROWS, bn), jnp.float32)
         if v.loop:
             acc = lax.fori_loop(0, steps, body, acc)
         else:
