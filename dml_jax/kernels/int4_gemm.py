@@ -83,8 +83,10 @@ MAX_K_PER_PROGRAM = 2048
 WEIGHTS_FIRST = True
 # A product of one row as a sum of products on the vector units rather than Triton's dot: A
 # read as its one row (no padding to 16 rows, no pad kernel beside each call), each weight
-# times its value of A in float32 and the row summed. Not yet timed against the dot on a GPU
-# (benchmarks/experiments/int4_kernel_gpu.py, tile "row"): off.
+# times its value of A in float32 and the row summed; the codes read as bytes where the default
+# form reads them so. One H200, 2026-11-28: alone, no form of it beat the dot at all four of the
+# 1B-class decoder's shapes (benchmarks/experiments/README.md, ``row-all-*``), and in that
+# decoder o's product took 61.7 us a token against the dot's 60.6: off.
 ONE_ROW = False
 # The one-row form, where ONE_ROW is on, takes products of at most ROW_MAX_WEIGHTS weights
 # (one H100, 2026-11-28, float16-equivalent GB/s of 16 products a program at one row: q, k and
