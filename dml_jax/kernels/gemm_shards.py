@@ -22,8 +22,8 @@ its factors:
 The factor rule is also given to Shardy (``sharding_rule``) so that propagation sees the
 product's factors rather than an opaque call.
 
-Two switches change how K's partial products are summed (both off by default;
-``benchmarks/experiments/tp_profile_gpu.py`` times them). XLA reads them through the partition
+Two switches change how K's partial products are summed (both off by default: on two H200s
+neither made the GPT stack's split faster, ``benchmarks/experiments/tp_profile_gpu.py``). XLA reads them through the partition
 rule as it compiles a program, and jax keeps compiled programs: set them before the first
 compile, or call ``jax.clear_caches()`` after changing them.
 
