@@ -287,6 +287,11 @@ def main() -> None:
         if held:
             ok = ok and len(entered) == len(split) and all(entered)
             detail += f"; held and split {sum(entered)} of {len(split)}"
+        # layout() names each split constant by its initializer (integer weights included)
+        initializers = {i.name for i in onnx.load(path).graph.initializer}
+        named = [n for n, spec in s.layout().items() if n in initializers and any(spec)]
+        ok = ok and len(named) == len(split)
+        detail += f"; {len(named)} named split by layout()"
         args = s._placed(program, [x])
         text = program.jitted.lower(params, *args).compile().as_text()
         return ok, shape, hlo.collectives(text), f"{detail}; split (columns, rows) {shape}"

@@ -284,11 +284,12 @@ class NeedsHost(ValidationError):
 
 @dataclass
 class GraphConstant:
-    """A constant graph input: its value in the graph's dtype, and the initializer it is (when
-    it is a parameter)."""
+    """A constant graph input: its value in the graph's dtype, the initializer it is when it is
+    a parameter, and the initializer it is unchanged, parameter or not (an integer weight)."""
 
     array: np.ndarray
     param: str | None = None
+    name: str | None = None
 
 
 class Builder:
@@ -306,6 +307,9 @@ class Builder:
         self.subgraph: str | None = None
         self.onnx_index = -1
         self._const_nodes: dict[int, Value] = {}
+        # the initializers' values (``Value.const``, alive while the graph is walked) by id:
+        # their names, for the constants that are initializers unchanged
+        self.initializers: dict[int, str] = {}
         # (("input", i) | ("const", j), the identity node that reads that graph input)
         self._graph_inputs: list[tuple[tuple[str, int], int]] = []
 
@@ -366,7 +370,8 @@ class Builder:
             desc = packed(v.data_type, v.shape)
             array = to_graph_array(v.const, self.where).reshape(desc.sizes)
             g = ("const", len(self.constants))
-            self.constants.append(GraphConstant(np.ascontiguousarray(array), v.param))
+            name = self.initializers.get(key)
+            self.constants.append(GraphConstant(np.ascontiguousarray(array), v.param, name))
             n = self._append(identity(desc))
             self._graph_inputs.append((g, n))
             self._const_nodes[key] = replace(v, source=("node", n, 0))
@@ -385,6 +390,8 @@ class ImportedGraph:
         output_bool: which outputs are ONNX BOOL (stored as UINT8).
         constants: the values of the constant graph inputs, in order.
         params: for each constant, the initializer it is when it is a parameter, else None.
+        constant_names: for each constant, the initializer it is unchanged (a parameter or an
+            integer weight), else None (a folded value).
         input_dtypes, output_dtypes: the ONNX NumPy dtypes (int64, bool, ...).
         origin: for each DML node, the index of the ONNX node it came from.
         onnx_nodes: a line per ONNX node, ``(where, how)``: how it was imported ("dml",
@@ -417,6 +424,7 @@ class ImportedGraph:
     output_consts: tuple[np.ndarray | None, ...] = ()
     layouts: tuple[tuple[str, str, Any], ...] = ()
     optimizations: tuple[tuple[str, int], ...] = ()
+    constant_names: tuple[str | None, ...] = ()
 
     @property
     def constant_bytes(self) -> int:

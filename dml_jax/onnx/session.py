@@ -357,14 +357,19 @@ class InferenceSession(ProgramCache):
 
     def layout(self, shapes: Sequence[Sequence[int]] | None = None) -> dict[str, Any]:
         """On a mesh, where the program for inputs of ``shapes`` (default: the last one
-        compiled) places each model input, parameter and output: ``{name: PartitionSpec}``
-        (a parameter absent from it is a constant the program embeds, replicated)."""
+        compiled) places each model input, initializer and output: ``{name: PartitionSpec}``.
+        The initializers named are the parameters and the integer weights the program reads
+        unchanged (a quantized model's); one absent from it is a constant the program embeds,
+        replicated, or one folded into another value."""
         if self._layout is None:
             raise ValidationError(f"{ONNX}: layout: the session has no mesh")
         program = self._program_or_last(shapes, "layout")
         imp, lay = program.imported, program.layout
         out = {n: s.spec for n, s in zip(imp.input_names, lay.inputs)}
-        out.update({p: s.spec for p, s in zip(imp.params, lay.constants) if p is not None})
+        names = imp.constant_names or imp.params
+        out.update(
+            {n: s.spec for n, s in zip(names, lay.constants) if n is not None and s is not None}
+        )
         out.update({n: s.spec for n, s in zip(imp.output_names, lay.outputs)})
         return out
 

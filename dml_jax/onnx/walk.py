@@ -152,6 +152,7 @@ def _import_graph(
             ) from None
         param = init.name if jnp.issubdtype(array.dtype, jnp.floating) else None
         values[init.name] = const_value(array, where, param=param)
+        builder.initializers[id(values[init.name].const)] = init.name
     for sparse in graph.sparse_initializer:
         raise ValidationError(f"{ONNX}: sparse initializer '{sparse.values.name}' is not supported")
 
@@ -595,7 +596,7 @@ def graph_desc(walk: Walk, names: dict, out_values: list[Value]) -> ImportedGrap
     nodes = tuple(builder.nodes[n] for n in order)
 
     input_edges = []
-    constants, params = [], []
+    constants, params, constant_names = [], [], []
     count = len(names["input_names"])
     for (kind, j), n in builder._graph_inputs:
         if kind == "input":
@@ -605,6 +606,7 @@ def graph_desc(walk: Walk, names: dict, out_values: list[Value]) -> ImportedGrap
             input_edges.append(InputGraphEdge(count + len(constants), index[n], 0))
             constants.append(builder.constants[j].array)
             params.append(builder.constants[j].param)
+            constant_names.append(builder.constants[j].name)
     intermediate = tuple(
         IntermediateGraphEdge(index[v.source[1]], v.source[2], index[n], k)
         for n, k, v in builder.feeds
@@ -640,6 +642,7 @@ def graph_desc(walk: Walk, names: dict, out_values: list[Value]) -> ImportedGrap
         tuple(walk.report),
         names["output_consts"],
         names.get("layouts", ()),
+        constant_names=tuple(constant_names),
     )
 
 
