@@ -23,9 +23,10 @@ The factor rule is also given to Shardy (``sharding_rule``) so that propagation 
 product's factors rather than an opaque call.
 
 Two switches change how K's partial products are summed (both off by default: on two H200s
-neither made the GPT stack's split faster, ``benchmarks/experiments/tp_profile_gpu.py``). XLA reads them through the partition
-rule as it compiles a program, and jax keeps compiled programs: set them before the first
-compile, or call ``jax.clear_caches()`` after changing them.
+neither made the GPT stack's split faster, ``benchmarks/experiments/tp_profile_gpu.py``). XLA
+reads them through the partition rule as it compiles a program, and jax keeps compiled
+programs: set them before the first compile, or call ``jax.clear_caches()`` after changing
+them.
 
 - ``SUM_CHUNKS``: the partial products computed and summed in that many blocks of rows, so that
   one block's sum can run beside the next block's product (where M divides; else one block).
