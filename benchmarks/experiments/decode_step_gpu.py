@@ -17,8 +17,8 @@ With ``--devices N`` the float16 export also runs on a ``"model"`` mesh of N GPU
 parallel, the cache split over its heads), the kernels those of the first GPU.
 
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_step_gpu.py [--int4]
-[--int4-tiles "" one_row=1] [--devices 2] [--dump-hlo]`` (an int4 process per set of the
-4-bit kernel's tunables); it writes ``$OUT/decode_step.json`` when ``OUT`` is set, and with
+[--int4-tiles "" one_row=1] [--attention "" decode] [--devices 2] [--dump-hlo]`` (an int4
+process per set of the 4-bit kernel's tunables; a process per form of the attention); it writes ``$OUT/decode_step.json`` when ``OUT`` is set, and with
 ``--dump-hlo`` each process's optimized HLO of its decode steps (``$OUT/hlo-N``) with its
 kernels summarized (``hlo_kernels.py``).
 """
@@ -163,6 +163,9 @@ def main() -> None:
     p.add_argument("--one-row-form", nargs="*", default=[""],
                    help="float16 processes, one a form of GEMM's one-row products ('' the "
                         "default; 'repeat')")  # fmt: skip
+    p.add_argument("--attention", nargs="*", default=[""],
+                   help="float16 processes, one a form of a decode step's attention ('' the "
+                        "default; 'decode': kernels/decode_attention.py on)")  # fmt: skip
     p.add_argument("--devices", type=int, default=1,
                    help="float16 also on a 'model' mesh of this many GPUs (kernels of the first)")  # fmt: skip
     p.add_argument("--mesh-only", action="store_true",
@@ -175,6 +178,10 @@ def main() -> None:
                         "(default: the library's)")  # fmt: skip
     a = p.parse_args()
     if a.child:
+        if "decode" in a.attention:  # the decode-step attention kernel on
+            from dml_jax.kernels import decode_attention
+
+            decode_attention.ON = True
         print(json.dumps(child(a.child, a.samples, a.new, a.prompt, a.tiles, a.steps,
                                a.devices, (a.one_row_form or [""])[0])))  # fmt: skip
         return
@@ -197,13 +204,14 @@ def main() -> None:
     del model
     torch.cuda.empty_cache()
     results = {}
-    runs = [("float16", f, "", 1, form) for f in a.flags for form in a.one_row_form]
+    runs = [("float16", f, "", 1, form, att) for f in a.flags for form in a.one_row_form
+            for att in a.attention]  # fmt: skip
     runs = [] if a.mesh_only and a.devices > 1 else runs
     if "int4" in files:
-        runs += [("int4", a.flags[0], t, 1, "") for t in a.int4_tiles]
+        runs += [("int4", a.flags[0], t, 1, "", att) for t in a.int4_tiles for att in a.attention]
     if a.devices > 1:
-        runs += [("float16", f, "", a.devices, "") for f in a.flags]
-    for n, (dtype, flag, tiles, devices, form) in enumerate(runs):
+        runs += [("float16", f, "", a.devices, "", "") for f in a.flags]
+    for n, (dtype, flag, tiles, devices, form, att) in enumerate(runs):
         path = files[dtype]
         env = dict(os.environ, XLA_FLAGS=FLAGS[flag])
         dump = os.path.join(os.environ.get("OUT", tmp), f"hlo-{n}")
@@ -227,12 +235,14 @@ def main() -> None:
         cmd += [] if a.steps is None else ["--steps", str(a.steps)]  # fmt: skip
         cmd += ["--devices", str(devices)]
         cmd += ["--one-row-form", form] if form else []
+        cmd += ["--attention", att] if att else []
         t = time.perf_counter()
         r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
         key = f"{dtype} {flag}" + (f" [{tiles}]" if tiles else "")
         key += "" if a.steps is None else f" steps {a.steps}"
         key += "" if devices == 1 else f" on {devices} GPUs"
         key += f" one-row {form}" if form else ""
+        key += f" attention {att}" if att else ""
         if r.returncode:
             results[key] = {"error": r.stderr[-2000:]}
         else:

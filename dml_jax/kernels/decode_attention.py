@@ -1,0 +1,218 @@
+"""MULTIHEAD_ATTENTION and MULTIHEAD_ATTENTION1 for one query position (a decoder's step) as
+one Pallas (Triton) kernel: each program takes one query head of one sequence, reads its key
+and value head's past and new positions in blocks, and keeps the softmax's running maximum and
+sum (the online softmax of flash attention), so the logits, their exponentials and the
+weighted values never leave the multiprocessor.
+
+The lax lowering of such a step is some six kernels a layer on a GPU (the logits' product, the
+mask and scale, the row's maximum, the exponentials' sum, the weights and the second product),
+and its present keys and values are the past joined to the new ones, two more kernels: a
+1B-class decoder's step launches about 320 small kernels (benchmarks/experiments/README.md,
+``decode_step_gpu.py --dump-hlo``). Here the past and the new positions are read where they
+are, so a reader of the presents that wants only the new positions (a ``Generator``'s cache
+write) leaves the join to be removed by XLA.
+
+The sums are the lax lowering's (``ops/attention_parts.py``) to float32 rounding: the logits
+``Scale * q . k`` in float32 (float16 products are exact in float32), rounded to float16 first
+where half precision is allowed, as ``scaled_logits``; the mask as the lax lowering applies it
+(a BOOLEAN mask adds MaskFilterValue, the sequence-length masks replace the logit with it);
+``exp(logit - maximum)`` times the values, divided by their sum, with the weights rounded to
+float16 where half precision is allowed and the values are float16, as ``product_operands``; a
+row whose maximum is not finite gives NaN. The running maximum rescales the partial sums as it
+grows (another order of the same float32 sums). The output is rounded once to its type.
+
+It applies to one query position (S = 1) without RelativePositionBias or past sequence lengths,
+with head sizes that are powers of two up to ``MAX_HEAD``, and is not yet timed on a GPU: off
+(``ON``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..enums import MultiheadAttentionMaskType as M
+from ..errors import Validator
+from ..fastpath import register_fast_path
+from ..ops import attention as A
+from ..ops import attention_parts as P
+from ..ops._common import wide
+from ..precision import half_precision_allowed
+from .pallas_helpers import load_pallas
+
+# Not yet timed against the lax lowering on a GPU: off (benchmarks/experiments/README.md).
+ON = False
+BLOCK_KEYS = 64  # key positions a step of a program's loop
+MAX_HEAD = 256  # head sizes (a power of two) a program holds in registers
+NUM_WARPS = 4
+
+
+def expressible(d: Any) -> bool:
+    """Whether the kernel computes ``d``: one query position, FLOAT16 or FLOAT32, no
+    RelativePositionBias or past sequence lengths, head sizes powers of two up to MAX_HEAD."""
+    if d.output_tensor.data_type.name not in ("FLOAT16", "FLOAT32"):
+        return False
+    if getattr(d, "relative_position_bias_tensor", None) is not None:
+        return False
+    g = A.analyze(d, Validator(d.operator_type))
+    if g.seq != 1 or g.lengths or g.total < 1:
+        return False
+    return all(h & (h - 1) == 0 and 1 <= h <= MAX_HEAD for h in (g.head, g.v_head))
+
+
+def applies(d: Any) -> bool:
+    return ON and expressible(d)
+
+
+def _rows(a, size: int):
+    """{B, Hkv, n, size} (or None) -> {B * Hkv * n, size}: one key position a row."""
+    return None if a is None else a.reshape(-1, size)
+
+
+def decode_attention(
+    d: Any, q, past_k, past_v, new_k, new_v, flags, *, interpret: bool = False
+):  # fmt: skip
+    """The attention of queries ``q`` {B * Hq, D} over, for each query head's key and value
+    head, ``past_k`` / ``past_v`` {B * Hkv * P, D or Dv} (None where P is 0) and then
+    ``new_k`` / ``new_v`` {B * Hkv * Skv, ...} (None where Skv is 0); ``flags`` {B * Hq, T}
+    int8 (or None: no mask) marks the positions the mask acts on: for a BOOLEAN mask those
+    whose MaskFilterValue is added, for the others those kept. Returns {B * Hq, Dv} in the
+    output's type."""
+    pl, pltriton = load_pallas()
+    g = A.analyze(d, Validator(d.operator_type))
+    group = g.q_heads // g.kv_heads
+    past, new, total = g.past, g.kv_seq, g.total
+    dv = g.v_head
+    out_type = d.output_tensor.dtype
+    half = P.narrow_products(d) and half_precision_allowed()
+    weights16 = half and (past_v if past_v is not None else new_v).dtype == jnp.float16
+    scale = np.float32(d.scale)
+    filter_value = np.float32(d.mask_filter_value)
+    boolean = d.mask_type is M.BOOLEAN
+    block = BLOCK_KEYS
+    new_block = max(16, 1 << max(0, (new - 1).bit_length()))
+    args = [a for a in (q, past_k, past_v, new_k, new_v, flags) if a is not None]
+
+    def kernel(*refs):
+        refs = list(refs)
+        q_ref = refs.pop(0)
+        pk_ref, pv_ref = (refs.pop(0), refs.pop(0)) if past else (None, None)
+        nk_ref, nv_ref = (refs.pop(0), refs.pop(0)) if new else (None, None)
+        f_ref = refs.pop(0) if flags is not None else None
+        (o_ref,) = refs
+        i = pl.program_id(0)
+        head = (i // g.q_heads) * g.kv_heads + (i % g.q_heads) // group  # its key / value head
+        query = q_ref[pl.ds(i, 1), :].astype(jnp.float32)  # {1, D}
+
+        def read(k_ref, v_ref, first, start, count, size):
+            """Positions [start, start + size) of a segment of ``count`` positions whose first
+            row is ``first``: (their scaled logits, values, which of them are in the segment)."""
+            inside = start + jnp.arange(size, dtype=jnp.int32) < count
+            rows = pl.ds(first + start, size)
+            keys = pltriton.load(k_ref.at[rows, :], mask=inside[:, None], other=0)
+            values = pltriton.load(v_ref.at[rows, :], mask=inside[:, None], other=0)
+            logits = jnp.sum(keys.astype(jnp.float32) * query, axis=1)  # {size}
+            if half:  # scaled_logits: the product rounded to float16 first
+                logits = logits.astype(jnp.float16).astype(jnp.float32)
+            return logits * scale, values, inside
+
+        def fold(state, logits, values, inside):
+            """The running (maximum, sum of exponentials, weighted values) with these
+            positions added; the partial sums rescaled where the maximum grows."""
+            top, total_, acc = state
+            logits = jnp.where(inside, logits, -jnp.inf)
+            new_top = jnp.maximum(top, jnp.max(logits))
+            shift = jnp.where(new_top > -jnp.inf, new_top, 0.0)
+            alpha = jnp.exp(top - shift)
+            e = jnp.exp(logits - shift)
+            w = e.astype(jnp.float16).astype(jnp.float32) if weights16 else e
+            acc = acc * alpha + jnp.sum(w[:, None] * values.astype(jnp.float32), axis=0)
+            return new_top, total_ * alpha + jnp.sum(e), acc
+
+        def masked(logits, at, inside):
+            """The mask on logits of the positions from ``at``."""
+            if f_ref is None:
+                return logits
+            flag = pltriton.load(f_ref.at[pl.ds(i * total + at, logits.shape[0])], mask=inside,
+                                 other=0) != 0  # fmt: skip
+            if boolean:
+                return jnp.where(flag, logits + filter_value, logits)
+            return jnp.where(flag, logits, filter_value)
+
+        state = (jnp.float32(-jnp.inf), jnp.float32(0), jnp.zeros((dv,), jnp.float32))
+        if past:
+
+            def body(j, state):
+                start = j * block
+                logits, values, inside = read(pk_ref, pv_ref, head * past, start, past, block)
+                return fold(state, masked(logits, start, inside), values, inside)
+
+            state = lax.fori_loop(0, -(-past // block), body, state)
+        if new:
+            logits, values, inside = read(nk_ref, nv_ref, head * new, 0, new, new_block)
+            state = fold(state, masked(logits, past, inside), values, inside)
+        top, total_, acc = state
+        out = acc / jnp.where(jnp.isfinite(top), total_, jnp.float32(jnp.nan))
+        pltriton.store(o_ref.at[pl.ds(i, 1), :], out[None, :].astype(o_ref.dtype))
+
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((g.batch * g.q_heads, dv), out_type),
+        grid=(g.batch * g.q_heads,),
+        interpret=interpret,
+        compiler_params=pltriton.CompilerParams(num_warps=NUM_WARPS, num_stages=2),
+    )(*args)
+
+
+def lower(d: Any, *arrays, interpret: bool = False) -> tuple:
+    """The kernel's lowering of an ``expressible`` description: the lax lowering's outputs (the
+    presents, where described, joined as it joins them)."""
+    g = A.analyze(d, Validator(d.operator_type))
+    x = dict(zip((p for p, _ in d.input_slots()), arrays))
+    q, k, v = P.split_heads(d, g, x)
+    narrow = P.narrow_products(d)
+
+    def past(name, size):
+        a = x.get(name)
+        if a is None or g.past == 0:
+            return None
+        return (a if narrow else wide(a)).reshape(g.batch, g.kv_heads, g.past, size)
+
+    def heads_first(a):  # {B, seq, H, size} -> {B, H, seq, size}
+        return None if a is None else jnp.transpose(a, (0, 2, 1, 3))
+
+    pk, pv = past("PastKeyTensor", g.head), past("PastValueTensor", g.v_head)
+    nk, nv = heads_first(k), heads_first(v)
+    if g.kv_seq == 0:
+        nk = nv = None
+    flags = None
+    shape = (g.batch, g.q_heads, 1, g.total)
+    if d.mask_type is M.BOOLEAN:
+        flags = jnp.broadcast_to(x["MaskTensor"].reshape(shape) == 0, shape)
+    elif d.mask_type is not M.NONE:
+        flags = jnp.broadcast_to(P.keep_mask(d, g, x["MaskTensor"]), shape)
+    if flags is not None:
+        flags = flags.reshape(-1).astype(jnp.int8)
+    out = decode_attention(
+        d, q.reshape(g.batch * g.q_heads, g.head), _rows(pk, g.head), _rows(pv, g.v_head),
+        _rows(nk, g.head), _rows(nv, g.v_head), flags, interpret=interpret,
+    )  # fmt: skip
+    results = [out.reshape(d.output_tensor.sizes)]
+    keys = values = None
+    if d.output_present_key_tensor is not None or d.output_present_value_tensor is not None:
+        keys = P.with_past(g, nk, pk, None)
+        values = P.with_past(g, nv, pv, None)
+    dtype = d.output_tensor.dtype
+    if d.output_present_key_tensor is not None:
+        results.append(keys.reshape(d.output_present_key_tensor.sizes).astype(dtype))
+    if d.output_present_value_tensor is not None:
+        results.append(values.reshape(d.output_present_value_tensor.sizes).astype(dtype))
+    return tuple(results)
+
+
+for _name in ("MULTIHEAD_ATTENTION", "MULTIHEAD_ATTENTION1"):
+    register_fast_path(f"DML_OPERATOR_{_name}", "decode", applies, lower)

@@ -1,0 +1,187 @@
+"""The decode-step attention kernel (``dml_jax/kernels/decode_attention.py``): one query position
+of MULTIHEAD_ATTENTION(1) as one Pallas program per query head, against the lax lowering and
+tests/reference/attention.py (in interpret mode on this CPU, natively on a CUDA GPU): layouts
+with and without a past or new positions, grouped heads, every mask type, fully masked rows,
+float16 with and without half precision, pasts that end inside a block of keys."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import reference
+
+import dml_jax as dml
+from dml_jax import fastpath
+from dml_jax.kernels import decode_attention as K
+from dml_jax.ops import attention as A
+from dml_jax.precision import with_half_precision
+
+T = dml.TensorDesc
+M = dml.MultiheadAttentionMaskType
+INTERPRET = not fastpath.cuda_present()
+
+# (version, type, query heads, key / value heads, head size, value head size, past, new,
+#  mask, MaskFilterValue, bias, presents)
+CASES = {
+    "mha-f32-past-new-none": ("", "FLOAT32", 2, 2, 8, 8, 5, 1, "NONE", -1e4, False, False),
+    "mha1-f16-gqa-boolean": ("1", "FLOAT16", 8, 2, 16, 16, 70, 1, "BOOLEAN", -65504.0, False, True),
+    "mha1-f32-gqa-boolean-inf": (
+        "1",
+        "FLOAT32",
+        4,
+        2,
+        8,
+        4,
+        130,
+        1,
+        "BOOLEAN",
+        -math.inf,
+        False,
+        False,
+    ),
+    "mha-f16-bias-key-length": (
+        "",
+        "FLOAT16",
+        2,
+        2,
+        8,
+        8,
+        64,
+        2,
+        "KEY_SEQUENCE_LENGTH",
+        -1e4,
+        True,
+        True,
+    ),
+    "mha1-f32-no-past": (
+        "1",
+        "FLOAT32",
+        2,
+        1,
+        16,
+        16,
+        0,
+        3,
+        "KEY_SEQUENCE_END_START",
+        -5.0,
+        False,
+        False,
+    ),
+    "mha1-f16-past-only": ("1", "FLOAT16", 4, 4, 8, 8, 33, 0, "BOOLEAN", -3.0, False, True),
+}
+
+
+def _case(name: str, seed: int = 0):
+    version, t, hq, hkv, dh, dv, past, new, mask, fill, bias, presents = CASES[name]
+    b, total = 2, past + new
+    f = {"query_tensor": T(t, [b, 1, hq * dh])}
+    if new:
+        f["key_tensor"] = T(t, [b, new, hkv * dh])
+        f["value_tensor"] = T(t, [b, new, hkv * dv])
+    if past:
+        f["past_key_tensor"] = T(t, [b, hkv, past, dh])
+        f["past_value_tensor"] = T(t, [b, hkv, past, dv])
+    if bias:
+        f["bias_tensor"] = T(t, [hq * dh + hkv * dh + hkv * dv])
+    mask_type = M[mask]
+    core = {"KEY_SEQUENCE_LENGTH": [1, b], "KEY_SEQUENCE_END_START": [2, b],
+            "BOOLEAN": [b, hq, 1, total]}.get(mask)  # fmt: skip
+    if core:
+        f["mask_tensor"] = T("INT32", core)
+    f["output_tensor"] = T(t, [b, 1, hq * dv])
+    if presents:
+        f["output_present_key_tensor"] = T(t, [b, hkv, total, dh])
+        f["output_present_value_tensor"] = T(t, [b, hkv, total, dv])
+    heads = {"query_head_count": hq, "key_value_head_count": hkv} if version else {}
+    cls = dml.MultiheadAttention1OperatorDesc if version else dml.MultiheadAttentionOperatorDesc
+    desc = cls(**f, scale=1 / math.sqrt(dh), mask_filter_value=fill, mask_type=mask_type,
+               **(heads or {"head_count": hq}))  # fmt: skip
+    rng = np.random.default_rng(seed)
+    inputs = []
+    dtype = np.float16 if t == "FLOAT16" else np.float32
+    for path, td in desc.input_slots():
+        if path == "MaskTensor" and mask == "BOOLEAN":
+            m = rng.choice(np.array([0, 1, 1, 2], np.int32), size=td.sizes)
+            m[0, 0] = 0  # a row with every key masked
+            inputs.append(m)
+        elif path == "MaskTensor" and mask == "KEY_SEQUENCE_LENGTH":
+            inputs.append(np.array([[total - 3, 0]], np.int32))  # the second: no key kept
+        elif path == "MaskTensor":
+            inputs.append(np.array([[2, total], [0, 1]], np.int32))
+        else:
+            inputs.append((rng.standard_normal(td.sizes) * 2).astype(dtype))
+    return desc, inputs
+
+
+def _close(got, want, t: str, desc=""):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, desc
+    assert np.array_equal(np.isnan(got), np.isnan(want)), desc
+    tol = 4e-3 if t == "FLOAT16" else 2e-5
+    ok = np.isnan(want) | np.isclose(got, want, rtol=tol, atol=tol)
+    assert ok.all(), f"{desc}: max diff {np.nanmax(np.abs(got - want)):.3g}"
+
+
+def _kernel(desc, half: bool):
+    def fn(*arrays):
+        return K.lower(desc, *arrays, interpret=INTERPRET)
+
+    return jax.jit(with_half_precision(fn, half))
+
+
+def _lax(desc, half: bool):
+    return jax.jit(with_half_precision(lambda *a: A.lower_attention(desc, *a), half))
+
+
+@pytest.mark.parametrize("half", [False, True])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_kernel_matches_the_lax_lowering_and_the_reference(name, half):
+    desc, inputs = _case(name)
+    assert K.expressible(desc)
+    got = _kernel(desc, half)(*map(jnp.asarray, inputs))
+    want = _lax(desc, half)(*map(jnp.asarray, inputs))
+    t = desc.output_tensor.data_type.name
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        _close(g, w, t, f"output {k} against the lax lowering")
+    if not half:  # the reference computes in float64, without half precision's roundings
+        ref = reference.reference(desc, *inputs)
+        for k, (g, r) in enumerate(zip(got, ref)):
+            _close(g, np.asarray(r).reshape(g.shape), t, f"output {k} against the reference")
+
+
+def test_a_row_without_keys_is_nan_as_the_lax_lowering_says():
+    desc, inputs = _case("mha1-f32-gqa-boolean-inf")
+    (got,) = _kernel(desc, False)(*map(jnp.asarray, inputs))
+    (want,) = _lax(desc, False)(*map(jnp.asarray, inputs))
+    rows = np.isnan(np.asarray(want)).reshape(2, -1).any(axis=1)
+    assert rows[0]  # the case masks every key of the first sequence's first head
+    _close(got, want, "FLOAT32")
+
+
+def test_what_the_kernel_takes():
+    assert all(K.expressible(_case(n)[0]) for n in CASES)
+    desc, _ = _case("mha-f32-past-new-none")
+    # more than one query position, a relative position bias, a head size of 3: lax
+    two = dml.MultiheadAttentionOperatorDesc(
+        T("FLOAT32", [1, 2, 16]), T("FLOAT32", [1, 2, 16]), T("FLOAT32", [1, 2, 16]),
+        output_tensor=T("FLOAT32", [1, 2, 16]), scale=1.0, mask_filter_value=0.0, head_count=2,
+    )  # fmt: skip
+    assert not K.expressible(two)
+    odd = dml.MultiheadAttentionOperatorDesc(
+        T("FLOAT32", [1, 1, 6]), T("FLOAT32", [1, 2, 6]), T("FLOAT32", [1, 2, 6]),
+        output_tensor=T("FLOAT32", [1, 1, 6]), scale=1.0, mask_filter_value=0.0, head_count=2,
+    )  # fmt: skip
+    assert not K.expressible(odd)
+    rpb = dml.MultiheadAttentionOperatorDesc(
+        T("FLOAT32", [1, 1, 16]), T("FLOAT32", [1, 2, 16]), T("FLOAT32", [1, 2, 16]),
+        relative_position_bias_tensor=T("FLOAT32", [1, 2, 1, 2]),
+        output_tensor=T("FLOAT32", [1, 1, 16]), scale=1.0, mask_filter_value=0.0, head_count=2,
+    )  # fmt: skip
+    assert not K.expressible(rpb)
+    assert not K.applies(desc) or K.ON  # off until timed
