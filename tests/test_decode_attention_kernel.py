@@ -117,11 +117,11 @@ def _case(name: str, seed: int = 0):
     return desc, inputs
 
 
-def _close(got, want, t: str, desc=""):
+def _close(got, want, t: str, desc="", tol=None):
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     assert got.shape == want.shape, desc
     assert np.array_equal(np.isnan(got), np.isnan(want)), desc
-    tol = 4e-3 if t == "FLOAT16" else 2e-5
+    tol = tol or (4e-3 if t == "FLOAT16" else 2e-5)
     ok = np.isnan(want) | np.isclose(got, want, rtol=tol, atol=tol)
     assert ok.all(), f"{desc}: max diff {np.nanmax(np.abs(got - want)):.3g}"
 
@@ -146,9 +146,12 @@ def test_kernel_matches_the_lax_lowering_and_the_reference(name, half):
     want = _lax(desc, half)(*map(jnp.asarray, inputs))
     t = desc.output_tensor.data_type.name
     assert len(got) == len(want)
+    # Half precision lets the lax lowering's FLOAT32 products run at XLA's default precision
+    # (TF32 tensor cores on a GPU: about 3 decimal digits); the kernel's stay float32.
+    tol = 1e-2 if half and t == "FLOAT32" else None
     for k, (g, w) in enumerate(zip(got, want)):
         assert g.dtype == w.dtype and g.shape == w.shape
-        _close(g, w, t, f"output {k} against the lax lowering")
+        _close(g, w, t, f"output {k} against the lax lowering", tol)
     if not half:  # the reference computes in float64, without half precision's roundings
         ref = reference.reference(desc, *inputs)
         for k, (g, r) in enumerate(zip(got, ref)):

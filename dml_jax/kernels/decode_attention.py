@@ -23,7 +23,9 @@ grows (another order of the same float32 sums). The output is rounded once to it
 
 It applies to one query position (S = 1) without RelativePositionBias or past sequence lengths,
 with head sizes that are powers of two up to ``MAX_HEAD``, and is not yet timed on a GPU: off
-(``ON``).
+(``ON``). A decoder reaches it where the ONNX import makes its attention one node
+(``onnx/optimize/attention.py``); the 1B-class float16 export's, whose mask is built at run
+time, is not yet (benchmarks/experiments/README.md, ``--attention``).
 """
 
 from __future__ import annotations
