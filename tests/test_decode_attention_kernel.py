@@ -25,7 +25,8 @@ M = dml.MultiheadAttentionMaskType
 INTERPRET = not fastpath.cuda_present()
 
 # (version, type, query heads, key / value heads, head size, value head size, past, new,
-#  mask, MaskFilterValue, bias, presents)
+#  mask, MaskFilterValue, bias, presents[, relative position bias: "heads" one a head, "shared"
+#  one a sequence read through strides of 0, as an exported decoder's additive mask arrives])
 CASES = {
     "mha-f32-past-new-none": ("", "FLOAT32", 2, 2, 8, 8, 5, 1, "NONE", -1e4, False, False),
     "mha1-f16-gqa-boolean": ("1", "FLOAT16", 8, 2, 16, 16, 70, 1, "BOOLEAN", -65504.0, False, True),
@@ -72,11 +73,41 @@ CASES = {
         False,
     ),
     "mha1-f16-past-only": ("1", "FLOAT16", 4, 4, 8, 8, 33, 0, "BOOLEAN", -3.0, False, True),
+    "mha1-f16-exported-mask": (
+        "1",
+        "FLOAT16",
+        4,
+        2,
+        8,
+        8,
+        0,
+        257,
+        "NONE",
+        -math.inf,
+        False,
+        False,
+        "shared",
+    ),
+    "mha-f32-bias-per-head": (
+        "",
+        "FLOAT32",
+        2,
+        2,
+        16,
+        16,
+        40,
+        1,
+        "BOOLEAN",
+        -2.0,
+        False,
+        False,
+        "heads",
+    ),
 }
 
 
 def _case(name: str, seed: int = 0):
-    version, t, hq, hkv, dh, dv, past, new, mask, fill, bias, presents = CASES[name]
+    version, t, hq, hkv, dh, dv, past, new, mask, fill, bias, presents, *rpb = CASES[name]
     b, total = 2, past + new
     f = {"query_tensor": T(t, [b, 1, hq * dh])}
     if new:
@@ -87,6 +118,10 @@ def _case(name: str, seed: int = 0):
         f["past_value_tensor"] = T(t, [b, hkv, past, dv])
     if bias:
         f["bias_tensor"] = T(t, [hq * dh + hkv * dh + hkv * dv])
+    if rpb == ["shared"]:  # {B, Hq, 1, T} read from one row of T a sequence
+        f["relative_position_bias_tensor"] = T(t, [b, hq, 1, total], strides=[total, 0, 0, 1])
+    elif rpb:
+        f["relative_position_bias_tensor"] = T(t, [b, hq, 1, total])
     mask_type = M[mask]
     core = {"KEY_SEQUENCE_LENGTH": [1, b], "KEY_SEQUENCE_END_START": [2, b],
             "BOOLEAN": [b, hq, 1, total]}.get(mask)  # fmt: skip
@@ -112,6 +147,12 @@ def _case(name: str, seed: int = 0):
             inputs.append(np.array([[total - 3, 0]], np.int32))  # the second: no key kept
         elif path == "MaskTensor":
             inputs.append(np.array([[2, total], [0, 1]], np.int32))
+        elif path == "RelativePositionBiasTensor":  # an additive mask: 0 or float16's lowest
+            # (one row a sequence where the strides say so: the values a graph reads there)
+            shared = td.strides is not None and td.strides[1] == 0
+            keep = rng.random((b, 1, 1, total) if shared else td.sizes) < 0.8
+            bias_values = np.where(keep, 0, -65504).astype(dtype)
+            inputs.append(np.ascontiguousarray(np.broadcast_to(bias_values, td.sizes)))
         else:
             inputs.append((rng.standard_normal(td.sizes) * 2).astype(dtype))
     return desc, inputs
@@ -181,10 +222,11 @@ def test_what_the_kernel_takes():
         output_tensor=T("FLOAT32", [1, 1, 6]), scale=1.0, mask_filter_value=0.0, head_count=2,
     )  # fmt: skip
     assert not K.expressible(odd)
-    rpb = dml.MultiheadAttentionOperatorDesc(
-        T("FLOAT32", [1, 1, 16]), T("FLOAT32", [1, 2, 16]), T("FLOAT32", [1, 2, 16]),
-        relative_position_bias_tensor=T("FLOAT32", [1, 2, 1, 2]),
-        output_tensor=T("FLOAT32", [1, 1, 16]), scale=1.0, mask_filter_value=0.0, head_count=2,
+    lengths = dml.MultiheadAttention1OperatorDesc(
+        T("FLOAT32", [1, 1, 16]), past_key_tensor=T("FLOAT32", [1, 2, 4, 8]),
+        past_value_tensor=T("FLOAT32", [1, 2, 4, 8]),
+        past_sequence_lengths_tensor=T("INT32", [1]), output_tensor=T("FLOAT32", [1, 1, 16]),
+        scale=1.0, mask_filter_value=0.0, query_head_count=2, key_value_head_count=2,
     )  # fmt: skip
-    assert not K.expressible(rpb)
+    assert not K.expressible(lengths)
     assert not K.applies(desc) or K.ON  # off until timed

@@ -21,11 +21,13 @@ float16 where half precision is allowed and the values are float16, as ``product
 row whose maximum is not finite gives NaN. The running maximum rescales the partial sums as it
 grows (another order of the same float32 sums). The output is rounded once to its type.
 
-It applies to one query position (S = 1) without RelativePositionBias or past sequence lengths,
-with head sizes that are powers of two up to ``MAX_HEAD``, and is not yet timed on a GPU: off
+It applies to one query position (S = 1) without past sequence lengths, with head sizes that are powers of two up to ``MAX_HEAD``, and is not yet timed on a GPU: off
 (``ON``). A decoder reaches it where the ONNX import makes its attention one node
-(``onnx/optimize/attention.py``); the 1B-class float16 export's, whose mask is built at run
-time, is not yet (benchmarks/experiments/README.md, ``--attention``).
+(``onnx/optimize/attention.py``): the tiny LLaMA of tests/data/decoders, in float32 or
+converted to float16, at pasts of 128 positions and more, its run-time mask as a
+RelativePositionBias shared by the heads (read once a sequence here); the 1B-class float16
+export's attention was not made one node on an H200 (benchmarks/experiments/README.md,
+``--attention``), for a reason not yet found.
 """
 
 from __future__ import annotations
@@ -54,11 +56,9 @@ NUM_WARPS = 4
 
 
 def expressible(d: Any) -> bool:
-    """Whether the kernel computes ``d``: one query position, FLOAT16 or FLOAT32, no
-    RelativePositionBias or past sequence lengths, head sizes powers of two up to MAX_HEAD."""
+    """Whether the kernel computes ``d``: one query position, FLOAT16 or FLOAT32, no past
+    sequence lengths, head sizes powers of two up to MAX_HEAD."""
     if d.output_tensor.data_type.name not in ("FLOAT16", "FLOAT32"):
-        return False
-    if getattr(d, "relative_position_bias_tensor", None) is not None:
         return False
     g = A.analyze(d, Validator(d.operator_type))
     if g.seq != 1 or g.lengths or g.total < 1:
@@ -76,14 +76,15 @@ def _rows(a, size: int):
 
 
 def decode_attention(
-    d: Any, q, past_k, past_v, new_k, new_v, flags, *, interpret: bool = False
+    d: Any, q, past_k, past_v, new_k, new_v, flags, bias=None, *, interpret: bool = False
 ):  # fmt: skip
     """The attention of queries ``q`` {B * Hq, D} over, for each query head's key and value
     head, ``past_k`` / ``past_v`` {B * Hkv * P, D or Dv} (None where P is 0) and then
     ``new_k`` / ``new_v`` {B * Hkv * Skv, ...} (None where Skv is 0); ``flags`` {B * Hq, T}
     int8 (or None: no mask) marks the positions the mask acts on: for a BOOLEAN mask those
-    whose MaskFilterValue is added, for the others those kept. Returns {B * Hq, Dv} in the
-    output's type."""
+    whose MaskFilterValue is added, for the others those kept; ``bias`` (or None), the
+    RelativePositionBias in float32, {B * Hq, T} or, shared by the heads, {B, T}. Returns
+    {B * Hq, Dv} in the output's type."""
     pl, pltriton = load_pallas()
     g = A.analyze(d, Validator(d.operator_type))
     group = g.q_heads // g.kv_heads
@@ -97,7 +98,8 @@ def decode_attention(
     boolean = d.mask_type is M.BOOLEAN
     block = BLOCK_KEYS
     new_block = max(16, 1 << max(0, (new - 1).bit_length()))
-    args = [a for a in (q, past_k, past_v, new_k, new_v, flags) if a is not None]
+    args = [a for a in (q, past_k, past_v, new_k, new_v, flags, bias) if a is not None]
+    bias_rows = 0 if bias is None else bias.size // total
 
     def kernel(*refs):
         refs = list(refs)
@@ -105,6 +107,7 @@ def decode_attention(
         pk_ref, pv_ref = (refs.pop(0), refs.pop(0)) if past else (None, None)
         nk_ref, nv_ref = (refs.pop(0), refs.pop(0)) if new else (None, None)
         f_ref = refs.pop(0) if flags is not None else None
+        b_ref = refs.pop(0) if bias is not None else None
         (o_ref,) = refs
         i = pl.program_id(0)
         head = (i // g.q_heads) * g.kv_heads + (i % g.q_heads) // group  # its key / value head
@@ -136,7 +139,11 @@ def decode_attention(
             return new_top, total_ * alpha + jnp.sum(e), acc
 
         def masked(logits, at, inside):
-            """The mask on logits of the positions from ``at``."""
+            """The bias and the mask on logits of the positions from ``at``."""
+            if b_ref is not None:  # attend: the bias added to the scaled logits first
+                row = i if bias_rows == g.batch * g.q_heads else i // g.q_heads
+                at_bias = pl.ds(row * total + at, logits.shape[0])
+                logits = logits + pltriton.load(b_ref.at[at_bias], mask=inside, other=0)
             if f_ref is None:
                 return logits
             flag = pltriton.load(f_ref.at[pl.ds(i * total + at, logits.shape[0])], mask=inside,
@@ -199,9 +206,16 @@ def lower(d: Any, *arrays, interpret: bool = False) -> tuple:
         flags = jnp.broadcast_to(P.keep_mask(d, g, x["MaskTensor"]), shape)
     if flags is not None:
         flags = flags.reshape(-1).astype(jnp.int8)
+    bias = x.get("RelativePositionBiasTensor")
+    if bias is not None:
+        bias = wide(bias).reshape(g.batch, g.q_heads, g.total)
+        strides = d.relative_position_bias_tensor.strides
+        if g.q_heads == 1 or (strides is not None and strides[-3] == 0):
+            bias = bias[:, 0]  # shared by the heads: read once a sequence, not materialized
+        bias = bias.reshape(-1)
     out = decode_attention(
         d, q.reshape(g.batch * g.q_heads, g.head), _rows(pk, g.head), _rows(pv, g.v_head),
-        _rows(nk, g.head), _rows(nv, g.v_head), flags, interpret=interpret,
+        _rows(nk, g.head), _rows(nv, g.v_head), flags, bias, interpret=interpret,
     )  # fmt: skip
     results = [out.reshape(d.output_tensor.sizes)]
     keys = values = None
