@@ -71,7 +71,8 @@ def applies(d: Any) -> bool:
 
 
 def _rows(a, size: int):
-    """{B, Hkv, n, size} (or None) -> {B * Hkv * n, size}: one key position a row."""
+    """{..., size} (or None) -> {rows, size}: a past {B, Hkv, P, D} a row a head and position,
+    new keys {B, Skv, Hkv, D} a row a position (``size`` Hkv * D)."""
     return None if a is None else a.reshape(-1, size)
 
 
@@ -80,7 +81,8 @@ def decode_attention(
 ):  # fmt: skip
     """The attention of queries ``q`` {B * Hq, D} over, for each query head's key and value
     head, ``past_k`` / ``past_v`` {B * Hkv * P, D or Dv} (None where P is 0) and then
-    ``new_k`` / ``new_v`` {B * Hkv * Skv, ...} (None where Skv is 0); ``flags`` {B * Hq, T}
+    ``new_k`` / ``new_v`` {B * Skv, Hkv * D or Hkv * Dv} (as the heads were split from them:
+    no copy; None where Skv is 0); ``flags`` {B * Hq, T}
     int8 (or None: no mask) marks the positions the mask acts on: for a BOOLEAN mask those
     whose MaskFilterValue is added, for the others those kept; ``bias`` (or None), the
     RelativePositionBias in float32, {B * Hq, T} or, shared by the heads, {B, T}. Returns
@@ -97,7 +99,7 @@ def decode_attention(
     filter_value = np.float32(d.mask_filter_value)
     boolean = d.mask_type is M.BOOLEAN
     block = BLOCK_KEYS
-    new_block = max(16, 1 << max(0, (new - 1).bit_length()))
+    new_block = min(block, max(16, 1 << max(0, (new - 1).bit_length())))
     args = [a for a in (q, past_k, past_v, new_k, new_v, flags, bias) if a is not None]
     bias_rows = 0 if bias is None else bias.size // total
 
@@ -110,16 +112,19 @@ def decode_attention(
         b_ref = refs.pop(0) if bias is not None else None
         (o_ref,) = refs
         i = pl.program_id(0)
-        head = (i // g.q_heads) * g.kv_heads + (i % g.q_heads) // group  # its key / value head
+        sequence, kv_head = i // g.q_heads, (i % g.q_heads) // group  # its key / value head
         query = q_ref[pl.ds(i, 1), :].astype(jnp.float32)  # {1, D}
 
-        def read(k_ref, v_ref, first, start, count, size):
+        def read(k_ref, v_ref, first, columns, start, count, size):
             """Positions [start, start + size) of a segment of ``count`` positions whose first
-            row is ``first``: (their scaled logits, values, which of them are in the segment)."""
+            row is ``first``, the head's values from column ``columns`` times the head sizes:
+            (their scaled logits, values, which of them are in the segment)."""
             inside = start + jnp.arange(size, dtype=jnp.int32) < count
             rows = pl.ds(first + start, size)
-            keys = pltriton.load(k_ref.at[rows, :], mask=inside[:, None], other=0)
-            values = pltriton.load(v_ref.at[rows, :], mask=inside[:, None], other=0)
+            keys = pltriton.load(k_ref.at[rows, pl.ds(columns * g.head, g.head)],
+                                 mask=inside[:, None], other=0)  # fmt: skip
+            values = pltriton.load(v_ref.at[rows, pl.ds(columns * dv, dv)],
+                                   mask=inside[:, None], other=0)  # fmt: skip
             logits = jnp.sum(keys.astype(jnp.float32) * query, axis=1)  # {size}
             if half:  # scaled_logits: the product rounded to float16 first
                 logits = logits.astype(jnp.float16).astype(jnp.float32)
@@ -153,17 +158,24 @@ def decode_attention(
             return jnp.where(flag, logits, filter_value)
 
         state = (jnp.float32(-jnp.inf), jnp.float32(0), jnp.zeros((dv,), jnp.float32))
-        if past:
+        if past:  # {B * Hkv * P, size}: the head's P rows
 
             def body(j, state):
                 start = j * block
-                logits, values, inside = read(pk_ref, pv_ref, head * past, start, past, block)
+                first = (sequence * g.kv_heads + kv_head) * past
+                logits, values, inside = read(pk_ref, pv_ref, first, 0, start, past, block)
                 return fold(state, masked(logits, start, inside), values, inside)
 
             state = lax.fori_loop(0, -(-past // block), body, state)
-        if new:
-            logits, values, inside = read(nk_ref, nv_ref, head * new, 0, new, new_block)
-            state = fold(state, masked(logits, past, inside), values, inside)
+        if new:  # {B * Skv, Hkv * size}: the sequence's Skv rows, the head's columns
+
+            def body_new(j, state):
+                start = j * new_block
+                logits, values, inside = read(nk_ref, nv_ref, sequence * new, kv_head, start,
+                                              new, new_block)  # fmt: skip
+                return fold(state, masked(logits, past + start, inside), values, inside)
+
+            state = lax.fori_loop(0, -(-new // new_block), body_new, state)
         top, total_, acc = state
         out = acc / jnp.where(jnp.isfinite(top), total_, jnp.float32(jnp.nan))
         pltriton.store(o_ref.at[pl.ds(i, 1), :], out[None, :].astype(o_ref.dtype))
@@ -195,9 +207,8 @@ def lower(d: Any, *arrays, interpret: bool = False) -> tuple:
         return None if a is None else jnp.transpose(a, (0, 2, 1, 3))
 
     pk, pv = past("PastKeyTensor", g.head), past("PastValueTensor", g.v_head)
-    nk, nv = heads_first(k), heads_first(v)
     if g.kv_seq == 0:
-        nk = nv = None
+        k = v = None
     flags = None
     shape = (g.batch, g.q_heads, 1, g.total)
     if d.mask_type is M.BOOLEAN:
@@ -215,13 +226,14 @@ def lower(d: Any, *arrays, interpret: bool = False) -> tuple:
         bias = bias.reshape(-1)
     out = decode_attention(
         d, q.reshape(g.batch * g.q_heads, g.head), _rows(pk, g.head), _rows(pv, g.v_head),
-        _rows(nk, g.head), _rows(nv, g.v_head), flags, bias, interpret=interpret,
+        _rows(k, g.kv_heads * g.head), _rows(v, g.kv_heads * g.v_head), flags, bias,
+        interpret=interpret,
     )  # fmt: skip
     results = [out.reshape(d.output_tensor.sizes)]
     keys = values = None
     if d.output_present_key_tensor is not None or d.output_present_value_tensor is not None:
-        keys = P.with_past(g, nk, pk, None)
-        values = P.with_past(g, nv, pv, None)
+        keys = P.with_past(g, heads_first(k), pk, None)
+        values = P.with_past(g, heads_first(v), pv, None)
     dtype = d.output_tensor.dtype
     if d.output_present_key_tensor is not None:
         results.append(keys.reshape(d.output_present_key_tensor.sizes).astype(dtype))
