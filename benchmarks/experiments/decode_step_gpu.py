@@ -101,6 +101,17 @@ def child(
     dml_generation(session, prompt, new, steps=steps)
     dml_generation(session, prompt, new, per_token=True)
     out["warmup_s"] = time.perf_counter() - t
+    # each decode program's graph rewrites and attention nodes (whether its attention became
+    # one MULTIHEAD_ATTENTION node, which the decode-step attention kernel takes)
+    out["graphs"] = [
+        {
+            "past": max((s[2] for s in key[0] if len(s) == 4), default=0),
+            "optimizations": dict(p.imported.optimizations),
+            "attention_nodes": sum("ATTENTION" in n.operator_type for n in p.imported.graph.nodes),
+        }
+        for key, p in session._programs.items()
+        if p.imported.graph is not None
+    ]
     for per_token in (False, True):
         rates = []
         for _ in range(samples):
