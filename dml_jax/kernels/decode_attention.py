@@ -82,11 +82,10 @@ def decode_attention(
     """The attention of queries ``q`` {B * Hq, D} over, for each query head's key and value
     head, ``past_k`` / ``past_v`` {B * Hkv * P, D or Dv} (None where P is 0) and then
     ``new_k`` / ``new_v`` {B * Skv, Hkv * D or Hkv * Dv} (as the heads were split from them:
-    no copy; None where Skv is 0); ``flags`` {B * Hq, T}
-    int8 (or None: no mask) marks the positions the mask acts on: for a BOOLEAN mask those
-    whose MaskFilterValue is added, for the others those kept; ``bias`` (or None), the
-    RelativePositionBias in float32, {B * Hq, T} or, shared by the heads, {B, T}. Returns
-    {B * Hq, Dv} in the output's type."""
+    no copy; None where Skv is 0). ``flags`` {B * Hq * T} int8 (or None: no mask) marks the
+    positions the mask acts on: for a BOOLEAN mask those whose MaskFilterValue is added, for
+    the others those kept. ``bias`` (or None): the RelativePositionBias in float32, {B * Hq *
+    T} or, shared by the heads, {B * T}. Returns {B * Hq, Dv} in the output's type."""
     pl, pltriton = load_pallas()
     g = A.analyze(d, Validator(d.operator_type))
     group = g.q_heads // g.kv_heads
