@@ -20,6 +20,7 @@ the rewrite reads operands with, against NumPy.
 
 from __future__ import annotations
 
+import logging
 import math
 
 import jax
@@ -364,8 +365,11 @@ def test_not_fused_with_a_second_reader_of_the_probabilities_or_logits(op_type, 
     assert _check(model, 0) == []
 
 
-def test_not_fused_over_another_softmax_axis(rng):
-    assert _check(_edit(_torchscript(rng), "Softmax", axis=2), 0) == []
+def test_not_fused_over_another_softmax_axis(rng, caplog):
+    with caplog.at_level(logging.DEBUG, logger=attention.__name__):
+        assert _check(_edit(_torchscript(rng), "Softmax", axis=2), 0) == []
+    # the reason is logged (DEBUG, the module's logger)
+    assert "not fused: a softmax over another axis than the last" in caplog.text
 
 
 def test_not_fused_with_the_mask_added_before_the_scale(rng):
@@ -403,12 +407,14 @@ def test_not_fused_with_a_finite_where_fill_or_a_run_time_condition(rng):
     assert _check(g.model(g.merge(g.node("MatMul", [p, v])), mask=True), 0) == []
 
 
-def test_only_attention_over_enough_keys_is_fused(monkeypatch, rng):
+def test_only_attention_over_enough_keys_is_fused(monkeypatch, rng, caplog):
     """Below MIN_KEYS keys the subgraph stays as it is (the unfused program is the faster one);
     at MIN_KEYS it is fused."""
     assert MIN_KEYS == 128
     monkeypatch.setattr(attention, "MIN_KEYS", MIN_KEYS)
-    assert _check(_torchscript(rng), 0, onnxruntime=False) == []
+    with caplog.at_level(logging.DEBUG, logger=attention.__name__):
+        assert _check(_torchscript(rng), 0, onnxruntime=False) == []
+    assert "not fused: fewer keys than MIN_KEYS" in caplog.text
     monkeypatch.setitem(globals(), "S", MIN_KEYS)
     (node,) = _check(_torchscript(rng), 1, onnxruntime=False)
     assert node.key_tensor.sizes == (B, MIN_KEYS, E)

@@ -91,6 +91,20 @@ def child(
         from dml_jax.ops import gemm_conv
 
         gemm_conv.ONE_ROW_FORM = one_row_form
+    # why AttentionFusion left a softmax unfused (its DEBUG log), counted by reason
+    import collections
+    import logging
+
+    declined: collections.Counter = collections.Counter()
+
+    class Count(logging.Handler):
+        def emit(self, record):
+            declined[record.getMessage()] += 1
+
+    log = logging.getLogger("dml_jax.onnx.optimize.attention")
+    log.setLevel(logging.DEBUG)
+    log.addHandler(Count())
+    log.propagate = False
     mesh = None
     if devices > 1:  # tensor parallel: the session's "model" axis over the first GPUs
         mesh = jax.make_mesh((devices,), ("model",), devices=jax.devices()[:devices])
@@ -112,6 +126,7 @@ def child(
         for key, p in session._programs.items()
         if p.imported.graph is not None
     ]
+    out["attention_declined"] = dict(declined)
     for per_token in (False, True):
         rates = []
         for _ in range(samples):

@@ -53,6 +53,7 @@ IsNaN guard moved after the product may differ (a NaN value row is zeroed).
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -66,6 +67,10 @@ from .views import Axes, canonical, compose, reshaped_strides, view_axes
 
 _ID = "DML_OPERATOR_ELEMENT_WISE_IDENTITY"
 _SOFTMAX = ("DML_OPERATOR_ACTIVATION_SOFTMAX", "DML_OPERATOR_ACTIVATION_SOFTMAX1")
+# Why a softmax's subgraph stays unfused, at DEBUG level: ``logging.getLogger(
+# "dml_jax.onnx.optimize.attention").setLevel(logging.DEBUG)`` (with a handler) before a
+# session imports its model.
+_LOG = logging.getLogger(__name__)
 _F16_LOWEST = float(np.finfo(np.float16).min)
 
 # Attention over fewer keys than this is left unfused. Short rows of logits are cheap to
@@ -75,6 +80,12 @@ _F16_LOWEST = float(np.finfo(np.float16).min)
 # (32, 50 and 100 keys) 1.1x to 1.3x slower; BERT and GPT-2 at 512 keys ran 1.9x faster fused
 # (H100, 4 layers at batch 8).
 MIN_KEYS = 128
+
+
+def _declined(reason: str, value):
+    """``value`` (None or False: not fused here), ``reason`` logged (``_LOG``)."""
+    _LOG.debug("AttentionFusion: not fused: %s", reason)
+    return value
 
 
 def _op(name: str) -> type:
@@ -204,15 +215,15 @@ def _only_reader(g: Editor, src: Source, node: int, slot: int | None = None) -> 
 def _match(g: Editor, sm: int) -> _Match | None:
     node = g.nodes[sm]
     if node.operator_type not in _SOFTMAX:
-        return None
+        return _declined("not a softmax", None)
     sm_in = g.input_desc(sm, 0)
     rank = sm_in.rank
     if node.operator_type.endswith("1") and tuple(node.axes) != (rank - 1,):
-        return None
+        return _declined("a softmax over another axis than the last", None)
     out = g.output_desc((sm, 0))
     count = out.element_count
     if not out.is_packed or not _contiguous(sm_in, count):
-        return None
+        return _declined("the softmax's input or output is not packed", None)
     # The probabilities: read only by the second GEMM, as its A, untransposed (or through a
     # CAST back from the float32 a float16 model's softmax ran in, and the dynamo exporter's
     # guard Where(IsNaN(p), 0, p), ``_nan_guard``).
@@ -225,15 +236,15 @@ def _match(g: Editor, sm: int) -> _Match | None:
     probs = (guard[1], 0) if guard else probs
     user = g.only_user(probs)
     if user is None or user[1] != 0:
-        return None
+        return _declined("the probabilities have another reader than a second GEMM's A", None)
     pv = user[0]
     d = g.nodes[pv]
     if d.operator_type != "DML_OPERATOR_GEMM" or d.c_tensor is not None:
-        return None
+        return _declined("the second GEMM has a C", None)
     if d.fused_activation is not None or d.alpha != 1.0 or d.trans_a.name != "NONE":
-        return None
+        return _declined("the second GEMM has an activation, an Alpha or a transposed A", None)
     if not _contiguous(g.input_desc(pv, 0), count):
-        return None
+        return _declined("the second GEMM reads the probabilities through a view", None)
     # Back from the softmax through the logits chain to the first GEMM.
     chain: list[int] = []
     additive, keep = [], []
@@ -242,10 +253,10 @@ def _match(g: Editor, sm: int) -> _Match | None:
     src = g.source(sm, 0)
     while True:
         if src is None or src[0] == GRAPH_INPUT or src[1] != 0:
-            return None
+            return _declined("the logits chain reaches a graph input", None)
         n = src[0]
         if not _only_reader(g, src, chain[-1] if chain else sm):
-            return None
+            return _declined("a logits node has another reader", None)
         node = g.nodes[n]
         kind = node.operator_type
         if kind == "DML_OPERATOR_GEMM":
@@ -254,32 +265,32 @@ def _match(g: Editor, sm: int) -> _Match | None:
         if kind == "DML_OPERATOR_CAST":
             # float16 logits widened for the softmax: MULTIHEAD_ATTENTION computes in float32
             if down is None or up is not None or not _cast(g, n, "FLOAT16", "FLOAT32"):
-                return None
+                return _declined("a cast other than float16 logits widened for the softmax", None)
             up = n
             if not _contiguous(g.input_desc(n, 0), count):
-                return None
+                return _declined("the widened logits are read through a view", None)
             src = g.source(n, 0)
             continue
         size = g.output_desc(src).element_count
         if size != count or not g.output_desc(src).is_packed:
-            return None
+            return _declined("a logits node of another size, or not packed", None)
         step = (0, 1.0, None) if _pure_identity(g, n) else _scale_step(g, n)
         if step is not None:
             scale *= step[1]
             slot = step[0]
         elif kind in ("DML_OPERATOR_ELEMENT_WISE_ADD", "DML_OPERATOR_ELEMENT_WISE_ADD1"):
             if not _elementwise(node):
-                return None
+                return _declined("an addition that is not element-wise", None)
             # Which input is the logits: the one whose producer leads back to a GEMM is not
             # known yet, so the chain follows the input that is not a constant or, both being
             # computed, the one read as a packed reshape of the right size (the mask is
             # broadcast or read from another node).
             slot = _logits_slot(g, n, count)
             if slot is None:
-                return None
+                return _declined("an addition whose logits input is not found", None)
             other = 1 - slot
             if scale != 1.0:
-                return None  # a scale after a mask (met first, going back) scales it too
+                return _declined("a scale after a mask", None)
             additive.append((g.source(n, other), g.input_desc(n, other), n))
         elif kind == "DML_OPERATOR_ELEMENT_WISE_IF":
             fill_slot = None
@@ -289,30 +300,30 @@ def _match(g: Editor, sm: int) -> _Match | None:
                     fill_slot = fill
                     break
             if fill_slot is None:
-                return None
+                return _declined("a select without a scalar fill", None)
             cond = (g.source(n, 0), g.input_desc(n, 0), c, n, slot == 2)
             if scale != 1.0:
-                return None
+                return _declined("a select after a scale", None)
             keep.append(cond)
         else:
-            return None
+            return _declined("a logits node that is no scale, addition or select", None)
         if not _contiguous(g.input_desc(n, slot), count):
-            return None
+            return _declined("a logits node reads the logits through a view", None)
         src = g.source(n, slot)
     qk = src[0]
     d = g.nodes[qk]
     if d.fused_activation is not None:
-        return None
+        return _declined("the first GEMM has an activation", None)
     if d.c_tensor is not None and d.beta != 0:
         # Alpha A B + C (a mask that MatMulAddFusion moved into the GEMM): C is a mask term
         # when it is added once and nothing scales it after.
         if d.beta != 1 or scale != 1.0:
-            return None
+            return _declined("the first GEMM's C is not a mask added once", None)
         additive.append((g.source(qk, 2), d.c_tensor, qk))
     if not g.output_desc(src).is_packed or g.output_desc(src).element_count != count:
-        return None
+        return _declined("the first GEMM's output is not packed or of another size", None)
     if (up is None) != (down is None):
-        return None
+        return _declined("a float16 softmax widened on one side only", None)
     if down is not None:
         chain.append(down)
     return _Match(sm, qk, pv, chain, scale * float(d.alpha), additive, keep, guard)
@@ -498,7 +509,7 @@ def _masks(g: Editor, m: _Match, full: tuple[int, ...], t: DataType):
     for src, desc, _ in m.additive:
         view = _mask_view(desc, full)
         if view is None:
-            return None
+            return _declined("an added term that does not read as {B, H, S, T}", None)
         known = _known(g, src, view)
         if known is not None:
             values = np.unique(known)
@@ -508,32 +519,33 @@ def _masks(g: Editor, m: _Match, full: tuple[int, ...], t: DataType):
                 terms.append((known == 0, float(values[0])))
                 continue
         if view.data_type != t:
-            return None  # a bias added in float32 after a float16 model's logits widened
+            # a bias added in float32 after a float16 model's logits widened
+            return _declined("a bias added to the widened float16 logits", None)
         rpb.append((src, view))
     for cond_src, cond_desc, fill, _, inverted in m.keep:
         view = _mask_view(cond_desc, full)
         known = None if view is None else _known(g, cond_src, view)
         if known is None:
-            return None  # a condition computed at run time: not matched
+            return _declined("a select whose condition is computed at run time", None)
         kept = (known == 0) if inverted else (known != 0)
         # The logit is set to ``fill`` where MULTIHEAD_ATTENTION adds it.
         exact = fill == -math.inf or fill <= lowest32
         if not exact and (fill > _F16_LOWEST or not np.all(np.any(kept, axis=-1))):
-            return None
+            return _declined("a select's finite fill that adding would not reproduce", None)
         terms.append((kept, fill))
     if len(rpb) > 1:
-        return None
+        return _declined("more than one bias added", None)
     if not terms:
         return None, -math.inf, rpb[0] if rpb else None
     fills = {f for _, f in terms}
     if len(fills) > 1:
-        return None
+        return _declined("masks of different fills", None)
     fill = fills.pop()
     keep = terms[0][0]
     masked = ~keep
     for kept, _ in terms[1:]:
         if fill != -math.inf and np.any(masked & ~kept):
-            return None  # a logit masked twice gets the value twice
+            return _declined("a logit masked twice (it would get the value twice)", None)
         keep = keep & kept
         masked = ~keep
     if fill <= _F16_LOWEST and not rpb and np.all(np.any(keep, axis=-1)):
@@ -592,28 +604,28 @@ def _fuse(g: Editor, m: _Match) -> bool:
     )
     t = gemm1.output_tensor.data_type
     if any(x.data_type != t for x in (q, k, v)) or gemm2.output_tensor.data_type != t:
-        return False
+        return _declined("Q, K and V not of the logits' type", False)
     if t.name not in ("FLOAT32", "FLOAT16"):
-        return False
+        return _declined("neither FLOAT32 nor FLOAT16", False)
     size = size_of
     z, s, dh = size(q.axes[0]), size(q.axes[1]), size(q.axes[2])
     total = size(k.axes[1])
     if total < MIN_KEYS:
-        return False  # short rows of logits: the unfused program is faster (MIN_KEYS)
+        return _declined("fewer keys than MIN_KEYS", False)
     dv = size(v.axes[2])
     if size(k.axes[0]) != z or size(v.axes[0]) != z or size(k.axes[2]) != dh:
-        return False
+        return _declined("Q, K and V of sizes that disagree", False)
     if size(v.axes[1]) != total:
-        return False
+        return _declined("values of another length than the keys", False)
     if g.input_desc(m.softmax, 0).sizes[-1] != total:
-        return False  # the softmax normalizes over the keys, not over another split
+        return _declined("the softmax normalizes over another split than the keys", False)
     if any(
         reshaped_strides(x.axes[i], (size(x.axes[i]),)) is None for x in (q, k, v) for i in (1, 2)
     ):
-        return False
+        return _declined("Q, K or V not a reshape of whole rows", False)
     layouts = _layouts(q, k, v, z)
     if not layouts:
-        return False
+        return _declined("no head layout fits Q, K and V", False)
     # The head count the logits' nodes show (their last batch axis) first, then those whose
     # queries need no copy (any layout consistent with Q, K and V computes the same heads).
     hint = None
@@ -631,7 +643,7 @@ def _fuse(g: Editor, m: _Match) -> bool:
         if masks is not None:
             break
     else:
-        return False
+        return _declined("no head layout reads the masks as {B, H, S, T}", False)
     keep, filter_value, rpb = masks
     fields: dict = {}
     mask_type = "NONE"
@@ -659,11 +671,11 @@ def _fuse(g: Editor, m: _Match) -> bool:
             **fields, query_head_count=h, key_value_head_count=hkv, **common
         )
     if not g.valid(desc):
-        return False  # MULTIHEAD_ATTENTION needs feature level 6_1 (6_3 with grouped heads)
+        return _declined("MULTIHEAD_ATTENTION is not valid at the graph's feature level", False)
     guarded = bool(m.guard) and _rows_without_keys(keep, filter_value, rpb)
     fill = None if not m.guard else g.source(m.guard[1], 1)
     if guarded and g.param(fill) is not None and g.constant(fill).size != 1:
-        return False  # ``_zero_nan_rows`` reads a parameter fill as one value
+        return _declined("a parameter fill of more than one value", False)
 
     feeds: dict[str, Source] = {}
     for name, (x, _, _) in inputs.items():
