@@ -147,6 +147,30 @@ def child(
     return out
 
 
+def attention_form(form: str) -> None:
+    """A decode step's attention (one query position) in this process: ``decode``, the
+    decode-step kernel (``kernels/decode_attention.py``); ``lax``, no kernel (the lax lowering
+    of the fused node). Either way cuDNN's path declines one query position here; the default
+    (no call) leaves it first and the decode kernel off."""
+    import dataclasses
+
+    from dml_jax import fastpath
+    from dml_jax.errors import Validator
+    from dml_jax.kernels import decode_attention
+    from dml_jax.ops import attention
+
+    def one_query(d):
+        return attention.analyze(d, Validator(d.operator_type)).seq == 1
+
+    decode_attention.ON = form == "decode"
+    for name in ("MULTIHEAD_ATTENTION", "MULTIHEAD_ATTENTION1"):
+        paths = fastpath._FAST_PATHS[f"DML_OPERATOR_{name}"]
+        cudnn = paths["cudnn"]
+        paths["cudnn"] = dataclasses.replace(
+            cudnn, applies=lambda d, f=cudnn.applies: f(d) and not one_query(d)
+        )
+
+
 def summarize_dump(folder: str, key: str) -> None:
     """Keeps only the optimized HLO of a process's dump and prints the kernels of its largest
     decode-steps module (a run of steps: its loop body)."""
@@ -191,7 +215,7 @@ def main() -> None:
                         "default; 'repeat')")  # fmt: skip
     p.add_argument("--attention", nargs="*", default=[""],
                    help="float16 processes, one a form of a decode step's attention ('' the "
-                        "default; 'decode': kernels/decode_attention.py on)")  # fmt: skip
+                        "default; 'decode': kernels/decode_attention.py; 'lax': no kernel)")  # fmt: skip
     p.add_argument("--devices", type=int, default=1,
                    help="float16 also on a 'model' mesh of this many GPUs (kernels of the first)")  # fmt: skip
     p.add_argument("--mesh-only", action="store_true",
@@ -204,10 +228,8 @@ def main() -> None:
                         "(default: the library's)")  # fmt: skip
     a = p.parse_args()
     if a.child:
-        if "decode" in a.attention:  # the decode-step attention kernel on
-            from dml_jax.kernels import decode_attention
-
-            decode_attention.ON = True
+        if a.attention and a.attention[0]:
+            attention_form(a.attention[0])
         print(json.dumps(child(a.child, a.samples, a.new, a.prompt, a.tiles, a.steps,
                                a.devices, (a.one_row_form or [""])[0])))  # fmt: skip
         return
