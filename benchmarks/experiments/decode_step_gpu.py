@@ -16,11 +16,15 @@ host (a while loop's condition is read back to the host at every iteration) or o
 With ``--devices N`` the float16 export also runs on a ``"model"`` mesh of N GPUs (tensor
 parallel, the cache split over its heads), the kernels those of the first GPU.
 
+Each process also reports its decode programs' graph rewrites and attention nodes
+(``graphs``) and why AttentionFusion left a softmax unfused (``attention_declined``).
+
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_step_gpu.py [--int4]
-[--int4-tiles "" one_row=1] [--attention "" decode] [--devices 2] [--dump-hlo]`` (an int4
-process per set of the 4-bit kernel's tunables; a process per form of the attention); it writes ``$OUT/decode_step.json`` when ``OUT`` is set, and with
-``--dump-hlo`` each process's optimized HLO of its decode steps (``$OUT/hlo-N``) with its
-kernels summarized (``hlo_kernels.py``).
+[--int4-tiles "" one_row=1] [--attention "" decode lax] [--devices 2] [--dump-hlo]`` (an int4
+process per set of the 4-bit kernel's tunables; a process per form of the attention); it
+writes ``$OUT/decode_step.json`` when ``OUT`` is set, and with ``--dump-hlo`` each process's
+optimized HLO of its decode steps (``$OUT/hlo-N``) with its kernels summarized
+(``hlo_kernels.py``).
 """
 
 from __future__ import annotations
