@@ -27,83 +27,27 @@ INTERPRET = not fastpath.cuda_present()
 # (version, type, query heads, key / value heads, head size, value head size, past, new,
 #  mask, MaskFilterValue, bias, presents[, relative position bias: "heads" one a head, "shared"
 #  one a sequence read through strides of 0, as an exported decoder's additive mask arrives])
+# fmt: off
 CASES = {
     "mha-f32-past-new-none": ("", "FLOAT32", 2, 2, 8, 8, 5, 1, "NONE", -1e4, False, False),
-    "mha1-f16-gqa-boolean": ("1", "FLOAT16", 8, 2, 16, 16, 70, 1, "BOOLEAN", -65504.0, False, True),
-    "mha1-f32-gqa-boolean-inf": (
-        "1",
-        "FLOAT32",
-        4,
-        2,
-        8,
-        4,
-        130,
-        1,
-        "BOOLEAN",
-        -math.inf,
-        False,
-        False,
-    ),
-    "mha-f16-bias-key-length": (
-        "",
-        "FLOAT16",
-        2,
-        2,
-        8,
-        8,
-        64,
-        2,
-        "KEY_SEQUENCE_LENGTH",
-        -1e4,
-        True,
-        True,
-    ),
-    "mha1-f32-no-past": (
-        "1",
-        "FLOAT32",
-        2,
-        1,
-        16,
-        16,
-        0,
-        3,
-        "KEY_SEQUENCE_END_START",
-        -5.0,
-        False,
-        False,
-    ),
+    "mha1-f16-gqa-boolean": ("1", "FLOAT16", 8, 2, 16, 16, 70, 1, "BOOLEAN", -65504.0, False,
+                             True),
+    "mha1-f32-gqa-boolean-inf": ("1", "FLOAT32", 4, 2, 8, 4, 130, 1, "BOOLEAN", -math.inf,
+                                 False, False),
+    "mha-f16-bias-key-length": ("", "FLOAT16", 2, 2, 8, 8, 64, 2, "KEY_SEQUENCE_LENGTH", -1e4,
+                                True, True),
+    "mha1-f32-no-past": ("1", "FLOAT32", 2, 1, 16, 16, 0, 3, "KEY_SEQUENCE_END_START", -5.0,
+                         False, False),
     "mha1-f16-past-only": ("1", "FLOAT16", 4, 4, 8, 8, 33, 0, "BOOLEAN", -3.0, False, True),
-    "mha1-f16-exported-mask": (
-        "1",
-        "FLOAT16",
-        4,
-        2,
-        8,
-        8,
-        0,
-        257,
-        "NONE",
-        -math.inf,
-        False,
-        False,
-        "shared",
-    ),
-    "mha-f32-bias-per-head": (
-        "",
-        "FLOAT32",
-        2,
-        2,
-        16,
-        16,
-        40,
-        1,
-        "BOOLEAN",
-        -2.0,
-        False,
-        False,
-        "heads",
-    ),
+    "mha1-f16-exported-mask": ("1", "FLOAT16", 4, 2, 8, 8, 0, 257, "NONE", -math.inf, False,
+                               False, "shared"),
+    "mha-f32-bias-per-head": ("", "FLOAT32", 2, 2, 16, 16, 40, 1, "BOOLEAN", -2.0, False,
+                              False, "heads"),
+    # 603 keys: three splits, the last over the past's end and the new keys
+    "mha1-f32-long-boolean-inf": ("1", "FLOAT32", 4, 2, 8, 8, 600, 3, "BOOLEAN", -math.inf,
+                                  False, False),
 }
+# fmt: on
 
 
 def _case(name: str, seed: int = 0):
@@ -197,6 +141,18 @@ def test_kernel_matches_the_lax_lowering_and_the_reference(name, half):
         ref = reference.reference(desc, *inputs)
         for k, (g, r) in enumerate(zip(got, ref)):
             _close(g, np.asarray(r).reshape(g.shape), t, f"output {k} against the reference")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_keys_split_among_programs(name, monkeypatch):
+    """Rows of keys split among programs (flash decoding) in 64-position splits, their running
+    values combined after the call: the same values, within float32 rounding."""
+    monkeypatch.setattr(K, "SPLIT_KEYS", 16)
+    desc, inputs = _case(name)
+    got = _kernel(desc, False)(*map(jnp.asarray, inputs))
+    want = _lax(desc, False)(*map(jnp.asarray, inputs))
+    for k, (g, w) in enumerate(zip(got, want)):
+        _close(g, w, desc.output_tensor.data_type.name, f"output {k}, split keys")
 
 
 def test_a_row_without_keys_is_nan_as_the_lax_lowering_says():

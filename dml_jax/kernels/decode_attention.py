@@ -21,7 +21,9 @@ float16 where half precision is allowed and the values are float16, as ``product
 row whose maximum is not finite gives NaN. The running maximum rescales the partial sums as it
 grows (another order of the same float32 sums). The output is rounded once to its type.
 
-It applies to one query position (S = 1) without past sequence lengths, with head sizes that are powers of two up to ``MAX_HEAD``, and is not yet timed on a GPU: off
+It applies to one query position (S = 1) without past sequence lengths, with head sizes that are powers of two up to ``MAX_HEAD``. Rows of more than ``SPLIT_KEYS``
+keys are split among programs (flash decoding: each split's running maximum, sum and weighted
+values, combined after the call). It is not yet timed on a GPU: off
 (``ON``). A decoder reaches it where the ONNX import makes its attention one node
 (``onnx/optimize/attention.py``): the tiny LLaMA of tests/data/decoders, in float32 or
 converted to float16, at pasts of 128 positions and more, its run-time mask as a
@@ -51,6 +53,12 @@ from .pallas_helpers import load_pallas
 # Not yet timed against the lax lowering on a GPU: off (benchmarks/experiments/README.md).
 ON = False
 BLOCK_KEYS = 64  # key positions a step of a program's loop
+# Long rows of keys are split among programs (flash decoding), each over at least SPLIT_KEYS
+# positions, at most MAX_SPLITS a query head: one program a query head alone is a few dozen
+# programs for a batch of one, each a long serial loop. The splits' running maxima, sums and
+# weighted values are combined after the call (lax: one small kernel).
+SPLIT_KEYS = 256
+MAX_SPLITS = 16
 MAX_HEAD = 256  # head sizes (a power of two) a program holds in registers
 NUM_WARPS = 4
 
@@ -99,6 +107,10 @@ def decode_attention(
     boolean = d.mask_type is M.BOOLEAN
     block = BLOCK_KEYS
     new_block = min(block, max(16, 1 << max(0, (new - 1).bit_length())))
+    splits = max(1, min(MAX_SPLITS, -(-total // SPLIT_KEYS)))
+    per = -(-total // splits)
+    chunk = -(-per // block) * block  # positions a split, in whole blocks
+    splits = -(-total // chunk)
     args = [a for a in (q, past_k, past_v, new_k, new_v, flags, bias) if a is not None]
     bias_rows = 0 if bias is None else bias.size // total
 
@@ -109,8 +121,10 @@ def decode_attention(
         nk_ref, nv_ref = (refs.pop(0), refs.pop(0)) if new else (None, None)
         f_ref = refs.pop(0) if flags is not None else None
         b_ref = refs.pop(0) if bias is not None else None
-        (o_ref,) = refs
-        i = pl.program_id(0)
+        o_refs = refs
+        i, split = pl.program_id(0), pl.program_id(1)
+        c0 = split * chunk  # this program's positions: [c0, c1) of the T
+        c1 = jnp.minimum(c0 + chunk, total)
         sequence, kv_head = i // g.q_heads, (i % g.q_heads) // group  # its key / value head
         query = q_ref[pl.ds(i, 1), :].astype(jnp.float32)  # {1, D}
 
@@ -157,35 +171,69 @@ def decode_attention(
             return jnp.where(flag, logits, filter_value)
 
         state = (jnp.float32(-jnp.inf), jnp.float32(0), jnp.zeros((dv,), jnp.float32))
-        if past:  # {B * Hkv * P, size}: the head's P rows
+        if past:  # {B * Hkv * P, size}: the head's P rows, those of [c0, c1) before P
+            p0, p1 = jnp.minimum(c0, past), jnp.minimum(c1, past)
 
             def body(j, state):
-                start = j * block
+                start = p0 + j * block
                 first = (sequence * g.kv_heads + kv_head) * past
-                logits, values, inside = read(pk_ref, pv_ref, first, 0, start, past, block)
+                logits, values, inside = read(pk_ref, pv_ref, first, 0, start, p1, block)
                 return fold(state, masked(logits, start, inside), values, inside)
 
-            state = lax.fori_loop(0, -(-past // block), body, state)
+            state = lax.fori_loop(0, (p1 - p0 + block - 1) // block, body, state)
         if new:  # {B * Skv, Hkv * size}: the sequence's Skv rows, the head's columns
+            n0 = jnp.clip(c0 - past, 0, new)
+            n1 = jnp.clip(c1 - past, 0, new)
 
             def body_new(j, state):
-                start = j * new_block
+                start = n0 + j * new_block
                 logits, values, inside = read(nk_ref, nv_ref, sequence * new, kv_head, start,
-                                              new, new_block)  # fmt: skip
+                                              n1, new_block)  # fmt: skip
                 return fold(state, masked(logits, past + start, inside), values, inside)
 
-            state = lax.fori_loop(0, -(-new // new_block), body_new, state)
+            trips = (n1 - n0 + new_block - 1) // new_block
+            state = lax.fori_loop(0, trips, body_new, state)
         top, total_, acc = state
-        out = acc / jnp.where(jnp.isfinite(top), total_, jnp.float32(jnp.nan))
-        pltriton.store(o_ref.at[pl.ds(i, 1), :], out[None, :].astype(o_ref.dtype))
+        if splits == 1:
+            out = acc / jnp.where(jnp.isfinite(top), total_, jnp.float32(jnp.nan))
+            pltriton.store(o_refs[0].at[pl.ds(i, 1), :], out[None, :].astype(out_type))
+            return
+        at = pl.ds(i * splits + split, 1)  # this split's running values, for the combine
+        pltriton.store(o_refs[0].at[at], top[None])
+        pltriton.store(o_refs[1].at[at], total_[None])
+        pltriton.store(o_refs[2].at[at, :], acc[None, :])
 
-    return pl.pallas_call(
+    rows = g.batch * g.q_heads
+    if splits == 1:
+        out_shape = jax.ShapeDtypeStruct((rows, dv), out_type)
+    else:
+        f32 = jnp.float32
+        out_shape = (jax.ShapeDtypeStruct((rows * splits,), f32),
+                     jax.ShapeDtypeStruct((rows * splits,), f32),
+                     jax.ShapeDtypeStruct((rows * splits, dv), f32))  # fmt: skip
+    out = pl.pallas_call(
         kernel,
-        out_shape=jax.ShapeDtypeStruct((g.batch * g.q_heads, dv), out_type),
-        grid=(g.batch * g.q_heads,),
+        out_shape=out_shape,
+        grid=(rows, splits),
         interpret=interpret,
         compiler_params=pltriton.CompilerParams(num_warps=NUM_WARPS, num_stages=2),
     )(*args)
+    if splits == 1:
+        return out
+    tops, totals, accs = (a.reshape((rows, splits) + a.shape[1:]) for a in out)
+    return _combined(tops, totals, accs).astype(out_type)
+
+
+def _combined(tops, totals, accs):
+    """The splits' running maxima {R, S}, sums {R, S} and weighted values {R, S, Dv} as one
+    softmax's weighted values {R, Dv}: each split's rescaled to the row's maximum (a split
+    without a position has maximum -inf and weighs 0); NaN where that maximum is not finite."""
+    top = jnp.max(tops, axis=1, keepdims=True)
+    finite = jnp.isfinite(top)
+    scale = jnp.exp(tops - jnp.where(finite, top, 0.0))  # {R, S}
+    total = jnp.sum(totals * scale, axis=1)
+    total = jnp.where(finite[:, 0], total, jnp.float32(jnp.nan))
+    return jnp.sum(accs * scale[:, :, None], axis=1) / total[:, None]
 
 
 def lower(d: Any, *arrays, interpret: bool = False) -> tuple:
