@@ -180,7 +180,8 @@ def decode_attention(
                 logits, values, inside = read(pk_ref, pv_ref, first, 0, start, p1, block)
                 return fold(state, masked(logits, start, inside), values, inside)
 
-            state = lax.fori_loop(0, (p1 - p0 + block - 1) // block, body, state)
+            # a static trip count (Triton pipelines it); the steps past p1 load nothing
+            state = lax.fori_loop(0, -(-min(chunk, past) // block), body, state)
         if new:  # {B * Skv, Hkv * size}: the sequence's Skv rows, the head's columns
             n0 = jnp.clip(c0 - past, 0, new)
             n1 = jnp.clip(c1 - past, 0, new)
@@ -191,8 +192,7 @@ def decode_attention(
                                               n1, new_block)  # fmt: skip
                 return fold(state, masked(logits, past + start, inside), values, inside)
 
-            trips = (n1 - n0 + new_block - 1) // new_block
-            state = lax.fori_loop(0, trips, body_new, state)
+            state = lax.fori_loop(0, -(-min(chunk, new) // new_block), body_new, state)
         top, total_, acc = state
         if splits == 1:
             out = acc / jnp.where(jnp.isfinite(top), total_, jnp.float32(jnp.nan))
