@@ -218,8 +218,8 @@ def main() -> None:
                    help="float16 processes, one a form of GEMM's one-row products ('' the "
                         "default; 'repeat')")  # fmt: skip
     p.add_argument("--attention", nargs="*", default=[""],
-                   help="float16 processes, one a form of a decode step's attention ('' the "
-                        "default; 'decode': kernels/decode_attention.py; 'lax': no kernel)")  # fmt: skip
+                   help="float16 processes, one a form of a decode step's attention ('' "
+                        "the default; 'decode': kernels/decode_attention.py; 'lax': none)")  # fmt: skip
     p.add_argument("--devices", type=int, default=1,
                    help="float16 also on a 'model' mesh of this many GPUs (kernels of the first)")  # fmt: skip
     p.add_argument("--mesh-only", action="store_true",

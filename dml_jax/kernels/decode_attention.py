@@ -21,15 +21,17 @@ float16 where half precision is allowed and the values are float16, as ``product
 row whose maximum is not finite gives NaN. The running maximum rescales the partial sums as it
 grows (another order of the same float32 sums). The output is rounded once to its type.
 
-It applies to one query position (S = 1) without past sequence lengths, with head sizes that are powers of two up to ``MAX_HEAD``. Rows of more than ``SPLIT_KEYS``
-keys are split among programs (flash decoding: each split's running maximum, sum and weighted
-values, combined after the call). It is not yet timed on a GPU: off
-(``ON``). A decoder reaches it where the ONNX import makes its attention one node
-(``onnx/optimize/attention.py``): the tiny LLaMA of tests/data/decoders, in float32 or
-converted to float16, at pasts of 128 positions and more, its run-time mask as a
-RelativePositionBias shared by the heads (read once a sequence here); the 1B-class float16
-export's attention was not made one node on an H200 (benchmarks/experiments/README.md,
-``--attention``), for a reason not yet found.
+It applies to one query position (S = 1) without past sequence lengths, with head sizes that
+are powers of two up to ``MAX_HEAD``. Rows of more than ``SPLIT_KEYS`` keys are split among
+programs (flash decoding: each split's running maximum, sum and weighted values, combined after
+the call). It is not yet timed on a GPU: off (``ON``).
+
+A decoder reaches it where the ONNX import makes its attention one node
+(``onnx/optimize/attention.py``): the tiny LLaMA of tests/data/decoders, in float32 or converted
+to float16, at pasts of 128 positions and more, its run-time mask as a RelativePositionBias
+shared by the heads (read once a sequence here). The 1B-class float16 export's attention was
+not made one node on an H200 (benchmarks/experiments/README.md, ``--attention``); why is not
+yet found (AttentionFusion now logs its reasons).
 """
 
 from __future__ import annotations
