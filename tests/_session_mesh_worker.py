@@ -17,7 +17,7 @@ CASES = (
     "tensor-parallel/model4-two-all-reduces-per-layer",
     "explicit/input-and-initializer-specs",
     "generation/sharded-cache-tokens-two-all-reduces-per-layer",
-    "generation/int4-codes-as-arguments-on-a-mesh",
+    "generation/int4-codes-split-two-all-reduces-per-layer",
     "tensor-parallel/dynamic-int8-weights-split",
     "tensor-parallel/static-qdq-int8-weights-split",
 )
@@ -219,14 +219,19 @@ def main() -> None:
 
     def int4_held():
         # The tiny LLaMA decoder with its MatMul weights as 4-bit MatMulNBits, its codes held
-        # (every constant of at least a byte, here): on a mesh as on one device the codes enter
-        # the program as arguments (replicated), not compiled in; the greedy tokens equal the
-        # one-device session's.
+        # (every constant of at least a byte, here): on a 2-device model axis the codes enter
+        # the program as arguments, not compiled in, those of the column-parallel products (Q,
+        # K, V, gate and up, apart: the session leaves ParallelQuantizedGemms out on a model
+        # axis) split by N, each device holding its block; the greedy tokens equal the
+        # one-device session's; a decode step communicates only Megatron's two all-reduces a
+        # layer (the codes whole, or Q, K and V joined, it added collective-permutes).
         import tempfile
+
+        import jax.numpy as jnp
 
         from dml_jax.bench import decoders
         from dml_jax.onnx import program as program_module
-        from dml_jax.onnx.generation import generate
+        from dml_jax.onnx.generation import Generator, GeneratorParams, generate
 
         here = os.path.dirname(os.path.abspath(__file__))
         path = os.path.join(tempfile.mkdtemp(), "int4.onnx")
@@ -239,14 +244,28 @@ def main() -> None:
             prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
             want = generate(InferenceSession(path), prompts, 12)
             s = InferenceSession(path, mesh=jax.make_mesh((2,), ("model",)))
-            got = generate(s, prompts, 12)
-            held = [k for p in s._programs.values() for k in s._mesh_params(p)
-                    if k.startswith(program_module.HELD)]  # fmt: skip
+            g = Generator(s, GeneratorParams(s, max_length=17, batch_size=2))
+            g.append_tokens(prompts)
+            g.generate_until_done()
+            fn, program = g._fns._steps_fn(2, g._step_key(g._length - 1), 0, 1)
+            params = g._fns._params_for(program)
+            held = {k: v for k, v in params.items() if k.startswith(program_module.HELD)}
+            state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
+            text = fn.lower(params, state, jnp.int32(g._length - 1)).compile().as_text()
         finally:
             program_module.HELD_MIN_BYTES = saved
-        same = bool((np.asarray(got) == np.asarray(want)).all())
-        ok = replaced > 0 and same and len(held) > 0
-        return ok, f"{replaced} MatMulNBits; tokens equal {same}; held arguments {len(held)}"
+        same = bool((np.asarray(g.generated) == np.asarray(want)).all())
+        split = [k for k, v in held.items() if any(v.sharding.spec)]
+        blocks = all(
+            {sh.data.shape for sh in held[k].addressable_shards} == {(held[k].shape[0] // 2,)}
+            for k in split
+        )
+        found = hlo.collectives(text)
+        # 2 layers: two all-reduces each, of the step's 2 x 1 tokens of 32 float32 features
+        minimum = {"all-reduce": {"count": 2 * 2, "bytes": 2 * 2 * 2 * 32 * 4}}
+        ok = replaced > 0 and same and len(split) == 5 * 2 and blocks and found == minimum
+        detail = f"{replaced} MatMulNBits; tokens equal {same}; held arguments {len(held)}, "
+        return ok, detail + f"split {len(split)} (blocks {blocks}); step collectives {found}"
 
     def quantized_split(quantize, held: bool = False):
         """The tiny transformer written by ``quantize(float_path, path)`` run on a 4-device model

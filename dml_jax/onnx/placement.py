@@ -30,6 +30,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from ..errors import ValidationError
+from ..graph import ConstantDataNode
 from ..graph.validation import topological_order
 from ..sharding import mesh_axes, ways
 from ..tensor import packed_strides
@@ -102,6 +103,9 @@ class ProgramLayout:
     inputs: tuple[NamedSharding, ...]
     constants: tuple[NamedSharding | None, ...]
     outputs: tuple[NamedSharding, ...]
+    # (node index, sharding) of the constant data nodes the tensor-parallel rule splits (the
+    # 4-bit codes of a column-parallel product, held as their packed bytes)
+    nodes: tuple[tuple[int, NamedSharding], ...] = ()
 
     @property
     def graph_inputs(self) -> tuple[NamedSharding | None, ...]:
@@ -272,6 +276,9 @@ class MeshLayout:
             planned = tensor_parallel_specs(
                 imported, self.model_axis, self.mesh.shape[self.model_axis], fixed
             )
+        nodes = tuple(
+            (key[1], self.sharding(spec)) for key, spec in planned.items() if isinstance(key, tuple)
+        )
         constants = []
         for j, (c, p) in enumerate(zip(imported.constants, imported.params)):
             if p is None:  # a constant that is no parameter: split only where the rule says
@@ -303,7 +310,17 @@ class MeshLayout:
             if name in heads:
                 spec = self._with_heads(spec, heads[name], shape)
             outputs.append(self.sharding(spec))
-        return ProgramLayout(tuple(inputs), tuple(constants), tuple(outputs))
+        return ProgramLayout(tuple(inputs), tuple(constants), tuple(outputs), nodes)
+
+    @property
+    def disabled_rewrites(self) -> frozenset:
+        """Graph rewrites a session on this mesh leaves out: with a model axis, the join of a
+        layer's quantized products that read one input (ParallelQuantizedGemms: Q, K and V;
+        gate and up), whose columns the split would cut into blocks that do not follow the
+        attention's heads (GSPMD then moves the attention's inputs between devices: the tiny
+        4-bit LLaMA decoder's step over two CPU devices, 10 collective-permutes beside its 4
+        all-reduces joined; apart, Megatron's two all-reduces a layer alone)."""
+        return frozenset({"ParallelQuantizedGemms"}) if self.model_axis else frozenset()
 
     def _with_heads(self, spec: PartitionSpec, dim: int, shape: Sequence[int]) -> PartitionSpec:
         """``spec`` with dimension ``dim`` (a cache's heads) split over the model axis, where
@@ -374,14 +391,23 @@ def tensor_parallel_specs(
             continue
         a_slot, b_slot, transposed = slots
         source = srcs[b_slot]
-        if graph.nodes[source].operator_type == _DEQUANTIZE and 0 in sources.get(source, {}):
-            source = sources[source][0]  # a QDQ weight: the quantized constant it reads
+        if graph.nodes[source].operator_type in _DEQUANTIZE and 0 in sources.get(source, {}):
+            # a quantized weight (QDQ, MatMulNBits): the codes its dequantization reads
+            source = sources[source][0]
+        a = srcs.get(a_slot)
+        row = a is not None and reaches_column[a]
+        if isinstance(graph.nodes[source], ConstantDataNode):
+            # 4-bit codes {N, K} held as their packed bytes, N first: a column split is a split
+            # of the bytes into N's blocks; a row split (of K) has no such view and stays whole
+            rows_n = node.b_tensor.sizes[-2 if transposed else -1]
+            if not row and rows_n % ways == 0 and graph.nodes[source].data_size % ways == 0:
+                specs[("node", source)] = PartitionSpec(axis)
+                reaches_column[n] = True
+            continue
         j = const_of.get(source)
         if j is None:
             reaches_column[n] = upstream  # a product of two activations (attention scores)
             continue
-        a = srcs.get(a_slot)
-        row = a is not None and reaches_column[a]
         b = node.b_tensor
         shape = imported.constants[j].shape
         if j in fixed:
@@ -403,9 +429,13 @@ def _single(desc: Any) -> bool:
     return desc is None or desc.element_count <= 1
 
 
-# A weight read through its dequantization (a QDQ model's DequantizeLinear): the rule splits
-# the quantized constant (the dequantization is element-wise, of the same sizes).
-_DEQUANTIZE = "DML_OPERATOR_ELEMENT_WISE_DEQUANTIZE_LINEAR"
+# A weight read through its dequantization (a QDQ model's DequantizeLinear, element-wise, of
+# the same sizes; MatMulNBits's DEQUANTIZE, one scale a block of K): the rule splits the
+# quantized constant.
+_DEQUANTIZE = frozenset({
+    "DML_OPERATOR_ELEMENT_WISE_DEQUANTIZE_LINEAR",
+    "DML_OPERATOR_DEQUANTIZE",
+})  # fmt: skip
 
 # The matrix products whose B the rule splits: GEMM, and the integer ones of quantized models
 # (MatMulInteger, QDQ pairs fused to MatMulIntegerToFloat, QLinearMatMul), whose B is {K, N}.

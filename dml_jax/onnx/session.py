@@ -280,6 +280,7 @@ class InferenceSession(ProgramCache):
             inits = {i.name: (list(i.dims), i.data_type) for i in graph.initializer}
             self._layout = MeshLayout(mesh, shardings, described, inits)
             self._output_dims = {o.name: dims_of(o.type) for o in graph.output}
+            self._disabled |= self._layout.disabled_rewrites
 
     @property
     def compiler_options(self) -> dict[str, Any]:
@@ -626,9 +627,12 @@ class InferenceSession(ProgramCache):
                 cache[key] = place(to_graph_array(self.params[p], f"initializer '{p}'"), s)
             out[p] = cache[key]
         whole = NamedSharding(self.mesh, PartitionSpec())
+        nodes = dict(program.layout.nodes)
         for key, h in program.held.items():
-            # a constant graph input the layout splits (an int8 weight) placed so; else whole
-            split = program.layout.constants[h.target] if isinstance(h.target, int) else None
+            # a constant graph input or data node the layout splits (an int8 weight, a column
+            # product's 4-bit codes) placed so; else whole
+            t = h.target
+            split = program.layout.constants[t] if isinstance(t, int) else nodes.get(t[0])
             s = split if split is not None else whole
             if (h.same, s) not in cache:
                 cache[h.same, s] = place(h.value(), s)
