@@ -228,6 +228,7 @@ def main() -> None:
         import tempfile
 
         import jax.numpy as jnp
+        import onnx
 
         from dml_jax.bench import decoders
         from dml_jax.onnx import program as program_module
@@ -260,6 +261,10 @@ def main() -> None:
             {sh.data.shape for sh in held[k].addressable_shards} == {(held[k].shape[0] // 2,)}
             for k in split
         )
+        # layout() names each split code by its MatMulNBits B initializer
+        initializers = {i.name for i in onnx.load(path).graph.initializer}
+        named = [n for n, spec in s.layout().items() if n in initializers and any(spec)]
+        blocks = blocks and len(named) == len(split)
         found = hlo.collectives(text)
         # 2 layers: two all-reduces each, of the step's 2 x 1 tokens of 32 float32 features
         minimum = {"all-reduce": {"count": 2 * 2, "bytes": 2 * 2 * 2 * 32 * 4}}

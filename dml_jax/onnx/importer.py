@@ -310,6 +310,7 @@ class Builder:
         # the initializers' values (``Value.const``, alive while the graph is walked) by id:
         # their names, for the constants that are initializers unchanged
         self.initializers: dict[int, str] = {}
+        self.node_names: dict[int, str] = {}  # constant data nodes made of an initializer's bytes
         # (("input", i) | ("const", j), the identity node that reads that graph input)
         self._graph_inputs: list[tuple[tuple[str, int], int]] = []
 
@@ -345,13 +346,19 @@ class Builder:
         self._graph_inputs.append((("input", index), n))
         return n
 
-    def constant_data(self, data: np.ndarray, data_type: DataType, shape: Sequence[int]) -> Value:
+    def constant_data(
+        self, data: np.ndarray, data_type: DataType, shape: Sequence[int], of: Value | None = None
+    ) -> Value:
         """A constant the graph holds itself (a ``ConstantDataNode``: DirectML's constant data
         node), for a type no ELEMENT_WISE_IDENTITY takes, so that no graph input can enter
         through one: UINT4 / INT4, whose ``data`` are DirectML's packed bytes (two elements a
         byte, element 0 in the low nibble). Each reader reads the bytes through its own desc;
-        the value is ``shape`` elements of ``data_type``. No parameter can replace it."""
+        the value is ``shape`` elements of ``data_type``. No parameter can replace it. ``of``:
+        the value whose bytes these are, named after it where it is an initializer."""
         n = self._append(ConstantDataNode(np.ascontiguousarray(data)))
+        name = None if of is None else self.initializers.get(id(of.const))
+        if name is not None:
+            self.node_names[n] = name
         return Value(tuple(int(d) for d in shape), data_type, ("node", n, 0))
 
     def materialize(self, v: Value) -> Value:
@@ -392,6 +399,9 @@ class ImportedGraph:
         params: for each constant, the initializer it is when it is a parameter, else None.
         constant_names: for each constant, the initializer it is unchanged (a parameter or an
             integer weight), else None (a folded value).
+        node_names: ``(ConstantDataNode, initializer)`` for the constant data nodes that hold
+            an initializer's bytes (MatMulNBits's 4-bit codes): by node, not index, which the
+            graph optimizations change.
         input_dtypes, output_dtypes: the ONNX NumPy dtypes (int64, bool, ...).
         origin: for each DML node, the index of the ONNX node it came from.
         onnx_nodes: a line per ONNX node, ``(where, how)``: how it was imported ("dml",
@@ -425,6 +435,7 @@ class ImportedGraph:
     layouts: tuple[tuple[str, str, Any], ...] = ()
     optimizations: tuple[tuple[str, int], ...] = ()
     constant_names: tuple[str | None, ...] = ()
+    node_names: tuple[tuple[Any, str], ...] = ()
 
     @property
     def constant_bytes(self) -> int:

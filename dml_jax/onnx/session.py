@@ -359,9 +359,9 @@ class InferenceSession(ProgramCache):
     def layout(self, shapes: Sequence[Sequence[int]] | None = None) -> dict[str, Any]:
         """On a mesh, where the program for inputs of ``shapes`` (default: the last one
         compiled) places each model input, initializer and output: ``{name: PartitionSpec}``.
-        The initializers named are the parameters and the integer weights the program reads
-        unchanged (a quantized model's); one absent from it is a constant the program embeds,
-        replicated, or one folded into another value."""
+        The initializers named: the parameters, the integer weights the program reads unchanged
+        and the 4-bit codes it splits (a quantized model's); one absent is embedded whole in the
+        program, held whole on each device, or folded into another value."""
         if self._layout is None:
             raise ValidationError(f"{ONNX}: layout: the session has no mesh")
         program = self._program_or_last(shapes, "layout")
@@ -371,6 +371,8 @@ class InferenceSession(ProgramCache):
         out.update(
             {n: s.spec for n, s in zip(names, lay.constants) if n is not None and s is not None}
         )
+        named = dict(imp.node_names)  # the 4-bit codes the layout splits, by initializer
+        out.update({named[c]: s.spec for n, s in lay.nodes if (c := imp.graph.nodes[n]) in named})
         out.update({n: s.spec for n, s in zip(imp.output_names, lay.outputs)})
         return out
 

@@ -643,6 +643,9 @@ def graph_desc(walk: Walk, names: dict, out_values: list[Value]) -> ImportedGrap
         names["output_consts"],
         names.get("layouts", ()),
         constant_names=tuple(constant_names),
+        node_names=tuple(
+            (builder.nodes[n], k) for n, k in builder.node_names.items() if n in index
+        ),
     )
 
 

@@ -643,7 +643,7 @@ def _matmul_nbits(ctx, node, inputs):
         )
     code_type = _code_type(bits)
     if bits == 4:  # B's bytes are DirectML's UINT4 {N, padded K} as they are
-        q = ctx.builder.constant_data(data, code_type, (n, padded))
+        q = ctx.builder.constant_data(data, code_type, (n, padded), of=b)
     else:
         q = _codes(ctx, _unpacked(data, bits, n, padded), bits)
     if scales.data_type != t or math.prod(scales.shape) != n * blocks:
