@@ -397,10 +397,12 @@ def tensor_parallel_specs(
         a = srcs.get(a_slot)
         row = a is not None and reaches_column[a]
         if isinstance(graph.nodes[source], ConstantDataNode):
-            # 4-bit codes {N, K} held as their packed bytes, N first: a column split is a split
-            # of the bytes into N's blocks; a row split (of K) has no such view and stays whole
-            rows_n = node.b_tensor.sizes[-2 if transposed else -1]
-            if not row and rows_n % ways == 0 and graph.nodes[source].data_size % ways == 0:
+            # 4-bit codes {N, K} held as their packed bytes, N first (read with TransB): a column
+            # split is a split of the bytes into N's blocks; a row split (of K) has no such view
+            # and stays whole, as do codes held K first
+            rows_n = node.b_tensor.sizes[-2]
+            size = graph.nodes[source].data_size
+            if transposed and not row and rows_n % ways == 0 and size % ways == 0:
                 specs[("node", source)] = PartitionSpec(axis)
                 reaches_column[n] = True
             continue
