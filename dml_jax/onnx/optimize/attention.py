@@ -240,7 +240,7 @@ def _match(g: Editor, sm: int) -> _Match | None:
     pv = user[0]
     d = g.nodes[pv]
     if d.operator_type != "DML_OPERATOR_GEMM" or d.c_tensor is not None:
-        return _declined("the second GEMM has a C", None)
+        return _declined("the probabilities are read by no GEMM, or by one with a C", None)
     if d.fused_activation is not None or d.alpha != 1.0 or d.trans_a.name != "NONE":
         return _declined("the second GEMM has an activation, an Alpha or a transposed A", None)
     if not _contiguous(g.input_desc(pv, 0), count):
