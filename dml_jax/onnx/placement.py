@@ -273,9 +273,15 @@ class MeshLayout:
         planned = {}
         if self.model_axis is not None and imported.graph is not None:
             fixed = {j: self.specs[p] for j, p in enumerate(imported.params) if p in self.specs}
-            planned = tensor_parallel_specs(
-                imported, self.model_axis, self.mesh.shape[self.model_axis], fixed
-            )
+            ways = self.mesh.shape[self.model_axis]
+            # a decoder's key and value projections, where the axis does not divide its heads
+            whole = frozenset(
+                shape[dim] * shape[-1]
+                for name, shape in zip(imported.input_names, imported.input_shapes)
+                if (dim := heads.get(name)) is not None and dim < len(shape)
+                and shape[dim] % ways
+            )  # fmt: skip
+            planned = tensor_parallel_specs(imported, self.model_axis, ways, fixed, whole)
         nodes = tuple(
             (key[1], self.sharding(spec)) for key, spec in planned.items() if isinstance(key, tuple)
         )
@@ -336,29 +342,41 @@ class MeshLayout:
 
 
 def tensor_parallel_specs(
-    imported: ImportedGraph, axis: str, ways: int, fixed: Mapping[int, PartitionSpec] | None = None
-) -> dict[int, Any]:
+    imported: ImportedGraph,
+    axis: str,
+    ways: int,
+    fixed: Mapping[int, PartitionSpec] | None = None,
+    whole: frozenset = frozenset(),
+) -> dict[Any, Any]:
     """Megatron tensor parallelism decided on the imported DML graph: for each constant graph
     input read as the B matrix of a GEMM (a parameter, or a constant: the integer weight of a
-    quantized model, read by the integer products of ``_PRODUCTS`` or through a QDQ model's
+    quantized model, read by the integer products of ``_PRODUCTS`` or through its
     dequantization), the ``PartitionSpec`` that splits it over mesh axis ``axis`` (``ways``
-    devices), by constant index.
+    devices), by constant index; and for each constant data node so read (MatMulNBits's 4-bit
+    codes, held as packed bytes {N, K / 2}, N first) that a column split divides, the split of
+    its bytes, under the key ``("node", node index)``. A row split of such codes (along K) has
+    no view of the packed bytes: they stay whole, the product's partial sums all-reduced as
+    for the others.
 
     The rule pairs the GEMMs of each block without knowing layer names. Walking the graph with
     each node after its sources, a parameter GEMM whose A operand is computed (through any
     nodes but other parameter GEMMs) from the output of a column-split GEMM is split by rows
     (its K dimension: each device multiplies its slice of the activations, and the partial sums
-    are all-reduced); every other parameter GEMM is split by columns (its N dimension: each device computes its slice of the
-    outputs, no communication). So attention's Q, K and V projections split by columns (and the
-    heads with them, when the head count divides), the output projection by rows; an MLP's first
-    matrix by columns and its second by rows; two all-reduces per transformer layer. A column
-    split reaches a node only through inputs of more than one value: a dynamically quantized
-    product's scale, computed from its row-split input, does not carry it past the product
-    (which then adds one small all-reduce of that input's range). Norms,
-    biases, embeddings and everything else stay replicated. A weight whose dimension does not
-    divide stays replicated (and counts as not split), and so does one placed explicitly
-    (``fixed``, by constant index) unless its spec splits the N dimension over ``axis``. Results
-    never depend on this choice: GSPMD inserts whatever communication the layout needs.
+    are all-reduced); every other parameter GEMM is split by columns (its N dimension: each
+    device computes its slice of the outputs, no communication). So attention's Q, K and V
+    projections split by columns (and the heads with them, when the head count divides), the
+    output projection by rows; an MLP's first matrix by columns and its second by rows; two
+    all-reduces per transformer layer. A column split reaches a node only through inputs of
+    more than one value: a dynamically quantized product's scale, computed from its row-split
+    input, does not carry it past the product (which then adds one small all-reduce of that
+    input's range). Norms, biases, embeddings and everything else stay replicated. A weight
+    whose dimension does not divide stays replicated (and counts as not split), and so does a
+    product of ``whole`` output columns that would be split by them (a decoder's key and value
+    projections where the axis does not divide its key-value heads: each device's block would
+    cut a head, and the attention's inputs would move between devices), and one placed
+    explicitly (``fixed``, by constant index) unless its spec splits the N dimension over
+    ``axis``. Results never depend on this choice: GSPMD inserts whatever communication the
+    layout needs.
     """
     graph = imported.graph
     fixed = fixed or {}
@@ -396,6 +414,8 @@ def tensor_parallel_specs(
             source = sources[source][0]
         a = srcs.get(a_slot)
         row = a is not None and reaches_column[a]
+        if not row and node.output_tensor.sizes[-1] in whole:
+            continue  # replicated: its columns' blocks would cut the heads
         if isinstance(graph.nodes[source], ConstantDataNode):
             # 4-bit codes {N, K} held as their packed bytes, N first (read with TransB): a column
             # split is a split of the bytes into N's blocks; a row split (of K) has no such view
