@@ -34,7 +34,7 @@ from ..graph import ConstantDataNode
 from ..graph.validation import topological_order
 from ..sharding import mesh_axes, ways
 from ..tensor import packed_strides
-from .elements import ONNX
+from .elements import ONNX, to_graph_array
 from .importer import ImportedGraph
 
 MODEL_AXIS = "model"
@@ -86,6 +86,38 @@ def fetch(array: jax.Array) -> np.ndarray:
     from jax.experimental import multihost_utils
 
     return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+
+
+def program_params(
+    program: Any, params: Mapping[str, Any], mesh: Mesh, cache: dict
+) -> dict[str, Any]:
+    """A session program's arguments on ``mesh``: its parameters (``params`` by initializer
+    name) placed as its layout says, each device receiving only its block, and its large
+    constants that are no parameter (``Program.held``: 4-bit codes, integer weights) as
+    arguments rather than compiled in, as on one device: placed as the layout splits them (a
+    constant graph input, or a column-parallel product's 4-bit codes), else whole on every
+    device. ``cache`` keeps each placed value by value and sharding (and x64 mode), so that
+    programs for other shapes share them."""
+    x64 = bool(jax.config.read("jax_enable_x64"))
+    layout = program.layout
+    out = {}
+    for p, s in zip(program.imported.params, layout.constants):
+        if p is None or p not in params:
+            continue
+        key = (p, s, x64)
+        if key not in cache:
+            cache[key] = place(to_graph_array(params[p], f"initializer '{p}'"), s)
+        out[p] = cache[key]
+    whole = NamedSharding(mesh, PartitionSpec())
+    nodes = dict(layout.nodes)
+    for key, h in program.held.items():
+        t = h.target  # a constant graph input's index, or a data node's (index, type)
+        split = layout.constants[t] if isinstance(t, int) else nodes.get(t[0])
+        s = split if split is not None else whole
+        if (h.same, s) not in cache:
+            cache[h.same, s] = place(h.value(), s)
+        out[key] = cache[h.same, s]
+    return out
 
 
 @dataclass(frozen=True)

@@ -609,37 +609,12 @@ class InferenceSession(ProgramCache):
         return cache if names is None else {k: cache[k] for k in names}
 
     def _mesh_params(self, program: Program) -> dict[str, Any]:
-        """The program's parameters placed as its layout says, each device receiving only its
-        block (cached per parameter and sharding: programs for other shapes share them), and
-        its large constants that are no parameter (``Program.held``: 4-bit codes, integer
-        weights) as arguments rather than compiled in, as on one device: placed as the layout
-        splits them, else whole on every device."""
-        x64 = bool(jax.config.read("jax_enable_x64"))
+        """The program's parameters and held constants placed as its layout says
+        (``placement.program_params``), each placed once per sharding for every program."""
+        from .placement import program_params
+
         cache = self.__dict__.setdefault("_on_mesh", {})
-        from jax.sharding import NamedSharding, PartitionSpec
-
-        from .placement import place
-
-        out = {}
-        for p, s in zip(program.imported.params, program.layout.constants):
-            if p is None or p not in self.params:
-                continue
-            key = (p, s, x64)
-            if key not in cache:
-                cache[key] = place(to_graph_array(self.params[p], f"initializer '{p}'"), s)
-            out[p] = cache[key]
-        whole = NamedSharding(self.mesh, PartitionSpec())
-        nodes = dict(program.layout.nodes)
-        for key, h in program.held.items():
-            # a constant graph input or data node the layout splits (an int8 weight, a column
-            # product's 4-bit codes) placed so; else whole
-            t = h.target
-            split = program.layout.constants[t] if isinstance(t, int) else nodes.get(t[0])
-            s = split if split is not None else whole
-            if (h.same, s) not in cache:
-                cache[h.same, s] = place(h.value(), s)
-            out[key] = cache[h.same, s]
-        return out
+        return program_params(program, self.params, self.mesh, cache)
 
     def apply(self, params: Mapping[str, Any] | None, *inputs: Any) -> tuple:
         """The model as a pure function of its parameters and inputs (one array per input of
