@@ -37,7 +37,7 @@ from jax.sharding import PartitionSpec as P
 
 import dml_jax as dml
 from dml_jax import fastpath, hlo
-from dml_jax.kernels import gemm, gemm_shards
+from dml_jax.kernels import gemm
 
 T = dml.TensorDesc
 CALLS: list = []
@@ -123,20 +123,6 @@ def products(mesh) -> dict:
     r["relative_error"] = error(r.pop("got"), want)
     out["GEMM column-parallel, PER_SHARD off"] = r
     fastpath.PER_SHARD = True
-    # K's sums as each device's partial products plus the other's, in two blocks of rows
-    # (gemm_shards.PAIR_PERMUTE, SUM_CHUNKS): the all-reduce's bits
-    row_specs = (P(None, "x"), P(None, "x"), P())
-    plain = run(op.fn, (a, b, c), mesh, row_specs, P())
-    gemm_shards.PAIR_PERMUTE, gemm_shards.SUM_CHUNKS = True, 2
-    jax.clear_caches()  # (the switches are read as a program compiles)
-    try:
-        r = run(op.fn, (a, b, c), mesh, row_specs, P())
-    finally:
-        gemm_shards.PAIR_PERMUTE, gemm_shards.SUM_CHUNKS = False, 1
-        jax.clear_caches()
-    r["same_bits"] = bool(np.array_equal(r["got"], plain["got"]))
-    r["relative_error"] = error(r.pop("got"), want)
-    out["GEMM row-parallel, pair permute in two blocks"] = r
     # many rows, few columns (a layer's tokens by a narrow weight): B is the one gathered
     tall = dml.GemmOperatorDesc(T("FLOAT16", (2048, k)), T("FLOAT16", (256, k)),
                                 T("FLOAT16", (2048, 256), strides=(0, 1)),
@@ -195,18 +181,8 @@ def gpt_layer(mesh) -> dict:
     with fastpath.target_platform("cuda"):
         jaxpr = jax.make_jaxpr(split._jitted)(*args).jaxpr
         text = split._jitted.lower(*args).compile().as_text()
-        # the sums as each device's partial products plus the other's (gemm_shards'
-        # PAIR_PERMUTE, read when the program compiles)
-        gemm_shards.PAIR_PERMUTE = True
-        jax.clear_caches()  # (else jax returns the program compiled above)
-        try:
-            paired = split._jitted.lower(*args).compile()
-        finally:
-            gemm_shards.PAIR_PERMUTE = False
-            jax.clear_caches()
     return {"GPT layer, tensor-parallel": {"outside": outside(jaxpr), "regions": regions(jaxpr),
-                                           "collectives": hlo.collectives(text),
-                                           "paired": hlo.collectives(paired.as_text())}}  # fmt: skip
+                                           "collectives": hlo.collectives(text)}}  # fmt: skip
 
 
 def two_axes(_) -> dict:

@@ -76,15 +76,6 @@ def test_per_shard_off_gives_way_to_lax(report):
     assert [[256, 512], [512, 512]] not in got["calls"], got["calls"]
 
 
-def test_pair_permute_sums_in_blocks_keep_the_all_reduces_bits(report):
-    """``gemm_shards.PAIR_PERMUTE`` and ``SUM_CHUNKS = 2`` on the row-parallel GEMM: each of
-    the two blocks of rows summed as each device's partial products plus the other's (one
-    collective-permute a block, no all-reduce), bit for bit the all-reduce's result."""
-    got = report["GEMM row-parallel, pair permute in two blocks"]
-    assert got["same_bits"] and got["relative_error"] < TOLERANCE
-    assert got["collectives"] == {"collective-permute": 2} and got["outside"] == 0
-
-
 def test_gpt_layer_runs_its_four_products_per_shard(report):
     """The QKV projection (heads written apart for the attention), the first MLP product with
     its GELU and the two row-parallel products with their residual adds each sit in a
@@ -94,10 +85,7 @@ def test_gpt_layer_runs_its_four_products_per_shard(report):
     # Megatron's minimum: an all-reduce after the attention block and one after the MLP, each
     # of the layer's float16 activations (2 x 128 tokens of 512 features), and nothing else
     minimum = {"all-reduce": {"count": 2, "bytes": 2 * (2 * 128) * 512 * 2}}
-    # gemm_shards.PAIR_PERMUTE: the same two sums, each a collective-permute of the partial
-    # products in place of the all-reduce
-    paired = {"collective-permute": minimum["all-reduce"]}
-    assert got == {"outside": 0, "regions": 4, "collectives": minimum, "paired": paired}
+    assert got == {"outside": 0, "regions": 4, "collectives": minimum}
 
 
 def test_worker_reports_every_case(report):
@@ -105,7 +93,6 @@ def test_worker_reports_every_case(report):
         "GPT layer, tensor-parallel",
         "GEMM column-parallel, PER_SHARD off",
         "GEMM column-parallel, shards narrower than the kernel's tiles",
-        "GEMM row-parallel, pair permute in two blocks",
     ]
     assert sorted(report) == sorted([*CASES, *extra]), report
 

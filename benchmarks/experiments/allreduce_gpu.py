@@ -6,8 +6,8 @@ NCCL setting to compare them (``NCCL_PROTO``, ``NCCL_MIN_NCHANNELS``...: NCCL re
 environment once, when XLA creates its communicators).
 
 On two devices it also times the same sum as each device adding what the other sends it
-(``x + ppermute(x)``, the form ``gemm_shards.PAIR_PERMUTE`` gives a split product's partial
-sums; the same bits as ``psum``): XLA's collective-permute runs on NCCL's send and receive
+(``x + ppermute(x)``, the form a split product's partial sums would take; the same bits as
+``psum``): XLA's collective-permute runs on NCCL's send and receive
 kernels, or with ``--xla_gpu_use_memcpy_local_p2p=true`` in ``XLA_FLAGS`` as a copy between
 the GPUs (the copy engines, no multiprocessor), which could run beside a product. And both
 forms beside a float16 product of the stack's first MLP shape ({8192, 1024} x {1024, 2048}),

@@ -22,14 +22,11 @@ collectives with the products.
 
 Usage (a machine of two GPUs, repository root): ``PYTHONPATH=. python3
 benchmarks/experiments/tp_profile_gpu.py [--only gpt reduce0 graph] [--layers 12]
-[--no-per-shard] [--pair-permute] [--sum-chunks N]``; writes ``$OUT/tp_profile.json`` when
-``OUT`` is set. ``--no-per-shard``: the GEMM kernel gives way to lax in the split programs, as
-before it ran on each device's shards (``fastpath.PER_SHARD``). ``--pair-permute`` and
-``--sum-chunks``: the row-parallel products' sums as ``gemm_shards.PAIR_PERMUTE`` and
-``SUM_CHUNKS`` say (with ``--xla_gpu_use_memcpy_local_p2p=true`` in ``XLA_FLAGS`` the
-collective-permutes copy on the GPUs' copy engines, which can run beside the products);
-``--sum-forms psum:1 pair:1 pair:4`` times one split program per form in one process (the
-switches are read as each program compiles), ``--split-only`` leaves out the one-GPU run.
+[--no-per-shard] [--split-only]``; writes ``$OUT/tp_profile.json`` when ``OUT`` is set.
+``--no-per-shard``: the GEMM kernel gives way to lax in the split programs, as before it ran on
+each device's shards (``fastpath.PER_SHARD``); ``--split-only`` leaves out the one-GPU run. (The
+sums as pair permutes in blocks of rows, ``--sum-forms``, timed no faster on two H200s and went
+with ``gemm_shards``' switches: git history, benchmarks/experiments/README.md.)
 """
 
 from __future__ import annotations
@@ -109,37 +106,25 @@ def programs(args):
     def sync(out):
         jax.block_until_ready(out)
 
-    from dml_jax.kernels import gemm_shards
-
     devices = jax.devices()
     for count in (1, args.devices)[1 if args.split_only else 0 :]:
         mesh = jax.make_mesh((count,), ("x",), devices=devices[:count])
         for name, data_axis, out in (("gpt", None, P()), ("gpt-sp", "x", P("x", None))):
             if name not in args.only:
                 continue
-            # the sums' forms (gemm_shards' switches, read as each program compiles)
-            forms = args.sum_forms if count > 1 and args.sum_forms else [None]
-            for form in forms:
-                label = name if form is None else f"{name}[{form}]"
-                if form is not None:
-                    kind, chunks = form.split(":")
-                    gemm_shards.PAIR_PERMUTE = kind == "pair"
-                    gemm_shards.SUM_CHUNKS = int(chunks)
-                    jax.clear_caches()  # (read as XLA compiles: not a compiled program again)
-                net = (
-                    networks.gpt_stack(8, 1024, 1024, 16, args.layers, "FLOAT16")
-                    if args.full
-                    else networks.gpt_stack(2, 64, 64, 4, 2, "FLOAT16")
-                )
-                ins = networks.shardings(net, mesh, data_axis, "x")
-                g = net.compile(in_shardings=ins, out_shardings=NamedSharding(mesh, out))
-                values = [
-                    jax.device_put(a, s)
-                    for a, s in zip(net.arguments(x=net.example_data()["x"]), ins)
-                ]
-                text = g._jitted.lower(*values).compile().as_text()
-                yield (label, count), (lambda g=g, v=values: g(*v)), sync, text
-                del net, g, values
+            net = (
+                networks.gpt_stack(8, 1024, 1024, 16, args.layers, "FLOAT16")
+                if args.full
+                else networks.gpt_stack(2, 64, 64, 4, 2, "FLOAT16")
+            )
+            ins = networks.shardings(net, mesh, data_axis, "x")
+            g = net.compile(in_shardings=ins, out_shardings=NamedSharding(mesh, out))
+            values = [
+                jax.device_put(a, s) for a, s in zip(net.arguments(x=net.example_data()["x"]), ins)
+            ]
+            text = g._jitted.lower(*values).compile().as_text()
+            yield (name, count), (lambda g=g, v=values: g(*v)), sync, text
+            del net, g, values
         for name in [n for n in args.only if n.startswith("gpt-mb") or n == "gpt-lax"]:
             call, sync, text = _microbatched(args, name, mesh, count)
             yield (name, count), call, sync, text
@@ -201,23 +186,13 @@ def main() -> None:
     p.add_argument("--small", dest="full", action="store_false", help="tiny sizes (a CPU check)")
     p.add_argument("--no-per-shard", action="store_true",
                    help="kernels give way to lax in the split programs (fastpath.PER_SHARD off)")  # fmt: skip
-    p.add_argument("--pair-permute", action="store_true",
-                   help="split products' sums over two devices as x + ppermute(x) "
-                        "(gemm_shards.PAIR_PERMUTE)")  # fmt: skip
-    p.add_argument("--sum-chunks", type=int, default=1,
-                   help="split products' sums in this many blocks of rows (gemm_shards.SUM_CHUNKS)")  # fmt: skip
-    p.add_argument("--sum-forms", nargs="*", default=[],
-                   help="split GPT programs, one a form of their sums: 'psum:1', 'pair:4' "
-                        "(gemm_shards.PAIR_PERMUTE, SUM_CHUNKS; in one process)")  # fmt: skip
     p.add_argument("--split-only", action="store_true", help="the split programs alone")
     args = p.parse_args()
     import jax
 
     from dml_jax import fastpath
-    from dml_jax.kernels import gemm_shards
 
     fastpath.PER_SHARD = not args.no_per_shard
-    gemm_shards.PAIR_PERMUTE, gemm_shards.SUM_CHUNKS = args.pair_permute, args.sum_chunks
 
     print(jax.devices()[0].device_kind, len(jax.devices()), jax.__version__, flush=True)
     results = {}

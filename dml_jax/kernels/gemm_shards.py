@@ -22,18 +22,6 @@ its factors:
 The factor rule is also given to Shardy (``sharding_rule``) so that propagation sees the
 product's factors rather than an opaque call.
 
-Two switches change how K's partial products are summed (both off by default: on two H200s
-neither made the GPT stack's split faster, ``benchmarks/experiments/tp_profile_gpu.py``). XLA
-reads them through the partition rule as it compiles a program, and jax keeps compiled
-programs: set them before the first compile, or call ``jax.clear_caches()`` after changing
-them.
-
-- ``SUM_CHUNKS``: the partial products computed and summed in that many blocks of rows, so that
-  one block's sum can run beside the next block's product (where M divides; else one block).
-- ``PAIR_PERMUTE``: over K axes of two devices, each device adds what the other sends it
-  (``x + ppermute(x)``: the same bits as ``psum``, the sum of two terms being commutative)
-  instead of an all-reduce. XLA's collective-permute can copy between GPUs on their copy
-  engines (``--xla_gpu_use_memcpy_local_p2p``), leaving the multiprocessors to the products.
 """
 
 from __future__ import annotations
@@ -43,14 +31,10 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from ..sharding import mesh_axes, ways
-
-SUM_CHUNKS = 1
-PAIR_PERMUTE = False
 
 
 def _spec(sharding: Any, rank: int) -> tuple:
@@ -181,14 +165,12 @@ def partitioned(
             ):
                 scatter = wanted[0]
 
-        pair = PAIR_PERMUTE and len(k_axes) == 1 and ways(mesh, found["k"]) == 2
-
         def lower(*args):
             a, b, c, r = split(args)
             if not k_axes:
                 return whole(a, b, c, r)
             if scatter is None:
-                return finish(_summed(partial, a, b, k_axes, pair), c, r)
+                return finish(jax.lax.psum(partial(a, b), k_axes), c, r)
             summed = jax.lax.psum_scatter(partial(a, b), k_axes, scatter_dimension=0, tiled=True)
             return finish(summed, c, r)
 
@@ -202,18 +184,3 @@ def partitioned(
         **forms.sizes(),
     )
     return fn
-
-
-def _summed(partial: Callable, a: Any, b: Any, axes: tuple, pair: bool) -> Any:
-    """``partial(a, b)`` summed over the mesh ``axes`` (in ``SUM_CHUNKS`` blocks of rows; with
-    ``pair``, over one axis of two devices, as each device's block plus the other's)."""
-    chunks = SUM_CHUNKS if SUM_CHUNKS > 1 and a.shape[0] % SUM_CHUNKS == 0 else 1
-    rows = a.shape[0] // chunks
-    sums = []
-    for i in range(chunks):
-        p = partial(a[i * rows : (i + 1) * rows], b)
-        if pair:
-            sums.append(p + jax.lax.ppermute(p, axes[0], [(0, 1), (1, 0)]))
-        else:
-            sums.append(jax.lax.psum(p, axes))
-    return sums[0] if chunks == 1 else jnp.concatenate(sums)
