@@ -185,52 +185,52 @@ def main() -> None:
         ok = ok and second.startswith("ONNX: input 'x': its sharding splits dimension 0 (size 2")
         return ok, f"{detail}; {message}; {second}"
 
-    def generation():
-        # The tiny LLaMA decoder step (2 layers, 4 heads, 2 key-value heads): greedy tokens on a
-        # (data, model) mesh and on a model axis equal the one-device ones for prompts of two
-        # lengths; the cache is split over the heads; a decode step communicates only the two
-        # all-reduces a layer of Megatron's split.
+    # the tiny LLaMA decoder's step (2 layers) at batch 2: Megatron's two all-reduces a layer,
+    # each of the step's 2 x 1 tokens of 32 float32 features, and nothing else
+    step_minimum = {"all-reduce": {"count": 2 * 2, "bytes": 2 * 2 * 2 * 32 * 4}}
+
+    def generated_on(path, mesh, prompts, new):
+        """``Generator`` over ``path`` on ``mesh``: (it, after ``new`` tokens of the prompts,
+        the parameters of its decode step and that step's collectives, as compiled)."""
         import jax.numpy as jnp
 
-        from dml_jax.onnx.generation import Generator, GeneratorParams, generate
+        from dml_jax.onnx.generation import Generator, GeneratorParams
+
+        s = InferenceSession(path, mesh=mesh)
+        length = max(map(len, prompts)) + new
+        g = Generator(s, GeneratorParams(s, max_length=length, batch_size=len(prompts)))
+        g.append_tokens(prompts)
+        g.generate_until_done()
+        fn, program = g._fns._steps_fn(len(prompts), g._step_key(g._length - 1), 0, 1)
+        params = g._fns._params_for(program)
+        state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
+        text = fn.lower(params, state, jnp.int32(g._length - 1)).compile().as_text()
+        return g, params, hlo.collectives(text)
+
+    def generation():
+        # The tiny LLaMA decoder step (2 layers, 4 heads, 2 key-value heads): greedy tokens on a
+        # (data, model) mesh and on model axes of 2 and 4 equal the one-device ones for prompts
+        # of two lengths; on 2 (which divides the key-value heads) the cache is split over the
+        # heads; on 4 (which does not) the key and value projections stay whole (split, their
+        # blocks would cut the heads and the attention's inputs would move between devices), the
+        # query heads split; a decode step on either communicates only Megatron's minimum.
+        from dml_jax.onnx.generation import generate
 
         here = os.path.dirname(os.path.abspath(__file__))
         path = os.path.join(here, "data", "decoders", "tiny_llama_step.onnx")
         prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
         want = generate(InferenceSession(path), prompts, 24)
         details, ok = [], True
-        for shape, names in (((2, 2), ("data", "model")), ((2,), ("model",))):
-            s = InferenceSession(path, mesh=jax.make_mesh(shape, names))
-            g = Generator(s, GeneratorParams(s, max_length=29, batch_size=2))
-            g.append_tokens(prompts)
-            g.generate_until_done()
+        for shape, names in (((2, 2), ("data", "model")), ((2,), ("model",)), ((4,), ("model",))):
+            g, _, found = generated_on(path, jax.make_mesh(shape, names), prompts, 24)
             same = bool((g.generated == want).all())
             spec = g._cache[0].sharding.spec
-            ok = ok and same and "model" in tuple(spec) and spec[1] == "model"
-            details.append(f"{names}: tokens equal {same}, cache {spec}")
-        fn, program = g._fns._steps_fn(2, g._step_key(g._length - 1), 0, 1)
-        state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
-        text = fn.lower(g._fns._params_for(program), state, jnp.int32(g._length - 1))
-        # the decoder's 2 layers: two all-reduces each, of the step's 2 x 1 tokens of 32
-        # float32 features
-        found = hlo.collectives(text.compile().as_text())
-        minimum = {"all-reduce": {"count": 2 * 2, "bytes": 2 * 2 * 2 * 32 * 4}}
-        ok = ok and found == minimum
-        # Over 4 devices, which do not divide the 2 key-value heads: the key and value
-        # projections stay whole (split, their blocks would cut the heads and the attention's
-        # inputs would move between devices), the query heads split; still Megatron's minimum.
-        s = InferenceSession(path, mesh=jax.make_mesh((4,), ("model",)))
-        g = Generator(s, GeneratorParams(s, max_length=29, batch_size=2))
-        g.append_tokens(prompts)
-        g.generate_until_done()
-        same = bool((g.generated == want).all())
-        fn, program = g._fns._steps_fn(2, g._step_key(g._length - 1), 0, 1)
-        state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
-        text = fn.lower(g._fns._params_for(program), state, jnp.int32(g._length - 1))
-        four = hlo.collectives(text.compile().as_text())
-        ok = ok and same and four == minimum
-        details.append(f"4 devices: tokens equal {same}, step collectives {four}")
-        return ok, "; ".join(details) + f"; step collectives {found}"
+            split = "model" in tuple(spec) and spec[1] == "model"
+            ok = ok and same and split == (shape != (4,))
+            if names == ("model",):
+                ok = ok and found == step_minimum
+            details.append(f"{shape}: tokens equal {same}, cache {spec}, step collectives {found}")
+        return ok, "; ".join(details)
 
     def int4_held():
         # The tiny LLaMA decoder with its MatMul weights as 4-bit MatMulNBits, its codes held
@@ -242,12 +242,11 @@ def main() -> None:
         # layer (the codes whole, or Q, K and V joined, it added collective-permutes).
         import tempfile
 
-        import jax.numpy as jnp
         import onnx
 
         from dml_jax.bench import decoders
         from dml_jax.onnx import program as program_module
-        from dml_jax.onnx.generation import Generator, GeneratorParams, generate
+        from dml_jax.onnx.generation import generate
 
         here = os.path.dirname(os.path.abspath(__file__))
         path = os.path.join(tempfile.mkdtemp(), "int4.onnx")
@@ -259,17 +258,10 @@ def main() -> None:
         try:
             prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
             want = generate(InferenceSession(path), prompts, 12)
-            s = InferenceSession(path, mesh=jax.make_mesh((2,), ("model",)))
-            g = Generator(s, GeneratorParams(s, max_length=17, batch_size=2))
-            g.append_tokens(prompts)
-            g.generate_until_done()
-            fn, program = g._fns._steps_fn(2, g._step_key(g._length - 1), 0, 1)
-            params = g._fns._params_for(program)
-            held = {k: v for k, v in params.items() if k.startswith(program_module.HELD)}
-            state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
-            text = fn.lower(params, state, jnp.int32(g._length - 1)).compile().as_text()
+            g, params, found = generated_on(path, jax.make_mesh((2,), ("model",)), prompts, 12)
         finally:
             program_module.HELD_MIN_BYTES = saved
+        held = {k: v for k, v in params.items() if k.startswith(program_module.HELD)}
         same = bool((np.asarray(g.generated) == np.asarray(want)).all())
         split = [k for k, v in held.items() if any(v.sharding.spec)]
         blocks = all(
@@ -278,12 +270,9 @@ def main() -> None:
         )
         # layout() names each split code by its MatMulNBits B initializer
         initializers = {i.name for i in onnx.load(path).graph.initializer}
-        named = [n for n, spec in s.layout().items() if n in initializers and any(spec)]
+        named = [n for n, spec in g.session.layout().items() if n in initializers and any(spec)]
         blocks = blocks and len(named) == len(split)
-        found = hlo.collectives(text)
-        # 2 layers: two all-reduces each, of the step's 2 x 1 tokens of 32 float32 features
-        minimum = {"all-reduce": {"count": 2 * 2, "bytes": 2 * 2 * 2 * 32 * 4}}
-        ok = replaced > 0 and same and len(split) == 5 * 2 and blocks and found == minimum
+        ok = replaced > 0 and same and len(split) == 5 * 2 and blocks and found == step_minimum
         detail = f"{replaced} MatMulNBits; tokens equal {same}; held arguments {len(held)}, "
         return ok, detail + f"split {len(split)} (blocks {blocks}); step collectives {found}"
 
