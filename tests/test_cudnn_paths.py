@@ -176,10 +176,25 @@ def test_attention_expressible_rejects(case):
 
 
 def test_registered_paths():
-    # cuDNN's first; the decode-step kernel (kernels/decode_attention.py) where it declines
+    # the decode-step kernel (kernels/decode_attention.py, which kernels/attention.py imports)
+    # for one query position, which cuDNN's path also leaves to it; cuDNN's for the rest
     for name in ("MULTIHEAD_ATTENTION", "MULTIHEAD_ATTENTION1"):
         paths = [p.name for p in fastpath.fast_paths(f"DML_OPERATOR_{name}")]
-        assert paths == ["cudnn", "decode"]
+        assert paths == ["decode", "cudnn"]
+
+
+def test_one_query_position_is_left_to_the_decode_kernel(monkeypatch):
+    # a decode step (S = 1) the decode-step kernel computes: cuDNN's path declines it while
+    # that kernel is on, and takes it when it is off (the compile check stubbed: no GPU here)
+    from dml_jax.kernels import decode_attention
+
+    monkeypatch.setattr(KA, "_cudnn_compiles", lambda d: True)
+    step, prompt = _attention(s=1, kv=1, past=16), _attention(s=3, kv=3, past=16)
+    dml.validate(step)
+    assert KA.expressible(step) and decode_attention.expressible(step)
+    assert decode_attention.ON and not KA.applies(step) and KA.applies(prompt)
+    monkeypatch.setattr(decode_attention, "ON", False)
+    assert KA.applies(step)
 
 
 @pytest.mark.skipif(CUDA, reason="this process has a CUDA backend")

@@ -185,4 +185,4 @@ def test_what_the_kernel_takes():
         scale=1.0, mask_filter_value=0.0, query_head_count=2, key_value_head_count=2,
     )  # fmt: skip
     assert not K.expressible(lengths)
-    assert not K.applies(desc) or K.ON  # off until timed
+    assert K.applies(desc) == K.expressible(desc)  # on: timed in a decoder (the module says)

@@ -153,8 +153,8 @@ def child(
 
 def attention_form(form: str) -> None:
     """A decode step's attention (one query position) in this process: ``decode``, the
-    decode-step kernel (``kernels/decode_attention.py``); ``lax``, no kernel (the lax lowering
-    of the fused node). Either way cuDNN's path declines one query position here; the default
+    decode-step kernel (``kernels/decode_attention.py``; ``decode:N``, its rows split every N
+    keys, ``SPLIT_KEYS``); ``lax``, no kernel (the lax lowering of the fused node). Either way cuDNN's path declines one query position here; the default
     (no call) leaves it first and the decode kernel off."""
     import dataclasses
 
@@ -166,7 +166,10 @@ def attention_form(form: str) -> None:
     def one_query(d):
         return attention.analyze(d, Validator(d.operator_type)).seq == 1
 
+    form, _, split = form.partition(":")
     decode_attention.ON = form == "decode"
+    if split:
+        decode_attention.SPLIT_KEYS = int(split)
     for name in ("MULTIHEAD_ATTENTION", "MULTIHEAD_ATTENTION1"):
         paths = fastpath._FAST_PATHS[f"DML_OPERATOR_{name}"]
         cudnn = paths["cudnn"]

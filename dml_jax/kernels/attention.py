@@ -50,6 +50,7 @@ from ..errors import Validator
 from ..fastpath import cuda_compiles, register_fast_path
 from ..ops import attention as A
 from ..ops import attention_parts as P
+from . import decode_attention
 
 BOOLEAN_FILTER_BOUND = 32768.0  # jax's mask value for cuDNN in float16 (-2 ** 15)
 SET_FILTER_BOUND = -1000.0  # a replaced logit at or below this counts as excluded
@@ -208,8 +209,9 @@ def _cudnn_compiles(d: Any) -> bool:
 
 
 def applies(d: Any) -> bool:
-    """``expressible`` and compiled by this process's jax, cuDNN and GPU."""
-    return expressible(d) and _cudnn_compiles(d)
+    """``expressible`` and compiled by this process's jax, cuDNN and GPU, and not a decode
+    step that the decode-step kernel takes (``decode_attention.applies``: faster there)."""
+    return expressible(d) and not decode_attention.applies(d) and _cudnn_compiles(d)
 
 
 for _name in ("MULTIHEAD_ATTENTION", "MULTIHEAD_ATTENTION1"):

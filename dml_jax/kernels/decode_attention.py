@@ -24,14 +24,15 @@ grows (another order of the same float32 sums). The output is rounded once to it
 It applies to one query position (S = 1) without past sequence lengths, with head sizes that
 are powers of two up to ``MAX_HEAD``. Rows of more than ``SPLIT_KEYS`` keys are split among
 programs (flash decoding: each split's running maximum, sum and weighted values, combined after
-the call). It is not yet timed on a GPU: off (``ON``).
+the call).
 
 A decoder reaches it where the ONNX import makes its attention one node
 (``onnx/optimize/attention.py``): the tiny LLaMA of tests/data/decoders, in float32 or converted
-to float16, at pasts of 128 positions and more, its run-time mask as a RelativePositionBias
-shared by the heads (read once a sequence here). The 1B-class float16 export's attention was
-not made one node on an H200 (benchmarks/experiments/README.md, ``--attention``); why is not
-yet found (AttentionFusion now logs its reasons).
+to float16, and the 1B-class float16 export (whose float16 probabilities pass through float32
+and back, removed by ``optimize/casts.py``), at pasts of 128 positions and more, the run-time
+mask as a RelativePositionBias shared by the heads (read once a sequence here). Timed in that
+1B-class decoder on an H200 (benchmarks/experiments/README.md, ``decode_step_gpu.py
+--attention``): on, ahead of cuDNN's path.
 """
 
 from __future__ import annotations
@@ -52,14 +53,19 @@ from ..ops._common import wide
 from ..precision import half_precision_allowed
 from .pallas_helpers import load_pallas
 
-# Not yet timed against the lax lowering on a GPU: off (benchmarks/experiments/README.md).
-ON = False
+# One H200, 2026-11-28, the 1B-class decoder (prompt 140, 64 new tokens: 257 keys with the
+# bucket's padding), tokens/s in the generator's loop: float16 with cuDNN's path 867, this kernel
+# 888 (SPLIT_KEYS 256) and 904 (64), the lax lowering 852 (an earlier process); its int4 export
+# 1,039 / 1,140 / 1,144. On.
+ON = True
 BLOCK_KEYS = 64  # key positions a step of a program's loop
 # Long rows of keys are split among programs (flash decoding), each over at least SPLIT_KEYS
 # positions, at most MAX_SPLITS a query head: one program a query head alone is a few dozen
 # programs for a batch of one, each a long serial loop. The splits' running maxima, sums and
-# weighted values are combined after the call (lax: one small kernel).
-SPLIT_KEYS = 256
+# weighted values are combined after the call (lax: one small kernel). In that decoder the
+# kernel took 73 us a token at 256 (2 splits) and 44 at 64 (5 splits), with one more small
+# kernel a layer.
+SPLIT_KEYS = 64
 MAX_SPLITS = 16
 MAX_HEAD = 256  # head sizes (a power of two) a program holds in registers
 NUM_WARPS = 4
