@@ -582,3 +582,32 @@ def test_frozen_runs_name_the_archived_commit(tmp_path):
         report = json.loads((out / "scaling.json").read_text())
         assert report["tree"] == head_tree and report["rows"]
     assert (tmp_path / "frozen" / ".git" / "frozen_from").exists()
+
+
+def test_a_missing_model_source_is_a_skip(monkeypatch, tmp_path):
+    # PyTorch importable but torchvision not: its models are skipped, said why; any other
+    # missing module is an error row
+    import types
+
+    from dml_jax.bench.suites import onnx_models
+
+    ns = types.SimpleNamespace
+    fake = ns(
+        __version__="0", backends=ns(cudnn=ns(), cuda=ns(matmul=ns(), is_available=lambda: False))
+    )
+    monkeypatch.setitem(sys.modules, "torch", fake)
+
+    def run_model(run, name, torch):
+        assert torch is fake
+        missing = "torchvision" if name == "mobilenet_v2" else "dml_jax_helper"
+        raise ModuleNotFoundError(f"No module named '{missing}'", name=missing)
+
+    monkeypatch.setattr(onnx_models, "run_model", run_model)
+    monkeypatch.setattr(onnx_models, "run_mlp", lambda run: None)
+    argv = ["--suite", "onnx_models", "--quick", "--out", str(tmp_path), "--no-ort-cpu"]
+    assert bench.main([*argv, "--only", "mobilenet_v2", "bert"]) == 0
+    report = json.loads((tmp_path / "onnx_models.json").read_text())
+    assert {"part": "model mobilenet_v2",
+            "reason": "torchvision is not importable: the model comes from it"} in report["skipped"]  # fmt: skip
+    (row,) = report["rows"]
+    assert row["model"] == "bert" and "dml_jax_helper" in row["error"]

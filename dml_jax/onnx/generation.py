@@ -620,8 +620,10 @@ class Generator:
         made = (*self._step_id(self._length), count)
         fn, program = self._fns._steps_fn(*made)
         state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
+        # the length as a NumPy scalar: the call carries it in (jnp.int32 would dispatch a
+        # conversion of its own first, most of a step's host time on a CPU)
         state, stop, self._all_ended = fn(
-            self._fns._params_for(program), state, jnp.int32(self._length)
+            self._fns._params_for(program), state, np.int32(self._length)
         )
         self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state
         self._fns._ready.add(made)

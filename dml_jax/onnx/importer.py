@@ -28,6 +28,7 @@ import keep their 64-bit type (folding is exact); a constant or graph input that
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -437,10 +438,11 @@ class ImportedGraph:
     constant_names: tuple[str | None, ...] = ()
     node_names: tuple[tuple[Any, str], ...] = ()
 
-    @property
+    @functools.cached_property
     def constant_bytes(self) -> int:
         """The bytes of the constants (the weights and folded constants): the constant graph
-        inputs and the graph's constant data nodes (``Builder.constant_data``)."""
+        inputs and the graph's constant data nodes (``Builder.constant_data``); computed once
+        (``run`` asks at every call on a CPU)."""
         held = () if self.graph is None else self.graph.nodes
         nodes = sum(d.data_size for d in held if isinstance(d, ConstantDataNode))
         return nodes + sum(int(np.asarray(c).nbytes) for c in self.constants)
