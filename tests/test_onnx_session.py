@@ -851,3 +851,61 @@ def test_run_explain_marks_jax_lowerings_and_convert_refuses_them(tmp_path, caps
     assert "node 1 (Det): jax: JAX:Det" in out
     assert cli.main(["convert", path, str(tmp_path / "o.json")]) == 1
     assert "node 1 (Det): runs as a JAX lowering" in capsys.readouterr().err
+
+
+_PLACEMENT = r"""
+import json, jax, numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from dml_jax.onnx import InferenceSession
+
+def model(weight):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 512])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 512])
+    if weight:  # a 1 MiB matrix: an argument of the CPU program, on the session's device
+        w = numpy_helper.from_array(np.eye(512, dtype=np.float32) * 2, "w")
+        nodes, inits = [helper.make_node("MatMul", ["x", "w"], ["z"])], [w]
+    else:
+        nodes, inits = [helper.make_node("Add", ["x", "x"], ["z"])], []
+    graph = helper.make_graph(nodes, "g", [x], [z], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+d0, d1 = jax.devices()[:2]
+x = np.arange(1024, dtype=np.float32).reshape(2, 512)
+out = {}
+for weight in (False, True):
+    for name, device, default in (("second", d1, None), ("first, default second", d0, d1)):
+        jax.config.update("jax_default_device", default)
+        s = InferenceSession(model(weight), device=device)
+        (z,) = s.run(None, {"x": x})
+        (y,) = s._device_call({"x": x})()
+        key = f"{'weight' if weight else 'none'} / {name}"
+        out[key] = [int(y.devices().pop().id), bool(np.array_equal(z, 2 * x))]
+        jax.config.update("jax_default_device", None)
+print(json.dumps(out))
+"""
+
+
+def test_inputs_follow_the_session_device():
+    # run passes host inputs to the call as they are only where the call runs on the
+    # session's device anyway; on another device than JAX's default (or with a default device
+    # set), with and without parameters there, the program still runs on the session's device
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               JAX_PLATFORMS="cpu")  # fmt: skip
+    root = Path(__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-c", _PLACEMENT], capture_output=True, text=True,
+                          env=env, timeout=240, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {
+        "none / second": [1, True],
+        "none / first, default second": [0, True],
+        "weight / second": [1, True],
+        "weight / first, default second": [0, True],
+    }

@@ -74,6 +74,12 @@ class ProgramCache:
     _static_limit: int | None = STATIC_INPUT_LIMIT
 
     @property
+    def _plain_programs(self) -> dict:
+        """The programs of models with no specialised inputs and no run-time sizes, by their
+        inputs' shapes (``_program_and_resumed``)."""
+        return self.__dict__.setdefault("_plain", {})
+
+    @property
     def _initializer_arrays(self) -> dict[str, np.ndarray]:
         """The initializers' values, read once for every import of the session."""
         return self.__dict__.setdefault("_initializers", {})
@@ -239,10 +245,19 @@ class ProgramCache:
         the next segment and the program take them as inputs (``resume``: nothing is computed
         twice). Returns ``(program, resumed)``: the values to feed beside the inputs by name
         (none without ``resume``)."""
+        shapes = [structure_shape(a) for a in arrays]
+        # A model with no specialised inputs and no run-time sizes: its program follows from
+        # the input shapes alone, looked up in one dictionary (a small model's ``run`` is
+        # otherwise mostly this method's keys).
+        plain = None
+        if not self._static and not overrides and not extra:
+            plain = (tuple(shapes), resume)
+            program = self._plain_programs.get(plain)
+            if program is not None:
+                return program, {}
         from .resume import merged
 
         values = {i.name: a for i, a in zip(self._inputs, arrays)}
-        shapes = [structure_shape(a) for a in arrays]
         extra_shapes = [e.shape for e in extra]
         base = (tuple(shape_key(x) for x in shapes), tuple(overrides),
                 tuple(map(tuple, extra_shapes)))  # fmt: skip
@@ -259,6 +274,8 @@ class ProgramCache:
                 try:
                     program = self.program(shapes, values, overrides, extra_shapes, sizes,
                                            specs if resume else None)  # fmt: skip
+                    if plain is not None and not sizes and not self._static:
+                        self._plain_programs[plain] = program
                     return program, {n: feed[n] for n, _ in specs}
                 except NeedsSizes as e:
                     if e.key in sizes or e.probe is None:

@@ -22,6 +22,7 @@ join the cache key, as ONNX Runtime's DirectML provider bakes in its CPU inputs;
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -393,20 +394,16 @@ class InferenceSession(ProgramCache):
         and in ``apply``, they are arguments."""
         if not isinstance(input_feed, Mapping):
             raise ValidationError(f"{ONNX}: input_feed must be a dict of name -> array")
-        known = {i.name for i in self._inputs} | {i.name for i in self._overridable}
+        known, required, outputs = self._feed_names
         unknown = sorted(set(input_feed) - known)
         if unknown:
             raise ValidationError(
                 f"{ONNX}: unknown input names {unknown}; the model's inputs are "
                 f"{[i.name for i in self._inputs]}"
             )
-        optional = {i.name for i in self._inputs if i.type.WhichOneof("value") == "optional_type"}
-        missing = [
-            i.name for i in self._inputs if i.name not in input_feed | dict.fromkeys(optional)
-        ]
+        missing = [n for n in required if n not in input_feed]
         if missing:
             raise ValidationError(f"{ONNX}: required inputs {missing} are missing")
-        outputs = [o.name for o in self._model.graph.output]
         wanted = list(output_names or outputs)
         for name in wanted:
             if name not in outputs:
@@ -434,7 +431,9 @@ class InferenceSession(ProgramCache):
 
                 outs = [fetch(y) for y in outs]
             else:  # every copy to the host started before any is waited for
-                outs = jax.device_get(list(outs))
+                for y in outs:
+                    y.copy_to_host_async()
+                outs = [np.asarray(y) for y in outs]
             result = {
                 name: np.asarray(y).astype(dtype, copy=False)
                 for name, y, dtype in zip(
@@ -446,6 +445,15 @@ class InferenceSession(ProgramCache):
             result = unpad(result)
         return [result[n] for n in wanted]
 
+    @functools.cached_property
+    def _feed_names(self) -> tuple[frozenset, tuple[str, ...], list[str]]:
+        """``run``'s checks of a feed: the names it may hold, those it must (every input but
+        an optional one) and the outputs' names."""
+        known = frozenset(i.name for i in self._inputs) | {i.name for i in self._overridable}
+        optional = "optional_type"
+        required = tuple(i.name for i in self._inputs if i.type.WhichOneof("value") != optional)
+        return known, required, [o.name for o in self._model.graph.output]
+
     def _dispatch(self, program: Program, feed: Mapping[str, Any]) -> tuple[Any, dict, list]:
         """What ``run`` calls for ``program`` on ``feed`` (flat, by the program's input names):
         its jitted function for the session's device, the parameters it passes and the
@@ -453,12 +461,18 @@ class InferenceSession(ProgramCache):
         jitted = program.jitted_on(self._run_device)
         names = program.imported.input_names
         if program.layout is None:
-            # one call for every input (a decoder step's dozens of pasts): JAX batches them;
-            # values a segment handed on (``resume``) are on the device in their graph types
-            args = jax.device_put([x if isinstance(x := feed[n], jax.Array)
-                                   else to_graph_array(x, f"input '{n}'") for n in names],
-                                  self._device)  # fmt: skip
-            return jitted, self._run_params(program), args
+            params = self._run_params(program)
+            args = [x if isinstance(x := feed[n], jax.Array)
+                    else to_graph_array(x, f"input '{n}'") for n in names]  # fmt: skip
+            # Host arrays go to the call as they are where it runs on the session's device
+            # anyway (its parameters are there, or that device is JAX's default): the call
+            # moves them in its own dispatch, some 0.2 ms sooner than ``device_put`` on a CPU.
+            # Else one ``device_put`` for every input (a decoder step's dozens of pasts);
+            # values a segment handed on (``resume``) are on the device in their graph types.
+            default = jax.config.jax_default_device is None and self._device == jax.devices()[0]
+            if not (params or default) or any(isinstance(x, jax.Array) for x in args):
+                args = jax.device_put(args, self._device)
+            return jitted, params, args
         from .placement import place
 
         args = [place(to_graph_array(feed[n], f"input '{n}'"), s)
