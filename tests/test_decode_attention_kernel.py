@@ -164,7 +164,7 @@ def test_a_row_without_keys_is_nan_as_the_lax_lowering_says():
     _close(got, want, "FLOAT32")
 
 
-def test_what_the_kernel_takes():
+def test_what_the_kernel_takes(monkeypatch):
     assert all(K.expressible(_case(n)[0]) for n in CASES)
     desc, _ = _case("mha-f32-past-new-none")
     # more than one query position, a relative position bias, a head size of 3: lax
@@ -185,4 +185,7 @@ def test_what_the_kernel_takes():
         scale=1.0, mask_filter_value=0.0, query_head_count=2, key_value_head_count=2,
     )  # fmt: skip
     assert not K.expressible(lengths)
-    assert K.applies(desc) == K.expressible(desc)  # on: timed in a decoder (the module says)
+    # on by default (timed in a decoder: the module says); ON turns it off
+    assert K.expressible(desc) and K.applies(desc)
+    monkeypatch.setattr(K, "ON", False)
+    assert not K.applies(desc)

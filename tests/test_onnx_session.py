@@ -368,6 +368,25 @@ def test_shape_input_is_specialised_on_its_values():
     assert len(s._programs) == 2
 
 
+def test_a_plain_model_finds_its_program_by_shapes_alone(monkeypatch):
+    # no specialised input and no run-time size: a second run of the same shapes goes
+    # straight to its program (the shape-keyed lookup), a new shape imports one
+    model = _model(
+        [helper.make_node("Add", ["x", "x"], ["y"])], [_vi("x", F, ["n", 3])], [_vi("y", F, None)]
+    )
+    s = InferenceSession(model)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    s.run(None, {"x": x})
+
+    def imported(*args, **kwargs):
+        raise AssertionError("imported again")
+
+    monkeypatch.setattr(s, "program", imported)
+    np.testing.assert_array_equal(s.run(None, {"x": x})[0], 2 * x)
+    with pytest.raises(AssertionError, match="imported again"):
+        s.run(None, {"x": x[:1]})
+
+
 def test_specialising_on_a_large_input_is_refused():
     model = _model(
         [

@@ -20,7 +20,7 @@ Each process also reports its decode programs' graph rewrites and attention node
 (``graphs``) and why AttentionFusion left a softmax unfused (``attention_declined``).
 
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_step_gpu.py [--int4]
-[--int4-tiles "" one_row=1] [--attention "" decode lax] [--devices 2] [--dump-hlo]`` (an int4
+[--int4-tiles "" one_row=1] [--attention "" cudnn lax decode:256] [--devices 2] [--dump-hlo]`` (an int4
 process per set of the 4-bit kernel's tunables; a process per form of the attention); it
 writes ``$OUT/decode_step.json`` when ``OUT`` is set, and with ``--dump-hlo`` each process's
 optimized HLO of its decode steps (``$OUT/hlo-N``) with its kernels summarized
@@ -153,9 +153,9 @@ def child(
 
 def attention_form(form: str) -> None:
     """A decode step's attention (one query position) in this process: ``decode``, the
-    decode-step kernel (``kernels/decode_attention.py``; ``decode:N``, its rows split every N
-    keys, ``SPLIT_KEYS``); ``lax``, no kernel (the lax lowering of the fused node). Either way cuDNN's path declines one query position here; the default
-    (no call) leaves it first and the decode kernel off."""
+    decode-step kernel (``kernels/decode_attention.py``, the library's default; ``decode:N``,
+    its rows split every N keys, ``SPLIT_KEYS``); ``cudnn``, the kernel off, so cuDNN's path
+    takes the step; ``lax``, neither (the lax lowering of the fused node)."""
     import dataclasses
 
     from dml_jax import fastpath
@@ -170,6 +170,8 @@ def attention_form(form: str) -> None:
     decode_attention.ON = form == "decode"
     if split:
         decode_attention.SPLIT_KEYS = int(split)
+    if form != "lax":
+        return
     for name in ("MULTIHEAD_ATTENTION", "MULTIHEAD_ATTENTION1"):
         paths = fastpath._FAST_PATHS[f"DML_OPERATOR_{name}"]
         cudnn = paths["cudnn"]
@@ -222,7 +224,8 @@ def main() -> None:
                         "default; 'repeat')")  # fmt: skip
     p.add_argument("--attention", nargs="*", default=[""],
                    help="float16 processes, one a form of a decode step's attention ('' "
-                        "the default; 'decode': kernels/decode_attention.py; 'lax': none)")  # fmt: skip
+                        "the default, the decode kernel; 'decode:N' its splits every N keys; "
+                        "'cudnn': cuDNN's path; 'lax': none)")  # fmt: skip
     p.add_argument("--devices", type=int, default=1,
                    help="float16 also on a 'model' mesh of this many GPUs (kernels of the first)")  # fmt: skip
     p.add_argument("--mesh-only", action="store_true",
