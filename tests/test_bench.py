@@ -611,3 +611,47 @@ def test_a_missing_model_source_is_a_skip(monkeypatch, tmp_path):
             "reason": "torchvision is not importable: the model comes from it"} in report["skipped"]  # fmt: skip
     (row,) = report["rows"]
     assert row["model"] == "bert" and "dml_jax_helper" in row["error"]
+
+
+def test_an_export_of_inconsistent_types_is_refused(tmp_path):
+    """A file whose node binds one type parameter to two types (float32 values, float16
+    LayerNormalization scales: what PyTorch 2.11's TorchScript exporter made of transformers'
+    SDPA attention in float16) is no model of its precision: the suite refuses to time it."""
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    from dml_jax.bench.suites import onnx_models
+
+    def model(scale_type):
+        w = numpy_helper.from_array(np.ones(4, scale_type), "w")
+        node = helper.make_node("LayerNormalization", ["x", "w", "w"], ["y"], axis=-1)
+        graph = helper.make_graph(
+            [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w],
+        )  # fmt: skip
+        path = str(tmp_path / f"{np.dtype(scale_type).name}.onnx")
+        save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+        return path
+
+    onnx_models.check_types(model(np.float32))
+    with pytest.raises(ValueError, match="inconsistent.*LayerNormalization"):
+        onnx_models.check_types(model(np.float16))
+
+
+def test_transformers_models_export_with_eager_attention_and_get_their_own_back():
+    from dml_jax.bench.suites import onnx_models
+
+    class Model:  # transformers' PreTrainedModel: its config and the switch
+        def __init__(self, implementation):
+            self.config = type("Config", (), {"_attn_implementation": implementation})()
+            self.calls = []
+
+        def set_attn_implementation(self, name):
+            self.calls.append(name)
+            self.config._attn_implementation = name
+
+    sdpa, eager, other = Model("sdpa"), Model("eager"), object()
+    wrapper = type("Wrapper", (), {"modules": lambda self: [self, sdpa, eager, other]})()
+    restore = onnx_models._eager_attention(wrapper)
+    assert sdpa.config._attn_implementation == "eager" and not eager.calls
+    restore()
+    assert sdpa.calls == ["eager", "sdpa"] and not eager.calls

@@ -64,25 +64,66 @@ MIN_CALLS = 50  # batch-1 calls a configuration, at least
 
 
 def export(model, args, path, exporter, dynamic):
+    """``model`` on ``args`` exported to ``path``; the file's types checked (``check_types``)."""
     import torch
 
     names = [f"input_{k}" for k in range(len(args))]
     if exporter == "torchscript":
-        # The TorchScript exporter cannot export PyTorch's fused attention fast path: off for
-        # the export only (PyTorch is timed with it on).
+        # The TorchScript exporter cannot export PyTorch's fused attention fast path, nor, in
+        # float16, transformers' SDPA attention (below): both off for the export only (PyTorch
+        # is timed with them on).
         fast = torch.backends.mha.get_fastpath_enabled()
         torch.backends.mha.set_fastpath_enabled(False)
         axes = {n: dict(dynamic) for n in names}
         if len(args) > 1:  # the extra inputs of the UNet block share only the batch axis
             axes = {names[0]: dict(dynamic), **{n: {0: "batch"} for n in names[1:]}}
+        restore = _eager_attention(model)
         try:
             torch.onnx.export(model, args, path, opset_version=17, dynamo=False,
                               input_names=names, output_names=["output"], dynamic_axes=axes)  # fmt: skip
         finally:
             torch.backends.mha.set_fastpath_enabled(fast)
+            restore()
     else:
         torch.onnx.export(model, args, path, opset_version=18, dynamo=True, input_names=names,
                           output_names=["output"], external_data=False)  # fmt: skip
+    check_types(path)
+
+
+def _eager_attention(model) -> Any:
+    """Every transformers model inside ``model`` set to its eager attention; returns what
+    restores their own. PyTorch 2.11's TorchScript exporter writes SDPA with a boolean mask
+    in float16 as float32 scores it never casts back (its mask's constants are float32): the
+    rest of the network then exported in float32, float32 weights and all, with float16
+    LayerNormalization scales that onnxruntime refuses (BERT, GPT-2 and CLIP's text tower of
+    the 2026-11-27 page; on an H200 BERT-base's "float16" export ran its products on float32
+    arithmetic, 17.4 ms a call at batch 32 against PyTorch eager's 3.8)."""
+    changed = []
+    for m in model.modules():
+        config = getattr(m, "config", None)
+        implementation = getattr(config, "_attn_implementation", None)
+        if hasattr(m, "set_attn_implementation") and implementation not in (None, "eager"):
+            m.set_attn_implementation("eager")
+            changed.append((m, implementation))
+
+    def restore() -> None:
+        for m, implementation in changed:
+            m.set_attn_implementation(implementation)
+
+    return restore
+
+
+def check_types(path: str) -> None:
+    """Raises where the ONNX file at ``path`` binds one type parameter of a node to two types
+    (onnx's shape inference with type checks): such a file is no model of its declared
+    precision (onnxruntime refuses it), and a timing of it would say nothing."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)  # the types alone: no weights read
+    try:
+        onnx.shape_inference.infer_shapes(model, check_type=True)
+    except Exception as e:  # onnx's InferenceError / ValidationError, whose types vary
+        raise ValueError(f"the export's types are inconsistent: {str(e)[:300]}") from None
 
 
 def agreement(got, want) -> float:
