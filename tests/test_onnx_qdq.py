@@ -47,7 +47,8 @@ def _model(rng, per_channel: bool, act_type=np.int8, bias: bool = True, trans: b
         nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [M, K])],
         [helper.make_tensor_value_info(out, TensorProto.FLOAT, [M, N])], inits,
     )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    # IR 10: the GPU machine's onnxruntime reads no newer
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     params = {"sx": sx, "zx": zx, "wq": wq.T if trans else wq, "sw": sw, "b": b if bias else 0 * b}
     return model.SerializeToString(), params
 
@@ -73,9 +74,16 @@ def test_qdq_matmul_runs_as_an_integer_product(rng, per_channel):
     want = _reference(x, p)
     scale = np.abs(want).max()
     assert scale > 0.1 and want.std() > 0.05 * scale  # a reference that can tell values apart
+    _agrees(data, x, got, want, "QDQMatMulFusion")
+
+
+def _agrees(data, x, got, want, rewrite):
+    """``got`` (the rewritten session's) against the definition to 1e-6 of the largest value,
+    and to 1e-5 against the session without ``rewrite`` (the float operator of the dequantized
+    values: the same up to rounding) and onnxruntime's CPU provider."""
+    scale = np.abs(want).max()
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * scale)
-    # the float GEMM of the dequantized operands: the same up to rounding
-    (plain,) = InferenceSession(data, disabled_optimizers=["QDQMatMulFusion"]).run(None, {"x": x})
+    (plain,) = InferenceSession(data, disabled_optimizers=[rewrite]).run(None, {"x": x})
     np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5 * scale)
     ort = pytest.importorskip("onnxruntime")
     (theirs,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
@@ -95,3 +103,114 @@ def test_forms_left_as_float_products(rng, why, kw):
     assert "GEMM" in program.operators(), why
     want = _reference(x, p)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+# ---------------------------------------------------------------------------------------------
+# QDQ convolutions (QDQConvFusion): CONVOLUTION_INTEGER, then to float32, times the scales
+
+
+def conv_model(rng, c=8, k=16, zx=0, act_type=np.int8, per_channel=True, bias=True, **attrs):
+    """x {2, C, 10, 10} (float32) -> QuantizeLinear -> DequantizeLinear -> Conv (3x3, pads 1,
+    ``attrs``) by int8 weights through DequantizeLinear (one scale a channel, or one), plus an
+    int32 bias through its DequantizeLinear (scale sx * sw, as onnxruntime's quantizer writes
+    it), then Relu. Returns the model's bytes and its values."""
+    group = attrs.get("group", 1)
+    sx = np.float32(0.05)
+    wq = rng.integers(-127, 128, (k, c // group, 3, 3)).astype(np.int8)
+    sw = (rng.uniform(0.002, 0.01, k) if per_channel else np.full(k, 0.004)).astype(np.float32)
+    bq = rng.integers(-1000, 1000, k).astype(np.int32)
+    values = {"sx": np.array(sx), "zx": np.array(act_type(zx)), "wq": wq,
+              "sw": sw if per_channel else np.array(sw[0]),
+              "zw": np.zeros(k if per_channel else (), np.int8), "bq": bq, "sb": sw * sx}  # fmt: skip
+    axis = {"axis": 0} if per_channel else {}
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wd"], **axis),
+        helper.make_node("DequantizeLinear", ["bq", "sb"], ["bd"], axis=0),
+        helper.make_node(
+            "Conv", ["xd", "wd"] + (["bd"] if bias else []), ["h"], pads=[1, 1, 1, 1], **attrs
+        ),
+        helper.make_node("Relu", ["h"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "qdq_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, c, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, name) for name, v in values.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    return model.SerializeToString(), dict(values, bias=bias, **attrs)
+
+
+def conv_reference(x, p):
+    """The definitions in float64: x quantized (half to even, saturated), the exact integer
+    sums of (xq - zx) with the weights over the zero-padded window, times sx * sw once, plus
+    the dequantized bias, then Relu."""
+    info = np.iinfo(p["zx"].dtype)
+    xq = np.clip(np.rint(x / p["sx"]) + int(p["zx"]), info.min, info.max) - int(p["zx"])
+    xq = np.pad(xq.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    (s,), group = p.get("strides", [1])[:1], p.get("group", 1)
+    wq = p["wq"].astype(np.int64)
+    k, cg = wq.shape[:2]
+    size = (xq.shape[2] - 3) // s + 1
+    acc = np.zeros((x.shape[0], k, size, size), np.int64)
+    for o in range(k):
+        g = o // (k // group)
+        for i in range(3):
+            for j in range(3):
+                window = xq[:, g * cg : (g + 1) * cg, i : i + s * size : s, j : j + s * size : s]
+                acc[:, o] += np.einsum("nchw,c->nhw", window, wq[o, :, i, j])
+    y = (
+        acc
+        * (np.float64(p["sx"]) * np.broadcast_to(p["sw"], (k,)).astype(np.float64))[:, None, None]
+    )
+    if p["bias"]:
+        y = (
+            y
+            + (p["bq"] * (p["sx"] * np.broadcast_to(p["sw"], (k,))).astype(np.float32))[
+                :, None, None
+            ]
+        )
+    return np.maximum(y, 0)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"per_channel": False}, {"zx": 5}, {"act_type": np.uint8, "zx": 128},
+     {"bias": False}, {"strides": [2, 2]}, {"group": 2}],
+    ids=["symmetric", "one-scale", "zero-point", "uint8", "no-bias", "stride-2", "groups"],
+)  # fmt: skip
+def test_qdq_conv_runs_as_an_integer_convolution(rng, kw):
+    data, p = conv_model(rng, **kw)
+    x = (rng.standard_normal((2, 8, 10, 10)) * 3).astype(np.float32)
+    s = InferenceSession(data)
+    (got,) = s.run(None, {"x": x})
+    (program,) = s._programs.values()
+    ops = program.operators()
+    assert "CONVOLUTION_INTEGER" in ops and "CONVOLUTION" not in ops, ops
+    # zero points of 0 are left out (no term to subtract), others kept
+    (conv,) = [n for n in program.imported.graph.nodes
+               if getattr(n, "operator_type", "") == "DML_OPERATOR_CONVOLUTION_INTEGER"]  # fmt: skip
+    assert (conv.input_zero_point_tensor is None) == (kw.get("zx", 0) == 0)
+    assert conv.filter_zero_point_tensor is None
+    want = conv_reference(x, p)
+    scale = np.abs(want).max()
+    assert scale > 1 and (want > 0).mean() > 0.2  # values that can be told apart
+    _agrees(data, x, got, want, "QDQConvFusion")
+
+
+def test_qdq_conv_with_a_run_time_filter_stays_a_float_convolution(rng):
+    """A filter that is no DequantizeLinear output (a float initializer) leaves the
+    convolution as it is."""
+    data, _ = conv_model(rng)
+    model = onnx.load_from_string(data)
+    conv = next(n for n in model.graph.node if n.op_type == "Conv")
+    model.graph.initializer.append(
+        numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "wf")
+    )
+    conv.input[1] = "wf"
+    s = InferenceSession(model.SerializeToString())
+    s.run(None, {"x": rng.standard_normal((2, 8, 10, 10)).astype(np.float32)})
+    (program,) = s._programs.values()
+    assert "CONVOLUTION" in program.operators()
+    assert "CONVOLUTION_INTEGER" not in program.operators()

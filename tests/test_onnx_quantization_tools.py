@@ -297,10 +297,12 @@ def _check_explain(session, model):
         want = EXPECTED.get(node.op_type)
         if node.op_type == "QuantizeLinear":
             want = "ELEMENT_WISE_QUANTIZE_LINEAR|JAX:QuantizeLinear\\.16bit"
-        if node.op_type == "DequantizeLinear" and "QDQMatMulFusion" in fired:
-            # taken into a product's MATRIX_MULTIPLY_INTEGER_TO_FLOAT (its constants' entry
-            # nodes may remain under its name)
+        if node.op_type == "DequantizeLinear" and re.search("QDQ(MatMul|Conv)Fusion", fired):
+            # taken into a product's MATRIX_MULTIPLY_INTEGER_TO_FLOAT or a CONVOLUTION_INTEGER
+            # (its constants' entry nodes may remain under its name)
             want += "|ELEMENT_WISE_IDENTITY|rewritten"
+        if node.op_type == "Conv" and "QDQConvFusion" in fired:
+            want = "CONVOLUTION_INTEGER"
         if want:
             assert re.search(rf"\b({want})\b", line), line
 

@@ -61,7 +61,7 @@ def _longest_events(trace_dir: str, count: int = 25) -> list[str]:
     ]
 
 
-def _drop_fast_paths(specs: list[str]) -> None:
+def drop_fast_paths(specs: list[str]) -> None:
     """Removes the named fast paths from ``dml_jax.fastpath``'s registry, for a comparison with
     the lowering they replace in the same run."""
     from dml_jax import fastpath
@@ -107,7 +107,7 @@ def main() -> None:
         "MEAN_VARIANCE_NORMALIZATION1:kernel; NAME * drops every fast path of the operator",
     )
     args = p.parse_args()
-    _drop_fast_paths(args.drop_fast_path)
+    drop_fast_paths(args.drop_fast_path)
     if args.no_patch_products:
         from dml_jax.ops import conv_forms
 

@@ -1,7 +1,8 @@
 """Quantized exports against their float16 export on a GPU (issue 66, item 2): BERT-base
 quantized by onnxruntime's ``quantize_dynamic`` (DynamicQuantizeLinear + MatMulInteger, int8
 weights) and ResNet-50 by ``quantize_static`` (QDQ, int8 activations and weights, weights per
-channel, MinMax calibration on a few random batches), each from its float32 export; the float16
+channel, activations symmetric unless ``--asymmetric``, MinMax calibration on a few random
+batches), each from its float32 export; the float16
 export made from the half model on the GPU, as the ONNX models suite makes it. Random weights,
 the suite's families (``dml_jax.bench.suites.onnx_families``), at the suite's timed batches.
 
@@ -37,7 +38,7 @@ def _agree(got, want) -> float:
     return float(np.abs(np.asarray(got, np.float64) - want).max() / max(np.abs(want).max(), 1e-6))
 
 
-def _quantize(name: str, f32: str, out: str, feeds: list[np.ndarray]) -> None:
+def _quantize(name: str, f32: str, out: str, feeds: list[np.ndarray], a) -> None:
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -61,7 +62,8 @@ def _quantize(name: str, f32: str, out: str, feeds: list[np.ndarray]) -> None:
             return next(self.items, None)
 
     quantize_static(f32, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)  # fmt: skip
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    extra_options={"ActivationSymmetric": a.symmetric})  # fmt: skip
 
 
 def _timed(call, iters: int, samples: int, sync=None) -> list[float]:
@@ -94,7 +96,19 @@ def main() -> None:
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--forms", nargs="*", default=["float32", "float16", "int8"])
     p.add_argument("--torch", action="store_true", help="PyTorch eager's float16 time too")
+    p.add_argument("--drop-fast-path", nargs="*", default=[], metavar="OPERATOR:NAME",
+                   help="fast paths left out (onnx_compile_time.py's option)")  # fmt: skip
+    p.add_argument(
+        "--asymmetric",
+        dest="symmetric",
+        action="store_false",
+        help="QDQ activations with zero points (onnxruntime's default) rather than "
+        "symmetric (ActivationSymmetric, as int8 GPU deployments take them)",
+    )
     a = p.parse_args()
+    from onnx_compile_time import drop_fast_paths  # this folder's
+
+    drop_fast_paths(a.drop_fast_path)
     import jax
     import onnxruntime as ort
     import torch
@@ -121,7 +135,7 @@ def main() -> None:
         print(f"{name}: batch {batch}", flush=True)
         if "int8" in a.forms:
             t = time.perf_counter()
-            _quantize(name, paths["float32"], paths["int8"], feeds)
+            _quantize(name, paths["float32"], paths["int8"], feeds, a)
             print(f"  quantized in {time.perf_counter() - t:.1f} s", flush=True)
         outs, ms = {}, {}
         if a.torch:

@@ -488,7 +488,9 @@ class InferenceSession(ProgramCache):
         program, resumed = self._program_and_resumed(arrays, resume=self._layout is None)
         feed = flat_feed(dict(zip(self._names(()), arrays), **resumed), program.imported)
         jitted, params, args = self._dispatch(program, feed)
-        return lambda: jitted(params, *args)
+        if any(not isinstance(x, jax.Array) for x in args):  # ``run`` would pass host arrays
+            args = jax.device_put(args, self._device)
+        return functools.partial(jitted, params, *args)
 
     def _run_buckets(self) -> tuple[Any, tuple[int, ...]] | None:
         """For a decoder step whose graph shows its past padding masked (``buckets``), its roles

@@ -10,6 +10,12 @@ integer form sums the exact products of ``(a - za)`` and ``(b - zb)`` and multip
 ``sa * sb`` once, where the float form rounds each dequantized operand and accumulates in
 floating point (docs/semantics.md, "QDQ products").
 
+QDQ convolutions likewise (``QDQConvFusion``): a CONVOLUTION of two DEQUANTIZE outputs becomes
+CONVOLUTION_INTEGER over the 8-bit values, its sums cast to float32 and multiplied by the
+scales' product (one value a channel), then the bias, as onnxruntime makes such a node unit a
+QLinearConv (on a GPU the integer convolution and its cast run as cuDNN's int8 convolution,
+``kernels/int8_conv.py``).
+
 Joined in weight-only quantized models (com.microsoft MatMulNBits): the GEMMs of one A by
 4-bit weights dequantized in blocks (a decoder's query, key and value projections; its gate
 and up projections) become one DEQUANTIZE of the weights joined along N and one GEMM, whose
@@ -124,6 +130,104 @@ def qdq_matmul(g: Editor) -> int:
     if count:
         g.prune()
     return count
+
+
+def _zero_point(g: Editor, desc: TensorDesc | None, src, shape: tuple[int, ...]):
+    """A zero point for CONVOLUTION_INTEGER: (None, None) where it is absent or a constant 0
+    (no term to subtract; an integer constant is no parameter), else its desc as ``shape``
+    (one value, or one per output channel) and its source."""
+    if desc is None or g.scalar(src) == 0:
+        return None, None
+    return TensorDesc(desc.data_type, shape), src
+
+
+@rewrite("QDQConvFusion", "extended")
+def qdq_conv(g: Editor) -> int:
+    """CONVOLUTION of a DEQUANTIZE output by a DEQUANTIZE output: CONVOLUTION_INTEGER over
+    their 8-bit inputs, then its sums to float32 and times the two scales (their product, one
+    per output channel), plus the bias."""
+    conv_class = lookup("DML_OPERATOR_CONVOLUTION_INTEGER").desc_class
+    cast_class = lookup("DML_OPERATOR_CAST").desc_class
+    mul_class = lookup("DML_OPERATOR_ELEMENT_WISE_MULTIPLY").desc_class
+    add_class = lookup("DML_OPERATOR_ELEMENT_WISE_ADD1").desc_class
+    count = 0
+    for n in g.live():
+        if g.op(n) != "CONVOLUTION":
+            continue
+        d = g.nodes[n]
+        out = d.output_tensor
+        if d.direction.name != "FORWARD" or d.mode.name != "CROSS_CORRELATION":
+            continue
+        if d.fused_activation is not None or out.data_type.name != "FLOAT32":
+            continue
+        if any(p for p in d.output_padding) or not out.is_packed:
+            continue
+        rank, k = out.rank, out.sizes[1]
+        x = _operand(g, n, 0, d.input_tensor, None)
+        w = _operand(g, n, 1, d.filter_tensor, 0)  # weights: one scale, or one per channel
+        if x is None or w is None or x[0].rank != rank or w[0].rank != rank:
+            continue
+        channel = (1, k) + (1,) * (rank - 2)
+        zx, zx_src = _zero_point(g, x[2], x[3][2], (1,) * rank)
+        zw, zw_src = _zero_point(g, w[2], w[3][2], channel if w[2] and w[2].sizes[0] == k
+                                 else (1,) * rank)  # fmt: skip
+        ints = TensorDesc(_int32(), out.sizes)
+        conv = conv_class(
+            input_tensor=x[0], input_zero_point_tensor=zx, filter_tensor=w[0],
+            filter_zero_point_tensor=zw, output_tensor=ints, strides=d.strides,
+            dilations=d.dilations, start_padding=d.start_padding, end_padding=d.end_padding,
+            group_count=d.group_count,
+        )  # fmt: skip
+        f32 = TensorDesc(out.data_type, out.sizes)
+        cast = cast_class(ints, f32)
+        # the scales' product, one value a channel: x's one scale broadcast over the channels,
+        # w's one per channel (or its one broadcast too)
+        per = TensorDesc(x[1].data_type, channel)
+        scales = mul_class(
+            _broadcast(x[1], channel), _broadcast(w[1], channel, per_channel=True), per
+        )
+        scaled = mul_class(f32, _broadcast(per, out.sizes), f32)
+        bias, add = d.bias_tensor, None
+        if bias is not None:
+            if not bias.is_packed or bias.sizes != channel:
+                continue
+            add = add_class(f32, _broadcast(bias, out.sizes), f32)
+        if not all(g.valid(desc) for desc in (conv, cast, scales, scaled, add) if desc):
+            continue
+        origin = g.origin[n]
+        ci = g.add(conv, [x[3][0], zx_src, w[3][0], zw_src], origin)
+        cf = g.add(cast, [(ci, 0)], origin)
+        sc = g.add(scales, [x[3][1], w[3][1]], origin)
+        y = g.add(scaled, [(cf, 0), (sc, 0)], origin)
+        if add is not None:
+            y = g.add(add, [(y, 0), g.source(n, 2)], origin)
+        g.reroute((n, 0), (y, 0))
+        g.remove(n)
+        count += 1
+    if count:
+        g.prune()
+    return count
+
+
+def _int32():
+    from ...enums import DataType
+
+    return DataType.INT32
+
+
+def _broadcast(desc: TensorDesc, sizes: tuple[int, ...], per_channel: bool = False) -> TensorDesc:
+    """A parameter desc (collapsed: size 1 on its repeated axes) read at ``sizes``: stride 0
+    on every axis it repeats. ``per_channel``: a filter's per-channel scale ({K, 1, ...}, one
+    value an output channel) read on axis 1 of ``sizes``."""
+    own = desc.sizes
+    if per_channel and own[0] != 1:
+        own = (1, own[0]) + own[2:]
+    strides, step = [0] * len(sizes), 1
+    for axis in reversed(range(len(sizes))):
+        if own[axis] != 1:
+            strides[axis] = step
+            step *= own[axis]
+    return TensorDesc(desc.data_type, tuple(sizes), strides=tuple(strides))
 
 
 def _packed(data_type, sizes) -> TensorDesc:

@@ -1,0 +1,106 @@
+"""The int8 convolution fast path (dml_jax.kernels.int8_conv): the graph pair
+CONVOLUTION_INTEGER -> CAST to FLOAT32 as one cuDNN int8 convolution with a float32 output.
+
+Which pairs it applies to (on descriptors). A QDQ convolution model traced for CUDA on this
+machine (the CUDA choice forced; XLA's CPU backend computes the int8 convolution in float32,
+exact while the sums stay under 2^24, as they do here) takes it and agrees with the session
+without fast paths bit for bit. On a CUDA machine, natively, the same against the lax
+lowering with sums past 2^24 (channels of 512: where only an exact int32 sum rounded once to
+float32 agrees), and a ResNet-like stack of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+import dml_jax as dml
+from dml_jax import fastpath
+from dml_jax.graph import tracing as graph_module
+from dml_jax.kernels import int8_conv as K
+
+onnx = pytest.importorskip("onnx")
+from test_onnx_qdq import conv_model
+
+from dml_jax.onnx import InferenceSession
+
+T = dml.TensorDesc
+
+
+def _pair(c=8, k=16, xt="INT8", wt="INT8", zero=False, group=1, dilation=1, out="FLOAT32"):
+    x, w = T(xt, (2, c, 10, 10)), T(wt, (k, c // group, 3, 3))
+    y = T("INT32", (2, k, 10 - 2 * dilation + 2, 10 - 2 * dilation + 2))
+    conv = dml.ConvolutionIntegerOperatorDesc(
+        x, T(xt, (1, 1, 1, 1)) if zero else None, w, None, y, strides=(1, 1),
+        dilations=(dilation, dilation), start_padding=(1, 1), end_padding=(1, 1),
+        group_count=group,
+    )  # fmt: skip
+    dml.validate(conv)
+    return conv, dml.CastOperatorDesc(y, T(out, y.sizes))
+
+
+@pytest.mark.parametrize(
+    "change, applies",
+    [({}, True), ({"xt": "UINT8", "wt": "UINT8"}, False), ({"zero": True}, False),
+     ({"group": 2}, False), ({"dilation": 2}, False), ({"c": 3}, True), ({"k": 6}, True),
+     ({"out": "FLOAT16"}, False), ({"slot": 1}, False)],
+)  # fmt: skip
+def test_epilogue_applies(change, applies):
+    slot = change.pop("slot", 0)
+    conv, cast = _pair(**change)
+    found = fastpath.epilogue(conv, cast, slot)
+    assert (found is not None and found.lower is K._lower) == applies
+
+
+def test_a_strided_view_of_the_input_is_left_to_lax():
+    conv, cast = _pair()
+    x = conv.input_tensor
+    view = T(x.data_type, x.sizes, strides=(1000, 100, 10, 1))  # a padded batch: not packed
+    assert fastpath.epilogue(dataclasses.replace(conv, input_tensor=view), cast, 0) is None
+
+
+@pytest.fixture
+def forced_cuda(monkeypatch):
+    """CUDA's choice on this machine; records the fast path's calls."""
+    calls = []
+    original = K.int8_convolution
+
+    def recorded(x, w, strides, padding):
+        calls.append(x.shape)
+        return original(x, w, strides, padding)
+
+    monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
+    monkeypatch.setattr(K, "int8_convolution", recorded)
+    graph_module._compile_graph_cached.cache_clear()
+    yield calls
+    graph_module._compile_graph_cached.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "kw, taken", [({}, True), ({"zx": 5}, False), ({"c": 3, "k": 6}, True)]
+)  # channels padded to multiples of 4 (a network's first convolution reads three)
+def test_qdq_conv_traced_for_cuda(rng, kw, taken, forced_cuda):
+    data, _ = conv_model(rng, **kw)
+    c = kw.get("c", 8)
+    x = (rng.standard_normal((2, c, 10, 10)) * 3).astype(np.float32)
+    want = InferenceSession(data, fast_paths=False).run(None, {"x": x})[0]
+    s = InferenceSession(data)
+    with fastpath.target_platform("cuda"):
+        got = np.asarray(jax.jit(s.fn)(x)[0])
+    assert bool(forced_cuda) == taken
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("c, k, strides", [(512, 64, [1, 1]), (64, 256, [2, 2]), (3, 64, [2, 2])])
+def test_gpu_qdq_conv_matches_lax(rng, c, k, strides):
+    data, _ = conv_model(rng, c=c, k=k, strides=strides)
+    # inputs at the quantizer's extremes: sums of 512 x 9 products of up to 127 x 127, past
+    # 2^24, where only the exact sum rounded once to float32 agrees
+    x = np.where(rng.random((2, c, 10, 10)) < 0.5, -7.0, 7.0).astype(np.float32)
+    got = InferenceSession(data).run(None, {"x": x})[0]
+    want = InferenceSession(data, fast_paths=False).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
