@@ -109,7 +109,9 @@ def test_forms_left_as_float_products(rng, why, kw):
 # QDQ convolutions (QDQConvFusion): CONVOLUTION_INTEGER, then to float32, times the scales
 
 
-def conv_model(rng, c=8, k=16, zx=0, act_type=np.int8, per_channel=True, bias=True, **attrs):
+def conv_model(
+    rng, c=8, k=16, zx=0, act_type=np.int8, per_channel=True, bias=True, zw=False, **attrs
+):
     """x {2, C, 10, 10} (float32) -> QuantizeLinear -> DequantizeLinear -> Conv (3x3, pads 1,
     ``attrs``) by int8 weights through DequantizeLinear (one scale a channel, or one), plus an
     int32 bias through its DequantizeLinear (scale sx * sw, as onnxruntime's quantizer writes
@@ -121,7 +123,9 @@ def conv_model(rng, c=8, k=16, zx=0, act_type=np.int8, per_channel=True, bias=Tr
     bq = rng.integers(-1000, 1000, k).astype(np.int32)
     values = {"sx": np.array(sx), "zx": np.array(act_type(zx)), "wq": wq,
               "sw": sw if per_channel else np.array(sw[0]),
-              "zw": np.zeros(k if per_channel else (), np.int8), "bq": bq, "sb": sw * sx}  # fmt: skip
+              "zw": (rng.integers(-3, 4, k) if zw else np.zeros(k)).astype(np.int8)
+              if per_channel else np.array(np.int8(2 if zw else 0)),
+              "bq": bq, "sb": sw * sx}  # fmt: skip
     axis = {"axis": 0} if per_channel else {}
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
@@ -150,7 +154,7 @@ def conv_reference(x, p):
     xq = np.clip(np.rint(x / p["sx"]) + int(p["zx"]), info.min, info.max) - int(p["zx"])
     xq = np.pad(xq.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
     (s,), group = p.get("strides", [1])[:1], p.get("group", 1)
-    wq = p["wq"].astype(np.int64)
+    wq = p["wq"].astype(np.int64) - np.reshape(p["zw"], (-1, 1, 1, 1)).astype(np.int64)
     k, cg = wq.shape[:2]
     size = (xq.shape[2] - 3) // s + 1
     acc = np.zeros((x.shape[0], k, size, size), np.int64)
@@ -177,8 +181,10 @@ def conv_reference(x, p):
 @pytest.mark.parametrize(
     "kw",
     [{}, {"per_channel": False}, {"zx": 5}, {"act_type": np.uint8, "zx": 128},
-     {"bias": False}, {"strides": [2, 2]}, {"group": 2}],
-    ids=["symmetric", "one-scale", "zero-point", "uint8", "no-bias", "stride-2", "groups"],
+     {"bias": False}, {"strides": [2, 2]}, {"group": 2}, {"zw": True},
+     {"zw": True, "per_channel": False}],
+    ids=["symmetric", "one-scale", "zero-point", "uint8", "no-bias", "stride-2", "groups",
+         "filter-zero-points", "filter-zero-point"],
 )  # fmt: skip
 def test_qdq_conv_runs_as_an_integer_convolution(rng, kw):
     data, p = conv_model(rng, **kw)
@@ -192,7 +198,7 @@ def test_qdq_conv_runs_as_an_integer_convolution(rng, kw):
     (conv,) = [n for n in program.imported.graph.nodes
                if getattr(n, "operator_type", "") == "DML_OPERATOR_CONVOLUTION_INTEGER"]  # fmt: skip
     assert (conv.input_zero_point_tensor is None) == (kw.get("zx", 0) == 0)
-    assert conv.filter_zero_point_tensor is None
+    assert (conv.filter_zero_point_tensor is None) == (not kw.get("zw"))
     want = conv_reference(x, p)
     scale = np.abs(want).max()
     assert scale > 1 and (want > 0).mean() > 0.2  # values that can be told apart
