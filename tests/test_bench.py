@@ -97,6 +97,12 @@ def test_quick_reports_check_what_they_can(quick_reports):
     assert f"| {b1['dml']['median']:.3f} / {b1['dml']['p90']:.3f} |" in line
     # agreement is checked on the timed output itself
     assert mlp["agree"]["dml"] < 1e-5
+    # the quantized models suite's network: its QDQ file agrees with onnxruntime's, and is
+    # timed in turn with its float32 file
+    (cnn,) = json.loads((quick_reports / "quantized_models.json").read_text())["rows"]
+    assert cnn["agree_ort"] < 1e-5 and 0 < cnn["agree_float32"] < 0.1
+    assert cnn["reference"] == "float32" and set(cnn["ms"]) == {"int8", "float32"}
+    assert cnn["x_reference"]["median"] > 0 and cnn["first_s"]["int8"] > 0
     # the decode suite's quick run: the committed tiny decoders' greedy tokens are PyTorch's,
     # through the Generator and through the run loop, each timed
     rows = json.loads((quick_reports / "decode.json").read_text())["rows"]

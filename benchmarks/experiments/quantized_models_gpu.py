@@ -2,8 +2,8 @@
 quantized by onnxruntime's ``quantize_dynamic`` (DynamicQuantizeLinear + MatMulInteger, int8
 weights) and ResNet-50 by ``quantize_static`` (QDQ, int8 activations and weights, weights per
 channel, activations symmetric unless ``--asymmetric``, MinMax calibration on a few random
-batches), each from its float32 export; the float16
-export made from the half model on the GPU, as the ONNX models suite makes it. Random weights,
+batches), each from its float32 export by the quantized models suite's ``quantize``; the
+float16 export made from the half model on the GPU, as the ONNX models suite makes it. Random weights,
 the suite's families (``dml_jax.bench.suites.onnx_families``), at the suite's timed batches.
 
 Per model and form: the session's first call (import, trace, compile, run), ``run``'s program
@@ -31,39 +31,6 @@ import time
 
 import gpu_trace  # this folder's
 import numpy as np
-
-
-def _agree(got, want) -> float:
-    want = np.asarray(want, np.float64)
-    return float(np.abs(np.asarray(got, np.float64) - want).max() / max(np.abs(want).max(), 1e-6))
-
-
-def _quantize(name: str, f32: str, out: str, feeds: list[np.ndarray], a) -> None:
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_dynamic,
-        quantize_static,
-    )
-
-    if name == "bert":
-        quantize_dynamic(f32, out, weight_type=QuantType.QInt8)
-        return
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            rng = np.random.default_rng(1)
-            shape = (2,) + feeds[0].shape[1:]
-            self.items = iter([{"input_0": rng.standard_normal(shape).astype(np.float32)}
-                               for _ in range(4)])  # fmt: skip
-
-        def get_next(self):
-            return next(self.items, None)
-
-    quantize_static(f32, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                    extra_options={"ActivationSymmetric": a.symmetric})  # fmt: skip
 
 
 def _timed(call, iters: int, samples: int, sync=None) -> list[float]:
@@ -115,6 +82,7 @@ def main() -> None:
 
     from dml_jax.bench.suites.onnx_families import FAMILIES
     from dml_jax.bench.suites.onnx_models import export, random_model
+    from dml_jax.bench.suites.quantized_models import MODELS, agreement, quantize
     from dml_jax.onnx import InferenceSession
 
     print(jax.devices()[0].device_kind, jax.__version__, torch.__version__, ort.__version__)
@@ -135,7 +103,7 @@ def main() -> None:
         print(f"{name}: batch {batch}", flush=True)
         if "int8" in a.forms:
             t = time.perf_counter()
-            _quantize(name, paths["float32"], paths["int8"], feeds, a)
+            quantize(MODELS[name], paths["float32"], paths["int8"], feeds, a.symmetric)
             print(f"  quantized in {time.perf_counter() - t:.1f} s", flush=True)
         outs, ms = {}, {}
         if a.torch:
@@ -178,8 +146,8 @@ def main() -> None:
         if not {"float32", "float16", "int8"} <= set(outs):
             continue
         print(f"  int8 over float16: x{ms['float16'] / ms['int8']:.2f}; float16 against "
-              f"float32 {_agree(outs['float16'], outs['float32']):.1e}; int8 against float32 "
-              f"{_agree(outs['int8'], outs['float32']):.1e}", flush=True)  # fmt: skip
+              f"float32 {agreement(outs['float16'], outs['float32']):.1e}; int8 against float32 "
+              f"{agreement(outs['int8'], outs['float32']):.1e}", flush=True)  # fmt: skip
         if "int8" not in outs:
             continue
         for level, opt in (("off", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
@@ -189,7 +157,7 @@ def main() -> None:
             o = ort.InferenceSession(paths["int8"], so, providers=["CPUExecutionProvider"])
             want = o.run(None, {i.name: x for i, x in zip(o.get_inputs(), feeds)})[0]
             print(f"  int8 against onnxruntime CPU (optimizations {level}): "
-                  f"{_agree(outs['int8'], want):.1e}", flush=True)  # fmt: skip
+                  f"{agreement(outs['int8'], want):.1e}", flush=True)  # fmt: skip
         sys.stdout.flush()
 
 

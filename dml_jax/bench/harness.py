@@ -497,6 +497,7 @@ SUITES = (
     "operators",
     "gemm_conv",
     "quantized",
+    "quantized_models",
     "attention_lstm",
     "networks",
     "onnx_models",
