@@ -914,6 +914,66 @@ def test_integer_convolutions_of_extreme_values_match_reference(cls, x_type, w_t
     _assert_quantized(desc, S.run(S.Case(desc, inputs)), reference.reference(desc, *inputs))
 
 
+def _only(out) -> np.ndarray:
+    """An operator's one output, given as itself or in a sequence."""
+    return np.asarray(out[0] if isinstance(out, (tuple, list)) else out)
+
+
+def _primitives(jaxpr) -> list[str]:
+    """The primitive names of a jaxpr and of every jaxpr inside it."""
+    names = []
+    for e in jaxpr.eqns:
+        names.append(e.primitive.name)
+        for p in e.params.values():
+            for sub in p if isinstance(p, (tuple, list)) else [p]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    names += _primitives(inner)
+    return names
+
+
+@pytest.mark.parametrize(
+    "c, window, zero, chunks",
+    [(100, 3, False, 1), (300, 3, False, 3), (300, 3, True, 11), (4, 17, True, None)],
+)
+def test_integer_convolutions_off_cuda_are_exact_float_convolutions(c, window, zero, chunks):
+    """Off CUDA, CONVOLUTION_INTEGER sums as float32 convolutions of chunks of input channels
+    whose partial sums stay within 2^24 (3x3 INT8 without zero points: 113 channels a chunk;
+    with them, 28), the chunks added in int32; a window too large for one channel (17 x 17
+    with zero points) keeps the integer products. Extreme values: the sums pass 2^24. Equal to
+    CUDA's integer form on the same inputs and to the int64 reference."""
+    from dml_jax import fastpath
+
+    rng = np.random.default_rng(c)
+    k, size = 2, 17
+    # nine in ten at one extreme, the rest at the other: sums far past 2^24 that still depend
+    # on every term
+    x = np.where(rng.random((1, c, size, size)) < 0.9, 127, -128).astype(np.int8)
+    w = np.where(rng.random((k, c, window, window)) < 0.9, -128, 127).astype(np.int8)
+    zeros = (t("INT8", 1, 1, 1, 1), t("INT8", 1, k, 1, 1)) if zero else (None, None)
+    out = size - window + 3
+    desc = CONVI(
+        t("INT8", 1, c, size, size), zeros[0], t("INT8", k, c, window, window), zeros[1],
+        t("INT32", 1, k, out, out), **_conv_fields(start_padding=(1, 1), end_padding=(1, 1)),
+    )  # fmt: skip
+    dml.validate(desc)
+    if zero:
+        inputs = (x, i8([-128], (1, 1, 1, 1)), w, i8([127, -128], (1, k, 1, 1)))
+    else:
+        inputs = (x, w)
+    op = dml.compile_operator(desc)
+    with fastpath.target_platform("cpu"):
+        names = _primitives(jax.make_jaxpr(op.fn)(*inputs).jaxpr)
+        got = _only(jax.jit(op.fn)(*inputs))
+    assert names.count("conv_general_dilated") == (chunks or 0)
+    with fastpath.target_platform("cuda"):
+        integer = _only(jax.jit(op.fn)(*inputs))
+    want = _only(reference.reference(desc, *inputs))
+    assert np.abs(want).max() > (2**24 if chunks != 1 else 2**23)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(integer, want)
+
+
 # --- pooling ---------------------------------------------------------------------------------
 
 
