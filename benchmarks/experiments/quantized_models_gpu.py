@@ -15,7 +15,7 @@ DML operators of the quantized program and its largest GPU kernels (a ``jax.prof
 of ``--iters`` calls; ``gpu_trace.py``).
 
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/quantized_models_gpu.py [--only bert
-resnet50] [--batch N]``.
+resnet50] [--batch N] [--dump-hlo DIR]``.
 """
 
 from __future__ import annotations
@@ -63,6 +63,9 @@ def main() -> None:
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--forms", nargs="*", default=["float32", "float16", "int8"])
     p.add_argument("--torch", action="store_true", help="PyTorch eager's float16 time too")
+    p.add_argument("--dump-hlo", default=None, metavar="DIR",
+                   help="the sessions' optimized HLO into DIR (hlo_kernels.py reads it: which "
+                   "fusion is which kernel of the profile)")  # fmt: skip
     p.add_argument("--drop-fast-path", nargs="*", default=[], metavar="OPERATOR:NAME",
                    help="fast paths left out (onnx_compile_time.py's option)")  # fmt: skip
     p.add_argument(
@@ -73,6 +76,9 @@ def main() -> None:
         "symmetric (ActivationSymmetric, as int8 GPU deployments take them)",
     )
     a = p.parse_args()
+    if a.dump_hlo:  # before jax is imported: XLA reads its flags once
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={a.dump_hlo}"
+                                   " --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*apply.*")  # fmt: skip
     from onnx_compile_time import drop_fast_paths  # this folder's
 
     drop_fast_paths(a.drop_fast_path)
