@@ -126,3 +126,42 @@ def test_gpu_fast_path_matches_lax(name, zero):
     got = dml.compile_operator(d).fn(*arrays)
     want = dml.compile_operator(d, fast_paths=False).fn(*arrays)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("xz_shape, yz_shape", [(None, None), ((3, 128, 1), (1, 1, 256))])
+def test_a_shared_b_folds_the_batch_into_m(xz_shape, yz_shape):
+    """B read by every batch index of A (a weight under a batched A, its desc broadcast): one
+    product of {B * M, K} by the one {K, N} instead of a B per batch index; the same result."""
+    import jax
+
+    rng = np.random.default_rng(11)
+    x, w = _int8(rng, (3, 128, 128)), _int8(rng, (128, 256))
+    y = np.broadcast_to(w, (3, 128, 256))
+    xz, yz = _zero(rng, xz_shape), _zero(rng, yz_shape)
+
+    def kernel_operands(fn):
+        eqns = jax.make_jaxpr(fn)(jnp.asarray(x), jnp.asarray(y)).eqns
+        (call,) = [e for e in eqns if e.primitive.name == "pallas_call"]
+        return [v.aval.shape for v in call.invars[:2]]
+
+    def product(shared):
+        return lambda a, b: K.int8_product(a, xz, b, yz, interpret=True, shared_b=shared)
+
+    assert kernel_operands(product(True)) == [(1, 384, 128), (1, 256, 128)]
+    assert kernel_operands(product(False)) == [(3, 128, 128), (3, 256, 128)]
+    got = product(True)(jnp.asarray(x), jnp.asarray(y))
+    want = _zero_point_product(jnp.asarray(x), xz, jnp.asarray(y), yz)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_shared_b_reads_the_descriptor():
+    t = dml.TensorDesc
+    a, y = t("INT8", (1, 3, 128, 128)), t("INT32", (1, 3, 128, 256))
+    shared = t("INT8", (1, 3, 128, 256), strides=(0, 0, 256, 1))
+    own = t("INT8", (1, 3, 128, 256))
+    make = dml.MatrixMultiplyIntegerOperatorDesc
+    assert K.shared_b(make(a, None, shared, None, y))
+    assert not K.shared_b(make(a, None, own, None, y))
+    single = t("INT8", (1, 1, 128, 128))
+    assert not K.shared_b(make(single, None, t("INT8", (1, 1, 128, 256)), None,
+                               t("INT32", (1, 1, 128, 256))))  # fmt: skip
