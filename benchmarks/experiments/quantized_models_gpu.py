@@ -87,8 +87,8 @@ def main() -> None:
     import torch
 
     from dml_jax.bench.suites.onnx_families import FAMILIES
-    from dml_jax.bench.suites.onnx_models import export, random_model
-    from dml_jax.bench.suites.quantized_models import MODELS, agreement, quantize
+    from dml_jax.bench.suites.onnx_models import agreement, export, random_model
+    from dml_jax.bench.suites.quantized_models import MODELS, quantize
     from dml_jax.onnx import InferenceSession
 
     print(jax.devices()[0].device_kind, jax.__version__, torch.__version__, ort.__version__)

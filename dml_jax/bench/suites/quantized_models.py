@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..harness import Run, error_text, jax_sync, ratio, summary
+from .onnx_models import agreement
 
 MODELS = {"bert": "dynamic int8", "resnet50": "QDQ int8"}
 CALIBRATION = 4  # random batches of two the static quantization calibrates on
@@ -39,12 +40,6 @@ CALIBRATION = 4  # random batches of two the static quantization calibrates on
 
 def add_arguments(p: Any) -> None:
     p.add_argument("--only", nargs="*", default=None, help=f"models (default: {list(MODELS)})")
-
-
-def agreement(got, want) -> float:
-    want = np.asarray(want, np.float64)
-    scale = max(float(np.abs(want).max()), 1e-6)
-    return float(np.abs(np.asarray(got, np.float64) - want).max() / scale)
 
 
 def quantize(

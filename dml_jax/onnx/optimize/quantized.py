@@ -37,6 +37,7 @@ import dataclasses
 
 import numpy as np
 
+from ...enums import DataType
 from ...graph import ConstantDataNode
 from ...graph.validation import constant_elements
 from ...registry import lookup
@@ -132,13 +133,20 @@ def qdq_matmul(g: Editor) -> int:
     return count
 
 
-def _zero_point(g: Editor, desc: TensorDesc | None, src, shape: tuple[int, ...]):
+def _channels(desc: TensorDesc, rank: int) -> TensorDesc:
+    """A filter's parameter desc (collapsed: one value, or one per output channel {K, 1, ..})
+    as the output's parameter: {1, K, 1, ..} (the same values in order), or {1, ..}."""
+    k = desc.sizes[0]
+    return TensorDesc(desc.data_type, (1, k) + (1,) * (rank - 2) if k > 1 else (1,) * rank)
+
+
+def _zero_point(g: Editor, desc: TensorDesc | None, src, rank: int):
     """A zero point for CONVOLUTION_INTEGER: (None, None) where it is absent or a constant 0
-    (no term to subtract; an integer constant is no parameter), else its desc as ``shape``
-    (one value, or one per output channel) and its source."""
+    (no term to subtract; an integer constant is no parameter), else its desc (one value, or
+    one per output channel, as ``_channels``) and its source."""
     if desc is None or g.scalar(src) == 0:
         return None, None
-    return TensorDesc(desc.data_type, shape), src
+    return _channels(desc, rank), src
 
 
 @rewrite("QDQConvFusion", "extended")
@@ -168,10 +176,9 @@ def qdq_conv(g: Editor) -> int:
         if x is None or w is None or x[0].rank != rank or w[0].rank != rank:
             continue
         channel = (1, k) + (1,) * (rank - 2)
-        zx, zx_src = _zero_point(g, x[2], x[3][2], (1,) * rank)
-        zw, zw_src = _zero_point(g, w[2], w[3][2], channel if w[2] and w[2].sizes[0] == k
-                                 else (1,) * rank)  # fmt: skip
-        ints = TensorDesc(_int32(), out.sizes)
+        zx, zx_src = _zero_point(g, x[2], x[3][2], rank)
+        zw, zw_src = _zero_point(g, w[2], w[3][2], rank)
+        ints = TensorDesc(DataType.INT32, out.sizes)
         conv = conv_class(
             input_tensor=x[0], input_zero_point_tensor=zx, filter_tensor=w[0],
             filter_zero_point_tensor=zw, output_tensor=ints, strides=d.strides,
@@ -184,7 +191,7 @@ def qdq_conv(g: Editor) -> int:
         # w's one per channel (or its one broadcast too)
         per = TensorDesc(x[1].data_type, channel)
         scales = mul_class(
-            _broadcast(x[1], channel), _broadcast(w[1], channel, per_channel=True), per
+            _broadcast(x[1], channel), _broadcast(_channels(w[1], rank), channel), per
         )
         scaled = mul_class(f32, _broadcast(per, out.sizes), f32)
         bias, add = d.bias_tensor, None
@@ -209,24 +216,14 @@ def qdq_conv(g: Editor) -> int:
     return count
 
 
-def _int32():
-    from ...enums import DataType
-
-    return DataType.INT32
-
-
-def _broadcast(desc: TensorDesc, sizes: tuple[int, ...], per_channel: bool = False) -> TensorDesc:
-    """A parameter desc (collapsed: size 1 on its repeated axes) read at ``sizes``: stride 0
-    on every axis it repeats. ``per_channel``: a filter's per-channel scale ({K, 1, ...}, one
-    value an output channel) read on axis 1 of ``sizes``."""
-    own = desc.sizes
-    if per_channel and own[0] != 1:
-        own = (1, own[0]) + own[2:]
+def _broadcast(desc: TensorDesc, sizes: tuple[int, ...]) -> TensorDesc:
+    """A parameter desc (collapsed: size 1 on its repeated axes, packed otherwise) read at
+    ``sizes``: stride 0 on every axis it repeats."""
     strides, step = [0] * len(sizes), 1
     for axis in reversed(range(len(sizes))):
-        if own[axis] != 1:
+        if desc.sizes[axis] != 1:
             strides[axis] = step
-            step *= own[axis]
+            step *= desc.sizes[axis]
     return TensorDesc(desc.data_type, tuple(sizes), strides=tuple(strides))
 
 
