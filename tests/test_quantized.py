@@ -1786,6 +1786,44 @@ def test_divisions_by_a_broadcast_scale_are_correctly_rounded():
     S.check_jit(S.Case(desc, (x, f32([s]))))
 
 
+def test_quotient_steps_are_numpys_rounded_quotients_on_every_platform():
+    """The quantizers' ``round(x / scale)`` (``round_quotient``) is NumPy's rounded float32
+    quotient under 2048 in magnitude, beside halfway points and ties included, in the program's
+    own form (the CPU's exact division or elsewhere one exact residual) and in the residual form
+    on this backend; beyond 2048 a value past 2046 on the same side (callers saturate there). A
+    wrong bound, a wrong side or ties not to even fail it."""
+    import jax
+
+    from dml_jax.ops._quant import STEPS_EXACT, _nearest_steps, round_quotient
+
+    rng = np.random.default_rng(11)
+    n = 200_000
+    spread = [1e-30, 1e-3, 1.0, 1e3, 1e30]
+    x = (rng.standard_normal(n) * rng.choice(spread, n)).astype(np.float32)
+    y = (rng.standard_normal(n) * rng.choice(spread, n)).astype(np.float32)
+    # x / y beside k + 0.5 (an ulp or two either side, and on it), every binade of scales
+    m = 20_000
+    ys = np.exp(rng.uniform(-40, 40, m)).astype(np.float32) * rng.choice([-1, 1], m)
+    k = rng.integers(-2100, 2100, m).astype(np.float32) + np.float32(0.5)
+    on = (k * ys).astype(np.float32)
+    up, down = np.nextafter(on, np.float32(np.inf)), np.nextafter(on, np.float32(-np.inf))
+    near = [on, up, down, np.nextafter(up, np.float32(np.inf))]
+    # exact ties: short scales whose halfway products are float32 values
+    short = rng.integers(1, 4096, m).astype(np.float32) * np.float32(2.0**-10)
+    specials = np.float32([0, -0.0, np.inf, -np.inf, np.nan, 3.4e38, 1.2e-38, 0.5, 2047.5, 1e10])
+    sx, sy = (a.ravel() for a in np.meshgrid(specials, specials))
+    x = np.concatenate([x, *near, (k * short).astype(np.float32), sx])
+    y = np.concatenate([y, ys, ys, ys, ys, short, sy]).astype(np.float32)
+    with np.errstate(all="ignore"):
+        want = np.round(x / y)
+    small = ~(np.abs(want) >= STEPS_EXACT)  # NaN included
+    for f in (jax.jit(round_quotient), jax.jit(_nearest_steps)):
+        got = np.asarray(f(x, y))
+        np.testing.assert_array_equal(got[small], want[small])
+        big = got[~small]
+        assert np.all((np.sign(big) == np.sign(want[~small])) & (np.abs(big) >= STEPS_EXACT - 2))
+
+
 def test_quantize_division_is_correctly_rounded_on_every_platform():
     """The quantizers' ``x / scale`` is the float32 nearest the exact quotient (NumPy's float32
     division) on every backend, including beside halfway points, where an ulp moves the

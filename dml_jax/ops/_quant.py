@@ -105,7 +105,7 @@ def quantize(real, scale, zero_point, zero_point_type, out_type: DataType):
     saturated anyway (|round(real / scale)| < 2**24).
     """
     lo, hi = out_type.integer_range
-    steps = jnp.round(divide(real, as_float32(scale)))  # jnp.round rounds half to even
+    steps = round_quotient(real, as_float32(scale))
     if zero_point is None:
         zero = jnp.float32(0)
     else:
@@ -126,13 +126,80 @@ def divide(x, y):
     """
     y = jnp.broadcast_to(jnp.asarray(y, x.dtype), jnp.broadcast_shapes(x.shape, jnp.shape(y)))
     x = jnp.broadcast_to(x, y.shape)
-    y = jnp.where(jnp.isnan(x), jnp.ones((), x.dtype), y)
+    y = _per_element(x, y)
     if x.dtype != jnp.float32:
         return x / y
     # XLA's float32 division on NVIDIA GPUs is not correctly rounded (up to two ulps off: beside
     # a halfway point: DynamicQuantizeLinear's node test moves a value across a rounding
     # boundary); there the quotient is corrected to the nearest float32. The CPU's is exact.
     return platform_choice(x, y, cuda=_nearest_quotient, default=lax.div)
+
+
+def round_quotient(x, y):
+    """``round_half_even(x / y)`` of float32 ``x`` and ``y`` (``y`` broadcast to ``x``), the
+    quotient correctly rounded to float32 first, as NumPy's ``np.round(x / y)``: exact wherever
+    that quotient is under ``STEPS_EXACT`` in magnitude. Beyond it the result is the rounded
+    value of a quotient within a few ulps, the same side and at least ``STEPS_EXACT - 2``, which
+    every caller saturates (8- and 4-bit ranges, zero points included). NaN stays NaN.
+
+    The CPU divides exactly. On NVIDIA GPUs XLA's division is not correctly rounded, and
+    correcting the quotient itself (``divide``) took three exact residuals and two more
+    divisions an element: ``_nearest_steps`` decides the rounding with one residual instead."""
+    y = jnp.broadcast_to(jnp.asarray(y, x.dtype), jnp.broadcast_shapes(x.shape, jnp.shape(y)))
+    x = jnp.broadcast_to(x, y.shape)
+    return platform_choice(x, y, cuda=_nearest_steps, default=_exact_steps)
+
+
+def _exact_steps(x, y):
+    """``round_quotient`` by an exact division (the CPU's), kept one by ``divide``'s rule."""
+    return jnp.round(lax.div(x, _per_element(x, y)))
+
+
+def _per_element(x, y):
+    """``y`` made to depend on ``x`` element by element (1 where ``x`` is NaN, whose quotient is
+    NaN either way): XLA then cannot turn a division by it into a multiplication by a
+    broadcast reciprocal."""
+    return jnp.where(jnp.isnan(x), jnp.ones((), x.dtype), y)
+
+
+STEPS_EXACT = 2048.0  # |x / y| under this: ``round_quotient`` is exact (12-bit half-integers)
+
+
+def _nearest_steps(x, y):
+    """``round_quotient`` from an approximate quotient and one exact residual.
+
+    Rounding the float32 quotient to an integer changes only across a half-integer ``h``: the
+    integers either side of the one nearest any estimate within 1/2 of ``x / y`` (here ``x``
+    times the reciprocal of ``y``) are the only candidates. ``x`` and ``y`` are first scaled by
+    one power of two that brings ``y`` near 1 (exact; an ``x`` that then overflows or underflows
+    has a quotient far beyond the candidates' or far under 1/2). ``h`` has at most 12 significant
+    bits under ``STEPS_EXACT``, so ``h * yh`` and ``h * yl`` (``y`` split in 12-bit halves) are
+    exact, and so is ``r = (x - h * yh) - h * yl`` wherever ``x / y`` lies within 2^-19 of ``h``
+    relatively (Sterbenz; ``r`` is then a small multiple of the inputs' quanta); farther away
+    its rounding errors are far under its distance from the bounds below, whatever XLA contracts
+    into fused multiply-adds (each product is exact). The correctly rounded quotient is ``h``
+    itself where ``|r| <= u * |y|`` (``u`` half of ``h``'s ulp, a power of two: exact; ties go
+    to ``h``, whose last significand bit is 0), and then rounds half to even; above or below,
+    the candidate on that side."""
+    bits = lax.bitcast_convert_type(y, jnp.uint32)
+    exponent = jnp.clip((bits >> 23) & jnp.uint32(0xFF), jnp.uint32(1), jnp.uint32(253))
+    power = lax.bitcast_convert_type((jnp.uint32(254) - exponent) << 23, jnp.float32)
+    xs, ys = x * power, y * power  # y in [2^-23, 4): x / y unchanged
+    q = xs * (jnp.float32(1) / ys)
+    n = jnp.round(q)
+    h = n + jnp.where(q >= n, jnp.float32(0.5), jnp.float32(-0.5))
+    yh, yl = _split(ys)
+    r = (xs - h * yh) - h * yl
+    r = jnp.where(ys < 0, -r, r)  # the sign of x / y - h
+    lead = lax.bitcast_convert_type(  # 2^e, h in [2^e, 2^(e+1))
+        lax.bitcast_convert_type(h, jnp.uint32) & jnp.uint32(0x7F800000), jnp.float32
+    )
+    bound = lead * jnp.float32(2.0**-24) * jnp.abs(ys)
+    below = jnp.floor(h)
+    even = jnp.where(jnp.floor(below * 0.5) * 2 == below, below, below + 1)
+    steps = jnp.where(r > bound, below + 1, jnp.where(r < -bound, below, even))
+    ok = jnp.isfinite(ys) & (ys != 0) & (jnp.abs(q) < STEPS_EXACT)
+    return jnp.where(ok, steps, n)
 
 
 def _split(a):

@@ -1,0 +1,104 @@
+"""The quantizers' rounded quotient ``round(x / scale)`` on a GPU (issue 66, item 2): the
+residual form (``_quant.round_quotient``: an approximate quotient, one exact residual against
+the nearest half-integer) against the corrected-quotient form it replaced (``divide``: three
+exact residuals and two more divisions an element, then ``round``) and the plain ``round(x /
+y)`` of XLA's division (not correctly rounded there: its mismatches are counted). Per form and
+shape: the compile, microseconds a call (median of ``--samples`` samples of ``--iters`` calls,
+one sync a sample) and the elements that differ from NumPy's float32 ``np.round(x / y)`` (random
+values, a fifth of them beside halfway points; quotients under 2048 in magnitude, the residual
+form's exact range).
+
+``--model ARGS...``: instead, ``quantized_models_gpu.py ARGS`` with the replaced form in place of
+the residual one where ``--replaced`` is given (whole-model compile and call times).
+
+Usage: ``PYTHONPATH=. python3 benchmarks/experiments/quantize_steps_gpu.py [--replaced] [--model
+--only bert --forms int8 --profile int8]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import statistics
+import sys
+import time
+
+import numpy as np
+
+
+def _forms():
+    import jax.numpy as jnp
+
+    from dml_jax.ops import _quant
+
+    return {
+        "residual": _quant.round_quotient,
+        "replaced": lambda x, y: jnp.round(_quant.divide(x, y)),
+        "plain": lambda x, y: jnp.round(x / y),
+    }
+
+
+def _data(shape, per_channel: bool, rng):
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    s = np.exp(rng.uniform(-6, 0, shape[-1] if per_channel else 1)).astype(np.float32)
+    y = np.broadcast_to(s, shape)
+    near = rng.random(shape) < 0.2  # x beside (k + 0.5) * s
+    k = np.round(x / y) + np.float32(0.5)
+    x = np.where(near, np.nextafter((k * y).astype(np.float32), rng.choice([-np.inf, np.inf])), x)
+    return x.astype(np.float32), (s if per_channel else s.reshape(())).astype(np.float32)
+
+
+def micro(args) -> None:
+    import jax
+
+    rng = np.random.default_rng(0)
+    forms = _forms()
+    for shape in ((4096, 3072), (4096, 768)):
+        for per_channel in (False, True):
+            x, s = _data(shape, per_channel, rng)
+            with np.errstate(all="ignore"):
+                want = np.round(x / np.broadcast_to(s, shape))
+            xd, sd = jax.device_put(x), jax.device_put(s)
+            for name, f in forms.items():
+                t = time.perf_counter()
+                fn = jax.jit(f).lower(xd, sd).compile()
+                compile_s = time.perf_counter() - t
+                got = np.asarray(fn(xd, sd))
+                small = np.abs(want) < 2048  # beyond: saturated by every caller
+                wrong = int(np.sum((got != want) & small))
+                times = []
+                for _ in range(args.samples):
+                    t = time.perf_counter()
+                    for _ in range(args.iters):
+                        y = fn(xd, sd)
+                    y.block_until_ready()
+                    times.append((time.perf_counter() - t) / args.iters * 1e6)
+                gbs = x.nbytes * 2 / (statistics.median(times) * 1e-6) / 1e9
+                print(f"{shape} {'per-channel' if per_channel else 'one scale'} {name}: compile "
+                      f"{compile_s:.2f} s, {statistics.median(times):.1f} us "
+                      f"({min(times):.1f}-{max(times):.1f}; {gbs:.0f} GB/s), {wrong} differ under 2048")  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--samples", type=int, default=10)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--replaced", action="store_true")
+    p.add_argument("--model", nargs=argparse.REMAINDER, default=None)
+    args = p.parse_args()
+    if args.replaced:
+        from dml_jax.ops import _quant
+
+        _quant.round_quotient = _forms()["replaced"]
+    if args.model is None:
+        micro(args)
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    sys.argv = ["quantized_models_gpu.py", *args.model]
+    runpy.run_path(os.path.join(here, "quantized_models_gpu.py"), run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
