@@ -80,13 +80,73 @@ def micro(args) -> None:
                       f"({min(times):.1f}-{max(times):.1f}; {gbs:.0f} GB/s), {wrong} differ under 2048")  # fmt: skip
 
 
+SHAPES = ((64, 256, 56, 56), (64, 512, 28, 28), (64, 2048, 7, 7))
+
+
+def kernel_vs_lax(args) -> None:
+    """QUANTIZE_LINEAR's CUDA kernel (``kernels.quantize``) against its lax lowering (now the
+    residual form) alone, float32 to int8, one scale and one a channel (axis 1), at ResNet-50's
+    activation sizes for a batch of 64; fraction of the copy's bandwidth (bytes read + written)
+    and whether the two agree."""
+    import jax
+
+    from dml_jax.enums import DataType
+    from dml_jax.kernels import quantize as K
+    from dml_jax.ops._quant import quantize
+
+    rng = np.random.default_rng(0)
+    t = DataType.INT8
+    copy = jax.jit(lambda a: a + 1)
+    for shape in SHAPES:
+        x = jax.device_put((rng.standard_normal(shape) * 3).astype(np.float32))
+        for per_channel in (False, True):
+            c = shape[1] if per_channel else 1
+            s = jax.device_put(np.exp(rng.uniform(-4, -1, c)).astype(np.float32))
+            bshape = (1, c, 1, 1)
+            if per_channel:
+                v = K.plan(shape, 1, np.float32, np.int8)
+            else:  # one "channel": the flattened input, as the fast path views it
+                v = K.plan((1, x.size), 0, np.float32, np.int8)
+            forms = {
+                "lax": jax.jit(lambda a, b: quantize(a, b.reshape(bshape), None, t, t)),
+                "copy": lambda a, b: copy(a),
+            }
+            if v is not None:
+                flat = (1, x.size) if not per_channel else shape
+
+                def kernel(a, b, v=v, flat=flat):
+                    return K.quantize_kernel(a.reshape(flat), b, None, v, t).reshape(a.shape)
+
+                forms["kernel"] = jax.jit(kernel)
+            outs, us = {}, {}
+            for name, f in forms.items():
+                outs[name] = np.asarray(f(x, s))
+                times = []
+                for _ in range(args.samples):
+                    t0 = time.perf_counter()
+                    for _ in range(args.iters):
+                        y = f(x, s)
+                    y.block_until_ready()
+                    times.append((time.perf_counter() - t0) / args.iters * 1e6)
+                us[name] = statistics.median(times)
+            same = "kernel" not in outs or np.array_equal(outs["kernel"], outs["lax"])
+            row = ", ".join(f"{k} {u:.1f} us ({x.size * (8 if k == 'copy' else 5) / u / 1e3:.0f} GB/s)"
+                            for k, u in us.items())  # fmt: skip
+            print(f"{shape} {'per-channel' if per_channel else 'one scale'}: {row}; "
+                  f"equal {same}")  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--samples", type=int, default=10)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--replaced", action="store_true")
+    p.add_argument("--kernel", action="store_true", help="the CUDA kernel against lax alone")
     p.add_argument("--model", nargs=argparse.REMAINDER, default=None)
     args = p.parse_args()
+    if args.kernel:
+        kernel_vs_lax(args)
+        return
     if args.replaced:
         from dml_jax.ops import _quant
 
