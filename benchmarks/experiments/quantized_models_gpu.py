@@ -75,7 +75,17 @@ def main() -> None:
         help="QDQ activations with zero points (onnxruntime's default) rather than "
         "symmetric (ActivationSymmetric, as int8 GPU deployments take them)",
     )
+    p.add_argument("--set", nargs="*", default=[], metavar="MODULE.NAME=VALUE",
+                   help="a module's tunable set first (a Python literal), such as "
+                   "dml_jax.kernels.int8_conv.LAYOUT='NCHW'")  # fmt: skip
     a = p.parse_args()
+    for item in a.set:
+        import ast
+        import importlib
+
+        target, value = item.split("=", 1)
+        module, attr = target.rsplit(".", 1)
+        setattr(importlib.import_module(module), attr, ast.literal_eval(value))
     if a.dump_hlo:  # before jax is imported: XLA reads its flags once
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={a.dump_hlo}"
                                    " --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*apply.*")  # fmt: skip
