@@ -55,11 +55,81 @@ def test_epilogue_applies(change, applies):
     assert (found is not None and found.lower is K._lower) == applies
 
 
-def test_a_strided_view_of_the_input_is_left_to_lax():
+def test_a_strided_view_of_the_input_is_taken():
+    """The graph hands the pair the input's logical tensor whatever its strides (ChannelsLast
+    reads a quantized activation's NHWC bytes so); the filter and the result stay packed."""
     conv, cast = _pair()
     x = conv.input_tensor
-    view = T(x.data_type, x.sizes, strides=(1000, 100, 10, 1))  # a padded batch: not packed
-    assert fastpath.epilogue(dataclasses.replace(conv, input_tensor=view), cast, 0) is None
+    for strides in ((1000, 100, 10, 1), (800, 1, 80, 8)):  # a padded batch; channels-last
+        view = T(x.data_type, x.sizes, strides=strides)
+        found = fastpath.epilogue(dataclasses.replace(conv, input_tensor=view), cast, 0)
+        assert found is not None and found.lower is K._lower
+    w = conv.filter_tensor
+    view = T(w.data_type, w.sizes, strides=(1, 128, 24, 8))
+    assert fastpath.epilogue(dataclasses.replace(conv, filter_tensor=view), cast, 0) is None
+
+
+def _stacked_model(rng, c=8):
+    """x -> QuantizeLinear -> DequantizeLinear -> Conv a (QDQ: int8 weights per channel, an
+    int32 bias) -> Relu -> QuantizeLinear -> DequantizeLinear (d) -> Conv b (QDQ) -> + d -> Relu:
+    the quantize, dequantize and residual addition between two integer convolutions."""
+    sx, sd = np.float32(0.05), np.float32(0.04)
+    values = {"sx": np.array(sx), "sd": np.array(sd), "z": np.array(np.int8(0))}
+    nodes = [onnx.helper.make_node("QuantizeLinear", ["x", "sx", "z"], ["xq"]),
+             onnx.helper.make_node("DequantizeLinear", ["xq", "sx", "z"], ["xd"])]  # fmt: skip
+    for name, src, s_in in (("a", "xd", sx), ("b", "d", sd)):
+        values[f"w{name}"] = rng.integers(-127, 128, (c, c, 3, 3)).astype(np.int8)
+        values[f"s{name}"] = rng.uniform(0.002, 0.01, c).astype(np.float32)
+        values[f"z{name}"] = np.zeros(c, np.int8)
+        values[f"q{name}"] = rng.integers(-1000, 1000, c).astype(np.int32)
+        values[f"t{name}"] = values[f"s{name}"] * s_in
+        nodes += [
+            onnx.helper.make_node("DequantizeLinear", [f"w{name}", f"s{name}", f"z{name}"],
+                                  [f"wd{name}"], axis=0),
+            onnx.helper.make_node("DequantizeLinear", [f"q{name}", f"t{name}"], [f"bd{name}"],
+                                  axis=0),
+            onnx.helper.make_node("Conv", [src, f"wd{name}", f"bd{name}"], [f"h{name}"],
+                                  pads=[1, 1, 1, 1]),
+        ]  # fmt: skip
+        if name == "a":
+            nodes += [onnx.helper.make_node("Relu", ["ha"], ["ra"]),
+                      onnx.helper.make_node("QuantizeLinear", ["ra", "sd", "z"], ["dq"]),
+                      onnx.helper.make_node("DequantizeLinear", ["dq", "sd", "z"], ["d"])]  # fmt: skip
+    nodes += [onnx.helper.make_node("Add", ["hb", "d"], ["s"]),
+              onnx.helper.make_node("Relu", ["s"], ["y"])]  # fmt: skip
+    f32 = onnx.TensorProto.FLOAT
+    graph = onnx.helper.make_graph(
+        nodes, "qdq_stack", [onnx.helper.make_tensor_value_info("x", f32, [2, c, 10, 10])],
+        [onnx.helper.make_tensor_value_info("y", f32, None)],
+        [onnx.numpy_helper.from_array(v, k) for k, v in values.items()],
+    )  # fmt: skip
+    opsets = [onnx.helper.make_opsetid("", 17)]
+    return onnx.helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
+
+
+def test_integer_convolutions_hand_channels_last_activations_on(rng, forced_cuda):
+    """Between two QDQ convolutions the scaling, ReLU, quantize, dequantize and residual
+    addition run channels-last (ChannelsLast takes them after QDQConvFusion's pairs); the
+    second convolution still takes the int8 path, reading the NHWC bytes; the values are the
+    session's without the rewrite and without fast paths (to a float32 rounding: where a
+    scaling and its bias addition share a kernel XLA may contract them into one fused
+    multiply-add, docs/semantics.md; a misread layout moves values, not last bits)."""
+    from dml_jax.onnx import SessionOptions
+
+    data = _stacked_model(rng)
+    x = (rng.standard_normal((2, 8, 10, 10)) * 3).astype(np.float32)
+    options = SessionOptions()
+    options.graph_optimization_level = "extended"
+    want = InferenceSession(data, options, fast_paths=False).run(None, {"x": x})[0]
+    s = InferenceSession(data)
+    tol = {"rtol": 3e-7, "atol": 1e-6 * float(np.abs(want).max())}
+    np.testing.assert_allclose(s.run(None, {"x": x})[0], want, **tol)
+    last = s.explain().splitlines()[-1]
+    assert "QDQConvFusion x2" in last and "ChannelsLast x" in last
+    with fastpath.target_platform("cuda"):
+        got = np.asarray(jax.jit(s.fn)(x)[0])
+    assert len(forced_cuda) == 2
+    np.testing.assert_allclose(got, want, **tol)
 
 
 @pytest.fixture

@@ -14,10 +14,11 @@ included).
 
 Taken where cuDNN has the form: 2-D, one group, no dilation, INT8 input and filter (UINT8 has
 no such convolution) without zero points (``QDQConvFusion`` leaves out zero points of 0, as
-symmetric QDQ models have them), the operands packed. Channels in and out are padded with zeros
-to multiples of 4 (cuDNN's int8 layouts hold four channels a word: a network's first
-convolution reads three). The operands go to channels-last (NHWC and the
-filter as HWIO), as cuDNN's int8 convolutions read them, and the result back to NCHW.
+symmetric QDQ models have them), the filter and the result packed (the input may be a view:
+``ChannelsLast`` hands it channels-last bytes). Channels in and out are padded with zeros to
+multiples of 4 (cuDNN's int8 layouts hold four channels a word: a network's first convolution
+reads three). The operands go to channels-last (NHWC and the filter as HWIO), as cuDNN's int8
+convolutions read them, and the result back to NCHW.
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ def _applies(conv: Any, cast: Any, slot: int) -> bool:
         return False
     if conv.group_count != 1 or any(d != 1 for d in conv.dilations):
         return False
-    return x.is_packed and w.is_packed and y.is_packed and cast.input_tensor == y
+    # x may be read through strides (ChannelsLast hands it channels-last bytes): the graph
+    # gives the lowering its logical tensor either way
+    return w.is_packed and y.is_packed and cast.input_tensor == y
 
 
 def int8_convolution(x, w, strides, padding):

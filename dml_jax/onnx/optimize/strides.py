@@ -136,8 +136,27 @@ def _channels_free(g: Editor, n: int) -> bool:
 
 
 def _dense_convolution(g: Editor, n: int) -> bool:
-    """An ungrouped convolution (grouped and depthwise ones are lowered per group, NCHW)."""
-    return g.op(n) == "CONVOLUTION" and g.nodes[n].group_count == 1
+    """An ungrouped convolution, float or integer (grouped and depthwise ones are lowered per
+    group, NCHW)."""
+    return g.op(n) in ("CONVOLUTION", "CONVOLUTION_INTEGER") and g.nodes[n].group_count == 1
+
+
+def _convolution_output(g: Editor, n: int) -> bool:
+    """Node ``n`` writes a dense convolution's result: the convolution, or the CAST to float
+    that alone reads an integer one (the pair QDQConvFusion makes, one kernel on a GPU: the
+    CAST stays as it is, its readers are taken)."""
+    if _dense_convolution(g, n):
+        return True
+    if g.op(n) != "CAST":
+        return False
+    src = g.source(n, 0)
+    return (
+        src is not None
+        and src[0] != GRAPH_INPUT
+        and g.op(src[0]) == "CONVOLUTION_INTEGER"
+        and _dense_convolution(g, src[0])
+        and len(g.users((src[0], 0))) == 1
+    )
 
 
 def _nchw_image(desc) -> bool:
@@ -192,7 +211,7 @@ def channels_last(g: Editor) -> int:
                 continue  # the identity bringing a graph input (or a constant) in
             producers = [s[0] for s in sources if s is not None]
             users = g.users((n, 0))
-            near = any(m in taken or _dense_convolution(g, m) for m in producers) or any(
+            near = any(m in taken or _convolution_output(g, m) for m in producers) or any(
                 _dense_convolution(g, m) and k == 0 for m, k in users
             )
             if not near:
