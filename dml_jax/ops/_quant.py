@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -165,6 +166,7 @@ def _per_element(x, y):
 STEPS_EXACT = 2048.0  # |x / y| under this: ``round_quotient`` is exact (12-bit half-integers)
 
 
+@jax.jit  # traced once a shape: a model's many quantizers of one shape share it
 def _nearest_steps(x, y):
     """``round_quotient`` from an approximate quotient and one exact residual.
 
@@ -212,6 +214,7 @@ def _split(a):
     return hi, a - hi
 
 
+@jax.jit  # traced once a shape (DYNAMIC_QUANTIZE_LINEAR's two scalar divisions a node)
 def _nearest_quotient(x, y):
     """``x / y`` rounded to the nearest float32. XLA's GPU quotient ``q`` was measured up to two
     ulps off; its residual ``x - q * y``, computed exactly with Dekker's product, corrects it to
@@ -377,7 +380,11 @@ def signed_known(q, q_type: DataType, zero_given: bool, zero_point) -> tuple[Any
     shift = 0 if q_type.is_signed else 128
     values = None
     if q is not None:
-        values = (np.asarray(q).astype(np.int16) - shift).astype(np.int8)
+        q = np.asarray(q)  # (a weight's bytes: read once, shifted by a flip of the top bit)
+        if shift:
+            values = (q.astype(np.uint8, copy=False) ^ np.uint8(0x80)).view(np.int8)
+        else:
+            values = q.astype(np.int8, copy=False)
     if not zero_given:
         return values, (np.full((1,), -shift, np.int32) if shift else False)
     if zero_point is None:
