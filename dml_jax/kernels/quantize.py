@@ -1,14 +1,14 @@
 """Quantization as one Pallas (Triton) pass: the CUDA fast path of ELEMENT_WISE_QUANTIZE_LINEAR
-and QUANTIZE whose scale (and zero point) is one value or varies along one axis.
+and QUANTIZE whose scale (and zero point) is one value or varies along one axis, where the node
+has no graph neighbours (standalone: in a graph the lax lowering fuses into its producer).
 
-The lax lowering (``ops._quant.quantize``) divides by the scale, correctly rounded as it means
-it: it keeps XLA from turning the division into a multiplication by the reciprocal by making the
-divisor depend on the dividend (``divide``), so every element runs a full division. Per tensor
-that ran 0.93 of the copy on an H200; per channel ({1, C, 1, 1} over NCHW) 0.83
-(benchmarks/RESULTS.md#operators). And on the GPU XLA's float32 division is not always correctly
-rounded: of 4.2M quotients of the sweep's data, 5 came out one ulp off, each moving a value that
-lay just beside a halfway point across it (benchmarks/RESULTS.md#operators); the CPU's
-division is exact. Here a program owns ``tile`` elements of one channel's run (the input as
+The lax lowering (``ops._quant.quantize``) rounds the quotient with ``round_quotient``: an exact
+division on CPUs; on NVIDIA GPUs, whose float32 division in XLA is not always correctly rounded
+(of 4.2M quotients of the operators sweep's data, 5 came out one ulp off, each moving a value
+that lay just beside a halfway point across it: benchmarks/RESULTS.md#operators), an
+approximate quotient and one exact residual. Alone, that ran at 0.65-0.97 of this kernel's
+speed on an H200 (``quantize_steps_gpu.py --kernel``); in a graph it fuses into its producer,
+which no kernel does. Here a program owns ``tile`` elements of one channel's run (the input as
 {A, C, R}: the axis is C; one channel of everything for a per-tensor scale), loads that
 channel's scale and zero point once, and computes
 ``clamp(round_half_even(x / scale) + zero_point, Min, Max)`` with PTX's correctly rounded
