@@ -38,12 +38,12 @@ CHANNELS_WORD = 4
 # stem at batch 64 on an H200: 0.9 ms in one process, 9.4 in another, by what its autotuning
 # picked; the float16 model's whole network took 2.55).
 FEW_CHANNELS = 16
-# How such a few-channel convolution runs: "conv", XLA's convolution of the float16 operands
-# with float32 sums (on an H200 XLA ran ResNet-50's stem at batch 64 as a TF32 implicit GEMM,
-# 368 us), or "patches", its windows gathered channels-last ({N * outputs, C * kH * kW},
-# float16) and one matrix product by the filter with float32 sums (cuBLAS's float16 GEMM).
-# Both are exact (every partial sum an integer under 2^24); "patches" is not yet timed.
-STEM_FORM = "conv"
+# Such a few-channel convolution as its windows gathered channels-last ({N * outputs,
+# C * kH * kW}, float16) and one matrix product by the filter with float32 sums (cuBLAS's
+# float16 GEMM), rather than XLA's convolution of the float16 operands with float32 sums (on
+# an H200 XLA ran ResNet-50's stem at batch 64 as a TF32 implicit GEMM, 368 us). Both are exact
+# (every partial sum an integer under 2^24); the patches are not yet timed: off.
+STEM_PATCHES = False
 
 
 def _applies(conv: Any, cast: Any, slot: int) -> bool:
@@ -71,7 +71,7 @@ def int8_convolution(x, w, strides, padding):
     if c < FEW_CHANNELS and taps * 128 * 128 <= 2**24:
         # every partial sum of products of int8 values is an integer below 2^24 in magnitude:
         # float16 operands (which hold every int8 value) summed in float32 give the exact sum
-        if STEM_FORM == "patches":
+        if STEM_PATCHES:
             return _patch_product(x, w, strides, padding)
         y = lax.conv_general_dilated(
             x.astype(jnp.float16), w.astype(jnp.float16), tuple(strides), tuple(padding),
