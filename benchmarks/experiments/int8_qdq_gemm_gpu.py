@@ -1,0 +1,174 @@
+"""What an int8 convolution that requantizes in its own epilogue would buy (issue 66, item 2:
+a static-QDQ ResNet-50 at 1.3x its float16 export). ResNet-50's 1x1 convolutions at batch 64,
+channels-last, as the QDQ graph computes them: int8 activations {M = N * H * W, K} by int8
+weights {C, K}, the sums times ``sx * sw[c]`` (float32), plus the bias, ReLU, then quantized by
+``sy`` (the quotient correctly rounded, half to even, saturated to int8). Three forms, timed in
+turn (median of ``--samples`` samples of ``--iters`` calls, one sync a sample):
+
+- ``fused``: one Pallas (Triton) kernel, the int8 product on the int8 tensor cores and the
+  whole QDQ chain in its epilogue (PTX ``div.rn`` and ``cvt.rni``), int8 written;
+- ``cudnn``: what sessions run today, XLA's int8 convolution (cuDNN, float32 output) and the
+  chain in XLA's fusion after it (``_quant.round_quotient``);
+- ``float16``: the float16 export's convolution (bias and ReLU fused by XLA, float16 written).
+
+It prints microseconds a convolution, TOPS, the bytes moved against the copy's bandwidth, and
+how many of the fused form's values differ from the cudnn form's (the two are the same chain;
+XLA may contract the scaling and the bias into one fused multiply-add, docs/semantics.md, which
+moves a value beside a rounding boundary at times).
+
+Usage: ``PYTHONPATH=. python3 benchmarks/experiments/int8_qdq_gemm_gpu.py [--batch 64]``;
+``--interpret`` checks the fused kernel against the cudnn form on a small case (any machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+# ResNet-50's 1x1 convolutions: (spatial positions a sample, K = channels in, channels out)
+SHAPES = [(56 * 56, 64, 64), (56 * 56, 64, 256), (56 * 56, 256, 64), (28 * 28, 128, 512),
+          (28 * 28, 512, 128), (14 * 14, 256, 1024), (14 * 14, 1024, 256), (7 * 7, 512, 2048),
+          (7 * 7, 2048, 512)]  # fmt: skip
+
+
+def fused(x, w, scale, bias, sy, interpret=False, bm=128, warps=8, stages=3):
+    """The QDQ chain in one kernel: int8 x {M, K} by int8 w {C, K} -> int8 {M, C}."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from dml_jax.kernels.pallas_helpers import load_pallas, ptx
+
+    pl, pltriton = load_pallas()
+    (m, k), c = x.shape, w.shape[0]
+    bn, bk = min(128, c), min(128, k)
+
+    def kernel(x_ref, w_ref, s_ref, b_ref, y_ref, o_ref):
+        def body(i, acc):
+            a = x_ref[:, pl.ds(i * bk, bk)]
+            b = w_ref[:, pl.ds(i * bk, bk)].T
+            return acc + jnp.dot(a, b, preferred_element_type=jnp.int32)
+
+        acc = lax.fori_loop(0, k // bk, body, jnp.zeros((bm, bn), jnp.int32))
+        v = acc.astype(jnp.float32) * s_ref[...][None, :]  # rounded: no contraction below
+        v = (
+            (v + b_ref[...][None, :])
+            if interpret
+            else ptx("add.rn.f32", v, jnp.broadcast_to(b_ref[...][None, :], v.shape))
+        )
+        v = jnp.maximum(v, 0.0)
+        d = jnp.broadcast_to(y_ref[...], v.shape)
+        if interpret:
+            q = jnp.round(v / d)
+        else:
+            q = ptx("cvt.rni.f32.f32", ptx("div.rn.f32", v, d))
+        o_ref[...] = jnp.clip(q, -128.0, 127.0).astype(jnp.int8)
+
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((m, c), jnp.int8),
+        grid=(m // bm, c // bn),
+        in_specs=[
+            pl.BlockSpec((bm, k), lambda i, j: (i, 0)),
+            pl.BlockSpec((bn, k), lambda i, j: (j, 0)),
+            pl.BlockSpec((bn,), lambda i, j: (j,)),
+            pl.BlockSpec((bn,), lambda i, j: (j,)),
+            pl.BlockSpec((1,), lambda i, j: (0,)),
+        ],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+        interpret=interpret,
+        compiler_params=pltriton.CompilerParams(num_warps=warps, num_stages=stages),
+    )(x, w, scale, bias, sy)
+
+
+def cudnn(x, w, scale, bias, sy):
+    """Today's path: XLA's int8 convolution (1x1, NHWC) with float32 sums, the chain after it."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    from dml_jax.ops._quant import round_quotient
+
+    m, k = x.shape
+    acc = lax.conv_general_dilated(
+        x.reshape(1, m, 1, k), w.reshape(1, 1, *w.shape).transpose(0, 1, 3, 2), (1, 1),
+        "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"), preferred_element_type=jnp.float32,
+    ).reshape(m, -1)  # fmt: skip
+    v = jnp.maximum(acc * scale + bias, 0.0)
+    return jnp.clip(round_quotient(v, sy[0]), -128, 127).astype(jnp.int8)
+
+
+def half(x16, w16, bias16):
+    import jax.numpy as jnp
+    from jax import lax
+
+    m, k = x16.shape
+    y = lax.conv_general_dilated(
+        x16.reshape(1, m, 1, k), w16.reshape(1, 1, *w16.shape).transpose(0, 1, 3, 2), (1, 1),
+        "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+    ).reshape(m, -1)  # fmt: skip
+    return jnp.maximum(y + bias16, 0)
+
+
+def _data(rng, m, k, c):
+    x = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    w = rng.integers(-127, 128, (c, k)).astype(np.int8)
+    scale = (np.float32(0.02) * rng.uniform(0.002, 0.01, c)).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    sy = np.array([0.05 * np.sqrt(k)], np.float32)
+    return x, w, scale, bias, sy
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--samples", type=int, default=7)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--interpret", action="store_true")
+    a = p.parse_args()
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    if a.interpret:
+        args = _data(rng, 256, 64, 128)
+        got = np.asarray(fused(*map(jnp.asarray, args), interpret=True))
+        want = np.asarray(cudnn(*map(jnp.asarray, args)))
+        print("interpret: differ", int(np.sum(got != want)), "of", got.size)
+        return
+    print(jax.devices()[0].device_kind, jax.__version__)
+    copy = jax.jit(lambda t: t + 1)
+    for hw, k, c in SHAPES:
+        m = a.batch * hw
+        args = [jax.device_put(v) for v in _data(rng, m, k, c)]
+        x16 = jax.device_put(np.asarray(args[0]).astype(np.float16))
+        w16 = jax.device_put(np.asarray(args[1]).astype(np.float16))
+        b16 = jax.device_put(np.asarray(args[3]).astype(np.float16))
+        forms = {"fused": jax.jit(fused), "cudnn": jax.jit(cudnn)}
+        us, outs = {}, {}
+        for name, f in [*forms.items(), ("float16", jax.jit(half)), ("copy", copy)]:
+            call = {"float16": lambda f=f: f(x16, w16, b16), "copy": lambda f=f: f(x16)}.get(
+                name, lambda f=f: f(*args)
+            )
+            outs[name] = call()
+            jax.block_until_ready(outs[name])
+            times = []
+            for _ in range(a.samples):
+                t = time.perf_counter()
+                for _ in range(a.iters):
+                    y = call()
+                jax.block_until_ready(y)
+                times.append((time.perf_counter() - t) / a.iters * 1e6)
+            us[name] = statistics.median(times)
+        differ = int(np.sum(np.asarray(outs["fused"]) != np.asarray(outs["cudnn"])))
+        ops = 2 * m * k * c / 1e12
+        print(f"{m} x {k} -> {c}: fused {us['fused']:.1f} us ({ops / us['fused'] * 1e6:.0f} TOPS), "
+              f"cudnn {us['cudnn']:.1f}, float16 {us['float16']:.1f}, copy of x16 {us['copy']:.1f}; "
+              f"fused/cudnn {us['cudnn'] / us['fused']:.2f}x, fused/float16 "
+              f"{us['float16'] / us['fused']:.2f}x; {differ} of {m * c} differ")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
