@@ -186,3 +186,12 @@ def test_four_bit_outputs_clamp_to_their_own_range(monkeypatch, out_type):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     assert got.dtype == q.dtype == want.dtype  # jnp.int4 / jnp.uint4
     assert int(np.max(np.asarray(got))) == hi and int(np.min(np.asarray(got))) == lo
+
+
+def test_kernel_is_standalone():
+    """In a graph the lax lowering fuses into the quantize's producer (the QDQ ResNet-50 on an
+    H200: 9.23 ms a call with this kernel in its graph, 6.20 without), so the kernel is only
+    for nodes without neighbours."""
+    for op in ("ELEMENT_WISE_QUANTIZE_LINEAR", "QUANTIZE"):
+        (path,) = fastpath.fast_paths(f"DML_OPERATOR_{op}")
+        assert path.name == "kernel" and path.standalone

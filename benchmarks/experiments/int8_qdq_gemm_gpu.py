@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 
@@ -130,6 +129,7 @@ def main() -> None:
     a = p.parse_args()
     import jax
     import jax.numpy as jnp
+    from quantize_steps_gpu import microseconds  # this folder's
 
     rng = np.random.default_rng(0)
     if a.interpret:
@@ -154,14 +154,7 @@ def main() -> None:
             )
             outs[name] = call()
             jax.block_until_ready(outs[name])
-            times = []
-            for _ in range(a.samples):
-                t = time.perf_counter()
-                for _ in range(a.iters):
-                    y = call()
-                jax.block_until_ready(y)
-                times.append((time.perf_counter() - t) / a.iters * 1e6)
-            us[name] = statistics.median(times)
+            us[name] = statistics.median(microseconds(call, a.samples, a.iters))
         differ = int(np.sum(np.asarray(outs["fused"]) != np.asarray(outs["cudnn"])))
         ops = 2 * m * k * c / 1e12
         print(f"{m} x {k} -> {c}: fused {us['fused']:.1f} us ({ops / us['fused'] * 1e6:.0f} TOPS), "

@@ -49,6 +49,21 @@ def _data(shape, per_channel: bool, rng):
     return x.astype(np.float32), (s if per_channel else s.reshape(())).astype(np.float32)
 
 
+def microseconds(call, samples: int, iters: int) -> list[float]:
+    """``call()``'s time in microseconds, a value a sample of ``iters`` calls, one sync each
+    (int8_qdq_gemm_gpu.py's too)."""
+    import jax
+
+    times = []
+    for _ in range(samples):
+        t = time.perf_counter()
+        for _ in range(iters):
+            y = call()
+        jax.block_until_ready(y)
+        times.append((time.perf_counter() - t) / iters * 1e6)
+    return times
+
+
 def micro(args) -> None:
     import jax
 
@@ -67,13 +82,7 @@ def micro(args) -> None:
                 got = np.asarray(fn(xd, sd))
                 small = np.abs(want) < 2048  # beyond: saturated by every caller
                 wrong = int(np.sum((got != want) & small))
-                times = []
-                for _ in range(args.samples):
-                    t = time.perf_counter()
-                    for _ in range(args.iters):
-                        y = fn(xd, sd)
-                    y.block_until_ready()
-                    times.append((time.perf_counter() - t) / args.iters * 1e6)
+                times = microseconds(lambda fn=fn: fn(xd, sd), args.samples, args.iters)
                 gbs = x.nbytes * 2 / (statistics.median(times) * 1e-6) / 1e9
                 print(f"{shape} {'per-channel' if per_channel else 'one scale'} {name}: compile "
                       f"{compile_s:.2f} s, {statistics.median(times):.1f} us "
@@ -121,13 +130,7 @@ def kernel_vs_lax(args) -> None:
             outs, us = {}, {}
             for name, f in forms.items():
                 outs[name] = np.asarray(f(x, s))
-                times = []
-                for _ in range(args.samples):
-                    t0 = time.perf_counter()
-                    for _ in range(args.iters):
-                        y = f(x, s)
-                    y.block_until_ready()
-                    times.append((time.perf_counter() - t0) / args.iters * 1e6)
+                times = microseconds(lambda f=f: f(x, s), args.samples, args.iters)
                 us[name] = statistics.median(times)
             same = "kernel" not in outs or np.array_equal(outs["kernel"], outs["lax"])
             row = ", ".join(f"{k} {u:.1f} us ({x.size * (8 if k == 'copy' else 5) / u / 1e3:.0f} GB/s)"
