@@ -11,8 +11,11 @@ form's exact range).
 ``--model ARGS...``: instead, ``quantized_models_gpu.py ARGS`` with the replaced form in place of
 the residual one where ``--replaced`` is given (whole-model compile and call times).
 
+``--chain``: the quantizers as a QDQ network's fusions hold them (``chain``), ``--conversions``
+with the rounding's parity by a conversion as well.
+
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/quantize_steps_gpu.py [--replaced] [--model
---only bert --forms int8 --profile int8]``.
+--only bert --forms int8 --profile int8] [--chain [--conversions]]``.
 """
 
 from __future__ import annotations
@@ -139,6 +142,83 @@ def kernel_vs_lax(args) -> None:
                   f"equal {same}")  # fmt: skip
 
 
+def _conversions():
+    """``_quant``'s bit-level parity replaced by a conversion to an integer (the form before
+    it)."""
+    import jax.numpy as jnp
+
+    from dml_jax.ops import _quant
+
+    _quant._is_odd = lambda f: (f.astype(jnp.int32) & 1) == 1
+
+
+def chain(args) -> None:
+    """The quantizers as a QDQ network runs them, in one fusion: a bottleneck's end at
+    ResNet-50's 64 x 56 x 56 x 256 (channels last), the convolution's float32 sums scaled and
+    biased per channel, quantized, dequantized and added to a dequantized int8 shortcut,
+    quantized, dequantized, ReLU, quantized to int8 (``residual``); and a convolution's ReLU
+    (quantize, dequantize, ReLU, quantize: ``relu``). Microseconds and the bytes moved (float32
+    sums and the int8 shortcut read, int8 written) against the copy's bandwidth; with
+    ``--conversions`` the rounding's parity by a conversion instruction instead,
+    alternating in one process (caches cleared between)."""
+    import jax
+    import jax.numpy as jnp
+
+    from dml_jax.enums import DataType
+    from dml_jax.ops import _quant
+
+    t = DataType.INT8
+    rng = np.random.default_rng(0)
+    n, h, w, c = 64, 56, 56, 256
+    acc = jax.device_put((rng.standard_normal((n, h, w, c)) * 300).astype(np.float32))
+    short = jax.device_put(rng.integers(-128, 128, (n, h, w, c)).astype(np.int8))
+    ws = jax.device_put(np.exp(rng.uniform(-9, -7, c)).astype(np.float32))
+    bias = jax.device_put((rng.standard_normal(c) * 0.1).astype(np.float32))
+    scales = [jax.device_put(np.float32(v)) for v in (0.021, 0.017, 0.023, 0.019)]
+
+    def q(x, s):
+        return _quant.quantize(x, s, None, t, t)
+
+    def dq(x, s):
+        return _quant.dequantize(x, t, None, t, s)
+
+    def residual(acc, short, ws, bias, s1, s2, s3, s4):
+        a = dq(q(acc * ws + bias, s1), s1) + dq(short, s2)
+        return q(jnp.maximum(dq(q(a, s3), s3), 0), s4)
+
+    def relu(acc, short, ws, bias, s1, s2, s3, s4):
+        return q(jnp.maximum(dq(q(acc * ws + bias, s1), s1), 0), s2)
+
+    saved = _quant._is_odd
+    variants = ["bits", "conversions"] if args.conversions else ["bits"]
+    results, outs = {}, {}
+    for _ in range(3):  # alternate
+        for variant in variants:
+            _quant._is_odd = saved
+            if variant == "conversions":
+                _conversions()
+            jax.clear_caches()
+            for name, f in (("residual", residual), ("relu", relu)):
+                fn = jax.jit(f).lower(acc, short, ws, bias, *scales).compile()
+                kernels = fn.as_text().count(" fusion(")
+                outs[name, variant] = np.asarray(fn(acc, short, ws, bias, *scales))
+                times = microseconds(lambda fn=fn: fn(acc, short, ws, bias, *scales),
+                                     args.samples, args.iters)  # fmt: skip
+                results.setdefault((name, variant), []).extend(times)
+                results[name, variant, "kernels"] = kernels
+    _quant._is_odd = saved
+    copy = jax.jit(lambda a, b: (a + 1, b + 1))
+    copy_us = statistics.median(microseconds(lambda: copy(acc, short), args.samples, args.iters))
+    moved = acc.size * (4 + 1 + 1)
+    for name in ("residual", "relu"):
+        for variant in variants:
+            us = statistics.median(results[name, variant])
+            same = np.array_equal(outs[name, variant], outs[name, variants[0]])
+            print(f"{name} {variant}: {us:.1f} us ({moved / us / 1e3:.0f} GB/s; the copy's "
+                  f"{acc.size * 10 / copy_us / 1e3:.0f}), {results[name, variant, 'kernels']} "
+                  f"fusions, same as {variants[0]}: {same}")  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--samples", type=int, default=10)
@@ -146,7 +226,12 @@ def main() -> None:
     p.add_argument("--replaced", action="store_true")
     p.add_argument("--kernel", action="store_true", help="the CUDA kernel against lax alone")
     p.add_argument("--model", nargs=argparse.REMAINDER, default=None)
+    p.add_argument("--chain", action="store_true", help="QDQ chains in one fusion")
+    p.add_argument("--conversions", action="store_true", help="--chain: both forms")
     args = p.parse_args()
+    if args.chain:
+        chain(args)
+        return
     if args.kernel:
         kernel_vs_lax(args)
         return
