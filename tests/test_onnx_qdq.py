@@ -220,3 +220,23 @@ def test_qdq_conv_with_a_run_time_filter_stays_a_float_convolution(rng):
     (program,) = s._programs.values()
     assert "CONVOLUTION" in program.operators()
     assert "CONVOLUTION_INTEGER" not in program.operators()
+
+
+def test_qdq_network_on_cuda_equals_the_cpu_bit_for_bit(tmp_path):
+    """The quantizers round on CUDA by one exact residual (``_quant.round_quotient``) and on
+    the CPU by an exact division: the same values. The quantized_models suite's small network
+    (three convolutions, a residual addition, global pooling, a product), quantized by
+    onnxruntime's ``quantize_static`` (QDQ, per-channel weights), gives equal outputs on both,
+    its every quantizer's rounding included (a rounding one step off moves the logits)."""
+    from dml_jax import fastpath
+    from dml_jax.bench.suites.quantized_models import _cnn, quantize
+
+    if not fastpath.cuda_present():
+        pytest.skip("needs a CUDA GPU")
+    src, path = str(tmp_path / "cnn.onnx"), str(tmp_path / "cnn_int8.onnx")
+    (x,) = _cnn(src, 8)
+    quantize("QDQ int8", src, path, [x])
+    (gpu,) = InferenceSession(path, device="gpu").run(None, {"input_0": x})
+    (cpu,) = InferenceSession(path, device="cpu").run(None, {"input_0": x})
+    assert np.abs(cpu).max() > 0 and np.ptp(cpu, axis=1).min() > 0  # logits that differ
+    np.testing.assert_array_equal(gpu, cpu)
