@@ -16,7 +16,9 @@ how many of the fused form's values differ from the cudnn form's (the two are th
 XLA may contract the scaling and the bias into one fused multiply-add, docs/semantics.md, which
 moves a value beside a rounding boundary at times).
 
-Usage: ``PYTHONPATH=. python3 benchmarks/experiments/int8_qdq_gemm_gpu.py [--batch 64]``;
+Usage: ``PYTHONPATH=. python3 benchmarks/experiments/int8_qdq_gemm_gpu.py [--batch 64]
+[--epilogue division|residual]`` (the fused kernel's rounding: PTX's division, or the sessions'
+residual form);
 ``--interpret`` checks the fused kernel against the cudnn form on two small cases, one with a
 partial last block of rows (any machine).
 """
@@ -24,6 +26,7 @@ partial last block of rows (any machine).
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 
 import numpy as np
@@ -34,13 +37,17 @@ SHAPES = [(56 * 56, 64, 64), (56 * 56, 64, 256), (56 * 56, 256, 64), (28 * 28, 1
           (7 * 7, 2048, 512)]  # fmt: skip
 
 
-def fused(x, w, scale, bias, sy, interpret=False, bm=128, warps=8, stages=3):
-    """The QDQ chain in one kernel: int8 x {M, K} by int8 w {C, K} -> int8 {M, C}."""
+def fused(x, w, scale, bias, sy, interpret=False, bm=128, warps=8, stages=3, epilogue="division"):
+    """The QDQ chain in one kernel: int8 x {M, K} by int8 w {C, K} -> int8 {M, C}. The rounded
+    quotient by ``sy``: PTX's correctly rounded division then ``cvt.rni`` (``division``), or
+    the sessions' own residual form (``residual``: ``_quant._nearest_steps``, 17 operations an
+    element)."""
     import jax
     import jax.numpy as jnp
     from jax import lax
 
     from dml_jax.kernels.pallas_helpers import load_pallas, ptx
+    from dml_jax.ops import _quant
 
     pl, pltriton = load_pallas()
     (m, k), c = x.shape, w.shape[0]
@@ -61,7 +68,9 @@ def fused(x, w, scale, bias, sy, interpret=False, bm=128, warps=8, stages=3):
         )
         v = jnp.maximum(v, 0.0)
         d = jnp.broadcast_to(y_ref[...], v.shape)
-        if interpret:
+        if epilogue == "residual":
+            q = _quant._nearest_steps.__wrapped__(v, d)
+        elif interpret:
             q = jnp.round(v / d)
         else:
             q = ptx("cvt.rni.f32.f32", ptx("div.rn.f32", v, d))
@@ -131,6 +140,8 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=7)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--interpret", action="store_true")
+    p.add_argument("--epilogue", default="division", choices=["division", "residual"],
+                   help="the fused kernel's rounded quotient (``fused``)")  # fmt: skip
     a = p.parse_args()
     import jax
     import jax.numpy as jnp
@@ -140,7 +151,7 @@ def main() -> None:
     if a.interpret:
         for m in (256, 200):  # whole blocks of rows, and a partial last one
             args = _data(rng, m, 64, 128)
-            got = np.asarray(fused(*map(jnp.asarray, args), interpret=True))
+            got = np.asarray(fused(*map(jnp.asarray, args), interpret=True, epilogue=a.epilogue))
             want = np.asarray(cudnn(*map(jnp.asarray, args)))
             print(f"interpret, {m} rows: differ", int(np.sum(got != want)), "of", got.size)
         return
@@ -152,7 +163,8 @@ def main() -> None:
         x16 = jax.device_put(np.asarray(args[0]).astype(np.float16))
         w16 = jax.device_put(np.asarray(args[1]).astype(np.float16))
         b16 = jax.device_put(np.asarray(args[3]).astype(np.float16))
-        forms = {"fused": jax.jit(fused), "cudnn": jax.jit(cudnn)}
+        forms = {"fused": jax.jit(functools.partial(fused, epilogue=a.epilogue)),
+                 "cudnn": jax.jit(cudnn)}  # fmt: skip
         us, outs = {}, {}
         for name, f in [*forms.items(), ("float16", jax.jit(half)), ("copy", copy)]:
             call = {"float16": lambda f=f: f(x16, w16, b16), "copy": lambda f=f: f(x16)}.get(
