@@ -177,18 +177,13 @@ def test_gpu_qdq_conv_matches_lax(rng, c, k, strides):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("patches", [False, True], ids=["conv", "patches"])
 @pytest.mark.parametrize(
     "c, k, window, stride, pads",
     [(3, 64, 7, 2, ((3, 3), (3, 3))), (3, 8, 3, 1, ((1, 0), (0, 2))), (1, 4, 5, 3, ((2, 2), (0, 0)))],
 )  # fmt: skip
-def test_few_channel_forms_are_the_exact_sums(
-    monkeypatch, rng, patches, c, k, window, stride, pads
-):
-    """A few-channel convolution (a network's first) on float16 operands with float32 sums,
-    as XLA's convolution or as one product of its gathered windows (``STEM_PATCHES``): the exact
-    integer sums, at the int8 extremes, asymmetric padding and strides included."""
-    monkeypatch.setattr(K, "STEM_PATCHES", patches)
+def test_few_channel_convolutions_are_the_exact_sums(rng, c, k, window, stride, pads):
+    """A few-channel convolution (a network's first) on float16 operands with float32 sums:
+    the exact integer sums, at the int8 extremes, asymmetric padding and strides included."""
     extremes = np.array([-128, 127, -7, 3], np.int8)
     x = rng.choice(extremes, (2, c, 23, 19))
     w = rng.choice(extremes, (k, c, window, window))

@@ -36,14 +36,10 @@ CHANNELS_WORD = 4
 # sums cannot reach 2^24 runs on float16 operands with float32 sums instead: exact there, and
 # cuDNN's int8 engines for four padded channels were slow and unsteady (ResNet-50's 7 x 7
 # stem at batch 64 on an H200: 0.9 ms in one process, 9.4 in another, by what its autotuning
-# picked; the float16 model's whole network took 2.55).
+# picked; the float16 model's whole network took 2.55). XLA runs it as a TF32 implicit GEMM
+# (368 us there); its windows gathered channels-last and one float16 product instead made the
+# network slower (6.72 against 6.14 ms a call, 2026-11-29), so that form was removed.
 FEW_CHANNELS = 16
-# Such a few-channel convolution as its windows gathered channels-last ({N * outputs,
-# C * kH * kW}, float16) and one matrix product by the filter with float32 sums (cuBLAS's
-# float16 GEMM), rather than XLA's convolution of the float16 operands with float32 sums (on
-# an H200 XLA ran ResNet-50's stem at batch 64 as a TF32 implicit GEMM, 368 us). Both are exact
-# (every partial sum an integer under 2^24); the patches are not yet timed: off.
-STEM_PATCHES = False
 
 
 def _applies(conv: Any, cast: Any, slot: int) -> bool:
@@ -71,8 +67,6 @@ def int8_convolution(x, w, strides, padding):
     if c < FEW_CHANNELS and taps * 128 * 128 <= 2**24:
         # every partial sum of products of int8 values is an integer below 2^24 in magnitude:
         # float16 operands (which hold every int8 value) summed in float32 give the exact sum
-        if STEM_PATCHES:
-            return _patch_product(x, w, strides, padding)
         y = lax.conv_general_dilated(
             x.astype(jnp.float16), w.astype(jnp.float16), tuple(strides), tuple(padding),
             dimension_numbers=("NCHW", "OIHW", "NCHW"), preferred_element_type=jnp.float32,
@@ -92,28 +86,6 @@ def int8_convolution(x, w, strides, padding):
         preferred_element_type=jnp.float32,
     )
     return jnp.transpose(y[..., :k], (0, 3, 1, 2))
-
-
-def _patch_product(x, w, strides, padding):
-    """``int8_convolution`` of few channels as one matrix product: each output position's
-    window {kH, kW, C} gathered from the zero-padded NHWC input in float16, times the filter
-    {kH * kW * C, K}, float32 sums; {N, K, outputs...}."""
-    n, c, _, _ = x.shape
-    k, _, kh, kw = w.shape
-    xs = jnp.pad(jnp.transpose(x, (0, 2, 3, 1)).astype(jnp.float16),
-                 ((0, 0), tuple(padding[0]), tuple(padding[1]), (0, 0)))  # fmt: skip
-    (sh, sw), (hp, wp) = strides, xs.shape[1:3]
-    ho, wo = (hp - kh) // sh + 1, (wp - kw) // sw + 1
-    taps = [
-        lax.slice(xs, (0, i, j, 0), (n, i + sh * (ho - 1) + 1, j + sw * (wo - 1) + 1, c),
-                  (1, sh, sw, 1))
-        for i in range(kh) for j in range(kw)
-    ]  # fmt: skip
-    patches = jnp.concatenate(taps, axis=3).reshape(n * ho * wo, kh * kw * c)
-    filt = jnp.transpose(w, (2, 3, 1, 0)).astype(jnp.float16).reshape(kh * kw * c, k)
-    y = lax.dot_general(patches, filt, (((1,), (0,)), ((), ())),
-                        preferred_element_type=jnp.float32)  # fmt: skip
-    return jnp.transpose(y.reshape(n, ho, wo, k), (0, 3, 1, 2))
 
 
 def _lower(conv: Any, cast: Any, slot: int, producer, others):

@@ -155,8 +155,9 @@ def round_quotient(x, y):
     The CPU divides exactly. On NVIDIA GPUs XLA's division is not correctly rounded, and
     correcting the quotient itself (``divide``) took three exact residuals and two more
     divisions an element: ``_nearest_steps`` decides the rounding with one residual instead.
-    ``y`` keeps its own sizes (broadcast to ``x``'s rank only), so what depends on it alone is
-    computed once a value, not once an element."""
+    ``y`` keeps its own sizes (broadcast to ``x``'s rank only): what depends on it alone is
+    written once a value, though XLA may still fuse that work into the kernel over ``x``
+    (``SCALARS_APART``)."""
     y = jnp.asarray(y, x.dtype)
     shape = jnp.broadcast_shapes(x.shape, jnp.shape(y))
     x = jnp.broadcast_to(x, shape)
