@@ -111,17 +111,10 @@ def quantize(real, scale, zero_point, zero_point_type, out_type: DataType):
         zero = jnp.float32(0)
     else:
         zero = held(zero_point, zero_point_type).astype(jnp.float32)
-    if SCALARS_APART and 16 * max(jnp.size(scale), jnp.size(zero)) <= jnp.size(real):
-        scale, zero = apart((scale, zero))
     steps = round_quotient(real, scale)
     value = jnp.clip(steps + zero, jnp.float32(lo), jnp.float32(hi))
     value = jnp.where(jnp.isnan(value), jnp.broadcast_to(zero, value.shape), value)
     return value.astype(out_type.numpy_dtype)
-
-
-def apart(values: tuple) -> tuple:
-    """``values`` computed before, and apart from, what reads them (``SCALARS_APART``)."""
-    return tuple(lax.optimization_barrier(tuple(values)))
 
 
 def divide(x, y):
@@ -157,7 +150,9 @@ def round_quotient(x, y):
     divisions an element: ``_nearest_steps`` decides the rounding with one residual instead.
     ``y`` keeps its own sizes (broadcast to ``x``'s rank only): what depends on it alone is
     written once a value, though XLA may still fuse that work into the kernel over ``x``
-    (``SCALARS_APART``)."""
+    (computing it apart, behind an optimization barrier, was slower on an H200: QDQ ResNet-50
+    5.14 against 5.04 ms, dynamic-int8 BERT-base 5.07 against 4.81; benchmarks/experiments/
+    README.md)."""
     y = jnp.asarray(y, x.dtype)
     shape = jnp.broadcast_shapes(x.shape, jnp.shape(y))
     x = jnp.broadcast_to(x, shape)
@@ -177,17 +172,6 @@ def _per_element(x, y):
     return jnp.where(jnp.isnan(x), jnp.ones((), x.dtype), y)
 
 
-# Whether the values derived from a quantizer's scale and zero point alone (their reciprocal,
-# split, power-of-two scaling; DYNAMIC_QUANTIZE_LINEAR's scale and zero point from the range)
-# are computed apart, behind an optimization barrier, where they are at most a sixteenth of the
-# quantized values. XLA fuses such scalar work into the kernel over the values: on the CPU
-# DYNAMIC_QUANTIZE_LINEAR's fusion held 292 scalar operations beside 39 on the values (LLVM
-# hoists them out of the CPU's loop; XLA's CPU backend also drops the barrier, as softmax.py
-# notes), and on a GPU, which keeps the barrier, each thread would redo them for its elements
-# (BERT-base's DynamicQuantizeLinear fusions took 25 us a call for 3 MB out on an H200). The
-# price is a small kernel for each quantizer. Not yet timed on a GPU: off
-# (``quantized_models_gpu.py --set dml_jax.ops._quant.SCALARS_APART=True`` times it).
-SCALARS_APART = False
 _MAGIC = np.float32(1.5 * 2**23)  # an integer x within 2^22: x + this holds it in its low bits
 STEPS_EXACT = 2048.0  # |x / y| under this: ``round_quotient`` is exact (12-bit half-integers)
 
@@ -224,8 +208,6 @@ def _nearest_steps(x, y):
     yh, yl = _split(ys)
     even = ys * jnp.float32(2.0**-24)  # b / lead(h), exact
     odd = -even
-    if SCALARS_APART and 16 * y.size <= x.size:
-        power, inverse, yh, yl, even, odd = apart((power, inverse, yh, yl, even, odd))
     xs = x * power
     f = jnp.floor(xs * inverse)
     h = f + jnp.float32(0.5)
