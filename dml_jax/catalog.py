@@ -185,6 +185,11 @@ def fast_path_lines() -> list[str]:
         width = max(len(label) for label, _ in pairs)
         lines += ["", f"{'Graph epilogue (producer -> consumer)':<{width}}  Name (module)"]
         lines += [f"{label:<{width}}  {e.name} ({_module_of(e.lower)})" for label, e in pairs]
+    runs = [(f"{c.first} -> ... ({c.longest} nodes at most)", c) for c in fastpath.chains()]
+    if runs:
+        width = max(len(label) for label, _ in runs)
+        lines += ["", f"{'Graph chain (first node)':<{width}}  Name (module)"]
+        lines += [f"{label:<{width}}  {c.name} ({_module_of(c.lower)})" for label, c in runs]
     return lines
 
 
@@ -198,7 +203,7 @@ def _summary(module_name: str) -> str:
 
 def fast_paths_markdown() -> str:
     """docs/fast-paths.md's generated part: the fast paths by kernel module and name (with the
-    operator types each serves), the graph epilogues, and what each kernel module's docstring
+    operator types each serves), the graph epilogues and chains, and what each kernel module's docstring
     says it applies to."""
     from . import fastpath
 
@@ -214,17 +219,22 @@ def fast_paths_markdown() -> str:
     for (module, name, standalone), types in sorted(groups.items(), key=lambda kv: kv[0][0]):
         where = "only a node without neighbours" if standalone else "any node"
         lines.append(f"| `{module}` | `{name}` | {where} | {', '.join(types)} |")
-    lines += [
-        "",
-        "| graph epilogue: producer | consumer | name | kernel module |",
-        "|---|---|---|---|",
-    ]
-    for e in fastpath.epilogues():
-        producer = e.producer.removeprefix("DML_OPERATOR_")
-        consumer = e.consumer.removeprefix("DML_OPERATOR_")
-        lines.append(f"| {producer} | {consumer} | `{e.name}` | `{_module_of(e.lower)}` |")
+    short = lambda t: t.removeprefix("DML_OPERATOR_")
+    tables = (
+        ("graph epilogue: producer", "consumer", fastpath.epilogues(),
+         lambda e: (short(e.producer), short(e.consumer))),
+        ("graph chain: first node", "nodes at most", fastpath.chains(),
+         lambda c: (short(c.first), c.longest)),
+    )  # fmt: skip
+    for first, second, entries, cells in tables:
+        lines += ["", f"| {first} | {second} | name | kernel module |", "|---|---|---|---|"]
+        for e in entries:
+            a, b = cells(e)
+            lines.append(f"| {a} | {b} | `{e.name}` | `{_module_of(e.lower)}` |")
     modules = sorted(
-        {m for m, _, _ in groups} | {_module_of(e.lower) for e in fastpath.epilogues()}
+        {m for m, _, _ in groups}
+        | {_module_of(e.lower) for e in fastpath.epilogues()}
+        | {_module_of(c.lower) for c in fastpath.chains()}
     )
     lines += ["", "What each kernel module applies to (the first paragraph of its docstring):", ""]
     lines += [f"- `{m}`: {_summary(m)}" for m in modules]

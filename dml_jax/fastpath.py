@@ -555,3 +555,106 @@ def fused_lowering(
         return choices[key](*args)
 
     return lowered
+
+
+# ---------------------------------------------------------------------------------------------
+# Chains: a run of graph nodes, each read by the next alone, computed as one
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A CUDA lowering of a run of graph nodes as one kernel: ``first`` (an operator type), then
+    each node reading the one output of the node before it alone (an epilogue longer than a
+    pair: an integer product and the element-wise steps that requantize its sums).
+
+    Attributes:
+        applies: ``applies(descs, slots) -> bool`` on descriptors alone: ``descs`` the run's
+            nodes in order (``descs[0].operator_type == first``), ``slots[i]`` the input of
+            ``descs[i + 1]`` that reads ``descs[i]``. The graph tries the longest run first.
+        lower: ``lower(descs, slots, groups)`` -> the last node's outputs (a tuple), where
+            ``groups[0]`` are the first node's arrays and ``groups[i]`` node ``i``'s but the
+            one it reads from the run. The contract is the nodes' lax lowerings in sequence.
+        longest: the most nodes a run may hold.
+    """
+
+    first: str
+    name: str
+    applies: Callable[[tuple, tuple], bool]
+    lower: Callable[..., tuple]
+    longest: int
+
+
+_CHAINS: dict[str, dict[str, Chain]] = {}
+
+
+def register_chain(
+    first: str, name: str, applies: Callable, lower: Callable, longest: int
+) -> Chain:
+    """Registers a CUDA lowering of a run of nodes starting at a ``first`` node (``Chain``);
+    ``graph.compile_graph`` uses it where ``applies``, before pair epilogues.
+
+    Raises:
+        ValueError: if ``(first, name)`` is already registered, or ``longest`` is under 2.
+    """
+    if longest < 2:
+        raise ValueError(f"chain {name!r}: a run holds at least two nodes, not {longest}")
+    found = _CHAINS.setdefault(first, {})
+    if name in found:
+        raise ValueError(f"chain {name!r} from {first} is already registered")
+    found[name] = Chain(first, name, applies, lower, longest)
+    return found[name]
+
+
+def chains(first: str | None = None) -> tuple[Chain, ...]:
+    """The registered chains (those starting at ``first`` where given), in registration order
+    within a first operator type."""
+    keys = sorted(_CHAINS) if first is None else [first]
+    return tuple(c for key in keys for c in _CHAINS.get(key, {}).values())
+
+
+def chain(descs: tuple, slots: tuple) -> Chain | None:
+    """The first registered chain that applies to the run ``descs`` (read through ``slots``)."""
+    for c in _CHAINS.get(descs[0].operator_type, {}).values():
+        if len(descs) <= c.longest and c.applies(descs, slots):
+            return c
+    return None
+
+
+def chain_lowering(
+    specs: tuple, descs: tuple, slots: tuple, counts: tuple, found: Chain, reads: tuple
+) -> Callable[..., tuple]:
+    """``(*arrays) -> the last node's outputs`` for a run that ``chain`` found, ``arrays`` each
+    node's in turn (``counts[i]`` of node ``i``: all of the first's, the others' but the one
+    read from the run): on CUDA the chain's lowering, elsewhere (and for derivatives, and
+    under vmap) the nodes' lax lowerings in sequence. ``reads[i]``: the desc node ``i + 1``
+    reads node ``i``'s packed output through where the edge is a view (else None)."""
+    from .buffers import read_tensor
+
+    def split(arrays):
+        groups, at = [], 0
+        for c in counts:
+            groups.append(tuple(arrays[at : at + c]))
+            at += c
+        return groups
+
+    def lax_run(*arrays):
+        groups = split(arrays)
+        outs = tuple(specs[0].lower(descs[0], *groups[0]))
+        for spec, desc, slot, rest, view in zip(specs[1:], descs[1:], slots, groups[1:], reads):
+            inputs = list(rest)
+            y = outs[0] if view is None else read_tensor(outs[0].reshape(-1), view)
+            inputs.insert(slot, y)
+            outs = tuple(spec.lower(desc, *inputs))
+        return outs
+
+    @jax.custom_batching.custom_vmap
+    def cuda(*arrays):
+        return tuple(found.lower(descs, slots, split(arrays)))
+
+    @cuda.def_vmap
+    def _rule(axis_size, in_batched, *arrays):
+        in_axes = tuple(0 if b else None for b in in_batched)
+        out = jax.vmap(lax_run, in_axes=in_axes, axis_size=axis_size)(*arrays)
+        return out, tuple(True for _ in out)
+
+    return _choice_with_lax_derivatives(cuda, lax_run)

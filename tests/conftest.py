@@ -1,10 +1,12 @@
-"""Shared test set-up: deterministic hypothesis profiles and a random generator per test.
+"""Shared test set-up: deterministic hypothesis profiles, a random generator per test, and CUDA's
+choice of a fast path forced on any machine (``forced_cuda_kernel``).
 
 Profiles: ``ci`` (default, modest example counts) and ``thorough`` (select with
 ``DML_JAX_HYPOTHESIS_PROFILE=thorough python -m pytest``). Tests that need 64-bit types wrap
 their bodies in ``with jax.enable_x64(True):`` themselves.
 """
 
+import contextlib
 import os
 import zlib
 
@@ -41,6 +43,31 @@ _COMMON = {
 settings.register_profile("ci", max_examples=12, **_COMMON)
 settings.register_profile("thorough", max_examples=500, **_COMMON)
 settings.load_profile(os.environ.get("DML_JAX_HYPOTHESIS_PROFILE", "ci"))
+
+
+@contextlib.contextmanager
+def forced_cuda_kernel(monkeypatch, module, name: str, record, interpret: bool = True):
+    """CUDA's choice of fast paths on this machine, ``module.name`` (a kernel's entry point)
+    recorded at each call (``record(*args)``) and run in Pallas's interpreter where
+    ``interpret``; yields the list of records. Compiled graphs are dropped before and after."""
+    from dml_jax import fastpath
+    from dml_jax.graph import tracing
+
+    calls = []
+    original = getattr(module, name)
+    extra = {"interpret": True} if interpret else {}
+
+    def recorded(*args, **kw):
+        calls.append(record(*args))
+        return original(*args, **kw, **extra)
+
+    monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
+    monkeypatch.setattr(module, name, recorded)
+    tracing._compile_graph_cached.cache_clear()
+    try:
+        yield calls
+    finally:
+        tracing._compile_graph_cached.cache_clear()
 
 
 @pytest.fixture

@@ -376,6 +376,25 @@ def test_bitwise_on_float_bits_from_4_1():
     np.testing.assert_array_equal(got, _f([-1.0, 2.0]))  # the sign bit flipped
 
 
+def test_division_by_a_compiled_in_scalar_is_correctly_rounded():
+    """A divisor the program knows when compiled (a constant, a weight compiled in) still gives
+    the correctly rounded quotient on the CPU, where XLA would multiply by its reciprocal
+    (docs/semantics.md); NaN and infinite dividends keep IEEE's quotients."""
+    import jax
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("on NVIDIA GPUs XLA's division is itself within 2 ulps")
+    rng = np.random.default_rng(11)
+    a = np.concatenate([rng.standard_normal(4096), [np.nan, np.inf, -np.inf, 0.0]]).astype("f4")
+    desc = retyped(E + "DIVIDE", "FLOAT32", a.shape)
+    run = dml.compile_operator(desc)
+    for b in (0.37, 3.0, 1e-3):
+        divisor = np.full(a.shape, b, np.float32)
+        got = np.asarray(jax.jit(lambda a, divisor=divisor: run(a, divisor))(a))
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(got, a / np.float32(b))
+
+
 # --- every 8-bit pair, and the exponents CONSTANT_POW computes without pow ---------------------
 
 

@@ -20,10 +20,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import forced_cuda_kernel
 
 import dml_jax as dml
 from dml_jax import fastpath, registry
-from dml_jax.graph import tracing as graph_module
 from dml_jax.kernels import int4_gemm as K
 
 T = dml.TensorDesc
@@ -267,18 +267,10 @@ def _nbits_model(rng, rows, n=128, k=256, block=32, bias=True):
 @pytest.fixture
 def forced_cuda(monkeypatch):
     """CUDA's choice on this machine, the kernel in interpret mode; records its calls."""
-    calls = []
-    original = K.int4_product
-
-    def interpreted(*args, **kw):
-        calls.append(tuple(x.shape for x in args))
-        return original(*args, interpret=True, **kw)
-
-    monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
-    monkeypatch.setattr(K, "int4_product", interpreted)
-    graph_module._compile_graph_cached.cache_clear()
-    yield calls
-    graph_module._compile_graph_cached.cache_clear()
+    with forced_cuda_kernel(
+        monkeypatch, K, "int4_product", lambda *a: tuple(x.shape for x in a)
+    ) as calls:
+        yield calls
 
 
 @pytest.mark.parametrize("rows, taken", [(1, True), (16, True), (32, False)])

@@ -16,10 +16,10 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
+from conftest import forced_cuda_kernel
 
 import dml_jax as dml
 from dml_jax import fastpath
-from dml_jax.graph import tracing as graph_module
 from dml_jax.kernels import int8_conv as K
 
 onnx = pytest.importorskip("onnx")
@@ -136,18 +136,9 @@ def test_integer_convolutions_hand_channels_last_activations_on(rng, forced_cuda
 @pytest.fixture
 def forced_cuda(monkeypatch):
     """CUDA's choice on this machine; records the fast path's calls."""
-    calls = []
-    original = K.int8_convolution
-
-    def recorded(x, w, strides, padding):
-        calls.append(x.shape)
-        return original(x, w, strides, padding)
-
-    monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
-    monkeypatch.setattr(K, "int8_convolution", recorded)
-    graph_module._compile_graph_cached.cache_clear()
-    yield calls
-    graph_module._compile_graph_cached.cache_clear()
+    record = lambda x, *rest: x.shape
+    with forced_cuda_kernel(monkeypatch, K, "int8_convolution", record, interpret=False) as calls:
+        yield calls
 
 
 @pytest.mark.parametrize(
@@ -188,8 +179,19 @@ def test_few_channel_convolutions_are_the_exact_sums(rng, c, k, window, stride, 
     x = rng.choice(extremes, (2, c, 23, 19))
     w = rng.choice(extremes, (k, c, window, window))
     got = np.asarray(K.int8_convolution(x, w, (stride, stride), list(pads)))
-    want = jax.lax.conv_general_dilated(
-        x.astype(np.int32), w.astype(np.int32), (stride, stride), list(pads),
-        dimension_numbers=("NCHW", "OIHW", "NCHW"),
-    )  # fmt: skip
-    np.testing.assert_array_equal(got, np.asarray(want).astype(np.float32))
+    np.testing.assert_array_equal(got, _integer_convolution(x, w, stride, pads))
+
+
+def _integer_convolution(x, w, stride, pads):
+    """The convolution's exact sums in NumPy (int64, a window tap at a time), as float32."""
+    (top, bottom), (left, right) = pads
+    x = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    k, _, kh, kw = w.shape
+    oh = (x.shape[2] - kh) // stride + 1
+    ow = (x.shape[3] - kw) // stride + 1
+    out = np.zeros((x.shape[0], k, oh, ow), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            taps = x[:, :, i : i + stride * oh : stride, j : j + stride * ow : stride]
+            out += np.einsum("nchw,kc->nkhw", taps, w[:, :, i, j].astype(np.int64))
+    return out.astype(np.float32)

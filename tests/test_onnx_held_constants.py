@@ -110,7 +110,40 @@ def test_small_constants_stay_compiled_in(monkeypatch):
     s.run(None, {"A": x})
     (program,) = s._programs.values()
     assert program.held == {}
-    assert s._run_params(program) is s._device_params()
+    params, device = s._run_params(program), s._device_params()
+    assert params.keys() == device.keys() and all(params[k] is device[k] for k in device)
+
+
+def test_run_compiles_the_smallest_parameters_in(monkeypatch):
+    """Off the CPU ``run`` passes the parameters but those of at most
+    ``RUN_BAKED_PARAM_MAX_BYTES`` (a quantizer's scale), which it compiles in: the program holds
+    the scalar as a literal and computes what depends on it alone at compile time; the values
+    are those of the parameters, and ``apply`` still takes a replaced scalar."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    monkeypatch.setattr(session_module, "CPU_BAKED_WEIGHTS_MAX_BYTES", -1)
+    rng = np.random.default_rng(7)
+    b = rng.standard_normal(256).astype(np.float32)
+    inits = [numpy_helper.from_array(np.array(np.float32(0.37)), "a"),
+             numpy_helper.from_array(b, "b")]  # fmt: skip
+    nodes = [helper.make_node("Div", ["x", "a"], ["q"]), helper.make_node("Add", ["q", "b"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "scalars", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    s = InferenceSession(model.SerializeToString())
+    x = rng.standard_normal(256).astype(np.float32)
+    got = s.run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, x / np.float32(0.37) + b)
+    (program,) = s._programs.values()
+    params = s._run_params(program)
+    assert sorted(params) == ["b"]
+    text = program.jitted_on(s._device).trace(params, x).lower().as_text()
+    assert "3.700000e-01" in text
+    other = s.apply({"a": np.float32(2.0)}, x)[0]
+    np.testing.assert_array_equal(np.asarray(other), x / np.float32(2.0) + b)
 
 
 def test_held_values_reach_their_own_graph_only():

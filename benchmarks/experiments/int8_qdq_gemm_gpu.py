@@ -6,8 +6,9 @@ weights {C, K}, the sums times ``sx * sw[c]`` (float32), plus the bias, ReLU, th
 turn (median of ``--samples`` samples of ``--iters`` calls, one sync a sample):
 
 - ``fused``: one Pallas (Triton) kernel, the int8 product on the int8 tensor cores and the
-  whole QDQ chain in its epilogue (PTX ``div.rn`` and ``cvt.rni``), int8 written;
-- ``cudnn``: what sessions run today, XLA's int8 convolution (cuDNN, float32 output) and the
+  whole QDQ chain in its epilogue, int8 written: now the sessions' fast path for such runs
+  (``kernels/int8_qdq_conv.py``);
+- ``cudnn``: what sessions ran before it, XLA's int8 convolution (cuDNN, float32 output) and the
   chain in XLA's fusion after it (``_quant.round_quotient``);
 - ``float16``: the float16 export's convolution (bias and ReLU fused by XLA, float16 written).
 
@@ -16,9 +17,7 @@ how many of the fused form's values differ from the cudnn form's (the two are th
 XLA may contract the scaling and the bias into one fused multiply-add, docs/semantics.md, which
 moves a value beside a rounding boundary at times).
 
-Usage: ``PYTHONPATH=. python3 benchmarks/experiments/int8_qdq_gemm_gpu.py [--batch 64]
-[--epilogue division|residual]`` (the fused kernel's rounding: PTX's division, or the sessions'
-residual form);
+Usage: ``PYTHONPATH=. python3 benchmarks/experiments/int8_qdq_gemm_gpu.py [--batch 64]``;
 ``--interpret`` checks the fused kernel against the cudnn form on two small cases, one with a
 partial last block of rows (any machine).
 """
@@ -26,7 +25,6 @@ partial last block of rows (any machine).
 from __future__ import annotations
 
 import argparse
-import functools
 import statistics
 
 import numpy as np
@@ -37,64 +35,22 @@ SHAPES = [(56 * 56, 64, 64), (56 * 56, 64, 256), (56 * 56, 256, 64), (28 * 28, 1
           (7 * 7, 2048, 512)]  # fmt: skip
 
 
-def fused(x, w, scale, bias, sy, interpret=False, bm=128, warps=8, stages=3, epilogue="division"):
-    """The QDQ chain in one kernel: int8 x {M, K} by int8 w {C, K} -> int8 {M, C}. The rounded
-    quotient by ``sy``: PTX's correctly rounded division then ``cvt.rni`` (``division``), or
-    the sessions' own residual form (``residual``: ``_quant._nearest_steps``, 17 operations an
-    element)."""
-    import jax
+def fused(x, w, scale, bias, sy, interpret=False):
+    """The QDQ chain in one kernel, the sessions' fast path (``kernels/int8_qdq_conv.py``, the
+    rounding by ``_quant._nearest_steps``): int8 x {M, K} by int8 w {C, K} -> int8 {M, C}, as a
+    1x1 convolution of M images of one pixel. (Its first form divided by PTX's ``div.rn`` and
+    ``cvt.rni`` instead: slower on the output-heavy shapes; README.)"""
     import jax.numpy as jnp
-    from jax import lax
 
-    from dml_jax.kernels.pallas_helpers import load_pallas, ptx
-    from dml_jax.ops import _quant
+    from dml_jax.enums import DataType
+    from dml_jax.kernels.int8_qdq_conv import qdq_convolution
 
-    pl, pltriton = load_pallas()
     (m, k), c = x.shape, w.shape[0]
-    bn, bk = min(128, c), min(128, k)
-
-    def kernel(x_ref, w_ref, s_ref, b_ref, y_ref, o_ref):
-        def body(i, acc):
-            a = x_ref[:, pl.ds(i * bk, bk)]
-            b = w_ref[:, pl.ds(i * bk, bk)].T
-            return acc + jnp.dot(a, b, preferred_element_type=jnp.int32)
-
-        acc = lax.fori_loop(0, k // bk, body, jnp.zeros((bm, bn), jnp.int32))
-        v = acc.astype(jnp.float32) * s_ref[...][None, :]  # rounded: no contraction below
-        v = (
-            (v + b_ref[...][None, :])
-            if interpret
-            else ptx("add.rn.f32", v, jnp.broadcast_to(b_ref[...][None, :], v.shape))
-        )
-        v = jnp.maximum(v, 0.0)
-        d = jnp.broadcast_to(y_ref[...], v.shape)
-        if epilogue == "residual":
-            q = _quant._nearest_steps.__wrapped__(v, d)
-        elif interpret:
-            q = jnp.round(v / d)
-        else:
-            q = ptx("cvt.rni.f32.f32", ptx("div.rn.f32", v, d))
-        o_ref[...] = jnp.clip(q, -128.0, 127.0).astype(jnp.int8)
-
-    rows = -(-m // bm) * bm  # rows padded to whole blocks (ResNet-50's 7 x 7 maps: 3136 a batch
-    # of 64 is no multiple of 128), the padding's rows dropped after
-    if rows != m:
-        x = jnp.pad(x, ((0, rows - m), (0, 0)))
-    return pl.pallas_call(
-        kernel,
-        out_shape=jax.ShapeDtypeStruct((rows, c), jnp.int8),
-        grid=(rows // bm, c // bn),
-        in_specs=[
-            pl.BlockSpec((bm, k), lambda i, j: (i, 0)),
-            pl.BlockSpec((bn, k), lambda i, j: (j, 0)),
-            pl.BlockSpec((bn,), lambda i, j: (j,)),
-            pl.BlockSpec((bn,), lambda i, j: (j,)),
-            pl.BlockSpec((1,), lambda i, j: (0,)),
-        ],
-        out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
-        interpret=interpret,
-        compiler_params=pltriton.CompilerParams(num_warps=warps, num_stages=stages),
-    )(x, w, scale, bias, sy)[:m]
+    y = qdq_convolution(
+        x.reshape(m, k, 1, 1), w.reshape(c, k, 1, 1), scale, bias, sy, jnp.zeros((1,), jnp.float32),
+        (1, 1), DataType.INT8, True, channels_last=True, interpret=interpret,
+    )  # fmt: skip
+    return y.reshape(m, c)
 
 
 def cudnn(x, w, scale, bias, sy):
@@ -140,8 +96,6 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=7)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--interpret", action="store_true")
-    p.add_argument("--epilogue", default="division", choices=["division", "residual"],
-                   help="the fused kernel's rounded quotient (``fused``)")  # fmt: skip
     a = p.parse_args()
     import jax
     import jax.numpy as jnp
@@ -151,7 +105,7 @@ def main() -> None:
     if a.interpret:
         for m in (256, 200):  # whole blocks of rows, and a partial last one
             args = _data(rng, m, 64, 128)
-            got = np.asarray(fused(*map(jnp.asarray, args), interpret=True, epilogue=a.epilogue))
+            got = np.asarray(fused(*map(jnp.asarray, args), interpret=True))
             want = np.asarray(cudnn(*map(jnp.asarray, args)))
             print(f"interpret, {m} rows: differ", int(np.sum(got != want)), "of", got.size)
         return
@@ -163,7 +117,7 @@ def main() -> None:
         x16 = jax.device_put(np.asarray(args[0]).astype(np.float16))
         w16 = jax.device_put(np.asarray(args[1]).astype(np.float16))
         b16 = jax.device_put(np.asarray(args[3]).astype(np.float16))
-        forms = {"fused": jax.jit(functools.partial(fused, epilogue=a.epilogue)),
+        forms = {"fused": jax.jit(fused),
                  "cudnn": jax.jit(cudnn)}  # fmt: skip
         us, outs = {}, {}
         for name, f in [*forms.items(), ("float16", jax.jit(half)), ("copy", copy)]:

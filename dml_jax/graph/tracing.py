@@ -231,8 +231,10 @@ def _graph_function(
         for n in (e.from_node_index, e.to_node_index)
     }
     on = fast_paths and fastpath.cuda_present()
-    pairs = _epilogue_pairs(graph, plan) if on else {}
-    fused_into = {p for p, _, _ in pairs.values()}
+    runs_of = _epilogue_chains(graph, plan) if on else {}
+    in_runs = {m for members, _, _ in runs_of.values() for m in members}
+    pairs = _epilogue_pairs(graph, plan, in_runs) if on else {}
+    fused_into = {p for p, _, _ in pairs.values()} | (in_runs - set(runs_of))
 
     fixed = dict(constant_inputs or {})
 
@@ -281,6 +283,22 @@ def _graph_function(
     for n in plan.order:
         if n in constants or n in fused_into:
             continue
+        if n in runs_of:  # the run's nodes as one step, each one's inputs in turn
+            members, slots, found = runs_of[n]
+            sources, counts, reads = [], [], []
+            for i, m in enumerate(members):
+                own = [s for j, s in enumerate(plan.sources[m]) if i == 0 or j != slots[i - 1]]
+                sources += own
+                counts.append(len(own))
+                if i:  # the desc it reads the node before through, where it is a view
+                    edge = plan.sources[m][slots[i - 1]]
+                    reads.append(edge[3] if len(edge) == 4 else None)
+            lower = fastpath.chain_lowering(
+                tuple(plan.specs[m] for m in members), tuple(graph.nodes[m] for m in members),
+                slots, tuple(counts), found, tuple(reads),
+            )  # fmt: skip
+            steps.append((n, lower, tuple(sources), plan.present_outputs[n], {}))
+            continue
         if n in pairs:  # this node and its producer as one step, the producer's inputs first
             p, slot, _ = pairs[n]
             sources = plan.sources[p] + tuple(s for j, s in enumerate(plan.sources[n]) if j != slot)
@@ -292,7 +310,9 @@ def _graph_function(
             lower = fastpath.lowering(plan.specs[n], graph.nodes[n], fast_paths, n in linked)
         steps.append((n, lower, plan.sources[n], plan.present_outputs[n], known(n)))
     if roll:
-        steps = _rolled(steps, graph, plan, pairs, linked, known_value, pair_lowering, runs)
+        steps = _rolled(
+            steps, graph, plan, pairs, linked, known_value, pair_lowering, runs, runs_of
+        )
 
     held: Mapping | None = None  # held_constants' values while ``lowered`` traces
 
@@ -343,7 +363,7 @@ def _graph_function(
         return tuple(values[src] for src in plan.outputs)
 
     def folded(constant_inputs: frozenset[int]) -> tuple[tuple[int, int], ...]:
-        paired = set(pairs) | fused_into
+        paired = set(pairs) | fused_into | set(runs_of)
         entries = {e.to_node_index for e in graph.input_edges}
         cheap: set[int] = set()  # from constants alone, each node writing no more than it reads
         for n in plan.order:
@@ -402,7 +422,7 @@ def _same_graph(a: GraphDesc, b: GraphDesc) -> bool:
     return a is b or (hash(a) == hash(b) and a == b)
 
 
-def _rolled(steps, graph, plan, pairs, linked, known_value, pair_lowering, runs) -> list:
+def _rolled(steps, graph, plan, pairs, linked, known_value, pair_lowering, runs, runs_of) -> list:
     """``steps`` with each run of repeated blocks (``rolling``) after its first block as one
     ``RolledRun``; the runs are appended to ``runs``."""
     at = {step[0]: i for i, step in enumerate(steps)}
@@ -423,6 +443,9 @@ def _rolled(steps, graph, plan, pairs, linked, known_value, pair_lowering, runs)
         if n in pairs:
             p, slot, found = pairs[n]
             pair = (repr(graph.nodes[p]), slot, repr(found))
+        elif n in runs_of:
+            members, slots, found = runs_of[n]
+            pair = (tuple(repr(graph.nodes[m]) for m in members), slots, repr(found))
         made = type(graph.nodes[n]).__name__, present, repr(graph.nodes[n].output_slots())
         return (repr(graph.nodes[n]), pair, n in linked, present), tuple(read), made
 
@@ -449,6 +472,9 @@ def _rolled(steps, graph, plan, pairs, linked, known_value, pair_lowering, runs)
                     if j != slot and (skip + j - (j > slot)) in same
                 }
                 lowers.append(pair_lowering(n, _Known(own, known_value)))
+                knowns.append({})
+            elif n in runs_of:  # a run's step knows no inputs (its lowering is one per step)
+                lowers.append(lower)
                 knowns.append({})
             else:
                 lowers.append(lower)
@@ -507,19 +533,71 @@ class _Known(Mapping):
         return sum(1 for _ in self)
 
 
-def _epilogue_pairs(graph: GraphDesc, plan: GraphPlan) -> dict[int, tuple[int, int, Any]]:
-    """Consumer node -> (producer node, input slot, ``fastpath.Epilogue``) for every pair that a
-    registered epilogue computes as one: the producer has one output, not a graph output, read
-    by that one consumer input alone, in the desc it was written with or as a packed reshape of
-    it (a reinterpreting edge)."""
+def _readers(plan: GraphPlan) -> dict[tuple[int, int], list[tuple[int, int, tuple]]]:
+    """(node, output) -> every (reader node, its input position, the source entry)."""
     readers: dict[tuple[int, int], list[tuple[int, int, tuple]]] = {}
     for q, sources in enumerate(plan.sources):
         for j, s in enumerate(sources):
             if s[0] == "node":
                 readers.setdefault((s[1], s[2]), []).append((q, j, s))
+    return readers
+
+
+def _epilogue_chains(
+    graph: GraphDesc, plan: GraphPlan
+) -> dict[int, tuple[tuple[int, ...], tuple[int, ...], Any]]:
+    """Last node -> (the run's nodes, the input slot of each after the first that reads the one
+    before, ``fastpath.Chain``) for every run that a registered chain computes as one: each
+    node but the last has one output, not a graph output, read by the next node alone (in the
+    desc it was written with or through a view of it, which the chain's ``applies`` sees as
+    the reader's input desc). From each node a chain can start at (in the plan's order, one
+    run a node), the longest run that applies."""
+    readers = _readers(plan)
+    outputs = set(plan.outputs)
+    found_runs: dict[int, tuple[tuple[int, ...], tuple[int, ...], Any]] = {}
+    taken: set[int] = set()
+    for p in plan.order:
+        node = graph.nodes[p]
+        if p in taken or isinstance(node, FunctionNode):
+            continue
+        longest = max((c.longest for c in fastpath.chains(node.operator_type)), default=0)
+        if not longest:
+            continue
+        members, slots = [p], []
+        while len(members) < longest:
+            last = members[-1]
+            present = plan.present_outputs[last]
+            if len(present) != 1 or (last, present[0]) in outputs:
+                break
+            found = readers.get((last, present[0]), [])
+            if len(found) != 1:  # one reader (through the desc written, or a view of it)
+                break
+            q, j, _ = found[0]
+            if q in taken or isinstance(graph.nodes[q], FunctionNode):
+                break
+            members.append(q)
+            slots.append(j)
+        for k in range(len(members), 1, -1):
+            descs = tuple(graph.nodes[m] for m in members[:k])
+            match = fastpath.chain(descs, tuple(slots[: k - 1]))
+            if match is not None:
+                found_runs[members[k - 1]] = (tuple(members[:k]), tuple(slots[: k - 1]), match)
+                taken |= set(members[:k])
+                break
+    return found_runs
+
+
+def _epilogue_pairs(
+    graph: GraphDesc, plan: GraphPlan, taken: set[int] | None = None
+) -> dict[int, tuple[int, int, Any]]:
+    """Consumer node -> (producer node, input slot, ``fastpath.Epilogue``) for every pair that a
+    registered epilogue computes as one: the producer has one output, not a graph output, read
+    by that one consumer input alone, in the desc it was written with or as a packed reshape of
+    it (a reinterpreting edge). Nodes of ``taken`` (in a chain's run) join no pair."""
+    readers = _readers(plan)
     outputs = set(plan.outputs)
     pairs: dict[int, tuple[int, int, Any]] = {}
-    taken: set[int] = set()  # nodes in a pair already: a node joins one pair at most
+    taken = set(taken or ())  # nodes in a pair already: a node joins one pair at most
     for (p, k), found in readers.items():
         if len(found) != 1 or (p, k) in outputs or plan.present_outputs[p] != (k,):
             continue

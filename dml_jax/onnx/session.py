@@ -38,6 +38,7 @@ from .importer import ImportedGraph
 from .program import (
     CPU_BAKED_WEIGHTS_MAX_BYTES,
     CPU_MATRIX_ARGUMENT_MIN_BYTES,
+    RUN_BAKED_PARAM_MAX_BYTES,
     Program,
     check_compiler_options,
     compiler_options_for,
@@ -566,7 +567,8 @@ class InferenceSession(ProgramCache):
         program's layout places them; on the CPU, while the program's constants (the
         session's weights, as imported) are at most ``CPU_BAKED_WEIGHTS_MAX_BYTES``, only its
         matrices (``CPU_MATRIX_ARGUMENT_MIN_BYTES``), the rest compiled in; else the session's
-        parameters on its device."""
+        parameters on its device but the smallest (``RUN_BAKED_PARAM_MAX_BYTES``), compiled
+        in."""
         if program.layout is not None:
             return self._mesh_params(program)
         cpu = self._device.platform == "cpu"
@@ -580,11 +582,13 @@ class InferenceSession(ProgramCache):
                                   & set(self.params))  # fmt: skip
                 cached[x64] = self._device_params(matrices)  # the rest never leave the host
             return cached[x64]
-        if not program.held and not program.folded:
-            return self._device_params()
         cached = program.__dict__.setdefault("_run_params", {})
         if x64 not in cached:
-            params = {**self._device_params(), **self._held_params(program)}
+            imp = program.imported
+            small = {p for c, p in zip(imp.constants, imp.params)
+                     if p is not None and c.nbytes <= RUN_BAKED_PARAM_MAX_BYTES}  # fmt: skip
+            passed = sorted(set(self.params) - small)
+            params = {**self._device_params(passed), **self._held_params(program)}
             cached[x64] = {**params, **self._folded_params(program, params)}
         return cached[x64]
 

@@ -18,6 +18,7 @@ from jax import lax
 from ..enums import FeatureLevel as L
 from ..enums import RoundingMode
 from ..errors import Validator
+from ..fastpath import platform_choice
 from ..fields import (
     FLOAT,
     FLOAT_ARRAY,
@@ -66,7 +67,16 @@ def _safe(b):
 def _divide(d, a, b):
     if _int(a):
         return jnp.where(b == 0, jnp.zeros_like(a), lax.div(a, _safe(b)))  # toward zero
-    return a / b
+    # XLA turns a division by a value it knows when compiling (a constant, a compiled-in
+    # parameter) into a multiplication by its reciprocal, an ulp off at times; a divisor that
+    # depends on the dividend element by element (1 where it is NaN, whose quotient is NaN
+    # either way) is none, so the CPU's quotient stays correctly rounded. XLA's division on
+    # NVIDIA GPUs is approximate itself (docs/semantics.md): left as XLA compiles it there.
+    return platform_choice(a, b, cuda=lambda a, b: a / b, default=_correctly_rounded)
+
+
+def _correctly_rounded(a, b):
+    return a / jnp.where(jnp.isnan(a), jnp.ones((), b.dtype), b)
 
 
 def _mod_truncate(d, a, b):

@@ -1,0 +1,260 @@
+"""A 1x1 int8 convolution that requantizes its sums in its own epilogue, as one Pallas (Triton)
+kernel: the CUDA lowering of the graph run (``fastpath.register_chain``) CONVOLUTION_INTEGER ->
+CAST to FLOAT32 -> ELEMENT_WISE_MULTIPLY by one scale a channel -> [ELEMENT_WISE_ADD1 of one
+bias a channel] -> [ACTIVATION_RELU] -> ELEMENT_WISE_QUANTIZE_LINEAR by one scale, which a static
+QDQ convolution and the quantizer of its output become (``onnx/optimize/quantized.py``,
+``QDQConvFusion``).
+
+Without it the run is cuDNN's int8 convolution with float32 sums (``int8_conv``), written out,
+then XLA's fusion of the rest reading them back: eight bytes moved a value where the result is
+one. Here the product runs on the int8 tensor cores (Triton's int8 MMA) over the input's rows
+channels-last (M = N * H * W rows of C channels, by the filter as {K, C}), and the chain runs
+on the accumulator: the sums to float32 (rounded to nearest even, as CAST), times the channel's
+scale, plus the bias (PTX ``add.rn``: never contracted into a fused multiply-add, which would
+round once where the two lowerings round twice), the ReLU, then the quantizer: the correctly
+rounded quotient by the output scale rounded half to even (``_quant._nearest_steps``, the
+rounding the quantizers' lax lowering takes on CUDA), plus the zero point, saturated; one byte
+written a value. Equal to the nodes' lax lowerings in sequence (tests/test_int8_qdq_conv_kernel.py;
+where a value is NaN the ReLU here gives 0 and the lax lowering NaN, and the quantizer turns
+both into the zero point). On an H200, ResNet-50's nine 1x1 shapes at batch 64 ran 1.07-2.32x
+faster than cuDNN's convolution and XLA's fusion (benchmarks/experiments/README.md,
+``int8_qdq_gemm_gpu.py``).
+
+Taken where: a 1x1 filter in one group, INT8 input and filter without zero points, no padding
+(strides are taken by reading the input's strided rows first); C (channels in) a power of two
+from 32 to ``MAX_C``, K (channels out) a multiple of 32; MULTIPLY's and ADD1's other operand one
+FLOAT32 value a channel (broadcast: stride 0 but along the channels), ADD1 without a fused
+activation; QUANTIZE_LINEAR's scale one value (every stride 0) and its zero point absent or one
+value, into INT8 or UINT8. Every intermediate tensor packed and {N, K, H, W}.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ..fastpath import register_chain
+from ..ops import _quant
+from .pallas_helpers import is_nan, load_pallas, ptx
+
+# Tunables, from int8_qdq_gemm_gpu.py on an H200: 128 rows a program, 8 warps, 3 stages.
+BLOCK_M = 128
+WARPS = 8
+STAGES = 3
+MAX_C = 1 << 16  # |sums| <= 2^14 * C < 2^31: the int32 accumulator is exact
+
+
+def _listed(nkhw: tuple, channels_last: bool) -> tuple:
+    n, k, h, w = nkhw
+    return (n, h, w, k) if channels_last else nkhw
+
+
+def _view_of(writer: Any, reader: Any, nkhw: tuple, channels_last: bool) -> bool | None:
+    """How ``reader`` reads ``writer``'s packed output (listed channels-last or not): None
+    where it is no listing of the same {N, K, H, W} values, else whether the reader lists
+    them channels-last (the same desc, or the other listing's view of the bytes, as
+    ChannelsLast hands them between nodes)."""
+    if not writer.is_packed or writer.sizes != _listed(nkhw, channels_last):
+        return None
+    if reader.data_type != writer.data_type:
+        return None
+    read = (reader.sizes, reader.layout_strides)
+    if read == (writer.sizes, writer.layout_strides):
+        return channels_last
+    n, k, h, w = nkhw
+    if channels_last:  # NHWC bytes read as {N, K, H, W}
+        view = (nkhw, (h * w * k, 1, w * k, k))
+    else:  # NCHW bytes read as {N, H, W, K}
+        view = ((n, h, w, k), (k * h * w, w, 1, h * w))
+    return not channels_last if read == view else None
+
+
+def _per_channel(t: Any, sizes: tuple, axis: int) -> bool:
+    """A FLOAT32 operand of ``sizes`` read as one value a channel (``axis``)."""
+    if t is None or t.data_type.name != "FLOAT32" or t.sizes != sizes:
+        return False
+    return all(s == 0 for i, s in enumerate(t.layout_strides) if i != axis)
+
+
+def _one_value(t: Any, sizes: tuple) -> bool:
+    return t.sizes == sizes and all(s == 0 for s in t.layout_strides)
+
+
+def _blocks(n: int) -> int | None:
+    """The block of channels out: the largest of 128, 64, 32 dividing ``n``."""
+    return next((b for b in (128, 64, 32) if n % b == 0), None)
+
+
+def _kind(d: Any) -> str:
+    return d.operator_type.removeprefix("DML_OPERATOR_")
+
+
+def _steps_apply(descs: tuple) -> bool:
+    """The run's operators: the convolution, CAST, MULTIPLY, then ADD1 (a bias) and
+    ACTIVATION_RELU where present, in that order, and QUANTIZE_LINEAR last."""
+    kinds = [_kind(d) for d in descs]
+    if len(kinds) < 4 or kinds[:3] != ["CONVOLUTION_INTEGER", "CAST", "ELEMENT_WISE_MULTIPLY"]:
+        return False
+    middle = [k for k in kinds[3:-1] if k in ("ELEMENT_WISE_ADD1", "ACTIVATION_RELU")]
+    return kinds[-1] == "ELEMENT_WISE_QUANTIZE_LINEAR" and middle == kinds[3:-1] and (
+        middle in ([], ["ELEMENT_WISE_ADD1"], ["ACTIVATION_RELU"],
+                   ["ELEMENT_WISE_ADD1", "ACTIVATION_RELU"])
+    )  # fmt: skip
+
+
+def _conv_applies(conv: Any) -> bool:
+    x, w, y = conv.input_tensor, conv.filter_tensor, conv.output_tensor
+    if conv.input_zero_point_tensor is not None or conv.filter_zero_point_tensor is not None:
+        return False
+    if x.data_type.name != "INT8" or w.data_type.name != "INT8" or x.rank != 4:
+        return False
+    if conv.group_count != 1 or tuple(w.sizes[2:]) != (1, 1) or not w.is_packed:
+        return False
+    if any(conv.start_padding) or any(conv.end_padding) or not y.is_packed:
+        return False
+    c, k = x.sizes[1], w.sizes[0]
+    return 32 <= c <= MAX_C and not c & (c - 1) and _blocks(k) is not None
+
+
+def layouts(descs: tuple, slots: tuple) -> tuple[bool, ...] | None:
+    """Whether each node after the convolution lists its tensors channels-last (ChannelsLast's
+    rewrite), where the run is one this kernel computes; None where it is not."""
+    if not _steps_apply(descs) or not _conv_applies(descs[0]) or slots[0] != 0:
+        return None
+    nkhw = descs[0].output_tensor.sizes
+    listing, writer, out = [], descs[0].output_tensor, False
+    for d, slot in zip(descs[1:], slots):
+        ins = [t for _, t in d.input_slots() if t is not None]
+        if slot >= len(ins):
+            return None
+        last = _view_of(writer, ins[slot], nkhw, out)
+        if last is None:
+            return None
+        sizes = _listed(nkhw, last)
+        if _kind(d) in ("ELEMENT_WISE_MULTIPLY", "ELEMENT_WISE_ADD1"):
+            if not _per_channel(ins[1 - slot], sizes, 3 if last else 1):
+                return None
+            act = getattr(d, "fused_activation", None)
+            if act is not None and _kind(act) != "ACTIVATION_RELU":
+                return None
+        elif _kind(d) == "ELEMENT_WISE_QUANTIZE_LINEAR":
+            scale, zero = d.scale_tensor, d.zero_point_tensor
+            if scale.data_type.name != "FLOAT32" or not _one_value(scale, sizes):
+                return None
+            if zero is not None and not _one_value(zero, sizes):
+                return None
+            if d.output_tensor.data_type.name not in ("INT8", "UINT8"):
+                return None
+        wanted = d.output_tensor.data_type.name if d is descs[-1] else "FLOAT32"
+        if d.output_tensor.sizes != sizes or not d.output_tensor.is_packed:
+            return None
+        if d.output_tensor.data_type.name != wanted:
+            return None
+        listing.append(last)
+        writer, out = d.output_tensor, last
+    return tuple(listing)
+
+
+def _applies(descs: tuple, slots: tuple) -> bool:
+    return layouts(descs, slots) is not None
+
+
+def qdq_convolution(
+    x, w, scale, bias, out_scale, zero, strides, out_type, relu: bool,
+    channels_last: bool = False, interpret: bool = False,
+):  # fmt: skip
+    """x {N, C, H, W} int8 by w {K, C, 1, 1} int8 at ``strides``: the sums to float32, times
+    ``scale`` {K}, plus ``bias`` {K} (or None), ReLU where ``relu``, quantized by ``out_scale``
+    {1} with the zero point ``zero`` {1} (float32) into ``out_type`` (a DataType): {N, K, H',
+    W'}, or {N, H', W', K} where ``channels_last``. ``interpret`` runs the kernel in Pallas's interpreter (any machine; PTX's add is then
+    XLA's)."""
+    pl, pltriton = load_pallas()
+    if tuple(strides) != (1, 1):
+        x = x[:, :, :: strides[0], :: strides[1]]
+    n, c, h, wd = x.shape
+    k = w.shape[0]
+    m = n * h * wd
+    a = jnp.transpose(x, (0, 2, 3, 1)).reshape(m, c)
+    b = w.reshape(k, c)
+    bm, bn, bk = BLOCK_M, _blocks(k), min(128, c)
+    rows = -(-m // bm) * bm  # whole blocks of rows; the padding's rows dropped after
+    if rows != m:
+        a = jnp.pad(a, ((0, rows - m), (0, 0)))
+    lo, hi = (float(v) for v in out_type.integer_range)
+    has_bias = bias is not None
+    if bias is None:
+        bias = jnp.zeros((k,), jnp.float32)
+
+    def kernel(a_ref, b_ref, s_ref, c_ref, y_ref, z_ref, o_ref):
+        def body(i, acc):
+            lhs = a_ref[:, pl.ds(i * bk, bk)]
+            rhs = b_ref[:, pl.ds(i * bk, bk)].T
+            return acc + jnp.dot(lhs, rhs, preferred_element_type=jnp.int32)
+
+        acc = lax.fori_loop(0, c // bk, body, jnp.zeros((bm, bn), jnp.int32))
+        v = acc.astype(jnp.float32) * s_ref[...][None, :]
+        if has_bias:
+            t = jnp.broadcast_to(c_ref[...][None, :], v.shape)
+            v = v + t if interpret else ptx("add.rn.f32", v, t)
+        if relu:
+            v = jnp.where(v > 0, v, jnp.float32(0))
+        q = _quant._nearest_steps.__wrapped__(v, jnp.broadcast_to(y_ref[...], v.shape))
+        z = jnp.broadcast_to(z_ref[...], v.shape)
+        nan = jnp.isnan(q) if interpret else is_nan(q)
+        q = jnp.where(nan, z, jnp.clip(q + z, jnp.float32(lo), jnp.float32(hi)))
+        o_ref[...] = q.astype(out_type.numpy_dtype)
+
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((rows, k), out_type.numpy_dtype),
+        grid=(rows // bm, k // bn),
+        in_specs=[
+            pl.BlockSpec((bm, c), lambda i, j: (i, 0)),
+            pl.BlockSpec((bn, c), lambda i, j: (j, 0)),
+            pl.BlockSpec((bn,), lambda i, j: (j,)),
+            pl.BlockSpec((bn,), lambda i, j: (j,)),
+            pl.BlockSpec((1,), lambda i, j: (0,)),
+            pl.BlockSpec((1,), lambda i, j: (0,)),
+        ],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+        interpret=interpret,
+        compiler_params=pltriton.CompilerParams(num_warps=WARPS, num_stages=STAGES),
+    )(a, b, scale, bias, out_scale, zero)
+    out = out[:m].reshape(n, h, wd, k)
+    return out if channels_last else jnp.transpose(out, (0, 3, 1, 2))
+
+
+def _channel_values(t: Any, channels_last: bool) -> Any:
+    """An operand read as one value a channel: its {K} values."""
+    return (t[0, 0, 0, :] if channels_last else t[0, :, 0, 0]).astype(jnp.float32)
+
+
+def _lower(descs: tuple, slots: tuple, groups: list) -> tuple:
+    listing = layouts(descs, slots)
+    conv, quant = descs[0], descs[-1]
+    x, w = groups[0]
+    scale = _channel_values(groups[2][0], listing[1])
+    bias, relu = None, False
+    for d, group, last in zip(descs[3:-1], groups[3:-1], listing[2:-1]):
+        if _kind(d) == "ELEMENT_WISE_ADD1":
+            bias = _channel_values(group[0], last)
+            relu = relu or d.fused_activation is not None
+        else:
+            relu = True
+    out_scale = groups[-1][0].reshape(-1)[:1].astype(jnp.float32)
+    zero = jnp.zeros((1,), jnp.float32)
+    if quant.zero_point_tensor is not None:
+        zp = _quant.held(groups[-1][1], quant.zero_point_tensor.data_type)
+        zero = zp.reshape(-1)[:1].astype(jnp.float32)
+    out_type = quant.output_tensor.data_type
+    return (
+        qdq_convolution(
+            x, w, scale, bias, out_scale, zero, conv.strides, out_type, relu, listing[-1]
+        ),
+    )
+
+
+register_chain("DML_OPERATOR_CONVOLUTION_INTEGER", "int8_qdq", _applies, _lower, longest=6)
