@@ -45,6 +45,43 @@ settings.register_profile("thorough", max_examples=500, **_COMMON)
 settings.load_profile(os.environ.get("DML_JAX_HYPOTHESIS_PROFILE", "ci"))
 
 
+def _readable_ir_version() -> int | None:
+    """The newest ONNX IR version the installed onnxruntime reads, where a model written at the
+    onnx package's own (which ``helper.make_model`` puts in every model the tests build) is
+    refused: onnx 1.23 writes 14, onnxruntime 1.30 reads 13 at most. None where nothing is
+    refused (or either package is absent)."""
+    import re
+
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+    except ImportError:
+        return None
+    info = [[helper.make_tensor_value_info(n, TensorProto.FLOAT, [1])] for n in "xy"]
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", *info)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    try:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 (onnxruntime's Fail derives from Exception alone)
+        # the refusal names the newest version it reads
+        m = re.search(r"max supported IR version: (\d+)", str(e))
+        return int(m.group(1)) if m else None
+    return None
+
+
+_IR_VERSION = _readable_ir_version()
+if _IR_VERSION is not None:  # the tests' models written at a version onnxruntime reads
+    import onnx.helper
+
+    _make_model = onnx.helper.make_model
+
+    def _make_readable_model(graph, **kwargs):
+        kwargs.setdefault("ir_version", _IR_VERSION)
+        return _make_model(graph, **kwargs)
+
+    onnx.helper.make_model = _make_readable_model
+
+
 @contextlib.contextmanager
 def forced_cuda_kernel(monkeypatch, module, name: str, record, interpret: bool = True):
     """CUDA's choice of fast paths on this machine, ``module.name`` (a kernel's entry point)

@@ -18,7 +18,6 @@ from jax import lax
 from ..enums import FeatureLevel as L
 from ..enums import RoundingMode
 from ..errors import Validator
-from ..fastpath import platform_choice
 from ..fields import (
     FLOAT,
     FLOAT_ARRAY,
@@ -70,12 +69,9 @@ def _divide(d, a, b):
     # XLA turns a division by a value it knows when compiling (a constant, a compiled-in
     # parameter) into a multiplication by its reciprocal, an ulp off at times; a divisor that
     # depends on the dividend element by element (1 where it is NaN, whose quotient is NaN
-    # either way) is none, so the CPU's quotient stays correctly rounded. XLA's division on
-    # NVIDIA GPUs is approximate itself (docs/semantics.md): left as XLA compiles it there.
-    return platform_choice(a, b, cuda=lambda a, b: a / b, default=_correctly_rounded)
-
-
-def _correctly_rounded(a, b):
+    # either way) is none, so the CPU's quotient stays correctly rounded (XLA's division on
+    # NVIDIA GPUs is approximate itself: docs/semantics.md). No platform choice: kernels
+    # (``kernels/elementwise_map.py``) trace this lowering inside Triton programs too.
     return a / jnp.where(jnp.isnan(a), jnp.ones((), b.dtype), b)
 
 
