@@ -267,3 +267,27 @@ def test_a_block_s_own_constant_is_not_known_to_the_loop_body(monkeypatch):
     for mask in masks:  # the present inputs in schema order: query, key, value, mask
         want = want + reference.reference(attention, want, want, want, mask)[0]
     np.testing.assert_allclose(np.asarray(rolled(x)), want, rtol=1e-5, atol=1e-5)
+
+
+def test_blocks_sharing_every_input_roll():
+    """Four blocks that all read the same graph inputs (weights shared: nothing of their own
+    to stack) still roll, and compute the four blocks."""
+    t = dml.TensorDesc(F32, (2, 3))
+    nodes, mids = [], []
+    for i in range(4):
+        nodes += [dml.ElementWiseAddOperatorDesc(t, t, t), dml.ActivationReluOperatorDesc(t, t)]
+        mids.append(Mid(2 * i, 0, 2 * i + 1, 0))
+        if i:
+            mids.append(Mid(2 * i - 1, 0, 2 * i, 0))
+    graph = dml.GraphDesc(
+        input_count=2, output_count=1, nodes=tuple(nodes),
+        input_edges=(In(0, 0, 0), *(In(1, 2 * i, 1) for i in range(4))),
+        output_edges=(Out(7, 0, 0),), intermediate_edges=tuple(mids),
+    )  # fmt: skip
+    rng = np.random.default_rng(3)
+    x, w = (rng.standard_normal((2, 3)).astype(np.float32) for _ in range(2))
+    compiled = dml.compile_graph(graph, roll_repeats=True)
+    got = np.asarray(jax.jit(compiled.fn)(x, w))
+    assert compiled.rolled
+    (want,) = reference_graph(graph, x, w)
+    np.testing.assert_allclose(got, want, rtol=1e-6)

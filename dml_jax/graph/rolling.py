@@ -114,7 +114,9 @@ class RolledRun:
                     local[(t, k)] = y
             return {key: local[key] for key in self._carry_keys}, None
 
-        final, _ = lax.scan(body, carry, xs)
+        # the blocks after the first (a run whose blocks all read the same values, weights
+        # shared, stacks nothing: the count is given)
+        final, _ = lax.scan(body, carry, xs, length=repeats - 1)
         for key in self._out_keys:
             values[(last[key[0]], key[1])] = final[key]
 
