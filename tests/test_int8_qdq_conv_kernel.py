@@ -29,15 +29,17 @@ from dml_jax.onnx import InferenceSession
 T = dml.TensorDesc
 
 
-def _run(c=64, k=32, window=1, zero=False, bias=True, relu=True, pad=0, act=None, quant=None):
+def _run(c=64, k=32, window=1, zero=False, bias=True, relu=True, pad=0, act=None, quant=None,
+         stride=1, dilation=1):  # fmt: skip
     """The descriptors of a run as QDQConvFusion writes it, and its slots."""
     n, h = 2, 6
-    out = h + 2 * pad - window + 1
+    out = (h + 2 * pad - dilation * (window - 1) - 1) // stride + 1
     x, w = T("INT8", (n, c, h, h)), T("INT8", (k, c, window, window))
     ints = T("INT32", (n, k, out, out))
     conv = dml.ConvolutionIntegerOperatorDesc(
-        x, T("INT8", (1, 1, 1, 1)) if zero else None, w, None, ints, strides=(1, 1),
-        dilations=(1, 1), start_padding=(pad, pad), end_padding=(pad, pad), group_count=1,
+        x, T("INT8", (1, 1, 1, 1)) if zero else None, w, None, ints, strides=(stride, stride),
+        dilations=(dilation, dilation), start_padding=(pad, pad), end_padding=(pad, pad),
+        group_count=1,
     )  # fmt: skip
     f = T("FLOAT32", ints.sizes)
     channel = T("FLOAT32", ints.sizes, strides=(0, 1, 0, 0))
@@ -78,6 +80,20 @@ def test_chain_applies(change, applies):
     assert _applies(*_run(**change)) == applies
 
 
+@pytest.mark.parametrize(
+    "change, applies",
+    [({"window": 3, "pad": 1}, True), ({"window": 3}, True), ({"window": 5, "pad": 2}, False),
+     ({"window": 3, "pad": 3}, False), ({"window": 3, "pad": 1, "stride": 2}, False),
+     ({"window": 3, "pad": 2, "dilation": 2}, False), ({"window": 3, "pad": 1, "c": 8192}, False),
+     ({"window": 1, "stride": 2}, True)],
+)  # fmt: skip
+def test_windows_apply_up_to_max_window(change, applies, monkeypatch):
+    """With ``MAX_WINDOW`` 3: 3x3 windows at strides 1, undilated, padded by less than the
+    window, of at most ``MAX_C`` products a sum (8192 channels by 9 taps are more)."""
+    monkeypatch.setattr(K, "MAX_WINDOW", 3)
+    assert _applies(*_run(**change)) == applies
+
+
 def test_chain_needs_its_whole_run():
     """Without its quantizer, or read through the other operand of MULTIPLY, no run."""
     descs, slots = _run()
@@ -88,12 +104,22 @@ def test_chain_needs_its_whole_run():
     assert _applies(descs[:2] + (swapped,) + descs[3:], (0, 1) + slots[2:])
 
 
-def _reference(x, w, scale, bias, out_scale, zero, strides, lo, hi, relu):
-    """The run's definition in NumPy: int64 sums rounded once to float32, the float32 steps,
-    the correctly rounded quotient (NumPy's float32 division) rounded half to even, plus the
-    zero point, saturated; NaN gives the zero point."""
-    x = x[:, :, :: strides[0], :: strides[1]].astype(np.int64)
-    sums = np.einsum("nchw,kc->nkhw", x, w[:, :, 0, 0].astype(np.int64)).astype(np.float32)
+def _reference(x, w, scale, bias, out_scale, zero, strides, lo, hi, relu, padding=((0, 0),) * 2):
+    """The run's definition in NumPy: int64 sums (zero padding, a tap at a time) rounded once
+    to float32, the float32 steps, the correctly rounded quotient (NumPy's float32 division)
+    rounded half to even, plus the zero point, saturated; NaN gives the zero point."""
+    x = np.pad(x.astype(np.int64), ((0, 0), (0, 0), *padding))
+    kh, kw = w.shape[2:]
+    oh = (x.shape[2] - kh) // strides[0] + 1
+    ow = (x.shape[3] - kw) // strides[1] + 1
+    sums = np.zeros((x.shape[0], w.shape[0], oh, ow), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            taps = x[
+                :, :, i : i + strides[0] * oh : strides[0], j : j + strides[1] * ow : strides[1]
+            ]
+            sums += np.einsum("nchw,kc->nkhw", taps, w[:, :, i, j].astype(np.int64))
+    sums = sums.astype(np.float32)
     v = sums * scale[None, :, None, None]
     if bias is not None:
         v = v + bias[None, :, None, None]
@@ -105,15 +131,21 @@ def _reference(x, w, scale, bias, out_scale, zero, strides, lo, hi, relu):
 
 
 @pytest.mark.parametrize(
-    "c, k, strides, relu, out", [(64, 32, (1, 1), True, "INT8"), (256, 96, (2, 2), False, "INT8"),
-                                 (32, 64, (1, 2), True, "UINT8")],
+    "c, k, strides, relu, out, window, padding",
+    [(64, 32, (1, 1), True, "INT8", 1, ((0, 0), (0, 0))),
+     (256, 96, (2, 2), False, "INT8", 1, ((0, 0), (0, 0))),
+     (32, 64, (1, 2), True, "UINT8", 1, ((0, 0), (0, 0))),
+     (64, 32, (1, 1), True, "INT8", 3, ((1, 1), (1, 1))),
+     (256, 64, (1, 1), False, "INT8", 3, ((1, 0), (0, 2))),
+     (32, 32, (1, 1), True, "UINT8", 5, ((2, 2), (2, 2)))],
 )  # fmt: skip
-def test_interpreted_kernel_is_the_definition(rng, c, k, strides, relu, out):
+def test_interpreted_kernel_is_the_definition(rng, c, k, strides, relu, out, window, padding):
     """Channels past one block of the product (256 in), a partial last block of rows (2 x 7 x 7
     or 2 x 7 x 4 rows), output scales that put sums beside halfway points, a NaN and an
-    infinite channel scale, UINT8 with a zero point."""
+    infinite channel scale, UINT8 with a zero point; 3x3 and 5x5 windows, padded evenly and
+    not (taps past the padded grid's rows read the next image's rows or zeros, dropped)."""
     x = rng.integers(-128, 128, (2, c, 13, 13)).astype(np.int8)
-    w = rng.integers(-128, 128, (k, c, 1, 1)).astype(np.int8)
+    w = rng.integers(-128, 128, (k, c, window, window)).astype(np.int8)
     scale = rng.uniform(1e-4, 1e-3, k).astype(np.float32)
     scale[:2] = [np.nan, np.inf]
     bias = (rng.standard_normal(k) * 3).astype(np.float32)
@@ -122,9 +154,10 @@ def test_interpreted_kernel_is_the_definition(rng, c, k, strides, relu, out):
     zero = np.float32([0 if out == "INT8" else 128])
     lo, hi = out_type.integer_range
     got = K.qdq_convolution(
-        x, w, scale, bias, out_scale, zero, strides, out_type, relu, interpret=True
-    )
-    want = _reference(x, w, scale, bias, out_scale, zero, strides, lo, hi, relu)
+        x, w, scale, bias, out_scale, zero, strides, out_type, relu, interpret=True,
+        padding=padding,
+    )  # fmt: skip
+    want = _reference(x, w, scale, bias, out_scale, zero, strides, lo, hi, relu, padding)
     assert got.dtype == out_type.numpy_dtype
     np.testing.assert_array_equal(np.asarray(got), want)
     assert len(np.unique(want)) > 50  # values that can differ
@@ -132,8 +165,9 @@ def test_interpreted_kernel_is_the_definition(rng, c, k, strides, relu, out):
 
 def _network(rng, c=64, k=128, size=7):
     """x -> Q -> DQ -> Conv 1x1 (per-channel int8 weights, int32 bias) -> Relu -> Q -> DQ ->
-    Conv 1x1 stride 2 (one weight scale, no bias) -> Q -> DQ -> y, plus a 3x3 convolution beside
-    the first (its run is no 1x1 run): QDQ as onnxruntime's quantizer writes it, symmetric."""
+    Conv 1x1 stride 2 (one weight scale, no bias) -> Q -> DQ -> y, and beside the first a 3x3
+    convolution (pads 1) -> Relu -> Q -> DQ -> yc: QDQ as onnxruntime's quantizer writes it,
+    symmetric."""
     values = {"sx": np.array(np.float32(0.05)), "z": np.array(np.int8(0)),
               "sa": np.array(np.float32(0.11)), "sb": np.array(np.float32(0.37))}  # fmt: skip
     nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "z"], ["xq"]),
@@ -163,11 +197,14 @@ def _network(rng, c=64, k=128, size=7):
     conv("b", "ad", 0.11, k, 64, 1, False, False, strides=[2, 2])
     conv("c", "xd", 0.05, c, 32, 3, True, True, pads=[1, 1, 1, 1])
     nodes += [helper.make_node("QuantizeLinear", ["hb", "sb", "z"], ["bq"]),
-              helper.make_node("DequantizeLinear", ["bq", "sb", "z"], ["y"])]  # fmt: skip
+              helper.make_node("DequantizeLinear", ["bq", "sb", "z"], ["y"]),
+              helper.make_node("Relu", ["hc"], ["rc"]),
+              helper.make_node("QuantizeLinear", ["rc", "sa", "z"], ["cq"]),
+              helper.make_node("DequantizeLinear", ["cq", "sa", "z"], ["yc"])]  # fmt: skip
     graph = helper.make_graph(
         nodes, "qdq_1x1", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, c, size, size])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
-         helper.make_tensor_value_info("hc", TensorProto.FLOAT, None)],
+         helper.make_tensor_value_info("yc", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(v, name) for name, v in values.items()],
     )  # fmt: skip
     opsets = [helper.make_opsetid("", 17)]
@@ -181,28 +218,39 @@ def forced_cuda(monkeypatch):
         yield calls
 
 
-def test_network_traced_for_cuda_is_the_sessions_without_fast_paths(rng, forced_cuda):
-    """Both 1x1 runs take the kernel (the second through its stride), the 3x3 convolution and
-    the graph outputs stay with the others; every output equal to the session's without fast
-    paths."""
+@pytest.mark.parametrize("window", [1, 3])
+def test_network_traced_for_cuda_is_the_sessions_without_fast_paths(
+    rng, forced_cuda, window, monkeypatch
+):
+    """Both 1x1 runs take the kernel (the second through its stride), the 3x3 one where
+    ``MAX_WINDOW`` takes it; every output equal to the session's without fast paths."""
+    monkeypatch.setattr(K, "MAX_WINDOW", window)
     data = _network(rng)
     x = (rng.standard_normal((2, 64, 7, 7)) * 3).astype(np.float32)
     want = InferenceSession(data, fast_paths=False).run(None, {"x": x})
     s = InferenceSession(data)
     with fastpath.target_platform("cuda"):
         got = jax.jit(s.fn)(x)
-    assert sorted(forced_cuda) == [(2, 64, 7, 7), (2, 128, 7, 7)]
+    assert sorted(forced_cuda) == [(2, 64, 7, 7)] * (window // 3 + 1) + [(2, 128, 7, 7)]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(np.asarray(g), w)
     assert len(np.unique(want[0])) > 20  # values that can differ
 
 
 @pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("window", [1, 3])
 @pytest.mark.parametrize("c, k, size", [(256, 64, 56), (1024, 256, 14), (64, 256, 28)])
-def test_gpu_network_matches_lax(rng, c, k, size):
+def test_gpu_network_matches_lax(rng, c, k, size, window, monkeypatch):
+    from dml_jax.graph import tracing
+
+    monkeypatch.setattr(K, "MAX_WINDOW", window)
     data = _network(rng, c=c, k=k, size=size)
     x = (rng.standard_normal((2, c, size, size)) * 3).astype(np.float32)
-    got = InferenceSession(data).run(None, {"x": x})
+    tracing._compile_graph_cached.cache_clear()  # graphs compiled under the other setting
+    try:
+        got = InferenceSession(data).run(None, {"x": x})
+    finally:
+        tracing._compile_graph_cached.cache_clear()
     want = InferenceSession(data, fast_paths=False).run(None, {"x": x})
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)

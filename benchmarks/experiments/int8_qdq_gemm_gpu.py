@@ -17,7 +17,9 @@ how many of the fused form's values differ from the cudnn form's (the two are th
 XLA may contract the scaling and the bias into one fused multiply-add, docs/semantics.md, which
 moves a value beside a rounding boundary at times).
 
-Usage: ``PYTHONPATH=. python3 benchmarks/experiments/int8_qdq_gemm_gpu.py [--batch 64]``;
+Usage: ``PYTHONPATH=. python3 benchmarks/experiments/int8_qdq_gemm_gpu.py [--batch 64]
+[--windows]`` (``--windows``: ResNet-50's four 3x3 shapes at strides 1 in the kernel's windowed
+form, which ``int8_qdq_conv.MAX_WINDOW`` takes once this shows it faster);
 ``--interpret`` checks the fused kernel against the cudnn form on two small cases, one with a
 partial last block of rows (any machine).
 """
@@ -81,6 +83,60 @@ def half(x16, w16, bias16):
     return jnp.maximum(y + bias16, 0)
 
 
+# ResNet-50's 3x3 convolutions at strides 1 (pads 1): (H = W, channels in = out)
+WINDOW_SHAPES = [(56, 64), (28, 128), (14, 256), (7, 512)]
+
+
+def fused_window(x, w, scale, bias, sy, interpret=False):
+    """The windowed form of the sessions' kernel (``int8_qdq_conv.qdq_convolution``, taken
+    where ``MAX_WINDOW`` allows): x {N, H, W, C} int8 by w {K, C, 3, 3}, pads 1."""
+    import jax.numpy as jnp
+
+    from dml_jax.enums import DataType
+    from dml_jax.kernels.int8_qdq_conv import qdq_convolution
+
+    return qdq_convolution(
+        jnp.transpose(x, (0, 3, 1, 2)), w, scale, bias, sy, jnp.zeros((1,), jnp.float32),
+        (1, 1), DataType.INT8, True, channels_last=True, interpret=interpret,
+        padding=((1, 1), (1, 1)),
+    )  # fmt: skip
+
+
+def cudnn_window(x, w, scale, bias, sy):
+    """XLA's int8 convolution (cuDNN, float32 sums) and the chain after it, NHWC."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    from dml_jax.ops._quant import round_quotient
+
+    acc = lax.conv_general_dilated(
+        x, jnp.transpose(w, (2, 3, 1, 0)), (1, 1), ((1, 1), (1, 1)),
+        dimension_numbers=("NHWC", "HWIO", "NHWC"), preferred_element_type=jnp.float32,
+    )  # fmt: skip
+    v = jnp.maximum(acc * scale + bias, 0.0)
+    return jnp.clip(round_quotient(v, sy[0]), -128, 127).astype(jnp.int8)
+
+
+def half_window(x16, w16, bias16):
+    import jax.numpy as jnp
+    from jax import lax
+
+    y = lax.conv_general_dilated(
+        x16, jnp.transpose(w16, (2, 3, 1, 0)), (1, 1), ((1, 1), (1, 1)),
+        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+    )  # fmt: skip
+    return jnp.maximum(y + bias16, 0)
+
+
+def _window_data(rng, n, hw, c):
+    x = rng.integers(-128, 128, (n, hw, hw, c)).astype(np.int8)
+    w = rng.integers(-127, 128, (c, c, 3, 3)).astype(np.int8)
+    scale = (np.float32(0.02) * rng.uniform(0.002, 0.01, c) / 3).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    sy = np.array([0.05 * np.sqrt(9 * c)], np.float32)
+    return x, w, scale, bias, sy
+
+
 def _data(rng, m, k, c):
     x = rng.integers(-128, 128, (m, k)).astype(np.int8)
     w = rng.integers(-127, 128, (c, k)).astype(np.int8)
@@ -96,6 +152,8 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=7)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--interpret", action="store_true")
+    p.add_argument("--windows", action="store_true",
+                   help="ResNet-50's 3x3 convolutions (the windowed form) instead")  # fmt: skip
     a = p.parse_args()
     import jax
     import jax.numpy as jnp
@@ -108,19 +166,30 @@ def main() -> None:
             got = np.asarray(fused(*map(jnp.asarray, args), interpret=True))
             want = np.asarray(cudnn(*map(jnp.asarray, args)))
             print(f"interpret, {m} rows: differ", int(np.sum(got != want)), "of", got.size)
+        args = _window_data(rng, 2, 7, 64)
+        got = np.asarray(fused_window(*map(jnp.asarray, args), interpret=True))
+        want = np.asarray(cudnn_window(*map(jnp.asarray, args)))
+        print("interpret, 3x3: differ", int(np.sum(got != want)), "of", got.size)
         return
     print(jax.devices()[0].device_kind, jax.__version__)
     copy = jax.jit(lambda t: t + 1)
-    for hw, k, c in SHAPES:
+    shapes = [(hw * hw, c, c) for hw, c in WINDOW_SHAPES] if a.windows else SHAPES
+    for hw, k, c in shapes:
         m = a.batch * hw
-        args = [jax.device_put(v) for v in _data(rng, m, k, c)]
+        if a.windows:
+            side = round(hw**0.5)
+            args = [jax.device_put(v) for v in _window_data(rng, a.batch, side, c)]
+            forms = {"fused": jax.jit(fused_window), "cudnn": jax.jit(cudnn_window)}
+            half_form, taps = jax.jit(half_window), 9
+        else:
+            args = [jax.device_put(v) for v in _data(rng, m, k, c)]
+            forms = {"fused": jax.jit(fused), "cudnn": jax.jit(cudnn)}
+            half_form, taps = jax.jit(half), 1
         x16 = jax.device_put(np.asarray(args[0]).astype(np.float16))
         w16 = jax.device_put(np.asarray(args[1]).astype(np.float16))
         b16 = jax.device_put(np.asarray(args[3]).astype(np.float16))
-        forms = {"fused": jax.jit(fused),
-                 "cudnn": jax.jit(cudnn)}  # fmt: skip
         us, outs = {}, {}
-        for name, f in [*forms.items(), ("float16", jax.jit(half)), ("copy", copy)]:
+        for name, f in [*forms.items(), ("float16", half_form), ("copy", copy)]:
             call = {"float16": lambda f=f: f(x16, w16, b16), "copy": lambda f=f: f(x16)}.get(
                 name, lambda f=f: f(*args)
             )
@@ -128,7 +197,7 @@ def main() -> None:
             jax.block_until_ready(outs[name])
             us[name] = statistics.median(microseconds(call, a.samples, a.iters))
         differ = int(np.sum(np.asarray(outs["fused"]) != np.asarray(outs["cudnn"])))
-        ops = 2 * m * k * c / 1e12
+        ops = 2 * m * k * c * taps / 1e12
         print(f"{m} x {k} -> {c}: fused {us['fused']:.1f} us ({ops / us['fused'] * 1e6:.0f} TOPS), "
               f"cudnn {us['cudnn']:.1f}, float16 {us['float16']:.1f}, copy of x16 {us['copy']:.1f}; "
               f"fused/cudnn {us['cudnn'] / us['fused']:.2f}x, fused/float16 "

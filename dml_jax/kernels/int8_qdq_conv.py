@@ -20,12 +20,16 @@ both into the zero point). On an H200, ResNet-50's nine 1x1 shapes at batch 64 r
 faster than cuDNN's convolution and XLA's fusion (benchmarks/experiments/README.md,
 ``int8_qdq_gemm_gpu.py``).
 
-Taken where: a 1x1 filter in one group, INT8 input and filter without zero points, no padding
-(strides are taken by reading the input's strided rows first); C (channels in) a power of two
-from 32 to ``MAX_C``, K (channels out) a multiple of 32; MULTIPLY's and ADD1's other operand one
-FLOAT32 value a channel (broadcast: stride 0 but along the channels), ADD1 without a fused
-activation; QUANTIZE_LINEAR's scale one value (every stride 0) and its zero point absent or one
-value, into INT8 or UINT8. Every intermediate tensor packed and {N, K, H, W}.
+Taken where: one group, INT8 input and filter without zero points; a 1x1 filter without
+padding (strides taken by reading the input's strided rows first), or a window of at most
+``MAX_WINDOW`` at strides 1, undilated, padded by less than the window (``qdq_convolution``
+says how); C (channels in) a power of two from 32, times the window's taps at most ``MAX_C``;
+K (channels out) a multiple of 32; MULTIPLY's and ADD1's other operand one FLOAT32 value a
+channel (broadcast: stride 0 but along the channels), ADD1's fused activation none or ReLU;
+QUANTIZE_LINEAR's scale one value (every stride 0) and its zero point absent or one value, into
+INT8 or UINT8. Every tensor after the convolution packed, listed {N, K, H, W} or channels-last
+{N, H, W, K} (ChannelsLast's rewrite), each node reading the one before as written or through
+the other listing's view (``layouts``).
 """
 
 from __future__ import annotations
@@ -44,7 +48,10 @@ from .pallas_helpers import is_nan, load_pallas, ptx
 BLOCK_M = 128
 WARPS = 8
 STAGES = 3
-MAX_C = 1 << 16  # |sums| <= 2^14 * C < 2^31: the int32 accumulator is exact
+MAX_C = 1 << 16  # products a sum (C times the window's taps): |sums| <= 2^14 * that < 2^31
+# The largest filter window taken (at strides 1; 1x1 at any strides): 1 until a GPU run times
+# the windowed form against cuDNN's (int8_qdq_gemm_gpu.py --windows), 3 takes ResNet's 3x3.
+MAX_WINDOW = 1
 
 
 def _listed(nkhw: tuple, channels_last: bool) -> tuple:
@@ -111,12 +118,22 @@ def _conv_applies(conv: Any) -> bool:
         return False
     if x.data_type.name != "INT8" or w.data_type.name != "INT8" or x.rank != 4:
         return False
-    if conv.group_count != 1 or tuple(w.sizes[2:]) != (1, 1) or not w.is_packed:
+    if conv.group_count != 1 or not w.is_packed or not y.is_packed:
         return False
-    if any(conv.start_padding) or any(conv.end_padding) or not y.is_packed:
+    window = tuple(w.sizes[2:])
+    if window != (1, 1):  # a window: strides 1, undilated, padded by less than the window
+        if max(window) > MAX_WINDOW or tuple(conv.strides) != (1, 1):
+            return False
+        if any(d != 1 for d in conv.dilations):
+            return False
+        pads = zip(conv.start_padding, conv.end_padding, window)
+        if any(p >= size or q >= size for p, q, size in pads):
+            return False
+    elif any(conv.start_padding) or any(conv.end_padding):
         return False
     c, k = x.sizes[1], w.sizes[0]
-    return 32 <= c <= MAX_C and not c & (c - 1) and _blocks(k) is not None
+    taps = w.sizes[2] * w.sizes[3]
+    return 32 <= c and c * taps <= MAX_C and not c & (c - 1) and _blocks(k) is not None
 
 
 def layouts(descs: tuple, slots: tuple) -> tuple[bool, ...] | None:
@@ -164,40 +181,63 @@ def _applies(descs: tuple, slots: tuple) -> bool:
 
 def qdq_convolution(
     x, w, scale, bias, out_scale, zero, strides, out_type, relu: bool,
-    channels_last: bool = False, interpret: bool = False,
+    channels_last: bool = False, interpret: bool = False, padding=((0, 0), (0, 0)),
 ):  # fmt: skip
-    """x {N, C, H, W} int8 by w {K, C, 1, 1} int8 at ``strides``: the sums to float32, times
-    ``scale`` {K}, plus ``bias`` {K} (or None), ReLU where ``relu``, quantized by ``out_scale``
-    {1} with the zero point ``zero`` {1} (float32) into ``out_type`` (a DataType): {N, K, H',
-    W'}, or {N, H', W', K} where ``channels_last``. ``interpret`` runs the kernel in Pallas's interpreter (any machine; PTX's add is then
-    XLA's)."""
+    """x {N, C, H, W} int8 by w {K, C, kH, kW} int8 (1x1 at any ``strides``; a larger window at
+    strides 1, with ``padding`` ((top, bottom), (left, right)) of zeros): the sums to float32,
+    times ``scale`` {K}, plus ``bias`` {K} (or None), ReLU where ``relu``, quantized by
+    ``out_scale`` {1} with the zero point ``zero`` {1} (float32) into ``out_type`` (a
+    DataType): {N, K, H', W'}, or {N, H', W', K} where ``channels_last``. ``interpret`` runs
+    the kernel in Pallas's interpreter (any machine; PTX's add is then XLA's).
+
+    A window's sums are one product a tap of the window over the input's rows channels-last,
+    padded: output position (n, y, x) of the padded grid reads row ``r + i * Wp + j`` for tap
+    (i, j), where ``r`` is its own row, so each tap's rows for a block of positions are one
+    contiguous block. The kernel computes every position of the padded grid (those past the
+    output's edge read rows of the next image or of zeros, and are dropped after): a
+    (Hp * Wp) / (H' * W') share more products."""
     pl, pltriton = load_pallas()
-    if tuple(strides) != (1, 1):
+    kh, kw = w.shape[2:]
+    if (kh, kw) == (1, 1) and tuple(strides) != (1, 1):
         x = x[:, :, :: strides[0], :: strides[1]]
-    n, c, h, wd = x.shape
+    n, c = x.shape[:2]
     k = w.shape[0]
-    m = n * h * wd
-    a = jnp.transpose(x, (0, 2, 3, 1)).reshape(m, c)
-    b = w.reshape(k, c)
+    xs = jnp.transpose(x, (0, 2, 3, 1))
+    if any(p for pair in padding for p in pair):
+        xs = jnp.pad(xs, ((0, 0), *padding, (0, 0)))
+    hp, wp = xs.shape[1:3]
+    m = n * hp * wp  # positions computed: the padded grid (the output itself for 1x1)
+    a = xs.reshape(m, c)
+    b = jnp.transpose(w, (2, 3, 0, 1)).reshape(kh * kw, k, c)
+    offsets = [i * wp + j for i in range(kh) for j in range(kw)]
     bm, bn, bk = BLOCK_M, _blocks(k), min(128, c)
     rows = -(-m // bm) * bm  # whole blocks of rows; the padding's rows dropped after
-    if rows != m:
-        a = jnp.pad(a, ((0, rows - m), (0, 0)))
+    reach = rows + offsets[-1]  # the rows the last block's last tap reads
+    if reach != m:
+        a = jnp.pad(a, ((0, reach - m), (0, 0)))
     lo, hi = (float(v) for v in out_type.integer_range)
     has_bias = bias is not None
     if bias is None:
         bias = jnp.zeros((k,), jnp.float32)
+    blocks = c // bk
+    whole = len(offsets) > 1  # the input whole, each tap's rows read from it at their offset
 
     def kernel(a_ref, b_ref, s_ref, c_ref, y_ref, z_ref, o_ref):
-        def body(i, acc):
-            lhs = a_ref[:, pl.ds(i * bk, bk)]
-            rhs = b_ref[:, pl.ds(i * bk, bk)].T
+        first = pl.program_id(0) * bm if whole else 0
+        tap_b = pl.ds(pl.program_id(1) * bn, bn) if whole else slice(None)
+
+        def body(t, acc):
+            tap, part = t // blocks, t % blocks
+            off = (tap // kw) * wp + tap % kw if whole else 0
+            lhs = a_ref[pl.ds(first + off, bm), pl.ds(part * bk, bk)]
+            rhs = b_ref[tap, tap_b, pl.ds(part * bk, bk)].T
             return acc + jnp.dot(lhs, rhs, preferred_element_type=jnp.int32)
 
-        acc = lax.fori_loop(0, c // bk, body, jnp.zeros((bm, bn), jnp.int32))
-        v = acc.astype(jnp.float32) * s_ref[...][None, :]
+        acc = lax.fori_loop(0, len(offsets) * blocks, body, jnp.zeros((bm, bn), jnp.int32))
+        cols = pl.ds(pl.program_id(1) * bn, bn) if whole else slice(None)
+        v = acc.astype(jnp.float32) * s_ref[cols][None, :]
         if has_bias:
-            t = jnp.broadcast_to(c_ref[...][None, :], v.shape)
+            t = jnp.broadcast_to(c_ref[cols][None, :], v.shape)
             v = v + t if interpret else ptx("add.rn.f32", v, t)
         if relu:
             v = jnp.where(v > 0, v, jnp.float32(0))
@@ -205,25 +245,31 @@ def qdq_convolution(
         z = jnp.broadcast_to(z_ref[...], v.shape)
         nan = jnp.isnan(q) if interpret else is_nan(q)
         q = jnp.where(nan, z, jnp.clip(q + z, jnp.float32(lo), jnp.float32(hi)))
-        o_ref[...] = q.astype(out_type.numpy_dtype)
+        if whole:
+            o_ref[pl.ds(first, bm), cols] = q.astype(out_type.numpy_dtype)
+        else:
+            o_ref[...] = q.astype(out_type.numpy_dtype)
 
-    out = pl.pallas_call(
-        kernel,
-        out_shape=jax.ShapeDtypeStruct((rows, k), out_type.numpy_dtype),
-        grid=(rows // bm, k // bn),
-        in_specs=[
+    specs = {} if whole else {
+        "in_specs": [
             pl.BlockSpec((bm, c), lambda i, j: (i, 0)),
-            pl.BlockSpec((bn, c), lambda i, j: (j, 0)),
+            pl.BlockSpec((1, bn, c), lambda i, j: (0, j, 0)),
             pl.BlockSpec((bn,), lambda i, j: (j,)),
             pl.BlockSpec((bn,), lambda i, j: (j,)),
             pl.BlockSpec((1,), lambda i, j: (0,)),
             pl.BlockSpec((1,), lambda i, j: (0,)),
         ],
-        out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+        "out_specs": pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+    }  # fmt: skip
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((rows, k), out_type.numpy_dtype),
+        grid=(rows // bm, k // bn),
         interpret=interpret,
         compiler_params=pltriton.CompilerParams(num_warps=WARPS, num_stages=STAGES),
+        **specs,
     )(a, b, scale, bias, out_scale, zero)
-    out = out[:m].reshape(n, h, wd, k)
+    out = out[:m].reshape(n, hp, wp, k)[:, : hp - kh + 1, : wp - kw + 1]
     return out if channels_last else jnp.transpose(out, (0, 3, 1, 2))
 
 
@@ -250,11 +296,13 @@ def _lower(descs: tuple, slots: tuple, groups: list) -> tuple:
         zp = _quant.held(groups[-1][1], quant.zero_point_tensor.data_type)
         zero = zp.reshape(-1)[:1].astype(jnp.float32)
     out_type = quant.output_tensor.data_type
+    padding = tuple(zip(conv.start_padding, conv.end_padding))
     return (
         qdq_convolution(
-            x, w, scale, bias, out_scale, zero, conv.strides, out_type, relu, listing[-1]
+            x, w, scale, bias, out_scale, zero, conv.strides, out_type, relu, listing[-1],
+            padding=padding,
         ),
-    )
+    )  # fmt: skip
 
 
 register_chain("DML_OPERATOR_CONVOLUTION_INTEGER", "int8_qdq", _applies, _lower, longest=6)
