@@ -83,12 +83,12 @@ def test_chain_applies(change, applies):
 @pytest.mark.parametrize(
     "change, applies",
     [({"window": 3, "pad": 1}, True), ({"window": 3}, True), ({"window": 5, "pad": 2}, False),
-     ({"window": 3, "pad": 3}, False), ({"window": 3, "pad": 1, "stride": 2}, False),
+     ({"window": 3, "pad": 3}, False), ({"window": 3, "pad": 1, "stride": 2}, True),
      ({"window": 3, "pad": 2, "dilation": 2}, False), ({"window": 3, "pad": 1, "c": 8192}, False),
      ({"window": 1, "stride": 2}, True)],
 )  # fmt: skip
 def test_windows_apply_up_to_max_window(change, applies, monkeypatch):
-    """With ``MAX_WINDOW`` 3: 3x3 windows at strides 1, undilated, padded by less than the
+    """With ``MAX_WINDOW`` 3: 3x3 windows (at strides 2 too), undilated, padded by less than the
     window, of at most ``MAX_C`` products a sum (8192 channels by 9 taps are more)."""
     monkeypatch.setattr(K, "MAX_WINDOW", 3)
     assert _applies(*_run(**change)) == applies
@@ -137,19 +137,23 @@ def _reference(x, w, scale, bias, out_scale, zero, strides, lo, hi, relu, paddin
      (32, 64, (1, 2), True, "UINT8", 1, ((0, 0), (0, 0))),
      (64, 32, (1, 1), True, "INT8", 3, ((1, 1), (1, 1))),
      (256, 64, (1, 1), False, "INT8", 3, ((1, 0), (0, 2))),
-     (32, 32, (1, 1), True, "UINT8", 5, ((2, 2), (2, 2)))],
+     (32, 32, (1, 1), True, "UINT8", 5, ((2, 2), (2, 2))),
+     (64, 32, (2, 2), True, "INT8", 3, ((1, 1), (1, 1))),
+     (32, 64, (2, 1), False, "INT8", 3, ((0, 1), (1, 0))),
+     (32, 32, (2, 2), True, "UINT8", 7, ((3, 3), (3, 3)))],
 )  # fmt: skip
 def test_interpreted_kernel_is_the_definition(rng, c, k, strides, relu, out, window, padding):
     """Channels past one block of the product (256 in), a partial last block of rows (2 x 7 x 7
     or 2 x 7 x 4 rows), output scales that put sums beside halfway points, a NaN and an
-    infinite channel scale, UINT8 with a zero point; 3x3 and 5x5 windows, padded evenly and
-    not (taps past the padded grid's rows read the next image's rows or zeros, dropped)."""
+    infinite channel scale, UINT8 with a zero point; 3x3, 5x5 and 7x7 windows, padded evenly
+    and not (taps past the padded grid's rows read the next image's rows or zeros, dropped),
+    at strides 1 and 2 (a 7x7 at 2 on 13 x 13: cells past the input's edge)."""
     x = rng.integers(-128, 128, (2, c, 13, 13)).astype(np.int8)
     w = rng.integers(-128, 128, (k, c, window, window)).astype(np.int8)
     scale = rng.uniform(1e-4, 1e-3, k).astype(np.float32)
     scale[:2] = [np.nan, np.inf]
     bias = (rng.standard_normal(k) * 3).astype(np.float32)
-    out_scale = np.float32([0.0173])
+    out_scale = np.float32([0.0173 * max(1, window * window // 3)])  # wider sums, wider steps
     out_type = dml.DataType[out]
     zero = np.float32([0 if out == "INT8" else 128])
     lo, hi = out_type.integer_range

@@ -22,8 +22,9 @@ faster than cuDNN's convolution and XLA's fusion (benchmarks/experiments/README.
 
 Taken where: one group, INT8 input and filter without zero points; a 1x1 filter without
 padding (strides taken by reading the input's strided rows first), or a window of at most
-``MAX_WINDOW`` at strides 1, undilated, padded by less than the window (``qdq_convolution``
-says how); C (channels in) a power of two from 32, times the window's taps at most ``MAX_C``;
+``MAX_WINDOW``, undilated, padded by less than the window (``qdq_convolution`` says how; at
+strides (sy, sx) as sy * sx * C channels); C (channels in) a power of two from 32, times the
+window's taps at most ``MAX_C``;
 K (channels out) a multiple of 32; MULTIPLY's and ADD1's other operand one FLOAT32 value a
 channel (broadcast: stride 0 but along the channels), ADD1's fused activation none or ReLU;
 QUANTIZE_LINEAR's scale one value (every stride 0) and its zero point absent or one value, into
@@ -49,8 +50,8 @@ BLOCK_M = 128
 WARPS = 8
 STAGES = 3
 MAX_C = 1 << 16  # products a sum (C times the window's taps): |sums| <= 2^14 * that < 2^31
-# The largest filter window taken (at strides 1; 1x1 at any strides): 1 until a GPU run times
-# the windowed form against cuDNN's (int8_qdq_gemm_gpu.py --windows), 3 takes ResNet's 3x3.
+# The largest filter window taken (1x1 at any strides): 1 until a GPU run times the windowed
+# form against cuDNN's (int8_qdq_gemm_gpu.py --windows); 3 takes ResNet's 3x3.
 MAX_WINDOW = 1
 
 
@@ -121,8 +122,8 @@ def _conv_applies(conv: Any) -> bool:
     if conv.group_count != 1 or not w.is_packed or not y.is_packed:
         return False
     window = tuple(w.sizes[2:])
-    if window != (1, 1):  # a window: strides 1, undilated, padded by less than the window
-        if max(window) > MAX_WINDOW or tuple(conv.strides) != (1, 1):
+    if window != (1, 1):  # a window: undilated, padded by less than the window
+        if max(window) > MAX_WINDOW:
             return False
         if any(d != 1 for d in conv.dilations):
             return False
@@ -132,7 +133,11 @@ def _conv_applies(conv: Any) -> bool:
     elif any(conv.start_padding) or any(conv.end_padding):
         return False
     c, k = x.sizes[1], w.sizes[0]
-    taps = w.sizes[2] * w.sizes[3]
+    if window != (1, 1):  # at strides (sy, sx): sy * sx * C channels, the window in cells
+        (sy, sx), (kh, kw) = conv.strides, window
+        c, taps = sy * sx * c, -(-kh // sy) * -(-kw // sx)
+    else:
+        taps = 1
     return 32 <= c and c * taps <= MAX_C and not c & (c - 1) and _blocks(k) is not None
 
 
@@ -183,8 +188,8 @@ def qdq_convolution(
     x, w, scale, bias, out_scale, zero, strides, out_type, relu: bool,
     channels_last: bool = False, interpret: bool = False, padding=((0, 0), (0, 0)),
 ):  # fmt: skip
-    """x {N, C, H, W} int8 by w {K, C, kH, kW} int8 (1x1 at any ``strides``; a larger window at
-    strides 1, with ``padding`` ((top, bottom), (left, right)) of zeros): the sums to float32,
+    """x {N, C, H, W} int8 by w {K, C, kH, kW} int8 at ``strides``, ``padding`` ((top, bottom),
+    (left, right)) of zeros around x (none for a 1x1 filter): the sums to float32,
     times ``scale`` {K}, plus ``bias`` {K} (or None), ReLU where ``relu``, quantized by
     ``out_scale`` {1} with the zero point ``zero`` {1} (float32) into ``out_type`` (a
     DataType): {N, K, H', W'}, or {N, H', W', K} where ``channels_last``. ``interpret`` runs
@@ -195,16 +200,22 @@ def qdq_convolution(
     (i, j), where ``r`` is its own row, so each tap's rows for a block of positions are one
     contiguous block. The kernel computes every position of the padded grid (those past the
     output's edge read rows of the next image or of zeros, and are dropped after): a
-    (Hp * Wp) / (H' * W') share more products."""
+    (Hp * Wp) / (H' * W') share more products. A window at strides (sy, sx) is first the same
+    sums at strides 1 (``_space_to_depth``)."""
     pl, pltriton = load_pallas()
     kh, kw = w.shape[2:]
     if (kh, kw) == (1, 1) and tuple(strides) != (1, 1):
         x = x[:, :, :: strides[0], :: strides[1]]
-    n, c = x.shape[:2]
-    k = w.shape[0]
     xs = jnp.transpose(x, (0, 2, 3, 1))
     if any(p for pair in padding for p in pair):
         xs = jnp.pad(xs, ((0, 0), *padding, (0, 0)))
+    out_h, out_w = xs.shape[1] - kh + 1, xs.shape[2] - kw + 1
+    if (kh, kw) != (1, 1) and tuple(strides) != (1, 1):
+        out_h, out_w = ((xs.shape[i + 1] - w.shape[i + 2]) // strides[i] + 1 for i in (0, 1))
+        xs, w = _space_to_depth(xs, w, strides)
+        kh, kw = w.shape[2:]
+    n, c = xs.shape[0], xs.shape[3]
+    k = w.shape[0]
     hp, wp = xs.shape[1:3]
     m = n * hp * wp  # positions computed: the padded grid (the output itself for 1x1)
     a = xs.reshape(m, c)
@@ -269,8 +280,28 @@ def qdq_convolution(
         compiler_params=pltriton.CompilerParams(num_warps=WARPS, num_stages=STAGES),
         **specs,
     )(a, b, scale, bias, out_scale, zero)
-    out = out[:m].reshape(n, hp, wp, k)[:, : hp - kh + 1, : wp - kw + 1]
+    out = out[:m].reshape(n, hp, wp, k)[:, :out_h, :out_w]
     return out if channels_last else jnp.transpose(out, (0, 3, 1, 2))
+
+
+def _space_to_depth(xs, w, strides) -> tuple:
+    """The padded input xs {N, Hp, Wp, C} and filter w {K, C, kH, kW} of a convolution at
+    ``strides`` (sy, sx) as the input and filter of one at strides 1 with the same sums at
+    its first positions: xs' {N, Hp / sy, Wp / sx, sy * sx * C} holds xs[n, sy * y + a,
+    sx * x + b, c] at channel (a * sx + b) * C + c, and w' {K, sy * sx * C, ceil(kH / sy),
+    ceil(kW / sx)} holds w[k, c, sy * i + a, sx * j + b] (0 past the window) there. xs is
+    padded with zeros to whole cells first."""
+    (sy, sx), (n, hp, wp, c), (k, _, kh, kw) = strides, xs.shape, w.shape
+    th, tw = -(-kh // sy), -(-kw // sx)  # the window in cells
+    # whole cells (the last position's window, floor((Hp - kH) / sy) + ceil(kH / sy) cells,
+    # never reaches past ceil(Hp / sy) of them)
+    cells_h, cells_w = -(-hp // sy), -(-wp // sx)
+    xs = jnp.pad(xs, ((0, 0), (0, cells_h * sy - hp), (0, cells_w * sx - wp), (0, 0)))
+    xs = xs.reshape(n, cells_h, sy, cells_w, sx, c).transpose(0, 1, 3, 2, 4, 5)
+    xs = xs.reshape(n, cells_h, cells_w, sy * sx * c)
+    w = jnp.pad(w, ((0, 0), (0, 0), (0, th * sy - kh), (0, tw * sx - kw)))
+    w = w.reshape(k, c, th, sy, tw, sx).transpose(0, 3, 5, 1, 2, 4)
+    return xs, w.reshape(k, sy * sx * c, th, tw)
 
 
 def _channel_values(t: Any, channels_last: bool) -> Any:
