@@ -71,7 +71,8 @@ def _applies(descs, slots):
     "change, applies",
     [({}, True), ({"bias": False}, True), ({"relu": False}, True),
      ({"bias": False, "relu": False}, True), ({"window": 3}, False), ({"zero": True}, False),
-     ({"c": 48}, False), ({"c": 16}, False), ({"k": 40}, False), ({"k": 96}, True),
+     ({"c": 48}, False), ({"c": 16}, True), ({"c": 3}, True), ({"k": 40}, False),
+     ({"k": 96}, True),
      ({"pad": 1}, False), ({"act": dml.ActivationReluOperatorDesc(None, None)}, True),
      ({"act": dml.ActivationSigmoidOperatorDesc(None, None)}, False),
      ({"quant": {"scale_tensor": T("FLOAT32", (2, 32, 6, 6), strides=(0, 1, 0, 0))}}, False)],
@@ -85,12 +86,14 @@ def test_chain_applies(change, applies):
     [({"window": 3, "pad": 1}, True), ({"window": 3}, True), ({"window": 5, "pad": 2}, False),
      ({"window": 3, "pad": 3}, False), ({"window": 3, "pad": 1, "stride": 2}, True),
      ({"window": 3, "pad": 2, "dilation": 2}, False), ({"window": 3, "pad": 1, "c": 8192}, False),
-     ({"window": 1, "stride": 2}, True)],
+     ({"window": 1, "stride": 2}, True), ({"window": 7, "pad": 3, "stride": 2, "c": 3}, False),
+     ({"window": 7, "pad": 3, "stride": 2, "c": 3, "max_window": 7}, True)],
 )  # fmt: skip
 def test_windows_apply_up_to_max_window(change, applies, monkeypatch):
     """With ``MAX_WINDOW`` 3: 3x3 windows (at strides 2 too), undilated, padded by less than the
-    window, of at most ``MAX_C`` products a sum (8192 channels by 9 taps are more)."""
-    monkeypatch.setattr(K, "MAX_WINDOW", 3)
+    window, of at most ``MAX_C`` products a sum (8192 channels by 9 taps are more); a 7x7 stem
+    on three channels where ``MAX_WINDOW`` is 7."""
+    monkeypatch.setattr(K, "MAX_WINDOW", change.pop("max_window", 3))
     assert _applies(*_run(**change)) == applies
 
 
@@ -140,14 +143,18 @@ def _reference(x, w, scale, bias, out_scale, zero, strides, lo, hi, relu, paddin
      (32, 32, (1, 1), True, "UINT8", 5, ((2, 2), (2, 2))),
      (64, 32, (2, 2), True, "INT8", 3, ((1, 1), (1, 1))),
      (32, 64, (2, 1), False, "INT8", 3, ((0, 1), (1, 0))),
-     (32, 32, (2, 2), True, "UINT8", 7, ((3, 3), (3, 3)))],
+     (32, 32, (2, 2), True, "UINT8", 7, ((3, 3), (3, 3))),
+     (3, 64, (2, 2), True, "INT8", 7, ((3, 3), (3, 3))),
+     (3, 32, (1, 1), False, "INT8", 3, ((1, 1), (1, 1))),
+     (16, 32, (1, 1), True, "INT8", 1, ((0, 0), (0, 0)))],
 )  # fmt: skip
 def test_interpreted_kernel_is_the_definition(rng, c, k, strides, relu, out, window, padding):
     """Channels past one block of the product (256 in), a partial last block of rows (2 x 7 x 7
     or 2 x 7 x 4 rows), output scales that put sums beside halfway points, a NaN and an
     infinite channel scale, UINT8 with a zero point; 3x3, 5x5 and 7x7 windows, padded evenly
     and not (taps past the padded grid's rows read the next image's rows or zeros, dropped),
-    at strides 1 and 2 (a 7x7 at 2 on 13 x 13: cells past the input's edge)."""
+    at strides 1 and 2 (a 7x7 at 2 on 13 x 13: cells past the input's edge); 3 and 16 channels
+    in, padded with zeros (a network's stem)."""
     x = rng.integers(-128, 128, (2, c, 13, 13)).astype(np.int8)
     w = rng.integers(-128, 128, (k, c, window, window)).astype(np.int8)
     scale = rng.uniform(1e-4, 1e-3, k).astype(np.float32)

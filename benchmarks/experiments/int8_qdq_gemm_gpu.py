@@ -18,8 +18,8 @@ XLA may contract the scaling and the bias into one fused multiply-add, docs/sema
 moves a value beside a rounding boundary at times).
 
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/int8_qdq_gemm_gpu.py [--batch 64]
-[--windows]`` (``--windows``: ResNet-50's four 3x3 shapes at strides 1 in the kernel's windowed
-form, which ``int8_qdq_conv.MAX_WINDOW`` takes once this shows it faster);
+[--windows]`` (``--windows``: ResNet-50's 3x3 shapes at strides 1 and 2 and its 7x7 stem in the
+kernel's windowed form, which ``int8_qdq_conv.MAX_WINDOW`` takes once this shows it faster);
 ``--interpret`` checks the fused kernel against the cudnn form on two small cases, one with a
 partial last block of rows (any machine).
 """
@@ -27,6 +27,7 @@ partial last block of rows (any machine).
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 
 import numpy as np
@@ -83,13 +84,15 @@ def half(x16, w16, bias16):
     return jnp.maximum(y + bias16, 0)
 
 
-# ResNet-50's 3x3 convolutions at strides 1 (pads 1): (H = W, channels in = out)
-WINDOW_SHAPES = [(56, 64), (28, 128), (14, 256), (7, 512)]
+# ResNet-50's windowed convolutions: (H = W in, channels in, out, window, stride, pad)
+WINDOW_SHAPES = [(56, 64, 64, 3, 1, 1), (28, 128, 128, 3, 1, 1), (14, 256, 256, 3, 1, 1),
+                 (7, 512, 512, 3, 1, 1), (56, 128, 128, 3, 2, 1), (28, 256, 256, 3, 2, 1),
+                 (14, 512, 512, 3, 2, 1), (224, 3, 64, 7, 2, 3)]  # fmt: skip
 
 
-def fused_window(x, w, scale, bias, sy, interpret=False):
+def fused_window(x, w, scale, bias, sy, stride, pad, interpret=False):
     """The windowed form of the sessions' kernel (``int8_qdq_conv.qdq_convolution``, taken
-    where ``MAX_WINDOW`` allows): x {N, H, W, C} int8 by w {K, C, 3, 3}, pads 1."""
+    where ``MAX_WINDOW`` allows): x {N, H, W, C} int8 by w {K, C, kH, kW}."""
     import jax.numpy as jnp
 
     from dml_jax.enums import DataType
@@ -97,43 +100,52 @@ def fused_window(x, w, scale, bias, sy, interpret=False):
 
     return qdq_convolution(
         jnp.transpose(x, (0, 3, 1, 2)), w, scale, bias, sy, jnp.zeros((1,), jnp.float32),
-        (1, 1), DataType.INT8, True, channels_last=True, interpret=interpret,
-        padding=((1, 1), (1, 1)),
+        (stride, stride), DataType.INT8, True, channels_last=True, interpret=interpret,
+        padding=((pad, pad), (pad, pad)),
     )  # fmt: skip
 
 
-def cudnn_window(x, w, scale, bias, sy):
-    """XLA's int8 convolution (cuDNN, float32 sums) and the chain after it, NHWC."""
+def cudnn_window(x, w, scale, bias, sy, stride, pad):
+    """Today's path, NHWC: XLA's int8 convolution (cuDNN, float32 sums; the session's own
+    ``int8_conv.int8_convolution`` for a few-channel one) and the chain after it."""
     import jax.numpy as jnp
     from jax import lax
 
+    from dml_jax.kernels.int8_conv import FEW_CHANNELS, int8_convolution
     from dml_jax.ops._quant import round_quotient
 
-    acc = lax.conv_general_dilated(
-        x, jnp.transpose(w, (2, 3, 1, 0)), (1, 1), ((1, 1), (1, 1)),
-        dimension_numbers=("NHWC", "HWIO", "NHWC"), preferred_element_type=jnp.float32,
-    )  # fmt: skip
+    if x.shape[3] < FEW_CHANNELS:
+        acc = jnp.transpose(
+            int8_convolution(jnp.transpose(x, (0, 3, 1, 2)), w, (stride, stride), [(pad, pad)] * 2),
+            (0, 2, 3, 1),
+        )
+    else:
+        acc = lax.conv_general_dilated(
+            x, jnp.transpose(w, (2, 3, 1, 0)), (stride, stride), ((pad, pad), (pad, pad)),
+            dimension_numbers=("NHWC", "HWIO", "NHWC"), preferred_element_type=jnp.float32,
+        )  # fmt: skip
     v = jnp.maximum(acc * scale + bias, 0.0)
     return jnp.clip(round_quotient(v, sy[0]), -128, 127).astype(jnp.int8)
 
 
-def half_window(x16, w16, bias16):
+def half_window(x16, w16, bias16, stride, pad):
     import jax.numpy as jnp
     from jax import lax
 
     y = lax.conv_general_dilated(
-        x16, jnp.transpose(w16, (2, 3, 1, 0)), (1, 1), ((1, 1), (1, 1)),
+        x16, jnp.transpose(w16, (2, 3, 1, 0)), (stride, stride), ((pad, pad), (pad, pad)),
         dimension_numbers=("NHWC", "HWIO", "NHWC"),
     )  # fmt: skip
     return jnp.maximum(y + bias16, 0)
 
 
-def _window_data(rng, n, hw, c):
+def _window_data(rng, n, hw, c, k, window):
     x = rng.integers(-128, 128, (n, hw, hw, c)).astype(np.int8)
-    w = rng.integers(-127, 128, (c, c, 3, 3)).astype(np.int8)
-    scale = (np.float32(0.02) * rng.uniform(0.002, 0.01, c) / 3).astype(np.float32)
-    bias = rng.standard_normal(c).astype(np.float32)
-    sy = np.array([0.05 * np.sqrt(9 * c)], np.float32)
+    w = rng.integers(-127, 128, (k, c, window, window)).astype(np.int8)
+    taps = window * window
+    scale = (np.float32(0.02) * rng.uniform(0.002, 0.01, k) / np.sqrt(taps)).astype(np.float32)
+    bias = rng.standard_normal(k).astype(np.float32)
+    sy = np.array([0.05 * np.sqrt(taps * c)], np.float32)
     return x, w, scale, bias, sy
 
 
@@ -166,25 +178,31 @@ def main() -> None:
             got = np.asarray(fused(*map(jnp.asarray, args), interpret=True))
             want = np.asarray(cudnn(*map(jnp.asarray, args)))
             print(f"interpret, {m} rows: differ", int(np.sum(got != want)), "of", got.size)
-        args = _window_data(rng, 2, 7, 64)
-        got = np.asarray(fused_window(*map(jnp.asarray, args), interpret=True))
-        want = np.asarray(cudnn_window(*map(jnp.asarray, args)))
-        print("interpret, 3x3: differ", int(np.sum(got != want)), "of", got.size)
+        for hw, c, k, window, stride, pad in [(7, 64, 64, 3, 1, 1), (8, 64, 32, 3, 2, 1),
+                                              (12, 3, 64, 7, 2, 3)]:  # fmt: skip
+            args = [jnp.asarray(v) for v in _window_data(rng, 2, hw, c, k, window)]
+            got = np.asarray(fused_window(*args, stride, pad, interpret=True))
+            want = np.asarray(cudnn_window(*args, stride, pad))
+            print(f"interpret, {window}x{window} at {stride} on {c} channels: differ",
+                  int(np.sum(got != want)), "of", got.size)  # fmt: skip
         return
     print(jax.devices()[0].device_kind, jax.__version__)
     copy = jax.jit(lambda t: t + 1)
-    shapes = [(hw * hw, c, c) for hw, c in WINDOW_SHAPES] if a.windows else SHAPES
-    for hw, k, c in shapes:
-        m = a.batch * hw
+    shapes = WINDOW_SHAPES if a.windows else [(hw, k, c, 1, 1, 0) for hw, k, c in SHAPES]
+    for hw, k, c, window, stride, pad in shapes:
         if a.windows:
-            side = round(hw**0.5)
-            args = [jax.device_put(v) for v in _window_data(rng, a.batch, side, c)]
-            forms = {"fused": jax.jit(fused_window), "cudnn": jax.jit(cudnn_window)}
-            half_form, taps = jax.jit(half_window), 9
+            out = (hw + 2 * pad - window) // stride + 1
+            m, taps = a.batch * out * out, window * window
+            args = [jax.device_put(v) for v in _window_data(rng, a.batch, hw, k, c, window)]
+            opts = {"stride": stride, "pad": pad}
+            forms = {"fused": jax.jit(functools.partial(fused_window, **opts)),
+                     "cudnn": jax.jit(functools.partial(cudnn_window, **opts))}  # fmt: skip
+            half_form = jax.jit(functools.partial(half_window, **opts))
         else:
+            m, taps = a.batch * hw, 1
             args = [jax.device_put(v) for v in _data(rng, m, k, c)]
             forms = {"fused": jax.jit(fused), "cudnn": jax.jit(cudnn)}
-            half_form, taps = jax.jit(half), 1
+            half_form = jax.jit(half)
         x16 = jax.device_put(np.asarray(args[0]).astype(np.float16))
         w16 = jax.device_put(np.asarray(args[1]).astype(np.float16))
         b16 = jax.device_put(np.asarray(args[3]).astype(np.float16))
@@ -198,7 +216,8 @@ def main() -> None:
             us[name] = statistics.median(microseconds(call, a.samples, a.iters))
         differ = int(np.sum(np.asarray(outs["fused"]) != np.asarray(outs["cudnn"])))
         ops = 2 * m * k * c * taps / 1e12
-        print(f"{m} x {k} -> {c}: fused {us['fused']:.1f} us ({ops / us['fused'] * 1e6:.0f} TOPS), "
+        label = f"{window}x{window}/{stride} " if a.windows else ""
+        print(f"{label}{m} x {k} -> {c}: fused {us['fused']:.1f} us ({ops / us['fused'] * 1e6:.0f} TOPS), "
               f"cudnn {us['cudnn']:.1f}, float16 {us['float16']:.1f}, copy of x16 {us['copy']:.1f}; "
               f"fused/cudnn {us['cudnn'] / us['fused']:.2f}x, fused/float16 "
               f"{us['float16'] / us['fused']:.2f}x; {differ} of {m * c} differ")  # fmt: skip

@@ -23,8 +23,8 @@ faster than cuDNN's convolution and XLA's fusion (benchmarks/experiments/README.
 Taken where: one group, INT8 input and filter without zero points; a 1x1 filter without
 padding (strides taken by reading the input's strided rows first), or a window of at most
 ``MAX_WINDOW``, undilated, padded by less than the window (``qdq_convolution`` says how; at
-strides (sy, sx) as sy * sx * C channels); C (channels in) a power of two from 32, times the
-window's taps at most ``MAX_C``;
+strides (sy, sx) as sy * sx * C channels); C (channels in) a power of two from 32, or fewer
+(``padded_channels``), times the window's taps at most ``MAX_C``;
 K (channels out) a multiple of 32; MULTIPLY's and ADD1's other operand one FLOAT32 value a
 channel (broadcast: stride 0 but along the channels), ADD1's fused activation none or ReLU;
 QUANTIZE_LINEAR's scale one value (every stride 0) and its zero point absent or one value, into
@@ -133,12 +133,24 @@ def _conv_applies(conv: Any) -> bool:
     elif any(conv.start_padding) or any(conv.end_padding):
         return False
     c, k = x.sizes[1], w.sizes[0]
-    if window != (1, 1):  # at strides (sy, sx): sy * sx * C channels, the window in cells
-        (sy, sx), (kh, kw) = conv.strides, window
-        c, taps = sy * sx * c, -(-kh // sy) * -(-kw // sx)
-    else:
-        taps = 1
-    return 32 <= c and c * taps <= MAX_C and not c & (c - 1) and _blocks(k) is not None
+    (sy, sx), (kh, kw) = conv.strides, window
+    strided = window != (1, 1) and (sy, sx) != (1, 1)
+    cells = sy * sx if strided else 1  # the input's channels a space-to-depth cell holds
+    taps = -(-kh // sy) * -(-kw // sx) if strided else kh * kw
+    if c & (c - 1) and c >= 32:
+        return False
+    return padded_channels(c, cells) * cells * taps <= MAX_C and _blocks(k) is not None
+
+
+def padded_channels(c: int, cells: int) -> int:
+    """The channels in the kernel reads of C = ``c`` (``cells`` of them a space-to-depth cell):
+    C itself where a power of two from 32; fewer than 32 (a network's first convolution, on
+    three colours) padded with zeros to the next power of two, and so that a cell holds at
+    least 32."""
+    if c >= 32:
+        return c
+    power = 1 << (c - 1).bit_length()
+    return max(power, -(-32 // cells))
 
 
 def layouts(descs: tuple, slots: tuple) -> tuple[bool, ...] | None:
@@ -210,13 +222,19 @@ def qdq_convolution(
     if any(p for pair in padding for p in pair):
         xs = jnp.pad(xs, ((0, 0), *padding, (0, 0)))
     out_h, out_w = xs.shape[1] - kh + 1, xs.shape[2] - kw + 1
-    if (kh, kw) != (1, 1) and tuple(strides) != (1, 1):
+    strided = (kh, kw) != (1, 1) and tuple(strides) != (1, 1)
+    more = padded_channels(xs.shape[3], strides[0] * strides[1] if strided else 1) - xs.shape[3]
+    if more:  # few channels: zeros (they add nothing to a sum)
+        xs = jnp.pad(xs, ((0, 0), (0, 0), (0, 0), (0, more)))
+        w = jnp.pad(w, ((0, 0), (0, more), (0, 0), (0, 0)))
+    if strided:
         out_h, out_w = ((xs.shape[i + 1] - w.shape[i + 2]) // strides[i] + 1 for i in (0, 1))
         xs, w = _space_to_depth(xs, w, strides)
         kh, kw = w.shape[2:]
     n, c = xs.shape[0], xs.shape[3]
     k = w.shape[0]
     hp, wp = xs.shape[1:3]
+
     m = n * hp * wp  # positions computed: the padded grid (the output itself for 1x1)
     a = xs.reshape(m, c)
     b = jnp.transpose(w, (2, 3, 0, 1)).reshape(kh * kw, k, c)
