@@ -30,14 +30,15 @@ T = dml.TensorDesc
 
 
 def _run(c=64, k=32, window=1, zero=False, bias=True, relu=True, pad=0, act=None, quant=None,
-         stride=1, dilation=1):  # fmt: skip
+         stride=1, dilation=1, xt="INT8", wt="INT8", filter_zero=False):  # fmt: skip
     """The descriptors of a run as QDQConvFusion writes it, and its slots."""
     n, h = 2, 6
     out = (h + 2 * pad - dilation * (window - 1) - 1) // stride + 1
-    x, w = T("INT8", (n, c, h, h)), T("INT8", (k, c, window, window))
+    x, w = T(xt, (n, c, h, h)), T(wt, (k, c, window, window))
     ints = T("INT32", (n, k, out, out))
+    wz = T(wt, (1, 1, 1, 1)) if filter_zero else None
     conv = dml.ConvolutionIntegerOperatorDesc(
-        x, T("INT8", (1, 1, 1, 1)) if zero else None, w, None, ints, strides=(stride, stride),
+        x, T(xt, (1, 1, 1, 1)) if zero else None, w, wz, ints, strides=(stride, stride),
         dilations=(dilation, dilation), start_padding=(pad, pad), end_padding=(pad, pad),
         group_count=1,
     )  # fmt: skip
@@ -70,7 +71,9 @@ def _applies(descs, slots):
 @pytest.mark.parametrize(
     "change, applies",
     [({}, True), ({"bias": False}, True), ({"relu": False}, True),
-     ({"bias": False, "relu": False}, True), ({"window": 3}, False), ({"zero": True}, False),
+     ({"bias": False, "relu": False}, True), ({"window": 3}, False), ({"zero": True}, True),
+     ({"xt": "UINT8", "zero": True}, True), ({"xt": "UINT8"}, True), ({"wt": "UINT8"}, False),
+     ({"filter_zero": True}, False),
      ({"c": 48}, False), ({"c": 16}, True), ({"c": 3}, True), ({"k": 40}, False),
      ({"k": 96}, True),
      ({"pad": 1}, False), ({"act": dml.ActivationReluOperatorDesc(None, None)}, True),
@@ -107,11 +110,15 @@ def test_chain_needs_its_whole_run():
     assert _applies(descs[:2] + (swapped,) + descs[3:], (0, 1) + slots[2:])
 
 
-def _reference(x, w, scale, bias, out_scale, zero, strides, lo, hi, relu, padding=((0, 0),) * 2):
-    """The run's definition in NumPy: int64 sums (zero padding, a tap at a time) rounded once
-    to float32, the float32 steps, the correctly rounded quotient (NumPy's float32 division)
-    rounded half to even, plus the zero point, saturated; NaN gives the zero point."""
-    x = np.pad(x.astype(np.int64), ((0, 0), (0, 0), *padding))
+def _reference(
+    x, w, scale, bias, out_scale, zero, strides, lo, hi, relu, padding=((0, 0),) * 2, x_zero=None
+):
+    """The run's definition in NumPy: int64 sums of (x - x_zero) * w (padding 0 after the zero
+    point, a tap at a time) rounded once to float32, the float32 steps, the correctly rounded
+    quotient (NumPy's float32 division) rounded half to even, plus the zero point, saturated;
+    NaN gives the zero point."""
+    x = x.astype(np.int64) - (0 if x_zero is None else int(x_zero))
+    x = np.pad(x, ((0, 0), (0, 0), *padding))
     kh, kw = w.shape[2:]
     oh = (x.shape[2] - kh) // strides[0] + 1
     ow = (x.shape[3] - kw) // strides[1] + 1
@@ -133,6 +140,7 @@ def _reference(x, w, scale, bias, out_scale, zero, strides, lo, hi, relu, paddin
     return np.where(np.isnan(q), zero[0], np.clip(q + zero[0], lo, hi))
 
 
+@pytest.mark.parametrize("x_zero", [None, "INT8", "UINT8"])
 @pytest.mark.parametrize(
     "c, k, strides, relu, out, window, padding",
     [(64, 32, (1, 1), True, "INT8", 1, ((0, 0), (0, 0))),
@@ -148,14 +156,22 @@ def _reference(x, w, scale, bias, out_scale, zero, strides, lo, hi, relu, paddin
      (3, 32, (1, 1), False, "INT8", 3, ((1, 1), (1, 1))),
      (16, 32, (1, 1), True, "INT8", 1, ((0, 0), (0, 0)))],
 )  # fmt: skip
-def test_interpreted_kernel_is_the_definition(rng, c, k, strides, relu, out, window, padding):
+def test_interpreted_kernel_is_the_definition(
+    rng, c, k, strides, relu, out, window, padding, x_zero
+):
     """Channels past one block of the product (256 in), a partial last block of rows (2 x 7 x 7
     or 2 x 7 x 4 rows), output scales that put sums beside halfway points, a NaN and an
     infinite channel scale, UINT8 with a zero point; 3x3, 5x5 and 7x7 windows, padded evenly
     and not (taps past the padded grid's rows read the next image's rows or zeros, dropped),
     at strides 1 and 2 (a 7x7 at 2 on 13 x 13: cells past the input's edge); 3 and 16 channels
-    in, padded with zeros (a network's stem)."""
+    in, padded with zeros (a network's stem); inputs INT8 without a zero point, INT8 with one
+    and UINT8 with one (its padding reads as the zero point)."""
     x = rng.integers(-128, 128, (2, c, 13, 13)).astype(np.int8)
+    zp = None
+    if x_zero == "INT8":
+        zp = np.int8(-7)
+    elif x_zero == "UINT8":
+        x, zp = (x.astype(np.int16) + 128).astype(np.uint8), np.uint8(131)
     w = rng.integers(-128, 128, (k, c, window, window)).astype(np.int8)
     scale = rng.uniform(1e-4, 1e-3, k).astype(np.float32)
     scale[:2] = [np.nan, np.inf]
@@ -166,20 +182,22 @@ def test_interpreted_kernel_is_the_definition(rng, c, k, strides, relu, out, win
     lo, hi = out_type.integer_range
     got = K.qdq_convolution(
         x, w, scale, bias, out_scale, zero, strides, out_type, relu, interpret=True,
-        padding=padding,
+        padding=padding, x_zero=zp,
     )  # fmt: skip
-    want = _reference(x, w, scale, bias, out_scale, zero, strides, lo, hi, relu, padding)
+    want = _reference(x, w, scale, bias, out_scale, zero, strides, lo, hi, relu, padding, zp)
     assert got.dtype == out_type.numpy_dtype
     np.testing.assert_array_equal(np.asarray(got), want)
     assert len(np.unique(want)) > 50  # values that can differ
 
 
-def _network(rng, c=64, k=128, size=7):
+def _network(rng, c=64, k=128, size=7, zero_point=None):
     """x -> Q -> DQ -> Conv 1x1 (per-channel int8 weights, int32 bias) -> Relu -> Q -> DQ ->
     Conv 1x1 stride 2 (one weight scale, no bias) -> Q -> DQ -> y, and beside the first a 3x3
     convolution (pads 1) -> Relu -> Q -> DQ -> yc: QDQ as onnxruntime's quantizer writes it,
-    symmetric."""
-    values = {"sx": np.array(np.float32(0.05)), "z": np.array(np.int8(0)),
+    symmetric (``zero_point`` 0) or with UINT8 activations and a zero point, as onnxruntime's
+    quantizer writes them by default."""
+    zero_point = np.int8(0) if zero_point is None else zero_point
+    values = {"sx": np.array(np.float32(0.05)), "z": np.array(zero_point),
               "sa": np.array(np.float32(0.11)), "sb": np.array(np.float32(0.37))}  # fmt: skip
     nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "z"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "sx", "z"], ["xd"])]  # fmt: skip
@@ -229,14 +247,16 @@ def forced_cuda(monkeypatch):
         yield calls
 
 
+@pytest.mark.parametrize("zero_point", [np.int8(0), np.uint8(120)], ids=["int8", "uint8"])
 @pytest.mark.parametrize("window", [1, 3])
 def test_network_traced_for_cuda_is_the_sessions_without_fast_paths(
-    rng, forced_cuda, window, monkeypatch
+    rng, forced_cuda, window, zero_point, monkeypatch
 ):
     """Both 1x1 runs take the kernel (the second through its stride), the 3x3 one where
-    ``MAX_WINDOW`` takes it; every output equal to the session's without fast paths."""
+    ``MAX_WINDOW`` takes it, symmetric INT8 activations or UINT8 ones with a zero point; every
+    output equal to the session's without fast paths."""
     monkeypatch.setattr(K, "MAX_WINDOW", window)
-    data = _network(rng)
+    data = _network(rng, zero_point=zero_point)
     x = (rng.standard_normal((2, 64, 7, 7)) * 3).astype(np.float32)
     want = InferenceSession(data, fast_paths=False).run(None, {"x": x})
     s = InferenceSession(data)
@@ -249,13 +269,14 @@ def test_network_traced_for_cuda_is_the_sessions_without_fast_paths(
 
 
 @pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("zero_point", [np.int8(0), np.uint8(120)], ids=["int8", "uint8"])
 @pytest.mark.parametrize("window", [1, 3])
 @pytest.mark.parametrize("c, k, size", [(256, 64, 56), (1024, 256, 14), (64, 256, 28)])
-def test_gpu_network_matches_lax(rng, c, k, size, window, monkeypatch):
+def test_gpu_network_matches_lax(rng, c, k, size, window, zero_point, monkeypatch):
     from dml_jax.graph import tracing
 
     monkeypatch.setattr(K, "MAX_WINDOW", window)
-    data = _network(rng, c=c, k=k, size=size)
+    data = _network(rng, c=c, k=k, size=size, zero_point=zero_point)
     x = (rng.standard_normal((2, c, size, size)) * 3).astype(np.float32)
     tracing._compile_graph_cached.cache_clear()  # graphs compiled under the other setting
     try:

@@ -20,7 +20,8 @@ both into the zero point). On an H200, ResNet-50's nine 1x1 shapes at batch 64 r
 faster than cuDNN's convolution and XLA's fusion (benchmarks/experiments/README.md,
 ``int8_qdq_gemm_gpu.py``).
 
-Taken where: one group, INT8 input and filter without zero points; a 1x1 filter without
+Taken where: one group, an INT8 or UINT8 input (with a zero point or none) and an INT8
+filter without one; a 1x1 filter without
 padding (strides taken by reading the input's strided rows first), or a window of at most
 ``MAX_WINDOW``, undilated, padded by less than the window (``qdq_convolution`` says how; at
 strides (sy, sx) as sy * sx * C channels); C (channels in) a power of two from 32, or fewer
@@ -115,9 +116,9 @@ def _steps_apply(descs: tuple) -> bool:
 
 def _conv_applies(conv: Any) -> bool:
     x, w, y = conv.input_tensor, conv.filter_tensor, conv.output_tensor
-    if conv.input_zero_point_tensor is not None or conv.filter_zero_point_tensor is not None:
+    if conv.filter_zero_point_tensor is not None:
         return False
-    if x.data_type.name != "INT8" or w.data_type.name != "INT8" or x.rank != 4:
+    if x.data_type.name not in ("INT8", "UINT8") or w.data_type.name != "INT8" or x.rank != 4:
         return False
     if conv.group_count != 1 or not w.is_packed or not y.is_packed:
         return False
@@ -199,13 +200,18 @@ def _applies(descs: tuple, slots: tuple) -> bool:
 def qdq_convolution(
     x, w, scale, bias, out_scale, zero, strides, out_type, relu: bool,
     channels_last: bool = False, interpret: bool = False, padding=((0, 0), (0, 0)),
+    x_zero=None,
 ):  # fmt: skip
     """x {N, C, H, W} int8 by w {K, C, kH, kW} int8 at ``strides``, ``padding`` ((top, bottom),
     (left, right)) of zeros around x (none for a 1x1 filter): the sums to float32,
     times ``scale`` {K}, plus ``bias`` {K} (or None), ReLU where ``relu``, quantized by
     ``out_scale`` {1} with the zero point ``zero`` {1} (float32) into ``out_type`` (a
     DataType): {N, K, H', W'}, or {N, H', W', K} where ``channels_last``. ``interpret`` runs
-    the kernel in Pallas's interpreter (any machine; PTX's add is then XLA's).
+    the kernel in Pallas's interpreter (any machine; PTX's add is then XLA's). x may be UINT8
+    and have a zero point ``x_zero`` (one value, x's type; padding reads as it): the product
+    runs on int8 values (a UINT8 value less 128) and the accumulator less that zero point times
+    the filter's sums (``zp8 * sum(w)``, exact in int32 within ``MAX_C``) is the sum of
+    ``(x - x_zero) * w``.
 
     A window's sums are one product a tap of the window over the input's rows channels-last,
     padded: output position (n, y, x) of the padded grid reads row ``r + i * Wp + j`` for tap
@@ -218,9 +224,17 @@ def qdq_convolution(
     kh, kw = w.shape[2:]
     if (kh, kw) == (1, 1) and tuple(strides) != (1, 1):
         x = x[:, :, :: strides[0], :: strides[1]]
+    shift = 128 if x.dtype == jnp.uint8 else 0
+    if shift:
+        x = (x.astype(jnp.int16) - shift).astype(jnp.int8)
+    zp8 = None if x_zero is None else jnp.asarray(x_zero).reshape(()).astype(jnp.int32) - shift
+    if zp8 is None and shift:
+        zp8 = jnp.int32(-shift)
+    fill = 0 if zp8 is None else zp8.astype(jnp.int8)  # what padding reads: the zero point
+    sums = jnp.sum(w.astype(jnp.int32), axis=(1, 2, 3))  # the filter's, one a channel out
     xs = jnp.transpose(x, (0, 2, 3, 1))
     if any(p for pair in padding for p in pair):
-        xs = jnp.pad(xs, ((0, 0), *padding, (0, 0)))
+        xs = jnp.pad(xs, ((0, 0), *padding, (0, 0)), constant_values=fill)
     out_h, out_w = xs.shape[1] - kh + 1, xs.shape[2] - kw + 1
     strided = (kh, kw) != (1, 1) and tuple(strides) != (1, 1)
     more = padded_channels(xs.shape[3], strides[0] * strides[1] if strided else 1) - xs.shape[3]
@@ -251,7 +265,10 @@ def qdq_convolution(
     blocks = c // bk
     whole = len(offsets) > 1  # the input whole, each tap's rows read from it at their offset
 
-    def kernel(a_ref, b_ref, s_ref, c_ref, y_ref, z_ref, o_ref):
+    corrected = zp8 is not None
+    zp8 = jnp.reshape(zp8 if corrected else jnp.int32(0), (1,))
+
+    def kernel(a_ref, b_ref, s_ref, c_ref, y_ref, z_ref, p_ref, u_ref, o_ref):
         first = pl.program_id(0) * bm if whole else 0
         tap_b = pl.ds(pl.program_id(1) * bn, bn) if whole else slice(None)
 
@@ -264,6 +281,8 @@ def qdq_convolution(
 
         acc = lax.fori_loop(0, len(offsets) * blocks, body, jnp.zeros((bm, bn), jnp.int32))
         cols = pl.ds(pl.program_id(1) * bn, bn) if whole else slice(None)
+        if corrected:  # less the zero point's share: zp8 times the filter's sums
+            acc = acc - p_ref[...][None, :] * u_ref[cols][None, :]
         v = acc.astype(jnp.float32) * s_ref[cols][None, :]
         if has_bias:
             t = jnp.broadcast_to(c_ref[cols][None, :], v.shape)
@@ -287,6 +306,8 @@ def qdq_convolution(
             pl.BlockSpec((bn,), lambda i, j: (j,)),
             pl.BlockSpec((1,), lambda i, j: (0,)),
             pl.BlockSpec((1,), lambda i, j: (0,)),
+            pl.BlockSpec((1,), lambda i, j: (0,)),
+            pl.BlockSpec((bn,), lambda i, j: (j,)),
         ],
         "out_specs": pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
     }  # fmt: skip
@@ -297,7 +318,7 @@ def qdq_convolution(
         interpret=interpret,
         compiler_params=pltriton.CompilerParams(num_warps=WARPS, num_stages=STAGES),
         **specs,
-    )(a, b, scale, bias, out_scale, zero)
+    )(a, b, scale, bias, out_scale, zero, zp8, sums)
     out = out[:m].reshape(n, hp, wp, k)[:, :out_h, :out_w]
     return out if channels_last else jnp.transpose(out, (0, 3, 1, 2))
 
@@ -308,7 +329,8 @@ def _space_to_depth(xs, w, strides) -> tuple:
     its first positions: xs' {N, Hp / sy, Wp / sx, sy * sx * C} holds xs[n, sy * y + a,
     sx * x + b, c] at channel (a * sx + b) * C + c, and w' {K, sy * sx * C, ceil(kH / sy),
     ceil(kW / sx)} holds w[k, c, sy * i + a, sx * j + b] (0 past the window) there. xs is
-    padded with zeros to whole cells first."""
+    padded to whole cells first (those rows meet only the zeros past the window in w', so
+    their values, a zero point's or not, add nothing)."""
     (sy, sx), (n, hp, wp, c), (k, _, kh, kw) = strides, xs.shape, w.shape
     th, tw = -(-kh // sy), -(-kw // sx)  # the window in cells
     # whole cells (the last position's window, floor((Hp - kH) / sy) + ceil(kH / sy) cells,
@@ -330,7 +352,7 @@ def _channel_values(t: Any, channels_last: bool) -> Any:
 def _lower(descs: tuple, slots: tuple, groups: list) -> tuple:
     listing = layouts(descs, slots)
     conv, quant = descs[0], descs[-1]
-    x, w = groups[0]
+    x, *x_zero, w = groups[0]  # the input's zero point where present
     scale = _channel_values(groups[2][0], listing[1])
     bias, relu = None, False
     for d, group, last in zip(descs[3:-1], groups[3:-1], listing[2:-1]):
@@ -349,7 +371,7 @@ def _lower(descs: tuple, slots: tuple, groups: list) -> tuple:
     return (
         qdq_convolution(
             x, w, scale, bias, out_scale, zero, conv.strides, out_type, relu, listing[-1],
-            padding=padding,
+            padding=padding, x_zero=x_zero[0] if x_zero else None,
         ),
     )  # fmt: skip
 
