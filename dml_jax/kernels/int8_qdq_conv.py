@@ -273,8 +273,9 @@ def qdq_convolution(
         tap_b = pl.ds(pl.program_id(1) * bn, bn) if whole else slice(None)
 
         def body(t, acc):
-            tap, part = t // blocks, t % blocks
-            off = (tap // kw) * wp + tap % kw if whole else 0
+            tap, part = _divmod(t, blocks)
+            i, j = _divmod(tap, kw)
+            off = i * wp + j if whole else 0
             lhs = a_ref[pl.ds(first + off, bm), pl.ds(part * bk, bk)]
             rhs = b_ref[tap, tap_b, pl.ds(part * bk, bk)].T
             return acc + jnp.dot(lhs, rhs, preferred_element_type=jnp.int32)
@@ -321,6 +322,15 @@ def qdq_convolution(
     )(a, b, scale, bias, out_scale, zero, zp8, sums)
     out = out[:m].reshape(n, hp, wp, k)[:, :out_h, :out_w]
     return out if channels_last else jnp.transpose(out, (0, 3, 1, 2))
+
+
+def _divmod(a, b: int) -> tuple:
+    """``divmod`` of a traced int32 by a Python int: (a, 0) by 1, else by an int32 constant
+    (by the Python int 1 itself Pallas's Triton lowering made a boolean constant and failed;
+    interpret mode does not show it: tests/test_int8_qdq_conv_kernel.py lowers for CUDA)."""
+    if b == 1:
+        return a, 0
+    return a // jnp.int32(b), a % jnp.int32(b)
 
 
 def _space_to_depth(xs, w, strides) -> tuple:
