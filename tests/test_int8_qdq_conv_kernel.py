@@ -300,8 +300,8 @@ def test_gpu_network_matches_lax(rng, c, k, size, window, zero_point, monkeypatc
 )  # fmt: skip
 def test_kernel_lowers_for_cuda(x_shape, x_type, x_zero, w_shape, strides, padding):
     """The kernel as Triton compiles it (not interpreted), lowered for CUDA on any machine:
-    Pallas's Triton lowering takes every form (a remainder by the constant 1 once failed it,
-    which interpret mode never sees)."""
+    Pallas's Triton lowering takes every form, an integer bias (QLinearConv's) with the zero
+    points (a remainder by the constant 1 once failed it, which interpret mode never sees)."""
     from jax import export
 
     k = w_shape[0]
@@ -311,6 +311,7 @@ def test_kernel_lowers_for_cuda(x_shape, x_type, x_zero, w_shape, strides, paddi
         return K.qdq_convolution(
             x, w, scale, bias, out_scale, jnp.zeros((1,), jnp.float32), strides,
             dml.DataType.INT8, True, channels_last=True, padding=padding, x_zero=zero,
+            int_bias=jnp.arange(k, dtype=jnp.int32) if x_zero else None,
         )  # fmt: skip
 
     args = [jax.ShapeDtypeStruct(x_shape, x_type), jax.ShapeDtypeStruct(w_shape, np.int8),
@@ -318,3 +319,122 @@ def test_kernel_lowers_for_cuda(x_shape, x_type, x_zero, w_shape, strides, paddi
     checks = [export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")]
     exported = export.export(jax.jit(conv), platforms=["cuda"], disabled_checks=checks)(*args)
     assert "__gpu$xla.gpu.triton" in exported.mlir_module()
+
+
+def _qlinear(c=64, k=32, window=1, stride=1, pad=0, xt="UINT8", per_channel=True, bias=True,
+             filter_zero=False, out="INT8"):  # fmt: skip
+    """A QUANTIZED_LINEAR_CONVOLUTION (QLinearConv) on {2, C, 9, 9}: input scale and zero point
+    one value, the filter's scales one a channel (or one), an INT32 bias, an output zero point."""
+    h = 9
+    size = (h + 2 * pad - window) // stride + 1
+    one = T("FLOAT32", (1, 1, 1, 1))
+    d = dml.QuantizedLinearConvolutionOperatorDesc(
+        input_tensor=T(xt, (2, c, h, h)), input_scale_tensor=one,
+        input_zero_point_tensor=T(xt, (1, 1, 1, 1)), filter_tensor=T("INT8", (k, c, window, window)),
+        filter_scale_tensor=T("FLOAT32", (1, k, 1, 1) if per_channel else (1, 1, 1, 1)),
+        filter_zero_point_tensor=T("INT8", (1, 1, 1, 1)) if filter_zero else None,
+        bias_tensor=T("INT32", (1, k, 1, 1)) if bias else None, output_scale_tensor=one,
+        output_zero_point_tensor=T(out, (1, 1, 1, 1)), output_tensor=T(out, (2, k, size, size)),
+        strides=(stride, stride), dilations=(1, 1), start_padding=(pad, pad),
+        end_padding=(pad, pad), group_count=1,
+    )  # fmt: skip
+    dml.validate(d)
+    return d
+
+
+@pytest.mark.parametrize(
+    "change, applies",
+    [({}, True), ({"window": 3, "pad": 1}, True), ({"window": 3, "pad": 1, "stride": 2}, True),
+     ({"xt": "INT8"}, True), ({"per_channel": False}, True), ({"filter_zero": True}, True),
+     ({"c": 48}, False), ({"window": 5, "pad": 2}, False)],
+)  # fmt: skip
+def test_quantized_convolution_applies(change, applies, monkeypatch):
+    monkeypatch.setattr(K, "MAX_WINDOW", 3)
+    found = fastpath.select(_qlinear(**change))
+    assert (found is not None and found.lower is K._quantized_lower) == applies
+
+
+@pytest.mark.parametrize(
+    "change, filter_zero",
+    [({}, 0), ({"window": 3, "pad": 1}, 0),
+     ({"window": 3, "pad": 1, "stride": 2, "out": "UINT8"}, 0),
+     ({"xt": "INT8", "per_channel": False, "bias": False}, 0), ({"filter_zero": True}, 0),
+     ({"filter_zero": True}, 3)],
+)  # fmt: skip
+def test_quantized_convolution_kernel_is_the_lax_lowering(rng, change, filter_zero, monkeypatch):
+    """The fast path (the kernel interpreted) against the operator's lax lowering, bit for bit:
+    UINT8 and INT8 inputs with zero points, per-channel and one filter scale, the bias, 1x1 and
+    3x3 windows at strides 1 and 2; a filter zero point the program knows to be 0 takes the
+    kernel, another one leaves the lax lowering to compute it."""
+    from dml_jax.ops.quantized_conv import lower_quantized_convolution
+
+    monkeypatch.setattr(K, "MAX_WINDOW", 3)
+    taken = filter_zero == 0
+    d = _qlinear(**change)
+    lo = -128 if d.input_tensor.data_type.name == "INT8" else 0
+    x = rng.integers(lo, lo + 256, d.input_tensor.sizes).astype(
+        d.input_tensor.data_type.numpy_dtype
+    )
+    arrays = {
+        "input_tensor": x, "input_scale_tensor": np.float32([[[[0.031]]]]),
+        "input_zero_point_tensor": np.asarray(lo + 131, x.dtype).reshape(1, 1, 1, 1),
+        "filter_tensor": rng.integers(-128, 128, d.filter_tensor.sizes).astype(np.int8),
+        "filter_scale_tensor": rng.uniform(1e-3, 1e-2, d.filter_scale_tensor.sizes).astype("f4"),
+        "filter_zero_point_tensor": np.int8([[[[filter_zero]]]]),
+        "bias_tensor": rng.integers(-5000, 5000, (1, d.filter_tensor.sizes[0], 1, 1)).astype("i4"),
+        "output_scale_tensor": np.float32([[[[0.07]]]]),
+        "output_zero_point_tensor": np.asarray(7, d.output_tensor.data_type.numpy_dtype).reshape(
+            1, 1, 1, 1
+        ),
+    }  # fmt: skip
+    present = [name for name, _ in d.input_slots()]
+    fields = [f.name for f in d.declared("input") if getattr(d, f.name) is not None]
+    args = [arrays[f] for f in fields]
+    assert len(args) == len(present)
+    want = np.asarray(lower_quantized_convolution(d, *args)[0])
+    calls = []
+    original = K.qdq_convolution
+    monkeypatch.setattr(
+        K, "qdq_convolution", lambda *a, **kw: calls.append(1) or original(*a, interpret=True, **kw)
+    )
+    known = {i: args[i] for i, f in enumerate(fields) if f == "filter_zero_point_tensor"}
+    with fastpath.known_inputs(known):
+        got = np.asarray(K._quantized_lower(d, *args)[0])
+    assert bool(calls) == taken
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 20  # values that can differ
+
+
+@pytest.mark.parametrize("window", [1, 3])
+def test_qlinearconv_model_traced_for_cuda(rng, forced_cuda, window, monkeypatch):
+    """An ONNX QLinearConv (UINT8 activations with zero points, per-channel INT8 weights whose
+    zero points are initializers of 0, an INT32 bias) takes the kernel in a session traced for
+    CUDA, its output the session's without fast paths."""
+    monkeypatch.setattr(K, "MAX_WINDOW", 3)
+    c, k = 64, 32
+    values = {
+        "xs": np.array(np.float32(0.03)), "xz": np.array(np.uint8(128)),
+        "w": rng.integers(-127, 128, (k, c, window, window)).astype(np.int8),
+        "ws": rng.uniform(1e-3, 1e-2, k).astype(np.float32), "wz": np.zeros(k, np.int8),
+        "ys": np.array(np.float32(0.2)), "yz": np.array(np.uint8(100)),
+        "b": rng.integers(-3000, 3000, k).astype(np.int32),
+    }  # fmt: skip
+    pads = [window // 2] * 4
+    node = helper.make_node(
+        "QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], pads=pads
+    )
+    graph = helper.make_graph(
+        [node], "qlinearconv", [helper.make_tensor_value_info("x", TensorProto.UINT8, [2, c, 9, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        [numpy_helper.from_array(v, name) for name, v in values.items()],
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", 13)]
+    data = helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
+    x = rng.integers(0, 256, (2, c, 9, 9)).astype(np.uint8)
+    want = InferenceSession(data, fast_paths=False).run(None, {"x": x})[0]
+    s = InferenceSession(data)
+    with fastpath.target_platform("cuda"):
+        got = np.asarray(jax.jit(s.fn)(x)[0])
+    assert forced_cuda == [(2, c, 9, 9)]
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 20  # values that can differ

@@ -1,9 +1,11 @@
-"""A 1x1 int8 convolution that requantizes its sums in its own epilogue, as one Pallas (Triton)
+"""An int8 convolution that requantizes its sums in its own epilogue, as one Pallas (Triton)
 kernel: the CUDA lowering of the graph run (``fastpath.register_chain``) CONVOLUTION_INTEGER ->
 CAST to FLOAT32 -> ELEMENT_WISE_MULTIPLY by one scale a channel -> [ELEMENT_WISE_ADD1 of one
 bias a channel] -> [ACTIVATION_RELU] -> ELEMENT_WISE_QUANTIZE_LINEAR by one scale, which a static
 QDQ convolution and the quantizer of its output become (``onnx/optimize/quantized.py``,
-``QDQConvFusion``).
+``QDQConvFusion``), and the fast path of QUANTIZED_LINEAR_CONVOLUTION (ONNX's QLinearConv),
+whose requantization is the same steps with its INT32 bias added to the sums. 1x1 filters;
+windows up to ``MAX_WINDOW``.
 
 Without it the run is cuDNN's int8 convolution with float32 sums (``int8_conv``), written out,
 then XLA's fusion of the rest reading them back: eight bytes moved a value where the result is
@@ -40,9 +42,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from ..fastpath import register_chain
+from ..fastpath import register_chain, register_fast_path
 from ..ops import _quant
 from .pallas_helpers import is_nan, load_pallas, ptx
 
@@ -114,9 +117,11 @@ def _steps_apply(descs: tuple) -> bool:
     )  # fmt: skip
 
 
-def _conv_applies(conv: Any) -> bool:
+def _conv_applies(conv: Any, filter_zero: bool = False) -> bool:
+    """The convolution's part of the conditions (``filter_zero``: a filter zero point may be
+    present, for the lowering to find 0)."""
     x, w, y = conv.input_tensor, conv.filter_tensor, conv.output_tensor
-    if conv.filter_zero_point_tensor is not None:
+    if conv.filter_zero_point_tensor is not None and not filter_zero:
         return False
     if x.data_type.name not in ("INT8", "UINT8") or w.data_type.name != "INT8" or x.rank != 4:
         return False
@@ -200,7 +205,7 @@ def _applies(descs: tuple, slots: tuple) -> bool:
 def qdq_convolution(
     x, w, scale, bias, out_scale, zero, strides, out_type, relu: bool,
     channels_last: bool = False, interpret: bool = False, padding=((0, 0), (0, 0)),
-    x_zero=None,
+    x_zero=None, int_bias=None,
 ):  # fmt: skip
     """x {N, C, H, W} int8 by w {K, C, kH, kW} int8 at ``strides``, ``padding`` ((top, bottom),
     (left, right)) of zeros around x (none for a 1x1 filter): the sums to float32,
@@ -211,7 +216,8 @@ def qdq_convolution(
     and have a zero point ``x_zero`` (one value, x's type; padding reads as it): the product
     runs on int8 values (a UINT8 value less 128) and the accumulator less that zero point times
     the filter's sums (``zp8 * sum(w)``, exact in int32 within ``MAX_C``) is the sum of
-    ``(x - x_zero) * w``.
+    ``(x - x_zero) * w``. ``int_bias`` {K} (int32, or None) is added to the integer sums
+    before they become float32 (QUANTIZED_LINEAR_CONVOLUTION's bias).
 
     A window's sums are one product a tap of the window over the input's rows channels-last,
     padded: output position (n, y, x) of the padded grid reads row ``r + i * Wp + j`` for tap
@@ -267,8 +273,11 @@ def qdq_convolution(
 
     corrected = zp8 is not None
     zp8 = jnp.reshape(zp8 if corrected else jnp.int32(0), (1,))
+    has_int_bias = int_bias is not None
+    if int_bias is None:
+        int_bias = jnp.zeros((k,), jnp.int32)
 
-    def kernel(a_ref, b_ref, s_ref, c_ref, y_ref, z_ref, p_ref, u_ref, o_ref):
+    def kernel(a_ref, b_ref, s_ref, c_ref, y_ref, z_ref, p_ref, u_ref, i_ref, o_ref):
         first = pl.program_id(0) * bm if whole else 0
         tap_b = pl.ds(pl.program_id(1) * bn, bn) if whole else slice(None)
 
@@ -284,6 +293,8 @@ def qdq_convolution(
         cols = pl.ds(pl.program_id(1) * bn, bn) if whole else slice(None)
         if corrected:  # less the zero point's share: zp8 times the filter's sums
             acc = acc - p_ref[...][None, :] * u_ref[cols][None, :]
+        if has_int_bias:
+            acc = acc + i_ref[cols][None, :]
         v = acc.astype(jnp.float32) * s_ref[cols][None, :]
         if has_bias:
             t = jnp.broadcast_to(c_ref[cols][None, :], v.shape)
@@ -309,6 +320,7 @@ def qdq_convolution(
             pl.BlockSpec((1,), lambda i, j: (0,)),
             pl.BlockSpec((1,), lambda i, j: (0,)),
             pl.BlockSpec((bn,), lambda i, j: (j,)),
+            pl.BlockSpec((bn,), lambda i, j: (j,)),
         ],
         "out_specs": pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
     }  # fmt: skip
@@ -319,7 +331,7 @@ def qdq_convolution(
         interpret=interpret,
         compiler_params=pltriton.CompilerParams(num_warps=WARPS, num_stages=STAGES),
         **specs,
-    )(a, b, scale, bias, out_scale, zero, zp8, sums)
+    )(a, b, scale, bias, out_scale, zero, zp8, sums, int_bias)
     out = out[:m].reshape(n, hp, wp, k)[:, :out_h, :out_w]
     return out if channels_last else jnp.transpose(out, (0, 3, 1, 2))
 
@@ -387,3 +399,62 @@ def _lower(descs: tuple, slots: tuple, groups: list) -> tuple:
 
 
 register_chain("DML_OPERATOR_CONVOLUTION_INTEGER", "int8_qdq", _applies, _lower, longest=6)
+
+
+# ---------------------------------------------------------------------------------------------
+# QUANTIZED_LINEAR_CONVOLUTION (QLinearConv): the same kernel, its requantization the operator's
+
+
+def _quantized_applies(d: Any) -> bool:
+    """QUANTIZED_LINEAR_CONVOLUTION where the kernel computes it: the convolution as the chain
+    takes it (a filter zero point present only if the lowering finds it 0), one input scale,
+    the filter's scales one or one a channel, one output scale and zero point, packed {N, K,
+    H', W'} INT8 or UINT8 out."""
+    if not _conv_applies(d, filter_zero=True):
+        return False
+    k = d.filter_tensor.sizes[0]
+    one = all(t.element_count == 1 for t in (d.input_scale_tensor, d.output_scale_tensor))
+    zero = d.output_zero_point_tensor
+    return (
+        one
+        and d.filter_scale_tensor.element_count in (1, k)
+        and (zero is None or zero.element_count == 1)
+        and d.output_tensor.data_type.name in ("INT8", "UINT8")
+    )
+
+
+def _quantized_lower(d: Any, *arrays) -> tuple:
+    from ..ops.quantized_conv import lower_quantized_convolution
+
+    x = _quant.named_inputs(d, arrays)
+    if d.filter_zero_point_tensor is not None:
+        known = _quant.known_inputs(d)["filter_zero_point_tensor"]
+        if known is None or np.any(np.asarray(known) != 0):  # a zero point to subtract
+            return lower_quantized_convolution(d, *arrays)
+    k = d.filter_tensor.sizes[0]
+    # the operator's own float32 product of the two scales (the lax lowering's), one a channel
+    scale = _quant.parameter(x["input_scale_tensor"], 4, 1) * _quant.parameter(
+        x["filter_scale_tensor"], 4, 1
+    )
+    scale = jnp.broadcast_to(scale, (1, k, 1, 1)).reshape(k).astype(jnp.float32)
+    bias = None if x["bias_tensor"] is None else x["bias_tensor"].reshape(k)
+    out_type = d.output_tensor.data_type
+    zero = jnp.zeros((1,), jnp.float32)
+    if x["output_zero_point_tensor"] is not None:
+        zp = _quant.held(x["output_zero_point_tensor"], d.output_zero_point_tensor.data_type)
+        zero = zp.reshape(-1)[:1].astype(jnp.float32)
+    out_scale = x["output_scale_tensor"].reshape(-1)[:1].astype(jnp.float32)
+    x_zero = x["input_zero_point_tensor"]
+    padding = tuple(zip(d.start_padding, d.end_padding))
+    return (
+        qdq_convolution(
+            x["input_tensor"], x["filter_tensor"], scale, None, out_scale, zero, d.strides,
+            out_type, False, padding=padding, int_bias=bias,
+            x_zero=None if x_zero is None else x_zero.reshape(()),
+        ),
+    )  # fmt: skip
+
+
+register_fast_path(
+    "DML_OPERATOR_QUANTIZED_LINEAR_CONVOLUTION", "kernel", _quantized_applies, _quantized_lower
+)
