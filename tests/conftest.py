@@ -82,6 +82,63 @@ if _IR_VERSION is not None:  # the tests' models written at a version onnxruntim
     onnx.helper.make_model = _make_readable_model
 
 
+def _lower_kernels_for_cuda() -> None:
+    """With ``DML_JAX_LOWER_KERNELS_FOR_CUDA=1``: each call a test makes to a kernel entry point
+    of ``dml_jax.kernels`` (a function with an ``interpret`` parameter) in Pallas's interpreter
+    is also lowered for CUDA with ``interpret=False``, as Triton or Mosaic GPU compiles it, and
+    a refusal there fails the test. The interpreter runs kernel bodies that Pallas's GPU
+    lowering may refuse; a machine without a GPU sees that only so. Off by default: it lengthens
+    the kernel tests."""
+    import functools
+    import importlib
+    import inspect
+    import pkgutil
+
+    import jax
+    import numpy as np
+
+    from dml_jax import kernels
+
+    def checked(fn):
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            if bound.arguments.get("interpret"):
+                bound.arguments["interpret"] = False
+                leaves, tree = jax.tree.flatten((bound.args, bound.kwargs))
+                # arrays become the program's arguments; scalars (a clip's bounds) stay values
+                at = [i for i, v in enumerate(leaves)
+                      if isinstance(v, (np.ndarray, jax.Array)) and np.ndim(v)]  # fmt: skip
+
+                def compiled(*arrays):
+                    given = list(leaves)
+                    for i, a in zip(at, arrays):
+                        given[i] = a
+                    a, kw = jax.tree.unflatten(tree, given)
+                    return fn(*a, **kw)
+
+                shapes = [jax.ShapeDtypeStruct(np.shape(leaves[i]), leaves[i].dtype) for i in at]
+                jax.jit(compiled).trace(*shapes).lower(lowering_platforms=("cuda",))
+            return fn(*args, **kwargs)
+
+        return call
+
+    for info in pkgutil.iter_modules(kernels.__path__):
+        module = importlib.import_module(f"dml_jax.kernels.{info.name}")
+        for name, fn in list(vars(module).items()):
+            # entry points: public functions of the module itself (helpers traced inside a
+            # kernel's body take ``interpret`` too, and are no program of their own)
+            own = inspect.isfunction(fn) and fn.__module__ == module.__name__
+            if own and not name.startswith("_") and "interpret" in inspect.signature(fn).parameters:
+                setattr(module, name, checked(fn))
+
+
+if os.environ.get("DML_JAX_LOWER_KERNELS_FOR_CUDA") == "1":
+    _lower_kernels_for_cuda()
+
+
 @contextlib.contextmanager
 def forced_cuda_kernel(monkeypatch, module, name: str, record, interpret: bool = True):
     """CUDA's choice of fast paths on this machine, ``module.name`` (a kernel's entry point)

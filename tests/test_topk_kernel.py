@@ -155,8 +155,10 @@ def test_plan_declines_what_lax_keeps():
 @pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", ["TOP_K", "TOP_K1"])
 @pytest.mark.parametrize(
-    "shape, k", [((8192, 1024), 8), ((4096, 3, 100), 16), ((2048, 4096), 1), ((4096, 1022), 8)]
-)
+    "shape, k",
+    [((8192, 1024), 8), ((4096, 3, 100), 16), ((2048, 4096), 1), ((4096, 1022), 8),
+     ((4096, 1000), 5)],
+)  # fmt: skip
 @pytest.mark.parametrize("values", ["specials", "normal"])
 @pytest.mark.parametrize("type_name", ["FLOAT32", "FLOAT16", "INT32"])
 def test_gpu_fast_path_matches_lax(name, shape, k, values, type_name):
@@ -182,3 +184,21 @@ def test_gpu_fast_path_matches_lax(name, shape, k, values, type_name):
         np.testing.assert_array_equal(
             np.asarray(g).view(np.uint8), np.asarray(w).view(np.uint8)
         )  # bits: -0.0 and NaN payloads too
+
+
+@pytest.mark.parametrize(
+    "shape, k, dtype",
+    [((4096, 1000), 3, np.float16), ((4096, 1000), 5, np.float32), ((4096, 300), 9, np.int32)],
+)
+def test_kernel_lowers_for_cuda(shape, k, dtype):
+    """The kernel as Triton compiles it (not interpreted), lowered for CUDA on any machine, for
+    K that is no power of two: the grouped selection's arrays of K slots made Triton's lowering
+    refuse it (its arrays are powers of two), which interpret mode never showed."""
+    v = K.plan(shape, len(shape) - 1, k, dtype)
+    assert v is not None
+    lowered = (
+        jax.jit(lambda x: K.top_k_indices(x, v, k, True))
+        .trace(jax.ShapeDtypeStruct(shape, dtype))
+        .lower(lowering_platforms=("cuda",))
+    )
+    assert "__gpu$xla.gpu.triton" in lowered.as_text()

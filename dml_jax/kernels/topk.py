@@ -235,9 +235,12 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
                 # larger: the order of the groups' best places, as equal keys rank by column
                 # and the groups are runs of columns. Only the maxima pack.
                 least = np.iinfo(np.int32).min if wide else -(1 << 15)
-                slot = jnp.arange(k, dtype=jnp.int32)[None, :]
-                chosen = jnp.zeros((v.cols, k), jnp.int32)
-                held = jnp.zeros((v.cols, k), jnp.bool_)
+                # K chosen groups in a power of two of slots (Triton's arrays are powers of
+                # two); the slots past K are never held, so their candidates are never valid
+                kp = pow2_at_least(k)
+                slot = jnp.arange(kp, dtype=jnp.int32)[None, :]
+                chosen = jnp.zeros((v.cols, kp), jnp.int32)
+                held = jnp.zeros((v.cols, kp), jnp.bool_)
                 if wide:
                     keys = jnp.where(valid, _keys32(tile(), largest), least)
                     gkey = jnp.max(keys.reshape(v.cols, n, g), axis=2)
@@ -273,9 +276,9 @@ def top_k_indices(x, v: View, k: int, largest: bool, interpret: bool = False):
                         held = jnp.where(slot == i, column(best) * g < v.r, held)
                         gmax = jnp.where(gmax == best, low, gmax)
                 within = jnp.arange(g, dtype=jnp.int32)[None, None, :]
-                ccol = (chosen[:, :, None] * g + within).reshape(v.cols, k * g)
-                held = jnp.broadcast_to(held[:, :, None], (v.cols, k, g)).reshape(v.cols, k * g)
-                crow = jnp.broadcast_to(jnp.minimum(row, v.a - 1), (v.cols, k * g))
+                ccol = (chosen[:, :, None] * g + within).reshape(v.cols, kp * g)
+                held = jnp.broadcast_to(held[:, :, None], (v.cols, kp, g)).reshape(v.cols, kp * g)
+                crow = jnp.broadcast_to(jnp.minimum(row, v.a - 1), (v.cols, kp * g))
                 cvalid = (row < v.a) & (ccol < v.r) & held
                 cand = pltriton.load(x_ref.at[crow, ccol], mask=cvalid, other=0)
                 if wide:
