@@ -303,8 +303,15 @@ def _check_explain(session, model):
             want += "|ELEMENT_WISE_IDENTITY|rewritten"
         if node.op_type == "Conv" and "QDQConvFusion" in fired:
             want = "CONVOLUTION_INTEGER"
+        if node.op_type == "MatMulNBits" and "ParallelQuantizedGemms" in fired:
+            # products of one input joined into the first one's GEMM (its DEQUANTIZE, GEMM and
+            # SPLIT); the others keep only their constants' entry nodes
+            want += "|ELEMENT_WISE_IDENTITY"
         if want:
             assert re.search(rf"\b({want})\b", line), line
+    nbits = [line for line, node in zip(lines, model.graph.node) if node.op_type == "MatMulNBits"]
+    if nbits:  # joined or not, the 4-bit products are DEQUANTIZE -> GEMM somewhere
+        assert any("DEQUANTIZE" in line and "GEMM" in line for line in nbits), nbits
 
 
 @pytest.mark.parametrize("case", list(CASES))
