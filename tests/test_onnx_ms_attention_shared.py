@@ -58,9 +58,26 @@ def _model(op, inputs, outputs, attrs, *, inits=()):
     return model, {n: a for n, a in given if n not in inits}
 
 
+# onnxruntime's CPU MultiHeadAttention over a shared buffer took the buffer's length for the
+# past's before 1.31 (microsoft/onnxruntime#32723, "Fix CPU MHA shared cache length handling"):
+# its answers there are no reference (the GPU machine's onnxruntime 1.30 gave other values).
+SHARED_MHA_REFERENCE = tuple(int(p) for p in ort.__version__.split(".")[:2]) >= (1, 31)
+
+
+def _session(model):
+    """onnxruntime's CPU session of ``model``; a MultiHeadAttention with past_sequence_length
+    (the shared buffer) is skipped where that provider's answer is no reference."""
+    shared = any(
+        n.op_type == "MultiHeadAttention" and len(n.input) > 8 and n.input[8]
+        for n in model.graph.node
+    )
+    if shared and not SHARED_MHA_REFERENCE:
+        pytest.skip(f"onnxruntime {ort.__version__}'s CPU MultiHeadAttention over a shared buffer")
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
 def _ort(model, feeds):
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
+    return _session(model).run(None, feeds)
 
 
 def _close(got, want, tol=2e-5):
@@ -497,7 +514,7 @@ def test_decode_loop_over_a_shared_buffer(op):
 
 
 def _ort_runner(model):
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = _session(model)
     return lambda feeds: session.run(None, feeds)
 
 
