@@ -398,6 +398,20 @@ def _choice_with_lax_derivatives(
     return by_target
 
 
+def _batched_as(kernel: Callable, lax_lowering: Callable) -> Callable:
+    """``kernel`` (a graph step's fused kernel, which has no batch rule of its own), batched
+    under vmap as ``lax_lowering``, its contract, is."""
+    fn = jax.custom_batching.custom_vmap(kernel)
+
+    @fn.def_vmap
+    def _rule(axis_size, in_batched, *arrays):
+        in_axes = tuple(0 if b else None for b in in_batched)
+        out = jax.vmap(lax_lowering, in_axes=in_axes, axis_size=axis_size)(*arrays)
+        return out, tuple(True for _ in out)
+
+    return fn
+
+
 def _run_for(target: str | None, cuda: Callable, lax_lowering: Callable) -> Callable:
     if target not in (None, "cuda"):
         return lax_lowering
@@ -513,8 +527,7 @@ def fused_lowering(
                     note_packed(out[i], arrays[i])
             return out
 
-        @jax.custom_batching.custom_vmap
-        def cuda(*arrays):
+        def kernel(*arrays):
             with packed_sources() if packed else contextlib.nullcontext():
                 p, rest = split(viewed(arrays, True))
                 with known_inputs({} if consumer_known is None else consumer_known):
@@ -523,11 +536,7 @@ def fused_lowering(
         def lax_viewed(*arrays):
             return lax_pair(*viewed(arrays, False))
 
-        @cuda.def_vmap
-        def _rule(axis_size, in_batched, *arrays):
-            in_axes = tuple(0 if b else None for b in in_batched)
-            out = jax.vmap(lax_viewed, in_axes=in_axes, axis_size=axis_size)(*arrays)
-            return out, tuple(True for _ in out)
+        cuda = _batched_as(kernel, lax_viewed)
 
         per_shard = None
         if found.per_shard is not None and not packed:
@@ -647,14 +656,7 @@ def chain_lowering(
             outs = tuple(spec.lower(desc, *inputs))
         return outs
 
-    @jax.custom_batching.custom_vmap
-    def cuda(*arrays):
+    def kernel(*arrays):
         return tuple(found.lower(descs, slots, split(arrays)))
 
-    @cuda.def_vmap
-    def _rule(axis_size, in_batched, *arrays):
-        in_axes = tuple(0 if b else None for b in in_batched)
-        out = jax.vmap(lax_run, in_axes=in_axes, axis_size=axis_size)(*arrays)
-        return out, tuple(True for _ in out)
-
-    return _choice_with_lax_derivatives(cuda, lax_run)
+    return _choice_with_lax_derivatives(_batched_as(kernel, lax_run), lax_run)
