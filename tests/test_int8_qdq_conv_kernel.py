@@ -90,14 +90,20 @@ def test_chain_applies(change, applies):
     [({"window": 3, "pad": 1}, True), ({"window": 3}, True), ({"window": 5, "pad": 2}, False),
      ({"window": 3, "pad": 3}, False), ({"window": 3, "pad": 1, "stride": 2}, True),
      ({"window": 3, "pad": 2, "dilation": 2}, False), ({"window": 3, "pad": 1, "c": 8192}, False),
-     ({"window": 1, "stride": 2}, True), ({"window": 7, "pad": 3, "stride": 2, "c": 3}, False),
-     ({"window": 7, "pad": 3, "stride": 2, "c": 3, "max_window": 7}, True)],
+     ({"window": 1, "stride": 2}, True), ({"window": 7, "pad": 3, "stride": 2, "c": 3}, True),
+     ({"window": 7, "pad": 3, "stride": 2, "c": 3, "few": 5}, False),
+     ({"window": 7, "pad": 3, "stride": 2, "c": 32, "max_window": 7}, True),
+     ({"window": 7, "pad": 3, "stride": 2, "c": 32}, False),
+     ({"window": 3, "pad": 1, "max_window": 1}, False),
+     ({"window": 3, "pad": 1, "c": 16, "max_window": 1}, True)],
 )  # fmt: skip
 def test_windows_apply_up_to_max_window(change, applies, monkeypatch):
     """With ``MAX_WINDOW`` 3: 3x3 windows (at strides 2 too), undilated, padded by less than the
-    window, of at most ``MAX_C`` products a sum (8192 channels by 9 taps are more); a 7x7 stem
-    on three channels where ``MAX_WINDOW`` is 7."""
+    window, of at most ``MAX_C`` products a sum (8192 channels by 9 taps are more). Over fewer
+    than 32 channels (a stem on three colours) ``MAX_FEW_CHANNEL_WINDOW`` decides instead: 7 by
+    default, so ResNet's 7x7 stem is taken while ``MAX_WINDOW`` is 1."""
     monkeypatch.setattr(K, "MAX_WINDOW", change.pop("max_window", 3))
+    monkeypatch.setattr(K, "MAX_FEW_CHANNEL_WINDOW", change.pop("few", K.MAX_FEW_CHANNEL_WINDOW))
     assert _applies(*_run(**change)) == applies
 
 

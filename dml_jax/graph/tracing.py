@@ -142,17 +142,22 @@ class CompiledGraph(CompiledOperator):
         self._used_view: _UsedInputs | None = None
         self._function, self._half = function, half
 
-    def folded(self, constants: frozenset[int]) -> tuple[tuple[int, int], ...]:
+    def folded(
+        self, constants: frozenset[int], compiled_in: frozenset[int] = frozenset()
+    ) -> tuple[tuple[int, int], ...]:
         """The outputs (node index, output slot) that graph inputs ``constants`` (indices) and
         constant data nodes alone determine, worth computing once rather than at every call:
         each of a node of two sources or more that, as every node before it down to the
         constants, writes no more bytes than it reads (a JOIN, not a DEQUANTIZE of 4-bit
         weights) and is not half of a pair a fast path computes as one, read by a node that
         depends on more or a graph output; none where the graph is traced with half precision
-        or with rolled repeats."""
+        or with rolled repeats. Not those that ``compiled_in`` (those of ``constants`` that
+        the program holds as compile-time constants) alone determine: XLA folds them itself,
+        and as arguments they would hide their values from it (a test of quantization scales,
+        ``onnx/optimize/roundtrips.py``, whose other branch it then could not drop)."""
         if self._half or self.rolled:
             return ()
-        return self._function.folded(constants)
+        return self._function.folded(constants, compiled_in)
 
     def fold(self, wanted: Sequence[tuple[int, int]], inputs: Mapping[int, Any]) -> dict:
         """The outputs ``wanted`` (of ``folded``) computed from ``inputs`` (graph input index ->
@@ -362,14 +367,22 @@ def _graph_function(
         values = run_steps(arrays)
         return tuple(values[src] for src in plan.outputs)
 
-    def folded(constant_inputs: frozenset[int]) -> tuple[tuple[int, int], ...]:
+    def folded(
+        constant_inputs: frozenset[int], compiled_in: frozenset[int]
+    ) -> tuple[tuple[int, int], ...]:
         paired = set(pairs) | fused_into | set(runs_of)
         entries = {e.to_node_index for e in graph.input_edges}
         cheap: set[int] = set()  # from constants alone, each node writing no more than it reads
+        baked: set[int] = set()  # from compile-time constants alone: XLA's to fold
         for n in plan.order:
             node = graph.nodes[n]
             if n in constants or n in paired or isinstance(node, FunctionNode):
                 continue
+            if plan.sources[n] and all(
+                (s[0] == "input" and s[1] in compiled_in) or (s[0] == "node" and s[1] in baked)
+                for s in plan.sources[n]
+            ):
+                baked.add(n)
             if not plan.sources[n] or not all(
                 (s[0] == "input" and s[1] in constant_inputs)
                 or s[0] == "constant"
@@ -386,9 +399,10 @@ def _graph_function(
             for n in plan.order
             if n not in cheap
             for s in plan.sources[n]
-            if s[0] == "node" and s[1] in cheap and s[1] not in entries
+            if s[0] == "node" and s[1] in cheap and s[1] not in entries and s[1] not in baked
         }
-        frontier |= {src for src in plan.outputs if src[0] in cheap and src[0] not in entries}
+        frontier |= {src for src in plan.outputs
+                     if src[0] in cheap and src[0] not in entries and src[0] not in baked}  # fmt: skip
         # A node of one source (a cast, a transpose of a weight) would only hold a second copy
         # of it beside the parameter, where XLA folds such a change into its reader anyway.
         return tuple(sorted(w for w in frontier if len(set(plan.sources[w[0]])) >= 2))

@@ -247,7 +247,13 @@ class Program:
         if self.graph is None or self.layout is not None:
             return {}
         count = len(imp.input_names)
-        found = self.graph.folded(frozenset(range(count, count + len(imp.constants))))
+        held = {h.target for h in self.held.values() if isinstance(h.target, int)}
+        baked = frozenset(  # what ``run`` compiles in: the smallest parameters, constants not held
+            count + j
+            for j, (c, p) in enumerate(zip(imp.constants, imp.params))
+            if (c.nbytes <= RUN_BAKED_PARAM_MAX_BYTES if p is not None else j not in held)
+        )
+        found = self.graph.folded(frozenset(range(count, count + len(imp.constants))), baked)
         return {f"{FOLDED}{n}:{k}": (n, k) for n, k in found}
 
     def fold(self, params: Mapping[str, Any]) -> dict[str, Any]:
