@@ -95,15 +95,23 @@ def test_chain_applies(change, applies):
      ({"window": 7, "pad": 3, "stride": 2, "c": 32, "max_window": 7}, True),
      ({"window": 7, "pad": 3, "stride": 2, "c": 32}, False),
      ({"window": 3, "pad": 1, "max_window": 1}, False),
-     ({"window": 3, "pad": 1, "c": 16, "max_window": 1}, True)],
+     ({"window": 3, "pad": 1, "c": 16, "max_window": 1}, True),
+     ({"window": 3, "pad": 1, "zero": True, "max_window": 1}, True),
+     ({"window": 3, "pad": 1, "xt": "UINT8", "zero": True, "max_window": 1}, True),
+     ({"window": 5, "pad": 2, "xt": "UINT8", "zero": True, "max_window": 1}, True),
+     ({"window": 5, "pad": 2, "xt": "UINT8", "zero": True, "uncovered": 3}, False),
+     ({"window": 3, "pad": 1, "filter_zero": True, "max_window": 1}, False)],
 )  # fmt: skip
 def test_windows_apply_up_to_max_window(change, applies, monkeypatch):
     """With ``MAX_WINDOW`` 3: 3x3 windows (at strides 2 too), undilated, padded by less than the
     window, of at most ``MAX_C`` products a sum (8192 channels by 9 taps are more). Over fewer
     than 32 channels (a stem on three colours) ``MAX_FEW_CHANNEL_WINDOW`` decides instead: 7 by
-    default, so ResNet's 7x7 stem is taken while ``MAX_WINDOW`` is 1."""
+    default, so ResNet's 7x7 stem is taken while ``MAX_WINDOW`` is 1; where cuDNN's int8
+    convolution does not compute the product (an input zero point, UINT8 activations)
+    ``MAX_UNCOVERED_WINDOW``, 7 by default. (A filter zero point the chain never takes.)"""
     monkeypatch.setattr(K, "MAX_WINDOW", change.pop("max_window", 3))
     monkeypatch.setattr(K, "MAX_FEW_CHANNEL_WINDOW", change.pop("few", K.MAX_FEW_CHANNEL_WINDOW))
+    monkeypatch.setattr(K, "MAX_UNCOVERED_WINDOW", change.pop("uncovered", K.MAX_UNCOVERED_WINDOW))
     assert _applies(*_run(**change)) == applies
 
 
@@ -260,7 +268,8 @@ def test_network_traced_for_cuda_is_the_sessions_without_fast_paths(
     rng, forced_cuda, window, zero_point, monkeypatch
 ):
     """Both 1x1 runs take the kernel (the second through its stride), the 3x3 one where
-    ``MAX_WINDOW`` takes it, symmetric INT8 activations or UINT8 ones with a zero point; every
+    ``MAX_WINDOW`` takes it (symmetric INT8 activations, which cuDNN's int8 convolution would
+    compute otherwise) or ``MAX_UNCOVERED_WINDOW`` does (UINT8 ones with a zero point); every
     output equal to the session's without fast paths."""
     monkeypatch.setattr(K, "MAX_WINDOW", window)
     data = _network(rng, zero_point=zero_point)
@@ -269,7 +278,8 @@ def test_network_traced_for_cuda_is_the_sessions_without_fast_paths(
     s = InferenceSession(data)
     with fastpath.target_platform("cuda"):
         got = jax.jit(s.fn)(x)
-    assert sorted(forced_cuda) == [(2, 64, 7, 7)] * (window // 3 + 1) + [(2, 128, 7, 7)]
+    windows = window == 3 or zero_point.dtype == np.uint8
+    assert sorted(forced_cuda) == [(2, 64, 7, 7)] * (1 + windows) + [(2, 128, 7, 7)]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(np.asarray(g), w)
     assert len(np.unique(want[0])) > 20  # values that can differ
@@ -352,10 +362,12 @@ def _qlinear(c=64, k=32, window=1, stride=1, pad=0, xt="UINT8", per_channel=True
     "change, applies",
     [({}, True), ({"window": 3, "pad": 1}, True), ({"window": 3, "pad": 1, "stride": 2}, True),
      ({"xt": "INT8"}, True), ({"per_channel": False}, True), ({"filter_zero": True}, True),
-     ({"c": 48}, False), ({"window": 5, "pad": 2}, False)],
+     ({"c": 48}, False), ({"window": 5, "pad": 2}, True), ({"window": 9, "pad": 4}, False)],
 )  # fmt: skip
 def test_quantized_convolution_applies(change, applies, monkeypatch):
-    monkeypatch.setattr(K, "MAX_WINDOW", 3)
+    """QLinearConv has no cuDNN form: windows up to ``MAX_UNCOVERED_WINDOW`` (7), whatever
+    ``MAX_WINDOW`` says."""
+    monkeypatch.setattr(K, "MAX_WINDOW", 1)
     found = fastpath.select(_qlinear(**change))
     assert (found is not None and found.lower is K._quantized_lower) == applies
 

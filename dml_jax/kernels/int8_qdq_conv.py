@@ -5,7 +5,7 @@ bias a channel] -> [ACTIVATION_RELU] -> ELEMENT_WISE_QUANTIZE_LINEAR by one scal
 QDQ convolution and the quantizer of its output become (``onnx/optimize/quantized.py``,
 ``QDQConvFusion``), and the fast path of QUANTIZED_LINEAR_CONVOLUTION (ONNX's QLinearConv),
 whose requantization is the same steps with its INT32 bias added to the sums. 1x1 filters;
-windows up to ``MAX_WINDOW`` (``MAX_FEW_CHANNEL_WINDOW`` over fewer than 32 channels).
+windows up to ``MAX_WINDOW``, ``MAX_UNCOVERED_WINDOW`` or ``MAX_FEW_CHANNEL_WINDOW`` (``_max_window``).
 
 Without it the run is cuDNN's int8 convolution with float32 sums (``int8_conv``), written out,
 then XLA's fusion of the rest reading them back: eight bytes moved a value where the result is
@@ -24,8 +24,8 @@ faster than cuDNN's convolution and XLA's fusion (benchmarks/experiments/README.
 
 Taken where: one group, an INT8 or UINT8 input (with a zero point or none) and an INT8
 filter without one; a 1x1 filter without padding (strides taken by reading the input's strided
-rows first), or a window of at most ``MAX_WINDOW`` (``MAX_FEW_CHANNEL_WINDOW`` over fewer than
-32 channels), undilated, padded by less than the window (``qdq_convolution`` says how; at
+rows first), or a window of at most ``_max_window`` (by its channels and whether cuDNN's int8
+convolution would compute it otherwise), undilated, padded by less than the window (``qdq_convolution`` says how; at
 strides (sy, sx) as sy * sx * C channels); C (channels in) a power of two from 32, or fewer
 (``padded_channels``), times the window's taps at most ``MAX_C``;
 K (channels out) a multiple of 32; MULTIPLY's and ADD1's other operand one FLOAT32 value a
@@ -54,12 +54,17 @@ BLOCK_M = 128
 WARPS = 8
 STAGES = 3
 MAX_C = 1 << 16  # products a sum (C times the window's taps): |sums| <= 2^14 * that < 2^31
-# The largest filter window taken over 32 channels or more (1x1 at any strides), and over fewer
-# (a network's first convolution, on three colours). On an H200 (benchmarks/experiments/
-# README.md): the 7x7/2 stem of ResNet-50 1.94x cuDNN's convolution and XLA's fusion alone,
-# the network 3.75 -> 3.54 ms; its 3x3 convolutions 0.86-1.62x alone but the network 3.75 ->
-# 3.80 ms (a padded copy of the input each), so windows over many channels stay cuDNN's.
+# The largest filter window taken over 32 channels or more where cuDNN's int8 convolution
+# computes the product otherwise (``int8_conv``: INT8 input, no zero points), over 32 channels
+# or more where nothing else does (UINT8 activations with a zero point, QLinearConv: XLA's own
+# integer product), and over fewer (a network's first convolution, on three colours). On an
+# H200 (benchmarks/experiments/README.md): the 7x7/2 stem of ResNet-50 1.94x cuDNN's
+# convolution and XLA's fusion alone, the network 3.75 -> 3.54 ms; its 3x3 convolutions
+# 0.86-1.62x alone but the network 3.75 -> 3.80 ms (a padded copy of the input each), so
+# windows over many channels stay cuDNN's where it takes them; with UINT8 activations the
+# network took 30.3 ms with its 3x3 convolutions on XLA's product and 3.39 with them here.
 MAX_WINDOW = 1
+MAX_UNCOVERED_WINDOW = 7
 MAX_FEW_CHANNEL_WINDOW = 7
 
 
@@ -133,7 +138,7 @@ def _conv_applies(conv: Any, filter_zero: bool = False) -> bool:
         return False
     window = tuple(w.sizes[2:])
     if window != (1, 1):  # a window: undilated, padded by less than the window
-        if max(window) > (MAX_WINDOW if x.sizes[1] >= 32 else MAX_FEW_CHANNEL_WINDOW):
+        if max(window) > _max_window(conv):
             return False
         if any(d != 1 for d in conv.dilations):
             return False
@@ -150,6 +155,19 @@ def _conv_applies(conv: Any, filter_zero: bool = False) -> bool:
     if c & (c - 1) and c >= 32:
         return False
     return padded_channels(c, cells) * cells * taps <= MAX_C and _blocks(k) is not None
+
+
+def _max_window(conv: Any) -> int:
+    """The largest window taken for ``conv`` (the tunables above say which)."""
+    if conv.input_tensor.sizes[1] < 32:
+        return MAX_FEW_CHANNEL_WINDOW
+    covered = (  # what int8_conv's cuDNN convolution computes
+        _kind(conv) == "CONVOLUTION_INTEGER"
+        and conv.input_tensor.data_type.name == "INT8"
+        and conv.input_zero_point_tensor is None
+        and conv.filter_zero_point_tensor is None
+    )
+    return MAX_WINDOW if covered else MAX_UNCOVERED_WINDOW
 
 
 def padded_channels(c: int, cells: int) -> int:
