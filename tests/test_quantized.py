@@ -785,6 +785,59 @@ def test_integer_convolution_equals_float_convolution_of_the_differences():
     np.testing.assert_array_equal(got, want.astype(np.int32))
 
 
+@pytest.mark.parametrize(
+    "x_type, size, kernel, multiplier, geometry",
+    [("UINT8", (7, 9), (3, 3), 1, {"strides": (1, 1), "dilations": (1, 1),
+                                     "start_padding": (1, 1), "end_padding": (1, 1)}),
+     ("INT8", (8, 8), (3, 3), 2, {"strides": (2, 2), "dilations": (1, 1),
+                                    "start_padding": (1, 1), "end_padding": (0, 1)}),
+     ("UINT8", (9, 7), (3, 2), 1, {"strides": (1, 2), "dilations": (2, 1),
+                                     "start_padding": (2, 0), "end_padding": (1, 1)}),
+     ("UINT8", (11,), (5,), 3, {"strides": (2,), "dilations": (1,),
+                                  "start_padding": (2,), "end_padding": (1,)})],
+)  # fmt: skip
+def test_depthwise_integer_convolutions_match_reference(x_type, size, kernel, multiplier, geometry):
+    """Depthwise CONVOLUTION_INTEGER and QUANTIZED_LINEAR_CONVOLUTION (one input channel a
+    group, ``multiplier`` filters each), which run as int32 multiply-adds over the taps
+    (``quantized_conv._taps_sum``): zero points (the filter's one a channel; the padding reads
+    as the input's),
+    strides, dilations, 1-D and 2-D windows, values at their types' extremes, against the
+    int64 reference; the lowering holds neither a convolution nor a matrix product."""
+    rng = np.random.default_rng(11)
+    c, n = 6, 2
+    k = c * multiplier
+    lo, hi = _EXTREMES[x_type]
+    x = rng.choice([lo, hi, (lo + hi) // 2], (n, c, *size)).astype(np.dtype(x_type.lower()))
+    w = rng.choice([-128, 127, 3], (k, 1, *kernel)).astype(np.int8)
+    rank = len(size) + 2
+    zx = rng.integers(lo, hi + 1, (1,) * rank).astype(x.dtype)
+    zw = rng.integers(-128, 128, (1, k) + (1,) * (rank - 2)).astype(np.int8)
+    geometry = {**geometry, "group_count": c}
+    probe = CONVI(
+        t(x_type, *x.shape), t(x_type, *zx.shape), t("INT8", *w.shape), t("INT8", *zw.shape),
+        t("INT32", n, k, *size), **geometry,
+    )  # fmt: skip
+    desc = dataclasses.replace(probe, output_tensor=t("INT32", *conv_output_sizes(probe)))
+    case = S.Case(desc, (x, zx, w, zw))
+    got = S.run(case)
+    S.assert_same(got, reference.reference(desc, *case.inputs))
+    assert np.abs(got[0]).max() > 2**17  # sums far beyond what any one product reaches
+    jaxpr = str(jax.make_jaxpr(dml.compile_operator(desc).fn)(*case.inputs))
+    assert "conv_general_dilated" not in jaxpr and "dot_general" not in jaxpr
+    q = QCONV(
+        input_tensor=desc.input_tensor, input_scale_tensor=t("FLOAT32", 1),
+        input_zero_point_tensor=desc.input_zero_point_tensor, filter_tensor=desc.filter_tensor,
+        filter_scale_tensor=t("FLOAT32", 1, k, *(1,) * (rank - 2)),
+        filter_zero_point_tensor=desc.filter_zero_point_tensor, bias_tensor=None,
+        output_scale_tensor=t("FLOAT32", 1), output_zero_point_tensor=t("INT8", 1),
+        output_tensor=t("INT8", *desc.output_tensor.sizes), **geometry,
+    )  # fmt: skip
+    scales = rng.uniform(1e-3, 4e-3, (1, k, *(1,) * (rank - 2))).astype(np.float32)
+    inputs = (x, np.float32([1e-3]), zx, w, scales, zw, np.float32([0.5]), np.int8([3]))
+    qcase = S.Case(q, inputs)
+    S.assert_same(S.run(qcase), reference.reference(q, *qcase.inputs))
+
+
 # --- integer sums at the extremes of the 8-bit ranges --------------------------------------
 # The products are int8 dots with the zero points applied outside them (UINT8 shifted by -128);
 # these cases hold that to the exact int64 reference where every term is as large as the types
