@@ -209,7 +209,8 @@ def test_convolution_gradients(direction, data):
 
 
 # Grouped convolutions have their own lowerings: depthwise ones as slices times taps (dilated
-# windows "taps" everywhere, undilated ones on the CPU: "taps or conv"), 1x1 ones as a batched
+# windows "taps" everywhere, channels last on the CPU; undilated ones on the CPU: "taps or
+# conv"), 1x1 ones as a batched
 # product ("product"), the others split per group on the CPU ("split"); ungrouped ones of at
 # most 3 input channels and 25 taps (49 on CPUs of few cores) are a product of gathered windows
 # on the CPU ("patches"), large ungrouped 3x3 stride-1 ones Winograd's F(2x2, 3x3) there
@@ -312,7 +313,8 @@ def test_convolution_grouped_lowerings(row):
     jaxpr = str(jax.make_jaxpr(fn)(*case.inputs))
     by_platform = ("split", "patches", "taps or conv", "winograd")
     assert ("conv_general_dilated" in jaxpr) == (path in ("conv",) + by_platform)
-    assert ("platform_index" in jaxpr) == (path in by_platform)
+    # taps are by platform too: channels last on the CPU
+    assert ("platform_index" in jaxpr) == (path in by_platform + ("taps",))
     if jax.default_backend() == "cpu" and path in ("winograd", "conv"):
         # On the CPU the Winograd rows compile to no convolution at all, the others to one.
         compiled = jax.jit(fn).lower(*case.inputs).compile().as_text()
@@ -566,3 +568,31 @@ def test_winograd_with_a_constant_filter_equals_the_traced_one():
     np.testing.assert_allclose(traced, want, rtol=0, atol=2e-6 * np.abs(want).max())
     if jax.default_backend() == "cpu":
         assert "convolution(" not in constant.lower(x).compile().as_text()
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_dilated_depthwise_taps_in_either_layout(target):
+    """A dilated depthwise convolution runs as taps on every platform: channels last on the CPU
+    (XLA cancels the transposes against channels-last neighbours), channels second elsewhere;
+    each traced here as that platform's program, against the reference."""
+    from dml_jax import fastpath
+
+    x, w = (2, 6, 9, 8), (12, 1, 3, 2)  # two filters a channel
+    desc = dml.ConvolutionOperatorDesc(
+        T("FLOAT32", x), T("FLOAT32", w), None, T("FLOAT32", x), mode="CROSS_CORRELATION",
+        direction="FORWARD", strides=(1, 2), dilations=(2, 1), start_padding=(1, 0),
+        end_padding=(2, 1), output_padding=(0, 0), group_count=6,
+    )  # fmt: skip
+    desc = dataclasses.replace(
+        desc, output_tensor=T("FLOAT32", dml.ops.gemm_conv.conv_output_sizes(desc))
+    )
+    rng = np.random.default_rng(3)
+    inputs = tuple(S.values(rng, "FLOAT32", t.sizes, "small") for _, t in desc.input_slots())
+    want = reference.reference(desc, *inputs)
+    op = dml.compile_operator(desc)
+    with fastpath.target_platform(target):  # fresh functions: jit caches traces by function
+        got = jax.jit(lambda *a: op.fn(*a))(*inputs)
+        jaxpr = str(jax.make_jaxpr(lambda *a: op.fn(*a))(*inputs))
+    S.assert_same(got, want, False, **_tolerance(np.float32))
+    assert "conv_general_dilated" not in jaxpr
+    assert ("transpose" in jaxpr) == (target == "cpu")

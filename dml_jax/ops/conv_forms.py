@@ -173,19 +173,22 @@ def _depthwise(x, w, strides, padding, lhs_dilation, dilations, g: int):
     take a fast path instead (``kernels/depthwise.py``), for the first call: no cuDNN algorithm
     search or plan."""
 
-    def taps(x, w):
-        return _depthwise_taps(x, w, strides, padding, lhs_dilation, dilations)
+    def taps(x, w, channels_last=False):
+        return _depthwise_taps(x, w, strides, padding, lhs_dilation, dilations, channels_last)
+
+    def taps_last(x, w):
+        return taps(x, w, channels_last=True)
 
     if any(d > 1 for d in dilations):
-        return taps(x, w)
+        return platform_choice(x, w, cpu=taps_last, default=taps)
 
     def grouped(x, w):
         return _conv(x, w, strides, padding, lhs_dilation, dilations, g)
 
-    return platform_choice(x, w, cpu=taps, default=grouped)
+    return platform_choice(x, w, cpu=taps_last, default=grouped)
 
 
-def _depthwise_taps(x, w, strides, padding, lhs_dilation, dilations):
+def _depthwise_taps(x, w, strides, padding, lhs_dilation, dilations, channels_last=False):
     """A depthwise convolution as a sum over the window's taps of a strided slice of the
     padded input times that tap's weight per channel (cross-correlation: flips and BACKWARD's
     rewrite are already in ``w``, ``padding`` and ``lhs_dilation``).
@@ -199,11 +202,32 @@ def _depthwise_taps(x, w, strides, padding, lhs_dilation, dilations):
     Exactness: each output is the sum of the same products as the convolution's, in float32
     for FLOAT16 (rounded once at the end, as the convolution accumulates), taken in the
     window's row-major order; only the order of the additions may differ from XLA's.
+
+    ``channels_last``: the same sums over the input transposed to {N, spatial..., C} and the
+    result transposed back, so that XLA cancels the transposes against a channels-last
+    neighbour (a 1x1 convolution's matrix product) instead of transposing inside the taps'
+    fusion. On two CPU cores a MobileNet-v2-like network at batch 1 ran 9.4 -> 5.6 ms so in
+    float32, and its static QDQ form 22.6 -> 6.6 ms (benchmarks/experiments/README.md,
+    ``grouped_int8_conv_gpu.py``); on an H100 the channels-last form was the faster one in
+    networks too (``depthwise_taps_gpu.py``), but GPUs take it only for integers so far.
     """
     n, c = x.shape[:2]
     kernel = w.shape[2:]
     m = w.shape[0] // c  # output channels per input channel: channel c*m + j reads channel c
     taps = wide(w).reshape((c, m) + kernel)
+    if channels_last:
+        spatial = len(kernel)
+        last = (0,) + tuple(range(2, 2 + spatial)) + (1,)
+        xl = jnp.transpose(wide(x), last)  # {N, spatial..., C}
+        y = None
+        out, windows = _windows_last(xl, kernel, strides, padding, lhs_dilation, dilations)
+        for tap, window in windows:
+            weight = taps[(slice(None), slice(None)) + tap].reshape((1,) * (1 + spatial) + (c, m))
+            term = window[..., None] * weight
+            y = term if y is None else y + term
+        y = y.reshape((n,) + out + (c * m,))
+        back = (0, 1 + spatial) + tuple(range(1, 1 + spatial))
+        return jnp.transpose(y, back).astype(product_type(x))
     y = None
     out, windows = _windows(wide(x), kernel, strides, padding, lhs_dilation, dilations)
     for tap, window in windows:
@@ -211,6 +235,26 @@ def _depthwise_taps(x, w, strides, padding, lhs_dilation, dilations):
         term = window[:, :, None] * weight
         y = term if y is None else y + term
     return y.reshape((n, c * m) + out).astype(product_type(x))
+
+
+def _windows_last(x, kernel, strides, padding, lhs_dilation, dilations):
+    """``_windows`` of a channels-last ``x`` ({N, spatial..., C})."""
+    config = [(0, 0, 0)] + [(lo, hi, dil - 1) for (lo, hi), dil in zip(padding, lhs_dilation)]
+    config.append((0, 0, 0))
+    xp = lax.pad(x, jnp.zeros((), x.dtype), config)
+    extents = [(k - 1) * r + 1 for k, r in zip(kernel, dilations)]
+    out = tuple((size - e) // s + 1 for size, e, s in zip(xp.shape[1:-1], extents, strides))
+
+    def each():
+        for tap in itertools.product(*(range(k) for k in kernel)):
+            start = tuple(t * r for t, r in zip(tap, dilations))
+            limit = tuple(b + (o - 1) * s + 1 for b, o, s in zip(start, out, strides))
+            yield tap, lax.slice(
+                xp, (0,) + start + (0,), (xp.shape[0],) + limit + (xp.shape[-1],),
+                (1,) + tuple(strides) + (1,),
+            )  # fmt: skip
+
+    return out, each()
 
 
 def _windows(x, kernel, strides, padding, lhs_dilation, dilations):

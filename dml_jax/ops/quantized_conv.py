@@ -292,8 +292,8 @@ def _taps_sum(d: Any, x: dict) -> Any:
     """``_conv_sum`` of a depthwise convolution: the sum over the window's taps of a strided
     slice of ``Input - InputZeroPoint`` (padded with 0 after the subtraction: the zero point)
     times the tap's ``Filter - FilterZeroPoint`` a channel, all in int32
-    (``conv_forms._depthwise_taps``, the float convolutions' form): exact, as every integer
-    form is. XLA's grouped convolution of one channel a group, which the float32 form was,
+    (``conv_forms._depthwise_taps``, the float convolutions' form, channels last: the
+    activations around are channels-last in QDQ networks): exact, as every integer form is. XLA's grouped convolution of one channel a group, which the float32 form was,
     ran 10 to 30 times slower on the CPU (MobileNet-v2's depthwise convolutions at batch 1:
     14.2 ms against 0.44 for 32 channels at 112 x 112; benchmarks/experiments/README.md,
     ``grouped_int8_conv_gpu.py``)."""
@@ -315,7 +315,7 @@ def _taps_sum(d: Any, x: dict) -> Any:
     spatial = rank - 2
     return _depthwise_taps(
         xs, ws, tuple(d.strides), tuple(zip(d.start_padding, d.end_padding)),
-        (1,) * spatial, tuple(d.dilations),
+        (1,) * spatial, tuple(d.dilations), channels_last=True,
     )  # fmt: skip
 
 
