@@ -232,7 +232,7 @@ _GROUPED = [
     ((1, 2, 6), (2, 1, 2), "BACKWARD", (1,), (2,), (3,), (0,), (1,), 2,
      "CONVOLUTION", "FLOAT16", False, "taps"),  # start padding beyond the window: cropped
     ((1, 2, 70), (2, 1, 65), "FORWARD", (1,), (1,), (1,), (0,), (0,), 2,
-     "CROSS_CORRELATION", "FLOAT32", False, "conv"),  # over _MAX_DEPTHWISE_TAPS: one convolution
+     "CROSS_CORRELATION", "FLOAT32", False, "conv"),  # over MAX_DEPTHWISE_TAPS: one convolution
     ((1, 8, 5, 6), (12, 2, 1, 1), "FORWARD", (1, 1), (1, 1), (0, 0), (0, 0), (0, 0), 4,
      "CROSS_CORRELATION", "FLOAT32", True, "product"),
     ((2, 4, 2, 3, 3), (6, 2, 1, 1, 1), "FORWARD", (1, 1, 1), (1, 1, 1), (0, 0, 0), (0, 0, 0),

@@ -7,7 +7,7 @@ on GPUs as XLA's grouped convolution (cuDNN), whose algorithm search and plan bu
 of the first call of MobileNetV2/V3 and EfficientNet. This replaces ``conv_forms._depthwise``,
 for windows of at most ``--taps`` taps, by:
 
-- ``--layout first``: ``conv_forms._depthwise_taps`` as it is (the CPU's form, channels second);
+- ``--layout first``: ``conv_forms.depthwise_taps`` as it is (the CPU's form, channels second);
 - ``--layout last``: the same sum with the channels last (transposed in and back out, which
   XLA's layout assignment can make free where the activations around are channels-last, as
   they are around the 1x1 convolutions' matrix products), ``--barrier`` keeping the input's
@@ -42,12 +42,12 @@ from dml_jax.ops._common import wide
 
 
 def taps_last(x, w, strides, padding, lhs_dilation, dilations, barrier: bool, out_barrier=False):
-    """``conv_forms._depthwise_taps`` with the channels last (one output channel per input
+    """``conv_forms.depthwise_taps`` with the channels last (one output channel per input
     channel; other multipliers keep the channels-second form)."""
     n, c = x.shape[:2]
     kernel = w.shape[2:]
     if w.shape[0] != c:
-        return G._depthwise_taps(x, w, strides, padding, lhs_dilation, dilations)
+        return G.depthwise_taps(x, w, strides, padding, lhs_dilation, dilations)
     if barrier:
         x = lax.optimization_barrier(x)
     nd = len(kernel)
@@ -79,7 +79,7 @@ def patch(limit: int, layout: str, barrier: bool, out_barrier: bool = False) -> 
             return grouped(x, w, strides, padding, lhs_dilation, dilations, g)
         if layout == "last":
             return taps_last(x, w, strides, padding, lhs_dilation, dilations, barrier, out_barrier)
-        return G._depthwise_taps(x, w, strides, padding, lhs_dilation, dilations)
+        return G.depthwise_taps(x, w, strides, padding, lhs_dilation, dilations)
 
     G._depthwise = depthwise
 

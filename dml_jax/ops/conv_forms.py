@@ -151,17 +151,17 @@ def _patch_product(x, w, padding):
 # The most filter taps a depthwise convolution is unrolled over (a 7x7 or 3x3x3 window and
 # 1-D windows to 64); longer windows stay one convolution, whose program does not grow with
 # the window.
-_MAX_DEPTHWISE_TAPS = 64
+MAX_DEPTHWISE_TAPS = 64
 
 
 def _is_depthwise(x, w, g: int) -> bool:
     """One input channel per group (C = GroupCount > 1, any channel multiplier), a window of
-    at most ``_MAX_DEPTHWISE_TAPS`` taps."""
-    return g > 1 and x.shape[1] == g and math.prod(w.shape[2:]) <= _MAX_DEPTHWISE_TAPS
+    at most ``MAX_DEPTHWISE_TAPS`` taps."""
+    return g > 1 and x.shape[1] == g and math.prod(w.shape[2:]) <= MAX_DEPTHWISE_TAPS
 
 
 def _depthwise(x, w, strides, padding, lhs_dilation, dilations, g: int):
-    """A depthwise convolution as taps (``_depthwise_taps``) where that is the faster form: on
+    """A depthwise convolution as taps (``depthwise_taps``) where that is the faster form: on
     the CPU always, elsewhere where the window is dilated; undilated windows elsewhere take the
     grouped convolution. Both sum the same products.
 
@@ -174,7 +174,7 @@ def _depthwise(x, w, strides, padding, lhs_dilation, dilations, g: int):
     search or plan."""
 
     def taps(x, w, channels_last=False):
-        return _depthwise_taps(x, w, strides, padding, lhs_dilation, dilations, channels_last)
+        return depthwise_taps(x, w, strides, padding, lhs_dilation, dilations, channels_last)
 
     def taps_last(x, w):
         return taps(x, w, channels_last=True)
@@ -188,7 +188,7 @@ def _depthwise(x, w, strides, padding, lhs_dilation, dilations, g: int):
     return platform_choice(x, w, cpu=taps_last, default=grouped)
 
 
-def _depthwise_taps(x, w, strides, padding, lhs_dilation, dilations, channels_last=False):
+def depthwise_taps(x, w, strides, padding, lhs_dilation, dilations, channels_last=False):
     """A depthwise convolution as a sum over the window's taps of a strided slice of the
     padded input times that tap's weight per channel (cross-correlation: flips and BACKWARD's
     rewrite are already in ``w``, ``padding`` and ``lhs_dilation``).
@@ -206,10 +206,14 @@ def _depthwise_taps(x, w, strides, padding, lhs_dilation, dilations, channels_la
     ``channels_last``: the same sums over the input transposed to {N, spatial..., C} and the
     result transposed back, so that XLA cancels the transposes against a channels-last
     neighbour (a 1x1 convolution's matrix product) instead of transposing inside the taps'
-    fusion. On two CPU cores a MobileNet-v2-like network at batch 1 ran 9.4 -> 5.6 ms so in
-    float32, and its static QDQ form 22.6 -> 6.6 ms (benchmarks/experiments/README.md,
-    ``grouped_int8_conv_gpu.py``); on an H100 the channels-last form was the faster one in
-    networks too (``depthwise_taps_gpu.py``), but GPUs take it only for integers so far.
+    fusion. On two CPU cores a MobileNet-v2-like network at batch 1 ran 9.4 -> 3.5 ms so in
+    float32, and its static QDQ form 22.6 -> 6.6 ms, torchvision's MobileNets, EfficientNet-B0
+    and ConvNeXt-T 9-46% faster; ONNX's light ShuffleNet, whose depthwise convolutions sit
+    between grouped ones and a channel shuffle, 15% slower (benchmarks/experiments/README.md,
+    ``grouped_int8_conv_gpu.py``). The lowering cannot see its neighbours (the graph holds
+    both networks' depthwise inputs packed {N, C, H, W}), so the CPU takes it for every float
+    depthwise convolution. On an H100 the channels-last form was the faster one in networks
+    too (``depthwise_taps_gpu.py``), but GPUs take it only for integers so far.
     """
     n, c = x.shape[:2]
     kernel = w.shape[2:]

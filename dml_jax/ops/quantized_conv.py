@@ -280,24 +280,24 @@ def _float_sum(d: Any, x: dict, chunk: int) -> Any:
 
 def _is_depthwise(d: Any) -> bool:
     """One input channel a group (any channel multiplier) and a window of at most
-    ``conv_forms._MAX_DEPTHWISE_TAPS`` taps, as the float convolutions' taps form takes."""
-    from .conv_forms import _MAX_DEPTHWISE_TAPS
+    ``conv_forms.MAX_DEPTHWISE_TAPS`` taps, as the float convolutions' taps form takes."""
+    from .conv_forms import MAX_DEPTHWISE_TAPS
 
     groups = d.group_count
     taps = math.prod(d.filter_tensor.sizes[2:])
-    return groups > 1 and d.input_tensor.sizes[1] == groups and taps <= _MAX_DEPTHWISE_TAPS
+    return groups > 1 and d.input_tensor.sizes[1] == groups and taps <= MAX_DEPTHWISE_TAPS
 
 
 def _taps_sum(d: Any, x: dict) -> Any:
     """``_conv_sum`` of a depthwise convolution: the sum over the window's taps of a strided
     slice of ``Input - InputZeroPoint`` (padded with 0 after the subtraction: the zero point)
     times the tap's ``Filter - FilterZeroPoint`` a channel, all in int32
-    (``conv_forms._depthwise_taps``, the float convolutions' form, channels last: the
+    (``conv_forms.depthwise_taps``, the float convolutions' form, channels last: the
     activations around are channels-last in QDQ networks): exact, as every integer form is. XLA's grouped convolution of one channel a group, which the float32 form was,
     ran 10 to 30 times slower on the CPU (MobileNet-v2's depthwise convolutions at batch 1:
     14.2 ms against 0.44 for 32 channels at 112 x 112; benchmarks/experiments/README.md,
     ``grouped_int8_conv_gpu.py``)."""
-    from .conv_forms import _depthwise_taps
+    from .conv_forms import depthwise_taps
 
     rank = d.input_tensor.rank
     zero = x["input_zero_point_tensor"]
@@ -313,7 +313,7 @@ def _taps_sum(d: Any, x: dict) -> Any:
             jnp.int32
         )
     spatial = rank - 2
-    return _depthwise_taps(
+    return depthwise_taps(
         xs, ws, tuple(d.strides), tuple(zip(d.start_padding, d.end_padding)),
         (1,) * spatial, tuple(d.dilations), channels_last=True,
     )  # fmt: skip
