@@ -472,15 +472,50 @@ def test_channels_last_leaves_outputs_flattens_and_nodes_away_from_convolutions(
     # element-wise 4-D nodes with no convolution beside them (an attention's scores)
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["r"], ["y"])]
     _check(rng, _model(nodes, [2, 3, 5, 5]), (2, 3, 5, 5), {})
-    # beside a depthwise convolution only (lowered per group, channels first)
-    nodes = [_conv("d", "x", "wd", group=3, pads=[1, 1, 1, 1]),
+    # beside a grouped convolution of several channels a group only (lowered per group,
+    # channels first)
+    nodes = [_conv("d", "x", "wd", group=2, pads=[1, 1, 1, 1]),
              helper.make_node("Add", ["d", "x"], ["y"])]  # fmt: skip
     _check(
         rng,
-        _model(nodes, [1, 3, 6, 6], [("wd", rng.standard_normal((3, 1, 3, 3)))]),
-        (1, 3, 6, 6),
+        _model(nodes, [1, 4, 6, 6], [("wd", rng.standard_normal((4, 2, 3, 3)))]),
+        (1, 4, 6, 6),
         {},
     )
+
+
+def test_channels_last_takes_depthwise_neighbours_and_readers_listing_nhwc(rng):
+    """x -> 1x1 conv -> depthwise conv -> Sigmoid, Mul (a Swish) -> squeeze-excitation (a
+    global average pool, its scale multiplied in) -> 1x1 conv, as EfficientNet's blocks: the
+    Swish after the depthwise convolution runs channels-last too, and the multiply taken
+    before it (beside the last convolution), which read it through an NHWC listing of its
+    NCHW bytes, reads it packed; outputs as without the rewrite and at ``disable``."""
+    nodes = [_conv("c", "x", "w1"), _conv("d", "c", "wd", group=6, pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["d"], ["g"]), helper.make_node("Mul", ["d", "g"], ["sw"]),
+             helper.make_node("GlobalAveragePool", ["sw"], ["p"]),
+             helper.make_node("Sigmoid", ["p"], ["ps"]),
+             helper.make_node("Mul", ["sw", "ps"], ["m"]), _conv("y", "m", "w3")]  # fmt: skip
+    inits = [("w1", rng.standard_normal((6, 3, 1, 1))), ("wd", rng.standard_normal((6, 1, 3, 3))),
+             ("w3", rng.standard_normal((4, 6, 1, 1)))]  # fmt: skip
+    model = _model(nodes, [1, 3, 8, 8], inits)
+    s = _session(model)
+    s.run(None, {"x": np.ones((1, 3, 8, 8), np.float32)})
+    fired = dict(_program(s).imported.optimizations)
+    assert fired.get("ChannelsLast", 0) >= 2
+    _check(rng, model, (1, 3, 8, 8), fired)
+    graph = _program(s).imported.graph
+    swish = [n for n in graph.nodes if n.operator_type.endswith("ACTIVATION_SWISH")]
+    muls = [n for n in graph.nodes if n.operator_type.endswith("ELEMENT_WISE_MULTIPLY")]
+    assert swish and swish[0].output_tensor.sizes == (1, 8, 8, 6)  # listed NHWC, packed
+    # the depthwise convolution's NCHW bytes, listed NHWC
+    assert swish[0].input_tensor.sizes == (1, 8, 8, 6)
+    assert swish[0].input_tensor.layout_strides == (384, 8, 1, 64)
+    # the squeeze-excitation's multiply reads the Swish's NHWC bytes packed
+    (mul,) = [m for m in muls if m.output_tensor.sizes == (1, 8, 8, 6)]
+    (full,) = [t for t in (mul.a_tensor, mul.b_tensor) if 0 not in t.layout_strides]
+    assert full.sizes == (1, 8, 8, 6) and full.is_packed  # the other: the scale, broadcast
+    plain = {k: v for k, v in fired.items() if k != "ChannelsLast"}
+    _check(rng, model, (1, 3, 8, 8), plain, disabled=["ChannelsLast"])
 
 
 def test_channels_last_follows_a_chain_and_hands_a_graph_output_back_through_strides(rng):
