@@ -5,7 +5,8 @@ bias a channel] -> [ACTIVATION_RELU] -> ELEMENT_WISE_QUANTIZE_LINEAR by one scal
 QDQ convolution and the quantizer of its output become (``onnx/optimize/quantized.py``,
 ``QDQConvFusion``), and the fast path of QUANTIZED_LINEAR_CONVOLUTION (ONNX's QLinearConv),
 whose requantization is the same steps with its INT32 bias added to the sums. 1x1 filters;
-windows up to ``MAX_WINDOW``, ``MAX_UNCOVERED_WINDOW`` or ``MAX_FEW_CHANNEL_WINDOW`` (``_max_window``).
+windows up to ``MAX_WINDOW``, ``MAX_UNCOVERED_WINDOW`` or ``MAX_FEW_CHANNEL_WINDOW``
+(``_max_window``).
 
 Without it the run is cuDNN's int8 convolution with float32 sums (``int8_conv``), written out,
 then XLA's fusion of the rest reading them back: eight bytes moved a value where the result is
@@ -25,9 +26,9 @@ faster than cuDNN's convolution and XLA's fusion (benchmarks/experiments/README.
 Taken where: one group, an INT8 or UINT8 input (with a zero point or none) and an INT8
 filter without one; a 1x1 filter without padding (strides taken by reading the input's strided
 rows first), or a window of at most ``_max_window`` (by its channels and whether cuDNN's int8
-convolution would compute it otherwise), undilated, padded by less than the window (``qdq_convolution`` says how; at
-strides (sy, sx) as sy * sx * C channels); C (channels in) a power of two from 32, or fewer
-(``padded_channels``), times the window's taps at most ``MAX_C``;
+convolution would compute it otherwise), undilated, padded by less than the window
+(``qdq_convolution`` says how; at strides (sy, sx) as sy * sx * C channels); C (channels in) a
+power of two from 32, or fewer (``padded_channels``), times the window's taps at most ``MAX_C``;
 K (channels out) a multiple of 32; MULTIPLY's and ADD1's other operand one FLOAT32 value a
 channel (broadcast: stride 0 but along the channels), ADD1's fused activation none or ReLU;
 QUANTIZE_LINEAR's scale one value (every stride 0) and its zero point absent or one value, into

@@ -293,9 +293,10 @@ def _taps_sum(d: Any, x: dict) -> Any:
     slice of ``Input - InputZeroPoint`` (padded with 0 after the subtraction: the zero point)
     times the tap's ``Filter - FilterZeroPoint`` a channel, all in int32
     (``conv_forms.depthwise_taps``, the float convolutions' form, channels last: the
-    activations around are channels-last in QDQ networks): exact, as every integer form is. XLA's grouped convolution of one channel a group, which the float32 form was,
-    ran 10 to 30 times slower on the CPU (MobileNet-v2's depthwise convolutions at batch 1:
-    14.2 ms against 0.44 for 32 channels at 112 x 112; benchmarks/experiments/README.md,
+    activations around are channels-last in QDQ networks): exact, as every integer form is.
+    XLA's grouped convolution of one channel a group, which the float32 form was, ran 10 to 30
+    times slower on the CPU (MobileNet-v2's depthwise convolutions at batch 1: 14.2 ms against
+    0.44 for 32 channels at 112 x 112; benchmarks/experiments/README.md,
     ``grouped_int8_conv_gpu.py``)."""
     from .conv_forms import depthwise_taps
 

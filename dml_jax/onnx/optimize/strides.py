@@ -244,7 +244,8 @@ def channels_last(g: Editor) -> int:
                     break
                 mine = g.input_desc(m, slot)
                 view = _permuted(o)
-                if (mine.sizes, mine.layout_strides) == (view.sizes, view.layout_strides):
+                listed = (mine.data_type, mine.sizes, mine.layout_strides)
+                if listed == (view.data_type, view.sizes, view.layout_strides):
                     # a reader listing it NHWC already (taken before it): now packed
                     readers[m] = with_input_desc(readers.get(m, g.nodes[m]), slot, nhwc)
                     continue
