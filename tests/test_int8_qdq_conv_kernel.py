@@ -203,6 +203,12 @@ def test_interpreted_kernel_is_the_definition(
     assert got.dtype == out_type.numpy_dtype
     np.testing.assert_array_equal(np.asarray(got), want)
     assert len(np.unique(want)) > 50  # values that can differ
+    # the filter's sums only where a zero point's share comes off them (UINT8, a zero point):
+    # a reduction a call otherwise, which XLA cannot drop (the kernel takes it as an operand)
+    jaxpr = str(jax.make_jaxpr(lambda x, w: K.qdq_convolution(
+        x, w, scale, bias, out_scale, zero, strides, out_type, relu, interpret=True,
+        padding=padding, x_zero=zp))(x, w))  # fmt: skip
+    assert ("reduce_sum" in jaxpr) == (x_zero is not None)
 
 
 def _network(rng, c=64, k=128, size=7, zero_point=None):

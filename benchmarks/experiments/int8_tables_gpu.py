@@ -17,6 +17,7 @@ import statistics
 import time
 
 import numpy as np
+from quantize_steps_gpu import microseconds  # this folder's
 
 
 def main() -> None:
@@ -138,13 +139,7 @@ def main() -> None:
         t = time.perf_counter()
         out = jax.block_until_ready(g(x, y))
         compile_s = time.perf_counter() - t
-        times = []
-        for _ in range(a.samples):
-            t = time.perf_counter()
-            for _ in range(a.iters):
-                out = g(x, y)
-            jax.block_until_ready(out)
-            times.append((time.perf_counter() - t) / a.iters * 1e6)
+        times = microseconds(lambda g=g: g(x, y), a.samples, a.iters)
         base = ref.setdefault(name.split("_")[0] if name.startswith("unary") else "binary", out)
         differ = "-" if "copy" in name else int(np.sum(np.asarray(out) != np.asarray(base)))
         print(f"{name}: {statistics.median(times):.1f} us ({min(times):.1f}-{max(times):.1f}), "

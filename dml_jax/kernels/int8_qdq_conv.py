@@ -260,7 +260,9 @@ def qdq_convolution(
     if zp8 is None and shift:
         zp8 = jnp.int32(-shift)
     fill = 0 if zp8 is None else zp8.astype(jnp.int8)  # what padding reads: the zero point
-    sums = jnp.sum(w.astype(jnp.int32), axis=(1, 2, 3))  # the filter's, one a channel out
+    # the filter's sums, one a channel out, where a zero point's share comes off them
+    sums = (jnp.zeros((w.shape[0],), jnp.int32) if zp8 is None
+            else jnp.sum(w.astype(jnp.int32), axis=(1, 2, 3)))  # fmt: skip
     xs = jnp.transpose(x, (0, 2, 3, 1))
     if any(p for pair in padding for p in pair):
         xs = jnp.pad(xs, ((0, 0), *padding, (0, 0)), constant_values=fill)

@@ -154,10 +154,15 @@ def _patch_product(x, w, padding):
 MAX_DEPTHWISE_TAPS = 64
 
 
-def _is_depthwise(x, w, g: int) -> bool:
+def is_depthwise(channels: int, groups: int, kernel) -> bool:
     """One input channel per group (C = GroupCount > 1, any channel multiplier), a window of
-    at most ``MAX_DEPTHWISE_TAPS`` taps."""
-    return g > 1 and x.shape[1] == g and math.prod(w.shape[2:]) <= MAX_DEPTHWISE_TAPS
+    at most ``MAX_DEPTHWISE_TAPS`` taps: what runs as taps (``depthwise_taps``), float or
+    integer (``quantized_conv``)."""
+    return groups > 1 and channels == groups and math.prod(kernel) <= MAX_DEPTHWISE_TAPS
+
+
+def _is_depthwise(x, w, g: int) -> bool:
+    return is_depthwise(x.shape[1], g, w.shape[2:])
 
 
 def _depthwise(x, w, strides, padding, lhs_dilation, dilations, g: int):
@@ -217,66 +222,51 @@ def depthwise_taps(x, w, strides, padding, lhs_dilation, dilations, channels_las
     """
     n, c = x.shape[:2]
     kernel = w.shape[2:]
+    nd = len(kernel)
     m = w.shape[0] // c  # output channels per input channel: channel c*m + j reads channel c
     taps = wide(w).reshape((c, m) + kernel)
-    if channels_last:
-        spatial = len(kernel)
-        last = (0,) + tuple(range(2, 2 + spatial)) + (1,)
-        xl = jnp.transpose(wide(x), last)  # {N, spatial..., C}
-        y = None
-        out, windows = _windows_last(xl, kernel, strides, padding, lhs_dilation, dilations)
-        for tap, window in windows:
-            weight = taps[(slice(None), slice(None)) + tap].reshape((1,) * (1 + spatial) + (c, m))
-            term = window[..., None] * weight
-            y = term if y is None else y + term
-        y = y.reshape((n,) + out + (c * m,))
-        back = (0, 1 + spatial) + tuple(range(1, 1 + spatial))
-        return jnp.transpose(y, back).astype(product_type(x))
+    last = (0,) + tuple(range(2, 2 + nd)) + (1,)  # {N, C, spatial...} -> {N, spatial..., C}
+    xs = jnp.transpose(wide(x), last) if channels_last else wide(x)
+    axis = 1 + nd if channels_last else 1  # the channels' axis of xs, and the spatial axes'
+    first = 1 if channels_last else 2
+    shape = [1] * (xs.ndim + 1)  # a tap's weights, {C, M} at the channels' axis
+    shape[axis], shape[axis + 1] = c, m
     y = None
-    out, windows = _windows(wide(x), kernel, strides, padding, lhs_dilation, dilations)
+    out, windows = _windows(xs, kernel, strides, padding, lhs_dilation, dilations, first)
     for tap, window in windows:
-        weight = taps[(slice(None), slice(None)) + tap].reshape((1, c, m) + (1,) * len(kernel))
-        term = window[:, :, None] * weight
+        weight = taps[(slice(None), slice(None)) + tap].reshape(shape)
+        term = jnp.expand_dims(window, axis + 1) * weight
         y = term if y is None else y + term
-    return y.reshape((n, c * m) + out).astype(product_type(x))
+    if not channels_last:
+        return y.reshape((n, c * m) + out).astype(product_type(x))
+    y = y.reshape((n,) + out + (c * m,))
+    return jnp.transpose(y, (0, 1 + nd) + tuple(range(1, 1 + nd))).astype(product_type(x))
 
 
-def _windows_last(x, kernel, strides, padding, lhs_dilation, dilations):
-    """``_windows`` of a channels-last ``x`` ({N, spatial..., C})."""
-    config = [(0, 0, 0)] + [(lo, hi, dil - 1) for (lo, hi), dil in zip(padding, lhs_dilation)]
-    config.append((0, 0, 0))
+def _windows(x, kernel, strides, padding, lhs_dilation, dilations, first: int = 2):
+    """The output's spatial sizes, and for each tap of the window in row-major order the tap
+    and the strided slice of ``x`` (padded by ``padding``, negative values cropping, and
+    dilated by ``lhs_dilation``) that the tap meets at every output position. The spatial axes
+    of ``x`` start at ``first`` (2: {N, C, spatial...}; 1: channels last)."""
+    nd = len(kernel)
+    rest = x.ndim - first - nd  # axes after the spatial ones (the channels, listed last)
+    config = [(0, 0, 0)] * first
+    config += [(lo, hi, dil - 1) for (lo, hi), dil in zip(padding, lhs_dilation)]
+    config += [(0, 0, 0)] * rest
     xp = lax.pad(x, jnp.zeros((), x.dtype), config)
     extents = [(k - 1) * r + 1 for k, r in zip(kernel, dilations)]
-    out = tuple((size - e) // s + 1 for size, e, s in zip(xp.shape[1:-1], extents, strides))
+    sizes = xp.shape[first : first + nd]
+    out = tuple((size - e) // s + 1 for size, e, s in zip(sizes, extents, strides))
+    head, tail = xp.shape[:first], xp.shape[first + nd :]
 
     def each():
         for tap in itertools.product(*(range(k) for k in kernel)):
             start = tuple(t * r for t, r in zip(tap, dilations))
             limit = tuple(b + (o - 1) * s + 1 for b, o, s in zip(start, out, strides))
             yield tap, lax.slice(
-                xp, (0,) + start + (0,), (xp.shape[0],) + limit + (xp.shape[-1],),
-                (1,) + tuple(strides) + (1,),
+                xp, (0,) * first + start + (0,) * rest, head + limit + tail,
+                (1,) * first + tuple(strides) + (1,) * rest,
             )  # fmt: skip
-
-    return out, each()
-
-
-def _windows(x, kernel, strides, padding, lhs_dilation, dilations):
-    """The output's spatial sizes, and for each tap of the window in row-major order the tap
-    and the strided slice of ``x`` (padded by ``padding``, negative values cropping, and
-    dilated by ``lhs_dilation``) that the tap meets at every output position."""
-    config = [(0, 0, 0), (0, 0, 0)] + [
-        (lo, hi, dil - 1) for (lo, hi), dil in zip(padding, lhs_dilation)
-    ]
-    xp = lax.pad(x, jnp.zeros((), x.dtype), config)
-    extents = [(k - 1) * r + 1 for k, r in zip(kernel, dilations)]
-    out = tuple((size - e) // s + 1 for size, e, s in zip(xp.shape[2:], extents, strides))
-
-    def each():
-        for tap in itertools.product(*(range(k) for k in kernel)):
-            start = tuple(t * r for t, r in zip(tap, dilations))
-            limit = tuple(b + (o - 1) * s + 1 for b, o, s in zip(start, out, strides))
-            yield tap, lax.slice(xp, (0, 0) + start, xp.shape[:2] + limit, (1, 1) + strides)
 
     return out, each()
 

@@ -279,13 +279,10 @@ def _float_sum(d: Any, x: dict, chunk: int) -> Any:
 
 
 def _is_depthwise(d: Any) -> bool:
-    """One input channel a group (any channel multiplier) and a window of at most
-    ``conv_forms.MAX_DEPTHWISE_TAPS`` taps, as the float convolutions' taps form takes."""
-    from .conv_forms import MAX_DEPTHWISE_TAPS
+    """Depthwise as the float convolutions' taps form takes it (``conv_forms.is_depthwise``)."""
+    from .conv_forms import is_depthwise
 
-    groups = d.group_count
-    taps = math.prod(d.filter_tensor.sizes[2:])
-    return groups > 1 and d.input_tensor.sizes[1] == groups and taps <= MAX_DEPTHWISE_TAPS
+    return is_depthwise(d.input_tensor.sizes[1], d.group_count, d.filter_tensor.sizes[2:])
 
 
 def _taps_sum(d: Any, x: dict) -> Any:

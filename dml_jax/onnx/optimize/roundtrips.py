@@ -18,9 +18,9 @@ the residual additions of a static QDQ ResNet-50 (two quantizers an element, ins
 took about a third less time with one (benchmarks/experiments/README.md,
 ``int8_tables_gpu.py``).
 
-``QuantizeRoundTrips`` writes ``IF(ok, CLIP(q, z, max), quantize(...))``: the quantizer stays as
-the other branch, and ``ok`` (an UINT8 value) says at run time whether the scales are equal
-and in that range, so the graph gives the same values whatever the scales hold, a parameter
+``QuantizeRoundTrips`` writes ``IF(ok, CLIP(q, z, max), quantize(...))`` (``IF(ok, q, ...)``
+without the ReLU): the quantizer stays as the other branch, and ``ok`` (an UINT8 value) says
+at run time whether the scales are equal and in that range, so the graph gives the same values whatever the scales hold, a parameter
 replaced through ``apply`` included. Where the scales are compiled in (``run``: small
 parameters, ``program.RUN_BAKED_PARAM_MAX_BYTES``) XLA folds ``ok`` and drops the quantizer.
 Zero points must be constants of equal value (integer initializers are no parameters).
@@ -39,14 +39,12 @@ _RANGE = (2.0**-100, 2.0**100)  # the scales the identity above is proved for (i
 _TYPES = ("INT8", "UINT8")
 
 
-def _one_value(g: Editor, src) -> np.ndarray | None:
+def _one_value(g: Editor, src) -> float | None:
     """The single float32 value ``src`` holds now (a constant, parameter or not), else None."""
-    if src is None:
-        return None
-    value = g.constant(src)
+    value = None if src is None else g.constant(src)
     if value is None or value.dtype != np.float32 or np.unique(value).size != 1:
         return None
-    return value.reshape(-1)[:1]
+    return float(value.reshape(-1)[0])
 
 
 def _zero(g: Editor, src, desc) -> int | None:
@@ -96,32 +94,35 @@ def quantize_round_trips(g: Editor) -> int:
         z2 = _zero(g, g.source(q, 2), quant.zero_point_tensor)
         if s1 is None or s2 is None or z1 is None or z1 != z2:
             continue
-        if not (s1[0] == s2[0] and _RANGE[0] <= s1[0] <= _RANGE[1]):
+        if not (s1 == s2 and _RANGE[0] <= s1 <= _RANGE[1]):
             continue  # never taken with these values: no rewrite
         if scale_src[0] == GRAPH_INPUT or quant_scale_src[0] == GRAPH_INPUT:
             continue
-        lo, hi = x.data_type.integer_range
         value = TensorDesc(x.data_type, mid.sizes)
-        kept = clip_class(x, value, float(z1) if relu else float(lo), float(hi))
+        # the value itself (as the DEQUANTIZE reads it), from the zero point up with the ReLU
+        kept = (
+            clip_class(x, value, float(z1), float(x.data_type.integer_range[1])) if relu else None
+        )
         one = TensorDesc(DataType.FLOAT32, g.output_desc(scale_src).sizes)
         other = TensorDesc(DataType.FLOAT32, g.output_desc(quant_scale_src).sizes)
         if one.element_count != 1 or other.element_count != 1:
             continue
         flag = TensorDesc(DataType.UINT8, one.sizes)
-        in_range = clip_class(one, one, *_RANGE)
-        same_range = equals_class(one, one, flag)
+        clipped = clip_class(one, one, *_RANGE)
+        in_range = equals_class(one, one, flag)  # clip(s) == s: false for NaN too
         same_scale = equals_class(one, other.like(sizes=one.sizes), flag)
         both = and_class(flag, flag, flag)
-        choice = if_class(_broadcast_one(flag, mid.sizes), value, value, value)
-        if not all(g.valid(d) for d in (kept, in_range, same_range, same_scale, both, choice)):
+        choice = if_class(_broadcast_one(flag, mid.sizes), value if relu else x, value, value)
+        descs = (kept, clipped, in_range, same_scale, both, choice)
+        if not all(g.valid(d) for d in descs if d is not None):
             continue
         origin = g.origin[q]
-        ranged = g.add(in_range, [scale_src], origin)
-        ok = g.add(same_range, [(ranged, 0), scale_src], origin)
+        ranged = g.add(clipped, [scale_src], origin)
+        ok = g.add(in_range, [(ranged, 0), scale_src], origin)
         same = g.add(same_scale, [scale_src, quant_scale_src], origin)
         ok = g.add(both, [(ok, 0), (same, 0)], origin)
-        fast = g.add(kept, [g.source(n, 0)], origin)
-        chosen = g.add(choice, [(ok, 0), (fast, 0), (q, 0)], origin)
+        fast = (g.add(kept, [g.source(n, 0)], origin), 0) if relu else g.source(n, 0)
+        chosen = g.add(choice, [(ok, 0), fast, (q, 0)], origin)
         g.reroute((q, 0), (chosen, 0))
         g.set_input(chosen, 2, (q, 0))  # the reroute moved the IF's own read of it too
         count += 1

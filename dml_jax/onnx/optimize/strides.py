@@ -139,11 +139,15 @@ def _dense_convolution(g: Editor, n: int) -> bool:
     """An ungrouped convolution, float or integer, or a depthwise one (its taps run
     channels-last on the CPU: ``conv_forms.depthwise_taps``); other grouped ones are lowered
     per group, NCHW."""
+    from ...ops.conv_forms import is_depthwise
+
     if g.op(n) not in ("CONVOLUTION", "CONVOLUTION_INTEGER"):
         return False
     d = g.nodes[n]
-    groups, x = d.group_count, d.input_tensor
-    return groups == 1 or (x.rank == 4 and x.sizes[1] == groups)
+    x, groups = d.input_tensor, d.group_count
+    return groups == 1 or (
+        x.rank == 4 and is_depthwise(x.sizes[1], groups, d.filter_tensor.sizes[2:])
+    )
 
 
 def _convolution_output(g: Editor, n: int) -> bool:
