@@ -1,5 +1,5 @@
-"""The int8 QDQ convolution chain (dml_jax.kernels.int8_qdq_conv): CONVOLUTION_INTEGER (1x1) ->
-CAST -> MULTIPLY -> [ADD1] -> [ACTIVATION_RELU] -> QUANTIZE_LINEAR as one kernel.
+"""The int8 QDQ convolution chain (dml_jax.kernels.int8_qdq_conv): CONVOLUTION_INTEGER ->
+CAST -> MULTIPLY -> [ADD1] -> [ACTIVATION_RELU] -> [CLIP] -> QUANTIZE_LINEAR as one kernel.
 
 Which runs it applies to (on descriptors); the kernel in Pallas's interpreter against the
 definitions written in NumPy (exact integer sums, float32 steps, the quotient rounded half to
@@ -31,7 +31,8 @@ T = dml.TensorDesc
 
 
 def _run(c=64, k=32, window=1, zero=False, bias=True, relu=True, pad=0, act=None, quant=None,
-         stride=1, dilation=1, xt="INT8", wt="INT8", filter_zero=False):  # fmt: skip
+         stride=1, dilation=1, xt="INT8", wt="INT8", filter_zero=False, clip=None,
+         clip_first=False):  # fmt: skip
     """The descriptors of a run as QDQConvFusion writes it, and its slots."""
     n, h = 2, 6
     out = (h + 2 * pad - dilation * (window - 1) - 1) // stride + 1
@@ -54,6 +55,10 @@ def _run(c=64, k=32, window=1, zero=False, bias=True, relu=True, pad=0, act=None
         descs.append(dml.ElementWiseAdd1OperatorDesc(f, channel, f, fused_activation=act))
     if relu:
         descs.append(dml.ActivationReluOperatorDesc(f, f))
+    if clip is not None:
+        lo, hi, *scale_bias = clip
+        c = dml.ElementWiseClipOperatorDesc(f, f, lo, hi, *scale_bias)
+        descs.insert(3 if clip_first else len(descs), c)
     one = T("FLOAT32", ints.sizes, strides=(0, 0, 0, 0))
     q = dml.ElementWiseQuantizeLinearOperatorDesc(
         f, one, T("INT8", ints.sizes, strides=(0, 0, 0, 0)), T("INT8", ints.sizes)
@@ -72,11 +77,14 @@ def _applies(descs, slots):
 @pytest.mark.parametrize(
     "change, applies",
     [({}, True), ({"bias": False}, True), ({"relu": False}, True),
-     ({"bias": False, "relu": False}, True), ({"window": 3}, False), ({"zero": True}, True),
+     ({"bias": False, "relu": False}, True), ({"zero": True}, True),
      ({"xt": "UINT8", "zero": True}, True), ({"xt": "UINT8"}, True), ({"wt": "UINT8"}, False),
      ({"filter_zero": True}, False),
-     ({"c": 48}, False), ({"c": 16}, True), ({"c": 3}, True), ({"k": 40}, False),
-     ({"k": 96}, True),
+     ({"c": 48}, True), ({"c": 144}, True), ({"c": 16}, True), ({"c": 3}, True),
+     ({"k": 40}, True), ({"k": 24}, True), ({"k": 96}, True), ({"clip": (0.0, 6.0)}, True),
+     ({"clip": (0.0, 6.0), "relu": False, "bias": False}, True),
+     ({"clip": (0.0, 6.0, dml.ScaleBias(2.0, 0.0))}, False),
+     ({"clip": (0.0, 6.0), "clip_first": True}, False),
      ({"pad": 1}, False), ({"act": dml.ActivationReluOperatorDesc(None, None)}, True),
      ({"act": dml.ActivationSigmoidOperatorDesc(None, None)}, False),
      ({"quant": {"scale_tensor": T("FLOAT32", (2, 32, 6, 6), strides=(0, 1, 0, 0))}}, False)],
@@ -87,31 +95,22 @@ def test_chain_applies(change, applies):
 
 @pytest.mark.parametrize(
     "change, applies",
-    [({"window": 3, "pad": 1}, True), ({"window": 3}, True), ({"window": 5, "pad": 2}, False),
+    [({"window": 3, "pad": 1}, True), ({"window": 3}, True), ({"window": 5, "pad": 2}, True),
      ({"window": 3, "pad": 3}, False), ({"window": 3, "pad": 1, "stride": 2}, True),
      ({"window": 3, "pad": 2, "dilation": 2}, False), ({"window": 3, "pad": 1, "c": 8192}, False),
      ({"window": 1, "stride": 2}, True), ({"window": 7, "pad": 3, "stride": 2, "c": 3}, True),
-     ({"window": 7, "pad": 3, "stride": 2, "c": 3, "few": 5}, False),
-     ({"window": 7, "pad": 3, "stride": 2, "c": 32, "max_window": 7}, True),
-     ({"window": 7, "pad": 3, "stride": 2, "c": 32}, False),
-     ({"window": 3, "pad": 1, "max_window": 1}, False),
-     ({"window": 3, "pad": 1, "c": 16, "max_window": 1}, True),
-     ({"window": 3, "pad": 1, "zero": True, "max_window": 1}, True),
-     ({"window": 3, "pad": 1, "xt": "UINT8", "zero": True, "max_window": 1}, True),
-     ({"window": 5, "pad": 2, "xt": "UINT8", "zero": True, "max_window": 1}, True),
-     ({"window": 5, "pad": 2, "xt": "UINT8", "zero": True, "uncovered": 3}, False),
-     ({"window": 3, "pad": 1, "filter_zero": True, "max_window": 1}, False)],
+     ({"window": 7, "pad": 3, "stride": 2, "c": 32}, True),
+     ({"window": 7, "pad": 3, "stride": 2, "c": 3, "max_window": 5}, False),
+     ({"window": 9, "pad": 4}, False), ({"window": 3, "pad": 1, "max_window": 1}, False),
+     ({"window": 3, "pad": 1, "xt": "UINT8", "zero": True}, True),
+     ({"window": 3, "pad": 1, "filter_zero": True}, False)],
 )  # fmt: skip
 def test_windows_apply_up_to_max_window(change, applies, monkeypatch):
-    """With ``MAX_WINDOW`` 3: 3x3 windows (at strides 2 too), undilated, padded by less than the
-    window, of at most ``MAX_C`` products a sum (8192 channels by 9 taps are more). Over fewer
-    than 32 channels (a stem on three colours) ``MAX_FEW_CHANNEL_WINDOW`` decides instead: 7 by
-    default, so ResNet's 7x7 stem is taken while ``MAX_WINDOW`` is 1; where cuDNN's int8
-    convolution does not compute the product (an input zero point, UINT8 activations)
-    ``MAX_UNCOVERED_WINDOW``, 7 by default. (A filter zero point the chain never takes.)"""
-    monkeypatch.setattr(K, "MAX_WINDOW", change.pop("max_window", 3))
-    monkeypatch.setattr(K, "MAX_FEW_CHANNEL_WINDOW", change.pop("few", K.MAX_FEW_CHANNEL_WINDOW))
-    monkeypatch.setattr(K, "MAX_UNCOVERED_WINDOW", change.pop("uncovered", K.MAX_UNCOVERED_WINDOW))
+    """Windows up to ``MAX_WINDOW`` (7 by default: a stem's 7x7 at strides 2, 3x3 and 5x5
+    over many channels, whatever the input type), undilated, padded by less than the window,
+    of at most ``MAX_C`` products a sum (8192 channels by 9 taps are more). (A filter zero point
+    the chain never takes.)"""
+    monkeypatch.setattr(K, "MAX_WINDOW", change.pop("max_window", K.MAX_WINDOW))
     assert _applies(*_run(**change)) == applies
 
 
@@ -126,12 +125,14 @@ def test_chain_needs_its_whole_run():
 
 
 def _reference(
-    x, w, scale, bias, out_scale, zero, strides, lo, hi, relu, padding=((0, 0),) * 2, x_zero=None
-):
+    x, w, scale, bias, out_scale, zero, strides, lo, hi, relu, padding=((0, 0),) * 2, x_zero=None,
+    clip=None,
+):  # fmt: skip
     """The run's definition in NumPy: int64 sums of (x - x_zero) * w (padding 0 after the zero
-    point, a tap at a time) rounded once to float32, the float32 steps, the correctly rounded
-    quotient (NumPy's float32 division) rounded half to even, plus the zero point, saturated;
-    NaN gives the zero point."""
+    point, a tap at a time) rounded once to float32, the float32 steps (CLIP as DirectML
+    defines it, max(Min, min(v, Max)), NaN propagated), the correctly rounded quotient (NumPy's
+    float32 division) rounded half to even, plus the zero point, saturated; NaN gives the zero
+    point."""
     x = x.astype(np.int64) - (0 if x_zero is None else int(x_zero))
     x = np.pad(x, ((0, 0), (0, 0), *padding))
     kh, kw = w.shape[2:]
@@ -150,6 +151,8 @@ def _reference(
         v = v + bias[None, :, None, None]
     if relu:
         v = np.where(v > 0, v, np.float32(0))
+    if clip is not None:
+        v = np.maximum(np.float32(clip[0]), np.minimum(v, np.float32(clip[1])))
     with np.errstate(all="ignore"):
         q = np.round(v / out_scale[0])
     return np.where(np.isnan(q), zero[0], np.clip(q + zero[0], lo, hi))
@@ -181,6 +184,10 @@ def test_interpreted_kernel_is_the_definition(
     at strides 1 and 2 (a 7x7 at 2 on 13 x 13: cells past the input's edge); 3 and 16 channels
     in, padded with zeros (a network's stem); inputs INT8 without a zero point, INT8 with one
     and UINT8 with one (its padding reads as the zero point)."""
+    _check_definition(rng, c, k, strides, relu, out, window, padding, x_zero)
+
+
+def _check_definition(rng, c, k, strides, relu, out, window, padding, x_zero, clip=None):
     x = rng.integers(-128, 128, (2, c, 13, 13)).astype(np.int8)
     zp = None
     if x_zero == "INT8":
@@ -192,31 +199,59 @@ def test_interpreted_kernel_is_the_definition(
     scale[:2] = [np.nan, np.inf]
     bias = (rng.standard_normal(k) * 3).astype(np.float32)
     out_scale = np.float32([0.0173 * max(1, window * window // 3)])  # wider sums, wider steps
+    if clip is not None:  # values of a few units, steps that put the bounds in range
+        scale, out_scale = scale * np.float32(0.02), np.float32([0.05])
     out_type = dml.DataType[out]
     zero = np.float32([0 if out == "INT8" else 128])
     lo, hi = out_type.integer_range
-    got = K.qdq_convolution(
-        x, w, scale, bias, out_scale, zero, strides, out_type, relu, interpret=True,
-        padding=padding, x_zero=zp,
-    )  # fmt: skip
-    want = _reference(x, w, scale, bias, out_scale, zero, strides, lo, hi, relu, padding, zp)
+
+    def kernel(x, w):
+        return K.qdq_convolution(
+            x, w, scale, bias, out_scale, zero, strides, out_type, relu, interpret=True,
+            padding=padding, x_zero=zp, clip=clip,
+        )  # fmt: skip
+
+    got = kernel(x, w)
+    want = _reference(x, w, scale, bias, out_scale, zero, strides, lo, hi, relu, padding, zp, clip)
     assert got.dtype == out_type.numpy_dtype
     np.testing.assert_array_equal(np.asarray(got), want)
     assert len(np.unique(want)) > 50  # values that can differ
     # the filter's sums only where a zero point's share comes off them (UINT8, a zero point):
     # a reduction a call otherwise, which XLA cannot drop (the kernel takes it as an operand)
-    jaxpr = str(jax.make_jaxpr(lambda x, w: K.qdq_convolution(
-        x, w, scale, bias, out_scale, zero, strides, out_type, relu, interpret=True,
-        padding=padding, x_zero=zp))(x, w))  # fmt: skip
+    jaxpr = str(jax.make_jaxpr(kernel)(x, w))
     assert ("reduce_sum" in jaxpr) == (x_zero is not None)
+    return want
 
 
-def _network(rng, c=64, k=128, size=7, zero_point=None):
+@pytest.mark.parametrize(
+    "c, k, strides, relu, out, window, padding, x_zero, clip",
+    [(48, 40, (1, 1), True, "INT8", 1, ((0, 0), (0, 0)), None, (0.0, 6.0)),
+     (144, 24, (1, 1), False, "INT8", 3, ((1, 1), (1, 1)), "INT8", (-2.5, 1.75)),
+     (96, 16, (2, 2), True, "UINT8", 3, ((1, 1), (1, 1)), "UINT8", (0.0, 6.0)),
+     (160, 144, (2, 2), False, "INT8", 1, ((0, 0), (0, 0)), None, None)],
+)  # fmt: skip
+def test_interpreted_kernel_pads_channels_and_clips(
+    rng, c, k, strides, relu, out, window, padding, x_zero, clip
+):
+    """Channels in that are no power of two (48, 96, 144 and 160: zeros to a multiple of 32,
+    blocks of 32 or more) and channels out that are no multiple of 32 (40, 24, 16, 144: zero
+    filters, dropped after), with CLIP after the bias (ReLU6 as MobileNet's, bounds that cut
+    both sides, the NaN and infinite channels' values through it); UINT8 with a zero point at
+    strides 2 among them. Where a clip is present, values at both bounds."""
+    want = _check_definition(rng, c, k, strides, relu, out, window, padding, x_zero, clip)
+    if clip is not None:
+        zero = 0 if out == "INT8" else 128
+        bounds = [zero + np.round(np.float32(b) / np.float32(0.05)) for b in clip]
+        assert np.isin(bounds, want).all()
+
+
+def _network(rng, c=64, k=128, size=7, zero_point=None, relu6=False):
     """x -> Q -> DQ -> Conv 1x1 (per-channel int8 weights, int32 bias) -> Relu -> Q -> DQ ->
     Conv 1x1 stride 2 (one weight scale, no bias) -> Q -> DQ -> y, and beside the first a 3x3
     convolution (pads 1) -> Relu -> Q -> DQ -> yc: QDQ as onnxruntime's quantizer writes it,
     symmetric (``zero_point`` 0) or with UINT8 activations and a zero point, as onnxruntime's
-    quantizer writes them by default."""
+    quantizer writes them by default. ``relu6``: the first convolution's Relu a Clip to [0, 6]
+    (MobileNet's ReLU6)."""
     zero_point = np.int8(0) if zero_point is None else zero_point
     values = {"sx": np.array(np.float32(0.05)), "z": np.array(zero_point),
               "sa": np.array(np.float32(0.11)), "sb": np.array(np.float32(0.37))}  # fmt: skip
@@ -241,7 +276,10 @@ def _network(rng, c=64, k=128, size=7, zero_point=None):
         nodes.append(helper.make_node("Conv", inputs, [f"h{name}"], **attrs))
 
     conv("a", "xd", 0.05, c, k, 1, True, True)
-    nodes += [helper.make_node("Relu", ["ha"], ["ra"]),
+    if relu6:
+        values["lo"], values["hi"] = np.array(np.float32(0)), np.array(np.float32(6))
+    nodes += [helper.make_node("Clip", ["ha", "lo", "hi"], ["ra"]) if relu6
+              else helper.make_node("Relu", ["ha"], ["ra"]),
               helper.make_node("QuantizeLinear", ["ra", "sa", "z"], ["aq"]),
               helper.make_node("DequantizeLinear", ["aq", "sa", "z"], ["ad"])]  # fmt: skip
     conv("b", "ad", 0.11, k, 64, 1, False, False, strides=[2, 2])
@@ -274,8 +312,7 @@ def test_network_traced_for_cuda_is_the_sessions_without_fast_paths(
     rng, forced_cuda, window, zero_point, monkeypatch
 ):
     """Both 1x1 runs take the kernel (the second through its stride), the 3x3 one where
-    ``MAX_WINDOW`` takes it (symmetric INT8 activations, which cuDNN's int8 convolution would
-    compute otherwise) or ``MAX_UNCOVERED_WINDOW`` does (UINT8 ones with a zero point); every
+    ``MAX_WINDOW`` takes it, symmetric INT8 activations or UINT8 ones with a zero point; every
     output equal to the session's without fast paths."""
     monkeypatch.setattr(K, "MAX_WINDOW", window)
     data = _network(rng, zero_point=zero_point)
@@ -284,11 +321,27 @@ def test_network_traced_for_cuda_is_the_sessions_without_fast_paths(
     s = InferenceSession(data)
     with fastpath.target_platform("cuda"):
         got = jax.jit(s.fn)(x)
-    windows = window == 3 or zero_point.dtype == np.uint8
+    windows = window == 3
     assert sorted(forced_cuda) == [(2, 64, 7, 7)] * (1 + windows) + [(2, 128, 7, 7)]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(np.asarray(g), w)
     assert len(np.unique(want[0])) > 20  # values that can differ
+
+
+@pytest.mark.parametrize("zero_point", [np.int8(0), np.uint8(120)], ids=["int8", "uint8"])
+def test_mobilenet_widths_traced_for_cuda(rng, forced_cuda, zero_point):
+    """MobileNet-v2's widths (144 channels in, 24 out) and its ReLU6 (a Clip after the bias):
+    every convolution takes the kernel, each output the session's without fast paths."""
+    data = _network(rng, c=144, k=24, zero_point=zero_point, relu6=True)
+    x = (rng.standard_normal((2, 144, 7, 7)) * 3).astype(np.float32)
+    want = InferenceSession(data, fast_paths=False).run(None, {"x": x})
+    s = InferenceSession(data)
+    with fastpath.target_platform("cuda"):
+        got = jax.jit(lambda x: s.fn(x))(x)
+    assert sorted(forced_cuda) == [(2, 24, 7, 7)] + [(2, 144, 7, 7)] * 2
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), w)
+    assert len(np.unique(want[0])) > 20 and want[1].max() > 0  # values that can differ
 
 
 @pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
@@ -317,13 +370,17 @@ def test_gpu_network_matches_lax(rng, c, k, size, window, zero_point, monkeypatc
      ((2, 64, 7, 7), np.uint8, 131, (32, 64, 1, 1), (2, 2), ((0, 0), (0, 0))),
      ((2, 64, 14, 14), np.int8, None, (64, 64, 3, 3), (1, 1), ((1, 1), (1, 1))),
      ((2, 64, 14, 14), np.uint8, 120, (64, 64, 3, 3), (2, 2), ((1, 1), (1, 1))),
-     ((2, 3, 32, 32), np.int8, None, (64, 3, 7, 7), (2, 2), ((3, 3), (3, 3)))],
-    ids=["1x1", "1x1-uint8-strided", "3x3", "3x3-uint8-strided", "stem"],
+     ((2, 3, 32, 32), np.int8, None, (64, 3, 7, 7), (2, 2), ((3, 3), (3, 3))),
+     ((2, 144, 7, 7), np.int8, None, (24, 144, 1, 1), (1, 1), ((0, 0), (0, 0))),
+     ((2, 96, 14, 14), np.uint8, 120, (16, 96, 3, 3), (2, 2), ((1, 1), (1, 1)))],
+    ids=["1x1", "1x1-uint8-strided", "3x3", "3x3-uint8-strided", "stem", "1x1-144-24",
+         "3x3-96-16-uint8-strided"],
 )  # fmt: skip
 def test_kernel_lowers_for_cuda(x_shape, x_type, x_zero, w_shape, strides, padding):
     """The kernel as Triton compiles it (not interpreted), lowered for CUDA on any machine:
     Pallas's Triton lowering takes every form, an integer bias (QLinearConv's) with the zero
-    points (a remainder by the constant 1 once failed it, which interpret mode never sees)."""
+    points (a remainder by the constant 1 once failed it, which interpret mode never sees),
+    MobileNet's widths (channels padded to multiples of 32) with a clip."""
     from jax import export
 
     k = w_shape[0]
@@ -334,6 +391,7 @@ def test_kernel_lowers_for_cuda(x_shape, x_type, x_zero, w_shape, strides, paddi
             x, w, scale, bias, out_scale, jnp.zeros((1,), jnp.float32), strides,
             dml.DataType.INT8, True, channels_last=True, padding=padding, x_zero=zero,
             int_bias=jnp.arange(k, dtype=jnp.int32) if x_zero else None,
+            clip=None if k % 32 == 0 else (0.0, 6.0),
         )  # fmt: skip
 
     args = [jax.ShapeDtypeStruct(x_shape, x_type), jax.ShapeDtypeStruct(w_shape, np.int8),
@@ -368,12 +426,10 @@ def _qlinear(c=64, k=32, window=1, stride=1, pad=0, xt="UINT8", per_channel=True
     "change, applies",
     [({}, True), ({"window": 3, "pad": 1}, True), ({"window": 3, "pad": 1, "stride": 2}, True),
      ({"xt": "INT8"}, True), ({"per_channel": False}, True), ({"filter_zero": True}, True),
-     ({"c": 48}, False), ({"window": 5, "pad": 2}, True), ({"window": 9, "pad": 4}, False)],
+     ({"c": 48}, True), ({"window": 5, "pad": 2}, True), ({"window": 9, "pad": 4}, False)],
 )  # fmt: skip
 def test_quantized_convolution_applies(change, applies, monkeypatch):
-    """QLinearConv has no cuDNN form: windows up to ``MAX_UNCOVERED_WINDOW`` (7), whatever
-    ``MAX_WINDOW`` says."""
-    monkeypatch.setattr(K, "MAX_WINDOW", 1)
+    """QLinearConv takes the kernel as the chain does: windows up to ``MAX_WINDOW`` (7)."""
     found = fastpath.select(_qlinear(**change))
     assert (found is not None and found.lower is K._quantized_lower) == applies
 

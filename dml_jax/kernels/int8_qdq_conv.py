@@ -1,12 +1,11 @@
 """An int8 convolution that requantizes its sums in its own epilogue, as one Pallas (Triton)
 kernel: the CUDA lowering of the graph run (``fastpath.register_chain``) CONVOLUTION_INTEGER ->
 CAST to FLOAT32 -> ELEMENT_WISE_MULTIPLY by one scale a channel -> [ELEMENT_WISE_ADD1 of one
-bias a channel] -> [ACTIVATION_RELU] -> ELEMENT_WISE_QUANTIZE_LINEAR by one scale, which a static
-QDQ convolution and the quantizer of its output become (``onnx/optimize/quantized.py``,
+bias a channel] -> [ACTIVATION_RELU] -> [ELEMENT_WISE_CLIP] -> ELEMENT_WISE_QUANTIZE_LINEAR by one
+scale, which a static QDQ convolution and the quantizer of its output become (``onnx/optimize/quantized.py``,
 ``QDQConvFusion``), and the fast path of QUANTIZED_LINEAR_CONVOLUTION (ONNX's QLinearConv),
-whose requantization is the same steps with its INT32 bias added to the sums. 1x1 filters;
-windows up to ``MAX_WINDOW``, ``MAX_UNCOVERED_WINDOW`` or ``MAX_FEW_CHANNEL_WINDOW``
-(``_max_window``).
+whose requantization is the same steps with its INT32 bias added to the sums. 1x1 filters and
+windows up to ``MAX_WINDOW``.
 
 Without it the run is cuDNN's int8 convolution with float32 sums (``int8_conv``), written out,
 then XLA's fusion of the rest reading them back: eight bytes moved a value where the result is
@@ -14,7 +13,7 @@ one. Here the product runs on the int8 tensor cores (Triton's int8 MMA) over the
 channels-last (M = N * H * W rows of C channels, by the filter as {K, C}), and the chain runs
 on the accumulator: the sums to float32 (rounded to nearest even, as CAST), times the channel's
 scale, plus the bias (PTX ``add.rn``: never contracted into a fused multiply-add, which would
-round once where the two lowerings round twice), the ReLU, then the quantizer: the correctly
+round once where the two lowerings round twice), the ReLU, the clip, then the quantizer: the correctly
 rounded quotient by the output scale rounded half to even (``_quant._nearest_steps``, the
 rounding the quantizers' lax lowering takes on CUDA), plus the zero point, saturated; one byte
 written a value. Equal to the nodes' lax lowerings in sequence (tests/test_int8_qdq_conv_kernel.py;
@@ -25,12 +24,13 @@ faster than cuDNN's convolution and XLA's fusion (benchmarks/experiments/README.
 
 Taken where: one group, an INT8 or UINT8 input (with a zero point or none) and an INT8
 filter without one; a 1x1 filter without padding (strides taken by reading the input's strided
-rows first), or a window of at most ``_max_window`` (by its channels and whether cuDNN's int8
-convolution would compute it otherwise), undilated, padded by less than the window
-(``qdq_convolution`` says how; at strides (sy, sx) as sy * sx * C channels); C (channels in) a
-power of two from 32, or fewer (``padded_channels``), times the window's taps at most ``MAX_C``;
-K (channels out) a multiple of 32; MULTIPLY's and ADD1's other operand one FLOAT32 value a
-channel (broadcast: stride 0 but along the channels), ADD1's fused activation none or ReLU;
+rows first), or a window of at most ``MAX_WINDOW``, undilated, padded by less than the window
+(``qdq_convolution`` says how; at strides (sy, sx) as sy * sx * C channels); C (channels in,
+padded with zeros to a multiple of 32 or a power of two: ``padded_channels``) times the
+window's taps at most ``MAX_C``; K (channels out) any (zero filters to a multiple of 32,
+dropped after); MULTIPLY's and ADD1's other operand one FLOAT32 value a channel (broadcast:
+stride 0 but along the channels), ADD1's fused activation none or ReLU; CLIP without a scale
+and bias;
 QUANTIZE_LINEAR's scale one value (every stride 0) and its zero point absent or one value, into
 INT8 or UINT8. Every tensor after the convolution packed, listed {N, K, H, W} or channels-last
 {N, H, W, K} (ChannelsLast's rewrite), each node reading the one before as written or through
@@ -55,18 +55,15 @@ BLOCK_M = 128
 WARPS = 8
 STAGES = 3
 MAX_C = 1 << 16  # products a sum (C times the window's taps): |sums| <= 2^14 * that < 2^31
-# The largest filter window taken over 32 channels or more where cuDNN's int8 convolution
-# computes the product otherwise (``int8_conv``: INT8 input, no zero points), over 32 channels
-# or more where nothing else does (UINT8 activations with a zero point, QLinearConv: XLA's own
-# integer product), and over fewer (a network's first convolution, on three colours). On an
-# H200 (benchmarks/experiments/README.md): the 7x7/2 stem of ResNet-50 1.94x cuDNN's
-# convolution and XLA's fusion alone, the network 3.75 -> 3.54 ms; its 3x3 convolutions
-# 0.86-1.62x alone but the network 3.75 -> 3.80 ms (a padded copy of the input each), so
-# windows over many channels stay cuDNN's where it takes them; with UINT8 activations the
-# network took 30.3 ms with its 3x3 convolutions on XLA's product and 3.39 with them here.
-MAX_WINDOW = 1
-MAX_UNCOVERED_WINDOW = 7
-MAX_FEW_CHANNEL_WINDOW = 7
+# The largest filter window taken. On an H200 (benchmarks/experiments/README.md) ResNet-50's 3x3
+# convolutions here and as cuDNN's int8 convolution with XLA's requantizing fusion ran the
+# network at the same speed (3.22 against 3.20 ms a call at batch 64), but cuDNN's int8
+# convolutions are autotuned when the program compiles, engine by engine: the first call 27.7 s
+# with them, 11.6 s with every convolution here (the float16 export's 5.3 s). The 7x7/2 stem
+# here ran 1.94x cuDNN's and XLA's fusion alone; with UINT8 activations (a zero point: XLA's
+# own integer product otherwise) the network took 30.3 ms with its 3x3 convolutions elsewhere
+# and 3.3 here.
+MAX_WINDOW = 7
 
 
 def _listed(nkhw: tuple, channels_last: bool) -> tuple:
@@ -105,9 +102,10 @@ def _one_value(t: Any, sizes: tuple) -> bool:
     return t.sizes == sizes and all(s == 0 for s in t.layout_strides)
 
 
-def _blocks(n: int) -> int | None:
-    """The block of channels out: the largest of 128, 64, 32 dividing ``n``."""
-    return next((b for b in (128, 64, 32) if n % b == 0), None)
+def _blocks(n: int) -> int:
+    """A block of channels (in or out) of ``n``, a multiple of 32: the largest of 128, 64, 32
+    dividing it."""
+    return next(b for b in (128, 64, 32) if n % b == 0)
 
 
 def _kind(d: Any) -> str:
@@ -115,16 +113,24 @@ def _kind(d: Any) -> str:
 
 
 def _steps_apply(descs: tuple) -> bool:
-    """The run's operators: the convolution, CAST, MULTIPLY, then ADD1 (a bias) and
-    ACTIVATION_RELU where present, in that order, and QUANTIZE_LINEAR last."""
+    """The run's operators: the convolution, CAST, MULTIPLY, then ADD1 (a bias),
+    ACTIVATION_RELU and CLIP (ReLU6, as MobileNet's) where present, in that order, and
+    QUANTIZE_LINEAR last."""
     kinds = [_kind(d) for d in descs]
     if len(kinds) < 4 or kinds[:3] != ["CONVOLUTION_INTEGER", "CAST", "ELEMENT_WISE_MULTIPLY"]:
         return False
-    middle = [k for k in kinds[3:-1] if k in ("ELEMENT_WISE_ADD1", "ACTIVATION_RELU")]
-    return kinds[-1] == "ELEMENT_WISE_QUANTIZE_LINEAR" and middle == kinds[3:-1] and (
-        middle in ([], ["ELEMENT_WISE_ADD1"], ["ACTIVATION_RELU"],
-                   ["ELEMENT_WISE_ADD1", "ACTIVATION_RELU"])
-    )  # fmt: skip
+    order = ("ELEMENT_WISE_ADD1", "ACTIVATION_RELU", "ELEMENT_WISE_CLIP")
+    middle = ["ELEMENT_WISE_CLIP" if _clips(k) else k for k in kinds[3:-1]]
+    places = [order.index(k) if k in order else -1 for k in middle]
+    return (
+        kinds[-1] == "ELEMENT_WISE_QUANTIZE_LINEAR"
+        and -1 not in places
+        and places == sorted(set(places))
+    )
+
+
+def _clips(kind: str) -> bool:
+    return kind in ("ELEMENT_WISE_CLIP", "ELEMENT_WISE_CLIP1")
 
 
 def _conv_applies(conv: Any, filter_zero: bool = False) -> bool:
@@ -139,7 +145,7 @@ def _conv_applies(conv: Any, filter_zero: bool = False) -> bool:
         return False
     window = tuple(w.sizes[2:])
     if window != (1, 1):  # a window: undilated, padded by less than the window
-        if max(window) > _max_window(conv):
+        if max(window) > MAX_WINDOW:
             return False
         if any(d != 1 for d in conv.dilations):
             return False
@@ -148,36 +154,21 @@ def _conv_applies(conv: Any, filter_zero: bool = False) -> bool:
             return False
     elif any(conv.start_padding) or any(conv.end_padding):
         return False
-    c, k = x.sizes[1], w.sizes[0]
+    c = x.sizes[1]
     (sy, sx), (kh, kw) = conv.strides, window
     strided = window != (1, 1) and (sy, sx) != (1, 1)
     cells = sy * sx if strided else 1  # the input's channels a space-to-depth cell holds
     taps = -(-kh // sy) * -(-kw // sx) if strided else kh * kw
-    if c & (c - 1) and c >= 32:
-        return False
-    return padded_channels(c, cells) * cells * taps <= MAX_C and _blocks(k) is not None
-
-
-def _max_window(conv: Any) -> int:
-    """The largest window taken for ``conv`` (the tunables above say which)."""
-    if conv.input_tensor.sizes[1] < 32:
-        return MAX_FEW_CHANNEL_WINDOW
-    covered = (  # what int8_conv's cuDNN convolution computes
-        _kind(conv) == "CONVOLUTION_INTEGER"
-        and conv.input_tensor.data_type.name == "INT8"
-        and conv.input_zero_point_tensor is None
-        and conv.filter_zero_point_tensor is None
-    )
-    return MAX_WINDOW if covered else MAX_UNCOVERED_WINDOW
+    return padded_channels(c, cells) * cells * taps <= MAX_C
 
 
 def padded_channels(c: int, cells: int) -> int:
-    """The channels in the kernel reads of C = ``c`` (``cells`` of them a space-to-depth cell):
-    C itself where a power of two from 32; fewer than 32 (a network's first convolution, on
-    three colours) padded with zeros to the next power of two, and so that a cell holds at
-    least 32."""
+    """The channels in the kernel reads of C = ``c`` (``cells`` of them a space-to-depth cell),
+    zeros past C: from 32, C up to a multiple of 32 (MobileNet's 144: 160); fewer than 32 (a
+    network's first convolution, on three colours) up to the next power of two, and so that a
+    cell holds at least 32."""
     if c >= 32:
-        return c
+        return -(-c // 32) * 32
     power = 1 << (c - 1).bit_length()
     return max(power, -(-32 // cells))
 
@@ -202,6 +193,9 @@ def layouts(descs: tuple, slots: tuple) -> tuple[bool, ...] | None:
                 return None
             act = getattr(d, "fused_activation", None)
             if act is not None and _kind(act) != "ACTIVATION_RELU":
+                return None
+        elif _clips(_kind(d)):
+            if d.scale_bias is not None:
                 return None
         elif _kind(d) == "ELEMENT_WISE_QUANTIZE_LINEAR":
             scale, zero = d.scale_tensor, d.zero_point_tensor
@@ -228,11 +222,12 @@ def _applies(descs: tuple, slots: tuple) -> bool:
 def qdq_convolution(
     x, w, scale, bias, out_scale, zero, strides, out_type, relu: bool,
     channels_last: bool = False, interpret: bool = False, padding=((0, 0), (0, 0)),
-    x_zero=None, int_bias=None,
+    x_zero=None, int_bias=None, clip=None,
 ):  # fmt: skip
     """x {N, C, H, W} int8 by w {K, C, kH, kW} int8 at ``strides``, ``padding`` ((top, bottom),
     (left, right)) of zeros around x (none for a 1x1 filter): the sums to float32,
-    times ``scale`` {K}, plus ``bias`` {K} (or None), ReLU where ``relu``, quantized by
+    times ``scale`` {K}, plus ``bias`` {K} (or None), ReLU where ``relu``, clipped to ``clip``
+    ((lo, hi) Python floats, or None: CLIP's ``max(lo, min(v, hi))``, NaN kept), quantized by
     ``out_scale`` {1} with the zero point ``zero`` {1} (float32) into ``out_type`` (a
     DataType): {N, K, H', W'}, or {N, H', W', K} where ``channels_last``. ``interpret`` runs
     the kernel in Pallas's interpreter (any machine; PTX's add is then XLA's). x may be UINT8
@@ -251,6 +246,13 @@ def qdq_convolution(
     sums at strides 1 (``_space_to_depth``)."""
     pl, pltriton = load_pallas()
     kh, kw = w.shape[2:]
+    k_out = w.shape[0]
+    more_k = -(-k_out // 32) * 32 - k_out  # channels out to a multiple of 32: zero filters
+    if more_k:
+        w = jnp.pad(w, ((0, more_k), (0, 0), (0, 0), (0, 0)))
+        scale = jnp.pad(scale, (0, more_k))
+        bias = None if bias is None else jnp.pad(bias, (0, more_k))
+        int_bias = None if int_bias is None else jnp.pad(int_bias, (0, more_k))
     if (kh, kw) == (1, 1) and tuple(strides) != (1, 1):
         x = x[:, :, :: strides[0], :: strides[1]]
     shift = 128 if x.dtype == jnp.uint8 else 0
@@ -284,7 +286,7 @@ def qdq_convolution(
     a = xs.reshape(m, c)
     b = jnp.transpose(w, (2, 3, 0, 1)).reshape(kh * kw, k, c)
     offsets = [i * wp + j for i in range(kh) for j in range(kw)]
-    bm, bn, bk = BLOCK_M, _blocks(k), min(128, c)
+    bm, bn, bk = BLOCK_M, _blocks(k), _blocks(c)
     rows = -(-m // bm) * bm  # whole blocks of rows; the padding's rows dropped after
     reach = rows + offsets[-1]  # the rows the last block's last tap reads
     if reach != m:
@@ -326,6 +328,9 @@ def qdq_convolution(
             v = v + t if interpret else ptx("add.rn.f32", v, t)
         if relu:
             v = jnp.where(v > 0, v, jnp.float32(0))
+        if clip is not None:  # compares: NaN stays NaN (the quantizer's zero point below)
+            v = jnp.where(v < clip[0], jnp.float32(clip[0]), v)
+            v = jnp.where(v > clip[1], jnp.float32(clip[1]), v)
         q = _quant._nearest_steps.__wrapped__(v, jnp.broadcast_to(y_ref[...], v.shape))
         z = jnp.broadcast_to(z_ref[...], v.shape)
         nan = jnp.isnan(q) if interpret else is_nan(q)
@@ -357,7 +362,7 @@ def qdq_convolution(
         compiler_params=pltriton.CompilerParams(num_warps=WARPS, num_stages=STAGES),
         **specs,
     )(a, b, scale, bias, out_scale, zero, zp8, sums, int_bias)
-    out = out[:m].reshape(n, hp, wp, k)[:, :out_h, :out_w]
+    out = out[:m].reshape(n, hp, wp, k)[:, :out_h, :out_w, :k_out]
     return out if channels_last else jnp.transpose(out, (0, 3, 1, 2))
 
 
@@ -401,11 +406,13 @@ def _lower(descs: tuple, slots: tuple, groups: list) -> tuple:
     conv, quant = descs[0], descs[-1]
     x, *x_zero, w = groups[0]  # the input's zero point where present
     scale = _channel_values(groups[2][0], listing[1])
-    bias, relu = None, False
+    bias, relu, clip = None, False, None
     for d, group, last in zip(descs[3:-1], groups[3:-1], listing[2:-1]):
         if _kind(d) == "ELEMENT_WISE_ADD1":
             bias = _channel_values(group[0], last)
             relu = relu or d.fused_activation is not None
+        elif _clips(_kind(d)):
+            clip = tuple(float(v) for v in d.bounds())
         else:
             relu = True
     out_scale = groups[-1][0].reshape(-1)[:1].astype(jnp.float32)
@@ -418,12 +425,12 @@ def _lower(descs: tuple, slots: tuple, groups: list) -> tuple:
     return (
         qdq_convolution(
             x, w, scale, bias, out_scale, zero, conv.strides, out_type, relu, listing[-1],
-            padding=padding, x_zero=x_zero[0] if x_zero else None,
+            padding=padding, x_zero=x_zero[0] if x_zero else None, clip=clip,
         ),
     )  # fmt: skip
 
 
-register_chain("DML_OPERATOR_CONVOLUTION_INTEGER", "int8_qdq", _applies, _lower, longest=6)
+register_chain("DML_OPERATOR_CONVOLUTION_INTEGER", "int8_qdq", _applies, _lower, longest=7)
 
 
 # ---------------------------------------------------------------------------------------------
