@@ -2,15 +2,15 @@
 folding, graph optimizations), jax's trace and lowering to StableHLO, XLA's compilation, and
 the first run; against ``torch.compile``'s first call on the same model, in the same process.
 
-Models are the onnx_models suite's (``dml_jax.bench.suites.onnx_models.MODELS``), random
+Models are the onnx_models suite's (``dml_jax.bench.suites.onnx_families.FAMILIES``), random
 weights, exported with TorchScript at the timed batch and type. Each phase is timed apart
 (``jax.jit(fn).trace(...).lower().compile()``); ``hlo ops`` counts the instructions of the
 optimized program, ``hot ms`` is the compiled program's time (the bench harness's ``Timer``).
 
 Usage (on a CUDA machine with PyTorch and torchvision):
 ``PYTHONPATH=. python benchmarks/experiments/onnx_compile_time.py [--only NAME ...]
-[--batch 64] [--dtype float16] [--no-compile] [--level all] [--triton-gemm]
-[--no-patch-products] [--profile] [--roll] [--drop-fast-path OPERATOR:NAME]``. The programs
+[--batch N] [--dtype float16] [--no-compile] [--level all] [--triton-gemm]
+[--no-patch-products] [--profile] [--roll] [--drop-fast-path OPERATOR:NAME] [--quantized]``. The programs
 compile with the session's options (``session.compiler_options``: on GPUs XLA's Triton matrix
 products off, which they take over ``XLA_FLAGS``; ``--triton-gemm`` turns them back on);
 ``XLA_FLAGS`` set outside compares XLA's other options (``--xla_gpu_autotune_level=0``: no
@@ -22,7 +22,10 @@ model's row, the host events that took longest in all (XLA's passes, such as
 seconds in all, how many times, on how many threads. ``--roll`` traces each run of
 repeated blocks as one loop (``InferenceSession``'s ``roll_repeats=True``).
 ``--drop-fast-path CONVOLUTION:depthwise`` (or ``MEAN_VARIANCE_NORMALIZATION1:*``) times the
-model with that GPU fast path out of the registry: the lowering it replaces.
+model with that GPU fast path out of the registry: the lowering it replaces. ``--quantized``
+times the float32 export quantized as ``quantized_models_gpu.py`` quantizes it instead;
+``--run`` times ``run``'s program (weights as arguments) rather than ``fn_on()``'s (weights
+compiled in), its trace, lowering and compile as one phase.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import json
 import os
 import tempfile
 import time
+
+import numpy as np
 
 
 def _timed(fn):
@@ -79,7 +84,7 @@ def drop_fast_paths(specs: list[str]) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", nargs="*", default=["convnext_tiny", "fcn_resnet50", "gpt2"])
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch", type=int, default=None, help="default: the family's timed batch")
     p.add_argument("--dtype", choices=("float16", "float32"), default="float16")
     p.add_argument("--level", default="all")
     p.add_argument("--no-compile", dest="compile", action="store_false")
@@ -106,6 +111,18 @@ def main() -> None:
         help="take a fast path out of the registry (repeatable), e.g. CONVOLUTION:depthwise or "
         "MEAN_VARIANCE_NORMALIZATION1:kernel; NAME * drops every fast path of the operator",
     )
+    p.add_argument(
+        "--quantized",
+        action="store_true",
+        help="the model's float32 export quantized as the quantized models suite quantizes it "
+        "(BERT dynamic int8, image families static QDQ int8), timed instead of the export",
+    )
+    p.add_argument(
+        "--run",
+        action="store_true",
+        help="time (and with --profile trace) run's first call as one phase: its program, "
+        "weights as arguments, instead of fn_on()'s, weights compiled in",
+    )
     args = p.parse_args()
     drop_fast_paths(args.drop_fast_path)
     if args.no_patch_products:
@@ -117,7 +134,8 @@ def main() -> None:
     import torch
 
     from dml_jax.bench.harness import Timer, cold_torch_caches, jax_sync
-    from dml_jax.bench.suites.onnx_models import MODELS, export, random_model
+    from dml_jax.bench.suites.onnx_families import FAMILIES
+    from dml_jax.bench.suites.onnx_models import export, random_model
     from dml_jax.onnx import InferenceSession, SessionOptions
 
     print(f"jax {jax.__version__}, torch {torch.__version__}, {jax.devices()[0].device_kind}, "
@@ -125,10 +143,14 @@ def main() -> None:
     print("model | import s | trace s | lower s | compile s | first run s | total s | "
           "hlo ops | hot ms | torch.compile first s")  # fmt: skip
     for name in args.only:
-        _, inputs, dynamic = MODELS[name]
-        model = random_model(name, torch)
-        targs = inputs(args.batch)
-        if args.dtype == "float16":
+        family = FAMILIES[name]
+        model = random_model(name, torch, False)
+        targs = family.inputs(args.batch or family.batch, False)
+        dynamic = family.dynamic
+        if args.quantized:
+            model = model.cuda()
+            targs = tuple(a.cuda() for a in targs)
+        elif args.dtype == "float16":
             model = model.cuda().half()
             targs = tuple(a.cuda().half() if a.is_floating_point() else a.cuda() for a in targs)
         else:
@@ -138,6 +160,13 @@ def main() -> None:
             path = os.path.join(tmp, f"{name}.onnx")
             with torch.no_grad():
                 export(model, targs, path, "torchscript", dynamic)
+            if args.quantized:
+                from dml_jax.bench.suites.quantized_models import MODELS as QUANTIZED
+                from dml_jax.bench.suites.quantized_models import quantize
+
+                source, path = path, os.path.join(tmp, f"{name}_int8.onnx")
+                kind = QUANTIZED.get(name, "QDQ int8")
+                quantize(kind, source, path, [a.cpu().numpy() for a in targs])
             feeds = [jax.device_put(a.cpu().numpy()) for a in targs]
             options = SessionOptions()
             options.graph_optimization_level = args.level
@@ -147,6 +176,21 @@ def main() -> None:
                     path, options, compiler_options=triton, roll_repeats=args.roll
                 )
             )
+            if args.run:
+                feed = {i.name: np.asarray(a) for i, a in zip(session.get_inputs(), feeds)}
+                profile = os.path.join(tmp, "profile") if args.profile else None
+                if profile:
+                    jax.profiler.start_trace(profile)
+                t_first, call = _timed(lambda: session._device_call(feed))
+                t_run, _ = _timed(lambda: jax.block_until_ready(call()))
+                if profile:
+                    jax.profiler.stop_trace()
+                hot = Timer().run(call, jax_sync)
+                print(f"{name} | run: import {t_import:.2f} s, program {t_first:.2f} s, first "
+                      f"run {t_run:.2f} s | {hot * 1e3:.2f} ms", flush=True)  # fmt: skip
+                if profile:
+                    print("\n".join(_longest_events(profile)), flush=True)
+                continue
             # traced for the session's device alone (as ``run`` does), unless --every-platform
             pure = session.fn if args.every_platform else session.fn_on()
             fn = jax.jit(pure, compiler_options=session.compiler_options or None)
