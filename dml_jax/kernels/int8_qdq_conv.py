@@ -1,9 +1,10 @@
 """An int8 convolution that requantizes its sums in its own epilogue, as one Pallas (Triton)
 kernel: the CUDA lowering of the graph run (``fastpath.register_chain``) CONVOLUTION_INTEGER ->
 CAST to FLOAT32 -> ELEMENT_WISE_MULTIPLY by one scale a channel -> [ELEMENT_WISE_ADD1 of one
-bias a channel] -> [ACTIVATION_RELU] -> [ELEMENT_WISE_CLIP] -> ELEMENT_WISE_QUANTIZE_LINEAR by one
-scale, which a static QDQ convolution and the quantizer of its output become (``onnx/optimize/quantized.py``,
-``QDQConvFusion``), and the fast path of QUANTIZED_LINEAR_CONVOLUTION (ONNX's QLinearConv),
+bias a channel] -> [ACTIVATION_RELU] -> [ELEMENT_WISE_CLIP] -> ELEMENT_WISE_QUANTIZE_LINEAR by
+one scale, which a static QDQ convolution and the quantizer of its output become
+(``onnx/optimize/quantized.py``, ``QDQConvFusion``), and the fast path of
+QUANTIZED_LINEAR_CONVOLUTION (ONNX's QLinearConv),
 whose requantization is the same steps with its INT32 bias added to the sums. 1x1 filters and
 windows up to ``MAX_WINDOW``.
 
@@ -13,8 +14,8 @@ one. Here the product runs on the int8 tensor cores (Triton's int8 MMA) over the
 channels-last (M = N * H * W rows of C channels, by the filter as {K, C}), and the chain runs
 on the accumulator: the sums to float32 (rounded to nearest even, as CAST), times the channel's
 scale, plus the bias (PTX ``add.rn``: never contracted into a fused multiply-add, which would
-round once where the two lowerings round twice), the ReLU, the clip, then the quantizer: the correctly
-rounded quotient by the output scale rounded half to even (``_quant._nearest_steps``, the
+round once where the two lowerings round twice), the ReLU, the clip, then the quantizer: the
+correctly rounded quotient by the output scale rounded half to even (``_quant._nearest_steps``, the
 rounding the quantizers' lax lowering takes on CUDA), plus the zero point, saturated; one byte
 written a value. Equal to the nodes' lax lowerings in sequence (tests/test_int8_qdq_conv_kernel.py;
 where a value is NaN the ReLU here gives 0 and the lax lowering NaN, and the quantizer turns
@@ -30,11 +31,10 @@ padded with zeros to a multiple of 32 or a power of two: ``padded_channels``) ti
 window's taps at most ``MAX_C``; K (channels out) any (zero filters to a multiple of 32,
 dropped after); MULTIPLY's and ADD1's other operand one FLOAT32 value a channel (broadcast:
 stride 0 but along the channels), ADD1's fused activation none or ReLU; CLIP without a scale
-and bias;
-QUANTIZE_LINEAR's scale one value (every stride 0) and its zero point absent or one value, into
-INT8 or UINT8. Every tensor after the convolution packed, listed {N, K, H, W} or channels-last
-{N, H, W, K} (ChannelsLast's rewrite), each node reading the one before as written or through
-the other listing's view (``layouts``).
+and bias; QUANTIZE_LINEAR's scale one value (every stride 0) and its zero point absent or one
+value, into INT8 or UINT8. Every tensor after the convolution packed, listed {N, K, H, W} or
+channels-last {N, H, W, K} (ChannelsLast's rewrite), each node reading the one before as
+written or through the other listing's view (``layouts``).
 """
 
 from __future__ import annotations
@@ -328,9 +328,9 @@ def qdq_convolution(
             v = v + t if interpret else ptx("add.rn.f32", v, t)
         if relu:
             v = jnp.where(v > 0, v, jnp.float32(0))
-        if clip is not None:  # compares: NaN stays NaN (the quantizer's zero point below)
-            v = jnp.where(v < clip[0], jnp.float32(clip[0]), v)
+        if clip is not None:  # min then max (lo above hi gives lo); NaN stays NaN
             v = jnp.where(v > clip[1], jnp.float32(clip[1]), v)
+            v = jnp.where(v < clip[0], jnp.float32(clip[0]), v)
         q = _quant._nearest_steps.__wrapped__(v, jnp.broadcast_to(y_ref[...], v.shape))
         z = jnp.broadcast_to(z_ref[...], v.shape)
         nan = jnp.isnan(q) if interpret else is_nan(q)
