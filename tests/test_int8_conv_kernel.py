@@ -107,13 +107,16 @@ def _stacked_model(rng, c=8):
     return onnx.helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
 
 
-def test_integer_convolutions_hand_channels_last_activations_on(rng, forced_cuda):
+def test_integer_convolutions_hand_channels_last_activations_on(rng, forced_cuda, monkeypatch):
     """Between two QDQ convolutions the scaling, ReLU, quantize, dequantize and residual
     addition run channels-last (ChannelsLast takes them after QDQConvFusion's pairs); the
-    second convolution still takes the int8 path, reading the NHWC bytes; the values are the
-    session's without the rewrite and without fast paths (to a float32 rounding: where a
-    scaling and its bias addition share a kernel XLA may contract them into one fused
-    multiply-add, docs/semantics.md; a misread layout moves values, not last bits)."""
+    first convolution and its quantizer take the int8 QDQ kernel (``int8_qdq_conv``,
+    interpreted), the second, whose sums meet the residual addition, this pair's int8 path,
+    reading the first one's NHWC bytes; the values are the session's without the rewrite and
+    without fast paths (to a float32 rounding: where a scaling and its bias addition share a
+    kernel XLA may contract them into one fused multiply-add, docs/semantics.md; a misread
+    layout moves values, not last bits)."""
+    from dml_jax.kernels import int8_qdq_conv
     from dml_jax.onnx import SessionOptions
 
     data = _stacked_model(rng)
@@ -126,10 +129,12 @@ def test_integer_convolutions_hand_channels_last_activations_on(rng, forced_cuda
     np.testing.assert_allclose(s.run(None, {"x": x})[0], want, **tol)
     last = s.explain().splitlines()[-1]
     assert "QDQConvFusion x2" in last and "ChannelsLast x" in last
-    forced_cuda.clear()  # (a CUDA machine's run above traced the kernel too)
-    with fastpath.target_platform("cuda"):
-        got = np.asarray(jax.jit(s.fn)(x)[0])
-    assert len(forced_cuda) == 2
+    record = lambda x, *rest: x.shape
+    with forced_cuda_kernel(monkeypatch, int8_qdq_conv, "qdq_convolution", record) as chains:
+        forced_cuda.clear()  # (a CUDA machine's run above traced the kernels too)
+        with fastpath.target_platform("cuda"):
+            got = np.asarray(jax.jit(lambda x: s.fn(x))(x)[0])
+    assert chains == [(2, 8, 10, 10)] and forced_cuda == [(2, 8, 10, 10)]
     np.testing.assert_allclose(got, want, **tol)
 
 
