@@ -375,6 +375,20 @@ def test_gpu_network_matches_lax(rng, c, k, size, window, zero_point, monkeypatc
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("zero_point", [np.int8(0), np.uint8(120)], ids=["int8", "uint8"])
+@pytest.mark.parametrize("c, k, size", [(144, 24, 56), (96, 576, 14), (960, 160, 7)])
+def test_gpu_mobilenet_widths_match_lax(rng, c, k, size, zero_point):
+    """Natively: MobileNet-v2's widths (channels in and out no multiples of 32 or powers of
+    two) with its ReLU6, against the lax lowering bit for bit."""
+    data = _network(rng, c=c, k=k, size=size, zero_point=zero_point, relu6=True)
+    x = (rng.standard_normal((2, c, size, size)) * 3).astype(np.float32)
+    got = InferenceSession(data).run(None, {"x": x})
+    want = InferenceSession(data, fast_paths=False).run(None, {"x": x})
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
 @pytest.mark.parametrize(
     "x_shape, x_type, x_zero, w_shape, strides, padding",
     [((2, 64, 7, 7), np.int8, None, (32, 64, 1, 1), (1, 1), ((0, 0), (0, 0))),
