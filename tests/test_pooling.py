@@ -324,6 +324,41 @@ def test_max_pooling_indices_match_reference_with_ties(case):
 
 
 @S.FEW
+@given(pooling_cases(classes=(MAX, MAX1, MAX2), style="ties"))
+def test_max_by_slices_and_by_reduce_window_agree(case):
+    """MAX's two forms, the strided slices off the CPU and reduce_window on it (traced for each
+    platform here), give the same values bit for bit: NaN where it propagates, -0.0 below
+    +0.0, padding never winning."""
+    from dml_jax import fastpath
+    from dml_jax.ops.pooling import window_max
+
+    plan, (x,) = window_plan(case.desc), case.inputs
+    values = {}
+    for platform in ("cpu", "cuda"):
+        with fastpath.target_platform(platform):
+            values[platform] = np.asarray(jax.jit(lambda x: window_max(plan, x))(x))
+    cpu, other = values["cpu"], values["cuda"]
+    assert cpu.dtype == other.dtype and cpu.shape == other.shape
+    np.testing.assert_array_equal(cpu.view(f"u{cpu.itemsize}"), other.view(f"u{cpu.itemsize}"))
+
+
+def test_max_pooling_on_the_cpu_is_one_reduce_window():
+    """An overlapping, padded max pooling (ResNet's 3x3/2 after its stem): on the CPU one
+    reduce_window and no padded copy (XLA fused the padding's producers into it element by
+    element), off it the slices of the padded input."""
+    from dml_jax import fastpath
+    from dml_jax.ops.pooling import window_max
+
+    x = dml.TensorDesc("FLOAT32", (1, 4, 9, 9))
+    desc = MAX(x, x.like(sizes=(1, 4, 5, 5)), (2, 2), (3, 3), (1, 1), (1, 1))
+    plan = window_plan(desc)
+    for platform, form in (("cpu", "reduce_window_max["), ("cuda", " pad[")):
+        with fastpath.target_platform(platform):
+            jaxpr = str(jax.make_jaxpr(lambda x: window_max(plan, x))(np.zeros((1, 4, 9, 9), "f4")))
+        assert form in jaxpr and (" pad[" in jaxpr) == (platform == "cuda")
+
+
+@S.FEW
 @given(pooling_cases(max_elements=96))
 def test_pooling_jit_and_vmap(case):
     S.check_jit(case, **S.same_program_tolerance(case))

@@ -378,6 +378,7 @@ def _lowest(dtype) -> Any:
 # element-wise pass over strided slices of the padded input instead of reduce_window: XLA's GPU
 # reduce_window reads an overlapping window slowly (3x3 stride 1 max: 0.39 of the copy on the
 # H200, benchmarks/RESULTS.md#operators), while the slices fuse into one loop over the output.
+# (MAX pooling on the CPU takes reduce_window whatever the window: ``window_max``.)
 SLICE_WINDOW_POINTS = 32
 
 
@@ -451,9 +452,14 @@ def lower_lp_pooling(d: Any, x):
 
 
 def window_max(plan: WindowPlan, x):
-    """MAX pooling's values: one element-wise maximum over strided slices of the padded input
-    for small overlapping or dilated windows (``_by_slices``), else one reduce_window (lax.max
-    from the type's lowest value, so padding never wins; NaN propagates, XLA's max).
+    """MAX pooling's values: off the CPU one element-wise maximum over strided slices of the
+    padded input for small overlapping or dilated windows (``_by_slices``), else (and on the
+    CPU always) one reduce_window (lax.max from the type's lowest value, so padding never wins;
+    NaN propagates, XLA's max; the maxima are the same either way). On the CPU XLA fused the
+    producers of a padded input into the pad, evaluating them element by element: a static QDQ
+    ResNet-50's stem quantizers in front of its 3x3/2 max pooling took 7 of the network's 55 ms
+    at batch 1 on two cores, 48 with reduce_window; ONNX's Inception v1 37 -> 31-36 ms, the
+    other light models within the spread (benchmarks/experiments/README.md).
 
     The derivative follows MAX_POOLING_GRAD in both forms: each output's tangent is the input
     tangent at the first maximum of its window in window order (the element
@@ -463,12 +469,21 @@ def window_max(plan: WindowPlan, x):
     lowest = np.array(_lowest(x.dtype), x.dtype)
 
     def forward(x):
-        if not _by_slices(plan):
+        def whole(x):
             return lax.reduce_window(x, lowest, lax.max, **plan.lax_args())
-        out = None
-        for slice_ in window_points(plan, x, lowest):
-            out = slice_ if out is None else lax.max(out, slice_)
-        return out
+
+        if not _by_slices(plan):
+            return whole(x)
+
+        def slices(x):
+            out = None
+            for slice_ in window_points(plan, x, lowest):
+                out = slice_ if out is None else lax.max(out, slice_)
+            return out
+
+        from ..fastpath import platform_choice
+
+        return platform_choice(x, cpu=whole, default=slices)
 
     @jax.custom_jvp
     def pooled_max(x):
