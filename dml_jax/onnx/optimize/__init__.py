@@ -152,6 +152,14 @@ def level_name(level: Any, field: str = "graph_optimization_level") -> str:
     )
 
 
+def op_class(name: str) -> type:
+    """The descriptor class of the DML operator ``name`` (without ``DML_OPERATOR_``), for the
+    rewrites' new nodes."""
+    from ...registry import lookup
+
+    return lookup(f"DML_OPERATOR_{name}").desc_class
+
+
 class Editor:
     """A mutable view of an imported DML graph for rewrites.
 
@@ -380,13 +388,12 @@ class Editor:
     ) -> Source:
         """A new constant entering as the importer makes them: a graph input read once by an
         IDENTITY node writing it packed (readers view that output as they like); its source."""
-        from ...registry import lookup
         from ...tensor import TensorDesc
 
         array = np.ascontiguousarray(np.asarray(array).astype(data_type.numpy_dtype))
         sizes = tuple(array.shape) or (1,)
         desc = TensorDesc(data_type, sizes)
-        identity = lookup("DML_OPERATOR_ELEMENT_WISE_IDENTITY").desc_class(desc, desc)
+        identity = op_class("ELEMENT_WISE_IDENTITY")(desc, desc)
         src = self.add_constant(array.reshape(sizes), param)
         return (self.add(identity, [src], -1), 0)
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import math
 
-from ...registry import lookup
 from ...tensor import TensorDesc
-from . import Editor, Source, rewrite
+from . import Editor, Source, op_class, rewrite
 
 
 def _mul_operands(g: Editor, n: int) -> tuple[Source, Source] | None:
@@ -104,7 +103,7 @@ def _gelu_product(g: Editor, x: Source, a: int) -> tuple[int, list[int]] | None:
 def gelu(g: Editor) -> int:
     """``x * 0.5 * (1 + erf(x / sqrt 2))`` in any operand order and grouping: ACTIVATION_GELU."""
     count = 0
-    gelu_desc = lookup("DML_OPERATOR_ACTIVATION_GELU").desc_class
+    gelu_desc = op_class("ACTIVATION_GELU")
     for erf in g.live():
         if g.op(erf) != "ELEMENT_WISE_ERF" or g.nodes[erf] is None:
             continue
@@ -134,7 +133,7 @@ def swish(g: Editor) -> int:
     """``x * sigmoid(a * x)`` (``a`` a constant scalar, 1 when absent: SiLU) in any operand
     order: ACTIVATION_SWISH with SigmoidInputScale ``a``."""
     count = 0
-    swish_desc = lookup("DML_OPERATOR_ACTIVATION_SWISH").desc_class
+    swish_desc = op_class("ACTIVATION_SWISH")
     for s in g.live():
         if g.op(s) != "ACTIVATION_SIGMOID" or g.nodes[s] is None:
             continue

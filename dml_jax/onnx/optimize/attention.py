@@ -60,9 +60,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...enums import DataType
-from ...registry import lookup
 from ...tensor import TensorDesc, host_view, packed_strides
-from . import GRAPH_INPUT, Editor, Source, rewrite
+from . import GRAPH_INPUT, Editor, Source, op_class, rewrite
 from .views import Axes, canonical, compose, reshaped_strides, view_axes
 
 _ID = "DML_OPERATOR_ELEMENT_WISE_IDENTITY"
@@ -86,10 +85,6 @@ def _declined(reason: str, value):
     """``value`` (None or False: not fused here), ``reason`` logged (``_LOG``)."""
     _LOG.debug("AttentionFusion: not fused: %s", reason)
     return value
-
-
-def _op(name: str) -> type:
-    return lookup(f"DML_OPERATOR_{name}").desc_class
 
 
 # --- reading through the graph ---------------------------------------------------------------
@@ -452,11 +447,11 @@ def _input(x: _Operand, b: int, heads: tuple[int, int, Axes], rows: int):
     view = TensorDesc(t, full, strides=(sb, sr, *(s for _, s in head_axes), sc))
     out = TensorDesc(t, full)
     if not x.factors:
-        return [(_op("ELEMENT_WISE_IDENTITY")(view, out), None)], TensorDesc(t, sizes)
+        return [(op_class("ELEMENT_WISE_IDENTITY")(view, out), None)], TensorDesc(t, sizes)
     nodes = []
     scalar = TensorDesc(t, full, strides=(0,) * len(full))
     for k, (kind, src) in enumerate(x.factors):
-        nodes.append((_op(kind)(view if k == 0 else out, scalar, out), src))
+        nodes.append((op_class(kind)(view if k == 0 else out, scalar, out), src))
     return nodes, TensorDesc(t, sizes)
 
 
@@ -577,18 +572,20 @@ def _zero_nan_rows(g: Editor, m: _Match, y: Source, value: tuple, dims: tuple, o
     flags = g.nodes[nan].output_tensor.data_type
     sizes = (b, s, hkv, h // hkv, dv)  # the output {B, S, H * Dv}, query heads grouped
     y5 = TensorDesc(t, sizes)
-    is_nan = g.add(_op("ELEMENT_WISE_IS_NAN")(y5, TensorDesc(flags, sizes)), [y], origin)
+    is_nan = g.add(op_class("ELEMENT_WISE_IS_NAN")(y5, TensorDesc(flags, sizes)), [y], origin)
     fill = g.source(sel, 1)
     fill_desc = TensorDesc(t, sizes, strides=(0,) * len(sizes))
     if g.param(fill) is not None:
         v_src, v_desc = value
         sums = TensorDesc(t, (b, 1, hkv * dv))
-        reduce = _op("REDUCE")("SUM", v_desc, sums, axes=[1])
+        reduce = op_class("REDUCE")("SUM", v_desc, sums, axes=[1])
         total = g.add(reduce, [v_src], origin)
         scalar = TensorDesc(t, sums.sizes, strides=(0, 0, 0))
-        times = g.add(_op("ELEMENT_WISE_MULTIPLY")(sums, scalar, sums), [(total, 0), fill], origin)
+        times = g.add(
+            op_class("ELEMENT_WISE_MULTIPLY")(sums, scalar, sums), [(total, 0), fill], origin
+        )
         fill, fill_desc = (times, 0), TensorDesc(t, sizes, strides=(hkv * dv, 0, dv, 0, 1))
-    node = _op("ELEMENT_WISE_IF")(TensorDesc(flags, sizes), fill_desc, y5, y5)
+    node = op_class("ELEMENT_WISE_IF")(TensorDesc(flags, sizes), fill_desc, y5, y5)
     return (g.add(node, [(is_nan, 0), fill, y], origin), 0)
 
 
@@ -665,9 +662,9 @@ def _fuse(g: Editor, m: _Match) -> bool:
     scale = float(m.scale * q.scale * k.scale)
     common = {"scale": scale, "mask_filter_value": filter_value, "mask_type": mask_type}
     if hkv == h:
-        desc = _op("MULTIHEAD_ATTENTION")(**fields, head_count=h, **common)
+        desc = op_class("MULTIHEAD_ATTENTION")(**fields, head_count=h, **common)
     else:
-        desc = _op("MULTIHEAD_ATTENTION1")(
+        desc = op_class("MULTIHEAD_ATTENTION1")(
             **fields, query_head_count=h, key_value_head_count=hkv, **common
         )
     if not g.valid(desc):
@@ -696,7 +693,9 @@ def _fuse(g: Editor, m: _Match) -> bool:
 
     # The second GEMM's output {Z, S, Dv} packed: the heads put first again.
     y = TensorDesc(t, (b, h, s, dv), strides=(s * h * dv, dv, h * dv, 1))
-    back = g.add(_op("ELEMENT_WISE_IDENTITY")(y, TensorDesc(t, (b, h, s, dv))), [y_src], origin)
+    back = g.add(
+        op_class("ELEMENT_WISE_IDENTITY")(y, TensorDesc(t, (b, h, s, dv))), [y_src], origin
+    )
     g.reroute((m.pv, 0), (back, 0))
     g.remove(m.pv, m.softmax, *m.chain, m.qk, *(m.guard or ()))
     _merge_heads(g, back, (b, h, s, dv), y)

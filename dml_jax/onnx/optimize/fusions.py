@@ -19,14 +19,8 @@ from typing import Any
 import numpy as np
 
 from ...enums import DataType
-from ...registry import lookup
 from ...tensor import ScaleBias, TensorDesc, host_view
-from . import Editor, Source, reshape_strides, rewrite
-
-
-def _op(name: str) -> type:
-    return lookup(f"DML_OPERATOR_{name}").desc_class
-
+from . import Editor, Source, op_class, reshape_strides, rewrite
 
 # ---------------------------------------------------------------------------------------------
 # Values that are host arrays or graph nodes
@@ -60,7 +54,7 @@ class _Calc:
     def _node(self, name: str, sizes, *values, **fields) -> Any:
         out = TensorDesc(self.t, tuple(sizes))
         descs = [v[1] for v in values]
-        n = self.g.add(_op(name)(*descs, out, **fields), [v[0] for v in values], self.origin)
+        n = self.g.add(op_class(name)(*descs, out, **fields), [v[0] for v in values], self.origin)
         return ((n, 0), out)
 
     def binary(self, name: str, a: Any, b: Any, fn) -> Any:
@@ -428,7 +422,7 @@ def fused_activation(g: Editor) -> int:
             continue
         fused = _without_tensors(act)
         if kind == "ELEMENT_WISE_ADD":
-            desc = _op("ELEMENT_WISE_ADD1")(d.a_tensor, d.b_tensor, d.output_tensor, fused)
+            desc = op_class("ELEMENT_WISE_ADD1")(d.a_tensor, d.b_tensor, d.output_tensor, fused)
         else:
             desc = dataclasses.replace(d, fused_activation=fused)
         if not g.valid(desc):

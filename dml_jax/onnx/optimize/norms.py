@@ -21,9 +21,8 @@ stay graph values (the operator's Scale and Bias tensors read them), parameters 
 
 from __future__ import annotations
 
-from ...registry import lookup
 from ...tensor import TensorDesc
-from . import Editor, Source, rewrite
+from . import Editor, Source, op_class, rewrite
 
 
 def _single(g: Editor, src: Source, *types: str) -> tuple[int, int] | None:
@@ -199,13 +198,11 @@ def _fuse(g: Editor, rms: bool) -> int:
             "epsilon": eps,
         }
         if rms:
-            desc = lookup("DML_OPERATOR_MEAN_VARIANCE_NORMALIZATION2").desc_class(
+            desc = op_class("MEAN_VARIANCE_NORMALIZATION2")(
                 **tensors, use_mean=False, use_variance=True
             )
         else:
-            desc = lookup("DML_OPERATOR_MEAN_VARIANCE_NORMALIZATION1").desc_class(
-                **tensors, normalize_variance=True
-            )
+            desc = op_class("MEAN_VARIANCE_NORMALIZATION1")(**tensors, normalize_variance=True)
         if not g.valid(desc):
             continue
         inputs = [x, None if scale is None else g.source(*scale),

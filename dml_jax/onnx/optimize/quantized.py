@@ -40,9 +40,8 @@ import numpy as np
 from ...enums import DataType
 from ...graph import ConstantDataNode
 from ...graph.validation import constant_elements
-from ...registry import lookup
 from ...tensor import TensorDesc, pack_4bit
-from . import Editor, rewrite
+from . import Editor, op_class, rewrite
 
 DEQUANTIZE = "ELEMENT_WISE_DEQUANTIZE_LINEAR"
 
@@ -97,7 +96,7 @@ def _operand(g: Editor, n: int, slot: int, read: TensorDesc, axis: int | None):
 def qdq_matmul(g: Editor) -> int:
     """GEMM of two DEQUANTIZE outputs: MATRIX_MULTIPLY_INTEGER_TO_FLOAT over their 8-bit
     inputs."""
-    desc_class = lookup("DML_OPERATOR_MATRIX_MULTIPLY_INTEGER_TO_FLOAT").desc_class
+    desc_class = op_class("MATRIX_MULTIPLY_INTEGER_TO_FLOAT")
     count = 0
     for n in g.live():
         if g.op(n) != "GEMM":
@@ -154,10 +153,10 @@ def qdq_conv(g: Editor) -> int:
     """CONVOLUTION of a DEQUANTIZE output by a DEQUANTIZE output: CONVOLUTION_INTEGER over
     their 8-bit inputs, then its sums to float32 and times the two scales (their product, one
     per output channel), plus the bias."""
-    conv_class = lookup("DML_OPERATOR_CONVOLUTION_INTEGER").desc_class
-    cast_class = lookup("DML_OPERATOR_CAST").desc_class
-    mul_class = lookup("DML_OPERATOR_ELEMENT_WISE_MULTIPLY").desc_class
-    add_class = lookup("DML_OPERATOR_ELEMENT_WISE_ADD1").desc_class
+    conv_class = op_class("CONVOLUTION_INTEGER")
+    cast_class = op_class("CAST")
+    mul_class = op_class("ELEMENT_WISE_MULTIPLY")
+    add_class = op_class("ELEMENT_WISE_ADD1")
     count = 0
     for n in g.live():
         if g.op(n) != "CONVOLUTION":
@@ -289,7 +288,7 @@ def _join(g: Editor, members: list) -> bool:
     columns, padded = x.sizes[1], x.layout_strides[0]
     blocks, total = params[0].sizes[1], sum(r for _, _, r in members)
     t_scale = params[0].data_type
-    joined = lookup("DML_OPERATOR_JOIN").desc_class(
+    joined = op_class("JOIN")(
         [_packed(t_scale, (r, blocks)) for _, _, r in members], _packed(t_scale, (total, blocks)), 0
     )
     quant = [_packed(t_scale, (total, blocks))]
@@ -311,7 +310,7 @@ def _join(g: Editor, members: list) -> bool:
                             strides=(total * columns,) * len(lead) + (columns, 1)),
         output_tensor=_packed(t, (*y, total)),
     )  # fmt: skip
-    split = lookup("DML_OPERATOR_SPLIT").desc_class(
+    split = op_class("SPLIT")(
         _packed(t, (*y, total)), [_packed(t, (*y, r)) for _, _, r in members], len(y)
     )
     if not all(g.valid(desc) for desc in (joined, deq, gemm, split)):

@@ -31,9 +31,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...enums import DataType
-from ...registry import lookup
 from ...tensor import TensorDesc
-from . import GRAPH_INPUT, Editor, rewrite
+from . import GRAPH_INPUT, Editor, op_class, rewrite
 
 _RANGE = (2.0**-100, 2.0**100)  # the scales the identity above is proved for (inclusive)
 _TYPES = ("INT8", "UINT8")
@@ -64,10 +63,10 @@ def quantize_round_trips(g: Editor) -> int:
     """DEQUANTIZE_LINEAR of an 8-bit value -> [ACTIVATION_RELU] -> QUANTIZE_LINEAR back to its
     type with scales and zero points of equal value: the value itself (ReLU'd: CLIP from the
     zero point), behind an IF on the scales."""
-    clip_class = lookup("DML_OPERATOR_ELEMENT_WISE_CLIP").desc_class
-    equals_class = lookup("DML_OPERATOR_ELEMENT_WISE_LOGICAL_EQUALS").desc_class
-    and_class = lookup("DML_OPERATOR_ELEMENT_WISE_LOGICAL_AND").desc_class
-    if_class = lookup("DML_OPERATOR_ELEMENT_WISE_IF").desc_class
+    clip_class = op_class("ELEMENT_WISE_CLIP")
+    equals_class = op_class("ELEMENT_WISE_LOGICAL_EQUALS")
+    and_class = op_class("ELEMENT_WISE_LOGICAL_AND")
+    if_class = op_class("ELEMENT_WISE_IF")
     count = 0
     for n in g.live():
         if g.op(n) != "ELEMENT_WISE_DEQUANTIZE_LINEAR":
