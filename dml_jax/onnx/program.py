@@ -238,6 +238,17 @@ class Program:
         return out
 
     @functools.cached_property
+    def small_params(self) -> frozenset[int]:
+        """The constant graph inputs (indices) that are parameters of at most
+        ``RUN_BAKED_PARAM_MAX_BYTES``: those ``run`` compiles in off the CPU."""
+        imp = self.imported
+        return frozenset(
+            j
+            for j, (c, p) in enumerate(zip(imp.constants, imp.params))
+            if p is not None and c.nbytes <= RUN_BAKED_PARAM_MAX_BYTES
+        )
+
+    @functools.cached_property
     def folded(self) -> dict[str, tuple[int, int]]:
         """The node outputs that the program's constants alone determine and that ``run``
         computes once per session (``fold``) and passes, under ``FOLDED`` keys, rather than
@@ -250,8 +261,8 @@ class Program:
         held = {h.target for h in self.held.values() if isinstance(h.target, int)}
         baked = frozenset(  # what ``run`` compiles in: the smallest parameters, constants not held
             count + j
-            for j, (c, p) in enumerate(zip(imp.constants, imp.params))
-            if (c.nbytes <= RUN_BAKED_PARAM_MAX_BYTES if p is not None else j not in held)
+            for j, p in enumerate(imp.params)
+            if (j in self.small_params if p is not None else j not in held)
         )
         found = self.graph.folded(frozenset(range(count, count + len(imp.constants))), baked)
         return {f"{FOLDED}{n}:{k}": (n, k) for n, k in found}

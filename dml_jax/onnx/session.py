@@ -38,7 +38,6 @@ from .importer import ImportedGraph
 from .program import (
     CPU_BAKED_WEIGHTS_MAX_BYTES,
     CPU_MATRIX_ARGUMENT_MIN_BYTES,
-    RUN_BAKED_PARAM_MAX_BYTES,
     Program,
     check_compiler_options,
     compiler_options_for,
@@ -584,9 +583,7 @@ class InferenceSession(ProgramCache):
             return cached[x64]
         cached = program.__dict__.setdefault("_run_params", {})
         if x64 not in cached:
-            imp = program.imported
-            small = {p for c, p in zip(imp.constants, imp.params)
-                     if p is not None and c.nbytes <= RUN_BAKED_PARAM_MAX_BYTES}  # fmt: skip
+            small = {program.imported.params[j] for j in program.small_params}
             passed = sorted(set(self.params) - small)
             params = {**self._device_params(passed), **self._held_params(program)}
             cached[x64] = {**params, **self._folded_params(program, params)}
