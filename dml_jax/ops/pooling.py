@@ -39,6 +39,7 @@ from jax import lax
 
 from ..enums import FeatureLevel as L
 from ..errors import Validator
+from ..fastpath import platform_choice
 from ..fields import (
     BOOL,
     UINT,
@@ -480,8 +481,6 @@ def window_max(plan: WindowPlan, x):
             for slice_ in window_points(plan, x, lowest):
                 out = slice_ if out is None else lax.max(out, slice_)
             return out
-
-        from ..fastpath import platform_choice
 
         return platform_choice(x, cpu=whole, default=slices)
 
