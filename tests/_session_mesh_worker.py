@@ -214,7 +214,9 @@ def main() -> None:
         # heads; on 4 (which does not) the key and value projections stay whole (split, their
         # blocks would cut the heads and the attention's inputs would move between devices), the
         # query heads split; a decode step on either communicates only Megatron's minimum.
-        from dml_jax.onnx.generation import generate
+        from jax import monitoring
+
+        from dml_jax.onnx.generation import Generator, generate
 
         here = os.path.dirname(os.path.abspath(__file__))
         path = os.path.join(here, "data", "decoders", "tiny_llama_step.onnx")
@@ -229,7 +231,26 @@ def main() -> None:
             ok = ok and same and split == (shape != (4,))
             if names == ("model",):
                 ok = ok and found == step_minimum
-            details.append(f"{shape}: tokens equal {same}, cache {spec}, step collectives {found}")
+            # a second generation's steps compiled ahead: it then compiles nothing (the length
+            # each dispatch hands the next stays on the mesh as compile_ahead traced it)
+            again, compiled = Generator(g.session, g.params), []
+
+            def count(event, duration, compiled=compiled, **kw):
+                if event == "/jax/core/compile/backend_compile_duration":
+                    compiled.append(duration)
+
+            monitoring.register_event_duration_secs_listener(count)
+            try:
+                again.append_tokens(prompts)
+                compiled.clear()
+                again.compile_ahead()
+                compiled.clear()
+                again.generate_until_done()
+            finally:
+                monitoring.unregister_event_duration_listener(count)
+            ok = ok and not compiled and bool((again.generated == want).all())
+            details.append(f"{shape}: tokens equal {same}, cache {spec}, step collectives {found}, "
+                           f"compiles after compile_ahead {len(compiled)}")  # fmt: skip
         return ok, "; ".join(details)
 
     def int4_held():

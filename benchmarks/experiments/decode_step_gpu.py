@@ -71,10 +71,12 @@ def child(
     steps: int | None = None,
     devices: int = 1,
     one_row_form: str = "",
+    settings: str = "",
 ) -> dict:
     """Runs in a process of its own (its XLA_FLAGS): tokens/s and the kernel profile; with
     ``tiles`` (``one_row=1,block_n=128``...), the 4-bit kernel's tunables for this process
-    (``int4_gemm.Tiles``, in place of the defaults)."""
+    (``int4_gemm.Tiles``, in place of the defaults); ``settings``, module tunables set first
+    (``dml_jax.onnx.optimize.attention.MIN_KEYS_ONE_QUERY=1,...``)."""
     import jax
 
     from dml_jax.bench.suites.decode import dml_generation
@@ -91,6 +93,13 @@ def child(
 
         int4_gemm.plan = planned
 
+    for item in filter(None, settings.split(",")):  # module tunables: MODULE.NAME=VALUE
+        import ast
+        import importlib
+
+        name, value = item.split("=")
+        module, attr = name.rsplit(".", 1)
+        setattr(importlib.import_module(module), attr, ast.literal_eval(value))
     if one_row_form:  # how GEMM's lowering widens a product of one row (ops/gemm_conv.py)
         from dml_jax.ops import gemm_conv
 
@@ -141,6 +150,24 @@ def child(
             "min": float(min(rates)),
             "max": float(max(rates)),
         }
+    # the host's share of a token in the dispatch-a-token loop: the time to issue the steps
+    # (no sync between them) against the time until the last one is done
+    from dml_jax.onnx.generation import Generator, GeneratorParams
+
+    host = []
+    for _ in range(samples):
+        g = Generator(session, GeneratorParams(session, max_length=prompt_len + new, batch_size=1))
+        g.append_tokens(prompt)
+        jax.block_until_ready(g._tokens)
+        t0, n = time.perf_counter(), 0
+        while not g.is_done():
+            g.generate_next_token()
+            n += 1
+        t1 = time.perf_counter()
+        jax.block_until_ready(g._tokens)
+        host.append(((t1 - t0) / n * 1e6, (time.perf_counter() - t0) / n * 1e6))
+    out["per_token_host_us"] = {"issue": float(np.median([h[0] for h in host])),
+                                "done": float(np.median([h[1] for h in host]))}  # fmt: skip
     for per_token in (False, True):  # the first GPU's kernels a token (on a mesh too)
         made: list = []
         folder = gpu_trace.record(
@@ -226,6 +253,9 @@ def main() -> None:
                    help="float16 processes, one a form of a decode step's attention ('' "
                         "the default, the decode kernel; 'decode:N' its splits every N keys; "
                         "'cudnn': cuDNN's path; 'lax': none)")  # fmt: skip
+    p.add_argument("--set", nargs="*", default=[""], dest="sets",
+                   help="processes (float16 and int4), one a set of module tunables each ('' "
+                        "none; 'dml_jax.onnx.optimize.attention.MIN_KEYS_ONE_QUERY=1,...')")  # fmt: skip
     p.add_argument("--devices", type=int, default=1,
                    help="float16 also on a 'model' mesh of this many GPUs (kernels of the first)")  # fmt: skip
     p.add_argument("--mesh-only", action="store_true",
@@ -241,7 +271,8 @@ def main() -> None:
         if a.attention and a.attention[0]:
             attention_form(a.attention[0])
         print(json.dumps(child(a.child, a.samples, a.new, a.prompt, a.tiles, a.steps,
-                               a.devices, (a.one_row_form or [""])[0])))  # fmt: skip
+                               a.devices, (a.one_row_form or [""])[0],
+                               (a.sets or [""])[0])))  # fmt: skip
         return
     import torch
 
@@ -262,14 +293,15 @@ def main() -> None:
     del model
     torch.cuda.empty_cache()
     results = {}
-    runs = [("float16", f, "", 1, form, att) for f in a.flags for form in a.one_row_form
-            for att in a.attention]  # fmt: skip
+    runs = [("float16", f, "", 1, form, att, st) for f in a.flags for form in a.one_row_form
+            for att in a.attention for st in a.sets]  # fmt: skip
     runs = [] if a.mesh_only and a.devices > 1 else runs
     if "int4" in files:
-        runs += [("int4", a.flags[0], t, 1, "", att) for t in a.int4_tiles for att in a.attention]
+        runs += [("int4", a.flags[0], t, 1, "", att, st) for t in a.int4_tiles
+                 for att in a.attention for st in a.sets]  # fmt: skip
     if a.devices > 1:
-        runs += [("float16", f, "", a.devices, "", "") for f in a.flags]
-    for n, (dtype, flag, tiles, devices, form, att) in enumerate(runs):
+        runs += [("float16", f, "", a.devices, "", "", "") for f in a.flags]
+    for n, (dtype, flag, tiles, devices, form, att, st) in enumerate(runs):
         path = files[dtype]
         env = dict(os.environ, XLA_FLAGS=FLAGS[flag])
         dump = os.path.join(os.environ.get("OUT", tmp), f"hlo-{n}")
@@ -294,6 +326,7 @@ def main() -> None:
         cmd += ["--devices", str(devices)]
         cmd += ["--one-row-form", form] if form else []
         cmd += ["--attention", att] if att else []
+        cmd += ["--set", st] if st else []
         t = time.perf_counter()
         r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
         key = f"{dtype} {flag}" + (f" [{tiles}]" if tiles else "")
@@ -301,6 +334,7 @@ def main() -> None:
         key += "" if devices == 1 else f" on {devices} GPUs"
         key += f" one-row {form}" if form else ""
         key += f" attention {att}" if att else ""
+        key += f" [{st}]" if st else ""
         if r.returncode:
             results[key] = {"error": r.stderr[-2000:]}
         else:

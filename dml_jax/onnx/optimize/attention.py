@@ -30,7 +30,8 @@ producers' packed bytes; the exporters' transposes are ELEMENT_WISE_IDENTITY cop
 - GEMM (Alpha 1, no C) of the probabilities by the values {Z, T, Dv}.
 
 Only attention over at least ``MIN_KEYS`` (128) keys is fused: over fewer, the unfused program
-is the faster one (the constant's comment has the measurements).
+is the faster one (the constant's comment has the measurements). A single query position (a
+decode step) is fused at any length (``MIN_KEYS_ONE_QUERY``).
 
 The logits, the probabilities and every node between them must have no other reader and not be
 a graph output, and must flow through packed reshapes only. A BOOLEAN mask whose every row keeps
@@ -79,6 +80,14 @@ _F16_LOWEST = float(np.finfo(np.float16).min)
 # (32, 50 and 100 keys) 1.1x to 1.3x slower; BERT and GPT-2 at 512 keys ran 1.9x faster fused
 # (H100, 4 layers at batch 8).
 MIN_KEYS = 128
+# One query position (a decode step) is fused over at least this many keys: no copies into
+# cuDNN's tiles arise there (on a GPU a decode step's attention takes kernels/decode_attention.py).
+# One H200, 2026-11-29, the 1B-class decoder at batch 1, prompt 16, 128 new tokens (112 of the
+# steps under 128 keys; benchmarks/experiments/README.md, ``decode_step_gpu.py --set``): 128
+# -> 1 took float16 from 964 to 978 tokens/s (964-967 against 971-978) and int4 from 1,237 to
+# 1,258 (1,226-1,242 against 1,256-1,262), 282 -> 264 kernels a token. On this CPU the tiny
+# LLaMA of tests/data/decoders generated the same tokens at the same speed either way.
+MIN_KEYS_ONE_QUERY = 1
 
 
 def _declined(reason: str, value):
@@ -607,7 +616,7 @@ def _fuse(g: Editor, m: _Match) -> bool:
     size = size_of
     z, s, dh = size(q.axes[0]), size(q.axes[1]), size(q.axes[2])
     total = size(k.axes[1])
-    if total < MIN_KEYS:
+    if total < (MIN_KEYS_ONE_QUERY if s == 1 else MIN_KEYS):
         return _declined("fewer keys than MIN_KEYS", False)
     dv = size(v.axes[2])
     if size(k.axes[0]) != z or size(v.axes[0]) != z or size(k.axes[2]) != dh:
