@@ -435,6 +435,19 @@ def test_only_attention_over_enough_keys_is_fused(monkeypatch, rng, caplog):
     assert node.key_tensor.sizes == (B, MIN_KEYS, E)
 
 
+def test_one_query_position_is_fused_at_any_length(monkeypatch, rng, caplog):
+    """A decode step (one query position) over 4 keys is fused under the default thresholds;
+    two query positions over 5 keys are not."""
+    monkeypatch.setattr(attention, "MIN_KEYS", MIN_KEYS)
+    monkeypatch.setitem(globals(), "S", 1)
+    (node,) = _check(_bmm(rng, 3), 1)
+    assert node.key_tensor.sizes == (B, 4, E) and node.query_tensor.sizes == (B, 1, E)
+    monkeypatch.setitem(globals(), "S", 2)
+    with caplog.at_level(logging.DEBUG, logger=attention.__name__):
+        assert _check(_bmm(rng, 3), 0, onnxruntime=False) == []
+    assert "not fused: fewer keys than MIN_KEYS" in caplog.text
+
+
 def test_levels_and_switch(rng):
     model = _torchscript(rng)
     assert _check(model, 0, level="basic", onnxruntime=False) == []
