@@ -3,7 +3,9 @@ the cache itself rather than its copy repeated for every query head. On the tiny
 step of tests/data/decoders (4 query heads sharing 2 key-value heads), at a decode step and a
 prefill of several tokens, batches of 1 and 2: every attention GEMM rewritten and every
 repeated copy gone, the values those of the session without the rewrite and onnxruntime's;
-GPT-2's step (no grouping) keeps its GEMMs as they are."""
+GPT-2's step (no grouping) keeps its GEMMs as they are. AttentionFusion, which takes a decode
+step's attention whole at any length (``MIN_KEYS_ONE_QUERY``), is left out here so that the
+products stay for the rewrite."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from dml_jax.onnx import InferenceSession
 
 DATA = Path(__file__).parent / "data" / "decoders"
 REWRITE = "GroupedQueryGemms"
+FUSION = "AttentionFusion"
 
 
 def _feed(session, batch: int, seq: int, past: int, seed: int) -> dict:
@@ -49,8 +52,8 @@ def _repeated_copies(session) -> int:
 @pytest.mark.parametrize("batch, seq, past", [(1, 1, 7), (2, 1, 5), (1, 5, 3), (2, 3, 4)])
 def test_llama_attention_over_the_key_value_heads(batch, seq, past):
     path = str(DATA / "tiny_llama_step.onnx")
-    s = InferenceSession(path)
-    plain = InferenceSession(path, disabled_optimizers=[REWRITE])
+    s = InferenceSession(path, disabled_optimizers=[FUSION])
+    plain = InferenceSession(path, disabled_optimizers=[REWRITE, FUSION])
     feed = _feed(s, batch, seq, past, seed=batch * 10 + seq)
     got = s.run(None, feed)
     want = plain.run(None, feed)

@@ -13,8 +13,17 @@ arrays, run ``--steps`` times:
 Microseconds a step (median of 5 runs), against the kernels' own time (the ``fori`` form with
 the largest N is the closest to it).
 
+``--host``: what the host spends issuing one dispatch a step (the time until the last step is
+issued, before the sync, against the time until it is done), in the forms a decode step's
+arguments and outputs take: the state alone, donated (every output aliased to an input, so
+each call sees the buffers of the last); plus a NumPy scalar argument (a new device buffer a
+call, as a length copied in was); plus a scalar output apart from the state (a new buffer a
+call, as the generator's stop report is); plus a donated scalar in and out (as the length
+handed on the device is). Where the issue time grows with the kernels only once a buffer
+moves, XLA is updating its command buffer (CUDA graph) at each call.
+
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/loop_forms_gpu.py [--kernels 400]
-[--args 300] [--steps 128]``.
+[--args 300] [--steps 128] [--host]``.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ def main() -> None:
     p.add_argument("--args", type=int, default=300)
     p.add_argument("--steps", type=int, default=128)
     p.add_argument("--chunks", type=int, nargs="*", default=[8, 16, 32])
+    p.add_argument("--host", action="store_true", help="the host's time a dispatch, by form")
     a = p.parse_args()
     print(jax.devices()[0].device_kind, jax.__version__, flush=True)
     params = [jnp.full((64, 1024), 1.0 + i * 1e-3, jnp.float32) for i in range(a.args)]
@@ -67,6 +77,9 @@ def main() -> None:
             lambda c: c[0] < stop, lambda c: (c[0] + 1, step(params, c[1])), (0, x)
         )[1]
 
+    if a.host:
+        host_forms(step, params, a.steps)
+        return
     results = {"dispatch": timed(dispatch), "while": timed(lambda x: loop(params, x, a.steps))}
     for n in a.chunks:
         fori = jax.jit(
@@ -84,6 +97,54 @@ def main() -> None:
     for name, (us, x) in results.items():
         same = np.allclose(np.asarray(x), ref, rtol=1e-5)
         print(f"{name:10} {us:8.1f} us a step  (same state: {same})", flush=True)
+
+
+def host_forms(step, params, steps: int, reps: int = 5) -> None:
+    """``--host``: issue and done microseconds a step, one dispatch a step, by form."""
+
+    def plain(params, x):
+        return step(params, x)
+
+    def scalar_in(params, x, n):
+        return step(params, x + n.astype(jnp.float32) * 0)
+
+    def scalar_out(params, x, n):
+        y = step(params, x + n.astype(jnp.float32) * 0)
+        return y, jnp.sum(y[0, :4])
+
+    def carried(params, x, n):
+        y = step(params, x + n.astype(jnp.float32) * 0)
+        return y, n + 1
+
+    forms = {
+        "state": (jax.jit(plain, donate_argnums=(1,)), None),
+        "+ host scalar": (jax.jit(scalar_in, donate_argnums=(1,)), "host"),
+        "+ scalar out": (jax.jit(scalar_out, donate_argnums=(1,)), "out"),
+        "+ carried scalar": (jax.jit(carried, donate_argnums=(1, 2)), "carried"),
+    }
+    for name, (fn, kind) in forms.items():
+        rows = []
+        for rep in range(reps + 1):  # the first compiles
+            x = jnp.zeros((64, 1024), jnp.float32)
+            n = jnp.int32(0)
+            jax.block_until_ready((x, n))
+            t = time.perf_counter()
+            for i in range(steps):
+                if kind is None:
+                    x = fn(params, x)
+                elif kind == "host":
+                    x = fn(params, x, np.int32(i))
+                elif kind == "out":
+                    x, _ = fn(params, x, np.int32(i))
+                else:
+                    x, n = fn(params, x, n)
+            issued = time.perf_counter()
+            jax.block_until_ready(x)
+            done = time.perf_counter()
+            if rep:
+                rows.append(((issued - t) / steps * 1e6, (done - t) / steps * 1e6))
+        issue, whole = np.median([r[0] for r in rows]), np.median([r[1] for r in rows])
+        print(f"{name:18} issue {issue:8.1f} us a step, done {whole:8.1f}", flush=True)
 
 
 if __name__ == "__main__":
