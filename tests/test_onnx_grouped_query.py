@@ -15,27 +15,13 @@ import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
+from _decoder_feeds import step_feed  # this folder's
+
 from dml_jax.onnx import InferenceSession
 
 DATA = Path(__file__).parent / "data" / "decoders"
 REWRITE = "GroupedQueryGemms"
 FUSION = "AttentionFusion"
-
-
-def _feed(session, batch: int, seq: int, past: int, seed: int) -> dict:
-    rng = np.random.default_rng(seed)
-    feed = {}
-    for i in session.get_inputs():
-        if i.name == "input_ids":
-            feed[i.name] = rng.integers(1, 90, (batch, seq)).astype(np.int64)
-        elif i.name == "attention_mask":
-            feed[i.name] = np.ones((batch, past + seq), np.int64)
-        elif i.name == "position_ids":
-            feed[i.name] = np.tile(np.arange(past, past + seq, dtype=np.int64), (batch, 1))
-        else:  # past keys and values {batch, heads, past, head size}
-            shape = [batch, i.shape[1], past, i.shape[3]]
-            feed[i.name] = rng.standard_normal(shape).astype(np.float32)
-    return feed
 
 
 def _repeated_copies(session) -> int:
@@ -54,7 +40,7 @@ def test_llama_attention_over_the_key_value_heads(batch, seq, past):
     path = str(DATA / "tiny_llama_step.onnx")
     s = InferenceSession(path, disabled_optimizers=[FUSION])
     plain = InferenceSession(path, disabled_optimizers=[REWRITE, FUSION])
-    feed = _feed(s, batch, seq, past, seed=batch * 10 + seq)
+    feed = step_feed(s, batch, seq, past, seed=batch * 10 + seq)
     got = s.run(None, feed)
     want = plain.run(None, feed)
     assert f"{REWRITE} x4" in s.explain()  # two products a layer, two layers
@@ -72,5 +58,5 @@ def test_llama_attention_over_the_key_value_heads(batch, seq, past):
 def test_ungrouped_attention_is_left_alone():
     path = str(DATA / "tiny_gpt2_step.onnx")
     s = InferenceSession(path)
-    s.run(None, _feed(s, 1, 1, 6, seed=3))
+    s.run(None, step_feed(s, 1, 1, 6, seed=3))
     assert REWRITE not in s.explain()
