@@ -72,11 +72,13 @@ def child(
     devices: int = 1,
     one_row_form: str = "",
     settings: str = "",
+    disabled: str = "",
 ) -> dict:
     """Runs in a process of its own (its XLA_FLAGS): tokens/s and the kernel profile; with
     ``tiles`` (``one_row=1,block_n=128``...), the 4-bit kernel's tunables for this process
     (``int4_gemm.Tiles``, in place of the defaults); ``settings``, module tunables set first
-    (``dml_jax.onnx.optimize.attention.MIN_KEYS_ONE_QUERY=1,...``)."""
+    (``dml_jax.onnx.optimize.attention.MIN_KEYS_ONE_QUERY=1,...``); ``disabled``, graph
+    rewrites the session leaves out (``AttentionPastSplit,...``)."""
     import jax
 
     from dml_jax.bench.suites.decode import dml_generation
@@ -121,7 +123,9 @@ def child(
     mesh = None
     if devices > 1:  # tensor parallel: the session's "model" axis over the first GPUs
         mesh = jax.make_mesh((devices,), ("model",), devices=jax.devices()[:devices])
-    session = InferenceSession(path, mesh=mesh)
+    session = InferenceSession(
+        path, mesh=mesh, disabled_optimizers=list(filter(None, disabled.split(",")))
+    )
     prompt = np.random.default_rng(0).integers(1, 1000, size=(1, prompt_len))
     out: dict = {}
     t = time.perf_counter()
@@ -256,6 +260,9 @@ def main() -> None:
     p.add_argument("--set", nargs="*", default=[""], dest="sets",
                    help="processes (float16 and int4), one a set of module tunables each ('' "
                         "none; 'dml_jax.onnx.optimize.attention.MIN_KEYS_ONE_QUERY=1,...')")  # fmt: skip
+    p.add_argument("--disable", nargs="*", default=[""],
+                   help="processes (float16 and int4), one a set of graph rewrites left out each "
+                        "('' none; 'AttentionPastSplit,...')")  # fmt: skip
     p.add_argument("--devices", type=int, default=1,
                    help="float16 also on a 'model' mesh of this many GPUs (kernels of the first)")  # fmt: skip
     p.add_argument("--mesh-only", action="store_true",
@@ -272,7 +279,7 @@ def main() -> None:
             attention_form(a.attention[0])
         print(json.dumps(child(a.child, a.samples, a.new, a.prompt, a.tiles, a.steps,
                                a.devices, (a.one_row_form or [""])[0],
-                               (a.sets or [""])[0])))  # fmt: skip
+                               (a.sets or [""])[0], (a.disable or [""])[0])))  # fmt: skip
         return
     import torch
 
@@ -293,15 +300,15 @@ def main() -> None:
     del model
     torch.cuda.empty_cache()
     results = {}
-    runs = [("float16", f, "", 1, form, att, st) for f in a.flags for form in a.one_row_form
-            for att in a.attention for st in a.sets]  # fmt: skip
+    runs = [("float16", f, "", 1, form, att, st, dis) for f in a.flags for form in a.one_row_form
+            for att in a.attention for st in a.sets for dis in a.disable]  # fmt: skip
     runs = [] if a.mesh_only and a.devices > 1 else runs
     if "int4" in files:
-        runs += [("int4", a.flags[0], t, 1, "", att, st) for t in a.int4_tiles
-                 for att in a.attention for st in a.sets]  # fmt: skip
+        runs += [("int4", a.flags[0], t, 1, "", att, st, dis) for t in a.int4_tiles
+                 for att in a.attention for st in a.sets for dis in a.disable]  # fmt: skip
     if a.devices > 1:
-        runs += [("float16", f, "", a.devices, "", "", "") for f in a.flags]
-    for n, (dtype, flag, tiles, devices, form, att, st) in enumerate(runs):
+        runs += [("float16", f, "", a.devices, "", "", "", "") for f in a.flags]
+    for n, (dtype, flag, tiles, devices, form, att, st, dis) in enumerate(runs):
         path = files[dtype]
         env = dict(os.environ, XLA_FLAGS=FLAGS[flag])
         dump = os.path.join(os.environ.get("OUT", tmp), f"hlo-{n}")
@@ -327,6 +334,7 @@ def main() -> None:
         cmd += ["--one-row-form", form] if form else []
         cmd += ["--attention", att] if att else []
         cmd += ["--set", st] if st else []
+        cmd += ["--disable", dis] if dis else []
         t = time.perf_counter()
         r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
         key = f"{dtype} {flag}" + (f" [{tiles}]" if tiles else "")
@@ -335,6 +343,7 @@ def main() -> None:
         key += f" one-row {form}" if form else ""
         key += f" attention {att}" if att else ""
         key += f" [{st}]" if st else ""
+        key += f" without {dis}" if dis else ""
         if r.returncode:
             results[key] = {"error": r.stderr[-2000:]}
         else:
