@@ -413,10 +413,11 @@ class DecodeSteps:
 
     def _steps_fn(self, batch: int, past: int, capacity: int, count: int) -> Any:
         """``count`` decode steps at past length ``past`` from ``length`` in one dispatch (more
-        than one: a ``lax.fori_loop`` of that fixed count), jitted, the state donated: (the new
-        state, the first length at which every row had ended, before a step or after the last,
-        ``_NEVER`` if none, and whether every row has ended), the last two apart from the
-        donated state so that the host may read them after the next dispatch took it."""
+        than one: a ``lax.fori_loop`` of that fixed count), jitted, the state and the length (a
+        device scalar) donated: (the new state, the first length at which every row had ended,
+        before a step or after the last, ``_NEVER`` if none, whether every row has ended, and
+        the length after the steps, which the next dispatch takes), the second and third apart
+        from the donated state so that the host may read them after the next dispatch took it."""
         entry = self._steps.get((batch, past, capacity, count))
         if entry is None:
             program, step = self._step_body(batch, past, capacity)
