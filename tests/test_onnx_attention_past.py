@@ -81,3 +81,56 @@ def test_left_out_on_a_model_axis():
     s = InferenceSession(str(DATA / "tiny_llama_step.onnx"), mesh=mesh)
     s.run(None, step_feed(s, 2, 1, 7, seed=3))
     assert REWRITE not in s.explain() and all(n.past_key_tensor is None for n in _attention(s))
+
+
+def _one_head_step(b: int, past: int, d: int):
+    """A decode step's attention of one head, written by hand ({B, H, S, D} with H = 1): the
+    present keys and values the JOIN of the past inputs and the new position, which the fused
+    node reads as {B, T, D} without a layout copy."""
+    from onnx import TensorProto, helper
+
+    f32 = TensorProto.FLOAT
+    scale = helper.make_tensor("scale_value", f32, [], [d**-0.5])
+    nodes = [  # the scale a Constant node (an initializer is a parameter the fusion leaves)
+        helper.make_node("Constant", [], ["scale"], value=scale),
+        helper.make_node("Concat", ["past_k", "k"], ["present_k"], axis=2),
+        helper.make_node("Concat", ["past_v", "v"], ["present_v"], axis=2),
+        helper.make_node("Transpose", ["present_k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Mul", ["s", "scale"], ["scaled"]),
+        helper.make_node("Softmax", ["scaled"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "present_v"], ["y"]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info(name, f32, [b, 1, size, d])
+        for name, size in (("q", 1), ("k", 1), ("v", 1), ("past_k", past), ("past_v", past))
+    ]
+    outputs = [helper.make_tensor_value_info(n, f32, None) for n in ("y", "present_k", "present_v")]
+    graph = helper.make_graph(nodes, "step", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def test_one_head_reads_its_past_in_place(tmp_path):
+    """One head: the fused node read the JOIN itself ({B, 1, T, D} is {B, T, D}); now the past
+    inputs and the new position."""
+    import onnx
+
+    path = str(tmp_path / "one_head.onnx")
+    onnx.save(_one_head_step(2, 5, 8), path)
+    rng = np.random.default_rng(7)
+    feed = {}
+    for name, size in (("q", 1), ("k", 1), ("v", 1), ("past_k", 5), ("past_v", 5)):
+        feed[name] = rng.standard_normal((2, 1, size, 8), np.float32)
+    s, joined = InferenceSession(path), InferenceSession(path, disabled_optimizers=[REWRITE])
+    got, want = s.run(None, feed), joined.run(None, feed)
+    (node,) = _attention(s)
+    assert node.key_tensor.sizes == (2, 1, 8) and node.past_key_tensor.sizes == (2, 1, 5, 8)
+    (unsplit,) = _attention(joined)
+    assert unsplit.key_tensor.sizes == (2, 6, 8) and unsplit.past_key_tensor is None
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    k = np.concatenate([feed["past_k"], feed["k"]], axis=2)
+    v = np.concatenate([feed["past_v"], feed["v"]], axis=2)
+    logits = feed["q"] @ k.transpose(0, 1, 3, 2) / np.sqrt(8)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    np.testing.assert_allclose(got[0], (p / p.sum(-1, keepdims=True)) @ v, rtol=1e-5, atol=1e-6)

@@ -14,9 +14,10 @@ lowering joins them as the copy did. The values are the same: the node's keys ar
 followed by the new ones, as the JOIN put them.
 
 The pattern: MULTIHEAD_ATTENTION(1) of one query position, no past, no stacked or biased
-inputs, whose KeyTensor and ValueTensor are each read from an ELEMENT_WISE_IDENTITY copy of a
-packed JOIN {B, Hkv, T, D} of two packed inputs on axis 2, the second of one position, the copy
-reading the join as {B, T, Hkv, D} (its heads next to the columns). A session on a model axis
+inputs, whose KeyTensor and ValueTensor (packed) are each read from an ELEMENT_WISE_IDENTITY copy
+of a packed JOIN {B, Hkv, T, D} of two packed inputs on axis 2, the second of one position, the
+copy reading the join as {B, T, Hkv, D} (its heads next to the columns), or from the JOIN itself
+where Hkv is 1 (no copy then, but the node still read the whole joined cache). A session on a model axis
 leaves the rewrite out (``placement.MeshLayout.disabled_rewrites``: GSPMD joined the past and the
 new position once for the split attention and the whole present, and gathered it).
 """
@@ -41,14 +42,18 @@ def _slot(desc, member: str) -> int:
 
 
 def _joined(g: Editor, src: Source | None, heads: int) -> tuple[Source, TensorDesc, Source] | None:
-    """(the past's source, its desc, the new position's source) where ``src`` is an identity
-    copy of a JOIN of a past and one new position laid out {B, T, heads, D}, else None."""
+    """(the past's source, its desc, the new position's source) where ``src`` is a JOIN of a
+    past and one new position laid out {B, T, heads, D}: an identity copy of it, or the JOIN
+    itself where there is one head (its {B, 1, T, D} is {B, T, D}); else None."""
     if src is None or src[0] == GRAPH_INPUT or src[1] != 0:
         return None
-    if not pure_identity(g, src[0]):
+    copy = None
+    if pure_identity(g, src[0]):
+        copy, inner = g.nodes[src[0]], g.source(src[0], 0)
+    elif heads == 1:
+        inner = src
+    else:
         return None
-    copy = g.nodes[src[0]]
-    inner = g.source(src[0], 0)
     if inner is None or inner[0] == GRAPH_INPUT:
         return None
     join = g.nodes[inner[0]]
@@ -58,15 +63,16 @@ def _joined(g: Editor, src: Source | None, heads: int) -> tuple[Source, TensorDe
     if whole.rank != 4 or not whole.is_packed or whole.sizes[1] != heads:
         return None
     b, h, t, d = whole.sizes
-    view, out = copy.input_tensor, copy.output_tensor
-    strides = packed_strides(whole.sizes)
-    want = (strides[0], strides[2], strides[1], strides[3])
-    if view.sizes != (b, t, h, d) or not out.is_packed:
-        return None
-    if any(n > 1 and a != w for n, a, w in zip(view.sizes, view.layout_strides, want)):
-        return None  # not the joined buffer with its heads next to the columns
-    if view.data_type != whole.data_type or out.data_type != whole.data_type:
-        return None
+    if copy is not None:
+        view, out = copy.input_tensor, copy.output_tensor
+        strides = packed_strides(whole.sizes)
+        want = (strides[0], strides[2], strides[1], strides[3])
+        if view.sizes != (b, t, h, d) or not out.is_packed:
+            return None
+        if any(n > 1 and a != w for n, a, w in zip(view.sizes, view.layout_strides, want)):
+            return None  # not the joined buffer with its heads next to the columns
+        if view.data_type != whole.data_type or out.data_type != whole.data_type:
+            return None
     past, new = g.input_desc(inner[0], 0), g.input_desc(inner[0], 1)
     if not (past.is_packed and new.is_packed) or new.sizes != (b, h, 1, d) or past.sizes[2] < 1:
         return None
@@ -84,6 +90,8 @@ def split_past(g: Editor) -> int:
         if any(getattr(d, f) is not None for f in _ABSENT if hasattr(d, f)):
             continue
         if d.query_tensor.rank != 3 or d.query_tensor.sizes[1] != 1:
+            continue
+        if not (d.key_tensor.is_packed and d.value_tensor.is_packed):
             continue
         hkv = d.key_value_head_count if hasattr(d, "key_value_head_count") else d.head_count
         k = _joined(g, g.source(n, _slot(d, "KeyTensor")), hkv)
