@@ -73,12 +73,14 @@ def child(
     one_row_form: str = "",
     settings: str = "",
     disabled: str = "",
+    buckets: str = "",
 ) -> dict:
     """Runs in a process of its own (its XLA_FLAGS): tokens/s and the kernel profile; with
     ``tiles`` (``one_row=1,block_n=128``...), the 4-bit kernel's tunables for this process
     (``int4_gemm.Tiles``, in place of the defaults); ``settings``, module tunables set first
     (``dml_jax.onnx.optimize.attention.MIN_KEYS_ONE_QUERY=1,...``); ``disabled``, graph
-    rewrites the session leaves out (``AttentionPastSplit,...``)."""
+    rewrites the session leaves out (``AttentionPastSplit,...``); ``buckets``, the generations'
+    ``GeneratorParams.buckets`` (``16,256``; '' the default)."""
     import jax
 
     from dml_jax.bench.suites.decode import dml_generation
@@ -129,8 +131,9 @@ def child(
     prompt = np.random.default_rng(0).integers(1, 1000, size=(1, prompt_len))
     out: dict = {}
     t = time.perf_counter()
-    dml_generation(session, prompt, new, steps=steps)
-    dml_generation(session, prompt, new, per_token=True)
+    sizes = [int(b) for b in buckets.split(",")] if buckets else None
+    dml_generation(session, prompt, new, steps=steps, buckets=sizes)
+    dml_generation(session, prompt, new, per_token=True, buckets=sizes)
     out["warmup_s"] = time.perf_counter() - t
     # each decode program's graph rewrites and attention nodes (whether its attention became
     # one MULTIHEAD_ATTENTION node, which the decode-step attention kernel takes)
@@ -147,7 +150,7 @@ def child(
     for per_token in (False, True):
         rates = []
         for _ in range(samples):
-            toks, _, dec, _ = dml_generation(session, prompt, new, per_token, steps)
+            toks, _, dec, _ = dml_generation(session, prompt, new, per_token, steps, sizes)
             rates.append((toks.shape[1] - 1) / dec)
         out["per_token" if per_token else "loop"] = {
             "tok_s_median": float(np.median(rates)),
@@ -160,7 +163,9 @@ def child(
 
     host = []
     for _ in range(samples):
-        g = Generator(session, GeneratorParams(session, max_length=prompt_len + new, batch_size=1))
+        options = {} if sizes is None else {"buckets": sizes}
+        params = GeneratorParams(session, max_length=prompt_len + new, batch_size=1, **options)
+        g = Generator(session, params)
         g.append_tokens(prompt)
         jax.block_until_ready(g._tokens)
         t0, n = time.perf_counter(), 0
@@ -175,7 +180,10 @@ def child(
     for per_token in (False, True):  # the first GPU's kernels a token (on a mesh too)
         made: list = []
         folder = gpu_trace.record(
-            lambda p=per_token: made.append(dml_generation(session, prompt, new, p, steps)[0]), 1
+            lambda p=per_token: made.append(
+                dml_generation(session, prompt, new, p, steps, sizes)[0]
+            ),
+            1,
         )
         key = "profile_per_token" if per_token else "profile_loop"
         out[key] = gpu_trace.kernels(folder, made[0].shape[1])
@@ -263,6 +271,10 @@ def main() -> None:
     p.add_argument("--disable", nargs="*", default=[""],
                    help="processes (float16 and int4), one a set of graph rewrites left out each "
                         "('' none; 'AttentionPastSplit,...')")  # fmt: skip
+    p.add_argument("--buckets", nargs="*", default=[""],
+                   help="processes (float16 and int4), one a GeneratorParams.buckets each ('' "
+                        "the default; '16,256' with --prompt 16: the prompt's bucket, then every "
+                        "step at the cache's 256 positions, which it reads without a slice)")  # fmt: skip
     p.add_argument("--devices", type=int, default=1,
                    help="float16 also on a 'model' mesh of this many GPUs (kernels of the first)")  # fmt: skip
     p.add_argument("--mesh-only", action="store_true",
@@ -279,7 +291,8 @@ def main() -> None:
             attention_form(a.attention[0])
         print(json.dumps(child(a.child, a.samples, a.new, a.prompt, a.tiles, a.steps,
                                a.devices, (a.one_row_form or [""])[0],
-                               (a.sets or [""])[0], (a.disable or [""])[0])))  # fmt: skip
+                               (a.sets or [""])[0], (a.disable or [""])[0],
+                               (a.buckets or [""])[0])))  # fmt: skip
         return
     import torch
 
@@ -300,15 +313,17 @@ def main() -> None:
     del model
     torch.cuda.empty_cache()
     results = {}
-    runs = [("float16", f, "", 1, form, att, st, dis) for f in a.flags for form in a.one_row_form
-            for att in a.attention for st in a.sets for dis in a.disable]  # fmt: skip
+    runs = [("float16", f, "", 1, form, att, st, dis, bk) for f in a.flags
+            for form in a.one_row_form for att in a.attention for st in a.sets
+            for dis in a.disable for bk in a.buckets]  # fmt: skip
     runs = [] if a.mesh_only and a.devices > 1 else runs
     if "int4" in files:
-        runs += [("int4", a.flags[0], t, 1, "", att, st, dis) for t in a.int4_tiles
-                 for att in a.attention for st in a.sets for dis in a.disable]  # fmt: skip
+        runs += [("int4", a.flags[0], t, 1, "", att, st, dis, bk) for t in a.int4_tiles
+                 for att in a.attention for st in a.sets for dis in a.disable
+                 for bk in a.buckets]  # fmt: skip
     if a.devices > 1:
-        runs += [("float16", f, "", a.devices, "", "", "", "") for f in a.flags]
-    for n, (dtype, flag, tiles, devices, form, att, st, dis) in enumerate(runs):
+        runs += [("float16", f, "", a.devices, "", "", "", "", "") for f in a.flags]
+    for n, (dtype, flag, tiles, devices, form, att, st, dis, bk) in enumerate(runs):
         path = files[dtype]
         env = dict(os.environ, XLA_FLAGS=FLAGS[flag])
         dump = os.path.join(os.environ.get("OUT", tmp), f"hlo-{n}")
@@ -335,6 +350,7 @@ def main() -> None:
         cmd += ["--attention", att] if att else []
         cmd += ["--set", st] if st else []
         cmd += ["--disable", dis] if dis else []
+        cmd += ["--buckets", bk] if bk else []
         t = time.perf_counter()
         r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
         key = f"{dtype} {flag}" + (f" [{tiles}]" if tiles else "")
@@ -344,6 +360,7 @@ def main() -> None:
         key += f" attention {att}" if att else ""
         key += f" [{st}]" if st else ""
         key += f" without {dis}" if dis else ""
+        key += f" buckets {bk}" if bk else ""
         if r.returncode:
             results[key] = {"error": r.stderr[-2000:]}
         else:

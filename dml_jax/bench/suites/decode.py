@@ -90,10 +90,15 @@ def bandwidth(torch: Any) -> float:
 
 
 def dml_generation(
-    session: Any, prompt: np.ndarray, new: int, per_token: bool = False, steps: int | None = None
+    session: Any,
+    prompt: np.ndarray,
+    new: int,
+    per_token: bool = False,
+    steps: int | None = None,
+    buckets: Any = None,
 ):
     """dml_jax's greedy generation (``steps``: ``GeneratorParams.steps_per_dispatch``, None its
-    default): (tokens,
+    default; ``buckets``: ``GeneratorParams.buckets``, None its default): (tokens,
     ttft_s, decode_s, generator); the steps' compiles (``Generator.compile_ahead``, the first
     generation's) are in neither time."""
     import jax
@@ -102,6 +107,7 @@ def dml_generation(
 
     batch, length = prompt.shape
     options = {} if steps is None else {"steps_per_dispatch": steps}
+    options.update({} if buckets is None else {"buckets": buckets})
     g = Generator(
         session, GeneratorParams(session, max_length=length + new, batch_size=batch, **options)
     )
