@@ -17,9 +17,9 @@ The pattern: MULTIHEAD_ATTENTION(1) of one query position, no past, no stacked o
 inputs, whose KeyTensor and ValueTensor (packed) are each read from an ELEMENT_WISE_IDENTITY copy
 of a packed JOIN {B, Hkv, T, D} of two packed inputs on axis 2, the second of one position, the
 copy reading the join as {B, T, Hkv, D} (its heads next to the columns), or from the JOIN itself
-where Hkv is 1 (no copy then, but the node still read the whole joined cache). A session on a model axis
-leaves the rewrite out (``placement.MeshLayout.disabled_rewrites``: GSPMD joined the past and the
-new position once for the split attention and the whole present, and gathered it).
+where Hkv is 1 (no copy then, but the node still read the whole joined cache). A session on a
+model axis leaves the rewrite out (``placement.MeshLayout.disabled_rewrites``: GSPMD joined the
+past and the new position once for the split attention and the whole present, and gathered it).
 """
 
 from __future__ import annotations
