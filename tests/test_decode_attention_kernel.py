@@ -43,6 +43,9 @@ CASES = {
                                False, "shared"),
     "mha-f32-bias-per-head": ("", "FLOAT32", 2, 2, 16, 16, 40, 1, "BOOLEAN", -2.0, False,
                               False, "heads"),
+    # the exported decoder's step as AttentionPastSplit gives it: the past apart, one new key
+    "mha1-f16-split-past-exported-mask": ("1", "FLOAT16", 4, 2, 8, 8, 200, 1, "NONE", -math.inf,
+                                          False, False, "shared"),
     # 603 keys: three splits, the last over the past's end and the new keys
     "mha1-f32-long-boolean-inf": ("1", "FLOAT32", 4, 2, 8, 8, 600, 3, "BOOLEAN", -math.inf,
                                   False, False),
