@@ -4,9 +4,8 @@ CAST to FLOAT32 -> ELEMENT_WISE_MULTIPLY by one scale a channel -> [ELEMENT_WISE
 bias a channel] -> [ACTIVATION_RELU] -> [ELEMENT_WISE_CLIP] -> ELEMENT_WISE_QUANTIZE_LINEAR by
 one scale, which a static QDQ convolution and the quantizer of its output become
 (``onnx/optimize/quantized.py``, ``QDQConvFusion``), and the fast path of
-QUANTIZED_LINEAR_CONVOLUTION (ONNX's QLinearConv),
-whose requantization is the same steps with its INT32 bias added to the sums. 1x1 filters and
-windows up to ``MAX_WINDOW``.
+QUANTIZED_LINEAR_CONVOLUTION (ONNX's QLinearConv), whose requantization is the same steps with
+its INT32 bias added to the sums. 1x1 filters and windows up to ``MAX_WINDOW``.
 
 Without it the run is cuDNN's int8 convolution with float32 sums (``int8_conv``), written out,
 then XLA's fusion of the rest reading them back: eight bytes moved a value where the result is
