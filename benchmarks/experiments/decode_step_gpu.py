@@ -30,6 +30,7 @@ optimized HLO of its decode steps (``$OUT/hlo-N``) with its kernels summarized
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -62,6 +63,27 @@ FLAGS = {
 }
 
 
+# Options that run one process per value (every combination of them), the float16 export's
+# and (but for the one-row form) the int4 export's: flag -> (argument, its part of the run's
+# name, what a value is).
+VARIANTS = {
+    "--one-row-form": ("one_row_form", " one-row {}", (
+        "form of GEMM's one-row products, float16 only ('' the default; 'repeat')")),
+    "--attention": ("attention", " attention {}", (
+        "form of a decode step's attention ('' the default, the decode kernel; 'decode:N' its "
+        "splits every N keys; 'cudnn': cuDNN's path; 'lax': none)")),
+    "--set": ("set", " [{}]", (
+        "set of module tunables ('' none; "
+        "'dml_jax.onnx.optimize.attention.MIN_KEYS_ONE_QUERY=1;...', Python literals)")),
+    "--disable": ("disable", " without {}", (
+        "set of graph rewrites left out ('' none; 'AttentionPastSplit,...')")),
+    "--buckets": ("buckets", " buckets {}", (
+        "GeneratorParams.buckets ('' the default; '16,256' with --prompt 16: the prompt's "
+        "bucket, then every step at the cache's 256 positions, which it reads without a "
+        "slice)")),
+}  # fmt: skip
+
+
 def child(
     path: str,
     samples: int,
@@ -78,7 +100,7 @@ def child(
     """Runs in a process of its own (its XLA_FLAGS): tokens/s and the kernel profile; with
     ``tiles`` (``one_row=1,block_n=128``...), the 4-bit kernel's tunables for this process
     (``int4_gemm.Tiles``, in place of the defaults); ``settings``, module tunables set first
-    (``dml_jax.onnx.optimize.attention.MIN_KEYS_ONE_QUERY=1,...``); ``disabled``, graph
+    (``dml_jax.onnx.optimize.attention.MIN_KEYS_ONE_QUERY=1;...``); ``disabled``, graph
     rewrites the session leaves out (``AttentionPastSplit,...``); ``buckets``, the generations'
     ``GeneratorParams.buckets`` (``16,256``; '' the default)."""
     import jax
@@ -97,13 +119,9 @@ def child(
 
         int4_gemm.plan = planned
 
-    for item in filter(None, settings.split(",")):  # module tunables: MODULE.NAME=VALUE
-        import ast
-        import importlib
+    from onnx_compile_time import set_tunables  # this folder's
 
-        name, value = item.split("=")
-        module, attr = name.rsplit(".", 1)
-        setattr(importlib.import_module(module), attr, ast.literal_eval(value))
+    set_tunables(list(filter(None, settings.split(";"))))  # MODULE.NAME=VALUE;...
     if one_row_form:  # how GEMM's lowering widens a product of one row (ops/gemm_conv.py)
         from dml_jax.ops import gemm_conv
 
@@ -258,23 +276,8 @@ def main() -> None:
                    help="int4 processes, one a tunables set each ('' the defaults; "
                         "'one_row=1,block_n=128')")  # fmt: skip
     p.add_argument("--tiles", default="", help=argparse.SUPPRESS)
-    p.add_argument("--one-row-form", nargs="*", default=[""],
-                   help="float16 processes, one a form of GEMM's one-row products ('' the "
-                        "default; 'repeat')")  # fmt: skip
-    p.add_argument("--attention", nargs="*", default=[""],
-                   help="float16 processes, one a form of a decode step's attention ('' "
-                        "the default, the decode kernel; 'decode:N' its splits every N keys; "
-                        "'cudnn': cuDNN's path; 'lax': none)")  # fmt: skip
-    p.add_argument("--set", nargs="*", default=[""], dest="sets",
-                   help="processes (float16 and int4), one a set of module tunables each ('' "
-                        "none; 'dml_jax.onnx.optimize.attention.MIN_KEYS_ONE_QUERY=1,...')")  # fmt: skip
-    p.add_argument("--disable", nargs="*", default=[""],
-                   help="processes (float16 and int4), one a set of graph rewrites left out each "
-                        "('' none; 'AttentionPastSplit,...')")  # fmt: skip
-    p.add_argument("--buckets", nargs="*", default=[""],
-                   help="processes (float16 and int4), one a GeneratorParams.buckets each ('' "
-                        "the default; '16,256' with --prompt 16: the prompt's bucket, then every "
-                        "step at the cache's 256 positions, which it reads without a slice)")  # fmt: skip
+    for flag, (_, _, what) in VARIANTS.items():
+        p.add_argument(flag, nargs="*", default=[""], help=f"processes, one a {what} each")
     p.add_argument("--devices", type=int, default=1,
                    help="float16 also on a 'model' mesh of this many GPUs (kernels of the first)")  # fmt: skip
     p.add_argument("--mesh-only", action="store_true",
@@ -289,10 +292,10 @@ def main() -> None:
     if a.child:
         if a.attention and a.attention[0]:
             attention_form(a.attention[0])
+        first = {attr: (getattr(a, attr) or [""])[0] for attr, _, _ in VARIANTS.values()}
         print(json.dumps(child(a.child, a.samples, a.new, a.prompt, a.tiles, a.steps,
-                               a.devices, (a.one_row_form or [""])[0],
-                               (a.sets or [""])[0], (a.disable or [""])[0],
-                               (a.buckets or [""])[0])))  # fmt: skip
+                               a.devices, first["one_row_form"], first["set"],
+                               first["disable"], first["buckets"])))  # fmt: skip
         return
     import torch
 
@@ -313,17 +316,19 @@ def main() -> None:
     del model
     torch.cuda.empty_cache()
     results = {}
-    runs = [("float16", f, "", 1, form, att, st, dis, bk) for f in a.flags
-            for form in a.one_row_form for att in a.attention for st in a.sets
-            for dis in a.disable for bk in a.buckets]  # fmt: skip
+
+    def variants(*flags):  # every combination of the given per-process options
+        lists = [getattr(a, VARIANTS[f][0]) for f in flags]
+        return [dict(zip(flags, values)) for values in itertools.product(*lists)]
+
+    every = [f for f in VARIANTS if f != "--one-row-form"]  # the one-row form: float16 only
+    runs = [("float16", f, "", 1, v) for f in a.flags for v in variants(*VARIANTS)]
     runs = [] if a.mesh_only and a.devices > 1 else runs
     if "int4" in files:
-        runs += [("int4", a.flags[0], t, 1, "", att, st, dis, bk) for t in a.int4_tiles
-                 for att in a.attention for st in a.sets for dis in a.disable
-                 for bk in a.buckets]  # fmt: skip
+        runs += [("int4", a.flags[0], t, 1, v) for t in a.int4_tiles for v in variants(*every)]
     if a.devices > 1:
-        runs += [("float16", f, "", a.devices, "", "", "", "", "") for f in a.flags]
-    for n, (dtype, flag, tiles, devices, form, att, st, dis, bk) in enumerate(runs):
+        runs += [("float16", f, "", a.devices, {}) for f in a.flags]
+    for n, (dtype, flag, tiles, devices, chosen) in enumerate(runs):
         path = files[dtype]
         env = dict(os.environ, XLA_FLAGS=FLAGS[flag])
         dump = os.path.join(os.environ.get("OUT", tmp), f"hlo-{n}")
@@ -346,21 +351,14 @@ def main() -> None:
         ]
         cmd += [] if a.steps is None else ["--steps", str(a.steps)]  # fmt: skip
         cmd += ["--devices", str(devices)]
-        cmd += ["--one-row-form", form] if form else []
-        cmd += ["--attention", att] if att else []
-        cmd += ["--set", st] if st else []
-        cmd += ["--disable", dis] if dis else []
-        cmd += ["--buckets", bk] if bk else []
+        chosen = {f: value for f, value in chosen.items() if value}
+        cmd += [x for f, value in chosen.items() for x in (f, value)]
         t = time.perf_counter()
         r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
         key = f"{dtype} {flag}" + (f" [{tiles}]" if tiles else "")
         key += "" if a.steps is None else f" steps {a.steps}"
         key += "" if devices == 1 else f" on {devices} GPUs"
-        key += f" one-row {form}" if form else ""
-        key += f" attention {att}" if att else ""
-        key += f" [{st}]" if st else ""
-        key += f" without {dis}" if dis else ""
-        key += f" buckets {bk}" if bk else ""
+        key += "".join(VARIANTS[f][1].format(value) for f, value in chosen.items())
         if r.returncode:
             results[key] = {"error": r.stderr[-2000:]}
         else:

@@ -81,6 +81,18 @@ def drop_fast_paths(specs: list[str]) -> None:
             del paths[n]
 
 
+def set_tunables(items: list[str]) -> None:
+    """Sets module tunables, each ``MODULE.NAME=VALUE`` (a Python literal), before a run:
+    ``dml_jax.kernels.int8_conv.LAYOUT='NCHW'``."""
+    import ast
+    import importlib
+
+    for item in items:
+        target, value = item.split("=", 1)
+        module, attr = target.rsplit(".", 1)
+        setattr(importlib.import_module(module), attr, ast.literal_eval(value))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", nargs="*", default=["convnext_tiny", "fcn_resnet50", "gpt2"])

@@ -80,18 +80,12 @@ def main() -> None:
                    help="a module's tunable set first (a Python literal), such as "
                    "dml_jax.kernels.int8_conv.LAYOUT='NCHW'")  # fmt: skip
     a = p.parse_args()
-    for item in a.set:
-        import ast
-        import importlib
-
-        target, value = item.split("=", 1)
-        module, attr = target.rsplit(".", 1)
-        setattr(importlib.import_module(module), attr, ast.literal_eval(value))
     if a.dump_hlo:  # before jax is imported: XLA reads its flags once
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={a.dump_hlo}"
                                    " --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*apply.*")  # fmt: skip
-    from onnx_compile_time import drop_fast_paths  # this folder's
+    from onnx_compile_time import drop_fast_paths, set_tunables  # this folder's
 
+    set_tunables(a.set)
     drop_fast_paths(a.drop_fast_path)
     import jax
     import onnxruntime as ort
