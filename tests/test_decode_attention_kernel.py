@@ -43,7 +43,7 @@ CASES = {
                                False, "shared"),
     "mha-f32-bias-per-head": ("", "FLOAT32", 2, 2, 16, 16, 40, 1, "BOOLEAN", -2.0, False,
                               False, "heads"),
-    # the exported decoder's step as AttentionPastSplit gives it: the past apart, one new key
+    # a step with its past apart (PastKeyTensor) and one new key, under an exported mask
     "mha1-f16-split-past-exported-mask": ("1", "FLOAT16", 4, 2, 8, 8, 200, 1, "NONE", -math.inf,
                                           False, False, "shared"),
     # 603 keys: three splits, the last over the past's end and the new keys

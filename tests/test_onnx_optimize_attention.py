@@ -436,18 +436,12 @@ def test_only_attention_over_enough_keys_is_fused(monkeypatch, rng, caplog):
 
 
 def test_one_query_position_is_fused_at_any_length(monkeypatch, rng, caplog):
-    """A decode step (one query position) over 4 keys is fused under the default thresholds,
-    its past read in place (AttentionPastSplit: the node's past {B, H, 3, D} and its one new
-    key; left out, the joined keys {B, 4, H * D}); two query positions over 5 keys are not
-    fused."""
+    """A decode step (one query position) over 4 keys is fused under the default thresholds;
+    two query positions over 5 keys are not."""
     monkeypatch.setattr(attention, "MIN_KEYS", MIN_KEYS)
     monkeypatch.setitem(globals(), "S", 1)
-    model = _bmm(rng, 3)
-    (node,) = _check(model, 1)
-    assert node.query_tensor.sizes == (B, 1, E) and node.key_tensor.sizes == (B, 1, E)
-    assert node.past_key_tensor.sizes == node.past_value_tensor.sizes == (B, H, 3, D)
-    (node,) = _check(model, 1, disabled=["AttentionPastSplit"])
-    assert node.key_tensor.sizes == (B, 4, E) and node.past_key_tensor is None
+    (node,) = _check(_bmm(rng, 3), 1)
+    assert node.key_tensor.sizes == (B, 4, E) and node.query_tensor.sizes == (B, 1, E)
     monkeypatch.setitem(globals(), "S", 2)
     with caplog.at_level(logging.DEBUG, logger=attention.__name__):
         assert _check(_bmm(rng, 3), 0, onnxruntime=False) == []

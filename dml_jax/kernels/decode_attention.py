@@ -29,10 +29,9 @@ the call).
 A decoder reaches it where the ONNX import makes its attention one node
 (``onnx/optimize/attention.py``): the tiny LLaMA of tests/data/decoders, in float32 or converted
 to float16, and the 1B-class float16 export (whose float16 probabilities pass through float32
-and back, removed by ``optimize/casts.py``), at every past length (``MIN_KEYS_ONE_QUERY``), the
-past read where it lies and the new position apart (``optimize/attention_past.py``), the run-time
-mask as a RelativePositionBias shared by the heads (read once a sequence here). Timed in that
-1B-class decoder on an H200 (benchmarks/experiments/README.md, ``decode_step_gpu.py
+and back, removed by ``optimize/casts.py``), at every past length (``MIN_KEYS_ONE_QUERY``),
+the run-time mask as a RelativePositionBias shared by the heads (read once a sequence here).
+Timed in that 1B-class decoder on an H200 (benchmarks/experiments/README.md, ``decode_step_gpu.py
 --attention``): on, ahead of cuDNN's path.
 """
 

@@ -357,14 +357,8 @@ class MeshLayout:
         gate and up), whose columns the split would cut into blocks that do not follow the
         attention's heads (GSPMD then moves the attention's inputs between devices: the tiny
         4-bit LLaMA decoder's step over two CPU devices, 10 collective-permutes beside its 4
-        all-reduces joined; apart, Megatron's two all-reduces a layer alone); and the decode
-        step's attention reading its past in place (AttentionPastSplit), where GSPMD joined the
-        past and the new position once for the split attention and the whole present outputs
-        and gathered it (the tiny LLaMA decoder's step over four CPU devices, which do not
-        divide its two key-value heads: 4 all-gathers beside its 4 all-reduces)."""
-        if not self.model_axis:
-            return frozenset()
-        return frozenset({"ParallelQuantizedGemms", "AttentionPastSplit"})
+        all-reduces joined; apart, Megatron's two all-reduces a layer alone)."""
+        return frozenset({"ParallelQuantizedGemms"}) if self.model_axis else frozenset()
 
     def _with_heads(self, spec: PartitionSpec, dim: int, shape: Sequence[int]) -> PartitionSpec:
         """``spec`` with dimension ``dim`` (a cache's heads) split over the model axis, where

@@ -136,8 +136,7 @@ def _scale_step(g: Editor, n: int, params: bool = False) -> tuple | None:
     return None
 
 
-def pure_identity(g: Editor, n: int) -> bool:
-    """Whether node ``n`` is an ELEMENT_WISE_IDENTITY without ScaleBias (a copy of a view)."""
+def _pure_identity(g: Editor, n: int) -> bool:
     node = g.nodes[n]
     return node.operator_type == _ID and node.scale_bias is None
 
@@ -168,7 +167,7 @@ def _operand(g: Editor, n: int, slot: int, transposed: bool, scales: bool) -> _O
     while src is not None and src[0] != GRAPH_INPUT and src[1] == 0:
         m = src[0]
         step = None
-        if pure_identity(g, m):
+        if _pure_identity(g, m):
             step = (0, 1.0, None)
         elif scales:
             step = _scale_step(g, m, params=True)
@@ -279,7 +278,7 @@ def _match(g: Editor, sm: int) -> _Match | None:
         size = g.output_desc(src).element_count
         if size != count or not g.output_desc(src).is_packed:
             return _declined("a logits node of another size, or not packed", None)
-        step = (0, 1.0, None) if pure_identity(g, n) else _scale_step(g, n)
+        step = (0, 1.0, None) if _pure_identity(g, n) else _scale_step(g, n)
         if step is not None:
             scale *= step[1]
             slot = step[0]
@@ -717,7 +716,7 @@ def _merge_heads(g: Editor, back: int, sizes: tuple[int, ...], y: TensorDesc) ->
     the heads back next to the columns read the attention output itself."""
     y_axes = view_axes(y)
     for n, slot in g.users((back, 0)):
-        if not pure_identity(g, n) or slot != 0:
+        if not _pure_identity(g, n) or slot != 0:
             continue
         desc = g.input_desc(n, 0)
         out = g.output_desc((n, 0))
