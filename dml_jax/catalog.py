@@ -203,8 +203,8 @@ def _summary(module_name: str) -> str:
 
 def fast_paths_markdown() -> str:
     """docs/fast-paths.md's generated part: the fast paths by kernel module and name (with the
-    operator types each serves), the graph epilogues and chains, and what each kernel module's docstring
-    says it applies to."""
+    operator types each serves), the graph epilogues, chains and prologues, and what each kernel
+    module's docstring says it applies to."""
     from . import fastpath
 
     groups: dict[tuple[str, str, bool], list[str]] = {}
@@ -231,6 +231,11 @@ def fast_paths_markdown() -> str:
         for e in entries:
             a, b = cells(e)
             lines.append(f"| {a} | {b} | `{e.name}` | `{_module_of(e.lower)}` |")
+    lines += ["", "| graph prologue of the pair | its input | nodes at most | name | kernel module |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    for p in fastpath.prologues():
+        pair = f"{short(p.epilogue[0])} -> {short(p.epilogue[1])} `{p.epilogue[2]}`"
+        lines.append(f"| {pair} | {p.slot} | {p.longest} | `{p.name}` | `{_module_of(p.lower)}` |")
     modules = sorted(
         {m for m, _, _ in groups}
         | {_module_of(e.lower) for e in fastpath.epilogues()}

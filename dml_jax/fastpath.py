@@ -493,7 +493,7 @@ def epilogue(producer_desc: Any, consumer_desc: Any, slot: int) -> Epilogue | No
 def fused_lowering(
     producer_spec: Any, producer_desc: Any, consumer_spec: Any, consumer_desc: Any, slot: int,
     found: Epilogue, producer_count: int, read_as: Any = None,
-    consumer_known: dict[int, Any] | None = None,
+    consumer_known: dict[int, Any] | None = None, run: PrologueRun | None = None,
 ) -> Callable[..., tuple]:  # fmt: skip
     """``(*producer_arrays, *other_arrays) -> consumer outputs`` for a pair that ``epilogue``
     found: on CUDA the epilogue's lowering, elsewhere (and for derivatives) the two lax
@@ -501,7 +501,11 @@ def fused_lowering(
 
     ``read_as``: the consumer's desc where it reads the producer's packed output through its
     own sizes (a reinterpreting edge); ``consumer_known``: the consumer's constant inputs by
-    its own argument positions, which the epilogue's lowering sees through ``known_input``."""
+    its own argument positions, which the epilogue's lowering sees through ``known_input``.
+    ``run``: a ``Prologue`` that computes another of the consumer's inputs, whose nodes'
+    arrays come after the producer's (``other_arrays``: the run's, then the consumer's but
+    the two it computes); on CUDA the prologue's lowering, elsewhere the run's lax lowerings
+    first."""
     from .buffers import read_tensor
 
     def split(arrays):
@@ -512,8 +516,13 @@ def fused_lowering(
         (y,) = producer_spec.lower(producer_desc, *p)[:1]
         if read_as is not None:
             y = read_tensor(y.reshape(-1), read_as)
-        inputs = list(rest)
-        inputs.insert(slot, y)
+        if run is None:
+            inputs = list(rest)
+            inputs.insert(slot, y)
+        else:
+            groups, inputs = run.split(rest)
+            for at, value in sorted(((slot, y), (run.prologue.slot, run.lax(groups)))):
+                inputs.insert(at, value)
         return tuple(consumer_spec.lower(consumer_desc, *inputs))
 
     def choice(packed: tuple) -> Callable:
@@ -531,6 +540,12 @@ def fused_lowering(
             with packed_sources() if packed else contextlib.nullcontext():
                 p, rest = split(viewed(arrays, True))
                 with known_inputs({} if consumer_known is None else consumer_known):
+                    if run is not None:
+                        groups, others = run.split(rest)
+                        return tuple(run.prologue.lower(
+                            run.descs, run.slots, groups, producer_desc, consumer_desc, slot,
+                            p, others,
+                        ))  # fmt: skip
                     return tuple(found.lower(producer_desc, consumer_desc, slot, p, rest))
 
         def lax_viewed(*arrays):
@@ -539,7 +554,7 @@ def fused_lowering(
         cuda = _batched_as(kernel, lax_viewed)
 
         per_shard = None
-        if found.per_shard is not None and not packed:
+        if found.per_shard is not None and not packed and run is None:
             on_shards = found.per_shard(producer_desc, consumer_desc, slot)
 
             def per_shard(*arrays):
@@ -564,6 +579,100 @@ def fused_lowering(
         return choices[key](*args)
 
     return lowered
+
+
+# ---------------------------------------------------------------------------------------------
+# Prologues: the nodes that compute another input of an epilogue pair's consumer, in its kernel
+
+
+@dataclass(frozen=True)
+class Prologue:
+    """A CUDA lowering of an epilogue pair (``Epilogue``) that also computes the consumer's
+    input ``slot`` from a run of graph nodes, each read by the next alone and the last by the
+    consumer alone (a normalization whose output only a product reads: the product's kernel
+    normalizes its operand as it loads it).
+
+    Attributes:
+        applies: ``applies(descs, slots, producer_desc, consumer_desc, pair_slot) -> bool`` on
+            descriptors alone: ``descs`` the run's nodes in order, ``slots[i]`` the input of
+            ``descs[i + 1]`` that reads ``descs[i]``.
+        lower: ``lower(descs, slots, groups, producer_desc, consumer_desc, pair_slot,
+            producer_arrays, other_arrays)`` -> the consumer's outputs, ``groups[i]`` node
+            ``i``'s arrays but the one it reads from the run, ``other_arrays`` the consumer's
+            inputs but ``pair_slot`` and ``slot``. The contract is the run's lax lowerings,
+            then the pair's.
+        longest: the most nodes a run may hold.
+    """
+
+    epilogue: tuple[str, str, str]  # the pair's (producer, consumer, name)
+    slot: int
+    name: str
+    applies: Callable[..., bool]
+    lower: Callable[..., tuple]
+    longest: int
+
+
+_PROLOGUES: dict[tuple[str, str, str], dict[str, Prologue]] = {}
+
+
+def register_prologue(
+    epilogue: Epilogue, slot: int, name: str, applies: Callable, lower: Callable, longest: int
+) -> Prologue:
+    """Registers a ``Prologue`` of ``epilogue``'s pair computing its consumer's input ``slot``;
+    ``graph.compile_graph`` uses it where ``applies``.
+
+    Raises:
+        ValueError: if ``name`` is already registered for that pair.
+    """
+    key = (epilogue.producer, epilogue.consumer, epilogue.name)
+    found = _PROLOGUES.setdefault(key, {})
+    if name in found:
+        raise ValueError(f"prologue {name!r} of {key} is already registered")
+    found[name] = Prologue(key, slot, name, applies, lower, longest)
+    return found[name]
+
+
+def prologues(epilogue: Epilogue | None = None) -> tuple[Prologue, ...]:
+    """The prologues registered for ``epilogue``'s pair (every pair's where None, by pair), in
+    registration order."""
+    if epilogue is None:
+        return tuple(p for key in sorted(_PROLOGUES) for p in _PROLOGUES[key].values())
+    return tuple(_PROLOGUES.get((epilogue.producer, epilogue.consumer, epilogue.name), {}).values())
+
+
+@dataclass(frozen=True)
+class PrologueRun:
+    """A ``Prologue`` found on graph nodes: their specs and descs, the input of each that reads
+    the one before (``slots``) and how many arrays each takes (``counts``)."""
+
+    prologue: Prologue
+    specs: tuple
+    descs: tuple
+    slots: tuple[int, ...]
+    counts: tuple[int, ...]
+    read_as: Any = None  # the desc the consumer reads the run's output through (a view)
+
+    def split(self, arrays) -> tuple[list, list]:
+        """(each node's arrays, the arrays after the run's)."""
+        groups, at = [], 0
+        for c in self.counts:
+            groups.append(tuple(arrays[at : at + c]))
+            at += c
+        return groups, list(arrays[at:])
+
+    def lax(self, groups) -> Any:
+        """The run's output by its nodes' lax lowerings in sequence."""
+        y = None
+        for i, (spec, desc, own) in enumerate(zip(self.specs, self.descs, groups)):
+            inputs = list(own)
+            if i:
+                inputs.insert(self.slots[i - 1], y)
+            y = spec.lower(desc, *inputs)[0]
+        if self.read_as is not None:
+            from .buffers import read_tensor
+
+            y = read_tensor(y.reshape(-1), self.read_as)
+        return y
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ import dml_jax as dml
 import dml_jax.ops.attention
 from dml_jax import compile as compile_module
 from dml_jax import fastpath
+from dml_jax.graph import fusing, validated_plan
 from dml_jax.graph import tracing as graph_module
-from dml_jax.graph import validated_plan
 from dml_jax.kernels import attention as attention_kernel
 from dml_jax.kernels import gemm as K
 
@@ -170,7 +170,7 @@ def _pair_graph(consumer: str, *, also_output=False, second_reader=False, dtype=
 def _pairs(graph, monkeypatch):
     monkeypatch.setattr(K, "hopper", lambda: True)
     plan = validated_plan(graph, max(dml.FeatureLevel))
-    return {q: (p, slot) for q, (p, slot, _) in graph_module._epilogue_pairs(graph, plan).items()}
+    return {q: (p, slot) for q, (p, slot, _) in fusing.epilogue_pairs(graph, plan).items()}
 
 
 @pytest.mark.parametrize("consumer, want", [("gelu", {1: (0, 0)}), ("add", {1: (0, 1)}),
@@ -208,7 +208,7 @@ def test_no_pairs_without_a_hopper_gpu(monkeypatch):
     monkeypatch.setattr(K, "hopper", lambda: False)
     graph = _pair_graph("gelu")
     plan = validated_plan(graph, max(dml.FeatureLevel))
-    assert graph_module._epilogue_pairs(graph, plan) == {}
+    assert fusing.epilogue_pairs(graph, plan) == {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,7 +286,7 @@ def test_the_gpt_stacks_gradient_with_fused_steps_is_the_unfused_one(forced_cuda
         return lambda x: jnp.sum(fn(x, *args[1:]).astype(jnp.float32) ** 2)
 
     plan = validated_plan(net.graph, max(dml.FeatureLevel), reinterpret=True)
-    pairs = graph_module._epilogue_pairs(net.graph, plan)
+    pairs = fusing.epilogue_pairs(net.graph, plan)
     kinds = sorted(net.graph.nodes[q].operator_type for q in pairs)
     assert kinds.count("DML_OPERATOR_MULTIHEAD_ATTENTION") == 2 and len(kinds) == 8
     got = jax.jit(jax.grad(loss(net.compile().fn)))(jnp.asarray(args[0]))

@@ -312,3 +312,142 @@ def test_gpu_matmul_nbits_matches_lax(rows):
     tol = 2.0**-9 * np.abs(want).max()
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2.0**-9,
                                atol=tol)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# The RMS normalization before the product (the pair's prologue)
+
+
+def _normed_reference(x, gamma, eps):
+    """A LLaMA export's RMSNorm of float16 rows as its nodes compute it, in NumPy: float32
+    ``x / sqrt(mean(x^2) + eps)`` rounded to float16, times gamma, rounded again."""
+    w = np.asarray(x, np.float32)
+    r = np.float32(1) / np.sqrt(np.mean(w * w, axis=-1, keepdims=True) + np.float32(eps))
+    y = (w * r).astype(np.float16).astype(np.float32)
+    return (np.asarray(gamma, np.float32) * y).astype(np.float16)
+
+
+@pytest.mark.parametrize("k, zero, split", [(512, True, False), (1024, False, True)])
+def test_interpret_normalized_a(k, zero, split, rng):
+    """The kernel that normalizes A as it reads it, against the product of the normalized A
+    (NumPy) through DEQUANTIZE and GEMM's lax lowerings: each normalized value may round the
+    other way at most (a sum of squares in another order, another rsqrt), so the bound is a
+    unit of float16 in each value of A times its weights, beside the kernel's own."""
+    n, block, eps = 64, 32, 1e-6
+    tiles = K.Tiles(target_programs=8, min_k=128) if split else K.Tiles(target_programs=1)
+    x, q, scale, z = _arrays(rng, 1, n, k, block, zero, jnp.float16)
+    x = x * 3.0
+    gamma = jnp.asarray(rng.uniform(0.5, 1.5, (1, k)), jnp.float16)
+    v = K.plan(1, n, k, block, tiles)
+    assert v.widen_row and v.bytes_form and (v.splits > 1) == split
+    codes = jax.lax.bitcast_convert_type(q.reshape(n, k // 2, 2), jnp.uint8)
+    got = K.int4_product(x, codes, scale, z, interpret=not fastpath.cuda_present(), tiles=tiles,
+                         norm=(gamma, eps))  # fmt: skip
+    a = _normed_reference(x, gamma, eps)
+    w, want = _lax(*_descs(1, n, k, block, zero), jnp.asarray(a), q, scale, z)
+    slack = np.spacing(np.abs(a).astype(np.float16)).astype(np.float64) @ np.abs(w).T
+    t = np.float16
+    bound = np.abs(a.astype(np.float64)) @ np.abs(w).T
+    ulp = np.spacing(np.abs(want).astype(t)).astype(np.float64)
+    err = np.abs(np.asarray(got, np.float64) - want)
+    assert np.all(err <= ulp + 2.0**-20 * bound + slack)
+    # and a wrong factor is seen: A not normalized at all
+    plain = K.int4_product(x, codes, scale, z, interpret=not fastpath.cuda_present(), tiles=tiles)
+    assert np.abs(np.asarray(plain, np.float64) - want).max() > 10 * (ulp + slack).max()
+
+
+def _rms_nbits_model(rng, rows, k=256, n=128, block=32, layer_norm=False, gamma=True):
+    """x float16 {1, rows, K} -> a LLaMA export's RMSNorm (Cast, Pow, ReduceMean, Add, Sqrt, Div,
+    Mul, Cast, Mul by gamma) -> MatMulNBits; ``layer_norm``: the mean taken out too (not an RMS
+    normalization); without ``gamma`` the last Mul left out."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    base = _nbits_model(rng, rows, n=n, k=k, block=block, bias=False)
+    f32, f16 = TensorProto.FLOAT, TensorProto.FLOAT16
+
+    def const(name, value):  # a Constant node, as the exporter writes the scalars
+        tensor = numpy_helper.from_array(np.asarray(value, np.float32), name)
+        return helper.make_node("Constant", [], [name], value=tensor)
+
+    scale = numpy_helper.from_array(rng.uniform(0.5, 1.5, k).astype(np.float16), "gamma")
+    inits = list(base.graph.initializer) + [scale]
+    nodes = [const("two", 2.0), const("eps", 1e-6), const("one", 1.0)]
+    nodes.append(helper.make_node("Cast", ["x"], ["x32"], to=f32))
+    src = "x32"
+    if layer_norm:
+        nodes += [helper.make_node("ReduceMean", ["x32"], ["mu"], axes=[-1], keepdims=1),
+                  helper.make_node("Sub", ["x32", "mu"], ["xc"])]  # fmt: skip
+        src = "xc"
+    nodes += [
+        helper.make_node("Pow", [src, "two"], ["sq"]),
+        helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1),
+        helper.make_node("Add", ["ms", "eps"], ["mse"]),
+        helper.make_node("Sqrt", ["mse"], ["rms"]),
+        helper.make_node("Div", ["one", "rms"], ["inv"]),
+        helper.make_node("Mul", [src, "inv"], ["y32"]),
+        helper.make_node("Cast", ["y32"], ["y16" if gamma else "A"], to=f16),
+    ]
+    if gamma:
+        nodes.append(helper.make_node("Mul", ["gamma", "y16"], ["A"]))
+    # two products of the normalized A, as a decoder's q, k and v (ParallelQuantizedGemms
+    # joins them: one GEMM, whose SPLIT reads it in the GEMM's own sizes)
+    (product,) = base.graph.node
+    for i in (0, 1):
+        nodes.append(helper.make_node(
+            "MatMulNBits", ["A", "B", "s", "z"], [f"y{i}"], domain="com.microsoft",
+            **{a.name: helper.get_attribute_value(a) for a in product.attribute},
+        ))  # fmt: skip
+    halves = [helper.make_tensor_value_info(f"y{i}", f16, [1, rows, n]) for i in (0, 1)]
+    graph = helper.make_graph(  # {batch, sequence, hidden}, as a decoder's step
+        nodes, "rms_nbits", [helper.make_tensor_value_info("x", f16, [1, rows, k])], halves, inits
+    )
+    return helper.make_model(graph, opset_imports=list(base.opset_import), ir_version=10)
+
+
+@pytest.fixture
+def forced_cuda_norm(monkeypatch):
+    """CUDA's choice on this machine, the kernel in interpret mode; records whether each call
+    normalized A."""
+    monkeypatch.setattr(K, "RMS_PROLOGUE", True)
+    with forced_cuda_kernel(monkeypatch, K, "int4_product", lambda *a: None) as calls:
+        original = K.int4_product
+
+        def with_norm(*args, **kw):
+            calls.append("norm" if kw.get("norm") is not None else "plain")
+            return original(*args, **kw)
+
+        monkeypatch.setattr(K, "int4_product", with_norm)
+        yield calls
+
+
+@pytest.mark.parametrize("rows, form, normed", [
+    (1, "rms", True), (1, "layer_norm", False), (1, "no_gamma", False), (2, "rms", False),
+    (1, "switched_off", False),
+])  # fmt: skip
+def test_rms_norm_run_into_the_kernel(rows, form, normed, forced_cuda_norm, rng, monkeypatch):
+    """A decode step's RMSNorm before a MatMulNBits becomes the kernel's prologue (one row, the
+    whole run: CAST, the normalization, CAST, the gamma MULTIPLY) where ``RMS_PROLOGUE`` is on:
+    the output agrees with the session without fast paths; a LayerNorm (mean taken out), a
+    run without gamma, two rows and the switch off keep the plain kernel."""
+    from dml_jax.onnx import InferenceSession
+
+    monkeypatch.setattr(K, "RMS_PROLOGUE", form != "switched_off")
+
+    model = _rms_nbits_model(rng, rows, layer_norm=form == "layer_norm", gamma=form != "no_gamma")
+    x = (rng.standard_normal((1, rows, 256)) * 4).astype(np.float16)
+    data = model.SerializeToString()
+    want = np.concatenate(InferenceSession(data, fast_paths=False).run(None, {"x": x}), -1)
+    s = InferenceSession(data)
+    with fastpath.target_platform("cuda"):
+        got = np.concatenate([np.asarray(y) for y in jax.jit(s.fn)(x)], -1)
+    calls = [c for c in forced_cuda_norm if c is not None]
+    assert calls == ["norm" if normed else "plain"]
+    tol = 2.0**-8 * np.abs(want).max()  # float16: a unit of A's values and of the sums
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2.0**-8,
+                               atol=tol)  # fmt: skip
+    if normed:  # derivatives come from the lax lowerings of the run and the pair
+        grad = jax.grad(lambda v: s.fn(v)[0].astype(jnp.float32).sum())
+        with fastpath.target_platform("cuda"):
+            g = grad(jnp.asarray(x))
+        want_g = jax.grad(lambda v: s.fn(v)[0].astype(jnp.float32).sum())(jnp.asarray(x))
+        np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(want_g, np.float32))

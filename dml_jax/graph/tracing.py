@@ -22,8 +22,8 @@ from ..compile import CompiledOperator, with_shardings
 from ..enums import FeatureLevel
 from ..errors import ValidationError
 from ..precision import with_half_precision
-from ..tensor import host_view, packed_strides
-from . import rolling
+from ..tensor import host_view
+from . import fusing, rolling
 from .records import GRAPH, ConstantDataNode, FunctionNode, GraphDesc
 from .validation import GraphPlan, constant_value, validated_plan
 
@@ -236,10 +236,12 @@ def _graph_function(
         for n in (e.from_node_index, e.to_node_index)
     }
     on = fast_paths and fastpath.cuda_present()
-    runs_of = _epilogue_chains(graph, plan) if on else {}
+    runs_of = fusing.epilogue_chains(graph, plan) if on else {}
     in_runs = {m for members, _, _ in runs_of.values() for m in members}
-    pairs = _epilogue_pairs(graph, plan, in_runs) if on else {}
+    pairs = fusing.epilogue_pairs(graph, plan, in_runs) if on else {}
+    fronts = fusing.prologue_runs(graph, plan, pairs, in_runs) if on else {}
     fused_into = {p for p, _, _ in pairs.values()} | (in_runs - set(runs_of))
+    fused_into |= {m for members, _ in fronts.values() for m in members}
 
     fixed = dict(constant_inputs or {})
 
@@ -278,10 +280,19 @@ def _graph_function(
     def pair_lowering(n, consumer_known):
         p, slot, found = pairs[n]
         edge = plan.sources[n][slot]
+        run = None
+        if n in fronts:
+            members, prologue = fronts[n]
+            run = fastpath.PrologueRun(
+                prologue, tuple(plan.specs[m] for m in members),
+                tuple(graph.nodes[m] for m in members), fusing.run_slots(plan, members),
+                tuple(len(s) for s in fusing.run_sources(plan, members)),
+                fusing.view_of(plan.sources[n][prologue.slot]),
+            )  # fmt: skip
         return fastpath.fused_lowering(
             plan.specs[p], graph.nodes[p], plan.specs[n], graph.nodes[n], slot, found,
-            len(plan.sources[p]), read_as=edge[3] if len(edge) == 4 else None,
-            consumer_known=consumer_known,
+            len(plan.sources[p]), read_as=fusing.view_of(edge), consumer_known=consumer_known,
+            run=run,
         )  # fmt: skip
 
     steps: list = []
@@ -306,7 +317,13 @@ def _graph_function(
             continue
         if n in pairs:  # this node and its producer as one step, the producer's inputs first
             p, slot, _ = pairs[n]
-            sources = plan.sources[p] + tuple(s for j, s in enumerate(plan.sources[n]) if j != slot)
+            skip = {slot}
+            sources = plan.sources[p]
+            if n in fronts:  # then a prologue run's, node by node
+                members, prologue = fronts[n]
+                skip.add(prologue.slot)
+                sources += tuple(s for own in fusing.run_sources(plan, members) for s in own)
+            sources += tuple(s for j, s in enumerate(plan.sources[n]) if j not in skip)
             steps.append((n, pair_lowering(n, known(n)), sources, plan.present_outputs[n], {}))
             continue
         if isinstance(graph.nodes[n], FunctionNode):
@@ -316,7 +333,7 @@ def _graph_function(
         steps.append((n, lower, plan.sources[n], plan.present_outputs[n], known(n)))
     if roll:
         steps = _rolled(
-            steps, graph, plan, pairs, linked, known_value, pair_lowering, runs, runs_of
+            steps, graph, plan, pairs, linked, known_value, pair_lowering, runs, runs_of, fronts
         )
 
     held: Mapping | None = None  # held_constants' values while ``lowered`` traces
@@ -436,15 +453,17 @@ def _same_graph(a: GraphDesc, b: GraphDesc) -> bool:
     return a is b or (hash(a) == hash(b) and a == b)
 
 
-def _rolled(steps, graph, plan, pairs, linked, known_value, pair_lowering, runs, runs_of) -> list:
+def _rolled(
+    steps, graph, plan, pairs, linked, known_value, pair_lowering, runs, runs_of, fronts
+) -> list:
     """``steps`` with each run of repeated blocks (``rolling``) after its first block as one
     ``RolledRun``; the runs are appended to ``runs``."""
     at = {step[0]: i for i, step in enumerate(steps)}
 
     def signature(step):
         n, _, sources, present, _ = step
-        if isinstance(graph.nodes[n], FunctionNode):
-            return None
+        if isinstance(graph.nodes[n], FunctionNode) or n in fronts:
+            return None  # (a prologue run's step is not rolled)
         read = []
         for s in sources:
             if s[0] == "node":
@@ -545,86 +564,6 @@ class _Known(Mapping):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
-
-
-def _readers(plan: GraphPlan) -> dict[tuple[int, int], list[tuple[int, int, tuple]]]:
-    """(node, output) -> every (reader node, its input position, the source entry)."""
-    readers: dict[tuple[int, int], list[tuple[int, int, tuple]]] = {}
-    for q, sources in enumerate(plan.sources):
-        for j, s in enumerate(sources):
-            if s[0] == "node":
-                readers.setdefault((s[1], s[2]), []).append((q, j, s))
-    return readers
-
-
-def _epilogue_chains(
-    graph: GraphDesc, plan: GraphPlan
-) -> dict[int, tuple[tuple[int, ...], tuple[int, ...], Any]]:
-    """Last node -> (the run's nodes, the input slot of each after the first that reads the one
-    before, ``fastpath.Chain``) for every run that a registered chain computes as one: each
-    node but the last has one output, not a graph output, read by the next node alone (in the
-    desc it was written with or through a view of it, which the chain's ``applies`` sees as
-    the reader's input desc). From each node a chain can start at (in the plan's order, one
-    run a node), the longest run that applies."""
-    readers = _readers(plan)
-    outputs = set(plan.outputs)
-    found_runs: dict[int, tuple[tuple[int, ...], tuple[int, ...], Any]] = {}
-    taken: set[int] = set()
-    for p in plan.order:
-        node = graph.nodes[p]
-        if p in taken or isinstance(node, FunctionNode):
-            continue
-        longest = max((c.longest for c in fastpath.chains(node.operator_type)), default=0)
-        if not longest:
-            continue
-        members, slots = [p], []
-        while len(members) < longest:
-            last = members[-1]
-            present = plan.present_outputs[last]
-            if len(present) != 1 or (last, present[0]) in outputs:
-                break
-            found = readers.get((last, present[0]), [])
-            if len(found) != 1:  # one reader (through the desc written, or a view of it)
-                break
-            q, j, _ = found[0]
-            if q in taken or isinstance(graph.nodes[q], FunctionNode):
-                break
-            members.append(q)
-            slots.append(j)
-        for k in range(len(members), 1, -1):
-            descs = tuple(graph.nodes[m] for m in members[:k])
-            match = fastpath.chain(descs, tuple(slots[: k - 1]))
-            if match is not None:
-                found_runs[members[k - 1]] = (tuple(members[:k]), tuple(slots[: k - 1]), match)
-                taken |= set(members[:k])
-                break
-    return found_runs
-
-
-def _epilogue_pairs(
-    graph: GraphDesc, plan: GraphPlan, taken: set[int] | None = None
-) -> dict[int, tuple[int, int, Any]]:
-    """Consumer node -> (producer node, input slot, ``fastpath.Epilogue``) for every pair that a
-    registered epilogue computes as one: the producer has one output, not a graph output, read
-    by that one consumer input alone, in the desc it was written with or as a packed reshape of
-    it (a reinterpreting edge). Nodes of ``taken`` (in a chain's run) join no pair."""
-    readers = _readers(plan)
-    outputs = set(plan.outputs)
-    pairs: dict[int, tuple[int, int, Any]] = {}
-    taken = set(taken or ())  # nodes in a pair already: a node joins one pair at most
-    for (p, k), found in readers.items():
-        if len(found) != 1 or (p, k) in outputs or plan.present_outputs[p] != (k,):
-            continue
-        q, j, s = found[0]
-        if p in taken or q in taken:
-            continue
-        if len(s) == 4 and s[3].layout_strides != packed_strides(s[3].sizes):
-            continue  # read through strides: not the producer's packed output as it is
-        match = fastpath.epilogue(graph.nodes[p], graph.nodes[q], j)
-        if match is not None:
-            pairs[q] = (p, j, match)
-            taken |= {p, q}
-    return pairs
 
 
 @functools.lru_cache(maxsize=1024)

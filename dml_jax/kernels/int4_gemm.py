@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..fastpath import packed_bytes, register_epilogue
+from ..fastpath import packed_bytes, register_epilogue, register_prologue
 from ..precision import matmul_precision
 from .pallas_helpers import load_pallas, nibbles_plus_1024
 
@@ -231,19 +231,24 @@ def int4_product(
     interpret: bool = False,
     tiles: Tiles | None = None,
     signed: bool = False,
+    norm: tuple | None = None,
 ):
     """``A x w^T`` in A's type for A {M, K} and ``w = round((q - zero) * scale)`` of the 4-bit
     codes ``q`` {N, K} (``jnp.uint4`` or ``jnp.int4``; or their bytes {N, K / 2}, uint8,
     DirectML's packing, two's complement where ``signed``) with ``scale`` {N, K / block} (A's
     type) and ``zero`` (the codes' type, or None for 0) of those sizes: DEQUANTIZE then GEMM's
-    product, on the kernel ``plan`` gives (it must give one)."""
+    product, on the kernel ``plan`` gives (it must give one). ``norm``: (gamma {1, K}, epsilon): A is then ``normed(a)``, the RMS
+    normalization of its one row as the graph's prologue run computes it (``_normed``; the
+    bytes form on one row only, ``plan``'s ``widen_row``)."""
     (m, k), (n, blocks) = a.shape, scale.shape
     v = plan(m, n, k, k // blocks, tiles)
     if q.dtype == jnp.uint8 and not v.bytes_form:  # packed bytes: their codes
         codes = lax.bitcast_convert_type(q, jnp.int4 if signed else jnp.uint4)
         q = codes.reshape(n, k)
     if v.bytes_form:
-        return _from_bytes(a, q, scale, zero, v, interpret, signed or q.dtype == jnp.int4)
+        return _from_bytes(a, q, scale, zero, v, interpret, signed or q.dtype == jnp.int4, norm)
+    if norm is not None:
+        raise ValueError("int4_product: a normalized A needs the bytes form on one row")
     t, bn, per, bs, step = a.dtype, v.block_n, v.k_per_program, v.block, v.step
     group = step // bs  # quantization blocks a step
     rows, a16 = _a_rows(a, v)
@@ -354,7 +359,10 @@ def _write(o_ref, value, v: View) -> None:
         o_ref[...] = value.astype(o_ref.dtype)
 
 
-def _launch(kernel, args: list, v: View, rows: int, t: Any, code_width: int, interpret: bool):
+def _launch(
+    kernel, args: list, v: View, rows: int, t: Any, code_width: int, interpret: bool,
+    extra: tuple = (),
+):  # fmt: skip
     """``kernel`` on the grid of ``v``: programs of ``block_n`` columns by ``k_per_program``
     values of K, reading ``rows`` rows of A, ``code_width`` columns of the codes (4-bit codes,
     or their bytes), the scales and the zero points (a fourth argument, where given); the
@@ -368,6 +376,10 @@ def _launch(kernel, args: list, v: View, rows: int, t: Any, code_width: int, int
     ]
     if len(args) > 3:
         specs.append(pl.BlockSpec((bn, count), lambda i, s: (i, s)))
+    if extra:  # a normalized A's whole row, for its mean square, and gamma by the program's K
+        args = [*args, *extra]
+        specs += [pl.BlockSpec((1, v.k), lambda i, s: (0, 0)),
+                  pl.BlockSpec((1, v.k_per_program), lambda i, s: (0, s))]  # fmt: skip
     aliases = {}
     if v.atomic:  # every split adds into one float32 product, zeros to start (aliased)
         out_shape = jax.ShapeDtypeStruct((rows, v.n), jnp.float32)
@@ -402,7 +414,7 @@ def _launch(kernel, args: list, v: View, rows: int, t: Any, code_width: int, int
     return jnp.sum(out[:, : v.m], axis=0).astype(t)  # one rounding, as the dot's
 
 
-def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool):
+def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=None):
     """``int4_product``'s kernel on the codes' bytes (``BYTES_FORM``, ``LOOP``): each byte's
     low nibble a weight of an even value of K, its high one of an odd, split by PTX
     (``nibbles_plus_1024``) where the codes are unsigned and A float16; its steps along K
@@ -417,6 +429,9 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool):
     if q.dtype != jnp.uint8:
         q = lax.bitcast_convert_type(q.reshape(n, k // 2, 2), jnp.uint8)
     args = [a16, q.reshape(n, k // 2), scale] + ([] if zero is None else [zero])
+    if norm is not None and not v.widen_row:
+        raise ValueError("int4_product: a normalized A needs the bytes form on one row")
+    extra = () if norm is None else (a16, norm[0].reshape(1, k))
     magic = t == jnp.float16 and not signed
     precision = matmul_precision() if t == jnp.float32 else None
 
@@ -437,6 +452,9 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool):
 
     def kernel(a_ref, q_ref, s_ref, *refs):
         *z_ref, o_ref = refs
+        if extra:
+            *z_ref, row_ref, g_ref = z_ref
+            r = _rms_factor(row_ref[...], norm[1])
 
         def body(j, acc):
             lo, hi = nibbles(q_ref[:, pl.ds(at(j, half), half)])
@@ -446,6 +464,9 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool):
             start = at(j, step)
             even = a_ref[:, pl.ds(start, half, stride=2)]
             odd = a_ref[:, pl.ds(start + 1, half, stride=2)]
+            if extra:  # A's values normalized as they are read
+                even = _normed(even, r, g_ref[:, pl.ds(start, half, stride=2)])
+                odd = _normed(odd, r, g_ref[:, pl.ds(start + 1, half, stride=2)])
             lo, hi = (
                 _dequantized(lo, offset, scale_, group),
                 _dequantized(hi, offset, scale_, group),
@@ -466,7 +487,24 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool):
                 acc = body(j, acc)
         _write(o_ref, _result(acc, v), v)
 
-    return _launch(kernel, args, v, rows, t, per // 2, interpret)
+    return _launch(kernel, args, v, rows, t, per // 2, interpret, extra)
+
+
+def _rms_factor(row, epsilon: float):
+    """``1 / sqrt(mean(x^2) + epsilon)`` of a row in float32, as MEAN_VARIANCE_NORMALIZATION2
+    without its mean computes it (the sum in another order)."""
+    x = row.astype(jnp.float32)
+    mean = jnp.sum(x * x) / jnp.float32(row.shape[-1])
+    return lax.rsqrt(mean + jnp.float32(epsilon))
+
+
+def _normed(x, r, gamma):
+    """The prologue run's value of A: ``x`` (float16) in float32 times the factor, rounded to
+    float16 (the normalization and its CAST back), times ``gamma``, rounded again (the
+    MULTIPLY)."""
+    t = x.dtype
+    y = (x.astype(jnp.float32) * r).astype(t).astype(jnp.float32)
+    return (gamma.astype(jnp.float32) * y).astype(t)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -526,4 +564,81 @@ def _lower(deq: Any, gemm: Any, slot: int, producer, others):
     return lower_gemm(gemm, a, None, *c, product=product)
 
 
-register_epilogue("DML_OPERATOR_DEQUANTIZE", "DML_OPERATOR_GEMM", "kernel", _applies, _lower)
+_PAIR = register_epilogue(
+    "DML_OPERATOR_DEQUANTIZE", "DML_OPERATOR_GEMM", "kernel", _applies, _lower
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# The RMS normalization that alone feeds A: CAST (T -> float32), MEAN_VARIANCE_NORMALIZATION2
+# (no mean, the last axis), CAST back, MULTIPLY by gamma (a LLaMA export's RMSNorm), computed
+# by the kernel as it reads A (its normalization and its CASTs otherwise two or three small
+# kernels of their own before each such product on a GPU)
+
+# Whether the pair takes such a run as its prologue. Its tests pass natively on an H200
+# (2026-11-29), but it is not yet timed against the run's own kernels there
+# (``decode_step_gpu.py --int4 --set "" "dml_jax.kernels.int4_gemm.RMS_PROLOGUE=True"``): off.
+RMS_PROLOGUE = False
+_RUN = (
+    "DML_OPERATOR_CAST",
+    "DML_OPERATOR_MEAN_VARIANCE_NORMALIZATION2",
+    "DML_OPERATOR_CAST",
+    "DML_OPERATOR_ELEMENT_WISE_MULTIPLY",
+)
+
+
+def _rms_run(descs: tuple, slots: tuple, deq: Any, gemm: Any, slot: int) -> bool:
+    """Whether ``descs`` is the RMS normalization run above, of the one row of a float16 A
+    that the pair's kernel reads in its bytes form."""
+    if not RMS_PROLOGUE or tuple(d.operator_type for d in descs) != _RUN or slot != 1:
+        return False
+    if tuple(slots[:2]) != (0, 0):
+        return False
+    v = _view(deq, gemm)
+    if v is None or not (v.widen_row and v.bytes_form):
+        return False
+    up, mvn, down, mul = descs
+    t, f32 = jnp.float16, jnp.float32
+    if gemm.a_tensor.dtype != t or up.input_tensor.dtype != t or down.output_tensor.dtype != t:
+        return False
+    if any(x.dtype != f32 for x in (up.output_tensor, mvn.input_tensor, mvn.output_tensor)):
+        return False
+    if mul.output_tensor.dtype != t:
+        return False
+    if mvn.use_mean or not mvn.use_variance or mvn.scale_tensor is not None:
+        return False
+    if mvn.bias_tensor is not None or mvn.fused_activation is not None:
+        return False
+    if tuple(mvn.axes) != (len(mvn.input_tensor.sizes) - 1,):
+        return False
+    gamma = (mul.a_tensor, mul.b_tensor)[1 - slots[2]]
+    tensors = (up.input_tensor, up.output_tensor, mvn.input_tensor, mvn.output_tensor,
+               down.output_tensor, mul.output_tensor, gamma)  # fmt: skip
+    # one row of K values each (the GEMM may read the last as a reshape of it)
+    return (
+        all(x.sizes == mvn.input_tensor.sizes for x in tensors)
+        and gamma.dtype == t
+        and (mvn.input_tensor.sizes[-1] == v.k == mvn.input_tensor.element_count)
+    )
+
+
+def _lower_rms_run(descs, slots, groups, deq, gemm, slot, producer, others):
+    from ..ops.gemm_conv import lower_gemm
+
+    (x,), _, _, (gamma,) = groups
+    q, scale, *zero = producer
+    v = _view(deq, gemm)
+    params = [p.reshape(v.n, v.k // v.block) for p in (scale, *zero)]
+    raw = packed_bytes(q)
+    codes = q.reshape(v.n, v.k) if raw is None else raw.reshape(v.n, v.k // 2)
+    norm = (gamma.reshape(1, v.k), float(descs[1].epsilon))
+
+    def product(a):
+        y = int4_product(a.reshape(1, v.k), codes, *params, signed=q.dtype == jnp.int4,
+                         norm=norm)  # fmt: skip
+        return y.reshape(a.shape[:-1] + (v.n,))
+
+    return lower_gemm(gemm, x.reshape(gemm.a_tensor.sizes), None, *others, product=product)
+
+
+register_prologue(_PAIR, 0, "rms", _rms_run, _lower_rms_run, len(_RUN))
