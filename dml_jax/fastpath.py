@@ -521,7 +521,8 @@ def fused_lowering(
             inputs.insert(slot, y)
         else:
             groups, inputs = run.split(rest)
-            for at, value in sorted(((slot, y), (run.prologue.slot, run.lax(groups)))):
+            computed = ((slot, y), (run.prologue.slot, run.lax(groups)))
+            for at, value in sorted(computed, key=lambda c: c[0]):
                 inputs.insert(at, value)
         return tuple(consumer_spec.lower(consumer_desc, *inputs))
 
@@ -618,8 +619,9 @@ _PROLOGUES: dict[tuple[str, str, str], dict[str, Prologue]] = {}
 def register_prologue(
     epilogue: Epilogue, slot: int, name: str, applies: Callable, lower: Callable, longest: int
 ) -> Prologue:
-    """Registers a ``Prologue`` of ``epilogue``'s pair computing its consumer's input ``slot``;
-    ``graph.compile_graph`` uses it where ``applies``.
+    """Registers a ``Prologue`` of ``epilogue``'s pair computing its consumer's input ``slot``
+    (not the pair's own); ``graph.compile_graph`` uses it where ``applies`` (a graph block
+    holding one is not rolled, ``roll_repeats``).
 
     Raises:
         ValueError: if ``name`` is already registered for that pair.

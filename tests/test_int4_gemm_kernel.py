@@ -451,3 +451,17 @@ def test_rms_norm_run_into_the_kernel(rows, form, normed, forced_cuda_norm, rng,
             g = grad(jnp.asarray(x))
         want_g = jax.grad(lambda v: s.fn(v)[0].astype(jnp.float32).sum())(jnp.asarray(x))
         np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(want_g, np.float32))
+
+
+def test_the_prologue_is_registered_once(monkeypatch):
+    """The RMS run is the 4-bit pair's one prologue (docs/fast-paths.md's table derives from
+    the registry); registering a name twice is refused."""
+    (pair,) = [e for e in fastpath.epilogues() if e.lower is K._lower]
+    (found,) = fastpath.prologues(pair)
+    assert (found.name, found.slot, found.longest) == ("rms", 0, 4)
+    assert found in fastpath.prologues()
+    monkeypatch.setitem(
+        fastpath._PROLOGUES, found.epilogue, dict(fastpath._PROLOGUES[found.epilogue])
+    )
+    with pytest.raises(ValueError, match="already registered"):
+        fastpath.register_prologue(pair, 0, "rms", K._rms_run, K._lower_rms_run, 4)

@@ -20,11 +20,11 @@ Each process also reports its decode programs' graph rewrites and attention node
 (``graphs``) and why AttentionFusion left a softmax unfused (``attention_declined``).
 
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_step_gpu.py [--int4]
-[--int4-tiles "" one_row=1] [--attention "" cudnn lax decode:256] [--devices 2] [--dump-hlo]`` (an int4
-process per set of the 4-bit kernel's tunables; a process per form of the attention); it
-writes ``$OUT/decode_step.json`` when ``OUT`` is set, and with ``--dump-hlo`` each process's
-optimized HLO of its decode steps (``$OUT/hlo-N``) with its kernels summarized
-(``hlo_kernels.py``).
+[--int4-tiles "" one_row=1] [--int4-only] [--attention "" cudnn lax decode:256] [--devices 2]
+[--dump-hlo]`` (an int4 process per set of the 4-bit kernel's tunables; a process per form of
+the attention; ``--int4-only``, no float16 process); it writes ``$OUT/decode_step.json`` when
+``OUT`` is set, and with ``--dump-hlo`` each process's optimized HLO of its decode steps
+(``$OUT/hlo-N``) with its kernels summarized (``hlo_kernels.py``).
 """
 
 from __future__ import annotations
@@ -280,6 +280,9 @@ def main() -> None:
         p.add_argument(flag, nargs="*", default=[""], help=f"processes, one a {what} each")
     p.add_argument("--devices", type=int, default=1,
                    help="float16 also on a 'model' mesh of this many GPUs (kernels of the first)")  # fmt: skip
+    p.add_argument("--int4-only", action="store_true",
+                   help="with --int4: no float16 process (the float16 export is still made: "
+                        "the int4 one is its quantization)")  # fmt: skip
     p.add_argument("--mesh-only", action="store_true",
                    help="with --devices: the mesh runs alone, not the one-GPU ones")  # fmt: skip
     p.add_argument("--dump-hlo", action="store_true",
@@ -323,7 +326,7 @@ def main() -> None:
 
     every = [f for f in VARIANTS if f != "--one-row-form"]  # the one-row form: float16 only
     runs = [("float16", f, "", 1, v) for f in a.flags for v in variants(*VARIANTS)]
-    runs = [] if a.mesh_only and a.devices > 1 else runs
+    runs = [] if (a.mesh_only and a.devices > 1) or (a.int4_only and a.int4) else runs
     if "int4" in files:
         runs += [("int4", a.flags[0], t, 1, v) for t in a.int4_tiles for v in variants(*every)]
     if a.devices > 1:
