@@ -237,9 +237,9 @@ def int4_product(
     codes ``q`` {N, K} (``jnp.uint4`` or ``jnp.int4``; or their bytes {N, K / 2}, uint8,
     DirectML's packing, two's complement where ``signed``) with ``scale`` {N, K / block} (A's
     type) and ``zero`` (the codes' type, or None for 0) of those sizes: DEQUANTIZE then GEMM's
-    product, on the kernel ``plan`` gives (it must give one). ``norm``: (gamma {1, K}, epsilon): A is then ``normed(a)``, the RMS
-    normalization of its one row as the graph's prologue run computes it (``_normed``; the
-    bytes form on one row only, ``plan``'s ``widen_row``)."""
+    product, on the kernel ``plan`` gives (it must give one). ``norm`` (gamma {1, K},
+    epsilon): A is then the RMS normalization of ``a``'s one row as the graph's prologue run
+    computes it (``_normed``; the bytes form on one row only, ``plan``'s ``widen_row``)."""
     (m, k), (n, blocks) = a.shape, scale.shape
     v = plan(m, n, k, k // blocks, tiles)
     if q.dtype == jnp.uint8 and not v.bytes_form:  # packed bytes: their codes
@@ -546,22 +546,28 @@ def _applies(deq: Any, gemm: Any, slot: int) -> bool:
     return slot == 1 and _view(deq, gemm) is not None
 
 
-def _lower(deq: Any, gemm: Any, slot: int, producer, others):
+def _lowered(deq: Any, gemm: Any, producer, a, others, norm=None):
+    """GEMM's lax lowering of A ``a`` and the other inputs ``others`` (C), its product the
+    kernel's over DEQUANTIZE's arrays ``producer`` (A normalized in it by ``norm``)."""
     from ..ops.gemm_conv import lower_gemm
 
     q, scale, *zero = producer
-    a, *c = others
     v = _view(deq, gemm)
     params = [p.reshape(v.n, v.k // v.block) for p in (scale, *zero)]
-
     raw = packed_bytes(q)  # a held constant's bytes: read as they are
     codes = q.reshape(v.n, v.k) if raw is None else raw.reshape(v.n, v.k // 2)
 
     def product(a):
-        y = int4_product(a.reshape(v.m, v.k), codes, *params, signed=q.dtype == jnp.int4)
+        y = int4_product(a.reshape(v.m, v.k), codes, *params, signed=q.dtype == jnp.int4,
+                         norm=norm)  # fmt: skip
         return y.reshape(a.shape[:-1] + (v.n,))
 
-    return lower_gemm(gemm, a, None, *c, product=product)
+    return lower_gemm(gemm, a, None, *others, product=product)
+
+
+def _lower(deq: Any, gemm: Any, slot: int, producer, others):
+    a, *c = others
+    return _lowered(deq, gemm, producer, a, c)
 
 
 _PAIR = register_epilogue(
@@ -623,22 +629,9 @@ def _rms_run(descs: tuple, slots: tuple, deq: Any, gemm: Any, slot: int) -> bool
 
 
 def _lower_rms_run(descs, slots, groups, deq, gemm, slot, producer, others):
-    from ..ops.gemm_conv import lower_gemm
-
-    (x,), _, _, (gamma,) = groups
-    q, scale, *zero = producer
-    v = _view(deq, gemm)
-    params = [p.reshape(v.n, v.k // v.block) for p in (scale, *zero)]
-    raw = packed_bytes(q)
-    codes = q.reshape(v.n, v.k) if raw is None else raw.reshape(v.n, v.k // 2)
-    norm = (gamma.reshape(1, v.k), float(descs[1].epsilon))
-
-    def product(a):
-        y = int4_product(a.reshape(1, v.k), codes, *params, signed=q.dtype == jnp.int4,
-                         norm=norm)  # fmt: skip
-        return y.reshape(a.shape[:-1] + (v.n,))
-
-    return lower_gemm(gemm, x.reshape(gemm.a_tensor.sizes), None, *others, product=product)
+    (x,), _, _, (gamma,) = groups  # the CAST's input; the MULTIPLY's gamma
+    norm = (gamma.reshape(1, -1), float(descs[1].epsilon))
+    return _lowered(deq, gemm, producer, x.reshape(gemm.a_tensor.sizes), others, norm)
 
 
 register_prologue(_PAIR, 0, "rms", _rms_run, _lower_rms_run, len(_RUN))
