@@ -620,8 +620,7 @@ def register_prologue(
     epilogue: Epilogue, slot: int, name: str, applies: Callable, lower: Callable, longest: int
 ) -> Prologue:
     """Registers a ``Prologue`` of ``epilogue``'s pair computing its consumer's input ``slot``
-    (not the pair's own); ``graph.compile_graph`` uses it where ``applies`` (a graph block
-    holding one is not rolled, ``roll_repeats``).
+    (not the pair's own); ``graph.compile_graph`` uses it where ``applies``.
 
     Raises:
         ValueError: if ``name`` is already registered for that pair.

@@ -356,6 +356,45 @@ def test_interpret_normalized_a(k, zero, split, rng):
     assert np.abs(np.asarray(plain, np.float64) - want).max() > 10 * (ulp + slack).max()
 
 
+def _scalars() -> list:
+    """The RMSNorm's scalars as Constant nodes, as the exporter writes them."""
+    from onnx import helper, numpy_helper
+
+    return [
+        helper.make_node("Constant", [], [name], value=numpy_helper.from_array(
+            np.asarray(value, np.float32), name))
+        for name, value in (("two", 2.0), ("eps", 1e-6), ("one", 1.0))
+    ]  # fmt: skip
+
+
+def _rms_run_nodes(x: str, out: str, p: str = "", mean: bool = False, gamma: bool = True) -> list:
+    """A LLaMA export's RMSNorm of ``x`` into ``out`` (names prefixed ``p``): Cast, Pow,
+    ReduceMean, Add, Sqrt, Div, Mul, Cast, Mul by ``p + "gamma"``; ``mean``: the mean taken
+    out first (a layer norm, not an RMS normalization); without ``gamma`` the last Mul left
+    out."""
+    from onnx import TensorProto, helper
+
+    f32, f16 = TensorProto.FLOAT, TensorProto.FLOAT16
+    nodes = [helper.make_node("Cast", [x], [p + "x32"], to=f32)]
+    src = p + "x32"
+    if mean:
+        nodes += [helper.make_node("ReduceMean", [src], [p + "mu"], axes=[-1], keepdims=1),
+                  helper.make_node("Sub", [src, p + "mu"], [p + "xc"])]  # fmt: skip
+        src = p + "xc"
+    nodes += [
+        helper.make_node("Pow", [src, "two"], [p + "sq"]),
+        helper.make_node("ReduceMean", [p + "sq"], [p + "ms"], axes=[-1], keepdims=1),
+        helper.make_node("Add", [p + "ms", "eps"], [p + "mse"]),
+        helper.make_node("Sqrt", [p + "mse"], [p + "rms"]),
+        helper.make_node("Div", ["one", p + "rms"], [p + "inv"]),
+        helper.make_node("Mul", [src, p + "inv"], [p + "y32"]),
+        helper.make_node("Cast", [p + "y32"], [p + "y16" if gamma else out], to=f16),
+    ]
+    if gamma:
+        nodes.append(helper.make_node("Mul", [p + "gamma", p + "y16"], [out]))
+    return nodes
+
+
 def _rms_nbits_model(rng, rows, k=256, n=128, block=32, layer_norm=False, gamma=True):
     """x float16 {1, rows, K} -> a LLaMA export's RMSNorm (Cast, Pow, ReduceMean, Add, Sqrt, Div,
     Mul, Cast, Mul by gamma) -> MatMulNBits; ``layer_norm``: the mean taken out too (not an RMS
@@ -363,32 +402,10 @@ def _rms_nbits_model(rng, rows, k=256, n=128, block=32, layer_norm=False, gamma=
     from onnx import TensorProto, helper, numpy_helper
 
     base = _nbits_model(rng, rows, n=n, k=k, block=block, bias=False)
-    f32, f16 = TensorProto.FLOAT, TensorProto.FLOAT16
-
-    def const(name, value):  # a Constant node, as the exporter writes the scalars
-        tensor = numpy_helper.from_array(np.asarray(value, np.float32), name)
-        return helper.make_node("Constant", [], [name], value=tensor)
-
+    f16 = TensorProto.FLOAT16
     scale = numpy_helper.from_array(rng.uniform(0.5, 1.5, k).astype(np.float16), "gamma")
     inits = list(base.graph.initializer) + [scale]
-    nodes = [const("two", 2.0), const("eps", 1e-6), const("one", 1.0)]
-    nodes.append(helper.make_node("Cast", ["x"], ["x32"], to=f32))
-    src = "x32"
-    if layer_norm:
-        nodes += [helper.make_node("ReduceMean", ["x32"], ["mu"], axes=[-1], keepdims=1),
-                  helper.make_node("Sub", ["x32", "mu"], ["xc"])]  # fmt: skip
-        src = "xc"
-    nodes += [
-        helper.make_node("Pow", [src, "two"], ["sq"]),
-        helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1),
-        helper.make_node("Add", ["ms", "eps"], ["mse"]),
-        helper.make_node("Sqrt", ["mse"], ["rms"]),
-        helper.make_node("Div", ["one", "rms"], ["inv"]),
-        helper.make_node("Mul", [src, "inv"], ["y32"]),
-        helper.make_node("Cast", ["y32"], ["y16" if gamma else "A"], to=f16),
-    ]
-    if gamma:
-        nodes.append(helper.make_node("Mul", ["gamma", "y16"], ["A"]))
+    nodes = _scalars() + _rms_run_nodes("x", "A", mean=layer_norm, gamma=gamma)
     # two products of the normalized A, as a decoder's q, k and v (ParallelQuantizedGemms
     # joins them: one GEMM, whose SPLIT reads it in the GEMM's own sizes)
     (product,) = base.graph.node
@@ -465,3 +482,46 @@ def test_the_prologue_is_registered_once(monkeypatch):
     )
     with pytest.raises(ValueError, match="already registered"):
         fastpath.register_prologue(pair, 0, "rms", K._rms_run, K._lower_rms_run, 4)
+
+
+def test_repeated_blocks_rolled_keep_their_prologue(forced_cuda_norm, rng):
+    """Four blocks of a residual stream (RMSNorm, MatMulNBits, the addition back) with
+    ``roll_repeats``: the blocks after the first run as one loop whose step is the prologue's
+    kernel (traced twice: the first block, the loop's body), the output that of the session
+    without fast paths."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from dml_jax.onnx import InferenceSession
+
+    k, block = 128, 32
+    f16 = TensorProto.FLOAT16
+    nodes, inits, x = _scalars(), [], "x"
+    for b in range(4):
+        p = f"b{b}_"
+        product = _nbits_model(rng, 1, n=k, k=k, block=block, bias=False)
+        for init in product.graph.initializer:
+            inits.append(numpy_helper.from_array(numpy_helper.to_array(init), p + init.name))
+        gamma = rng.uniform(0.5, 1.5, k).astype(np.float16)
+        inits.append(numpy_helper.from_array(gamma, p + "gamma"))
+        nodes += _rms_run_nodes(x, p + "a", p)
+        nodes.append(helper.make_node(
+            "MatMulNBits", [p + "a", p + "B", p + "s", p + "z"], [p + "y"],
+            domain="com.microsoft", K=k, N=k, bits=4, block_size=block,
+        ))  # fmt: skip
+        nodes.append(helper.make_node("Add", [x, p + "y"], [p + "out"]))
+        x = p + "out"
+    io = [helper.make_tensor_value_info(name, f16, [1, 1, k]) for name in ("x", x)]
+    graph = helper.make_graph(nodes, "blocks", io[:1], io[1:], inits)
+    data = helper.make_model(graph, opset_imports=list(product.opset_import), ir_version=10)
+    data = data.SerializeToString()
+    v = (rng.standard_normal((1, 1, k)) * 4).astype(np.float16)
+    want = InferenceSession(data, fast_paths=False).run(None, {"x": v})[0]
+    s = InferenceSession(data, roll_repeats=True)
+    with fastpath.target_platform("cuda"):
+        got = np.asarray(jax.jit(s.fn)(v)[0])
+        rolled = s.program([(1, 1, k)]).graph.rolled
+    assert [c for c in forced_cuda_norm if c is not None] == ["norm", "norm"]
+    assert len(rolled) == 1 and rolled[0].repeats == 4
+    tol = 2.0**-8 * np.abs(want).max()
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2.0**-8,
+                               atol=tol)  # fmt: skip

@@ -15,13 +15,29 @@ import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
-from _decoder_feeds import step_feed  # this folder's
-
 from dml_jax.onnx import InferenceSession
 
 DATA = Path(__file__).parent / "data" / "decoders"
 REWRITE = "GroupedQueryGemms"
 FUSION = "AttentionFusion"
+
+
+def step_feed(session, batch: int, seq: int, past: int, seed: int) -> dict:
+    """A step of ``seq`` new positions after ``past`` cached ones, for each of ``batch``
+    sequences: random token ids, a mask over all of them, their positions, random pasts."""
+    rng = np.random.default_rng(seed)
+    feed = {}
+    for i in session.get_inputs():
+        if i.name == "input_ids":
+            feed[i.name] = rng.integers(1, 90, (batch, seq)).astype(np.int64)
+        elif i.name == "attention_mask":
+            feed[i.name] = np.ones((batch, past + seq), np.int64)
+        elif i.name == "position_ids":
+            feed[i.name] = np.tile(np.arange(past, past + seq, dtype=np.int64), (batch, 1))
+        else:  # past keys and values {batch, heads, past, head size}
+            shape = [batch, i.shape[1], past, i.shape[3]]
+            feed[i.name] = rng.standard_normal(shape).astype(np.float32)
+    return feed
 
 
 def _repeated_copies(session) -> int:

@@ -76,7 +76,7 @@ VARIANTS = {
         "set of module tunables ('' none; "
         "'dml_jax.onnx.optimize.attention.MIN_KEYS_ONE_QUERY=1;...', Python literals)")),
     "--disable": ("disable", " without {}", (
-        "set of graph rewrites left out ('' none; 'AttentionPastSplit,...')")),
+        "set of graph rewrites left out ('' none; 'GroupedQueryGemms,...')")),
     "--buckets": ("buckets", " buckets {}", (
         "GeneratorParams.buckets ('' the default; '16,256' with --prompt 16: the prompt's "
         "bucket, then every step at the cache's 256 positions, which it reads without a "
@@ -101,7 +101,7 @@ def child(
     ``tiles`` (``one_row=1,block_n=128``...), the 4-bit kernel's tunables for this process
     (``int4_gemm.Tiles``, in place of the defaults); ``settings``, module tunables set first
     (``dml_jax.onnx.optimize.attention.MIN_KEYS_ONE_QUERY=1;...``); ``disabled``, graph
-    rewrites the session leaves out (``AttentionPastSplit,...``); ``buckets``, the generations'
+    rewrites the session leaves out (``GroupedQueryGemms,...``); ``buckets``, the generations'
     ``GeneratorParams.buckets`` (``16,256``; '' the default)."""
     import jax
 

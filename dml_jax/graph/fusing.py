@@ -105,7 +105,7 @@ def prologue_runs(
     was written with, and belongs to no other pair or chain; the longest run that applies."""
     readers = readers_of(plan)
     outputs = set(plan.outputs)
-    used = set(taken) | {m for p, _, _ in pairs.values() for m in (p,)} | set(pairs)
+    used = set(taken) | set(pairs) | {p for p, _, _ in pairs.values()}  # in no second run
     found: dict[int, tuple[tuple[int, ...], Any]] = {}
 
     def fits(s: tuple, reader: int, q: int) -> bool:  # a node output the run may hold
@@ -165,3 +165,22 @@ def run_sources(plan: GraphPlan, run: tuple[int, ...]) -> list[tuple]:
     return [
         tuple(s for j, s in enumerate(plan.sources[m]) if j != slot) for m, slot in zip(run, slots)
     ]
+
+
+def pair_sources(plan: GraphPlan, pairs: dict, fronts: dict, n: int) -> tuple[tuple, dict]:
+    """The sources of pair consumer ``n``'s step, in the order its lowering takes them (the
+    producer's, then its prologue run's node by node, then the consumer's others), and the
+    position in them of each of the consumer's own inputs there (input -> position)."""
+    p, slot, _ = pairs[n]
+    skip = {slot}
+    sources = tuple(plan.sources[p])
+    if n in fronts:
+        members, prologue = fronts[n]
+        skip.add(prologue.slot)
+        sources += tuple(s for own in run_sources(plan, members) for s in own)
+    at = {}
+    for j, s in enumerate(plan.sources[n]):
+        if j not in skip:
+            at[j] = len(sources)
+            sources += (s,)
+    return sources, at

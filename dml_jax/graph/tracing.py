@@ -315,15 +315,8 @@ def _graph_function(
             )  # fmt: skip
             steps.append((n, lower, tuple(sources), plan.present_outputs[n], {}))
             continue
-        if n in pairs:  # this node and its producer as one step, the producer's inputs first
-            p, slot, _ = pairs[n]
-            skip = {slot}
-            sources = plan.sources[p]
-            if n in fronts:  # then a prologue run's, node by node
-                members, prologue = fronts[n]
-                skip.add(prologue.slot)
-                sources += tuple(s for own in fusing.run_sources(plan, members) for s in own)
-            sources += tuple(s for j, s in enumerate(plan.sources[n]) if j not in skip)
+        if n in pairs:  # this node and its producer (and a prologue run) as one step
+            sources, _ = fusing.pair_sources(plan, pairs, fronts, n)
             steps.append((n, pair_lowering(n, known(n)), sources, plan.present_outputs[n], {}))
             continue
         if isinstance(graph.nodes[n], FunctionNode):
@@ -462,8 +455,8 @@ def _rolled(
 
     def signature(step):
         n, _, sources, present, _ = step
-        if isinstance(graph.nodes[n], FunctionNode) or n in fronts:
-            return None  # (a prologue run's step is not rolled)
+        if isinstance(graph.nodes[n], FunctionNode):
+            return None
         read = []
         for s in sources:
             if s[0] == "node":
@@ -476,6 +469,9 @@ def _rolled(
         if n in pairs:
             p, slot, found = pairs[n]
             pair = (repr(graph.nodes[p]), slot, repr(found))
+            if n in fronts:
+                members, prologue = fronts[n]
+                pair += (tuple(repr(graph.nodes[m]) for m in members), repr(prologue))
         elif n in runs_of:
             members, slots, found = runs_of[n]
             pair = (tuple(repr(graph.nodes[m]) for m in members), slots, repr(found))
@@ -496,14 +492,9 @@ def _rolled(
         for t in range(run.period):
             n, lower, sources, _, _ = steps[run.start + run.period + t]
             same = {j: s for j, s in enumerate(sources) if slots[t][j].kind == "same"}
-            if n in pairs:  # the consumer's inputs by its own positions, after the producer's
-                p, slot, _ = pairs[n]
-                skip = len(plan.sources[p])
-                own = {
-                    j: s
-                    for j, s in enumerate(plan.sources[n])
-                    if j != slot and (skip + j - (j > slot)) in same
-                }
+            if n in pairs:  # the consumer's inputs by its own positions, where the step has them
+                at = fusing.pair_sources(plan, pairs, fronts, n)[1]
+                own = {j: plan.sources[n][j] for j, k in at.items() if k in same}
                 lowers.append(pair_lowering(n, _Known(own, known_value)))
                 knowns.append({})
             elif n in runs_of:  # a run's step knows no inputs (its lowering is one per step)
