@@ -131,6 +131,8 @@ CASES = {
     "m3-b32-bytes-int4-split": (3, 64, 1024, 32, True, "FLOAT16", "INT4",
                                 K.Tiles(bytes_form=True, target_programs=8, min_k=256)),
     "m2-b64-bytes-f32": (2, 64, 512, 64, False, "FLOAT32", "UINT4", K.Tiles(bytes_form=True)),
+    "m1-b32-bytes-ahead-1": (1, 64, 2048, 32, True, "FLOAT16", "UINT4",
+                             K.Tiles(ahead=1, step_k=128, target_programs=2, min_k=1024)),
     # split K added atomically into one product (ATOMIC_SPLITS)
     "m1-b32-zero-atomic": (1, 128, 1024, 32, True, "FLOAT16", "UINT4",
                            K.Tiles(atomic=True, target_programs=32, min_k=128)),
@@ -167,7 +169,7 @@ def test_interpret_matches_lax(case):
         assert v.loop and (v.splits > 1) == case.endswith("split-a-first")
     assert v.bytes_form == (v.loop or (t.bytes_form and v.step >= 32))
     assert v.atomic == (t.atomic and v.splits > 1)
-    assert v.ahead == (0 if v.bytes_form else t.ahead)  # the bytes form issues no loads ahead
+    assert v.ahead == (0 if v.loop else t.ahead)  # a loop issues no loads ahead
     if t.atomic:
         assert v.atomic
     codes = q

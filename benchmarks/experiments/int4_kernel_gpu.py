@@ -129,6 +129,13 @@ TILES = {
     "row-all-p512": K.Tiles(one_row=True, **ANY_SIZE, row_programs=512),
     "row-all-p512-w2": K.Tiles(one_row=True, **ANY_SIZE, row_programs=512, warps=2),
     "row-all-p1024-s128": K.Tiles(one_row=True, **ANY_SIZE, row_programs=1024, step_k=128),
+    # the bytes form with each step's loads issued a step (or every step) before its products
+    # (in the sm_90a SASS without it, a step's codes are loaded only after the step before has
+    # taken its products: 8 KB a program in flight, then none while it computes)
+    "bytes-a1": K.Tiles(ahead=1),
+    "bytes-all": K.Tiles(ahead=64),
+    "bytes-a1-n32": K.Tiles(ahead=1, block_n=32, target_programs=1024),
+    "bytes-all-k512": K.Tiles(ahead=64, min_k=512, target_programs=256),
 }
 T = dml.TensorDesc
 

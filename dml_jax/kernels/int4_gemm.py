@@ -218,7 +218,7 @@ def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View
     loop = tiles.loop and not row and per // (group * block) > 1 and group * block >= 32
     as_bytes = loop or (tiles.bytes_form and group * block >= 32)
     return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first, row,
-                0 if as_bytes else tiles.ahead, tiles.widen_row and m == 1 and not row, loop,
+                0 if loop else tiles.ahead, tiles.widen_row and m == 1 and not row, loop,
                 tiles.stages if loop else 1, as_bytes, tiles.atomic and k // per > 1)  # fmt: skip
 
 
@@ -456,17 +456,22 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=
             *z_ref, row_ref, g_ref = z_ref
             r = _rms_factor(row_ref[...], norm[1])
 
-        def body(j, acc):
-            lo, hi = nibbles(q_ref[:, pl.ds(at(j, half), half)])
-            blks = pl.ds(at(j, group), group)
-            offset = _offset(z_ref[0][:, blks] if z_ref else None, bn, group, t, magic)
-            scale_ = s_ref[:, blks]
-            start = at(j, step)
+        def load(j):  # a step's codes, zero points, scales and A (normalized as it is read)
+            blks, start = pl.ds(at(j, group), group), at(j, step)
             even = a_ref[:, pl.ds(start, half, stride=2)]
             odd = a_ref[:, pl.ds(start + 1, half, stride=2)]
-            if extra:  # A's values normalized as they are read
+            if extra:
                 even = _normed(even, r, g_ref[:, pl.ds(start, half, stride=2)])
                 odd = _normed(odd, r, g_ref[:, pl.ds(start + 1, half, stride=2)])
+            zeros = z_ref[0][:, blks] if z_ref else None
+            return q_ref[:, pl.ds(at(j, half), half)], zeros, s_ref[:, blks], even, odd
+
+        def body(j, acc):
+            return compute(acc, *load(j))
+
+        def compute(acc, raw, zeros, scale_, even, odd):
+            lo, hi = nibbles(raw)
+            offset = _offset(zeros, bn, group, t, magic)
             lo, hi = (
                 _dequantized(lo, offset, scale_, group),
                 _dequantized(hi, offset, scale_, group),
@@ -482,9 +487,12 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=
             acc = jnp.zeros((bn, ROWS) if v.weights_first else (ROWS, bn), jnp.float32)
         if v.loop:
             acc = lax.fori_loop(0, steps, body, acc)
-        else:
+        else:  # unrolled, each step's loads issued ``v.ahead`` steps before its products
+            loaded: list = []
             for j in range(steps):
-                acc = body(j, acc)
+                while len(loaded) <= min(j + v.ahead, steps - 1):
+                    loaded.append(load(len(loaded)))
+                acc = compute(acc, *loaded[j])
         _write(o_ref, _result(acc, v), v)
 
     return _launch(kernel, args, v, rows, t, per // 2, interpret, extra)
