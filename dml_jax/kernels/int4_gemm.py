@@ -97,11 +97,13 @@ ONE_ROW = False
 ROW_MAX_WEIGHTS = 1 << 23
 ROW_PROGRAMS = 128
 # Loads issued AHEAD steps before the step that uses them (0: each step loads, then computes),
-# in the codes' form only (``BYTES_FORM`` off; the bytes form loads as it goes, and its loop as
-# Triton pipelines it). The gate and up kernel of the 1B-class decoder (16 MB of codes) ran at
-# about 0.9 TB/s on an H100 with 157 registers a thread and a third of the issue rate busy: its
-# loads wait. Two steps ahead with A's row widened (benchmarks/experiments/README.md,
-# ``widen-a2``) was no faster overall than none: 0.
+# unrolled (a loop's loads are as Triton pipelines them). The gate and up kernel of the
+# 1B-class decoder (16 MB of codes) ran at about 0.9 TB/s on an H100 with 157 registers a
+# thread and a third of the issue rate busy: its loads wait. Two steps ahead with A's row
+# widened, the codes read as 4-bit values (benchmarks/experiments/README.md, ``widen-a2``), was
+# no faster overall than none; in the bytes form (one H200, 2026-11-29, the 1B-class int4
+# decoder, tokens/s in the loop) one step ahead 1,214 and every step 1,154 against none's
+# 1,324 (168 registers a thread against 128), steps of 128 one ahead 990 and three 912: 0.
 AHEAD = 0
 # One row of A read as it is and widened to Triton's 16 rows in registers (its other rows
 # zero), the product's first column kept: no pad kernel before each product, and each program
