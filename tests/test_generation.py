@@ -176,9 +176,9 @@ def test_only_sampling_steps_split_the_random_key(sessions):
         g.append_tokens(prompt)
         g.generate_next_token()
         keys[sample] = (start, np.asarray(g._key))
-        fn, program = g._fns._steps_fn(2, g._step_key(g._length), 0, 1)
+        fn, program = g._fns.steps_fn(2, g._step_key(g._length), 0, 1)
         state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
-        jaxpr = str(fn.trace(g._fns._params_for(program), state, np.int32(g._length)).jaxpr)
+        jaxpr = str(fn.trace(g._fns.params_for(program), state, np.int32(g._length)).jaxpr)
         assert ("threefry2x32" in jaxpr or "random_bits" in jaxpr) == sample
     np.testing.assert_array_equal(keys[False][0], keys[False][1])
     assert not np.array_equal(keys[True][0], keys[True][1])
@@ -349,9 +349,9 @@ def test_cache_updated_in_place(sessions, count):
     g = Generator(s, GeneratorParams(s, max_length=40, batch_size=1))
     g.append_tokens([[1, 2, 3]])
     g.generate_next_token()
-    fn, program = g._fns._steps_fn(1, 16, 0, count)
+    fn, program = g._fns.steps_fn(1, 16, 0, count)
     state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
-    text = fn.lower(g._fns._params_for(program), state, np.int32(g._length)).compile().as_text()
+    text = fn.lower(g._fns.params_for(program), state, np.int32(g._length)).compile().as_text()
     # one buffer, every layer's keys and values: neither it nor a layer's share is copied
     assert g._cache.shape[0] == 4  # 2 layers, a key and a value each
     shapes = [g._cache.shape, g._cache.shape[1:]]
@@ -709,12 +709,12 @@ def test_decode_steps_drop_the_sessions_cublas_choice_unless_the_caller_made_it(
     defaults = {**GPU_COMPILER_OPTIONS, "xla_gpu_autotune_level": 2}
     steps = DecodeSteps.__new__(DecodeSteps)
     steps.session = SimpleNamespace(compiler_options=defaults, _compiler_options=None)
-    assert steps._options() == {"xla_gpu_autotune_level": 2}
+    assert steps.options() == {"xla_gpu_autotune_level": 2}
     chosen = {TRITON_GEMM: False}
     steps.session = SimpleNamespace(
         compiler_options={**defaults, **chosen}, _compiler_options=chosen
     )
-    assert steps._options()[TRITON_GEMM] is False
+    assert steps.options()[TRITON_GEMM] is False
 
 
 def test_int4_quantizer_of_the_decode_suite(tmp_path):
