@@ -153,7 +153,7 @@ def forced_cuda_kernel(monkeypatch, module, name: str, record, interpret: bool =
 
     def recorded(*args, **kw):
         calls.append(record(*args))
-        return original(*args, **kw, **extra)
+        return original(*args, **{**kw, **extra})  # (interpret overrides the caller's)
 
     monkeypatch.setattr(fastpath, "cuda_present", lambda: True)
     monkeypatch.setattr(module, name, recorded)

@@ -167,6 +167,62 @@ def test_a_row_without_keys_is_nan_as_the_lax_lowering_says():
     _close(got, want, "FLOAT32")
 
 
+# (type, query heads, key / value heads, head size, capacity C, new positions Skv, the
+#  sequences' past lengths: inside the cache, at its last position, beyond it (the new keys
+#  dropped), none, negative (no position at all: 0), at a block's end)
+LENGTH_CASES = {
+    "f16-gqa-one-new": ("FLOAT16", 8, 2, 16, 100, 1, [37, 99, 130, 0, -1, 64]),
+    "f32-two-new": ("FLOAT32", 4, 4, 8, 70, 2, [68, 69, 3, -1, -2, 64]),
+}
+
+
+def _length_case(name: str):
+    t, hq, hkv, dh, cap, new, lengths = LENGTH_CASES[name]
+    b = len(lengths)
+    desc = dml.MultiheadAttention1OperatorDesc(
+        T(t, [b, 1, hq * dh]), T(t, [b, new, hkv * dh]), T(t, [b, new, hkv * dh]),
+        past_key_tensor=T(t, [b, hkv, cap, dh]), past_value_tensor=T(t, [b, hkv, cap, dh]),
+        past_sequence_lengths_tensor=T("INT32", [b]), output_tensor=T(t, [b, 1, hq * dh]),
+        output_present_key_tensor=T(t, [b, hkv, cap, dh]),
+        output_present_value_tensor=T(t, [b, hkv, cap, dh]),
+        scale=1 / math.sqrt(dh), mask_filter_value=-1e4, query_head_count=hq,
+        key_value_head_count=hkv,
+    )  # fmt: skip
+    rng = np.random.default_rng(len(name))
+    dtype = np.float16 if t == "FLOAT16" else np.float32
+    inputs = [
+        np.asarray(lengths, np.int32) if path == "PastSequenceLengthsTensor"
+        else (rng.standard_normal(td.sizes) * 2).astype(dtype)
+        for path, td in desc.input_slots()
+    ]  # fmt: skip
+    return desc, inputs
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("name", sorted(LENGTH_CASES))
+def test_past_sequence_lengths(name, split, monkeypatch):
+    """A cache with each sequence's past length (PastSequenceLengthsTensor): the past's first
+    L_b positions and the new ones written from L_b, inside the capacity, against the lax
+    lowering and the reference, keys whole and split among programs; a sequence with no
+    position gives 0, one past the capacity attends the whole past without its new keys."""
+    monkeypatch.setattr(K, "PAST_LENGTHS", True)
+    if split:
+        monkeypatch.setattr(K, "SPLIT_KEYS", 16)
+    desc, inputs = _length_case(name)
+    assert K.expressible(desc)
+    got = _kernel(desc, False)(*map(jnp.asarray, inputs))
+    want = _lax(desc, False)(*map(jnp.asarray, inputs))
+    ref = reference.reference(desc, *inputs)
+    t = desc.output_tensor.data_type.name
+    for k, (g, w, r) in enumerate(zip(got, want, ref)):
+        _close(g, w, t, f"output {k} against the lax lowering")
+        _close(g, np.asarray(r).reshape(g.shape), t, f"output {k} against the reference")
+    lengths = inputs[-1]
+    out = np.asarray(got[0], np.float64).reshape(len(lengths), -1)
+    assert not out[lengths + desc.key_tensor.sizes[1] <= 0].any()  # no position: 0
+    assert np.all(np.abs(out[lengths + desc.key_tensor.sizes[1] > 0]).sum(axis=1) > 0)
+
+
 def test_what_the_kernel_takes(monkeypatch):
     assert all(K.expressible(_case(n)[0]) for n in CASES)
     desc, _ = _case("mha-f32-past-new-none")
@@ -187,7 +243,18 @@ def test_what_the_kernel_takes(monkeypatch):
         past_sequence_lengths_tensor=T("INT32", [1]), output_tensor=T("FLOAT32", [1, 1, 16]),
         scale=1.0, mask_filter_value=0.0, query_head_count=2, key_value_head_count=2,
     )  # fmt: skip
-    assert not K.expressible(lengths)
+    assert not K.expressible(lengths)  # PAST_LENGTHS off
+    monkeypatch.setattr(K, "PAST_LENGTHS", True)
+    assert K.expressible(lengths) and K.expressible(_length_case("f32-two-new")[0])
+    masked = dml.MultiheadAttention1OperatorDesc(
+        T("FLOAT32", [1, 1, 16]), past_key_tensor=T("FLOAT32", [1, 2, 4, 8]),
+        past_value_tensor=T("FLOAT32", [1, 2, 4, 8]), mask_tensor=T("INT32", [1, 1]),
+        past_sequence_lengths_tensor=T("INT32", [1]), output_tensor=T("FLOAT32", [1, 1, 16]),
+        scale=1.0, mask_filter_value=0.0, query_head_count=2, key_value_head_count=2,
+        mask_type=M.KEY_SEQUENCE_LENGTH,
+    )  # fmt: skip
+    assert not K.expressible(masked)  # lengths with a mask: lax (or cuDNN)
+    monkeypatch.setattr(K, "PAST_LENGTHS", False)
     # on by default (timed in a decoder: the module says); ON turns it off
     assert K.expressible(desc) and K.applies(desc)
     monkeypatch.setattr(K, "ON", False)

@@ -389,6 +389,39 @@ def test_gqa_float16_rotary_window(rng):
     _check("GroupQueryAttention", inputs, GQA_OUT, attrs, constants=("total_sequence_length",))
 
 
+@pytest.mark.parametrize("case, dtype", [
+    ("token", np.float32), ("rotary_token_interleaved", np.float32), ("token", np.float16),
+])  # fmt: skip
+def test_gqa_decode_step_on_the_decode_kernel(case, dtype, rng, monkeypatch):
+    """A decode step's GroupQueryAttention (MULTIHEAD_ATTENTION1 over its cache with past
+    sequence lengths) traced for CUDA with ``decode_attention.PAST_LENGTHS`` on: the decode
+    kernel (in interpret mode here) takes it, with each entry's length, and the outputs and
+    presents are onnxruntime's."""
+    import jax
+    from conftest import forced_cuda_kernel
+
+    from dml_jax import fastpath
+    from dml_jax.kernels import decode_attention as DA
+
+    monkeypatch.setattr(DA, "PAST_LENGTHS", True)
+    shape, attrs = GQA_CASES[case]
+    extra = {k: v.astype(dtype) if v.dtype.kind == "f" else v
+             for k, v in shape.get("extra", {}).items()}  # fmt: skip
+    inputs = _gqa(rng, **{**shape, "extra": extra}, dtype=dtype)
+    model, feeds = _model("GroupQueryAttention", inputs, GQA_OUT,
+                          {"num_heads": GN, "kv_num_heads": GK, **attrs},
+                          constants=("total_sequence_length",))  # fmt: skip
+    want = _ort(model, feeds)
+    session = InferenceSession(model)
+    with (
+        forced_cuda_kernel(monkeypatch, DA, "decode_attention", lambda *a: a[8]) as calls,
+        fastpath.target_platform("cuda"),
+    ):
+        got = jax.jit(session.fn)(*[feeds[i.name] for i in session.get_inputs()])
+    assert len(calls) == 1 and calls[0] is not None  # the kernel, given the lengths
+    _close([np.asarray(g) for g in got], want, None)
+
+
 def test_gqa_total_sequence_length_from_a_graph_input(rng):
     # total_sequence_length must be known at import: the session specialises on its value.
     inputs = _gqa(rng, 1, 5, [5, 3], 6)

@@ -21,8 +21,13 @@ float16 where half precision is allowed and the values are float16, as ``product
 row whose maximum is not finite gives NaN. The running maximum rescales the partial sums as it
 grows (another order of the same float32 sums). The output is rounded once to its type.
 
-It applies to one query position (S = 1) without past sequence lengths, with head sizes that
-are powers of two up to ``MAX_HEAD``. Rows of more than ``SPLIT_KEYS`` keys are split among
+It applies to one query position (S = 1), with head sizes that are powers of two up to
+``MAX_HEAD``. With MULTIHEAD_ATTENTION1's PastSequenceLengthsTensor (a model-builder
+GroupQueryAttention step's cache: each sequence's L_b positions first in a buffer of capacity
+C) and neither a mask nor a relative position bias (``PAST_LENGTHS``), a program reads its
+sequence's length and takes the past's positions [0, min(L_b, C)) and the new ones at [L_b,
+L_b + Skv) that fall inside [0, C), as the lax lowering attends them; a sequence left with no
+position gives 0 there. Rows of more than ``SPLIT_KEYS`` keys are split among
 programs (flash decoding: each split's running maximum, sum and weighted values, combined after
 the call).
 
@@ -68,16 +73,29 @@ BLOCK_KEYS = 64  # key positions a step of a program's loop
 SPLIT_KEYS = 64
 MAX_SPLITS = 16
 MAX_HEAD = 256  # head sizes (a power of two) a program holds in registers
+# Whether the kernel takes steps with past sequence lengths (the module docstring), which on a
+# GPU go to cuDNN's attention otherwise (FLOAT16; FLOAT32 ones to the lax lowering). Tested
+# against the lax lowering and the reference, not yet timed against cuDNN's path in a
+# model-builder decoder on a GPU: off.
+PAST_LENGTHS = False
 NUM_WARPS = 4
 
 
 def expressible(d: Any) -> bool:
-    """Whether the kernel computes ``d``: one query position, FLOAT16 or FLOAT32, no past
-    sequence lengths, head sizes powers of two up to MAX_HEAD."""
+    """Whether the kernel computes ``d``: one query position, FLOAT16 or FLOAT32, head sizes
+    powers of two up to MAX_HEAD; past sequence lengths only where ``PAST_LENGTHS`` is on,
+    with a past and neither a mask nor a relative position bias."""
     if d.output_tensor.data_type.name not in ("FLOAT16", "FLOAT32"):
         return False
     g = A.analyze(d, Validator(d.operator_type))
-    if g.seq != 1 or g.lengths or g.total < 1:
+    if g.seq != 1 or g.total < 1:
+        return False
+    if g.lengths and not (
+        PAST_LENGTHS
+        and g.past > 0
+        and d.mask_type is M.NONE
+        and d.relative_position_bias_tensor is None
+    ):
         return False
     return all(h & (h - 1) == 0 and 1 <= h <= MAX_HEAD for h in (g.head, g.v_head))
 
@@ -93,7 +111,8 @@ def _rows(a, size: int):
 
 
 def decode_attention(
-    d: Any, q, past_k, past_v, new_k, new_v, flags, bias=None, *, interpret: bool = False
+    d: Any, q, past_k, past_v, new_k, new_v, flags, bias=None, lengths=None, *,
+    interpret: bool = False,
 ):  # fmt: skip
     """The attention of queries ``q`` {B * Hq, D} over, for each query head's key and value
     head, ``past_k`` / ``past_v`` {B * Hkv * P, D or Dv} (None where P is 0) and then
@@ -101,7 +120,10 @@ def decode_attention(
     no copy; None where Skv is 0). ``flags`` {B * Hq * T} int8 (or None: no mask) marks the
     positions the mask acts on: for a BOOLEAN mask those whose MaskFilterValue is added, for
     the others those kept. ``bias`` (or None): the RelativePositionBias in float32, {B * Hq *
-    T} or, shared by the heads, {B * T}. Returns {B * Hq, Dv} in the output's type."""
+    T} or, shared by the heads, {B * T}. ``lengths`` (or None): the past sequence lengths {B}
+    int32, clamped (``attention_parts.clamped_lengths``); the positions [0, T) are then the
+    cache's (T = P), the past's first L_b and the new ones from L_b. Returns {B * Hq, Dv} in
+    the output's type (NaN for a sequence with no position; ``lower`` makes those 0)."""
     pl, pltriton = load_pallas()
     g = A.analyze(d, Validator(d.operator_type))
     group = g.q_heads // g.kv_heads
@@ -119,7 +141,7 @@ def decode_attention(
     per = -(-total // splits)
     chunk = -(-per // block) * block  # positions a split, in whole blocks
     splits = -(-total // chunk)
-    args = [a for a in (q, past_k, past_v, new_k, new_v, flags, bias) if a is not None]
+    args = [a for a in (q, past_k, past_v, new_k, new_v, flags, bias, lengths) if a is not None]
     bias_rows = 0 if bias is None else bias.size // total
 
     def kernel(*refs):
@@ -129,11 +151,14 @@ def decode_attention(
         nk_ref, nv_ref = (refs.pop(0), refs.pop(0)) if new else (None, None)
         f_ref = refs.pop(0) if flags is not None else None
         b_ref = refs.pop(0) if bias is not None else None
+        l_ref = refs.pop(0) if lengths is not None else None
         o_refs = refs
         i, split = pl.program_id(0), pl.program_id(1)
         c0 = split * chunk  # this program's positions: [c0, c1) of the T
         c1 = jnp.minimum(c0 + chunk, total)
         sequence, kv_head = i // g.q_heads, (i % g.q_heads) // group  # its key / value head
+        # where the new positions start among the T: after the past, or at the sequence's length
+        start_new = past if l_ref is None else jnp.max(l_ref[pl.ds(sequence, 1)])
         query = q_ref[pl.ds(i, 1), :].astype(jnp.float32)  # {1, D}
 
         def read(k_ref, v_ref, first, columns, start, count, size):
@@ -179,8 +204,8 @@ def decode_attention(
             return jnp.where(flag, logits, filter_value)
 
         state = (jnp.float32(-jnp.inf), jnp.float32(0), jnp.zeros((dv,), jnp.float32))
-        if past:  # {B * Hkv * P, size}: the head's P rows, those of [c0, c1) before P
-            p0, p1 = jnp.minimum(c0, past), jnp.minimum(c1, past)
+        if past:  # {B * Hkv * P, size}: the head's P rows, those of [c0, c1) before the new
+            p0, p1 = jnp.minimum(c0, past), jnp.minimum(c1, jnp.clip(start_new, 0, past))
 
             def body(j, state):
                 start = p0 + j * block
@@ -191,14 +216,14 @@ def decode_attention(
             # a static trip count (Triton pipelines it); the steps past p1 load nothing
             state = lax.fori_loop(0, -(-min(chunk, past) // block), body, state)
         if new:  # {B * Skv, Hkv * size}: the sequence's Skv rows, the head's columns
-            n0 = jnp.clip(c0 - past, 0, new)
-            n1 = jnp.clip(c1 - past, 0, new)
+            n0 = jnp.clip(c0 - start_new, 0, new)
+            n1 = jnp.clip(jnp.minimum(c1, total) - start_new, 0, new)
 
             def body_new(j, state):
                 start = n0 + j * new_block
                 logits, values, inside = read(nk_ref, nv_ref, sequence * new, kv_head, start,
                                               n1, new_block)  # fmt: skip
-                return fold(state, masked(logits, past + start, inside), values, inside)
+                return fold(state, masked(logits, start_new + start, inside), values, inside)
 
             state = lax.fori_loop(0, -(-min(chunk, new) // new_block), body_new, state)
         top, total_, acc = state
@@ -279,16 +304,21 @@ def lower(d: Any, *arrays, interpret: bool = False) -> tuple:
         if g.q_heads == 1 or (strides is not None and strides[-3] == 0):
             bias = bias[:, 0]  # shared by the heads: read once a sequence, not materialized
         bias = bias.reshape(-1)
+    lengths = x.get("PastSequenceLengthsTensor")
+    lengths = None if lengths is None else P.clamped_lengths(g, lengths)
     out = decode_attention(
         d, q.reshape(g.batch * g.q_heads, g.head), _rows(pk, g.head), _rows(pv, g.v_head),
-        _rows(k, g.kv_heads * g.head), _rows(v, g.kv_heads * g.v_head), flags, bias,
+        _rows(k, g.kv_heads * g.head), _rows(v, g.kv_heads * g.v_head), flags, bias, lengths,
         interpret=interpret,
     )  # fmt: skip
+    if lengths is not None:  # a sequence with no position attended gives 0 (the lax lowering)
+        empty = jnp.minimum(lengths + g.kv_seq, g.total) <= 0
+        out = jnp.where(jnp.repeat(empty, g.q_heads)[:, None], jnp.zeros((), out.dtype), out)
     results = [out.reshape(d.output_tensor.sizes)]
     keys = values = None
     if d.output_present_key_tensor is not None or d.output_present_value_tensor is not None:
-        keys = P.with_past(g, heads_first(k), pk, None)
-        values = P.with_past(g, heads_first(v), pv, None)
+        keys = P.with_past(g, heads_first(k), pk, lengths)
+        values = P.with_past(g, heads_first(v), pv, lengths)
     dtype = d.output_tensor.dtype
     if d.output_present_key_tensor is not None:
         results.append(keys.reshape(d.output_present_key_tensor.sizes).astype(dtype))
