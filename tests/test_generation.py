@@ -24,6 +24,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from dml_jax import ValidationError
+from dml_jax.bench import model_builder
 from dml_jax.onnx import InferenceSession
 from dml_jax.onnx.generation import (
     Generator,
@@ -94,6 +95,37 @@ def test_greedy_tokens_equal_pytorch(sessions, name):
     ref = GREEDY[name]
     got = generate(sessions(name), np.array(ref["prompt"]), 24)
     np.testing.assert_array_equal(got, np.array(ref["greedy"]))
+
+
+def test_model_builder_step_gives_pytorch_greedy_tokens():
+    """A LLaMA in ONNX Runtime GenAI's model-builder form (``dml_jax.bench.model_builder``:
+    GroupQueryAttention with rotary embeddings from cos / sin caches, SimplifiedLayerNormalization
+    and its Skip form, written from a transformers model's weights; float32): the Generator's
+    greedy tokens are PyTorch's for 24 steps, and its prefill and a decode step over the presents
+    agree with onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    path = os.path.join(DATA, "tiny_llama_h16_builder_step.onnx")
+    ref = GREEDY["tiny_llama_h16_builder"]
+    prompt = np.array(ref["prompt"])
+    s = InferenceSession(path)
+    g = Generator(s, GeneratorParams(s, max_length=5 + 24, batch_size=2))
+    assert "GroupQueryAttention" in g.explain()
+    g.append_tokens(prompt)
+    g.generate_until_done()
+    np.testing.assert_array_equal(g.generated, np.array(ref["greedy"]))
+    o = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    cache = (2, 2, 0, 16)
+    feeds = {"input_ids": prompt.astype(np.int64), "attention_mask": np.ones((2, 5), np.int64)}
+    feeds |= {f"past_key_values.{i}.{k}": np.zeros(cache, np.float32)
+              for i in range(2) for k in ("key", "value")}  # fmt: skip
+    for step in range(2):  # the prefill, then a token over its presents
+        want, got = o.run(None, feeds), s.run(None, feeds)
+        for w, x in zip(want, got):
+            np.testing.assert_allclose(np.asarray(x), w, rtol=1e-4, atol=1e-4)
+        feeds = {"input_ids": np.array([[3], [4]], np.int64),
+                 "attention_mask": np.ones((2, 6), np.int64)}  # fmt: skip
+        feeds |= {f"past_key_values.{i}.{k}": want[1 + 2 * i + j]
+                  for i in range(2) for j, k in enumerate(("key", "value"))}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_llama"])
@@ -460,25 +492,19 @@ def _gqa_decoder(vocab=50, d=32, heads=4, kv_heads=2, head=16, positions=64, nbi
     inits = [w("emb", vocab, d), w("wq", d, heads * head), w("wk", d, kv_heads * head),
              w("wv", d, kv_heads * head), w("wo", heads * head, vocab),
              numpy_helper.from_array(np.cos(angles).astype(np.float32), "cos"),
-             numpy_helper.from_array(np.sin(angles).astype(np.float32), "sin"),
-             numpy_helper.from_array(np.array([1], np.int64), "axis1"),
-             numpy_helper.from_array(np.array(1, np.int64), "one"),
-             numpy_helper.from_array(np.array(1, np.int64), "index1")]  # fmt: skip
+             numpy_helper.from_array(np.sin(angles).astype(np.float32), "sin")]  # fmt: skip
+    lengths_inits, lengths_nodes = model_builder.sequence_lengths()
+    inits += lengths_inits
     nodes = [
         helper.make_node("Gather", ["emb", "input_ids"], ["x"]),
         projection("x", "wq", d, heads * head, "q"),
         projection("x", "wk", d, kv_heads * head, "k"),
         projection("x", "wv", d, kv_heads * head, "v"),
-        helper.make_node("ReduceSum", ["attention_mask", "axis1"], ["count"], keepdims=0),
-        helper.make_node("Sub", ["count", "one"], ["last"]),
-        helper.make_node("Cast", ["last"], ["seqlens_k"], to=TensorProto.INT32),
-        helper.make_node("Shape", ["attention_mask"], ["mask_shape"]),
-        helper.make_node("Gather", ["mask_shape", "index1"], ["total64"]),
-        helper.make_node("Cast", ["total64"], ["total"], to=TensorProto.INT32),
+        *lengths_nodes,
         helper.make_node(
             "GroupQueryAttention",
             ["q", "k", "v", "past_key_values.0.key", "past_key_values.0.value", "seqlens_k",
-             "total", "cos", "sin"],
+             "total_sequence_length", "cos", "sin"],
             ["y", "present.0.key", "present.0.value"],
             domain="com.microsoft", num_heads=heads, kv_num_heads=kv_heads, do_rotary=1,
         ),

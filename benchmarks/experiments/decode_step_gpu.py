@@ -21,8 +21,9 @@ Each process also reports its decode programs' graph rewrites and attention node
 
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_step_gpu.py [--int4]
 [--int4-tiles "" one_row=1] [--int4-only] [--attention "" cudnn lax decode:256] [--devices 2]
-[--dump-hlo]`` (an int4 process per set of the 4-bit kernel's tunables; a process per form of
-the attention; ``--int4-only``, no float16 process); it writes ``$OUT/decode_step.json`` when
+[--dump-hlo] [--builder]`` (an int4 process per set of the 4-bit kernel's tunables; a process
+per form of the attention; ``--int4-only``, no float16 process; ``--builder``, the model in
+ONNX Runtime GenAI's model-builder form); it writes ``$OUT/decode_step.json`` when
 ``OUT`` is set, and with ``--dump-hlo`` each process's optimized HLO of its decode steps
 (``$OUT/hlo-N``) with its kernels summarized (``hlo_kernels.py``).
 """
@@ -288,6 +289,10 @@ def main() -> None:
     p.add_argument("--dump-hlo", action="store_true",
                    help="each process's optimized HLO of its decode steps into $OUT/hlo-N, and "
                         "its kernels summarized (hlo_kernels.py)")  # fmt: skip
+    p.add_argument("--builder", action="store_true",
+                   help="the 1B model in ONNX Runtime GenAI's model-builder form "
+                        "(dml_jax.bench.model_builder: GroupQueryAttention, its Skip norms) "
+                        "instead of PyTorch's export")  # fmt: skip
     p.add_argument("--steps", type=int, default=None,
                    help="GeneratorParams.steps_per_dispatch of the 'loop' generations "
                         "(default: the library's)")  # fmt: skip
@@ -308,7 +313,12 @@ def main() -> None:
     model = decoders.build("llama_1b").half().cuda()
     f16 = os.path.join(tmp, "fp16.onnx")
     t = time.perf_counter()
-    decoders.export(model, f16, device="cuda")
+    if a.builder:
+        from dml_jax.bench import model_builder
+
+        model_builder.export(model, f16, np.float16)
+    else:
+        decoders.export(model, f16, device="cuda")
     print(f"export {time.perf_counter() - t:.1f} s", flush=True)
     files = {"float16": f16}
     if a.int4:

@@ -47,6 +47,21 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
             initializer_range=0.2,
         ),
     ),
+    # ONNX Runtime's GroupQueryAttention wants head sizes that are multiples of 16: the tiny
+    # model-builder step (``model_builder.main``) has heads of 16
+    "tiny_llama_h16": (
+        "llama",
+        dict(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=96,
+            vocab_size=97,
+            max_position_embeddings=64,
+            initializer_range=0.2,
+        ),
+    ),
     "gpt2": ("gpt2", dict(n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=2048)),
     "llama_8l": (
         "llama",
