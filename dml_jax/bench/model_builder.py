@@ -14,8 +14,8 @@ writes, which ``Generator`` reads as a GroupQueryAttention step (``roles.kind`` 
 ``decoders.quantize_int4`` turns its MatMuls into MatMulNBits, the builder's int4 form.
 
 Needs torch, transformers and onnx. ``python -m dml_jax.bench.model_builder OUT_DIR`` writes the
-tiny model the tests run (``decoders.CONFIGS["tiny_llama_h16"]``, float32) and adds its prompt
-and PyTorch's greedy tokens to OUT_DIR/decoders_greedy.json (tests/data/decoders/ was written so
+tiny model the tests run (``decoders.CONFIGS["tiny_llama_h16"]``, float32) and its prompt and
+PyTorch's greedy tokens (OUT_DIR/builder_greedy.json; tests/data/decoders/ was written so
 on a CPU machine with torch 2.14.1, transformers 5.24 and onnx 1.23.2).
 """
 
@@ -149,7 +149,7 @@ TINY = "tiny_llama_h16"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Writes the tiny model-builder step and its greedy tokens (beside the decoders')."""
+    """Writes the tiny model-builder step and its greedy tokens."""
     from . import decoders
 
     out_dir = (argv or sys.argv[1:])[0]
@@ -157,15 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     model = decoders.build(TINY)
     prompt = np.random.default_rng(1).integers(1, model.config.vocab_size, size=(2, 5))
     export(model, os.path.join(out_dir, f"{TINY}_builder_step.onnx"), np.float32)
-    path = os.path.join(out_dir, "decoders_greedy.json")
-    reference = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            reference = json.load(f)
     greedy = decoders.greedy(model, prompt, 24).tolist()
-    reference[f"{TINY}_builder"] = {"prompt": prompt.tolist(), "greedy": greedy}
-    with open(path, "w") as f:
-        json.dump(reference, f)
+    with open(os.path.join(out_dir, "builder_greedy.json"), "w") as f:
+        json.dump({f"{TINY}_builder": {"prompt": prompt.tolist(), "greedy": greedy}}, f)
     return 0
 
 
