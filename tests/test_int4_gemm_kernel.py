@@ -320,17 +320,22 @@ def test_gpu_matmul_nbits_matches_lax(rows):
 # The RMS normalization before the product (the pair's prologue)
 
 
-def _normed_reference(x, gamma, eps):
+def _normed_reference(x, gamma, eps, once=False):
     """A LLaMA export's RMSNorm of float16 rows as its nodes compute it, in NumPy: float32
-    ``x / sqrt(mean(x^2) + eps)`` rounded to float16, times gamma, rounded again."""
+    ``x / sqrt(mean(x^2) + eps)`` rounded to float16, times gamma, rounded again; ``once``:
+    times gamma in float32, rounded once (the model builder's SimplifiedLayerNormalization)."""
     w = np.asarray(x, np.float32)
     r = np.float32(1) / np.sqrt(np.mean(w * w, axis=-1, keepdims=True) + np.float32(eps))
+    if once:
+        return (w * r * np.asarray(gamma, np.float32)).astype(np.float16)
     y = (w * r).astype(np.float16).astype(np.float32)
     return (np.asarray(gamma, np.float32) * y).astype(np.float16)
 
 
-@pytest.mark.parametrize("k, zero, split", [(512, True, False), (1024, False, True)])
-def test_interpret_normalized_a(k, zero, split, rng):
+@pytest.mark.parametrize("k, zero, split, once", [
+    (512, True, False, False), (1024, False, True, False), (512, True, True, True),
+])  # fmt: skip
+def test_interpret_normalized_a(k, zero, split, once, rng):
     """The kernel that normalizes A as it reads it, against the product of the normalized A
     (NumPy) through DEQUANTIZE and GEMM's lax lowerings: each normalized value may round the
     other way at most (a sum of squares in another order, another rsqrt), so the bound is a
@@ -344,8 +349,8 @@ def test_interpret_normalized_a(k, zero, split, rng):
     assert v.widen_row and v.bytes_form and (v.splits > 1) == split
     codes = jax.lax.bitcast_convert_type(q.reshape(n, k // 2, 2), jnp.uint8)
     got = K.int4_product(x, codes, scale, z, interpret=not fastpath.cuda_present(), tiles=tiles,
-                         norm=(gamma, eps))  # fmt: skip
-    a = _normed_reference(x, gamma, eps)
+                         norm=(gamma, eps, once))  # fmt: skip
+    a = _normed_reference(x, gamma, eps, once)
     w, want = _lax(*_descs(1, n, k, block, zero), jnp.asarray(a), q, scale, z)
     slack = np.spacing(np.abs(a).astype(np.float16)).astype(np.float64) @ np.abs(w).T
     t = np.float16
@@ -397,17 +402,23 @@ def _rms_run_nodes(x: str, out: str, p: str = "", mean: bool = False, gamma: boo
     return nodes
 
 
-def _rms_nbits_model(rng, rows, k=256, n=128, block=32, layer_norm=False, gamma=True):
+def _rms_nbits_model(rng, rows, k=256, n=128, block=32, layer_norm=False, gamma=True,
+                     builder=False):  # fmt: skip
     """x float16 {1, rows, K} -> a LLaMA export's RMSNorm (Cast, Pow, ReduceMean, Add, Sqrt, Div,
     Mul, Cast, Mul by gamma) -> MatMulNBits; ``layer_norm``: the mean taken out too (not an RMS
-    normalization); without ``gamma`` the last Mul left out."""
+    normalization); without ``gamma`` the last Mul left out; ``builder``: the model builder's
+    SimplifiedLayerNormalization by gamma instead."""
     from onnx import TensorProto, helper, numpy_helper
 
     base = _nbits_model(rng, rows, n=n, k=k, block=block, bias=False)
     f16 = TensorProto.FLOAT16
     scale = numpy_helper.from_array(rng.uniform(0.5, 1.5, k).astype(np.float16), "gamma")
     inits = list(base.graph.initializer) + [scale]
-    nodes = _scalars() + _rms_run_nodes("x", "A", mean=layer_norm, gamma=gamma)
+    if builder:
+        nodes = [helper.make_node("SimplifiedLayerNormalization", ["x", "gamma"], ["A"],
+                                  axis=-1, epsilon=1e-6)]  # fmt: skip
+    else:
+        nodes = _scalars() + _rms_run_nodes("x", "A", mean=layer_norm, gamma=gamma)
     # two products of the normalized A, as a decoder's q, k and v (ParallelQuantizedGemms
     # joins them: one GEMM, whose SPLIT reads it in the GEMM's own sizes)
     (product,) = base.graph.node
@@ -441,18 +452,21 @@ def forced_cuda_norm(monkeypatch):
 
 @pytest.mark.parametrize("rows, form, normed", [
     (1, "rms", True), (1, "layer_norm", False), (1, "no_gamma", False), (2, "rms", False),
-    (1, "switched_off", False),
+    (1, "switched_off", False), (1, "builder", True), (2, "builder", False),
 ])  # fmt: skip
 def test_rms_norm_run_into_the_kernel(rows, form, normed, forced_cuda_norm, rng, monkeypatch):
     """A decode step's RMSNorm before a MatMulNBits becomes the kernel's prologue (one row, the
     whole run: CAST, the normalization, CAST, the gamma MULTIPLY) where ``RMS_PROLOGUE`` is on:
-    the output agrees with the session without fast paths; a LayerNorm (mean taken out), a
-    run without gamma, two rows and the switch off keep the plain kernel."""
+    the output agrees with the session without fast paths; the model builder's
+    SimplifiedLayerNormalization (one MEAN_VARIANCE_NORMALIZATION2 by gamma) too; a LayerNorm
+    (mean taken out), a run without gamma, two rows and the switch off keep the plain
+    kernel."""
     from dml_jax.onnx import InferenceSession
 
     monkeypatch.setattr(K, "RMS_PROLOGUE", form != "switched_off")
 
-    model = _rms_nbits_model(rng, rows, layer_norm=form == "layer_norm", gamma=form != "no_gamma")
+    model = _rms_nbits_model(rng, rows, layer_norm=form == "layer_norm", gamma=form != "no_gamma",
+                             builder=form == "builder")  # fmt: skip
     x = (rng.standard_normal((1, rows, 256)) * 4).astype(np.float16)
     data = model.SerializeToString()
     want = np.concatenate(InferenceSession(data, fast_paths=False).run(None, {"x": x}), -1)
@@ -473,11 +487,13 @@ def test_rms_norm_run_into_the_kernel(rows, form, normed, forced_cuda_norm, rng,
 
 
 def test_the_prologue_is_registered_once(monkeypatch):
-    """The RMS run is the 4-bit pair's one prologue (docs/fast-paths.md's table derives from
-    the registry); registering a name twice is refused."""
+    """The RMS runs are the 4-bit pair's prologues, the exporter's four nodes first and the
+    model builder's one after (docs/fast-paths.md's table derives from the registry);
+    registering a name twice is refused."""
     (pair,) = [e for e in fastpath.epilogues() if e.lower is K._lower]
-    (found,) = fastpath.prologues(pair)
+    found, scaled = fastpath.prologues(pair)
     assert (found.name, found.slot, found.longest) == ("rms", 0, 4)
+    assert (scaled.name, scaled.slot, scaled.longest) == ("rms_scaled", 0, 1)
     assert found in fastpath.prologues()
     monkeypatch.setitem(
         fastpath._PROLOGUES, found.epilogue, dict(fastpath._PROLOGUES[found.epilogue])

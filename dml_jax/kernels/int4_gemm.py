@@ -240,8 +240,10 @@ def int4_product(
     DirectML's packing, two's complement where ``signed``) with ``scale`` {N, K / block} (A's
     type) and ``zero`` (the codes' type, or None for 0) of those sizes: DEQUANTIZE then GEMM's
     product, on the kernel ``plan`` gives (it must give one). ``norm`` (gamma {1, K},
-    epsilon): A is then the RMS normalization of ``a``'s one row as the graph's prologue run
-    computes it (``_normed``; the bytes form on one row only, ``plan``'s ``widen_row``)."""
+    epsilon[, once]): A is then the RMS normalization of ``a``'s one row as the graph's
+    prologue run computes it (``_normed``: rounded after the normalization and again after
+    gamma, or with ``once`` after both; the bytes form on one row only, ``plan``'s
+    ``widen_row``)."""
     (m, k), (n, blocks) = a.shape, scale.shape
     v = plan(m, n, k, k // blocks, tiles)
     if q.dtype == jnp.uint8 and not v.bytes_form:  # packed bytes: their codes
@@ -434,6 +436,7 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=
     if norm is not None and not v.widen_row:
         raise ValueError("int4_product: a normalized A needs the bytes form on one row")
     extra = () if norm is None else (a16, norm[0].reshape(1, k))
+    once = norm is not None and len(norm) > 2 and norm[2]
     magic = t == jnp.float16 and not signed
     precision = matmul_precision() if t == jnp.float32 else None
 
@@ -463,8 +466,8 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=
             even = a_ref[:, pl.ds(start, half, stride=2)]
             odd = a_ref[:, pl.ds(start + 1, half, stride=2)]
             if extra:
-                even = _normed(even, r, g_ref[:, pl.ds(start, half, stride=2)])
-                odd = _normed(odd, r, g_ref[:, pl.ds(start + 1, half, stride=2)])
+                even = _normed(even, r, g_ref[:, pl.ds(start, half, stride=2)], once)
+                odd = _normed(odd, r, g_ref[:, pl.ds(start + 1, half, stride=2)], once)
             zeros = z_ref[0][:, blks] if z_ref else None
             return q_ref[:, pl.ds(at(j, half), half)], zeros, s_ref[:, blks], even, odd
 
@@ -508,13 +511,16 @@ def _rms_factor(row, epsilon: float):
     return lax.rsqrt(mean + jnp.float32(epsilon))
 
 
-def _normed(x, r, gamma):
+def _normed(x, r, gamma, once: bool = False):
     """The prologue run's value of A: ``x`` (float16) in float32 times the factor, rounded to
     float16 (the normalization and its CAST back), times ``gamma``, rounded again (the
-    MULTIPLY)."""
+    MULTIPLY); with ``once``, times ``gamma`` in float32 and rounded once (a
+    MEAN_VARIANCE_NORMALIZATION2 whose Scale is gamma)."""
     t = x.dtype
-    y = (x.astype(jnp.float32) * r).astype(t).astype(jnp.float32)
-    return (gamma.astype(jnp.float32) * y).astype(t)
+    y = x.astype(jnp.float32) * r
+    if once:
+        return (y * gamma.astype(jnp.float32)).astype(t)
+    return (gamma.astype(jnp.float32) * y.astype(t).astype(jnp.float32)).astype(t)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -647,3 +653,40 @@ def _lower_rms_run(descs, slots, groups, deq, gemm, slot, producer, others):
 
 
 register_prologue(_PAIR, 0, "rms", _rms_run, _lower_rms_run, len(_RUN))
+
+
+# The same normalization as ONNX Runtime GenAI's model builder writes it (SimplifiedLayerNorm-
+# alization and its Skip form in float16): one MEAN_VARIANCE_NORMALIZATION2 without its mean
+# over the last axis, gamma its Scale, rounded once. Under RMS_PROLOGUE too; not yet timed in
+# a model-builder decoder (``decode_step_gpu.py --builder``).
+
+
+def _rms_scaled_run(descs: tuple, slots: tuple, deq: Any, gemm: Any, slot: int) -> bool:
+    """Whether ``descs`` is that one node, of the one row of a float16 A that the pair's
+    kernel reads in its bytes form."""
+    if not RMS_PROLOGUE or slot != 1 or len(descs) != 1:
+        return False
+    (mvn,) = descs
+    if mvn.operator_type != "DML_OPERATOR_MEAN_VARIANCE_NORMALIZATION2":
+        return False
+    v = _view(deq, gemm)
+    if v is None or not (v.widen_row and v.bytes_form):
+        return False
+    x, y, gamma = mvn.input_tensor, mvn.output_tensor, mvn.scale_tensor
+    if gamma is None or mvn.bias_tensor is not None or mvn.fused_activation is not None:
+        return False
+    if mvn.use_mean or not mvn.use_variance or tuple(mvn.axes) != (len(x.sizes) - 1,):
+        return False
+    t = jnp.float16
+    if any(d.dtype != t for d in (gemm.a_tensor, x, y, gamma)):
+        return False
+    return x.sizes == y.sizes == gamma.sizes and x.sizes[-1] == v.k == x.element_count
+
+
+def _lower_rms_scaled_run(descs, slots, groups, deq, gemm, slot, producer, others):
+    ((x, gamma),) = groups
+    norm = (gamma.reshape(1, -1), float(descs[0].epsilon), True)
+    return _lowered(deq, gemm, producer, x.reshape(gemm.a_tensor.sizes), others, norm)
+
+
+register_prologue(_PAIR, 0, "rms_scaled", _rms_scaled_run, _lower_rms_scaled_run, 1)
