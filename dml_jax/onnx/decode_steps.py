@@ -3,12 +3,13 @@ and decode steps for one way of choosing tokens (``DecodeSteps``), each compiled
 bucket and past bucket and shared by the generators of that session, and the choice of the next
 token (``select_tokens``: greedy, or sampled after temperature, top-k and top-p).
 
-A decode step's state is (cache, pending, mask, tokens, done, key): the cache one buffer of every
-layer's keys and values, stacked on a first axis; the keys and values of the last token, written
-into it by the next step before it reads it; the attention mask over the cache; the tokens
-(prompts and generated) on the device; which rows have ended; the sampling key. A dispatch runs
-``count`` such steps (``steps_fn``), the state and the length donated, so that the cache is
-updated in place.
+A decode step's state is (cache, pending, mask, tokens, done, key): the cache, one buffer of every
+layer's keys and values stacked on a first axis (a GroupQueryAttention step's: each layer's
+buffers, which its presents replace); the last token's keys and values, which the next step
+writes into the cache before it reads it (none for a GroupQueryAttention step); the attention
+mask over the cache; the tokens (prompts and generated) on the device; which rows have ended;
+the sampling key. A dispatch runs ``count`` such steps (``steps_fn``), the state and the length
+donated, so that the cache is updated in place.
 """
 
 from __future__ import annotations
