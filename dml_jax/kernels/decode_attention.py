@@ -312,7 +312,7 @@ def lower(d: Any, *arrays, interpret: bool = False) -> tuple:
         interpret=interpret,
     )  # fmt: skip
     if lengths is not None:  # a sequence with no position attended gives 0 (the lax lowering)
-        empty = jnp.minimum(lengths + g.kv_seq, g.total) <= 0
+        empty = lengths + g.kv_seq <= 0
         out = jnp.where(jnp.repeat(empty, g.q_heads)[:, None], jnp.zeros((), out.dtype), out)
     results = [out.reshape(d.output_tensor.sizes)]
     keys = values = None
