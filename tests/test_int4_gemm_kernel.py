@@ -131,6 +131,11 @@ CASES = {
     "m3-b32-bytes-int4-split": (3, 64, 1024, 32, True, "FLOAT16", "INT4",
                                 K.Tiles(bytes_form=True, target_programs=8, min_k=256)),
     "m2-b64-bytes-f32": (2, 64, 512, 64, False, "FLOAT32", "UINT4", K.Tiles(bytes_form=True)),
+    # each byte's codes joined into K's order, one dot a step (NATURAL_K)
+    "m1-b32-bytes-natural-k": (1, 128, 1024, 32, True, "FLOAT16", "UINT4",
+                               K.Tiles(natural_k=True, target_programs=4, min_k=256)),
+    "m4-b64-bytes-natural-k-a-first-f32": (4, 64, 512, 64, False, "FLOAT32", "INT4",
+                                           K.Tiles(natural_k=True, weights_first=False)),
     "m1-b32-bytes-ahead-1": (1, 64, 2048, 32, True, "FLOAT16", "UINT4",
                              K.Tiles(ahead=1, step_k=128, target_programs=2, min_k=1024)),
     # split K added atomically into one product (ATOMIC_SPLITS)
@@ -170,6 +175,7 @@ def test_interpret_matches_lax(case):
     assert v.bytes_form == (v.loop or (t.bytes_form and v.step >= 32))
     assert v.atomic == (t.atomic and v.splits > 1)
     assert v.ahead == (0 if v.loop else t.ahead)  # a loop issues no loads ahead
+    assert v.natural_k == (t.natural_k and v.bytes_form and not v.one_row)
     if t.atomic:
         assert v.atomic
     codes = q

@@ -136,6 +136,10 @@ TILES = {
     "bytes-all": K.Tiles(ahead=64),
     "bytes-a1-n32": K.Tiles(ahead=1, block_n=32, target_programs=1024),
     "bytes-all-k512": K.Tiles(ahead=64, min_k=512, target_programs=256),
+    # each byte's codes joined into K's order: one dot a step by A's contiguous values
+    # (``Tiles.natural_k``), with the weights first (wgmma) or A first (mma.sync, 96 registers)
+    "natural": K.Tiles(natural_k=True),
+    "natural-a-first": K.Tiles(natural_k=True, weights_first=False),
 }
 T = dml.TensorDesc
 

@@ -134,6 +134,17 @@ ATOMIC_SPLITS = False
 # unchanged; with 128 columns on 8 warps 959, as the loop (512 programs of 512 values) 979. On.
 BYTES_FORM = True
 
+# In the bytes form, each byte's two codes joined back into K's order (a register-level join)
+# so that a step is one dot of the weights by A's contiguous values, rather than two dots by A's
+# even and odd values read at a stride of 2. In the sm_90a SASS of Triton 3.8 (lowered on the
+# CPU, gate and up joined, 2048 x 16384): the defaults 2,240 instructions a thread on 128
+# registers, 153 shared-memory stores (A's row widened to 16 and stored for each dot, 16-bit
+# stores) and 33 barriers; joined, 2,776 on 168 registers, 25 stores, 25 barriers (the join's
+# byte permutations: 808 PRMT against 456); joined with A first (``weights_first`` off:
+# mma.sync on registers, no wgmma), 2,896 on 96 registers, 26 stores. Not yet timed on a GPU
+# (``int4_kernel_gpu.py --tiles natural natural-a-first``): off.
+NATURAL_K = False
+
 _FOUR_BIT = (jnp.dtype(jnp.uint4), jnp.dtype(jnp.int4))
 
 
@@ -157,6 +168,7 @@ class Tiles:
     stages: int = STAGES
     bytes_form: bool = BYTES_FORM
     atomic: bool = ATOMIC_SPLITS
+    natural_k: bool = NATURAL_K
 
 
 @dataclass(frozen=True)
@@ -180,6 +192,7 @@ class View:
     stages: int = 1
     bytes_form: bool = False
     atomic: bool = False
+    natural_k: bool = False
 
     @property
     def splits(self) -> int:
@@ -221,7 +234,8 @@ def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View
     as_bytes = loop or (tiles.bytes_form and group * block >= 32)
     return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first, row,
                 0 if loop else tiles.ahead, tiles.widen_row and m == 1 and not row, loop,
-                tiles.stages if loop else 1, as_bytes, tiles.atomic and k // per > 1)  # fmt: skip
+                tiles.stages if loop else 1, as_bytes, tiles.atomic and k // per > 1,
+                tiles.natural_k and as_bytes and not row)  # fmt: skip
 
 
 def int4_product(
@@ -461,13 +475,18 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=
             *z_ref, row_ref, g_ref = z_ref
             r = _rms_factor(row_ref[...], norm[1])
 
-        def load(j):  # a step's codes, zero points, scales and A (normalized as it is read)
-            blks, start = pl.ds(at(j, group), group), at(j, step)
-            even = a_ref[:, pl.ds(start, half, stride=2)]
-            odd = a_ref[:, pl.ds(start + 1, half, stride=2)]
+        def a_values(start, size, stride):  # A's values there (normalized as they are read)
+            x = a_ref[:, pl.ds(start, size, stride=stride)]
             if extra:
-                even = _normed(even, r, g_ref[:, pl.ds(start, half, stride=2)], once)
-                odd = _normed(odd, r, g_ref[:, pl.ds(start + 1, half, stride=2)], once)
+                x = _normed(x, r, g_ref[:, pl.ds(start, size, stride=stride)], once)
+            return x
+
+        def load(j):  # a step's codes, zero points, scales and A
+            blks, start = pl.ds(at(j, group), group), at(j, step)
+            if v.natural_k:  # A's step of values in order (``odd`` unused)
+                even, odd = a_values(start, step, 1), None
+            else:
+                even, odd = a_values(start, half, 2), a_values(start + 1, half, 2)
             zeros = z_ref[0][:, blks] if z_ref else None
             return q_ref[:, pl.ds(at(j, half), half)], zeros, s_ref[:, blks], even, odd
 
@@ -477,6 +496,9 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=
         def compute(acc, raw, zeros, scale_, even, odd):
             lo, hi = nibbles(raw)
             offset = _offset(zeros, bn, group, t, magic)
+            if v.natural_k:  # byte j's codes are K's 2j and 2j + 1
+                codes = jnp.stack([lo, hi], axis=-1).reshape(bn, step)
+                return _dot(acc, _dequantized(codes, offset, scale_, group), even, v, precision)
             lo, hi = (
                 _dequantized(lo, offset, scale_, group),
                 _dequantized(hi, offset, scale_, group),
