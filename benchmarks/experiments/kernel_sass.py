@@ -58,8 +58,8 @@ def triton_ir(k: int, n: int, tiles: K.Tiles) -> tuple[bytes, int, int]:
 
     with fastpath.target_platform("cuda"):
         text = jax.jit(product).trace(a, q, s, z).lower(lowering_platforms=("cuda",)).as_text()
-    (config,) = re.findall(r"mhlo\.backend_config = \{(.*?)\}\s*:", text, re.S)
-    (escaped,) = re.findall(r'ir = "((?:[^"\\]|\\.)*)"', config, re.S)
+    (config,) = re.findall(r"mhlo\.backend_config = \{(.*?)\}\s*:", text, re.DOTALL)
+    (escaped,) = re.findall(r'ir = "((?:[^"\\]|\\.)*)"', config, re.DOTALL)
     return (
         _unescaped(escaped),
         int(re.search(r"num_warps = (\d+)", config).group(1)),
