@@ -409,11 +409,12 @@ def _rms_run_nodes(x: str, out: str, p: str = "", mean: bool = False, gamma: boo
 
 
 def _rms_nbits_model(rng, rows, k=256, n=128, block=32, layer_norm=False, gamma=True,
-                     builder=False):  # fmt: skip
+                     builder=None):  # fmt: skip
     """x float16 {1, rows, K} -> a LLaMA export's RMSNorm (Cast, Pow, ReduceMean, Add, Sqrt, Div,
     Mul, Cast, Mul by gamma) -> MatMulNBits; ``layer_norm``: the mean taken out too (not an RMS
-    normalization); without ``gamma`` the last Mul left out; ``builder``: the model builder's
-    SimplifiedLayerNormalization by gamma instead."""
+    normalization); without ``gamma`` the last Mul left out; ``builder``: one normalization
+    node of that op type by gamma instead (the model builder's SimplifiedLayerNormalization,
+    or a SkipLayerNormalization of x and x: its mean taken out)."""
     from onnx import TensorProto, helper, numpy_helper
 
     base = _nbits_model(rng, rows, n=n, k=k, block=block, bias=False)
@@ -421,8 +422,11 @@ def _rms_nbits_model(rng, rows, k=256, n=128, block=32, layer_norm=False, gamma=
     scale = numpy_helper.from_array(rng.uniform(0.5, 1.5, k).astype(np.float16), "gamma")
     inits = list(base.graph.initializer) + [scale]
     if builder:
-        nodes = [helper.make_node("SimplifiedLayerNormalization", ["x", "gamma"], ["A"],
-                                  axis=-1, epsilon=1e-6)]  # fmt: skip
+        if builder.startswith("Skip"):  # com.microsoft's: x + x normalized
+            nodes = [helper.make_node(builder, ["x", "x", "gamma"], ["A"], epsilon=1e-6,
+                                      domain="com.microsoft")]  # fmt: skip
+        else:
+            nodes = [helper.make_node(builder, ["x", "gamma"], ["A"], axis=-1, epsilon=1e-6)]
     else:
         nodes = _scalars() + _rms_run_nodes("x", "A", mean=layer_norm, gamma=gamma)
     # two products of the normalized A, as a decoder's q, k and v (ParallelQuantizedGemms
@@ -459,20 +463,22 @@ def forced_cuda_norm(monkeypatch):
 @pytest.mark.parametrize("rows, form, normed", [
     (1, "rms", True), (1, "layer_norm", False), (1, "no_gamma", False), (2, "rms", False),
     (1, "switched_off", False), (1, "builder", True), (2, "builder", False),
+    (1, "builder_layer_norm", False),
 ])  # fmt: skip
 def test_rms_norm_run_into_the_kernel(rows, form, normed, forced_cuda_norm, rng, monkeypatch):
     """A decode step's RMSNorm before a MatMulNBits becomes the kernel's prologue (one row, the
     whole run: CAST, the normalization, CAST, the gamma MULTIPLY) where ``RMS_PROLOGUE`` is on:
     the output agrees with the session without fast paths; the model builder's
     SimplifiedLayerNormalization (one MEAN_VARIANCE_NORMALIZATION2 by gamma) too; a LayerNorm
-    (mean taken out), a run without gamma, two rows and the switch off keep the plain
-    kernel."""
+    (mean taken out, as nodes or one SkipLayerNormalization), a run without gamma, two rows and
+    the switch off keep the plain kernel."""
     from dml_jax.onnx import InferenceSession
 
     monkeypatch.setattr(K, "RMS_PROLOGUE", form != "switched_off")
 
     model = _rms_nbits_model(rng, rows, layer_norm=form == "layer_norm", gamma=form != "no_gamma",
-                             builder=form == "builder")  # fmt: skip
+                             builder={"builder": "SimplifiedLayerNormalization",
+                                      "builder_layer_norm": "SkipLayerNormalization"}.get(form))  # fmt: skip
     x = (rng.standard_normal((1, rows, 256)) * 4).astype(np.float16)
     data = model.SerializeToString()
     want = np.concatenate(InferenceSession(data, fast_paths=False).run(None, {"x": x}), -1)

@@ -254,7 +254,7 @@ def int4_product(
     DirectML's packing, two's complement where ``signed``) with ``scale`` {N, K / block} (A's
     type) and ``zero`` (the codes' type, or None for 0) of those sizes: DEQUANTIZE then GEMM's
     product, on the kernel ``plan`` gives (it must give one). ``norm`` (gamma {1, K},
-    epsilon[, once]): A is then the RMS normalization of ``a``'s one row as the graph's
+    epsilon, once): A is then the RMS normalization of ``a``'s one row as the graph's
     prologue run computes it (``_normed``: rounded after the normalization and again after
     gamma, or with ``once`` after both; the bytes form on one row only, ``plan``'s
     ``widen_row``)."""
@@ -450,7 +450,7 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=
     if norm is not None and not v.widen_row:
         raise ValueError("int4_product: a normalized A needs the bytes form on one row")
     extra = () if norm is None else (a16, norm[0].reshape(1, k))
-    once = norm is not None and len(norm) > 2 and norm[2]
+    once = norm is not None and norm[2]
     magic = t == jnp.float16 and not signed
     precision = matmul_precision() if t == jnp.float32 else None
 
@@ -633,44 +633,56 @@ _RUN = (
 )
 
 
+def _takes_normed_a(deq: Any, gemm: Any, slot: int) -> bool:
+    """Whether the pair's kernel may normalize its A: RMS_PROLOGUE on, a float16 A of one row
+    read in the bytes form."""
+    v = _view(deq, gemm) if RMS_PROLOGUE and slot == 1 else None
+    return v is not None and v.widen_row and v.bytes_form and gemm.a_tensor.dtype == jnp.float16
+
+
+def _rms_mvn(mvn: Any, k: int) -> bool:
+    """Whether ``mvn`` is an RMS normalization of one row of ``k`` values: no mean, the
+    variance, over the last axis, without bias or activation."""
+    if mvn.operator_type != "DML_OPERATOR_MEAN_VARIANCE_NORMALIZATION2":
+        return False
+    x = mvn.input_tensor
+    return (
+        not mvn.use_mean
+        and mvn.use_variance
+        and mvn.bias_tensor is None
+        and mvn.fused_activation is None
+        and tuple(mvn.axes) == (len(x.sizes) - 1,)
+        and x.sizes[-1] == k == x.element_count
+    )
+
+
 def _rms_run(descs: tuple, slots: tuple, deq: Any, gemm: Any, slot: int) -> bool:
-    """Whether ``descs`` is the RMS normalization run above, of the one row of a float16 A
-    that the pair's kernel reads in its bytes form."""
-    if not RMS_PROLOGUE or tuple(d.operator_type for d in descs) != _RUN or slot != 1:
+    """Whether ``descs`` is the RMS normalization run above, in float32 between float16
+    CASTs, of the A the pair's kernel may normalize."""
+    if tuple(d.operator_type for d in descs) != _RUN or tuple(slots[:2]) != (0, 0):
         return False
-    if tuple(slots[:2]) != (0, 0):
-        return False
-    v = _view(deq, gemm)
-    if v is None or not (v.widen_row and v.bytes_form):
+    if not _takes_normed_a(deq, gemm, slot):
         return False
     up, mvn, down, mul = descs
     t, f32 = jnp.float16, jnp.float32
-    if gemm.a_tensor.dtype != t or up.input_tensor.dtype != t or down.output_tensor.dtype != t:
+    if not _rms_mvn(mvn, gemm.a_tensor.sizes[-1]) or mvn.scale_tensor is not None:
+        return False
+    if up.input_tensor.dtype != t or down.output_tensor.dtype != t:
         return False
     if any(x.dtype != f32 for x in (up.output_tensor, mvn.input_tensor, mvn.output_tensor)):
         return False
-    if mul.output_tensor.dtype != t:
-        return False
-    if mvn.use_mean or not mvn.use_variance or mvn.scale_tensor is not None:
-        return False
-    if mvn.bias_tensor is not None or mvn.fused_activation is not None:
-        return False
-    if tuple(mvn.axes) != (len(mvn.input_tensor.sizes) - 1,):
-        return False
     gamma = (mul.a_tensor, mul.b_tensor)[1 - slots[2]]
-    tensors = (up.input_tensor, up.output_tensor, mvn.input_tensor, mvn.output_tensor,
-               down.output_tensor, mul.output_tensor, gamma)  # fmt: skip
+    tensors = (up.input_tensor, up.output_tensor, mvn.output_tensor, down.output_tensor,
+               mul.output_tensor, gamma)  # fmt: skip
     # one row of K values each (the GEMM may read the last as a reshape of it)
-    return (
-        all(x.sizes == mvn.input_tensor.sizes for x in tensors)
-        and gamma.dtype == t
-        and (mvn.input_tensor.sizes[-1] == v.k == mvn.input_tensor.element_count)
+    return all(x.sizes == mvn.input_tensor.sizes for x in tensors) and all(
+        x.dtype == t for x in (mul.output_tensor, gamma)
     )
 
 
 def _lower_rms_run(descs, slots, groups, deq, gemm, slot, producer, others):
     (x,), _, _, (gamma,) = groups  # the CAST's input; the MULTIPLY's gamma
-    norm = (gamma.reshape(1, -1), float(descs[1].epsilon))
+    norm = (gamma.reshape(1, -1), float(descs[1].epsilon), False)
     return _lowered(deq, gemm, producer, x.reshape(gemm.a_tensor.sizes), others, norm)
 
 
@@ -684,25 +696,15 @@ register_prologue(_PAIR, 0, "rms", _rms_run, _lower_rms_run, len(_RUN))
 
 
 def _rms_scaled_run(descs: tuple, slots: tuple, deq: Any, gemm: Any, slot: int) -> bool:
-    """Whether ``descs`` is that one node, of the one row of a float16 A that the pair's
-    kernel reads in its bytes form."""
-    if not RMS_PROLOGUE or slot != 1 or len(descs) != 1:
+    """Whether ``descs`` is that one node, in float16, of the A the pair's kernel may
+    normalize."""
+    if len(descs) != 1 or not _takes_normed_a(deq, gemm, slot):
         return False
     (mvn,) = descs
-    if mvn.operator_type != "DML_OPERATOR_MEAN_VARIANCE_NORMALIZATION2":
-        return False
-    v = _view(deq, gemm)
-    if v is None or not (v.widen_row and v.bytes_form):
+    if not _rms_mvn(mvn, gemm.a_tensor.sizes[-1]) or mvn.scale_tensor is None:
         return False
     x, y, gamma = mvn.input_tensor, mvn.output_tensor, mvn.scale_tensor
-    if gamma is None or mvn.bias_tensor is not None or mvn.fused_activation is not None:
-        return False
-    if mvn.use_mean or not mvn.use_variance or tuple(mvn.axes) != (len(x.sizes) - 1,):
-        return False
-    t = jnp.float16
-    if any(d.dtype != t for d in (gemm.a_tensor, x, y, gamma)):
-        return False
-    return x.sizes == y.sizes == gamma.sizes and x.sizes[-1] == v.k == x.element_count
+    return all(d.dtype == jnp.float16 for d in (x, y, gamma)) and x.sizes == y.sizes == gamma.sizes
 
 
 def _lower_rms_scaled_run(descs, slots, groups, deq, gemm, slot, producer, others):
