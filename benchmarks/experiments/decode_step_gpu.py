@@ -110,10 +110,11 @@ def child(
     from dml_jax.onnx import InferenceSession
 
     if tiles:
+        from kernel_sass import tiles_of  # this folder's
+
         from dml_jax.kernels import int4_gemm
 
-        kw = {k: int(v) for k, v in (item.split("=") for item in tiles.split(","))}
-        chosen, plan = int4_gemm.Tiles(**kw), int4_gemm.plan
+        chosen, plan = tiles_of(tiles), int4_gemm.plan
 
         def planned(m, n, k, block, tiles=None):
             return plan(m, n, k, block, tiles or chosen)
