@@ -463,21 +463,24 @@ def forced_cuda_norm(monkeypatch):
 @pytest.mark.parametrize("rows, form, normed", [
     (1, "rms", True), (1, "layer_norm", False), (1, "no_gamma", False), (2, "rms", False),
     (1, "switched_off", False), (1, "builder", True), (2, "builder", False),
-    (1, "builder_layer_norm", False),
+    (1, "builder_layer_norm", False), (1, "builder_switched_off", False),
 ])  # fmt: skip
 def test_rms_norm_run_into_the_kernel(rows, form, normed, forced_cuda_norm, rng, monkeypatch):
     """A decode step's RMSNorm before a MatMulNBits becomes the kernel's prologue (one row, the
     whole run: CAST, the normalization, CAST, the gamma MULTIPLY) where ``RMS_PROLOGUE`` is on:
     the output agrees with the session without fast paths; the model builder's
-    SimplifiedLayerNormalization (one MEAN_VARIANCE_NORMALIZATION2 by gamma) too; a LayerNorm
-    (mean taken out, as nodes or one SkipLayerNormalization), a run without gamma, two rows and
-    the switch off keep the plain kernel."""
+    SimplifiedLayerNormalization (one MEAN_VARIANCE_NORMALIZATION2 by gamma) too, where
+    ``RMS_SCALED_PROLOGUE`` is on; a LayerNorm (mean taken out, as nodes or one
+    SkipLayerNormalization), a run without gamma, two rows and either switch off keep the
+    plain kernel."""
     from dml_jax.onnx import InferenceSession
 
     monkeypatch.setattr(K, "RMS_PROLOGUE", form != "switched_off")
+    monkeypatch.setattr(K, "RMS_SCALED_PROLOGUE", form != "builder_switched_off")
 
     model = _rms_nbits_model(rng, rows, layer_norm=form == "layer_norm", gamma=form != "no_gamma",
                              builder={"builder": "SimplifiedLayerNormalization",
+                                      "builder_switched_off": "SimplifiedLayerNormalization",
                                       "builder_layer_norm": "SkipLayerNormalization"}.get(form))  # fmt: skip
     x = (rng.standard_normal((1, rows, 256)) * 4).astype(np.float16)
     data = model.SerializeToString()

@@ -691,14 +691,17 @@ register_prologue(_PAIR, 0, "rms", _rms_run, _lower_rms_run, len(_RUN))
 
 # The same normalization as ONNX Runtime GenAI's model builder writes it (SimplifiedLayerNorm-
 # alization and its Skip form in float16): one MEAN_VARIANCE_NORMALIZATION2 without its mean
-# over the last axis, gamma its Scale, rounded once. Under RMS_PROLOGUE too; not yet timed in
-# a model-builder decoder (``decode_step_gpu.py --builder``).
+# over the last axis, gamma its Scale, rounded once. There it replaces one kernel a norm, not
+# the two or three of the exporter's run, so RMS_PROLOGUE's timing does not carry over: its own
+# switch, off until timed in a model-builder decoder (``decode_step_gpu.py --builder --int4
+# --set "" "dml_jax.kernels.int4_gemm.RMS_SCALED_PROLOGUE=True"``).
+RMS_SCALED_PROLOGUE = False
 
 
 def _rms_scaled_run(descs: tuple, slots: tuple, deq: Any, gemm: Any, slot: int) -> bool:
     """Whether ``descs`` is that one node, in float16, of the A the pair's kernel may
     normalize."""
-    if len(descs) != 1 or not _takes_normed_a(deq, gemm, slot):
+    if not RMS_SCALED_PROLOGUE or len(descs) != 1 or not _takes_normed_a(deq, gemm, slot):
         return False
     (mvn,) = descs
     if not _rms_mvn(mvn, gemm.a_tensor.sizes[-1]) or mvn.scale_tensor is None:
