@@ -74,10 +74,14 @@ SPLIT_KEYS = 64
 MAX_SPLITS = 16
 MAX_HEAD = 256  # head sizes (a power of two) a program holds in registers
 # Whether the kernel takes steps with past sequence lengths (the module docstring), which on a
-# GPU go to cuDNN's attention otherwise (FLOAT16; FLOAT32 ones to the lax lowering). Tested
-# against the lax lowering and the reference, not yet timed against cuDNN's path in a
-# model-builder decoder on a GPU: off.
-PAST_LENGTHS = False
+# GPU go to cuDNN's attention otherwise (FLOAT16; FLOAT32 ones to the lax lowering). Timed in
+# the 4-bit 1B-class decoder of the model-builder form on an H200 (``decode_step_gpu.py
+# --builder --int4 --int4-only --set "" "...PAST_LENGTHS=True"``, three runs of 2026-11-29),
+# tokens/s off / on: a dispatch a token (``generate_next_token``) 819 / 1,106, 829 / 977 and
+# 783 / 1,123; in the generator's loop 1,114 / 1,107, 1,177 / 1,168 and 1,271 / 1,253. cuDNN's
+# call costs the host more to issue (1,286 against 856 us a token in the last run): it wins the
+# loop by 1-2% and loses the step a dispatch by a quarter to a third. On.
+PAST_LENGTHS = True
 NUM_WARPS = 4
 
 

@@ -693,9 +693,11 @@ register_prologue(_PAIR, 0, "rms", _rms_run, _lower_rms_run, len(_RUN))
 # alization and its Skip form in float16): one MEAN_VARIANCE_NORMALIZATION2 without its mean
 # over the last axis, gamma its Scale, rounded once. There it replaces one kernel a norm, not
 # the two or three of the exporter's run, so RMS_PROLOGUE's timing does not carry over: its own
-# switch, off until timed in a model-builder decoder (``decode_step_gpu.py --builder --int4
-# --set "" "dml_jax.kernels.int4_gemm.RMS_SCALED_PROLOGUE=True"``).
-RMS_SCALED_PROLOGUE = False
+# switch, timed in the model-builder decoder on an H200 (``decode_step_gpu.py --builder --int4
+# --int4-only --set "" "dml_jax.kernels.int4_gemm.RMS_SCALED_PROLOGUE=True"``), off / on: 1,114
+# (1,099-1,114) / 1,176 (1,157-1,183) tokens/s in the loop, 361 / 296 kernels a token (1,177
+# again in a second run).
+RMS_SCALED_PROLOGUE = True
 
 
 def _rms_scaled_run(descs: tuple, slots: tuple, deq: Any, gemm: Any, slot: int) -> bool:

@@ -483,8 +483,17 @@ def rotate(ctx, x: Value, cos: Value, sin: Value, *, interleaved: bool, dim: int
     cos = cos.view(cos.shape[:-1] + angles)
     sin = sin.view(sin.shape[:-1] + angles)
     xp = x.view(pairs)
-    first, second = split_value(ctx, xp, [1, 1], axis)
-    swapped = join_values(ctx, [second, first], axis)
+    # Each pair swapped: the pair axis read backwards (SLICE1 of stride -1, an index map that
+    # fuses into its consumer, where two slices and a JOIN left XLA's GPU backend two slice
+    # kernels a rotation).
+    desc = op("SLICE1")(
+        packed(t, pairs),
+        packed(t, pairs),
+        input_window_offsets=[0] * len(pairs),
+        input_window_sizes=list(pairs),
+        input_window_strides=[-1 if i == axis else 1 for i in range(len(pairs))],
+    )
+    swapped = ctx.out(ctx.node(desc, [xp]), pairs)
     signs = op("FILL_VALUE_SEQUENCE")(packed(t, (2,)), t, typed_scalar(t, -1), typed_scalar(t, 2))
     sign = ctx.out(ctx.node(signs, []), (2,)).view((2,) + (1,) * (len(pairs) - 1 - axis))
     rotated = binary_value(ctx, "ELEMENT_WISE_MULTIPLY", swapped, sign)
