@@ -240,8 +240,9 @@ def attention_form(form: str) -> None:
 
 
 def summarize_dump(folder: str, key: str) -> None:
-    """Keeps only the optimized HLO of a process's dump and prints the kernels of its largest
-    decode-steps module (a run of steps: its loop body)."""
+    """Keeps only the largest optimized HLO module of a process's decode steps (a run of steps:
+    its loop body; one file a process, as few come back from the GPU machine) and prints its
+    kernels."""
     import hlo_kernels  # this folder's
 
     kept = []
@@ -256,6 +257,9 @@ def summarize_dump(folder: str, key: str) -> None:
     if not kept:
         return
     path = max(kept, key=os.path.getsize)
+    for other in kept:
+        if other != path:
+            os.remove(other)
     with open(path) as f:
         comps = hlo_kernels.computations(f.read())
     body = hlo_kernels.loop_body(comps) or "ENTRY"
