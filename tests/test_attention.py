@@ -416,6 +416,25 @@ def test_past_sequence_lengths_are_causal_and_drop_what_the_cache_cannot_hold():
     np.testing.assert_array_equal(out.ravel(), [0, 0, 30])
 
 
+def test_cache_rows_after_the_sequence_never_reach_the_output():
+    """Capacity 4, past length 1, one new key: the cache's rows 2 and 3 hold a NaN and an
+    infinity in keys and values, which no query attends (docs/semantics.md): the output is the
+    mean of past value 2 and new value 10 (equal logits), and the present keeps those rows as
+    they were, the new key written at row 1."""
+    desc = MHA1(
+        _t((1, 1, 1)), _t((1, 1, 1)), _t((1, 1, 1)), past_key_tensor=_t((1, 1, 4, 1)),
+        past_value_tensor=_t((1, 1, 4, 1)), past_sequence_lengths_tensor=_t((1,), "INT32"),
+        output_tensor=_t((1, 1, 1)), output_present_value_tensor=_t((1, 1, 4, 1)), scale=1.0,
+        mask_filter_value=-10000.0, query_head_count=1, key_value_head_count=1,
+    )  # fmt: skip
+    past_k = _a(0.0, 5.0, np.nan, np.inf, shape=(1, 1, 4, 1))
+    past_v = _a(2.0, 7.0, np.nan, -np.inf, shape=(1, 1, 4, 1))
+    q, k, v = _a(1.0, shape=(1, 1, 1)), _a(0.0, shape=(1, 1, 1)), _a(10.0, shape=(1, 1, 1))
+    out, present = S.run(S.Case(desc, (q, k, v, past_k, past_v, _i(1, shape=(1,)))))
+    np.testing.assert_array_equal(out.ravel(), [6.0])
+    np.testing.assert_array_equal(present.ravel(), [2.0, 10.0, np.nan, -np.inf])
+
+
 def test_rows_without_a_position_give_zero_gradients():
     """The cache case above with length -2: queries 0 and 1 see no position and give 0; their
     gradients are 0, not NaN (the lowering settles such a row on a divisor of 1; a NaN divisor

@@ -138,6 +138,13 @@ ACCEPTED = {
         "mask_filter_value": float(np.finfo(np.float32).min),
     },
     "past lengths, one query (decoding)": {"past": 6, "lengths": True, "s": 1, "present": True},
+    "past lengths, one new key, rows after it": {
+        "past": 6,
+        "lengths": True,
+        "s": 1,
+        "kv": 1,
+        "present": True,
+    },
 }
 
 REJECTED = {
@@ -244,6 +251,16 @@ def _inputs(desc, seed=0):
         if t.strides is not None and 0 in t.strides:  # the same along a broadcast axis
             first = tuple(slice(0, 1) if st == 0 else slice(None) for st in t.strides)
             out[-1] = np.ascontiguousarray(np.broadcast_to(out[-1][first], t.sizes))
+    x = dict(zip((p for p, _ in desc.input_slots()), range(len(out))))
+    if "PastSequenceLengthsTensor" in x:
+        # the cache's rows from each entry's length on hold NaN and infinities, which no query
+        # attends (docs/semantics.md): they must not reach the output
+        lengths = out[x["PastSequenceLengthsTensor"]].reshape(-1, 1, 1, 1)
+        for name in ("PastKeyTensor", "PastValueTensor"):
+            past = out[x[name]]
+            rows = np.arange(past.shape[2]).reshape(1, 1, -1, 1)
+            junk = np.where(rows % 2 == 0, np.nan, np.inf).astype(past.dtype)
+            out[x[name]] = np.where(rows >= np.maximum(lengths, 0), junk, past)
     return out
 
 

@@ -195,6 +195,13 @@ def _length_case(name: str):
         else (rng.standard_normal(td.sizes) * 2).astype(dtype)
         for path, td in desc.input_slots()
     ]  # fmt: skip
+    # the cache's rows from each sequence's length on hold what no query attends: NaN and
+    # infinities, which must not reach the output (docs/semantics.md)
+    rows = np.arange(cap).reshape(1, 1, cap, 1)
+    after = rows >= np.maximum(np.asarray(lengths), 0).reshape(b, 1, 1, 1)
+    junk = np.where(rows % 3 == 0, np.nan, np.where(rows % 3 == 1, np.inf, -np.inf))
+    for slot in (3, 4):  # PastKeyTensor, PastValueTensor
+        inputs[slot] = np.where(after, junk, inputs[slot]).astype(dtype)
     return desc, inputs
 
 

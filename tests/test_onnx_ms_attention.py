@@ -278,6 +278,15 @@ def _gqa(rng, s, past, seqlens, total, *, b=2, packed=False, dtype=np.float32, e
     if packed:
         q, k, v = np.concatenate([q, k, v], -1), None, None
     caches = [None, None] if past is None else [_f(rng, b, GK, past, GH, dtype=dtype) for _ in "kv"]
+    if past is not None:
+        # the rows from each entry's cached length on (none for a first prompt) hold NaN and
+        # infinities, which onnxruntime never reads: neither may the session
+        first = s == total
+        held = np.zeros(b, int) if first else np.asarray(seqlens).reshape(b) + 1 - s
+        rows = np.arange(past).reshape(1, 1, past, 1)
+        junk = np.where(rows % 3 == 0, np.nan, np.where(rows % 3 == 1, np.inf, -np.inf))
+        after = rows >= np.maximum(held, 0).reshape(b, 1, 1, 1)
+        caches = [np.where(after, junk, c).astype(dtype) for c in caches]
     inputs = [
         ("q", q),
         ("k", k),

@@ -151,16 +151,22 @@ def lower(d: Any, *arrays, qkv: tuple | None = None) -> tuple:
     elif d.mask_type is not M.NONE:
         mask = P.keep_mask(d, g, x["MaskTensor"])  # {B, 1, S, T}
         rows_without_keys = heads_first(~jnp.any(mask, axis=3, keepdims=True))
+    attended = (keys, values)
     if lengths is not None:
         end = lengths + g.kv_seq  # S == 1: the causal frontier is the end itself
         key_lengths = jnp.clip(end, 1, g.total)
         rows_without_keys = (end <= 0).reshape(g.batch, 1, 1, 1)
+        # the cache's rows from the end on are not read (a NaN there must not reach the
+        # output through a weight of 0): cuDNN is given them as zeros
+        row = jax.lax.broadcasted_iota(jnp.int32, (1, 1, g.total, 1), 2)
+        inside = row < end.reshape(g.batch, 1, 1, 1)
+        attended = tuple(jnp.where(inside, a, jnp.zeros((), a.dtype)) for a in attended)
 
     def attend(mask, is_causal: bool):
         out = jax.nn.dot_product_attention(
             q,
-            heads_first(keys),
-            heads_first(values),
+            heads_first(attended[0]),
+            heads_first(attended[1]),
             bias=bias,
             mask=mask,
             scale=float(np.float32(d.scale)),

@@ -539,15 +539,19 @@ def lower_attention(d: Any, *arrays):
             def masked(logits):
                 return logits
 
-        valid = None
+        valid, attended = None, values
         if lengths is not None:
             # Positions past L_b + Skv, or after query i's causal frontier, are not part of
-            # the sequence: they take no weight at all (not MaskFilterValue).
+            # the sequence: they take no weight at all (not MaskFilterValue), and their values
+            # are read as 0, so that whatever the cache holds there (a NaN or an infinity
+            # too) never reaches the output.
             i = lax.broadcasted_iota(jnp.int32, (1, 1, g.seq, g.total), 2)
             j = lax.broadcasted_iota(jnp.int32, (1, 1, g.seq, g.total), 3)
             end = lengths.reshape(g.batch, 1, 1, 1) + g.kv_seq
             valid = (j < end) & (j <= end - g.seq + i)
-        out = attend(d, qg, keys, values, rpb, masked, valid)
+            row = lax.broadcasted_iota(jnp.int32, (1, 1, g.total, 1), 2)
+            attended = jnp.where(row < end, values, jnp.zeros((), values.dtype))
+        out = attend(d, qg, keys, attended, rpb, masked, valid)
     results = [out.reshape(d.output_tensor.sizes).astype(dtype)]
     if d.output_present_key_tensor is not None:
         results.append(keys.reshape(d.output_present_key_tensor.sizes).astype(dtype))

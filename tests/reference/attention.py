@@ -28,8 +28,8 @@ tensor is read by its trailing dimensions (4- and 5-D tensors carry leading 1s):
 - PastSequenceLengths {B} (MULTIHEAD_ATTENTION1): the past is a cache of capacity C = P; the
   new keys / values of batch b go to positions L_b .. L_b + Skv - 1 of the present (those inside
   [0, C)), the rest of the present is the past; query i attends only positions
-  j < L_b + Skv with j <= L_b + Skv - S + i; the others take no weight, and a query with no
-  position left outputs 0.
+  j < L_b + Skv with j <= L_b + Skv - S + i; the others are not read (whatever they hold, a NaN
+  or an infinity too, takes no part), and a query with no position left outputs 0.
 
 Everything is computed in float64 from the inputs as given (Scale and MaskFilterValue read as
 float32, DirectML's FLOAT) with explicit loops over batch, head, query and key; the outputs are
@@ -196,7 +196,11 @@ def multihead_attention(desc: Any, *arrays: np.ndarray) -> tuple[np.ndarray, ...
                     continue
                 weights = [math.exp(x - top) if ok else 0.0 for x, ok in zip(logits, allowed)]
                 norm = sum(weights)
-                row = sum(w / norm * values[b][h][j] for j, w in enumerate(weights))
+                row = sum(
+                    w / norm * values[b][h][j]
+                    for j, (w, ok) in enumerate(zip(weights, allowed))
+                    if ok
+                )
                 output[b, i, n * v_head : (n + 1) * v_head] = row
 
     results = [output.reshape(desc.output_tensor.sizes).astype(out_type)]

@@ -7,9 +7,10 @@ provider needs it on the CPU): the first prompt (S == total_sequence_length) att
 causally; a later step (S == 1, or S > 1 with batch 1) continues a cache holding
 ``seqlens_k[b] + 1 - S`` positions. Either way the new keys / values are written after them into
 a present cache of ``max(total_sequence_length, past length)`` positions whose other rows are 0:
-MULTIHEAD_ATTENTION1's past is the given past with the rows from the valid length on zeroed
-(LESS_THAN, ELEMENT_WISE_IF) and zero rows JOINed up to the capacity (FILL_VALUE_CONSTANT; all of
-it for a first prompt, with lengths 0), its PastSequenceLengths those lengths. A query at
+MULTIHEAD_ATTENTION1's past is the given past (it reads none of its rows from the valid length
+on) with zero rows JOINed up to the capacity (FILL_VALUE_CONSTANT; all of it for a first prompt,
+with lengths 0), its PastSequenceLengths those lengths, and its presents' rows after the new ones
+are then set to 0 (LESS_THAN, ELEMENT_WISE_IF). A query at
 absolute position p attends the keys up to p and, with ``local_window_size`` W, only the last W
 of them (a BOOLEAN mask with a -inf filter); a right-padded first prompt's padding queries attend
 like its last token. ``do_rotary`` rotates Q and K at positions ``past + s`` (or
@@ -225,9 +226,10 @@ def _group_query_attention(ctx, node, inputs):
     elif cos is not None or sin is not None or position_ids is not None:
         raise ctx.fail("cos_cache, sin_cache and position_ids need do_rotary = 1")
 
-    # The cache MULTIHEAD_ATTENTION1 writes the new keys / values into: the past with the rows
-    # from each entry's length on set to 0 (ONNX Runtime's present has 0 there), then zeros up
-    # to the capacity.
+    # The cache MULTIHEAD_ATTENTION1 writes the new keys / values into: the past as it is
+    # (MULTIHEAD_ATTENTION1 reads none of its rows from an entry's length on), then zeros up to
+    # the capacity. Its presents keep those rows; ONNX Runtime's have 0 there, set after
+    # (``_zeroed_after``), so that the attention reads the given past buffer itself.
     presents = (ctx.wants(1), ctx.wants(2))
     caches = []
     empty = p == 0 or (isinstance(lengths, np.ndarray) and not lengths.any())
@@ -236,15 +238,6 @@ def _group_query_attention(ctx, node, inputs):
             caches.append(fill_value(ctx, t, (b, kv_heads, capacity, d), 0))
             continue
         cache = past
-        if any(presents):
-            rows = np.arange(p, dtype=np.int32).reshape(1, 1, p, 1)
-            keep = as_value(ctx, less_than(ctx, rows, as_value(ctx, lengths).view((b, 1, 1, 1))))
-            zero = ctx.constant(np.zeros((1, 1, 1, 1), t.numpy_dtype))
-            shape = (b, kv_heads, p, d)
-            desc = op("ELEMENT_WISE_IF")(
-                broadcast(keep, shape), packed(t, shape), broadcast(zero, shape), packed(t, shape)
-            )
-            cache = ctx.out(ctx.node(desc, [keep, past, zero]), shape)
         if capacity > p:
             cache = join_values(
                 ctx, [cache, fill_value(ctx, t, (b, kv_heads, capacity - p, d), 0)], 2
@@ -276,6 +269,7 @@ def _group_query_attention(ctx, node, inputs):
     softcap = float(ctx.attr("softcap", 0.0))
     if softcap < 0:
         raise ctx.fail(f"softcap {softcap} must not be negative")
+    ends = None if empty else _plus(ctx, seqlens.view((b,)), np.ones((1,), np.int32))
     if softcap == 0:
         y, present_k, present_v = attend_heads(
             ctx,
@@ -287,15 +281,34 @@ def _group_query_attention(ctx, node, inputs):
             additive=additive,
             presents=presents,
         )
-        return [y, present_k, present_v]
+        return [y, _zeroed_after(ctx, present_k, ends), _zeroed_after(ctx, present_v, ends)]
     # MULTIHEAD_ATTENTION1 has no soft cap: it builds the present caches, and the attention is
     # ONNX Runtime's decomposition over them.
     _, present_k, present_v = attend_heads(
         ctx, feeds, dims=dims, scale=1.0, filter_value=-math.inf, presents=(True, True)
     )
+    present_k, present_v = (_zeroed_after(ctx, x, ends) for x in (present_k, present_v))
     masks = (lengths, keep, additive)
     y = _softcapped(ctx, q, present_k, present_v, masks, dims, default_scale(ctx, d), softcap)
     return [y, present_k if presents[0] else None, present_v if presents[1] else None]
+
+
+def _zeroed_after(ctx, present, ends):
+    """A present cache {B, Hkv, C, D} with its rows from each entry's end (``ends`` {B}: its
+    cached positions and the new ones, ``seqlens_k + 1``) on set to 0, as ONNX Runtime's
+    presents have them (ELEMENT_WISE_IF); as it is where ``ends`` is None (a cache that was
+    empty: zeros there already) or the present is not wanted."""
+    if present is None or ends is None:
+        return present
+    b, c = present.shape[0], present.shape[2]
+    rows = np.arange(c, dtype=np.int32).reshape(1, 1, c, 1)
+    keep = as_value(ctx, less_than(ctx, rows, as_value(ctx, ends).view((b, 1, 1, 1))))
+    t, shape = present.data_type, present.shape
+    zero = ctx.constant(np.zeros((1, 1, 1, 1), t.numpy_dtype))
+    desc = op("ELEMENT_WISE_IF")(
+        broadcast(keep, shape), packed(t, shape), broadcast(zero, shape), packed(t, shape)
+    )
+    return ctx.out(ctx.node(desc, [keep, present, zero]), shape)
 
 
 def _softcapped(ctx, q, keys, values, masks, dims, scale: float, softcap: float) -> Value:
