@@ -106,6 +106,22 @@ def measure(path: str, new: int = 64, prompt_len: int = 16) -> dict:
     g = generator()
     out["generate_next_token_last_us"] = _issue_us(g.generate_next_token, new)
     jax.block_until_ready(g._tokens)
+    # Python's garbage collector off: a full collection over a session's objects is tens of
+    # milliseconds (this 2-core CPU: 71 ms with the tiny decoder's session loaded)
+    import gc
+
+    g = generator()
+    gc.collect()
+    gc.disable()
+    try:
+        out["generate_next_token_no_gc_us"] = _issue_us(g.generate_next_token, new)
+    finally:
+        gc.enable()
+    jax.block_until_ready(g._tokens)
+    out["gc_objects"] = len(gc.get_objects())
+    started = time.perf_counter()
+    gc.collect()
+    out["gc_collect_ms"] = (time.perf_counter() - started) * 1e3
 
     # the Python side of generate_next_token
     g = generator()
