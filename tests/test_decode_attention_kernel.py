@@ -158,6 +158,36 @@ def test_keys_split_among_programs(name, monkeypatch):
         _close(g, w, desc.output_tensor.data_type.name, f"output {k}, split keys")
 
 
+def test_splits_combine_in_any_order():
+    """The splits' running values merged as one softmax (``_combined``), against the softmax
+    over the splits' keys written out: splits without a position (maximum -inf, sums 0) first,
+    last or between, which a GPU's reduction may merge with each other before the others; a
+    row with no position at all is NaN (``lower`` makes it 0 where lengths say so)."""
+    rng = np.random.default_rng(5)
+    logits = rng.standard_normal((3, 4, 6)).astype(np.float32)  # rows, splits, keys a split
+    values = rng.standard_normal((3, 4, 6, 2)).astype(np.float32)
+    empty = np.array([[True, True, False, False], [False, True, True, False], [True] * 4])
+    tops = np.where(empty, -np.inf, logits.max(axis=2)).astype(np.float32)
+    e = np.where(empty[:, :, None], 0, np.exp(logits - np.where(empty, 0, tops)[:, :, None]))
+    totals = e.sum(axis=2).astype(np.float32)
+    accs = np.einsum("rsk,rskd->rsd", e, values).astype(np.float32)
+    got = np.asarray(jax.jit(K._combined)(tops, totals, accs))
+    for r in range(2):
+        kept = ~empty[r]
+        w = np.exp(logits[r][kept] - logits[r][kept].max())
+        want = np.einsum("sk,skd->d", w, values[r][kept]) / w.sum()
+        np.testing.assert_allclose(got[r], want, rtol=1e-5, atol=1e-6)
+    assert np.isnan(got[2]).all()
+    # every order of the splits, two empty ones merged with each other first among them
+    for order in ([2, 3, 0, 1], [0, 2, 1, 3], [3, 0, 1, 2]):
+        pairs = K._merge(*[(tops[:1, i], totals[:1, i], accs[:1, i].T) for i in order[:2]])
+        pairs = K._merge(pairs, K._merge(*[(tops[:1, i], totals[:1, i], accs[:1, i].T)
+                                           for i in order[2:]]))  # fmt: skip
+        top, total, acc = (np.asarray(a) for a in pairs)
+        assert top[0] == tops[0].max()
+        np.testing.assert_allclose((acc / total).T[0], got[0], rtol=1e-5, atol=1e-6)
+
+
 def test_a_row_without_keys_is_nan_as_the_lax_lowering_says():
     desc, inputs = _case("mha1-f32-gqa-boolean-inf")
     (got,) = _kernel(desc, False)(*map(jnp.asarray, inputs))

@@ -67,9 +67,10 @@ BLOCK_KEYS = 64  # key positions a step of a program's loop
 # Long rows of keys are split among programs (flash decoding), each over at least SPLIT_KEYS
 # positions, at most MAX_SPLITS a query head: one program a query head alone is a few dozen
 # programs for a batch of one, each a long serial loop. The splits' running maxima, sums and
-# weighted values are combined after the call (lax: one small kernel). In that decoder the
-# kernel took 73 us a token at 256 (2 splits) and 44 at 64 (5 splits), with one more small
-# kernel a layer.
+# weighted values are combined after the call (lax: one variadic reduction, ``_combined``; as a
+# maximum then scaled sums it was three small kernels a layer in the 1B-class decoder's HLO,
+# not yet timed as one). In that decoder the kernel took 73 us a token at 256 (2 splits) and
+# 44 at 64 (5 splits), with the combine's kernels besides.
 SPLIT_KEYS = 64
 MAX_SPLITS = 16
 MAX_HEAD = 256  # head sizes (a power of two) a program holds in registers
@@ -263,14 +264,28 @@ def decode_attention(
 
 def _combined(tops, totals, accs):
     """The splits' running maxima {R, S}, sums {R, S} and weighted values {R, S, Dv} as one
-    softmax's weighted values {R, Dv}: each split's rescaled to the row's maximum (a split
-    without a position has maximum -inf and weighs 0); NaN where that maximum is not finite."""
-    top = jnp.max(tops, axis=1, keepdims=True)
-    finite = jnp.isfinite(top)
-    scale = jnp.exp(tops - jnp.where(finite, top, 0.0))  # {R, S}
-    total = jnp.sum(totals * scale, axis=1)
-    total = jnp.where(finite[:, 0], total, jnp.float32(jnp.nan))
-    return jnp.sum(accs * scale[:, :, None], axis=1) / total[:, None]
+    softmax's weighted values {R, Dv}: the splits merged pairwise as the kernel's blocks are
+    (``_merge``: each side rescaled to the larger maximum; a split without a position has
+    maximum -inf and weighs 0), in one variadic reduction, so one kernel (its maxima and sums
+    taken per value column, where a maximum, then the scaled sums, were three small kernels a
+    layer); NaN where the row's maximum is not finite."""
+    shape = accs.shape
+    parts = (jnp.broadcast_to(tops[:, :, None], shape), jnp.broadcast_to(totals[:, :, None], shape))
+    f32 = jnp.float32
+    top, total, acc = lax.reduce(
+        (*parts, accs), (f32(-jnp.inf), f32(0), f32(0)), _merge, (1,)
+    )  # fmt: skip
+    return acc / jnp.where(jnp.isfinite(top), total, f32(jnp.nan))
+
+
+def _merge(x, y):
+    """Two running (maximum, sum of exponentials, weighted values) as one: each rescaled to the
+    larger maximum (by 0 where a side's maximum is -inf; (-inf, 0, 0) is the identity)."""
+    (m1, l1, a1), (m2, l2, a2) = x, y
+    m = jnp.maximum(m1, m2)
+    shift = jnp.where(m > -jnp.inf, m, jnp.float32(0))
+    e1, e2 = jnp.exp(m1 - shift), jnp.exp(m2 - shift)
+    return m, l1 * e1 + l2 * e2, a1 * e1 + a2 * e2
 
 
 def lower(d: Any, *arrays, interpret: bool = False) -> tuple:
