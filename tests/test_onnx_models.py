@@ -108,7 +108,8 @@ def test_light_model_with_random_weights(path):
     and move when the input does (a half-changed input moves them by over 0.1%)."""
     ort = pytest.importorskip("onnxruntime")
     data = _randomized(path).SerializeToString()
-    (info,) = InferenceSession(data).get_inputs()
+    session = InferenceSession(data)
+    (info,) = session.get_inputs()
     rng = np.random.default_rng(0)
     x = rng.standard_normal(info.shape).astype(np.float32)
     other = (0.5 * x + 0.5 * rng.standard_normal(x.shape)).astype(np.float32)
@@ -117,7 +118,7 @@ def test_light_model_with_random_weights(path):
     logits, moved = want[-1], ref.run(None, {info.name: other})[-1]
     scale = np.abs(logits).max()
     assert logits.std() > 0.05 * scale and np.abs(moved - logits).max() > 1e-3 * scale
-    got = InferenceSession(data).run(None, {info.name: x})
+    got = session.run(None, {info.name: x})
     for g, w in zip(got, want):
         assert g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=0, atol=1e-5 * np.abs(w).max())
