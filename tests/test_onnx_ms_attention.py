@@ -588,6 +588,32 @@ def test_rejected_forms_name_the_node(case):
         InferenceSession(model).run(None, feeds)
 
 
+@pytest.mark.parametrize("schemas", ["onnxruntime's", "none"])
+@pytest.mark.parametrize("missing", ["seqlens_k", "total_sequence_length"])
+def test_gqa_without_a_required_input_names_it(missing, schemas, monkeypatch):
+    """A GroupQueryAttention node without seqlens_k or total_sequence_length (an input name
+    left empty): a ValidationError naming the node and the input, from onnxruntime's schema
+    where onnxruntime is installed, else from the converter (found by the fuzzer: the converter
+    raised an AttributeError on the absent input)."""
+    from dml_jax.onnx import schema
+
+    if schemas == "none":
+        monkeypatch.setattr(schema, "contrib", lambda *a: None)
+        said = rf"input '{missing}' is required"  # the converter's words
+    else:
+        pytest.importorskip("onnxruntime")
+        said = rf"input \d \('{missing}'\) is required"  # the schema check's
+    inputs = [
+        (n, None if n == missing else a) for n, a in _gqa(np.random.default_rng(0), 1, 5, [5, 3], 6)
+    ]
+    model, feeds = _model(
+        "GroupQueryAttention", inputs, GQA_OUT, {"num_heads": GN, "kv_num_heads": GK},
+        constants=("total_sequence_length",),
+    )  # fmt: skip
+    with pytest.raises(dml.ValidationError, match=rf"node 0 \(GroupQueryAttention\): {said}$"):
+        InferenceSession(model).run(None, feeds)
+
+
 def test_q_attention_run_time_weight_of_the_other_type_is_rejected(rng):
     inputs = [
         ("x", rng.integers(0, 256, (B, S, D)).astype(np.uint8)),

@@ -73,6 +73,34 @@ def _check_attribute_types(node: Any, schema: Any, where: str) -> None:
             _check_type(a, spec, where)
 
 
+def _check_inputs(node: Any, schema: Any, where: str) -> None:
+    """At most the schema's inputs, and each of its required ones given a name (an ``onnx``
+    schema, or onnxruntime's for a contrib op: their formal parameters read alike)."""
+    n_in = len(node.input)
+    if n_in > schema.max_input:
+        raise ValidationError(
+            f"{ONNX}: {where}: {n_in} inputs; {node.op_type}-{schema.since_version} takes at "
+            f"most {schema.max_input}"
+        )
+    for k, param in enumerate(schema.inputs):
+        option = param.option.name  # Single, Optional or Variadic
+        if option == "Optional":
+            continue
+        if option == "Variadic":
+            homogeneous = getattr(param, "is_homogeneous", True)  # onnxruntime's lack it
+            if k >= n_in and homogeneous and schema.min_input > k:
+                raise ValidationError(f"{ONNX}: {where}: input '{param.name}' is required")
+            # A variadic parameter's inputs are all present (none of them is optional).
+            for j in range(k, n_in):
+                if not node.input[j]:
+                    raise ValidationError(
+                        f"{ONNX}: {where}: input {j} ('{param.name}', variadic) has no name"
+                    )
+            break
+        if k >= n_in or not node.input[k]:
+            raise ValidationError(f"{ONNX}: {where}: input {k} ('{param.name}') is required")
+
+
 def _check_type(a: Any, spec: Any, where: str) -> None:
     if int(a.type) != int(spec.type):
         want = _ATTRIBUTE_TYPES.get(int(spec.type), str(int(spec.type)))
@@ -87,7 +115,6 @@ def check(node: Any, domain: str, opset: int, where: str, *, known: bool) -> Any
     Raises:
         ValidationError: naming the node and the input, output or attribute at fault.
     """
-    import onnx.defs
 
     schema = get(node.op_type, domain, opset)
     if schema is None:
@@ -95,35 +122,16 @@ def check(node: Any, domain: str, opset: int, where: str, *, known: bool) -> Any
         # at all (``com.microsoft``'s); an ONNX op used below the opset that introduced it is
         # not that op (Einsum at opset 9).
         if known and get(node.op_type, domain, 2**31 - 1) is None:
-            _check_attribute_types(node, contrib(node.op_type, domain, opset), where)
+            found = contrib(node.op_type, domain, opset)
+            if found is not None:  # onnxruntime's schema: its inputs, then attribute types
+                _check_inputs(node, found, where)
+            _check_attribute_types(node, found, where)
             return None
         raise ValidationError(
             f"{ONNX}: {where}: op type '{(domain + '.') if domain else ''}{node.op_type}' is not "
             f"an operator of opset {opset}"
         )
-    formal = list(schema.inputs)
-    n_in = len(node.input)
-    if n_in > schema.max_input:
-        raise ValidationError(
-            f"{ONNX}: {where}: {n_in} inputs; {node.op_type}-{schema.since_version} takes at "
-            f"most {schema.max_input}"
-        )
-    optional = onnx.defs.OpSchema.FormalParameterOption.Optional
-    for k, param in enumerate(formal):
-        if param.option == optional:
-            continue
-        if param.option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
-            if k >= n_in and param.is_homogeneous and schema.min_input > k:
-                raise ValidationError(f"{ONNX}: {where}: input '{param.name}' is required")
-            # A variadic parameter's inputs are all present (none of them is optional).
-            for j in range(k, n_in):
-                if not node.input[j]:
-                    raise ValidationError(
-                        f"{ONNX}: {where}: input {j} ('{param.name}', variadic) has no name"
-                    )
-            break
-        if k >= n_in or not node.input[k]:
-            raise ValidationError(f"{ONNX}: {where}: input {k} ('{param.name}') is required")
+    _check_inputs(node, schema, where)
     n_out = len(node.output)
     if n_out > schema.max_output or n_out < 1:
         raise ValidationError(

@@ -154,6 +154,13 @@ def _group_query_attention(ctx, node, inputs):
     )
     if ctx.wants(3):
         raise ctx.fail("output 'output_qk' is not supported")
+    for name, given in (
+        ("query", query),
+        ("seqlens_k", seqlens),
+        ("total_sequence_length", total_in),
+    ):
+        if given is None:
+            raise ctx.fail(f"input '{name}' is required")
     heads, kv_heads = int(ctx.attr("num_heads", 0)), int(ctx.attr("kv_num_heads", 0))
     if heads < 1 or kv_heads < 1 or heads % kv_heads:
         raise ctx.fail(f"num_heads {heads} must be a positive multiple of kv_num_heads {kv_heads}")
