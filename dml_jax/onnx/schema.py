@@ -1,5 +1,7 @@
 """Each node checked against its op's ONNX schema before anything reads it: the input and
-output counts, required inputs present, attribute names and types. A converter then never
+output counts, required inputs present, attribute names and types; a contrib op
+(``com.microsoft``'s) against onnxruntime's schema where onnxruntime is installed: its input
+count, required inputs and the types of the attributes it declares. A converter then never
 unpacks a list of the wrong length or reads an attribute of the wrong type."""
 
 from __future__ import annotations
@@ -115,7 +117,6 @@ def check(node: Any, domain: str, opset: int, where: str, *, known: bool) -> Any
     Raises:
         ValidationError: naming the node and the input, output or attribute at fault.
     """
-
     schema = get(node.op_type, domain, opset)
     if schema is None:
         # A converter stands in for a schema only for ops the ``onnx`` package does not define
