@@ -191,7 +191,7 @@ def main() -> None:
 
     def generated_on(path, mesh, prompts, new):
         """``Generator`` over ``path`` on ``mesh``: (it, after ``new`` tokens of the prompts,
-        the parameters of its decode step and that step's collectives, as compiled)."""
+        the parameters of its decode step by name and that step's collectives, as compiled)."""
         import jax.numpy as jnp
 
         from dml_jax.onnx.generation import Generator, GeneratorParams
@@ -202,10 +202,10 @@ def main() -> None:
         g.append_tokens(prompts)
         g.generate_until_done()
         fn, program = g._fns.steps_fn(len(prompts), g._step_key(g._length - 1), 0, 1)
-        params = g._fns.params_for(program)
         state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
-        text = fn.lower(params, state, jnp.int32(g._length - 1)).compile().as_text()
-        return g, params, hlo.collectives(text)
+        lowered = fn.lower(g._fns.params_for(program), state, jnp.int32(g._length - 1))
+        text = lowered.compile().as_text()
+        return g, s._run_params(program), hlo.collectives(text)
 
     def generation():
         # The tiny LLaMA decoder step (2 layers, 4 heads, 2 key-value heads): greedy tokens on a

@@ -217,6 +217,33 @@ def test_only_sampling_steps_split_the_random_key(sessions):
     assert not np.array_equal(keys[True][0], keys[True][1])
 
 
+def test_steps_take_the_weights_as_one_tuple_in_name_order(monkeypatch):
+    """A dispatch's weights (passed as arguments, as on a GPU) are a tuple of the session's
+    parameters in the order of their names, the same object at every dispatch (a dict's
+    flattening sorts its names at every call), and the tokens are those of the weights
+    compiled in."""
+    from dml_jax.onnx import session as session_module
+
+    path = os.path.join(DATA, "tiny_llama_h16_builder_step.onnx")
+
+    def tokens(s):
+        g = Generator(s, GeneratorParams(s, max_length=12, batch_size=1))
+        g.append_tokens([[3, 4, 5]])
+        g.generate_until_done()
+        return g, np.asarray(g.generated)
+
+    _, baked = tokens(InferenceSession(path))
+    monkeypatch.setattr(session_module, "CPU_BAKED_WEIGHTS_MAX_BYTES", -1)
+    s = InferenceSession(path)
+    g, got = tokens(s)
+    np.testing.assert_array_equal(got, baked)
+    _, program = g._fns.steps_fn(1, g._step_key(g._length - 1), g._gqa_capacity, 1)
+    weights, named = g._fns.params_for(program), s._run_params(program)
+    assert isinstance(weights, tuple) and weights is g._fns.params_for(program)
+    assert len(weights) == len(named) > 0
+    assert all(w is named[n] for w, n in zip(weights, sorted(named), strict=True))
+
+
 def test_programs_bounded_by_buckets():
     """100 new tokens after a 5-token prompt, a step a dispatch: one prefill (prompt bucket 16)
     and one step per past bucket 16, 32, 64, 128, whatever the positions; a second generation
