@@ -156,11 +156,7 @@ def lower(d: Any, *arrays, qkv: tuple | None = None) -> tuple:
         end = lengths + g.kv_seq  # S == 1: the causal frontier is the end itself
         key_lengths = jnp.clip(end, 1, g.total)
         rows_without_keys = (end <= 0).reshape(g.batch, 1, 1, 1)
-        # the cache's rows from the end on are not read (a NaN there must not reach the
-        # output through a weight of 0): cuDNN is given them as zeros
-        row = jax.lax.broadcasted_iota(jnp.int32, (1, 1, g.total, 1), 2)
-        inside = row < end.reshape(g.batch, 1, 1, 1)
-        attended = tuple(jnp.where(inside, a, jnp.zeros((), a.dtype)) for a in attended)
+        attended = tuple(P.attended_rows(g, a, lengths) for a in attended)  # zeros past the end
 
     def attend(mask, is_causal: bool):
         out = jax.nn.dot_product_attention(

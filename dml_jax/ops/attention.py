@@ -75,6 +75,7 @@ from ._common import wide
 from .attention_parts import (
     Geometry,
     attend,
+    attended_rows,
     clamped_lengths,
     exponentials,
     keep_mask,
@@ -543,14 +544,12 @@ def lower_attention(d: Any, *arrays):
         if lengths is not None:
             # Positions past L_b + Skv, or after query i's causal frontier, are not part of
             # the sequence: they take no weight at all (not MaskFilterValue), and their values
-            # are read as 0, so that whatever the cache holds there (a NaN or an infinity
-            # too) never reaches the output.
+            # are read as 0 (``attended_rows``).
             i = lax.broadcasted_iota(jnp.int32, (1, 1, g.seq, g.total), 2)
             j = lax.broadcasted_iota(jnp.int32, (1, 1, g.seq, g.total), 3)
             end = lengths.reshape(g.batch, 1, 1, 1) + g.kv_seq
             valid = (j < end) & (j <= end - g.seq + i)
-            row = lax.broadcasted_iota(jnp.int32, (1, 1, g.total, 1), 2)
-            attended = jnp.where(row < end, values, jnp.zeros((), values.dtype))
+            attended = attended_rows(g, values, lengths)
         out = attend(d, qg, keys, attended, rpb, masked, valid)
     results = [out.reshape(d.output_tensor.sizes).astype(dtype)]
     if d.output_present_key_tensor is not None:

@@ -95,6 +95,15 @@ def with_past(g: Geometry, new, past, lengths):
     return jnp.where(take, jnp.take_along_axis(new, index, axis=2), past)
 
 
+def attended_rows(g: Geometry, present, lengths):
+    """The present {B, Hkv, T, size} as the attention reads it with lengths: its rows from
+    each sequence's end ``L_b + Skv`` on set to 0, rows no query attends (a NaN or an infinity
+    the cache holds there would otherwise reach the output through a weight of 0)."""
+    row = lax.broadcasted_iota(jnp.int32, (1, 1, g.total, 1), 2)
+    end = lengths.reshape(g.batch, 1, 1, 1) + g.kv_seq
+    return jnp.where(row < end, present, jnp.zeros((), present.dtype))
+
+
 def keep_mask(d: Any, g: Geometry, mask):
     """(keep {B, 1 or Hq, S, T} bool, additive) for the sequence-length mask types: positions
     where keep is False are set to MaskFilterValue."""
