@@ -472,11 +472,12 @@ def test_rms_norm_run_into_the_kernel(rows, form, normed, forced_cuda_norm, rng,
     SimplifiedLayerNormalization (one MEAN_VARIANCE_NORMALIZATION2 by gamma) too, where
     ``RMS_SCALED_PROLOGUE`` is on; a LayerNorm (mean taken out, as nodes or one
     SkipLayerNormalization), a run without gamma, two rows and either switch off keep the
-    plain kernel."""
+    plain kernel. Each form runs with the other form's switch off: neither depends on it."""
     from dml_jax.onnx import InferenceSession
 
-    monkeypatch.setattr(K, "RMS_PROLOGUE", form != "switched_off")
-    monkeypatch.setattr(K, "RMS_SCALED_PROLOGUE", form != "builder_switched_off")
+    builder = form.startswith("builder")
+    monkeypatch.setattr(K, "RMS_PROLOGUE", not builder and form != "switched_off")
+    monkeypatch.setattr(K, "RMS_SCALED_PROLOGUE", builder and form != "builder_switched_off")
 
     model = _rms_nbits_model(rng, rows, layer_norm=form == "layer_norm", gamma=form != "no_gamma",
                              builder={"builder": "SimplifiedLayerNormalization",

@@ -636,9 +636,9 @@ _RUN = (
 
 
 def _takes_normed_a(deq: Any, gemm: Any, slot: int) -> bool:
-    """Whether the pair's kernel may normalize its A: RMS_PROLOGUE on, a float16 A of one row
-    read in the bytes form."""
-    v = _view(deq, gemm) if RMS_PROLOGUE and slot == 1 else None
+    """Whether the pair's kernel may normalize its A: a float16 A of one row read in the bytes
+    form."""
+    v = _view(deq, gemm) if slot == 1 else None
     return v is not None and v.widen_row and v.bytes_form and gemm.a_tensor.dtype == jnp.float16
 
 
@@ -661,9 +661,9 @@ def _rms_mvn(mvn: Any, k: int) -> bool:
 def _rms_run(descs: tuple, slots: tuple, deq: Any, gemm: Any, slot: int) -> bool:
     """Whether ``descs`` is the RMS normalization run above, in float32 between float16
     CASTs, of the A the pair's kernel may normalize."""
-    if tuple(d.operator_type for d in descs) != _RUN or tuple(slots[:2]) != (0, 0):
+    if not RMS_PROLOGUE or tuple(d.operator_type for d in descs) != _RUN:
         return False
-    if not _takes_normed_a(deq, gemm, slot):
+    if tuple(slots[:2]) != (0, 0) or not _takes_normed_a(deq, gemm, slot):
         return False
     up, mvn, down, mul = descs
     t, f32 = jnp.float16, jnp.float32
