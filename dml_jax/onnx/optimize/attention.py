@@ -88,6 +88,10 @@ MIN_KEYS = 128
 # 1,258 (1,226-1,242 against 1,256-1,262), 282 -> 264 kernels a token. On this CPU the tiny
 # LLaMA of tests/data/decoders generated the same tokens at the same speed either way.
 MIN_KEYS_ONE_QUERY = 1
+# A decode step's keys and values stay the JOIN of past and new that the exporters write: read
+# apart (the past as PastKeyTensor / PastValueTensor) it ran slower in a ``Generator`` on an H200
+# twice (2026-11-29 as AttentionPastSplit, 2026-11-30 inside this rewrite): the pasts are slices
+# of the stacked cache, which XLA copies for the kernel anyway (benchmarks/experiments/README.md).
 
 
 def _declined(reason: str, value):
