@@ -188,6 +188,22 @@ def test_interpret_matches_lax(case):
     _assert_close(got, want, a, w)
 
 
+@pytest.mark.parametrize("form", ["adds", "reduce"])
+def test_split_sums_either_form(form, monkeypatch):
+    """K split among programs: their float32 partial sums added (``SPLIT_SUMS``) in order or
+    by a reduction, the product the lax lowering's either way."""
+    monkeypatch.setattr(K, "SPLIT_SUMS", form)
+    m, n, k, block, zero, ft, qt, tiles = CASES["m3-b32-bytes-int4-split"]
+    rng = np.random.default_rng(7)
+    a, q, scale, z = _arrays(rng, m, n, k, block, zero, jnp.float16, qt)
+    assert K.plan(m, n, k, block, tiles).splits == 4
+    codes = jax.lax.bitcast_convert_type(q.reshape(n, k // 2, 2), jnp.uint8)
+    got = K.int4_product(a, codes, scale, z, interpret=not fastpath.cuda_present(), tiles=tiles,
+                         signed=True)  # fmt: skip
+    w, want = _lax(*_descs(m, n, k, block, zero, ft, qt), a, q, scale, z)
+    _assert_close(got, want, a, w)
+
+
 def test_plan():
     v = K.plan(1, 2048, 2048, 32)
     assert (v.block_n, v.k_per_program * v.splits) == (K.BLOCK_N, 2048)

@@ -73,6 +73,14 @@ BLOCK_KEYS = 64  # key positions a step of a program's loop
 # 44 at 64 (5 splits), with the combine's kernels besides.
 SPLIT_KEYS = 64
 MAX_SPLITS = 16
+# How ``_combined`` merges the splits: "fold", one after the other in elementwise operations on
+# static slices, which XLA can take with the division by the sums in one loop fusion; "reduce",
+# one variadic reduction, which the 1B-class decoders' HLO on an H200 showed as two kernels a
+# layer (the reduction, then the division and the select of NaN rows in a fusion of their own;
+# benchmarks/experiments/README.md, 2026-11-30). "fold" is not yet timed on a GPU (CPU only,
+# 2026-11-30): ``decode_step_gpu.py --int4 --flags default --samples 3 --set ""
+# "dml_jax.kernels.decode_attention.COMBINE='reduce'"`` times it.
+COMBINE = "fold"
 MAX_HEAD = 256  # head sizes (a power of two) a program holds in registers
 # Whether the kernel takes steps with past sequence lengths (the module docstring), which on a
 # GPU go to cuDNN's attention otherwise (FLOAT16; FLOAT32 ones to the lax lowering). Timed in
@@ -266,12 +274,19 @@ def _combined(tops, totals, accs):
     """The splits' running maxima {R, S}, sums {R, S} and weighted values {R, S, Dv} as one
     softmax's weighted values {R, Dv}: the splits merged pairwise as the kernel's blocks are
     (``_merge``: each side rescaled to the larger maximum; a split without a position has
-    maximum -inf and weighs 0), in one variadic reduction, so one kernel (its maxima and sums
-    taken per value column, where a maximum, then the scaled sums, were three small kernels a
-    layer); NaN where the row's maximum is not finite."""
+    maximum -inf and weighs 0), one after the other (``COMBINE`` "fold") or in one variadic
+    reduction ("reduce": its maxima and sums taken per value column, where a maximum, then the
+    scaled sums, were three small kernels a layer); NaN where the row's maximum is not
+    finite."""
+    f32 = jnp.float32
+    if COMBINE == "fold":  # elementwise: S - 1 merges of static slices
+        top, total, acc = tops[:, :1], totals[:, :1], accs[:, 0]
+        for s in range(1, tops.shape[1]):
+            top, total, acc = _merge((top, total, acc), (tops[:, s : s + 1],
+                                                         totals[:, s : s + 1], accs[:, s]))  # fmt: skip
+        return acc / jnp.where(jnp.isfinite(top), total, f32(jnp.nan))
     shape = accs.shape
     parts = (jnp.broadcast_to(tops[:, :, None], shape), jnp.broadcast_to(totals[:, :, None], shape))
-    f32 = jnp.float32
     top, total, acc = lax.reduce(
         (*parts, accs), (f32(-jnp.inf), f32(0), f32(0)), _merge, (1,)
     )  # fmt: skip

@@ -147,6 +147,16 @@ BYTES_FORM = True
 # 1,098 (gate and up 198.6 -> 273.2 us a token), joined with A first 1,250: off.
 NATURAL_K = False
 
+# How the float32 partial sums of a product whose K is split among programs are added after
+# the call: "adds", one addition a split on static slices (elementwise, which XLA may take into
+# each reader's fusion, as it takes the other small elementwise work there); "reduce", a
+# reduction over the splits, which in the 1B-class int4 decoder's HLO on an H200 was a kernel
+# of its own after q, k and v's product (its three readers, the rotations and the cache's
+# joins, each a fusion; 2026-11-30), joined to the one reader after the others. "adds" is not
+# yet timed on a GPU (CPU only, 2026-11-30): ``decode_step_gpu.py --int4 --flags default
+# --samples 3 --set "" "dml_jax.kernels.int4_gemm.SPLIT_SUMS='reduce'"`` times it.
+SPLIT_SUMS = "adds"
+
 _FOUR_BIT = (jnp.dtype(jnp.uint4), jnp.dtype(jnp.int4))
 
 
@@ -431,7 +441,17 @@ def _launch(
         return out[: v.m].astype(t)  # one rounding, as the dot's
     if v.splits == 1:
         return out[: v.m]
-    return jnp.sum(out[:, : v.m], axis=0).astype(t)  # one rounding, as the dot's
+    return _split_sum(out[:, : v.m]).astype(t)  # one rounding, as the dot's
+
+
+def _split_sum(parts):
+    """The programs' float32 partial sums {splits, rows, N} added (``SPLIT_SUMS``)."""
+    if SPLIT_SUMS == "reduce":
+        return jnp.sum(parts, axis=0)
+    total = parts[0]
+    for s in range(1, parts.shape[0]):  # elementwise, in order
+        total = total + parts[s]
+    return total
 
 
 def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=None):
