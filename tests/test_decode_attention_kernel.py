@@ -158,14 +158,14 @@ def test_keys_split_among_programs(name, monkeypatch):
         _close(g, w, desc.output_tensor.data_type.name, f"output {k}, split keys")
 
 
-@pytest.mark.parametrize("combine", ["fold", "reduce"])
-def test_splits_combine_in_any_order(combine, monkeypatch):
-    """The splits' running values merged as one softmax (``_combined``, either form), against
+@pytest.mark.parametrize("fold", [True, False])
+def test_splits_combine_in_any_order(fold, monkeypatch):
+    """The splits' running values merged as one softmax (``_combined``, folded or reduced), against
     the softmax over the splits' keys written out: splits without a position (maximum -inf,
     sums 0) first, last or between, which a GPU's reduction may merge with each other before
     the others; a row with no position at all is NaN (``lower`` makes it 0 where lengths say
     so)."""
-    monkeypatch.setattr(K, "COMBINE", combine)
+    monkeypatch.setattr(K, "FOLD_SPLITS", fold)
     rng = np.random.default_rng(5)
     logits = rng.standard_normal((3, 4, 6)).astype(np.float32)  # rows, splits, keys a split
     values = rng.standard_normal((3, 4, 6, 2)).astype(np.float32)

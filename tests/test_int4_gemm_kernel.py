@@ -188,11 +188,11 @@ def test_interpret_matches_lax(case):
     _assert_close(got, want, a, w)
 
 
-@pytest.mark.parametrize("form", ["adds", "reduce"])
-def test_split_sums_either_form(form, monkeypatch):
-    """K split among programs: their float32 partial sums added (``SPLIT_SUMS``) in order or
+@pytest.mark.parametrize("adds", [True, False])
+def test_split_sums_either_form(adds, monkeypatch):
+    """K split among programs: their float32 partial sums added in order (``SPLIT_ADDS``) or
     by a reduction, the product the lax lowering's either way."""
-    monkeypatch.setattr(K, "SPLIT_SUMS", form)
+    monkeypatch.setattr(K, "SPLIT_ADDS", adds)
     m, n, k, block, zero, ft, qt, tiles = CASES["m3-b32-bytes-int4-split"]
     rng = np.random.default_rng(7)
     a, q, scale, z = _arrays(rng, m, n, k, block, zero, jnp.float16, qt)

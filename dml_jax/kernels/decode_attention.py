@@ -67,20 +67,18 @@ BLOCK_KEYS = 64  # key positions a step of a program's loop
 # Long rows of keys are split among programs (flash decoding), each over at least SPLIT_KEYS
 # positions, at most MAX_SPLITS a query head: one program a query head alone is a few dozen
 # programs for a batch of one, each a long serial loop. The splits' running maxima, sums and
-# weighted values are combined after the call (lax: one variadic reduction, ``_combined``; as a
-# maximum then scaled sums it was three small kernels a layer in the 1B-class decoder's HLO,
-# not yet timed as one). In that decoder the kernel took 73 us a token at 256 (2 splits) and
+# weighted values are combined after the call (lax, ``_combined``). In that decoder the kernel took 73 us a token at 256 (2 splits) and
 # 44 at 64 (5 splits), with the combine's kernels besides.
 SPLIT_KEYS = 64
 MAX_SPLITS = 16
-# How ``_combined`` merges the splits: "fold", one after the other in elementwise operations on
-# static slices, which XLA can take with the division by the sums in one loop fusion; "reduce",
+# Whether ``_combined`` merges the splits one after the other in elementwise operations on static
+# slices, which XLA can take with the division by the sums in one loop fusion, rather than in
 # one variadic reduction, which the 1B-class decoders' HLO on an H200 showed as two kernels a
 # layer (the reduction, then the division and the select of NaN rows in a fusion of their own;
-# benchmarks/experiments/README.md, 2026-11-30). "fold" is not yet timed on a GPU (CPU only,
+# benchmarks/experiments/README.md, 2026-11-30). Not yet timed on a GPU (CPU only,
 # 2026-11-30): ``decode_step_gpu.py --int4 --flags default --samples 3 --set ""
-# "dml_jax.kernels.decode_attention.COMBINE='reduce'"`` times it.
-COMBINE = "fold"
+# "dml_jax.kernels.decode_attention.FOLD_SPLITS=False"`` times it.
+FOLD_SPLITS = True
 MAX_HEAD = 256  # head sizes (a power of two) a program holds in registers
 # Whether the kernel takes steps with past sequence lengths (the module docstring), which on a
 # GPU go to cuDNN's attention otherwise (FLOAT16; FLOAT32 ones to the lax lowering). Timed in
@@ -274,12 +272,12 @@ def _combined(tops, totals, accs):
     """The splits' running maxima {R, S}, sums {R, S} and weighted values {R, S, Dv} as one
     softmax's weighted values {R, Dv}: the splits merged pairwise as the kernel's blocks are
     (``_merge``: each side rescaled to the larger maximum; a split without a position has
-    maximum -inf and weighs 0), one after the other (``COMBINE`` "fold") or in one variadic
-    reduction ("reduce": its maxima and sums taken per value column, where a maximum, then the
+    maximum -inf and weighs 0), one after the other (``FOLD_SPLITS``) or in one variadic
+    reduction (its maxima and sums taken per value column, where a maximum, then the
     scaled sums, were three small kernels a layer); NaN where the row's maximum is not
     finite."""
     f32 = jnp.float32
-    if COMBINE == "fold":  # elementwise: S - 1 merges of static slices
+    if FOLD_SPLITS:  # elementwise: S - 1 merges of static slices
         top, total, acc = tops[:, :1], totals[:, :1], accs[:, 0]
         for s in range(1, tops.shape[1]):
             top, total, acc = _merge((top, total, acc), (tops[:, s : s + 1],

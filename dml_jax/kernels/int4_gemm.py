@@ -147,15 +147,15 @@ BYTES_FORM = True
 # 1,098 (gate and up 198.6 -> 273.2 us a token), joined with A first 1,250: off.
 NATURAL_K = False
 
-# How the float32 partial sums of a product whose K is split among programs are added after
-# the call: "adds", one addition a split on static slices (elementwise, which XLA may take into
-# each reader's fusion, as it takes the other small elementwise work there); "reduce", a
+# Whether the float32 partial sums of a product whose K is split among programs are added after
+# the call one addition a split on static slices (elementwise, which XLA may take into each
+# reader's fusion, as it takes the other small elementwise work there) rather than by a
 # reduction over the splits, which in the 1B-class int4 decoder's HLO on an H200 was a kernel
 # of its own after q, k and v's product (its three readers, the rotations and the cache's
-# joins, each a fusion; 2026-11-30), joined to the one reader after the others. "adds" is not
-# yet timed on a GPU (CPU only, 2026-11-30): ``decode_step_gpu.py --int4 --flags default
-# --samples 3 --set "" "dml_jax.kernels.int4_gemm.SPLIT_SUMS='reduce'"`` times it.
-SPLIT_SUMS = "adds"
+# joins, each a fusion; 2026-11-30), joined to the one reader after the others. Not yet timed
+# on a GPU (CPU only, 2026-11-30): ``decode_step_gpu.py --int4 --flags default --samples 3 --set
+# "" "dml_jax.kernels.int4_gemm.SPLIT_ADDS=False"`` times it.
+SPLIT_ADDS = True
 
 _FOUR_BIT = (jnp.dtype(jnp.uint4), jnp.dtype(jnp.int4))
 
@@ -445,8 +445,8 @@ def _launch(
 
 
 def _split_sum(parts):
-    """The programs' float32 partial sums {splits, rows, N} added (``SPLIT_SUMS``)."""
-    if SPLIT_SUMS == "reduce":
+    """The programs' float32 partial sums {splits, rows, N} added (``SPLIT_ADDS``)."""
+    if not SPLIT_ADDS:
         return jnp.sum(parts, axis=0)
     total = parts[0]
     for s in range(1, parts.shape[0]):  # elementwise, in order
