@@ -412,9 +412,10 @@ def test_cache_updated_in_place(sessions, count):
     fn, program = g._fns.steps_fn(1, 16, 0, count)
     state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
     text = fn.lower(g._fns.params_for(program), state, np.int32(g._length)).compile().as_text()
-    # one buffer, every layer's keys and values: neither it nor a layer's share is copied
-    assert g._cache.shape[0] == 4  # 2 layers, a key and a value each
-    shapes = [g._cache.shape, g._cache.shape[1:]]
+    # one buffer, its positions first, then every layer's keys and values: neither it nor a
+    # layer's share is copied
+    assert g._cache.shape[:2] == (g.capacity, 4)  # 2 layers, a key and a value each
+    shapes = [g._cache.shape, g._cache.shape[:1] + g._cache.shape[2:]]
     full = ["f32[{}]".format(",".join(map(str, shape))) for shape in shapes]
     copies = re.findall(r"= (\S+) copy\(", text[text.index("ENTRY") :])
     assert not [c for c in copies if c.startswith(tuple(full))], copies

@@ -25,7 +25,8 @@ Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_step_gpu.py [--int4]
 per form of the attention; ``--int4-only``, no float16 process; ``--builder``, the model in
 ONNX Runtime GenAI's model-builder form); it writes ``$OUT/decode_step.json`` when
 ``OUT`` is set, and with ``--dump-hlo`` each process's optimized HLO of its decode steps
-(``$OUT/hlo-N``) with its kernels summarized (``hlo_kernels.py``).
+(``$OUT/hlo-N``: a run of steps' module and a single step's) with its kernels summarized
+(``hlo_kernels.py``).
 """
 
 from __future__ import annotations
@@ -240,8 +241,9 @@ def attention_form(form: str) -> None:
 
 
 def summarize_dump(folder: str, key: str) -> None:
-    """Keeps only the largest optimized HLO module of a process's decode steps (a run of steps:
-    its loop body; one file a process, as few come back from the GPU machine) and prints its
+    """Keeps only the largest optimized HLO module of a process's decode steps of each form (a
+    run of steps, its loop body: the module holds a loop; a step a dispatch: it holds none;
+    at most two files a process, as few come back from the GPU machine) and prints their
     kernels."""
     import hlo_kernels  # this folder's
 
@@ -254,20 +256,25 @@ def summarize_dump(folder: str, key: str) -> None:
             shutil.rmtree(path)
         else:
             os.remove(path)
-    if not kept:
-        return
-    path = max(kept, key=os.path.getsize)
-    for other in kept:
-        if other != path:
-            os.remove(other)
-    with open(path) as f:
-        comps = hlo_kernels.computations(f.read())
-    body = hlo_kernels.loop_body(comps) or "ENTRY"
-    launches = hlo_kernels.kernels(comps, body)
-    print(f"{key}: {os.path.basename(path)}: {len(launches)} launches a step", flush=True)
-    counts = hlo_kernels.collections.Counter(map(hlo_kernels.signature, launches))
-    for sig, count in counts.most_common(40):
-        print(f"  {count:4d}  {sig[:160]}", flush=True)
+    forms: dict[bool, list] = {}
+    for path in kept:
+        with open(path) as f:
+            forms.setdefault(" while(" in f.read(), []).append(path)
+    for looped, paths in sorted(forms.items()):
+        path = max(paths, key=os.path.getsize)
+        for other in paths:
+            if other != path:
+                os.remove(other)
+        with open(path) as f:
+            comps = hlo_kernels.computations(f.read())
+        body = (hlo_kernels.loop_body(comps) if looped else None) or "ENTRY"
+        launches = hlo_kernels.kernels(comps, body)
+        form = "a run of steps" if looped else "one step"
+        print(f"{key}: {os.path.basename(path)} ({form}): {len(launches)} launches a step",
+              flush=True)  # fmt: skip
+        counts = hlo_kernels.collections.Counter(map(hlo_kernels.signature, launches))
+        for sig, count in counts.most_common(40):
+            print(f"  {count:4d}  {sig[:160]}", flush=True)
 
 
 def main() -> None:

@@ -37,6 +37,12 @@ def _eos_ids(eos: Any) -> tuple[int, ...]:
     return tuple(int(e) for e in eos)
 
 
+def _positions_first(pasts: list, axis: int) -> Any:
+    """Pasts or presents of one shape, their positions on ``axis``, as one array of the
+    positions, then each of them, then their other dimensions (``DecodeSteps.stacked_shape``)."""
+    return jnp.stack([jnp.moveaxis(p, axis, 0) for p in pasts], axis=1)
+
+
 def select_tokens(
     logits: Any, key: Any, do_sample: bool, top_k: int, top_p: float, temperature: float
 ) -> Any:
@@ -117,6 +123,13 @@ class DecodeSteps:
                 )
         shape[0], shape[self.roles.axis] = batch, length
         return tuple(shape)
+
+    def stacked_shape(self, batch: int, length: int) -> tuple[int, ...]:
+        """The shape of a Concat cache's one buffer (``_step_body``): its positions, then every
+        layer's key and value, then a past's other dimensions in order."""
+        shape = list(self.cache_shape(batch, length))
+        del shape[self.roles.axis]
+        return (length, 2 * self.roles.layers, *shape)
 
     # -- the steps ----------------------------------------------------------------------
 
@@ -207,14 +220,14 @@ class DecodeSteps:
             positions = jnp.where(mask > 0, jnp.cumsum(mask, axis=1) - 1, 1).astype(jnp.int32)
             empty = [jnp.zeros(self.cache_shape(batch, 0), dtype)] * (2 * r.layers)
             logits, presents = self._run_model(program, params, ids, mask, positions, empty, False)
-            # every layer's keys and values in one buffer (``_step_body``)
+            # every layer's keys and values in one buffer, positions first (``_step_body``)
             cache = jax.lax.dynamic_update_slice_in_dim(
-                jnp.zeros((2 * r.layers, *self.cache_shape(batch, capacity)), dtype),
-                jnp.stack([p.astype(dtype) for p in presents]), 0, axis + 1,
+                jnp.zeros(self.stacked_shape(batch, capacity), dtype),
+                _positions_first([p.astype(dtype) for p in presents], axis), 0, 0,
             )  # fmt: skip
             tokens, done = self._next(logits[:, -1], key, jnp.zeros((batch,), bool), tokens, seq)
             # The last prompt position again, as the first step's pending keys and values.
-            last = jax.lax.slice_in_dim(cache, seq - 1, seq, axis=axis + 1)
+            last = jax.lax.slice_in_dim(cache, seq - 1, seq, axis=0)
             return cache, last, tokens, done
 
         fn = jax.jit(prefill, compiler_options=self.options())
@@ -285,13 +298,17 @@ class DecodeSteps:
         """The program for past length ``past`` (a bucket, or exact) and one decode step on it,
         the cache's length a run-time value: (params, state, length) -> state, where the state
         is (cache, pending, mask, tokens, done, key). The cache is one buffer, every layer's
-        keys and values stacked on a first axis (the pasts in the session's input order), so
-        that the last token's keys and values enter it in one write, not one a layer (two
-        small kernels a layer on a GPU). ``pending`` holds them, stacked the same way, and the
-        next step writes them into the cache before it reads it: the donated buffer is then read
+        keys and values stacked on an axis (the pasts in the session's input order), so that
+        the last token's keys and values enter it in one write, not one a layer (two small
+        kernels a layer on a GPU). ``pending`` holds them, stacked the same way, and the next
+        step writes them into the cache before it reads it: the donated buffer is then read
         only after its in-place update, so XLA copies none of it (written after the read, each
-        buffer was copied at every step). For a GroupQueryAttention step ``past`` is the mask's
-        bucket (``_gqa_step_body``)."""
+        buffer was copied at every step). The positions come first (``stacked_shape``): the
+        layout XLA takes inside a step on a GPU (a layer's past slice and its present's
+        concatenation along the positions), which stacked on the first axis it made by
+        transposing the whole buffer on the way into every dispatch and back out of it (one
+        H200, the 1B-class decoder's HLO, 2026-11-30). For a GroupQueryAttention step
+        ``past`` is the mask's bucket (``_gqa_step_body``)."""
         if self.roles.kind == "gqa":
             return self._gqa_step_body(batch, past, capacity)
         program = self._program(batch, 1, past)
@@ -299,19 +316,20 @@ class DecodeSteps:
 
         def step(params, state, length):
             cache, pending, mask, tokens, done, key = state
-            cache = jax.lax.dynamic_update_slice_in_dim(cache, pending, length - 2, axis + 1)
+            cache = jax.lax.dynamic_update_slice_in_dim(cache, pending, length - 2, 0)
             ids = jax.lax.dynamic_slice_in_dim(tokens, length - 1, 1, axis=1)
             # The new token's position: the number of real tokens before it.
             positions = jnp.sum(mask, axis=1, keepdims=True).astype(jnp.int32)
             # The positions from the cache's length to ``past`` are padding: masked out.
             head = jax.lax.slice_in_dim(mask, 0, past, axis=1)
             step_mask = jnp.concatenate([head, jnp.ones((batch, 1), mask.dtype)], axis=1)
-            pasts = [jax.lax.slice_in_dim(cache[j], 0, past, axis=axis) for j in range(len(cache))]
+            head_of = jax.lax.slice_in_dim(cache, 0, past, axis=0)
+            pasts = [jnp.moveaxis(head_of[:, j], 0, axis) for j in range(cache.shape[1])]
             logits, presents = self._run_model(program, params, ids, step_mask, positions, pasts)
-            pending = jnp.stack([
+            pending = _positions_first([
                 jax.lax.slice_in_dim(p, past, past + 1, axis=axis).astype(cache.dtype)
                 for p in presents
-            ])  # fmt: skip
+            ], axis)  # fmt: skip
             mask = jax.lax.dynamic_update_slice_in_dim(
                 mask, jnp.ones((batch, 1), mask.dtype), length - 1, axis=1
             )
