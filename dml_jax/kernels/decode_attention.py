@@ -67,8 +67,9 @@ BLOCK_KEYS = 64  # key positions a step of a program's loop
 # Long rows of keys are split among programs (flash decoding), each over at least SPLIT_KEYS
 # positions, at most MAX_SPLITS a query head: one program a query head alone is a few dozen
 # programs for a batch of one, each a long serial loop. The splits' running maxima, sums and
-# weighted values are combined after the call (lax, ``_combined``). In that decoder the kernel took 73 us a token at 256 (2 splits) and
-# 44 at 64 (5 splits), with the combine's kernels besides.
+# weighted values are combined after the call (lax, ``_combined``). In that decoder the kernel
+# took 73 us a token at 256 (2 splits) and 44 at 64 (5 splits), with the combine's kernels
+# besides.
 SPLIT_KEYS = 64
 MAX_SPLITS = 16
 # Whether ``_combined`` merges the splits one after the other in elementwise operations on static
@@ -280,8 +281,8 @@ def _combined(tops, totals, accs):
     if FOLD_SPLITS:  # elementwise: S - 1 merges of static slices
         top, total, acc = tops[:, :1], totals[:, :1], accs[:, 0]
         for s in range(1, tops.shape[1]):
-            top, total, acc = _merge((top, total, acc), (tops[:, s : s + 1],
-                                                         totals[:, s : s + 1], accs[:, s]))  # fmt: skip
+            split = (tops[:, s : s + 1], totals[:, s : s + 1], accs[:, s])
+            top, total, acc = _merge((top, total, acc), split)
         return acc / jnp.where(jnp.isfinite(top), total, f32(jnp.nan))
     shape = accs.shape
     parts = (jnp.broadcast_to(tops[:, :, None], shape), jnp.broadcast_to(totals[:, :, None], shape))
