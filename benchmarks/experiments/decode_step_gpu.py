@@ -21,7 +21,7 @@ Each process also reports its decode programs' graph rewrites and attention node
 
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_step_gpu.py [--int4]
 [--int4-tiles "" one_row=1] [--int4-only] [--attention "" cudnn lax decode:256] [--devices 2]
-[--dump-hlo] [--builder]`` (an int4 process per set of the 4-bit kernel's tunables; a process
+[--dump-hlo] [--builder] [--keep bench_out/models]`` (an int4 process per set of the 4-bit kernel's tunables; a process
 per form of the attention; ``--int4-only``, no float16 process; ``--builder``, the model in
 ONNX Runtime GenAI's model-builder form); it writes ``$OUT/decode_step.json`` when
 ``OUT`` is set, and with ``--dump-hlo`` each process's optimized HLO of its decode steps
@@ -240,6 +240,22 @@ def attention_form(form: str) -> None:
         )
 
 
+def _models_dir(keep: str, builder: bool) -> str:
+    """``keep``'s folder for this form's exports, named by a hash of the code that writes them
+    (``dml_jax/bench/decoders.py`` and ``model_builder.py``): a change there exports again."""
+    import hashlib
+
+    from dml_jax.bench import decoders
+
+    digest = hashlib.sha256()
+    for name in ("decoders.py", "model_builder.py"):
+        with open(os.path.join(os.path.dirname(decoders.__file__), name), "rb") as f:
+            digest.update(f.read())
+    folder = os.path.join(keep, f"{'builder' if builder else 'export'}-{digest.hexdigest()[:12]}")
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
 def summarize_dump(folder: str, key: str) -> None:
     """Keeps only the largest optimized HLO module of a process's decode steps of each form (a
     run of steps, its loop body: the module holds a loop; a step a dispatch: it holds none;
@@ -305,6 +321,10 @@ def main() -> None:
                    help="the 1B model in ONNX Runtime GenAI's model-builder form "
                         "(dml_jax.bench.model_builder: GroupQueryAttention, its Skip norms) "
                         "instead of PyTorch's export")  # fmt: skip
+    p.add_argument("--keep", default=None,
+                   help="a folder where the exports are kept and found again by a later run "
+                        "(one a form and version of the exporting code; bench_out/ is ignored "
+                        "by git, so the GPU machine keeps it between calls while it is held)")  # fmt: skip
     p.add_argument("--steps", type=int, default=None,
                    help="GeneratorParams.steps_per_dispatch of the 'loop' generations "
                         "(default: the library's)")  # fmt: skip
@@ -322,24 +342,29 @@ def main() -> None:
     from dml_jax.bench import decoders
 
     tmp = tempfile.mkdtemp()
-    model = decoders.build("llama_1b").half().cuda()
-    f16 = os.path.join(tmp, "fp16.onnx")
-    t = time.perf_counter()
-    if a.builder:
-        from dml_jax.bench import model_builder
+    models = _models_dir(a.keep, a.builder) if a.keep else tmp
+    f16, int4 = os.path.join(models, "fp16.onnx"), os.path.join(models, "int4.onnx")
+    if not os.path.exists(f16):
+        model = decoders.build("llama_1b").half().cuda()
+        t = time.perf_counter()
+        if a.builder:
+            from dml_jax.bench import model_builder
 
-        model_builder.export(model, f16, np.float16)
-    else:
-        decoders.export(model, f16, device="cuda")
-    print(f"export {time.perf_counter() - t:.1f} s", flush=True)
+            model_builder.export(model, f16 + ".part", np.float16)
+        else:
+            decoders.export(model, f16 + ".part", device="cuda")
+        os.replace(f16 + ".part", f16)  # (its weights' file keeps the name the export gave it)
+        print(f"export {time.perf_counter() - t:.1f} s", flush=True)
+        del model
+        torch.cuda.empty_cache()
     files = {"float16": f16}
     if a.int4:
-        t = time.perf_counter()
-        decoders.quantize_int4(f16, os.path.join(tmp, "int4.onnx"))
-        files["int4"] = os.path.join(tmp, "int4.onnx")
-        print(f"quantize {time.perf_counter() - t:.1f} s", flush=True)
-    del model
-    torch.cuda.empty_cache()
+        if not os.path.exists(int4):
+            t = time.perf_counter()
+            decoders.quantize_int4(f16, int4 + ".part")
+            os.replace(int4 + ".part", int4)
+            print(f"quantize {time.perf_counter() - t:.1f} s", flush=True)
+        files["int4"] = int4
     results = {}
 
     def variants(*flags):  # every combination of the given per-process options
