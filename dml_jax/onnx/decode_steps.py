@@ -38,8 +38,8 @@ def _eos_ids(eos: Any) -> tuple[int, ...]:
 
 
 def _positions_first(pasts: list, axis: int) -> Any:
-    """Pasts or presents of one shape, their positions on ``axis``, as one array of the
-    positions, then each of them, then their other dimensions (``DecodeSteps.stacked_shape``)."""
+    """Pasts or presents of one shape (their positions on ``axis``) stacked as the cache holds
+    them (``DecodeSteps.stacked_shape``): {positions, which one, their other dimensions}."""
     return jnp.stack([jnp.moveaxis(p, axis, 0) for p in pasts], axis=1)
 
 
@@ -323,8 +323,8 @@ class DecodeSteps:
             # The positions from the cache's length to ``past`` are padding: masked out.
             head = jax.lax.slice_in_dim(mask, 0, past, axis=1)
             step_mask = jnp.concatenate([head, jnp.ones((batch, 1), mask.dtype)], axis=1)
-            head_of = jax.lax.slice_in_dim(cache, 0, past, axis=0)
-            pasts = [jnp.moveaxis(head_of[:, j], 0, axis) for j in range(cache.shape[1])]
+            cached = jax.lax.slice_in_dim(cache, 0, past, axis=0)  # the past's positions
+            pasts = [jnp.moveaxis(cached[:, j], 0, axis) for j in range(cache.shape[1])]
             logits, presents = self._run_model(program, params, ids, step_mask, positions, pasts)
             pending = _positions_first([
                 jax.lax.slice_in_dim(p, past, past + 1, axis=axis).astype(cache.dtype)
