@@ -4,7 +4,7 @@ bucket and past bucket and shared by the generators of that session, and the cho
 token (``select_tokens``: greedy, or sampled after temperature, top-k and top-p).
 
 A decode step's state is (cache, pending, mask, tokens, done, key): the cache, one buffer of every
-layer's keys and values stacked on a first axis (a GroupQueryAttention step's: each layer's
+layer's keys and values stacked after its positions (a GroupQueryAttention step's: each layer's
 buffers, which its presents replace); the last token's keys and values, which the next step
 writes into the cache before it reads it (none for a GroupQueryAttention step); the attention
 mask over the cache; the tokens (prompts and generated) on the device; which rows have ended;
