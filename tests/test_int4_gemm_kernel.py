@@ -25,6 +25,7 @@ from conftest import forced_cuda_kernel
 import dml_jax as dml
 from dml_jax import fastpath, registry
 from dml_jax.kernels import int4_gemm as K
+from dml_jax.kernels import int4_pair as KP
 
 T = dml.TensorDesc
 CODES = {"UINT4": jnp.uint4, "INT4": jnp.int4}
@@ -136,6 +137,13 @@ CASES = {
                                K.Tiles(natural_k=True, target_programs=4, min_k=256)),
     "m4-b64-bytes-natural-k-a-first-f32": (4, 64, 512, 64, False, "FLOAT32", "INT4",
                                            K.Tiles(natural_k=True, weights_first=False)),
+    # A's even and odd values as one operand of both dots of a step (PAIRED_ROWS), one row
+    "m1-b32-bytes-paired": (1, 128, 1024, 32, True, "FLOAT16", "UINT4",
+                            K.Tiles(paired_rows=True, target_programs=4, min_k=256)),
+    "m1-b64-bytes-paired-a-first-int4": (1, 64, 512, 64, False, "FLOAT16", "INT4",
+                                         K.Tiles(paired_rows=True, weights_first=False)),
+    "m3-b32-bytes-paired-rows": (3, 64, 512, 32, True, "FLOAT16", "UINT4",
+                                 K.Tiles(paired_rows=True)),
     "m1-b32-bytes-ahead-1": (1, 64, 2048, 32, True, "FLOAT16", "UINT4",
                              K.Tiles(ahead=1, step_k=128, target_programs=2, min_k=1024)),
     # split K added atomically into one product (ATOMIC_SPLITS)
@@ -155,7 +163,7 @@ CASES = {
 @pytest.mark.kernel_matrix(cpu=["m1-b32-zero-f16", "m16-b64-zero-f32", "m8-b128-zero-split",
                                 "m1-b32-zero-one-row", "m1-b32-zero-codes",
                                 "m3-b32-bytes-int4-split", "m1-b32-zero-atomic",
-                                "m5-b32-int4-codes-atomic"])  # fmt: skip
+                                "m5-b32-int4-codes-atomic", "m1-b32-bytes-paired"])  # fmt: skip
 @pytest.mark.parametrize("case", list(CASES))
 def test_interpret_matches_lax(case):
     m, n, k, block, zero, ft, qt, tiles = CASES[case]
@@ -176,6 +184,9 @@ def test_interpret_matches_lax(case):
     assert v.atomic == (t.atomic and v.splits > 1)
     assert v.ahead == (0 if v.loop else t.ahead)  # a loop issues no loads ahead
     assert v.natural_k == (t.natural_k and v.bytes_form and not v.one_row)
+    assert v.paired_rows == (t.paired_rows and v.widen_row and v.bytes_form and not t.natural_k)
+    if t.paired_rows:
+        assert v.paired_rows == (m == 1)  # one row of A only
     if t.atomic:
         assert v.atomic
     codes = q
@@ -251,7 +262,7 @@ def test_epilogue_applies(change, applies):
         b = T(kw["ft"], (1, 1, kw["k"], kw["n"]))
         gemm = dml.GemmOperatorDesc(gemm.a_tensor, b, None, gemm.output_tensor)
     found = fastpath.epilogue(deq, gemm, slot)
-    assert (found is not None and found.lower is K._lower) == applies
+    assert (found is not None and found.lower is KP._lower) == applies
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,7 +475,7 @@ def _rms_nbits_model(rng, rows, k=256, n=128, block=32, layer_norm=False, gamma=
 def forced_cuda_norm(monkeypatch):
     """CUDA's choice on this machine, the kernel in interpret mode; records whether each call
     normalized A."""
-    monkeypatch.setattr(K, "RMS_PROLOGUE", True)
+    monkeypatch.setattr(KP, "RMS_PROLOGUE", True)
     with forced_cuda_kernel(monkeypatch, K, "int4_product", lambda *a: None) as calls:
         original = K.int4_product
 
@@ -492,8 +503,8 @@ def test_rms_norm_run_into_the_kernel(rows, form, normed, forced_cuda_norm, rng,
     from dml_jax.onnx import InferenceSession
 
     builder = form.startswith("builder")
-    monkeypatch.setattr(K, "RMS_PROLOGUE", not builder and form != "switched_off")
-    monkeypatch.setattr(K, "RMS_SCALED_PROLOGUE", builder and form != "builder_switched_off")
+    monkeypatch.setattr(KP, "RMS_PROLOGUE", not builder and form != "switched_off")
+    monkeypatch.setattr(KP, "RMS_SCALED_PROLOGUE", builder and form != "builder_switched_off")
 
     model = _rms_nbits_model(rng, rows, layer_norm=form == "layer_norm", gamma=form != "no_gamma",
                              builder={"builder": "SimplifiedLayerNormalization",
@@ -522,7 +533,7 @@ def test_the_prologue_is_registered_once(monkeypatch):
     """The RMS runs are the 4-bit pair's prologues, the exporter's four nodes first and the
     model builder's one after (docs/fast-paths.md's table derives from the registry);
     registering a name twice is refused."""
-    (pair,) = [e for e in fastpath.epilogues() if e.lower is K._lower]
+    (pair,) = [e for e in fastpath.epilogues() if e.lower is KP._lower]
     found, scaled = fastpath.prologues(pair)
     assert (found.name, found.slot, found.longest) == ("rms", 0, 4)
     assert (scaled.name, scaled.slot, scaled.longest) == ("rms_scaled", 0, 1)
@@ -531,7 +542,7 @@ def test_the_prologue_is_registered_once(monkeypatch):
         fastpath._PROLOGUES, found.epilogue, dict(fastpath._PROLOGUES[found.epilogue])
     )
     with pytest.raises(ValueError, match="already registered"):
-        fastpath.register_prologue(pair, 0, "rms", K._rms_run, K._lower_rms_run, 4)
+        fastpath.register_prologue(pair, 0, "rms", KP._rms_run, KP._lower_rms_run, 4)
 
 
 def test_repeated_blocks_rolled_keep_their_prologue(forced_cuda_norm, rng):

@@ -1,7 +1,7 @@
 """A GEMM whose B is a DEQUANTIZE of blocked 4-bit weights, as one Pallas (Triton) kernel that
 reads the 4-bit codes and dequantizes them in registers: the CUDA lowering of the graph pair
-DEQUANTIZE -> GEMM (``fastpath.register_epilogue``) for products of 1 to 16 rows, the decode
-steps of com.microsoft MatMulNBits models.
+DEQUANTIZE -> GEMM for products of 1 to 16 rows, the decode steps of com.microsoft MatMulNBits
+models (the pair and its RMS prologues are registered by ``kernels/int4_pair.py``).
 
 The lax lowering runs the two nodes apart: DEQUANTIZE writes B in its float type (2 bytes a
 weight for float16) and the GEMM reads it back, so a decode step moves several times the
@@ -51,7 +51,6 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..fastpath import packed_bytes, register_epilogue, register_prologue
 from ..precision import matmul_precision
 from .pallas_helpers import load_pallas, nibbles_plus_1024
 
@@ -146,6 +145,13 @@ BYTES_FORM = True
 # natural_k=1 "natural_k=1,weights_first=0"``), tokens/s in the loop: the defaults 1,334, joined
 # 1,098 (gate and up 198.6 -> 273.2 us a token), joined with A first 1,250: off.
 NATURAL_K = False
+# In the bytes form on one row of A (``widen_row``), A's even and odd values of a step as the
+# first two rows of one widened operand that both of the step's dots read (the low codes' dot
+# keeps its first column, the high codes' its second, each in an accumulator of its own), where
+# each dot has an operand of its own, A's even or odd values with 15 rows of zeros, which Triton
+# stores to shared memory for it: one such store and wait a step, not two. The same products,
+# summed in float32 in another order. Not yet timed on a GPU (CPU only, 2026-11-30).
+PAIRED_ROWS = False
 
 # Whether the float32 partial sums of a product whose K is split among programs are added after
 # the call one addition a split on static slices (elementwise, which XLA may take into each
@@ -156,8 +162,6 @@ NATURAL_K = False
 # on a GPU (CPU only, 2026-11-30): ``decode_step_gpu.py --int4 --flags default --samples 3 --set
 # "" "dml_jax.kernels.int4_gemm.SPLIT_ADDS=False"`` times it.
 SPLIT_ADDS = True
-
-_FOUR_BIT = (jnp.dtype(jnp.uint4), jnp.dtype(jnp.int4))
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,7 @@ class Tiles:
     bytes_form: bool = BYTES_FORM
     atomic: bool = ATOMIC_SPLITS
     natural_k: bool = NATURAL_K
+    paired_rows: bool = PAIRED_ROWS
 
 
 @dataclass(frozen=True)
@@ -205,6 +210,7 @@ class View:
     bytes_form: bool = False
     atomic: bool = False
     natural_k: bool = False
+    paired_rows: bool = False
 
     @property
     def splits(self) -> int:
@@ -247,7 +253,9 @@ def plan(m: int, n: int, k: int, block: int, tiles: Tiles | None = None) -> View
     return View(m, n, k, block, bn, per, group * block, tiles.warps, tiles.weights_first, row,
                 0 if loop else tiles.ahead, tiles.widen_row and m == 1 and not row, loop,
                 tiles.stages if loop else 1, as_bytes, tiles.atomic and k // per > 1,
-                tiles.natural_k and as_bytes and not row)  # fmt: skip
+                tiles.natural_k and as_bytes and not row,
+                tiles.paired_rows and as_bytes and tiles.widen_row and m == 1 and not row
+                and not tiles.natural_k)  # fmt: skip
 
 
 def int4_product(
@@ -360,7 +368,7 @@ def _dequantized(codes, offset, scale, group: int):
 def _dot(acc, w, x, v: View, precision):
     """``acc`` plus the step's product of the weights ``w`` {bn, width} and A's values ``x``
     {rows, width} (its one row widened to the dot's ``ROWS`` rows, the others zeros)."""
-    if v.widen_row:
+    if v.widen_row and x.shape[0] == 1:
         shape = (ROWS, x.shape[1])
         first = lax.broadcasted_iota(jnp.int32, shape, 0) == 0
         x = jnp.where(first, jnp.broadcast_to(x, shape), jnp.zeros((), x.dtype))
@@ -369,9 +377,26 @@ def _dot(acc, w, x, v: View, precision):
                                  preferred_element_type=jnp.float32)  # fmt: skip
 
 
+def _paired(even, odd):
+    """A's even and odd values {1, width} as the first two of a dot operand's ``ROWS`` rows,
+    the others zeros (``PAIRED_ROWS``)."""
+    shape = (ROWS, even.shape[1])
+    row = lax.broadcasted_iota(jnp.int32, shape, 0)
+    zero = jnp.zeros((), even.dtype)
+    odd = jnp.where(row == 1, jnp.broadcast_to(odd, shape), zero)
+    return jnp.where(row == 0, jnp.broadcast_to(even, shape), odd)
+
+
 def _result(acc, v: View):
     """A program's product {rows, bn} from its float32 sums (the other rows of a widened row
-    are zeros: their sums drop, exactly)."""
+    are zeros: their sums drop, exactly; with ``paired_rows`` the low codes' sums are the
+    first row of A's pair, the high codes' the second)."""
+    if v.paired_rows:
+        lo, hi = acc
+        axis = 1 if v.weights_first else 0
+        which = lax.broadcasted_iota(jnp.int32, lo.shape, axis)
+        both = jnp.where(which == 0, lo, 0.0) + jnp.where(which == 1, hi, 0.0)
+        return jnp.sum(both, axis=axis)[None, :]
     if v.one_row or (v.widen_row and v.weights_first):
         return jnp.sum(acc, axis=1)[None, :]
     if v.widen_row:
@@ -528,12 +553,16 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=
             if v.one_row:  # sums of products on the vector units (float16's exact in float32)
                 f32 = jnp.float32
                 return acc + lo.astype(f32) * even.astype(f32) + hi.astype(f32) * odd.astype(f32)
+            if v.paired_rows:  # one operand of A's even and odd values for both dots
+                pair = _paired(even, odd)
+                return _dot(acc[0], lo, pair, v, precision), _dot(acc[1], hi, pair, v, precision)
             return _dot(_dot(acc, lo, even, v, precision), hi, odd, v, precision)
 
         if v.one_row:
             acc = jnp.zeros((bn, half), jnp.float32)
         else:
             acc = jnp.zeros((bn, ROWS) if v.weights_first else (ROWS, bn), jnp.float32)
+            acc = (acc, acc) if v.paired_rows else acc
         if v.loop:
             acc = lax.fori_loop(0, steps, body, acc)
         else:  # unrolled, each step's loads issued ``v.ahead`` steps before its products
@@ -565,179 +594,3 @@ def _normed(x, r, gamma, once: bool = False):
     if once:
         return (y * gamma.astype(jnp.float32)).astype(t)
     return (gamma.astype(jnp.float32) * y.astype(t).astype(jnp.float32)).astype(t)
-
-
-# ---------------------------------------------------------------------------------------------
-# The graph pair
-
-
-def _trailing(sizes: tuple[int, ...]) -> tuple[int, ...] | None:
-    """The last two sizes where every one before them is 1, else None."""
-    return tuple(sizes[-2:]) if len(sizes) >= 2 and all(s == 1 for s in sizes[:-2]) else None
-
-
-def _view(deq: Any, gemm: Any) -> View | None:
-    """The kernel's view of GEMM ``gemm`` reading DEQUANTIZE ``deq``'s output as its B, or
-    None: 4-bit codes {N, K} with one scale (and zero point) per row and block of K, a GEMM of
-    A {M, K} by TransB(B {N, K}) in the dequantized type."""
-    from ..enums import MatrixTransform
-
-    x, out = deq.input_tensor, deq.output_tensor
-    if x.dtype not in _FOUR_BIT or out.dtype not in (jnp.float16, jnp.float32):
-        return None
-    nk = _trailing(x.sizes)
-    shapes = {_trailing(p.sizes) for p in deq.quantization_tensors}
-    if nk is None or len(shapes) != 1 or None in shapes:
-        return None
-    (n, k), ((rows, blocks),) = nk, shapes
-    if rows != n or k % blocks:
-        return None
-    if gemm.trans_a is not MatrixTransform.NONE or gemm.trans_b is not MatrixTransform.TRANSPOSE:
-        return None
-    mk = _trailing(gemm.a_tensor.sizes)
-    if mk is None or mk[1] != k or _trailing(gemm.b_tensor.sizes) != (n, k):
-        return None
-    if gemm.a_tensor.dtype != out.dtype or gemm.output_tensor.dtype != out.dtype:
-        return None
-    return plan(mk[0], n, k, k // blocks)
-
-
-def _applies(deq: Any, gemm: Any, slot: int) -> bool:
-    return slot == 1 and _view(deq, gemm) is not None
-
-
-def _lowered(deq: Any, gemm: Any, producer, a, others, norm=None):
-    """GEMM's lax lowering of A ``a`` and the other inputs ``others`` (C), its product the
-    kernel's over DEQUANTIZE's arrays ``producer`` (A normalized in it by ``norm``)."""
-    from ..ops.gemm_conv import lower_gemm
-
-    q, scale, *zero = producer
-    v = _view(deq, gemm)
-    params = [p.reshape(v.n, v.k // v.block) for p in (scale, *zero)]
-    raw = packed_bytes(q)  # a held constant's bytes: read as they are
-    codes = q.reshape(v.n, v.k) if raw is None else raw.reshape(v.n, v.k // 2)
-
-    def product(a):
-        y = int4_product(a.reshape(v.m, v.k), codes, *params, signed=q.dtype == jnp.int4,
-                         norm=norm)  # fmt: skip
-        return y.reshape(a.shape[:-1] + (v.n,))
-
-    return lower_gemm(gemm, a, None, *others, product=product)
-
-
-def _lower(deq: Any, gemm: Any, slot: int, producer, others):
-    a, *c = others
-    return _lowered(deq, gemm, producer, a, c)
-
-
-_PAIR = register_epilogue(
-    "DML_OPERATOR_DEQUANTIZE", "DML_OPERATOR_GEMM", "kernel", _applies, _lower
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# The RMS normalization that alone feeds A: CAST (T -> float32), MEAN_VARIANCE_NORMALIZATION2
-# (no mean, the last axis), CAST back, MULTIPLY by gamma (a LLaMA export's RMSNorm), computed
-# by the kernel as it reads A (its normalization and its CASTs otherwise two or three small
-# kernels of their own before each such product on a GPU)
-
-# Whether the pair takes such a run as its prologue. One H200, 2026-11-29, the 1B-class int4
-# decoder at batch 1 (prompt 16, 128 tokens; ``decode_step_gpu.py --int4 --int4-only --set ""
-# "dml_jax.kernels.int4_gemm.RMS_PROLOGUE=True"``), off / on: 1,260 / 1,312 tokens/s in the
-# loop, 1,300 / 1,365 a dispatch a token, 293 / 228 kernels a token (the products that take it
-# about 0.7 us longer each, the run's own kernels gone): on.
-RMS_PROLOGUE = True
-_RUN = (
-    "DML_OPERATOR_CAST",
-    "DML_OPERATOR_MEAN_VARIANCE_NORMALIZATION2",
-    "DML_OPERATOR_CAST",
-    "DML_OPERATOR_ELEMENT_WISE_MULTIPLY",
-)
-
-
-def _takes_normed_a(deq: Any, gemm: Any, slot: int) -> bool:
-    """Whether the pair's kernel may normalize its A: a float16 A of one row read in the bytes
-    form."""
-    v = _view(deq, gemm) if slot == 1 else None
-    return v is not None and v.widen_row and v.bytes_form and gemm.a_tensor.dtype == jnp.float16
-
-
-def _rms_mvn(mvn: Any, k: int) -> bool:
-    """Whether ``mvn`` is an RMS normalization of one row of ``k`` values: no mean, the
-    variance, over the last axis, without bias or activation."""
-    if mvn.operator_type != "DML_OPERATOR_MEAN_VARIANCE_NORMALIZATION2":
-        return False
-    x = mvn.input_tensor
-    return (
-        not mvn.use_mean
-        and mvn.use_variance
-        and mvn.bias_tensor is None
-        and mvn.fused_activation is None
-        and tuple(mvn.axes) == (len(x.sizes) - 1,)
-        and x.sizes[-1] == k == x.element_count
-    )
-
-
-def _rms_run(descs: tuple, slots: tuple, deq: Any, gemm: Any, slot: int) -> bool:
-    """Whether ``descs`` is the RMS normalization run above, in float32 between float16
-    CASTs, of the A the pair's kernel may normalize."""
-    if not RMS_PROLOGUE or tuple(d.operator_type for d in descs) != _RUN:
-        return False
-    if tuple(slots[:2]) != (0, 0) or not _takes_normed_a(deq, gemm, slot):
-        return False
-    up, mvn, down, mul = descs
-    t, f32 = jnp.float16, jnp.float32
-    if not _rms_mvn(mvn, gemm.a_tensor.sizes[-1]) or mvn.scale_tensor is not None:
-        return False
-    if up.input_tensor.dtype != t or down.output_tensor.dtype != t:
-        return False
-    if any(x.dtype != f32 for x in (up.output_tensor, mvn.input_tensor, mvn.output_tensor)):
-        return False
-    gamma = (mul.a_tensor, mul.b_tensor)[1 - slots[2]]
-    tensors = (up.input_tensor, up.output_tensor, mvn.output_tensor, down.output_tensor,
-               mul.output_tensor, gamma)  # fmt: skip
-    # one row of K values each (the GEMM may read the last as a reshape of it)
-    return all(x.sizes == mvn.input_tensor.sizes for x in tensors) and all(
-        x.dtype == t for x in (mul.output_tensor, gamma)
-    )
-
-
-def _lower_rms_run(descs, slots, groups, deq, gemm, slot, producer, others):
-    (x,), _, _, (gamma,) = groups  # the CAST's input; the MULTIPLY's gamma
-    norm = (gamma.reshape(1, -1), float(descs[1].epsilon), False)
-    return _lowered(deq, gemm, producer, x.reshape(gemm.a_tensor.sizes), others, norm)
-
-
-register_prologue(_PAIR, 0, "rms", _rms_run, _lower_rms_run, len(_RUN))
-
-
-# The same normalization as ONNX Runtime GenAI's model builder writes it (SimplifiedLayerNorm-
-# alization and its Skip form in float16): one MEAN_VARIANCE_NORMALIZATION2 without its mean
-# over the last axis, gamma its Scale, rounded once. There it replaces one kernel a norm, not
-# the two or three of the exporter's run, so RMS_PROLOGUE's timing does not carry over: its own
-# switch, timed in the model-builder decoder on an H200 (``decode_step_gpu.py --builder --int4
-# --int4-only --set "" "dml_jax.kernels.int4_gemm.RMS_SCALED_PROLOGUE=True"``), off / on: 1,114
-# (1,099-1,114) / 1,176 (1,157-1,183) tokens/s in the loop, 361 / 296 kernels a token (1,177
-# again in a second run).
-RMS_SCALED_PROLOGUE = True
-
-
-def _rms_scaled_run(descs: tuple, slots: tuple, deq: Any, gemm: Any, slot: int) -> bool:
-    """Whether ``descs`` is that one node, in float16, of the A the pair's kernel may
-    normalize."""
-    if not RMS_SCALED_PROLOGUE or len(descs) != 1 or not _takes_normed_a(deq, gemm, slot):
-        return False
-    (mvn,) = descs
-    if not _rms_mvn(mvn, gemm.a_tensor.sizes[-1]) or mvn.scale_tensor is None:
-        return False
-    x, y, gamma = mvn.input_tensor, mvn.output_tensor, mvn.scale_tensor
-    return all(d.dtype == jnp.float16 for d in (x, y, gamma)) and x.sizes == y.sizes == gamma.sizes
-
-
-def _lower_rms_scaled_run(descs, slots, groups, deq, gemm, slot, producer, others):
-    ((x, gamma),) = groups
-    norm = (gamma.reshape(1, -1), float(descs[0].epsilon), True)
-    return _lowered(deq, gemm, producer, x.reshape(gemm.a_tensor.sizes), others, norm)
-
-
-register_prologue(_PAIR, 0, "rms_scaled", _rms_scaled_run, _lower_rms_scaled_run, 1)
