@@ -112,6 +112,9 @@ TILES = {
     # unrolled, the codes read as bytes and split by PTX (``Tiles.bytes_form``, the default)
     "bytes-grid256": K.Tiles(bytes_form=True, target_programs=256, min_k=256),
     "bytes-n128w8": K.Tiles(bytes_form=True, block_n=128, warps=8),
+    # A's even and odd values as one widened operand that both of a step's dots read: one
+    # shared-memory store of it a step, not two (``Tiles.paired_rows``)
+    "paired": K.Tiles(paired_rows=True),
     # K's splits added atomically into one float32 product: no reduction kernel after it
     "atomic": K.Tiles(atomic=True),
     "atomic-grid1024": K.Tiles(atomic=True, target_programs=1024, min_k=128),
