@@ -115,6 +115,7 @@ TILES = {
     # A's even and odd values as one widened operand that both of a step's dots read: one
     # shared-memory store of it a step, not two (``Tiles.paired_rows``)
     "paired": K.Tiles(paired_rows=True),
+    "paired-n128w8": K.Tiles(paired_rows=True, block_n=128, warps=8),
     # K's splits added atomically into one float32 product: no reduction kernel after it
     "atomic": K.Tiles(atomic=True),
     "atomic-grid1024": K.Tiles(atomic=True, target_programs=1024, min_k=128),
