@@ -283,12 +283,13 @@ def _combined(tops, totals, accs):
         for s in range(1, tops.shape[1]):
             split = (tops[:, s : s + 1], totals[:, s : s + 1], accs[:, s])
             top, total, acc = _merge((top, total, acc), split)
-        return acc / jnp.where(jnp.isfinite(top), total, f32(jnp.nan))
-    shape = accs.shape
-    parts = (jnp.broadcast_to(tops[:, :, None], shape), jnp.broadcast_to(totals[:, :, None], shape))
-    top, total, acc = lax.reduce(
-        (*parts, accs), (f32(-jnp.inf), f32(0), f32(0)), _merge, (1,)
-    )  # fmt: skip
+    else:
+        shape = accs.shape
+        parts = (jnp.broadcast_to(tops[:, :, None], shape),
+                 jnp.broadcast_to(totals[:, :, None], shape))  # fmt: skip
+        top, total, acc = lax.reduce(
+            (*parts, accs), (f32(-jnp.inf), f32(0), f32(0)), _merge, (1,)
+        )  # fmt: skip
     return acc / jnp.where(jnp.isfinite(top), total, f32(jnp.nan))
 
 
