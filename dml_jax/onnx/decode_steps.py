@@ -394,9 +394,9 @@ class DecodeSteps:
         return held[2]
 
     def _named(self, program: Any, params: tuple) -> dict:
-        """``params_for``'s tuple as the program's parameters by name."""
-        self.params_for(program)  # its names, as the session holds them now
-        return dict(zip(program.__dict__["_step_params"][1], params, strict=True))
+        """``params_for``'s tuple as the program's parameters by name (the same sorted names)."""
+        names = sorted(self.session._run_params(program))
+        return dict(zip(names, params, strict=True))
 
     def put(self, array: Any) -> Any:
         """``array`` on the session's device, or replicated over its mesh."""
