@@ -391,17 +391,24 @@ def test_a_row_of_minus_infinity_is_nan_under_jit():
     assert np.isnan(np.asarray(op.fn(*case.inputs))).all()
 
 
+def _cache_desc(seq: int, capacity: int):
+    """MULTIHEAD_ATTENTION1 of one head of size 1 over a cache of ``capacity`` positions with a
+    past sequence length, ``seq`` queries and new keys, its present values an output."""
+    s, c = _t((1, seq, 1)), _t((1, 1, capacity, 1))
+    return MHA1(
+        s, s, s, past_key_tensor=c, past_value_tensor=c,
+        past_sequence_lengths_tensor=_t((1,), "INT32"), output_tensor=s,
+        output_present_value_tensor=c, scale=1.0, mask_filter_value=-10000.0,
+        query_head_count=1, key_value_head_count=1,
+    )  # fmt: skip
+
+
 def test_past_sequence_lengths_are_causal_and_drop_what_the_cache_cannot_hold():
     """Capacity 2, past length 1, three new keys: positions 1 and 2 of the cache would get new
     keys 0 and 1 (key 2 falls outside and is dropped); query i sees positions <= 1 + 3 - 3 + i:
     query 0 positions {0, 1}, query 1 and 2 everything (two positions). A negative length
     shifts the frontier before position 0 for query 0: no position, output 0."""
-    desc = MHA1(
-        _t((1, 3, 1)), _t((1, 3, 1)), _t((1, 3, 1)), past_key_tensor=_t((1, 1, 2, 1)),
-        past_value_tensor=_t((1, 1, 2, 1)), past_sequence_lengths_tensor=_t((1,), "INT32"),
-        output_tensor=_t((1, 3, 1)), output_present_value_tensor=_t((1, 1, 2, 1)), scale=1.0,
-        mask_filter_value=-10000.0, query_head_count=1, key_value_head_count=1,
-    )  # fmt: skip
+    desc = _cache_desc(seq=3, capacity=2)
     zeros = np.zeros((1, 3, 1), np.float32)
     values = _a(10, 20, 30, shape=(1, 3, 1))
     past_v = _a(2, 4, shape=(1, 1, 2, 1))
@@ -421,12 +428,7 @@ def test_cache_rows_after_the_sequence_never_reach_the_output():
     infinity in keys and values, which no query attends (docs/semantics.md): the output is the
     mean of past value 2 and new value 10 (equal logits), and the present keeps those rows as
     they were, the new key written at row 1."""
-    desc = MHA1(
-        _t((1, 1, 1)), _t((1, 1, 1)), _t((1, 1, 1)), past_key_tensor=_t((1, 1, 4, 1)),
-        past_value_tensor=_t((1, 1, 4, 1)), past_sequence_lengths_tensor=_t((1,), "INT32"),
-        output_tensor=_t((1, 1, 1)), output_present_value_tensor=_t((1, 1, 4, 1)), scale=1.0,
-        mask_filter_value=-10000.0, query_head_count=1, key_value_head_count=1,
-    )  # fmt: skip
+    desc = _cache_desc(seq=1, capacity=4)
     past_k = _a(0.0, 5.0, np.nan, np.inf, shape=(1, 1, 4, 1))
     past_v = _a(2.0, 7.0, np.nan, -np.inf, shape=(1, 1, 4, 1))
     q, k, v = _a(1.0, shape=(1, 1, 1)), _a(0.0, shape=(1, 1, 1)), _a(10.0, shape=(1, 1, 1))
