@@ -21,9 +21,10 @@ Each process also reports its decode programs' graph rewrites and attention node
 
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_step_gpu.py [--int4]
 [--int4-tiles "" one_row=1] [--int4-only] [--attention "" cudnn lax decode:256] [--devices 2]
-[--dump-hlo] [--builder] [--keep bench_out/models]`` (an int4 process per set of the 4-bit kernel's tunables; a process
-per form of the attention; ``--int4-only``, no float16 process; ``--builder``, the model in
-ONNX Runtime GenAI's model-builder form); it writes ``$OUT/decode_step.json`` when
+[--dump-hlo] [--builder] [--keep bench_out/models]`` (an int4 process per set of the 4-bit
+kernel's tunables; a process per form of the attention; ``--int4-only``, no float16 process;
+``--builder``, the model in ONNX Runtime GenAI's model-builder form; ``--keep``, the exports
+kept for a later call); it writes ``$OUT/decode_step.json`` when
 ``OUT`` is set, and with ``--dump-hlo`` each process's optimized HLO of its decode steps
 (``$OUT/hlo-N``: a run of steps' module and a single step's) with its kernels summarized
 (``hlo_kernels.py``).
