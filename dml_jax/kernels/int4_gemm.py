@@ -369,22 +369,21 @@ def _dot(acc, w, x, v: View, precision):
     """``acc`` plus the step's product of the weights ``w`` {bn, width} and A's values ``x``
     {rows, width} (its one row widened to the dot's ``ROWS`` rows, the others zeros)."""
     if v.widen_row and x.shape[0] == 1:
-        shape = (ROWS, x.shape[1])
-        first = lax.broadcasted_iota(jnp.int32, shape, 0) == 0
-        x = jnp.where(first, jnp.broadcast_to(x, shape), jnp.zeros((), x.dtype))
+        x = _widened(x)
     lhs, rhs = (w, x) if v.weights_first else (x, w)
     return acc + lax.dot_general(lhs, rhs, (((1,), (1,)), ((), ())), precision=precision,
                                  preferred_element_type=jnp.float32)  # fmt: skip
 
 
-def _paired(even, odd):
-    """A's even and odd values {1, width} as the first two of a dot operand's ``ROWS`` rows,
-    the others zeros (``PAIRED_ROWS``)."""
-    shape = (ROWS, even.shape[1])
-    row = lax.broadcasted_iota(jnp.int32, shape, 0)
-    zero = jnp.zeros((), even.dtype)
-    odd = jnp.where(row == 1, jnp.broadcast_to(odd, shape), zero)
-    return jnp.where(row == 0, jnp.broadcast_to(even, shape), odd)
+def _widened(*rows):
+    """Rows {1, width} of A as the first rows of a dot operand of ``ROWS`` rows, the others
+    zeros: its one row (``widen_row``), or its even and odd values (``PAIRED_ROWS``)."""
+    shape = (ROWS, rows[0].shape[1])
+    index = lax.broadcasted_iota(jnp.int32, shape, 0)
+    out = jnp.zeros(shape, rows[0].dtype)
+    for k in reversed(range(len(rows))):
+        out = jnp.where(index == k, jnp.broadcast_to(rows[k], shape), out)
+    return out
 
 
 def _result(acc, v: View):
@@ -554,7 +553,7 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=
                 f32 = jnp.float32
                 return acc + lo.astype(f32) * even.astype(f32) + hi.astype(f32) * odd.astype(f32)
             if v.paired_rows:  # one operand of A's even and odd values for both dots
-                pair = _paired(even, odd)
+                pair = _widened(even, odd)
                 return _dot(acc[0], lo, pair, v, precision), _dot(acc[1], hi, pair, v, precision)
             return _dot(_dot(acc, lo, even, v, precision), hi, odd, v, precision)
 
