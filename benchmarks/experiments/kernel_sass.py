@@ -58,12 +58,14 @@ def triton_ir(k: int, n: int, tiles: K.Tiles) -> tuple[bytes, int, int]:
 
     with fastpath.target_platform("cuda"):
         text = jax.jit(product).trace(a, q, s, z).lower(lowering_platforms=("cuda",)).as_text()
-    (config,) = re.findall(r"mhlo\.backend_config = \{(.*?)\}\s*:", text, re.DOTALL)
-    (escaped,) = re.findall(r'ir = "((?:[^"\\]|\\.)*)"', config, re.DOTALL)
+    # the one Triton call's backend config: its IR, a quoted string (whose escaped bytes may
+    # hold any other text, so it is matched first, and the numbers searched outside it)
+    (escaped,) = re.findall(r'ir = "((?:[^"\\]|\\.)*)"', text, re.DOTALL)
+    rest = text.replace(escaped, "")
     return (
         _unescaped(escaped),
-        int(re.search(r"num_warps = (\d+)", config).group(1)),
-        int(re.search(r"num_stages = (\d+)", config).group(1)),
+        int(re.search(r"num_warps = (\d+)", rest).group(1)),
+        int(re.search(r"num_stages = (\d+)", rest).group(1)),
     )
 
 
