@@ -76,9 +76,9 @@ MAX_SPLITS = 16
 # slices, which XLA can take with the division by the sums in one loop fusion, rather than in
 # one variadic reduction, which the 1B-class decoders' HLO on an H200 showed as two kernels a
 # layer (the reduction, then the division and the select of NaN rows in a fusion of their own;
-# benchmarks/experiments/README.md, 2026-11-30). Not yet timed on a GPU (CPU only,
-# 2026-11-30): ``decode_step_gpu.py --int4 --flags default --samples 3 --set ""
-# "dml_jax.kernels.decode_attention.FOLD_SPLITS=False"`` times it.
+# benchmarks/experiments/README.md, 2026-11-30). Timed with ``int4_gemm.SPLIT_ADDS`` (one H200,
+# 2026-11-30): fewer kernels (the float16 decoder 267 -> 253 a token) and no slower (float16
+# 988 -> 1,001 tokens/s in the loop): on.
 FOLD_SPLITS = True
 MAX_HEAD = 256  # head sizes (a power of two) a program holds in registers
 # Whether the kernel takes steps with past sequence lengths (the module docstring), which on a

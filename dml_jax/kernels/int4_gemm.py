@@ -150,17 +150,22 @@ NATURAL_K = False
 # keeps its first column, the high codes' its second, each in an accumulator of its own), where
 # each dot has an operand of its own, A's even or odd values with 15 rows of zeros, which Triton
 # stores to shared memory for it: one such store and wait a step, not two. The same products,
-# summed in float32 in another order. Not yet timed on a GPU (CPU only, 2026-11-30).
-PAIRED_ROWS = False
+# summed in float32 in another order. One H200, 2026-11-30, the 1B-class int4 decoder at batch
+# 1 (``decode_step_gpu.py --int4 --int4-only --int4-tiles "" paired_rows=1``), tokens/s in the
+# loop / a dispatch a token: 1,331 / 1,322 -> 1,352 / 1,341, the 4-bit kernels 777 -> 762 us a
+# token (each of the five products a little faster): on.
+PAIRED_ROWS = True
 
 # Whether the float32 partial sums of a product whose K is split among programs are added after
 # the call one addition a split on static slices (elementwise, which XLA may take into each
 # reader's fusion, as it takes the other small elementwise work there) rather than by a
 # reduction over the splits, which in the 1B-class int4 decoder's HLO on an H200 was a kernel
 # of its own after q, k and v's product (its three readers, the rotations and the cache's
-# joins, each a fusion; 2026-11-30), joined to the one reader after the others. Not yet timed
-# on a GPU (CPU only, 2026-11-30): ``decode_step_gpu.py --int4 --flags default --samples 3 --set
-# "" "dml_jax.kernels.int4_gemm.SPLIT_ADDS=False"`` times it.
+# joins, each a fusion; 2026-11-30), joined to the one reader after the others. Timed with
+# ``decode_attention.FOLD_SPLITS`` (both off against both on, one H200, 2026-11-30, a step a
+# dispatch, ``decode_step_gpu.py --int4 --flags default --samples 3 --steps 1 --set "" ...``):
+# the int4 decoder 234 -> 205 kernels a token, 1,340 / 1,326 -> 1,341 / 1,350 tokens/s in the
+# loop / a dispatch a token (float16 988 / 988 -> 1,001 / 1,002): on.
 SPLIT_ADDS = True
 
 
