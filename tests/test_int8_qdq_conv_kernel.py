@@ -188,7 +188,8 @@ def test_interpreted_kernel_is_the_definition(
 
 
 def _check_definition(
-    rng, c, k, strides, relu, out, window, padding, x_zero, clip=None, diverse=True
+    rng, c, k, strides, relu, out, window, padding, x_zero, clip=None, diverse=True,
+    interpret=True,
 ):  # fmt: skip
     x = rng.integers(-128, 128, (2, c, 13, 13)).astype(np.int8)
     zp = None
@@ -209,7 +210,7 @@ def _check_definition(
 
     def kernel(x, w):
         return K.qdq_convolution(
-            x, w, scale, bias, out_scale, zero, strides, out_type, relu, interpret=True,
+            x, w, scale, bias, out_scale, zero, strides, out_type, relu, interpret=interpret,
             padding=padding, x_zero=zp, clip=clip,
         )  # fmt: skip
 
@@ -353,6 +354,24 @@ def test_mobilenet_widths_traced_for_cuda(rng, forced_cuda, zero_point):
     for g, w in zip(got, want):
         np.testing.assert_array_equal(np.asarray(g), w)
     assert len(np.unique(want[0])) > 20 and want[1].max() > 0  # values that can differ
+
+
+@pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("fma", [True, False], ids=["fma-quotient", "residual-quotient"])
+@pytest.mark.parametrize(
+    "c, k, strides, relu, out, window, padding, x_zero, clip",
+    [(64, 32, (1, 1), True, "INT8", 1, ((0, 0), (0, 0)), None, None),
+     (256, 96, (2, 2), False, "UINT8", 1, ((0, 0), (0, 0)), "UINT8", None),
+     (64, 32, (1, 1), False, "INT8", 3, ((1, 1), (1, 1)), "INT8", (-2.5, 1.75))],
+)  # fmt: skip
+def test_gpu_kernel_is_the_definition(
+    rng, c, k, strides, relu, out, window, padding, x_zero, clip, fma, monkeypatch
+):
+    """Natively, each way of rounding the quotient (``FMA_QUOTIENT``): the definition's sums
+    beside halfway points, NaN and infinite channel scales, bit for bit."""
+    monkeypatch.setattr(K, "FMA_QUOTIENT", fma)
+    _check_definition(rng, c, k, strides, relu, out, window, padding, x_zero, clip,
+                      interpret=False)  # fmt: skip
 
 
 @pytest.mark.skipif(not fastpath.cuda_present(), reason="needs a CUDA GPU")

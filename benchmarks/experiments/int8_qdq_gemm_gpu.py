@@ -12,6 +12,9 @@ turn (median of ``--samples`` samples of ``--iters`` calls, one sync a sample):
   chain in XLA's fusion after it (``_quant.round_quotient``);
 - ``float16``: the float16 export's convolution (bias and ReLU fused by XLA, float16 written).
 
+``residual`` is ``fused`` with its quotient rounded as before 2026-11-30 (``FMA_QUOTIENT`` off:
+the lax lowering's CUDA form, ``_quant._nearest_steps``), which must give the same values.
+
 It prints microseconds a convolution, TOPS, the bytes moved against the copy's bandwidth, and
 how many of the fused form's values differ from the cudnn form's (the two are the same chain;
 XLA may contract the scaling and the bias into one fused multiply-add, docs/semantics.md, which
@@ -40,9 +43,9 @@ SHAPES = [(56 * 56, 64, 64), (56 * 56, 64, 256), (56 * 56, 256, 64), (28 * 28, 1
 
 def fused(x, w, scale, bias, sy, interpret=False):
     """The QDQ chain in one kernel, the sessions' fast path (``kernels/int8_qdq_conv.py``, the
-    rounding by ``_quant._nearest_steps``): int8 x {M, K} by int8 w {C, K} -> int8 {M, C}, as a
-    1x1 convolution of M images of one pixel. (Its first form divided by PTX's ``div.rn`` and
-    ``cvt.rni`` instead: slower on the output-heavy shapes; README.)"""
+    quotient by fused multiply-adds, ``FMA_QUOTIENT``): int8 x {M, K} by int8 w {C, K} -> int8
+    {M, C}, as a 1x1 convolution of M images of one pixel. (Its first form divided by PTX's
+    ``div.rn`` and ``cvt.rni`` instead: slower on the output-heavy shapes; README.)"""
     import jax.numpy as jnp
 
     from dml_jax.enums import DataType
@@ -54,6 +57,22 @@ def fused(x, w, scale, bias, sy, interpret=False):
         (1, 1), DataType.INT8, True, channels_last=True, interpret=interpret,
     )  # fmt: skip
     return y.reshape(m, c)
+
+
+def residual_form(f):
+    """``f`` traced with the kernel's quotient rounded as the lax lowering rounds it on CUDA
+    (``_quant._nearest_steps``: ``FMA_QUOTIENT`` off), its form before 2026-11-30."""
+    from dml_jax.kernels import int8_qdq_conv as K
+
+    @functools.wraps(f)
+    def traced(*args, **kw):
+        saved, K.FMA_QUOTIENT = K.FMA_QUOTIENT, False
+        try:
+            return f(*args, **kw)
+        finally:
+            K.FMA_QUOTIENT = saved
+
+    return traced
 
 
 def cudnn(x, w, scale, bias, sy):
@@ -196,12 +215,14 @@ def main() -> None:
             args = [jax.device_put(v) for v in _window_data(rng, a.batch, hw, k, c, window)]
             opts = {"stride": stride, "pad": pad}
             forms = {"fused": jax.jit(functools.partial(fused_window, **opts)),
+                     "residual": jax.jit(residual_form(functools.partial(fused_window, **opts))),
                      "cudnn": jax.jit(functools.partial(cudnn_window, **opts))}  # fmt: skip
             half_form = jax.jit(functools.partial(half_window, **opts))
         else:
             m, taps = a.batch * hw, 1
             args = [jax.device_put(v) for v in _data(rng, m, k, c)]
-            forms = {"fused": jax.jit(fused), "cudnn": jax.jit(cudnn)}
+            forms = {"fused": jax.jit(fused), "residual": jax.jit(residual_form(fused)),
+                     "cudnn": jax.jit(cudnn)}  # fmt: skip
             half_form = jax.jit(half)
         x16 = jax.device_put(np.asarray(args[0]).astype(np.float16))
         w16 = jax.device_put(np.asarray(args[1]).astype(np.float16))
@@ -215,9 +236,11 @@ def main() -> None:
             jax.block_until_ready(outs[name])
             us[name] = statistics.median(microseconds(call, a.samples, a.iters))
         differ = int(np.sum(np.asarray(outs["fused"]) != np.asarray(outs["cudnn"])))
+        apart = int(np.sum(np.asarray(outs["fused"]) != np.asarray(outs["residual"])))
         ops = 2 * m * k * c * taps / 1e12
         label = f"{window}x{window}/{stride} " if a.windows else ""
         print(f"{label}{m} x {k} -> {c}: fused {us['fused']:.1f} us ({ops / us['fused'] * 1e6:.0f} TOPS), "
+              f"residual quotient {us['residual']:.1f} ({apart} differ), "
               f"cudnn {us['cudnn']:.1f}, float16 {us['float16']:.1f}, copy of x16 {us['copy']:.1f}; "
               f"fused/cudnn {us['cudnn'] / us['fused']:.2f}x, fused/float16 "
               f"{us['float16'] / us['fused']:.2f}x; {differ} of {m * c} differ")  # fmt: skip

@@ -14,13 +14,13 @@ channels-last (M = N * H * W rows of C channels, by the filter as {K, C}), and t
 on the accumulator: the sums to float32 (rounded to nearest even, as CAST), times the channel's
 scale, plus the bias (PTX ``add.rn``: never contracted into a fused multiply-add, which would
 round once where the two lowerings round twice), the ReLU, the clip, then the quantizer: the
-correctly rounded quotient by the output scale rounded half to even (``_quant._nearest_steps``, the
-rounding the quantizers' lax lowering takes on CUDA), plus the zero point, saturated; one byte
-written a value. Equal to the nodes' lax lowerings in sequence (tests/test_int8_qdq_conv_kernel.py;
-where a value is NaN the ReLU here gives 0 and the lax lowering NaN, and the quantizer turns
-both into the zero point). On an H200, ResNet-50's nine 1x1 shapes at batch 64 ran 1.07-2.32x
-faster than cuDNN's convolution and XLA's fusion (benchmarks/experiments/README.md,
-``int8_qdq_gemm_gpu.py``).
+correctly rounded quotient by the output scale rounded half to even (by fused multiply-adds,
+``FMA_QUOTIENT``, or as the quantizers' lax lowering rounds on CUDA), plus the zero point,
+saturated; one byte written a value. Equal to the nodes' lax lowerings in sequence
+(tests/test_int8_qdq_conv_kernel.py; where a value is NaN the ReLU here gives 0 and the lax
+lowering NaN, and the quantizer turns both into the zero point). On an H200, ResNet-50's nine
+1x1 shapes at batch 64 ran 1.07-2.32x faster than cuDNN's convolution and XLA's fusion
+(benchmarks/experiments/README.md, ``int8_qdq_gemm_gpu.py``).
 
 Taken where: one group, an INT8 or UINT8 input (with a zero point or none) and an INT8
 filter without one; a 1x1 filter without padding (strides taken by reading the input's strided
@@ -47,7 +47,7 @@ from jax import lax
 
 from ..fastpath import register_chain, register_fast_path
 from ..ops import _quant
-from .pallas_helpers import is_nan, load_pallas, ptx
+from .pallas_helpers import is_nan, load_pallas, nearest_quotient, ptx
 
 # Tunables, from int8_qdq_gemm_gpu.py on an H200: 128 rows a program, 8 warps, 3 stages.
 BLOCK_M = 128
@@ -63,6 +63,22 @@ MAX_C = 1 << 16  # products a sum (C times the window's taps): |sums| <= 2^14 * 
 # own integer product otherwise) the network took 30.3 ms with its 3x3 convolutions elsewhere
 # and 3.3 here.
 MAX_WINDOW = 7
+# Whether the quantizer's quotient is rounded by PTX's fused multiply-adds from the scale's
+# reciprocal (``pallas_helpers.nearest_quotient``: nine instructions an element, the scale's
+# terms once a program) rather than by the lax lowering's CUDA form, an approximate quotient and
+# one exact residual from 12-bit halves of the scale (``_quant._nearest_steps``, some seventeen):
+# the same correctly rounded quotient (Markstein's theorem; 13.1M quotients beside halfway
+# points and at random, NumPy's float32 division rounded half to even, none different, and
+# tests/test_ptx_quotient.py runs the PTX itself so on the CPU; natively on an H200 both forms
+# equal the definition bit for bit). What the kernel spends on its output-heavy shapes is that
+# epilogue (51M outputs in 87 us where their bytes take about 15): in the sm_90a SASS of the 64
+# -> 256 1x1 kernel (Triton 3.8, on the CPU) 2,000 -> 1,536 instructions a thread (its
+# conversion's own saturation then taking the clip's place). One H200, 2026-11-30
+# (``int8_qdq_gemm_gpu.py``, ResNet-50's nine 1x1 shapes at batch 64, two runs): that shape
+# 103.1 / 98.1 -> 83.8 / 83.8 us, the others within the runs' spread (0.8-1.2x either way).
+# The network not yet timed: ``quantized_models_gpu.py --only resnet50 --forms int8`` with and
+# without ``--set dml_jax.kernels.int8_qdq_conv.FMA_QUOTIENT=False``.
+FMA_QUOTIENT = True
 
 
 def _listed(nkhw: tuple, channels_last: bool) -> tuple:
@@ -330,14 +346,11 @@ def qdq_convolution(
         if clip is not None:  # min then max (lo above hi gives lo); NaN stays NaN
             v = jnp.where(v > clip[1], jnp.float32(clip[1]), v)
             v = jnp.where(v < clip[0], jnp.float32(clip[0]), v)
-        q = _quant._nearest_steps.__wrapped__(v, jnp.broadcast_to(y_ref[...], v.shape))
-        z = jnp.broadcast_to(z_ref[...], v.shape)
-        nan = jnp.isnan(q) if interpret else is_nan(q)
-        q = jnp.where(nan, z, jnp.clip(q + z, jnp.float32(lo), jnp.float32(hi)))
+        q = _quantized(v, y_ref[...], z_ref[...], lo, hi, out_type.numpy_dtype, interpret)
         if whole:
-            o_ref[pl.ds(first, bm), cols] = q.astype(out_type.numpy_dtype)
+            o_ref[pl.ds(first, bm), cols] = q
         else:
-            o_ref[...] = q.astype(out_type.numpy_dtype)
+            o_ref[...] = q
 
     specs = {} if whole else {
         "in_specs": [
@@ -363,6 +376,27 @@ def qdq_convolution(
     )(a, b, scale, bias, out_scale, zero, zp8, sums, int_bias)
     out = out[:m].reshape(n, hp, wp, k)[:, :out_h, :out_w, :k_out]
     return out if channels_last else jnp.transpose(out, (0, 3, 1, 2))
+
+
+def _quantized(v, y, z, lo: float, hi: float, dtype, interpret: bool):
+    """The quantizer on the block ``v``: ``round_half_even(v / y) + z`` ({1} each) saturated to
+    [lo, hi] in ``dtype``, the quotient correctly rounded first, the zero point where it is
+    NaN. By fused multiply-adds from the scale's correctly rounded reciprocal, computed once a
+    program (``FMA_QUOTIENT``; NaN quotients come out 0, and the conversion's own clamp, as
+    JAX's, saturates where [lo, hi] is the type's range), or as the quantizers' lax lowering
+    rounds on CUDA (``_quant._nearest_steps``, also the interpreter's)."""
+    if interpret or not FMA_QUOTIENT:
+        q = _quant._nearest_steps.__wrapped__(v, jnp.broadcast_to(y, v.shape))
+        nan = jnp.isnan(q) if interpret else is_nan(q)
+        q = jnp.where(nan, z, jnp.clip(q + z, jnp.float32(lo), jnp.float32(hi)))
+        return q.astype(dtype)
+    power, ys = _quant.scaled_divisor(y)
+    inv = ptx("rcp.rn.f32", ys)
+    q = nearest_quotient(v * power, *(jnp.broadcast_to(t, v.shape) for t in (ys, inv))) + z
+    info = np.iinfo(dtype)
+    if (lo, hi) != (info.min, info.max):
+        q = jnp.clip(q, jnp.float32(lo), jnp.float32(hi))
+    return q.astype(dtype)
 
 
 def _divmod(a, b: int) -> tuple:

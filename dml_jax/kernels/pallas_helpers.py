@@ -1,6 +1,6 @@
 """Pallas helpers the kernels share: Pallas loaded on first use, one PTX instruction element by
-element, bytes split into their two 4-bit codes as float16 by PTX, and a NaN test from the
-bits.
+element, bytes split into their two 4-bit codes as float16 by PTX, a NaN test from the bits,
+and a quotient rounded half to even by PTX's fused multiply-adds.
 
 Pallas (and its Triton backend) is imported only when a kernel is traced, so CPU-only users never
 load it; the kernels call ``load_pallas()`` inside their lowerings.
@@ -68,3 +68,45 @@ def nibbles_plus_1024(raw):
                                         result_shape_dtypes=out)[0]
         for shift in ("", "shr.u32 t, t, 4;\n")
     )  # fmt: skip
+
+
+# The correctly rounded float32 quotient by fused multiply-adds (Markstein's division): from
+# ``q0 = x * inv``, with ``inv`` the correctly rounded reciprocal of ``y``, within an ulp and a
+# half of ``x / y``; one correction ``q1 = q0 + (x - q0 * y) * inv`` (each step one rounding)
+# brings it within an ulp, and a second is then the correctly rounded quotient (Markstein's
+# theorem: ``inv`` within half an ulp of ``1 / y``, ``q1`` within an ulp of ``x / y``, ``x - q1 *
+# y`` exact in a fused multiply-add), provided nothing underflows (``_quant.scaled_divisor``
+# keeps ``y`` in [2^-23, 4)). Where a step gives NaN while ``q0`` is not (``y`` 0 or infinite,
+# ``x`` infinite) ``q0`` is the quotient's own value (infinite or 0); a NaN quotient gives 0.
+_quotient_ptx = """{
+.reg .f32 q0, q, r;
+.reg .pred p;
+mul.rn.f32 q0, $1, $3;
+neg.f32 r, q0;
+fma.rn.f32 r, r, $2, $1;
+fma.rn.f32 q, r, $3, q0;
+neg.f32 r, q;
+fma.rn.f32 r, r, $2, $1;
+fma.rn.f32 q, r, $3, q;
+setp.nan.f32 p, q0, q0;
+selp.f32 q0, 0f00000000, q0, p;
+setp.nan.f32 p, q, q;
+selp.f32 q, q0, q, p;
+cvt.rni.f32.f32 $0, q;
+}"""
+
+
+def nearest_quotient(x, y, inv):
+    """``round_half_even(x / y)`` of float32 ``x`` and ``y`` (one shape; ``inv`` the correctly
+    rounded ``1 / y``, PTX's ``rcp.rn.f32``), the quotient correctly rounded first (as NumPy's
+    ``np.rint(x / y)`` in float32), 0 where that quotient is NaN, by PTX fused multiply-adds:
+    ten instructions an element (CUDA only; ``y`` from ``_quant.scaled_divisor``)."""
+    _, pltriton = load_pallas()
+    [out] = pltriton.elementwise_inline_asm(
+        _quotient_ptx,
+        args=[x, y, inv],
+        constraints="=f,f,f,f",
+        pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(x.shape, jnp.float32)],
+    )
+    return out

@@ -199,11 +199,7 @@ def _nearest_steps(x, y):
     (infinities and NaN included) ``f`` or ``f + 1`` is on the quotient's side and past it less
     one; a ``y`` of 0, infinite or NaN gives ``q`` the quotient's own value there (infinite, 0
     or NaN), and ``r``, NaN where ``y`` is infinite, adds nothing to ``f``, which is then 0."""
-    bits = lax.bitcast_convert_type(y, jnp.uint32)
-    exponent = jnp.clip((bits >> 23) & jnp.uint32(0xFF), jnp.uint32(1), jnp.uint32(253))
-    power = lax.bitcast_convert_type((jnp.uint32(254) - exponent) << 23, jnp.float32)
-    power = jnp.where(y < 0, -power, power)
-    ys = y * power  # in [2^-23, 4), or 0, infinite or NaN: x / y = (x * power) / ys
+    power, ys = scaled_divisor(y)
     inverse = jnp.float32(1) / ys
     yh, yl = _split(ys)
     even = ys * jnp.float32(2.0**-24)  # b / lead(h), exact
@@ -216,6 +212,19 @@ def _nearest_steps(x, y):
         lax.bitcast_convert_type(h, jnp.uint32) & jnp.uint32(0x7F800000), jnp.float32
     )
     return f + (r > lead * jnp.where(_is_odd(f), odd, even)).astype(jnp.float32)
+
+
+def scaled_divisor(y):
+    """``(power, ys)`` of float32 divisors ``y``: ``power`` a signed power of two and ``ys = y *
+    power`` (exact) in [2^-23, 4), or 0, infinite or NaN, so that ``x / y = (x * power) / ys``
+    (``x * power`` exact unless it overflows or underflows, where the quotient is far beyond
+    ``STEPS_EXACT`` or far under 1/2), and products and residuals of quotients of ``ys`` under
+    ``STEPS_EXACT`` stay far from float32's underflow."""
+    bits = lax.bitcast_convert_type(y, jnp.uint32)
+    exponent = jnp.clip((bits >> 23) & jnp.uint32(0xFF), jnp.uint32(1), jnp.uint32(253))
+    power = lax.bitcast_convert_type((jnp.uint32(254) - exponent) << 23, jnp.float32)
+    power = jnp.where(y < 0, -power, power)
+    return power, y * power
 
 
 def _is_odd(f):
