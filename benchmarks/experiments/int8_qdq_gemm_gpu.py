@@ -239,11 +239,13 @@ def main() -> None:
         apart = int(np.sum(np.asarray(outs["fused"]) != np.asarray(outs["residual"])))
         ops = 2 * m * k * c * taps / 1e12
         label = f"{window}x{window}/{stride} " if a.windows else ""
-        print(f"{label}{m} x {k} -> {c}: fused {us['fused']:.1f} us ({ops / us['fused'] * 1e6:.0f} TOPS), "
+        tops = ops / us["fused"] * 1e6
+        print(f"{label}{m} x {k} -> {c}: fused {us['fused']:.1f} us ({tops:.0f} TOPS), "
               f"residual quotient {us['residual']:.1f} ({apart} differ), "
-              f"cudnn {us['cudnn']:.1f}, float16 {us['float16']:.1f}, copy of x16 {us['copy']:.1f}; "
-              f"fused/cudnn {us['cudnn'] / us['fused']:.2f}x, fused/float16 "
-              f"{us['float16'] / us['fused']:.2f}x; {differ} of {m * c} differ")  # fmt: skip
+              f"cudnn {us['cudnn']:.1f}, float16 {us['float16']:.1f}, "
+              f"copy of x16 {us['copy']:.1f}; fused/cudnn {us['cudnn'] / us['fused']:.2f}x, "
+              f"fused/float16 {us['float16'] / us['fused']:.2f}x; {differ} of {m * c} "
+              "differ")  # fmt: skip
 
 
 if __name__ == "__main__":

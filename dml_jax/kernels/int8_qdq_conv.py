@@ -64,7 +64,7 @@ MAX_C = 1 << 16  # products a sum (C times the window's taps): |sums| <= 2^14 * 
 # and 3.3 here.
 MAX_WINDOW = 7
 # Whether the quantizer's quotient is rounded by PTX's fused multiply-adds from the scale's
-# reciprocal (``pallas_helpers.nearest_quotient``: nine instructions an element, the scale's
+# reciprocal (``pallas_helpers.nearest_quotient``: ten PTX instructions an element, the scale's
 # terms once a program) rather than by the lax lowering's CUDA form, an approximate quotient and
 # one exact residual from 12-bit halves of the scale (``_quant._nearest_steps``, some seventeen):
 # the same correctly rounded quotient (Markstein's theorem; 13.1M quotients beside halfway

@@ -100,7 +100,8 @@ def nearest_quotient(x, y, inv):
     """``round_half_even(x / y)`` of float32 ``x`` and ``y`` (one shape; ``inv`` the correctly
     rounded ``1 / y``, PTX's ``rcp.rn.f32``), the quotient correctly rounded first (as NumPy's
     ``np.rint(x / y)`` in float32), 0 where that quotient is NaN, by PTX fused multiply-adds:
-    ten instructions an element (CUDA only; ``y`` from ``_quant.scaled_divisor``)."""
+    ten instructions an element, some of which ptxas folds (CUDA only; ``y`` from
+    ``_quant.scaled_divisor``)."""
     _, pltriton = load_pallas()
     [out] = pltriton.elementwise_inline_asm(
         _quotient_ptx,
