@@ -116,6 +116,12 @@ TILES = {
     # shared-memory store of it a step, not two (``Tiles.paired_rows``)
     "paired": K.Tiles(paired_rows=True),
     "paired-n128w8": K.Tiles(paired_rows=True, block_n=128, warps=8),
+    # for the head (2048 x 128,256: 2,004 programs of the whole of K, 3.8 waves of four a
+    # multiprocessor; int4_floor_gpu.py put it at 70-77 us against a read of its codes in 39):
+    # steps of 128 (95 registers in the CPU-made SASS: five programs a multiprocessor), K split
+    # in two (4,008 programs of 1,024, the halves added by XLA)
+    "s128": K.Tiles(step_k=128),
+    "k-halves": K.Tiles(target_programs=4096, min_k=1024),
     # K's splits added atomically into one float32 product: no reduction kernel after it
     "atomic": K.Tiles(atomic=True),
     "atomic-grid1024": K.Tiles(atomic=True, target_programs=1024, min_k=128),
