@@ -25,7 +25,6 @@ import contextlib
 import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -33,7 +32,7 @@ import numpy as np
 
 from ..errors import ValidationError
 from .cache import ProgramCache, flat_feed, structure_shape
-from .elements import ONNX, TYPE_NAMES, data_type_of, numpy_dtype_of, to_graph_array
+from .elements import ONNX, data_type_of, numpy_dtype_of, to_graph_array
 from .importer import ImportedGraph
 from .program import (
     CPU_BAKED_WEIGHTS_MAX_BYTES,
@@ -44,6 +43,7 @@ from .program import (
     explain,
 )
 from .protos import dims_of
+from .session_types import ModelMetadata, NodeArg, SessionOptions, type_string, type_string_of
 from .walk import tensor_elem
 
 _ACCELERATOR_PROVIDERS = (
@@ -53,70 +53,6 @@ _ACCELERATOR_PROVIDERS = (
     "ROCMExecutionProvider",
     "MIGraphXExecutionProvider",
 )
-
-
-@dataclass(frozen=True)
-class NodeArg:
-    """A model input or output as onnxruntime describes it: ``type`` is ``"tensor(float)"``
-    and the like, ``shape`` holds ints, ``dim_param`` names, or None for unnamed dims."""
-
-    name: str
-    type: str
-    shape: list
-
-
-@dataclass(frozen=True)
-class ModelMetadata:
-    """onnxruntime's ``ModelMetadata``."""
-
-    producer_name: str
-    graph_name: str
-    domain: str
-    description: str
-    graph_description: str
-    version: int
-    custom_metadata_map: dict
-
-
-class SessionOptions:
-    """The parts of onnxruntime's ``SessionOptions`` that mean something here: free dimension
-    overrides by name and by denotation; ``graph_optimization_level`` (onnxruntime's
-    ``GraphOptimizationLevel``, its integer value, or ``"disable"``, ``"basic"``,
-    ``"extended"``, ``"all"``; default ``"all"`` as onnxruntime's) chooses the rewrites of
-    ``optimize`` run on each imported graph (constants are folded at import at every level);
-    ``optimized_model_filepath``: where each program's optimized DML graph is written as a
-    DxDispatch JSON model (docs/onnx.md, "Graph optimizations")."""
-
-    def __init__(self):
-        self.free_dimension_overrides: dict[str, int] = {}
-        self.free_dimension_overrides_by_denotation: dict[str, int] = {}
-        self.graph_optimization_level: Any = "all"
-        self.optimized_model_filepath: str = ""
-        self.config_entries: dict[str, str] = {}
-
-    def add_free_dimension_override_by_name(self, name: str, value: int) -> None:
-        self.free_dimension_overrides[name] = int(value)
-
-    def add_free_dimension_override_by_denotation(self, denotation: str, value: int) -> None:
-        self.free_dimension_overrides_by_denotation[denotation.upper()] = int(value)
-
-    def add_session_config_entry(self, key: str, value: str) -> None:
-        self.config_entries[key] = value
-
-
-def _type_string(elem: int) -> str:
-    return f"tensor({TYPE_NAMES.get(int(elem), str(elem))})"
-
-
-def _type_string_of(type_proto: Any) -> str:
-    """onnxruntime's type string of a value: ``tensor(float)``, ``seq(tensor(int64))``,
-    ``optional(seq(tensor(float)))``."""
-    kind = type_proto.WhichOneof("value")
-    if kind == "sequence_type":
-        return f"seq({_type_string_of(type_proto.sequence_type.elem_type)})"
-    if kind == "optional_type":
-        return f"optional({_type_string_of(type_proto.optional_type.elem_type)})"
-    return _type_string(type_proto.tensor_type.elem_type)
 
 
 def _is_tensor(info: Any) -> bool:
@@ -312,7 +248,7 @@ class InferenceSession(ProgramCache):
         shape = self._declared(info) if tensor.HasField("shape") else None
         if info.type.WhichOneof("value") in ("sequence_type", "optional_type"):
             shape = []
-        return NodeArg(info.name, _type_string_of(info.type), shape)
+        return NodeArg(info.name, type_string_of(info.type), shape)
 
     def _declared(self, info: Any) -> list:
         """An input's declared shape with the session's free dimension overrides applied (by
@@ -531,7 +467,7 @@ class InferenceSession(ProgramCache):
         x = np.asarray(x)
         if x.dtype != dtype:
             raise ValidationError(
-                f"{ONNX}: {where} must be {_type_string(tensor_elem(info.type))}, got "
+                f"{ONNX}: {where} must be {type_string(tensor_elem(info.type))}, got "
                 f"an array of {x.dtype}"
             )
         return x
