@@ -151,6 +151,10 @@ def __getattr__(name: str) -> Any:
         from . import session
 
         return getattr(session, name)
+    if name in ("OrtValue", "IOBinding"):
+        from . import binding
+
+        return getattr(binding, name)
     if name in ("Generator", "GeneratorParams", "generate"):
         from . import generation
 
@@ -163,8 +167,10 @@ __all__ = [
     "CompiledOnnx",
     "Generator",
     "GeneratorParams",
+    "IOBinding",
     "ImportedGraph",
     "InferenceSession",
+    "OrtValue",
     "SessionOptions",
     "check_model",
     "compile_onnx",

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import ValidationError
 from .cache import ProgramCache, flat_feed, structure_shape
-from .elements import ONNX, data_type_of, numpy_dtype_of, to_graph_array
+from .elements import ONNX, data_type_of, graph_dtype, numpy_dtype_of, to_graph_array
 from .importer import ImportedGraph
 from .program import (
     CPU_BAKED_WEIGHTS_MAX_BYTES,
@@ -323,11 +323,46 @@ class InferenceSession(ProgramCache):
     def run(
         self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options=None
     ) -> list[np.ndarray]:
-        """Runs the model: ``input_feed`` maps input names to arrays; returns the outputs named
-        in ``output_names`` (None or empty: all), as NumPy arrays in the model's dtypes. On
-        the CPU the session's weights are compiled into the program (up to
-        ``CPU_BAKED_WEIGHTS_MAX_BYTES``) but for its matrices (``_run_params``); elsewhere,
+        """Runs the model: ``input_feed`` maps input names to arrays (or ``OrtValue``s);
+        returns the outputs named in ``output_names`` (None or empty: all), as NumPy arrays in
+        the model's dtypes. On the CPU the session's weights are compiled into the program (up
+        to ``CPU_BAKED_WEIGHTS_MAX_BYTES``) but for its matrices (``_run_params``); elsewhere,
         and in ``apply``, they are arguments."""
+        result, _ = self._run(output_names, input_feed, on_device=False)
+        return result
+
+    def run_on_device(
+        self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, np.dtype]]:
+        """``run``'s outputs left where the program wrote them, for OrtValues (``binding``):
+        ``({name: array}, {name: the output's NumPy dtype})``, each a JAX array in the DML
+        graph's type, or, where ``run`` reshapes its outputs on the host (a decoder's presents
+        cut out of their bucket, sequences, a mesh), the host array ``run`` gives."""
+        return self._run(output_names, input_feed, on_device=True)
+
+    def io_binding(self) -> Any:
+        """onnxruntime's ``IOBinding`` for ``run_with_iobinding`` (``binding``)."""
+        from .binding import IOBinding
+
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: Any, run_options=None) -> None:
+        """Runs the model on ``iobinding``'s inputs into its outputs (``binding``)."""
+        iobinding.run()
+
+    def run_with_ort_values(
+        self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
+        run_options=None,
+    ) -> list[Any]:  # fmt: skip
+        """``run`` on OrtValues (or arrays), the outputs as OrtValues on the session's device."""
+        from .binding import on_device
+
+        arrays, dtypes = self.run_on_device(output_names, input_dict_ort_values)
+        kind = "cpu" if self._device.platform == "cpu" else "cuda"
+        index = jax.devices(self._device.platform).index(self._device)
+        return [on_device(arrays[n], dtypes[n], kind, index, name=n) for n in arrays]
+
+    def _run(self, output_names, input_feed, on_device: bool) -> tuple[Any, Any]:
         if not isinstance(input_feed, Mapping):
             raise ValidationError(f"{ONNX}: input_feed must be a dict of name -> array")
         known, required, outputs = self._feed_names
@@ -354,14 +389,20 @@ class InferenceSession(ProgramCache):
 
             roles, sizes = self._run_buckets()
             names = [i.name for i in self._inputs]
-            arrays, unpad = pad_decoder_feed(roles, names, arrays, sizes)
+            host = [np.asarray(a) if isinstance(a, jax.Array) else a for a in arrays]
+            arrays, unpad = pad_decoder_feed(roles, names, host, sizes)
         program, resumed = self._program_and_resumed(arrays, overrides, extra,
                                                      self._layout is None)  # fmt: skip
         feed = dict(zip(self._names(overrides), arrays + extra), **resumed)
         feed = flat_feed(feed, program.imported)
+        imported = program.imported
         with jax.enable_x64(True) if program.needs_x64 else contextlib.nullcontext():
             jitted, params, args = self._dispatch(program, feed)
             outs = jitted(params, *args)
+            nested = any(kind == "output" for kind, _, _ in imported.layouts)
+            if on_device and not (unpad or nested or program.needs_x64 or program.layout):
+                found = dict(zip(imported.output_names, zip(outs, imported.output_dtypes)))
+                return {n: found[n][0] for n in wanted}, {n: found[n][1] for n in wanted}
             if program.layout is not None:
                 from .placement import fetch
 
@@ -372,14 +413,15 @@ class InferenceSession(ProgramCache):
                 outs = [np.asarray(y) for y in outs]
             result = {
                 name: np.asarray(y).astype(dtype, copy=False)
-                for name, y, dtype in zip(
-                    program.imported.output_names, outs, program.imported.output_dtypes
-                )
+                for name, y, dtype in zip(imported.output_names, outs, imported.output_dtypes)
             }
-        result = _nested_result(result, program.imported)
+        result = _nested_result(result, imported)
         if unpad is not None:
             result = unpad(result)
-        return [result[n] for n in wanted]
+        if on_device:
+            found = {n: result[n] for n in wanted}
+            return found, {n: getattr(v, "dtype", None) for n, v in found.items()}
+        return [result[n] for n in wanted], None
 
     @functools.cached_property
     def _feed_names(self) -> tuple[frozenset, tuple[str, ...], list[str]]:
@@ -464,6 +506,12 @@ class InferenceSession(ProgramCache):
             return [self._checked(info, dtype, a, inner) for a in x]
         if isinstance(x, jax.core.Tracer):
             raise ValidationError(f"{ONNX}: {where}: run takes arrays; use .fn under jax.jit")
+        from .binding import OrtValue
+
+        if isinstance(x, OrtValue):
+            x = x.jax_array()
+        if isinstance(x, jax.Array) and x.dtype == graph_dtype(dtype):
+            return x  # on its device, in the graph's type (an OrtValue's): no copy
         x = np.asarray(x)
         if x.dtype != dtype:
             raise ValidationError(

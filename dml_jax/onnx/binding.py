@@ -1,0 +1,268 @@
+"""onnxruntime's ``OrtValue`` and ``IOBinding``: a model's inputs and outputs held on a device
+between runs, so a loop that feeds one run's outputs to the next (a decoder's presents as its
+pasts) copies nothing through the host.
+
+An ``OrtValue`` holds a JAX array on a device (``"cpu"``; ``"cuda"``, ``"dml"`` and ``"gpu"``
+name the default accelerator's, ``device_id`` which one) in the type the DML graph computes in
+(64-bit integers in 32 bits, booleans as bytes: ``elements.graph_dtype``), and the ONNX type it
+stands for, which ``numpy()`` gives back; a type JAX keeps only with ``jax_enable_x64``
+(float64) stays a host array. ``InferenceSession.run`` takes OrtValues in its feed as
+onnxruntime does; ``run_with_ort_values`` returns OrtValues on the session's device;
+``io_binding()`` binds inputs (OrtValues or host arrays) and outputs (to a device, or into a
+given OrtValue, which then holds the result) for ``run_with_iobinding``. Binding a raw device
+pointer (onnxruntime's ``bind_input`` with ``buffer_ptr``) is a ``ValidationError``: a JAX
+array is no buffer another library writes.
+
+A decoder step whose pasts ``run`` pads to a bucket (``buckets``) is run as ``run`` runs it, its
+inputs through the host and its presents back on the device: ``Generator`` is the loop that
+keeps the cache on the device (docs/onnx.md, "Generation").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..errors import ValidationError
+from .elements import ONNX, elem_type_of, graph_dtype, numpy_dtype_of, to_graph_array
+from .session_types import type_string
+
+# onnxruntime's device type names -> JAX platforms
+_PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "dml": "gpu", "gpu": "gpu", "rocm": "gpu"}
+
+
+def jax_device(device_type: str, device_id: int = 0) -> Any:
+    """The JAX device onnxruntime's ``(device_type, device_id)`` names here."""
+    kind = str(device_type).lower()
+    if kind not in _PLATFORMS:
+        raise ValidationError(f"{ONNX}: device_type '{device_type}': one of {sorted(_PLATFORMS)}")
+    try:
+        devices = jax.devices(_PLATFORMS[kind])
+    except RuntimeError:
+        raise ValidationError(f"{ONNX}: device_type '{device_type}': no such device here") from None
+    if not isinstance(device_id, int | np.integer) or not 0 <= device_id < len(devices):
+        raise ValidationError(
+            f"{ONNX}: device_type '{device_type}': device_id {device_id!r} is not one of the "
+            f"{len(devices)} here"
+        )
+    return devices[int(device_id)]
+
+
+def _dtype_of(element_type: Any, where: str) -> np.dtype:
+    """A NumPy dtype from onnxruntime's ``element_type``: a NumPy type or an ONNX enum."""
+    if isinstance(element_type, int | np.integer) and not isinstance(element_type, bool):
+        return numpy_dtype_of(int(element_type), where)
+    try:
+        dtype = np.dtype(element_type)
+    except TypeError:
+        raise ValidationError(f"{ONNX}: {where}: element_type {element_type!r}") from None
+    if not elem_type_of(dtype):
+        raise ValidationError(f"{ONNX}: {where}: {dtype} is no ONNX tensor type")
+    return dtype
+
+
+class OrtValue:
+    """onnxruntime's ``OrtValue`` for tensors: see the module docstring."""
+
+    def __init__(self, value: Any, dtype: Any, device_type: str = "cpu"):
+        self._value = value  # a jax.Array in the graph's type, or a host array (float64)
+        self._dtype = np.dtype(dtype)
+        self._device_type = str(device_type).lower()
+
+    @staticmethod
+    def ortvalue_from_numpy(numpy_obj: Any, device_type: str = "cpu", device_id: int = 0):
+        """A value holding ``numpy_obj`` on that device."""
+        x = np.asarray(numpy_obj)
+        where = "OrtValue.ortvalue_from_numpy"
+        _dtype_of(x.dtype, where)
+        device = jax_device(device_type, device_id)
+        target = graph_dtype(x.dtype)
+        if jax.dtypes.canonicalize_dtype(target) != target:  # float64 without x64: the host
+            if device.platform != "cpu":
+                raise ValidationError(
+                    f"{ONNX}: {where}: {x.dtype} values stay on the host without "
+                    "jax_enable_x64; give device_type 'cpu'"
+                )
+            return OrtValue(x.copy(), x.dtype, device_type)
+        return OrtValue(jax.device_put(to_graph_array(x, where), device), x.dtype, device_type)
+
+    @staticmethod
+    def ortvalue_from_shape_and_type(
+        shape: Sequence[int], element_type: Any, device_type: str = "cpu", device_id: int = 0
+    ):
+        """A value of zeros of that shape and type on that device."""
+        dtype = _dtype_of(element_type, "OrtValue.ortvalue_from_shape_and_type")
+        return OrtValue.ortvalue_from_numpy(np.zeros(tuple(shape), dtype), device_type, device_id)
+
+    def jax_array(self) -> Any:
+        """The value as the DML graph computes with it (a JAX array, or a host array)."""
+        return self._value
+
+    def numpy(self) -> np.ndarray:
+        """The value on the host, in its ONNX type."""
+        return np.asarray(self._value).astype(self._dtype, copy=False)
+
+    def shape(self) -> list[int]:
+        return list(self._value.shape)
+
+    def data_type(self) -> str:
+        return type_string(elem_type_of(self._dtype))
+
+    def element_type(self) -> int:
+        """The ONNX element type (``TensorProto``'s enum: 1 float, 7 int64, ...)."""
+        return elem_type_of(self._dtype)
+
+    def device_name(self) -> str:
+        return self._device_type
+
+    def is_tensor(self) -> bool:
+        return True
+
+    def is_tensor_sequence(self) -> bool:
+        return False
+
+    def is_sparse_tensor(self) -> bool:
+        return False
+
+    def has_value(self) -> bool:
+        return True
+
+    def tensor_size_in_bytes(self) -> int:
+        return int(np.prod(self._value.shape, dtype=np.int64)) * self._dtype.itemsize
+
+    def data_ptr(self) -> int:
+        """The address of the device buffer (a JAX array's ``unsafe_buffer_pointer``)."""
+        if isinstance(self._value, jax.Array):
+            return self._value.unsafe_buffer_pointer()
+        return self._value.ctypes.data
+
+    def update_inplace(self, np_arr: Any) -> None:
+        """Replaces the value with ``np_arr`` (its shape and type) on the same device."""
+        x = np.asarray(np_arr)
+        if x.shape != tuple(self._value.shape) or x.dtype != self._dtype:
+            raise ValidationError(
+                f"{ONNX}: OrtValue.update_inplace: an array of {x.dtype} {list(x.shape)} for a "
+                f"value of {self._dtype} {self.shape()}"
+            )
+        if isinstance(self._value, jax.Array):
+            device = next(iter(self._value.devices()))
+            self._value = jax.device_put(to_graph_array(x, "OrtValue.update_inplace"), device)
+        else:
+            self._value = x.copy()
+
+    def _set(self, other: OrtValue) -> None:
+        """The value a run wrote into this bound output (``bind_ortvalue_output``)."""
+        self._value, self._dtype = other._value, other._dtype
+
+    def __repr__(self) -> str:
+        return f"OrtValue({self.data_type()}, {self.shape()}, '{self._device_type}')"
+
+
+def on_device(
+    array: Any, dtype: Any, device_type: str, device_id: int = 0, name: str = ""
+) -> OrtValue:
+    """A run's output ``name`` (a JAX array in the graph's type, or a host array of ``dtype``)
+    as a value on that device; a sequence or optional output is a ``ValidationError``."""
+    if array is None or isinstance(array, list | tuple):
+        raise ValidationError(
+            f"{ONNX}: output '{name}' is a sequence or optional value: OrtValues here hold "
+            "tensors (run returns it)"
+        )
+    device = jax_device(device_type, device_id)
+    if not isinstance(array, jax.Array):
+        return OrtValue.ortvalue_from_numpy(np.asarray(array).astype(dtype), device_type, device_id)
+    if device not in array.devices():
+        array = jax.device_put(array, device)
+    return OrtValue(array, dtype, device_type)
+
+
+class IOBinding:
+    """onnxruntime's ``IOBinding`` (``InferenceSession.io_binding()``): inputs bound by name to
+    OrtValues or host arrays, outputs to a device or into an OrtValue, for
+    ``run_with_iobinding``; ``get_outputs()`` gives the bound outputs of the last run as
+    OrtValues, in the order they were bound."""
+
+    def __init__(self, session: Any):
+        self._session = session
+        self._inputs: dict[str, Any] = {}
+        self._outputs: dict[str, tuple[str, int, OrtValue | None]] = {}
+        self._results: list[OrtValue] = []
+
+    def bind_cpu_input(self, name: str, arr_on_cpu: Any) -> None:
+        self._inputs[name] = OrtValue.ortvalue_from_numpy(arr_on_cpu)
+
+    def bind_input(self, name, device_type, device_id, element_type, shape, buffer_ptr) -> None:
+        raise ValidationError(
+            f"{ONNX}: bind_input: input '{name}': a raw device pointer cannot be bound here; bind "
+            "an OrtValue (bind_ortvalue_input) or a host array (bind_cpu_input)"
+        )
+
+    def bind_ortvalue_input(self, name: str, ortvalue: OrtValue) -> None:
+        if not isinstance(ortvalue, OrtValue):
+            raise ValidationError(
+                f"{ONNX}: bind_ortvalue_input: input '{name}': an OrtValue, not "
+                f"{type(ortvalue).__name__}"
+            )
+        self._inputs[name] = ortvalue
+
+    def bind_output(
+        self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: Any = None,
+        shape: Any = None, buffer_ptr: Any = None,
+    ) -> None:  # fmt: skip
+        if buffer_ptr is not None:
+            raise ValidationError(
+                f"{ONNX}: bind_output: output '{name}': a raw device pointer cannot be bound "
+                "here; bind a device (device_type) or an OrtValue (bind_ortvalue_output)"
+            )
+        jax_device(device_type, device_id)
+        self._outputs[name] = (str(device_type), int(device_id), None)
+
+    def bind_ortvalue_output(self, name: str, ortvalue: OrtValue) -> None:
+        if not isinstance(ortvalue, OrtValue):
+            raise ValidationError(
+                f"{ONNX}: bind_ortvalue_output: output '{name}': an OrtValue, not "
+                f"{type(ortvalue).__name__}"
+            )
+        self._outputs[name] = (ortvalue.device_name(), 0, ortvalue)
+
+    def synchronize_inputs(self) -> None:
+        jax.block_until_ready([v.jax_array() for v in self._inputs.values()])
+
+    def synchronize_outputs(self) -> None:
+        jax.block_until_ready([v.jax_array() for v in self._results])
+
+    def get_outputs(self) -> list[OrtValue]:
+        return list(self._results)
+
+    def get_outputs_as_ortvaluevector(self) -> list[OrtValue]:
+        return self.get_outputs()
+
+    def copy_outputs_to_cpu(self) -> list[np.ndarray]:
+        return [v.numpy() for v in self._results]
+
+    def clear_binding_inputs(self) -> None:
+        self._inputs.clear()
+
+    def clear_binding_outputs(self) -> None:
+        self._outputs.clear()
+        self._results = []
+
+    def run(self) -> None:
+        """``run_with_iobinding``: the session's outputs for the bound inputs, each placed as
+        bound."""
+        if not self._outputs:
+            raise ValidationError(f"{ONNX}: run_with_iobinding: no output is bound (bind_output)")
+        names = list(self._outputs)
+        arrays, dtypes = self._session.run_on_device(names, self._inputs)
+        results = []
+        for name in names:
+            device_type, device_id, target = self._outputs[name]
+            value = on_device(arrays[name], dtypes[name], device_type, device_id, name)
+            if target is not None:  # the given OrtValue holds the result
+                target._set(value)
+                value = target
+            results.append(value)
+        self._results = results

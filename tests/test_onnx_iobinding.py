@@ -1,0 +1,176 @@
+"""onnxruntime's ``OrtValue`` and ``IOBinding`` (``dml_jax.onnx.binding``): the same user code
+run on onnxruntime's CPU provider and on ``InferenceSession``, compared: an encoder-style model
+with its outputs kept as device arrays, and a decoder's greedy loop with its presents fed back
+as pasts through ``get_outputs()`` (Optimum's ``ORTModelForCausalLM`` loop on CUDA)."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper, numpy_helper
+
+import dml_jax.onnx as dox
+from dml_jax import ValidationError
+from dml_jax.onnx import InferenceSession, IOBinding, OrtValue
+
+DECODER = os.path.join(os.path.dirname(__file__), "data", "decoders", "tiny_llama_step.onnx")
+
+
+def _mlp(rng) -> bytes:
+    """x {batch, 8} float32 -> y = relu(x W + b) {batch, 4}, and the row's argmax (int64)."""
+    w = rng.standard_normal((8, 4)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Add", ["h", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"]),
+             helper.make_node("ArgMax", ["y"], ["k"], axis=1, keepdims=0)]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
+         helper.make_tensor_value_info("k", TensorProto.INT64, ["batch"])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    return model.SerializeToString()
+
+
+def _bound_run(ortmod, sess, x):
+    """The onnxruntime user's code: the input as an OrtValue, both outputs bound to the CPU."""
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("x", ortmod.OrtValue.ortvalue_from_numpy(x))
+    binding.bind_output("y")
+    binding.bind_output("k", "cpu")
+    sess.run_with_iobinding(binding)
+    values = binding.get_outputs()
+    return binding.copy_outputs_to_cpu(), values
+
+
+def test_ort_value_round_trips():
+    x = np.arange(12, dtype=np.int64).reshape(3, 4) - 5
+    v = OrtValue.ortvalue_from_numpy(x)
+    w = ort.OrtValue.ortvalue_from_numpy(x)
+    for got, want in [(v.shape(), w.shape()), (v.data_type(), w.data_type()),
+                      (v.element_type(), w.element_type()), (v.device_name(), w.device_name()),
+                      (v.is_tensor(), w.is_tensor()), (v.has_value(), w.has_value()),
+                      (v.tensor_size_in_bytes(), w.tensor_size_in_bytes())]:  # fmt: skip
+        assert got == want
+    np.testing.assert_array_equal(v.numpy(), x)
+    assert v.numpy().dtype == np.int64  # held in 32 bits, given back in its ONNX type
+    z = OrtValue.ortvalue_from_shape_and_type([2, 5], np.float16)
+    assert z.numpy().dtype == np.float16 and not z.numpy().any()
+    z2 = OrtValue.ortvalue_from_shape_and_type([2], TensorProto.BOOL)
+    assert z2.data_type() == "tensor(bool)" and z2.numpy().dtype == np.bool_
+    v.update_inplace(x * 2)
+    np.testing.assert_array_equal(v.numpy(), x * 2)
+    with pytest.raises(ValidationError, match="update_inplace"):
+        v.update_inplace(np.zeros((2, 2), np.int64))
+    d = OrtValue.ortvalue_from_numpy(np.ones(3))  # float64: a host array without x64
+    assert d.numpy().dtype == np.float64 and d.data_type() == "tensor(double)"
+
+
+def test_io_binding_matches_onnxruntime(rng):
+    data = _mlp(rng)
+    x = rng.standard_normal((5, 8)).astype(np.float32)
+    want, _ = _bound_run(ort, ort.InferenceSession(data, providers=["CPUExecutionProvider"]), x)
+    s = InferenceSession(data)
+    got, values = _bound_run(dox, s, x)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got[1], want[1])
+    assert got[1].dtype == np.int64
+    # the outputs stayed device arrays until copied
+    assert all(isinstance(v.jax_array(), jax.Array) for v in values)
+    assert [v.data_type() for v in values] == ["tensor(float)", "tensor(int64)"]
+    # run takes OrtValues in its feed, as onnxruntime's does
+    again = s.run(None, {"x": OrtValue.ortvalue_from_numpy(x)})
+    np.testing.assert_array_equal(again[0], got[0])
+
+
+def test_run_with_ort_values_and_bound_output_values(rng):
+    data = _mlp(rng)
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    s = InferenceSession(data)
+    want = s.run(None, {"x": x})
+    values = s.run_with_ort_values(["k", "y"], {"x": OrtValue.ortvalue_from_numpy(x)})
+    np.testing.assert_array_equal(values[0].numpy(), want[1])
+    np.testing.assert_array_equal(values[1].numpy(), want[0])
+    # an output bound into a given OrtValue: that value holds the result
+    binding = s.io_binding()
+    assert isinstance(binding, IOBinding)
+    target = OrtValue.ortvalue_from_shape_and_type([3, 4], np.float32)
+    binding.bind_cpu_input("x", x)
+    binding.bind_ortvalue_output("y", target)
+    s.run_with_iobinding(binding)
+    np.testing.assert_array_equal(target.numpy(), want[0])
+    assert binding.get_outputs()[0] is target
+    binding.clear_binding_outputs()
+    assert binding.get_outputs() == []
+
+
+def _greedy(ortmod, sess, prompt: np.ndarray, steps: int) -> np.ndarray:
+    """Optimum's bound decoder loop: every input an OrtValue, every output bound to the CPU
+    device, the presents fed back as the next step's pasts without leaving it."""
+    batch, n = prompt.shape
+    pasts = [i for i in sess.get_inputs() if i.name.startswith("past")]
+    presents = [o.name for o in sess.get_outputs() if o.name.startswith("present")]
+    cache = {i.name: ortmod.OrtValue.ortvalue_from_numpy(
+        np.zeros((batch, i.shape[1], 0, i.shape[3]), np.float32)) for i in pasts}  # fmt: skip
+    ids, mask = prompt.astype(np.int64), np.ones((batch, n), np.int64)
+    pos = np.broadcast_to(np.arange(n, dtype=np.int64), (batch, n))
+    out = []
+    for _ in range(steps):
+        binding = sess.io_binding()
+        for name, value in [("input_ids", ids), ("attention_mask", mask), ("position_ids", pos)]:
+            binding.bind_ortvalue_input(name, ortmod.OrtValue.ortvalue_from_numpy(value))
+        for name, value in cache.items():
+            binding.bind_ortvalue_input(name, value)
+        binding.bind_output("logits")
+        for name in presents:
+            binding.bind_output(name)
+        sess.run_with_iobinding(binding)
+        logits, *new = binding.get_outputs()
+        ids = logits.numpy()[:, -1].argmax(-1)[:, None].astype(np.int64)
+        out.append(ids)
+        cache = dict(zip((i.name for i in pasts), new))
+        pos = pos[:, -1:] + 1
+        mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], 1)
+    return np.concatenate(out, 1)
+
+
+def test_bound_decoder_loop_gives_onnxruntime_tokens():
+    prompt = np.array([[3, 17, 42, 8, 5], [9, 1, 30, 2, 11]])
+    want = _greedy(ort, ort.InferenceSession(DECODER, providers=["CPUExecutionProvider"]),
+                   prompt, 12)  # fmt: skip
+    s = InferenceSession(DECODER)
+    np.testing.assert_array_equal(_greedy(dox, s, prompt, 12), want)
+    # the presents went back in as device arrays: one program a bucket, none a token
+    assert len(s._programs) <= 3
+
+
+def test_binding_errors_are_validation_errors(rng):
+    s = InferenceSession(_mlp(rng))
+    b = s.io_binding()
+    with pytest.raises(ValidationError, match="raw device pointer"):
+        b.bind_input("x", "cpu", 0, np.float32, [1, 8], 1234)
+    with pytest.raises(ValidationError, match="raw device pointer"):
+        b.bind_output("y", buffer_ptr=1234)
+    with pytest.raises(ValidationError, match="an OrtValue, not ndarray"):
+        b.bind_ortvalue_input("x", np.zeros((1, 8), np.float32))
+    with pytest.raises(ValidationError, match="device_type 'tpu9'"):
+        OrtValue.ortvalue_from_numpy(np.zeros(2, np.float32), "tpu9")
+    with pytest.raises(ValidationError, match="device_id 7"):
+        OrtValue.ortvalue_from_numpy(np.zeros(2, np.float32), "cpu", 7)
+    with pytest.raises(ValidationError, match="no output is bound"):
+        s.run_with_iobinding(b)
+    b.bind_cpu_input("nope", np.zeros((1, 8), np.float32))
+    b.bind_output("y")
+    with pytest.raises(ValidationError, match="unknown input names"):
+        s.run_with_iobinding(b)
+    with pytest.raises(ValidationError, match="no ONNX tensor type"):
+        OrtValue.ortvalue_from_shape_and_type([2], np.dtype("complex64"))
