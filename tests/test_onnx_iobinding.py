@@ -140,17 +140,36 @@ def _greedy(ortmod, sess, prompt: np.ndarray, steps: int) -> np.ndarray:
         cache = dict(zip((i.name for i in pasts), new))
         pos = pos[:, -1:] + 1
         mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], 1)
-    return np.concatenate(out, 1)
+    return np.concatenate(out, 1), [(v.shape(), v.numpy()) for v in cache.values()]
 
 
-def test_bound_decoder_loop_gives_onnxruntime_tokens():
+@pytest.mark.parametrize("steps", [12, 20])
+def test_bound_decoder_loop_gives_onnxruntime_tokens(steps, monkeypatch):
+    """Past 16 positions the loop crosses a bucket (its pasts then padded from 16 to 32)."""
+    from dml_jax.onnx import binding
+
+    padded = []
+    original = binding.pad_on_device
+
+    def spy(*args):
+        found = original(*args)
+        padded.append(found is not None)
+        return found
+
+    monkeypatch.setattr(binding, "pad_on_device", spy)
     prompt = np.array([[3, 17, 42, 8, 5], [9, 1, 30, 2, 11]])
-    want = _greedy(ort, ort.InferenceSession(DECODER, providers=["CPUExecutionProvider"]),
-                   prompt, 12)  # fmt: skip
+    sess = ort.InferenceSession(DECODER, providers=["CPUExecutionProvider"])
+    want, want_cache = _greedy(ort, sess, prompt, steps)
     s = InferenceSession(DECODER)
-    np.testing.assert_array_equal(_greedy(dox, s, prompt, 12), want)
-    # the presents went back in as device arrays: one program a bucket, none a token
-    assert len(s._programs) <= 3
+    got, cache = _greedy(dox, s, prompt, steps)
+    np.testing.assert_array_equal(got, want)
+    for (shape, value), (want_shape, want_value) in zip(cache, want_cache):
+        assert shape == want_shape  # the presents' own positions, not their bucket's
+        np.testing.assert_allclose(value, want_value, rtol=1e-4, atol=1e-5)
+    # the presents went back in as device values, padded to their bucket there (but for the
+    # prompt's step and a past of exactly a bucket's length): a program a bucket, none a token
+    assert padded == [False] + [5 + k != 16 for k in range(steps - 1)]
+    assert len(s._programs) <= 4
 
 
 def test_binding_errors_are_validation_errors(rng):

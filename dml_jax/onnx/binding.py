@@ -13,20 +13,28 @@ given OrtValue, which then holds the result) for ``run_with_iobinding``. Binding
 pointer (onnxruntime's ``bind_input`` with ``buffer_ptr``) is a ``ValidationError``: a JAX
 array is no buffer another library writes.
 
-A decoder step whose pasts ``run`` pads to a bucket (``buckets``) is run as ``run`` runs it, its
-inputs through the host and its presents back on the device: ``Generator`` is the loop that
-keeps the cache on the device (docs/onnx.md, "Generation").
+A decoder step whose pasts ``run`` pads to a bucket (``buckets``) keeps them on the device too
+where they come as device OrtValues (a Concat-form step: ``pad_on_device``): each past is
+padded to its bucket there and the presents come back left in their bucket (the value
+remembers which positions are its own), so the next step moves each one by a single update at
+a run-time position: one program a bucket, none a token, no cache through the host. Other forms
+(GroupQueryAttention's shared buffer, a merged decoder) are padded as ``run`` pads them, on the
+host. ``Generator`` is still the faster loop (the whole step in one dispatch).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from ..errors import ValidationError
+from .buckets import bucket_length
 from .elements import ONNX, elem_type_of, graph_dtype, numpy_dtype_of, to_graph_array
 from .session_types import type_string
 
@@ -67,10 +75,13 @@ def _dtype_of(element_type: Any, where: str) -> np.dtype:
 class OrtValue:
     """onnxruntime's ``OrtValue`` for tensors: see the module docstring."""
 
-    def __init__(self, value: Any, dtype: Any, device_type: str = "cpu"):
+    def __init__(self, value: Any, dtype: Any, device_type: str = "cpu", padding=None):
         self._value = value  # a jax.Array in the graph's type, or a host array (float64)
         self._dtype = np.dtype(dtype)
         self._device_type = str(device_type).lower()
+        # (axis, past, length): a decoder's present left in its bucket, the value its positions
+        # [0, past) and [length, end) on ``axis`` (``pad_on_device``)
+        self._padding = padding
 
     @staticmethod
     def ortvalue_from_numpy(numpy_obj: Any, device_type: str = "cpu", device_id: int = 0):
@@ -99,14 +110,22 @@ class OrtValue:
 
     def jax_array(self) -> Any:
         """The value as the DML graph computes with it (a JAX array, or a host array)."""
+        if self._padding is not None:  # the present's positions, once
+            axis, past, length = self._padding
+            keep = np.r_[0:past, length : self._value.shape[axis]]
+            self._value, self._padding = jnp.take(self._value, keep, axis), None
         return self._value
 
     def numpy(self) -> np.ndarray:
         """The value on the host, in its ONNX type."""
-        return np.asarray(self._value).astype(self._dtype, copy=False)
+        return np.asarray(self.jax_array()).astype(self._dtype, copy=False)
 
     def shape(self) -> list[int]:
-        return list(self._value.shape)
+        shape = list(self._value.shape)
+        if self._padding is not None:
+            axis, past, length = self._padding
+            shape[axis] = past + shape[axis] - length
+        return shape
 
     def data_type(self) -> str:
         return type_string(elem_type_of(self._dtype))
@@ -131,18 +150,19 @@ class OrtValue:
         return True
 
     def tensor_size_in_bytes(self) -> int:
-        return int(np.prod(self._value.shape, dtype=np.int64)) * self._dtype.itemsize
+        return int(np.prod(self.shape(), dtype=np.int64)) * self._dtype.itemsize
 
     def data_ptr(self) -> int:
         """The address of the device buffer (a JAX array's ``unsafe_buffer_pointer``)."""
-        if isinstance(self._value, jax.Array):
-            return self._value.unsafe_buffer_pointer()
-        return self._value.ctypes.data
+        value = self.jax_array()
+        if isinstance(value, jax.Array):
+            return value.unsafe_buffer_pointer()
+        return value.ctypes.data
 
     def update_inplace(self, np_arr: Any) -> None:
         """Replaces the value with ``np_arr`` (its shape and type) on the same device."""
         x = np.asarray(np_arr)
-        if x.shape != tuple(self._value.shape) or x.dtype != self._dtype:
+        if list(x.shape) != self.shape() or x.dtype != self._dtype:
             raise ValidationError(
                 f"{ONNX}: OrtValue.update_inplace: an array of {x.dtype} {list(x.shape)} for a "
                 f"value of {self._dtype} {self.shape()}"
@@ -152,20 +172,82 @@ class OrtValue:
             self._value = jax.device_put(to_graph_array(x, "OrtValue.update_inplace"), device)
         else:
             self._value = x.copy()
+        self._padding = None
 
     def _set(self, other: OrtValue) -> None:
         """The value a run wrote into this bound output (``bind_ortvalue_output``)."""
-        self._value, self._dtype = other._value, other._dtype
+        self._value, self._dtype, self._padding = other._value, other._dtype, other._padding
 
     def __repr__(self) -> str:
         return f"OrtValue({self.data_type()}, {self.shape()}, '{self._device_type}')"
 
 
+def pad_on_device(roles: Any, feed: Mapping[str, Any], sizes: Any) -> tuple[dict, tuple] | None:
+    """``buckets.pad_decoder_feed`` for a Concat-form decoder step whose pasts are OrtValues on
+    a device (a bound loop's presents fed back): each past padded to the bucket on the device
+    (a past left in its bucket by the last step moved by one update at a run-time position:
+    a program a bucket, none a token), the mask on the host; returns the feed so padded and
+    the presents' padding ``(axis, past, length)``, or None where ``run``'s host padding
+    applies (another form, other shapes, host pasts, nothing to pad)."""
+    if roles.kind == "gqa" or roles.use_cache_branch is not None:
+        return None
+    pasts = [n for pair in roles.past for n in pair]
+    values = [feed.get(n) for n in pasts]
+    if not all(isinstance(v, OrtValue) and isinstance(v._value, jax.Array) for v in values):
+        return None
+    mask, ids = (feed.get(n) for n in (roles.attention_mask, roles.input_ids))
+    mask, ids = (v.numpy() if isinstance(v, OrtValue) else np.asarray(v) for v in (mask, ids))
+    axis, shape = roles.axis, values[0].shape()
+    if len(shape) != 4 or mask.ndim != 2 or ids.ndim != 2:
+        return None
+    past, new = shape[axis], ids.shape[1]
+    if past == 0 or any(v.shape() != shape for v in values) or mask.shape[1] != past + new:
+        return None
+    length = bucket_length(past, sizes)
+    if length <= past:
+        return None
+    out = dict(feed)
+    for n, v in zip(pasts, values):
+        out[n] = _in_bucket(v, past, length, axis)
+    zeros = np.zeros((mask.shape[0], length - past), mask.dtype)
+    out[roles.attention_mask] = np.concatenate([mask[:, :past], zeros, mask[:, past:]], 1)
+    return out, (axis, past, length)
+
+
+def _in_bucket(v: OrtValue, past: int, length: int, axis: int) -> Any:
+    """The past ``v`` (``past`` positions on ``axis``) at ``length`` positions, zeros after."""
+    if v._padding is None:
+        return _padded_to(v._value, length=length, axis=axis)
+    p_axis, p_past, p_length = v._padding
+    if p_axis != axis:
+        return _padded_to(v.jax_array(), length=length, axis=axis)
+    tail = v._value.shape[axis] - p_length
+    return _repacked(v._value, jnp.int32(p_past), tail=tail, length=length, axis=axis)
+
+
+@functools.partial(jax.jit, static_argnames=("length", "axis"))
+def _padded_to(x, length: int, axis: int):
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, length - x.shape[axis])
+    return jnp.pad(x, pad)
+
+
+@functools.partial(jax.jit, static_argnames=("tail", "length", "axis"))
+def _repacked(x, past, tail: int, length: int, axis: int):
+    """A present left in its bucket (``x``: its past's positions, zeros to the bucket's end,
+    then ``tail`` new ones) as the next step's past at ``length`` positions: the new positions
+    moved to follow the past (``past`` a run-time value)."""
+    head = lax.slice_in_dim(x, 0, x.shape[axis] - tail, axis=axis)
+    new = lax.slice_in_dim(x, x.shape[axis] - tail, x.shape[axis], axis=axis)
+    return lax.dynamic_update_slice_in_dim(_padded_to(head, length, axis), new, past, axis)
+
+
 def on_device(
-    array: Any, dtype: Any, device_type: str, device_id: int = 0, name: str = ""
+    array: Any, dtype: Any, device_type: str, device_id: int = 0, name: str = "", padding=None
 ) -> OrtValue:
-    """A run's output ``name`` (a JAX array in the graph's type, or a host array of ``dtype``)
-    as a value on that device; a sequence or optional output is a ``ValidationError``."""
+    """A run's output ``name`` (a JAX array in the graph's type, or a host array of ``dtype``;
+    a present left in its bucket, ``padding``) as a value on that device; a sequence or
+    optional output is a ``ValidationError``."""
     if array is None or isinstance(array, list | tuple):
         raise ValidationError(
             f"{ONNX}: output '{name}' is a sequence or optional value: OrtValues here hold "
@@ -176,7 +258,7 @@ def on_device(
         return OrtValue.ortvalue_from_numpy(np.asarray(array).astype(dtype), device_type, device_id)
     if device not in array.devices():
         array = jax.device_put(array, device)
-    return OrtValue(array, dtype, device_type)
+    return OrtValue(array, dtype, device_type, padding)
 
 
 class IOBinding:
@@ -256,11 +338,12 @@ class IOBinding:
         if not self._outputs:
             raise ValidationError(f"{ONNX}: run_with_iobinding: no output is bound (bind_output)")
         names = list(self._outputs)
-        arrays, dtypes = self._session.run_on_device(names, self._inputs)
+        arrays, dtypes, pads = self._session.run_on_device(names, self._inputs)
         results = []
         for name in names:
             device_type, device_id, target = self._outputs[name]
-            value = on_device(arrays[name], dtypes[name], device_type, device_id, name)
+            value = on_device(arrays[name], dtypes[name], device_type, device_id, name,
+                              pads.get(name))  # fmt: skip
             if target is not None:  # the given OrtValue holds the result
                 target._set(value)
                 value = target

@@ -328,16 +328,18 @@ class InferenceSession(ProgramCache):
         the model's dtypes. On the CPU the session's weights are compiled into the program (up
         to ``CPU_BAKED_WEIGHTS_MAX_BYTES``) but for its matrices (``_run_params``); elsewhere,
         and in ``apply``, they are arguments."""
-        result, _ = self._run(output_names, input_feed, on_device=False)
-        return result
+        return self._run(output_names, input_feed, on_device=False)[0]
 
     def run_on_device(
         self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any]
-    ) -> tuple[dict[str, Any], dict[str, np.dtype]]:
+    ) -> tuple[dict[str, Any], dict[str, np.dtype], dict[str, tuple]]:
         """``run``'s outputs left where the program wrote them, for OrtValues (``binding``):
-        ``({name: array}, {name: the output's NumPy dtype})``, each a JAX array in the DML
-        graph's type, or, where ``run`` reshapes its outputs on the host (a decoder's presents
-        cut out of their bucket, sequences, a mesh), the host array ``run`` gives."""
+        ``({name: array}, {name: the output's NumPy dtype}, {name: padding})``, each a JAX
+        array in the DML graph's type, or, where ``run`` reshapes its outputs on the host
+        (sequences, a mesh, a decoder's presents cut out of their bucket there), the host array
+        ``run`` gives. A decoder step's pasts given as device values are padded to their bucket
+        on the device (``binding.pad_on_device``) and its presents left padded: ``padding``
+        ``(axis, past, length)`` says which of their positions are the present's."""
         return self._run(output_names, input_feed, on_device=True)
 
     def io_binding(self) -> Any:
@@ -357,12 +359,12 @@ class InferenceSession(ProgramCache):
         """``run`` on OrtValues (or arrays), the outputs as OrtValues on the session's device."""
         from .binding import on_device
 
-        arrays, dtypes = self.run_on_device(output_names, input_dict_ort_values)
+        arrays, dtypes, pads = self.run_on_device(output_names, input_dict_ort_values)
         kind = "cpu" if self._device.platform == "cpu" else "cuda"
         index = jax.devices(self._device.platform).index(self._device)
-        return [on_device(arrays[n], dtypes[n], kind, index, name=n) for n in arrays]
+        return [on_device(arrays[n], dtypes[n], kind, index, n, pads.get(n)) for n in arrays]
 
-    def _run(self, output_names, input_feed, on_device: bool) -> tuple[Any, Any]:
+    def _run(self, output_names, input_feed, on_device: bool) -> tuple[Any, Any, Any]:
         if not isinstance(input_feed, Mapping):
             raise ValidationError(f"{ONNX}: input_feed must be a dict of name -> array")
         known, required, outputs = self._feed_names
@@ -380,14 +382,21 @@ class InferenceSession(ProgramCache):
             if name not in outputs:
                 raise ValidationError(f"{ONNX}: '{name}' is not an output; outputs: {outputs}")
         overrides = tuple(i.name for i in self._overridable if i.name in input_feed)
+        buckets = None if overrides or self._layout is not None else self._run_buckets()
+        unpad = padded = None
+        if on_device and buckets is not None:  # device pasts padded there, presents left so
+            from .binding import pad_on_device
+
+            padded = pad_on_device(buckets[0], input_feed, buckets[1])
+            if padded is not None:
+                input_feed, padded = padded
         arrays = [self._checked(i, dt, input_feed.get(i.name))  # an optional left out: None
                   for i, dt in zip(self._inputs, self._input_dtypes)]  # fmt: skip
         extra = [np.asarray(input_feed[n]) for n in overrides]
-        unpad = None
-        if not overrides and self._layout is None and self._run_buckets() is not None:
+        if buckets is not None and padded is None:
             from .buckets import pad_decoder_feed
 
-            roles, sizes = self._run_buckets()
+            roles, sizes = buckets
             names = [i.name for i in self._inputs]
             host = [np.asarray(a) if isinstance(a, jax.Array) else a for a in arrays]
             arrays, unpad = pad_decoder_feed(roles, names, host, sizes)
@@ -402,7 +411,10 @@ class InferenceSession(ProgramCache):
             nested = any(kind == "output" for kind, _, _ in imported.layouts)
             if on_device and not (unpad or nested or program.needs_x64 or program.layout):
                 found = dict(zip(imported.output_names, zip(outs, imported.output_dtypes)))
-                return {n: found[n][0] for n in wanted}, {n: found[n][1] for n in wanted}
+                presents = [n for pair in buckets[0].present for n in pair] if padded else []
+                pads = dict.fromkeys(presents, padded)
+                return ({n: found[n][0] for n in wanted}, {n: found[n][1] for n in wanted},
+                        {n: pads[n] for n in wanted if n in pads})  # fmt: skip
             if program.layout is not None:
                 from .placement import fetch
 
@@ -420,8 +432,8 @@ class InferenceSession(ProgramCache):
             result = unpad(result)
         if on_device:
             found = {n: result[n] for n in wanted}
-            return found, {n: getattr(v, "dtype", None) for n, v in found.items()}
-        return [result[n] for n in wanted], None
+            return found, {n: getattr(v, "dtype", None) for n, v in found.items()}, {}
+        return [result[n] for n in wanted], None, None
 
     @functools.cached_property
     def _feed_names(self) -> tuple[frozenset, tuple[str, ...], list[str]]:
