@@ -104,12 +104,13 @@ def test_quick_reports_check_what_they_can(quick_reports):
     assert cnn["reference"] == "float32" and set(cnn["ms"]) == {"int8", "float32"}
     assert cnn["x_reference"]["median"] > 0 and cnn["first_s"]["int8"] > 0
     # the decode suite's quick run: the committed tiny decoders' greedy tokens are PyTorch's,
-    # through the Generator and through the run loop, each timed
+    # through the Generator, the run loop and the IOBinding loop, each timed
     rows = json.loads((quick_reports / "decode.json").read_text())["rows"]
     assert {r["model"] for r in rows} == {"tiny_gpt2", "tiny_llama"}
+    loops = ("dml", "dml per token", "dml run()", "dml bound")
     for r in rows:
-        assert r["same_tokens"] == r["run_same_tokens"] == 1.0
-        assert all(r["tok_s"][n]["median"] > 0 for n in ("dml", "dml per token", "dml run()"))
+        assert r["same_tokens"] == r["run_same_tokens"] == r["bound_same_tokens"] == 1.0
+        assert all(r["tok_s"][n]["median"] > 0 for n in loops)
     # the detection suite's quick run: the tiny detectors give onnxruntime's detections on the
     # timed image, row for row, and a second image's first call is timed apart
     from dml_jax.bench.suites import detection

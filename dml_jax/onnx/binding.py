@@ -42,6 +42,7 @@ from .session_types import type_string
 _PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "dml": "gpu", "gpu": "gpu", "rocm": "gpu"}
 
 
+@functools.lru_cache(maxsize=64)
 def jax_device(device_type: str, device_id: int = 0) -> Any:
     """The JAX device onnxruntime's ``(device_type, device_id)`` names here."""
     kind = str(device_type).lower()
@@ -207,39 +208,48 @@ def pad_on_device(roles: Any, feed: Mapping[str, Any], sizes: Any) -> tuple[dict
     if length <= past:
         return None
     out = dict(feed)
-    for n, v in zip(pasts, values):
-        out[n] = _in_bucket(v, past, length, axis)
+    out.update(zip(pasts, _in_bucket(values, past, length, axis)))
     zeros = np.zeros((mask.shape[0], length - past), mask.dtype)
     out[roles.attention_mask] = np.concatenate([mask[:, :past], zeros, mask[:, past:]], 1)
     return out, (axis, past, length)
 
 
-def _in_bucket(v: OrtValue, past: int, length: int, axis: int) -> Any:
-    """The past ``v`` (``past`` positions on ``axis``) at ``length`` positions, zeros after."""
-    if v._padding is None:
-        return _padded_to(v._value, length=length, axis=axis)
-    p_axis, p_past, p_length = v._padding
-    if p_axis != axis:
-        return _padded_to(v.jax_array(), length=length, axis=axis)
-    tail = v._value.shape[axis] - p_length
-    return _repacked(v._value, jnp.int32(p_past), tail=tail, length=length, axis=axis)
+def _in_bucket(values: list[OrtValue], past: int, length: int, axis: int) -> tuple:
+    """The pasts ``values`` (``past`` positions on ``axis``) at ``length`` positions, zeros
+    after: in one dispatch where all were left in one bucket by the last step (or none was)."""
+    paddings = {v._padding for v in values}
+    if paddings == {None}:
+        return _padded_to(tuple(v._value for v in values), length=length, axis=axis)
+    (padding,) = paddings if len(paddings) == 1 else ((None, 0, 0),)
+    if padding[0] != axis:
+        return _padded_to(tuple(v.jax_array() for v in values), length=length, axis=axis)
+    x = values[0]._value
+    tail = x.shape[axis] - padding[2]
+    return _repacked(tuple(v._value for v in values), np.int32(padding[1]), tail=tail,
+                     length=length, axis=axis)  # fmt: skip
 
 
 @functools.partial(jax.jit, static_argnames=("length", "axis"))
-def _padded_to(x, length: int, axis: int):
-    pad = [(0, 0)] * x.ndim
-    pad[axis] = (0, length - x.shape[axis])
-    return jnp.pad(x, pad)
+def _padded_to(xs: tuple, length: int, axis: int) -> tuple:
+    def one(x):
+        pad = [(0, 0)] * x.ndim
+        pad[axis] = (0, length - x.shape[axis])
+        return jnp.pad(x, pad)
+
+    return tuple(one(x) for x in xs)
 
 
 @functools.partial(jax.jit, static_argnames=("tail", "length", "axis"))
-def _repacked(x, past, tail: int, length: int, axis: int):
-    """A present left in its bucket (``x``: its past's positions, zeros to the bucket's end,
-    then ``tail`` new ones) as the next step's past at ``length`` positions: the new positions
+def _repacked(xs: tuple, past, tail: int, length: int, axis: int) -> tuple:
+    """Presents left in their bucket (each: its past's positions, zeros to the bucket's end,
+    then ``tail`` new ones) as the next step's pasts at ``length`` positions: the new positions
     moved to follow the past (``past`` a run-time value)."""
-    head = lax.slice_in_dim(x, 0, x.shape[axis] - tail, axis=axis)
-    new = lax.slice_in_dim(x, x.shape[axis] - tail, x.shape[axis], axis=axis)
-    return lax.dynamic_update_slice_in_dim(_padded_to(head, length, axis), new, past, axis)
+    end = xs[0].shape[axis]
+    heads = _padded_to.__wrapped__(
+        tuple(lax.slice_in_dim(x, 0, end - tail, axis=axis) for x in xs), length, axis
+    )
+    news = (lax.slice_in_dim(x, end - tail, end, axis=axis) for x in xs)
+    return tuple(lax.dynamic_update_slice_in_dim(h, n, past, axis) for h, n in zip(heads, news))
 
 
 def on_device(

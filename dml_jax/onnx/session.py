@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from ..errors import ValidationError
+from .binding import OrtValue
 from .cache import ProgramCache, flat_feed, structure_shape
 from .elements import ONNX, data_type_of, graph_dtype, numpy_dtype_of, to_graph_array
 from .importer import ImportedGraph
@@ -518,8 +519,6 @@ class InferenceSession(ProgramCache):
             return [self._checked(info, dtype, a, inner) for a in x]
         if isinstance(x, jax.core.Tracer):
             raise ValidationError(f"{ONNX}: {where}: run takes arrays; use .fn under jax.jit")
-        from .binding import OrtValue
-
         if isinstance(x, OrtValue):
             x = x.jax_array()
         if isinstance(x, jax.Array) and x.dtype == graph_dtype(dtype):

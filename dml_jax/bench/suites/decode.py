@@ -157,6 +157,52 @@ def run_loop(session: Any, prompt: np.ndarray, new: int):
     return np.concatenate(tokens, 1), t1 - t0, time.perf_counter() - t1
 
 
+def bound_loop(session: Any, prompt: np.ndarray, new: int):
+    """``run_loop`` through onnxruntime's IOBinding (Optimum's loop on CUDA): the inputs bound as
+    OrtValues on the session's device, every output bound there, the presents fed back as the
+    next step's pasts without leaving it, only the logits copied to the host for the argmax:
+    (tokens, ttft_s, decode_s)."""
+    from dml_jax.onnx import OrtValue
+
+    device = "cpu" if session.get_providers()[0] == "CPUExecutionProvider" else "cuda"
+    batch, length = prompt.shape
+    inputs = {i.name: i for i in session.get_inputs()}
+    pasts = [n for n in inputs if n.startswith("past")]
+    key = inputs[pasts[0]].shape
+    dtype = np.float16 if "float16" in inputs[pasts[0]].type else np.float32
+    outputs = [o.name for o in session.get_outputs()]
+
+    def value(x):
+        return OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x), device)
+
+    feed = {"input_ids": value(prompt), "attention_mask": value(np.ones((batch, length), np.int64))}
+    if "position_ids" in inputs:
+        feed["position_ids"] = value(np.broadcast_to(np.arange(length), prompt.shape))
+    for n in pasts:
+        feed[n] = value(np.zeros((batch, key[1], 0, key[3]), dtype))
+    tokens = []
+    t0 = time.perf_counter()
+    for k in range(new):
+        binding = session.io_binding()
+        for n, v in feed.items():
+            binding.bind_ortvalue_input(n, v)
+        for n in outputs:
+            binding.bind_output(n, device)
+        session.run_with_iobinding(binding)
+        out = dict(zip(outputs, binding.get_outputs()))
+        x = out["logits"].numpy()[:, -1].argmax(-1)[:, None]
+        tokens.append(x)
+        if k == 0:
+            t1 = time.perf_counter()
+        total = length + k + 1
+        feed = {"input_ids": value(x), "attention_mask": value(np.ones((batch, total), np.int64))}
+        if "position_ids" in inputs:
+            feed["position_ids"] = value(np.full((batch, 1), total - 1))
+        for n in pasts:
+            feed[n] = out[n.replace("past_key_values", "present")]
+    return np.concatenate(tokens, 1), t1 - t0, time.perf_counter() - t1
+
+
 def torch_eager(torch: Any, model: Any, prompt: np.ndarray, new: int):
     """PyTorch eager's greedy loop with its own cache: (tokens, ttft_s, decode_s)."""
     ids = torch.as_tensor(prompt, device=TORCH_DEVICE)
@@ -232,15 +278,18 @@ def _quick(run: Run) -> None:
             row["warmup_s"] = round(time.perf_counter() - t, 2)
             dml_generation(session, prompt, new, per_token=True)
             run_loop(session, prompt, new)
+            bound_loop(session, prompt, new)
             calls = {
                 "dml": lambda: dml_generation(session, prompt, new)[:3],
                 "dml per token": lambda: dml_generation(session, prompt, new, True)[:3],
                 "dml run()": lambda: run_loop(session, prompt, new),
+                "dml bound": lambda: bound_loop(session, prompt, new),
             }
             _rounds(run, row, calls, max(1, run.args.samples))
             tokens = dml_generation(session, prompt, new)[0]
             row["same_tokens"] = float((tokens == want).mean())
             row["run_same_tokens"] = float((run_loop(session, prompt, new)[0] == want).mean())
+            row["bound_same_tokens"] = float((bound_loop(session, prompt, new)[0] == want).mean())
         except Exception as e:
             row["error"] = error_text(e)
         run.add(row)
@@ -459,6 +508,8 @@ def _generation_row(run, row, session, half, compiled, prompt, weights, bw, torc
     if prompt.shape[0] == 1:  # the run loop copies every cache to the host: batch 1 only
         run_loop(session, prompt, min(new, 32))  # its programs compiled before the rounds
         calls["dml run()"] = lambda: run_loop(session, prompt, min(new, 32))
+    bound_loop(session, prompt, min(new, 32))  # the IOBinding loop: the cache on the device
+    calls["dml bound"] = lambda: bound_loop(session, prompt, min(new, 32))
     if compiled is not None:
         try:
             compiled(prompt, new)  # compiled for this batch and length
@@ -539,7 +590,8 @@ def table(report: dict) -> list[str]:
         "Greedy decode, one prompt per row, "
         + (f"copy bandwidth {bw / 1e12:.2f} TB/s. " if bw else "")
         + "`tok/s`: decode tokens/s (median, p10-p90) of `generate_until_done`, `per token` "
-        "of `generate_next_token`, `run()` of the onnxruntime-style loop; `x eager` / "
+        "of `generate_next_token`, `run()` of the onnxruntime-style loop, `bound` of that "
+        "loop through IOBinding (the cache left on the device); `x eager` / "
         "`x compile`: PyTorch eager's (its own cache) / `torch.compile`'s with a static cache "
         "decode time over dml_jax's (median of the rounds' ratios, p10-p90, `~` where the "
         "spread holds 1.0). `TTFT ms`: dml_jax / eager. `roofline`: dml_jax's tokens/s over "
@@ -550,10 +602,10 @@ def table(report: dict) -> list[str]:
         "mesh, `x one device` its tokens/s over one device's.",
         "",
         (
-            "| model | type | batch | tok/s | per token | run() | x eager | x compile | TTFT ms "
-            "| roofline | programs | same | fp32 | logits err | note |"
+            "| model | type | batch | tok/s | per token | run() | bound | x eager | x compile "
+            "| TTFT ms | roofline | programs | same | fp32 | logits err | note |"
         ),
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in report["rows"]:
         tok = r.get("tok_s", {})
@@ -582,7 +634,8 @@ def table(report: dict) -> list[str]:
         err = f"{r['logits_rel_err']:.1e}" if "logits_rel_err" in r else ""
         lines.append(
             f"| {r['model']} | {kind} | {r.get('batch', '')} | {t('dml')} | "
-            f"{t('dml per token')} | {t('dml run()')} | {_r(r.get('x_eager'))} | "
+            f"{t('dml per token')} | {t('dml run()')} | {t('dml bound')} | "
+            f"{_r(r.get('x_eager'))} | "
             f"{_r(r.get('x_compile'))} | {tt} | {roof} | {prog} | {same} | {fp32} | {err} | "
             f"{note[:80]} |"
         )
