@@ -218,13 +218,10 @@ def _in_bucket(values: list[OrtValue], past: int, length: int, axis: int) -> tup
     """The pasts ``values`` (``past`` positions on ``axis``) at ``length`` positions, zeros
     after: in one dispatch where all were left in one bucket by the last step (or none was)."""
     paddings = {v._padding for v in values}
-    if paddings == {None}:
-        return _padded_to(tuple(v._value for v in values), length=length, axis=axis)
-    (padding,) = paddings if len(paddings) == 1 else ((None, 0, 0),)
-    if padding[0] != axis:
+    padding = paddings.pop() if len(paddings) == 1 else None
+    if padding is None or padding[0] != axis:  # none left in a bucket: each padded as it is
         return _padded_to(tuple(v.jax_array() for v in values), length=length, axis=axis)
-    x = values[0]._value
-    tail = x.shape[axis] - padding[2]
+    tail = values[0]._value.shape[axis] - padding[2]
     return _repacked(tuple(v._value for v in values), np.int32(padding[1]), tail=tail,
                      length=length, axis=axis)  # fmt: skip
 
@@ -245,8 +242,8 @@ def _repacked(xs: tuple, past, tail: int, length: int, axis: int) -> tuple:
     then ``tail`` new ones) as the next step's pasts at ``length`` positions: the new positions
     moved to follow the past (``past`` a run-time value)."""
     end = xs[0].shape[axis]
-    heads = _padded_to.__wrapped__(
-        tuple(lax.slice_in_dim(x, 0, end - tail, axis=axis) for x in xs), length, axis
+    heads = _padded_to(
+        tuple(lax.slice_in_dim(x, 0, end - tail, axis=axis) for x in xs), length=length, axis=axis
     )
     news = (lax.slice_in_dim(x, end - tail, end, axis=axis) for x in xs)
     return tuple(lax.dynamic_update_slice_in_dim(h, n, past, axis) for h, n in zip(heads, news))
