@@ -75,6 +75,24 @@ def test_ort_value_round_trips():
     assert d.numpy().dtype == np.float64 and d.data_type() == "tensor(double)"
 
 
+def test_ort_values_cross_dlpack_both_ways():
+    """DLPack in and out, with onnxruntime's OrtValue, NumPy and JAX, each type kept."""
+    for x in (np.arange(6, dtype=np.int64).reshape(2, 3) - 2, np.array([True, False, True]),
+              np.linspace(-1, 1, 5, dtype=np.float32), np.arange(4, dtype=np.float16)):  # fmt: skip
+        v = OrtValue.from_dlpack(x)
+        assert v.numpy().dtype == x.dtype and v.data_type() == ort.OrtValue.ortvalue_from_numpy(
+            x).data_type()  # fmt: skip
+        np.testing.assert_array_equal(v.numpy(), x)
+        np.testing.assert_array_equal(np.from_dlpack(v), x)  # ours out, NumPy in
+        theirs = ort.OrtValue.from_dlpack(v)  # ours out, onnxruntime's in
+        np.testing.assert_array_equal(theirs.numpy(), x)
+        np.testing.assert_array_equal(OrtValue.from_dlpack(theirs).numpy(), x)  # and back
+    j = OrtValue.from_dlpack(jax.numpy.arange(3.0))
+    assert isinstance(j.jax_array(), jax.Array) and j.data_type() == "tensor(float)"
+    with pytest.raises(ValidationError, match="has no __dlpack__"):
+        OrtValue.from_dlpack([1, 2, 3])
+
+
 def test_io_binding_matches_onnxruntime(rng):
     data = _mlp(rng)
     x = rng.standard_normal((5, 8)).astype(np.float32)

@@ -109,6 +109,46 @@ class OrtValue:
         dtype = _dtype_of(element_type, "OrtValue.ortvalue_from_shape_and_type")
         return OrtValue.ortvalue_from_numpy(np.zeros(tuple(shape), dtype), device_type, device_id)
 
+    @staticmethod
+    def from_dlpack(data: Any) -> OrtValue:
+        """A value sharing ``data``'s memory where it can (an object with ``__dlpack__``: a
+        PyTorch tensor, a JAX or NumPy array), on its device: a host tensor through NumPy in
+        its own type, a device one as a JAX array (64-bit integers narrowed to 32 bits on the
+        device, a value that does not fit a ``ValidationError``)."""
+        where = "OrtValue.from_dlpack"
+        if not hasattr(data, "__dlpack__"):
+            raise ValidationError(f"{ONNX}: {where}: {type(data).__name__} has no __dlpack__")
+        if int(data.__dlpack_device__()[0]) == 1:  # kDLCPU: NumPy keeps every type
+            return OrtValue.ortvalue_from_numpy(np.from_dlpack(data))
+        x = jax.dlpack.from_dlpack(data)
+        dtype = np.dtype(x.dtype)
+        target = graph_dtype(dtype)
+        if target != dtype:
+            if dtype.kind in "iu" and x.size:
+                info = np.iinfo(target)
+                lo, hi = int(jnp.min(x)), int(jnp.max(x))
+                if lo < info.min or hi > info.max:
+                    raise ValidationError(
+                        f"{ONNX}: {where}: the {dtype} value {lo if lo < info.min else hi} does "
+                        f"not fit in {target}"
+                    )
+            x = x.astype(target)
+        return OrtValue(x, dtype, next(iter(x.devices())).platform.replace("gpu", "cuda"))
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        """The value's DLPack capsule in its ONNX type: the device array's own where the DML
+        graph keeps that type, else a host copy in it (int64, bool)."""
+        value = self.jax_array()
+        if isinstance(value, jax.Array) and value.dtype == self._dtype:
+            return value.__dlpack__(**kwargs)
+        return self.numpy().__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple:
+        value = self.jax_array()
+        if isinstance(value, jax.Array) and value.dtype == self._dtype:
+            return value.__dlpack_device__()
+        return self.numpy().__dlpack_device__()
+
     def jax_array(self) -> Any:
         """The value as the DML graph computes with it (a JAX array, or a host array)."""
         if self._padding is not None:  # the present's positions, once
