@@ -205,6 +205,8 @@ def test_binding_errors_are_validation_errors(rng):
         OrtValue.ortvalue_from_numpy(np.zeros(2, np.float32), "cpu", 7)
     with pytest.raises(ValidationError, match="no output is bound"):
         s.run_with_iobinding(b)
+    with pytest.raises(ValidationError, match="this session's io_binding"):
+        InferenceSession(_mlp(rng)).run_with_iobinding(b)
     b.bind_cpu_input("nope", np.zeros((1, 8), np.float32))
     b.bind_output("y")
     with pytest.raises(ValidationError, match="unknown input names"):

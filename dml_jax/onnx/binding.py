@@ -315,7 +315,7 @@ class IOBinding:
     OrtValues, in the order they were bound."""
 
     def __init__(self, session: Any):
-        self._session = session
+        self.session = session
         self._inputs: dict[str, Any] = {}
         self._outputs: dict[str, tuple[str, int, OrtValue | None]] = {}
         self._results: list[OrtValue] = []
@@ -385,7 +385,7 @@ class IOBinding:
         if not self._outputs:
             raise ValidationError(f"{ONNX}: run_with_iobinding: no output is bound (bind_output)")
         names = list(self._outputs)
-        arrays, dtypes, pads = self._session.run_on_device(names, self._inputs)
+        arrays, dtypes, pads = self.session.run_on_device(names, self._inputs)
         results = []
         for name in names:
             device_type, device_id, target = self._outputs[name]

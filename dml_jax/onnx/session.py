@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from ..errors import ValidationError
-from .binding import OrtValue
+from .binding import IOBinding, OrtValue, on_device
 from .cache import ProgramCache, flat_feed, structure_shape
 from .elements import ONNX, data_type_of, graph_dtype, numpy_dtype_of, to_graph_array
 from .importer import ImportedGraph
@@ -343,23 +343,24 @@ class InferenceSession(ProgramCache):
         ``(axis, past, length)`` says which of their positions are the present's."""
         return self._run(output_names, input_feed, on_device=True)
 
-    def io_binding(self) -> Any:
+    def io_binding(self) -> IOBinding:
         """onnxruntime's ``IOBinding`` for ``run_with_iobinding`` (``binding``)."""
-        from .binding import IOBinding
-
         return IOBinding(self)
 
-    def run_with_iobinding(self, iobinding: Any, run_options=None) -> None:
+    def run_with_iobinding(self, iobinding: IOBinding, run_options=None) -> None:
         """Runs the model on ``iobinding``'s inputs into its outputs (``binding``)."""
+        if not isinstance(iobinding, IOBinding) or iobinding.session is not self:
+            raise ValidationError(
+                f"{ONNX}: run_with_iobinding takes this session's io_binding(), not "
+                f"{type(iobinding).__name__}"
+            )
         iobinding.run()
 
     def run_with_ort_values(
         self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
         run_options=None,
-    ) -> list[Any]:  # fmt: skip
+    ) -> list[OrtValue]:  # fmt: skip
         """``run`` on OrtValues (or arrays), the outputs as OrtValues on the session's device."""
-        from .binding import on_device
-
         arrays, dtypes, pads = self.run_on_device(output_names, input_dict_ort_values)
         kind = "cpu" if self._device.platform == "cpu" else "cuda"
         index = jax.devices(self._device.platform).index(self._device)
