@@ -233,3 +233,15 @@ def test_a_flipped_crop_is_rejected():
     inits = [("roi", np.float32([0, 0.8, 1, 0.2])), ("sizes", np.int64([1, 3]))]
     with pytest.raises(dml.ValidationError, match="precedes its start"):
         _run(_model(node, x.shape, 19, inits), x)
+
+
+def test_an_empty_input_resized_by_sizes_is_refused():
+    """No scale makes elements of none: a ValidationError naming the node and the axis (it was
+    a ZeroDivisionError passed on; a mutated Faster R-CNN export found it), as onnxruntime
+    refuses it."""
+    x = np.zeros((1, 1, 0, 4), np.float32)
+    node = _resize(inputs=["X", "", "", "sizes"])
+    model = _model(node, x.shape, 19, [("sizes", np.int64([1, 1, 3, 3]))])
+    with pytest.raises(dml.ValidationError, match=r"node 0 \(Resize\).*empty on axis 2") as e:
+        _run(model, x)
+    assert "ZeroDivisionError" not in str(e.value)
