@@ -105,9 +105,12 @@ def test_io_binding_matches_onnxruntime(rng):
     # the outputs stayed device arrays until copied
     assert all(isinstance(v.jax_array(), jax.Array) for v in values)
     assert [v.data_type() for v in values] == ["tensor(float)", "tensor(int64)"]
-    # run takes OrtValues in its feed, as onnxruntime's does
+    # run takes OrtValues in its feed, as onnxruntime's does, and JAX arrays
     again = s.run(None, {"x": OrtValue.ortvalue_from_numpy(x)})
     np.testing.assert_array_equal(again[0], got[0])
+    np.testing.assert_array_equal(s.run(None, {"x": jax.numpy.asarray(x)})[1], got[1])
+    with pytest.raises(ValidationError, match="must be tensor\\(float\\)"):
+        s.run(None, {"x": jax.numpy.asarray(x, jax.numpy.float16)})
 
 
 def test_run_with_ort_values_and_bound_output_values(rng):
