@@ -153,6 +153,16 @@ def test_node_outputs_directml_cannot_hold_name_the_node():
         InferenceSession(model.SerializeToString()).program([(1, 1)])
 
 
+def test_constant_of_shape_of_more_dimensions_than_directml_holds():
+    """130 dimensions, an empty one among them (folding gives up on it): the converter had made
+    it with NumPy, and past NumPy's 64 dimensions a ValueError passed on (the ONNX fuzzer, a
+    mutated ShuffleNet at seed 20261135)."""
+    fill = helper.make_node("ConstantOfShape", ["shape"], ["y"])
+    dims = numpy_helper.from_array(np.array([2, 0] + [1] * 128, np.int64), "shape")
+    _raises(_model([fill], inits=[dims]),
+            r"^ONNX: node 0 \(ConstantOfShape\): its output has 130 dimensions")  # fmt: skip
+
+
 def test_a_string_attribute_that_is_not_utf8():
     """Pad(mode=b"\\xff") passed on a UnicodeDecodeError from the converter."""
     x = helper.make_tensor_value_info("x", FLOAT, [1, 1, 2, 2])

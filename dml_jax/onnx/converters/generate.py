@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ...enums import DataType
-from ..elements import data_type_of, to_graph_array
+from ..elements import check_dml_shape, data_type_of, to_graph_array
 from ..importer import packed
 from . import converter
 from ._common import axis_of, cast_value, const_ints, op, view
@@ -57,6 +57,7 @@ def _constant_of_shape(ctx, node, inputs):
     shape = const_ints(ctx, inputs[0], "input")
     if any(d < 0 for d in shape):
         raise ctx.fail(f"shape {shape} has a negative dimension")
+    check_dml_shape(shape, ctx.where, "its output")  # an empty one too: a DML tensor's rank
     value = ctx.tensor_attr("value")
     value = np.zeros(1, np.float32) if value is None else value.reshape(-1)
     if value.size != 1:
