@@ -34,7 +34,7 @@ import numpy as np
 from jax import lax
 
 from ..errors import ValidationError
-from .buckets import bucket_length
+from .buckets import bucket_length, padded_mask
 from .elements import ONNX, elem_type_of, graph_dtype, numpy_dtype_of, to_graph_array
 from .session_types import type_string
 
@@ -249,8 +249,7 @@ def pad_on_device(roles: Any, feed: Mapping[str, Any], sizes: Any) -> tuple[dict
         return None
     out = dict(feed)
     out.update(zip(pasts, _in_bucket(values, past, length, axis)))
-    zeros = np.zeros((mask.shape[0], length - past), mask.dtype)
-    out[roles.attention_mask] = np.concatenate([mask[:, :past], zeros, mask[:, past:]], 1)
+    out[roles.attention_mask] = padded_mask(mask, past, length)
     return out, (axis, past, length)
 
 

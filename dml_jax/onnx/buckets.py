@@ -92,13 +92,19 @@ def pad_decoder_feed(
         pad = list(x.shape)
         pad[axis] = length - past
         out[k] = np.concatenate([x, np.zeros(pad, x.dtype)], axis=axis)
-    zeros = np.zeros((mask.shape[0], length - past), mask.dtype)
-    out[index[roles.attention_mask]] = np.concatenate([mask[:, :past], zeros, mask[:, past:]], 1)
+    out[index[roles.attention_mask]] = padded_mask(mask, past, length)
     new = ids.shape[1]
     if roles.kind == "gqa":  # each entry's positions first: the first past + new ones
         return out, _cutter(roles, np.arange(past + new))
     # Concat(past, new): the past's positions, the padding, then the new ones.
     return out, _cutter(roles, np.r_[0:past, length : length + new])
+
+
+def padded_mask(mask: np.ndarray, past: int, length: int) -> np.ndarray:
+    """An attention mask over ``past`` positions and new ones, with zeros after the past up to
+    ``length`` (a Concat-form step's past padded to its bucket)."""
+    zeros = np.zeros((mask.shape[0], length - past), mask.dtype)
+    return np.concatenate([mask[:, :past], zeros, mask[:, past:]], 1)
 
 
 def _cutter(roles: Any, keep: np.ndarray) -> Callable[[dict], dict]:
