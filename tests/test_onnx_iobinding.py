@@ -216,3 +216,25 @@ def test_binding_errors_are_validation_errors(rng):
         s.run_with_iobinding(b)
     with pytest.raises(ValidationError, match="no ONNX tensor type"):
         OrtValue.ortvalue_from_shape_and_type([2], np.dtype("complex64"))
+
+
+def test_small_values_held_on_the_host_until_a_device_array_is_asked(rng):
+    """A small value feeds runs from the host (no transfer of its own); a large one, or one
+    whose device array was asked for, is on the device; both give the same outputs."""
+    from dml_jax.onnx import binding
+
+    s = InferenceSession(_mlp(rng))
+    small = rng.standard_normal((2, 8)).astype(np.float32)
+    large = rng.standard_normal((binding.HOST_HELD_MAX_BYTES // 32 + 1, 8)).astype(np.float32)
+    for x, held in [(small, True), (large, False)]:
+        v = OrtValue.ortvalue_from_numpy(x)
+        assert isinstance(v.feed_value(), np.ndarray) == held
+        np.testing.assert_array_equal(v.numpy(), x)
+        np.testing.assert_array_equal(s.run(None, {"x": v})[0], s.run(None, {"x": x})[0])
+        assert v.data_ptr()  # a device buffer now
+        assert isinstance(v.feed_value(), jax.Array) and isinstance(v.jax_array(), jax.Array)
+        v.update_inplace(x + 1)  # held again where small
+        assert isinstance(v.feed_value(), np.ndarray) == held
+        np.testing.assert_array_equal(v.numpy(), x + 1)
+    ids = OrtValue.ortvalue_from_numpy(np.array([[1, 2]], np.int64))  # held in 32 bits
+    assert ids.feed_value().dtype == np.int64 and ids.jax_array().dtype == np.int32

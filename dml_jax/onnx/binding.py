@@ -6,7 +6,12 @@ An ``OrtValue`` holds a JAX array on a device (``"cpu"``; ``"cuda"``, ``"dml"`` 
 name the default accelerator's, ``device_id`` which one) in the type the DML graph computes in
 (64-bit integers in 32 bits, booleans as bytes: ``elements.graph_dtype``), and the ONNX type it
 stands for, which ``numpy()`` gives back; a type JAX keeps only with ``jax_enable_x64``
-(float64) stays a host array. ``InferenceSession.run`` takes OrtValues in its feed as
+(float64) stays a host array. A small value (at most ``HOST_HELD_MAX_BYTES``: a decoder's
+token ids, mask and positions) is held on the host until something asks for its device array
+(``data_ptr``, ``__dlpack__``): a run it feeds moves it in the run's own dispatch, which on a
+GPU costs less than a transfer of its own (on an H200 host a small ``device_put`` took some
+140 us and a small copy back some 300, about what a decode step's kernels take a layer), and
+``numpy()`` reads it back without a transfer. ``InferenceSession.run`` takes OrtValues in its feed as
 onnxruntime does; ``run_with_ort_values`` returns OrtValues on the session's device;
 ``io_binding()`` binds inputs (OrtValues or host arrays) and outputs (to a device, or into a
 given OrtValue, which then holds the result) for ``run_with_iobinding``. Binding a raw device
@@ -37,6 +42,10 @@ from ..errors import ValidationError
 from .buckets import bucket_length, padded_mask
 from .elements import ONNX, elem_type_of, graph_dtype, numpy_dtype_of, to_graph_array
 from .session_types import type_string
+
+# The largest value an OrtValue made from host data holds on the host until a device array
+# is asked for (bytes).
+HOST_HELD_MAX_BYTES = 1 << 16
 
 # onnxruntime's device type names -> JAX platforms
 _PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "dml": "gpu", "gpu": "gpu", "rocm": "gpu"}
@@ -73,16 +82,28 @@ def _dtype_of(element_type: Any, where: str) -> np.dtype:
     return dtype
 
 
+def _held_or_put(x: np.ndarray, where: str, device: Any) -> tuple[Any, Any]:
+    """``x`` in the graph's type as an OrtValue holds it: (a copy on the host, ``device``) for a
+    small value (``HOST_HELD_MAX_BYTES``), else (the array on ``device``, None)."""
+    value = to_graph_array(x, where)
+    if x.nbytes <= HOST_HELD_MAX_BYTES:  # held until a device array is asked for
+        return (value if value is not x else x.copy()), device
+    return jax.device_put(value, device), None
+
+
 class OrtValue:
     """onnxruntime's ``OrtValue`` for tensors: see the module docstring."""
 
-    def __init__(self, value: Any, dtype: Any, device_type: str = "cpu", padding=None):
-        self._value = value  # a jax.Array in the graph's type, or a host array (float64)
+    def __init__(self, value: Any, dtype: Any, device_type: str = "cpu", padding=None, device=None):
+        # a jax.Array in the graph's type, or a host array: one in the graph's type waiting to
+        # be put on ``device`` (a small value), or one JAX keeps only with x64 (float64)
+        self._value = value
         self._dtype = np.dtype(dtype)
         self._device_type = str(device_type).lower()
         # (axis, past, length): a decoder's present left in its bucket, the value its positions
         # [0, past) and [length, end) on ``axis`` (``pad_on_device``)
         self._padding = padding
+        self._device = device  # where a host-held value goes when its device array is asked
 
     @staticmethod
     def ortvalue_from_numpy(numpy_obj: Any, device_type: str = "cpu", device_id: int = 0):
@@ -99,7 +120,8 @@ class OrtValue:
                     "jax_enable_x64; give device_type 'cpu'"
                 )
             return OrtValue(x.copy(), x.dtype, device_type)
-        return OrtValue(jax.device_put(to_graph_array(x, where), device), x.dtype, device_type)
+        value, held = _held_or_put(x, where, device)
+        return OrtValue(value, x.dtype, device_type, device=held)
 
     @staticmethod
     def ortvalue_from_shape_and_type(
@@ -151,15 +173,23 @@ class OrtValue:
 
     def jax_array(self) -> Any:
         """The value as the DML graph computes with it (a JAX array, or a host array)."""
+        if self._device is not None:  # a host-held value, put on its device now
+            self._value, self._device = jax.device_put(self._value, self._device), None
         if self._padding is not None:  # the present's positions, once
             axis, past, length = self._padding
             keep = np.r_[0:past, length : self._value.shape[axis]]
             self._value, self._padding = jnp.take(self._value, keep, axis), None
         return self._value
 
+    def feed_value(self) -> Any:
+        """What a run is fed: the value's device array, or a host-held value's host array in
+        its ONNX type (which a run takes as it takes a NumPy array: its dispatch moves it)."""
+        return self.numpy() if self._device is not None else self.jax_array()
+
     def numpy(self) -> np.ndarray:
         """The value on the host, in its ONNX type."""
-        return np.asarray(self.jax_array()).astype(self._dtype, copy=False)
+        value = self._value if self._device is not None else self.jax_array()
+        return np.asarray(value).astype(self._dtype, copy=False)
 
     def shape(self) -> list[int]:
         shape = list(self._value.shape)
@@ -208,16 +238,17 @@ class OrtValue:
                 f"{ONNX}: OrtValue.update_inplace: an array of {x.dtype} {list(x.shape)} for a "
                 f"value of {self._dtype} {self.shape()}"
             )
-        if isinstance(self._value, jax.Array):
-            device = next(iter(self._value.devices()))
-            self._value = jax.device_put(to_graph_array(x, "OrtValue.update_inplace"), device)
-        else:
+        if self._device is None and not isinstance(self._value, jax.Array):  # float64
             self._value = x.copy()
+        else:
+            device = self._device or next(iter(self._value.devices()))
+            self._value, self._device = _held_or_put(x, "OrtValue.update_inplace", device)
         self._padding = None
 
     def _set(self, other: OrtValue) -> None:
         """The value a run wrote into this bound output (``bind_ortvalue_output``)."""
         self._value, self._dtype, self._padding = other._value, other._dtype, other._padding
+        self._device = other._device
 
     def __repr__(self) -> str:
         return f"OrtValue({self.data_type()}, {self.shape()}, '{self._device_type}')"
@@ -237,11 +268,12 @@ def pad_on_device(roles: Any, feed: Mapping[str, Any], sizes: Any) -> tuple[dict
     if not all(isinstance(v, OrtValue) and isinstance(v._value, jax.Array) for v in values):
         return None
     mask, ids = (feed.get(n) for n in (roles.attention_mask, roles.input_ids))
-    mask, ids = (v.numpy() if isinstance(v, OrtValue) else np.asarray(v) for v in (mask, ids))
+    mask = mask.numpy() if isinstance(mask, OrtValue) else np.asarray(mask)
+    ids = ids.shape() if isinstance(ids, OrtValue) else np.shape(ids)
     axis, shape = roles.axis, values[0].shape()
-    if len(shape) != 4 or mask.ndim != 2 or ids.ndim != 2:
+    if len(shape) != 4 or mask.ndim != 2 or len(ids) != 2:
         return None
-    past, new = shape[axis], ids.shape[1]
+    past, new = shape[axis], ids[1]
     if past == 0 or any(v.shape() != shape for v in values) or mask.shape[1] != past + new:
         return None
     length = bucket_length(past, sizes)

@@ -21,6 +21,7 @@ from .. import fastpath
 from ..errors import ValidationError
 from ..graph import ConstantDataNode, compile_graph
 from ..graph.tracing import held_constants, precomputed_outputs
+from . import fetch
 from .elements import ONNX, graph_dtype
 from .importer import ImportedGraph
 
@@ -180,31 +181,34 @@ class Program:
         self.needs_x64 = any(d is not None and d.data_type.is_64bit for d in descs)
         self.jitted = jax.jit(self.apply, compiler_options=compiler_options or None)
         self._compiler_options = compiler_options
-        self._jitted_for: dict[str, Any] = {}
+        self._jitted_for: dict[tuple, Any] = {}
+        self.packed_layouts: dict[tuple, Any] = {}  # ``fetch.pack``'s, by input signature
 
-    def jitted_on(self, device: Any) -> Any:
+    def jitted_on(self, device: Any, packed: bool = False) -> Any:
         """``apply`` under ``jax.jit`` for calls whose arrays are on ``device``'s platform
         (``jitted_for`` that platform)."""
-        return self.jitted_for(fastpath.platform_of(device))
+        return self.jitted_for(fastpath.platform_of(device), packed)
 
-    def jitted_for(self, platform: str | None) -> Any:
+    def jitted_for(self, platform: str | None, packed: bool = False) -> Any:
         """``apply`` under ``jax.jit``, traced inside ``fastpath.target_platform(platform)``,
         so that each platform choice of the lowerings (a fast path or its lax lowering; a
         convolution's CPU form or XLA's) traces the branch of that platform alone, not every
         one (on an H100 ConvNeXt-T's trace and lowering took 2.4 s less; docs/onnx.md,
         "First-call time"). ``jitted`` where the platform is None (not one the lowerings
-        choose by)."""
-        if platform is None:
+        choose by). ``packed``: its outputs' bytes as one flat buffer instead
+        (``fetch.pack``; ``packed_layouts`` says where each output is in it)."""
+        if platform is None and not packed:
             return self.jitted
-        fn = self._jitted_for.get(platform)
+        fn = self._jitted_for.get((platform, packed))
         if fn is None:
 
             def apply_on(params: Mapping[str, Any], *inputs: Any) -> tuple:
                 with fastpath.target_platform(platform):
-                    return self.apply(params, *inputs)
+                    outs = self.apply(params, *inputs)
+                return fetch.pack(outs, inputs, self.packed_layouts) if packed else outs
 
             fn = jax.jit(apply_on, compiler_options=self._compiler_options or None)
-            self._jitted_for[platform] = fn
+            self._jitted_for[(platform, packed)] = fn
         return fn
 
     @functools.cached_property

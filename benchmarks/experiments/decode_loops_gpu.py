@@ -1,0 +1,216 @@
+"""Where the onnxruntime-style decode loops' time goes on a GPU (issue 64): the 1B-class LLaMA
+(``dml_jax.bench.decoders``) exported in float16, generated at batch 1 by the decode suite's
+``run_loop`` (``run`` once a token, the cache through the host; ``run-unpacked``, its outputs
+fetched each by its own copy, as before ``fetch``) and ``bound_loop`` (IOBinding, the cache on
+the device), against ``Generator.generate_next_token``.
+
+Per loop: milliseconds a token (median of ``--samples`` generations of ``--new`` tokens), the
+GPU kernels' summed time a token and the busy fraction from a ``jax.profiler`` trace of one
+generation (``gpu_trace.py``), and the host functions that take most of a generation's time
+(``cProfile``, cumulative, ``--top`` of them): what a token spends outside the model's
+kernels; and the wall time a token of the session's own steps (``PHASES``: the feed's
+checks, the bound pasts' padding, the program's lookup and dispatch, the outputs' wrapping,
+an ``OrtValue``'s copies in and out) and of a few bare JAX calls (a small ``device_put``, a
+small array's copy to the host, a jitted call of as many device arguments as a step's).
+
+Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_loops_gpu.py [--model llama_1b]
+[--new 64] [--samples 3] [--top 25]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+
+import gpu_trace  # this folder's
+import numpy as np
+
+# (module, class or None, name): the session's steps timed a token
+PHASES = [
+    ("dml_jax.onnx.session", "InferenceSession", "_run"),
+    ("dml_jax.onnx.session", "InferenceSession", "_checked"),
+    ("dml_jax.onnx.session", "InferenceSession", "_dispatch"),
+    ("dml_jax.onnx.cache", "ProgramCache", "_program_and_resumed"),
+    ("dml_jax.onnx.binding", None, "pad_on_device"),
+    ("dml_jax.onnx.binding", None, "on_device"),
+    ("dml_jax.onnx.binding", "OrtValue", "numpy"),
+    ("dml_jax.onnx.binding", "OrtValue", "ortvalue_from_numpy"),
+    ("dml_jax.onnx.buckets", None, "pad_decoder_feed"),
+]
+
+
+def _timers() -> dict:
+    """Wraps ``PHASES`` with wall-clock timers: their summed seconds by name."""
+    import importlib
+
+    spent: dict = {}
+
+    def timed(name, fn):
+        def call(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
+
+        return call
+
+    for module, owner, name in PHASES:
+        m = importlib.import_module(module)
+        if owner is None:
+            setattr(m, name, timed(name, getattr(m, name)))
+            continue
+        cls = next((c for c in vars(m).values() if isinstance(c, type) and name in vars(c)),
+                   getattr(m, owner, None))  # fmt: skip
+        if cls is None or name not in vars(cls):
+            continue
+        raw = vars(cls)[name]
+        wrapped = timed(name, raw.__func__ if isinstance(raw, staticmethod) else raw)
+        setattr(cls, name, staticmethod(wrapped) if isinstance(raw, staticmethod) else wrapped)
+    return spent
+
+
+def _bare(jax, np) -> None:
+    """A few bare JAX calls' wall time, median of 50, in microseconds."""
+    import jax.numpy as jnp
+
+    def us(fn):
+        fn()
+        out = []
+        for _ in range(50):
+            t = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t) * 1e6)
+        return statistics.median(out)
+
+    small = np.ones((1, 1), np.int32)
+    dev = jax.device_put(small)
+    args = [jnp.ones((8, 8)) for _ in range(180)]
+    f = jax.jit(lambda *xs: xs[0] + 1)
+    print(f"bare: device_put int32[1,1] {us(lambda: jax.device_put(small).block_until_ready()):.0f} us,"
+          f" np.asarray of it {us(lambda: np.asarray(dev + 0)):.0f} us,"
+          f" jitted call of 180 device args {us(lambda: f(*args)):.0f} us (+sync "
+          f"{us(lambda: f(*args).block_until_ready()):.0f}),"
+          f" of 179 + a host int32[1,1] {us(lambda: f(*args[:-1], small)):.0f} us")  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="llama_1b")
+    p.add_argument("--new", type=int, default=64)
+    p.add_argument("--prompt", type=int, default=16)
+    p.add_argument("--samples", type=int, default=3)
+    p.add_argument("--top", type=int, default=25)
+    p.add_argument("--loops", nargs="*", default=["run", "bound", "generator"])
+    p.add_argument("--no-profile", dest="profile", action="store_false", help="no cProfile")
+    p.add_argument("--hlo", action="store_true",
+                   help="the concatenations in run()'s last program's optimized HLO")  # fmt: skip
+    a = p.parse_args()
+
+    import jax
+    import torch
+
+    from dml_jax.bench import decoders
+    from dml_jax.bench.suites.decode import bound_loop, dml_generation, run_loop
+    from dml_jax.onnx import InferenceSession
+
+    print(jax.devices()[0].device_kind, jax.__version__, torch.__version__)
+    _bare(jax, np)
+    spent = _timers()
+    model = decoders.build(a.model).half().to("cuda")
+    prompt = np.random.default_rng(0).integers(1, model.config.vocab_size, (1, a.prompt))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "fp16.onnx")
+        decoders.export(model, path, device="cuda")
+        session = InferenceSession(path)
+    loops = {
+        "run": lambda: run_loop(session, prompt, a.new),
+        "bound": lambda: bound_loop(session, prompt, a.new),
+        "generator": lambda: dml_generation(session, prompt, a.new, per_token=True)[:3],
+        "run-unpacked": lambda: _unpacked(lambda: run_loop(session, prompt, a.new)),
+    }
+    for name in a.loops:
+        loop = loops[name]
+        loop()
+        loop()
+        times = [loop()[2] / (a.new - 1) * 1e3 for _ in range(a.samples)]
+        folder = gpu_trace.record(lambda: loop()[0], 1)
+        prof = gpu_trace.kernels(folder, a.new, top=8)
+        spent.clear()
+        loop()
+        print("  a token, ms: " + ", ".join(f"{k} {v / a.new * 1e3:.3f}" for k, v in spent.items()))
+        print(f"{name}: {statistics.median(times):.3f} ms a token "
+              f"({min(times):.3f}-{max(times):.3f}); kernels a token "
+              f"{prof.get('kernels', 0):.0f}, {prof.get('kernel_us', 0):.0f} us, busy "
+              f"{prof.get('busy', 0):.2f}")  # fmt: skip
+        for row in prof.get("top", []):
+            print("   ", row)
+        if not a.profile:
+            continue
+        pr = cProfile.Profile()
+        pr.enable()
+        loop()
+        pr.disable()
+        text = io.StringIO()
+        pstats.Stats(pr, stream=text).sort_stats("cumulative").print_stats(a.top)
+        print(text.getvalue()[-6000:])
+        pr = cProfile.Profile()
+        pr.enable()
+        loop()
+        pr.disable()
+        text = io.StringIO()
+        pstats.Stats(pr, stream=text).sort_stats("tottime").print_stats(15)
+        print(text.getvalue()[-3000:])
+    if a.hlo:
+        _concatenations(session, prompt)
+    sys.stdout.flush()
+
+
+def _unpacked(call):
+    """``call()`` with ``run``'s outputs fetched each by its own copy (``fetch``)."""
+    from dml_jax.onnx import fetch
+
+    was = fetch.PACKED_MIN_OUTPUTS
+    fetch.PACKED_MIN_OUTPUTS = 1 << 30
+    try:
+        return call()
+    finally:
+        fetch.PACKED_MIN_OUTPUTS = was
+
+
+def _concatenations(session, prompt) -> None:
+    """The concatenate instructions of the optimized HLO of ``run``'s program for a step at
+    the prompt's length plus one (its operands' shapes say what is copied)."""
+    from dml_jax.onnx import session as S
+
+    seen = {}
+    dispatch = S.InferenceSession._dispatch
+
+    def spy(self, program, feed):
+        seen["call"] = out = dispatch(self, program, feed)
+        return out
+
+    S.InferenceSession._dispatch = spy
+    try:
+        from dml_jax.bench.suites.decode import run_loop
+
+        run_loop(session, prompt, 2)
+    finally:
+        S.InferenceSession._dispatch = dispatch
+    jitted, params, args = seen["call"]
+    text = jitted.lower(params, *args).compile().as_text()
+    lines = [x.strip() for x in text.splitlines() if " concatenate(" in x]
+    print(f"run()'s program: {len(lines)} concatenate instructions")
+    for x in lines[:12]:
+        print("   ", x[:400])
+
+
+if __name__ == "__main__":
+    main()

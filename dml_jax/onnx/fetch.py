@@ -1,0 +1,85 @@
+"""``run``'s outputs copied to the host: from an accelerator, all of them in one copy.
+
+A copy from a GPU to the host costs far more than its bytes: on an H200 host a small array's
+copy back took some 150-300 us (an event and a host callback each; the copies of a run's
+outputs are all started before any is waited for, and still each pays its own), and a decoder
+step has dozens of outputs (its logits and each layer's present keys and values: 33 for a
+16-layer model), so ``run`` on a 1B-class LLaMA's step spent milliseconds a token on them
+(``benchmarks/experiments/decode_loops_gpu.py``). Where a program runs on an accelerator and
+has at least ``PACKED_MIN_OUTPUTS`` outputs, ``run`` calls it through a jitted wrapper that also
+packs every output's bytes into one flat buffer (those of larger elements first, so each starts
+at a multiple of its element size); the host takes the buffer in one copy and views each output
+in it (``Program.jitted_for(platform, packed=True)`` traces ``pack`` after the program's
+own outputs; ``host_outputs`` unpacks). The packing is one more pass over the outputs' bytes on the device (a decoder step's
+few megabytes: microseconds). On the CPU a program's outputs are host memory already.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+# The fewest outputs ``run`` fetches as one packed buffer (fewer: each by its own copy).
+PACKED_MIN_OUTPUTS = 2
+
+
+def packs(platform: str, outputs: int) -> bool:
+    """Whether ``run`` fetches a program's ``outputs`` outputs on ``platform`` packed."""
+    return platform != "cpu" and outputs >= PACKED_MIN_OUTPUTS
+
+
+def _signature(args: Sequence[Any]) -> tuple:
+    """The arguments' shapes and types as a trace sees them."""
+    canonical = jax.dtypes.canonicalize_dtype
+    return (bool(jax.config.read("jax_enable_x64")),) + tuple(
+        None if a is None else (tuple(a.shape), np.dtype(canonical(a.dtype))) for a in args
+    )
+
+
+def _as_bytes(y: Any) -> Any:
+    """``y``'s elements as a flat array of bytes (booleans as 0 and 1)."""
+    if y.dtype == jnp.bool_:
+        y = y.astype(jnp.uint8)
+    elif y.dtype != jnp.uint8:
+        y = lax.bitcast_convert_type(y, jnp.uint8)
+    return y.reshape(-1)
+
+
+def pack(outs: Sequence[Any], inputs: Sequence[Any], layouts: dict) -> Any:
+    """Inside a trace: ``outs``' bytes as one flat uint8 buffer, those of larger elements
+    first; records in ``layouts``, by the inputs' signature, where each output is in it."""
+    present = [k for k, y in enumerate(outs) if y is not None]
+    order = sorted(present, key=lambda k: -np.dtype(outs[k].dtype).itemsize)
+    layouts[_signature(inputs)] = (
+        len(outs),
+        [(k, tuple(outs[k].shape), np.dtype(outs[k].dtype)) for k in order],
+    )
+    if not order:
+        return jnp.zeros((0,), jnp.uint8)
+    return jnp.concatenate([_as_bytes(outs[k]) for k in order])
+
+
+def host_outputs(packed: Any, layouts: dict, params: Any, args: Sequence[Any]) -> list:
+    """The outputs of ``packed(params, *args)`` (a jitted function whose trace calls ``pack``
+    with ``layouts``) on the host, in one copy: a list of NumPy arrays, each a view of the
+    buffer (None where an output is None)."""
+    buffer = np.asarray(packed(params, *args))
+    key = _signature(args)
+    if key not in layouts:  # a trace JAX found by a key of its own: traced again
+        jax.eval_shape(packed, params, *args)
+    count, layout = layouts[key]
+    outs: list = [None] * count
+    offset = 0
+    for k, shape, dtype in layout:
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        outs[k] = buffer[offset : offset + size].view(dtype).reshape(shape)
+        offset += size
+    return outs
+
+
+__all__ = ["PACKED_MIN_OUTPUTS", "host_outputs", "pack", "packs"]
