@@ -43,6 +43,7 @@ PHASES = [
     ("dml_jax.onnx.binding", "OrtValue", "numpy"),
     ("dml_jax.onnx.binding", "OrtValue", "ortvalue_from_numpy"),
     ("dml_jax.onnx.buckets", None, "pad_decoder_feed"),
+    ("dml_jax.onnx.fetch", None, "host_outputs"),
 ]
 
 
@@ -99,6 +100,15 @@ def _bare(jax, np) -> None:
           f" jitted call of 180 device args {us(lambda: f(*args)):.0f} us (+sync "
           f"{us(lambda: f(*args).block_until_ready()):.0f}),"
           f" of 179 + a host int32[1,1] {us(lambda: f(*args[:-1], small)):.0f} us")  # fmt: skip
+    pasts = [np.ones((1, 8, 64, 64), np.float16) for _ in range(32)]
+    on_dev = [jax.device_put(x) for x in pasts]
+    g = jax.jit(lambda *xs: sum(x[0, 0, 0, 0] for x in xs))
+    big = jnp.ones((5 << 20,), jnp.uint8)
+    print(f"bare: jitted call of 32 f16[1,8,64,64] + sync: host arrays "
+          f"{us(lambda: g(*pasts).block_until_ready()):.0f} us, device arrays "
+          f"{us(lambda: g(*on_dev).block_until_ready()):.0f} us, one host array of their bytes "
+          f"{us(lambda: g(np.concatenate([x.reshape(-1) for x in pasts]).view(np.uint8)[None, None, None]).block_until_ready()):.0f} us;"
+          f" 5 MiB to the host {us(lambda: np.asarray(big + 0)):.0f} us")  # fmt: skip
 
 
 def main() -> None:
@@ -206,9 +216,9 @@ def _concatenations(session, prompt) -> None:
         S.InferenceSession._dispatch = dispatch
     jitted, params, args = seen["call"]
     text = jitted.lower(params, *args).compile().as_text()
-    lines = [x.strip() for x in text.splitlines() if " concatenate(" in x]
+    lines = [x.strip() for x in text.splitlines() if " concatenate(" in x or "wrapped_conc" in x]
     print(f"run()'s program: {len(lines)} concatenate instructions")
-    for x in lines[:12]:
+    for x in [x for x in lines if "wrapped_conc" in x][:8] + lines[:4]:
         print("   ", x[:400])
 
 

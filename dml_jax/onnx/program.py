@@ -29,8 +29,15 @@ from .importer import ImportedGraph
 # otherwise: matrix products on cuBLAS, as onnxruntime and torch.compile's default mode run
 # them, rather than XLA's search over Triton kernels for each one, which was most of the first
 # call of the small transformers (BERT 12.3 s of compile against 1.8, for 0.11 against 0.13 ms
-# a call; docs/onnx.md, "First-call time").
-GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_enable_triton_gemm": False}
+# a call; docs/onnx.md, "First-call time"). And products that share an operand left apart:
+# XLA's DotMerger makes them one product over their weights concatenated, which, with the
+# weights ``run``'s arguments, copies them at every call (a 1B-class LLaMA's decode step: its
+# query-key-value and gate-up weights, 611 of the step's 1,983 us of kernels on an H200;
+# benchmarks/experiments/decode_loops_gpu.py).
+GPU_COMPILER_OPTIONS: dict[str, Any] = {
+    "xla_gpu_enable_triton_gemm": False,
+    "xla_gpu_dot_merger_threshold_mb": 0,
+}
 
 # XLA options a session's compiles take on CPUs unless the caller's compiler_options say
 # otherwise: of the operations XLA's CPU backend hands to YNNPACK by default (matrix products,
