@@ -754,13 +754,15 @@ def test_optimum_merged_decoder():
 def test_decode_steps_drop_the_sessions_cublas_choice_unless_the_caller_made_it():
     """A decode step's products have a row a sequence, where XLA's own emitters outran cuBLAS
     (docs/onnx.md, "Generation"): the steps compile without the sessions' default
-    ``xla_gpu_enable_triton_gemm: False``, and keep it where the caller passed it."""
+    ``xla_gpu_enable_triton_gemm: False`` nor its sibling products left unmerged, and keep
+    either where the caller passed it."""
     from types import SimpleNamespace
 
+    from dml_jax.onnx.decode_steps import DOT_MERGER
     from dml_jax.onnx.generation import TRITON_GEMM, DecodeSteps
     from dml_jax.onnx.program import GPU_COMPILER_OPTIONS
 
-    assert TRITON_GEMM in GPU_COMPILER_OPTIONS
+    assert TRITON_GEMM in GPU_COMPILER_OPTIONS and DOT_MERGER in GPU_COMPILER_OPTIONS
     defaults = {**GPU_COMPILER_OPTIONS, "xla_gpu_autotune_level": 2}
     steps = DecodeSteps.__new__(DecodeSteps)
     steps.session = SimpleNamespace(compiler_options=defaults, _compiler_options=None)
@@ -769,7 +771,12 @@ def test_decode_steps_drop_the_sessions_cublas_choice_unless_the_caller_made_it(
     steps.session = SimpleNamespace(
         compiler_options={**defaults, **chosen}, _compiler_options=chosen
     )
-    assert steps.options()[TRITON_GEMM] is False
+    assert steps.options()[TRITON_GEMM] is False and DOT_MERGER not in steps.options()
+    chosen = {DOT_MERGER: 0}
+    steps.session = SimpleNamespace(
+        compiler_options={**defaults, **chosen}, _compiler_options=chosen
+    )
+    assert steps.options() == {"xla_gpu_autotune_level": 2, DOT_MERGER: 0}
 
 
 def test_int4_quantizer_of_the_decode_suite(tmp_path):

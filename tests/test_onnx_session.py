@@ -326,6 +326,21 @@ def test_sessions_on_gpus_run_matrix_products_on_cublas_unless_told(rng):
     (program,) = s._programs.values()
     text = program.jitted.lower(s._device_params(), x).compile().as_text()
     assert "__triton_gemm" not in text and "__cublas" in text
+    # two products of one input: not merged into one over their weights concatenated
+    v = numpy_helper.from_array(rng.normal(size=(1024, 1024)).astype(np.float16), "v")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]),
+             helper.make_node("MatMul", ["x", "v"], ["b"])]  # fmt: skip
+    pair = _model(nodes, [_vi("x", h, [16, 1024])],
+                  [_vi("a", h, [16, 1024]), _vi("b", h, [16, 1024])], [w, v])  # fmt: skip
+    s = InferenceSession(pair)
+    x = rng.normal(size=(16, 1024)).astype(np.float16)
+    a, b = s.run(None, {"x": x})
+    for got, weight in [(a, w), (b, v)]:
+        want = x.astype(np.float32) @ numpy_helper.to_array(weight).astype(np.float32)
+        np.testing.assert_allclose(got.astype(np.float32), want, rtol=2e-2, atol=0.5)
+    (program,) = s._programs.values()
+    text = program.jitted.lower(s._device_params(), x).compile().as_text()
+    assert " concatenate(" not in text
 
 
 def test_free_dimensions_by_name_and_denotation_fix_the_shape(rng):

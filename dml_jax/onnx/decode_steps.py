@@ -24,8 +24,10 @@ from ..errors import ValidationError
 from .elements import ONNX, graph_dtype
 from .roles import DecoderRoles
 
-# The XLA option by which sessions put matrix products on cuBLAS (``GPU_COMPILER_OPTIONS``).
+# The XLA options by which sessions put matrix products on cuBLAS and leave sibling products
+# unmerged (``GPU_COMPILER_OPTIONS``); a decode step's compiles take neither unless told.
 TRITON_GEMM = "xla_gpu_enable_triton_gemm"
+DOT_MERGER = "xla_gpu_dot_merger_threshold_mb"
 NEVER = 2**31 - 1  # a run of steps in which no row ended: the length it reports
 
 
@@ -370,14 +372,18 @@ class DecodeSteps:
         return entry
 
     def options(self) -> dict | None:
-        """The session's XLA options, less its choice of cuBLAS for matrix products (unless the
-        caller made it): a decode step's products have a row a sequence, and XLA's own
-        (Triton) emitters read their weights 2.5-5x faster than cuBLAS there (an H200, float16
-        x [1, K] times [K, N]: 1.8-4.0 TB/s against 0.69-0.80; benchmarks/experiments
-        gemv_forms_gpu.py)."""
+        """The session's XLA options, less its choice of cuBLAS for matrix products and of
+        sibling products unmerged (unless the caller made them): a decode step's products have
+        a row a sequence, and XLA's own (Triton) emitters read their weights 2.5-5x faster
+        than cuBLAS there (an H200, float16 x [1, K] times [K, N]: 1.8-4.0 TB/s against
+        0.69-0.80; benchmarks/experiments/gemv_forms_gpu.py); and with XLA's merging of
+        sibling products the 1B-class LLaMA's steps took 1,042 us of kernels a token, against
+        1,256 without (``generate_next_token``; decode_loops_gpu.py)."""
         options = dict(self.session.compiler_options)
-        if TRITON_GEMM not in (self.session._compiler_options or {}):
-            options.pop(TRITON_GEMM, None)
+        told = self.session._compiler_options or {}
+        for name in (TRITON_GEMM, DOT_MERGER):
+            if name not in told:
+                options.pop(name, None)
         return options or None
 
     def params_for(self, program: Any) -> tuple:
