@@ -1,4 +1,5 @@
-"""``run``'s outputs copied to the host: from an accelerator, all of them in one copy.
+"""``run``'s outputs copied to the host (``on_host``; sequences and optionals nested as
+onnxruntime gives them, ``nested_result``): from an accelerator, all of them in one copy.
 
 A copy from a GPU to the host costs far more than its bytes: on an H200 host a small array's
 copy back took some 150-300 us (an event and a host callback each; the copies of a run's
@@ -31,6 +32,42 @@ PACKED_MIN_OUTPUTS = 2
 def packs(platform: str, outputs: int) -> bool:
     """Whether ``run`` fetches a program's ``outputs`` outputs on ``platform`` packed."""
     return platform != "cpu" and outputs >= PACKED_MIN_OUTPUTS
+
+
+def packs_for(program: Any, platform: str) -> bool:
+    """Whether ``run`` fetches ``program``'s outputs on ``platform`` packed (a program on a
+    mesh: never; its outputs are gathered from their shards)."""
+    return program.layout is None and packs(platform, len(program.imported.output_names))
+
+
+def on_host(program: Any, outs: Sequence[Any], fetched: bool = False) -> dict[str, Any]:
+    """``program``'s outputs ``outs`` as NumPy arrays of their ONNX types, by name: gathered
+    from a mesh's shards, or copied from the device (every copy started before any is waited
+    for), or as they are where ``fetched`` (``host_outputs``)."""
+    imported = program.imported
+    if program.layout is not None:
+        from .placement import fetch as gathered
+
+        outs = [gathered(y) for y in outs]
+    elif not fetched:
+        for y in outs:
+            y.copy_to_host_async()
+        outs = [np.asarray(y) for y in outs]
+    return {name: np.asarray(y).astype(dtype, copy=False)
+            for name, y, dtype in zip(imported.output_names, outs, imported.output_dtypes)}  # fmt: skip
+
+
+def nested_result(result: dict, imported: Any) -> dict:
+    """The results with each sequence output as a list of arrays and each optional output as
+    its value or None, as onnxruntime returns them."""
+    for kind, name, layout in imported.layouts:
+        if kind != "output":
+            continue
+        if isinstance(layout, list):
+            result[name] = [result.pop(n) for n in layout]
+        else:
+            result[name] = None if layout is None else result.pop(layout)
+    return result
 
 
 def _signature(args: Sequence[Any]) -> tuple:
@@ -82,4 +119,5 @@ def host_outputs(packed: Any, layouts: dict, params: Any, args: Sequence[Any]) -
     return outs
 
 
-__all__ = ["PACKED_MIN_OUTPUTS", "host_outputs", "pack", "packs"]
+__all__ = ["PACKED_MIN_OUTPUTS", "host_outputs", "nested_result", "on_host", "pack", "packs",
+           "packs_for"]  # fmt: skip

@@ -35,7 +35,6 @@ from . import fetch
 from .binding import IOBinding, OrtValue, on_device
 from .cache import ProgramCache, flat_feed, structure_shape
 from .elements import ONNX, data_type_of, graph_dtype, numpy_dtype_of, to_graph_array
-from .importer import ImportedGraph
 from .program import (
     CPU_BAKED_WEIGHTS_MAX_BYTES,
     CPU_MATRIX_ARGUMENT_MIN_BYTES,
@@ -59,19 +58,6 @@ _ACCELERATOR_PROVIDERS = (
 
 def _is_tensor(info: Any) -> bool:
     return info.type.WhichOneof("value") in (None, "tensor_type")
-
-
-def _nested_result(result: dict, imported: ImportedGraph) -> dict:
-    """The results with each sequence output as a list of arrays and each optional output as
-    its value or None, as onnxruntime returns them."""
-    for kind, name, layout in imported.layouts:
-        if kind != "output":
-            continue
-        if isinstance(layout, list):
-            result[name] = [result.pop(n) for n in layout]
-        else:
-            result[name] = None if layout is None else result.pop(layout)
-    return result
 
 
 class InferenceSession(ProgramCache):
@@ -411,11 +397,7 @@ class InferenceSession(ProgramCache):
         with jax.enable_x64(True) if program.needs_x64 else contextlib.nullcontext():
             jitted, params, args = self._dispatch(program, feed)
             nested = any(kind == "output" for kind, _, _ in imported.layouts)
-            packed = (
-                not on_device
-                and not program.layout
-                and fetch.packs(self._device.platform, len(imported.output_names))
-            )
+            packed = not on_device and fetch.packs_for(program, self._device.platform)
             if packed:  # every output in one copy (``fetch``)
                 jitted = program.jitted_on(self._run_device, packed=True)
                 outs = fetch.host_outputs(jitted, program.packed_layouts, params, args)
@@ -427,19 +409,8 @@ class InferenceSession(ProgramCache):
                 pads = dict.fromkeys(presents, padded)
                 return ({n: found[n][0] for n in wanted}, {n: found[n][1] for n in wanted},
                         {n: pads[n] for n in wanted if n in pads})  # fmt: skip
-            if program.layout is not None:
-                from .placement import fetch as gathered
-
-                outs = [gathered(y) for y in outs]
-            elif not packed:  # every copy to the host started before any is waited for
-                for y in outs:
-                    y.copy_to_host_async()
-                outs = [np.asarray(y) for y in outs]
-            result = {
-                name: np.asarray(y).astype(dtype, copy=False)
-                for name, y, dtype in zip(imported.output_names, outs, imported.output_dtypes)
-            }
-        result = _nested_result(result, imported)
+            result = fetch.on_host(program, outs, fetched=packed)
+        result = fetch.nested_result(result, imported)
         if unpad is not None:
             result = unpad(result)
         if on_device:
@@ -689,7 +660,7 @@ class InferenceSession(ProgramCache):
         # Sequence and optional values: their tensors in, lists and None out.
         feed = flat_feed({i.name: x for i, x in zip(self._inputs, inputs)}, imp)
         outs = call(params, *self._placed(program, [feed[n] for n in imp.input_names]))
-        result = _nested_result(dict(zip(imp.output_names, outs)), imp)
+        result = fetch.nested_result(dict(zip(imp.output_names, outs)), imp)
         return tuple(result[o.name] for o in self._model.graph.output)
 
     def _placed(self, program: Program, inputs: Sequence[Any]) -> list:
