@@ -103,7 +103,8 @@ def _bare(jax, np) -> None:
     dev = jax.device_put(small)
     args = [jnp.ones((8, 8)) for _ in range(180)]
     f = jax.jit(lambda *xs: xs[0] + 1)
-    print(f"bare: device_put int32[1,1] {us(lambda: jax.device_put(small).block_until_ready()):.0f} us,"
+    put = us(lambda: jax.device_put(small).block_until_ready())
+    print(f"bare: device_put int32[1,1] {put:.0f} us,"
           f" np.asarray of it {us(lambda: np.asarray(dev + 0)):.0f} us,"
           f" jitted call of 180 device args {us(lambda: f(*args)):.0f} us (+sync "
           f"{us(lambda: f(*args).block_until_ready()):.0f}),"
@@ -112,10 +113,14 @@ def _bare(jax, np) -> None:
     on_dev = [jax.device_put(x) for x in pasts]
     g = jax.jit(lambda *xs: sum(x[0, 0, 0, 0] for x in xs))
     big = jnp.ones((5 << 20,), jnp.uint8)
+
+    def joined():  # the pasts' bytes as one host array
+        return np.concatenate([x.reshape(-1) for x in pasts]).view(np.uint8)[None, None, None]
+
     print(f"bare: jitted call of 32 f16[1,8,64,64] + sync: host arrays "
           f"{us(lambda: g(*pasts).block_until_ready()):.0f} us, device arrays "
           f"{us(lambda: g(*on_dev).block_until_ready()):.0f} us, one host array of their bytes "
-          f"{us(lambda: g(np.concatenate([x.reshape(-1) for x in pasts]).view(np.uint8)[None, None, None]).block_until_ready()):.0f} us;"
+          f"{us(lambda: g(joined()).block_until_ready()):.0f} us;"
           f" 5 MiB to the host {us(lambda: np.asarray(big + 0)):.0f} us")  # fmt: skip
 
 

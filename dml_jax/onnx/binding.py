@@ -11,8 +11,8 @@ token ids, mask and positions) is held on the host until something asks for its 
 (``data_ptr``, ``__dlpack__``): a run it feeds moves it in the run's own dispatch, which on a
 GPU costs less than a transfer of its own (on an H200 host a small ``device_put`` took some
 140 us and a small copy back some 300, about what a decode step's kernels take a layer), and
-``numpy()`` reads it back without a transfer. ``InferenceSession.run`` takes OrtValues in its feed as
-onnxruntime does; ``run_with_ort_values`` returns OrtValues on the session's device;
+``numpy()`` reads it back without a transfer. ``InferenceSession.run`` takes OrtValues in its
+feed as onnxruntime does; ``run_with_ort_values`` returns OrtValues on the session's device;
 ``io_binding()`` binds inputs (OrtValues or host arrays) and outputs (to a device, or into a
 given OrtValue, which then holds the result) for ``run_with_iobinding``. Binding a raw device
 pointer (onnxruntime's ``bind_input`` with ``buffer_ptr``) is a ``ValidationError``: a JAX

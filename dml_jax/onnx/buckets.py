@@ -6,8 +6,9 @@ outputs for a past padded with zeros from its length ``P`` to a bucket ``L`` whe
 mask is zero over the padding: the padded keys only ever meet a zero in the mask. ``run`` then
 pads a feed's pasts and mask to ``L`` (``pad_decoder_feed``) and cuts the padding out of the
 presents (a Concat's present holds the padding between past and new; GroupQueryAttention's, whose
-``seqlens_k`` comes from the mask, holds each entry's positions first, then zeros), so an onnxruntime-style loop (``run`` once a token, the presents fed back as pasts)
-compiles one program per bucket, not one per token; the ``Generator`` runs its cache at bucket
+``seqlens_k`` comes from the mask, holds each entry's positions first, then zeros), so an
+onnxruntime-style loop (``run`` once a token, the presents fed back as pasts) compiles one
+program per bucket, not one per token; the ``Generator`` runs its cache at bucket
 lengths the same way.
 """
 

@@ -11,8 +11,9 @@ has at least ``PACKED_MIN_OUTPUTS`` outputs, ``run`` calls it through a jitted w
 packs every output's bytes into one flat buffer (those of larger elements first, so each starts
 at a multiple of its element size); the host takes the buffer in one copy and views each output
 in it (``Program.jitted_for(platform, packed=True)`` traces ``pack`` after the program's
-own outputs; ``host_outputs`` unpacks). The packing is one more pass over the outputs' bytes on the device (a decoder step's
-few megabytes: microseconds). On the CPU a program's outputs are host memory already.
+own outputs; ``host_outputs`` unpacks). The packing is one more pass over the outputs' bytes
+on the device (a decoder step's few megabytes: microseconds). On the CPU a program's outputs
+are host memory already.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def on_host(program: Any, outs: Sequence[Any], fetched: bool = False) -> dict[st
         for y in outs:
             y.copy_to_host_async()
         outs = [np.asarray(y) for y in outs]
-    return {name: np.asarray(y).astype(dtype, copy=False)
-            for name, y, dtype in zip(imported.output_names, outs, imported.output_dtypes)}  # fmt: skip
+    typed = zip(imported.output_names, outs, imported.output_dtypes)
+    return {name: np.asarray(y).astype(dtype, copy=False) for name, y, dtype in typed}
 
 
 def nested_result(result: dict, imported: Any) -> dict:

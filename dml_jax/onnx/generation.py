@@ -15,10 +15,10 @@ each layer's first ``L`` positions as its past and runs the session's program fo
 length; the buffer is donated, so the write is in place and nothing is copied back to the host.
 The tokens stay on the device.
 
-Buckets: where the step's graph shows the padding masked, the past length ``L`` is rounded up to a bucket
-(powers of two by default, ``GeneratorParams.buckets``) and the positions between the cache's
-length and ``L`` are masked out by the attention mask, so a decode loop over 2,048 positions
-compiles a handful of programs, not one per token. That holds when the model takes
+Buckets: where the step's graph shows the padding masked, the past length ``L`` is rounded up
+to a bucket (powers of two by default, ``GeneratorParams.buckets``) and the positions between
+the cache's length and ``L`` are masked out by the attention mask, so a decode loop over 2,048
+positions compiles a handful of programs, not one per token. That holds when the model takes
 ``position_ids`` (so no position is computed from the past's size) and its attention mask covers
 past and new tokens; then the padded keys only ever meet a zero in the attention mask, and a
 padded step's tokens equal the exact step's (tests/test_generation.py). Otherwise every past
@@ -64,7 +64,8 @@ class GeneratorParams:
         pad_token_id: the id put before shorter prompts and after a finished sequence.
         seed: the sampling's random seed.
         buckets: the past lengths programs are compiled for: None (powers of two from 16, where
-            the step's graph shows the padding masked), False (every length exact), or a list of lengths.
+            the step's graph shows the padding masked), False (every length exact), or a list of
+            lengths.
         steps_per_dispatch: ``generate_until_done``'s decode steps a dispatch (not
             onnxruntime-genai's): n > 1 (16 by default), runs of n steps inside a bucket as
             one ``lax.fori_loop`` of a fixed count (no condition for the host to read between
@@ -139,8 +140,8 @@ class Generator:
             )
         if p.buckets not in (None, False) and not r.bucketable:
             raise ValidationError(
-                f"{ONNX}: generation: buckets were asked for, but the graph does not show the padding "
-                f"masked: {r.why}"
+                f"{ONNX}: generation: buckets were asked for, but the graph does not show the "
+                f"padding masked: {r.why}"
             )
         self._buckets = bucket_sizes(p.buckets, r.bucketable, f"{ONNX}: generation")
         self._fns = DecodeSteps.of(session, self.roles, p)
