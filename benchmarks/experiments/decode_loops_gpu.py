@@ -13,8 +13,11 @@ checks, the bound pasts' padding, the program's lookup and dispatch, the outputs
 an ``OrtValue``'s copies in and out) and of a few bare JAX calls (a small ``device_put``, a
 small array's copy to the host, a jitted call of as many device arguments as a step's).
 
+``--options`` makes a session per set of XLA options (over the session's defaults) from one
+export: Triton's products for ``run``'s one-row programs, XLA's command buffers, ...
+
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_loops_gpu.py [--model llama_1b]
-[--new 64] [--samples 3] [--top 25]``
+[--new 64] [--samples 3] [--top 25] [--options '{}' '{"xla_gpu_enable_triton_gemm": true}']``
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import json
 import os
 import pstats
 import statistics
@@ -68,7 +72,10 @@ def _timers() -> dict:
     jitted_on = Program.jitted_on
 
     def jitted_timed(self, device, packed=False):  # the program's call alone: "call"
-        return timed("call", jitted_on(self, device, packed))
+        fn = jitted_on(self, device, packed)
+        call = timed("call", fn)
+        call.lower = fn.lower
+        return call
 
     Program.jitted_on = jitted_timed
     for module, owner, name in PHASES:
@@ -133,6 +140,9 @@ def main() -> None:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--loops", nargs="*", default=["run", "bound", "generator"])
     p.add_argument("--no-profile", dest="profile", action="store_false", help="no cProfile")
+    p.add_argument("--options", nargs="*", default=["{}"], metavar="JSON",
+                   help="a session per set of compiler options over the defaults, as "
+                   "'{\"xla_gpu_enable_triton_gemm\": true}' (the loops run for each)")  # fmt: skip
     p.add_argument("--hlo", action="store_true",
                    help="the concatenations in run()'s last program's optimized HLO")  # fmt: skip
     a = p.parse_args()
@@ -141,7 +151,6 @@ def main() -> None:
     import torch
 
     from dml_jax.bench import decoders
-    from dml_jax.bench.suites.decode import bound_loop, dml_generation, run_loop
     from dml_jax.onnx import InferenceSession
 
     print(jax.devices()[0].device_kind, jax.__version__, torch.__version__)
@@ -152,7 +161,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "fp16.onnx")
         decoders.export(model, path, device="cuda")
-        session = InferenceSession(path)
+        sessions = [(o, InferenceSession(path, compiler_options=json.loads(o) or None))
+                    for o in a.options]  # fmt: skip
+    for options, session in sessions:
+        print(f"compiler options {session.compiler_options} ({options} over the defaults)")
+        _loops(a, session, prompt, spent)
+    if a.hlo:
+        _concatenations(sessions[-1][1], prompt)
+    sys.stdout.flush()
+
+
+def _loops(a, session, prompt, spent) -> None:
+    """Times ``a.loops`` on ``session`` (see the module docstring)."""
+    from dml_jax.bench.suites.decode import bound_loop, dml_generation, run_loop
+
     loops = {
         "run": lambda: run_loop(session, prompt, a.new),
         "bound": lambda: bound_loop(session, prompt, a.new),
@@ -191,9 +213,6 @@ def main() -> None:
         text = io.StringIO()
         pstats.Stats(pr, stream=text).sort_stats("tottime").print_stats(15)
         print(text.getvalue()[-3000:])
-    if a.hlo:
-        _concatenations(session, prompt)
-    sys.stdout.flush()
 
 
 def _unpacked(call):
