@@ -12,8 +12,8 @@ packs every output's bytes into one flat buffer (those of larger elements first,
 at a multiple of its element size); the host takes the buffer in one copy and views each output
 in it (``Program.jitted_for(platform, packed=True)`` traces ``pack`` after the program's
 own outputs; ``host_outputs`` unpacks). The packing is one more pass over the outputs' bytes
-on the device (a decoder step's few megabytes: microseconds). On the CPU a program's outputs
-are host memory already.
+on the device (a decoder step's few megabytes: microseconds); on the host the buffer lives as
+long as any output viewing it. On the CPU a program's outputs are host memory already.
 """
 
 from __future__ import annotations
