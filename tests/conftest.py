@@ -1,5 +1,6 @@
-"""Shared test set-up: deterministic hypothesis profiles, a random generator per test, and CUDA's
-choice of a fast path forced on any machine (``forced_cuda_kernel``).
+"""Shared test set-up: deterministic hypothesis profiles, a random generator per test, CUDA's
+choice of a fast path forced on any machine (``forced_cuda_kernel``), and a spy on whether a
+function found something (``found_by``).
 
 Profiles: ``ci`` (default, modest example counts) and ``thorough`` (select with
 ``DML_JAX_HYPOTHESIS_PROFILE=thorough python -m pytest``). Tests that need 64-bit types wrap
@@ -162,6 +163,25 @@ def forced_cuda_kernel(monkeypatch, module, name: str, record, interpret: bool =
         yield calls
     finally:
         tracing._compile_graph_cached.cache_clear()
+
+
+@pytest.fixture
+def found_by(monkeypatch):
+    """``found_by(module, name)``: that function wrapped so that each call records whether it
+    gave something (not None); returns the list of records."""
+
+    def spy(module, name: str) -> list[bool]:
+        found, original = [], getattr(module, name)
+
+        def call(*args, **kwargs):
+            out = original(*args, **kwargs)
+            found.append(out is not None)
+            return out
+
+        monkeypatch.setattr(module, name, call)
+        return found
+
+    return spy
 
 
 @pytest.fixture

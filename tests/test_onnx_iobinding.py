@@ -165,19 +165,11 @@ def _greedy(ortmod, sess, prompt: np.ndarray, steps: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("steps", [12, 20])
-def test_bound_decoder_loop_gives_onnxruntime_tokens(steps, monkeypatch):
+def test_bound_decoder_loop_gives_onnxruntime_tokens(steps, found_by):
     """Past 16 positions the loop crosses a bucket (its pasts then padded from 16 to 32)."""
     from dml_jax.onnx import binding
 
-    padded = []
-    original = binding.pad_on_device
-
-    def spy(*args):
-        found = original(*args)
-        padded.append(found is not None)
-        return found
-
-    monkeypatch.setattr(binding, "pad_on_device", spy)
+    padded = found_by(binding, "pad_on_device")
     prompt = np.array([[3, 17, 42, 8, 5], [9, 1, 30, 2, 11]])
     sess = ort.InferenceSession(DECODER, providers=["CPUExecutionProvider"])
     want, want_cache = _greedy(ort, sess, prompt, steps)

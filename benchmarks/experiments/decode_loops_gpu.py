@@ -1,7 +1,8 @@
 """Where the onnxruntime-style decode loops' time goes on a GPU (issue 64): the 1B-class LLaMA
 (``dml_jax.bench.decoders``) exported in float16, generated at batch 1 by the decode suite's
 ``run_loop`` (``run`` once a token, the cache through the host; ``run-unpacked``, its outputs
-fetched each by its own copy, as before ``fetch``) and ``bound_loop`` (IOBinding, the cache on
+fetched each by its own copy, as before ``fetch``; ``run-fresh``, its pasts copied in from the
+feed, as before ``feedback``) and ``bound_loop`` (IOBinding, the cache on
 the device), against ``Generator.generate_next_token``.
 
 Per loop: milliseconds a token (median of ``--samples`` generations of ``--new`` tokens), the
@@ -180,6 +181,7 @@ def _loops(a, session, prompt, spent) -> None:
         "bound": lambda: bound_loop(session, prompt, a.new),
         "generator": lambda: dml_generation(session, prompt, a.new, per_token=True)[:3],
         "run-unpacked": lambda: _unpacked(lambda: run_loop(session, prompt, a.new)),
+        "run-fresh": lambda: _fresh(lambda: run_loop(session, prompt, a.new)),
     }
     for name in a.loops:
         loop = loops[name]
@@ -213,6 +215,19 @@ def _loops(a, session, prompt, spent) -> None:
         text = io.StringIO()
         pstats.Stats(pr, stream=text).sort_stats("tottime").print_stats(15)
         print(text.getvalue()[-3000:])
+
+
+def _fresh(call):
+    """``call()`` with the fed-back presents taken from the feed, not the session's device
+    copies (``feedback``)."""
+    from dml_jax.onnx import feedback
+
+    was = feedback.ENABLED
+    feedback.ENABLED = False
+    try:
+        return call()
+    finally:
+        feedback.ENABLED = was
 
 
 def _unpacked(call):

@@ -96,9 +96,9 @@ def pad_decoder_feed(
     out[index[roles.attention_mask]] = padded_mask(mask, past, length)
     new = ids.shape[1]
     if roles.kind == "gqa":  # each entry's positions first: the first past + new ones
-        return out, _cutter(roles, np.arange(past + new))
+        return out, cutter(roles, np.arange(past + new))
     # Concat(past, new): the past's positions, the padding, then the new ones.
-    return out, _cutter(roles, np.r_[0:past, length : length + new])
+    return out, cutter(roles, np.r_[0:past, length : length + new], (axis, past, length))
 
 
 def padded_mask(mask: np.ndarray, past: int, length: int) -> np.ndarray:
@@ -108,8 +108,10 @@ def padded_mask(mask: np.ndarray, past: int, length: int) -> np.ndarray:
     return np.concatenate([mask[:, :past], zeros, mask[:, past:]], 1)
 
 
-def _cutter(roles: Any, keep: np.ndarray) -> Callable[[dict], dict]:
-    """The function that keeps the positions ``keep`` of each present of a result."""
+def cutter(roles: Any, keep: np.ndarray, padding: tuple | None = None) -> Callable[[dict], dict]:
+    """The function that keeps the positions ``keep`` of each present of a result; its
+    ``padding`` attribute, where given, says the same as ``(axis, past, length)``: the
+    positions [0, past) and [length, end) (``feedback``)."""
     presents = [n for pair in roles.present for n in pair]
 
     def unpad(result: dict) -> dict:
@@ -118,6 +120,7 @@ def _cutter(roles: Any, keep: np.ndarray) -> Callable[[dict], dict]:
                 result[n] = np.take(result[n], keep, roles.axis)
         return result
 
+    unpad.padding = padding  # type: ignore[attr-defined]
     return unpad
 
 
@@ -139,4 +142,4 @@ def _pad_shared_buffer(
         return arrays, None
     out = list(arrays)
     out[k] = np.concatenate([mask, np.zeros((mask.shape[0], length - total), mask.dtype)], 1)
-    return out, _cutter(roles, np.arange(max(total, past)))
+    return out, cutter(roles, np.arange(max(total, past)))
