@@ -222,12 +222,12 @@ def _fresh(call):
     copies (``feedback``)."""
     from dml_jax.onnx import feedback
 
-    was = feedback.ENABLED
-    feedback.ENABLED = False
+    was = feedback.KEEP_PRESENTS
+    feedback.KEEP_PRESENTS = False
     try:
         return call()
     finally:
-        feedback.ENABLED = was
+        feedback.KEEP_PRESENTS = was
 
 
 def _unpacked(call):

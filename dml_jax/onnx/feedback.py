@@ -28,7 +28,7 @@ from .binding import OrtValue, pad_on_device
 from .buckets import cutter
 
 # Whether sessions keep their presents for a feed that gives them back (on accelerators).
-ENABLED = True
+KEEP_PRESENTS = True
 
 
 def applies(platform: str) -> bool:
@@ -36,7 +36,7 @@ def applies(platform: str) -> bool:
     costs more than its bytes; on the CPU, where the host's arrays are the program's inputs as
     they are, the padding on the device cost more than it saved (the tiny LLaMA's loop 0.195
     -> 0.217 ms a token on this project's 2-core CPU)."""
-    return ENABLED and platform != "cpu"
+    return KEEP_PRESENTS and platform != "cpu"
 
 
 class Held(NamedTuple):
@@ -93,4 +93,4 @@ def remember(
     return Held({n: result[n] for n in names}, values)
 
 
-__all__ = ["ENABLED", "Held", "applies", "remember", "reuse"]
+__all__ = ["KEEP_PRESENTS", "Held", "applies", "remember", "reuse"]
