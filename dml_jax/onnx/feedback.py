@@ -10,8 +10,8 @@ device copies instead: each padded to its bucket there (``binding.pad_on_device`
 for the lot), with no copy of the cache in through the host and no padding on it. The presents
 still come back to the host, as ``run`` returns them. Any other feed (pasts of another run,
 copies, a different session's) runs as before; only the objects' identity is compared, and the
-last run's arrays are held until the next run, so none of them can be another array at the same
-address.
+last run's arrays are held until a later run replaces them, so no other array can take one's
+place at its address.
 
 On an H200 host a copy in took some 1.2 ms a token for the 1B-class LLaMA's 32 pasts and their
 padding on the host 0.45 ms (``benchmarks/experiments/decode_loops_gpu.py``).
@@ -75,8 +75,8 @@ def remember(
     """The presents of ``result`` (a run's host outputs by name, their padding cut out) to
     keep: each made read-only, with ``device`` giving the device arrays of the names it is
     given (by name, still at their bucket's length where ``padding`` says so: ``(axis, past,
-    length)``); None where the
-    step is not one ``reuse`` takes (not a Concat-form step, or a present not returned)."""
+    length)``); None where the step is not one ``reuse`` takes (not a Concat-form step, or a
+    present not returned)."""
     if roles.kind != "concat" or roles.use_cache_branch is not None:
         return None
     names = [n for pair in roles.present for n in pair]
