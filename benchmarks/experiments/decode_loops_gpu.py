@@ -5,14 +5,15 @@ fetched each by its own copy, as before ``fetch``; ``run-fresh``, its pasts copi
 feed, as before ``feedback``) and ``bound_loop`` (IOBinding, the cache on
 the device), against ``Generator.generate_next_token``.
 
-Per loop: milliseconds a token (median of ``--samples`` generations of ``--new`` tokens), the
-GPU kernels' summed time a token and the busy fraction from a ``jax.profiler`` trace of one
-generation (``gpu_trace.py``), and the host functions that take most of a generation's time
-(``cProfile``, cumulative, ``--top`` of them): what a token spends outside the model's
-kernels; and the wall time a token of the session's own steps (``PHASES``: the feed's
-checks, the bound pasts' padding, the program's lookup and dispatch, the outputs' wrapping,
-an ``OrtValue``'s copies in and out) and of a few bare JAX calls (a small ``device_put``, a
-small array's copy to the host, a jitted call of as many device arguments as a step's).
+Per loop: its greedy tokens against the Generator's (the fraction equal), milliseconds a token
+(median of ``--samples`` generations of ``--new`` tokens), the GPU kernels' summed time a token
+and the busy fraction from a ``jax.profiler`` trace of one generation (``gpu_trace.py``), and
+the host functions that take most of a generation's time (``cProfile``, cumulative, ``--top`` of
+them): what a token spends outside the model's kernels; and the wall time a token of the
+session's own steps (``PHASES``: the feed's checks, the bound pasts' padding, the program's
+lookup and dispatch, the outputs' wrapping, an ``OrtValue``'s copies in and out) and of a few
+bare JAX calls (a small ``device_put``, a small array's copy to the host, a jitted call of as
+many device arguments as a step's).
 
 ``--options`` makes a session per set of XLA options (over the session's defaults) from one
 export: Triton's products for ``run``'s one-row programs, XLA's command buffers, ...
@@ -183,9 +184,10 @@ def _loops(a, session, prompt, spent) -> None:
         "run-unpacked": lambda: _unpacked(lambda: run_loop(session, prompt, a.new)),
         "run-fresh": lambda: _fresh(lambda: run_loop(session, prompt, a.new)),
     }
+    want = np.asarray(loops["generator"]()[0])
     for name in a.loops:
         loop = loops[name]
-        loop()
+        same = float((np.asarray(loop()[0]) == want).mean())
         loop()
         times = [loop()[2] / (a.new - 1) * 1e3 for _ in range(a.samples)]
         folder = gpu_trace.record(lambda: loop()[0], 1)
@@ -196,7 +198,7 @@ def _loops(a, session, prompt, spent) -> None:
         print(f"{name}: {statistics.median(times):.3f} ms a token "
               f"({min(times):.3f}-{max(times):.3f}); kernels a token "
               f"{prof.get('kernels', 0):.0f}, {prof.get('kernel_us', 0):.0f} us, busy "
-              f"{prof.get('busy', 0):.2f}")  # fmt: skip
+              f"{prof.get('busy', 0):.2f}; tokens as the Generator's {same:.3f}")  # fmt: skip
         for row in prof.get("top", []):
             print("   ", row)
         if not a.profile:
