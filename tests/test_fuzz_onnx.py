@@ -1091,3 +1091,24 @@ def test_model_that_crashes_onnxruntime_is_checked_against_the_reference():
     )
     model.graph.node[0].input[2] = "gamma"  # a bias given: onnxruntime runs it
     assert not _crashes_onnxruntime(model.graph)
+
+
+def test_empty_double_output_without_x64_warns_nothing():
+    """An Add of an empty float64 input and a float64 constant (seed 20261153): its program
+    holds no 64-bit tensor, so it ran without x64 and cast its output to float64 in JAX, which
+    warned and truncated; the output is float64 on the host, empty, with no warning."""
+    import warnings
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    d = TensorProto.DOUBLE
+    one = numpy_helper.from_array(np.array(1.0), "one_value")
+    nodes = [helper.make_node("Constant", [], ["one"], value=one),
+             helper.make_node("Add", ["x", "one"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", d, [0, 3])],
+                              [helper.make_tensor_value_info("y", d, [0, 3])])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (y,) = InferenceSession(model).run(None, {"x": np.zeros((0, 3))})
+    assert y.dtype == np.float64 and y.shape == (0, 3)

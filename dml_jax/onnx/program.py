@@ -324,8 +324,10 @@ class Program:
             y = y.reshape(shape)
             if dtype == np.bool_:
                 y = y != 0
-            elif jax.config.read("jax_enable_x64") or dtype.itemsize < 8 or dtype.kind == "f":
+            elif jax.config.read("jax_enable_x64") or dtype.itemsize < 8:
                 y = y.astype(dtype)
+            elif dtype.kind == "f":  # float64 without x64: float32 here, the host casts back
+                y = y.astype(jax.dtypes.canonicalize_dtype(dtype))
             result.append(y if s is None else jax.lax.with_sharding_constraint(y, s))
         return tuple(result)
 
