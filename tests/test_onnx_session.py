@@ -915,8 +915,12 @@ for weight in (False, True):
         s = InferenceSession(model(weight), device=device)
         (z,) = s.run(None, {"x": x})
         (y,) = s._device_call({"x": x})()
+        # a JAX array on the other device is moved to the session's
+        other = d0 if device == d1 else d1
+        (w,) = s.run(None, {"x": jax.device_put(x, other)})
         key = f"{'weight' if weight else 'none'} / {name}"
-        out[key] = [int(y.devices().pop().id), bool(np.array_equal(z, 2 * x))]
+        same = bool(np.array_equal(z, 2 * x) and np.array_equal(w, z))
+        out[key] = [int(y.devices().pop().id), same]
         jax.config.update("jax_default_device", None)
 print(json.dumps(out))
 """

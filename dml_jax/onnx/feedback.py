@@ -39,7 +39,7 @@ def applies(platform: str) -> bool:
     return KEEP_PRESENTS and platform != "cpu"
 
 
-class Held(NamedTuple):
+class HeldPresents(NamedTuple):
     """A session's last run's presents: ``host``, each present's array as ``run`` returned it,
     by name; ``device``, a function giving them on the device as OrtValues (a present left in
     its bucket knowing which of its positions are its own)."""
@@ -48,7 +48,7 @@ class Held(NamedTuple):
     device: Callable[[], dict[str, OrtValue]]
 
 
-def reuse(held: Held | None, buckets: Any, feed: Mapping[str, Any]) -> tuple | None:
+def reuse(held: HeldPresents | None, buckets: Any, feed: Mapping[str, Any]) -> tuple | None:
     """For a feed whose pasts are ``held``'s presents, the feed with their device copies
     padded to the bucket, the presents' padding ``(axis, past, length)`` and the function that
     cuts it out of a result on the host; else None."""
@@ -71,7 +71,7 @@ def reuse(held: Held | None, buckets: Any, feed: Mapping[str, Any]) -> tuple | N
 
 def remember(
     roles: Any, result: dict[str, Any], padding: tuple | None, device: Callable[[list], dict]
-) -> Held | None:
+) -> HeldPresents | None:
     """The presents of ``result`` (a run's host outputs by name, their padding cut out) to
     keep: each made read-only, with ``device`` giving the device arrays of the names it is
     given (by name, still at their bucket's length where ``padding`` says so: ``(axis, past,
@@ -90,7 +90,7 @@ def remember(
         arrays = device(names)
         return {n: OrtValue(arrays[n], result[n].dtype, "device", padding) for n in names}
 
-    return Held({n: result[n] for n in names}, values)
+    return HeldPresents({n: result[n] for n in names}, values)
 
 
-__all__ = ["KEEP_PRESENTS", "Held", "applies", "remember", "reuse"]
+__all__ = ["KEEP_PRESENTS", "HeldPresents", "applies", "remember", "reuse"]

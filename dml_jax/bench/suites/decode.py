@@ -11,7 +11,8 @@ Per model and batch (``--batch``, 1 and 8), float16, a prompt of ``--prompt`` to
   ahead of the device), its ``generate_next_token`` loop (``dml per token``: onnxruntime-genai's
   loop, ``is_done()`` asked at every token),
   the onnxruntime-style loop (``dml run()``: ``run`` once a token, presents fed back as pasts,
-  host arrays in and out), PyTorch eager with its ``DynamicCache`` (``eager``) and
+  host arrays in and out), the same loop through IOBinding (``dml bound``: the cache and the
+  argmax on the device, the token alone copied back), PyTorch eager with its ``DynamicCache`` (``eager``) and
   ``transformers``' ``generate`` with a static cache under ``torch.compile``
   (``compile static``, mode ``reduce-overhead``: CUDA graphs) where it runs. Generations are
   sampled in turn (``--samples`` rounds, at least 5), the median and p10-p90 reported, and the
