@@ -1,9 +1,9 @@
 """Where the onnxruntime-style decode loops' time goes on a GPU (issue 64): the 1B-class LLaMA
 (``dml_jax.bench.decoders``) exported in float16, generated at batch 1 by the decode suite's
 ``run_loop`` (``run`` once a token, the cache through the host; ``run-unpacked``, its outputs
-fetched each by its own copy, as before ``fetch``; ``run-fresh``, its pasts copied in from the
-feed, as before ``feedback``) and ``bound_loop`` (IOBinding, the cache on
-the device), against ``Generator.generate_next_token``.
+fetched each by its own copy, as before ``fetch``; ``run-fed``, its pasts taken from the
+session's device copies of the presents it returned, ``feedback`` switched on) and
+``bound_loop`` (IOBinding, the cache on the device), against ``Generator.generate_next_token``.
 
 Per loop: its greedy tokens against the Generator's (the fraction equal), milliseconds a token
 (median of ``--samples`` generations of ``--new`` tokens), the GPU kernels' summed time a token
@@ -182,7 +182,7 @@ def _loops(a, session, prompt, spent) -> None:
         "bound": lambda: bound_loop(session, prompt, a.new),
         "generator": lambda: dml_generation(session, prompt, a.new, per_token=True)[:3],
         "run-unpacked": lambda: _unpacked(lambda: run_loop(session, prompt, a.new)),
-        "run-fresh": lambda: _fresh(lambda: run_loop(session, prompt, a.new)),
+        "run-fed": lambda: _fed(lambda: run_loop(session, prompt, a.new)),
     }
     want = np.asarray(loops["generator"]()[0])
     for name in a.loops:
@@ -219,13 +219,13 @@ def _loops(a, session, prompt, spent) -> None:
         print(text.getvalue()[-3000:])
 
 
-def _fresh(call):
-    """``call()`` with the fed-back presents taken from the feed, not the session's device
-    copies (``feedback``)."""
+def _fed(call):
+    """``call()`` with the fed-back presents taken from the session's device copies
+    (``feedback``, off by default), not from the feed."""
     from dml_jax.onnx import feedback
 
     was = feedback.KEEP_PRESENTS
-    feedback.KEEP_PRESENTS = False
+    feedback.KEEP_PRESENTS = True
     try:
         return call()
     finally:

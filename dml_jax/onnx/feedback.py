@@ -13,8 +13,15 @@ copies, a different session's) runs as before; only the objects' identity is com
 last run's arrays are held until a later run replaces them, so no other array can take one's
 place at its address.
 
-On an H200 host a copy in took some 1.2 ms a token for the 1B-class LLaMA's 32 pasts and their
-padding on the host 0.45 ms (``benchmarks/experiments/decode_loops_gpu.py``).
+Off by default (``KEEP_PRESENTS``): measured, it costs more than it saves. On an H200 host the
+copy in of the 1B-class LLaMA's 32 pasts took some 0.9-1.2 ms a token and their padding on the
+host 0.4-0.5 ms, but the device copies take two dispatches of 32 arrays each (the views of the
+packed buffer, then the move to the bucket), some 0.4 ms of host time apiece, and the loop came
+out slower: 7.5-8.4 ms a token against 6.5-7.0 without, in either order in one process
+(``benchmarks/experiments/decode_loops_gpu.py --loops run-fresh run run-fresh run``). Reading
+the packed buffer inside the next run's program would take both dispatches away, but at the
+price of another compile of the whole step a bucket; ``Generator`` is the loop that keeps its
+cache on the device.
 """
 
 from __future__ import annotations
@@ -27,15 +34,17 @@ import numpy as np
 from .binding import OrtValue, pad_on_device
 from .buckets import cutter
 
-# Whether sessions keep their presents for a feed that gives them back (on accelerators).
-KEEP_PRESENTS = True
+# Whether sessions on accelerators keep their presents for a feed that gives them back (off:
+# slower on the H200 host measured, see above).
+KEEP_PRESENTS = False
 
 
 def applies(platform: str) -> bool:
-    """Whether a session on ``platform`` keeps its presents: on an accelerator, where a copy in
-    costs more than its bytes; on the CPU, where the host's arrays are the program's inputs as
-    they are, the padding on the device cost more than it saved (the tiny LLaMA's loop 0.195
-    -> 0.217 ms a token on this project's 2-core CPU)."""
+    """Whether a session on ``platform`` keeps its presents: where ``KEEP_PRESENTS`` says so,
+    on an accelerator, where a copy in costs more than its bytes; never on the CPU, where the
+    host's arrays are the program's inputs as they are and the padding on the device cost more
+    than it saved (the tiny LLaMA's loop 0.195 -> 0.217 ms a token on this project's 2-core
+    CPU)."""
     return KEEP_PRESENTS and platform != "cpu"
 
 
