@@ -596,3 +596,32 @@ def test_dilated_depthwise_taps_in_either_layout(target):
     S.assert_same(got, want, False, **_tolerance(np.float32))
     assert "conv_general_dilated" not in jaxpr
     assert ("transpose" in jaxpr) == (target == "cpu")
+
+
+@pytest.mark.parametrize("products", [True, False])
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_pointwise_convolution_form_by_platform(target, products, monkeypatch):
+    """A 1x1 convolution is a matrix product on the CPU always, and elsewhere while
+    ``GPU_POINTWISE_PRODUCTS`` holds (else XLA's convolution there); each traced as that
+    platform's program, against the reference."""
+    from dml_jax import fastpath
+    from dml_jax.ops import conv_forms
+
+    monkeypatch.setattr(conv_forms, "GPU_POINTWISE_PRODUCTS", products)
+    x, w = (2, 6, 5, 4), (3, 6, 1, 1)
+    desc = dml.ConvolutionOperatorDesc(
+        T("FLOAT16", x), T("FLOAT16", w), None, T("FLOAT16", (2, 3, 5, 4)),
+        mode="CROSS_CORRELATION", direction="FORWARD", strides=(1, 1), dilations=(1, 1),
+        start_padding=(0, 0), end_padding=(0, 0), output_padding=(0, 0), group_count=1,
+    )  # fmt: skip
+    rng = np.random.default_rng(5)
+    inputs = tuple(S.values(rng, "FLOAT16", t.sizes, "small") for _, t in desc.input_slots())
+    want = reference.reference(desc, *inputs)
+    op = dml.compile_operator(desc)
+    with fastpath.target_platform(target):  # fresh functions: jit caches traces by function
+        got = jax.jit(lambda *a: op.fn(*a))(*inputs)
+        jaxpr = str(jax.make_jaxpr(lambda *a: op.fn(*a))(*inputs))
+    S.assert_same(got, want, False, **_tolerance(np.float16))
+    convolution = target == "cuda" and not products
+    assert ("conv_general_dilated" in jaxpr) == convolution
+    assert ("dot_general" in jaxpr) == (not convolution)

@@ -43,8 +43,14 @@ def convolve(x, w, strides, padding, lhs_dilation, dilations, g: int, pointwise:
     or for windows that tile the input, depthwise taps, patches of few channels, one
     convolution a group, Winograd's F(2x2, 3x3) on the CPU, else XLA's convolution."""
     kernel = w.shape[2:]
-    if pointwise:
+    if pointwise and GPU_POINTWISE_PRODUCTS:
         return _pointwise_product(x, w, g)
+    if pointwise:  # the product on the CPU, XLA's convolution elsewhere
+
+        def conv(x, w):
+            return _conv(x, w, strides, padding, lhs_dilation, dilations, g)
+
+        return platform_choice(x, w, cpu=lambda x, w: _pointwise_product(x, w, g), default=conv)
     if _tiles_the_input(kernel, strides, lhs_dilation, dilations, g):
         return _patch_product(x, w, padding)
     if _is_depthwise(x, w, g):
@@ -56,6 +62,15 @@ def convolve(x, w, strides, padding, lhs_dilation, dilations, g: int, pointwise:
     if _winograd_fits(x, w, strides, padding, lhs_dilation, dilations, g):
         return _winograd(x, w, padding)
     return _conv(x, w, strides, padding, lhs_dilation, dilations, g)
+
+
+# Whether 1x1 convolutions are matrix products on accelerators too (on the CPU they always are).
+# False gives them XLA's convolution there, which cuDNN may run channels-last beside the
+# network's other convolutions; an open question on the H200 (2026-11-30,
+# ``benchmarks/experiments/conv_epilogue_gpu.py``: a 1x1 256 -> 64 at 56x56, batch 64, the
+# session's product with bias and ReLU 150 us against XLA's convolution alone 124), not yet
+# timed in a whole network.
+GPU_POINTWISE_PRODUCTS = True
 
 
 def _pointwise_product(x, w, g: int):
