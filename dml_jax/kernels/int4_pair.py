@@ -209,7 +209,11 @@ register_prologue(_PAIR, 0, "rms_scaled", _rms_scaled_run, _lower_rms_scaled_run
 
 # Whether the pair takes such a run as its prologue. Written 2026-11-30 without a GPU to time
 # it: off until the 1B-class int4 decoder has (``decode_step_gpu.py --int4 --int4-only --set ""
-# "dml_jax.kernels.int4_pair.SWISH_GATE_PROLOGUE=True"``).
+# "dml_jax.kernels.int4_pair.SWISH_GATE_PROLOGUE=True"``). What to look for: the joined
+# gate-up product of that model is planned in two splits along K (``int4_gemm.plan(1, 16384,
+# 2048, 32)``), whose in-order addition (``SPLIT_ADDS``) XLA may already fuse with SWISH and
+# the MULTIPLY into one kernel; the prologue then leaves that addition a kernel of its own and
+# saves no launch, only A's write and read, unless the gate-up product runs unsplit.
 SWISH_GATE_PROLOGUE = False
 _GATE = ("DML_OPERATOR_ACTIVATION_SWISH", "DML_OPERATOR_ELEMENT_WISE_MULTIPLY")
 
