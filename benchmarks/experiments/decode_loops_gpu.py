@@ -16,7 +16,10 @@ bare JAX calls (a small ``device_put``, a small array's copy to the host, a jitt
 many device arguments as a step's).
 
 ``--options`` makes a session per set of XLA options (over the session's defaults) from one
-export: Triton's products for ``run``'s one-row programs, XLA's command buffers, ...
+export: Triton's products for ``run``'s one-row programs, XLA's command buffers, ...;
+``--rounds R`` then times every session's every loop once a round, in turn, R rounds (the
+option sets and loops compared without an order between them; ``--only-rounds`` skips the
+per-session pass).
 
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/decode_loops_gpu.py [--model llama_1b]
 [--new 64] [--samples 3] [--top 25] [--options '{}' '{"xla_gpu_enable_triton_gemm": true}']``
@@ -147,6 +150,14 @@ def main() -> None:
                    "'{\"xla_gpu_enable_triton_gemm\": true}' (the loops run for each)")  # fmt: skip
     p.add_argument("--hlo", action="store_true",
                    help="the concatenations in run()'s last program's optimized HLO")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=0,
+                   help="then this many rounds, each timing every session's every loop once "
+                   "in turn (an order-balanced comparison of the option sets)")  # fmt: skip
+    p.add_argument(
+        "--only-rounds",
+        action="store_true",
+        help="no per-session pass (traces, phases, profiles): the rounds alone",
+    )
     a = p.parse_args()
 
     import jax
@@ -167,23 +178,33 @@ def main() -> None:
                     for o in a.options]  # fmt: skip
     for options, session in sessions:
         print(f"compiler options {session.compiler_options} ({options} over the defaults)")
+        if a.only_rounds:
+            continue
         _loops(a, session, prompt, spent)
+    if a.rounds:
+        _rounds(a, sessions, prompt)
     if a.hlo:
         _concatenations(sessions[-1][1], prompt)
     sys.stdout.flush()
 
 
-def _loops(a, session, prompt, spent) -> None:
-    """Times ``a.loops`` on ``session`` (see the module docstring)."""
+def _loop_table(session, prompt, new: int) -> dict:
+    """Each loop by name: a call generating ``new`` tokens after ``prompt`` on ``session``,
+    giving (tokens, ..., seconds)."""
     from dml_jax.bench.suites.decode import bound_loop, dml_generation, run_loop
 
-    loops = {
-        "run": lambda: run_loop(session, prompt, a.new),
-        "bound": lambda: bound_loop(session, prompt, a.new),
-        "generator": lambda: dml_generation(session, prompt, a.new, per_token=True)[:3],
-        "run-unpacked": lambda: _unpacked(lambda: run_loop(session, prompt, a.new)),
-        "run-fed": lambda: _fed(lambda: run_loop(session, prompt, a.new)),
+    return {
+        "run": lambda: run_loop(session, prompt, new),
+        "bound": lambda: bound_loop(session, prompt, new),
+        "generator": lambda: dml_generation(session, prompt, new, per_token=True)[:3],
+        "run-unpacked": lambda: _unpacked(lambda: run_loop(session, prompt, new)),
+        "run-fed": lambda: _fed(lambda: run_loop(session, prompt, new)),
     }
+
+
+def _loops(a, session, prompt, spent) -> None:
+    """Times ``a.loops`` on ``session`` (see the module docstring)."""
+    loops = _loop_table(session, prompt, a.new)
     want = np.asarray(loops["generator"]()[0])
     for name in a.loops:
         loop = loops[name]
@@ -217,6 +238,24 @@ def _loops(a, session, prompt, spent) -> None:
         text = io.StringIO()
         pstats.Stats(pr, stream=text).sort_stats("tottime").print_stats(15)
         print(text.getvalue()[-3000:])
+
+
+def _rounds(a, sessions, prompt) -> None:
+    """``a.rounds`` rounds, each timing every (session, loop) once, in turn: each pair's
+    milliseconds a token (median, range) and its tokens against its session's Generator."""
+    tables = [(o, _loop_table(session, prompt, a.new)) for o, session in sessions]
+    pairs = [(o, name, table[name], table["generator"]) for o, table in tables for name in a.loops]
+    same, times = {}, {}
+    for o, name, loop, generator in pairs:  # each compiled and checked before the rounds
+        want = np.asarray(generator()[0])
+        same[o, name] = float((np.asarray(loop()[0]) == want).mean())
+    for _ in range(a.rounds):
+        for o, name, loop, _ in pairs:
+            times.setdefault((o, name), []).append(loop()[2] / (a.new - 1) * 1e3)
+    print(f"rounds ({a.rounds}, each pair once a round in turn), ms a token:")
+    for (o, name), ts in times.items():
+        print(f"  {o} {name}: {statistics.median(ts):.3f} ({min(ts):.3f}-{max(ts):.3f}); "
+              f"tokens as the Generator's {same[o, name]:.3f}")  # fmt: skip
 
 
 def _fed(call):
