@@ -200,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="for an .onnx model: first print, per ONNX node, the DML operators it became "
         "(jax: a JAX lowering where DirectML has no operator; folded; view; function body)",
     )
+    _cache_dir_option(run)
     run.add_argument("--debug", action="store_true", help="show the Python traceback of errors")
 
     listing = sub.add_parser(
@@ -277,11 +278,43 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--no-buckets", action="store_true", help="compile every past length exactly")
     gen.add_argument("--device", default=None, help="cpu or gpu (default: JAX's default)")
+    _cache_dir_option(gen)
     gen.add_argument("--debug", action="store_true", help="show the Python traceback")
     sub.add_parser(
         "bench", help="run the benchmarks (options: dml-jax bench --help)", add_help=False
     )
     return parser
+
+
+def _cache_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cache-dir",
+        default=None,
+        metavar="DIR",
+        help="keep the compiled programs in DIR and take them from there in later runs "
+        "(JAX's persistent compilation cache; GPU autotuning results too)",
+    )
+
+
+def _use_cache_dir(path: str | None) -> str | None:
+    """JAX's persistent compilation cache in ``path`` (made if missing), for every program
+    however quickly it compiled and however small: a later process with the same model, inputs
+    and versions compiles nothing XLA has already compiled. None where ``path`` is None or the
+    cache is set; else the error line."""
+    if path is None:
+        return None
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        return f"error: --cache-dir: {path}: {e.strerror or e}"
+    if not os.access(path, os.W_OK):
+        return f"error: --cache-dir: {path}: not writable"
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", os.path.abspath(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    return None
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -471,6 +504,11 @@ def _main(argv: list[str]) -> int:
         return _example(args.operator)
     if args.command == "convert":
         return _convert(args)
+    if args.command in ("run", "generate"):
+        error = _use_cache_dir(args.cache_dir)
+        if error:
+            print(error, file=sys.stderr)
+            return 2
     if args.command == "generate":
         return _generate(args)
     return _run(args)

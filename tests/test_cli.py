@@ -712,3 +712,37 @@ def test_in_place_binding_only_for_operators_that_allow_it(capsys, tmp_path):
         "commands[0].bindings.InputTensor also reads; DML_OPERATOR_TILE does not support "
         "in-place execution"
     )
+
+
+def test_cache_dir_reuses_compiled_programs(tmp_path):
+    """``--cache-dir``: the first process writes its compiled programs there (the ONNX model's
+    and the bundled DxDispatch model's), a second one with the same models adds none (every
+    program's key the same in a new process) and prints the same results; a directory that
+    cannot be made is one error line."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    cache = tmp_path / "cache"
+    decoder = ROOT / "tests" / "data" / "decoders" / "tiny_llama_step.onnx"
+
+    def run(*argv):
+        return subprocess.run([sys.executable, "-m", "dml_jax", "run", *argv, "--cache-dir",
+                               str(cache)], capture_output=True, text=True, env=env, cwd=ROOT,
+                              timeout=240, check=False)  # fmt: skip
+
+    def results(out):  # the outputs, not the timing lines
+        return [line for line in out.splitlines() if not line.startswith("Dispatch ")]
+
+    firsts = [run(str(decoder)), run()]
+    assert all(p.returncode == 0 for p in firsts), [p.stderr[-2000:] for p in firsts]
+    entries = sorted(p.name for p in cache.iterdir())
+    assert len(entries) >= 2, entries
+    seconds = [run(str(decoder)), run()]
+    assert all(p.returncode == 0 for p in seconds), [p.stderr[-2000:] for p in seconds]
+    assert sorted(p.name for p in cache.iterdir()) == entries
+    assert [results(p.stdout) for p in seconds] == [results(p.stdout) for p in firsts]
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    bad = subprocess.run([sys.executable, "-m", "dml_jax", "run", "--cache-dir",
+                          str(blocked / "sub")], capture_output=True, text=True, env=env,
+                         cwd=ROOT, timeout=120, check=False)  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --cache-dir: ")
+    assert len(bad.stderr.strip().splitlines()) == 1
