@@ -369,14 +369,54 @@ def test_half_precision_flag_reaches_the_program():
     assert "Precision.HIGHEST" in strict and "Precision.HIGHEST" not in half
 
 
-def test_float16_accumulates_in_float32():
-    """4096 products of 1 + 2^-10 (rounded in float16 each step they would stall)."""
+@pytest.mark.parametrize("half_default", [False, True])
+@pytest.mark.parametrize("rows", [1, 2])
+def test_float16_accumulates_in_float32(rows, half_default, monkeypatch):
+    """4096 products of 1 + 2^-10 (rounded in float16 each step they would stall), one row of
+    A and two, at HIGHEST and at XLA's default precision
+    (``precision.HALF_OPERANDS_AT_DEFAULT``), which float16 products are then traced with."""
+    from dml_jax import precision
+
+    monkeypatch.setattr(precision, "HALF_OPERANDS_AT_DEFAULT", half_default)
     k = 4096
-    a, b = T("FLOAT16", (1, 1, 1, k)), T("FLOAT16", (1, 1, k, 1))
-    op = dml.compile_operator(dml.GemmOperatorDesc(a, b, None, T("FLOAT16", (1, 1, 1, 1))))
-    x = np.full((1, 1, 1, k), 1 + 2**-10, np.float16)
-    y = float(np.asarray(op(x, np.ones((1, 1, k, 1), np.float16))).ravel()[0])
-    assert y == float(np.float16(k * (1 + 2**-10)))
+    a, b = T("FLOAT16", (1, 1, rows, k)), T("FLOAT16", (1, 1, k, 1))
+    op = dml.compile_operator(dml.GemmOperatorDesc(a, b, None, T("FLOAT16", (1, 1, rows, 1))))
+    x = np.full((1, 1, rows, k), 1 + 2**-10, np.float16)
+    ones = np.ones((1, 1, k, 1), np.float16)
+    y = np.asarray(op(x, ones)).ravel()
+    assert (y == np.float16(k * (1 + 2**-10))).all(), y
+    jaxpr = str(jax.make_jaxpr(lambda *v: op.fn(*v))(x, ones))
+    assert ("Precision.HIGHEST" in jaxpr) == (not half_default)
+
+
+@pytest.mark.parametrize("half_default", [False, True])
+@pytest.mark.parametrize("kernel, products", [(3, True), (1, True), (1, False)])
+def test_float16_convolution_accumulates_in_float32(kernel, products, half_default, monkeypatch):
+    """A convolution's 4,608 products of 1 + 2^-10 in one sum (512 channels by a 3 x 3 window,
+    or 4,608 channels by 1 x 1: XLA's convolution, or a matrix product where
+    ``GPU_POINTWISE_PRODUCTS`` holds or on the CPU), at HIGHEST and at XLA's default precision:
+    float32's sum rounded once, where float16 steps would stall at 2,048; float32 products keep
+    HIGHEST either way."""
+    from dml_jax import precision
+    from dml_jax.ops import conv_forms
+
+    monkeypatch.setattr(precision, "HALF_OPERANDS_AT_DEFAULT", half_default)
+    monkeypatch.setattr(conv_forms, "GPU_POINTWISE_PRODUCTS", products)
+    c = 4608 // (kernel * kernel)
+    shapes = ((1, c, kernel, kernel), (1, c, kernel, kernel), (1, 1, 1, 1))
+    for t, np_t in (("FLOAT16", np.float16), ("FLOAT32", np.float32)):
+        desc = dml.ConvolutionOperatorDesc(
+            *(T(t, s) for s in shapes[:2]), None, T(t, shapes[2]), mode="CROSS_CORRELATION",
+            direction="FORWARD", strides=(1, 1), dilations=(1, 1), start_padding=(0, 0),
+            end_padding=(0, 0), output_padding=(0, 0), group_count=1,
+        )  # fmt: skip
+        op = dml.compile_operator(desc)
+        x = np.full(shapes[0], 1 + 2**-10, np_t)
+        w = np.ones(shapes[1], np_t)
+        y = float(np.asarray(op(x, w)).ravel()[0])
+        assert y == float(np_t(np.float64(4608) * (1 + 2**-10))), (t, y)
+        jaxpr = str(jax.make_jaxpr(lambda *v, op=op: op.fn(*v))(x, w))
+        assert ("Precision.HIGHEST" in jaxpr) == (t == "FLOAT32" or not half_default), t
 
 
 # --- rules ----------------------------------------------------------------------------------

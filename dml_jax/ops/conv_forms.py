@@ -89,7 +89,7 @@ def _pointwise_product(x, w, g: int):
     all zeros (tests/test_onnx_models.py)."""
     n, c, k = x.shape[0], x.shape[1], w.shape[0]
     out = (n, k) + x.shape[2:]
-    precision = {"precision": matmul_precision(), "preferred_element_type": product_type(x)}
+    precision = {"precision": matmul_precision(x.dtype), "preferred_element_type": product_type(x)}
     if g == 1:
         y = jnp.einsum("kc,ncp->nkp", w.reshape(w.shape[:2]), x.reshape((n, c, -1)), **precision)
     elif n == 1:
@@ -157,7 +157,7 @@ def _patch_product(x, w, padding):
         w,
         blocks,
         (((1,) + tuple(range(2, 2 + n_sp)), (1,) + tuple(range(3, 3 + 2 * n_sp, 2))), ((), ())),
-        precision=matmul_precision(),
+        precision=matmul_precision(x.dtype),
         preferred_element_type=product_type(x),
     )  # {K, N, out...}
     return jnp.swapaxes(y, 0, 1)
@@ -340,7 +340,7 @@ def _patches(x, w, strides, padding, lhs_dilation, dilations):
             w.reshape((k, -1)),
             cols.reshape((n, c * cols.shape[2], -1)),
             (((1,), (1,)), ((), ())),
-            precision=matmul_precision(),
+            precision=matmul_precision(x.dtype),
             preferred_element_type=product_type(x),
         )  # {K, N, positions}: for one image, the NCHW output's own order
         return jnp.swapaxes(y, 0, 1).reshape((n, k) + out)
@@ -496,6 +496,6 @@ def _conv(x, w, strides, padding, lhs_dilation, dilations, g):
         rhs_dilation=dilations,
         dimension_numbers=dimension_numbers(x.ndim),
         feature_group_count=g,
-        precision=matmul_precision(),
+        precision=matmul_precision(x.dtype),
         preferred_element_type=product_type(x),
     )
