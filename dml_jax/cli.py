@@ -274,6 +274,20 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=_non_negative_int, default=0, metavar="K")
     gen.add_argument("--top-p", type=float, default=1.0, metavar="P")
     gen.add_argument("--temperature", type=float, default=1.0, metavar="T")
+    gen.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=1.0,
+        metavar="P",
+        help="divide (multiply, where negative) a repeated token's logit by P",
+    )
+    gen.add_argument(
+        "--min-length",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="no end token before a sequence holds N tokens, its prompt included",
+    )
     gen.add_argument("--eos-token-id", type=int, action="append", metavar="ID")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--no-buckets", action="store_true", help="compile every past length exactly")
@@ -345,6 +359,8 @@ def _generate(args: argparse.Namespace) -> int:
             top_k=args.top_k,
             top_p=args.top_p,
             temperature=args.temperature,
+            repetition_penalty=args.repetition_penalty,
+            min_length=args.min_length,
             eos_token_id=args.eos_token_id,
             seed=args.seed,
             buckets=False if args.no_buckets else None,

@@ -62,11 +62,12 @@ def _ort_greedy(path: str, rows: list[list[int]], steps: int, positions: bool = 
     return _greedy_loop(sess, rows, steps, positions)
 
 
-def _greedy_loop(sess, rows: list[list[int]], steps: int, positions: bool = True):
+def _greedy_loop(sess, rows: list[list[int]], steps: int, positions: bool = True, process=None):
     """The greedy loop an onnxruntime user writes, on ``sess`` (onnxruntime's session shape):
     prompts left-padded to the longest with mask zeros, positions counted from each row's first
     real token (Hugging Face's convention), ``run`` once a token, the presents fed back as
-    pasts: [batch, steps]."""
+    pasts: [batch, steps]. ``process(logits, history)``, where given, changes each step's last
+    logits [batch, vocabulary] before the argmax, ``history`` each row's real tokens so far."""
     batch, longest = len(rows), max(map(len, rows))
     ids = np.zeros((batch, longest), np.int64)
     mask = np.zeros((batch, longest), np.int64)
@@ -76,14 +77,17 @@ def _greedy_loop(sess, rows: list[list[int]], steps: int, positions: bool = True
     pos = np.where(mask > 0, np.cumsum(mask, 1) - 1, 1)
     pasts = [i for i in sess.get_inputs() if i.name.startswith("past")]
     feed_past = {i.name: np.zeros((batch, i.shape[1], 0, i.shape[3]), np.float32) for i in pasts}
-    out = []
+    out, history = [], [list(row) for row in rows]
     for _ in range(steps):
         feed = {"input_ids": ids, "attention_mask": mask, **feed_past}
         if positions:
             feed["position_ids"] = pos
         logits, *presents = sess.run(None, feed)
-        ids = logits[:, -1].argmax(-1)[:, None]
+        last = logits[:, -1] if process is None else process(logits[:, -1], history)
+        ids = last.argmax(-1)[:, None]
         out.append(ids)
+        for row, token in zip(history, ids[:, 0].tolist()):
+            row.append(token)
         feed_past = dict(zip((i.name for i in pasts), presents))
         pos = pos[:, -1:] + 1
         mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], 1)
@@ -582,10 +586,11 @@ def test_run_loop_buckets_a_group_query_attention_step():
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
 
 
-def _ort_gqa_loop(model: bytes, rows: list[list[int]], steps: int) -> np.ndarray:
+def _ort_gqa_loop(model: bytes, rows: list[list[int]], steps: int, process=None) -> np.ndarray:
     """onnxruntime's greedy loop over a GroupQueryAttention step as ONNX Runtime GenAI drives
     one: prompts right-padded (each entry's positions first), the mask's ones counting each
-    entry's positions, the first token read at each prompt's end, the presents fed back."""
+    entry's positions, the first token read at each prompt's end, the presents fed back
+    (``process`` as ``_greedy_loop``'s)."""
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     batch, longest = len(rows), max(map(len, rows))
     lens = np.array([len(r) for r in rows])
@@ -594,14 +599,17 @@ def _ort_gqa_loop(model: bytes, rows: list[list[int]], steps: int) -> np.ndarray
         ids[b, : len(row)] = row
     past = np.zeros((batch, 2, 0, 16), np.float32)
     feed_past = {"past_key_values.0.key": past, "past_key_values.0.value": past}
-    out = []
+    out, history = [], [list(row) for row in rows]
     for t in range(steps):
         total = longest + t
         mask = (np.arange(total)[None] < (lens + t)[:, None]).astype(np.int64)
         logits, k, v = sess.run(None, {"input_ids": ids, "attention_mask": mask, **feed_past})
         last = logits[np.arange(batch), lens - 1] if t == 0 else logits[:, -1]
+        last = last if process is None else process(last, history)
         ids = last.argmax(-1)[:, None]
         out.append(ids)
+        for row, token in zip(history, ids[:, 0].tolist()):
+            row.append(token)
         feed_past = {"past_key_values.0.key": k, "past_key_values.0.value": v}
     return np.concatenate(out, 1)
 

@@ -1,7 +1,8 @@
 """The compiled steps of generation (``generation.Generator``'s programs): a session's prefill
 and decode steps for one way of choosing tokens (``DecodeSteps``), each compiled once per prompt
 bucket and past bucket and shared by the generators of that session, and the choice of the next
-token (``select_tokens``: greedy, or sampled after temperature, top-k and top-p).
+token (onnxruntime-genai's repetition penalty and minimum length where set, then
+``select_tokens``: greedy, or sampled after temperature, top-k and top-p).
 
 A decode step's state is (cache, pending, mask, tokens, done, key): the cache, one buffer of every
 layer's keys and values stacked after its positions (a GroupQueryAttention step's: each layer's
@@ -86,12 +87,14 @@ class DecodeSteps:
         eos: the end token ids.
     """
 
-    def __init__(self, session: Any, roles: DecoderRoles, sampling: tuple, eos: tuple, pad: int):
+    def __init__(self, session: Any, roles: DecoderRoles, sampling: tuple, eos: tuple, pad: int,
+                 penalties: tuple = (1.0, 0)):  # fmt: skip
         self.session = session
         self.roles = roles
         self.sampling = sampling  # (do_sample, top_k, top_p, temperature)
         self.eos = eos
         self.pad = pad
+        self.penalties = penalties  # (repetition_penalty, min_length)
         self._steps: dict[tuple, Any] = {}
         self._prefills: dict[tuple, Any] = {}
         self.ready: set[tuple] = set()  # steps compiled (run, or compiled ahead)
@@ -108,10 +111,11 @@ class DecodeSteps:
             float(params.temperature),
         )
         eos, pad = _eos_ids(params.eos_token_id), int(params.pad_token_id)
+        penalties = (float(params.repetition_penalty), int(params.min_length))
         cache = session.__dict__.setdefault("_decode_steps", {})
-        key = (sampling, eos, pad)
+        key = (sampling, eos, pad, penalties)
         if key not in cache:
-            cache[key] = cls(session, roles, sampling, eos, pad)
+            cache[key] = cls(session, roles, sampling, eos, pad, penalties)
         return cache[key]
 
     def cache_shape(self, batch: int, length: int) -> tuple[int, ...]:
@@ -191,10 +195,43 @@ class DecodeSteps:
             return key, key
         return jax.random.split(key)
 
-    def _next(self, logits: Any, key: Any, done: Any, tokens: Any, at: Any) -> tuple[Any, Any]:
+    def _penalized(self, logits: Any, tokens: Any, at: Any, mask: Any) -> Any:
+        """``logits`` [batch, vocabulary] after onnxruntime-genai's repetition penalty and
+        minimum length (``penalties``; unchanged where neither is set). ``mask`` holds a one
+        for each of a row's real tokens so far (prompt and generated, not its left padding),
+        which are the last of ``tokens``' columns before ``at``. Every token id among them has
+        its logit divided by the penalty where positive, else multiplied by it (once however
+        often it occurs); while a row holds fewer than ``min_length`` tokens its end tokens
+        are not chosen (their logits -inf)."""
+        penalty, min_length = self.penalties
+        if penalty == 1.0 and not (min_length > 0 and self.eos):
+            return logits
+        logits = logits.astype(jnp.float32)
+        batch, vocab = logits.shape
+        counts = jnp.sum(mask, axis=1).astype(jnp.int32)  # the real tokens so far, per row
+        if penalty != 1.0:
+            cols = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None]
+            real = (cols < at) & (cols >= at - counts[:, None])
+            ids = jnp.where((tokens >= 0) & (tokens < vocab), tokens, vocab)  # others dropped
+            seen = jnp.zeros((batch, vocab), jnp.int32).at[
+                jnp.arange(batch)[:, None], ids
+            ].max(real.astype(jnp.int32), mode="drop") > 0  # fmt: skip
+            p = jnp.float32(penalty)
+            logits = jnp.where(seen, jnp.where(logits > 0, logits / p, logits * p), logits)
+        if min_length > 0 and self.eos:
+            early = (counts < min_length)[:, None]
+            ends = jnp.isin(jnp.arange(vocab), jnp.asarray(self.eos, jnp.int32))[None]
+            logits = jnp.where(early & ends, -jnp.inf, logits)
+        return logits
+
+    def _next(
+        self, logits: Any, key: Any, done: Any, tokens: Any, at: Any, mask: Any
+    ) -> tuple[Any, Any]:
         """The next token of each row chosen from ``logits`` [batch, vocabulary] (the pad id
-        where a row is done) and written into ``tokens`` at column ``at``; the tokens and the
-        rows done after it (an end token)."""
+        where a row is done; ``_penalized`` first, ``mask`` its real tokens so far) and written
+        into ``tokens`` at column ``at``; the tokens and the rows done after it (an end
+        token)."""
+        logits = self._penalized(logits, tokens, at, mask)
         token = jnp.where(done, jnp.int32(self.pad), self._select(logits, key))
         for e in self.eos:
             done = done | (token == e)
@@ -227,7 +264,8 @@ class DecodeSteps:
                 jnp.zeros(self.stacked_shape(batch, capacity), dtype),
                 _positions_first([p.astype(dtype) for p in presents], axis), 0, 0,
             )  # fmt: skip
-            tokens, done = self._next(logits[:, -1], key, jnp.zeros((batch,), bool), tokens, seq)
+            tokens, done = self._next(logits[:, -1], key, jnp.zeros((batch,), bool), tokens, seq,
+                                      mask)  # fmt: skip
             # The last prompt position again, as the first step's pending keys and values.
             last = jax.lax.slice_in_dim(cache, seq - 1, seq, axis=0)
             return cache, last, tokens, done
@@ -258,7 +296,7 @@ class DecodeSteps:
             zeros = [jnp.zeros(self.cache_shape(batch, capacity), dtype)] * (2 * r.layers)
             logits, presents = self._run_model(program, params, ids, step_mask, positions, zeros)
             last = jnp.take_along_axis(logits, (lens - 1)[:, None, None], axis=1)[:, 0]
-            tokens, done = self._next(last, key, jnp.zeros((batch,), bool), tokens, seq)
+            tokens, done = self._next(last, key, jnp.zeros((batch,), bool), tokens, seq, mask)
             cache = [p.astype(dtype) for p in presents]
             # The steps' pending keys and values: the prompt's last position's, which the
             # first step writes where they already are, so that every step of a bucket takes
@@ -291,7 +329,7 @@ class DecodeSteps:
             cache = [p.astype(dtype) for p in presents]
             mask = (jnp.arange(mask.shape[1])[None] < counts + 1).astype(mask.dtype)
             key, sub = self._split(key)
-            tokens, done = self._next(logits[:, -1], sub, done, tokens, length)
+            tokens, done = self._next(logits[:, -1], sub, done, tokens, length, mask)
             return cache, pending, mask, tokens, done, key
 
         return program, step
@@ -336,7 +374,7 @@ class DecodeSteps:
                 mask, jnp.ones((batch, 1), mask.dtype), length - 1, axis=1
             )
             key, sub = self._split(key)  # a key a step, whatever the prompt's padding
-            tokens, done = self._next(logits[:, -1], sub, done, tokens, length)
+            tokens, done = self._next(logits[:, -1], sub, done, tokens, length, mask)
             return cache, pending, mask, tokens, done, key
 
         return program, step

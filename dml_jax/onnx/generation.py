@@ -62,7 +62,13 @@ class GeneratorParams:
         temperature: the logits are divided by it before sampling.
         eos_token_id: an int or a list of ints ending a sequence (None: none).
         pad_token_id: the id put before shorter prompts and after a finished sequence.
-        seed: the sampling's random seed.
+        repetition_penalty: every token id already in a row (its prompt and what it
+            generated, not its left padding) has its logit divided by this where positive and
+            multiplied by it where not, before the choice (1.0: none), as onnxruntime-genai
+            and Hugging Face apply it.
+        min_length: a row's end tokens are not chosen while it holds fewer tokens than this,
+            its prompt included (0: no minimum).
+        seed: the sampling's random seed (onnxruntime-genai's ``random_seed``).
         buckets: the past lengths programs are compiled for: None (powers of two from 16, where
             the step's graph shows the padding masked), False (every length exact), or a list of
             lengths.
@@ -84,6 +90,8 @@ class GeneratorParams:
     temperature: float = 1.0
     eos_token_id: Any = None
     pad_token_id: int = 0
+    repetition_penalty: float = 1.0
+    min_length: int = 0
     seed: int = 0
     buckets: Any = None
     steps_per_dispatch: int = 16
@@ -92,12 +100,29 @@ class GeneratorParams:
         _check_params(self)
 
     def set_search_options(self, **options: Any) -> None:
-        """onnxruntime-genai's ``set_search_options(max_length=..., top_k=..., ...)``."""
+        """onnxruntime-genai's ``set_search_options(max_length=..., top_k=..., ...)``: these
+        attributes by name, ``random_seed`` for ``seed``; its beam search options at their
+        values without beams (``num_beams`` and ``num_return_sequences`` 1), and
+        ``past_present_share_buffer`` (the cache here is always one buffer written in place)."""
         for k, v in options.items():
+            if k in _BEAM_OPTIONS:
+                if v != 1:
+                    raise ValidationError(
+                        f"{ONNX}: generation: {k}={v!r}: beam search is not supported (greedy "
+                        "and sampled search are: num_beams and num_return_sequences 1)"
+                    )
+                continue
+            if k == "past_present_share_buffer":
+                continue
+            k = "seed" if k == "random_seed" else k
             if not hasattr(self, k) or k == "session":
                 raise ValidationError(f"{ONNX}: generation: unknown search option '{k}'")
             setattr(self, k, v)
         _check_params(self)
+
+
+# onnxruntime-genai's search options of beam search, taken at 1 (no beams)
+_BEAM_OPTIONS = ("num_beams", "num_return_sequences")
 
 
 def _check_params(p: GeneratorParams) -> None:
@@ -114,6 +139,18 @@ def _check_params(p: GeneratorParams) -> None:
         raise ValidationError(f"{where}: top_p must be in (0, 1], got {p.top_p!r}")
     if not float(p.temperature) > 0.0 or not math.isfinite(float(p.temperature)):
         raise ValidationError(f"{where}: temperature must be > 0, got {p.temperature!r}")
+    penalty = p.repetition_penalty
+    if (
+        isinstance(penalty, bool)
+        or not isinstance(penalty, int | float | np.number)
+        or not (float(penalty) > 0.0 and math.isfinite(float(penalty)))
+    ):
+        raise ValidationError(
+            f"{where}: repetition_penalty must be a finite number > 0, got {penalty!r}"
+        )
+    m = p.min_length
+    if not isinstance(m, int | np.integer) or isinstance(m, bool) or m < 0:
+        raise ValidationError(f"{where}: min_length must be an int >= 0, got {m!r}")
     bucket_sizes(p.buckets, True, where)
     n = p.steps_per_dispatch
     if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1:
@@ -422,8 +459,8 @@ class Generator:
 
 def generate(session: Any, prompts: Any, max_new_tokens: int = 64, **options: Any) -> np.ndarray:
     """Generates up to ``max_new_tokens`` after each prompt (``GeneratorParams`` options:
-    ``do_sample``, ``top_k``, ``top_p``, ``temperature``, ``eos_token_id``, ``seed``,
-    ``buckets``...): [batch, n] ids, n up to ``max_new_tokens`` (fewer when every row met an
+    ``do_sample``, ``top_k``, ``top_p``, ``temperature``, ``repetition_penalty``,
+    ``min_length``, ``eos_token_id``, ``seed``, ``buckets``...): [batch, n] ids, n up to ``max_new_tokens`` (fewer when every row met an
     end token), rows that ended early padded with ``pad_token_id``. The decode steps run on the
     device, one dispatch per bucket (``Generator.generate_until_done``)."""
     rows = prompts.tolist() if hasattr(prompts, "tolist") else list(prompts)
