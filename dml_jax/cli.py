@@ -288,6 +288,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="no end token before a sequence holds N tokens, its prompt included",
     )
+    gen.add_argument(
+        "--no-repeat-ngram-size",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="no n-gram of N tokens twice in a sequence",
+    )
     gen.add_argument("--eos-token-id", type=int, action="append", metavar="ID")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--no-buckets", action="store_true", help="compile every past length exactly")
@@ -361,6 +368,7 @@ def _generate(args: argparse.Namespace) -> int:
             temperature=args.temperature,
             repetition_penalty=args.repetition_penalty,
             min_length=args.min_length,
+            no_repeat_ngram_size=args.no_repeat_ngram_size,
             eos_token_id=args.eos_token_id,
             seed=args.seed,
             buckets=False if args.no_buckets else None,

@@ -1,8 +1,9 @@
 """onnxruntime-genai's search options beyond greedy and sampled choice (``GeneratorParams``'s
-``repetition_penalty`` and ``min_length``, ``set_search_options``' names), against onnxruntime's
-greedy loop with the same rules applied to its logits in NumPy, as onnxruntime-genai and
-Hugging Face define them: a token already in the row has its logit divided by the penalty
-where positive and multiplied by it where not; a row shorter than ``min_length`` does not end.
+``repetition_penalty``, ``min_length`` and ``no_repeat_ngram_size``, ``set_search_options``'
+names), against onnxruntime's greedy loop with the same rules applied to its logits in NumPy, as
+onnxruntime-genai and Hugging Face define them: a token already in the row has its logit divided
+by the penalty where positive and multiplied by it where not; a row shorter than ``min_length``
+does not end; no n-gram occurs twice.
 The models are ``test_generation.py``'s tiny decoders."""
 
 from __future__ import annotations
@@ -47,6 +48,24 @@ def _no_end_before(min_length: int, eos: list[int]):
         for b, row in enumerate(history):
             if len(row) < min_length:
                 out[b, eos] = -np.inf
+        return out
+
+    return process
+
+
+def _no_repeat(n: int):
+    """The repeated n-grams' rule in NumPy: the token after each earlier occurrence of the
+    row's last n - 1 tokens is out (none while the row holds fewer than n - 1)."""
+
+    def process(logits, history):
+        out = np.array(logits, np.float32)
+        for b, row in enumerate(history):
+            if len(row) + 1 < n:
+                continue
+            tail = row[len(row) - n + 1 :] if n > 1 else []
+            for i in range(len(row) - n + 1):
+                if row[i : i + n - 1] == tail:
+                    out[b, row[i + n - 1]] = -np.inf
         return out
 
     return process
@@ -101,6 +120,24 @@ def test_repetition_penalty_over_a_group_query_attention_step():
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_no_repeat_ngram_size_against_onnxruntime(llama, onnxruntime_llama, n):
+    """No n-gram of ``no_repeat_ngram_size`` tokens twice in a row (prompt included): the
+    tokens of onnxruntime's loop with the rule in NumPy, prompts of different lengths."""
+    rows = [[63, 88, 49, 59, 94, 12, 40], [71, 61, 53]]
+    steps = 14 if n == 1 else 20
+    want = _greedy_loop(onnxruntime_llama, rows, steps, process=_no_repeat(n))
+    assert not np.array_equal(want, _greedy_loop(onnxruntime_llama, rows, steps))
+    # the pad id a token the model chooses: unwritten columns (the pad id) are no n-gram's
+    got = generate(llama, rows, steps, no_repeat_ngram_size=n, steps_per_dispatch=3,
+                   pad_token_id=int(want[0, 0]))  # fmt: skip
+    np.testing.assert_array_equal(got, want)
+    for row, new in zip(rows, got.tolist()):  # and so no n-gram occurs twice
+        seq = row + new
+        grams = [tuple(seq[i : i + n]) for i in range(len(seq) - n + 1)]
+        assert len(grams) == len(set(grams))
+
+
 def test_min_length_keeps_end_tokens_out(llama, onnxruntime_llama):
     """An end token the model chooses early is not chosen while the row is shorter than
     ``min_length`` (prompt included), then ends it."""
@@ -123,7 +160,8 @@ def test_search_options_by_onnxruntime_genai_names(llama):
     p = GeneratorParams(llama, max_length=20)
     p.set_search_options(random_seed=7, num_beams=1, num_return_sequences=1,
                          past_present_share_buffer=True, repetition_penalty=1.2,
-                         min_length=3, do_sample=True, top_k=5)  # fmt: skip
+                         min_length=3, do_sample=True, top_k=5, diversity_penalty=0.0,
+                         length_penalty=1.4, early_stopping=True)  # fmt: skip
     assert (p.seed, p.repetition_penalty, p.min_length) == (7, 1.2, 3)
     sampled = []
     for seed in (7, 7, 8):
@@ -142,10 +180,12 @@ def test_search_options_by_onnxruntime_genai_names(llama):
     for bad, match in [
         ({"num_beams": 4}, "beam search is not supported"),
         ({"num_return_sequences": 2}, "beam search is not supported"),
+        ({"diversity_penalty": 0.5}, "beam search is not supported"),
+        ({"no_repeat_ngram_size": -2}, "no_repeat_ngram_size must be"),
         ({"repetition_penalty": 0.0}, "repetition_penalty must be"),
         ({"repetition_penalty": float("nan")}, "repetition_penalty must be"),
         ({"min_length": -1}, "min_length must be"),
-        ({"length_penalty": 1.0}, "unknown search option 'length_penalty'"),
+        ({"top_n": 3}, "unknown search option 'top_n'"),
     ]:
         with pytest.raises(ValidationError, match=match):
             GeneratorParams(llama, max_length=20).set_search_options(**bad)
@@ -160,9 +200,11 @@ def test_generate_command_takes_the_search_options(llama, capsys):
     eos = GREEDY["tiny_llama"]["greedy"][0][1]
     argv = ["generate", _path("tiny_llama"), "--prompt-ids", ",".join(map(str, prompt)),
             "--max-new-tokens", "10", "--eos-token-id", str(eos)]  # fmt: skip
-    assert main([*argv, "--repetition-penalty", "1.5", "--min-length", "9"]) == 0
+    assert main([*argv, "--repetition-penalty", "1.5", "--min-length", "9",
+                 "--no-repeat-ngram-size", "2"]) == 0  # fmt: skip
     got = [int(t) for t in capsys.readouterr().out.split(",")]
-    want = generate(llama, [prompt], 10, eos_token_id=eos, repetition_penalty=1.5, min_length=9)
+    want = generate(llama, [prompt], 10, eos_token_id=eos, repetition_penalty=1.5, min_length=9,
+                    no_repeat_ngram_size=2)  # fmt: skip
     assert got == want[0].tolist()
     assert main([*argv, "--repetition-penalty", "-1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -1,7 +1,7 @@
 """The compiled steps of generation (``generation.Generator``'s programs): a session's prefill
 and decode steps for one way of choosing tokens (``DecodeSteps``), each compiled once per prompt
 bucket and past bucket and shared by the generators of that session, and the choice of the next
-token (onnxruntime-genai's repetition penalty and minimum length where set, then
+token (onnxruntime-genai's repetition penalty, minimum length and repeated n-grams where set, then
 ``select_tokens``: greedy, or sampled after temperature, top-k and top-p).
 
 A decode step's state is (cache, pending, mask, tokens, done, key): the cache, one buffer of every
@@ -76,6 +76,28 @@ def select_tokens(
     return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
 
 
+def _repeated_ngram_ends(tokens, ids, real, counts, at, n: int, vocab: int) -> Any:
+    """[batch, vocabulary]: the tokens that would end an n-gram of ``n`` tokens already among
+    each row's real tokens (``real``: its columns before ``at``, ``counts`` of them): the token
+    after every earlier occurrence of the row's last ``n - 1`` tokens (Hugging Face's
+    ``no_repeat_ngram_size``; with ``n`` 1, every token the row holds). ``ids``: ``tokens``
+    with ids outside the vocabulary moved past it."""
+    batch, width = tokens.shape
+    starts = width - n + 1  # the n-grams' first columns
+    if starts <= 0:
+        return jnp.zeros((batch, vocab), bool)
+    # an n-gram of real tokens (its first and last columns real: the real ones are contiguous)
+    match = real[:, :starts] & real[:, n - 1 : n - 1 + starts]
+    for j in range(n - 1):  # whose first n - 1 tokens are the row's last n - 1
+        last = jax.lax.dynamic_slice_in_dim(tokens, at - (n - 1) + j, 1, axis=1)
+        match = match & (tokens[:, j : j + starts] == last)
+    match = match & (counts >= n - 1)[:, None]  # a row of fewer tokens bans none
+    banned = jnp.zeros((batch, vocab), jnp.int32).at[
+        jnp.arange(batch)[:, None], ids[:, n - 1 : n - 1 + starts]
+    ].max(match.astype(jnp.int32), mode="drop")  # fmt: skip
+    return banned > 0
+
+
 class DecodeSteps:
     """The compiled prefill and decode steps of one session for one way of choosing tokens,
     shared by the generators of that session (``DecodeSteps.of``): each program is compiled
@@ -88,13 +110,13 @@ class DecodeSteps:
     """
 
     def __init__(self, session: Any, roles: DecoderRoles, sampling: tuple, eos: tuple, pad: int,
-                 penalties: tuple = (1.0, 0)):  # fmt: skip
+                 penalties: tuple = (1.0, 0, 0)):  # fmt: skip
         self.session = session
         self.roles = roles
         self.sampling = sampling  # (do_sample, top_k, top_p, temperature)
         self.eos = eos
         self.pad = pad
-        self.penalties = penalties  # (repetition_penalty, min_length)
+        self.penalties = penalties  # (repetition_penalty, min_length, no_repeat_ngram_size)
         self._steps: dict[tuple, Any] = {}
         self._prefills: dict[tuple, Any] = {}
         self.ready: set[tuple] = set()  # steps compiled (run, or compiled ahead)
@@ -111,7 +133,11 @@ class DecodeSteps:
             float(params.temperature),
         )
         eos, pad = _eos_ids(params.eos_token_id), int(params.pad_token_id)
-        penalties = (float(params.repetition_penalty), int(params.min_length))
+        penalties = (
+            float(params.repetition_penalty),
+            int(params.min_length),
+            int(params.no_repeat_ngram_size),
+        )
         cache = session.__dict__.setdefault("_decode_steps", {})
         key = (sampling, eos, pad, penalties)
         if key not in cache:
@@ -196,28 +222,34 @@ class DecodeSteps:
         return jax.random.split(key)
 
     def _penalized(self, logits: Any, tokens: Any, at: Any, mask: Any) -> Any:
-        """``logits`` [batch, vocabulary] after onnxruntime-genai's repetition penalty and
-        minimum length (``penalties``; unchanged where neither is set). ``mask`` holds a one
-        for each of a row's real tokens so far (prompt and generated, not its left padding),
-        which are the last of ``tokens``' columns before ``at``. Every token id among them has
-        its logit divided by the penalty where positive, else multiplied by it (once however
-        often it occurs); while a row holds fewer than ``min_length`` tokens its end tokens
-        are not chosen (their logits -inf)."""
-        penalty, min_length = self.penalties
-        if penalty == 1.0 and not (min_length > 0 and self.eos):
+        """``logits`` [batch, vocabulary] after onnxruntime-genai's repetition penalty,
+        minimum length and repeated n-grams (``penalties``; unchanged where none is set).
+        ``mask`` holds a one for each of a row's real tokens so far (prompt and generated, not
+        its left padding), which are the last of ``tokens``' columns before ``at``. Every
+        token id among them has its logit divided by the penalty where positive, else
+        multiplied by it (once however often it occurs); while a row holds fewer than
+        ``min_length`` tokens its end tokens are not chosen (their logits -inf); a token that
+        would end an n-gram of ``no_repeat_ngram_size`` tokens the row already holds is not
+        chosen either."""
+        penalty, min_length, ngram = self.penalties
+        if penalty == 1.0 and not (min_length > 0 and self.eos) and ngram <= 0:
             return logits
         logits = logits.astype(jnp.float32)
         batch, vocab = logits.shape
         counts = jnp.sum(mask, axis=1).astype(jnp.int32)  # the real tokens so far, per row
+        cols = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None]
+        real = (cols < at) & (cols >= at - counts[:, None])
+        ids = jnp.where((tokens >= 0) & (tokens < vocab), tokens, vocab)  # others dropped
+        rows = jnp.arange(batch)[:, None]
         if penalty != 1.0:
-            cols = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None]
-            real = (cols < at) & (cols >= at - counts[:, None])
-            ids = jnp.where((tokens >= 0) & (tokens < vocab), tokens, vocab)  # others dropped
-            seen = jnp.zeros((batch, vocab), jnp.int32).at[
-                jnp.arange(batch)[:, None], ids
-            ].max(real.astype(jnp.int32), mode="drop") > 0  # fmt: skip
+            seen = jnp.zeros((batch, vocab), jnp.int32).at[rows, ids].max(
+                real.astype(jnp.int32), mode="drop"
+            ) > 0  # fmt: skip
             p = jnp.float32(penalty)
             logits = jnp.where(seen, jnp.where(logits > 0, logits / p, logits * p), logits)
+        if ngram > 0:
+            banned = _repeated_ngram_ends(tokens, ids, real, counts, at, ngram, vocab)
+            logits = jnp.where(banned, -jnp.inf, logits)
         if min_length > 0 and self.eos:
             early = (counts < min_length)[:, None]
             ends = jnp.isin(jnp.arange(vocab), jnp.asarray(self.eos, jnp.int32))[None]

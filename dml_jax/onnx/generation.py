@@ -68,6 +68,8 @@ class GeneratorParams:
             and Hugging Face apply it.
         min_length: a row's end tokens are not chosen while it holds fewer tokens than this,
             its prompt included (0: no minimum).
+        no_repeat_ngram_size: a token that would repeat an n-gram of this many tokens the
+            row already holds is not chosen (0: none).
         seed: the sampling's random seed (onnxruntime-genai's ``random_seed``).
         buckets: the past lengths programs are compiled for: None (powers of two from 16, where
             the step's graph shows the padding masked), False (every length exact), or a list of
@@ -92,6 +94,7 @@ class GeneratorParams:
     pad_token_id: int = 0
     repetition_penalty: float = 1.0
     min_length: int = 0
+    no_repeat_ngram_size: int = 0
     seed: int = 0
     buckets: Any = None
     steps_per_dispatch: int = 16
@@ -102,17 +105,20 @@ class GeneratorParams:
     def set_search_options(self, **options: Any) -> None:
         """onnxruntime-genai's ``set_search_options(max_length=..., top_k=..., ...)``: these
         attributes by name, ``random_seed`` for ``seed``; its beam search options at their
-        values without beams (``num_beams`` and ``num_return_sequences`` 1), and
-        ``past_present_share_buffer`` (the cache here is always one buffer written in place)."""
+        values without beams (``num_beams`` and ``num_return_sequences`` 1, ``diversity_penalty``
+        0; ``length_penalty`` and ``early_stopping``, which only beam search reads, at any
+        value), and ``past_present_share_buffer`` (the cache here is always one buffer written
+        in place): a genai_config.json's ``search`` section as it is."""
         for k, v in options.items():
             if k in _BEAM_OPTIONS:
-                if v != 1:
+                if v != _BEAM_OPTIONS[k]:
                     raise ValidationError(
                         f"{ONNX}: generation: {k}={v!r}: beam search is not supported (greedy "
-                        "and sampled search are: num_beams and num_return_sequences 1)"
+                        "and sampled search are: num_beams and num_return_sequences 1, "
+                        "diversity_penalty 0)"
                     )
                 continue
-            if k == "past_present_share_buffer":
+            if k in _UNREAD_OPTIONS:
                 continue
             k = "seed" if k == "random_seed" else k
             if not hasattr(self, k) or k == "session":
@@ -121,8 +127,10 @@ class GeneratorParams:
         _check_params(self)
 
 
-# onnxruntime-genai's search options of beam search, taken at 1 (no beams)
-_BEAM_OPTIONS = ("num_beams", "num_return_sequences")
+# onnxruntime-genai's search options of beam search, taken at their values without beams
+_BEAM_OPTIONS = {"num_beams": 1, "num_return_sequences": 1, "diversity_penalty": 0}
+# ... and those that only beam search reads, or that say what the cache here always is
+_UNREAD_OPTIONS = ("length_penalty", "early_stopping", "past_present_share_buffer")
 
 
 def _check_params(p: GeneratorParams) -> None:
@@ -148,9 +156,10 @@ def _check_params(p: GeneratorParams) -> None:
         raise ValidationError(
             f"{where}: repetition_penalty must be a finite number > 0, got {penalty!r}"
         )
-    m = p.min_length
-    if not isinstance(m, int | np.integer) or isinstance(m, bool) or m < 0:
-        raise ValidationError(f"{where}: min_length must be an int >= 0, got {m!r}")
+    for name in ("min_length", "no_repeat_ngram_size"):
+        m = getattr(p, name)
+        if not isinstance(m, int | np.integer) or isinstance(m, bool) or m < 0:
+            raise ValidationError(f"{where}: {name} must be an int >= 0, got {m!r}")
     bucket_sizes(p.buckets, True, where)
     n = p.steps_per_dispatch
     if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1:
@@ -460,7 +469,7 @@ class Generator:
 def generate(session: Any, prompts: Any, max_new_tokens: int = 64, **options: Any) -> np.ndarray:
     """Generates up to ``max_new_tokens`` after each prompt (``GeneratorParams`` options:
     ``do_sample``, ``top_k``, ``top_p``, ``temperature``, ``repetition_penalty``,
-    ``min_length``, ``eos_token_id``, ``seed``, ``buckets``...): [batch, n] ids, n up to ``max_new_tokens`` (fewer when every row met an
+    ``min_length``, ``no_repeat_ngram_size``, ``eos_token_id``, ``seed``, ``buckets``...): [batch, n] ids, n up to ``max_new_tokens`` (fewer when every row met an
     end token), rows that ended early padded with ``pad_token_id``. The decode steps run on the
     device, one dispatch per bucket (``Generator.generate_until_done``)."""
     rows = prompts.tolist() if hasattr(prompts, "tolist") else list(prompts)
