@@ -13,13 +13,8 @@ import pytest
 
 ort = pytest.importorskip("onnxruntime")
 
-from test_generation import (
-    GREEDY,
-    _gqa_decoder,
-    _greedy_loop,
-    _ort_gqa_loop,
-    _path,
-)  # this folder's
+from test_generation import GREEDY, _greedy_loop, _path  # this folder's
+from test_generation_forms import _gqa_decoder, _ort_gqa_loop
 
 from dml_jax import ValidationError
 from dml_jax.onnx import InferenceSession
