@@ -133,6 +133,22 @@ def test_no_repeat_ngram_size_against_onnxruntime(llama, onnxruntime_llama, n):
         assert len(grams) == len(set(grams))
 
 
+def test_a_row_with_every_token_banned_takes_token_0(llama, onnxruntime_llama):
+    """Unigrams banned (``no_repeat_ngram_size`` 1) over the tiny model's 97 tokens: once the
+    row holds every token, each further choice is token 0 (the argmax of -inf everywhere, as
+    the NumPy loop's; docs/semantics.md), greedy and sampled alike."""
+    prompt = GREEDY["tiny_llama"]["prompt"][0]
+    steps = 97 - len(prompt) + 6
+    want = _greedy_loop(onnxruntime_llama, [prompt], steps, process=_no_repeat(1))[0]
+    assert sorted(prompt + want[: 97 - len(prompt)].tolist()) == list(range(97))
+    assert (want[97 - len(prompt) :] == 0).all()
+    got = generate(llama, [prompt], steps, no_repeat_ngram_size=1, steps_per_dispatch=32)
+    np.testing.assert_array_equal(got[0], want)
+    sampled = generate(llama, [prompt], steps, no_repeat_ngram_size=1, do_sample=True, seed=3)
+    assert sorted(prompt + sampled[0, : 97 - len(prompt)].tolist()) == list(range(97))
+    assert (sampled[0, 97 - len(prompt) :] == 0).all()
+
+
 def test_min_length_keeps_end_tokens_out(llama, onnxruntime_llama):
     """An end token the model chooses early is not chosen while the row is shorter than
     ``min_length`` (prompt included), then ends it."""
