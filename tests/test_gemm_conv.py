@@ -405,12 +405,7 @@ def test_float16_convolution_accumulates_in_float32(kernel, products, half_defau
     c = 4608 // (kernel * kernel)
     shapes = ((1, c, kernel, kernel), (1, c, kernel, kernel), (1, 1, 1, 1))
     for t, np_t in (("FLOAT16", np.float16), ("FLOAT32", np.float32)):
-        desc = dml.ConvolutionOperatorDesc(
-            *(T(t, s) for s in shapes[:2]), None, T(t, shapes[2]), mode="CROSS_CORRELATION",
-            direction="FORWARD", strides=(1, 1), dilations=(1, 1), start_padding=(0, 0),
-            end_padding=(0, 0), output_padding=(0, 0), group_count=1,
-        )  # fmt: skip
-        op = dml.compile_operator(desc)
+        op = dml.compile_operator(_c(*shapes, type_name=t)())
         x = np.full(shapes[0], 1 + 2**-10, np_t)
         w = np.ones(shapes[1], np_t)
         y = float(np.asarray(op(x, w)).ravel()[0])
@@ -610,12 +605,27 @@ def test_winograd_with_a_constant_filter_equals_the_traced_one():
         assert "convolution(" not in constant.lower(x).compile().as_text()
 
 
+def _agrees_on_platform(desc, target: str, type_name: str, seed: int) -> str:
+    """Runs ``desc`` traced as ``target``'s program on this machine's device, against the
+    reference; returns that trace's jaxpr (the form it took)."""
+    from dml_jax import fastpath
+
+    rng = np.random.default_rng(seed)
+    inputs = tuple(S.values(rng, type_name, t.sizes, "small") for _, t in desc.input_slots())
+    want = reference.reference(desc, *inputs)
+    op = dml.compile_operator(desc)
+    with fastpath.target_platform(target):  # fresh functions: jit caches traces by function
+        got = jax.jit(lambda *a: op.fn(*a))(*inputs)
+        jaxpr = str(jax.make_jaxpr(lambda *a: op.fn(*a))(*inputs))
+    S.assert_same(got, want, False, **_tolerance(inputs[0].dtype))
+    return jaxpr
+
+
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
 def test_dilated_depthwise_taps_in_either_layout(target):
     """A dilated depthwise convolution runs as taps on every platform: channels last on the CPU
     (XLA cancels the transposes against channels-last neighbours), channels second elsewhere;
     each traced here as that platform's program, against the reference."""
-    from dml_jax import fastpath
 
     x, w = (2, 6, 9, 8), (12, 1, 3, 2)  # two filters a channel
     desc = dml.ConvolutionOperatorDesc(
@@ -626,14 +636,7 @@ def test_dilated_depthwise_taps_in_either_layout(target):
     desc = dataclasses.replace(
         desc, output_tensor=T("FLOAT32", dml.ops.gemm_conv.conv_output_sizes(desc))
     )
-    rng = np.random.default_rng(3)
-    inputs = tuple(S.values(rng, "FLOAT32", t.sizes, "small") for _, t in desc.input_slots())
-    want = reference.reference(desc, *inputs)
-    op = dml.compile_operator(desc)
-    with fastpath.target_platform(target):  # fresh functions: jit caches traces by function
-        got = jax.jit(lambda *a: op.fn(*a))(*inputs)
-        jaxpr = str(jax.make_jaxpr(lambda *a: op.fn(*a))(*inputs))
-    S.assert_same(got, want, False, **_tolerance(np.float32))
+    jaxpr = _agrees_on_platform(desc, target, "FLOAT32", seed=3)
     assert "conv_general_dilated" not in jaxpr
     assert ("transpose" in jaxpr) == (target == "cpu")
 
@@ -644,24 +647,11 @@ def test_pointwise_convolution_form_by_platform(target, products, monkeypatch):
     """A 1x1 convolution is a matrix product on the CPU always, and elsewhere while
     ``GPU_POINTWISE_PRODUCTS`` holds (else XLA's convolution there); each traced as that
     platform's program, against the reference."""
-    from dml_jax import fastpath
     from dml_jax.ops import conv_forms
 
     monkeypatch.setattr(conv_forms, "GPU_POINTWISE_PRODUCTS", products)
-    x, w = (2, 6, 5, 4), (3, 6, 1, 1)
-    desc = dml.ConvolutionOperatorDesc(
-        T("FLOAT16", x), T("FLOAT16", w), None, T("FLOAT16", (2, 3, 5, 4)),
-        mode="CROSS_CORRELATION", direction="FORWARD", strides=(1, 1), dilations=(1, 1),
-        start_padding=(0, 0), end_padding=(0, 0), output_padding=(0, 0), group_count=1,
-    )  # fmt: skip
-    rng = np.random.default_rng(5)
-    inputs = tuple(S.values(rng, "FLOAT16", t.sizes, "small") for _, t in desc.input_slots())
-    want = reference.reference(desc, *inputs)
-    op = dml.compile_operator(desc)
-    with fastpath.target_platform(target):  # fresh functions: jit caches traces by function
-        got = jax.jit(lambda *a: op.fn(*a))(*inputs)
-        jaxpr = str(jax.make_jaxpr(lambda *a: op.fn(*a))(*inputs))
-    S.assert_same(got, want, False, **_tolerance(np.float16))
+    desc = _c(x=(2, 6, 5, 4), w=(3, 6, 1, 1), out=(2, 3, 5, 4), type_name="FLOAT16")()
+    jaxpr = _agrees_on_platform(desc, target, "FLOAT16", seed=5)
     convolution = target == "cuda" and not products
     assert ("conv_general_dilated" in jaxpr) == convolution
     assert ("dot_general" in jaxpr) == (not convolution)
