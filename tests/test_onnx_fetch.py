@@ -39,12 +39,8 @@ def test_packed_outputs_are_the_outputs_bit_for_bit():
     x = np.linspace(-2, 2, 7, dtype=np.float32)
     for n in (np.array([3, 1, 4], np.int32), np.array([1, 5, 9, 2, 6], np.int32)):
         want = jax.jit(program)(params, x, n)
-        got, on_device = fetch.host_outputs(packed, layouts, params, [x, n])
+        got = fetch.host_outputs(packed, layouts, params, [x, n])
         assert len(got) == len(want)
-        present = [k for k, w in enumerate(want) if w is not None]
-        for k, y in zip(present, on_device(present)):  # the device's buffer sliced as well
-            assert isinstance(y, jax.Array) and y.dtype == want[k].dtype
-            np.testing.assert_array_equal(np.asarray(y), np.asarray(want[k]))
         for g, w in zip(got, want):
             if w is None:
                 assert g is None

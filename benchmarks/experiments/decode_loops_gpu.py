@@ -1,9 +1,8 @@
 """Where the onnxruntime-style decode loops' time goes on a GPU (issue 64): the 1B-class LLaMA
 (``dml_jax.bench.decoders``) exported in float16, generated at batch 1 by the decode suite's
 ``run_loop`` (``run`` once a token, the cache through the host; ``run-unpacked``, its outputs
-fetched each by its own copy, as before ``fetch``; ``run-fed``, its pasts taken from the
-session's device copies of the presents it returned, ``feedback`` switched on) and
-``bound_loop`` (IOBinding, the cache on the device), against ``Generator.generate_next_token``.
+fetched each by its own copy, as before ``fetch``) and ``bound_loop`` (IOBinding, the cache on
+the device), against ``Generator.generate_next_token``.
 
 Per loop: its greedy tokens against the Generator's (the fraction equal), milliseconds a token
 (median of ``--samples`` generations of ``--new`` tokens), the GPU kernels' summed time a token
@@ -198,7 +197,6 @@ def _loop_table(session, prompt, new: int) -> dict:
         "bound": lambda: bound_loop(session, prompt, new),
         "generator": lambda: dml_generation(session, prompt, new, per_token=True)[:3],
         "run-unpacked": lambda: _unpacked(lambda: run_loop(session, prompt, new)),
-        "run-fed": lambda: _fed(lambda: run_loop(session, prompt, new)),
     }
 
 
@@ -256,19 +254,6 @@ def _rounds(a, sessions, prompt) -> None:
     for (o, name), ts in times.items():
         print(f"  {o} {name}: {statistics.median(ts):.3f} ({min(ts):.3f}-{max(ts):.3f}); "
               f"tokens as the Generator's {same[o, name]:.3f}")  # fmt: skip
-
-
-def _fed(call):
-    """``call()`` with the fed-back presents taken from the session's device copies
-    (``feedback``, off by default), not from the feed."""
-    from dml_jax.onnx import feedback
-
-    was = feedback.KEEP_PRESENTS
-    feedback.KEEP_PRESENTS = True
-    try:
-        return call()
-    finally:
-        feedback.KEEP_PRESENTS = was
 
 
 def _unpacked(call):

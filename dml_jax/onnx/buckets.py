@@ -96,9 +96,9 @@ def pad_decoder_feed(
     out[index[roles.attention_mask]] = padded_mask(mask, past, length)
     new = ids.shape[1]
     if roles.kind == "gqa":  # each entry's positions first: the first past + new ones
-        return out, cutter(roles, np.arange(past + new))
+        return out, _cutter(roles, np.arange(past + new))
     # Concat(past, new): the past's positions, the padding, then the new ones.
-    return out, cutter(roles, np.r_[0:past, length : length + new], (axis, past, length))
+    return out, _cutter(roles, np.r_[0:past, length : length + new])
 
 
 def padded_mask(mask: np.ndarray, past: int, length: int) -> np.ndarray:
@@ -108,10 +108,8 @@ def padded_mask(mask: np.ndarray, past: int, length: int) -> np.ndarray:
     return np.concatenate([mask[:, :past], zeros, mask[:, past:]], 1)
 
 
-def cutter(roles: Any, keep: np.ndarray, padding: tuple | None = None) -> Callable[[dict], dict]:
-    """The function that keeps the positions ``keep`` of each present of a result; its
-    ``padding`` attribute, where given, says the same as ``(axis, past, length)``: the
-    positions [0, past) and [length, end) (``feedback``)."""
+def _cutter(roles: Any, keep: np.ndarray) -> Callable[[dict], dict]:
+    """The function that keeps the positions ``keep`` of each present of a result."""
     presents = [n for pair in roles.present for n in pair]
 
     def unpad(result: dict) -> dict:
@@ -120,7 +118,6 @@ def cutter(roles: Any, keep: np.ndarray, padding: tuple | None = None) -> Callab
                 result[n] = np.take(result[n], keep, roles.axis)
         return result
 
-    unpad.padding = padding  # type: ignore[attr-defined]
     return unpad
 
 
@@ -142,4 +139,4 @@ def _pad_shared_buffer(
         return arrays, None
     out = list(arrays)
     out[k] = np.concatenate([mask, np.zeros((mask.shape[0], length - total), mask.dtype)], 1)
-    return out, cutter(roles, np.arange(max(total, past)))
+    return out, _cutter(roles, np.arange(max(total, past)))

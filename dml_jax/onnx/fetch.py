@@ -18,7 +18,6 @@ long as any output viewing it. On the CPU a program's outputs are host memory al
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -103,48 +102,22 @@ def pack(outs: Sequence[Any], inputs: Sequence[Any], layouts: dict) -> Any:
     return jnp.concatenate([_as_bytes(outs[k]) for k in order])
 
 
-def host_outputs(packed: Any, layouts: dict, params: Any, args: Sequence[Any]) -> tuple:
+def host_outputs(packed: Any, layouts: dict, params: Any, args: Sequence[Any]) -> list:
     """The outputs of ``packed(params, *args)`` (a jitted function whose trace calls ``pack``
     with ``layouts``) on the host, in one copy: a list of NumPy arrays, each a view of the
-    buffer (None where an output is None), and a function giving outputs of the given indices
-    on the device (sliced from the device's buffer, ``feedback``'s presents)."""
-    device = packed(params, *args)
-    buffer = np.asarray(device)
+    buffer (None where an output is None)."""
+    buffer = np.asarray(packed(params, *args))
     key = _signature(args)
     if key not in layouts:  # a trace JAX found by a key of its own: traced again
         jax.eval_shape(packed, params, *args)
     count, layout = layouts[key]
     outs: list = [None] * count
-    pieces: dict[int, tuple] = {}
     offset = 0
     for k, shape, dtype in layout:
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         outs[k] = buffer[offset : offset + size].view(dtype).reshape(shape)
-        pieces[k] = (offset, shape, dtype.str)
         offset += size
-
-    def on_device(indices: Sequence[int]) -> list:
-        return list(_device_views(device, tuple(pieces[k] for k in indices)))
-
-    return outs, on_device
-
-
-@functools.partial(jax.jit, static_argnames=("pieces",))
-def _device_views(buffer: Any, pieces: tuple) -> tuple:
-    """The arrays ``pieces`` ((byte offset, shape, dtype string) each) of a packed buffer."""
-    out = []
-    for offset, shape, name in pieces:
-        dtype = np.dtype(name)
-        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        raw = lax.slice(buffer, (offset,), (offset + size,))
-        if dtype == np.bool_:
-            y = raw != 0
-        elif dtype.itemsize == 1:
-            y = lax.bitcast_convert_type(raw, dtype)
-        else:
-            y = lax.bitcast_convert_type(raw.reshape(-1, dtype.itemsize), dtype)
-        out.append(y.reshape(shape))
-    return tuple(out)
+    return outs
 
 
 __all__ = ["PACKED_MIN_OUTPUTS", "host_outputs", "nested_result", "on_host", "pack", "packs",

@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from ..errors import ValidationError
-from . import feedback, fetch
+from . import fetch
 from .binding import IOBinding, OrtValue, on_device
 from .cache import ProgramCache, flat_feed, structure_shape
 from .elements import ONNX, data_type_of, graph_dtype, numpy_dtype_of, to_graph_array
@@ -379,11 +379,6 @@ class InferenceSession(ProgramCache):
             padded = pad_on_device(buckets[0], input_feed, buckets[1])
             if padded is not None:
                 input_feed, padded = padded
-        keep = buckets is not None and not on_device and feedback.applies(self._device.platform)
-        if keep:  # the last run's presents fed back: their device copies (``feedback``)
-            fed = feedback.reuse(self.__dict__.get("_held_presents"), buckets, input_feed)
-            if fed is not None:
-                input_feed, padded, unpad = fed
         arrays = [self._checked(i, dt, input_feed.get(i.name))  # an optional left out: None
                   for i, dt in zip(self._inputs, self._input_dtypes)]  # fmt: skip
         extra = [np.asarray(input_feed[n]) for n in overrides]
@@ -405,10 +400,9 @@ class InferenceSession(ProgramCache):
             packed = not on_device and fetch.packs_for(program, self._device.platform)
             if packed:  # every output in one copy (``fetch``)
                 jitted = program.jitted_on(self._run_device, packed=True)
-                outs, views = fetch.host_outputs(jitted, program.packed_layouts, params, args)
+                outs = fetch.host_outputs(jitted, program.packed_layouts, params, args)
             else:
                 outs = jitted(params, *args)
-                views = functools.partial(lambda ys, ks: [ys[k] for k in ks], outs)
             if on_device and not (unpad or nested or program.needs_x64 or program.layout):
                 found = dict(zip(imported.output_names, zip(outs, imported.output_dtypes)))
                 presents = [n for pair in buckets[0].present for n in pair] if padded else []
@@ -419,11 +413,6 @@ class InferenceSession(ProgramCache):
         result = fetch.nested_result(result, imported)
         if unpad is not None:
             result = unpad(result)
-        if keep:  # the presents kept for a feed that gives them back
-            index = {n: k for k, n in enumerate(imported.output_names)}
-            self._held_presents = feedback.remember(
-                buckets[0], result, padded or getattr(unpad, "padding", None),
-                lambda names: dict(zip(names, views([index[n] for n in names]))))  # fmt: skip
         if on_device:
             found = {n: result[n] for n in wanted}
             return found, {n: getattr(v, "dtype", None) for n, v in found.items()}, {}
