@@ -430,8 +430,9 @@ def _launch(
 ):  # fmt: skip
     """``kernel`` on the grid of ``v``: programs of ``block_n`` columns by ``k_per_program``
     values of K, reading ``rows`` rows of A, ``code_width`` columns of the codes (4-bit codes,
-    or their bytes), the scales and the zero points (a fourth argument, where given); the
-    product of A's ``v.m`` rows in ``t``, partial sums along K added in float32 first."""
+    or their bytes), the scales and the zero points (a fourth argument, where given), then
+    ``extra``'s operands of A's prologue, each with how a program reads it; the product of A's
+    ``v.m`` rows in ``t``, partial sums along K added in float32 first."""
     pl, pltriton = load_pallas()
     bn, count = v.block_n, v.k_per_program // v.block
     specs = [
@@ -441,13 +442,14 @@ def _launch(
     ]
     if len(args) > 3:
         specs.append(pl.BlockSpec((bn, count), lambda i, s: (i, s)))
-    if len(extra) == 2:  # a normalized A's whole row, for its mean square; gamma by its K
-        args = [*args, *extra]
-        specs += [pl.BlockSpec((1, v.k), lambda i, s: (0, 0)),
-                  pl.BlockSpec((1, v.k_per_program), lambda i, s: (0, s))]  # fmt: skip
-    elif extra:  # a gated A's up values, read as A's
-        args = [*args, *extra]
-        specs.append(pl.BlockSpec((rows, v.k_per_program), lambda i, s: (0, s)))
+    blocks = {  # how a program reads each extra operand of A's prologue
+        "row": ((1, v.k), lambda i, s: (0, 0)),  # a normalized A's whole row (mean square)
+        "k": ((1, v.k_per_program), lambda i, s: (0, s)),  # gamma by the program's K
+        "a": ((rows, v.k_per_program), lambda i, s: (0, s)),  # a gated A's up, as A is read
+    }
+    for array, block in extra:
+        args = [*args, array]
+        specs.append(pl.BlockSpec(*blocks[block]))
     aliases = {}
     if v.atomic:  # every split adds into one float32 product, zeros to start (aliased)
         out_shape = jax.ShapeDtypeStruct((rows, v.n), jnp.float32)
@@ -510,9 +512,11 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=
     args = [a16, q.reshape(n, k // 2), scale] + ([] if zero is None else [zero])
     if (norm is not None or gated is not None) and not v.widen_row:
         raise ValueError("int4_product: a normalized or gated A needs the bytes form on one row")
-    extra = () if norm is None else (a16, norm[0].reshape(1, k))
-    if gated is not None:
-        extra = (gated[0].reshape(a16.shape),)
+    extra: tuple = ()  # (operand, how a program reads it), after the codes' (``_launch``)
+    if norm is not None:
+        extra = ((a16, "row"), (norm[0].reshape(1, k), "k"))
+    elif gated is not None:
+        extra = ((gated[0].reshape(a16.shape), "a"),)
     once = norm is not None and norm[2]
     magic = t == jnp.float16 and not signed
     precision = matmul_precision() if t == jnp.float32 else None
