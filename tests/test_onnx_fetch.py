@@ -19,7 +19,7 @@ DECODER = os.path.join(os.path.dirname(__file__), "data", "decoders", "tiny_llam
 
 def test_packed_outputs_are_the_outputs_bit_for_bit():
     """Mixed element sizes in an order that would misalign a naive packing; an empty output, a
-    scalar and a None among them."""
+    scalar, a None and 4-bit elements among them."""
 
     def program(params, x, n):
         return (
@@ -30,6 +30,9 @@ def test_packed_outputs_are_the_outputs_bit_for_bit():
             jnp.zeros((0, 3), jnp.float32),
             None,
             jnp.arange(5, dtype=jnp.int32) * n[0],
+            (n - 6).astype(jnp.int4),  # elements narrower than a byte, an odd count
+            n.astype(jnp.uint4),
+            (x * 2).astype(jnp.float4_e2m1fn),
             -x,
         )
 

@@ -79,11 +79,24 @@ def _signature(args: Sequence[Any]) -> tuple:
     )
 
 
+def _stored(dtype: Any) -> np.dtype:
+    """The type whose bytes hold a ``dtype`` element in the packed buffer: ``dtype`` itself, or
+    for elements narrower than a byte (int4, uint4, float4) one that holds each exactly."""
+    dtype = np.dtype(dtype)
+    if jax.dtypes.itemsize_bits(dtype) >= 8:
+        return dtype
+    if jnp.issubdtype(dtype, jnp.signedinteger):
+        return np.dtype(np.int8)
+    return np.dtype(np.uint8 if jnp.issubdtype(dtype, jnp.unsignedinteger) else np.float16)
+
+
 def _as_bytes(y: Any) -> Any:
     """``y``'s elements as a flat array of bytes (booleans as 0 and 1)."""
     if y.dtype == jnp.bool_:
         y = y.astype(jnp.uint8)
-    elif y.dtype != jnp.uint8:
+    elif _stored(y.dtype) != y.dtype:
+        y = y.astype(_stored(y.dtype))
+    if y.dtype != jnp.uint8:
         y = lax.bitcast_convert_type(y, jnp.uint8)
     return y.reshape(-1)
 
@@ -92,7 +105,7 @@ def pack(outs: Sequence[Any], inputs: Sequence[Any], layouts: dict) -> Any:
     """Inside a trace: ``outs``' bytes as one flat uint8 buffer, those of larger elements
     first; records in ``layouts``, by the inputs' signature, where each output is in it."""
     present = [k for k, y in enumerate(outs) if y is not None]
-    order = sorted(present, key=lambda k: -np.dtype(outs[k].dtype).itemsize)
+    order = sorted(present, key=lambda k: -_stored(outs[k].dtype).itemsize)
     layouts[_signature(inputs)] = (
         len(outs),
         [(k, tuple(outs[k].shape), np.dtype(outs[k].dtype)) for k in order],
@@ -114,8 +127,11 @@ def host_outputs(packed: Any, layouts: dict, params: Any, args: Sequence[Any]) -
     outs: list = [None] * count
     offset = 0
     for k, shape, dtype in layout:
-        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        outs[k] = buffer[offset : offset + size].view(dtype).reshape(shape)
+        stored = _stored(dtype)
+        size = int(np.prod(shape, dtype=np.int64)) * stored.itemsize
+        outs[k] = buffer[offset : offset + size].view(stored).reshape(shape)
+        if stored != dtype:
+            outs[k] = outs[k].astype(dtype)
         offset += size
     return outs
 
