@@ -589,7 +589,7 @@ def _float64_to_float16(x):
         lax.bitcast_convert_type(odd.astype(jnp.uint32), jnp.float32),
         x.astype(jnp.float32),
     )
-    return r.astype(jnp.float16)
+    return _rounded_to(r, np.dtype(jnp.float16)).astype(jnp.float16)
 
 
 def _float_to_int(x, dtype: np.dtype):
@@ -617,10 +617,39 @@ def cast(x, dtype: np.dtype):
         return _float_to_int(x, dtype)
     if x.dtype == jnp.float64 and dtype == np.float16:
         return _float64_to_float16(x)
+    if jnp.issubdtype(x.dtype, jnp.floating) and dtype in _NARROWER_FLOATS.get(x.dtype, ()):
+        x = _rounded_to(x, dtype)
     # Integer to integer keeps the low bits; to float (and between floats) XLA rounds to
     # nearest even once. An integer bigger than float32 holds exactly is beyond float16's range
     # either way, so no double rounding reaches a float16 result.
     return lax.convert_element_type(x, dtype)
+
+
+# The float conversions that round (to a type of fewer bits); ``_rounded_to`` rounds first.
+_NARROWER_FLOATS = {
+    np.dtype(jnp.float64): (np.dtype(jnp.float32),),
+    np.dtype(jnp.float32): (np.dtype(jnp.float16),),
+}
+
+
+def _rounded_to(x, dtype):
+    """``x`` (a float type) rounded to the values of the narrower float ``dtype``, still in
+    ``x``'s type: nearest even, overflow to infinity, ``dtype``'s subnormals kept.
+
+    A conversion to ``dtype`` then rounds nothing more; this is done first because XLA's GPU
+    compiler drops a narrowing conversion that a widening one back reads (a float32 -> float16
+    -> float32 round trip becomes the float32 value, unrounded and never overflowing: found by
+    the GPU test run), and it leaves these operations be. ``reduce_precision`` flushes the
+    narrower type's subnormals to zero, so below its smallest normal the value is rounded to a
+    multiple of the subnormals' step instead (a scaling by powers of two, exact; those
+    subnormals are normals of ``x``'s type where its exponent is wider)."""
+    info = jnp.finfo(dtype)
+    rounded = lax.reduce_precision(x, exponent_bits=info.nexp, mantissa_bits=info.nmant)
+    if info.nexp == jnp.finfo(x.dtype).nexp:  # the same exponents: nothing flushed
+        return rounded
+    step = float(info.smallest_subnormal)
+    steps = lax.round(x * (1 / step), lax.RoundingMethod.TO_NEAREST_EVEN) * step
+    return jnp.where(jnp.abs(x) < float(info.smallest_normal), steps.astype(x.dtype), rounded)
 
 
 def lower_cast(d: CastOperatorDesc, x):
