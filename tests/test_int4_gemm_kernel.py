@@ -407,61 +407,6 @@ def test_interpret_normalized_a(k, zero, split, once, rng):
     assert np.abs(np.asarray(plain, np.float64) - want).max() > 10 * within.max()
 
 
-def _gated_reference(x, up, scale=1.0):
-    """ACTIVATION_SWISH of float16 ``x`` times ``up`` as DirectML defines them, in NumPy:
-    ``x * sigmoid(scale * x)`` in float32 (SWISH(-inf) = 0), rounded to float16, times up,
-    rounded again."""
-    w = np.asarray(x, np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):
-        y = w / (np.float32(1) + np.exp(-np.float32(scale) * w))
-        y = np.where(np.isneginf(w), np.float32(0), y)
-        y = y.astype(np.float16).astype(np.float32) * np.asarray(up, np.float32)
-        return y.astype(np.float16)
-
-
-@pytest.mark.parametrize("k, zero, split, scale", [
-    (512, True, False, 1.0), (1024, False, True, 1.0), (512, True, True, 1.702),
-])  # fmt: skip
-def test_interpret_gated_a(k, zero, split, scale, rng):
-    """The kernel that gates A as it reads it (``swish(a) * up``, a SwiGLU's product), against
-    the product of the gated A (NumPy) through DEQUANTIZE and GEMM's lax lowerings: each gated
-    value may round the other way at most (another exp), so the bound is a unit of float16 in
-    each value of A times its weights, beside the kernel's own. The gate's extremes ride along:
-    -inf (SWISH gives 0), +inf and large values of either sign."""
-    n, block = 64, 32
-    tiles = K.Tiles(target_programs=8, min_k=128) if split else K.Tiles(target_programs=1)
-    x, q, scale_, z = _arrays(rng, 1, n, k, block, zero, jnp.float16)
-    gate = np.array(x * 4.0, np.float16)
-    gate[0, :4] = [-np.inf, np.inf, -30000, 30000]  # swish(30000) * 2 still finite
-    up = np.asarray(rng.uniform(-2, 2, (1, k)), np.float16)
-    up[0, 1] = 0.0  # inf * 0: NaN, in the kernel as in the graph; kept out of the comparison
-    v = K.plan(1, n, k, block, tiles)
-    assert v.widen_row and v.bytes_form and (v.splits > 1) == split
-    codes = jax.lax.bitcast_convert_type(q.reshape(n, k // 2, 2), jnp.uint8)
-    finite = np.isfinite(np.float32(scale)) and scale != 0
-    got = K.int4_product(jnp.asarray(gate), codes, scale_, z, tiles=tiles,
-                         interpret=not fastpath.cuda_present(),
-                         gated=(jnp.asarray(up), scale, finite))  # fmt: skip
-    a = _gated_reference(gate, up, scale)
-    assert np.isnan(a[0, 1]) and a[0, 0] == 0 and not np.isinf(a[0, 2:4]).any()
-    assert np.isnan(np.asarray(got)).all()  # the NaN reaches every column, as the graph's
-    gate[0, 1], up[0, 1] = 1.0, 1.0  # that value now a plain one, the rest compared
-    a = _gated_reference(gate, up, scale)
-    got = K.int4_product(jnp.asarray(gate), codes, scale_, z, tiles=tiles,
-                         interpret=not fastpath.cuda_present(),
-                         gated=(jnp.asarray(up), scale, finite))  # fmt: skip
-    want, within = _product_and_bound(a, q, scale_, z, (1, n, k, block, zero))
-    assert np.all(np.abs(np.asarray(got, np.float64) - want) <= within)
-    # and a wrong gate is seen: A not gated at all, or not multiplied by up
-    plain = K.int4_product(jnp.asarray(gate), codes, scale_, z, tiles=tiles,
-                           interpret=not fastpath.cuda_present())  # fmt: skip
-    assert not np.all(np.abs(np.asarray(plain, np.float64) - want) <= within)
-    ones = K.int4_product(jnp.asarray(gate), codes, scale_, z, tiles=tiles,
-                          interpret=not fastpath.cuda_present(),
-                          gated=(jnp.ones_like(up), scale, finite))  # fmt: skip
-    assert not np.all(np.abs(np.asarray(ones, np.float64) - want) <= within)
-
-
 def _scalars() -> list:
     """The RMSNorm's scalars as Constant nodes, as the exporter writes them."""
     from onnx import helper, numpy_helper
@@ -540,15 +485,12 @@ def _rms_nbits_model(rng, rows, k=256, n=128, block=32, layer_norm=False, gamma=
 @contextlib.contextmanager
 def _prologues_recorded(monkeypatch):
     """CUDA's choice on this machine, the kernel in interpret mode; records whether each call
-    normalized A ("norm"), gated it ("gated") or neither ("plain")."""
+    normalized A ("norm") or not ("plain")."""
     with forced_cuda_kernel(monkeypatch, K, "int4_product", lambda *a: None) as calls:
         original = K.int4_product
 
         def recorded(*args, **kw):
-            kind = [
-                n for n, key in (("norm", "norm"), ("gated", "gated")) if kw.get(key) is not None
-            ]
-            calls.append(kind[0] if kind else "plain")
+            calls.append("norm" if kw.get("norm") is not None else "plain")
             return original(*args, **kw)
 
         monkeypatch.setattr(K, "int4_product", recorded)
@@ -612,86 +554,14 @@ def test_rms_norm_run_into_the_kernel(rows, form, normed, forced_cuda_norm, rng,
         _gradients_agree(s, x)
 
 
-def _swiglu_nbits_model(rng, rows, k=256, f=512, block=32, form="silu"):
-    """x float16 {1, rows, K} -> a LLaMA MLP: MatMulNBits gate and up (K -> F), ``silu(gate) *
-    up`` as the exporter writes it (Sigmoid, Mul, Mul), MatMulNBits down (F -> K). ``form``:
-    "silu"; "sigmoid" (``sigmoid(gate) * up``: no SWISH); "gate_twice" (``silu(gate) * gate``:
-    up's product unused); "constant" (``silu(gate) * 0.5``: up a broadcast scalar)."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    inits, nodes = [], []
-    for name, n, kk, a in (("g", f, k, "x"), ("u", f, k, "x"), ("d", k, f, "h")):
-        one = _nbits_model(rng, rows, n=n, k=kk, block=block, bias=False)
-        for init in one.graph.initializer:
-            inits.append(numpy_helper.from_array(numpy_helper.to_array(init), name + init.name))
-        (node,) = one.graph.node
-        nodes.append(helper.make_node(
-            "MatMulNBits", [a, name + "B", name + "s", name + "z"], [name + "y"],
-            domain="com.microsoft", **{t.name: helper.get_attribute_value(t) for t in node.attribute},
-        ))  # fmt: skip
-    inits.append(numpy_helper.from_array(np.asarray(0.5, np.float16), "half"))
-    gate = "sig" if form == "sigmoid" else "silu"
-    up = {"gate_twice": "gy", "constant": "half"}.get(form, "uy")
-    nodes[-1:-1] = [
-        helper.make_node("Sigmoid", ["gy"], ["sig"]),
-        helper.make_node("Mul", ["gy", "sig"], ["silu"]),
-        helper.make_node("Mul", [gate, up], ["h"]),
-    ]
-    f16 = TensorProto.FLOAT16
-    graph = helper.make_graph(
-        nodes, "swiglu", [helper.make_tensor_value_info("x", f16, [1, rows, k])],
-        [helper.make_tensor_value_info("dy", f16, [1, rows, k])], inits,
-    )  # fmt: skip
-    return helper.make_model(graph, opset_imports=list(one.opset_import), ir_version=10)
-
-
-@pytest.fixture
-def forced_cuda_gate(monkeypatch):
-    """``_prologues_recorded`` as the switches stand (each test sets the gate's)."""
-    with _prologues_recorded(monkeypatch) as calls:
-        yield calls
-
-
-@pytest.mark.parametrize("rows, form, switch, gated", [
-    (1, "silu", True, True), (1, "silu", False, False), (2, "silu", True, False),
-    (1, "sigmoid", True, False), (1, "gate_twice", True, True), (1, "constant", True, True),
-])  # fmt: skip
-def test_swish_gate_run_into_the_kernel(rows, form, switch, gated, forced_cuda_gate, rng,
-                                        monkeypatch):  # fmt: skip
-    """A decode step's SwiGLU gate before its down projection (SWISH of the gate, the MULTIPLY
-    by up) becomes the kernel's prologue where ``SWISH_GATE_PROLOGUE`` is on, on one row, up
-    the gate itself or a broadcast scalar too (SWISH's scale: ``test_interpret_gated_a``); the
-    output agrees with the session without fast paths. Two rows, a gate without SWISH and the switch off keep the
-    plain kernel for the down projection (the products before it are plain calls in every
-    case)."""
-    from dml_jax.onnx import InferenceSession
-
-    monkeypatch.setattr(KP, "SWISH_GATE_PROLOGUE", switch)
-    data = _swiglu_nbits_model(rng, rows, form=form).SerializeToString()
-    x = (rng.standard_normal((1, rows, 256)) * 2).astype(np.float16)
-    (want,) = InferenceSession(data, fast_paths=False).run(None, {"x": x})
-    s = InferenceSession(data)
-    with fastpath.target_platform("cuda"):
-        (got,) = jax.jit(s.fn)(x)
-    calls = [c for c in forced_cuda_gate if c is not None]
-    assert calls[-1] == ("gated" if gated else "plain") and set(calls[:-1]) == {"plain"}
-    tol = 2.0**-8 * np.abs(want).max()  # float16: a unit of A's values and of the sums
-    np.testing.assert_allclose(np.asarray(got, np.float32), want.astype(np.float32),
-                               rtol=2.0**-8, atol=tol)  # fmt: skip
-    if gated:
-        _gradients_agree(s, x)
-
-
 def test_the_prologue_is_registered_once(monkeypatch):
-    """The RMS runs and the SwiGLU gate are the 4-bit pair's prologues, the exporter's four
-    normalization nodes first, the model builder's one after, then the gate's two
-    (docs/fast-paths.md's table derives from the registry); registering a name twice is
-    refused."""
+    """The RMS runs are the 4-bit pair's prologues, the exporter's four nodes first and the
+    model builder's one after (docs/fast-paths.md's table derives from the registry);
+    registering a name twice is refused."""
     (pair,) = [e for e in fastpath.epilogues() if e.lower is KP._lower]
-    found, scaled, gate = fastpath.prologues(pair)
+    found, scaled = fastpath.prologues(pair)
     assert (found.name, found.slot, found.longest) == ("rms", 0, 4)
     assert (scaled.name, scaled.slot, scaled.longest) == ("rms_scaled", 0, 1)
-    assert (gate.name, gate.slot, gate.longest) == ("swish_gate", 0, 2)
     assert found in fastpath.prologues()
     monkeypatch.setitem(
         fastpath._PROLOGUES, found.epilogue, dict(fastpath._PROLOGUES[found.epilogue])

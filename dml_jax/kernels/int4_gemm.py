@@ -273,7 +273,6 @@ def int4_product(
     tiles: Tiles | None = None,
     signed: bool = False,
     norm: tuple | None = None,
-    gated: tuple | None = None,
 ):
     """``A x w^T`` in A's type for A {M, K} and ``w = round((q - zero) * scale)`` of the 4-bit
     codes ``q`` {N, K} (``jnp.uint4`` or ``jnp.int4``; or their bytes {N, K / 2}, uint8,
@@ -283,21 +282,16 @@ def int4_product(
     epsilon, once): A is then the RMS normalization of ``a``'s one row as the graph's
     prologue run computes it (``_normed``: rounded after the normalization and again after
     gamma, or with ``once`` after both; the bytes form on one row only, ``plan``'s
-    ``widen_row``). ``gated`` (up {M, K}, the sigmoid's input scale, whether that scale is
-    finite and not 0 in float32): A is then ``swish(a) * up`` as the graph's gated run computes
-    it (``_gated``: ACTIVATION_SWISH rounded, then the MULTIPLY rounded; the same form only)."""
+    ``widen_row``)."""
     (m, k), (n, blocks) = a.shape, scale.shape
     v = plan(m, n, k, k // blocks, tiles)
     if q.dtype == jnp.uint8 and not v.bytes_form:  # packed bytes: their codes
         codes = lax.bitcast_convert_type(q, jnp.int4 if signed else jnp.uint4)
         q = codes.reshape(n, k)
-    if norm is not None and gated is not None:
-        raise ValueError("int4_product: A normalized or gated, not both")
     if v.bytes_form:
-        return _from_bytes(a, q, scale, zero, v, interpret, signed or q.dtype == jnp.int4, norm,
-                           gated)  # fmt: skip
-    if norm is not None or gated is not None:
-        raise ValueError("int4_product: a normalized or gated A needs the bytes form on one row")
+        return _from_bytes(a, q, scale, zero, v, interpret, signed or q.dtype == jnp.int4, norm)
+    if norm is not None:
+        raise ValueError("int4_product: a normalized A needs the bytes form on one row")
     t, bn, per, bs, step = a.dtype, v.block_n, v.k_per_program, v.block, v.step
     group = step // bs  # quantization blocks a step
     rows, a16 = _a_rows(a, v)
@@ -445,7 +439,6 @@ def _launch(
     blocks = {  # how a program reads each extra operand of A's prologue
         "row": ((1, v.k), lambda i, s: (0, 0)),  # a normalized A's whole row (mean square)
         "k": ((1, v.k_per_program), lambda i, s: (0, s)),  # gamma by the program's K
-        "a": ((rows, v.k_per_program), lambda i, s: (0, s)),  # a gated A's up, as A is read
     }
     for array, block in extra:
         args = [*args, array]
@@ -494,8 +487,7 @@ def _split_sum(parts):
     return total
 
 
-def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=None,
-                gated=None):  # fmt: skip
+def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=None):
     """``int4_product``'s kernel on the codes' bytes (``BYTES_FORM``, ``LOOP``): each byte's
     low nibble a weight of an even value of K, its high one of an odd, split by PTX
     (``nibbles_plus_1024``) where the codes are unsigned and A float16; its steps along K
@@ -510,13 +502,11 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=
     if q.dtype != jnp.uint8:
         q = lax.bitcast_convert_type(q.reshape(n, k // 2, 2), jnp.uint8)
     args = [a16, q.reshape(n, k // 2), scale] + ([] if zero is None else [zero])
-    if (norm is not None or gated is not None) and not v.widen_row:
-        raise ValueError("int4_product: a normalized or gated A needs the bytes form on one row")
+    if norm is not None and not v.widen_row:
+        raise ValueError("int4_product: a normalized A needs the bytes form on one row")
     extra: tuple = ()  # (operand, how a program reads it), after the codes' (``_launch``)
     if norm is not None:
         extra = ((a16, "row"), (norm[0].reshape(1, k), "k"))
-    elif gated is not None:
-        extra = ((gated[0].reshape(a16.shape), "a"),)
     once = norm is not None and norm[2]
     magic = t == jnp.float16 and not signed
     precision = matmul_precision() if t == jnp.float32 else None
@@ -541,15 +531,11 @@ def _from_bytes(a, q, scale, zero, v: View, interpret: bool, signed: bool, norm=
         if norm is not None:
             *z_ref, row_ref, g_ref = z_ref
             r = _rms_factor(row_ref[...], norm[1])
-        elif gated is not None:
-            *z_ref, up_ref = z_ref
 
-        def a_values(start, size, stride):  # A's values there (normalized or gated as read)
+        def a_values(start, size, stride):  # A's values there (normalized as read)
             x = a_ref[:, pl.ds(start, size, stride=stride)]
             if norm is not None:
                 x = _normed(x, r, g_ref[:, pl.ds(start, size, stride=stride)], once)
-            elif gated is not None:
-                x = _gated(x, up_ref[:, pl.ds(start, size, stride=stride)], *gated[1:])
             return x
 
         def load(j):  # a step's codes, zero points, scales and A
@@ -606,22 +592,6 @@ def _rms_factor(row, epsilon: float):
     x = row.astype(jnp.float32)
     mean = jnp.sum(x * x) / jnp.float32(row.shape[-1])
     return lax.rsqrt(mean + jnp.float32(epsilon))
-
-
-def _gated(x, up, sigmoid_scale: float, finite: bool):
-    """The gated run's value of A: ``x`` (float16) through ACTIVATION_SWISH as its lowering
-    computes it (in float32: ``x * sigmoid(scale * x)``, 0 where that is NaN and ``x`` is
-    not, where the scale is finite and not 0; else 0 where ``x`` is infinite and its sigmoid
-    0), rounded to float16, times ``up`` rounded again (the MULTIPLY)."""
-    t, f32 = x.dtype, jnp.float32
-    x32 = x.astype(f32)
-    gate = 1 / (1 + jnp.exp(-(jnp.float32(sigmoid_scale) * x32)))
-    y = x32 * gate
-    if finite:
-        y = jnp.where(jnp.isnan(y) & ~jnp.isnan(x32), jnp.zeros_like(y), y)
-    else:
-        y = jnp.where(jnp.isinf(x32) & (gate == 0), jnp.zeros_like(y), y)
-    return (y.astype(t).astype(f32) * up.astype(f32)).astype(t)
 
 
 def _normed(x, r, gamma, once: bool = False):

@@ -9,8 +9,10 @@ A LLaMA export's RMS normalization before such a product (CAST to float32, the n
 CAST back, the gamma MULTIPLY; or the model builder's one SimplifiedLayerNormalization node)
 is computed by the kernel as it reads A (``fastpath.register_prologue``), where otherwise it
 was two or three small kernels of its own before each product on a GPU; each form has its
-switch, timed in a 1B-class decoder (below). So may be the SwiGLU gate before a decoder's down
-projection (SWISH, then the MULTIPLY by up: ``SWISH_GATE_PROLOGUE``, not yet timed).
+switch, timed in a 1B-class decoder (below). (The SwiGLU gate before a down projection, SWISH
+then the MULTIPLY by up, was a third prologue, timed on an H200 2026-11-30 and removed: the
+same 205 kernels a token, 1,352 tokens/s against 1,361, its run already sharing a kernel with
+the split gate-up product's addition; benchmarks/experiments/README.md.)
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import jax.numpy as jnp
-import numpy as np
 
 from ..fastpath import packed_bytes, register_epilogue, register_prologue
 from . import int4_gemm
@@ -61,10 +62,9 @@ def _applies(deq: Any, gemm: Any, slot: int) -> bool:
     return slot == 1 and _view(deq, gemm) is not None
 
 
-def _lowered(deq: Any, gemm: Any, producer, a, others, norm=None, gated=None):
+def _lowered(deq: Any, gemm: Any, producer, a, others, norm=None):
     """GEMM's lax lowering of A ``a`` and the other inputs ``others`` (C), its product the
-    kernel's over DEQUANTIZE's arrays ``producer`` (A normalized in it by ``norm``, or gated by
-    ``gated``)."""
+    kernel's over DEQUANTIZE's arrays ``producer`` (A normalized in it by ``norm``)."""
     from ..ops.gemm_conv import lower_gemm
 
     q, scale, *zero = producer
@@ -75,8 +75,7 @@ def _lowered(deq: Any, gemm: Any, producer, a, others, norm=None, gated=None):
 
     def product(a):
         y = int4_gemm.int4_product(a.reshape(v.m, v.k), codes, *params,
-                                   signed=q.dtype == jnp.int4, norm=norm,
-                                   gated=gated)  # fmt: skip
+                                   signed=q.dtype == jnp.int4, norm=norm)  # fmt: skip
         return y.reshape(a.shape[:-1] + (v.n,))
 
     return lower_gemm(gemm, a, None, *others, product=product)
@@ -198,50 +197,3 @@ def _lower_rms_scaled_run(descs, slots, groups, deq, gemm, slot, producer, other
 
 
 register_prologue(_PAIR, 0, "rms_scaled", _rms_scaled_run, _lower_rms_scaled_run, 1)
-
-
-# ---------------------------------------------------------------------------------------------
-# The SwiGLU gate that alone feeds A: ACTIVATION_SWISH of the gate, then ELEMENT_WISE_MULTIPLY
-# by up (a LLaMA MLP's ``silu(gate) * up`` before its down projection: the export's ``x *
-# sigmoid(x)``, which the import rewrites to SWISH, times up), computed by the kernel as it
-# reads A, where otherwise it is a kernel of its own before each down projection on a GPU
-# (reading the gate-up product's two halves and writing A).
-
-# Whether the pair takes such a run as its prologue. Written 2026-11-30 without a GPU to time
-# it: off until the 1B-class int4 decoder has (``decode_step_gpu.py --int4 --int4-only --set ""
-# "dml_jax.kernels.int4_pair.SWISH_GATE_PROLOGUE=True"``). What to look for: the joined
-# gate-up product of that model is planned in two splits along K (``int4_gemm.plan(1, 16384,
-# 2048, 32)``), whose in-order addition (``SPLIT_ADDS``) XLA may already fuse with SWISH and
-# the MULTIPLY into one kernel; the prologue then leaves that addition a kernel of its own and
-# saves no launch, only A's write and read, unless the gate-up product runs unsplit.
-SWISH_GATE_PROLOGUE = False
-_GATE = ("DML_OPERATOR_ACTIVATION_SWISH", "DML_OPERATOR_ELEMENT_WISE_MULTIPLY")
-
-
-def _swish_gate_run(descs: tuple, slots: tuple, deq: Any, gemm: Any, slot: int) -> bool:
-    """Whether ``descs`` is that run, in float16, of one row of the A the pair's kernel may
-    gate: SWISH's input, its output, up and the product all of A's K values."""
-    if not SWISH_GATE_PROLOGUE or tuple(d.operator_type for d in descs) != _GATE:
-        return False
-    if not _takes_prologue(deq, gemm, slot):
-        return False
-    swish, mul = descs
-    if getattr(mul, "fused_activation", None) is not None:
-        return False
-    up = (mul.a_tensor, mul.b_tensor)[1 - slots[0]]
-    tensors = (swish.input_tensor, swish.output_tensor, up, mul.output_tensor)
-    k = gemm.a_tensor.sizes[-1]
-    return all(
-        x.dtype == jnp.float16 and x.sizes == swish.input_tensor.sizes and x.element_count == k
-        for x in tensors
-    )
-
-
-def _lower_swish_gate_run(descs, slots, groups, deq, gemm, slot, producer, others):
-    (x,), (up,) = groups  # SWISH's input; the MULTIPLY's other
-    scale = np.float32(descs[0].sigmoid_input_scale)
-    gated = (up.reshape(gemm.a_tensor.sizes), float(scale), bool(np.isfinite(scale) and scale))
-    return _lowered(deq, gemm, producer, x.reshape(gemm.a_tensor.sizes), others, gated=gated)
-
-
-register_prologue(_PAIR, 0, "swish_gate", _swish_gate_run, _lower_swish_gate_run, len(_GATE))
