@@ -33,24 +33,12 @@ def half_precision_allowed() -> bool:
     return _HALF.get()
 
 
-# Whether products of float16 operands ask XLA for its default precision rather than HIGHEST.
-# HIGHEST is DirectML's float32 rule (no TF32); float16 operands are multiplied exactly and
-# summed in float32 at either precision (tests/test_gemm_conv.py's float16 accumulation tests,
-# GEMM and convolution, on each backend they run on), but HIGHEST may narrow the algorithms XLA
-# and cuDNN choose among. Off (HIGHEST for every product, as before) until timed on a GPU
-# (``benchmarks/experiments/conv_epilogue_gpu.py``'s ``conv-highest`` against ``conv``).
-HALF_OPERANDS_AT_DEFAULT = False
-
-
-def matmul_precision(dtype=None) -> lax.Precision:
-    """The precision of a product in the lowering being traced: HIGHEST (a float32 product in
-    float32), DEFAULT under ALLOW_HALF_PRECISION_COMPUTATION, or for float16 operands
-    (``dtype``) where ``HALF_OPERANDS_AT_DEFAULT`` holds."""
-    if _HALF.get():
-        return lax.Precision.DEFAULT
-    if HALF_OPERANDS_AT_DEFAULT and dtype is not None and np.dtype(dtype) == np.float16:
-        return lax.Precision.DEFAULT
-    return lax.Precision.HIGHEST
+def matmul_precision() -> lax.Precision:
+    """The precision of a float32 product in the lowering being traced (HIGHEST: DirectML's
+    float32 rule, no TF32; float16 operands are multiplied exactly and summed in float32 at it
+    too). Float16 products at XLA's default precision instead were timed on an H200
+    (2026-11-30): no faster (benchmarks/experiments/README.md)."""
+    return lax.Precision.DEFAULT if _HALF.get() else lax.Precision.HIGHEST
 
 
 def with_half_precision(fn: Callable, allowed: bool) -> Callable:

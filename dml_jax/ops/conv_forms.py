@@ -66,10 +66,10 @@ def convolve(x, w, strides, padding, lhs_dilation, dilations, g: int, pointwise:
 
 # Whether 1x1 convolutions are matrix products on accelerators too (on the CPU they always are).
 # False gives them XLA's convolution there, which cuDNN may run channels-last beside the
-# network's other convolutions; an open question on the H200 (2026-11-30,
-# ``benchmarks/experiments/conv_epilogue_gpu.py``: a 1x1 256 -> 64 at 56x56, batch 64, the
-# session's product with bias and ReLU 150 us against XLA's convolution alone 124), not yet
-# timed in a whole network.
+# network's other convolutions. Timed on an H200 (2026-11-30, float16, batch 64,
+# ``quantized_models_gpu.py``): ResNet-50 2.537 -> 2.402 ms a call with it off, 165 -> 139
+# kernels, but MobileNetV2 1.565 -> 1.627 (the same kernel time; its first call 5.4 -> 7.0 s),
+# so neither form wins every network and the products stay.
 GPU_POINTWISE_PRODUCTS = True
 
 
@@ -89,7 +89,7 @@ def _pointwise_product(x, w, g: int):
     all zeros (tests/test_onnx_models.py)."""
     n, c, k = x.shape[0], x.shape[1], w.shape[0]
     out = (n, k) + x.shape[2:]
-    precision = {"precision": matmul_precision(x.dtype), "preferred_element_type": product_type(x)}
+    precision = {"precision": matmul_precision(), "preferred_element_type": product_type(x)}
     if g == 1:
         y = jnp.einsum("kc,ncp->nkp", w.reshape(w.shape[:2]), x.reshape((n, c, -1)), **precision)
     elif n == 1:
@@ -157,7 +157,7 @@ def _patch_product(x, w, padding):
         w,
         blocks,
         (((1,) + tuple(range(2, 2 + n_sp)), (1,) + tuple(range(3, 3 + 2 * n_sp, 2))), ((), ())),
-        precision=matmul_precision(x.dtype),
+        precision=matmul_precision(),
         preferred_element_type=product_type(x),
     )  # {K, N, out...}
     return jnp.swapaxes(y, 0, 1)
@@ -340,7 +340,7 @@ def _patches(x, w, strides, padding, lhs_dilation, dilations):
             w.reshape((k, -1)),
             cols.reshape((n, c * cols.shape[2], -1)),
             (((1,), (1,)), ((), ())),
-            precision=matmul_precision(x.dtype),
+            precision=matmul_precision(),
             preferred_element_type=product_type(x),
         )  # {K, N, positions}: for one image, the NCHW output's own order
         return jnp.swapaxes(y, 0, 1).reshape((n, k) + out)
@@ -496,6 +496,6 @@ def _conv(x, w, strides, padding, lhs_dilation, dilations, g):
         rhs_dilation=dilations,
         dimension_numbers=dimension_numbers(x.ndim),
         feature_group_count=g,
-        precision=matmul_precision(x.dtype),
+        precision=matmul_precision(),
         preferred_element_type=product_type(x),
     )

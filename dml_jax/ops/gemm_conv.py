@@ -142,7 +142,7 @@ def _gemm_product(a, b, trans_a: bool, trans_b: bool):
         a,
         b,
         (((ka,), (kb,)), (batch, batch)),
-        precision=matmul_precision(a.dtype),
+        precision=matmul_precision(),
         preferred_element_type=product_type(a),
     )
 
