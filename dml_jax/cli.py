@@ -257,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser(
         "generate",
         help="generate tokens with an ONNX decoder step (past and present key / values)",
-        description="Greedy or sampled generation with a decoder exported as one step with its "
+        description="Greedy, sampled or beam search generation with a decoder exported as one "
+        "step with its "
         "cache (dml_jax.onnx.generate): prints the generated ids of each prompt, and on stderr "
         "a progress line of tokens/s.",
     )
@@ -294,6 +295,32 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="N",
         help="no n-gram of N tokens twice in a sequence",
+    )
+    gen.add_argument(
+        "--num-beams",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="beam search with N beams a prompt (default 1: none)",
+    )
+    gen.add_argument(
+        "--num-return-sequences",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="with beams: the N best sequences of each prompt, a line each",
+    )
+    gen.add_argument(
+        "--length-penalty",
+        type=float,
+        default=1.0,
+        metavar="P",
+        help="with beams: a sequence's score is its log-probability over its length to P",
+    )
+    gen.add_argument(
+        "--no-early-stopping",
+        action="store_true",
+        help="with beams: end a prompt only once no beam can beat its finished sequences",
     )
     gen.add_argument("--eos-token-id", type=int, action="append", metavar="ID")
     gen.add_argument("--seed", type=int, default=0)
@@ -369,6 +396,10 @@ def _generate(args: argparse.Namespace) -> int:
             repetition_penalty=args.repetition_penalty,
             min_length=args.min_length,
             no_repeat_ngram_size=args.no_repeat_ngram_size,
+            num_beams=args.num_beams,
+            num_return_sequences=args.num_return_sequences,
+            length_penalty=args.length_penalty,
+            early_stopping=not args.no_early_stopping,
             eos_token_id=args.eos_token_id,
             seed=args.seed,
             buckets=False if args.no_buckets else None,
@@ -398,8 +429,8 @@ def _generate(args: argparse.Namespace) -> int:
         f"(compiles included; {g.compiles} programs)",
         file=sys.stderr,
     )
-    for b in range(len(prompts)):
-        print(",".join(str(int(t)) for t in out[b]))
+    for row in out:  # a line a prompt (with beams, a line a sequence, a prompt's in order)
+        print(",".join(str(int(t)) for t in row))
     return 0
 
 

@@ -202,7 +202,7 @@ def main() -> None:
         g.append_tokens(prompts)
         g.generate_until_done()
         fn, program = g._fns.steps_fn(len(prompts), g._step_key(g._length - 1), 0, 1)
-        state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
+        state = g._state()
         lowered = fn.lower(g._fns.params_for(program), state, jnp.int32(g._length - 1))
         text = lowered.compile().as_text()
         return g, s._run_params(program), hlo.collectives(text)

@@ -213,7 +213,7 @@ def test_only_sampling_steps_split_the_random_key(sessions):
         g.generate_next_token()
         keys[sample] = (start, np.asarray(g._key))
         fn, program = g._fns.steps_fn(2, g._step_key(g._length), 0, 1)
-        state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
+        state = g._state()
         jaxpr = str(fn.trace(g._fns.params_for(program), state, np.int32(g._length)).jaxpr)
         assert ("threefry2x32" in jaxpr or "random_bits" in jaxpr) == sample
     np.testing.assert_array_equal(keys[False][0], keys[False][1])
@@ -413,7 +413,7 @@ def test_cache_updated_in_place(sessions, count):
     g.append_tokens([[1, 2, 3]])
     g.generate_next_token()
     fn, program = g._fns.steps_fn(1, 16, 0, count)
-    state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
+    state = g._state()
     text = fn.lower(g._fns.params_for(program), state, np.int32(g._length)).compile().as_text()
     # one buffer, its positions first, then every layer's keys and values: neither it nor a
     # layer's share is copied

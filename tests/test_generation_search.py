@@ -166,8 +166,9 @@ def test_min_length_keeps_end_tokens_out(llama, onnxruntime_llama):
 
 def test_search_options_by_onnxruntime_genai_names(llama):
     """``set_search_options`` takes onnxruntime-genai's names: ``random_seed`` for the seed,
-    beam search's options at 1, ``past_present_share_buffer``; beams, bad values and unknown
-    names are one ValidationError each."""
+    beam search's options, ``past_present_share_buffer``; bad values (more sequences than
+    beams, a diversity penalty, sampled beams) and unknown names are one ValidationError
+    each."""
     p = GeneratorParams(llama, max_length=20)
     p.set_search_options(random_seed=7, num_beams=1, num_return_sequences=1,
                          past_present_share_buffer=True, repetition_penalty=1.2,
@@ -189,9 +190,9 @@ def test_search_options_by_onnxruntime_genai_names(llama):
                     do_sample=True, top_k=5)  # fmt: skip
     np.testing.assert_array_equal(g.generated, same)
     for bad, match in [
-        ({"num_beams": 4}, "beam search is not supported"),
-        ({"num_return_sequences": 2}, "beam search is not supported"),
-        ({"diversity_penalty": 0.5}, "beam search is not supported"),
+        ({"num_return_sequences": 2}, "num_return_sequences must be an int from 1 to num_beams"),
+        ({"diversity_penalty": 0.5}, "group beam search is not supported"),
+        ({"num_beams": 2, "do_sample": True}, "sampled beam search is not supported"),
         ({"no_repeat_ngram_size": -2}, "no_repeat_ngram_size must be"),
         ({"repetition_penalty": 0.0}, "repetition_penalty must be"),
         ({"repetition_penalty": float("nan")}, "repetition_penalty must be"),

@@ -74,7 +74,7 @@ def measure(path: str, new: int = 64, prompt_len: int = 16) -> dict:
     made = (*g._step_id(g._length), 1)
     fn, program = g._fns.steps_fn(*made)
     weights = g._fns.params_for(program)
-    state = (g._cache, g._pending, g._mask, g._tokens, g._done, g._key)
+    state = g._state()
     out["weight_leaves"] = len(jax.tree.leaves(weights))
     out["weight_bytes"] = int(sum(a.nbytes for a in jax.tree.leaves(weights)))
     out["state_leaves"] = len(jax.tree.leaves(state))

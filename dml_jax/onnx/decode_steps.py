@@ -4,12 +4,14 @@ bucket and past bucket and shared by the generators of that session, and the cho
 token (onnxruntime-genai's repetition penalty, minimum length and repeated n-grams where set, then
 ``select_tokens``: greedy, or sampled after temperature, top-k and top-p).
 
-A decode step's state is (cache, pending, mask, tokens, done, key): the cache, one buffer of every
-layer's keys and values stacked after its positions (a GroupQueryAttention step's: each layer's
-buffers, which its presents replace); the last token's keys and values, which the next step
-writes into the cache before it reads it (none for a GroupQueryAttention step); the attention
-mask over the cache; the tokens (prompts and generated) on the device; which rows have ended;
-the sampling key. A dispatch runs ``count`` such steps (``steps_fn``), the state and the length
+A decode step's state is (cache, pending, mask, tokens, done, key, search): the cache, one buffer
+of every layer's keys and values stacked after its positions (a GroupQueryAttention step's: each
+layer's buffers, which its presents replace); the last token's keys and values, which the next
+step writes into the cache before it reads it (none for a GroupQueryAttention step); the
+attention mask over the cache; the tokens (prompts and generated) on the device; which rows have
+ended; the sampling key; beam search's scores and hypotheses (``beams``; empty without beams),
+by which a step also gathers the rows of the cache, the mask and the tokens that each beam
+continues. A dispatch runs ``count`` such steps (``steps_fn``), the state and the length
 donated, so that the cache is updated in place.
 """
 
@@ -22,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..errors import ValidationError
+from . import beams as beam_search
 from .elements import ONNX, graph_dtype
 from .roles import DecoderRoles
 
@@ -110,13 +113,14 @@ class DecodeSteps:
     """
 
     def __init__(self, session: Any, roles: DecoderRoles, sampling: tuple, eos: tuple, pad: int,
-                 penalties: tuple = (1.0, 0, 0)):  # fmt: skip
+                 penalties: tuple = (1.0, 0, 0), beams: tuple | None = None):  # fmt: skip
         self.session = session
         self.roles = roles
         self.sampling = sampling  # (do_sample, top_k, top_p, temperature)
         self.eos = eos
         self.pad = pad
         self.penalties = penalties  # (repetition_penalty, min_length, no_repeat_ngram_size)
+        self.beams = beams  # (num_beams, length_penalty, early_stopping), or None
         self._steps: dict[tuple, Any] = {}
         self._prefills: dict[tuple, Any] = {}
         self.ready: set[tuple] = set()  # steps compiled (run, or compiled ahead)
@@ -138,10 +142,14 @@ class DecodeSteps:
             int(params.min_length),
             int(params.no_repeat_ngram_size),
         )
+        beams = None
+        if int(params.num_beams) > 1:
+            beams = (int(params.num_beams), float(params.length_penalty),
+                     bool(params.early_stopping))  # fmt: skip
         cache = session.__dict__.setdefault("_decode_steps", {})
-        key = (sampling, eos, pad, penalties)
+        key = (sampling, eos, pad, penalties, beams)
         if key not in cache:
-            cache[key] = cls(session, roles, sampling, eos, pad, penalties)
+            cache[key] = cls(session, roles, sampling, eos, pad, penalties, beams)
         return cache[key]
 
     def cache_shape(self, batch: int, length: int) -> tuple[int, ...]:
@@ -257,17 +265,46 @@ class DecodeSteps:
         return logits
 
     def _next(
-        self, logits: Any, key: Any, done: Any, tokens: Any, at: Any, mask: Any
-    ) -> tuple[Any, Any]:
+        self, logits: Any, key: Any, done: Any, tokens: Any, at: Any, mask: Any, search: Any
+    ) -> tuple:
         """The next token of each row chosen from ``logits`` [batch, vocabulary] (the pad id
         where a row is done; ``_penalized`` first, ``mask`` its real tokens so far) and written
-        into ``tokens`` at column ``at``; the tokens and the rows done after it (an end
-        token)."""
+        into ``tokens`` at column ``at``: (the tokens, the rows done after it (an end token),
+        the search state, the row each row continues or None). With beams, ``beams.choose``
+        chooses, the tokens' rows gathered."""
         logits = self._penalized(logits, tokens, at, mask)
+        if self.beams is not None:
+            lengths = jnp.sum(mask, axis=1).astype(jnp.int32)
+            config = (*self.beams, self.eos, self.pad)
+            picked, tokens, done, search = beam_search.choose(
+                logits, search, done, tokens, at, lengths, config
+            )
+            return tokens, done, search, picked
         token = jnp.where(done, jnp.int32(self.pad), self._select(logits, key))
         for e in self.eos:
             done = done | (token == e)
-        return jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], at, axis=1), done
+        tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], at, axis=1)
+        return tokens, done, search, None
+
+    def initial_search(self, prompts: int, width: int) -> Any:
+        """The search state a prefill starts from: beam search's (``beams.initial``), or
+        empty."""
+        if self.beams is None:
+            return ()
+        return beam_search.initial(prompts, self.beams[0], width)
+
+    def finalize_fn(self) -> Any:
+        """Beam search's hypotheses once it stops (``beams.finalize``), jitted: (search,
+        tokens, done, lengths, end) -> hypotheses."""
+        fn = self.__dict__.get("_finalize")
+        if fn is None:
+            config = (*self.beams, self.eos, self.pad)
+            fn = self._finalize = jax.jit(
+                lambda search, tokens, done, lengths, end: beam_search.finalize(
+                    search, tokens, done, lengths, end, config
+                )
+            )
+        return fn
 
     def prefill_fn(self, batch: int, seq: int, capacity: int) -> Any:
         """The prefill for prompts padded to ``seq`` into a cache of ``capacity`` positions:
@@ -285,7 +322,7 @@ class DecodeSteps:
         axis = r.axis
         dtype = graph_dtype(r.cache_dtype)
 
-        def prefill(params, tokens, mask, key):
+        def prefill(params, tokens, mask, key, search):
             ids = jax.lax.slice_in_dim(tokens, 0, seq, axis=1)
             mask = jax.lax.slice_in_dim(mask, 0, seq, axis=1)
             positions = jnp.where(mask > 0, jnp.cumsum(mask, axis=1) - 1, 1).astype(jnp.int32)
@@ -296,11 +333,12 @@ class DecodeSteps:
                 jnp.zeros(self.stacked_shape(batch, capacity), dtype),
                 _positions_first([p.astype(dtype) for p in presents], axis), 0, 0,
             )  # fmt: skip
-            tokens, done = self._next(logits[:, -1], key, jnp.zeros((batch,), bool), tokens, seq,
-                                      mask)  # fmt: skip
+            # (with beams, a prompt's rows are alike until this choice: none is gathered)
+            tokens, done, search, _ = self._next(logits[:, -1], key, jnp.zeros((batch,), bool),
+                                                 tokens, seq, mask, search)  # fmt: skip
             # The last prompt position again, as the first step's pending keys and values.
             last = jax.lax.slice_in_dim(cache, seq - 1, seq, axis=0)
-            return cache, last, tokens, done
+            return cache, last, tokens, done, search
 
         fn = jax.jit(prefill, compiler_options=self.options())
         entry = self._prefills[(batch, seq, capacity)] = (fn, program)
@@ -318,7 +356,7 @@ class DecodeSteps:
         dtype = graph_dtype(r.cache_dtype)
         program = self._program(batch, seq, capacity, mask=seq)
 
-        def prefill(params, tokens, mask, key):
+        def prefill(params, tokens, mask, key, search):
             lens = jnp.sum(mask, axis=1).astype(jnp.int32)
             j = jnp.arange(seq, dtype=jnp.int32)[None]
             src = jnp.clip(seq - lens[:, None] + j, 0, seq - 1)
@@ -328,7 +366,8 @@ class DecodeSteps:
             zeros = [jnp.zeros(self.cache_shape(batch, capacity), dtype)] * (2 * r.layers)
             logits, presents = self._run_model(program, params, ids, step_mask, positions, zeros)
             last = jnp.take_along_axis(logits, (lens - 1)[:, None, None], axis=1)[:, 0]
-            tokens, done = self._next(last, key, jnp.zeros((batch,), bool), tokens, seq, mask)
+            tokens, done, search, _ = self._next(last, key, jnp.zeros((batch,), bool), tokens,
+                                                 seq, mask, search)  # fmt: skip
             cache = [p.astype(dtype) for p in presents]
             # The steps' pending keys and values: the prompt's last position's, which the
             # first step writes where they already are, so that every step of a bucket takes
@@ -336,7 +375,7 @@ class DecodeSteps:
             pending = [] if r.kind == "gqa" else [
                 jax.lax.slice_in_dim(c, seq - 1, seq, axis=r.axis) for c in cache
             ]  # fmt: skip
-            return cache, pending, tokens, done
+            return cache, pending, tokens, done, search
 
         fn = jax.jit(prefill, compiler_options=self.options())
         entry = self._prefills[(batch, seq, capacity)] = (fn, program)
@@ -353,7 +392,7 @@ class DecodeSteps:
         dtype = graph_dtype(self.roles.cache_dtype)
 
         def step(params, state, length):
-            cache, pending, mask, tokens, done, key = state
+            cache, pending, mask, tokens, done, key, search = state
             counts = jnp.sum(mask, axis=1).astype(jnp.int32)[:, None]  # cached, per entry
             ids = jax.lax.dynamic_slice_in_dim(tokens, length - 1, 1, axis=1)
             step_mask = (jnp.arange(total)[None] < counts + 1).astype(mask.dtype)
@@ -361,8 +400,12 @@ class DecodeSteps:
             cache = [p.astype(dtype) for p in presents]
             mask = (jnp.arange(mask.shape[1])[None] < counts + 1).astype(mask.dtype)
             key, sub = self._split(key)
-            tokens, done = self._next(logits[:, -1], sub, done, tokens, length, mask)
-            return cache, pending, mask, tokens, done, key
+            tokens, done, search, picked = self._next(logits[:, -1], sub, done, tokens, length,
+                                                      mask, search)  # fmt: skip
+            if picked is not None:  # each beam's rows: its cache and mask
+                cache = beam_search.gather_rows(picked, *cache)
+                (mask,) = beam_search.gather_rows(picked, mask)
+            return cache, pending, mask, tokens, done, key, search
 
         return program, step
 
@@ -387,7 +430,7 @@ class DecodeSteps:
         axis = self.roles.axis
 
         def step(params, state, length):
-            cache, pending, mask, tokens, done, key = state
+            cache, pending, mask, tokens, done, key, search = state
             cache = jax.lax.dynamic_update_slice_in_dim(cache, pending, length - 2, 0)
             ids = jax.lax.dynamic_slice_in_dim(tokens, length - 1, 1, axis=1)
             # The new token's position: the number of real tokens before it.
@@ -406,8 +449,12 @@ class DecodeSteps:
                 mask, jnp.ones((batch, 1), mask.dtype), length - 1, axis=1
             )
             key, sub = self._split(key)  # a key a step, whatever the prompt's padding
-            tokens, done = self._next(logits[:, -1], sub, done, tokens, length, mask)
-            return cache, pending, mask, tokens, done, key
+            tokens, done, search, picked = self._next(logits[:, -1], sub, done, tokens, length,
+                                                      mask, search)  # fmt: skip
+            if picked is not None:  # each beam's rows: its cache, pending keys and mask
+                cache, pending = beam_search.gather_rows(picked, cache, pending, axis=2)
+                (mask,) = beam_search.gather_rows(picked, mask)
+            return cache, pending, mask, tokens, done, key, search
 
         return program, step
 

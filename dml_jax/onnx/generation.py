@@ -30,6 +30,9 @@ A model-builder step (each present a com.microsoft GroupQueryAttention's, ``role
 "gqa") keeps each entry's positions first in its cache: the prompts enter the model
 right-padded, the whole buffer is the past, the presents are the next buffer, and the mask
 (ones on each entry's positions and the new one) is what is bucketed.
+
+Beam search (``num_beams`` > 1) runs a row of the steps' batch a beam: each prompt's rows start
+alike, and each step gathers the rows its beams continue (``beams.py``).
 """
 
 from __future__ import annotations
@@ -70,6 +73,13 @@ class GeneratorParams:
             its prompt included (0: no minimum).
         no_repeat_ngram_size: a token that would repeat an n-gram of this many tokens the
             row already holds is not chosen (0: none).
+        num_beams: beam search's beams a prompt (1: none; ``beams.py`` says how it runs).
+        num_return_sequences: the sequences a prompt returns, its best hypotheses (at most
+            ``num_beams``).
+        length_penalty: beam search scores a hypothesis by its sum of log-probabilities over
+            its length to this power.
+        early_stopping: beam search ends a prompt once it holds ``num_beams`` hypotheses (else
+            once no beam can beat the worst of them).
         seed: the sampling's random seed (onnxruntime-genai's ``random_seed``).
         buckets: the past lengths programs are compiled for: None (powers of two from 16, where
             the step's graph shows the padding masked), False (every length exact), or a list of
@@ -95,6 +105,10 @@ class GeneratorParams:
     repetition_penalty: float = 1.0
     min_length: int = 0
     no_repeat_ngram_size: int = 0
+    num_beams: int = 1
+    num_return_sequences: int = 1
+    length_penalty: float = 1.0
+    early_stopping: bool = True
     seed: int = 0
     buckets: Any = None
     steps_per_dispatch: int = 16
@@ -104,18 +118,15 @@ class GeneratorParams:
 
     def set_search_options(self, **options: Any) -> None:
         """onnxruntime-genai's ``set_search_options(max_length=..., top_k=..., ...)``: these
-        attributes by name, ``random_seed`` for ``seed``; its beam search options at their
-        values without beams (``num_beams`` and ``num_return_sequences`` 1, ``diversity_penalty``
-        0; ``length_penalty`` and ``early_stopping``, which only beam search reads, at any
-        value), and ``past_present_share_buffer`` (the cache here is always one buffer written
-        in place): a genai_config.json's ``search`` section as it is."""
+        attributes by name, ``random_seed`` for ``seed``, ``diversity_penalty`` at 0 (group
+        beam search is not run), and ``past_present_share_buffer`` (the cache here is always
+        one buffer written in place): a genai_config.json's ``search`` section as it is."""
         for k, v in options.items():
-            if k in _BEAM_OPTIONS:
-                if v != _BEAM_OPTIONS[k]:
+            if k == "diversity_penalty":
+                if v != 0:
                     raise ValidationError(
-                        f"{ONNX}: generation: {k}={v!r}: beam search is not supported (greedy "
-                        "and sampled search are: num_beams and num_return_sequences 1, "
-                        "diversity_penalty 0)"
+                        f"{ONNX}: generation: diversity_penalty={v!r}: group beam search is "
+                        "not supported (diversity_penalty 0)"
                     )
                 continue
             if k in _UNREAD_OPTIONS:
@@ -127,10 +138,8 @@ class GeneratorParams:
         _check_params(self)
 
 
-# onnxruntime-genai's search options of beam search, taken at their values without beams
-_BEAM_OPTIONS = {"num_beams": 1, "num_return_sequences": 1, "diversity_penalty": 0}
-# ... and those that only beam search reads, or that say what the cache here always is
-_UNREAD_OPTIONS = ("length_penalty", "early_stopping", "past_present_share_buffer")
+# onnxruntime-genai's search options that say what the cache here always is
+_UNREAD_OPTIONS = ("past_present_share_buffer",)
 
 
 def _check_params(p: GeneratorParams) -> None:
@@ -160,6 +169,34 @@ def _check_params(p: GeneratorParams) -> None:
         m = getattr(p, name)
         if not isinstance(m, int | np.integer) or isinstance(m, bool) or m < 0:
             raise ValidationError(f"{where}: {name} must be an int >= 0, got {m!r}")
+    beams, returned = p.num_beams, p.num_return_sequences
+    if not isinstance(beams, int | np.integer) or isinstance(beams, bool) or beams < 1:
+        raise ValidationError(f"{where}: num_beams must be an int >= 1, got {beams!r}")
+    if (
+        not isinstance(returned, int | np.integer)
+        or isinstance(returned, bool)
+        or not 1 <= returned <= beams
+    ):
+        raise ValidationError(
+            f"{where}: num_return_sequences must be an int from 1 to num_beams ({beams}), "
+            f"got {returned!r}"
+        )
+    if beams > 1 and p.do_sample:
+        raise ValidationError(
+            f"{where}: do_sample with num_beams {beams}: beam search here chooses by score "
+            "(sampled beam search is not supported)"
+        )
+    lp = p.length_penalty
+    if (
+        isinstance(lp, bool)
+        or not isinstance(lp, int | float | np.number)
+        or not math.isfinite(float(lp))
+    ):
+        raise ValidationError(f"{where}: length_penalty must be a finite number, got {lp!r}")
+    if not isinstance(p.early_stopping, bool | np.bool_):
+        raise ValidationError(
+            f"{where}: early_stopping must be True or False, got {p.early_stopping!r}"
+        )
     bucket_sizes(p.buckets, True, where)
     n = p.steps_per_dispatch
     if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1:
@@ -192,6 +229,9 @@ class Generator:
         self._buckets = bucket_sizes(p.buckets, r.bucketable, f"{ONNX}: generation")
         self._fns = DecodeSteps.of(session, self.roles, p)
         self._fns.cache_shape(p.batch_size, 0)  # checks the heads and head size are fixed
+        self._rows = p.batch_size * p.num_beams  # the steps' batch: a row a beam
+        self._search: Any = ()  # beam search's state (``beams.py``)
+        self._final: Any = None  # its hypotheses at the length they were made, once asked
         self.capacity = 0  # the cache's positions, set by the prompt (append_tokens)
         self._end = 0  # the tokens' length at the end: padded prompt and new tokens
         self._cache: list = []
@@ -283,23 +323,27 @@ class Generator:
         # cache holds each entry's positions first: as many as the longest prompt and the new
         # tokens, in buckets like the mask that covers them.
         self.capacity = self._length_for(p.max_length if gqa else self._end)
-        batch = p.batch_size
-        tokens = np.full((batch, self._length_for(self._end)), p.pad_token_id, np.int32)
-        mask = np.zeros((batch, self.capacity), np.int32)
-        for b, row in enumerate(rows):
-            tokens[b, seq - len(row) : seq] = row
+        width = self._length_for(self._end)
+        tokens = np.full((self._rows, width), p.pad_token_id, np.int32)
+        mask = np.zeros((self._rows, self.capacity), np.int32)
+        for i, row in enumerate(np.repeat(np.arange(len(rows)), p.num_beams)):
+            row = rows[row]  # each prompt a row a beam
+            tokens[i, seq - len(row) : seq] = row
             if gqa:
-                mask[b, : len(row)] = 1
+                mask[i, : len(row)] = 1
             else:
-                mask[b, seq - len(row) : seq] = 1
-        fn, program = self._fns.prefill_fn(batch, seq, self.capacity)
+                mask[i, seq - len(row) : seq] = 1
+        fn, program = self._fns.prefill_fn(self._rows, seq, self.capacity)
         self._mask = self._fns.put(mask)
-        self._cache, self._pending, self._tokens, self._done = fn(
+        search = jax.tree.map(self._fns.put, self._fns.initial_search(p.batch_size, width))
+        self._cache, self._pending, self._tokens, self._done, self._search = fn(
             self._fns.params_for(program),
             self._fns.put(tokens),
             self._mask,
             jax.random.fold_in(self._key, 0),
+            search,
         )
+        self._final = None
         self._all_ended = jnp.all(self._done) if self._fns.eos else False
         self._behind, self._ended = None, False
         self._length = seq + 1
@@ -323,7 +367,7 @@ class Generator:
         at which every row had ended (``NEVER``: none did)."""
         made = (*self._step_id(self._length), count)
         fn, program = self._fns.steps_fn(*made)
-        state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
+        state = self._state()
         # the length on the device, as the last dispatch left it (donated, as the state is), else
         # put there: never a host scalar, which the call would copy in at every dispatch (one
         # H200, the 1B-class float16 decoder a token a dispatch: 913 -> 784 us of host time a
@@ -332,14 +376,20 @@ class Generator:
         if length is None or length[1] != self._length:
             length = (self._fns.put(np.int32(self._length)), self._length)
         state, stop, self._all_ended, after = fn(self._fns.params_for(program), state, length[0])
-        self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state
+        self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state[:6]
+        self._search, self._final = state[6], None
         self._fns.ready.add(made)
         self._length += count
         self._device_length = (after, self._length)
         return stop
 
+    def _state(self) -> tuple:
+        """The decode steps' state (``decode_steps``' docstring says what each part is)."""
+        return (self._cache, self._pending, self._mask, self._tokens, self._done, self._key,
+                self._search)  # fmt: skip
+
     def _step_id(self, length: int) -> tuple:
-        return (self.params.batch_size, self._step_key(length), self._gqa_capacity)
+        return (self._rows, self._step_key(length), self._gqa_capacity)
 
     def compile_ahead(self, workers: int | None = None) -> int:
         """Compiles now the decode steps of every bucket this generation can still reach (up
@@ -363,7 +413,7 @@ class Generator:
         todo = [made for made in todo if made not in self._fns.ready]
         if not todo:
             return 0
-        state = (self._cache, self._pending, self._mask, self._tokens, self._done, self._key)
+        state = self._state()
         shapes = jax.tree.map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state
         )
@@ -452,25 +502,67 @@ class Generator:
         return bool(self._fns.eos) and bool(self._all_ended)
 
     def get_sequence(self, index: int) -> np.ndarray:
-        """Row ``index``: its prompt (without padding) and the tokens generated so far."""
+        """Row ``index``: its prompt (without padding) and the tokens generated so far. With
+        beams, sequence ``index`` of ``batch_size * num_return_sequences``: prompt ``index //
+        num_return_sequences``'s hypothesis of that rank (best first), its open beams taken as
+        hypotheses where it is not done (as onnxruntime-genai's ``get_sequence``); a
+        hypothesis that ended with an end token holds the tokens before it."""
+        if self._tokens is None:
+            raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
+        if self.params.num_beams > 1:
+            return self._hypotheses()[index]
         tokens = np.asarray(self._tokens[index, : self._length])
         return tokens[self._prompt - self._lengths[index] :]
 
+    def _hypotheses(self) -> list[np.ndarray]:
+        """Beam search's result so far: each prompt's ``num_return_sequences`` best
+        hypotheses, in order (``beams.finalize`` over the open beams)."""
+        if self._final is None or self._final[0] != self._length:
+            p, beams = self.params, self.params.num_beams
+            # each row's real tokens: its prompt's and those generated
+            lengths = np.repeat(np.asarray(self._lengths, np.int32), beams)
+            lengths = lengths + np.int32(self._length - self._prompt)
+            h = self._fns.finalize_fn()(
+                self._search, self._tokens, self._done, self._fns.put(lengths),
+                self._fns.put(np.int32(self._length)),
+            )  # fmt: skip
+            tokens, end, length = (np.asarray(h[k]) for k in ("tokens", "end", "length"))
+            out = [
+                tokens[b, r, end[b, r] - length[b, r] : end[b, r]]
+                for b in range(p.batch_size)
+                for r in range(p.num_return_sequences)
+            ]
+            self._final = (self._length, out)
+        return self._final[1]
+
     def get_next_tokens(self) -> np.ndarray:
-        """The last token of each row."""
+        """The last token of each row (with beams, of each beam: ``batch_size * num_beams``)."""
         return np.asarray(self._tokens[:, self._length - 1])
 
     @property
     def generated(self) -> np.ndarray:
-        """[batch, tokens generated so far] (the prompt excluded)."""
-        return np.asarray(self._tokens[:, self._prompt : self._length])
+        """[batch, tokens generated so far] (the prompt excluded). With beams, [batch_size *
+        num_return_sequences, ...]: each prompt's best hypotheses (``get_sequence``), the
+        tokens after the prompt, padded with ``pad_token_id`` to the same length."""
+        if self.params.num_beams == 1:
+            return np.asarray(self._tokens[:, self._prompt : self._length])
+        p = self.params
+        out = np.full((len(self._hypotheses()), self._length - self._prompt), p.pad_token_id,
+                      np.int32)  # fmt: skip
+        for i, seq in enumerate(self._hypotheses()):
+            new = seq[self._lengths[i // p.num_return_sequences] :]
+            out[i, : len(new)] = new
+        return out
 
 
 def generate(session: Any, prompts: Any, max_new_tokens: int = 64, **options: Any) -> np.ndarray:
     """Generates up to ``max_new_tokens`` after each prompt (``GeneratorParams`` options:
     ``do_sample``, ``top_k``, ``top_p``, ``temperature``, ``repetition_penalty``,
-    ``min_length``, ``no_repeat_ngram_size``, ``eos_token_id``, ``seed``, ``buckets``...): [batch, n] ids, n up to ``max_new_tokens`` (fewer when every row met an
-    end token), rows that ended early padded with ``pad_token_id``. The decode steps run on the
+    ``min_length``, ``no_repeat_ngram_size``, ``num_beams``, ``num_return_sequences``,
+    ``eos_token_id``, ``seed``, ``buckets``...): [batch, n] ids, n up to ``max_new_tokens``
+    (fewer when every row met an end token), rows that ended early padded with
+    ``pad_token_id``; with beams, [batch * num_return_sequences, n], each prompt's best
+    sequences in order. The decode steps run on the
     device, one dispatch per bucket (``Generator.generate_until_done``)."""
     rows = prompts.tolist() if hasattr(prompts, "tolist") else list(prompts)
     longest = max(len(r) for r in rows)

@@ -1,0 +1,243 @@
+"""Beam search (``GeneratorParams.num_beams`` > 1, ``dml_jax.onnx.beams``) against onnxruntime-genai's
+own beam search on the same ONNX files (where onnxruntime-genai is installed: a model folder with
+its genai_config.json written here), and against a beam search written here in NumPy from the
+rules onnxruntime-genai and Hugging Face document, over onnxruntime's CPU steps: log-softmax plus
+the beam's score, the ``2 * num_beams`` best candidates of a prompt in order, an end token among
+the first ``num_beams`` a finished hypothesis scored over its length to ``length_penalty``, the
+other candidates the next beams; a prompt done with ``num_beams`` hypotheses (and, unless
+``early_stopping``, none better to come); its open beams hypotheses at the end. The models are
+``test_generation.py``'s tiny decoders: their end tokens below are ids the models choose often,
+so that hypotheses end early."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+ort = pytest.importorskip("onnxruntime")
+
+from test_generation import DATA, _path  # this folder's
+
+from dml_jax import ValidationError
+from dml_jax.cli import main
+from dml_jax.onnx import InferenceSession
+from dml_jax.onnx.generation import Generator, GeneratorParams, generate
+
+BUILDER = f"{DATA}/tiny_llama_h16_builder_step.onnx"
+
+
+def _log_softmax(x):
+    x = np.asarray(x, np.float64)
+    m = x.max(-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+def _numpy_beam_search(path, prompt, max_length, beams, eos, penalty=1.0, early=True, count=1):
+    """One prompt's beam search over onnxruntime's steps of the Concat decoder at ``path``: its
+    ``count`` best sequences (prompt and generated, an end token not included)."""
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    pasts = [i for i in sess.get_inputs() if i.name.startswith("past")]
+    seqs = [list(prompt) for _ in range(beams)]
+    scores = np.array([0.0] + [-1e9] * (beams - 1))
+    hyps: list[tuple[float, list[int]]] = []  # best first
+    ids = np.array([prompt] * beams, np.int64)
+    feed_past = {i.name: np.zeros((beams, i.shape[1], 0, i.shape[3]), np.float32) for i in pasts}
+    done = False
+    while len(seqs[0]) < max_length:
+        n = len(seqs[0])
+        feed = {"input_ids": ids, "attention_mask": np.ones((beams, n), np.int64),
+                "position_ids": np.tile(np.arange(n - ids.shape[1], n), (beams, 1)), **feed_past}  # fmt: skip
+        logits, *presents = sess.run(None, feed)
+        total = (_log_softmax(logits[:, -1]) + scores[:, None]).ravel()
+        order = np.argsort(-total, kind="stable")[: 2 * beams]
+        chosen = []
+        for j, flat in enumerate(order):
+            beam, token = divmod(int(flat), logits.shape[-1])
+            if token == eos:
+                if j < beams:
+                    score = total[flat] / n**penalty
+                    if len(hyps) < beams or score > hyps[-1][0]:
+                        at = sum(1 for s, _ in hyps if s >= score)
+                        hyps.insert(at, (score, seqs[beam][:]))
+                        del hyps[beams:]
+            else:
+                chosen.append((total[flat], beam, token))
+            if len(chosen) == beams:
+                break
+        if len(hyps) == beams and (early or not hyps[-1][0] < total[order[0]] / n**penalty):
+            done = True
+            break
+        seqs = [seqs[b] + [t] for _, b, t in chosen]
+        scores = np.array([s for s, _, _ in chosen])
+        picked = [b for _, b, _ in chosen]
+        feed_past = {i.name: p[picked] for i, p in zip(pasts, presents)}
+        ids = np.array([[t] for _, _, t in chosen], np.int64)
+    if not done:
+        for s, seq in zip(scores, seqs):
+            score = s / len(seq) ** penalty
+            if len(hyps) < beams or score > hyps[-1][0]:
+                hyps.insert(sum(1 for h, _ in hyps if h >= score), (score, seq))
+                del hyps[beams:]
+    return [seq for _, seq in hyps[:count]]
+
+
+def _ours(session, prompts, max_length, **options):
+    n = options.get("num_return_sequences", 1)
+    g = Generator(session, GeneratorParams(session, max_length=max_length,
+                                           batch_size=len(prompts), **options))  # fmt: skip
+    g.append_tokens(prompts)
+    while not g.is_done():
+        g.generate_next_token()
+    return [list(map(int, g.get_sequence(i))) for i in range(len(prompts) * n)]
+
+
+@pytest.mark.parametrize(
+    "eos, beams, count, penalty, early, length",
+    [(52, 4, 4, 1.0, True, 16), (44, 4, 2, 0.6, False, 20), (44, 4, 4, 2.0, True, 16),
+     (60, 2, 2, 1.0, True, 20), (36, 5, 5, 2.0, False, 20)],
+)  # fmt: skip
+def test_beam_search_against_numpy_over_onnxruntime(eos, beams, count, penalty, early, length):
+    """(The first and third cases rank hypotheses of different lengths: a length off by one
+    changes their order.)"""
+    path = _path("tiny_llama")
+    prompt = [5, 9, 13, 2]
+    want = _numpy_beam_search(path, prompt, length, beams, eos, penalty, early, count)
+    s = InferenceSession(path)
+    got = _ours(s, [prompt], length, num_beams=beams, num_return_sequences=count,
+                eos_token_id=eos, length_penalty=penalty, early_stopping=early)  # fmt: skip
+    assert got == want
+    if eos in (52, 44):  # these end tokens finish hypotheses before max_length
+        assert min(map(len, got)) < length
+
+
+def test_prompts_of_different_lengths_are_searched_as_alone():
+    """Left-padded prompts: each prompt's sequences are those it gets alone (its padding
+    neither scored nor counted in its lengths), through ``generate_until_done``'s runs of
+    steps compiled ahead; ``generate`` returns them after the prompts, padded with the pad
+    id."""
+    s = InferenceSession(_path("tiny_llama"))
+    prompts = [[5, 9, 13, 2, 7, 7], [7, 1, 3], [40, 2, 2, 9, 11]]
+    options = {
+        "num_beams": 3,
+        "num_return_sequences": 2,
+        "eos_token_id": 52,
+        "repetition_penalty": 1.2,
+    }
+    g = Generator(s, GeneratorParams(s, max_length=20, batch_size=3, **options))
+    g.append_tokens(prompts)
+    assert g.compile_ahead() > 0  # the beams' steps, compiled ahead as any others
+    compiled = g.compiles
+    g.generate_until_done()
+    assert g.compiles == compiled
+    batch = [list(map(int, g.get_sequence(i))) for i in range(6)]
+    alone = [seq for p in prompts for seq in _ours(s, [p], 20 - 6 + len(p), **options)]
+    assert batch == alone
+    assert len(set(map(len, batch))) > 1  # some ended early
+    out = generate(s, prompts, max_new_tokens=14, **options)
+    assert out.shape == (6, 14)
+    for row, seq, p in zip(out, batch, np.repeat(np.arange(3), 2)):
+        new = seq[len(prompts[p]) :]
+        assert list(row[: len(new)]) == new and (row[len(new) :] == 0).all()
+
+
+def test_beam_search_options_are_checked(tmp_path):
+    s = InferenceSession(_path("tiny_llama"))
+    bad = [
+        ({"num_beams": 0}, "num_beams must be an int >= 1"),
+        ({"num_beams": 2, "num_return_sequences": 3}, "num_return_sequences must be an int from 1"),
+        ({"num_beams": 2, "do_sample": True}, "sampled beam search is not supported"),
+        ({"num_beams": 2, "length_penalty": float("nan")}, "length_penalty must be a finite"),
+        ({"num_beams": 2, "early_stopping": "never"}, "early_stopping must be True or False"),
+    ]
+    for options, message in bad:
+        with pytest.raises(ValidationError, match=message):
+            GeneratorParams(s, **options)
+    p = GeneratorParams(s)
+    p.set_search_options(num_beams=4, num_return_sequences=2, length_penalty=0.8,
+                         early_stopping=False, diversity_penalty=0.0)  # fmt: skip
+    assert (p.num_beams, p.num_return_sequences, p.length_penalty) == (4, 2, 0.8)
+    with pytest.raises(ValidationError, match="group beam search is not supported"):
+        p.set_search_options(diversity_penalty=0.5)
+
+
+def test_generate_command_with_beams(capsys):
+    args = ["generate", _path("tiny_llama"), "--prompt-ids", "5,9,13,2", "--max-new-tokens",
+            "16", "--num-beams", "3", "--num-return-sequences", "2", "--eos-token-id", "52"]  # fmt: skip
+    assert main(args) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    s = InferenceSession(_path("tiny_llama"))
+    want = _ours(s, [[5, 9, 13, 2]], 20, num_beams=3, num_return_sequences=2, eos_token_id=52)
+    assert len(lines) == 2
+    for line, seq in zip(lines, want):
+        new = seq[4:]
+        assert [int(t) for t in line.split(",")][: len(new)] == new
+
+
+# --- onnxruntime-genai itself --------------------------------------------------------------
+
+
+def _genai_folder(tmp_path, model: str, eos: int, builder: bool) -> str:
+    """A model folder onnxruntime-genai reads: the step and its genai_config.json."""
+    folder = tmp_path / f"{'builder' if builder else 'concat'}_{eos}"
+    folder.mkdir()
+    shutil.copy(model, folder / "model.onnx")
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    past = [i for i in sess.get_inputs() if i.name.startswith("past")]
+    inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask",
+              "past_key_names": "past_key_values.%d.key",
+              "past_value_names": "past_key_values.%d.value"}  # fmt: skip
+    if not builder:
+        inputs["position_ids"] = "position_ids"
+    kv, head = past[0].shape[1], past[0].shape[3]
+    decoder = {
+        "session_options": {"log_id": "dml_jax_tests", "provider_options": []},
+        "filename": "model.onnx", "head_size": head, "hidden_size": 2 * kv * head,
+        "inputs": inputs,
+        "outputs": {"logits": "logits", "present_key_names": "present.%d.key",
+                    "present_value_names": "present.%d.value"},
+        "num_attention_heads": 2 * kv, "num_hidden_layers": len(past) // 2,
+        "num_key_value_heads": kv,
+    }  # fmt: skip
+    vocab = sess.get_outputs()[0].shape[-1]
+    config = {
+        "model": {"bos_token_id": 1, "context_length": 64, "decoder": decoder,
+                  "eos_token_id": eos, "pad_token_id": 0, "type": "llama", "vocab_size": vocab},
+        "search": {"max_length": 20, "num_beams": 1, "past_present_share_buffer": builder},
+    }  # fmt: skip
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+@pytest.mark.parametrize(
+    "model, eos, prompts, max_length, options",
+    [
+        ("concat", 52, [[5, 9, 13, 2]], 20, {"num_beams": 3, "num_return_sequences": 3}),
+        ("concat", 44, [[5, 9, 13, 2]], 20,
+         {"num_beams": 4, "num_return_sequences": 2, "length_penalty": 0.6, "early_stopping": False}),
+        ("concat", 52, [[5, 9, 13, 2], [7, 1, 3, 8]], 24,
+         {"num_beams": 3, "num_return_sequences": 3, "repetition_penalty": 1.3, "min_length": 9,
+              "no_repeat_ngram_size": 2}),
+        ("concat", 44, [[5, 9, 13, 2], [7, 1, 3, 8]], 24,
+         {"num_beams": 5, "num_return_sequences": 5, "early_stopping": False, "length_penalty": 2.0}),
+        ("gpt2", 52, [[5, 9, 13, 2], [7, 1, 3, 8]], 24, {"num_beams": 2, "num_return_sequences": 2}),
+        ("builder", 44, [[5, 9, 13, 2], [7, 1, 3, 8]], 22,
+         {"num_beams": 3, "num_return_sequences": 2, "early_stopping": False}),
+    ],
+)  # fmt: skip
+def test_beam_search_equals_onnxruntime_genai(tmp_path, model, eos, prompts, max_length, options):
+    og = pytest.importorskip("onnxruntime_genai")
+    path = {"concat": _path("tiny_llama"), "gpt2": _path("tiny_gpt2"), "builder": BUILDER}[model]
+    genai = og.Model(_genai_folder(tmp_path, path, eos, model == "builder"))
+    params = og.GeneratorParams(genai)
+    params.set_search_options(max_length=max_length, batch_size=len(prompts), **options)
+    g = og.Generator(genai, params)
+    g.append_tokens(np.array(prompts, np.int32))
+    while not g.is_done():
+        g.generate_next_token()
+    count = len(prompts) * options["num_return_sequences"]
+    want = [list(map(int, g.get_sequence(i))) for i in range(count)]
+    got = _ours(InferenceSession(path), prompts, max_length, eos_token_id=eos, **options)
+    assert got == want
