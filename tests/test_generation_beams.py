@@ -7,7 +7,7 @@ the first ``num_beams`` a finished hypothesis scored over its length to ``length
 other candidates the next beams; a prompt done with ``num_beams`` hypotheses (and, unless
 ``early_stopping``, none better to come); its open beams hypotheses at the end. The models are
 ``test_generation.py``'s tiny decoders: their end tokens below are ids the models choose often,
-so that hypotheses end early."""
+so that hypotheses end early. Greedy search is compared with onnxruntime-genai's here too."""
 
 from __future__ import annotations
 
@@ -241,3 +241,36 @@ def test_beam_search_equals_onnxruntime_genai(tmp_path, model, eos, prompts, max
     want = [list(map(int, g.get_sequence(i))) for i in range(count)]
     got = _ours(InferenceSession(path), prompts, max_length, eos_token_id=eos, **options)
     assert got == want
+
+
+def _genai_sequences(folder, prompts, max_length, options) -> list[list[int]]:
+    og = pytest.importorskip("onnxruntime_genai")
+    params = og.GeneratorParams(og.Model(folder))
+    params.set_search_options(max_length=max_length, batch_size=len(prompts), **options)
+    g = og.Generator(og.Model(folder), params)
+    g.append_tokens(np.array(prompts, np.int32))
+    while not g.is_done():
+        g.generate_next_token()
+    count = len(prompts) * options.get("num_return_sequences", 1)
+    return [list(map(int, g.get_sequence(i))) for i in range(count)]
+
+
+def test_greedy_search_equals_onnxruntime_genai(tmp_path):
+    """Greedy search with the penalties (no row ending) gives onnxruntime-genai's sequences;
+    with rows ending, onnxruntime-genai leaves out the step at which the last row ends (its end
+    token never appended), which here is kept as Hugging Face's ``generate`` keeps it: the
+    sequences are onnxruntime-genai's and that one step more."""
+    pytest.importorskip("onnxruntime_genai")
+    s = InferenceSession(_path("tiny_llama"))
+    prompts = [[5, 9, 13, 2], [7, 1, 3, 8]]
+    options = {"repetition_penalty": 1.3, "min_length": 9, "no_repeat_ngram_size": 2}
+    folder = _genai_folder(tmp_path, _path("tiny_llama"), 52, False)
+    want = _genai_sequences(folder, prompts, 24, options)
+    assert _ours(s, prompts, 24, eos_token_id=52, **options) == want
+    assert all(len(w) == 24 for w in want)
+    folder = _genai_folder(tmp_path, _path("tiny_llama"), 44, False)
+    want = _genai_sequences(folder, prompts, 24, {})
+    got = _ours(s, prompts, 24, eos_token_id=44)
+    assert [g[:-1] for g in got] == want and len(want[0]) < 23
+    last = [g[-1] for g in got]
+    assert sorted(last) == [0, 44]  # the row ending last: its end token; the other: the pad
