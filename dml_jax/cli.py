@@ -258,11 +258,15 @@ def build_parser() -> argparse.ArgumentParser:
         "generate",
         help="generate tokens with an ONNX decoder step (past and present key / values)",
         description="Greedy, sampled or beam search generation with a decoder exported as one "
-        "step with its "
-        "cache (dml_jax.onnx.generate): prints the generated ids of each prompt, and on stderr "
-        "a progress line of tokens/s.",
+        "step with its cache (dml_jax.onnx.generate), or an onnxruntime-genai model folder "
+        "(its genai_config.json's end id and search options the defaults): prints the "
+        "generated ids of each prompt, and on stderr a progress line of tokens/s.",
     )
-    gen.add_argument("model", metavar="MODEL.onnx", help="the decoder step")
+    gen.add_argument(
+        "model",
+        metavar="MODEL.onnx",
+        help="the decoder step, or a folder with a genai_config.json",
+    )
     gen.add_argument(
         "--prompt-ids",
         action="append",
@@ -272,48 +276,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--max-new-tokens", type=_positive_int, default=64, metavar="N")
     gen.add_argument("--do-sample", action="store_true", help="sample (default: greedy)")
-    gen.add_argument("--top-k", type=_non_negative_int, default=0, metavar="K")
-    gen.add_argument("--top-p", type=float, default=1.0, metavar="P")
-    gen.add_argument("--temperature", type=float, default=1.0, metavar="T")
+    gen.add_argument("--top-k", type=_non_negative_int, metavar="K")
+    gen.add_argument("--top-p", type=float, metavar="P")
+    gen.add_argument("--temperature", type=float, metavar="T")
     gen.add_argument(
         "--repetition-penalty",
         type=float,
-        default=1.0,
         metavar="P",
         help="divide (multiply, where negative) a repeated token's logit by P",
     )
     gen.add_argument(
         "--min-length",
         type=_non_negative_int,
-        default=0,
         metavar="N",
         help="no end token before a sequence holds N tokens, its prompt included",
     )
     gen.add_argument(
         "--no-repeat-ngram-size",
         type=_non_negative_int,
-        default=0,
         metavar="N",
         help="no n-gram of N tokens twice in a sequence",
     )
     gen.add_argument(
         "--num-beams",
         type=_positive_int,
-        default=1,
         metavar="N",
         help="beam search with N beams a prompt (default 1: none)",
     )
     gen.add_argument(
         "--num-return-sequences",
         type=_positive_int,
-        default=1,
         metavar="N",
         help="with beams: the N best sequences of each prompt, a line each",
     )
     gen.add_argument(
         "--length-penalty",
         type=float,
-        default=1.0,
         metavar="P",
         help="with beams: a sequence's score is its log-probability over its length to P",
     )
@@ -323,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with beams: end a prompt only once no beam can beat its finished sequences",
     )
     gen.add_argument("--eos-token-id", type=int, action="append", metavar="ID")
-    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--seed", type=int)
     gen.add_argument("--no-buckets", action="store_true", help="compile every past length exactly")
     gen.add_argument("--device", default=None, help="cpu or gpu (default: JAX's default)")
     _cache_dir_option(gen)
@@ -382,27 +380,29 @@ def _generate(args: argparse.Namespace) -> int:
         import jax
 
         from .onnx import InferenceSession
-        from .onnx.generation import Generator, GeneratorParams
+        from .onnx.generation import Generator, GeneratorParams, Model
 
-        session = InferenceSession(args.model, device=args.device)
+        if os.path.isdir(args.model):  # an onnxruntime-genai folder: its config's defaults
+            session = Model(args.model, device=args.device)
+        else:
+            session = InferenceSession(args.model, device=args.device)
+        given = {
+            name: getattr(args, name)
+            for name in ("top_k", "top_p", "temperature", "repetition_penalty", "min_length",
+                         "no_repeat_ngram_size", "num_beams", "num_return_sequences",
+                         "length_penalty", "eos_token_id", "seed")
+            if getattr(args, name) is not None
+        }  # fmt: skip
+        for flag, name, value in ((args.do_sample, "do_sample", True),
+                                  (args.no_early_stopping, "early_stopping", False),
+                                  (args.no_buckets, "buckets", False)):  # fmt: skip
+            if flag:
+                given[name] = value
         params = GeneratorParams(
             session,
             max_length=max(map(len, prompts), default=0) + args.max_new_tokens,
             batch_size=len(prompts),
-            do_sample=args.do_sample,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            temperature=args.temperature,
-            repetition_penalty=args.repetition_penalty,
-            min_length=args.min_length,
-            no_repeat_ngram_size=args.no_repeat_ngram_size,
-            num_beams=args.num_beams,
-            num_return_sequences=args.num_return_sequences,
-            length_penalty=args.length_penalty,
-            early_stopping=not args.no_early_stopping,
-            eos_token_id=args.eos_token_id,
-            seed=args.seed,
-            buckets=False if args.no_buckets else None,
+            **given,
         )
         g = Generator(session, params)
         t0 = time.perf_counter()

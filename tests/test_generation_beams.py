@@ -12,6 +12,7 @@ so that hypotheses end early. Greedy search is compared with onnxruntime-genai's
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -274,3 +275,74 @@ def test_greedy_search_equals_onnxruntime_genai(tmp_path):
     assert [g[:-1] for g in got] == want and len(want[0]) < 23
     last = [g[-1] for g in got]
     assert sorted(last) == [0, 44]  # the row ending last: its end token; the other: the pad
+
+
+# --- onnxruntime-genai's model folder ------------------------------------------------------
+
+
+def test_a_genai_model_folder_runs_with_its_config(tmp_path, capsys):
+    """``Model(folder)``: the step and genai_config.json onnxruntime-genai reads; its search
+    section and end id are ``GeneratorParams(model)``'s defaults, values given over them, and
+    the sequences those of onnxruntime-genai on the same folder (where installed), of the
+    session with the same options and of ``dml-jax generate FOLDER``."""
+    from dml_jax.onnx import Model
+
+    folder = _genai_folder(tmp_path, _path("tiny_llama"), 52, False)
+    config = json.loads((tmp_path / "concat_52" / "genai_config.json").read_text())
+    config["search"].update(max_length=18, num_beams=3, num_return_sequences=2,
+                            length_penalty=0.7, early_stopping=False, diversity_penalty=0.0,
+                            past_present_share_buffer=False, random_seed=4)  # fmt: skip
+    (tmp_path / "concat_52" / "genai_config.json").write_text(json.dumps(config))
+    model = Model(folder)
+    params = GeneratorParams(model)
+    assert (params.max_length, params.num_beams, params.eos_token_id, params.seed) == (18, 3, 52, 4)
+    assert GeneratorParams(model, num_beams=2).num_beams == 2  # given: over the config
+    g = Generator(model, params)
+    g.append_tokens([[5, 9, 13, 2]])
+    g.generate_until_done()
+    got = [list(map(int, g.get_sequence(i))) for i in range(2)]
+    options = {"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.7,
+               "early_stopping": False}  # fmt: skip
+    assert got == _ours(InferenceSession(_path("tiny_llama")), [[5, 9, 13, 2]], 18,
+                        eos_token_id=52, **options)  # fmt: skip
+    # the command line on the folder: the config's beams and end id, the length given
+    assert main(["generate", folder, "--prompt-ids", "5,9,13,2", "--max-new-tokens", "14"]) == 0
+    assert g.generated.tolist() == [
+        [int(t) for t in line.split(",")] for line in capsys.readouterr().out.split()
+    ]
+    try:
+        import onnxruntime_genai  # noqa: F401
+    except ImportError:
+        return
+    assert got == _genai_sequences(folder, [[5, 9, 13, 2]], 18, options)
+
+
+def test_a_genai_model_folder_that_does_not_fit_is_one_error(tmp_path):
+    from dml_jax.onnx import Model
+
+    folder = _genai_folder(tmp_path, _path("tiny_llama"), 52, False)
+    path = tmp_path / "concat_52" / "genai_config.json"
+    good = json.loads(path.read_text())
+    cases = [
+        (lambda c: c["model"]["decoder"].pop("filename"), "model.decoder.filename must name"),
+        (lambda c: c["search"].update(top_n=3), "search: unknown search option 'top_n'"),
+        (lambda c: c["search"].update(num_beams=2, num_return_sequences=3),
+         "search: num_return_sequences must be"),
+        (lambda c: c["model"].update(eos_token_id="2"), "model.eos_token_id must be an int"),
+        (lambda c: c["model"]["decoder"]["inputs"].update(input_ids="ids"),
+         "model.decoder.inputs.input_ids is 'ids', but the step's input ids are 'input_ids'"),
+        (lambda c: c["model"]["decoder"]["outputs"].update(present_key_names="k.%d"),
+         "model.decoder.outputs.present_key_names 'k.%d' names"),
+        (lambda c: c["model"].pop("decoder"), "model.decoder must be an object"),
+    ]  # fmt: skip
+    for change, message in cases:
+        config = json.loads(json.dumps(good))
+        change(config)
+        path.write_text(json.dumps(config))
+        with pytest.raises(ValidationError, match=re.escape(message)):
+            Model(folder)
+    path.write_text("{")
+    with pytest.raises(ValidationError, match="genai_config.json: not readable as JSON"):
+        Model(folder)
+    with pytest.raises(ValidationError, match="no genai_config.json"):
+        Model(tmp_path)

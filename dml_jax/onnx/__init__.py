@@ -155,7 +155,7 @@ def __getattr__(name: str) -> Any:
         from . import binding
 
         return getattr(binding, name)
-    if name in ("Generator", "GeneratorParams", "generate"):
+    if name in ("Generator", "GeneratorParams", "Model", "generate"):
         from . import generation
 
         return getattr(generation, name)
@@ -170,6 +170,7 @@ __all__ = [
     "IOBinding",
     "ImportedGraph",
     "InferenceSession",
+    "Model",
     "OrtValue",
     "SessionOptions",
     "check_model",
