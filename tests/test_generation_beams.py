@@ -129,6 +129,9 @@ def test_prompts_of_different_lengths_are_searched_as_alone():
     }
     g = Generator(s, GeneratorParams(s, max_length=20, batch_size=3, **options))
     g.append_tokens(prompts)
+    # the prefill runs the model once a prompt (its beams' rows alike until the first choice)
+    (prefill,) = g._fns._prefills.values()
+    assert prefill[1].imported.input_shapes[0][0] == 3
     assert g.compile_ahead() > 0  # the beams' steps, compiled ahead as any others
     compiled = g.compiles
     g.generate_until_done()

@@ -49,6 +49,11 @@ def _positions_first(pasts: list, axis: int) -> Any:
     return jnp.stack([jnp.moveaxis(p, axis, 0) for p in pasts], axis=1)
 
 
+def _repeated(arrays: list, copies: int) -> list:
+    """Each of ``arrays`` with each row (axis 0) ``copies`` times in a row."""
+    return arrays if copies == 1 else [jnp.repeat(a, copies, axis=0) for a in arrays]
+
+
 def select_tokens(
     logits: Any, key: Any, do_sample: bool, top_k: int, top_p: float, temperature: float
 ) -> Any:
@@ -286,6 +291,12 @@ class DecodeSteps:
         tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], at, axis=1)
         return tokens, done, search, None
 
+    @property
+    def _copies(self) -> int:
+        """The rows of the steps' batch a prompt (its beams): the prefill runs the model once
+        a prompt and repeats what it gives, the rows alike until the first choice."""
+        return self.beams[0] if self.beams is not None else 1
+
     def initial_search(self, prompts: int, width: int) -> Any:
         """The search state a prefill starts from: beam search's (``beams.initial``), or
         empty."""
@@ -317,17 +328,20 @@ class DecodeSteps:
         if self.roles.kind == "gqa":
             return self._gqa_prefill_fn(batch, seq, capacity)
         # (a merged decoder's prefill takes its branch without the past, as Optimum's does)
-        program = self._program(batch, seq, 0, use_cache=False)
+        copies = self._copies
+        program = self._program(batch // copies, seq, 0, use_cache=False)
         r = self.roles
         axis = r.axis
         dtype = graph_dtype(r.cache_dtype)
 
         def prefill(params, tokens, mask, key, search):
-            ids = jax.lax.slice_in_dim(tokens, 0, seq, axis=1)
+            ids = jax.lax.slice_in_dim(tokens[::copies], 0, seq, axis=1)
             mask = jax.lax.slice_in_dim(mask, 0, seq, axis=1)
-            positions = jnp.where(mask > 0, jnp.cumsum(mask, axis=1) - 1, 1).astype(jnp.int32)
-            empty = [jnp.zeros(self.cache_shape(batch, 0), dtype)] * (2 * r.layers)
-            logits, presents = self._run_model(program, params, ids, mask, positions, empty, False)
+            once = mask[::copies]
+            positions = jnp.where(once > 0, jnp.cumsum(once, axis=1) - 1, 1).astype(jnp.int32)
+            empty = [jnp.zeros(self.cache_shape(batch // copies, 0), dtype)] * (2 * r.layers)
+            logits, presents = self._run_model(program, params, ids, once, positions, empty, False)
+            logits, *presents = _repeated([logits, *presents], copies)
             # every layer's keys and values in one buffer, positions first (``_step_body``)
             cache = jax.lax.dynamic_update_slice_in_dim(
                 jnp.zeros(self.stacked_shape(batch, capacity), dtype),
@@ -354,18 +368,21 @@ class DecodeSteps:
         position."""
         r = self.roles
         dtype = graph_dtype(r.cache_dtype)
-        program = self._program(batch, seq, capacity, mask=seq)
+        copies = self._copies
+        program = self._program(batch // copies, seq, capacity, mask=seq)
 
         def prefill(params, tokens, mask, key, search):
-            lens = jnp.sum(mask, axis=1).astype(jnp.int32)
+            lens = jnp.sum(mask[::copies], axis=1).astype(jnp.int32)
             j = jnp.arange(seq, dtype=jnp.int32)[None]
             src = jnp.clip(seq - lens[:, None] + j, 0, seq - 1)
-            ids = jnp.where(j < lens[:, None], jnp.take_along_axis(tokens, src, axis=1), self.pad)
+            ids = jnp.take_along_axis(tokens[::copies], src, axis=1)
+            ids = jnp.where(j < lens[:, None], ids, self.pad)
             step_mask = (j < lens[:, None]).astype(mask.dtype)
             positions = jnp.where(j < lens[:, None], j, 1).astype(jnp.int32)
-            zeros = [jnp.zeros(self.cache_shape(batch, capacity), dtype)] * (2 * r.layers)
+            zeros = [jnp.zeros(self.cache_shape(batch // copies, capacity), dtype)] * (2 * r.layers)
             logits, presents = self._run_model(program, params, ids, step_mask, positions, zeros)
             last = jnp.take_along_axis(logits, (lens - 1)[:, None, None], axis=1)[:, 0]
+            last, *presents = _repeated([last, *presents], copies)
             tokens, done, search, _ = self._next(last, key, jnp.zeros((batch,), bool), tokens,
                                                  seq, mask, search)  # fmt: skip
             cache = [p.astype(dtype) for p in presents]
