@@ -214,6 +214,7 @@ def main() -> None:
         # heads; on 4 (which does not) the key and value projections stay whole (split, their
         # blocks would cut the heads and the attention's inputs would move between devices), the
         # query heads split; a decode step on either communicates only Megatron's minimum.
+        # Beam search's sequences on each mesh are the one-device ones too.
         from jax import monitoring
 
         from dml_jax.onnx.generation import Generator, generate
@@ -222,6 +223,8 @@ def main() -> None:
         path = os.path.join(here, "data", "decoders", "tiny_llama_step.onnx")
         prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
         want = generate(InferenceSession(path), prompts, 24)
+        beams = {"num_beams": 3, "num_return_sequences": 2, "eos_token_id": 52}
+        want_beams = generate(InferenceSession(path), prompts, 12, **beams)
         details, ok = [], True
         for shape, names in (((2, 2), ("data", "model")), ((2,), ("model",)), ((4,), ("model",))):
             g, _, found = generated_on(path, jax.make_mesh(shape, names), prompts, 24)
@@ -250,8 +253,13 @@ def main() -> None:
             finally:
                 monitoring.unregister_event_duration_listener(count)
             ok = ok and not compiled and bool((again.generated == want).all())
+            # beam search on the mesh: the beams' rows gathered from the sharded cache
+            searched = generate(g.session, prompts, 12, **beams)
+            beams_same = searched.shape == want_beams.shape and bool((searched == want_beams).all())
+            ok = ok and beams_same
             details.append(f"{shape}: tokens equal {same}, cache {spec}, step collectives {found}, "
-                           f"compiles after compile_ahead {len(compiled)}")  # fmt: skip
+                           f"compiles after compile_ahead {len(compiled)}, beam search's "
+                           f"sequences equal {beams_same}")  # fmt: skip
         return ok, "; ".join(details)
 
     def int4_held():
