@@ -155,6 +155,8 @@ def test_beam_search_options_are_checked(tmp_path):
         ({"num_beams": 2, "do_sample": True}, "sampled beam search is not supported"),
         ({"num_beams": 2, "length_penalty": float("nan")}, "length_penalty must be a finite"),
         ({"num_beams": 2, "early_stopping": "never"}, "early_stopping must be True or False"),
+        ({"top_p": "0.5"}, "top_p must be in"),  # not a number: the same error, no raw one
+        ({"temperature": None}, "temperature must be > 0"),
     ]
     for options, message in bad:
         with pytest.raises(ValidationError, match=message):

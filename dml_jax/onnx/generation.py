@@ -179,8 +179,8 @@ class Generator:
         width = self._length_for(self._end)
         tokens = np.full((self._rows, width), p.pad_token_id, np.int32)
         mask = np.zeros((self._rows, self.capacity), np.int32)
-        for i, row in enumerate(np.repeat(np.arange(len(rows)), p.num_beams)):
-            row = rows[row]  # each prompt a row a beam
+        for i, b in enumerate(np.repeat(np.arange(len(rows)), p.num_beams)):
+            row = rows[b]  # each prompt a row a beam
             tokens[i, seq - len(row) : seq] = row
             if gqa:
                 mask[i, : len(row)] = 1

@@ -134,6 +134,14 @@ GeneratorParams.__init__ = _from_model(GeneratorParams.__init__)  # type: ignore
 _UNREAD_OPTIONS = ("past_present_share_buffer",)
 
 
+def _number(value: Any) -> float:
+    """``value`` as a float where it is a real number (not a bool), else NaN (which every
+    range check refuses)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+        return math.nan
+    return float(value)
+
+
 def check_params(p: GeneratorParams) -> None:
     where = f"{ONNX}: generation"
     if not isinstance(p.max_length, int | np.integer) or p.max_length < 2:
@@ -144,9 +152,9 @@ def check_params(p: GeneratorParams) -> None:
         raise ValidationError(f"{where}: batch_size must be a positive int, got {p.batch_size!r}")
     if not isinstance(p.top_k, int | np.integer) or p.top_k < 0:
         raise ValidationError(f"{where}: top_k must be an int >= 0, got {p.top_k!r}")
-    if not 0.0 < float(p.top_p) <= 1.0:
+    if not 0.0 < _number(p.top_p) <= 1.0:
         raise ValidationError(f"{where}: top_p must be in (0, 1], got {p.top_p!r}")
-    if not float(p.temperature) > 0.0 or not math.isfinite(float(p.temperature)):
+    if not _number(p.temperature) > 0.0 or not math.isfinite(_number(p.temperature)):
         raise ValidationError(f"{where}: temperature must be > 0, got {p.temperature!r}")
     penalty = p.repetition_penalty
     if (
