@@ -210,7 +210,8 @@ def test_only_sampling_steps_split_the_random_key(sessions):
                                          seed=5))  # fmt: skip
         start = np.asarray(g._key)
         g.append_tokens(prompt)
-        g.generate_next_token()
+        g.generate_next_token()  # the prefill's token
+        g.generate_next_token()  # a step
         keys[sample] = (start, np.asarray(g._key))
         fn, program = g._fns.steps_fn(2, g._step_key(g._length), 0, 1)
         state = g._state()
@@ -334,8 +335,9 @@ def test_compile_ahead_compiles_every_bucket_before_the_steps():
 
 
 def test_generator_calls_match_generate(sessions):
-    """onnxruntime-genai's loop: append_tokens, generate_next_token until is_done,
-    get_sequence (prompt and generated ids, no padding), get_next_tokens."""
+    """onnxruntime-genai's loop: append_tokens, generate_next_token until is_done (a call a
+    new token, the first the prefill's), get_sequence (prompt and generated ids, no padding),
+    get_next_tokens."""
     s = sessions("tiny_gpt2")
     ref = GREEDY["tiny_gpt2"]
     params = GeneratorParams(s)
@@ -346,7 +348,7 @@ def test_generator_calls_match_generate(sessions):
     while not g.is_done():
         g.generate_next_token()
         steps += 1
-    assert steps == 11
+    assert steps == 12
     np.testing.assert_array_equal(g.get_next_tokens(), np.array(ref["greedy"])[:, 11])
     for b in range(2):
         np.testing.assert_array_equal(
@@ -461,6 +463,8 @@ def test_generation_errors(sessions):
     g.append_tokens([[1, 2]])
     with pytest.raises(ValidationError, match="append_tokens after"):
         g.append_tokens([[3]])
+    g.generate_next_token()  # the prefill's token, shown
+    assert not g.is_done() and len(g.get_sequence(0)) == 3
     g.generate_next_token()
     assert g.is_done()
     with pytest.raises(ValidationError, match="max_length 4 reached"):

@@ -261,6 +261,28 @@ def _genai_sequences(folder, prompts, max_length, options) -> list[list[int]]:
     return [list(map(int, g.get_sequence(i))) for i in range(count)]
 
 
+def test_streamed_tokens_equal_onnxruntime_genai(tmp_path):
+    """The loop onnxruntime-genai's examples stream by: after ``append_tokens`` the sequence is
+    the prompt; each ``generate_next_token`` adds a token, read by ``get_next_tokens``."""
+    og = pytest.importorskip("onnxruntime_genai")
+    folder = _genai_folder(tmp_path, _path("tiny_llama"), 96, False)
+    model = og.Model(folder)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=12)
+    theirs = og.Generator(model, params)
+    s = InferenceSession(_path("tiny_llama"))
+    ours = Generator(s, GeneratorParams(s, max_length=12))
+    for g in (theirs, ours):
+        g.append_tokens(np.array([[5, 9, 13, 2]], np.int32))
+    assert list(ours.get_sequence(0)) == list(theirs.get_sequence(0)) == [5, 9, 13, 2]
+    streamed: dict = {"theirs": [], "ours": []}
+    for name, g in (("theirs", theirs), ("ours", ours)):
+        while not g.is_done():
+            g.generate_next_token()
+            streamed[name].append(int(g.get_next_tokens()[0]))
+    assert streamed["ours"] == streamed["theirs"] and len(streamed["ours"]) == 8
+
+
 def test_greedy_search_equals_onnxruntime_genai(tmp_path):
     """Greedy search with the penalties (no row ending) gives onnxruntime-genai's sequences;
     with rows ending, onnxruntime-genai leaves out the step at which the last row ends (its end

@@ -189,6 +189,7 @@ def child(
         params = GeneratorParams(session, max_length=prompt_len + new, batch_size=1, **options)
         g = Generator(session, params)
         g.append_tokens(prompt)
+        g.generate_next_token()  # the prefill's token shown: each later call a dispatch
         jax.block_until_ready(g._tokens)
         t0, n = time.perf_counter(), 0
         while not g.is_done():

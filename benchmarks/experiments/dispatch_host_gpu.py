@@ -57,6 +57,7 @@ def measure(path: str, new: int = 64, prompt_len: int = 16) -> dict:
         params = GeneratorParams(session, max_length=prompt_len + 4 * new, batch_size=1)
         g = Generator(session, params)
         g.append_tokens(prompt)
+        g.generate_next_token()  # the prefill's token shown: each later call a dispatch
         jax.block_until_ready(g._tokens)
         return g
 

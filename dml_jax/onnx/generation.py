@@ -93,6 +93,9 @@ class Generator:
         self._mask = None
         self._tokens = None  # [batch, capacity] int32 on the device
         self._length = 0  # positions used in the cache (and tokens)
+        # the tokens shown (``get_sequence``...): the prefill's choice waits for the first
+        # ``generate_next_token``, as onnxruntime-genai shows it
+        self._shown = 0
         self._device_length: Any = None  # (the length on the device, the length it is)
         self._done = None
         self._all_ended: Any = False  # every row has ended (a device scalar after a step)
@@ -200,19 +203,26 @@ class Generator:
         self._all_ended = jnp.all(self._done) if self._fns.eos else False
         self._behind, self._ended = None, False
         self._length = seq + 1
+        self._shown = seq
         self._prompt = seq
         self._lengths = [len(row) for row in rows]
 
     def generate_next_token(self) -> None:
-        """One decode step: the cache takes the last token's keys and values, and the next
-        token joins the sequences."""
+        """One token more in each sequence, as onnxruntime-genai's call gives it: the first
+        after ``append_tokens`` is the prefill's choice (already made: shown now); each later
+        one a decode step (the cache takes the last token's keys and values, and the next
+        token joins the sequences)."""
         if self._tokens is None:
             raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
+        if self._shown < self._length:
+            self._shown = self._length
+            return
         if self._length >= self._end:
             raise ValidationError(
                 f"{ONNX}: generation: max_length {self.params.max_length} reached"
             )
         self._dispatch(1)
+        self._shown = self._length
 
     def _dispatch(self, count: int) -> Any:
         """``count`` decode steps from the current length in one dispatch
@@ -289,7 +299,8 @@ class Generator:
     def generate_bucket(self) -> bool:
         """The decode steps whose past runs at the current bucket (with exact lengths, one
         step), a dispatch a step (``steps_per_dispatch`` > 1: runs of that many in one, the
-        rest a step each), queued without waiting for the device: with end tokens watched,
+        rest a step each), queued without waiting for the device, every token shown after
+        them (the prefill's too; ``generate_next_token``); with end tokens watched,
         whether every row has ended is read one dispatch behind, so that the device always has
         the next one queued, and the steps found to start after every row ended are dropped
         (they changed no token the generator shows). False when nothing is left to do
@@ -301,6 +312,12 @@ class Generator:
         benchmarks/experiments/README.md, ``decode_step_gpu.py``.)"""
         if self._tokens is None:
             raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
+        more = self._bucket()
+        self._shown = self._length
+        return more
+
+    def _bucket(self) -> bool:
+        """``generate_bucket``'s steps (the tokens shown after them)."""
         watch = bool(self._fns.eos)
         key = self._step_key(self._length)
         count = int(self.params.steps_per_dispatch)
@@ -346,7 +363,7 @@ class Generator:
 
     def is_done(self) -> bool:
         """Every sequence ended (an end token) or max_length is reached."""
-        if self._tokens is None:
+        if self._tokens is None or self._shown < self._length:  # a token still to show
             return False
         if self._length >= self._end:
             return True
@@ -364,7 +381,7 @@ class Generator:
             raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
         if self.params.num_beams > 1:
             return self._hypotheses()[index]
-        tokens = np.asarray(self._tokens[index, : self._length])
+        tokens = np.asarray(self._tokens[index, : self._shown])
         return tokens[self._prompt - self._lengths[index] :]
 
     def _hypotheses(self) -> list[np.ndarray]:
@@ -389,8 +406,9 @@ class Generator:
         return self._final[1]
 
     def get_next_tokens(self) -> np.ndarray:
-        """The last token of each row (with beams, of each beam: ``batch_size * num_beams``)."""
-        return np.asarray(self._tokens[:, self._length - 1])
+        """The last token shown of each row (after ``append_tokens``, each prompt's last; with
+        beams, of each beam: ``batch_size * num_beams``)."""
+        return np.asarray(self._tokens[:, self._shown - 1])
 
     @property
     def generated(self) -> np.ndarray:
@@ -398,7 +416,7 @@ class Generator:
         num_return_sequences, ...]: each prompt's best hypotheses (``get_sequence``), the
         tokens after the prompt, padded with ``pad_token_id`` to the same length."""
         if self.params.num_beams == 1:
-            return np.asarray(self._tokens[:, self._prompt : self._length])
+            return np.asarray(self._tokens[:, self._prompt : self._shown])
         p = self.params
         out = np.full((len(self._hypotheses()), self._length - self._prompt), p.pad_token_id,
                       np.int32)  # fmt: skip
