@@ -475,6 +475,62 @@ class DecodeSteps:
 
         return program, step
 
+    def extend_fn(self, chunk: int, past: int, capacity: int) -> Any:
+        """A later turn's tokens into a generation of one row (onnxruntime-genai's
+        ``append_tokens`` after tokens were generated): ``chunk`` tokens (the real ones
+        first, then padding) fed over the cache in one call of the session's program, their
+        keys and values written after the ``fed`` positions it holds, and the next token
+        chosen from the last real one's logits: (params, state, ids [1, chunk], fed, real) ->
+        state, jitted, the state donated. ``past``: the past's bucket (a GroupQueryAttention
+        step's: the mask's)."""
+        entry = self._steps.get(("extend", chunk, past, capacity))
+        if entry is not None:
+            return entry
+        gqa = self.roles.kind == "gqa"
+        r, dtype = self.roles, graph_dtype(self.roles.cache_dtype)
+        program = (self._program(1, chunk, capacity, mask=past) if gqa
+                   else self._program(1, chunk, past))  # fmt: skip
+        j = jnp.arange(chunk, dtype=jnp.int32)[None]
+
+        def extend(params, state, ids, fed, real):
+            cache, pending, mask, tokens, done, key, search = state
+            tokens = jax.lax.dynamic_update_slice_in_dim(tokens, ids, fed, axis=1)
+            base = jnp.sum(mask, axis=1, keepdims=True).astype(jnp.int32)  # real tokens fed
+            if gqa:  # the whole buffer the past, ``base`` positions cached (the prompt's
+                # padding not among them); the chunk's padding counted in (it is last)
+                step_mask = (jnp.arange(past)[None] < base + chunk).astype(mask.dtype)
+                logits, presents = self._run_model(program, params, ids, step_mask, base + j,
+                                                   cache)  # fmt: skip
+                cache = [p.astype(dtype) for p in presents]
+                mask = (jnp.arange(mask.shape[1])[None] < base + real).astype(mask.dtype)
+            else:
+                cache = jax.lax.dynamic_update_slice_in_dim(cache, pending, fed - 1, 0)
+                head = jax.lax.slice_in_dim(mask, 0, past, axis=1)
+                step_mask = jnp.concatenate([head, (j < real).astype(mask.dtype)], axis=1)
+                cached = jax.lax.slice_in_dim(cache, 0, past, axis=0)
+                pasts = [jnp.moveaxis(cached[:, k], 0, r.axis) for k in range(cache.shape[1])]
+                logits, presents = self._run_model(program, params, ids, step_mask, base + j,
+                                                   pasts)  # fmt: skip
+                new = _positions_first([
+                    jax.lax.slice_in_dim(p, past, past + chunk, axis=r.axis).astype(dtype)
+                    for p in presents
+                ], r.axis)  # fmt: skip
+                cache = jax.lax.dynamic_update_slice_in_dim(cache, new, fed, 0)
+                pending = jax.lax.dynamic_slice_in_dim(new, real - 1, 1, axis=0)
+                mask = jax.lax.dynamic_update_slice_in_dim(
+                    mask, (j < real).astype(mask.dtype), fed, axis=1
+                )
+            last = jax.lax.dynamic_slice_in_dim(logits, real - 1, 1, axis=1)[:, 0]
+            key, sub = self._split(key)
+            tokens, done, search, _ = self._next(last, sub, jnp.zeros_like(done), tokens,
+                                                 fed + real, mask, search)  # fmt: skip
+            return cache, pending, mask, tokens, done, key, search
+
+        fn = jax.jit(extend, donate_argnums=(1,), compiler_options=self.options())
+        entry = self._steps[("extend", chunk, past, capacity)] = (fn, program)
+        self.compiles += 1
+        return entry
+
     def steps_fn(self, batch: int, past: int, capacity: int, count: int) -> Any:
         """``count`` decode steps at past length ``past`` from ``length`` in one dispatch (more
         than one: a ``lax.fori_loop`` of that fixed count), jitted, the state and the length (a

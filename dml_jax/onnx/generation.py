@@ -143,13 +143,14 @@ class Generator:
 
     def append_tokens(self, prompts: Any) -> None:
         """The prefill: ``prompts`` is a [batch, length] int array, or a list of id lists of
-        different lengths (left-padded with ``pad_token_id``, the padding masked)."""
+        different lengths (left-padded with ``pad_token_id``, the padding masked). Called
+        again once tokens were generated (one prompt, no beams: a chat's next turn, as
+        onnxruntime-genai's continuous decoding), the tokens follow the sequence shown so far
+        (``_extend``)."""
         p, r = self.params, self.roles
         if self._tokens is not None:
-            raise ValidationError(
-                f"{ONNX}: generation: append_tokens after the prompt is not supported; "
-                "start a new Generator"
-            )
+            self._extend(prompts)
+            return
         rows = [
             list(map(int, row))
             for row in (prompts.tolist() if hasattr(prompts, "tolist") else prompts)
@@ -206,6 +207,55 @@ class Generator:
         self._shown = seq
         self._prompt = seq
         self._lengths = [len(row) for row in rows]
+
+    def _extend(self, tokens: Any) -> None:
+        """``append_tokens`` after the prompt: the tokens shown but not yet fed to the model
+        (the last generated one) and the new ones run through the model in one call
+        (``DecodeSteps.extend_fn``; their count in a bucket where it fits), their keys and
+        values joining the cache, the next token chosen (shown by the next
+        ``generate_next_token``); the end tokens seen before no longer end the sequence."""
+        p = self.params
+        if p.batch_size != 1 or p.num_beams != 1:
+            raise ValidationError(
+                f"{ONNX}: generation: append_tokens after the prompt takes one sequence "
+                f"(batch_size 1, num_beams 1), not batch_size {p.batch_size} and num_beams "
+                f"{p.num_beams}"
+            )
+        rows = tokens.tolist() if hasattr(tokens, "tolist") else list(tokens)
+        if rows and isinstance(rows[0], list | tuple):
+            if len(rows) != 1:
+                raise ValidationError(f"{ONNX}: generation: {len(rows)} rows for one sequence")
+            rows = list(rows[0])
+        new = [int(t) for t in rows]
+        if not new:
+            raise ValidationError(f"{ONNX}: generation: no tokens to append")
+        fed, shown = self._length - 1, self._shown  # positions in the cache; tokens shown
+        if shown + len(new) >= self._end:
+            raise ValidationError(
+                f"{ONNX}: generation: {len(new)} tokens more leave nothing to generate within "
+                f"max_length {p.max_length}"
+            )
+        chunk = [int(t) for t in np.asarray(self._tokens[0, fed:shown])] + new
+        gqa = self.roles.kind == "gqa"
+        # the positions cached: a GroupQueryAttention cache holds the prompt without its
+        # padding first (the tokens keep it)
+        cached = fed - (self._prompt - self._lengths[0]) if gqa else fed
+        room = min(self._tokens.shape[1] - fed, self.capacity - cached)
+        size = self._length_for(len(chunk))
+        size = size if size <= room else len(chunk)  # a bucket where it fits
+        past = self._length_for(cached + size if gqa else fed)
+        past = past if not gqa or past <= self.capacity else cached + size
+        fn, program = self._fns.extend_fn(size, past, self.capacity)
+        ids = np.full((1, size), p.pad_token_id, np.int32)
+        ids[0, : len(chunk)] = chunk
+        state = fn(self._fns.params_for(program), self._state(), self._fns.put(ids),
+                   self._fns.put(np.int32(fed)), self._fns.put(np.int32(len(chunk))))  # fmt: skip
+        self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state[:6]
+        self._search, self._final = state[6], None
+        self._length, self._shown = shown + len(new) + 1, shown + len(new)
+        self._device_length = None
+        self._all_ended = jnp.all(self._done) if self._fns.eos else False
+        self._behind, self._ended = None, False
 
     def generate_next_token(self) -> None:
         """One token more in each sequence, as onnxruntime-genai's call gives it: the first

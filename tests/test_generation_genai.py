@@ -1,4 +1,7 @@
-"""Beam search (``GeneratorParams.num_beams`` > 1, ``dml_jax.onnx.beams``) against onnxruntime-genai's
+"""The Generator as onnxruntime-genai's, against onnxruntime-genai itself where it is installed:
+beam search, streamed tokens, greedy search, model folders, a chat's later turns.
+
+Beam search (``GeneratorParams.num_beams`` > 1, ``dml_jax.onnx.beams``) against onnxruntime-genai's
 own beam search on the same ONNX files (where onnxruntime-genai is installed: a model folder with
 its genai_config.json written here), and against a beam search written here in NumPy from the
 rules onnxruntime-genai and Hugging Face document, over onnxruntime's CPU steps: log-softmax plus
@@ -373,3 +376,69 @@ def test_a_genai_model_folder_that_does_not_fit_is_one_error(tmp_path):
         Model(folder)
     with pytest.raises(ValidationError, match="no genai_config.json"):
         Model(tmp_path)
+
+
+# --- a chat's turns: append_tokens after generating -----------------------------------------
+
+
+def _turns(g, turns) -> list[int]:
+    """``g`` through a chat: each turn's tokens appended, then that many tokens generated."""
+    for tokens, count in turns:
+        g.append_tokens(np.array([tokens], np.int32))
+        for _ in range(count):
+            g.generate_next_token()
+    return [int(t) for t in g.get_sequence(0)]
+
+
+@pytest.mark.parametrize("model", ["concat", "builder"])
+@pytest.mark.parametrize("buckets", [None, False])
+def test_later_turns_continue_the_cache(tmp_path, model, buckets):
+    """``append_tokens`` after tokens were generated (one sequence): the tokens follow the
+    sequence shown, run through the model over the cache in one call (their count in a bucket
+    where it fits, or exact), and the generation goes on: each turn's tokens are those of a
+    fresh generation of the whole conversation so far, here and (where installed) in
+    onnxruntime-genai. A turn right after the prompt, a long turn and a turn of one token are
+    among them."""
+    path = _path("tiny_llama") if model == "concat" else BUILDER
+    s = InferenceSession(path)
+    conversations = [
+        [([5, 9, 13, 2], 5), ([7, 1, 3], 6)],
+        [([5, 9, 13, 2, 8, 8, 1], 3), (list(range(3, 20)), 4), ([3], 5)],
+        [([5], 0), ([7], 3), ([9, 9, 9], 2)],
+    ]
+    for turns in conversations:
+        got = _turns(Generator(s, GeneratorParams(s, max_length=60, buckets=buckets)), turns)
+        assert len(got) == sum(len(t) + n for t, n in turns)
+        start = len(turns[0][0])
+        for k in range(1, len(turns)):  # each later turn against a fresh generation
+            upto = sum(len(t) + n for t, n in turns[:k]) + len(turns[k][0])
+            fresh = Generator(s, GeneratorParams(s, max_length=60, buckets=buckets))
+            fresh.append_tokens([got[:upto]])
+            for _ in range(turns[k][1]):
+                fresh.generate_next_token()
+            assert [int(t) for t in fresh.get_sequence(0)] == got[: upto + turns[k][1]]
+        assert got[:start] == turns[0][0]
+    try:
+        import onnxruntime_genai  # noqa: F401
+    except ImportError:
+        return
+    # onnxruntime-genai's fresh generation of the first conversation's last turn (its own
+    # later turns differ from that on the GroupQueryAttention step: docs/semantics.md)
+    folder = _genai_folder(tmp_path, path, 96, model == "builder")
+    got = _turns(Generator(s, GeneratorParams(s, max_length=60, buckets=buckets)),
+                 conversations[0])  # fmt: skip
+    assert _genai_sequences(folder, [got[:12]], 18, {}) == [got]
+
+
+def test_later_turns_are_for_one_sequence():
+    s = InferenceSession(_path("tiny_llama"))
+    g = Generator(s, GeneratorParams(s, max_length=12, batch_size=2))
+    g.append_tokens([[5, 9], [7, 1]])
+    with pytest.raises(ValidationError, match="takes one sequence"):
+        g.append_tokens([[3], [4]])
+    g = Generator(s, GeneratorParams(s, max_length=12))
+    g.append_tokens([[5, 9, 13, 2]])
+    with pytest.raises(ValidationError, match="leave nothing to generate within max_length 12"):
+        g.append_tokens([[1] * 8])
+    with pytest.raises(ValidationError, match="no tokens to append"):
+        g.append_tokens([])
