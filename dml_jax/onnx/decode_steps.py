@@ -531,6 +531,30 @@ class DecodeSteps:
         self.compiles += 1
         return entry
 
+    def rewind_fn(self) -> Any:
+        """A generation of one row cut back (``Generator.rewind_to``): (state, fed, keep) ->
+        state, jitted, the state donated: ``keep`` positions of the cache stay (``fed`` it
+        held, its last in ``pending`` for a Concat cache, written first), the mask zero after
+        them, no row done; for a Concat cache the pending keys and values are then those of
+        the last position kept, as a step expects them (``keep`` of a GroupQueryAttention
+        cache counts its positions, without the prompt's padding)."""
+        fn = self.__dict__.get("_rewind")
+        if fn is not None:
+            return fn
+        gqa = self.roles.kind == "gqa"
+
+        def rewind(state, fed, keep):
+            cache, pending, mask, tokens, done, key, search = state
+            if not gqa:
+                cache = jax.lax.dynamic_update_slice_in_dim(cache, pending, fed - 1, 0)
+                pending = jax.lax.dynamic_slice_in_dim(cache, keep - 1, 1, axis=0)
+            cut = jnp.arange(mask.shape[1], dtype=jnp.int32)[None] < keep
+            mask = jnp.where(cut, mask, jnp.zeros((), mask.dtype))
+            return cache, pending, mask, tokens, jnp.zeros_like(done), key, search
+
+        fn = self._rewind = jax.jit(rewind, donate_argnums=(0,))
+        return fn
+
     def steps_fn(self, batch: int, past: int, capacity: int, count: int) -> Any:
         """``count`` decode steps at past length ``past`` from ``length`` in one dispatch (more
         than one: a ``lax.fori_loop`` of that fixed count), jitted, the state and the length (a

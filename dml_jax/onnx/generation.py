@@ -257,6 +257,39 @@ class Generator:
         self._all_ended = jnp.all(self._done) if self._fns.eos else False
         self._behind, self._ended = None, False
 
+    def rewind_to(self, length: int) -> None:
+        """onnxruntime-genai's ``rewind_to``: the sequence (one, no beams) cut back to its
+        first ``length`` tokens (at least 1, at most those shown), the cache's positions after
+        them dropped; the next ``generate_next_token`` chooses the token after them, or
+        ``append_tokens`` adds a turn (a cached system prompt: generate, rewind, append)."""
+        p = self.params
+        if self._tokens is None:
+            raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
+        if p.batch_size != 1 or p.num_beams != 1:
+            raise ValidationError(
+                f"{ONNX}: generation: rewind_to takes one sequence (batch_size 1, num_beams 1)"
+            )
+        pad = self._prompt - self._lengths[0]
+        if isinstance(length, bool) or not isinstance(length, int | np.integer):
+            raise ValidationError(f"{ONNX}: generation: rewind_to takes an int, got {length!r}")
+        if not 1 <= length <= self._shown - pad:
+            raise ValidationError(
+                f"{ONNX}: generation: rewind_to({length}): the sequence holds "
+                f"{self._shown - pad} tokens (1 to that many stay)"
+            )
+        # the token at the new length's end is chosen but not fed, as after a step: the cache
+        # keeps the positions before it
+        column = pad + int(length)
+        keep = column - 1 - (pad if self.roles.kind == "gqa" else 0)
+        state = self._fns.rewind_fn()(self._state(), self._fns.put(np.int32(self._length - 1)),
+                                      self._fns.put(np.int32(keep)))  # fmt: skip
+        self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state[:6]
+        self._search, self._final = state[6], None
+        self._length = self._shown = column
+        self._device_length = None
+        self._all_ended = jnp.all(self._done) if self._fns.eos else False
+        self._behind, self._ended = None, False
+
     def generate_next_token(self) -> None:
         """One token more in each sequence, as onnxruntime-genai's call gives it: the first
         after ``append_tokens`` is the prefill's choice (already made: shown now); each later
