@@ -214,10 +214,11 @@ def main() -> None:
         # heads; on 4 (which does not) the key and value projections stay whole (split, their
         # blocks would cut the heads and the attention's inputs would move between devices), the
         # query heads split; a decode step on either communicates only Megatron's minimum.
-        # Beam search's sequences on each mesh are the one-device ones too.
+        # Beam search's sequences and a chat's later turn on each mesh are the one-device ones
+        # too.
         from jax import monitoring
 
-        from dml_jax.onnx.generation import Generator, generate
+        from dml_jax.onnx.generation import Generator, GeneratorParams, generate
 
         here = os.path.dirname(os.path.abspath(__file__))
         path = os.path.join(here, "data", "decoders", "tiny_llama_step.onnx")
@@ -253,13 +254,25 @@ def main() -> None:
             finally:
                 monitoring.unregister_event_duration_listener(count)
             ok = ok and not compiled and bool((again.generated == want).all())
+            # a chat's later turn on a model axis (one sequence: no data axis divides it), the
+            # turn through the sharded cache
+            turned = []
+            for session in (g.session, InferenceSession(path)) if "data" not in names else ():
+                chat = Generator(session, GeneratorParams(session, max_length=32))
+                for turn in ([5, 6, 7], [9, 9]):
+                    chat.append_tokens([turn])
+                    for _ in range(3):
+                        chat.generate_next_token()
+                turned.append(chat.get_sequence(0).tolist())
+            ok = ok and (not turned or turned[0] == turned[1])
             # beam search on the mesh: the beams' rows gathered from the sharded cache
             searched = generate(g.session, prompts, 12, **beams)
             beams_same = searched.shape == want_beams.shape and bool((searched == want_beams).all())
             ok = ok and beams_same
             details.append(f"{shape}: tokens equal {same}, cache {spec}, step collectives {found}, "
                            f"compiles after compile_ahead {len(compiled)}, beam search's "
-                           f"sequences equal {beams_same}")  # fmt: skip
+                           f"sequences equal {beams_same}, a later turn's "
+                           f"{turned and turned[0] == turned[1]}")  # fmt: skip
         return ok, "; ".join(details)
 
     def int4_held():
