@@ -93,6 +93,7 @@ class Generator:
         self._mask = None
         self._tokens = None  # [batch, capacity] int32 on the device
         self._length = 0  # positions used in the cache (and tokens)
+        self._ahead = 0  # the device's length where steps ran past the end (``_settle``)
         # the tokens shown (``get_sequence``...): the prefill's choice waits for the first
         # ``generate_next_token``, as onnxruntime-genai shows it
         self._shown = 0
@@ -205,6 +206,7 @@ class Generator:
         self._behind, self._ended = None, False
         self._length = seq + 1
         self._shown = seq
+        self._ahead = 0
         self._prompt = seq
         self._lengths = [len(row) for row in rows]
 
@@ -235,6 +237,8 @@ class Generator:
                 f"{ONNX}: generation: {len(new)} tokens more leave nothing to generate within "
                 f"max_length {p.max_length}"
             )
+        if self._ahead:  # steps ran after the end: their state dropped first
+            self._cut(self._length)
         chunk = [int(t) for t in np.asarray(self._tokens[0, fed:shown])] + new
         gqa = self.roles.kind == "gqa"
         # the positions cached: a GroupQueryAttention cache holds the prompt without its
@@ -277,18 +281,25 @@ class Generator:
                 f"{ONNX}: generation: rewind_to({length}): the sequence holds "
                 f"{self._shown - pad} tokens (1 to that many stay)"
             )
-        # the token at the new length's end is chosen but not fed, as after a step: the cache
-        # keeps the positions before it
-        column = pad + int(length)
+        self._cut(pad + int(length))
+        self._shown = self._length
+        self._all_ended = jnp.all(self._done) if self._fns.eos else False
+        self._behind, self._ended = None, False
+
+    def _cut(self, column: int) -> None:
+        """The device's state cut back to the tokens before ``column`` (``rewind_fn``): the
+        token at ``column - 1`` chosen but not fed, as after a step, the cache keeping the
+        positions before it. The device may have run further than the host's length says
+        (``_ahead``: steps dispatched after every row had ended, which ``_settle`` dropped);
+        its pending keys and values are then those of its own last position."""
+        pad = self._prompt - self._lengths[0]
         keep = column - 1 - (pad if self.roles.kind == "gqa" else 0)
-        state = self._fns.rewind_fn()(self._state(), self._fns.put(np.int32(self._length - 1)),
+        fed = max(self._ahead, self._length) - 1
+        state = self._fns.rewind_fn()(self._state(), self._fns.put(np.int32(fed)),
                                       self._fns.put(np.int32(keep)))  # fmt: skip
         self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state[:6]
         self._search, self._final = state[6], None
-        self._length = self._shown = column
-        self._device_length = None
-        self._all_ended = jnp.all(self._done) if self._fns.eos else False
-        self._behind, self._ended = None, False
+        self._length, self._ahead, self._device_length = column, 0, None
 
     def generate_next_token(self) -> None:
         """One token more in each sequence, as onnxruntime-genai's call gives it: the first
@@ -304,6 +315,8 @@ class Generator:
             raise ValidationError(
                 f"{ONNX}: generation: max_length {self.params.max_length} reached"
             )
+        if self._ahead:  # steps ran after the end: their state dropped first
+            self._cut(self._length)
         self._dispatch(1)
         self._shown = self._length
 
@@ -427,6 +440,8 @@ class Generator:
         stop = int(stop)
         if stop == NEVER:
             return False
+        if stop < self._length:  # the device's state is some steps further (``_cut``)
+            self._ahead = max(self._ahead, self._length)
         self._length, self._ended, self._behind = stop, True, None
         return True
 
