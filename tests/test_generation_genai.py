@@ -451,8 +451,7 @@ def test_a_turn_after_an_end_token_continues_the_cache(model, eos):
     assert g.get_sequence(0).tolist() == fresh.get_sequence(0).tolist()
 
 
-@pytest.mark.parametrize("model", ["concat", "builder"])
-@pytest.mark.parametrize("buckets", [None, False])
+@pytest.mark.parametrize("model, buckets", [("concat", None), ("builder", False)])
 def test_rewind_to_cuts_the_sequence_and_its_cache(model, buckets):
     """``rewind_to(n)``: the sequence's first n tokens stay and generation goes on from them,
     as a fresh generation of those tokens does: back to a system prompt and a new turn
