@@ -173,16 +173,20 @@ def test_beam_search_options_are_checked(tmp_path):
 
 
 def test_generate_command_with_beams(capsys):
+    """``dml-jax generate`` with the beam options: each prompt's sequences a line, the NumPy
+    beam search's (the length penalty and the stopping rule reach it)."""
     args = ["generate", _path("tiny_llama"), "--prompt-ids", "5,9,13,2", "--max-new-tokens",
-            "16", "--num-beams", "3", "--num-return-sequences", "2", "--eos-token-id", "52"]  # fmt: skip
+            "16", "--num-beams", "3", "--num-return-sequences", "2", "--eos-token-id", "44",
+            "--length-penalty", "2.0", "--no-early-stopping"]  # fmt: skip
     assert main(args) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    s = InferenceSession(_path("tiny_llama"))
-    want = _ours(s, [[5, 9, 13, 2]], 20, num_beams=3, num_return_sequences=2, eos_token_id=52)
+    # (with early stopping, or another penalty, these sequences differ)
+    want = _numpy_beam_search(_path("tiny_llama"), [5, 9, 13, 2], 20, 3, 44, 2.0, False, 2)
     assert len(lines) == 2
     for line, seq in zip(lines, want):
         new = seq[4:]
-        assert [int(t) for t in line.split(",")][: len(new)] == new
+        row = [int(t) for t in line.split(",")]
+        assert row[: len(new)] == new and set(row[len(new) :]) <= {0}
 
 
 # --- onnxruntime-genai itself --------------------------------------------------------------

@@ -112,8 +112,8 @@ _RUN = (
 
 
 def _takes_prologue(deq: Any, gemm: Any, slot: int) -> bool:
-    """Whether the pair's kernel may normalize or gate its A: a float16 A of one row read in
-    the bytes form."""
+    """Whether the pair's kernel may normalize its A (a prologue): a float16 A of one row read
+    in the bytes form."""
     v = _view(deq, gemm) if slot == 1 else None
     return v is not None and v.widen_row and v.bytes_form and gemm.a_tensor.dtype == jnp.float16
 

@@ -202,8 +202,7 @@ class Generator:
             search,
         )
         self._final = None
-        self._all_ended = jnp.all(self._done) if self._fns.eos else False
-        self._behind, self._ended = None, False
+        self._going_on()
         self._length = seq + 1
         self._shown = seq
         self._ahead = 0
@@ -254,12 +253,9 @@ class Generator:
         ids[0, : len(chunk)] = chunk
         state = fn(self._fns.params_for(program), self._state(), self._fns.put(ids),
                    self._fns.put(np.int32(fed)), self._fns.put(np.int32(len(chunk))))  # fmt: skip
-        self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state[:6]
-        self._search, self._final = state[6], None
+        self._set_state(state)
         self._length, self._shown = shown + len(new) + 1, shown + len(new)
-        self._device_length = None
-        self._all_ended = jnp.all(self._done) if self._fns.eos else False
-        self._behind, self._ended = None, False
+        self._going_on()
 
     def rewind_to(self, length: int) -> None:
         """onnxruntime-genai's ``rewind_to``: the sequence (one, no beams) cut back to its
@@ -283,8 +279,7 @@ class Generator:
             )
         self._cut(pad + int(length))
         self._shown = self._length
-        self._all_ended = jnp.all(self._done) if self._fns.eos else False
-        self._behind, self._ended = None, False
+        self._going_on()
 
     def _cut(self, column: int) -> None:
         """The device's state cut back to the tokens before ``column`` (``rewind_fn``): the
@@ -297,9 +292,8 @@ class Generator:
         fed = max(self._ahead, self._length) - 1
         state = self._fns.rewind_fn()(self._state(), self._fns.put(np.int32(fed)),
                                       self._fns.put(np.int32(keep)))  # fmt: skip
-        self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state[:6]
-        self._search, self._final = state[6], None
-        self._length, self._ahead, self._device_length = column, 0, None
+        self._set_state(state)
+        self._length, self._ahead = column, 0
 
     def generate_next_token(self) -> None:
         """One token more in each sequence, as onnxruntime-genai's call gives it: the first
@@ -335,8 +329,7 @@ class Generator:
         if length is None or length[1] != self._length:
             length = (self._fns.put(np.int32(self._length)), self._length)
         state, stop, self._all_ended, after = fn(self._fns.params_for(program), state, length[0])
-        self._cache, self._pending, self._mask, self._tokens, self._done, self._key = state[:6]
-        self._search, self._final = state[6], None
+        self._set_state(state)
         self._fns.ready.add(made)
         self._length += count
         self._device_length = (after, self._length)
@@ -346,6 +339,18 @@ class Generator:
         """The decode steps' state (``decode_steps``' docstring says what each part is)."""
         return (self._cache, self._pending, self._mask, self._tokens, self._done, self._key,
                 self._search)  # fmt: skip
+
+    def _set_state(self, state: tuple) -> None:
+        """``_state()``'s parts, from what a step, a turn or a cut returned."""
+        (self._cache, self._pending, self._mask, self._tokens, self._done, self._key,
+         self._search) = state  # fmt: skip
+        self._final = None
+
+    def _going_on(self) -> None:
+        """Generation goes on from the state set (a prompt, a turn, a rewind): ended where
+        its rows are, nothing read behind."""
+        self._all_ended = jnp.all(self._done) if self._fns.eos else False
+        self._behind, self._ended = None, False
 
     def _step_id(self, length: int) -> tuple:
         return (self._rows, self._step_key(length), self._gqa_capacity)
