@@ -4,14 +4,17 @@ bucket and past bucket and shared by the generators of that session, and the cho
 token (onnxruntime-genai's repetition penalty, minimum length and repeated n-grams where set, then
 ``select_tokens``: greedy, or sampled after temperature, top-k and top-p).
 
-A decode step's state is (cache, pending, mask, tokens, done, key, search): the cache, one buffer
+A decode step's state is (cache, pending, mask, tokens, done, key, search, chosen): the cache, one
+buffer
 of every layer's keys and values stacked after its positions (a GroupQueryAttention step's: each
 layer's buffers, which its presents replace); the last token's keys and values, which the next
 step writes into the cache before it reads it (none for a GroupQueryAttention step); the
 attention mask over the cache; the tokens (prompts and generated) on the device; which rows have
 ended; the sampling key; beam search's scores and hypotheses (``beams``; empty without beams),
 by which a step also gathers the rows of the cache, the mask and the tokens that each beam
-continues. A dispatch runs ``count`` such steps (``steps_fn``), the state and the length
+continues; and what the last token was chosen from: the model's logits at the last position
+(float32 [rows, vocabulary], in the rows' order before a beam search's choice) and the rows that
+had ended before it (``Generator.get_logits`` / ``set_logits``; ``choose_fn``). A dispatch runs ``count`` such steps (``steps_fn``), the state and the length
 donated, so that the cache is updated in place.
 """
 
@@ -47,6 +50,12 @@ def _positions_first(pasts: list, axis: int) -> Any:
     """Pasts or presents of one shape (their positions on ``axis``) stacked as the cache holds
     them (``DecodeSteps.stacked_shape``): {positions, which one, their other dimensions}."""
     return jnp.stack([jnp.moveaxis(p, axis, 0) for p in pasts], axis=1)
+
+
+def _chosen(logits: Any, before: Any) -> tuple:
+    """The state's record of a choice: the logits it read (float32) and the rows ended before
+    it."""
+    return logits.astype(jnp.float32), before
 
 
 def _repeated(arrays: list, copies: int) -> list:
@@ -319,9 +328,9 @@ class DecodeSteps:
 
     def prefill_fn(self, batch: int, seq: int, capacity: int) -> Any:
         """The prefill for prompts padded to ``seq`` into a cache of ``capacity`` positions:
-        (params, tokens, mask, key) -> (cache, pending, tokens, done), the cache made on the
-        device, its first ``seq`` positions the prompts' keys and values, the first token at
-        ``seq``."""
+        (params, tokens, mask, key, search) -> (cache, pending, tokens, done, search, chosen),
+        the cache made on the device, its first ``seq`` positions the prompts' keys and values,
+        the first token at ``seq``."""
         entry = self._prefills.get((batch, seq, capacity))
         if entry is not None:
             return entry
@@ -348,11 +357,12 @@ class DecodeSteps:
                 _positions_first([p.astype(dtype) for p in presents], axis), 0, 0,
             )  # fmt: skip
             # (with beams, a prompt's rows are alike until this choice: none is gathered)
-            tokens, done, search, _ = self._next(logits[:, -1], key, jnp.zeros((batch,), bool),
-                                                 tokens, seq, mask, search)  # fmt: skip
+            before = jnp.zeros((batch,), bool)
+            tokens, done, search, _ = self._next(logits[:, -1], key, before, tokens, seq, mask,
+                                                 search)  # fmt: skip
             # The last prompt position again, as the first step's pending keys and values.
             last = jax.lax.slice_in_dim(cache, seq - 1, seq, axis=0)
-            return cache, last, tokens, done, search
+            return cache, last, tokens, done, search, _chosen(logits[:, -1], before)
 
         fn = jax.jit(prefill, compiler_options=self.options())
         entry = self._prefills[(batch, seq, capacity)] = (fn, program)
@@ -383,8 +393,8 @@ class DecodeSteps:
             logits, presents = self._run_model(program, params, ids, step_mask, positions, zeros)
             last = jnp.take_along_axis(logits, (lens - 1)[:, None, None], axis=1)[:, 0]
             last, *presents = _repeated([last, *presents], copies)
-            tokens, done, search, _ = self._next(last, key, jnp.zeros((batch,), bool), tokens,
-                                                 seq, mask, search)  # fmt: skip
+            before = jnp.zeros((batch,), bool)
+            tokens, done, search, _ = self._next(last, key, before, tokens, seq, mask, search)
             cache = [p.astype(dtype) for p in presents]
             # The steps' pending keys and values: the prompt's last position's, which the
             # first step writes where they already are, so that every step of a bucket takes
@@ -392,7 +402,7 @@ class DecodeSteps:
             pending = [] if r.kind == "gqa" else [
                 jax.lax.slice_in_dim(c, seq - 1, seq, axis=r.axis) for c in cache
             ]  # fmt: skip
-            return cache, pending, tokens, done, search
+            return cache, pending, tokens, done, search, _chosen(last, before)
 
         fn = jax.jit(prefill, compiler_options=self.options())
         entry = self._prefills[(batch, seq, capacity)] = (fn, program)
@@ -409,7 +419,7 @@ class DecodeSteps:
         dtype = graph_dtype(self.roles.cache_dtype)
 
         def step(params, state, length):
-            cache, pending, mask, tokens, done, key, search = state
+            cache, pending, mask, tokens, done, key, search, _ = state
             counts = jnp.sum(mask, axis=1).astype(jnp.int32)[:, None]  # cached, per entry
             ids = jax.lax.dynamic_slice_in_dim(tokens, length - 1, 1, axis=1)
             step_mask = (jnp.arange(total)[None] < counts + 1).astype(mask.dtype)
@@ -417,12 +427,13 @@ class DecodeSteps:
             cache = [p.astype(dtype) for p in presents]
             mask = (jnp.arange(mask.shape[1])[None] < counts + 1).astype(mask.dtype)
             key, sub = self._split(key)
+            chosen = _chosen(logits[:, -1], done)
             tokens, done, search, picked = self._next(logits[:, -1], sub, done, tokens, length,
                                                       mask, search)  # fmt: skip
             if picked is not None:  # each beam's rows: its cache and mask
                 cache = beam_search.gather_rows(picked, *cache)
                 (mask,) = beam_search.gather_rows(picked, mask)
-            return cache, pending, mask, tokens, done, key, search
+            return cache, pending, mask, tokens, done, key, search, chosen
 
         return program, step
 
@@ -447,7 +458,7 @@ class DecodeSteps:
         axis = self.roles.axis
 
         def step(params, state, length):
-            cache, pending, mask, tokens, done, key, search = state
+            cache, pending, mask, tokens, done, key, search, _ = state
             cache = jax.lax.dynamic_update_slice_in_dim(cache, pending, length - 2, 0)
             ids = jax.lax.dynamic_slice_in_dim(tokens, length - 1, 1, axis=1)
             # The new token's position: the number of real tokens before it.
@@ -466,12 +477,13 @@ class DecodeSteps:
                 mask, jnp.ones((batch, 1), mask.dtype), length - 1, axis=1
             )
             key, sub = self._split(key)  # a key a step, whatever the prompt's padding
+            chosen = _chosen(logits[:, -1], done)
             tokens, done, search, picked = self._next(logits[:, -1], sub, done, tokens, length,
                                                       mask, search)  # fmt: skip
             if picked is not None:  # each beam's rows: its cache, pending keys and mask
                 cache, pending = beam_search.gather_rows(picked, cache, pending, axis=2)
                 (mask,) = beam_search.gather_rows(picked, mask)
-            return cache, pending, mask, tokens, done, key, search
+            return cache, pending, mask, tokens, done, key, search, chosen
 
         return program, step
 
@@ -493,7 +505,7 @@ class DecodeSteps:
         j = jnp.arange(chunk, dtype=jnp.int32)[None]
 
         def extend(params, state, ids, fed, real):
-            cache, pending, mask, tokens, done, key, search = state
+            cache, pending, mask, tokens, done, key, search, _ = state
             tokens = jax.lax.dynamic_update_slice_in_dim(tokens, ids, fed, axis=1)
             base = jnp.sum(mask, axis=1, keepdims=True).astype(jnp.int32)  # real tokens fed
             if gqa:  # the whole buffer the past, ``base`` positions cached (the prompt's
@@ -522,9 +534,10 @@ class DecodeSteps:
                 )
             last = jax.lax.dynamic_slice_in_dim(logits, real - 1, 1, axis=1)[:, 0]
             key, sub = self._split(key)
-            tokens, done, search, _ = self._next(last, sub, jnp.zeros_like(done), tokens,
-                                                 fed + real, mask, search)  # fmt: skip
-            return cache, pending, mask, tokens, done, key, search
+            before = jnp.zeros_like(done)
+            tokens, done, search, _ = self._next(last, sub, before, tokens, fed + real, mask,
+                                                 search)  # fmt: skip
+            return cache, pending, mask, tokens, done, key, search, _chosen(last, before)
 
         fn = jax.jit(extend, donate_argnums=(1,), compiler_options=self.options())
         entry = self._steps[("extend", chunk, past, capacity)] = (fn, program)
@@ -544,15 +557,35 @@ class DecodeSteps:
         gqa = self.roles.kind == "gqa"
 
         def rewind(state, fed, keep):
-            cache, pending, mask, tokens, done, key, search = state
+            cache, pending, mask, tokens, done, key, search, chosen = state
             if not gqa:
                 cache = jax.lax.dynamic_update_slice_in_dim(cache, pending, fed - 1, 0)
                 pending = jax.lax.dynamic_slice_in_dim(cache, keep - 1, 1, axis=0)
             cut = jnp.arange(mask.shape[1], dtype=jnp.int32)[None] < keep
             mask = jnp.where(cut, mask, jnp.zeros((), mask.dtype))
-            return cache, pending, mask, tokens, jnp.zeros_like(done), key, search
+            return cache, pending, mask, tokens, jnp.zeros_like(done), key, search, chosen
 
         fn = self._rewind = jax.jit(rewind, donate_argnums=(0,))
+        return fn
+
+    def choose_fn(self) -> Any:
+        """The last token chosen again, from other logits (``Generator.set_logits``; no beams):
+        (state, logits [rows, vocabulary] float32, at) -> (state, whether every row has
+        ended), jitted, the state donated: the token at column ``at`` chosen as the step chose
+        it (the penalties, then greedy or sampled with the state's next key), the rows that
+        had ended before it given the pad id again."""
+        fn = self.__dict__.get("_choose")
+        if fn is not None:
+            return fn
+
+        def choose(state, logits, at):
+            cache, pending, mask, tokens, _, key, search, (_, before) = state
+            key, sub = self._split(key)
+            tokens, done, search, _ = self._next(logits, sub, before, tokens, at, mask, search)
+            state = cache, pending, mask, tokens, done, key, search, _chosen(logits, before)
+            return state, jnp.all(done)
+
+        fn = self._choose = jax.jit(choose, donate_argnums=(0,))
         return fn
 
     def steps_fn(self, batch: int, past: int, capacity: int, count: int) -> Any:

@@ -71,6 +71,19 @@ class Model(ModelDefaults):
         self.defaults = _defaults(config, where)
         _check_names(self.session, decoder, where)
 
+    @property
+    def type(self) -> str:
+        """onnxruntime-genai's ``Model.type``: the config's ``model.type`` ("llama", "phi3",
+        ...; "" where it names none)."""
+        kind = self.config["model"].get("type", "")
+        return kind if isinstance(kind, str) else str(kind)
+
+    @property
+    def device_type(self) -> str:
+        """onnxruntime-genai's ``Model.device_type``: "CPU" or "CUDA", the device the step's
+        session runs on (its first provider's)."""
+        return self.session.get_providers()[0].removesuffix("ExecutionProvider")
+
     def __repr__(self) -> str:
         return f"Model({self.folder!r})"
 

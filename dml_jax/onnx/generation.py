@@ -99,7 +99,12 @@ class Generator:
         self._shown = 0
         self._device_length: Any = None  # (the length on the device, the length it is)
         self._done = None
+        self._chosen: Any = None  # the logits the last token was chosen from (``get_logits``)
         self._all_ended: Any = False  # every row has ended (a device scalar after a step)
+        # a step run by ``get_logits`` for the last token shown, its token not shown yet: the
+        # rows ended after it wait in ``_peek_ended`` (``_all_ended`` is the shown state's)
+        self._peeked = False
+        self._peek_ended: Any = False
         # the last dispatch's report while end tokens are watched (``_dispatch``)
         self._behind: Any = None
         # on the device as the steps' outputs are, so that the first step's call is theirs
@@ -181,7 +186,9 @@ class Generator:
         # cache holds each entry's positions first: as many as the longest prompt and the new
         # tokens, in buckets like the mask that covers them.
         self.capacity = self._length_for(p.max_length if gqa else self._end)
-        width = self._length_for(self._end)
+        # a column past the end: the token a step after the last one chooses, never shown
+        # (``get_logits`` at max_length runs the model on the last token)
+        width = self._length_for(self._end + 1)
         tokens = np.full((self._rows, width), p.pad_token_id, np.int32)
         mask = np.zeros((self._rows, self.capacity), np.int32)
         for i, b in enumerate(np.repeat(np.arange(len(rows)), p.num_beams)):
@@ -194,7 +201,7 @@ class Generator:
         fn, program = self._fns.prefill_fn(self._rows, seq, self.capacity)
         self._mask = self._fns.put(mask)
         search = jax.tree.map(self._fns.put, self._fns.initial_search(p.batch_size, width))
-        self._cache, self._pending, self._tokens, self._done, self._search = fn(
+        self._cache, self._pending, self._tokens, self._done, self._search, self._chosen = fn(
             self._fns.params_for(program),
             self._fns.put(tokens),
             self._mask,
@@ -302,13 +309,14 @@ class Generator:
         token joins the sequences)."""
         if self._tokens is None:
             raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
-        if self._shown < self._length:
-            self._shown = self._length
-            return
-        if self._length >= self._end:
+        if self._shown >= self._end:
             raise ValidationError(
                 f"{ONNX}: generation: max_length {self.params.max_length} reached"
             )
+        if self._shown < self._length:
+            self._unpeek()
+            self._shown = self._length
+            return
         if self._ahead:  # steps ran after the end: their state dropped first
             self._cut(self._length)
         self._dispatch(1)
@@ -338,19 +346,24 @@ class Generator:
     def _state(self) -> tuple:
         """The decode steps' state (``decode_steps``' docstring says what each part is)."""
         return (self._cache, self._pending, self._mask, self._tokens, self._done, self._key,
-                self._search)  # fmt: skip
+                self._search, self._chosen)  # fmt: skip
 
     def _set_state(self, state: tuple) -> None:
         """``_state()``'s parts, from what a step, a turn or a cut returned."""
         (self._cache, self._pending, self._mask, self._tokens, self._done, self._key,
-         self._search) = state  # fmt: skip
+         self._search, self._chosen) = state  # fmt: skip
         self._final = None
 
     def _going_on(self) -> None:
         """Generation goes on from the state set (a prompt, a turn, a rewind): ended where
         its rows are, nothing read behind."""
         self._all_ended = jnp.all(self._done) if self._fns.eos else False
-        self._behind, self._ended = None, False
+        self._behind, self._ended, self._peeked = None, False, False
+
+    def _unpeek(self) -> None:
+        """The step ``get_logits`` ran is now one the generator shows: its rows' ends count."""
+        if self._peeked:
+            self._all_ended, self._peeked = self._peek_ended, False
 
     def _step_id(self, length: int) -> tuple:
         return (self._rows, self._step_key(length), self._gqa_capacity)
@@ -413,8 +426,9 @@ class Generator:
         benchmarks/experiments/README.md, ``decode_step_gpu.py``.)"""
         if self._tokens is None:
             raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
+        self._unpeek()
         more = self._bucket()
-        self._shown = self._length
+        self._shown = min(self._length, self._end)  # (not a token ``get_logits`` chose after it)
         return more
 
     def _bucket(self) -> bool:
@@ -466,11 +480,11 @@ class Generator:
 
     def is_done(self) -> bool:
         """Every sequence ended (an end token) or max_length is reached."""
-        if self._tokens is None or self._shown < self._length:  # a token still to show
+        if self._tokens is None:
             return False
-        if self._length >= self._end:
-            return True
-        if self._ended:
+        if self._shown < min(self._length, self._end) and not self._peeked:
+            return False  # a token still to show (the prefill's or a turn's choice)
+        if self._shown >= self._end or self._ended:
             return True
         return bool(self._fns.eos) and bool(self._all_ended)
 
@@ -512,6 +526,78 @@ class Generator:
         """The last token shown of each row (after ``append_tokens``, each prompt's last; with
         beams, of each beam: ``batch_size * num_beams``)."""
         return np.asarray(self._tokens[:, self._shown - 1])
+
+    def token_count(self) -> int:
+        """onnxruntime-genai's ``token_count``: the tokens of the sequences so far (the
+        longest prompt and those generated; 0 before ``append_tokens``)."""
+        if self._tokens is None:
+            return 0
+        return self._shown - (self._prompt - max(self._lengths))
+
+    def get_logits(self) -> np.ndarray:
+        """onnxruntime-genai's ``get_logits``: the model's logits after the last token of each
+        sequence (after ``append_tokens``, the prompt's last), from which
+        ``generate_next_token`` chooses the next one: float32 [batch, 1, vocabulary]. Where
+        the model has not run on that token yet, a decode step runs it now (the step the next
+        ``generate_next_token`` shows; at max_length one past it, whose token is never
+        shown). One row a sequence: no beams."""
+        self._one_row_each("get_logits")
+        self._run_to_shown()
+        return np.asarray(self._chosen[0])[:, None, :]
+
+    def set_logits(self, logits: Any) -> None:
+        """onnxruntime-genai's ``set_logits``: the next token of each sequence chosen from
+        ``logits`` ([batch, 1, vocabulary] or [batch, vocabulary]) in place of the model's, as
+        ``generate_next_token`` would choose it (the penalties, then greedy or sampled); the
+        next ``generate_next_token`` shows it. Where the model has not run on the last token
+        yet, it runs first, as for ``get_logits`` (onnxruntime-genai refuses the call there:
+        docs/semantics.md). No beams."""
+        self._one_row_each("set_logits")
+        where = f"{ONNX}: generation: set_logits"
+        if self._shown >= self._end:
+            raise ValidationError(f"{where}: max_length {self.params.max_length} reached")
+        try:
+            values = np.asarray(logits, dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise ValidationError(f"{where}: logits are not numbers: {e}") from None
+        self._run_to_shown()
+        rows, vocab = self._chosen[0].shape
+        if values.ndim == 3 and values.shape[1] == 1:
+            values = values[:, 0]
+        if values.shape != (rows, vocab):
+            raise ValidationError(
+                f"{where}: logits of shape {list(np.shape(logits))}, not [{rows}, 1, {vocab}] "
+                f"or [{rows}, {vocab}] (batch, vocabulary)"
+            )
+        at = self._fns.put(np.int32(self._length - 1))
+        state, ended = self._fns.choose_fn()(self._state(), self._fns.put(values), at)
+        self._set_state(state)
+        if not self._fns.eos:
+            return
+        if self._peeked:
+            self._peek_ended = ended
+        else:
+            self._all_ended = ended
+
+    def _one_row_each(self, call: str) -> None:
+        if self._tokens is None:
+            raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
+        if self.params.num_beams != 1:
+            raise ValidationError(
+                f"{ONNX}: generation: {call} takes one row a sequence (num_beams 1, not "
+                f"{self.params.num_beams})"
+            )
+
+    def _run_to_shown(self) -> None:
+        """The model run on the last token shown, if it has not (``get_logits``): a decode
+        step now, its token not shown until the next ``generate_next_token``."""
+        if self._ahead:  # steps ran after the end: their state dropped first
+            self._cut(self._length)
+        if self._length == self._shown + 1:  # the prefill's, a turn's or such a step's choice
+            return
+        before = self._all_ended
+        self._dispatch(1)
+        self._peek_ended, self._all_ended, self._peeked = self._all_ended, before, True
 
     @property
     def generated(self) -> np.ndarray:

@@ -113,6 +113,13 @@ class GeneratorParams:
             setattr(self, k, v)
         check_params(self)
 
+    def get_search_options(self) -> dict:
+        """onnxruntime-genai's ``get_search_options``: the search options by name (``seed`` as
+        ``random_seed``; the session apart), which ``set_search_options`` takes back."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "session"}
+        out["random_seed"] = out.pop("seed")
+        return out
+
 
 def _from_model(init: Any) -> Any:
     """``GeneratorParams``' ``__init__``, which with a ``ModelDefaults`` for its session takes
