@@ -320,6 +320,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with beams: end a prompt only once no beam can beat its finished sequences",
     )
+    gen.add_argument(
+        "--ngram-size",
+        type=int,
+        metavar="N",
+        help="speculative decoding: drafts from earlier occurrences of the last N tokens "
+        "(2 to 16; one prompt)",
+    )
+    gen.add_argument(
+        "--max-draft-tokens",
+        type=int,
+        metavar="K",
+        help="with --ngram-size: at most K drafts a round (1 to 16, default 4)",
+    )
     gen.add_argument("--eos-token-id", type=int, action="append", metavar="ID")
     gen.add_argument("--seed", type=int)
     gen.add_argument("--no-buckets", action="store_true", help="compile every past length exactly")
@@ -390,7 +403,8 @@ def _generate(args: argparse.Namespace) -> int:
             name: getattr(args, name)
             for name in ("top_k", "top_p", "temperature", "repetition_penalty", "min_length",
                          "no_repeat_ngram_size", "num_beams", "num_return_sequences",
-                         "length_penalty", "eos_token_id", "seed")
+                         "length_penalty", "eos_token_id", "seed", "ngram_size",
+                         "max_draft_tokens")
             if getattr(args, name) is not None
         }  # fmt: skip
         for flag, name, value in ((args.do_sample, "do_sample", True),
@@ -429,6 +443,14 @@ def _generate(args: argparse.Namespace) -> int:
         f"(compiles included; {g.compiles} programs)",
         file=sys.stderr,
     )
+    if params.ngram_size:
+        stats = g.get_speculative_stats()
+        print(
+            f"speculative: {stats['draft_tokens_accepted']} of {stats['draft_tokens_proposed']} "
+            f"drafts accepted, {stats['target_forward_passes']} model calls for "
+            f"{stats['tokens_emitted']} tokens",
+            file=sys.stderr,
+        )
     for row in out:  # a line a prompt (with beams, a line a sequence, a prompt's in order)
         print(",".join(str(int(t)) for t in row))
     return 0

@@ -487,6 +487,53 @@ class DecodeSteps:
 
         return program, step
 
+    def _chunk_program(self, chunk: int, past: int, capacity: int) -> Any:
+        """The program for ``chunk`` tokens of one row over the cache: ``past`` the past's
+        bucket (a GroupQueryAttention step's: the mask's, over the whole buffer)."""
+        if self.roles.kind == "gqa":
+            return self._program(1, chunk, capacity, mask=past)
+        return self._program(1, chunk, past)
+
+    def _fed_chunk(self, program, params, cache, pending, mask, ids, fed, real, past) -> tuple:
+        """``ids`` [1, chunk] (``real`` of them real, the padding last) run through ``program``
+        over one row's cache, which holds ``fed`` positions: (logits [1, chunk, vocabulary],
+        the cache with the chunk's keys and values written after them, those keys and values
+        (a Concat cache's, positions first; None for a GroupQueryAttention cache), the real
+        tokens fed before the chunk [1, 1])."""
+        r, dtype = self.roles, graph_dtype(self.roles.cache_dtype)
+        chunk = ids.shape[1]
+        j = jnp.arange(chunk, dtype=jnp.int32)[None]
+        base = jnp.sum(mask, axis=1, keepdims=True).astype(jnp.int32)
+        if r.kind == "gqa":  # the whole buffer the past, ``base`` positions cached (the
+            # prompt's padding not among them); the chunk's padding counted in (it is last)
+            step_mask = (jnp.arange(past)[None] < base + chunk).astype(mask.dtype)
+            logits, presents = self._run_model(program, params, ids, step_mask, base + j, cache)
+            return logits, [p.astype(dtype) for p in presents], None, base
+        cache = jax.lax.dynamic_update_slice_in_dim(cache, pending, fed - 1, 0)
+        head = jax.lax.slice_in_dim(mask, 0, past, axis=1)
+        step_mask = jnp.concatenate([head, (j < real).astype(mask.dtype)], axis=1)
+        cached = jax.lax.slice_in_dim(cache, 0, past, axis=0)
+        pasts = [jnp.moveaxis(cached[:, k], 0, r.axis) for k in range(cache.shape[1])]
+        logits, presents = self._run_model(program, params, ids, step_mask, base + j, pasts)
+        new = _positions_first([
+            jax.lax.slice_in_dim(p, past, past + chunk, axis=r.axis).astype(dtype)
+            for p in presents
+        ], r.axis)  # fmt: skip
+        return logits, jax.lax.dynamic_update_slice_in_dim(cache, new, fed, 0), new, base
+
+    def _kept(self, pending, mask, new, fed, base, valid) -> tuple:
+        """The pending keys and values and the mask after a chunk whose first ``valid``
+        positions stay (``_fed_chunk``'s ``new``, ``fed`` and ``base``): the last of them the
+        next step's pending ones (a Concat cache), the mask on them alone."""
+        if self.roles.kind == "gqa":
+            return pending, (jnp.arange(mask.shape[1])[None] < base + valid).astype(mask.dtype)
+        j = jnp.arange(new.shape[0], dtype=jnp.int32)[None]
+        pending = jax.lax.dynamic_slice_in_dim(new, valid - 1, 1, axis=0)
+        mask = jax.lax.dynamic_update_slice_in_dim(
+            mask, (j < valid).astype(mask.dtype), fed, axis=1
+        )
+        return pending, mask
+
     def extend_fn(self, chunk: int, past: int, capacity: int) -> Any:
         """A later turn's tokens into a generation of one row (onnxruntime-genai's
         ``append_tokens`` after tokens were generated): ``chunk`` tokens (the real ones
@@ -498,40 +545,14 @@ class DecodeSteps:
         entry = self._steps.get(("extend", chunk, past, capacity))
         if entry is not None:
             return entry
-        gqa = self.roles.kind == "gqa"
-        r, dtype = self.roles, graph_dtype(self.roles.cache_dtype)
-        program = (self._program(1, chunk, capacity, mask=past) if gqa
-                   else self._program(1, chunk, past))  # fmt: skip
-        j = jnp.arange(chunk, dtype=jnp.int32)[None]
+        program = self._chunk_program(chunk, past, capacity)
 
         def extend(params, state, ids, fed, real):
             cache, pending, mask, tokens, done, key, search, _ = state
             tokens = jax.lax.dynamic_update_slice_in_dim(tokens, ids, fed, axis=1)
-            base = jnp.sum(mask, axis=1, keepdims=True).astype(jnp.int32)  # real tokens fed
-            if gqa:  # the whole buffer the past, ``base`` positions cached (the prompt's
-                # padding not among them); the chunk's padding counted in (it is last)
-                step_mask = (jnp.arange(past)[None] < base + chunk).astype(mask.dtype)
-                logits, presents = self._run_model(program, params, ids, step_mask, base + j,
-                                                   cache)  # fmt: skip
-                cache = [p.astype(dtype) for p in presents]
-                mask = (jnp.arange(mask.shape[1])[None] < base + real).astype(mask.dtype)
-            else:
-                cache = jax.lax.dynamic_update_slice_in_dim(cache, pending, fed - 1, 0)
-                head = jax.lax.slice_in_dim(mask, 0, past, axis=1)
-                step_mask = jnp.concatenate([head, (j < real).astype(mask.dtype)], axis=1)
-                cached = jax.lax.slice_in_dim(cache, 0, past, axis=0)
-                pasts = [jnp.moveaxis(cached[:, k], 0, r.axis) for k in range(cache.shape[1])]
-                logits, presents = self._run_model(program, params, ids, step_mask, base + j,
-                                                   pasts)  # fmt: skip
-                new = _positions_first([
-                    jax.lax.slice_in_dim(p, past, past + chunk, axis=r.axis).astype(dtype)
-                    for p in presents
-                ], r.axis)  # fmt: skip
-                cache = jax.lax.dynamic_update_slice_in_dim(cache, new, fed, 0)
-                pending = jax.lax.dynamic_slice_in_dim(new, real - 1, 1, axis=0)
-                mask = jax.lax.dynamic_update_slice_in_dim(
-                    mask, (j < real).astype(mask.dtype), fed, axis=1
-                )
+            logits, cache, new, base = self._fed_chunk(program, params, cache, pending, mask,
+                                                       ids, fed, real, past)  # fmt: skip
+            pending, mask = self._kept(pending, mask, new, fed, base, real)
             last = jax.lax.dynamic_slice_in_dim(logits, real - 1, 1, axis=1)[:, 0]
             key, sub = self._split(key)
             before = jnp.zeros_like(done)
@@ -541,6 +562,64 @@ class DecodeSteps:
 
         fn = jax.jit(extend, donate_argnums=(1,), compiler_options=self.options())
         entry = self._steps[("extend", chunk, past, capacity)] = (fn, program)
+        self.compiles += 1
+        return entry
+
+    def verify_fn(self, chunk: int, past: int, capacity: int) -> Any:
+        """A speculative round of one row (``speculative``): the token chosen last (at column
+        ``fed``, not yet fed) and ``drafts`` draft tokens after it (``ids`` [1, chunk], the
+        padding last) run through the model over the cache in one call, then the tokens
+        chosen one position after another as the steps would choose them (the penalties, then
+        greedy or sampled, a key split a position), each draft kept while it equals the token
+        chosen at its position: (params, state, ids, fed, drafts, limit) -> (state, [n, the
+        chunk's chosen tokens]), jitted, the state donated. ``n`` tokens are taken (at least
+        one, at most ``limit``, none after an end token), at columns ``fed + 1`` on; the
+        cache keeps the positions of the tokens fed before the last of them, which is the
+        one chosen but not fed, as after a step."""
+        entry = self._steps.get(("verify", chunk, past, capacity))
+        if entry is not None:
+            return entry
+        program = self._chunk_program(chunk, past, capacity)
+        gqa = self.roles.kind == "gqa"
+        j = jnp.arange(chunk, dtype=jnp.int32)[None]
+
+        def verify(params, state, ids, fed, drafts, limit):
+            cache, pending, mask, tokens, done, key, search, _ = state
+            tokens = jax.lax.dynamic_update_slice_in_dim(tokens, ids, fed, axis=1)
+            logits, cache, new, base = self._fed_chunk(program, params, cache, pending, mask,
+                                                       ids, fed, 1 + drafts, past)  # fmt: skip
+            n, running, before = jnp.int32(0), jnp.bool_(True), done
+            seen = []  # per position: (rows done before its token, rows done after, key after)
+            for i in range(chunk):
+                # the penalties' mask: the real tokens up to this position's input
+                fed_i = base + i + 1 if gqa else None
+                mask_i = ((jnp.arange(mask.shape[1])[None] < fed_i).astype(mask.dtype) if gqa
+                          else jax.lax.dynamic_update_slice_in_dim(
+                              mask, (j <= i).astype(mask.dtype), fed, axis=1))  # fmt: skip
+                key, sub = self._split(key)
+                tokens, after, _, _ = self._next(logits[:, i], sub, before, tokens,
+                                                 fed + 1 + i, mask_i, search)  # fmt: skip
+                seen.append((before, after, key))
+                n = n + running.astype(jnp.int32)
+                if i + 1 < chunk:
+                    same = tokens[0, fed + 1 + i] == ids[0, i + 1]
+                    running = running & same & (i < drafts) & ~after[0] & (n < limit)
+                before = after
+            pick = lambda k: jnp.stack([s[k] for s in seen])[n - 1]
+            before, done, key = pick(0), pick(1), pick(2)
+            cols = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None]
+            dropped = (cols > fed + n) & (cols <= fed + chunk)
+            tokens = jnp.where(dropped, jnp.int32(self.pad), tokens)
+            pending, mask = self._kept(pending, mask, new, fed, base, n)
+            last = jax.lax.dynamic_slice_in_dim(logits, n - 1, 1, axis=1)[:, 0]
+            state = (cache, pending, mask, tokens, done, key, search, _chosen(last, before))
+            out = jnp.concatenate(
+                [n[None], jax.lax.dynamic_slice_in_dim(tokens[0], fed + 1, chunk)]
+            )
+            return state, out
+
+        fn = jax.jit(verify, donate_argnums=(1,), compiler_options=self.options())
+        entry = self._steps[("verify", chunk, past, capacity)] = (fn, program)
         self.compiles += 1
         return entry
 

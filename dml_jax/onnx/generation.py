@@ -32,7 +32,9 @@ right-padded, the whole buffer is the past, the presents are the next buffer, an
 (ones on each entry's positions and the new one) is what is bucketed.
 
 Beam search (``num_beams`` > 1) runs a row of the steps' batch a beam: each prompt's rows start
-alike, and each step gathers the rows its beams continue (``beams.py``).
+alike, and each step gathers the rows its beams continue (``beams.py``). Speculative decoding by
+n-grams (``ngram_size`` > 0) checks drafts from the sequence itself in one call a round
+(``speculative.py``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from .elements import ONNX
 from .genai_model import Model  # noqa: F401 (the API's)
 from .generation_params import GeneratorParams, ModelDefaults, check_params
 from .roles import DecoderRoles, find_roles, roles_of  # noqa: F401 (find_roles: the API's)
+from .speculative import SpeculativeStats, ngram_draft
 
 
 class Generator:
@@ -105,6 +108,10 @@ class Generator:
         # rows ended after it wait in ``_peek_ended`` (``_all_ended`` is the shown state's)
         self._peeked = False
         self._peek_ended: Any = False
+        # speculative decoding (``_speculate``): its counts, and the sequence's tokens on the
+        # host (prompt and chosen, up to the length; None where they must be read again)
+        self._stats = SpeculativeStats()
+        self._host_sequence: list | None = None
         # the last dispatch's report while end tokens are watched (``_dispatch``)
         self._behind: Any = None
         # on the device as the steps' outputs are, so that the first step's call is theirs
@@ -185,10 +192,12 @@ class Generator:
         # The tokens are kept as the padded prompt and the new tokens; a GroupQueryAttention
         # cache holds each entry's positions first: as many as the longest prompt and the new
         # tokens, in buckets like the mask that covers them.
-        self.capacity = self._length_for(p.max_length if gqa else self._end)
+        # a speculative round writes its drafts' keys and values (and tokens) past its end
+        extra = p.max_draft_tokens if p.ngram_size else 0
+        self.capacity = self._length_for((p.max_length if gqa else self._end) + extra)
         # a column past the end: the token a step after the last one chooses, never shown
         # (``get_logits`` at max_length runs the model on the last token)
-        width = self._length_for(self._end + 1)
+        width = self._length_for(self._end + 1 + extra)
         tokens = np.full((self._rows, width), p.pad_token_id, np.int32)
         mask = np.zeros((self._rows, self.capacity), np.int32)
         for i, b in enumerate(np.repeat(np.arange(len(rows)), p.num_beams)):
@@ -245,6 +254,9 @@ class Generator:
             )
         if self._ahead:  # steps ran after the end: their state dropped first
             self._cut(self._length)
+        if self._length > shown + 1:  # a speculative round's tokens not shown: dropped
+            self._cut(shown + 1)
+            fed = shown
         chunk = [int(t) for t in np.asarray(self._tokens[0, fed:shown])] + new
         gqa = self.roles.kind == "gqa"
         # the positions cached: a GroupQueryAttention cache holds the prompt without its
@@ -313,14 +325,17 @@ class Generator:
             raise ValidationError(
                 f"{ONNX}: generation: max_length {self.params.max_length} reached"
             )
-        if self._shown < self._length:
+        if self._shown < self._length:  # chosen already (a prefill, a turn, a round)
             self._unpeek()
-            self._shown = self._length
+            self._shown += 1
             return
         if self._ahead:  # steps ran after the end: their state dropped first
             self._cut(self._length)
-        self._dispatch(1)
-        self._shown = self._length
+        if self.params.ngram_size:
+            self._speculate()
+        else:
+            self._dispatch(1)
+        self._shown += 1
 
     def _dispatch(self, count: int) -> Any:
         """``count`` decode steps from the current length in one dispatch
@@ -352,7 +367,7 @@ class Generator:
         """``_state()``'s parts, from what a step, a turn or a cut returned."""
         (self._cache, self._pending, self._mask, self._tokens, self._done, self._key,
          self._search, self._chosen) = state  # fmt: skip
-        self._final = None
+        self._final, self._host_sequence = None, None
 
     def _going_on(self) -> None:
         """Generation goes on from the state set (a prompt, a turn, a rewind): ended where
@@ -427,7 +442,7 @@ class Generator:
         if self._tokens is None:
             raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
         self._unpeek()
-        more = self._bucket()
+        more = self._rounds() if self.params.ngram_size else self._bucket()
         self._shown = min(self._length, self._end)  # (not a token ``get_logits`` chose after it)
         return more
 
@@ -451,6 +466,58 @@ class Generator:
             # the dispatch before this one, read while this one is queued
             if watch and previous is not None and self._settle(previous):
                 return False
+
+    def _rounds(self) -> bool:
+        """``generate_bucket``'s speculative rounds (``_speculate``) while the past stays in
+        its bucket; False when nothing is left to do."""
+        key = self._step_key(self._length)
+        while True:
+            if self._length >= self._end or (self._fns.eos and bool(self._all_ended)):
+                return False
+            if self._step_key(self._length) != key:
+                return True
+            self._speculate()
+
+    def _speculate(self) -> None:
+        """One round of speculative decoding (``speculative.py``): the drafts looked up in the
+        sequence on the host, the last token chosen and the drafts through the model in one
+        call (``DecodeSteps.verify_fn``), the tokens it takes read back (a sync a round); a
+        decode step where no draft is found."""
+        p, gqa = self.params, self.roles.kind == "gqa"
+        pad = self._prompt - self._lengths[0]
+        sequence = self._host_sequence
+        if sequence is None:
+            sequence = [int(t) for t in np.asarray(self._tokens[0, pad : self._length])]
+        limit = self._end - self._length  # the tokens this round may take
+        draft = ngram_draft(sequence, p.ngram_size, p.max_draft_tokens)[: limit - 1]
+        if not draft:
+            self._dispatch(1)
+            self._stats.step()
+            return
+        chunk, fed = p.max_draft_tokens + 1, self._length - 1
+        if gqa:  # the mask's bucket over the whole buffer, as a turn's (``_extend``)
+            past = self._length_for(fed - pad + chunk)
+            past = past if past <= self.capacity else fed - pad + chunk
+        else:
+            past = self._length_for(fed)
+        fn, program = self._fns.verify_fn(chunk, past, self._gqa_capacity)
+        ids = np.full((1, chunk), p.pad_token_id, np.int32)
+        ids[0, : 1 + len(draft)] = [sequence[-1], *draft]
+        state, out = fn(self._fns.params_for(program), self._state(), self._fns.put(ids),
+                        *(self._fns.put(np.int32(v)) for v in (fed, len(draft), limit)))  # fmt: skip
+        self._set_state(state)
+        out = np.asarray(out)
+        n = int(out[0])
+        self._length += n
+        self._host_sequence = sequence + [int(t) for t in out[1 : 1 + n]]
+        self._stats.round(len(draft), n - 1)
+        if self._fns.eos:
+            self._all_ended = jnp.all(self._done)
+
+    def get_speculative_stats(self) -> dict:
+        """onnxruntime-genai's ``get_speculative_stats``: speculative decoding's rounds, drafts
+        proposed and accepted, the model's calls, the tokens they gave (``speculative``)."""
+        return self._stats.as_dict()
 
     def _settle(self, stop: Any) -> bool:
         """Whether every row had ended by the length ``stop`` (a dispatch's report) says; if so
@@ -582,6 +649,11 @@ class Generator:
     def _one_row_each(self, call: str) -> None:
         if self._tokens is None:
             raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
+        if self.params.ngram_size:
+            raise ValidationError(
+                f"{ONNX}: generation: {call} with speculative decoding (ngram_size "
+                f"{self.params.ngram_size}) is not supported"
+            )
         if self.params.num_beams != 1:
             raise ValidationError(
                 f"{ONNX}: generation: {call} takes one row a sequence (num_beams 1, not "

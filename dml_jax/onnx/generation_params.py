@@ -67,6 +67,12 @@ class GeneratorParams:
             bucket); 1, a step each. Where the host's work a dispatch bounds the steps (a small
             model) runs are several times faster (benchmarks/experiments/README.md,
             ``decode_step_gpu.py``).
+        ngram_size: speculative decoding by n-grams (onnxruntime-genai's speculative option;
+            0: none): where the sequence's last ``ngram_size`` tokens occurred before, the tokens
+            that followed are proposed as drafts and the model checks them in one call
+            (``speculative``; one sequence, no beams). The tokens are those generated without
+            it.
+        max_draft_tokens: the drafts a round proposes at most (1 to 16).
     """
 
     session: Any = None
@@ -88,6 +94,8 @@ class GeneratorParams:
     seed: int = 0
     buckets: Any = None
     steps_per_dispatch: int = 16
+    ngram_size: int = 0
+    max_draft_tokens: int = 4
 
     def __post_init__(self) -> None:
         check_params(self)
@@ -108,7 +116,7 @@ class GeneratorParams:
             if k in _UNREAD_OPTIONS:
                 continue
             k = "seed" if k == "random_seed" else k
-            if not hasattr(self, k) or k == "session":
+            if not hasattr(self, k) or k in ("session", *SPECULATIVE):
                 raise ValidationError(f"{ONNX}: generation: unknown search option '{k}'")
             setattr(self, k, v)
         check_params(self)
@@ -116,9 +124,32 @@ class GeneratorParams:
     def get_search_options(self) -> dict:
         """onnxruntime-genai's ``get_search_options``: the search options by name (``seed`` as
         ``random_seed``; the session apart), which ``set_search_options`` takes back."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "session"}
+        out = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name not in ("session", *SPECULATIVE)}  # fmt: skip
         out["random_seed"] = out.pop("seed")
         return out
+
+    def set_speculative_options(self, **options: Any) -> None:
+        """onnxruntime-genai's ``set_speculative_options``: ``ngram_size`` (0, or 2 to 16) and
+        ``max_draft_tokens`` (1 to 16); its other options (``ngram_chained_lookup``,
+        ``min_adaptive_k``, ``cooldown``: how drafts are proposed, not which tokens come out)
+        only at their defaults."""
+        for k, v in options.items():
+            if k in _SPECULATIVE_DEFAULTS:
+                if v != _SPECULATIVE_DEFAULTS[k]:
+                    raise ValidationError(
+                        f"{ONNX}: generation: speculative option {k}={v!r} is not supported "
+                        f"(only {_SPECULATIVE_DEFAULTS[k]!r})"
+                    )
+                continue
+            if k not in SPECULATIVE:
+                raise ValidationError(f"{ONNX}: generation: unknown speculative option '{k}'")
+            setattr(self, k, v)
+        check_params(self)
+
+    def get_speculative_options(self) -> dict:
+        """onnxruntime-genai's ``get_speculative_options``."""
+        return {k: getattr(self, k) for k in SPECULATIVE} | _SPECULATIVE_DEFAULTS
 
 
 def _from_model(init: Any) -> Any:
@@ -139,6 +170,10 @@ GeneratorParams.__init__ = _from_model(GeneratorParams.__init__)  # type: ignore
 
 # onnxruntime-genai's search options that say what the cache here always is
 _UNREAD_OPTIONS = ("past_present_share_buffer",)
+# the speculative options (``set_speculative_options``); onnxruntime-genai's others, at the
+# values taken here
+SPECULATIVE = ("ngram_size", "max_draft_tokens")
+_SPECULATIVE_DEFAULTS = {"ngram_chained_lookup": False, "min_adaptive_k": 0, "cooldown": False}
 
 
 def _number(value: Any) -> float:
@@ -208,6 +243,28 @@ def check_params(p: GeneratorParams) -> None:
     n = p.steps_per_dispatch
     if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1:
         raise ValidationError(f"{where}: steps_per_dispatch must be an int >= 1, got {n!r}")
+    ngram, drafts = p.ngram_size, p.max_draft_tokens
+    if (
+        not isinstance(ngram, int | np.integer)
+        or isinstance(ngram, bool)
+        or not (ngram == 0 or 2 <= ngram <= 16)
+    ):
+        raise ValidationError(
+            f"{where}: ngram_size must be 0 or an int from 2 to 16, got {ngram!r}"
+        )
+    if (
+        not isinstance(drafts, int | np.integer)
+        or isinstance(drafts, bool)
+        or not (1 <= drafts <= 16)
+    ):
+        raise ValidationError(
+            f"{where}: max_draft_tokens must be an int from 1 to 16, got {drafts!r}"
+        )
+    if ngram and (p.batch_size != 1 or beams != 1):
+        raise ValidationError(
+            f"{where}: speculative decoding (ngram_size {ngram}) takes one sequence: batch_size 1 "
+            f"and num_beams 1, not {p.batch_size} and {beams}"
+        )
 
 
 __all__ = ["GeneratorParams", "ModelDefaults", "check_params"]
