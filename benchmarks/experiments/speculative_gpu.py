@@ -11,8 +11,7 @@ model's own greedy continuation of it, twice over, so that the continuation it n
 is likely to repeat spans it has seen). Per configuration: ms a generated token (median of
 ``--samples`` generations after one that compiles, each synced at its end), the drafts
 accepted of those proposed, the model's calls a token, and whether the tokens equal those
-without drafts. ``--chunk-only``: also times one round's call against one step's at the
-same past length (ms a call), the price of checking k + 1 tokens.
+without drafts.
 
 Usage: ``PYTHONPATH=. python3 benchmarks/experiments/speculative_gpu.py [--model llama_1b]
 [--new 128] [--samples 3]``; ``--onnx STEP.onnx`` times an existing step (on this CPU:
