@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from test_generation import _path  # this folder's
@@ -19,7 +20,7 @@ from dml_jax import ValidationError
 from dml_jax.cli import main
 from dml_jax.onnx import InferenceSession, Model
 from dml_jax.onnx.generation import Generator, GeneratorParams
-from dml_jax.onnx.speculative import ngram_draft
+from dml_jax.onnx.speculative import ngram_drafts
 
 PROMPT = [5, 9, 13, 2, 5, 9]  # a repeated pair: a lookup finds drafts from the first tokens
 
@@ -31,13 +32,29 @@ def _sequence(s, max_length=40, prompt=PROMPT, **options):
     return [int(t) for t in g.get_sequence(0)], g.get_speculative_stats()
 
 
-def test_ngram_draft():
-    assert ngram_draft([1, 2, 3, 4, 1, 2], 2, 4) == [3, 4, 1, 2]
-    assert ngram_draft([1, 2, 3, 4, 1, 2], 2, 1) == [3]
-    assert ngram_draft([7, 1, 2, 8, 1, 2, 9, 1, 2], 2, 3) == [9, 1, 2]  # the latest occurrence
-    assert ngram_draft([1, 2, 1, 2], 2, 4) == [1, 2]  # an occurrence overlapping the suffix
-    assert ngram_draft([1, 2, 3, 2], 2, 4) == []
-    assert ngram_draft([3, 3], 2, 4) == [] and ngram_draft([3, 3, 3], 2, 4) == [3]
+def _drafts(sequence, n, count, start=0, width=16):
+    """``ngram_drafts`` over ``sequence`` put at column ``start`` of a row of ``width``."""
+    row = np.full(width, 99, np.int32)  # (the row's other columns never match nor draft)
+    row[start : start + len(sequence)] = sequence
+    drafts, known = ngram_drafts(jnp.asarray(row), start, start + len(sequence), n, count)
+    drafts, known = np.asarray(drafts), int(known)
+    assert drafts.shape == (count,) and not drafts[known:].any()
+    return drafts[:known].tolist()
+
+
+def test_ngram_drafts():
+    assert _drafts([1, 2, 3, 4, 1, 2], 2, 4) == [3, 4, 1, 2]
+    assert _drafts([1, 2, 3, 4, 1, 2], 2, 1) == [3]
+    assert _drafts([1, 2, 3, 4, 1, 2], 3, 4) == []
+    assert _drafts([7, 1, 2, 8, 1, 2, 9, 1, 2], 2, 3) == [9, 1, 2]  # the latest occurrence
+    assert _drafts([7, 1, 2, 8, 1, 2, 9, 1, 2], 2, 3, start=5) == [9, 1, 2]
+    assert _drafts([1, 2, 1, 2], 2, 4) == [1, 2]  # an occurrence overlapping the suffix
+    assert _drafts([1, 2, 3, 2], 2, 4) == [] and _drafts([3, 3], 2, 4) == []
+    assert _drafts([3, 3, 3], 2, 4) == [3] and _drafts([3], 2, 4) == []
+    # the tokens before ``start`` are not the sequence's (a prompt's padding)
+    row = jnp.asarray([1, 2, 5, 1, 2, 0, 0, 0], jnp.int32)
+    assert int(ngram_drafts(row, 3, 5, 2, 2)[1]) == 0
+    assert np.asarray(ngram_drafts(row, 0, 5, 2, 2)[0]).tolist() == [5, 1]
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from ..errors import ValidationError
 from . import beams as beam_search
 from .elements import ONNX, graph_dtype
 from .roles import DecoderRoles
+from .speculative import ngram_drafts
 
 # The XLA options by which sessions put matrix products on cuBLAS and leave sibling products
 # unmerged (``GPU_COMPILER_OPTIONS``); a decode step's compiles take neither unless told.
@@ -565,61 +566,86 @@ class DecodeSteps:
         self.compiles += 1
         return entry
 
-    def verify_fn(self, chunk: int, past: int, capacity: int) -> Any:
-        """A speculative round of one row (``speculative``): the token chosen last (at column
+    def _verify(self, program, params, state, ids, fed, drafts, limit, past) -> tuple:
+        """One speculative round's check (``speculative``): the token chosen last (at column
         ``fed``, not yet fed) and ``drafts`` draft tokens after it (``ids`` [1, chunk], the
         padding last) run through the model over the cache in one call, then the tokens
         chosen one position after another as the steps would choose them (the penalties, then
         greedy or sampled, a key split a position), each draft kept while it equals the token
-        chosen at its position: (params, state, ids, fed, drafts, limit) -> (state, [n, the
-        chunk's chosen tokens]), jitted, the state donated. ``n`` tokens are taken (at least
-        one, at most ``limit``, none after an end token), at columns ``fed + 1`` on; the
-        cache keeps the positions of the tokens fed before the last of them, which is the
-        one chosen but not fed, as after a step."""
-        entry = self._steps.get(("verify", chunk, past, capacity))
+        chosen at its position: (the state, ``n``). ``n`` tokens are taken (at least one, at
+        most ``limit``, none after an end token), at columns ``fed + 1`` on; the cache keeps
+        the positions of the tokens fed before the last of them, which is the one chosen but
+        not fed, as after a step."""
+        cache, pending, mask, tokens, done, key, search, _ = state
+        chunk, gqa = ids.shape[1], self.roles.kind == "gqa"
+        j = jnp.arange(chunk, dtype=jnp.int32)[None]
+        tokens = jax.lax.dynamic_update_slice_in_dim(tokens, ids, fed, axis=1)
+        logits, cache, new, base = self._fed_chunk(program, params, cache, pending, mask, ids,
+                                                   fed, 1 + drafts, past)  # fmt: skip
+        n, running, before = jnp.int32(0), jnp.bool_(True), done
+        seen = []  # per position: (rows done before its token, rows done after, key after)
+        for i in range(chunk):
+            # the penalties' mask: the real tokens up to this position's input
+            mask_i = ((jnp.arange(mask.shape[1])[None] < base + i + 1).astype(mask.dtype)
+                      if gqa else jax.lax.dynamic_update_slice_in_dim(
+                          mask, (j <= i).astype(mask.dtype), fed, axis=1))  # fmt: skip
+            key, sub = self._split(key)
+            tokens, after, _, _ = self._next(logits[:, i], sub, before, tokens, fed + 1 + i,
+                                             mask_i, search)  # fmt: skip
+            seen.append((before, after, key))
+            n = n + running.astype(jnp.int32)
+            if i + 1 < chunk:
+                same = tokens[0, fed + 1 + i] == ids[0, i + 1]
+                running = running & same & (i < drafts) & ~after[0] & (n < limit)
+            before = after
+        pick = lambda k: jnp.stack([s[k] for s in seen])[n - 1]
+        before, done, key = pick(0), pick(1), pick(2)
+        cols = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None]
+        dropped = (cols > fed + n) & (cols <= fed + chunk)
+        tokens = jnp.where(dropped, jnp.int32(self.pad), tokens)
+        pending, mask = self._kept(pending, mask, new, fed, base, n)
+        last = jax.lax.dynamic_slice_in_dim(logits, n - 1, 1, axis=1)[:, 0]
+        return (cache, pending, mask, tokens, done, key, search, _chosen(last, before)), n
+
+    def rounds_fn(self, chunk: int, past: int, capacity: int, ngram: int) -> Any:
+        """Speculative rounds of one row in one dispatch (``speculative``), as many as fit the
+        program for ``past`` (the past's bucket; a GroupQueryAttention step's: the mask's), at
+        most ``count``, until an end token or ``end`` (a ``lax.while_loop``): each looks up
+        ``chunk - 1`` drafts in the row's tokens from column ``start`` on (``ngram_drafts``)
+        and checks them (``_verify``). (params, state, length, start, end, count) -> (state,
+        length, counts: [rounds with drafts, drafts proposed, drafts accepted, rounds without,
+        tokens taken]), jitted, the state donated."""
+        entry = self._steps.get(("rounds", chunk, past, capacity, ngram))
         if entry is not None:
             return entry
         program = self._chunk_program(chunk, past, capacity)
         gqa = self.roles.kind == "gqa"
-        j = jnp.arange(chunk, dtype=jnp.int32)[None]
 
-        def verify(params, state, ids, fed, drafts, limit):
-            cache, pending, mask, tokens, done, key, search, _ = state
-            tokens = jax.lax.dynamic_update_slice_in_dim(tokens, ids, fed, axis=1)
-            logits, cache, new, base = self._fed_chunk(program, params, cache, pending, mask,
-                                                       ids, fed, 1 + drafts, past)  # fmt: skip
-            n, running, before = jnp.int32(0), jnp.bool_(True), done
-            seen = []  # per position: (rows done before its token, rows done after, key after)
-            for i in range(chunk):
-                # the penalties' mask: the real tokens up to this position's input
-                fed_i = base + i + 1 if gqa else None
-                mask_i = ((jnp.arange(mask.shape[1])[None] < fed_i).astype(mask.dtype) if gqa
-                          else jax.lax.dynamic_update_slice_in_dim(
-                              mask, (j <= i).astype(mask.dtype), fed, axis=1))  # fmt: skip
-                key, sub = self._split(key)
-                tokens, after, _, _ = self._next(logits[:, i], sub, before, tokens,
-                                                 fed + 1 + i, mask_i, search)  # fmt: skip
-                seen.append((before, after, key))
-                n = n + running.astype(jnp.int32)
-                if i + 1 < chunk:
-                    same = tokens[0, fed + 1 + i] == ids[0, i + 1]
-                    running = running & same & (i < drafts) & ~after[0] & (n < limit)
-                before = after
-            pick = lambda k: jnp.stack([s[k] for s in seen])[n - 1]
-            before, done, key = pick(0), pick(1), pick(2)
-            cols = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None]
-            dropped = (cols > fed + n) & (cols <= fed + chunk)
-            tokens = jnp.where(dropped, jnp.int32(self.pad), tokens)
-            pending, mask = self._kept(pending, mask, new, fed, base, n)
-            last = jax.lax.dynamic_slice_in_dim(logits, n - 1, 1, axis=1)[:, 0]
-            state = (cache, pending, mask, tokens, done, key, search, _chosen(last, before))
-            out = jnp.concatenate(
-                [n[None], jax.lax.dynamic_slice_in_dim(tokens[0], fed + 1, chunk)]
-            )
-            return state, out
+        def rounds(params, state, length, start, end, count):
+            def fits(carry):
+                state, length, i, _ = carry
+                fed = length - 1
+                room = fed - start + chunk <= past if gqa else fed <= past
+                return (i < count) & room & (length < end) & ~jnp.all(state[4])
 
-        fn = jax.jit(verify, donate_argnums=(1,), compiler_options=self.options())
-        entry = self._steps[("verify", chunk, past, capacity)] = (fn, program)
+            def body(carry):
+                state, length, i, counts = carry
+                limit = end - length  # the tokens this round may take
+                drafts, proposed = ngram_drafts(state[3][0], start, length, ngram, chunk - 1)
+                proposed = jnp.minimum(proposed, limit - 1)
+                ids = jnp.concatenate([state[3][0, length - 1][None], drafts])[None]
+                state, n = self._verify(program, params, state, ids, length - 1, proposed,
+                                        limit, past)  # fmt: skip
+                hit = (proposed > 0).astype(jnp.int32)
+                counts = counts + jnp.stack([hit, proposed, n - 1, 1 - hit, n])
+                return state, length + n, i + 1, counts
+
+            carry = (state, length, jnp.int32(0), jnp.zeros((5,), jnp.int32))
+            state, length, _, counts = jax.lax.while_loop(fits, body, carry)
+            return state, length, counts
+
+        fn = jax.jit(rounds, donate_argnums=(1,), compiler_options=self.options())
+        entry = self._steps[("rounds", chunk, past, capacity, ngram)] = (fn, program)
         self.compiles += 1
         return entry
 

@@ -52,7 +52,7 @@ from .elements import ONNX
 from .genai_model import Model  # noqa: F401 (the API's)
 from .generation_params import GeneratorParams, ModelDefaults, check_params
 from .roles import DecoderRoles, find_roles, roles_of  # noqa: F401 (find_roles: the API's)
-from .speculative import SpeculativeStats, ngram_draft
+from .speculative import SpeculativeStats
 
 
 class Generator:
@@ -108,10 +108,7 @@ class Generator:
         # rows ended after it wait in ``_peek_ended`` (``_all_ended`` is the shown state's)
         self._peeked = False
         self._peek_ended: Any = False
-        # speculative decoding (``_speculate``): its counts, and the sequence's tokens on the
-        # host (prompt and chosen, up to the length; None where they must be read again)
-        self._stats = SpeculativeStats()
-        self._host_sequence: list | None = None
+        self._stats = SpeculativeStats()  # speculative decoding's counts (``_speculate``)
         # the last dispatch's report while end tokens are watched (``_dispatch``)
         self._behind: Any = None
         # on the device as the steps' outputs are, so that the first step's call is theirs
@@ -332,7 +329,7 @@ class Generator:
         if self._ahead:  # steps ran after the end: their state dropped first
             self._cut(self._length)
         if self.params.ngram_size:
-            self._speculate()
+            self._speculate(1)
         else:
             self._dispatch(1)
         self._shown += 1
@@ -367,7 +364,7 @@ class Generator:
         """``_state()``'s parts, from what a step, a turn or a cut returned."""
         (self._cache, self._pending, self._mask, self._tokens, self._done, self._key,
          self._search, self._chosen) = state  # fmt: skip
-        self._final, self._host_sequence = None, None
+        self._final = None
 
     def _going_on(self) -> None:
         """Generation goes on from the state set (a prompt, a turn, a rewind): ended where
@@ -468,49 +465,35 @@ class Generator:
                 return False
 
     def _rounds(self) -> bool:
-        """``generate_bucket``'s speculative rounds (``_speculate``) while the past stays in
-        its bucket; False when nothing is left to do."""
-        key = self._step_key(self._length)
-        while True:
-            if self._length >= self._end or (self._fns.eos and bool(self._all_ended)):
-                return False
-            if self._step_key(self._length) != key:
-                return True
-            self._speculate()
+        """``generate_bucket``'s speculative rounds: one dispatch of those the current past
+        bucket's program holds (``_speculate``); False when nothing is left to do."""
+        if self._at_end():
+            return False
+        self._speculate(NEVER)
+        return not self._at_end()
 
-    def _speculate(self) -> None:
-        """One round of speculative decoding (``speculative.py``): the drafts looked up in the
-        sequence on the host, the last token chosen and the drafts through the model in one
-        call (``DecodeSteps.verify_fn``), the tokens it takes read back (a sync a round); a
-        decode step where no draft is found."""
-        p, gqa = self.params, self.roles.kind == "gqa"
-        pad = self._prompt - self._lengths[0]
-        sequence = self._host_sequence
-        if sequence is None:
-            sequence = [int(t) for t in np.asarray(self._tokens[0, pad : self._length])]
-        limit = self._end - self._length  # the tokens this round may take
-        draft = ngram_draft(sequence, p.ngram_size, p.max_draft_tokens)[: limit - 1]
-        if not draft:
-            self._dispatch(1)
-            self._stats.step()
-            return
+    def _at_end(self) -> bool:
+        return self._length >= self._end or (bool(self._fns.eos) and bool(self._all_ended))
+
+    def _speculate(self, count: int) -> None:
+        """Up to ``count`` speculative rounds in one dispatch (``DecodeSteps.rounds_fn``: the
+        drafts looked up and checked on the device, as many rounds as the program for the
+        current past bucket holds), the length they reached read back (a sync a dispatch)."""
+        p = self.params
+        start = self._prompt - self._lengths[0]  # the row's first real column
         chunk, fed = p.max_draft_tokens + 1, self._length - 1
-        if gqa:  # the mask's bucket over the whole buffer, as a turn's (``_extend``)
-            past = self._length_for(fed - pad + chunk)
-            past = past if past <= self.capacity else fed - pad + chunk
+        if self.roles.kind == "gqa":  # the mask's bucket over the whole buffer, as a turn's
+            past = self._length_for(fed - start + chunk)
+            past = past if past <= self.capacity else fed - start + chunk
         else:
             past = self._length_for(fed)
-        fn, program = self._fns.verify_fn(chunk, past, self._gqa_capacity)
-        ids = np.full((1, chunk), p.pad_token_id, np.int32)
-        ids[0, : 1 + len(draft)] = [sequence[-1], *draft]
-        state, out = fn(self._fns.params_for(program), self._state(), self._fns.put(ids),
-                        *(self._fns.put(np.int32(v)) for v in (fed, len(draft), limit)))  # fmt: skip
+        fn, program = self._fns.rounds_fn(chunk, past, self._gqa_capacity, p.ngram_size)
+        scalars = (self._length, start, self._end, count)
+        state, length, counts = fn(self._fns.params_for(program), self._state(),
+                                   *(self._fns.put(np.int32(v)) for v in scalars))  # fmt: skip
         self._set_state(state)
-        out = np.asarray(out)
-        n = int(out[0])
-        self._length += n
-        self._host_sequence = sequence + [int(t) for t in out[1 : 1 + n]]
-        self._stats.round(len(draft), n - 1)
+        self._length = int(length)
+        self._stats.add(np.asarray(counts))
         if self._fns.eos:
             self._all_ended = jnp.all(self._done)
 

@@ -5,7 +5,7 @@ A decode step reads every weight of the model to add one token; at batch 1 it is
 read (or by its launches), not by its arithmetic, so the model checks several tokens in one call
 for about the cost of one. Where the sequence's last ``ngram_size`` tokens occurred before (its
 prompt or what it generated), the tokens that followed that occurrence are the drafts
-(``ngram_draft``: the latest occurrence, up to ``max_draft_tokens`` of them). A round
+(``ngram_drafts``: the latest occurrence, up to ``max_draft_tokens`` of them). A round
 (``DecodeSteps.verify_fn``) runs the last token chosen and the drafts through the model in one
 call, then chooses the tokens position after position exactly as the decode steps would (the
 penalties, then greedy or sampled, a random key a position), keeping each draft while it is the
@@ -13,28 +13,38 @@ token chosen at its position: the first token that differs is chosen from the mo
 there, so a round adds one token and every draft accepted before it. The tokens are those of
 generation without drafts, greedy or sampled with the same seed (up to the rounding of a
 position's logits computed in a chunk rather than alone). Where no earlier occurrence is found,
-a decode step runs. One sequence (batch 1), no beams, as onnxruntime-genai's n-gram decoding.
+the round checks no draft (its call is one token's and padding). The rounds run on the device,
+the drafts looked up there, as many in one dispatch as its program's past bucket holds (a
+``lax.while_loop``). One sequence (batch 1), no beams, as onnxruntime-genai's n-gram
+decoding.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
-import numpy as np
+import jax
+import jax.numpy as jnp
 
 
-def ngram_draft(sequence: list[int], n: int, count: int) -> list[int]:
-    """The tokens that followed the latest earlier occurrence of ``sequence``'s last ``n``
-    tokens, at most ``count`` of them (none where there is none)."""
-    if len(sequence) <= n:
-        return []
-    seq = np.asarray(sequence, np.int64)
-    windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)  # the occurrences before
-    hits = np.flatnonzero((windows == seq[-n:]).all(axis=1))
-    if hits.size == 0:
-        return []
-    start = int(hits[-1]) + n
-    return seq[start : start + count].tolist()
+def ngram_drafts(row: Any, start: Any, length: Any, n: int, count: int) -> tuple[Any, Any]:
+    """The drafts after the sequence ``row[start:length]`` (a row of the tokens on the device,
+    int32): the tokens that followed the latest earlier occurrence of its last ``n`` tokens,
+    at most ``count`` of them and only tokens of the sequence: ([count] int32, the padding
+    after them 0; how many). None (0) where there is no earlier occurrence."""
+    width = row.shape[0]
+    cols = jnp.arange(width, dtype=jnp.int32)
+    suffix = jax.lax.dynamic_slice_in_dim(row, jnp.maximum(length - n, 0), n)
+    # occurrence at j: row[j + t] == suffix[t] for every t, ending before the suffix's end
+    same = jnp.stack([jnp.roll(row, -t) == suffix[t] for t in range(n)]).all(axis=0)
+    found = same & (cols >= start) & (cols < length - n)
+    at = jnp.max(jnp.where(found, cols, -1))
+    first = at + n  # the occurrence's next token
+    known = jnp.where(at >= 0, jnp.minimum(count, length - first), 0)
+    padded = jnp.concatenate([row, jnp.zeros((count,), row.dtype)])
+    drafts = jax.lax.dynamic_slice_in_dim(padded, jnp.clip(first, 0, width), count)
+    return jnp.where(jnp.arange(count) < known, drafts, 0).astype(row.dtype), known
 
 
 @dataclass
@@ -50,21 +60,18 @@ class SpeculativeStats:
     standard_fallback_steps: int = 0
     tokens_emitted: int = 0
 
-    def round(self, proposed: int, accepted: int) -> None:
-        """A round: ``proposed`` drafts, ``accepted`` of them kept (and one token chosen)."""
-        self.rounds += 1
-        self.ngram_lookup_hits += 1
-        self.target_forward_passes += 1
+    def add(self, counts: Any) -> None:
+        """A dispatch's rounds (``DecodeSteps.rounds_fn``'s counts: rounds with drafts,
+        drafts proposed, drafts accepted, rounds without, tokens taken)."""
+        hits, proposed, accepted, misses, emitted = (int(c) for c in counts)
+        self.rounds += hits
+        self.ngram_lookup_hits += hits
         self.draft_tokens_proposed += proposed
         self.draft_tokens_accepted += accepted
-        self.tokens_emitted += accepted + 1
-
-    def step(self) -> None:
-        """A decode step where no draft was found."""
-        self.ngram_lookup_misses += 1
-        self.standard_fallback_steps += 1
-        self.target_forward_passes += 1
-        self.tokens_emitted += 1
+        self.ngram_lookup_misses += misses
+        self.standard_fallback_steps += misses
+        self.target_forward_passes += hits + misses
+        self.tokens_emitted += emitted
 
     def as_dict(self) -> dict:
         out: dict = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -76,4 +83,4 @@ class SpeculativeStats:
         return out
 
 
-__all__ = ["SpeculativeStats", "ngram_draft"]
+__all__ = ["SpeculativeStats", "ngram_drafts"]
