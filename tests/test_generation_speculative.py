@@ -183,3 +183,14 @@ def test_generate_command_with_ngram_drafts(capsys):
     assert 0 < accepted <= proposed
     assert main(args[:-4] + ["--ngram-size", "1"]) == 1
     assert "ngram_size must be 0 or an int from 2 to 16" in capsys.readouterr().err
+
+
+def test_compile_ahead_compiles_every_rounds_program():
+    s = InferenceSession(_path("tiny_llama"))
+    g = Generator(s, GeneratorParams(s, max_length=40, ngram_size=3, max_draft_tokens=2))
+    g.append_tokens([PROMPT])
+    assert g.compile_ahead() > 0 and g.compile_ahead() == 0
+    compiled = g.compiles
+    g.generate_until_done()
+    assert g.compiles == compiled and len(g.get_sequence(0)) == 40
+    assert "speculative decoding: drafts from the last 3 tokens'" in g.explain()

@@ -140,6 +140,12 @@ class Generator:
                 + (f"{self.capacity} positions" if self.capacity else "sized by the prompt")
             ),
         ]
+        if self.params.ngram_size:
+            lines.append(
+                f"speculative decoding: drafts from the last {self.params.ngram_size} tokens' "
+                f"earlier occurrence, up to {self.params.max_draft_tokens} a round, checked in "
+                "one call"
+            )
         # A GroupQueryAttention cache is the whole buffer: its mask's length is what varies.
         what = "mask length" if r.kind == "gqa" else "past length"
         if self._buckets is None:
@@ -384,7 +390,7 @@ class Generator:
         """Compiles now the decode steps of every bucket this generation can still reach (up
         to ``max_length``), which the steps would otherwise compile one at a time as they reach
         each bucket: each step (and, with ``steps_per_dispatch`` > 1, each bucket's run of that
-        many) is traced here and XLA compiles them side by side on ``workers`` threads
+        many; with speculative decoding, each bucket's rounds) is traced here and XLA compiles them side by side on ``workers`` threads
         (default: as many as the programs, at most the CPUs). What a server calls after its
         first ``append_tokens`` to take a long generation's compiles at once. Returns the
         number of programs compiled."""
@@ -395,10 +401,11 @@ class Generator:
             raise ValidationError(f"{ONNX}: generation: append_tokens(prompts) comes first")
         span: dict[tuple, int] = {}  # each step's lengths still to come
         for n in range(self._length, self._end):
-            made = self._step_id(n)
+            made = self._round_id(n) if self.params.ngram_size else self._step_id(n)
             span[made] = span.get(made, 0) + 1
         count = int(self.params.steps_per_dispatch)
-        todo = [(*i, 1) for i in span] + [(*i, count) for i in span if 1 < count <= span[i]]
+        todo = [(*i, 1) for i in span if i[0] != "rounds"] + [i for i in span if i[0] == "rounds"]
+        todo += [(*i, count) for i in span if i[0] != "rounds" and 1 < count <= span[i]]
         todo = [made for made in todo if made not in self._fns.ready]
         if not todo:
             return 0
@@ -407,10 +414,14 @@ class Generator:
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state
         )
         lowered = []
-        for made in todo:
-            fn, program = self._fns.steps_fn(*made)
-            length = self._fns.put(np.int32(0))  # as ``_dispatch`` passes it: on the device
-            lowered.append(fn.trace(self._fns.params_for(program), shapes, length).lower())
+        for made in todo:  # (the scalars on the device, as ``_dispatch`` and ``_speculate``)
+            if made[0] == "rounds":
+                fn, program = self._fns.rounds_fn(*made[1:])
+                scalars = [self._fns.put(np.int32(0))] * 4
+            else:
+                fn, program = self._fns.steps_fn(*made)
+                scalars = [self._fns.put(np.int32(0))]
+            lowered.append(fn.trace(self._fns.params_for(program), shapes, *scalars).lower())
         with ThreadPoolExecutor(max(1, min(len(lowered), workers or os.cpu_count() or 1))) as pool:
             list(pool.map(lambda low: low.compile(), lowered))
         self._fns.ready.update(todo)
@@ -479,16 +490,10 @@ class Generator:
         """Up to ``count`` speculative rounds in one dispatch (``DecodeSteps.rounds_fn``: the
         drafts looked up and checked on the device, as many rounds as the program for the
         current past bucket holds), the length they reached read back (a sync a dispatch)."""
-        p = self.params
-        start = self._prompt - self._lengths[0]  # the row's first real column
-        chunk, fed = p.max_draft_tokens + 1, self._length - 1
-        if self.roles.kind == "gqa":  # the mask's bucket over the whole buffer, as a turn's
-            past = self._length_for(fed - start + chunk)
-            past = past if past <= self.capacity else fed - start + chunk
-        else:
-            past = self._length_for(fed)
-        fn, program = self._fns.rounds_fn(chunk, past, self._gqa_capacity, p.ngram_size)
-        scalars = (self._length, start, self._end, count)
+        made = self._round_id(self._length)
+        fn, program = self._fns.rounds_fn(*made[1:])
+        self._fns.ready.add(made)
+        scalars = (self._length, self._prompt - self._lengths[0], self._end, count)
         state, length, counts = fn(self._fns.params_for(program), self._state(),
                                    *(self._fns.put(np.int32(v)) for v in scalars))  # fmt: skip
         self._set_state(state)
@@ -496,6 +501,20 @@ class Generator:
         self._stats.add(np.asarray(counts))
         if self._fns.eos:
             self._all_ended = jnp.all(self._done)
+
+    def _round_id(self, length: int) -> tuple:
+        """The speculative rounds' program for a round at ``length`` (``rounds_fn``'s
+        arguments): the past's bucket (a GroupQueryAttention step's: the mask's over the whole
+        buffer, as a turn's), the chunk of the last token and its drafts."""
+        p = self.params
+        start = self._prompt - self._lengths[0]  # the row's first real column
+        chunk, fed = p.max_draft_tokens + 1, length - 1
+        if self.roles.kind == "gqa":
+            past = self._length_for(fed - start + chunk)
+            past = past if past <= self.capacity else fed - start + chunk
+        else:
+            past = self._length_for(fed)
+        return ("rounds", chunk, past, self._gqa_capacity, p.ngram_size)
 
     def get_speculative_stats(self) -> dict:
         """onnxruntime-genai's ``get_speculative_stats``: speculative decoding's rounds, drafts
