@@ -7,6 +7,8 @@ against onnxruntime's CPU provider running each whole sequence through the step 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -20,6 +22,12 @@ from dml_jax.onnx import InferenceSession, Model
 from dml_jax.onnx.generation import Generator, GeneratorParams, generate
 
 PROMPTS = [[5, 9, 13, 2], [7, 1, 3, 8]]
+
+
+@functools.cache
+def _session(path: str) -> InferenceSession:
+    """One session a file for this module's tests (its compiled steps shared between them)."""
+    return InferenceSession(path)
 
 
 def _forced(logits: np.ndarray, ids: list[int]) -> np.ndarray:
@@ -77,7 +85,7 @@ def test_get_logits_is_the_models_after_the_last_token(buckets):
     """After the prompt, each token, a later turn and a rewind, and at max_length (a step past
     the last token, whose choice is never shown), ``get_logits`` is the model's after the last
     token; asking for it changes no token generated, and twice runs no second step."""
-    s = InferenceSession(_path("tiny_llama"))
+    s = _session(_path("tiny_llama"))
     want = generate(s, [PROMPTS[0]], max_new_tokens=6, buckets=buckets)[0].tolist()
     g = Generator(s, GeneratorParams(s, max_length=10, buckets=buckets))
     g.append_tokens([PROMPTS[0]])
@@ -111,7 +119,7 @@ def test_get_logits_is_the_models_after_the_last_token(buckets):
 def test_get_logits_after_an_end_token_keeps_the_generation_done():
     """A step ``get_logits`` runs after every row ended shows nothing: the generation stays
     done, its sequences those of a generation that never asked."""
-    s = InferenceSession(_path("tiny_llama"))
+    s = _session(_path("tiny_llama"))
     plain = generate(s, PROMPTS, max_new_tokens=12)
     # an end token both rows meet early: the one whose later first occurrence is earliest
     both = set(plain[0].tolist()) & set(plain[1].tolist())
@@ -129,7 +137,7 @@ def test_get_logits_after_an_end_token_keeps_the_generation_done():
 def test_set_logits_chooses_as_a_step_chooses():
     """The tokens chosen from set logits take the penalties first: a token of the prompt loses
     to a slightly less probable one under a repetition penalty; right after the prompt too."""
-    s = InferenceSession(_path("tiny_llama"))
+    s = _session(_path("tiny_llama"))
     for penalty, want in ((1.0, 9), (2.0, 20)):
         g = Generator(s, GeneratorParams(s, max_length=10, repetition_penalty=penalty))
         g.append_tokens([PROMPTS[0]])
@@ -143,7 +151,7 @@ def test_set_logits_chooses_as_a_step_chooses():
 
 
 def test_logits_calls_are_checked():
-    s = InferenceSession(_path("tiny_llama"))
+    s = _session(_path("tiny_llama"))
     g = Generator(s, GeneratorParams(s, max_length=10))
     assert g.token_count() == 0
     with pytest.raises(ValidationError, match="append_tokens"):

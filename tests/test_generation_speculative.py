@@ -8,6 +8,7 @@ model."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax.numpy as jnp
@@ -23,6 +24,12 @@ from dml_jax.onnx.generation import Generator, GeneratorParams
 from dml_jax.onnx.speculative import ngram_drafts
 
 PROMPT = [5, 9, 13, 2, 5, 9]  # a repeated pair: a lookup finds drafts from the first tokens
+
+
+@functools.cache
+def _session(path: str) -> InferenceSession:
+    """One session a file for this module's tests (its compiled steps shared between them)."""
+    return InferenceSession(path)
 
 
 def _sequence(s, max_length=40, prompt=PROMPT, **options):
@@ -62,14 +69,14 @@ def test_ngram_drafts():
     [
         ("tiny_llama", 40, {}),
         ("tiny_llama", 40, {"do_sample": True, "top_k": 5, "seed": 3}),
-        ("tiny_llama", 16, {"buckets": False}),  # a program a length: a short generation
+        ("tiny_llama", 12, {"buckets": False}),  # a program a length: a short generation
         ("tiny_gpt2", 40, {"repetition_penalty": 1.2, "min_length": 12, "eos_token_id": 44,
                            "no_repeat_ngram_size": 4}),
         ("builder", 40, {}),
     ],
 )  # fmt: skip
 def test_tokens_equal_generation_without_drafts(model, length, options):
-    s = InferenceSession(BUILDER if model == "builder" else _path(model))
+    s = _session(BUILDER if model == "builder" else _path(model))
     want, _ = _sequence(s, length, **options)
     got, stats = _sequence(s, length, ngram_size=2, max_draft_tokens=4, **options)
     assert got == want
@@ -84,18 +91,29 @@ def test_tokens_equal_generation_without_drafts(model, length, options):
 def test_an_end_token_among_the_drafts_ends_the_sequence():
     """The prompt holds the loop the model falls into, its end token among the drafts: the
     sequence ends at it as without drafts (no token after it)."""
-    s = InferenceSession(_path("tiny_llama"))
+    s = _session(_path("tiny_llama"))
     prompt = [5, 9, 13, 2, 5, 9, 24, 44, 52, 44, 52, 52, 52]
-    want, _ = _sequence(s, prompt=prompt, eos_token_id=52)
-    got, stats = _sequence(s, prompt=prompt, eos_token_id=52, ngram_size=2, max_draft_tokens=4)
-    assert got == want and want[-1] == 52 and len(want) < 40
+    seen = []
+    for ngram in (0, 2):
+        g = Generator(s, GeneratorParams(s, max_length=40, eos_token_id=52, ngram_size=ngram))
+        g.append_tokens([prompt])
+        g.generate_until_done()
+        done = g.is_done()
+        g.generate_next_token()  # after the end: the pad id, fed to the model as a step does
+        g.append_tokens([4, 8])
+        for _ in range(4):
+            g.generate_next_token()
+        seen.append(([int(t) for t in g.get_sequence(0)], done, g.get_speculative_stats()))
+    (want, done, _), (got, done_2, stats) = seen
+    assert got == want and done and done_2 and len(want) < 40
+    assert want[len(want) - 8 : len(want) - 4] == [52, 0, 4, 8]
     assert stats["draft_tokens_proposed"] > 0  # (the end token itself one a round chose)
 
 
 def test_streamed_turns_and_rewinds_as_without_drafts():
     """A token a ``generate_next_token`` (a round's tokens waiting to be shown); a turn and a
     rewind while tokens wait drop them, and go on as generation without drafts does."""
-    s = InferenceSession(_path("tiny_llama"))
+    s = _session(_path("tiny_llama"))
     prompt = [5, 9, 13, 2, 5, 9, 24, 44, 24, 44, 52, 44, 52]
     runs = []
     for ngram in (0, 2):
@@ -139,7 +157,7 @@ def test_equals_onnxruntime_genai_ngram_decoding(tmp_path):
 
 
 def test_speculative_options_are_checked():
-    s = InferenceSession(_path("tiny_llama"))
+    s = _session(_path("tiny_llama"))
     p = GeneratorParams(s)
     assert p.get_speculative_options() == {
         "ngram_size": 0, "max_draft_tokens": 4, "ngram_chained_lookup": False,
@@ -172,7 +190,7 @@ def test_speculative_options_are_checked():
 def test_generate_command_with_ngram_drafts(capsys):
     """``dml-jax generate --ngram-size``: the tokens of generation without drafts, and the
     drafts' counts on stderr."""
-    s = InferenceSession(_path("tiny_llama"))
+    s = _session(_path("tiny_llama"))
     want, _ = _sequence(s, len(PROMPT) + 16)
     args = ["generate", _path("tiny_llama"), "--prompt-ids", ",".join(map(str, PROMPT)),
             "--max-new-tokens", "16", "--ngram-size", "2", "--max-draft-tokens", "3"]  # fmt: skip
@@ -186,7 +204,7 @@ def test_generate_command_with_ngram_drafts(capsys):
 
 
 def test_compile_ahead_compiles_every_rounds_program():
-    s = InferenceSession(_path("tiny_llama"))
+    s = _session(_path("tiny_llama"))
     g = Generator(s, GeneratorParams(s, max_length=40, ngram_size=3, max_draft_tokens=2))
     g.append_tokens([PROMPT])
     assert g.compile_ahead() > 0 and g.compile_ahead() == 0

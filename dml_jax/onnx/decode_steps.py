@@ -4,18 +4,19 @@ bucket and past bucket and shared by the generators of that session, and the cho
 token (onnxruntime-genai's repetition penalty, minimum length and repeated n-grams where set, then
 ``select_tokens``: greedy, or sampled after temperature, top-k and top-p).
 
-A decode step's state is (cache, pending, mask, tokens, done, key, search, chosen): the cache, one
-buffer
-of every layer's keys and values stacked after its positions (a GroupQueryAttention step's: each
-layer's buffers, which its presents replace); the last token's keys and values, which the next
-step writes into the cache before it reads it (none for a GroupQueryAttention step); the
-attention mask over the cache; the tokens (prompts and generated) on the device; which rows have
-ended; the sampling key; beam search's scores and hypotheses (``beams``; empty without beams),
-by which a step also gathers the rows of the cache, the mask and the tokens that each beam
-continues; and what the last token was chosen from: the model's logits at the last position
-(float32 [rows, vocabulary], in the rows' order before a beam search's choice) and the rows that
-had ended before it (``Generator.get_logits`` / ``set_logits``; ``choose_fn``). A dispatch runs ``count`` such steps (``steps_fn``), the state and the length
-donated, so that the cache is updated in place.
+A decode step's state is (cache, pending, mask, tokens, done, key, search, chosen): the cache,
+one buffer of every layer's keys and values stacked after its positions (a GroupQueryAttention
+step's: each layer's buffers, which its presents replace); the last token's keys and values,
+which the next step writes into the cache before it reads it (none for a GroupQueryAttention
+step); the attention mask over the cache; the tokens (prompts and generated) on the device;
+which rows have ended; the sampling key; beam search's scores and hypotheses (``beams``; empty
+without beams), by which a step also gathers the rows of the cache, the mask and the tokens that
+each beam continues; and what the last token was chosen from: the model's logits at the last
+position (float32 [rows, vocabulary], in the rows' order before a beam search's choice) and the
+rows that had ended before it (``Generator.get_logits`` / ``set_logits``; ``choose_fn``). A
+dispatch runs ``count`` such steps (``steps_fn``), the state and the length donated, so that
+the cache is updated in place. Speculative decoding's rounds (``rounds_fn``) take the same
+state.
 """
 
 from __future__ import annotations

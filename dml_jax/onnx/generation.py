@@ -334,9 +334,9 @@ class Generator:
             return
         if self._ahead:  # steps ran after the end: their state dropped first
             self._cut(self._length)
-        if self.params.ngram_size:
+        if self.params.ngram_size and not self._at_end():
             self._speculate(1)
-        else:
+        else:  # (every row ended: a step gives each its pad id, as without drafts)
             self._dispatch(1)
         self._shown += 1
 
@@ -390,8 +390,9 @@ class Generator:
         """Compiles now the decode steps of every bucket this generation can still reach (up
         to ``max_length``), which the steps would otherwise compile one at a time as they reach
         each bucket: each step (and, with ``steps_per_dispatch`` > 1, each bucket's run of that
-        many; with speculative decoding, each bucket's rounds) is traced here and XLA compiles them side by side on ``workers`` threads
-        (default: as many as the programs, at most the CPUs). What a server calls after its
+        many; with speculative decoding, each bucket's rounds) is traced here and XLA compiles
+        them side by side on ``workers`` threads (default: as many as the programs, at most the
+        CPUs). What a server calls after its
         first ``append_tokens`` to take a long generation's compiles at once. Returns the
         number of programs compiled."""
         import os
@@ -404,8 +405,10 @@ class Generator:
             made = self._round_id(n) if self.params.ngram_size else self._step_id(n)
             span[made] = span.get(made, 0) + 1
         count = int(self.params.steps_per_dispatch)
-        todo = [(*i, 1) for i in span if i[0] != "rounds"] + [i for i in span if i[0] == "rounds"]
-        todo += [(*i, count) for i in span if i[0] != "rounds" and 1 < count <= span[i]]
+        if self.params.ngram_size:  # the rounds' programs (a count of rounds a call's value)
+            todo = list(span)
+        else:
+            todo = [(*i, 1) for i in span] + [(*i, count) for i in span if 1 < count <= span[i]]
         todo = [made for made in todo if made not in self._fns.ready]
         if not todo:
             return 0
