@@ -5,6 +5,7 @@ rule; jit / vmap / gradients; DirectML's float32 precision and the half-precisio
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import jax
 import numpy as np
@@ -93,10 +94,12 @@ def test_gemm_gradients(case):
 @pytest.mark.parametrize("rows", [1, 3])
 @pytest.mark.parametrize("trans_b", ["NONE", "TRANSPOSE"])
 def test_gemm_contracts_b_on_its_minor_axis_for_one_row_only(rows, trans_b, form, monkeypatch):
-    """B enters the product {N, K} (contracted on its minor axis) for one row of A, {K, N}
-    otherwise, whatever TransB says (``lower_gemm``: the form XLA's CPU compiler folds into a
-    constant B's layout); on CUDA one row is computed as two (the second zeros, or the first
-    repeated: ``ONE_ROW_FORM``); the values are the reference's every way."""
+    """A constant B enters the product {N, K} (contracted on its minor axis) for one row of A,
+    {K, N} otherwise, whatever TransB says (``lower_gemm``: the form XLA's CPU compiler folds
+    into a constant B's layout); a B that is an argument enters one row's product as it comes
+    (XLA's CPU compiler would transpose it at every call); on CUDA one row is computed as two
+    (the second zeros, or the first repeated: ``ONE_ROW_FORM``); the values are the
+    reference's every way."""
     from dml_jax.ops import gemm_conv
 
     monkeypatch.setattr(gemm_conv, "ONE_ROW_FORM", form)
@@ -115,16 +118,18 @@ def test_gemm_contracts_b_on_its_minor_axis_for_one_row_only(rows, trans_b, form
     S.assert_same(op(a, b), want, exact=False, rtol=1e-5, atol=1e-5)
     from dml_jax.ops.gemm_conv import lower_gemm
 
-    for platform in ("cpu", "cuda"):
+    for platform, constant in itertools.product(("cpu", "cuda"), (True, False)):
         # The lowering itself, traced afresh for each target (a compiled operator's traces
-        # are cached by shapes alone).
+        # are cached by shapes alone); B an argument, or a constant of the trace.
         def fn(a, b):
             return lower_gemm(desc, a, b)[0]
 
+        args = (a,) if constant else (a, b)
+        traced = (lambda a: fn(a, b)) if constant else fn
         with fastpath.target_platform(platform):
-            eqns = jax.make_jaxpr(fn)(a, b).eqns
+            eqns = jax.make_jaxpr(traced)(*args).eqns
             # The CUDA form is lax too: it runs here, against the same reference.
-            S.assert_same(jax.jit(fn)(a, b), want, exact=False, rtol=1e-5, atol=1e-5)
+            S.assert_same(jax.jit(traced)(*args), want, exact=False, rtol=1e-5, atol=1e-5)
         (dot,) = [e for e in eqns if e.primitive.name == "dot_general"]
         (_, (contracted,)), _ = dot.params["dimension_numbers"]
         lhs, rhs = dot.invars[0].aval.shape, dot.invars[1].aval.shape
@@ -132,8 +137,11 @@ def test_gemm_contracts_b_on_its_minor_axis_for_one_row_only(rows, trans_b, form
         # form of products of several rows.
         one = rows == 1 and platform == "cpu"
         assert lhs[2] == (2 if rows == 1 and platform == "cuda" else rows)
-        assert rhs[2:] == ((n, k) if one else (k, n))
-        assert contracted == (3 if one else 2)
+        if one and not constant:  # as it comes
+            assert rhs[2:] == b_sizes[2:] and contracted == (3 if trans_b == "TRANSPOSE" else 2)
+        else:
+            assert rhs[2:] == ((n, k) if one else (k, n))
+            assert contracted == (3 if one else 2)
 
 
 # --- CONVOLUTION ----------------------------------------------------------------------------

@@ -93,7 +93,7 @@ def _folder(out: str, model, context: int) -> str:
     }  # fmt: skip
     config = {
         "model": {"bos_token_id": 1, "context_length": context, "decoder": decoder,
-                  "eos_token_id": c.vocab_size + 1, "pad_token_id": 0, "type": "llama",
+                  "eos_token_id": c.vocab_size - 1, "pad_token_id": 0, "type": "llama",
                   "vocab_size": c.vocab_size},
         "search": {"max_length": context, "num_beams": 1, "past_present_share_buffer": True},
     }  # fmt: skip
