@@ -70,9 +70,8 @@ def test_ngram_drafts():
         ("tiny_llama", 40, {}),
         ("tiny_llama", 40, {"do_sample": True, "top_k": 5, "seed": 3}),
         ("tiny_llama", 12, {"buckets": False}),  # a program a length: a short generation
-        ("tiny_gpt2", 40, {"repetition_penalty": 1.2, "min_length": 12, "eos_token_id": 44,
-                           "no_repeat_ngram_size": 4}),
-        ("builder", 40, {}),
+        ("builder", 40, {"repetition_penalty": 1.2, "min_length": 12, "eos_token_id": 44,
+                         "no_repeat_ngram_size": 4}),
     ],
 )  # fmt: skip
 def test_tokens_equal_generation_without_drafts(model, length, options):
