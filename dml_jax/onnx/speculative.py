@@ -13,7 +13,8 @@ token chosen at its position: the first token that differs is chosen from the mo
 there, so a round adds one token and every draft accepted before it. The tokens are those of
 generation without drafts, greedy or sampled with the same seed (up to the rounding of a
 position's logits computed in a chunk rather than alone). Where no earlier occurrence is found,
-the round checks no draft (its call is one token's and padding). The rounds run on the device,
+the round runs the last token alone (the program for one token, chosen on the device by a
+``lax.cond``). The rounds run on the device,
 the drafts looked up there, as many in one dispatch as its program's past bucket holds (a
 ``lax.while_loop``). One sequence (batch 1), no beams, as onnxruntime-genai's n-gram
 decoding.
