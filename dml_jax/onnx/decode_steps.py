@@ -578,18 +578,16 @@ class DecodeSteps:
         the positions of the tokens fed before the last of them, which is the one chosen but
         not fed, as after a step."""
         cache, pending, mask, tokens, done, key, search, _ = state
-        chunk, gqa = ids.shape[1], self.roles.kind == "gqa"
-        j = jnp.arange(chunk, dtype=jnp.int32)[None]
+        chunk = ids.shape[1]
         tokens = jax.lax.dynamic_update_slice_in_dim(tokens, ids, fed, axis=1)
         logits, cache, new, base = self._fed_chunk(program, params, cache, pending, mask, ids,
                                                    fed, 1 + drafts, past)  # fmt: skip
         n, running, before = jnp.int32(0), jnp.bool_(True), done
         seen = []  # per position: (rows done before its token, rows done after, key after)
         for i in range(chunk):
-            # the penalties' mask: the real tokens up to this position's input
-            mask_i = ((jnp.arange(mask.shape[1])[None] < base + i + 1).astype(mask.dtype)
-                      if gqa else jax.lax.dynamic_update_slice_in_dim(
-                          mask, (j <= i).astype(mask.dtype), fed, axis=1))  # fmt: skip
+            # the penalties' mask: the real tokens up to this position's input, as the cache's
+            # mask would be were the round to keep its positions up to this one
+            _, mask_i = self._kept(pending, mask, new, fed, base, i + 1)
             key, sub = self._split(key)
             tokens, after, _, _ = self._next(logits[:, i], sub, before, tokens, fed + 1 + i,
                                              mask_i, search)  # fmt: skip
@@ -616,8 +614,8 @@ class DecodeSteps:
         and checks them (``_verify``), or where none is found runs the last token alone (the
         program for one token: a round of the whole chunk took twice a step's time on two CPU
         cores, 1.25x on an H200). (params, state, length, start, end, count) -> (state,
-        length, counts: [rounds with drafts, drafts proposed, drafts accepted, rounds without,
-        tokens taken]), jitted, the state donated."""
+        length, counts: [rounds with drafts, drafts proposed, drafts accepted, rounds
+        without]), jitted, the state donated."""
         entry = self._steps.get(("rounds", chunk, past, capacity, ngram))
         if entry is not None:
             return entry
@@ -647,10 +645,10 @@ class DecodeSteps:
                     state,
                 )  # fmt: skip
                 hit = (proposed > 0).astype(jnp.int32)
-                counts = counts + jnp.stack([hit, proposed, n - 1, 1 - hit, n])
+                counts = counts + jnp.stack([hit, proposed, n - 1, 1 - hit])
                 return state, length + n, i + 1, counts
 
-            carry = (state, length, jnp.int32(0), jnp.zeros((5,), jnp.int32))
+            carry = (state, length, jnp.int32(0), jnp.zeros((4,), jnp.int32))
             state, length, _, counts = jax.lax.while_loop(fits, body, carry)
             return state, length, counts
 

@@ -22,11 +22,11 @@ decoding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def ngram_drafts(row: Any, start: Any, length: Any, n: int, count: int) -> tuple[Any, Any]:
@@ -48,40 +48,32 @@ def ngram_drafts(row: Any, start: Any, length: Any, n: int, count: int) -> tuple
     return jnp.where(jnp.arange(count) < known, drafts, 0).astype(row.dtype), known
 
 
-@dataclass
 class SpeculativeStats:
-    """onnxruntime-genai's ``get_speculative_stats`` counts (those that apply here)."""
+    """onnxruntime-genai's ``get_speculative_stats`` counts (those that apply here), from the
+    rounds' own counts: rounds with drafts, drafts proposed, drafts accepted, rounds without."""
 
-    rounds: int = 0
-    draft_tokens_proposed: int = 0
-    draft_tokens_accepted: int = 0
-    target_forward_passes: int = 0
-    ngram_lookup_hits: int = 0
-    ngram_lookup_misses: int = 0
-    standard_fallback_steps: int = 0
-    tokens_emitted: int = 0
+    def __init__(self) -> None:
+        self.counts = np.zeros(4, np.int64)
 
     def add(self, counts: Any) -> None:
-        """A dispatch's rounds (``DecodeSteps.rounds_fn``'s counts: rounds with drafts,
-        drafts proposed, drafts accepted, rounds without, tokens taken)."""
-        hits, proposed, accepted, misses, emitted = (int(c) for c in counts)
-        self.rounds += hits
-        self.ngram_lookup_hits += hits
-        self.draft_tokens_proposed += proposed
-        self.draft_tokens_accepted += accepted
-        self.ngram_lookup_misses += misses
-        self.standard_fallback_steps += misses
-        self.target_forward_passes += hits + misses
-        self.tokens_emitted += emitted
+        """A dispatch's rounds (``DecodeSteps.rounds_fn``'s counts)."""
+        self.counts += np.asarray(counts, np.int64)
 
     def as_dict(self) -> dict:
-        out: dict = {f.name: getattr(self, f.name) for f in fields(self)}
-        proposed = self.draft_tokens_proposed
-        out["acceptance_rate"] = self.draft_tokens_accepted / proposed if proposed else 0.0
-        out["mean_emitted_tokens_per_round"] = (
-            (self.draft_tokens_accepted + self.rounds) / self.rounds if self.rounds else 0.0
-        )
-        return out
+        rounds, proposed, accepted, misses = (int(c) for c in self.counts)
+        return {
+            "rounds": rounds,
+            "draft_tokens_proposed": proposed,
+            "draft_tokens_accepted": accepted,
+            "target_forward_passes": rounds + misses,
+            "ngram_lookup_hits": rounds,
+            "ngram_lookup_misses": misses,
+            "standard_fallback_steps": misses,
+            # a round takes its accepted drafts and one token more; a round without, one token
+            "tokens_emitted": accepted + rounds + misses,
+            "acceptance_rate": accepted / proposed if proposed else 0.0,
+            "mean_emitted_tokens_per_round": (accepted + rounds) / rounds if rounds else 0.0,
+        }
 
 
 __all__ = ["SpeculativeStats", "ngram_drafts"]
