@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 
+import jax
 import numpy as np
 import pytest
 
@@ -171,7 +172,9 @@ def test_logits_calls_are_checked():
 def test_search_options_read_back_and_the_model_type(tmp_path):
     folder = _genai_folder(tmp_path, _path("tiny_llama"), 52, False)
     m = Model(folder)
-    assert (m.type, m.device_type) == ("llama", "CPU")
+    # the session's device: the default backend's (the suite runs on CPUs and on GPUs)
+    device = "CUDA" if jax.default_backend() == "gpu" else "CPU"
+    assert (m.type, m.device_type) == ("llama", device)
     p = GeneratorParams(m, top_k=5)
     options = p.get_search_options()
     assert options["max_length"] == 20 and options["eos_token_id"] == 52

@@ -124,6 +124,19 @@ def cache_shape(model: Any, batch: int, past: int) -> tuple[int, int, int, int]:
     return (batch, kv, past, hidden // heads)
 
 
+def cache_shapes(model: Any, batch: int, past: int) -> list[tuple[int, int, int, int]]:
+    """Each past input's shape in order (layer by layer, key then value): [batch, kv heads,
+    past, head size], read from the cache the model itself writes for one token (Falcon's and
+    GPTBigCode's single key-value head, Gemma's head size, without a rule per family)."""
+    import torch
+
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        out = model(input_ids=torch.ones(1, 1, dtype=torch.long, device=device), use_cache=True)
+    return [(batch, t.shape[1], past, t.shape[-1])
+            for t in _flat_cache(out.past_key_values, layer_count(model))]  # fmt: skip
+
+
 def _cache_of(torch: Any, layers: int, past: list) -> Any:
     from transformers import DynamicCache
 
@@ -136,7 +149,9 @@ def _cache_of(torch: Any, layers: int, past: list) -> Any:
 def _flat_cache(cache: Any, layers: int) -> list:
     out = []
     for i in range(layers):
-        if hasattr(cache, "layers"):
+        if isinstance(cache, (tuple, list)):  # the legacy form: a (key, value) pair a layer
+            out += list(cache[i][:2])
+        elif hasattr(cache, "layers"):
             out += [cache.layers[i].keys, cache.layers[i].values]
         else:
             out += [cache.key_cache[i], cache.value_cache[i]]
@@ -158,9 +173,10 @@ def step(model: Any, positions: bool = True) -> Any:
         def forward(self, input_ids, attention_mask, *rest):
             position_ids = rest[0] if positions else None
             past = list(rest[1:] if positions else rest)
+            extra = {"position_ids": position_ids} if positions else {}  # (BLOOM takes none)
             out = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                             position_ids=position_ids, past_key_values=_cache_of(torch, layers, past),
-                             use_cache=True)  # fmt: skip
+                             past_key_values=_cache_of(torch, layers, past), use_cache=True,
+                             **extra)  # fmt: skip
             return (out.logits, *_flat_cache(out.past_key_values, layers))
 
     return Step().eval()
@@ -184,13 +200,12 @@ def export(model: Any, path: str, positions: bool = True, device: str = "cpu") -
     layers = layer_count(model)
     module = step(model, positions)
     batch, past, seq = 2, 3, 2
-    shape = cache_shape(model, batch, past)
     dtype = next(model.parameters()).dtype
     args = [torch.ones(batch, seq, dtype=torch.long, device=device),
             torch.ones(batch, past + seq, dtype=torch.long, device=device)]  # fmt: skip
     if positions:
         args.append(torch.arange(past, past + seq, device=device).expand(batch, seq).contiguous())
-    args += [torch.randn(shape, dtype=dtype, device=device) for _ in range(2 * layers)]
+    args += [torch.randn(s, dtype=dtype, device=device) for s in cache_shapes(model, batch, past)]
     inputs, outputs = names(layers, positions)
     axes = {"input_ids": {0: "batch", 1: "sequence"},
             "attention_mask": {0: "batch", 1: "total_sequence"},

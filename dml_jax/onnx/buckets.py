@@ -59,12 +59,18 @@ def bucket_sizes(option: Any, bucketable: bool, where: str) -> tuple[int, ...] |
 
 
 def pad_decoder_feed(
-    roles: Any, names: Sequence[str], arrays: list, sizes: Sequence[int]
+    roles: Any,
+    names: Sequence[str],
+    arrays: list,
+    sizes: Sequence[int],
+    moves: Callable[[int], str | None] | None = None,
 ) -> tuple[list, Callable[[dict], dict] | None]:
     """``arrays`` (one per input of ``names``) with the pasts padded with zeros to a bucket
     length and the attention mask padded with zeros after the past, and the function that cuts
     the padding out of the presents of a result ``{name: array}``; (arrays, None) where the
-    feed is not a past of a length to pad (no past yet, or shapes the model would refuse)."""
+    feed is not a past of a length to pad (no past yet, or shapes the model would refuse), or
+    where ``moves(length)`` says why padding to that length would change the step's outputs
+    (``padding_probe.padding_moves``)."""
     index = {n: k for k, n in enumerate(names)}
     axis = roles.axis
     pasts = [index[n] for pair in roles.past for n in pair]
@@ -85,7 +91,7 @@ def pad_decoder_feed(
             return _pad_shared_buffer(roles, index, arrays, sizes, past)
         return arrays, None
     length = bucket_length(past, sizes)
-    if length <= past:
+    if length <= past or (moves is not None and moves(length)):
         return arrays, None
     out = list(arrays)
     for k in pasts:

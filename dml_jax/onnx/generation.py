@@ -51,6 +51,7 @@ from .decode_steps import NEVER, TRITON_GEMM, DecodeSteps, select_tokens  # noqa
 from .elements import ONNX
 from .genai_model import Model  # noqa: F401 (the API's)
 from .generation_params import GeneratorParams, ModelDefaults, check_params
+from .padding_probe import padding_moves
 from .roles import DecoderRoles, find_roles, roles_of  # noqa: F401 (find_roles: the API's)
 from .speculative import SpeculativeStats
 
@@ -83,6 +84,7 @@ class Generator:
                 f"padding masked: {r.why}"
             )
         self._buckets = bucket_sizes(p.buckets, r.bucketable, f"{ONNX}: generation")
+        self._exact_why = ""  # why buckets went off at the prompt (``padding_moves``)
         self._fns = DecodeSteps.of(session, self.roles, p)
         self._fns.cache_shape(p.batch_size, 0)  # checks the heads and head size are fixed
         self._rows = p.batch_size * p.num_beams  # the steps' batch: a row a beam
@@ -122,6 +124,17 @@ class Generator:
 
     # -- shapes ----------------------------------------------------------------------------------
 
+    def _sized(self, longest: int, extra: int) -> int:
+        """The prompt's bucket for a longest prompt of ``longest`` tokens; sets ``_end`` and
+        ``capacity``. The tokens are kept as the padded prompt and the new tokens; a
+        GroupQueryAttention cache holds each entry's positions first: as many as the longest
+        prompt and the new tokens, in buckets like the mask that covers them."""
+        p, gqa = self.params, self.roles.kind == "gqa"
+        seq = self._length_for(longest)
+        self._end = seq + p.max_length - longest
+        self.capacity = self._length_for((p.max_length if gqa else self._end) + extra)
+        return seq
+
     def _length_for(self, n: int) -> int:
         """The past length a step for ``n`` positions runs at: the bucket, or ``n``."""
         return bucket_length(n, self._buckets)
@@ -149,7 +162,7 @@ class Generator:
         # A GroupQueryAttention cache is the whole buffer: its mask's length is what varies.
         what = "mask length" if r.kind == "gqa" else "past length"
         if self._buckets is None:
-            lines.append(f"{what}: exact, a program per length ({r.why})")
+            lines.append(f"{what}: exact, a program per length ({self._exact_why or r.why})")
         else:
             sizes = list(self._buckets) or f"powers of two from {MIN_BUCKET}"
             lines.append(f"{what}: bucketed to {sizes} ({r.why})")
@@ -190,14 +203,19 @@ class Generator:
                 "(without one the model numbers tokens from the past's size, so left padding "
                 "would move them)"
             )
-        seq = self._length_for(longest)
-        self._end = seq + p.max_length - longest
-        # The tokens are kept as the padded prompt and the new tokens; a GroupQueryAttention
-        # cache holds each entry's positions first: as many as the longest prompt and the new
-        # tokens, in buckets like the mask that covers them.
         # a speculative round writes its drafts' keys and values (and tokens) past its end
         extra = p.max_draft_tokens if p.ngram_size else 0
-        self.capacity = self._length_for((p.max_length if gqa else self._end) + extra)
+        seq = self._sized(longest, extra)
+        if not gqa and self._buckets is not None:
+            moved = padding_moves(self.session, r, self.capacity)
+            if moved and p.buckets is not None:
+                raise ValidationError(
+                    f"{ONNX}: generation: buckets were asked for, but a past padded to "
+                    f"{self.capacity} positions changes what the step computes: {moved}"
+                )
+            if moved:  # exact lengths: a program a length, never a moved window
+                self._buckets, self._exact_why = None, moved
+                seq = self._sized(longest, extra)
         # a column past the end: the token a step after the last one chooses, never shown
         # (``get_logits`` at max_length runs the model on the last token)
         width = self._length_for(self._end + 1 + extra)

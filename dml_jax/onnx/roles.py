@@ -247,12 +247,17 @@ def _present_is_concat(
     graph: Any, past: dict, present: dict, axis: int, merged: bool = False
 ) -> str | None:
     """None when every present output is a Concat of its past input (first) and other values on
-    the cache's sequence axis, through Identity nodes and one-input Concats (the TorchScript
-    exporter's), and with ``merged`` in the then-branch of an If (Optimum's merged decoder);
-    else why not."""
+    the cache's sequence axis, through Identity nodes, one-input Concats (the TorchScript
+    exporter's) and Casts to the past's own type (GPT-J's and CodeGen's), and with ``merged``
+    in the then-branch of an If (Optimum's merged decoder); else why not."""
     producer = {o: n for n in graph.node for o in n.output}
+    declared = {i.name: i.type.tensor_type.elem_type for i in graph.input}
+    cache_type = declared.get(past[0]["key"])
 
     def passes(node: Any) -> bool:
+        if node.op_type == "Cast":
+            to = next((a.i for a in node.attribute if a.name == "to"), None)
+            return to is not None and to == cache_type
         return node.op_type == "Identity" or (node.op_type == "Concat" and len(node.input) == 1)
 
     def source(name: str) -> Any:

@@ -376,7 +376,8 @@ class InferenceSession(ProgramCache):
         if on_device and buckets is not None:  # device pasts padded there, presents left so
             from .binding import pad_on_device
 
-            padded = pad_on_device(buckets[0], input_feed, buckets[1])
+            roles, sizes, moves = buckets
+            padded = pad_on_device(roles, input_feed, sizes, moves)
             if padded is not None:
                 input_feed, padded = padded
         arrays = [self._checked(i, dt, input_feed.get(i.name))  # an optional left out: None
@@ -385,10 +386,10 @@ class InferenceSession(ProgramCache):
         if buckets is not None and padded is None:
             from .buckets import pad_decoder_feed
 
-            roles, sizes = buckets
+            roles, sizes, moves = buckets
             names = [i.name for i in self._inputs]
             host = [np.asarray(a) if isinstance(a, jax.Array) else a for a in arrays]
-            arrays, unpad = pad_decoder_feed(roles, names, host, sizes)
+            arrays, unpad = pad_decoder_feed(roles, names, host, sizes, moves)
         program, resumed = self._program_and_resumed(arrays, overrides, extra,
                                                      self._layout is None)  # fmt: skip
         feed = dict(zip(self._names(overrides), arrays + extra), **resumed)
@@ -470,10 +471,13 @@ class InferenceSession(ProgramCache):
         return functools.partial(jitted, params, *args)
 
     def _run_buckets(self) -> tuple[Any, tuple[int, ...]] | None:
-        """For a decoder step whose graph shows its past padding masked (``buckets``), its roles
-        and bucket sizes: ``run`` pads a past to a bucket; else None (found once)."""
+        """For a decoder step whose graph shows its past padding masked (``buckets``), its roles,
+        bucket sizes and the probe of a padded length (``padding_probe.padding_moves``, for a
+        Concat-form step: None where it need not be asked): ``run`` pads a past to a bucket
+        where the probe finds nothing moved; else None (found once)."""
         if "_buckets_found" not in self.__dict__:
             from .buckets import bucket_sizes
+            from .padding_probe import padding_moves
             from .roles import roles_of
 
             found = None
@@ -484,7 +488,10 @@ class InferenceSession(ProgramCache):
                     roles = None
                 if roles is not None:
                     sizes = bucket_sizes(self._buckets_option, roles.bucketable, ONNX)
-                    found = None if sizes is None else (roles, sizes)
+                    moves = None
+                    if roles.kind == "concat":
+                        moves = functools.partial(padding_moves, self, roles)
+                    found = None if sizes is None else (roles, sizes, moves)
             self._buckets_found = found
         return self._buckets_found
 
@@ -732,7 +739,13 @@ class InferenceSession(ProgramCache):
             why = "buckets=False" if self._buckets_option is False else roles.why
             return f"buckets: none, every past length exact ({why})"
         sizes = list(found[1]) or f"powers of two from {MIN_BUCKET}"
-        return f"buckets: {names} padded to {sizes}, the padding masked ({roles.why})"
+        probe = (
+            "; each bucket length first checked to move nothing the step computes from the "
+            "past's size, else that length runs exact"
+            if found[2] is not None
+            else ""
+        )
+        return f"buckets: {names} padded to {sizes}, the padding masked ({roles.why}{probe})"
 
     def _program_or_last(self, shapes: Sequence[Sequence[int]] | None, what: str) -> Any:
         """The program for inputs of ``shapes``, or the last one compiled; ``what`` names the

@@ -1,0 +1,196 @@
+"""Whether a decoder step computes the same from a past padded to a bucket as from the past
+alone: the index arithmetic a step derives from its shapes and its token, mask and position
+inputs, evaluated at both sizes on the host (``padding_moves``).
+
+A bucketed past (``buckets``) holds the real positions first, then zeros up to the bucket's
+length, the attention mask zero over them, and the new tokens after the bucket. The mask hides
+the padded keys; what it cannot hide is arithmetic on the past's size: a step that numbers the
+new token from the past's size and compares key positions with it keeps exactly the keys it
+should under a causal mask (every real key lies before the new token either way), but under a
+sliding window (Mistral's, Gemma's local layers: a key is kept while it lies fewer than W
+positions before the query) the padded size moves the window over the real keys. Structure
+alone does not show which: ``find_roles`` sees a Concat of the past and the new keys in both.
+
+So the step is evaluated twice as far as its index inputs reach, on one row with one real past
+position: at the exact size (past 1) and padded to ``length`` (the largest bucket it will run
+at). Every node whose inputs are known is evaluated (the ``onnx`` package's reference
+implementation, as import-time folding does: ``fold.evaluate``); the past's values and the
+weights are unknown, but their shapes are (ONNX shape inference at the probe's input shapes),
+so a Shape node of them is known. The known values that unknown nodes read (the mask's
+additive bias, the rotary angles, the positions) are compared between the two, at the real
+positions of each axis that the padding lengthened. Any difference, or a value that is known in
+one and not the other, means the padding moves something. A step whose probe cannot be
+evaluated is treated as moving (exact lengths: slower, never wrong).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ValidationError
+from .fold import NONDETERMINISTIC, evaluate
+from .importer import const_value
+from .protos import opsets_of
+
+# initializers of at most this many elements take part with their values (mask constants,
+# rotary frequencies); larger ones (weights) are unknown values of known shape
+KNOWN_MAX_ELEMENTS = 1 << 16
+# known values over this many elements are not evaluated further (unknown from there)
+EVALUATE_MAX_ELEMENTS = 1 << 22
+_DTYPES = {1: np.float32, 6: np.int32, 7: np.int64, 9: np.bool_, 10: np.float16}
+# the inputs that only give a result's shape (a Reshape's target shape, an Expand's or a Tile's,
+# a ConstantOfShape's): a past padded to another size rightly gives them other values, and what
+# they shape is compared where it is known
+SHAPE_SLOTS = {"Reshape": 1, "Expand": 1, "Tile": 1, "ConstantOfShape": 0}
+
+
+def padding_moves(session: Any, roles: Any, length: int) -> str | None:
+    """Why ``roles``' step (``find_roles``) would compute otherwise from a past padded to
+    ``length`` positions than from the past alone, or None; found once per session and length
+    (the module's docstring)."""
+    found = session.__dict__.setdefault("_padding_moves", {})
+    if length not in found:
+        try:
+            found[length] = _moves(session.model, roles, int(length))
+        except (ValidationError, ValueError, TypeError, KeyError, IndexError) as e:
+            found[length] = f"its index arithmetic could not be evaluated at a padded size ({e})"
+    return found[length]
+
+
+def _moves(model: Any, roles: Any, length: int) -> str | None:
+    exact = _frontier(model, roles, 1)
+    padded = _frontier(model, roles, length)
+    if exact.keys() != padded.keys():
+        name = min(exact.keys() ^ padded.keys())
+        return f"'{name}' is known from the index inputs at one past size and not at the other"
+    for name in sorted(exact):
+        a, b = exact[name], padded[name]
+        if a.ndim != b.ndim:
+            return f"'{name}' has rank {a.ndim} at the exact size, {b.ndim} padded"
+        for axis, (m, n) in enumerate(zip(a.shape, b.shape)):
+            if m == n:
+                continue
+            # an axis over the past (1 -> length) or over the past and the new token
+            # (2 -> length + 1): its real positions are the first and, with the new token, the
+            # last
+            if (m, n) == (1, length):
+                keep = [0]
+            elif (m, n) == (2, length + 1):
+                keep = [0, n - 1]
+            else:
+                return f"'{name}' has {m} elements on axis {axis} at the exact size, {n} padded"
+            b = np.take(b, keep, axis=axis)
+        if a.dtype != b.dtype or not np.array_equal(a, b, equal_nan=a.dtype.kind == "f"):
+            return (
+                f"'{name}' differs at the real positions between the exact past and one padded "
+                f"to {length} (the step computes from the past's size, as a sliding window does)"
+            )
+    return None
+
+
+def _frontier(model: Any, roles: Any, past: int) -> dict[str, np.ndarray]:
+    """The values known from the probe's inputs (one row, ``past`` past positions, the first
+    real) that nodes of unknown values read, by name."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    _, heads, _, size = roles.cache_shape
+    heads, size = int(heads), int(size)  # (a symbolic one: a TypeError, the probe refused)
+    feeds: dict[str, np.ndarray] = {}
+    declared = {i.name: i for i in graph.input}
+
+    def typed(name: str, array: np.ndarray) -> np.ndarray:
+        elem = declared[name].type.tensor_type.elem_type
+        return array.astype(_DTYPES[elem])
+
+    feeds[roles.input_ids] = typed(roles.input_ids, np.ones((1, 1), np.int64))
+    mask = np.zeros((1, past + 1), np.int64)
+    mask[0, [0, past]] = 1
+    feeds[roles.attention_mask] = typed(roles.attention_mask, mask)
+    if roles.position_ids is not None:
+        feeds[roles.position_ids] = typed(roles.position_ids, np.ones((1, 1), np.int64))
+    if roles.use_cache_branch is not None:
+        feeds[roles.use_cache_branch] = np.ones((), np.bool_)
+    cache = (1, heads, past, size)
+    shapes = {n: cache for pair in roles.past for n in pair}
+
+    # the model at the probe's shapes, its weights as inputs of known shape and no data
+    inputs = []
+    for i in graph.input:
+        shape = feeds[i.name].shape if i.name in feeds else shapes.get(i.name)
+        if shape is None:
+            raise ValidationError(f"input '{i.name}' has no role in the probe")
+        inputs.append(helper.make_tensor_value_info(i.name, i.type.tensor_type.elem_type, shape))
+    small, known = [], {}
+    for init in graph.initializer:
+        count = int(np.prod(init.dims, dtype=np.int64))
+        external = init.data_location == onnx.TensorProto.EXTERNAL
+        if count <= KNOWN_MAX_ELEMENTS and not external:
+            small.append(init)
+            known[init.name] = numpy_helper.to_array(init)
+        else:
+            inputs.append(helper.make_tensor_value_info(init.name, init.data_type, init.dims))
+    light = helper.make_graph(list(graph.node), "probe", inputs, list(graph.output), small)
+    light_model = helper.make_model(light, opset_imports=list(model.opset_import))
+    light_model.ir_version = model.ir_version
+    inferred = onnx.shape_inference.infer_shapes(light_model, data_prop=True).graph
+    static: dict[str, tuple[int, ...]] = {}
+    for info in list(inferred.value_info) + list(inferred.input) + list(inferred.output):
+        dims = info.type.tensor_type.shape.dim
+        if info.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            static[info.name] = tuple(d.dim_value for d in dims)
+
+    known.update(feeds)
+    opsets = opsets_of(model)
+    frontier: set[str] = set()
+    for node in graph.node:
+        names = [n for n in node.input if n]
+        subgraph = any(a.type in (5, 10) for a in node.attribute)
+        if node.op_type in ("Shape", "Size") and names and not subgraph:
+            shape = known[names[0]].shape if names[0] in known else static.get(names[0])
+            if shape is not None:
+                array = np.broadcast_to(np.int8(0), shape)  # its shape is all the node reads
+                out = evaluate(node, node.domain, opsets.get(node.domain, 1),
+                               [const_value(array)], node.op_type)  # fmt: skip
+                known[node.output[0]] = np.asarray(out[0].known)
+                continue
+        ready = (
+            not subgraph
+            and node.op_type not in NONDETERMINISTIC
+            and node.domain in ("", "ai.onnx")
+            and all(n in known for n in names)
+            and all(known[n].size <= EVALUATE_MAX_ELEMENTS for n in names)
+        )
+        if ready:
+            values = [None if not n else const_value(known[n]) for n in node.input]
+            try:
+                outs = evaluate(node, node.domain, opsets.get("", 1), values, node.op_type)
+            except ValidationError:  # the reference cannot evaluate it: its outputs unknown
+                outs = None
+            if outs is not None:
+                for name, v in zip(node.output, outs):
+                    if name and v is not None:
+                        known[name] = np.asarray(v.known)
+                continue
+        shaping = SHAPE_SLOTS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        reads = [n for k, n in enumerate(node.input) if n and k != shaping]
+        frontier.update(n for n in reads + _outer_names(node) if n in known)
+    frontier.update(o.name for o in graph.output if o.name in known)
+    frontier -= {init.name for init in small}  # the model's own constants: equal by definition
+    return {name: known[name] for name in frontier}
+
+
+def _outer_names(node: Any) -> list[str]:
+    """The names a node's subgraphs read from outside them."""
+    out = []
+    for a in node.attribute:
+        for g in [a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []:
+            inner = {o for n in g.node for o in n.output} | {i.name for i in g.input}
+            inner |= {i.name for i in g.initializer}
+            for n in g.node:
+                out += [x for x in n.input if x and x not in inner]
+                out += [x for x in _outer_names(n) if x not in inner]
+    return out

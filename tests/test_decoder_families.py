@@ -1,0 +1,113 @@
+"""Generation across Hugging Face's decoder families, against PyTorch's greedy tokens and
+onnxruntime.
+
+The models (``tests/data/decoders/families/``, written by ``python -m
+dml_jax.bench.decoder_families``) are tiny random-weight ``transformers`` causal LMs of the
+families people export for generation (Qwen, Mistral, Phi, Gemma, OPT, GPT-NeoX, Falcon, BLOOM,
+GPT-J, CodeGen, GPTBigCode, OLMo, Cohere, Starcoder2, Granite, Mixtral), each exported by
+PyTorch's TorchScript exporter as one decode step with its cache. ``families_greedy.json`` holds,
+per family, two prompts (6 and 3 tokens) and PyTorch's own greedy tokens for each prompt alone
+(its own cache, float32, 16 steps): the two prompts generated as one left-padded batch must give
+each row's tokens exactly (the weights' initializer range of 0.2 keeps the logits' top two far
+apart). The prefill's logits are checked against onnxruntime's CPU provider on the same file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from test_generation import _greedy_loop  # this folder's
+
+from dml_jax import ValidationError
+from dml_jax.bench.decoder_families import FAMILIES
+from dml_jax.onnx import InferenceSession
+from dml_jax.onnx.generation import Generator, GeneratorParams, generate
+from dml_jax.onnx.padding_probe import padding_moves
+from dml_jax.onnx.roles import roles_of
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "decoders", "families")
+with open(os.path.join(DATA, "families_greedy.json")) as f:
+    RECORD = json.load(f)
+EXPORTED = sorted(name for name, r in RECORD.items() if "error" not in r)
+# the families whose configuration gives every layer, or some, a sliding window (its width)
+WINDOWS = {n: c["sliding_window"] for n, (_, c) in FAMILIES.items() if c.get("sliding_window")}
+
+
+def _padded(rows: list[list[int]], positions: bool) -> dict:
+    """The prompts left-padded into one batch as an onnxruntime user feeds a first step: mask
+    zeros over the padding, positions from each row's first real token, empty pasts."""
+    longest = max(map(len, rows))
+    ids = np.zeros((len(rows), longest), np.int64)
+    mask = np.zeros_like(ids)
+    for b, row in enumerate(rows):
+        ids[b, longest - len(row) :] = row
+        mask[b, longest - len(row) :] = 1
+    feed = {"input_ids": ids, "attention_mask": mask}
+    if positions:
+        feed["position_ids"] = np.where(mask > 0, np.cumsum(mask, 1) - 1, 1)
+    return feed
+
+
+@pytest.mark.parametrize("name", EXPORTED)
+def test_family_generates_pytorch_greedy_tokens(name):
+    r = RECORD[name]
+    path = os.path.join(DATA, f"{name}_step.onnx")
+    s = InferenceSession(path)
+    steps = len(r["greedy"][0])
+    if r["positions"]:
+        got = generate(s, r["prompts"], steps)
+        np.testing.assert_array_equal(got, np.array(r["greedy"]))
+    else:  # the model numbers tokens from the past's size: one prompt at a time
+        for prompt, greedy in zip(r["prompts"], r["greedy"]):
+            np.testing.assert_array_equal(generate(s, [prompt], steps)[0], greedy)
+    # the first step of the padded batch against onnxruntime (every row's real positions)
+    rows = r["prompts"] if r["positions"] else r["prompts"][:1]
+    feed = _padded(rows, r["positions"])
+    o = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for i in o.get_inputs():
+        if i.name.startswith("past"):
+            feed[i.name] = np.zeros((len(rows), i.shape[1], 0, i.shape[3]), np.float32)
+    want = o.run(["logits"], feed)[0]
+    got_logits = s.run(["logits"], feed)[0]
+    real = feed["attention_mask"] > 0
+    scale = np.abs(want[real]).max()
+    np.testing.assert_allclose(got_logits[real], want[real], atol=1e-4 * scale, rtol=0)
+
+
+@pytest.mark.parametrize("name", [n for n in EXPORTED if RECORD[n]["positions"]])
+def test_padding_probe_finds_the_sliding_windows(name):
+    """A past padded to a bucket moves a sliding window over the real keys once the bucket
+    reaches the window (the new token numbered from the padded size): the probe says so for
+    the windowed families at 32 positions, and for none below the window or without one."""
+    s = InferenceSession(os.path.join(DATA, f"{name}_step.onnx"))
+    roles = roles_of(s)
+    below = min(WINDOWS.values()) - 1
+    assert padding_moves(s, roles, below) is None
+    moved = padding_moves(s, roles, 32)
+    assert (moved is not None) == (name in WINDOWS), moved
+
+
+def test_sliding_window_runs_exact_lengths():
+    """Mistral's window of 8 over 22 positions: the Generator and an onnxruntime-style ``run``
+    loop give PyTorch's tokens at exact past lengths (buckets would move the window), the
+    explanation says why, and buckets asked for are refused."""
+    name = "mistral"
+    r = RECORD[name]
+    s = InferenceSession(os.path.join(DATA, f"{name}_step.onnx"))
+    g = Generator(s, GeneratorParams(s, max_length=6 + 16, batch_size=2))
+    g.append_tokens(r["prompts"])
+    assert "exact, a program per length ('" in g.explain()
+    assert "differs at the real positions" in g.explain()
+    np.testing.assert_array_equal(
+        _greedy_loop(s, r["prompts"][:1], 12), np.array(r["greedy"][:1])[:, :12]
+    )
+    asked = Generator(s, GeneratorParams(s, max_length=6 + 16, batch_size=2, buckets=True))
+    with pytest.raises(ValidationError, match="changes what the step computes"):
+        asked.append_tokens(r["prompts"])
