@@ -83,31 +83,48 @@ def test_family_generates_pytorch_greedy_tokens(name):
 
 @pytest.mark.parametrize("name", [n for n in EXPORTED if RECORD[n]["positions"]])
 def test_padding_probe_finds_the_sliding_windows(name):
-    """A past padded to a bucket moves a sliding window over the real keys once the bucket
-    reaches the window (the new token numbered from the padded size): the probe says so for
-    the windowed families at 32 positions, and for none below the window or without one."""
+    """A past padded after its real positions moves a sliding window over the real keys once
+    the bucket reaches the window (the new token numbered from the padded size): the probe
+    says so for the windowed families at 32 positions, and for none below the window or
+    without one; padded before them (right-aligned) nothing moves in any family."""
     s = InferenceSession(os.path.join(DATA, f"{name}_step.onnx"))
     roles = roles_of(s)
     below = min(WINDOWS.values()) - 1
     assert padding_moves(s, roles, below) is None
     moved = padding_moves(s, roles, 32)
     assert (moved is not None) == (name in WINDOWS), moved
+    assert padding_moves(s, roles, 32, front=True) is None
 
 
-def test_sliding_window_runs_exact_lengths():
-    """Mistral's window of 8 over 22 positions: the Generator and an onnxruntime-style ``run``
-    loop give PyTorch's tokens at exact past lengths (buckets would move the window), the
-    explanation says why, and buckets asked for are refused."""
+def test_sliding_window_keeps_its_keys_in_buckets(monkeypatch):
+    """Mistral's window of 8 over 22 positions: the Generator's steps read the past
+    right-aligned in its bucket (three programs, not one a length) and give PyTorch's tokens,
+    as Gemma 3's do with n-gram drafts (chunks over the right-aligned past); an
+    onnxruntime-style ``run``
+    loop pads its pasts in front likewise; where neither side kept the window, buckets asked
+    for would be refused."""
     name = "mistral"
     r = RECORD[name]
     s = InferenceSession(os.path.join(DATA, f"{name}_step.onnx"))
+    want = np.array(r["greedy"])
     g = Generator(s, GeneratorParams(s, max_length=6 + 16, batch_size=2))
     g.append_tokens(r["prompts"])
-    assert "exact, a program per length ('" in g.explain()
-    assert "differs at the real positions" in g.explain()
-    np.testing.assert_array_equal(
-        _greedy_loop(s, r["prompts"][:1], 12), np.array(r["greedy"][:1])[:, :12]
-    )
+    g.generate_until_done()
+    assert "the past right-aligned in its bucket" in g.explain()
+    np.testing.assert_array_equal(g.generated, want)
+    assert g.compiles <= 3
+    # Gemma 3's sliding layers with n-gram drafts accepted (chunks over the right-aligned past)
+    g3, r3 = InferenceSession(os.path.join(DATA, "gemma3_step.onnx")), RECORD["gemma3"]
+    spec = Generator(g3, GeneratorParams(g3, max_length=6 + 16, ngram_size=2, max_draft_tokens=4))
+    spec.append_tokens(r3["prompts"][:1])
+    spec.generate_until_done()
+    assert spec.get_speculative_stats()["draft_tokens_accepted"] > 0
+    np.testing.assert_array_equal(spec.generated, np.array(r3["greedy"][:1]))
+    np.testing.assert_array_equal(_greedy_loop(s, r["prompts"][:1], 16), want[:1])
+    assert "else before it" in s.explain()
+    from dml_jax.onnx import generation
+
+    monkeypatch.setattr(generation, "padded_side", lambda *a: None)
     asked = Generator(s, GeneratorParams(s, max_length=6 + 16, batch_size=2, buckets=True))
     with pytest.raises(ValidationError, match="changes what the step computes"):
         asked.append_tokens(r["prompts"])

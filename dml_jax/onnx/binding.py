@@ -255,15 +255,15 @@ class OrtValue:
 
 
 def pad_on_device(
-    roles: Any, feed: Mapping[str, Any], sizes: Any, moves: Any = None
+    roles: Any, feed: Mapping[str, Any], sizes: Any, side: Any = None
 ) -> tuple[dict, tuple] | None:
     """``buckets.pad_decoder_feed`` for a Concat-form decoder step whose pasts are OrtValues on
     a device (a bound loop's presents fed back): each past padded to the bucket on the device
     (a past left in its bucket by the last step moved by one update at a run-time position:
     a program a bucket, none a token), the mask on the host; returns the feed so padded and
     the presents' padding ``(axis, past, length)``, or None where ``run``'s host padding
-    applies (another form, other shapes, host pasts, nothing to pad, or ``moves(length)``
-    saying why that padding would change the outputs)."""
+    applies (another form, other shapes, host pasts, nothing to pad, or a length whose
+    padding may not follow the past: ``side(length)`` other than "end")."""
     if roles.kind == "gqa" or roles.use_cache_branch is not None:
         return None
     pasts = [n for pair in roles.past for n in pair]
@@ -280,7 +280,7 @@ def pad_on_device(
     if past == 0 or any(v.shape() != shape for v in values) or mask.shape[1] != past + new:
         return None
     length = bucket_length(past, sizes)
-    if length <= past or (moves is not None and moves(length)):
+    if length <= past or (side is not None and side(length) != "end"):
         return None
     out = dict(feed)
     out.update(zip(pasts, _in_bucket(values, past, length, axis)))

@@ -63,14 +63,15 @@ def pad_decoder_feed(
     names: Sequence[str],
     arrays: list,
     sizes: Sequence[int],
-    moves: Callable[[int], str | None] | None = None,
+    side: Callable[[int], str | None] | None = None,
 ) -> tuple[list, Callable[[dict], dict] | None]:
     """``arrays`` (one per input of ``names``) with the pasts padded with zeros to a bucket
-    length and the attention mask padded with zeros after the past, and the function that cuts
-    the padding out of the presents of a result ``{name: array}``; (arrays, None) where the
-    feed is not a past of a length to pad (no past yet, or shapes the model would refuse), or
-    where ``moves(length)`` says why padding to that length would change the step's outputs
-    (``padding_probe.padding_moves``)."""
+    length and the attention mask padded with zeros after the past (or, where ``side(length)``
+    is "front", both padded before the past), and the function that cuts the padding out of
+    the presents of a result ``{name: array}``; (arrays, None) where the feed is not a past of
+    a length to pad (no past yet, or shapes the model would refuse), or where ``side(length)``
+    is None (padding to that length would change the step's outputs:
+    ``padding_probe.padded_side``)."""
     index = {n: k for k, n in enumerate(names)}
     axis = roles.axis
     pasts = [index[n] for pair in roles.past for n in pair]
@@ -91,26 +92,33 @@ def pad_decoder_feed(
             return _pad_shared_buffer(roles, index, arrays, sizes, past)
         return arrays, None
     length = bucket_length(past, sizes)
-    if length <= past or (moves is not None and moves(length)):
+    where = "end" if side is None or length <= past else side(length)
+    if length <= past or where is None:
         return arrays, None
+    front = where == "front"
     out = list(arrays)
     for k in pasts:
         x = arrays[k]
         pad = list(x.shape)
         pad[axis] = length - past
-        out[k] = np.concatenate([x, np.zeros(pad, x.dtype)], axis=axis)
-    out[index[roles.attention_mask]] = padded_mask(mask, past, length)
+        parts = [np.zeros(pad, x.dtype), x]
+        out[k] = np.concatenate(parts if front else parts[::-1], axis=axis)
+    out[index[roles.attention_mask]] = padded_mask(mask, past, length, front)
     new = ids.shape[1]
     if roles.kind == "gqa":  # each entry's positions first: the first past + new ones
         return out, _cutter(roles, np.arange(past + new))
+    if front:  # the padding, the past's positions, then the new ones
+        return out, _cutter(roles, np.arange(length - past, length + new))
     # Concat(past, new): the past's positions, the padding, then the new ones.
     return out, _cutter(roles, np.r_[0:past, length : length + new])
 
 
-def padded_mask(mask: np.ndarray, past: int, length: int) -> np.ndarray:
+def padded_mask(mask: np.ndarray, past: int, length: int, front: bool = False) -> np.ndarray:
     """An attention mask over ``past`` positions and new ones, with zeros after the past up to
-    ``length`` (a Concat-form step's past padded to its bucket)."""
+    ``length`` (a Concat-form step's past padded to its bucket), or before it (``front``)."""
     zeros = np.zeros((mask.shape[0], length - past), mask.dtype)
+    if front:
+        return np.concatenate([zeros, mask], 1)
     return np.concatenate([mask[:, :past], zeros, mask[:, past:]], 1)
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import ValidationError
 from . import beams as beam_search
 from .elements import ONNX, graph_dtype
+from .padding_probe import padded_side
 from .roles import DecoderRoles
 from .speculative import ngram_drafts
 
@@ -466,9 +467,8 @@ class DecodeSteps:
             # The new token's position: the number of real tokens before it.
             positions = jnp.sum(mask, axis=1, keepdims=True).astype(jnp.int32)
             # The positions from the cache's length to ``past`` are padding: masked out.
-            head = jax.lax.slice_in_dim(mask, 0, past, axis=1)
+            head, cached = self._past(mask, cache, length - 1, past)
             step_mask = jnp.concatenate([head, jnp.ones((batch, 1), mask.dtype)], axis=1)
-            cached = jax.lax.slice_in_dim(cache, 0, past, axis=0)  # the past's positions
             pasts = [jnp.moveaxis(cached[:, j], 0, axis) for j in range(cache.shape[1])]
             logits, presents = self._run_model(program, params, ids, step_mask, positions, pasts)
             pending = _positions_first([
@@ -488,6 +488,29 @@ class DecodeSteps:
             return cache, pending, mask, tokens, done, key, search, chosen
 
         return program, step
+
+    def front(self, capacity: int) -> bool:
+        """Whether a Concat cache of ``capacity`` positions gives a step its past right-aligned
+        in the bucket, the padding before the real positions (``padding_probe.padded_side``:
+        a sliding window, which padding after the past moves); with neither side, the
+        ``Generator`` runs exact lengths, where the two are one."""
+        return (
+            self.roles.kind == "concat" and padded_side(self.session, self.roles, capacity) != "end"
+        )
+
+    def _past(self, mask: Any, cache: Any, fed: Any, past: int) -> tuple[Any, Any]:
+        """The mask's and the cache's ``past`` positions a step over ``fed`` cached ones reads:
+        the first ``past`` (the padding after the real positions, masked), or with ``front``
+        the ``past`` before ``fed``, zeros (masked) in front where fewer."""
+        if not self.front(cache.shape[0]):
+            return (jax.lax.slice_in_dim(mask, 0, past, axis=1),
+                    jax.lax.slice_in_dim(cache, 0, past, axis=0))  # fmt: skip
+
+        def before(x, axis):
+            zeros = jnp.zeros_like(jax.lax.slice_in_dim(x, 0, past, axis=axis))
+            return jax.lax.dynamic_slice_in_dim(jnp.concatenate([zeros, x], axis), fed, past, axis)
+
+        return before(mask, 1), before(cache, 0)
 
     def _chunk_program(self, chunk: int, past: int, capacity: int) -> Any:
         """The program for ``chunk`` tokens of one row over the cache: ``past`` the past's
@@ -512,9 +535,8 @@ class DecodeSteps:
             logits, presents = self._run_model(program, params, ids, step_mask, base + j, cache)
             return logits, [p.astype(dtype) for p in presents], None, base
         cache = jax.lax.dynamic_update_slice_in_dim(cache, pending, fed - 1, 0)
-        head = jax.lax.slice_in_dim(mask, 0, past, axis=1)
+        head, cached = self._past(mask, cache, fed, past)
         step_mask = jnp.concatenate([head, (j < real).astype(mask.dtype)], axis=1)
-        cached = jax.lax.slice_in_dim(cache, 0, past, axis=0)
         pasts = [jnp.moveaxis(cached[:, k], 0, r.axis) for k in range(cache.shape[1])]
         logits, presents = self._run_model(program, params, ids, step_mask, base + j, pasts)
         new = _positions_first([

@@ -51,7 +51,7 @@ from .decode_steps import NEVER, TRITON_GEMM, DecodeSteps, select_tokens  # noqa
 from .elements import ONNX
 from .genai_model import Model  # noqa: F401 (the API's)
 from .generation_params import GeneratorParams, ModelDefaults, check_params
-from .padding_probe import padding_moves
+from .padding_probe import padded_side, padding_moves
 from .roles import DecoderRoles, find_roles, roles_of  # noqa: F401 (find_roles: the API's)
 from .speculative import SpeculativeStats
 
@@ -165,7 +165,13 @@ class Generator:
             lines.append(f"{what}: exact, a program per length ({self._exact_why or r.why})")
         else:
             sizes = list(self._buckets) or f"powers of two from {MIN_BUCKET}"
-            lines.append(f"{what}: bucketed to {sizes} ({r.why})")
+            why = r.why
+            if self.capacity and self._fns.front(self.capacity):
+                moved = padding_moves(self.session, r, self.capacity)
+                why += (
+                    f"; the past right-aligned in its bucket, since padding after it moves: {moved}"
+                )
+            lines.append(f"{what}: bucketed to {sizes} ({why})")
         return "\n".join(lines)
 
     # -- onnxruntime-genai's calls ---------------------------------------------------------------
@@ -206,16 +212,18 @@ class Generator:
         # a speculative round writes its drafts' keys and values (and tokens) past its end
         extra = p.max_draft_tokens if p.ngram_size else 0
         seq = self._sized(longest, extra)
-        if not gqa and self._buckets is not None:
-            moved = padding_moves(self.session, r, self.capacity)
-            if moved and p.buckets is not None:
+        # the padding after the past (in place) or before it (``DecodeSteps``' front layout: a
+        # sliding window's), else exact lengths: never a moved window
+        buckets = not gqa and self._buckets is not None
+        if buckets and padded_side(self.session, r, self.capacity) is None:
+            moved = padding_moves(self.session, r, self.capacity, front=True)
+            if p.buckets is not None:
                 raise ValidationError(
                     f"{ONNX}: generation: buckets were asked for, but a past padded to "
                     f"{self.capacity} positions changes what the step computes: {moved}"
                 )
-            if moved:  # exact lengths: a program a length, never a moved window
-                self._buckets, self._exact_why = None, moved
-                seq = self._sized(longest, extra)
+            self._buckets, self._exact_why = None, moved
+            seq = self._sized(longest, extra)
         # a column past the end: the token a step after the last one chooses, never shown
         # (``get_logits`` at max_length runs the model on the last token)
         width = self._length_for(self._end + 1 + extra)

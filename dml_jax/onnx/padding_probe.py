@@ -21,6 +21,11 @@ additive bias, the rotary angles, the positions) are compared between the two, a
 positions of each axis that the padding lengthened. Any difference, or a value that is known in
 one and not the other, means the padding moves something. A step whose probe cannot be
 evaluated is treated as moving (exact lengths: slower, never wrong).
+
+With the padding in front of the real positions instead (the past right-aligned in its bucket,
+as a left-padded prompt is: ``front``) the new token and the real keys keep their distances, so
+a window stays where it was; ``padded_side`` says which side a length may take: the end where
+nothing moves there (the cache's own layout, padded in place), else the front, else neither.
 """
 
 from __future__ import annotations
@@ -46,22 +51,35 @@ _DTYPES = {1: np.float32, 6: np.int32, 7: np.int64, 9: np.bool_, 10: np.float16}
 SHAPE_SLOTS = {"Reshape": 1, "Expand": 1, "Tile": 1, "ConstantOfShape": 0}
 
 
-def padding_moves(session: Any, roles: Any, length: int) -> str | None:
+def padding_moves(session: Any, roles: Any, length: int, front: bool = False) -> str | None:
     """Why ``roles``' step (``find_roles``) would compute otherwise from a past padded to
-    ``length`` positions than from the past alone, or None; found once per session and length
-    (the module's docstring)."""
+    ``length`` positions than from the past alone, or None; found once per session, length
+    and side (the module's docstring). ``front``: the padding before the real positions (the
+    past right-aligned in its bucket, as a left-padded prompt is), where a window counts the
+    same distances as at the exact size."""
     found = session.__dict__.setdefault("_padding_moves", {})
-    if length not in found:
+    key = (int(length), bool(front))
+    if key not in found:
         try:
-            found[length] = _moves(session.model, roles, int(length))
+            found[key] = _moves(session.model, roles, *key)
         except (ValidationError, ValueError, TypeError, KeyError, IndexError) as e:
-            found[length] = f"its index arithmetic could not be evaluated at a padded size ({e})"
-    return found[length]
+            found[key] = f"its index arithmetic could not be evaluated at a padded size ({e})"
+    return found[key]
 
 
-def _moves(model: Any, roles: Any, length: int) -> str | None:
-    exact = _frontier(model, roles, 1)
-    padded = _frontier(model, roles, length)
+def padded_side(session: Any, roles: Any, length: int) -> str | None:
+    """Where a past padded to ``length`` positions may hold its padding: "end" (after the real
+    positions: the cache's own layout, padded in place), "front" (before them: the past
+    right-aligned in its bucket, for a step whose sliding window the end would move), or None
+    (neither: exact lengths)."""
+    if padding_moves(session, roles, length) is None:
+        return "end"
+    return "front" if padding_moves(session, roles, length, front=True) is None else None
+
+
+def _moves(model: Any, roles: Any, length: int, front: bool) -> str | None:
+    exact = _frontier(model, roles, 1, front)
+    padded = _frontier(model, roles, length, front)
     if exact.keys() != padded.keys():
         name = min(exact.keys() ^ padded.keys())
         return f"'{name}' is known from the index inputs at one past size and not at the other"
@@ -73,12 +91,13 @@ def _moves(model: Any, roles: Any, length: int) -> str | None:
             if m == n:
                 continue
             # an axis over the past (1 -> length) or over the past and the new token
-            # (2 -> length + 1): its real positions are the first and, with the new token, the
-            # last
+            # (2 -> length + 1): its real positions are the first (the last past one with the
+            # padding in front) and, with the new token, the last
+            real = length - 1 if front else 0
             if (m, n) == (1, length):
-                keep = [0]
+                keep = [real]
             elif (m, n) == (2, length + 1):
-                keep = [0, n - 1]
+                keep = [real, n - 1]
             else:
                 return f"'{name}' has {m} elements on axis {axis} at the exact size, {n} padded"
             b = np.take(b, keep, axis=axis)
@@ -90,9 +109,9 @@ def _moves(model: Any, roles: Any, length: int) -> str | None:
     return None
 
 
-def _frontier(model: Any, roles: Any, past: int) -> dict[str, np.ndarray]:
+def _frontier(model: Any, roles: Any, past: int, front: bool) -> dict[str, np.ndarray]:
     """The values known from the probe's inputs (one row, ``past`` past positions, the first
-    real) that nodes of unknown values read, by name."""
+    real, or with ``front`` the last) that nodes of unknown values read, by name."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -108,7 +127,7 @@ def _frontier(model: Any, roles: Any, past: int) -> dict[str, np.ndarray]:
 
     feeds[roles.input_ids] = typed(roles.input_ids, np.ones((1, 1), np.int64))
     mask = np.zeros((1, past + 1), np.int64)
-    mask[0, [0, past]] = 1
+    mask[0, [past - 1 if front else 0, past]] = 1
     feeds[roles.attention_mask] = typed(roles.attention_mask, mask)
     if roles.position_ids is not None:
         feeds[roles.position_ids] = typed(roles.position_ids, np.ones((1, 1), np.int64))

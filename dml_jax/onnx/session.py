@@ -376,8 +376,8 @@ class InferenceSession(ProgramCache):
         if on_device and buckets is not None:  # device pasts padded there, presents left so
             from .binding import pad_on_device
 
-            roles, sizes, moves = buckets
-            padded = pad_on_device(roles, input_feed, sizes, moves)
+            roles, sizes, side = buckets
+            padded = pad_on_device(roles, input_feed, sizes, side)
             if padded is not None:
                 input_feed, padded = padded
         arrays = [self._checked(i, dt, input_feed.get(i.name))  # an optional left out: None
@@ -386,10 +386,10 @@ class InferenceSession(ProgramCache):
         if buckets is not None and padded is None:
             from .buckets import pad_decoder_feed
 
-            roles, sizes, moves = buckets
+            roles, sizes, side = buckets
             names = [i.name for i in self._inputs]
             host = [np.asarray(a) if isinstance(a, jax.Array) else a for a in arrays]
-            arrays, unpad = pad_decoder_feed(roles, names, host, sizes, moves)
+            arrays, unpad = pad_decoder_feed(roles, names, host, sizes, side)
         program, resumed = self._program_and_resumed(arrays, overrides, extra,
                                                      self._layout is None)  # fmt: skip
         feed = dict(zip(self._names(overrides), arrays + extra), **resumed)
@@ -472,12 +472,13 @@ class InferenceSession(ProgramCache):
 
     def _run_buckets(self) -> tuple[Any, tuple[int, ...]] | None:
         """For a decoder step whose graph shows its past padding masked (``buckets``), its roles,
-        bucket sizes and the probe of a padded length (``padding_probe.padding_moves``, for a
-        Concat-form step: None where it need not be asked): ``run`` pads a past to a bucket
-        where the probe finds nothing moved; else None (found once)."""
+        bucket sizes and the side a padded length may take its padding on
+        (``padding_probe.padded_side``, for a Concat-form step: None where it need not be
+        asked): ``run`` pads a past to a bucket on that side, or not at all where neither
+        side keeps what the step computes; else None (found once)."""
         if "_buckets_found" not in self.__dict__:
             from .buckets import bucket_sizes
-            from .padding_probe import padding_moves
+            from .padding_probe import padded_side
             from .roles import roles_of
 
             found = None
@@ -488,10 +489,10 @@ class InferenceSession(ProgramCache):
                     roles = None
                 if roles is not None:
                     sizes = bucket_sizes(self._buckets_option, roles.bucketable, ONNX)
-                    moves = None
+                    side = None
                     if roles.kind == "concat":
-                        moves = functools.partial(padding_moves, self, roles)
-                    found = None if sizes is None else (roles, sizes, moves)
+                        side = functools.partial(padded_side, self, roles)
+                    found = None if sizes is None else (roles, sizes, side)
             self._buckets_found = found
         return self._buckets_found
 
@@ -741,7 +742,7 @@ class InferenceSession(ProgramCache):
         sizes = list(found[1]) or f"powers of two from {MIN_BUCKET}"
         probe = (
             "; each bucket length first checked to move nothing the step computes from the "
-            "past's size, else that length runs exact"
+            "past's size, with the padding after the past, else before it, else exact"
             if found[2] is not None
             else ""
         )
