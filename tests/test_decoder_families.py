@@ -24,6 +24,7 @@ pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from test_generation import _greedy_loop  # this folder's
+from test_generation_forms import _merged
 
 from dml_jax import ValidationError
 from dml_jax.bench.decoder_families import FAMILIES
@@ -36,6 +37,8 @@ DATA = os.path.join(os.path.dirname(__file__), "data", "decoders", "families")
 with open(os.path.join(DATA, "families_greedy.json")) as f:
     RECORD = json.load(f)
 EXPORTED = sorted(name for name, r in RECORD.items() if "error" not in r)
+with open(os.path.join(DATA, "families_dynamo.json")) as f:
+    DYNAMO = sorted(n for n, r in json.load(f).items() if r == "ok")
 # the families whose configuration gives every layer, or some, a sliding window (its width)
 WINDOWS = {n: c["sliding_window"] for n, (_, c) in FAMILIES.items() if c.get("sliding_window")}
 
@@ -128,3 +131,42 @@ def test_sliding_window_keeps_its_keys_in_buckets(monkeypatch):
     asked = Generator(s, GeneratorParams(s, max_length=6 + 16, batch_size=2, buckets=True))
     with pytest.raises(ValidationError, match="changes what the step computes"):
         asked.append_tokens(r["prompts"])
+
+
+@pytest.mark.parametrize("name", DYNAMO)
+def test_dynamo_export_generates_the_same_tokens(name):
+    """The same models exported by PyTorch's dynamo exporter (``torch.export``, opset 20: the
+    default of ``torch.onnx.export`` since PyTorch 2.9; other node spellings throughout):
+    PyTorch's greedy tokens for the left-padded batch, or, for Cohere, whose TorchScript export
+    failed (so no PyTorch tokens were kept), onnxruntime's greedy loop on the same file."""
+    path = os.path.join(DATA, f"{name}_dynamo_step.onnx")
+    r = RECORD[name]
+    prompts = r.get("prompts") or [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
+    if "greedy" in r:
+        want = np.array(r["greedy"])
+    else:
+        want = _greedy_loop(ort.InferenceSession(path, providers=["CPUExecutionProvider"]),
+                            prompts, 16)  # fmt: skip
+    s = InferenceSession(path)
+    g = Generator(s, GeneratorParams(s, max_length=6 + 16, batch_size=2))
+    g.append_tokens(prompts)
+    g.generate_until_done()
+    np.testing.assert_array_equal(g.generated, want)
+    assert g.compiles <= 3  # bucketed (right-aligned where a window would move)
+
+
+def test_merged_decoder_with_a_window():
+    """Mistral as Optimum's merged decoder (an If on ``use_cache_branch``, the step with its
+    past inside the then-branch): the probe follows the branch the cache takes, finds the
+    window there and the Generator reads the past right-aligned: PyTorch's tokens."""
+    import onnx
+
+    r = RECORD["mistral"]
+    s = InferenceSession(
+        _merged(onnx.load(os.path.join(DATA, "mistral_step.onnx"))).SerializeToString()
+    )
+    g = Generator(s, GeneratorParams(s, max_length=6 + 16, batch_size=2))
+    g.append_tokens(r["prompts"])
+    g.generate_until_done()
+    assert "the past right-aligned in its bucket" in g.explain()
+    np.testing.assert_array_equal(g.generated, np.array(r["greedy"]))

@@ -15,8 +15,12 @@ two prompts alone, of 6 and 3 tokens, in ``families_greedy.json``: what a genera
 the two prompts left-padded into one batch must give row by row. A family that fails to build or
 export is recorded with its error (the exporter's, not the library's) and left out.
 
-Needs torch and transformers: ``python -m dml_jax.bench.decoder_families OUT_DIR [NAME ...]``.
-tests/data/decoders/families/ was written so on the GPU machine.
+Needs torch and transformers: ``python -m dml_jax.bench.decoder_families OUT_DIR [NAME ...]``;
+``--dynamo OUT_DIR [NAME ...]`` exports with PyTorch's dynamo exporter (``write_dynamo``).
+tests/data/decoders/families/ was written so on the GPU machine (torch 2.11.0, transformers
+5.17.0, onnx 1.23.1): every family by TorchScript (Cohere's and Mixtral's exports failed), and
+Qwen2, Mistral, Gemma 3, Cohere and Falcon by dynamo (``families_dynamo.json`` holds Mixtral's
+error too).
 """
 
 from __future__ import annotations
@@ -140,6 +144,27 @@ def takes_positions(model: Any) -> bool:
     return "position_ids" in inspect.signature(model.forward).parameters
 
 
+def write_dynamo(out_dir: str, names: list[str]) -> dict:
+    """Exports each family of ``names`` again with PyTorch's dynamo exporter (``torch.export``,
+    the default of ``torch.onnx.export`` since PyTorch 2.9) to ``out_dir``/NAME_dynamo_step.onnx,
+    the same weights as ``write``'s (their greedy tokens are those), and writes
+    ``families_dynamo.json``: per family "ok" or the exporter's error."""
+    os.makedirs(out_dir, exist_ok=True)
+    record: dict[str, str] = {}
+    for name in names:
+        try:
+            model = build(name)
+            path = os.path.join(out_dir, f"{name}_dynamo_step.onnx")
+            decoders.export(model, path, takes_positions(model), exporter="dynamo")
+            record[name] = "ok"
+        except Exception:  # a family's exporter failure is a result to record
+            record[name] = traceback.format_exc(limit=4)[-1500:]
+        print(name, "dynamo", "ok" if record[name] == "ok" else "error", flush=True)
+    with open(os.path.join(out_dir, "families_dynamo.json"), "w") as f:
+        json.dump(record, f, indent=1)
+    return record
+
+
 def write(out_dir: str, names: list[str] | None = None) -> dict:
     """Exports each family of ``names`` (all by default) to ``out_dir``/NAME_step.onnx and
     writes ``families_greedy.json``: per family its prompts, PyTorch's greedy tokens for each
@@ -165,4 +190,7 @@ def write(out_dir: str, names: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    write(args[0], args[1:] or None)
+    if args[:1] == ["--dynamo"]:
+        write_dynamo(args[1], args[2:] or list(FAMILIES))
+    else:
+        write(args[0], args[1:] or None)

@@ -192,9 +192,16 @@ def names(layers: int, positions: bool = True) -> tuple[list[str], list[str]]:
     return inputs, outputs
 
 
-def export(model: Any, path: str, positions: bool = True, device: str = "cpu") -> None:
+def export(
+    model: Any,
+    path: str,
+    positions: bool = True,
+    device: str = "cpu",
+    exporter: str = "torchscript",
+) -> None:
     """Writes ``model``'s decode step to ``path`` (TorchScript exporter, opset 17; weights over
-    2 GB in an external data file beside it)."""
+    2 GB in an external data file beside it). ``exporter="dynamo"``: PyTorch's ``torch.export``
+    based exporter instead (``dynamo=True``, its default opset; the input axes dynamic)."""
     import torch
 
     layers = layer_count(model)
@@ -218,6 +225,14 @@ def export(model: Any, path: str, positions: bool = True, device: str = "cpu") -
     axes = {k: v for k, v in axes.items() if k in inputs + outputs}
     big = sum(p.numel() * p.element_size() for p in model.parameters()) > 2**31 - 2**26
     with torch.no_grad():
+        if exporter == "dynamo":  # each input axis dynamic, by Step.forward's arguments
+            auto = torch.export.Dim.AUTO
+            specs = [{axis: auto for axis in axes[n]} for n in inputs]
+            shapes = {"input_ids": specs[0], "attention_mask": specs[1], "rest": tuple(specs[2:])}
+            torch.onnx.export(module, tuple(args), path, dynamo=True, input_names=inputs,
+                              output_names=outputs, external_data=big,
+                              dynamic_shapes=shapes)  # fmt: skip
+            return
         torch.onnx.export(module, tuple(args), path, opset_version=17, dynamo=False,
                           input_names=inputs, output_names=outputs, dynamic_axes=axes,
                           external_data=big)  # fmt: skip

@@ -16,11 +16,12 @@ position: at the exact size (past 1) and padded to ``length`` (the largest bucke
 at). Every node whose inputs are known is evaluated (the ``onnx`` package's reference
 implementation, as import-time folding does: ``fold.evaluate``); the past's values and the
 weights are unknown, but their shapes are (ONNX shape inference at the probe's input shapes),
-so a Shape node of them is known. The known values that unknown nodes read (the mask's
-additive bias, the rotary angles, the positions) are compared between the two, at the real
-positions of each axis that the padding lengthened. Any difference, or a value that is known in
-one and not the other, means the padding moves something. A step whose probe cannot be
-evaluated is treated as moving (exact lengths: slower, never wrong).
+so a Shape node of them is known; an If on a known condition is the branch it takes (Optimum's
+merged decoder: the step with its past lies inside one). The known values that unknown nodes
+read (the mask's additive bias, the rotary angles, the positions) are compared between the two,
+at the real positions of each axis that the padding lengthened. Any difference, or a value
+that is known in one and not the other, means the padding moves something. A step whose probe
+cannot be evaluated is treated as moving (exact lengths: slower, never wrong).
 
 With the padding in front of the real positions instead (the past right-aligned in its bucket,
 as a left-padded prompt is: ``front``) the new token and the real keys keep their distances, so
@@ -39,9 +40,12 @@ from .fold import NONDETERMINISTIC, evaluate
 from .importer import const_value
 from .protos import opsets_of
 
-# initializers of at most this many elements take part with their values (mask constants,
-# rotary frequencies); larger ones (weights) are unknown values of known shape
+# floating-point initializers of at most this many elements take part with their values
+# (rotary frequencies, norms' scales); larger ones (weights) are unknown values of known shape.
+# Integer and boolean ones (a causal mask's table, GPT-2's of old) take part up to
+# EVALUATE_MAX_ELEMENTS.
 KNOWN_MAX_ELEMENTS = 1 << 16
+_FLOATS = frozenset({1, 10, 11, 16})  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
 # known values over this many elements are not evaluated further (unknown from there)
 EVALUATE_MAX_ELEMENTS = 1 << 22
 _DTYPES = {1: np.float32, 6: np.int32, 7: np.int64, 9: np.bool_, 10: np.float16}
@@ -145,9 +149,7 @@ def _frontier(model: Any, roles: Any, past: int, front: bool) -> dict[str, np.nd
         inputs.append(helper.make_tensor_value_info(i.name, i.type.tensor_type.elem_type, shape))
     small, known = [], {}
     for init in graph.initializer:
-        count = int(np.prod(init.dims, dtype=np.int64))
-        external = init.data_location == onnx.TensorProto.EXTERNAL
-        if count <= KNOWN_MAX_ELEMENTS and not external:
+        if _takes_part(init):
             small.append(init)
             known[init.name] = numpy_helper.to_array(init)
         else:
@@ -156,18 +158,58 @@ def _frontier(model: Any, roles: Any, past: int, front: bool) -> dict[str, np.nd
     light_model = helper.make_model(light, opset_imports=list(model.opset_import))
     light_model.ir_version = model.ir_version
     inferred = onnx.shape_inference.infer_shapes(light_model, data_prop=True).graph
-    static: dict[str, tuple[int, ...]] = {}
-    for info in list(inferred.value_info) + list(inferred.input) + list(inferred.output):
-        dims = info.type.tensor_type.shape.dim
-        if info.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
-            static[info.name] = tuple(d.dim_value for d in dims)
-
+    static = _static_shapes(inferred)
     known.update(feeds)
     opsets = opsets_of(model)
     frontier: set[str] = set()
+    _walk(list(graph.node), known, static, opsets, frontier)
+    frontier.update(o.name for o in graph.output if o.name in known)
+    frontier -= {init.name for init in small}  # the model's own constants: equal by definition
+    return {name: known[name] for name in frontier}
+
+
+def _takes_part(init: Any) -> bool:
+    """Whether an initializer takes part in the probe with its values (``KNOWN_MAX_ELEMENTS``;
+    one in an external file never does)."""
+    count = int(np.prod(init.dims, dtype=np.int64))
+    limit = KNOWN_MAX_ELEMENTS if init.data_type in _FLOATS else EVALUATE_MAX_ELEMENTS
+    return count <= limit and init.data_location != 1  # 1: TensorProto.EXTERNAL
+
+
+def _static_shapes(graph: Any) -> dict[str, tuple[int, ...]]:
+    """The fully known shapes shape inference gave ``graph``'s values, its subgraphs' too."""
+    static: dict[str, tuple[int, ...]] = {}
+    for info in list(graph.value_info) + list(graph.input) + list(graph.output):
+        dims = info.type.tensor_type.shape.dim
+        if info.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            static[info.name] = tuple(d.dim_value for d in dims)
     for node in graph.node:
+        for a in node.attribute:
+            for g in [a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []:
+                static.update(_static_shapes(g))
+    return static
+
+
+def _walk(nodes: list, known: dict, static: dict, opsets: dict, frontier: set) -> None:
+    """Evaluates the nodes whose inputs ``known`` holds, in order, into it; adds to
+    ``frontier`` the known values the others read. An If whose condition is known is the
+    branch it takes (Optimum's merged decoder: the step with its past inside one)."""
+    from onnx import numpy_helper
+
+    for node in nodes:
         names = [n for n in node.input if n]
         subgraph = any(a.type in (5, 10) for a in node.attribute)
+        if node.op_type == "If" and names and names[0] in known:
+            taken = "then_branch" if bool(np.asarray(known[names[0]]).all()) else "else_branch"
+            branch = next(a.g for a in node.attribute if a.name == taken)
+            for init in branch.initializer:
+                if _takes_part(init):
+                    known[init.name] = numpy_helper.to_array(init)
+            _walk(list(branch.node), known, static, opsets, frontier)
+            for name, out in zip(node.output, branch.output):
+                if name and out.name in known:
+                    known[name] = known[out.name]
+            continue
         if node.op_type in ("Shape", "Size") and names and not subgraph:
             shape = known[names[0]].shape if names[0] in known else static.get(names[0])
             if shape is not None:
@@ -197,9 +239,6 @@ def _frontier(model: Any, roles: Any, past: int, front: bool) -> dict[str, np.nd
         shaping = SHAPE_SLOTS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
         reads = [n for k, n in enumerate(node.input) if n and k != shaping]
         frontier.update(n for n in reads + _outer_names(node) if n in known)
-    frontier.update(o.name for o in graph.output if o.name in known)
-    frontier -= {init.name for init in small}  # the model's own constants: equal by definition
-    return {name: known[name] for name in frontier}
 
 
 def _outer_names(node: Any) -> list[str]:
