@@ -170,3 +170,22 @@ def test_merged_decoder_with_a_window():
     g.generate_until_done()
     assert "the past right-aligned in its bucket" in g.explain()
     np.testing.assert_array_equal(g.generated, np.array(r["greedy"]))
+
+
+def test_a_probe_that_fails_leaves_exact_lengths(monkeypatch):
+    """Where the probe cannot evaluate a step (shape inference raising, here), it withholds
+    buckets rather than raise: Mistral then runs exact lengths, PyTorch's tokens, and the
+    explanation says why."""
+    import onnx
+
+    def refuse(*args, **kwargs):
+        raise onnx.shape_inference.InferenceError("planted")
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", refuse)
+    r = RECORD["mistral"]
+    s = InferenceSession(os.path.join(DATA, "mistral_step.onnx"))
+    g = Generator(s, GeneratorParams(s, max_length=6 + 8))
+    g.append_tokens(r["prompts"][:1])
+    g.generate_until_done()
+    assert "could not be evaluated at a padded size (InferenceError: planted)" in g.explain()
+    np.testing.assert_array_equal(g.generated[0], r["greedy"][0][:8])

@@ -66,8 +66,12 @@ def padding_moves(session: Any, roles: Any, length: int, front: bool = False) ->
     if key not in found:
         try:
             found[key] = _moves(session.model, roles, *key)
-        except (ValidationError, ValueError, TypeError, KeyError, IndexError) as e:
-            found[key] = f"its index arithmetic could not be evaluated at a padded size ({e})"
+        except Exception as e:  # noqa: BLE001 (shape inference's own errors among them: the
+            # probe only ever withholds buckets, so any failure of it is "moved", never raised)
+            found[key] = (
+                f"its index arithmetic could not be evaluated at a padded size "
+                f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
+            )
     return found[key]
 
 
