@@ -189,3 +189,23 @@ def test_a_probe_that_fails_leaves_exact_lengths(monkeypatch):
     g.generate_until_done()
     assert "could not be evaluated at a padded size (InferenceError: planted)" in g.explain()
     np.testing.assert_array_equal(g.generated[0], r["greedy"][0][:8])
+
+
+@pytest.mark.parametrize("name", ["phi3", "gemma2", "falcon"])
+def test_int4_family_generates_onnxruntime_tokens(name, tmp_path):
+    """The families' steps with every MatMul by a weight as com.microsoft MatMulNBits (4-bit
+    blocks of 16, ``decoders.quantize_int4``): Phi-3's joined projections, Gemma 2's window
+    and soft-capping, Falcon's single key-value head; the Generator's greedy tokens against
+    onnxruntime's greedy loop on the same file (its CPU provider's MatMulNBits)."""
+    from dml_jax.bench.decoders import quantize_int4
+
+    r = RECORD[name]
+    path = str(tmp_path / f"{name}_q4.onnx")
+    assert quantize_int4(os.path.join(DATA, f"{name}_step.onnx"), path, block=16) > 0
+    want = _greedy_loop(ort.InferenceSession(path, providers=["CPUExecutionProvider"]),
+                        r["prompts"], 12)  # fmt: skip
+    s = InferenceSession(path)
+    g = Generator(s, GeneratorParams(s, max_length=6 + 12, batch_size=2))
+    g.append_tokens(r["prompts"])
+    g.generate_until_done()
+    np.testing.assert_array_equal(g.generated, want)
