@@ -29,8 +29,8 @@ from test_generation_forms import _merged
 from dml_jax import ValidationError
 from dml_jax.bench.decoder_families import FAMILIES
 from dml_jax.onnx import InferenceSession
-from dml_jax.onnx.generation import Generator, GeneratorParams, generate
-from dml_jax.onnx.padding_probe import padding_moves
+from dml_jax.onnx.generation import Generator, GeneratorParams
+from dml_jax.onnx.padding_probe import padding_moves, prompt_padding_moves
 from dml_jax.onnx.roles import roles_of
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "decoders", "families")
@@ -64,14 +64,15 @@ def test_family_generates_pytorch_greedy_tokens(name):
     path = os.path.join(DATA, f"{name}_step.onnx")
     s = InferenceSession(path)
     steps = len(r["greedy"][0])
-    if r["positions"]:
-        got = generate(s, r["prompts"], steps)
-        np.testing.assert_array_equal(got, np.array(r["greedy"]))
-    else:  # the model numbers tokens from the past's size: one prompt at a time
-        for prompt, greedy in zip(r["prompts"], r["greedy"]):
-            np.testing.assert_array_equal(generate(s, [prompt], steps)[0], greedy)
+    g = Generator(s, GeneratorParams(s, max_length=6 + steps, batch_size=2))
+    g.append_tokens(r["prompts"])
+    g.generate_until_done()
+    np.testing.assert_array_equal(g.generated, np.array(r["greedy"]))
+    if not r["positions"]:  # BLOOM: its ALiBi numbers tokens from the mask, so padding holds
+        assert "numbers its tokens from the mask" in g.explain()
+    assert g.compiles <= 3  # the prefill and two buckets, never a program a length
     # the first step of the padded batch against onnxruntime (every row's real positions)
-    rows = r["prompts"] if r["positions"] else r["prompts"][:1]
+    rows = r["prompts"]
     feed = _padded(rows, r["positions"])
     o = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     for i in o.get_inputs():
@@ -209,3 +210,13 @@ def test_int4_family_generates_onnxruntime_tokens(name, tmp_path):
     g.append_tokens(r["prompts"])
     g.generate_until_done()
     np.testing.assert_array_equal(g.generated, want)
+
+
+def test_prompt_probe_tells_mask_numbering_from_size_numbering():
+    """Without position_ids, BLOOM's ALiBi numbers tokens from the mask (a token left-padded to
+    16 computes as it does alone), GPT-2's learned positions from the sizes (the padded token
+    takes position 15): the prompt probe says so, and GPT-2 runs exact lengths."""
+    bloom = InferenceSession(os.path.join(DATA, "bloom_step.onnx"))
+    assert prompt_padding_moves(bloom, roles_of(bloom), 16) is None
+    gpt2 = InferenceSession(os.path.join(DATA, "..", "tiny_gpt2_step_nopos.onnx"))
+    assert "differs at the real positions" in prompt_padding_moves(gpt2, roles_of(gpt2), 16)

@@ -51,7 +51,7 @@ from .decode_steps import NEVER, TRITON_GEMM, DecodeSteps, select_tokens  # noqa
 from .elements import ONNX
 from .genai_model import Model  # noqa: F401 (the API's)
 from .generation_params import GeneratorParams, ModelDefaults, check_params
-from .padding_probe import padded_side, padding_moves
+from .padding_probe import padded_side, padding_moves, prompt_padding_moves
 from .roles import DecoderRoles, find_roles, roles_of  # noqa: F401 (find_roles: the API's)
 from .speculative import SpeculativeStats
 
@@ -166,6 +166,11 @@ class Generator:
         else:
             sizes = list(self._buckets) or f"powers of two from {MIN_BUCKET}"
             why = r.why
+            if not r.bucketable:  # no position_ids: the probes found nothing moved
+                why = (
+                    "no position_ids input, but padding the prompt or the past moves nothing "
+                    "the step computes (it numbers its tokens from the mask)"
+                )
             if self.capacity and self._fns.front(self.capacity):
                 moved = padding_moves(self.session, r, self.capacity)
                 why += (
@@ -203,20 +208,34 @@ class Generator:
                 f"within max_length {p.max_length}"
             )
         gqa = r.kind == "gqa"  # positions from each entry's own length: any padding is fine
-        if not gqa and r.position_ids is None and len(set(map(len, rows))) > 1:
-            raise ValidationError(
-                f"{ONNX}: generation: prompts of different lengths need a position_ids input "
-                "(without one the model numbers tokens from the past's size, so left padding "
-                "would move them)"
-            )
         # a speculative round writes its drafts' keys and values (and tokens) past its end
         extra = p.max_draft_tokens if p.ngram_size else 0
+        # Without position_ids a step may number its tokens from the sizes (GPT-2's positions:
+        # padding moves them) or from the mask (BLOOM's ALiBi: it does not): the prompt probe
+        # (a token alone and left-padded) and the past probe below tell, buckets tried on.
+        nopos = not gqa and r.position_ids is None
+        if nopos and p.buckets is None:
+            self._buckets = ()
         seq = self._sized(longest, extra)
+        moved = prompt_padding_moves(self.session, r, seq) if nopos else None
+        if moved and self._buckets is not None:
+            self._buckets = None
+            self._exact_why = f"no position_ids input, and padding moves the tokens: {moved}"
+            seq = self._sized(longest, extra)
+            moved = prompt_padding_moves(self.session, r, seq)
+        if moved and len(set(map(len, rows))) > 1:
+            raise ValidationError(
+                f"{ONNX}: generation: prompts of different lengths need a position_ids input "
+                "or a step that numbers its tokens from the mask (this one numbers them from "
+                f"the sizes, so left padding would move them: {moved})"
+            )
         # the padding after the past (in place) or before it (``DecodeSteps``' front layout: a
         # sliding window's), else exact lengths: never a moved window
         buckets = not gqa and self._buckets is not None
         if buckets and padded_side(self.session, r, self.capacity) is None:
             moved = padding_moves(self.session, r, self.capacity, front=True)
+            if nopos:
+                moved = f"no position_ids input, and padding moves the tokens: {moved}"
             if p.buckets is not None:
                 raise ValidationError(
                     f"{ONNX}: generation: buckets were asked for, but a past padded to "

@@ -61,11 +61,26 @@ def padding_moves(session: Any, roles: Any, length: int, front: bool = False) ->
     and side (the module's docstring). ``front``: the padding before the real positions (the
     past right-aligned in its bucket, as a left-padded prompt is), where a window counts the
     same distances as at the exact size."""
+    return _found(session, roles, "past", int(length), bool(front))
+
+
+def prompt_padding_moves(session: Any, roles: Any, length: int) -> str | None:
+    """Why a prompt left-padded to ``length`` tokens (mask zeros over the padding, no past)
+    would compute otherwise at its real token than the token alone, or None: for a step
+    without ``position_ids``, whether it numbers its tokens from the mask (BLOOM's ALiBi)
+    rather than from the sizes (GPT-2's positions); found once per session and length."""
+    return _found(session, roles, "prompt", int(length), False)
+
+
+def _found(session: Any, roles: Any, kind: str, length: int, front: bool) -> str | None:
     found = session.__dict__.setdefault("_padding_moves", {})
-    key = (int(length), bool(front))
+    key = (kind, length, front)
     if key not in found:
         try:
-            found[key] = _moves(session.model, roles, *key)
+            if kind == "past":
+                found[key] = _moves(session.model, roles, length, front)
+            else:
+                found[key] = _prompt_moves(session.model, roles, length)
         except Exception as e:  # noqa: BLE001 (shape inference's own errors among them: the
             # probe only ever withholds buckets, so any failure of it is "moved", never raised)
             found[key] = (
@@ -86,11 +101,35 @@ def padded_side(session: Any, roles: Any, length: int) -> str | None:
 
 
 def _moves(model: Any, roles: Any, length: int, front: bool) -> str | None:
-    exact = _frontier(model, roles, 1, front)
-    padded = _frontier(model, roles, length, front)
+    """The past probe: one real past position and the new token, exact and padded."""
+    real = length - 1 if front else 0
+
+    def keep(m: int, n: int) -> list[int] | None:
+        # an axis over the past (1 -> length) or over the past and the new token
+        # (2 -> length + 1): its real positions are the first (the last past one with the
+        # padding in front) and, with the new token, the last
+        return {(1, length): [real], (2, length + 1): [real, n - 1]}.get((m, n))
+
+    exact = _frontier(model, roles, 1, 1, [0, 1])
+    padded = _frontier(model, roles, length, 1, [real, length])
+    what = f"the exact past and one padded to {length} (the step computes from the past's size"
+    return _difference(exact, padded, keep, what + ", as a sliding window does)")
+
+
+def _prompt_moves(model: Any, roles: Any, length: int) -> str | None:
+    """The prompt probe: one real token, alone and left-padded, no past."""
+    exact = _frontier(model, roles, 0, 1, [0])
+    padded = _frontier(model, roles, 0, length, [length - 1])
+    what = f"one token and the same left-padded to {length} (the step numbers tokens by sizes)"
+    return _difference(exact, padded, lambda m, n: [n - 1] if (m, n) == (1, length) else None, what)
+
+
+def _difference(exact: dict, padded: dict, keep: Any, what: str) -> str | None:
+    """Why the two frontiers differ at the real positions (``keep(m, n)``: the real indices of
+    an axis of ``m`` elements exact and ``n`` padded, None where no such axis is known)."""
     if exact.keys() != padded.keys():
         name = min(exact.keys() ^ padded.keys())
-        return f"'{name}' is known from the index inputs at one past size and not at the other"
+        return f"'{name}' is known from the index inputs at one size and not at the other"
     for name in sorted(exact):
         a, b = exact[name], padded[name]
         if a.ndim != b.ndim:
@@ -98,28 +137,33 @@ def _moves(model: Any, roles: Any, length: int, front: bool) -> str | None:
         for axis, (m, n) in enumerate(zip(a.shape, b.shape)):
             if m == n:
                 continue
-            # an axis over the past (1 -> length) or over the past and the new token
-            # (2 -> length + 1): its real positions are the first (the last past one with the
-            # padding in front) and, with the new token, the last
-            real = length - 1 if front else 0
-            if (m, n) == (1, length):
-                keep = [real]
-            elif (m, n) == (2, length + 1):
-                keep = [real, n - 1]
-            else:
+            indices = keep(m, n)
+            if indices is None:
                 return f"'{name}' has {m} elements on axis {axis} at the exact size, {n} padded"
-            b = np.take(b, keep, axis=axis)
-        if a.dtype != b.dtype or not np.array_equal(a, b, equal_nan=a.dtype.kind == "f"):
-            return (
-                f"'{name}' differs at the real positions between the exact past and one padded "
-                f"to {length} (the step computes from the past's size, as a sliding window does)"
-            )
+            b = np.take(b, indices, axis=axis)
+        if a.dtype != b.dtype or not _same(a, b):
+            return f"'{name}' differs at the real positions between {what}"
     return None
 
 
-def _frontier(model: Any, roles: Any, past: int, front: bool) -> dict[str, np.ndarray]:
-    """The values known from the probe's inputs (one row, ``past`` past positions, the first
-    real, or with ``front`` the last) that nodes of unknown values read, by name."""
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal, floating-point values up to the rounding of products of other shapes (the
+    reference's matrix products of one row and of many round apart, where small weights take
+    part): a moved window or position differs by far more."""
+    if a.dtype.kind != "f":
+        return bool(np.array_equal(a, b))
+    finite = np.isfinite(a) & np.isfinite(b)
+    if not np.array_equal(np.where(finite, 0, a), np.where(finite, 0, b), equal_nan=True):
+        return False  # the infinities (a mask's) and NaNs where they were
+    scale = float(np.max(np.abs(a[finite]), initial=0.0))
+    return bool(np.allclose(a[finite], b[finite], rtol=1e-5, atol=1e-6 * max(scale, 1.0)))
+
+
+def _frontier(
+    model: Any, roles: Any, past: int, seq: int, ones: list[int]
+) -> dict[str, np.ndarray]:
+    """The values known from the probe's inputs (one row, ``past`` past positions, ``seq``
+    new tokens, the mask's ones at ``ones``) that nodes of unknown values read, by name."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -133,14 +177,14 @@ def _frontier(model: Any, roles: Any, past: int, front: bool) -> dict[str, np.nd
         elem = declared[name].type.tensor_type.elem_type
         return array.astype(_DTYPES[elem])
 
-    feeds[roles.input_ids] = typed(roles.input_ids, np.ones((1, 1), np.int64))
-    mask = np.zeros((1, past + 1), np.int64)
-    mask[0, [past - 1 if front else 0, past]] = 1
+    feeds[roles.input_ids] = typed(roles.input_ids, np.ones((1, seq), np.int64))
+    mask = np.zeros((1, past + seq), np.int64)
+    mask[0, ones] = 1
     feeds[roles.attention_mask] = typed(roles.attention_mask, mask)
-    if roles.position_ids is not None:
-        feeds[roles.position_ids] = typed(roles.position_ids, np.ones((1, 1), np.int64))
-    if roles.use_cache_branch is not None:
-        feeds[roles.use_cache_branch] = np.ones((), np.bool_)
+    if roles.position_ids is not None:  # the new tokens' own positions, as at the exact size
+        feeds[roles.position_ids] = typed(roles.position_ids, np.full((1, seq), past and 1))
+    if roles.use_cache_branch is not None:  # the branch with the past, where there is one
+        feeds[roles.use_cache_branch] = np.full((), past > 0, np.bool_)
     cache = (1, heads, past, size)
     shapes = {n: cache for pair in roles.past for n in pair}
 
