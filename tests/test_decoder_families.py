@@ -227,3 +227,22 @@ def test_prompt_probe_tells_mask_numbering_from_size_numbering():
     assert prompt_padding_moves(bloom, roles_of(bloom), 16) is None
     gpt2 = InferenceSession(os.path.join(DATA, "..", "tiny_gpt2_step_nopos.onnx"))
     assert "differs at the real positions" in prompt_padding_moves(gpt2, roles_of(gpt2), 16)
+
+
+def test_bound_loop_pads_a_window_in_front_on_the_device(found_by):
+    """Optimum's bound loop (every input an OrtValue, the presents fed back without leaving the
+    device) over Mistral's window: the pasts are padded in front of their real positions on
+    the device (a present left in its bucket loses its first zeros, no program a token):
+    PyTorch's tokens."""
+    from test_onnx_iobinding import _greedy  # this folder's
+
+    import dml_jax.onnx as dox
+    from dml_jax.onnx import binding
+
+    padded = found_by(binding, "pad_on_device")
+    r = RECORD["mistral"]
+    s = InferenceSession(os.path.join(DATA, "mistral_step.onnx"))
+    got, _ = _greedy(dox, s, np.array(r["prompts"][:1]), 16)
+    np.testing.assert_array_equal(got, np.array(r["greedy"][:1]))
+    assert padded == [False] + [6 + k != 16 for k in range(15)]
+    assert len(s._programs) <= 4

@@ -176,8 +176,9 @@ class OrtValue:
         if self._device is not None:  # a host-held value, put on its device now
             self._value, self._device = jax.device_put(self._value, self._device), None
         if self._padding is not None:  # the present's positions, once
-            axis, past, length = self._padding
-            keep = np.r_[0:past, length : self._value.shape[axis]]
+            axis, past, length, front = self._padding
+            end = self._value.shape[axis]
+            keep = np.arange(length - past, end) if front else np.r_[0:past, length:end]
             self._value, self._padding = jnp.take(self._value, keep, axis), None
         return self._value
 
@@ -194,7 +195,7 @@ class OrtValue:
     def shape(self) -> list[int]:
         shape = list(self._value.shape)
         if self._padding is not None:
-            axis, past, length = self._padding
+            axis, past, length, _ = self._padding
             shape[axis] = past + shape[axis] - length
         return shape
 
@@ -261,9 +262,11 @@ def pad_on_device(
     a device (a bound loop's presents fed back): each past padded to the bucket on the device
     (a past left in its bucket by the last step moved by one update at a run-time position:
     a program a bucket, none a token), the mask on the host; returns the feed so padded and
-    the presents' padding ``(axis, past, length)``, or None where ``run``'s host padding
-    applies (another form, other shapes, host pasts, nothing to pad, or a length whose
-    padding may not follow the past: ``side(length)`` other than "end")."""
+    the presents' padding ``(axis, past, length, front)``, or None where ``run``'s host padding
+    applies (another form, other shapes, host pasts, nothing to pad, or a length that may be
+    padded on neither side: ``side(length)`` None). ``front``: the padding before the past
+    (``side(length)`` "front": a sliding window's), where a past left in its bucket is the
+    present less its first new-count zeros, padded in front to the next bucket."""
     if roles.kind == "gqa" or roles.use_cache_branch is not None:
         return None
     pasts = [n for pair in roles.past for n in pair]
@@ -280,31 +283,38 @@ def pad_on_device(
     if past == 0 or any(v.shape() != shape for v in values) or mask.shape[1] != past + new:
         return None
     length = bucket_length(past, sizes)
-    if length <= past or (side is not None and side(length) != "end"):
+    where = "end" if side is None or length <= past else side(length)
+    if length <= past or where is None:
         return None
+    front = where == "front"
     out = dict(feed)
-    out.update(zip(pasts, _in_bucket(values, past, length, axis)))
-    out[roles.attention_mask] = padded_mask(mask, past, length)
-    return out, (axis, past, length)
+    out.update(zip(pasts, _in_bucket(values, past, length, axis, front)))
+    out[roles.attention_mask] = padded_mask(mask, past, length, front)
+    return out, (axis, past, length, front)
 
 
-def _in_bucket(values: list[OrtValue], past: int, length: int, axis: int) -> tuple:
+def _in_bucket(values: list[OrtValue], past: int, length: int, axis: int, front: bool) -> tuple:
     """The pasts ``values`` (``past`` positions on ``axis``) at ``length`` positions, zeros
-    after: in one dispatch where all were left in one bucket by the last step (or none was)."""
+    after (or before them, ``front``): in one dispatch where all were left in one bucket by the
+    last step (or none was)."""
     paddings = {v._padding for v in values}
     padding = paddings.pop() if len(paddings) == 1 else None
-    if padding is None or padding[0] != axis:  # none left in a bucket: each padded as it is
-        return _padded_to(tuple(v.jax_array() for v in values), length=length, axis=axis)
+    if padding is None or padding[0] != axis or padding[3] != front:  # each padded as it is
+        return _padded_to(tuple(v.jax_array() for v in values), length=length, axis=axis,
+                          front=front)  # fmt: skip
     tail = values[0]._value.shape[axis] - padding[2]
+    if front:  # [zeros, the past, the new ones]: the first ``tail`` zeros dropped
+        return _padded_to(tuple(lax.slice_in_dim(v._value, tail, None, axis=axis)
+                                for v in values), length=length, axis=axis, front=True)  # fmt: skip
     return _repacked(tuple(v._value for v in values), np.int32(padding[1]), tail=tail,
                      length=length, axis=axis)  # fmt: skip
 
 
-@functools.partial(jax.jit, static_argnames=("length", "axis"))
-def _padded_to(xs: tuple, length: int, axis: int) -> tuple:
+@functools.partial(jax.jit, static_argnames=("length", "axis", "front"))
+def _padded_to(xs: tuple, length: int, axis: int, front: bool = False) -> tuple:
     def one(x):
         pad = [(0, 0)] * x.ndim
-        pad[axis] = (0, length - x.shape[axis])
+        pad[axis] = (length - x.shape[axis], 0) if front else (0, length - x.shape[axis])
         return jnp.pad(x, pad)
 
     return tuple(one(x) for x in xs)
