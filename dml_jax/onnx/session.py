@@ -101,7 +101,9 @@ class InferenceSession(ProgramCache):
             ``total_sequence_length``), ``run`` pads the past (or, over a shared max-length
             buffer, the mask alone) to a bucket length, the mask with zeros over the padding,
             and cuts the padding out of the presents, so a loop of ``run`` calls compiles a
-            program per bucket, not per token (docs/onnx.md, "Generation"). None: powers of two
+            program per bucket, not per token (docs/onnx.md, "Generation"); a Concat-form step
+            is first probed at each length (``padding_probe``: padded after the past, before
+            it where a sliding window would move, else exact). None: powers of two
             from 16 where the graph shows it; False: every length exact; a list: those lengths.
             Elsewhere it changes nothing.
         compiler_options: XLA options for the compiles ``run`` makes (``jax.jit``'s
@@ -470,7 +472,7 @@ class InferenceSession(ProgramCache):
             args = jax.device_put(args, self._device)
         return functools.partial(jitted, params, *args)
 
-    def _run_buckets(self) -> tuple[Any, tuple[int, ...]] | None:
+    def _run_buckets(self) -> tuple[Any, tuple[int, ...], Any] | None:
         """For a decoder step whose graph shows its past padding masked (``buckets``), its roles,
         bucket sizes and the side a padded length may take its padding on
         (``padding_probe.padded_side``, for a Concat-form step: None where it need not be
