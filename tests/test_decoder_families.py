@@ -18,6 +18,7 @@ and 3, windows of 8) and on steps without ``position_ids`` (BLOOM, GPT-2).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -47,6 +48,13 @@ with open(os.path.join(DATA, "families_dynamo.json")) as f:
 WINDOWS = {n: c["sliding_window"] for n, (_, c) in FAMILIES.items() if c.get("sliding_window")}
 
 
+@functools.cache
+def _session(name: str) -> InferenceSession:
+    """The family's step, one session for the tests that neither patch nor count its work (its
+    probes' answers and programs shared between them)."""
+    return InferenceSession(os.path.join(DATA, f"{name}_step.onnx"))
+
+
 def _padded(rows: list[list[int]], positions: bool) -> dict:
     """The prompts left-padded into one batch as an onnxruntime user feeds a first step: mask
     zeros over the padding, positions from each row's first real token, empty pasts."""
@@ -66,30 +74,26 @@ def _padded(rows: list[list[int]], positions: bool) -> dict:
 def test_family_generates_pytorch_greedy_tokens(name):
     """The family's two prompts as one left-padded batch: PyTorch's tokens row by row, in at
     most three programs (buckets, right-aligned where a window would move); the prefill's logits
-    onnxruntime's."""
+    at each prompt's last token onnxruntime's."""
     r = RECORD[name]
     path = os.path.join(DATA, f"{name}_step.onnx")
-    s = InferenceSession(path)
+    s = _session(name)
     steps = len(r["greedy"][0])
     g = Generator(s, GeneratorParams(s, max_length=6 + steps, batch_size=2))
     g.append_tokens(r["prompts"])
+    # the prefill's logits at each prompt's last token against onnxruntime's first step
+    feed = _padded(r["prompts"], r["positions"])
+    o = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for i in o.get_inputs():
+        if i.name.startswith("past"):
+            feed[i.name] = np.zeros((2, i.shape[1], 0, i.shape[3]), np.float32)
+    want = o.run(["logits"], feed)[0][:, -1]
+    np.testing.assert_allclose(g.get_logits()[:, 0], want, atol=1e-4 * np.abs(want).max(), rtol=0)
     g.generate_until_done()
     np.testing.assert_array_equal(g.generated, np.array(r["greedy"]))
     if not r["positions"]:  # BLOOM: its ALiBi numbers tokens from the mask, so padding holds
         assert "numbers its tokens from the mask" in g.explain()
     assert g.compiles <= 3  # the prefill and two buckets, never a program a length
-    # the first step of the padded batch against onnxruntime (every row's real positions)
-    rows = r["prompts"]
-    feed = _padded(rows, r["positions"])
-    o = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    for i in o.get_inputs():
-        if i.name.startswith("past"):
-            feed[i.name] = np.zeros((len(rows), i.shape[1], 0, i.shape[3]), np.float32)
-    want = o.run(["logits"], feed)[0]
-    got_logits = s.run(["logits"], feed)[0]
-    real = feed["attention_mask"] > 0
-    scale = np.abs(want[real]).max()
-    np.testing.assert_allclose(got_logits[real], want[real], atol=1e-4 * scale, rtol=0)
 
 
 @pytest.mark.parametrize("name", [n for n in EXPORTED if RECORD[n]["positions"]])
@@ -98,7 +102,7 @@ def test_padding_probe_finds_the_sliding_windows(name):
     the bucket reaches the window (the new token numbered from the padded size): the probe
     says so for the windowed families at 32 positions, and for none below the window or
     without one; padded before them (right-aligned) nothing moves in any family."""
-    s = InferenceSession(os.path.join(DATA, f"{name}_step.onnx"))
+    s = _session(name)
     roles = roles_of(s)
     below = min(WINDOWS.values()) - 1
     assert padding_moves(s, roles, below) is None
@@ -222,11 +226,22 @@ def test_int4_family_generates_onnxruntime_tokens(name, tmp_path):
 def test_prompt_probe_tells_mask_numbering_from_size_numbering():
     """Without position_ids, BLOOM's ALiBi numbers tokens from the mask (a token left-padded to
     16 computes as it does alone), GPT-2's learned positions from the sizes (the padded token
-    takes position 15): the prompt probe says so, and GPT-2 runs exact lengths."""
+    takes position 15): the prompt probe says so. ``run``'s loop pads BLOOM's pasts to buckets
+    (PyTorch's tokens, a program a bucket) and runs GPT-2's exact (onnxruntime's tokens)."""
+    r = RECORD["bloom"]
     bloom = InferenceSession(os.path.join(DATA, "bloom_step.onnx"))
     assert prompt_padding_moves(bloom, roles_of(bloom), 16) is None
-    gpt2 = InferenceSession(os.path.join(DATA, "..", "tiny_gpt2_step_nopos.onnx"))
+    got = _greedy_loop(bloom, r["prompts"][:1], 16, positions=False)
+    np.testing.assert_array_equal(got, np.array(r["greedy"][:1]))
+    assert len(bloom._programs) <= 3  # the prompt, then pasts of 6 to 21 in 16 and 32
+    assert "where the probe shows the step numbering its tokens from the mask" in bloom.explain()
+    path = os.path.join(DATA, "..", "tiny_gpt2_step_nopos.onnx")
+    gpt2 = InferenceSession(path)
     assert "differs at the real positions" in prompt_padding_moves(gpt2, roles_of(gpt2), 16)
+    want = _greedy_loop(ort.InferenceSession(path, providers=["CPUExecutionProvider"]),
+                        [[5, 6, 7]], 6, positions=False)  # fmt: skip
+    np.testing.assert_array_equal(_greedy_loop(gpt2, [[5, 6, 7]], 6, positions=False), want)
+    assert len(gpt2._programs) == 6  # a program a length
 
 
 def test_bound_loop_pads_a_window_in_front_on_the_device(found_by):

@@ -25,6 +25,9 @@ ROOT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 
 
 LIGHT = sorted(glob.glob(os.path.join(ROOT, "light", "*.onnx")))
+# With random weights VGG-19 (548 MB of them, 16 s of the suite on two cores) checks nothing
+# AlexNet's and ZFNet-512's same layers do not: it runs with DML_JAX_LIGHT_FULL=1.
+RANDOMIZED = [p for p in LIGHT if os.environ.get("DML_JAX_LIGHT_FULL") == "1" or "vgg19" not in p]
 
 
 def _load(path: str) -> np.ndarray:
@@ -99,7 +102,7 @@ def _randomized(path: str, seed: int = 0) -> onnx.ModelProto:
     return m
 
 
-@pytest.mark.parametrize("path", LIGHT, ids=[os.path.basename(p) for p in LIGHT])
+@pytest.mark.parametrize("path", RANDOMIZED, ids=[os.path.basename(p) for p in RANDOMIZED])
 def test_light_model_with_random_weights(path):
     """The light models with random weights (``_randomized``) against onnxruntime's CPU
     provider on the same input: the probabilities and the logits before them, to 1e-5 of the

@@ -58,6 +58,29 @@ def bucket_sizes(option: Any, bucketable: bool, where: str) -> tuple[int, ...] |
     return tuple(sorted({int(b) for b in option}))
 
 
+def run_buckets_line(roles: Any, found: tuple | None, option: Any) -> str:
+    """``InferenceSession.explain``'s line on what ``run`` does with a decoder step's past
+    length: ``found`` its ``_run_buckets()`` (roles, sizes, the probe's side), ``option`` its
+    ``buckets``."""
+    names = f"{roles.past[0][0]} ... dimension {roles.axis} and {roles.attention_mask}"
+    if found is None:
+        why = "buckets=False" if option is False else roles.why
+        return f"buckets: none, every past length exact ({why})"
+    sizes = list(found[1]) or f"powers of two from {MIN_BUCKET}"
+    if not roles.bucketable:  # no position_ids: the probe decides each length
+        return (
+            f"buckets: {names} padded to {sizes} where the probe shows the step numbering "
+            "its tokens from the mask (no position_ids input), else every length exact"
+        )
+    probe = (
+        "; each bucket length first checked to move nothing the step computes from the "
+        "past's size, with the padding after the past, else before it, else exact"
+        if found[2] is not None
+        else ""
+    )
+    return f"buckets: {names} padded to {sizes}, the padding masked ({roles.why}{probe})"
+
+
 def pad_decoder_feed(
     roles: Any,
     names: Sequence[str],

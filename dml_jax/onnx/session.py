@@ -490,10 +490,12 @@ class InferenceSession(ProgramCache):
                 except ValidationError:
                     roles = None
                 if roles is not None:
-                    sizes = bucket_sizes(self._buckets_option, roles.bucketable, ONNX)
-                    side = None
-                    if roles.kind == "concat":
-                        side = functools.partial(padded_side, self, roles)
+                    # a Concat step without position_ids may number its tokens from the mask
+                    # (BLOOM's ALiBi): the probe, asked at each length, tells
+                    concat = roles.kind == "concat"
+                    masked = roles.bucketable or (concat and self._buckets_option is None)
+                    sizes = bucket_sizes(self._buckets_option, masked, ONNX)
+                    side = functools.partial(padded_side, self, roles) if concat else None
                     found = None if sizes is None else (roles, sizes, side)
             self._buckets_found = found
         return self._buckets_found
@@ -729,26 +731,14 @@ class InferenceSession(ProgramCache):
 
     def _buckets_line(self) -> str:
         """What ``run`` does with a decoder step's past length (empty for other models)."""
-        from .buckets import MIN_BUCKET
+        from .buckets import run_buckets_line
         from .roles import roles_of
 
         try:
             roles = roles_of(self)
         except ValidationError:
             return ""
-        found = self._run_buckets()
-        names = f"{roles.past[0][0]} ... dimension {roles.axis} and {roles.attention_mask}"
-        if found is None:
-            why = "buckets=False" if self._buckets_option is False else roles.why
-            return f"buckets: none, every past length exact ({why})"
-        sizes = list(found[1]) or f"powers of two from {MIN_BUCKET}"
-        probe = (
-            "; each bucket length first checked to move nothing the step computes from the "
-            "past's size, with the padding after the past, else before it, else exact"
-            if found[2] is not None
-            else ""
-        )
-        return f"buckets: {names} padded to {sizes}, the padding masked ({roles.why}{probe})"
+        return run_buckets_line(roles, self._run_buckets(), self._buckets_option)
 
     def _program_or_last(self, shapes: Sequence[Sequence[int]] | None, what: str) -> Any:
         """The program for inputs of ``shapes``, or the last one compiled; ``what`` names the
