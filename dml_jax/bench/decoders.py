@@ -115,15 +115,6 @@ def layer_count(model: Any) -> int:
     return int(getattr(c, "n_layer", None) or c.num_hidden_layers)
 
 
-def cache_shape(model: Any, batch: int, past: int) -> tuple[int, int, int, int]:
-    """[batch, kv heads, past, head size] of one layer's past key (or value)."""
-    c = model.config
-    heads = int(getattr(c, "n_head", None) or c.num_attention_heads)
-    kv = int(getattr(c, "num_key_value_heads", None) or heads)
-    hidden = int(getattr(c, "n_embd", None) or c.hidden_size)
-    return (batch, kv, past, hidden // heads)
-
-
 def cache_shapes(model: Any, batch: int, past: int) -> list[tuple[int, int, int, int]]:
     """Each past input's shape in order (layer by layer, key then value): [batch, kv heads,
     past, head size], read from the cache the model itself writes for one token (Falcon's and

@@ -1,23 +1,22 @@
 """Speculative decoding by n-grams (onnxruntime-genai's speculative options ``ngram_size`` and
-``max_draft_tokens``; ``GeneratorParams``), the host's side: the drafts and the counts.
+``max_draft_tokens``; ``GeneratorParams``): the drafts' lookup (on the device) and the counts.
 
 A decode step reads every weight of the model to add one token; at batch 1 it is bound by that
 read (or by its launches), not by its arithmetic, so the model checks several tokens in one call
 for about the cost of one. Where the sequence's last ``ngram_size`` tokens occurred before (its
 prompt or what it generated), the tokens that followed that occurrence are the drafts
 (``ngram_drafts``: the latest occurrence, up to ``max_draft_tokens`` of them). A round
-(``DecodeSteps.verify_fn``) runs the last token chosen and the drafts through the model in one
-call, then chooses the tokens position after position exactly as the decode steps would (the
-penalties, then greedy or sampled, a random key a position), keeping each draft while it is the
-token chosen at its position: the first token that differs is chosen from the model's logits
-there, so a round adds one token and every draft accepted before it. The tokens are those of
-generation without drafts, greedy or sampled with the same seed (up to the rounding of a
-position's logits computed in a chunk rather than alone). Where no earlier occurrence is found,
-the round runs the last token alone (the program for one token, chosen on the device by a
-``lax.cond``). The rounds run on the device,
-the drafts looked up there, as many in one dispatch as its program's past bucket holds (a
-``lax.while_loop``). One sequence (batch 1), no beams, as onnxruntime-genai's n-gram
-decoding.
+(``DecodeSteps.rounds_fn``, each round's check ``_verify``) runs the last token chosen and the
+drafts through the model in one call, then chooses the tokens position after position exactly as
+the decode steps would (the penalties, then greedy or sampled, a random key a position), keeping
+each draft while it is the token chosen at its position: the first token that differs is chosen
+from the model's logits there, so a round adds one token and every draft accepted before it. The
+tokens are those of generation without drafts, greedy or sampled with the same seed (up to the
+rounding of a position's logits computed in a chunk rather than alone). Where no earlier
+occurrence is found, the round runs the last token alone (the program for one token, chosen on
+the device by a ``lax.cond``). The rounds run on the device, the drafts looked up there, as many
+in one dispatch as its program's past bucket holds (a ``lax.while_loop``). One sequence (batch
+1), no beams, as onnxruntime-genai's n-gram decoding.
 """
 
 from __future__ import annotations

@@ -537,13 +537,15 @@ def _generation_row(run, row, session, half, compiled, prompt, weights, bw, torc
     with torch.inference_mode():
         logits = half(input_ids=torch.as_tensor(prompt, device=TORCH_DEVICE)).logits
     row["logits_rel_err"] = _prefill_agreement(session, prompt, logits.float().cpu().numpy())
-    shape = decoders.cache_shape(half, prompt.shape[0], opts.prompt + new)
-    layers = decoders.layer_count(half)
-    row["cache_bytes"] = int(2 * layers * np.prod(shape) * 2)
-    mean = decoders.cache_shape(half, prompt.shape[0], opts.prompt + new // 2)
-    step_bytes = weights + 2 * layers * int(np.prod(mean)) * 2
+
+    def cache_bytes(past: int) -> int:  # every layer's keys and values, float16
+        return int(sum(np.prod(s) for s in decoders.cache_shapes(half, prompt.shape[0], past))) * 2
+
+    row["cache_bytes"] = cache_bytes(opts.prompt + new)
+    mean = cache_bytes(opts.prompt + new // 2)
+    step_bytes = weights + mean
     if row["dtype"] == "int4":
-        step_bytes = _file_bytes(session) + 2 * layers * int(np.prod(mean)) * 2
+        step_bytes = _file_bytes(session) + mean
     row["step_bytes"] = step_bytes
     row["roofline_tok_s"] = prompt.shape[0] * bw / step_bytes
     row["of_roofline"] = row["tok_s"]["dml"]["median"] / row["roofline_tok_s"]
