@@ -45,7 +45,7 @@ EXPORTED = sorted(name for name, r in RECORD.items() if "error" not in r)
 # The generation test's families in the suite (each of a kind the others are not: the windows,
 # ALiBi without position_ids, joined projections, a single key-value head, learned positions, a
 # Cast on the present, soft-capping); every family with DML_JAX_DECODER_FAMILIES=all (the
-# suite's time on two cores; the probe's test takes them all).
+# suite's time on two cores), for the probe's test too.
 SUITE = ("bloom", "falcon", "gemma2", "gemma3", "gptj", "mistral", "opt", "phi3", "qwen2")
 GENERATED = [n for n in EXPORTED if os.environ.get("DML_JAX_DECODER_FAMILIES") == "all"
              or n in SUITE]  # fmt: skip
@@ -103,7 +103,7 @@ def test_family_generates_pytorch_greedy_tokens(name):
     assert g.compiles <= 3  # the prefill and two buckets, never a program a length
 
 
-@pytest.mark.parametrize("name", [n for n in EXPORTED if RECORD[n]["positions"]])
+@pytest.mark.parametrize("name", [n for n in GENERATED if RECORD[n]["positions"]])
 def test_padding_probe_finds_the_sliding_windows(name):
     """A past padded after its real positions moves a sliding window over the real keys once
     the bucket reaches the window (the new token numbered from the padded size): the probe
