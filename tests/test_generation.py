@@ -138,12 +138,12 @@ def test_greedy_without_position_ids_runs_exact_lengths(sessions, name):
     tokens are still PyTorch's."""
     s = sessions(name, positions=False)
     ref = GREEDY[name]
-    g = Generator(s, GeneratorParams(s, max_length=5 + 10, batch_size=2))
+    g = Generator(s, GeneratorParams(s, max_length=5 + 6, batch_size=2))
     assert "exact" in g.explain() and "no position_ids" in g.explain()
     g.append_tokens(np.array(ref["prompt"]))
     g.generate_until_done()
-    np.testing.assert_array_equal(g.generated, np.array(ref["greedy"])[:, :10])
-    assert g.compiles == 1 + 9  # the prefill and one step a past length
+    np.testing.assert_array_equal(g.generated, np.array(ref["greedy"])[:, :6])
+    assert g.compiles == 1 + 5  # the prefill and one step a past length
 
 
 def test_left_padded_prompts_against_onnxruntime(sessions):
@@ -171,8 +171,8 @@ def test_run_loop_compiles_a_program_per_bucket():
         in s.explain()
     )
     exact = InferenceSession(path, buckets=False)
-    np.testing.assert_array_equal(_greedy_loop(exact, rows, 12), want[:, :12])
-    assert len(exact._programs) == 12
+    np.testing.assert_array_equal(_greedy_loop(exact, rows, 8), want[:, :8])
+    assert len(exact._programs) == 8
     assert "buckets: none, every past length exact (buckets=False)" in exact.explain()
     # The presents come back at the exact length, the padding cut out.
     feed = {"input_ids": np.array([[1]]), "attention_mask": np.ones((1, 4), np.int64),
@@ -193,8 +193,8 @@ def test_bucketed_steps_equal_exact_steps(sessions):
     s = sessions("tiny_llama")
     prompt = np.array(GREEDY["tiny_llama"]["prompt"])
     opts = {"do_sample": True, "temperature": 1.5, "top_k": 20, "seed": 7}
-    bucketed = generate(s, prompt, 14, **opts)
-    exact = generate(s, prompt, 14, buckets=False, **opts)
+    bucketed = generate(s, prompt, 10, **opts)
+    exact = generate(s, prompt, 10, buckets=False, **opts)
     np.testing.assert_array_equal(bucketed, exact)
     assert len(set(bucketed.ravel().tolist())) > 4  # sampled, not a constant
 
@@ -271,7 +271,7 @@ def test_programs_bounded_by_buckets():
     np.testing.assert_array_equal(g.generated[:, :24], np.array(GREEDY["tiny_llama"]["greedy"]))
 
 
-@pytest.mark.parametrize("count", [4, 7])
+@pytest.mark.parametrize("count", [7])
 def test_runs_of_steps_give_the_single_steps_tokens(sessions, count):
     """``steps_per_dispatch``: runs of ``count`` steps in one ``lax.fori_loop`` dispatch inside
     each bucket, the rest a step each: the tokens of a step a dispatch, greedy and sampled, in

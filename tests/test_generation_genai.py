@@ -394,8 +394,8 @@ def _turns(g, turns) -> list[int]:
     return [int(t) for t in g.get_sequence(0)]
 
 
-@pytest.mark.parametrize("model", ["concat", "builder"])
-@pytest.mark.parametrize("buckets", [None, False])
+# The other two pairings run in test_rewind_to_cuts_the_sequence_and_its_cache (the suite's time).
+@pytest.mark.parametrize("model, buckets", [("concat", False), ("builder", None)])
 def test_later_turns_continue_the_cache(tmp_path, model, buckets):
     """``append_tokens`` after tokens were generated (one sequence): the tokens follow the
     sequence shown, run through the model over the cache in one call (their count in a bucket
