@@ -234,7 +234,9 @@ def test_prompt_probe_tells_mask_numbering_from_size_numbering():
     """Without position_ids, BLOOM's ALiBi numbers tokens from the mask (a token left-padded to
     16 computes as it does alone), GPT-2's learned positions from the sizes (the padded token
     takes position 15): the prompt probe says so. ``run``'s loop pads BLOOM's pasts to buckets
-    (PyTorch's tokens, a program a bucket) and runs GPT-2's exact (onnxruntime's tokens)."""
+    (PyTorch's tokens, a program a bucket) and runs GPT-2's exact (onnxruntime's tokens). The
+    Generator takes buckets asked for on BLOOM as its default does, and refuses them on GPT-2
+    (a ``ValidationError`` naming the move), never silently exact."""
     r = RECORD["bloom"]
     bloom = InferenceSession(os.path.join(DATA, "bloom_step.onnx"))
     assert prompt_padding_moves(bloom, roles_of(bloom), 16) is None
@@ -242,9 +244,18 @@ def test_prompt_probe_tells_mask_numbering_from_size_numbering():
     np.testing.assert_array_equal(got, np.array(r["greedy"][:1]))
     assert len(bloom._programs) <= 3  # the prompt, then pasts of 6 to 21 in 16 and 32
     assert "where the probe shows the step numbering its tokens from the mask" in bloom.explain()
+    asked = Generator(bloom, GeneratorParams(bloom, max_length=6 + 12, batch_size=2,
+                                             buckets=[8, 32]))  # fmt: skip
+    asked.append_tokens(r["prompts"])
+    asked.generate_until_done()
+    np.testing.assert_array_equal(asked.generated, np.array(r["greedy"])[:, :12])
+    assert asked.compiles <= 3 and "bucketed to [8, 32]" in asked.explain()  # prefill, 8, 32
     path = os.path.join(DATA, "..", "tiny_gpt2_step_nopos.onnx")
     gpt2 = InferenceSession(path)
     assert "differs at the real positions" in prompt_padding_moves(gpt2, roles_of(gpt2), 16)
+    refused = Generator(gpt2, GeneratorParams(gpt2, max_length=12, buckets=True))
+    with pytest.raises(ValidationError, match="padding the prompt moves its tokens: .*differs"):
+        refused.append_tokens([[5, 6, 7]])
     want = _greedy_loop(ort.InferenceSession(path, providers=["CPUExecutionProvider"]),
                         [[5, 6, 7]], 6, positions=False)  # fmt: skip
     np.testing.assert_array_equal(_greedy_loop(gpt2, [[5, 6, 7]], 6, positions=False), want)

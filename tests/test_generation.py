@@ -447,7 +447,10 @@ def test_generation_errors(sessions):
         (lambda: GeneratorParams(s, max_length=1), "max_length"),
         (lambda: GeneratorParams(s, buckets=[0, 8]), "buckets"),
         (lambda: GeneratorParams(s).set_search_options(beams=4), "beams"),
-        (lambda: Generator(nopos, GeneratorParams(nopos, buckets=[16])), "padding masked"),
+        (
+            lambda: Generator(nopos, GeneratorParams(nopos, buckets=[16])).append_tokens([[1, 2]]),
+            "buckets were asked for, but the step has no position_ids input",
+        ),
         (lambda: generate(nopos, [[1, 2], [1, 2, 3]], 4), "position_ids"),
         (lambda: generate(s, [[1] * 10], 0), "max_length"),
         (lambda: generate(s, [[]], 4), "empty"),

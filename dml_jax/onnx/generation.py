@@ -78,11 +78,8 @@ class Generator:
                 "GroupQueryAttention's present; the Generator runs those two (InferenceSession."
                 "run runs any step)"
             )
-        if p.buckets not in (None, False) and not r.bucketable:
-            raise ValidationError(
-                f"{ONNX}: generation: buckets were asked for, but the graph does not show the "
-                f"padding masked: {r.why}"
-            )
+        # (a Concat step without position_ids: buckets asked for are tried, as the default's
+        # are, and refused at the prompt where the probes find the padding moving something)
         self._buckets = bucket_sizes(p.buckets, r.bucketable, f"{ONNX}: generation")
         self._exact_why = ""  # why buckets went off at the prompt (``padding_moves``)
         self._fns = DecodeSteps.of(session, self.roles, p)
@@ -219,6 +216,11 @@ class Generator:
         seq = self._sized(longest, extra)
         moved = prompt_padding_moves(self.session, r, seq) if nopos else None
         if moved and self._buckets is not None:
+            if p.buckets is not None:
+                raise ValidationError(
+                    f"{ONNX}: generation: buckets were asked for, but the step has no "
+                    f"position_ids input and padding the prompt moves its tokens: {moved}"
+                )
             self._buckets = None
             self._exact_why = f"no position_ids input, and padding moves the tokens: {moved}"
             seq = self._sized(longest, extra)
