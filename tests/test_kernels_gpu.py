@@ -491,7 +491,9 @@ def test_elementwise_map_kernel_equals_the_lax_program_bit_for_bit():
         for dt in sorted(t.name for t in row.inputs):
             if np.dtype(dt.lower()).itemsize > 2:
                 continue
-            for n in (1, 1000, 4099, 1 << 20):
+            # one element, and 2^20 + 3 (every float16 bit pattern likely met, a ragged last
+            # block): two compiles an operator and type (four took minutes on an H200)
+            for n in (1, (1 << 20) + 3):
                 try:
                     desc = catalog.retyped(catalog.example_desc(spec), dt, (n,))
                     dml.validate(desc)

@@ -34,7 +34,9 @@ _INDEX_LIMIT = 2**31 - 2**20
 # Element-wise activations the kernel runs (checked bit-exact on the GPU). Left to XLA: GELU
 # (erf), CELU and SCALED_ELU (expm1, as ELU on floats), HARD_SIGMOID and HARD_SWISH (Alpha * x +
 # Beta clamped: whether a compiler contracts it into an FMA moves a float16 result by one ulp,
-# which the GPU check found), SHRINK (Triton could not lower its one-element case).
+# which the GPU check found), SHRINK (Triton could not lower its one-element case), SCALED_TANH
+# (a float16 result one bit apart from the lax program's among 2^20 random values on an H200,
+# 2026-11-30: tests/test_kernels_gpu.py; TANH alone stayed bit-exact).
 ACTIVATIONS = (
     "ELU",
     "LINEAR",
@@ -44,7 +46,6 @@ ACTIVATIONS = (
     "LEAKY_RELU",
     "PARAMETERIZED_RELU",
     "PARAMETRIC_SOFTPLUS",
-    "SCALED_TANH",
     "SOFTPLUS",
     "SOFTSIGN",
     "SWISH",
