@@ -607,3 +607,37 @@ def test_int4_generation_with_folded_scales(tmp_path, monkeypatch):
     assert folded and all(k in s._run_params(p) for p in folded for k in p.folded)
     np.testing.assert_array_equal(got, baked)
     np.testing.assert_array_equal(got, _ort_greedy(path, prompt, 12))
+
+
+def test_run_pads_no_past_whose_present_is_not_a_concat(tmp_path):
+    """A step whose presents are not ``Concat(past, new)`` (here each negated twice) shows
+    no padding masked: ``run`` runs each past length exact by default, and buckets asked for
+    are a ``ValidationError`` at the first call, as the Generator's are, never a padded past."""
+    import onnx
+    from onnx import helper
+
+    m = onnx.load(_path("tiny_llama"))
+    nodes = []
+    for node in m.graph.node:
+        nodes.append(node)
+        for k, out in enumerate(node.output):
+            if out.startswith("present"):  # each present negated twice
+                node.output[k] = out + "_concat"
+                nodes.append(helper.make_node("Neg", [out + "_concat"], [out + "_neg"]))
+                nodes.append(helper.make_node("Neg", [out + "_neg"], [out]))
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    path = str(tmp_path / "other.onnx")
+    onnx.save(m, path)
+    rows = [[5, 17, 42]]
+    want = _ort_greedy(path, rows, 6)
+    s = InferenceSession(path)
+    np.testing.assert_array_equal(_greedy_loop(s, rows, 6), want)
+    assert len(s._programs) == 6 and "buckets: none, every past length exact" in s.explain()
+    asked = InferenceSession(path, buckets=True)
+    with pytest.raises(ValidationError, match="buckets were asked for"):
+        _greedy_loop(asked, rows, 3)
+    shapes = [[1, 1], [1, 4], [1, 1]] + [[1, 2, 3, 8]] * 4  # a step of the loop
+    assert "buckets: refused (ONNX: buckets were asked for" in asked.explain(shapes)
+    with pytest.raises(ValidationError, match="neither Concat"):
+        Generator(asked, GeneratorParams(asked))

@@ -489,12 +489,17 @@ class InferenceSession(ProgramCache):
                     roles = roles_of(self)
                 except ValidationError:
                     roles = None
+                if roles is not None and roles.kind == "other" and self._buckets_option:
+                    raise ValidationError(
+                        f"{ONNX}: buckets were asked for, but the graph does not show a padded "
+                        f"past masked: {roles.why}"
+                    )
                 if roles is not None:
-                    # a Concat step without position_ids may number its tokens from the mask
-                    # (BLOOM's ALiBi): the probe, asked at each length, tells
+                    # Concat steps are candidates, the probe asked at each length (one without
+                    # position_ids may number its tokens from the mask: BLOOM's ALiBi);
+                    # GroupQueryAttention's always; any other, none
                     concat = roles.kind == "concat"
-                    masked = roles.bucketable or (concat and self._buckets_option is None)
-                    sizes = bucket_sizes(self._buckets_option, masked, ONNX)
+                    sizes = bucket_sizes(self._buckets_option, roles.kind != "other", ONNX)
                     side = functools.partial(padded_side, self, roles) if concat else None
                     found = None if sizes is None else (roles, sizes, side)
             self._buckets_found = found
@@ -738,7 +743,11 @@ class InferenceSession(ProgramCache):
             roles = roles_of(self)
         except ValidationError:
             return ""
-        return run_buckets_line(roles, self._run_buckets(), self._buckets_option)
+        try:
+            found = self._run_buckets()
+        except ValidationError as e:  # buckets asked for where none may be padded
+            return f"buckets: refused ({e})"
+        return run_buckets_line(roles, found, self._buckets_option)
 
     def _program_or_last(self, shapes: Sequence[Sequence[int]] | None, what: str) -> Any:
         """The program for inputs of ``shapes``, or the last one compiled; ``what`` names the
